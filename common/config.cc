@@ -1,0 +1,317 @@
+// Strict loader for gpupool.conf. Every setting is checked against a table of known keys;
+// the first problem found is returned with file, line and the key's path.
+#include "common/config.h"
+
+#include <cstdlib>
+#include <initializer_list>
+#include <set>
+#include <sstream>
+
+#include <libconfig.h++>
+
+namespace gpupool {
+namespace {
+
+// Where a setting came from, for messages: "gpupool.conf:14: pools[1].name".
+std::string Where(const libconfig::Setting& s, const std::string& file) {
+  std::ostringstream out;
+  out << file;
+  if (s.getSourceLine() > 0) out << ":" << s.getSourceLine();
+  out << ": " << (s.getPath().empty() ? "(top level)" : s.getPath());
+  return out.str();
+}
+
+Status Error(const libconfig::Setting& s, const std::string& file, const std::string& what) {
+  return Status::InvalidArgument(Where(s, file) + ": " + what);
+}
+
+std::string Join(std::initializer_list<const char*> keys) {
+  std::string out;
+  for (const char* k : keys) {
+    if (!out.empty()) out += ", ";
+    out += k;
+  }
+  return out;
+}
+
+Status CheckKeys(const libconfig::Setting& group, const std::string& file,
+                 std::initializer_list<const char*> allowed) {
+  if (!group.isGroup()) return Error(group, file, "must be a group { ... }");
+  for (int i = 0; i < group.getLength(); ++i) {
+    const libconfig::Setting& child = group[i];
+    bool known = false;
+    for (const char* k : allowed) known = known || child.getName() == std::string(k);
+    if (!known) {
+      return Error(child, file, "unknown key (expected one of: " + Join(allowed) + ")");
+    }
+  }
+  return Status::OK();
+}
+
+// Typed readers: absent keys leave `out` unchanged.
+Status ReadString(const libconfig::Setting& group, const char* key, const std::string& file,
+                  std::string* out) {
+  if (!group.exists(key)) return Status::OK();
+  const libconfig::Setting& s = group[key];
+  if (s.getType() != libconfig::Setting::TypeString) return Error(s, file, "must be a string");
+  *out = static_cast<const char*>(s);
+  return Status::OK();
+}
+
+Status ReadInt(const libconfig::Setting& group, const char* key, const std::string& file,
+               int min, int max, int* out) {
+  if (!group.exists(key)) return Status::OK();
+  const libconfig::Setting& s = group[key];
+  if (s.getType() != libconfig::Setting::TypeInt && s.getType() != libconfig::Setting::TypeInt64) {
+    return Error(s, file, "must be an integer");
+  }
+  long long v = s.getType() == libconfig::Setting::TypeInt ? static_cast<long long>(static_cast<int>(s))
+                                                           : static_cast<long long>(s);
+  if (v < min || v > max) {
+    return Error(s, file, "must be between " + std::to_string(min) + " and " + std::to_string(max));
+  }
+  *out = static_cast<int>(v);
+  return Status::OK();
+}
+
+Status ReadBool(const libconfig::Setting& group, const char* key, const std::string& file, bool* out) {
+  if (!group.exists(key)) return Status::OK();
+  const libconfig::Setting& s = group[key];
+  if (s.getType() != libconfig::Setting::TypeBoolean) return Error(s, file, "must be true or false");
+  *out = static_cast<bool>(s);
+  return Status::OK();
+}
+
+Status ReadStringList(const libconfig::Setting& group, const char* key, const std::string& file,
+                      std::vector<std::string>* out) {
+  if (!group.exists(key)) return Status::OK();
+  const libconfig::Setting& s = group[key];
+  if (!s.isArray() && !s.isList()) return Error(s, file, "must be a list of strings [\"a\", \"b\"]");
+  out->clear();
+  for (int i = 0; i < s.getLength(); ++i) {
+    if (s[i].getType() != libconfig::Setting::TypeString) return Error(s[i], file, "must be a string");
+    out->push_back(static_cast<const char*>(s[i]));
+  }
+  return Status::OK();
+}
+
+Status ReadMemory(const libconfig::Setting& group, const char* key, const std::string& file,
+                  uint64_t* out_mib) {
+  if (!group.exists(key)) return Status::OK();
+  const libconfig::Setting& s = group[key];
+  if (s.getType() == libconfig::Setting::TypeInt || s.getType() == libconfig::Setting::TypeInt64) {
+    long long v = s.getType() == libconfig::Setting::TypeInt ? static_cast<int>(s) : static_cast<long long>(s);
+    if (v < 0) return Error(s, file, "must not be negative");
+    *out_mib = static_cast<uint64_t>(v);
+    return Status::OK();
+  }
+  if (s.getType() != libconfig::Setting::TypeString) {
+    return Error(s, file, "must be a size like \"80G\" or a number of MiB");
+  }
+  Result<uint64_t> mib = ParseMemoryMib(static_cast<const char*>(s));
+  if (!mib.ok()) return Error(s, file, mib.status().message());
+  *out_mib = mib.value();
+  return Status::OK();
+}
+
+bool ValidName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldConfig* c) {
+  GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"listen", "state_dir", "log_file", "slurm_user",
+      "admins", "agent_users", "lease_ttl", "max_lease_ttl", "unreachable_timeout",
+      "reap_interval", "slurm_reap", "durability", "max_request_bytes", "threads"}));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "listen", file, &c->listen));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "state_dir", file, &c->state_dir));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "log_file", file, &c->log_file));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "slurm_user", file, &c->slurm_user));
+  GPUPOOL_RETURN_IF_ERROR(ReadStringList(g, "admins", file, &c->admins));
+  GPUPOOL_RETURN_IF_ERROR(ReadStringList(g, "agent_users", file, &c->agent_users));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "lease_ttl", file, 1, 365 * 24 * 3600, &c->lease_ttl));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "max_lease_ttl", file, 1, 365 * 24 * 3600, &c->max_lease_ttl));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "unreachable_timeout", file, 1, 86400, &c->unreachable_timeout));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "reap_interval", file, 0, 86400, &c->reap_interval));
+  GPUPOOL_RETURN_IF_ERROR(ReadBool(g, "slurm_reap", file, &c->slurm_reap));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "durability", file, &c->durability));
+  if (c->durability != "fsync" && c->durability != "process") {
+    return Error(g["durability"], file, "must be \"fsync\" or \"process\"");
+  }
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "max_request_bytes", file, 1024, 64 << 20, &c->max_request_bytes));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "threads", file, 2, 4096, &c->threads));
+  if (c->lease_ttl > c->max_lease_ttl) {
+    return Error(g, file, "lease_ttl must not exceed max_lease_ttl");
+  }
+  return Status::OK();
+}
+
+Status ParseSimGpus(const libconfig::Setting& list, const std::string& file,
+                    std::vector<SimGpuConfig>* out) {
+  if (!list.isList()) return Error(list, file, "must be a list ( { model = ...; }, ... )");
+  out->clear();
+  for (int i = 0; i < list.getLength(); ++i) {
+    const libconfig::Setting& g = list[i];
+    GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"model", "memory", "count"}));
+    SimGpuConfig sim;
+    GPUPOOL_RETURN_IF_ERROR(ReadString(g, "model", file, &sim.model));
+    GPUPOOL_RETURN_IF_ERROR(ReadMemory(g, "memory", file, &sim.memory_mib));
+    GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "count", file, 1, 1024, &sim.count));
+    out->push_back(sim);
+  }
+  return Status::OK();
+}
+
+Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentConfig* c) {
+  GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"server", "host", "rack", "listen", "control",
+                                              "backend", "heartbeat_interval", "sim"}));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "server", file, &c->server));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "host", file, &c->host));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "rack", file, &c->rack));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "listen", file, &c->listen));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "control", file, &c->control));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "backend", file, &c->backend));
+  if (c->backend != "sim" && c->backend != "cuda") {
+    return Error(g["backend"], file, "must be \"sim\" or \"cuda\"");
+  }
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "heartbeat_interval", file, 1, 3600, &c->heartbeat_interval));
+  if (g.exists("sim")) {
+    const libconfig::Setting& sim = g["sim"];
+    GPUPOOL_RETURN_IF_ERROR(CheckKeys(sim, file, {"gpus"}));
+    if (sim.exists("gpus")) GPUPOOL_RETURN_IF_ERROR(ParseSimGpus(sim["gpus"], file, &c->sim_gpus));
+  }
+  return Status::OK();
+}
+
+Status ParsePools(const libconfig::Setting& list, const std::string& file,
+                  std::vector<PoolConfig>* out) {
+  if (!list.isList()) return Error(list, file, "must be a list ( { name = ...; }, ... )");
+  std::set<std::string> names;
+  for (int i = 0; i < list.getLength(); ++i) {
+    const libconfig::Setting& g = list[i];
+    GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"name", "models", "racks", "hosts", "min_memory"}));
+    PoolConfig pool;
+    if (!g.exists("name")) return Error(g, file, "pool has no name");
+    GPUPOOL_RETURN_IF_ERROR(ReadString(g, "name", file, &pool.name));
+    if (!ValidName(pool.name)) {
+      return Error(g["name"], file, "pool name '" + pool.name + "' must be 1-64 of [A-Za-z0-9_.-]");
+    }
+    if (!names.insert(pool.name).second) {
+      return Error(g["name"], file, "duplicate pool '" + pool.name + "'");
+    }
+    GPUPOOL_RETURN_IF_ERROR(ReadStringList(g, "models", file, &pool.models));
+    GPUPOOL_RETURN_IF_ERROR(ReadStringList(g, "racks", file, &pool.racks));
+    GPUPOOL_RETURN_IF_ERROR(ReadStringList(g, "hosts", file, &pool.hosts));
+    GPUPOOL_RETURN_IF_ERROR(ReadMemory(g, "min_memory", file, &pool.min_memory_mib));
+    out->push_back(pool);
+  }
+  return Status::OK();
+}
+
+Status ParseGpus(const libconfig::Setting& list, const std::string& file,
+                 const std::vector<PoolConfig>& pools, std::vector<GpuAssignment>* out) {
+  if (!list.isList()) return Error(list, file, "must be a list ( { gpu = ...; pool = ...; }, ... )");
+  std::set<std::string> seen;
+  for (int i = 0; i < list.getLength(); ++i) {
+    const libconfig::Setting& g = list[i];
+    GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"gpu", "pool"}));
+    GpuAssignment a;
+    a.line = g.getSourceLine();
+    if (!g.exists("gpu") || !g.exists("pool")) return Error(g, file, "needs both gpu and pool");
+    GPUPOOL_RETURN_IF_ERROR(ReadString(g, "gpu", file, &a.gpu));
+    GPUPOOL_RETURN_IF_ERROR(ReadString(g, "pool", file, &a.pool));
+    if (!seen.insert(a.gpu).second) return Error(g["gpu"], file, "duplicate GPU '" + a.gpu + "'");
+    bool known = false;
+    for (const PoolConfig& p : pools) known = known || p.name == a.pool;
+    if (!known) return Error(g["pool"], file, "unknown pool '" + a.pool + "' (not defined in pools)");
+    out->push_back(a);
+  }
+  return Status::OK();
+}
+
+Status ParseClient(const libconfig::Setting& g, const std::string& file, ClientConfig* c) {
+  GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"server", "timeout"}));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "server", file, &c->server));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "timeout", file, 1, 3600, &c->timeout));
+  return Status::OK();
+}
+
+Result<Config> FromLibconfig(const libconfig::Config& cfg, const std::string& file) {
+  Config c;
+  c.path = file;
+  const libconfig::Setting& root = cfg.getRoot();
+  GPUPOOL_RETURN_IF_ERROR(CheckKeys(root, file, {"gpupoold", "pools", "gpus", "agent", "client",
+                                                 "munge_socket"}));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(root, "munge_socket", file, &c.munge_socket));
+  if (root.exists("gpupoold")) GPUPOOL_RETURN_IF_ERROR(ParsePoold(root["gpupoold"], file, &c.poold));
+  if (root.exists("pools")) GPUPOOL_RETURN_IF_ERROR(ParsePools(root["pools"], file, &c.pools));
+  if (root.exists("gpus")) GPUPOOL_RETURN_IF_ERROR(ParseGpus(root["gpus"], file, c.pools, &c.gpus));
+  if (root.exists("agent")) GPUPOOL_RETURN_IF_ERROR(ParseAgent(root["agent"], file, &c.agent));
+  if (root.exists("client")) GPUPOOL_RETURN_IF_ERROR(ParseClient(root["client"], file, &c.client));
+  if (c.agent.sim_gpus.empty()) c.agent.sim_gpus.push_back(SimGpuConfig{"A100-SXM4-80GB", 81920, 4});
+  return c;
+}
+
+}  // namespace
+
+Result<uint64_t> ParseMemoryMib(const std::string& text) {
+  if (text.empty()) return Status::InvalidArgument("empty size");
+  size_t pos = 0;
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &pos, 10);
+  } catch (...) {
+    return Status::InvalidArgument("bad size '" + text + "' (expected e.g. 80G, 16384M)");
+  }
+  std::string unit = text.substr(pos);
+  uint64_t mult = 0;
+  if (unit.empty() || unit == "M" || unit == "MB" || unit == "MiB") mult = 1;
+  else if (unit == "G" || unit == "GB" || unit == "GiB") mult = 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TiB") mult = 1024 * 1024;
+  else return Status::InvalidArgument("bad size unit in '" + text + "' (use M, G or T)");
+  if (value > (1ULL << 40) / mult) return Status::InvalidArgument("size '" + text + "' is too large");
+  return static_cast<uint64_t>(value * mult);
+}
+
+Result<Config> LoadConfig(const std::string& path) {
+  libconfig::Config cfg;
+  try {
+    cfg.readFile(path.c_str());
+  } catch (const libconfig::FileIOException&) {
+    return Status::InvalidArgument(path + ": cannot read config file");
+  } catch (const libconfig::ParseException& e) {
+    return Status::InvalidArgument(std::string(e.getFile() ? e.getFile() : path.c_str()) + ":" +
+                                   std::to_string(e.getLine()) + ": " + e.getError());
+  }
+  try {
+    return FromLibconfig(cfg, path);
+  } catch (const libconfig::ConfigException& e) {
+    return Status::InvalidArgument(path + ": " + e.what());
+  }
+}
+
+Result<Config> ParseConfig(const std::string& text, const std::string& name) {
+  libconfig::Config cfg;
+  try {
+    cfg.readString(text);
+  } catch (const libconfig::ParseException& e) {
+    return Status::InvalidArgument(name + ":" + std::to_string(e.getLine()) + ": " + e.getError());
+  }
+  try {
+    return FromLibconfig(cfg, name);
+  } catch (const libconfig::ConfigException& e) {
+    return Status::InvalidArgument(name + ": " + e.what());
+  }
+}
+
+std::string DefaultConfigPath() {
+  const char* env = std::getenv("GPUPOOL_CONF");
+  return env != nullptr && *env != '\0' ? env : "/etc/gpupool/gpupool.conf";
+}
+
+}  // namespace gpupool

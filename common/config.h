@@ -1,0 +1,93 @@
+// Config: gpupool.conf (libconfig syntax), shared by gpupoold, gpupool-agentd, gpupoolctl
+// and the SPANK plugin. See man/gpupool.conf.5 and etc/gpupool.conf.
+//
+// Loading is strict: an unknown key, a value of the wrong type, a duplicate GPU or pool, or
+// a pool name that no pool defines is an error naming the file, line and key, e.g.
+//   gpupool.conf:14: pools[1].modles: unknown key (expected one of: name, models, ...)
+// Every section is optional; missing keys take the defaults below.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpupool {
+
+struct PoolConfig {
+  std::string name;                 // [a-z0-9_-]+, unique
+  std::vector<std::string> models;  // glob patterns on the GPU model; empty = any
+  std::vector<std::string> racks;   // rack names; empty = any
+  std::vector<std::string> hosts;   // host names (Slurm hostlist syntax not supported); empty = any
+  uint64_t min_memory_mib = 0;      // GPUs with less memory are not in the pool
+};
+
+// Explicit assignment of one GPU (by UUID or "host:index") to a pool, overriding selectors.
+struct GpuAssignment {
+  std::string gpu;
+  std::string pool;
+  int line = 0;
+};
+
+struct PooldConfig {
+  std::string listen = "127.0.0.1:6830";
+  std::string state_dir = "/var/lib/gpupool";
+  std::string log_file;              // empty: stderr
+  std::string slurm_user = "slurm";  // is an admin
+  std::vector<std::string> admins;   // user names or numeric uids
+  std::vector<std::string> agent_users;
+  int lease_ttl = 600;               // seconds; default for acquires without "ttl"
+  int max_lease_ttl = 7 * 24 * 3600;
+  int unreachable_timeout = 15;      // seconds without heartbeat → UNREACHABLE
+  int reap_interval = 30;            // seconds between expiry/Slurm reap passes; 0 = off
+  bool slurm_reap = true;            // release leases whose Slurm job has ended
+  std::string durability = "fsync";  // "fsync" (power-loss safe) or "process" (kill -9 safe)
+  int max_request_bytes = 65536;
+  int threads = 128;                 // HTTP worker threads (one per keep-alive connection)
+};
+
+struct SimGpuConfig {
+  std::string model = "A100-SXM4-80GB";
+  uint64_t memory_mib = 81920;
+  int count = 1;
+};
+
+struct AgentConfig {
+  std::string server = "http://127.0.0.1:6830";
+  std::string host;                  // empty: gethostname()
+  std::string rack = "default";
+  std::string listen = "127.0.0.1:7100";  // data-path (UCX) endpoint served to jobs
+  std::string control;               // "host:port" of the local fault/inspection API; empty = off
+  std::string backend = "sim";       // "sim" or "cuda"
+  int heartbeat_interval = 2;        // seconds
+  std::vector<SimGpuConfig> sim_gpus;  // sim backend inventory (default: 4 × A100 80 GB)
+};
+
+struct ClientConfig {
+  std::string server = "http://127.0.0.1:6830";
+  int timeout = 5;  // seconds
+};
+
+struct Config {
+  std::string path;  // the file it came from ("" for defaults)
+  std::string munge_socket;  // top-level key; empty: $MUNGE_SOCKET, else libmunge's default
+  PooldConfig poold;
+  std::vector<PoolConfig> pools;
+  std::vector<GpuAssignment> gpus;
+  AgentConfig agent;
+  ClientConfig client;
+};
+
+// Parses `path`. Errors name file, line and key.
+Result<Config> LoadConfig(const std::string& path);
+// Same, from text (tests); `name` stands for the file name in messages.
+Result<Config> ParseConfig(const std::string& text, const std::string& name);
+
+// "80G", "81920M", "1T", "512" (MiB) → MiB. InvalidArgument naming the text otherwise.
+Result<uint64_t> ParseMemoryMib(const std::string& text);
+
+// Default config path: $GPUPOOL_CONF, else /etc/gpupool/gpupool.conf.
+std::string DefaultConfigPath();
+
+}  // namespace gpupool
