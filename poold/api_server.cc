@@ -1,0 +1,408 @@
+#include "poold/api_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "common/json_fields.h"
+#include "common/log.h"
+
+namespace gpupool::poold {
+namespace {
+
+using nlohmann::json;
+namespace jf = json_fields;
+
+constexpr char kVersion[] = "0.1.0";
+
+// Query parameter as int64, or InvalidArgument naming it.
+Status QueryInt(const httplib::Request& req, const char* key, int64_t min, int64_t* out) {
+  if (!req.has_param(key)) return Status::OK();
+  std::string v = req.get_param_value(key);
+  if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos) {
+    return Status::InvalidArgument(std::string("query parameter '") + key + "' must be a number, not '" + v + "'");
+  }
+  *out = std::stoll(v);
+  if (*out < min) return Status::InvalidArgument(std::string("query parameter '") + key + "' is too small");
+  return Status::OK();
+}
+
+Status CheckQuery(const httplib::Request& req, std::initializer_list<const char*> allowed) {
+  for (const auto& [key, value] : req.params) {
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || key == a;
+    if (!ok) return Status::InvalidArgument("unknown query parameter '" + key + "'");
+  }
+  return Status::OK();
+}
+
+Result<AcquireRequest> ParseAcquire(const json& body, int64_t max_ttl) {
+  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"job_id", "request", "place", "min_memory_mib", "ttl", "uid", "user"}));
+  AcquireRequest r;
+  GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "job_id", true, 1, (int64_t{1} << 53), &r.job_id));
+  auto it = body.find("request");
+  if (it == body.end() || !it->is_array() || it->empty()) {
+    return Status::InvalidArgument("field 'request' must be a non-empty list of {\"pool\":..., \"count\":...}");
+  }
+  if (it->size() > 64) return Status::InvalidArgument("field 'request' names more than 64 pools");
+  for (const json& p : *it) {
+    GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(p, {"pool", "count"}, "request entry"));
+    PoolRequest pr;
+    int64_t count = 0;
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(p, "pool", true, &pr.pool));
+    auto c = p.find("count");
+    if (c == p.end() || !c->is_number_integer()) return Status::InvalidArgument("field 'count' must be an integer");
+    count = c->get<int64_t>();
+    if (count <= 0) {
+      return Status::InvalidArgument("count for pool '" + pr.pool + "' must be at least 1, not " + std::to_string(count));
+    }
+    if (count > 100000) return Status::Conflict("count for pool '" + pr.pool + "' is larger than any pool");
+    pr.count = static_cast<int>(count);
+    r.request.push_back(pr);
+  }
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "place", false, &r.place));
+  int64_t mem = 0;
+  GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "min_memory_mib", false, 0, int64_t{1} << 40, &mem));
+  r.min_memory_mib = static_cast<uint64_t>(mem);
+  GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "ttl", false, 1, max_ttl, &r.ttl));
+  if (body.contains("uid")) {
+    int64_t uid = 0;
+    GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "uid", true, 0, 4294967294LL, &uid));
+    r.has_owner = true;
+    r.uid = static_cast<uid_t>(uid);
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "user", false, &r.user));
+  } else if (body.contains("user")) {
+    return Status::InvalidArgument("field 'user' needs 'uid'");
+  }
+  return r;
+}
+
+// {"id": L} or {"job_id": N} (exactly one).
+Status ParseLeaseRef(const json& body, std::initializer_list<const char*> allowed, std::string* id,
+                     int64_t* job_id) {
+  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, allowed));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "id", false, id));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "job_id", false, 1, int64_t{1} << 53, job_id));
+  if (id->empty() == (*job_id == 0)) return Status::InvalidArgument("give exactly one of 'id' and 'job_id'");
+  return Status::OK();
+}
+
+Result<AgentRegistration> ParseRegistration(const json& body) {
+  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"host", "rack", "endpoint", "gpus"}));
+  AgentRegistration r;
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "host", true, &r.host));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "rack", true, &r.rack));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "endpoint", false, &r.endpoint));
+  if (r.host.empty() || r.host.size() > 255 || r.host.find(':') != std::string::npos) {
+    return Status::InvalidArgument("field 'host' must be a host name without ':'");
+  }
+  if (r.rack.empty() || r.rack.size() > 255) return Status::InvalidArgument("field 'rack' must not be empty");
+  auto it = body.find("gpus");
+  if (it == body.end() || !it->is_array()) return Status::InvalidArgument("field 'gpus' must be a list");
+  if (it->size() > 1024) return Status::InvalidArgument("field 'gpus' lists more than 1024 GPUs");
+  std::set<std::string> uuids;
+  std::set<int64_t> indexes;
+  for (const json& g : *it) {
+    GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(g, {"uuid", "index", "model", "memory_mib", "pci_bus_id",
+                                                "numa_node", "health", "reason"}, "gpu entry"));
+    AgentGpu a;
+    int64_t index = 0, mem = 0, numa = -1;
+    std::string health = "OK";
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(g, "uuid", true, &a.uuid));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetInt(g, "index", true, 0, 65535, &index));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(g, "model", true, &a.model));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetInt(g, "memory_mib", true, 0, int64_t{1} << 40, &mem));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(g, "pci_bus_id", false, &a.pci_bus_id));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetInt(g, "numa_node", false, -1, 4096, &numa));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(g, "health", false, &health));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(g, "reason", false, &a.reason));
+    if (health != "OK" && health != "FAILED") {
+      return Status::InvalidArgument("field 'health' must be OK or FAILED, not '" + health + "'");
+    }
+    if (a.uuid.empty() || a.uuid.size() > 128) return Status::InvalidArgument("field 'uuid' must not be empty");
+    if (!uuids.insert(a.uuid).second) return Status::InvalidArgument("duplicate GPU uuid '" + a.uuid + "'");
+    if (!indexes.insert(index).second) {
+      return Status::InvalidArgument("duplicate GPU index " + std::to_string(index));
+    }
+    a.index = static_cast<int>(index);
+    a.memory_mib = static_cast<uint64_t>(mem);
+    a.numa_node = static_cast<int>(numa);
+    a.failed = health == "FAILED";
+    r.gpus.push_back(std::move(a));
+  }
+  return r;
+}
+
+Result<std::vector<GpuHealthReport>> ParseHeartbeat(const json& body, std::string* host) {
+  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"host", "gpus"}));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "host", true, host));
+  std::vector<GpuHealthReport> out;
+  auto it = body.find("gpus");
+  if (it == body.end()) return out;
+  if (!it->is_array()) return Status::InvalidArgument("field 'gpus' must be a list");
+  for (const json& g : *it) {
+    GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(g, {"uuid", "health", "reason"}, "gpu entry"));
+    GpuHealthReport r;
+    std::string health = "OK";
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(g, "uuid", true, &r.uuid));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(g, "health", false, &health));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(g, "reason", false, &r.reason));
+    if (health != "OK" && health != "FAILED") {
+      return Status::InvalidArgument("field 'health' must be OK or FAILED, not '" + health + "'");
+    }
+    r.failed = health == "FAILED";
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+ApiServer::ApiServer(const Config& config, PoolEngine* engine, Store* store)
+    : config_(config), engine_(engine), store_(store), http_(std::make_unique<httplib::Server>()) {
+  munge_socket_ = auth::ResolveMungeSocket(config.munge_socket);
+  std::vector<std::string> warnings;
+  roles_ = auth::RolePolicy::FromNames(config.poold.slurm_user, config.poold.admins, config.poold.agent_users,
+                                       &warnings);
+  for (const std::string& w : warnings) log::Warning("config: " + w + " (ignored in admins/agent_users)");
+  int threads = config.poold.threads;
+  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http_->set_payload_max_length(static_cast<size_t>(config.poold.max_request_bytes));
+  http_->set_keep_alive_max_count(100000);
+  http_->set_keep_alive_timeout(30);
+  http_->set_read_timeout(30, 0);
+  Route();
+}
+
+ApiServer::~ApiServer() = default;
+
+Status ApiServer::Bind() {
+  const std::string& listen = config_.poold.listen;
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return Status::InvalidArgument("bad listen address '" + listen + "'");
+  std::string host = listen.substr(0, colon);
+  int port = 0;
+  try {
+    port = std::stoi(listen.substr(colon + 1));
+  } catch (...) {
+    return Status::InvalidArgument("bad port in listen address '" + listen + "'");
+  }
+  if (port == 0) {
+    port_ = http_->bind_to_any_port(host);
+    if (port_ < 0) return Status::Unavailable("cannot listen on " + listen);
+  } else {
+    if (!http_->bind_to_port(host, port)) return Status::Unavailable("cannot listen on " + listen + " (address in use?)");
+    port_ = port;
+  }
+  return Status::OK();
+}
+
+void ApiServer::Serve() { http_->listen_after_bind(); }
+void ApiServer::Stop() { http_->stop(); }
+
+Status ApiServer::Authenticate(const httplib::Request& req, Caller* caller) {
+  std::string header = req.get_header_value("Authorization");
+  const std::string scheme = "MUNGE ";
+  if (header.empty()) return Status::Unauthenticated("authentication required: send Authorization: MUNGE <credential>");
+  if (header.rfind(scheme, 0) != 0) return Status::Unauthenticated("unsupported authorization scheme (expected MUNGE)");
+  Result<auth::Identity> id = auth::DecodeCredential(header.substr(scheme.size()), munge_socket_);
+  if (!id.ok()) return id.status();
+  caller->uid = id->uid;
+  caller->role = roles_.RoleOf(id->uid);
+  return Status::OK();
+}
+
+void ApiServer::Answer(httplib::Response& res, const Result<json>& result, int ok_code) {
+  if (result.ok()) {
+    // Nothing is reported before it is on disk.
+    Status durable = store_->WaitDurable(store_->last_ticket());
+    if (!durable.ok()) {
+      res.status = 500;
+      res.set_content(json{{"error", "state not saved: " + durable.message()}}.dump(), "application/json");
+      return;
+    }
+    res.status = ok_code;
+    res.set_content(result.value().dump(), "application/json");
+    return;
+  }
+  res.status = result.status().HttpCode();
+  json body = {{"error", result.status().message()}};
+  if (result.status().code() == Status::Code::kUnavailable) body["retry"] = true;
+  res.set_content(body.dump(), "application/json");
+}
+
+void ApiServer::Route() {
+  using Handler = std::function<Result<json>(const httplib::Request&, const Caller&)>;
+  // Wraps a handler with timing, authentication and role checks.
+  auto wrap = [this](auth::Role need, Handler h) {
+    return [this, need, h](const httplib::Request& req, httplib::Response& res) {
+      auto start = std::chrono::steady_clock::now();
+      Caller caller;
+      Status s = Authenticate(req, &caller);
+      if (s.ok() && static_cast<int>(caller.role) < static_cast<int>(need)) {
+        s = Status::PermissionDenied(std::string("this request needs the ") + auth::RoleName(need) + " role; uid " +
+                                     std::to_string(caller.uid) + " is a " + auth::RoleName(caller.role));
+      }
+      if (s.ok()) {
+        Answer(res, h(req, caller));
+      } else {
+        Answer(res, Result<json>(s));
+      }
+      metrics_.Observe(res.status, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    };
+  };
+  auto body_of = [](const httplib::Request& req) { return jf::Parse(req.body); };
+
+  http_->Get("/v1/ping", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(json{{"ok", true}, {"version", kVersion}}.dump(), "application/json");
+  });
+  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(Metrics(), "text/plain; version=0.0.4");
+  });
+
+  http_->Get("/v1/pools", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
+    GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"name"}));
+    return engine_->ListPools(req.get_param_value("name"));
+  }));
+  http_->Get("/v1/gpus", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
+    GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"id", "pool"}));
+    return engine_->ListGpus(req.get_param_value("id"), req.get_param_value("pool"));
+  }));
+  http_->Post("/v1/gpus/update", wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+    Result<json> body = body_of(req);
+    if (!body.ok()) return body.status();
+    GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(*body, {"gpu", "state", "reason"}));
+    std::string gpu, state, reason;
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(*body, "gpu", true, &gpu));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(*body, "state", true, &state));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(*body, "reason", false, &reason));
+    if (state != "drain" && state != "resume" && state != "fail") {
+      return Status::InvalidArgument("bad state '" + state + "' (expected drain, resume or fail)");
+    }
+    if (reason.size() > 1024) return Status::InvalidArgument("field 'reason' is longer than 1024 characters");
+    return engine_->UpdateGpu(gpu, state, reason);
+  }));
+  http_->Get("/v1/leases", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
+    GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"job", "id"}));
+    int64_t job = 0;
+    GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "job", 1, &job));
+    return engine_->ListLeases(caller, req.get_param_value("id"), job);
+  }));
+  http_->Post("/v1/leases", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+    Result<json> body = body_of(req);
+    if (!body.ok()) return body.status();
+    Result<AcquireRequest> acquire = ParseAcquire(*body, config_.poold.max_lease_ttl);
+    if (!acquire.ok()) return acquire.status();
+    bool created = false;
+    Result<json> lease = engine_->Acquire(caller, *acquire, &created);
+    if (!lease.ok()) return lease.status();
+    return json{{"lease", lease.value()}, {"created", created}};
+  }));
+  http_->Post("/v1/leases/renew", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+    Result<json> body = body_of(req);
+    if (!body.ok()) return body.status();
+    std::string id;
+    int64_t job = 0;
+    GPUPOOL_RETURN_IF_ERROR(ParseLeaseRef(*body, {"id", "job_id"}, &id, &job));
+    Result<json> lease = engine_->Renew(caller, id, job);
+    if (!lease.ok()) return lease.status();
+    return json{{"lease", lease.value()}};
+  }));
+  http_->Post("/v1/leases/release", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+    Result<json> body = body_of(req);
+    if (!body.ok()) return body.status();
+    std::string id, reason;
+    int64_t job = 0;
+    GPUPOOL_RETURN_IF_ERROR(ParseLeaseRef(*body, {"id", "job_id", "reason"}, &id, &job));
+    GPUPOOL_RETURN_IF_ERROR(jf::GetString(*body, "reason", false, &reason));
+    if (reason.size() > 1024) return Status::InvalidArgument("field 'reason' is longer than 1024 characters");
+    return engine_->Release(caller, id, job, reason);
+  }));
+  http_->Get("/v1/events", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
+    GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"gpu", "job", "since", "limit"}));
+    EventFilter f;
+    f.gpu = req.get_param_value("gpu");
+    int64_t since = 0, limit = 1000;
+    GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "job", 1, &f.job_id));
+    GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "since", 0, &since));
+    GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "limit", 1, &limit));
+    f.since = static_cast<uint64_t>(since);
+    f.limit = static_cast<size_t>(std::min<int64_t>(limit, 100000));
+    return engine_->ListEvents(caller, f);
+  }));
+  http_->Post("/v1/agents/register", wrap(auth::Role::kAgent, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+    Result<json> body = body_of(req);
+    if (!body.ok()) return body.status();
+    Result<AgentRegistration> reg = ParseRegistration(*body);
+    if (!reg.ok()) return reg.status();
+    return engine_->Register(*reg);
+  }));
+  http_->Post("/v1/agents/heartbeat", wrap(auth::Role::kAgent, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+    Result<json> body = body_of(req);
+    if (!body.ok()) return body.status();
+    std::string host;
+    Result<std::vector<GpuHealthReport>> gpus = ParseHeartbeat(*body, &host);
+    if (!gpus.ok()) return gpus.status();
+    return engine_->Heartbeat(host, *gpus);
+  }));
+
+  // Errors httplib produces itself (404 route, 413 payload, 400 parse) get a JSON body too.
+  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg;
+    if (res.status == 404) msg = "no such endpoint: " + req.method + " " + req.path;
+    else if (res.status == 413) msg = "request body larger than max_request_bytes";
+    else if (res.status == 405) msg = "method not allowed";
+    else msg = "bad request (HTTP " + std::to_string(res.status) + ")";
+    res.set_content(json{{"error", msg}}.dump(), "application/json");
+  });
+  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = std::string("internal error: ") + e.what();
+    } catch (...) {
+    }
+    log::Error(what);
+    res.status = 500;
+    res.set_content(json{{"error", what}}.dump(), "application/json");
+  });
+}
+
+std::string ApiServer::Metrics() {
+  std::string out;
+  char line[256];
+  out += "# HELP gpupool_gpus GPUs per pool and state.\n# TYPE gpupool_gpus gauge\n";
+  for (const auto& [pool, c] : engine_->PoolSnapshot()) {
+    const std::pair<const char*, int> states[] = {{"IDLE", c.idle},         {"LEASED", c.leased},
+                                                  {"DRAINING", c.draining}, {"DRAINED", c.drained},
+                                                  {"FAILED", c.failed},     {"UNREACHABLE", c.unreachable}};
+    for (const auto& [state, n] : states) {
+      std::snprintf(line, sizeof(line), "gpupool_gpus{pool=\"%s\",state=\"%s\"} %d\n", pool.c_str(), state, n);
+      out += line;
+    }
+    std::snprintf(line, sizeof(line), "gpupool_pool_usable{pool=\"%s\"} %d\n", pool.c_str(), c.usable());
+    out += line;
+  }
+  std::snprintf(line, sizeof(line), "# TYPE gpupool_leases gauge\ngpupool_leases %zu\n", engine_->lease_count());
+  out += line;
+  EngineCounters k = engine_->counters();
+  const std::pair<const char*, uint64_t> counters[] = {
+      {"gpupool_leases_acquired_total", k.acquired}, {"gpupool_leases_released_total", k.released},
+      {"gpupool_leases_expired_total", k.expired},   {"gpupool_leases_reaped_total", k.reaped},
+      {"gpupool_swaps_total", k.swapped},            {"gpupool_leases_degraded_total", k.degraded},
+      {"gpupool_gpu_failures_total", k.failed},      {"gpupool_gpu_unreachable_total", k.unreachable}};
+  for (const auto& [name, v] : counters) {
+    std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
+    out += line;
+  }
+  std::snprintf(line, sizeof(line), "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n",
+                store_->commits());
+  out += line;
+  metrics_.Render(&out);
+  return out;
+}
+
+}  // namespace gpupool::poold

@@ -1,0 +1,58 @@
+// ApiServer: gpupoold's HTTP+JSON API (docs/api.md) over the PoolEngine.
+//
+// Each request is authenticated (MUNGE), its body checked strictly, handed to the engine,
+// and answered only once the change is durable. One worker thread per connection from a
+// pool of `threads`.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/auth.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "poold/metrics.h"
+#include "poold/pool_engine.h"
+#include "poold/store.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace gpupool::poold {
+
+class ApiServer {
+ public:
+  ApiServer(const Config& config, PoolEngine* engine, Store* store);
+  ~ApiServer();
+
+  // Binds the listen address; returns an error naming it when it cannot.
+  Status Bind();
+  // Serves until Stop(). Blocks.
+  void Serve();
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  struct Context;
+  void Route();
+  // Authenticates `req`; fills *caller. Returns the error to answer otherwise.
+  Status Authenticate(const httplib::Request& req, Caller* caller);
+  void Answer(httplib::Response& res, const Result<nlohmann::json>& result, int ok_code = 200);
+  std::string Metrics();
+
+  const Config config_;
+  PoolEngine* const engine_;
+  Store* const store_;
+  std::string munge_socket_;
+  auth::RolePolicy roles_;
+  RequestMetrics metrics_;
+  std::unique_ptr<httplib::Server> http_;
+  int port_ = 0;
+};
+
+}  // namespace gpupool::poold

@@ -1,0 +1,187 @@
+// PoolEngine: gpupoold's state machine. Owns the inventory and the leases, and applies
+// every change: acquire, renew, release, expiry and reaping of leases; agent registration
+// and heartbeats; GPU failure, unreachability and admin drain/resume/fail; and the swap
+// of a failed leased GPU for a healthy one. Every change is queued to the Store in the
+// order it happened and recorded as an event.
+//
+// Thread safety: all public methods lock mu_; callers answer a request only after
+// Store::WaitDurable(store->last_ticket()) so that what they report is on disk.
+// Never touches a compute node: the only outward effect of a swap is the lease's new
+// generation, which the job side polls.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/auth.h"
+#include "common/config.h"
+#include "common/status.h"
+#include "poold/inventory.h"
+#include "poold/store.h"
+
+namespace gpupool::poold {
+
+struct Caller {
+  uid_t uid = 0;
+  auth::Role role = auth::Role::kUser;
+  bool is_admin() const { return role == auth::Role::kAdmin; }
+  bool is_agent() const { return role == auth::Role::kAdmin || role == auth::Role::kAgent; }
+};
+
+struct PoolRequest {
+  std::string pool;
+  int count = 0;
+  bool operator==(const PoolRequest&) const = default;
+};
+
+struct AcquireRequest {
+  int64_t job_id = 0;
+  std::vector<PoolRequest> request;
+  std::string place = "pack";  // "pack", "spread" or "rack:NAME"
+  uint64_t min_memory_mib = 0;
+  int64_t ttl = 0;             // 0: the configured default
+  bool has_owner = false;      // uid/user given (admins only)
+  uid_t uid = 0;
+  std::string user;
+};
+
+struct GpuHealthReport {
+  std::string uuid;
+  bool failed = false;
+  std::string reason;
+};
+
+struct AgentGpu {
+  std::string uuid, model, pci_bus_id;
+  int index = 0, numa_node = -1;
+  uint64_t memory_mib = 0;
+  bool failed = false;
+  std::string reason;
+};
+
+struct AgentRegistration {
+  std::string host, rack, endpoint;
+  std::vector<AgentGpu> gpus;
+};
+
+struct EventFilter {
+  std::string gpu;       // id or uuid; empty = any
+  int64_t job_id = 0;    // 0 = any
+  uint64_t since = 0;    // events with seq > since
+  size_t limit = 1000;
+};
+
+// Counters for /metrics.
+struct EngineCounters {
+  uint64_t acquired = 0, released = 0, expired = 0, reaped = 0, swapped = 0, degraded = 0,
+           failed = 0, unreachable = 0;
+};
+
+class PoolEngine {
+ public:
+  using Clock = std::function<int64_t()>;  // unix seconds
+
+  PoolEngine(const Config& config, Store* store, Clock clock);
+
+  // Rebuilds memory from what Store::Load returned. Call once, before serving.
+  Status Recover(const LoadedState& state);
+
+  // --- leases ---
+  Result<nlohmann::json> Acquire(const Caller& caller, const AcquireRequest& request, bool* created);
+  Result<nlohmann::json> Renew(const Caller& caller, const std::string& lease_id, int64_t job_id);
+  Result<nlohmann::json> Release(const Caller& caller, const std::string& lease_id, int64_t job_id,
+                                 const std::string& why);
+  Result<nlohmann::json> ListLeases(const Caller& caller, const std::string& lease_id, int64_t job_id);
+
+  // --- inventory ---
+  Result<nlohmann::json> ListPools(const std::string& name);
+  Result<nlohmann::json> ListGpus(const std::string& id, const std::string& pool);
+  Result<nlohmann::json> UpdateGpu(const std::string& id, const std::string& state, const std::string& reason);
+  Result<nlohmann::json> ListEvents(const Caller& caller, const EventFilter& filter);
+
+  // --- agents ---
+  Result<nlohmann::json> Register(const AgentRegistration& reg);
+  Result<nlohmann::json> Heartbeat(const std::string& host, const std::vector<GpuHealthReport>& gpus);
+
+  // Periodic work: hosts silent for unreachable_timeout → UNREACHABLE (and swaps);
+  // leases past their expiry → released.
+  void Tick();
+  // Leases that belong to Slurm jobs: (job id, lease number), for the reaper.
+  std::vector<std::pair<int64_t, uint64_t>> SlurmJobLeases();
+  // Releases lease `number` if it still belongs to `job_id` (the job has ended).
+  void ReapJob(int64_t job_id, uint64_t number);
+
+  // For /metrics.
+  std::vector<std::pair<std::string, PoolCounts>> PoolSnapshot();
+  EngineCounters counters();
+  size_t lease_count();
+  size_t inventory_bytes();
+
+  // Checks invariants (a GPU in at most one lease, lease↔GPU links agree, idle index right);
+  // returns the first violation. For tests.
+  Status CheckInvariants();
+
+ private:
+  struct Lease {
+    uint64_t number = 0;
+    int64_t job_id = 0;
+    uid_t uid = 0;
+    std::string user;
+    std::vector<PoolRequest> request;
+    std::string place;
+    uint64_t min_memory_mib = 0;
+    std::vector<GpuIndex> gpus;        // device order; slot i belongs to pool slot_pool[i]
+    std::vector<uint32_t> slot_pool;
+    uint64_t generation = 1;
+    bool degraded = false;
+    std::string token;
+    int64_t created = 0, renewed = 0, expires = 0, ttl = 0;
+  };
+
+  // All REQUIRES: mu_ held.
+  Lease* FindLease(const std::string& id, int64_t job_id, Status* why);
+  Status CheckOwner(const Caller& caller, const Lease& lease) const;
+  void ReleaseLocked(Lease* lease, const std::string& type, const std::string& detail);
+  void FailGpu(GpuIndex g, GpuState to, const std::string& reason, const std::string& event_type);
+  void RecoverGpu(GpuIndex g, const std::string& detail);
+  void SwapOut(GpuIndex g, const std::string& reason);
+  bool ReplaceSlot(Lease* lease, size_t slot, const std::string& reason);
+  void HealDegraded();
+  void UpdateLeaseHealth(Lease* lease);
+  void MarkHostUnreachable(Host* host, const std::string& reason);
+  void PersistGpu(GpuIndex g);
+  void PersistLease(const Lease& lease);
+  void Event(const std::string& type, GpuIndex gpu, const Lease* lease, const std::string& detail);
+  nlohmann::json GpuJson(GpuIndex g) const;
+  nlohmann::json LeaseJson(const Lease& lease, bool with_token) const;
+  nlohmann::json EventJson(const EventRow& e) const;
+  static std::string LeaseName(uint64_t number) { return "L" + std::to_string(number); }
+  std::string NewToken();
+
+  const Config config_;
+  Store* const store_;
+  const Clock clock_;
+
+  std::mutex mu_;
+  Inventory inventory_;                      // GUARDED_BY(mu_)
+  std::map<uint64_t, Lease> leases_;         // GUARDED_BY(mu_)
+  std::map<int64_t, uint64_t> lease_by_job_; // GUARDED_BY(mu_)
+  std::set<uint64_t> degraded_;              // GUARDED_BY(mu_): leases with a bad slot
+  std::deque<EventRow> events_;              // GUARDED_BY(mu_): newest kEventMemory
+  std::vector<bool> reported_failed_;        // GUARDED_BY(mu_): by GpuIndex, last agent health
+  uint64_t next_lease_ = 1;                  // GUARDED_BY(mu_)
+  uint64_t next_event_ = 1;                  // GUARDED_BY(mu_)
+  EngineCounters counters_;                  // GUARDED_BY(mu_)
+};
+
+}  // namespace gpupool::poold

@@ -1,0 +1,46 @@
+#include "poold/slurm_jobs.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+extern "C" {
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+}
+
+namespace gpupool::poold {
+
+bool SlurmJobs::Init(std::string* why) {
+  if (initialised_) return true;
+  const char* env = std::getenv("SLURM_CONF");
+  std::string conf = env != nullptr && *env != '\0' ? env : "/etc/slurm/slurm.conf";
+  // libslurm exits the process when slurm.conf is missing: check first.
+  if (access(conf.c_str(), R_OK) != 0) {
+    *why = "cannot read " + conf + " (set SLURM_CONF or slurm_reap = false)";
+    return false;
+  }
+  slurm_init(nullptr);
+  initialised_ = true;
+  return true;
+}
+
+SlurmJobs::JobState SlurmJobs::Query(int64_t job_id) {
+  job_info_msg_t* msg = nullptr;
+  if (slurm_load_job(&msg, static_cast<uint32_t>(job_id), SHOW_DETAIL) != SLURM_SUCCESS) {
+    int err = slurm_get_errno();
+    return err == ESLURM_INVALID_JOB_ID ? JobState::kEnded : JobState::kUnknown;
+  }
+  JobState state = JobState::kEnded;
+  for (uint32_t i = 0; i < msg->record_count; ++i) {
+    uint32_t base = msg->job_array[i].job_state & JOB_STATE_BASE;
+    // PENDING covers a requeued job: its lease is released and taken again at next start.
+    if (base == JOB_RUNNING || base == JOB_SUSPENDED) state = JobState::kRunning;
+    if (msg->job_array[i].job_state & JOB_COMPLETING) state = JobState::kRunning;
+  }
+  slurm_free_job_info_msg(msg);
+  return state;
+}
+
+}  // namespace gpupool::poold

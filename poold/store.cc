@@ -1,0 +1,285 @@
+#include "poold/store.h"
+
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace gpupool::poold {
+namespace {
+
+const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS gpus (
+  uuid TEXT PRIMARY KEY, host TEXT NOT NULL, idx INTEGER NOT NULL, rack TEXT NOT NULL,
+  model TEXT NOT NULL, memory_mib INTEGER NOT NULL, pci_bus_id TEXT NOT NULL,
+  numa_node INTEGER NOT NULL, endpoint TEXT NOT NULL, state TEXT NOT NULL,
+  reason TEXT NOT NULL, admin_drain INTEGER NOT NULL, admin_fail INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+  number INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, uid INTEGER NOT NULL,
+  user TEXT NOT NULL, request TEXT NOT NULL, place TEXT NOT NULL,
+  min_memory_mib INTEGER NOT NULL, gpus TEXT NOT NULL, generation INTEGER NOT NULL,
+  state TEXT NOT NULL, token TEXT NOT NULL, created INTEGER NOT NULL,
+  renewed INTEGER NOT NULL, expires INTEGER NOT NULL, ttl INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS events (
+  seq INTEGER PRIMARY KEY, time INTEGER NOT NULL, type TEXT NOT NULL, gpu TEXT NOT NULL,
+  job_id INTEGER NOT NULL, lease TEXT NOT NULL, detail TEXT NOT NULL);
+)sql";
+
+// RAII prepared statement.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) { sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  ~Stmt() { sqlite3_finalize(s_); }
+  sqlite3_stmt* get() { return s_; }
+  Stmt& Text(int i, const std::string& v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& Int(int i, int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  std::string ColText(int i) {
+    const unsigned char* t = sqlite3_column_text(s_, i);
+    return t != nullptr ? reinterpret_cast<const char*>(t) : "";
+  }
+  int64_t ColInt(int i) { return sqlite3_column_int64(s_, i); }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fsync) {
+  if (mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Status::Internal("cannot create state directory " + state_dir + ": " + std::strerror(errno));
+  }
+  std::unique_ptr<Store> store(new Store());
+  std::string path = state_dir + "/gpupoold.db";
+  if (sqlite3_open_v2(path.c_str(), &store->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                      SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+    return Status::Internal("cannot open " + path + ": " + sqlite3_errmsg(store->db_));
+  }
+  sqlite3_busy_timeout(store->db_, 5000);
+  GPUPOOL_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
+  GPUPOOL_RETURN_IF_ERROR(store->Exec(fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
+  GPUPOOL_RETURN_IF_ERROR(store->Exec(kSchema));
+  store->committer_ = std::thread(&Store::CommitterLoop, store.get());
+  return store;
+}
+
+Store::~Store() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  work_cv_.notify_all();
+  if (committer_.joinable()) committer_.join();
+  sqlite3_close(db_);
+}
+
+Status Store::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = std::string("sqlite: ") + (err != nullptr ? err : "error") + " in: " +
+                      std::string(sql).substr(0, 60);
+    sqlite3_free(err);
+    return Status::Internal(msg);
+  }
+  return Status::OK();
+}
+
+Result<LoadedState> Store::Load(size_t recent_events) {
+  LoadedState st;
+  {
+    Stmt s(db_, "SELECT uuid, host, idx, rack, model, memory_mib, pci_bus_id, numa_node, endpoint,"
+                " state, reason, admin_drain, admin_fail FROM gpus ORDER BY host, idx");
+    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+      GpuRow r;
+      r.uuid = s.ColText(0);
+      r.host = s.ColText(1);
+      r.index = static_cast<int>(s.ColInt(2));
+      r.rack = s.ColText(3);
+      r.model = s.ColText(4);
+      r.memory_mib = static_cast<uint64_t>(s.ColInt(5));
+      r.pci_bus_id = s.ColText(6);
+      r.numa_node = static_cast<int>(s.ColInt(7));
+      r.endpoint = s.ColText(8);
+      r.state = s.ColText(9);
+      r.reason = s.ColText(10);
+      r.admin_drain = s.ColInt(11) != 0;
+      r.admin_fail = s.ColInt(12) != 0;
+      st.gpus.push_back(std::move(r));
+    }
+  }
+  {
+    Stmt s(db_, "SELECT number, job_id, uid, user, request, place, min_memory_mib, gpus, generation,"
+                " state, token, created, renewed, expires, ttl FROM leases ORDER BY number");
+    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+      LeaseRow r;
+      r.number = static_cast<uint64_t>(s.ColInt(0));
+      r.job_id = s.ColInt(1);
+      r.uid = static_cast<uint32_t>(s.ColInt(2));
+      r.user = s.ColText(3);
+      r.request_json = s.ColText(4);
+      r.place = s.ColText(5);
+      r.min_memory_mib = static_cast<uint64_t>(s.ColInt(6));
+      r.gpus_json = s.ColText(7);
+      r.generation = static_cast<uint64_t>(s.ColInt(8));
+      r.state = s.ColText(9);
+      r.token = s.ColText(10);
+      r.created = s.ColInt(11);
+      r.renewed = s.ColInt(12);
+      r.expires = s.ColInt(13);
+      r.ttl = s.ColInt(14);
+      st.leases.push_back(std::move(r));
+    }
+  }
+  {
+    Stmt s(db_, "SELECT seq, time, type, gpu, job_id, lease, detail FROM"
+                " (SELECT * FROM events ORDER BY seq DESC LIMIT ?) ORDER BY seq");
+    s.Int(1, static_cast<int64_t>(recent_events));
+    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+      EventRow r;
+      r.seq = static_cast<uint64_t>(s.ColInt(0));
+      r.time = s.ColInt(1);
+      r.type = s.ColText(2);
+      r.gpu = s.ColText(3);
+      r.job_id = s.ColInt(4);
+      r.lease = s.ColText(5);
+      r.detail = s.ColText(6);
+      st.recent_events.push_back(std::move(r));
+    }
+  }
+  {
+    // Never reuse a lease number or event sequence, even of deleted rows.
+    Stmt s(db_, "SELECT key, value FROM meta");
+    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+      std::string key = s.ColText(0);
+      if (key == "next_lease") st.next_lease = static_cast<uint64_t>(s.ColInt(1));
+    }
+    for (const LeaseRow& l : st.leases) st.next_lease = std::max(st.next_lease, l.number + 1);
+    Stmt e(db_, "SELECT COALESCE(MAX(seq), 0) FROM events");
+    if (sqlite3_step(e.get()) == SQLITE_ROW) st.next_event = static_cast<uint64_t>(e.ColInt(0)) + 1;
+  }
+  return st;
+}
+
+uint64_t Store::Enqueue(Op op) {
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    queue_.push_back(std::move(op));
+    ticket = ++enqueued_;
+  }
+  work_cv_.notify_one();
+  return ticket;
+}
+
+Status Store::WaitDurable(uint64_t ticket) {
+  std::unique_lock<std::mutex> lock(mu_);
+  durable_cv_.wait(lock, [&] { return durable_ >= ticket || !failure_.ok(); });
+  return failure_;
+}
+
+uint64_t Store::last_ticket() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return enqueued_;
+}
+
+uint64_t Store::commits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return commits_;
+}
+
+void Store::CommitterLoop() {
+  uint64_t since_trim = 0;
+  for (;;) {
+    std::vector<Op> batch;
+    uint64_t last;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty() && stopping_) return;
+      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+      queue_.clear();
+      last = enqueued_;
+    }
+    Status s = WriteBatch(batch);
+    since_trim += batch.size();
+    if (s.ok() && since_trim > 10000) {
+      since_trim = 0;
+      std::string trim = "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - " +
+                         std::to_string(event_retention_);
+      Exec(trim.c_str());
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (s.ok()) {
+        durable_ = last;
+        ++commits_;
+      } else {
+        log::Error("cannot write state: " + s.message());
+        failure_ = s;
+      }
+    }
+    durable_cv_.notify_all();
+  }
+}
+
+Status Store::WriteBatch(const std::vector<Op>& ops) {
+  GPUPOOL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  uint64_t max_lease = 0;
+  for (const Op& op : ops) {
+    int rc = SQLITE_DONE;
+    if (const GpuRow* g = std::get_if<GpuRow>(&op)) {
+      Stmt s(db_, "INSERT OR REPLACE INTO gpus VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      s.Text(1, g->uuid).Text(2, g->host).Int(3, g->index).Text(4, g->rack).Text(5, g->model)
+          .Int(6, static_cast<int64_t>(g->memory_mib)).Text(7, g->pci_bus_id).Int(8, g->numa_node)
+          .Text(9, g->endpoint).Text(10, g->state).Text(11, g->reason).Int(12, g->admin_drain)
+          .Int(13, g->admin_fail);
+      rc = sqlite3_step(s.get());
+    } else if (const LeaseRow* l = std::get_if<LeaseRow>(&op)) {
+      Stmt s(db_, "INSERT OR REPLACE INTO leases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      s.Int(1, static_cast<int64_t>(l->number)).Int(2, l->job_id).Int(3, l->uid).Text(4, l->user)
+          .Text(5, l->request_json).Text(6, l->place).Int(7, static_cast<int64_t>(l->min_memory_mib))
+          .Text(8, l->gpus_json).Int(9, static_cast<int64_t>(l->generation)).Text(10, l->state)
+          .Text(11, l->token).Int(12, l->created).Int(13, l->renewed).Int(14, l->expires).Int(15, l->ttl);
+      rc = sqlite3_step(s.get());
+      max_lease = std::max(max_lease, l->number);
+    } else if (const LeaseDelete* d = std::get_if<LeaseDelete>(&op)) {
+      Stmt s(db_, "DELETE FROM leases WHERE number = ?");
+      s.Int(1, static_cast<int64_t>(d->number));
+      rc = sqlite3_step(s.get());
+      max_lease = std::max(max_lease, d->number);
+    } else if (const EventRow* e = std::get_if<EventRow>(&op)) {
+      Stmt s(db_, "INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?)");
+      s.Int(1, static_cast<int64_t>(e->seq)).Int(2, e->time).Text(3, e->type).Text(4, e->gpu)
+          .Int(5, e->job_id).Text(6, e->lease).Text(7, e->detail);
+      rc = sqlite3_step(s.get());
+    }
+    if (rc != SQLITE_DONE) {
+      std::string msg = std::string("sqlite write failed: ") + sqlite3_errmsg(db_);
+      Exec("ROLLBACK");
+      return Status::Internal(msg);
+    }
+  }
+  if (max_lease > 0) {
+    Stmt s(db_, "INSERT INTO meta VALUES ('next_lease', ?) ON CONFLICT(key) DO UPDATE SET"
+                " value = MAX(value, excluded.value)");
+    s.Int(1, static_cast<int64_t>(max_lease + 1));
+    if (sqlite3_step(s.get()) != SQLITE_DONE) {
+      std::string msg = std::string("sqlite write failed: ") + sqlite3_errmsg(db_);
+      Exec("ROLLBACK");
+      return Status::Internal(msg);
+    }
+  }
+  return Exec("COMMIT");
+}
+
+}  // namespace gpupool::poold

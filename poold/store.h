@@ -1,0 +1,105 @@
+// Store: gpupoold's durable state in SQLite (WAL) under the state directory.
+//
+// Mutations are queued as row images and written by one committer thread, many requests
+// per transaction (group commit), so that the cost of a durable commit is shared by all
+// requests that arrived while the previous one was being written. A request is answered
+// only after WaitDurable(ticket) returns, so every acknowledged lease is on disk.
+//
+// Thread safety: Enqueue* may be called from any thread but callers must serialise them in
+// the order the state changed (PoolEngine calls them under its mutex). Load() only at start.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+
+struct sqlite3;
+
+namespace gpupool::poold {
+
+struct GpuRow {
+  std::string uuid, host, rack, model, pci_bus_id, endpoint, state, reason;
+  int index = 0, numa_node = -1;
+  uint64_t memory_mib = 0;
+  bool admin_drain = false, admin_fail = false;
+};
+
+struct LeaseRow {
+  uint64_t number = 0;
+  int64_t job_id = 0;
+  uint32_t uid = 0;
+  std::string user, request_json, place, state, token, gpus_json;
+  uint64_t min_memory_mib = 0, generation = 0;
+  int64_t created = 0, renewed = 0, expires = 0, ttl = 0;
+};
+
+struct EventRow {
+  uint64_t seq = 0;
+  int64_t time = 0;
+  std::string type, gpu, lease, detail;
+  int64_t job_id = 0;
+};
+
+struct LeaseDelete {
+  uint64_t number = 0;
+};
+
+struct LoadedState {
+  std::vector<GpuRow> gpus;
+  std::vector<LeaseRow> leases;
+  std::vector<EventRow> recent_events;  // the newest, oldest first
+  uint64_t next_lease = 1;
+  uint64_t next_event = 1;
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) `<state_dir>/gpupoold.db`. `fsync`: synchronous=FULL
+  // (survives power loss) or NORMAL (survives kill -9 of the daemon, not of the machine).
+  static Result<std::unique_ptr<Store>> Open(const std::string& state_dir, bool fsync);
+  ~Store();
+
+  Result<LoadedState> Load(size_t recent_events);
+
+  using Op = std::variant<GpuRow, LeaseRow, LeaseDelete, EventRow>;
+  // Queues one change; returns its ticket. REQUIRES: callers serialise (see above).
+  uint64_t Enqueue(Op op);
+  // Blocks until every change up to `ticket` is committed. Returns the commit error if the
+  // write failed (then the daemon must stop: memory is ahead of disk).
+  Status WaitDurable(uint64_t ticket);
+  uint64_t last_ticket() const;
+
+  // Events older than the newest `keep` are deleted by the committer from time to time.
+  void set_event_retention(uint64_t keep) { event_retention_ = keep; }
+  uint64_t commits() const;  // transactions written so far (for metrics)
+
+ private:
+  Store() = default;
+  void CommitterLoop();
+  Status WriteBatch(const std::vector<Op>& ops);
+  Status Exec(const char* sql);
+
+  sqlite3* db_ = nullptr;
+  uint64_t event_retention_ = 1000000;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;     // committer waits for work
+  std::condition_variable durable_cv_;  // requests wait for their ticket
+  std::deque<Op> queue_;                // GUARDED_BY(mu_)
+  uint64_t enqueued_ = 0;               // GUARDED_BY(mu_): ticket of the last queued op
+  uint64_t durable_ = 0;                // GUARDED_BY(mu_): ticket of the last committed op
+  uint64_t commits_ = 0;                // GUARDED_BY(mu_)
+  Status failure_;                      // GUARDED_BY(mu_): sticky commit error
+  bool stopping_ = false;               // GUARDED_BY(mu_)
+  std::thread committer_;
+};
+
+}  // namespace gpupool::poold
