@@ -39,7 +39,7 @@ std::string ResolveMungeSocket(const std::string& configured) {
 
 Result<std::string> EncodeCredential(const std::string& munge_socket) {
   std::string error;
-  munge_ctx_t ctx = NewContext(munge_socket, &error);
+  munge_ctx_t ctx = NewContext(ResolveMungeSocket(munge_socket), &error);
   if (ctx == nullptr) return Status::Unauthenticated(error);
   char* cred = nullptr;
   munge_err_t err = munge_encode(&cred, ctx, kPayload, sizeof(kPayload) - 1);
@@ -56,7 +56,7 @@ Result<std::string> EncodeCredential(const std::string& munge_socket) {
 
 Result<Identity> DecodeCredential(const std::string& credential, const std::string& munge_socket) {
   std::string error;
-  munge_ctx_t ctx = NewContext(munge_socket, &error);
+  munge_ctx_t ctx = NewContext(ResolveMungeSocket(munge_socket), &error);
   if (ctx == nullptr) return Status::Internal(error);
   void* payload = nullptr;
   int len = 0;

@@ -21,7 +21,8 @@ inline constexpr char kPayload[] = "gpupool";
 // built-in default).
 std::string ResolveMungeSocket(const std::string& configured);
 
-// A fresh credential for the calling process's uid/gid.
+// A fresh credential for the calling process's uid/gid. Both calls resolve an empty
+// `munge_socket` with ResolveMungeSocket.
 Result<std::string> EncodeCredential(const std::string& munge_socket);
 
 struct Identity {

@@ -170,7 +170,7 @@ ApiServer::ApiServer(const Config& config, PoolEngine* engine, Store* store)
   http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http_->set_payload_max_length(static_cast<size_t>(config.poold.max_request_bytes));
   http_->set_keep_alive_max_count(100000);
-  http_->set_keep_alive_timeout(30);
+  http_->set_keep_alive_timeout(5);
   http_->set_read_timeout(30, 0);
   Route();
 }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <chrono>
 #include <thread>
 
 #include "common/config.h"
@@ -114,7 +115,11 @@ int main(int argc, char** argv) {
       }
       log::Info(std::string("caught ") + strsignal(sig) + ", stopping");
       daemon.Stop();
-      return;
+      // Every answered request is already on disk; do not wait for idle keep-alive
+      // connections to time out.
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      log::Info("stopped");
+      _exit(0);
     }
   });
   daemon.Run();

@@ -130,6 +130,18 @@ Status TakeFilters(const Words& w, CtlArgs* a) {
   return Status::OK();
 }
 
+// reason="..." of update and release: one printable line, at most 1024 bytes (the API's limit).
+Status TakeReason(const Words& w, CtlArgs* a) {
+  auto it = w.pairs.find("reason");
+  if (it == w.pairs.end()) return Status::OK();
+  bool printable = std::none_of(it->second.begin(), it->second.end(),
+                                [](unsigned char c) { return std::iscntrl(c); });
+  if (!printable) return Status::InvalidArgument("reason must not contain control characters");
+  if (it->second.size() > 1024) return Status::InvalidArgument("reason is longer than 1024 characters");
+  a->reason = it->second;
+  return Status::OK();
+}
+
 Status ParseShow(const std::vector<std::string>& words, CtlArgs* a) {
   if (words.empty()) {
     return Status::InvalidArgument("'show' needs what to show: pools, gpus, leases or events");
@@ -189,26 +201,19 @@ Status ParseUpdate(const std::vector<std::string>& words, CtlArgs* a) {
   if (a->state != "drain" && a->state != "resume" && a->state != "fail") {
     return Status::InvalidArgument("bad state '" + state->second + "' (expected drain, resume or fail)");
   }
-  auto reason = w->pairs.find("reason");
-  if (reason != w->pairs.end()) {
-    bool printable = std::none_of(reason->second.begin(), reason->second.end(),
-                                  [](unsigned char c) { return std::iscntrl(c); });
-    if (!printable) return Status::InvalidArgument("reason must not contain control characters");
-    a->reason = reason->second;
-  }
-  return Status::OK();
+  return TakeReason(*w, a);
 }
 
 Status ParseRelease(const std::vector<std::string>& words, CtlArgs* a) {
   a->verb = Verb::kRelease;
-  Result<Words> w = SplitWords(words, "release", {"lease", "job"});
+  Result<Words> w = SplitWords(words, "release", {"lease", "job", "reason"});
   if (!w.ok()) return w.status();
   GPUPOOL_RETURN_IF_ERROR(AtMostPositional(*w, 0, "release", "expected lease=ID or job=N"));
   GPUPOOL_RETURN_IF_ERROR(TakeFilters(*w, a));
   if (a->lease.empty() == !a->job.has_value()) {
     return Status::InvalidArgument("'release' needs exactly one of lease=ID or job=N");
   }
-  return Status::OK();
+  return TakeReason(*w, a);
 }
 
 // Takes the value of an option given as "--opt VALUE" or "--opt=VALUE".
@@ -300,7 +305,7 @@ std::string UsageText() {
       "  show leases [job=N] [lease=ID]\n"
       "  show events [gpu=ID] [job=N] [since=SEQ] [limit=K]\n"
       "  update gpu=ID state=drain|resume|fail [reason=\"...\"]\n"
-      "  release lease=ID | job=N\n"
+      "  release lease=ID | job=N [reason=\"...\"]\n"
       "  ping\n"
       "\n"
       "Options:\n"

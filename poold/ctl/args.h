@@ -43,7 +43,7 @@ struct CtlArgs {
   std::optional<int64_t> since;  // since=SEQ (>= 0)
   std::optional<int64_t> limit;  // limit=K (>= 1)
   std::string state;   // update: "drain", "resume" or "fail" (lower case)
-  std::optional<std::string> reason;  // update: reason="..."
+  std::optional<std::string> reason;  // update, release: reason="..."
 };
 
 // Parses argv[1..] (the program name excluded). InvalidArgument with a one-line message

@@ -73,6 +73,7 @@ ApiRequest BuildRequest(const CtlArgs& a) {
       } else {
         r.body = {{"id", a.lease}};
       }
+      if (a.reason) r.body["reason"] = *a.reason;
       break;
   }
   return r;

@@ -1,0 +1,1 @@
+../scripts/job_submit.lua

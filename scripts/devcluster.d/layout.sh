@@ -1,0 +1,81 @@
+# layout.sh: where every part of the dev cluster lives (paths, ports, topology).
+#
+# Sourced by scripts/devcluster. Everything is derived from three inputs so that several
+# dev clusters can run side by side on one machine:
+#   GPUPOOL_DEVDIR        state directory (default /tmp/gpupool-dev)
+#   GPUPOOL_DEV_PORTBASE  first port (default 16800); see the port map below
+#   GPUPOOL_BUILD         build tree holding bin/ and lib/ (default <repo>/build)
+# Nothing here starts a process.
+
+REPO=$(cd "$SCRIPT_DIR/.." && pwd)
+DEVDIR=${GPUPOOL_DEVDIR:-/tmp/gpupool-dev}
+BUILD=${GPUPOOL_BUILD:-$REPO/build}
+PORTBASE=${GPUPOOL_DEV_PORTBASE:-16800}
+NODES=${GPUPOOL_DEV_NODES:-2}
+# Seconds `up` waits for every part to answer before it names the one that did not.
+UP_TIMEOUT=${GPUPOOL_DEV_TIMEOUT:-60}
+
+# Port map (base = PORTBASE): slurmctld base, slurmd base+1.., gpupoold base+10,
+# agents' data endpoints base+20.., agents' control APIs base+30..
+CTLD_PORT=$PORTBASE
+POOLD_PORT=$((PORTBASE + 10))
+slurmd_port() { echo $((PORTBASE + $1)); }          # $1 = node number (1-based)
+agent_port() { echo $((PORTBASE + 19 + $1)); }      # $1 = gpu host number (1-based)
+control_port() { echo $((PORTBASE + 29 + $1)); }
+
+POOLD_URL="http://127.0.0.1:$POOLD_PORT"
+CLUSTER_NAME=gpupooldev
+
+# Files.
+LOGDIR=$DEVDIR/log
+PIDDIR=$DEVDIR/pids
+MUNGE_DIR=$DEVDIR/munge
+MUNGE_SOCK=$MUNGE_DIR/munge.socket
+SLURM_CONF_FILE=$DEVDIR/slurm.conf
+LICENSES_CONF=$DEVDIR/licenses.conf
+PLUGSTACK_CONF=$DEVDIR/plugstack.conf
+GPUPOOL_CONF_FILE=$DEVDIR/gpupool.conf
+ENV_FILE=$DEVDIR/env
+
+# Binaries built by the project.
+GPUPOOLD_BIN=$BUILD/bin/gpupoold
+AGENTD_BIN=$BUILD/bin/gpupool-agentd
+PUBLISHER_BIN=$BUILD/bin/gpupool-capacity-publisher
+SPANK_SO=$BUILD/lib/spank_gpupool.so
+SPANK_STUB_SO=$BUILD/lib/gpupool_option_stub.so  # tests/gres; used only without SPANK_SO
+GRES_PLUGIN_DIR=$BUILD/lib/slurm     # holds gres_gpupool.so once gres/ is built
+JOB_SUBMIT_LUA=$REPO/scripts/job_submit.lua
+
+# Simulated GPU topology: host rack model memory count.
+GPU_HOSTS=(
+  "gpuhost1 rack1 A100-SXM4-80GB 80G 4"
+  "gpuhost2 rack1 H100-SXM5-80GB 80G 4"
+  "gpuhost3 rack2 A100-SXM4-80GB 80G 4"
+  "gpuhost4 rack2 H100-SXM5-80GB 80G 4"
+)
+# Pools: name model-glob. Totals are counted from GPU_HOSTS.
+POOLS=("a100 A100*" "h100 H100*")
+# Per-node limit of remote GPUs a compute node can drive (GRES gpupool count).
+NODE_GPU_LIMIT=${GPUPOOL_DEV_NODE_GPUS:-8}
+
+# Number of simulated GPUs whose model matches glob $1.
+pool_total() {
+  local glob=$1 total=0 host rack model mem count
+  for entry in "${GPU_HOSTS[@]}"; do
+    read -r host rack model mem count <<<"$entry"
+    # shellcheck disable=SC2053  # glob match is the point
+    [[ $model == $glob ]] && total=$((total + count))
+  done
+  echo "$total"
+}
+
+# Every part, in start order. `down` stops them in reverse.
+all_parts() {
+  echo munge
+  echo slurmctld
+  local i
+  for ((i = 1; i <= NODES; i++)); do echo "slurmd-node$i"; done
+  echo gpupoold
+  for entry in "${GPU_HOSTS[@]}"; do echo "agent-${entry%% *}"; done
+  echo publisher
+}

@@ -1,0 +1,196 @@
+# parts.sh: start, probe and stop the dev cluster's parts (one process each).
+#
+# Sourced by scripts/devcluster after layout.sh and config.sh. A part's pid is recorded
+# in $PIDDIR/<part>.pid by whoever started it; a part counts as running only if that pid
+# is alive AND its command line mentions $DEVDIR (so a recycled pid is never mistaken
+# for ours, and `down` never signals a stranger). Every daemon runs in the foreground
+# under setsid, with stdio on its own log, so the pid we record is the daemon itself.
+
+pid_file() { echo "$PIDDIR/$1.pid"; }
+part_log() { echo "$LOGDIR/$1.out"; }
+
+# Prints the recorded pid of part $1 if that process is ours and alive.
+part_pid() {
+  local f pid
+  f=$(pid_file "$1")
+  [[ -f $f ]] || return 1
+  read -r pid <"$f" || return 1
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$DEVDIR" || return 1
+  echo "$pid"
+}
+
+# The executable a part needs; empty for parts that are scripts of this repo.
+part_binary() {
+  case $1 in
+    munge) command -v munged ;;
+    slurmctld) command -v slurmctld ;;
+    slurmd-*) command -v slurmd ;;
+    gpupoold) echo "$GPUPOOLD_BIN" ;;
+    agent-*) echo "$AGENTD_BIN" ;;
+    publisher) echo "$REPO/scripts/capacity-publisher" ;;
+  esac
+}
+
+# Why part $1 cannot be started (empty when it can).
+part_missing() {
+  local bin
+  bin=$(part_binary "$1")
+  if [[ -z $bin || ! -x $bin ]]; then
+    echo "not built: ${bin:-$1 binary} missing"
+    return
+  fi
+  case $1 in
+    agent-* | publisher)
+      [[ -x $GPUPOOLD_BIN ]] || echo "needs gpupoold, which is not built ($GPUPOOLD_BIN)"
+      ;;
+  esac
+}
+
+# Agent parameters for host $1: "number rack model mem count".
+agent_entry() {
+  local i=0 host rack model mem count
+  for entry in "${GPU_HOSTS[@]}"; do
+    i=$((i + 1))
+    read -r host rack model mem count <<<"$entry"
+    if [[ $host == "$1" ]]; then
+      echo "$i $rack $model $mem $count"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# spawn PART CMD...: runs CMD detached, records its pid.
+spawn() {
+  local part=$1 log
+  shift
+  log=$(part_log "$part")
+  echo "=== $(date '+%F %T') starting: $*" >>"$log"
+  SLURM_CONF=$SLURM_CONF_FILE MUNGE_SOCKET=$MUNGE_SOCK GPUPOOL_CONF=$GPUPOOL_CONF_FILE \
+    setsid "$@" </dev/null >>"$log" 2>&1 &
+  echo $! >"$(pid_file "$part")"
+}
+
+part_start() {
+  local part=$1
+  case $part in
+    munge)
+      [[ -f $MUNGE_DIR/munge.key ]] ||
+        mungekey --create --keyfile="$MUNGE_DIR/munge.key" >/dev/null 2>&1 ||
+        dd if=/dev/urandom of="$MUNGE_DIR/munge.key" bs=1024 count=1 status=none
+      chmod 400 "$MUNGE_DIR/munge.key"
+      rm -f "$MUNGE_SOCK" "$MUNGE_SOCK.lock"
+      spawn munge "$(part_binary munge)" -F --force --num-threads=4 \
+        --socket="$MUNGE_SOCK" --key-file="$MUNGE_DIR/munge.key" \
+        --pid-file="$DEVDIR/run/munged.pid" --log-file="$LOGDIR/munged.log" \
+        --seed-file="$MUNGE_DIR/munged.seed"
+      ;;
+    slurmctld)
+      spawn slurmctld "$(part_binary slurmctld)" -D -f "$SLURM_CONF_FILE"
+      ;;
+    slurmd-*)
+      spawn "$part" "$(part_binary "$part")" -D -N "${part#slurmd-}" -f "$SLURM_CONF_FILE"
+      ;;
+    gpupoold)
+      spawn gpupoold "$GPUPOOLD_BIN" -D -f "$GPUPOOL_CONF_FILE"
+      ;;
+    agent-*)
+      local host=${part#agent-} n rack model mem count
+      read -r n rack model mem count <<<"$(agent_entry "$host")"
+      spawn "$part" "$AGENTD_BIN" -D -f "$GPUPOOL_CONF_FILE" --host "$host" --rack "$rack" \
+        --listen "127.0.0.1:$(agent_port "$n")" --control "127.0.0.1:$(control_port "$n")" \
+        --sim-gpus "$model:$mem:$count"
+      ;;
+    publisher)
+      spawn publisher "$(part_binary publisher)" -D --devdir "$DEVDIR" \
+        --server "$POOLD_URL" --licenses "$LICENSES_CONF" --interval 1
+      ;;
+  esac
+}
+
+# A MUNGE credential for gpupoold's API (payload "gpupool", see docs/api.md).
+munge_cred() { munge -S "$MUNGE_SOCK" -s gpupool 2>/dev/null; }
+
+# poold_get PATH: authenticated GET against the dev gpupoold; prints the body.
+poold_get() {
+  local cred
+  cred=$(munge_cred) || return 1
+  curl -sf --max-time 3 -H "Authorization: MUNGE $cred" "$POOLD_URL$1"
+}
+
+# Does part $1 answer? Returns 0 when it does; prints why not otherwise.
+part_ready() {
+  local part=$1
+  case $part in
+    munge)
+      munge -S "$MUNGE_SOCK" -n 2>/dev/null | unmunge -S "$MUNGE_SOCK" >/dev/null 2>&1 ||
+        { echo "munge/unmunge through $MUNGE_SOCK fails"; return 1; }
+      ;;
+    slurmctld)
+      SLURM_CONF=$SLURM_CONF_FILE scontrol ping 2>/dev/null | grep -q 'is UP' ||
+        { echo "scontrol ping does not answer UP"; return 1; }
+      ;;
+    slurmd-*)
+      local node=${part#slurmd-} state
+      state=$(SLURM_CONF=$SLURM_CONF_FILE sinfo -h -N -n "$node" -o '%T' 2>/dev/null | head -1)
+      case $state in
+        idle | mixed | allocated | completing) ;;
+        *drain* | *down*)
+          local reason
+          reason=$(SLURM_CONF=$SLURM_CONF_FILE sinfo -h -N -n "$node" -o '%E' 2>/dev/null | head -1)
+          echo "$node is $state (Reason=$reason)"
+          return 1
+          ;;
+        *) echo "$node state is '${state:-unknown}'"; return 1 ;;
+      esac
+      # Right after a slurmd restart slurmctld still shows the old registration: wait
+      # until it has heard from the process we recorded.
+      local pid started registered
+      pid=$(part_pid "$part") || { echo "no slurmd process for $node"; return 1; }
+      started=$(($(date +%s) - $(ps -o etimes= -p "$pid")))
+      registered=$(SLURM_CONF=$SLURM_CONF_FILE scontrol show node "$node" 2>/dev/null |
+        grep -o 'SlurmdStartTime=[^ ]*' | cut -d= -f2)
+      registered=$(date -d "$registered" +%s 2>/dev/null || echo 0)
+      ((registered >= started - 1)) ||
+        { echo "$node has not registered since slurmd (pid $pid) started"; return 1; }
+      ;;
+    gpupoold)
+      curl -sf --max-time 2 "$POOLD_URL/v1/ping" | grep -q '"ok":true' ||
+        { echo "GET $POOLD_URL/v1/ping does not answer ok"; return 1; }
+      ;;
+    agent-*)
+      local host=${part#agent-} n rack model mem count body seen
+      read -r n rack model mem count <<<"$(agent_entry "$host")"
+      body=$(poold_get "/v1/gpus") || { echo "GET /v1/gpus fails"; return 1; }
+      seen=$(jq -r --arg h "$host" \
+        '[.gpus[] | select(.host == $h and .state != "UNREACHABLE")] | length' <<<"$body")
+      [[ $seen == "$count" ]] ||
+        { echo "$host has ${seen:-0} of $count GPUs registered and reachable"; return 1; }
+      ;;
+    publisher)
+      [[ -f $DEVDIR/publisher.ok ]] ||
+        { echo "publisher has not published yet ($DEVDIR/publisher.ok missing)"; return 1; }
+      ;;
+  esac
+}
+
+# part_stop PART [SIGNAL]: signal the recorded pid, wait up to 10 s, then SIGKILL.
+part_stop() {
+  local part=$1 sig=${2:-TERM} pid i
+  pid=$(part_pid "$part") || { rm -f "$(pid_file "$part")"; return 0; }
+  kill -s "$sig" "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    part_pid "$part" >/dev/null || break
+    sleep 0.1
+  done
+  if part_pid "$part" >/dev/null; then
+    kill -s KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      part_pid "$part" >/dev/null || break
+      sleep 0.1
+    done
+  fi
+  rm -f "$(pid_file "$part")"
+}

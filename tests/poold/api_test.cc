@@ -1,0 +1,177 @@
+// gpupoold's HTTP API end to end, in-process: authentication, roles, strict bodies, errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "common/api_client.h"
+#include "poold/daemon.h"
+#include "tests/poold/test_support.h"
+
+namespace gpupool::poold {
+namespace {
+
+using nlohmann::json;
+
+class ApiTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { testing::StartPrivateMunged(); }
+
+  void SetUp() override {
+    dir_ = "/tmp/gpupool-api-test-" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    Config c;
+    c.poold.listen = "127.0.0.1:0";
+    c.poold.state_dir = dir_;
+    c.poold.slurm_reap = false;
+    c.poold.max_request_bytes = 4096;
+    c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
+    daemon_ = std::make_unique<Daemon>(c);
+    Status s = daemon_->Start();
+    ASSERT_TRUE(s.ok()) << s.message();
+    server_ = std::thread([this] { daemon_->Run(); });
+    url_ = "http://127.0.0.1:" + std::to_string(daemon_->port());
+    client_ = std::make_unique<ApiClient>(ApiClientOptions{url_, 5000, "", true});
+    // Wait for the listener.
+    for (int i = 0; i < 100 && !client_->Get("/v1/pools").ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    json reg = {{"host", "g1"}, {"rack", "r1"}, {"endpoint", "127.0.0.1:7000"}, {"gpus", json::array()}};
+    for (int i = 0; i < 4; ++i) {
+      reg["gpus"].push_back({{"uuid", "GPU-" + std::to_string(i)}, {"index", i}, {"model", "A100"}, {"memory_mib", 81920}});
+    }
+    ASSERT_TRUE(client_->Post("/v1/agents/register", reg).ok());
+  }
+  void TearDown() override {
+    client_.reset();  // close its keep-alive connection so that Stop() need not wait
+    daemon_->Stop();
+    server_.join();
+    daemon_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  // A raw request with an explicit Authorization header (or none).
+  httplib::Result Raw(const std::string& method, const std::string& path, const std::string& body,
+                      const std::string& authorization) {
+    httplib::Client http("127.0.0.1", daemon_->port());
+    httplib::Headers h;
+    if (!authorization.empty()) h.emplace("Authorization", authorization);
+    if (method == "GET") return http.Get(path.c_str(), h);
+    return http.Post(path.c_str(), h, body, "application/json");
+  }
+  std::string Error(const httplib::Result& r) { return json::parse(r->body)["error"].get<std::string>(); }
+  size_t Leases() { return client_->Get("/v1/leases").value()["leases"].size(); }
+
+  std::string dir_, url_;
+  std::unique_ptr<Daemon> daemon_;
+  std::thread server_;
+  std::unique_ptr<ApiClient> client_;
+};
+
+TEST_F(ApiTest, PingAndMetricsNeedNoCredential) {
+  auto r = Raw("GET", "/v1/ping", "", "");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  auto m = Raw("GET", "/metrics", "", "");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("gpupool_gpus{pool=\"a100\",state=\"IDLE\"} 4"), std::string::npos);
+  EXPECT_NE(m->body.find("gpupool_request_duration_seconds_bucket"), std::string::npos);
+}
+
+TEST_F(ApiTest, MissingForgedAndReplayedCredentialsChangeNothing) {
+  std::string body = R"({"job_id":1,"request":[{"pool":"a100","count":1}]})";
+  auto none = Raw("POST", "/v1/leases", body, "");
+  EXPECT_EQ(none->status, 401);
+  EXPECT_NE(Error(none).find("authentication required"), std::string::npos);
+  std::string cred = auth::EncodeCredential("").value();
+  std::string forged = cred;
+  forged[forged.size() / 2] = forged[forged.size() / 2] == 'A' ? 'B' : 'A';
+  auto bad = Raw("POST", "/v1/leases", body, "MUNGE " + forged);
+  EXPECT_EQ(bad->status, 401);
+  EXPECT_NE(Error(bad).find("invalid MUNGE credential"), std::string::npos);
+  auto first = Raw("POST", "/v1/leases", body, "MUNGE " + cred);
+  EXPECT_EQ(first->status, 200);
+  auto replay = Raw("POST", "/v1/leases/release", R"({"job_id":1})", "MUNGE " + cred);
+  EXPECT_EQ(replay->status, 401);
+  EXPECT_NE(Error(replay).find("Replayed"), std::string::npos);
+  EXPECT_EQ(Leases(), 1u);
+  auto basic = Raw("GET", "/v1/pools", "", "Basic abc");
+  EXPECT_EQ(basic->status, 401);
+}
+
+TEST_F(ApiTest, RolesAreEnforced) {
+  const uid_t nobody = 65534;
+  std::string body = R"({"gpu":"g1:0","state":"drain"})";
+  auto r = Raw("POST", "/v1/gpus/update", body, "MUNGE " + testing::CredentialAs(nobody));
+  EXPECT_EQ(r->status, 403);
+  EXPECT_NE(Error(r).find("admin"), std::string::npos);
+  auto reg = Raw("POST", "/v1/agents/register", R"({"host":"evil","rack":"r","gpus":[]})",
+                 "MUNGE " + testing::CredentialAs(nobody));
+  EXPECT_EQ(reg->status, 403);
+  EXPECT_EQ(client_->Get("/v1/gpus?id=g1:0").value()["gpus"][0]["state"], "IDLE");
+  // A user acquires for themselves; root sees it; the user cannot release root's lease.
+  auto mine = Raw("POST", "/v1/leases", R"({"job_id":5,"request":[{"pool":"a100","count":1}]})",
+                  "MUNGE " + testing::CredentialAs(nobody));
+  ASSERT_EQ(mine->status, 200) << mine->body;
+  EXPECT_EQ(json::parse(mine->body)["lease"]["uid"], nobody);
+  ASSERT_TRUE(client_->Post("/v1/leases", json::parse(R"({"job_id":6,"request":[{"pool":"a100","count":1}]})")).ok());
+  auto steal = Raw("POST", "/v1/leases/release", R"({"job_id":6})", "MUNGE " + testing::CredentialAs(nobody));
+  EXPECT_EQ(steal->status, 403);
+  auto list = Raw("GET", "/v1/leases", "", "MUNGE " + testing::CredentialAs(nobody));
+  EXPECT_EQ(json::parse(list->body)["leases"].size(), 1u);
+  EXPECT_EQ(Leases(), 2u);
+}
+
+TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {
+  struct Case {
+    std::string path, body;
+    int code;
+    std::string message;
+  } cases[] = {
+      {"/v1/leases", "{not json", 400, "malformed JSON"},
+      {"/v1/leases", R"([1,2])", 400, "must be a JSON object"},
+      {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":1}],"colour":"red"})", 400, "unknown field 'colour'"},
+      {"/v1/leases", R"({"job_id":"x","request":[{"pool":"a100","count":1}]})", 400, "'job_id' must be an integer"},
+      {"/v1/leases", R"({"job_id":0,"request":[{"pool":"a100","count":1}]})", 400, "'job_id' must be between"},
+      {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":0}]})", 400, "must be at least 1"},
+      {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":-3}]})", 400, "must be at least 1"},
+      {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":9}]})", 409, "has 4 GPUs, 9 requested"},
+      {"/v1/leases", R"({"job_id":1,"request":[{"pool":"b200","count":1}]})", 400, "unknown pool 'b200'"},
+      {"/v1/leases", R"({"job_id":1,"request":[]})", 400, "non-empty list"},
+      {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":1}],"place":"zigzag"})", 400, "bad place"},
+      {"/v1/leases/release", R"({"id":"L999"})", 404, "no such lease 'L999'"},
+      {"/v1/leases/release", R"({"id":"bogus"})", 400, "bad lease id"},
+      {"/v1/leases/release", R"({})", 400, "exactly one of"},
+      {"/v1/leases/renew", R"({"job_id":77})", 404, "job 77 holds no lease"},
+      {"/v1/gpus/update", R"({"gpu":"g1:0","state":"explode"})", 400, "bad state 'explode'"},
+      {"/v1/gpus/update", R"({"gpu":"g9:9","state":"drain"})", 404, "no such GPU 'g9:9'"},
+      {"/v1/agents/register", R"({"host":"g2","rack":"r1","gpus":[{"uuid":"X","index":0,"model":"A100","memory_mib":1},{"uuid":"X","index":1,"model":"A100","memory_mib":1}]})", 400, "duplicate GPU uuid"},
+      {"/v1/agents/heartbeat", R"({"host":"nobody"})", 404, "unknown host 'nobody'"},
+      {"/v1/agents/heartbeat", R"({"host":"g1","gpus":[{"uuid":"GPU-0","health":"SICK"}]})", 400, "must be OK or FAILED"},
+      {"/v1/nothing", R"({})", 404, "no such endpoint"},
+  };
+  for (const Case& c : cases) {
+    auto r = Raw("POST", c.path, c.body, "MUNGE " + auth::EncodeCredential("").value());
+    ASSERT_TRUE(r) << c.path;
+    EXPECT_EQ(r->status, c.code) << c.path << " " << c.body << " -> " << r->body;
+    EXPECT_NE(r->body.find(c.message), std::string::npos) << c.body << " -> " << r->body;
+  }
+  auto q = Raw("GET", "/v1/leases?job=abc", "", "MUNGE " + auth::EncodeCredential("").value());
+  EXPECT_EQ(q->status, 400);
+  EXPECT_NE(Error(q).find("'job' must be a number"), std::string::npos);
+  std::string big(8192, ' ');
+  auto huge = Raw("POST", "/v1/leases", "{\"job_id\":1,\"x\":\"" + big + "\"}", "MUNGE " + auth::EncodeCredential("").value());
+  EXPECT_EQ(huge->status, 413);
+  EXPECT_EQ(Leases(), 0u);
+  EXPECT_EQ(client_->Get("/v1/pools").value()["pools"][0]["idle"], 4);
+  EXPECT_TRUE(client_->Get("/v1/ping").ok());  // still serving
+}
+
+TEST_F(ApiTest, ClientReportsUnreachableDaemonByAddress) {
+  ApiClient dead(ApiClientOptions{"http://127.0.0.1:1", 500, "", true});
+  auto r = dead.Get("/v1/pools");
+  EXPECT_EQ(r.status().code(), Status::Code::kUnavailable);
+  EXPECT_NE(r.status().message().find("cannot reach gpupoold at http://127.0.0.1:1"), std::string::npos);
+  ApiClient bad(ApiClientOptions{"nonsense", 500, "", true});
+  EXPECT_EQ(bad.Get("/v1/pools").status().code(), Status::Code::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gpupool::poold

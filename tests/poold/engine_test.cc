@@ -1,0 +1,339 @@
+// PoolEngine: leases, placement, health and swap, recovery — against a real Store in a
+// temporary directory and a fake clock.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "poold/pool_engine.h"
+#include "poold/store.h"
+
+namespace gpupool::poold {
+namespace {
+
+using nlohmann::json;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("poold-engine-" + std::to_string(getpid()) + "-" +
+                                                     ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    config_.poold.state_dir = dir_.string();
+    config_.poold.unreachable_timeout = 10;
+    config_.poold.lease_ttl = 100;
+    config_.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}, PoolConfig{"h100", {"H100*"}, {}, {}, 0}};
+    Open();
+  }
+  void TearDown() override {
+    engine_.reset();
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  void Open() {
+    engine_.reset();
+    store_.reset();
+    auto store = Store::Open(dir_.string(), /*fsync=*/false);
+    ASSERT_TRUE(store.ok()) << store.status().message();
+    store_ = std::move(store.value());
+    auto loaded = store_->Load(1000);
+    ASSERT_TRUE(loaded.ok());
+    engine_ = std::make_unique<PoolEngine>(config_, store_.get(), [this] { return now_.load(); });
+    ASSERT_TRUE(engine_->Recover(loaded.value()).ok());
+  }
+  // Registers host `host` in `rack` with `n` GPUs of `model`.
+  void AddHost(const std::string& host, const std::string& rack, int n, const std::string& model = "A100-80GB",
+               uint64_t mem = 81920) {
+    AgentRegistration reg{host, rack, "127.0.0.1:7000", {}};
+    for (int i = 0; i < n; ++i) {
+      reg.gpus.push_back(AgentGpu{"GPU-" + host + "-" + std::to_string(i), model, "", i, 0, mem, false, ""});
+    }
+    auto r = engine_->Register(reg);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+  }
+  Result<json> Acquire(int64_t job, const std::string& pool, int count, const std::string& place = "pack",
+                       uint64_t mem = 0) {
+    AcquireRequest req;
+    req.job_id = job;
+    req.request = {PoolRequest{pool, count}};
+    req.place = place;
+    req.min_memory_mib = mem;
+    bool created = false;
+    return engine_->Acquire(admin_, req, &created);
+  }
+  std::set<std::string> Racks(const json& lease) {
+    std::set<std::string> racks;
+    for (const json& g : lease["gpus"]) racks.insert(g["rack"].get<std::string>());
+    return racks;
+  }
+  json Gpu(const std::string& id) { return engine_->ListGpus(id, "").value()["gpus"][0]; }
+  json Pool(const std::string& name) { return engine_->ListPools(name).value()["pools"][0]; }
+  std::vector<std::string> EventTypes(int64_t job = 0) {
+    EventFilter f;
+    f.job_id = job;
+    std::vector<std::string> out;
+    json events = engine_->ListEvents(admin_, f).value()["events"];
+    for (const json& e : events) out.push_back(e["type"]);
+    return out;
+  }
+
+  std::filesystem::path dir_;
+  Config config_;
+  std::atomic<int64_t> now_{1000};
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<PoolEngine> engine_;
+  Caller admin_{0, auth::Role::kAdmin};
+};
+
+TEST_F(EngineTest, RegistrationBuildsPoolsFromSelectors) {
+  AddHost("g1", "r1", 4);
+  AddHost("g2", "r1", 2, "H100-80GB");
+  EXPECT_EQ(Pool("a100")["total"], 4);
+  EXPECT_EQ(Pool("h100")["total"], 2);
+  EXPECT_EQ(Gpu("g2:1")["pool"], "h100");
+  EXPECT_EQ(Gpu("GPU-g1-3")["id"], "g1:3");  // uuid accepted as id
+  EXPECT_EQ(engine_->ListGpus("g9:0", "").status().code(), Status::Code::kNotFound);
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, AcquireIsIdempotentPerJob) {
+  AddHost("g1", "r1", 4);
+  auto a = Acquire(42, "a100", 2);
+  ASSERT_TRUE(a.ok());
+  auto b = Acquire(42, "a100", 2);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(a.value()["id"], b.value()["id"]);
+  EXPECT_EQ(a.value()["gpus"], b.value()["gpus"]);
+  EXPECT_EQ(Pool("a100")["leased"], 2);
+  auto c = Acquire(42, "a100", 3);
+  EXPECT_EQ(c.status().code(), Status::Code::kConflict);
+}
+
+TEST_F(EngineTest, BadRequestsChangeNothing) {
+  AddHost("g1", "r1", 4);
+  EXPECT_EQ(Acquire(1, "a100", 5).status().code(), Status::Code::kConflict);  // larger than the pool
+  EXPECT_NE(Acquire(1, "a100", 5).status().message().find("has 4 GPUs, 5 requested"), std::string::npos);
+  EXPECT_EQ(Acquire(2, "nope", 1).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Acquire(3, "a100", 1, "rack:r9").status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Acquire(4, "a100", 1, "diagonal").status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Pool("a100")["idle"], 4);
+  EXPECT_EQ(engine_->lease_count(), 0u);
+  ASSERT_TRUE(Acquire(5, "a100", 3).ok());
+  auto busy = Acquire(6, "a100", 2);
+  EXPECT_EQ(busy.status().code(), Status::Code::kUnavailable);
+  EXPECT_EQ(Pool("a100")["idle"], 1);
+}
+
+TEST_F(EngineTest, PackUsesFewestRacksAndSpreadUsesMany) {
+  AddHost("g1", "r1", 4);
+  AddHost("g2", "r2", 2);
+  AddHost("g3", "r3", 3);
+  auto pack = Acquire(1, "a100", 3);
+  ASSERT_TRUE(pack.ok());
+  EXPECT_EQ(Racks(pack.value()), std::set<std::string>{"r3"});  // best fit: the rack of exactly 3
+  ASSERT_TRUE(engine_->Release(admin_, "", 1, "").ok());
+  auto spread = Acquire(2, "a100", 3, "spread");
+  ASSERT_TRUE(spread.ok());
+  EXPECT_EQ(Racks(spread.value()).size(), 3u);
+  ASSERT_TRUE(engine_->Release(admin_, "", 2, "").ok());
+  auto big = Acquire(3, "a100", 6);  // no rack holds 6: the two largest racks
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(Racks(big.value()), (std::set<std::string>{"r1", "r2"}));
+  ASSERT_TRUE(engine_->Release(admin_, "", 3, "").ok());
+  auto named = Acquire(4, "a100", 2, "rack:r2");
+  ASSERT_TRUE(named.ok());
+  EXPECT_EQ(Racks(named.value()), std::set<std::string>{"r2"});
+  EXPECT_EQ(Acquire(5, "a100", 1, "rack:r2").status().code(), Status::Code::kUnavailable);
+}
+
+TEST_F(EngineTest, MinimumMemoryFilters) {
+  AddHost("g1", "r1", 2, "A100-40GB", 40960);
+  AddHost("g2", "r1", 2, "A100-80GB", 81920);
+  auto l = Acquire(1, "a100", 2, "pack", 65536);
+  ASSERT_TRUE(l.ok());
+  for (const json& g : l.value()["gpus"]) EXPECT_EQ(g["host"], "g2");
+  EXPECT_EQ(Acquire(2, "a100", 1, "pack", 65536).status().code(), Status::Code::kUnavailable);
+}
+
+TEST_F(EngineTest, FailedLeasedGpuIsSwappedInItsRack) {
+  AddHost("g1", "r1", 2);
+  AddHost("g2", "r2", 3);  // best fit for 2 → r2, which keeps one spare
+  AddHost("g3", "r1", 2);
+  auto l = Acquire(7, "a100", 2);
+  ASSERT_TRUE(l.ok());
+  std::string failed = l.value()["gpus"][0]["id"];
+  std::string rack = l.value()["gpus"][0]["rack"];
+  ASSERT_TRUE(engine_->UpdateGpu(failed, "fail", "Xid 79").ok());
+  json after = engine_->ListLeases(admin_, "", 7).value()["leases"][0];
+  EXPECT_EQ(after["generation"], 2);
+  EXPECT_EQ(after["state"], "ACTIVE");
+  EXPECT_NE(after["gpus"][0]["id"], failed);
+  EXPECT_EQ(after["gpus"][0]["rack"], rack);                       // same rack first
+  EXPECT_EQ(after["gpus"][1]["id"], l.value()["gpus"][1]["id"]);   // device order kept
+  EXPECT_EQ(Gpu(failed)["state"], "FAILED");
+  EXPECT_EQ(Gpu(failed)["lease"], "");
+  auto types = EventTypes(7);
+  EXPECT_NE(std::find(types.begin(), types.end(), "swapped"), types.end());
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, NoSpareMeansDegradedUntilOneFreesUp) {
+  AddHost("g1", "r1", 3);
+  ASSERT_TRUE(Acquire(1, "a100", 2).ok());
+  ASSERT_TRUE(Acquire(2, "a100", 1).ok());
+  std::string victim = engine_->ListLeases(admin_, "", 1).value()["leases"][0]["gpus"][0]["id"];
+  ASSERT_TRUE(engine_->UpdateGpu(victim, "fail", "Xid 48").ok());
+  json l = engine_->ListLeases(admin_, "", 1).value()["leases"][0];
+  EXPECT_EQ(l["state"], "DEGRADED");
+  EXPECT_EQ(l["gpus"][0]["id"], victim);  // still listed, visibly failed
+  EXPECT_EQ(l["gpus"][0]["state"], "FAILED");
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+  ASSERT_TRUE(engine_->Release(admin_, "", 2, "").ok());  // a spare appears
+  l = engine_->ListLeases(admin_, "", 1).value()["leases"][0];
+  EXPECT_EQ(l["state"], "ACTIVE");
+  EXPECT_NE(l["gpus"][0]["id"], victim);
+  EXPECT_EQ(l["generation"], 2);
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, DrainResumeLifecycle) {
+  AddHost("g1", "r1", 2);
+  ASSERT_TRUE(engine_->UpdateGpu("g1:0", "drain", "maintenance").ok());
+  EXPECT_EQ(Gpu("g1:0")["state"], "DRAINED");
+  auto l = Acquire(1, "a100", 1);
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(l.value()["gpus"][0]["id"], "g1:1");  // drained GPUs get no new lease
+  ASSERT_TRUE(engine_->UpdateGpu("g1:1", "drain", "").ok());
+  EXPECT_EQ(Gpu("g1:1")["state"], "DRAINING");      // leased: finishes its job first
+  ASSERT_TRUE(engine_->Release(admin_, "", 1, "").ok());
+  EXPECT_EQ(Gpu("g1:1")["state"], "DRAINED");
+  ASSERT_TRUE(engine_->UpdateGpu("g1:1", "resume", "").ok());
+  EXPECT_EQ(Gpu("g1:1")["state"], "IDLE");
+  EXPECT_EQ(engine_->UpdateGpu("g1:1", "sleep", "").status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(Gpu("g1:1")["state"], "IDLE");
+}
+
+TEST_F(EngineTest, SilentHostBecomesUnreachableAndComesBack) {
+  AddHost("g1", "r1", 1);
+  AddHost("g2", "r1", 1);
+  ASSERT_TRUE(Acquire(1, "a100", 1).ok());
+  std::string held = engine_->ListLeases(admin_, "", 1).value()["leases"][0]["gpus"][0]["host"];
+  std::string other = held == "g1" ? "g2" : "g1";
+  now_ += 5;
+  ASSERT_TRUE(engine_->Heartbeat(other, {}).ok());
+  now_ += 6;  // `held` silent for 11 s > 10 s
+  engine_->Tick();
+  EXPECT_EQ(Gpu(held + ":0")["state"], "UNREACHABLE");
+  json l = engine_->ListLeases(admin_, "", 1).value()["leases"][0];
+  EXPECT_EQ(l["gpus"][0]["host"], other);
+  EXPECT_EQ(l["generation"], 2);
+  ASSERT_TRUE(engine_->Heartbeat(held, {}).ok());
+  EXPECT_EQ(Gpu(held + ":0")["state"], "IDLE");
+  EXPECT_EQ(engine_->Heartbeat("g9", {}).status().code(), Status::Code::kNotFound);
+}
+
+TEST_F(EngineTest, AgentReportedFailureSwapsAtOnceAndStaysUntilResume) {
+  AddHost("g1", "r1", 2);
+  auto l = Acquire(1, "a100", 1);
+  std::string uuid = l.value()["gpus"][0]["uuid"];
+  ASSERT_TRUE(engine_->Heartbeat("g1", {GpuHealthReport{uuid, true, "Xid 79"}}).ok());
+  EXPECT_EQ(Gpu(uuid)["state"], "FAILED");
+  EXPECT_EQ(Gpu(uuid)["health"], "FAILED");
+  ASSERT_TRUE(engine_->Heartbeat("g1", {GpuHealthReport{uuid, false, ""}}).ok());
+  EXPECT_EQ(Gpu(uuid)["state"], "FAILED");  // only an admin brings a failed GPU back
+  ASSERT_TRUE(engine_->UpdateGpu(uuid, "resume", "").ok());
+  EXPECT_EQ(Gpu(uuid)["state"], "IDLE");
+}
+
+TEST_F(EngineTest, LeasesExpireWithoutRenewal) {
+  AddHost("g1", "r1", 2);
+  ASSERT_TRUE(Acquire(1, "a100", 1).ok());
+  ASSERT_TRUE(Acquire(2, "a100", 1).ok());
+  now_ += 60;
+  ASSERT_TRUE(engine_->Renew(admin_, "", 2).ok());
+  now_ += 60;  // job 1: 120 s > ttl 100; job 2 renewed 60 s ago
+  engine_->Tick();
+  EXPECT_TRUE(engine_->ListLeases(admin_, "", 1).value()["leases"].empty());
+  EXPECT_EQ(engine_->ListLeases(admin_, "", 2).value()["leases"].size(), 1u);
+  auto types = EventTypes(1);
+  EXPECT_EQ(types.back(), "expired");
+}
+
+TEST_F(EngineTest, UsersSeeAndReleaseOnlyTheirOwn) {
+  AddHost("g1", "r1", 2);
+  Caller alice{1001, auth::Role::kUser}, bob{1002, auth::Role::kUser};
+  AcquireRequest req;
+  req.job_id = 9;
+  req.request = {PoolRequest{"a100", 1}};
+  bool created = false;
+  ASSERT_TRUE(engine_->Acquire(alice, req, &created).ok());
+  EXPECT_EQ(engine_->ListLeases(bob, "", 0).value()["leases"].size(), 0u);
+  EXPECT_EQ(engine_->ListLeases(alice, "", 0).value()["leases"].size(), 1u);
+  EXPECT_EQ(engine_->Release(bob, "", 9, "").status().code(), Status::Code::kPermissionDenied);
+  EXPECT_EQ(engine_->Acquire(bob, req, &created).status().code(), Status::Code::kPermissionDenied);
+  req.has_owner = true;
+  req.uid = 1002;
+  req.job_id = 10;
+  EXPECT_EQ(engine_->Acquire(alice, req, &created).status().code(), Status::Code::kPermissionDenied);
+  EXPECT_TRUE(engine_->Release(alice, "", 9, "").ok());
+}
+
+TEST_F(EngineTest, StateSurvivesReopen) {
+  AddHost("g1", "r1", 4);
+  auto l = Acquire(5, "a100", 2);
+  ASSERT_TRUE(l.ok());
+  ASSERT_TRUE(engine_->UpdateGpu("g1:3", "drain", "x").ok());
+  ASSERT_TRUE(store_->WaitDurable(store_->last_ticket()).ok());
+  Open();
+  json again = engine_->ListLeases(admin_, "", 5).value()["leases"][0];
+  EXPECT_EQ(again["id"], l.value()["id"]);
+  EXPECT_EQ(again["gpus"], l.value()["gpus"]);
+  EXPECT_EQ(again["token"], l.value()["token"]);
+  EXPECT_EQ(Gpu("g1:3")["state"], "DRAINED");
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+  auto next = Acquire(6, "a100", 1);  // lease numbers are never reused
+  ASSERT_TRUE(next.ok());
+  EXPECT_NE(next.value()["id"], l.value()["id"]);
+}
+
+TEST_F(EngineTest, ConcurrentAcquireReleaseNeverDoubleLeases) {
+  for (int h = 0; h < 8; ++h) AddHost("g" + std::to_string(h), "r" + std::to_string(h % 3), 4);
+  std::atomic<bool> violation{false};
+  std::atomic<int> acquired{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 16; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < 200; ++i) {
+        int64_t job = t * 1000 + i + 1;
+        int count = 1 + static_cast<int>(rng() % 4);
+        auto l = Acquire(job, "a100", count, rng() % 2 ? "pack" : "spread");
+        if (l.ok()) {
+          ++acquired;
+          if (rng() % 8 == 0) engine_->UpdateGpu(l.value()["gpus"][0]["id"], "fail", "chaos");
+          if (!engine_->CheckInvariants().ok()) violation = true;
+          engine_->Release(admin_, "", job, "");
+        }
+        if (rng() % 16 == 0) {
+          json gpus = engine_->ListGpus("", "a100").value()["gpus"];
+          for (const json& g : gpus) {
+            if (g["state"] == "FAILED") engine_->UpdateGpu(g["id"], "resume", "");
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_FALSE(violation);
+  EXPECT_GT(acquired.load(), 100);
+  Status inv = engine_->CheckInvariants();
+  EXPECT_TRUE(inv.ok()) << inv.message();
+  EXPECT_EQ(engine_->lease_count(), 0u);
+}
+
+}  // namespace
+}  // namespace gpupool::poold
