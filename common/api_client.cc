@@ -71,7 +71,15 @@ Result<httplib::Headers> AuthHeaders(bool authenticate, const std::string& munge
 }
 
 Status TransportError(const std::string& server, httplib::Error err) {
-  return Status::Unavailable("cannot reach gpupoold at " + server + ": " + httplib::to_string(err));
+  std::string why;
+  switch (err) {
+    case httplib::Error::Connection: why = "connection refused or timed out"; break;
+    case httplib::Error::Read: why = "no answer (read failed or timed out)"; break;
+    case httplib::Error::Write: why = "cannot send the request"; break;
+    case httplib::Error::ConnectionTimeout: why = "connection timed out"; break;
+    default: why = httplib::to_string(err); break;
+  }
+  return Status::Unavailable("cannot reach gpupoold at " + server + ": " + why);
 }
 
 Result<nlohmann::json> ParseAnswer(const httplib::Result& res) {

@@ -17,7 +17,10 @@ std::string Where(const libconfig::Setting& s, const std::string& file) {
   std::ostringstream out;
   out << file;
   if (s.getSourceLine() > 0) out << ":" << s.getSourceLine();
-  out << ": " << (s.getPath().empty() ? "(top level)" : s.getPath());
+  // libconfig spells list items "pools.[1].name"; admins know them as "pools[1].name".
+  std::string path = s.getPath();
+  for (size_t at = path.find(".["); at != std::string::npos; at = path.find(".[")) path.erase(at, 1);
+  out << ": " << (path.empty() ? "(top level)" : path);
   return out.str();
 }
 

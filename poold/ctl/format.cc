@@ -45,6 +45,13 @@ Field Job(const char* name, const json& obj, const char* key) {
   return Num(name, obj, key);
 }
 
+// A number where negative means "unknown" (numa_node = -1).
+Field Known(const char* name, const json& obj, const char* key) {
+  std::optional<int64_t> v = Int(obj, key);
+  if (v && *v < 0) return {name, kNull};
+  return Num(name, obj, key);
+}
+
 Field Time(const char* name, const json& obj, const char* key) {
   std::optional<int64_t> v = Int(obj, key);
   return {name, v ? FormatTime(*v) : QuoteValue(Text(obj, key))};
@@ -160,7 +167,7 @@ Record GpuRecord(const json& g) {
       {Str("GpuId", g, "id"), Str("Uuid", g, "uuid")},
       {Str("Pool", g, "pool"), Str("Rack", g, "rack"), Str("Host", g, "host"), Num("Index", g, "index")},
       {Str("Model", g, "model"), Memory("Memory", g, "memory_mib"), Str("PciBusId", g, "pci_bus_id"),
-       Num("NumaNode", g, "numa_node")},
+       Known("NumaNode", g, "numa_node")},
       {Str("State", g, "state"), Job("Job", g, "job_id"), Str("Lease", g, "lease"), Str("Health", g, "health")},
       {Str("Endpoint", g, "endpoint"), Time("LastSeen", g, "last_seen")},
       {Str("Reason", g, "reason")},
@@ -206,8 +213,8 @@ Result<std::string> FormatAnswer(const CtlArgs& args, const json& answer, const 
   bool o = args.oneliner;
   switch (args.verb) {
     case Verb::kHelp:
-      return UsageText();
     case Verb::kVersion:
+      return Status::Internal("--help and --version send no request");
     case Verb::kPing: {
       bool ok = answer.is_object() && answer.value("ok", false) == true;
       if (!ok) return Status::Internal("gpupoold at " + server + " answered the ping without \"ok\":true");
