@@ -40,6 +40,10 @@ struct ApiClient::Impl {
   Status parse_status;
   std::unique_ptr<httplib::Client> http;
   std::string munge_socket;
+  std::string session_token;  // empty: none yet
+
+  httplib::Result Send(const ApiClientOptions& options, const std::string& method, const std::string& path,
+                       const std::string* body, Status* auth_error);
 };
 
 ApiClient::ApiClient(ApiClientOptions options) : options_(std::move(options)), impl_(new Impl) {
@@ -55,15 +59,17 @@ ApiClient::ApiClient(ApiClientOptions options) : options_(std::move(options)), i
   impl_->http->set_read_timeout(ms / 1000, (ms % 1000) * 1000);
   impl_->http->set_write_timeout(ms / 1000, (ms % 1000) * 1000);
   impl_->http->set_keep_alive(true);
+  // Requests go out as header + body writes: without TCP_NODELAY, Nagle and delayed ACKs
+  // add ~40 ms to every call.
+  impl_->http->set_tcp_nodelay(true);
 }
 
 ApiClient::~ApiClient() = default;
 
 namespace {
 
-Result<httplib::Headers> AuthHeaders(bool authenticate, const std::string& munge_socket) {
+Result<httplib::Headers> MungeHeaders(const std::string& munge_socket) {
   httplib::Headers headers;
-  if (!authenticate) return headers;
   Result<std::string> cred = auth::EncodeCredential(munge_socket);
   if (!cred.ok()) return cred.status();
   headers.emplace("Authorization", "MUNGE " + cred.value());
@@ -98,29 +104,77 @@ Result<nlohmann::json> ParseAnswer(const httplib::Result& res) {
 
 }  // namespace
 
+// Sends one request with the right Authorization header. With sessions, a 401 on a token
+// (expired, or gpupoold restarted) gets one fresh session and one retry: a 401 is answered
+// before the request is acted on, so the retry cannot do anything twice.
+httplib::Result ApiClient::Impl::Send(const ApiClientOptions& options_, const std::string& method,
+                                     const std::string& path, const std::string* body, Status* auth_error) {
+  Impl* impl_ = this;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    httplib::Headers headers;
+    bool with_token = false;
+    if (options_.authenticate) {
+      if (options_.use_session && impl_->session_token.empty()) {
+        Result<httplib::Headers> munge = MungeHeaders(impl_->munge_socket);
+        if (!munge.ok()) {
+          *auth_error = munge.status();
+          return httplib::Result(nullptr, httplib::Error::Unknown);
+        }
+        httplib::Result s = impl_->http->Post("/v1/session", munge.value(), "", "application/json");
+        if (!s) return s;
+        if (s->status != 200) return s;  // the caller reports the server's error
+        nlohmann::json j = nlohmann::json::parse(s->body, nullptr, false);
+        if (j.is_discarded() || !j.contains("token") || !j["token"].is_string()) return s;
+        impl_->session_token = j["token"].get<std::string>();
+      }
+      if (options_.use_session) {
+        headers.emplace("Authorization", "Bearer " + impl_->session_token);
+        with_token = true;
+      } else {
+        Result<httplib::Headers> munge = MungeHeaders(impl_->munge_socket);
+        if (!munge.ok()) {
+          *auth_error = munge.status();
+          return httplib::Result(nullptr, httplib::Error::Unknown);
+        }
+        headers = munge.value();
+      }
+    }
+    httplib::Result res = method == "GET"
+                              ? impl_->http->Get(path.c_str(), headers)
+                              : impl_->http->Post(path.c_str(), headers, *body, "application/json");
+    if (res && res->status == 401 && with_token && attempt == 0) {
+      impl_->session_token.clear();
+      continue;
+    }
+    return res;
+  }
+  return httplib::Result(nullptr, httplib::Error::Unknown);
+}
+
 Result<nlohmann::json> ApiClient::Get(const std::string& path) {
   if (!impl_->parse_status.ok()) return impl_->parse_status;
-  Result<httplib::Headers> headers = AuthHeaders(options_.authenticate, impl_->munge_socket);
-  if (!headers.ok()) return headers.status();
-  httplib::Result res = impl_->http->Get(path.c_str(), headers.value());
+  Status auth_error;
+  httplib::Result res = impl_->Send(options_, "GET", path, nullptr, &auth_error);
+  if (!auth_error.ok()) return auth_error;
   if (!res) return TransportError(options_.server, res.error());
   return ParseAnswer(res);
 }
 
 Result<nlohmann::json> ApiClient::Post(const std::string& path, const nlohmann::json& body) {
   if (!impl_->parse_status.ok()) return impl_->parse_status;
-  Result<httplib::Headers> headers = AuthHeaders(options_.authenticate, impl_->munge_socket);
-  if (!headers.ok()) return headers.status();
-  httplib::Result res = impl_->http->Post(path.c_str(), headers.value(), body.dump(), "application/json");
+  std::string text = body.dump();
+  Status auth_error;
+  httplib::Result res = impl_->Send(options_, "POST", path, &text, &auth_error);
+  if (!auth_error.ok()) return auth_error;
   if (!res) return TransportError(options_.server, res.error());
   return ParseAnswer(res);
 }
 
 Result<std::string> ApiClient::GetText(const std::string& path) {
   if (!impl_->parse_status.ok()) return impl_->parse_status;
-  Result<httplib::Headers> headers = AuthHeaders(options_.authenticate, impl_->munge_socket);
-  if (!headers.ok()) return headers.status();
-  httplib::Result res = impl_->http->Get(path.c_str(), headers.value());
+  Status auth_error;
+  httplib::Result res = impl_->Send(options_, "GET", path, nullptr, &auth_error);
+  if (!auth_error.ok()) return auth_error;
   if (!res) return TransportError(options_.server, res.error());
   if (res->status != 200) return Status::FromHttp(res->status, "HTTP " + std::to_string(res->status));
   return res->body;

@@ -20,6 +20,9 @@ struct ApiClientOptions {
   int timeout_ms = 5000;     // connect + read timeout per call
   std::string munge_socket;  // empty: libmunge's default (or $MUNGE_SOCKET if set)
   bool authenticate = true;  // false only for /v1/ping and /metrics
+  // Authenticate once with MUNGE (POST /v1/session) and send the session token after
+  // that, instead of a fresh credential per request. The token is renewed on expiry.
+  bool use_session = true;
 };
 
 class ApiClient {

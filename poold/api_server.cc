@@ -171,6 +171,7 @@ ApiServer::ApiServer(const Config& config, PoolEngine* engine, Store* store)
   http_->set_payload_max_length(static_cast<size_t>(config.poold.max_request_bytes));
   http_->set_keep_alive_max_count(100000);
   http_->set_keep_alive_timeout(5);
+  http_->set_tcp_nodelay(true);
   http_->set_read_timeout(30, 0);
   Route();
 }
@@ -203,9 +204,26 @@ void ApiServer::Stop() { http_->stop(); }
 
 Status ApiServer::Authenticate(const httplib::Request& req, Caller* caller) {
   std::string header = req.get_header_value("Authorization");
+  const std::string bearer = "Bearer ";
+  if (header.rfind(bearer, 0) == 0) {
+    uid_t uid;
+    if (!sessions_.Lookup(header.substr(bearer.size()), req.remote_addr, &uid)) {
+      return Status::Unauthenticated("session expired or unknown: authenticate again with MUNGE");
+    }
+    caller->uid = uid;
+    caller->role = roles_.RoleOf(uid);
+    return Status::OK();
+  }
+  return AuthenticateMunge(req, caller);
+}
+
+Status ApiServer::AuthenticateMunge(const httplib::Request& req, Caller* caller) {
+  std::string header = req.get_header_value("Authorization");
   const std::string scheme = "MUNGE ";
   if (header.empty()) return Status::Unauthenticated("authentication required: send Authorization: MUNGE <credential>");
-  if (header.rfind(scheme, 0) != 0) return Status::Unauthenticated("unsupported authorization scheme (expected MUNGE)");
+  if (header.rfind(scheme, 0) != 0) {
+    return Status::Unauthenticated("unsupported authorization scheme (expected MUNGE or Bearer)");
+  }
   Result<auth::Identity> id = auth::DecodeCredential(header.substr(scheme.size()), munge_socket_);
   if (!id.ok()) return id.status();
   caller->uid = id->uid;
@@ -261,6 +279,19 @@ void ApiServer::Route() {
     res.set_content(Metrics(), "text/plain; version=0.0.4");
   });
 
+  // A session: one MUNGE authentication for many requests (see poold/sessions.h).
+  http_->Post("/v1/session", [this](const httplib::Request& req, httplib::Response& res) {
+    Caller caller;
+    Status s = AuthenticateMunge(req, &caller);
+    if (!s.ok()) {
+      Answer(res, Result<json>(s));
+      return;
+    }
+    std::string token = sessions_.Create(caller.uid, req.remote_addr);
+    res.set_content(json{{"token", token}, {"uid", caller.uid}, {"role", auth::RoleName(caller.role)},
+                         {"idle_timeout", sessions_.idle_seconds()}}.dump(),
+                    "application/json");
+  });
   http_->Get("/v1/pools", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
     GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"name"}));
     return engine_->ListPools(req.get_param_value("name"));

@@ -15,6 +15,7 @@
 #include "common/status.h"
 #include "poold/metrics.h"
 #include "poold/pool_engine.h"
+#include "poold/sessions.h"
 #include "poold/store.h"
 
 namespace httplib {
@@ -40,8 +41,11 @@ class ApiServer {
  private:
   struct Context;
   void Route();
-  // Authenticates `req`; fills *caller. Returns the error to answer otherwise.
+  // Authenticates `req` (MUNGE credential or session token); fills *caller. Returns the
+  // error to answer otherwise.
   Status Authenticate(const httplib::Request& req, Caller* caller);
+  // A MUNGE credential only (for POST /v1/session).
+  Status AuthenticateMunge(const httplib::Request& req, Caller* caller);
   void Answer(httplib::Response& res, const Result<nlohmann::json>& result, int ok_code = 200);
   std::string Metrics();
 
@@ -51,6 +55,7 @@ class ApiServer {
   std::string munge_socket_;
   auth::RolePolicy roles_;
   RequestMetrics metrics_;
+  Sessions sessions_;
   std::unique_ptr<httplib::Server> http_;
   int port_ = 0;
 };

@@ -31,7 +31,10 @@ bool ParseGpuState(const std::string& name, GpuState* out) {
 }
 
 Inventory::Inventory(std::vector<PoolConfig> pools, std::vector<GpuAssignment> assignments)
-    : pools_(std::move(pools)), assignments_(std::move(assignments)), pool_index_(pools_.size()) {}
+    : pools_(std::move(pools)),
+      assignments_(std::move(assignments)),
+      pool_index_(pools_.size()),
+      pool_total_(pools_.size(), 0) {}
 
 NameId Inventory::Intern(const std::string& name) {
   auto it = name_ids_.find(name);
@@ -79,6 +82,7 @@ GpuIndex Inventory::AddGpu(Gpu gpu) {
   gpu.state = GpuState::kUnreachable;  // not indexed as idle until SetState
   by_uuid_.emplace(gpu.uuid, i);
   by_host_index_[{gpu.host, gpu.index}] = i;
+  if (gpu.pool != kNone) ++pool_total_[gpu.pool];
   gpus_.push_back(std::move(gpu));
   SetState(i, state);
   return i;

@@ -70,7 +70,8 @@ class Inventory {
   // Pools from the config, in config order.
   const std::vector<PoolConfig>& pools() const { return pools_; }
   uint32_t FindPool(const std::string& name) const;  // kNone if unknown
-  PoolCounts Counts(uint32_t pool) const;
+  PoolCounts Counts(uint32_t pool) const;  // O(GPUs): for listings and metrics
+  int Total(uint32_t pool) const { return pool < pool_total_.size() ? pool_total_[pool] : 0; }  // O(1)
 
   // Adds a GPU (new uuid) or returns the existing one's index. The caller sets its state
   // through SetState so that the idle index stays right.
@@ -120,6 +121,7 @@ class Inventory {
   std::vector<PoolConfig> pools_;
   std::vector<GpuAssignment> assignments_;
   std::vector<PoolIndex> pool_index_;
+  std::vector<int> pool_total_;  // GPUs per pool, any state
   std::vector<std::string> names_;
   std::unordered_map<std::string, NameId> name_ids_;
   std::vector<Gpu> gpus_;

@@ -317,9 +317,9 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
       return Status::InvalidArgument("pool '" + p.pool + "' named twice in the request");
     }
     pools.push_back(pool);
-    PoolCounts c = inventory_.Counts(pool);
-    if (p.count > c.total) {
-      return Status::Conflict("pool '" + p.pool + "' has " + std::to_string(c.total) + " GPUs, " +
+    int total = inventory_.Total(pool);
+    if (p.count > total) {
+      return Status::Conflict("pool '" + p.pool + "' has " + std::to_string(total) + " GPUs, " +
                               std::to_string(p.count) + " requested");
     }
   }

@@ -29,11 +29,20 @@ CREATE TABLE IF NOT EXISTS events (
   job_id INTEGER NOT NULL, lease TEXT NOT NULL, detail TEXT NOT NULL);
 )sql";
 
-// RAII prepared statement.
+// A prepared statement: prepared here and finalized at scope end, or a cached one that is
+// only reset for its next use.
 class Stmt {
  public:
-  Stmt(sqlite3* db, const char* sql) { sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
-  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(sqlite3* db, const char* sql) : owned_(true) { sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  explicit Stmt(sqlite3_stmt* cached) : s_(cached), owned_(false) {}
+  ~Stmt() {
+    if (owned_) {
+      sqlite3_finalize(s_);
+    } else {
+      sqlite3_reset(s_);
+      sqlite3_clear_bindings(s_);
+    }
+  }
   sqlite3_stmt* get() { return s_; }
   Stmt& Text(int i, const std::string& v) {
     sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
@@ -51,7 +60,15 @@ class Stmt {
 
  private:
   sqlite3_stmt* s_ = nullptr;
+  bool owned_;
 };
+
+constexpr char kPutGpu[] = "INSERT OR REPLACE INTO gpus VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)";
+constexpr char kPutLease[] = "INSERT OR REPLACE INTO leases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+constexpr char kDeleteLease[] = "DELETE FROM leases WHERE number = ?";
+constexpr char kPutEvent[] = "INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?)";
+constexpr char kPutNextLease[] =
+    "INSERT INTO meta VALUES ('next_lease', ?) ON CONFLICT(key) DO UPDATE SET value = MAX(value, excluded.value)";
 
 }  // namespace
 
@@ -69,6 +86,14 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fs
   GPUPOOL_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   GPUPOOL_RETURN_IF_ERROR(store->Exec(fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
   GPUPOOL_RETURN_IF_ERROR(store->Exec(kSchema));
+  const std::pair<sqlite3_stmt**, const char*> statements[] = {
+      {&store->put_gpu_, kPutGpu}, {&store->put_lease_, kPutLease}, {&store->delete_lease_, kDeleteLease},
+      {&store->put_event_, kPutEvent}, {&store->put_next_lease_, kPutNextLease}};
+  for (const auto& [stmt, sql] : statements) {
+    if (sqlite3_prepare_v2(store->db_, sql, -1, stmt, nullptr) != SQLITE_OK) {
+      return Status::Internal(std::string("sqlite: cannot prepare: ") + sqlite3_errmsg(store->db_));
+    }
+  }
   store->committer_ = std::thread(&Store::CommitterLoop, store.get());
   return store;
 }
@@ -80,6 +105,7 @@ Store::~Store() {
   }
   work_cv_.notify_all();
   if (committer_.joinable()) committer_.join();
+  for (sqlite3_stmt* s : {put_gpu_, put_lease_, delete_lease_, put_event_, put_next_lease_}) sqlite3_finalize(s);
   sqlite3_close(db_);
 }
 
@@ -238,14 +264,14 @@ Status Store::WriteBatch(const std::vector<Op>& ops) {
   for (const Op& op : ops) {
     int rc = SQLITE_DONE;
     if (const GpuRow* g = std::get_if<GpuRow>(&op)) {
-      Stmt s(db_, "INSERT OR REPLACE INTO gpus VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      Stmt s(put_gpu_);
       s.Text(1, g->uuid).Text(2, g->host).Int(3, g->index).Text(4, g->rack).Text(5, g->model)
           .Int(6, static_cast<int64_t>(g->memory_mib)).Text(7, g->pci_bus_id).Int(8, g->numa_node)
           .Text(9, g->endpoint).Text(10, g->state).Text(11, g->reason).Int(12, g->admin_drain)
           .Int(13, g->admin_fail);
       rc = sqlite3_step(s.get());
     } else if (const LeaseRow* l = std::get_if<LeaseRow>(&op)) {
-      Stmt s(db_, "INSERT OR REPLACE INTO leases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)");
+      Stmt s(put_lease_);
       s.Int(1, static_cast<int64_t>(l->number)).Int(2, l->job_id).Int(3, l->uid).Text(4, l->user)
           .Text(5, l->request_json).Text(6, l->place).Int(7, static_cast<int64_t>(l->min_memory_mib))
           .Text(8, l->gpus_json).Int(9, static_cast<int64_t>(l->generation)).Text(10, l->state)
@@ -253,12 +279,12 @@ Status Store::WriteBatch(const std::vector<Op>& ops) {
       rc = sqlite3_step(s.get());
       max_lease = std::max(max_lease, l->number);
     } else if (const LeaseDelete* d = std::get_if<LeaseDelete>(&op)) {
-      Stmt s(db_, "DELETE FROM leases WHERE number = ?");
+      Stmt s(delete_lease_);
       s.Int(1, static_cast<int64_t>(d->number));
       rc = sqlite3_step(s.get());
       max_lease = std::max(max_lease, d->number);
     } else if (const EventRow* e = std::get_if<EventRow>(&op)) {
-      Stmt s(db_, "INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?)");
+      Stmt s(put_event_);
       s.Int(1, static_cast<int64_t>(e->seq)).Int(2, e->time).Text(3, e->type).Text(4, e->gpu)
           .Int(5, e->job_id).Text(6, e->lease).Text(7, e->detail);
       rc = sqlite3_step(s.get());
@@ -270,8 +296,7 @@ Status Store::WriteBatch(const std::vector<Op>& ops) {
     }
   }
   if (max_lease > 0) {
-    Stmt s(db_, "INSERT INTO meta VALUES ('next_lease', ?) ON CONFLICT(key) DO UPDATE SET"
-                " value = MAX(value, excluded.value)");
+    Stmt s(put_next_lease_);
     s.Int(1, static_cast<int64_t>(max_lease + 1));
     if (sqlite3_step(s.get()) != SQLITE_DONE) {
       std::string msg = std::string("sqlite write failed: ") + sqlite3_errmsg(db_);

@@ -22,6 +22,7 @@
 #include "common/status.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace gpupool::poold {
 
@@ -88,6 +89,12 @@ class Store {
   Status Exec(const char* sql);
 
   sqlite3* db_ = nullptr;
+  // Prepared once, used only by the committer thread.
+  sqlite3_stmt* put_gpu_ = nullptr;
+  sqlite3_stmt* put_lease_ = nullptr;
+  sqlite3_stmt* delete_lease_ = nullptr;
+  sqlite3_stmt* put_event_ = nullptr;
+  sqlite3_stmt* put_next_lease_ = nullptr;
   uint64_t event_retention_ = 1000000;
 
   mutable std::mutex mu_;

@@ -1,0 +1,48 @@
+#include "poold/sessions.h"
+
+#include <sys/random.h>
+
+#include <cstdio>
+
+namespace gpupool::poold {
+
+std::string Sessions::Create(uid_t uid, const std::string& address) {
+  unsigned char bytes[16];
+  size_t got = 0;
+  while (got < sizeof(bytes)) {
+    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
+    if (n > 0) got += static_cast<size_t>(n);
+  }
+  char hex[33];
+  for (size_t i = 0; i < sizeof(bytes); ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
+  std::string token(hex, 32);
+  std::lock_guard<std::mutex> lock(mu_);
+  Clock::time_point now = Clock::now();
+  if (sessions_.size() >= max_) DropExpired(now);
+  if (sessions_.size() >= max_) sessions_.erase(sessions_.begin());  // the table never grows unbounded
+  sessions_[token] = Session{uid, address, now + idle_};
+  return token;
+}
+
+bool Sessions::Lookup(const std::string& token, const std::string& address, uid_t* uid) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sessions_.find(token);
+  if (it == sessions_.end()) return false;
+  Clock::time_point now = Clock::now();
+  if (it->second.expires < now) {
+    sessions_.erase(it);
+    return false;
+  }
+  if (it->second.address != address) return false;
+  it->second.expires = now + idle_;
+  *uid = it->second.uid;
+  return true;
+}
+
+void Sessions::DropExpired(Clock::time_point now) {
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    it = it->second.expires < now ? sessions_.erase(it) : std::next(it);
+  }
+}
+
+}  // namespace gpupool::poold

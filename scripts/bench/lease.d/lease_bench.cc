@@ -1,0 +1,133 @@
+// gpupool-bench-lease: N concurrent clients doing lease pairs through a real API, for
+// scripts/bench/lease. One pair is:
+//   gpupool: POST /v1/leases (acquire 1 GPU) + POST /v1/leases/release, MUNGE on each
+//   etcd:    POST /v3/lease/grant + /v3/kv/put with the lease + /v3/lease/revoke
+// Each client keeps one keep-alive connection. Prints one JSON line with pairs/s and the
+// p50/p99 latency of a whole pair.
+#include <httplib.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/api_client.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+std::string Base64(const std::string& in) {
+  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int val = 0, bits = -6;
+  for (unsigned char c : in) {
+    val = (val << 8) + c;
+    bits += 8;
+    while (bits >= 0) {
+      out.push_back(t[(val >> bits) & 0x3F]);
+      bits -= 6;
+    }
+  }
+  if (bits > -6) out.push_back(t[((val << 8) >> (bits + 8)) & 0x3F]);
+  while (out.size() % 4) out.push_back('=');
+  return out;
+}
+
+// One pair against gpupoold; false on error.
+bool GpupoolPair(gpupool::ApiClient& c, int64_t job, const std::string& pool) {
+  auto l = c.Post("/v1/leases", {{"job_id", job}, {"request", {{{"pool", pool}, {"count", 1}}}}});
+  if (!l.ok()) {
+    static std::atomic<bool> said{false};
+    if (!said.exchange(true)) std::fprintf(stderr, "acquire: %s\n", l.status().message().c_str());
+    return false;
+  }
+  auto r = c.Post("/v1/leases/release", {{"job_id", job}});
+  if (!r.ok()) std::fprintf(stderr, "release: %s\n", r.status().message().c_str());
+  return r.ok();
+}
+
+bool EtcdPair(httplib::Client& c, int64_t job) {
+  auto g = c.Post("/v3/lease/grant", R"({"TTL":600})", "application/json");
+  if (!g || g->status != 200) return false;
+  std::string id = json::parse(g->body).value("ID", "");
+  json put = {{"key", Base64("/gpupool/leases/" + std::to_string(job))}, {"value", Base64("gpuhost1:0")}, {"lease", id}};
+  auto p = c.Post("/v3/kv/put", put.dump(), "application/json");
+  if (!p || p->status != 200) return false;
+  auto r = c.Post("/v3/lease/revoke", json{{"ID", id}}.dump(), "application/json");
+  return r && r->status == 200;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string target = "gpupool", url, pool = "a100";
+  int clients = 1;
+  double seconds = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--target") target = v;
+    else if (k == "--url") url = v;
+    else if (k == "--clients") clients = std::stoi(v);
+    else if (k == "--seconds") seconds = std::stod(v);
+    else if (k == "--pool") pool = v;
+    else {
+      std::fprintf(stderr, "usage: gpupool-bench-lease --target gpupool|etcd --url URL --clients N --seconds S\n");
+      return 2;
+    }
+  }
+  if (url.empty() || (target != "gpupool" && target != "etcd")) {
+    std::fprintf(stderr, "gpupool-bench-lease: --target gpupool|etcd and --url are required\n");
+    return 2;
+  }
+  std::atomic<bool> go{false}, stop{false};
+  std::atomic<int> errors{0};
+  std::vector<std::vector<double>> latencies(clients);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < clients; ++t) {
+    threads.emplace_back([&, t] {
+      std::string hostport = url.substr(url.find("://") + 3);
+      std::unique_ptr<gpupool::ApiClient> api;
+      std::unique_ptr<httplib::Client> http;
+      if (target == "gpupool") {
+        api = std::make_unique<gpupool::ApiClient>(gpupool::ApiClientOptions{url, 10000, "", true});
+      } else {
+        http = std::make_unique<httplib::Client>(hostport.substr(0, hostport.rfind(':')),
+                                                 std::stoi(hostport.substr(hostport.rfind(':') + 1)));
+        http->set_keep_alive(true);
+        http->set_tcp_nodelay(true);
+      }
+      while (!go) std::this_thread::yield();
+      int64_t job = int64_t{t + 1} * 100000000 + 1;
+      while (!stop) {
+        auto start = Clock::now();
+        bool ok = api ? GpupoolPair(*api, job++, pool) : EtcdPair(*http, job++);
+        if (!ok) {
+          ++errors;
+          continue;
+        }
+        latencies[t].push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+      }
+    });
+  }
+  auto start = Clock::now();
+  go = true;
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& th : threads) th.join();
+  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  for (auto& v : latencies) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double p) { return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * all.size()))]; };
+  std::printf("{\"target\":\"%s\",\"clients\":%d,\"pairs\":%zu,\"errors\":%d,\"pairs_per_s\":%.1f,\"p50_us\":%.0f,\"p99_us\":%.0f}\n",
+              target.c_str(), clients, all.size(), errors.load(), all.size() / elapsed, pct(0.50), pct(0.99));
+  return errors > 0 && all.empty() ? 1 : 0;
+}
