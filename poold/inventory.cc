@@ -216,8 +216,11 @@ std::vector<GpuIndex> Inventory::Place(uint32_t pool, int count, Spread spread, 
 
   if (spread == Spread::kSpread) {
     // One GPU per rack, racks with most idle first, and again until `count` are chosen.
+    // At most `count` racks can take part: the ones with the most idle GPUs.
     std::vector<NameId> racks;
-    for (auto it = p.racks_by_idle.rbegin(); it != p.racks_by_idle.rend(); ++it) racks.push_back(it->second);
+    for (auto it = p.racks_by_idle.rbegin(); it != p.racks_by_idle.rend() && static_cast<int>(racks.size()) < count; ++it) {
+      racks.push_back(it->second);
+    }
     bool progress = true;
     while (static_cast<int>(chosen.size()) < count && progress) {
       progress = false;

@@ -170,7 +170,9 @@ void PoolEngine::Event(const std::string& type, GpuIndex gpu, const Lease* lease
   e.job_id = lease != nullptr ? lease->job_id : 0;
   e.lease = lease != nullptr ? LeaseName(lease->number) : "";
   e.detail = detail;
-  log::Verbose("event " + type + " gpu=" + e.gpu + " lease=" + e.lease + " " + detail);
+  if (log::Enabled(log::Level::kVerbose)) {
+    log::Verbose("event " + type + " gpu=" + e.gpu + " lease=" + e.lease + " " + detail);
+  }
   events_.push_back(e);
   if (events_.size() > kEventMemory) events_.pop_front();
   store_->Enqueue(std::move(e));
@@ -347,7 +349,13 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   l.number = next_lease_++;
   l.job_id = req.job_id;
   l.uid = owner;
-  l.user = req.has_owner && !req.user.empty() ? req.user : auth::UserName(owner);
+  if (req.has_owner && !req.user.empty()) {
+    l.user = req.user;
+  } else {
+    auto [name, fresh] = user_names_.try_emplace(owner);
+    if (fresh) name->second = auth::UserName(owner);  // one passwd lookup per uid
+    l.user = name->second;
+  }
   l.request = req.request;
   l.place = req.place;
   l.min_memory_mib = req.min_memory_mib;

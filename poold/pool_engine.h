@@ -182,6 +182,7 @@ class PoolEngine {
   uint64_t next_lease_ = 1;                  // GUARDED_BY(mu_)
   uint64_t next_event_ = 1;                  // GUARDED_BY(mu_)
   EngineCounters counters_;                  // GUARDED_BY(mu_)
+  std::map<uid_t, std::string> user_names_;  // GUARDED_BY(mu_): passwd lookups, cached
 };
 
 }  // namespace gpupool::poold
