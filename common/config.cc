@@ -185,8 +185,9 @@ Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentCon
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "heartbeat_interval", file, 1, 3600, &c->heartbeat_interval));
   if (g.exists("sim")) {
     const libconfig::Setting& sim = g["sim"];
-    GPUPOOL_RETURN_IF_ERROR(CheckKeys(sim, file, {"gpus"}));
+    GPUPOOL_RETURN_IF_ERROR(CheckKeys(sim, file, {"gpus", "faults"}));
     if (sim.exists("gpus")) GPUPOOL_RETURN_IF_ERROR(ParseSimGpus(sim["gpus"], file, &c->sim_gpus));
+    GPUPOOL_RETURN_IF_ERROR(ReadStringList(sim, "faults", file, &c->sim_faults));
   }
   return Status::OK();
 }

@@ -62,6 +62,7 @@ struct AgentConfig {
   std::string backend = "sim";       // "sim" or "cuda"
   int heartbeat_interval = 2;        // seconds
   std::vector<SimGpuConfig> sim_gpus;  // sim backend inventory (default: 4 × A100 80 GB)
+  std::vector<std::string> sim_faults; // sim faults at start, "INDEX:fail[=REASON]|fail-after=N|hang"
 };
 
 struct ClientConfig {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
     if (write(ready[1], &ok, 1) != 1) return 1;
     close(ready[1]);
   }
+  std::atomic<bool> served{false};
   std::thread waiter([&] {
     for (;;) {
       int sig = 0;
@@ -115,14 +117,15 @@ int main(int argc, char** argv) {
       }
       log::Info(std::string("caught ") + strsignal(sig) + ", stopping");
       daemon.Stop();
-      // Every answered request is already on disk; do not wait for idle keep-alive
-      // connections to time out.
-      std::this_thread::sleep_for(std::chrono::seconds(2));
+      // Every answered request is already on disk: wait briefly for requests in flight,
+      // not for idle keep-alive connections to time out.
+      for (int i = 0; i < 40 && !served.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(25));
       log::Info("stopped");
       _exit(0);
     }
   });
   daemon.Run();
+  served = true;
   waiter.join();
   return 0;
 }

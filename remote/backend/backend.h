@@ -32,6 +32,8 @@ struct GpuInfo {
 };
 
 enum class Health { kOk, kFailed };
+// "OK" or "FAILED", as in gpupoold's API.
+inline const char* HealthName(Health h) { return h == Health::kOk ? "OK" : "FAILED"; }
 
 struct HealthState {
   Health health = Health::kOk;

@@ -16,12 +16,14 @@ NODES=${GPUPOOL_DEV_NODES:-2}
 UP_TIMEOUT=${GPUPOOL_DEV_TIMEOUT:-60}
 
 # Port map (base = PORTBASE): slurmctld base, slurmd base+1.., gpupoold base+10,
-# agents' data endpoints base+20.., agents' control APIs base+30..
+# a test's stand-in gpupoold base+15, agents' data endpoints base+20.., agents' control
+# APIs base+30.., an agent that tests start to join the cluster (JOIN_HOST) base+29.
 CTLD_PORT=$PORTBASE
 POOLD_PORT=$((PORTBASE + 10))
 slurmd_port() { echo $((PORTBASE + $1)); }          # $1 = node number (1-based)
 agent_port() { echo $((PORTBASE + 19 + $1)); }      # $1 = gpu host number (1-based)
 control_port() { echo $((PORTBASE + 29 + $1)); }
+JOIN_AGENT_PORT=$((PORTBASE + 29))
 
 POOLD_URL="http://127.0.0.1:$POOLD_PORT"
 CLUSTER_NAME=gpupooldev
@@ -47,14 +49,20 @@ GRES_PLUGIN_DIR=$BUILD/lib/slurm     # holds gres_gpupool.so once gres/ is built
 JOB_SUBMIT_LUA=$REPO/scripts/job_submit.lua
 
 # Simulated GPU topology: host rack model memory count.
+# a100 and h100 span both racks (8 GPUs each); l40s is a pool of exactly 4, so that tests
+# can exhaust a whole pool without touching the GPUs other tests lease.
 GPU_HOSTS=(
   "gpuhost1 rack1 A100-SXM4-80GB 80G 4"
   "gpuhost2 rack1 H100-SXM5-80GB 80G 4"
   "gpuhost3 rack2 A100-SXM4-80GB 80G 4"
   "gpuhost4 rack2 H100-SXM5-80GB 80G 4"
+  "gpuhost5 rack2 L40S-PCIE-48GB 48G 4"
 )
+# A GPU host that is not part of the cluster until a test starts its agent ("an agent
+# joining"): its GPUs form the l4 pool, which is empty (total 0) before it first joins.
+JOIN_HOST="gpuhost6 rack1 L4-PCIE-24GB 24G 2"
 # Pools: name model-glob. Totals are counted from GPU_HOSTS.
-POOLS=("a100 A100*" "h100 H100*")
+POOLS=("a100 A100*" "h100 H100*" "l40s L40S*" "l4 L4-*")
 # Per-node limit of remote GPUs a compute node can drive (GRES gpupool count).
 NODE_GPU_LIMIT=${GPUPOOL_DEV_NODE_GPUS:-8}
 
@@ -69,7 +77,7 @@ pool_total() {
   echo "$total"
 }
 
-# Every part, in start order. `down` stops them in reverse.
+# Every part `up` starts, in start order. `down` stops them in reverse.
 all_parts() {
   echo munge
   echo slurmctld
@@ -79,3 +87,6 @@ all_parts() {
   for entry in "${GPU_HOSTS[@]}"; do echo "agent-${entry%% *}"; done
   echo publisher
 }
+
+# Parts that only `join` starts; `down` stops them too.
+extra_parts() { echo "agent-${JOIN_HOST%% *}"; }

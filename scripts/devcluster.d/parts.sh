@@ -48,17 +48,23 @@ part_missing() {
   esac
 }
 
-# Agent parameters for host $1: "number rack model mem count".
+# Agent parameters for host $1: "listen-port control-port rack model mem count"
+# (control-port "-": no control API).
 agent_entry() {
   local i=0 host rack model mem count
   for entry in "${GPU_HOSTS[@]}"; do
     i=$((i + 1))
     read -r host rack model mem count <<<"$entry"
     if [[ $host == "$1" ]]; then
-      echo "$i $rack $model $mem $count"
+      echo "$(agent_port "$i") $(control_port "$i") $rack $model $mem $count"
       return 0
     fi
   done
+  read -r host rack model mem count <<<"$JOIN_HOST"
+  if [[ $host == "$1" ]]; then
+    echo "$JOIN_AGENT_PORT - $rack $model $mem $count"
+    return 0
+  fi
   return 1
 }
 
@@ -68,8 +74,16 @@ spawn() {
   shift
   log=$(part_log "$part")
   echo "=== $(date '+%F %T') starting: $*" >>"$log"
-  SLURM_CONF=$SLURM_CONF_FILE MUNGE_SOCKET=$MUNGE_SOCK GPUPOOL_CONF=$GPUPOOL_CONF_FILE \
-    setsid "$@" </dev/null >>"$log" 2>&1 &
+  (
+    # The daemon keeps no descriptor of its caller but stdio: an inherited pipe (a test
+    # runner's, a $(...)) would make the caller wait for the daemon to exit.
+    for fd in /proc/$BASHPID/fd/*; do
+      fd=${fd##*/}
+      ((fd > 2 && fd != 255)) && eval "exec $fd>&-"
+    done
+    SLURM_CONF=$SLURM_CONF_FILE MUNGE_SOCKET=$MUNGE_SOCK GPUPOOL_CONF=$GPUPOOL_CONF_FILE \
+      exec setsid "$@"
+  ) </dev/null >>"$log" 2>&1 &
   echo $! >"$(pid_file "$part")"
 }
 
@@ -97,13 +111,15 @@ part_start() {
       spawn gpupoold "$GPUPOOLD_BIN" -D -f "$GPUPOOL_CONF_FILE"
       ;;
     agent-*)
-      local host=${part#agent-} n rack model mem count
-      read -r n rack model mem count <<<"$(agent_entry "$host")"
+      local host=${part#agent-} port control rack model mem count control_args=()
+      read -r port control rack model mem count <<<"$(agent_entry "$host")"
+      [[ $control == - ]] || control_args=(--control "127.0.0.1:$control")
       spawn "$part" "$AGENTD_BIN" -D -f "$GPUPOOL_CONF_FILE" --host "$host" --rack "$rack" \
-        --listen "127.0.0.1:$(agent_port "$n")" --control "127.0.0.1:$(control_port "$n")" \
-        --sim-gpus "$model:$mem:$count"
+        --listen "127.0.0.1:$port" "${control_args[@]}" --sim-gpus "$model:$mem:$count"
       ;;
     publisher)
+      # `up` waits for this file: a stale one would let it return before publishing.
+      rm -f "$DEVDIR/publisher.ok"
       spawn publisher "$(part_binary publisher)" -D --devdir "$DEVDIR" \
         --server "$POOLD_URL" --licenses "$LICENSES_CONF" --interval 1
       ;;
@@ -161,8 +177,8 @@ part_ready() {
         { echo "GET $POOLD_URL/v1/ping does not answer ok"; return 1; }
       ;;
     agent-*)
-      local host=${part#agent-} n rack model mem count body seen
-      read -r n rack model mem count <<<"$(agent_entry "$host")"
+      local host=${part#agent-} port control rack model mem count body seen
+      read -r port control rack model mem count <<<"$(agent_entry "$host")"
       body=$(poold_get "/v1/gpus") || { echo "GET /v1/gpus fails"; return 1; }
       seen=$(jq -r --arg h "$host" \
         '[.gpus[] | select(.host == $h and .state != "UNREACHABLE")] | length' <<<"$body")

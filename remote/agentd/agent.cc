@@ -1,0 +1,175 @@
+#include "remote/agentd/agent.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "common/api_client.h"
+#include "common/log.h"
+
+namespace gpupool::agentd {
+
+Agent::Agent(AgentOptions options, backend::GpuBackend* backend, LeaseTable* leases)
+    : options_(std::move(options)), backend_(backend), leases_(leases) {}
+
+Agent::~Agent() { Stop(); }
+
+void Agent::Start() {
+  std::shared_ptr<Wake> wake = wake_;  // the listener must not touch `this`
+  backend_->SetHealthListener([wake](int index) {
+    log::Verbose("GPU " + std::to_string(index) + " changed health; heartbeating now");
+    {
+      std::lock_guard<std::mutex> l(wake->mu);
+      wake->heartbeat_soon = true;
+    }
+    wake->cv.notify_all();
+  });
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Agent::Stop() {
+  {
+    std::lock_guard<std::mutex> l(wake_->mu);
+    if (wake_->stopping && !thread_.joinable()) return;
+    wake_->stopping = true;
+  }
+  wake_->cv.notify_all();
+  if (thread_.joinable()) thread_.join();
+  backend_->SetHealthListener(nullptr);
+}
+
+void Agent::HeartbeatSoon() {
+  {
+    std::lock_guard<std::mutex> l(wake_->mu);
+    wake_->heartbeat_soon = true;
+  }
+  wake_->cv.notify_all();
+}
+
+bool Agent::Wait(int ms) {
+  std::unique_lock<std::mutex> l(wake_->mu);
+  wake_->cv.wait_for(l, std::chrono::milliseconds(ms), [this] { return wake_->stopping || wake_->heartbeat_soon; });
+  return !wake_->stopping;
+}
+
+nlohmann::json Agent::RegisterBody() const {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const backend::GpuInfo& g : backend_->Discover()) {
+    backend::HealthState h = backend_->Health(g.index);
+    gpus.push_back({{"uuid", g.uuid},
+                    {"index", g.index},
+                    {"model", g.model},
+                    {"memory_mib", g.memory_bytes / (1024 * 1024)},
+                    {"pci_bus_id", g.pci_bus_id},
+                    {"numa_node", g.numa_node},
+                    {"health", backend::HealthName(h.health)}});
+  }
+  return {{"host", options_.config.host},
+          {"rack", options_.config.rack},
+          {"endpoint", options_.config.listen},
+          {"gpus", gpus}};
+}
+
+nlohmann::json Agent::HeartbeatBody() const {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const backend::GpuInfo& g : backend_->Discover()) {
+    backend::HealthState h = backend_->Health(g.index);
+    nlohmann::json gpu = {{"uuid", g.uuid}, {"health", backend::HealthName(h.health)}};
+    if (!h.reason.empty()) gpu["reason"] = h.reason;
+    gpus.push_back(gpu);
+  }
+  return {{"host", options_.config.host}, {"gpus", gpus}};
+}
+
+void Agent::Trouble(const std::string& what, const Status& status) {
+  std::string text = what + ": " + status.message();
+  if (text == trouble_) {
+    log::Debug(text + " (still)");
+    return;
+  }
+  trouble_ = text;
+  log::Warning(text + "; retrying");
+}
+
+void Agent::Recovered(const std::string& message) {
+  if (!trouble_.empty()) log::Info(message);
+  trouble_.clear();
+}
+
+void Agent::Run() {
+  ApiClientOptions api;
+  api.server = options_.config.server;
+  api.munge_socket = options_.munge_socket;
+  api.timeout_ms = std::clamp(options_.config.heartbeat_interval * 1000, 1000, 5000);
+  ApiClient client(api);
+
+  const int interval_ms = options_.config.heartbeat_interval * 1000;
+  int backoff_ms = options_.initial_backoff_ms;
+  auto next_heartbeat = std::chrono::steady_clock::now();
+  while (true) {
+    {
+      std::lock_guard<std::mutex> l(wake_->mu);
+      if (wake_->stopping) return;
+    }
+    if (!registered_.load()) {
+      {
+        std::lock_guard<std::mutex> l(wake_->mu);
+        wake_->heartbeat_soon = false;  // the registration carries the current health
+      }
+      nlohmann::json body = RegisterBody();
+      Result<nlohmann::json> answer = client.Post("/v1/agents/register", body);
+      if (!answer.ok()) {
+        Trouble("cannot register with gpupoold at " + options_.config.server, answer.status());
+        if (!Wait(backoff_ms)) return;
+        backoff_ms = std::min(backoff_ms * 2, options_.max_backoff_ms);
+        continue;
+      }
+      backoff_ms = options_.initial_backoff_ms;
+      registered_.store(true);
+      registrations_.fetch_add(1);
+      trouble_.clear();
+      log::Info("registered " + std::to_string(body["gpus"].size()) + " GPUs of host " +
+                options_.config.host + " (rack " + options_.config.rack + ") with gpupoold at " +
+                options_.config.server);
+      next_heartbeat = std::chrono::steady_clock::now();  // fetch leases at once
+    }
+
+    auto now = std::chrono::steady_clock::now();
+    if (now < next_heartbeat) {
+      int wait_ms = static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - now).count());
+      if (!Wait(wait_ms)) return;
+      std::lock_guard<std::mutex> l(wake_->mu);
+      if (!wake_->heartbeat_soon && std::chrono::steady_clock::now() < next_heartbeat) continue;
+    }
+    {
+      std::lock_guard<std::mutex> l(wake_->mu);
+      wake_->heartbeat_soon = false;
+    }
+    next_heartbeat = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval_ms);
+    Result<nlohmann::json> answer = client.Post("/v1/agents/heartbeat", HeartbeatBody());
+    if (!answer.ok()) {
+      if (answer.status().code() == Status::Code::kNotFound) {
+        log::Warning("gpupoold does not know host " + options_.config.host + " (" +
+                     answer.status().message() + "); registering again");
+        registered_.store(false);
+        continue;
+      }
+      Trouble("heartbeat to gpupoold at " + options_.config.server + " failed", answer.status());
+      continue;
+    }
+    heartbeats_.fetch_add(1);
+    Recovered("heartbeats to gpupoold at " + options_.config.server + " succeed again");
+    Result<std::vector<LeaseGrant>> grants = ParseLeaseGrants(answer.value());
+    if (!grants.ok()) {
+      log::Warning(grants.status().message() + "; keeping the previous lease table");
+      continue;
+    }
+    uint64_t before = leases_->version();
+    leases_->Replace(grants.value());
+    if (leases_->version() != before) {
+      log::Verbose("lease table now has " + std::to_string(leases_->size()) + " GPU(s) leased");
+    }
+  }
+}
+
+}  // namespace gpupool::agentd

@@ -1,0 +1,9 @@
+// gpupool-agentd: registers this host's GPUs with gpupoold and serves them. See agentd.h.
+#include <string>
+#include <vector>
+
+#include "remote/agentd/agentd.h"
+
+int main(int argc, char** argv) {
+  return gpupool::agentd::RunAgentd(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -1,0 +1,408 @@
+// Driver API: initialisation, devices, primary contexts and the context stack.
+#include <cstdio>
+#include <cstring>
+
+#include "remote/client/api_common.h"
+#include "remote/client/device_attributes.h"
+
+using namespace gpupool::client;  // NOLINT: the C entry points below live at global scope
+
+namespace {
+
+Device* GetDevice(CUdevice ordinal) { return Runtime::Get().device(ordinal); }
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuInit(unsigned int flags) {
+  GPUPOOL_BODY({
+    if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    return Runtime::Get().Init(flags);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDriverGetVersion(int* version) {
+  GPUPOOL_BODY({
+    if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *version = CUDA_VERSION;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetCount(int* count) {
+  GPUPOOL_BODY({
+    if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    *count = Runtime::Get().device_count();
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
+  GPUPOOL_BODY({
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (GetDevice(ordinal) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetName(char* name, int length, CUdevice device) {
+  GPUPOOL_BODY({
+    if (name == nullptr || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    std::snprintf(name, length, "%s", d->description.name);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice device) {
+  GPUPOOL_BODY({
+    if (bytes == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = d->description.total_memory;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice device) {
+  GPUPOOL_BODY({
+    if (uuid == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    *uuid = d->uuid_bytes;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice device) {
+  return cuDeviceGetUuid_v2(uuid, device);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute,
+                                                       CUdevice device) {
+  GPUPOOL_BODY({
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    return DeviceAttribute(*d, attribute, value);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor,
+                                                            CUdevice device) {
+  GPUPOOL_BODY({
+    if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    *major = d->description.cc_major;
+    *minor = d->description.cc_minor;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetPCIBusId(char* bus_id, int length, CUdevice device) {
+  GPUPOOL_BODY({
+    if (bus_id == nullptr || length <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    std::snprintf(bus_id, length, "%04x:%02x:%02x.0", d->pci_domain, d->pci_bus, d->pci_device);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice* device, const char* bus_id) {
+  GPUPOOL_BODY({
+    if (device == nullptr || bus_id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    unsigned domain = 0, bus = 0, slot = 0;
+    if (std::sscanf(bus_id, "%x:%x:%x", &domain, &bus, &slot) != 3) return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < Runtime::Get().device_count(); ++i) {
+      Device* d = GetDevice(i);
+      if (d->pci_domain == static_cast<int>(domain) && d->pci_bus == static_cast<int>(bus) &&
+          d->pci_device == static_cast<int>(slot)) {
+        *device = i;
+        return CUDA_SUCCESS;
+      }
+    }
+    return CUDA_ERROR_INVALID_DEVICE;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceCanAccessPeer(int* can_access, CUdevice device,
+                                                        CUdevice peer) {
+  GPUPOOL_BODY({
+    if (can_access == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (GetDevice(device) == nullptr || GetDevice(peer) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    *can_access = 0;  // remote GPUs never map each other's memory
+    return CUDA_SUCCESS;
+  });
+}
+
+// --- Primary contexts --------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {
+  GPUPOOL_BODY({
+    if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    ++d->primary_references;
+    *context = reinterpret_cast<CUcontext>(&d->primary);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice device) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    if (d->primary_references == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    --d->primary_references;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice device) {
+  return cuDevicePrimaryCtxRelease_v2(device);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice device, unsigned int* flags,
+                                                             int* active) {
+  GPUPOOL_BODY({
+    if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    *flags = d->primary.flags;
+    *active = d->primary_references > 0 ? 1 : 0;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice device,
+                                                                unsigned int flags) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    d->primary.flags = flags;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags(CUdevice device, unsigned int flags) {
+  return cuDevicePrimaryCtxSetFlags_v2(device, flags);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice device) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Device* d = GetDevice(device);
+    if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    // Resetting would have to free the context's server-side resources; the connection
+    // keeps them until the process exits instead. Run the storage destructors, as CUDA does.
+    std::map<void*, ContextStorageEntry> storage;
+    {
+      std::lock_guard<std::mutex> lock(d->primary.storage_mu);
+      storage.swap(d->primary.storage);
+    }
+    for (auto& [key, entry] : storage) {
+      if (entry.destructor) entry.destructor(reinterpret_cast<CUcontext>(&d->primary), key, entry.value);
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice device) {
+  return cuDevicePrimaryCtxReset_v2(device);
+}
+
+// --- The context stack -------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetCurrent(CUcontext* context) {
+  GPUPOOL_BODY({
+    if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    *context = reinterpret_cast<CUcontext>(CurrentContext());
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSetCurrent(CUcontext context) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (context != nullptr && AsContext(context) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    SetCurrentContext(AsContext(context));
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext context) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Context* c = AsContext(context);
+    if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    ContextStack().push_back(c);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* context) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (ContextStack().empty()) return CUDA_ERROR_INVALID_CONTEXT;
+    if (context != nullptr) *context = reinterpret_cast<CUcontext>(ContextStack().back());
+    ContextStack().pop_back();
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetDevice(CUdevice* device) {
+  GPUPOOL_BODY({
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    int ordinal = 0;
+    if (CUresult status = CurrentDevice(&ordinal); status != CUDA_SUCCESS) return status;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetDevice_v2(CUdevice* device, CUcontext context) {
+  GPUPOOL_BODY({
+    if (context == nullptr) return cuCtxGetDevice(device);
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    Context* c = AsContext(context);
+    if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    *device = c->device;
+    return CUDA_SUCCESS;
+  });
+}
+
+namespace {
+
+CUresult SynchronizeDevice(int device) {
+  gpupool::dataplane::StreamArgs args{0, 0, 0};
+  return Runtime::Get().Call(device, gpupool::dataplane::kOpContextSynchronize, &args, sizeof(args));
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSynchronize(void) {
+  GPUPOOL_BODY({
+    int device = 0;
+    if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+    return SynchronizeDevice(device);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext context) {
+  GPUPOOL_BODY({
+    if (context == nullptr) return cuCtxSynchronize();
+    Context* c = AsContext(context);
+    if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    return SynchronizeDevice(c->device);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetFlags(unsigned int* flags) {
+  GPUPOOL_BODY({
+    if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Context* c = CurrentContext();
+    if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    *flags = c->flags;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSetFlags(unsigned int flags) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Context* c = CurrentContext();
+    if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    c->flags = flags;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetApiVersion(CUcontext context, unsigned int* version) {
+  GPUPOOL_BODY({
+    if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    *version = 3020;  // the context API version every modern context reports
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetLimit(size_t* value, CUlimit limit) {
+  GPUPOOL_BODY({
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    switch (limit) {
+      case CU_LIMIT_STACK_SIZE: *value = 1024; break;
+      case CU_LIMIT_PRINTF_FIFO_SIZE: *value = 1 << 20; break;
+      case CU_LIMIT_MALLOC_HEAP_SIZE: *value = 8 << 20; break;
+      case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH: *value = 2; break;
+      case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT: *value = 2048; break;
+      case CU_LIMIT_MAX_L2_FETCH_GRANULARITY: *value = 64; break;
+      case CU_LIMIT_PERSISTING_L2_CACHE_SIZE: *value = 0; break;
+      default: return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    // Accepted and ignored: the sim has no such limits; a GPU host applies its defaults.
+    return limit <= CU_LIMIT_PERSISTING_L2_CACHE_SIZE ? CUDA_SUCCESS : CUDA_ERROR_UNSUPPORTED_LIMIT;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache* config) {
+  GPUPOOL_BODY({
+    if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *config = CU_FUNC_CACHE_PREFER_NONE;
+    return RequireInit();
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config) {
+  GPUPOOL_BODY({ return RequireInit(); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  GPUPOOL_BODY({
+    if (least) *least = 0;
+    if (greatest) *greatest = -5;
+    return RequireInit();
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetLoadingMode(CUmoduleLoadingMode* mode) {
+  GPUPOOL_BODY({
+    if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *mode = CU_MODULE_EAGER_LOADING;
+    return CUDA_SUCCESS;
+  });
+}
+
+// Marks this library as gpupool's replacement driver, so that gpupool-agentd's cuda
+// executor refuses to load it as the GPU host's real driver.
+GPUPOOL_CUDA_API int cuGpupoolRemotingLibrary(void) { return 1; }

@@ -1,0 +1,401 @@
+// Driver API: modules, libraries, kernels/functions and kernel launch.
+//
+// Images are parsed here (fatbin.h) for their kernels' parameter layouts, and shipped to
+// the agent once per device. A launch packs the arguments by that layout and travels
+// one-way; its execution errors arrive at the next synchronising call. Launch
+// configuration errors are caught here, at launch time, like a real driver does.
+#include <cstring>
+
+#include "remote/client/api_common.h"
+
+using namespace gpupool::client;  // NOLINT
+
+namespace {
+
+namespace dp = gpupool::dataplane;
+
+CUresult NewModule(const void* image, bool is_library, Module** result) {
+  auto parsed = ParseModuleImage(image);
+  if (!parsed.ok()) {
+    LogError("cannot load module: %s", parsed.status().message().c_str());
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  auto module = std::make_unique<Module>();
+  module->is_library = is_library;
+  const auto* bytes = static_cast<const uint8_t*>(parsed->bytes);
+  module->image.assign(bytes, bytes + parsed->size);
+  module->kernels = std::move(parsed->kernels);
+  *result = module.release();
+  return CUDA_SUCCESS;
+}
+
+CUresult LoadModuleForCurrentContext(CUmodule* handle, const void* image) {
+  if (handle == nullptr || image == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+  Module* module = nullptr;
+  if (CUresult status = NewModule(image, false, &module); status != CUDA_SUCCESS) return status;
+  uint64_t remote_id = 0;
+  if (CUresult status = Runtime::Get().EnsureModuleLoaded(module, device, &remote_id);
+      status != CUDA_SUCCESS) {
+    delete module;
+    return status;
+  }
+  *handle = reinterpret_cast<CUmodule>(module);
+  return CUDA_SUCCESS;
+}
+
+CUresult UnloadModule(const void* handle) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  Module* module = AsModule(handle);
+  if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  for (auto& [device, remote_id] : module->remote_ids) {
+    dp::ModuleUnloadArgs args{remote_id};
+    Runtime::Get().Post(device, dp::kOpModuleUnload, &args, sizeof(args));
+  }
+  module->magic = 0;
+  delete module;
+  return CUDA_SUCCESS;
+}
+
+// The Function for kernel `name` of `module` (created on first request).
+CUresult GetFunction(Module* module, const char* name, Function** result) {
+  if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+  auto existing = module->functions.find(name);
+  if (existing != module->functions.end()) {
+    *result = existing->second.get();
+    return CUDA_SUCCESS;
+  }
+  auto kernel = module->kernels.find(name);
+  if (kernel == module->kernels.end()) return CUDA_ERROR_NOT_FOUND;
+  auto function = std::make_unique<Function>();
+  function->module = module;
+  function->name = name;
+  function->layout = kernel->second;
+  *result = function.get();
+  module->functions[name] = std::move(function);
+  return CUDA_SUCCESS;
+}
+
+// Packs kernel arguments into the layout the kernel expects.
+CUresult PackParams(const Function& function, void** params, void** extra,
+                    std::vector<char>* packed) {
+  if (extra != nullptr) {
+    // CU_LAUNCH_PARAM_BUFFER_POINTER, ptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END
+    const void* buffer = nullptr;
+    size_t size = 0;
+    for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+        buffer = extra[i + 1];
+      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+        size = *static_cast<size_t*>(extra[i + 1]);
+      } else {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    if (params != nullptr || (size > 0 && buffer == nullptr)) return CUDA_ERROR_INVALID_VALUE;
+    packed->assign(static_cast<const char*>(buffer), static_cast<const char*>(buffer) + size);
+    return CUDA_SUCCESS;
+  }
+  packed->assign(function.layout.param_size, 0);
+  if (function.layout.params.empty()) return CUDA_SUCCESS;
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < function.layout.params.size(); ++i) {
+    const ParamSlot& slot = function.layout.params[i];
+    if (params[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::memcpy(packed->data() + slot.offset, params[i], slot.size);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[3],
+                unsigned shared_mem, CUstream stream, void** params, void** extra) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  Function* function = AsFunction(handle);
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
+  if (threads == 0 || threads > 1024 || block[0] > 1024 || block[1] > 1024 || block[2] > 64 ||
+      grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u ||
+      grid[1] > 65535 || grid[2] > 65535 || shared_mem > 166912) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int device = 0;
+  dp::LaunchArgs args{};
+  if (CUresult status = ResolveDevice(stream, &device, &args.stream); status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (CUresult status = Runtime::Get().EnsureFunction(function, device, &args.function);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  std::vector<char> packed;
+  if (CUresult status = PackParams(*function, params, extra, &packed); status != CUDA_SUCCESS) {
+    return status;
+  }
+  std::memcpy(args.grid, grid, sizeof(args.grid));
+  std::memcpy(args.block, block, sizeof(args.block));
+  args.shared_mem = shared_mem;
+  args.param_size = static_cast<uint32_t>(packed.size());
+  return Runtime::Get().Post(device, dp::kOpLaunch, &args, sizeof(args), packed.data(),
+                             packed.size());
+}
+
+CUresult LaunchEx(const CUlaunchConfig* config, CUfunction function, void** params, void** extra) {
+  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    const CUlaunchAttribute& attribute = config->attrs[i];
+    if (attribute.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && attribute.value.cooperative) {
+      return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cooperative)"));
+    }
+    // Other attributes (priorities, cluster hints, serialization) only tune scheduling.
+  }
+  unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
+  unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
+  return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra);
+}
+
+}  // namespace
+
+// --- Modules -------------------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
+  GPUPOOL_BODY({ return LoadModuleForCurrentContext(module, image); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image,
+                                                     unsigned int, CUjit_option*, void**) {
+  GPUPOOL_BODY({ return LoadModuleForCurrentContext(module, image); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule* module, const void* fatbin) {
+  GPUPOOL_BODY({ return LoadModuleForCurrentContext(module, fatbin); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleUnload(CUmodule module) {
+  GPUPOOL_BODY({ return UnloadModule(module); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetFunction(CUfunction* result, CUmodule handle,
+                                                      const char* name) {
+  GPUPOOL_BODY({
+    if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Function* function = nullptr;
+    if (CUresult status = GetFunction(AsModule(handle), name, &function); status != CUDA_SUCCESS) {
+      return status;
+    }
+    *result = reinterpret_cast<CUfunction>(function);
+    return CUDA_SUCCESS;
+  });
+}
+
+// --- Libraries (context-independent modules, what the CUDA 12+ runtime uses) ----------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code,
+                                                    CUjit_option*, void**, unsigned int,
+                                                    CUlibraryOption*, void**, unsigned int) {
+  GPUPOOL_BODY({
+    if (library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Module* module = nullptr;
+    if (CUresult status = NewModule(code, true, &module); status != CUDA_SUCCESS) return status;
+    *library = reinterpret_cast<CUlibrary>(module);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
+  GPUPOOL_BODY({ return UnloadModule(library); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetKernel(CUkernel* result, CUlibrary library,
+                                                     const char* name) {
+  GPUPOOL_BODY({
+    if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Function* function = nullptr;
+    if (CUresult status = GetFunction(AsModule(library), name, &function); status != CUDA_SUCCESS) {
+      return status;
+    }
+    *result = reinterpret_cast<CUkernel>(function);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetModule(CUmodule* module, CUlibrary library) {
+  GPUPOOL_BODY({
+    if (module == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (AsModule(library) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *module = reinterpret_cast<CUmodule>(library);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int* count, CUlibrary library) {
+  GPUPOOL_BODY({
+    Module* module = AsModule(library);
+    if (count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *count = static_cast<unsigned>(module->kernels.size());
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int count,
+                                                            CUlibrary library) {
+  GPUPOOL_BODY({
+    Module* module = AsModule(library);
+    if (kernels == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    std::vector<std::string> names;
+    for (const auto& [name, layout] : module->kernels) names.push_back(name);
+    for (unsigned i = 0; i < count && i < names.size(); ++i) {
+      Function* function = nullptr;
+      if (CUresult status = GetFunction(module, names[i].c_str(), &function);
+          status != CUDA_SUCCESS) {
+        return status;
+      }
+      kernels[i] = reinterpret_cast<CUkernel>(function);
+    }
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetFunction(CUfunction* result, CUkernel kernel) {
+  GPUPOOL_BODY({
+    if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (AsFunction(kernel) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *result = reinterpret_cast<CUfunction>(kernel);
+    return CUDA_SUCCESS;
+  });
+}
+
+// --- Function/kernel queries ---------------------------------------------------------------
+
+namespace {
+
+CUresult Name(const void* handle, const char** name) {
+  Function* function = AsFunction(handle);
+  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *name = function->name.c_str();
+  return CUDA_SUCCESS;
+}
+
+CUresult ParamInfo(const void* handle, size_t index, size_t* offset, size_t* size) {
+  Function* function = AsFunction(handle);
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (index >= function->layout.params.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (offset) *offset = function->layout.params[index].offset;
+  if (size) *size = function->layout.params[index].size;
+  return CUDA_SUCCESS;
+}
+
+CUresult FunctionAttribute(int* value, int attribute, const void* handle) {
+  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Function* function = AsFunction(handle);
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Device* device = Runtime::Get().device(CurrentContext() ? CurrentContext()->device : 0);
+  int cc = device ? device->description.cc_major * 10 + device->description.cc_minor : 80;
+  switch (attribute) {
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *value = cc; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = cc; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = 49152; break;
+    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = -1; break;
+    default: *value = 0;  // static shared/const/local sizes, cache mode, cluster attributes
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction function) {
+  GPUPOOL_BODY({ return Name(function, name); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel kernel) {
+  GPUPOOL_BODY({ return Name(kernel, name); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction function, size_t index,
+                                                     size_t* offset, size_t* size) {
+  GPUPOOL_BODY({ return ParamInfo(function, index, offset, size); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t index,
+                                                       size_t* offset, size_t* size) {
+  GPUPOOL_BODY({ return ParamInfo(kernel, index, offset, size); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attribute,
+                                                     CUfunction function) {
+  GPUPOOL_BODY({ return FunctionAttribute(value, attribute, function); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetAttribute(int* value, CUfunction_attribute attribute,
+                                                       CUkernel kernel, CUdevice) {
+  GPUPOOL_BODY({ return FunctionAttribute(value, attribute, kernel); });
+}
+// Attribute and cache settings tune a real GPU's scheduling; accepted and not forwarded.
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, CUfunction_attribute,
+                                                     int) {
+  GPUPOOL_BODY({ return AsFunction(function) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute, int, CUkernel kernel,
+                                                       CUdevice) {
+  GPUPOOL_BODY({ return AsFunction(kernel) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction function, CUfunc_cache) {
+  GPUPOOL_BODY({ return AsFunction(function) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache, CUdevice) {
+  GPUPOOL_BODY({ return AsFunction(kernel) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
+    int* blocks, CUfunction function, int block_size, size_t, unsigned int) {
+  GPUPOOL_BODY({
+    if (blocks == nullptr || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
+    if (AsFunction(function) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *blocks = std::max(1, std::min(32, 2048 / block_size));
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(
+    int* blocks, CUfunction function, int block_size, size_t dynamic_shared) {
+  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, function, block_size,
+                                                              dynamic_shared, 0);
+}
+
+// --- Launch --------------------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                                 unsigned int gz, unsigned int bx, unsigned int by,
+                                                 unsigned int bz, unsigned int shared_mem,
+                                                 CUstream stream, void** params, void** extra) {
+  GPUPOOL_BODY({
+    unsigned grid[3] = {gx, gy, gz};
+    unsigned block[3] = {bx, by, bz};
+    return Launch(f, grid, block, shared_mem, stream, params, extra);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx,
+                                                      unsigned int gy, unsigned int gz,
+                                                      unsigned int bx, unsigned int by,
+                                                      unsigned int bz, unsigned int shared_mem,
+                                                      CUstream stream, void** params,
+                                                      void** extra) {
+  return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
+                                                   void** params, void** extra) {
+  GPUPOOL_BODY({ return LaunchEx(config, f, params, extra); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config,
+                                                        CUfunction f, void** params,
+                                                        void** extra) {
+  return cuLaunchKernelEx(config, f, params, extra);
+}

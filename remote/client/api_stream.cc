@@ -1,0 +1,272 @@
+// Driver API: streams and events.
+//
+// Stream and event handles are created here (the server learns them one-way); operations
+// that wait (synchronize, query, elapsed time) are round trips that also deliver the
+// errors of earlier asynchronous work.
+#include <cstring>
+
+#include "remote/client/api_common.h"
+
+using namespace gpupool::client;  // NOLINT
+
+namespace {
+
+namespace dp = gpupool::dataplane;
+
+CUresult CreateStream(CUstream* result, unsigned flags, int priority) {
+  if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+  auto stream = std::make_unique<Stream>();
+  stream->id = Runtime::Get().NewId();
+  stream->context = CurrentContext();
+  stream->flags = flags;
+  stream->priority = priority;
+  dp::StreamArgs args{stream->id, flags, priority};
+  if (CUresult status = Runtime::Get().Post(device, dp::kOpStreamCreate, &args, sizeof(args));
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  *result = reinterpret_cast<CUstream>(stream.release());
+  return CUDA_SUCCESS;
+}
+
+CUresult StreamCall(CUstream stream, uint32_t op) {
+  int device = 0;
+  uint64_t id = 0;
+  if (CUresult status = ResolveDevice(stream, &device, &id); status != CUDA_SUCCESS) return status;
+  dp::StreamArgs args{id, 0, 0};
+  return Runtime::Get().Call(device, op, &args, sizeof(args));
+}
+
+CUresult RecordEvent(CUevent handle, CUstream stream) {
+  Event* event = AsEvent(handle);
+  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  int device = 0;
+  uint64_t stream_id = 0;
+  if (CUresult status = ResolveDevice(stream, &device, &stream_id); status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (device != event->context->device) return CUDA_ERROR_INVALID_HANDLE;
+  dp::EventRecordArgs args{event->id, stream_id};
+  return Runtime::Get().Post(device, dp::kOpEventRecord, &args, sizeof(args));
+}
+
+CUresult EventCall(CUevent handle, uint32_t op) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  Event* event = AsEvent(handle);
+  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  dp::EventArgs args{event->id, event->flags, 0};
+  return Runtime::Get().Call(event->context->device, op, &args, sizeof(args));
+}
+
+CUresult WaitEvent(CUstream stream, CUevent handle) {
+  Event* event = AsEvent(handle);
+  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  int device = 0;
+  uint64_t stream_id = 0;
+  if (CUresult status = ResolveDevice(stream, &device, &stream_id); status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (event->context->device != device) {
+    // Cross-GPU dependency: wait here for the event, then the stream may go on.
+    return EventCall(handle, dp::kOpEventSynchronize);
+  }
+  dp::StreamWaitEventArgs args{stream_id, event->id};
+  return Runtime::Get().Post(device, dp::kOpStreamWaitEvent, &args, sizeof(args));
+}
+
+}  // namespace
+
+// --- Streams -------------------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int flags) {
+  GPUPOOL_BODY({ return CreateStream(stream, flags, 0); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* stream, unsigned int flags,
+                                                             int priority) {
+  GPUPOOL_BODY({ return CreateStream(stream, flags, priority); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream handle) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Stream* stream = AsStream(handle);
+    if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    dp::StreamArgs args{stream->id, 0, 0};
+    CUresult status = Runtime::Get().Post(stream->context->device, dp::kOpStreamDestroy, &args,
+                                          sizeof(args));
+    stream->magic = 0;
+    delete stream;
+    return status;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamDestroy(CUstream stream) {
+  return cuStreamDestroy_v2(stream);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSynchronize(CUstream stream) {
+  GPUPOOL_BODY({ return StreamCall(stream, dp::kOpStreamSynchronize); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream stream) {
+  return cuStreamSynchronize(stream);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamQuery(CUstream stream) {
+  GPUPOOL_BODY({ return StreamCall(stream, dp::kOpStreamQuery); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamQuery_ptsz(CUstream stream) { return cuStreamQuery(stream); }
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
+  GPUPOOL_BODY({ return WaitEvent(stream, event); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream stream, CUevent event,
+                                                         unsigned int flags) {
+  return cuStreamWaitEvent(stream, event, flags);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetFlags(CUstream handle, unsigned int* flags) {
+  GPUPOOL_BODY({
+    if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (IsDefaultStream(handle)) {
+      *flags = 0;
+      return CUDA_SUCCESS;
+    }
+    Stream* stream = AsStream(handle);
+    if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *flags = stream->flags;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetPriority(CUstream handle, int* priority) {
+  GPUPOOL_BODY({
+    if (priority == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (IsDefaultStream(handle)) {
+      *priority = 0;
+      return CUDA_SUCCESS;
+    }
+    Stream* stream = AsStream(handle);
+    if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *priority = stream->priority;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCtx(CUstream handle, CUcontext* context) {
+  GPUPOOL_BODY({
+    if (context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (IsDefaultStream(handle)) {
+      if (CurrentContext() == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+      *context = reinterpret_cast<CUcontext>(CurrentContext());
+      return CUDA_SUCCESS;
+    }
+    Stream* stream = AsStream(handle);
+    if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *context = reinterpret_cast<CUcontext>(stream->context);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetId(CUstream handle, unsigned long long* id) {
+  GPUPOOL_BODY({
+    if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (IsDefaultStream(handle)) {
+      *id = 0;
+      return CUDA_SUCCESS;
+    }
+    Stream* stream = AsStream(handle);
+    if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *id = stream->id;
+    return CUDA_SUCCESS;
+  });
+}
+
+// --- Events --------------------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventCreate(CUevent* result, unsigned int flags) {
+  GPUPOOL_BODY({
+    if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    int device = 0;
+    if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+    auto event = std::make_unique<Event>();
+    event->id = Runtime::Get().NewId();
+    event->context = CurrentContext();
+    event->flags = flags;
+    dp::EventArgs args{event->id, flags, 0};
+    if (CUresult status = Runtime::Get().Post(device, dp::kOpEventCreate, &args, sizeof(args));
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    *result = reinterpret_cast<CUevent>(event.release());
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Event* event = AsEvent(handle);
+    if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    dp::EventArgs args{event->id, 0, 0};
+    CUresult status = Runtime::Get().Post(event->context->device, dp::kOpEventDestroy, &args,
+                                          sizeof(args));
+    event->magic = 0;
+    delete event;
+    return status;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy(CUevent event) { return cuEventDestroy_v2(event); }
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
+  GPUPOOL_BODY({ return RecordEvent(event, stream); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord_ptsz(CUevent event, CUstream stream) {
+  return cuEventRecord(event, stream);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags(CUevent event, CUstream stream,
+                                                         unsigned int) {
+  GPUPOOL_BODY({ return RecordEvent(event, stream); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream,
+                                                              unsigned int flags) {
+  return cuEventRecordWithFlags(event, stream, flags);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventQuery(CUevent event) {
+  GPUPOOL_BODY({ return EventCall(event, dp::kOpEventQuery); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventSynchronize(CUevent event) {
+  GPUPOOL_BODY({ return EventCall(event, dp::kOpEventSynchronize); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime_v2(float* milliseconds, CUevent start,
+                                                        CUevent end) {
+  GPUPOOL_BODY({
+    if (milliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Event* first = AsEvent(start);
+    Event* second = AsEvent(end);
+    if (first == nullptr || second == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (first->context->device != second->context->device) return CUDA_ERROR_INVALID_HANDLE;
+    dp::EventElapsedArgs args{first->id, second->id};
+    std::string out;
+    CUresult status = Runtime::Get().Call(first->context->device, dp::kOpEventElapsed, &args,
+                                          sizeof(args), nullptr, 0, nullptr, 0, &out);
+    if (status != CUDA_SUCCESS) return status;
+    dp::EventElapsedResult result{};
+    if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;
+    std::memcpy(&result, out.data(), sizeof(result));
+    *milliseconds = result.milliseconds;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime(float* milliseconds, CUevent start,
+                                                     CUevent end) {
+  return cuEventElapsedTime_v2(milliseconds, start, end);
+}

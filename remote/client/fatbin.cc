@@ -1,0 +1,184 @@
+#include "remote/client/fatbin.h"
+
+#include <elf.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace gpupool::client {
+namespace {
+
+constexpr uint32_t kFatbinWrapperMagic = 0x466243b1;
+constexpr uint32_t kFatbinMagic = 0xBA55ED50;
+constexpr uint16_t kEntryKindElf = 2;
+// Entry flags of compressed payloads (LZ4 and zstd).
+constexpr uint64_t kEntryCompressedMask = 0x2000 | 0x8000;
+
+// EIATTR record formats and the attribute we need.
+constexpr uint8_t kFormatSizedValue = 0x04;  // u16 size follows, then `size` bytes
+constexpr uint8_t kAttrKernelParamInfo = 0x17;
+
+struct FatbinWrapper {
+  uint32_t magic;
+  uint32_t version;
+  const uint8_t* data;
+  const void* filename_or_fatbins;
+};
+
+struct FatbinHeader {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t header_size;
+  uint64_t files_size;  // bytes of entries after this header
+};
+
+struct FatbinEntryHeader {
+  uint16_t kind;
+  uint16_t version;
+  uint32_t header_size;
+  uint32_t padded_payload_size;
+  uint32_t unknown0;
+  uint32_t payload_size;  // 0 in uncompressed ELF entries of CUDA 13 fatbins
+  uint32_t unknown1;
+  uint32_t unknown2;
+  uint32_t sm_version;
+  uint32_t bit_width;
+  uint32_t unknown3;
+  uint64_t flags;
+};
+static_assert(sizeof(FatbinEntryHeader) == 48);
+
+template <typename T>
+T Read(const uint8_t* p) {
+  T value;
+  std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+
+size_t ElfSize(const uint8_t* elf) {
+  auto header = Read<Elf64_Ehdr>(elf);
+  size_t size = header.e_shoff + size_t{header.e_shnum} * header.e_shentsize;
+  size = std::max<size_t>(size, header.e_phoff + size_t{header.e_phnum} * header.e_phentsize);
+  for (int i = 0; i < header.e_shnum; ++i) {
+    auto section = Read<Elf64_Shdr>(elf + header.e_shoff + size_t{i} * header.e_shentsize);
+    if (section.sh_type != SHT_NOBITS) {
+      size = std::max<size_t>(size, section.sh_offset + section.sh_size);
+    }
+  }
+  return size;
+}
+
+bool IsElf(const uint8_t* p) { return std::memcmp(p, ELFMAG, SELFMAG) == 0 && p[EI_CLASS] == ELFCLASS64; }
+
+Status ParseFatbin(const uint8_t* fatbin, ModuleImage* image) {
+  auto header = Read<FatbinHeader>(fatbin);
+  if (header.magic != kFatbinMagic) return Status::InvalidArgument("not a fatbin");
+  image->bytes = fatbin;
+  image->size = header.header_size + header.files_size;
+  const uint8_t* p = fatbin + header.header_size;
+  const uint8_t* end = p + header.files_size;
+  while (p + sizeof(FatbinEntryHeader) <= end) {
+    auto entry = Read<FatbinEntryHeader>(p);
+    if (entry.header_size < sizeof(FatbinEntryHeader)) {
+      return Status::InvalidArgument("fatbin entry header too small");
+    }
+    const uint8_t* payload = p + entry.header_size;
+    size_t payload_size = entry.payload_size ? entry.payload_size : entry.padded_payload_size;
+    if (payload + payload_size > end) return Status::InvalidArgument("fatbin entry overruns");
+    if (entry.kind == kEntryKindElf && !(entry.flags & kEntryCompressedMask) &&
+        payload_size >= sizeof(Elf64_Ehdr) && IsElf(payload)) {
+      GPUPOOL_RETURN_IF_ERROR(ParseCubin(payload, payload_size, &image->kernels));
+    }
+    p += entry.header_size + entry.padded_payload_size;
+  }
+  return Status::OK();
+}
+
+// Parses the EIATTR records of one `.nv.info.<kernel>` section.
+KernelLayout ParseKernelInfo(const uint8_t* p, size_t size) {
+  KernelLayout layout;
+  struct Indexed { uint16_t ordinal; ParamSlot slot; };
+  std::vector<Indexed> params;
+  size_t at = 0;
+  while (at + 4 <= size) {
+    uint8_t format = p[at];
+    uint8_t attribute = p[at + 1];
+    if (format != kFormatSizedValue) {
+      at += 4;  // the other formats carry at most a u16 inline
+      continue;
+    }
+    uint16_t length = Read<uint16_t>(p + at + 2);
+    const uint8_t* value = p + at + 4;
+    if (at + 4 + length > size) break;
+    if (attribute == kAttrKernelParamInfo && length >= 12) {
+      // u32 index, u16 ordinal, u16 offset, u32 packed (size in bits 18..31).
+      uint16_t ordinal = Read<uint16_t>(value + 4);
+      uint16_t offset = Read<uint16_t>(value + 6);
+      uint32_t packed = Read<uint32_t>(value + 8);
+      params.push_back({ordinal, ParamSlot{offset, (packed >> 18) & 0x3fff}});
+    }
+    at += 4 + length;
+  }
+  std::sort(params.begin(), params.end(),
+            [](const Indexed& a, const Indexed& b) { return a.ordinal < b.ordinal; });
+  for (const Indexed& param : params) {
+    layout.params.push_back(param.slot);
+    layout.param_size = std::max(layout.param_size, param.slot.offset + param.slot.size);
+  }
+  return layout;
+}
+
+}  // namespace
+
+Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelLayout>* kernels) {
+  if (size < sizeof(Elf64_Ehdr) || !IsElf(elf)) return Status::InvalidArgument("not an ELF cubin");
+  auto header = Read<Elf64_Ehdr>(elf);
+  if (header.e_shoff + size_t{header.e_shnum} * sizeof(Elf64_Shdr) > size ||
+      header.e_shstrndx >= header.e_shnum) {
+    return Status::InvalidArgument("cubin section table out of range");
+  }
+  auto section_at = [&](int i) {
+    return Read<Elf64_Shdr>(elf + header.e_shoff + size_t{i} * header.e_shentsize);
+  };
+  Elf64_Shdr names = section_at(header.e_shstrndx);
+  const std::string prefix = ".nv.info.";
+  const std::string text_prefix = ".text.";
+  for (int i = 0; i < header.e_shnum; ++i) {
+    Elf64_Shdr section = section_at(i);
+    if (section.sh_name >= names.sh_size || section.sh_offset + section.sh_size > size) continue;
+    const char* name = reinterpret_cast<const char*>(elf + names.sh_offset + section.sh_name);
+    size_t name_len = strnlen(name, names.sh_size - section.sh_name);
+    std::string section_name(name, name_len);
+    if (section_name.rfind(prefix, 0) == 0) {
+      (*kernels)[section_name.substr(prefix.size())] =
+          ParseKernelInfo(elf + section.sh_offset, section.sh_size);
+    } else if (section_name.rfind(text_prefix, 0) == 0) {
+      // A kernel without parameters may have no .nv.info section of its own.
+      kernels->emplace(section_name.substr(text_prefix.size()), KernelLayout{});
+    }
+  }
+  return Status::OK();
+}
+
+Result<ModuleImage> ParseModuleImage(const void* image_pointer) {
+  if (image_pointer == nullptr) return Status::InvalidArgument("null module image");
+  const auto* p = static_cast<const uint8_t*>(image_pointer);
+  ModuleImage image;
+  uint32_t magic = Read<uint32_t>(p);
+  if (magic == kFatbinWrapperMagic) {
+    auto wrapper = Read<FatbinWrapper>(p);
+    if (wrapper.data == nullptr) return Status::InvalidArgument("fatbin wrapper without data");
+    GPUPOOL_RETURN_IF_ERROR(ParseFatbin(wrapper.data, &image));
+  } else if (magic == kFatbinMagic) {
+    GPUPOOL_RETURN_IF_ERROR(ParseFatbin(p, &image));
+  } else if (IsElf(p)) {
+    image.bytes = p;
+    image.size = ElfSize(p);
+    GPUPOOL_RETURN_IF_ERROR(ParseCubin(p, image.size, &image.kernels));
+  } else {
+    return Status::InvalidArgument("unknown module image format (PTX text is not supported)");
+  }
+  return image;
+}
+
+}  // namespace gpupool::client

@@ -1,0 +1,243 @@
+// cuGetProcAddress: how the CUDA runtime finds every driver entry point.
+//
+// The runtime asks by base name and the CUDA version it was built for ("cuMemAlloc",
+// 3020 -> cuMemAlloc_v2); a name may have several implementations by version, and the
+// highest one not above the requested version wins. The per-thread-default-stream flag
+// selects the same functions (we treat the per-thread default stream like the legacy one:
+// each process talks to its GPU over one ordered connection anyway).
+//
+// Known driver names we do not implement get a stub that returns CUDA_ERROR_NOT_SUPPORTED
+// and logs the name once; names we have never heard of get a generic stub of that kind.
+#include <array>
+#include <cstring>
+#include <string_view>
+#include <utility>
+
+#include "remote/client/api_common.h"
+
+using namespace gpupool::client;  // NOLINT
+
+namespace {
+
+struct Implementation {
+  const char* name;
+  int version;  // the first CUDA version whose runtime expects this implementation
+  void* function;
+};
+
+#define IMPL(name, version, function) {name, version, reinterpret_cast<void*>(&function)}
+
+extern "C" CUresult CUDAAPI cuGetProcAddress(const char*, void**, int, cuuint64_t);
+extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
+                                                CUdriverProcAddressQueryResult*);
+
+const Implementation kImplementations[] = {
+    IMPL("cuInit", 2000, cuInit),
+    IMPL("cuDriverGetVersion", 2020, cuDriverGetVersion),
+    IMPL("cuGetProcAddress", 11030, cuGetProcAddress),
+    IMPL("cuGetProcAddress", 12000, cuGetProcAddress_v2),
+    IMPL("cuGetExportTable", 3000, cuGetExportTable),
+    IMPL("cuGetErrorString", 6000, cuGetErrorString),
+    IMPL("cuGetErrorName", 6000, cuGetErrorName),
+    IMPL("cuModuleGetLoadingMode", 11070, cuModuleGetLoadingMode),
+    // Devices
+    IMPL("cuDeviceGet", 2000, cuDeviceGet),
+    IMPL("cuDeviceGetCount", 2000, cuDeviceGetCount),
+    IMPL("cuDeviceGetName", 2000, cuDeviceGetName),
+    IMPL("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+    IMPL("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+    IMPL("cuDeviceGetUuid", 9020, cuDeviceGetUuid),
+    IMPL("cuDeviceGetUuid", 11040, cuDeviceGetUuid_v2),
+    IMPL("cuDeviceComputeCapability", 2000, cuDeviceComputeCapability),
+    IMPL("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
+    IMPL("cuDeviceGetByPCIBusId", 4010, cuDeviceGetByPCIBusId),
+    IMPL("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer),
+    // Primary contexts and the context stack
+    IMPL("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+    IMPL("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
+    IMPL("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+    IMPL("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+    IMPL("cuDevicePrimaryCtxSetFlags", 7000, cuDevicePrimaryCtxSetFlags),
+    IMPL("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2),
+    IMPL("cuDevicePrimaryCtxReset", 7000, cuDevicePrimaryCtxReset),
+    IMPL("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2),
+    IMPL("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+    IMPL("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+    IMPL("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
+    IMPL("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
+    IMPL("cuCtxGetDevice", 2000, cuCtxGetDevice),
+    IMPL("cuCtxGetDevice", 13000, cuCtxGetDevice_v2),
+    IMPL("cuCtxSynchronize", 2000, cuCtxSynchronize),
+    IMPL("cuCtxSynchronize", 13000, cuCtxSynchronize_v2),
+    IMPL("cuCtxGetFlags", 7000, cuCtxGetFlags),
+    IMPL("cuCtxSetFlags", 12010, cuCtxSetFlags),
+    IMPL("cuCtxGetApiVersion", 3020, cuCtxGetApiVersion),
+    IMPL("cuCtxGetLimit", 3010, cuCtxGetLimit),
+    IMPL("cuCtxSetLimit", 3010, cuCtxSetLimit),
+    IMPL("cuCtxGetCacheConfig", 3020, cuCtxGetCacheConfig),
+    IMPL("cuCtxSetCacheConfig", 3020, cuCtxSetCacheConfig),
+    IMPL("cuCtxGetStreamPriorityRange", 5050, cuCtxGetStreamPriorityRange),
+    // Memory
+    IMPL("cuMemAlloc", 3020, cuMemAlloc_v2),
+    IMPL("cuMemFree", 3020, cuMemFree_v2),
+    IMPL("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+    IMPL("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+    IMPL("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+    IMPL("cuMemHostAlloc", 2020, cuMemHostAlloc),
+    IMPL("cuMemFreeHost", 2000, cuMemFreeHost),
+    IMPL("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
+    IMPL("cuMemHostRegister", 4000, cuMemHostRegister),
+    IMPL("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+    IMPL("cuMemHostUnregister", 4000, cuMemHostUnregister),
+    IMPL("cuMemcpy", 4000, cuMemcpy),
+    IMPL("cuMemcpyAsync", 4000, cuMemcpyAsync),
+    IMPL("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),
+    IMPL("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2),
+    IMPL("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2),
+    IMPL("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2),
+    IMPL("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2),
+    IMPL("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2),
+    IMPL("cuMemsetD8", 3020, cuMemsetD8_v2),
+    IMPL("cuMemsetD16", 3020, cuMemsetD16_v2),
+    IMPL("cuMemsetD32", 3020, cuMemsetD32_v2),
+    IMPL("cuMemsetD8Async", 3020, cuMemsetD8Async),
+    IMPL("cuMemsetD16Async", 3020, cuMemsetD16Async),
+    IMPL("cuMemsetD32Async", 3020, cuMemsetD32Async),
+    IMPL("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    IMPL("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+    // Modules, libraries, kernels
+    IMPL("cuModuleLoadData", 2000, cuModuleLoadData),
+    IMPL("cuModuleLoadDataEx", 2010, cuModuleLoadDataEx),
+    IMPL("cuModuleLoadFatBinary", 2000, cuModuleLoadFatBinary),
+    IMPL("cuModuleUnload", 2000, cuModuleUnload),
+    IMPL("cuModuleGetFunction", 2000, cuModuleGetFunction),
+    IMPL("cuLibraryLoadData", 12000, cuLibraryLoadData),
+    IMPL("cuLibraryUnload", 12000, cuLibraryUnload),
+    IMPL("cuLibraryGetKernel", 12000, cuLibraryGetKernel),
+    IMPL("cuLibraryGetModule", 12000, cuLibraryGetModule),
+    IMPL("cuLibraryGetKernelCount", 12040, cuLibraryGetKernelCount),
+    IMPL("cuLibraryEnumerateKernels", 12040, cuLibraryEnumerateKernels),
+    IMPL("cuKernelGetFunction", 12000, cuKernelGetFunction),
+    IMPL("cuKernelGetName", 12030, cuKernelGetName),
+    IMPL("cuKernelGetParamInfo", 12040, cuKernelGetParamInfo),
+    IMPL("cuKernelGetAttribute", 12000, cuKernelGetAttribute),
+    IMPL("cuKernelSetAttribute", 12000, cuKernelSetAttribute),
+    IMPL("cuKernelSetCacheConfig", 12000, cuKernelSetCacheConfig),
+    IMPL("cuFuncGetName", 12030, cuFuncGetName),
+    IMPL("cuFuncGetParamInfo", 12040, cuFuncGetParamInfo),
+    IMPL("cuFuncGetAttribute", 2020, cuFuncGetAttribute),
+    IMPL("cuFuncSetAttribute", 9000, cuFuncSetAttribute),
+    IMPL("cuFuncSetCacheConfig", 3000, cuFuncSetCacheConfig),
+    IMPL("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050,
+         cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    IMPL("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000,
+         cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
+    IMPL("cuLaunchKernel", 4000, cuLaunchKernel),
+    IMPL("cuLaunchKernelEx", 11060, cuLaunchKernelEx),
+    // Streams and events
+    IMPL("cuStreamCreate", 2000, cuStreamCreate),
+    IMPL("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),
+    IMPL("cuStreamDestroy", 2000, cuStreamDestroy),
+    IMPL("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+    IMPL("cuStreamSynchronize", 2000, cuStreamSynchronize),
+    IMPL("cuStreamQuery", 2000, cuStreamQuery),
+    IMPL("cuStreamWaitEvent", 3020, cuStreamWaitEvent),
+    IMPL("cuStreamGetFlags", 5050, cuStreamGetFlags),
+    IMPL("cuStreamGetPriority", 5050, cuStreamGetPriority),
+    IMPL("cuStreamGetCtx", 9020, cuStreamGetCtx),
+    IMPL("cuStreamGetId", 12000, cuStreamGetId),
+    IMPL("cuEventCreate", 2000, cuEventCreate),
+    IMPL("cuEventDestroy", 2000, cuEventDestroy),
+    IMPL("cuEventDestroy", 4000, cuEventDestroy_v2),
+    IMPL("cuEventRecord", 2000, cuEventRecord),
+    IMPL("cuEventRecordWithFlags", 11010, cuEventRecordWithFlags),
+    IMPL("cuEventQuery", 2000, cuEventQuery),
+    IMPL("cuEventSynchronize", 2000, cuEventSynchronize),
+    IMPL("cuEventElapsedTime", 2000, cuEventElapsedTime),
+    IMPL("cuEventElapsedTime", 12080, cuEventElapsedTime_v2),
+};
+#undef IMPL
+
+// --- Stubs for every other driver entry point ----------------------------------------------
+
+constexpr const char* kDriverNames[] = {
+#define X(name) #name,
+#include "remote/client/driver_names.inc"
+#undef X
+};
+constexpr size_t kDriverNameCount = sizeof(kDriverNames) / sizeof(kDriverNames[0]);
+
+template <size_t I>
+CUresult CUDAAPI UnsupportedStub() {
+  return static_cast<CUresult>(ReportUnsupported(kDriverNames[I]));
+}
+
+template <size_t... I>
+std::array<void*, sizeof...(I)> MakeStubs(std::index_sequence<I...>) {
+  return {reinterpret_cast<void*>(&UnsupportedStub<I>)...};
+}
+
+const std::array<void*, kDriverNameCount>& Stubs() {
+  static const auto stubs = MakeStubs(std::make_index_sequence<kDriverNameCount>());
+  return stubs;
+}
+
+CUresult CUDAAPI UnknownEntryPoint() {
+  return static_cast<CUresult>(ReportUnsupported("an unknown driver entry point"));
+}
+
+CUresult Lookup(const char* symbol, void** function, int version, cuuint64_t flags,
+                CUdriverProcAddressQueryResult* result) {
+  if (symbol == nullptr || function == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::string_view name(symbol);
+  const Implementation* best = nullptr;
+  bool known_but_newer = false;
+  for (const Implementation& implementation : kImplementations) {
+    if (name != implementation.name) continue;
+    if (implementation.version > version) {
+      known_but_newer = true;
+    } else if (best == nullptr || implementation.version > best->version) {
+      best = &implementation;
+    }
+  }
+  if (best != nullptr) {
+    *function = best->function;
+    if (result) *result = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+  }
+  if (known_but_newer) {
+    *function = nullptr;
+    if (result) *result = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  for (size_t i = 0; i < kDriverNameCount; ++i) {
+    if (name == kDriverNames[i]) {
+      *function = Stubs()[i];
+      if (result) *result = CU_GET_PROC_ADDRESS_SUCCESS;
+      return CUDA_SUCCESS;
+    }
+  }
+  if (name.rfind("cu", 0) != 0) {
+    *function = nullptr;
+    if (result) *result = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  LogDebug("cuGetProcAddress(%s, %d, %llu): unknown name, handing out a stub", symbol, version,
+           static_cast<unsigned long long>(flags));
+  *function = reinterpret_cast<void*>(&UnknownEntryPoint);
+  if (result) *result = CU_GET_PROC_ADDRESS_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** function,
+                                                      int version, cuuint64_t flags,
+                                                      CUdriverProcAddressQueryResult* result) {
+  GPUPOOL_BODY({ return Lookup(symbol, function, version, flags, result); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** function,
+                                                   int version, cuuint64_t flags) {
+  GPUPOOL_BODY({ return Lookup(symbol, function, version, flags, nullptr); });
+}

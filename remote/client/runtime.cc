@@ -1,0 +1,420 @@
+#include "remote/client/runtime.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "remote/client/log.h"
+#include "remote/transport/rpc_client_module.h"
+
+namespace gpupool::client {
+
+using dataplane::DeviceDescription;
+using dataplane::HelloArgs;
+
+namespace {
+
+thread_local std::vector<Context*> context_stack;
+
+// After fork() the child must not use the parent's UCX state; CUDA itself does not
+// support using a context across fork either. The child sees no usable device.
+std::atomic<bool> forked_child{false};
+
+std::vector<std::string> Split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, separator)) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+// "GPU-1234abcd-..." -> 16 bytes; names that are not hex UUIDs get a stable hash instead.
+CUuuid UuidBytes(const std::string& uuid) {
+  CUuuid bytes{};
+  std::string hex;
+  for (char c : uuid.rfind("GPU-", 0) == 0 ? uuid.substr(4) : uuid) {
+    if (std::isxdigit(static_cast<unsigned char>(c))) hex += c;
+  }
+  if (hex.size() == 32) {
+    for (int i = 0; i < 16; ++i) {
+      bytes.bytes[i] = static_cast<char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    }
+  } else {
+    uint64_t h1 = 1469598103934665603ull, h2 = 1099511628211ull;
+    for (char c : uuid) {
+      h1 = (h1 ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+      h2 = (h2 + static_cast<unsigned char>(c)) * 6364136223846793005ull;
+    }
+    std::memcpy(bytes.bytes, &h1, 8);
+    std::memcpy(bytes.bytes + 8, &h2, 8);
+  }
+  return bytes;
+}
+
+void CopyString(char* to, size_t capacity, const std::string& from) {
+  std::snprintf(to, capacity, "%s", from.c_str());
+}
+
+// Loads the UCX transport module from the directory this library was loaded from.
+Result<GpupoolUcxConnectFunction> LoadTransport() {
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&LoadTransport), &self) == 0 || self.dli_fname == nullptr) {
+    return Status::Internal("cannot locate libcuda.so.1 itself");
+  }
+  std::string path = self.dli_fname;
+  size_t slash = path.rfind('/');
+  path = (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/" +
+         kGpupoolUcxModuleName;
+  transport::SetInjectedLibraryUcxDefaults();
+  void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (module == nullptr) return Status::Internal(std::string("cannot load ") + dlerror());
+  auto connect = reinterpret_cast<GpupoolUcxConnectFunction>(dlsym(module, "gpupool_ucx_connect"));
+  if (connect == nullptr) return Status::Internal(path + " has no gpupool_ucx_connect");
+  return connect;
+}
+
+Result<std::unique_ptr<transport::ClientConnection>> ConnectTransport(const std::string& endpoint) {
+  static auto* loaded = new Result<GpupoolUcxConnectFunction>(LoadTransport());
+  if (!loaded->ok()) return loaded->status();
+  char error[512] = "";
+  transport::ClientConnection* connection = loaded->value()(endpoint.c_str(), error, sizeof(error));
+  if (connection == nullptr) return Status::Unavailable(error);
+  return std::unique_ptr<transport::ClientConnection>(connection);
+}
+
+}  // namespace
+
+Runtime& Runtime::Get() {
+  static Runtime* runtime = new Runtime();  // never destroyed: atexit order is unknowable
+  return *runtime;
+}
+
+CUresult Runtime::Init(unsigned flags) {
+  if (forked_child) return CUDA_ERROR_NOT_INITIALIZED;
+  std::call_once(init_once_, [this] {
+    pthread_atfork(nullptr, nullptr, [] { forked_child = true; });
+    std::atexit([] {
+      if (unsigned long calls = UnsupportedCallCount(); calls > 0 && !forked_child) {
+        LogError("%lu call(s) to unsupported driver entry points returned "
+                 "CUDA_ERROR_NOT_SUPPORTED", calls);
+      }
+    });
+    init_status_ = Connect();
+  });
+  return init_status_;
+}
+
+CUresult Runtime::Connect() {
+  const char* gpus = std::getenv("GPUPOOL_GPUS");
+  if (gpus == nullptr || gpus[0] == '\0') {
+    LogError("GPUPOOL_GPUS is not set: this process has no leased GPUs "
+             "(run it in a job with --gpu-pool, or set GPUPOOL_GPUS=UUID@HOST:PORT,...)");
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  std::vector<std::pair<std::string, std::string>> leased;
+  for (const std::string& entry : Split(gpus, ',')) {
+    size_t at = entry.find('@');
+    if (at == std::string::npos || at == 0 || at + 1 == entry.size()) {
+      LogError("GPUPOOL_GPUS entry '%s' is not UUID@HOST:PORT", entry.c_str());
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    leased.emplace_back(entry.substr(0, at), entry.substr(at + 1));
+  }
+  // CUDA_VISIBLE_DEVICES selects among the leased GPUs by index.
+  std::vector<int> visible;
+  const char* visible_env = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (visible_env != nullptr) {
+    for (const std::string& item : Split(visible_env, ',')) {
+      char* end = nullptr;
+      long index = std::strtol(item.c_str(), &end, 10);
+      if (*end != '\0' || index < 0 || index >= static_cast<long>(leased.size())) break;
+      visible.push_back(static_cast<int>(index));
+    }
+  } else {
+    for (size_t i = 0; i < leased.size(); ++i) visible.push_back(static_cast<int>(i));
+  }
+  if (visible.empty()) {
+    LogError("CUDA_VISIBLE_DEVICES='%s' selects none of the %zu leased GPUs",
+             visible_env ? visible_env : "", leased.size());
+    return CUDA_ERROR_NO_DEVICE;
+  }
+  const char* lease_id = std::getenv("GPUPOOL_LEASE_ID");
+  const char* token = std::getenv("GPUPOOL_LEASE_TOKEN");
+  for (int index : visible) {
+    auto device = std::make_unique<Device>();
+    device->ordinal = static_cast<int>(devices_.size());
+    device->uuid = leased[index].first;
+    device->endpoint = leased[index].second;
+    device->primary.device = device->ordinal;
+    auto rpc = ConnectTransport(device->endpoint);
+    if (!rpc.ok()) {
+      LogError("GPU %s: %s", device->uuid.c_str(), rpc.status().message().c_str());
+      return CUDA_ERROR_NO_DEVICE;
+    }
+    device->rpc = std::move(rpc.value());
+    HelloArgs hello;
+    CopyString(hello.lease_id, sizeof(hello.lease_id), lease_id ? lease_id : "");
+    CopyString(hello.token, sizeof(hello.token), token ? token : "");
+    CopyString(hello.gpu_uuid, sizeof(hello.gpu_uuid), device->uuid);
+    transport::Request request;
+    request.op = dataplane::kOpHello;
+    request.args = &hello;
+    request.args_len = sizeof(hello);
+    transport::Reply reply;
+    Status status = device->rpc->Call(request, &reply);
+    if (!status.ok()) {
+      LogError("GPU %s at %s: %s", device->uuid.c_str(), device->endpoint.c_str(),
+               status.message().c_str());
+      return CUDA_ERROR_NO_DEVICE;
+    }
+    if (reply.status != CUDA_SUCCESS) {
+      LogError("GPU %s at %s refused this process: %s", device->uuid.c_str(),
+               device->endpoint.c_str(), reply.out.c_str());
+      return reply.status == dataplane::kCuNotPermitted ? CUDA_ERROR_NOT_PERMITTED
+                                                        : CUDA_ERROR_NO_DEVICE;
+    }
+    if (reply.out.size() != sizeof(DeviceDescription)) {
+      LogError("GPU %s: malformed answer from %s", device->uuid.c_str(), device->endpoint.c_str());
+      return CUDA_ERROR_NO_DEVICE;
+    }
+    std::memcpy(&device->description, reply.out.data(), sizeof(DeviceDescription));
+    device->uuid_bytes = UuidBytes(device->description.uuid);
+    unsigned domain = 0, bus = 0, slot = 0, function = 0;
+    if (std::sscanf(device->description.pci_bus_id, "%x:%x:%x.%x", &domain, &bus, &slot,
+                    &function) == 4) {
+      device->pci_domain = static_cast<int>(domain);
+      device->pci_bus = static_cast<int>(bus);
+      device->pci_device = static_cast<int>(slot);
+    }
+    LogDebug("device %d = %s (%s) at %s", device->ordinal, device->description.uuid,
+             device->description.name, device->endpoint.c_str());
+    devices_.push_back(std::move(device));
+  }
+  return CUDA_SUCCESS;
+}
+
+Device* Runtime::device(int ordinal) {
+  if (init_status_ != CUDA_SUCCESS || forked_child) return nullptr;
+  if (ordinal < 0 || ordinal >= static_cast<int>(devices_.size())) return nullptr;
+  return devices_[ordinal].get();
+}
+
+CUresult Runtime::Transport(const Status& status, int device) {
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    LogError("GPU %d unreachable: %s", device, status.message().c_str());
+  });
+  return CUDA_ERROR_DEVICE_UNAVAILABLE;
+}
+
+CUresult Runtime::Call(int device_ordinal, uint32_t op, const void* args, size_t args_len,
+                       const void* payload, size_t payload_len, void* result,
+                       size_t result_capacity, std::string* out) {
+  Device* d = device(device_ordinal);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  transport::Request request{op, args, args_len, payload, payload_len, result, result_capacity};
+  transport::Reply reply;
+  Status status = d->rpc->Call(request, &reply);
+  if (!status.ok()) return Transport(status, device_ordinal);
+  if (out != nullptr) *out = std::move(reply.out);
+  if (reply.async_status != 0) return static_cast<CUresult>(reply.async_status);
+  return static_cast<CUresult>(reply.status);
+}
+
+CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t args_len,
+                       const void* payload, size_t payload_len) {
+  Device* d = device(device_ordinal);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  transport::Request request{op, args, args_len, payload, payload_len, nullptr, 0};
+  Status status = d->rpc->Post(request);
+  if (!status.ok()) return Transport(status, device_ordinal);
+  return CUDA_SUCCESS;
+}
+
+CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_t args_len,
+                        void* result, size_t result_capacity) {
+  Device* d = device(device_ordinal);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  transport::Request request{op, args, args_len, nullptr, 0, result, result_capacity};
+  Status status = d->rpc->Start(request);
+  if (!status.ok()) return Transport(status, device_ordinal);
+  return CUDA_SUCCESS;
+}
+
+void Runtime::AddAllocation(uint64_t dptr, uint64_t size, int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  allocations_[dptr] = Allocation{size, device};
+}
+
+bool Runtime::RemoveAllocation(uint64_t dptr, int* device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto found = allocations_.find(dptr);
+  if (found == allocations_.end()) return false;
+  *device = found->second.device;
+  allocations_.erase(found);
+  return true;
+}
+
+bool Runtime::FindAllocation(uint64_t ptr, uint64_t size, uint64_t* start, Allocation* found) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto after = allocations_.upper_bound(ptr);
+  if (after == allocations_.begin()) return false;
+  auto& [begin, allocation] = *std::prev(after);
+  uint64_t offset = ptr - begin;
+  if (offset >= allocation.size || size > allocation.size - offset) return false;
+  if (start) *start = begin;
+  if (found) *found = allocation;
+  return true;
+}
+
+void Runtime::AddHostRange(const void* ptr, size_t size, unsigned flags) {
+  std::lock_guard<std::mutex> lock(mu_);
+  host_ranges_[reinterpret_cast<uintptr_t>(ptr)] = HostRange{size, flags};
+}
+
+bool Runtime::RemoveHostRange(const void* ptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return host_ranges_.erase(reinterpret_cast<uintptr_t>(ptr)) > 0;
+}
+
+bool Runtime::FindHostRange(const void* ptr, unsigned* flags, uintptr_t* start, size_t* size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto address = reinterpret_cast<uintptr_t>(ptr);
+  auto after = host_ranges_.upper_bound(address);
+  if (after == host_ranges_.begin()) return false;
+  auto& [begin, range] = *std::prev(after);
+  if (address - begin >= range.size) return false;
+  if (flags) *flags = range.flags;
+  if (start) *start = begin;
+  if (size) *size = range.size;
+  return true;
+}
+
+CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remote_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto found = module->remote_ids.find(device);
+    if (found != module->remote_ids.end()) {
+      *remote_id = found->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  // Payload: header, image, then the kernel table (names and parameter sizes).
+  std::vector<char> payload(sizeof(dataplane::ModuleImageHeader));
+  dataplane::ModuleImageHeader header{module->image.size(),
+                                      static_cast<uint32_t>(module->kernels.size()), 0};
+  std::memcpy(payload.data(), &header, sizeof(header));
+  payload.insert(payload.end(), module->image.begin(), module->image.end());
+  for (const auto& [name, layout] : module->kernels) {
+    dataplane::KernelEntry entry{static_cast<uint32_t>(name.size()), layout.param_size};
+    const char* raw = reinterpret_cast<const char*>(&entry);
+    payload.insert(payload.end(), raw, raw + sizeof(entry));
+    payload.insert(payload.end(), name.begin(), name.end());
+  }
+  dataplane::ModuleLoadArgs args{NewId()};
+  CUresult status = Call(device, dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(),
+                         payload.size());
+  if (status != CUDA_SUCCESS) return status;
+  std::lock_guard<std::mutex> lock(mu_);
+  module->remote_ids[device] = args.module;
+  *remote_id = args.module;
+  return CUDA_SUCCESS;
+}
+
+CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remote_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto found = function->remote_ids.find(device);
+    if (found != function->remote_ids.end()) {
+      *remote_id = found->second;
+      return CUDA_SUCCESS;
+    }
+  }
+  uint64_t module_id = 0;
+  CUresult status = EnsureModuleLoaded(function->module, device, &module_id);
+  if (status != CUDA_SUCCESS) return status;
+  dataplane::GetFunctionArgs args{};
+  args.module = module_id;
+  args.function = NewId();
+  CopyString(args.name, sizeof(args.name), function->name);
+  status = Call(device, dataplane::kOpGetFunction, &args, sizeof(args));
+  if (status != CUDA_SUCCESS) {
+    if (status == CUDA_ERROR_NOT_FOUND) {
+      LogError("kernel %s cannot run on GPU %d: the agent has no implementation of it",
+               function->name.c_str(), device);
+    }
+    return status;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  function->remote_ids[device] = args.function;
+  *remote_id = args.function;
+  return CUDA_SUCCESS;
+}
+
+Context* CurrentContext() { return context_stack.empty() ? nullptr : context_stack.back(); }
+
+void SetCurrentContext(Context* context) {
+  if (context_stack.empty()) {
+    if (context != nullptr) context_stack.push_back(context);
+  } else if (context == nullptr) {
+    context_stack.pop_back();
+  } else {
+    context_stack.back() = context;
+  }
+}
+
+std::vector<Context*>& ContextStack() { return context_stack; }
+
+Context* AsContext(CUcontext context) {
+  auto* candidate = reinterpret_cast<Context*>(context);
+  return candidate != nullptr && candidate->magic == kContextMagic ? candidate : nullptr;
+}
+
+bool IsDefaultStream(CUstream stream) {
+  return stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD;
+}
+
+Stream* AsStream(CUstream stream) {
+  if (IsDefaultStream(stream)) return nullptr;
+  auto* candidate = reinterpret_cast<Stream*>(stream);
+  return candidate->magic == kStreamMagic ? candidate : nullptr;
+}
+
+Event* AsEvent(CUevent event) {
+  auto* candidate = reinterpret_cast<Event*>(event);
+  return candidate != nullptr && candidate->magic == kEventMagic ? candidate : nullptr;
+}
+
+Module* AsModule(const void* handle) {
+  auto* candidate = static_cast<Module*>(const_cast<void*>(handle));
+  return candidate != nullptr && candidate->magic == kModuleMagic ? candidate : nullptr;
+}
+
+Function* AsFunction(const void* handle) {
+  auto* candidate = static_cast<Function*>(const_cast<void*>(handle));
+  return candidate != nullptr && candidate->magic == kFunctionMagic ? candidate : nullptr;
+}
+
+CUresult ResolveDevice(CUstream stream, int* device, uint64_t* stream_id) {
+  if (Runtime::Get().initialized() != CUDA_SUCCESS) return CUDA_ERROR_NOT_INITIALIZED;
+  if (!IsDefaultStream(stream)) {
+    Stream* s = AsStream(stream);
+    if (s == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *device = s->context->device;
+    if (stream_id) *stream_id = s->id;
+    return CUDA_SUCCESS;
+  }
+  Context* context = CurrentContext();
+  if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *device = context->device;
+  if (stream_id) *stream_id = 0;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace gpupool::client

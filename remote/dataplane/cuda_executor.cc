@@ -1,0 +1,397 @@
+#include "remote/dataplane/cuda_executor.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "remote/dataplane/protocol.h"
+
+namespace gpupool::dataplane {
+
+// The driver entry points the executor uses, by their versioned symbol names.
+struct CudaDriver {
+  decltype(&::cuInit) init;
+  decltype(&::cuDeviceGetCount) device_count;
+  decltype(&::cuDeviceGet) device_get;
+  decltype(&::cuDeviceGetUuid) device_uuid;
+  decltype(&::cuDevicePrimaryCtxRetain) primary_retain;
+  decltype(&::cuDevicePrimaryCtxRelease) primary_release;
+  decltype(&::cuCtxSetCurrent) set_current;
+  decltype(&::cuCtxSynchronize) synchronize;
+  decltype(&::cuMemAlloc) alloc;
+  decltype(&::cuMemFree) free;
+  decltype(&::cuMemGetInfo) info;
+  decltype(&::cuMemcpyHtoDAsync) htod;
+  decltype(&::cuMemcpyDtoHAsync) dtoh;
+  decltype(&::cuMemcpyDtoDAsync) dtod;
+  decltype(&::cuMemsetD8Async) memset8;
+  decltype(&::cuMemsetD16Async) memset16;
+  decltype(&::cuMemsetD32Async) memset32;
+  decltype(&::cuModuleLoadData) module_load;
+  decltype(&::cuModuleUnload) module_unload;
+  decltype(&::cuModuleGetFunction) module_function;
+  decltype(&::cuLaunchKernel) launch;
+  decltype(&::cuStreamCreateWithPriority) stream_create;
+  decltype(&::cuStreamDestroy) stream_destroy;
+  decltype(&::cuStreamSynchronize) stream_synchronize;
+  decltype(&::cuStreamQuery) stream_query;
+  decltype(&::cuStreamWaitEvent) stream_wait_event;
+  decltype(&::cuEventCreate) event_create;
+  decltype(&::cuEventDestroy) event_destroy;
+  decltype(&::cuEventRecord) event_record;
+  decltype(&::cuEventSynchronize) event_synchronize;
+  decltype(&::cuEventQuery) event_query;
+  decltype(&::cuEventElapsedTime) event_elapsed;
+};
+
+namespace {
+
+template <typename T>
+bool Resolve(void* library, const char* name, T* function) {
+  *function = reinterpret_cast<T>(dlsym(library, name));
+  return *function != nullptr;
+}
+
+Result<const CudaDriver*> LoadDriver() {
+  static std::once_flag once;
+  static Result<const CudaDriver*>* loaded = nullptr;
+  std::call_once(once, [] {
+    void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr) {
+      loaded = new Result<const CudaDriver*>(
+          Status::Unavailable(std::string("cannot load the CUDA driver: ") + dlerror()));
+      return;
+    }
+    // Our own replacement driver must never serve as the agent's driver.
+    if (dlsym(library, "cuGpupoolRemotingLibrary") != nullptr) {
+      loaded = new Result<const CudaDriver*>(Status::Unavailable(
+          "libcuda.so.1 found first is gpupool's remoting library, not a GPU driver "
+          "(check the agent's LD_LIBRARY_PATH)"));
+      return;
+    }
+    auto* d = new CudaDriver();
+    bool ok = Resolve(library, "cuInit", &d->init) &&
+              Resolve(library, "cuDeviceGetCount", &d->device_count) &&
+              Resolve(library, "cuDeviceGet", &d->device_get) &&
+              Resolve(library, "cuDeviceGetUuid", &d->device_uuid) &&
+              Resolve(library, "cuDevicePrimaryCtxRetain", &d->primary_retain) &&
+              Resolve(library, "cuDevicePrimaryCtxRelease_v2", &d->primary_release) &&
+              Resolve(library, "cuCtxSetCurrent", &d->set_current) &&
+              Resolve(library, "cuCtxSynchronize", &d->synchronize) &&
+              Resolve(library, "cuMemAlloc_v2", &d->alloc) &&
+              Resolve(library, "cuMemFree_v2", &d->free) &&
+              Resolve(library, "cuMemGetInfo_v2", &d->info) &&
+              Resolve(library, "cuMemcpyHtoDAsync_v2", &d->htod) &&
+              Resolve(library, "cuMemcpyDtoHAsync_v2", &d->dtoh) &&
+              Resolve(library, "cuMemcpyDtoDAsync_v2", &d->dtod) &&
+              Resolve(library, "cuMemsetD8Async", &d->memset8) &&
+              Resolve(library, "cuMemsetD16Async", &d->memset16) &&
+              Resolve(library, "cuMemsetD32Async", &d->memset32) &&
+              Resolve(library, "cuModuleLoadData", &d->module_load) &&
+              Resolve(library, "cuModuleUnload", &d->module_unload) &&
+              Resolve(library, "cuModuleGetFunction", &d->module_function) &&
+              Resolve(library, "cuLaunchKernel", &d->launch) &&
+              Resolve(library, "cuStreamCreateWithPriority", &d->stream_create) &&
+              Resolve(library, "cuStreamDestroy_v2", &d->stream_destroy) &&
+              Resolve(library, "cuStreamSynchronize", &d->stream_synchronize) &&
+              Resolve(library, "cuStreamQuery", &d->stream_query) &&
+              Resolve(library, "cuStreamWaitEvent", &d->stream_wait_event) &&
+              Resolve(library, "cuEventCreate", &d->event_create) &&
+              Resolve(library, "cuEventDestroy_v2", &d->event_destroy) &&
+              Resolve(library, "cuEventRecord", &d->event_record) &&
+              Resolve(library, "cuEventSynchronize", &d->event_synchronize) &&
+              Resolve(library, "cuEventQuery", &d->event_query) &&
+              Resolve(library, "cuEventElapsedTime", &d->event_elapsed);
+    if (!ok) {
+      loaded = new Result<const CudaDriver*>(
+          Status::Unavailable("the CUDA driver lacks an entry point the agent needs"));
+      return;
+    }
+    CUresult status = d->init(0);
+    if (status != CUDA_SUCCESS) {
+      loaded = new Result<const CudaDriver*>(
+          Status::Unavailable("cuInit failed with CUDA error " + std::to_string(status)));
+      return;
+    }
+    loaded = new Result<const CudaDriver*>(static_cast<const CudaDriver*>(d));
+  });
+  return *loaded;
+}
+
+std::string FormatUuid(const CUuuid& uuid) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[64];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+                b[13], b[14], b[15]);
+  return text;
+}
+
+CUdeviceptr Ptr(uint64_t value) { return static_cast<CUdeviceptr>(value); }
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> CudaExecutor::Create(const std::string& gpu_uuid) {
+  auto driver = LoadDriver();
+  if (!driver.ok()) return driver.status();
+  const CudaDriver* d = driver.value();
+  int count = 0;
+  if (d->device_count(&count) != CUDA_SUCCESS) return Status::Unavailable("cuDeviceGetCount failed");
+  for (int i = 0; i < count; ++i) {
+    CUdevice device = 0;
+    CUuuid uuid{};
+    if (d->device_get(&device, i) != CUDA_SUCCESS || d->device_uuid(&uuid, device) != CUDA_SUCCESS) {
+      continue;
+    }
+    if (FormatUuid(uuid) != gpu_uuid) continue;
+    CUcontext context = nullptr;
+    CUresult status = d->primary_retain(&context, device);
+    if (status != CUDA_SUCCESS) {
+      return Status::Unavailable("cannot retain the primary context of " + gpu_uuid +
+                                 ": CUDA error " + std::to_string(status));
+    }
+    return std::unique_ptr<Executor>(new CudaExecutor(d, device, context));
+  }
+  return Status::Unavailable("the CUDA driver has no GPU " + gpu_uuid);
+}
+
+CudaExecutor::CudaExecutor(const CudaDriver* driver, int device, void* context)
+    : driver_(driver), device_(device), context_(context) {}
+
+CudaExecutor::~CudaExecutor() {
+  // Everything the client left behind goes, so its memory is free for the next lease.
+  if (Enter() == CUDA_SUCCESS) {
+    driver_->synchronize();
+    for (auto& [id, event] : events_) driver_->event_destroy(static_cast<CUevent>(event));
+    for (auto& [id, stream] : streams_) driver_->stream_destroy(static_cast<CUstream>(stream));
+    for (auto& [id, module] : modules_) driver_->module_unload(static_cast<CUmodule>(module));
+    for (uint64_t dptr : allocations_) driver_->free(Ptr(dptr));
+  }
+  driver_->primary_release(device_);
+}
+
+int32_t CudaExecutor::Enter() {
+  return driver_->set_current(static_cast<CUcontext>(context_));
+}
+
+bool CudaExecutor::StreamFor(uint64_t id, void** stream) {
+  if (id == 0) {
+    *stream = nullptr;
+    return true;
+  }
+  auto found = streams_.find(id);
+  if (found == streams_.end()) return false;
+  *stream = found->second;
+  return true;
+}
+
+int32_t CudaExecutor::Allocate(uint64_t size, uint64_t* dptr) {
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUdeviceptr ptr = 0;
+  CUresult status = driver_->alloc(&ptr, size);
+  if (status == CUDA_SUCCESS) {
+    *dptr = ptr;
+    allocations_.insert(ptr);
+  }
+  return status;
+}
+
+int32_t CudaExecutor::Free(uint64_t dptr) {
+  if (dptr == 0) return CUDA_SUCCESS;
+  if (allocations_.erase(dptr) == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->free(Ptr(dptr));
+}
+
+void CudaExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
+  size_t f = 0, t = 0;
+  if (Enter() == CUDA_SUCCESS) driver_->info(&f, &t);
+  *free = f;
+  *total = t;
+}
+
+int32_t CudaExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUresult status = driver_->htod(Ptr(dst), src, size, static_cast<CUstream>(s));
+  // `src` is the server's receive buffer, reused by the next request: wait for the copy.
+  if (status == CUDA_SUCCESS) status = driver_->stream_synchronize(static_cast<CUstream>(s));
+  return status;
+}
+
+int32_t CudaExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
+                                     const void** data) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  staging_.resize(size);
+  CUresult status = driver_->dtoh(staging_.data(), Ptr(src), size, static_cast<CUstream>(s));
+  if (status == CUDA_SUCCESS) status = driver_->stream_synchronize(static_cast<CUstream>(s));
+  *data = staging_.data();
+  return status;
+}
+
+int32_t CudaExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
+                                         uint64_t stream) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->dtod(Ptr(dst), Ptr(src), size, static_cast<CUstream>(s));
+}
+
+int32_t CudaExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
+                             uint64_t stream) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  auto cs = static_cast<CUstream>(s);
+  switch (element_size) {
+    case 1: return driver_->memset8(Ptr(dst), static_cast<unsigned char>(value), count, cs);
+    case 2: return driver_->memset16(Ptr(dst), static_cast<unsigned short>(value), count, cs);
+    case 4: return driver_->memset32(Ptr(dst), value, count, cs);
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
+                                 const std::vector<KernelInfo>& kernels) {
+  if (modules_.count(module)) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  // The image buffer is the server's; the driver copies what it needs during the load.
+  CUmodule loaded = nullptr;
+  CUresult status = driver_->module_load(&loaded, image);
+  if (status == CUDA_SUCCESS) modules_[module] = loaded;
+  return status;
+}
+
+int32_t CudaExecutor::UnloadModule(uint64_t module) {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUresult status = driver_->module_unload(static_cast<CUmodule>(found->second));
+  modules_.erase(found);
+  return status;
+}
+
+int32_t CudaExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUfunction f = nullptr;
+  CUresult status = driver_->module_function(&f, static_cast<CUmodule>(found->second), name.c_str());
+  if (status == CUDA_SUCCESS) functions_[function] = f;
+  return status;
+}
+
+int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params,
+                             size_t param_size) {
+  auto found = functions_.find(function);
+  if (found == functions_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  void* s = nullptr;
+  if (!StreamFor(config.stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  size_t size = param_size;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(params),
+                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  return driver_->launch(static_cast<CUfunction>(found->second), config.grid[0], config.grid[1],
+                         config.grid[2], config.block[0], config.block[1], config.block[2],
+                         config.shared_mem, static_cast<CUstream>(s), nullptr,
+                         param_size > 0 ? extra : nullptr);
+}
+
+int32_t CudaExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) {
+  if (stream == 0 || streams_.count(stream)) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUstream created = nullptr;
+  CUresult status = driver_->stream_create(&created, flags, priority);
+  if (status == CUDA_SUCCESS) streams_[stream] = created;
+  return status;
+}
+
+int32_t CudaExecutor::DestroyStream(uint64_t stream) {
+  auto found = streams_.find(stream);
+  if (found == streams_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUresult status = driver_->stream_destroy(static_cast<CUstream>(found->second));
+  streams_.erase(found);
+  return status;
+}
+
+int32_t CudaExecutor::SynchronizeStream(uint64_t stream) {
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  if (stream == 0) return driver_->synchronize();
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return driver_->stream_synchronize(static_cast<CUstream>(s));
+}
+
+int32_t CudaExecutor::QueryStream(uint64_t stream) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->stream_query(static_cast<CUstream>(s));
+}
+
+int32_t CudaExecutor::StreamWaitEvent(uint64_t stream, uint64_t event) {
+  void* s = nullptr;
+  auto found = events_.find(event);
+  if (!StreamFor(stream, &s) || found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->stream_wait_event(static_cast<CUstream>(s), static_cast<CUevent>(found->second), 0);
+}
+
+int32_t CudaExecutor::CreateEvent(uint64_t event, uint32_t flags) {
+  if (event == 0 || events_.count(event)) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUevent created = nullptr;
+  CUresult status = driver_->event_create(&created, flags);
+  if (status == CUDA_SUCCESS) events_[event] = created;
+  return status;
+}
+
+int32_t CudaExecutor::DestroyEvent(uint64_t event) {
+  auto found = events_.find(event);
+  if (found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUresult status = driver_->event_destroy(static_cast<CUevent>(found->second));
+  events_.erase(found);
+  return status;
+}
+
+int32_t CudaExecutor::RecordEvent(uint64_t event, uint64_t stream) {
+  void* s = nullptr;
+  auto found = events_.find(event);
+  if (!StreamFor(stream, &s) || found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->event_record(static_cast<CUevent>(found->second), static_cast<CUstream>(s));
+}
+
+int32_t CudaExecutor::SynchronizeEvent(uint64_t event) {
+  auto found = events_.find(event);
+  if (found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->event_synchronize(static_cast<CUevent>(found->second));
+}
+
+int32_t CudaExecutor::QueryEvent(uint64_t event) {
+  auto found = events_.find(event);
+  if (found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->event_query(static_cast<CUevent>(found->second));
+}
+
+int32_t CudaExecutor::ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) {
+  auto first = events_.find(start);
+  auto second = events_.find(end);
+  if (first == events_.end() || second == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->event_elapsed(milliseconds, static_cast<CUevent>(first->second),
+                                static_cast<CUevent>(second->second));
+}
+
+}  // namespace gpupool::dataplane

@@ -1,0 +1,83 @@
+// CudaExecutor: runs one client's operations on a real GPU through the CUDA driver API.
+//
+// The driver (libcuda.so.1 of the GPU host) is loaded with dlopen when the first client
+// attaches, so gpupool-agentd starts on machines without one. Every client session uses
+// the device's primary context; its streams and events are real CUDA streams and events,
+// and every operation is issued on the stream the client named, so stream order holds.
+// Copies go through a host buffer of the server (received data, or data to send back);
+// each copy completes before its request is answered or the next one starts, because the
+// server reuses that buffer. Kernel parameters arrive packed, as the client laid them out
+// from the image, and are passed with CU_LAUNCH_PARAM_BUFFER_POINTER.
+//
+// NOT RUN: this file is compiled here but has never executed on a GPU (the development
+// machine has none). See man/gpupool-remote.7.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "remote/dataplane/executor.h"
+
+namespace gpupool::dataplane {
+
+struct CudaDriver;  // the driver entry points, resolved with dlsym
+
+class CudaExecutor : public Executor {
+ public:
+  // Loads the driver (once per process) and retains the primary context of the GPU whose
+  // UUID is `gpu_uuid`. Unavailable when there is no driver or no such GPU.
+  static Result<std::unique_ptr<Executor>> Create(const std::string& gpu_uuid);
+  ~CudaExecutor() override;
+
+  int32_t Allocate(uint64_t size, uint64_t* dptr) override;
+  int32_t Free(uint64_t dptr) override;
+  void MemoryInfo(uint64_t* free, uint64_t* total) override;
+  void* HostView(uint64_t dptr, uint64_t size) override { return nullptr; }
+  int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) override;
+  int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
+                         const void** data) override;
+  int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
+                             uint64_t stream) override;
+  int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
+                 uint64_t stream) override;
+  int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
+                     const std::vector<KernelInfo>& kernels) override;
+  int32_t UnloadModule(uint64_t module) override;
+  int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
+  int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
+                 size_t param_size) override;
+  int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) override;
+  int32_t DestroyStream(uint64_t stream) override;
+  int32_t SynchronizeStream(uint64_t stream) override;
+  int32_t QueryStream(uint64_t stream) override;
+  int32_t StreamWaitEvent(uint64_t stream, uint64_t event) override;
+  int32_t CreateEvent(uint64_t event, uint32_t flags) override;
+  int32_t DestroyEvent(uint64_t event) override;
+  int32_t RecordEvent(uint64_t event, uint64_t stream) override;
+  int32_t SynchronizeEvent(uint64_t event) override;
+  int32_t QueryEvent(uint64_t event) override;
+  int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
+
+ private:
+  CudaExecutor(const CudaDriver* driver, int device, void* context);
+  // Makes the primary context current on the calling (server) thread.
+  int32_t Enter();
+  // The CUstream for a client stream id (0: the legacy default stream); false if unknown.
+  bool StreamFor(uint64_t id, void** stream);
+
+  const CudaDriver* driver_;
+  int device_;
+  void* context_;                           // CUcontext (primary)
+  std::set<uint64_t> allocations_;
+  std::map<uint64_t, void*> modules_;       // client id -> CUmodule
+  std::map<uint64_t, void*> functions_;     // client id -> CUfunction
+  std::map<uint64_t, void*> streams_;       // client id -> CUstream
+  std::map<uint64_t, void*> events_;        // client id -> CUevent
+  std::vector<char> staging_;               // device-to-host data waiting to be sent
+};
+
+}  // namespace gpupool::dataplane

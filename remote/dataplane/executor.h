@@ -1,0 +1,75 @@
+// Executor: runs one client's device operations on one GPU.
+//
+// The dataplane server creates one Executor per client connection (a "session"), after
+// the client proved its lease. The executor owns everything the client created (memory,
+// modules, streams, events) and frees it all when destroyed, which is how a client that
+// disappears (killed, crashed, network gone) gives its GPU memory back.
+//
+// Two implementations: SimExecutor (device memory in host RAM, kernels from a registry of
+// CPU implementations) and CudaExecutor (the real driver API on the GPU host).
+// Every method returns a CUresult number (protocol.h). Called from the server thread only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpupool::dataplane {
+
+struct KernelInfo {
+  std::string name;          // mangled name, e.g. "_Z6vecAddPKfS0_Pfi"
+  uint32_t param_size = 0;   // bytes of the packed parameter buffer
+};
+
+struct LaunchConfig {
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t shared_mem = 0;
+  uint64_t stream = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  virtual int32_t Allocate(uint64_t size, uint64_t* dptr) = 0;
+  virtual int32_t Free(uint64_t dptr) = 0;
+  virtual void MemoryInfo(uint64_t* free, uint64_t* total) = 0;
+
+  // Host-addressable view of device range [dptr, dptr+size) when the executor keeps device
+  // memory in host RAM: the server then moves bulk data in place. nullptr otherwise, or
+  // when the range is not inside one allocation.
+  virtual void* HostView(uint64_t dptr, uint64_t size) = 0;
+
+  virtual int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) = 0;
+  // On success *data points to the bytes, valid until the next call on this executor.
+  virtual int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
+                                 const void** data) = 0;
+  virtual int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
+                                     uint64_t stream) = 0;
+  virtual int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
+                         uint64_t stream) = 0;
+
+  virtual int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
+                             const std::vector<KernelInfo>& kernels) = 0;
+  virtual int32_t UnloadModule(uint64_t module) = 0;
+  virtual int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) = 0;
+  virtual int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
+                         size_t param_size) = 0;
+
+  virtual int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) = 0;
+  virtual int32_t DestroyStream(uint64_t stream) = 0;
+  virtual int32_t SynchronizeStream(uint64_t stream) = 0;  // stream 0: the whole context
+  virtual int32_t QueryStream(uint64_t stream) = 0;
+  virtual int32_t StreamWaitEvent(uint64_t stream, uint64_t event) = 0;
+
+  virtual int32_t CreateEvent(uint64_t event, uint32_t flags) = 0;
+  virtual int32_t DestroyEvent(uint64_t event) = 0;
+  virtual int32_t RecordEvent(uint64_t event, uint64_t stream) = 0;
+  virtual int32_t SynchronizeEvent(uint64_t event) = 0;
+  virtual int32_t QueryEvent(uint64_t event) = 0;
+  virtual int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) = 0;
+};
+
+}  // namespace gpupool::dataplane

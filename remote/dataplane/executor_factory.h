@@ -1,0 +1,30 @@
+// ExecutorFactory: makes the Executor for a new client session on one GPU, matching the
+// backend ("sim" -> SimExecutor over that GPU's shared SimDeviceMemory; "cuda" ->
+// CudaExecutor when built with the CUDA toolkit), and describes the GPU to clients.
+// Used by the server thread only.
+#pragma once
+
+#include <map>
+#include <memory>
+
+#include "common/status.h"
+#include "remote/backend/backend.h"
+#include "remote/dataplane/executor.h"
+#include "remote/dataplane/protocol.h"
+#include "remote/dataplane/sim_memory.h"
+
+namespace gpupool::dataplane {
+
+class ExecutorFactory {
+ public:
+  explicit ExecutorFactory(backend::GpuBackend* backend) : backend_(backend) {}
+
+  Result<std::unique_ptr<Executor>> Create(const backend::GpuInfo& gpu);
+  DeviceDescription Describe(const backend::GpuInfo& gpu) const;
+
+ private:
+  backend::GpuBackend* backend_;
+  std::map<int, std::unique_ptr<SimDeviceMemory>> sim_memory_;  // by GPU index
+};
+
+}  // namespace gpupool::dataplane

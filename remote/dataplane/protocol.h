@@ -1,0 +1,128 @@
+// The data-path protocol: operations the replacement libcuda.so.1 sends to the agent's
+// dataplane server, with their argument and result structs (carried by transport/wire.h).
+//
+// Handles (streams, events, modules, functions) are chosen by the client, so creating one
+// needs no round trip. Device pointers are the server's (real or simulated) device
+// addresses. Status values are CUresult numbers (defined here so the server side builds
+// without cuda.h).
+//
+// Bump kProtocolVersion on any incompatible change: Hello refuses a mismatch.
+#pragma once
+
+#include <cstdint>
+
+namespace gpupool::dataplane {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// CUresult values used by the server (same numbers as cuda.h).
+enum CuStatus : int32_t {
+  kCuSuccess = 0,
+  kCuInvalidValue = 1,
+  kCuOutOfMemory = 2,
+  kCuNotInitialized = 3,
+  kCuNoDevice = 100,
+  kCuInvalidDevice = 101,
+  kCuInvalidImage = 200,
+  kCuInvalidContext = 201,
+  kCuEccUncorrectable = 214,
+  kCuInvalidHandle = 400,
+  kCuNotFound = 500,
+  kCuNotReady = 600,
+  kCuIllegalAddress = 700,
+  kCuLaunchOutOfResources = 701,
+  kCuLaunchFailed = 719,
+  kCuNotPermitted = 800,
+  kCuNotSupported = 801,
+  kCuUnknown = 999,
+};
+
+enum Op : uint32_t {
+  kOpHello = 1,
+  kOpMemAlloc,
+  kOpMemFree,
+  kOpMemGetInfo,
+  kOpMemcpyHtoD,   // payload: the bytes
+  kOpMemcpyDtoH,   // reply bulk: the bytes
+  kOpMemcpyDtoD,
+  kOpMemset,
+  kOpModuleLoad,   // payload: ModuleImage (below)
+  kOpModuleUnload,
+  kOpGetFunction,
+  kOpLaunch,       // payload: the packed kernel parameters
+  kOpStreamCreate,
+  kOpStreamDestroy,
+  kOpStreamSynchronize,
+  kOpStreamQuery,
+  kOpStreamWaitEvent,
+  kOpEventCreate,
+  kOpEventDestroy,
+  kOpEventRecord,
+  kOpEventSynchronize,
+  kOpEventQuery,
+  kOpEventElapsed,
+  kOpContextSynchronize,
+  kOpCount,
+};
+
+// Fixed-size strings are NUL-terminated and NUL-padded.
+struct HelloArgs {
+  uint32_t protocol_version = kProtocolVersion;
+  uint32_t reserved = 0;
+  char lease_id[64] = {};
+  char token[160] = {};
+  char gpu_uuid[64] = {};
+};
+
+// What the client needs to answer device queries (cuDeviceGetAttribute and friends).
+struct DeviceDescription {
+  char uuid[64] = {};     // "GPU-xxxxxxxx-xxxx-..."
+  char name[96] = {};     // e.g. "NVIDIA A100-SXM4-80GB"
+  char pci_bus_id[32] = {};
+  uint64_t total_memory = 0;
+  int32_t cc_major = 0, cc_minor = 0;
+  int32_t multiprocessor_count = 0;
+  int32_t driver_version = 0;  // of the GPU host's driver (cuda executor), else ours
+  char executor[16] = {};      // "sim" or "cuda"
+};
+
+struct MemAllocArgs { uint64_t size; };
+struct MemAllocResult { uint64_t dptr; };
+struct MemFreeArgs { uint64_t dptr; };
+struct MemInfoResult { uint64_t free; uint64_t total; };
+struct MemcpyHtoDArgs { uint64_t dst; uint64_t size; uint64_t stream; };
+struct MemcpyDtoHArgs { uint64_t src; uint64_t size; uint64_t stream; };
+struct MemcpyDtoDArgs { uint64_t dst; uint64_t src; uint64_t size; uint64_t stream; };
+struct MemsetArgs {
+  uint64_t dst;
+  uint64_t count;         // elements
+  uint32_t value;
+  uint32_t element_size;  // 1, 2 or 4
+  uint64_t stream;
+};
+
+// ModuleLoad payload: ModuleImageHeader, the image bytes (fatbin or cubin as the client
+// got it), then `kernel_count` KernelEntry records each followed by its name bytes.
+struct ModuleLoadArgs { uint64_t module; };
+struct ModuleImageHeader { uint64_t image_size; uint32_t kernel_count; uint32_t reserved; };
+struct KernelEntry { uint32_t name_len; uint32_t param_size; };
+struct ModuleUnloadArgs { uint64_t module; };
+struct GetFunctionArgs { uint64_t module; uint64_t function; char name[512]; };
+
+struct LaunchArgs {
+  uint64_t function;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_mem;
+  uint32_t param_size;
+  uint64_t stream;
+};
+
+struct StreamArgs { uint64_t stream; uint32_t flags; int32_t priority; };
+struct EventArgs { uint64_t event; uint32_t flags; uint32_t reserved; };
+struct EventRecordArgs { uint64_t event; uint64_t stream; };
+struct StreamWaitEventArgs { uint64_t stream; uint64_t event; };
+struct EventElapsedArgs { uint64_t start; uint64_t end; };
+struct EventElapsedResult { float milliseconds; uint32_t reserved; };
+
+}  // namespace gpupool::dataplane

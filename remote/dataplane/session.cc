@@ -1,0 +1,240 @@
+#include "remote/dataplane/session.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "remote/dataplane/protocol.h"
+
+namespace gpupool::dataplane {
+namespace {
+
+template <typename T>
+bool Decode(std::string_view args, T* out) {
+  if (args.size() != sizeof(T)) return false;
+  std::memcpy(out, args.data(), sizeof(T));
+  return true;
+}
+
+template <typename T>
+void Encode(const T& value, std::string* out) {
+  out->assign(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// Errors after which the context cannot be used any more (as on a real GPU).
+bool IsSticky(int32_t status) {
+  return status == kCuIllegalAddress || status == kCuLaunchFailed ||
+         status == kCuEccUncorrectable || status == kCuUnknown;
+}
+
+// Errors that mean the GPU itself failed, which the backend must hear about.
+bool IsGpuFailure(int32_t status) {
+  return status == kCuEccUncorrectable || status == kCuUnknown || status == 46 /*devices unavailable*/;
+}
+
+}  // namespace
+
+void Session::Authorize(const std::string& lease_id, const backend::GpuInfo& gpu,
+                        backend::GpuBackend* backend, std::unique_ptr<Executor> executor) {
+  lease_id_ = lease_id;
+  gpu_ = gpu;
+  backend_ = backend;
+  executor_ = std::move(executor);
+}
+
+void* Session::BulkDestination(const transport::RequestHeader& header, std::string_view args,
+                               size_t len) {
+  MemcpyHtoDArgs copy;
+  if (!authorized() || sticky_error_ != 0 || header.op != kOpMemcpyHtoD || !Decode(args, &copy) ||
+      copy.size != len) {
+    return nullptr;
+  }
+  return executor_->HostView(copy.dst, copy.size);
+}
+
+void Session::Run(const transport::RequestHeader& header, std::string_view args,
+                  const void* payload, size_t payload_len, transport::ServerReply* reply) {
+  if (!authorized()) {
+    reply->status = kCuNotPermitted;
+    reply->out = "not attached: the first request must be a hello with a lease credential";
+    reply->close_after = true;
+    return;
+  }
+  int32_t status = sticky_error_;
+  if (status == 0) {
+    Status usable = backend_->BeforeOperation(gpu_.index);
+    if (!usable.ok()) {
+      status = kCuEccUncorrectable;
+      std::fprintf(stderr, "gpupool-dataplane: GPU %s unusable for client %s: %s\n",
+                   gpu_.uuid.c_str(), peer_.c_str(), usable.message().c_str());
+    } else {
+      status = Dispatch(header.op, args, payload, payload_len, reply);
+    }
+    if (IsGpuFailure(status) && usable.ok()) {
+      backend_->ReportFailure(gpu_.index, "CUDA error " + std::to_string(status) + " in-band");
+    }
+    if (IsSticky(status)) sticky_error_ = status;
+  }
+  if (header.flags & transport::kFlagOneWay) {
+    if (status != 0 && async_error_ == 0) async_error_ = status;
+    return;
+  }
+  reply->status = status;
+  reply->async_status = async_error_;
+  async_error_ = 0;
+}
+
+int32_t Session::LoadModule(std::string_view args, const void* payload, size_t payload_len) {
+  ModuleLoadArgs load;
+  if (!Decode(args, &load)) return kCuInvalidValue;
+  const char* p = static_cast<const char*>(payload);
+  const char* end = p + payload_len;
+  ModuleImageHeader header;
+  if (payload_len < sizeof(header)) return kCuInvalidImage;
+  std::memcpy(&header, p, sizeof(header));
+  p += sizeof(header);
+  if (header.image_size > static_cast<uint64_t>(end - p)) return kCuInvalidImage;
+  const char* image = p;
+  p += header.image_size;
+  std::vector<KernelInfo> kernels;
+  for (uint32_t i = 0; i < header.kernel_count; ++i) {
+    KernelEntry entry;
+    if (static_cast<size_t>(end - p) < sizeof(entry)) return kCuInvalidImage;
+    std::memcpy(&entry, p, sizeof(entry));
+    p += sizeof(entry);
+    if (entry.name_len > static_cast<size_t>(end - p)) return kCuInvalidImage;
+    kernels.push_back(KernelInfo{std::string(p, entry.name_len), entry.param_size});
+    p += entry.name_len;
+  }
+  return executor_->LoadModule(load.module, image, header.image_size, kernels);
+}
+
+int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payload,
+                          size_t payload_len, transport::ServerReply* reply) {
+  Executor& ex = *executor_;
+  switch (op) {
+    case kOpMemAlloc: {
+      MemAllocArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      MemAllocResult result{0};
+      int32_t status = ex.Allocate(a.size, &result.dptr);
+      Encode(result, &reply->out);
+      return status;
+    }
+    case kOpMemFree: {
+      MemFreeArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.Free(a.dptr);
+    }
+    case kOpMemGetInfo: {
+      MemInfoResult result{};
+      ex.MemoryInfo(&result.free, &result.total);
+      Encode(result, &reply->out);
+      return kCuSuccess;
+    }
+    case kOpMemcpyHtoD: {
+      MemcpyHtoDArgs a;
+      if (!Decode(args, &a) || a.size != payload_len) return kCuInvalidValue;
+      return ex.CopyToDevice(a.dst, payload, a.size, a.stream);
+    }
+    case kOpMemcpyDtoH: {
+      MemcpyDtoHArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      const void* data = nullptr;
+      int32_t status = ex.CopyFromDevice(a.src, a.size, a.stream, &data);
+      if (status == kCuSuccess) {
+        reply->bulk = data;
+        reply->bulk_len = a.size;
+      }
+      return status;
+    }
+    case kOpMemcpyDtoD: {
+      MemcpyDtoDArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.CopyDeviceToDevice(a.dst, a.src, a.size, a.stream);
+    }
+    case kOpMemset: {
+      MemsetArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.Memset(a.dst, a.value, a.element_size, a.count, a.stream);
+    }
+    case kOpModuleLoad:
+      return LoadModule(args, payload, payload_len);
+    case kOpModuleUnload: {
+      ModuleUnloadArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.UnloadModule(a.module);
+    }
+    case kOpGetFunction: {
+      GetFunctionArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      a.name[sizeof(a.name) - 1] = '\0';
+      int32_t status = ex.GetFunction(a.module, a.function, a.name);
+      if (status != kCuSuccess) {
+        std::fprintf(stderr, "gpupool-dataplane: client %s: kernel '%s' not available (%d)\n",
+                     peer_.c_str(), a.name, status);
+      }
+      return status;
+    }
+    case kOpLaunch: {
+      LaunchArgs a;
+      if (!Decode(args, &a) || a.param_size != payload_len) return kCuInvalidValue;
+      LaunchConfig config;
+      std::memcpy(config.grid, a.grid, sizeof(config.grid));
+      std::memcpy(config.block, a.block, sizeof(config.block));
+      config.shared_mem = a.shared_mem;
+      config.stream = a.stream;
+      return ex.Launch(a.function, config, payload, payload_len);
+    }
+    case kOpStreamCreate: {
+      StreamArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.CreateStream(a.stream, a.flags, a.priority);
+    }
+    case kOpStreamDestroy: {
+      StreamArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.DestroyStream(a.stream);
+    }
+    case kOpStreamSynchronize:
+    case kOpStreamQuery: {
+      StreamArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return op == kOpStreamQuery ? ex.QueryStream(a.stream) : ex.SynchronizeStream(a.stream);
+    }
+    case kOpStreamWaitEvent: {
+      StreamWaitEventArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.StreamWaitEvent(a.stream, a.event);
+    }
+    case kOpEventCreate:
+    case kOpEventDestroy:
+    case kOpEventSynchronize:
+    case kOpEventQuery: {
+      EventArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      if (op == kOpEventCreate) return ex.CreateEvent(a.event, a.flags);
+      if (op == kOpEventDestroy) return ex.DestroyEvent(a.event);
+      if (op == kOpEventSynchronize) return ex.SynchronizeEvent(a.event);
+      return ex.QueryEvent(a.event);
+    }
+    case kOpEventRecord: {
+      EventRecordArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.RecordEvent(a.event, a.stream);
+    }
+    case kOpEventElapsed: {
+      EventElapsedArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      EventElapsedResult result{};
+      int32_t status = ex.ElapsedTime(a.start, a.end, &result.milliseconds);
+      Encode(result, &reply->out);
+      return status;
+    }
+    case kOpContextSynchronize:
+      return ex.SynchronizeStream(0);
+    default:
+      return kCuNotSupported;
+  }
+}
+
+}  // namespace gpupool::dataplane

@@ -1,0 +1,52 @@
+// Session: one client connection to the dataplane server.
+//
+// Decodes the client's requests (protocol.h) and runs them on the session's Executor,
+// after asking the backend whether the GPU may be used. Errors of one-way (asynchronous)
+// requests are kept and reported with the next reply, once; a GPU failure or a kernel
+// fault is sticky like on a real GPU: every later request gets it.
+// Used by the server thread only.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "remote/backend/backend.h"
+#include "remote/dataplane/executor.h"
+#include "remote/transport/rpc_server.h"
+
+namespace gpupool::dataplane {
+
+class Session {
+ public:
+  explicit Session(std::string peer) : peer_(std::move(peer)) {}
+
+  void Authorize(const std::string& lease_id, const backend::GpuInfo& gpu,
+                 backend::GpuBackend* backend, std::unique_ptr<Executor> executor);
+  bool authorized() const { return executor_ != nullptr; }
+  const std::string& peer() const { return peer_; }
+  const std::string& lease_id() const { return lease_id_; }
+  const std::string& gpu_uuid() const { return gpu_.uuid; }
+
+  // Where the bulk data of a host-to-device copy can be received in place (sim).
+  void* BulkDestination(const transport::RequestHeader& header, std::string_view args,
+                        size_t len);
+  void Run(const transport::RequestHeader& header, std::string_view args, const void* payload,
+           size_t payload_len, transport::ServerReply* reply);
+
+ private:
+  // Runs one decoded request; returns its CUresult.
+  int32_t Dispatch(uint32_t op, std::string_view args, const void* payload, size_t payload_len,
+                   transport::ServerReply* reply);
+  int32_t LoadModule(std::string_view args, const void* payload, size_t payload_len);
+
+  std::string peer_;
+  std::string lease_id_;
+  backend::GpuInfo gpu_;
+  backend::GpuBackend* backend_ = nullptr;
+  std::unique_ptr<Executor> executor_;
+  int32_t async_error_ = 0;   // first error of a one-way request not yet reported
+  int32_t sticky_error_ = 0;  // GPU failed or a kernel faulted: the context is unusable
+};
+
+}  // namespace gpupool::dataplane

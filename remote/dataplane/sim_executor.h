@@ -1,0 +1,72 @@
+// SimExecutor: runs one client's operations on a simulated GPU (sim_memory.h for device
+// memory, sim_kernels.h for kernels).
+//
+// Everything executes synchronously, in request order, on the server thread: stream order
+// holds trivially, events complete when recorded, and an event's time is the moment its
+// record request ran. Memory the session allocated is released when it is destroyed.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "remote/dataplane/executor.h"
+#include "remote/dataplane/sim_kernels.h"
+#include "remote/dataplane/sim_memory.h"
+
+namespace gpupool::dataplane {
+
+class SimExecutor : public Executor {
+ public:
+  // `memory` is the GPU's shared device memory; it must outlive the executor.
+  explicit SimExecutor(SimDeviceMemory* memory);
+  ~SimExecutor() override;
+
+  int32_t Allocate(uint64_t size, uint64_t* dptr) override;
+  int32_t Free(uint64_t dptr) override;
+  void MemoryInfo(uint64_t* free, uint64_t* total) override;
+  void* HostView(uint64_t dptr, uint64_t size) override;
+  int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) override;
+  int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
+                         const void** data) override;
+  int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
+                             uint64_t stream) override;
+  int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
+                 uint64_t stream) override;
+  int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
+                     const std::vector<KernelInfo>& kernels) override;
+  int32_t UnloadModule(uint64_t module) override;
+  int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
+  int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
+                 size_t param_size) override;
+  int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) override;
+  int32_t DestroyStream(uint64_t stream) override;
+  int32_t SynchronizeStream(uint64_t stream) override;
+  int32_t QueryStream(uint64_t stream) override;
+  int32_t StreamWaitEvent(uint64_t stream, uint64_t event) override;
+  int32_t CreateEvent(uint64_t event, uint32_t flags) override;
+  int32_t DestroyEvent(uint64_t event) override;
+  int32_t RecordEvent(uint64_t event, uint64_t stream) override;
+  int32_t SynchronizeEvent(uint64_t event) override;
+  int32_t QueryEvent(uint64_t event) override;
+  int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
+
+ private:
+  struct Event {
+    uint32_t flags = 0;
+    bool recorded = false;
+    std::chrono::steady_clock::time_point when;
+  };
+  bool KnownStream(uint64_t stream) const;
+
+  SimDeviceMemory* memory_;
+  std::set<uint64_t> allocations_;                  // what this session must free
+  std::map<uint64_t, std::vector<KernelInfo>> modules_;
+  std::map<uint64_t, const SimKernelSpec*> functions_;
+  std::set<uint64_t> streams_;
+  std::map<uint64_t, Event> events_;
+};
+
+}  // namespace gpupool::dataplane

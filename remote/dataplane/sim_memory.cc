@@ -1,0 +1,64 @@
+#include "remote/dataplane/sim_memory.h"
+
+#include <sys/mman.h>
+
+#include "remote/dataplane/protocol.h"
+
+namespace gpupool::dataplane {
+namespace {
+
+// Device addresses of GPU i start at (16 + i) TiB: far from where Linux puts a process's
+// heap (0x55..) and mappings (0x7f..), and 1 TiB of address space per GPU.
+constexpr uint64_t kTiB = 1ull << 40;
+constexpr uint64_t kAlignment = 512;  // cudaMalloc guarantees at least 256
+
+}  // namespace
+
+SimDeviceMemory::SimDeviceMemory(int gpu_index, uint64_t capacity)
+    : capacity_(capacity), next_address_((16 + static_cast<uint64_t>(gpu_index)) * kTiB) {}
+
+SimDeviceMemory::~SimDeviceMemory() {
+  for (auto& [address, block] : blocks_) munmap(block.host, block.size);
+}
+
+int32_t SimDeviceMemory::Allocate(uint64_t size, uint64_t* dptr) {
+  if (size == 0) return kCuInvalidValue;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (size > capacity_ - used_) return kCuOutOfMemory;
+  // mmap: zero pages that cost nothing until touched, returned to the OS on release.
+  void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (host == MAP_FAILED) return kCuOutOfMemory;
+  uint64_t address = next_address_;
+  next_address_ += (size + kAlignment - 1) / kAlignment * kAlignment + kAlignment;
+  blocks_[address] = Block{static_cast<char*>(host), size};
+  used_ += size;
+  *dptr = address;
+  return kCuSuccess;
+}
+
+int32_t SimDeviceMemory::Release(uint64_t dptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto found = blocks_.find(dptr);
+  if (found == blocks_.end()) return kCuInvalidValue;
+  munmap(found->second.host, found->second.size);
+  used_ -= found->second.size;
+  blocks_.erase(found);
+  return kCuSuccess;
+}
+
+char* SimDeviceMemory::Translate(uint64_t dptr, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto after = blocks_.upper_bound(dptr);
+  if (after == blocks_.begin()) return nullptr;
+  auto& [start, block] = *std::prev(after);
+  uint64_t offset = dptr - start;
+  if (offset > block.size || size > block.size - offset) return nullptr;
+  return block.host + offset;
+}
+
+uint64_t SimDeviceMemory::used() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return used_;
+}
+
+}  // namespace gpupool::dataplane

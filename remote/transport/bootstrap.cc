@@ -1,0 +1,148 @@
+#include "remote/transport/bootstrap.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "remote/transport/ucx_worker.h"
+
+namespace gpupool::transport {
+namespace {
+
+std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
+
+socklen_t AddressLength(const sockaddr_storage& address) {
+  return address.ss_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+}
+
+}  // namespace
+
+Result<int> ListenTcp(const std::string& host_port, int* port) {
+  auto address = ParseEndpoint(host_port);
+  if (!address.ok()) return address.status();
+  int fd = socket(address->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return Status::Unavailable(Errno("socket"));
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address.value()), AddressLength(*address)) != 0 ||
+      listen(fd, 64) != 0) {
+    std::string error = Errno("cannot listen on " + host_port);
+    close(fd);
+    return Status::Unavailable(error);
+  }
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  *port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                            : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return fd;
+}
+
+Result<int> ConnectTcp(const std::string& host_port, int timeout_ms) {
+  auto address = ParseEndpoint(host_port);
+  if (!address.ok()) return address.status();
+  int fd = socket(address->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return Status::Unavailable(Errno("socket"));
+  int rc = connect(fd, reinterpret_cast<sockaddr*>(&address.value()), AddressLength(*address));
+  if (rc != 0 && errno == EINPROGRESS) {
+    pollfd waiting{fd, POLLOUT, 0};
+    rc = poll(&waiting, 1, timeout_ms) == 1 ? 0 : -1;
+    int error = 0;
+    socklen_t length = sizeof(error);
+    if (rc == 0) getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+    if (rc != 0) error = ETIMEDOUT;
+    if (error != 0) {
+      errno = error;
+      rc = -1;
+    }
+  }
+  if (rc != 0) {
+    std::string error = Errno("cannot connect to " + host_port);
+    close(fd);
+    return Status::Unavailable(error);
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  SetTimeouts(fd, timeout_ms);
+  return fd;
+}
+
+void SetTimeouts(int fd, int timeout_ms) {
+  timeval timeout{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
+}
+
+Status SendAll(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = send(fd, p, size, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return Status::Unavailable(Errno("bootstrap send"));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status ReceiveAll(int fd, void* data, size_t size) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = recv(fd, p, size, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n == 0) return Status::Unavailable("bootstrap: peer closed the connection");
+    if (n < 0) return Status::Unavailable(Errno("bootstrap receive"));
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return Status::OK();
+}
+
+Status SendBlob(int fd, const std::string& blob) {
+  uint32_t length = static_cast<uint32_t>(blob.size());
+  GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &length, sizeof(length)));
+  return SendAll(fd, blob.data(), blob.size());
+}
+
+Result<std::string> ReceiveBlob(int fd, size_t max_size) {
+  uint32_t length = 0;
+  GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &length, sizeof(length)));
+  if (length > max_size) return Status::InvalidArgument("bootstrap: message too large");
+  std::string blob(length, '\0');
+  GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, blob.data(), length));
+  return blob;
+}
+
+std::string PeerAddress(int fd) {
+  sockaddr_storage peer{};
+  socklen_t length = sizeof(peer);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) return "?";
+  char text[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (peer.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&peer);
+    inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+    port = ntohs(in->sin_port);
+  } else if (peer.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&peer);
+    inet_ntop(AF_INET6, &in6->sin6_addr, text, sizeof(text));
+    port = ntohs(in6->sin6_port);
+  }
+  return std::string(text) + ":" + std::to_string(port);
+}
+
+bool PeerClosed(int fd) {
+  char byte;
+  ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+}  // namespace gpupool::transport

@@ -1,0 +1,40 @@
+// Bootstrap: the TCP connection that sets up (and then watches) a data-path connection.
+//
+// UCX 1.13's sockaddr connection manager only builds TCP lanes, so shared memory (and any
+// transport reached by worker address) would be out of reach. Instead the client connects
+// a plain TCP socket to the agent's HOST:PORT and both sides swap UCX worker addresses
+// over it; the UCX endpoints are then created from those addresses, and UCX picks the best
+// transport it has in common (posix/cma on one host, tcp, verbs, ...).
+// The socket stays open for the life of the connection: when either process dies the
+// kernel closes it, which tells the other side at once, whatever UCX transport is in use.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/status.h"
+
+namespace gpupool::transport {
+
+// Handshake messages: magic, then length-prefixed blobs.
+inline constexpr uint32_t kBootstrapMagic = 0x67706231;  // "gpb1"
+
+// A listening socket on "HOST:PORT" (port 0: any); *port gets the bound port.
+Result<int> ListenTcp(const std::string& host_port, int* port);
+// A connected socket to "HOST:PORT", within `timeout_ms`.
+Result<int> ConnectTcp(const std::string& host_port, int timeout_ms);
+
+// Blocking, with the socket's timeouts (SetTimeouts).
+Status SendAll(int fd, const void* data, size_t size);
+Status ReceiveAll(int fd, void* data, size_t size);
+Status SendBlob(int fd, const std::string& blob);
+Result<std::string> ReceiveBlob(int fd, size_t max_size);
+void SetTimeouts(int fd, int timeout_ms);
+
+// "ADDRESS:PORT" of the socket's peer.
+std::string PeerAddress(int fd);
+
+// True when the peer closed the socket or it failed (never blocks).
+bool PeerClosed(int fd);
+
+}  // namespace gpupool::transport

@@ -1,0 +1,334 @@
+#include "remote/transport/rpc_client.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "remote/transport/bootstrap.h"
+
+namespace gpupool::transport {
+
+// One request whose reply has not been fully consumed yet.
+struct RpcClient::Pending {
+  uint64_t seq = 0;
+  void* result_buffer = nullptr;
+  size_t result_capacity = 0;
+  bool replied = false;       // the reply's header arrived
+  bool bulk_done = true;      // the reply's bulk data (if any) is in result_buffer
+  void* rndv_desc = nullptr;  // rendezvous bulk data not yet pulled
+  size_t rndv_len = 0;
+  Reply reply;
+};
+
+namespace {
+
+// Completion flag for a UCX request, set by its callback.
+struct Completion {
+  bool done = false;
+  ucs_status_t status = UCS_OK;
+};
+
+void OnSendDone(void* request, ucs_status_t status, void* user_data) {
+  auto* completion = static_cast<Completion*>(user_data);
+  completion->done = true;
+  completion->status = status;
+}
+
+// Callbacks fire only for requests not yet freed: they free the request themselves.
+void OnBulkReceived(void* request, ucs_status_t status, size_t length, void* user_data) {
+  *static_cast<bool*>(user_data) = true;
+  ucp_request_free(request);
+}
+
+// Polls this long on a quiet worker before sleeping on its event fd: short calls stay
+// at wire latency, long waits (a kernel running for seconds) do not burn a core. Each idle
+// poll yields the CPU, so that on a host with more runnable threads than cores the
+// polling does not starve the very peer (a local agent) it is waiting for.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
+constexpr int kConnectTimeoutMs = 5000;
+
+}  // namespace
+
+Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoint) {
+  std::unique_ptr<RpcClient> self(new RpcClient());
+  self->endpoint_ = endpoint;
+  auto fd = ConnectTcp(endpoint, kConnectTimeoutMs);
+  if (!fd.ok()) return fd.status();
+  self->control_fd_ = fd.value();
+  auto ucx = UcxWorker::Create("gpupool-client");
+  if (!ucx.ok()) return ucx.status();
+  self->ucx_ = std::move(ucx.value());
+  GPUPOOL_RETURN_IF_ERROR(self->ucx_->SetAmHandler(kReplyAmId, &RpcClient::OnReply, self.get()));
+  auto address = self->ucx_->Address();
+  if (!address.ok()) return address.status();
+  // Handshake: our worker address out; magic, connection id and the server's address back.
+  int fd_value = self->control_fd_;
+  Status status = SendAll(fd_value, &kBootstrapMagic, sizeof(kBootstrapMagic));
+  if (status.ok()) status = SendBlob(fd_value, address.value());
+  uint32_t magic = 0;
+  if (status.ok()) status = ReceiveAll(fd_value, &magic, sizeof(magic));
+  if (status.ok() && magic != kBootstrapMagic) {
+    status = Status::Unavailable("not a gpupool data-path server");
+  }
+  if (status.ok()) status = ReceiveAll(fd_value, &self->connection_, sizeof(self->connection_));
+  Result<std::string> server_address = status.ok() ? ReceiveBlob(fd_value, 64 * 1024) : status;
+  if (!server_address.ok()) {
+    return Status::Unavailable("handshake with " + endpoint + " failed: " +
+                               server_address.status().message());
+  }
+  auto ep = self->ucx_->Connect(server_address.value(), &RpcClient::OnPeerError, self.get());
+  if (!ep.ok()) return Status::Unavailable("cannot reach " + endpoint + ": " + ep.status().message());
+  self->ep_ = ep.value();
+  return self;
+}
+
+RpcClient::~RpcClient() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (ep_ != nullptr && ucx_ != nullptr) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(ep_, &param);
+    if (UCS_PTR_IS_PTR(request)) {
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+             std::chrono::steady_clock::now() < deadline) {
+        ucp_worker_progress(ucx_->worker());
+      }
+      ucp_request_free(request);
+    }
+    ep_ = nullptr;
+  }
+  for (auto& pending : pending_) {
+    if (pending->rndv_desc != nullptr && ucx_ != nullptr) ucp_am_data_release(ucx_->worker(), pending->rndv_desc);
+  }
+  if (control_fd_ >= 0) close(control_fd_);
+}
+
+void RpcClient::OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* self = static_cast<RpcClient*>(arg);
+  // Runs inside ucp_worker_progress, i.e. with mu_ already held by the progressing thread.
+  self->broken_ = "connection to " + self->endpoint_ + " lost: " + UcxError(status);
+}
+
+ucs_status_t RpcClient::OnReply(void* arg, const void* header, size_t header_len, void* data,
+                                size_t length, const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<RpcClient*>(arg);  // mu_ held by the progressing thread
+  if (header_len < sizeof(ReplyHeader)) return UCS_OK;
+  ReplyHeader reply_header;
+  std::memcpy(&reply_header, header, sizeof(reply_header));
+  if (reply_header.magic != kWireMagic ||
+      header_len < sizeof(ReplyHeader) + reply_header.out_len) {
+    return UCS_OK;
+  }
+  Pending* pending = nullptr;
+  for (auto& candidate : self->pending_) {
+    if (candidate->seq == reply_header.seq) pending = candidate.get();
+  }
+  if (pending == nullptr) return UCS_OK;  // nobody waits (cannot happen with a sane server) (cannot happen with a sane server)
+  pending->replied = true;
+  pending->reply.status = reply_header.status;
+  pending->reply.async_status = reply_header.async_status;
+  pending->reply.out.assign(static_cast<const char*>(header) + sizeof(ReplyHeader),
+                            reply_header.out_len);
+  size_t take = std::min(length, pending->result_capacity);
+  pending->reply.bulk_received = take;
+  if (length == 0) return UCS_OK;
+  if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    if (take == 0) {
+      ucp_am_data_release(self->ucx_->worker(), data);
+      return UCS_OK;
+    }
+    pending->bulk_done = false;
+    pending->rndv_desc = data;
+    pending->rndv_len = take;
+    return UCS_INPROGRESS;
+  }
+  if (take > 0) std::memcpy(pending->result_buffer, data, take);
+  return UCS_OK;
+}
+
+Status RpcClient::BrokenLocked() const {
+  return Status::Unavailable(broken_);
+}
+
+Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t seq,
+                             bool wait_send) {
+  if (!broken_.empty()) return BrokenLocked();
+  if (request.args_len > kMaxArgsLen) return Status::InvalidArgument("RPC arguments too large");
+  // The AM header: RequestHeader + args. We wait for local completion below, so it may
+  // live in this frame.
+  auto header = std::make_unique<std::vector<char>>(sizeof(RequestHeader) + request.args_len);
+  RequestHeader request_header;
+  request_header.op = request.op;
+  request_header.connection = connection_;
+  request_header.seq = seq;
+  request_header.flags = flags;
+  request_header.args_len = static_cast<uint32_t>(request.args_len);
+  std::memcpy(header->data(), &request_header, sizeof(request_header));
+  if (request.args_len > 0) {
+    std::memcpy(header->data() + sizeof(request_header), request.args, request.args_len);
+  }
+  Completion completion;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = &OnSendDone;
+  param.user_data = &completion;
+  ucs_status_ptr_t sent = ucp_am_send_nbx(ep_, kRequestAmId, header->data(), header->size(),
+                                          request.payload, request.payload_len, &param);
+  if (UCS_PTR_IS_ERR(sent)) {
+    broken_ = "send to " + endpoint_ + " failed: " + UcxError(UCS_PTR_STATUS(sent));
+    return BrokenLocked();
+  }
+  if (UCS_PTR_IS_PTR(sent)) {
+    // We always wait for local completion: the payload (user memory) and header must stay
+    // valid, and the caller is allowed to reuse its buffer once we return.
+    auto start = std::chrono::steady_clock::now();
+    while (!completion.done) {
+      // Replies to earlier requests may need pulling before the server can take this one.
+      StartBulkReceivesLocked();
+      if (ucx_->ProgressAll() > 0) continue;
+      sched_yield();
+      if (std::chrono::steady_clock::now() - start > kSpinBeforeSleep) {
+        ucx_->WaitForEvents(100, control_fd_);
+        if (PeerClosed(control_fd_)) broken_ = "the server at " + endpoint_ + " closed the connection";
+      }
+      if (!broken_.empty()) break;
+    }
+    ucp_request_free(sent);
+    if (!completion.done) return BrokenLocked();
+    if (completion.status != UCS_OK) {
+      broken_ = "send to " + endpoint_ + " failed: " + UcxError(completion.status);
+      return BrokenLocked();
+    }
+  }
+  (void)wait_send;
+  return Status::OK();
+}
+
+void RpcClient::StartBulkReceivesLocked() {
+  for (auto& pending : pending_) {
+    if (pending->rndv_desc == nullptr) continue;
+    void* desc = pending->rndv_desc;
+    pending->rndv_desc = nullptr;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.recv_am = &OnBulkReceived;
+    param.user_data = &pending->bulk_done;
+    ucs_status_ptr_t received = ucp_am_recv_data_nbx(ucx_->worker(), desc,
+                                                     pending->result_buffer, pending->rndv_len,
+                                                     &param);
+    if (UCS_PTR_IS_ERR(received)) {
+      broken_ = "bulk receive from " + endpoint_ + " failed: " +
+                UcxError(UCS_PTR_STATUS(received));
+      pending->bulk_done = true;
+    } else if (received == nullptr) {
+      pending->bulk_done = true;
+    }  // else OnBulkReceived sets bulk_done and frees the request
+  }
+}
+
+Status RpcClient::WaitLocked(uint64_t seq) {
+  auto start = std::chrono::steady_clock::now();
+  while (true) {
+    StartBulkReceivesLocked();
+    // Done when every pending request up to `seq` is replied and has its bulk data.
+    bool done = true;
+    for (auto& pending : pending_) {
+      if (pending->seq > seq) break;
+      if (!pending->replied || !pending->bulk_done || pending->rndv_desc != nullptr) {
+        done = false;
+        break;
+      }
+    }
+    if (done) return Status::OK();
+    if (!broken_.empty()) return BrokenLocked();
+    if (ucx_->ProgressAll() > 0) {
+      start = std::chrono::steady_clock::now();
+      continue;
+    }
+    sched_yield();
+    if (std::chrono::steady_clock::now() - start > kSpinBeforeSleep) {
+      // Sleep until UCX has events or the server's socket changes (it died or closed).
+      ucx_->WaitForEvents(100, control_fd_);
+      if (PeerClosed(control_fd_) && !ServerClosedLocked(seq)) return BrokenLocked();
+    }
+  }
+}
+
+bool RpcClient::ServerClosedLocked(uint64_t seq) {
+  // The server flushes its last replies before closing the socket, but they may still sit
+  // in our receive queue: take them before declaring the connection dead.
+  for (int i = 0; i < 100; ++i) {
+    ucx_->ProgressAll();
+    StartBulkReceivesLocked();
+  }
+  bool done = true;
+  for (auto& pending : pending_) {
+    if (pending->seq > seq) break;
+    done &= pending->replied && pending->bulk_done && pending->rndv_desc == nullptr;
+  }
+  if (broken_.empty()) broken_ = "the server at " + endpoint_ + " closed the connection";
+  return done;
+}
+
+Status RpcClient::Call(const Request& request, Reply* reply) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t seq = next_seq_++;
+  auto pending = std::make_unique<Pending>();
+  pending->seq = seq;
+  pending->result_buffer = request.result_buffer;
+  pending->result_capacity = request.result_buffer ? request.result_capacity : 0;
+  pending_.push_back(std::move(pending));
+  Status status = SendLocked(request, 0, seq, true);
+  if (status.ok()) status = WaitLocked(seq);
+  // Collect this reply and every earlier one; earlier failures surface as async errors.
+  int32_t earlier_error = 0;
+  while (!pending_.empty() && pending_.front()->seq <= seq) {
+    auto& front = pending_.front();
+    if (front->seq == seq) {
+      *reply = std::move(front->reply);
+    } else if (front->reply.status != 0 && earlier_error == 0) {
+      earlier_error = front->reply.status;
+    }
+    pending_.pop_front();
+  }
+  if (!status.ok()) return status;
+  if (reply->async_status == 0) reply->async_status = earlier_error;
+  return Status::OK();
+}
+
+Status RpcClient::Post(const Request& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SendLocked(request, kFlagOneWay, next_seq_++, true);
+}
+
+Status RpcClient::Start(const Request& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t seq = next_seq_++;
+  auto pending = std::make_unique<Pending>();
+  pending->seq = seq;
+  pending->result_buffer = request.result_buffer;
+  pending->result_capacity = request.result_buffer ? request.result_capacity : 0;
+  pending_.push_back(std::move(pending));
+  return SendLocked(request, 0, seq, true);
+}
+
+Status RpcClient::Drain(int32_t* first_error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  *first_error = 0;
+  if (pending_.empty()) return Status::OK();
+  Status status = WaitLocked(pending_.back()->seq);
+  while (!pending_.empty()) {
+    if (pending_.front()->reply.status != 0 && *first_error == 0) {
+      *first_error = pending_.front()->reply.status;
+    }
+    pending_.pop_front();
+  }
+  return status;
+}
+
+}  // namespace gpupool::transport

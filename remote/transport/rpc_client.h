@@ -1,0 +1,100 @@
+// RpcClient: one connection from a client process to a data-path server (wire.h).
+//
+// Used by the replacement libcuda.so.1: one RpcClient per leased GPU. Calls are ordered:
+// the server executes requests of one connection in the order they were sent.
+//   Call  - send a request and wait for its reply (synchronous CUDA calls);
+//   Post  - send a one-way request; no reply (asynchronous calls: launches, async memset);
+//   Start - send a request whose reply (and bulk result) is collected later, by the next
+//           Call or Drain (asynchronous device-to-host copies).
+// Bulk results land directly in the caller's buffer (rendezvous when large).
+//
+// Thread safety: every public method takes mu_; a process may call from any thread.
+// Failures (server gone, transport error) come back as Status::Unavailable; afterwards the
+// connection is broken and every later call fails the same way.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "common/status.h"
+#include "remote/transport/ucx_worker.h"
+#include "remote/transport/wire.h"
+
+namespace gpupool::transport {
+
+struct Reply {
+  int32_t status = 0;
+  int32_t async_status = 0;
+  std::string out;          // inline results
+  size_t bulk_received = 0;  // bytes written to the caller's bulk buffer
+};
+
+struct Request {
+  uint32_t op = 0;
+  const void* args = nullptr;
+  size_t args_len = 0;
+  const void* payload = nullptr;  // bulk data sent with the request
+  size_t payload_len = 0;
+  void* result_buffer = nullptr;  // where the reply's bulk data goes
+  size_t result_capacity = 0;
+};
+
+// The interface the replacement libcuda.so.1 uses. It loads the UCX implementation with
+// dlopen at cuInit (rpc_client_module.h), so that UCX is not even loaded before then.
+class ClientConnection {
+ public:
+  virtual ~ClientConnection() = default;
+  virtual Status Call(const Request& request, Reply* reply) = 0;
+  // Returns once `payload` may be reused (sent or copied by UCX).
+  virtual Status Post(const Request& request) = 0;
+  // `result_buffer` must stay valid until the next Call/Drain returns.
+  virtual Status Start(const Request& request) = 0;
+  // Waits for every started request; returns the first failure status among their replies
+  // in *first_error (0 if none).
+  virtual Status Drain(int32_t* first_error) = 0;
+};
+
+class RpcClient : public ClientConnection {
+ public:
+  // Connects to "HOST:PORT" (the connection completes on first use).
+  static Result<std::unique_ptr<RpcClient>> Connect(const std::string& endpoint);
+  ~RpcClient() override;
+
+  Status Call(const Request& request, Reply* reply) override;
+  Status Post(const Request& request) override;
+  Status Start(const Request& request) override;
+  Status Drain(int32_t* first_error) override;
+
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  struct Pending;
+  RpcClient() = default;
+  static ucs_status_t OnReply(void* arg, const void* header, size_t header_len, void* data,
+                              size_t length, const ucp_am_recv_param_t* param);
+  static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+  // REQUIRES: mu_ held (for all below).
+  Status SendLocked(const Request& request, uint32_t flags, uint64_t seq, bool wait_send);
+  Status WaitLocked(uint64_t seq);       // until reply `seq` and its bulk data are complete
+  void StartBulkReceivesLocked();
+  // Called when the server's socket closed: marks the connection broken, and returns
+  // whether the replies up to `seq` had nevertheless all arrived.
+  bool ServerClosedLocked(uint64_t seq);
+  Status BrokenLocked() const;
+
+  std::mutex mu_;
+  std::string endpoint_;
+  int control_fd_ = -1;             // bootstrap socket; its closing means the server is gone
+  uint64_t connection_ = 0;         // the id the server gave us
+  std::unique_ptr<UcxWorker> ucx_;  // guarded by mu_
+  ucp_ep_h ep_ = nullptr;           // guarded by mu_
+  uint64_t next_seq_ = 1;           // guarded by mu_
+  std::deque<std::unique_ptr<Pending>> pending_;  // in seq order; guarded by mu_
+  std::string broken_;  // non-empty once the connection failed; guarded by mu_
+};
+
+}  // namespace gpupool::transport

@@ -1,0 +1,402 @@
+#include "remote/transport/rpc_server.h"
+
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "remote/transport/bootstrap.h"
+#include "remote/transport/ucx_worker.h"
+
+namespace gpupool::transport {
+namespace {
+
+// How long the server thread keeps polling after the last event before it sleeps.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
+
+struct Incoming {
+  RequestHeader header;
+  std::string args;
+  std::string eager;          // payload received eagerly (copied out of UCX's buffer)
+  void* rndv_desc = nullptr;  // payload still on the client, to pull by rendezvous
+  size_t rndv_len = 0;
+};
+
+struct Connection {
+  ConnectionId id = 0;         // random: clients prove which connection they are on
+  int control_fd = -1;         // the bootstrap socket, open while the client lives
+  ucp_ep_h ep = nullptr;
+  std::string peer;
+  std::deque<Incoming> queue;  // received, not yet started
+  // The request in flight: its bulk data is being received, or its reply being sent.
+  bool busy = false;
+  bool bulk_arrived = false;  // set by the receive callback; the loop then runs it
+  Incoming current;
+  void* current_payload = nullptr;
+  std::vector<char> temp;      // bulk data with no handler-given destination
+  std::vector<char> temp_header;  // the reply header, alive until its send completes
+  bool closing = false;        // close once idle (close_after, or the peer failed)
+  bool graceful_close = false; // flush before closing (close_after)
+  std::string close_reason;
+};
+
+// How often (in loop iterations) a busy server looks for new clients and closed sockets.
+constexpr int kSocketPollInterval = 64;
+// A client has this long to complete its bootstrap handshake.
+constexpr int kHandshakeTimeoutMs = 2000;
+
+class RpcServerImpl : public RpcServer {
+ public:
+  RpcServerImpl(RpcHandler* handler, std::unique_ptr<UcxWorker> ucx)
+      : handler_(handler), ucx_(std::move(ucx)) {}
+
+  ~RpcServerImpl() override {
+    stop_ = true;
+    if (thread_.joinable()) {
+      ucp_worker_signal(ucx_->worker());
+      thread_.join();
+    }
+    if (listen_fd_ >= 0) close(listen_fd_);
+    if (epfd_ >= 0) close(epfd_);
+  }
+
+  int port() const override { return port_; }
+
+  Status Listen(const std::string& listen) {
+    GPUPOOL_RETURN_IF_ERROR(ucx_->SetAmHandler(kRequestAmId, &RpcServerImpl::OnRequestAm, this));
+    auto address = ucx_->Address();
+    if (!address.ok()) return address.status();
+    worker_address_ = std::move(address.value());
+    auto fd = ListenTcp(listen, &port_);
+    if (!fd.ok()) return fd.status();
+    listen_fd_ = fd.value();
+    epfd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd_ < 0) return Status::Internal("epoll_create1 failed");
+    Watch(ucx_->event_fd());
+    Watch(listen_fd_);
+    thread_ = std::thread([this] { Loop(); });
+    return Status::OK();
+  }
+
+ private:
+  void Watch(int fd) {
+    epoll_event event{};
+    event.events = EPOLLIN | EPOLLRDHUP;
+    event.data.fd = fd;
+    epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &event);
+  }
+
+  // Accepts one client: swaps worker addresses and the connection id over the socket.
+  void Accept() {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    SetTimeouts(fd, kHandshakeTimeoutMs);
+    auto connection = std::make_unique<Connection>();
+    connection->control_fd = fd;
+    connection->peer = PeerAddress(fd);
+    uint32_t magic = 0;
+    Status status = ReceiveAll(fd, &magic, sizeof(magic));
+    if (status.ok() && magic != kBootstrapMagic) status = Status::InvalidArgument("bad magic");
+    Result<std::string> client_address = status.ok() ? ReceiveBlob(fd, 64 * 1024) : status;
+    if (!client_address.ok()) {
+      std::fprintf(stderr, "gpupool-dataplane: handshake with %s failed: %s\n",
+                   connection->peer.c_str(), client_address.status().message().c_str());
+      close(fd);
+      return;
+    }
+    do {
+      connection->id = random_();
+    } while (connection->id == 0 || connections_.count(connection->id));
+    auto ep = ucx_->Connect(client_address.value(), &RpcServerImpl::OnPeerError,
+                            connection.get());
+    if (ep.ok()) connection->ep = ep.value();
+    status = ep.ok() ? Status::OK() : ep.status();
+    if (status.ok()) status = SendAll(fd, &kBootstrapMagic, sizeof(kBootstrapMagic));
+    if (status.ok()) status = SendAll(fd, &connection->id, sizeof(connection->id));
+    if (status.ok()) status = SendBlob(fd, worker_address_);
+    if (!status.ok()) {
+      std::fprintf(stderr, "gpupool-dataplane: handshake with %s failed: %s\n",
+                   connection->peer.c_str(), status.message().c_str());
+      connection->closing = true;
+      connection->close_reason = status.message();
+    }
+    Watch(fd);
+    by_fd_[fd] = connection.get();
+    handler_->OnConnect(connection->id, connection->peer);
+    connections_[connection->id] = std::move(connection);
+  }
+
+  // Looks at the listening socket and the clients' sockets without blocking, or for up to
+  // `timeout_ms` when the worker was armed.
+  void PollSockets(int timeout_ms) {
+    epoll_event events[16];
+    int n = epoll_wait(epfd_, events, 16, timeout_ms);
+    for (int i = 0; i < n; ++i) {
+      int fd = events[i].data.fd;
+      if (fd == listen_fd_) {
+        Accept();
+      } else if (auto found = by_fd_.find(fd); found != by_fd_.end()) {
+        if (PeerClosed(fd)) {
+          found->second->closing = true;
+          if (found->second->close_reason.empty()) {
+            found->second->close_reason = "the client closed its connection";
+          }
+        }
+      }
+    }
+  }
+
+  static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+    auto* connection = static_cast<Connection*>(arg);
+    connection->closing = true;
+    if (connection->close_reason.empty()) connection->close_reason = UcxError(status);
+  }
+
+  static ucs_status_t OnRequestAm(void* arg, const void* header, size_t header_len, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<RpcServerImpl*>(arg);
+    RequestHeader request_header;
+    if (header_len < sizeof(request_header)) return UCS_OK;
+    std::memcpy(&request_header, header, sizeof(request_header));
+    auto found = self->connections_.find(request_header.connection);
+    if (request_header.magic != kWireMagic || found == self->connections_.end() ||
+        header_len != sizeof(request_header) + request_header.args_len) {
+      return UCS_OK;  // not ours, or a connection that is gone: drop (rndv data too)
+    }
+    Incoming incoming;
+    incoming.header = request_header;
+    incoming.args.assign(static_cast<const char*>(header) + sizeof(request_header),
+                         request_header.args_len);
+    ucs_status_t keep = UCS_OK;
+    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+      incoming.rndv_desc = data;
+      incoming.rndv_len = length;
+      keep = UCS_INPROGRESS;
+    } else if (length > 0) {
+      incoming.eager.assign(static_cast<const char*>(data), length);
+    }
+    found->second->queue.push_back(std::move(incoming));
+    return keep;
+  }
+
+  static void OnBulkArrived(void* request, ucs_status_t status, size_t length, void* user_data) {
+    ucp_request_free(request);  // callbacks only fire for requests not freed before
+    auto* connection = static_cast<Connection*>(user_data);
+    connection->bulk_arrived = true;
+    if (status != UCS_OK) {
+      connection->closing = true;
+      connection->close_reason = "bulk receive failed: " + UcxError(status);
+    }
+  }
+
+  static void OnReplySent(void* request, ucs_status_t status, void* user_data) {
+    ucp_request_free(request);
+    auto* connection = static_cast<Connection*>(user_data);
+    connection->busy = false;
+    if (status != UCS_OK) {
+      connection->closing = true;
+      if (connection->close_reason.empty()) {
+        connection->close_reason = "reply failed: " + UcxError(status);
+      }
+    }
+  }
+
+  // Runs the current request of `c` (its payload is complete) and sends the reply.
+  void Execute(Connection* c, const void* payload, size_t payload_len) {
+    ServerReply reply;
+    handler_->OnRequest(c->id, c->current.header, c->current.args, payload, payload_len, &reply);
+    c->busy = false;
+    if (reply.close_after) {
+      c->closing = true;
+      c->graceful_close = true;
+      c->close_reason = "closed by the server";
+    }
+    if (c->current.header.flags & kFlagOneWay) return;
+    reply_header_.resize(sizeof(ReplyHeader) + reply.out.size());
+    ReplyHeader header;
+    header.status = reply.status;
+    header.async_status = reply.async_status;
+    header.seq = c->current.header.seq;
+    header.out_len = static_cast<uint32_t>(reply.out.size());
+    std::memcpy(reply_header_.data(), &header, sizeof(header));
+    std::memcpy(reply_header_.data() + sizeof(header), reply.out.data(), reply.out.size());
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = &RpcServerImpl::OnReplySent;
+    param.user_data = c;
+    // The header must outlive a rendezvous send: keep it in the connection.
+    c->temp_header = reply_header_;
+    ucs_status_ptr_t sent = ucp_am_send_nbx(c->ep, kReplyAmId, c->temp_header.data(),
+                                            c->temp_header.size(), reply.bulk, reply.bulk_len,
+                                            &param);
+    if (UCS_PTR_IS_ERR(sent)) {
+      c->closing = true;
+      c->close_reason = "reply failed: " + UcxError(UCS_PTR_STATUS(sent));
+    } else if (UCS_PTR_IS_PTR(sent)) {
+      c->busy = true;  // until OnReplySent, which also frees the request
+    }
+  }
+
+  // Starts queued requests of `c` until one has to wait for a transfer. Returns whether
+  // anything was started.
+  bool Pump(Connection* c) {
+    bool worked = false;
+    if (c->busy && c->bulk_arrived) {
+      c->bulk_arrived = false;
+      worked = true;
+      if (!c->closing) Execute(c, c->current_payload, c->current.rndv_len);
+    }
+    while (!c->busy && !c->closing && !c->queue.empty()) {
+      worked = true;
+      c->current = std::move(c->queue.front());
+      c->queue.pop_front();
+      if (c->current.rndv_desc == nullptr) {
+        Execute(c, c->current.eager.data(), c->current.eager.size());
+        continue;
+      }
+      void* desc = c->current.rndv_desc;
+      c->current.rndv_desc = nullptr;
+      void* destination = handler_->BulkDestination(c->id, c->current.header, c->current.args,
+                                                    c->current.rndv_len);
+      if (destination == nullptr) {
+        c->temp.resize(c->current.rndv_len);
+        destination = c->temp.data();
+      }
+      c->current_payload = destination;
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      param.cb.recv_am = &RpcServerImpl::OnBulkArrived;
+      param.user_data = c;
+      ucs_status_ptr_t received = ucp_am_recv_data_nbx(ucx_->worker(), desc, destination,
+                                                       c->current.rndv_len, &param);
+      if (UCS_PTR_IS_ERR(received)) {
+        c->closing = true;
+        c->close_reason = "bulk receive failed: " + UcxError(UCS_PTR_STATUS(received));
+      } else if (received == nullptr) {
+        Execute(c, destination, c->current.rndv_len);
+      } else {
+        c->busy = true;  // until OnBulkArrived, which also frees the request
+      }
+    }
+    return worked;
+  }
+
+  void Close(Connection* c) {
+    for (auto& incoming : c->queue) {
+      if (incoming.rndv_desc != nullptr) ucp_am_data_release(ucx_->worker(), incoming.rndv_desc);
+    }
+    by_fd_.erase(c->control_fd);
+    epoll_ctl(epfd_, EPOLL_CTL_DEL, c->control_fd, nullptr);
+    // Closing on our initiative (close_after) flushes the last reply to the client before
+    // the bootstrap socket closes; a failed or departed peer gets a forced close.
+    Closing closing{nullptr, c->control_fd};
+    if (c->ep != nullptr) {
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+      param.flags = c->graceful_close ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
+      ucs_status_ptr_t request = ucp_ep_close_nbx(c->ep, &param);
+      if (UCS_PTR_IS_PTR(request)) closing.request = request;
+    }
+    if (closing.request == nullptr) {
+      close(closing.fd);
+    } else {
+      closing_requests_.push_back(closing);
+    }
+    handler_->OnDisconnect(c->id, c->close_reason);
+  }
+
+  // Completes endpoint closes that finished: frees the request, closes the socket.
+  void FinishClosing() {
+    for (auto it = closing_requests_.begin(); it != closing_requests_.end();) {
+      if (ucp_request_check_status(it->request) != UCS_INPROGRESS) {
+        ucp_request_free(it->request);
+        close(it->fd);
+        it = closing_requests_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  void Loop() {
+    auto last_activity = std::chrono::steady_clock::now();
+    int iteration = 0;
+    while (!stop_) {
+      bool worked = ucx_->ProgressAll() > 0;
+      if (++iteration % kSocketPollInterval == 0) PollSockets(0);
+      for (auto it = connections_.begin(); it != connections_.end();) {
+        Connection* c = it->second.get();
+        worked |= Pump(c);
+        if (c->closing && !c->busy) {
+          Close(c);
+          it = connections_.erase(it);
+          worked = true;
+        } else {
+          ++it;
+        }
+      }
+      FinishClosing();
+      auto now = std::chrono::steady_clock::now();
+      if (worked) {
+        last_activity = now;
+      } else if (now - last_activity > kSpinBeforeSleep) {
+        PollSockets(ucx_->Arm() ? 250 : 0);
+      } else {
+        sched_yield();  // polling must not starve local clients on a busy host
+      }
+    }
+    for (auto& [id, connection] : connections_) {
+      connection->close_reason = "server stopping";
+      Close(connection.get());
+    }
+    connections_.clear();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    while (!closing_requests_.empty() && std::chrono::steady_clock::now() < deadline) {
+      ucx_->ProgressAll();
+      FinishClosing();
+    }
+    for (Closing& closing : closing_requests_) close(closing.fd);  // requests die with the worker
+  }
+
+  RpcHandler* handler_;
+  std::unique_ptr<UcxWorker> ucx_;
+  int listen_fd_ = -1;
+  int epfd_ = -1;  // worker event fd, listening socket, clients' sockets
+  int port_ = 0;
+  std::string worker_address_;
+  std::mt19937_64 random_{std::random_device{}()};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  // Everything below is touched only by the server thread.
+  std::map<ConnectionId, std::unique_ptr<Connection>> connections_;
+  std::map<int, Connection*> by_fd_;  // by bootstrap socket
+  struct Closing {
+    void* request;  // ucp_ep_close_nbx in progress
+    int fd;         // the bootstrap socket, closed once the endpoint is
+  };
+  std::vector<Closing> closing_requests_;
+  std::vector<char> reply_header_;
+  ConnectionId next_id_ = 1;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
+                                                    RpcHandler* handler) {
+  auto ucx = UcxWorker::Create("gpupool-dataplane");
+  if (!ucx.ok()) return ucx.status();
+  auto server = std::make_unique<RpcServerImpl>(handler, std::move(ucx.value()));
+  GPUPOOL_RETURN_IF_ERROR(server->Listen(listen));
+  return std::unique_ptr<RpcServer>(std::move(server));
+}
+
+}  // namespace gpupool::transport

@@ -1,0 +1,80 @@
+// Data-path benchmark, run by scripts/bench/remote against a dataplane server through the
+// replacement libcuda.so.1: an ordinary CUDA program (static cudart), like a user's.
+//   HostToDevice/N, DeviceToHost/N  cudaMemcpy of N bytes from/to pinned host memory
+//   SyncRoundTrip                   cudaDeviceSynchronize with nothing pending: one round trip
+//   LaunchRate                      empty kernel launches (one-way), synchronised per batch
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+__global__ void noop() {}
+
+namespace {
+
+void Check(cudaError_t error, const char* what) {
+  if (error != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(error));
+    std::exit(1);
+  }
+}
+
+struct Buffers {
+  void* host = nullptr;
+  void* device = nullptr;
+  explicit Buffers(size_t size) {
+    Check(cudaMallocHost(&host, size), "cudaMallocHost");
+    Check(cudaMalloc(&device, size), "cudaMalloc");
+  }
+  ~Buffers() {
+    cudaFreeHost(host);
+    cudaFree(device);
+  }
+};
+
+void HostToDevice(benchmark::State& state) {
+  size_t size = static_cast<size_t>(state.range(0));
+  Buffers buffers(size);
+  for (auto _ : state) {
+    Check(cudaMemcpy(buffers.device, buffers.host, size, cudaMemcpyHostToDevice), "H2D");
+  }
+  Check(cudaDeviceSynchronize(), "sync");  // the last copies have reached the device
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(size));
+}
+
+void DeviceToHost(benchmark::State& state) {
+  size_t size = static_cast<size_t>(state.range(0));
+  Buffers buffers(size);
+  for (auto _ : state) {
+    Check(cudaMemcpy(buffers.host, buffers.device, size, cudaMemcpyDeviceToHost), "D2H");
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(size));
+}
+
+void SyncRoundTrip(benchmark::State& state) {
+  for (auto _ : state) Check(cudaDeviceSynchronize(), "sync");
+}
+
+void LaunchRate(benchmark::State& state) {
+  const int batch = 1000;
+  for (auto _ : state) {
+    for (int i = 0; i < batch; ++i) noop<<<1, 1>>>();
+    Check(cudaDeviceSynchronize(), "sync");
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations()) * batch);
+}
+
+}  // namespace
+
+BENCHMARK(HostToDevice)->Arg(64 << 10)->Arg(1 << 20)->Arg(16 << 20)->Arg(256 << 20)->UseRealTime();
+BENCHMARK(DeviceToHost)->Arg(64 << 10)->Arg(1 << 20)->Arg(16 << 20)->Arg(256 << 20)->UseRealTime();
+BENCHMARK(SyncRoundTrip)->UseRealTime();
+BENCHMARK(LaunchRate)->UseRealTime();
+
+int main(int argc, char** argv) {
+  Check(cudaFree(nullptr), "init");  // context creation outside the measurements
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,111 @@
+// Option callbacks (like pyxis's args.c): --gpu-pool, --gpu-pool-place, --gpu-pool-mem.
+//
+// Options are registered from slurm_spank_init in every context (a static spank_options
+// table is not seen by sbatch/salloc). At submit (remote == 0) each value is checked on
+// its own and a bad one fails the command; in slurmstepd (remote == 1) the value is only
+// stored: step_context.cc parses all three together and fails the tasks, never the node.
+#include <dlfcn.h>
+#include <libgen.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "spank/plugin_state.h"
+
+namespace gpupool::spank {
+namespace {
+
+enum OptionId { kPool = 1, kPlace = 2, kMem = 3 };
+
+Status Check(int id, const std::string& value) {
+  switch (id) {
+    case kPool: return ParsePoolOption(value).status();
+    case kPlace: return ParsePlaceOption(value).status();
+    case kMem: return ParseMemOption(value).status();
+  }
+  return Status::Internal("unknown option id " + std::to_string(id));
+}
+
+int OnOption(int id, const char* optarg, int remote) {
+  try {
+    std::string value = optarg != nullptr ? optarg : "";
+    if (!remote) {
+      Status s = Check(id, value);
+      if (!s.ok()) {
+        slurm_error("gpupool: %s", s.message().c_str());
+        return -1;
+      }
+    }
+    RawOptions& o = State().options;
+    switch (id) {
+      case kPool: o.has_pool = true; o.pool = value; break;
+      case kPlace: o.has_place = true; o.place = value; break;
+      case kMem: o.has_mem = true; o.mem = value; break;
+    }
+    return 0;
+  } catch (...) {
+    return remote ? 0 : -1;
+  }
+}
+
+struct spank_option g_options[] = {
+    {const_cast<char*>(kOptPool), const_cast<char*>("POOL:COUNT[,POOL:COUNT...]"),
+     const_cast<char*>("GPUs from gpupool's pools for this job (e.g. a100:2,h100:1)."), 1, kPool,
+     OnOption},
+    {const_cast<char*>(kOptPlace), const_cast<char*>("pack|spread|rack:NAME"),
+     const_cast<char*>("Where the pool GPUs should come from: fewest racks (pack, default), "
+                       "as many racks as possible (spread), or one named rack."),
+     1, kPlace, OnOption},
+    {const_cast<char*>(kOptMem), const_cast<char*>("SIZE"),
+     const_cast<char*>("Minimum memory of each pool GPU (e.g. 40G, 81920M)."), 1, kMem, OnOption},
+};
+
+// The directory holding this plugin, for install-relative defaults.
+std::string PluginDir() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&PluginDir), &info) == 0 || info.dli_fname == nullptr) {
+    return ".";
+  }
+  std::vector<char> path(info.dli_fname, info.dli_fname + std::strlen(info.dli_fname) + 1);
+  return dirname(path.data());
+}
+
+}  // namespace
+
+PluginState& State() {
+  static PluginState* state = new PluginState();  // never destroyed: callbacks may outlive statics
+  return *state;
+}
+
+int RegisterOptions(spank_t sp) {
+  for (struct spank_option& opt : g_options) {
+    spank_err_t rc = spank_option_register(sp, &opt);
+    if (rc != ESPANK_SUCCESS) {
+      slurm_error("gpupool: cannot register --%s: %s", opt.name, spank_strerror(rc));
+      return -1;
+    }
+  }
+  return 0;
+}
+
+Result<PluginConfig> LoadPluginConfig(int ac, char** av) {
+  std::vector<std::string> args;
+  for (int i = 0; i < ac; ++i) args.emplace_back(av[i]);
+  Result<PluginConfig> config = ParsePluginConfig(args);
+  if (config.ok()) ApplyInstallDefaults(PluginDir(), &config.value());
+  return config;
+}
+
+}  // namespace gpupool::spank
+
+namespace gpupool::spank {
+
+// In the epilog (job_script context) the options are not parsed again; Slurm hands them
+// over as SPANK_-prefixed variables, which spank_option_getopt reads.
+bool JobAskedForPoolGpus(spank_t sp) {
+  char* value = nullptr;
+  return spank_option_getopt(sp, &g_options[0], &value) == ESPANK_SUCCESS;
+}
+
+}  // namespace gpupool::spank

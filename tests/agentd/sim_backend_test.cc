@@ -1,0 +1,254 @@
+// SimBackend: inventory, stable identities, and every fault mode.
+#include "remote/backend/sim_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "remote/backend/backend_factory.h"
+#include "remote/backend/gpu_identity.h"
+#include "remote/backend/topology.h"
+
+namespace gpupool::backend {
+namespace {
+
+std::unique_ptr<SimBackend> MakeSim(const std::string& host, std::vector<SimGpuConfig> gpus, int numa = 1) {
+  auto r = SimBackend::Create(host, gpus, numa);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return std::move(r.value());
+}
+
+// Waits up to 2 s for `pred`; hang tests must not depend on scheduling luck.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  for (int i = 0; i < 200; ++i) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+TEST(SimBackend, DiscoversConfiguredInventoryInOrder) {
+  auto sim = MakeSim("gpuhost1", {{"A100-SXM4-80GB", 81920, 2}, {"H100-SXM5-80GB", 81920, 1}, {"L4", 23034, 1}});
+  std::vector<GpuInfo> gpus = sim->Discover();
+  ASSERT_EQ(gpus.size(), 4u);
+  EXPECT_EQ(gpus[0].model, "A100-SXM4-80GB");
+  EXPECT_EQ(gpus[1].model, "A100-SXM4-80GB");
+  EXPECT_EQ(gpus[2].model, "H100-SXM5-80GB");
+  EXPECT_EQ(gpus[3].model, "L4");
+  EXPECT_EQ(gpus[3].memory_bytes, 23034ULL * 1024 * 1024);
+  std::set<std::string> uuids, buses;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    EXPECT_EQ(gpus[i].index, static_cast<int>(i));
+    EXPECT_TRUE(LooksLikeGpuUuid(gpus[i].uuid)) << gpus[i].uuid;
+    uuids.insert(gpus[i].uuid);
+    buses.insert(gpus[i].pci_bus_id);
+    EXPECT_EQ(sim->Health(i).health, Health::kOk);
+  }
+  EXPECT_EQ(uuids.size(), 4u);
+  EXPECT_EQ(buses.size(), 4u);
+  EXPECT_EQ(gpus[0].pci_bus_id, "0000:07:00.0");
+}
+
+TEST(SimBackend, EmptyInventoryMeansFourA100) {
+  auto sim = MakeSim("h", {});
+  std::vector<GpuInfo> gpus = sim->Discover();
+  ASSERT_EQ(gpus.size(), 4u);
+  EXPECT_EQ(gpus[0].model, "A100-SXM4-80GB");
+  EXPECT_EQ(gpus[0].memory_bytes, 81920ULL * 1024 * 1024);
+}
+
+TEST(SimBackend, UuidsAreStableAcrossRestartsAndDifferBetweenHosts) {
+  auto a1 = MakeSim("gpuhost1", {{"A100", 1024, 3}});
+  auto a2 = MakeSim("gpuhost1", {{"A100", 1024, 3}});
+  auto b = MakeSim("gpuhost2", {{"A100", 1024, 3}});
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(a1->Discover()[i].uuid, a2->Discover()[i].uuid);
+    EXPECT_NE(a1->Discover()[i].uuid, b->Discover()[i].uuid);
+  }
+  EXPECT_NE(DeterministicGpuUuid("gpuhost1", 0), DeterministicGpuUuid("gpuhost1", 1));
+  EXPECT_NE(DeterministicGpuUuid("gpuhost1", 10), DeterministicGpuUuid("gpuhost11", 0));
+  std::string u = DeterministicGpuUuid("x", 0);
+  EXPECT_EQ(u[4 + 9 + 5], '4');  // version nibble
+}
+
+TEST(SimBackend, RejectsBadInventory) {
+  EXPECT_FALSE(SimBackend::Create("h", {{"A100", 1024, 0}}, 1).ok());
+  EXPECT_FALSE(SimBackend::Create("h", {{"", 1024, 1}}, 1).ok());
+  EXPECT_FALSE(SimBackend::Create("h", {{"A100", 0, 1}}, 1).ok());
+  auto r = SimBackend::Create("h", {{"A100", 1024, 1}, {"B", 1024, -2}}, 1);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("sim_gpus[1]"), std::string::npos) << r.status().message();
+}
+
+TEST(SimBackend, SpreadsGpusOverNumaNodes) {
+  auto sim = MakeSim("h", {{"A100", 1024, 8}}, /*numa=*/2);
+  std::vector<GpuInfo> gpus = sim->Discover();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(gpus[i].numa_node, 0);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(gpus[i].numa_node, 1);
+  EXPECT_EQ(SimNumaNode(3, 4, 1), 0);
+  EXPECT_GE(Topology::Load(false)->NumaNodeCount(), 1);
+}
+
+TEST(SimBackend, FailNowMarksFailedAndNotifiesOnce) {
+  auto sim = MakeSim("h", {{"A100", 1024, 2}});
+  std::atomic<int> notified{0};
+  std::atomic<int> last{-1};
+  sim->SetHealthListener([&](int i) { ++notified; last = i; });
+  ASSERT_TRUE(sim->InjectFault(1, Fault{FaultMode::kFail, 0, "Xid 79"}).ok());
+  EXPECT_EQ(sim->Health(1).health, Health::kFailed);
+  EXPECT_EQ(sim->Health(1).reason, "Xid 79");
+  EXPECT_EQ(sim->Health(0).health, Health::kOk);
+  EXPECT_EQ(notified.load(), 1);
+  EXPECT_EQ(last.load(), 1);
+  Status s = sim->BeforeOperation(1);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("Xid 79"), std::string::npos);
+  EXPECT_TRUE(sim->BeforeOperation(0).ok());
+  // Failing an already failed GPU is not a new health change.
+  ASSERT_TRUE(sim->InjectFault(1, Fault{FaultMode::kFail, 0, "again"}).ok());
+  EXPECT_EQ(notified.load(), 1);
+}
+
+TEST(SimBackend, FailAfterCountsExactlyN) {
+  for (uint64_t n : {0ULL, 1ULL, 5ULL}) {
+    auto sim = MakeSim("h", {{"A100", 1024, 1}});
+    std::atomic<int> notified{0};
+    sim->SetHealthListener([&](int) { ++notified; });
+    ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kFailAfter, n, ""}).ok());
+    for (uint64_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(sim->BeforeOperation(0).ok()) << "operation " << i + 1 << " of " << n;
+      EXPECT_EQ(sim->Health(0).health, Health::kOk);
+    }
+    EXPECT_EQ(notified.load(), 0);
+    EXPECT_FALSE(sim->BeforeOperation(0).ok()) << "operation " << n + 1 << " should fail";
+    EXPECT_EQ(sim->Health(0).health, Health::kFailed);
+    EXPECT_NE(sim->Health(0).reason.find("after " + std::to_string(n)), std::string::npos);
+    EXPECT_EQ(notified.load(), 1);
+    EXPECT_FALSE(sim->BeforeOperation(0).ok());
+    EXPECT_EQ(sim->OperationCount(0), n + 2);
+  }
+}
+
+TEST(SimBackend, HangBlocksUntilCleared) {
+  auto sim = MakeSim("h", {{"A100", 1024, 2}});
+  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kHang, 0, ""}).ok());
+  auto op = std::async(std::launch::async, [&] { return sim->BeforeOperation(0); });
+  ASSERT_TRUE(Eventually([&] { return sim->HungCalls(0) == 1; }));
+  EXPECT_EQ(op.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
+  EXPECT_TRUE(sim->BeforeOperation(1).ok());  // other GPUs are not affected
+  ASSERT_TRUE(sim->InjectFault(0, Fault{}).ok());
+  ASSERT_EQ(op.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  EXPECT_TRUE(op.get().ok());
+  EXPECT_EQ(sim->HungCalls(0), 0);
+  EXPECT_EQ(sim->CurrentFault(0).mode, FaultMode::kNone);
+}
+
+TEST(SimBackend, HangThenFailReturnsTheFailure) {
+  auto sim = MakeSim("h", {{"A100", 1024, 1}});
+  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kHang, 0, ""}).ok());
+  auto op = std::async(std::launch::async, [&] { return sim->BeforeOperation(0); });
+  ASSERT_TRUE(Eventually([&] { return sim->HungCalls(0) == 1; }));
+  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kFail, 0, "Xid 119"}).ok());
+  ASSERT_EQ(op.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  Status s = op.get();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("Xid 119"), std::string::npos);
+}
+
+TEST(SimBackend, StopReleasesHungCalls) {
+  auto sim = MakeSim("h", {{"A100", 1024, 1}});
+  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kHang, 0, ""}).ok());
+  auto op = std::async(std::launch::async, [&] { return sim->BeforeOperation(0); });
+  ASSERT_TRUE(Eventually([&] { return sim->HungCalls(0) == 1; }));
+  sim->Stop();
+  ASSERT_EQ(op.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  Status s = op.get();
+  EXPECT_EQ(s.code(), Status::Code::kUnavailable);
+}
+
+TEST(SimBackend, ClearRecoversAFailedGpu) {
+  auto sim = MakeSim("h", {{"A100", 1024, 1}});
+  std::atomic<int> notified{0};
+  sim->SetHealthListener([&](int) { ++notified; });
+  sim->ReportFailure(0, "CUDA error 214");
+  EXPECT_EQ(sim->Health(0).health, Health::kFailed);
+  EXPECT_EQ(sim->Health(0).reason, "CUDA error 214");
+  ASSERT_TRUE(sim->InjectFault(0, Fault{}).ok());
+  EXPECT_EQ(sim->Health(0).health, Health::kOk);
+  EXPECT_TRUE(sim->BeforeOperation(0).ok());
+  EXPECT_EQ(notified.load(), 2);  // failed, then recovered
+}
+
+TEST(SimBackend, BadIndexIsAnError) {
+  auto sim = MakeSim("h", {{"A100", 1024, 2}});
+  EXPECT_EQ(sim->InjectFault(2, Fault{FaultMode::kFail, 0, ""}).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sim->InjectFault(-1, Fault{FaultMode::kFail, 0, ""}).code(), Status::Code::kNotFound);
+  EXPECT_FALSE(sim->BeforeOperation(7).ok());
+  EXPECT_EQ(sim->Health(0).health, Health::kOk);
+  EXPECT_EQ(sim->Health(1).health, Health::kOk);
+}
+
+TEST(SimBackend, ConcurrentOperationsAreCountedExactly) {
+  auto sim = MakeSim("h", {{"A100", 1024, 1}});
+  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kFailAfter, 1000, ""}).ok());
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 300; ++i) (sim->BeforeOperation(0).ok() ? ok : failed)++;
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 1000);
+  EXPECT_EQ(failed.load(), 200);
+}
+
+TEST(Factory, MakesSimAndRejectsUnknownNames) {
+  AgentConfig config;
+  config.host = "gpuhost9";
+  config.sim_gpus = {{"A100", 1024, 2}};
+  auto sim = MakeBackend("sim", config);
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  EXPECT_EQ(sim.value()->name(), "sim");
+  EXPECT_EQ(sim.value()->Discover()[0].uuid, DeterministicGpuUuid("gpuhost9", 0));
+  auto bad = MakeBackend("tpu", config);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown backend 'tpu'"), std::string::npos);
+}
+
+TEST(Factory, CudaBackendFailsCleanlyWithoutADriver) {
+  // This machine (and CI) has no NVIDIA driver: the cuda backend must say so in one line.
+  AgentConfig config;
+  auto cuda = MakeBackend("cuda", config);
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_EQ(cuda.status().message().rfind("cannot load libnvidia-ml.so.1: ", 0), 0u) << cuda.status().message();
+  EXPECT_EQ(cuda.status().message().find('\n'), std::string::npos);
+}
+
+TEST(FaultSpec, ParsesTheCommandLineForms) {
+  auto f = ParseFaultSpec("fail");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->mode, FaultMode::kFail);
+  EXPECT_EQ(f->reason, "injected");
+  f = ParseFaultSpec("fail=Xid 79");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->reason, "Xid 79");
+  f = ParseFaultSpec("fail-after=12");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->mode, FaultMode::kFailAfter);
+  EXPECT_EQ(f->ops, 12u);
+  EXPECT_EQ(ParseFaultSpec("hang")->mode, FaultMode::kHang);
+  EXPECT_EQ(ParseFaultSpec("clear")->mode, FaultMode::kNone);
+  for (const char* bad : {"", "boom", "fail-after", "fail-after=", "fail-after=-1", "fail-after=3x",
+                          "hang=5", "fail="}) {
+    EXPECT_FALSE(ParseFaultSpec(bad).ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace gpupool::backend

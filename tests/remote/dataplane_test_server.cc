@@ -1,0 +1,66 @@
+// gpupool-dataplane-testd: a dataplane server over TestBackend with one fixed lease, for
+// the CUDA program tests and the benchmark (the real agent is gpupool-agentd).
+//
+//   gpupool-dataplane-testd --listen HOST:PORT --lease ID --token HEX [--gpus N]
+//                           [--memory-mib M] [--fail-after-start]
+// Prints "listening on PORT" once ready; runs until SIGTERM/SIGINT.
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+
+#include "remote/dataplane/server.h"
+#include "tests/remote/test_backend.h"
+
+namespace {
+
+volatile std::sig_atomic_t stop = 0;
+void OnSignal(int) { stop = 1; }
+
+int Usage(const char* problem) {
+  std::fprintf(stderr, "gpupool-dataplane-testd: %s\nusage: gpupool-dataplane-testd --listen "
+               "HOST:PORT --lease ID --token HEX [--gpus N] [--memory-mib M]\n", problem);
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string listen, lease, token;
+  int gpus = 1;
+  long memory_mib = 16384;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    const char* v = nullptr;
+    if (arg == "--listen" && (v = value())) listen = v;
+    else if (arg == "--lease" && (v = value())) lease = v;
+    else if (arg == "--token" && (v = value())) token = v;
+    else if (arg == "--gpus" && (v = value())) gpus = std::atoi(v);
+    else if (arg == "--memory-mib" && (v = value())) memory_mib = std::atol(v);
+    else return Usage(("unknown or incomplete option '" + arg + "'").c_str());
+  }
+  if (listen.empty() || lease.empty() || token.empty()) return Usage("--listen, --lease and --token are required");
+  if (gpus < 1 || memory_mib < 1) return Usage("--gpus and --memory-mib must be positive");
+
+  gpupool::testing::TestBackend backend(gpus, static_cast<uint64_t>(memory_mib) << 20);
+  gpupool::dataplane::ServerOptions options;
+  options.listen = listen;
+  options.backend = &backend;
+  options.authorize = [&](const std::string& l, const std::string& t, const std::string&) {
+    return l == lease && t == token;
+  };
+  auto server = gpupool::dataplane::Server::Start(options);
+  if (!server.ok()) {
+    std::fprintf(stderr, "gpupool-dataplane-testd: %s\n", server.status().message().c_str());
+    return 1;
+  }
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::printf("listening on %d\n", server.value()->port());
+  std::fflush(stdout);
+  while (!stop) pause();
+  return 0;
+}

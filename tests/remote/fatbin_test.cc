@@ -1,0 +1,127 @@
+#include "remote/client/fatbin.h"
+
+#include <elf.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <vector>
+
+namespace gpupool::client {
+namespace {
+
+// Builds a minimal 64-bit ELF with the given sections (name, bytes).
+std::vector<uint8_t> MakeElf(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& sections) {
+  std::string names(1, '\0');
+  std::vector<uint32_t> name_offsets;
+  for (const auto& [name, bytes] : sections) {
+    name_offsets.push_back(static_cast<uint32_t>(names.size()));
+    names += name + '\0';
+  }
+  uint32_t shstrtab_name = static_cast<uint32_t>(names.size());
+  names += std::string(".shstrtab") + '\0';
+  std::vector<uint8_t> elf(sizeof(Elf64_Ehdr));
+  std::vector<Elf64_Shdr> headers(1);  // the null section
+  for (size_t i = 0; i < sections.size(); ++i) {
+    Elf64_Shdr header{};
+    header.sh_name = name_offsets[i];
+    header.sh_type = SHT_LOPROC;
+    header.sh_offset = elf.size();
+    header.sh_size = sections[i].second.size();
+    elf.insert(elf.end(), sections[i].second.begin(), sections[i].second.end());
+    headers.push_back(header);
+  }
+  Elf64_Shdr strtab{};
+  strtab.sh_name = shstrtab_name;
+  strtab.sh_type = SHT_STRTAB;
+  strtab.sh_offset = elf.size();
+  strtab.sh_size = names.size();
+  elf.insert(elf.end(), names.begin(), names.end());
+  headers.push_back(strtab);
+  while (elf.size() % 8) elf.push_back(0);
+  Elf64_Ehdr ehdr{};
+  std::memcpy(ehdr.e_ident, ELFMAG, SELFMAG);
+  ehdr.e_ident[EI_CLASS] = ELFCLASS64;
+  ehdr.e_ident[EI_DATA] = ELFDATA2LSB;
+  ehdr.e_shoff = elf.size();
+  ehdr.e_shentsize = sizeof(Elf64_Shdr);
+  ehdr.e_shnum = static_cast<uint16_t>(headers.size());
+  ehdr.e_shstrndx = static_cast<uint16_t>(headers.size() - 1);
+  ehdr.e_ehsize = sizeof(Elf64_Ehdr);
+  for (const auto& header : headers) {
+    const auto* raw = reinterpret_cast<const uint8_t*>(&header);
+    elf.insert(elf.end(), raw, raw + sizeof(header));
+  }
+  std::memcpy(elf.data(), &ehdr, sizeof(ehdr));
+  return elf;
+}
+
+// One EIATTR_KPARAM_INFO record: ordinal, offset, size.
+void AddParam(std::vector<uint8_t>* info, uint16_t ordinal, uint16_t offset, uint32_t size) {
+  uint8_t record[16] = {0x04, 0x17, 12, 0};
+  uint32_t packed = (size << 18) | 0x1f000;
+  std::memcpy(record + 8, &ordinal, 2);
+  std::memcpy(record + 10, &offset, 2);
+  std::memcpy(record + 12, &packed, 4);
+  info->insert(info->end(), record, record + 16);
+}
+
+TEST(Fatbin, ReadsParameterLayoutsFromACubin) {
+  std::vector<uint8_t> info = {0x03, 0x19, 0x1c, 0x00};  // an HVAL record to skip
+  // Out of order on purpose: the parser sorts by ordinal.
+  AddParam(&info, 1, 8, 8);
+  AddParam(&info, 0, 0, 8);
+  AddParam(&info, 2, 16, 4);
+  auto elf = MakeElf({{".nv.info._Z1kPfS_i", info}, {".text._Z4noopv", {0, 0, 0, 0}}});
+  auto image = ParseModuleImage(elf.data());
+  ASSERT_TRUE(image.ok()) << image.status().message();
+  ASSERT_EQ(image->kernels.count("_Z1kPfS_i"), 1u);
+  const KernelLayout& layout = image->kernels["_Z1kPfS_i"];
+  ASSERT_EQ(layout.params.size(), 3u);
+  EXPECT_EQ(layout.params[0].offset, 0u);
+  EXPECT_EQ(layout.params[1].offset, 8u);
+  EXPECT_EQ(layout.params[2].offset, 16u);
+  EXPECT_EQ(layout.params[2].size, 4u);
+  EXPECT_EQ(layout.param_size, 20u);
+  ASSERT_EQ(image->kernels.count("_Z4noopv"), 1u);
+  EXPECT_TRUE(image->kernels["_Z4noopv"].params.empty());
+  EXPECT_EQ(image->size, elf.size());
+}
+
+TEST(Fatbin, RejectsUnknownFormats) {
+  const char ptx[] = ".version 8.0\n.target sm_80\n";
+  auto image = ParseModuleImage(ptx);
+  EXPECT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("unknown module image format"), std::string::npos);
+  EXPECT_FALSE(ParseModuleImage(nullptr).ok());
+}
+
+#ifdef GPUPOOL_TEST_CUDA_PROGRAM
+// The real thing: the fatbin nvcc embedded in the vector_add test program.
+TEST(Fatbin, ReadsTheFatbinNvccEmbeds) {
+  std::ifstream file(GPUPOOL_TEST_CUDA_PROGRAM, std::ios::binary);
+  ASSERT_TRUE(file.good());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  const uint32_t magic = 0xBA55ED50;
+  bool found = false;
+  for (size_t at = 0; at + 16 < bytes.size(); at += 8) {  // fatbins are 8-aligned
+    if (std::memcmp(bytes.data() + at, &magic, 4) != 0) continue;
+    auto image = ParseModuleImage(bytes.data() + at);
+    ASSERT_TRUE(image.ok()) << image.status().message();
+    auto kernel = image->kernels.find("_Z6vecAddPKfS0_Pfi");
+    if (kernel == image->kernels.end()) continue;
+    found = true;
+    ASSERT_EQ(kernel->second.params.size(), 4u);
+    EXPECT_EQ(kernel->second.params[0].offset, 0u);
+    EXPECT_EQ(kernel->second.params[0].size, 8u);
+    EXPECT_EQ(kernel->second.params[3].offset, 24u);
+    EXPECT_EQ(kernel->second.params[3].size, 4u);
+    EXPECT_EQ(kernel->second.param_size, 28u);
+  }
+  EXPECT_TRUE(found) << "no fatbin with vecAdd in " << GPUPOOL_TEST_CUDA_PROGRAM;
+}
+#endif
+
+}  // namespace
+}  // namespace gpupool::client

@@ -1,0 +1,53 @@
+#!/bin/bash
+# A client killed with SIGKILL gets its device memory freed: memory_hold allocates 1 GiB
+# and waits; memory_free (exit 0 iff all device memory is free) must fail while it lives
+# and succeed within seconds after `kill -9`.
+#
+# usage: kill_client.sh --server BIN --lib DIR --transport tcp|shm --port PORT
+#            --hold PROGRAM --check PROGRAM
+set -u
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --server) server=$2; shift 2 ;;
+    --lib) lib=$2; shift 2 ;;
+    --transport) transport=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --hold) hold=$2; shift 2 ;;
+    --check) check=$2; shift 2 ;;
+    *) echo "kill_client.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/transport_env.sh" "$transport" || exit 2
+token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+workdir=$(mktemp -d "/tmp/r2-remote-kill.XXXXXX")
+holder_pid=""
+trap 'kill -9 $holder_pid 2>/dev/null; kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$workdir"' EXIT
+
+"$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" > "$workdir/server.out" 2> "$workdir/server.err" &
+server_pid=$!
+for _ in $(seq 1 100); do grep -q "^listening on" "$workdir/server.out" 2>/dev/null && break; sleep 0.05; done
+export GPUPOOL_GPUS="GPU-5e1f0a11-0000-4000-8000-000000000000@127.0.0.1:$port"
+export GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN=$token CUDA_VISIBLE_DEVICES=0
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+"$hold" > "$workdir/hold.out" 2> "$workdir/hold.err" &
+holder_pid=$!
+for _ in $(seq 1 200); do grep -q ready "$workdir/hold.out" 2>/dev/null && break; sleep 0.05; done
+grep -q ready "$workdir/hold.out" || { echo "FAIL: holder never got ready" >&2; cat "$workdir/hold.err" >&2; exit 1; }
+if "$check"; then echo "FAIL: memory reported free while a client holds 1 GiB" >&2; exit 1; fi
+
+kill -9 "$holder_pid"
+wait "$holder_pid" 2>/dev/null
+holder_pid=""
+for _ in $(seq 1 50); do
+  if "$check"; then
+    grep "disconnected" "$workdir/server.err"
+    echo "memory freed after kill -9"
+    exit 0
+  fi
+  sleep 0.2
+done
+echo "FAIL: memory still held 10 s after the client was killed" >&2
+cat "$workdir/server.err" >&2
+exit 1

@@ -1,0 +1,70 @@
+#!/bin/bash
+# Runs one CUDA test program against a fresh data-path test server, through the
+# replacement libcuda.so.1, the way a job would (GPUPOOL_* environment, LD_LIBRARY_PATH).
+#
+# usage: run_with_server.sh --server BIN --lib DIR --transport tcp|shm --port PORT
+#            [--gpus N] [--client-token TOKEN] [--expect-refused] -- PROGRAM
+#   --expect-refused  the program must fail and the library must log the refusal
+set -u
+server="" lib="" transport="" port="" gpus=1 client_token="" expect_refused=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --server) server=$2; shift 2 ;;
+    --lib) lib=$2; shift 2 ;;
+    --transport) transport=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --gpus) gpus=$2; shift 2 ;;
+    --client-token) client_token=$2; shift 2 ;;
+    --expect-refused) expect_refused=1; shift ;;
+    --) shift; break ;;
+    *) echo "run_with_server.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+program=${1:?run_with_server.sh: no program given}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/transport_env.sh" "$transport" || exit 2
+
+token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+workdir=$(mktemp -d "/tmp/r2-remote-test.XXXXXX")
+trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; rm -rf "$workdir"' EXIT
+
+"$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" --gpus "$gpus" \
+  > "$workdir/server.out" 2> "$workdir/server.err" &
+server_pid=$!
+for _ in $(seq 1 100); do
+  grep -q "^listening on" "$workdir/server.out" 2>/dev/null && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.05
+done
+if ! grep -q "^listening on" "$workdir/server.out"; then
+  echo "test server did not start:" >&2; cat "$workdir/server.err" >&2; exit 1
+fi
+
+gpu_list=""
+for i in $(seq 0 $((gpus - 1))); do
+  uuid=$(printf "GPU-5e1f0a11-0000-4000-8000-%012d" "$i")
+  gpu_list="${gpu_list:+$gpu_list,}$uuid@127.0.0.1:$port"
+done
+export GPUPOOL_GPUS="$gpu_list" GPUPOOL_LEASE_ID=L1
+export GPUPOOL_LEASE_TOKEN="${client_token:-$token}"
+export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((gpus - 1)))
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+timeout 120 "$program" > "$workdir/program.out" 2> "$workdir/program.err"
+rc=$?
+cat "$workdir/program.out"; cat "$workdir/program.err" >&2
+if [ "$expect_refused" = 1 ]; then
+  if [ $rc -eq 0 ]; then echo "FAIL: the program ran without a valid lease" >&2; exit 1; fi
+  if ! grep -q "refused this process" "$workdir/program.err"; then
+    echo "FAIL: no refusal logged by the library" >&2; exit 1
+  fi
+  if ! grep -q "refused client" "$workdir/server.err"; then
+    echo "FAIL: the server did not log the refusal" >&2; cat "$workdir/server.err" >&2; exit 1
+  fi
+  echo "refused as expected (exit $rc)"
+  exit 0
+fi
+if [ $rc -ne 0 ]; then
+  echo "FAIL: $program exited $rc; server log:" >&2; cat "$workdir/server.err" >&2
+fi
+exit $rc

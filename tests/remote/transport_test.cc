@@ -1,0 +1,178 @@
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "remote/transport/rpc_client.h"
+#include "remote/transport/rpc_server.h"
+
+namespace gpupool::transport {
+namespace {
+
+enum TestOp : uint32_t { kEchoArgs = 1, kEchoPayload, kFail, kCloseAfter, kIntoBuffer };
+
+// Echoes what it gets; kFail fails with status 7; kIntoBuffer receives bulk data in place.
+class EchoHandler : public RpcHandler {
+ public:
+  void OnConnect(ConnectionId, const std::string&) override { ++connects; }
+  void* BulkDestination(ConnectionId, const RequestHeader& header, std::string_view,
+                        size_t len) override {
+    if (header.op != kIntoBuffer) return nullptr;
+    in_place.resize(len);
+    return in_place.data();
+  }
+  void OnRequest(ConnectionId, const RequestHeader& header, std::string_view args,
+                 const void* payload, size_t payload_len, ServerReply* reply) override {
+    switch (header.op) {
+      case kEchoArgs:
+        reply->out.assign(args.data(), args.size());
+        break;
+      case kEchoPayload:
+        echoed.assign(static_cast<const char*>(payload), static_cast<const char*>(payload) + payload_len);
+        reply->bulk = echoed.data();
+        reply->bulk_len = echoed.size();
+        break;
+      case kFail:
+        reply->status = 7;
+        break;
+      case kCloseAfter:
+        reply->close_after = true;
+        break;
+      case kIntoBuffer:
+        reply->status = (payload == in_place.data()) ? 0 : 9;
+        break;
+    }
+    // The transport leaves async error bookkeeping to the handler (the dataplane does it).
+    if ((header.flags & kFlagOneWay) && reply->status != 0) pending_async = reply->status;
+    if (!(header.flags & kFlagOneWay)) {
+      reply->async_status = pending_async;
+      pending_async = 0;
+    }
+  }
+  void OnDisconnect(ConnectionId, const std::string&) override { ++disconnects; }
+
+  std::atomic<int> connects{0}, disconnects{0};
+  std::vector<char> echoed, in_place;
+  int32_t pending_async = 0;
+};
+
+class TransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    auto server = RpcServer::Start("127.0.0.1:0", &handler_);
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    server_ = std::move(server.value());
+    auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()));
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    client_ = std::move(client.value());
+  }
+
+  EchoHandler handler_;
+  std::unique_ptr<RpcServer> server_;
+  std::unique_ptr<RpcClient> client_;
+};
+
+TEST_F(TransportTest, ArgumentsComeBackInline) {
+  const char args[] = "hello, server";
+  Request request{kEchoArgs, args, sizeof(args), nullptr, 0, nullptr, 0};
+  Reply reply;
+  ASSERT_TRUE(client_->Call(request, &reply).ok());
+  EXPECT_EQ(reply.status, 0);
+  EXPECT_EQ(reply.out, std::string(args, sizeof(args)));
+}
+
+TEST_F(TransportTest, BulkDataOfEverySizeRoundTrips) {
+  for (size_t size : {size_t{0}, size_t{64}, size_t{65536}, size_t{4} << 20, size_t{64} << 20}) {
+    std::vector<char> out(size), back(size, 0);
+    for (size_t i = 0; i < size; ++i) out[i] = static_cast<char>(i * 31 + size);
+    Request request{kEchoPayload, nullptr, 0, out.data(), size, back.data(), size};
+    Reply reply;
+    ASSERT_TRUE(client_->Call(request, &reply).ok()) << size;
+    EXPECT_EQ(reply.bulk_received, size);
+    EXPECT_TRUE(out == back) << "size " << size;
+  }
+}
+
+TEST_F(TransportTest, BulkDataLandsWhereTheHandlerSays) {
+  std::vector<char> out(8 << 20, 'x');  // large enough for rendezvous
+  Request request{kIntoBuffer, nullptr, 0, out.data(), out.size(), nullptr, 0};
+  Reply reply;
+  ASSERT_TRUE(client_->Call(request, &reply).ok());
+  EXPECT_EQ(reply.status, 0);
+  EXPECT_TRUE(handler_.in_place == out);
+}
+
+TEST_F(TransportTest, OneWayErrorsArriveWithTheNextReply) {
+  Request fail{kFail, nullptr, 0, nullptr, 0, nullptr, 0};
+  ASSERT_TRUE(client_->Post(fail).ok());
+  Request echo{kEchoArgs, "x", 1, nullptr, 0, nullptr, 0};
+  Reply reply;
+  ASSERT_TRUE(client_->Call(echo, &reply).ok());
+  EXPECT_EQ(reply.status, 0);
+  EXPECT_EQ(reply.async_status, 7);
+  ASSERT_TRUE(client_->Call(echo, &reply).ok());
+  EXPECT_EQ(reply.async_status, 0);  // reported once
+}
+
+TEST_F(TransportTest, StartedRequestsCompleteByDrain) {
+  std::vector<std::vector<char>> outs, backs;
+  for (int i = 0; i < 3; ++i) {
+    outs.emplace_back(1 << 20, static_cast<char>('a' + i));
+    backs.emplace_back(1 << 20, 0);
+  }
+  for (int i = 0; i < 3; ++i) {
+    Request request{kEchoPayload, nullptr, 0, outs[i].data(), outs[i].size(), backs[i].data(),
+                    backs[i].size()};
+    ASSERT_TRUE(client_->Start(request).ok());
+  }
+  int32_t first_error = -1;
+  ASSERT_TRUE(client_->Drain(&first_error).ok());
+  EXPECT_EQ(first_error, 0);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(outs[i] == backs[i]) << i;
+}
+
+TEST_F(TransportTest, ServerClosingAfterAReplyBreaksTheConnection) {
+  Request close_request{kCloseAfter, nullptr, 0, nullptr, 0, nullptr, 0};
+  Reply reply;
+  ASSERT_TRUE(client_->Call(close_request, &reply).ok());
+  Request echo{kEchoArgs, "x", 1, nullptr, 0, nullptr, 0};
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  Status status;
+  while (std::chrono::steady_clock::now() < deadline) {
+    status = client_->Call(echo, &reply);
+    if (!status.ok()) break;
+  }
+  EXPECT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), Status::Code::kUnavailable);
+  for (int i = 0; i < 100 && handler_.disconnects == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(handler_.disconnects, 1);
+}
+
+TEST_F(TransportTest, ServerDeathIsNoticed) {
+  server_.reset();
+  Request echo{kEchoArgs, "x", 1, nullptr, 0, nullptr, 0};
+  Reply reply;
+  auto start = std::chrono::steady_clock::now();
+  Status status = client_->Call(echo, &reply);
+  EXPECT_FALSE(status.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(TransportErrors, BadEndpointsAreNamed) {
+  auto client = RpcClient::Connect("no-port-here");
+  ASSERT_FALSE(client.ok());
+  EXPECT_NE(client.status().message().find("no-port-here"), std::string::npos);
+  client = RpcClient::Connect("127.0.0.1:1");  // nobody listens on port 1
+  ASSERT_FALSE(client.ok());
+  EXPECT_EQ(client.status().code(), Status::Code::kUnavailable);
+}
+
+}  // namespace
+}  // namespace gpupool::transport

@@ -1,0 +1,137 @@
+// Unit tests of remoting profiles: the parser, the rendering, and the shipped profiles.
+#include "spank/profile.h"
+
+#include <gtest/gtest.h>
+
+#ifndef GPUPOOL_SOURCE_DIR
+#error "GPUPOOL_SOURCE_DIR must be defined by the build"
+#endif
+
+namespace gpupool::spank {
+namespace {
+
+Lease TwoGpuLease() {
+  nlohmann::json raw = {
+      {"id", "L7"}, {"job_id", 42}, {"generation", 3}, {"state", "ACTIVE"}, {"token", "ab12"},
+      {"gpus",
+       {{{"id", "gpuhost1:0"}, {"uuid", "GPU-aaa"}, {"pool", "a100"}, {"rack", "rack1"},
+         {"host", "gpuhost1"}, {"index", 0}, {"endpoint", "10.0.0.5:7101"}},
+        {{"id", "gpuhost3:2"}, {"uuid", "GPU-bbb"}, {"pool", "a100"}, {"rack", "rack2"},
+         {"host", "gpuhost3"}, {"index", 2}, {"endpoint", "10.0.0.7:7103"}}}}};
+  Result<Lease> lease = ParseLease(raw);
+  EXPECT_TRUE(lease.ok()) << lease.status().message();
+  return lease.value();
+}
+
+std::string Get(const EnvList& env, const std::string& name) {
+  std::string value = "<unset>";
+  for (const auto& [k, v] : env) if (k == name) value = v;
+  return value;
+}
+
+Result<EnvList> Render(const std::string& text, const Lease& lease,
+                       std::function<std::string(const std::string&)> current = nullptr) {
+  Result<Profile> p = ParseProfile(text, "t.profile");
+  if (!p.ok()) return p.status();
+  ProfileContext ctx;
+  ctx.lease = &lease;
+  ctx.job_id = 42;
+  ctx.lib_dir = "/opt/gp/lib/gpupool";
+  ctx.lease_file = "/run/gpupool/job42.json";
+  ctx.server = "http://pool:6830";
+  ctx.current = std::move(current);
+  return RenderProfile(*p, ctx);
+}
+
+TEST(Profile, SetPrependAppend) {
+  Lease lease = TwoGpuLease();
+  auto env = Render("set A={count}/{lease_id}/{generation}/{job_id}\n"
+                    "prepend LD_LIBRARY_PATH={lib_dir}\n"
+                    "append PATH=/x  # trailing comment\n"
+                    "prepend EMPTY={lib_dir}\n",
+                    lease, [](const std::string& n) {
+                      return n == "LD_LIBRARY_PATH" ? "/usr/lib" : n == "PATH" ? "/bin" : "";
+                    });
+  ASSERT_TRUE(env.ok()) << env.status().message();
+  EXPECT_EQ(Get(*env, "A"), "2/L7/3/42");
+  EXPECT_EQ(Get(*env, "LD_LIBRARY_PATH"), "/opt/gp/lib/gpupool:/usr/lib");
+  EXPECT_EQ(Get(*env, "PATH"), "/bin:/x");
+  EXPECT_EQ(Get(*env, "EMPTY"), "/opt/gp/lib/gpupool");
+}
+
+TEST(Profile, EachAndJoinArePerGpuInDeviceOrder) {
+  Lease lease = TwoGpuLease();
+  auto env = Render("each DEV_{i}={addr}:{index}:{port}:{uuid}\njoin ALL={host}/{endpoint}\n"
+                    "set LITERAL={{x}}\n", lease);
+  ASSERT_TRUE(env.ok()) << env.status().message();
+  EXPECT_EQ(Get(*env, "DEV_0"), "10.0.0.5:0:7101:GPU-aaa");
+  EXPECT_EQ(Get(*env, "DEV_1"), "10.0.0.7:2:7103:GPU-bbb");
+  EXPECT_EQ(Get(*env, "ALL"), "gpuhost1/10.0.0.5:7101,gpuhost3/10.0.0.7:7103");
+  EXPECT_EQ(Get(*env, "LITERAL"), "{x}");
+}
+
+TEST(Profile, RejectsBadProfilesWithFileAndLine) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"sett A=1\n", "unknown rule 'sett'"},
+      {"set A\n", "expected NAME=VALUE"},
+      {"set\n", "expected"},
+      {"set 1A=x\n", "bad variable name"},
+      {"set A={nope}\n", "unknown field {nope}"},
+      {"set A={uuid}\n", "per GPU"},
+      {"set A={count\n", "unclosed"},
+      {"set A=x}\n", "unmatched"},
+      {"each DEV=x\n", "{i}"},
+      {"each DEV-{i}=x\n", "variable name"},
+  };
+  for (const auto& [text, expected] : bad) {
+    Result<Profile> p = ParseProfile("# ok\n" + text, "t.profile");
+    ASSERT_FALSE(p.ok()) << "accepted: " << text;
+    EXPECT_EQ(p.status().message().rfind("t.profile:2: ", 0), 0u) << p.status().message();
+    EXPECT_NE(p.status().message().find(expected), std::string::npos) << p.status().message();
+  }
+}
+
+TEST(Profile, ShippedGpupoolProfile) {
+  Result<Profile> p = LoadProfile(std::string(GPUPOOL_SOURCE_DIR) + "/etc/profiles/gpupool.profile");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  Lease lease = TwoGpuLease();
+  ProfileContext ctx;
+  ctx.lease = &lease;
+  ctx.lib_dir = "/opt/gp/lib/gpupool";
+  auto env = RenderProfile(*p, ctx);
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(Get(*env, "LD_LIBRARY_PATH"), "/opt/gp/lib/gpupool");
+}
+
+TEST(Profile, ShippedRcudaProfile) {
+  Result<Profile> p = LoadProfile(std::string(GPUPOOL_SOURCE_DIR) + "/etc/profiles/rcuda.profile");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  Lease lease = TwoGpuLease();
+  ProfileContext ctx;
+  ctx.lease = &lease;
+  auto env = RenderProfile(*p, ctx);
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(Get(*env, "RCUDA_DEVICE_COUNT"), "2");
+  EXPECT_EQ(Get(*env, "RCUDA_DEVICE_0"), "10.0.0.5:0");
+  EXPECT_EQ(Get(*env, "RCUDA_DEVICE_1"), "10.0.0.7:2");
+}
+
+TEST(Profile, ShippedLupineProfile) {
+  Result<Profile> p = LoadProfile(std::string(GPUPOOL_SOURCE_DIR) + "/etc/profiles/lupine.profile");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  Lease lease = TwoGpuLease();
+  ProfileContext ctx;
+  ctx.lease = &lease;
+  auto env = RenderProfile(*p, ctx);
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(Get(*env, "LUPINE_SERVER"), "10.0.0.5:14833,10.0.0.7:14833");
+}
+
+TEST(Profile, MissingFileIsNamed) {
+  Result<Profile> p = LoadProfile("/nonexistent/x.profile");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("/nonexistent/x.profile"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpupool::spank
