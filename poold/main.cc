@@ -98,7 +98,8 @@ int main(int argc, char** argv) {
   Status s = daemon.Start();
   if (!s.ok()) {
     log::Error(s.message());
-    std::fprintf(stderr, "gpupoold: error: %s\n", s.message().c_str());
+    // The log may be a file: say it where whoever started the daemon looks, too.
+    if (!config->poold.log_file.empty()) std::fprintf(stderr, "gpupoold: error: %s\n", s.message().c_str());
     return 1;
   }
   if (!foreground) {

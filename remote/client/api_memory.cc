@@ -14,7 +14,6 @@
 #include "remote/client/api_common.h"
 
 using namespace gpupool::client;  // NOLINT
-using gpupool::dataplane::kOpMemAlloc;
 
 namespace {
 
@@ -124,7 +123,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t size) 
     dp::MemAllocArgs args{size};
     dp::MemAllocResult result{0};
     std::string out;
-    CUresult status = Runtime::Get().Call(device, kOpMemAlloc, &args, sizeof(args), nullptr, 0,
+    CUresult status = Runtime::Get().Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0,
                                           nullptr, 0, &out);
     if (status != CUDA_SUCCESS) return status;
     if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;

@@ -60,7 +60,7 @@ size_t ElfSize(const uint8_t* elf) {
   size_t size = header.e_shoff + size_t{header.e_shnum} * header.e_shentsize;
   size = std::max<size_t>(size, header.e_phoff + size_t{header.e_phnum} * header.e_phentsize);
   for (int i = 0; i < header.e_shnum; ++i) {
-    auto section = Read<Elf64_Shdr>(elf + header.e_shoff + size_t{i} * header.e_shentsize);
+    auto section = Read<Elf64_Shdr>(elf + header.e_shoff + static_cast<size_t>(i) * header.e_shentsize);
     if (section.sh_type != SHT_NOBITS) {
       size = std::max<size_t>(size, section.sh_offset + section.sh_size);
     }
@@ -138,7 +138,7 @@ Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelL
     return Status::InvalidArgument("cubin section table out of range");
   }
   auto section_at = [&](int i) {
-    return Read<Elf64_Shdr>(elf + header.e_shoff + size_t{i} * header.e_shentsize);
+    return Read<Elf64_Shdr>(elf + header.e_shoff + static_cast<size_t>(i) * header.e_shentsize);
   };
   Elf64_Shdr names = section_at(header.e_shstrndx);
   const std::string prefix = ".nv.info.";

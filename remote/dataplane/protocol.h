@@ -25,6 +25,7 @@ enum CuStatus : int32_t {
   kCuInvalidDevice = 101,
   kCuInvalidImage = 200,
   kCuInvalidContext = 201,
+  kCuDeviceUnavailable = 46,
   kCuEccUncorrectable = 214,
   kCuInvalidHandle = 400,
   kCuNotFound = 500,

@@ -28,7 +28,7 @@ bool IsSticky(int32_t status) {
 
 // Errors that mean the GPU itself failed, which the backend must hear about.
 bool IsGpuFailure(int32_t status) {
-  return status == kCuEccUncorrectable || status == kCuUnknown || status == 46 /*devices unavailable*/;
+  return status == kCuEccUncorrectable || status == kCuUnknown || status == kCuDeviceUnavailable;
 }
 
 }  // namespace

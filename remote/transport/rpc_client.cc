@@ -48,6 +48,8 @@ void OnBulkReceived(void* request, ucs_status_t status, size_t length, void* use
 // poll yields the CPU, so that on a host with more runnable threads than cores the
 // polling does not starve the very peer (a local agent) it is waiting for.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
+// Polls without yielding for this long first: a quiet host answers within it.
+constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
 constexpr int kConnectTimeoutMs = 5000;
 
 }  // namespace
@@ -155,29 +157,28 @@ Status RpcClient::BrokenLocked() const {
   return Status::Unavailable(broken_);
 }
 
-Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t seq,
-                             bool wait_send) {
+Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t seq) {
   if (!broken_.empty()) return BrokenLocked();
   if (request.args_len > kMaxArgsLen) return Status::InvalidArgument("RPC arguments too large");
-  // The AM header: RequestHeader + args. We wait for local completion below, so it may
-  // live in this frame.
-  auto header = std::make_unique<std::vector<char>>(sizeof(RequestHeader) + request.args_len);
+  // The AM header: RequestHeader + args, in a buffer reused by every request (we wait for
+  // local completion below, under mu_).
+  send_header_.resize(sizeof(RequestHeader) + request.args_len);
   RequestHeader request_header;
   request_header.op = request.op;
   request_header.connection = connection_;
   request_header.seq = seq;
   request_header.flags = flags;
   request_header.args_len = static_cast<uint32_t>(request.args_len);
-  std::memcpy(header->data(), &request_header, sizeof(request_header));
+  std::memcpy(send_header_.data(), &request_header, sizeof(request_header));
   if (request.args_len > 0) {
-    std::memcpy(header->data() + sizeof(request_header), request.args, request.args_len);
+    std::memcpy(send_header_.data() + sizeof(request_header), request.args, request.args_len);
   }
   Completion completion;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = &OnSendDone;
   param.user_data = &completion;
-  ucs_status_ptr_t sent = ucp_am_send_nbx(ep_, kRequestAmId, header->data(), header->size(),
+  ucs_status_ptr_t sent = ucp_am_send_nbx(ep_, kRequestAmId, send_header_.data(), send_header_.size(),
                                           request.payload, request.payload_len, &param);
   if (UCS_PTR_IS_ERR(sent)) {
     broken_ = "send to " + endpoint_ + " failed: " + UcxError(UCS_PTR_STATUS(sent));
@@ -191,8 +192,9 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
       // Replies to earlier requests may need pulling before the server can take this one.
       StartBulkReceivesLocked();
       if (ucx_->ProgressAll() > 0) continue;
-      sched_yield();
-      if (std::chrono::steady_clock::now() - start > kSpinBeforeSleep) {
+      auto idle = std::chrono::steady_clock::now() - start;
+      if (idle > kSpinBeforeYield) sched_yield();
+      if (idle > kSpinBeforeSleep) {
         ucx_->WaitForEvents(100, control_fd_);
         if (PeerClosed(control_fd_)) broken_ = "the server at " + endpoint_ + " closed the connection";
       }
@@ -205,7 +207,6 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
       return BrokenLocked();
     }
   }
-  (void)wait_send;
   return Status::OK();
 }
 
@@ -250,8 +251,9 @@ Status RpcClient::WaitLocked(uint64_t seq) {
       start = std::chrono::steady_clock::now();
       continue;
     }
-    sched_yield();
-    if (std::chrono::steady_clock::now() - start > kSpinBeforeSleep) {
+    auto idle = std::chrono::steady_clock::now() - start;
+    if (idle > kSpinBeforeYield) sched_yield();
+    if (idle > kSpinBeforeSleep) {
       // Sleep until UCX has events or the server's socket changes (it died or closed).
       ucx_->WaitForEvents(100, control_fd_);
       if (PeerClosed(control_fd_) && !ServerClosedLocked(seq)) return BrokenLocked();
@@ -283,7 +285,7 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
   pending->result_buffer = request.result_buffer;
   pending->result_capacity = request.result_buffer ? request.result_capacity : 0;
   pending_.push_back(std::move(pending));
-  Status status = SendLocked(request, 0, seq, true);
+  Status status = SendLocked(request, 0, seq);
   if (status.ok()) status = WaitLocked(seq);
   // Collect this reply and every earlier one; earlier failures surface as async errors.
   int32_t earlier_error = 0;
@@ -303,7 +305,7 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
 
 Status RpcClient::Post(const Request& request) {
   std::lock_guard<std::mutex> lock(mu_);
-  return SendLocked(request, kFlagOneWay, next_seq_++, true);
+  return SendLocked(request, kFlagOneWay, next_seq_++);
 }
 
 Status RpcClient::Start(const Request& request) {
@@ -314,7 +316,7 @@ Status RpcClient::Start(const Request& request) {
   pending->result_buffer = request.result_buffer;
   pending->result_capacity = request.result_buffer ? request.result_capacity : 0;
   pending_.push_back(std::move(pending));
-  return SendLocked(request, 0, seq, true);
+  return SendLocked(request, 0, seq);
 }
 
 Status RpcClient::Drain(int32_t* first_error) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "remote/transport/ucx_worker.h"
@@ -78,7 +79,8 @@ class RpcClient : public ClientConnection {
   static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   // REQUIRES: mu_ held (for all below).
-  Status SendLocked(const Request& request, uint32_t flags, uint64_t seq, bool wait_send);
+  // Sends one request; returns once its payload may be reused.
+  Status SendLocked(const Request& request, uint32_t flags, uint64_t seq);
   Status WaitLocked(uint64_t seq);       // until reply `seq` and its bulk data are complete
   void StartBulkReceivesLocked();
   // Called when the server's socket closed: marks the connection broken, and returns
@@ -93,6 +95,7 @@ class RpcClient : public ClientConnection {
   std::unique_ptr<UcxWorker> ucx_;  // guarded by mu_
   ucp_ep_h ep_ = nullptr;           // guarded by mu_
   uint64_t next_seq_ = 1;           // guarded by mu_
+  std::vector<char> send_header_;   // the AM header being sent; guarded by mu_
   std::deque<std::unique_ptr<Pending>> pending_;  // in seq order; guarded by mu_
   std::string broken_;  // non-empty once the connection failed; guarded by mu_
 };

@@ -22,6 +22,8 @@ namespace {
 
 // How long the server thread keeps polling after the last event before it sleeps.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
+// ...and polls without yielding the CPU for this long first (a quiet host is that fast).
+constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
 
 struct Incoming {
   RequestHeader header;
@@ -221,20 +223,19 @@ class RpcServerImpl : public RpcServer {
       c->close_reason = "closed by the server";
     }
     if (c->current.header.flags & kFlagOneWay) return;
-    reply_header_.resize(sizeof(ReplyHeader) + reply.out.size());
+    // The header must outlive a rendezvous send: it lives in the connection.
+    c->temp_header.resize(sizeof(ReplyHeader) + reply.out.size());
     ReplyHeader header;
     header.status = reply.status;
     header.async_status = reply.async_status;
     header.seq = c->current.header.seq;
     header.out_len = static_cast<uint32_t>(reply.out.size());
-    std::memcpy(reply_header_.data(), &header, sizeof(header));
-    std::memcpy(reply_header_.data() + sizeof(header), reply.out.data(), reply.out.size());
+    std::memcpy(c->temp_header.data(), &header, sizeof(header));
+    std::memcpy(c->temp_header.data() + sizeof(header), reply.out.data(), reply.out.size());
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = &RpcServerImpl::OnReplySent;
     param.user_data = c;
-    // The header must outlive a rendezvous send: keep it in the connection.
-    c->temp_header = reply_header_;
     ucs_status_ptr_t sent = ucp_am_send_nbx(c->ep, kReplyAmId, c->temp_header.data(),
                                             c->temp_header.size(), reply.bulk, reply.bulk_len,
                                             &param);
@@ -350,7 +351,7 @@ class RpcServerImpl : public RpcServer {
         last_activity = now;
       } else if (now - last_activity > kSpinBeforeSleep) {
         PollSockets(ucx_->Arm() ? 250 : 0);
-      } else {
+      } else if (now - last_activity > kSpinBeforeYield) {
         sched_yield();  // polling must not starve local clients on a busy host
       }
     }
@@ -384,7 +385,6 @@ class RpcServerImpl : public RpcServer {
     int fd;         // the bootstrap socket, closed once the endpoint is
   };
   std::vector<Closing> closing_requests_;
-  std::vector<char> reply_header_;
   ConnectionId next_id_ = 1;
 };
 

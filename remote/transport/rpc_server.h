@@ -1,6 +1,8 @@
-// RpcServer: accepts data-path connections on a UCX listener and runs their requests.
+// RpcServer: accepts data-path connections and runs their requests.
 //
-// One thread owns the UCX worker: it accepts connections, receives requests (active
+// Clients connect to a TCP socket and swap UCX worker addresses over it (bootstrap.h); the
+// socket stays open to tell when a client goes. One thread owns the UCX worker and the
+// sockets: it accepts connections, receives requests (active
 // messages, bulk data by rendezvous straight into the destination the handler names),
 // calls the RpcHandler, and sends replies. Requests of one connection run strictly in
 // order, one at a time: a request's bulk transfer completes before the next request of

@@ -38,6 +38,7 @@ LICENSES_CONF=$DEVDIR/licenses.conf
 PLUGSTACK_CONF=$DEVDIR/plugstack.conf
 GPUPOOL_CONF_FILE=$DEVDIR/gpupool.conf
 ENV_FILE=$DEVDIR/env
+EPILOG_SCRIPT=$DEVDIR/epilog.sh
 
 # Binaries built by the project.
 GPUPOOLD_BIN=$BUILD/bin/gpupoold

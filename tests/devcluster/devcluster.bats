@@ -123,6 +123,8 @@ pid_of() {
   [[ $output == *"unknown part 'nosuchpart'"* ]]
   run "$DEVCLUSTER" kill
   [ "$status" -ne 0 ]
+  run "$DEVCLUSTER" join gpuhost9
+  [ "$status" -ne 0 ]
   after=$("$DEVCLUSTER" status 2>/dev/null || true)
   [ "$before" = "$after" ]
 }

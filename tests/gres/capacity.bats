@@ -98,7 +98,7 @@ ctld_pid() { "$DEVCLUSTER" status | grep '^Part=slurmctld ' | grep -o 'Pid=[0-9]
   job_is "$j" RUNNING
   [ "$(lease_field_of_job "$j" generation)" = 2 ]
   [ "$(lease_gpus_of_job "$j" | wc -l)" -eq 2 ]
-  ! lease_gpus_of_job "$j" | grep -qx "$failed"
+  [ -z "$(lease_gpus_of_job "$j" | grep -x "$failed")" ]
   no_node_drained
   # 3 usable, 2 held: another job of 2 has to wait...
   w=$(held_job --gpu-pool=$POOL:2)
@@ -135,9 +135,8 @@ ctld_pid() { "$DEVCLUSTER" status | grep '^Part=slurmctld ' | grep -o 'Pid=[0-9]
 
 @test "accounting: after a job, gpupoolctl show events job=N names the GPUs it leased and the release" {
   out=$BATS_TEST_TMPDIR/job.out
-  run timeout 60 sbatch --wait --parsable -o "$out" --gpu-pool=$POOL:2 --wrap 'echo "gpus=$GPUPOOL_GPUS"'
-  [ "$status" -eq 0 ]
-  j=$output
+  j=$(timeout 60 sbatch --wait --parsable -o "$out" --gpu-pool=$POOL:2 --wrap 'echo "gpus=$GPUPOOL_GPUS"')
+  [[ $j =~ ^[0-9]+$ ]]
   # The job's own view: two UUIDs with their agent endpoints.
   seen=$(sed -n 's/^gpus=//p' "$out" | tr ',' '\n' | cut -d@ -f1 | sort)
   [ "$(wc -l <<<"$seen")" -eq 2 ]
@@ -167,9 +166,9 @@ ctld_pid() { "$DEVCLUSTER" status | grep '^Part=slurmctld ' | grep -o 'Pid=[0-9]
   wait_until 5 license_total_is gpupool_l4 $((before + 2))
   echo "# license total followed the join in $((($(date +%s%N) - start) / 1000000)) ms" >&3
   # The new GPUs are really usable: a job of 2 gets them.
-  run timeout 60 sbatch --wait --parsable -o /dev/null --gpu-pool=l4:2 --wrap true
-  [ "$status" -eq 0 ]
-  j=$output
+  j=$(timeout 60 sbatch --wait --parsable -o /dev/null --gpu-pool=l4:2 --wrap true)
+  [[ $j =~ ^[0-9]+$ ]]
+  wait_until 10 job_has_no_lease "$j"
   gpupoolctl show events job="$j" --json |
     jq -e '[.events[] | select(.type == "leased") | .detail | split(",")[] | startswith("gpuhost6:")] == [true, true]'
   # The host goes away: after gpupoold's unreachable_timeout its GPUs no longer count.

@@ -63,6 +63,23 @@ installed() { slurmd -V | awk '{print $NF}'; }
   [ -z "$(grep -Ex "[0-9]+" <<<"$output")" ]
 }
 
+# The dev cluster's Epilog keeps $DEVDIR/epilog/job<ID>.<node>.env of jobs whose epilog
+# environment has GPUPOOL_GRES_COUNT (see scripts/devcluster.d/config.sh).
+@test "the epilog environment carries GPUPOOL_GRES_COUNT on every node of the job, and only for pool jobs" {
+  j=$(timeout 60 sbatch --wait --parsable -N2 -o /dev/null --gpu-pool=h100:2 --wrap true)
+  [[ $j =~ ^[0-9]+$ ]]
+  # The epilog runs as the job completes; sbatch --wait may return just before.
+  wait_until 10 test -f "$DEVDIR/epilog/job$j.node2.env"
+  wait_until 10 test -f "$DEVDIR/epilog/job$j.node1.env"
+  grep -qx 'GPUPOOL_GRES_COUNT=2' "$DEVDIR/epilog/job$j.node1.env"
+  grep -qx 'GPUPOOL_GRES_COUNT=2' "$DEVDIR/epilog/job$j.node2.env"
+  plain=$(timeout 60 sbatch --wait --parsable -N1 -o /dev/null --wrap true)
+  [[ $plain =~ ^[0-9]+$ ]]
+  sleep 1
+  [ -z "$(ls "$DEVDIR/epilog" | grep "^job$plain\.")" ]
+  no_node_drained
+}
+
 restore_node2() { scontrol update NodeName=node2 "Gres=gpupool:$NODE2_GRES"; }
 teardown() { if [[ -n ${NODE2_GRES:-} ]]; then restore_node2; fi; }
 

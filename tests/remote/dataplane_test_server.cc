@@ -2,7 +2,7 @@
 // the CUDA program tests and the benchmark (the real agent is gpupool-agentd).
 //
 //   gpupool-dataplane-testd --listen HOST:PORT --lease ID --token HEX [--gpus N]
-//                           [--memory-mib M] [--fail-after-start]
+//                           [--memory-mib M]
 // Prints "listening on PORT" once ready; runs until SIGTERM/SIGINT.
 #include <csignal>
 #include <cstdio>
