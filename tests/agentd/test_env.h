@@ -1,5 +1,5 @@
 // Helpers shared by the agentd tests that need services: a private munged (started from
-// munged.sh beside this file, socket exported as MUNGE_SOCKET), free ports in the agentd
+// tests/lib/private-munged, socket exported as MUNGE_SOCKET), free ports in the agentd
 // test range, HTTP calls with credentials, and waiting for a condition.
 #pragma once
 
@@ -49,7 +49,7 @@ class PrivateMunged : public ::testing::Environment {
     dir_ = tmpl;
     int st = 0;
     std::string socket = Run(std::string(GPUPOOL_AGENTD_MUNGED_SH) + " start " + dir_, &st);
-    ASSERT_EQ(st, 0) << "munged.sh start failed";
+    ASSERT_EQ(st, 0) << "private-munged start failed";
     ASSERT_FALSE(socket.empty());
     setenv("MUNGE_SOCKET", socket.c_str(), 1);
   }

@@ -33,7 +33,8 @@ setup_file() {
   : "${GPUPOOLD:?set GPUPOOLD to the gpupoold binary}"
   export E2E_DIR
   E2E_DIR=$(mktemp -d /tmp/c-e2e.XXXXXX)
-  eval "$("$BATS_TEST_DIRNAME/private-munged.sh" start "$E2E_DIR/munge")"
+  MUNGE_SOCKET=$("$BATS_TEST_DIRNAME/../lib/private-munged" start "$E2E_DIR/munge")
+  export MUNGE_SOCKET
   # Let an unprivileged user reach the socket too (the key stays root-only).
   chmod 0711 "$E2E_DIR" "$E2E_DIR/munge"
   unset GPUPOOL_SERVER
@@ -81,7 +82,7 @@ CONF
 
 teardown_file() {
   stop_daemon
-  "$BATS_TEST_DIRNAME/private-munged.sh" stop "$E2E_DIR/munge"
+  "$BATS_TEST_DIRNAME/../lib/private-munged" stop "$E2E_DIR/munge"
   rm -rf "$E2E_DIR"
 }
 

@@ -61,7 +61,7 @@ TEST(PluginConfig, ProfilePathIsNameOrPath) {
   PluginConfig c;
   ApplyInstallDefaults("/opt/gp/lib", &c);
   EXPECT_EQ(ProfilePath(c), "/opt/gp/lib/../etc/gpupool/profiles/gpupool.profile");
-  EXPECT_EQ(c.lib_dir, "/opt/gp/lib/gpupool");
+  EXPECT_EQ(c.lib_dir, "/opt/gp/lib/remoting");
   c.profile = "/srv/site.profile";
   EXPECT_EQ(ProfilePath(c), "/srv/site.profile");
   PluginConfig given;
