@@ -117,15 +117,6 @@ Status ReadMemory(const libconfig::Setting& group, const char* key, const std::s
   return Status::OK();
 }
 
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldConfig* c) {
   GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"listen", "state_dir", "log_file", "slurm_user",
@@ -202,7 +193,7 @@ Status ParsePools(const libconfig::Setting& list, const std::string& file,
     PoolConfig pool;
     if (!g.exists("name")) return Error(g, file, "pool has no name");
     GPUPOOL_RETURN_IF_ERROR(ReadString(g, "name", file, &pool.name));
-    if (!ValidName(pool.name)) {
+    if (!IsValidName(pool.name)) {
       return Error(g["name"], file, "pool name '" + pool.name + "' must be 1-64 of [A-Za-z0-9_.-]");
     }
     if (!names.insert(pool.name).second) {
@@ -262,6 +253,16 @@ Result<Config> FromLibconfig(const libconfig::Config& cfg, const std::string& fi
 }
 
 }  // namespace
+
+bool IsValidName(const std::string& name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '-' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
 
 Result<uint64_t> ParseMemoryMib(const std::string& text) {
   if (text.empty()) return Status::InvalidArgument("empty size");

@@ -88,6 +88,10 @@ Result<Config> ParseConfig(const std::string& text, const std::string& name);
 // "80G", "81920M", "1T", "512" (MiB) → MiB. InvalidArgument naming the text otherwise.
 Result<uint64_t> ParseMemoryMib(const std::string& text);
 
+// Pool and rack names: 1-64 of [A-Za-z0-9_.-]. The one rule for gpupool.conf, the
+// --gpu-pool options and gpupoolctl.
+bool IsValidName(const std::string& name);
+
 // Default config path: $GPUPOOL_CONF, else /etc/gpupool/gpupool.conf.
 std::string DefaultConfigPath();
 

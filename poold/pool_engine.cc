@@ -1,11 +1,10 @@
 #include "poold/pool_engine.h"
 
-#include <sys/random.h>
-
 #include <algorithm>
 #include <cstdio>
 
 #include "common/log.h"
+#include "common/random.h"
 
 namespace gpupool::poold {
 namespace {
@@ -18,18 +17,6 @@ bool Usable(GpuState s) { return s == GpuState::kLeased || s == GpuState::kDrain
 
 PoolEngine::PoolEngine(const Config& config, Store* store, Clock clock)
     : config_(config), store_(store), clock_(std::move(clock)), inventory_(config.pools, config.gpus) {}
-
-std::string PoolEngine::NewToken() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  char hex[33];
-  for (size_t i = 0; i < sizeof(bytes); ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
-  return std::string(hex, 32);
-}
 
 // ---------------------------------------------------------------- recovery
 
@@ -169,6 +156,7 @@ void PoolEngine::Event(const std::string& type, GpuIndex gpu, const Lease* lease
   e.gpu = gpu != kNone ? inventory_.GpuId(gpu) : "";
   e.job_id = lease != nullptr ? lease->job_id : 0;
   e.lease = lease != nullptr ? LeaseName(lease->number) : "";
+  e.uid = lease != nullptr ? lease->uid : 0;
   e.detail = detail;
   if (log::Enabled(log::Level::kVerbose)) {
     log::Verbose("event " + type + " gpu=" + e.gpu + " lease=" + e.lease + " " + detail);
@@ -361,7 +349,7 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   l.min_memory_mib = req.min_memory_mib;
   l.gpus = chosen;
   l.slot_pool = slot_pool;
-  l.token = NewToken();
+  l.token = RandomHex(16);
   l.created = l.renewed = now;
   l.ttl = req.ttl > 0 ? req.ttl : config_.poold.lease_ttl;
   l.expires = now + l.ttl;
@@ -402,7 +390,10 @@ void PoolEngine::ReleaseLocked(Lease* l, const std::string& type, const std::str
     else if (gpu.state == GpuState::kDraining) inventory_.SetState(g, GpuState::kDrained);
     PersistGpu(g);
   }
-  Event(type, kNone, l, detail);
+  // One event says all an accounting needs: which GPUs, for how long, and why it ended.
+  std::string gpus;
+  for (GpuIndex g : l->gpus) gpus += (gpus.empty() ? "" : ",") + inventory_.GpuId(g);
+  Event(type, kNone, l, gpus + " held " + std::to_string(clock_() - l->created) + " s; " + detail);
   store_->Enqueue(LeaseDelete{l->number});
   if (l->job_id > 0) lease_by_job_.erase(l->job_id);
   degraded_.erase(l->number);
@@ -418,7 +409,8 @@ Result<nlohmann::json> PoolEngine::Release(const Caller& caller, const std::stri
   if (l == nullptr) return why;
   GPUPOOL_RETURN_IF_ERROR(CheckOwner(caller, *l));
   std::string name = LeaseName(l->number);
-  ReleaseLocked(l, "released", why_text.empty() ? "by uid " + std::to_string(caller.uid) : why_text);
+  std::string who = why_text.empty() ? "by uid " + std::to_string(caller.uid) : why_text;
+  ReleaseLocked(l, "released", who);
   ++counters_.released;
   return nlohmann::json{{"released", nlohmann::json::array({name})}};
 }
@@ -660,20 +652,8 @@ Result<nlohmann::json> PoolEngine::ListEvents(const Caller& caller, const EventF
     if (g == kNone) return Status::NotFound("no such GPU '" + f.gpu + "'");
     gpu_id = inventory_.GpuId(g);
   }
-  // Users see events of their own jobs' leases and of GPUs (not of other users' leases).
-  std::set<std::string> own_leases;
-  auto visible = [&](const EventRow& e) {
-    if (caller.is_admin() || e.lease.empty()) return true;
-    if (own_leases.count(e.lease) != 0) return true;
-    return false;
-  };
-  if (!caller.is_admin()) {
-    for (const auto& [n, l] : leases_) {
-      if (l.uid == caller.uid) own_leases.insert(LeaseName(n));
-    }
-    // Released leases: their "leased" event records the owner only through the lease row,
-    // which is gone; keep users to the leases they still hold or job filters they own.
-  }
+  // Users see the events of their own leases (also after release) and those of no lease.
+  auto visible = [&](const EventRow& e) { return caller.is_admin() || e.lease.empty() || e.uid == caller.uid; };
   nlohmann::json out = nlohmann::json::array();
   for (auto it = events_.begin(); it != events_.end(); ++it) {
     const EventRow& e = *it;

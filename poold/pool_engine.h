@@ -166,7 +166,6 @@ class PoolEngine {
   nlohmann::json LeaseJson(const Lease& lease, bool with_token) const;
   nlohmann::json EventJson(const EventRow& e) const;
   static std::string LeaseName(uint64_t number) { return "L" + std::to_string(number); }
-  std::string NewToken();
 
   const Config config_;
   Store* const store_;

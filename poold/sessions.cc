@@ -1,21 +1,11 @@
 #include "poold/sessions.h"
 
-#include <sys/random.h>
-
-#include <cstdio>
+#include "common/random.h"
 
 namespace gpupool::poold {
 
 std::string Sessions::Create(uid_t uid, const std::string& address) {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-  }
-  char hex[33];
-  for (size_t i = 0; i < sizeof(bytes); ++i) std::snprintf(hex + 2 * i, 3, "%02x", bytes[i]);
-  std::string token(hex, 32);
+  std::string token = RandomHex(16);
   std::lock_guard<std::mutex> lock(mu_);
   Clock::time_point now = Clock::now();
   if (sessions_.size() >= max_) DropExpired(now);

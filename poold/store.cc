@@ -26,7 +26,7 @@ CREATE TABLE IF NOT EXISTS leases (
   renewed INTEGER NOT NULL, expires INTEGER NOT NULL, ttl INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS events (
   seq INTEGER PRIMARY KEY, time INTEGER NOT NULL, type TEXT NOT NULL, gpu TEXT NOT NULL,
-  job_id INTEGER NOT NULL, lease TEXT NOT NULL, detail TEXT NOT NULL);
+  job_id INTEGER NOT NULL, lease TEXT NOT NULL, detail TEXT NOT NULL, uid INTEGER NOT NULL);
 )sql";
 
 // A prepared statement: prepared here and finalized at scope end, or a cached one that is
@@ -66,7 +66,7 @@ class Stmt {
 constexpr char kPutGpu[] = "INSERT OR REPLACE INTO gpus VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)";
 constexpr char kPutLease[] = "INSERT OR REPLACE INTO leases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
 constexpr char kDeleteLease[] = "DELETE FROM leases WHERE number = ?";
-constexpr char kPutEvent[] = "INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?)";
+constexpr char kPutEvent[] = "INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?,?)";
 constexpr char kPutNextLease[] =
     "INSERT INTO meta VALUES ('next_lease', ?) ON CONFLICT(key) DO UPDATE SET value = MAX(value, excluded.value)";
 
@@ -167,7 +167,7 @@ Result<LoadedState> Store::Load(size_t recent_events) {
     }
   }
   {
-    Stmt s(db_, "SELECT seq, time, type, gpu, job_id, lease, detail FROM"
+    Stmt s(db_, "SELECT seq, time, type, gpu, job_id, lease, detail, uid FROM"
                 " (SELECT * FROM events ORDER BY seq DESC LIMIT ?) ORDER BY seq");
     s.Int(1, static_cast<int64_t>(recent_events));
     while (sqlite3_step(s.get()) == SQLITE_ROW) {
@@ -179,6 +179,7 @@ Result<LoadedState> Store::Load(size_t recent_events) {
       r.job_id = s.ColInt(4);
       r.lease = s.ColText(5);
       r.detail = s.ColText(6);
+      r.uid = static_cast<uint32_t>(s.ColInt(7));
       st.recent_events.push_back(std::move(r));
     }
   }
@@ -286,7 +287,7 @@ Status Store::WriteBatch(const std::vector<Op>& ops) {
     } else if (const EventRow* e = std::get_if<EventRow>(&op)) {
       Stmt s(put_event_);
       s.Int(1, static_cast<int64_t>(e->seq)).Int(2, e->time).Text(3, e->type).Text(4, e->gpu)
-          .Int(5, e->job_id).Text(6, e->lease).Text(7, e->detail);
+          .Int(5, e->job_id).Text(6, e->lease).Text(7, e->detail).Int(8, e->uid);
       rc = sqlite3_step(s.get());
     }
     if (rc != SQLITE_DONE) {

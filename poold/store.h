@@ -47,6 +47,7 @@ struct EventRow {
   int64_t time = 0;
   std::string type, gpu, lease, detail;
   int64_t job_id = 0;
+  uint32_t uid = 0;  // the lease owner's (0 for events of no lease): users see their own
 };
 
 struct LeaseDelete {

@@ -13,17 +13,6 @@ Status Bad(const char* option, const std::string& what) {
   return Status::InvalidArgument(std::string("--") + option + ": " + what);
 }
 
-// Pool names follow gpupool.conf: letters, digits, '_', '-', '.'.
-bool ValidName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 std::vector<std::string> Split(const std::string& text, char sep) {
   std::vector<std::string> parts;
   size_t start = 0;
@@ -57,7 +46,7 @@ Result<std::vector<PoolCount>> ParsePoolOption(const std::string& value) {
     pc.pool = item.substr(0, colon);
     std::string count = item.substr(colon + 1);
     if (pc.pool.empty()) return Bad(kOptPool, "'" + item + "' has no pool name");
-    if (!ValidName(pc.pool)) {
+    if (!IsValidName(pc.pool)) {
       return Bad(kOptPool, "bad pool name '" + pc.pool + "' (letters, digits, '_', '-', '.')");
     }
     if (count.empty()) return Bad(kOptPool, "'" + item + "' has no count");
@@ -86,7 +75,7 @@ Result<std::string> ParsePlaceOption(const std::string& value) {
   if (value.rfind("rack:", 0) == 0) {
     std::string rack = value.substr(5);
     if (rack.empty()) return Bad(kOptPlace, "'rack:' needs a rack name (rack:NAME)");
-    if (!ValidName(rack)) return Bad(kOptPlace, "bad rack name '" + rack + "'");
+    if (!IsValidName(rack)) return Bad(kOptPlace, "bad rack name '" + rack + "'");
     return value;
   }
   if (value.empty()) return Bad(kOptPlace, "empty value (expected pack, spread or rack:NAME)");

@@ -120,7 +120,7 @@ std::string ProfilePath(const PluginConfig& config) {
 
 void ApplyInstallDefaults(const std::string& plugin_dir, PluginConfig* config) {
   if (config->profile_dir.empty()) config->profile_dir = plugin_dir + "/../etc/gpupool/profiles";
-  if (config->lib_dir.empty()) config->lib_dir = plugin_dir + "/gpupool";
+  if (config->lib_dir.empty()) config->lib_dir = plugin_dir + "/remoting";
 }
 
 }  // namespace gpupool::spank

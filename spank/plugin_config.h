@@ -18,7 +18,7 @@ struct PluginConfig {
   int timeout_s = 10;           // per API call (connect + answer)
   std::string profile = "gpupool";  // remoting profile: a NAME in profile_dir, or a /PATH
   std::string profile_dir;      // empty: <plugin dir>/../etc/gpupool/profiles
-  std::string lib_dir;          // {lib_dir} in profiles; empty: <plugin dir>/gpupool
+  std::string lib_dir;          // {lib_dir} in profiles; empty: <plugin dir>/remoting
   std::string lease_dir = "/run/gpupool";  // per-job lease files (node-local)
   std::string munge_socket;     // empty: $MUNGE_SOCKET, else libmunge's default
   int ttl_s = 0;                // lease TTL asked for; 0: gpupoold's default

@@ -2,6 +2,8 @@
 // scontrol's; values are kept as typed (except state names, which are folded to lower case).
 #include "poold/ctl/args.h"
 
+#include "common/config.h"
+
 #include <algorithm>
 #include <cctype>
 #include <initializer_list>
@@ -77,13 +79,6 @@ Status ParseNumber(const std::string& key, const std::string& text, int64_t min,
   return Status::OK();
 }
 
-bool ValidPoolName(const std::string& name) {
-  if (name.empty() || name.size() > 64) return false;
-  return std::all_of(name.begin(), name.end(), [](unsigned char c) {
-    return std::isalnum(c) || c == '_' || c == '-' || c == '.';
-  });
-}
-
 // Ids (GPU ids, UUIDs, lease ids) are printable words: no blanks, no control characters.
 Status CheckId(const std::string& key, const std::string& value) {
   bool ok = value.size() <= 256 && std::all_of(value.begin(), value.end(), [](unsigned char c) {
@@ -94,7 +89,7 @@ Status CheckId(const std::string& key, const std::string& value) {
 }
 
 Status CheckPool(const std::string& value) {
-  if (ValidPoolName(value)) return Status::OK();
+  if (IsValidName(value)) return Status::OK();
   return Status::InvalidArgument("bad pool name '" + value + "' (1-64 of [A-Za-z0-9_.-])");
 }
 

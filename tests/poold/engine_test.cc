@@ -280,6 +280,16 @@ TEST_F(EngineTest, UsersSeeAndReleaseOnlyTheirOwn) {
   req.job_id = 10;
   EXPECT_EQ(engine_->Acquire(alice, req, &created).status().code(), Status::Code::kPermissionDenied);
   EXPECT_TRUE(engine_->Release(alice, "", 9, "").ok());
+  // After the lease is gone its owner still sees its history (accounting); others do not.
+  EventFilter f;
+  f.job_id = 9;
+  json mine = engine_->ListEvents(alice, f).value()["events"];
+  ASSERT_EQ(mine.size(), 2u);
+  EXPECT_EQ(mine[0]["type"], "leased");
+  EXPECT_EQ(mine[1]["type"], "released");
+  EXPECT_NE(mine[1]["detail"].get<std::string>().find("g1:"), std::string::npos);
+  EXPECT_NE(mine[1]["detail"].get<std::string>().find(" held "), std::string::npos);
+  EXPECT_TRUE(engine_->ListEvents(bob, f).value()["events"].empty());
 }
 
 TEST_F(EngineTest, StateSurvivesReopen) {

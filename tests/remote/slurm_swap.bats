@@ -30,11 +30,14 @@ step 2 || exit 1
 echo "STALE rc=$?"
 '
 
+step1_done_or_job_ended() { grep -q '^READY$' "$OUT/$1.out" 2>/dev/null || job_ended "$1"; }
+
 swap_on() {
   local transport=$1 id out step1 step2 lease old_uuid new_uuid
   id=$(submit_on "$transport" --gpu-pool=a100:1 <<<"${SCRIPT//@PROGRAMS@/$PROGRAMS}")
   [[ -n $id ]]
-  wait_until 60 grep -q '^READY$' "$OUT/$id.out"
+  wait_until 60 step1_done_or_job_ended "$id"
+  grep -q '^READY$' "$OUT/$id.out" || { job_completed_ok "$id"; false; }
   FAILED_GPU=$(lease_field_of_job "$id" '.gpus[0].id')
   [ "$(lease_field_of_job "$id" .generation)" = 1 ]
   gpupoolctl update gpu="$FAILED_GPU" state=fail reason="r3 swap test" >/dev/null
