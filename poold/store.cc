@@ -86,6 +86,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fs
   GPUPOOL_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL"));
   GPUPOOL_RETURN_IF_ERROR(store->Exec(fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL"));
   GPUPOOL_RETURN_IF_ERROR(store->Exec(kSchema));
+  GPUPOOL_RETURN_IF_ERROR(store->Migrate());
   const std::pair<sqlite3_stmt**, const char*> statements[] = {
       {&store->put_gpu_, kPutGpu}, {&store->put_lease_, kPutLease}, {&store->delete_lease_, kDeleteLease},
       {&store->put_event_, kPutEvent}, {&store->put_next_lease_, kPutNextLease}};
@@ -107,6 +108,24 @@ Store::~Store() {
   if (committer_.joinable()) committer_.join();
   for (sqlite3_stmt* s : {put_gpu_, put_lease_, delete_lease_, put_event_, put_next_lease_}) sqlite3_finalize(s);
   sqlite3_close(db_);
+}
+
+// Brings a state directory written by an older gpupoold up to the current schema
+// (PRAGMA user_version). Version 1 added events.uid.
+Status Store::Migrate() {
+  int version = 0;
+  {
+    Stmt v(db_, "PRAGMA user_version");
+    if (sqlite3_step(v.get()) == SQLITE_ROW) version = static_cast<int>(v.ColInt(0));
+  }
+  if (version >= 1) return Status::OK();
+  bool has_uid = false;
+  {
+    Stmt cols(db_, "PRAGMA table_info(events)");
+    while (sqlite3_step(cols.get()) == SQLITE_ROW) has_uid = has_uid || cols.ColText(1) == "uid";
+  }
+  if (!has_uid) GPUPOOL_RETURN_IF_ERROR(Exec("ALTER TABLE events ADD COLUMN uid INTEGER NOT NULL DEFAULT 0"));
+  return Exec("PRAGMA user_version = 1");
 }
 
 Status Store::Exec(const char* sql) {

@@ -88,6 +88,7 @@ class Store {
   void CommitterLoop();
   Status WriteBatch(const std::vector<Op>& ops);
   Status Exec(const char* sql);
+  Status Migrate();
 
   sqlite3* db_ = nullptr;
   // Prepared once, used only by the committer thread.
