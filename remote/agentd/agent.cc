@@ -45,6 +45,18 @@ void Agent::HeartbeatSoon() {
   wake_->cv.notify_all();
 }
 
+bool Agent::RefreshLeases(int timeout_ms) {
+  std::unique_lock<std::mutex> l(wake_->mu);
+  // A heartbeat in flight may have been sent before the caller's lease existed: wait for
+  // the next one.
+  const uint64_t wanted = wake_->heartbeats_started + 1;
+  wake_->heartbeat_soon = true;
+  wake_->cv.notify_all();
+  return wake_->cv.wait_for(l, std::chrono::milliseconds(timeout_ms), [&] {
+    return wake_->stopping || wake_->heartbeats_answered >= wanted;
+  }) && !wake_->stopping;
+}
+
 bool Agent::Wait(int ms) {
   std::unique_lock<std::mutex> l(wake_->mu);
   wake_->cv.wait_for(l, std::chrono::milliseconds(ms), [this] { return wake_->stopping || wake_->heartbeat_soon; });
@@ -141,10 +153,24 @@ void Agent::Run() {
       std::lock_guard<std::mutex> l(wake_->mu);
       if (!wake_->heartbeat_soon && std::chrono::steady_clock::now() < next_heartbeat) continue;
     }
+    uint64_t sequence;
     {
       std::lock_guard<std::mutex> l(wake_->mu);
       wake_->heartbeat_soon = false;
+      sequence = ++wake_->heartbeats_started;
     }
+    // Tells RefreshLeases() waiters when this heartbeat is done, on every path below.
+    struct Answered {
+      Wake* wake;
+      uint64_t sequence;
+      ~Answered() {
+        {
+          std::lock_guard<std::mutex> l(wake->mu);
+          wake->heartbeats_answered = sequence;
+        }
+        wake->cv.notify_all();
+      }
+    } answered{wake_.get(), sequence};
     next_heartbeat = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval_ms);
     Result<nlohmann::json> answer = client.Post("/v1/agents/heartbeat", HeartbeatBody());
     if (!answer.ok()) {

@@ -48,6 +48,12 @@ class Agent {
   // Asks for a heartbeat now (the backend's health listener calls it).
   void HeartbeatSoon();
 
+  // Asks for a heartbeat now and waits until one that started after this call has been
+  // answered (its leases are then in the LeaseTable), at most `timeout_ms`. Returns false
+  // on timeout or stop. The data path calls it before refusing a client whose lease it
+  // does not know yet: a job's first CUDA call often comes before the next heartbeat.
+  bool RefreshLeases(int timeout_ms);
+
   bool registered() const { return registered_.load(); }
   uint64_t registrations() const { return registrations_.load(); }
   uint64_t heartbeats() const { return heartbeats_.load(); }  // successful ones
@@ -70,6 +76,8 @@ class Agent {
     std::condition_variable cv;
     bool stopping = false;        // guarded by mu
     bool heartbeat_soon = false;  // guarded by mu
+    uint64_t heartbeats_started = 0;   // guarded by mu; numbers each heartbeat sent
+    uint64_t heartbeats_answered = 0;  // guarded by mu; last number answered (or failed)
   };
 
   const AgentOptions options_;

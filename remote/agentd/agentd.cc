@@ -26,6 +26,10 @@
 namespace gpupool::agentd {
 namespace {
 
+// How long a client's hello may wait for a heartbeat that fetches a lease the agent does
+// not know yet (one round trip to gpupoold, normally milliseconds).
+constexpr int kLeaseRefreshTimeoutMs = 2000;
+
 // Tells the process that started us how the start went: the detached child writes
 // "<exit code> <message>" to a pipe the waiting parent reads. In the foreground it only
 // prints errors.
@@ -178,7 +182,12 @@ int RunAgentd(const std::vector<std::string>& args) {
   dataplane::ServerOptions dp;
   dp.listen = config.listen;
   dp.backend = gpu_backend.get();
-  dp.authorize = [&leases](const std::string& lease_id, const std::string& token, const std::string& gpu_uuid) {
+  dp.authorize = [&leases, &agent](const std::string& lease_id, const std::string& token,
+                                   const std::string& gpu_uuid) {
+    if (leases.Authorize(lease_id, token, gpu_uuid, nullptr)) return true;
+    // The lease may be younger than our last heartbeat (a job's first CUDA call comes
+    // right after the lease is made): ask gpupoold once before refusing.
+    if (!agent.RefreshLeases(kLeaseRefreshTimeoutMs)) return false;
     return leases.Authorize(lease_id, token, gpu_uuid, nullptr);
   };
   Result<std::unique_ptr<dataplane::Server>> data_server = dataplane::Server::Start(std::move(dp));

@@ -225,6 +225,27 @@ TEST_F(AgentTest, KeepsLeasesFromHeartbeats) {
   EXPECT_FALSE(leases_.Authorize("L3", "feedbeef", uuid0, nullptr));
 }
 
+// The data path asks for a lease it does not know yet (a job's first CUDA call can come
+// before the next periodic heartbeat): RefreshLeases() fetches it at once.
+TEST_F(AgentTest, RefreshLeasesFetchesANewLeaseAtOnce) {
+  options_.config.heartbeat_interval = 60;  // no periodic heartbeat during the test
+  poold_ = std::make_unique<FakePoold>(port_);
+  FakePoold& poold = *poold_;
+  poold.Start();
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] { return poold.heartbeats().size() == 1; }));  // right after registering
+  std::string uuid0 = sim_->Discover()[0].uuid;
+  poold.SetLeases({{{"gpu", uuid0}, {"lease", "L9"}, {"token", "c0ffee"}, {"generation", 1}}});
+  EXPECT_FALSE(leases_.Authorize("L9", "c0ffee", uuid0, nullptr));
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(agent_->RefreshLeases(2000));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500));
+  EXPECT_TRUE(leases_.Authorize("L9", "c0ffee", uuid0, nullptr));
+  EXPECT_EQ(poold.heartbeats().size(), 2u);
+  agent_->Stop();
+  EXPECT_FALSE(agent_->RefreshLeases(2000));  // a stopped agent answers at once
+}
+
 TEST_F(AgentTest, StopsPromptlyWhileRetrying) {
   options_.max_backoff_ms = 5000;
   StartAgent();

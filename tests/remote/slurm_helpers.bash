@@ -9,37 +9,42 @@
 # shellcheck source=../spank/helpers.bash
 . "$(dirname "${BASH_SOURCE[0]}")/../spank/helpers.bash"
 
+# shellcheck disable=SC2034  # used by the .bats files
 PROGRAMS=${GPUPOOL_CUDA_PROGRAMS:?GPUPOOL_CUDA_PROGRAMS must name the built CUDA test programs}
-JOB_SCRIPT=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/slurm_job.sh
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck disable=SC2034
+JOB_SCRIPT=$HERE/slurm_job.sh
 # Where spank_gpupool's default lib_dir (<plugin dir>/remoting) must point.
+# shellcheck disable=SC2034
 REMOTING_LIB_DIR=$GPUPOOL_BUILD/lib/remoting
 
-# submit_on TRANSPORT SBATCH-ARGS...: submits a batch job whose only gpupool settings come
-# from spank_gpupool, over TRANSPORT (tcp: TCP on loopback; shm: posix,cma,self); prints
-# the job id. UCX_TLS travels in the submitting environment (sbatch --export=ALL): an
-# --export=NAME=VALUE list cannot carry it, because the list splits values at commas.
+# with_transport TRANSPORT CMD...: runs CMD (sbatch, srun) with the UCX settings of
+# TRANSPORT (transport_env.sh: tcp on loopback, or shm = posix,cma,self) and none of the
+# variables spank_gpupool injects, so that whatever a job has came from the plugin.
+# UCX_TLS travels in the submitting environment (Slurm's default --export=ALL): an
+# --export=NAME=VALUE list cannot carry posix,cma,self, because Slurm splits it at commas.
+with_transport() {
+  local transport=$1
+  shift
+  (
+    unset GPUPOOL_GPUS GPUPOOL_LEASE_ID GPUPOOL_LEASE_TOKEN GPUPOOL_LEASE_FILE \
+      GPUPOOL_GENERATION CUDA_VISIBLE_DEVICES LD_LIBRARY_PATH UCX_TLS UCX_NET_DEVICES
+    # shellcheck source=transport_env.sh
+    . "$HERE/transport_env.sh" "$transport" || exit 2
+    exec "$@"
+  )
+}
+
+# submit_on TRANSPORT SBATCH-ARGS...: submits a batch job over TRANSPORT (with_transport);
+# prints the job id.
 submit_on() {
   local transport=$1
   shift
-  local -a ucx
-  case $transport in
-    tcp) ucx=(UCX_TLS=tcp UCX_NET_DEVICES=lo) ;;
-    shm) ucx=(UCX_TLS=posix,cma,self) ;;
-    *) echo "submit_on: unknown transport '$transport'" >&2; return 2 ;;
-  esac
-  env -u GPUPOOL_GPUS -u GPUPOOL_LEASE_ID -u GPUPOOL_LEASE_TOKEN -u GPUPOOL_LEASE_FILE \
-    -u GPUPOOL_GENERATION -u CUDA_VISIBLE_DEVICES -u LD_LIBRARY_PATH -u UCX_TLS \
-    -u UCX_NET_DEVICES "${ucx[@]}" \
-    sbatch --parsable --export=ALL -o "$OUT/%j.out" "$@" | cut -d';' -f1
+  with_transport "$transport" sbatch --parsable --export=ALL -o "$OUT/%j.out" "$@" | cut -d';' -f1
 }
 
 # The UCX_TLS a job must have seen for TRANSPORT.
-ucx_tls_of() {
-  case $1 in
-    tcp) echo tcp ;;
-    shm) echo posix,cma,self ;;
-  esac
-}
+ucx_tls_of() { with_transport "$1" printenv UCX_TLS; }
 
 # field_of_line LINE KEY: the value of KEY=VALUE in a "JOB ..." or "STEP ..." line.
 field_of_line() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p" | head -1; }
@@ -62,6 +67,11 @@ wait_job_end() { wait_until "${2:-120}" job_ended "$1"; }
 job_completed_ok() {
   cat "$OUT/$1.out" >&2 || true
   [[ $(job_state "$1") == COMPLETED ]] && [[ $(job_field "$1" ExitCode) == 0:0 ]]
+}
+
+# lease_gone LEASE: gpupoold lists no lease LEASE any more.
+lease_gone() {
+  [ "$(leases_json | jq --arg l "$1" '[.leases[] | select(.id == $l)] | length')" = 0 ]
 }
 
 # The uuid of the GPU with id $1 (e.g. gpuhost1:0).

@@ -1,10 +1,10 @@
 #!/usr/bin/env bats
-# Issue 5 (b): each CUDA test program runs, unmodified, inside a real Slurm batch job
-# submitted with --gpu-pool, through the environment spank_gpupool injects (GPUPOOL_GPUS,
-# GPUPOOL_LEASE_ID/TOKEN, CUDA_VISIBLE_DEVICES, LD_LIBRARY_PATH from the gpupool profile),
-# over TCP on loopback and over shared memory, against the dev cluster's sim agents.
-# The submitting environment holds none of those variables (submit_on), so whatever the
-# job has came from the plugin.
+# Issue 5 (b): each CUDA test program runs, unmodified, inside a real Slurm job asking
+# --gpu-pool (sbatch; srun for vector_add), through the environment spank_gpupool injects
+# (GPUPOOL_GPUS, GPUPOOL_LEASE_ID/TOKEN, CUDA_VISIBLE_DEVICES, LD_LIBRARY_PATH from the
+# gpupool profile), over TCP on loopback and over shared memory, against the dev cluster's
+# sim agents. The submitting environment holds none of those variables (with_transport),
+# so whatever the job has came from the plugin.
 
 load slurm_helpers
 
@@ -24,7 +24,7 @@ run_in_job() {
   [[ $lease == L* ]]
   [ "$(field_of_line "$line" visible)" = "$(seq -s, 0 $((count - 1)))" ]
   [ "$(field_of_line "$line" ucx_tls)" = "$(ucx_tls_of "$transport")" ]
-  # The profile put R2's library first, found through the plugin's default lib_dir.
+  # The profile put the replacement libcuda.so.1 first, from the plugin's default lib_dir.
   [ "$(field_of_line "$line" ld_library_path)" = "$REMOTING_LIB_DIR" ]
   [ "$(tr ',' '\n' <<<"$gpus" | wc -l)" -eq "$count" ]
   for entry in ${gpus//,/ }; do
@@ -67,14 +67,29 @@ run_in_job() {
   grep -qE '^streams_events: [0-9]+ streams, .* ms, 0 wrong$' <<<"$out"
 }
 
+# Device i is the lease's GPU i: the PCI bus id the program reads through the library is
+# the one gpupoold has for that GPU.
+devices_are_the_leased_gpus() {
+  local gpus entry uuid bus i=0
+  gpus=$(field_of_line "$(grep '^JOB ' <<<"$out")" gpus)
+  [ "$(grep -c '^device [0-9]*: NVIDIA A100-SXM4-80GB, ' <<<"$out")" -eq 2 ]
+  for entry in ${gpus//,/ }; do
+    uuid=${entry%@*}
+    bus=$(gpupoolctl show gpus --json | jq -r --arg u "$uuid" '.gpus[] | select(.uuid == $u) | .pci_bus_id')
+    [[ -n $bus ]]
+    grep -q "^device $i: .*, bus $bus\$" <<<"$out"
+    i=$((i + 1))
+  done
+}
+
 @test "device properties of both leased GPUs over tcp" {
   run_in_job tcp 2 device_properties
-  [ "$(grep -c '^device [01]: A100-SXM4-80GB, ' <<<"$out")" -eq 2 ]
+  devices_are_the_leased_gpus
 }
 
 @test "device properties of both leased GPUs over shared memory" {
   run_in_job shm 2 device_properties
-  [ "$(grep -c '^device [01]: A100-SXM4-80GB, ' <<<"$out")" -eq 2 ]
+  devices_are_the_leased_gpus
 }
 
 # The program itself exits 0 only when every call failed with the error it expects.
@@ -91,4 +106,29 @@ run_in_job() {
   run_in_job shm 1 error_path
   grep -q '^bad launch: cudaError' <<<"$out"
   grep -q '^fault: cudaErrorIllegalAddress$' <<<"$out"
+}
+
+# srun as the whole job (no batch script): the same environment reaches an interactive step.
+srun_job_on() {
+  local transport=$1 line lease uuid
+  out=$(with_transport "$transport" srun --gpu-pool=a100:1 "$JOB_SCRIPT" "$PROGRAMS/vector_add" 2>&1 3>&-)
+  echo "$out" >&2
+  grep -q '^vector_add: [0-9]* elements, 0 wrong$' <<<"$out"
+  line=$(grep '^JOB ' <<<"$out")
+  lease=$(field_of_line "$line" lease)
+  uuid=$(field_of_line "$line" gpus)
+  uuid=${uuid%@*}
+  [ "$(field_of_line "$line" ucx_tls)" = "$(ucx_tls_of "$transport")" ]
+  [ "$(field_of_line "$line" ld_library_path)" = "$REMOTING_LIB_DIR" ]
+  agent_saw_client "$lease" "$uuid"
+  wait_until 15 lease_gone "$lease"
+  no_node_drained
+}
+
+@test "vector_add as an srun job over tcp" {
+  srun_job_on tcp
+}
+
+@test "vector_add as an srun job over shared memory" {
+  srun_job_on shm
 }

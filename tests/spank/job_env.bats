@@ -11,7 +11,7 @@ check_env_file() {
   grep -Eq '^GPUPOOL_LEASE_TOKEN=[0-9a-f]+$' "$f"
   grep -q "^GPUPOOL_SERVER=$GPUPOOL_SERVER\$" "$f"
   grep -q '^GPUPOOL_LEASE_FILE=/' "$f"
-  grep -q '^LD_LIBRARY_PATH=.*/gpupool' "$f"
+  grep -q '^LD_LIBRARY_PATH=.*/lib/remoting' "$f"
   ids=$(grep '^GPUPOOL_GPUS=' "$f" | cut -d= -f2 | tr ',' '\n')
   [ "$(wc -l <<<"$ids")" -eq "$count" ]
   # UUID@HOST:PORT, one per device.
