@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/auth.h"
+#include "tests/lib/credentials.h"
 
 extern char** environ;
 
@@ -86,29 +87,7 @@ inline std::string Credential() {
   return c.ok() ? c.value() : "";
 }
 
-// A credential encoded by `uid` (fork + setuid), for role tests.
-inline std::string CredentialAs(uid_t uid) {
-  int fds[2];
-  if (pipe(fds) != 0) return "";
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    if (setgid(uid) != 0 || setuid(uid) != 0) _exit(1);
-    Result<std::string> c = auth::EncodeCredential(auth::ResolveMungeSocket(""));
-    if (!c.ok()) _exit(2);
-    ssize_t w = write(fds[1], c.value().data(), c.value().size());
-    _exit(w > 0 ? 0 : 3);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[512];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof(buf))) > 0) out.append(buf, n);
-  close(fds[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return out;
-}
+using gpupool::test_lib::CredentialAs;
 
 struct Answer {
   int status = 0;
