@@ -488,8 +488,8 @@ void PoolEngine::SwapOut(GpuIndex g, const std::string& reason) {
 
 void PoolEngine::HealDegraded() {
   if (degraded_.empty()) return;
-  std::vector<uint64_t> todo(degraded_.begin(), degraded_.end());
-  for (uint64_t number : todo) {
+  std::vector<uint64_t> leases(degraded_.begin(), degraded_.end());
+  for (uint64_t number : leases) {
     auto it = leases_.find(number);
     if (it == leases_.end()) continue;
     Lease* l = &it->second;
