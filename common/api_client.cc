@@ -42,8 +42,14 @@ struct ApiClient::Impl {
   std::string munge_socket;
   std::string session_token;  // empty: none yet
 
-  httplib::Result Send(const ApiClientOptions& options, const std::string& method, const std::string& path,
-                       const std::string* body, Status* auth_error);
+  // One request and its answer (status and body), or why there is none.
+  Result<std::pair<int, std::string>> Send(const ApiClientOptions& options, const std::string& method,
+                                           const std::string& path, const std::string* body);
+
+ private:
+  // The Authorization header's value: a session token (opened first if need be) or a fresh
+  // MUNGE credential. When gpupoold does not open a session, *refused holds its answer.
+  Result<std::string> Authorization(const ApiClientOptions& options, httplib::Result* refused);
 };
 
 ApiClient::ApiClient(ApiClientOptions options) : options_(std::move(options)), impl_(new Impl) {
@@ -68,12 +74,10 @@ ApiClient::~ApiClient() = default;
 
 namespace {
 
-Result<httplib::Headers> MungeHeaders(const std::string& munge_socket) {
-  httplib::Headers headers;
+Result<std::string> MungeAuthorization(const std::string& munge_socket) {
   Result<std::string> cred = auth::EncodeCredential(munge_socket);
   if (!cred.ok()) return cred.status();
-  headers.emplace("Authorization", "MUNGE " + cred.value());
-  return headers;
+  return "MUNGE " + cred.value();
 }
 
 Status TransportError(const std::string& server, httplib::Error err) {
@@ -88,96 +92,88 @@ Status TransportError(const std::string& server, httplib::Error err) {
   return Status::Unavailable("cannot reach gpupoold at " + server + ": " + why);
 }
 
-Result<nlohmann::json> ParseAnswer(const httplib::Result& res) {
-  nlohmann::json body = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+Result<nlohmann::json> ParseAnswer(int status, const std::string& text) {
+  nlohmann::json body = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   bool is_json = !body.is_discarded();
-  if (res->status >= 200 && res->status < 300) {
+  if (status >= 200 && status < 300) {
     if (!is_json) return Status::Internal("gpupoold sent a reply that is not JSON");
     return body;
   }
-  std::string message = "HTTP " + std::to_string(res->status);
+  std::string message = "HTTP " + std::to_string(status);
   if (is_json && body.is_object() && body.contains("error") && body["error"].is_string()) {
     message = body["error"].get<std::string>();
   }
-  return Status::FromHttp(res->status, message);
+  return Status::FromHttp(status, message);
 }
 
 }  // namespace
 
-// Sends one request with the right Authorization header. With sessions, a 401 on a token
-// (expired, or gpupoold restarted) gets one fresh session and one retry: a 401 is answered
-// before the request is acted on, so the retry cannot do anything twice.
-httplib::Result ApiClient::Impl::Send(const ApiClientOptions& options_, const std::string& method,
-                                     const std::string& path, const std::string* body, Status* auth_error) {
-  Impl* impl_ = this;
-  for (int attempt = 0; attempt < 2; ++attempt) {
+Result<std::string> ApiClient::Impl::Authorization(const ApiClientOptions& options, httplib::Result* refused) {
+  if (!options.use_session) return MungeAuthorization(munge_socket);
+  if (session_token.empty()) {
+    Result<std::string> munge = MungeAuthorization(munge_socket);
+    if (!munge.ok()) return munge.status();
+    httplib::Result s = http->Post("/v1/session", {{"Authorization", munge.value()}}, "", "application/json");
+    nlohmann::json j = s && s->status == 200 ? nlohmann::json::parse(s->body, nullptr, false) : nlohmann::json();
+    if (!j.is_object() || !j.contains("token") || !j["token"].is_string()) {
+      *refused = std::move(s);
+      return Status::Unauthenticated("gpupoold opened no session");
+    }
+    session_token = j["token"].get<std::string>();
+  }
+  return "Bearer " + session_token;
+}
+
+// With sessions, a 401 on a token (expired, or gpupoold restarted) gets one fresh session
+// and one retry: a 401 is answered before the request is acted on, so the retry cannot do
+// anything twice.
+Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions& options,
+                                                          const std::string& method, const std::string& path,
+                                                          const std::string* body) {
+  if (!parse_status.ok()) return parse_status;
+  for (int attempt = 0;; ++attempt) {
     httplib::Headers headers;
-    bool with_token = false;
-    if (options_.authenticate) {
-      if (options_.use_session && impl_->session_token.empty()) {
-        Result<httplib::Headers> munge = MungeHeaders(impl_->munge_socket);
-        if (!munge.ok()) {
-          *auth_error = munge.status();
-          return httplib::Result(nullptr, httplib::Error::Unknown);
-        }
-        httplib::Result s = impl_->http->Post("/v1/session", munge.value(), "", "application/json");
-        if (!s) return s;
-        if (s->status != 200) return s;  // the caller reports the server's error
-        nlohmann::json j = nlohmann::json::parse(s->body, nullptr, false);
-        if (j.is_discarded() || !j.contains("token") || !j["token"].is_string()) return s;
-        impl_->session_token = j["token"].get<std::string>();
-      }
-      if (options_.use_session) {
-        headers.emplace("Authorization", "Bearer " + impl_->session_token);
-        with_token = true;
-      } else {
-        Result<httplib::Headers> munge = MungeHeaders(impl_->munge_socket);
-        if (!munge.ok()) {
-          *auth_error = munge.status();
-          return httplib::Result(nullptr, httplib::Error::Unknown);
-        }
-        headers = munge.value();
+    httplib::Result res(nullptr, httplib::Error::Unknown);
+    if (options.authenticate) {
+      Result<std::string> authorization = Authorization(options, &res);
+      if (authorization.ok()) {
+        headers.emplace("Authorization", authorization.value());
+      } else if (!res && res.error() == httplib::Error::Unknown) {
+        return authorization.status();  // no credential: munged unreachable or refused
       }
     }
-    httplib::Result res = method == "GET"
-                              ? impl_->http->Get(path.c_str(), headers)
-                              : impl_->http->Post(path.c_str(), headers, *body, "application/json");
-    if (res && res->status == 401 && with_token && attempt == 0) {
-      impl_->session_token.clear();
+    if (!options.authenticate || !headers.empty()) {
+      res = method == "GET" ? http->Get(path.c_str(), headers)
+                            : http->Post(path.c_str(), headers, *body, "application/json");
+    }
+    if (!res) return TransportError(options.server, res.error());
+    bool stale_token = res->status == 401 && !headers.empty() && headers.begin()->second.rfind("Bearer ", 0) == 0;
+    if (stale_token && attempt == 0) {
+      session_token.clear();
       continue;
     }
-    return res;
+    return std::make_pair(res->status, res->body);
   }
-  return httplib::Result(nullptr, httplib::Error::Unknown);
 }
 
 Result<nlohmann::json> ApiClient::Get(const std::string& path) {
-  if (!impl_->parse_status.ok()) return impl_->parse_status;
-  Status auth_error;
-  httplib::Result res = impl_->Send(options_, "GET", path, nullptr, &auth_error);
-  if (!auth_error.ok()) return auth_error;
-  if (!res) return TransportError(options_.server, res.error());
-  return ParseAnswer(res);
+  Result<std::pair<int, std::string>> reply = impl_->Send(options_, "GET", path, nullptr);
+  if (!reply.ok()) return reply.status();
+  return ParseAnswer(reply->first, reply->second);
 }
 
 Result<nlohmann::json> ApiClient::Post(const std::string& path, const nlohmann::json& body) {
-  if (!impl_->parse_status.ok()) return impl_->parse_status;
   std::string text = body.dump();
-  Status auth_error;
-  httplib::Result res = impl_->Send(options_, "POST", path, &text, &auth_error);
-  if (!auth_error.ok()) return auth_error;
-  if (!res) return TransportError(options_.server, res.error());
-  return ParseAnswer(res);
+  Result<std::pair<int, std::string>> reply = impl_->Send(options_, "POST", path, &text);
+  if (!reply.ok()) return reply.status();
+  return ParseAnswer(reply->first, reply->second);
 }
 
 Result<std::string> ApiClient::GetText(const std::string& path) {
-  if (!impl_->parse_status.ok()) return impl_->parse_status;
-  Status auth_error;
-  httplib::Result res = impl_->Send(options_, "GET", path, nullptr, &auth_error);
-  if (!auth_error.ok()) return auth_error;
-  if (!res) return TransportError(options_.server, res.error());
-  if (res->status != 200) return Status::FromHttp(res->status, "HTTP " + std::to_string(res->status));
-  return res->body;
+  Result<std::pair<int, std::string>> reply = impl_->Send(options_, "GET", path, nullptr);
+  if (!reply.ok()) return reply.status();
+  if (reply->first != 200) return Status::FromHttp(reply->first, "HTTP " + std::to_string(reply->first));
+  return reply->second;
 }
 
 }  // namespace gpupool

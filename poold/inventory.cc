@@ -167,6 +167,11 @@ Host* Inventory::FindHost(NameId name) {
   return it == hosts_.end() ? nullptr : &it->second;
 }
 
+const Host* Inventory::FindHost(NameId name) const {
+  auto it = hosts_.find(name);
+  return it == hosts_.end() ? nullptr : &it->second;
+}
+
 Host& Inventory::UpsertHost(NameId name) {
   Host& h = hosts_[name];
   h.name = name;

@@ -90,6 +90,7 @@ class Inventory {
                    const std::string& rack, const std::string& host, uint64_t memory_mib) const;
 
   Host* FindHost(NameId name);
+  const Host* FindHost(NameId name) const;
   Host& UpsertHost(NameId name);
   std::vector<Host*> AllHosts();
 

@@ -170,7 +170,7 @@ void PoolEngine::Event(const std::string& type, GpuIndex gpu, const Lease* lease
 
 nlohmann::json PoolEngine::GpuJson(GpuIndex i) const {
   const Gpu& g = inventory_.gpu(i);
-  const Host* h = const_cast<Inventory&>(inventory_).FindHost(g.host);
+  const Host* h = inventory_.FindHost(g.host);
   nlohmann::json j = {
       {"id", inventory_.GpuId(i)},
       {"uuid", g.uuid},
@@ -206,7 +206,7 @@ nlohmann::json PoolEngine::LeaseJson(const Lease& l, bool with_token) const {
   for (size_t s = 0; s < l.gpus.size(); ++s) {
     GpuIndex i = l.gpus[s];
     const Gpu& g = inventory_.gpu(i);
-    const Host* h = const_cast<Inventory&>(inventory_).FindHost(g.host);
+    const Host* h = inventory_.FindHost(g.host);
     gpus.push_back({{"id", inventory_.GpuId(i)},
                     {"uuid", g.uuid},
                     {"pool", l.slot_pool[s] == kNone ? "" : inventory_.pools()[l.slot_pool[s]].name},
