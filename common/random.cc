@@ -3,17 +3,30 @@
 #include <sys/random.h>
 
 #include <cerrno>
+#include <cstring>
 #include <vector>
 
 namespace gpupool {
 
-std::string RandomHex(size_t bytes) {
+namespace {
+// EINTR can repeat under a storm of signals; anything else will not get better by retrying.
+constexpr int kMaxInterrupts = 100;
+}  // namespace
+
+Result<std::string> RandomHex(size_t bytes) {
   std::vector<unsigned char> buf(bytes);
   size_t got = 0;
+  int interrupts = 0;
   while (got < bytes) {
     ssize_t n = getrandom(buf.data() + got, bytes - got, 0);
-    if (n > 0) got += static_cast<size_t>(n);
-    // n < 0 only with EINTR (or before the pool is initialised at boot): try again.
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+      continue;
+    }
+    int err = n < 0 ? errno : EIO;
+    if (err == EINTR && ++interrupts < kMaxInterrupts) continue;
+    return Status::Internal(std::string("cannot read the system's random source (getrandom): ") +
+                            std::strerror(err));
   }
   static const char kHex[] = "0123456789abcdef";
   std::string out(2 * bytes, '0');

@@ -262,6 +262,15 @@ void ApiServer::Route() {
         s = Status::PermissionDenied(std::string("this request needs the ") + auth::RoleName(need) + " role; uid " +
                                      std::to_string(caller.uid) + " is a " + auth::RoleName(caller.role));
       }
+      if (s.ok() && req.method == "POST") {
+        // After a failed write, memory is ahead of disk: change nothing more, and let the
+        // daemon restart from what is on disk (Daemon stops itself).
+        Status health = store_->Health();
+        if (!health.ok()) {
+          s = Status::Unavailable("gpupoold cannot save its state (" + health.message() +
+                                  "); it refuses changes until it restarts from disk");
+        }
+      }
       if (s.ok()) {
         Answer(res, h(req, caller));
       } else {
@@ -287,8 +296,12 @@ void ApiServer::Route() {
       Answer(res, Result<json>(s));
       return;
     }
-    std::string token = sessions_.Create(caller.uid, req.remote_addr);
-    res.set_content(json{{"token", token}, {"uid", caller.uid}, {"role", auth::RoleName(caller.role)},
+    Result<std::string> token = sessions_.Create(caller.uid, req.remote_addr);
+    if (!token.ok()) {
+      Answer(res, Result<json>(token.status()));
+      return;
+    }
+    res.set_content(json{{"token", token.value()}, {"uid", caller.uid}, {"role", auth::RoleName(caller.role)},
                          {"idle_timeout", sessions_.idle_seconds()}}.dump(),
                     "application/json");
   });

@@ -8,7 +8,8 @@
 
 namespace gpupool::poold {
 
-Daemon::Daemon(Config config) : config_(std::move(config)) {}
+Daemon::Daemon(Config config, JobOwnerLookup job_owner)
+    : config_(std::move(config)), job_owner_(std::move(job_owner)) {}
 
 Daemon::~Daemon() {
   Stop();
@@ -22,6 +23,17 @@ Status Daemon::Start() {
   Result<LoadedState> loaded = store_->Load(100000);
   if (!loaded.ok()) return loaded.status();
   engine_ = std::make_unique<PoolEngine>(config_, store_.get(), [] { return static_cast<int64_t>(std::time(nullptr)); });
+  if (!job_owner_) {
+    std::string why;
+    auto slurm = std::make_unique<SlurmJobs>();
+    if (slurm->Init(&why)) {
+      slurm_owners_ = std::move(slurm);
+      job_owner_ = [owners = slurm_owners_.get()](int64_t job) { return owners->Owner(job); };
+    } else {
+      log::Warning("users cannot acquire leases for their jobs (only root and SlurmUser can): " + why);
+    }
+  }
+  engine_->SetJobOwnerLookup(job_owner_);
   GPUPOOL_RETURN_IF_ERROR(engine_->Recover(loaded.value()));
   GPUPOOL_RETURN_IF_ERROR(engine_->CheckInvariants());
   server_ = std::make_unique<ApiServer>(config_, engine_.get(), store_.get());
@@ -46,6 +58,11 @@ void Daemon::Stop() {
   if (server_) server_->Stop();
 }
 
+Status Daemon::fatal() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fatal_;
+}
+
 void Daemon::PeriodicLoop() {
   SlurmJobs slurm;
   bool slurm_ok = false;
@@ -59,6 +76,15 @@ void Daemon::PeriodicLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) return;
+    }
+    if (Status health = store_->Health(); !health.ok()) {
+      log::Error("cannot save state: " + health.message() + "; stopping so that a restart reloads it from disk");
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        fatal_ = health;
+      }
+      Stop();
+      return;
     }
     engine_->Tick();
     if (slurm_ok && std::chrono::steady_clock::now() >= next_reap) {

@@ -127,6 +127,10 @@ int main(int argc, char** argv) {
   });
   daemon.Run();
   served = true;
+  if (Status fatal = daemon.fatal(); !fatal.ok()) {
+    log::Error("stopped: " + fatal.message());
+    _exit(1);
+  }
   waiter.join();
   return 0;
 }

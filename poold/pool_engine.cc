@@ -268,11 +268,41 @@ Status PoolEngine::CheckOwner(const Caller& caller, const Lease& lease) const {
   return Status::PermissionDenied("lease " + LeaseName(lease.number) + " belongs to another user");
 }
 
+Status PoolEngine::CheckJobIsCallers(const Caller& caller, int64_t job_id) const {
+  std::string job = "job " + std::to_string(job_id);
+  if (!job_owner_) {
+    return Status::PermissionDenied("cannot ask Slurm who owns " + job +
+                                    " (gpupoold has no slurm.conf): only root or SlurmUser may acquire");
+  }
+  Result<uid_t> owner = job_owner_(job_id);
+  if (!owner.ok()) {
+    if (owner.status().code() == Status::Code::kNotFound) {
+      return Status::PermissionDenied(job + " is not a pending or running Slurm job: " +
+                                      owner.status().message());
+    }
+    return Status::Unavailable("cannot confirm who owns " + job + ": " + owner.status().message());
+  }
+  if (owner.value() != caller.uid) {
+    return Status::PermissionDenied(job + " belongs to uid " + std::to_string(owner.value()) +
+                                    ", not to uid " + std::to_string(caller.uid) +
+                                    ": users may acquire only for their own jobs");
+  }
+  return Status::OK();
+}
+
 Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRequest& req, bool* created) {
   *created = false;
   if (req.has_owner && !caller.is_admin()) {
     return Status::PermissionDenied("only admins may acquire on behalf of another user (uid/user)");
   }
+  // A user may hold a lease only for a job of their own: otherwise anyone could take the
+  // lease (and its token) of another user's queued job before it starts. Ask Slurm before
+  // taking the lock: slurmctld may be slow.
+  if (!caller.is_admin()) GPUPOOL_RETURN_IF_ERROR(CheckJobIsCallers(caller, req.job_id));
+  // Drawn before anything changes, so that a failing random source changes nothing.
+  Result<std::string> token = RandomHex(16);
+  if (!token.ok()) return token.status();
+
   std::lock_guard<std::mutex> lock(mu_);
   uid_t owner = req.has_owner ? req.uid : caller.uid;
 
@@ -281,11 +311,20 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   if (existing != lease_by_job_.end()) {
     Lease& l = leases_.at(existing->second);
     GPUPOOL_RETURN_IF_ERROR(CheckOwner(caller, l));
-    if (l.request != req.request || l.place != req.place || l.min_memory_mib != req.min_memory_mib) {
-      return Status::Conflict("job " + std::to_string(req.job_id) + " already holds lease " +
-                              LeaseName(l.number) + " with a different request");
+    if (req.has_owner && l.uid != owner) {
+      // Taken by someone who is not the job's user (a squatter, or state from before this
+      // check existed): never hand it to the job. Revoke it and lease afresh below.
+      ReleaseLocked(&l, "revoked",
+                    "held by uid " + std::to_string(l.uid) + ", not by job " +
+                        std::to_string(req.job_id) + "'s user uid " + std::to_string(owner));
+      ++counters_.released;
+    } else {
+      if (l.request != req.request || l.place != req.place || l.min_memory_mib != req.min_memory_mib) {
+        return Status::Conflict("job " + std::to_string(req.job_id) + " already holds lease " +
+                                LeaseName(l.number) + " with a different request");
+      }
+      return LeaseJson(l, true);
     }
-    return LeaseJson(l, true);
   }
 
   // Validate against the inventory before choosing anything.
@@ -349,7 +388,7 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   l.min_memory_mib = req.min_memory_mib;
   l.gpus = chosen;
   l.slot_pool = slot_pool;
-  l.token = RandomHex(16);
+  l.token = std::move(token.value());
   l.created = l.renewed = now;
   l.ttl = req.ttl > 0 ? req.ttl : config_.poold.lease_ttl;
   l.expires = now + l.ttl;
@@ -672,6 +711,20 @@ Result<nlohmann::json> PoolEngine::ListEvents(const Caller& caller, const EventF
 
 Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg) {
   std::lock_guard<std::mutex> lock(mu_);
+  // Refuse before changing anything: a refused registration leaves memory and disk as
+  // they were.
+  std::set<std::string> uuids;
+  for (const AgentGpu& a : reg.gpus) {
+    if (!uuids.insert(a.uuid).second) {
+      return Status::InvalidArgument("GPU " + a.uuid + " is listed twice in the registration");
+    }
+    GpuIndex g = inventory_.FindGpu(a.uuid);
+    NameId registered_on = g == kNone ? kNone : inventory_.gpu(g).host;
+    if (registered_on != kNone && inventory_.Name(registered_on) != reg.host) {
+      return Status::Conflict("GPU " + a.uuid + " is registered on host '" + inventory_.Name(registered_on) +
+                              "', not '" + reg.host + "'");
+    }
+  }
   int64_t now = clock_();
   NameId host_id = inventory_.Intern(reg.host);
   NameId rack_id = inventory_.Intern(reg.rack);
@@ -684,11 +737,7 @@ Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg) {
 
   std::set<GpuIndex> reported;
   for (const AgentGpu& a : reg.gpus) {
-    GpuIndex g = inventory_.FindGpu(a.uuid);
-    if (g != kNone && inventory_.gpu(g).host != host_id) {
-      return Status::Conflict("GPU " + a.uuid + " is registered on host '" +
-                              inventory_.Name(inventory_.gpu(g).host) + "', not '" + reg.host + "'");
-    }
+    GpuIndex g = inventory_.FindGpu(a.uuid);  // on this host, if anywhere (checked above)
     if (g == kNone) {
       Gpu gpu;
       gpu.uuid = a.uuid;

@@ -87,6 +87,10 @@ struct EngineCounters {
            failed = 0, unreachable = 0;
 };
 
+// Who owns Slurm job N, as slurmctld says (poold/slurm_jobs.h). NotFound: no such job or
+// it has ended; Unavailable: slurmctld did not answer. Called without the engine's lock.
+using JobOwnerLookup = std::function<Result<uid_t>(int64_t job_id)>;
+
 class PoolEngine {
  public:
   using Clock = std::function<int64_t()>;  // unix seconds
@@ -96,7 +100,15 @@ class PoolEngine {
   // Rebuilds memory from what Store::Load returned. Call once, before serving.
   Status Recover(const LoadedState& state);
 
+  // How Acquire learns a job's owner. Without one (no Slurm here), only admins acquire.
+  // Call before serving.
+  void SetJobOwnerLookup(JobOwnerLookup lookup) { job_owner_ = std::move(lookup); }
+
   // --- leases ---
+  // Who may acquire for job N: admins (root and SlurmUser: spank_gpupool in slurmstepd),
+  // for any job, on behalf of its owner (uid/user); any other user only for a job that
+  // Slurm says is theirs. A job's existing lease is handed only to its owner; an admin
+  // acquiring for the job's owner revokes a lease of the job held by someone else.
   Result<nlohmann::json> Acquire(const Caller& caller, const AcquireRequest& request, bool* created);
   Result<nlohmann::json> Renew(const Caller& caller, const std::string& lease_id, int64_t job_id);
   Result<nlohmann::json> Release(const Caller& caller, const std::string& lease_id, int64_t job_id,
@@ -151,6 +163,8 @@ class PoolEngine {
   // All REQUIRES: mu_ held.
   Lease* FindLease(const std::string& id, int64_t job_id, Status* why);
   Status CheckOwner(const Caller& caller, const Lease& lease) const;
+  // Without mu_: asks job_owner_ whether `caller` owns `job_id`.
+  Status CheckJobIsCallers(const Caller& caller, int64_t job_id) const;
   void ReleaseLocked(Lease* lease, const std::string& type, const std::string& detail);
   void FailGpu(GpuIndex g, GpuState to, const std::string& reason, const std::string& event_type);
   void RecoverGpu(GpuIndex g, const std::string& detail);
@@ -170,6 +184,7 @@ class PoolEngine {
   const Config config_;
   Store* const store_;
   const Clock clock_;
+  JobOwnerLookup job_owner_;  // set before serving, then read-only
 
   std::mutex mu_;
   Inventory inventory_;                      // GUARDED_BY(mu_)

@@ -1,17 +1,21 @@
 #include "poold/sessions.h"
 
+#include <utility>
+
 #include "common/random.h"
 
 namespace gpupool::poold {
 
-std::string Sessions::Create(uid_t uid, const std::string& address) {
-  std::string token = RandomHex(16);
+Result<std::string> Sessions::Create(uid_t uid, const std::string& address) {
+  Result<std::string> random = RandomHex(16);
+  if (!random.ok()) return random.status();
+  std::string token = std::move(random.value());
   std::lock_guard<std::mutex> lock(mu_);
   Clock::time_point now = Clock::now();
   if (sessions_.size() >= max_) DropExpired(now);
   if (sessions_.size() >= max_) sessions_.erase(sessions_.begin());  // the table never grows unbounded
   sessions_[token] = Session{uid, address, now + idle_};
-  return token;
+  return Result<std::string>(std::move(token));
 }
 
 bool Sessions::Lookup(const std::string& token, const std::string& address, uid_t* uid) {

@@ -15,6 +15,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/status.h"
+
 namespace gpupool::poold {
 
 class Sessions {
@@ -22,7 +24,8 @@ class Sessions {
   explicit Sessions(int idle_seconds = 300, size_t max_sessions = 100000)
       : idle_(idle_seconds), max_(max_sessions) {}
 
-  std::string Create(uid_t uid, const std::string& address);
+  // The new token; fails only when the random source does (common/random.h).
+  Result<std::string> Create(uid_t uid, const std::string& address);
   // True and *uid when `token` is live and was issued to `address`; refreshes its expiry.
   bool Lookup(const std::string& token, const std::string& address, uid_t* uid);
   int idle_seconds() const { return static_cast<int>(idle_.count()); }

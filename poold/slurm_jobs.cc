@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <mutex>
 
 extern "C" {
 #include <slurm/slurm.h>
@@ -21,7 +22,8 @@ bool SlurmJobs::Init(std::string* why) {
     *why = "cannot read " + conf + " (set SLURM_CONF or slurm_reap = false)";
     return false;
   }
-  slurm_init(nullptr);
+  static std::once_flag once;  // slurm_init reads slurm.conf into process-wide state
+  std::call_once(once, [] { slurm_init(nullptr); });
   initialised_ = true;
   return true;
 }
@@ -41,6 +43,28 @@ SlurmJobs::JobState SlurmJobs::Query(int64_t job_id) {
   }
   slurm_free_job_info_msg(msg);
   return state;
+}
+
+Result<uid_t> SlurmJobs::Owner(int64_t job_id) {
+  std::string job = "job " + std::to_string(job_id);
+  if (!initialised_) return Status::Unavailable("libslurm is not initialised");
+  job_info_msg_t* msg = nullptr;
+  if (slurm_load_job(&msg, static_cast<uint32_t>(job_id), SHOW_DETAIL) != SLURM_SUCCESS) {
+    int err = slurm_get_errno();
+    if (err == ESLURM_INVALID_JOB_ID) return Status::NotFound("slurmctld knows no " + job);
+    return Status::Unavailable(std::string("slurmctld did not answer: ") + slurm_strerror(err));
+  }
+  Result<uid_t> owner = Status::NotFound(job + " has ended");
+  for (uint32_t i = 0; i < msg->record_count; ++i) {
+    const slurm_job_info_t& j = msg->job_array[i];
+    if (j.job_id != static_cast<uint32_t>(job_id)) continue;  // an array's other tasks
+    uint32_t base = j.job_state & JOB_STATE_BASE;
+    bool live = base == JOB_PENDING || base == JOB_RUNNING || base == JOB_SUSPENDED ||
+                (j.job_state & JOB_COMPLETING) != 0;
+    if (live) owner = static_cast<uid_t>(j.user_id);
+  }
+  slurm_free_job_info_msg(msg);
+  return owner;
 }
 
 }  // namespace gpupool::poold

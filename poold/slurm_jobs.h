@@ -1,11 +1,17 @@
 // SlurmJobs: asks slurmctld (through libslurm) whether a job has ended, so that gpupoold
-// can reap leases left behind by jobs whose node crashed or whose epilog never ran.
+// can reap leases left behind by jobs whose node crashed or whose epilog never ran, and
+// who owns a job, so that a user can acquire only for their own jobs.
 //
-// Thread safety: call from one thread (the reaper).
+// Thread safety: Init once, before other calls; Query and Owner may then be called from
+// any thread (each call is one RPC to slurmctld; libslurm keeps no shared state for them).
 #pragma once
 
 #include <cstdint>
+#include <sys/types.h>
+
 #include <string>
+
+#include "common/status.h"
 
 namespace gpupool::poold {
 
@@ -16,6 +22,9 @@ class SlurmJobs {
   // Returns false (with *why) when libslurm cannot be used here: no slurm.conf.
   bool Init(std::string* why);
   JobState Query(int64_t job_id);
+  // The uid of a pending, running or suspended job. NotFound: no such job, or it has
+  // ended; Unavailable: slurmctld did not answer.
+  Result<uid_t> Owner(int64_t job_id);
 
  private:
   bool initialised_ = false;

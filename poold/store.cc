@@ -33,7 +33,9 @@ CREATE TABLE IF NOT EXISTS events (
 // only reset for its next use.
 class Stmt {
  public:
-  Stmt(sqlite3* db, const char* sql) : owned_(true) { sqlite3_prepare_v2(db, sql, -1, &s_, nullptr); }
+  Stmt(sqlite3* db, const char* sql) : owned_(true) {
+    if (sqlite3_prepare_v2(db, sql, -1, &s_, nullptr) != SQLITE_OK) s_ = nullptr;  // Step() says so
+  }
   explicit Stmt(sqlite3_stmt* cached) : s_(cached), owned_(false) {}
   ~Stmt() {
     if (owned_) {
@@ -57,6 +59,9 @@ class Stmt {
     return t != nullptr ? reinterpret_cast<const char*>(t) : "";
   }
   int64_t ColInt(int i) { return sqlite3_column_int64(s_, i); }
+  // SQLITE_ROW, SQLITE_DONE or an error code (SQLITE_MISUSE when the statement did not
+  // prepare). A read loop stops at anything but SQLITE_ROW and must check it was DONE.
+  int Step() { return s_ != nullptr ? sqlite3_step(s_) : SQLITE_MISUSE; }
 
  private:
   sqlite3_stmt* s_ = nullptr;
@@ -141,10 +146,16 @@ Status Store::Exec(const char* sql) {
 
 Result<LoadedState> Store::Load(size_t recent_events) {
   LoadedState st;
+  // A read that stops early must not pass for an empty table: gpupoold would forget leases.
+  auto finished = [this](int rc, const char* what) -> Status {
+    if (rc == SQLITE_DONE) return Status::OK();
+    return Status::Internal(std::string("cannot read ") + what + " from the state database: " + sqlite3_errmsg(db_));
+  };
+  int rc = SQLITE_DONE;
   {
     Stmt s(db_, "SELECT uuid, host, idx, rack, model, memory_mib, pci_bus_id, numa_node, endpoint,"
                 " state, reason, admin_drain, admin_fail FROM gpus ORDER BY host, idx");
-    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+    while ((rc = s.Step()) == SQLITE_ROW) {
       GpuRow r;
       r.uuid = s.ColText(0);
       r.host = s.ColText(1);
@@ -161,11 +172,12 @@ Result<LoadedState> Store::Load(size_t recent_events) {
       r.admin_fail = s.ColInt(12) != 0;
       st.gpus.push_back(std::move(r));
     }
+    GPUPOOL_RETURN_IF_ERROR(finished(rc, "GPUs"));
   }
   {
     Stmt s(db_, "SELECT number, job_id, uid, user, request, place, min_memory_mib, gpus, generation,"
                 " state, token, created, renewed, expires, ttl FROM leases ORDER BY number");
-    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+    while ((rc = s.Step()) == SQLITE_ROW) {
       LeaseRow r;
       r.number = static_cast<uint64_t>(s.ColInt(0));
       r.job_id = s.ColInt(1);
@@ -184,12 +196,13 @@ Result<LoadedState> Store::Load(size_t recent_events) {
       r.ttl = s.ColInt(14);
       st.leases.push_back(std::move(r));
     }
+    GPUPOOL_RETURN_IF_ERROR(finished(rc, "leases"));
   }
   {
     Stmt s(db_, "SELECT seq, time, type, gpu, job_id, lease, detail, uid FROM"
                 " (SELECT * FROM events ORDER BY seq DESC LIMIT ?) ORDER BY seq");
     s.Int(1, static_cast<int64_t>(recent_events));
-    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+    while ((rc = s.Step()) == SQLITE_ROW) {
       EventRow r;
       r.seq = static_cast<uint64_t>(s.ColInt(0));
       r.time = s.ColInt(1);
@@ -201,17 +214,20 @@ Result<LoadedState> Store::Load(size_t recent_events) {
       r.uid = static_cast<uint32_t>(s.ColInt(7));
       st.recent_events.push_back(std::move(r));
     }
+    GPUPOOL_RETURN_IF_ERROR(finished(rc, "events"));
   }
   {
     // Never reuse a lease number or event sequence, even of deleted rows.
     Stmt s(db_, "SELECT key, value FROM meta");
-    while (sqlite3_step(s.get()) == SQLITE_ROW) {
+    while ((rc = s.Step()) == SQLITE_ROW) {
       std::string key = s.ColText(0);
       if (key == "next_lease") st.next_lease = static_cast<uint64_t>(s.ColInt(1));
     }
+    GPUPOOL_RETURN_IF_ERROR(finished(rc, "the lease counter"));
     for (const LeaseRow& l : st.leases) st.next_lease = std::max(st.next_lease, l.number + 1);
     Stmt e(db_, "SELECT COALESCE(MAX(seq), 0) FROM events");
-    if (sqlite3_step(e.get()) == SQLITE_ROW) st.next_event = static_cast<uint64_t>(e.ColInt(0)) + 1;
+    if (e.Step() != SQLITE_ROW) return finished(SQLITE_ERROR, "the event counter");
+    st.next_event = static_cast<uint64_t>(e.ColInt(0)) + 1;
   }
   return st;
 }
@@ -262,7 +278,9 @@ void Store::CommitterLoop() {
       since_trim = 0;
       std::string trim = "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - " +
                          std::to_string(event_retention_);
-      Exec(trim.c_str());
+      // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
+      Status trimmed = Exec(trim.c_str());
+      if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -276,6 +294,19 @@ void Store::CommitterLoop() {
     }
     durable_cv_.notify_all();
   }
+}
+
+// Ends a failed batch. The batch's error is the one to report; a failed ROLLBACK (the
+// connection is unusable) is logged beside it.
+Status Store::RollBack(const std::string& why) {
+  Status rolled = Exec("ROLLBACK");
+  if (!rolled.ok()) log::Error("cannot roll back a failed write: " + rolled.message());
+  return Status::Internal(why);
+}
+
+Status Store::Health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
 }
 
 Status Store::WriteBatch(const std::vector<Op>& ops) {
@@ -311,8 +342,7 @@ Status Store::WriteBatch(const std::vector<Op>& ops) {
     }
     if (rc != SQLITE_DONE) {
       std::string msg = std::string("sqlite write failed: ") + sqlite3_errmsg(db_);
-      Exec("ROLLBACK");
-      return Status::Internal(msg);
+      return RollBack(msg);
     }
   }
   if (max_lease > 0) {
@@ -320,11 +350,12 @@ Status Store::WriteBatch(const std::vector<Op>& ops) {
     s.Int(1, static_cast<int64_t>(max_lease + 1));
     if (sqlite3_step(s.get()) != SQLITE_DONE) {
       std::string msg = std::string("sqlite write failed: ") + sqlite3_errmsg(db_);
-      Exec("ROLLBACK");
-      return Status::Internal(msg);
+      return RollBack(msg);
     }
   }
-  return Exec("COMMIT");
+  Status committed = Exec("COMMIT");
+  if (!committed.ok()) return RollBack(committed.message());
+  return Status::OK();
 }
 
 }  // namespace gpupool::poold

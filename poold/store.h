@@ -78,6 +78,9 @@ class Store {
   // write failed (then the daemon must stop: memory is ahead of disk).
   Status WaitDurable(uint64_t ticket);
   uint64_t last_ticket() const;
+  // OK, or the write error that stopped the store. Once failed, it stays failed: memory is
+  // ahead of disk, and only a restart that reloads the disk makes them agree again.
+  Status Health() const;
 
   // Events older than the newest `keep` are deleted by the committer from time to time.
   void set_event_retention(uint64_t keep) { event_retention_ = keep; }
@@ -87,6 +90,7 @@ class Store {
   Store() = default;
   void CommitterLoop();
   Status WriteBatch(const std::vector<Op>& ops);
+  Status RollBack(const std::string& why);
   Status Exec(const char* sql);
   Status Migrate();
 

@@ -1,5 +1,6 @@
 // gpupoold's HTTP API end to end, in-process: authentication, roles, strict bodies, errors.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <filesystem>
 #include <thread>
@@ -26,7 +27,11 @@ class ApiTest : public ::testing::Test {
     c.poold.slurm_reap = false;
     c.poold.max_request_bytes = 4096;
     c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
-    daemon_ = std::make_unique<Daemon>(c);
+    // Slurm's view of jobs, as the tests need it: job 5 is nobody's, every other job root's.
+    daemon_ = std::make_unique<Daemon>(c, [](int64_t job) -> Result<uid_t> {
+      if (job >= 1000) return Status::NotFound("slurmctld knows no job " + std::to_string(job));
+      return job == 5 ? uid_t{65534} : uid_t{0};
+    });
     Status s = daemon_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
     server_ = std::thread([this] { daemon_->Run(); });
@@ -112,6 +117,15 @@ TEST_F(ApiTest, RolesAreEnforced) {
   ASSERT_EQ(mine->status, 200) << mine->body;
   EXPECT_EQ(json::parse(mine->body)["lease"]["uid"], nobody);
   ASSERT_TRUE(client_->Post("/v1/leases", json::parse(R"({"job_id":6,"request":[{"pool":"a100","count":1}]})")).ok());
+  // Nor acquire for root's job 6 (lease squatting), nor for a job Slurm does not know.
+  auto squat = Raw("POST", "/v1/leases", R"({"job_id":6,"request":[{"pool":"a100","count":1}]})",
+                   "MUNGE " + testing::CredentialAs(nobody));
+  EXPECT_EQ(squat->status, 403) << squat->body;
+  EXPECT_NE(Error(squat).find("job 6 belongs to uid 0"), std::string::npos);
+  EXPECT_EQ(squat->body.find("token"), std::string::npos);
+  auto future = Raw("POST", "/v1/leases", R"({"job_id":4242,"request":[{"pool":"a100","count":1}]})",
+                    "MUNGE " + testing::CredentialAs(nobody));
+  EXPECT_EQ(future->status, 403) << future->body;
   auto steal = Raw("POST", "/v1/leases/release", R"({"job_id":6})", "MUNGE " + testing::CredentialAs(nobody));
   EXPECT_EQ(steal->status, 403);
   auto list = Raw("GET", "/v1/leases", "", "MUNGE " + testing::CredentialAs(nobody));
@@ -162,6 +176,47 @@ TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {
   EXPECT_EQ(Leases(), 0u);
   EXPECT_EQ(client_->Get("/v1/pools").value()["pools"][0]["idle"], 4);
   EXPECT_TRUE(client_->Get("/v1/ping").ok());  // still serving
+}
+
+// A failed state write (issue 8, part 4): the change is not acknowledged, nothing more is
+// changed, and the daemon stops itself so that a restart reloads what is on disk.
+TEST_F(ApiTest, AFailedStateWriteStopsChangesAndTheDaemon) {
+  // Another connection holds the database's write lock past gpupoold's 5 s busy timeout.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/gpupoold.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  httplib::Client http("127.0.0.1", daemon_->port());
+  http.set_read_timeout(30, 0);  // the write fails only after the busy timeout
+  auto drain = http.Post("/v1/gpus/update", {{"Authorization", "MUNGE " + testing::CredentialAs(0)}},
+                         R"({"gpu":"g1:0","state":"drain"})", "application/json");
+  ASSERT_TRUE(drain);
+  EXPECT_EQ(drain->status, 500);
+  EXPECT_NE(Error(drain).find("state not saved"), std::string::npos) << drain->body;
+  sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  auto next = Raw("POST", "/v1/gpus/update", R"({"gpu":"g1:1","state":"drain"})",
+                  "MUNGE " + testing::CredentialAs(0));
+  EXPECT_EQ(next->status, 503) << next->body;
+  EXPECT_NE(Error(next).find("refuses changes until it restarts"), std::string::npos);
+  // The daemon stops by itself within a few seconds, saying why.
+  server_.join();
+  EXPECT_FALSE(daemon_->fatal().ok());
+  client_.reset();
+  daemon_.reset();
+  // Restarted from disk: neither unacknowledged drain happened.
+  Config c;
+  c.poold.listen = "127.0.0.1:0";
+  c.poold.state_dir = dir_;
+  c.poold.slurm_reap = false;
+  c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
+  daemon_ = std::make_unique<Daemon>(c);
+  ASSERT_TRUE(daemon_->Start().ok());
+  server_ = std::thread([this] { daemon_->Run(); });
+  for (const char* id : {"g1:0", "g1:1"}) {
+    auto gpus = daemon_->engine()->ListGpus(id, "");
+    ASSERT_TRUE(gpus.ok());
+    EXPECT_EQ(gpus.value()["gpus"][0]["state"], "IDLE") << id;
+  }
 }
 
 TEST_F(ApiTest, ClientReportsUnreachableDaemonByAddress) {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <filesystem>
 #include <random>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -111,6 +112,113 @@ TEST_F(EngineTest, AcquireIsIdempotentPerJob) {
   EXPECT_EQ(Pool("a100")["leased"], 2);
   auto c = Acquire(42, "a100", 3);
   EXPECT_EQ(c.status().code(), Status::Code::kConflict);
+}
+
+// Lease squatting (issue 8): a user may acquire only for a job Slurm says is theirs, and a
+// job's lease held by anyone else is never handed to the job.
+TEST_F(EngineTest, UsersAcquireOnlyForTheirOwnJobs) {
+  AddHost("g1", "r1", 4);
+  const uid_t alice = 5001, bob = 5002;
+  std::map<int64_t, uid_t> owners = {{10, alice}, {11, bob}};
+  bool slurm_down = false;
+  engine_->SetJobOwnerLookup([&](int64_t job) -> Result<uid_t> {
+    if (slurm_down) return Status::Unavailable("slurmctld did not answer");
+    auto it = owners.find(job);
+    if (it == owners.end()) return Status::NotFound("slurmctld knows no job " + std::to_string(job));
+    return it->second;
+  });
+  AcquireRequest req;
+  req.request = {PoolRequest{"a100", 1}};
+  bool created = false;
+  Caller as_alice{alice, auth::Role::kUser}, as_bob{bob, auth::Role::kUser};
+
+  req.job_id = 11;  // bob's job
+  auto squat = engine_->Acquire(as_alice, req, &created);
+  EXPECT_EQ(squat.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_NE(squat.status().message().find("job 11 belongs to uid 5002, not to uid 5001"), std::string::npos)
+      << squat.status().message();
+  req.job_id = 99;  // no such job: a squat on a future job id
+  auto future = engine_->Acquire(as_alice, req, &created);
+  EXPECT_EQ(future.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_NE(future.status().message().find("not a pending or running Slurm job"), std::string::npos);
+  slurm_down = true;
+  req.job_id = 10;
+  EXPECT_EQ(engine_->Acquire(as_alice, req, &created).status().code(), Status::Code::kUnavailable);
+  slurm_down = false;
+  EXPECT_EQ(Pool("a100")["leased"], 0);  // nothing changed by refusals
+  EXPECT_EQ(engine_->lease_count(), 0u);
+
+  auto mine = engine_->Acquire(as_alice, req, &created);
+  ASSERT_TRUE(mine.ok()) << mine.status().message();
+  EXPECT_EQ(mine.value()["uid"], alice);
+  // Bob cannot get alice's lease (or its token) by asking for her job.
+  EXPECT_EQ(engine_->Acquire(as_bob, req, &created).status().code(), Status::Code::kPermissionDenied);
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+TEST_F(EngineTest, NoSlurmMeansOnlyAdminsAcquire) {
+  AddHost("g1", "r1", 2);
+  AcquireRequest req;
+  req.job_id = 7;
+  req.request = {PoolRequest{"a100", 1}};
+  bool created = false;
+  auto r = engine_->Acquire(Caller{5001, auth::Role::kUser}, req, &created);
+  EXPECT_EQ(r.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("only root or SlurmUser may acquire"), std::string::npos);
+  EXPECT_TRUE(engine_->Acquire(admin_, req, &created).ok());
+}
+
+TEST_F(EngineTest, AJobsLeaseHeldBySomeoneElseIsRevokedNotHandedOver) {
+  AddHost("g1", "r1", 4);
+  // A lease of job 20 owned by uid 5002 (left from before the ownership check, say).
+  AcquireRequest req;
+  req.job_id = 20;
+  req.request = {PoolRequest{"a100", 2}};
+  req.has_owner = true;
+  req.uid = 5002;
+  bool created = false;
+  auto squatted = engine_->Acquire(admin_, req, &created);
+  ASSERT_TRUE(squatted.ok());
+  // spank_gpupool acquires for the job's real user, uid 5001.
+  req.uid = 5001;
+  auto real = engine_->Acquire(admin_, req, &created);
+  ASSERT_TRUE(real.ok()) << real.status().message();
+  EXPECT_TRUE(created);
+  EXPECT_EQ(real.value()["uid"], 5001);
+  EXPECT_NE(real.value()["id"], squatted.value()["id"]);
+  EXPECT_NE(real.value()["token"], squatted.value()["token"]);
+  EXPECT_EQ(engine_->lease_count(), 1u);
+  EXPECT_EQ(Pool("a100")["leased"], 2);
+  auto types = EventTypes(20);
+  EXPECT_NE(std::find(types.begin(), types.end(), "revoked"), types.end());
+  // The squatter's lease is gone: its id finds nothing.
+  EXPECT_EQ(engine_->ListLeases(admin_, squatted.value()["id"], 0).value()["leases"].size(), 0u);
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// A refused registration changes nothing, in memory or on disk (issue 8, part 4).
+TEST_F(EngineTest, RefusedRegistrationChangesNothing) {
+  AddHost("g1", "r1", 2);
+  AgentRegistration thief{"g2", "r2", "127.0.0.1:7001", {}};
+  thief.gpus.push_back(AgentGpu{"GPU-new", "A100-80GB", "", 0, 0, 81920, false, ""});
+  thief.gpus.push_back(AgentGpu{"GPU-g1-1", "A100-80GB", "", 1, 0, 81920, false, ""});  // g1's
+  auto r = engine_->Register(thief);
+  EXPECT_EQ(r.status().code(), Status::Code::kConflict);
+  EXPECT_NE(r.status().message().find("GPU GPU-g1-1 is registered on host 'g1', not 'g2'"), std::string::npos);
+  AgentRegistration twice{"g3", "r2", "127.0.0.1:7002", {}};
+  twice.gpus.push_back(AgentGpu{"GPU-x", "A100-80GB", "", 0, 0, 81920, false, ""});
+  twice.gpus.push_back(AgentGpu{"GPU-x", "A100-80GB", "", 1, 0, 81920, false, ""});
+  EXPECT_EQ(engine_->Register(twice).status().code(), Status::Code::kInvalidArgument);
+  auto check = [&] {
+    EXPECT_EQ(Pool("a100")["total"], 2);
+    EXPECT_EQ(engine_->ListGpus("GPU-new", "").status().code(), Status::Code::kNotFound);
+    EXPECT_EQ(engine_->ListGpus("GPU-x", "").status().code(), Status::Code::kNotFound);
+    EXPECT_EQ(engine_->ListGpus("", "").value()["gpus"].size(), 2u);
+  };
+  check();
+  Open();  // and on disk
+  check();
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
 }
 
 TEST_F(EngineTest, BadRequestsChangeNothing) {
@@ -266,6 +374,7 @@ TEST_F(EngineTest, LeasesExpireWithoutRenewal) {
 TEST_F(EngineTest, UsersSeeAndReleaseOnlyTheirOwn) {
   AddHost("g1", "r1", 2);
   Caller alice{1001, auth::Role::kUser}, bob{1002, auth::Role::kUser};
+  engine_->SetJobOwnerLookup([](int64_t job) -> Result<uid_t> { return job == 9 ? 1001 : 1002; });
   AcquireRequest req;
   req.job_id = 9;
   req.request = {PoolRequest{"a100", 1}};
