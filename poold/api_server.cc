@@ -199,8 +199,21 @@ Status ApiServer::Bind() {
   return Status::OK();
 }
 
-void ApiServer::Serve() { http_->listen_after_bind(); }
-void ApiServer::Stop() { http_->stop(); }
+void ApiServer::Serve() {
+  serving_ = true;
+  if (stop_requested_) return;
+  http_->listen_after_bind();
+}
+
+void ApiServer::Stop() {
+  stop_requested_ = true;
+  // httplib's stop() does nothing until its loop runs: if Serve() has just begun, wait
+  // (briefly) for the loop, or Serve() would miss the stop and serve forever.
+  if (serving_) {
+    for (int i = 0; i < 1000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  http_->stop();
+}
 
 Status ApiServer::Authenticate(const httplib::Request& req, Caller* caller) {
   std::string header = req.get_header_value("Authorization");

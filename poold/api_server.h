@@ -33,7 +33,8 @@ class ApiServer {
 
   // Binds the listen address; returns an error naming it when it cannot.
   Status Bind();
-  // Serves until Stop(). Blocks.
+  // Serves until Stop(). Blocks. Stop() may come first, from any thread: Serve() then
+  // returns at once instead of serving forever.
   void Serve();
   void Stop();
   int port() const { return port_; }
@@ -57,6 +58,8 @@ class ApiServer {
   RequestMetrics metrics_;
   Sessions sessions_;
   std::unique_ptr<httplib::Server> http_;
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> serving_{false};
   int port_ = 0;
 };
 

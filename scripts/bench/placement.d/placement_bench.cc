@@ -95,17 +95,19 @@ void BM_EngineAcquireRelease(benchmark::State& state) {
     return;
   }
   PoolEngine engine(config, store->get(), [] { return int64_t{1000}; });
-  engine.Recover(LoadedState{});
+  if (Status s = engine.Recover(LoadedState{}); !s.ok()) return state.SkipWithError(s.message().c_str());
   for (int r = 0; r < kRacks; ++r) {
     for (int h = 0; h < kHostsPerRack; ++h) {
       AgentRegistration reg{"gpuhost" + std::to_string(r) + "-" + std::to_string(h), "rack" + std::to_string(r), "", {}};
       for (int g = 0; g < kGpusPerHost; ++g) {
         reg.gpus.push_back(AgentGpu{"GPU-" + reg.host + "-" + std::to_string(g), "A100-SXM4-80GB", "", g, 0, 81920, false, ""});
       }
-      engine.Register(reg);
+      if (auto r = engine.Register(reg); !r.ok()) return state.SkipWithError(r.status().message().c_str());
     }
   }
-  (*store)->WaitDurable((*store)->last_ticket());
+  if (Status s = (*store)->WaitDurable((*store)->last_ticket()); !s.ok()) {
+    return state.SkipWithError(s.message().c_str());
+  }
   long rss_after = RssBytes();
   Caller admin{0, auth::Role::kAdmin};
   int count = static_cast<int>(state.range(0));
@@ -120,14 +122,15 @@ void BM_EngineAcquireRelease(benchmark::State& state) {
     auto lease = engine.Acquire(admin, req, &created);
     us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
     if (!lease.ok()) state.SkipWithError(lease.status().message().c_str());
-    engine.Release(admin, "", req.job_id, "");
-    if (job % 1024 == 0) (*store)->WaitDurable((*store)->last_ticket());  // keep the queue bounded
+    if (auto r = engine.Release(admin, "", req.job_id, ""); !r.ok()) state.SkipWithError(r.status().message().c_str());
+    // Keep the write queue bounded.
+    if (job % 1024 == 0 && !(*store)->WaitDurable((*store)->last_ticket()).ok()) state.SkipWithError("store write failed");
   }
   SetPercentiles(state, us);
   state.counters["rss_bytes_per_gpu"] = static_cast<double>(rss_after - rss_before) / (kRacks * kHostsPerRack * kGpusPerHost);
   state.counters["inventory_bytes_per_gpu"] =
       static_cast<double>(engine.inventory_bytes()) / (kRacks * kHostsPerRack * kGpusPerHost);
-  (*store)->WaitDurable((*store)->last_ticket());
+  if (!(*store)->WaitDurable((*store)->last_ticket()).ok()) state.SkipWithError("store write failed");
   store->reset();
   std::filesystem::remove_all(dir);
 }
