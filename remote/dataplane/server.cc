@@ -79,6 +79,7 @@ class ServerImpl : public Server, public transport::RpcHandler {
     }
     if (session->authorized() && !StillAuthorized(session, Epoch())) {
       Revoke(id, session);
+      reply->tick_soon = true;
     }
     session->Run(header, args, payload, payload_len, reply);
   }
@@ -122,7 +123,8 @@ class ServerImpl : public Server, public transport::RpcHandler {
     return true;
   }
 
-  // Revokes `session` (its memory goes now) and closes its connection at the next tick.
+  // Revokes `session` and has its connection closed at the next tick (which frees its
+  // memory, once no reply is sending from it).
   void Revoke(transport::ConnectionId id, Session* session,
               const std::string& why = "no longer holds it (released, expired, or moved to "
                                        "another GPU)") {
@@ -178,12 +180,14 @@ class ServerImpl : public Server, public transport::RpcHandler {
     }
     auto executor = executors_.Create(*gpu);
     if (!executor.ok()) return refuse(kCuNoDevice, executor.status().message());
-    // The GPU is this lease's now: sessions of any other lease on it go first.
+    // The GPU is this lease's now: sessions of any other lease on it are revoked before
+    // this one starts, and closed right after this reply.
     for (auto& [other_id, other] : sessions_) {
       if (other.get() != session && other->authorized() && other->gpu_uuid() == uuid &&
           other->lease_id() != hello.lease_id) {
         Revoke(other_id, other.get(),
                "lost the GPU to lease " + std::string(hello.lease_id));
+        reply->tick_soon = true;
       }
     }
     session->Authorize(hello.lease_id, hello.token, *gpu, options_.backend,

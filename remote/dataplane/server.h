@@ -12,10 +12,12 @@
 // moves (the agent's lease table changed), every session's lease is checked again with
 // `still_authorized`, on the next request and by the server's tick (every 100 ms) even
 // when the client is idle. A session whose lease no longer holds its GPU (released,
-// expired, or moved to another GPU) is revoked: its memory is freed, its requests answer
-// CUDA_ERROR_NOT_PERMITTED, and its connection is closed. A hello that attaches lease B to
-// a GPU revokes, before B's session starts, every session of another lease on that GPU:
-// two leases' sessions never share a GPU (whose memory a kernel could otherwise reach).
+// expired, or moved to another GPU) is revoked: its requests answer
+// CUDA_ERROR_NOT_PERMITTED, and its connection is closed, which frees its memory. A hello
+// that attaches lease B to a GPU revokes, before B's session starts, every session of
+// another lease on that GPU, and has them closed right after its reply, before B's next
+// request runs (unless one is still sending a reply): two leases' sessions do not share a
+// GPU, whose memory a kernel could otherwise reach.
 #pragma once
 
 #include <functional>

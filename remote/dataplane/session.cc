@@ -44,10 +44,6 @@ void Session::Authorize(const std::string& lease_id, const std::string& token,
   checked_epoch_ = epoch;
 }
 
-void Session::Revoke(const std::string& why) {
-  revoked_ = why;
-  executor_.reset();  // frees the client's memory, modules, streams and events
-}
 
 void* Session::BulkDestination(const transport::RequestHeader& header, std::string_view args,
                                size_t len) {

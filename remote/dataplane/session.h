@@ -4,8 +4,10 @@
 // after asking the backend whether the GPU may be used. Errors of one-way (asynchronous)
 // requests are kept and reported with the next reply, once; a GPU failure or a kernel
 // fault is sticky like on a real GPU: every later request gets it.
-// A session whose lease lost its GPU is revoked (Revoke): its executor, and with it the
-// client's memory, goes at once, and every later request answers CUDA_ERROR_NOT_PERMITTED.
+// A session whose lease lost its GPU is revoked (Revoke): every later request answers
+// CUDA_ERROR_NOT_PERMITTED, and the server closes the connection. The executor, and with
+// it the client's memory, goes with the session when the connection closes: not sooner,
+// because a reply in flight may still be sending from that memory.
 // Used by the server thread only.
 #pragma once
 
@@ -29,9 +31,10 @@ class Session {
   void Authorize(const std::string& lease_id, const std::string& token,
                  const backend::GpuInfo& gpu, backend::GpuBackend* backend,
                  std::unique_ptr<Executor> executor, uint64_t epoch);
-  // Frees everything the client has on the GPU; later requests are refused with `why`.
-  void Revoke(const std::string& why);
-  bool authorized() const { return executor_ != nullptr; }
+  // Later requests are refused with `why`.
+  void Revoke(const std::string& why) { revoked_ = why; }
+  // Attached to a GPU, and not revoked.
+  bool authorized() const { return executor_ != nullptr && revoked_.empty(); }
   bool revoked() const { return !revoked_.empty(); }
   const std::string& peer() const { return peer_; }
   const std::string& lease_id() const { return lease_id_; }

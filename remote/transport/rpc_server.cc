@@ -257,6 +257,7 @@ class RpcServerImpl : public RpcServer {
     ServerReply reply;
     handler_->OnRequest(c->id, c->current.header, c->current.args, payload, payload_len, &reply);
     c->busy = false;
+    if (reply.tick_soon) next_tick_ = {};
     if (reply.close_after) {
       c->closing = true;
       c->graceful_close = true;
@@ -409,15 +410,19 @@ class RpcServerImpl : public RpcServer {
       bool worked = ucx_->ProgressAll() > 0;
       if (++iteration % kSocketPollInterval == 0) PollSockets(0);
       if (auto now = std::chrono::steady_clock::now(); now >= next_tick_) Tick(now);
-      for (auto it = connections_.begin(); it != connections_.end();) {
-        Connection* c = it->second.get();
-        worked |= Pump(c);
-        if (c->closing && !c->busy) {
-          Close(c);
-          it = connections_.erase(it);
-          worked = true;
-        } else {
-          ++it;
+      // Connections to close go before any other request runs: a session the handler
+      // revoked for a new one (OnTick) is gone before the new one's next request.
+      for (int pass = 0; pass < 2; ++pass) {
+        for (auto it = connections_.begin(); it != connections_.end();) {
+          Connection* c = it->second.get();
+          if (pass == 1) worked |= Pump(c);
+          if (c->closing && !c->busy) {
+            Close(c);
+            it = connections_.erase(it);
+            worked = true;
+          } else {
+            ++it;
+          }
         }
       }
       FinishClosing();

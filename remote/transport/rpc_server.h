@@ -38,6 +38,7 @@ struct ServerReply {
   const void* bulk = nullptr;   // bulk result; must stay valid until the next request
   size_t bulk_len = 0;          //   of this connection starts (the server ensures that)
   bool close_after = false;     // close the connection once the reply is sent
+  bool tick_soon = false;       // call OnTick right after this request (not a tick later)
 };
 
 // Implemented by the dataplane. All methods run on the server thread.
