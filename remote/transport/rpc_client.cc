@@ -74,7 +74,7 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
   uint32_t magic = 0;
   if (status.ok()) status = ReceiveAll(fd_value, &magic, sizeof(magic));
   if (status.ok() && magic != kBootstrapMagic) {
-    status = Status::Unavailable("not a gpupool data-path server");
+    status = Status::Unavailable("not a gpupool data-path server of this version");
   }
   if (status.ok()) status = ReceiveAll(fd_value, &self->connection_, sizeof(self->connection_));
   Result<std::string> server_address = status.ok() ? ReceiveBlob(fd_value, 64 * 1024) : status;

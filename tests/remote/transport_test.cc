@@ -9,6 +9,9 @@
 #include <set>
 #include <vector>
 
+#include <unistd.h>
+
+#include "remote/transport/bootstrap.h"
 #include "remote/transport/rpc_client.h"
 #include "remote/transport/rpc_server.h"
 
@@ -268,6 +271,20 @@ TEST_F(TransportTest, AClientsCleanExitIsReportedAsSuch) {
   }
   std::lock_guard<std::mutex> lock(handler_.mu);
   EXPECT_EQ(handler_.disconnect_reasons, std::vector<std::string>{"the client closed its connection"});
+}
+
+// A client of the previous wire version (whose requests carry no reply endpoint, and
+// would be dropped) is refused at the handshake instead of left waiting.
+TEST_F(TransportTest, AClientOfAnotherWireVersionIsRefusedAtTheHandshake) {
+  auto fd = ConnectTcp("127.0.0.1:" + std::to_string(server_->port()), 2000);
+  ASSERT_TRUE(fd.ok()) << fd.status().message();
+  SetTimeouts(fd.value(), 2000);
+  const uint32_t old_magic = 0x67706231;  // "gpb1"
+  ASSERT_TRUE(SendAll(fd.value(), &old_magic, sizeof(old_magic)).ok());
+  uint32_t answer = 0;
+  EXPECT_FALSE(ReceiveAll(fd.value(), &answer, sizeof(answer)).ok());
+  close(fd.value());
+  EXPECT_EQ(handler_.connects, 1);  // only the fixture's own client
 }
 
 TEST(TransportErrors, BadEndpointsAreNamed) {
