@@ -6,9 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
-
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -130,8 +129,9 @@ class RpcServerImpl : public RpcServer {
     connection->peer = PeerAddress(fd);
     uint32_t magic = 0;
     Status status = ReceiveAll(fd, &magic, sizeof(magic));
-    if (status.ok() && magic != kBootstrapMagic) status = Status::InvalidArgument(
-        "bad magic (not a gpupool client, or one of another version)");
+    if (status.ok() && magic != kBootstrapMagic) {
+      status = Status::InvalidArgument("bad magic (not a gpupool client, or one of another version)");
+    }
     Result<std::string> client_address = status.ok() ? ReceiveBlob(fd, 64 * 1024) : status;
     if (!client_address.ok()) {
       std::fprintf(stderr, "gpupool-dataplane: handshake with %s failed: %s\n",
