@@ -300,6 +300,37 @@ TEST_F(DataplaneServerTest, ARevokedSessionIsClosedWithinASecond) {
   EXPECT_EQ(MemoryInfo(next.get()).free, uint64_t{4} << 30);
 }
 
+// Revoked while large device-to-host replies are sending from the session's memory: the
+// memory outlives the send (it goes when the connection closes), and the server lives on.
+TEST_F(DataplaneServerTest, RevokingASessionWhileItsRepliesAreSendingIsSafe) {
+  auto client = Attach("L7", "secret", 1);
+  ASSERT_NE(client, nullptr);
+  const uint64_t size = 32 << 20;  // rendezvous
+  uint64_t dptr = 0;
+  ASSERT_EQ(Alloc(client.get(), size, &dptr), kCuSuccess);
+  std::vector<char> buffer(size);
+  int reads = 0;
+  std::thread reader([&] {
+    MemcpyDtoHArgs args{dptr, size, 0};
+    Reply reply;
+    while (client->Call(Request{kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0, buffer.data(), size}, &reply).ok() &&
+           reply.status == kCuSuccess) {
+      ++reads;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  Ungrant(1);
+  reader.join();
+  EXPECT_GT(reads, 0);
+  Grant("L9", "next", 1);
+  auto next = Attach("L9", "next", 1);
+  ASSERT_NE(next, nullptr);
+  for (int i = 0; i < 100 && MemoryInfo(next.get()).free != uint64_t{4} << 30; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(MemoryInfo(next.get()).free, uint64_t{4} << 30);
+}
+
 // A request that comes right after the revocation is refused as such, by name.
 TEST_F(DataplaneServerTest, RequestsOfARevokedSessionAreNotPermitted) {
   auto client = Attach("L7", "secret", 1);
