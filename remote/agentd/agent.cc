@@ -107,6 +107,14 @@ void Agent::Recovered(const std::string& message) {
   trouble_.clear();
 }
 
+int Agent::HeartbeatIntervalMs() const {
+  int interval_ms = options_.config.heartbeat_interval * 1000;
+  if (options_.leases_in_use && options_.leases_in_use()) {
+    interval_ms = std::min(interval_ms, options_.lease_refresh_ms);
+  }
+  return interval_ms;
+}
+
 void Agent::Run() {
   ApiClientOptions api;
   api.server = options_.config.server;
@@ -114,9 +122,8 @@ void Agent::Run() {
   api.timeout_ms = std::clamp(options_.config.heartbeat_interval * 1000, 1000, 5000);
   ApiClient client(api);
 
-  const int interval_ms = options_.config.heartbeat_interval * 1000;
   int backoff_ms = options_.initial_backoff_ms;
-  auto next_heartbeat = std::chrono::steady_clock::now();
+  auto last_heartbeat = std::chrono::steady_clock::now() - std::chrono::hours(1);
   while (true) {
     {
       std::lock_guard<std::mutex> l(wake_->mu);
@@ -142,16 +149,18 @@ void Agent::Run() {
       log::Info("registered " + std::to_string(body["gpus"].size()) + " GPUs of host " +
                 options_.config.host + " (rack " + options_.config.rack + ") with gpupoold at " +
                 options_.config.server);
-      next_heartbeat = std::chrono::steady_clock::now();  // fetch leases at once
+      last_heartbeat -= std::chrono::hours(1);  // fetch leases at once
     }
 
+    // Evaluated on every pass: clients attaching during a long wait shorten it.
+    auto next_heartbeat = last_heartbeat + std::chrono::milliseconds(HeartbeatIntervalMs());
     auto now = std::chrono::steady_clock::now();
     if (now < next_heartbeat) {
       int wait_ms = static_cast<int>(
           std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - now).count());
-      if (!Wait(wait_ms)) return;
+      if (!Wait(std::min(wait_ms, options_.lease_refresh_ms))) return;
       std::lock_guard<std::mutex> l(wake_->mu);
-      if (!wake_->heartbeat_soon && std::chrono::steady_clock::now() < next_heartbeat) continue;
+      if (!wake_->heartbeat_soon) continue;  // look again at the interval and the time
     }
     uint64_t sequence;
     {
@@ -171,7 +180,7 @@ void Agent::Run() {
         wake->cv.notify_all();
       }
     } answered{wake_.get(), sequence};
-    next_heartbeat = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval_ms);
+    last_heartbeat = std::chrono::steady_clock::now();
     Result<nlohmann::json> answer = client.Post("/v1/agents/heartbeat", HeartbeatBody());
     if (!answer.ok()) {
       if (answer.status().code() == Status::Code::kNotFound) {

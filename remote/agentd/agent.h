@@ -11,6 +11,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,6 +31,11 @@ struct AgentOptions {
   std::string munge_socket;  // for ApiClient; empty: $MUNGE_SOCKET or libmunge's default
   int initial_backoff_ms = 200;
   int max_backoff_ms = 5000;
+  // True while data-path clients are attached: then leases are fetched every
+  // lease_refresh_ms (instead of every heartbeat interval), so that a lease released,
+  // expired or moved reaches the data path, which closes its sessions, within a second.
+  std::function<bool()> leases_in_use;
+  int lease_refresh_ms = 400;
 };
 
 class Agent {
@@ -64,6 +70,8 @@ class Agent {
 
  private:
   void Run();
+  // The time between heartbeats now (shorter while data-path clients are attached).
+  int HeartbeatIntervalMs() const;
   // Waits up to `ms` or until Stop()/HeartbeatSoon(); returns false when stopping.
   bool Wait(int ms);
   void Trouble(const std::string& what, const Status& status);  // logs a new kind of failure

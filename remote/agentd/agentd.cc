@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -160,6 +161,15 @@ int RunAgentd(const std::vector<std::string>& args) {
   AgentOptions agent_options;
   agent_options.config = config;
   agent_options.munge_socket = settings->config.munge_socket;
+  // Set once the data path runs (before the agent thread starts); the agent fetches
+  // leases often while clients are attached, so revocations reach them within a second.
+  std::atomic<const void*> data_path{nullptr};
+#ifdef GPUPOOL_HAVE_DATAPLANE
+  agent_options.leases_in_use = [&data_path] {
+    const auto* server = static_cast<const dataplane::Server*>(data_path.load());
+    return server != nullptr && server->attached_sessions() > 0;
+  };
+#endif
   Agent agent(agent_options, gpu_backend.get(), &leases);
 
   std::unique_ptr<ControlServer> control;
@@ -190,11 +200,19 @@ int RunAgentd(const std::vector<std::string>& args) {
     if (!agent.RefreshLeases(kLeaseRefreshTimeoutMs)) return false;
     return leases.Authorize(lease_id, token, gpu_uuid, nullptr);
   };
+  // Attached sessions are checked against the table as it is (no waiting on gpupoold)
+  // whenever it changes.
+  dp.still_authorized = [&leases](const std::string& lease_id, const std::string& token,
+                                  const std::string& gpu_uuid) {
+    return leases.Authorize(lease_id, token, gpu_uuid, nullptr);
+  };
+  dp.authorization_epoch = [&leases] { return leases.version(); };
   Result<std::unique_ptr<dataplane::Server>> data_server = dataplane::Server::Start(std::move(dp));
   if (!data_server.ok()) {
     return report.Fail(kExitFailure, "cannot start the data path on " + config.listen + ": " +
                                          data_server.status().message());
   }
+  data_path.store(data_server.value().get());
   log::Info("data path on " + config.listen);
 #else
   log::Info("data path not built into this agent; registering " + config.listen + " as the endpoint only");

@@ -58,7 +58,7 @@ void LeaseTable::Replace(const std::vector<LeaseGrant>& grants) {
   }
   if (!changed) return;
   by_gpu_ = std::move(next);
-  ++version_;
+  version_.fetch_add(1, std::memory_order_release);
 }
 
 bool LeaseTable::Authorize(const std::string& lease_id, const std::string& token,
@@ -94,9 +94,5 @@ size_t LeaseTable::size() const {
   return by_gpu_.size();
 }
 
-uint64_t LeaseTable::version() const {
-  std::lock_guard<std::mutex> l(mu_);
-  return version_;
-}
 
 }  // namespace gpupool::agentd

@@ -6,6 +6,7 @@
 // to another lease (swap) or released disappears at the next heartbeat. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -44,13 +45,15 @@ class LeaseTable {
   std::vector<LeaseGrant> Snapshot() const;
   size_t size() const;
   // Incremented by every Replace() that changed something; lets the data path notice
-  // revoked leases cheaply.
-  uint64_t version() const;
+  // revoked leases cheaply (lock-free: read on every data-path request).
+  uint64_t version() const { return version_.load(std::memory_order_acquire); }
 
  private:
   mutable std::mutex mu_;
   std::unordered_map<std::string, LeaseGrant> by_gpu_;  // guarded by mu_
-  uint64_t version_ = 0;                                // guarded by mu_
+  // Bumped after by_gpu_ changed (under mu_): a reader that sees the new version finds
+  // the new table.
+  std::atomic<uint64_t> version_{0};
 };
 
 }  // namespace gpupool::agentd

@@ -169,13 +169,21 @@ CudaExecutor::~CudaExecutor() {
     for (auto& [id, event] : events_) driver_->event_destroy(static_cast<CUevent>(event));
     for (auto& [id, stream] : streams_) driver_->stream_destroy(static_cast<CUstream>(stream));
     for (auto& [id, module] : modules_) driver_->module_unload(static_cast<CUmodule>(module));
-    for (uint64_t dptr : allocations_) driver_->free(Ptr(dptr));
+    for (auto& [dptr, size] : allocations_) driver_->free(Ptr(dptr));
   }
   driver_->primary_release(device_);
 }
 
 int32_t CudaExecutor::Enter() {
   return driver_->set_current(static_cast<CUcontext>(context_));
+}
+
+bool CudaExecutor::Owns(uint64_t dptr, uint64_t size) const {
+  auto after = allocations_.upper_bound(dptr);
+  if (after == allocations_.begin()) return false;
+  const auto& [start, length] = *std::prev(after);
+  uint64_t offset = dptr - start;
+  return offset <= length && size <= length - offset;
 }
 
 bool CudaExecutor::StreamFor(uint64_t id, void** stream) {
@@ -195,7 +203,7 @@ int32_t CudaExecutor::Allocate(uint64_t size, uint64_t* dptr) {
   CUresult status = driver_->alloc(&ptr, size);
   if (status == CUDA_SUCCESS) {
     *dptr = ptr;
-    allocations_.insert(ptr);
+    allocations_[ptr] = size;
   }
   return status;
 }
@@ -217,6 +225,8 @@ void CudaExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
 int32_t CudaExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) {
   void* s = nullptr;
   if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (size == 0) return CUDA_SUCCESS;
+  if (!Owns(dst, size)) return CUDA_ERROR_INVALID_VALUE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   CUresult status = driver_->htod(Ptr(dst), src, size, static_cast<CUstream>(s));
   // `src` is the server's receive buffer, reused by the next request: wait for the copy.
@@ -228,6 +238,9 @@ int32_t CudaExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t strea
                                      const void** data) {
   void* s = nullptr;
   if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  *data = nullptr;
+  if (size == 0) return CUDA_SUCCESS;
+  if (!Owns(src, size)) return CUDA_ERROR_INVALID_VALUE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   staging_.resize(size);
   CUresult status = driver_->dtoh(staging_.data(), Ptr(src), size, static_cast<CUstream>(s));
@@ -240,6 +253,8 @@ int32_t CudaExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t si
                                          uint64_t stream) {
   void* s = nullptr;
   if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (size == 0) return CUDA_SUCCESS;
+  if (!Owns(dst, size) || !Owns(src, size)) return CUDA_ERROR_INVALID_VALUE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   return driver_->dtod(Ptr(dst), Ptr(src), size, static_cast<CUstream>(s));
 }
@@ -248,6 +263,11 @@ int32_t CudaExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size
                              uint64_t stream) {
   void* s = nullptr;
   if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (element_size != 1 && element_size != 2 && element_size != 4) return CUDA_ERROR_INVALID_VALUE;
+  if (count == 0) return CUDA_SUCCESS;
+  if (count > UINT64_MAX / element_size || !Owns(dst, count * element_size)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   auto cs = static_cast<CUstream>(s);
   switch (element_size) {

@@ -9,6 +9,14 @@
 // server reuses that buffer. Kernel parameters arrive packed, as the client laid them out
 // from the image, and are passed with CU_LAUNCH_PARAM_BUFFER_POINTER.
 //
+// Isolation: every device range a copy or memset names is checked against this session's
+// own allocations before the driver sees it, so a client cannot read or write memory that
+// another session allocated (CUDA_ERROR_INVALID_VALUE). Kernels are the limit: their
+// pointer arguments are opaque bytes, and all sessions share the primary context, so a
+// kernel could reach other sessions' memory on this GPU. That is why the dataplane never
+// lets sessions of two leases run on one GPU at once (server.cc), and closes a session
+// whose lease lost the GPU.
+//
 // NOT RUN: this file is compiled here but has never executed on a GPU (the development
 // machine has none). See man/gpupool-remote.7.
 #pragma once
@@ -72,7 +80,10 @@ class CudaExecutor : public Executor {
   const CudaDriver* driver_;
   int device_;
   void* context_;                           // CUcontext (primary)
-  std::set<uint64_t> allocations_;
+  // True when [dptr, dptr+size) lies inside one allocation of this session.
+  bool Owns(uint64_t dptr, uint64_t size) const;
+
+  std::map<uint64_t, uint64_t> allocations_;  // start -> size, this session's only
   std::map<uint64_t, void*> modules_;       // client id -> CUmodule
   std::map<uint64_t, void*> functions_;     // client id -> CUfunction
   std::map<uint64_t, void*> streams_;       // client id -> CUstream

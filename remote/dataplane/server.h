@@ -7,6 +7,17 @@
 // "cuda". Before every device operation it asks backend->BeforeOperation (fault injection
 // and health), and reports in-band GPU failures with backend->ReportFailure.
 // A client's allocations, modules, streams and events are freed when it disconnects.
+//
+// Revocation: a credential is not checked only at hello. Whenever the authorization epoch
+// moves (the agent's lease table changed), every session's lease is checked again with
+// `still_authorized`, on the next request and by the server's tick (every 100 ms) even
+// when the client is idle. A session whose lease no longer holds its GPU (released,
+// expired, or moved to another GPU) is revoked: its requests answer
+// CUDA_ERROR_NOT_PERMITTED, and its connection is closed, which frees its memory. A hello
+// that attaches lease B to a GPU revokes, before B's session starts, every session of
+// another lease on that GPU, and has them closed right after its reply, before B's next
+// request runs (unless one is still sending a reply): two leases' sessions do not share a
+// GPU, whose memory a kernel could otherwise reach.
 #pragma once
 
 #include <functional>
@@ -25,7 +36,16 @@ using Authorizer = std::function<bool(const std::string& lease_id,
 struct ServerOptions {
   std::string listen;  // "HOST:PORT" (port 0: any free port)
   backend::GpuBackend* backend = nullptr;
+  // Checks a hello's credential; may block briefly to learn new leases.
   Authorizer authorize;
+  // Whether an attached session's credential still holds its GPU, from what is known now
+  // (must not block: it runs on the server thread for every revalidation). Empty: use
+  // `authorize`.
+  Authorizer still_authorized;
+  // A number that changes whenever still_authorized could answer differently (e.g. the
+  // lease table's version); read often, so it must be cheap. Empty: sessions are checked
+  // again on every request and every tick.
+  std::function<uint64_t()> authorization_epoch;
 };
 
 class Server {
@@ -35,6 +55,9 @@ class Server {
 
   // The port actually listened on (useful with port 0).
   virtual int port() const = 0;
+  // Sessions attached to a GPU now (any thread): while there are some, the agent fetches
+  // leases often enough to revoke a lost one within a second.
+  virtual size_t attached_sessions() const = 0;
 
  protected:
   Server() = default;

@@ -33,13 +33,17 @@ bool IsGpuFailure(int32_t status) {
 
 }  // namespace
 
-void Session::Authorize(const std::string& lease_id, const backend::GpuInfo& gpu,
-                        backend::GpuBackend* backend, std::unique_ptr<Executor> executor) {
+void Session::Authorize(const std::string& lease_id, const std::string& token,
+                        const backend::GpuInfo& gpu, backend::GpuBackend* backend,
+                        std::unique_ptr<Executor> executor, uint64_t epoch) {
   lease_id_ = lease_id;
+  token_ = token;
   gpu_ = gpu;
   backend_ = backend;
   executor_ = std::move(executor);
+  checked_epoch_ = epoch;
 }
+
 
 void* Session::BulkDestination(const transport::RequestHeader& header, std::string_view args,
                                size_t len) {
@@ -53,6 +57,12 @@ void* Session::BulkDestination(const transport::RequestHeader& header, std::stri
 
 void Session::Run(const transport::RequestHeader& header, std::string_view args,
                   const void* payload, size_t payload_len, transport::ServerReply* reply) {
+  if (revoked()) {
+    reply->status = kCuNotPermitted;
+    reply->out = revoked_;
+    reply->close_after = true;
+    return;
+  }
   if (!authorized()) {
     reply->status = kCuNotPermitted;
     reply->out = "not attached: the first request must be a hello with a lease credential";
@@ -64,8 +74,10 @@ void Session::Run(const transport::RequestHeader& header, std::string_view args,
     Status usable = backend_->BeforeOperation(gpu_.index);
     if (!usable.ok()) {
       status = kCuEccUncorrectable;
-      std::fprintf(stderr, "gpupool-dataplane: GPU %s unusable for client %s: %s\n",
-                   gpu_.uuid.c_str(), peer_.c_str(), usable.message().c_str());
+      std::string why = usable.message();
+      log_->Log("unusable " + gpu_.uuid + " " + lease_id_ + " " + why,
+                "gpupool-dataplane: GPU " + gpu_.uuid + " unusable for client " + peer_ +
+                    " (lease " + lease_id_ + "): " + why);
     } else {
       status = Dispatch(header.op, args, payload, payload_len, reply);
     }
@@ -170,8 +182,9 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       a.name[sizeof(a.name) - 1] = '\0';
       int32_t status = ex.GetFunction(a.module, a.function, a.name);
       if (status != kCuSuccess) {
-        std::fprintf(stderr, "gpupool-dataplane: client %s: kernel '%s' not available (%d)\n",
-                     peer_.c_str(), a.name, status);
+        log_->Log("kernel " + lease_id_ + " " + a.name + " " + std::to_string(status),
+                  "gpupool-dataplane: client " + peer_ + " (lease " + lease_id_ + "): kernel '" +
+                      a.name + "' not available (CUDA error " + std::to_string(status) + ")");
       }
       return status;
     }

@@ -4,6 +4,10 @@
 // after asking the backend whether the GPU may be used. Errors of one-way (asynchronous)
 // requests are kept and reported with the next reply, once; a GPU failure or a kernel
 // fault is sticky like on a real GPU: every later request gets it.
+// A session whose lease lost its GPU is revoked (Revoke): every later request answers
+// CUDA_ERROR_NOT_PERMITTED, and the server closes the connection. The executor, and with
+// it the client's memory, goes with the session when the connection closes: not sooner,
+// because a reply in flight may still be sending from that memory.
 // Used by the server thread only.
 #pragma once
 
@@ -13,20 +17,32 @@
 
 #include "remote/backend/backend.h"
 #include "remote/dataplane/executor.h"
+#include "remote/dataplane/log_limiter.h"
 #include "remote/transport/rpc_server.h"
 
 namespace gpupool::dataplane {
 
 class Session {
  public:
-  explicit Session(std::string peer) : peer_(std::move(peer)) {}
+  // `log` (the server's) must outlive the session.
+  Session(std::string peer, LogLimiter* log) : peer_(std::move(peer)), log_(log) {}
 
-  void Authorize(const std::string& lease_id, const backend::GpuInfo& gpu,
-                 backend::GpuBackend* backend, std::unique_ptr<Executor> executor);
-  bool authorized() const { return executor_ != nullptr; }
+  // `epoch`: the authorization epoch the credential was checked at (server.h).
+  void Authorize(const std::string& lease_id, const std::string& token,
+                 const backend::GpuInfo& gpu, backend::GpuBackend* backend,
+                 std::unique_ptr<Executor> executor, uint64_t epoch);
+  // Later requests are refused with `why`.
+  void Revoke(const std::string& why) { revoked_ = why; }
+  // Attached to a GPU, and not revoked.
+  bool authorized() const { return executor_ != nullptr && revoked_.empty(); }
+  bool revoked() const { return !revoked_.empty(); }
   const std::string& peer() const { return peer_; }
   const std::string& lease_id() const { return lease_id_; }
+  const std::string& token() const { return token_; }
   const std::string& gpu_uuid() const { return gpu_.uuid; }
+  // The authorization epoch at which the credential was last found valid.
+  uint64_t checked_epoch() const { return checked_epoch_; }
+  void set_checked_epoch(uint64_t epoch) { checked_epoch_ = epoch; }
 
   // Where the bulk data of a host-to-device copy can be received in place (sim).
   void* BulkDestination(const transport::RequestHeader& header, std::string_view args,
@@ -41,7 +57,11 @@ class Session {
   int32_t LoadModule(std::string_view args, const void* payload, size_t payload_len);
 
   std::string peer_;
+  LogLimiter* log_;
   std::string lease_id_;
+  std::string token_;
+  uint64_t checked_epoch_ = 0;
+  std::string revoked_;  // why, once revoked
   backend::GpuInfo gpu_;
   backend::GpuBackend* backend_ = nullptr;
   std::unique_ptr<Executor> executor_;

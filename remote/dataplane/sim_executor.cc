@@ -12,14 +12,15 @@ constexpr uint32_t kEventDisableTiming = 0x2;
 
 }  // namespace
 
-SimExecutor::SimExecutor(SimDeviceMemory* memory) : memory_(memory) {}
+SimExecutor::SimExecutor(SimDeviceMemory* memory)
+    : memory_(memory), owner_(memory->NewOwner()) {}
 
 SimExecutor::~SimExecutor() {
-  for (uint64_t dptr : allocations_) memory_->Release(dptr);
+  for (uint64_t dptr : allocations_) memory_->Release(dptr, owner_);
 }
 
 int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) {
-  int32_t status = memory_->Allocate(size, dptr);
+  int32_t status = memory_->Allocate(size, owner_, dptr);
   if (status == kCuSuccess) allocations_.insert(*dptr);
   return status;
 }
@@ -27,7 +28,7 @@ int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) {
 int32_t SimExecutor::Free(uint64_t dptr) {
   if (dptr == 0) return kCuSuccess;
   if (allocations_.erase(dptr) == 0) return kCuInvalidValue;  // not ours (or not a start)
-  return memory_->Release(dptr);
+  return memory_->Release(dptr, owner_);
 }
 
 void SimExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
@@ -36,7 +37,7 @@ void SimExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
 }
 
 void* SimExecutor::HostView(uint64_t dptr, uint64_t size) {
-  return memory_->Translate(dptr, size);
+  return memory_->Translate(dptr, size, owner_);
 }
 
 bool SimExecutor::KnownStream(uint64_t stream) const {
@@ -46,7 +47,7 @@ bool SimExecutor::KnownStream(uint64_t stream) const {
 int32_t SimExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) {
   if (!KnownStream(stream)) return kCuInvalidHandle;
   if (size == 0) return kCuSuccess;
-  char* host = memory_->Translate(dst, size);
+  char* host = memory_->Translate(dst, size, owner_);
   if (host == nullptr) return kCuInvalidValue;
   if (host != src) std::memcpy(host, src, size);  // the server may have received in place
   return kCuSuccess;
@@ -57,7 +58,7 @@ int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream
   if (!KnownStream(stream)) return kCuInvalidHandle;
   *data = nullptr;
   if (size == 0) return kCuSuccess;
-  char* host = memory_->Translate(src, size);
+  char* host = memory_->Translate(src, size, owner_);
   if (host == nullptr) return kCuInvalidValue;
   *data = host;  // sent in place; the server finishes sending before the next request
   return kCuSuccess;
@@ -67,8 +68,8 @@ int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t siz
                                         uint64_t stream) {
   if (!KnownStream(stream)) return kCuInvalidHandle;
   if (size == 0) return kCuSuccess;
-  char* to = memory_->Translate(dst, size);
-  char* from = memory_->Translate(src, size);
+  char* to = memory_->Translate(dst, size, owner_);
+  char* from = memory_->Translate(src, size, owner_);
   if (to == nullptr || from == nullptr) return kCuInvalidValue;
   std::memmove(to, from, size);
   return kCuSuccess;
@@ -79,7 +80,8 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
   if (!KnownStream(stream)) return kCuInvalidHandle;
   if (element_size != 1 && element_size != 2 && element_size != 4) return kCuInvalidValue;
   if (count == 0) return kCuSuccess;
-  char* host = memory_->Translate(dst, count * element_size);
+  if (count > UINT64_MAX / element_size) return kCuInvalidValue;
+  char* host = memory_->Translate(dst, count * element_size, owner_);
   if (host == nullptr) return kCuInvalidValue;
   if (element_size == 1) {
     std::memset(host, static_cast<int>(value & 0xff), count);
@@ -130,7 +132,7 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
     return kCuInvalidValue;
   }
   if (param_size < found->second->param_size) return kCuInvalidValue;
-  SimLaunch launch{&config, static_cast<const uint8_t*>(params), param_size, memory_};
+  SimLaunch launch{&config, static_cast<const uint8_t*>(params), param_size, memory_, owner_};
   return found->second->run(launch);
 }
 

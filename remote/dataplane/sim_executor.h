@@ -4,6 +4,8 @@
 // Everything executes synchronously, in request order, on the server thread: stream order
 // holds trivially, events complete when recorded, and an event's time is the moment its
 // record request ran. Memory the session allocated is released when it is destroyed.
+// Copies, memsets and kernels reach only this session's own allocations: any other
+// address, even one another session of the same GPU allocated, is invalid here.
 #pragma once
 
 #include <chrono>
@@ -62,6 +64,7 @@ class SimExecutor : public Executor {
   bool KnownStream(uint64_t stream) const;
 
   SimDeviceMemory* memory_;
+  const SimDeviceMemory::Owner owner_;  // tags this session's allocations in memory_
   std::set<uint64_t> allocations_;                  // what this session must free
   std::map<uint64_t, std::vector<KernelInfo>> modules_;
   std::map<uint64_t, const SimKernelSpec*> functions_;

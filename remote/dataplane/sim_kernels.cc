@@ -25,8 +25,8 @@ uint64_t TotalThreadsX(const SimLaunch& launch) {
 // memory (a GPU would fault: CUDA_ERROR_ILLEGAL_ADDRESS).
 template <typename T>
 T* DeviceArray(const SimLaunch& launch, uint64_t dptr, uint64_t count) {
-  if (count == 0) return nullptr;
-  return reinterpret_cast<T*>(launch.memory->Translate(dptr, count * sizeof(T)));
+  if (count == 0 || count > UINT64_MAX / sizeof(T)) return nullptr;
+  return reinterpret_cast<T*>(launch.memory->Translate(dptr, count * sizeof(T), launch.owner));
 }
 
 // __global__ void vecAdd(const float* a, const float* b, float* c, int n)

@@ -3,8 +3,9 @@
 // The sim executor cannot run GPU code; it runs these instead, with the same parameter
 // layout the kernels have on a GPU (tests/remote/*.cu defines the CUDA side; a kernel
 // added there needs its twin here). Each implementation walks the whole grid and reads
-// and writes device memory through SimDeviceMemory, so an out-of-range pointer becomes
-// CUDA_ERROR_ILLEGAL_ADDRESS instead of a crash of the agent.
+// and writes device memory through SimDeviceMemory as the launching session, so an
+// out-of-range pointer, or one into another session's memory, becomes
+// CUDA_ERROR_ILLEGAL_ADDRESS instead of a crash of the agent or a cross-tenant access.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,7 @@ struct SimLaunch {
   const uint8_t* params;
   size_t param_size;
   SimDeviceMemory* memory;
+  SimDeviceMemory::Owner owner;  // the launching session: its kernels reach only its memory
 };
 
 // Returns a CUresult.

@@ -21,7 +21,12 @@ SimDeviceMemory::~SimDeviceMemory() {
   for (auto& [address, block] : blocks_) munmap(block.host, block.size);
 }
 
-int32_t SimDeviceMemory::Allocate(uint64_t size, uint64_t* dptr) {
+SimDeviceMemory::Owner SimDeviceMemory::NewOwner() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ++last_owner_;
+}
+
+int32_t SimDeviceMemory::Allocate(uint64_t size, Owner owner, uint64_t* dptr) {
   if (size == 0) return kCuInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);
   if (size > capacity_ - used_) return kCuOutOfMemory;
@@ -30,27 +35,28 @@ int32_t SimDeviceMemory::Allocate(uint64_t size, uint64_t* dptr) {
   if (host == MAP_FAILED) return kCuOutOfMemory;
   uint64_t address = next_address_;
   next_address_ += (size + kAlignment - 1) / kAlignment * kAlignment + kAlignment;
-  blocks_[address] = Block{static_cast<char*>(host), size};
+  blocks_[address] = Block{static_cast<char*>(host), size, owner};
   used_ += size;
   *dptr = address;
   return kCuSuccess;
 }
 
-int32_t SimDeviceMemory::Release(uint64_t dptr) {
+int32_t SimDeviceMemory::Release(uint64_t dptr, Owner owner) {
   std::lock_guard<std::mutex> lock(mu_);
   auto found = blocks_.find(dptr);
-  if (found == blocks_.end()) return kCuInvalidValue;
+  if (found == blocks_.end() || found->second.owner != owner) return kCuInvalidValue;
   munmap(found->second.host, found->second.size);
   used_ -= found->second.size;
   blocks_.erase(found);
   return kCuSuccess;
 }
 
-char* SimDeviceMemory::Translate(uint64_t dptr, uint64_t size) {
+char* SimDeviceMemory::Translate(uint64_t dptr, uint64_t size, Owner owner) {
   std::lock_guard<std::mutex> lock(mu_);
   auto after = blocks_.upper_bound(dptr);
   if (after == blocks_.begin()) return nullptr;
   auto& [start, block] = *std::prev(after);
+  if (block.owner != owner) return nullptr;
   uint64_t offset = dptr - start;
   if (offset > block.size || size > block.size - offset) return nullptr;
   return block.host + offset;

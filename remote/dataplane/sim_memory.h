@@ -4,6 +4,8 @@
 // device memory. Device addresses are handed out from a range of their own (never reused
 // within a process lifetime) so that a client cannot mistake them for its host pointers,
 // and so that a stale or forged pointer is detected instead of touching freed RAM.
+// Every allocation belongs to one owner (a session, see NewOwner): an owner reaches only
+// its own allocations, so one client cannot read or write another's memory by address.
 // Thread-safe.
 #pragma once
 
@@ -20,12 +22,18 @@ class SimDeviceMemory {
   SimDeviceMemory(const SimDeviceMemory&) = delete;
   SimDeviceMemory& operator=(const SimDeviceMemory&) = delete;
 
-  // Returns a CUresult: kCuOutOfMemory over capacity, kCuInvalidValue for size 0.
-  int32_t Allocate(uint64_t size, uint64_t* dptr);
-  int32_t Release(uint64_t dptr);  // kCuInvalidValue unless dptr is an allocation's start
+  using Owner = uint64_t;
+  // A new owner id, never handed out before by this object.
+  Owner NewOwner();
 
-  // Host address of [dptr, dptr+size) if that range lies inside one allocation, else null.
-  char* Translate(uint64_t dptr, uint64_t size);
+  // Returns a CUresult: kCuOutOfMemory over capacity, kCuInvalidValue for size 0.
+  int32_t Allocate(uint64_t size, Owner owner, uint64_t* dptr);
+  // kCuInvalidValue unless dptr is the start of an allocation of `owner`.
+  int32_t Release(uint64_t dptr, Owner owner);
+
+  // Host address of [dptr, dptr+size) if that range lies inside one allocation of
+  // `owner`, else null (whether the range is someone else's or nobody's).
+  char* Translate(uint64_t dptr, uint64_t size, Owner owner);
 
   uint64_t used();
   uint64_t capacity() const { return capacity_; }
@@ -34,12 +42,14 @@ class SimDeviceMemory {
   struct Block {
     char* host;
     uint64_t size;
+    Owner owner;
   };
   const uint64_t capacity_;
   std::mutex mu_;
   std::map<uint64_t, Block> blocks_;  // by device address; guarded by mu_
   uint64_t next_address_;             // guarded by mu_
   uint64_t used_ = 0;                 // guarded by mu_
+  Owner last_owner_ = 0;              // guarded by mu_
 };
 
 }  // namespace gpupool::dataplane

@@ -16,8 +16,11 @@
 
 namespace gpupool::transport {
 
-// Handshake messages: magic, then length-prefixed blobs.
-inline constexpr uint32_t kBootstrapMagic = 0x67706231;  // "gpb1"
+// Handshake messages: magic, then length-prefixed blobs. The magic changes with every
+// incompatible change of the wire, so that mismatched ends fail at the handshake instead
+// of waiting for replies that never come. 2: requests must carry their reply endpoint
+// (UCP_AM_SEND_FLAG_REPLY), or the server drops them.
+inline constexpr uint32_t kBootstrapMagic = 0x67706232;  // "gpb2"
 
 // A listening socket on "HOST:PORT" (port 0: any); *port gets the bound port.
 Result<int> ListenTcp(const std::string& host_port, int* port);

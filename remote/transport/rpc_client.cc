@@ -1,6 +1,7 @@
 #include "remote/transport/rpc_client.h"
 
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -73,7 +74,7 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
   uint32_t magic = 0;
   if (status.ok()) status = ReceiveAll(fd_value, &magic, sizeof(magic));
   if (status.ok() && magic != kBootstrapMagic) {
-    status = Status::Unavailable("not a gpupool data-path server");
+    status = Status::Unavailable("not a gpupool data-path server of this version");
   }
   if (status.ok()) status = ReceiveAll(fd_value, &self->connection_, sizeof(self->connection_));
   Result<std::string> server_address = status.ok() ? ReceiveBlob(fd_value, 64 * 1024) : status;
@@ -89,6 +90,9 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
 
 RpcClient::~RpcClient() {
   std::lock_guard<std::mutex> lock(mu_);
+  // The bootstrap socket goes first: the server then reads the endpoint close that follows
+  // as this clean exit, not as a failed peer.
+  if (control_fd_ >= 0) shutdown(control_fd_, SHUT_RDWR);
   if (ep_ != nullptr && ucx_ != nullptr) {
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
@@ -175,9 +179,13 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
   }
   Completion completion;
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                       UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = &OnSendDone;
   param.user_data = &completion;
+  // Tells the server which endpoint the request came on: it accepts a request only on the
+  // endpoint of the connection the request names (rpc_server.h).
+  param.flags = UCP_AM_SEND_FLAG_REPLY;
   ucs_status_ptr_t sent = ucp_am_send_nbx(ep_, kRequestAmId, send_header_.data(), send_header_.size(),
                                           request.payload, request.payload_len, &param);
   if (UCS_PTR_IS_ERR(sent)) {
@@ -275,6 +283,16 @@ bool RpcClient::ServerClosedLocked(uint64_t seq) {
   }
   if (broken_.empty()) broken_ = "the server at " + endpoint_ + " closed the connection";
   return done;
+}
+
+uint64_t RpcClient::connection_id_for_testing() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return connection_;
+}
+
+void RpcClient::set_connection_id_for_testing(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  connection_ = id;
 }
 
 Status RpcClient::Call(const Request& request, Reply* reply) {

@@ -71,6 +71,11 @@ class RpcClient : public ClientConnection {
 
   const std::string& endpoint() const { return endpoint_; }
 
+  // For tests of the server's checks only: the id the server gave this connection, and a
+  // replacement for it in every later request (a client forging another's id).
+  uint64_t connection_id_for_testing();
+  void set_connection_id_for_testing(uint64_t id);
+
  private:
   struct Pending;
   RpcClient() = default;

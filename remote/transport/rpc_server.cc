@@ -2,15 +2,16 @@
 
 #include <sched.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <random>
 #include <thread>
 #include <vector>
 
@@ -24,6 +25,26 @@ namespace {
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
 // ...and polls without yielding the CPU for this long first (a quiet host is that fast).
 constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
+
+// Requests that name no connection of the endpoint they came on are dropped; they are
+// reported at most this often, with their count (a client that keeps trying must not fill
+// the log).
+constexpr auto kDroppedReportInterval = std::chrono::seconds(10);
+
+// A connection id from the kernel's random source. The id is the second proof of a
+// request's origin (after its endpoint): it must not be predictable from earlier ids, as
+// those of a seeded generator are. Fails only when getrandom keeps failing.
+Result<ConnectionId> RandomConnectionId() {
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    ConnectionId id = 0;
+    ssize_t n = getrandom(&id, sizeof(id), 0);
+    if (n == static_cast<ssize_t>(sizeof(id))) return id;
+    if (n < 0 && errno != EINTR && errno != EAGAIN) {
+      return Status::Internal(std::string("getrandom failed: ") + std::strerror(errno));
+    }
+  }
+  return Status::Internal("getrandom keeps returning short reads");
+}
 
 struct Incoming {
   RequestHeader header;
@@ -49,6 +70,7 @@ struct Connection {
   bool closing = false;        // close once idle (close_after, or the peer failed)
   bool graceful_close = false; // flush before closing (close_after)
   std::string close_reason;
+  std::string transport_error;  // what UCX reported about the peer, if anything
 };
 
 // How often (in loop iterations) a busy server looks for new clients and closed sockets.
@@ -107,7 +129,9 @@ class RpcServerImpl : public RpcServer {
     connection->peer = PeerAddress(fd);
     uint32_t magic = 0;
     Status status = ReceiveAll(fd, &magic, sizeof(magic));
-    if (status.ok() && magic != kBootstrapMagic) status = Status::InvalidArgument("bad magic");
+    if (status.ok() && magic != kBootstrapMagic) {
+      status = Status::InvalidArgument("bad magic (not a gpupool client, or one of another version)");
+    }
     Result<std::string> client_address = status.ok() ? ReceiveBlob(fd, 64 * 1024) : status;
     if (!client_address.ok()) {
       std::fprintf(stderr, "gpupool-dataplane: handshake with %s failed: %s\n",
@@ -116,7 +140,14 @@ class RpcServerImpl : public RpcServer {
       return;
     }
     do {
-      connection->id = random_();
+      Result<ConnectionId> id = RandomConnectionId();
+      if (!id.ok()) {
+        std::fprintf(stderr, "gpupool-dataplane: refusing client %s: %s\n",
+                     connection->peer.c_str(), id.status().message().c_str());
+        close(fd);
+        return;
+      }
+      connection->id = id.value();
     } while (connection->id == 0 || connections_.count(connection->id));
     auto ep = ucx_->Connect(client_address.value(), &RpcServerImpl::OnPeerError,
                             connection.get());
@@ -157,10 +188,13 @@ class RpcServerImpl : public RpcServer {
     }
   }
 
+  // UCX reports a peer's endpoint close like a failure ("Endpoint timeout", "Connection
+  // reset"); Close() tells the two apart by the bootstrap socket, which a client that
+  // exits cleanly closes first.
   static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status) {
     auto* connection = static_cast<Connection*>(arg);
     connection->closing = true;
-    if (connection->close_reason.empty()) connection->close_reason = UcxError(status);
+    if (connection->transport_error.empty()) connection->transport_error = UcxError(status);
   }
 
   static ucs_status_t OnRequestAm(void* arg, const void* header, size_t header_len, void* data,
@@ -170,9 +204,16 @@ class RpcServerImpl : public RpcServer {
     if (header_len < sizeof(request_header)) return UCS_OK;
     std::memcpy(&request_header, header, sizeof(request_header));
     auto found = self->connections_.find(request_header.connection);
+    // The endpoint the request came on (the client sends with UCP_AM_SEND_FLAG_REPLY). A
+    // request counts only on its own connection's endpoint: a guessed id, or a real one
+    // replayed from another client's endpoint, reaches nothing.
+    ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep
+                                                                         : nullptr;
     if (request_header.magic != kWireMagic || found == self->connections_.end() ||
+        from == nullptr || found->second->ep != from ||
         header_len != sizeof(request_header) + request_header.args_len) {
-      return UCS_OK;  // not ours, or a connection that is gone: drop (rndv data too)
+      ++self->dropped_;  // not ours, or a connection that is gone: drop (rndv data too)
+      return UCS_OK;
     }
     Incoming incoming;
     incoming.header = request_header;
@@ -217,6 +258,7 @@ class RpcServerImpl : public RpcServer {
     ServerReply reply;
     handler_->OnRequest(c->id, c->current.header, c->current.args, payload, payload_len, &reply);
     c->busy = false;
+    if (reply.tick_soon) next_tick_ = {};
     if (reply.close_after) {
       c->closing = true;
       c->graceful_close = true;
@@ -292,6 +334,13 @@ class RpcServerImpl : public RpcServer {
   }
 
   void Close(Connection* c) {
+    if (c->close_reason.empty()) {
+      // A client that exits closes its bootstrap socket before its endpoint: then the UCX
+      // error is only the echo of that clean close.
+      c->close_reason = c->transport_error.empty() || PeerClosed(c->control_fd)
+                            ? "the client closed its connection"
+                            : c->transport_error;
+    }
     for (auto& incoming : c->queue) {
       if (incoming.rndv_desc != nullptr) ucp_am_data_release(ucx_->worker(), incoming.rndv_desc);
     }
@@ -328,21 +377,53 @@ class RpcServerImpl : public RpcServer {
     }
   }
 
+  // Lets the handler close connections (e.g. revoked sessions), and reports dropped
+  // requests now and then.
+  void Tick(std::chrono::steady_clock::time_point now) {
+    next_tick_ = now + std::chrono::milliseconds(kTickIntervalMs);
+    std::vector<std::pair<ConnectionId, std::string>> to_close;
+    handler_->OnTick(&to_close);
+    for (auto& [id, reason] : to_close) {
+      auto found = connections_.find(id);
+      if (found == connections_.end()) continue;
+      Connection* c = found->second.get();
+      for (auto& incoming : c->queue) {
+        if (incoming.rndv_desc != nullptr) ucp_am_data_release(ucx_->worker(), incoming.rndv_desc);
+      }
+      c->queue.clear();
+      c->closing = true;
+      c->close_reason = reason;
+    }
+    if (dropped_ > dropped_reported_ && now >= next_dropped_report_) {
+      std::fprintf(stderr,
+                   "gpupool-dataplane: dropped %llu request(s) that named no connection of the "
+                   "endpoint they came on (a closed connection, or a guessed or replayed id)\n",
+                   static_cast<unsigned long long>(dropped_ - dropped_reported_));
+      dropped_reported_ = dropped_;
+      next_dropped_report_ = now + kDroppedReportInterval;
+    }
+  }
+
   void Loop() {
     auto last_activity = std::chrono::steady_clock::now();
     int iteration = 0;
     while (!stop_) {
       bool worked = ucx_->ProgressAll() > 0;
       if (++iteration % kSocketPollInterval == 0) PollSockets(0);
-      for (auto it = connections_.begin(); it != connections_.end();) {
-        Connection* c = it->second.get();
-        worked |= Pump(c);
-        if (c->closing && !c->busy) {
-          Close(c);
-          it = connections_.erase(it);
-          worked = true;
-        } else {
-          ++it;
+      if (auto now = std::chrono::steady_clock::now(); now >= next_tick_) Tick(now);
+      // Connections to close go before any other request runs: a session the handler
+      // revoked for a new one (OnTick) is gone before the new one's next request.
+      for (int pass = 0; pass < 2; ++pass) {
+        for (auto it = connections_.begin(); it != connections_.end();) {
+          Connection* c = it->second.get();
+          if (pass == 1) worked |= Pump(c);
+          if (c->closing && !c->busy) {
+            Close(c);
+            it = connections_.erase(it);
+            worked = true;
+          } else {
+            ++it;
+          }
         }
       }
       FinishClosing();
@@ -350,7 +431,7 @@ class RpcServerImpl : public RpcServer {
       if (worked) {
         last_activity = now;
       } else if (now - last_activity > kSpinBeforeSleep) {
-        PollSockets(ucx_->Arm() ? 250 : 0);
+        PollSockets(ucx_->Arm() ? kTickIntervalMs : 0);
       } else if (now - last_activity > kSpinBeforeYield) {
         sched_yield();  // polling must not starve local clients on a busy host
       }
@@ -374,7 +455,6 @@ class RpcServerImpl : public RpcServer {
   int epfd_ = -1;  // worker event fd, listening socket, clients' sockets
   int port_ = 0;
   std::string worker_address_;
-  std::mt19937_64 random_{std::random_device{}()};
   std::atomic<bool> stop_{false};
   std::thread thread_;
   // Everything below is touched only by the server thread.
@@ -385,7 +465,10 @@ class RpcServerImpl : public RpcServer {
     int fd;         // the bootstrap socket, closed once the endpoint is
   };
   std::vector<Closing> closing_requests_;
-  ConnectionId next_id_ = 1;
+  std::chrono::steady_clock::time_point next_tick_{};
+  uint64_t dropped_ = 0;           // requests dropped by OnRequestAm
+  uint64_t dropped_reported_ = 0;  // ...of which the log has told
+  std::chrono::steady_clock::time_point next_dropped_report_{};
 };
 
 }  // namespace

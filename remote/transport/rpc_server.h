@@ -8,12 +8,21 @@
 // order, one at a time: a request's bulk transfer completes before the next request of
 // that connection starts, which is what CUDA stream order needs. When idle the thread
 // sleeps on the worker's event fd (after a short spin that keeps latency low).
+//
+// Who may send what: a request counts only when it arrives on the UCX endpoint of the
+// connection its header names. Connection ids come from the kernel's random source
+// (getrandom(2)) and are told only to their own client, over its bootstrap socket; the
+// server additionally checks the endpoint each request came on (clients send with
+// UCP_AM_SEND_FLAG_REPLY), so a guessed id, or a real id sent from another endpoint,
+// reaches nothing: such requests are dropped (and counted in one log line now and then).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "common/status.h"
 #include "remote/transport/wire.h"
@@ -29,6 +38,7 @@ struct ServerReply {
   const void* bulk = nullptr;   // bulk result; must stay valid until the next request
   size_t bulk_len = 0;          //   of this connection starts (the server ensures that)
   bool close_after = false;     // close the connection once the reply is sent
+  bool tick_soon = false;       // call OnTick right after this request (not a tick later)
 };
 
 // Implemented by the dataplane. All methods run on the server thread.
@@ -45,7 +55,12 @@ class RpcHandler {
                          const void* payload, size_t payload_len, ServerReply* reply) = 0;
   // The connection is gone (peer closed, died, or close_after); free its resources.
   virtual void OnDisconnect(ConnectionId id, const std::string& reason) = 0;
+  // Called about every kTickIntervalMs, busy or idle. Each connection the handler lists in
+  // *close is closed at once (requests it still has queued are dropped), with that reason.
+  virtual void OnTick(std::vector<std::pair<ConnectionId, std::string>>* close) {}
 };
+
+inline constexpr int kTickIntervalMs = 100;
 
 class RpcServer {
  public:

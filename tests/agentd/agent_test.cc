@@ -246,6 +246,39 @@ TEST_F(AgentTest, RefreshLeasesFetchesANewLeaseAtOnce) {
   EXPECT_FALSE(agent_->RefreshLeases(2000));  // a stopped agent answers at once
 }
 
+// While data-path clients are attached, leases are fetched every lease_refresh_ms (not
+// every heartbeat interval), so a released lease reaches the data path within a second;
+// with no client attached the heartbeat interval holds again.
+TEST_F(AgentTest, FetchesLeasesOftenWhileClientsAreAttached) {
+  options_.config.heartbeat_interval = 60;
+  std::atomic<bool> in_use{false};
+  options_.leases_in_use = [&in_use] { return in_use.load(); };
+  poold_ = std::make_unique<FakePoold>(port_);
+  FakePoold& poold = *poold_;
+  std::string uuid0 = sim_->Discover()[0].uuid;
+  poold.SetLeases({{{"gpu", uuid0}, {"lease", "L4"}, {"token", "abcd"}, {"generation", 1}}});
+  poold.Start();
+  StartAgent();
+  ASSERT_TRUE(Eventually([&] { return leases_.size() == 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_EQ(poold.heartbeats().size(), 1u);  // idle: the 60 s interval
+  in_use = true;  // a client attaches in the middle of the long wait
+  uint64_t version = leases_.version();
+  poold.SetLeases(nlohmann::json::array());  // released
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return leases_.size() == 0; }, 2000));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(800));
+  EXPECT_GT(leases_.version(), version);
+  size_t before = poold.heartbeats().size();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  EXPECT_GE(poold.heartbeats().size(), before + 2);  // every 400 ms
+  in_use = false;
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  before = poold.heartbeats().size();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_EQ(poold.heartbeats().size(), before);
+}
+
 TEST_F(AgentTest, StopsPromptlyWhileRetrying) {
   options_.max_backoff_ms = 5000;
   StartAgent();

@@ -14,22 +14,92 @@ constexpr uint64_t kMiB = 1 << 20;
 
 TEST(SimDeviceMemory, AccountsAndTranslatesWithinAllocations) {
   SimDeviceMemory memory(0, 4 * kMiB);
+  const SimDeviceMemory::Owner me = memory.NewOwner();
   uint64_t a = 0, b = 0, c = 0;
-  ASSERT_EQ(memory.Allocate(kMiB, &a), kCuSuccess);
-  ASSERT_EQ(memory.Allocate(2 * kMiB, &b), kCuSuccess);
+  ASSERT_EQ(memory.Allocate(kMiB, me, &a), kCuSuccess);
+  ASSERT_EQ(memory.Allocate(2 * kMiB, me, &b), kCuSuccess);
   EXPECT_EQ(memory.used(), 3 * kMiB);
-  EXPECT_EQ(memory.Allocate(2 * kMiB, &c), kCuOutOfMemory);
-  EXPECT_EQ(memory.Allocate(0, &c), kCuInvalidValue);
-  EXPECT_NE(memory.Translate(a, kMiB), nullptr);
-  EXPECT_EQ(memory.Translate(a, kMiB + 1), nullptr);   // runs past the end
-  EXPECT_EQ(memory.Translate(a - 1, 1), nullptr);      // before the start
-  EXPECT_EQ(memory.Translate(b + 2 * kMiB, 1), nullptr);
-  EXPECT_EQ(memory.Release(a + 8), kCuInvalidValue);   // not an allocation's start
-  EXPECT_EQ(memory.Release(a), kCuSuccess);
-  EXPECT_EQ(memory.Translate(a, 1), nullptr);          // freed: no longer valid
+  EXPECT_EQ(memory.Allocate(2 * kMiB, me, &c), kCuOutOfMemory);
+  EXPECT_EQ(memory.Allocate(0, me, &c), kCuInvalidValue);
+  EXPECT_NE(memory.Translate(a, kMiB, me), nullptr);
+  EXPECT_EQ(memory.Translate(a, kMiB + 1, me), nullptr);   // runs past the end
+  EXPECT_EQ(memory.Translate(a - 1, 1, me), nullptr);      // before the start
+  EXPECT_EQ(memory.Translate(b + 2 * kMiB, 1, me), nullptr);
+  EXPECT_EQ(memory.Translate(a, UINT64_MAX, me), nullptr);  // size that wraps around
+  EXPECT_EQ(memory.Release(a + 8, me), kCuInvalidValue);   // not an allocation's start
+  EXPECT_EQ(memory.Release(a, me), kCuSuccess);
+  EXPECT_EQ(memory.Translate(a, 1, me), nullptr);          // freed: no longer valid
   EXPECT_EQ(memory.used(), 2 * kMiB);
   // Device addresses are not where the client's host memory lives.
   EXPECT_GE(b, uint64_t{16} << 40);
+}
+
+TEST(SimDeviceMemory, AnOwnerReachesOnlyItsOwnAllocations) {
+  SimDeviceMemory memory(0, 4 * kMiB);
+  const SimDeviceMemory::Owner first = memory.NewOwner();
+  const SimDeviceMemory::Owner second = memory.NewOwner();
+  ASSERT_NE(first, second);
+  uint64_t mine = 0;
+  ASSERT_EQ(memory.Allocate(kMiB, first, &mine), kCuSuccess);
+  EXPECT_NE(memory.Translate(mine, kMiB, first), nullptr);
+  EXPECT_EQ(memory.Translate(mine, 1, second), nullptr);
+  EXPECT_EQ(memory.Translate(mine + 4096, 16, second), nullptr);
+  EXPECT_EQ(memory.Release(mine, second), kCuInvalidValue);
+  EXPECT_EQ(memory.used(), kMiB);  // the failed release changed nothing
+  EXPECT_EQ(memory.Release(mine, first), kCuSuccess);
+}
+
+// Two sessions of one GPU (e.g. two clients, or a lease's successor): the second cannot
+// read, write, copy, memset, free or hand to a kernel the first one's memory.
+TEST(SimExecutor, ASessionCannotTouchAnotherSessionsMemory) {
+  SimDeviceMemory memory(0, 64 * kMiB);
+  SimExecutor owner(&memory);
+  SimExecutor intruder(&memory);
+  const uint32_t n = 256;
+  uint64_t secret = 0, own = 0;
+  ASSERT_EQ(owner.Allocate(n * 4, &secret), kCuSuccess);
+  ASSERT_EQ(intruder.Allocate(n * 4, &own), kCuSuccess);
+  std::vector<uint32_t> data(n, 0x5ec2e7u);
+  ASSERT_EQ(owner.CopyToDevice(secret, data.data(), n * 4, 0), kCuSuccess);
+
+  const void* out = nullptr;
+  EXPECT_EQ(intruder.CopyFromDevice(secret, n * 4, 0, &out), kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyFromDevice(secret + 64, 4, 0, &out), kCuInvalidValue);
+  EXPECT_EQ(intruder.HostView(secret, n * 4), nullptr);  // no in-place receive either
+  std::vector<uint32_t> junk(n, 0xbad);
+  EXPECT_EQ(intruder.CopyToDevice(secret, junk.data(), n * 4, 0), kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyDeviceToDevice(own, secret, n * 4, 0), kCuInvalidValue);  // read
+  EXPECT_EQ(intruder.CopyDeviceToDevice(secret, own, n * 4, 0), kCuInvalidValue);  // write
+  EXPECT_EQ(intruder.Memset(secret, 0, 4, n, 0), kCuInvalidValue);
+  EXPECT_EQ(intruder.Free(secret), kCuInvalidValue);
+
+  // Kernels: scale(secret) and vecAdd(own, own, secret) fault instead of touching it.
+  ASSERT_EQ(intruder.LoadModule(1, "", 0, {{"_Z5scalePffi", 16}, {"_Z6vecAddPKfS0_Pfi", 28}}),
+            kCuSuccess);
+  ASSERT_EQ(intruder.GetFunction(1, 10, "_Z5scalePffi"), kCuSuccess);
+  ASSERT_EQ(intruder.GetFunction(1, 11, "_Z6vecAddPKfS0_Pfi"), kCuSuccess);
+  LaunchConfig config;
+  config.block[0] = n;
+  uint8_t scale[16];
+  float factor = 0.0f;
+  int count = static_cast<int>(n);
+  std::memcpy(scale, &secret, 8);
+  std::memcpy(scale + 8, &factor, 4);
+  std::memcpy(scale + 12, &count, 4);
+  EXPECT_EQ(intruder.Launch(10, config, scale, sizeof(scale)), kCuIllegalAddress);
+  uint8_t add[28];
+  std::memcpy(add, &own, 8);
+  std::memcpy(add + 8, &own, 8);
+  std::memcpy(add + 16, &secret, 8);
+  std::memcpy(add + 24, &count, 4);
+  EXPECT_EQ(intruder.Launch(11, config, add, sizeof(add)), kCuIllegalAddress);
+  std::memcpy(add, &secret, 8);  // reading it as an input
+  std::memcpy(add + 16, &own, 8);
+  EXPECT_EQ(intruder.Launch(11, config, add, sizeof(add)), kCuIllegalAddress);
+
+  // The owner's data is intact.
+  ASSERT_EQ(owner.CopyFromDevice(secret, n * 4, 0, &out), kCuSuccess);
+  EXPECT_EQ(std::memcmp(out, data.data(), n * 4), 0);
 }
 
 TEST(SimExecutor, CopiesMemsetsAndRunsVecAdd) {

@@ -4,8 +4,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <thread>
+#include <map>
+#include <mutex>
+#include <set>
 #include <vector>
 
+#include <unistd.h>
+
+#include "remote/transport/bootstrap.h"
 #include "remote/transport/rpc_client.h"
 #include "remote/transport/rpc_server.h"
 
@@ -17,15 +23,23 @@ enum TestOp : uint32_t { kEchoArgs = 1, kEchoPayload, kFail, kCloseAfter, kIntoB
 // Echoes what it gets; kFail fails with status 7; kIntoBuffer receives bulk data in place.
 class EchoHandler : public RpcHandler {
  public:
-  void OnConnect(ConnectionId, const std::string&) override { ++connects; }
+  void OnConnect(ConnectionId id, const std::string&) override {
+    ++connects;
+    std::lock_guard<std::mutex> lock(mu);
+    ids.push_back(id);
+  }
   void* BulkDestination(ConnectionId, const RequestHeader& header, std::string_view,
                         size_t len) override {
     if (header.op != kIntoBuffer) return nullptr;
     in_place.resize(len);
     return in_place.data();
   }
-  void OnRequest(ConnectionId, const RequestHeader& header, std::string_view args,
+  void OnRequest(ConnectionId id, const RequestHeader& header, std::string_view args,
                  const void* payload, size_t payload_len, ServerReply* reply) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      requests_of[id].emplace_back(args);
+    }
     switch (header.op) {
       case kEchoArgs:
         reply->out.assign(args.data(), args.size());
@@ -52,9 +66,29 @@ class EchoHandler : public RpcHandler {
       pending_async = 0;
     }
   }
-  void OnDisconnect(ConnectionId, const std::string&) override { ++disconnects; }
+  void OnDisconnect(ConnectionId, const std::string& reason) override {
+    ++disconnects;
+    std::lock_guard<std::mutex> lock(mu);
+    disconnect_reasons.push_back(reason);
+  }
+  void OnTick(std::vector<std::pair<ConnectionId, std::string>>* close) override {
+    ++ticks;
+    std::lock_guard<std::mutex> lock(mu);
+    for (ConnectionId id : to_close) close->emplace_back(id, "closed by the test");
+    to_close.clear();
+  }
+  std::vector<std::string> RequestsOf(ConnectionId id) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto found = requests_of.find(id);
+    return found == requests_of.end() ? std::vector<std::string>{} : found->second;
+  }
 
-  std::atomic<int> connects{0}, disconnects{0};
+  std::atomic<int> connects{0}, disconnects{0}, ticks{0};
+  std::mutex mu;
+  std::vector<ConnectionId> ids;                                 // guarded by mu
+  std::map<ConnectionId, std::vector<std::string>> requests_of;  // args; guarded by mu
+  std::vector<std::string> disconnect_reasons;                   // guarded by mu
+  std::vector<ConnectionId> to_close;                            // guarded by mu
   std::vector<char> echoed, in_place;
   int32_t pending_async = 0;
 };
@@ -163,6 +197,94 @@ TEST_F(TransportTest, ServerDeathIsNoticed) {
   Status status = client_->Call(echo, &reply);
   EXPECT_FALSE(status.ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Who may send on a connection: only the client at the end of its endpoint. Another
+// client that replays the victim's connection id, or guesses one, reaches nothing.
+TEST_F(TransportTest, AnotherEndpointCannotUseAConnectionsId) {
+  Request echo{kEchoArgs, "victim", 6, nullptr, 0, nullptr, 0};
+  Reply reply;
+  ASSERT_TRUE(client_->Call(echo, &reply).ok());
+  const uint64_t victim = client_->connection_id_for_testing();
+  ASSERT_EQ(handler_.RequestsOf(victim).size(), 1u);
+
+  auto attacker = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()));
+  ASSERT_TRUE(attacker.ok()) << attacker.status().message();
+  const uint64_t own = attacker.value()->connection_id_for_testing();
+  ASSERT_NE(own, victim);
+  attacker.value()->set_connection_id_for_testing(victim);  // replayed
+  ASSERT_TRUE(attacker.value()->Post(Request{kEchoArgs, "replayed", 8, nullptr, 0, nullptr, 0}).ok());
+  attacker.value()->set_connection_id_for_testing(victim + 1);  // guessed
+  ASSERT_TRUE(attacker.value()->Post(Request{kEchoArgs, "guessed", 7, nullptr, 0, nullptr, 0}).ok());
+  // Its own id still works (and, being ordered after them, shows the forgeries were read).
+  attacker.value()->set_connection_id_for_testing(own);
+  ASSERT_TRUE(attacker.value()->Call(Request{kEchoArgs, "own", 3, nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.out, "own");
+  ASSERT_TRUE(client_->Call(echo, &reply).ok());
+
+  EXPECT_EQ(handler_.RequestsOf(victim), (std::vector<std::string>{"victim", "victim"}));
+  EXPECT_EQ(handler_.RequestsOf(own), (std::vector<std::string>{"own"}));
+  EXPECT_TRUE(handler_.RequestsOf(victim + 1).empty());
+  std::lock_guard<std::mutex> lock(handler_.mu);
+  EXPECT_EQ(handler_.requests_of.size(), 2u);  // nothing reached any other connection
+}
+
+// Connection ids come from the kernel's random source: distinct, and spread over all
+// 64 bits (a counter or a small generator would not set the high bits).
+TEST_F(TransportTest, ConnectionIdsAreRandom) {
+  std::set<uint64_t> ids{client_->connection_id_for_testing()};
+  std::vector<std::unique_ptr<RpcClient>> clients;
+  for (int i = 0; i < 8; ++i) {
+    auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()));
+    ASSERT_TRUE(client.ok()) << client.status().message();
+    ids.insert(client.value()->connection_id_for_testing());
+    clients.push_back(std::move(client.value()));
+  }
+  EXPECT_EQ(ids.size(), 9u);
+  int high_bits = 0;
+  for (uint64_t id : ids) high_bits += (id >> 56) != 0 ? 1 : 0;
+  EXPECT_GE(high_bits, 6);  // P(fail) for random ids: under 1e-9
+}
+
+TEST_F(TransportTest, TheHandlerClosesConnectionsFromItsTick) {
+  int ticks = handler_.ticks;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5 * kTickIntervalMs));
+  EXPECT_GE(handler_.ticks - ticks, 2);  // ticks come while idle too
+  {
+    std::lock_guard<std::mutex> lock(handler_.mu);
+    handler_.to_close.push_back(client_->connection_id_for_testing());
+  }
+  auto start = std::chrono::steady_clock::now();
+  while (handler_.disconnects == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  std::lock_guard<std::mutex> lock(handler_.mu);
+  EXPECT_EQ(handler_.disconnect_reasons, std::vector<std::string>{"closed by the test"});
+}
+
+// A client that exits cleanly is reported as such, not as a transport failure.
+TEST_F(TransportTest, AClientsCleanExitIsReportedAsSuch) {
+  client_.reset();
+  for (int i = 0; i < 100 && handler_.disconnects == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::lock_guard<std::mutex> lock(handler_.mu);
+  EXPECT_EQ(handler_.disconnect_reasons, std::vector<std::string>{"the client closed its connection"});
+}
+
+// A client of the previous wire version (whose requests carry no reply endpoint, and
+// would be dropped) is refused at the handshake instead of left waiting.
+TEST_F(TransportTest, AClientOfAnotherWireVersionIsRefusedAtTheHandshake) {
+  auto fd = ConnectTcp("127.0.0.1:" + std::to_string(server_->port()), 2000);
+  ASSERT_TRUE(fd.ok()) << fd.status().message();
+  SetTimeouts(fd.value(), 2000);
+  const uint32_t old_magic = 0x67706231;  // "gpb1"
+  ASSERT_TRUE(SendAll(fd.value(), &old_magic, sizeof(old_magic)).ok());
+  uint32_t answer = 0;
+  EXPECT_FALSE(ReceiveAll(fd.value(), &answer, sizeof(answer)).ok());
+  close(fd.value());
+  EXPECT_EQ(handler_.connects, 1);  // only the fixture's own client
 }
 
 TEST(TransportErrors, BadEndpointsAreNamed) {
