@@ -125,6 +125,27 @@ Status TakeFilters(const Words& w, CtlArgs* a) {
   return Status::OK();
 }
 
+// Well-formed UTF-8 (no overlong forms, no surrogates): the request body is JSON, which
+// cannot carry anything else.
+bool IsUtf8(const std::string& text) {
+  static constexpr uint32_t kSmallest[] = {0, 0x80, 0x800, 0x10000};  // by continuation count
+  size_t i = 0;
+  while (i < text.size()) {
+    auto c = static_cast<unsigned char>(text[i]);
+    size_t more = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : 4;
+    if (more == 4 || more >= text.size() - i) return false;  // not a lead byte, or cut short
+    uint32_t code = more == 0 ? c : c & (0x3f >> more);
+    for (size_t k = 1; k <= more; ++k) {
+      auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3f);
+    }
+    if (code < kSmallest[more] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) return false;
+    i += more + 1;
+  }
+  return true;
+}
+
 // reason="..." of update and release: one printable line, at most 1024 bytes (the API's limit).
 Status TakeReason(const Words& w, CtlArgs* a) {
   auto it = w.pairs.find("reason");
@@ -132,6 +153,7 @@ Status TakeReason(const Words& w, CtlArgs* a) {
   bool printable = std::none_of(it->second.begin(), it->second.end(),
                                 [](unsigned char c) { return std::iscntrl(c); });
   if (!printable) return Status::InvalidArgument("reason must not contain control characters");
+  if (!IsUtf8(it->second)) return Status::InvalidArgument("reason must be UTF-8 text");
   if (it->second.size() > 1024) return Status::InvalidArgument("reason is longer than 1024 characters");
   a->reason = it->second;
   return Status::OK();

@@ -75,21 +75,27 @@ Status ParseFatbin(const uint8_t* fatbin, ModuleImage* image) {
   if (header.magic != kFatbinMagic) return Status::InvalidArgument("not a fatbin");
   image->bytes = fatbin;
   image->size = header.header_size + header.files_size;
-  const uint8_t* p = fatbin + header.header_size;
-  const uint8_t* end = p + header.files_size;
-  while (p + sizeof(FatbinEntryHeader) <= end) {
-    auto entry = Read<FatbinEntryHeader>(p);
+  // Offsets, not pointers: sizes in the headers are untrusted and may be huge.
+  const uint8_t* entries = fatbin + header.header_size;
+  const uint64_t total = header.files_size;
+  uint64_t at = 0;
+  while (total - at >= sizeof(FatbinEntryHeader)) {
+    auto entry = Read<FatbinEntryHeader>(entries + at);
     if (entry.header_size < sizeof(FatbinEntryHeader)) {
       return Status::InvalidArgument("fatbin entry header too small");
     }
-    const uint8_t* payload = p + entry.header_size;
-    size_t payload_size = entry.payload_size ? entry.payload_size : entry.padded_payload_size;
-    if (payload + payload_size > end) return Status::InvalidArgument("fatbin entry overruns");
+    uint64_t payload_size = entry.payload_size ? entry.payload_size : entry.padded_payload_size;
+    if (entry.header_size > total - at || payload_size > total - at - entry.header_size) {
+      return Status::InvalidArgument("fatbin entry overruns");
+    }
+    const uint8_t* payload = entries + at + entry.header_size;
     if (entry.kind == kEntryKindElf && !(entry.flags & kEntryCompressedMask) &&
         payload_size >= sizeof(Elf64_Ehdr) && IsElf(payload)) {
       GPUPOOL_RETURN_IF_ERROR(ParseCubin(payload, payload_size, &image->kernels));
     }
-    p += entry.header_size + entry.padded_payload_size;
+    uint64_t step = uint64_t{entry.header_size} + entry.padded_payload_size;
+    if (step > total - at) break;  // the last entry's padding runs past the end
+    at += step;
   }
   return Status::OK();
 }
@@ -133,19 +139,27 @@ KernelLayout ParseKernelInfo(const uint8_t* p, size_t size) {
 Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelLayout>* kernels) {
   if (size < sizeof(Elf64_Ehdr) || !IsElf(elf)) return Status::InvalidArgument("not an ELF cubin");
   auto header = Read<Elf64_Ehdr>(elf);
-  if (header.e_shoff + size_t{header.e_shnum} * sizeof(Elf64_Shdr) > size ||
-      header.e_shstrndx >= header.e_shnum) {
+  // Every offset and size below comes from the image: compare without overflowing.
+  if (header.e_shstrndx >= header.e_shnum || header.e_shentsize < sizeof(Elf64_Shdr) ||
+      header.e_shoff > size ||
+      uint64_t{header.e_shnum} * header.e_shentsize > size - header.e_shoff) {
     return Status::InvalidArgument("cubin section table out of range");
   }
   auto section_at = [&](int i) {
     return Read<Elf64_Shdr>(elf + header.e_shoff + static_cast<size_t>(i) * header.e_shentsize);
   };
   Elf64_Shdr names = section_at(header.e_shstrndx);
+  if (names.sh_offset > size || names.sh_size > size - names.sh_offset) {
+    return Status::InvalidArgument("cubin section names out of range");
+  }
   const std::string prefix = ".nv.info.";
   const std::string text_prefix = ".text.";
   for (int i = 0; i < header.e_shnum; ++i) {
     Elf64_Shdr section = section_at(i);
-    if (section.sh_name >= names.sh_size || section.sh_offset + section.sh_size > size) continue;
+    if (section.sh_name >= names.sh_size || section.sh_offset > size ||
+        section.sh_size > size - section.sh_offset) {
+      continue;
+    }
     const char* name = reinterpret_cast<const char*>(elf + names.sh_offset + section.sh_name);
     size_t name_len = strnlen(name, names.sh_size - section.sh_name);
     std::string section_name(name, name_len);

@@ -1,0 +1,50 @@
+// The API's request parsers (docs/api.md): query strings and JSON bodies into the engine's
+// request structs. Strict: an unknown field or query parameter, a wrong type or an
+// out-of-range value is InvalidArgument naming it. Pure (no engine, no I/O), so the fuzz
+// targets (tests/fuzz/api_request.cc) call them exactly as ApiServer's routes do.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+#include "poold/pool_engine.h"
+
+namespace httplib {
+struct Request;
+}  // namespace httplib
+
+namespace gpupool::poold {
+
+// Query parameter `key` as a decimal number >= min; *out unchanged when absent.
+Status QueryInt(const httplib::Request& req, const char* key, int64_t min, int64_t* out);
+// Every query parameter of `req` must be in `allowed`.
+Status CheckQuery(const httplib::Request& req, std::initializer_list<const char*> allowed);
+
+// POST /v1/leases.
+Result<AcquireRequest> ParseAcquire(const nlohmann::json& body, int64_t max_ttl);
+// {"id": L} or {"job_id": N} (exactly one); POST /v1/leases/renew.
+Status ParseLeaseRef(const nlohmann::json& body, std::initializer_list<const char*> allowed,
+                     std::string* id, int64_t* job_id);
+// POST /v1/leases/release: a lease reference and an optional reason.
+Status ParseRelease(const nlohmann::json& body, std::string* id, int64_t* job_id,
+                    std::string* reason);
+// POST /v1/agents/register.
+Result<AgentRegistration> ParseRegistration(const nlohmann::json& body);
+// POST /v1/agents/heartbeat.
+Result<std::vector<GpuHealthReport>> ParseHeartbeat(const nlohmann::json& body,
+                                                    std::string* host);
+
+// POST /v1/gpus/update.
+struct GpuUpdate {
+  std::string gpu;
+  std::string state;  // drain, resume or fail
+  std::string reason;
+};
+Status ParseGpuUpdate(const nlohmann::json& body, GpuUpdate* update);
+
+}  // namespace gpupool::poold
