@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "remote/transport/ucx_worker.h"
@@ -119,6 +120,74 @@ Result<std::string> ReceiveBlob(int fd, size_t max_size) {
   std::string blob(length, '\0');
   GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, blob.data(), length));
   return blob;
+}
+
+namespace {
+
+Status CheckMagicAndFlags(uint32_t magic, uint32_t flags) {
+  if (magic != kBootstrapMagic) {
+    char text[96];
+    std::snprintf(text, sizeof(text), "bad magic 0x%08x (not gpupool, or another version of its wire)",
+                  magic);
+    return Status::InvalidArgument(text);
+  }
+  if ((flags & ~kKnownHelloFlags) != 0) {
+    char text[64];
+    std::snprintf(text, sizeof(text), "unknown handshake flags 0x%x", flags & ~kKnownHelloFlags);
+    return Status::InvalidArgument(text);
+  }
+  return Status::OK();
+}
+
+Result<std::string> ReceiveWorkerAddress(int fd) {
+  auto address = ReceiveBlob(fd, kMaxWorkerAddress);
+  if (!address.ok()) return address.status();
+  if (address->empty()) return Status::InvalidArgument("bootstrap: empty worker address");
+  return address;
+}
+
+}  // namespace
+
+Status SendClientHello(int fd, const ClientHello& hello) {
+  GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &kBootstrapMagic, sizeof(kBootstrapMagic)));
+  GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &hello.flags, sizeof(hello.flags)));
+  return SendBlob(fd, hello.worker_address);
+}
+
+Result<ClientHello> ReceiveClientHello(int fd) {
+  uint32_t magic = 0;
+  ClientHello hello;
+  GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &magic, sizeof(magic)));
+  // The flags are read only after a good magic: an old client sends its address next.
+  GPUPOOL_RETURN_IF_ERROR(CheckMagicAndFlags(magic, 0));
+  GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &hello.flags, sizeof(hello.flags)));
+  GPUPOOL_RETURN_IF_ERROR(CheckMagicAndFlags(magic, hello.flags));
+  auto address = ReceiveWorkerAddress(fd);
+  if (!address.ok()) return address.status();
+  hello.worker_address = std::move(address.value());
+  return hello;
+}
+
+Status SendServerHello(int fd, const ServerHello& hello) {
+  GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &kBootstrapMagic, sizeof(kBootstrapMagic)));
+  GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &hello.connection, sizeof(hello.connection)));
+  GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &hello.flags, sizeof(hello.flags)));
+  return SendBlob(fd, hello.worker_address);
+}
+
+Result<ServerHello> ReceiveServerHello(int fd) {
+  uint32_t magic = 0;
+  ServerHello hello;
+  GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &magic, sizeof(magic)));
+  GPUPOOL_RETURN_IF_ERROR(CheckMagicAndFlags(magic, 0));
+  GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &hello.connection, sizeof(hello.connection)));
+  GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &hello.flags, sizeof(hello.flags)));
+  GPUPOOL_RETURN_IF_ERROR(CheckMagicAndFlags(magic, hello.flags));
+  if (hello.connection == 0) return Status::InvalidArgument("bootstrap: connection id 0");
+  auto address = ReceiveWorkerAddress(fd);
+  if (!address.ok()) return address.status();
+  hello.worker_address = std::move(address.value());
+  return hello;
 }
 
 std::string PeerAddress(int fd) {

@@ -19,8 +19,36 @@ namespace gpupool::transport {
 // Handshake messages: magic, then length-prefixed blobs. The magic changes with every
 // incompatible change of the wire, so that mismatched ends fail at the handshake instead
 // of waiting for replies that never come. 2: requests must carry their reply endpoint
-// (UCP_AM_SEND_FLAG_REPLY), or the server drops them.
-inline constexpr uint32_t kBootstrapMagic = 0x67706232;  // "gpb2"
+// (UCP_AM_SEND_FLAG_REPLY), or the server drops them. 3: the two ends agree on peer
+// failure detection (HelloFlags) before either creates its endpoint.
+inline constexpr uint32_t kBootstrapMagic = 0x67706233;  // "gpb3"
+inline constexpr size_t kMaxWorkerAddress = 64 * 1024;
+
+// HelloFlags bits. kDetectsPeerFailure: the client can create its endpoint with UCX peer
+// failure detection (it has a transport that reports a dead peer; shared-memory-only
+// UCX_TLS has none); the server answers with the mode both ends then use. The two ends
+// must use the same mode: UCX pairs the endpoints of a connection (and so fills in the
+// reply endpoint the server checks every request against) only when both were created
+// alike, and a refused first attempt leaves them unpaired.
+inline constexpr uint32_t kDetectsPeerFailure = 1u << 0;
+inline constexpr uint32_t kKnownHelloFlags = kDetectsPeerFailure;
+
+// The client's half of the handshake: magic, flags, its worker address.
+struct ClientHello {
+  uint32_t flags = 0;
+  std::string worker_address;
+};
+// The server's answer: magic, the connection's id, the flags both ends use, its address.
+struct ServerHello {
+  uint64_t connection = 0;
+  uint32_t flags = 0;
+  std::string worker_address;
+};
+Status SendClientHello(int fd, const ClientHello& hello);
+// Fails with InvalidArgument naming what is wrong (magic, flags, address size).
+Result<ClientHello> ReceiveClientHello(int fd);
+Status SendServerHello(int fd, const ServerHello& hello);
+Result<ServerHello> ReceiveServerHello(int fd);
 
 // A listening socket on "HOST:PORT" (port 0: any); *port gets the bound port.
 Result<int> ListenTcp(const std::string& host_port, int* port);

@@ -67,22 +67,32 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
   GPUPOOL_RETURN_IF_ERROR(self->ucx_->SetAmHandler(kReplyAmId, &RpcClient::OnReply, self.get()));
   auto address = self->ucx_->Address();
   if (!address.ok()) return address.status();
-  // Handshake: our worker address out; magic, connection id and the server's address back.
+  // Handshake: our worker address and whether we can detect a dead peer out; the
+  // connection id, the mode both ends use and the server's address back.
   int fd_value = self->control_fd_;
-  Status status = SendAll(fd_value, &kBootstrapMagic, sizeof(kBootstrapMagic));
-  if (status.ok()) status = SendBlob(fd_value, address.value());
-  uint32_t magic = 0;
-  if (status.ok()) status = ReceiveAll(fd_value, &magic, sizeof(magic));
-  if (status.ok() && magic != kBootstrapMagic) {
-    status = Status::Unavailable("not a gpupool data-path server of this version");
+  ClientHello hello;
+  hello.flags = UcxWorker::CanDetectPeerFailure() ? kDetectsPeerFailure : 0;
+  hello.worker_address = address.value();
+  Status status = SendClientHello(fd_value, hello);
+  Result<ServerHello> answer = status.ok() ? ReceiveServerHello(fd_value) : status;
+  if (!answer.ok()) {
+    std::string why = answer.status().message();
+    if (answer.status().code() == Status::Code::kInvalidArgument) {
+      why = "not a gpupool data-path server of this version (" + why + ")";
+    }
+    return Status::Unavailable("handshake with " + endpoint + " failed: " + why);
   }
-  if (status.ok()) status = ReceiveAll(fd_value, &self->connection_, sizeof(self->connection_));
-  Result<std::string> server_address = status.ok() ? ReceiveBlob(fd_value, 64 * 1024) : status;
-  if (!server_address.ok()) {
-    return Status::Unavailable("handshake with " + endpoint + " failed: " +
-                               server_address.status().message());
+  self->connection_ = answer->connection;
+  bool detect = (answer->flags & kDetectsPeerFailure) != 0;
+  bool detecting = false;
+  auto ep = self->ucx_->Connect(answer->worker_address, &RpcClient::OnPeerError, self.get(),
+                                detect, &detecting);
+  if (ep.ok() && detecting != detect) {
+    // The server made its endpoint the other way: the two would not pair (bootstrap.h).
+    self->ep_ = ep.value();  // closed by the destructor
+    return Status::Unavailable("cannot reach " + endpoint +
+                               ": UCX refused peer failure detection the server agreed to");
   }
-  auto ep = self->ucx_->Connect(server_address.value(), &RpcClient::OnPeerError, self.get());
   if (!ep.ok()) return Status::Unavailable("cannot reach " + endpoint + ": " + ep.status().message());
   self->ep_ = ep.value();
   return self;

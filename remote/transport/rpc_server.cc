@@ -127,15 +127,10 @@ class RpcServerImpl : public RpcServer {
     auto connection = std::make_unique<Connection>();
     connection->control_fd = fd;
     connection->peer = PeerAddress(fd);
-    uint32_t magic = 0;
-    Status status = ReceiveAll(fd, &magic, sizeof(magic));
-    if (status.ok() && magic != kBootstrapMagic) {
-      status = Status::InvalidArgument("bad magic (not a gpupool client, or one of another version)");
-    }
-    Result<std::string> client_address = status.ok() ? ReceiveBlob(fd, 64 * 1024) : status;
-    if (!client_address.ok()) {
+    Result<ClientHello> hello = ReceiveClientHello(fd);
+    if (!hello.ok()) {
       std::fprintf(stderr, "gpupool-dataplane: handshake with %s failed: %s\n",
-                   connection->peer.c_str(), client_address.status().message().c_str());
+                   connection->peer.c_str(), hello.status().message().c_str());
       close(fd);
       return;
     }
@@ -149,13 +144,21 @@ class RpcServerImpl : public RpcServer {
       }
       connection->id = id.value();
     } while (connection->id == 0 || connections_.count(connection->id));
-    auto ep = ucx_->Connect(client_address.value(), &RpcServerImpl::OnPeerError,
-                            connection.get());
+    // Peer failure detection only when both ends can have it (kDetectsPeerFailure).
+    bool detecting = false;
+    auto ep = ucx_->Connect(hello->worker_address, &RpcServerImpl::OnPeerError, connection.get(),
+                            (hello->flags & kDetectsPeerFailure) != 0 &&
+                                UcxWorker::CanDetectPeerFailure(),
+                            &detecting);
     if (ep.ok()) connection->ep = ep.value();
-    status = ep.ok() ? Status::OK() : ep.status();
-    if (status.ok()) status = SendAll(fd, &kBootstrapMagic, sizeof(kBootstrapMagic));
-    if (status.ok()) status = SendAll(fd, &connection->id, sizeof(connection->id));
-    if (status.ok()) status = SendBlob(fd, worker_address_);
+    Status status = ep.ok() ? Status::OK() : ep.status();
+    if (status.ok()) {
+      ServerHello answer;
+      answer.connection = connection->id;
+      answer.flags = detecting ? kDetectsPeerFailure : 0;
+      answer.worker_address = worker_address_;
+      status = SendServerHello(fd, answer);
+    }
     if (!status.ok()) {
       std::fprintf(stderr, "gpupool-dataplane: handshake with %s failed: %s\n",
                    connection->peer.c_str(), status.message().c_str());

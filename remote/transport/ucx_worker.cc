@@ -134,14 +134,15 @@ Result<std::string> UcxWorker::Address() {
   return address;
 }
 
+bool UcxWorker::CanDetectPeerFailure() { return !SharedMemoryOnly(); }
+
 Result<ucp_ep_h> UcxWorker::Connect(const std::string& address, ucp_err_handler_cb_t on_error,
-                                    void* arg) {
+                                    void* arg, bool detect_peer_failure, bool* detecting) {
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
                       UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params.address = reinterpret_cast<const ucp_address_t*>(address.data());
-  params.err_mode =
-      SharedMemoryOnly() ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+  params.err_mode = detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = on_error;
   params.err_handler.arg = arg;
   ucp_ep_h ep = nullptr;
@@ -153,6 +154,7 @@ Result<ucp_ep_h> UcxWorker::Connect(const std::string& address, ucp_err_handler_
     status = ucp_ep_create(worker_, &params, &ep);
   }
   if (status != UCS_OK) return Status::Unavailable("UCX endpoint: " + UcxError(status));
+  if (detecting != nullptr) *detecting = params.err_mode == UCP_ERR_HANDLING_MODE_PEER;
   return ep;
 }
 

@@ -40,9 +40,15 @@ class UcxWorker {
 
   // This worker's address, for the peer to connect to (bootstrap.h).
   Result<std::string> Address();
-  // An endpoint to the worker at `address`, with peer failure reported to `on_error`.
+  // Whether this process's transports (UCX_TLS) can report a dead peer: shared-memory-only
+  // lists cannot. The two ends of a connection agree on it at the handshake (bootstrap.h).
+  static bool CanDetectPeerFailure();
+  // An endpoint to the worker at `address`. With `detect_peer_failure`, peer failure is
+  // reported to `on_error`; if UCX refuses that (no transport to the peer can report it),
+  // the endpoint is made without and *detecting is false. The peer must then be told, so
+  // that it creates its own endpoint the same way (see kDetectsPeerFailure).
   Result<ucp_ep_h> Connect(const std::string& address, ucp_err_handler_cb_t on_error,
-                           void* arg);
+                           void* arg, bool detect_peer_failure, bool* detecting = nullptr);
 
   // Arms the worker's event fd; false when events are pending (progress first).
   bool Arm();

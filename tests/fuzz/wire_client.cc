@@ -1,11 +1,10 @@
-// The client's end of the data path, as far as it decodes what an agent sends without a
-// UCX connection: the bootstrap handshake answer (remote/transport/bootstrap.cc), read
-// exactly as RpcClient::Connect reads it -- magic, connection id, then the server's worker
-// address as a length-prefixed blob of at most 64 KiB. The agent reads the client's half
-// (magic, then a blob) with the same functions, so one input drives both orders.
+// Both ends of the data path's bootstrap handshake (remote/transport/bootstrap.cc), with
+// the functions RpcClient::Connect and RpcServer use: the client reads the server's hello
+// (magic, connection id, flags, worker address as a length-prefixed blob of at most
+// 64 KiB); the agent reads the client's (magic, flags, worker address).
 //
 // Input: the bytes the peer sends, then end of stream. Byte 0 picks the reader: even, the
-// client's; odd, the agent's.
+// client's (ReceiveServerHello); odd, the agent's (ReceiveClientHello).
 //
 // Not covered here: the reply header checks in RpcClient::OnReply and the request header
 // checks in RpcServer's OnRequestAm run inside UCX callbacks and are not callable on their
@@ -36,17 +35,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shutdown(fds[1], SHUT_WR);
   tr::SetTimeouts(fds[0], 1000);
 
-  uint32_t magic = 0;
-  gpupool::Status status = tr::ReceiveAll(fds[0], &magic, sizeof(magic));
-  if (status.ok() && magic != tr::kBootstrapMagic) status = gpupool::Status::Unavailable("bad magic");
-  if (status.ok() && client) {
-    uint64_t connection = 0;
-    status = tr::ReceiveAll(fds[0], &connection, sizeof(connection));
-  }
-  if (status.ok()) {
-    gpupool::Result<std::string> blob = tr::ReceiveBlob(fds[0], 64 * 1024);
-    if (blob.ok() && blob->size() > 64 * 1024) __builtin_trap();
-    if (!blob.ok() && blob.status().message().empty()) __builtin_trap();
+  if (client) {
+    gpupool::Result<tr::ServerHello> hello = tr::ReceiveServerHello(fds[0]);
+    if (hello.ok() && (hello->worker_address.empty() ||
+                       hello->worker_address.size() > tr::kMaxWorkerAddress ||
+                       hello->connection == 0 || (hello->flags & ~tr::kKnownHelloFlags) != 0)) {
+      __builtin_trap();
+    }
+    if (!hello.ok() && hello.status().message().empty()) __builtin_trap();
+  } else {
+    gpupool::Result<tr::ClientHello> hello = tr::ReceiveClientHello(fds[0]);
+    if (hello.ok() && (hello->worker_address.empty() ||
+                       hello->worker_address.size() > tr::kMaxWorkerAddress ||
+                       (hello->flags & ~tr::kKnownHelloFlags) != 0)) {
+      __builtin_trap();
+    }
+    if (!hello.ok() && hello.status().message().empty()) __builtin_trap();
   }
   close(fds[0]);
   close(fds[1]);

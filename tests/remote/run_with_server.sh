@@ -3,15 +3,19 @@
 # replacement libcuda.so.1, the way a job would (GPUPOOL_* environment, LD_LIBRARY_PATH).
 #
 # usage: run_with_server.sh --server BIN --lib DIR --transport tcp|shm --port PORT
-#            [--gpus N] [--client-token TOKEN] [--expect-refused] -- PROGRAM
+#            [--server-transport tcp|shm|default] [--gpus N] [--client-token TOKEN]
+#            [--expect-refused] -- PROGRAM
+#   --server-transport  the server's own UCX settings when they differ from the client's
+#                       (default: UCX's own choice, as an agent started by systemd has)
 #   --expect-refused  the program must fail and the library must log the refusal
 set -u
-server="" lib="" transport="" port="" gpus=1 client_token="" expect_refused=0
+server="" lib="" transport="" server_transport="" port="" gpus=1 client_token="" expect_refused=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) server=$2; shift 2 ;;
     --lib) lib=$2; shift 2 ;;
     --transport) transport=$2; shift 2 ;;
+    --server-transport) server_transport=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
     --client-token) client_token=$2; shift 2 ;;
@@ -22,7 +26,7 @@ while [ $# -gt 0 ]; do
 done
 program=${1:?run_with_server.sh: no program given}
 here=$(cd "$(dirname "$0")" && pwd)
-. "$here/transport_env.sh" "$transport" || exit 2
+. "$here/transport_env.sh" "${server_transport:-$transport}" || exit 2
 
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 workdir=$(mktemp -d "/tmp/r2-remote-test.XXXXXX")
@@ -31,6 +35,7 @@ trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; rm -rf "$w
 "$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" --gpus "$gpus" \
   > "$workdir/server.out" 2> "$workdir/server.err" &
 server_pid=$!
+. "$here/transport_env.sh" "$transport" || exit 2
 for _ in $(seq 1 100); do
   grep -q "^listening on" "$workdir/server.out" 2>/dev/null && break
   kill -0 "$server_pid" 2>/dev/null || break

@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "remote/transport/bootstrap.h"
@@ -279,12 +280,44 @@ TEST_F(TransportTest, AClientOfAnotherWireVersionIsRefusedAtTheHandshake) {
   auto fd = ConnectTcp("127.0.0.1:" + std::to_string(server_->port()), 2000);
   ASSERT_TRUE(fd.ok()) << fd.status().message();
   SetTimeouts(fd.value(), 2000);
-  const uint32_t old_magic = 0x67706231;  // "gpb1"
+  const uint32_t old_magic = 0x67706232;  // "gpb2": no handshake flags
   ASSERT_TRUE(SendAll(fd.value(), &old_magic, sizeof(old_magic)).ok());
   uint32_t answer = 0;
   EXPECT_FALSE(ReceiveAll(fd.value(), &answer, sizeof(answer)).ok());
   close(fd.value());
   EXPECT_EQ(handler_.connects, 1);  // only the fixture's own client
+}
+
+// The handshake readers name what is wrong, and an unknown flag is refused rather than
+// ignored (the two ends would create endpoints that do not pair).
+TEST(TransportHandshake, BadHellosAreNamed) {
+  auto hello_from = [](const std::string& bytes) {
+    int fds[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    EXPECT_TRUE(SendAll(fds[1], bytes.data(), bytes.size()).ok());
+    shutdown(fds[1], SHUT_WR);
+    Result<ClientHello> hello = ReceiveClientHello(fds[0]);
+    close(fds[0]);
+    close(fds[1]);
+    return hello;
+  };
+  auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
+  auto good = hello_from(u32(kBootstrapMagic) + u32(kDetectsPeerFailure) + u32(3) + "abc");
+  ASSERT_TRUE(good.ok()) << good.status().message();
+  EXPECT_EQ(good->flags, kDetectsPeerFailure);
+  EXPECT_EQ(good->worker_address, "abc");
+  auto bad_magic = hello_from(u32(0x67706232) + u32(0) + u32(3) + "abc");
+  ASSERT_FALSE(bad_magic.ok());
+  EXPECT_NE(bad_magic.status().message().find("bad magic 0x67706232"), std::string::npos);
+  auto bad_flags = hello_from(u32(kBootstrapMagic) + u32(6) + u32(3) + "abc");
+  ASSERT_FALSE(bad_flags.ok());
+  EXPECT_NE(bad_flags.status().message().find("unknown handshake flags 0x6"), std::string::npos);
+  auto empty = hello_from(u32(kBootstrapMagic) + u32(0) + u32(0));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("empty worker address"), std::string::npos);
+  auto huge = hello_from(u32(kBootstrapMagic) + u32(0) + u32(kMaxWorkerAddress + 1));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("too large"), std::string::npos);
 }
 
 TEST(TransportErrors, BadEndpointsAreNamed) {
