@@ -91,6 +91,9 @@ Result<uint64_t> ParseMemOption(const std::string& value) {
 
 Result<JobRequest> ParseJobRequest(const RawOptions& raw) {
   JobRequest request;
+  if (raw.lost != nullptr) {
+    return Status::Internal(std::string("the value of --") + raw.lost + " was lost (out of memory)");
+  }
   if (!raw.has_pool) {
     if (raw.has_place) return Bad(kOptPlace, "needs --gpu-pool=POOL:COUNT");
     if (raw.has_mem) return Bad(kOptMem, "needs --gpu-pool=POOL:COUNT");

@@ -46,7 +46,10 @@ Result<uint64_t> ParseMemOption(const std::string& value);
 struct RawOptions {
   bool has_pool = false, has_place = false, has_mem = false;
   std::string pool, place, mem;
-  bool any() const { return has_pool || has_place || has_mem; }
+  // Set when an option's value could not be stored (options.cc): the request then fails
+  // with it rather than running the job without the GPUs it asked for.
+  const char* lost = nullptr;
+  bool any() const { return has_pool || has_place || has_mem || lost != nullptr; }
 };
 
 // Parses all three together and checks that they fit (place/mem need --gpu-pool).

@@ -45,6 +45,12 @@ int OnOption(int id, const char* optarg, int remote) {
     }
     return 0;
   } catch (...) {
+    // Only std::bad_alloc can get here (the parsers return Status). In slurmstepd a failed
+    // callback must not fail the launch (the node could drain): the request fails later
+    // with a message, when step_context.cc parses it.
+    const char* name = id == kPool ? kOptPool : id == kPlace ? kOptPlace : kOptMem;
+    slurm_error("gpupool: the value of --%s could not be stored (out of memory)", name);
+    State().options.lost = name;
     return remote ? 0 : -1;
   }
 }

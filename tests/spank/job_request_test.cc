@@ -57,6 +57,17 @@ TEST(JobRequest, Memory) {
   }
 }
 
+// An option value the callback could not store fails the request (never a job without
+// the GPUs it asked for), naming the option.
+TEST(JobRequest, ALostOptionFailsTheRequest) {
+  RawOptions raw;
+  raw.lost = kOptPool;
+  EXPECT_TRUE(raw.any());
+  auto r = ParseJobRequest(raw);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("--gpu-pool was lost"), std::string::npos);
+}
+
 TEST(JobRequest, PlaceAndMemNeedPool) {
   RawOptions raw;
   raw.has_place = true;
