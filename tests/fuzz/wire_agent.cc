@@ -9,6 +9,7 @@
 //   into BulkDestination), u16 args_len, u16 payload_len, args, payload
 // (lengths are cut to what is left). Every reply's bulk data is read back in full, as the
 // transport does when it sends it.
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -72,8 +73,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   gpupool::dataplane::ExecutorFactory executors(&backend);
   auto executor = executors.Create(gpu);
   if (!executor.ok()) __builtin_trap();
-  gpupool::dataplane::Session session("fuzz-peer");
-  session.Authorize("L-fuzz", gpu, &backend, std::move(executor.value()));
+  // Rate-limited lines go nowhere: the fuzzer's output stays readable.
+  static gpupool::dataplane::LogLimiter log(std::chrono::seconds(10), [](const std::string&) {});
+  gpupool::dataplane::Session session("fuzz-peer", &log);
+  session.Authorize("L-fuzz", "fuzz-token", gpu, &backend, std::move(executor.value()), 0);
 
   Input in(data, size);
   while (!in.empty()) {
