@@ -85,12 +85,13 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
   if (host == nullptr) return kCuInvalidValue;
   if (element_size == 1) {
     std::memset(host, static_cast<int>(value & 0xff), count);
-  } else if (element_size == 2) {
-    auto* p = reinterpret_cast<uint16_t*>(host);
-    for (uint64_t i = 0; i < count; ++i) p[i] = static_cast<uint16_t>(value);
   } else {
-    auto* p = reinterpret_cast<uint32_t*>(host);
-    for (uint64_t i = 0; i < count; ++i) p[i] = value;
+    // Byte copies: `dst` need not be aligned to the element (found by the wire_agent fuzz
+    // target: a uint32_t store there is undefined behaviour).
+    uint16_t value16 = static_cast<uint16_t>(value);
+    const void* element = element_size == 2 ? static_cast<const void*>(&value16)
+                                             : static_cast<const void*>(&value);
+    for (uint64_t i = 0; i < count; ++i) std::memcpy(host + i * element_size, element, element_size);
   }
   return kCuSuccess;
 }

@@ -22,10 +22,12 @@ uint64_t TotalThreadsX(const SimLaunch& launch) {
 }
 
 // Device array of `count` elements of T at `dptr`, or nullptr when it is not valid device
-// memory (a GPU would fault: CUDA_ERROR_ILLEGAL_ADDRESS).
+// memory (a GPU would fault: CUDA_ERROR_ILLEGAL_ADDRESS) or not aligned to T (a GPU faults
+// too, with CUDA_ERROR_MISALIGNED_ADDRESS; the sim reports both as illegal addresses).
 template <typename T>
 T* DeviceArray(const SimLaunch& launch, uint64_t dptr, uint64_t count) {
   if (count == 0 || count > UINT64_MAX / sizeof(T)) return nullptr;
+  if (dptr % alignof(T) != 0) return nullptr;
   return reinterpret_cast<T*>(launch.memory->Translate(dptr, count * sizeof(T), launch.owner));
 }
 
