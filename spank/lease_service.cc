@@ -1,8 +1,11 @@
 #include "spank/lease_service.h"
 
+#include <chrono>
+#include <thread>
+
 namespace gpupool::spank {
 
-LeaseService::LeaseService(const PluginConfig& config) {
+LeaseService::LeaseService(const PluginConfig& config) : retry_s_(config.retry_s) {
   ApiClientOptions options;
   options.server = config.server;
   options.timeout_ms = config.timeout_s * 1000;
@@ -14,8 +17,23 @@ LeaseService::LeaseService(const PluginConfig& config) {
 }
 
 Result<Lease> LeaseService::Acquire(const nlohmann::json& body, bool* created) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(retry_s_);
   Result<nlohmann::json> answer = client_->Post("/v1/leases", body);
-  if (!answer.ok()) return answer.status();
+  int tries = 1;
+  while (!answer.ok() && answer.status().code() == Status::Code::kUnavailable &&
+         Clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    answer = client_->Post("/v1/leases", body);
+    ++tries;
+  }
+  if (!answer.ok()) {
+    if (tries == 1 || answer.status().code() != Status::Code::kUnavailable) {
+      return answer.status();
+    }
+    return Status::Unavailable(answer.status().message() + " (" + std::to_string(tries) +
+                               " tries in " + std::to_string(retry_s_) + " s)");
+  }
   const nlohmann::json& a = answer.value();
   if (!a.is_object() || !a.contains("lease")) {
     return Status::Internal("gpupoold's acquire answer has no 'lease'");

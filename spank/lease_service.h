@@ -23,7 +23,9 @@ class LeaseService {
   explicit LeaseService(const PluginConfig& config);
 
   // POST /v1/leases. Idempotent per job: every step on every node of a job gets the same
-  // lease. `created` (may be null) tells whether this call made it.
+  // lease. `created` (may be null) tells whether this call made it. While gpupoold cannot
+  // be reached (Unavailable: a restart, a failover) the call is repeated for up to the
+  // config's retry_s; being idempotent, a repeat after a lost answer returns the lease.
   Result<Lease> Acquire(const nlohmann::json& body, bool* created);
   // POST /v1/leases/renew {"job_id":N}: extends the TTL and returns the lease as it is now
   // (a swap shows as a higher generation). NotFound when the job holds no lease.
@@ -33,6 +35,7 @@ class LeaseService {
 
  private:
   std::unique_ptr<ApiClient> client_;
+  int retry_s_;
 };
 
 }  // namespace gpupool::spank

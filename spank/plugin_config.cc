@@ -45,7 +45,7 @@ Status Absolute(const std::string& arg, const std::string& value) {
 
 const std::vector<std::string>& PluginConfigKeys() {
   static const std::vector<std::string> keys = {
-      "server", "timeout", "profile", "profile_dir", "lib_dir", "lease_dir",
+      "server", "timeout", "retry", "profile", "profile_dir", "lib_dir", "lease_dir",
       "munge_socket", "ttl", "watch_interval", "notify"};
   return keys;
 }
@@ -71,6 +71,10 @@ Result<PluginConfig> ParsePluginConfig(const std::vector<std::string>& args) {
       Result<int> v = ParseInt(arg, value, 1, 300);
       if (!v.ok()) return v.status();
       c.timeout_s = *v;
+    } else if (key == "retry") {
+      Result<int> v = ParseInt(arg, value, 0, 300);
+      if (!v.ok()) return v.status();
+      c.retry_s = *v;
     } else if (key == "profile") {
       GPUPOOL_RETURN_IF_ERROR(NonEmpty(arg, value));
       c.profile = value;

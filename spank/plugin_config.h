@@ -16,6 +16,7 @@ namespace gpupool::spank {
 struct PluginConfig {
   std::string server = "http://127.0.0.1:6830";  // gpupoold's API
   int timeout_s = 10;           // per API call (connect + answer)
+  int retry_s = 15;             // at job start, keep trying an unreachable gpupoold this long
   std::string profile = "gpupool";  // remoting profile: a NAME in profile_dir, or a /PATH
   std::string profile_dir;      // empty: <plugin dir>/../etc/gpupool/profiles
   std::string lib_dir;          // {lib_dir} in profiles; empty: <plugin dir>/remoting

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # When no lease can be had (here: gpupoold is down) the job fails with a message the user
-# sees, and no node is drained.
+# sees, and no node is drained. A gpupoold that comes back within the plugin's retry=
+# window (default 15 s) is waited for.
 
 load helpers
 
@@ -47,4 +48,16 @@ teardown_file() {
   run srun -N2 echo fine
   [ "$status" -eq 0 ]
   [ "$(grep -c fine <<<"$output")" -eq 2 ]
+}
+
+@test "a job that starts while gpupoold is down gets its lease when gpupoold is back within retry=" {
+  id=$(submit --gpu-pool=a100:1 --wrap 'echo "lease=$GPUPOOL_LEASE_ID"')
+  wait_until 20 job_running "$id"
+  sleep 2  # the plugin is retrying now
+  detached "$DEVCLUSTER" start gpupoold
+  wait_until 40 job_ended "$id"
+  cat "$OUT/$id.out" >&2
+  [ "$(job_state "$id")" = COMPLETED ]
+  grep -Eq '^lease=L[0-9]+$' "$OUT/$id.out"
+  no_node_drained
 }

@@ -11,6 +11,7 @@ TEST(PluginConfig, DefaultsWithoutArguments) {
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->server, "http://127.0.0.1:6830");
   EXPECT_EQ(c->timeout_s, 10);
+  EXPECT_EQ(c->retry_s, 15);
   EXPECT_EQ(c->profile, "gpupool");
   EXPECT_EQ(c->lease_dir, "/run/gpupool");
   EXPECT_TRUE(c->notify);
@@ -18,12 +19,13 @@ TEST(PluginConfig, DefaultsWithoutArguments) {
 
 TEST(PluginConfig, ReadsEveryKey) {
   Result<PluginConfig> c = ParsePluginConfig(
-      {"server=http://10.0.0.1:7000", "timeout=3", "profile=rcuda", "profile_dir=/p",
+      {"server=http://10.0.0.1:7000", "timeout=3", "retry=0", "profile=rcuda", "profile_dir=/p",
        "lib_dir=/l", "lease_dir=/d", "munge_socket=/m.sock", "ttl=60", "watch_interval=2",
        "notify=no"});
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->server, "http://10.0.0.1:7000");
   EXPECT_EQ(c->timeout_s, 3);
+  EXPECT_EQ(c->retry_s, 0);
   EXPECT_EQ(c->profile, "rcuda");
   EXPECT_EQ(c->profile_dir, "/p");
   EXPECT_EQ(c->lib_dir, "/l");
@@ -45,7 +47,7 @@ TEST(PluginConfig, UnknownKeyIsNamed) {
 TEST(PluginConfig, RejectsMalformedArguments) {
   const std::vector<std::vector<std::string>> bad = {
       {"server"},           {"=x"},           {"timeout=0"},        {"timeout=abc"},
-      {"timeout=5s"},       {"timeout=301"},  {"server="},          {"lease_dir=relative"},
+      {"timeout=5s"},       {"timeout=301"},  {"retry=-1"},  {"retry=301"},  {"server="},          {"lease_dir=relative"},
       {"profile_dir="},     {"notify=maybe"}, {"ttl=-1"},           {"watch_interval=0"},
       {"timeout=1", "timeout=2"}, {"ttl=10", "watch_interval=6"}};
   for (const auto& args : bad) {
