@@ -133,18 +133,13 @@ void RpcClient::OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status) {
 ucs_status_t RpcClient::OnReply(void* arg, const void* header, size_t header_len, void* data,
                                 size_t length, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<RpcClient*>(arg);  // mu_ held by the progressing thread
-  if (header_len < sizeof(ReplyHeader)) return UCS_OK;
   ReplyHeader reply_header;
-  std::memcpy(&reply_header, header, sizeof(reply_header));
-  if (reply_header.magic != kWireMagic ||
-      header_len < sizeof(ReplyHeader) + reply_header.out_len) {
-    return UCS_OK;
-  }
+  if (!DecodeReplyHeader(header, header_len, &reply_header)) return UCS_OK;
   Pending* pending = nullptr;
   for (auto& candidate : self->pending_) {
     if (candidate->seq == reply_header.seq) pending = candidate.get();
   }
-  if (pending == nullptr) return UCS_OK;  // nobody waits (cannot happen with a sane server) (cannot happen with a sane server)
+  if (pending == nullptr) return UCS_OK;  // nobody waits (cannot happen with a sane server)
   pending->replied = true;
   pending->reply.status = reply_header.status;
   pending->reply.async_status = reply_header.async_status;

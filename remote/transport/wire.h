@@ -11,7 +11,9 @@
 // are sent as their in-memory bytes, so every field has a fixed width and explicit padding.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace gpupool::transport {
 
@@ -44,5 +46,22 @@ struct ReplyHeader {
   uint32_t out_len = 0;      // inline result bytes following this header
 };
 static_assert(sizeof(ReplyHeader) == 24);
+
+// The checks each end makes on an active message's header before it believes any field:
+// false means the message is dropped. A request header must be exactly RequestHeader plus
+// its `args_len` (at most kMaxArgsLen) argument bytes; a reply header at least ReplyHeader
+// plus its `out_len` result bytes. The magic must match. Pure: tests/fuzz/wire_client.cc
+// feeds them arbitrary bytes.
+inline bool DecodeRequestHeader(const void* am_header, size_t am_header_len, RequestHeader* out) {
+  if (am_header == nullptr || am_header_len < sizeof(RequestHeader)) return false;
+  std::memcpy(out, am_header, sizeof(RequestHeader));
+  return out->magic == kWireMagic && out->args_len <= kMaxArgsLen &&
+         am_header_len == sizeof(RequestHeader) + out->args_len;
+}
+inline bool DecodeReplyHeader(const void* am_header, size_t am_header_len, ReplyHeader* out) {
+  if (am_header == nullptr || am_header_len < sizeof(ReplyHeader)) return false;
+  std::memcpy(out, am_header, sizeof(ReplyHeader));
+  return out->magic == kWireMagic && am_header_len - sizeof(ReplyHeader) >= out->out_len;
+}
 
 }  // namespace gpupool::transport
