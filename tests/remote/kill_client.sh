@@ -31,17 +31,19 @@ export GPUPOOL_GPUS="GPU-5e1f0a11-0000-4000-8000-000000000000@127.0.0.1:$port"
 export GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN=$token CUDA_VISIBLE_DEVICES=0
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-"$hold" > "$workdir/hold.out" 2> "$workdir/hold.err" &
+# GPUPOOL_TEST_PRELOAD: see run_with_server.sh.
+preload=(${GPUPOOL_TEST_PRELOAD:+env LD_PRELOAD="$GPUPOOL_TEST_PRELOAD"})
+"${preload[@]}" "$hold" > "$workdir/hold.out" 2> "$workdir/hold.err" &
 holder_pid=$!
 for _ in $(seq 1 200); do grep -q ready "$workdir/hold.out" 2>/dev/null && break; sleep 0.05; done
 grep -q ready "$workdir/hold.out" || { echo "FAIL: holder never got ready" >&2; cat "$workdir/hold.err" >&2; exit 1; }
-if "$check"; then echo "FAIL: memory reported free while a client holds 1 GiB" >&2; exit 1; fi
+if "${preload[@]}" "$check"; then echo "FAIL: memory reported free while a client holds 1 GiB" >&2; exit 1; fi
 
 kill -9 "$holder_pid"
 wait "$holder_pid" 2>/dev/null
 holder_pid=""
 for _ in $(seq 1 50); do
-  if "$check"; then
+  if "${preload[@]}" "$check"; then
     grep "disconnected" "$workdir/server.err"
     echo "memory freed after kill -9"
     exit 0

@@ -55,7 +55,10 @@ export GPUPOOL_LEASE_TOKEN="${client_token:-$token}"
 export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((gpus - 1)))
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
-timeout 120 "$program" > "$workdir/program.out" 2> "$workdir/program.err"
+# GPUPOOL_TEST_PRELOAD (scripts/test --sanitize): runtimes the program needs first, as it is
+# not instrumented but loads our instrumented libcuda.so.1.
+timeout 120 ${GPUPOOL_TEST_PRELOAD:+env LD_PRELOAD="$GPUPOOL_TEST_PRELOAD"} "$program" \
+  > "$workdir/program.out" 2> "$workdir/program.err"
 rc=$?
 cat "$workdir/program.out"; cat "$workdir/program.err" >&2
 if [ "$expect_refused" = 1 ]; then
