@@ -89,11 +89,6 @@ spawn() {
 
 part_start() {
   local part=$1
-  # GPUPOOL_DEV_SLURM_PRELOAD: libraries to preload into slurmctld and slurmd (and so the
-  # slurmstepds slurmd starts), which load our plugins: scripts/test --sanitize sets it to
-  # the sanitizer runtimes, which must come first in a process that loads instrumented code.
-  local slurm_preload=()
-  [[ -z ${GPUPOOL_DEV_SLURM_PRELOAD:-} ]] || slurm_preload=(env "LD_PRELOAD=$GPUPOOL_DEV_SLURM_PRELOAD")
   case $part in
     munge)
       [[ -f $MUNGE_DIR/munge.key ]] ||
@@ -107,11 +102,10 @@ part_start() {
         --seed-file="$MUNGE_DIR/munged.seed"
       ;;
     slurmctld)
-      spawn slurmctld "${slurm_preload[@]}" "$(part_binary slurmctld)" -D -f "$SLURM_CONF_FILE"
+      spawn slurmctld "$(part_binary slurmctld)" -D -f "$SLURM_CONF_FILE"
       ;;
     slurmd-*)
-      spawn "$part" "${slurm_preload[@]}" "$(part_binary "$part")" -D -N "${part#slurmd-}" \
-        -f "$SLURM_CONF_FILE"
+      spawn "$part" "$(part_binary "$part")" -D -N "${part#slurmd-}" -f "$SLURM_CONF_FILE"
       ;;
     gpupoold)
       spawn gpupoold "$GPUPOOLD_BIN" -D -f "$GPUPOOL_CONF_FILE"
