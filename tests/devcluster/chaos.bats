@@ -13,7 +13,7 @@ setup() {
 figure() { grep -o "^$1=[^ ]*" <<<"$output" | tail -1 | cut -d= -f2; }
 
 @test "two cycles of kill -9: no lease lost, no GPU in two leases, no node drained" {
-  run timeout 240 "$CHAOS" --cycles 2 --seed 7
+  run timeout 420 "$CHAOS" --cycles 2 --seed 7
   echo "$output"
   [ "$status" -eq 0 ]
   [ "$(figure Result)" = PASS ]
@@ -33,7 +33,7 @@ figure() { grep -o "^$1=[^ ]*" <<<"$output" | tail -1 | cut -d= -f2; }
 }
 
 @test "a lease deleted behind gpupoold's back is reported lost and fails the run" {
-  run timeout 180 "$CHAOS" --cycles 1 --seed 3 --lose-a-lease
+  run timeout 300 "$CHAOS" --cycles 1 --seed 3 --lose-a-lease
   echo "$output"
   [ "$status" -eq 1 ]
   [ "$(figure Result)" = FAIL ]

@@ -10,7 +10,8 @@ installed() { slurmd -V | awk '{print $NF}'; }
   [ "$(cat "$GPUPOOL_BUILD/lib/slurm/gres_gpupool.release")" = "$(installed)" ]
   strings "$SO" | grep -qx 'gres/gpupool'
   strings "$SO" | grep -qx "gpupool gres built for Slurm $(installed)"
-  exported=$(nm -D --defined-only "$SO" | awk '{print $3}')
+  # __asan_default_options: ASan builds only (common/asan_defaults.c).
+  exported=$(nm -D --defined-only "$SO" | awk '{print $3}' | grep -vx __asan_default_options)
   for sym in plugin_name plugin_type plugin_version init fini gres_p_node_config_load \
     gres_p_job_set_env gres_p_step_set_env gres_p_task_set_env gres_p_send_stepd \
     gres_p_recv_stepd gres_p_get_job_info gres_p_get_step_info gres_p_get_devices \
