@@ -274,7 +274,7 @@ Status PoolEngine::CheckJobIsCallers(const Caller& caller, int64_t job_id) const
     return Status::PermissionDenied("cannot ask Slurm who owns " + job +
                                     " (gpupoold has no slurm.conf): only root or SlurmUser may acquire");
   }
-  Result<uid_t> owner = job_owner_(job_id);
+  Result<SlurmJobOwner> owner = job_owner_(job_id);
   if (!owner.ok()) {
     if (owner.status().code() == Status::Code::kNotFound) {
       return Status::PermissionDenied(job + " is not a pending or running Slurm job: " +
@@ -282,10 +282,15 @@ Status PoolEngine::CheckJobIsCallers(const Caller& caller, int64_t job_id) const
     }
     return Status::Unavailable("cannot confirm who owns " + job + ": " + owner.status().message());
   }
-  if (owner.value() != caller.uid) {
-    return Status::PermissionDenied(job + " belongs to uid " + std::to_string(owner.value()) +
+  if (owner->uid != caller.uid) {
+    return Status::PermissionDenied(job + " belongs to uid " + std::to_string(owner->uid) +
                                     ", not to uid " + std::to_string(caller.uid) +
                                     ": users may acquire only for their own jobs");
+  }
+  // gpupoold reaps the leases of jobs that are not running (the reaper, daemon.cc), so a
+  // lease for a pending job would vanish within a reap interval: refuse it instead.
+  if (!owner->running) {
+    return Status::Conflict(job + " is pending: its lease is acquired when it starts");
   }
   return Status::OK();
 }

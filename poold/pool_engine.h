@@ -27,6 +27,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "poold/inventory.h"
+#include "poold/slurm_jobs.h"
 #include "poold/store.h"
 
 namespace gpupool::poold {
@@ -87,9 +88,9 @@ struct EngineCounters {
            failed = 0, unreachable = 0;
 };
 
-// Who owns Slurm job N, as slurmctld says (poold/slurm_jobs.h). NotFound: no such job or
-// it has ended; Unavailable: slurmctld did not answer. Called without the engine's lock.
-using JobOwnerLookup = std::function<Result<uid_t>(int64_t job_id)>;
+// Who owns Slurm job N, as slurmctld says (SlurmJobs::Owner). NotFound: no such job or it
+// has ended; Unavailable: slurmctld did not answer. Called without the engine's lock.
+using JobOwnerLookup = std::function<Result<SlurmJobOwner>(int64_t job_id)>;
 
 class PoolEngine {
  public:

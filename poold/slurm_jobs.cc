@@ -45,7 +45,7 @@ SlurmJobs::JobState SlurmJobs::Query(int64_t job_id) {
   return state;
 }
 
-Result<uid_t> SlurmJobs::Owner(int64_t job_id) {
+Result<SlurmJobOwner> SlurmJobs::Owner(int64_t job_id) {
   std::string job = "job " + std::to_string(job_id);
   if (!initialised_) return Status::Unavailable("libslurm is not initialised");
   job_info_msg_t* msg = nullptr;
@@ -54,14 +54,14 @@ Result<uid_t> SlurmJobs::Owner(int64_t job_id) {
     if (err == ESLURM_INVALID_JOB_ID) return Status::NotFound("slurmctld knows no " + job);
     return Status::Unavailable(std::string("slurmctld did not answer: ") + slurm_strerror(err));
   }
-  Result<uid_t> owner = Status::NotFound(job + " has ended");
+  Result<SlurmJobOwner> owner = Status::NotFound(job + " has ended");
   for (uint32_t i = 0; i < msg->record_count; ++i) {
     const slurm_job_info_t& j = msg->job_array[i];
     if (j.job_id != static_cast<uint32_t>(job_id)) continue;  // an array's other tasks
     uint32_t base = j.job_state & JOB_STATE_BASE;
     bool live = base == JOB_PENDING || base == JOB_RUNNING || base == JOB_SUSPENDED ||
                 (j.job_state & JOB_COMPLETING) != 0;
-    if (live) owner = static_cast<uid_t>(j.user_id);
+    if (live) owner = SlurmJobOwner{static_cast<uid_t>(j.user_id), base != JOB_PENDING};
   }
   slurm_free_job_info_msg(msg);
   return owner;

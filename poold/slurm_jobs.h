@@ -15,6 +15,13 @@
 
 namespace gpupool::poold {
 
+// Who owns a live Slurm job, and whether it runs now (running, suspended or completing; a
+// pending job does not).
+struct SlurmJobOwner {
+  uid_t uid = 0;
+  bool running = false;
+};
+
 class SlurmJobs {
  public:
   enum class JobState { kRunning, kEnded, kUnknown };  // kUnknown: slurmctld did not answer
@@ -22,9 +29,10 @@ class SlurmJobs {
   // Returns false (with *why) when libslurm cannot be used here: no slurm.conf.
   bool Init(std::string* why);
   JobState Query(int64_t job_id);
-  // The uid of a pending, running or suspended job. NotFound: no such job, or it has
-  // ended; Unavailable: slurmctld did not answer.
-  Result<uid_t> Owner(int64_t job_id);
+  // The owner of a pending, running, suspended or completing job, and whether it runs (all
+  // but pending). NotFound: no such job, or it has ended; Unavailable: slurmctld did not
+  // answer.
+  Result<SlurmJobOwner> Owner(int64_t job_id);
 
  private:
   bool initialised_ = false;

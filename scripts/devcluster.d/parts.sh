@@ -193,6 +193,17 @@ part_ready() {
 }
 
 # part_stop PART [SIGNAL]: signal the recorded pid, wait up to 10 s, then SIGKILL.
+# still_exiting PID: PID has not finished exiting yet. Its command line empties as soon as
+# it releases its memory, which for a daemon holding gigabytes of sim GPU memory can be a
+# while before it is gone (or a zombie): part_pid no longer sees it by then. A pid whose
+# command line is not empty belongs to someone else now.
+still_exiting() {
+  local pid=$1 stat
+  stat=$(ps -o stat= -p "$pid" 2>/dev/null) || return 1
+  [[ -n $stat && $stat != Z* ]] || return 1
+  [[ -z $(tr -d '\0' <"/proc/$pid/cmdline" 2>/dev/null) ]]
+}
+
 part_stop() {
   local part=$1 sig=${2:-TERM} pid i
   pid=$(part_pid "$part") || { rm -f "$(pid_file "$part")"; return 0; }
@@ -208,5 +219,9 @@ part_stop() {
       sleep 0.1
     done
   fi
+  for ((i = 0; i < 100; i++)); do
+    still_exiting "$pid" || break
+    sleep 0.1
+  done
   rm -f "$(pid_file "$part")"
 }

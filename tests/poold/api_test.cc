@@ -28,9 +28,9 @@ class ApiTest : public ::testing::Test {
     c.poold.max_request_bytes = 4096;
     c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
     // Slurm's view of jobs, as the tests need it: job 5 is nobody's, every other job root's.
-    daemon_ = std::make_unique<Daemon>(c, [](int64_t job) -> Result<uid_t> {
+    daemon_ = std::make_unique<Daemon>(c, [](int64_t job) -> Result<SlurmJobOwner> {
       if (job >= 1000) return Status::NotFound("slurmctld knows no job " + std::to_string(job));
-      return job == 5 ? uid_t{65534} : uid_t{0};
+      return SlurmJobOwner{job == 5 ? uid_t{65534} : uid_t{0}, true};
     });
     Status s = daemon_->Start();
     ASSERT_TRUE(s.ok()) << s.message();

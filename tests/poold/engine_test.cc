@@ -121,11 +121,12 @@ TEST_F(EngineTest, UsersAcquireOnlyForTheirOwnJobs) {
   const uid_t alice = 5001, bob = 5002;
   std::map<int64_t, uid_t> owners = {{10, alice}, {11, bob}};
   bool slurm_down = false;
-  engine_->SetJobOwnerLookup([&](int64_t job) -> Result<uid_t> {
+  engine_->SetJobOwnerLookup([&](int64_t job) -> Result<SlurmJobOwner> {
     if (slurm_down) return Status::Unavailable("slurmctld did not answer");
+    if (job == 12) return SlurmJobOwner{alice, false};  // alice's, still pending
     auto it = owners.find(job);
     if (it == owners.end()) return Status::NotFound("slurmctld knows no job " + std::to_string(job));
-    return it->second;
+    return SlurmJobOwner{it->second, true};
   });
   AcquireRequest req;
   req.request = {PoolRequest{"a100", 1}};
@@ -141,6 +142,11 @@ TEST_F(EngineTest, UsersAcquireOnlyForTheirOwnJobs) {
   auto future = engine_->Acquire(as_alice, req, &created);
   EXPECT_EQ(future.status().code(), Status::Code::kPermissionDenied);
   EXPECT_NE(future.status().message().find("not a pending or running Slurm job"), std::string::npos);
+  // Her own job, but pending: the reaper would take its lease, so there is none to take.
+  req.job_id = 12;
+  auto pending = engine_->Acquire(as_alice, req, &created);
+  EXPECT_EQ(pending.status().code(), Status::Code::kConflict);
+  EXPECT_NE(pending.status().message().find("job 12 is pending"), std::string::npos);
   slurm_down = true;
   req.job_id = 10;
   EXPECT_EQ(engine_->Acquire(as_alice, req, &created).status().code(), Status::Code::kUnavailable);
@@ -374,7 +380,9 @@ TEST_F(EngineTest, LeasesExpireWithoutRenewal) {
 TEST_F(EngineTest, UsersSeeAndReleaseOnlyTheirOwn) {
   AddHost("g1", "r1", 2);
   Caller alice{1001, auth::Role::kUser}, bob{1002, auth::Role::kUser};
-  engine_->SetJobOwnerLookup([](int64_t job) -> Result<uid_t> { return job == 9 ? 1001 : 1002; });
+  engine_->SetJobOwnerLookup([](int64_t job) -> Result<SlurmJobOwner> {
+    return SlurmJobOwner{job == 9 ? uid_t{1001} : uid_t{1002}, true};
+  });
   AcquireRequest req;
   req.job_id = 9;
   req.request = {PoolRequest{"a100", 1}};

@@ -46,9 +46,11 @@ submit_as_nobody() {
   grep -q "not a pending or running Slurm job" <<<"$BODY"
 }
 
-@test "a user may acquire a lease for their own job, owned by them" {
-  id=$(submit_as_nobody --hold --gpu-pool=a100:1 --wrap true)
+@test "a user may acquire a lease for their own running job, owned by them" {
+  # No --gpu-pool: the plugin takes no lease for it, so the one nobody asks for is the only one.
+  id=$(submit_as_nobody --wrap "'sleep 60'")
   [ -n "$id" ]
+  wait_until 30 job_running "$id"
   acquire_as_nobody "$id"
   echo "$CODE $BODY"
   [ "$CODE" = 200 ]
@@ -56,4 +58,15 @@ submit_as_nobody() {
   [ "$(lease_field_of_job "$id" .uid)" = "$NOBODY_UID" ]
   scancel "$id"
   wait_until 30 job_has_no_lease "$id"
+}
+
+@test "a user's own pending job gets no lease from them: it gets one when it starts" {
+  id=$(submit_as_nobody --hold --gpu-pool=a100:1 --wrap true)
+  [ -n "$id" ]
+  acquire_as_nobody "$id"
+  echo "$CODE $BODY"
+  [ "$CODE" = 409 ]
+  grep -q "job $id is pending: its lease is acquired when it starts" <<<"$BODY"
+  job_has_no_lease "$id"
+  scancel "$id"
 }
