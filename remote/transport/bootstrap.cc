@@ -124,19 +124,19 @@ Result<std::string> ReceiveBlob(int fd, size_t max_size) {
 
 namespace {
 
-Status CheckMagicAndFlags(uint32_t magic, uint32_t flags) {
-  if (magic != kBootstrapMagic) {
-    char text[96];
-    std::snprintf(text, sizeof(text), "bad magic 0x%08x (not gpupool, or another version of its wire)",
-                  magic);
-    return Status::InvalidArgument(text);
-  }
-  if ((flags & ~kKnownHelloFlags) != 0) {
-    char text[64];
-    std::snprintf(text, sizeof(text), "unknown handshake flags 0x%x", flags & ~kKnownHelloFlags);
-    return Status::InvalidArgument(text);
-  }
-  return Status::OK();
+Status CheckMagic(uint32_t magic) {
+  if (magic == kBootstrapMagic) return Status::OK();
+  char text[96];
+  std::snprintf(text, sizeof(text), "bad magic 0x%08x (not gpupool, or another version of its wire)",
+                magic);
+  return Status::InvalidArgument(text);
+}
+
+Status CheckFlags(uint32_t flags) {
+  if ((flags & ~kKnownHelloFlags) == 0) return Status::OK();
+  char text[64];
+  std::snprintf(text, sizeof(text), "unknown handshake flags 0x%x", flags & ~kKnownHelloFlags);
+  return Status::InvalidArgument(text);
 }
 
 Result<std::string> ReceiveWorkerAddress(int fd) {
@@ -159,9 +159,9 @@ Result<ClientHello> ReceiveClientHello(int fd) {
   ClientHello hello;
   GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &magic, sizeof(magic)));
   // The flags are read only after a good magic: an old client sends its address next.
-  GPUPOOL_RETURN_IF_ERROR(CheckMagicAndFlags(magic, 0));
+  GPUPOOL_RETURN_IF_ERROR(CheckMagic(magic));
   GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &hello.flags, sizeof(hello.flags)));
-  GPUPOOL_RETURN_IF_ERROR(CheckMagicAndFlags(magic, hello.flags));
+  GPUPOOL_RETURN_IF_ERROR(CheckFlags(hello.flags));
   auto address = ReceiveWorkerAddress(fd);
   if (!address.ok()) return address.status();
   hello.worker_address = std::move(address.value());
@@ -179,10 +179,10 @@ Result<ServerHello> ReceiveServerHello(int fd) {
   uint32_t magic = 0;
   ServerHello hello;
   GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &magic, sizeof(magic)));
-  GPUPOOL_RETURN_IF_ERROR(CheckMagicAndFlags(magic, 0));
+  GPUPOOL_RETURN_IF_ERROR(CheckMagic(magic));
   GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &hello.connection, sizeof(hello.connection)));
   GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &hello.flags, sizeof(hello.flags)));
-  GPUPOOL_RETURN_IF_ERROR(CheckMagicAndFlags(magic, hello.flags));
+  GPUPOOL_RETURN_IF_ERROR(CheckFlags(hello.flags));
   if (hello.connection == 0) return Status::InvalidArgument("bootstrap: connection id 0");
   auto address = ReceiveWorkerAddress(fd);
   if (!address.ok()) return address.status();
