@@ -47,7 +47,7 @@ PUBLISHER_BIN=$BUILD/bin/gpupool-capacity-publisher
 SPANK_SO=$BUILD/lib/spank_gpupool.so
 SPANK_STUB_SO=$BUILD/lib/gpupool_option_stub.so  # tests/gres; used only without SPANK_SO
 GRES_PLUGIN_DIR=$BUILD/lib/slurm     # holds gres_gpupool.so once gres/ is built
-JOB_SUBMIT_LUA=$REPO/scripts/job_submit.lua
+JOB_SUBMIT_LUA=$REPO/etc/job_submit.lua
 
 # Simulated GPU topology: host rack model memory count.
 # a100 and h100 span both racks (8 GPUs each); l40s is a pool of exactly 4, so that tests
