@@ -38,9 +38,15 @@ inline CUresult CurrentDevice(int* device) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   Context* context = CurrentContext();
   if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context->magic == kDestroyedContextMagic) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *device = context->device;
   return CUDA_SUCCESS;
 }
+
+// Refuses cuLaunchKernelEx attributes that cannot work remotely (cooperative launches,
+// clusters, kernel-triggered events) with CUDA_ERROR_NOT_SUPPORTED naming them; accepts
+// the scheduling hints (api_function.cc).
+CUresult CheckLaunchAttributes(const CUlaunchConfig& config);
 
 }  // namespace gpupool::client
 

@@ -3,6 +3,7 @@
 // Stream and event handles are created here (the server learns them one-way); operations
 // that wait (synchronize, query, elapsed time) are round trips that also deliver the
 // errors of earlier asynchronous work.
+#include <algorithm>
 #include <cstring>
 
 #include "remote/client/api_common.h"
@@ -17,6 +18,8 @@ CUresult CreateStream(CUstream* result, unsigned flags, int priority) {
   if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int device = 0;
   if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+  if ((flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  priority = std::min(kLeastStreamPriority, std::max(kGreatestStreamPriority, priority));
   auto stream = std::make_unique<Stream>();
   stream->id = Runtime::Get().NewId();
   stream->context = CurrentContext();
@@ -26,6 +29,10 @@ CUresult CreateStream(CUstream* result, unsigned flags, int priority) {
   if (CUresult status = Runtime::Get().Post(device, dp::kOpStreamCreate, &args, sizeof(args));
       status != CUDA_SUCCESS) {
     return status;
+  }
+  {
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    stream->context->streams.insert(stream.get());
   }
   *result = reinterpret_cast<CUstream>(stream.release());
   return CUDA_SUCCESS;
@@ -94,6 +101,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream handle) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Stream* stream = AsStream(handle);
     if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    {
+      std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+      stream->context->streams.erase(stream);
+    }
     dp::StreamArgs args{stream->id, 0, 0};
     CUresult status = Runtime::Get().Post(stream->context->device, dp::kOpStreamDestroy, &args,
                                           sizeof(args));
@@ -170,6 +181,21 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCtx(CUstream handle, CUcontext* con
   });
 }
 
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetDevice(CUstream handle, CUdevice* device) {
+  GPUPOOL_BODY({
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    int ordinal = 0;
+    if (CUresult status = ResolveDevice(handle, &ordinal, nullptr); status != CUDA_SUCCESS) {
+      return status;
+    }
+    *device = ordinal;
+    return CUDA_SUCCESS;
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream handle, CUdevice* device) {
+  return cuStreamGetDevice(handle, device);
+}
+
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetId(CUstream handle, unsigned long long* id) {
   GPUPOOL_BODY({
     if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -200,6 +226,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventCreate(CUevent* result, unsigned int fl
         status != CUDA_SUCCESS) {
       return status;
     }
+    {
+      std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+      event->context->events.insert(event.get());
+    }
     *result = reinterpret_cast<CUevent>(event.release());
     return CUDA_SUCCESS;
   });
@@ -210,6 +240,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Event* event = AsEvent(handle);
     if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    {
+      std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+      event->context->events.erase(event);
+    }
     dp::EventArgs args{event->id, 0, 0};
     CUresult status = Runtime::Get().Post(event->context->device, dp::kOpEventDestroy, &args,
                                           sizeof(args));
