@@ -149,6 +149,22 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceCanAccessPeer(int* can_access, CUdevic
   });
 }
 
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value,
+                                                          CUdevice_P2PAttribute attribute,
+                                                          CUdevice source, CUdevice destination) {
+  GPUPOOL_BODY({
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (GetDevice(source) == nullptr || GetDevice(destination) == nullptr) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (source == destination) return CUDA_ERROR_INVALID_DEVICE;  // as CUDA answers
+    (void)attribute;
+    *value = 0;  // no peer access, atomics or native peer arrays between remote GPUs
+    return CUDA_SUCCESS;
+  });
+}
+
 // --- Primary contexts --------------------------------------------------------------------
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* context, CUdevice device) {

@@ -707,3 +707,73 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dst, size_t pit
                                                      size_t height, CUstream stream) {
   GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 4, width, height, stream); });
 }
+
+// --- Peer copies and stream-ordered allocation -------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext, CUdeviceptr src,
+                                               CUcontext, size_t size) {
+  // The pointers say which device each side is on (unified addressing); between two remote
+  // GPUs the bytes go through this host.
+  GPUPOOL_BODY({ return CopyDtoD(dst, src, size, nullptr); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_context,
+                                                    CUdeviceptr src, CUcontext src_context,
+                                                    size_t size) {
+  return cuMemcpyPeer(dst, dst_context, src, src_context, size);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src,
+                                                    CUcontext, size_t size, CUstream stream) {
+  GPUPOOL_BODY({ return CopyDtoD(dst, src, size, stream); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_context,
+                                                         CUdeviceptr src, CUcontext src_context,
+                                                         size_t size, CUstream stream) {
+  return cuMemcpyPeerAsync(dst, dst_context, src, src_context, size, stream);
+}
+
+// Stream-ordered allocation without memory pools (the device reports none): the memory
+// is allocated at the call, which is before the stream reaches it, and freed once the
+// stream's earlier work is done, which is when CUDA would free it.
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t size,
+                                                  CUstream stream) {
+  GPUPOOL_BODY({
+    if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    int device = 0;
+    if (CUresult status = ResolveDevice(stream, &device, nullptr); status != CUDA_SUCCESS) {
+      return status;
+    }
+    Stream* s = AsStream(stream);
+    if (s == nullptr || s->context == CurrentContext()) return cuMemAlloc_v2(dptr, size);
+    // Allocated in the stream's context, which owns it.
+    ContextStack().push_back(s->context);
+    CUresult status = cuMemAlloc_v2(dptr, size);
+    ContextStack().pop_back();
+    return status;
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size,
+                                                       CUstream stream) {
+  return cuMemAllocAsync(dptr, size, stream);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  GPUPOOL_BODY({
+    int device = 0;
+    uint64_t stream_id = 0;
+    if (CUresult status = ResolveDevice(stream, &device, &stream_id); status != CUDA_SUCCESS) {
+      return status;
+    }
+    if (dptr == 0) return CUDA_SUCCESS;
+    if (DeviceOf(dptr, 1) < 0) return CUDA_ERROR_INVALID_VALUE;
+    dp::StreamArgs args{stream_id, 0, 0};
+    if (CUresult status =
+            Runtime::Get().Call(device, dp::kOpStreamSynchronize, &args, sizeof(args));
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return cuMemFree_v2(dptr);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+  return cuMemFreeAsync(dptr, stream);
+}

@@ -26,6 +26,7 @@
 #undef cuCtxDestroy
 #undef cuCtxPushCurrent
 #undef cuCtxPopCurrent
+#undef cuStreamGetCaptureInfo
 
 using namespace gpupool::client;  // NOLINT
 
@@ -64,6 +65,7 @@ const Implementation kImplementations[] = {
     IMPL("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
     IMPL("cuDeviceGetByPCIBusId", 4010, cuDeviceGetByPCIBusId),
     IMPL("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer),
+    IMPL("cuDeviceGetP2PAttribute", 8000, cuDeviceGetP2PAttribute),
     // Primary contexts and the context stack
     IMPL("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
     IMPL("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
@@ -133,6 +135,10 @@ const Implementation kImplementations[] = {
     IMPL("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
     IMPL("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
     IMPL("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+    IMPL("cuMemcpyPeer", 4000, cuMemcpyPeer),
+    IMPL("cuMemAllocAsync", 11020, cuMemAllocAsync),
+    IMPL("cuMemFreeAsync", 11020, cuMemFreeAsync),
+    IMPL("cuMemcpyPeerAsync", 4000, cuMemcpyPeerAsync),
     IMPL("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
     IMPL("cuMemcpy2D", 3020, cuMemcpy2D_v2),
     IMPL("cuMemcpy2DUnaligned", 3020, cuMemcpy2DUnaligned_v2),
@@ -198,6 +204,14 @@ const Implementation kImplementations[] = {
     IMPL("cuStreamGetCtx", 9020, cuStreamGetCtx),
     IMPL("cuStreamGetId", 12000, cuStreamGetId),
     IMPL("cuStreamGetDevice", 12080, cuStreamGetDevice),
+    IMPL("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    IMPL("cuStreamGetCaptureInfo", 10010, cuStreamGetCaptureInfo),
+    IMPL("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2),
+    IMPL("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3),
+    IMPL("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
+    IMPL("cuStreamGetAttribute", 11000, cuStreamGetAttribute),
+    IMPL("cuStreamSetAttribute", 11000, cuStreamSetAttribute),
+    IMPL("cuStreamCopyAttributes", 11000, cuStreamCopyAttributes),
     IMPL("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
     IMPL("cuStreamAddCallback", 5000, cuStreamAddCallback),
     IMPL("cuEventCreate", 2000, cuEventCreate),

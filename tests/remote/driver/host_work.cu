@@ -114,6 +114,18 @@ int main() {
   EXPECT(cudaEventElapsedTime(&none, marks[0], untimed) == cudaErrorInvalidResourceHandle);
   cudaGetLastError();
 
+  // No stream is ever capturing (graphs are not supported), and hints are accepted.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusActive;
+  CHECK(cudaStreamIsCapturing(stream, &capture));
+  EXPECT(capture == cudaStreamCaptureStatusNone);
+  cudaStreamAttrValue policy{};
+  policy.accessPolicyWindow.base_ptr = d;
+  policy.accessPolicyWindow.num_bytes = 4096;
+  policy.accessPolicyWindow.hitRatio = 0.5f;
+  policy.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
+  policy.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
+  CHECK(cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &policy));
+
   // Stream priorities: clamped into the device's range, and read back.
   int least = 0, greatest = 0;
   CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));

@@ -110,6 +110,25 @@ int main() {
   }
   EXPECT(dense == volume_expected);
 
+  // Stream-ordered allocation and a peer copy (both sides on this device here).
+  uint8_t* ordered = nullptr;
+  CHECK(cudaMallocAsync(&ordered, image.size(), stream));
+  CHECK(cudaMemcpyAsync(ordered, image.data(), image.size(), cudaMemcpyHostToDevice, stream));
+  uint8_t* peer = nullptr;
+  CHECK(cudaMalloc(&peer, image.size()));
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaMemcpyPeer(peer, 0, ordered, 0, image.size()));
+  CHECK(cudaFreeAsync(ordered, stream));
+  std::vector<uint8_t> peer_back(image.size());
+  CHECK(cudaMemcpy(peer_back.data(), peer, peer_back.size(), cudaMemcpyDeviceToHost));
+  EXPECT(peer_back == image);
+  CHECK(cudaStreamSynchronize(stream));
+  cudaPointerAttributes freed{};
+  EXPECT(cudaPointerGetAttributes(&freed, ordered) != cudaSuccess ||
+         freed.type != cudaMemoryTypeDevice);
+  cudaGetLastError();
+  CHECK(cudaFree(peer));
+
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaFree(volume.ptr));
   CHECK(cudaFree(other));
