@@ -463,8 +463,18 @@ CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remot
   status = Call(device, dataplane::kOpGetFunction, &args, sizeof(args));
   if (status != CUDA_SUCCESS) {
     if (status == CUDA_ERROR_NOT_FOUND) {
-      LogError("kernel %s cannot run on GPU %d: the agent has no implementation of it",
-               function->name.c_str(), device);
+      // Once per kernel and GPU: a program may retry the launch in a loop.
+      static std::mutex reported_mu;
+      static auto* reported = new std::set<std::pair<std::string, int>>();
+      bool first;
+      {
+        std::lock_guard<std::mutex> lock(reported_mu);
+        first = reported->insert({function->name, device}).second;
+      }
+      if (first) {
+        LogError("kernel %s cannot run on GPU %d: the agent has no implementation of it",
+                 function->name.c_str(), device);
+      }
     }
     return status;
   }
