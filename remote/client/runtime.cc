@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "remote/client/log.h"
 #include "remote/transport/rpc_client_module.h"
@@ -230,6 +231,7 @@ CUresult Runtime::Transport(const Status& status, int device) {
 CUresult Runtime::Call(int device_ordinal, uint32_t op, const void* args, size_t args_len,
                        const void* payload, size_t payload_len, void* result,
                        size_t result_capacity, std::string* out) {
+  InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
   CUresult answer = CUDA_SUCCESS;
   if (DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len,
@@ -256,6 +258,7 @@ CUresult Runtime::CallNow(int device_ordinal, uint32_t op, const void* args, siz
 
 CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t args_len,
                        const void* payload, size_t payload_len) {
+  InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
   CUresult answer = CUDA_SUCCESS;
   if (DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len, Delivery::kOneWay,
@@ -277,6 +280,7 @@ CUresult Runtime::PostNow(int device_ordinal, uint32_t op, const void* args, siz
 
 CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_t args_len,
                         void* result, size_t result_capacity) {
+  InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
   CUresult answer = CUDA_SUCCESS;
   if (DeferOrWait(device_ordinal, op, args, args_len, nullptr, 0, Delivery::kReplyLater, result,
@@ -401,12 +405,19 @@ void Runtime::Shutdown() {
   if (!host_work_done) {
     LogError("host functions still pending at exit: their streams' connections are left open");
   }
+  // Other threads may still be inside a call (new ones are refused now): give them a
+  // moment; a connection still in use is left to close with the process.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (calls_in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool idle = calls_in_flight_.load() == 0;
   for (auto& device : devices_) {
     if (device->rpc == nullptr) continue;
     int32_t first_error = 0;
     Status drained = device->rpc->Drain(&first_error);
     if (!drained.ok()) continue;  // the agent is gone: nothing to close cleanly
-    if (!host_work_done) continue;
+    if (!host_work_done || !idle) continue;
     // Closing the connection tells the agent this is a clean exit (the transport closes
     // its bootstrap socket before the UCX endpoint).
     device->rpc.reset();

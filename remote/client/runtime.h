@@ -247,6 +247,14 @@ class Runtime {
   std::map<std::pair<int, uint64_t>, std::deque<DeferredRequest>> host_queues_by_stream_;
   std::multiset<std::pair<int, uint64_t>> deferred_event_records_;  // (device, event)
   std::atomic<bool> shut_down_{false};
+  // Application calls inside Call/Post/Start: Shutdown closes a connection only when no
+  // other thread is still using it.
+  std::atomic<int> calls_in_flight_{0};
+  struct InFlight {
+    explicit InFlight(std::atomic<int>& count) : count_(count) { count_.fetch_add(1); }
+    ~InFlight() { count_.fetch_sub(1); }
+    std::atomic<int>& count_;
+  };
 
   std::mutex mu_;
   std::once_flag init_once_;
