@@ -71,6 +71,27 @@ bool Runtime::DeferOrWait(int device, uint32_t op, const void* args, size_t args
   if (StreamOf(op, args, args_len, &stream)) {
     const std::pair<int, uint64_t> key{device, stream};
     auto queue = host_queues_by_stream_.find(key);
+    if (op == dp::kOpStreamWaitEvent && delivery == Delivery::kOneWay) {
+      // A wait for an event whose record is still queued behind a host function on
+      // another stream: this stream's later work must wait for that record too, so the
+      // wait itself queues here behind a step that holds until the record has gone out.
+      dp::StreamWaitEventArgs wait;
+      std::memcpy(&wait, args, sizeof(wait));
+      const std::pair<int, uint64_t> record{device, wait.event};
+      if (deferred_event_records_.count(record) > 0) {
+        if (queue == host_queues_by_stream_.end()) {
+          queue = host_queues_by_stream_.try_emplace(key).first;
+          host_queue_count_.fetch_add(1);
+          std::thread([this, device, stream] { DrainHostQueue(device, stream); }).detach();
+        }
+        DeferredRequest hold;
+        hold.host_work = [this, record](CUresult) {
+          std::unique_lock<std::mutex> hold_lock(host_mu_);
+          host_cv_.wait(hold_lock, [&] { return deferred_event_records_.count(record) == 0; });
+        };
+        queue->second.push_back(std::move(hold));
+      }
+    }
     if (queue == host_queues_by_stream_.end()) return false;
     if (op == dp::kOpStreamQuery) {
       *answer = CUDA_ERROR_NOT_READY;

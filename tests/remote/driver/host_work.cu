@@ -85,6 +85,21 @@ int main() {
   CHECK(cudaMemcpy(pinned, d, sizeof(float), cudaMemcpyDeviceToHost));
   EXPECT(pinned[0] == 0.0f);  // the memset queued behind the host function ran
 
+  // A stream waiting for an event recorded behind a host function on another stream
+  // waits for that host function too.
+  release = false;
+  cudaStream_t waiter;
+  CHECK(cudaStreamCreateWithFlags(&waiter, cudaStreamNonBlocking));
+  CHECK(cudaLaunchHostFunc(stream, WaitForRelease, nullptr));
+  CHECK(cudaEventRecord(behind, stream));
+  CHECK(cudaStreamWaitEvent(waiter, behind, 0));
+  CHECK(cudaMemsetAsync(d, 0x7f, sizeof(float), waiter));
+  EXPECT(cudaStreamQuery(waiter) == cudaErrorNotReady);
+  release = true;
+  CHECK(cudaStreamSynchronize(waiter));
+  EXPECT(cudaEventQuery(behind) == cudaSuccess);
+  CHECK(cudaStreamDestroy(waiter));
+
   // Event timing: real elapsed times, positive, and additive over consecutive intervals.
   cudaEvent_t marks[3];
   for (auto& mark : marks) CHECK(cudaEventCreate(&mark));

@@ -153,6 +153,12 @@ int main() {
                          cudaHostRegisterDefault));
   unsigned host_flags = 99;
   CHECK(cudaHostGetFlags(&host_flags, registered.data()));
+  EXPECT(host_flags == cudaHostRegisterDefault);
+  float* portable = nullptr;
+  CHECK(cudaHostAlloc(&portable, 4096, cudaHostAllocPortable));
+  CHECK(cudaHostGetFlags(&host_flags, portable));
+  EXPECT((host_flags & cudaHostAllocPortable) != 0);
+  CHECK(cudaFreeHost(portable));
   CHECK(cudaPointerGetAttributes(&where, registered.data()));
   EXPECT(where.type == cudaMemoryTypeHost);
   CHECK(cudaHostUnregister(registered.data()));
