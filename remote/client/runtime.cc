@@ -100,11 +100,12 @@ CUresult Runtime::Init(unsigned flags) {
   if (forked_child) return CUDA_ERROR_NOT_INITIALIZED;
   std::call_once(init_once_, [this] {
     pthread_atfork(nullptr, nullptr, [] { forked_child = true; });
-    // Registered after the static CUDA runtime's own exit handler (it calls cuInit after
-    // registering), so this runs first: the runtime's teardown calls then find the
-    // connections closed and answer CUDA_ERROR_DEINITIALIZED, as a real driver does while
-    // it shuts down. A program that exits without synchronising still sees its queued
-    // work done, and the agent sees a clean close rather than a vanished peer.
+    // At exit: queued work is finished and the connections are closed, so that the agent
+    // sees a clean close rather than a vanished peer, also for a program that exits
+    // without synchronising. CUDA runtime teardown calls that come after this (its exit
+    // handler may run before or after this one) answer CUDA_ERROR_DEINITIALIZED, as a
+    // real driver does while it shuts down. Before shared libraries' destructors: the
+    // transport module and UCX must still be there to close.
     std::atexit([] {
       if (!forked_child) Runtime::Get().Shutdown();
       if (unsigned long calls = UnsupportedCallCount(); calls > 0 && !forked_child) {
