@@ -67,10 +67,8 @@ CUresult DestroyContext(CUcontext handle) {
 }
 
 CUresult ExecutionAffinityUnsupported(const char* call) {
-  LogError("%s: execution affinity (a share of the GPU's SMs) cannot be given to a remote "
-           "GPU's context",
-           call);
-  return static_cast<CUresult>(ReportUnsupported(call));
+  return static_cast<CUresult>(
+      ReportUnsupported(call, "execution affinity: a share of the GPU's SMs for a context"));
 }
 
 }  // namespace
@@ -104,8 +102,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate_v4(CUcontext* context, CUctxCreate
       if (params->numExecAffinityParams < 0) return CUDA_ERROR_INVALID_VALUE;
       if (params->numExecAffinityParams > 0) return ExecutionAffinityUnsupported("cuCtxCreate_v4");
       if (params->cigParams != nullptr) {
-        LogError("cuCtxCreate_v4: CUDA-in-graphics contexts need a local graphics API");
-        return static_cast<CUresult>(ReportUnsupported("cuCtxCreate_v4(cigParams)"));
+        return static_cast<CUresult>(ReportUnsupported(
+            "cuCtxCreate_v4(cigParams)", "CUDA-in-graphics contexts need a local graphics API"));
       }
     }
     return CreateContext(context, flags, device);

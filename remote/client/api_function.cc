@@ -114,8 +114,8 @@ CUresult SetFunctionAttribute(const void* handle, int attribute, int value, int 
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
       if (value > 1) {
-        LogError("cuFuncSetAttribute: thread block clusters are not supported by remote GPUs");
-        return static_cast<CUresult>(ReportUnsupported("cuFuncSetAttribute(cluster dimension)"));
+        return static_cast<CUresult>(ReportUnsupported("cuFuncSetAttribute(cluster dimension)",
+                                                       "thread block clusters"));
       }
       return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
@@ -183,28 +183,23 @@ CUresult CheckLaunchAttributes(const CUlaunchConfig& config) {
     switch (attribute.id) {
       case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
         if (attribute.value.cooperative) {
-          LogError("cuLaunchKernelEx: cooperative launches (grid-wide synchronisation) are not "
-                   "supported by remote GPUs");
-          return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cooperative)"));
+          return static_cast<CUresult>(ReportUnsupported(
+              "cuLaunchKernelEx(cooperative)", "grid-wide synchronisation of a cooperative launch"));
         }
         break;
       case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
         const auto& dim = attribute.value.clusterDim;
         if (dim.x * dim.y * dim.z > 1) {
-          LogError("cuLaunchKernelEx: thread block clusters (%ux%ux%u) are not supported by "
-                   "remote GPUs",
-                   dim.x, dim.y, dim.z);
-          return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cluster dimension)"));
+          return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cluster dimension)",
+                                                         "thread block clusters"));
         }
         break;
       }
       case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
       case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
-        // These record a program's event at a point inside the kernel's execution.
-        LogError("cuLaunchKernelEx: launch attribute %d (an event triggered by the kernel) is "
-                 "not supported by remote GPUs",
-                 static_cast<int>(attribute.id));
-        return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(kernel-triggered event)"));
+        return static_cast<CUresult>(
+            ReportUnsupported("cuLaunchKernelEx(programmatic or launch-completion event)",
+                              "an event recorded from inside a running kernel"));
       default:
         // Priorities, cache and sync-domain hints, programmatic serialization, preferred
         // cluster shapes: they tune how a GPU schedules, never what the kernel computes.

@@ -20,6 +20,10 @@ namespace {
 
 namespace dp = gpupool::dataplane;
 
+// Why mapped (zero-copy) host memory cannot work.
+constexpr const char* kZeroCopyWhy =
+    "mapped host memory: a remote GPU's kernels cannot reach this host's memory; copy instead";
+
 // Marks host ranges we allocated (munmap on cuMemFreeHost) as opposed to registered ones.
 constexpr unsigned kOwnedHostMemory = 0x80000000u;
 
@@ -186,9 +190,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostAlloc(void** pointer, size_t size, un
     if (pointer == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (flags & CU_MEMHOSTALLOC_DEVICEMAP) {
-      LogError("cuMemHostAlloc: mapped (zero-copy) host memory cannot work with a remote GPU: "
-               "its kernels cannot reach this host's memory");
-      return static_cast<CUresult>(ReportUnsupported("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)"));
+      return static_cast<CUresult>(ReportUnsupported("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)",
+                                                     kZeroCopyWhy));
     }
     if (flags & ~static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED)) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -239,11 +242,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostRegister_v2(void* pointer, size_t siz
     if (pointer == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (flags & (CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY)) {
-      LogError("cuMemHostRegister: mapping host memory into a remote GPU's address space "
-               "(CU_MEMHOSTREGISTER_DEVICEMAP/IOMEMORY) cannot work: its kernels cannot reach "
-               "this host's memory");
-      return static_cast<CUresult>(
-          ReportUnsupported("cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP/IOMEMORY)"));
+      return static_cast<CUresult>(ReportUnsupported(
+          "cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP/IOMEMORY)", kZeroCopyWhy));
     }
     if (flags & ~static_cast<unsigned>(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY)) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -446,9 +446,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr
   GPUPOOL_BODY({
     if (dptr == nullptr || pointer == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    LogError("cuMemHostGetDevicePointer: host memory cannot be mapped into a remote GPU's "
-             "address space (its kernels cannot reach this host's memory); copy it instead");
-    return static_cast<CUresult>(ReportUnsupported("cuMemHostGetDevicePointer"));
+    return static_cast<CUresult>(ReportUnsupported("cuMemHostGetDevicePointer", kZeroCopyWhy));
   });
 }
 
@@ -491,8 +489,8 @@ CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device_ptr
       break;
     case CU_MEMORYTYPE_ARRAY:
       (void)array;
-      LogError("2D/3D copies from or to CUDA arrays are not supported by remote GPUs");
-      return static_cast<CUresult>(ReportUnsupported("cuMemcpy2D/3D(CU_MEMORYTYPE_ARRAY)"));
+      return static_cast<CUresult>(
+          ReportUnsupported("cuMemcpy2D/3D(CU_MEMORYTYPE_ARRAY)", "CUDA arrays"));
     default: return CUDA_ERROR_INVALID_VALUE;
   }
   if (side->base == 0) return CUDA_ERROR_INVALID_VALUE;

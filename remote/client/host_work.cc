@@ -213,8 +213,13 @@ void Runtime::DrainHostQueue(int device, uint64_t stream) {
                        request.payload.size());
     }
     if (status != CUDA_SUCCESS) {
-      LogError("request %u queued behind a host function on stream %llu failed: %d", request.op,
-               static_cast<unsigned long long>(stream), static_cast<int>(status));
+      // Once: when the agent is gone every queued request fails the same way, and the
+      // stream's next synchronisation reports it.
+      static std::once_flag logged;
+      std::call_once(logged, [&] {
+        LogError("a request queued behind a host function on stream %llu failed: %d",
+                 static_cast<unsigned long long>(stream), static_cast<int>(status));
+      });
     }
     if (request.op == dp::kOpEventRecord) {
       dp::EventRecordArgs record;

@@ -178,6 +178,18 @@ int main() {
   EXPECT(answer == CUDA_ERROR_NOT_SUPPORTED);
   EXPECT(message.find("cuFrobnicateFromTheFuture") != std::string::npos);
 
+  // A refused call says why, once however often it is made.
+  std::string refusals = CaptureStderr([&] {
+    for (int i = 0; i < 3; ++i) {
+      CUdeviceptr mapped = 0;
+      EXPECT(cuMemHostGetDevicePointer(&mapped, back, 0) == CUDA_ERROR_NOT_SUPPORTED);
+    }
+  });
+  size_t first_line = refusals.find("cuMemHostGetDevicePointer");
+  EXPECT(first_line != std::string::npos);
+  EXPECT(refusals.find("cuMemHostGetDevicePointer", first_line + 1) == std::string::npos);
+  EXPECT(refusals.find("cannot reach this host's memory") != std::string::npos);
+
   CU_CHECK(cuMemFree(kept));
   CU_CHECK(cuCtxDestroy(first));
   CU_CHECK(cuCtxGetCurrent(&current));
