@@ -48,6 +48,11 @@ inline CUresult CurrentDevice(int* device) {
 // the scheduling hints (api_function.cc).
 CUresult CheckLaunchAttributes(const CUlaunchConfig& config);
 
+// CUDA_ERROR_INVALID_VALUE when a launch asks for more dynamic shared memory than the
+// kernel may have on `device` (48 KiB unless raised with cuFuncSetAttribute, up to the
+// model's opt-in limit), as a GPU answers (api_function.cc).
+CUresult CheckLaunchSharedMemory(const Function& function, int device, unsigned shared_bytes);
+
 }  // namespace gpupool::client
 
 // Wraps a function body: GPUPOOL_BODY({ ...; return CUDA_SUCCESS; })

@@ -176,6 +176,22 @@ CUresult PotentialBlockSize(int* min_grid_size, int* block_size, CUfunction func
 
 namespace gpupool::client {
 
+CUresult CheckLaunchSharedMemory(const Function& function, int device, unsigned shared_bytes) {
+  Device* d = Runtime::Get().device(device);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  const ModelProperties model = PropertiesOf(*d);
+  const KernelResources resources = ResourcesOf(function);
+  int limit;
+  {
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    limit = function.max_dynamic_shared_bytes >= 0
+                ? function.max_dynamic_shared_bytes
+                : model.shared_per_block - resources.static_shared_bytes;
+  }
+  return shared_bytes > static_cast<unsigned>(std::max(limit, 0)) ? CUDA_ERROR_INVALID_VALUE
+                                                                   : CUDA_SUCCESS;
+}
+
 CUresult CheckLaunchAttributes(const CUlaunchConfig& config) {
   if (config.numAttrs > 0 && config.attrs == nullptr) return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < config.numAttrs; ++i) {

@@ -118,12 +118,16 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
   uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
   if (threads == 0 || threads > 1024 || block[0] > 1024 || block[1] > 1024 || block[2] > 64 ||
       grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u ||
-      grid[1] > 65535 || grid[2] > 65535 || shared_mem > 166912) {
+      grid[1] > 65535 || grid[2] > 65535) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   int device = 0;
   dp::LaunchArgs args{};
   if (CUresult status = ResolveDevice(stream, &device, &args.stream); status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (CUresult status = CheckLaunchSharedMemory(*function, device, shared_mem);
+      status != CUDA_SUCCESS) {
     return status;
   }
   if (CUresult status = Runtime::Get().EnsureFunction(function, device, &args.function);

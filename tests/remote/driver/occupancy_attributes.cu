@@ -98,6 +98,14 @@ int main() {
   EXPECT(ReferenceBlocks(prop, attributes, 256, available + 128) < 2 ||
          available + attributes.sharedSizeBytes == prop.sharedMemPerBlockOptin);
 
+  // A launch may use 48 KiB of dynamic shared memory unless the kernel was allowed more.
+  float* scratch = nullptr;
+  CHECK(cudaMalloc(&scratch, 256 * sizeof(float)));
+  scale<<<1, 256, prop.sharedMemPerBlock - attributes.sharedSizeBytes>>>(scratch, 1.0f, 256);
+  CHECK(cudaGetLastError());
+  scale<<<1, 256, prop.sharedMemPerBlock - attributes.sharedSizeBytes + 1>>>(scratch, 1.0f, 256);
+  EXPECT(cudaGetLastError() == cudaErrorInvalidValue);
+
   // Function attributes that can be set read back; beyond the opt-in maximum is refused.
   int optin = static_cast<int>(prop.sharedMemPerBlockOptin - attributes.sharedSizeBytes);
   CHECK(cudaFuncSetAttribute(vecAdd, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
@@ -106,6 +114,11 @@ int main() {
   EXPECT(cudaFuncSetAttribute(vecAdd, cudaFuncAttributeMaxDynamicSharedMemorySize, optin + 1) ==
          cudaErrorInvalidValue);
   cudaGetLastError();
+  CHECK(cudaFuncSetAttribute(scale, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  scale<<<1, 256, optin>>>(scratch, 1.0f, 256);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaFree(scratch));
   CHECK(cudaFuncSetAttribute(vecAdd, cudaFuncAttributePreferredSharedMemoryCarveout, 50));
   CHECK(cudaFuncGetAttributes(&attributes, vecAdd));
   EXPECT(attributes.preferredShmemCarveout == 50);
