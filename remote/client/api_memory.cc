@@ -133,7 +133,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t size) 
     if (status != CUDA_SUCCESS) return status;
     if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;
     std::memcpy(&result, out.data(), sizeof(result));
-    Runtime::Get().AddAllocation(result.dptr, size, device);
+    Runtime::Get().AddContextAllocation(result.dptr, size, device, CurrentContext());
     *dptr = result.dptr;
     return CUDA_SUCCESS;
   });

@@ -303,7 +303,12 @@ CUresult Runtime::StartNow(int device_ordinal, uint32_t op, const void* args, si
 
 void Runtime::AddAllocation(uint64_t dptr, uint64_t size, int device) {
   std::lock_guard<std::mutex> lock(mu_);
-  allocations_[dptr] = Allocation{size, device, CurrentContext()};
+  allocations_[dptr] = Allocation{size, device, nullptr};
+}
+
+void Runtime::AddContextAllocation(uint64_t dptr, uint64_t size, int device, Context* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  allocations_[dptr] = Allocation{size, device, context};
 }
 
 bool Runtime::RemoveAllocation(uint64_t dptr, int* device) {

@@ -141,7 +141,7 @@ struct Device {
 struct Allocation {
   uint64_t size;
   int device;
-  Context* context = nullptr;  // the context current when it was allocated
+  Context* context = nullptr;  // the owning context (AddContextAllocation), if any
 };
 
 class Runtime {
@@ -171,7 +171,11 @@ class Runtime {
   uint64_t NewId() { return next_id_.fetch_add(1); }
 
   // Device allocations made through us, to classify pointers (cuMemcpy, attributes).
+  // AddAllocation: memory no context owns (a module's globals, which the agent frees with
+  // the module); AddContextAllocation: memory `context` owns (cuMemAlloc), freed when the
+  // context is destroyed or reset.
   void AddAllocation(uint64_t dptr, uint64_t size, int device);
+  void AddContextAllocation(uint64_t dptr, uint64_t size, int device, Context* context);
   bool RemoveAllocation(uint64_t dptr, int* device);
   // The allocation containing [ptr, ptr+size), if any: its start, size and device.
   bool FindAllocation(uint64_t ptr, uint64_t size, uint64_t* start, Allocation* found);
