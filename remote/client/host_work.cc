@@ -2,13 +2,16 @@
 //
 // The agent cannot call back into this process, so the ordering is kept here: a host
 // function opens a queue for its stream; the stream's later requests that would travel
-// one-way (copies, launches, event records, the stream's destruction) wait in that queue,
-// in order, instead of going out. A thread of this library works through the queue: it
-// waits for the stream's earlier work (a stream synchronisation with the agent), runs the
-// host function, sends the requests queued behind it, and closes the queue once empty.
-// Requests that must answer now behave as on a GPU: a query of the stream, or of an event
-// whose record is queued, answers CUDA_ERROR_NOT_READY; a synchronisation (of the stream,
-// an event, the context) or a device-to-host copy on the stream waits for the queue.
+// one-way or complete later (copies, launches, event records, asynchronous device-to-host
+// copies into page-locked memory, the stream's destruction) wait in that queue, in order,
+// instead of going out; page-locked sources are read when their copy is sent, as a GPU's
+// DMA would. A thread of this library works through the queue: it waits for the stream's
+// earlier work (a stream synchronisation with the agent), runs the host function, sends
+// the requests queued behind it, and closes the queue once empty. Requests that must
+// answer now behave as on a GPU: a query of the stream, or of an event whose record is
+// queued, answers CUDA_ERROR_NOT_READY; a synchronisation (of the stream, an event, the
+// context) or a synchronous copy on the stream waits for the queue. A stream told to wait
+// for an event whose record is queued gets a queue of its own that holds until then.
 //
 // Known difference: the legacy default stream does not wait for host functions queued on
 // other streams (nor the reverse); each stream's own order is kept.
