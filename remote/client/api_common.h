@@ -38,9 +38,20 @@ inline CUresult CurrentDevice(int* device) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   Context* context = CurrentContext();
   if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context->magic == kDestroyedContextMagic) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *device = context->device;
   return CUDA_SUCCESS;
 }
+
+// Refuses cuLaunchKernelEx attributes that cannot work remotely (cooperative launches,
+// clusters, kernel-triggered events) with CUDA_ERROR_NOT_SUPPORTED naming them; accepts
+// the scheduling hints (api_function.cc).
+CUresult CheckLaunchAttributes(const CUlaunchConfig& config);
+
+// CUDA_ERROR_INVALID_VALUE when a launch asks for more dynamic shared memory than the
+// kernel may have on `device` (48 KiB unless raised with cuFuncSetAttribute, up to the
+// model's opt-in limit), as a GPU answers (api_function.cc).
+CUresult CheckLaunchSharedMemory(const Function& function, int device, unsigned shared_bytes);
 
 }  // namespace gpupool::client
 

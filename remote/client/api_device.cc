@@ -102,8 +102,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* min
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Device* d = GetDevice(device);
     if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-    *major = d->description.cc_major;
-    *minor = d->description.cc_minor;
+    ModelProperties properties = PropertiesOf(*d);
+    *major = properties.cc_major;
+    *minor = properties.cc_minor;
     return CUDA_SUCCESS;
   });
 }
@@ -144,6 +145,22 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceCanAccessPeer(int* can_access, CUdevic
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (GetDevice(device) == nullptr || GetDevice(peer) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
     *can_access = 0;  // remote GPUs never map each other's memory
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value,
+                                                          CUdevice_P2PAttribute attribute,
+                                                          CUdevice source, CUdevice destination) {
+  GPUPOOL_BODY({
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (GetDevice(source) == nullptr || GetDevice(destination) == nullptr) {
+      return CUDA_ERROR_INVALID_DEVICE;
+    }
+    if (source == destination) return CUDA_ERROR_INVALID_DEVICE;  // as CUDA answers
+    (void)attribute;
+    *value = 0;  // no peer access, atomics or native peer arrays between remote GPUs
     return CUDA_SUCCESS;
   });
 }
@@ -214,8 +231,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice device) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Device* d = GetDevice(device);
     if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-    // Resetting would have to free the context's server-side resources; the connection
-    // keeps them until the process exits instead. Run the storage destructors, as CUDA does.
+    // As on a GPU: the storage destructors run and the context's allocations, streams
+    // and events are freed. (Modules stay loaded on the agent until the process exits.)
     std::map<void*, ContextStorageEntry> storage;
     {
       std::lock_guard<std::mutex> lock(d->primary.storage_mu);
@@ -224,7 +241,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice device) {
     for (auto& [key, entry] : storage) {
       if (entry.destructor) entry.destructor(reinterpret_cast<CUcontext>(&d->primary), key, entry.value);
     }
-    return CUDA_SUCCESS;
+    CUresult status = Runtime::Get().ReleaseContextResources(&d->primary);
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    d->primary.flags = 0;
+    static const Context defaults;
+    for (size_t i = 0; i < CU_LIMIT_MAX; ++i) d->primary.limits[i] = defaults.limits[i];
+    return status;
   });
 }
 
@@ -344,34 +366,76 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetApiVersion(CUcontext context, unsigned
   GPUPOOL_BODY({
     if (version == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Context* c = context == nullptr ? CurrentContext() : AsContext(context);
+    if (c == nullptr || c->magic != kContextMagic) return CUDA_ERROR_INVALID_CONTEXT;
     *version = 3020;  // the context API version every modern context reports
     return CUDA_SUCCESS;
   });
 }
 
+namespace {
+
+// The current context, or the error to answer.
+CUresult CurrentLiveContext(Context** context) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  *context = CurrentContext();
+  if (*context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if ((*context)->magic == kDestroyedContextMagic) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+// Limits are kept per context and answered as set; they only matter to kernels a GPU host
+// runs (the agent's cuda backend applies its own defaults today).
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetLimit(size_t* value, CUlimit limit) {
   GPUPOOL_BODY({
     if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Context* context = nullptr;
+    if (CUresult status = CurrentLiveContext(&context); status != CUDA_SUCCESS) return status;
     switch (limit) {
-      case CU_LIMIT_STACK_SIZE: *value = 1024; break;
-      case CU_LIMIT_PRINTF_FIFO_SIZE: *value = 1 << 20; break;
-      case CU_LIMIT_MALLOC_HEAP_SIZE: *value = 8 << 20; break;
-      case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH: *value = 2; break;
-      case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT: *value = 2048; break;
-      case CU_LIMIT_MAX_L2_FETCH_GRANULARITY: *value = 64; break;
-      case CU_LIMIT_PERSISTING_L2_CACHE_SIZE: *value = 0; break;
-      default: return CUDA_ERROR_UNSUPPORTED_LIMIT;
+      case CU_LIMIT_SHMEM_SIZE:
+      case CU_LIMIT_CIG_ENABLED:
+      case CU_LIMIT_CIG_SHMEM_FALLBACK_ENABLED:
+        *value = 0;  // CUDA-in-graphics contexts do not exist here
+        return CUDA_SUCCESS;
+      default:
+        if (limit < 0 || limit > CU_LIMIT_PERSISTING_L2_CACHE_SIZE) {
+          return CUDA_ERROR_UNSUPPORTED_LIMIT;
+        }
     }
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    *value = context->limits[limit];
     return CUDA_SUCCESS;
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
   GPUPOOL_BODY({
-    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    // Accepted and ignored: the sim has no such limits; a GPU host applies its defaults.
-    return limit <= CU_LIMIT_PERSISTING_L2_CACHE_SIZE ? CUDA_SUCCESS : CUDA_ERROR_UNSUPPORTED_LIMIT;
+    Context* context = nullptr;
+    if (CUresult status = CurrentLiveContext(&context); status != CUDA_SUCCESS) return status;
+    switch (limit) {
+      case CU_LIMIT_STACK_SIZE:
+        // A real driver rounds the per-thread stack to 16 bytes.
+        value = (value + 15) / 16 * 16;
+        break;
+      case CU_LIMIT_PRINTF_FIFO_SIZE:
+      case CU_LIMIT_MALLOC_HEAP_SIZE:
+      case CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH:
+      case CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT:
+        break;
+      case CU_LIMIT_MAX_L2_FETCH_GRANULARITY:
+        if (value > 128) return CUDA_ERROR_INVALID_VALUE;
+        break;
+      case CU_LIMIT_PERSISTING_L2_CACHE_SIZE:
+        value = 0;  // no L2 set-aside on a remote GPU: reads back as 0
+        break;
+      default:
+        return CUDA_ERROR_UNSUPPORTED_LIMIT;
+    }
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    context->limits[limit] = value;
+    return CUDA_SUCCESS;
   });
 }
 
@@ -389,9 +453,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config) {
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greatest) {
   GPUPOOL_BODY({
-    if (least) *least = 0;
-    if (greatest) *greatest = -5;
-    return RequireInit();
+    int device = 0;
+    if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+    if (least) *least = kLeastStreamPriority;
+    if (greatest) *greatest = kGreatestStreamPriority;
+    return CUDA_SUCCESS;
   });
 }
 

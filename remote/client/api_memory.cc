@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "remote/client/api_common.h"
 
@@ -18,6 +19,10 @@ using namespace gpupool::client;  // NOLINT
 namespace {
 
 namespace dp = gpupool::dataplane;
+
+// Why mapped (zero-copy) host memory cannot work.
+constexpr const char* kZeroCopyWhy =
+    "mapped host memory: a remote GPU's kernels cannot reach this host's memory; copy instead";
 
 // Marks host ranges we allocated (munmap on cuMemFreeHost) as opposed to registered ones.
 constexpr unsigned kOwnedHostMemory = 0x80000000u;
@@ -128,7 +133,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t size) 
     if (status != CUDA_SUCCESS) return status;
     if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;
     std::memcpy(&result, out.data(), sizeof(result));
-    Runtime::Get().AddAllocation(result.dptr, size, device);
+    Runtime::Get().AddContextAllocation(result.dptr, size, device, CurrentContext());
     *dptr = result.dptr;
     return CUDA_SUCCESS;
   });
@@ -185,9 +190,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostAlloc(void** pointer, size_t size, un
     if (pointer == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (flags & CU_MEMHOSTALLOC_DEVICEMAP) {
-      LogError("cuMemHostAlloc: mapped host memory (CU_MEMHOSTALLOC_DEVICEMAP) is not supported "
-               "by remote GPUs");
-      return CUDA_ERROR_NOT_SUPPORTED;
+      return static_cast<CUresult>(ReportUnsupported("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)",
+                                                     kZeroCopyWhy));
+    }
+    if (flags & ~static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED)) {
+      return CUDA_ERROR_INVALID_VALUE;
     }
     void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -234,8 +241,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostRegister_v2(void* pointer, size_t siz
   GPUPOOL_BODY({
     if (pointer == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    if (flags & CU_MEMHOSTREGISTER_DEVICEMAP) {
-      return static_cast<CUresult>(ReportUnsupported("cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP)"));
+    if (flags & (CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY)) {
+      return static_cast<CUresult>(ReportUnsupported(
+          "cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP/IOMEMORY)", kZeroCopyWhy));
+    }
+    if (flags & ~static_cast<unsigned>(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY)) {
+      return CUDA_ERROR_INVALID_VALUE;
     }
     if (Runtime::Get().FindHostRange(pointer, nullptr)) {
       return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
@@ -330,9 +341,10 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
   bool host = !device && Runtime::Get().FindHostRange(reinterpret_cast<void*>(ptr), nullptr);
   if (!device && !host && !lenient) return CUDA_ERROR_INVALID_VALUE;
   Device* d = device ? Runtime::Get().device(allocation.device) : nullptr;
+  Context* owner = allocation.context != nullptr ? allocation.context : d ? &d->primary : nullptr;
   switch (attribute) {
     case CU_POINTER_ATTRIBUTE_CONTEXT:
-      *static_cast<CUcontext*>(data) = d ? reinterpret_cast<CUcontext>(&d->primary) : nullptr;
+      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(owner);
       break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) =
@@ -369,6 +381,32 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
       *static_cast<int*>(data) = 1;
       break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE:
+      *static_cast<int*>(data) = 0;  // no IPC, RDMA or decompression across the network
+      break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+      *static_cast<unsigned long long*>(data) = 0;
+      break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+      *static_cast<unsigned*>(data) =
+          device ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
+      break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+      *static_cast<void**>(data) = nullptr;  // no memory pools
+      break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+      if (!device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<size_t*>(data) = allocation.size;
+      break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+      if (!device) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = reinterpret_cast<void*>(start);
+      break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID:
+      *static_cast<unsigned long long*>(data) = device ? start : 0;
+      break;
     default:
       return CUDA_ERROR_INVALID_VALUE;
   }
@@ -401,4 +439,339 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int count,
     }
     return CUDA_SUCCESS;
   });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* pointer,
+                                                               unsigned int flags) {
+  GPUPOOL_BODY({
+    if (dptr == nullptr || pointer == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    return static_cast<CUresult>(ReportUnsupported("cuMemHostGetDevicePointer", kZeroCopyWhy));
+  });
+}
+
+// --- Pitched allocations, 2D and 3D copies -----------------------------------------------------
+// Done here, as copies of rows: each row is an ordinary linear copy (one-way for rows that
+// go to the device), and a device-to-host copy reads the rows' whole span in one round
+// trip when it is dense enough, then places the rows here.
+
+namespace {
+
+// Rows of a pitched allocation start at multiples of this (what GPUs since Kepler use).
+constexpr size_t kPitchAlignment = 512;
+
+// One side of a 2D/3D copy, after memory-type resolution.
+struct CopySide {
+  bool device = false;
+  uintptr_t base = 0;  // host address or device pointer
+  size_t x = 0, y = 0, z = 0, pitch = 0, height = 0;
+
+  uintptr_t Row(size_t row, size_t slice) const {
+    return base + (z + slice) * pitch * height + (y + row) * pitch + x;
+  }
+};
+
+CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device_ptr, CUarray array,
+                     size_t x, size_t y, size_t z, size_t pitch, size_t height, CopySide* side) {
+  switch (type) {
+    case CU_MEMORYTYPE_HOST:
+      side->device = false;
+      side->base = reinterpret_cast<uintptr_t>(host);
+      break;
+    case CU_MEMORYTYPE_DEVICE:
+      side->device = true;
+      side->base = device_ptr;
+      break;
+    case CU_MEMORYTYPE_UNIFIED:
+      // Unified addressing: the pointer itself says where it lives.
+      side->device = DeviceOf(device_ptr, 1) >= 0;
+      side->base = device_ptr;
+      break;
+    case CU_MEMORYTYPE_ARRAY:
+      (void)array;
+      return static_cast<CUresult>(
+          ReportUnsupported("cuMemcpy2D/3D(CU_MEMORYTYPE_ARRAY)", "CUDA arrays"));
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (side->base == 0) return CUDA_ERROR_INVALID_VALUE;
+  side->x = x;
+  side->y = y;
+  side->z = z;
+  side->pitch = pitch;
+  side->height = height;
+  return CUDA_SUCCESS;
+}
+
+CUresult CopyRows(const CopySide& src, const CopySide& dst, size_t width, size_t height,
+                  size_t depth, CUstream stream) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  if (width == 0 || height == 0 || depth == 0) return CUDA_SUCCESS;
+  if ((height > 1 || depth > 1) && (src.pitch < width || dst.pitch < width)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (depth > 1 && (src.height < height || dst.height < height)) return CUDA_ERROR_INVALID_VALUE;
+  const size_t rows = height * depth;
+  // Both dense and in one piece: one linear copy.
+  auto dense = [&](const CopySide& side) {
+    return rows == 1 || (side.pitch == width && (depth == 1 || side.height == height));
+  };
+  if (dense(src) && dense(dst)) {
+    return CopyAny(dst.Row(0, 0), src.Row(0, 0), width * rows, stream, false);
+  }
+  if (src.device && !dst.device) {
+    // The whole span in one read when it is not mostly gaps.
+    const uintptr_t first = src.Row(0, 0);
+    const uintptr_t last = src.Row(height - 1, depth - 1) + width;
+    const size_t span = last - first;
+    if (span <= 4 * width * rows && DeviceOf(first, span) >= 0) {
+      std::vector<char> staging(span);
+      if (CUresult status = CopyDtoH(staging.data(), first, span, stream, false);
+          status != CUDA_SUCCESS) {
+        return status;
+      }
+      for (size_t slice = 0; slice < depth; ++slice) {
+        for (size_t row = 0; row < height; ++row) {
+          std::memcpy(reinterpret_cast<void*>(dst.Row(row, slice)),
+                      staging.data() + (src.Row(row, slice) - first), width);
+        }
+      }
+      return CUDA_SUCCESS;
+    }
+  }
+  for (size_t slice = 0; slice < depth; ++slice) {
+    for (size_t row = 0; row < height; ++row) {
+      CUresult status;
+      if (src.device && dst.device) {
+        status = CopyDtoD(dst.Row(row, slice), src.Row(row, slice), width, stream);
+      } else if (dst.device) {
+        status = CopyHtoD(dst.Row(row, slice), reinterpret_cast<const void*>(src.Row(row, slice)),
+                          width, stream);
+      } else if (src.device) {
+        status = CopyDtoH(reinterpret_cast<void*>(dst.Row(row, slice)), src.Row(row, slice),
+                          width, stream, false);
+      } else {
+        std::memmove(reinterpret_cast<void*>(dst.Row(row, slice)),
+                     reinterpret_cast<const void*>(src.Row(row, slice)), width);
+        status = CUDA_SUCCESS;
+      }
+      if (status != CUDA_SUCCESS) return status;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream) {
+  if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  CopySide src, dst;
+  if (CUresult status = ResolveSide(copy->srcMemoryType, copy->srcHost, copy->srcDevice,
+                                    copy->srcArray, copy->srcXInBytes, copy->srcY, 0,
+                                    copy->srcPitch, 0, &src);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (CUresult status = ResolveSide(copy->dstMemoryType, copy->dstHost, copy->dstDevice,
+                                    copy->dstArray, copy->dstXInBytes, copy->dstY, 0,
+                                    copy->dstPitch, 0, &dst);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  return CopyRows(src, dst, copy->WidthInBytes, copy->Height, 1, stream);
+}
+
+CUresult Copy3D(const CUDA_MEMCPY3D* copy, CUstream stream) {
+  if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (copy->srcLOD != 0 || copy->dstLOD != 0 || copy->reserved0 != nullptr ||
+      copy->reserved1 != nullptr) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  CopySide src, dst;
+  if (CUresult status = ResolveSide(copy->srcMemoryType, copy->srcHost, copy->srcDevice,
+                                    copy->srcArray, copy->srcXInBytes, copy->srcY, copy->srcZ,
+                                    copy->srcPitch, copy->srcHeight, &src);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (CUresult status = ResolveSide(copy->dstMemoryType, copy->dstHost, copy->dstDevice,
+                                    copy->dstArray, copy->dstXInBytes, copy->dstY, copy->dstZ,
+                                    copy->dstPitch, copy->dstHeight, &dst);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  return CopyRows(src, dst, copy->WidthInBytes, copy->Height, copy->Depth, stream);
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
+                                                     size_t width, size_t height,
+                                                     unsigned int element_size) {
+  GPUPOOL_BODY({
+    if (dptr == nullptr || pitch == nullptr || width == 0 || height == 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (element_size != 4 && element_size != 8 && element_size != 16) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    const size_t row = (width + kPitchAlignment - 1) / kPitchAlignment * kPitchAlignment;
+    if (CUresult status = cuMemAlloc_v2(dptr, row * height); status != CUDA_SUCCESS) return status;
+    *pitch = row;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D* copy) {
+  GPUPOOL_BODY({ return Copy2D(copy, nullptr); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* copy) {
+  return cuMemcpy2D_v2(copy);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* copy) {
+  GPUPOOL_BODY({ return Copy2D(copy, nullptr); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D* copy) {
+  return cuMemcpy2DUnaligned_v2(copy);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* copy, CUstream stream) {
+  GPUPOOL_BODY({ return Copy2D(copy, stream); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* copy,
+                                                          CUstream stream) {
+  return cuMemcpy2DAsync_v2(copy, stream);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D* copy) {
+  GPUPOOL_BODY({ return Copy3D(copy, nullptr); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* copy) {
+  return cuMemcpy3D_v2(copy);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* copy, CUstream stream) {
+  GPUPOOL_BODY({ return Copy3D(copy, stream); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* copy,
+                                                          CUstream stream) {
+  return cuMemcpy3DAsync_v2(copy, stream);
+}
+
+// --- 2D memset: one memset per row ------------------------------------------------------------
+
+namespace {
+
+CUresult Memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t element_size,
+                  size_t width, size_t height, CUstream stream) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  if (width == 0 || height == 0) return CUDA_SUCCESS;
+  if (height > 1 && pitch < width * element_size) return CUDA_ERROR_INVALID_VALUE;
+  if (pitch == width * element_size) {
+    return Memset(dst, value, element_size, width * height, stream);
+  }
+  for (size_t row = 0; row < height; ++row) {
+    if (CUresult status = Memset(dst + row * pitch, value, element_size, width, stream);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch,
+                                                  unsigned char value, size_t width,
+                                                  size_t height) {
+  GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 1, width, height, nullptr); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr dst, size_t pitch,
+                                                   unsigned short value, size_t width,
+                                                   size_t height) {
+  GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 2, width, height, nullptr); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch,
+                                                   unsigned int value, size_t width,
+                                                   size_t height) {
+  GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 4, width, height, nullptr); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch,
+                                                    unsigned char value, size_t width,
+                                                    size_t height, CUstream stream) {
+  GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 1, width, height, stream); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch,
+                                                     unsigned short value, size_t width,
+                                                     size_t height, CUstream stream) {
+  GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 2, width, height, stream); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch,
+                                                     unsigned int value, size_t width,
+                                                     size_t height, CUstream stream) {
+  GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 4, width, height, stream); });
+}
+
+// --- Peer copies and stream-ordered allocation -------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext, CUdeviceptr src,
+                                               CUcontext, size_t size) {
+  // The pointers say which device each side is on (unified addressing); between two remote
+  // GPUs the bytes go through this host.
+  GPUPOOL_BODY({ return CopyDtoD(dst, src, size, nullptr); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_context,
+                                                    CUdeviceptr src, CUcontext src_context,
+                                                    size_t size) {
+  return cuMemcpyPeer(dst, dst_context, src, src_context, size);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src,
+                                                    CUcontext, size_t size, CUstream stream) {
+  GPUPOOL_BODY({ return CopyDtoD(dst, src, size, stream); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_context,
+                                                         CUdeviceptr src, CUcontext src_context,
+                                                         size_t size, CUstream stream) {
+  return cuMemcpyPeerAsync(dst, dst_context, src, src_context, size, stream);
+}
+
+// Stream-ordered allocation without memory pools (the device reports none): the memory
+// is allocated at the call, which is before the stream reaches it, and freed once the
+// stream's earlier work is done, which is when CUDA would free it.
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t size,
+                                                  CUstream stream) {
+  GPUPOOL_BODY({
+    if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    int device = 0;
+    if (CUresult status = ResolveDevice(stream, &device, nullptr); status != CUDA_SUCCESS) {
+      return status;
+    }
+    Stream* s = AsStream(stream);
+    if (s == nullptr || s->context == CurrentContext()) return cuMemAlloc_v2(dptr, size);
+    // Allocated in the stream's context, which owns it.
+    ContextStack().push_back(s->context);
+    CUresult status = cuMemAlloc_v2(dptr, size);
+    ContextStack().pop_back();
+    return status;
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size,
+                                                       CUstream stream) {
+  return cuMemAllocAsync(dptr, size, stream);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
+  GPUPOOL_BODY({
+    int device = 0;
+    uint64_t stream_id = 0;
+    if (CUresult status = ResolveDevice(stream, &device, &stream_id); status != CUDA_SUCCESS) {
+      return status;
+    }
+    if (dptr == 0) return CUDA_SUCCESS;
+    if (DeviceOf(dptr, 1) < 0) return CUDA_ERROR_INVALID_VALUE;
+    dp::StreamArgs args{stream_id, 0, 0};
+    if (CUresult status =
+            Runtime::Get().Call(device, dp::kOpStreamSynchronize, &args, sizeof(args));
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return cuMemFree_v2(dptr);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream) {
+  return cuMemFreeAsync(dptr, stream);
 }

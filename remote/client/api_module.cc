@@ -118,12 +118,16 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
   uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
   if (threads == 0 || threads > 1024 || block[0] > 1024 || block[1] > 1024 || block[2] > 64 ||
       grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u ||
-      grid[1] > 65535 || grid[2] > 65535 || shared_mem > 166912) {
+      grid[1] > 65535 || grid[2] > 65535) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   int device = 0;
   dp::LaunchArgs args{};
   if (CUresult status = ResolveDevice(stream, &device, &args.stream); status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (CUresult status = CheckLaunchSharedMemory(*function, device, shared_mem);
+      status != CUDA_SUCCESS) {
     return status;
   }
   if (CUresult status = Runtime::Get().EnsureFunction(function, device, &args.function);
@@ -144,13 +148,7 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
 
 CUresult LaunchEx(const CUlaunchConfig* config, CUfunction function, void** params, void** extra) {
   if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  for (unsigned i = 0; i < config->numAttrs; ++i) {
-    const CUlaunchAttribute& attribute = config->attrs[i];
-    if (attribute.id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE && attribute.value.cooperative) {
-      return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cooperative)"));
-    }
-    // Other attributes (priorities, cluster hints, serialization) only tune scheduling.
-  }
+  if (CUresult status = CheckLaunchAttributes(*config); status != CUDA_SUCCESS) return status;
   unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
   return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra);
@@ -272,100 +270,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetFunction(CUfunction* result, CUkern
   });
 }
 
-// --- Function/kernel queries ---------------------------------------------------------------
-
-namespace {
-
-CUresult Name(const void* handle, const char** name) {
-  Function* function = AsFunction(handle);
-  if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  *name = function->name.c_str();
-  return CUDA_SUCCESS;
-}
-
-CUresult ParamInfo(const void* handle, size_t index, size_t* offset, size_t* size) {
-  Function* function = AsFunction(handle);
-  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  if (index >= function->layout.params.size()) return CUDA_ERROR_INVALID_VALUE;
-  if (offset) *offset = function->layout.params[index].offset;
-  if (size) *size = function->layout.params[index].size;
-  return CUDA_SUCCESS;
-}
-
-CUresult FunctionAttribute(int* value, int attribute, const void* handle) {
-  if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Function* function = AsFunction(handle);
-  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  Device* device = Runtime::Get().device(CurrentContext() ? CurrentContext()->device : 0);
-  int cc = device ? device->description.cc_major * 10 + device->description.cc_minor : 80;
-  switch (attribute) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 32; break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *value = cc; break;
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = cc; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = 49152; break;
-    case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT: *value = -1; break;
-    default: *value = 0;  // static shared/const/local sizes, cache mode, cluster attributes
-  }
-  return CUDA_SUCCESS;
-}
-
-}  // namespace
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction function) {
-  GPUPOOL_BODY({ return Name(function, name); });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel kernel) {
-  GPUPOOL_BODY({ return Name(kernel, name); });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction function, size_t index,
-                                                     size_t* offset, size_t* size) {
-  GPUPOOL_BODY({ return ParamInfo(function, index, offset, size); });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t index,
-                                                       size_t* offset, size_t* size) {
-  GPUPOOL_BODY({ return ParamInfo(kernel, index, offset, size); });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attribute,
-                                                     CUfunction function) {
-  GPUPOOL_BODY({ return FunctionAttribute(value, attribute, function); });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetAttribute(int* value, CUfunction_attribute attribute,
-                                                       CUkernel kernel, CUdevice) {
-  GPUPOOL_BODY({ return FunctionAttribute(value, attribute, kernel); });
-}
-// Attribute and cache settings tune a real GPU's scheduling; accepted and not forwarded.
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, CUfunction_attribute,
-                                                     int) {
-  GPUPOOL_BODY({ return AsFunction(function) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute, int, CUkernel kernel,
-                                                       CUdevice) {
-  GPUPOOL_BODY({ return AsFunction(kernel) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction function, CUfunc_cache) {
-  GPUPOOL_BODY({ return AsFunction(function) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache, CUdevice) {
-  GPUPOOL_BODY({ return AsFunction(kernel) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE; });
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-    int* blocks, CUfunction function, int block_size, size_t, unsigned int) {
-  GPUPOOL_BODY({
-    if (blocks == nullptr || block_size <= 0) return CUDA_ERROR_INVALID_VALUE;
-    if (AsFunction(function) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    *blocks = std::max(1, std::min(32, 2048 / block_size));
-    return CUDA_SUCCESS;
-  });
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(
-    int* blocks, CUfunction function, int block_size, size_t dynamic_shared) {
-  return cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(blocks, function, block_size,
-                                                              dynamic_shared, 0);
-}
+// Function/kernel queries and the occupancy calculator: api_function.cc.
 
 // --- Launch --------------------------------------------------------------------------------
 

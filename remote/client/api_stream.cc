@@ -3,9 +3,14 @@
 // Stream and event handles are created here (the server learns them one-way); operations
 // that wait (synchronize, query, elapsed time) are round trips that also deliver the
 // errors of earlier asynchronous work.
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "remote/client/api_common.h"
+
+// The newest versions of these are what cuda.h's names mean; the first ones keep theirs.
+#undef cuStreamGetCaptureInfo
 
 using namespace gpupool::client;  // NOLINT
 
@@ -17,6 +22,8 @@ CUresult CreateStream(CUstream* result, unsigned flags, int priority) {
   if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
   int device = 0;
   if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+  if ((flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) != 0) return CUDA_ERROR_INVALID_VALUE;
+  priority = std::min(kLeastStreamPriority, std::max(kGreatestStreamPriority, priority));
   auto stream = std::make_unique<Stream>();
   stream->id = Runtime::Get().NewId();
   stream->context = CurrentContext();
@@ -26,6 +33,10 @@ CUresult CreateStream(CUstream* result, unsigned flags, int priority) {
   if (CUresult status = Runtime::Get().Post(device, dp::kOpStreamCreate, &args, sizeof(args));
       status != CUDA_SUCCESS) {
     return status;
+  }
+  {
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    stream->context->streams.insert(stream.get());
   }
   *result = reinterpret_cast<CUstream>(stream.release());
   return CUDA_SUCCESS;
@@ -94,6 +105,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream handle) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Stream* stream = AsStream(handle);
     if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    {
+      std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+      stream->context->streams.erase(stream);
+    }
     dp::StreamArgs args{stream->id, 0, 0};
     CUresult status = Runtime::Get().Post(stream->context->device, dp::kOpStreamDestroy, &args,
                                           sizeof(args));
@@ -170,6 +185,21 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCtx(CUstream handle, CUcontext* con
   });
 }
 
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetDevice(CUstream handle, CUdevice* device) {
+  GPUPOOL_BODY({
+    if (device == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    int ordinal = 0;
+    if (CUresult status = ResolveDevice(handle, &ordinal, nullptr); status != CUDA_SUCCESS) {
+      return status;
+    }
+    *device = ordinal;
+    return CUDA_SUCCESS;
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetDevice_ptsz(CUstream handle, CUdevice* device) {
+  return cuStreamGetDevice(handle, device);
+}
+
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetId(CUstream handle, unsigned long long* id) {
   GPUPOOL_BODY({
     if (id == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -200,6 +230,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventCreate(CUevent* result, unsigned int fl
         status != CUDA_SUCCESS) {
       return status;
     }
+    {
+      std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+      event->context->events.insert(event.get());
+    }
     *result = reinterpret_cast<CUevent>(event.release());
     return CUDA_SUCCESS;
   });
@@ -210,6 +244,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Event* event = AsEvent(handle);
     if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    {
+      std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+      event->context->events.erase(event);
+    }
     dp::EventArgs args{event->id, 0, 0};
     CUresult status = Runtime::Get().Post(event->context->device, dp::kOpEventDestroy, &args,
                                           sizeof(args));
@@ -269,4 +307,133 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime_v2(float* milliseconds, CUe
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime(float* milliseconds, CUevent start,
                                                      CUevent end) {
   return cuEventElapsedTime_v2(milliseconds, start, end);
+}
+
+// --- Stream capture (graphs) ---------------------------------------------------------------
+// Graphs are not supported (cuStreamBeginCapture answers NOT_SUPPORTED), so no stream is
+// ever capturing; libraries and the runtime ask, and get that answer.
+
+namespace {
+
+thread_local CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+CUresult NotCapturing(CUstream handle, CUstreamCaptureStatus* status) {
+  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  int device = 0;
+  if (CUresult result = ResolveDevice(handle, &device, nullptr); result != CUDA_SUCCESS) {
+    return result;
+  }
+  *status = CU_STREAM_CAPTURE_STATUS_NONE;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamIsCapturing(CUstream stream,
+                                                      CUstreamCaptureStatus* status) {
+  GPUPOOL_BODY({ return NotCapturing(stream, status); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream stream,
+                                                           CUstreamCaptureStatus* status) {
+  return cuStreamIsCapturing(stream, status);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream stream,
+                                                         CUstreamCaptureStatus* status,
+                                                         cuuint64_t* id) {
+  GPUPOOL_BODY({
+    if (id) *id = 0;
+    return NotCapturing(stream, status);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(
+    CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+    const CUgraphNode** dependencies, size_t* dependency_count) {
+  GPUPOOL_BODY({
+    // Only the status (and id) are defined when the stream is not capturing.
+    if (id) *id = 0;
+    if (graph) *graph = nullptr;
+    if (dependencies) *dependencies = nullptr;
+    if (dependency_count) *dependency_count = 0;
+    return NotCapturing(stream, status);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(
+    CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
+    const CUgraphNode** dependencies, const CUgraphEdgeData** edges, size_t* dependency_count) {
+  GPUPOOL_BODY({
+    if (edges) *edges = nullptr;
+    return cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, dependency_count);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  GPUPOOL_BODY({
+    if (mode == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+        *mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    std::swap(*mode, capture_mode);
+    return CUDA_SUCCESS;
+  });
+}
+
+// --- Stream attributes ---------------------------------------------------------------------
+// Scheduling hints (access policy window, synchronization policy, memory sync domains)
+// are accepted and read back as the defaults: they tune a GPU's caches and scheduler,
+// never results. The priority is the stream's own.
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetAttribute(CUstream handle, CUstreamAttrID attribute,
+                                                       CUstreamAttrValue* value) {
+  GPUPOOL_BODY({
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    int device = 0;
+    if (CUresult status = ResolveDevice(handle, &device, nullptr); status != CUDA_SUCCESS) {
+      return status;
+    }
+    std::memset(value, 0, sizeof(*value));
+    if (attribute == CU_STREAM_ATTRIBUTE_PRIORITY) {
+      Stream* stream = AsStream(handle);
+      value->priority = stream ? stream->priority : 0;
+    } else if (attribute == CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY) {
+      value->syncPolicy = CU_SYNC_POLICY_AUTO;
+    }
+    return CUDA_SUCCESS;
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetAttribute_ptsz(CUstream handle,
+                                                            CUstreamAttrID attribute,
+                                                            CUstreamAttrValue* value) {
+  return cuStreamGetAttribute(handle, attribute, value);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSetAttribute(CUstream handle, CUstreamAttrID,
+                                                       const CUstreamAttrValue* value) {
+  GPUPOOL_BODY({
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    int device = 0;
+    return ResolveDevice(handle, &device, nullptr);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSetAttribute_ptsz(CUstream handle,
+                                                            CUstreamAttrID attribute,
+                                                            const CUstreamAttrValue* value) {
+  return cuStreamSetAttribute(handle, attribute, value);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCopyAttributes(CUstream destination, CUstream source) {
+  GPUPOOL_BODY({
+    int device = 0;
+    if (CUresult status = ResolveDevice(source, &device, nullptr); status != CUDA_SUCCESS) {
+      return status;
+    }
+    return ResolveDevice(destination, &device, nullptr);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream destination,
+                                                              CUstream source) {
+  return cuStreamCopyAttributes(destination, source);
 }

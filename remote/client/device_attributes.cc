@@ -1,15 +1,80 @@
-// cuDeviceGetAttribute answers: from the description the agent sent (memory, SM count,
-// compute capability, PCI location) and, for everything else, the limits of the compute
-// capability's generation. Features that cannot work across a network (mapped or managed
-// memory, memory pools, peer access) are reported absent so that well-behaved programs
-// and the runtime do not try them.
+// cuDeviceGetAttribute answers: from the GPU model's properties (PropertiesOf), the
+// description the agent sent (memory, PCI location) and fixed CUDA limits. Features that
+// cannot work across a network (mapped or managed memory, memory pools, peer access,
+// cluster launches) are reported absent so that well-behaved programs and the runtime do
+// not try them.
 #include "remote/client/device_attributes.h"
 
+#include <cstring>
+
 namespace gpupool::client {
+namespace {
+
+// Figures from NVIDIA's data sheets and what cudaGetDeviceProperties reports on each
+// model. More specific names first: the first entry whose `match` is in the name wins.
+constexpr ModelProperties kModels[] = {
+    // match         cc      SMs  clock    mem clock bus   L2         smem/blk optin   smem/SM
+    //   reserved regs/blk regs/SM thr/SM blk/SM sp:dp engines
+    {"H100-PCIE", 9, 0, 114, 1755000, 1593000, 5120, 52428800, 49152, 232448, 233472, 1024, 65536,
+     65536, 2048, 32, 2, 3},
+    {"H100", 9, 0, 132, 1980000, 2619000, 5120, 52428800, 49152, 232448, 233472, 1024, 65536,
+     65536, 2048, 32, 2, 3},
+    {"A100", 8, 0, 108, 1410000, 1593000, 5120, 41943040, 49152, 166912, 167936, 1024, 65536,
+     65536, 2048, 32, 2, 3},
+    {"L40S", 8, 9, 142, 2520000, 9001000, 384, 100663296, 49152, 101376, 102400, 1024, 65536,
+     65536, 1536, 24, 64, 2},
+    {"L4-", 8, 9, 58, 2040000, 6251000, 192, 50331648, 49152, 101376, 102400, 1024, 65536, 65536,
+     1536, 24, 64, 2},
+};
+
+// By generation, for models not in the table (a GPU host's other models).
+constexpr ModelProperties kGenerations[] = {
+    {nullptr, 9, 0, 132, 1980000, 2619000, 5120, 52428800, 49152, 232448, 233472, 1024, 65536,
+     65536, 2048, 32, 2, 3},
+    {nullptr, 8, 9, 142, 2520000, 9001000, 384, 100663296, 49152, 101376, 102400, 1024, 65536,
+     65536, 1536, 24, 64, 2},
+    {nullptr, 8, 6, 84, 1740000, 9751000, 384, 6291456, 49152, 101376, 102400, 1024, 65536, 65536,
+     1536, 16, 64, 2},
+    {nullptr, 8, 0, 108, 1410000, 1593000, 5120, 41943040, 49152, 166912, 167936, 1024, 65536,
+     65536, 2048, 32, 2, 3},
+    {nullptr, 7, 0, 80, 1530000, 877000, 4096, 6291456, 49152, 98304, 98304, 0, 65536, 65536, 2048,
+     32, 2, 6},
+};
+
+}  // namespace
+
+ModelProperties PropertiesOf(const Device& device) {
+  const auto& d = device.description;
+  const bool real_gpu = std::strcmp(d.executor, "sim") != 0;
+  for (const ModelProperties& model : kModels) {
+    if (std::strstr(d.name, model.match) == nullptr) continue;
+    ModelProperties properties = model;
+    if (real_gpu && d.cc_major > 0) {
+      properties.cc_major = d.cc_major;
+      properties.cc_minor = d.cc_minor;
+      if (d.multiprocessor_count > 0) properties.multiprocessors = d.multiprocessor_count;
+    }
+    return properties;
+  }
+  // Unknown model: its generation's figures, with what the agent reported.
+  const ModelProperties* generation = &kGenerations[sizeof(kGenerations) / sizeof(kGenerations[0]) - 1];
+  for (const ModelProperties& candidate : kGenerations) {
+    if (candidate.cc_major * 10 + candidate.cc_minor <= d.cc_major * 10 + d.cc_minor) {
+      generation = &candidate;
+      break;
+    }
+  }
+  ModelProperties properties = *generation;
+  if (d.cc_major > 0) {
+    properties.cc_major = d.cc_major;
+    properties.cc_minor = d.cc_minor;
+  }
+  if (d.multiprocessor_count > 0) properties.multiprocessors = d.multiprocessor_count;
+  return properties;
+}
 
 CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
-  const auto& d = device.description;
-  const bool ampere_or_newer = d.cc_major >= 8;
+  const ModelProperties p = PropertiesOf(device);
   switch (attribute) {
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *value = 1024; break;
@@ -18,15 +83,16 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *value = 2147483647; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *value = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *value = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = 49152; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = p.shared_per_block; break;
     case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *value = 65536; break;
     case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
     case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *value = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *value = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = 1410000; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *value = p.registers_per_block; break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = p.clock_khz; break;
     case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *value = 512; break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *value = 32; break;
     case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = d.multiprocessor_count; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = p.multiprocessors; break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH: *value = 131072; break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH: *value = 131072; break;
     case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT: *value = 65536; break;
@@ -39,30 +105,40 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *value = device.pci_bus; break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = device.pci_device; break;
     case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *value = device.pci_domain; break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *value = 1215000; break;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *value = 5120; break;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = ampere_or_newer ? 41943040 : 6291456; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *value = 2048; break;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *value = 2; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *value = p.memory_clock_khz; break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *value = p.memory_bus_width; break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = p.l2_cache_bytes; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+      *value = p.max_threads_per_multiprocessor;
+      break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *value = p.async_engines; break;
     case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = d.cc_major; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = d.cc_minor; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = p.cc_major; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = p.cc_minor; break;
     case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
-      *value = ampere_or_newer ? 167936 : 65536;
+      *value = p.shared_per_multiprocessor;
       break;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *value = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO: *value = 2; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+      *value = p.registers_per_multiprocessor;
+      break;
+    case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO:
+      *value = p.single_to_double_ratio;
+      break;
     case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
-      *value = ampere_or_newer ? 166912 : 65536;
+      *value = p.shared_per_block_optin;
       break;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *value = 32; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
+      *value = p.max_blocks_per_multiprocessor;
+      break;
     case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE: *value = 134213632; break;
-    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: *value = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
+      *value = p.reserved_shared_per_block;
+      break;
     default:
       if (attribute <= 0 || attribute >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
       *value = 0;  // a feature the remote device does not offer

@@ -46,7 +46,9 @@ void LogDebug(const char* format, ...) {
   va_end(args);
 }
 
-int ReportUnsupported(const char* name) {
+int ReportUnsupported(const char* name) { return ReportUnsupported(name, nullptr); }
+
+int ReportUnsupported(const char* name, const char* why) {
   unsupported_calls.fetch_add(1);
   static std::mutex mu;
   static auto* reported = new std::set<std::string>();
@@ -55,7 +57,12 @@ int ReportUnsupported(const char* name) {
     std::lock_guard<std::mutex> lock(mu);
     first = reported->insert(name).second;
   }
-  if (first) LogError("%s is not supported by remote GPUs: returning CUDA_ERROR_NOT_SUPPORTED", name);
+  if (first && why != nullptr) {
+    LogError("%s is not supported by remote GPUs (%s): returning CUDA_ERROR_NOT_SUPPORTED", name,
+             why);
+  } else if (first) {
+    LogError("%s is not supported by remote GPUs: returning CUDA_ERROR_NOT_SUPPORTED", name);
+  }
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 

@@ -12,6 +12,8 @@ bool DebugEnabled();
 // Counts a call of an unsupported driver entry point and logs it the first time.
 // Returns CUDA_ERROR_NOT_SUPPORTED's value.
 int ReportUnsupported(const char* name);
+// The same, with the reason it cannot work remotely in the message (logged once per name).
+int ReportUnsupported(const char* name, const char* why);
 // How many times unsupported entry points were called, in total.
 unsigned long UnsupportedCallCount();
 

@@ -9,11 +9,24 @@
 // Known driver names we do not implement get a stub that returns CUDA_ERROR_NOT_SUPPORTED
 // and logs the name once; names we have never heard of get a generic stub of that kind.
 #include <array>
+#include <atomic>
+#include <map>
+#include <mutex>
 #include <cstring>
+#include <string>
 #include <string_view>
 #include <utility>
 
+#include <cudaProfiler.h>
+
 #include "remote/client/api_common.h"
+
+// cuda.h maps these unversioned names to their newest versions; the table needs both.
+#undef cuCtxCreate
+#undef cuCtxDestroy
+#undef cuCtxPushCurrent
+#undef cuCtxPopCurrent
+#undef cuStreamGetCaptureInfo
 
 using namespace gpupool::client;  // NOLINT
 
@@ -52,6 +65,7 @@ const Implementation kImplementations[] = {
     IMPL("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
     IMPL("cuDeviceGetByPCIBusId", 4010, cuDeviceGetByPCIBusId),
     IMPL("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer),
+    IMPL("cuDeviceGetP2PAttribute", 8000, cuDeviceGetP2PAttribute),
     // Primary contexts and the context stack
     IMPL("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
     IMPL("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
@@ -77,6 +91,21 @@ const Implementation kImplementations[] = {
     IMPL("cuCtxGetCacheConfig", 3020, cuCtxGetCacheConfig),
     IMPL("cuCtxSetCacheConfig", 3020, cuCtxSetCacheConfig),
     IMPL("cuCtxGetStreamPriorityRange", 5050, cuCtxGetStreamPriorityRange),
+    IMPL("cuCtxCreate", 2000, cuCtxCreate),
+    IMPL("cuCtxCreate", 3020, cuCtxCreate_v2),
+    IMPL("cuCtxCreate", 11040, cuCtxCreate_v3),
+    IMPL("cuCtxCreate", 12050, cuCtxCreate_v4),
+    IMPL("cuCtxDestroy", 2000, cuCtxDestroy),
+    IMPL("cuCtxDestroy", 4000, cuCtxDestroy_v2),
+    IMPL("cuCtxPushCurrent", 2000, cuCtxPushCurrent),
+    IMPL("cuCtxPopCurrent", 2000, cuCtxPopCurrent),
+    IMPL("cuCtxGetId", 12000, cuCtxGetId),
+    IMPL("cuCtxGetSharedMemConfig", 4020, cuCtxGetSharedMemConfig),
+    IMPL("cuCtxSetSharedMemConfig", 4020, cuCtxSetSharedMemConfig),
+    IMPL("cuCtxResetPersistingL2Cache", 11000, cuCtxResetPersistingL2Cache),
+    IMPL("cuProfilerInitialize", 4000, cuProfilerInitialize),
+    IMPL("cuProfilerStart", 4000, cuProfilerStart),
+    IMPL("cuProfilerStop", 4000, cuProfilerStop),
     // Memory
     IMPL("cuMemAlloc", 3020, cuMemAlloc_v2),
     IMPL("cuMemFree", 3020, cuMemFree_v2),
@@ -105,6 +134,23 @@ const Implementation kImplementations[] = {
     IMPL("cuMemsetD32Async", 3020, cuMemsetD32Async),
     IMPL("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
     IMPL("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+    IMPL("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+    IMPL("cuMemcpyPeer", 4000, cuMemcpyPeer),
+    IMPL("cuMemAllocAsync", 11020, cuMemAllocAsync),
+    IMPL("cuMemFreeAsync", 11020, cuMemFreeAsync),
+    IMPL("cuMemcpyPeerAsync", 4000, cuMemcpyPeerAsync),
+    IMPL("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
+    IMPL("cuMemcpy2D", 3020, cuMemcpy2D_v2),
+    IMPL("cuMemcpy2DUnaligned", 3020, cuMemcpy2DUnaligned_v2),
+    IMPL("cuMemcpy2DAsync", 3020, cuMemcpy2DAsync_v2),
+    IMPL("cuMemcpy3D", 3020, cuMemcpy3D_v2),
+    IMPL("cuMemcpy3DAsync", 3020, cuMemcpy3DAsync_v2),
+    IMPL("cuMemsetD2D8", 3020, cuMemsetD2D8_v2),
+    IMPL("cuMemsetD2D16", 3020, cuMemsetD2D16_v2),
+    IMPL("cuMemsetD2D32", 3020, cuMemsetD2D32_v2),
+    IMPL("cuMemsetD2D8Async", 3020, cuMemsetD2D8Async),
+    IMPL("cuMemsetD2D16Async", 3020, cuMemsetD2D16Async),
+    IMPL("cuMemsetD2D32Async", 3020, cuMemsetD2D32Async),
     // Modules, libraries, kernels
     IMPL("cuModuleLoadData", 2000, cuModuleLoadData),
     IMPL("cuModuleLoadDataEx", 2010, cuModuleLoadDataEx),
@@ -128,6 +174,17 @@ const Implementation kImplementations[] = {
     IMPL("cuFuncGetAttribute", 2020, cuFuncGetAttribute),
     IMPL("cuFuncSetAttribute", 9000, cuFuncSetAttribute),
     IMPL("cuFuncSetCacheConfig", 3000, cuFuncSetCacheConfig),
+    IMPL("cuFuncSetSharedMemConfig", 4020, cuFuncSetSharedMemConfig),
+    IMPL("cuFuncGetModule", 11000, cuFuncGetModule),
+    IMPL("cuFuncIsLoaded", 12040, cuFuncIsLoaded),
+    IMPL("cuFuncLoad", 12040, cuFuncLoad),
+    IMPL("cuOccupancyMaxPotentialBlockSize", 6050, cuOccupancyMaxPotentialBlockSize),
+    IMPL("cuOccupancyMaxPotentialBlockSizeWithFlags", 7000,
+         cuOccupancyMaxPotentialBlockSizeWithFlags),
+    IMPL("cuOccupancyAvailableDynamicSMemPerBlock", 10020,
+         cuOccupancyAvailableDynamicSMemPerBlock),
+    IMPL("cuOccupancyMaxPotentialClusterSize", 11070, cuOccupancyMaxPotentialClusterSize),
+    IMPL("cuOccupancyMaxActiveClusters", 11070, cuOccupancyMaxActiveClusters),
     IMPL("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050,
          cuOccupancyMaxActiveBlocksPerMultiprocessor),
     IMPL("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000,
@@ -146,6 +203,17 @@ const Implementation kImplementations[] = {
     IMPL("cuStreamGetPriority", 5050, cuStreamGetPriority),
     IMPL("cuStreamGetCtx", 9020, cuStreamGetCtx),
     IMPL("cuStreamGetId", 12000, cuStreamGetId),
+    IMPL("cuStreamGetDevice", 12080, cuStreamGetDevice),
+    IMPL("cuStreamIsCapturing", 10000, cuStreamIsCapturing),
+    IMPL("cuStreamGetCaptureInfo", 10010, cuStreamGetCaptureInfo),
+    IMPL("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2),
+    IMPL("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3),
+    IMPL("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
+    IMPL("cuStreamGetAttribute", 11000, cuStreamGetAttribute),
+    IMPL("cuStreamSetAttribute", 11000, cuStreamSetAttribute),
+    IMPL("cuStreamCopyAttributes", 11000, cuStreamCopyAttributes),
+    IMPL("cuLaunchHostFunc", 10000, cuLaunchHostFunc),
+    IMPL("cuStreamAddCallback", 5000, cuStreamAddCallback),
     IMPL("cuEventCreate", 2000, cuEventCreate),
     IMPL("cuEventDestroy", 2000, cuEventDestroy),
     IMPL("cuEventDestroy", 4000, cuEventDestroy_v2),
@@ -182,8 +250,39 @@ const std::array<void*, kDriverNameCount>& Stubs() {
   return stubs;
 }
 
+// Names cuda.h of this toolkit does not know (a newer runtime's) get one of these stubs,
+// each remembering the name it was handed out for, so that the error names it.
+constexpr size_t kUnknownNameSlots = 64;
+std::atomic<const char*> unknown_names[kUnknownNameSlots];
+
+template <size_t I>
+CUresult CUDAAPI UnknownNameStub() {
+  const char* name = unknown_names[I].load();
+  return static_cast<CUresult>(ReportUnsupported(name ? name : "an unknown driver entry point"));
+}
+
+template <size_t... I>
+std::array<void*, sizeof...(I)> MakeUnknownStubs(std::index_sequence<I...>) {
+  return {reinterpret_cast<void*>(&UnknownNameStub<I>)...};
+}
+
 CUresult CUDAAPI UnknownEntryPoint() {
-  return static_cast<CUresult>(ReportUnsupported("an unknown driver entry point"));
+  return static_cast<CUresult>(
+      ReportUnsupported("one of more than 64 unknown driver entry points"));
+}
+
+// The stub for unknown `name`: the same one each time the name is asked for.
+void* UnknownNameStubFor(std::string_view name) {
+  static const auto stubs = MakeUnknownStubs(std::make_index_sequence<kUnknownNameSlots>());
+  static std::mutex mu;
+  static auto* slots = new std::map<std::string, size_t, std::less<>>();
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto found = slots->find(name); found != slots->end()) return stubs[found->second];
+  if (slots->size() >= kUnknownNameSlots) return reinterpret_cast<void*>(&UnknownEntryPoint);
+  size_t slot = slots->size();
+  auto [entry, inserted] = slots->emplace(std::string(name), slot);
+  unknown_names[slot].store(entry->first.c_str());  // map nodes do not move
+  return stubs[slot];
 }
 
 CUresult Lookup(const char* symbol, void** function, int version, cuuint64_t flags,
@@ -212,6 +311,9 @@ CUresult Lookup(const char* symbol, void** function, int version, cuuint64_t fla
   }
   for (size_t i = 0; i < kDriverNameCount; ++i) {
     if (name == kDriverNames[i]) {
+      LogDebug("cuGetProcAddress(%s, %d): not implemented: a stub answering "
+               "CUDA_ERROR_NOT_SUPPORTED",
+               symbol, version);
       *function = Stubs()[i];
       if (result) *result = CU_GET_PROC_ADDRESS_SUCCESS;
       return CUDA_SUCCESS;
@@ -224,7 +326,7 @@ CUresult Lookup(const char* symbol, void** function, int version, cuuint64_t fla
   }
   LogDebug("cuGetProcAddress(%s, %d, %llu): unknown name, handing out a stub", symbol, version,
            static_cast<unsigned long long>(flags));
-  *function = reinterpret_cast<void*>(&UnknownEntryPoint);
+  *function = UnknownNameStubFor(name);
   if (result) *result = CU_GET_PROC_ADDRESS_SUCCESS;
   return CUDA_SUCCESS;
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <thread>
 
 #include "remote/client/log.h"
 #include "remote/transport/rpc_client_module.h"
@@ -99,7 +100,14 @@ CUresult Runtime::Init(unsigned flags) {
   if (forked_child) return CUDA_ERROR_NOT_INITIALIZED;
   std::call_once(init_once_, [this] {
     pthread_atfork(nullptr, nullptr, [] { forked_child = true; });
+    // At exit: queued work is finished and the connections are closed, so that the agent
+    // sees a clean close rather than a vanished peer, also for a program that exits
+    // without synchronising. CUDA runtime teardown calls that come after this (its exit
+    // handler may run before or after this one) answer CUDA_ERROR_DEINITIALIZED, as a
+    // real driver does while it shuts down. Before shared libraries' destructors: the
+    // transport module and UCX must still be there to close.
     std::atexit([] {
+      if (!forked_child) Runtime::Get().Shutdown();
       if (unsigned long calls = UnsupportedCallCount(); calls > 0 && !forked_child) {
         LogError("%lu call(s) to unsupported driver entry points returned "
                  "CUDA_ERROR_NOT_SUPPORTED", calls);
@@ -152,6 +160,7 @@ CUresult Runtime::Connect() {
     device->uuid = leased[index].first;
     device->endpoint = leased[index].second;
     device->primary.device = device->ordinal;
+    device->primary.is_primary = true;
     auto rpc = ConnectTransport(device->endpoint);
     if (!rpc.ok()) {
       LogError("GPU %s: %s", device->uuid.c_str(), rpc.status().message().c_str());
@@ -200,9 +209,16 @@ CUresult Runtime::Connect() {
 }
 
 Device* Runtime::device(int ordinal) {
-  if (init_status_ != CUDA_SUCCESS || forked_child) return nullptr;
+  if (init_status_ != CUDA_SUCCESS || forked_child || shut_down_) return nullptr;
   if (ordinal < 0 || ordinal >= static_cast<int>(devices_.size())) return nullptr;
   return devices_[ordinal].get();
+}
+
+Device* Runtime::Connected(int ordinal) {
+  if (init_status_ != CUDA_SUCCESS || forked_child) return nullptr;
+  if (ordinal < 0 || ordinal >= static_cast<int>(devices_.size())) return nullptr;
+  Device* d = devices_[ordinal].get();
+  return d->rpc != nullptr ? d : nullptr;
 }
 
 CUresult Runtime::Transport(const Status& status, int device) {
@@ -216,7 +232,21 @@ CUresult Runtime::Transport(const Status& status, int device) {
 CUresult Runtime::Call(int device_ordinal, uint32_t op, const void* args, size_t args_len,
                        const void* payload, size_t payload_len, void* result,
                        size_t result_capacity, std::string* out) {
-  Device* d = device(device_ordinal);
+  InFlight in_flight(calls_in_flight_);
+  if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
+  CUresult answer = CUDA_SUCCESS;
+  if (DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len,
+                  Delivery::kWaitForReply, nullptr, 0, &answer)) {
+    return answer;
+  }
+  return CallNow(device_ordinal, op, args, args_len, payload, payload_len, result,
+                 result_capacity, out);
+}
+
+CUresult Runtime::CallNow(int device_ordinal, uint32_t op, const void* args, size_t args_len,
+                          const void* payload, size_t payload_len, void* result,
+                          size_t result_capacity, std::string* out) {
+  Device* d = Connected(device_ordinal);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, payload, payload_len, result, result_capacity};
   transport::Reply reply;
@@ -229,7 +259,19 @@ CUresult Runtime::Call(int device_ordinal, uint32_t op, const void* args, size_t
 
 CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t args_len,
                        const void* payload, size_t payload_len) {
-  Device* d = device(device_ordinal);
+  InFlight in_flight(calls_in_flight_);
+  if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
+  CUresult answer = CUDA_SUCCESS;
+  if (DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len, Delivery::kOneWay,
+                  nullptr, 0, &answer)) {
+    return answer;
+  }
+  return PostNow(device_ordinal, op, args, args_len, payload, payload_len);
+}
+
+CUresult Runtime::PostNow(int device_ordinal, uint32_t op, const void* args, size_t args_len,
+                          const void* payload, size_t payload_len) {
+  Device* d = Connected(device_ordinal);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, payload, payload_len, nullptr, 0};
   Status status = d->rpc->Post(request);
@@ -239,7 +281,19 @@ CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t
 
 CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_t args_len,
                         void* result, size_t result_capacity) {
-  Device* d = device(device_ordinal);
+  InFlight in_flight(calls_in_flight_);
+  if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
+  CUresult answer = CUDA_SUCCESS;
+  if (DeferOrWait(device_ordinal, op, args, args_len, nullptr, 0, Delivery::kReplyLater, result,
+                  result_capacity, &answer)) {
+    return answer;
+  }
+  return StartNow(device_ordinal, op, args, args_len, result, result_capacity);
+}
+
+CUresult Runtime::StartNow(int device_ordinal, uint32_t op, const void* args, size_t args_len,
+                           void* result, size_t result_capacity) {
+  Device* d = Connected(device_ordinal);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, nullptr, 0, result, result_capacity};
   Status status = d->rpc->Start(request);
@@ -249,7 +303,12 @@ CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_
 
 void Runtime::AddAllocation(uint64_t dptr, uint64_t size, int device) {
   std::lock_guard<std::mutex> lock(mu_);
-  allocations_[dptr] = Allocation{size, device};
+  allocations_[dptr] = Allocation{size, device, nullptr};
+}
+
+void Runtime::AddContextAllocation(uint64_t dptr, uint64_t size, int device, Context* context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  allocations_[dptr] = Allocation{size, device, context};
 }
 
 bool Runtime::RemoveAllocation(uint64_t dptr, int* device) {
@@ -294,6 +353,81 @@ bool Runtime::FindHostRange(const void* ptr, unsigned* flags, uintptr_t* start, 
   if (start) *start = begin;
   if (size) *size = range.size;
   return true;
+}
+
+CUresult Runtime::ReleaseContextResources(Context* context) {
+  const int device = context->device;
+  WaitAllHostWork(device, std::chrono::seconds(30));
+  std::vector<uint64_t> allocations;
+  std::set<Stream*> streams;
+  std::set<Event*> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = allocations_.begin(); it != allocations_.end();) {
+      if (it->second.context == context) {
+        allocations.push_back(it->first);
+        it = allocations_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    streams.swap(context->streams);
+    events.swap(context->events);
+  }
+  // Only a lost agent is worth reporting: a sticky error of earlier work, or memory the
+  // agent already forgot, must not make the destroy or reset fail (a reset is how a
+  // program clears a sticky error).
+  CUresult first_error = CUDA_SUCCESS;
+  auto keep = [&first_error](CUresult status) {
+    if (status == CUDA_ERROR_DEVICE_UNAVAILABLE) first_error = status;
+  };
+  // Handles stay allocated (marked dead) rather than freed: the application may still
+  // pass them, and then gets CUDA_ERROR_INVALID_HANDLE instead of reading freed memory.
+  for (Stream* stream : streams) {
+    dataplane::StreamArgs args{stream->id, 0, 0};
+    keep(Post(device, dataplane::kOpStreamDestroy, &args, sizeof(args)));
+    stream->magic = 0;
+  }
+  for (Event* event : events) {
+    dataplane::EventArgs args{event->id, 0, 0};
+    keep(Post(device, dataplane::kOpEventDestroy, &args, sizeof(args)));
+    event->magic = 0;
+  }
+  for (uint64_t dptr : allocations) {
+    dataplane::MemFreeArgs args{dptr};
+    keep(Call(device, dataplane::kOpMemFree, &args, sizeof(args)));
+  }
+  LogDebug("context %llu on GPU %d: freed %zu allocation(s), %zu stream(s), %zu event(s)",
+           static_cast<unsigned long long>(context->id), device, allocations.size(),
+           streams.size(), events.size());
+  return first_error;
+}
+
+void Runtime::Shutdown() {
+  if (init_status_ != CUDA_SUCCESS || shut_down_.exchange(true)) return;
+  // Host functions still queued run first (bounded: one that never returns must not keep
+  // the process from exiting).
+  bool host_work_done = WaitAllHostWork(-1, std::chrono::seconds(10));
+  if (!host_work_done) {
+    LogError("host functions still pending at exit: their streams' connections are left open");
+  }
+  // Other threads may still be inside a call (new ones are refused now): give them a
+  // moment; a connection still in use is left to close with the process.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (calls_in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const bool idle = calls_in_flight_.load() == 0;
+  for (auto& device : devices_) {
+    if (device->rpc == nullptr) continue;
+    int32_t first_error = 0;
+    Status drained = device->rpc->Drain(&first_error);
+    if (!drained.ok()) continue;  // the agent is gone: nothing to close cleanly
+    if (!host_work_done || !idle) continue;
+    // Closing the connection tells the agent this is a clean exit (the transport closes
+    // its bootstrap socket before the UCX endpoint).
+    device->rpc.reset();
+  }
 }
 
 CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remote_id) {
@@ -346,8 +480,18 @@ CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remot
   status = Call(device, dataplane::kOpGetFunction, &args, sizeof(args));
   if (status != CUDA_SUCCESS) {
     if (status == CUDA_ERROR_NOT_FOUND) {
-      LogError("kernel %s cannot run on GPU %d: the agent has no implementation of it",
-               function->name.c_str(), device);
+      // Once per kernel and GPU: a program may retry the launch in a loop.
+      static std::mutex reported_mu;
+      static auto* reported = new std::set<std::pair<std::string, int>>();
+      bool first;
+      {
+        std::lock_guard<std::mutex> lock(reported_mu);
+        first = reported->insert({function->name, device}).second;
+      }
+      if (first) {
+        LogError("kernel %s cannot run on GPU %d: the agent has no implementation of it",
+                 function->name.c_str(), device);
+      }
     }
     return status;
   }
@@ -412,6 +556,7 @@ CUresult ResolveDevice(CUstream stream, int* device, uint64_t* stream_id) {
   }
   Context* context = CurrentContext();
   if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context->magic == kDestroyedContextMagic) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   *device = context->device;
   if (stream_id) *stream_id = 0;
   return CUDA_SUCCESS;

@@ -8,7 +8,9 @@
 //
 // CUDA handles given to the application (CUcontext, CUstream, CUevent, CUmodule,
 // CUlibrary, CUfunction, CUkernel) point to the objects below; each starts with a magic
-// number checked on every use. Only primary contexts exist (one per device).
+// number checked on every use. Each device has its primary context; cuCtxCreate makes
+// further ones, which share the device's connection (the agent keeps one session per
+// process and GPU) but own their allocations, streams and events: cuCtxDestroy frees them.
 //
 // Thread safety: mu_ guards the tables; per-device traffic is serialised by its RpcClient.
 #pragma once
@@ -16,10 +18,15 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,18 +41,48 @@ constexpr uint32_t kStreamMagic = 0x73747231;    // "str1"
 constexpr uint32_t kEventMagic = 0x65767431;     // "evt1"
 constexpr uint32_t kModuleMagic = 0x6d6f6431;    // "mod1"
 constexpr uint32_t kFunctionMagic = 0x666e6331;  // "fnc1"
+// A destroyed context keeps its memory (other threads may still hold it on their context
+// stacks) with this magic, so that using it answers CUDA_ERROR_CONTEXT_IS_DESTROYED.
+constexpr uint32_t kDestroyedContextMagic = 0x64656164;  // "dead"
+
+// Stream priorities (cuCtxGetStreamPriorityRange): lower numbers are greater priorities;
+// a priority outside the range is clamped to it, as CUDA does.
+constexpr int kLeastStreamPriority = 0;
+constexpr int kGreatestStreamPriority = -5;
+
+struct Stream;
+struct Event;
 
 struct ContextStorageEntry {
   void* value;
   void (*destructor)(CUcontext, void*, void*);
 };
 
+// cuCtxGetId values: unique in this process.
+inline std::atomic<uint64_t> next_context_id{1};
+
 struct Context {
+  Context() : id(next_context_id.fetch_add(1)) {
+    // A real driver's defaults (cuCtxGetLimit on a fresh context).
+    limits[CU_LIMIT_STACK_SIZE] = 1024;
+    limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+    limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+    limits[CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH] = 2;
+    limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+    limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 64;
+  }
   uint32_t magic = kContextMagic;
   int device = 0;
   unsigned flags = 0;
+  bool is_primary = false;
+  uint64_t id = 0;  // cuCtxGetId: unique in this process
   std::mutex storage_mu;
   std::map<void*, ContextStorageEntry> storage;  // the runtime's context-local storage
+  // cuCtxGetLimit/SetLimit values; guarded by Runtime::mu_.
+  size_t limits[CU_LIMIT_MAX] = {};
+  // Streams and events created in this context; guarded by Runtime::mu_.
+  std::set<Stream*> streams;
+  std::set<Event*> events;
 };
 
 struct Stream {
@@ -84,6 +121,9 @@ struct Function {
   std::string name;
   KernelLayout layout;
   std::map<int, uint64_t> remote_ids;  // device -> server function id
+  // cuFuncSetAttribute values (api_function.cc); -1: the device's default.
+  int max_dynamic_shared_bytes = -1;
+  int preferred_shared_carveout = -1;
 };
 
 struct Device {
@@ -101,6 +141,7 @@ struct Device {
 struct Allocation {
   uint64_t size;
   int device;
+  Context* context = nullptr;  // the owning context (AddContextAllocation), if any
 };
 
 class Runtime {
@@ -130,7 +171,11 @@ class Runtime {
   uint64_t NewId() { return next_id_.fetch_add(1); }
 
   // Device allocations made through us, to classify pointers (cuMemcpy, attributes).
+  // AddAllocation: memory no context owns (a module's globals, which the agent frees with
+  // the module); AddContextAllocation: memory `context` owns (cuMemAlloc), freed when the
+  // context is destroyed or reset.
   void AddAllocation(uint64_t dptr, uint64_t size, int device);
+  void AddContextAllocation(uint64_t dptr, uint64_t size, int device, Context* context);
   bool RemoveAllocation(uint64_t dptr, int* device);
   // The allocation containing [ptr, ptr+size), if any: its start, size and device.
   bool FindAllocation(uint64_t ptr, uint64_t size, uint64_t* start, Allocation* found);
@@ -148,10 +193,72 @@ class Runtime {
 
   std::mutex& mu() { return mu_; }
 
+  // Frees what `context` owns (allocations, streams, events) on its device: cuCtxDestroy,
+  // cuDevicePrimaryCtxReset. Waits for the device's queued work first.
+  CUresult ReleaseContextResources(Context* context);
+
+  // Host functions (cuLaunchHostFunc, cuStreamAddCallback) run in stream order on a
+  // thread of this library: from the moment one is enqueued until it has run, later work
+  // for that stream waits here, in this process (host_work.cc), and is sent in order after
+  // it; queries of the stream or of events recorded behind it answer CUDA_ERROR_NOT_READY.
+  // `work` gets the status of the stream's earlier work.
+  CUresult EnqueueHostFunction(int device, uint64_t stream, std::function<void(CUresult)> work);
+
+  // Closes every connection cleanly (after the queued work): at process exit. Later calls
+  // answer CUDA_ERROR_DEINITIALIZED.
+  void Shutdown();
+
  private:
   Runtime() = default;
   CUresult Connect();
   CUresult Transport(const Status& status, int device);
+  // The device while its connection is open (also during Shutdown, unlike device()).
+  Device* Connected(int ordinal);
+  // The transport calls, without the host-work ordering of Call/Post/Start.
+  CUresult CallNow(int device, uint32_t op, const void* args, size_t args_len,
+                   const void* payload, size_t payload_len, void* result,
+                   size_t result_capacity, std::string* out);
+  CUresult PostNow(int device, uint32_t op, const void* args, size_t args_len,
+                   const void* payload, size_t payload_len);
+  CUresult StartNow(int device, uint32_t op, const void* args, size_t args_len, void* result,
+                    size_t result_capacity);
+  // Host-work ordering (host_work.cc). Before a request goes out: defers it behind the
+  // stream's host work (true: queued, nothing to send now), or waits for the host work it
+  // depends on, or answers for it (*answer: CUDA_ERROR_NOT_READY for a query).
+  enum class Delivery { kWaitForReply, kOneWay, kReplyLater };  // Call, Post, Start
+  bool DeferOrWait(int device, uint32_t op, const void* args, size_t args_len,
+                   const void* payload, size_t payload_len, Delivery delivery, void* result,
+                   size_t result_capacity, CUresult* answer);
+  void DrainHostQueue(int device, uint64_t stream);
+  // Waits until `device` (-1: every device) has no host work left, at most `limit`;
+  // false when some is left.
+  bool WaitAllHostWork(int device, std::chrono::steady_clock::duration limit);
+
+  struct DeferredRequest {
+    uint32_t op = 0;
+    std::string args, payload;
+    // Page-locked source memory is read when the copy runs, as a GPU's DMA would.
+    const void* pinned_payload = nullptr;
+    size_t pinned_payload_len = 0;
+    bool reply_later = false;  // a Start: the reply lands in `result`
+    void* result = nullptr;
+    size_t result_capacity = 0;
+    std::function<void(CUresult)> host_work;  // a host function instead of a request
+  };
+  std::mutex host_mu_;
+  std::condition_variable host_cv_;
+  std::atomic<int> host_queue_count_{0};  // queues that exist: the fast path skips host_mu_
+  std::map<std::pair<int, uint64_t>, std::deque<DeferredRequest>> host_queues_by_stream_;
+  std::multiset<std::pair<int, uint64_t>> deferred_event_records_;  // (device, event)
+  std::atomic<bool> shut_down_{false};
+  // Application calls inside Call/Post/Start: Shutdown closes a connection only when no
+  // other thread is still using it.
+  std::atomic<int> calls_in_flight_{0};
+  struct InFlight {
+    explicit InFlight(std::atomic<int>& count) : count_(count) { count_.fetch_add(1); }
+    ~InFlight() { count_.fetch_sub(1); }
+    std::atomic<int>& count_;
+  };
 
   std::mutex mu_;
   std::once_flag init_once_;

@@ -1,0 +1,129 @@
+// The device models (what each GPU model reports) and the occupancy calculator, against
+// figures from NVIDIA's data sheets and its occupancy calculator worked by hand.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "remote/client/device_attributes.h"
+#include "remote/client/occupancy.h"
+
+namespace gpupool::client {
+namespace {
+
+// A device as the agent describes it; the sim backend reports A100 figures for every model.
+std::unique_ptr<Device> Described(const char* name, const char* executor, int cc_major = 8,
+                                  int cc_minor = 0, int sms = 108) {
+  auto device = std::make_unique<Device>();
+  std::snprintf(device->description.name, sizeof(device->description.name), "%s", name);
+  std::snprintf(device->description.executor, sizeof(device->description.executor), "%s",
+                executor);
+  device->description.cc_major = cc_major;
+  device->description.cc_minor = cc_minor;
+  device->description.multiprocessor_count = sms;
+  device->description.total_memory = 80ull << 30;
+  return device;
+}
+
+int Attribute(const Device& device, CUdevice_attribute attribute) {
+  int value = -1;
+  EXPECT_EQ(DeviceAttribute(device, attribute, &value), CUDA_SUCCESS);
+  return value;
+}
+
+TEST(DeviceModel, SimModelsReportTheirOwnFigures) {
+  auto h100 = Described("NVIDIA H100-SXM5-80GB", "sim");
+  EXPECT_EQ(Attribute(*h100, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), 9);
+  EXPECT_EQ(Attribute(*h100, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR), 0);
+  EXPECT_EQ(Attribute(*h100, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 132);
+  EXPECT_EQ(Attribute(*h100, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), 227 * 1024);
+  EXPECT_EQ(Attribute(*h100, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE), 50 << 20);
+
+  auto l40s = Described("NVIDIA L40S-PCIE-48GB", "sim");
+  EXPECT_EQ(Attribute(*l40s, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), 8);
+  EXPECT_EQ(Attribute(*l40s, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR), 9);
+  EXPECT_EQ(Attribute(*l40s, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 142);
+  EXPECT_EQ(Attribute(*l40s, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR), 1536);
+  EXPECT_EQ(Attribute(*l40s, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR), 100 * 1024);
+
+  auto a100 = Described("NVIDIA A100-SXM4-80GB", "sim");
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), 8);
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 108);
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR), 164 * 1024);
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_WARP_SIZE), 32);
+
+  // The more specific name wins over the family's.
+  EXPECT_EQ(PropertiesOf(*Described("NVIDIA H100-PCIE-80GB", "sim")).multiprocessors, 114);
+}
+
+TEST(DeviceModel, RealGpusKeepWhatTheGpuSaid) {
+  // A GPU host's H100 variant with fewer SMs than the table's: the GPU's own count wins.
+  auto nvl = Described("NVIDIA H100 NVL", "cuda", 9, 0, 120);
+  EXPECT_EQ(PropertiesOf(*nvl).multiprocessors, 120);
+  EXPECT_EQ(PropertiesOf(*nvl).l2_cache_bytes, 50 << 20);
+  // A model not in the table: its generation's figures, its own capability.
+  auto unknown = Described("NVIDIA B200", "cuda", 10, 0, 148);
+  ModelProperties properties = PropertiesOf(*unknown);
+  EXPECT_EQ(properties.cc_major, 10);
+  EXPECT_EQ(properties.multiprocessors, 148);
+  EXPECT_EQ(properties.max_threads_per_multiprocessor, 2048);
+}
+
+TEST(DeviceModel, AttributesOutsideTheEnumAreRefused) {
+  auto a100 = Described("NVIDIA A100-SXM4-80GB", "sim");
+  int value = 7;
+  EXPECT_EQ(DeviceAttribute(*a100, 0, &value), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(DeviceAttribute(*a100, CU_DEVICE_ATTRIBUTE_MAX, &value), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(value, 7);  // untouched
+  // Features a remote GPU does not offer read as absent.
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 0);
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 0);
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH), 0);
+}
+
+TEST(Occupancy, MatchesTheCalculator) {
+  const ModelProperties a100 = PropertiesOf(*Described("NVIDIA A100-SXM4-80GB", "sim"));
+  KernelResources kernel;  // 32 registers, no static shared memory
+  // Threads limit: 2048 / 256.
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(a100, kernel, 256, 0), 8);
+  // Blocks limit: 32 blocks of one warp.
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(a100, kernel, 32, 0), 32);
+  // Shared memory: (48 KiB + 1 KiB reserved) per block in 164 KiB.
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(a100, kernel, 256, 48 * 1024), 3);
+  // Registers: 64 per thread = 2048 per warp, 32 warps per SM, 8-warp blocks.
+  kernel.registers_per_thread = 64;
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(a100, kernel, 256, 0), 4);
+  // 255 registers: 8192 per warp (rounded to 256), a 1024-thread block does not fit.
+  kernel.registers_per_thread = 255;
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(a100, kernel, 1024, 0), 0);
+  // More shared memory than a block may have.
+  kernel.registers_per_thread = 32;
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(a100, kernel, 256, a100.shared_per_block_optin + 1), 0);
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(a100, kernel, 0, 0), 0);
+
+  const ModelProperties l40s = PropertiesOf(*Described("NVIDIA L40S-PCIE-48GB", "sim"));
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(l40s, kernel, 256, 0), 6);  // 1536 / 256
+}
+
+TEST(Occupancy, PotentialBlockSizeAndAvailableSharedMemory) {
+  const ModelProperties a100 = PropertiesOf(*Described("NVIDIA A100-SXM4-80GB", "sim"));
+  KernelResources kernel;
+  int grid = 0, block = 0;
+  MaxPotentialBlockSize(a100, kernel, nullptr, 0, 0, &grid, &block);
+  EXPECT_EQ(block, 1024);      // 2 blocks fill the SM's 2048 threads
+  EXPECT_EQ(grid, 2 * 108);    // and every SM
+  MaxPotentialBlockSize(a100, kernel, nullptr, 0, 200, &grid, &block);
+  // Under a limit of 200: 192 fits 10 blocks (1920 threads), 128 fits 16 (all 2048).
+  EXPECT_EQ(block, 128);
+  EXPECT_EQ(grid, 16 * 108);
+  // 82 KiB per block leaves room for exactly 2 blocks per SM.
+  EXPECT_EQ(AvailableDynamicSharedPerBlock(a100, kernel, 2, 256), size_t{82944});
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(a100, kernel, 256, 82944), 2);
+  EXPECT_EQ(ActiveBlocksPerMultiprocessor(a100, kernel, 256, 82944 + 128), 1);
+  // More resident blocks than the threads allow: nothing is available.
+  EXPECT_EQ(AvailableDynamicSharedPerBlock(a100, kernel, 9, 256), size_t{0});
+}
+
+}  // namespace
+}  // namespace gpupool::client

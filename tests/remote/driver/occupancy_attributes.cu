@@ -1,0 +1,232 @@
+// Occupancy calculators, function attributes, pointer attributes, memory info, limits and
+// cuLaunchKernelEx's attributes, through the CUDA runtime.
+//
+// Occupancy answers are checked against a calculation made here from the device's
+// properties and the kernel's attributes, by the rules of NVIDIA's occupancy calculator.
+#include <cuda.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "../programs/check.h"
+#include "../programs/kernels.cuh"
+
+namespace {
+
+// Resident blocks per SM, by the calculator's rules.
+int ReferenceBlocks(const cudaDeviceProp& prop, const cudaFuncAttributes& attributes,
+                    int block, size_t dynamic_shared) {
+  if (block <= 0 || block > attributes.maxThreadsPerBlock) return 0;
+  int warps = (block + prop.warpSize - 1) / prop.warpSize;
+  int limit = std::min(prop.maxBlocksPerMultiProcessor,
+                       prop.maxThreadsPerMultiProcessor / prop.warpSize / warps);
+  if (attributes.numRegs > 0) {
+    int per_warp = (attributes.numRegs * prop.warpSize + 255) / 256 * 256;
+    if (per_warp * warps > prop.regsPerBlock) return 0;
+    limit = std::min(limit, prop.regsPerMultiprocessor / per_warp / warps);
+  }
+  size_t shared = dynamic_shared + attributes.sharedSizeBytes;
+  if (shared > prop.sharedMemPerBlockOptin) return 0;
+  size_t per_block = (shared + prop.reservedSharedMemPerBlock + 127) / 128 * 128;
+  if (per_block > 0) {
+    limit = std::min(limit, static_cast<int>(prop.sharedMemPerMultiprocessor / per_block));
+  }
+  return limit;
+}
+
+size_t SharedForBlock(int block) { return static_cast<size_t>(block) * 8; }
+
+}  // namespace
+
+int main() {
+  int device = 0;
+  CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, device));
+  EXPECT(prop.maxThreadsPerMultiProcessor >= 1024);
+  EXPECT(prop.sharedMemPerMultiprocessor >= prop.sharedMemPerBlock);
+  EXPECT(prop.sharedMemPerBlockOptin >= prop.sharedMemPerBlock);
+  EXPECT(prop.regsPerMultiprocessor > 0 && prop.l2CacheSize > 0);
+
+  cudaFuncAttributes attributes{};
+  CHECK(cudaFuncGetAttributes(&attributes, vecAdd));
+  EXPECT(attributes.maxThreadsPerBlock > 0 && attributes.maxThreadsPerBlock <= 1024);
+  EXPECT(attributes.binaryVersion > 0);
+  EXPECT(attributes.maxDynamicSharedSizeBytes > 0);
+
+  // Active blocks per SM, for every block size in whole warps and a few shared sizes.
+  for (size_t shared : {size_t{0}, size_t{4096}, size_t{40000}}) {
+    for (int block = 32; block <= attributes.maxThreadsPerBlock; block += 32) {
+      int blocks = -1;
+      CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, vecAdd, block, shared));
+      if (blocks != ReferenceBlocks(prop, attributes, block, shared)) {
+        std::fprintf(stderr, "block %d shared %zu: %d blocks, expected %d\n", block, shared,
+                     blocks, ReferenceBlocks(prop, attributes, block, shared));
+        return 1;
+      }
+    }
+  }
+  int with_flags = -1;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&with_flags, vecAdd, 128, 0,
+                                                               cudaOccupancyDefault));
+  EXPECT(with_flags == ReferenceBlocks(prop, attributes, 128, 0));
+
+  // The block size of highest occupancy: no other block size does better.
+  int min_grid = 0, best_block = 0;
+  CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &best_block, vecAdd, 0, 0));
+  EXPECT(best_block > 0 && best_block % 32 == 0);
+  int best = ReferenceBlocks(prop, attributes, best_block, 0) * best_block;
+  for (int block = 32; block <= attributes.maxThreadsPerBlock; block += 32) {
+    EXPECT(ReferenceBlocks(prop, attributes, block, 0) * block <= best);
+  }
+  EXPECT(min_grid == ReferenceBlocks(prop, attributes, best_block, 0) * prop.multiProcessorCount);
+  // With shared memory that grows with the block.
+  CHECK(cudaOccupancyMaxPotentialBlockSizeVariableSMem(&min_grid, &best_block, vecAdd,
+                                                       SharedForBlock));
+  best = ReferenceBlocks(prop, attributes, best_block, SharedForBlock(best_block)) * best_block;
+  for (int block = 32; block <= attributes.maxThreadsPerBlock; block += 32) {
+    EXPECT(ReferenceBlocks(prop, attributes, block, SharedForBlock(block)) * block <= best);
+  }
+
+  // Dynamic shared memory available to each of 2 resident blocks of 256 threads: that much
+  // still lets 2 reside, 128 bytes more does not (unless the per-block maximum is the cap).
+  size_t available = 0;
+  CHECK(cudaOccupancyAvailableDynamicSMemPerBlock(&available, vecAdd, 2, 256));
+  EXPECT(available > 0);
+  EXPECT(ReferenceBlocks(prop, attributes, 256, available) >= 2);
+  EXPECT(ReferenceBlocks(prop, attributes, 256, available + 128) < 2 ||
+         available + attributes.sharedSizeBytes == prop.sharedMemPerBlockOptin);
+
+  // A launch may use 48 KiB of dynamic shared memory unless the kernel was allowed more.
+  float* scratch = nullptr;
+  CHECK(cudaMalloc(&scratch, 256 * sizeof(float)));
+  scale<<<1, 256, prop.sharedMemPerBlock - attributes.sharedSizeBytes>>>(scratch, 1.0f, 256);
+  CHECK(cudaGetLastError());
+  scale<<<1, 256, prop.sharedMemPerBlock - attributes.sharedSizeBytes + 1>>>(scratch, 1.0f, 256);
+  EXPECT(cudaGetLastError() == cudaErrorInvalidValue);
+
+  // Function attributes that can be set read back; beyond the opt-in maximum is refused.
+  int optin = static_cast<int>(prop.sharedMemPerBlockOptin - attributes.sharedSizeBytes);
+  CHECK(cudaFuncSetAttribute(vecAdd, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  CHECK(cudaFuncGetAttributes(&attributes, vecAdd));
+  EXPECT(attributes.maxDynamicSharedSizeBytes == optin);
+  EXPECT(cudaFuncSetAttribute(vecAdd, cudaFuncAttributeMaxDynamicSharedMemorySize, optin + 1) ==
+         cudaErrorInvalidValue);
+  cudaGetLastError();
+  CHECK(cudaFuncSetAttribute(scale, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  scale<<<1, 256, optin>>>(scratch, 1.0f, 256);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaFree(scratch));
+  CHECK(cudaFuncSetAttribute(vecAdd, cudaFuncAttributePreferredSharedMemoryCarveout, 50));
+  CHECK(cudaFuncGetAttributes(&attributes, vecAdd));
+  EXPECT(attributes.preferredShmemCarveout == 50);
+  CHECK(cudaFuncSetCacheConfig(vecAdd, cudaFuncCachePreferShared));
+
+  // Memory info and pointer attributes.
+  size_t free_before = 0, total = 0;
+  CHECK(cudaMemGetInfo(&free_before, &total));
+  EXPECT(total == prop.totalGlobalMem && free_before <= total);
+  const int n = 1 << 20;
+  float* a = nullptr;
+  CHECK(cudaMalloc(&a, n * sizeof(float)));
+  size_t free_after = 0;
+  CHECK(cudaMemGetInfo(&free_after, &total));
+  EXPECT(free_after + n * sizeof(float) <= free_before);
+  cudaPointerAttributes where{};
+  CHECK(cudaPointerGetAttributes(&where, a + 100));
+  EXPECT(where.type == cudaMemoryTypeDevice && where.device == device);
+  EXPECT(where.devicePointer == a + 100);
+  CUdeviceptr start = 0;
+  size_t range = 0;
+  int managed = -1;
+  EXPECT(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                               reinterpret_cast<CUdeviceptr>(a + 100)) == CUDA_SUCCESS);
+  EXPECT(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                               reinterpret_cast<CUdeviceptr>(a + 100)) == CUDA_SUCCESS);
+  EXPECT(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                               reinterpret_cast<CUdeviceptr>(a)) == CUDA_SUCCESS);
+  EXPECT(start == reinterpret_cast<CUdeviceptr>(a) && range == n * sizeof(float) && managed == 0);
+  CUcontext owner = nullptr, current = nullptr;
+  EXPECT(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT,
+                               reinterpret_cast<CUdeviceptr>(a)) == CUDA_SUCCESS);
+  EXPECT(cuCtxGetCurrent(&current) == CUDA_SUCCESS && owner == current);
+  float* pinned = nullptr;
+  CHECK(cudaMallocHost(&pinned, 4096));
+  CHECK(cudaPointerGetAttributes(&where, pinned));
+  EXPECT(where.type == cudaMemoryTypeHost);
+  std::vector<float> pageable(16);
+  CHECK(cudaPointerGetAttributes(&where, pageable.data()));
+  EXPECT(where.type == cudaMemoryTypeUnregistered);
+  // Registered host memory: a page-locked range until unregistered; mapping it for the
+  // device is refused with NOT_SUPPORTED.
+  std::vector<float> registered(4096);
+  CHECK(cudaHostRegister(registered.data(), registered.size() * sizeof(float),
+                         cudaHostRegisterDefault));
+  unsigned host_flags = 99;
+  CHECK(cudaHostGetFlags(&host_flags, registered.data()));
+  EXPECT(host_flags == cudaHostRegisterDefault);
+  float* portable = nullptr;
+  CHECK(cudaHostAlloc(&portable, 4096, cudaHostAllocPortable));
+  CHECK(cudaHostGetFlags(&host_flags, portable));
+  EXPECT((host_flags & cudaHostAllocPortable) != 0);
+  CHECK(cudaFreeHost(portable));
+  CHECK(cudaPointerGetAttributes(&where, registered.data()));
+  EXPECT(where.type == cudaMemoryTypeHost);
+  CHECK(cudaHostUnregister(registered.data()));
+  EXPECT(cudaHostUnregister(registered.data()) == cudaErrorHostMemoryNotRegistered);
+  cudaGetLastError();
+  EXPECT(cudaHostRegister(registered.data(), registered.size() * sizeof(float),
+                          cudaHostRegisterMapped) == cudaErrorNotSupported);
+  cudaGetLastError();
+
+  // Limits read back as set.
+  for (cudaLimit limit : {cudaLimitStackSize, cudaLimitPrintfFifoSize, cudaLimitMallocHeapSize}) {
+    size_t value = 0;
+    CHECK(cudaDeviceGetLimit(&value, limit));
+    EXPECT(value > 0);
+    CHECK(cudaDeviceSetLimit(limit, value * 2));
+    size_t read_back = 0;
+    CHECK(cudaDeviceGetLimit(&read_back, limit));
+    EXPECT(read_back == value * 2);
+  }
+
+  // cuLaunchKernelEx: scheduling hints are accepted and the kernel runs; cooperative and
+  // cluster launches are refused clearly.
+  std::vector<float> host(n);
+  for (int i = 0; i < n; ++i) host[i] = static_cast<float>(i);
+  CHECK(cudaMemcpy(a, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3((n + 255) / 256);
+  config.blockDim = dim3(256);
+  cudaLaunchAttribute hints[1];
+  hints[0].id = cudaLaunchAttributePriority;
+  hints[0].val.priority = 0;
+  config.attrs = hints;
+  config.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&config, scale, a, 3.0f, n));
+  CHECK(cudaMemcpy(host.data(), a, n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; i += 4099) EXPECT(host[i] == 3.0f * i);
+  cudaLaunchAttribute cooperative[1];
+  cooperative[0].id = cudaLaunchAttributeCooperative;
+  cooperative[0].val.cooperative = 1;
+  config.attrs = cooperative;
+  EXPECT(cudaLaunchKernelEx(&config, scale, a, 3.0f, n) == cudaErrorNotSupported);
+  cudaGetLastError();
+  cudaLaunchAttribute cluster[1];
+  cluster[0].id = cudaLaunchAttributeClusterDimension;
+  cluster[0].val.clusterDim.x = 2;
+  cluster[0].val.clusterDim.y = 1;
+  cluster[0].val.clusterDim.z = 1;
+  config.attrs = cluster;
+  EXPECT(cudaLaunchKernelEx(&config, scale, a, 3.0f, n) == cudaErrorNotSupported);
+  cudaGetLastError();
+
+  CHECK(cudaFreeHost(pinned));
+  CHECK(cudaFree(a));
+  CHECK(cudaDeviceSynchronize());
+  std::printf("occupancy and attributes: ok (best block %d, %d SMs)\n", best_block,
+              prop.multiProcessorCount);
+  return 0;
+}
