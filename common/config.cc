@@ -148,7 +148,7 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
   if (c->etcd_endpoints.empty()) return Error(g["etcd_endpoints"], file, "must name at least one etcd endpoint");
   for (const std::string& e : c->etcd_endpoints) {
     if (e.rfind("http://", 0) != 0) {
-      return Error(g["etcd_endpoints"], file, "'" + e + "' must be an http://HOST:PORT URL (etcd's client URL)");
+      return Error(g["etcd_endpoints"], file, "must be http://HOST:PORT URLs (etcd's client URLs); '" + e + "' is not");
     }
   }
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_prefix", file, &c->etcd_prefix));

@@ -319,6 +319,7 @@ std::string ApiServer::Metrics() {
   std::snprintf(line, sizeof(line), "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n",
                 store_->commits());
   out += line;
+  if (config_.poold.state == "etcd") out += "# TYPE gpupool_leader gauge\ngpupool_leader 1\n";  // followers say 0
   metrics_.Render(&out);
   return out;
 }
