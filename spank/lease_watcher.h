@@ -4,7 +4,7 @@
 // (flock on <lease_dir>/job<ID>.<node>.lock). Every interval it renews the lease; the
 // answer carries the generation, so a swap done by gpupoold (a GPU failed and another took
 // its place) shows up at the next renewal: the watcher then rewrites the lease file, which
-// the remoting library watches, and calls `on_swap` (the plugin sends slurm_notify_job
+// the remoting library watches, and calls `on_swap` (the plugin tells the job
 // from there). Renewal failures are logged and retried; a lease that is gone (released,
 // reaped) ends the thread.
 //

@@ -4,9 +4,21 @@
 // table is not seen by sbatch/salloc). At submit (remote == 0) each value is checked on
 // its own and a bad one fails the command; in slurmstepd (remote == 1) the value is only
 // stored: step_context.cc parses all three together and fails the tasks, never the node.
+//
+// How a value reaches slurmstepd (Slurm 22.05, src/common/plugstack.c): srun sends it in
+// the launch message, whatever --export says. A batch step gets it only from the job's
+// environment, as _SLURM_SPANK_OPTION_gpupool_<opt>, which sbatch --export=NONE (or a list
+// without ALL) leaves out. What survives every --export form is the copy sbatch and salloc
+// keep in the job's SPANK environment and export as SLURM_SPANK__SLURM_SPANK_OPTION_...:
+// every variable whose name starts with SLURM is kept (env_array_merge_slurm). That is
+// the variable srun itself reads options from inside a job (spank_process_env_options),
+// and ReadOptionsFromJobEnvironment reads it for a step whose callbacks did not run.
+// spank_option_getopt cannot: in slurmstepd it answers from the option cache, where an
+// option registered but not seen in the launch message or environment is "not given".
 #include <dlfcn.h>
 #include <libgen.h>
 
+#include <cctype>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -106,6 +118,22 @@ Result<PluginConfig> LoadPluginConfig(int ac, char** av) {
 }  // namespace gpupool::spank
 
 namespace gpupool::spank {
+
+void ReadOptionsFromJobEnvironment(spank_t sp) {
+  RawOptions& o = State().options;
+  for (struct spank_option& opt : g_options) {
+    bool seen = opt.val == kPool ? o.has_pool : opt.val == kPlace ? o.has_place : o.has_mem;
+    if (seen) continue;
+    // Slurm's name for the option's variable: non-alphanumerics become '_'.
+    std::string name = std::string("SLURM_SPANK__SLURM_SPANK_OPTION_") + "gpupool_" + opt.name;
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    }
+    char value[4096];
+    if (spank_getenv(sp, name.c_str(), value, sizeof(value)) != ESPANK_SUCCESS) continue;
+    OnOption(opt.val, value, /*remote=*/1);
+  }
+}
 
 // In the epilog (job_script context) the options are not parsed again; Slurm hands them
 // over as SPANK_-prefixed variables, which spank_option_getopt reads.

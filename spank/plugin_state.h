@@ -32,6 +32,9 @@ Result<PluginConfig> LoadPluginConfig(int ac, char** av);
 
 // Option table and callbacks (options.cc).
 int RegisterOptions(spank_t sp);
+// slurmstepd: fills the options Slurm did not hand to the callbacks from the job's
+// environment (sbatch --export=NONE; see options.cc).
+void ReadOptionsFromJobEnvironment(spank_t sp);
 
 // One function per context and callback; each returns a SPANK rc (0 or -1).
 int SubmitInitPostOpt(spank_t sp, int ac, char** av);  // srun, sbatch, salloc

@@ -135,10 +135,22 @@ std::unique_ptr<LeaseWatcher> MakeWatcher(spank_t sp, const PluginConfig& config
                 ".lock";
   w.uid = step.uid;
   w.gid = step.gid;
-  // One notification per job: from the watcher on the job's first node.
+  // One notification per job: from the watcher on the job's first node. A swap is news,
+  // not an error, and must not read as one. The batch step's slurmstepd writes its log
+  // lines of level error and above to the job's stderr, so slurm_spank_log (error level,
+  // without the "error: " prefix) puts the notice there as a plain line. Any other
+  // watcher (the extern step of an srun or salloc job) sends it with slurm_notify_job,
+  // which srun and salloc print as information; for a batch job the same call would
+  // come back through slurmstepd's error() as "error: gpupool: ...".
   bool notify = config.notify && step.node_id == 0;
-  w.on_swap = [notify, job_id = step.job_id](const Lease& before, const Lease& after) {
+  bool in_batch_step = step.step_id == SLURM_BATCH_SCRIPT;
+  w.on_swap = [notify, in_batch_step, job_id = step.job_id](const Lease& before,
+                                                            const Lease& after) {
     std::string message = DescribeSwap(before, after);
+    if (notify && in_batch_step) {
+      slurm_spank_log("%s", message.c_str());
+      return;
+    }
     slurm_info("job %u: %s", job_id, message.c_str());
     if (notify) NotifyJob(job_id, message);
   };
@@ -182,6 +194,15 @@ Status SetUpStep(spank_t sp, int ac, char** av, const StepInfo& step) {
                 static_cast<long long>(lease->generation), created ? "created" : "existing",
                 acquire_ms);
 
+  // The batch step watches its job's lease. It takes the watcher lock before the lease
+  // file exists: the extern step on this node adopts a lease once its file appears and
+  // the lock is free, and its notices would reach a batch job only through
+  // slurm_notify_job (see MakeWatcher).
+  if (step.step_id == SLURM_BATCH_SCRIPT) {
+    std::unique_ptr<LeaseWatcher> watcher = MakeWatcher(sp, *config, step);
+    if (watcher->StartActive(*lease)) State().watcher = std::move(watcher);
+  }
+
   std::string lease_file = LeaseFilePath(config->lease_dir, step.job_id);
   Result<int64_t> on_disk = ReadLeaseFileGeneration(lease_file);
   if (!on_disk.ok() || *on_disk < lease->generation) {
@@ -209,12 +230,6 @@ Status SetUpStep(spank_t sp, int ac, char** av, const StepInfo& step) {
     }
   }
 
-  // The batch step lives as long as a batch job; srun steps come and go and leave
-  // watching to the extern (or batch) step.
-  if (step.step_id == SLURM_BATCH_SCRIPT) {
-    std::unique_ptr<LeaseWatcher> watcher = MakeWatcher(sp, *config, step);
-    if (watcher->StartActive(*lease)) State().watcher = std::move(watcher);
-  }
   return Status::OK();
 }
 
@@ -222,6 +237,7 @@ Status SetUpStep(spank_t sp, int ac, char** av, const StepInfo& step) {
 
 int StepInitPostOpt(spank_t sp, int ac, char** av) {
   PluginState& st = State();
+  ReadOptionsFromJobEnvironment(sp);
   Result<StepInfo> step = GetStepInfo(sp);
   if (!st.options.any()) {
     if (step.ok() && step->step_id == SLURM_EXTERN_CONT) StartStandbyWatcher(sp, ac, av, *step);

@@ -17,13 +17,16 @@ UP_TIMEOUT=${GPUPOOL_DEV_TIMEOUT:-60}
 
 # Port map (base = PORTBASE): slurmctld base, slurmd base+1.., gpupoold base+10,
 # a test's stand-in gpupoold base+15, agents' data endpoints base+20.., agents' control
-# APIs base+30.., an agent that tests start to join the cluster (JOIN_HOST) base+29.
+# APIs base+30.., an agent that tests start to join the cluster (JOIN_HOST) base+29,
+# MariaDB base+40, slurmdbd base+41.
 CTLD_PORT=$PORTBASE
 POOLD_PORT=$((PORTBASE + 10))
 slurmd_port() { echo $((PORTBASE + $1)); }          # $1 = node number (1-based)
 agent_port() { echo $((PORTBASE + 19 + $1)); }      # $1 = gpu host number (1-based)
 control_port() { echo $((PORTBASE + 29 + $1)); }
 JOIN_AGENT_PORT=$((PORTBASE + 29))
+MARIADB_PORT=$((PORTBASE + 40))
+DBD_PORT=$((PORTBASE + 41))
 
 POOLD_URL="http://127.0.0.1:$POOLD_PORT"
 CLUSTER_NAME=gpupooldev
@@ -32,13 +35,26 @@ CLUSTER_NAME=gpupooldev
 LOGDIR=$DEVDIR/log
 PIDDIR=$DEVDIR/pids
 MUNGE_DIR=$DEVDIR/munge
-MUNGE_SOCK=$MUNGE_DIR/munge.socket
+MUNGE_SOCK=$MUNGE_DIR/munge.socket  # what tests/lib/private-munged makes in $MUNGE_DIR
+PRIVATE_MUNGED=$REPO/tests/lib/private-munged
 SLURM_CONF_FILE=$DEVDIR/slurm.conf
 LICENSES_CONF=$DEVDIR/licenses.conf
 PLUGSTACK_CONF=$DEVDIR/plugstack.conf
 GPUPOOL_CONF_FILE=$DEVDIR/gpupool.conf
 ENV_FILE=$DEVDIR/env
 EPILOG_SCRIPT=$DEVDIR/epilog.sh
+# Accounting: a MariaDB of the dev cluster's own (data, socket, its init SQL holding the
+# slurm user's password: the directory is 0700) and slurmdbd, which finds slurmdbd.conf
+# beside slurm.conf.
+MARIADB_DIR=$DEVDIR/mariadb
+MARIADB_DATA=$MARIADB_DIR/data
+MARIADB_SOCK=$MARIADB_DIR/mariadb.sock
+MARIADB_INIT_SQL=$MARIADB_DIR/init.sql
+SLURMDBD_CONF=$DEVDIR/slurmdbd.conf
+ACCT_DB=slurm_acct_db
+ACCT_DB_USER=slurm
+# Every job of the dev cluster's users is charged to this account (sacctmgr, `up`).
+ACCT_ACCOUNT=pooldev
 
 # Binaries built by the project.
 GPUPOOLD_BIN=$BUILD/bin/gpupoold
@@ -47,7 +63,7 @@ PUBLISHER_BIN=$BUILD/bin/gpupool-capacity-publisher
 SPANK_SO=$BUILD/lib/spank_gpupool.so
 SPANK_STUB_SO=$BUILD/lib/gpupool_option_stub.so  # tests/gres; used only without SPANK_SO
 GRES_PLUGIN_DIR=$BUILD/lib/slurm     # holds gres_gpupool.so once gres/ is built
-JOB_SUBMIT_LUA=$REPO/scripts/job_submit.lua
+JOB_SUBMIT_LUA=$REPO/etc/job_submit.lua
 
 # Simulated GPU topology: host rack model memory count.
 # a100 and h100 span both racks (8 GPUs each); l40s is a pool of exactly 4, so that tests
@@ -81,6 +97,8 @@ pool_total() {
 # Every part `up` starts, in start order. `down` stops them in reverse.
 all_parts() {
   echo munge
+  echo mariadb
+  echo slurmdbd
   echo slurmctld
   local i
   for ((i = 1; i <= NODES; i++)); do echo "slurmd-node$i"; done

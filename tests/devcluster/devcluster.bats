@@ -31,9 +31,9 @@ pid_of() {
   [[ $SLURM_CONF != /etc/* && $MUNGE_SOCKET != /run/munge/* ]]
 }
 
-@test "status: munge and Slurm are UP with live pids; exit 0 exactly when every part is UP" {
+@test "status: munge, accounting and Slurm are UP with live pids; exit 0 exactly when every part is UP" {
   run "$DEVCLUSTER" status
-  for part in munge slurmctld slurmd-node1 slurmd-node2; do
+  for part in munge mariadb slurmdbd slurmctld slurmd-node1 slurmd-node2; do
     line=$(grep "^Part=$part " <<<"$output")
     [[ $line == *"State=UP Pid="* ]]
     kill -0 "$(pid_of "$part")"
@@ -127,4 +127,31 @@ pid_of() {
   [ "$status" -ne 0 ]
   after=$("$DEVCLUSTER" status 2>/dev/null || true)
   [ "$before" = "$after" ]
+}
+
+@test "accounting: slurmctld stores in this cluster's slurmdbd, which keeps a MariaDB of its own" {
+  run scontrol show config
+  grep -qE '^AccountingStorageType *= accounting_storage/slurmdbd$' <<<"$output"
+  grep -qE "^AccountingStoragePort *= $((GPUPOOL_DEV_PORTBASE + 41))\$" <<<"$output"
+  grep -qE '^AccountingStorageTRES *=.*license/gpupool_a100' <<<"$output"
+  grep -qx 'StorageType=accounting_storage/mysql' "$DEVDIR/slurmdbd.conf"
+  grep -qx "StoragePort=$((GPUPOOL_DEV_PORTBASE + 40))" "$DEVDIR/slurmdbd.conf"
+  # MariaDB's data, socket and pid are under the dev cluster's directory, not the system's.
+  [[ $(tr '\0' ' ' <"/proc/$(pid_of mariadb)/cmdline") == *"--datadir=$DEVDIR/mariadb/data "* ]]
+  [ -S "$DEVDIR/mariadb/mariadb.sock" ]
+  [ "$(stat -c %a "$DEVDIR/mariadb")" = 700 ]
+  [ "$(stat -c %a "$DEVDIR/slurmdbd.conf")" = 600 ]
+  # The cluster, its account and the caller are registered.
+  sacctmgr -n -P show cluster format=cluster | grep -qx gpupooldev
+  sacctmgr -n -P show assoc where account=pooldev user="$(id -un)" format=user | grep -qx "$(id -un)"
+}
+
+@test "restart slurmdbd: accounting answers again and keeps what it had" {
+  before=$(sacctmgr -n -P show assoc format=cluster,account,user | sort)
+  old=$(pid_of slurmdbd)
+  "$DEVCLUSTER" restart slurmdbd 3>&-
+  new=$(pid_of slurmdbd)
+  [ "$new" != "$old" ]
+  ! alive "$old"
+  [ "$(sacctmgr -n -P show assoc format=cluster,account,user | sort)" = "$before" ]
 }

@@ -2,7 +2,7 @@
 # Issue 4 on the real stack: gpupoold, sim agents, capacity-publisher, job_submit.lua and
 # spank_gpupool (jobs ask with --gpu-pool). The dev cluster's l40s pool holds exactly 4
 # GPUs (gpuhost5) and no other test uses it; the l4 pool is empty until a host joins.
-load helpers
+load ../lib/helpers
 
 POOL=l40s
 LICENSE=gpupool_l40s
@@ -96,7 +96,7 @@ ctld_pid() { "$DEVCLUSTER" status | grep '^Part=slurmctld ' | grep -o 'Pid=[0-9]
   pool_field_is $POOL failed 1
   # The job keeps running; gpupoold moved its lease off the failed GPU.
   job_is "$j" RUNNING
-  [ "$(lease_field_of_job "$j" generation)" = 2 ]
+  [ "$(lease_field_of_job "$j" .generation)" = 2 ]
   [ "$(lease_gpus_of_job "$j" | wc -l)" -eq 2 ]
   [ -z "$(lease_gpus_of_job "$j" | grep -x "$failed")" ]
   no_node_drained

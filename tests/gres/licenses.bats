@@ -2,7 +2,7 @@
 # job_submit.lua: --gpu-pool=POOL:N becomes licenses + per-node GRES on the server side;
 # bad requests are refused at submit, also when the client-side check is skipped; users
 # cannot take or change pool licenses by hand. (Queueing on licenses: capacity.bats.)
-load helpers
+load ../lib/helpers
 
 teardown() {
   if [[ -n ${JOBS:-} ]]; then scancel $JOBS 2>/dev/null || true; fi

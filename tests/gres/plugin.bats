@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # gres_gpupool.so: built for the installed release, loaded by Slurm, sets the job env.
-load helpers
+load ../lib/helpers
 
 SO=$GPUPOOL_BUILD/lib/slurm/gres_gpupool.so
 installed() { slurmd -V | awk '{print $NF}'; }

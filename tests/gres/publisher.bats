@@ -4,7 +4,7 @@
 # plays it (a JSON file the test rewrites). Capacity following the real gpupoold is tested
 # in capacity.bats. The dev cluster's own publisher is stopped for the duration and
 # brought back by `devcluster up`.
-load helpers
+load ../lib/helpers
 
 PUBLISHER=$GPUPOOL_SOURCE/scripts/capacity-publisher
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # gpupoold reaps the lease of a Slurm job that no longer exists (a node crashed, the
 # epilog never ran) by asking slurmctld, and never touches the nodes while doing it.
-load ../spank/helpers.bash
+load ../lib/helpers
 
 acquire_for_job() {  # acquire_for_job JOB: a lease for JOB, straight through the API
   curl -sf -H "Authorization: MUNGE $(munge -n -S "$MUNGE_SOCKET" -s gpupool)" \

@@ -3,11 +3,11 @@
 # Needs the dev cluster up (CTest fixture "devcluster") and, from CTest:
 #   GPUPOOL_BUILD           the build tree the cluster runs (its lib/remoting holds libcuda.so.1)
 #   GPUPOOL_CUDA_PROGRAMS   the nvcc-built test programs (tests/remote/programs)
-# Job helpers (submit, wait_until, job_state, leases_json, no_node_drained, ...) are the
-# ones the spank tests use.
+# Job helpers (submit, wait_until, job_state, leases_json, no_node_drained, ...) come from
+# tests/lib/helpers.bash, the one helper file of all cluster tests.
 
-# shellcheck source=../spank/helpers.bash
-. "$(dirname "${BASH_SOURCE[0]}")/../spank/helpers.bash"
+# shellcheck source=../lib/helpers.bash
+. "$(dirname "${BASH_SOURCE[0]}")/../lib/helpers.bash"
 
 # shellcheck disable=SC2034  # used by the .bats files
 PROGRAMS=${GPUPOOL_CUDA_PROGRAMS:?GPUPOOL_CUDA_PROGRAMS must name the built CUDA test programs}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # 30 jobs at once: each gets its lease, and no GPU is ever in two live leases.
 
-load helpers
+load ../lib/helpers
 
 @test "30 concurrent jobs never double-lease a GPU" {
   ids=()

@@ -3,12 +3,12 @@
 # sees, and no node is drained. A gpupoold that comes back within the plugin's retry=
 # window (default 15 s) is waited for.
 
-load helpers
+load ../lib/helpers
 
 idle_gpus() { gpupoolctl show gpus --json | jq '[.gpus[] | select(.state == "IDLE")] | length'; }
 
 setup_file() {
-  . "$BATS_TEST_DIRNAME/helpers.bash"
+  . "$BATS_TEST_DIRNAME/../lib/helpers.bash"
   IDLE_BEFORE=$(idle_gpus)
   export IDLE_BEFORE
   "$DEVCLUSTER" stop gpupoold
@@ -16,7 +16,7 @@ setup_file() {
 }
 
 teardown_file() {
-  . "$BATS_TEST_DIRNAME/helpers.bash"
+  . "$BATS_TEST_DIRNAME/../lib/helpers.bash"
   detached "$DEVCLUSTER" restart gpupoold
   wait_until 30 curl -sf "$GPUPOOL_SERVER/v1/ping"
   # The agents re-register within a heartbeat or two; later tests need every GPU back.

@@ -4,7 +4,7 @@
 # option parser (exit status 255); a combination that does not fit (place or mem without
 # --gpu-pool) by the plugin stack (exit status 1, needs the plugin loaded as "required").
 
-load helpers
+load ../lib/helpers
 
 setup_file() {
   # The plugin must be loaded by the dev cluster for any of this to mean something.

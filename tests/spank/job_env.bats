@@ -2,7 +2,7 @@
 # Jobs that ask for pool GPUs see the lease in their environment, in every step, on every
 # node; the lease exists while the job runs and is gone after it.
 
-load helpers
+load ../lib/helpers
 
 # The variables spank_gpupool sets for every step (plus the gpupool profile's).
 check_env_file() {

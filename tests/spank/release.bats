@@ -1,12 +1,12 @@
 #!/usr/bin/env bats
 # The lease is released on every path a job can end by, and no node is drained.
 
-load helpers
+load ../lib/helpers
 
 # Time limits count in whole minutes, so the time-limit job is submitted first and checked
 # last, while the other tests run.
 setup_file() {
-  . "$BATS_TEST_DIRNAME/helpers.bash"
+  . "$BATS_TEST_DIRNAME/../lib/helpers.bash"
   TIMELIMIT_JOB=$(submit --gpu-pool=h100:1 -t 1 --wrap 'sleep 300')
   export TIMELIMIT_JOB
 }

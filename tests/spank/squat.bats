@@ -2,7 +2,7 @@
 # Lease ownership with two real unix users (root and nobody): a user may acquire a lease
 # only for a job that Slurm says is theirs, so nobody can squat on another user's job.
 
-load helpers
+load ../lib/helpers
 
 NOBODY_UID=$(id -u nobody)
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bats
 # gpupoolctl update gpu=ID state=fail under a running job: the job's lease moves to
-# another GPU, the job learns of it (lease file, slurm_notify_job), the swap is recorded,
+# another GPU, the job learns of it (lease file, a notice that is not an error), the swap is recorded,
 # the job finishes, and no node is drained.
 
-load helpers
+load ../lib/helpers
 
 teardown() {
   [[ -n ${FAILED_GPU:-} ]] && gpupoolctl update gpu="$FAILED_GPU" state=resume reason=test >/dev/null || true
@@ -39,8 +39,9 @@ echo AFTER gen=$(jq .generation "$f") gpus=$(jq -r "[.gpus[] | .uuid + \"@\" + .
   [[ $start == *"$failed_uuid"* ]]
   [[ $after != *"$failed_uuid"* ]]
   [ "$(tr ',' '\n' <<<"$after" | wc -l)" -eq 2 ]
-  # slurm_notify_job reached the job's output.
-  grep -q "gpupool: lease L[0-9]* generation 2 .*$FAILED_GPU -> " <<<"$out"
+  # The batch step told the job, as information: a plain line, no "error:".
+  grep -q "^gpupool: lease L[0-9]* generation 2 (ACTIVE): device [01]: $FAILED_GPU -> [a-z0-9]*:[0-9]*; GPUPOOL_LEASE_FILE is updated\$" <<<"$out"
+  ! grep -q 'error:.*gpupool' <<<"$out"
   events_of_job "$id" | grep -qx swapped
   no_node_drained
 }
@@ -59,8 +60,9 @@ echo AFTER gen=$(jq .generation "$f") gpus=$(jq -r "[.gpus[] | .uuid + \"@\" + .
   out=$(cat "$OUT/srun-swap.out")
   grep -q '^START gen=1 ' <<<"$out"
   grep -q '^AFTER gen=2 ' <<<"$out"
-  # srun prints what slurm_notify_job sent.
-  grep -q "srun: gpupool: lease L[0-9]* generation 2 .*$FAILED_GPU -> " <<<"$out"
+  # srun prints what slurm_notify_job sent, as information.
+  grep -q "^srun: gpupool: lease L[0-9]* generation 2 .*$FAILED_GPU -> " <<<"$out"
+  ! grep -q 'error:.*gpupool' <<<"$out"
   events_of_job "$id" | grep -qx swapped
   no_node_drained
 }

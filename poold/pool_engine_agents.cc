@@ -1,0 +1,124 @@
+// PoolEngine, agents: a GPU host's agent registers its GPUs and heartbeats their health;
+// what it reports moves GPUs between states (and may swap them out of leases, see
+// pool_engine_health.cc). See pool_engine.h.
+#include "poold/pool_engine.h"
+
+#include <algorithm>
+
+namespace gpupool::poold {
+
+// ---------------------------------------------------------------- agents
+
+Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  // Refuse before changing anything: a refused registration leaves memory and disk as
+  // they were.
+  std::set<std::string> uuids;
+  for (const AgentGpu& a : reg.gpus) {
+    if (!uuids.insert(a.uuid).second) {
+      return Status::InvalidArgument("GPU " + a.uuid + " is listed twice in the registration");
+    }
+    GpuIndex g = inventory_.FindGpu(a.uuid);
+    NameId registered_on = g == kNone ? kNone : inventory_.gpu(g).host;
+    if (registered_on != kNone && inventory_.Name(registered_on) != reg.host) {
+      return Status::Conflict("GPU " + a.uuid + " is registered on host '" + inventory_.Name(registered_on) +
+                              "', not '" + reg.host + "'");
+    }
+  }
+  int64_t now = clock_();
+  NameId host_id = inventory_.Intern(reg.host);
+  NameId rack_id = inventory_.Intern(reg.rack);
+  Host& host = inventory_.UpsertHost(host_id);
+  reported_failed_.resize(inventory_.gpu_count(), false);
+  host.rack = rack_id;
+  host.endpoint = reg.endpoint;
+  host.last_seen = now;
+  host.reachable = true;
+
+  std::set<GpuIndex> reported;
+  for (const AgentGpu& a : reg.gpus) {
+    GpuIndex g = inventory_.FindGpu(a.uuid);  // on this host, if anywhere (checked above)
+    if (g == kNone) {
+      Gpu gpu;
+      gpu.uuid = a.uuid;
+      gpu.host = host_id;
+      gpu.rack = rack_id;
+      gpu.model = inventory_.Intern(a.model);
+      gpu.index = static_cast<uint16_t>(a.index);
+      gpu.memory_mib = a.memory_mib;
+      gpu.pci_bus_id = a.pci_bus_id;
+      gpu.numa_node = static_cast<int16_t>(a.numa_node);
+      gpu.pool = inventory_.PoolFor(a.uuid, reg.host + ":" + std::to_string(a.index), a.model, reg.rack,
+                                    reg.host, a.memory_mib);
+      gpu.state = a.failed ? GpuState::kFailed : GpuState::kIdle;
+      gpu.reason = a.failed ? a.reason : "";
+      g = inventory_.AddGpu(std::move(gpu));
+      reported_failed_.resize(inventory_.gpu_count(), false);
+      reported_failed_[g] = a.failed;
+      host.gpus.push_back(g);
+      PersistGpu(g);
+      Event("registered", g, nullptr,
+            a.model + " " + std::to_string(a.memory_mib) + " MiB in pool " +
+                (inventory_.gpu(g).pool == kNone ? "(none)" : inventory_.pools()[inventory_.gpu(g).pool].name));
+      if (!a.failed) HealDegraded();
+    } else {
+      Gpu& gpu = inventory_.gpu(g);
+      gpu.memory_mib = a.memory_mib;
+      gpu.pci_bus_id = a.pci_bus_id;
+      gpu.numa_node = static_cast<int16_t>(a.numa_node);
+      if (std::find(host.gpus.begin(), host.gpus.end(), g) == host.gpus.end()) host.gpus.push_back(g);
+      reported_failed_[g] = a.failed;
+      PersistGpu(g);
+      if (a.failed) {
+        if (gpu.state != GpuState::kFailed) FailGpu(g, GpuState::kFailed, a.reason, "failed");
+      } else if (gpu.state == GpuState::kUnreachable) {
+        RecoverGpu(g, "agent registered again");
+      }
+    }
+    reported.insert(g);
+  }
+  for (GpuIndex g : host.gpus) {
+    if (reported.count(g) == 0 && inventory_.gpu(g).state != GpuState::kUnreachable) {
+      FailGpu(g, GpuState::kUnreachable, "no longer reported by its agent", "unreachable");
+    }
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (GpuIndex g : host.gpus) out.push_back(GpuJson(g));
+  return nlohmann::json{{"gpus", out}};
+}
+
+Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
+                                             const std::vector<GpuHealthReport>& gpus) {
+  std::lock_guard<std::mutex> lock(mu_);
+  NameId host_id = inventory_.FindName(host_name);
+  Host* host = host_id == kNone ? nullptr : inventory_.FindHost(host_id);
+  if (host == nullptr) return Status::NotFound("unknown host '" + host_name + "': register first");
+  host->last_seen = clock_();
+  if (!host->reachable) {
+    host->reachable = true;
+    for (GpuIndex g : host->gpus) {
+      if (inventory_.gpu(g).state == GpuState::kUnreachable) RecoverGpu(g, "agent heartbeats again");
+    }
+  }
+  for (const GpuHealthReport& r : gpus) {
+    GpuIndex g = inventory_.FindGpu(r.uuid);
+    if (g == kNone || inventory_.gpu(g).host != host_id) {
+      return Status::NotFound("GPU " + r.uuid + " is not registered on host '" + host_name + "'");
+    }
+    reported_failed_[g] = r.failed;
+    if (r.failed && inventory_.gpu(g).state != GpuState::kFailed) {
+      FailGpu(g, GpuState::kFailed, r.reason.empty() ? "reported failed by agent" : r.reason, "failed");
+    }
+  }
+  nlohmann::json leases = nlohmann::json::array();
+  for (GpuIndex g : host->gpus) {
+    const Gpu& gpu = inventory_.gpu(g);
+    if (gpu.lease == 0) continue;
+    const Lease& l = leases_.at(gpu.lease);
+    leases.push_back({{"gpu", gpu.uuid}, {"lease", LeaseName(l.number)}, {"token", l.token},
+                      {"generation", l.generation}});
+  }
+  return nlohmann::json{{"ok", true}, {"leases", leases}};
+}
+
+}  // namespace gpupool::poold
