@@ -2,6 +2,11 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <chrono>
+#include <thread>
+#include <vector>
+
 #include "common/auth.h"
 
 namespace gpupool {
@@ -38,11 +43,34 @@ Result<HostPort> ParseServer(const std::string& server) {
 
 struct ApiClient::Impl {
   Status parse_status;
+  std::vector<std::string> urls;     // "http://host:port", as configured (then leaders named)
+  std::vector<HostPort> servers;     // parsed urls
+  size_t current = 0;                // the server requests go to
+  int timeout_ms = 5000;
   std::unique_ptr<httplib::Client> http;
   std::string munge_socket;
-  std::string session_token;  // empty: none yet
+  std::string session_token;  // empty: none yet (a session belongs to one server)
 
-  // One request and its answer (status and body), or why there is none.
+  void Connect(size_t index) {
+    current = index;
+    session_token.clear();
+    http = std::make_unique<httplib::Client>(servers[index].host, servers[index].port);
+    // Among replicas, one that hangs (a paused process, a machine gone silent) must not take
+    // a call's whole timeout: each attempt gets a third of it, so the next one is tried.
+    int ms = servers.size() > 1 ? std::max(500, timeout_ms / 3) : timeout_ms;
+    http->set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
+    http->set_read_timeout(ms / 1000, (ms % 1000) * 1000);
+    http->set_write_timeout(ms / 1000, (ms % 1000) * 1000);
+    http->set_keep_alive(true);
+    // Requests go out as header + body writes: without TCP_NODELAY, Nagle and delayed ACKs
+    // add ~40 ms to every call.
+    http->set_tcp_nodelay(true);
+  }
+
+  // One request to the current server and its answer (status and body), or why there is none.
+  Result<std::pair<int, std::string>> SendOnce(const ApiClientOptions& options, const std::string& method,
+                                               const std::string& path, const std::string* body);
+  // SendOnce, following the leader among replicas (see api_client.h).
   Result<std::pair<int, std::string>> Send(const ApiClientOptions& options, const std::string& method,
                                            const std::string& path, const std::string* body);
 
@@ -54,20 +82,23 @@ struct ApiClient::Impl {
 
 ApiClient::ApiClient(ApiClientOptions options) : options_(std::move(options)), impl_(new Impl) {
   impl_->munge_socket = auth::ResolveMungeSocket(options_.munge_socket);
-  Result<HostPort> hp = ParseServer(options_.server);
-  if (!hp.ok()) {
-    impl_->parse_status = hp.status();
-    return;
+  impl_->timeout_ms = options_.timeout_ms;
+  // "URL[,URL...]": the replicas of gpupoold, in the order to try them.
+  std::string list = options_.server;
+  for (size_t begin = 0; begin <= list.size();) {
+    size_t comma = list.find(',', begin);
+    if (comma == std::string::npos) comma = list.size();
+    std::string one = list.substr(begin, comma - begin);
+    begin = comma + 1;
+    Result<HostPort> hp = ParseServer(one);
+    if (!hp.ok()) {
+      impl_->parse_status = hp.status();
+      return;
+    }
+    impl_->servers.push_back(hp.value());
+    impl_->urls.push_back(one);
   }
-  impl_->http = std::make_unique<httplib::Client>(hp->host, hp->port);
-  int ms = options_.timeout_ms;
-  impl_->http->set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
-  impl_->http->set_read_timeout(ms / 1000, (ms % 1000) * 1000);
-  impl_->http->set_write_timeout(ms / 1000, (ms % 1000) * 1000);
-  impl_->http->set_keep_alive(true);
-  // Requests go out as header + body writes: without TCP_NODELAY, Nagle and delayed ACKs
-  // add ~40 ms to every call.
-  impl_->http->set_tcp_nodelay(true);
+  impl_->Connect(0);
 }
 
 ApiClient::~ApiClient() = default;
@@ -127,9 +158,9 @@ Result<std::string> ApiClient::Impl::Authorization(const ApiClientOptions& optio
 // With sessions, a 401 on a token (expired, or gpupoold restarted) gets one fresh session
 // and one retry: a 401 is answered before the request is acted on, so the retry cannot do
 // anything twice.
-Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions& options,
-                                                          const std::string& method, const std::string& path,
-                                                          const std::string* body) {
+Result<std::pair<int, std::string>> ApiClient::Impl::SendOnce(const ApiClientOptions& options,
+                                                              const std::string& method, const std::string& path,
+                                                              const std::string* body) {
   if (!parse_status.ok()) return parse_status;
   for (int attempt = 0;; ++attempt) {
     httplib::Headers headers;
@@ -146,13 +177,66 @@ Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions
       res = method == "GET" ? http->Get(path.c_str(), headers)
                             : http->Post(path.c_str(), headers, *body, "application/json");
     }
-    if (!res) return TransportError(options.server, res.error());
+    if (!res) return TransportError(urls[current], res.error());
     bool stale_token = res->status == 401 && !headers.empty() && headers.begin()->second.rfind("Bearer ", 0) == 0;
     if (stale_token && attempt == 0) {
       session_token.clear();
       continue;
     }
     return std::make_pair(res->status, res->body);
+  }
+}
+
+// With one server, one attempt (the answer or the transport error, as always). With
+// replicas: a transport error moves to the next server; a follower's 503 names the leader,
+// and the request goes there; when no server leads yet, rounds repeat every 100 ms. All of
+// it within the one timeout of a call. Requests are retried only where that cannot do
+// anything twice: a follower acts on nothing, a refused connection carried nothing, and the
+// requests that can be cut off after they were sent (acquire, release, renew, update) are
+// idempotent in gpupoold's API.
+Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions& options,
+                                                          const std::string& method, const std::string& path,
+                                                          const std::string* body) {
+  if (!parse_status.ok()) return parse_status;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  size_t tried_this_round = 0;
+  for (;;) {
+    Result<std::pair<int, std::string>> reply = SendOnce(options, method, path, body);
+    bool redirected = false;
+    if (reply.ok() && reply->first == 503) {
+      nlohmann::json answer = nlohmann::json::parse(reply->second, nullptr, false);
+      if (!answer.is_object() || !answer.contains("leader") || !answer["leader"].is_string()) {
+        if (servers.size() == 1 || !answer.is_object() || !answer.value("retry", false)) return reply;
+      } else {
+        Result<HostPort> leader = ParseServer(answer["leader"].get<std::string>());
+        if (!leader.ok()) return reply;
+        size_t index = std::find_if(servers.begin(), servers.end(), [&](const HostPort& s) {
+                         return s.host == leader->host && s.port == leader->port;
+                       }) - servers.begin();
+        if (index == servers.size()) {
+          urls.push_back(answer["leader"].get<std::string>());
+          servers.push_back(leader.value());
+        }
+        if (index != current) {
+          Connect(index);
+          redirected = true;
+        }
+      }
+    } else if (reply.ok() || reply.status().code() != Status::Code::kUnavailable || servers.size() == 1 ||
+               !reply.status().message().starts_with("cannot reach gpupoold")) {
+      return reply;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      if (reply.ok()) return reply;
+      return Status::Unavailable("no gpupoold replica answers as leader (" + reply.status().message() + ")");
+    }
+    if (!redirected) {
+      if (++tried_this_round >= servers.size()) {
+        tried_this_round = 0;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      Connect((current + 1) % servers.size());
+    }
   }
 }
 

@@ -121,7 +121,8 @@ Status ReadMemory(const libconfig::Setting& group, const char* key, const std::s
 Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldConfig* c) {
   GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"listen", "state_dir", "log_file", "slurm_user",
       "admins", "agent_users", "lease_ttl", "max_lease_ttl", "unreachable_timeout",
-      "reap_interval", "slurm_reap", "durability", "max_request_bytes", "threads"}));
+      "reap_interval", "slurm_reap", "durability", "max_request_bytes", "threads", "state",
+      "etcd_endpoints", "etcd_prefix", "leader_ttl", "advertise"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "listen", file, &c->listen));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "state_dir", file, &c->state_dir));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "log_file", file, &c->log_file));
@@ -139,6 +140,23 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
   }
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "max_request_bytes", file, 1024, 64 << 20, &c->max_request_bytes));
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "threads", file, 2, 4096, &c->threads));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "state", file, &c->state));
+  if (c->state != "sqlite" && c->state != "etcd") {
+    return Error(g["state"], file, "must be \"sqlite\" or \"etcd\"");
+  }
+  GPUPOOL_RETURN_IF_ERROR(ReadStringList(g, "etcd_endpoints", file, &c->etcd_endpoints));
+  if (c->etcd_endpoints.empty()) return Error(g["etcd_endpoints"], file, "must name at least one etcd endpoint");
+  for (const std::string& e : c->etcd_endpoints) {
+    if (e.rfind("http://", 0) != 0) {
+      return Error(g["etcd_endpoints"], file, "must be http://HOST:PORT URLs (etcd's client URLs); '" + e + "' is not");
+    }
+  }
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_prefix", file, &c->etcd_prefix));
+  if (c->etcd_prefix.empty() || c->etcd_prefix.front() != '/' || c->etcd_prefix.back() != '/') {
+    return Error(g["etcd_prefix"], file, "must begin and end with '/'");
+  }
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "leader_ttl", file, 2, 600, &c->leader_ttl));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "advertise", file, &c->advertise));
   if (c->lease_ttl > c->max_lease_ttl) {
     return Error(g, file, "lease_ttl must not exceed max_lease_ttl");
   }

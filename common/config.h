@@ -45,6 +45,13 @@ struct PooldConfig {
   std::string durability = "fsync";  // "fsync" (power-loss safe) or "process" (kill -9 safe)
   int max_request_bytes = 65536;
   int threads = 128;                 // HTTP worker threads (one per keep-alive connection)
+  // High availability (gpupoold(8) HIGH AVAILABILITY): "sqlite" keeps state in state_dir;
+  // "etcd" keeps it in etcd, and replicas elect one leader that serves the API.
+  std::string state = "sqlite";
+  std::vector<std::string> etcd_endpoints = {"http://127.0.0.1:2379"};
+  std::string etcd_prefix = "/gpupool/";  // every key gpupoold writes starts with it
+  int leader_ttl = 5;                     // seconds: a dead leader is replaced within about this
+  std::string advertise;                  // URL followers name for this replica; empty: http://<listen>
 };
 
 struct SimGpuConfig {

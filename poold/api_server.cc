@@ -38,8 +38,8 @@ ApiServer::ApiServer(const Config& config, PoolEngine* engine, Store* store)
 
 ApiServer::~ApiServer() = default;
 
-Status ApiServer::Bind() {
-  const std::string& listen = config_.poold.listen;
+Status ApiServer::Bind(const std::string& listen_override) {
+  const std::string& listen = listen_override.empty() ? config_.poold.listen : listen_override;
   size_t colon = listen.rfind(':');
   if (colon == std::string::npos) return Status::InvalidArgument("bad listen address '" + listen + "'");
   std::string host = listen.substr(0, colon);
@@ -156,8 +156,16 @@ void ApiServer::Route() {
   };
   auto body_of = [](const httplib::Request& req) { return jf::Parse(req.body); };
 
-  http_->Get("/v1/ping", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(json{{"ok", true}, {"version", kVersion}}.dump(), "application/json");
+  http_->Get("/v1/ping", [this](const httplib::Request&, httplib::Response& res) {
+    json ping = {{"ok", true}, {"version", kVersion}};
+    if (config_.poold.state == "etcd") {
+      // Replicas: this one serves the API, so it leads (followers answer from StandbyServer).
+      std::string url = config_.poold.advertise.empty() ? "http://" + config_.poold.listen : config_.poold.advertise;
+      ping["role"] = "leader";
+      ping["leader"] = url;
+      ping["url"] = url;
+    }
+    res.set_content(ping.dump(), "application/json");
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(Metrics(), "text/plain; version=0.0.4");
@@ -311,6 +319,7 @@ std::string ApiServer::Metrics() {
   std::snprintf(line, sizeof(line), "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n",
                 store_->commits());
   out += line;
+  if (config_.poold.state == "etcd") out += "# TYPE gpupool_leader gauge\ngpupool_leader 1\n";  // followers say 0
   metrics_.Render(&out);
   return out;
 }

@@ -31,8 +31,9 @@ class ApiServer {
   ApiServer(const Config& config, PoolEngine* engine, Store* store);
   ~ApiServer();
 
-  // Binds the listen address; returns an error naming it when it cannot.
-  Status Bind();
+  // Binds the listen address (`listen`, else gpupoold.listen); returns an error naming it
+  // when it cannot.
+  Status Bind(const std::string& listen = "");
   // Serves until Stop(). Blocks. Stop() may come first, from any thread: Serve() then
   // returns at once instead of serving forever.
   void Serve();

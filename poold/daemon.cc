@@ -4,6 +4,7 @@
 #include <ctime>
 
 #include "common/log.h"
+#include "poold/etcd_store.h"
 #include "poold/slurm_jobs.h"
 
 namespace gpupool::poold {
@@ -13,13 +14,38 @@ Daemon::Daemon(Config config, JobOwnerLookup job_owner)
 
 Daemon::~Daemon() {
   Stop();
+  if (campaign_.joinable()) campaign_.join();
   if (periodic_.joinable()) periodic_.join();
+  election_.reset();
+}
+
+std::string Daemon::AdvertisedUrl() const {
+  if (!config_.poold.advertise.empty()) return config_.poold.advertise;
+  return "http://" + config_.poold.listen;
 }
 
 Status Daemon::Start() {
+  if (config_.poold.state == "etcd") {
+    election_ = std::make_unique<LeaderElection>(config_.poold.etcd_endpoints, config_.poold.etcd_prefix,
+                                                 AdvertisedUrl(), config_.poold.leader_ttl);
+    standby_ = std::make_unique<StandbyServer>(AdvertisedUrl(), [this] { return election_->leader_url(); });
+    GPUPOOL_RETURN_IF_ERROR(standby_->Bind(config_.poold.listen));
+    port_ = standby_->port();
+    campaign_ = std::thread(&Daemon::CampaignLoop, this);
+    log::Info("listening on port " + std::to_string(port_) + " as a follower; campaigning for leadership in etcd " +
+              config_.poold.etcd_endpoints.front() + " (prefix " + config_.poold.etcd_prefix + ")");
+    return Status::OK();
+  }
   Result<std::unique_ptr<Store>> store = Store::Open(config_.poold.state_dir, config_.poold.durability == "fsync");
   if (!store.ok()) return store.status();
-  store_ = std::move(store.value());
+  GPUPOOL_RETURN_IF_ERROR(Serve(std::move(store.value()), config_.poold.listen));
+  log::Info("listening on port " + std::to_string(port_) + ", state in " + config_.poold.state_dir +
+            " (durability " + config_.poold.durability + ")");
+  return Status::OK();
+}
+
+Status Daemon::Serve(std::unique_ptr<Store> store, const std::string& listen) {
+  store_ = std::move(store);
   Result<LoadedState> loaded = store_->Load(100000);
   if (!loaded.ok()) return loaded.status();
   engine_ = std::make_unique<PoolEngine>(config_, store_.get(), [] { return static_cast<int64_t>(std::time(nullptr)); });
@@ -37,14 +63,62 @@ Status Daemon::Start() {
   GPUPOOL_RETURN_IF_ERROR(engine_->Recover(loaded.value()));
   GPUPOOL_RETURN_IF_ERROR(engine_->CheckInvariants());
   server_ = std::make_unique<ApiServer>(config_, engine_.get(), store_.get());
-  GPUPOOL_RETURN_IF_ERROR(server_->Bind());
+  Status bound = server_->Bind(listen);
+  // The standby server has just closed this port: give the kernel a moment to let it go.
+  for (int i = 0; !bound.ok() && i < 50; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bound = server_->Bind(listen);
+  }
+  GPUPOOL_RETURN_IF_ERROR(bound);
+  port_ = server_->port();
+  leading_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    leader_ready_ = true;
+  }
+  cv_.notify_all();
   periodic_ = std::thread(&Daemon::PeriodicLoop, this);
-  log::Info("listening on port " + std::to_string(server_->port()) + ", state in " + config_.poold.state_dir +
-            " (durability " + config_.poold.durability + ")");
   return Status::OK();
 }
 
+void Daemon::CampaignLoop() {
+  Status won = election_->Campaign([this](const Status& lost) { Fail(lost); });
+  if (!won.ok()) return;  // cancelled: stopping
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+  }
+  // Stop answering "the leader is elsewhere" before serving the API on the same port.
+  standby_->Stop();
+  std::string listen = config_.poold.listen;
+  if (size_t colon = listen.rfind(':'); colon != std::string::npos) {
+    listen = listen.substr(0, colon + 1) + std::to_string(port_.load());
+  }
+  Result<std::unique_ptr<Store>> store =
+      EtcdStore::Open(config_.poold.etcd_endpoints, config_.poold.etcd_prefix, election_->fence_revision());
+  Status served = store.ok() ? Serve(std::move(store.value()), listen) : store.status();
+  if (!served.ok()) {
+    Fail(Status::Unavailable("elected leader but cannot serve: " + served.message()));
+    return;
+  }
+  log::Info("serving the API as the leader on port " + std::to_string(port_) + " (state in etcd)");
+}
+
+void Daemon::Fail(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fatal_.ok()) fatal_ = why;
+  }
+  Stop();
+}
+
 void Daemon::Run() {
+  if (standby_) {
+    standby_->Serve();
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return stopping_ || leader_ready_; });
+    if (stopping_) return;
+  }
   if (server_) server_->Serve();
 }
 
@@ -55,7 +129,14 @@ void Daemon::Stop() {
     stopping_ = true;
   }
   cv_.notify_all();
-  if (server_) server_->Stop();
+  if (standby_) standby_->Stop();
+  if (election_) election_->Cancel();
+  // server_ is set by the campaign thread; it checks stopping_ before serving, and Serve()
+  // returns at once after a Stop() that came first.
+  std::unique_lock<std::mutex> lock(mu_);
+  bool ready = leader_ready_;
+  lock.unlock();
+  if (ready && server_) server_->Stop();
 }
 
 Status Daemon::fatal() {

@@ -81,7 +81,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fs
   if (mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return Status::Internal("cannot create state directory " + state_dir + ": " + std::strerror(errno));
   }
-  std::unique_ptr<Store> store(new Store());
+  std::unique_ptr<SqliteStore> store(new SqliteStore());
   std::string path = state_dir + "/gpupoold.db";
   if (sqlite3_open_v2(path.c_str(), &store->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
                       SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
@@ -100,24 +100,32 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fs
       return Status::Internal(std::string("sqlite: cannot prepare: ") + sqlite3_errmsg(store->db_));
     }
   }
-  store->committer_ = std::thread(&Store::CommitterLoop, store.get());
-  return store;
+  store->StartCommitter();
+  return std::unique_ptr<Store>(std::move(store));
 }
 
-Store::~Store() {
+Store::~Store() { StopCommitter(); }
+
+void Store::StartCommitter() { committer_ = std::thread(&Store::CommitterLoop, this); }
+
+void Store::StopCommitter() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
   }
   work_cv_.notify_all();
   if (committer_.joinable()) committer_.join();
+}
+
+SqliteStore::~SqliteStore() {
+  StopCommitter();
   for (sqlite3_stmt* s : {put_gpu_, put_lease_, delete_lease_, put_event_, put_next_lease_}) sqlite3_finalize(s);
   sqlite3_close(db_);
 }
 
 // Brings a state directory written by an older gpupoold up to the current schema
 // (PRAGMA user_version). Version 1 added events.uid.
-Status Store::Migrate() {
+Status SqliteStore::Migrate() {
   int version = 0;
   {
     Stmt v(db_, "PRAGMA user_version");
@@ -133,7 +141,7 @@ Status Store::Migrate() {
   return Exec("PRAGMA user_version = 1");
 }
 
-Status Store::Exec(const char* sql) {
+Status SqliteStore::Exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
     std::string msg = std::string("sqlite: ") + (err != nullptr ? err : "error") + " in: " +
@@ -144,7 +152,7 @@ Status Store::Exec(const char* sql) {
   return Status::OK();
 }
 
-Result<LoadedState> Store::Load(size_t recent_events) {
+Result<LoadedState> SqliteStore::Load(size_t recent_events) {
   LoadedState st;
   // A read that stops early must not pass for an empty table: gpupoold would forget leases.
   auto finished = [this](int rc, const char* what) -> Status {
@@ -276,10 +284,8 @@ void Store::CommitterLoop() {
     since_trim += batch.size();
     if (s.ok() && since_trim > 10000) {
       since_trim = 0;
-      std::string trim = "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - " +
-                         std::to_string(event_retention_);
       // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
-      Status trimmed = Exec(trim.c_str());
+      Status trimmed = TrimEvents(event_retention_);
       if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
     }
     {
@@ -296,9 +302,14 @@ void Store::CommitterLoop() {
   }
 }
 
+Status SqliteStore::TrimEvents(uint64_t keep) {
+  std::string trim = "DELETE FROM events WHERE seq <= (SELECT MAX(seq) FROM events) - " + std::to_string(keep);
+  return Exec(trim.c_str());
+}
+
 // Ends a failed batch. The batch's error is the one to report; a failed ROLLBACK (the
 // connection is unusable) is logged beside it.
-Status Store::RollBack(const std::string& why) {
+Status SqliteStore::RollBack(const std::string& why) {
   Status rolled = Exec("ROLLBACK");
   if (!rolled.ok()) log::Error("cannot roll back a failed write: " + rolled.message());
   return Status::Internal(why);
@@ -309,7 +320,7 @@ Status Store::Health() const {
   return failure_;
 }
 
-Status Store::WriteBatch(const std::vector<Op>& ops) {
+Status SqliteStore::WriteBatch(const std::vector<Op>& ops) {
   GPUPOOL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   uint64_t max_lease = 0;
   for (const Op& op : ops) {

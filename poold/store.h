@@ -1,4 +1,5 @@
-// Store: gpupoold's durable state in SQLite (WAL) under the state directory.
+// Store: gpupoold's durable state: SQLite (WAL) under the state directory, or etcd
+// (poold/etcd_store.h) when replicas share it.
 //
 // Mutations are queued as row images and written by one committer thread, many requests
 // per transaction (group commit), so that the cost of a durable commit is shared by all
@@ -62,14 +63,17 @@ struct LoadedState {
   uint64_t next_event = 1;
 };
 
+// The queue, the committer thread and the tickets are common to every backend; a backend
+// writes batches (WriteBatch) and reads the state back (Load).
 class Store {
  public:
-  // Opens (creating if needed) `<state_dir>/gpupoold.db`. `fsync`: synchronous=FULL
-  // (survives power loss) or NORMAL (survives kill -9 of the daemon, not of the machine).
+  // The SQLite backend: opens (creating if needed) `<state_dir>/gpupoold.db`. `fsync`:
+  // synchronous=FULL (survives power loss) or NORMAL (survives kill -9 of the daemon, not of
+  // the machine).
   static Result<std::unique_ptr<Store>> Open(const std::string& state_dir, bool fsync);
-  ~Store();
+  virtual ~Store();
 
-  Result<LoadedState> Load(size_t recent_events);
+  virtual Result<LoadedState> Load(size_t recent_events) = 0;
 
   using Op = std::variant<GpuRow, LeaseRow, LeaseDelete, EventRow>;
   // Queues one change; returns its ticket. REQUIRES: callers serialise (see above).
@@ -86,10 +90,44 @@ class Store {
   void set_event_retention(uint64_t keep) { event_retention_ = keep; }
   uint64_t commits() const;  // transactions written so far (for metrics)
 
- private:
+ protected:
   Store() = default;
+  // Subclasses start the committer once they can write, and stop it in their destructor
+  // before what WriteBatch uses goes away.
+  void StartCommitter();
+  void StopCommitter();
+  // Writes `ops` atomically (all or none), in order. Called by the committer thread only.
+  virtual Status WriteBatch(const std::vector<Op>& ops) = 0;
+  // Deletes events older than the newest `keep`. Housekeeping: a failure is only logged.
+  virtual Status TrimEvents(uint64_t keep) = 0;
+
+ private:
   void CommitterLoop();
-  Status WriteBatch(const std::vector<Op>& ops);
+
+  uint64_t event_retention_ = 1000000;
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;     // committer waits for work
+  std::condition_variable durable_cv_;  // requests wait for their ticket
+  std::deque<Op> queue_;                // GUARDED_BY(mu_)
+  uint64_t enqueued_ = 0;               // GUARDED_BY(mu_): ticket of the last queued op
+  uint64_t durable_ = 0;                // GUARDED_BY(mu_): ticket of the last committed op
+  uint64_t commits_ = 0;                // GUARDED_BY(mu_)
+  Status failure_;                      // GUARDED_BY(mu_): sticky commit error
+  bool stopping_ = false;               // GUARDED_BY(mu_)
+  std::thread committer_;
+};
+
+// SQLite in WAL mode (the embedded default, `state = "sqlite"`).
+class SqliteStore final : public Store {
+ public:
+  ~SqliteStore() override;
+  Result<LoadedState> Load(size_t recent_events) override;
+
+ private:
+  friend class Store;
+  SqliteStore() = default;
+  Status WriteBatch(const std::vector<Op>& ops) override;
+  Status TrimEvents(uint64_t keep) override;
   Status RollBack(const std::string& why);
   Status Exec(const char* sql);
   Status Migrate();
@@ -101,18 +139,6 @@ class Store {
   sqlite3_stmt* delete_lease_ = nullptr;
   sqlite3_stmt* put_event_ = nullptr;
   sqlite3_stmt* put_next_lease_ = nullptr;
-  uint64_t event_retention_ = 1000000;
-
-  mutable std::mutex mu_;
-  std::condition_variable work_cv_;     // committer waits for work
-  std::condition_variable durable_cv_;  // requests wait for their ticket
-  std::deque<Op> queue_;                // GUARDED_BY(mu_)
-  uint64_t enqueued_ = 0;               // GUARDED_BY(mu_): ticket of the last queued op
-  uint64_t durable_ = 0;                // GUARDED_BY(mu_): ticket of the last committed op
-  uint64_t commits_ = 0;                // GUARDED_BY(mu_)
-  Status failure_;                      // GUARDED_BY(mu_): sticky commit error
-  bool stopping_ = false;               // GUARDED_BY(mu_)
-  std::thread committer_;
 };
 
 }  // namespace gpupool::poold

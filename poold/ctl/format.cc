@@ -219,7 +219,14 @@ Result<std::string> FormatAnswer(const CtlArgs& args, const json& answer, const 
       bool ok = answer.is_object() && answer.value("ok", false) == true;
       if (!ok) return Status::Internal("gpupoold at " + server + " answered the ping without \"ok\":true");
       std::string version = Text(answer, "version");
-      return "gpupoold at " + server + " is UP" + (version.empty() ? "" : " (version " + version + ")") + "\n";
+      std::string out = "gpupoold at " + server + " is UP" + (version.empty() ? "" : " (version " + version + ")");
+      // Replicas (state = "etcd"): say which one leads.
+      std::string role = Text(answer, "role"), leader = Text(answer, "leader");
+      if (role == "leader") out += "; it is the leader";
+      if (role == "follower") {
+        out += leader.empty() ? "; it is a follower and no leader is elected" : "; it is a follower; the leader is " + leader;
+      }
+      return out + "\n";
     }
     case Verb::kShowPools: {
       if (!HasList(answer, "pools")) return MissingList("pools");

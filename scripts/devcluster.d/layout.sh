@@ -18,7 +18,8 @@ UP_TIMEOUT=${GPUPOOL_DEV_TIMEOUT:-60}
 # Port map (base = PORTBASE): slurmctld base, slurmd base+1.., gpupoold base+10,
 # a test's stand-in gpupoold base+15, agents' data endpoints base+20.., agents' control
 # APIs base+30.., an agent that tests start to join the cluster (JOIN_HOST) base+29,
-# MariaDB base+40, slurmdbd base+41.
+# MariaDB base+40, slurmdbd base+41; with GPUPOOL_DEV_HA=1, etcd base+43..48 and the
+# second gpupoold base+49.
 CTLD_PORT=$PORTBASE
 POOLD_PORT=$((PORTBASE + 10))
 slurmd_port() { echo $((PORTBASE + $1)); }          # $1 = node number (1-based)
@@ -30,6 +31,20 @@ DBD_PORT=$((PORTBASE + 41))
 
 POOLD_URL="http://127.0.0.1:$POOLD_PORT"
 CLUSTER_NAME=gpupooldev
+
+# High availability (GPUPOOL_DEV_HA=1): a 3-member etcd (client ports base+43..45, peer
+# ports base+46..48) and a second gpupoold replica (base+49); every client names both.
+HA=${GPUPOOL_DEV_HA:-0}
+[[ $HA == 0 || $HA == 1 ]] || { echo "devcluster: GPUPOOL_DEV_HA must be 0 or 1, not '$HA'" >&2; exit 1; }
+ETCD_MEMBERS=3
+etcd_client_port() { echo $((PORTBASE + 42 + $1)); }  # $1 = member number (1-based)
+etcd_peer_port() { echo $((PORTBASE + 45 + $1)); }
+POOLD2_PORT=$((PORTBASE + 49))
+POOLD2_URL="http://127.0.0.1:$POOLD2_PORT"
+# What clients are given: one URL, or both replicas' (they follow the leader).
+POOLD_SERVERS=$POOLD_URL
+((HA)) && POOLD_SERVERS="$POOLD_URL,$POOLD2_URL"
+ETCD_DIR=$DEVDIR/etcd
 
 # Files.
 LOGDIR=$DEVDIR/log
@@ -102,7 +117,11 @@ all_parts() {
   echo slurmctld
   local i
   for ((i = 1; i <= NODES; i++)); do echo "slurmd-node$i"; done
+  if ((HA)); then
+    for ((i = 1; i <= ETCD_MEMBERS; i++)); do echo "etcd$i"; done
+  fi
   echo gpupoold
+  ((HA)) && echo gpupoold2
   for entry in "${GPU_HOSTS[@]}"; do echo "agent-${entry%% *}"; done
   echo publisher
 }

@@ -39,7 +39,8 @@ part_binary() {
     slurmdbd) sbin_command slurmdbd ;;
     slurmctld) command -v slurmctld ;;
     slurmd-*) command -v slurmd ;;
-    gpupoold) echo "$GPUPOOLD_BIN" ;;
+    gpupoold | gpupoold2) echo "$GPUPOOLD_BIN" ;;
+    etcd*) command -v etcd ;;
     agent-*) echo "$AGENTD_BIN" ;;
     publisher) echo "$REPO/scripts/capacity-publisher" ;;
   esac
@@ -99,6 +100,25 @@ spawn() {
   echo $! >"$(pid_file "$part")"
 }
 
+# start_etcd_member N: etcd member N of the HA dev cluster, on loopback.
+start_etcd_member() {
+  local n=$1 cluster="" i state=new
+  for ((i = 1; i <= ETCD_MEMBERS; i++)); do
+    cluster+="${cluster:+,}etcd$i=http://127.0.0.1:$(etcd_peer_port "$i")"
+  done
+  # The data directory is kept: `up` after `down` finds the cluster (and its state) as it was.
+  [[ -d $ETCD_DIR/etcd$n/member ]] && state=existing
+  # --max-txn-ops: gpupoold's group commits hold more than etcd's default 128 operations
+  # when many clients acquire at once (gpupoold(8), HIGH AVAILABILITY).
+  spawn "etcd$n" "$(part_binary "etcd$n")" --name "etcd$n" --data-dir "$ETCD_DIR/etcd$n" \
+    --listen-client-urls "http://127.0.0.1:$(etcd_client_port "$n")" \
+    --advertise-client-urls "http://127.0.0.1:$(etcd_client_port "$n")" \
+    --listen-peer-urls "http://127.0.0.1:$(etcd_peer_port "$n")" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$(etcd_peer_port "$n")" \
+    --initial-cluster "$cluster" --initial-cluster-state "$state" \
+    --initial-cluster-token "gpupool-dev-$PORTBASE" --max-txn-ops 1024
+}
+
 part_start() {
   local part=$1
   case $part in
@@ -138,6 +158,18 @@ part_start() {
     gpupoold)
       spawn gpupoold "$GPUPOOLD_BIN" -D -f "$GPUPOOL_CONF_FILE"
       ;;
+    gpupoold2)
+      spawn gpupoold2 "$GPUPOOLD_BIN" -D -f "$GPUPOOL_CONF_FILE" --listen "127.0.0.1:$POOLD2_PORT"
+      ;;
+    etcd*)
+      # A member answers only once a quorum has formed: start every member that is not
+      # running, so that waiting for this one cannot wait for ever.
+      local i
+      for ((i = 1; i <= ETCD_MEMBERS; i++)); do
+        [[ etcd$i == "$part" ]] || ! part_pid "etcd$i" >/dev/null || continue
+        start_etcd_member "$i"
+      done
+      ;;
     agent-*)
       local host=${part#agent-} port control rack model mem count control_args=()
       read -r port control rack model mem count <<<"$(agent_entry "$host")"
@@ -149,7 +181,7 @@ part_start() {
       # `up` waits for this file: a stale one would let it return before publishing.
       rm -f "$DEVDIR/publisher.ok"
       spawn publisher "$(part_binary publisher)" -D --devdir "$DEVDIR" \
-        --server "$POOLD_URL" --licenses "$LICENSES_CONF" --interval 1
+        --server "$POOLD_SERVERS" --licenses "$LICENSES_CONF" --interval 1
       ;;
   esac
 }
@@ -157,11 +189,22 @@ part_start() {
 # A MUNGE credential for gpupoold's API (payload "gpupool", see docs/api.md).
 munge_cred() { munge -S "$MUNGE_SOCK" -s gpupool 2>/dev/null; }
 
-# poold_get PATH: authenticated GET against the dev gpupoold; prints the body.
+# poold_get PATH: authenticated GET against the dev gpupoold (its leader, with replicas);
+# prints the body.
 poold_get() {
-  local cred
+  local cred url
   cred=$(munge_cred) || return 1
-  curl -sf --max-time 3 -H "Authorization: MUNGE $cred" "$POOLD_URL$1"
+  for url in ${POOLD_SERVERS//,/ }; do
+    curl -sf --max-time 3 -H "Authorization: MUNGE $cred" "$url$1" && return 0
+  done
+  return 1
+}
+
+# poold_role PART: leader or follower (replicas only; empty when it does not answer).
+poold_role() {
+  local url=$POOLD_URL
+  [[ $1 == gpupoold2 ]] && url=$POOLD2_URL
+  curl -sf --max-time 2 "$url/v1/ping" | jq -r '.role // empty' 2>/dev/null
 }
 
 # Does part $1 answer? Returns 0 when it does; prints why not otherwise.
@@ -209,9 +252,15 @@ part_ready() {
       ((registered >= started - 1)) ||
         { echo "$node has not registered since slurmd (pid $pid) started"; return 1; }
       ;;
-    gpupoold)
-      curl -sf --max-time 2 "$POOLD_URL/v1/ping" | grep -q '"ok":true' ||
-        { echo "GET $POOLD_URL/v1/ping does not answer ok"; return 1; }
+    gpupoold | gpupoold2)
+      local url=$POOLD_URL
+      [[ $part == gpupoold2 ]] && url=$POOLD2_URL
+      curl -sf --max-time 2 "$url/v1/ping" | grep -q '"ok":true' ||
+        { echo "GET $url/v1/ping does not answer ok"; return 1; }
+      ;;
+    etcd*)
+      curl -sf --max-time 2 "http://127.0.0.1:$(etcd_client_port "${part#etcd}")/health" |
+        grep -q '"health":"true"' || { echo "etcd ${part#etcd} does not report health true"; return 1; }
       ;;
     agent-*)
       local host=${part#agent-} port control rack model mem count body seen

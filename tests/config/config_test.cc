@@ -142,6 +142,12 @@ TEST(ConfigTest, BadValues) {
   ExpectError("gpupoold = { threads = 1; };\n", 1, "threads", "must be between 2 and 4096");
   ExpectError("gpupoold = { durability = \"sometimes\"; };\n", 1, "durability", "must be \"fsync\" or \"process\"");
   ExpectError("agent = { backend = \"opencl\"; };\n", 1, "backend", "must be \"sim\" or \"cuda\"");
+  ExpectError("gpupoold = { state = \"zookeeper\"; };\n", 1, "state", "must be \"sqlite\" or \"etcd\"");
+  ExpectError("gpupoold = { etcd_endpoints = []; };\n", 1, "etcd_endpoints", "must name at least one etcd endpoint");
+  ExpectError("gpupoold = { etcd_endpoints = [\"127.0.0.1:2379\"]; };\n", 1, "etcd_endpoints",
+              "must be http://HOST:PORT URLs");
+  ExpectError("gpupoold = { etcd_prefix = \"gpupool\"; };\n", 1, "etcd_prefix", "must begin and end with '/'");
+  ExpectError("gpupoold = { leader_ttl = 1; };\n", 1, "leader_ttl", "must be between 2 and 600");
   ExpectError("pools = ( { name = \"a\"; min_memory = \"80X\"; } );\n", 1, "min_memory", "bad size unit");
   ExpectError("pools = ( { name = \"a\"; min_memory = -1; } );\n", 1, "min_memory", "must not be negative");
   ExpectError("pools = ( { name = \"a b\"; } );\n", 1, "name", "pool name 'a b' must be");

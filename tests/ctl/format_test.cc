@@ -150,6 +150,10 @@ TEST_F(FormatTest, UpdateReleaseAndPing) {
   EXPECT_EQ(Format({"release", "job=42"}, {{"released", json::array()}}), "Released=(null)\n");
   EXPECT_EQ(Format({"ping"}, {{"ok", true}, {"version", "0.1.0"}}),
             "gpupoold at http://127.0.0.1:6830 is UP (version 0.1.0)\n");
+  EXPECT_EQ(Format({"ping"}, {{"ok", true}, {"version", "0.1.0"}, {"role", "leader"}, {"leader", "http://a:1"}}),
+            "gpupoold at http://127.0.0.1:6830 is UP (version 0.1.0); it is the leader\n");
+  EXPECT_EQ(Format({"ping"}, {{"ok", true}, {"version", "0.1.0"}, {"role", "follower"}, {"leader", "http://a:1"}}),
+            "gpupoold at http://127.0.0.1:6830 is UP (version 0.1.0); it is a follower; the leader is http://a:1\n");
 }
 
 TEST_F(FormatTest, ValueRenderers) {

@@ -2,6 +2,11 @@
 // scripts/bench/lease. One pair is:
 //   gpupool: POST /v1/leases (acquire 1 GPU) + POST /v1/leases/release, MUNGE on each
 //   etcd:    POST /v3/lease/grant + /v3/kv/put with the lease + /v3/lease/revoke
+//   etcd-txn: what gpupoold with state = "etcd" writes for the same pair, done directly:
+//            two transactions, each fenced on a leader key's create revision, the first
+//            putting a lease row, a GPU row, an event and the lease counter, the second
+//            deleting the lease row and putting the GPU row and an event (rows of the size
+//            gpupoold writes)
 // Each client keeps one keep-alive connection. Prints one JSON line with pairs/s and the
 // p50/p99 latency of a whole pair.
 #include <httplib.h>
@@ -65,6 +70,44 @@ bool EtcdPair(httplib::Client& c, int64_t job) {
   return r && r->status == 200;
 }
 
+// The create revision of `key` (0 if absent or on error).
+int64_t CreateRevision(httplib::Client& c, const std::string& key) {
+  auto r = c.Post("/v3/kv/range", json{{"key", Base64(key)}}.dump(), "application/json");
+  if (!r || r->status != 200) return 0;
+  json j = json::parse(r->body, nullptr, false);
+  if (!j.is_object() || !j.contains("kvs") || j["kvs"].empty()) return 0;
+  return std::stoll(j["kvs"][0].value("create_revision", "0"));
+}
+
+bool EtcdTxn(httplib::Client& c, int64_t fence, const json& ops) {
+  json body = {{"compare", json::array({{{"key", Base64("/bench/leader")},
+                                         {"target", "CREATE"},
+                                         {"result", "EQUAL"},
+                                         {"create_revision", std::to_string(fence)}}})},
+               {"success", ops}};
+  auto r = c.Post("/v3/kv/txn", body.dump(), "application/json");
+  if (!r || r->status != 200) return false;
+  json j = json::parse(r->body, nullptr, false);
+  return j.is_object() && j.value("succeeded", false);
+}
+
+bool EtcdTxnPair(httplib::Client& c, int64_t fence, int64_t job) {
+  auto put = [](const std::string& key, const std::string& value) {
+    return json{{"request_put", {{"key", Base64(key)}, {"value", Base64(value)}}}};
+  };
+  std::string lease_key = "/bench/leases/" + std::to_string(job);
+  std::string gpu_key = "/bench/gpus/GPU-" + std::to_string(job % 512);
+  // Rows as long as gpupoold's JSON rows.
+  std::string lease_row(420, 'l'), gpu_row(260, 'g'), event_row(180, 'e');
+  json acquire = json::array({put(lease_key, lease_row), put(gpu_key, gpu_row),
+                              put("/bench/events/a" + std::to_string(job), event_row),
+                              put("/bench/meta/next_lease", std::to_string(job + 1))});
+  if (!EtcdTxn(c, fence, acquire)) return false;
+  json release = json::array({json{{"request_delete_range", {{"key", Base64(lease_key)}}}}, put(gpu_key, gpu_row),
+                              put("/bench/events/r" + std::to_string(job), event_row)});
+  return EtcdTxn(c, fence, release);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -79,12 +122,12 @@ int main(int argc, char** argv) {
     else if (k == "--seconds") seconds = std::stod(v);
     else if (k == "--pool") pool = v;
     else {
-      std::fprintf(stderr, "usage: gpupool-bench-lease --target gpupool|etcd --url URL --clients N --seconds S\n");
+      std::fprintf(stderr, "usage: gpupool-bench-lease --target gpupool|etcd|etcd-txn --url URL --clients N --seconds S\n");
       return 2;
     }
   }
-  if (url.empty() || (target != "gpupool" && target != "etcd")) {
-    std::fprintf(stderr, "gpupool-bench-lease: --target gpupool|etcd and --url are required\n");
+  if (url.empty() || (target != "gpupool" && target != "etcd" && target != "etcd-txn")) {
+    std::fprintf(stderr, "gpupool-bench-lease: --target gpupool|etcd|etcd-txn and --url are required\n");
     return 2;
   }
   std::atomic<bool> go{false}, stop{false};
@@ -104,11 +147,24 @@ int main(int argc, char** argv) {
         http->set_keep_alive(true);
         http->set_tcp_nodelay(true);
       }
+      int64_t fence = 0;
+      if (target == "etcd-txn") {
+        // The "leader key" every transaction is fenced on, as gpupoold's are.
+        if (t == 0) {
+          json put = {{"key", Base64("/bench/leader")}, {"value", Base64("bench")}};
+          if (!http->Post("/v3/kv/put", put.dump(), "application/json")) ++errors;
+        }
+        for (int i = 0; i < 100 && fence == 0; ++i) {
+          fence = CreateRevision(*http, "/bench/leader");
+          if (fence == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+      }
       while (!go) std::this_thread::yield();
       int64_t job = int64_t{t + 1} * 100000000 + 1;
       while (!stop) {
         auto start = Clock::now();
-        bool ok = api ? GpupoolPair(*api, job++, pool) : EtcdPair(*http, job++);
+        bool ok = api ? GpupoolPair(*api, job++, pool)
+                      : target == "etcd-txn" ? EtcdTxnPair(*http, fence, job++) : EtcdPair(*http, job++);
         if (!ok) {
           ++errors;
           continue;

@@ -1,0 +1,335 @@
+// High availability on etcd: a real 3-member etcd cluster on loopback and two gpupoold
+// replicas with `state = "etcd"`, clients that name both replicas.
+//  - kill -9 of the leader under 16 clients: every acknowledged lease is there after the
+//    failover, no GPU is in two leases, the first acquire succeeds within 3 s;
+//  - SIGSTOP of the leader until its etcd lease lapses, SIGCONT: it writes nothing (a request
+//    it took while stopped fails, and its lease is nowhere), and it stops;
+//  - one etcd member killed: service goes on; quorum lost: requests fail with a clear error.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/api_client.h"
+#include "tests/poold/test_support.h"
+
+namespace gpupool {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+class Process {
+ public:
+  Process() = default;
+  Process(const Process&) = delete;
+  ~Process() { Kill(SIGKILL); }
+  void Start(const std::vector<std::string>& argv, const std::string& log) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      if (freopen(log.c_str(), "a", stderr) == nullptr || freopen(log.c_str(), "a", stdout) == nullptr) _exit(126);
+      std::vector<char*> args;
+      for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      _exit(127);
+    }
+  }
+  void Signal(int sig) {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  void Kill(int sig) {
+    if (pid_ > 0) {
+      kill(pid_, SIGCONT);
+      kill(pid_, sig);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+    }
+  }
+  // Whether it has exited, within `ms`; *status then holds its wait status.
+  bool Exited(int ms, int* status) {
+    for (int i = 0; i < ms / 10; ++i) {
+      if (pid_ > 0 && waitpid(pid_, status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return true;
+      }
+      usleep(10000);
+    }
+    return false;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+class HaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    testing::StartPrivateMunged();
+    dir_ = "/tmp/gpupool-ha-test-" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    base_ = 30000 + (getpid() % 250) * 12;
+    std::string cluster;
+    for (int i = 0; i < 3; ++i) {
+      cluster += (i ? "," : "") + std::string("e") + std::to_string(i) + "=" + PeerUrl(i);
+    }
+    for (int i = 0; i < 3; ++i) {
+      etcd_[i].Start({"etcd", "--name", "e" + std::to_string(i), "--data-dir", dir_ + "/e" + std::to_string(i),
+                      "--listen-client-urls", EtcdUrl(i), "--advertise-client-urls", EtcdUrl(i),
+                      "--listen-peer-urls", PeerUrl(i), "--initial-advertise-peer-urls", PeerUrl(i),
+                      "--initial-cluster", cluster, "--initial-cluster-state", "new", "--initial-cluster-token",
+                      "gpupool-ha-test-" + std::to_string(getpid())},
+                     dir_ + "/etcd" + std::to_string(i) + ".log");
+    }
+    for (int r = 0; r < 2; ++r) {
+      std::ofstream(dir_ + "/gpupool" + std::to_string(r) + ".conf")
+          << "gpupoold = { listen = \"127.0.0.1:" << PooldPort(r) << "\"; state = \"etcd\"; etcd_endpoints = [\""
+          << EtcdUrl(0) << "\", \"" << EtcdUrl(1) << "\", \"" << EtcdUrl(2) << "\"]; etcd_prefix = \"/gpupool-test/\";"
+          << " leader_ttl = 2; slurm_reap = false; unreachable_timeout = 86400; };\n"
+          << "pools = ( { name = \"a100\"; } );\n";
+    }
+  }
+  void TearDown() override {
+    for (auto& p : poold_) p.Kill(SIGKILL);
+    for (auto& e : etcd_) e.Kill(SIGKILL);
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  std::string EtcdUrl(int i) const { return "http://127.0.0.1:" + std::to_string(base_ + i); }
+  std::string PeerUrl(int i) const { return "http://127.0.0.1:" + std::to_string(base_ + 3 + i); }
+  int PooldPort(int r) const { return base_ + 6 + r; }
+  std::string PooldUrl(int r) const { return "http://127.0.0.1:" + std::to_string(PooldPort(r)); }
+  std::string Both() const { return PooldUrl(0) + "," + PooldUrl(1); }
+
+  void StartPoold(int r) {
+    poold_[r].Start({GPUPOOLD_BINARY, "-D", "-f", dir_ + "/gpupool" + std::to_string(r) + ".conf"},
+                    dir_ + "/gpupoold" + std::to_string(r) + ".log");
+    ApiClient c(ApiClientOptions{PooldUrl(r), 500, "", false});
+    for (int i = 0; i < 300 && !c.Get("/v1/ping").ok(); ++i) usleep(20000);
+  }
+  // The replica whose ping says it leads (-1: none within `ms`).
+  int Leader(int ms) {
+    for (auto end = Clock::now() + std::chrono::milliseconds(ms); Clock::now() < end; usleep(50000)) {
+      for (int r = 0; r < 2; ++r) {
+        ApiClient c(ApiClientOptions{PooldUrl(r), 300, "", false});
+        auto ping = c.Get("/v1/ping");
+        if (ping.ok() && ping.value().value("role", "") == "leader") return r;
+      }
+    }
+    return -1;
+  }
+  void RegisterGpus(ApiClient& admin) {
+    for (int h = 0; h < 8; ++h) {
+      json reg = {{"host", "g" + std::to_string(h)}, {"rack", "r" + std::to_string(h % 2)}, {"gpus", json::array()}};
+      for (int i = 0; i < 8; ++i) {
+        reg["gpus"].push_back({{"uuid", "GPU-" + std::to_string(h) + "-" + std::to_string(i)}, {"index", i},
+                               {"model", "A100"}, {"memory_mib", 81920}});
+      }
+      auto r = admin.Post("/v1/agents/register", reg);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+    }
+  }
+  Result<json> Acquire(ApiClient& c, int64_t job, int count = 1) {
+    return c.Post("/v1/leases", {{"job_id", job}, {"request", {{{"pool", "a100"}, {"count", count}}}}});
+  }
+
+  std::string dir_;
+  int base_ = 0;
+  Process etcd_[3];
+  Process poold_[2];
+};
+
+TEST_F(HaTest, AFollowerNamesTheLeaderAndClientsFollowIt) {
+  StartPoold(0);
+  ASSERT_EQ(Leader(10000), 0) << "the first replica never led";
+  StartPoold(1);
+  // What the follower answers, as is.
+  httplib::Client raw("127.0.0.1", PooldPort(1));
+  auto refused = raw.Get("/v1/pools");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  json body = json::parse(refused->body, nullptr, false);
+  EXPECT_NE(body.value("error", "").find("is a follower; the leader is at " + PooldUrl(0)), std::string::npos)
+      << refused->body;
+  EXPECT_EQ(body.value("leader", ""), PooldUrl(0));
+  // A client that knows only the follower is sent to the leader.
+  ApiClient follower(ApiClientOptions{PooldUrl(1), 2000, "", true});
+  auto pools = follower.Get("/v1/pools");
+  EXPECT_TRUE(pools.ok()) << pools.status().message();
+  ApiClient ping(ApiClientOptions{PooldUrl(1), 2000, "", false});
+  EXPECT_EQ(ping.Get("/v1/ping").value().value("role", ""), "follower");
+  EXPECT_EQ(ping.Get("/v1/ping").value().value("leader", ""), PooldUrl(0));
+  // A client that lists the follower first ends at the leader.
+  ApiClient both(ApiClientOptions{PooldUrl(1) + "," + PooldUrl(0), 3000, "", true});
+  ASSERT_NO_FATAL_FAILURE(RegisterGpus(both));
+  auto lease = Acquire(both, 7);
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+}
+
+TEST_F(HaTest, AcknowledgedLeasesSurviveKill9OfTheLeaderUnderLoad) {
+  StartPoold(0);
+  ASSERT_EQ(Leader(10000), 0);
+  StartPoold(1);
+  ApiClient admin(ApiClientOptions{Both(), 3000, "", true});
+  ASSERT_NO_FATAL_FAILURE(RegisterGpus(admin));
+
+  std::mutex mu;
+  std::map<int64_t, json> held;
+  std::set<int64_t> released, uncertain;
+  std::atomic<bool> killed{false}, stop{false};
+  std::atomic<int> acks{0};
+  std::atomic<int64_t> first_ok_after_kill_ns{0};
+  Clock::time_point kill_time;
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 16; ++t) {
+    clients.emplace_back([&, t] {
+      ApiClient c(ApiClientOptions{Both(), 5000, "", true});
+      for (int i = 0; !stop && i < 100000; ++i) {
+        int64_t job = int64_t{t} * 1000000 + i + 1;
+        bool sent_after_kill = killed;
+        auto l = Acquire(c, job, 1 + i % 2);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!l.ok()) {
+          uncertain.insert(job);
+          continue;
+        }
+        ++acks;
+        if (sent_after_kill && first_ok_after_kill_ns == 0) {
+          first_ok_after_kill_ns = (Clock::now() - kill_time).count();
+        }
+        held[job] = l.value()["lease"]["gpus"];
+        if (i % 3 == 0) continue;  // kept
+        auto r = c.Post("/v1/leases/release", {{"job_id", job}});
+        if (r.ok()) {
+          held.erase(job);
+          released.insert(job);
+        } else {
+          uncertain.insert(job);
+        }
+      }
+    });
+  }
+  // Clients stop and are joined on every way out of this test.
+  struct JoinAll {
+    std::atomic<bool>& stop;
+    std::vector<std::thread>& threads;
+    ~JoinAll() {
+      stop = true;
+      for (auto& t : threads) if (t.joinable()) t.join();
+    }
+  } join_all{stop, clients};
+  for (int i = 0; i < 6000 && acks < 100; ++i) usleep(10000);
+  ASSERT_GE(acks.load(), 100) << "the load never got going";
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    kill_time = Clock::now();
+    poold_[0].Kill(SIGKILL);
+    killed = true;
+  }
+  int acks_at_kill = acks;
+  for (int i = 0; i < 2000 && (acks < acks_at_kill + 100 || first_ok_after_kill_ns == 0); ++i) usleep(10000);
+  stop = true;
+  for (auto& t : clients) t.join();
+  ASSERT_NE(first_ok_after_kill_ns.load(), 0) << "no acquire succeeded after the leader was killed";
+  double seconds = first_ok_after_kill_ns / 1e9;
+  std::printf("first acknowledged acquire %.2f s after kill -9 of the leader (leader_ttl 2 s)\n", seconds);
+  EXPECT_LT(seconds, 3.0);
+  EXPECT_EQ(Leader(1000), 1);
+
+  ApiClient after(ApiClientOptions{Both(), 5000, "", true});
+  auto leases = after.Get("/v1/leases");
+  ASSERT_TRUE(leases.ok()) << leases.status().message();
+  std::map<int64_t, json> found;
+  std::map<std::string, int64_t> gpu_owner;
+  for (const json& l : leases.value()["leases"]) {
+    int64_t job = l["job_id"];
+    found[job] = l["gpus"];
+    for (const json& g : l["gpus"]) {
+      auto [it, fresh] = gpu_owner.emplace(g["id"].get<std::string>(), job);
+      EXPECT_TRUE(fresh) << g["id"] << " is in the leases of jobs " << it->second << " and " << job;
+    }
+  }
+  for (const auto& [job, gpus] : held) {
+    if (uncertain.count(job)) continue;
+    ASSERT_TRUE(found.count(job)) << "acknowledged lease of job " << job << " was lost in the failover";
+    auto ids = [](const json& list) {
+      std::vector<std::string> out;
+      for (const json& g : list) out.push_back(g["id"]);
+      return out;
+    };
+    EXPECT_EQ(ids(found[job]), ids(gpus)) << "job " << job;
+  }
+  for (int64_t job : released) {
+    if (!uncertain.count(job)) EXPECT_EQ(found.count(job), 0u) << "acknowledged release of job " << job << " was lost";
+  }
+  json pool = after.Get("/v1/pools").value()["pools"][0];
+  EXPECT_EQ(pool["leased"].get<size_t>(), gpu_owner.size());
+  EXPECT_EQ(pool["total"], 64);
+}
+
+TEST_F(HaTest, APausedLeaderWritesNothingAfterItsLeaseLapses) {
+  StartPoold(0);
+  ASSERT_EQ(Leader(10000), 0);
+  StartPoold(1);
+  ApiClient admin(ApiClientOptions{Both(), 3000, "", true});
+  ASSERT_NO_FATAL_FAILURE(RegisterGpus(admin));
+  // Authenticate to the old leader now: once paused, it cannot answer a session request.
+  ApiClient old_leader(ApiClientOptions{PooldUrl(0), 15000, "", true});
+  ASSERT_TRUE(old_leader.Get("/v1/pools").ok());
+
+  poold_[0].Signal(SIGSTOP);
+  // This request waits in the paused leader's socket; it runs when it resumes.
+  std::atomic<bool> answered{false};
+  Result<json> stale = Status::Internal("not answered");
+  std::thread late([&] {
+    stale = Acquire(old_leader, 424242);
+    answered = true;
+  });
+  EXPECT_EQ(Leader(8000), 1) << "the follower did not take over from the paused leader";
+  ApiClient fresh(ApiClientOptions{Both(), 5000, "", true});
+  auto first = Acquire(fresh, 1);
+  EXPECT_TRUE(first.ok()) << first.status().message();
+
+  poold_[0].Signal(SIGCONT);
+  late.join();
+  EXPECT_TRUE(answered);
+  EXPECT_FALSE(stale.ok()) << "the deposed leader acknowledged a lease: " << stale.value().dump();
+  int status = 0;
+  EXPECT_TRUE(poold_[0].Exited(5000, &status)) << "the deposed leader kept running";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  auto lease = fresh.Get("/v1/leases?job=424242");
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+  EXPECT_TRUE(lease.value()["leases"].empty()) << "the deposed leader's write reached etcd: " << lease.value().dump();
+  EXPECT_EQ(fresh.Get("/v1/leases?job=1").value()["leases"].size(), 1u);
+}
+
+TEST_F(HaTest, OneEtcdMemberDownIsServedAndQuorumLossIsAClearError) {
+  StartPoold(0);
+  ASSERT_EQ(Leader(10000), 0);
+  ApiClient admin(ApiClientOptions{PooldUrl(0), 20000, "", true});
+  ASSERT_NO_FATAL_FAILURE(RegisterGpus(admin));
+  etcd_[0].Kill(SIGKILL);
+  for (int job = 1; job <= 20; ++job) {
+    auto l = Acquire(admin, job);
+    ASSERT_TRUE(l.ok()) << "with 2 of 3 etcd members, job " << job << ": " << l.status().message();
+  }
+  etcd_[1].Kill(SIGKILL);
+  auto lost = Acquire(admin, 100);
+  ASSERT_FALSE(lost.ok());
+  std::printf("with etcd quorum lost, an acquire says: %s\n", lost.status().message().c_str());
+  EXPECT_NE(lost.status().message().find("etcd"), std::string::npos) << lost.status().message();
+}
+
+}  // namespace
+}  // namespace gpupool
