@@ -151,7 +151,8 @@ Result<std::string> ReceiveWorkerAddress(int fd) {
 Status SendClientHello(int fd, const ClientHello& hello) {
   GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &kBootstrapMagic, sizeof(kBootstrapMagic)));
   GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &hello.flags, sizeof(hello.flags)));
-  return SendBlob(fd, hello.worker_address);
+  GPUPOOL_RETURN_IF_ERROR(SendBlob(fd, hello.worker_address));
+  return SendBlob(fd, hello.lane_key);
 }
 
 Result<ClientHello> ReceiveClientHello(int fd) {
@@ -165,6 +166,9 @@ Result<ClientHello> ReceiveClientHello(int fd) {
   auto address = ReceiveWorkerAddress(fd);
   if (!address.ok()) return address.status();
   hello.worker_address = std::move(address.value());
+  auto lane_key = ReceiveBlob(fd, kMaxLaneKey);
+  if (!lane_key.ok()) return lane_key.status();
+  hello.lane_key = std::move(lane_key.value());
   return hello;
 }
 

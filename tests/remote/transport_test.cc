@@ -302,10 +302,16 @@ TEST(TransportHandshake, BadHellosAreNamed) {
     return hello;
   };
   auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
-  auto good = hello_from(u32(kBootstrapMagic) + u32(kDetectsPeerFailure) + u32(3) + "abc");
+  auto good = hello_from(u32(kBootstrapMagic) + u32(kDetectsPeerFailure) + u32(3) + "abc" + u32(4) +
+                         "GPU1");
   ASSERT_TRUE(good.ok()) << good.status().message();
   EXPECT_EQ(good->flags, kDetectsPeerFailure);
   EXPECT_EQ(good->worker_address, "abc");
+  EXPECT_EQ(good->lane_key, "GPU1");
+  auto huge_key = hello_from(u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(kMaxLaneKey + 1) +
+                             std::string(kMaxLaneKey + 1, 'k'));
+  ASSERT_FALSE(huge_key.ok());
+  EXPECT_NE(huge_key.status().message().find("too large"), std::string::npos);
   auto bad_magic = hello_from(u32(0x67706232) + u32(0) + u32(3) + "abc");
   ASSERT_FALSE(bad_magic.ok());
   EXPECT_NE(bad_magic.status().message().find("bad magic 0x67706232"), std::string::npos);
