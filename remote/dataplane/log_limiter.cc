@@ -1,6 +1,6 @@
 #include "remote/dataplane/log_limiter.h"
 
-#include <cstdio>
+#include "common/log.h"
 
 namespace gpupool::dataplane {
 namespace {
@@ -13,7 +13,7 @@ constexpr size_t kMaxKinds = 1024;
 
 LogLimiter::LogLimiter(Clock::duration interval, Sink sink)
     : interval_(interval), sink_(std::move(sink)) {
-  if (!sink_) sink_ = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  if (!sink_) sink_ = [](const std::string& line) { log::Warning(line); };
 }
 
 void LogLimiter::Log(const std::string& key, const std::string& line) {

@@ -23,7 +23,7 @@ class LogLimiter {
   using Clock = std::chrono::steady_clock;
   using Sink = std::function<void(const std::string& line)>;
 
-  // `sink` receives each line to write (default: stderr, with a newline).
+  // `sink` receives each line to write (default: common/log, as a warning).
   explicit LogLimiter(Clock::duration interval = std::chrono::seconds(10), Sink sink = nullptr);
 
   void Log(const std::string& key, const std::string& line);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "remote/dataplane/executor_factory.h"
 #include "remote/dataplane/protocol.h"
 #include "remote/dataplane/session.h"
@@ -34,10 +35,6 @@ struct HelloCheck {
   uint64_t epoch = 0;  // the authorization epoch before the check
   bool authorized = false;
 };
-
-void LogLine(const std::string& line) {
-  std::fprintf(stderr, "gpupool-dataplane: %s\n", line.c_str());
-}
 
 // The peer's address without its port: repeated refusals of one host are one
 // kind.
@@ -125,7 +122,10 @@ class ServerImpl : public Server {
       lanes.push_back(workers_.back().get());
     }
     auto rpc = transport::RpcServer::Start(
-        options_.listen, lanes, [this](const std::string& uuid) { return LaneOf(uuid); });
+        options_.listen, lanes, [this](const std::string& uuid) { return LaneOf(uuid); },
+        [this](const std::string& key, const std::string& line) {
+          log_.Log("transport " + key, line);
+        });
     if (!rpc.ok()) return rpc.status();
     rpc_ = std::move(rpc.value());
     // Started once rpc_ is set (it wakes lanes through it); hellos that came
@@ -144,6 +144,7 @@ class ServerImpl : public Server {
   const ServerOptions& options() const { return options_; }
   ExecutorFactory& executors() { return executors_; }
   LogLimiter& log() { return log_; }
+  LogLimiter& sessions_log() { return sessions_log_; }
   const backend::GpuInfo* FindGpu(const std::string& uuid) const {
     for (const auto& gpu : gpus_) {
       if (gpu.uuid == uuid) return &gpu;
@@ -203,7 +204,10 @@ class ServerImpl : public Server {
   ServerOptions options_;
   ExecutorFactory executors_;  // thread-safe
   std::vector<backend::GpuInfo> gpus_;
-  LogLimiter log_;                                   // thread-safe
+  LogLimiter log_;  // thread-safe; warnings
+  // Comings and goings of sessions (informational), also rate-limited.
+  LogLimiter sessions_log_{std::chrono::seconds(10),
+                           [](const std::string& line) { log::Info(line); }};
   std::vector<std::unique_ptr<GpuWorker>> workers_;  // one per GPU (lane)
   std::mutex hello_mu_;
   std::condition_variable hello_wanted_;
@@ -221,8 +225,12 @@ void GpuWorker::OnDisconnect(transport::ConnectionId id, const std::string& reas
   auto found = sessions_.find(id);
   if (found == sessions_.end()) return;
   if (!found->second->lease_id().empty()) {
-    LogLine("client " + found->second->peer() + " (lease " + found->second->lease_id() + ", GPU " +
-            found->second->gpu_uuid() + ") disconnected: " + reason);
+    // One line per session, but a job that starts many processes (or a client that keeps
+    // reconnecting) would repeat it: one kind per lease, GPU and reason.
+    const Session& s = *found->second;
+    server_->sessions_log().Log("disconnected " + s.lease_id() + " " + s.gpu_uuid() + " " + reason,
+                                "client " + s.peer() + " (lease " + s.lease_id() + ", GPU " +
+                                    s.gpu_uuid() + ") disconnected: " + reason);
   }
   sessions_.erase(found);  // the executor frees the client's device memory
   CountAttached();
@@ -311,8 +319,9 @@ bool GpuWorker::StillAuthorized(Session* session, uint64_t epoch) {
 void GpuWorker::Revoke(transport::ConnectionId id, Session* session, const std::string& why) {
   std::string reason = "lease " + session->lease_id() + " " + why;
   std::string message = "GPU " + session->gpu_uuid() + " revoked: " + reason;
-  LogLine("closing the session of client " + session->peer() + " on GPU " + session->gpu_uuid() +
-          ": " + reason);
+  server_->log().Log("closing " + session->gpu_uuid() + " " + reason,
+                     "closing the session of client " + session->peer() + " on GPU " +
+                         session->gpu_uuid() + ": " + reason);
   session->Revoke(message);
   to_close_.emplace_back(id, message);
 }
@@ -320,7 +329,7 @@ void GpuWorker::Revoke(transport::ConnectionId id, Session* session, const std::
 void GpuWorker::Refuse(Session* session, int32_t status, const std::string& why,
                        transport::ServerReply* reply) {
   server_->log().Log("refused " + PeerHost(session->peer()) + " " + why,
-                     "gpupool-dataplane: refused client " + session->peer() + ": " + why);
+                     "refused client " + session->peer() + ": " + why);
   reply->status = status;
   reply->out = why;
   reply->close_after = true;
@@ -399,8 +408,9 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   CountAttached();
   DeviceDescription description = server_->executors().Describe(*gpu_);
   reply->out.assign(reinterpret_cast<const char*>(&description), sizeof(description));
-  LogLine("client " + session->peer() + " attached to GPU " + check.gpu_uuid + " (lease " +
-          check.lease_id + ")");
+  server_->sessions_log().Log("attached " + check.gpu_uuid + " " + check.lease_id,
+                              "client " + session->peer() + " attached to GPU " + check.gpu_uuid +
+                                  " (lease " + check.lease_id + ")");
 }
 
 }  // namespace

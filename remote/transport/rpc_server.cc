@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "remote/transport/bootstrap.h"
 #include "remote/transport/ucx_worker.h"
 
@@ -41,8 +42,10 @@ constexpr int kHandshakeTimeoutMs = 2000;
 // The acceptor looks at its stop flag at least this often.
 constexpr int kAcceptorPollMs = 100;
 
-void LogLine(const std::string& line) {
-  std::fprintf(stderr, "gpupool-dataplane: %s\n", line.c_str());
+// The host part of "HOST:PORT": repeated lines about one host are one kind.
+std::string HostOf(const std::string& peer) {
+  size_t colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
 }
 
 // A connection id from the kernel's random source. The id is the second proof of a
@@ -100,8 +103,8 @@ struct Handshaken {
 // (rpc_server.h).
 class Lane {
  public:
-  Lane(size_t index, RpcHandler* handler, std::unique_ptr<UcxWorker> ucx)
-      : index_(index), handler_(handler), ucx_(std::move(ucx)) {}
+  Lane(RpcHandler* handler, std::unique_ptr<UcxWorker> ucx, const ServerLog* log)
+      : handler_(handler), ucx_(std::move(ucx)), log_(log) {}
 
   ~Lane() {
     Stop();
@@ -173,7 +176,8 @@ class Lane {
     do {
       Result<ConnectionId> id = RandomConnectionId();
       if (!id.ok()) {
-        LogLine("refusing client " + connection->peer + ": " + id.status().message());
+        (*log_)("refusing " + id.status().message(),
+                "refusing client " + connection->peer + ": " + id.status().message());
         close(client.fd);
         return;
       }
@@ -198,7 +202,8 @@ class Lane {
       status = SendServerHello(client.fd, answer);
     }
     if (!status.ok()) {
-      LogLine("handshake with " + connection->peer + " failed: " + status.message());
+      (*log_)("handshake " + HostOf(connection->peer) + " " + status.message(),
+              "handshake with " + connection->peer + " failed: " + status.message());
       connection->closing = true;
       connection->close_reason = status.message();
     }
@@ -458,10 +463,9 @@ class Lane {
       c->close_reason = reason;
     }
     if (dropped_ > dropped_reported_ && now >= next_dropped_report_) {
-      LogLine("dropped " + std::to_string(dropped_ - dropped_reported_) +
-              " request(s) that named no connection of the endpoint they came "
-              "on (a closed "
-              "connection, or a guessed or replayed id)");
+      (*log_)("dropped", "dropped " + std::to_string(dropped_ - dropped_reported_) +
+                             " request(s) that named no connection of the endpoint they came on "
+                             "(a closed connection, or a guessed or replayed id)");
       dropped_reported_ = dropped_;
       next_dropped_report_ = now + kDroppedReportInterval;
     }
@@ -521,9 +525,9 @@ class Lane {
     for (Closing& closing : closing_requests_) close(closing.fd);  // requests die with the worker
   }
 
-  const size_t index_;
   RpcHandler* handler_;
   std::unique_ptr<UcxWorker> ucx_;
+  const ServerLog* log_;  // the server's
   int epfd_ = -1;  // worker event fd, clients' sockets
   std::string worker_address_;
   std::atomic<bool> stop_{false};
@@ -549,7 +553,10 @@ class Lane {
 
 class RpcServerImpl : public RpcServer {
  public:
-  explicit RpcServerImpl(LanePicker pick_lane) : pick_lane_(std::move(pick_lane)) {}
+  RpcServerImpl(LanePicker pick_lane, ServerLog log)
+      : pick_lane_(std::move(pick_lane)), log_(std::move(log)) {
+    if (!log_) log_ = [](const std::string&, const std::string& line) { log::Warning(line); };
+  }
 
   ~RpcServerImpl() override {
     stop_ = true;
@@ -569,7 +576,7 @@ class RpcServerImpl : public RpcServer {
     for (size_t i = 0; i < handlers.size(); ++i) {
       auto ucx = UcxWorker::Create("gpupool-dataplane-lane" + std::to_string(i));
       if (!ucx.ok()) return ucx.status();
-      lanes_.push_back(std::make_unique<Lane>(i, handlers[i], std::move(ucx.value())));
+      lanes_.push_back(std::make_unique<Lane>(handlers[i], std::move(ucx.value()), &log_));
     }
     for (auto& lane : lanes_) GPUPOOL_RETURN_IF_ERROR(lane->Start());
     auto fd = ListenTcp(listen, &port_);
@@ -595,7 +602,8 @@ class RpcServerImpl : public RpcServer {
       client.peer = PeerAddress(fd);
       Result<ClientHello> hello = ReceiveClientHello(fd);
       if (!hello.ok()) {
-        LogLine("handshake with " + client.peer + " failed: " + hello.status().message());
+        log_("handshake " + HostOf(client.peer) + " " + hello.status().message(),
+             "handshake with " + client.peer + " failed: " + hello.status().message());
         close(fd);
         continue;
       }
@@ -607,6 +615,7 @@ class RpcServerImpl : public RpcServer {
   }
 
   LanePicker pick_lane_;
+  ServerLog log_;  // used by the acceptor and the lanes (must be thread-safe)
   std::vector<std::unique_ptr<Lane>> lanes_;
   int listen_fd_ = -1;
   int port_ = 0;
@@ -618,13 +627,13 @@ class RpcServerImpl : public RpcServer {
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
                                                     RpcHandler* handler) {
-  return Start(listen, std::vector<RpcHandler*>{handler}, nullptr);
+  return Start(listen, std::vector<RpcHandler*>{handler}, nullptr, nullptr);
 }
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
                                                     std::vector<RpcHandler*> lanes,
-                                                    LanePicker pick_lane) {
-  auto server = std::make_unique<RpcServerImpl>(std::move(pick_lane));
+                                                    LanePicker pick_lane, ServerLog log) {
+  auto server = std::make_unique<RpcServerImpl>(std::move(pick_lane), std::move(log));
   GPUPOOL_RETURN_IF_ERROR(server->Listen(listen, lanes));
   return std::unique_ptr<RpcServer>(std::move(server));
 }

@@ -81,6 +81,10 @@ class RpcHandler {
   virtual void OnWake(std::vector<std::pair<ConnectionId, ServerReply>>* replies) {}
 };
 
+// Where the server's log lines go: `key` names the kind of line (without what changes every
+// time, such as a client's port), for a rate limiter. Default: common/log, as warnings.
+using ServerLog = std::function<void(const std::string& key, const std::string& line)>;
+
 // Maps the lane key a client named at its handshake to a lane (an index below
 // the number of lanes; anything else means lane 0). Runs on the acceptor
 // thread.
@@ -98,7 +102,7 @@ class RpcServer {
   // connection.
   static Result<std::unique_ptr<RpcServer>> Start(const std::string& listen,
                                                   std::vector<RpcHandler*> lanes,
-                                                  LanePicker pick_lane);
+                                                  LanePicker pick_lane, ServerLog log = nullptr);
   virtual ~RpcServer() = default;  // stops the threads and closes every connection
   virtual int port() const = 0;
   // Any thread: lane `lane`'s handler gets OnWake soon (never blocks).
