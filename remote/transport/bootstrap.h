@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
@@ -57,6 +58,10 @@ Status SendClientHello(int fd, const ClientHello& hello);
 // Fails with InvalidArgument naming what is wrong (magic, flags, address or key
 // size).
 Result<ClientHello> ReceiveClientHello(int fd);
+// The same checks on bytes received so far, for a reader that does not block: false while
+// `bytes` holds only the beginning of a good hello, true once *hello is complete (then
+// *used is its length), an error like ReceiveClientHello's as soon as one shows.
+Result<bool> ParseClientHello(std::string_view bytes, ClientHello* hello, size_t* used);
 Status SendServerHello(int fd, const ServerHello& hello);
 Result<ServerHello> ReceiveServerHello(int fd);
 

@@ -36,9 +36,11 @@ constexpr auto kDroppedReportInterval = std::chrono::seconds(10);
 
 // How often (in loop iterations) a busy lane looks at its clients' sockets.
 constexpr int kSocketPollInterval = 64;
-// A client has this long for each read of its bootstrap handshake (acceptor
-// thread).
+// A client has this long to send its whole bootstrap handshake (acceptor thread); the
+// lane's answer is bounded by the same send timeout.
 constexpr int kHandshakeTimeoutMs = 2000;
+// Handshakes read at once at most; more clients are refused until some complete.
+constexpr size_t kMaxHandshaking = 256;
 // The acceptor looks at its stop flag at least this often.
 constexpr int kAcceptorPollMs = 100;
 
@@ -587,31 +589,77 @@ class RpcServerImpl : public RpcServer {
   }
 
  private:
-  // Takes new clients and reads their handshakes: a slow or silent client
-  // delays only other handshakes (each read bounded by kHandshakeTimeoutMs),
-  // never a lane.
+  // Takes new clients and reads their handshakes, all at once and without blocking: a slow
+  // or silent client delays nobody (not even other handshakes), and is dropped after
+  // kHandshakeTimeoutMs.
   void AcceptLoop() {
+    struct Handshaking {
+      int fd;
+      std::string peer;
+      std::string bytes;  // received so far
+      std::chrono::steady_clock::time_point deadline;
+    };
+    std::vector<Handshaking> handshaking;
     while (!stop_) {
-      pollfd listening{listen_fd_, POLLIN, 0};
-      if (poll(&listening, 1, kAcceptorPollMs) <= 0) continue;
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      SetTimeouts(fd, kHandshakeTimeoutMs);
-      Handshaken client;
-      client.fd = fd;
-      client.peer = PeerAddress(fd);
-      Result<ClientHello> hello = ReceiveClientHello(fd);
-      if (!hello.ok()) {
-        log_("handshake " + HostOf(client.peer) + " " + hello.status().message(),
-             "handshake with " + client.peer + " failed: " + hello.status().message());
-        close(fd);
-        continue;
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      for (const Handshaking& h : handshaking) fds.push_back({h.fd, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), kAcceptorPollMs) < 0 && errno != EINTR) continue;
+      auto now = std::chrono::steady_clock::now();
+      // Newest first, so that erasing does not move entries not yet looked at.
+      for (size_t i = handshaking.size(); i-- > 0;) {
+        Handshaking& h = handshaking[i];
+        std::string failure;
+        bool done = false;
+        if (fds[i + 1].revents != 0) {
+          char buffer[4096];
+          ssize_t n = recv(h.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+          if (n > 0) {
+            h.bytes.append(buffer, n);
+            ClientHello hello;
+            size_t used = 0;
+            Result<bool> parsed = ParseClientHello(h.bytes, &hello, &used);
+            if (!parsed.ok()) {
+              failure = parsed.status().message();
+            } else if (parsed.value()) {
+              Handshaken client;
+              client.fd = h.fd;
+              client.peer = h.peer;
+              client.hello = std::move(hello);
+              size_t lane = pick_lane_ ? pick_lane_(client.hello.lane_key) : 0;
+              lanes_[lane < lanes_.size() ? lane : 0]->Adopt(std::move(client));
+              done = true;
+            }
+          } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            failure = "the client closed the connection during the handshake";
+          }
+        }
+        if (!done && failure.empty() && now >= h.deadline) {
+          failure = "no complete handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms";
+        }
+        if (!failure.empty()) {
+          log_("handshake " + HostOf(h.peer) + " " + failure,
+               "handshake with " + h.peer + " failed: " + failure);
+          close(h.fd);
+        }
+        if (done || !failure.empty()) handshaking.erase(handshaking.begin() + i);
       }
-      client.hello = std::move(hello.value());
-      size_t lane = pick_lane_ ? pick_lane_(client.hello.lane_key) : 0;
-      if (lane >= lanes_.size()) lane = 0;
-      lanes_[lane]->Adopt(std::move(client));
+      if ((fds[0].revents & POLLIN) != 0) {
+        int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        if (handshaking.size() >= kMaxHandshaking) {
+          log_("handshake busy", "refusing " + PeerAddress(fd) + ": " +
+                                     std::to_string(kMaxHandshaking) +
+                                     " handshakes already in progress");
+          close(fd);
+          continue;
+        }
+        // The lane answers with blocking sends, bounded by the socket's timeouts.
+        SetTimeouts(fd, kHandshakeTimeoutMs);
+        handshaking.push_back(Handshaking{fd, PeerAddress(fd), std::string(),
+                                          now + std::chrono::milliseconds(kHandshakeTimeoutMs)});
+      }
     }
+    for (const Handshaking& h : handshaking) close(h.fd);
   }
 
   LanePicker pick_lane_;
