@@ -9,9 +9,10 @@
 // data by rendezvous straight into the destination the handler names), calls
 // its handler, and sends the replies. The lanes share nothing, so a lane whose
 // handler is slow or stuck (a hung GPU) delays only its own connections. An
-// acceptor thread takes new clients and reads their handshake (bounded by
-// kHandshakeTimeoutMs); the client names a lane key there (a GPU uuid), which
-// `pick_lane` maps to a lane, and the connection is then handed to that lane. A
+// acceptor thread takes new clients and reads all their handshakes at once without
+// blocking (one not complete within 2 s is dropped); the client names a lane key
+// there (a GPU uuid), which `pick_lane` maps to a lane, and the connection is then
+// handed to that lane. A
 // handler that must wait for something slow (the dataplane's lease check at
 // hello) defers its reply (ServerReply::deferred) instead of blocking its lane,
 // and delivers it later through OnWake after someone called RpcServer::Wake.
