@@ -161,7 +161,7 @@ CUresult Runtime::Connect() {
     device->endpoint = leased[index].second;
     device->primary.device = device->ordinal;
     device->primary.is_primary = true;
-    auto rpc = ConnectTransport(device->endpoint);
+    auto rpc = ConnectTransport(device->uuid + "@" + device->endpoint);  // the agent's GPU thread
     if (!rpc.ok()) {
       LogError("GPU %s: %s", device->uuid.c_str(), rpc.status().message().c_str());
       return CUDA_ERROR_NO_DEVICE;

@@ -29,6 +29,9 @@ Result<std::unique_ptr<Executor>> ExecutorFactory::Create(const backend::GpuInfo
     return Status::Unavailable("this agent was built without the cuda executor");
 #endif
   }
+  // One GPU's memory is used by that GPU's thread only (SimDeviceMemory is not
+  // thread-safe); the map itself is shared.
+  std::lock_guard<std::mutex> lock(mu_);
   auto& memory = sim_memory_[gpu.index];
   if (!memory) memory = std::make_unique<SimDeviceMemory>(gpu.index, gpu.memory_bytes);
   return std::unique_ptr<Executor>(std::make_unique<SimExecutor>(memory.get()));

@@ -1,11 +1,13 @@
-// ExecutorFactory: makes the Executor for a new client session on one GPU, matching the
-// backend ("sim" -> SimExecutor over that GPU's shared SimDeviceMemory; "cuda" ->
-// CudaExecutor when built with the CUDA toolkit), and describes the GPU to clients.
-// Used by the server thread only.
+// ExecutorFactory: makes the Executor for a new client session on one GPU,
+// matching the backend ("sim" -> SimExecutor over that GPU's shared
+// SimDeviceMemory; "cuda" -> CudaExecutor when built with the CUDA toolkit),
+// and describes the GPU to clients. Thread-safe: the dataplane's GPU threads
+// share one.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <mutex>
 
 #include "common/status.h"
 #include "remote/backend/backend.h"
@@ -24,7 +26,8 @@ class ExecutorFactory {
 
  private:
   backend::GpuBackend* backend_;
-  std::map<int, std::unique_ptr<SimDeviceMemory>> sim_memory_;  // by GPU index
+  std::mutex mu_;
+  std::map<int, std::unique_ptr<SimDeviceMemory>> sim_memory_;  // by GPU index; guarded by mu_
 };
 
 }  // namespace gpupool::dataplane

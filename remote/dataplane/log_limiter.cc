@@ -1,6 +1,6 @@
 #include "remote/dataplane/log_limiter.h"
 
-#include <cstdio>
+#include "common/log.h"
 
 namespace gpupool::dataplane {
 namespace {
@@ -13,7 +13,7 @@ constexpr size_t kMaxKinds = 1024;
 
 LogLimiter::LogLimiter(Clock::duration interval, Sink sink)
     : interval_(interval), sink_(std::move(sink)) {
-  if (!sink_) sink_ = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  if (!sink_) sink_ = [](const std::string& line) { log::Warning(line); };
 }
 
 void LogLimiter::Log(const std::string& key, const std::string& line) {
@@ -21,13 +21,14 @@ void LogLimiter::Log(const std::string& key, const std::string& line) {
 }
 
 void LogLimiter::LogAt(Clock::time_point now, const std::string& key, const std::string& line) {
-  FlushAt(now);
+  std::lock_guard<std::mutex> lock(mu_);
+  FlushLocked(now);
   auto found = kinds_.find(key);
   if (found != kinds_.end()) {
     ++found->second.suppressed;
     return;
   }
-  if (kinds_.size() >= kMaxKinds) FlushAt(now + interval_);  // everything is "over"
+  if (kinds_.size() >= kMaxKinds) FlushLocked(now + interval_);  // everything is "over"
   kinds_[key] = Kind{now, line, 0};
   sink_(line);
 }
@@ -35,6 +36,11 @@ void LogLimiter::LogAt(Clock::time_point now, const std::string& key, const std:
 void LogLimiter::Flush() { FlushAt(Clock::now()); }
 
 void LogLimiter::FlushAt(Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FlushLocked(now);
+}
+
+void LogLimiter::FlushLocked(Clock::time_point now) {
   for (auto it = kinds_.begin(); it != kinds_.end();) {
     if (now - it->second.since < interval_) {
       ++it;

@@ -1,23 +1,35 @@
 // Server: the GPU-host end of the data path, run inside gpupool-agentd.
 //
-// Listens for connections from the replacement libcuda.so.1 (remote/client), checks each
-// client's lease credential with `authorize` (the agent knows, from gpupoold's heartbeat
-// answers, which lease holds which GPU), and runs the client's CUDA operations on the
-// backend's GPU: the sim executor when the backend is "sim", the cuda executor when it is
-// "cuda". Before every device operation it asks backend->BeforeOperation (fault injection
-// and health), and reports in-band GPU failures with backend->ReportFailure.
-// A client's allocations, modules, streams and events are freed when it disconnects.
+// Listens for connections from the replacement libcuda.so.1 (remote/client),
+// checks each client's lease credential with `authorize` (the agent knows, from
+// gpupoold's heartbeat answers, which lease holds which GPU), and runs the
+// client's CUDA operations on the backend's GPU: the sim executor when the
+// backend is "sim", the cuda executor when it is "cuda". Before every device
+// operation it asks backend->BeforeOperation (fault injection and health), and
+// reports in-band GPU failures with backend->ReportFailure. A client's
+// allocations, modules, streams and events are freed when it disconnects (also
+// when it was killed: its bootstrap socket closes with it).
 //
-// Revocation: a credential is not checked only at hello. Whenever the authorization epoch
-// moves (the agent's lease table changed), every session's lease is checked again with
-// `still_authorized`, on the next request and by the server's tick (every 100 ms) even
-// when the client is idle. A session whose lease no longer holds its GPU (released,
-// expired, or moved to another GPU) is revoked: its requests answer
-// CUDA_ERROR_NOT_PERMITTED, and its connection is closed, which frees its memory. A hello
-// that attaches lease B to a GPU revokes, before B's session starts, every session of
-// another lease on that GPU, and has them closed right after its reply, before B's next
-// request runs (unless one is still sending a reply): two leases' sessions do not share a
-// GPU, whose memory a kernel could otherwise reach.
+// Threads: one per GPU (a transport lane, rpc_server.h), which runs every
+// session of that GPU: sessions on different GPUs run in parallel, and a GPU
+// that hangs or is slow holds only its own thread, so only its own clients
+// wait. A client names its GPU at the transport handshake; its hello must name
+// the same GPU. The hello's lease check
+// (`authorize`, which may wait up to seconds for gpupoold) runs on a separate
+// authorizer thread: the GPU thread defers that reply and goes on with other
+// sessions' requests.
+//
+// Revocation: a credential is not checked only at hello. Whenever the
+// authorization epoch moves (the agent's lease table changed), every session's
+// lease is checked again with `still_authorized`, on the next request and by
+// the server's tick (every 100 ms) even when the client is idle. A session
+// whose lease no longer holds its GPU (released, expired, or moved to another
+// GPU) is revoked: its requests answer CUDA_ERROR_NOT_PERMITTED, and its
+// connection is closed, which frees its memory. A hello that attaches lease B
+// to a GPU revokes, before B's session starts, every session of another lease
+// on that GPU, and has them closed right after its reply, before B's next
+// request runs (unless one is still sending a reply): two leases' sessions do
+// not share a GPU, whose memory a kernel could otherwise reach.
 #pragma once
 
 #include <functional>
@@ -36,11 +48,13 @@ using Authorizer = std::function<bool(const std::string& lease_id,
 struct ServerOptions {
   std::string listen;  // "HOST:PORT" (port 0: any free port)
   backend::GpuBackend* backend = nullptr;
-  // Checks a hello's credential; may block briefly to learn new leases.
+  // Checks a hello's credential; may block briefly to learn new leases. Runs on
+  // the authorizer thread only (one hello at a time).
   Authorizer authorize;
-  // Whether an attached session's credential still holds its GPU, from what is known now
-  // (must not block: it runs on the server thread for every revalidation). Empty: use
-  // `authorize`.
+  // Whether an attached session's credential still holds its GPU, from what is
+  // known now (must not block, and must be thread-safe: it runs on the GPU
+  // threads for every revalidation). Empty: use `authorize` (then it must be
+  // thread-safe and should not block).
   Authorizer still_authorized;
   // A number that changes whenever still_authorized could answer differently (e.g. the
   // lease table's version); read often, so it must be cheap. Empty: sessions are checked

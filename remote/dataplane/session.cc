@@ -76,8 +76,8 @@ void Session::Run(const transport::RequestHeader& header, std::string_view args,
       status = kCuEccUncorrectable;
       std::string why = usable.message();
       log_->Log("unusable " + gpu_.uuid + " " + lease_id_ + " " + why,
-                "gpupool-dataplane: GPU " + gpu_.uuid + " unusable for client " + peer_ +
-                    " (lease " + lease_id_ + "): " + why);
+                "GPU " + gpu_.uuid + " unusable for client " + peer_ + " (lease " + lease_id_ +
+                    "): " + why);
     } else {
       status = Dispatch(header.op, args, payload, payload_len, reply);
     }
@@ -183,8 +183,8 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       int32_t status = ex.GetFunction(a.module, a.function, a.name);
       if (status != kCuSuccess) {
         log_->Log("kernel " + lease_id_ + " " + a.name + " " + std::to_string(status),
-                  "gpupool-dataplane: client " + peer_ + " (lease " + lease_id_ + "): kernel '" +
-                      a.name + "' not available (CUDA error " + std::to_string(status) + ")");
+                  "client " + peer_ + " (lease " + lease_id_ + "): kernel '" + a.name +
+                      "' not available (CUDA error " + std::to_string(status) + ")");
       }
       return status;
     }

@@ -151,7 +151,8 @@ Result<std::string> ReceiveWorkerAddress(int fd) {
 Status SendClientHello(int fd, const ClientHello& hello) {
   GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &kBootstrapMagic, sizeof(kBootstrapMagic)));
   GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &hello.flags, sizeof(hello.flags)));
-  return SendBlob(fd, hello.worker_address);
+  GPUPOOL_RETURN_IF_ERROR(SendBlob(fd, hello.worker_address));
+  return SendBlob(fd, hello.lane_key);
 }
 
 Result<ClientHello> ReceiveClientHello(int fd) {
@@ -165,7 +166,45 @@ Result<ClientHello> ReceiveClientHello(int fd) {
   auto address = ReceiveWorkerAddress(fd);
   if (!address.ok()) return address.status();
   hello.worker_address = std::move(address.value());
+  auto lane_key = ReceiveBlob(fd, kMaxLaneKey);
+  if (!lane_key.ok()) return lane_key.status();
+  hello.lane_key = std::move(lane_key.value());
   return hello;
+}
+
+Result<bool> ParseClientHello(std::string_view bytes, ClientHello* hello, size_t* used) {
+  size_t at = 0;
+  // Reads a u32 at `at`; false when the bytes end first.
+  auto u32 = [&](uint32_t* value) {
+    if (bytes.size() - at < sizeof(*value)) return false;
+    std::memcpy(value, bytes.data() + at, sizeof(*value));
+    at += sizeof(*value);
+    return true;
+  };
+  // A length-prefixed blob of at most `max` bytes; false when the bytes end first.
+  auto blob = [&](size_t max, std::string* out) -> Result<bool> {
+    uint32_t length = 0;
+    if (!u32(&length)) return false;
+    if (length > max) return Status::InvalidArgument("bootstrap: message too large");
+    if (bytes.size() - at < length) return false;
+    out->assign(bytes.data() + at, length);
+    at += length;
+    return true;
+  };
+  uint32_t magic = 0;
+  if (!u32(&magic)) return false;
+  GPUPOOL_RETURN_IF_ERROR(CheckMagic(magic));
+  if (!u32(&hello->flags)) return false;
+  GPUPOOL_RETURN_IF_ERROR(CheckFlags(hello->flags));
+  Result<bool> address = blob(kMaxWorkerAddress, &hello->worker_address);
+  if (!address.ok() || !address.value()) return address;
+  if (hello->worker_address.empty()) {
+    return Status::InvalidArgument("bootstrap: empty worker address");
+  }
+  Result<bool> key = blob(kMaxLaneKey, &hello->lane_key);
+  if (!key.ok() || !key.value()) return key;
+  *used = at;
+  return true;
 }
 
 Status SendServerHello(int fd, const ServerHello& hello) {

@@ -11,18 +11,22 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "common/status.h"
 
 namespace gpupool::transport {
 
-// Handshake messages: magic, then length-prefixed blobs. The magic changes with every
-// incompatible change of the wire, so that mismatched ends fail at the handshake instead
-// of waiting for replies that never come. 2: requests must carry their reply endpoint
-// (UCP_AM_SEND_FLAG_REPLY), or the server drops them. 3: the two ends agree on peer
-// failure detection (HelloFlags) before either creates its endpoint.
-inline constexpr uint32_t kBootstrapMagic = 0x67706233;  // "gpb3"
+// Handshake messages: magic, then length-prefixed blobs. The magic changes with
+// every incompatible change of the wire, so that mismatched ends fail at the
+// handshake instead of waiting for replies that never come. 2: requests must
+// carry their reply endpoint (UCP_AM_SEND_FLAG_REPLY), or the server drops
+// them. 3: the two ends agree on peer failure detection (HelloFlags) before
+// either creates its endpoint. 4: the client names a lane key (the GPU it
+// wants), which picks the server thread its connection runs on.
+inline constexpr uint32_t kBootstrapMagic = 0x67706234;  // "gpb4"
 inline constexpr size_t kMaxWorkerAddress = 64 * 1024;
+inline constexpr size_t kMaxLaneKey = 256;
 
 // HelloFlags bits. kDetectsPeerFailure: the client can create its endpoint with UCX peer
 // failure detection (it has a transport that reports a dead peer; shared-memory-only
@@ -33,10 +37,16 @@ inline constexpr size_t kMaxWorkerAddress = 64 * 1024;
 inline constexpr uint32_t kDetectsPeerFailure = 1u << 0;
 inline constexpr uint32_t kKnownHelloFlags = kDetectsPeerFailure;
 
-// The client's half of the handshake: magic, flags, its worker address.
+// The client's half of the handshake: magic, flags, its worker address, its
+// lane key.
 struct ClientHello {
   uint32_t flags = 0;
   std::string worker_address;
+  // Which of the server's lanes (rpc_server.h) should run the connection: the
+  // dataplane's are GPU uuids. Empty or unknown: the server's first lane. Only
+  // a placement hint: the server still checks at hello that the connection's
+  // lane serves the GPU it names.
+  std::string lane_key;
 };
 // The server's answer: magic, the connection's id, the flags both ends use, its address.
 struct ServerHello {
@@ -45,8 +55,13 @@ struct ServerHello {
   std::string worker_address;
 };
 Status SendClientHello(int fd, const ClientHello& hello);
-// Fails with InvalidArgument naming what is wrong (magic, flags, address size).
+// Fails with InvalidArgument naming what is wrong (magic, flags, address or key
+// size).
 Result<ClientHello> ReceiveClientHello(int fd);
+// The same checks on bytes received so far, for a reader that does not block: false while
+// `bytes` holds only the beginning of a good hello, true once *hello is complete (then
+// *used is its length), an error like ReceiveClientHello's as soon as one shows.
+Result<bool> ParseClientHello(std::string_view bytes, ClientHello* hello, size_t* used);
 Status SendServerHello(int fd, const ServerHello& hello);
 Result<ServerHello> ReceiveServerHello(int fd);
 

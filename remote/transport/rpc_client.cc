@@ -55,7 +55,8 @@ constexpr int kConnectTimeoutMs = 5000;
 
 }  // namespace
 
-Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoint) {
+Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoint,
+                                                      const std::string& lane_key) {
   std::unique_ptr<RpcClient> self(new RpcClient());
   self->endpoint_ = endpoint;
   auto fd = ConnectTcp(endpoint, kConnectTimeoutMs);
@@ -73,6 +74,7 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
   ClientHello hello;
   hello.flags = UcxWorker::CanDetectPeerFailure() ? kDetectsPeerFailure : 0;
   hello.worker_address = address.value();
+  hello.lane_key = lane_key;
   Status status = SendClientHello(fd_value, hello);
   Result<ServerHello> answer = status.ok() ? ReceiveServerHello(fd_value) : status;
   if (!answer.ok()) {

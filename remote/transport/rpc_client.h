@@ -61,7 +61,10 @@ class ClientConnection {
 class RpcClient : public ClientConnection {
  public:
   // Connects to "HOST:PORT" (the connection completes on first use).
-  static Result<std::unique_ptr<RpcClient>> Connect(const std::string& endpoint);
+  // `lane_key`: the GPU uuid the connection is for; the server runs it on that
+  // GPU's thread (bootstrap.h).
+  static Result<std::unique_ptr<RpcClient>> Connect(const std::string& endpoint,
+                                                    const std::string& lane_key = "");
   ~RpcClient() override;
 
   Status Call(const Request& request, Reply* reply) override;
@@ -71,8 +74,9 @@ class RpcClient : public ClientConnection {
 
   const std::string& endpoint() const { return endpoint_; }
 
-  // For tests of the server's checks only: the id the server gave this connection, and a
-  // replacement for it in every later request (a client forging another's id).
+  // For tests of the server's checks only: the id the server gave this
+  // connection, and a replacement for it in every later request (a client
+  // forging another's id).
   uint64_t connection_id_for_testing();
   void set_connection_id_for_testing(uint64_t id);
 

@@ -12,8 +12,10 @@
 
 #include "remote/transport/rpc_client.h"
 
-// The module's one entry point: connects to `endpoint` ("HOST:PORT"). On failure returns
-// nullptr and writes a one-line reason to `error`.
+// The module's one entry point: connects to `endpoint`, "HOST:PORT" or
+// "GPU_UUID@HOST:PORT" (the form of a GPUPOOL_GPUS entry; the agent then runs
+// the connection on that GPU's thread). On failure returns nullptr and writes a
+// one-line reason to `error`.
 extern "C" gpupool::transport::ClientConnection* gpupool_ucx_connect(const char* endpoint,
                                                                      char* error,
                                                                      size_t error_size);

@@ -1,5 +1,6 @@
 #include "remote/transport/rpc_server.h"
 
+#include <poll.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/random.h>
@@ -12,16 +13,18 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <vector>
 
+#include "common/log.h"
 #include "remote/transport/bootstrap.h"
 #include "remote/transport/ucx_worker.h"
 
 namespace gpupool::transport {
 namespace {
 
-// How long the server thread keeps polling after the last event before it sleeps.
+// How long a lane keeps polling after the last event before it sleeps.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
 // ...and polls without yielding the CPU for this long first (a quiet host is that fast).
 constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
@@ -30,6 +33,22 @@ constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
 // reported at most this often, with their count (a client that keeps trying must not fill
 // the log).
 constexpr auto kDroppedReportInterval = std::chrono::seconds(10);
+
+// How often (in loop iterations) a busy lane looks at its clients' sockets.
+constexpr int kSocketPollInterval = 64;
+// A client has this long to send its whole bootstrap handshake (acceptor thread); the
+// lane's answer is bounded by the same send timeout.
+constexpr int kHandshakeTimeoutMs = 2000;
+// Handshakes read at once at most; more clients are refused until some complete.
+constexpr size_t kMaxHandshaking = 256;
+// The acceptor looks at its stop flag at least this often.
+constexpr int kAcceptorPollMs = 100;
+
+// The host part of "HOST:PORT": repeated lines about one host are one kind.
+std::string HostOf(const std::string& peer) {
+  size_t colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
 
 // A connection id from the kernel's random source. The id is the second proof of a
 // request's origin (after its endpoint): it must not be predictable from earlier ids, as
@@ -60,8 +79,10 @@ struct Connection {
   ucp_ep_h ep = nullptr;
   std::string peer;
   std::deque<Incoming> queue;  // received, not yet started
-  // The request in flight: its bulk data is being received, or its reply being sent.
+  // The request in flight: its bulk data is being received, its reply being
+  // sent, or its reply deferred by the handler.
   bool busy = false;
+  bool deferred = false;      // the handler answers the current request through OnWake
   bool bulk_arrived = false;  // set by the receive callback; the loop then runs it
   Incoming current;
   void* current_payload = nullptr;
@@ -73,42 +94,62 @@ struct Connection {
   std::string transport_error;  // what UCX reported about the peer, if anything
 };
 
-// How often (in loop iterations) a busy server looks for new clients and closed sockets.
-constexpr int kSocketPollInterval = 64;
-// A client has this long to complete its bootstrap handshake.
-constexpr int kHandshakeTimeoutMs = 2000;
+// A client whose handshake the acceptor has read, on its way to its lane.
+struct Handshaken {
+  int fd = -1;
+  std::string peer;
+  ClientHello hello;
+};
 
-class RpcServerImpl : public RpcServer {
+// One lane: a thread, its UCX worker, its connections and its handler
+// (rpc_server.h).
+class Lane {
  public:
-  RpcServerImpl(RpcHandler* handler, std::unique_ptr<UcxWorker> ucx)
-      : handler_(handler), ucx_(std::move(ucx)) {}
+  Lane(RpcHandler* handler, std::unique_ptr<UcxWorker> ucx, const ServerLog* log)
+      : handler_(handler), ucx_(std::move(ucx)), log_(log) {}
 
-  ~RpcServerImpl() override {
+  ~Lane() {
+    Stop();
+    if (epfd_ >= 0) close(epfd_);
+    std::lock_guard<std::mutex> lock(inbox_mu_);
+    for (Handshaken& h : arrivals_) close(h.fd);
+  }
+
+  Status Start() {
+    GPUPOOL_RETURN_IF_ERROR(ucx_->SetAmHandler(kRequestAmId, &Lane::OnRequestAm, this));
+    auto address = ucx_->Address();
+    if (!address.ok()) return address.status();
+    worker_address_ = std::move(address.value());
+    epfd_ = epoll_create1(EPOLL_CLOEXEC);
+    if (epfd_ < 0) return Status::Internal("epoll_create1 failed");
+    Watch(ucx_->event_fd());
+    thread_ = std::thread([this] { Loop(); });
+    return Status::OK();
+  }
+
+  void Stop() {
     stop_ = true;
     if (thread_.joinable()) {
       ucp_worker_signal(ucx_->worker());
       thread_.join();
     }
-    if (listen_fd_ >= 0) close(listen_fd_);
-    if (epfd_ >= 0) close(epfd_);
   }
 
-  int port() const override { return port_; }
+  // Any thread: the lane takes the client over (creates its endpoint, answers
+  // the handshake, watches its socket).
+  void Adopt(Handshaken client) {
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      arrivals_.push_back(std::move(client));
+    }
+    has_arrivals_ = true;
+    ucp_worker_signal(ucx_->worker());
+  }
 
-  Status Listen(const std::string& listen) {
-    GPUPOOL_RETURN_IF_ERROR(ucx_->SetAmHandler(kRequestAmId, &RpcServerImpl::OnRequestAm, this));
-    auto address = ucx_->Address();
-    if (!address.ok()) return address.status();
-    worker_address_ = std::move(address.value());
-    auto fd = ListenTcp(listen, &port_);
-    if (!fd.ok()) return fd.status();
-    listen_fd_ = fd.value();
-    epfd_ = epoll_create1(EPOLL_CLOEXEC);
-    if (epfd_ < 0) return Status::Internal("epoll_create1 failed");
-    Watch(ucx_->event_fd());
-    Watch(listen_fd_);
-    thread_ = std::thread([this] { Loop(); });
-    return Status::OK();
+  // Any thread: the handler's OnWake runs soon.
+  void Wake() {
+    wake_ = true;
+    ucp_worker_signal(ucx_->worker());
   }
 
  private:
@@ -119,68 +160,69 @@ class RpcServerImpl : public RpcServer {
     epoll_ctl(epfd_, EPOLL_CTL_ADD, fd, &event);
   }
 
-  // Accepts one client: swaps worker addresses and the connection id over the socket.
-  void Accept() {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) return;
-    SetTimeouts(fd, kHandshakeTimeoutMs);
-    auto connection = std::make_unique<Connection>();
-    connection->control_fd = fd;
-    connection->peer = PeerAddress(fd);
-    Result<ClientHello> hello = ReceiveClientHello(fd);
-    if (!hello.ok()) {
-      std::fprintf(stderr, "gpupool-dataplane: handshake with %s failed: %s\n",
-                   connection->peer.c_str(), hello.status().message().c_str());
-      close(fd);
-      return;
+  // Creates the endpoints of clients the acceptor handed over, and tells them
+  // their id.
+  void TakeArrivals() {
+    std::vector<Handshaken> arrivals;
+    {
+      std::lock_guard<std::mutex> lock(inbox_mu_);
+      arrivals.swap(arrivals_);
     }
+    for (Handshaken& client : arrivals) Connect(std::move(client));
+  }
+
+  void Connect(Handshaken client) {
+    auto connection = std::make_unique<Connection>();
+    connection->control_fd = client.fd;
+    connection->peer = std::move(client.peer);
     do {
       Result<ConnectionId> id = RandomConnectionId();
       if (!id.ok()) {
-        std::fprintf(stderr, "gpupool-dataplane: refusing client %s: %s\n",
-                     connection->peer.c_str(), id.status().message().c_str());
-        close(fd);
+        (*log_)("refusing " + id.status().message(),
+                "refusing client " + connection->peer + ": " + id.status().message());
+        close(client.fd);
         return;
       }
       connection->id = id.value();
     } while (connection->id == 0 || connections_.count(connection->id));
     // Peer failure detection only when both ends can have it (kDetectsPeerFailure).
     bool detecting = false;
-    auto ep = ucx_->Connect(hello->worker_address, &RpcServerImpl::OnPeerError, connection.get(),
-                            (hello->flags & kDetectsPeerFailure) != 0 &&
-                                UcxWorker::CanDetectPeerFailure(),
-                            &detecting);
+    auto ep = ucx_->Connect(
+        client.hello.worker_address, &Lane::OnPeerError, connection.get(),
+        (client.hello.flags & kDetectsPeerFailure) != 0 && UcxWorker::CanDetectPeerFailure(),
+        &detecting);
     if (ep.ok()) connection->ep = ep.value();
     Status status = ep.ok() ? Status::OK() : ep.status();
     if (status.ok()) {
+      // A few hundred bytes into a fresh socket's empty buffer: does not block
+      // in practice, and the socket's send timeout (kHandshakeTimeoutMs) bounds
+      // it anyway.
       ServerHello answer;
       answer.connection = connection->id;
       answer.flags = detecting ? kDetectsPeerFailure : 0;
       answer.worker_address = worker_address_;
-      status = SendServerHello(fd, answer);
+      status = SendServerHello(client.fd, answer);
     }
     if (!status.ok()) {
-      std::fprintf(stderr, "gpupool-dataplane: handshake with %s failed: %s\n",
-                   connection->peer.c_str(), status.message().c_str());
+      (*log_)("handshake " + HostOf(connection->peer) + " " + status.message(),
+              "handshake with " + connection->peer + " failed: " + status.message());
       connection->closing = true;
       connection->close_reason = status.message();
     }
-    Watch(fd);
-    by_fd_[fd] = connection.get();
+    Watch(client.fd);
+    by_fd_[client.fd] = connection.get();
     handler_->OnConnect(connection->id, connection->peer);
     connections_[connection->id] = std::move(connection);
   }
 
-  // Looks at the listening socket and the clients' sockets without blocking, or for up to
-  // `timeout_ms` when the worker was armed.
+  // Looks at the clients' sockets without blocking, or for up to `timeout_ms`
+  // when the worker was armed.
   void PollSockets(int timeout_ms) {
     epoll_event events[16];
     int n = epoll_wait(epfd_, events, 16, timeout_ms);
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
-      if (fd == listen_fd_) {
-        Accept();
-      } else if (auto found = by_fd_.find(fd); found != by_fd_.end()) {
+      if (auto found = by_fd_.find(fd); found != by_fd_.end()) {
         if (PeerClosed(fd)) {
           found->second->closing = true;
           if (found->second->close_reason.empty()) {
@@ -202,7 +244,7 @@ class RpcServerImpl : public RpcServer {
 
   static ucs_status_t OnRequestAm(void* arg, const void* header, size_t header_len, void* data,
                                   size_t length, const ucp_am_recv_param_t* param) {
-    auto* self = static_cast<RpcServerImpl*>(arg);
+    auto* self = static_cast<Lane*>(arg);
     RequestHeader request_header;
     // Not a request of this wire: dropped (rndv data too).
     if (!DecodeRequestHeader(header, header_len, &request_header)) return UCS_OK;
@@ -254,11 +296,23 @@ class RpcServerImpl : public RpcServer {
     }
   }
 
-  // Runs the current request of `c` (its payload is complete) and sends the reply.
+  // Runs the current request of `c` (its payload is complete) and sends the
+  // reply, unless the handler defers it.
   void Execute(Connection* c, const void* payload, size_t payload_len) {
     ServerReply reply;
     handler_->OnRequest(c->id, c->current.header, c->current.args, payload, payload_len, &reply);
+    if (reply.deferred) {
+      c->busy = true;
+      c->deferred = true;
+      return;
+    }
+    Finish(c, reply);
+  }
+
+  // Sends the reply of the current request of `c` (not for one-way requests).
+  void Finish(Connection* c, const ServerReply& reply) {
     c->busy = false;
+    c->deferred = false;
     if (reply.tick_soon) next_tick_ = {};
     if (reply.close_after) {
       c->closing = true;
@@ -277,7 +331,7 @@ class RpcServerImpl : public RpcServer {
     std::memcpy(c->temp_header.data() + sizeof(header), reply.out.data(), reply.out.size());
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = &RpcServerImpl::OnReplySent;
+    param.cb.send = &Lane::OnReplySent;
     param.user_data = c;
     ucs_status_ptr_t sent = ucp_am_send_nbx(c->ep, kReplyAmId, c->temp_header.data(),
                                             c->temp_header.size(), reply.bulk, reply.bulk_len,
@@ -290,14 +344,29 @@ class RpcServerImpl : public RpcServer {
     }
   }
 
-  // Starts queued requests of `c` until one has to wait for a transfer. Returns whether
-  // anything was started.
+  // Sends the deferred replies the handler has ready.
+  void DeliverDeferred() {
+    std::vector<std::pair<ConnectionId, ServerReply>> replies;
+    handler_->OnWake(&replies);
+    for (auto& [id, reply] : replies) {
+      auto found = connections_.find(id);
+      if (found == connections_.end() || !found->second->deferred) continue;
+      Finish(found->second.get(), reply);
+    }
+  }
+
+  // Starts queued requests of `c` until one has to wait for a transfer or the
+  // handler. Returns whether anything was started.
   bool Pump(Connection* c) {
     bool worked = false;
     if (c->busy && c->bulk_arrived) {
       c->bulk_arrived = false;
       worked = true;
-      if (!c->closing) Execute(c, c->current_payload, c->current.rndv_len);
+      if (!c->closing) {
+        Execute(c, c->current_payload, c->current.rndv_len);
+      } else {
+        c->busy = false;
+      }
     }
     while (!c->busy && !c->closing && !c->queue.empty()) {
       worked = true;
@@ -318,7 +387,7 @@ class RpcServerImpl : public RpcServer {
       c->current_payload = destination;
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      param.cb.recv_am = &RpcServerImpl::OnBulkArrived;
+      param.cb.recv_am = &Lane::OnBulkArrived;
       param.user_data = c;
       ucs_status_ptr_t received = ucp_am_recv_data_nbx(ucx_->worker(), desc, destination,
                                                        c->current.rndv_len, &param);
@@ -396,10 +465,9 @@ class RpcServerImpl : public RpcServer {
       c->close_reason = reason;
     }
     if (dropped_ > dropped_reported_ && now >= next_dropped_report_) {
-      std::fprintf(stderr,
-                   "gpupool-dataplane: dropped %llu request(s) that named no connection of the "
-                   "endpoint they came on (a closed connection, or a guessed or replayed id)\n",
-                   static_cast<unsigned long long>(dropped_ - dropped_reported_));
+      (*log_)("dropped", "dropped " + std::to_string(dropped_ - dropped_reported_) +
+                             " request(s) that named no connection of the endpoint they came on "
+                             "(a closed connection, or a guessed or replayed id)");
       dropped_reported_ = dropped_;
       next_dropped_report_ = now + kDroppedReportInterval;
     }
@@ -409,7 +477,16 @@ class RpcServerImpl : public RpcServer {
     auto last_activity = std::chrono::steady_clock::now();
     int iteration = 0;
     while (!stop_) {
-      bool worked = ucx_->ProgressAll() > 0;
+      bool worked = false;
+      if (has_arrivals_.exchange(false)) {
+        TakeArrivals();
+        worked = true;
+      }
+      worked |= ucx_->ProgressAll() > 0;
+      if (wake_.exchange(false)) {
+        DeliverDeferred();
+        worked = true;
+      }
       if (++iteration % kSocketPollInterval == 0) PollSockets(0);
       if (auto now = std::chrono::steady_clock::now(); now >= next_tick_) Tick(now);
       // Connections to close go before any other request runs: a session the handler
@@ -452,13 +529,17 @@ class RpcServerImpl : public RpcServer {
 
   RpcHandler* handler_;
   std::unique_ptr<UcxWorker> ucx_;
-  int listen_fd_ = -1;
-  int epfd_ = -1;  // worker event fd, listening socket, clients' sockets
-  int port_ = 0;
+  const ServerLog* log_;  // the server's
+  int epfd_ = -1;  // worker event fd, clients' sockets
   std::string worker_address_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  // Everything below is touched only by the server thread.
+  // Handed over by other threads.
+  std::mutex inbox_mu_;
+  std::vector<Handshaken> arrivals_;  // guarded by inbox_mu_
+  std::atomic<bool> has_arrivals_{false};
+  std::atomic<bool> wake_{false};
+  // Everything below is touched only by the lane's thread.
   std::map<ConnectionId, std::unique_ptr<Connection>> connections_;
   std::map<int, Connection*> by_fd_;  // by bootstrap socket
   struct Closing {
@@ -472,14 +553,136 @@ class RpcServerImpl : public RpcServer {
   std::chrono::steady_clock::time_point next_dropped_report_{};
 };
 
+class RpcServerImpl : public RpcServer {
+ public:
+  RpcServerImpl(LanePicker pick_lane, ServerLog log)
+      : pick_lane_(std::move(pick_lane)), log_(std::move(log)) {
+    if (!log_) log_ = [](const std::string&, const std::string& line) { log::Warning(line); };
+  }
+
+  ~RpcServerImpl() override {
+    stop_ = true;
+    if (acceptor_.joinable()) acceptor_.join();
+    lanes_.clear();  // each stops its thread and closes its connections
+    if (listen_fd_ >= 0) close(listen_fd_);
+  }
+
+  int port() const override { return port_; }
+
+  void Wake(size_t lane) override {
+    if (lane < lanes_.size()) lanes_[lane]->Wake();
+  }
+
+  Status Listen(const std::string& listen, const std::vector<RpcHandler*>& handlers) {
+    if (handlers.empty()) return Status::InvalidArgument("rpc server: no lanes");
+    for (size_t i = 0; i < handlers.size(); ++i) {
+      auto ucx = UcxWorker::Create("gpupool-dataplane-lane" + std::to_string(i));
+      if (!ucx.ok()) return ucx.status();
+      lanes_.push_back(std::make_unique<Lane>(handlers[i], std::move(ucx.value()), &log_));
+    }
+    for (auto& lane : lanes_) GPUPOOL_RETURN_IF_ERROR(lane->Start());
+    auto fd = ListenTcp(listen, &port_);
+    if (!fd.ok()) return fd.status();
+    listen_fd_ = fd.value();
+    acceptor_ = std::thread([this] { AcceptLoop(); });
+    return Status::OK();
+  }
+
+ private:
+  // Takes new clients and reads their handshakes, all at once and without blocking: a slow
+  // or silent client delays nobody (not even other handshakes), and is dropped after
+  // kHandshakeTimeoutMs.
+  void AcceptLoop() {
+    struct Handshaking {
+      int fd;
+      std::string peer;
+      std::string bytes;  // received so far
+      std::chrono::steady_clock::time_point deadline;
+    };
+    std::vector<Handshaking> handshaking;
+    while (!stop_) {
+      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+      for (const Handshaking& h : handshaking) fds.push_back({h.fd, POLLIN, 0});
+      if (poll(fds.data(), fds.size(), kAcceptorPollMs) < 0 && errno != EINTR) continue;
+      auto now = std::chrono::steady_clock::now();
+      // Newest first, so that erasing does not move entries not yet looked at.
+      for (size_t i = handshaking.size(); i-- > 0;) {
+        Handshaking& h = handshaking[i];
+        std::string failure;
+        bool done = false;
+        if (fds[i + 1].revents != 0) {
+          char buffer[4096];
+          ssize_t n = recv(h.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
+          if (n > 0) {
+            h.bytes.append(buffer, n);
+            ClientHello hello;
+            size_t used = 0;
+            Result<bool> parsed = ParseClientHello(h.bytes, &hello, &used);
+            if (!parsed.ok()) {
+              failure = parsed.status().message();
+            } else if (parsed.value()) {
+              Handshaken client;
+              client.fd = h.fd;
+              client.peer = h.peer;
+              client.hello = std::move(hello);
+              size_t lane = pick_lane_ ? pick_lane_(client.hello.lane_key) : 0;
+              lanes_[lane < lanes_.size() ? lane : 0]->Adopt(std::move(client));
+              done = true;
+            }
+          } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            failure = "the client closed the connection during the handshake";
+          }
+        }
+        if (!done && failure.empty() && now >= h.deadline) {
+          failure = "no complete handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms";
+        }
+        if (!failure.empty()) {
+          log_("handshake " + HostOf(h.peer) + " " + failure,
+               "handshake with " + h.peer + " failed: " + failure);
+          close(h.fd);
+        }
+        if (done || !failure.empty()) handshaking.erase(handshaking.begin() + i);
+      }
+      if ((fds[0].revents & POLLIN) != 0) {
+        int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) continue;
+        if (handshaking.size() >= kMaxHandshaking) {
+          log_("handshake busy", "refusing " + PeerAddress(fd) + ": " +
+                                     std::to_string(kMaxHandshaking) +
+                                     " handshakes already in progress");
+          close(fd);
+          continue;
+        }
+        // The lane answers with blocking sends, bounded by the socket's timeouts.
+        SetTimeouts(fd, kHandshakeTimeoutMs);
+        handshaking.push_back(Handshaking{fd, PeerAddress(fd), std::string(),
+                                          now + std::chrono::milliseconds(kHandshakeTimeoutMs)});
+      }
+    }
+    for (const Handshaking& h : handshaking) close(h.fd);
+  }
+
+  LanePicker pick_lane_;
+  ServerLog log_;  // used by the acceptor and the lanes (must be thread-safe)
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
                                                     RpcHandler* handler) {
-  auto ucx = UcxWorker::Create("gpupool-dataplane");
-  if (!ucx.ok()) return ucx.status();
-  auto server = std::make_unique<RpcServerImpl>(handler, std::move(ucx.value()));
-  GPUPOOL_RETURN_IF_ERROR(server->Listen(listen));
+  return Start(listen, std::vector<RpcHandler*>{handler}, nullptr, nullptr);
+}
+
+Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
+                                                    std::vector<RpcHandler*> lanes,
+                                                    LanePicker pick_lane, ServerLog log) {
+  auto server = std::make_unique<RpcServerImpl>(std::move(pick_lane), std::move(log));
+  GPUPOOL_RETURN_IF_ERROR(server->Listen(listen, lanes));
   return std::unique_ptr<RpcServer>(std::move(server));
 }
 

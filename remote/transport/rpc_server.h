@@ -1,23 +1,37 @@
 // RpcServer: accepts data-path connections and runs their requests.
 //
-// Clients connect to a TCP socket and swap UCX worker addresses over it (bootstrap.h); the
-// socket stays open to tell when a client goes. One thread owns the UCX worker and the
-// sockets: it accepts connections, receives requests (active
-// messages, bulk data by rendezvous straight into the destination the handler names),
-// calls the RpcHandler, and sends replies. Requests of one connection run strictly in
-// order, one at a time: a request's bulk transfer completes before the next request of
-// that connection starts, which is what CUDA stream order needs. When idle the thread
-// sleeps on the worker's event fd (after a short spin that keeps latency low).
+// Clients connect to a TCP socket and swap UCX worker addresses over it
+// (bootstrap.h); the socket stays open to tell when a client goes.
 //
-// Who may send what: a request counts only when it arrives on the UCX endpoint of the
-// connection its header names. Connection ids come from the kernel's random source
-// (getrandom(2)) and are told only to their own client, over its bootstrap socket; the
-// server additionally checks the endpoint each request came on (clients send with
-// UCP_AM_SEND_FLAG_REPLY), so a guessed id, or a real id sent from another endpoint,
-// reaches nothing: such requests are dropped (and counted in one log line now and then).
+// Threads. The server has one or more lanes (the dataplane makes one per GPU).
+// Each lane is a thread with its own UCX worker, its own connections and its
+// own RpcHandler: it receives its connections' requests (active messages, bulk
+// data by rendezvous straight into the destination the handler names), calls
+// its handler, and sends the replies. The lanes share nothing, so a lane whose
+// handler is slow or stuck (a hung GPU) delays only its own connections. An
+// acceptor thread takes new clients and reads all their handshakes at once without
+// blocking (one not complete within 2 s is dropped); the client names a lane key
+// there (a GPU uuid), which `pick_lane` maps to a lane, and the connection is then
+// handed to that lane. A
+// handler that must wait for something slow (the dataplane's lease check at
+// hello) defers its reply (ServerReply::deferred) instead of blocking its lane,
+// and delivers it later through OnWake after someone called RpcServer::Wake.
+// Requests of one connection run strictly in order, one at a time: a request's
+// bulk transfer completes before the next request of that connection starts,
+// which is what CUDA stream order needs. When idle a lane sleeps on its
+// worker's event fd (after a short spin that keeps latency low).
+//
+// Who may send what: a request counts only when it arrives on the UCX endpoint
+// of the connection its header names. Connection ids come from the kernel's
+// random source (getrandom(2)) and are told only to their own client, over its
+// bootstrap socket; the server additionally checks the endpoint each request
+// came on (clients send with UCP_AM_SEND_FLAG_REPLY), so a guessed id, or a
+// real id sent from another endpoint, reaches nothing: such requests are
+// dropped (and counted in one log line now and then).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -39,9 +53,14 @@ struct ServerReply {
   size_t bulk_len = 0;          //   of this connection starts (the server ensures that)
   bool close_after = false;     // close the connection once the reply is sent
   bool tick_soon = false;       // call OnTick right after this request (not a tick later)
+  // The handler answers later, through OnWake (the request's reply fields here
+  // are ignored). The connection runs nothing else until then; the handler must
+  // answer every deferred request exactly once.
+  bool deferred = false;
 };
 
-// Implemented by the dataplane. All methods run on the server thread.
+// Implemented by the dataplane, one per lane. All methods run on that lane's
+// thread.
 class RpcHandler {
  public:
   virtual ~RpcHandler() = default;
@@ -58,7 +77,19 @@ class RpcHandler {
   // Called about every kTickIntervalMs, busy or idle. Each connection the handler lists in
   // *close is closed at once (requests it still has queued are dropped), with that reason.
   virtual void OnTick(std::vector<std::pair<ConnectionId, std::string>>* close) {}
+  // Called soon after RpcServer::Wake(this lane): the handler appends the
+  // replies of deferred requests that are ready now.
+  virtual void OnWake(std::vector<std::pair<ConnectionId, ServerReply>>* replies) {}
 };
+
+// Where the server's log lines go: `key` names the kind of line (without what changes every
+// time, such as a client's port), for a rate limiter. Default: common/log, as warnings.
+using ServerLog = std::function<void(const std::string& key, const std::string& line)>;
+
+// Maps the lane key a client named at its handshake to a lane (an index below
+// the number of lanes; anything else means lane 0). Runs on the acceptor
+// thread.
+using LanePicker = std::function<size_t(const std::string& lane_key)>;
 
 inline constexpr int kTickIntervalMs = 100;
 
@@ -68,8 +99,15 @@ class RpcServer {
   // the server.
   static Result<std::unique_ptr<RpcServer>> Start(const std::string& listen,
                                                   RpcHandler* handler);
-  virtual ~RpcServer() = default;  // stops the thread and closes every connection
+  // One lane per handler (at least one); `pick_lane` places each new
+  // connection.
+  static Result<std::unique_ptr<RpcServer>> Start(const std::string& listen,
+                                                  std::vector<RpcHandler*> lanes,
+                                                  LanePicker pick_lane, ServerLog log = nullptr);
+  virtual ~RpcServer() = default;  // stops the threads and closes every connection
   virtual int port() const = 0;
+  // Any thread: lane `lane`'s handler gets OnWake soon (never blocks).
+  virtual void Wake(size_t lane) = 0;
 };
 
 }  // namespace gpupool::transport

@@ -165,7 +165,7 @@ class DataClient {
  public:
   DataClient(int port, const std::string& lease, const std::string& token,
              const std::string& uuid) {
-    auto client = transport::RpcClient::Connect("127.0.0.1:" + std::to_string(port));
+    auto client = transport::RpcClient::Connect("127.0.0.1:" + std::to_string(port), uuid);
     EXPECT_TRUE(client.ok()) << client.status().message();
     if (!client.ok()) return;
     client_ = std::move(client.value());

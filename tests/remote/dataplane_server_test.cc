@@ -1,8 +1,8 @@
-#include "remote/dataplane/server.h"
-
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "remote/dataplane/protocol.h"
+#include "remote/dataplane/server.h"
 #include "remote/transport/rpc_client.h"
 #include "tests/remote/test_backend.h"
 
@@ -20,6 +21,64 @@ namespace {
 using transport::Reply;
 using transport::Request;
 using transport::RpcClient;
+using Clock = std::chrono::steady_clock;
+
+// The test backend, plus what the threading tests need: a delay per operation,
+// a `hang` like the sim backend's fault (BeforeOperation of that GPU blocks
+// until cleared), and how many operations ran inside BeforeOperation at once.
+class RecordingBackend : public testing::TestBackend {
+ public:
+  using TestBackend::TestBackend;
+
+  Status BeforeOperation(int index) override {
+    int inside = ++inside_;
+    int most = max_inside_.load();
+    while (inside > most && !max_inside_.compare_exchange_weak(most, inside)) {
+    }
+    if (int delay = delay_ms_.load(); delay > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (hung_ == index) {
+        ++hung_calls_;
+        // Bounded, so that a broken test cannot hang ctest: far longer than any
+        // assertion.
+        released_.wait_for(lock, std::chrono::seconds(30), [&] { return hung_ != index; });
+        --hung_calls_;
+      }
+    }
+    --inside_;
+    return TestBackend::BeforeOperation(index);
+  }
+
+  void Hang(int index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    hung_ = index;
+  }
+  void Clear() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hung_ = -1;
+    }
+    released_.notify_all();
+  }
+  int hung_calls() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return hung_calls_;
+  }
+  void set_delay_ms(int ms) { delay_ms_ = ms; }
+  int max_inside() const { return max_inside_.load(); }
+
+ private:
+  std::atomic<int> delay_ms_{0};
+  std::atomic<int> inside_{0};
+  std::atomic<int> max_inside_{0};
+  std::mutex mu_;
+  std::condition_variable released_;
+  int hung_ = -1;       // guarded by mu_
+  int hung_calls_ = 0;  // guarded by mu_
+};
 
 class DataplaneServerTest : public ::testing::Test {
  protected:
@@ -32,6 +91,11 @@ class DataplaneServerTest : public ::testing::Test {
     Grant("L7", "secret", 1);
     options.authorize = [this](const std::string& lease, const std::string& token,
                                const std::string& uuid) {
+      if (lease == "slow") {  // an authorizer waiting for gpupoold, then refusing
+        slow_hellos_started_++;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+        return false;
+      }
       std::lock_guard<std::mutex> lock(mu_);
       auto found = grants_.find(uuid);
       return found != grants_.end() && found->second.first == lease &&
@@ -43,8 +107,13 @@ class DataplaneServerTest : public ::testing::Test {
     server_ = std::move(server.value());
   }
 
-  std::unique_ptr<RpcClient> Connect() {
-    auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()));
+  void TearDown() override { backend_.Clear(); }  // the server's GPU threads must end
+
+  // A connection for GPU `gpu` (the lane key the client names at the
+  // handshake).
+  std::unique_ptr<RpcClient> Connect(int gpu = 1) {
+    auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()),
+                                     testing::TestGpuUuid(gpu));
     EXPECT_TRUE(client.ok()) << client.status().message();
     return client.ok() ? std::move(client.value()) : nullptr;
   }
@@ -83,7 +152,7 @@ class DataplaneServerTest : public ::testing::Test {
 
   // An attached client; nullptr (and a test failure) when the hello is refused.
   std::unique_ptr<RpcClient> Attach(const char* lease, const char* token, int gpu) {
-    auto client = Connect();
+    auto client = Connect(gpu);
     if (!client) return nullptr;
     Reply reply = Hello(client.get(), lease, token, testing::TestGpuUuid(gpu));
     EXPECT_EQ(reply.status, kCuSuccess) << reply.out;
@@ -115,7 +184,8 @@ class DataplaneServerTest : public ::testing::Test {
   std::mutex mu_;
   std::map<std::string, std::pair<std::string, std::string>> grants_;  // uuid -> lease, token
   std::atomic<uint64_t> epoch_{1};
-  testing::TestBackend backend_{2, uint64_t{4} << 30};
+  std::atomic<int> slow_hellos_started_{0};
+  RecordingBackend backend_{2, uint64_t{4} << 30};
   std::unique_ptr<Server> server_;
 };
 
@@ -125,7 +195,7 @@ TEST_F(DataplaneServerTest, RefusesAClientWhoseLeaseDoesNotHoldTheGpu) {
   EXPECT_EQ(reply.status, kCuNotPermitted);
   EXPECT_NE(reply.out.find("does not hold GPU"), std::string::npos) << reply.out;
   // GPU 0 is not this lease's, even with the right token.
-  client = Connect();
+  client = Connect(0);
   reply = Hello(client.get(), "L7", "secret", testing::TestGpuUuid(0));
   EXPECT_EQ(reply.status, kCuNotPermitted);
   client = Connect();
@@ -363,6 +433,185 @@ TEST_F(DataplaneServerTest, ANewLeasesHelloRevokesTheOldLeasesSessionsOnThatGpu)
   Reply reply;
   Status status = old->Call(Request{kOpMemGetInfo, nullptr, 0, nullptr, 0, nullptr, 0}, &reply);
   EXPECT_TRUE(!status.ok() || reply.status == kCuNotPermitted);
+}
+
+}  // namespace
+}  // namespace gpupool::dataplane
+
+namespace gpupool::dataplane {
+namespace {
+
+// A connection runs on the thread of the GPU it named at the handshake; a hello
+// naming another GPU (whose revocations that thread does not see) is refused,
+// even with a lease that holds that other GPU.
+TEST_F(DataplaneServerTest, AHelloForAnotherGpuThanTheConnectionsIsRefused) {
+  auto client = Connect(0);
+  Reply reply = Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1));
+  EXPECT_EQ(reply.status, kCuInvalidValue);
+  EXPECT_NE(reply.out.find("connection was opened for GPU " + testing::TestGpuUuid(0)),
+            std::string::npos)
+      << reply.out;
+  EXPECT_EQ(server_->attached_sessions(), 0u);
+}
+
+// What one client's program did, and when.
+struct ProgramRun {
+  Clock::time_point start, end;
+  bool ok = false;
+};
+
+// alloc, write, read back, compare, free: `rounds` times.
+ProgramRun RunProgram(RpcClient* client, int rounds) {
+  ProgramRun run;
+  run.start = Clock::now();
+  run.ok = true;
+  for (int i = 0; i < rounds && run.ok; ++i) {
+    MemAllocArgs alloc{1 << 16};
+    Reply reply;
+    run.ok =
+        client->Call(Request{kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0}, &reply)
+            .ok() &&
+        reply.status == kCuSuccess;
+    MemAllocResult result{};
+    if (!run.ok || reply.out.size() != sizeof(result)) break;
+    std::memcpy(&result, reply.out.data(), sizeof(result));
+    std::vector<char> data(1 << 16, static_cast<char>('a' + i));
+    MemcpyHtoDArgs put{result.dptr, data.size(), 0};
+    run.ok =
+        client
+            ->Call(Request{kOpMemcpyHtoD, &put, sizeof(put), data.data(), data.size(), nullptr, 0},
+                   &reply)
+            .ok() &&
+        reply.status == kCuSuccess;
+    std::vector<char> back(data.size());
+    MemcpyDtoHArgs get{result.dptr, back.size(), 0};
+    run.ok =
+        run.ok &&
+        client
+            ->Call(Request{kOpMemcpyDtoH, &get, sizeof(get), nullptr, 0, back.data(), back.size()},
+                   &reply)
+            .ok() &&
+        reply.status == kCuSuccess && back == data;
+    MemFreeArgs free_args{result.dptr};
+    run.ok = run.ok &&
+             client
+                 ->Call(Request{kOpMemFree, &free_args, sizeof(free_args), nullptr, 0, nullptr, 0},
+                        &reply)
+                 .ok() &&
+             reply.status == kCuSuccess;
+  }
+  run.end = Clock::now();
+  return run;
+}
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Each GPU has its own thread: two clients of two GPUs run at once. Every
+// operation takes 50 ms on the GPU (backend delay), so one thread for both
+// would run them one after the other (at least 2 x 3 x 4 x 50 ms = 1200 ms,
+// never two operations at once); in parallel they take 600 ms plus the
+// transport's share.
+TEST_F(DataplaneServerTest, TwoClientsOnTwoGpusRunAtTheSameTime) {
+  Grant("L8", "eight", 0);
+  auto a = Attach("L8", "eight", 0);
+  auto b = Attach("L7", "secret", 1);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  backend_.set_delay_ms(50);
+  ProgramRun run_a, run_b;
+  auto started = Clock::now();
+  std::thread thread_a([&] { run_a = RunProgram(a.get(), 3); });
+  std::thread thread_b([&] { run_b = RunProgram(b.get(), 3); });
+  thread_a.join();
+  thread_b.join();
+  auto elapsed = Clock::now() - started;
+  backend_.set_delay_ms(0);
+  EXPECT_TRUE(run_a.ok);
+  EXPECT_TRUE(run_b.ok);
+  // Their runs overlap in time, and their operations ran on the GPUs at the
+  // same moment.
+  std::printf("client A %.0f..%.0f ms, client B %.0f..%.0f ms, together %.0f ms\n",
+              Ms(run_a.start - started), Ms(run_a.end - started), Ms(run_b.start - started),
+              Ms(run_b.end - started), Ms(elapsed));
+  EXPECT_LT(run_a.start, run_b.end);
+  EXPECT_LT(run_b.start, run_a.end);
+  EXPECT_EQ(backend_.max_inside(), 2);
+  EXPECT_LT(Ms(elapsed), 1150.0) << "the two clients' operations ran one after the other";
+}
+
+// A GPU that hangs holds its own clients only: a client of the other GPU of the
+// same agent runs its whole program in normal time meanwhile.
+TEST_F(DataplaneServerTest, AHungGpuDelaysOnlyItsOwnClients) {
+  Grant("L8", "eight", 0);
+  auto stuck = Attach("L8", "eight", 0);
+  auto fine = Attach("L7", "secret", 1);
+  ASSERT_NE(stuck, nullptr);
+  ASSERT_NE(fine, nullptr);
+  ProgramRun quick = RunProgram(fine.get(), 20);  // the normal time of the program
+  ASSERT_TRUE(quick.ok);
+
+  backend_.Hang(0);
+  std::atomic<bool> stuck_returned{false};
+  int32_t stuck_status = -1;
+  std::thread stuck_thread([&] {
+    MemAllocArgs alloc{1 << 20};
+    Reply reply;
+    if (stuck->Call(Request{kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0}, &reply)
+            .ok()) {
+      stuck_status = reply.status;
+    }
+    stuck_returned = true;
+  });
+  for (int i = 0; i < 200 && backend_.hung_calls() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(backend_.hung_calls(), 1) << "GPU 0's client never reached the hung GPU";
+
+  ProgramRun during = RunProgram(fine.get(), 20);
+  EXPECT_TRUE(during.ok);
+  std::printf("program on GPU 1: %.1f ms alone, %.1f ms while GPU 0 hangs\n",
+              Ms(quick.end - quick.start), Ms(during.end - during.start));
+  EXPECT_LT(Ms(during.end - during.start), 5 * Ms(quick.end - quick.start) + 200.0);
+  EXPECT_FALSE(stuck_returned.load()) << "GPU 0's client should still wait for its GPU";
+
+  backend_.Clear();  // the GPU recovers: its client goes on
+  stuck_thread.join();
+  EXPECT_EQ(stuck_status, kCuSuccess);
+}
+
+// A hello whose lease check is slow (the authorizer waiting for gpupoold) is
+// checked off the GPU's thread: an attached client of that same GPU keeps its
+// normal call latency.
+TEST_F(DataplaneServerTest, ASlowHandshakeDoesNotDelayDataCalls) {
+  auto attached = Attach("L7", "secret", 1);
+  ASSERT_NE(attached, nullptr);
+  std::atomic<bool> slow_done{false};
+  int32_t slow_status = -1;
+  std::thread slow([&] {
+    auto client = Connect(1);
+    if (client) slow_status = Hello(client.get(), "slow", "x", testing::TestGpuUuid(1)).status;
+    slow_done = true;
+  });
+  for (int i = 0; i < 400 && slow_hellos_started_.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(slow_hellos_started_.load(), 1);
+
+  double slowest_ms = 0;
+  auto started = Clock::now();
+  for (int i = 0; i < 50; ++i) {
+    auto call_start = Clock::now();
+    MemoryInfo(attached.get());
+    slowest_ms = std::max(slowest_ms, Ms(Clock::now() - call_start));
+  }
+  double total_ms = Ms(Clock::now() - started);
+  bool finished_during_calls = slow_done.load();
+  std::printf("50 calls during a 1.5 s hello: %.1f ms, slowest %.1f ms\n", total_ms, slowest_ms);
+  EXPECT_FALSE(finished_during_calls) << "the slow hello was not slow: the test proves nothing";
+  EXPECT_LT(slowest_ms, 250.0);
+  EXPECT_LT(total_ms, 1000.0);
+  slow.join();
+  EXPECT_EQ(slow_status, kCuNotPermitted);  // the slow authorizer refused it
 }
 
 }  // namespace

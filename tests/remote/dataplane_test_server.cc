@@ -4,13 +4,15 @@
 //   gpupool-dataplane-testd --listen HOST:PORT --lease ID --token HEX [--gpus N]
 //                           [--memory-mib M]
 // Prints "listening on PORT" once ready; runs until SIGTERM/SIGINT.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unistd.h>
 
+#include "common/log.h"
 #include "remote/dataplane/server.h"
 #include "tests/remote/test_backend.h"
 
@@ -28,6 +30,7 @@ int Usage(const char* problem) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gpupool::log::SetProgramName("gpupool-dataplane-testd");
   std::string listen, lease, token;
   int gpus = 1;
   long memory_mib = 16384;

@@ -288,6 +288,59 @@ TEST_F(TransportTest, AClientOfAnotherWireVersionIsRefusedAtTheHandshake) {
   EXPECT_EQ(handler_.connects, 1);  // only the fixture's own client
 }
 
+// Handshakes are read without blocking: a client that connects and says nothing delays
+// neither another client's connection nor its calls, and is dropped after 2 s.
+TEST_F(TransportTest, ASilentClientDelaysNoOtherHandshake) {
+  auto silent = ConnectTcp("127.0.0.1:" + std::to_string(server_->port()), 2000);
+  ASSERT_TRUE(silent.ok()) << silent.status().message();
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the acceptor has it
+  auto started = std::chrono::steady_clock::now();
+  auto other = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()));
+  ASSERT_TRUE(other.ok()) << other.status().message();
+  const char args[] = "x";
+  Reply reply;
+  ASSERT_TRUE(other.value()
+                  ->Call(Request{kEchoArgs, args, sizeof(args), nullptr, 0, nullptr, 0}, &reply)
+                  .ok());
+  auto took = std::chrono::steady_clock::now() - started;
+  EXPECT_LT(took, std::chrono::milliseconds(1000)) << "waited behind the silent client";
+  // The silent one is dropped once its 2 s are over: its socket reads end-of-file.
+  SetTimeouts(silent.value(), 5000);
+  char byte;
+  auto wait_started = std::chrono::steady_clock::now();
+  EXPECT_EQ(recv(silent.value(), &byte, 1, 0), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - wait_started, std::chrono::milliseconds(4000));
+  close(silent.value());
+}
+
+// The non-blocking reader: incomplete until the last byte, then complete with its length;
+// a bad magic is an error as soon as it is in.
+TEST(TransportHandshake, PartialHellosAreIncompleteUntilTheirLastByte) {
+  auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
+  std::string good = u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(2) + "G1";
+  for (size_t n = 0; n < good.size(); ++n) {
+    ClientHello hello;
+    size_t used = 0;
+    Result<bool> parsed = ParseClientHello(std::string_view(good).substr(0, n), &hello, &used);
+    ASSERT_TRUE(parsed.ok()) << n << ": " << parsed.status().message();
+    EXPECT_FALSE(parsed.value()) << n;
+  }
+  ClientHello hello;
+  size_t used = 0;
+  Result<bool> parsed = ParseClientHello(good + "extra", &hello, &used);
+  ASSERT_TRUE(parsed.ok() && parsed.value());
+  EXPECT_EQ(used, good.size());
+  EXPECT_EQ(hello.worker_address, "abc");
+  EXPECT_EQ(hello.lane_key, "G1");
+  Result<bool> bad = ParseClientHello(u32(0x67706232), &hello, &used);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("bad magic"), std::string::npos);
+  Result<bool> huge =
+      ParseClientHello(u32(kBootstrapMagic) + u32(0) + u32(kMaxWorkerAddress + 1), &hello, &used);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_NE(huge.status().message().find("too large"), std::string::npos);
+}
+
 // The handshake readers name what is wrong, and an unknown flag is refused rather than
 // ignored (the two ends would create endpoints that do not pair).
 TEST(TransportHandshake, BadHellosAreNamed) {
@@ -302,10 +355,16 @@ TEST(TransportHandshake, BadHellosAreNamed) {
     return hello;
   };
   auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
-  auto good = hello_from(u32(kBootstrapMagic) + u32(kDetectsPeerFailure) + u32(3) + "abc");
+  auto good = hello_from(u32(kBootstrapMagic) + u32(kDetectsPeerFailure) + u32(3) + "abc" + u32(4) +
+                         "GPU1");
   ASSERT_TRUE(good.ok()) << good.status().message();
   EXPECT_EQ(good->flags, kDetectsPeerFailure);
   EXPECT_EQ(good->worker_address, "abc");
+  EXPECT_EQ(good->lane_key, "GPU1");
+  auto huge_key = hello_from(u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(kMaxLaneKey + 1) +
+                             std::string(kMaxLaneKey + 1, 'k'));
+  ASSERT_FALSE(huge_key.ok());
+  EXPECT_NE(huge_key.status().message().find("too large"), std::string::npos);
   auto bad_magic = hello_from(u32(0x67706232) + u32(0) + u32(3) + "abc");
   ASSERT_FALSE(bad_magic.ok());
   EXPECT_NE(bad_magic.status().message().find("bad magic 0x67706232"), std::string::npos);
