@@ -653,6 +653,14 @@ private:
                            : static_cast<int64_t>(*value);
       }
       operand.bits = static_cast<uint64_t>(offset);
+      // Texture and surface operands: [tex, {coordinates}] (the engine refuses
+      // them).
+      while (Accept(",")) {
+        auto item = Operand();
+        if (!item.ok())
+          return item.status();
+        operand.items.push_back(std::move(*item));
+      }
       GPUPOOL_RETURN_IF_ERROR(Expect("]"));
       return operand;
     }
