@@ -18,30 +18,29 @@ constexpr uint32_t kFatbinMagic = 0xBA55ED50;
 constexpr uint16_t kEntryKindPtx = 1;
 constexpr uint16_t kEntryKindElf = 2;
 // Entry flags of compressed payloads.
-constexpr uint64_t kEntryLz4 = 0x2000;  // an LZ4 block (no frame)
-constexpr uint64_t kEntryZstd = 0x8000; // a zstd frame
+constexpr uint64_t kEntryLz4 = 0x2000;   // an LZ4 block (no frame)
+constexpr uint64_t kEntryZstd = 0x8000;  // a zstd frame
 // Offset of the decompressed size in entry headers of compressed entries.
 constexpr size_t kDecompressedSizeOffset = 56;
 // Refuse to inflate one entry beyond this (sizes in headers are untrusted).
 constexpr uint64_t kMaxDecompressed = 1ull << 30;
 
 // EIATTR record formats and the attribute we need.
-constexpr uint8_t kFormatSizedValue =
-    0x04; // u16 size follows, then `size` bytes
+constexpr uint8_t kFormatSizedValue = 0x04;  // u16 size follows, then `size` bytes
 constexpr uint8_t kAttrKernelParamInfo = 0x17;
 
 struct FatbinWrapper {
   uint32_t magic;
   uint32_t version;
-  const uint8_t *data;
-  const void *filename_or_fatbins;
+  const uint8_t* data;
+  const void* filename_or_fatbins;
 };
 
 struct FatbinHeader {
   uint32_t magic;
   uint16_t version;
   uint16_t header_size;
-  uint64_t files_size; // bytes of entries after this header
+  uint64_t files_size;  // bytes of entries after this header
 };
 
 struct FatbinEntryHeader {
@@ -50,30 +49,29 @@ struct FatbinEntryHeader {
   uint32_t header_size;
   uint32_t padded_payload_size;
   uint32_t unknown0;
-  uint32_t payload_size; // 0 in uncompressed ELF entries of CUDA 13 fatbins
+  uint32_t payload_size;  // 0 in uncompressed ELF entries of CUDA 13 fatbins
   uint32_t unknown1;
   uint32_t unknown2;
-  uint32_t sm_version; // the architecture, e.g. 75
+  uint32_t sm_version;  // the architecture, e.g. 75
   uint32_t bit_width;
   uint32_t unknown3;
   uint64_t flags;
 };
 static_assert(sizeof(FatbinEntryHeader) == 48);
 
-template <typename T> T Read(const uint8_t *p) {
+template <typename T>
+T Read(const uint8_t* p) {
   T value;
   std::memcpy(&value, p, sizeof(T));
   return value;
 }
 
-size_t ElfSize(const uint8_t *elf) {
+size_t ElfSize(const uint8_t* elf) {
   auto header = Read<Elf64_Ehdr>(elf);
   size_t size = header.e_shoff + size_t{header.e_shnum} * header.e_shentsize;
-  size = std::max<size_t>(size, header.e_phoff + size_t{header.e_phnum} *
-                                                     header.e_phentsize);
+  size = std::max<size_t>(size, header.e_phoff + size_t{header.e_phnum} * header.e_phentsize);
   for (int i = 0; i < header.e_shnum; ++i) {
-    auto section = Read<Elf64_Shdr>(
-        elf + header.e_shoff + static_cast<size_t>(i) * header.e_shentsize);
+    auto section = Read<Elf64_Shdr>(elf + header.e_shoff + static_cast<size_t>(i) * header.e_shentsize);
     if (section.sh_type != SHT_NOBITS) {
       size = std::max<size_t>(size, section.sh_offset + section.sh_size);
     }
@@ -81,54 +79,42 @@ size_t ElfSize(const uint8_t *elf) {
   return size;
 }
 
-bool IsElf(const uint8_t *p) {
-  return std::memcmp(p, ELFMAG, SELFMAG) == 0 && p[EI_CLASS] == ELFCLASS64;
-}
+bool IsElf(const uint8_t* p) { return std::memcmp(p, ELFMAG, SELFMAG) == 0 && p[EI_CLASS] == ELFCLASS64; }
 
 // Inflates a compressed entry payload into *out.
-Status Decompress(const uint8_t *entry, uint32_t header_size, uint64_t flags,
-                  const uint8_t *payload, uint64_t payload_size,
-                  std::string *out) {
+Status Decompress(const uint8_t* entry, uint32_t header_size, uint64_t flags,
+                  const uint8_t* payload, uint64_t payload_size, std::string* out) {
   if (header_size < kDecompressedSizeOffset + 8) {
-    return Status::InvalidArgument(
-        "compressed fatbin entry without a decompressed size");
+    return Status::InvalidArgument("compressed fatbin entry without a decompressed size");
   }
   uint64_t size = Read<uint64_t>(entry + kDecompressedSizeOffset);
   if (size == 0 || size > kMaxDecompressed) {
-    return Status::InvalidArgument(
-        "compressed fatbin entry with a bad decompressed size");
+    return Status::InvalidArgument("compressed fatbin entry with a bad decompressed size");
   }
   out->assign(size, '\0');
   if (flags & kEntryZstd) {
     size_t got = ZSTD_decompress(out->data(), size, payload, payload_size);
     if (ZSTD_isError(got)) {
-      return Status::InvalidArgument(std::string("zstd fatbin entry: ") +
-                                     ZSTD_getErrorName(got));
+      return Status::InvalidArgument(std::string("zstd fatbin entry: ") + ZSTD_getErrorName(got));
     }
     out->resize(got);
     return Status::OK();
   }
-  if (payload_size > static_cast<uint64_t>(INT32_MAX) ||
-      size > static_cast<uint64_t>(INT32_MAX)) {
+  if (payload_size > static_cast<uint64_t>(INT32_MAX) || size > static_cast<uint64_t>(INT32_MAX)) {
     return Status::InvalidArgument("LZ4 fatbin entry too large");
   }
-  int got = LZ4_decompress_safe(reinterpret_cast<const char *>(payload),
-                                out->data(), static_cast<int>(payload_size),
-                                static_cast<int>(size));
-  if (got < 0)
-    return Status::InvalidArgument("LZ4 fatbin entry does not decompress");
+  int got = LZ4_decompress_safe(reinterpret_cast<const char*>(payload), out->data(),
+                                static_cast<int>(payload_size), static_cast<int>(size));
+  if (got < 0) return Status::InvalidArgument("LZ4 fatbin entry does not decompress");
   out->resize(static_cast<size_t>(got));
   return Status::OK();
 }
 
-// `limit`: bytes available at `fatbin` (SIZE_MAX when the caller trusts the
-// headers).
-Status ParseFatbin(const uint8_t *fatbin, size_t limit, ModuleImage *image) {
-  if (limit < sizeof(FatbinHeader))
-    return Status::InvalidArgument("fatbin truncated");
+// `limit`: bytes available at `fatbin` (SIZE_MAX when the caller trusts the headers).
+Status ParseFatbin(const uint8_t* fatbin, size_t limit, ModuleImage* image) {
+  if (limit < sizeof(FatbinHeader)) return Status::InvalidArgument("fatbin truncated");
   auto header = Read<FatbinHeader>(fatbin);
-  if (header.magic != kFatbinMagic)
-    return Status::InvalidArgument("not a fatbin");
+  if (header.magic != kFatbinMagic) return Status::InvalidArgument("not a fatbin");
   if (header.header_size < sizeof(FatbinHeader) || header.header_size > limit ||
       header.files_size > limit - header.header_size) {
     return Status::InvalidArgument("fatbin sizes exceed the image");
@@ -136,7 +122,7 @@ Status ParseFatbin(const uint8_t *fatbin, size_t limit, ModuleImage *image) {
   image->bytes = fatbin;
   image->size = header.header_size + header.files_size;
   // Offsets, not pointers: sizes in the headers are untrusted and may be huge.
-  const uint8_t *entries = fatbin + header.header_size;
+  const uint8_t* entries = fatbin + header.header_size;
   const uint64_t total = header.files_size;
   uint64_t at = 0;
   while (total - at >= sizeof(FatbinEntryHeader)) {
@@ -144,71 +130,58 @@ Status ParseFatbin(const uint8_t *fatbin, size_t limit, ModuleImage *image) {
     if (entry.header_size < sizeof(FatbinEntryHeader)) {
       return Status::InvalidArgument("fatbin entry header too small");
     }
-    uint64_t payload_size =
-        entry.payload_size ? entry.payload_size : entry.padded_payload_size;
-    if (entry.header_size > total - at ||
-        payload_size > total - at - entry.header_size) {
+    uint64_t payload_size = entry.payload_size ? entry.payload_size : entry.padded_payload_size;
+    if (entry.header_size > total - at || payload_size > total - at - entry.header_size) {
       return Status::InvalidArgument("fatbin entry overruns");
     }
-    const uint8_t *payload = entries + at + entry.header_size;
+    const uint8_t* payload = entries + at + entry.header_size;
     std::string inflated;
     bool compressed = entry.flags & (kEntryLz4 | kEntryZstd);
-    if (compressed &&
-        (entry.kind == kEntryKindElf || entry.kind == kEntryKindPtx)) {
-      GPUPOOL_RETURN_IF_ERROR(Decompress(entries + at, entry.header_size,
-                                         entry.flags, payload, payload_size,
-                                         &inflated));
-      payload = reinterpret_cast<const uint8_t *>(inflated.data());
+    if (compressed && (entry.kind == kEntryKindElf || entry.kind == kEntryKindPtx)) {
+      GPUPOOL_RETURN_IF_ERROR(Decompress(entries + at, entry.header_size, entry.flags, payload,
+                                         payload_size, &inflated));
+      payload = reinterpret_cast<const uint8_t*>(inflated.data());
       payload_size = inflated.size();
     }
-    if (entry.kind == kEntryKindElf && payload_size >= sizeof(Elf64_Ehdr) &&
-        IsElf(payload)) {
+    if (entry.kind == kEntryKindElf && payload_size >= sizeof(Elf64_Ehdr) && IsElf(payload)) {
       image->has_sass = true;
-      GPUPOOL_RETURN_IF_ERROR(
-          ParseCubin(payload, payload_size, &image->kernels));
+      GPUPOOL_RETURN_IF_ERROR(ParseCubin(payload, payload_size, &image->kernels));
     } else if (entry.kind == kEntryKindPtx) {
-      const char *text = reinterpret_cast<const char *>(payload);
-      image->ptx.push_back(PtxEntry{
-          std::string(text, strnlen(text, payload_size)), entry.sm_version});
+      const char* text = reinterpret_cast<const char*>(payload);
+      image->ptx.push_back(
+          PtxEntry{std::string(text, strnlen(text, payload_size)), entry.sm_version});
     }
     uint64_t step = uint64_t{entry.header_size} + entry.padded_payload_size;
-    if (step > total - at)
-      break; // the last entry's padding runs past the end
+    if (step > total - at) break;  // the last entry's padding runs past the end
     at += step;
   }
-  // Kernels only in PTX (no ELF entry for them): layouts from the .entry
-  // declarations.
-  for (const PtxEntry &ptx : image->ptx) {
+  // Kernels only in PTX (no ELF entry for them): layouts from the .entry declarations.
+  for (const PtxEntry& ptx : image->ptx) {
     auto layouts = ParsePtxSignatures(ptx.text);
-    if (!layouts.ok())
-      continue; // the sim reports bad PTX when it loads it
-    for (auto &[name, layout] : *layouts)
-      image->kernels.emplace(name, layout);
+    if (!layouts.ok()) continue;  // the sim reports bad PTX when it loads it
+    for (auto& [name, layout] : *layouts) image->kernels.emplace(name, layout);
   }
   return Status::OK();
 }
 
-bool LooksLikePtx(const uint8_t *p, size_t limit) {
+bool LooksLikePtx(const uint8_t* p, size_t limit) {
   // PTX text starts with comments, blank space or a directive.
   for (size_t i = 0; i < limit && i < 4096; ++i) {
     char c = static_cast<char>(p[i]);
-    if (c == ' ' || c == '\t' || c == '\n' || c == '\r')
-      continue;
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
     return c == '/' || c == '.';
   }
   return false;
 }
 
-Status ParsePtxImage(const uint8_t *p, size_t limit, ModuleImage *image) {
-  size_t length = strnlen(reinterpret_cast<const char *>(p), limit);
-  std::string text(reinterpret_cast<const char *>(p), length);
-  if (text.find(".entry") == std::string::npos &&
-      text.find(".version") == std::string::npos) {
+Status ParsePtxImage(const uint8_t* p, size_t limit, ModuleImage* image) {
+  size_t length = strnlen(reinterpret_cast<const char*>(p), limit);
+  std::string text(reinterpret_cast<const char*>(p), length);
+  if (text.find(".entry") == std::string::npos && text.find(".version") == std::string::npos) {
     return Status::InvalidArgument("not a PTX module");
   }
   auto layouts = ParsePtxSignatures(text);
-  if (!layouts.ok())
-    return layouts.status();
+  if (!layouts.ok()) return layouts.status();
   image->bytes = p;
   image->size = length < limit ? length + 1 : length;
   image->kernels = std::move(*layouts);
@@ -217,25 +190,21 @@ Status ParsePtxImage(const uint8_t *p, size_t limit, ModuleImage *image) {
 }
 
 // Parses the EIATTR records of one `.nv.info.<kernel>` section.
-KernelLayout ParseKernelInfo(const uint8_t *p, size_t size) {
+KernelLayout ParseKernelInfo(const uint8_t* p, size_t size) {
   KernelLayout layout;
-  struct Indexed {
-    uint16_t ordinal;
-    ParamSlot slot;
-  };
+  struct Indexed { uint16_t ordinal; ParamSlot slot; };
   std::vector<Indexed> params;
   size_t at = 0;
   while (at + 4 <= size) {
     uint8_t format = p[at];
     uint8_t attribute = p[at + 1];
     if (format != kFormatSizedValue) {
-      at += 4; // the other formats carry at most a u16 inline
+      at += 4;  // the other formats carry at most a u16 inline
       continue;
     }
     uint16_t length = Read<uint16_t>(p + at + 2);
-    const uint8_t *value = p + at + 4;
-    if (at + 4 + length > size)
-      break;
+    const uint8_t* value = p + at + 4;
+    if (at + 4 + length > size) break;
     if (attribute == kAttrKernelParamInfo && length >= 12) {
       // u32 index, u16 ordinal, u16 offset, u32 packed (size in bits 18..31).
       uint16_t ordinal = Read<uint16_t>(value + 4);
@@ -245,34 +214,28 @@ KernelLayout ParseKernelInfo(const uint8_t *p, size_t size) {
     }
     at += 4 + length;
   }
-  std::sort(
-      params.begin(), params.end(),
-      [](const Indexed &a, const Indexed &b) { return a.ordinal < b.ordinal; });
-  for (const Indexed &param : params) {
+  std::sort(params.begin(), params.end(),
+            [](const Indexed& a, const Indexed& b) { return a.ordinal < b.ordinal; });
+  for (const Indexed& param : params) {
     layout.params.push_back(param.slot);
-    layout.param_size =
-        std::max(layout.param_size, param.slot.offset + param.slot.size);
+    layout.param_size = std::max(layout.param_size, param.slot.offset + param.slot.size);
   }
   return layout;
 }
 
-} // namespace
+}  // namespace
 
-Status ParseCubin(const uint8_t *elf, size_t size,
-                  std::map<std::string, KernelLayout> *kernels) {
-  if (size < sizeof(Elf64_Ehdr) || !IsElf(elf))
-    return Status::InvalidArgument("not an ELF cubin");
+Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelLayout>* kernels) {
+  if (size < sizeof(Elf64_Ehdr) || !IsElf(elf)) return Status::InvalidArgument("not an ELF cubin");
   auto header = Read<Elf64_Ehdr>(elf);
-  // Every offset and size below comes from the image: compare without
-  // overflowing.
-  if (header.e_shstrndx >= header.e_shnum ||
-      header.e_shentsize < sizeof(Elf64_Shdr) || header.e_shoff > size ||
+  // Every offset and size below comes from the image: compare without overflowing.
+  if (header.e_shstrndx >= header.e_shnum || header.e_shentsize < sizeof(Elf64_Shdr) ||
+      header.e_shoff > size ||
       uint64_t{header.e_shnum} * header.e_shentsize > size - header.e_shoff) {
     return Status::InvalidArgument("cubin section table out of range");
   }
   auto section_at = [&](int i) {
-    return Read<Elf64_Shdr>(elf + header.e_shoff +
-                            static_cast<size_t>(i) * header.e_shentsize);
+    return Read<Elf64_Shdr>(elf + header.e_shoff + static_cast<size_t>(i) * header.e_shentsize);
   };
   Elf64_Shdr names = section_at(header.e_shstrndx);
   if (names.sh_offset > size || names.sh_size > size - names.sh_offset) {
@@ -286,8 +249,7 @@ Status ParseCubin(const uint8_t *elf, size_t size,
         section.sh_size > size - section.sh_offset) {
       continue;
     }
-    const char *name =
-        reinterpret_cast<const char *>(elf + names.sh_offset + section.sh_name);
+    const char* name = reinterpret_cast<const char*>(elf + names.sh_offset + section.sh_name);
     size_t name_len = strnlen(name, names.sh_size - section.sh_name);
     std::string section_name(name, name_len);
     if (section_name.rfind(prefix, 0) == 0) {
@@ -301,16 +263,14 @@ Status ParseCubin(const uint8_t *elf, size_t size,
   return Status::OK();
 }
 
-Result<ModuleImage> ParseModuleImage(const void *image_pointer) {
-  if (image_pointer == nullptr)
-    return Status::InvalidArgument("null module image");
-  const auto *p = static_cast<const uint8_t *>(image_pointer);
+Result<ModuleImage> ParseModuleImage(const void* image_pointer) {
+  if (image_pointer == nullptr) return Status::InvalidArgument("null module image");
+  const auto* p = static_cast<const uint8_t*>(image_pointer);
   ModuleImage image;
   uint32_t magic = Read<uint32_t>(p);
   if (magic == kFatbinWrapperMagic) {
     auto wrapper = Read<FatbinWrapper>(p);
-    if (wrapper.data == nullptr)
-      return Status::InvalidArgument("fatbin wrapper without data");
+    if (wrapper.data == nullptr) return Status::InvalidArgument("fatbin wrapper without data");
     GPUPOOL_RETURN_IF_ERROR(ParseFatbin(wrapper.data, SIZE_MAX, &image));
   } else if (magic == kFatbinMagic) {
     GPUPOOL_RETURN_IF_ERROR(ParseFatbin(p, SIZE_MAX, &image));
@@ -322,17 +282,16 @@ Result<ModuleImage> ParseModuleImage(const void *image_pointer) {
   } else if (LooksLikePtx(p, SIZE_MAX)) {
     GPUPOOL_RETURN_IF_ERROR(ParsePtxImage(p, SIZE_MAX, &image));
   } else {
-    return Status::InvalidArgument(
-        "unknown module image format (not a fatbin, cubin or PTX)");
+    return Status::InvalidArgument("unknown module image format (not a fatbin, cubin or PTX)");
   }
   return image;
 }
 
-Result<ModuleImage> ParseModuleImageBytes(const void *image_pointer,
-                                          size_t size) {
-  if (image_pointer == nullptr || size < 4)
+Result<ModuleImage> ParseModuleImageBytes(const void* image_pointer, size_t size) {
+  if (image_pointer == nullptr || size < 4) {
     return Status::InvalidArgument("module image too short");
-  const auto *p = static_cast<const uint8_t *>(image_pointer);
+  }
+  const auto* p = static_cast<const uint8_t*>(image_pointer);
   ModuleImage image;
   uint32_t magic = Read<uint32_t>(p);
   if (magic == kFatbinMagic) {
@@ -345,10 +304,9 @@ Result<ModuleImage> ParseModuleImageBytes(const void *image_pointer,
   } else if (LooksLikePtx(p, size)) {
     GPUPOOL_RETURN_IF_ERROR(ParsePtxImage(p, size, &image));
   } else {
-    return Status::InvalidArgument(
-        "unknown module image format (not a fatbin, cubin or PTX)");
+    return Status::InvalidArgument("unknown module image format (not a fatbin, cubin or PTX)");
   }
   return image;
 }
 
-} // namespace gpupool::image
+}  // namespace gpupool::image

@@ -15,7 +15,6 @@ namespace gpupool::image {
 
 // Layouts of every `.entry` in `ptx`, by name. Fails with InvalidArgument
 // naming the kernel whose declaration cannot be read.
-Result<std::map<std::string, KernelLayout>>
-ParsePtxSignatures(std::string_view ptx);
+Result<std::map<std::string, KernelLayout>> ParsePtxSignatures(std::string_view ptx);
 
-} // namespace gpupool::image
+}  // namespace gpupool::image

@@ -45,37 +45,35 @@ inline constexpr uint64_t kWindowSize = 1ull << 48;
 
 struct ModuleVariable {
   std::string name;
-  bool is_const = false; // .const (read-only for kernels), else .global
+  bool is_const = false;  // .const (read-only for kernels), else .global
   uint64_t size = 0;
   uint32_t align = 1;
-  std::vector<uint8_t>
-      init; // initial bytes (shorter than size: the rest is zero)
+  std::vector<uint8_t> init;  // initial bytes (shorter than size: the rest is zero)
 };
 
-struct DecodedKernel; // ptx_program.h
-struct ParsedModule;  // ptx_program.h
+struct DecodedKernel;  // ptx_program.h
+struct ParsedModule;   // ptx_program.h
 
 class PtxModule {
-public:
+ public:
   // Fails with InvalidArgument naming the line on text that is not PTX we can
   // read.
   static Result<std::unique_ptr<PtxModule>> Parse(std::string_view text);
   ~PtxModule();
 
   // .global and .const variables: the executor places them in device memory.
-  const std::vector<ModuleVariable> &variables() const;
-  bool HasKernel(const std::string &name) const;
+  const std::vector<ModuleVariable>& variables() const;
+  bool HasKernel(const std::string& name) const;
   std::vector<std::string> KernelNames() const;
 
   // Lowers kernel `name` once (later calls return the same program).
   // `addresses` gives the device address of every module variable. Fails with
   // NotFound for an unknown kernel and Unimplemented (message naming the
   // instruction) for what the engine cannot run, such as textures and surfaces.
-  Result<const DecodedKernel *>
-  Decode(const std::string &name,
-         const std::map<std::string, uint64_t> &addresses);
+  Result<const DecodedKernel*> Decode(const std::string& name,
+                                      const std::map<std::string, uint64_t>& addresses);
 
-private:
+ private:
   PtxModule() = default;
   std::unique_ptr<ParsedModule> parsed_;
   std::map<std::string, std::unique_ptr<DecodedKernel>> decoded_;
@@ -86,29 +84,29 @@ private:
 struct MemoryRange {
   uint64_t start = 0;
   uint64_t size = 0;
-  char *host = nullptr;
+  char* host = nullptr;
 };
 
 struct LaunchSpec {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared = 0;
-  const uint8_t *params = nullptr;
+  const uint8_t* params = nullptr;
   size_t param_size = 0;
-  std::vector<MemoryRange> memory; // sorted by start, non-overlapping
+  std::vector<MemoryRange> memory;  // sorted by start, non-overlapping
   uint32_t sm_count = 108;
-  std::string *printf_out = nullptr; // device printf text is appended here
-  std::string *error_detail =
-      nullptr; // why a launch failed, for the agent's log
+  std::string* printf_out = nullptr;    // device printf text is appended here
+  std::string* error_detail = nullptr;  // why a launch failed, for the agent's log
+  uint64_t* thread_instructions = nullptr;  // if set: increased by the lanes executed
 };
 
 // Returns a CUresult: success, kCuIllegalAddress (stray access),
 // kCuLaunchFailed (trap), kCuAssert (failed device assert), kCuInvalidValue (a
 // parameter buffer too small or too much shared memory),
 // kCuLaunchOutOfResources.
-int32_t RunKernel(const DecodedKernel &kernel, const LaunchSpec &spec);
+int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec);
 
 // Bytes of kernel parameters the decoded kernel reads (its .entry signature).
-uint32_t KernelParamSize(const DecodedKernel &kernel);
+uint32_t KernelParamSize(const DecodedKernel& kernel);
 
-} // namespace gpupool::sim
+}  // namespace gpupool::sim

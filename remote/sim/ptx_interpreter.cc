@@ -1,12 +1,14 @@
 // The PTX engine's decoder (ParsedModule -> DecodedKernel) and interpreter
 // (RunKernel). Design notes: docs/ptx-engine.md.
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <set>
+#include <thread>
 #include <type_traits>
 
 #include "remote/sim/ptx_program.h"
@@ -14,7 +16,7 @@
 namespace gpupool::sim {
 
 Result<std::unique_ptr<ParsedModule>> ParsePtxText(std::string_view text);
-uint64_t PtxTypeSize(const std::string &type);
+uint64_t PtxTypeSize(const std::string& type);
 
 namespace {
 
@@ -28,23 +30,27 @@ constexpr int32_t kLaunchFailed = 719;
 constexpr int32_t kNotSupported = 801;
 
 constexpr uint32_t kFullMask = 0xffffffffu;
+// Threads that run the CTAs of one launch (the agent's hosts have few cores to spare).
+constexpr uint32_t kMaxWorkers = 2;
 // A warp runs at most this many instructions before the next warp of its CTA
 // gets a turn, so that warps spinning on each other's shared-memory flags make
 // progress.
 constexpr uint64_t kWarpSlice = 1u << 14;
 
-} // namespace
+}  // namespace
 
 // ---- Execution state
 // ---------------------------------------------------------------------
 
 struct LaunchState {
-  const DecodedKernel *kernel = nullptr;
-  const LaunchSpec *spec = nullptr;
-  uint8_t *shared = nullptr;
+  const DecodedKernel* kernel = nullptr;
+  const LaunchSpec* spec = nullptr;
+  uint8_t* shared = nullptr;
   uint64_t shared_size = 0;
-  uint8_t *local = nullptr; // threads of the CTA * local_size
-  uint64_t clock = 0;       // advances with every warp instruction
+  uint8_t* local = nullptr;          // threads of the CTA * local_size
+  uint64_t clock = 0;                // advances with every warp instruction
+  uint64_t thread_instructions = 0;  // lanes executed, for the benchmark
+  std::string printf;                // device printf text of this worker's CTAs
   int32_t error = kSuccess;
   std::string detail;
   size_t range_hint = 0;
@@ -53,92 +59,80 @@ struct LaunchState {
 };
 
 struct Warp {
-  uint64_t *regs = nullptr; // slot_count * 32
-  LaunchState *launch = nullptr;
-  uint32_t index = 0;   // warp index in its CTA
-  uint32_t live = 0;    // lanes that have not exited
-  uint32_t waiting = 0; // lanes waiting at a barrier
-  bool uniform = true;  // every live lane is at `pc`
+  uint64_t* regs = nullptr;  // slot_count * 32
+  LaunchState* launch = nullptr;
+  uint32_t index = 0;    // warp index in its CTA
+  uint32_t live = 0;     // lanes that have not exited
+  uint32_t waiting = 0;  // lanes waiting at a barrier
+  bool uniform = true;   // every live lane is at `pc`
   int32_t pc = 0;
   int32_t lane_pc[32] = {};
 
-  uint64_t *R(int32_t slot) { return regs + static_cast<size_t>(slot) * 32; }
+  uint64_t* R(int32_t slot) { return regs + static_cast<size_t>(slot) * 32; }
 
-  uint8_t *LocalOf(int lane) {
-    return launch->local + (static_cast<uint64_t>(index) * 32 + lane) *
-                               launch->kernel->local_size;
+  uint8_t* LocalOf(int lane) {
+    return launch->local + (static_cast<uint64_t>(index) * 32 + lane) * launch->kernel->local_size;
   }
 
-  void Fault(uint64_t address, uint32_t size, const char *what) {
-    if (launch->error != kSuccess)
-      return;
+  void Fault(uint64_t address, uint32_t size, const char* what) {
+    if (launch->error != kSuccess) return;
     launch->error = kIllegalAddress;
     char text[160];
-    std::snprintf(text, sizeof(text),
-                  "%s of %u bytes at 0x%llx (block %u, warp %u)", what, size,
-                  static_cast<unsigned long long>(address), launch->cta_linear,
-                  index);
+    std::snprintf(text, sizeof(text), "%s of %u bytes at 0x%llx (block %u, warp %u)", what, size,
+                  static_cast<unsigned long long>(address), launch->cta_linear, index);
     launch->detail = text;
   }
 
-  uint8_t *Global(uint64_t address, uint32_t size) {
-    const std::vector<MemoryRange> &ranges = launch->spec->memory;
+  uint8_t* Global(uint64_t address, uint32_t size) {
+    const std::vector<MemoryRange>& ranges = launch->spec->memory;
     size_t hint = launch->range_hint;
     if (hint < ranges.size() && address >= ranges[hint].start &&
         address - ranges[hint].start + size <= ranges[hint].size) {
-      return reinterpret_cast<uint8_t *>(ranges[hint].host) +
-             (address - ranges[hint].start);
+      return reinterpret_cast<uint8_t*>(ranges[hint].host) + (address - ranges[hint].start);
     }
-    auto after = std::upper_bound(
-        ranges.begin(), ranges.end(), address,
-        [](uint64_t a, const MemoryRange &r) { return a < r.start; });
-    if (after == ranges.begin())
-      return nullptr;
-    const MemoryRange &range = *std::prev(after);
+    auto after = std::upper_bound(ranges.begin(), ranges.end(), address,
+                                  [](uint64_t a, const MemoryRange& r) { return a < r.start; });
+    if (after == ranges.begin()) return nullptr;
+    const MemoryRange& range = *std::prev(after);
     uint64_t offset = address - range.start;
-    if (offset > range.size || size > range.size - offset)
-      return nullptr;
+    if (offset > range.size || size > range.size - offset) return nullptr;
     launch->range_hint = static_cast<size_t>(std::prev(after) - ranges.begin());
-    return reinterpret_cast<uint8_t *>(range.host) + offset;
+    return reinterpret_cast<uint8_t*>(range.host) + offset;
   }
 
   // Host address of `size` bytes at `address` in `space` for `lane`; nullptr if
   // stray.
-  uint8_t *Address(Space space, uint64_t address, uint32_t size, int lane) {
+  uint8_t* Address(Space space, uint64_t address, uint32_t size, int lane) {
     switch (space) {
-    case Space::kGlobal:
-    case Space::kConst:
-      return Global(address, size);
-    case Space::kShared:
-      address &= 0xffffffffffffull;
-      if (address > launch->shared_size || size > launch->shared_size - address)
-        return nullptr;
-      return launch->shared + address;
-    case Space::kLocal: {
-      uint64_t local_size = launch->kernel->local_size;
-      address &= 0xffffffffffffull;
-      if (address > local_size || size > local_size - address)
-        return nullptr;
-      return LocalOf(lane) + address;
-    }
-    case Space::kParam: {
-      address &= 0xffffffffffffull;
-      size_t param_size = launch->spec->param_size;
-      if (address > param_size || size > param_size - address)
-        return nullptr;
-      return const_cast<uint8_t *>(launch->spec->params) + address;
-    }
-    case Space::kGeneric:
-      if (address >= kSharedWindow && address < kSharedWindow + kWindowSize) {
-        return Address(Space::kShared, address - kSharedWindow, size, lane);
+      case Space::kGlobal:
+      case Space::kConst: return Global(address, size);
+      case Space::kShared:
+        address &= 0xffffffffffffull;
+        if (address > launch->shared_size || size > launch->shared_size - address) return nullptr;
+        return launch->shared + address;
+      case Space::kLocal: {
+        uint64_t local_size = launch->kernel->local_size;
+        address &= 0xffffffffffffull;
+        if (address > local_size || size > local_size - address) return nullptr;
+        return LocalOf(lane) + address;
       }
-      if (address >= kLocalWindow && address < kLocalWindow + kWindowSize) {
-        return Address(Space::kLocal, address - kLocalWindow, size, lane);
+      case Space::kParam: {
+        address &= 0xffffffffffffull;
+        size_t param_size = launch->spec->param_size;
+        if (address > param_size || size > param_size - address) return nullptr;
+        return const_cast<uint8_t*>(launch->spec->params) + address;
       }
-      if (address >= kParamWindow && address < kParamWindow + kWindowSize) {
-        return Address(Space::kParam, address - kParamWindow, size, lane);
-      }
-      return Global(address, size);
+      case Space::kGeneric:
+        if (address >= kSharedWindow && address < kSharedWindow + kWindowSize) {
+          return Address(Space::kShared, address - kSharedWindow, size, lane);
+        }
+        if (address >= kLocalWindow && address < kLocalWindow + kWindowSize) {
+          return Address(Space::kLocal, address - kLocalWindow, size, lane);
+        }
+        if (address >= kParamWindow && address < kParamWindow + kWindowSize) {
+          return Address(Space::kParam, address - kParamWindow, size, lane);
+        }
+        return Global(address, size);
     }
     return nullptr;
   }
@@ -146,10 +140,10 @@ struct Warp {
 
 namespace {
 
-template <typename F> inline void ForLanes(uint32_t mask, F &&f) {
+template <typename F>
+inline void ForLanes(uint32_t mask, F&& f) {
   if (mask == kFullMask) {
-    for (int lane = 0; lane < 32; ++lane)
-      f(lane);
+    for (int lane = 0; lane < 32; ++lane) f(lane);
   } else {
     while (mask) {
       int lane = std::countr_zero(mask);
@@ -162,7 +156,8 @@ template <typename F> inline void ForLanes(uint32_t mask, F &&f) {
 // ---- Values
 // ------------------------------------------------------------------------------
 
-template <typename T> inline T Get(uint64_t raw) {
+template <typename T>
+inline T Get(uint64_t raw) {
   if constexpr (std::is_same_v<T, float>) {
     return std::bit_cast<float>(static_cast<uint32_t>(raw));
   } else if constexpr (std::is_same_v<T, double>) {
@@ -172,7 +167,8 @@ template <typename T> inline T Get(uint64_t raw) {
   }
 }
 
-template <typename T> inline uint64_t Put(T value) {
+template <typename T>
+inline uint64_t Put(T value) {
   if constexpr (std::is_same_v<T, float>) {
     return std::bit_cast<uint32_t>(value);
   } else if constexpr (std::is_same_v<T, double>) {
@@ -184,25 +180,27 @@ template <typename T> inline uint64_t Put(T value) {
   }
 }
 
-template <typename T> using Unsigned = std::make_unsigned_t<T>;
+template <typename T>
+using Unsigned = std::make_unsigned_t<T>;
 
-template <typename T> inline T WrapAdd(T a, T b) {
+template <typename T>
+inline T WrapAdd(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
-    return static_cast<T>(static_cast<Unsigned<T>>(a) +
-                          static_cast<Unsigned<T>>(b));
+    return static_cast<T>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b));
   } else {
     return a + b;
   }
 }
-template <typename T> inline T WrapSub(T a, T b) {
+template <typename T>
+inline T WrapSub(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
-    return static_cast<T>(static_cast<Unsigned<T>>(a) -
-                          static_cast<Unsigned<T>>(b));
+    return static_cast<T>(static_cast<Unsigned<T>>(a) - static_cast<Unsigned<T>>(b));
   } else {
     return a - b;
   }
 }
-template <typename T> inline T WrapMul(T a, T b) {
+template <typename T>
+inline T WrapMul(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::conditional_t<(sizeof(T) < 4), uint32_t, Unsigned<T>>;
     return static_cast<T>(static_cast<U>(static_cast<Unsigned<T>>(a)) *
@@ -212,38 +210,56 @@ template <typename T> inline T WrapMul(T a, T b) {
   }
 }
 
-template <typename T> struct Wider;
-template <> struct Wider<int16_t> { using type = int32_t; };
-template <> struct Wider<uint16_t> { using type = uint32_t; };
-template <> struct Wider<int32_t> { using type = int64_t; };
-template <> struct Wider<uint32_t> { using type = uint64_t; };
-template <> struct Wider<int64_t> { using type = __int128; };
-template <> struct Wider<uint64_t> { using type = unsigned __int128; };
+template <typename T>
+struct Wider;
+template <>
+struct Wider<int16_t> {
+  using type = int32_t;
+};
+template <>
+struct Wider<uint16_t> {
+  using type = uint32_t;
+};
+template <>
+struct Wider<int32_t> {
+  using type = int64_t;
+};
+template <>
+struct Wider<uint32_t> {
+  using type = uint64_t;
+};
+template <>
+struct Wider<int64_t> {
+  using type = __int128;
+};
+template <>
+struct Wider<uint64_t> {
+  using type = unsigned __int128;
+};
 
-template <typename T> inline T MulHi(T a, T b) {
+template <typename T>
+inline T MulHi(T a, T b) {
   using W = typename Wider<T>::type;
-  return static_cast<T>((static_cast<W>(a) * static_cast<W>(b)) >>
-                        (8 * sizeof(T)));
+  return static_cast<T>((static_cast<W>(a) * static_cast<W>(b)) >> (8 * sizeof(T)));
 }
 
 inline float FlushF32(float v) {
   return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
 }
-template <typename T> inline T Saturate01(T v) {
-  if (std::isnan(v))
-    return T(0);
+template <typename T>
+inline T Saturate01(T v) {
+  if (std::isnan(v)) return T(0);
   return std::min(T(1), std::max(T(0), v));
 }
 
 // Float results with .ftz/.sat applied.
-template <typename T> inline T FixFloat(T v, uint8_t flags) {
+template <typename T>
+inline T FixFloat(T v, uint8_t flags) {
   if constexpr (std::is_same_v<T, float>) {
-    if (flags & kFlagFtz)
-      v = FlushF32(v);
+    if (flags & kFlagFtz) v = FlushF32(v);
   }
   if constexpr (std::is_floating_point_v<T>) {
-    if (flags & kFlagSat)
-      v = Saturate01(v);
+    if (flags & kFlagSat) v = Saturate01(v);
   }
   return v;
 }
@@ -272,25 +288,20 @@ enum BinOp : uint8_t {
   kMul24Hi,
 };
 
-template <typename T, BinOp op> inline T Binary(T a, T b) {
-  if constexpr (op == kAdd)
-    return WrapAdd(a, b);
-  if constexpr (op == kSub)
-    return WrapSub(a, b);
-  if constexpr (op == kMul)
-    return WrapMul(a, b);
+template <typename T, BinOp op>
+inline T Binary(T a, T b) {
+  if constexpr (op == kAdd) return WrapAdd(a, b);
+  if constexpr (op == kSub) return WrapSub(a, b);
+  if constexpr (op == kMul) return WrapMul(a, b);
   if constexpr (op == kMulHi) {
-    if constexpr (std::is_integral_v<T> && sizeof(T) >= 2)
-      return MulHi(a, b);
+    if constexpr (std::is_integral_v<T> && sizeof(T) >= 2) return MulHi(a, b);
     return a;
   }
   if constexpr (op == kDiv) {
     if constexpr (std::is_integral_v<T>) {
-      if (b == 0)
-        return static_cast<T>(-1);
+      if (b == 0) return static_cast<T>(-1);
       if constexpr (std::is_signed_v<T>) {
-        if (a == std::numeric_limits<T>::min() && b == -1)
-          return a;
+        if (a == std::numeric_limits<T>::min() && b == -1) return a;
       }
       return static_cast<T>(a / b);
     } else {
@@ -299,11 +310,9 @@ template <typename T, BinOp op> inline T Binary(T a, T b) {
   }
   if constexpr (op == kRem) {
     if constexpr (std::is_integral_v<T>) {
-      if (b == 0)
-        return a;
+      if (b == 0) return a;
       if constexpr (std::is_signed_v<T>) {
-        if (b == -1)
-          return 0;
+        if (b == -1) return 0;
       }
       return static_cast<T>(a % b);
     } else {
@@ -311,104 +320,89 @@ template <typename T, BinOp op> inline T Binary(T a, T b) {
     }
   }
   if constexpr (op == kMin) {
-    if constexpr (std::is_floating_point_v<T>)
-      return std::fmin(a, b);
+    if constexpr (std::is_floating_point_v<T>) return std::fmin(a, b);
     return std::min(a, b);
   }
   if constexpr (op == kMax) {
-    if constexpr (std::is_floating_point_v<T>)
-      return std::fmax(a, b);
+    if constexpr (std::is_floating_point_v<T>) return std::fmax(a, b);
     return std::max(a, b);
   }
   if constexpr (std::is_integral_v<T>) {
-    if constexpr (op == kAnd)
-      return a & b;
-    if constexpr (op == kOr)
-      return a | b;
-    if constexpr (op == kXor)
-      return a ^ b;
+    if constexpr (op == kAnd) return a & b;
+    if constexpr (op == kOr) return a | b;
+    if constexpr (op == kXor) return a ^ b;
     if constexpr (op == kShl) {
       Unsigned<T> shift = static_cast<Unsigned<T>>(b);
-      if (shift >= 8 * sizeof(T))
-        return 0;
+      if (shift >= 8 * sizeof(T)) return 0;
       return static_cast<T>(static_cast<Unsigned<T>>(a) << shift);
     }
     if constexpr (op == kShr) {
       Unsigned<T> shift = static_cast<Unsigned<T>>(b);
-      if (shift >= 8 * sizeof(T))
-        return std::is_signed_v<T> && a < 0 ? T(-1) : T(0);
+      if (shift >= 8 * sizeof(T)) return std::is_signed_v<T> && a < 0 ? T(-1) : T(0);
       return static_cast<T>(a >> shift);
     }
     if constexpr (op == kAddSat || op == kSubSat) {
-      int64_t wide =
-          op == kAddSat ? int64_t{a} + int64_t{b} : int64_t{a} - int64_t{b};
-      wide = std::clamp<int64_t>(wide, std::numeric_limits<T>::min(),
-                                 std::numeric_limits<T>::max());
+      int64_t wide = op == kAddSat ? int64_t{a} + int64_t{b} : int64_t{a} - int64_t{b};
+      wide =
+          std::clamp<int64_t>(wide, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
       return static_cast<T>(wide);
     }
     if constexpr (op == kMul24 || op == kMul24Hi) {
       int64_t x =
           std::is_signed_v<T>
-              ? (static_cast<int64_t>(
-                     static_cast<int32_t>(static_cast<uint32_t>(a) << 8)) >>
-                 8)
+              ? (static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(a) << 8)) >> 8)
               : static_cast<int64_t>(static_cast<uint32_t>(a) & 0xffffff);
       int64_t y =
           std::is_signed_v<T>
-              ? (static_cast<int64_t>(
-                     static_cast<int32_t>(static_cast<uint32_t>(b) << 8)) >>
-                 8)
+              ? (static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(b) << 8)) >> 8)
               : static_cast<int64_t>(static_cast<uint32_t>(b) & 0xffffff);
       int64_t p = x * y;
       return static_cast<T>(op == kMul24 ? p : (p >> 16));
     }
   } else {
-    if constexpr (op == kCopysign)
-      return std::copysign(b, a);
+    if constexpr (op == kCopysign) return std::copysign(b, a);
   }
   return a;
 }
 
 template <typename T, BinOp op>
-void HBinary(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
+void HBinary(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
   if (in.flags & (kFlagFtz | kFlagSat)) {
     ForLanes(mask, [&](int l) {
-      d[l] = Put<T>(
-          FixFloat<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l])), in.flags));
+      d[l] = Put<T>(FixFloat<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l])), in.flags));
     });
   } else {
-    ForLanes(mask, [&](int l) {
-      d[l] = Put<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l])));
-    });
+    ForLanes(mask, [&](int l) { d[l] = Put<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l]))); });
   }
 }
 
 // mul.wide / mad.wide: T inputs, twice-as-wide result.
-template <typename T> void HMulWide(Warp &w, const Inst &in, uint32_t mask) {
+template <typename T>
+void HMulWide(Warp& w, const Inst& in, uint32_t mask) {
   using W = typename Wider<T>::type;
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = in.c >= 0 ? w.R(in.c) : nullptr;
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
   ForLanes(mask, [&](int l) {
     W p = static_cast<W>(Get<T>(a[l])) * static_cast<W>(Get<T>(b[l]));
     uint64_t r = Put<W>(p);
-    if (c)
-      r += c[l];
+    if (c) r += c[l];
     d[l] = r;
   });
 }
 
 // Integer add/sub/mad with the carry flag (.cc in, addc/subc/madc out).
-template <typename T> void HCarry(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = in.c >= 0 ? w.R(in.c) : nullptr;
-  uint64_t *cc = w.R(w.launch->kernel->carry_slot);
+template <typename T>
+void HCarry(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  uint64_t* cc = w.R(w.launch->kernel->carry_slot);
   using U = Unsigned<T>;
   constexpr int kBits = 8 * sizeof(U);
   ForLanes(mask, [&](int l) {
@@ -416,20 +410,18 @@ template <typename T> void HCarry(Warp &w, const Inst &in, uint32_t mask) {
     unsigned __int128 y = static_cast<U>(b[l]);
     unsigned __int128 carry_in = (in.flags & kFlagCarryIn) ? (cc[l] & 1) : 0;
     unsigned __int128 r;
-    if (in.mode == 0) { // add
+    if (in.mode == 0) {  // add
       r = x + y + carry_in;
-    } else if (in.mode == 1) { // sub: a - b - borrow
+    } else if (in.mode == 1) {  // sub: a - b - borrow
       r = x - y - carry_in;
-    } else { // mad.lo / mad.hi with carry
+    } else {  // mad.lo / mad.hi with carry
       unsigned __int128 p = x * y;
-      if (in.mode == 3)
-        p >>= kBits;
+      if (in.mode == 3) p >>= kBits;
       p &= (static_cast<unsigned __int128>(1) << kBits) - 1;
       r = p + static_cast<U>(c[l]) + carry_in;
     }
     d[l] = Put<T>(static_cast<T>(static_cast<U>(r)));
-    if (in.flags & kFlagCarryOut)
-      cc[l] = static_cast<uint64_t>((r >> kBits) & 1);
+    if (in.flags & kFlagCarryOut) cc[l] = static_cast<uint64_t>((r >> kBits) & 1);
   });
 }
 
@@ -455,79 +447,59 @@ enum UnOp : uint8_t {
   kNotPred,
 };
 
-template <typename T, UnOp op> inline T Unary(T a) {
-  if constexpr (op == kMov)
-    return a;
+template <typename T, UnOp op>
+inline T Unary(T a) {
+  if constexpr (op == kMov) return a;
   if constexpr (op == kNeg) {
-    if constexpr (std::is_integral_v<T>)
-      return WrapSub<T>(T(0), a);
+    if constexpr (std::is_integral_v<T>) return WrapSub<T>(T(0), a);
     return -a;
   }
   if constexpr (op == kAbs) {
-    if constexpr (std::is_integral_v<T>)
-      return a < 0 ? WrapSub<T>(T(0), a) : a;
+    if constexpr (std::is_integral_v<T>) return a < 0 ? WrapSub<T>(T(0), a) : a;
     return std::fabs(a);
   }
   if constexpr (std::is_integral_v<T>) {
     using U = Unsigned<T>;
     U u = static_cast<U>(a);
-    if constexpr (op == kNot)
-      return static_cast<T>(~u);
-    if constexpr (op == kNotPred)
-      return static_cast<T>(u ^ 1);
-    if constexpr (op == kCnot)
-      return u == 0 ? T(1) : T(0);
-    if constexpr (op == kPopc)
-      return static_cast<T>(std::popcount(u));
-    if constexpr (op == kClz)
-      return static_cast<T>(std::countl_zero(u));
+    if constexpr (op == kNot) return static_cast<T>(~u);
+    if constexpr (op == kNotPred) return static_cast<T>(u ^ 1);
+    if constexpr (op == kCnot) return u == 0 ? T(1) : T(0);
+    if constexpr (op == kPopc) return static_cast<T>(std::popcount(u));
+    if constexpr (op == kClz) return static_cast<T>(std::countl_zero(u));
     if constexpr (op == kBrev) {
       U r = 0;
-      for (size_t i = 0; i < 8 * sizeof(U); ++i)
-        r |= ((u >> i) & 1) << (8 * sizeof(U) - 1 - i);
+      for (size_t i = 0; i < 8 * sizeof(U); ++i) r |= ((u >> i) & 1) << (8 * sizeof(U) - 1 - i);
       return static_cast<T>(r);
     }
     if constexpr (op == kBfind || op == kBfindShift) {
       U v = u;
       if constexpr (std::is_signed_v<T>) {
-        if (a < 0)
-          v = ~u;
+        if (a < 0) v = ~u;
       }
-      if (v == 0)
-        return static_cast<T>(-1);
+      if (v == 0) return static_cast<T>(-1);
       int msb = static_cast<int>(8 * sizeof(U)) - 1 - std::countl_zero(v);
-      return static_cast<T>(
-          op == kBfind ? msb : static_cast<int>(8 * sizeof(U)) - 1 - msb);
+      return static_cast<T>(op == kBfind ? msb : static_cast<int>(8 * sizeof(U)) - 1 - msb);
     }
   } else {
-    if constexpr (op == kSqrt)
-      return std::sqrt(a);
-    if constexpr (op == kRsqrt)
-      return T(1) / std::sqrt(a);
-    if constexpr (op == kRcp)
-      return T(1) / a;
-    if constexpr (op == kSin)
-      return std::sin(a);
-    if constexpr (op == kCos)
-      return std::cos(a);
-    if constexpr (op == kLg2)
-      return std::log2(a);
-    if constexpr (op == kEx2)
-      return std::exp2(a);
-    if constexpr (op == kTanh)
-      return std::tanh(a);
+    if constexpr (op == kSqrt) return std::sqrt(a);
+    if constexpr (op == kRsqrt) return T(1) / std::sqrt(a);
+    if constexpr (op == kRcp) return T(1) / a;
+    if constexpr (op == kSin) return std::sin(a);
+    if constexpr (op == kCos) return std::cos(a);
+    if constexpr (op == kLg2) return std::log2(a);
+    if constexpr (op == kEx2) return std::exp2(a);
+    if constexpr (op == kTanh) return std::tanh(a);
   }
   return a;
 }
 
 template <typename T, UnOp op>
-void HUnary(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
+void HUnary(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
   if (in.flags & (kFlagFtz | kFlagSat)) {
-    ForLanes(mask, [&](int l) {
-      d[l] = Put<T>(FixFloat<T>(Unary<T, op>(Get<T>(a[l])), in.flags));
-    });
+    ForLanes(mask,
+             [&](int l) { d[l] = Put<T>(FixFloat<T>(Unary<T, op>(Get<T>(a[l])), in.flags)); });
   } else {
     ForLanes(mask, [&](int l) { d[l] = Put<T>(Unary<T, op>(Get<T>(a[l]))); });
   }
@@ -535,22 +507,20 @@ void HUnary(Warp &w, const Inst &in, uint32_t mask) {
 
 // Integer popc/clz/bfind always write a .u32.
 template <typename T, UnOp op>
-void HCount(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  ForLanes(mask, [&](int l) {
-    d[l] = static_cast<uint32_t>(Unary<T, op>(Get<T>(a[l])));
-  });
+void HCount(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  ForLanes(mask, [&](int l) { d[l] = static_cast<uint32_t>(Unary<T, op>(Get<T>(a[l]))); });
 }
 
 // mad.lo / fma / mad (float).
 template <typename T,
-          int kind> // 0: lo, 1: hi, 2: float fma, 3: hi .sat? (unused)
-void HMad(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
+          int kind>  // 0: lo, 1: hi, 2: float fma, 3: hi .sat? (unused)
+void HMad(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
     T x = Get<T>(a[l]), y = Get<T>(b[l]), z = Get<T>(c[l]);
     T r;
@@ -564,11 +534,12 @@ void HMad(Warp &w, const Inst &in, uint32_t mask) {
   });
 }
 
-template <typename T> void HMad24(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
+template <typename T>
+void HMad24(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
     T p = in.mode ? Binary<T, kMul24Hi>(Get<T>(a[l]), Get<T>(b[l]))
                   : Binary<T, kMul24>(Get<T>(a[l]), Get<T>(b[l]));
@@ -576,11 +547,12 @@ template <typename T> void HMad24(Warp &w, const Inst &in, uint32_t mask) {
   });
 }
 
-template <typename T> void HSad(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
+template <typename T>
+void HSad(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
     T x = Get<T>(a[l]), y = Get<T>(b[l]);
     T diff = x > y ? WrapSub(x, y) : WrapSub(y, x);
@@ -605,54 +577,35 @@ enum Cmp : uint8_t {
   kNan,
 };
 
-template <typename T> inline bool Compare(uint8_t cmp, T a, T b) {
+template <typename T>
+inline bool Compare(uint8_t cmp, T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
     bool unordered = std::isnan(a) || std::isnan(b);
     switch (cmp) {
-    case kEq:
-      return !unordered && a == b;
-    case kNe:
-      return !unordered && a != b;
-    case kLt:
-      return !unordered && a < b;
-    case kLe:
-      return !unordered && a <= b;
-    case kGt:
-      return !unordered && a > b;
-    case kGe:
-      return !unordered && a >= b;
-    case kEqu:
-      return unordered || a == b;
-    case kNeu:
-      return unordered || a != b;
-    case kLtu:
-      return unordered || a < b;
-    case kLeu:
-      return unordered || a <= b;
-    case kGtu:
-      return unordered || a > b;
-    case kGeu:
-      return unordered || a >= b;
-    case kNum:
-      return !unordered;
-    case kNan:
-      return unordered;
+      case kEq: return !unordered && a == b;
+      case kNe: return !unordered && a != b;
+      case kLt: return !unordered && a < b;
+      case kLe: return !unordered && a <= b;
+      case kGt: return !unordered && a > b;
+      case kGe: return !unordered && a >= b;
+      case kEqu: return unordered || a == b;
+      case kNeu: return unordered || a != b;
+      case kLtu: return unordered || a < b;
+      case kLeu: return unordered || a <= b;
+      case kGtu: return unordered || a > b;
+      case kGeu: return unordered || a >= b;
+      case kNum: return !unordered;
+      case kNan: return unordered;
     }
     return false;
   } else {
     switch (cmp) {
-    case kEq:
-      return a == b;
-    case kNe:
-      return a != b;
-    case kLt:
-      return a < b;
-    case kLe:
-      return a <= b;
-    case kGt:
-      return a > b;
-    case kGe:
-      return a >= b;
+      case kEq: return a == b;
+      case kNe: return a != b;
+      case kLt: return a < b;
+      case kLe: return a <= b;
+      case kGt: return a > b;
+      case kGe: return a >= b;
     }
     return false;
   }
@@ -660,109 +613,97 @@ template <typename T> inline bool Compare(uint8_t cmp, T a, T b) {
 
 // setp / set: mode = comparison, mode2 = bool op (0 none, 1 and, 2 or, 3 xor)
 // with c.
-template <typename T> void HSetp(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  uint64_t *q = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = in.c >= 0 ? w.R(in.c) : nullptr;
-  bool negate_c = in.flags & kFlagSigned; // reused: the bool operand is !%p
+template <typename T>
+void HSetp(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  uint64_t* q = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  bool negate_c = in.flags & kFlagSigned;  // reused: the bool operand is !%p
   ForLanes(mask, [&](int l) {
     bool t = Compare<T>(in.mode, Get<T>(a[l]), Get<T>(b[l]));
     bool f = !t;
     if (c) {
       bool p = (c[l] & 1) != negate_c;
       switch (in.mode2) {
-      case 1:
-        t = t && p;
-        f = f && p;
-        break;
-      case 2:
-        t = t || p;
-        f = f || p;
-        break;
-      case 3:
-        t = t != p;
-        f = f != p;
-        break;
+        case 1:
+          t = t && p;
+          f = f && p;
+          break;
+        case 2:
+          t = t || p;
+          f = f || p;
+          break;
+        case 3:
+          t = t != p;
+          f = f != p;
+          break;
       }
     }
     d[l] = t;
-    if (q)
-      q[l] = f;
+    if (q) q[l] = f;
   });
 }
 
 // set.cmp.dtype.stype: all ones (or 1.0f) when true.
-template <typename T> void HSet(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
+template <typename T>
+void HSet(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
   ForLanes(mask, [&](int l) {
     bool t = Compare<T>(in.mode, Get<T>(a[l]), Get<T>(b[l]));
-    d[l] = in.mode2 ? (t ? std::bit_cast<uint32_t>(1.0f) : 0)
-                    : (t ? 0xffffffffu : 0);
+    d[l] = in.mode2 ? (t ? std::bit_cast<uint32_t>(1.0f) : 0) : (t ? 0xffffffffu : 0);
   });
 }
 
-void HSelp(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
+void HSelp(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) { d[l] = (c[l] & 1) ? a[l] : b[l]; });
 }
 
 // slct.dtype.s32/f32 d, a, b, c: a when c >= 0.
-void HSlct(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
+void HSlct(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
     bool pick_a = in.mode ? Get<float>(c[l]) >= 0.0f : Get<int32_t>(c[l]) >= 0;
     d[l] = pick_a ? a[l] : b[l];
   });
 }
 
-void HTestp(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
+void HTestp(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
   ForLanes(mask, [&](int l) {
-    double v = in.width == 8 ? Get<double>(a[l])
-                             : static_cast<double>(Get<float>(a[l]));
-    int cls = in.width == 8 ? std::fpclassify(Get<double>(a[l]))
-                            : std::fpclassify(Get<float>(a[l]));
+    double v = in.width == 8 ? Get<double>(a[l]) : static_cast<double>(Get<float>(a[l]));
+    int cls =
+        in.width == 8 ? std::fpclassify(Get<double>(a[l])) : std::fpclassify(Get<float>(a[l]));
     bool r = false;
     switch (in.mode) {
-    case 0:
-      r = std::isfinite(v);
-      break;
-    case 1:
-      r = std::isinf(v);
-      break;
-    case 2:
-      r = !std::isnan(v);
-      break;
-    case 3:
-      r = std::isnan(v);
-      break;
-    case 4:
-      r = cls == FP_NORMAL;
-      break;
-    case 5:
-      r = cls == FP_SUBNORMAL;
-      break;
+      case 0: r = std::isfinite(v); break;
+      case 1: r = std::isinf(v); break;
+      case 2: r = !std::isnan(v); break;
+      case 3: r = std::isnan(v); break;
+      case 4: r = cls == FP_NORMAL; break;
+      case 5: r = cls == FP_SUBNORMAL; break;
     }
     d[l] = r;
   });
 }
 
-template <typename T> void HBfe(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
+template <typename T>
+void HBfe(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
   using U = Unsigned<T>;
   constexpr uint32_t kBits = 8 * sizeof(U);
   ForLanes(mask, [&](int l) {
@@ -777,20 +718,20 @@ template <typename T> void HBfe(Warp &w, const Inst &in, uint32_t mask) {
     U r = 0;
     for (uint32_t i = 0; i < kBits; ++i) {
       bool bit = i < len && pos + i < kBits ? ((value >> (pos + i)) & 1) : sign;
-      if (i >= len)
-        bit = sign;
+      if (i >= len) bit = sign;
       r |= static_cast<U>(bit) << i;
     }
     d[l] = Put<T>(static_cast<T>(r));
   });
 }
 
-template <typename T> void HBfi(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
-  const uint64_t *e = w.R(in.e);
+template <typename T>
+void HBfi(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  const uint64_t* e = w.R(in.e);
   using U = Unsigned<T>;
   constexpr uint32_t kBits = 8 * sizeof(U);
   ForLanes(mask, [&](int l) {
@@ -806,95 +747,83 @@ template <typename T> void HBfi(Warp &w, const Inst &in, uint32_t mask) {
   });
 }
 
-void HPrmt(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
+void HPrmt(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
     uint64_t bytes =
-        (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) |
-        static_cast<uint32_t>(a[l]);
+        (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
     uint32_t selector = static_cast<uint32_t>(c[l]);
     uint32_t r = 0;
     if (in.mode == 0) {
       for (int i = 0; i < 4; ++i) {
         uint32_t s = (selector >> (4 * i)) & 0xf;
         uint32_t byte = (bytes >> (8 * (s & 7))) & 0xff;
-        if (s & 8)
-          byte = (byte & 0x80) ? 0xff : 0;
+        if (s & 8) byte = (byte & 0x80) ? 0xff : 0;
         r |= byte << (8 * i);
       }
     } else {
       // f4e, b4e, rc8, ecl, ecr, rc16
       uint32_t s = selector & 3;
       uint8_t bs[8];
-      for (int i = 0; i < 8; ++i)
-        bs[i] = (bytes >> (8 * i)) & 0xff;
+      for (int i = 0; i < 8; ++i) bs[i] = (bytes >> (8 * i)) & 0xff;
       uint8_t out[4];
       switch (in.mode) {
-      case 1:
-        for (int i = 0; i < 4; ++i)
-          out[i] = bs[(s + i) & 7];
-        break; // f4e
-      case 2:
-        for (int i = 0; i < 4; ++i)
-          out[i] = bs[(s - i + 8) & 7];
-        break; // b4e
-      case 3:
-        for (int i = 0; i < 4; ++i)
-          out[i] = bs[s];
-        break; // rc8
-      case 4:
-        for (int i = 0; i < 4; ++i)
-          out[i] = bs[std::min<uint32_t>(i, s)];
-        break; // ecl
-      case 5:
-        for (int i = 0; i < 4; ++i)
-          out[i] = bs[std::max<uint32_t>(i, s)];
-        break; // ecr
-      default:
-        for (int i = 0; i < 4; ++i)
-          out[i] = bs[(s & 1) * 2 + (i & 1)];
-        break; // rc16
+        case 1:
+          for (int i = 0; i < 4; ++i) out[i] = bs[(s + i) & 7];
+          break;  // f4e
+        case 2:
+          for (int i = 0; i < 4; ++i) out[i] = bs[(s - i + 8) & 7];
+          break;  // b4e
+        case 3:
+          for (int i = 0; i < 4; ++i) out[i] = bs[s];
+          break;  // rc8
+        case 4:
+          for (int i = 0; i < 4; ++i) out[i] = bs[std::min<uint32_t>(i, s)];
+          break;  // ecl
+        case 5:
+          for (int i = 0; i < 4; ++i) out[i] = bs[std::max<uint32_t>(i, s)];
+          break;  // ecr
+        default:
+          for (int i = 0; i < 4; ++i) out[i] = bs[(s & 1) * 2 + (i & 1)];
+          break;  // rc16
       }
-      r = out[0] | (out[1] << 8) | (out[2] << 16) |
-          (static_cast<uint32_t>(out[3]) << 24);
+      r = out[0] | (out[1] << 8) | (out[2] << 16) | (static_cast<uint32_t>(out[3]) << 24);
     }
     d[l] = r;
   });
 }
 
 // shf.l/.r .wrap/.clamp.b32 d, a, b, c: funnel shift of b:a by c.
-void HShf(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
+void HShf(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
-    uint64_t both = (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) |
-                    static_cast<uint32_t>(a[l]);
+    uint64_t both =
+        (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
     uint32_t n = static_cast<uint32_t>(c[l]);
     n = (in.mode2 == 0) ? (n & 31) : std::min<uint32_t>(n, 32);
-    d[l] = in.mode == 0 ? static_cast<uint32_t>((both << n) >> 32)
-                        : static_cast<uint32_t>(both >> n);
+    d[l] =
+        in.mode == 0 ? static_cast<uint32_t>((both << n) >> 32) : static_cast<uint32_t>(both >> n);
   });
 }
 
 // lop3.b32 d, a, b, c, immLut
-void HLop3(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
-  const uint64_t *e = w.R(in.e);
+void HLop3(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  const uint64_t* e = w.R(in.e);
   ForLanes(mask, [&](int l) {
     uint32_t x = a[l], y = b[l], z = c[l], lut = e[l] & 0xff, r = 0;
     for (int i = 0; i < 8; ++i) {
-      if (!((lut >> i) & 1))
-        continue;
-      uint32_t term =
-          ((i & 4) ? x : ~x) & ((i & 2) ? y : ~y) & ((i & 1) ? z : ~z);
+      if (!((lut >> i) & 1)) continue;
+      uint32_t term = ((i & 4) ? x : ~x) & ((i & 2) ? y : ~y) & ((i & 1) ? z : ~z);
       r |= term;
     }
     d[l] = r;
@@ -903,35 +832,33 @@ void HLop3(Warp &w, const Inst &in, uint32_t mask) {
 
 // mov.b64 d, {a, b} (pack) and mov.b64 {a, b}, d (unpack): in.width = element
 // bytes.
-void HPack(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
+void HPack(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
   int bits = in.width * 8;
   uint64_t element_mask = bits == 64 ? ~0ull : ((1ull << bits) - 1);
   const int32_t sources[4] = {in.a, in.b, in.c, in.e};
   ForLanes(mask, [&](int l) {
     uint64_t r = 0;
-    for (int i = 0; i < in.vec; ++i)
-      r |= (w.R(sources[i])[l] & element_mask) << (bits * i);
+    for (int i = 0; i < in.vec; ++i) r |= (w.R(sources[i])[l] & element_mask) << (bits * i);
     d[l] = r;
   });
 }
-void HUnpack(Warp &w, const Inst &in, uint32_t mask) {
-  const uint64_t *a = w.R(in.a);
+void HUnpack(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
   int bits = in.width * 8;
   uint64_t element_mask = bits == 64 ? ~0ull : ((1ull << bits) - 1);
   ForLanes(mask, [&](int l) {
     uint64_t v = a[l];
     for (int i = 0; i < in.vec; ++i) {
-      if (in.d[i] >= 0)
-        w.R(in.d[i])[l] = (v >> (bits * i)) & element_mask;
+      if (in.d[i] >= 0) w.R(in.d[i])[l] = (v >> (bits * i)) & element_mask;
     }
   });
 }
 
 // cvta / cvta.to: mode 0 to generic (add window), 1 from generic (subtract).
-void HCvta(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
+void HCvta(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
   uint64_t window = static_cast<uint64_t>(in.offset);
   uint64_t keep = in.width == 4 ? 0xffffffffull : ~0ull;
   if (in.mode == 0) {
@@ -942,27 +869,19 @@ void HCvta(Warp &w, const Inst &in, uint32_t mask) {
 }
 
 // isspacep.space p, a
-void HIsspacep(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
+void HIsspacep(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
   ForLanes(mask, [&](int l) {
     uint64_t v = a[l];
     bool shared = v >= kSharedWindow && v < kSharedWindow + kWindowSize;
     bool local = v >= kLocalWindow && v < kLocalWindow + kWindowSize;
     bool param = v >= kParamWindow && v < kParamWindow + kWindowSize;
     switch (static_cast<Space>(in.mode)) {
-    case Space::kShared:
-      d[l] = shared;
-      break;
-    case Space::kLocal:
-      d[l] = local;
-      break;
-    case Space::kParam:
-      d[l] = param;
-      break;
-    default:
-      d[l] = !shared && !local && !param;
-      break;
+      case Space::kShared: d[l] = shared; break;
+      case Space::kLocal: d[l] = local; break;
+      case Space::kParam: d[l] = param; break;
+      default: d[l] = !shared && !local && !param; break;
     }
   });
 }
@@ -979,24 +898,20 @@ uint16_t FloatToHalf(float f) {
   uint32_t mantissa = x & 0x7fffff;
   if (((x >> 23) & 0xff) == 0xff)
     return static_cast<uint16_t>(sign | 0x7c00 | (mantissa ? 0x200 : 0));
-  if (exponent >= 31)
-    return static_cast<uint16_t>(sign | 0x7c00);
+  if (exponent >= 31) return static_cast<uint16_t>(sign | 0x7c00);
   if (exponent <= 0) {
-    if (exponent < -10)
-      return static_cast<uint16_t>(sign);
+    if (exponent < -10) return static_cast<uint16_t>(sign);
     mantissa |= 0x800000;
     uint32_t shift = static_cast<uint32_t>(14 - exponent);
     uint32_t half = mantissa >> shift;
     uint32_t rest = mantissa & ((1u << shift) - 1);
     uint32_t halfway = 1u << (shift - 1);
-    if (rest > halfway || (rest == halfway && (half & 1)))
-      ++half;
+    if (rest > halfway || (rest == halfway && (half & 1))) ++half;
     return static_cast<uint16_t>(sign | half);
   }
   uint32_t half = (static_cast<uint32_t>(exponent) << 10) | (mantissa >> 13);
   uint32_t rest = mantissa & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (half & 1)))
-    ++half;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
   return static_cast<uint16_t>(sign | half);
 }
 
@@ -1014,8 +929,7 @@ float HalfToFloat(uint16_t h) {
         ++e;
         mantissa <<= 1;
       } while (!(mantissa & 0x400));
-      x = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) |
-          ((mantissa & 0x3ff) << 13);
+      x = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mantissa & 0x3ff) << 13);
     }
   } else if (exponent == 31) {
     x = sign | 0x7f800000 | (mantissa << 13);
@@ -1028,25 +942,21 @@ float HalfToFloat(uint16_t h) {
 // Rounding: 0 none/rn, 1 rz, 2 rm, 3 rp; integer rounding (rni...) 4..7.
 double RoundTo(double v, int rounding) {
   switch (rounding & 3) {
-  case 0:
-    return std::nearbyint(v); // round-half-even in the default mode
-  case 1:
-    return std::trunc(v);
-  case 2:
-    return std::floor(v);
-  default:
-    return std::ceil(v);
+    case 0: return std::nearbyint(v);  // round-half-even in the default mode
+    case 1: return std::trunc(v);
+    case 2: return std::floor(v);
+    default: return std::ceil(v);
   }
 }
 
 // cvt: mode = destination kind | size << 2 (bytes), mode2 = source, e =
 // rounding, flags.
-void HCvt(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
+void HCvt(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
   int dkind = in.mode & 3, dsize = in.mode >> 2;
   int skind = in.mode2 & 3, ssize = in.mode2 >> 2;
-  int rounding = in.width; // 0..3 float rounding, 4..7 integer rounding (+4)
+  int rounding = in.width;  // 0..3 float rounding, 4..7 integer rounding (+4)
   bool sat = in.flags & kFlagSat;
   ForLanes(mask, [&](int l) {
     uint64_t raw = a[l];
@@ -1062,8 +972,7 @@ void HCvt(Warp &w, const Inst &in, uint32_t mask) {
         fv = Get<float>(raw);
       else
         fv = Get<double>(raw);
-      if ((in.flags & kFlagFtz) && ssize == 4)
-        fv = FlushF32(static_cast<float>(fv));
+      if ((in.flags & kFlagFtz) && ssize == 4) fv = FlushF32(static_cast<float>(fv));
     } else if (skind == kKindS) {
       int shift = 64 - 8 * ssize;
       sv = static_cast<int64_t>(raw << shift) >> shift;
@@ -1075,14 +984,12 @@ void HCvt(Warp &w, const Inst &in, uint32_t mask) {
       double r;
       if (is_float) {
         r = fv;
-        if (rounding >= 4)
-          r = RoundTo(r, rounding);
+        if (rounding >= 4) r = RoundTo(r, rounding);
       } else {
         r = skind == kKindS ? static_cast<double>(sv) : static_cast<double>(uv);
       }
       if (dsize == 8) {
-        if (sat)
-          r = Saturate01(r);
+        if (sat) r = Saturate01(r);
         out = Put<double>(r);
       } else if (dsize == 4) {
         float f;
@@ -1093,23 +1000,19 @@ void HCvt(Warp &w, const Inst &in, uint32_t mask) {
           if (is_float && ssize == 8 && (rounding & 3) != 0 && rounding < 4) {
             // Directed rounding of f64 -> f32.
             double back = f;
-            if ((rounding == 1 && std::fabs(back) > std::fabs(r)) ||
-                (rounding == 2 && back > r)) {
+            if ((rounding == 1 && std::fabs(back) > std::fabs(r)) || (rounding == 2 && back > r)) {
               f = std::nextafter(f, rounding == 1 ? 0.0f : -INFINITY);
             } else if (rounding == 3 && back < r) {
               f = std::nextafter(f, INFINITY);
             }
           }
         }
-        if (in.flags & kFlagFtz)
-          f = FlushF32(f);
-        if (sat)
-          f = Saturate01(f);
+        if (in.flags & kFlagFtz) f = FlushF32(f);
+        if (sat) f = Saturate01(f);
         out = Put<float>(f);
       } else {
         float f = static_cast<float>(r);
-        if (sat)
-          f = Saturate01(f);
+        if (sat) f = Saturate01(f);
         out = FloatToHalf(f);
       }
     } else {
@@ -1118,19 +1021,16 @@ void HCvt(Warp &w, const Inst &in, uint32_t mask) {
       if (is_float) {
         double r = std::isnan(fv) ? 0.0 : RoundTo(fv, rounding);
         if (dkind == kKindS) {
-          double lo = -std::ldexp(1.0, bits - 1),
-                 hi = std::ldexp(1.0, bits - 1) - 1;
-          int64_t v = r <= lo ? static_cast<int64_t>(lo)
-                      : r >= hi
-                          ? (bits == 64 ? INT64_MAX : static_cast<int64_t>(hi))
-                          : static_cast<int64_t>(r);
+          double lo = -std::ldexp(1.0, bits - 1), hi = std::ldexp(1.0, bits - 1) - 1;
+          int64_t v = r <= lo   ? static_cast<int64_t>(lo)
+                      : r >= hi ? (bits == 64 ? INT64_MAX : static_cast<int64_t>(hi))
+                                : static_cast<int64_t>(r);
           out = static_cast<uint64_t>(v);
         } else {
           double hi = std::ldexp(1.0, bits) - 1;
-          uint64_t v =
-              r <= 0    ? 0
-              : r >= hi ? (bits == 64 ? UINT64_MAX : static_cast<uint64_t>(hi))
-                        : static_cast<uint64_t>(r);
+          uint64_t v = r <= 0    ? 0
+                       : r >= hi ? (bits == 64 ? UINT64_MAX : static_cast<uint64_t>(hi))
+                                 : static_cast<uint64_t>(r);
           out = v;
         }
       } else if (sat) {
@@ -1140,13 +1040,12 @@ void HCvt(Warp &w, const Inst &in, uint32_t mask) {
           if (skind == kKindS)
             out = static_cast<uint64_t>(std::clamp(sv, lo, hi));
           else
-            out = static_cast<uint64_t>(
-                uv > static_cast<uint64_t>(hi) ? hi : static_cast<int64_t>(uv));
+            out = static_cast<uint64_t>(uv > static_cast<uint64_t>(hi) ? hi
+                                                                       : static_cast<int64_t>(uv));
         } else {
           uint64_t hi = bits == 64 ? UINT64_MAX : (uint64_t{1} << bits) - 1;
           if (skind == kKindS)
-            out =
-                sv < 0 ? 0 : std::min<uint64_t>(static_cast<uint64_t>(sv), hi);
+            out = sv < 0 ? 0 : std::min<uint64_t>(static_cast<uint64_t>(sv), hi);
           else
             out = std::min(uv, hi);
         }
@@ -1157,8 +1056,7 @@ void HCvt(Warp &w, const Inst &in, uint32_t mask) {
       if (bits < 64) {
         if (dkind == kKindS) {
           int shift = 64 - bits;
-          out = static_cast<uint64_t>(static_cast<int64_t>(out << shift) >>
-                                      shift);
+          out = static_cast<uint64_t>(static_cast<int64_t>(out << shift) >> shift);
         } else {
           out &= (1ull << bits) - 1;
         }
@@ -1172,12 +1070,12 @@ void HCvt(Warp &w, const Inst &in, uint32_t mask) {
 // -------------------------------------------------------------------------------
 
 // ld{.space}{.vN}.type: width bytes per element, flag signed: sign-extend.
-void HLoad(Warp &w, const Inst &in, uint32_t mask) {
-  const uint64_t *a = w.R(in.a);
+void HLoad(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
   uint32_t bytes = in.width * in.vec;
   ForLanes(mask, [&](int l) {
     uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
-    uint8_t *p = w.Address(in.space, address, bytes, l);
+    uint8_t* p = w.Address(in.space, address, bytes, l);
     if (p == nullptr) {
       w.Fault(address, bytes, "load");
       return;
@@ -1189,20 +1087,18 @@ void HLoad(Warp &w, const Inst &in, uint32_t mask) {
         int shift = 64 - 8 * in.width;
         v = static_cast<uint64_t>(static_cast<int64_t>(v << shift) >> shift);
       }
-      if (in.d[i] >= 0)
-        w.R(in.d[i])[l] = v;
+      if (in.d[i] >= 0) w.R(in.d[i])[l] = v;
     }
   });
 }
 
-void HStore(Warp &w, const Inst &in, uint32_t mask) {
-  const uint64_t *a = w.R(in.a);
+void HStore(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
   uint32_t bytes = in.width * in.vec;
   ForLanes(mask, [&](int l) {
     uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
-    uint8_t *p = w.Address(in.space, address, bytes, l);
-    if (p == nullptr || in.space == Space::kConst ||
-        (in.space == Space::kParam)) {
+    uint8_t* p = w.Address(in.space, address, bytes, l);
+    if (p == nullptr || in.space == Space::kConst || (in.space == Space::kParam)) {
       w.Fault(address, bytes, "store");
       return;
     }
@@ -1226,75 +1122,79 @@ enum AtomOp : uint8_t {
   kAtomDec
 };
 
-template <typename T> void HAtom(Warp &w, const Inst &in, uint32_t mask) {
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = in.c >= 0 ? w.R(in.c) : nullptr;
-  uint64_t *d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
+template <typename T>
+T AtomicResult(uint8_t mode, T old, T v, T compare_value);
+
+template <typename T>
+void HAtom(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
   ForLanes(mask, [&](int l) {
     uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
-    uint8_t *p = w.Address(in.space, address, sizeof(T), l);
+    uint8_t* p = w.Address(in.space, address, sizeof(T), l);
     if (p == nullptr) {
       w.Fault(address, sizeof(T), "atomic");
       return;
     }
-    T old;
-    std::memcpy(&old, p, sizeof(T));
-    T v = Get<T>(b[l]);
-    T r = old;
-    switch (in.mode) {
-    case kAtomAdd:
-      r = WrapAdd(old, v);
-      break;
-    case kAtomMin:
-      r = std::min(old, v);
-      break;
-    case kAtomMax:
-      r = std::max(old, v);
-      break;
-    case kAtomExch:
-      r = v;
-      break;
-    case kAtomCas:
-      r = old == v ? Get<T>(c[l]) : old;
-      break;
-    default:
-      if constexpr (std::is_integral_v<T>) {
-        switch (in.mode) {
-        case kAtomAnd:
-          r = old & v;
-          break;
-        case kAtomOr:
-          r = old | v;
-          break;
-        case kAtomXor:
-          r = old ^ v;
-          break;
-        case kAtomInc:
-          r = (old >= v) ? T(0) : T(old + 1);
-          break;
-        case kAtomDec:
-          r = (old == 0 || old > v) ? v : T(old - 1);
-          break;
-        }
-      }
+    if (address % sizeof(T) != 0) {
+      w.Fault(address, sizeof(T), "misaligned atomic");
+      return;
     }
-    std::memcpy(p, &r, sizeof(T));
-    if (d)
-      d[l] = Put<T>(old);
+    // CTAs may run on two threads at once: a compare-and-swap loop on the host word.
+    using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+    Bits* word = reinterpret_cast<Bits*>(p);
+    Bits old_bits = __atomic_load_n(word, __ATOMIC_RELAXED);
+    T old, r;
+    T v = Get<T>(b[l]);
+    do {
+      std::memcpy(&old, &old_bits, sizeof(T));
+      r = AtomicResult<T>(in.mode, old, v, c ? Get<T>(c[l]) : T(0));
+      Bits new_bits;
+      std::memcpy(&new_bits, &r, sizeof(T));
+      if (__atomic_compare_exchange_n(word, &old_bits, new_bits, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_RELAXED)) {
+        break;
+      }
+    } while (true);
+    if (d) d[l] = Put<T>(old);
   });
+}
+
+template <typename T>
+T AtomicResult(uint8_t mode, T old, T v, T compare_value) {
+  T r = old;
+  switch (mode) {
+      case kAtomAdd: r = WrapAdd(old, v); break;
+      case kAtomMin: r = std::min(old, v); break;
+      case kAtomMax: r = std::max(old, v); break;
+      case kAtomExch: r = v; break;
+      case kAtomCas: r = old == v ? compare_value : old; break;
+      default:
+        if constexpr (std::is_integral_v<T>) {
+          switch (mode) {
+            case kAtomAnd: r = old & v; break;
+            case kAtomOr: r = old | v; break;
+            case kAtomXor: r = old ^ v; break;
+            case kAtomInc: r = (old >= v) ? T(0) : T(old + 1); break;
+            case kAtomDec: r = (old == 0 || old > v) ? v : T(old - 1); break;
+          }
+        }
+  }
+  return r;
 }
 
 // ---- Warp-level operations
 // ----------------------------------------------------------------
 
 // shfl.sync.mode.b32 d[|p], a, b, c, membermask
-void HShfl(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  uint64_t *p = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
-  const uint64_t *a = w.R(in.a);
-  const uint64_t *b = w.R(in.b);
-  const uint64_t *c = w.R(in.c);
+void HShfl(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  uint64_t* p = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
   uint64_t source[32];
   std::memcpy(source, a, sizeof(source));
   ForLanes(mask, [&](int lane) {
@@ -1306,63 +1206,51 @@ void HShfl(Warp &w, const Inst &in, uint32_t mask) {
     int j = lane;
     bool ok = false;
     switch (in.mode) {
-    case 0:
-      j = lane - static_cast<int>(bval);
-      ok = j >= max_lane;
-      break; // up
-    case 1:
-      j = lane + static_cast<int>(bval);
-      ok = j <= max_lane;
-      break; // down
-    case 2:
-      j = lane ^ static_cast<int>(bval);
-      ok = j <= max_lane;
-      break; // bfly
-    default:
-      j = min_lane | static_cast<int>(bval & ~segmask);
-      ok = j <= max_lane;
-      break; // idx
+      case 0:
+        j = lane - static_cast<int>(bval);
+        ok = j >= max_lane;
+        break;  // up
+      case 1:
+        j = lane + static_cast<int>(bval);
+        ok = j <= max_lane;
+        break;  // down
+      case 2:
+        j = lane ^ static_cast<int>(bval);
+        ok = j <= max_lane;
+        break;  // bfly
+      default:
+        j = min_lane | static_cast<int>(bval & ~segmask);
+        ok = j <= max_lane;
+        break;  // idx
     }
-    if (!ok || j < 0 || j > 31)
-      j = lane;
+    if (!ok || j < 0 || j > 31) j = lane;
     d[lane] = source[j];
-    if (p)
-      p[lane] = ok;
+    if (p) p[lane] = ok;
   });
 }
 
 // vote.sync.{all,any,uni,ballot}: mode 0 all, 1 any, 2 uni, 3 ballot; flag: !a
-void HVote(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  const uint64_t *a = w.R(in.a);
+void HVote(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
   bool negate = in.flags & kFlagSigned;
   uint32_t ballot = 0;
-  ForLanes(mask, [&](int l) {
-    ballot |= static_cast<uint32_t>(((a[l] & 1) != 0) != negate) << l;
-  });
+  ForLanes(mask, [&](int l) { ballot |= static_cast<uint32_t>(((a[l] & 1) != 0) != negate) << l; });
   uint64_t r;
   switch (in.mode) {
-  case 0:
-    r = (ballot & mask) == mask;
-    break;
-  case 1:
-    r = ballot != 0;
-    break;
-  case 2:
-    r = ballot == 0 || ballot == mask;
-    break;
-  default:
-    r = ballot;
-    break;
+    case 0: r = (ballot & mask) == mask; break;
+    case 1: r = ballot != 0; break;
+    case 2: r = ballot == 0 || ballot == mask; break;
+    default: r = ballot; break;
   }
   ForLanes(mask, [&](int l) { d[l] = r; });
 }
 
 // match.any/all.sync.b32/b64 d[|p], a, membermask
-void HMatch(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
-  uint64_t *p = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
-  const uint64_t *a = w.R(in.a);
+void HMatch(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  uint64_t* p = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
+  const uint64_t* a = w.R(in.a);
   uint64_t keep = in.width == 8 ? ~0ull : 0xffffffffull;
   uint64_t values[32];
   ForLanes(mask, [&](int l) { values[l] = a[l] & keep; });
@@ -1372,82 +1260,71 @@ void HMatch(Warp &w, const Inst &in, uint32_t mask) {
   ForLanes(mask, [&](int l) {
     if (in.mode == 0) {
       uint32_t same = 0;
-      ForLanes(mask, [&](int k) {
-        same |= static_cast<uint32_t>(values[k] == values[l]) << k;
-      });
+      ForLanes(mask, [&](int k) { same |= static_cast<uint32_t>(values[k] == values[l]) << k; });
       d[l] = same;
     } else {
       d[l] = all_same ? mask : 0;
-      if (p)
-        p[l] = all_same;
+      if (p) p[l] = all_same;
     }
   });
 }
 
-void HActivemask(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
+void HActivemask(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
   ForLanes(mask, [&](int l) { d[l] = mask; });
 }
 
 // mode: 0 %clock, 1 %clock64, 2 %globaltimer, 3 %globaltimer_lo, 4
 // %globaltimer_hi
-void HClock(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
+void HClock(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
   uint64_t value;
   if (in.mode <= 1) {
-    value = w.launch->clock * 4; // about 4 cycles per warp instruction
-    if (in.mode == 0)
-      value &= 0xffffffffu;
+    value = w.launch->clock * 4;  // about 4 cycles per warp instruction
+    if (in.mode == 0) value &= 0xffffffffu;
   } else {
-    value = static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(
-            std::chrono::system_clock::now().time_since_epoch())
-            .count());
-    if (in.mode == 3)
-      value &= 0xffffffffu;
-    if (in.mode == 4)
-      value >>= 32;
+    value = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count());
+    if (in.mode == 3) value &= 0xffffffffu;
+    if (in.mode == 4) value >>= 32;
   }
   ForLanes(mask, [&](int l) { d[l] = value; });
 }
 
-void HNop(Warp &, const Inst &, uint32_t) {}
+void HNop(Warp&, const Inst&, uint32_t) {}
 
-void HZero(Warp &w, const Inst &in, uint32_t mask) {
-  uint64_t *d = w.R(in.d[0]);
+void HZero(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
   ForLanes(mask, [&](int l) { d[l] = 0; });
 }
 
 // ---- Device printf
 // ------------------------------------------------------------------------
 
-std::string ReadString(Warp &w, uint64_t address, int lane) {
+std::string ReadString(Warp& w, uint64_t address, int lane) {
   std::string text;
   for (size_t i = 0; i < 4096; ++i) {
-    uint8_t *p = w.Address(Space::kGeneric, address + i, 1, lane);
+    uint8_t* p = w.Address(Space::kGeneric, address + i, 1, lane);
     if (p == nullptr) {
-      if (text.empty())
-        return "(null)";
+      if (text.empty()) return "(null)";
       break;
     }
-    if (*p == 0)
-      break;
+    if (*p == 0) break;
     text.push_back(static_cast<char>(*p));
   }
   return text;
 }
 
-std::string FormatPrintf(Warp &w, const std::string &format, uint64_t args,
-                         int lane) {
+std::string FormatPrintf(Warp& w, const std::string& format, uint64_t args, int lane) {
   std::string out;
   uint64_t offset = 0;
   auto fetch = [&](uint32_t size) -> uint64_t {
     offset = (offset + size - 1) / size * size;
     uint64_t value = 0;
     if (args != 0) {
-      uint8_t *p = w.Address(Space::kGeneric, args + offset, size, lane);
-      if (p != nullptr)
-        std::memcpy(&value, p, size);
+      uint8_t* p = w.Address(Space::kGeneric, args + offset, size, lane);
+      if (p != nullptr) std::memcpy(&value, p, size);
     }
     offset += size;
     return value;
@@ -1464,82 +1341,69 @@ std::string FormatPrintf(Warp &w, const std::string &format, uint64_t args,
       continue;
     }
     size_t start = i++;
-    while (i < format.size() && std::strchr("-+ #0", format[i]))
-      ++i;
+    while (i < format.size() && std::strchr("-+ #0", format[i])) ++i;
     while (i < format.size() &&
-           (std::isdigit(static_cast<unsigned char>(format[i])) ||
-            format[i] == '.'))
+           (std::isdigit(static_cast<unsigned char>(format[i])) || format[i] == '.'))
       ++i;
     int longs = 0;
     bool half = false;
     while (i < format.size() && std::strchr("hlLqjzt", format[i])) {
-      if (format[i] == 'l' || format[i] == 'q' || format[i] == 'j' ||
-          format[i] == 'z' || format[i] == 't' || format[i] == 'L')
+      if (format[i] == 'l' || format[i] == 'q' || format[i] == 'j' || format[i] == 'z' ||
+          format[i] == 't' || format[i] == 'L')
         ++longs;
-      if (format[i] == 'h')
-        half = true;
+      if (format[i] == 'h') half = true;
       ++i;
     }
-    if (i >= format.size())
-      break;
+    if (i >= format.size()) break;
     char conversion = format[i];
     std::string spec = format.substr(start, i - start);
     // Strip the length modifiers: we pass host types of our own.
     std::string flags;
     for (char c : spec) {
-      if (!std::strchr("hlLqjzt", c))
-        flags.push_back(c);
+      if (!std::strchr("hlLqjzt", c)) flags.push_back(c);
     }
     char buffer[512];
     switch (conversion) {
-    case 'd':
-    case 'i': {
-      int64_t v = longs ? static_cast<int64_t>(fetch(8))
-                        : static_cast<int32_t>(fetch(4));
-      if (half)
-        v = static_cast<int16_t>(v);
-      std::snprintf(buffer, sizeof(buffer), (flags + "lld").c_str(),
-                    static_cast<long long>(v));
-      break;
-    }
-    case 'u':
-    case 'x':
-    case 'X':
-    case 'o': {
-      uint64_t v = longs ? fetch(8) : static_cast<uint32_t>(fetch(4));
-      if (half)
-        v = static_cast<uint16_t>(v);
-      std::snprintf(buffer, sizeof(buffer), (flags + "ll" + conversion).c_str(),
-                    static_cast<unsigned long long>(v));
-      break;
-    }
-    case 'c':
-      std::snprintf(buffer, sizeof(buffer), (flags + "c").c_str(),
-                    static_cast<int>(fetch(4)));
-      break;
-    case 'f':
-    case 'F':
-    case 'e':
-    case 'E':
-    case 'g':
-    case 'G':
-    case 'a':
-    case 'A':
-      std::snprintf(buffer, sizeof(buffer), (flags + conversion).c_str(),
-                    std::bit_cast<double>(fetch(8)));
-      break;
-    case 's': {
-      std::string text = ReadString(w, fetch(8), lane);
-      std::snprintf(buffer, sizeof(buffer), (flags + "s").c_str(),
-                    text.c_str());
-      break;
-    }
-    case 'p':
-      std::snprintf(buffer, sizeof(buffer), "0x%llx",
-                    static_cast<unsigned long long>(fetch(8)));
-      break;
-    default:
-      std::snprintf(buffer, sizeof(buffer), "%s", spec.c_str());
+      case 'd':
+      case 'i': {
+        int64_t v = longs ? static_cast<int64_t>(fetch(8)) : static_cast<int32_t>(fetch(4));
+        if (half) v = static_cast<int16_t>(v);
+        std::snprintf(buffer, sizeof(buffer), (flags + "lld").c_str(), static_cast<long long>(v));
+        break;
+      }
+      case 'u':
+      case 'x':
+      case 'X':
+      case 'o': {
+        uint64_t v = longs ? fetch(8) : static_cast<uint32_t>(fetch(4));
+        if (half) v = static_cast<uint16_t>(v);
+        std::snprintf(buffer, sizeof(buffer), (flags + "ll" + conversion).c_str(),
+                      static_cast<unsigned long long>(v));
+        break;
+      }
+      case 'c':
+        std::snprintf(buffer, sizeof(buffer), (flags + "c").c_str(), static_cast<int>(fetch(4)));
+        break;
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G':
+      case 'a':
+      case 'A':
+        std::snprintf(buffer, sizeof(buffer), (flags + conversion).c_str(),
+                      std::bit_cast<double>(fetch(8)));
+        break;
+      case 's': {
+        std::string text = ReadString(w, fetch(8), lane);
+        std::snprintf(buffer, sizeof(buffer), (flags + "s").c_str(), text.c_str());
+        break;
+      }
+      case 'p':
+        std::snprintf(buffer, sizeof(buffer), "0x%llx", static_cast<unsigned long long>(fetch(8)));
+        break;
+      default: std::snprintf(buffer, sizeof(buffer), "%s", spec.c_str());
     }
     out += buffer;
   }
@@ -1548,16 +1412,15 @@ std::string FormatPrintf(Warp &w, const std::string &format, uint64_t args,
 
 // vprintf(format, args): in.printf_fmt/printf_args = local offsets of the
 // call's parameters, in.offset = local offset of the return value (or -1).
-void HPrintf(Warp &w, const Inst &in, uint32_t mask) {
+void HPrintf(Warp& w, const Inst& in, uint32_t mask) {
   ForLanes(mask, [&](int l) {
-    uint8_t *local = w.LocalOf(l);
+    uint8_t* local = w.LocalOf(l);
     uint64_t format_address, args_address;
     std::memcpy(&format_address, local + in.printf_fmt, 8);
     std::memcpy(&args_address, local + in.printf_args, 8);
     std::string format = ReadString(w, format_address, l);
     std::string text = FormatPrintf(w, format, args_address, l);
-    if (w.launch->spec->printf_out != nullptr)
-      *w.launch->spec->printf_out += text;
+    w.launch->printf += text;
     if (in.offset >= 0) {
       int32_t length = static_cast<int32_t>(text.size());
       std::memcpy(local + in.offset, &length, 4);
@@ -1567,29 +1430,27 @@ void HPrintf(Warp &w, const Inst &in, uint32_t mask) {
 
 // __assertfail(message, file, line, function, char size): the GPU's message,
 // then the launch fails with CUDA_ERROR_ASSERT.
-void HAssert(Warp &w, const Inst &in, uint32_t mask) {
+void HAssert(Warp& w, const Inst& in, uint32_t mask) {
   int lane = std::countr_zero(mask);
-  uint8_t *local = w.LocalOf(lane);
+  uint8_t* local = w.LocalOf(lane);
   uint64_t message, file, function;
   uint32_t line;
   std::memcpy(&message, local + in.printf_fmt, 8);
   std::memcpy(&file, local + in.printf_args, 8);
   std::memcpy(&line, local + in.offset, 4);
   std::memcpy(&function, local + in.e, 8);
-  const LaunchState &launch = *w.launch;
+  const LaunchState& launch = *w.launch;
   uint32_t tid = w.index * 32 + lane;
-  const uint32_t *block = launch.spec->block;
+  const uint32_t* block = launch.spec->block;
   char text[1024];
   std::snprintf(text, sizeof(text),
                 "%s:%u: %s: block: [%u,%u,%u], thread: [%u,%u,%u] Assertion "
                 "`%s` failed.\n",
-                ReadString(w, file, lane).c_str(), line,
-                ReadString(w, function, lane).c_str(), launch.ctaid[0],
-                launch.ctaid[1], launch.ctaid[2], tid % block[0],
+                ReadString(w, file, lane).c_str(), line, ReadString(w, function, lane).c_str(),
+                launch.ctaid[0], launch.ctaid[1], launch.ctaid[2], tid % block[0],
                 (tid / block[0]) % block[1], tid / (block[0] * block[1]),
                 ReadString(w, message, lane).c_str());
-  if (launch.spec->printf_out != nullptr)
-    *launch.spec->printf_out += text;
+  w.launch->printf += text;
 }
 
 // ---- Handler tables
@@ -1611,94 +1472,65 @@ enum Ty : uint8_t {
   kNoType
 };
 
-Ty ParseType(const std::string &t) {
-  if (t == "u8" || t == "b8")
-    return kU8;
-  if (t == "u16" || t == "b16")
-    return kU16;
-  if (t == "u32" || t == "b32")
-    return kU32;
-  if (t == "u64" || t == "b64")
-    return kU64;
-  if (t == "s8")
-    return kS8;
-  if (t == "s16")
-    return kS16;
-  if (t == "s32")
-    return kS32;
-  if (t == "s64")
-    return kS64;
-  if (t == "f16" || t == "bf16")
-    return kF16;
-  if (t == "f32")
-    return kF32;
-  if (t == "f64")
-    return kF64;
-  if (t == "pred")
-    return kPred;
+Ty ParseType(const std::string& t) {
+  if (t == "u8" || t == "b8") return kU8;
+  if (t == "u16" || t == "b16") return kU16;
+  if (t == "u32" || t == "b32") return kU32;
+  if (t == "u64" || t == "b64") return kU64;
+  if (t == "s8") return kS8;
+  if (t == "s16") return kS16;
+  if (t == "s32") return kS32;
+  if (t == "s64") return kS64;
+  if (t == "f16" || t == "bf16") return kF16;
+  if (t == "f32") return kF32;
+  if (t == "f64") return kF64;
+  if (t == "pred") return kPred;
   return kNoType;
 }
 int TySize(Ty t) {
   switch (t) {
-  case kU8:
-  case kS8:
-    return 1;
-  case kU16:
-  case kS16:
-  case kF16:
-    return 2;
-  case kU32:
-  case kS32:
-  case kF32:
-    return 4;
-  case kPred:
-    return 1;
-  case kNoType:
-    return 0;
-  default:
-    return 8;
+    case kU8:
+    case kS8: return 1;
+    case kU16:
+    case kS16:
+    case kF16: return 2;
+    case kU32:
+    case kS32:
+    case kF32: return 4;
+    case kPred: return 1;
+    case kNoType: return 0;
+    default: return 8;
   }
 }
 bool TySigned(Ty t) { return t == kS8 || t == kS16 || t == kS32 || t == kS64; }
 bool TyFloat(Ty t) { return t == kF16 || t == kF32 || t == kF64; }
 
-template <template <typename> class H> Handler ByIntType(Ty t) {
+template <template <typename> class H>
+Handler ByIntType(Ty t) {
   switch (t) {
-  case kU8:
-    return &H<uint8_t>::run;
-  case kU16:
-    return &H<uint16_t>::run;
-  case kU32:
-    return &H<uint32_t>::run;
-  case kU64:
-    return &H<uint64_t>::run;
-  case kS8:
-    return &H<int8_t>::run;
-  case kS16:
-    return &H<int16_t>::run;
-  case kS32:
-    return &H<int32_t>::run;
-  case kS64:
-    return &H<int64_t>::run;
-  case kPred:
-    return &H<uint8_t>::run;
-  default:
-    return nullptr;
+    case kU8: return &H<uint8_t>::run;
+    case kU16: return &H<uint16_t>::run;
+    case kU32: return &H<uint32_t>::run;
+    case kU64: return &H<uint64_t>::run;
+    case kS8: return &H<int8_t>::run;
+    case kS16: return &H<int16_t>::run;
+    case kS32: return &H<int32_t>::run;
+    case kS64: return &H<int64_t>::run;
+    case kPred: return &H<uint8_t>::run;
+    default: return nullptr;
   }
 }
-template <template <typename> class H> Handler ByType(Ty t) {
-  if (t == kF32)
-    return &H<float>::run;
-  if (t == kF64)
-    return &H<double>::run;
+template <template <typename> class H>
+Handler ByType(Ty t) {
+  if (t == kF32) return &H<float>::run;
+  if (t == kF64) return &H<double>::run;
   return ByIntType<H>(t);
 }
 
-#define GPUPOOL_WRAP_BIN(NAME, OP)                                             \
-  template <typename T> struct NAME {                                          \
-    static void run(Warp &w, const Inst &in, uint32_t m) {                     \
-      HBinary<T, OP>(w, in, m);                                                \
-    }                                                                          \
+#define GPUPOOL_WRAP_BIN(NAME, OP)                                                     \
+  template <typename T>                                                                \
+  struct NAME {                                                                        \
+    static void run(Warp& w, const Inst& in, uint32_t m) { HBinary<T, OP>(w, in, m); } \
   };
 GPUPOOL_WRAP_BIN(WAdd, kAdd)
 GPUPOOL_WRAP_BIN(WSub, kSub)
@@ -1718,11 +1550,10 @@ GPUPOOL_WRAP_BIN(WMul24, kMul24)
 GPUPOOL_WRAP_BIN(WMul24Hi, kMul24Hi)
 #undef GPUPOOL_WRAP_BIN
 
-#define GPUPOOL_WRAP_UN(NAME, OP)                                              \
-  template <typename T> struct NAME {                                          \
-    static void run(Warp &w, const Inst &in, uint32_t m) {                     \
-      HUnary<T, OP>(w, in, m);                                                 \
-    }                                                                          \
+#define GPUPOOL_WRAP_UN(NAME, OP)                                                     \
+  template <typename T>                                                               \
+  struct NAME {                                                                       \
+    static void run(Warp& w, const Inst& in, uint32_t m) { HUnary<T, OP>(w, in, m); } \
   };
 GPUPOOL_WRAP_UN(WMov, kMov)
 GPUPOOL_WRAP_UN(WNeg, kNeg)
@@ -1740,9 +1571,10 @@ GPUPOOL_WRAP_UN(WEx2, kEx2)
 GPUPOOL_WRAP_UN(WTanh, kTanh)
 #undef GPUPOOL_WRAP_UN
 
-#define GPUPOOL_WRAP(NAME, FN)                                                 \
-  template <typename T> struct NAME {                                          \
-    static void run(Warp &w, const Inst &in, uint32_t m) { FN<T>(w, in, m); }  \
+#define GPUPOOL_WRAP(NAME, FN)                                                \
+  template <typename T>                                                       \
+  struct NAME {                                                               \
+    static void run(Warp& w, const Inst& in, uint32_t m) { FN<T>(w, in, m); } \
   };
 GPUPOOL_WRAP(WSetp, HSetp)
 GPUPOOL_WRAP(WSet, HSet)
@@ -1753,55 +1585,53 @@ GPUPOOL_WRAP(WSad, HSad)
 GPUPOOL_WRAP(WCarry, HCarry)
 GPUPOOL_WRAP(WMad24, HMad24)
 #undef GPUPOOL_WRAP
-template <typename T> struct WMadLo {
-  static void run(Warp &w, const Inst &in, uint32_t m) { HMad<T, 0>(w, in, m); }
+template <typename T>
+struct WMadLo {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HMad<T, 0>(w, in, m); }
 };
-template <typename T> struct WMadHi {
-  static void run(Warp &w, const Inst &in, uint32_t m) {
+template <typename T>
+struct WMadHi {
+  static void run(Warp& w, const Inst& in, uint32_t m) {
     if constexpr (sizeof(T) >= 2)
       HMad<T, 1>(w, in, m);
     else
       HMad<T, 0>(w, in, m);
   }
 };
-template <typename T> struct WFma {
-  static void run(Warp &w, const Inst &in, uint32_t m) {
+template <typename T>
+struct WFma {
+  static void run(Warp& w, const Inst& in, uint32_t m) {
     if constexpr (std::is_floating_point_v<T>)
       HMad<T, 2>(w, in, m);
     else
       HMad<T, 0>(w, in, m);
   }
 };
-template <typename T> struct WMulWide {
-  static void run(Warp &w, const Inst &in, uint32_t m) {
-    if constexpr (sizeof(T) == 2 || sizeof(T) == 4)
-      HMulWide<T>(w, in, m);
+template <typename T>
+struct WMulWide {
+  static void run(Warp& w, const Inst& in, uint32_t m) {
+    if constexpr (sizeof(T) == 2 || sizeof(T) == 4) HMulWide<T>(w, in, m);
   }
 };
-template <typename T> struct WPopc {
-  static void run(Warp &w, const Inst &in, uint32_t m) {
-    HCount<T, kPopc>(w, in, m);
-  }
+template <typename T>
+struct WPopc {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HCount<T, kPopc>(w, in, m); }
 };
-template <typename T> struct WClz {
-  static void run(Warp &w, const Inst &in, uint32_t m) {
-    HCount<T, kClz>(w, in, m);
-  }
+template <typename T>
+struct WClz {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HCount<T, kClz>(w, in, m); }
 };
-template <typename T> struct WBfind {
-  static void run(Warp &w, const Inst &in, uint32_t m) {
-    HCount<T, kBfind>(w, in, m);
-  }
+template <typename T>
+struct WBfind {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HCount<T, kBfind>(w, in, m); }
 };
-template <typename T> struct WBfindShift {
-  static void run(Warp &w, const Inst &in, uint32_t m) {
-    HCount<T, kBfindShift>(w, in, m);
-  }
+template <typename T>
+struct WBfindShift {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HCount<T, kBfindShift>(w, in, m); }
 };
-template <typename T> struct WNotPred {
-  static void run(Warp &w, const Inst &in, uint32_t m) {
-    HUnary<T, kNotPred>(w, in, m);
-  }
+template <typename T>
+struct WNotPred {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HUnary<T, kNotPred>(w, in, m); }
 };
 
 // ---- Decoder
@@ -1809,16 +1639,15 @@ template <typename T> struct WNotPred {
 
 struct Symbol {
   Space space;
-  uint64_t value; // address in its own space
+  uint64_t value;  // address in its own space
 };
 
-std::vector<std::string> Split(const std::string &opcode) {
+std::vector<std::string> Split(const std::string& opcode) {
   std::vector<std::string> parts;
   size_t start = 0;
   while (start <= opcode.size()) {
     size_t dot = opcode.find('.', start);
-    if (dot == std::string::npos)
-      dot = opcode.size();
+    if (dot == std::string::npos) dot = opcode.size();
     parts.push_back(opcode.substr(start, dot - start));
     start = dot + 1;
   }
@@ -1826,17 +1655,16 @@ std::vector<std::string> Split(const std::string &opcode) {
 }
 
 class Decoder {
-public:
-  Decoder(const ParsedModule &module,
-          const std::map<std::string, uint64_t> &addresses,
-          DecodedKernel *kernel)
+ public:
+  Decoder(const ParsedModule& module, const std::map<std::string, uint64_t>& addresses,
+          DecodedKernel* kernel)
       : module_(module), addresses_(addresses), k_(kernel) {}
 
-  Status Run(const RawFunction &entry) {
+  Status Run(const RawFunction& entry) {
     k_->name = entry.name;
     // Kernel parameters: offsets by natural alignment.
     uint64_t offset = 0;
-    for (const RawParam &param : entry.params) {
+    for (const RawParam& param : entry.params) {
       offset = (offset + param.align - 1) / param.align * param.align;
       symbols_[param.name] = Symbol{Space::kParam, offset};
       offset += param.size;
@@ -1844,39 +1672,34 @@ public:
     k_->param_size = static_cast<uint32_t>(offset);
     // Module-level shared variables: static ones first, dynamic ones after all
     // static.
-    for (const SharedVariable &var : module_.shared) {
-      if (var.is_extern)
-        continue;
+    for (const SharedVariable& var : module_.shared) {
+      if (var.is_extern) continue;
       shared_size_ = (shared_size_ + var.align - 1) / var.align * var.align;
       symbols_[var.name] = Symbol{Space::kShared, shared_size_};
       shared_size_ += var.size;
     }
-    for (const ModuleVariable &var : module_.variables) {
+    for (const ModuleVariable& var : module_.variables) {
       auto found = addresses_.find(var.name);
-      symbols_[var.name] =
-          Symbol{Space::kGlobal, found == addresses_.end() ? 0 : found->second};
+      symbols_[var.name] = Symbol{Space::kGlobal, found == addresses_.end() ? 0 : found->second};
     }
-    for (const std::string &name : module_.unsupported_symbols)
-      unsupported_symbols_.insert(name);
+    for (const std::string& name : module_.unsupported_symbols) unsupported_symbols_.insert(name);
     k_->carry_slot = NewSlot();
     zero_slot_ = Constant(0);
     GPUPOOL_RETURN_IF_ERROR(Emit(entry, "", {}, -1, 0));
     // Dynamic shared memory starts after the static variables.
     shared_size_ = (shared_size_ + 15) / 16 * 16;
-    for (const SharedVariable &var : module_.shared) {
+    for (const SharedVariable& var : module_.shared) {
       if (var.is_extern) {
-        for (auto &[index, name] : dynamic_shared_uses_)
-          (void)index;
+        for (auto& [index, name] : dynamic_shared_uses_) (void)index;
       }
     }
     for (auto [slot, name] : dynamic_shared_constants_)
       k_->constants.push_back({slot, shared_size_});
     k_->static_shared = shared_size_;
     k_->local_size = (local_size_ + 15) / 16 * 16;
-    for (auto &[index, label] : fixups_) {
+    for (auto& [index, label] : fixups_) {
       auto found = labels_.find(label);
-      if (found == labels_.end())
-        return Status::InvalidArgument("PTX: unknown label " + label);
+      if (found == labels_.end()) return Status::InvalidArgument("PTX: unknown label " + label);
       k_->code[index].target = found->second;
     }
     // A final exit so that falling off the end ends the threads.
@@ -1888,210 +1711,166 @@ public:
     return Status::OK();
   }
 
-private:
+ private:
   struct Frame {
     std::string prefix;
-    std::map<std::string, std::string>
-        alias;                    // callee param name -> caller's variable
-    std::set<std::string> locals; // names declared in this body
-    std::string return_label;     // "" at kernel level
+    std::map<std::string, std::string> alias;  // callee param name -> caller's variable
+    std::set<std::string> locals;              // names declared in this body
+    std::string return_label;                  // "" at kernel level
   };
 
   int32_t NewSlot() { return next_slot_++; }
 
   int32_t Constant(uint64_t value) {
     auto found = constants_.find(value);
-    if (found != constants_.end())
-      return found->second;
+    if (found != constants_.end()) return found->second;
     int32_t slot = NewSlot();
     constants_[value] = slot;
     k_->constants.push_back({slot, value});
     return slot;
   }
 
-  std::string Local(const Frame &frame, const std::string &name) const {
+  std::string Local(const Frame& frame, const std::string& name) const {
     auto alias = frame.alias.find(name);
-    if (alias != frame.alias.end())
-      return alias->second;
-    if (frame.locals.count(name))
-      return frame.prefix + name;
+    if (alias != frame.alias.end()) return alias->second;
+    if (frame.locals.count(name)) return frame.prefix + name;
     return name;
   }
 
-  void Unsupported(const std::string &why, int line) {
-    if (k_->unsupported.empty())
-      k_->unsupported = why + " (PTX line " + std::to_string(line) + ")";
+  void Unsupported(const std::string& why, int line) {
+    if (k_->unsupported.empty()) k_->unsupported = why + " (PTX line " + std::to_string(line) + ")";
   }
 
   // Slot of a special register, or -1.
-  int32_t Special(const std::string &name) {
-    static const char *kAxes = "xyz";
+  int32_t Special(const std::string& name) {
+    static const char* kAxes = "xyz";
     for (int i = 0; i < 3; ++i) {
       std::string axis = std::string(".") + kAxes[i];
-      if (name == "%tid" + axis)
-        return Ensure(&k_->tid[i]);
-      if (name == "%ntid" + axis)
-        return Ensure(&k_->ntid[i]);
-      if (name == "%ctaid" + axis)
-        return Ensure(&k_->ctaid[i]);
-      if (name == "%nctaid" + axis)
-        return Ensure(&k_->nctaid[i]);
+      if (name == "%tid" + axis) return Ensure(&k_->tid[i]);
+      if (name == "%ntid" + axis) return Ensure(&k_->ntid[i]);
+      if (name == "%ctaid" + axis) return Ensure(&k_->ctaid[i]);
+      if (name == "%nctaid" + axis) return Ensure(&k_->nctaid[i]);
     }
-    if (name == "%laneid")
-      return Ensure(&k_->laneid);
-    if (name == "%warpid")
-      return Ensure(&k_->warpid);
-    if (name == "%nwarpid")
-      return Ensure(&k_->nwarpid);
-    if (name == "%smid")
-      return Ensure(&k_->smid);
-    if (name == "%nsmid")
-      return Ensure(&k_->nsmid);
-    if (name == "%gridid")
-      return Ensure(&k_->gridid);
-    if (name == "%lanemask_eq")
-      return Ensure(&k_->lanemask_eq);
-    if (name == "%lanemask_lt")
-      return Ensure(&k_->lanemask_lt);
-    if (name == "%lanemask_le")
-      return Ensure(&k_->lanemask_le);
-    if (name == "%lanemask_gt")
-      return Ensure(&k_->lanemask_gt);
-    if (name == "%lanemask_ge")
-      return Ensure(&k_->lanemask_ge);
+    if (name == "%laneid") return Ensure(&k_->laneid);
+    if (name == "%warpid") return Ensure(&k_->warpid);
+    if (name == "%nwarpid") return Ensure(&k_->nwarpid);
+    if (name == "%smid") return Ensure(&k_->smid);
+    if (name == "%nsmid") return Ensure(&k_->nsmid);
+    if (name == "%gridid") return Ensure(&k_->gridid);
+    if (name == "%lanemask_eq") return Ensure(&k_->lanemask_eq);
+    if (name == "%lanemask_lt") return Ensure(&k_->lanemask_lt);
+    if (name == "%lanemask_le") return Ensure(&k_->lanemask_le);
+    if (name == "%lanemask_gt") return Ensure(&k_->lanemask_gt);
+    if (name == "%lanemask_ge") return Ensure(&k_->lanemask_ge);
     return -1;
   }
-  int32_t Ensure(int32_t *slot) {
-    if (*slot < 0)
-      *slot = NewSlot();
+  int32_t Ensure(int32_t* slot) {
+    if (*slot < 0) *slot = NewSlot();
     return *slot;
   }
-  static int ClockMode(const std::string &name) {
-    if (name == "%clock")
-      return 0;
-    if (name == "%clock64")
-      return 1;
-    if (name == "%globaltimer")
-      return 2;
-    if (name == "%globaltimer_lo")
-      return 3;
-    if (name == "%globaltimer_hi")
-      return 4;
+  static int ClockMode(const std::string& name) {
+    if (name == "%clock") return 0;
+    if (name == "%clock64") return 1;
+    if (name == "%globaltimer") return 2;
+    if (name == "%globaltimer_lo") return 3;
+    if (name == "%globaltimer_hi") return 4;
     return -1;
   }
 
-  bool IsRegister(const Frame &frame, const std::string &name) const {
+  bool IsRegister(const Frame& frame, const std::string& name) const {
     std::string local = Local(frame, name);
     return registers_.count(local) > 0 || name.find('@') != std::string::npos;
   }
 
   // Value of a symbol as an operand (its address in its own space).
-  bool SymbolValue(const Frame &frame, const std::string &name,
-                   Symbol *symbol) {
+  bool SymbolValue(const Frame& frame, const std::string& name, Symbol* symbol) {
     std::string local = Local(frame, name);
     auto found = symbols_.find(local);
-    if (found == symbols_.end())
-      return false;
+    if (found == symbols_.end()) return false;
     *symbol = found->second;
     return true;
   }
 
   // Slot holding a source operand's value; `type` decides how literals are
   // encoded.
-  Result<int32_t> Source(const Frame &frame, const RawOperand &op, Ty type,
-                         int line) {
+  Result<int32_t> Source(const Frame& frame, const RawOperand& op, Ty type, int line) {
     switch (op.kind) {
-    case RawOperand::kInt: {
-      if (type == kF32)
-        return Constant(
-            Put<float>(static_cast<float>(static_cast<int64_t>(op.bits))));
-      if (type == kF64)
-        return Constant(
-            Put<double>(static_cast<double>(static_cast<int64_t>(op.bits))));
-      return Constant(op.bits);
-    }
-    case RawOperand::kF32: {
-      float f = std::bit_cast<float>(static_cast<uint32_t>(op.bits));
-      if (type == kF64)
-        return Constant(Put<double>(f));
-      return Constant(op.bits & 0xffffffffu);
-    }
-    case RawOperand::kF64: {
-      double d = std::bit_cast<double>(op.bits);
-      if (type == kF32)
-        return Constant(Put<float>(static_cast<float>(d)));
-      if (type == kF64)
+      case RawOperand::kInt: {
+        if (type == kF32)
+          return Constant(Put<float>(static_cast<float>(static_cast<int64_t>(op.bits))));
+        if (type == kF64)
+          return Constant(Put<double>(static_cast<double>(static_cast<int64_t>(op.bits))));
         return Constant(op.bits);
-      return Constant(static_cast<uint64_t>(static_cast<int64_t>(d)));
-    }
-    case RawOperand::kAddress: {
-      if (!op.negated)
-        break; // sym+offset as a value
-      Symbol symbol;
-      if (!SymbolValue(frame, op.name, &symbol)) {
-        return Status::InvalidArgument("PTX line " + std::to_string(line) +
-                                       ": unknown symbol " + op.name);
       }
-      return Constant(symbol.value + op.bits);
-    }
-    case RawOperand::kName: {
-      if (int32_t special = Special(op.name); special >= 0)
-        return special;
-      if (IsRegister(frame, op.name))
-        return RegisterSlot(frame, op.name);
-      Symbol symbol;
-      if (SymbolValue(frame, op.name, &symbol)) {
+      case RawOperand::kF32: {
+        float f = std::bit_cast<float>(static_cast<uint32_t>(op.bits));
+        if (type == kF64) return Constant(Put<double>(f));
+        return Constant(op.bits & 0xffffffffu);
+      }
+      case RawOperand::kF64: {
+        double d = std::bit_cast<double>(op.bits);
+        if (type == kF32) return Constant(Put<float>(static_cast<float>(d)));
+        if (type == kF64) return Constant(op.bits);
+        return Constant(static_cast<uint64_t>(static_cast<int64_t>(d)));
+      }
+      case RawOperand::kAddress: {
+        if (!op.negated) break;  // sym+offset as a value
+        Symbol symbol;
+        if (!SymbolValue(frame, op.name, &symbol)) {
+          return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unknown symbol " +
+                                         op.name);
+        }
+        return Constant(symbol.value + op.bits);
+      }
+      case RawOperand::kName: {
+        if (int32_t special = Special(op.name); special >= 0) return special;
+        if (IsRegister(frame, op.name)) return RegisterSlot(frame, op.name);
+        Symbol symbol;
+        if (SymbolValue(frame, op.name, &symbol)) {
+          if (IsDynamicShared(op.name)) {
+            int32_t slot = NewSlot();
+            dynamic_shared_constants_.push_back({slot, op.name});
+            return slot;
+          }
+          return Constant(symbol.value);
+        }
+        if (unsupported_symbols_.count(op.name)) {
+          Unsupported("texture, surface or external symbol '" + op.name + "'", line);
+          return zero_slot_;
+        }
         if (IsDynamicShared(op.name)) {
           int32_t slot = NewSlot();
           dynamic_shared_constants_.push_back({slot, op.name});
           return slot;
         }
-        return Constant(symbol.value);
+        if (op.name == "WARP_SZ") return Constant(32);
+        // An undeclared name used as a register (inline asm may omit
+        // declarations).
+        return RegisterSlot(frame, op.name);
       }
-      if (unsupported_symbols_.count(op.name)) {
-        Unsupported("texture, surface or external symbol '" + op.name + "'",
-                    line);
-        return zero_slot_;
-      }
-      if (IsDynamicShared(op.name)) {
-        int32_t slot = NewSlot();
-        dynamic_shared_constants_.push_back({slot, op.name});
-        return slot;
-      }
-      if (op.name == "WARP_SZ")
-        return Constant(32);
-      // An undeclared name used as a register (inline asm may omit
-      // declarations).
-      return RegisterSlot(frame, op.name);
+      default: break;
     }
-    default:
-      break;
-    }
-    return Status::InvalidArgument("PTX line " + std::to_string(line) +
-                                   ": unexpected operand");
+    return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unexpected operand");
   }
 
-  bool IsDynamicShared(const std::string &name) const {
-    for (const SharedVariable &var : module_.shared) {
-      if (var.is_extern && var.name == name)
-        return true;
+  bool IsDynamicShared(const std::string& name) const {
+    for (const SharedVariable& var : module_.shared) {
+      if (var.is_extern && var.name == name) return true;
     }
     return false;
   }
 
-  int32_t RegisterSlot(const Frame &frame, const std::string &name) {
+  int32_t RegisterSlot(const Frame& frame, const std::string& name) {
     std::string local = Local(frame, name);
-    if (local == "_")
-      return NewSlot(); // sink
+    if (local == "_") return NewSlot();  // sink
     auto found = slots_.find(local);
-    if (found != slots_.end())
-      return found->second;
+    if (found != slots_.end()) return found->second;
     int32_t slot = NewSlot();
     slots_[local] = slot;
     return slot;
   }
 
-  Result<int32_t> Dest(const Frame &frame, const RawOperand &op, int line) {
+  Result<int32_t> Dest(const Frame& frame, const RawOperand& op, int line) {
     if (op.kind != RawOperand::kName) {
       return Status::InvalidArgument("PTX line " + std::to_string(line) +
                                      ": destination must be a register");
@@ -2101,11 +1880,9 @@ private:
 
   // Address operand: sets inst.a (base slot), inst.offset and, for symbols, the
   // space.
-  Status AddressOperand(const Frame &frame, const RawOperand &op, Inst *inst,
-                        int line) {
+  Status AddressOperand(const Frame& frame, const RawOperand& op, Inst* inst, int line) {
     if (op.kind != RawOperand::kAddress) {
-      return Status::InvalidArgument("PTX line " + std::to_string(line) +
-                                     ": expected an address");
+      return Status::InvalidArgument("PTX line " + std::to_string(line) + ": expected an address");
     }
     inst->offset = static_cast<int64_t>(op.bits);
     if (op.name.empty()) {
@@ -2113,8 +1890,7 @@ private:
       return Status::OK();
     }
     if (IsRegister(frame, op.name) || Special(op.name) >= 0) {
-      inst->a = Special(op.name) >= 0 ? Special(op.name)
-                                      : RegisterSlot(frame, op.name);
+      inst->a = Special(op.name) >= 0 ? Special(op.name) : RegisterSlot(frame, op.name);
       return Status::OK();
     }
     Symbol symbol;
@@ -2127,17 +1903,10 @@ private:
         inst->space = Space::kLocal;
       } else if (inst->space == Space::kGeneric) {
         switch (symbol.space) {
-        case Space::kShared:
-          symbol.value += kSharedWindow;
-          break;
-        case Space::kLocal:
-          symbol.value += kLocalWindow;
-          break;
-        case Space::kParam:
-          symbol.value += kParamWindow;
-          break;
-        default:
-          break;
+          case Space::kShared: symbol.value += kSharedWindow; break;
+          case Space::kLocal: symbol.value += kLocalWindow; break;
+          case Space::kParam: symbol.value += kParamWindow; break;
+          default: break;
         }
       }
       inst->a = Constant(symbol.value);
@@ -2148,102 +1917,84 @@ private:
       dynamic_shared_constants_.push_back({slot, op.name});
       inst->a = slot;
       if (inst->space == Space::kGeneric) {
-        return Status::InvalidArgument(
-            "PTX line " + std::to_string(line) +
-            ": generic access to dynamic shared symbol");
+        return Status::InvalidArgument("PTX line " + std::to_string(line) +
+                                       ": generic access to dynamic shared symbol");
       }
       return Status::OK();
     }
     if (unsupported_symbols_.count(op.name)) {
-      Unsupported("texture, surface or external symbol '" + op.name + "'",
-                  line);
+      Unsupported("texture, surface or external symbol '" + op.name + "'", line);
       inst->a = zero_slot_;
       return Status::OK();
     }
-    return Status::InvalidArgument("PTX line " + std::to_string(line) +
-                                   ": unknown symbol " + op.name);
+    return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unknown symbol " +
+                                   op.name);
   }
 
-  static Space ParseSpace(const std::string &mod, bool *matched) {
+  static Space ParseSpace(const std::string& mod, bool* matched) {
     *matched = true;
-    if (mod == "global")
-      return Space::kGlobal;
-    if (mod == "shared")
-      return Space::kShared;
-    if (mod == "local")
-      return Space::kLocal;
-    if (mod == "param")
-      return Space::kParam;
-    if (mod == "const")
-      return Space::kConst;
+    if (mod == "global") return Space::kGlobal;
+    if (mod == "shared") return Space::kShared;
+    if (mod == "local") return Space::kLocal;
+    if (mod == "param") return Space::kParam;
+    if (mod == "const") return Space::kConst;
     *matched = false;
     return Space::kGeneric;
   }
 
-  Status Emit(const RawFunction &function, const std::string &prefix,
+  Status Emit(const RawFunction& function, const std::string& prefix,
               std::map<std::string, std::string> alias, int depth, int) {
     if (depth > 16) {
       return Status::InvalidArgument(
-          "device function calls nested deeper than 16 (recursion?) in " +
-          function.name);
+          "device function calls nested deeper than 16 (recursion?) in " + function.name);
     }
     Frame frame;
     frame.prefix = prefix;
     frame.alias = std::move(alias);
     frame.return_label = depth >= 0 ? prefix + "$return" : "";
-    for (const RawStatement &statement : function.body) {
+    for (const RawStatement& statement : function.body) {
       if (statement.kind != RawStatement::kInstruction)
-        frame.locals.insert(statement.name.empty() ? statement.opcode
-                                                   : statement.name);
+        frame.locals.insert(statement.name.empty() ? statement.opcode : statement.name);
     }
     // Register families (%r@3) are local too.
-    for (const RawStatement &statement : function.body) {
-      if (statement.kind != RawStatement::kInstruction)
-        continue;
-      auto note = [&](const RawOperand &op, auto &&self) -> void {
+    for (const RawStatement& statement : function.body) {
+      if (statement.kind != RawStatement::kInstruction) continue;
+      auto note = [&](const RawOperand& op, auto&& self) -> void {
         if ((op.kind == RawOperand::kName || op.kind == RawOperand::kAddress) &&
             op.name.find('@') != std::string::npos) {
           frame.locals.insert(op.name);
         }
         if (!op.pair.empty() && op.pair.find('@') != std::string::npos)
           frame.locals.insert(op.pair);
-        for (const RawOperand &item : op.items)
-          self(item, self);
+        for (const RawOperand& item : op.items) self(item, self);
       };
-      for (const RawOperand &op : statement.operands)
-        note(op, note);
-      if (statement.guard.find('@') != std::string::npos)
-        frame.locals.insert(statement.guard);
+      for (const RawOperand& op : statement.operands) note(op, note);
+      if (statement.guard.find('@') != std::string::npos) frame.locals.insert(statement.guard);
     }
-    for (const RawStatement &statement : function.body) {
+    for (const RawStatement& statement : function.body) {
       switch (statement.kind) {
-      case RawStatement::kLabel:
-        labels_[Local(frame, statement.opcode)] =
-            static_cast<int32_t>(k_->code.size());
-        break;
-      case RawStatement::kRegister:
-        registers_.insert(Local(frame, statement.name));
-        break;
-      case RawStatement::kLocal:
-      case RawStatement::kParam: {
-        uint32_t align = std::max<uint32_t>(statement.align, 1);
-        local_size_ = (local_size_ + align - 1) / align * align;
-        symbols_[Local(frame, statement.name)] =
-            Symbol{Space::kLocal, local_size_};
-        local_size_ += std::max<uint64_t>(statement.size, 1);
-        break;
-      }
-      case RawStatement::kShared: {
-        uint32_t align = std::max<uint32_t>(statement.align, 1);
-        shared_size_ = (shared_size_ + align - 1) / align * align;
-        symbols_[Local(frame, statement.name)] =
-            Symbol{Space::kShared, shared_size_};
-        shared_size_ += statement.size;
-        break;
-      }
-      case RawStatement::kInstruction:
-        GPUPOOL_RETURN_IF_ERROR(Instruction(frame, statement, depth));
-        break;
+        case RawStatement::kLabel:
+          labels_[Local(frame, statement.opcode)] = static_cast<int32_t>(k_->code.size());
+          break;
+        case RawStatement::kRegister: registers_.insert(Local(frame, statement.name)); break;
+        case RawStatement::kLocal:
+        case RawStatement::kParam: {
+          uint32_t align = std::max<uint32_t>(statement.align, 1);
+          local_size_ = (local_size_ + align - 1) / align * align;
+          symbols_[Local(frame, statement.name)] = Symbol{Space::kLocal, local_size_};
+          local_size_ += std::max<uint64_t>(statement.size, 1);
+          break;
+        }
+        case RawStatement::kShared: {
+          uint32_t align = std::max<uint32_t>(statement.align, 1);
+          shared_size_ = (shared_size_ + align - 1) / align * align;
+          symbols_[Local(frame, statement.name)] = Symbol{Space::kShared, shared_size_};
+          shared_size_ += statement.size;
+          break;
+        }
+        case RawStatement::kInstruction:
+          GPUPOOL_RETURN_IF_ERROR(Instruction(frame, statement, depth));
+          break;
       }
     }
     if (!frame.return_label.empty())
@@ -2251,12 +2002,12 @@ private:
     return Status::OK();
   }
 
-  Status Call(const Frame &frame, const RawStatement &s, Inst inst, int depth) {
+  Status Call(const Frame& frame, const RawStatement& s, Inst inst, int depth) {
     // call{.uni} (ret), name, (args);  call name, (args);  call (ret), name;
-    const RawOperand *returns = nullptr;
-    const RawOperand *callee = nullptr;
-    const RawOperand *args = nullptr;
-    for (const RawOperand &op : s.operands) {
+    const RawOperand* returns = nullptr;
+    const RawOperand* callee = nullptr;
+    const RawOperand* args = nullptr;
+    for (const RawOperand& op : s.operands) {
       if (op.kind == RawOperand::kList) {
         if (callee == nullptr)
           returns = &op;
@@ -2269,12 +2020,10 @@ private:
     if (callee == nullptr)
       return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
                                      ": call without a target");
-    auto local_offset = [&](const RawOperand *list, size_t i) -> int64_t {
-      if (list == nullptr || i >= list->items.size())
-        return -1;
+    auto local_offset = [&](const RawOperand* list, size_t i) -> int64_t {
+      if (list == nullptr || i >= list->items.size()) return -1;
       Symbol symbol;
-      if (!SymbolValue(frame, list->items[i].name, &symbol) ||
-          symbol.space != Space::kLocal)
+      if (!SymbolValue(frame, list->items[i].name, &symbol) || symbol.space != Space::kLocal)
         return -1;
       return static_cast<int64_t>(symbol.value);
     };
@@ -2282,9 +2031,8 @@ private:
       inst.run = &HPrintf;
       int64_t format = local_offset(args, 0), arguments = local_offset(args, 1);
       if (format < 0 || arguments < 0) {
-        return Status::InvalidArgument(
-            "PTX line " + std::to_string(s.line) +
-            ": vprintf arguments must be .param variables");
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                       ": vprintf arguments must be .param variables");
       }
       inst.printf_fmt = static_cast<uint32_t>(format);
       inst.printf_args = static_cast<uint32_t>(arguments);
@@ -2298,9 +2046,8 @@ private:
       int64_t message = local_offset(args, 0), file = local_offset(args, 1),
               line = local_offset(args, 2), function = local_offset(args, 3);
       if (message < 0 || file < 0 || line < 0 || function < 0) {
-        return Status::InvalidArgument(
-            "PTX line " + std::to_string(s.line) +
-            ": __assertfail arguments must be .param variables");
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                       ": __assertfail arguments must be .param variables");
       }
       inst.printf_fmt = static_cast<uint32_t>(message);
       inst.printf_args = static_cast<uint32_t>(file);
@@ -2317,14 +2064,12 @@ private:
       k_->code.push_back(inst);
       return Status::OK();
     }
-    const RawFunction &target = found->second;
+    const RawFunction& target = found->second;
     std::map<std::string, std::string> alias;
     for (size_t i = 0; i < target.params.size(); ++i) {
-      if (args == nullptr || i >= args->items.size() ||
-          args->items[i].kind != RawOperand::kName) {
-        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
-                                       ": call of " + callee->name +
-                                       " with missing arguments");
+      if (args == nullptr || i >= args->items.size() || args->items[i].kind != RawOperand::kName) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": call of " +
+                                       callee->name + " with missing arguments");
       }
       alias[target.params[i].name] = Local(frame, args->items[i].name);
     }
@@ -2352,16 +2097,14 @@ private:
       k_->code.push_back(skip);
     }
     std::string prefix = "c" + std::to_string(++call_count_) + ":";
-    GPUPOOL_RETURN_IF_ERROR(
-        Emit(target, prefix, std::move(alias), std::max(depth, 0) + 1, 0));
-    if (skip_index >= 0)
-      k_->code[skip_index].target = static_cast<int32_t>(k_->code.size());
+    GPUPOOL_RETURN_IF_ERROR(Emit(target, prefix, std::move(alias), std::max(depth, 0) + 1, 0));
+    if (skip_index >= 0) k_->code[skip_index].target = static_cast<int32_t>(k_->code.size());
     return Status::OK();
   }
 
-  Status Instruction(const Frame &frame, const RawStatement &s, int depth) {
+  Status Instruction(const Frame& frame, const RawStatement& s, int depth) {
     std::vector<std::string> parts = Split(s.opcode);
-    const std::string &op = parts[0];
+    const std::string& op = parts[0];
     Inst inst;
     inst.line = s.line;
     if (!s.guard.empty()) {
@@ -2391,40 +2134,33 @@ private:
       }
       mods.insert(parts[i]);
     }
-    if (mods.count("ftz"))
-      inst.flags |= kFlagFtz;
-    if (mods.count("sat"))
-      inst.flags |= kFlagSat;
+    if (mods.count("ftz")) inst.flags |= kFlagFtz;
+    if (mods.count("sat")) inst.flags |= kFlagSat;
     Ty type = types.empty() ? kNoType : types.back();
-    const auto &ops = s.operands;
+    const auto& ops = s.operands;
     auto need = [&](size_t n) -> Status {
       if (ops.size() < n) {
-        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
-                                       ": " + s.opcode + " needs " +
-                                       std::to_string(n) + " operands");
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
+                                       " needs " + std::to_string(n) + " operands");
       }
       return Status::OK();
     };
-    auto src = [&](size_t i, Ty t) -> Result<int32_t> {
-      return Source(frame, ops[i], t, s.line);
-    };
+    auto src = [&](size_t i, Ty t) -> Result<int32_t> { return Source(frame, ops[i], t, s.line); };
     auto bad_type = [&]() {
       return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
                                      ": unsupported type in " + s.opcode);
     };
-#define GPUPOOL_SRC(field, index, ty)                                          \
-  do {                                                                         \
-    auto value = src(index, ty);                                               \
-    if (!value.ok())                                                           \
-      return value.status();                                                   \
-    inst.field = *value;                                                       \
+#define GPUPOOL_SRC(field, index, ty)       \
+  do {                                      \
+    auto value = src(index, ty);            \
+    if (!value.ok()) return value.status(); \
+    inst.field = *value;                    \
   } while (0)
-#define GPUPOOL_DST(index)                                                     \
-  do {                                                                         \
-    auto value = Dest(frame, ops[index], s.line);                              \
-    if (!value.ok())                                                           \
-      return value.status();                                                   \
-    inst.d[0] = *value;                                                        \
+#define GPUPOOL_DST(index)                        \
+  do {                                            \
+    auto value = Dest(frame, ops[index], s.line); \
+    if (!value.ok()) return value.status();       \
+    inst.d[0] = *value;                           \
   } while (0)
 
     // Textures, surfaces and the like: the kernel is marked unsupported (at
@@ -2462,8 +2198,7 @@ private:
                              ? "textures are not supported by the sim GPU"
                          : (op[0] == 's' && op[1] == 'u')
                              ? "surfaces are not supported by the sim GPU"
-                             : "instruction '" + s.opcode +
-                                   "' is not supported by the sim GPU";
+                             : "instruction '" + s.opcode + "' is not supported by the sim GPU";
       Unsupported(what, s.line);
       inst.run = &HNop;
       inst.flow = Flow::kTrap;
@@ -2478,8 +2213,7 @@ private:
       GPUPOOL_RETURN_IF_ERROR(need(1));
       inst.flow = Flow::kBranch;
       inst.run = &HNop;
-      fixups_.push_back(
-          {static_cast<int32_t>(k_->code.size()), Local(frame, ops[0].name)});
+      fixups_.push_back({static_cast<int32_t>(k_->code.size()), Local(frame, ops[0].name)});
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -2487,8 +2221,7 @@ private:
       inst.run = &HNop;
       if (op == "ret" && !frame.return_label.empty()) {
         inst.flow = Flow::kBranch;
-        fixups_.push_back(
-            {static_cast<int32_t>(k_->code.size()), frame.return_label});
+        fixups_.push_back({static_cast<int32_t>(k_->code.size()), frame.return_label});
       } else {
         inst.flow = Flow::kExit;
       }
@@ -2498,11 +2231,9 @@ private:
     if (op == "bar" || op == "barrier") {
       bool warp_only = mods.count("warp");
       if (warp_only || mods.count("arrive")) {
-        inst.run =
-            &HNop; // bar.warp.sync: warps run in lockstep here; arrive: no wait
+        inst.run = &HNop;  // bar.warp.sync: warps run in lockstep here; arrive: no wait
       } else if (mods.count("red")) {
-        Unsupported("bar.red (__syncthreads_count/and/or) is not supported yet",
-                    s.line);
+        Unsupported("bar.red (__syncthreads_count/and/or) is not supported yet", s.line);
         inst.run = &HNop;
         inst.flow = Flow::kTrap;
       } else {
@@ -2518,15 +2249,14 @@ private:
       k_->code.push_back(inst);
       return Status::OK();
     }
-    if (op == "membar" || op == "fence" || op == "nanosleep" ||
-        op == "pmevent" || op == "prefetch" || op == "prefetchu" ||
-        op == "discard" || op == "applypriority" || op == "griddepcontrol") {
+    if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" ||
+        op == "prefetch" || op == "prefetchu" || op == "discard" || op == "applypriority" ||
+        op == "griddepcontrol") {
       inst.run = &HNop;
       k_->code.push_back(inst);
       return Status::OK();
     }
-    if (op == "call")
-      return Call(frame, s, inst, depth);
+    if (op == "call") return Call(frame, s, inst, depth);
     if (op == "createpolicy") {
       GPUPOOL_RETURN_IF_ERROR(need(1));
       GPUPOOL_DST(0);
@@ -2538,13 +2268,11 @@ private:
     if (op == "ld" || op == "ldu" || op == "st") {
       GPUPOOL_RETURN_IF_ERROR(need(2));
       bool is_store = op == "st";
-      const RawOperand &data = is_store ? ops[1] : ops[0];
-      const RawOperand &address = is_store ? ops[0] : ops[1];
+      const RawOperand& data = is_store ? ops[1] : ops[0];
+      const RawOperand& address = is_store ? ops[0] : ops[1];
       inst.width = static_cast<uint8_t>(TySize(type));
-      if (type == kNoType || inst.width == 0)
-        return bad_type();
-      if (TySigned(type))
-        inst.flags |= kFlagSigned;
+      if (type == kNoType || inst.width == 0) return bad_type();
+      if (TySigned(type)) inst.flags |= kFlagSigned;
       inst.vec = static_cast<uint8_t>(vec);
       if (vec > 4)
         return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
@@ -2555,21 +2283,18 @@ private:
           GPUPOOL_SRC(d[0], is_store ? 1 : 0, type);
         } else {
           auto slot = Dest(frame, data, s.line);
-          if (!slot.ok())
-            return slot.status();
+          if (!slot.ok()) return slot.status();
           inst.d[0] = *slot;
         }
       } else {
-        if (data.kind != RawOperand::kVector ||
-            data.items.size() != static_cast<size_t>(vec)) {
+        if (data.kind != RawOperand::kVector || data.items.size() != static_cast<size_t>(vec)) {
           return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
                                          ": vector operand expected");
         }
         for (int i = 0; i < vec; ++i) {
           auto slot = is_store ? Source(frame, data.items[i], type, s.line)
                                : Dest(frame, data.items[i], s.line);
-          if (!slot.ok())
-            return slot.status();
+          if (!slot.ok()) return slot.status();
           inst.d[i] = *slot;
         }
       }
@@ -2582,38 +2307,32 @@ private:
       bool has_dest = op == "atom";
       GPUPOOL_RETURN_IF_ERROR(need(has_dest ? 3 : 2));
       static const std::map<std::string, AtomOp> kOps = {
-          {"add", kAtomAdd},   {"min", kAtomMin}, {"max", kAtomMax},
-          {"and", kAtomAnd},   {"or", kAtomOr},   {"xor", kAtomXor},
-          {"exch", kAtomExch}, {"cas", kAtomCas}, {"inc", kAtomInc},
-          {"dec", kAtomDec}};
+          {"add", kAtomAdd}, {"min", kAtomMin}, {"max", kAtomMax},   {"and", kAtomAnd},
+          {"or", kAtomOr},   {"xor", kAtomXor}, {"exch", kAtomExch}, {"cas", kAtomCas},
+          {"inc", kAtomInc}, {"dec", kAtomDec}};
       bool known = false;
-      for (const auto &[name, value] : kOps) {
+      for (const auto& [name, value] : kOps) {
         if (mods.count(name)) {
           inst.mode = value;
           known = true;
         }
       }
-      if (!known || vec != 1)
-        return bad_type();
+      if (!known || vec != 1) return bad_type();
       size_t first = has_dest ? 1 : 0;
-      if (has_dest)
-        GPUPOOL_DST(0);
+      if (has_dest) GPUPOOL_DST(0);
       GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[first], &inst, s.line));
       GPUPOOL_SRC(b, first + 1, type);
       if (inst.mode == kAtomCas) {
         GPUPOOL_RETURN_IF_ERROR(need(first + 3));
         GPUPOOL_SRC(c, first + 2, type);
       }
-      if ((type == kF32 || type == kF64) &&
-          !(inst.mode == kAtomAdd || inst.mode == kAtomMin ||
-            inst.mode == kAtomMax || inst.mode == kAtomExch)) {
+      if ((type == kF32 || type == kF64) && !(inst.mode == kAtomAdd || inst.mode == kAtomMin ||
+                                              inst.mode == kAtomMax || inst.mode == kAtomExch)) {
         return bad_type();
       }
-      inst.run = ByType<WAtom>(
-          type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType
-                                                                     : type);
-      if (inst.run == nullptr)
-        return bad_type();
+      inst.run = ByType<WAtom>(type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType
+                                                                                          : type);
+      if (inst.run == nullptr) return bad_type();
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -2627,32 +2346,28 @@ private:
         k_->code.push_back(inst);
         return Status::OK();
       }
-      if (ops[1].kind == RawOperand::kVector) { // pack
+      if (ops[1].kind == RawOperand::kVector) {  // pack
         GPUPOOL_DST(0);
         inst.vec = static_cast<uint8_t>(ops[1].items.size());
-        if (inst.vec < 2 || inst.vec > 4)
-          return bad_type();
+        if (inst.vec < 2 || inst.vec > 4) return bad_type();
         inst.width = static_cast<uint8_t>(TySize(type) / inst.vec);
-        int32_t *sources[4] = {&inst.a, &inst.b, &inst.c, &inst.e};
+        int32_t* sources[4] = {&inst.a, &inst.b, &inst.c, &inst.e};
         for (size_t i = 0; i < ops[1].items.size(); ++i) {
           auto slot = Source(frame, ops[1].items[i], kNoType, s.line);
-          if (!slot.ok())
-            return slot.status();
+          if (!slot.ok()) return slot.status();
           *sources[i] = *slot;
         }
         inst.run = &HPack;
         k_->code.push_back(inst);
         return Status::OK();
       }
-      if (ops[0].kind == RawOperand::kVector) { // unpack
+      if (ops[0].kind == RawOperand::kVector) {  // unpack
         inst.vec = static_cast<uint8_t>(ops[0].items.size());
-        if (inst.vec < 2 || inst.vec > 4)
-          return bad_type();
+        if (inst.vec < 2 || inst.vec > 4) return bad_type();
         inst.width = static_cast<uint8_t>(TySize(type) / inst.vec);
         for (size_t i = 0; i < ops[0].items.size(); ++i) {
           auto slot = Dest(frame, ops[0].items[i], s.line);
-          if (!slot.ok())
-            return slot.status();
+          if (!slot.ok()) return slot.status();
           inst.d[i] = *slot;
         }
         GPUPOOL_SRC(a, 1, type);
@@ -2674,18 +2389,10 @@ private:
       inst.mode = mods.count("to") ? 1 : 0;
       inst.width = static_cast<uint8_t>(TySize(type));
       switch (inst.space) {
-      case Space::kShared:
-        inst.offset = static_cast<int64_t>(kSharedWindow);
-        break;
-      case Space::kLocal:
-        inst.offset = static_cast<int64_t>(kLocalWindow);
-        break;
-      case Space::kParam:
-        inst.offset = static_cast<int64_t>(kParamWindow);
-        break;
-      default:
-        inst.offset = 0;
-        break;
+        case Space::kShared: inst.offset = static_cast<int64_t>(kSharedWindow); break;
+        case Space::kLocal: inst.offset = static_cast<int64_t>(kLocalWindow); break;
+        case Space::kParam: inst.offset = static_cast<int64_t>(kParamWindow); break;
+        default: inst.offset = 0; break;
       }
       inst.run = &HCvta;
       k_->code.push_back(inst);
@@ -2703,20 +2410,15 @@ private:
 
     if (op == "cvt") {
       GPUPOOL_RETURN_IF_ERROR(need(2));
-      if (types.size() < 2)
-        return bad_type();
+      if (types.size() < 2) return bad_type();
       Ty dst = types[types.size() - 2], source = types.back();
       auto kind = [](Ty t) -> int {
-        if (TyFloat(t))
-          return kKindF;
-        if (TySigned(t))
-          return kKindS;
+        if (TyFloat(t)) return kKindF;
+        if (TySigned(t)) return kKindS;
         return kKindU;
       };
-      if (ops[0].kind == RawOperand::kVector ||
-          ops[1].kind == RawOperand::kVector) {
-        Unsupported("packed conversions (cvt with vectors) are not supported",
-                    s.line);
+      if (ops[0].kind == RawOperand::kVector || ops[1].kind == RawOperand::kVector) {
+        Unsupported("packed conversions (cvt with vectors) are not supported", s.line);
         inst.run = &HNop;
         inst.flow = Flow::kTrap;
         k_->code.push_back(inst);
@@ -2727,20 +2429,13 @@ private:
       inst.mode = static_cast<uint8_t>(kind(dst) | (TySize(dst) << 2));
       inst.mode2 = static_cast<uint8_t>(kind(source) | (TySize(source) << 2));
       int rounding = 0;
-      if (mods.count("rz"))
-        rounding = 1;
-      if (mods.count("rm"))
-        rounding = 2;
-      if (mods.count("rp"))
-        rounding = 3;
-      if (mods.count("rni"))
-        rounding = 4;
-      if (mods.count("rzi"))
-        rounding = 5;
-      if (mods.count("rmi"))
-        rounding = 6;
-      if (mods.count("rpi"))
-        rounding = 7;
+      if (mods.count("rz")) rounding = 1;
+      if (mods.count("rm")) rounding = 2;
+      if (mods.count("rp")) rounding = 3;
+      if (mods.count("rni")) rounding = 4;
+      if (mods.count("rzi")) rounding = 5;
+      if (mods.count("rmi")) rounding = 6;
+      if (mods.count("rpi")) rounding = 7;
       // Float -> integer without an explicit mode rounds toward zero (as C
       // does).
       if (TyFloat(source) && !TyFloat(dst) && rounding < 4)
@@ -2754,36 +2449,28 @@ private:
     if (op == "setp" || op == "set") {
       GPUPOOL_RETURN_IF_ERROR(need(3));
       static const std::map<std::string, Cmp> kCmps = {
-          {"eq", kEq},   {"ne", kNe},   {"lt", kLt},   {"le", kLe},
-          {"gt", kGt},   {"ge", kGe},   {"lo", kLt},   {"ls", kLe},
-          {"hi", kGt},   {"hs", kGe},   {"equ", kEqu}, {"neu", kNeu},
-          {"ltu", kLtu}, {"leu", kLeu}, {"gtu", kGtu}, {"geu", kGeu},
-          {"num", kNum}, {"nan", kNan}};
+          {"eq", kEq},   {"ne", kNe},   {"lt", kLt},   {"le", kLe},   {"gt", kGt},   {"ge", kGe},
+          {"lo", kLt},   {"ls", kLe},   {"hi", kGt},   {"hs", kGe},   {"equ", kEqu}, {"neu", kNeu},
+          {"ltu", kLtu}, {"leu", kLeu}, {"gtu", kGtu}, {"geu", kGeu}, {"num", kNum}, {"nan", kNan}};
       bool found = false;
-      for (const auto &[name, cmp] : kCmps) {
+      for (const auto& [name, cmp] : kCmps) {
         if (mods.count(name)) {
           inst.mode = cmp;
           found = true;
         }
       }
-      if (!found)
-        return bad_type();
-      if (mods.count("and"))
-        inst.mode2 = 1;
-      if (mods.count("or"))
-        inst.mode2 = 2;
-      if (mods.count("xor"))
-        inst.mode2 = 3;
+      if (!found) return bad_type();
+      if (mods.count("and")) inst.mode2 = 1;
+      if (mods.count("or")) inst.mode2 = 2;
+      if (mods.count("xor")) inst.mode2 = 3;
       GPUPOOL_DST(0);
-      if (!ops[0].pair.empty())
-        inst.d[1] = RegisterSlot(frame, ops[0].pair);
+      if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
       GPUPOOL_SRC(a, 1, type);
       GPUPOOL_SRC(b, 2, type);
       if (op == "setp") {
         if (ops.size() >= 4) {
           GPUPOOL_SRC(c, 3, kPred);
-          if (ops[3].negated)
-            inst.flags |= kFlagSigned;
+          if (ops[3].negated) inst.flags |= kFlagSigned;
         }
         inst.run = ByType<WSetp>(type);
       } else {
@@ -2791,8 +2478,7 @@ private:
         inst.mode2 = dst == kF32 ? 1 : 0;
         inst.run = ByType<WSet>(type);
       }
-      if (inst.run == nullptr)
-        return bad_type();
+      if (inst.run == nullptr) return bad_type();
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -2823,11 +2509,10 @@ private:
       GPUPOOL_RETURN_IF_ERROR(need(2));
       GPUPOOL_DST(0);
       GPUPOOL_SRC(a, 1, type);
-      static const char *kClasses[] = {"finite",     "infinite", "number",
+      static const char* kClasses[] = {"finite",     "infinite", "number",
                                        "notanumber", "normal",   "subnormal"};
       for (int i = 0; i < 6; ++i) {
-        if (mods.count(kClasses[i]))
-          inst.mode = static_cast<uint8_t>(i);
+        if (mods.count(kClasses[i])) inst.mode = static_cast<uint8_t>(i);
       }
       inst.width = static_cast<uint8_t>(TySize(type));
       inst.run = &HTestp;
@@ -2839,15 +2524,11 @@ private:
     if (op == "shfl") {
       GPUPOOL_RETURN_IF_ERROR(need(4));
       GPUPOOL_DST(0);
-      if (!ops[0].pair.empty())
-        inst.d[1] = RegisterSlot(frame, ops[0].pair);
+      if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
       GPUPOOL_SRC(a, 1, kU32);
       GPUPOOL_SRC(b, 2, kU32);
       GPUPOOL_SRC(c, 3, kU32);
-      inst.mode = mods.count("up")     ? 0
-                  : mods.count("down") ? 1
-                  : mods.count("bfly") ? 2
-                                       : 3;
+      inst.mode = mods.count("up") ? 0 : mods.count("down") ? 1 : mods.count("bfly") ? 2 : 3;
       inst.run = &HShfl;
       k_->code.push_back(inst);
       return Status::OK();
@@ -2856,12 +2537,8 @@ private:
       GPUPOOL_RETURN_IF_ERROR(need(2));
       GPUPOOL_DST(0);
       GPUPOOL_SRC(a, 1, kPred);
-      if (ops[1].negated)
-        inst.flags |= kFlagSigned;
-      inst.mode = mods.count("all")   ? 0
-                  : mods.count("any") ? 1
-                  : mods.count("uni") ? 2
-                                      : 3;
+      if (ops[1].negated) inst.flags |= kFlagSigned;
+      inst.mode = mods.count("all") ? 0 : mods.count("any") ? 1 : mods.count("uni") ? 2 : 3;
       inst.run = &HVote;
       k_->code.push_back(inst);
       return Status::OK();
@@ -2869,8 +2546,7 @@ private:
     if (op == "match") {
       GPUPOOL_RETURN_IF_ERROR(need(2));
       GPUPOOL_DST(0);
-      if (!ops[0].pair.empty())
-        inst.d[1] = RegisterSlot(frame, ops[0].pair);
+      if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
       GPUPOOL_SRC(a, 1, type);
       inst.mode = mods.count("all") ? 1 : 0;
       inst.width = static_cast<uint8_t>(TySize(type));
@@ -2889,9 +2565,7 @@ private:
     // Arithmetic and logic.
     bool is_float = TyFloat(type);
     if (type == kF16) {
-      Unsupported("half-precision arithmetic ('" + s.opcode +
-                      "') is not supported yet",
-                  s.line);
+      Unsupported("half-precision arithmetic ('" + s.opcode + "') is not supported yet", s.line);
       inst.run = &HNop;
       inst.flow = Flow::kTrap;
       k_->code.push_back(inst);
@@ -2904,13 +2578,10 @@ private:
       if (carry) {
         handler = ByIntType<WCarry>(type);
         inst.mode = (op == "sub" || op == "subc") ? 1 : 0;
-        if (op == "addc" || op == "subc")
-          inst.flags |= kFlagCarryIn;
-        if (mods.count("cc"))
-          inst.flags |= kFlagCarryOut;
+        if (op == "addc" || op == "subc") inst.flags |= kFlagCarryIn;
+        if (mods.count("cc")) inst.flags |= kFlagCarryOut;
       } else if (mods.count("sat") && type == kS32) {
-        handler = op == "add" ? &HBinary<int32_t, kAddSat>
-                              : &HBinary<int32_t, kSubSat>;
+        handler = op == "add" ? &HBinary<int32_t, kAddSat> : &HBinary<int32_t, kSubSat>;
         inst.flags &= static_cast<uint8_t>(~kFlagSat);
       } else {
         handler = op == "add" ? ByType<WAdd>(type) : ByType<WSub>(type);
@@ -2923,8 +2594,7 @@ private:
       else
         handler = ByType<WMul>(type);
     } else if (op == "mul24") {
-      handler = mods.count("hi") ? ByIntType<WMul24Hi>(type)
-                                 : ByIntType<WMul24>(type);
+      handler = mods.count("hi") ? ByIntType<WMul24Hi>(type) : ByIntType<WMul24>(type);
     } else if (op == "mad24") {
       handler = ByIntType<WMad24>(type);
       inst.mode = mods.count("hi") ? 1 : 0;
@@ -2936,10 +2606,8 @@ private:
       } else if (op == "madc" || mods.count("cc")) {
         handler = ByIntType<WCarry>(type);
         inst.mode = mods.count("hi") ? 3 : 2;
-        if (op == "madc")
-          inst.flags |= kFlagCarryIn;
-        if (mods.count("cc"))
-          inst.flags |= kFlagCarryOut;
+        if (op == "madc") inst.flags |= kFlagCarryIn;
+        if (mods.count("cc")) inst.flags |= kFlagCarryOut;
       } else if (mods.count("wide")) {
         handler = ByIntType<WMulWide>(type);
       } else if (mods.count("hi")) {
@@ -2979,11 +2647,9 @@ private:
     } else if (op == "prmt") {
       handler = &HPrmt;
       arity = 3;
-      static const char *kModes[] = {"",    "f4e", "b4e", "rc8",
-                                     "ecl", "ecr", "rc16"};
+      static const char* kModes[] = {"", "f4e", "b4e", "rc8", "ecl", "ecr", "rc16"};
       for (int i = 1; i < 7; ++i) {
-        if (mods.count(kModes[i]))
-          inst.mode = static_cast<uint8_t>(i);
+        if (mods.count(kModes[i])) inst.mode = static_cast<uint8_t>(i);
       }
     } else if (op == "shf") {
       handler = &HShf;
@@ -3000,8 +2666,7 @@ private:
       else if (op == "abs")
         handler = ByType<WAbs>(type);
       else if (op == "not")
-        handler =
-            type == kPred ? &WNotPred<uint8_t>::run : ByIntType<WNot>(type);
+        handler = type == kPred ? &WNotPred<uint8_t>::run : ByIntType<WNot>(type);
       else if (op == "cnot")
         handler = ByIntType<WCnot>(type);
       else if (op == "popc")
@@ -3011,8 +2676,7 @@ private:
       else if (op == "brev")
         handler = ByIntType<WBrev>(type);
       else if (op == "bfind")
-        handler = mods.count("shiftamt") ? ByIntType<WBfindShift>(type)
-                                         : ByIntType<WBfind>(type);
+        handler = mods.count("shiftamt") ? ByIntType<WBfindShift>(type) : ByIntType<WBfind>(type);
       else if (op == "sqrt" && is_float)
         handler = ByType<WSqrt>(type);
       else if (op == "rsqrt" && is_float)
@@ -3030,40 +2694,32 @@ private:
       else if (op == "tanh" && is_float)
         handler = ByType<WTanh>(type);
       else {
-        Unsupported("instruction '" + s.opcode +
-                        "' is not supported by the sim GPU",
-                    s.line);
+        Unsupported("instruction '" + s.opcode + "' is not supported by the sim GPU", s.line);
         inst.run = &HNop;
         inst.flow = Flow::kTrap;
         k_->code.push_back(inst);
         return Status::OK();
       }
     }
-    if (handler == nullptr)
-      return bad_type();
+    if (handler == nullptr) return bad_type();
     GPUPOOL_RETURN_IF_ERROR(need(static_cast<size_t>(arity) + 1));
     GPUPOOL_DST(0);
-    if (!ops[0].pair.empty())
-      inst.d[1] = RegisterSlot(frame, ops[0].pair);
+    if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
     // Shift amounts and bit positions are .u32 whatever the data type.
-    bool u32_b = op == "shl" || op == "shr" || op == "bfe" || op == "prmt" ||
-                 op == "shf";
+    bool u32_b = op == "shl" || op == "shr" || op == "bfe" || op == "prmt" || op == "shf";
     Ty narrow = (mods.count("wide") && !is_float) ? type : type;
     GPUPOOL_SRC(a, 1, narrow);
-    if (arity >= 2)
-      GPUPOOL_SRC(b, 2, u32_b && op != "prmt" && op != "shf" ? kU32 : type);
+    if (arity >= 2) GPUPOOL_SRC(b, 2, u32_b && op != "prmt" && op != "shf" ? kU32 : type);
     if (arity >= 3) {
       Ty third = type;
-      if (op == "bfe" || op == "prmt" || op == "shf")
-        third = kU32;
+      if (op == "bfe" || op == "prmt" || op == "shf") third = kU32;
       if (op == "mad" && mods.count("wide")) {
         // mad.wide: the addend is twice as wide.
         third = type == kS32 ? kS64 : kU64;
       }
       GPUPOOL_SRC(c, 3, third);
     }
-    if (arity >= 4)
-      GPUPOOL_SRC(e, 4, op == "bfi" ? kU32 : type);
+    if (arity >= 4) GPUPOOL_SRC(e, 4, op == "bfi" ? kU32 : type);
     if (op == "bfi") {
       GPUPOOL_SRC(c, 3, kU32);
     }
@@ -3074,9 +2730,9 @@ private:
 #undef GPUPOOL_DST
   }
 
-  const ParsedModule &module_;
-  const std::map<std::string, uint64_t> &addresses_;
-  DecodedKernel *k_;
+  const ParsedModule& module_;
+  const std::map<std::string, uint64_t>& addresses_;
+  DecodedKernel* k_;
   int32_t next_slot_ = 0;
   int32_t zero_slot_ = -1;
   std::map<uint64_t, int32_t> constants_;
@@ -3096,17 +2752,14 @@ private:
 // ---- Scheduling
 // ---------------------------------------------------------------------------
 
-void Materialize(Warp &w) {
-  if (!w.uniform)
-    return;
-  for (int l = 0; l < 32; ++l)
-    w.lane_pc[l] = w.pc;
+void Materialize(Warp& w) {
+  if (!w.uniform) return;
+  for (int l = 0; l < 32; ++l) w.lane_pc[l] = w.pc;
   w.uniform = false;
 }
 
-void MoveLanes(Warp &w, uint32_t lanes, int32_t target) {
-  if (lanes == 0)
-    return;
+void MoveLanes(Warp& w, uint32_t lanes, int32_t target) {
+  if (lanes == 0) return;
   if (w.uniform && lanes == w.live) {
     w.pc = target;
     return;
@@ -3115,9 +2768,8 @@ void MoveLanes(Warp &w, uint32_t lanes, int32_t target) {
   ForLanes(lanes, [&](int l) { w.lane_pc[l] = target; });
 }
 
-void TryReconverge(Warp &w) {
-  if (w.uniform || w.live == 0)
-    return;
+void TryReconverge(Warp& w) {
+  if (w.uniform || w.live == 0) return;
   int first = std::countr_zero(w.live);
   int32_t pc = w.lane_pc[first];
   bool same = true;
@@ -3128,11 +2780,10 @@ void TryReconverge(Warp &w) {
   }
 }
 
-void ReleaseBarrier(Warp &w) {
+void ReleaseBarrier(Warp& w) {
   uint32_t waiting = w.waiting;
   w.waiting = 0;
-  if (waiting == 0)
-    return;
+  if (waiting == 0) return;
   if (w.uniform && waiting == w.live) {
     ++w.pc;
     return;
@@ -3144,12 +2795,11 @@ void ReleaseBarrier(Warp &w) {
 
 // Runs `w` until every live lane waits at a barrier, all exited, the slice is
 // used up, or the launch failed.
-void RunWarp(Warp &w, const Inst *code) {
-  LaunchState &launch = *w.launch;
+void RunWarp(Warp& w, const Inst* code) {
+  LaunchState& launch = *w.launch;
   for (uint64_t step = 0; step < kWarpSlice; ++step) {
     uint32_t ready = w.live & ~w.waiting;
-    if (ready == 0 || launch.error != kSuccess)
-      return;
+    if (ready == 0 || launch.error != kSuccess) return;
     int32_t pc;
     uint32_t mask;
     if (w.uniform) {
@@ -3159,169 +2809,88 @@ void RunWarp(Warp &w, const Inst *code) {
       pc = std::numeric_limits<int32_t>::max();
       ForLanes(ready, [&](int l) { pc = std::min(pc, w.lane_pc[l]); });
       mask = 0;
-      ForLanes(ready, [&](int l) {
-        mask |= static_cast<uint32_t>(w.lane_pc[l] == pc) << l;
-      });
+      ForLanes(ready, [&](int l) { mask |= static_cast<uint32_t>(w.lane_pc[l] == pc) << l; });
     }
-    const Inst &in = code[pc];
+    const Inst& in = code[pc];
     uint32_t exec = mask;
     if (in.guard >= 0) {
-      const uint64_t *g = w.R(in.guard);
+      const uint64_t* g = w.R(in.guard);
       uint32_t bits = 0;
-      ForLanes(mask,
-               [&](int l) { bits |= static_cast<uint32_t>(g[l] & 1) << l; });
+      ForLanes(mask, [&](int l) { bits |= static_cast<uint32_t>(g[l] & 1) << l; });
       exec = in.guard_negated ? (mask & ~bits) : bits;
     }
     ++launch.clock;
+    launch.thread_instructions += static_cast<uint64_t>(std::popcount(exec));
     switch (in.flow) {
-    case Flow::kNext:
-      if (exec)
-        in.run(w, in, exec);
-      MoveLanes(w, mask, pc + 1);
-      break;
-    case Flow::kBranch:
-      if (exec == mask) {
-        MoveLanes(w, mask, in.target);
-      } else {
-        MoveLanes(w, exec, in.target);
+      case Flow::kNext:
+        if (exec) in.run(w, in, exec);
+        MoveLanes(w, mask, pc + 1);
+        break;
+      case Flow::kBranch:
+        if (exec == mask) {
+          MoveLanes(w, mask, in.target);
+        } else {
+          MoveLanes(w, exec, in.target);
+          MoveLanes(w, mask & ~exec, pc + 1);
+        }
+        break;
+      case Flow::kExit:
+        w.live &= ~exec;
         MoveLanes(w, mask & ~exec, pc + 1);
-      }
-      break;
-    case Flow::kExit:
-      w.live &= ~exec;
-      MoveLanes(w, mask & ~exec, pc + 1);
-      break;
-    case Flow::kBarrier:
-      w.waiting |= exec;
-      MoveLanes(w, mask & ~exec, pc + 1);
-      break;
-    case Flow::kTrap:
-      if (exec) {
-        launch.error = kLaunchFailed;
-        launch.detail = "trap";
-        return;
-      }
-      MoveLanes(w, mask, pc + 1);
-      break;
-    case Flow::kAssert:
-      if (exec) {
-        in.run(w, in, exec);
-        launch.error = kAssertFailed;
-        launch.detail = "device assertion failed";
-        return;
-      }
-      MoveLanes(w, mask, pc + 1);
-      break;
+        break;
+      case Flow::kBarrier:
+        w.waiting |= exec;
+        MoveLanes(w, mask & ~exec, pc + 1);
+        break;
+      case Flow::kTrap:
+        if (exec) {
+          launch.error = kLaunchFailed;
+          launch.detail = "trap";
+          return;
+        }
+        MoveLanes(w, mask, pc + 1);
+        break;
+      case Flow::kAssert:
+        if (exec) {
+          in.run(w, in, exec);
+          launch.error = kAssertFailed;
+          launch.detail = "device assertion failed";
+          return;
+        }
+        MoveLanes(w, mask, pc + 1);
+        break;
     }
-    if (!w.uniform)
-      TryReconverge(w);
+    if (!w.uniform) TryReconverge(w);
   }
 }
 
-} // namespace
-
-// ---- Public API
-// ---------------------------------------------------------------------------
-
-PtxModule::~PtxModule() = default;
-
-Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text) {
-  auto parsed = ParsePtxText(text);
-  if (!parsed.ok())
-    return parsed.status();
-  std::unique_ptr<PtxModule> module(new PtxModule());
-  module->parsed_ = std::move(*parsed);
-  return module;
-}
-
-const std::vector<ModuleVariable> &PtxModule::variables() const {
-  return parsed_->variables;
-}
-
-bool PtxModule::HasKernel(const std::string &name) const {
-  auto found = parsed_->functions.find(name);
-  return found != parsed_->functions.end() && found->second.is_entry &&
-         found->second.has_body;
-}
-
-std::vector<std::string> PtxModule::KernelNames() const {
-  std::vector<std::string> names;
-  for (const auto &[name, function] : parsed_->functions) {
-    if (function.is_entry && function.has_body)
-      names.push_back(name);
-  }
-  return names;
-}
-
-Result<const DecodedKernel *>
-PtxModule::Decode(const std::string &name,
-                  const std::map<std::string, uint64_t> &addresses) {
-  if (auto done = decoded_.find(name); done != decoded_.end())
-    return done->second.get();
-  if (auto failed = failed_.find(name); failed != failed_.end())
-    return failed->second;
-  if (!HasKernel(name))
-    return Status::NotFound("no kernel " + name + " in the PTX");
-  auto kernel = std::make_unique<DecodedKernel>();
-  Decoder decoder(*parsed_, addresses, kernel.get());
-  Status status = decoder.Run(parsed_->functions.at(name));
-  if (!status.ok()) {
-    failed_[name] = status;
-    return status;
-  }
-  const DecodedKernel *result = kernel.get();
-  decoded_[name] = std::move(kernel);
-  return result;
-}
-
-uint32_t KernelParamSize(const DecodedKernel &kernel) {
-  return kernel.param_size;
-}
-
-int32_t RunKernel(const DecodedKernel &kernel, const LaunchSpec &spec) {
-  if (!kernel.unsupported.empty()) {
-    if (spec.error_detail)
-      *spec.error_detail = kernel.unsupported;
-    return kNotSupported;
-  }
-  if (spec.param_size < kernel.param_size) {
-    if (spec.error_detail)
-      *spec.error_detail =
-          "parameter buffer smaller than the kernel's parameters";
-    return kInvalidValue;
-  }
+// Runs CTAs first, first + stride, ... of the launch into *state (one worker thread).
+void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first, uint64_t stride,
+             std::atomic<bool>* stop, LaunchState* state) {
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
-  if (threads == 0 || threads > 1024)
-    return kInvalidValue;
   const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
-  if (shared_size > 228 * 1024)
-    return kOutOfResources;
   const uint32_t warps = (threads + 31) / 32;
 
-  LaunchState launch;
+  LaunchState& launch = *state;
   launch.kernel = &kernel;
   launch.spec = &spec;
   std::vector<uint8_t> shared(shared_size + 16);
   launch.shared = shared.data();
   launch.shared_size = shared_size;
-  std::vector<uint8_t> local(
-      static_cast<size_t>(kernel.local_size) * warps * 32 + 16);
+  std::vector<uint8_t> local(static_cast<size_t>(kernel.local_size) * warps * 32 + 16);
   launch.local = local.data();
 
-  std::vector<uint64_t> registers(static_cast<size_t>(kernel.slot_count) * 32 *
-                                  warps);
+  std::vector<uint64_t> registers(static_cast<size_t>(kernel.slot_count) * 32 * warps);
   std::vector<Warp> warp(warps);
   for (uint32_t i = 0; i < warps; ++i) {
-    Warp &w = warp[i];
+    Warp& w = warp[i];
     w.regs = registers.data() + static_cast<size_t>(kernel.slot_count) * 32 * i;
     w.launch = &launch;
     w.index = i;
     auto fill = [&](int32_t slot, uint64_t value) {
-      if (slot >= 0)
-        std::fill_n(w.R(slot), 32, value);
+      if (slot >= 0) std::fill_n(w.R(slot), 32, value);
     };
-    for (const auto &[slot, value] : kernel.constants)
-      fill(slot, value);
+    for (const auto& [slot, value] : kernel.constants) fill(slot, value);
     for (int axis = 0; axis < 3; ++axis) {
       fill(kernel.ntid[axis], spec.block[axis]);
       fill(kernel.nctaid[axis], spec.grid[axis]);
@@ -3332,81 +2901,152 @@ int32_t RunKernel(const DecodedKernel &kernel, const LaunchSpec &spec) {
     fill(kernel.gridid, 1);
     for (int l = 0; l < 32; ++l) {
       uint32_t t = i * 32 + l;
-      uint32_t coords[3] = {t % spec.block[0],
-                            (t / spec.block[0]) % spec.block[1],
+      uint32_t coords[3] = {t % spec.block[0], (t / spec.block[0]) % spec.block[1],
                             t / (spec.block[0] * spec.block[1])};
       for (int axis = 0; axis < 3; ++axis) {
-        if (kernel.tid[axis] >= 0)
-          w.R(kernel.tid[axis])[l] = coords[axis];
+        if (kernel.tid[axis] >= 0) w.R(kernel.tid[axis])[l] = coords[axis];
       }
-      if (kernel.laneid >= 0)
-        w.R(kernel.laneid)[l] = l;
+      if (kernel.laneid >= 0) w.R(kernel.laneid)[l] = l;
       uint32_t bit = 1u << l;
-      if (kernel.lanemask_eq >= 0)
-        w.R(kernel.lanemask_eq)[l] = bit;
-      if (kernel.lanemask_lt >= 0)
-        w.R(kernel.lanemask_lt)[l] = bit - 1;
-      if (kernel.lanemask_le >= 0)
-        w.R(kernel.lanemask_le)[l] = (bit - 1) | bit;
-      if (kernel.lanemask_gt >= 0)
-        w.R(kernel.lanemask_gt)[l] = ~((bit - 1) | bit);
-      if (kernel.lanemask_ge >= 0)
-        w.R(kernel.lanemask_ge)[l] = ~(bit - 1);
+      if (kernel.lanemask_eq >= 0) w.R(kernel.lanemask_eq)[l] = bit;
+      if (kernel.lanemask_lt >= 0) w.R(kernel.lanemask_lt)[l] = bit - 1;
+      if (kernel.lanemask_le >= 0) w.R(kernel.lanemask_le)[l] = (bit - 1) | bit;
+      if (kernel.lanemask_gt >= 0) w.R(kernel.lanemask_gt)[l] = ~((bit - 1) | bit);
+      if (kernel.lanemask_ge >= 0) w.R(kernel.lanemask_ge)[l] = ~(bit - 1);
     }
-    if (kernel.carry_slot >= 0)
-      fill(kernel.carry_slot, 0);
+    if (kernel.carry_slot >= 0) fill(kernel.carry_slot, 0);
   }
-  const Inst *code = kernel.code.data();
+  const Inst* code = kernel.code.data();
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
-  for (uint64_t cta = 0; cta < ctas; ++cta) {
+  for (uint64_t cta = first; cta < ctas; cta += stride) {
+    if (stop->load(std::memory_order_relaxed)) break;
     launch.ctaid[0] = static_cast<uint32_t>(cta % spec.grid[0]);
-    launch.ctaid[1] =
-        static_cast<uint32_t>((cta / spec.grid[0]) % spec.grid[1]);
-    launch.ctaid[2] =
-        static_cast<uint32_t>(cta / (uint64_t{spec.grid[0]} * spec.grid[1]));
+    launch.ctaid[1] = static_cast<uint32_t>((cta / spec.grid[0]) % spec.grid[1]);
+    launch.ctaid[2] = static_cast<uint32_t>(cta / (uint64_t{spec.grid[0]} * spec.grid[1]));
     launch.cta_linear = static_cast<uint32_t>(cta);
-    if (shared_size)
-      std::memset(launch.shared, 0, shared_size);
+    if (shared_size) std::memset(launch.shared, 0, shared_size);
     for (uint32_t i = 0; i < warps; ++i) {
-      Warp &w = warp[i];
+      Warp& w = warp[i];
       uint32_t lanes = std::min<uint32_t>(32, threads - i * 32);
       w.live = lanes == 32 ? kFullMask : ((1u << lanes) - 1);
       w.waiting = 0;
       w.uniform = true;
       w.pc = 0;
       for (int axis = 0; axis < 3; ++axis) {
-        if (kernel.ctaid[axis] >= 0)
-          std::fill_n(w.R(kernel.ctaid[axis]), 32, launch.ctaid[axis]);
+        if (kernel.ctaid[axis] >= 0) std::fill_n(w.R(kernel.ctaid[axis]), 32, launch.ctaid[axis]);
       }
-      if (kernel.smid >= 0)
-        std::fill_n(w.R(kernel.smid), 32, cta % spec.sm_count);
+      if (kernel.smid >= 0) std::fill_n(w.R(kernel.smid), 32, cta % spec.sm_count);
     }
     while (true) {
       bool any_live = false;
       bool any_ready = false;
-      for (Warp &w : warp) {
-        if (w.live & ~w.waiting)
-          RunWarp(w, code);
-        if (launch.error != kSuccess)
-          break;
+      for (Warp& w : warp) {
+        if (w.live & ~w.waiting) RunWarp(w, code);
+        if (launch.error != kSuccess) break;
         any_live |= w.live != 0;
         any_ready |= (w.live & ~w.waiting) != 0;
       }
-      if (launch.error != kSuccess)
-        break;
-      if (!any_live)
-        break;
+      if (launch.error != kSuccess) break;
+      if (!any_live) break;
       if (!any_ready) {
-        for (Warp &w : warp)
-          ReleaseBarrier(w);
+        for (Warp& w : warp) ReleaseBarrier(w);
       }
     }
-    if (launch.error != kSuccess)
+    if (launch.error != kSuccess) {
+      stop->store(true);
       break;
+    }
   }
-  if (launch.error != kSuccess && spec.error_detail)
-    *spec.error_detail = launch.detail;
-  return launch.error;
 }
 
-} // namespace gpupool::sim
+}  // namespace
+
+// ---- Public API
+// ---------------------------------------------------------------------------
+
+PtxModule::~PtxModule() = default;
+
+Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text) {
+  auto parsed = ParsePtxText(text);
+  if (!parsed.ok()) return parsed.status();
+  std::unique_ptr<PtxModule> module(new PtxModule());
+  module->parsed_ = std::move(*parsed);
+  return module;
+}
+
+const std::vector<ModuleVariable>& PtxModule::variables() const { return parsed_->variables; }
+
+bool PtxModule::HasKernel(const std::string& name) const {
+  auto found = parsed_->functions.find(name);
+  return found != parsed_->functions.end() && found->second.is_entry && found->second.has_body;
+}
+
+std::vector<std::string> PtxModule::KernelNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, function] : parsed_->functions) {
+    if (function.is_entry && function.has_body) names.push_back(name);
+  }
+  return names;
+}
+
+Result<const DecodedKernel*> PtxModule::Decode(const std::string& name,
+                                               const std::map<std::string, uint64_t>& addresses) {
+  if (auto done = decoded_.find(name); done != decoded_.end()) return done->second.get();
+  if (auto failed = failed_.find(name); failed != failed_.end()) return failed->second;
+  if (!HasKernel(name)) return Status::NotFound("no kernel " + name + " in the PTX");
+  auto kernel = std::make_unique<DecodedKernel>();
+  Decoder decoder(*parsed_, addresses, kernel.get());
+  Status status = decoder.Run(parsed_->functions.at(name));
+  if (!status.ok()) {
+    failed_[name] = status;
+    return status;
+  }
+  const DecodedKernel* result = kernel.get();
+  decoded_[name] = std::move(kernel);
+  return result;
+}
+
+uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size; }
+
+int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
+  if (!kernel.unsupported.empty()) {
+    if (spec.error_detail) *spec.error_detail = kernel.unsupported;
+    return kNotSupported;
+  }
+  if (spec.param_size < kernel.param_size) {
+    if (spec.error_detail)
+      *spec.error_detail = "parameter buffer smaller than the kernel's parameters";
+    return kInvalidValue;
+  }
+  const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
+  if (threads == 0 || threads > 1024) return kInvalidValue;
+  const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
+  if (shared_size > 228 * 1024) return kOutOfResources;
+  const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
+  // CTAs are independent: two workers take every other one when there are enough.
+  const uint32_t workers =
+      ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
+  std::atomic<bool> stop{false};
+  std::vector<LaunchState> states(workers);
+  auto work = [&](uint32_t worker) {
+    RunCtas(kernel, spec, worker, workers, &stop, &states[worker]);
+  };
+  std::vector<std::thread> threads_of_workers;
+  for (uint32_t worker = 1; worker < workers; ++worker) threads_of_workers.emplace_back(work, worker);
+  work(0);
+  for (std::thread& thread : threads_of_workers) thread.join();
+  int32_t error = kSuccess;
+  uint64_t first_failed_cta = UINT64_MAX;
+  for (LaunchState& state : states) {
+    if (spec.printf_out != nullptr) *spec.printf_out += state.printf;
+    if (spec.thread_instructions) *spec.thread_instructions += state.thread_instructions;
+    if (state.error != kSuccess && state.cta_linear < first_failed_cta) {
+      first_failed_cta = state.cta_linear;
+      error = state.error;
+      if (spec.error_detail) *spec.error_detail = state.detail;
+    }
+  }
+  return error;
+}
+
+}  // namespace gpupool::sim

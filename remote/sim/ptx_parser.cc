@@ -17,8 +17,8 @@ struct Token {
 };
 
 bool IsWordChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' ||
-         c == '%' || c == '.';
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' ||
+         c == '.';
 }
 
 // Splits PTX into tokens; drops comments and the debug directives that have no
@@ -41,22 +41,19 @@ std::vector<Token> Tokenize(std::string_view text) {
       continue;
     }
     if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
-      while (i < text.size() && text[i] != '\n')
-        ++i;
+      while (i < text.size() && text[i] != '\n') ++i;
       continue;
     }
     if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
       size_t end = text.find("*/", i + 2);
-      for (size_t k = i; k < std::min(end, text.size()); ++k)
-        line += text[k] == '\n';
+      for (size_t k = i; k < std::min(end, text.size()); ++k) line += text[k] == '\n';
       i = end == std::string_view::npos ? text.size() : end + 2;
       continue;
     }
     if (line_start && c == '.' &&
         (text.substr(i, 5) == ".loc " || text.substr(i, 5) == ".loc\t" ||
          text.substr(i, 6) == ".file " || text.substr(i, 6) == ".file\t")) {
-      while (i < text.size() && text[i] != '\n')
-        ++i;
+      while (i < text.size() && text[i] != '\n') ++i;
       continue;
     }
     line_start = false;
@@ -64,20 +61,17 @@ std::vector<Token> Tokenize(std::string_view text) {
     token.line = line;
     if (c == '"') {
       size_t end = i + 1;
-      while (end < text.size() && text[end] != '"')
-        end += text[end] == '\\' ? 2 : 1;
+      while (end < text.size() && text[end] != '"') end += text[end] == '\\' ? 2 : 1;
       token.kind = Token::kString;
       token.text = std::string(text.substr(i + 1, end - i - 1));
       i = std::min(end + 1, text.size());
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t end = i;
       while (end < text.size() &&
-             (std::isalnum(static_cast<unsigned char>(text[end])) ||
-              text[end] == '.' ||
+             (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '.' ||
               ((text[end] == '+' || text[end] == '-') && end > i &&
-               (text[end - 1] == 'e' || text[end - 1] == 'E') &&
-               text[i + 1] != 'x' && text[i + 1] != 'X' && text[i + 1] != 'f' &&
-               text[i + 1] != 'd'))) {
+               (text[end - 1] == 'e' || text[end - 1] == 'E') && text[i + 1] != 'x' &&
+               text[i + 1] != 'X' && text[i + 1] != 'f' && text[i + 1] != 'd'))) {
         ++end;
       }
       token.kind = Token::kNumber;
@@ -85,8 +79,7 @@ std::vector<Token> Tokenize(std::string_view text) {
       i = end;
     } else if (IsWordChar(c)) {
       size_t end = i;
-      while (end < text.size() && IsWordChar(text[end]))
-        ++end;
+      while (end < text.size() && IsWordChar(text[end])) ++end;
       token.kind = Token::kWord;
       token.text = std::string(text.substr(i, end - i));
       i = end;
@@ -103,40 +96,31 @@ std::vector<Token> Tokenize(std::string_view text) {
   return tokens;
 }
 
-uint64_t TypeSize(const std::string &type) {
-  if (type == ".pred")
-    return 1;
-  if (type.size() < 3)
-    return 0;
+uint64_t TypeSize(const std::string& type) {
+  if (type == ".pred") return 1;
+  if (type.size() < 3) return 0;
   std::string bits = type.substr(2);
-  if (type == ".f16x2" || type == ".bf16x2")
-    return 4;
-  if (bits == "8")
-    return 1;
-  if (bits == "16")
-    return 2;
-  if (bits == "32")
-    return 4;
-  if (bits == "64")
-    return 8;
-  if (type == ".bf16")
-    return 2;
+  if (type == ".f16x2" || type == ".bf16x2") return 4;
+  if (bits == "8") return 1;
+  if (bits == "16") return 2;
+  if (bits == "32") return 4;
+  if (bits == "64") return 8;
+  if (type == ".bf16") return 2;
   return 0;
 }
 
-bool IsTypeName(const std::string &word) {
+bool IsTypeName(const std::string& word) {
   static const std::set<std::string> kTypes = {
-      ".b8",  ".b16", ".b32",  ".b64",  ".u8",     ".u16", ".u32",
-      ".u64", ".s8",  ".s16",  ".s32",  ".s64",    ".f16", ".f16x2",
-      ".f32", ".f64", ".pred", ".bf16", ".bf16x2", ".b128"};
+      ".b8",  ".b16", ".b32", ".b64",   ".u8",  ".u16", ".u32",  ".u64",  ".s8",     ".s16",
+      ".s32", ".s64", ".f16", ".f16x2", ".f32", ".f64", ".pred", ".bf16", ".bf16x2", ".b128"};
   return kTypes.count(word) > 0;
 }
 
 class Parser {
-public:
+ public:
   explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
 
-  Status Run(ParsedModule *module) {
+  Status Run(ParsedModule* module) {
     module_ = module;
     while (Peek().kind != Token::kEnd) {
       GPUPOOL_RETURN_IF_ERROR(TopLevel());
@@ -144,72 +128,60 @@ public:
     return Status::OK();
   }
 
-private:
-  const Token &Peek(size_t ahead = 0) const {
+ private:
+  const Token& Peek(size_t ahead = 0) const {
     return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
   }
   Token Next() {
     Token token = Peek();
-    if (pos_ < tokens_.size() - 1)
-      ++pos_;
+    if (pos_ < tokens_.size() - 1) ++pos_;
     return token;
   }
-  bool Accept(const char *text) {
-    if (Peek().kind != Token::kEnd && Peek().kind != Token::kString &&
-        Peek().text == text) {
+  bool Accept(const char* text) {
+    if (Peek().kind != Token::kEnd && Peek().kind != Token::kString && Peek().text == text) {
       ++pos_;
       return true;
     }
     return false;
   }
-  Status Error(const std::string &what) const {
-    return Status::InvalidArgument("PTX line " + std::to_string(Peek().line) +
-                                   ": " + what + " (at '" + Peek().text + "')");
+  Status Error(const std::string& what) const {
+    return Status::InvalidArgument("PTX line " + std::to_string(Peek().line) + ": " + what +
+                                   " (at '" + Peek().text + "')");
   }
-  Status Expect(const char *text) {
-    if (!Accept(text))
-      return Error(std::string("expected '") + text + "'");
+  Status Expect(const char* text) {
+    if (!Accept(text)) return Error(std::string("expected '") + text + "'");
     return Status::OK();
   }
   void SkipStatement() {
     int depth = 0;
     while (Peek().kind != Token::kEnd) {
       Token token = Next();
-      if (token.kind != Token::kPunct)
-        continue;
-      if (token.text == "{")
-        ++depth;
-      if (token.text == "}" && --depth <= 0 && depth == 0)
-        return;
-      if (token.text == ";" && depth == 0)
-        return;
+      if (token.kind != Token::kPunct) continue;
+      if (token.text == "{") ++depth;
+      if (token.text == "}" && --depth <= 0 && depth == 0) return;
+      if (token.text == ";" && depth == 0) return;
     }
   }
 
   Result<uint64_t> Integer() {
     bool negative = Accept("-");
     Token token = Next();
-    if (token.kind != Token::kNumber)
-      return Error("expected a number");
+    if (token.kind != Token::kNumber) return Error("expected a number");
     uint64_t value = 0;
-    if (!ParseInteger(token.text, &value))
-      return Error("bad number " + token.text);
+    if (!ParseInteger(token.text, &value)) return Error("bad number " + token.text);
     return negative ? uint64_t{0} - value : value;
   }
 
-  static bool ParseInteger(std::string text, uint64_t *value) {
-    if (!text.empty() && (text.back() == 'U' || text.back() == 'u'))
-      text.pop_back();
+  static bool ParseInteger(std::string text, uint64_t* value) {
+    if (!text.empty() && (text.back() == 'U' || text.back() == 'u')) text.pop_back();
     errno = 0;
-    char *end = nullptr;
+    char* end = nullptr;
     int base = 10;
-    const char *start = text.c_str();
-    if (text.size() > 2 && text[0] == '0' &&
-        (text[1] == 'x' || text[1] == 'X')) {
+    const char* start = text.c_str();
+    if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
       base = 16;
       start += 2;
-    } else if (text.size() > 2 && text[0] == '0' &&
-               (text[1] == 'b' || text[1] == 'B')) {
+    } else if (text.size() > 2 && text[0] == '0' && (text[1] == 'b' || text[1] == 'B')) {
       base = 2;
       start += 2;
     } else if (text.size() > 1 && text[0] == '0') {
@@ -229,8 +201,8 @@ private:
     bool is_array = false;
     bool unsized = false;
     int vector = 1;
-    std::vector<std::string> names; // "a, b, c" lists of .reg
-    uint64_t range = 0;             // %r<N>
+    std::vector<std::string> names;  // "a, b, c" lists of .reg
+    uint64_t range = 0;              // %r<N>
   };
 
   Result<Declaration> ParseDeclaration() {
@@ -239,31 +211,27 @@ private:
       std::string word = Next().text;
       if (word == ".align") {
         auto value = Integer();
-        if (!value.ok())
-          return value.status();
+        if (!value.ok()) return value.status();
         decl.align = static_cast<uint32_t>(*value);
       } else if (word == ".v2" || word == ".v4" || word == ".v8") {
         decl.vector = word[2] - '0';
       } else if (IsTypeName(word)) {
         decl.type = word;
-      } else if (word == ".texref" || word == ".surfref" ||
-                 word == ".samplerref") {
+      } else if (word == ".texref" || word == ".surfref" || word == ".samplerref") {
         decl.type = word;
-      } else if (word == ".ptr" || word == ".volatile" || word == ".weak" ||
-                 word == ".visible" || word == ".extern" || word == ".common") {
+      } else if (word == ".ptr" || word == ".volatile" || word == ".weak" || word == ".visible" ||
+                 word == ".extern" || word == ".common") {
         // attributes the engine does not need
       } else {
-        break; // a name that starts with '.'? not valid PTX
+        break;  // a name that starts with '.'? not valid PTX
       }
     }
-    if (Peek().kind != Token::kWord)
-      return Error("expected a name in a declaration");
+    if (Peek().kind != Token::kWord) return Error("expected a name in a declaration");
     decl.name = Next().text;
     decl.names.push_back(decl.name);
     if (Accept("<")) {
       auto value = Integer();
-      if (!value.ok())
-        return value.status();
+      if (!value.ok()) return value.status();
       decl.range = *value;
       GPUPOOL_RETURN_IF_ERROR(Expect(">"));
     }
@@ -274,34 +242,31 @@ private:
         continue;
       }
       auto value = Integer();
-      if (!value.ok())
-        return value.status();
+      if (!value.ok()) return value.status();
       decl.count *= *value;
       GPUPOOL_RETURN_IF_ERROR(Expect("]"));
     }
     // ".reg .b32 a, b, c;" (but not the next ".param" of a parameter list).
-    while (Peek().text == "," && Peek(1).kind == Token::kWord &&
-           Peek(1).text[0] != '.') {
+    while (Peek().text == "," && Peek(1).kind == Token::kWord && Peek(1).text[0] != '.') {
       Next();
       decl.names.push_back(Next().text);
     }
     return decl;
   }
 
-  uint64_t DeclarationSize(const Declaration &decl) const {
+  uint64_t DeclarationSize(const Declaration& decl) const {
     return TypeSize(decl.type) * decl.vector * decl.count;
   }
 
   // Reads "= {1, 2, ...}" or "= 7" into bytes of the variable's element type.
-  Status Initializer(const Declaration &decl, std::vector<uint8_t> *bytes) {
+  Status Initializer(const Declaration& decl, std::vector<uint8_t>* bytes) {
     uint64_t element = TypeSize(decl.type);
     bool is_float = decl.type[1] == 'f';
     std::vector<uint64_t> values;
     std::vector<bool> floats;
     int depth = 0;
     do {
-      while (Accept("{"))
-        ++depth;
+      while (Accept("{")) ++depth;
       if (Peek().kind == Token::kWord) {
         // An address of another variable (generic(x) or x): not supported as
         // data.
@@ -309,14 +274,11 @@ private:
       }
       bool negative = Accept("-");
       Token token = Next();
-      if (token.kind != Token::kNumber)
-        return Error("expected an initial value");
+      if (token.kind != Token::kNumber) return Error("expected an initial value");
       uint64_t value = 0;
-      if (token.text.size() > 2 &&
-          (token.text[1] == 'f' || token.text[1] == 'F') &&
+      if (token.text.size() > 2 && (token.text[1] == 'f' || token.text[1] == 'F') &&
           token.text[0] == '0') {
-        uint32_t bits = static_cast<uint32_t>(
-            std::strtoul(token.text.c_str() + 2, nullptr, 16));
+        uint32_t bits = static_cast<uint32_t>(std::strtoul(token.text.c_str() + 2, nullptr, 16));
         float f;
         std::memcpy(&f, &bits, 4);
         double d = negative ? -f : f;
@@ -328,12 +290,10 @@ private:
           std::memcpy(&out, &narrowed, 4);
           value = out;
         }
-      } else if (token.text.size() > 2 &&
-                 (token.text[1] == 'd' || token.text[1] == 'D') &&
+      } else if (token.text.size() > 2 && (token.text[1] == 'd' || token.text[1] == 'D') &&
                  token.text[0] == '0') {
         value = std::strtoull(token.text.c_str() + 2, nullptr, 16);
-        if (negative)
-          value ^= 1ull << 63;
+        if (negative) value ^= 1ull << 63;
         if (element == 4) {
           double d;
           std::memcpy(&d, &value, 8);
@@ -342,10 +302,8 @@ private:
           std::memcpy(&out, &f, 4);
           value = out;
         }
-      } else if (token.text.find_first_of(".eE") != std::string::npos &&
-                 is_float) {
-        double d =
-            std::strtod(token.text.c_str(), nullptr) * (negative ? -1 : 1);
+      } else if (token.text.find_first_of(".eE") != std::string::npos && is_float) {
+        double d = std::strtod(token.text.c_str(), nullptr) * (negative ? -1 : 1);
         if (element == 8) {
           std::memcpy(&value, &d, 8);
         } else {
@@ -355,11 +313,9 @@ private:
           value = out;
         }
       } else {
-        if (!ParseInteger(token.text, &value))
-          return Error("bad initial value");
-        if (negative)
-          value = uint64_t{0} - value;
-        if (is_float) { // an integer written for a float: its value
+        if (!ParseInteger(token.text, &value)) return Error("bad initial value");
+        if (negative) value = uint64_t{0} - value;
+        if (is_float) {  // an integer written for a float: its value
           if (element == 8) {
             double d = static_cast<double>(static_cast<int64_t>(value));
             std::memcpy(&value, &d, 8);
@@ -372,11 +328,9 @@ private:
         }
       }
       values.push_back(value);
-      while (depth > 0 && Accept("}"))
-        --depth;
+      while (depth > 0 && Accept("}")) --depth;
     } while (Accept(","));
-    while (depth > 0 && Accept("}"))
-      --depth;
+    while (depth > 0 && Accept("}")) --depth;
     for (uint64_t value : values) {
       for (uint64_t k = 0; k < element; ++k)
         bytes->push_back(static_cast<uint8_t>(value >> (8 * k)));
@@ -384,23 +338,20 @@ private:
     return Status::OK();
   }
 
-  Status ModuleVariableDecl(const std::string &space, bool is_extern) {
+  Status ModuleVariableDecl(const std::string& space, bool is_extern) {
     auto decl = ParseDeclaration();
-    if (!decl.ok())
-      return decl.status();
-    if (decl->type == ".texref" || decl->type == ".surfref" ||
-        decl->type == ".samplerref") {
+    if (!decl.ok()) return decl.status();
+    if (decl->type == ".texref" || decl->type == ".surfref" || decl->type == ".samplerref") {
       module_->unsupported_symbols.push_back(decl->name);
       SkipStatement();
       return Status::OK();
     }
-    uint32_t align = decl->align ? decl->align
-                                 : static_cast<uint32_t>(std::max<uint64_t>(
-                                       1, TypeSize(decl->type)));
+    uint32_t align = decl->align
+                         ? decl->align
+                         : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
     if (space == ".shared") {
-      module_->shared.push_back(SharedVariable{decl->name,
-                                               DeclarationSize(*decl), align,
-                                               is_extern || decl->unsized});
+      module_->shared.push_back(
+          SharedVariable{decl->name, DeclarationSize(*decl), align, is_extern || decl->unsized});
       return Expect(";");
     }
     ModuleVariable variable;
@@ -408,10 +359,8 @@ private:
     variable.is_const = space == ".const";
     variable.size = DeclarationSize(*decl);
     variable.align = align;
-    if (Accept("="))
-      GPUPOOL_RETURN_IF_ERROR(Initializer(*decl, &variable.init));
-    if (variable.size == 0)
-      variable.size = std::max<uint64_t>(variable.init.size(), 1);
+    if (Accept("=")) GPUPOOL_RETURN_IF_ERROR(Initializer(*decl, &variable.init));
+    if (variable.size == 0) variable.size = std::max<uint64_t>(variable.init.size(), 1);
     if (is_extern && variable.init.empty()) {
       // Declared here, defined in another module: not linkable in the sim.
       module_->unsupported_symbols.push_back(decl->name);
@@ -421,20 +370,17 @@ private:
   }
 
   // "(.param .b32 a, .param .align 8 .b8 b[16])"
-  Status ParamList(std::vector<RawParam> *params) {
+  Status ParamList(std::vector<RawParam>* params) {
     GPUPOOL_RETURN_IF_ERROR(Expect("("));
-    if (Accept(")"))
-      return Status::OK();
+    if (Accept(")")) return Status::OK();
     do {
-      if (!Accept(".param") && !Accept(".reg"))
-        return Error("expected .param");
+      if (!Accept(".param") && !Accept(".reg")) return Error("expected .param");
       auto decl = ParseDeclaration();
-      if (!decl.ok())
-        return decl.status();
+      if (!decl.ok()) return decl.status();
       uint64_t size = DeclarationSize(*decl);
-      uint32_t align = decl->align ? decl->align
-                                   : static_cast<uint32_t>(std::max<uint64_t>(
-                                         1, TypeSize(decl->type)));
+      uint32_t align = decl->align
+                           ? decl->align
+                           : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
       params->push_back(RawParam{decl->name, size, align});
     } while (Accept(","));
     return Expect(")");
@@ -443,61 +389,50 @@ private:
   Status FunctionDecl(bool is_entry) {
     RawFunction function;
     function.is_entry = is_entry;
-    if (!is_entry && Peek().text == "(")
-      GPUPOOL_RETURN_IF_ERROR(ParamList(&function.returns));
-    if (Peek().kind != Token::kWord)
-      return Error("expected a function name");
+    if (!is_entry && Peek().text == "(") GPUPOOL_RETURN_IF_ERROR(ParamList(&function.returns));
+    if (Peek().kind != Token::kWord) return Error("expected a function name");
     function.name = Next().text;
-    if (Peek().text == "(")
-      GPUPOOL_RETURN_IF_ERROR(ParamList(&function.params));
+    if (Peek().text == "(") GPUPOOL_RETURN_IF_ERROR(ParamList(&function.params));
     // Performance directives (.maxntid 256, 1, 1; .reqntid; .noreturn; .pragma
     // ...).
     while (Peek().kind == Token::kWord && Peek().text[0] == '.') {
       Next();
-      while (Peek().kind == Token::kNumber || Peek().text == ",")
-        Next();
-      if (Peek().kind == Token::kString)
-        Next();
+      while (Peek().kind == Token::kNumber || Peek().text == ",") Next();
+      if (Peek().kind == Token::kString) Next();
     }
     if (Accept(";")) {
       module_->functions.emplace(function.name, std::move(function));
       return Status::OK();
     }
-    if (Peek().text != "{")
-      return Error("expected a function body");
+    if (Peek().text != "{") return Error("expected a function body");
     function.has_body = true;
     scopes_.clear();
     scopes_.emplace_back();
-    for (const RawParam &param : function.params)
-      scopes_.back()[param.name] = param.name;
-    for (const RawParam &param : function.returns)
-      scopes_.back()[param.name] = param.name;
+    for (const RawParam& param : function.params) scopes_.back()[param.name] = param.name;
+    for (const RawParam& param : function.returns) scopes_.back()[param.name] = param.name;
     GPUPOOL_RETURN_IF_ERROR(Block(&function));
     module_->functions[function.name] = std::move(function);
     return Status::OK();
   }
 
-  std::string Declare(const std::string &name) {
-    std::string unique =
-        scopes_.size() <= 2 ? name : name + "#" + std::to_string(++unique_);
+  std::string Declare(const std::string& name) {
+    std::string unique = scopes_.size() <= 2 ? name : name + "#" + std::to_string(++unique_);
     scopes_.back()[name] = unique;
     return unique;
   }
-  std::string Resolve(const std::string &name) const {
+  std::string Resolve(const std::string& name) const {
     for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
       auto found = scope->find(name);
-      if (found != scope->end())
-        return found->second;
+      if (found != scope->end()) return found->second;
     }
     return name;
   }
 
-  Status Block(RawFunction *function) {
+  Status Block(RawFunction* function) {
     GPUPOOL_RETURN_IF_ERROR(Expect("{"));
     scopes_.emplace_back();
     while (!Accept("}")) {
-      if (Peek().kind == Token::kEnd)
-        return Error("unterminated block");
+      if (Peek().kind == Token::kEnd) return Error("unterminated block");
       if (Peek().text == "{") {
         GPUPOOL_RETURN_IF_ERROR(Block(function));
         continue;
@@ -508,11 +443,10 @@ private:
     return Status::OK();
   }
 
-  Status Statement(RawFunction *function) {
-    const Token &first = Peek();
+  Status Statement(RawFunction* function) {
+    const Token& first = Peek();
     int line = first.line;
-    if (first.kind == Token::kWord && Peek(1).text == ":" &&
-        first.text[0] != '.') {
+    if (first.kind == Token::kWord && Peek(1).text == ":" && first.text[0] != '.') {
       RawStatement label;
       label.kind = RawStatement::kLabel;
       label.opcode = first.text;
@@ -524,21 +458,19 @@ private:
     }
     if (first.kind == Token::kWord && first.text[0] == '.') {
       std::string directive = Next().text;
-      if (directive == ".reg" || directive == ".local" ||
-          directive == ".shared" || directive == ".param") {
+      if (directive == ".reg" || directive == ".local" || directive == ".shared" ||
+          directive == ".param") {
         auto decl = ParseDeclaration();
-        if (!decl.ok())
-          return decl.status();
-        RawStatement::Kind kind = directive == ".reg" ? RawStatement::kRegister
-                                  : directive == ".local" ? RawStatement::kLocal
-                                  : directive == ".shared"
-                                      ? RawStatement::kShared
-                                      : RawStatement::kParam;
-        uint32_t align = decl->align ? decl->align
-                                     : static_cast<uint32_t>(std::max<uint64_t>(
-                                           1, TypeSize(decl->type)));
+        if (!decl.ok()) return decl.status();
+        RawStatement::Kind kind = directive == ".reg"      ? RawStatement::kRegister
+                                  : directive == ".local"  ? RawStatement::kLocal
+                                  : directive == ".shared" ? RawStatement::kShared
+                                                           : RawStatement::kParam;
+        uint32_t align = decl->align
+                             ? decl->align
+                             : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
         if (kind == RawStatement::kRegister) {
-          for (const std::string &base : decl->names) {
+          for (const std::string& base : decl->names) {
             if (decl->range > 0) {
               // %r<N>: %r0 .. %r(N-1), one scope entry for the family.
               std::string unique = Declare(base);
@@ -563,9 +495,7 @@ private:
           var.line = line;
           function->body.push_back(std::move(var));
         }
-        if (Accept("="))
-          return Error(
-              "initialised function-scope variables are not supported");
+        if (Accept("=")) return Error("initialised function-scope variables are not supported");
         return Expect(";");
       }
       // .pragma, .maxnreg and other hints.
@@ -577,18 +507,15 @@ private:
     inst.line = line;
     if (Accept("@")) {
       inst.guard_negated = Accept("!");
-      if (Peek().kind != Token::kWord)
-        return Error("expected a guard predicate");
+      if (Peek().kind != Token::kWord) return Error("expected a guard predicate");
       inst.guard = Resolve(Next().text);
     }
-    if (Peek().kind != Token::kWord)
-      return Error("expected an instruction");
+    if (Peek().kind != Token::kWord) return Error("expected an instruction");
     inst.opcode = Next().text;
     if (!Accept(";")) {
       do {
         auto operand = Operand();
-        if (!operand.ok())
-          return operand.status();
+        if (!operand.ok()) return operand.status();
         inst.operands.push_back(std::move(*operand));
       } while (Accept(","));
       GPUPOOL_RETURN_IF_ERROR(Expect(";"));
@@ -600,21 +527,17 @@ private:
   Result<RawOperand> Number(bool negative) {
     Token token = Next();
     RawOperand operand;
-    const std::string &text = token.text;
-    if (text.size() > 2 && text[0] == '0' &&
-        (text[1] == 'f' || text[1] == 'F')) {
+    const std::string& text = token.text;
+    if (text.size() > 2 && text[0] == '0' && (text[1] == 'f' || text[1] == 'F')) {
       operand.kind = RawOperand::kF32;
       operand.bits = std::strtoull(text.c_str() + 2, nullptr, 16);
-      if (negative)
-        operand.bits ^= 0x80000000u;
+      if (negative) operand.bits ^= 0x80000000u;
       return operand;
     }
-    if (text.size() > 2 && text[0] == '0' &&
-        (text[1] == 'd' || text[1] == 'D')) {
+    if (text.size() > 2 && text[0] == '0' && (text[1] == 'd' || text[1] == 'D')) {
       operand.kind = RawOperand::kF64;
       operand.bits = std::strtoull(text.c_str() + 2, nullptr, 16);
-      if (negative)
-        operand.bits ^= 1ull << 63;
+      if (negative) operand.bits ^= 1ull << 63;
       return operand;
     }
     if (text.find_first_of(".eE") != std::string::npos &&
@@ -625,8 +548,7 @@ private:
       return operand;
     }
     uint64_t value = 0;
-    if (!ParseInteger(text, &value))
-      return Error("bad number " + text);
+    if (!ParseInteger(text, &value)) return Error("bad number " + text);
     operand.kind = RawOperand::kInt;
     operand.bits = negative ? uint64_t{0} - value : value;
     return operand;
@@ -636,29 +558,22 @@ private:
     RawOperand operand;
     if (Accept("[")) {
       operand.kind = RawOperand::kAddress;
-      if (Peek().kind == Token::kWord)
-        operand.name = Resolve(Next().text);
+      if (Peek().kind == Token::kWord) operand.name = Resolve(Next().text);
       int64_t offset = 0;
-      while (Peek().text == "+" || Peek().text == "-" ||
-             Peek().kind == Token::kNumber) {
+      while (Peek().text == "+" || Peek().text == "-" || Peek().kind == Token::kNumber) {
         bool negative = false;
-        if (Accept("+"))
-          negative = false;
-        if (Accept("-"))
-          negative = true;
+        if (Accept("+")) negative = false;
+        if (Accept("-")) negative = true;
         auto value = Integer();
-        if (!value.ok())
-          return value.status();
-        offset += negative ? -static_cast<int64_t>(*value)
-                           : static_cast<int64_t>(*value);
+        if (!value.ok()) return value.status();
+        offset += negative ? -static_cast<int64_t>(*value) : static_cast<int64_t>(*value);
       }
       operand.bits = static_cast<uint64_t>(offset);
       // Texture and surface operands: [tex, {coordinates}] (the engine refuses
       // them).
       while (Accept(",")) {
         auto item = Operand();
-        if (!item.ok())
-          return item.status();
+        if (!item.ok()) return item.status();
         operand.items.push_back(std::move(*item));
       }
       GPUPOOL_RETURN_IF_ERROR(Expect("]"));
@@ -668,8 +583,7 @@ private:
       operand.kind = RawOperand::kVector;
       do {
         auto item = Operand();
-        if (!item.ok())
-          return item.status();
+        if (!item.ok()) return item.status();
         operand.items.push_back(std::move(*item));
       } while (Accept(","));
       GPUPOOL_RETURN_IF_ERROR(Expect("}"));
@@ -677,12 +591,10 @@ private:
     }
     if (Accept("(")) {
       operand.kind = RawOperand::kList;
-      if (Accept(")"))
-        return operand;
+      if (Accept(")")) return operand;
       do {
         auto item = Operand();
-        if (!item.ok())
-          return item.status();
+        if (!item.ok()) return item.status();
         operand.items.push_back(std::move(*item));
       } while (Accept(","));
       GPUPOOL_RETURN_IF_ERROR(Expect(")"));
@@ -690,36 +602,30 @@ private:
     }
     if (Accept("!")) {
       auto inner = Operand();
-      if (!inner.ok())
-        return inner.status();
+      if (!inner.ok()) return inner.status();
       inner->negated = true;
       return inner;
     }
     bool negative = Accept("-");
-    if (Peek().kind == Token::kNumber)
-      return Number(negative);
+    if (Peek().kind == Token::kNumber) return Number(negative);
     if (Peek().kind == Token::kWord) {
       operand.kind = RawOperand::kName;
       operand.name = Resolve(Next().text);
-      if (negative)
-        return Error("negated names are not PTX");
+      if (negative) return Error("negated names are not PTX");
       if (Accept("|")) {
-        if (Peek().kind != Token::kWord)
-          return Error("expected a predicate after '|'");
+        if (Peek().kind != Token::kWord) return Error("expected a predicate after '|'");
         operand.pair = Resolve(Next().text);
       }
       // "name+4" as a plain operand (mov %rd, sym+4).
       if (Peek().text == "+" && Peek(1).kind == Token::kNumber) {
         Next();
         auto value = Integer();
-        if (!value.ok())
-          return value.status();
+        if (!value.ok()) return value.status();
         RawOperand address;
         address.kind = RawOperand::kAddress;
         address.name = operand.name;
         address.bits = *value;
-        address.negated =
-            true; // marks "value of sym+offset", not a memory reference
+        address.negated = true;  // marks "value of sym+offset", not a memory reference
         return address;
       }
       return operand;
@@ -730,15 +636,13 @@ private:
   Status TopLevel() {
     bool is_extern = false;
     while (true) {
-      const Token &token = Peek();
-      if (token.kind != Token::kWord)
-        return Error("unexpected token at module level");
-      const std::string &word = token.text;
+      const Token& token = Peek();
+      if (token.kind != Token::kWord) return Error("unexpected token at module level");
+      const std::string& word = token.text;
       if (word == ".version" || word == ".target" || word == ".address_size") {
         int line = token.line;
         Next();
-        while (Peek().kind != Token::kEnd && Peek().line == line)
-          Next();
+        while (Peek().kind != Token::kEnd && Peek().line == line) Next();
         return Status::OK();
       }
       if (word == ".visible" || word == ".weak" || word == ".common") {
@@ -762,10 +666,9 @@ private:
         Next();
         return ModuleVariableDecl(word, is_extern);
       }
-      if (word == ".section") { // DWARF sections of -G builds
+      if (word == ".section") {  // DWARF sections of -G builds
         Next();
-        while (Peek().kind != Token::kEnd && Peek().text != "{")
-          Next();
+        while (Peek().kind != Token::kEnd && Peek().text != "{") Next();
         SkipStatement();
         return Status::OK();
       }
@@ -783,12 +686,12 @@ private:
 
   std::vector<Token> tokens_;
   size_t pos_ = 0;
-  ParsedModule *module_ = nullptr;
+  ParsedModule* module_ = nullptr;
   std::vector<std::map<std::string, std::string>> scopes_;
   int unique_ = 0;
 };
 
-} // namespace
+}  // namespace
 
 Result<std::unique_ptr<ParsedModule>> ParsePtxText(std::string_view text) {
   auto module = std::make_unique<ParsedModule>();
@@ -797,6 +700,6 @@ Result<std::unique_ptr<ParsedModule>> ParsePtxText(std::string_view text) {
   return module;
 }
 
-uint64_t PtxTypeSize(const std::string &type) { return TypeSize(type); }
+uint64_t PtxTypeSize(const std::string& type) { return TypeSize(type); }
 
-} // namespace gpupool::sim
+}  // namespace gpupool::sim

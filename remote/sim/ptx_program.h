@@ -16,37 +16,20 @@ namespace gpupool::sim {
 // -------------------------------------------------------------------------
 
 struct RawOperand {
-  enum Kind : uint8_t {
-    kNone,
-    kName,
-    kInt,
-    kF32,
-    kF64,
-    kAddress,
-    kVector,
-    kList
-  };
+  enum Kind : uint8_t { kNone, kName, kInt, kF32, kF64, kAddress, kVector, kList };
   Kind kind = kNone;
-  std::string
-      name; // kName (register, symbol, label), kAddress base ("" for [imm])
-  std::string pair;     // "a|b": the second destination (shfl's predicate)
-  bool negated = false; // !%p
-  uint64_t bits = 0;    // kInt / kF32 / kF64 value, kAddress offset
-  std::vector<RawOperand> items; // kVector {a, b}, kList (a, b) of a call
+  std::string name;               // kName (register, symbol, label), kAddress base ("" for [imm])
+  std::string pair;               // "a|b": the second destination (shfl's predicate)
+  bool negated = false;           // !%p
+  uint64_t bits = 0;              // kInt / kF32 / kF64 value, kAddress offset
+  std::vector<RawOperand> items;  // kVector {a, b}, kList (a, b) of a call
 };
 
 struct RawStatement {
-  enum Kind : uint8_t {
-    kInstruction,
-    kLabel,
-    kRegister,
-    kLocal,
-    kShared,
-    kParam
-  };
+  enum Kind : uint8_t { kInstruction, kLabel, kRegister, kLocal, kShared, kParam };
   Kind kind = kInstruction;
-  std::string opcode; // "ld.global.f32"; label name for kLabel
-  std::string guard;  // predicate register, "" if none
+  std::string opcode;  // "ld.global.f32"; label name for kLabel
+  std::string guard;   // predicate register, "" if none
   bool guard_negated = false;
   std::vector<RawOperand> operands;
   // Declarations (kRegister/kLocal/kShared/kParam): unique name, size,
@@ -74,7 +57,7 @@ struct RawFunction {
 
 struct SharedVariable {
   std::string name;
-  uint64_t size = 0; // 0 for `.extern .shared` (dynamic shared memory)
+  uint64_t size = 0;  // 0 for `.extern .shared` (dynamic shared memory)
   uint32_t align = 1;
   bool is_extern = false;
 };
@@ -82,8 +65,7 @@ struct SharedVariable {
 struct ParsedModule {
   std::vector<ModuleVariable> variables;
   std::vector<SharedVariable> shared;
-  std::vector<std::string>
-      unsupported_symbols; // .texref / .surfref / .samplerref
+  std::vector<std::string> unsupported_symbols;  // .texref / .surfref / .samplerref
   std::map<std::string, RawFunction> functions;
 };
 
@@ -93,51 +75,43 @@ struct ParsedModule {
 struct Warp;
 struct LaunchState;
 struct Inst;
-using Handler = void (*)(Warp &warp, const Inst &inst, uint32_t mask);
+using Handler = void (*)(Warp& warp, const Inst& inst, uint32_t mask);
 
 enum class Flow : uint8_t {
-  kNext,    // every other instruction: the lanes move on
-  kBranch,  // bra: executing lanes go to `target`
-  kExit,    // ret/exit at kernel level: executing lanes end
-  kBarrier, // bar.sync: executing lanes wait for the CTA
-  kTrap,    // trap/brkpt: the launch fails
-  kAssert,  // __assertfail: the launch fails with CUDA_ERROR_ASSERT
+  kNext,     // every other instruction: the lanes move on
+  kBranch,   // bra: executing lanes go to `target`
+  kExit,     // ret/exit at kernel level: executing lanes end
+  kBarrier,  // bar.sync: executing lanes wait for the CTA
+  kTrap,     // trap/brkpt: the launch fails
+  kAssert,   // __assertfail: the launch fails with CUDA_ERROR_ASSERT
 };
 
-enum class Space : uint8_t {
-  kGeneric,
-  kGlobal,
-  kShared,
-  kLocal,
-  kParam,
-  kConst
-};
+enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
 
 struct Inst {
   Handler run = nullptr;
   Flow flow = Flow::kNext;
   Space space = Space::kGeneric;
-  uint8_t width = 0; // bytes per element (memory, some conversions)
-  uint8_t vec = 1;   // elements of a vector access
-  uint8_t mode =
-      0; // op-specific: comparison, rounding, atomic op, shuffle mode...
-  uint8_t mode2 = 0;  // op-specific: setp's bool op, cvt's source kind...
-  uint8_t flags = 0;  // kFtz, kSat, ...
-  int32_t guard = -1; // predicate slot, -1: none
+  uint8_t width = 0;   // bytes per element (memory, some conversions)
+  uint8_t vec = 1;     // elements of a vector access
+  uint8_t mode = 0;    // op-specific: comparison, rounding, atomic op, shuffle mode...
+  uint8_t mode2 = 0;   // op-specific: setp's bool op, cvt's source kind...
+  uint8_t flags = 0;   // kFtz, kSat, ...
+  int32_t guard = -1;  // predicate slot, -1: none
   bool guard_negated = false;
-  int32_t d[4] = {-1, -1, -1, -1};        // destination slots
-  int32_t a = -1, b = -1, c = -1, e = -1; // source slots
-  int32_t target = -1;                    // branch target
-  int64_t offset = 0;                     // address offset
-  uint32_t printf_args = 0; // local offsets for vprintf (format, args)
+  int32_t d[4] = {-1, -1, -1, -1};         // destination slots
+  int32_t a = -1, b = -1, c = -1, e = -1;  // source slots
+  int32_t target = -1;                     // branch target
+  int64_t offset = 0;                      // address offset
+  uint32_t printf_args = 0;                // local offsets for vprintf (format, args)
   uint32_t printf_fmt = 0;
-  int line = 0; // PTX source line, for error messages
+  int line = 0;  // PTX source line, for error messages
 };
 
 inline constexpr uint8_t kFlagFtz = 1;
 inline constexpr uint8_t kFlagSat = 2;
-inline constexpr uint8_t kFlagCarryIn = 4;  // addc/subc/madc
-inline constexpr uint8_t kFlagCarryOut = 8; // .cc
+inline constexpr uint8_t kFlagCarryIn = 4;   // addc/subc/madc
+inline constexpr uint8_t kFlagCarryOut = 8;  // .cc
 inline constexpr uint8_t kFlagSigned = 16;
 
 struct DecodedKernel {
@@ -150,16 +124,14 @@ struct DecodedKernel {
   // Special-register slots, set per lane / per warp when a warp starts.
   int32_t tid[3] = {-1, -1, -1}, ntid[3] = {-1, -1, -1};
   int32_t ctaid[3] = {-1, -1, -1}, nctaid[3] = {-1, -1, -1};
-  int32_t laneid = -1, warpid = -1, nwarpid = -1, smid = -1, nsmid = -1,
-          gridid = -1;
-  int32_t lanemask_eq = -1, lanemask_lt = -1, lanemask_le = -1,
-          lanemask_gt = -1, lanemask_ge = -1;
-  int32_t carry_slot = -1; // the .cc carry flag
-  uint32_t param_size = 0; // bytes of .entry parameters
+  int32_t laneid = -1, warpid = -1, nwarpid = -1, smid = -1, nsmid = -1, gridid = -1;
+  int32_t lanemask_eq = -1, lanemask_lt = -1, lanemask_le = -1, lanemask_gt = -1, lanemask_ge = -1;
+  int32_t carry_slot = -1;  // the .cc carry flag
+  uint32_t param_size = 0;  // bytes of .entry parameters
   uint64_t static_shared = 0;
   uint32_t dynamic_shared_align = 16;
-  uint64_t local_size = 0; // bytes of local memory per thread
-  std::string unsupported; // non-empty: why this kernel cannot run (at launch)
+  uint64_t local_size = 0;  // bytes of local memory per thread
+  std::string unsupported;  // non-empty: why this kernel cannot run (at launch)
 };
 
-} // namespace gpupool::sim
+}  // namespace gpupool::sim

@@ -9,42 +9,36 @@
 namespace gpupool::dataplane {
 namespace {
 
-// CUDA_EVENT_DISABLE_TIMING: elapsed time on such events is
-// CUDA_ERROR_INVALID_HANDLE.
+// CUDA_EVENT_DISABLE_TIMING: elapsed time on such events is CUDA_ERROR_INVALID_HANDLE.
 constexpr uint32_t kEventDisableTiming = 0x2;
 
-} // namespace
+}  // namespace
 
-SimExecutor::SimExecutor(SimDeviceMemory *memory, uint32_t sm_count)
-    : memory_(memory), owner_(memory->NewOwner()),
-      sm_count_(sm_count ? sm_count : 1) {}
+SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count)
+    : memory_(memory), owner_(memory->NewOwner()), sm_count_(sm_count ? sm_count : 1) {}
 
 SimExecutor::~SimExecutor() {
-  for (auto &[dptr, size] : allocations_)
-    memory_->Release(dptr, owner_);
+  for (auto& [dptr, size] : allocations_) memory_->Release(dptr, owner_);
 }
 
-int32_t SimExecutor::Allocate(uint64_t size, uint64_t *dptr) {
+int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) {
   int32_t status = memory_->Allocate(size, owner_, dptr);
-  if (status == kCuSuccess)
-    allocations_[*dptr] = size;
+  if (status == kCuSuccess) allocations_[*dptr] = size;
   return status;
 }
 
 int32_t SimExecutor::Free(uint64_t dptr) {
-  if (dptr == 0)
-    return kCuSuccess;
-  if (allocations_.erase(dptr) == 0)
-    return kCuInvalidValue; // not ours (or not a start)
+  if (dptr == 0) return kCuSuccess;
+  if (allocations_.erase(dptr) == 0) return kCuInvalidValue;  // not ours (or not a start)
   return memory_->Release(dptr, owner_);
 }
 
-void SimExecutor::MemoryInfo(uint64_t *free, uint64_t *total) {
+void SimExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
   *total = memory_->capacity();
   *free = *total - memory_->used();
 }
 
-void *SimExecutor::HostView(uint64_t dptr, uint64_t size) {
+void* SimExecutor::HostView(uint64_t dptr, uint64_t size) {
   return memory_->Translate(dptr, size, owner_);
 }
 
@@ -52,82 +46,61 @@ bool SimExecutor::KnownStream(uint64_t stream) const {
   return stream == 0 || streams_.count(stream) > 0;
 }
 
-int32_t SimExecutor::CopyToDevice(uint64_t dst, const void *src, uint64_t size,
-                                  uint64_t stream) {
-  if (!KnownStream(stream))
-    return kCuInvalidHandle;
-  if (size == 0)
-    return kCuSuccess;
-  char *host = memory_->Translate(dst, size, owner_);
-  if (host == nullptr)
-    return kCuInvalidValue;
-  if (host != src)
-    std::memcpy(host, src, size); // the server may have received in place
+int32_t SimExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) {
+  if (!KnownStream(stream)) return kCuInvalidHandle;
+  if (size == 0) return kCuSuccess;
+  char* host = memory_->Translate(dst, size, owner_);
+  if (host == nullptr) return kCuInvalidValue;
+  if (host != src) std::memcpy(host, src, size);  // the server may have received in place
   return kCuSuccess;
 }
 
-int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size,
-                                    uint64_t stream, const void **data) {
-  if (!KnownStream(stream))
-    return kCuInvalidHandle;
+int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
+                                    const void** data) {
+  if (!KnownStream(stream)) return kCuInvalidHandle;
   *data = nullptr;
-  if (size == 0)
-    return kCuSuccess;
-  char *host = memory_->Translate(src, size, owner_);
-  if (host == nullptr)
-    return kCuInvalidValue;
-  *data = host; // sent in place; the server finishes sending before the next
-                // request
+  if (size == 0) return kCuSuccess;
+  char* host = memory_->Translate(src, size, owner_);
+  if (host == nullptr) return kCuInvalidValue;
+  *data = host;  // sent in place; the server finishes sending before the next request
   return kCuSuccess;
 }
 
-int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src,
-                                        uint64_t size, uint64_t stream) {
-  if (!KnownStream(stream))
-    return kCuInvalidHandle;
-  if (size == 0)
-    return kCuSuccess;
-  char *to = memory_->Translate(dst, size, owner_);
-  char *from = memory_->Translate(src, size, owner_);
-  if (to == nullptr || from == nullptr)
-    return kCuInvalidValue;
+int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
+                                        uint64_t stream) {
+  if (!KnownStream(stream)) return kCuInvalidHandle;
+  if (size == 0) return kCuSuccess;
+  char* to = memory_->Translate(dst, size, owner_);
+  char* from = memory_->Translate(src, size, owner_);
+  if (to == nullptr || from == nullptr) return kCuInvalidValue;
   std::memmove(to, from, size);
   return kCuSuccess;
 }
 
-int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
-                            uint64_t count, uint64_t stream) {
-  if (!KnownStream(stream))
-    return kCuInvalidHandle;
-  if (element_size != 1 && element_size != 2 && element_size != 4)
-    return kCuInvalidValue;
-  if (count == 0)
-    return kCuSuccess;
-  if (count > UINT64_MAX / element_size)
-    return kCuInvalidValue;
-  char *host = memory_->Translate(dst, count * element_size, owner_);
-  if (host == nullptr)
-    return kCuInvalidValue;
+int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
+                            uint64_t stream) {
+  if (!KnownStream(stream)) return kCuInvalidHandle;
+  if (element_size != 1 && element_size != 2 && element_size != 4) return kCuInvalidValue;
+  if (count == 0) return kCuSuccess;
+  if (count > UINT64_MAX / element_size) return kCuInvalidValue;
+  char* host = memory_->Translate(dst, count * element_size, owner_);
+  if (host == nullptr) return kCuInvalidValue;
   if (element_size == 1) {
     std::memset(host, static_cast<int>(value & 0xff), count);
   } else {
-    // Byte copies: `dst` need not be aligned to the element (found by the
-    // wire_agent fuzz target: a uint32_t store there is undefined behaviour).
+    // Byte copies: `dst` need not be aligned to the element (found by the wire_agent fuzz
+    // target: a uint32_t store there is undefined behaviour).
     uint16_t value16 = static_cast<uint16_t>(value);
-    const void *element = element_size == 2
-                              ? static_cast<const void *>(&value16)
-                              : static_cast<const void *>(&value);
-    for (uint64_t i = 0; i < count; ++i)
-      std::memcpy(host + i * element_size, element, element_size);
+    const void* element = element_size == 2 ? static_cast<const void*>(&value16)
+                                             : static_cast<const void*>(&value);
+    for (uint64_t i = 0; i < count; ++i) std::memcpy(host + i * element_size, element, element_size);
   }
   return kCuSuccess;
 }
 
-int32_t SimExecutor::LoadModule(uint64_t module, const void *image,
-                                size_t image_size,
-                                const std::vector<KernelInfo> &kernels) {
-  if (modules_.count(module))
-    return kCuInvalidValue;
+int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
+                                const std::vector<KernelInfo>& kernels) {
+  if (modules_.count(module)) return kCuInvalidValue;
   auto parsed = image::ParseModuleImageBytes(image, image_size);
   if (!parsed.ok()) {
     error_detail_ = "module image: " + parsed.status().message();
@@ -141,10 +114,9 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void *image,
     return parsed->has_sass ? kCuNoBinaryForGpu : kCuInvalidImage;
   }
   // The entry for the newest architecture (all come from the same source).
-  const image::PtxEntry *chosen = &parsed->ptx.front();
-  for (const image::PtxEntry &entry : parsed->ptx) {
-    if (entry.arch > chosen->arch)
-      chosen = &entry;
+  const image::PtxEntry* chosen = &parsed->ptx.front();
+  for (const image::PtxEntry& entry : parsed->ptx) {
+    if (entry.arch > chosen->arch) chosen = &entry;
   }
   auto ptx = sim::PtxModule::Parse(chosen->text);
   if (!ptx.ok()) {
@@ -154,14 +126,14 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void *image,
   Module loaded;
   loaded.ptx = std::move(*ptx);
   // Module variables: allocations of this session, initialised from the PTX.
-  for (const sim::ModuleVariable &variable : loaded.ptx->variables()) {
+  for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
     uint64_t dptr = 0;
     int32_t status = Allocate(std::max<uint64_t>(variable.size, 1), &dptr);
     if (status != kCuSuccess) {
       FreeModule(loaded);
       return status;
     }
-    char *host = memory_->Translate(dptr, variable.size, owner_);
+    char* host = memory_->Translate(dptr, variable.size, owner_);
     if (host != nullptr && !variable.init.empty()) {
       std::memcpy(host, variable.init.data(),
                   std::min<uint64_t>(variable.init.size(), variable.size));
@@ -173,16 +145,14 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void *image,
   return kCuSuccess;
 }
 
-void SimExecutor::FreeModule(Module &module) {
-  for (auto &[name, dptr] : module.globals)
-    Free(dptr);
+void SimExecutor::FreeModule(Module& module) {
+  for (auto& [name, dptr] : module.globals) Free(dptr);
   module.globals.clear();
 }
 
 int32_t SimExecutor::UnloadModule(uint64_t module) {
   auto found = modules_.find(module);
-  if (found == modules_.end())
-    return kCuInvalidHandle;
+  if (found == modules_.end()) return kCuInvalidHandle;
   for (auto it = functions_.begin(); it != functions_.end();) {
     it = it->second.module == module ? functions_.erase(it) : std::next(it);
   }
@@ -191,14 +161,11 @@ int32_t SimExecutor::UnloadModule(uint64_t module) {
   return kCuSuccess;
 }
 
-int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function,
-                                 const std::string &name) {
+int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) {
   auto found = modules_.find(module);
-  if (found == modules_.end())
-    return kCuInvalidHandle;
-  Module &loaded = found->second;
-  if (!loaded.ptx->HasKernel(name))
-    return kCuNotFound;
+  if (found == modules_.end()) return kCuInvalidHandle;
+  Module& loaded = found->second;
+  if (!loaded.ptx->HasKernel(name)) return kCuNotFound;
   auto kernel = loaded.ptx->Decode(name, loaded.globals);
   if (!kernel.ok()) {
     error_detail_ = "kernel " + name + ": " + kernel.status().message();
@@ -208,61 +175,51 @@ int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function,
   return kCuSuccess;
 }
 
-int32_t SimExecutor::GetGlobal(uint64_t module, const std::string &name,
-                               uint64_t *dptr, uint64_t *size) {
+int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                               uint64_t* size) {
   auto found = modules_.find(module);
-  if (found == modules_.end())
-    return kCuInvalidHandle;
+  if (found == modules_.end()) return kCuInvalidHandle;
   auto global = found->second.globals.find(name);
-  if (global == found->second.globals.end())
-    return kCuNotFound;
+  if (global == found->second.globals.end()) return kCuNotFound;
   *dptr = global->second;
   *size = found->second.global_sizes[name];
   return kCuSuccess;
 }
 
-int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig &config,
-                            const void *params, size_t param_size) {
+int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params,
+                            size_t param_size) {
   auto found = functions_.find(function);
-  if (found == functions_.end())
-    return kCuInvalidHandle;
-  if (!KnownStream(config.stream))
-    return kCuInvalidHandle;
-  uint64_t threads =
-      uint64_t{config.block[0]} * config.block[1] * config.block[2];
-  if (threads == 0 || threads > 1024 || config.block[2] > 64 ||
-      config.grid[0] == 0 || config.grid[1] == 0 || config.grid[2] == 0 ||
-      config.grid[1] > 65535 || config.grid[2] > 65535) {
+  if (found == functions_.end()) return kCuInvalidHandle;
+  if (!KnownStream(config.stream)) return kCuInvalidHandle;
+  uint64_t threads = uint64_t{config.block[0]} * config.block[1] * config.block[2];
+  if (threads == 0 || threads > 1024 || config.block[2] > 64 || config.grid[0] == 0 ||
+      config.grid[1] == 0 || config.grid[2] == 0 || config.grid[1] > 65535 ||
+      config.grid[2] > 65535) {
     return kCuInvalidValue;
   }
   sim::LaunchSpec spec;
   std::memcpy(spec.grid, config.grid, sizeof(spec.grid));
   std::memcpy(spec.block, config.block, sizeof(spec.block));
   spec.dynamic_shared = config.shared_mem;
-  spec.params = static_cast<const uint8_t *>(params);
+  spec.params = static_cast<const uint8_t*>(params);
   spec.param_size = param_size;
   spec.sm_count = sm_count_;
   spec.printf_out = &output_;
   spec.error_detail = &error_detail_;
   spec.memory.reserve(allocations_.size());
-  for (const auto &[dptr, size] : allocations_) {
-    char *host = memory_->Translate(dptr, size, owner_);
-    if (host != nullptr)
-      spec.memory.push_back(sim::MemoryRange{dptr, size, host});
+  for (const auto& [dptr, size] : allocations_) {
+    char* host = memory_->Translate(dptr, size, owner_);
+    if (host != nullptr) spec.memory.push_back(sim::MemoryRange{dptr, size, host});
   }
   return sim::RunKernel(*found->second.kernel, spec);
 }
 
 std::string SimExecutor::TakeOutput() { return std::exchange(output_, {}); }
 
-std::string SimExecutor::TakeErrorDetail() {
-  return std::exchange(error_detail_, {});
-}
+std::string SimExecutor::TakeErrorDetail() { return std::exchange(error_detail_, {}); }
 
-int32_t SimExecutor::CreateStream(uint64_t stream, uint32_t flags,
-                                  int32_t priority) {
-  if (stream == 0 || !streams_.insert(stream).second)
-    return kCuInvalidValue;
+int32_t SimExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) {
+  if (stream == 0 || !streams_.insert(stream).second) return kCuInvalidValue;
   return kCuSuccess;
 }
 
@@ -274,19 +231,15 @@ int32_t SimExecutor::SynchronizeStream(uint64_t stream) {
   return KnownStream(stream) ? kCuSuccess : kCuInvalidHandle;
 }
 
-int32_t SimExecutor::QueryStream(uint64_t stream) {
-  return SynchronizeStream(stream);
-}
+int32_t SimExecutor::QueryStream(uint64_t stream) { return SynchronizeStream(stream); }
 
 int32_t SimExecutor::StreamWaitEvent(uint64_t stream, uint64_t event) {
-  if (!KnownStream(stream) || !events_.count(event))
-    return kCuInvalidHandle;
-  return kCuSuccess; // everything before the event already ran
+  if (!KnownStream(stream) || !events_.count(event)) return kCuInvalidHandle;
+  return kCuSuccess;  // everything before the event already ran
 }
 
 int32_t SimExecutor::CreateEvent(uint64_t event, uint32_t flags) {
-  if (event == 0 || events_.count(event))
-    return kCuInvalidValue;
+  if (event == 0 || events_.count(event)) return kCuInvalidValue;
   events_[event].flags = flags;
   return kCuSuccess;
 }
@@ -297,8 +250,7 @@ int32_t SimExecutor::DestroyEvent(uint64_t event) {
 
 int32_t SimExecutor::RecordEvent(uint64_t event, uint64_t stream) {
   auto found = events_.find(event);
-  if (found == events_.end() || !KnownStream(stream))
-    return kCuInvalidHandle;
+  if (found == events_.end() || !KnownStream(stream)) return kCuInvalidHandle;
   found->second.recorded = true;
   found->second.when = std::chrono::steady_clock::now();
   return kCuSuccess;
@@ -308,25 +260,19 @@ int32_t SimExecutor::SynchronizeEvent(uint64_t event) {
   return events_.count(event) ? kCuSuccess : kCuInvalidHandle;
 }
 
-int32_t SimExecutor::QueryEvent(uint64_t event) {
-  return SynchronizeEvent(event);
-}
+int32_t SimExecutor::QueryEvent(uint64_t event) { return SynchronizeEvent(event); }
 
-int32_t SimExecutor::ElapsedTime(uint64_t start, uint64_t end,
-                                 float *milliseconds) {
+int32_t SimExecutor::ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) {
   auto first = events_.find(start);
   auto second = events_.find(end);
-  if (first == events_.end() || second == events_.end())
-    return kCuInvalidHandle;
+  if (first == events_.end() || second == events_.end()) return kCuInvalidHandle;
   if ((first->second.flags | second->second.flags) & kEventDisableTiming) {
     return kCuInvalidHandle;
   }
-  if (!first->second.recorded || !second->second.recorded)
-    return kCuInvalidHandle;
+  if (!first->second.recorded || !second->second.recorded) return kCuInvalidHandle;
   *milliseconds = std::chrono::duration<float, std::milli>(second->second.when -
-                                                           first->second.when)
-                      .count();
+                                                           first->second.when).count();
   return kCuSuccess;
 }
 
-} // namespace gpupool::dataplane
+}  // namespace gpupool::dataplane

@@ -1,15 +1,13 @@
-// SimExecutor: runs one client's operations on a simulated GPU (sim_memory.h
-// for device memory, ptx_engine.h for kernels: the PTX in the module images the
-// client loads).
+// SimExecutor: runs one client's operations on a simulated GPU (sim_memory.h for device
+// memory, ptx_engine.h for kernels: the PTX in the module images the client loads).
 //
-// Everything executes synchronously, in request order, on the server thread:
-// stream order holds trivially, events complete when recorded, and an event's
-// time is the moment its record request ran. Memory the session allocated is
-// released when it is destroyed. Copies, memsets and kernels reach only this
-// session's own allocations: any other address, even one another session of the
-// same GPU allocated, is invalid here. A module's .global/.const variables are
-// allocations of the session too. Device printf text is kept until the next
-// synchronising call takes it (TakeOutput).
+// Everything executes synchronously, in request order, on the server thread: stream order
+// holds trivially, events complete when recorded, and an event's time is the moment its
+// record request ran. Memory the session allocated is released when it is destroyed.
+// Copies, memsets and kernels reach only this session's own allocations: any other
+// address, even one another session of the same GPU allocated, is invalid here.
+// A module's .global/.const variables are allocations of the session too. Device printf
+// text is kept until the next synchronising call takes it (TakeOutput).
 #pragma once
 
 #include <chrono>
@@ -25,32 +23,29 @@
 namespace gpupool::dataplane {
 
 class SimExecutor : public Executor {
-public:
+ public:
   // `memory` is the GPU's shared device memory; it must outlive the executor.
-  explicit SimExecutor(SimDeviceMemory *memory, uint32_t sm_count = 108);
+  explicit SimExecutor(SimDeviceMemory* memory, uint32_t sm_count = 108);
   ~SimExecutor() override;
 
-  int32_t Allocate(uint64_t size, uint64_t *dptr) override;
+  int32_t Allocate(uint64_t size, uint64_t* dptr) override;
   int32_t Free(uint64_t dptr) override;
-  void MemoryInfo(uint64_t *free, uint64_t *total) override;
-  void *HostView(uint64_t dptr, uint64_t size) override;
-  int32_t CopyToDevice(uint64_t dst, const void *src, uint64_t size,
-                       uint64_t stream) override;
+  void MemoryInfo(uint64_t* free, uint64_t* total) override;
+  void* HostView(uint64_t dptr, uint64_t size) override;
+  int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) override;
   int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
-                         const void **data) override;
+                         const void** data) override;
   int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
                              uint64_t stream) override;
-  int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size,
-                 uint64_t count, uint64_t stream) override;
-  int32_t LoadModule(uint64_t module, const void *image, size_t image_size,
-                     const std::vector<KernelInfo> &kernels) override;
+  int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
+                 uint64_t stream) override;
+  int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
+                     const std::vector<KernelInfo>& kernels) override;
   int32_t UnloadModule(uint64_t module) override;
-  int32_t GetFunction(uint64_t module, uint64_t function,
-                      const std::string &name) override;
-  int32_t Launch(uint64_t function, const LaunchConfig &config,
-                 const void *params, size_t param_size) override;
-  int32_t CreateStream(uint64_t stream, uint32_t flags,
-                       int32_t priority) override;
+  int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
+  int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
+                 size_t param_size) override;
+  int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) override;
   int32_t DestroyStream(uint64_t stream) override;
   int32_t SynchronizeStream(uint64_t stream) override;
   int32_t QueryStream(uint64_t stream) override;
@@ -60,14 +55,13 @@ public:
   int32_t RecordEvent(uint64_t event, uint64_t stream) override;
   int32_t SynchronizeEvent(uint64_t event) override;
   int32_t QueryEvent(uint64_t event) override;
-  int32_t ElapsedTime(uint64_t start, uint64_t end,
-                      float *milliseconds) override;
-  int32_t GetGlobal(uint64_t module, const std::string &name, uint64_t *dptr,
-                    uint64_t *size) override;
+  int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
+  int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                    uint64_t* size) override;
   std::string TakeOutput() override;
   std::string TakeErrorDetail() override;
 
-private:
+ private:
   struct Event {
     uint32_t flags = 0;
     bool recorded = false;
@@ -75,28 +69,26 @@ private:
   };
   struct Module {
     std::unique_ptr<sim::PtxModule> ptx;
-    std::map<std::string, uint64_t> globals; // variable -> device address
+    std::map<std::string, uint64_t> globals;  // variable -> device address
     std::map<std::string, uint64_t> global_sizes;
   };
   struct Function {
     uint64_t module = 0;
-    const sim::DecodedKernel *kernel = nullptr;
+    const sim::DecodedKernel* kernel = nullptr;
   };
   bool KnownStream(uint64_t stream) const;
-  void FreeModule(Module &module);
+  void FreeModule(Module& module);
 
-  SimDeviceMemory *memory_;
-  const SimDeviceMemory::Owner
-      owner_; // tags this session's allocations in memory_
+  SimDeviceMemory* memory_;
+  const SimDeviceMemory::Owner owner_;  // tags this session's allocations in memory_
   const uint32_t sm_count_;
-  std::map<uint64_t, uint64_t>
-      allocations_; // start -> size: what this session must free
+  std::map<uint64_t, uint64_t> allocations_;  // start -> size: what this session must free
   std::map<uint64_t, Module> modules_;
   std::map<uint64_t, Function> functions_;
-  std::string output_;       // device printf text not yet delivered
-  std::string error_detail_; // why the last call failed
+  std::string output_;        // device printf text not yet delivered
+  std::string error_detail_;  // why the last call failed
   std::set<uint64_t> streams_;
   std::map<uint64_t, Event> events_;
 };
 
-} // namespace gpupool::dataplane
+}  // namespace gpupool::dataplane
