@@ -51,6 +51,10 @@ struct LaunchState {
   uint64_t clock = 0;                // advances with every warp instruction
   uint64_t thread_instructions = 0;  // lanes executed, for the benchmark
   std::string printf;                // device printf text of this worker's CTAs
+  // bar.red accumulators of the barrier being gathered.
+  uint32_t reduce_count = 0;
+  bool reduce_all = true;
+  bool reduce_any = false;
   int32_t error = kSuccess;
   std::string detail;
   size_t range_hint = 0;
@@ -2233,9 +2237,14 @@ class Decoder {
       if (warp_only || mods.count("arrive")) {
         inst.run = &HNop;  // bar.warp.sync: warps run in lockstep here; arrive: no wait
       } else if (mods.count("red")) {
-        Unsupported("bar.red (__syncthreads_count/and/or) is not supported yet", s.line);
+        // __syncthreads_count/and/or: bar.red.{popc.u32,and.pred,or.pred} d, b, [n,] {!}p
+        GPUPOOL_RETURN_IF_ERROR(need(3));
+        inst.mode = mods.count("popc") ? 1 : mods.count("and") ? 2 : 3;
+        GPUPOOL_DST(0);
+        GPUPOOL_SRC(a, ops.size() - 1, kPred);
+        if (ops.back().negated) inst.flags |= kFlagSigned;
         inst.run = &HNop;
-        inst.flow = Flow::kTrap;
+        inst.flow = Flow::kBarrier;
       } else {
         inst.run = &HNop;
         inst.flow = Flow::kBarrier;
@@ -2780,10 +2789,19 @@ void TryReconverge(Warp& w) {
   }
 }
 
-void ReleaseBarrier(Warp& w) {
+void ReleaseBarrier(Warp& w, const Inst* code) {
   uint32_t waiting = w.waiting;
   w.waiting = 0;
   if (waiting == 0) return;
+  // bar.red: each waiting lane receives the CTA-wide reduction.
+  const LaunchState& launch = *w.launch;
+  ForLanes(waiting, [&](int l) {
+    const Inst& in = code[w.uniform ? w.pc : w.lane_pc[l]];
+    if (in.mode == 0 || in.d[0] < 0) return;
+    w.R(in.d[0])[l] = in.mode == 1 ? launch.reduce_count
+                      : in.mode == 2 ? launch.reduce_all
+                                     : launch.reduce_any;
+  });
   if (w.uniform && waiting == w.live) {
     ++w.pc;
     return;
@@ -2839,6 +2857,16 @@ void RunWarp(Warp& w, const Inst* code) {
         MoveLanes(w, mask & ~exec, pc + 1);
         break;
       case Flow::kBarrier:
+        if (in.mode != 0) {
+          const uint64_t* p = w.R(in.a);
+          bool negate = in.flags & kFlagSigned;
+          ForLanes(exec, [&](int l) {
+            bool value = ((p[l] & 1) != 0) != negate;
+            launch.reduce_count += value;
+            launch.reduce_all = launch.reduce_all && value;
+            launch.reduce_any = launch.reduce_any || value;
+          });
+        }
         w.waiting |= exec;
         MoveLanes(w, mask & ~exec, pc + 1);
         break;
@@ -2949,7 +2977,10 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
       if (launch.error != kSuccess) break;
       if (!any_live) break;
       if (!any_ready) {
-        for (Warp& w : warp) ReleaseBarrier(w);
+        for (Warp& w : warp) ReleaseBarrier(w, code);
+        launch.reduce_count = 0;
+        launch.reduce_all = true;
+        launch.reduce_any = false;
       }
     }
     if (launch.error != kSuccess) {

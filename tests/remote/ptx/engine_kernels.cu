@@ -56,6 +56,18 @@ __global__ void shared_reduce(const float* in, float* reversed, float* sums) {
   if (t == 0) sums[blockIdx.x] = dyn[0];
 }
 
+// Block-wide votes: __syncthreads_count/and/or (bar.red).
+__global__ void block_votes(const int* in, int* out) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  int v = in[i];
+  int count = __syncthreads_count(v > 0);
+  int all = __syncthreads_and(v > -100);
+  int any = __syncthreads_or(v > 1000);
+  out[3 * i] = count;
+  out[3 * i + 1] = all;
+  out[3 * i + 2] = any;
+}
+
 // Local memory: a per-thread array indexed at run time.
 __global__ void local_array(const int* in, int* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

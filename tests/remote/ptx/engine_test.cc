@@ -173,6 +173,29 @@ TEST_F(Engine, StaticAndDynamicSharedMemoryWithBarriers) {
   EXPECT_EQ(Run("shared_reduce", {blocks}, {threads}, 16, din, reversed, sums), kCuIllegalAddress);
 }
 
+TEST_F(Engine, BlockWideVotes) {
+  const int blocks = 3, threads = 100;  // the last warp of each block is partial
+  std::vector<int> in(blocks * threads);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(i % 7) - 2;
+  in[150] = 5000;  // block 1 only
+  uint64_t din = Upload(in), out = Zeros<int>(3 * in.size());
+  ASSERT_EQ(Run("block_votes", {blocks}, {threads}, 0, din, out), kCuSuccess) << last_detail_;
+  auto got = Download<int>(out, 3 * in.size());
+  for (int b = 0; b < blocks; ++b) {
+    int count = 0, any = 0;
+    for (int t = 0; t < threads; ++t) {
+      count += in[b * threads + t] > 0;
+      any |= in[b * threads + t] > 1000;
+    }
+    for (int t = 0; t < threads; ++t) {
+      int i = b * threads + t;
+      EXPECT_EQ(got[3 * i], count) << i;
+      EXPECT_NE(got[3 * i + 1], 0) << i;
+      EXPECT_EQ(got[3 * i + 2] != 0, any != 0) << i;
+    }
+  }
+}
+
 TEST_F(Engine, LocalMemoryArrays) {
   const int n = 64;
   std::vector<int> in(n);
@@ -425,6 +448,11 @@ TEST_F(Engine, DeviceFunctionCallsAndModuleGlobals) {
   ASSERT_EQ(executor_.GetGlobal(1, "d_table", &table, &size), kCuSuccess);
   EXPECT_EQ(size, 24u);
   EXPECT_EQ(executor_.GetGlobal(1, "no_such_variable", &counter, &size), kCuNotFound);
+  // Another session of the GPU cannot name this session's module.
+  SimExecutor other(&memory_);
+  uint64_t stolen = 0;
+  EXPECT_EQ(other.GetGlobal(1, "d_counter", &stolen, &size), kCuInvalidHandle);
+  EXPECT_EQ(stolen, 0u);
   ASSERT_EQ(executor_.GetGlobal(1, "d_counter", &counter, &size), kCuSuccess);
 
   std::vector<float> in(n);
