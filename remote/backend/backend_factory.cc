@@ -2,7 +2,7 @@
 
 #include <unistd.h>
 
-#include "remote/backend/sim_backend.h"
+#include "remote/sim/sim_backend.h"
 #include "remote/backend/topology.h"
 #ifdef GPUPOOL_HAVE_CUDA_BACKEND
 #include "remote/backend/cuda_backend.h"

@@ -5,10 +5,13 @@
 // one-way; its execution errors arrive at the next synchronising call. Launch
 // configuration errors are caught here, at launch time, like a real driver does.
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "remote/client/api_common.h"
 
 using namespace gpupool::client;  // NOLINT
+using gpupool::image::ParseModuleImage;
 
 namespace {
 
@@ -154,9 +157,87 @@ CUresult LaunchEx(const CUlaunchConfig* config, CUfunction function, void** para
   return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra);
 }
 
+// cuModuleLoad / cuLibraryLoadFromFile: the file's bytes (a cubin, fatbin or PTX text;
+// PTX gets its terminating NUL).
+CUresult ReadImageFile(const char* path, std::vector<char>* bytes) {
+  if (path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    LogError("cannot load module: cannot open %s", path);
+    return CUDA_ERROR_FILE_NOT_FOUND;
+  }
+  bytes->assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  bytes->push_back('\0');
+  return CUDA_SUCCESS;
+}
+
+// cuModuleGetGlobal / cuLibraryGetGlobal: the variable's address on the module's device.
+CUresult GetGlobal(Module* module, const char* name, CUdeviceptr* dptr, size_t* bytes) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (name == nullptr || std::strlen(name) >= sizeof(dp::ModuleGetGlobalArgs{}.name)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int device = 0;
+  if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+  dp::ModuleGetGlobalArgs args{};
+  if (CUresult status = Runtime::Get().EnsureModuleLoaded(module, device, &args.module);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  std::snprintf(args.name, sizeof(args.name), "%s", name);
+  dp::ModuleGetGlobalResult result{};
+  std::string out;
+  CUresult status = Runtime::Get().Call(device, dp::kOpModuleGetGlobal, &args, sizeof(args),
+                                        nullptr, 0, nullptr, 0, &out);
+  if (status != CUDA_SUCCESS) return status;
+  if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;
+  std::memcpy(&result, out.data(), sizeof(result));
+  // Copies to the variable go through the allocation table like any device pointer.
+  Runtime::Get().AddAllocation(result.dptr, result.size, device);
+  if (dptr != nullptr) *dptr = result.dptr;
+  if (bytes != nullptr) *bytes = result.size;
+  return CUDA_SUCCESS;
+}
+
 }  // namespace
 
 // --- Modules -------------------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoad(CUmodule* module, const char* path) {
+  GPUPOOL_BODY({
+    std::vector<char> bytes;
+    if (CUresult status = ReadImageFile(path, &bytes); status != CUDA_SUCCESS) return status;
+    return LoadModuleForCurrentContext(module, bytes.data());
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes,
+                                                       CUmodule module, const char* name) {
+  GPUPOOL_BODY({ return GetGlobal(AsModule(module), name, dptr, bytes); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes,
+                                                     CUlibrary library, const char* name) {
+  GPUPOOL_BODY({ return GetGlobal(AsModule(library), name, dptr, bytes); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* path,
+                                                        CUjit_option*, void**, unsigned int,
+                                                        CUlibraryOption*, void**, unsigned int) {
+  GPUPOOL_BODY({
+    if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    std::vector<char> bytes;
+    if (CUresult status = ReadImageFile(path, &bytes); status != CUDA_SUCCESS) return status;
+    Module* module = nullptr;
+    if (CUresult status = NewModule(bytes.data(), true, &module); status != CUDA_SUCCESS) {
+      return status;
+    }
+    *library = reinterpret_cast<CUlibrary>(module);
+    return CUDA_SUCCESS;
+  });
+}
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
   GPUPOOL_BODY({ return LoadModuleForCurrentContext(module, image); });

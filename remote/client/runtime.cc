@@ -252,7 +252,15 @@ CUresult Runtime::CallNow(int device_ordinal, uint32_t op, const void* args, siz
   transport::Reply reply;
   Status status = d->rpc->Call(request, &reply);
   if (!status.ok()) return Transport(status, device_ordinal);
-  if (out != nullptr) *out = std::move(reply.out);
+  if (out != nullptr) {
+    *out = std::move(reply.out);
+  } else if (!reply.out.empty() &&
+             (op == dataplane::kOpStreamSynchronize || op == dataplane::kOpContextSynchronize ||
+              op == dataplane::kOpEventSynchronize || op == dataplane::kOpMemcpyDtoH)) {
+    // Device printf output, delivered at synchronisation as on a GPU.
+    std::fwrite(reply.out.data(), 1, reply.out.size(), stdout);
+    std::fflush(stdout);
+  }
   if (reply.async_status != 0) return static_cast<CUresult>(reply.async_status);
   return static_cast<CUresult>(reply.status);
 }

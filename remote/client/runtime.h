@@ -30,11 +30,15 @@
 #include <string>
 #include <vector>
 
-#include "remote/client/fatbin.h"
+#include "remote/image/fatbin.h"
 #include "remote/dataplane/protocol.h"
 #include "remote/transport/rpc_client.h"
 
 namespace gpupool::client {
+
+// Module image parsing lives in remote/image (shared with the sim's PTX engine).
+using image::KernelLayout;
+using image::ParamSlot;
 
 constexpr uint32_t kContextMagic = 0x63747831;   // "ctx1"
 constexpr uint32_t kStreamMagic = 0x73747231;    // "str1"

@@ -45,6 +45,7 @@ struct CudaDriver {
   decltype(&::cuEventSynchronize) event_synchronize;
   decltype(&::cuEventQuery) event_query;
   decltype(&::cuEventElapsedTime) event_elapsed;
+  decltype(&::cuModuleGetGlobal) module_global = nullptr;  // optional
 };
 
 namespace {
@@ -105,6 +106,7 @@ Result<const CudaDriver*> LoadDriver() {
               Resolve(library, "cuEventSynchronize", &d->event_synchronize) &&
               Resolve(library, "cuEventQuery", &d->event_query) &&
               Resolve(library, "cuEventElapsedTime", &d->event_elapsed);
+    Resolve(library, "cuModuleGetGlobal_v2", &d->module_global);
     if (!ok) {
       loaded = new Result<const CudaDriver*>(
           Status::Unavailable("the CUDA driver lacks an entry point the agent needs"));
@@ -179,6 +181,15 @@ int32_t CudaExecutor::Enter() {
 }
 
 bool CudaExecutor::Owns(uint64_t dptr, uint64_t size) const {
+  // Module variables (cuModuleGetGlobal) of this session's modules are reachable too.
+  auto global = module_globals_.upper_bound(dptr);
+  if (global != module_globals_.begin()) {
+    --global;
+    if (dptr - global->first <= global->second.size &&
+        size <= global->second.size - (dptr - global->first)) {
+      return true;
+    }
+  }
   auto after = allocations_.upper_bound(dptr);
   if (after == allocations_.begin()) return false;
   const auto& [start, length] = *std::prev(after);
@@ -294,8 +305,28 @@ int32_t CudaExecutor::UnloadModule(uint64_t module) {
   if (found == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   CUresult status = driver_->module_unload(static_cast<CUmodule>(found->second));
+  for (auto it = module_globals_.begin(); it != module_globals_.end();) {
+    it = it->second.module == module ? module_globals_.erase(it) : std::next(it);
+  }
   modules_.erase(found);
   return status;
+}
+
+int32_t CudaExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                                uint64_t* size) {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (driver_->module_global == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUdeviceptr address = 0;
+  size_t bytes = 0;
+  CUresult status = driver_->module_global(&address, &bytes, static_cast<CUmodule>(found->second),
+                                           name.c_str());
+  if (status != CUDA_SUCCESS) return status;
+  module_globals_[address] = ModuleGlobal{bytes, module};
+  *dptr = address;
+  *size = bytes;
+  return CUDA_SUCCESS;
 }
 
 int32_t CudaExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) {

@@ -69,6 +69,8 @@ class CudaExecutor : public Executor {
   int32_t SynchronizeEvent(uint64_t event) override;
   int32_t QueryEvent(uint64_t event) override;
   int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
+  int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                    uint64_t* size) override;
 
  private:
   CudaExecutor(const CudaDriver* driver, int device, void* context);
@@ -85,6 +87,8 @@ class CudaExecutor : public Executor {
 
   std::map<uint64_t, uint64_t> allocations_;  // start -> size, this session's only
   std::map<uint64_t, void*> modules_;       // client id -> CUmodule
+  struct ModuleGlobal { uint64_t size; uint64_t module; };
+  std::map<uint64_t, ModuleGlobal> module_globals_;  // start -> variable of our modules
   std::map<uint64_t, void*> functions_;     // client id -> CUfunction
   std::map<uint64_t, void*> streams_;       // client id -> CUstream
   std::map<uint64_t, void*> events_;        // client id -> CUevent

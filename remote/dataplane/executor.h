@@ -5,8 +5,8 @@
 // modules, streams, events) and frees it all when destroyed, which is how a client that
 // disappears (killed, crashed, network gone) gives its GPU memory back.
 //
-// Two implementations: SimExecutor (device memory in host RAM, kernels from a registry of
-// CPU implementations) and CudaExecutor (the real driver API on the GPU host).
+// Two implementations: SimExecutor (device memory in host RAM, kernels run from their PTX
+// by the sim's engine, remote/sim) and CudaExecutor (the real driver API on the GPU host).
 // Every method returns a CUresult number (protocol.h). Called from the server thread only.
 #pragma once
 
@@ -70,6 +70,14 @@ class Executor {
   virtual int32_t SynchronizeEvent(uint64_t event) = 0;
   virtual int32_t QueryEvent(uint64_t event) = 0;
   virtual int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) = 0;
+
+  // cuModuleGetGlobal: device address and size of module variable `name`.
+  virtual int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                            uint64_t* size) = 0;
+  // Device printf text produced since the last call (taken at synchronising calls).
+  virtual std::string TakeOutput() { return {}; }
+  // Why the last failing call failed ("" if there is nothing to add), for the agent's log.
+  virtual std::string TakeErrorDetail() { return {}; }
 };
 
 }  // namespace gpupool::dataplane

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "remote/dataplane/sim_executor.h"
+#include "remote/sim/sim_executor.h"
 
 #ifdef GPUPOOL_HAVE_CUDA_EXECUTOR
 #include "remote/dataplane/cuda_executor.h"

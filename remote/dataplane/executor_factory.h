@@ -13,7 +13,7 @@
 #include "remote/backend/backend.h"
 #include "remote/dataplane/executor.h"
 #include "remote/dataplane/protocol.h"
-#include "remote/dataplane/sim_memory.h"
+#include "remote/sim/sim_memory.h"
 
 namespace gpupool::dataplane {
 

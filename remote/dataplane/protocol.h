@@ -25,6 +25,8 @@ enum CuStatus : int32_t {
   kCuInvalidDevice = 101,
   kCuInvalidImage = 200,
   kCuInvalidContext = 201,
+  kCuNoBinaryForGpu = 209,
+  kCuInvalidPtx = 218,
   kCuDeviceUnavailable = 46,
   kCuEccUncorrectable = 214,
   kCuInvalidHandle = 400,
@@ -32,6 +34,7 @@ enum CuStatus : int32_t {
   kCuNotReady = 600,
   kCuIllegalAddress = 700,
   kCuLaunchOutOfResources = 701,
+  kCuAssert = 710,
   kCuLaunchFailed = 719,
   kCuNotPermitted = 800,
   kCuNotSupported = 801,
@@ -63,6 +66,7 @@ enum Op : uint32_t {
   kOpEventQuery,
   kOpEventElapsed,
   kOpContextSynchronize,
+  kOpModuleGetGlobal,  // ModuleGetGlobalArgs -> ModuleGetGlobalResult
   kOpCount,
 };
 
@@ -125,5 +129,13 @@ struct EventRecordArgs { uint64_t event; uint64_t stream; };
 struct StreamWaitEventArgs { uint64_t stream; uint64_t event; };
 struct EventElapsedArgs { uint64_t start; uint64_t end; };
 struct EventElapsedResult { float milliseconds; uint32_t reserved; };
+
+// cuModuleGetGlobal: a module variable's device address and size.
+struct ModuleGetGlobalArgs { uint64_t module; char name[512]; };
+struct ModuleGetGlobalResult { uint64_t dptr; uint64_t size; };
+
+// Device printf: the reply's inline bytes (`out`) of kOpStreamSynchronize,
+// kOpContextSynchronize, kOpEventSynchronize and kOpMemcpyDtoH carry the text kernels
+// printed since the previous such reply; the client writes it to its stdout.
 
 }  // namespace gpupool::dataplane

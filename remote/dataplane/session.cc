@@ -22,7 +22,7 @@ void Encode(const T& value, std::string* out) {
 
 // Errors after which the context cannot be used any more (as on a real GPU).
 bool IsSticky(int32_t status) {
-  return status == kCuIllegalAddress || status == kCuLaunchFailed ||
+  return status == kCuIllegalAddress || status == kCuLaunchFailed || status == kCuAssert ||
          status == kCuEccUncorrectable || status == kCuUnknown;
 }
 
@@ -85,6 +85,20 @@ void Session::Run(const transport::RequestHeader& header, std::string_view args,
       backend_->ReportFailure(gpu_.index, "CUDA error " + std::to_string(status) + " in-band");
     }
     if (IsSticky(status)) sticky_error_ = status;
+    if (status != kCuSuccess) {
+      // The executor's reason (the sim's PTX engine names the instruction or address).
+      std::string detail = executor_->TakeErrorDetail();
+      if (!detail.empty()) {
+        log_->Log("detail " + lease_id_ + " " + std::to_string(status) + " " + detail.substr(0, 80),
+                  "gpupool-dataplane: client " + peer_ + " (lease " + lease_id_ + "): CUDA error " +
+                      std::to_string(status) + ": " + detail);
+      }
+    }
+    // Device printf text reaches the client with the replies of synchronising calls.
+    if (header.op == kOpStreamSynchronize || header.op == kOpContextSynchronize ||
+        header.op == kOpEventSynchronize || header.op == kOpMemcpyDtoH) {
+      reply->out += executor_->TakeOutput();
+    }
   }
   if (header.flags & transport::kFlagOneWay) {
     if (status != 0 && async_error_ == 0) async_error_ = status;
@@ -245,6 +259,15 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
     }
     case kOpContextSynchronize:
       return ex.SynchronizeStream(0);
+    case kOpModuleGetGlobal: {
+      ModuleGetGlobalArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      a.name[sizeof(a.name) - 1] = '\0';
+      ModuleGetGlobalResult result{};
+      int32_t status = ex.GetGlobal(a.module, a.name, &result.dptr, &result.size);
+      Encode(result, &reply->out);
+      return status;
+    }
     default:
       return kCuNotSupported;
   }

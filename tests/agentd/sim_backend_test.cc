@@ -1,5 +1,5 @@
 // SimBackend: inventory, stable identities, and every fault mode.
-#include "remote/backend/sim_backend.h"
+#include "remote/sim/sim_backend.h"
 
 #include <gtest/gtest.h>
 

@@ -17,9 +17,9 @@
 #include <memory>
 #include <string>
 
-#include "remote/client/fatbin.h"
+#include "remote/image/fatbin.h"
 
-namespace cl = gpupool::client;
+namespace cl = gpupool::image;
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "remote/client/fatbin.h"
+#include "remote/image/fatbin.h"
 
 #include <elf.h>
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <iterator>
 #include <vector>
 
-namespace gpupool::client {
+namespace gpupool::image {
 namespace {
 
 // Builds a minimal 64-bit ELF with the given sections (name, bytes).
@@ -90,11 +90,48 @@ TEST(Fatbin, ReadsParameterLayoutsFromACubin) {
 }
 
 TEST(Fatbin, RejectsUnknownFormats) {
-  const char ptx[] = ".version 8.0\n.target sm_80\n";
-  auto image = ParseModuleImage(ptx);
+  const char junk[] = "\x01\x02\x03\x04 not an image";
+  auto image = ParseModuleImage(junk);
   EXPECT_FALSE(image.ok());
   EXPECT_NE(image.status().message().find("unknown module image format"), std::string::npos);
   EXPECT_FALSE(ParseModuleImage(nullptr).ok());
+  EXPECT_FALSE(ParseModuleImageBytes(junk, sizeof(junk)).ok());
+  // A fatbin header whose sizes run past the bytes given.
+  uint8_t truncated[16] = {0x50, 0xed, 0x55, 0xba, 1, 0, 16, 0, 0xff, 0xff, 0, 0, 0, 0, 0, 0};
+  auto short_image = ParseModuleImageBytes(truncated, sizeof(truncated));
+  ASSERT_FALSE(short_image.ok());
+  EXPECT_NE(short_image.status().message().find("exceed"), std::string::npos);
+}
+
+// PTX text: the layouts come from the .entry declarations (natural alignment, .align and
+// arrays), as for a .ptx file given to cuModuleLoad.
+TEST(Fatbin, ReadsParameterLayoutsFromPtx) {
+  const char ptx[] =
+      "// a comment mentioning .entry fake(\n"
+      ".version 8.0\n.target sm_80\n.address_size 64\n"
+      ".visible .entry k1(\n .param .u64 k1_param_0,\n .param .u8 k1_param_1,\n"
+      " .param .align 8 .b8 k1_param_2[24],\n .param .f32 k1_param_3\n)\n{\n ret;\n}\n"
+      ".visible .entry k2()\n{\n ret;\n}\n";
+  auto image = ParseModuleImage(ptx);
+  ASSERT_TRUE(image.ok()) << image.status().message();
+  ASSERT_EQ(image->kernels.size(), 2u);
+  const KernelLayout& k1 = image->kernels["k1"];
+  ASSERT_EQ(k1.params.size(), 4u);
+  EXPECT_EQ(k1.params[0].offset, 0u);
+  EXPECT_EQ(k1.params[1].offset, 8u);
+  EXPECT_EQ(k1.params[1].size, 1u);
+  EXPECT_EQ(k1.params[2].offset, 16u);
+  EXPECT_EQ(k1.params[2].size, 24u);
+  EXPECT_EQ(k1.params[3].offset, 40u);
+  EXPECT_EQ(k1.param_size, 44u);
+  EXPECT_TRUE(image->kernels["k2"].params.empty());
+  EXPECT_EQ(image->size, sizeof(ptx));  // with its NUL
+  ASSERT_EQ(image->ptx.size(), 1u);
+  EXPECT_FALSE(image->has_sass);
+  // A broken declaration is named.
+  auto bad = ParseModuleImage(".version 8.0\n.entry k3(.param .u64 a, .param x)\n{ret;}\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("k3"), std::string::npos);
 }
 
 #ifdef GPUPOOL_TEST_CUDA_PROGRAM
@@ -124,4 +161,4 @@ TEST(Fatbin, ReadsTheFatbinNvccEmbeds) {
 #endif
 
 }  // namespace
-}  // namespace gpupool::client
+}  // namespace gpupool::image

@@ -1,4 +1,4 @@
-#include "remote/dataplane/sim_executor.h"
+#include "remote/sim/sim_executor.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +11,83 @@ namespace gpupool::dataplane {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
+
+// The PTX nvcc emits for vecAdd and scale of tests/remote/programs/kernels.cuh.
+const char kKernelsPtx[] =
+    ".version 9.0\n"
+    ".target sm_75\n"
+    ".address_size 64\n"
+    "	// .globl	_Z6vecAddPKfS0_Pfi\n"
+    ".visible .entry _Z6vecAddPKfS0_Pfi(\n"
+    "	.param .u64 _Z6vecAddPKfS0_Pfi_param_0,\n"
+    "	.param .u64 _Z6vecAddPKfS0_Pfi_param_1,\n"
+    "	.param .u64 _Z6vecAddPKfS0_Pfi_param_2,\n"
+    "	.param .u32 _Z6vecAddPKfS0_Pfi_param_3\n"
+    ")\n"
+    "{\n"
+    "	.reg .pred 	%p<2>;\n"
+    "	.reg .f32 	%f<4>;\n"
+    "	.reg .b32 	%r<6>;\n"
+    "	.reg .b64 	%rd<11>;\n"
+    "	ld.param.u64 	%rd1, [_Z6vecAddPKfS0_Pfi_param_0];\n"
+    "	ld.param.u64 	%rd2, [_Z6vecAddPKfS0_Pfi_param_1];\n"
+    "	ld.param.u64 	%rd3, [_Z6vecAddPKfS0_Pfi_param_2];\n"
+    "	ld.param.u32 	%r2, [_Z6vecAddPKfS0_Pfi_param_3];\n"
+    "	mov.u32 	%r3, %ctaid.x;\n"
+    "	mov.u32 	%r4, %ntid.x;\n"
+    "	mov.u32 	%r5, %tid.x;\n"
+    "	mad.lo.s32 	%r1, %r3, %r4, %r5;\n"
+    "	setp.ge.s32 	%p1, %r1, %r2;\n"
+    "	@%p1 bra 	$L__BB0_2;\n"
+    "	cvta.to.global.u64 	%rd4, %rd1;\n"
+    "	mul.wide.s32 	%rd5, %r1, 4;\n"
+    "	add.s64 	%rd6, %rd4, %rd5;\n"
+    "	cvta.to.global.u64 	%rd7, %rd2;\n"
+    "	add.s64 	%rd8, %rd7, %rd5;\n"
+    "	ld.global.f32 	%f1, [%rd8];\n"
+    "	ld.global.f32 	%f2, [%rd6];\n"
+    "	add.f32 	%f3, %f2, %f1;\n"
+    "	cvta.to.global.u64 	%rd9, %rd3;\n"
+    "	add.s64 	%rd10, %rd9, %rd5;\n"
+    "	st.global.f32 	[%rd10], %f3;\n"
+    "$L__BB0_2:\n"
+    "	ret;\n"
+    "}\n"
+    "	// .globl	_Z5scalePffi\n"
+    ".visible .entry _Z5scalePffi(\n"
+    "	.param .u64 _Z5scalePffi_param_0,\n"
+    "	.param .f32 _Z5scalePffi_param_1,\n"
+    "	.param .u32 _Z5scalePffi_param_2\n"
+    ")\n"
+    "{\n"
+    "	.reg .pred 	%p<2>;\n"
+    "	.reg .f32 	%f<4>;\n"
+    "	.reg .b32 	%r<6>;\n"
+    "	.reg .b64 	%rd<5>;\n"
+    "	ld.param.u64 	%rd1, [_Z5scalePffi_param_0];\n"
+    "	ld.param.f32 	%f1, [_Z5scalePffi_param_1];\n"
+    "	ld.param.u32 	%r2, [_Z5scalePffi_param_2];\n"
+    "	mov.u32 	%r3, %ctaid.x;\n"
+    "	mov.u32 	%r4, %ntid.x;\n"
+    "	mov.u32 	%r5, %tid.x;\n"
+    "	mad.lo.s32 	%r1, %r3, %r4, %r5;\n"
+    "	setp.ge.s32 	%p1, %r1, %r2;\n"
+    "	@%p1 bra 	$L__BB1_2;\n"
+    "	cvta.to.global.u64 	%rd2, %rd1;\n"
+    "	mul.wide.s32 	%rd3, %r1, 4;\n"
+    "	add.s64 	%rd4, %rd2, %rd3;\n"
+    "	ld.global.f32 	%f2, [%rd4];\n"
+    "	mul.f32 	%f3, %f2, %f1;\n"
+    "	st.global.f32 	[%rd4], %f3;\n"
+    "$L__BB1_2:\n"
+    "	ret;\n"
+    "}\n";
+
+int32_t LoadKernels(SimExecutor& executor, uint64_t module) {
+  int32_t status = executor.LoadModule(module, kKernelsPtx, sizeof(kKernelsPtx), {});
+  EXPECT_EQ(status, kCuSuccess) << executor.TakeErrorDetail();
+  return status;
+}
 
 TEST(SimDeviceMemory, AccountsAndTranslatesWithinAllocations) {
   SimDeviceMemory memory(0, 4 * kMiB);
@@ -74,8 +151,7 @@ TEST(SimExecutor, ASessionCannotTouchAnotherSessionsMemory) {
   EXPECT_EQ(intruder.Free(secret), kCuInvalidValue);
 
   // Kernels: scale(secret) and vecAdd(own, own, secret) fault instead of touching it.
-  ASSERT_EQ(intruder.LoadModule(1, "", 0, {{"_Z5scalePffi", 16}, {"_Z6vecAddPKfS0_Pfi", 28}}),
-            kCuSuccess);
+  ASSERT_EQ(LoadKernels(intruder, 1), kCuSuccess);
   ASSERT_EQ(intruder.GetFunction(1, 10, "_Z5scalePffi"), kCuSuccess);
   ASSERT_EQ(intruder.GetFunction(1, 11, "_Z6vecAddPKfS0_Pfi"), kCuSuccess);
   LaunchConfig config;
@@ -117,10 +193,9 @@ TEST(SimExecutor, CopiesMemsetsAndRunsVecAdd) {
   }
   ASSERT_EQ(executor.CopyToDevice(a, x.data(), n * 4, 0), kCuSuccess);
   ASSERT_EQ(executor.CopyToDevice(b, y.data(), n * 4, 0), kCuSuccess);
-  ASSERT_EQ(executor.LoadModule(1, "", 0, {{"_Z6vecAddPKfS0_Pfi", 28}, {"_Z7unknownv", 0}}),
-            kCuSuccess);
-  EXPECT_EQ(executor.GetFunction(1, 10, "_Z7unknownv"), kCuNotFound);  // no CPU twin
-  EXPECT_EQ(executor.GetFunction(1, 10, "_Z5otherv"), kCuNotFound);    // not in module
+  ASSERT_EQ(LoadKernels(executor, 1), kCuSuccess);
+  EXPECT_EQ(executor.GetFunction(1, 10, "_Z5otherv"), kCuNotFound);  // not in the module
+  EXPECT_EQ(executor.GetFunction(2, 10, "_Z5scalePffi"), kCuInvalidHandle);  // no module 2
   ASSERT_EQ(executor.GetFunction(1, 10, "_Z6vecAddPKfS0_Pfi"), kCuSuccess);
   uint8_t params[28];
   std::memcpy(params, &a, 8);

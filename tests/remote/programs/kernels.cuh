@@ -1,5 +1,5 @@
-// The test kernels. The sim executor runs CPU twins of these (remote/dataplane/
-// sim_kernels.cc), found by mangled name: change a signature in both places.
+// The test kernels. The sim GPU runs them from their PTX (remote/sim, the PTX engine), as
+// it runs any kernel.
 #pragma once
 
 __global__ void vecAdd(const float* a, const float* b, float* c, int n) {

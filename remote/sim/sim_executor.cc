@@ -1,8 +1,10 @@
-#include "remote/dataplane/sim_executor.h"
+#include "remote/sim/sim_executor.h"
 
 #include <cstring>
+#include <utility>
 
 #include "remote/dataplane/protocol.h"
+#include "remote/image/fatbin.h"
 
 namespace gpupool::dataplane {
 namespace {
@@ -12,16 +14,16 @@ constexpr uint32_t kEventDisableTiming = 0x2;
 
 }  // namespace
 
-SimExecutor::SimExecutor(SimDeviceMemory* memory)
-    : memory_(memory), owner_(memory->NewOwner()) {}
+SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count)
+    : memory_(memory), owner_(memory->NewOwner()), sm_count_(sm_count ? sm_count : 1) {}
 
 SimExecutor::~SimExecutor() {
-  for (uint64_t dptr : allocations_) memory_->Release(dptr, owner_);
+  for (auto& [dptr, size] : allocations_) memory_->Release(dptr, owner_);
 }
 
 int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) {
   int32_t status = memory_->Allocate(size, owner_, dptr);
-  if (status == kCuSuccess) allocations_.insert(*dptr);
+  if (status == kCuSuccess) allocations_[*dptr] = size;
   return status;
 }
 
@@ -99,25 +101,88 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
 int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
                                 const std::vector<KernelInfo>& kernels) {
   if (modules_.count(module)) return kCuInvalidValue;
-  // The sim cannot run the image's GPU code: it only needs the kernel names, and runs the
-  // CPU twins of those it knows (an unknown one fails at GetFunction).
-  modules_[module] = kernels;
+  auto parsed = image::ParseModuleImageBytes(image, image_size);
+  if (!parsed.ok()) {
+    error_detail_ = "module image: " + parsed.status().message();
+    return kCuInvalidImage;
+  }
+  if (parsed->ptx.empty()) {
+    // Only SASS: machine code for a real GPU, which the sim cannot execute.
+    error_detail_ = parsed->has_sass ? "the module holds only SASS (a cubin) "
+                                       "and no PTX: the sim GPU runs PTX only"
+                                     : "the module holds no PTX";
+    return parsed->has_sass ? kCuNoBinaryForGpu : kCuInvalidImage;
+  }
+  // The entry for the newest architecture (all come from the same source).
+  const image::PtxEntry* chosen = &parsed->ptx.front();
+  for (const image::PtxEntry& entry : parsed->ptx) {
+    if (entry.arch > chosen->arch) chosen = &entry;
+  }
+  auto ptx = sim::PtxModule::Parse(chosen->text);
+  if (!ptx.ok()) {
+    error_detail_ = ptx.status().message();
+    return kCuInvalidPtx;
+  }
+  Module loaded;
+  loaded.ptx = std::move(*ptx);
+  // Module variables: allocations of this session, initialised from the PTX.
+  for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
+    uint64_t dptr = 0;
+    int32_t status = Allocate(std::max<uint64_t>(variable.size, 1), &dptr);
+    if (status != kCuSuccess) {
+      FreeModule(loaded);
+      return status;
+    }
+    char* host = memory_->Translate(dptr, variable.size, owner_);
+    if (host != nullptr && !variable.init.empty()) {
+      std::memcpy(host, variable.init.data(),
+                  std::min<uint64_t>(variable.init.size(), variable.size));
+    }
+    loaded.globals[variable.name] = dptr;
+    loaded.global_sizes[variable.name] = variable.size;
+  }
+  modules_[module] = std::move(loaded);
   return kCuSuccess;
 }
 
+void SimExecutor::FreeModule(Module& module) {
+  for (auto& [name, dptr] : module.globals) Free(dptr);
+  module.globals.clear();
+}
+
 int32_t SimExecutor::UnloadModule(uint64_t module) {
-  return modules_.erase(module) ? kCuSuccess : kCuInvalidHandle;
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return kCuInvalidHandle;
+  for (auto it = functions_.begin(); it != functions_.end();) {
+    it = it->second.module == module ? functions_.erase(it) : std::next(it);
+  }
+  FreeModule(found->second);
+  modules_.erase(found);
+  return kCuSuccess;
 }
 
 int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) {
   auto found = modules_.find(module);
   if (found == modules_.end()) return kCuInvalidHandle;
-  bool in_module = false;
-  for (const KernelInfo& kernel : found->second) in_module |= kernel.name == name;
-  if (!in_module) return kCuNotFound;
-  const SimKernelSpec* spec = FindSimKernel(name);
-  if (spec == nullptr) return kCuNotFound;
-  functions_[function] = spec;
+  Module& loaded = found->second;
+  if (!loaded.ptx->HasKernel(name)) return kCuNotFound;
+  auto kernel = loaded.ptx->Decode(name, loaded.globals);
+  if (!kernel.ok()) {
+    error_detail_ = "kernel " + name + ": " + kernel.status().message();
+    return kCuInvalidPtx;
+  }
+  functions_[function] = Function{module, *kernel};
+  return kCuSuccess;
+}
+
+int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                               uint64_t* size) {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return kCuInvalidHandle;
+  auto global = found->second.globals.find(name);
+  if (global == found->second.globals.end()) return kCuNotFound;
+  *dptr = global->second;
+  *size = found->second.global_sizes[name];
   return kCuSuccess;
 }
 
@@ -132,10 +197,26 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
       config.grid[2] > 65535) {
     return kCuInvalidValue;
   }
-  if (param_size < found->second->param_size) return kCuInvalidValue;
-  SimLaunch launch{&config, static_cast<const uint8_t*>(params), param_size, memory_, owner_};
-  return found->second->run(launch);
+  sim::LaunchSpec spec;
+  std::memcpy(spec.grid, config.grid, sizeof(spec.grid));
+  std::memcpy(spec.block, config.block, sizeof(spec.block));
+  spec.dynamic_shared = config.shared_mem;
+  spec.params = static_cast<const uint8_t*>(params);
+  spec.param_size = param_size;
+  spec.sm_count = sm_count_;
+  spec.printf_out = &output_;
+  spec.error_detail = &error_detail_;
+  spec.memory.reserve(allocations_.size());
+  for (const auto& [dptr, size] : allocations_) {
+    char* host = memory_->Translate(dptr, size, owner_);
+    if (host != nullptr) spec.memory.push_back(sim::MemoryRange{dptr, size, host});
+  }
+  return sim::RunKernel(*found->second.kernel, spec);
 }
+
+std::string SimExecutor::TakeOutput() { return std::exchange(output_, {}); }
+
+std::string SimExecutor::TakeErrorDetail() { return std::exchange(error_detail_, {}); }
 
 int32_t SimExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) {
   if (stream == 0 || !streams_.insert(stream).second) return kCuInvalidValue;

@@ -1,4 +1,4 @@
-#include "remote/dataplane/sim_memory.h"
+#include "remote/sim/sim_memory.h"
 
 #include <sys/mman.h>
 

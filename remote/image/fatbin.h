@@ -1,4 +1,5 @@
-// Fatbin: finds the kernels in a CUDA module image and their parameter layouts.
+// Module images: finds the kernels in a CUDA module image, their parameter layouts, and
+// the PTX the image carries (what the sim GPU runs).
 //
 // cuLaunchKernel hands the driver an array of pointers to the arguments with no sizes;
 // a remoting driver must know each parameter's offset and size to pack them. On a GPU host
@@ -7,10 +8,12 @@
 //
 // Accepted images (what cuModuleLoadData / cuLibraryLoadData receive):
 //   - a fatbin wrapper (__fatBinC_Wrapper_t, magic 0x466243b1) pointing to a fatbin,
-//   - a fatbin (magic 0xBA55ED50) with one or more ELF (and PTX) entries,
-//   - a bare ELF cubin.
-// Compressed fatbin entries are skipped (their layouts cannot be read without the codec);
-// a kernel found in no readable entry is unknown and cannot be launched remotely.
+//   - a fatbin (magic 0xBA55ED50) with one or more ELF and PTX entries,
+//   - a bare ELF cubin,
+//   - PTX text (NUL-terminated): layouts from its `.entry` declarations (ptx_signature.h).
+// Fatbin entries may be compressed (flags at entry offset 40): 0x8000 = a zstd frame,
+// 0x2000 = an LZ4 block (raw, no frame header; `nvcc --compress-mode=speed`), both with
+// the decompressed size at entry offset 56. A kernel found in no entry is unknown.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +24,7 @@
 
 #include "common/status.h"
 
-namespace gpupool::client {
+namespace gpupool::image {
 
 struct ParamSlot {
   uint32_t offset = 0;
@@ -33,16 +36,27 @@ struct KernelLayout {
   uint32_t param_size = 0;        // bytes of the packed buffer
 };
 
+struct PtxEntry {
+  std::string text;
+  uint32_t arch = 0;  // the compute capability it targets, e.g. 75
+};
+
 struct ModuleImage {
-  const void* bytes = nullptr;   // what the server loads (fatbin or cubin)
+  const void* bytes = nullptr;   // what the server loads (fatbin, cubin or PTX text)
   size_t size = 0;
   std::map<std::string, KernelLayout> kernels;  // by mangled name
+  std::vector<PtxEntry> ptx;     // the PTX entries (decompressed), or the PTX text itself
+  bool has_sass = false;         // it holds at least one ELF (SASS) entry or is a cubin
 };
 
 // Parses an image given as an untyped pointer (its size is implied by its headers).
 Result<ModuleImage> ParseModuleImage(const void* image);
 
+// Parses an image of exactly `size` bytes (e.g. received from a client): every offset is
+// checked against `size`. Fails with InvalidArgument naming the problem.
+Result<ModuleImage> ParseModuleImageBytes(const void* image, size_t size);
+
 // Parses one ELF cubin of `size` bytes, adding its kernels to *kernels.
 Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelLayout>* kernels);
 
-}  // namespace gpupool::client
+}  // namespace gpupool::image

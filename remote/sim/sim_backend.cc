@@ -1,4 +1,4 @@
-#include "remote/backend/sim_backend.h"
+#include "remote/sim/sim_backend.h"
 
 #include "remote/backend/gpu_identity.h"
 #include "remote/backend/topology.h"

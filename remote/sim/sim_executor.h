@@ -1,11 +1,13 @@
 // SimExecutor: runs one client's operations on a simulated GPU (sim_memory.h for device
-// memory, sim_kernels.h for kernels).
+// memory, ptx_engine.h for kernels: the PTX in the module images the client loads).
 //
 // Everything executes synchronously, in request order, on the server thread: stream order
 // holds trivially, events complete when recorded, and an event's time is the moment its
 // record request ran. Memory the session allocated is released when it is destroyed.
 // Copies, memsets and kernels reach only this session's own allocations: any other
 // address, even one another session of the same GPU allocated, is invalid here.
+// A module's .global/.const variables are allocations of the session too. Device printf
+// text is kept until the next synchronising call takes it (TakeOutput).
 #pragma once
 
 #include <chrono>
@@ -15,15 +17,15 @@
 #include <string>
 
 #include "remote/dataplane/executor.h"
-#include "remote/dataplane/sim_kernels.h"
-#include "remote/dataplane/sim_memory.h"
+#include "remote/sim/ptx_engine.h"
+#include "remote/sim/sim_memory.h"
 
 namespace gpupool::dataplane {
 
 class SimExecutor : public Executor {
  public:
   // `memory` is the GPU's shared device memory; it must outlive the executor.
-  explicit SimExecutor(SimDeviceMemory* memory);
+  explicit SimExecutor(SimDeviceMemory* memory, uint32_t sm_count = 108);
   ~SimExecutor() override;
 
   int32_t Allocate(uint64_t size, uint64_t* dptr) override;
@@ -54,6 +56,10 @@ class SimExecutor : public Executor {
   int32_t SynchronizeEvent(uint64_t event) override;
   int32_t QueryEvent(uint64_t event) override;
   int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
+  int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                    uint64_t* size) override;
+  std::string TakeOutput() override;
+  std::string TakeErrorDetail() override;
 
  private:
   struct Event {
@@ -61,13 +67,26 @@ class SimExecutor : public Executor {
     bool recorded = false;
     std::chrono::steady_clock::time_point when;
   };
+  struct Module {
+    std::unique_ptr<sim::PtxModule> ptx;
+    std::map<std::string, uint64_t> globals;  // variable -> device address
+    std::map<std::string, uint64_t> global_sizes;
+  };
+  struct Function {
+    uint64_t module = 0;
+    const sim::DecodedKernel* kernel = nullptr;
+  };
   bool KnownStream(uint64_t stream) const;
+  void FreeModule(Module& module);
 
   SimDeviceMemory* memory_;
   const SimDeviceMemory::Owner owner_;  // tags this session's allocations in memory_
-  std::set<uint64_t> allocations_;                  // what this session must free
-  std::map<uint64_t, std::vector<KernelInfo>> modules_;
-  std::map<uint64_t, const SimKernelSpec*> functions_;
+  const uint32_t sm_count_;
+  std::map<uint64_t, uint64_t> allocations_;  // start -> size: what this session must free
+  std::map<uint64_t, Module> modules_;
+  std::map<uint64_t, Function> functions_;
+  std::string output_;        // device printf text not yet delivered
+  std::string error_detail_;  // why the last call failed
   std::set<uint64_t> streams_;
   std::map<uint64_t, Event> events_;
 };

@@ -1,18 +1,29 @@
-#include "remote/client/fatbin.h"
+#include "remote/image/fatbin.h"
 
 #include <elf.h>
+
+#include <lz4.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
 
-namespace gpupool::client {
+#include "remote/image/ptx_signature.h"
+
+namespace gpupool::image {
 namespace {
 
 constexpr uint32_t kFatbinWrapperMagic = 0x466243b1;
 constexpr uint32_t kFatbinMagic = 0xBA55ED50;
+constexpr uint16_t kEntryKindPtx = 1;
 constexpr uint16_t kEntryKindElf = 2;
-// Entry flags of compressed payloads (LZ4 and zstd).
-constexpr uint64_t kEntryCompressedMask = 0x2000 | 0x8000;
+// Entry flags of compressed payloads.
+constexpr uint64_t kEntryLz4 = 0x2000;   // an LZ4 block (no frame)
+constexpr uint64_t kEntryZstd = 0x8000;  // a zstd frame
+// Offset of the decompressed size in entry headers of compressed entries.
+constexpr size_t kDecompressedSizeOffset = 56;
+// Refuse to inflate one entry beyond this (sizes in headers are untrusted).
+constexpr uint64_t kMaxDecompressed = 1ull << 30;
 
 // EIATTR record formats and the attribute we need.
 constexpr uint8_t kFormatSizedValue = 0x04;  // u16 size follows, then `size` bytes
@@ -41,7 +52,7 @@ struct FatbinEntryHeader {
   uint32_t payload_size;  // 0 in uncompressed ELF entries of CUDA 13 fatbins
   uint32_t unknown1;
   uint32_t unknown2;
-  uint32_t sm_version;
+  uint32_t sm_version;  // the architecture, e.g. 75
   uint32_t bit_width;
   uint32_t unknown3;
   uint64_t flags;
@@ -70,9 +81,44 @@ size_t ElfSize(const uint8_t* elf) {
 
 bool IsElf(const uint8_t* p) { return std::memcmp(p, ELFMAG, SELFMAG) == 0 && p[EI_CLASS] == ELFCLASS64; }
 
-Status ParseFatbin(const uint8_t* fatbin, ModuleImage* image) {
+// Inflates a compressed entry payload into *out.
+Status Decompress(const uint8_t* entry, uint32_t header_size, uint64_t flags,
+                  const uint8_t* payload, uint64_t payload_size, std::string* out) {
+  if (header_size < kDecompressedSizeOffset + 8) {
+    return Status::InvalidArgument("compressed fatbin entry without a decompressed size");
+  }
+  uint64_t size = Read<uint64_t>(entry + kDecompressedSizeOffset);
+  if (size == 0 || size > kMaxDecompressed) {
+    return Status::InvalidArgument("compressed fatbin entry with a bad decompressed size");
+  }
+  out->assign(size, '\0');
+  if (flags & kEntryZstd) {
+    size_t got = ZSTD_decompress(out->data(), size, payload, payload_size);
+    if (ZSTD_isError(got)) {
+      return Status::InvalidArgument(std::string("zstd fatbin entry: ") + ZSTD_getErrorName(got));
+    }
+    out->resize(got);
+    return Status::OK();
+  }
+  if (payload_size > static_cast<uint64_t>(INT32_MAX) || size > static_cast<uint64_t>(INT32_MAX)) {
+    return Status::InvalidArgument("LZ4 fatbin entry too large");
+  }
+  int got = LZ4_decompress_safe(reinterpret_cast<const char*>(payload), out->data(),
+                                static_cast<int>(payload_size), static_cast<int>(size));
+  if (got < 0) return Status::InvalidArgument("LZ4 fatbin entry does not decompress");
+  out->resize(static_cast<size_t>(got));
+  return Status::OK();
+}
+
+// `limit`: bytes available at `fatbin` (SIZE_MAX when the caller trusts the headers).
+Status ParseFatbin(const uint8_t* fatbin, size_t limit, ModuleImage* image) {
+  if (limit < sizeof(FatbinHeader)) return Status::InvalidArgument("fatbin truncated");
   auto header = Read<FatbinHeader>(fatbin);
   if (header.magic != kFatbinMagic) return Status::InvalidArgument("not a fatbin");
+  if (header.header_size < sizeof(FatbinHeader) || header.header_size > limit ||
+      header.files_size > limit - header.header_size) {
+    return Status::InvalidArgument("fatbin sizes exceed the image");
+  }
   image->bytes = fatbin;
   image->size = header.header_size + header.files_size;
   // Offsets, not pointers: sizes in the headers are untrusted and may be huge.
@@ -89,14 +135,57 @@ Status ParseFatbin(const uint8_t* fatbin, ModuleImage* image) {
       return Status::InvalidArgument("fatbin entry overruns");
     }
     const uint8_t* payload = entries + at + entry.header_size;
-    if (entry.kind == kEntryKindElf && !(entry.flags & kEntryCompressedMask) &&
-        payload_size >= sizeof(Elf64_Ehdr) && IsElf(payload)) {
+    std::string inflated;
+    bool compressed = entry.flags & (kEntryLz4 | kEntryZstd);
+    if (compressed && (entry.kind == kEntryKindElf || entry.kind == kEntryKindPtx)) {
+      GPUPOOL_RETURN_IF_ERROR(Decompress(entries + at, entry.header_size, entry.flags, payload,
+                                         payload_size, &inflated));
+      payload = reinterpret_cast<const uint8_t*>(inflated.data());
+      payload_size = inflated.size();
+    }
+    if (entry.kind == kEntryKindElf && payload_size >= sizeof(Elf64_Ehdr) && IsElf(payload)) {
+      image->has_sass = true;
       GPUPOOL_RETURN_IF_ERROR(ParseCubin(payload, payload_size, &image->kernels));
+    } else if (entry.kind == kEntryKindPtx) {
+      const char* text = reinterpret_cast<const char*>(payload);
+      image->ptx.push_back(
+          PtxEntry{std::string(text, strnlen(text, payload_size)), entry.sm_version});
     }
     uint64_t step = uint64_t{entry.header_size} + entry.padded_payload_size;
     if (step > total - at) break;  // the last entry's padding runs past the end
     at += step;
   }
+  // Kernels only in PTX (no ELF entry for them): layouts from the .entry declarations.
+  for (const PtxEntry& ptx : image->ptx) {
+    auto layouts = ParsePtxSignatures(ptx.text);
+    if (!layouts.ok()) continue;  // the sim reports bad PTX when it loads it
+    for (auto& [name, layout] : *layouts) image->kernels.emplace(name, layout);
+  }
+  return Status::OK();
+}
+
+bool LooksLikePtx(const uint8_t* p, size_t limit) {
+  // PTX text starts with comments, blank space or a directive.
+  for (size_t i = 0; i < limit && i < 4096; ++i) {
+    char c = static_cast<char>(p[i]);
+    if (c == ' ' || c == '\t' || c == '\n' || c == '\r') continue;
+    return c == '/' || c == '.';
+  }
+  return false;
+}
+
+Status ParsePtxImage(const uint8_t* p, size_t limit, ModuleImage* image) {
+  size_t length = strnlen(reinterpret_cast<const char*>(p), limit);
+  std::string text(reinterpret_cast<const char*>(p), length);
+  if (text.find(".entry") == std::string::npos && text.find(".version") == std::string::npos) {
+    return Status::InvalidArgument("not a PTX module");
+  }
+  auto layouts = ParsePtxSignatures(text);
+  if (!layouts.ok()) return layouts.status();
+  image->bytes = p;
+  image->size = length < limit ? length + 1 : length;
+  image->kernels = std::move(*layouts);
+  image->ptx.push_back(PtxEntry{std::move(text), 0});
   return Status::OK();
 }
 
@@ -182,17 +271,42 @@ Result<ModuleImage> ParseModuleImage(const void* image_pointer) {
   if (magic == kFatbinWrapperMagic) {
     auto wrapper = Read<FatbinWrapper>(p);
     if (wrapper.data == nullptr) return Status::InvalidArgument("fatbin wrapper without data");
-    GPUPOOL_RETURN_IF_ERROR(ParseFatbin(wrapper.data, &image));
+    GPUPOOL_RETURN_IF_ERROR(ParseFatbin(wrapper.data, SIZE_MAX, &image));
   } else if (magic == kFatbinMagic) {
-    GPUPOOL_RETURN_IF_ERROR(ParseFatbin(p, &image));
+    GPUPOOL_RETURN_IF_ERROR(ParseFatbin(p, SIZE_MAX, &image));
   } else if (IsElf(p)) {
     image.bytes = p;
     image.size = ElfSize(p);
+    image.has_sass = true;
     GPUPOOL_RETURN_IF_ERROR(ParseCubin(p, image.size, &image.kernels));
+  } else if (LooksLikePtx(p, SIZE_MAX)) {
+    GPUPOOL_RETURN_IF_ERROR(ParsePtxImage(p, SIZE_MAX, &image));
   } else {
-    return Status::InvalidArgument("unknown module image format (PTX text is not supported)");
+    return Status::InvalidArgument("unknown module image format (not a fatbin, cubin or PTX)");
   }
   return image;
 }
 
-}  // namespace gpupool::client
+Result<ModuleImage> ParseModuleImageBytes(const void* image_pointer, size_t size) {
+  if (image_pointer == nullptr || size < 4) {
+    return Status::InvalidArgument("module image too short");
+  }
+  const auto* p = static_cast<const uint8_t*>(image_pointer);
+  ModuleImage image;
+  uint32_t magic = Read<uint32_t>(p);
+  if (magic == kFatbinMagic) {
+    GPUPOOL_RETURN_IF_ERROR(ParseFatbin(p, size, &image));
+  } else if (size >= sizeof(Elf64_Ehdr) && IsElf(p)) {
+    image.bytes = p;
+    image.size = size;
+    image.has_sass = true;
+    GPUPOOL_RETURN_IF_ERROR(ParseCubin(p, size, &image.kernels));
+  } else if (LooksLikePtx(p, size)) {
+    GPUPOOL_RETURN_IF_ERROR(ParsePtxImage(p, size, &image));
+  } else {
+    return Status::InvalidArgument("unknown module image format (not a fatbin, cubin or PTX)");
+  }
+  return image;
+}
+
+}  // namespace gpupool::image

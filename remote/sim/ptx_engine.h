@@ -1,0 +1,112 @@
+// The PTX engine of the sim GPU: runs the PTX of any kernel with CUDA
+// semantics.
+//
+// Three stages (docs/ptx-engine.md):
+//   1. PtxModule::Parse reads PTX text into functions of statements (names
+//   resolved per
+//      `{ }` scope) and module variables (.global/.const with initialisers,
+//      .shared).
+//   2. PtxModule::Decode lowers one kernel, once, into a compact program:
+//   device
+//      functions (.func) are inlined at their call sites, every register,
+//      immediate and symbol address becomes a slot of a per-warp register file,
+//      branch targets are instruction indices, and each instruction carries the
+//      handler that executes it.
+//   3. RunKernel executes a launch: CTAs one after another, the warps of a CTA
+//   one at a
+//      time until each reaches a barrier or exits, each instruction on all
+//      active lanes of a warp at once (lane loops over [slot][32] arrays).
+//      Divergent lanes keep their own program counters; the lowest one runs
+//      first, so lanes reconverge where paths meet.
+//
+// Memory: global (and .const) addresses are the session's device addresses,
+// checked against its allocations on every access; shared, local and param
+// memory have windows of their own in the generic address space. A stray access
+// ends the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpupool::sim {
+
+// Generic-address windows of the non-global state spaces (global addresses stay
+// below 2^48: the sim's device addresses start at 16 TiB per GPU).
+inline constexpr uint64_t kSharedWindow = 1ull << 48;
+inline constexpr uint64_t kLocalWindow = 2ull << 48;
+inline constexpr uint64_t kParamWindow = 3ull << 48;
+inline constexpr uint64_t kWindowSize = 1ull << 48;
+
+struct ModuleVariable {
+  std::string name;
+  bool is_const = false;  // .const (read-only for kernels), else .global
+  uint64_t size = 0;
+  uint32_t align = 1;
+  std::vector<uint8_t> init;  // initial bytes (shorter than size: the rest is zero)
+};
+
+struct DecodedKernel;  // ptx_program.h
+struct ParsedModule;   // ptx_program.h
+
+class PtxModule {
+ public:
+  // Fails with InvalidArgument naming the line on text that is not PTX we can
+  // read.
+  static Result<std::unique_ptr<PtxModule>> Parse(std::string_view text);
+  ~PtxModule();
+
+  // .global and .const variables: the executor places them in device memory.
+  const std::vector<ModuleVariable>& variables() const;
+  bool HasKernel(const std::string& name) const;
+  std::vector<std::string> KernelNames() const;
+
+  // Lowers kernel `name` once (later calls return the same program).
+  // `addresses` gives the device address of every module variable. Fails with
+  // NotFound for an unknown kernel and Unimplemented (message naming the
+  // instruction) for what the engine cannot run, such as textures and surfaces.
+  Result<const DecodedKernel*> Decode(const std::string& name,
+                                      const std::map<std::string, uint64_t>& addresses);
+
+ private:
+  PtxModule() = default;
+  std::unique_ptr<ParsedModule> parsed_;
+  std::map<std::string, std::unique_ptr<DecodedKernel>> decoded_;
+  std::map<std::string, Status> failed_;
+};
+
+// One allocation the launching session may reach.
+struct MemoryRange {
+  uint64_t start = 0;
+  uint64_t size = 0;
+  char* host = nullptr;
+};
+
+struct LaunchSpec {
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t dynamic_shared = 0;
+  const uint8_t* params = nullptr;
+  size_t param_size = 0;
+  std::vector<MemoryRange> memory;  // sorted by start, non-overlapping
+  uint32_t sm_count = 108;
+  std::string* printf_out = nullptr;    // device printf text is appended here
+  std::string* error_detail = nullptr;  // why a launch failed, for the agent's log
+  uint64_t* thread_instructions = nullptr;  // if set: increased by the lanes executed
+};
+
+// Returns a CUresult: success, kCuIllegalAddress (stray access),
+// kCuLaunchFailed (trap), kCuAssert (failed device assert), kCuInvalidValue (a
+// parameter buffer too small or too much shared memory),
+// kCuLaunchOutOfResources.
+int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec);
+
+// Bytes of kernel parameters the decoded kernel reads (its .entry signature).
+uint32_t KernelParamSize(const DecodedKernel& kernel);
+
+}  // namespace gpupool::sim

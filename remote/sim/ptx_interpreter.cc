@@ -1,0 +1,3083 @@
+// The PTX engine's decoder (ParsedModule -> DecodedKernel) and interpreter
+// (RunKernel). Design notes: docs/ptx-engine.md.
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <thread>
+#include <type_traits>
+
+#include "remote/sim/ptx_program.h"
+
+namespace gpupool::sim {
+
+Result<std::unique_ptr<ParsedModule>> ParsePtxText(std::string_view text);
+uint64_t PtxTypeSize(const std::string& type);
+
+namespace {
+
+// CUresult values (remote/dataplane/protocol.h has the full list).
+constexpr int32_t kSuccess = 0;
+constexpr int32_t kInvalidValue = 1;
+constexpr int32_t kIllegalAddress = 700;
+constexpr int32_t kOutOfResources = 701;
+constexpr int32_t kAssertFailed = 710;
+constexpr int32_t kLaunchFailed = 719;
+constexpr int32_t kNotSupported = 801;
+
+constexpr uint32_t kFullMask = 0xffffffffu;
+// Threads that run the CTAs of one launch (the agent's hosts have few cores to spare).
+constexpr uint32_t kMaxWorkers = 2;
+// A warp runs at most this many instructions before the next warp of its CTA
+// gets a turn, so that warps spinning on each other's shared-memory flags make
+// progress.
+constexpr uint64_t kWarpSlice = 1u << 14;
+
+}  // namespace
+
+// ---- Execution state
+// ---------------------------------------------------------------------
+
+struct LaunchState {
+  const DecodedKernel* kernel = nullptr;
+  const LaunchSpec* spec = nullptr;
+  uint8_t* shared = nullptr;
+  uint64_t shared_size = 0;
+  uint8_t* local = nullptr;          // threads of the CTA * local_size
+  uint64_t clock = 0;                // advances with every warp instruction
+  uint64_t thread_instructions = 0;  // lanes executed, for the benchmark
+  std::string printf;                // device printf text of this worker's CTAs
+  // bar.red accumulators of the barrier being gathered.
+  uint32_t reduce_count = 0;
+  bool reduce_all = true;
+  bool reduce_any = false;
+  int32_t error = kSuccess;
+  std::string detail;
+  size_t range_hint = 0;
+  uint32_t cta_linear = 0;
+  uint32_t ctaid[3] = {0, 0, 0};
+};
+
+struct Warp {
+  uint64_t* regs = nullptr;  // slot_count * 32
+  LaunchState* launch = nullptr;
+  uint32_t index = 0;    // warp index in its CTA
+  uint32_t live = 0;     // lanes that have not exited
+  uint32_t waiting = 0;  // lanes waiting at a barrier
+  bool uniform = true;   // every live lane is at `pc`
+  int32_t pc = 0;
+  int32_t lane_pc[32] = {};
+
+  uint64_t* R(int32_t slot) { return regs + static_cast<size_t>(slot) * 32; }
+
+  uint8_t* LocalOf(int lane) {
+    return launch->local + (static_cast<uint64_t>(index) * 32 + lane) * launch->kernel->local_size;
+  }
+
+  void Fault(uint64_t address, uint32_t size, const char* what) {
+    if (launch->error != kSuccess) return;
+    launch->error = kIllegalAddress;
+    char text[160];
+    std::snprintf(text, sizeof(text), "%s of %u bytes at 0x%llx (block %u, warp %u)", what, size,
+                  static_cast<unsigned long long>(address), launch->cta_linear, index);
+    launch->detail = text;
+  }
+
+  uint8_t* Global(uint64_t address, uint32_t size) {
+    const std::vector<MemoryRange>& ranges = launch->spec->memory;
+    size_t hint = launch->range_hint;
+    if (hint < ranges.size() && address >= ranges[hint].start &&
+        address - ranges[hint].start + size <= ranges[hint].size) {
+      return reinterpret_cast<uint8_t*>(ranges[hint].host) + (address - ranges[hint].start);
+    }
+    auto after = std::upper_bound(ranges.begin(), ranges.end(), address,
+                                  [](uint64_t a, const MemoryRange& r) { return a < r.start; });
+    if (after == ranges.begin()) return nullptr;
+    const MemoryRange& range = *std::prev(after);
+    uint64_t offset = address - range.start;
+    if (offset > range.size || size > range.size - offset) return nullptr;
+    launch->range_hint = static_cast<size_t>(std::prev(after) - ranges.begin());
+    return reinterpret_cast<uint8_t*>(range.host) + offset;
+  }
+
+  // Host address of `size` bytes at `address` in `space` for `lane`; nullptr if
+  // stray.
+  uint8_t* Address(Space space, uint64_t address, uint32_t size, int lane) {
+    switch (space) {
+      case Space::kGlobal:
+      case Space::kConst: return Global(address, size);
+      case Space::kShared:
+        address &= 0xffffffffffffull;
+        if (address > launch->shared_size || size > launch->shared_size - address) return nullptr;
+        return launch->shared + address;
+      case Space::kLocal: {
+        uint64_t local_size = launch->kernel->local_size;
+        address &= 0xffffffffffffull;
+        if (address > local_size || size > local_size - address) return nullptr;
+        return LocalOf(lane) + address;
+      }
+      case Space::kParam: {
+        address &= 0xffffffffffffull;
+        size_t param_size = launch->spec->param_size;
+        if (address > param_size || size > param_size - address) return nullptr;
+        return const_cast<uint8_t*>(launch->spec->params) + address;
+      }
+      case Space::kGeneric:
+        if (address >= kSharedWindow && address < kSharedWindow + kWindowSize) {
+          return Address(Space::kShared, address - kSharedWindow, size, lane);
+        }
+        if (address >= kLocalWindow && address < kLocalWindow + kWindowSize) {
+          return Address(Space::kLocal, address - kLocalWindow, size, lane);
+        }
+        if (address >= kParamWindow && address < kParamWindow + kWindowSize) {
+          return Address(Space::kParam, address - kParamWindow, size, lane);
+        }
+        return Global(address, size);
+    }
+    return nullptr;
+  }
+};
+
+namespace {
+
+template <typename F>
+inline void ForLanes(uint32_t mask, F&& f) {
+  if (mask == kFullMask) {
+    for (int lane = 0; lane < 32; ++lane) f(lane);
+  } else {
+    while (mask) {
+      int lane = std::countr_zero(mask);
+      mask &= mask - 1;
+      f(lane);
+    }
+  }
+}
+
+// ---- Values
+// ------------------------------------------------------------------------------
+
+template <typename T>
+inline T Get(uint64_t raw) {
+  if constexpr (std::is_same_v<T, float>) {
+    return std::bit_cast<float>(static_cast<uint32_t>(raw));
+  } else if constexpr (std::is_same_v<T, double>) {
+    return std::bit_cast<double>(raw);
+  } else {
+    return static_cast<T>(raw);
+  }
+}
+
+template <typename T>
+inline uint64_t Put(T value) {
+  if constexpr (std::is_same_v<T, float>) {
+    return std::bit_cast<uint32_t>(value);
+  } else if constexpr (std::is_same_v<T, double>) {
+    return std::bit_cast<uint64_t>(value);
+  } else if constexpr (std::is_signed_v<T>) {
+    return static_cast<uint64_t>(static_cast<int64_t>(value));
+  } else {
+    return static_cast<uint64_t>(value);
+  }
+}
+
+template <typename T>
+using Unsigned = std::make_unsigned_t<T>;
+
+template <typename T>
+inline T WrapAdd(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<Unsigned<T>>(a) + static_cast<Unsigned<T>>(b));
+  } else {
+    return a + b;
+  }
+}
+template <typename T>
+inline T WrapSub(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    return static_cast<T>(static_cast<Unsigned<T>>(a) - static_cast<Unsigned<T>>(b));
+  } else {
+    return a - b;
+  }
+}
+template <typename T>
+inline T WrapMul(T a, T b) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::conditional_t<(sizeof(T) < 4), uint32_t, Unsigned<T>>;
+    return static_cast<T>(static_cast<U>(static_cast<Unsigned<T>>(a)) *
+                          static_cast<U>(static_cast<Unsigned<T>>(b)));
+  } else {
+    return a * b;
+  }
+}
+
+template <typename T>
+struct Wider;
+template <>
+struct Wider<int16_t> {
+  using type = int32_t;
+};
+template <>
+struct Wider<uint16_t> {
+  using type = uint32_t;
+};
+template <>
+struct Wider<int32_t> {
+  using type = int64_t;
+};
+template <>
+struct Wider<uint32_t> {
+  using type = uint64_t;
+};
+template <>
+struct Wider<int64_t> {
+  using type = __int128;
+};
+template <>
+struct Wider<uint64_t> {
+  using type = unsigned __int128;
+};
+
+template <typename T>
+inline T MulHi(T a, T b) {
+  using W = typename Wider<T>::type;
+  return static_cast<T>((static_cast<W>(a) * static_cast<W>(b)) >> (8 * sizeof(T)));
+}
+
+inline float FlushF32(float v) {
+  return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
+}
+template <typename T>
+inline T Saturate01(T v) {
+  if (std::isnan(v)) return T(0);
+  return std::min(T(1), std::max(T(0), v));
+}
+
+// Float results with .ftz/.sat applied.
+template <typename T>
+inline T FixFloat(T v, uint8_t flags) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (flags & kFlagFtz) v = FlushF32(v);
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (flags & kFlagSat) v = Saturate01(v);
+  }
+  return v;
+}
+
+// ---- Arithmetic handlers
+// ------------------------------------------------------------------
+
+enum BinOp : uint8_t {
+  kAdd,
+  kSub,
+  kMul,
+  kMulHi,
+  kDiv,
+  kRem,
+  kMin,
+  kMax,
+  kAnd,
+  kOr,
+  kXor,
+  kShl,
+  kShr,
+  kAddSat,
+  kSubSat,
+  kCopysign,
+  kMul24,
+  kMul24Hi,
+};
+
+template <typename T, BinOp op>
+inline T Binary(T a, T b) {
+  if constexpr (op == kAdd) return WrapAdd(a, b);
+  if constexpr (op == kSub) return WrapSub(a, b);
+  if constexpr (op == kMul) return WrapMul(a, b);
+  if constexpr (op == kMulHi) {
+    if constexpr (std::is_integral_v<T> && sizeof(T) >= 2) return MulHi(a, b);
+    return a;
+  }
+  if constexpr (op == kDiv) {
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) return static_cast<T>(-1);
+      if constexpr (std::is_signed_v<T>) {
+        if (a == std::numeric_limits<T>::min() && b == -1) return a;
+      }
+      return static_cast<T>(a / b);
+    } else {
+      return a / b;
+    }
+  }
+  if constexpr (op == kRem) {
+    if constexpr (std::is_integral_v<T>) {
+      if (b == 0) return a;
+      if constexpr (std::is_signed_v<T>) {
+        if (b == -1) return 0;
+      }
+      return static_cast<T>(a % b);
+    } else {
+      return std::fmod(a, b);
+    }
+  }
+  if constexpr (op == kMin) {
+    if constexpr (std::is_floating_point_v<T>) return std::fmin(a, b);
+    return std::min(a, b);
+  }
+  if constexpr (op == kMax) {
+    if constexpr (std::is_floating_point_v<T>) return std::fmax(a, b);
+    return std::max(a, b);
+  }
+  if constexpr (std::is_integral_v<T>) {
+    if constexpr (op == kAnd) return a & b;
+    if constexpr (op == kOr) return a | b;
+    if constexpr (op == kXor) return a ^ b;
+    if constexpr (op == kShl) {
+      Unsigned<T> shift = static_cast<Unsigned<T>>(b);
+      if (shift >= 8 * sizeof(T)) return 0;
+      return static_cast<T>(static_cast<Unsigned<T>>(a) << shift);
+    }
+    if constexpr (op == kShr) {
+      Unsigned<T> shift = static_cast<Unsigned<T>>(b);
+      if (shift >= 8 * sizeof(T)) return std::is_signed_v<T> && a < 0 ? T(-1) : T(0);
+      return static_cast<T>(a >> shift);
+    }
+    if constexpr (op == kAddSat || op == kSubSat) {
+      int64_t wide = op == kAddSat ? int64_t{a} + int64_t{b} : int64_t{a} - int64_t{b};
+      wide =
+          std::clamp<int64_t>(wide, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+      return static_cast<T>(wide);
+    }
+    if constexpr (op == kMul24 || op == kMul24Hi) {
+      int64_t x =
+          std::is_signed_v<T>
+              ? (static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(a) << 8)) >> 8)
+              : static_cast<int64_t>(static_cast<uint32_t>(a) & 0xffffff);
+      int64_t y =
+          std::is_signed_v<T>
+              ? (static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(b) << 8)) >> 8)
+              : static_cast<int64_t>(static_cast<uint32_t>(b) & 0xffffff);
+      int64_t p = x * y;
+      return static_cast<T>(op == kMul24 ? p : (p >> 16));
+    }
+  } else {
+    if constexpr (op == kCopysign) return std::copysign(b, a);
+  }
+  return a;
+}
+
+template <typename T, BinOp op>
+void HBinary(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  if (in.flags & (kFlagFtz | kFlagSat)) {
+    ForLanes(mask, [&](int l) {
+      d[l] = Put<T>(FixFloat<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l])), in.flags));
+    });
+  } else {
+    ForLanes(mask, [&](int l) { d[l] = Put<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l]))); });
+  }
+}
+
+// mul.wide / mad.wide: T inputs, twice-as-wide result.
+template <typename T>
+void HMulWide(Warp& w, const Inst& in, uint32_t mask) {
+  using W = typename Wider<T>::type;
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  ForLanes(mask, [&](int l) {
+    W p = static_cast<W>(Get<T>(a[l])) * static_cast<W>(Get<T>(b[l]));
+    uint64_t r = Put<W>(p);
+    if (c) r += c[l];
+    d[l] = r;
+  });
+}
+
+// Integer add/sub/mad with the carry flag (.cc in, addc/subc/madc out).
+template <typename T>
+void HCarry(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  uint64_t* cc = w.R(w.launch->kernel->carry_slot);
+  using U = Unsigned<T>;
+  constexpr int kBits = 8 * sizeof(U);
+  ForLanes(mask, [&](int l) {
+    unsigned __int128 x = static_cast<U>(a[l]);
+    unsigned __int128 y = static_cast<U>(b[l]);
+    unsigned __int128 carry_in = (in.flags & kFlagCarryIn) ? (cc[l] & 1) : 0;
+    unsigned __int128 r;
+    if (in.mode == 0) {  // add
+      r = x + y + carry_in;
+    } else if (in.mode == 1) {  // sub: a - b - borrow
+      r = x - y - carry_in;
+    } else {  // mad.lo / mad.hi with carry
+      unsigned __int128 p = x * y;
+      if (in.mode == 3) p >>= kBits;
+      p &= (static_cast<unsigned __int128>(1) << kBits) - 1;
+      r = p + static_cast<U>(c[l]) + carry_in;
+    }
+    d[l] = Put<T>(static_cast<T>(static_cast<U>(r)));
+    if (in.flags & kFlagCarryOut) cc[l] = static_cast<uint64_t>((r >> kBits) & 1);
+  });
+}
+
+enum UnOp : uint8_t {
+  kMov,
+  kNeg,
+  kAbs,
+  kNot,
+  kCnot,
+  kPopc,
+  kClz,
+  kBrev,
+  kSqrt,
+  kRsqrt,
+  kRcp,
+  kSin,
+  kCos,
+  kLg2,
+  kEx2,
+  kTanh,
+  kBfind,
+  kBfindShift,
+  kNotPred,
+};
+
+template <typename T, UnOp op>
+inline T Unary(T a) {
+  if constexpr (op == kMov) return a;
+  if constexpr (op == kNeg) {
+    if constexpr (std::is_integral_v<T>) return WrapSub<T>(T(0), a);
+    return -a;
+  }
+  if constexpr (op == kAbs) {
+    if constexpr (std::is_integral_v<T>) return a < 0 ? WrapSub<T>(T(0), a) : a;
+    return std::fabs(a);
+  }
+  if constexpr (std::is_integral_v<T>) {
+    using U = Unsigned<T>;
+    U u = static_cast<U>(a);
+    if constexpr (op == kNot) return static_cast<T>(~u);
+    if constexpr (op == kNotPred) return static_cast<T>(u ^ 1);
+    if constexpr (op == kCnot) return u == 0 ? T(1) : T(0);
+    if constexpr (op == kPopc) return static_cast<T>(std::popcount(u));
+    if constexpr (op == kClz) return static_cast<T>(std::countl_zero(u));
+    if constexpr (op == kBrev) {
+      U r = 0;
+      for (size_t i = 0; i < 8 * sizeof(U); ++i) r |= ((u >> i) & 1) << (8 * sizeof(U) - 1 - i);
+      return static_cast<T>(r);
+    }
+    if constexpr (op == kBfind || op == kBfindShift) {
+      U v = u;
+      if constexpr (std::is_signed_v<T>) {
+        if (a < 0) v = ~u;
+      }
+      if (v == 0) return static_cast<T>(-1);
+      int msb = static_cast<int>(8 * sizeof(U)) - 1 - std::countl_zero(v);
+      return static_cast<T>(op == kBfind ? msb : static_cast<int>(8 * sizeof(U)) - 1 - msb);
+    }
+  } else {
+    if constexpr (op == kSqrt) return std::sqrt(a);
+    if constexpr (op == kRsqrt) return T(1) / std::sqrt(a);
+    if constexpr (op == kRcp) return T(1) / a;
+    if constexpr (op == kSin) return std::sin(a);
+    if constexpr (op == kCos) return std::cos(a);
+    if constexpr (op == kLg2) return std::log2(a);
+    if constexpr (op == kEx2) return std::exp2(a);
+    if constexpr (op == kTanh) return std::tanh(a);
+  }
+  return a;
+}
+
+template <typename T, UnOp op>
+void HUnary(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  if (in.flags & (kFlagFtz | kFlagSat)) {
+    ForLanes(mask,
+             [&](int l) { d[l] = Put<T>(FixFloat<T>(Unary<T, op>(Get<T>(a[l])), in.flags)); });
+  } else {
+    ForLanes(mask, [&](int l) { d[l] = Put<T>(Unary<T, op>(Get<T>(a[l]))); });
+  }
+}
+
+// Integer popc/clz/bfind always write a .u32.
+template <typename T, UnOp op>
+void HCount(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  ForLanes(mask, [&](int l) { d[l] = static_cast<uint32_t>(Unary<T, op>(Get<T>(a[l]))); });
+}
+
+// mad.lo / fma / mad (float).
+template <typename T,
+          int kind>  // 0: lo, 1: hi, 2: float fma, 3: hi .sat? (unused)
+void HMad(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  ForLanes(mask, [&](int l) {
+    T x = Get<T>(a[l]), y = Get<T>(b[l]), z = Get<T>(c[l]);
+    T r;
+    if constexpr (kind == 0)
+      r = WrapAdd(WrapMul(x, y), z);
+    else if constexpr (kind == 1)
+      r = WrapAdd(MulHi(x, y), z);
+    else
+      r = FixFloat<T>(std::fma(x, y, z), in.flags);
+    d[l] = Put<T>(r);
+  });
+}
+
+template <typename T>
+void HMad24(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  ForLanes(mask, [&](int l) {
+    T p = in.mode ? Binary<T, kMul24Hi>(Get<T>(a[l]), Get<T>(b[l]))
+                  : Binary<T, kMul24>(Get<T>(a[l]), Get<T>(b[l]));
+    d[l] = Put<T>(WrapAdd(p, Get<T>(c[l])));
+  });
+}
+
+template <typename T>
+void HSad(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  ForLanes(mask, [&](int l) {
+    T x = Get<T>(a[l]), y = Get<T>(b[l]);
+    T diff = x > y ? WrapSub(x, y) : WrapSub(y, x);
+    d[l] = Put<T>(WrapAdd(diff, Get<T>(c[l])));
+  });
+}
+
+enum Cmp : uint8_t {
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kEqu,
+  kNeu,
+  kLtu,
+  kLeu,
+  kGtu,
+  kGeu,
+  kNum,
+  kNan,
+};
+
+template <typename T>
+inline bool Compare(uint8_t cmp, T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    bool unordered = std::isnan(a) || std::isnan(b);
+    switch (cmp) {
+      case kEq: return !unordered && a == b;
+      case kNe: return !unordered && a != b;
+      case kLt: return !unordered && a < b;
+      case kLe: return !unordered && a <= b;
+      case kGt: return !unordered && a > b;
+      case kGe: return !unordered && a >= b;
+      case kEqu: return unordered || a == b;
+      case kNeu: return unordered || a != b;
+      case kLtu: return unordered || a < b;
+      case kLeu: return unordered || a <= b;
+      case kGtu: return unordered || a > b;
+      case kGeu: return unordered || a >= b;
+      case kNum: return !unordered;
+      case kNan: return unordered;
+    }
+    return false;
+  } else {
+    switch (cmp) {
+      case kEq: return a == b;
+      case kNe: return a != b;
+      case kLt: return a < b;
+      case kLe: return a <= b;
+      case kGt: return a > b;
+      case kGe: return a >= b;
+    }
+    return false;
+  }
+}
+
+// setp / set: mode = comparison, mode2 = bool op (0 none, 1 and, 2 or, 3 xor)
+// with c.
+template <typename T>
+void HSetp(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  uint64_t* q = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  bool negate_c = in.flags & kFlagSigned;  // reused: the bool operand is !%p
+  ForLanes(mask, [&](int l) {
+    bool t = Compare<T>(in.mode, Get<T>(a[l]), Get<T>(b[l]));
+    bool f = !t;
+    if (c) {
+      bool p = (c[l] & 1) != negate_c;
+      switch (in.mode2) {
+        case 1:
+          t = t && p;
+          f = f && p;
+          break;
+        case 2:
+          t = t || p;
+          f = f || p;
+          break;
+        case 3:
+          t = t != p;
+          f = f != p;
+          break;
+      }
+    }
+    d[l] = t;
+    if (q) q[l] = f;
+  });
+}
+
+// set.cmp.dtype.stype: all ones (or 1.0f) when true.
+template <typename T>
+void HSet(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  ForLanes(mask, [&](int l) {
+    bool t = Compare<T>(in.mode, Get<T>(a[l]), Get<T>(b[l]));
+    d[l] = in.mode2 ? (t ? std::bit_cast<uint32_t>(1.0f) : 0) : (t ? 0xffffffffu : 0);
+  });
+}
+
+void HSelp(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  ForLanes(mask, [&](int l) { d[l] = (c[l] & 1) ? a[l] : b[l]; });
+}
+
+// slct.dtype.s32/f32 d, a, b, c: a when c >= 0.
+void HSlct(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  ForLanes(mask, [&](int l) {
+    bool pick_a = in.mode ? Get<float>(c[l]) >= 0.0f : Get<int32_t>(c[l]) >= 0;
+    d[l] = pick_a ? a[l] : b[l];
+  });
+}
+
+void HTestp(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  ForLanes(mask, [&](int l) {
+    double v = in.width == 8 ? Get<double>(a[l]) : static_cast<double>(Get<float>(a[l]));
+    int cls =
+        in.width == 8 ? std::fpclassify(Get<double>(a[l])) : std::fpclassify(Get<float>(a[l]));
+    bool r = false;
+    switch (in.mode) {
+      case 0: r = std::isfinite(v); break;
+      case 1: r = std::isinf(v); break;
+      case 2: r = !std::isnan(v); break;
+      case 3: r = std::isnan(v); break;
+      case 4: r = cls == FP_NORMAL; break;
+      case 5: r = cls == FP_SUBNORMAL; break;
+    }
+    d[l] = r;
+  });
+}
+
+template <typename T>
+void HBfe(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  using U = Unsigned<T>;
+  constexpr uint32_t kBits = 8 * sizeof(U);
+  ForLanes(mask, [&](int l) {
+    U value = static_cast<U>(a[l]);
+    uint32_t pos = static_cast<uint8_t>(b[l]);
+    uint32_t len = static_cast<uint8_t>(c[l]);
+    bool sign = false;
+    if constexpr (std::is_signed_v<T>) {
+      uint32_t top = std::min(pos + len, kBits) - 1;
+      sign = len != 0 && ((value >> std::min(top, kBits - 1)) & 1);
+    }
+    U r = 0;
+    for (uint32_t i = 0; i < kBits; ++i) {
+      bool bit = i < len && pos + i < kBits ? ((value >> (pos + i)) & 1) : sign;
+      if (i >= len) bit = sign;
+      r |= static_cast<U>(bit) << i;
+    }
+    d[l] = Put<T>(static_cast<T>(r));
+  });
+}
+
+template <typename T>
+void HBfi(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  const uint64_t* e = w.R(in.e);
+  using U = Unsigned<T>;
+  constexpr uint32_t kBits = 8 * sizeof(U);
+  ForLanes(mask, [&](int l) {
+    U insert = static_cast<U>(a[l]);
+    U r = static_cast<U>(b[l]);
+    uint32_t pos = static_cast<uint8_t>(c[l]);
+    uint32_t len = static_cast<uint8_t>(e[l]);
+    for (uint32_t i = 0; i < len && pos + i < kBits; ++i) {
+      U bit = static_cast<U>(1) << (pos + i);
+      r = (r & ~bit) | (((insert >> i) & 1) ? bit : 0);
+    }
+    d[l] = Put<T>(static_cast<T>(r));
+  });
+}
+
+void HPrmt(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  ForLanes(mask, [&](int l) {
+    uint64_t bytes =
+        (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
+    uint32_t selector = static_cast<uint32_t>(c[l]);
+    uint32_t r = 0;
+    if (in.mode == 0) {
+      for (int i = 0; i < 4; ++i) {
+        uint32_t s = (selector >> (4 * i)) & 0xf;
+        uint32_t byte = (bytes >> (8 * (s & 7))) & 0xff;
+        if (s & 8) byte = (byte & 0x80) ? 0xff : 0;
+        r |= byte << (8 * i);
+      }
+    } else {
+      // f4e, b4e, rc8, ecl, ecr, rc16
+      uint32_t s = selector & 3;
+      uint8_t bs[8];
+      for (int i = 0; i < 8; ++i) bs[i] = (bytes >> (8 * i)) & 0xff;
+      uint8_t out[4];
+      switch (in.mode) {
+        case 1:
+          for (int i = 0; i < 4; ++i) out[i] = bs[(s + i) & 7];
+          break;  // f4e
+        case 2:
+          for (int i = 0; i < 4; ++i) out[i] = bs[(s - i + 8) & 7];
+          break;  // b4e
+        case 3:
+          for (int i = 0; i < 4; ++i) out[i] = bs[s];
+          break;  // rc8
+        case 4:
+          for (int i = 0; i < 4; ++i) out[i] = bs[std::min<uint32_t>(i, s)];
+          break;  // ecl
+        case 5:
+          for (int i = 0; i < 4; ++i) out[i] = bs[std::max<uint32_t>(i, s)];
+          break;  // ecr
+        default:
+          for (int i = 0; i < 4; ++i) out[i] = bs[(s & 1) * 2 + (i & 1)];
+          break;  // rc16
+      }
+      r = out[0] | (out[1] << 8) | (out[2] << 16) | (static_cast<uint32_t>(out[3]) << 24);
+    }
+    d[l] = r;
+  });
+}
+
+// shf.l/.r .wrap/.clamp.b32 d, a, b, c: funnel shift of b:a by c.
+void HShf(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  ForLanes(mask, [&](int l) {
+    uint64_t both =
+        (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
+    uint32_t n = static_cast<uint32_t>(c[l]);
+    n = (in.mode2 == 0) ? (n & 31) : std::min<uint32_t>(n, 32);
+    d[l] =
+        in.mode == 0 ? static_cast<uint32_t>((both << n) >> 32) : static_cast<uint32_t>(both >> n);
+  });
+}
+
+// lop3.b32 d, a, b, c, immLut
+void HLop3(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  const uint64_t* e = w.R(in.e);
+  ForLanes(mask, [&](int l) {
+    uint32_t x = a[l], y = b[l], z = c[l], lut = e[l] & 0xff, r = 0;
+    for (int i = 0; i < 8; ++i) {
+      if (!((lut >> i) & 1)) continue;
+      uint32_t term = ((i & 4) ? x : ~x) & ((i & 2) ? y : ~y) & ((i & 1) ? z : ~z);
+      r |= term;
+    }
+    d[l] = r;
+  });
+}
+
+// mov.b64 d, {a, b} (pack) and mov.b64 {a, b}, d (unpack): in.width = element
+// bytes.
+void HPack(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  int bits = in.width * 8;
+  uint64_t element_mask = bits == 64 ? ~0ull : ((1ull << bits) - 1);
+  const int32_t sources[4] = {in.a, in.b, in.c, in.e};
+  ForLanes(mask, [&](int l) {
+    uint64_t r = 0;
+    for (int i = 0; i < in.vec; ++i) r |= (w.R(sources[i])[l] & element_mask) << (bits * i);
+    d[l] = r;
+  });
+}
+void HUnpack(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  int bits = in.width * 8;
+  uint64_t element_mask = bits == 64 ? ~0ull : ((1ull << bits) - 1);
+  ForLanes(mask, [&](int l) {
+    uint64_t v = a[l];
+    for (int i = 0; i < in.vec; ++i) {
+      if (in.d[i] >= 0) w.R(in.d[i])[l] = (v >> (bits * i)) & element_mask;
+    }
+  });
+}
+
+// cvta / cvta.to: mode 0 to generic (add window), 1 from generic (subtract).
+void HCvta(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  uint64_t window = static_cast<uint64_t>(in.offset);
+  uint64_t keep = in.width == 4 ? 0xffffffffull : ~0ull;
+  if (in.mode == 0) {
+    ForLanes(mask, [&](int l) { d[l] = (a[l] & keep) + window; });
+  } else {
+    ForLanes(mask, [&](int l) { d[l] = (a[l] - window) & keep; });
+  }
+}
+
+// isspacep.space p, a
+void HIsspacep(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  ForLanes(mask, [&](int l) {
+    uint64_t v = a[l];
+    bool shared = v >= kSharedWindow && v < kSharedWindow + kWindowSize;
+    bool local = v >= kLocalWindow && v < kLocalWindow + kWindowSize;
+    bool param = v >= kParamWindow && v < kParamWindow + kWindowSize;
+    switch (static_cast<Space>(in.mode)) {
+      case Space::kShared: d[l] = shared; break;
+      case Space::kLocal: d[l] = local; break;
+      case Space::kParam: d[l] = param; break;
+      default: d[l] = !shared && !local && !param; break;
+    }
+  });
+}
+
+// ---- Conversions
+// --------------------------------------------------------------------------
+
+enum Kind : uint8_t { kKindU, kKindS, kKindF, kKindB };
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  uint32_t sign = (x >> 16) & 0x8000;
+  int32_t exponent = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
+  uint32_t mantissa = x & 0x7fffff;
+  if (((x >> 23) & 0xff) == 0xff)
+    return static_cast<uint16_t>(sign | 0x7c00 | (mantissa ? 0x200 : 0));
+  if (exponent >= 31) return static_cast<uint16_t>(sign | 0x7c00);
+  if (exponent <= 0) {
+    if (exponent < -10) return static_cast<uint16_t>(sign);
+    mantissa |= 0x800000;
+    uint32_t shift = static_cast<uint32_t>(14 - exponent);
+    uint32_t half = mantissa >> shift;
+    uint32_t rest = mantissa & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = (static_cast<uint32_t>(exponent) << 10) | (mantissa >> 13);
+  uint32_t rest = mantissa & 0x1fff;
+  if (rest > 0x1000 || (rest == 0x1000 && (half & 1))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+float HalfToFloat(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exponent = (h >> 10) & 0x1f;
+  uint32_t mantissa = h & 0x3ff;
+  uint32_t x;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      x = sign;
+    } else {
+      int e = -1;
+      do {
+        ++e;
+        mantissa <<= 1;
+      } while (!(mantissa & 0x400));
+      x = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((mantissa & 0x3ff) << 13);
+    }
+  } else if (exponent == 31) {
+    x = sign | 0x7f800000 | (mantissa << 13);
+  } else {
+    x = sign | ((exponent + 127 - 15) << 23) | (mantissa << 13);
+  }
+  return std::bit_cast<float>(x);
+}
+
+// Rounding: 0 none/rn, 1 rz, 2 rm, 3 rp; integer rounding (rni...) 4..7.
+double RoundTo(double v, int rounding) {
+  switch (rounding & 3) {
+    case 0: return std::nearbyint(v);  // round-half-even in the default mode
+    case 1: return std::trunc(v);
+    case 2: return std::floor(v);
+    default: return std::ceil(v);
+  }
+}
+
+// cvt: mode = destination kind | size << 2 (bytes), mode2 = source, e =
+// rounding, flags.
+void HCvt(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  int dkind = in.mode & 3, dsize = in.mode >> 2;
+  int skind = in.mode2 & 3, ssize = in.mode2 >> 2;
+  int rounding = in.width;  // 0..3 float rounding, 4..7 integer rounding (+4)
+  bool sat = in.flags & kFlagSat;
+  ForLanes(mask, [&](int l) {
+    uint64_t raw = a[l];
+    // Read the source.
+    bool is_float = skind == kKindF;
+    double fv = 0;
+    int64_t sv = 0;
+    uint64_t uv = 0;
+    if (is_float) {
+      if (ssize == 2)
+        fv = HalfToFloat(static_cast<uint16_t>(raw));
+      else if (ssize == 4)
+        fv = Get<float>(raw);
+      else
+        fv = Get<double>(raw);
+      if ((in.flags & kFlagFtz) && ssize == 4) fv = FlushF32(static_cast<float>(fv));
+    } else if (skind == kKindS) {
+      int shift = 64 - 8 * ssize;
+      sv = static_cast<int64_t>(raw << shift) >> shift;
+    } else {
+      uv = ssize == 8 ? raw : (raw & ((1ull << (8 * ssize)) - 1));
+    }
+    uint64_t out = 0;
+    if (dkind == kKindF) {
+      double r;
+      if (is_float) {
+        r = fv;
+        if (rounding >= 4) r = RoundTo(r, rounding);
+      } else {
+        r = skind == kKindS ? static_cast<double>(sv) : static_cast<double>(uv);
+      }
+      if (dsize == 8) {
+        if (sat) r = Saturate01(r);
+        out = Put<double>(r);
+      } else if (dsize == 4) {
+        float f;
+        if (!is_float && ssize == 8) {
+          f = skind == kKindS ? static_cast<float>(sv) : static_cast<float>(uv);
+        } else {
+          f = static_cast<float>(r);
+          if (is_float && ssize == 8 && (rounding & 3) != 0 && rounding < 4) {
+            // Directed rounding of f64 -> f32.
+            double back = f;
+            if ((rounding == 1 && std::fabs(back) > std::fabs(r)) || (rounding == 2 && back > r)) {
+              f = std::nextafter(f, rounding == 1 ? 0.0f : -INFINITY);
+            } else if (rounding == 3 && back < r) {
+              f = std::nextafter(f, INFINITY);
+            }
+          }
+        }
+        if (in.flags & kFlagFtz) f = FlushF32(f);
+        if (sat) f = Saturate01(f);
+        out = Put<float>(f);
+      } else {
+        float f = static_cast<float>(r);
+        if (sat) f = Saturate01(f);
+        out = FloatToHalf(f);
+      }
+    } else {
+      // Integer destination (sizes 1..8), saturating from floats and when .sat.
+      int bits = 8 * dsize;
+      if (is_float) {
+        double r = std::isnan(fv) ? 0.0 : RoundTo(fv, rounding);
+        if (dkind == kKindS) {
+          double lo = -std::ldexp(1.0, bits - 1), hi = std::ldexp(1.0, bits - 1) - 1;
+          int64_t v = r <= lo   ? static_cast<int64_t>(lo)
+                      : r >= hi ? (bits == 64 ? INT64_MAX : static_cast<int64_t>(hi))
+                                : static_cast<int64_t>(r);
+          out = static_cast<uint64_t>(v);
+        } else {
+          double hi = std::ldexp(1.0, bits) - 1;
+          uint64_t v = r <= 0    ? 0
+                       : r >= hi ? (bits == 64 ? UINT64_MAX : static_cast<uint64_t>(hi))
+                                 : static_cast<uint64_t>(r);
+          out = v;
+        }
+      } else if (sat) {
+        if (dkind == kKindS) {
+          int64_t lo = bits == 64 ? INT64_MIN : -(int64_t{1} << (bits - 1));
+          int64_t hi = bits == 64 ? INT64_MAX : (int64_t{1} << (bits - 1)) - 1;
+          if (skind == kKindS)
+            out = static_cast<uint64_t>(std::clamp(sv, lo, hi));
+          else
+            out = static_cast<uint64_t>(uv > static_cast<uint64_t>(hi) ? hi
+                                                                       : static_cast<int64_t>(uv));
+        } else {
+          uint64_t hi = bits == 64 ? UINT64_MAX : (uint64_t{1} << bits) - 1;
+          if (skind == kKindS)
+            out = sv < 0 ? 0 : std::min<uint64_t>(static_cast<uint64_t>(sv), hi);
+          else
+            out = std::min(uv, hi);
+        }
+      } else {
+        out = skind == kKindS ? static_cast<uint64_t>(sv) : uv;
+      }
+      // Store sign-extended for signed destinations, else zero-extended.
+      if (bits < 64) {
+        if (dkind == kKindS) {
+          int shift = 64 - bits;
+          out = static_cast<uint64_t>(static_cast<int64_t>(out << shift) >> shift);
+        } else {
+          out &= (1ull << bits) - 1;
+        }
+      }
+    }
+    d[l] = out;
+  });
+}
+
+// ---- Memory
+// -------------------------------------------------------------------------------
+
+// ld{.space}{.vN}.type: width bytes per element, flag signed: sign-extend.
+void HLoad(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  uint32_t bytes = in.width * in.vec;
+  ForLanes(mask, [&](int l) {
+    uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
+    uint8_t* p = w.Address(in.space, address, bytes, l);
+    if (p == nullptr) {
+      w.Fault(address, bytes, "load");
+      return;
+    }
+    for (int i = 0; i < in.vec; ++i) {
+      uint64_t v = 0;
+      std::memcpy(&v, p + i * in.width, in.width);
+      if ((in.flags & kFlagSigned) && in.width < 8) {
+        int shift = 64 - 8 * in.width;
+        v = static_cast<uint64_t>(static_cast<int64_t>(v << shift) >> shift);
+      }
+      if (in.d[i] >= 0) w.R(in.d[i])[l] = v;
+    }
+  });
+}
+
+void HStore(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  uint32_t bytes = in.width * in.vec;
+  ForLanes(mask, [&](int l) {
+    uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
+    uint8_t* p = w.Address(in.space, address, bytes, l);
+    if (p == nullptr || in.space == Space::kConst || (in.space == Space::kParam)) {
+      w.Fault(address, bytes, "store");
+      return;
+    }
+    for (int i = 0; i < in.vec; ++i) {
+      uint64_t v = w.R(in.d[i])[l];
+      std::memcpy(p + i * in.width, &v, in.width);
+    }
+  });
+}
+
+enum AtomOp : uint8_t {
+  kAtomAdd,
+  kAtomMin,
+  kAtomMax,
+  kAtomAnd,
+  kAtomOr,
+  kAtomXor,
+  kAtomExch,
+  kAtomCas,
+  kAtomInc,
+  kAtomDec
+};
+
+template <typename T>
+T AtomicResult(uint8_t mode, T old, T v, T compare_value);
+
+template <typename T>
+void HAtom(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
+  ForLanes(mask, [&](int l) {
+    uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
+    uint8_t* p = w.Address(in.space, address, sizeof(T), l);
+    if (p == nullptr) {
+      w.Fault(address, sizeof(T), "atomic");
+      return;
+    }
+    if (address % sizeof(T) != 0) {
+      w.Fault(address, sizeof(T), "misaligned atomic");
+      return;
+    }
+    // CTAs may run on two threads at once: a compare-and-swap loop on the host word.
+    using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+    Bits* word = reinterpret_cast<Bits*>(p);
+    Bits old_bits = __atomic_load_n(word, __ATOMIC_RELAXED);
+    T old, r;
+    T v = Get<T>(b[l]);
+    do {
+      std::memcpy(&old, &old_bits, sizeof(T));
+      r = AtomicResult<T>(in.mode, old, v, c ? Get<T>(c[l]) : T(0));
+      Bits new_bits;
+      std::memcpy(&new_bits, &r, sizeof(T));
+      if (__atomic_compare_exchange_n(word, &old_bits, new_bits, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_RELAXED)) {
+        break;
+      }
+    } while (true);
+    if (d) d[l] = Put<T>(old);
+  });
+}
+
+template <typename T>
+T AtomicResult(uint8_t mode, T old, T v, T compare_value) {
+  T r = old;
+  switch (mode) {
+      case kAtomAdd: r = WrapAdd(old, v); break;
+      case kAtomMin: r = std::min(old, v); break;
+      case kAtomMax: r = std::max(old, v); break;
+      case kAtomExch: r = v; break;
+      case kAtomCas: r = old == v ? compare_value : old; break;
+      default:
+        if constexpr (std::is_integral_v<T>) {
+          switch (mode) {
+            case kAtomAnd: r = old & v; break;
+            case kAtomOr: r = old | v; break;
+            case kAtomXor: r = old ^ v; break;
+            case kAtomInc: r = (old >= v) ? T(0) : T(old + 1); break;
+            case kAtomDec: r = (old == 0 || old > v) ? v : T(old - 1); break;
+          }
+        }
+  }
+  return r;
+}
+
+// ---- Warp-level operations
+// ----------------------------------------------------------------
+
+// shfl.sync.mode.b32 d[|p], a, b, c, membermask
+void HShfl(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  uint64_t* p = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  uint64_t source[32];
+  std::memcpy(source, a, sizeof(source));
+  ForLanes(mask, [&](int lane) {
+    uint32_t bval = b[lane] & 0x1f;
+    uint32_t cval = c[lane] & 0x1f;
+    uint32_t segmask = (c[lane] >> 8) & 0x1f;
+    int max_lane = static_cast<int>((lane & segmask) | (cval & ~segmask));
+    int min_lane = static_cast<int>(lane & segmask);
+    int j = lane;
+    bool ok = false;
+    switch (in.mode) {
+      case 0:
+        j = lane - static_cast<int>(bval);
+        ok = j >= max_lane;
+        break;  // up
+      case 1:
+        j = lane + static_cast<int>(bval);
+        ok = j <= max_lane;
+        break;  // down
+      case 2:
+        j = lane ^ static_cast<int>(bval);
+        ok = j <= max_lane;
+        break;  // bfly
+      default:
+        j = min_lane | static_cast<int>(bval & ~segmask);
+        ok = j <= max_lane;
+        break;  // idx
+    }
+    if (!ok || j < 0 || j > 31) j = lane;
+    d[lane] = source[j];
+    if (p) p[lane] = ok;
+  });
+}
+
+// vote.sync.{all,any,uni,ballot}: mode 0 all, 1 any, 2 uni, 3 ballot; flag: !a
+void HVote(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  bool negate = in.flags & kFlagSigned;
+  uint32_t ballot = 0;
+  ForLanes(mask, [&](int l) { ballot |= static_cast<uint32_t>(((a[l] & 1) != 0) != negate) << l; });
+  uint64_t r;
+  switch (in.mode) {
+    case 0: r = (ballot & mask) == mask; break;
+    case 1: r = ballot != 0; break;
+    case 2: r = ballot == 0 || ballot == mask; break;
+    default: r = ballot; break;
+  }
+  ForLanes(mask, [&](int l) { d[l] = r; });
+}
+
+// match.any/all.sync.b32/b64 d[|p], a, membermask
+void HMatch(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  uint64_t* p = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
+  const uint64_t* a = w.R(in.a);
+  uint64_t keep = in.width == 8 ? ~0ull : 0xffffffffull;
+  uint64_t values[32];
+  ForLanes(mask, [&](int l) { values[l] = a[l] & keep; });
+  bool all_same = true;
+  uint32_t first = mask ? static_cast<uint32_t>(std::countr_zero(mask)) : 0;
+  ForLanes(mask, [&](int l) { all_same &= values[l] == values[first]; });
+  ForLanes(mask, [&](int l) {
+    if (in.mode == 0) {
+      uint32_t same = 0;
+      ForLanes(mask, [&](int k) { same |= static_cast<uint32_t>(values[k] == values[l]) << k; });
+      d[l] = same;
+    } else {
+      d[l] = all_same ? mask : 0;
+      if (p) p[l] = all_same;
+    }
+  });
+}
+
+void HActivemask(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  ForLanes(mask, [&](int l) { d[l] = mask; });
+}
+
+// mode: 0 %clock, 1 %clock64, 2 %globaltimer, 3 %globaltimer_lo, 4
+// %globaltimer_hi
+void HClock(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  uint64_t value;
+  if (in.mode <= 1) {
+    value = w.launch->clock * 4;  // about 4 cycles per warp instruction
+    if (in.mode == 0) value &= 0xffffffffu;
+  } else {
+    value = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                      std::chrono::system_clock::now().time_since_epoch())
+                                      .count());
+    if (in.mode == 3) value &= 0xffffffffu;
+    if (in.mode == 4) value >>= 32;
+  }
+  ForLanes(mask, [&](int l) { d[l] = value; });
+}
+
+void HNop(Warp&, const Inst&, uint32_t) {}
+
+void HZero(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  ForLanes(mask, [&](int l) { d[l] = 0; });
+}
+
+// ---- Device printf
+// ------------------------------------------------------------------------
+
+std::string ReadString(Warp& w, uint64_t address, int lane) {
+  std::string text;
+  for (size_t i = 0; i < 4096; ++i) {
+    uint8_t* p = w.Address(Space::kGeneric, address + i, 1, lane);
+    if (p == nullptr) {
+      if (text.empty()) return "(null)";
+      break;
+    }
+    if (*p == 0) break;
+    text.push_back(static_cast<char>(*p));
+  }
+  return text;
+}
+
+std::string FormatPrintf(Warp& w, const std::string& format, uint64_t args, int lane) {
+  std::string out;
+  uint64_t offset = 0;
+  auto fetch = [&](uint32_t size) -> uint64_t {
+    offset = (offset + size - 1) / size * size;
+    uint64_t value = 0;
+    if (args != 0) {
+      uint8_t* p = w.Address(Space::kGeneric, args + offset, size, lane);
+      if (p != nullptr) std::memcpy(&value, p, size);
+    }
+    offset += size;
+    return value;
+  };
+  for (size_t i = 0; i < format.size(); ++i) {
+    char ch = format[i];
+    if (ch != '%') {
+      out.push_back(ch);
+      continue;
+    }
+    if (i + 1 < format.size() && format[i + 1] == '%') {
+      out.push_back('%');
+      ++i;
+      continue;
+    }
+    size_t start = i++;
+    while (i < format.size() && std::strchr("-+ #0", format[i])) ++i;
+    while (i < format.size() &&
+           (std::isdigit(static_cast<unsigned char>(format[i])) || format[i] == '.'))
+      ++i;
+    int longs = 0;
+    bool half = false;
+    while (i < format.size() && std::strchr("hlLqjzt", format[i])) {
+      if (format[i] == 'l' || format[i] == 'q' || format[i] == 'j' || format[i] == 'z' ||
+          format[i] == 't' || format[i] == 'L')
+        ++longs;
+      if (format[i] == 'h') half = true;
+      ++i;
+    }
+    if (i >= format.size()) break;
+    char conversion = format[i];
+    std::string spec = format.substr(start, i - start);
+    // Strip the length modifiers: we pass host types of our own.
+    std::string flags;
+    for (char c : spec) {
+      if (!std::strchr("hlLqjzt", c)) flags.push_back(c);
+    }
+    char buffer[512];
+    switch (conversion) {
+      case 'd':
+      case 'i': {
+        int64_t v = longs ? static_cast<int64_t>(fetch(8)) : static_cast<int32_t>(fetch(4));
+        if (half) v = static_cast<int16_t>(v);
+        std::snprintf(buffer, sizeof(buffer), (flags + "lld").c_str(), static_cast<long long>(v));
+        break;
+      }
+      case 'u':
+      case 'x':
+      case 'X':
+      case 'o': {
+        uint64_t v = longs ? fetch(8) : static_cast<uint32_t>(fetch(4));
+        if (half) v = static_cast<uint16_t>(v);
+        std::snprintf(buffer, sizeof(buffer), (flags + "ll" + conversion).c_str(),
+                      static_cast<unsigned long long>(v));
+        break;
+      }
+      case 'c':
+        std::snprintf(buffer, sizeof(buffer), (flags + "c").c_str(), static_cast<int>(fetch(4)));
+        break;
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G':
+      case 'a':
+      case 'A':
+        std::snprintf(buffer, sizeof(buffer), (flags + conversion).c_str(),
+                      std::bit_cast<double>(fetch(8)));
+        break;
+      case 's': {
+        std::string text = ReadString(w, fetch(8), lane);
+        std::snprintf(buffer, sizeof(buffer), (flags + "s").c_str(), text.c_str());
+        break;
+      }
+      case 'p':
+        std::snprintf(buffer, sizeof(buffer), "0x%llx", static_cast<unsigned long long>(fetch(8)));
+        break;
+      default: std::snprintf(buffer, sizeof(buffer), "%s", spec.c_str());
+    }
+    out += buffer;
+  }
+  return out;
+}
+
+// vprintf(format, args): in.printf_fmt/printf_args = local offsets of the
+// call's parameters, in.offset = local offset of the return value (or -1).
+void HPrintf(Warp& w, const Inst& in, uint32_t mask) {
+  ForLanes(mask, [&](int l) {
+    uint8_t* local = w.LocalOf(l);
+    uint64_t format_address, args_address;
+    std::memcpy(&format_address, local + in.printf_fmt, 8);
+    std::memcpy(&args_address, local + in.printf_args, 8);
+    std::string format = ReadString(w, format_address, l);
+    std::string text = FormatPrintf(w, format, args_address, l);
+    w.launch->printf += text;
+    if (in.offset >= 0) {
+      int32_t length = static_cast<int32_t>(text.size());
+      std::memcpy(local + in.offset, &length, 4);
+    }
+  });
+}
+
+// __assertfail(message, file, line, function, char size): the GPU's message,
+// then the launch fails with CUDA_ERROR_ASSERT.
+void HAssert(Warp& w, const Inst& in, uint32_t mask) {
+  int lane = std::countr_zero(mask);
+  uint8_t* local = w.LocalOf(lane);
+  uint64_t message, file, function;
+  uint32_t line;
+  std::memcpy(&message, local + in.printf_fmt, 8);
+  std::memcpy(&file, local + in.printf_args, 8);
+  std::memcpy(&line, local + in.offset, 4);
+  std::memcpy(&function, local + in.e, 8);
+  const LaunchState& launch = *w.launch;
+  uint32_t tid = w.index * 32 + lane;
+  const uint32_t* block = launch.spec->block;
+  char text[1024];
+  std::snprintf(text, sizeof(text),
+                "%s:%u: %s: block: [%u,%u,%u], thread: [%u,%u,%u] Assertion "
+                "`%s` failed.\n",
+                ReadString(w, file, lane).c_str(), line, ReadString(w, function, lane).c_str(),
+                launch.ctaid[0], launch.ctaid[1], launch.ctaid[2], tid % block[0],
+                (tid / block[0]) % block[1], tid / (block[0] * block[1]),
+                ReadString(w, message, lane).c_str());
+  w.launch->printf += text;
+}
+
+// ---- Handler tables
+// -----------------------------------------------------------------------
+
+enum Ty : uint8_t {
+  kU8,
+  kU16,
+  kU32,
+  kU64,
+  kS8,
+  kS16,
+  kS32,
+  kS64,
+  kF16,
+  kF32,
+  kF64,
+  kPred,
+  kNoType
+};
+
+Ty ParseType(const std::string& t) {
+  if (t == "u8" || t == "b8") return kU8;
+  if (t == "u16" || t == "b16") return kU16;
+  if (t == "u32" || t == "b32") return kU32;
+  if (t == "u64" || t == "b64") return kU64;
+  if (t == "s8") return kS8;
+  if (t == "s16") return kS16;
+  if (t == "s32") return kS32;
+  if (t == "s64") return kS64;
+  if (t == "f16" || t == "bf16") return kF16;
+  if (t == "f32") return kF32;
+  if (t == "f64") return kF64;
+  if (t == "pred") return kPred;
+  return kNoType;
+}
+int TySize(Ty t) {
+  switch (t) {
+    case kU8:
+    case kS8: return 1;
+    case kU16:
+    case kS16:
+    case kF16: return 2;
+    case kU32:
+    case kS32:
+    case kF32: return 4;
+    case kPred: return 1;
+    case kNoType: return 0;
+    default: return 8;
+  }
+}
+bool TySigned(Ty t) { return t == kS8 || t == kS16 || t == kS32 || t == kS64; }
+bool TyFloat(Ty t) { return t == kF16 || t == kF32 || t == kF64; }
+
+template <template <typename> class H>
+Handler ByIntType(Ty t) {
+  switch (t) {
+    case kU8: return &H<uint8_t>::run;
+    case kU16: return &H<uint16_t>::run;
+    case kU32: return &H<uint32_t>::run;
+    case kU64: return &H<uint64_t>::run;
+    case kS8: return &H<int8_t>::run;
+    case kS16: return &H<int16_t>::run;
+    case kS32: return &H<int32_t>::run;
+    case kS64: return &H<int64_t>::run;
+    case kPred: return &H<uint8_t>::run;
+    default: return nullptr;
+  }
+}
+template <template <typename> class H>
+Handler ByType(Ty t) {
+  if (t == kF32) return &H<float>::run;
+  if (t == kF64) return &H<double>::run;
+  return ByIntType<H>(t);
+}
+
+#define GPUPOOL_WRAP_BIN(NAME, OP)                                                     \
+  template <typename T>                                                                \
+  struct NAME {                                                                        \
+    static void run(Warp& w, const Inst& in, uint32_t m) { HBinary<T, OP>(w, in, m); } \
+  };
+GPUPOOL_WRAP_BIN(WAdd, kAdd)
+GPUPOOL_WRAP_BIN(WSub, kSub)
+GPUPOOL_WRAP_BIN(WMul, kMul)
+GPUPOOL_WRAP_BIN(WMulHi, kMulHi)
+GPUPOOL_WRAP_BIN(WDiv, kDiv)
+GPUPOOL_WRAP_BIN(WRem, kRem)
+GPUPOOL_WRAP_BIN(WMin, kMin)
+GPUPOOL_WRAP_BIN(WMax, kMax)
+GPUPOOL_WRAP_BIN(WAnd, kAnd)
+GPUPOOL_WRAP_BIN(WOr, kOr)
+GPUPOOL_WRAP_BIN(WXor, kXor)
+GPUPOOL_WRAP_BIN(WShl, kShl)
+GPUPOOL_WRAP_BIN(WShr, kShr)
+GPUPOOL_WRAP_BIN(WCopysign, kCopysign)
+GPUPOOL_WRAP_BIN(WMul24, kMul24)
+GPUPOOL_WRAP_BIN(WMul24Hi, kMul24Hi)
+#undef GPUPOOL_WRAP_BIN
+
+#define GPUPOOL_WRAP_UN(NAME, OP)                                                     \
+  template <typename T>                                                               \
+  struct NAME {                                                                       \
+    static void run(Warp& w, const Inst& in, uint32_t m) { HUnary<T, OP>(w, in, m); } \
+  };
+GPUPOOL_WRAP_UN(WMov, kMov)
+GPUPOOL_WRAP_UN(WNeg, kNeg)
+GPUPOOL_WRAP_UN(WAbs, kAbs)
+GPUPOOL_WRAP_UN(WNot, kNot)
+GPUPOOL_WRAP_UN(WCnot, kCnot)
+GPUPOOL_WRAP_UN(WBrev, kBrev)
+GPUPOOL_WRAP_UN(WSqrt, kSqrt)
+GPUPOOL_WRAP_UN(WRsqrt, kRsqrt)
+GPUPOOL_WRAP_UN(WRcp, kRcp)
+GPUPOOL_WRAP_UN(WSin, kSin)
+GPUPOOL_WRAP_UN(WCos, kCos)
+GPUPOOL_WRAP_UN(WLg2, kLg2)
+GPUPOOL_WRAP_UN(WEx2, kEx2)
+GPUPOOL_WRAP_UN(WTanh, kTanh)
+#undef GPUPOOL_WRAP_UN
+
+#define GPUPOOL_WRAP(NAME, FN)                                                \
+  template <typename T>                                                       \
+  struct NAME {                                                               \
+    static void run(Warp& w, const Inst& in, uint32_t m) { FN<T>(w, in, m); } \
+  };
+GPUPOOL_WRAP(WSetp, HSetp)
+GPUPOOL_WRAP(WSet, HSet)
+GPUPOOL_WRAP(WAtom, HAtom)
+GPUPOOL_WRAP(WBfe, HBfe)
+GPUPOOL_WRAP(WBfi, HBfi)
+GPUPOOL_WRAP(WSad, HSad)
+GPUPOOL_WRAP(WCarry, HCarry)
+GPUPOOL_WRAP(WMad24, HMad24)
+#undef GPUPOOL_WRAP
+template <typename T>
+struct WMadLo {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HMad<T, 0>(w, in, m); }
+};
+template <typename T>
+struct WMadHi {
+  static void run(Warp& w, const Inst& in, uint32_t m) {
+    if constexpr (sizeof(T) >= 2)
+      HMad<T, 1>(w, in, m);
+    else
+      HMad<T, 0>(w, in, m);
+  }
+};
+template <typename T>
+struct WFma {
+  static void run(Warp& w, const Inst& in, uint32_t m) {
+    if constexpr (std::is_floating_point_v<T>)
+      HMad<T, 2>(w, in, m);
+    else
+      HMad<T, 0>(w, in, m);
+  }
+};
+template <typename T>
+struct WMulWide {
+  static void run(Warp& w, const Inst& in, uint32_t m) {
+    if constexpr (sizeof(T) == 2 || sizeof(T) == 4) HMulWide<T>(w, in, m);
+  }
+};
+template <typename T>
+struct WPopc {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HCount<T, kPopc>(w, in, m); }
+};
+template <typename T>
+struct WClz {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HCount<T, kClz>(w, in, m); }
+};
+template <typename T>
+struct WBfind {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HCount<T, kBfind>(w, in, m); }
+};
+template <typename T>
+struct WBfindShift {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HCount<T, kBfindShift>(w, in, m); }
+};
+template <typename T>
+struct WNotPred {
+  static void run(Warp& w, const Inst& in, uint32_t m) { HUnary<T, kNotPred>(w, in, m); }
+};
+
+// ---- Decoder
+// ------------------------------------------------------------------------------
+
+struct Symbol {
+  Space space;
+  uint64_t value;  // address in its own space
+};
+
+std::vector<std::string> Split(const std::string& opcode) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= opcode.size()) {
+    size_t dot = opcode.find('.', start);
+    if (dot == std::string::npos) dot = opcode.size();
+    parts.push_back(opcode.substr(start, dot - start));
+    start = dot + 1;
+  }
+  return parts;
+}
+
+class Decoder {
+ public:
+  Decoder(const ParsedModule& module, const std::map<std::string, uint64_t>& addresses,
+          DecodedKernel* kernel)
+      : module_(module), addresses_(addresses), k_(kernel) {}
+
+  Status Run(const RawFunction& entry) {
+    k_->name = entry.name;
+    // Kernel parameters: offsets by natural alignment.
+    uint64_t offset = 0;
+    for (const RawParam& param : entry.params) {
+      offset = (offset + param.align - 1) / param.align * param.align;
+      symbols_[param.name] = Symbol{Space::kParam, offset};
+      offset += param.size;
+    }
+    k_->param_size = static_cast<uint32_t>(offset);
+    // Module-level shared variables: static ones first, dynamic ones after all
+    // static.
+    for (const SharedVariable& var : module_.shared) {
+      if (var.is_extern) continue;
+      shared_size_ = (shared_size_ + var.align - 1) / var.align * var.align;
+      symbols_[var.name] = Symbol{Space::kShared, shared_size_};
+      shared_size_ += var.size;
+    }
+    for (const ModuleVariable& var : module_.variables) {
+      auto found = addresses_.find(var.name);
+      symbols_[var.name] = Symbol{Space::kGlobal, found == addresses_.end() ? 0 : found->second};
+    }
+    for (const std::string& name : module_.unsupported_symbols) unsupported_symbols_.insert(name);
+    k_->carry_slot = NewSlot();
+    zero_slot_ = Constant(0);
+    GPUPOOL_RETURN_IF_ERROR(Emit(entry, "", {}, -1, 0));
+    // Dynamic shared memory starts after the static variables.
+    shared_size_ = (shared_size_ + 15) / 16 * 16;
+    for (const SharedVariable& var : module_.shared) {
+      if (var.is_extern) {
+        for (auto& [index, name] : dynamic_shared_uses_) (void)index;
+      }
+    }
+    for (auto [slot, name] : dynamic_shared_constants_)
+      k_->constants.push_back({slot, shared_size_});
+    k_->static_shared = shared_size_;
+    k_->local_size = (local_size_ + 15) / 16 * 16;
+    for (auto& [index, label] : fixups_) {
+      auto found = labels_.find(label);
+      if (found == labels_.end()) return Status::InvalidArgument("PTX: unknown label " + label);
+      k_->code[index].target = found->second;
+    }
+    // A final exit so that falling off the end ends the threads.
+    Inst exit;
+    exit.flow = Flow::kExit;
+    exit.run = &HNop;
+    k_->code.push_back(exit);
+    k_->slot_count = static_cast<uint32_t>(next_slot_);
+    return Status::OK();
+  }
+
+ private:
+  struct Frame {
+    std::string prefix;
+    std::map<std::string, std::string> alias;  // callee param name -> caller's variable
+    std::set<std::string> locals;              // names declared in this body
+    std::string return_label;                  // "" at kernel level
+  };
+
+  int32_t NewSlot() { return next_slot_++; }
+
+  int32_t Constant(uint64_t value) {
+    auto found = constants_.find(value);
+    if (found != constants_.end()) return found->second;
+    int32_t slot = NewSlot();
+    constants_[value] = slot;
+    k_->constants.push_back({slot, value});
+    return slot;
+  }
+
+  std::string Local(const Frame& frame, const std::string& name) const {
+    auto alias = frame.alias.find(name);
+    if (alias != frame.alias.end()) return alias->second;
+    if (frame.locals.count(name)) return frame.prefix + name;
+    return name;
+  }
+
+  void Unsupported(const std::string& why, int line) {
+    if (k_->unsupported.empty()) k_->unsupported = why + " (PTX line " + std::to_string(line) + ")";
+  }
+
+  // Slot of a special register, or -1.
+  int32_t Special(const std::string& name) {
+    static const char* kAxes = "xyz";
+    for (int i = 0; i < 3; ++i) {
+      std::string axis = std::string(".") + kAxes[i];
+      if (name == "%tid" + axis) return Ensure(&k_->tid[i]);
+      if (name == "%ntid" + axis) return Ensure(&k_->ntid[i]);
+      if (name == "%ctaid" + axis) return Ensure(&k_->ctaid[i]);
+      if (name == "%nctaid" + axis) return Ensure(&k_->nctaid[i]);
+    }
+    if (name == "%laneid") return Ensure(&k_->laneid);
+    if (name == "%warpid") return Ensure(&k_->warpid);
+    if (name == "%nwarpid") return Ensure(&k_->nwarpid);
+    if (name == "%smid") return Ensure(&k_->smid);
+    if (name == "%nsmid") return Ensure(&k_->nsmid);
+    if (name == "%gridid") return Ensure(&k_->gridid);
+    if (name == "%lanemask_eq") return Ensure(&k_->lanemask_eq);
+    if (name == "%lanemask_lt") return Ensure(&k_->lanemask_lt);
+    if (name == "%lanemask_le") return Ensure(&k_->lanemask_le);
+    if (name == "%lanemask_gt") return Ensure(&k_->lanemask_gt);
+    if (name == "%lanemask_ge") return Ensure(&k_->lanemask_ge);
+    return -1;
+  }
+  int32_t Ensure(int32_t* slot) {
+    if (*slot < 0) *slot = NewSlot();
+    return *slot;
+  }
+  static int ClockMode(const std::string& name) {
+    if (name == "%clock") return 0;
+    if (name == "%clock64") return 1;
+    if (name == "%globaltimer") return 2;
+    if (name == "%globaltimer_lo") return 3;
+    if (name == "%globaltimer_hi") return 4;
+    return -1;
+  }
+
+  bool IsRegister(const Frame& frame, const std::string& name) const {
+    std::string local = Local(frame, name);
+    return registers_.count(local) > 0 || name.find('@') != std::string::npos;
+  }
+
+  // Value of a symbol as an operand (its address in its own space).
+  bool SymbolValue(const Frame& frame, const std::string& name, Symbol* symbol) {
+    std::string local = Local(frame, name);
+    auto found = symbols_.find(local);
+    if (found == symbols_.end()) return false;
+    *symbol = found->second;
+    return true;
+  }
+
+  // Slot holding a source operand's value; `type` decides how literals are
+  // encoded.
+  Result<int32_t> Source(const Frame& frame, const RawOperand& op, Ty type, int line) {
+    switch (op.kind) {
+      case RawOperand::kInt: {
+        if (type == kF32)
+          return Constant(Put<float>(static_cast<float>(static_cast<int64_t>(op.bits))));
+        if (type == kF64)
+          return Constant(Put<double>(static_cast<double>(static_cast<int64_t>(op.bits))));
+        return Constant(op.bits);
+      }
+      case RawOperand::kF32: {
+        float f = std::bit_cast<float>(static_cast<uint32_t>(op.bits));
+        if (type == kF64) return Constant(Put<double>(f));
+        return Constant(op.bits & 0xffffffffu);
+      }
+      case RawOperand::kF64: {
+        double d = std::bit_cast<double>(op.bits);
+        if (type == kF32) return Constant(Put<float>(static_cast<float>(d)));
+        if (type == kF64) return Constant(op.bits);
+        return Constant(static_cast<uint64_t>(static_cast<int64_t>(d)));
+      }
+      case RawOperand::kAddress: {
+        if (!op.negated) break;  // sym+offset as a value
+        Symbol symbol;
+        if (!SymbolValue(frame, op.name, &symbol)) {
+          return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unknown symbol " +
+                                         op.name);
+        }
+        return Constant(symbol.value + op.bits);
+      }
+      case RawOperand::kName: {
+        if (int32_t special = Special(op.name); special >= 0) return special;
+        if (IsRegister(frame, op.name)) return RegisterSlot(frame, op.name);
+        Symbol symbol;
+        if (SymbolValue(frame, op.name, &symbol)) {
+          if (IsDynamicShared(op.name)) {
+            int32_t slot = NewSlot();
+            dynamic_shared_constants_.push_back({slot, op.name});
+            return slot;
+          }
+          return Constant(symbol.value);
+        }
+        if (unsupported_symbols_.count(op.name)) {
+          Unsupported("texture, surface or external symbol '" + op.name + "'", line);
+          return zero_slot_;
+        }
+        if (IsDynamicShared(op.name)) {
+          int32_t slot = NewSlot();
+          dynamic_shared_constants_.push_back({slot, op.name});
+          return slot;
+        }
+        if (op.name == "WARP_SZ") return Constant(32);
+        // An undeclared name used as a register (inline asm may omit
+        // declarations).
+        return RegisterSlot(frame, op.name);
+      }
+      default: break;
+    }
+    return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unexpected operand");
+  }
+
+  bool IsDynamicShared(const std::string& name) const {
+    for (const SharedVariable& var : module_.shared) {
+      if (var.is_extern && var.name == name) return true;
+    }
+    return false;
+  }
+
+  int32_t RegisterSlot(const Frame& frame, const std::string& name) {
+    std::string local = Local(frame, name);
+    if (local == "_") return NewSlot();  // sink
+    auto found = slots_.find(local);
+    if (found != slots_.end()) return found->second;
+    int32_t slot = NewSlot();
+    slots_[local] = slot;
+    return slot;
+  }
+
+  Result<int32_t> Dest(const Frame& frame, const RawOperand& op, int line) {
+    if (op.kind != RawOperand::kName) {
+      return Status::InvalidArgument("PTX line " + std::to_string(line) +
+                                     ": destination must be a register");
+    }
+    return RegisterSlot(frame, op.name);
+  }
+
+  // Address operand: sets inst.a (base slot), inst.offset and, for symbols, the
+  // space.
+  Status AddressOperand(const Frame& frame, const RawOperand& op, Inst* inst, int line) {
+    if (op.kind != RawOperand::kAddress) {
+      return Status::InvalidArgument("PTX line " + std::to_string(line) + ": expected an address");
+    }
+    inst->offset = static_cast<int64_t>(op.bits);
+    if (op.name.empty()) {
+      inst->a = zero_slot_;
+      return Status::OK();
+    }
+    if (IsRegister(frame, op.name) || Special(op.name) >= 0) {
+      inst->a = Special(op.name) >= 0 ? Special(op.name) : RegisterSlot(frame, op.name);
+      return Status::OK();
+    }
+    Symbol symbol;
+    if (SymbolValue(frame, op.name, &symbol)) {
+      // Variables of call parameters live in local memory; the rest keep the
+      // stated space (a generic access through a symbol needs the generic
+      // address).
+      if (symbol.space == Space::kLocal &&
+          (inst->space == Space::kParam || inst->space == Space::kLocal)) {
+        inst->space = Space::kLocal;
+      } else if (inst->space == Space::kGeneric) {
+        switch (symbol.space) {
+          case Space::kShared: symbol.value += kSharedWindow; break;
+          case Space::kLocal: symbol.value += kLocalWindow; break;
+          case Space::kParam: symbol.value += kParamWindow; break;
+          default: break;
+        }
+      }
+      inst->a = Constant(symbol.value);
+      return Status::OK();
+    }
+    if (IsDynamicShared(op.name)) {
+      int32_t slot = NewSlot();
+      dynamic_shared_constants_.push_back({slot, op.name});
+      inst->a = slot;
+      if (inst->space == Space::kGeneric) {
+        return Status::InvalidArgument("PTX line " + std::to_string(line) +
+                                       ": generic access to dynamic shared symbol");
+      }
+      return Status::OK();
+    }
+    if (unsupported_symbols_.count(op.name)) {
+      Unsupported("texture, surface or external symbol '" + op.name + "'", line);
+      inst->a = zero_slot_;
+      return Status::OK();
+    }
+    return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unknown symbol " +
+                                   op.name);
+  }
+
+  static Space ParseSpace(const std::string& mod, bool* matched) {
+    *matched = true;
+    if (mod == "global") return Space::kGlobal;
+    if (mod == "shared") return Space::kShared;
+    if (mod == "local") return Space::kLocal;
+    if (mod == "param") return Space::kParam;
+    if (mod == "const") return Space::kConst;
+    *matched = false;
+    return Space::kGeneric;
+  }
+
+  Status Emit(const RawFunction& function, const std::string& prefix,
+              std::map<std::string, std::string> alias, int depth, int) {
+    if (depth > 16) {
+      return Status::InvalidArgument(
+          "device function calls nested deeper than 16 (recursion?) in " + function.name);
+    }
+    Frame frame;
+    frame.prefix = prefix;
+    frame.alias = std::move(alias);
+    frame.return_label = depth >= 0 ? prefix + "$return" : "";
+    for (const RawStatement& statement : function.body) {
+      if (statement.kind != RawStatement::kInstruction)
+        frame.locals.insert(statement.name.empty() ? statement.opcode : statement.name);
+    }
+    // Register families (%r@3) are local too.
+    for (const RawStatement& statement : function.body) {
+      if (statement.kind != RawStatement::kInstruction) continue;
+      auto note = [&](const RawOperand& op, auto&& self) -> void {
+        if ((op.kind == RawOperand::kName || op.kind == RawOperand::kAddress) &&
+            op.name.find('@') != std::string::npos) {
+          frame.locals.insert(op.name);
+        }
+        if (!op.pair.empty() && op.pair.find('@') != std::string::npos)
+          frame.locals.insert(op.pair);
+        for (const RawOperand& item : op.items) self(item, self);
+      };
+      for (const RawOperand& op : statement.operands) note(op, note);
+      if (statement.guard.find('@') != std::string::npos) frame.locals.insert(statement.guard);
+    }
+    for (const RawStatement& statement : function.body) {
+      switch (statement.kind) {
+        case RawStatement::kLabel:
+          labels_[Local(frame, statement.opcode)] = static_cast<int32_t>(k_->code.size());
+          break;
+        case RawStatement::kRegister: registers_.insert(Local(frame, statement.name)); break;
+        case RawStatement::kLocal:
+        case RawStatement::kParam: {
+          uint32_t align = std::max<uint32_t>(statement.align, 1);
+          local_size_ = (local_size_ + align - 1) / align * align;
+          symbols_[Local(frame, statement.name)] = Symbol{Space::kLocal, local_size_};
+          local_size_ += std::max<uint64_t>(statement.size, 1);
+          break;
+        }
+        case RawStatement::kShared: {
+          uint32_t align = std::max<uint32_t>(statement.align, 1);
+          shared_size_ = (shared_size_ + align - 1) / align * align;
+          symbols_[Local(frame, statement.name)] = Symbol{Space::kShared, shared_size_};
+          shared_size_ += statement.size;
+          break;
+        }
+        case RawStatement::kInstruction:
+          GPUPOOL_RETURN_IF_ERROR(Instruction(frame, statement, depth));
+          break;
+      }
+    }
+    if (!frame.return_label.empty())
+      labels_[frame.return_label] = static_cast<int32_t>(k_->code.size());
+    return Status::OK();
+  }
+
+  Status Call(const Frame& frame, const RawStatement& s, Inst inst, int depth) {
+    // call{.uni} (ret), name, (args);  call name, (args);  call (ret), name;
+    const RawOperand* returns = nullptr;
+    const RawOperand* callee = nullptr;
+    const RawOperand* args = nullptr;
+    for (const RawOperand& op : s.operands) {
+      if (op.kind == RawOperand::kList) {
+        if (callee == nullptr)
+          returns = &op;
+        else
+          args = &op;
+      } else if (op.kind == RawOperand::kName && callee == nullptr) {
+        callee = &op;
+      }
+    }
+    if (callee == nullptr)
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                     ": call without a target");
+    auto local_offset = [&](const RawOperand* list, size_t i) -> int64_t {
+      if (list == nullptr || i >= list->items.size()) return -1;
+      Symbol symbol;
+      if (!SymbolValue(frame, list->items[i].name, &symbol) || symbol.space != Space::kLocal)
+        return -1;
+      return static_cast<int64_t>(symbol.value);
+    };
+    if (callee->name == "vprintf") {
+      inst.run = &HPrintf;
+      int64_t format = local_offset(args, 0), arguments = local_offset(args, 1);
+      if (format < 0 || arguments < 0) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                       ": vprintf arguments must be .param variables");
+      }
+      inst.printf_fmt = static_cast<uint32_t>(format);
+      inst.printf_args = static_cast<uint32_t>(arguments);
+      inst.offset = local_offset(returns, 0);
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (callee->name == "__assertfail" || callee->name == "__assert_fail") {
+      inst.run = &HAssert;
+      inst.flow = Flow::kAssert;
+      int64_t message = local_offset(args, 0), file = local_offset(args, 1),
+              line = local_offset(args, 2), function = local_offset(args, 3);
+      if (message < 0 || file < 0 || line < 0 || function < 0) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                       ": __assertfail arguments must be .param variables");
+      }
+      inst.printf_fmt = static_cast<uint32_t>(message);
+      inst.printf_args = static_cast<uint32_t>(file);
+      inst.offset = line;
+      inst.e = static_cast<int32_t>(function);
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    auto found = module_.functions.find(callee->name);
+    if (found == module_.functions.end() || !found->second.has_body) {
+      Unsupported("call of external function '" + callee->name + "'", s.line);
+      inst.run = &HNop;
+      inst.flow = Flow::kTrap;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    const RawFunction& target = found->second;
+    std::map<std::string, std::string> alias;
+    for (size_t i = 0; i < target.params.size(); ++i) {
+      if (args == nullptr || i >= args->items.size() || args->items[i].kind != RawOperand::kName) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": call of " +
+                                       callee->name + " with missing arguments");
+      }
+      alias[target.params[i].name] = Local(frame, args->items[i].name);
+    }
+    for (size_t i = 0; i < target.returns.size(); ++i) {
+      if (returns != nullptr && i < returns->items.size()) {
+        alias[target.returns[i].name] = Local(frame, returns->items[i].name);
+      } else {
+        std::string scratch = "ret$" + std::to_string(++call_count_);
+        local_size_ = (local_size_ + 15) / 16 * 16;
+        symbols_[scratch] = Symbol{Space::kLocal, local_size_};
+        local_size_ += std::max<uint64_t>(target.returns[i].size, 8);
+        alias[target.returns[i].name] = scratch;
+      }
+    }
+    // A guarded call: jump around the inlined body where the guard is false.
+    int32_t skip_index = -1;
+    if (inst.guard >= 0) {
+      Inst skip;
+      skip.run = &HNop;
+      skip.flow = Flow::kBranch;
+      skip.guard = inst.guard;
+      skip.guard_negated = !inst.guard_negated;
+      skip.line = s.line;
+      skip_index = static_cast<int32_t>(k_->code.size());
+      k_->code.push_back(skip);
+    }
+    std::string prefix = "c" + std::to_string(++call_count_) + ":";
+    GPUPOOL_RETURN_IF_ERROR(Emit(target, prefix, std::move(alias), std::max(depth, 0) + 1, 0));
+    if (skip_index >= 0) k_->code[skip_index].target = static_cast<int32_t>(k_->code.size());
+    return Status::OK();
+  }
+
+  Status Instruction(const Frame& frame, const RawStatement& s, int depth) {
+    std::vector<std::string> parts = Split(s.opcode);
+    const std::string& op = parts[0];
+    Inst inst;
+    inst.line = s.line;
+    if (!s.guard.empty()) {
+      inst.guard = RegisterSlot(frame, s.guard);
+      inst.guard_negated = s.guard_negated;
+    }
+    // Modifiers: state space, types (in order), and the rest.
+    std::vector<Ty> types;
+    std::set<std::string> mods;
+    int vec = 1;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      bool matched = false;
+      Space space = ParseSpace(parts[i], &matched);
+      if (matched) {
+        inst.space = space;
+        continue;
+      }
+      if (parts[i].size() > 1 && parts[i][0] == 'v' &&
+          std::isdigit(static_cast<unsigned char>(parts[i][1]))) {
+        vec = std::atoi(parts[i].c_str() + 1);
+        continue;
+      }
+      Ty type = ParseType(parts[i]);
+      if (type != kNoType) {
+        types.push_back(type);
+        continue;
+      }
+      mods.insert(parts[i]);
+    }
+    if (mods.count("ftz")) inst.flags |= kFlagFtz;
+    if (mods.count("sat")) inst.flags |= kFlagSat;
+    Ty type = types.empty() ? kNoType : types.back();
+    const auto& ops = s.operands;
+    auto need = [&](size_t n) -> Status {
+      if (ops.size() < n) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
+                                       " needs " + std::to_string(n) + " operands");
+      }
+      return Status::OK();
+    };
+    auto src = [&](size_t i, Ty t) -> Result<int32_t> { return Source(frame, ops[i], t, s.line); };
+    auto bad_type = [&]() {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                     ": unsupported type in " + s.opcode);
+    };
+#define GPUPOOL_SRC(field, index, ty)       \
+  do {                                      \
+    auto value = src(index, ty);            \
+    if (!value.ok()) return value.status(); \
+    inst.field = *value;                    \
+  } while (0)
+#define GPUPOOL_DST(index)                        \
+  do {                                            \
+    auto value = Dest(frame, ops[index], s.line); \
+    if (!value.ok()) return value.status();       \
+    inst.d[0] = *value;                           \
+  } while (0)
+
+    // Textures, surfaces and the like: the kernel is marked unsupported (at
+    // launch).
+    static const std::set<std::string> kUnsupported = {"tex",
+                                                       "tld4",
+                                                       "txq",
+                                                       "suld",
+                                                       "sust",
+                                                       "sured",
+                                                       "suq",
+                                                       "istypep",
+                                                       "cp",
+                                                       "mbarrier",
+                                                       "wmma",
+                                                       "mma",
+                                                       "ldmatrix",
+                                                       "stmatrix",
+                                                       "cp.async",
+                                                       "multimem",
+                                                       "tensormap",
+                                                       "elect",
+                                                       "griddepcontrol",
+                                                       "setmaxnreg",
+                                                       "getctarank",
+                                                       "redux",
+                                                       "alloca",
+                                                       "stackrestore",
+                                                       "stacksave",
+                                                       "wgmma",
+                                                       "tcgen05",
+                                                       "clusterlaunchcontrol"};
+    if (kUnsupported.count(op)) {
+      std::string what = (op == "tex" || op == "tld4" || op == "txq")
+                             ? "textures are not supported by the sim GPU"
+                         : (op[0] == 's' && op[1] == 'u')
+                             ? "surfaces are not supported by the sim GPU"
+                             : "instruction '" + s.opcode + "' is not supported by the sim GPU";
+      Unsupported(what, s.line);
+      inst.run = &HNop;
+      inst.flow = Flow::kTrap;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    if (op == "bra" || op == "brx") {
+      if (op == "brx") {
+        Unsupported("brx.idx is not supported", s.line);
+      }
+      GPUPOOL_RETURN_IF_ERROR(need(1));
+      inst.flow = Flow::kBranch;
+      inst.run = &HNop;
+      fixups_.push_back({static_cast<int32_t>(k_->code.size()), Local(frame, ops[0].name)});
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "ret" || op == "exit") {
+      inst.run = &HNop;
+      if (op == "ret" && !frame.return_label.empty()) {
+        inst.flow = Flow::kBranch;
+        fixups_.push_back({static_cast<int32_t>(k_->code.size()), frame.return_label});
+      } else {
+        inst.flow = Flow::kExit;
+      }
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "bar" || op == "barrier") {
+      bool warp_only = mods.count("warp");
+      if (warp_only || mods.count("arrive")) {
+        inst.run = &HNop;  // bar.warp.sync: warps run in lockstep here; arrive: no wait
+      } else if (mods.count("red")) {
+        // __syncthreads_count/and/or: bar.red.{popc.u32,and.pred,or.pred} d, b, [n,] {!}p
+        GPUPOOL_RETURN_IF_ERROR(need(3));
+        inst.mode = mods.count("popc") ? 1 : mods.count("and") ? 2 : 3;
+        GPUPOOL_DST(0);
+        GPUPOOL_SRC(a, ops.size() - 1, kPred);
+        if (ops.back().negated) inst.flags |= kFlagSigned;
+        inst.run = &HNop;
+        inst.flow = Flow::kBarrier;
+      } else {
+        inst.run = &HNop;
+        inst.flow = Flow::kBarrier;
+      }
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "trap" || op == "brkpt") {
+      inst.run = &HNop;
+      inst.flow = Flow::kTrap;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" ||
+        op == "prefetch" || op == "prefetchu" || op == "discard" || op == "applypriority" ||
+        op == "griddepcontrol") {
+      inst.run = &HNop;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "call") return Call(frame, s, inst, depth);
+    if (op == "createpolicy") {
+      GPUPOOL_RETURN_IF_ERROR(need(1));
+      GPUPOOL_DST(0);
+      inst.run = &HZero;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    if (op == "ld" || op == "ldu" || op == "st") {
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      bool is_store = op == "st";
+      const RawOperand& data = is_store ? ops[1] : ops[0];
+      const RawOperand& address = is_store ? ops[0] : ops[1];
+      inst.width = static_cast<uint8_t>(TySize(type));
+      if (type == kNoType || inst.width == 0) return bad_type();
+      if (TySigned(type)) inst.flags |= kFlagSigned;
+      inst.vec = static_cast<uint8_t>(vec);
+      if (vec > 4)
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                       ": vectors wider than 4");
+      GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, address, &inst, s.line));
+      if (vec == 1) {
+        if (is_store) {
+          GPUPOOL_SRC(d[0], is_store ? 1 : 0, type);
+        } else {
+          auto slot = Dest(frame, data, s.line);
+          if (!slot.ok()) return slot.status();
+          inst.d[0] = *slot;
+        }
+      } else {
+        if (data.kind != RawOperand::kVector || data.items.size() != static_cast<size_t>(vec)) {
+          return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                         ": vector operand expected");
+        }
+        for (int i = 0; i < vec; ++i) {
+          auto slot = is_store ? Source(frame, data.items[i], type, s.line)
+                               : Dest(frame, data.items[i], s.line);
+          if (!slot.ok()) return slot.status();
+          inst.d[i] = *slot;
+        }
+      }
+      inst.run = is_store ? &HStore : &HLoad;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    if (op == "atom" || op == "red") {
+      bool has_dest = op == "atom";
+      GPUPOOL_RETURN_IF_ERROR(need(has_dest ? 3 : 2));
+      static const std::map<std::string, AtomOp> kOps = {
+          {"add", kAtomAdd}, {"min", kAtomMin}, {"max", kAtomMax},   {"and", kAtomAnd},
+          {"or", kAtomOr},   {"xor", kAtomXor}, {"exch", kAtomExch}, {"cas", kAtomCas},
+          {"inc", kAtomInc}, {"dec", kAtomDec}};
+      bool known = false;
+      for (const auto& [name, value] : kOps) {
+        if (mods.count(name)) {
+          inst.mode = value;
+          known = true;
+        }
+      }
+      if (!known || vec != 1) return bad_type();
+      size_t first = has_dest ? 1 : 0;
+      if (has_dest) GPUPOOL_DST(0);
+      GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[first], &inst, s.line));
+      GPUPOOL_SRC(b, first + 1, type);
+      if (inst.mode == kAtomCas) {
+        GPUPOOL_RETURN_IF_ERROR(need(first + 3));
+        GPUPOOL_SRC(c, first + 2, type);
+      }
+      if ((type == kF32 || type == kF64) && !(inst.mode == kAtomAdd || inst.mode == kAtomMin ||
+                                              inst.mode == kAtomMax || inst.mode == kAtomExch)) {
+        return bad_type();
+      }
+      inst.run = ByType<WAtom>(type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType
+                                                                                          : type);
+      if (inst.run == nullptr) return bad_type();
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    if (op == "mov") {
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      if (ops[1].kind == RawOperand::kName && ClockMode(ops[1].name) >= 0) {
+        GPUPOOL_DST(0);
+        inst.mode = static_cast<uint8_t>(ClockMode(ops[1].name));
+        inst.run = &HClock;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
+      if (ops[1].kind == RawOperand::kVector) {  // pack
+        GPUPOOL_DST(0);
+        inst.vec = static_cast<uint8_t>(ops[1].items.size());
+        if (inst.vec < 2 || inst.vec > 4) return bad_type();
+        inst.width = static_cast<uint8_t>(TySize(type) / inst.vec);
+        int32_t* sources[4] = {&inst.a, &inst.b, &inst.c, &inst.e};
+        for (size_t i = 0; i < ops[1].items.size(); ++i) {
+          auto slot = Source(frame, ops[1].items[i], kNoType, s.line);
+          if (!slot.ok()) return slot.status();
+          *sources[i] = *slot;
+        }
+        inst.run = &HPack;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
+      if (ops[0].kind == RawOperand::kVector) {  // unpack
+        inst.vec = static_cast<uint8_t>(ops[0].items.size());
+        if (inst.vec < 2 || inst.vec > 4) return bad_type();
+        inst.width = static_cast<uint8_t>(TySize(type) / inst.vec);
+        for (size_t i = 0; i < ops[0].items.size(); ++i) {
+          auto slot = Dest(frame, ops[0].items[i], s.line);
+          if (!slot.ok()) return slot.status();
+          inst.d[i] = *slot;
+        }
+        GPUPOOL_SRC(a, 1, type);
+        inst.run = &HUnpack;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, type);
+      inst.run = &WMov<uint64_t>::run;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    if (op == "cvta") {
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, type);
+      inst.mode = mods.count("to") ? 1 : 0;
+      inst.width = static_cast<uint8_t>(TySize(type));
+      switch (inst.space) {
+        case Space::kShared: inst.offset = static_cast<int64_t>(kSharedWindow); break;
+        case Space::kLocal: inst.offset = static_cast<int64_t>(kLocalWindow); break;
+        case Space::kParam: inst.offset = static_cast<int64_t>(kParamWindow); break;
+        default: inst.offset = 0; break;
+      }
+      inst.run = &HCvta;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "isspacep") {
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, kU64);
+      inst.mode = static_cast<uint8_t>(inst.space);
+      inst.run = &HIsspacep;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    if (op == "cvt") {
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      if (types.size() < 2) return bad_type();
+      Ty dst = types[types.size() - 2], source = types.back();
+      auto kind = [](Ty t) -> int {
+        if (TyFloat(t)) return kKindF;
+        if (TySigned(t)) return kKindS;
+        return kKindU;
+      };
+      if (ops[0].kind == RawOperand::kVector || ops[1].kind == RawOperand::kVector) {
+        Unsupported("packed conversions (cvt with vectors) are not supported", s.line);
+        inst.run = &HNop;
+        inst.flow = Flow::kTrap;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, source);
+      inst.mode = static_cast<uint8_t>(kind(dst) | (TySize(dst) << 2));
+      inst.mode2 = static_cast<uint8_t>(kind(source) | (TySize(source) << 2));
+      int rounding = 0;
+      if (mods.count("rz")) rounding = 1;
+      if (mods.count("rm")) rounding = 2;
+      if (mods.count("rp")) rounding = 3;
+      if (mods.count("rni")) rounding = 4;
+      if (mods.count("rzi")) rounding = 5;
+      if (mods.count("rmi")) rounding = 6;
+      if (mods.count("rpi")) rounding = 7;
+      // Float -> integer without an explicit mode rounds toward zero (as C
+      // does).
+      if (TyFloat(source) && !TyFloat(dst) && rounding < 4)
+        rounding = rounding == 0 ? 5 : rounding + 4;
+      inst.width = static_cast<uint8_t>(rounding);
+      inst.run = &HCvt;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    if (op == "setp" || op == "set") {
+      GPUPOOL_RETURN_IF_ERROR(need(3));
+      static const std::map<std::string, Cmp> kCmps = {
+          {"eq", kEq},   {"ne", kNe},   {"lt", kLt},   {"le", kLe},   {"gt", kGt},   {"ge", kGe},
+          {"lo", kLt},   {"ls", kLe},   {"hi", kGt},   {"hs", kGe},   {"equ", kEqu}, {"neu", kNeu},
+          {"ltu", kLtu}, {"leu", kLeu}, {"gtu", kGtu}, {"geu", kGeu}, {"num", kNum}, {"nan", kNan}};
+      bool found = false;
+      for (const auto& [name, cmp] : kCmps) {
+        if (mods.count(name)) {
+          inst.mode = cmp;
+          found = true;
+        }
+      }
+      if (!found) return bad_type();
+      if (mods.count("and")) inst.mode2 = 1;
+      if (mods.count("or")) inst.mode2 = 2;
+      if (mods.count("xor")) inst.mode2 = 3;
+      GPUPOOL_DST(0);
+      if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
+      GPUPOOL_SRC(a, 1, type);
+      GPUPOOL_SRC(b, 2, type);
+      if (op == "setp") {
+        if (ops.size() >= 4) {
+          GPUPOOL_SRC(c, 3, kPred);
+          if (ops[3].negated) inst.flags |= kFlagSigned;
+        }
+        inst.run = ByType<WSetp>(type);
+      } else {
+        Ty dst = types.size() >= 2 ? types[types.size() - 2] : kU32;
+        inst.mode2 = dst == kF32 ? 1 : 0;
+        inst.run = ByType<WSet>(type);
+      }
+      if (inst.run == nullptr) return bad_type();
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    if (op == "selp") {
+      GPUPOOL_RETURN_IF_ERROR(need(4));
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, type);
+      GPUPOOL_SRC(b, 2, type);
+      GPUPOOL_SRC(c, 3, kPred);
+      inst.run = &HSelp;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "slct") {
+      GPUPOOL_RETURN_IF_ERROR(need(4));
+      Ty dst = types.size() >= 2 ? types[0] : type;
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, dst);
+      GPUPOOL_SRC(b, 2, dst);
+      GPUPOOL_SRC(c, 3, type);
+      inst.mode = type == kF32 ? 1 : 0;
+      inst.run = &HSlct;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "testp") {
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, type);
+      static const char* kClasses[] = {"finite",     "infinite", "number",
+                                       "notanumber", "normal",   "subnormal"};
+      for (int i = 0; i < 6; ++i) {
+        if (mods.count(kClasses[i])) inst.mode = static_cast<uint8_t>(i);
+      }
+      inst.width = static_cast<uint8_t>(TySize(type));
+      inst.run = &HTestp;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    // Warp-level operations.
+    if (op == "shfl") {
+      GPUPOOL_RETURN_IF_ERROR(need(4));
+      GPUPOOL_DST(0);
+      if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
+      GPUPOOL_SRC(a, 1, kU32);
+      GPUPOOL_SRC(b, 2, kU32);
+      GPUPOOL_SRC(c, 3, kU32);
+      inst.mode = mods.count("up") ? 0 : mods.count("down") ? 1 : mods.count("bfly") ? 2 : 3;
+      inst.run = &HShfl;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "vote") {
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, kPred);
+      if (ops[1].negated) inst.flags |= kFlagSigned;
+      inst.mode = mods.count("all") ? 0 : mods.count("any") ? 1 : mods.count("uni") ? 2 : 3;
+      inst.run = &HVote;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "match") {
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      GPUPOOL_DST(0);
+      if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
+      GPUPOOL_SRC(a, 1, type);
+      inst.mode = mods.count("all") ? 1 : 0;
+      inst.width = static_cast<uint8_t>(TySize(type));
+      inst.run = &HMatch;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "activemask") {
+      GPUPOOL_RETURN_IF_ERROR(need(1));
+      GPUPOOL_DST(0);
+      inst.run = &HActivemask;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    // Arithmetic and logic.
+    bool is_float = TyFloat(type);
+    if (type == kF16) {
+      Unsupported("half-precision arithmetic ('" + s.opcode + "') is not supported yet", s.line);
+      inst.run = &HNop;
+      inst.flow = Flow::kTrap;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    Handler handler = nullptr;
+    int arity = 2;
+    if (op == "add" || op == "sub" || op == "addc" || op == "subc") {
+      bool carry = op == "addc" || op == "subc" || mods.count("cc");
+      if (carry) {
+        handler = ByIntType<WCarry>(type);
+        inst.mode = (op == "sub" || op == "subc") ? 1 : 0;
+        if (op == "addc" || op == "subc") inst.flags |= kFlagCarryIn;
+        if (mods.count("cc")) inst.flags |= kFlagCarryOut;
+      } else if (mods.count("sat") && type == kS32) {
+        handler = op == "add" ? &HBinary<int32_t, kAddSat> : &HBinary<int32_t, kSubSat>;
+        inst.flags &= static_cast<uint8_t>(~kFlagSat);
+      } else {
+        handler = op == "add" ? ByType<WAdd>(type) : ByType<WSub>(type);
+      }
+    } else if (op == "mul") {
+      if (mods.count("wide"))
+        handler = ByIntType<WMulWide>(type);
+      else if (mods.count("hi"))
+        handler = ByIntType<WMulHi>(type);
+      else
+        handler = ByType<WMul>(type);
+    } else if (op == "mul24") {
+      handler = mods.count("hi") ? ByIntType<WMul24Hi>(type) : ByIntType<WMul24>(type);
+    } else if (op == "mad24") {
+      handler = ByIntType<WMad24>(type);
+      inst.mode = mods.count("hi") ? 1 : 0;
+      arity = 3;
+    } else if (op == "mad" || op == "madc" || op == "fma") {
+      arity = 3;
+      if (is_float) {
+        handler = ByType<WFma>(type);
+      } else if (op == "madc" || mods.count("cc")) {
+        handler = ByIntType<WCarry>(type);
+        inst.mode = mods.count("hi") ? 3 : 2;
+        if (op == "madc") inst.flags |= kFlagCarryIn;
+        if (mods.count("cc")) inst.flags |= kFlagCarryOut;
+      } else if (mods.count("wide")) {
+        handler = ByIntType<WMulWide>(type);
+      } else if (mods.count("hi")) {
+        handler = ByIntType<WMadHi>(type);
+      } else {
+        handler = ByIntType<WMadLo>(type);
+      }
+    } else if (op == "div") {
+      handler = ByType<WDiv>(type);
+    } else if (op == "rem") {
+      handler = ByIntType<WRem>(type);
+    } else if (op == "min") {
+      handler = ByType<WMin>(type);
+    } else if (op == "max") {
+      handler = ByType<WMax>(type);
+    } else if (op == "and") {
+      handler = ByIntType<WAnd>(type);
+    } else if (op == "or") {
+      handler = ByIntType<WOr>(type);
+    } else if (op == "xor") {
+      handler = ByIntType<WXor>(type);
+    } else if (op == "shl") {
+      handler = ByIntType<WShl>(type);
+    } else if (op == "shr") {
+      handler = ByIntType<WShr>(type);
+    } else if (op == "copysign") {
+      handler = ByType<WCopysign>(type);
+    } else if (op == "sad") {
+      handler = ByIntType<WSad>(type);
+      arity = 3;
+    } else if (op == "bfe") {
+      handler = ByIntType<WBfe>(type);
+      arity = 3;
+    } else if (op == "bfi") {
+      handler = ByIntType<WBfi>(type);
+      arity = 4;
+    } else if (op == "prmt") {
+      handler = &HPrmt;
+      arity = 3;
+      static const char* kModes[] = {"", "f4e", "b4e", "rc8", "ecl", "ecr", "rc16"};
+      for (int i = 1; i < 7; ++i) {
+        if (mods.count(kModes[i])) inst.mode = static_cast<uint8_t>(i);
+      }
+    } else if (op == "shf") {
+      handler = &HShf;
+      arity = 3;
+      inst.mode = mods.count("r") ? 1 : 0;
+      inst.mode2 = mods.count("clamp") ? 1 : 0;
+    } else if (op == "lop3") {
+      handler = &HLop3;
+      arity = 4;
+    } else {
+      arity = 1;
+      if (op == "neg")
+        handler = ByType<WNeg>(type);
+      else if (op == "abs")
+        handler = ByType<WAbs>(type);
+      else if (op == "not")
+        handler = type == kPred ? &WNotPred<uint8_t>::run : ByIntType<WNot>(type);
+      else if (op == "cnot")
+        handler = ByIntType<WCnot>(type);
+      else if (op == "popc")
+        handler = ByIntType<WPopc>(type);
+      else if (op == "clz")
+        handler = ByIntType<WClz>(type);
+      else if (op == "brev")
+        handler = ByIntType<WBrev>(type);
+      else if (op == "bfind")
+        handler = mods.count("shiftamt") ? ByIntType<WBfindShift>(type) : ByIntType<WBfind>(type);
+      else if (op == "sqrt" && is_float)
+        handler = ByType<WSqrt>(type);
+      else if (op == "rsqrt" && is_float)
+        handler = ByType<WRsqrt>(type);
+      else if (op == "rcp" && is_float)
+        handler = ByType<WRcp>(type);
+      else if (op == "sin" && is_float)
+        handler = ByType<WSin>(type);
+      else if (op == "cos" && is_float)
+        handler = ByType<WCos>(type);
+      else if (op == "lg2" && is_float)
+        handler = ByType<WLg2>(type);
+      else if (op == "ex2" && is_float)
+        handler = ByType<WEx2>(type);
+      else if (op == "tanh" && is_float)
+        handler = ByType<WTanh>(type);
+      else {
+        Unsupported("instruction '" + s.opcode + "' is not supported by the sim GPU", s.line);
+        inst.run = &HNop;
+        inst.flow = Flow::kTrap;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
+    }
+    if (handler == nullptr) return bad_type();
+    GPUPOOL_RETURN_IF_ERROR(need(static_cast<size_t>(arity) + 1));
+    GPUPOOL_DST(0);
+    if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
+    // Shift amounts and bit positions are .u32 whatever the data type.
+    bool u32_b = op == "shl" || op == "shr" || op == "bfe" || op == "prmt" || op == "shf";
+    Ty narrow = (mods.count("wide") && !is_float) ? type : type;
+    GPUPOOL_SRC(a, 1, narrow);
+    if (arity >= 2) GPUPOOL_SRC(b, 2, u32_b && op != "prmt" && op != "shf" ? kU32 : type);
+    if (arity >= 3) {
+      Ty third = type;
+      if (op == "bfe" || op == "prmt" || op == "shf") third = kU32;
+      if (op == "mad" && mods.count("wide")) {
+        // mad.wide: the addend is twice as wide.
+        third = type == kS32 ? kS64 : kU64;
+      }
+      GPUPOOL_SRC(c, 3, third);
+    }
+    if (arity >= 4) GPUPOOL_SRC(e, 4, op == "bfi" ? kU32 : type);
+    if (op == "bfi") {
+      GPUPOOL_SRC(c, 3, kU32);
+    }
+    inst.run = handler;
+    k_->code.push_back(inst);
+    return Status::OK();
+#undef GPUPOOL_SRC
+#undef GPUPOOL_DST
+  }
+
+  const ParsedModule& module_;
+  const std::map<std::string, uint64_t>& addresses_;
+  DecodedKernel* k_;
+  int32_t next_slot_ = 0;
+  int32_t zero_slot_ = -1;
+  std::map<uint64_t, int32_t> constants_;
+  std::map<std::string, int32_t> slots_;
+  std::set<std::string> registers_;
+  std::map<std::string, Symbol> symbols_;
+  std::map<std::string, int32_t> labels_;
+  std::vector<std::pair<int32_t, std::string>> fixups_;
+  std::vector<std::pair<int32_t, std::string>> dynamic_shared_constants_;
+  std::map<int32_t, std::string> dynamic_shared_uses_;
+  std::set<std::string> unsupported_symbols_;
+  uint64_t shared_size_ = 0;
+  uint64_t local_size_ = 0;
+  int call_count_ = 0;
+};
+
+// ---- Scheduling
+// ---------------------------------------------------------------------------
+
+void Materialize(Warp& w) {
+  if (!w.uniform) return;
+  for (int l = 0; l < 32; ++l) w.lane_pc[l] = w.pc;
+  w.uniform = false;
+}
+
+void MoveLanes(Warp& w, uint32_t lanes, int32_t target) {
+  if (lanes == 0) return;
+  if (w.uniform && lanes == w.live) {
+    w.pc = target;
+    return;
+  }
+  Materialize(w);
+  ForLanes(lanes, [&](int l) { w.lane_pc[l] = target; });
+}
+
+void TryReconverge(Warp& w) {
+  if (w.uniform || w.live == 0) return;
+  int first = std::countr_zero(w.live);
+  int32_t pc = w.lane_pc[first];
+  bool same = true;
+  ForLanes(w.live, [&](int l) { same &= w.lane_pc[l] == pc; });
+  if (same) {
+    w.uniform = true;
+    w.pc = pc;
+  }
+}
+
+void ReleaseBarrier(Warp& w, const Inst* code) {
+  uint32_t waiting = w.waiting;
+  w.waiting = 0;
+  if (waiting == 0) return;
+  // bar.red: each waiting lane receives the CTA-wide reduction.
+  const LaunchState& launch = *w.launch;
+  ForLanes(waiting, [&](int l) {
+    const Inst& in = code[w.uniform ? w.pc : w.lane_pc[l]];
+    if (in.mode == 0 || in.d[0] < 0) return;
+    w.R(in.d[0])[l] = in.mode == 1 ? launch.reduce_count
+                      : in.mode == 2 ? launch.reduce_all
+                                     : launch.reduce_any;
+  });
+  if (w.uniform && waiting == w.live) {
+    ++w.pc;
+    return;
+  }
+  Materialize(w);
+  ForLanes(waiting, [&](int l) { ++w.lane_pc[l]; });
+  TryReconverge(w);
+}
+
+// Runs `w` until every live lane waits at a barrier, all exited, the slice is
+// used up, or the launch failed.
+void RunWarp(Warp& w, const Inst* code) {
+  LaunchState& launch = *w.launch;
+  for (uint64_t step = 0; step < kWarpSlice; ++step) {
+    uint32_t ready = w.live & ~w.waiting;
+    if (ready == 0 || launch.error != kSuccess) return;
+    int32_t pc;
+    uint32_t mask;
+    if (w.uniform) {
+      pc = w.pc;
+      mask = ready;
+    } else {
+      pc = std::numeric_limits<int32_t>::max();
+      ForLanes(ready, [&](int l) { pc = std::min(pc, w.lane_pc[l]); });
+      mask = 0;
+      ForLanes(ready, [&](int l) { mask |= static_cast<uint32_t>(w.lane_pc[l] == pc) << l; });
+    }
+    const Inst& in = code[pc];
+    uint32_t exec = mask;
+    if (in.guard >= 0) {
+      const uint64_t* g = w.R(in.guard);
+      uint32_t bits = 0;
+      ForLanes(mask, [&](int l) { bits |= static_cast<uint32_t>(g[l] & 1) << l; });
+      exec = in.guard_negated ? (mask & ~bits) : bits;
+    }
+    ++launch.clock;
+    launch.thread_instructions += static_cast<uint64_t>(std::popcount(exec));
+    switch (in.flow) {
+      case Flow::kNext:
+        if (exec) in.run(w, in, exec);
+        MoveLanes(w, mask, pc + 1);
+        break;
+      case Flow::kBranch:
+        if (exec == mask) {
+          MoveLanes(w, mask, in.target);
+        } else {
+          MoveLanes(w, exec, in.target);
+          MoveLanes(w, mask & ~exec, pc + 1);
+        }
+        break;
+      case Flow::kExit:
+        w.live &= ~exec;
+        MoveLanes(w, mask & ~exec, pc + 1);
+        break;
+      case Flow::kBarrier:
+        if (in.mode != 0) {
+          const uint64_t* p = w.R(in.a);
+          bool negate = in.flags & kFlagSigned;
+          ForLanes(exec, [&](int l) {
+            bool value = ((p[l] & 1) != 0) != negate;
+            launch.reduce_count += value;
+            launch.reduce_all = launch.reduce_all && value;
+            launch.reduce_any = launch.reduce_any || value;
+          });
+        }
+        w.waiting |= exec;
+        MoveLanes(w, mask & ~exec, pc + 1);
+        break;
+      case Flow::kTrap:
+        if (exec) {
+          launch.error = kLaunchFailed;
+          launch.detail = "trap";
+          return;
+        }
+        MoveLanes(w, mask, pc + 1);
+        break;
+      case Flow::kAssert:
+        if (exec) {
+          in.run(w, in, exec);
+          launch.error = kAssertFailed;
+          launch.detail = "device assertion failed";
+          return;
+        }
+        MoveLanes(w, mask, pc + 1);
+        break;
+    }
+    if (!w.uniform) TryReconverge(w);
+  }
+}
+
+// Runs CTAs first, first + stride, ... of the launch into *state (one worker thread).
+void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first, uint64_t stride,
+             std::atomic<bool>* stop, LaunchState* state) {
+  const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
+  const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
+  const uint32_t warps = (threads + 31) / 32;
+
+  LaunchState& launch = *state;
+  launch.kernel = &kernel;
+  launch.spec = &spec;
+  std::vector<uint8_t> shared(shared_size + 16);
+  launch.shared = shared.data();
+  launch.shared_size = shared_size;
+  std::vector<uint8_t> local(static_cast<size_t>(kernel.local_size) * warps * 32 + 16);
+  launch.local = local.data();
+
+  std::vector<uint64_t> registers(static_cast<size_t>(kernel.slot_count) * 32 * warps);
+  std::vector<Warp> warp(warps);
+  for (uint32_t i = 0; i < warps; ++i) {
+    Warp& w = warp[i];
+    w.regs = registers.data() + static_cast<size_t>(kernel.slot_count) * 32 * i;
+    w.launch = &launch;
+    w.index = i;
+    auto fill = [&](int32_t slot, uint64_t value) {
+      if (slot >= 0) std::fill_n(w.R(slot), 32, value);
+    };
+    for (const auto& [slot, value] : kernel.constants) fill(slot, value);
+    for (int axis = 0; axis < 3; ++axis) {
+      fill(kernel.ntid[axis], spec.block[axis]);
+      fill(kernel.nctaid[axis], spec.grid[axis]);
+    }
+    fill(kernel.warpid, i);
+    fill(kernel.nwarpid, 64);
+    fill(kernel.nsmid, spec.sm_count);
+    fill(kernel.gridid, 1);
+    for (int l = 0; l < 32; ++l) {
+      uint32_t t = i * 32 + l;
+      uint32_t coords[3] = {t % spec.block[0], (t / spec.block[0]) % spec.block[1],
+                            t / (spec.block[0] * spec.block[1])};
+      for (int axis = 0; axis < 3; ++axis) {
+        if (kernel.tid[axis] >= 0) w.R(kernel.tid[axis])[l] = coords[axis];
+      }
+      if (kernel.laneid >= 0) w.R(kernel.laneid)[l] = l;
+      uint32_t bit = 1u << l;
+      if (kernel.lanemask_eq >= 0) w.R(kernel.lanemask_eq)[l] = bit;
+      if (kernel.lanemask_lt >= 0) w.R(kernel.lanemask_lt)[l] = bit - 1;
+      if (kernel.lanemask_le >= 0) w.R(kernel.lanemask_le)[l] = (bit - 1) | bit;
+      if (kernel.lanemask_gt >= 0) w.R(kernel.lanemask_gt)[l] = ~((bit - 1) | bit);
+      if (kernel.lanemask_ge >= 0) w.R(kernel.lanemask_ge)[l] = ~(bit - 1);
+    }
+    if (kernel.carry_slot >= 0) fill(kernel.carry_slot, 0);
+  }
+  const Inst* code = kernel.code.data();
+  const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
+  for (uint64_t cta = first; cta < ctas; cta += stride) {
+    if (stop->load(std::memory_order_relaxed)) break;
+    launch.ctaid[0] = static_cast<uint32_t>(cta % spec.grid[0]);
+    launch.ctaid[1] = static_cast<uint32_t>((cta / spec.grid[0]) % spec.grid[1]);
+    launch.ctaid[2] = static_cast<uint32_t>(cta / (uint64_t{spec.grid[0]} * spec.grid[1]));
+    launch.cta_linear = static_cast<uint32_t>(cta);
+    if (shared_size) std::memset(launch.shared, 0, shared_size);
+    for (uint32_t i = 0; i < warps; ++i) {
+      Warp& w = warp[i];
+      uint32_t lanes = std::min<uint32_t>(32, threads - i * 32);
+      w.live = lanes == 32 ? kFullMask : ((1u << lanes) - 1);
+      w.waiting = 0;
+      w.uniform = true;
+      w.pc = 0;
+      for (int axis = 0; axis < 3; ++axis) {
+        if (kernel.ctaid[axis] >= 0) std::fill_n(w.R(kernel.ctaid[axis]), 32, launch.ctaid[axis]);
+      }
+      if (kernel.smid >= 0) std::fill_n(w.R(kernel.smid), 32, cta % spec.sm_count);
+    }
+    while (true) {
+      bool any_live = false;
+      bool any_ready = false;
+      for (Warp& w : warp) {
+        if (w.live & ~w.waiting) RunWarp(w, code);
+        if (launch.error != kSuccess) break;
+        any_live |= w.live != 0;
+        any_ready |= (w.live & ~w.waiting) != 0;
+      }
+      if (launch.error != kSuccess) break;
+      if (!any_live) break;
+      if (!any_ready) {
+        for (Warp& w : warp) ReleaseBarrier(w, code);
+        launch.reduce_count = 0;
+        launch.reduce_all = true;
+        launch.reduce_any = false;
+      }
+    }
+    if (launch.error != kSuccess) {
+      stop->store(true);
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+// ---- Public API
+// ---------------------------------------------------------------------------
+
+PtxModule::~PtxModule() = default;
+
+Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text) {
+  auto parsed = ParsePtxText(text);
+  if (!parsed.ok()) return parsed.status();
+  std::unique_ptr<PtxModule> module(new PtxModule());
+  module->parsed_ = std::move(*parsed);
+  return module;
+}
+
+const std::vector<ModuleVariable>& PtxModule::variables() const { return parsed_->variables; }
+
+bool PtxModule::HasKernel(const std::string& name) const {
+  auto found = parsed_->functions.find(name);
+  return found != parsed_->functions.end() && found->second.is_entry && found->second.has_body;
+}
+
+std::vector<std::string> PtxModule::KernelNames() const {
+  std::vector<std::string> names;
+  for (const auto& [name, function] : parsed_->functions) {
+    if (function.is_entry && function.has_body) names.push_back(name);
+  }
+  return names;
+}
+
+Result<const DecodedKernel*> PtxModule::Decode(const std::string& name,
+                                               const std::map<std::string, uint64_t>& addresses) {
+  if (auto done = decoded_.find(name); done != decoded_.end()) return done->second.get();
+  if (auto failed = failed_.find(name); failed != failed_.end()) return failed->second;
+  if (!HasKernel(name)) return Status::NotFound("no kernel " + name + " in the PTX");
+  auto kernel = std::make_unique<DecodedKernel>();
+  Decoder decoder(*parsed_, addresses, kernel.get());
+  Status status = decoder.Run(parsed_->functions.at(name));
+  if (!status.ok()) {
+    failed_[name] = status;
+    return status;
+  }
+  const DecodedKernel* result = kernel.get();
+  decoded_[name] = std::move(kernel);
+  return result;
+}
+
+uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size; }
+
+int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
+  if (!kernel.unsupported.empty()) {
+    if (spec.error_detail) *spec.error_detail = kernel.unsupported;
+    return kNotSupported;
+  }
+  if (spec.param_size < kernel.param_size) {
+    if (spec.error_detail)
+      *spec.error_detail = "parameter buffer smaller than the kernel's parameters";
+    return kInvalidValue;
+  }
+  const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
+  if (threads == 0 || threads > 1024) return kInvalidValue;
+  const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
+  if (shared_size > 228 * 1024) return kOutOfResources;
+  const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
+  // CTAs are independent: two workers take every other one when there are enough.
+  const uint32_t workers =
+      ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
+  std::atomic<bool> stop{false};
+  std::vector<LaunchState> states(workers);
+  auto work = [&](uint32_t worker) {
+    RunCtas(kernel, spec, worker, workers, &stop, &states[worker]);
+  };
+  std::vector<std::thread> threads_of_workers;
+  for (uint32_t worker = 1; worker < workers; ++worker) threads_of_workers.emplace_back(work, worker);
+  work(0);
+  for (std::thread& thread : threads_of_workers) thread.join();
+  int32_t error = kSuccess;
+  uint64_t first_failed_cta = UINT64_MAX;
+  for (LaunchState& state : states) {
+    if (spec.printf_out != nullptr) *spec.printf_out += state.printf;
+    if (spec.thread_instructions) *spec.thread_instructions += state.thread_instructions;
+    if (state.error != kSuccess && state.cta_linear < first_failed_cta) {
+      first_failed_cta = state.cta_linear;
+      error = state.error;
+      if (spec.error_detail) *spec.error_detail = state.detail;
+    }
+  }
+  return error;
+}
+
+}  // namespace gpupool::sim

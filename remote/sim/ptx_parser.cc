@@ -1,0 +1,705 @@
+// PTX text -> ParsedModule (ptx_program.h). Decoding to the executable program
+// is in ptx_decoder.cc.
+#include <cctype>
+#include <cstring>
+#include <set>
+
+#include "remote/sim/ptx_program.h"
+
+namespace gpupool::sim {
+namespace {
+
+struct Token {
+  enum Kind : uint8_t { kWord, kNumber, kString, kPunct, kEnd };
+  Kind kind = kEnd;
+  std::string text;
+  int line = 0;
+};
+
+bool IsWordChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' ||
+         c == '.';
+}
+
+// Splits PTX into tokens; drops comments and the debug directives that have no
+// ';'.
+std::vector<Token> Tokenize(std::string_view text) {
+  std::vector<Token> tokens;
+  int line = 1;
+  size_t i = 0;
+  bool line_start = true;
+  while (i < text.size()) {
+    char c = text[i];
+    if (c == '\n') {
+      ++line;
+      ++i;
+      line_start = true;
+      continue;
+    }
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      ++i;
+      continue;
+    }
+    if (c == '/' && i + 1 < text.size() && text[i + 1] == '/') {
+      while (i < text.size() && text[i] != '\n') ++i;
+      continue;
+    }
+    if (c == '/' && i + 1 < text.size() && text[i + 1] == '*') {
+      size_t end = text.find("*/", i + 2);
+      for (size_t k = i; k < std::min(end, text.size()); ++k) line += text[k] == '\n';
+      i = end == std::string_view::npos ? text.size() : end + 2;
+      continue;
+    }
+    if (line_start && c == '.' &&
+        (text.substr(i, 5) == ".loc " || text.substr(i, 5) == ".loc\t" ||
+         text.substr(i, 6) == ".file " || text.substr(i, 6) == ".file\t")) {
+      while (i < text.size() && text[i] != '\n') ++i;
+      continue;
+    }
+    line_start = false;
+    Token token;
+    token.line = line;
+    if (c == '"') {
+      size_t end = i + 1;
+      while (end < text.size() && text[end] != '"') end += text[end] == '\\' ? 2 : 1;
+      token.kind = Token::kString;
+      token.text = std::string(text.substr(i + 1, end - i - 1));
+      i = std::min(end + 1, text.size());
+    } else if (std::isdigit(static_cast<unsigned char>(c))) {
+      size_t end = i;
+      while (end < text.size() &&
+             (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '.' ||
+              ((text[end] == '+' || text[end] == '-') && end > i &&
+               (text[end - 1] == 'e' || text[end - 1] == 'E') && text[i + 1] != 'x' &&
+               text[i + 1] != 'X' && text[i + 1] != 'f' && text[i + 1] != 'd'))) {
+        ++end;
+      }
+      token.kind = Token::kNumber;
+      token.text = std::string(text.substr(i, end - i));
+      i = end;
+    } else if (IsWordChar(c)) {
+      size_t end = i;
+      while (end < text.size() && IsWordChar(text[end])) ++end;
+      token.kind = Token::kWord;
+      token.text = std::string(text.substr(i, end - i));
+      i = end;
+    } else {
+      token.kind = Token::kPunct;
+      token.text = std::string(1, c);
+      ++i;
+    }
+    tokens.push_back(std::move(token));
+  }
+  Token end;
+  end.line = line;
+  tokens.push_back(end);
+  return tokens;
+}
+
+uint64_t TypeSize(const std::string& type) {
+  if (type == ".pred") return 1;
+  if (type.size() < 3) return 0;
+  std::string bits = type.substr(2);
+  if (type == ".f16x2" || type == ".bf16x2") return 4;
+  if (bits == "8") return 1;
+  if (bits == "16") return 2;
+  if (bits == "32") return 4;
+  if (bits == "64") return 8;
+  if (type == ".bf16") return 2;
+  return 0;
+}
+
+bool IsTypeName(const std::string& word) {
+  static const std::set<std::string> kTypes = {
+      ".b8",  ".b16", ".b32", ".b64",   ".u8",  ".u16", ".u32",  ".u64",  ".s8",     ".s16",
+      ".s32", ".s64", ".f16", ".f16x2", ".f32", ".f64", ".pred", ".bf16", ".bf16x2", ".b128"};
+  return kTypes.count(word) > 0;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
+
+  Status Run(ParsedModule* module) {
+    module_ = module;
+    while (Peek().kind != Token::kEnd) {
+      GPUPOOL_RETURN_IF_ERROR(TopLevel());
+    }
+    return Status::OK();
+  }
+
+ private:
+  const Token& Peek(size_t ahead = 0) const {
+    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
+  }
+  Token Next() {
+    Token token = Peek();
+    if (pos_ < tokens_.size() - 1) ++pos_;
+    return token;
+  }
+  bool Accept(const char* text) {
+    if (Peek().kind != Token::kEnd && Peek().kind != Token::kString && Peek().text == text) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  Status Error(const std::string& what) const {
+    return Status::InvalidArgument("PTX line " + std::to_string(Peek().line) + ": " + what +
+                                   " (at '" + Peek().text + "')");
+  }
+  Status Expect(const char* text) {
+    if (!Accept(text)) return Error(std::string("expected '") + text + "'");
+    return Status::OK();
+  }
+  void SkipStatement() {
+    int depth = 0;
+    while (Peek().kind != Token::kEnd) {
+      Token token = Next();
+      if (token.kind != Token::kPunct) continue;
+      if (token.text == "{") ++depth;
+      if (token.text == "}" && --depth <= 0 && depth == 0) return;
+      if (token.text == ";" && depth == 0) return;
+    }
+  }
+
+  Result<uint64_t> Integer() {
+    bool negative = Accept("-");
+    Token token = Next();
+    if (token.kind != Token::kNumber) return Error("expected a number");
+    uint64_t value = 0;
+    if (!ParseInteger(token.text, &value)) return Error("bad number " + token.text);
+    return negative ? uint64_t{0} - value : value;
+  }
+
+  static bool ParseInteger(std::string text, uint64_t* value) {
+    if (!text.empty() && (text.back() == 'U' || text.back() == 'u')) text.pop_back();
+    errno = 0;
+    char* end = nullptr;
+    int base = 10;
+    const char* start = text.c_str();
+    if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
+      base = 16;
+      start += 2;
+    } else if (text.size() > 2 && text[0] == '0' && (text[1] == 'b' || text[1] == 'B')) {
+      base = 2;
+      start += 2;
+    } else if (text.size() > 1 && text[0] == '0') {
+      base = 8;
+    }
+    *value = std::strtoull(start, &end, base);
+    return end != nullptr && *end == '\0' && errno == 0;
+  }
+
+  // State space, alignment, type and name of a declaration such as
+  // ".global .align 4 .b8 name[16]" after the state space.
+  struct Declaration {
+    std::string type;
+    uint32_t align = 0;
+    std::string name;
+    uint64_t count = 1;
+    bool is_array = false;
+    bool unsized = false;
+    int vector = 1;
+    std::vector<std::string> names;  // "a, b, c" lists of .reg
+    uint64_t range = 0;              // %r<N>
+  };
+
+  Result<Declaration> ParseDeclaration() {
+    Declaration decl;
+    while (Peek().kind == Token::kWord && Peek().text[0] == '.') {
+      std::string word = Next().text;
+      if (word == ".align") {
+        auto value = Integer();
+        if (!value.ok()) return value.status();
+        decl.align = static_cast<uint32_t>(*value);
+      } else if (word == ".v2" || word == ".v4" || word == ".v8") {
+        decl.vector = word[2] - '0';
+      } else if (IsTypeName(word)) {
+        decl.type = word;
+      } else if (word == ".texref" || word == ".surfref" || word == ".samplerref") {
+        decl.type = word;
+      } else if (word == ".ptr" || word == ".volatile" || word == ".weak" || word == ".visible" ||
+                 word == ".extern" || word == ".common") {
+        // attributes the engine does not need
+      } else {
+        break;  // a name that starts with '.'? not valid PTX
+      }
+    }
+    if (Peek().kind != Token::kWord) return Error("expected a name in a declaration");
+    decl.name = Next().text;
+    decl.names.push_back(decl.name);
+    if (Accept("<")) {
+      auto value = Integer();
+      if (!value.ok()) return value.status();
+      decl.range = *value;
+      GPUPOOL_RETURN_IF_ERROR(Expect(">"));
+    }
+    while (Accept("[")) {
+      decl.is_array = true;
+      if (Accept("]")) {
+        decl.unsized = true;
+        continue;
+      }
+      auto value = Integer();
+      if (!value.ok()) return value.status();
+      decl.count *= *value;
+      GPUPOOL_RETURN_IF_ERROR(Expect("]"));
+    }
+    // ".reg .b32 a, b, c;" (but not the next ".param" of a parameter list).
+    while (Peek().text == "," && Peek(1).kind == Token::kWord && Peek(1).text[0] != '.') {
+      Next();
+      decl.names.push_back(Next().text);
+    }
+    return decl;
+  }
+
+  uint64_t DeclarationSize(const Declaration& decl) const {
+    return TypeSize(decl.type) * decl.vector * decl.count;
+  }
+
+  // Reads "= {1, 2, ...}" or "= 7" into bytes of the variable's element type.
+  Status Initializer(const Declaration& decl, std::vector<uint8_t>* bytes) {
+    uint64_t element = TypeSize(decl.type);
+    bool is_float = decl.type[1] == 'f';
+    std::vector<uint64_t> values;
+    std::vector<bool> floats;
+    int depth = 0;
+    do {
+      while (Accept("{")) ++depth;
+      if (Peek().kind == Token::kWord) {
+        // An address of another variable (generic(x) or x): not supported as
+        // data.
+        return Error("initialisers with addresses are not supported");
+      }
+      bool negative = Accept("-");
+      Token token = Next();
+      if (token.kind != Token::kNumber) return Error("expected an initial value");
+      uint64_t value = 0;
+      if (token.text.size() > 2 && (token.text[1] == 'f' || token.text[1] == 'F') &&
+          token.text[0] == '0') {
+        uint32_t bits = static_cast<uint32_t>(std::strtoul(token.text.c_str() + 2, nullptr, 16));
+        float f;
+        std::memcpy(&f, &bits, 4);
+        double d = negative ? -f : f;
+        if (element == 8) {
+          std::memcpy(&value, &d, 8);
+        } else {
+          float narrowed = static_cast<float>(d);
+          uint32_t out;
+          std::memcpy(&out, &narrowed, 4);
+          value = out;
+        }
+      } else if (token.text.size() > 2 && (token.text[1] == 'd' || token.text[1] == 'D') &&
+                 token.text[0] == '0') {
+        value = std::strtoull(token.text.c_str() + 2, nullptr, 16);
+        if (negative) value ^= 1ull << 63;
+        if (element == 4) {
+          double d;
+          std::memcpy(&d, &value, 8);
+          float f = static_cast<float>(d);
+          uint32_t out;
+          std::memcpy(&out, &f, 4);
+          value = out;
+        }
+      } else if (token.text.find_first_of(".eE") != std::string::npos && is_float) {
+        double d = std::strtod(token.text.c_str(), nullptr) * (negative ? -1 : 1);
+        if (element == 8) {
+          std::memcpy(&value, &d, 8);
+        } else {
+          float f = static_cast<float>(d);
+          uint32_t out;
+          std::memcpy(&out, &f, 4);
+          value = out;
+        }
+      } else {
+        if (!ParseInteger(token.text, &value)) return Error("bad initial value");
+        if (negative) value = uint64_t{0} - value;
+        if (is_float) {  // an integer written for a float: its value
+          if (element == 8) {
+            double d = static_cast<double>(static_cast<int64_t>(value));
+            std::memcpy(&value, &d, 8);
+          } else {
+            float f = static_cast<float>(static_cast<int64_t>(value));
+            uint32_t out;
+            std::memcpy(&out, &f, 4);
+            value = out;
+          }
+        }
+      }
+      values.push_back(value);
+      while (depth > 0 && Accept("}")) --depth;
+    } while (Accept(","));
+    while (depth > 0 && Accept("}")) --depth;
+    for (uint64_t value : values) {
+      for (uint64_t k = 0; k < element; ++k)
+        bytes->push_back(static_cast<uint8_t>(value >> (8 * k)));
+    }
+    return Status::OK();
+  }
+
+  Status ModuleVariableDecl(const std::string& space, bool is_extern) {
+    auto decl = ParseDeclaration();
+    if (!decl.ok()) return decl.status();
+    if (decl->type == ".texref" || decl->type == ".surfref" || decl->type == ".samplerref") {
+      module_->unsupported_symbols.push_back(decl->name);
+      SkipStatement();
+      return Status::OK();
+    }
+    uint32_t align = decl->align
+                         ? decl->align
+                         : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
+    if (space == ".shared") {
+      module_->shared.push_back(
+          SharedVariable{decl->name, DeclarationSize(*decl), align, is_extern || decl->unsized});
+      return Expect(";");
+    }
+    ModuleVariable variable;
+    variable.name = decl->name;
+    variable.is_const = space == ".const";
+    variable.size = DeclarationSize(*decl);
+    variable.align = align;
+    if (Accept("=")) GPUPOOL_RETURN_IF_ERROR(Initializer(*decl, &variable.init));
+    if (variable.size == 0) variable.size = std::max<uint64_t>(variable.init.size(), 1);
+    if (is_extern && variable.init.empty()) {
+      // Declared here, defined in another module: not linkable in the sim.
+      module_->unsupported_symbols.push_back(decl->name);
+    }
+    module_->variables.push_back(std::move(variable));
+    return Expect(";");
+  }
+
+  // "(.param .b32 a, .param .align 8 .b8 b[16])"
+  Status ParamList(std::vector<RawParam>* params) {
+    GPUPOOL_RETURN_IF_ERROR(Expect("("));
+    if (Accept(")")) return Status::OK();
+    do {
+      if (!Accept(".param") && !Accept(".reg")) return Error("expected .param");
+      auto decl = ParseDeclaration();
+      if (!decl.ok()) return decl.status();
+      uint64_t size = DeclarationSize(*decl);
+      uint32_t align = decl->align
+                           ? decl->align
+                           : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
+      params->push_back(RawParam{decl->name, size, align});
+    } while (Accept(","));
+    return Expect(")");
+  }
+
+  Status FunctionDecl(bool is_entry) {
+    RawFunction function;
+    function.is_entry = is_entry;
+    if (!is_entry && Peek().text == "(") GPUPOOL_RETURN_IF_ERROR(ParamList(&function.returns));
+    if (Peek().kind != Token::kWord) return Error("expected a function name");
+    function.name = Next().text;
+    if (Peek().text == "(") GPUPOOL_RETURN_IF_ERROR(ParamList(&function.params));
+    // Performance directives (.maxntid 256, 1, 1; .reqntid; .noreturn; .pragma
+    // ...).
+    while (Peek().kind == Token::kWord && Peek().text[0] == '.') {
+      Next();
+      while (Peek().kind == Token::kNumber || Peek().text == ",") Next();
+      if (Peek().kind == Token::kString) Next();
+    }
+    if (Accept(";")) {
+      module_->functions.emplace(function.name, std::move(function));
+      return Status::OK();
+    }
+    if (Peek().text != "{") return Error("expected a function body");
+    function.has_body = true;
+    scopes_.clear();
+    scopes_.emplace_back();
+    for (const RawParam& param : function.params) scopes_.back()[param.name] = param.name;
+    for (const RawParam& param : function.returns) scopes_.back()[param.name] = param.name;
+    GPUPOOL_RETURN_IF_ERROR(Block(&function));
+    module_->functions[function.name] = std::move(function);
+    return Status::OK();
+  }
+
+  std::string Declare(const std::string& name) {
+    std::string unique = scopes_.size() <= 2 ? name : name + "#" + std::to_string(++unique_);
+    scopes_.back()[name] = unique;
+    return unique;
+  }
+  std::string Resolve(const std::string& name) const {
+    for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
+      auto found = scope->find(name);
+      if (found != scope->end()) return found->second;
+    }
+    return name;
+  }
+
+  Status Block(RawFunction* function) {
+    GPUPOOL_RETURN_IF_ERROR(Expect("{"));
+    scopes_.emplace_back();
+    while (!Accept("}")) {
+      if (Peek().kind == Token::kEnd) return Error("unterminated block");
+      if (Peek().text == "{") {
+        GPUPOOL_RETURN_IF_ERROR(Block(function));
+        continue;
+      }
+      GPUPOOL_RETURN_IF_ERROR(Statement(function));
+    }
+    scopes_.pop_back();
+    return Status::OK();
+  }
+
+  Status Statement(RawFunction* function) {
+    const Token& first = Peek();
+    int line = first.line;
+    if (first.kind == Token::kWord && Peek(1).text == ":" && first.text[0] != '.') {
+      RawStatement label;
+      label.kind = RawStatement::kLabel;
+      label.opcode = first.text;
+      label.line = line;
+      Next();
+      Next();
+      function->body.push_back(std::move(label));
+      return Status::OK();
+    }
+    if (first.kind == Token::kWord && first.text[0] == '.') {
+      std::string directive = Next().text;
+      if (directive == ".reg" || directive == ".local" || directive == ".shared" ||
+          directive == ".param") {
+        auto decl = ParseDeclaration();
+        if (!decl.ok()) return decl.status();
+        RawStatement::Kind kind = directive == ".reg"      ? RawStatement::kRegister
+                                  : directive == ".local"  ? RawStatement::kLocal
+                                  : directive == ".shared" ? RawStatement::kShared
+                                                           : RawStatement::kParam;
+        uint32_t align = decl->align
+                             ? decl->align
+                             : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
+        if (kind == RawStatement::kRegister) {
+          for (const std::string& base : decl->names) {
+            if (decl->range > 0) {
+              // %r<N>: %r0 .. %r(N-1), one scope entry for the family.
+              std::string unique = Declare(base);
+              for (uint64_t k = 0; k < decl->range; ++k) {
+                std::string name = base + std::to_string(k);
+                scopes_.back()[name] = unique + "@" + std::to_string(k);
+              }
+            } else {
+              RawStatement reg;
+              reg.kind = kind;
+              reg.name = Declare(base);
+              reg.line = line;
+              function->body.push_back(std::move(reg));
+            }
+          }
+        } else {
+          RawStatement var;
+          var.kind = kind;
+          var.name = Declare(decl->name);
+          var.size = DeclarationSize(*decl);
+          var.align = align;
+          var.line = line;
+          function->body.push_back(std::move(var));
+        }
+        if (Accept("=")) return Error("initialised function-scope variables are not supported");
+        return Expect(";");
+      }
+      // .pragma, .maxnreg and other hints.
+      SkipStatement();
+      return Status::OK();
+    }
+    RawStatement inst;
+    inst.kind = RawStatement::kInstruction;
+    inst.line = line;
+    if (Accept("@")) {
+      inst.guard_negated = Accept("!");
+      if (Peek().kind != Token::kWord) return Error("expected a guard predicate");
+      inst.guard = Resolve(Next().text);
+    }
+    if (Peek().kind != Token::kWord) return Error("expected an instruction");
+    inst.opcode = Next().text;
+    if (!Accept(";")) {
+      do {
+        auto operand = Operand();
+        if (!operand.ok()) return operand.status();
+        inst.operands.push_back(std::move(*operand));
+      } while (Accept(","));
+      GPUPOOL_RETURN_IF_ERROR(Expect(";"));
+    }
+    function->body.push_back(std::move(inst));
+    return Status::OK();
+  }
+
+  Result<RawOperand> Number(bool negative) {
+    Token token = Next();
+    RawOperand operand;
+    const std::string& text = token.text;
+    if (text.size() > 2 && text[0] == '0' && (text[1] == 'f' || text[1] == 'F')) {
+      operand.kind = RawOperand::kF32;
+      operand.bits = std::strtoull(text.c_str() + 2, nullptr, 16);
+      if (negative) operand.bits ^= 0x80000000u;
+      return operand;
+    }
+    if (text.size() > 2 && text[0] == '0' && (text[1] == 'd' || text[1] == 'D')) {
+      operand.kind = RawOperand::kF64;
+      operand.bits = std::strtoull(text.c_str() + 2, nullptr, 16);
+      if (negative) operand.bits ^= 1ull << 63;
+      return operand;
+    }
+    if (text.find_first_of(".eE") != std::string::npos &&
+        text.find_first_of("xX") == std::string::npos) {
+      double d = std::strtod(text.c_str(), nullptr) * (negative ? -1 : 1);
+      operand.kind = RawOperand::kF64;
+      std::memcpy(&operand.bits, &d, 8);
+      return operand;
+    }
+    uint64_t value = 0;
+    if (!ParseInteger(text, &value)) return Error("bad number " + text);
+    operand.kind = RawOperand::kInt;
+    operand.bits = negative ? uint64_t{0} - value : value;
+    return operand;
+  }
+
+  Result<RawOperand> Operand() {
+    RawOperand operand;
+    if (Accept("[")) {
+      operand.kind = RawOperand::kAddress;
+      if (Peek().kind == Token::kWord) operand.name = Resolve(Next().text);
+      int64_t offset = 0;
+      while (Peek().text == "+" || Peek().text == "-" || Peek().kind == Token::kNumber) {
+        bool negative = false;
+        if (Accept("+")) negative = false;
+        if (Accept("-")) negative = true;
+        auto value = Integer();
+        if (!value.ok()) return value.status();
+        offset += negative ? -static_cast<int64_t>(*value) : static_cast<int64_t>(*value);
+      }
+      operand.bits = static_cast<uint64_t>(offset);
+      // Texture and surface operands: [tex, {coordinates}] (the engine refuses
+      // them).
+      while (Accept(",")) {
+        auto item = Operand();
+        if (!item.ok()) return item.status();
+        operand.items.push_back(std::move(*item));
+      }
+      GPUPOOL_RETURN_IF_ERROR(Expect("]"));
+      return operand;
+    }
+    if (Accept("{")) {
+      operand.kind = RawOperand::kVector;
+      do {
+        auto item = Operand();
+        if (!item.ok()) return item.status();
+        operand.items.push_back(std::move(*item));
+      } while (Accept(","));
+      GPUPOOL_RETURN_IF_ERROR(Expect("}"));
+      return operand;
+    }
+    if (Accept("(")) {
+      operand.kind = RawOperand::kList;
+      if (Accept(")")) return operand;
+      do {
+        auto item = Operand();
+        if (!item.ok()) return item.status();
+        operand.items.push_back(std::move(*item));
+      } while (Accept(","));
+      GPUPOOL_RETURN_IF_ERROR(Expect(")"));
+      return operand;
+    }
+    if (Accept("!")) {
+      auto inner = Operand();
+      if (!inner.ok()) return inner.status();
+      inner->negated = true;
+      return inner;
+    }
+    bool negative = Accept("-");
+    if (Peek().kind == Token::kNumber) return Number(negative);
+    if (Peek().kind == Token::kWord) {
+      operand.kind = RawOperand::kName;
+      operand.name = Resolve(Next().text);
+      if (negative) return Error("negated names are not PTX");
+      if (Accept("|")) {
+        if (Peek().kind != Token::kWord) return Error("expected a predicate after '|'");
+        operand.pair = Resolve(Next().text);
+      }
+      // "name+4" as a plain operand (mov %rd, sym+4).
+      if (Peek().text == "+" && Peek(1).kind == Token::kNumber) {
+        Next();
+        auto value = Integer();
+        if (!value.ok()) return value.status();
+        RawOperand address;
+        address.kind = RawOperand::kAddress;
+        address.name = operand.name;
+        address.bits = *value;
+        address.negated = true;  // marks "value of sym+offset", not a memory reference
+        return address;
+      }
+      return operand;
+    }
+    return Error("expected an operand");
+  }
+
+  Status TopLevel() {
+    bool is_extern = false;
+    while (true) {
+      const Token& token = Peek();
+      if (token.kind != Token::kWord) return Error("unexpected token at module level");
+      const std::string& word = token.text;
+      if (word == ".version" || word == ".target" || word == ".address_size") {
+        int line = token.line;
+        Next();
+        while (Peek().kind != Token::kEnd && Peek().line == line) Next();
+        return Status::OK();
+      }
+      if (word == ".visible" || word == ".weak" || word == ".common") {
+        Next();
+        continue;
+      }
+      if (word == ".extern") {
+        Next();
+        is_extern = true;
+        continue;
+      }
+      if (word == ".entry") {
+        Next();
+        return FunctionDecl(true);
+      }
+      if (word == ".func") {
+        Next();
+        return FunctionDecl(false);
+      }
+      if (word == ".global" || word == ".const" || word == ".shared") {
+        Next();
+        return ModuleVariableDecl(word, is_extern);
+      }
+      if (word == ".section") {  // DWARF sections of -G builds
+        Next();
+        while (Peek().kind != Token::kEnd && Peek().text != "{") Next();
+        SkipStatement();
+        return Status::OK();
+      }
+      if (word == ".alias") {
+        SkipStatement();
+        return Status::OK();
+      }
+      if (word == ".pragma") {
+        SkipStatement();
+        return Status::OK();
+      }
+      return Error("unknown module-level directive");
+    }
+  }
+
+  std::vector<Token> tokens_;
+  size_t pos_ = 0;
+  ParsedModule* module_ = nullptr;
+  std::vector<std::map<std::string, std::string>> scopes_;
+  int unique_ = 0;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ParsedModule>> ParsePtxText(std::string_view text) {
+  auto module = std::make_unique<ParsedModule>();
+  Parser parser(Tokenize(text));
+  GPUPOOL_RETURN_IF_ERROR(parser.Run(module.get()));
+  return module;
+}
+
+uint64_t PtxTypeSize(const std::string& type) { return TypeSize(type); }
+
+}  // namespace gpupool::sim

@@ -1,0 +1,137 @@
+// Internal representation of the PTX engine (ptx_engine.h): the parsed module
+// and the decoded kernel program. Shared by ptx_parser.cc (which builds both)
+// and ptx_interpreter.cc (which runs DecodedKernel).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "remote/sim/ptx_engine.h"
+
+namespace gpupool::sim {
+
+// --- Parsed module
+// -------------------------------------------------------------------------
+
+struct RawOperand {
+  enum Kind : uint8_t { kNone, kName, kInt, kF32, kF64, kAddress, kVector, kList };
+  Kind kind = kNone;
+  std::string name;               // kName (register, symbol, label), kAddress base ("" for [imm])
+  std::string pair;               // "a|b": the second destination (shfl's predicate)
+  bool negated = false;           // !%p
+  uint64_t bits = 0;              // kInt / kF32 / kF64 value, kAddress offset
+  std::vector<RawOperand> items;  // kVector {a, b}, kList (a, b) of a call
+};
+
+struct RawStatement {
+  enum Kind : uint8_t { kInstruction, kLabel, kRegister, kLocal, kShared, kParam };
+  Kind kind = kInstruction;
+  std::string opcode;  // "ld.global.f32"; label name for kLabel
+  std::string guard;   // predicate register, "" if none
+  bool guard_negated = false;
+  std::vector<RawOperand> operands;
+  // Declarations (kRegister/kLocal/kShared/kParam): unique name, size,
+  // alignment.
+  std::string name;
+  uint64_t size = 0;
+  uint32_t align = 1;
+  int line = 0;
+};
+
+struct RawParam {
+  std::string name;
+  uint64_t size = 0;
+  uint32_t align = 1;
+};
+
+struct RawFunction {
+  std::string name;
+  bool is_entry = false;
+  bool has_body = false;
+  std::vector<RawParam> params;
+  std::vector<RawParam> returns;
+  std::vector<RawStatement> body;
+};
+
+struct SharedVariable {
+  std::string name;
+  uint64_t size = 0;  // 0 for `.extern .shared` (dynamic shared memory)
+  uint32_t align = 1;
+  bool is_extern = false;
+};
+
+struct ParsedModule {
+  std::vector<ModuleVariable> variables;
+  std::vector<SharedVariable> shared;
+  std::vector<std::string> unsupported_symbols;  // .texref / .surfref / .samplerref
+  std::map<std::string, RawFunction> functions;
+};
+
+// --- Decoded kernel
+// ------------------------------------------------------------------------
+
+struct Warp;
+struct LaunchState;
+struct Inst;
+using Handler = void (*)(Warp& warp, const Inst& inst, uint32_t mask);
+
+enum class Flow : uint8_t {
+  kNext,     // every other instruction: the lanes move on
+  kBranch,   // bra: executing lanes go to `target`
+  kExit,     // ret/exit at kernel level: executing lanes end
+  kBarrier,  // bar.sync: executing lanes wait for the CTA
+  kTrap,     // trap/brkpt: the launch fails
+  kAssert,   // __assertfail: the launch fails with CUDA_ERROR_ASSERT
+};
+
+enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
+
+struct Inst {
+  Handler run = nullptr;
+  Flow flow = Flow::kNext;
+  Space space = Space::kGeneric;
+  uint8_t width = 0;   // bytes per element (memory, some conversions)
+  uint8_t vec = 1;     // elements of a vector access
+  uint8_t mode = 0;    // op-specific: comparison, rounding, atomic op, shuffle mode...
+  uint8_t mode2 = 0;   // op-specific: setp's bool op, cvt's source kind...
+  uint8_t flags = 0;   // kFtz, kSat, ...
+  int32_t guard = -1;  // predicate slot, -1: none
+  bool guard_negated = false;
+  int32_t d[4] = {-1, -1, -1, -1};         // destination slots
+  int32_t a = -1, b = -1, c = -1, e = -1;  // source slots
+  int32_t target = -1;                     // branch target
+  int64_t offset = 0;                      // address offset
+  uint32_t printf_args = 0;                // local offsets for vprintf (format, args)
+  uint32_t printf_fmt = 0;
+  int line = 0;  // PTX source line, for error messages
+};
+
+inline constexpr uint8_t kFlagFtz = 1;
+inline constexpr uint8_t kFlagSat = 2;
+inline constexpr uint8_t kFlagCarryIn = 4;   // addc/subc/madc
+inline constexpr uint8_t kFlagCarryOut = 8;  // .cc
+inline constexpr uint8_t kFlagSigned = 16;
+
+struct DecodedKernel {
+  std::string name;
+  std::vector<Inst> code;
+  uint32_t slot_count = 0;
+  // Slots whose value is the same in every lane and every warp (immediates,
+  // symbol addresses), set when a warp starts: {slot, value}.
+  std::vector<std::pair<int32_t, uint64_t>> constants;
+  // Special-register slots, set per lane / per warp when a warp starts.
+  int32_t tid[3] = {-1, -1, -1}, ntid[3] = {-1, -1, -1};
+  int32_t ctaid[3] = {-1, -1, -1}, nctaid[3] = {-1, -1, -1};
+  int32_t laneid = -1, warpid = -1, nwarpid = -1, smid = -1, nsmid = -1, gridid = -1;
+  int32_t lanemask_eq = -1, lanemask_lt = -1, lanemask_le = -1, lanemask_gt = -1, lanemask_ge = -1;
+  int32_t carry_slot = -1;  // the .cc carry flag
+  uint32_t param_size = 0;  // bytes of .entry parameters
+  uint64_t static_shared = 0;
+  uint32_t dynamic_shared_align = 16;
+  uint64_t local_size = 0;  // bytes of local memory per thread
+  std::string unsupported;  // non-empty: why this kernel cannot run (at launch)
+};
+
+}  // namespace gpupool::sim

@@ -1,0 +1,41 @@
+// Kernels of the PTX engine benchmark (scripts/bench/ptx): element-wise, shared-memory
+// tiled matrix multiply, and atomics. extern "C" for plain names.
+constexpr int kTile = 16;
+
+extern "C" {
+
+__global__ void saxpy(int n, float a, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+
+// C = A * B for n x n row-major matrices, n a multiple of kTile.
+__global__ void matmul_tiled(const float* a, const float* b, float* c, int n) {
+  __shared__ float ta[kTile][kTile];
+  __shared__ float tb[kTile][kTile];
+  int row = blockIdx.y * kTile + threadIdx.y;
+  int col = blockIdx.x * kTile + threadIdx.x;
+  float sum = 0;
+  for (int t = 0; t < n; t += kTile) {
+    ta[threadIdx.y][threadIdx.x] = a[row * n + t + threadIdx.x];
+    tb[threadIdx.y][threadIdx.x] = b[(t + threadIdx.y) * n + col];
+    __syncthreads();
+    for (int k = 0; k < kTile; ++k) sum += ta[threadIdx.y][k] * tb[k][threadIdx.x];
+    __syncthreads();
+  }
+  c[row * n + col] = sum;
+}
+
+// 256-bin histogram of bytes: shared-memory bins, then one global atomic per bin.
+__global__ void histogram(const unsigned char* data, int n, unsigned* bins) {
+  __shared__ unsigned local[256];
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) local[i] = 0;
+  __syncthreads();
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    atomicAdd(&local[data[i]], 1u);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) atomicAdd(&bins[i], local[i]);
+}
+
+}  // extern "C"

@@ -1,0 +1,174 @@
+// PTX engine benchmark: each kernel of bench_kernels.cu on the engine (one core), and a
+// plain C++ loop doing the same work on the same core, in the same run. Counters:
+// items/s (elements, multiply-adds or bytes) for both, thread_instr/s for the engine; rates
+// use wall-clock time (the engine runs the CTAs of a launch on two threads).
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "remote/sim/ptx_engine.h"
+
+namespace {
+
+using gpupool::sim::LaunchSpec;
+using gpupool::sim::MemoryRange;
+using gpupool::sim::PtxModule;
+
+PtxModule& Module() {
+  static std::unique_ptr<PtxModule> module = [] {
+    std::ifstream file(GPUPOOL_BENCH_PTX);
+    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+    auto parsed = PtxModule::Parse(text);
+    if (!parsed.ok()) throw std::runtime_error(parsed.status().message());
+    return std::move(*parsed);
+  }();
+  return *module;
+}
+
+// Device memory for the engine: host buffers at made-up device addresses.
+struct Memory {
+  std::vector<MemoryRange> ranges;
+  uint64_t next = 1ull << 44;
+  template <typename T>
+  uint64_t Add(std::vector<T>& data) {
+    uint64_t address = next;
+    next += (data.size() * sizeof(T) + 4095) / 4096 * 4096 + 4096;
+    ranges.push_back(
+        MemoryRange{address, data.size() * sizeof(T), reinterpret_cast<char*>(data.data())});
+    return address;
+  }
+};
+
+template <typename... Args>
+std::vector<uint8_t> Pack(Args... args) {
+  std::vector<uint8_t> bytes;
+  auto put = [&](auto value) {
+    size_t align = sizeof(value);
+    bytes.resize((bytes.size() + align - 1) / align * align);
+    size_t at = bytes.size();
+    bytes.resize(at + sizeof(value));
+    std::memcpy(bytes.data() + at, &value, sizeof(value));
+  };
+  (put(args), ...);
+  return bytes;
+}
+
+void Launch(benchmark::State& state, const char* name, uint32_t grid[3], uint32_t block[3],
+            const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions) {
+  auto kernel = Module().Decode(name, {});
+  if (!kernel.ok()) throw std::runtime_error(kernel.status().message());
+  LaunchSpec spec;
+  for (int i = 0; i < 3; ++i) {
+    spec.grid[i] = grid[i];
+    spec.block[i] = block[i];
+  }
+  spec.params = params.data();
+  spec.param_size = params.size();
+  spec.memory = memory.ranges;
+  spec.thread_instructions = instructions;
+  std::string detail;
+  spec.error_detail = &detail;
+  if (int32_t status = gpupool::sim::RunKernel(**kernel, spec); status != 0) {
+    state.SkipWithError(("launch failed: " + std::to_string(status) + " " + detail).c_str());
+  }
+}
+
+constexpr int kElements = 1 << 20;
+
+void BM_Saxpy_Engine(benchmark::State& state) {
+  std::vector<float> x(kElements, 1.5f), y(kElements, 2.0f);
+  Memory memory;
+  uint64_t dx = memory.Add(x), dy = memory.Add(y);
+  auto params = Pack(kElements, 0.5f, dx, dy);
+  uint32_t grid[3] = {kElements / 256, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  for (auto _ : state) Launch(state, "saxpy", grid, block, params, memory, &instructions);
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["thread_instr/s"] =
+      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_Saxpy_Native(benchmark::State& state) {
+  std::vector<float> x(kElements, 1.5f), y(kElements, 2.0f);
+  for (auto _ : state) {
+    for (int i = 0; i < kElements; ++i) y[i] = 0.5f * x[i] + y[i];
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+
+constexpr int kMatrix = 128;
+
+void BM_Matmul_Engine(benchmark::State& state) {
+  std::vector<float> a(kMatrix * kMatrix, 1.0f), b(kMatrix * kMatrix, 0.5f), c(kMatrix * kMatrix);
+  Memory memory;
+  uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c);
+  auto params = Pack(da, db, dc, kMatrix);
+  uint32_t grid[3] = {kMatrix / 16, kMatrix / 16, 1}, block[3] = {16, 16, 1};
+  uint64_t instructions = 0;
+  for (auto _ : state) Launch(state, "matmul_tiled", grid, block, params, memory, &instructions);
+  if (c[0] != kMatrix * 0.5f) state.SkipWithError("wrong product");
+  state.SetItemsProcessed(state.iterations() * kMatrix * kMatrix * kMatrix);
+  state.counters["thread_instr/s"] =
+      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_Matmul_Native(benchmark::State& state) {
+  std::vector<float> a(kMatrix * kMatrix, 1.0f), b(kMatrix * kMatrix, 0.5f), c(kMatrix * kMatrix);
+  for (auto _ : state) {
+    for (int i = 0; i < kMatrix; ++i) {
+      for (int j = 0; j < kMatrix; ++j) {
+        float sum = 0;
+        for (int k = 0; k < kMatrix; ++k) sum += a[i * kMatrix + k] * b[k * kMatrix + j];
+        c[i * kMatrix + j] = sum;
+      }
+    }
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kMatrix * kMatrix * kMatrix);
+}
+
+void BM_Histogram_Engine(benchmark::State& state) {
+  std::vector<unsigned char> data(kElements);
+  for (int i = 0; i < kElements; ++i) data[i] = static_cast<unsigned char>(i * 2654435761u >> 24);
+  std::vector<unsigned> bins(256);
+  Memory memory;
+  uint64_t dd = memory.Add(data), db = memory.Add(bins);
+  auto params = Pack(dd, kElements, db);
+  uint32_t grid[3] = {64, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  for (auto _ : state) Launch(state, "histogram", grid, block, params, memory, &instructions);
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["thread_instr/s"] =
+      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_Histogram_Native(benchmark::State& state) {
+  std::vector<unsigned char> data(kElements);
+  for (int i = 0; i < kElements; ++i) data[i] = static_cast<unsigned char>(i * 2654435761u >> 24);
+  std::vector<unsigned> bins(256);
+  for (auto _ : state) {
+    for (int i = 0; i < kElements; ++i) ++bins[data[i]];
+    benchmark::DoNotOptimize(bins.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+
+}  // namespace
+
+BENCHMARK(BM_Saxpy_Engine)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Saxpy_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Matmul_Engine)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Matmul_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Histogram_Engine)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Histogram_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_MAIN();

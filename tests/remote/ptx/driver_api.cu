@@ -1,0 +1,163 @@
+// A driver-API program as users write them: cuInit, a context, cuModuleLoad of a .fatbin,
+// a .ptx and a .cubin file (made by nvcc at build time from engine_kernels.cu),
+// cuModuleGetGlobal, cuLaunchKernel, device printf, and an out-of-bounds kernel whose
+// CUDA_ERROR_ILLEGAL_ADDRESS stays on the context. Prints "driver_api: OK" when every
+// check passed.
+//
+// GPUPOOL_EXPECT_SIM=1: the GPU is the sim, which runs PTX only: the cubin must be refused
+// with CUDA_ERROR_NO_BINARY_FOR_GPU. Otherwise (a real GPU) the cubin must run too.
+#include <cuda.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+int failures = 0;
+
+#define CHECK_CU(call, expected)                                                          \
+  do {                                                                                    \
+    CUresult got_ = (call);                                                               \
+    if (got_ != (expected)) {                                                             \
+      const char* name_ = nullptr;                                                        \
+      cuGetErrorName(got_, &name_);                                                       \
+      std::fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d\n", __FILE__, __LINE__, \
+                   #call, static_cast<int>(got_), name_ ? name_ : "?",                    \
+                   static_cast<int>(expected));                                           \
+      ++failures;                                                                         \
+    }                                                                                     \
+  } while (0)
+#define EXPECT_TRUE(cond)                                                          \
+  do {                                                                             \
+    if (!(cond)) {                                                                 \
+      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);    \
+      ++failures;                                                                  \
+    }                                                                              \
+  } while (0)
+
+std::string ModulePath(const char* name) { return std::string(GPUPOOL_MODULE_DIR) + "/" + name; }
+
+// Runs poke(p, 5) and calls(in, out) from `module`: checks the results and the module's
+// __constant__ and __device__ variables.
+void RunKernels(CUmodule module, const char* what) {
+  CUfunction poke = nullptr, calls = nullptr, hello = nullptr;
+  CHECK_CU(cuModuleGetFunction(&poke, module, "poke"), CUDA_SUCCESS);
+  CHECK_CU(cuModuleGetFunction(&calls, module, "calls"), CUDA_SUCCESS);
+  CHECK_CU(cuModuleGetFunction(&hello, module, "hello"), CUDA_SUCCESS);
+  CUfunction missing = nullptr;
+  CHECK_CU(cuModuleGetFunction(&missing, module, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  if (poke == nullptr || calls == nullptr || hello == nullptr) return;
+
+  CUdeviceptr p = 0;
+  CHECK_CU(cuMemAlloc(&p, 64), CUDA_SUCCESS);
+  CHECK_CU(cuMemsetD32(p, 0, 16), CUDA_SUCCESS);
+  long long offset = 5;
+  void* poke_args[] = {&p, &offset};
+  CHECK_CU(cuLaunchKernel(poke, 1, 1, 1, 1, 1, 1, 0, nullptr, poke_args, nullptr), CUDA_SUCCESS);
+  int words[16] = {};
+  CHECK_CU(cuMemcpyDtoH(words, p, sizeof(words)), CUDA_SUCCESS);
+  for (int i = 0; i < 16; ++i) EXPECT_TRUE(words[i] == (i == 5 ? 1 : 0));
+
+  // __constant__ float c_coeffs[4]: read its initialiser, replace it.
+  CUdeviceptr coeffs = 0;
+  size_t size = 0;
+  CHECK_CU(cuModuleGetGlobal(&coeffs, &size, module, "c_coeffs"), CUDA_SUCCESS);
+  EXPECT_TRUE(size == 16);
+  float initial[4] = {};
+  CHECK_CU(cuMemcpyDtoH(initial, coeffs, sizeof(initial)), CUDA_SUCCESS);
+  EXPECT_TRUE(initial[0] == 1.5f && initial[1] == -2.0f && initial[2] == 0.25f && initial[3] == 8.0f);
+  const float fresh[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  CHECK_CU(cuMemcpyHtoD(coeffs, fresh, sizeof(fresh)), CUDA_SUCCESS);
+
+  const int n = 32;
+  std::vector<float> in(n), out(n);
+  for (int i = 0; i < n; ++i) in[i] = 0.5f + i * 0.125f;
+  CUdeviceptr din = 0, dout = 0;
+  CHECK_CU(cuMemAlloc(&din, n * sizeof(float)), CUDA_SUCCESS);
+  CHECK_CU(cuMemAlloc(&dout, n * sizeof(float)), CUDA_SUCCESS);
+  CHECK_CU(cuMemcpyHtoD(din, in.data(), n * sizeof(float)), CUDA_SUCCESS);
+  void* call_args[] = {&din, &dout};
+  CHECK_CU(cuLaunchKernel(calls, 1, 1, 1, n, 1, 1, 0, nullptr, call_args, nullptr), CUDA_SUCCESS);
+  CHECK_CU(cuMemcpyDtoH(out.data(), dout, n * sizeof(float)), CUDA_SUCCESS);
+  for (int i = 0; i < n; ++i) {
+    float r = 0;
+    for (int k = 0; k <= i % 4; ++k) r = r * in[i] + fresh[k];
+    EXPECT_TRUE(std::abs(out[i] - r) <= 1e-5f * std::abs(r));
+  }
+  CUdeviceptr counter = 0;
+  CHECK_CU(cuModuleGetGlobal(&counter, &size, module, "d_counter"), CUDA_SUCCESS);
+  int count = 0;
+  CHECK_CU(cuMemcpyDtoH(&count, counter, sizeof(count)), CUDA_SUCCESS);
+  EXPECT_TRUE(count == 7 + n * (n - 1) / 2);
+
+  // Device printf: the text appears on our stdout at the next synchronisation.
+  int base = 40;
+  void* hello_args[] = {&base};
+  std::printf("%s: printf follows\n", what);
+  std::fflush(stdout);
+  CHECK_CU(cuLaunchKernel(hello, 1, 1, 1, 2, 1, 1, 0, nullptr, hello_args, nullptr), CUDA_SUCCESS);
+  CHECK_CU(cuCtxSynchronize(), CUDA_SUCCESS);
+  std::fflush(stdout);
+
+  CHECK_CU(cuMemFree(p), CUDA_SUCCESS);
+  CHECK_CU(cuMemFree(din), CUDA_SUCCESS);
+  CHECK_CU(cuMemFree(dout), CUDA_SUCCESS);
+}
+
+}  // namespace
+
+int main() {
+  const bool sim = std::getenv("GPUPOOL_EXPECT_SIM") != nullptr;
+  CHECK_CU(cuInit(0), CUDA_SUCCESS);
+  CUdevice device = 0;
+  CHECK_CU(cuDeviceGet(&device, 0), CUDA_SUCCESS);
+  CUcontext context = nullptr;
+  CHECK_CU(cuDevicePrimaryCtxRetain(&context, device), CUDA_SUCCESS);
+  CHECK_CU(cuCtxSetCurrent(context), CUDA_SUCCESS);
+  if (failures) return 1;
+
+  for (const char* file : {"engine_kernels_zstd.fatbin", "engine_kernels.ptx"}) {
+    CUmodule module = nullptr;
+    CHECK_CU(cuModuleLoad(&module, ModulePath(file).c_str()), CUDA_SUCCESS);
+    if (module != nullptr) {
+      RunKernels(module, file);
+      CHECK_CU(cuModuleUnload(module), CUDA_SUCCESS);
+    }
+  }
+  CUmodule cubin = nullptr;
+  if (sim) {
+    CHECK_CU(cuModuleLoad(&cubin, ModulePath("engine_kernels.cubin").c_str()),
+             CUDA_ERROR_NO_BINARY_FOR_GPU);
+  } else {
+    CHECK_CU(cuModuleLoad(&cubin, ModulePath("engine_kernels.cubin").c_str()), CUDA_SUCCESS);
+    if (cubin != nullptr) RunKernels(cubin, "engine_kernels.cubin");
+  }
+  CUmodule none = nullptr;
+  CHECK_CU(cuModuleLoad(&none, ModulePath("no_such_file.ptx").c_str()), CUDA_ERROR_FILE_NOT_FOUND);
+
+  // An out-of-bounds store: CUDA_ERROR_ILLEGAL_ADDRESS, and the context stays unusable.
+  CUmodule module = nullptr;
+  CHECK_CU(cuModuleLoad(&module, ModulePath("engine_kernels.ptx").c_str()), CUDA_SUCCESS);
+  CUfunction poke = nullptr;
+  CHECK_CU(cuModuleGetFunction(&poke, module, "poke"), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  CHECK_CU(cuMemAlloc(&p, 64), CUDA_SUCCESS);
+  long long offset = 1 << 26;
+  void* args[] = {&p, &offset};
+  CHECK_CU(cuLaunchKernel(poke, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
+  CHECK_CU(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CUdeviceptr q = 0;
+  CHECK_CU(cuMemAlloc(&q, 64), CUDA_ERROR_ILLEGAL_ADDRESS);
+  CHECK_CU(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+
+  if (failures) {
+    std::fprintf(stderr, "driver_api: %d checks failed\n", failures);
+    return 1;
+  }
+  std::printf("driver_api: OK\n");
+  return 0;
+}

@@ -1,0 +1,262 @@
+// Kernels for the PTX engine's unit suite (engine_test.cc): each covers one feature of
+// the engine; the test checks every output against a CPU reference. Compiled to PTX
+// (nvcc -ptx) at build time. extern "C" so the test finds them by plain names.
+#include <cstdio>
+#include <cassert>
+
+__constant__ float c_coeffs[4] = {1.5f, -2.0f, 0.25f, 8.0f};
+__device__ int d_counter = 7;
+__device__ unsigned long long d_table[3] = {1, 2, 3};
+
+extern "C" {
+
+// Grid and block in 3 dimensions: every thread writes its linear id and coordinates.
+__global__ void dims(unsigned* out) {
+  unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  unsigned threads = blockDim.x * blockDim.y * blockDim.z;
+  unsigned local = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+  unsigned id = block * threads + local;
+  out[4 * id + 0] = id;
+  out[4 * id + 1] = threadIdx.x | (threadIdx.y << 10) | (threadIdx.z << 20);
+  out[4 * id + 2] = blockIdx.x | (blockIdx.y << 10) | (blockIdx.z << 20);
+  out[4 * id + 3] = blockDim.x | (blockDim.y << 10) | (gridDim.z << 20);
+}
+
+// Divergence and reconvergence: lanes take different paths, loop different counts, then
+// meet again for a warp vote.
+__global__ void diverge(int* out) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  int v = 0;
+  if (i % 3 == 0) {
+    for (int k = 0; k < i % 7; ++k) v += k * i;
+  } else if (i % 3 == 1) {
+    v = -i;
+  } else {
+    while (v < i) v += 5;
+  }
+  unsigned ballot = __ballot_sync(0xffffffffu, v > 10);
+  out[2 * i] = v;
+  out[2 * i + 1] = static_cast<int>(ballot);
+}
+
+// Static and dynamic shared memory with barriers: block-wide reversal and a tree sum.
+extern __shared__ float dyn[];
+__global__ void shared_reduce(const float* in, float* reversed, float* sums) {
+  __shared__ float tile[256];
+  unsigned t = threadIdx.x;
+  unsigned i = blockIdx.x * blockDim.x + t;
+  tile[t] = in[i];
+  dyn[t] = in[i];
+  __syncthreads();
+  reversed[i] = tile[blockDim.x - 1 - t];
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (t < s) dyn[t] += dyn[t + s];
+    __syncthreads();
+  }
+  if (t == 0) sums[blockIdx.x] = dyn[0];
+}
+
+// Block-wide votes: __syncthreads_count/and/or (bar.red).
+__global__ void block_votes(const int* in, int* out) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  int v = in[i];
+  int count = __syncthreads_count(v > 0);
+  int all = __syncthreads_and(v > -100);
+  int any = __syncthreads_or(v > 1000);
+  out[3 * i] = count;
+  out[3 * i + 1] = all;
+  out[3 * i + 2] = any;
+}
+
+// Local memory: a per-thread array indexed at run time.
+__global__ void local_array(const int* in, int* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  int buf[16];
+  for (int k = 0; k < 16; ++k) buf[k] = in[i] * k;
+  int idx = in[i] & 15;
+  out[i] = buf[idx] + buf[(idx + 3) & 15];
+}
+
+// Atomics on global and shared memory.
+__global__ void atomics(int* counters, unsigned* ucounters, float* fsum, double* dsum,
+                        unsigned long long* u64) {
+  __shared__ int block_count;
+  if (threadIdx.x == 0) block_count = 0;
+  __syncthreads();
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  atomicAdd(&counters[0], 1);
+  atomicSub(&counters[1], 2);
+  atomicMax(&counters[2], i);
+  atomicMin(&counters[3], -i);
+  atomicAnd(&counters[4], ~(1 << (i % 31)));
+  atomicOr(&counters[5], 1 << (i % 31));
+  atomicXor(&counters[6], i);
+  atomicExch(&counters[7], 42);
+  atomicInc(&ucounters[0], 9u);
+  atomicDec(&ucounters[1], 9u);
+  int old;
+  do {
+    old = counters[8];
+  } while (atomicCAS(&counters[8], old, old + 3) != old);
+  atomicAdd(fsum, 0.5f);
+  atomicAdd(dsum, 0.25);
+  atomicAdd(u64, 1ull << 33);
+  atomicAdd(&block_count, 1);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(&counters[9], block_count);
+}
+
+// Warp shuffles, votes, match and the active mask.
+__global__ void warp_ops(int* out) {
+  int lane = threadIdx.x & 31;
+  int v = threadIdx.x * 3 + 1;
+  int sum = v;
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  int up = __shfl_up_sync(0xffffffffu, v, 1);
+  int down = __shfl_down_sync(0xffffffffu, v, 2);
+  int bcast = __shfl_sync(0xffffffffu, v, 5);
+  int all = __all_sync(0xffffffffu, v > 0);
+  int any = __any_sync(0xffffffffu, v == 10);
+  unsigned match = __match_any_sync(0xffffffffu, lane / 4);
+  unsigned active = 0;
+  if (lane & 1) active = __activemask();
+  int* o = out + 8 * threadIdx.x;
+  o[0] = sum; o[1] = up; o[2] = down; o[3] = bcast; o[4] = all; o[5] = any;
+  o[6] = static_cast<int>(match); o[7] = static_cast<int>(active);
+}
+
+// Special registers: lane and warp ids, SM ids in range, clocks that advance.
+__global__ void specials(unsigned* out, long long* clocks) {
+  unsigned laneid, warpid, smid, nsmid;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(laneid));
+  asm volatile("mov.u32 %0, %%warpid;" : "=r"(warpid));
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  asm volatile("mov.u32 %0, %%nsmid;" : "=r"(nsmid));
+  long long c0 = clock64();
+  unsigned c32 = clock();
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  float x = 0;
+  for (int k = 0; k < 100; ++k) x += k;
+  long long c1 = clock64();
+  unsigned i = threadIdx.x;
+  out[4 * i] = laneid;
+  out[4 * i + 1] = warpid;
+  out[4 * i + 2] = smid < nsmid;
+  out[4 * i + 3] = static_cast<unsigned>(x) + (c32 != 0 ? 0 : 0);
+  clocks[2 * i] = c1 - c0;
+  clocks[2 * i + 1] = static_cast<long long>(t0);
+}
+
+// Integer arithmetic and bit operations.
+__global__ void int_ops(const int* a, const int* b, long long* out) {
+  int i = threadIdx.x;
+  int x = a[i], y = b[i];
+  unsigned ux = x, uy = y;
+  long long* o = out + 16 * i;
+  o[0] = __mulhi(x, y);
+  o[1] = __umulhi(ux, uy);
+  o[2] = static_cast<long long>(x) * y;
+  o[3] = y != 0 ? x / y : 0;
+  o[4] = y != 0 ? x % y : 0;
+  o[5] = uy != 0 ? ux / uy : 0;
+  o[6] = __popc(ux);
+  o[7] = __clz(x);
+  o[8] = __brev(ux);
+  o[9] = __byte_perm(ux, uy, 0x5140);
+  o[10] = (ux >> 3) & 0x1f;            // bfe
+  o[11] = x >> (uy & 31);
+  o[12] = ux >> (uy & 31);
+  o[13] = __ffs(x);
+  o[14] = __sad(x, y, 5u);
+  o[15] = min(x, y) + max(ux, uy) + abs(x);
+}
+
+// Float and double math, including the fast approximations.
+__global__ void float_ops(const float* a, const float* b, const double* da, float* out,
+                          double* dout) {
+  int i = threadIdx.x;
+  float x = a[i], y = b[i];
+  double d = da[i];
+  float* o = out + 16 * i;
+  o[0] = x * y + c_coeffs[i & 3];
+  o[1] = x / y;
+  o[2] = sqrtf(fabsf(x));
+  o[3] = rsqrtf(fabsf(x) + 1.0f);
+  o[4] = __sinf(x);
+  o[5] = __cosf(x);
+  o[6] = __expf(y);
+  o[7] = __logf(fabsf(x) + 1.0f);
+  o[8] = fmaf(x, y, 1.0f);
+  o[9] = fminf(x, y);
+  o[10] = fmaxf(x, y);
+  o[11] = copysignf(x, y);
+  o[12] = __saturatef(x);
+  o[13] = floorf(x) + ceilf(y) + truncf(x) + rintf(y);
+  o[14] = __fdividef(x, y);
+  o[15] = isnan(x / 0.0f) ? 1.0f : 0.0f;
+  double* p = dout + 8 * i;
+  p[0] = d * d + 1.0;
+  p[1] = d / 3.0;
+  p[2] = sqrt(fabs(d));
+  p[3] = fma(d, 2.0, -1.0);
+  p[4] = static_cast<double>(x) + d;
+  p[5] = sin(d);
+  p[6] = exp(d / 10.0);
+  p[7] = static_cast<double>(static_cast<float>(d));
+}
+
+// Conversions: float <-> int of every size, rounding, saturation.
+__global__ void conversions(const float* in, int* out) {
+  int i = threadIdx.x;
+  float x = in[i];
+  int* o = out + 12 * i;
+  o[0] = static_cast<int>(x);
+  o[1] = __float2int_rn(x);
+  o[2] = __float2int_rd(x);
+  o[3] = __float2int_ru(x);
+  o[4] = static_cast<int>(static_cast<unsigned char>(static_cast<int>(x)));
+  o[5] = static_cast<int>(static_cast<short>(static_cast<int>(x * 1000.0f)));
+  o[6] = static_cast<int>(static_cast<unsigned>(x < 0 ? 0 : x));
+  o[7] = static_cast<int>(static_cast<long long>(x * 1e6f) >> 8);
+  float back = static_cast<float>(o[1]);
+  o[8] = __float_as_int(back);
+  o[9] = __float_as_int(__int2float_rn(i * 1234567));
+  o[10] = static_cast<int>(__double2float_rn(static_cast<double>(x) * 3.0) * 100.0f);
+  o[11] = __float2uint_rn(fabsf(x));
+}
+
+// Device functions with parameters and return values (not inlined).
+__device__ __noinline__ float poly(float x, int degree) {
+  float r = 0;
+  for (int k = 0; k <= degree; ++k) r = r * x + c_coeffs[k & 3];
+  return r;
+}
+__device__ __noinline__ void accumulate(int* counter, int v) { atomicAdd(counter, v); }
+
+__global__ void calls(const float* in, float* out) {
+  int i = threadIdx.x;
+  out[i] = poly(in[i], i % 4);
+  accumulate(&d_counter, i);
+  d_table[i % 3] += 1;  // one warp: the lanes of an index load and store together
+}
+
+// Device printf.
+__global__ void hello(int base) {
+  printf("hello from %d.%d value %d %5.2f %s\n", blockIdx.x, threadIdx.x, base + threadIdx.x,
+         1.5 * threadIdx.x, "ok");
+}
+
+// Reads and writes a pointer given by the test: out of bounds gives an illegal address.
+__global__ void poke(int* p, long long offset) { p[offset] = 1; }
+
+// Traps and assertions.
+__global__ void trap_kernel() { __trap(); }
+__global__ void assert_kernel(int v) { assert(v != 3); }
+
+// Uses a texture object: the sim does not support textures.
+__global__ void texture_kernel(cudaTextureObject_t tex, float* out) {
+  out[threadIdx.x] = tex1Dfetch<float>(tex, threadIdx.x);
+}
+
+}  // extern "C"

@@ -1,0 +1,560 @@
+// The PTX engine (remote/sim) through the sim executor: each kernel of
+// engine_kernels.cu (compiled by nvcc at build time) runs on the engine and its
+// results are checked against a CPU reference computed here.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "remote/dataplane/protocol.h"
+#include "remote/image/ptx_signature.h"
+#include "remote/sim/sim_executor.h"
+
+namespace gpupool::dataplane {
+namespace {
+
+constexpr uint64_t kGiB = 1ull << 30;
+
+std::string ReadFile(const std::string& name) {
+  std::ifstream file(std::string(GPUPOOL_PTX_MODULES) + "/" + name, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+}
+
+class Engine : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ptx_ = ReadFile("engine_kernels.ptx");
+    ASSERT_FALSE(ptx_.empty());
+    auto layouts = image::ParsePtxSignatures(ptx_);
+    ASSERT_TRUE(layouts.ok()) << layouts.status().message();
+    layouts_ = *layouts;
+    ASSERT_EQ(executor_.LoadModule(1, ptx_.c_str(), ptx_.size() + 1, {}), kCuSuccess)
+        << executor_.TakeErrorDetail();
+  }
+
+  template <typename T>
+  uint64_t Upload(const std::vector<T>& data) {
+    uint64_t dptr = 0;
+    EXPECT_EQ(executor_.Allocate(std::max<size_t>(data.size() * sizeof(T), 1), &dptr), kCuSuccess);
+    if (!data.empty()) {
+      EXPECT_EQ(executor_.CopyToDevice(dptr, data.data(), data.size() * sizeof(T), 0), kCuSuccess);
+    }
+    return dptr;
+  }
+  template <typename T>
+  uint64_t Zeros(size_t count) {
+    return Upload(std::vector<T>(count));
+  }
+  template <typename T>
+  std::vector<T> Download(uint64_t dptr, size_t count) {
+    const void* data = nullptr;
+    EXPECT_EQ(executor_.CopyFromDevice(dptr, count * sizeof(T), 0, &data), kCuSuccess);
+    std::vector<T> out(count);
+    if (data != nullptr) std::memcpy(out.data(), data, count * sizeof(T));
+    return out;
+  }
+
+  // Launches `kernel` with `args` packed by the layout of its .entry
+  // declaration.
+  template <typename... Args>
+  int32_t Run(const std::string& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
+              uint32_t shared, Args... args) {
+    auto layout = layouts_.find(kernel);
+    EXPECT_NE(layout, layouts_.end()) << kernel;
+    if (layout == layouts_.end()) return -1;
+    std::vector<uint8_t> params(layout->second.param_size);
+    size_t index = 0;
+    bool sizes_ok = true;
+    auto put = [&](auto value) {
+      const image::ParamSlot& slot = layout->second.params.at(index++);
+      sizes_ok &= slot.size == sizeof(value);
+      std::memcpy(params.data() + slot.offset, &value, sizeof(value));
+    };
+    (put(args), ...);
+    EXPECT_TRUE(sizes_ok) << kernel << ": argument sizes differ from the declaration";
+    EXPECT_EQ(index, layout->second.params.size()) << kernel;
+    uint64_t function = ++next_function_;
+    int32_t status = executor_.GetFunction(1, function, kernel);
+    EXPECT_EQ(status, kCuSuccess) << executor_.TakeErrorDetail();
+    LaunchConfig config;
+    for (int i = 0; i < 3; ++i) {
+      config.grid[i] = i < static_cast<int>(grid.size()) ? grid[i] : 1;
+      config.block[i] = i < static_cast<int>(block.size()) ? block[i] : 1;
+    }
+    config.shared_mem = shared;
+    status = executor_.Launch(function, config, params.data(), params.size());
+    last_detail_ = executor_.TakeErrorDetail();
+    return status;
+  }
+
+  SimDeviceMemory memory_{0, 4 * kGiB};
+  SimExecutor executor_{&memory_};
+  std::string ptx_;
+  std::map<std::string, image::KernelLayout> layouts_;
+  uint64_t next_function_ = 100;
+  std::string last_detail_;
+};
+
+TEST_F(Engine, GridAndBlockDimensions) {
+  const uint32_t grid[3] = {3, 2, 2}, block[3] = {4, 3, 2};
+  const uint32_t total = 3 * 2 * 2 * 4 * 3 * 2;
+  uint64_t out = Zeros<uint32_t>(4 * total);
+  ASSERT_EQ(Run("dims", {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, 0, out),
+            kCuSuccess)
+      << last_detail_;
+  auto got = Download<uint32_t>(out, 4 * total);
+  std::vector<bool> seen(total);
+  for (uint32_t bz = 0; bz < grid[2]; ++bz)
+    for (uint32_t by = 0; by < grid[1]; ++by)
+      for (uint32_t bx = 0; bx < grid[0]; ++bx)
+        for (uint32_t tz = 0; tz < block[2]; ++tz)
+          for (uint32_t ty = 0; ty < block[1]; ++ty)
+            for (uint32_t tx = 0; tx < block[0]; ++tx) {
+              uint32_t b = bx + grid[0] * (by + grid[1] * bz);
+              uint32_t id = b * 24 + tx + block[0] * (ty + block[1] * tz);
+              ASSERT_EQ(got[4 * id], id);
+              EXPECT_EQ(got[4 * id + 1], tx | (ty << 10) | (tz << 20));
+              EXPECT_EQ(got[4 * id + 2], bx | (by << 10) | (bz << 20));
+              EXPECT_EQ(got[4 * id + 3], block[0] | (block[1] << 10) | (grid[2] << 20));
+              seen[id] = true;
+            }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), true), total);
+}
+
+TEST_F(Engine, DivergenceAndReconvergence) {
+  const int n = 96;  // three warps, the last one full too
+  uint64_t out = Zeros<int>(2 * n);
+  ASSERT_EQ(Run("diverge", {1}, {n}, 0, out), kCuSuccess) << last_detail_;
+  auto got = Download<int>(out, 2 * n);
+  std::vector<int> v(n);
+  for (int i = 0; i < n; ++i) {
+    if (i % 3 == 0) {
+      for (int k = 0; k < i % 7; ++k) v[i] += k * i;
+    } else if (i % 3 == 1) {
+      v[i] = -i;
+    } else {
+      while (v[i] < i) v[i] += 5;
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    uint32_t ballot = 0;
+    for (int lane = 0; lane < 32; ++lane)
+      ballot |= static_cast<uint32_t>(v[i / 32 * 32 + lane] > 10) << lane;
+    EXPECT_EQ(got[2 * i], v[i]) << i;
+    EXPECT_EQ(static_cast<uint32_t>(got[2 * i + 1]), ballot) << i;
+  }
+}
+
+TEST_F(Engine, StaticAndDynamicSharedMemoryWithBarriers) {
+  const int blocks = 4, threads = 256;
+  std::vector<float> in(blocks * threads);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((i * 7) % 13);
+  uint64_t din = Upload(in), reversed = Zeros<float>(in.size()), sums = Zeros<float>(blocks);
+  ASSERT_EQ(Run("shared_reduce", {blocks}, {threads}, threads * 4, din, reversed, sums), kCuSuccess)
+      << last_detail_;
+  auto r = Download<float>(reversed, in.size());
+  auto s = Download<float>(sums, blocks);
+  for (int b = 0; b < blocks; ++b) {
+    float sum = 0;
+    for (int t = 0; t < threads; ++t) {
+      sum += in[b * threads + t];
+      EXPECT_EQ(r[b * threads + t], in[b * threads + threads - 1 - t]);
+    }
+    EXPECT_EQ(s[b], sum) << b;
+  }
+  // Not enough dynamic shared memory for the kernel's accesses: a stray shared
+  // access.
+  EXPECT_EQ(Run("shared_reduce", {blocks}, {threads}, 16, din, reversed, sums), kCuIllegalAddress);
+}
+
+TEST_F(Engine, BlockWideVotes) {
+  const int blocks = 3, threads = 100;  // the last warp of each block is partial
+  std::vector<int> in(blocks * threads);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(i % 7) - 2;
+  in[150] = 5000;  // block 1 only
+  uint64_t din = Upload(in), out = Zeros<int>(3 * in.size());
+  ASSERT_EQ(Run("block_votes", {blocks}, {threads}, 0, din, out), kCuSuccess) << last_detail_;
+  auto got = Download<int>(out, 3 * in.size());
+  for (int b = 0; b < blocks; ++b) {
+    int count = 0, any = 0;
+    for (int t = 0; t < threads; ++t) {
+      count += in[b * threads + t] > 0;
+      any |= in[b * threads + t] > 1000;
+    }
+    for (int t = 0; t < threads; ++t) {
+      int i = b * threads + t;
+      EXPECT_EQ(got[3 * i], count) << i;
+      EXPECT_NE(got[3 * i + 1], 0) << i;
+      EXPECT_EQ(got[3 * i + 2] != 0, any != 0) << i;
+    }
+  }
+}
+
+TEST_F(Engine, LocalMemoryArrays) {
+  const int n = 64;
+  std::vector<int> in(n);
+  for (int i = 0; i < n; ++i) in[i] = i * 37 + 5;
+  uint64_t din = Upload(in), out = Zeros<int>(n);
+  ASSERT_EQ(Run("local_array", {2}, {32}, 0, din, out, n), kCuSuccess) << last_detail_;
+  auto got = Download<int>(out, n);
+  for (int i = 0; i < n; ++i) {
+    int idx = in[i] & 15;
+    EXPECT_EQ(got[i], in[i] * idx + in[i] * ((idx + 3) & 15)) << i;
+  }
+}
+
+TEST_F(Engine, AtomicsOnGlobalAndSharedMemory) {
+  const int blocks = 4, threads = 64, n = blocks * threads;
+  std::vector<int> counters = {0, 0, -1, 0, -1, 0, 0, 0, 0, 0};
+  uint64_t c = Upload(counters), u = Zeros<unsigned>(2), f = Zeros<float>(1), d = Zeros<double>(1),
+           w = Zeros<unsigned long long>(1);
+  ASSERT_EQ(Run("atomics", {blocks}, {threads}, 0, c, u, f, d, w), kCuSuccess) << last_detail_;
+  auto got = Download<int>(c, 10);
+  int xor_all = 0, or_all = 0;
+  for (int i = 0; i < n; ++i) {
+    xor_all ^= i;
+    or_all |= 1 << (i % 31);
+  }
+  EXPECT_EQ(got[0], n);
+  EXPECT_EQ(got[1], -2 * n);
+  EXPECT_EQ(got[2], n - 1);
+  EXPECT_EQ(got[3], -(n - 1));
+  EXPECT_EQ(got[4], ~or_all);
+  EXPECT_EQ(got[5], or_all);
+  EXPECT_EQ(got[6], xor_all);
+  EXPECT_EQ(got[7], 42);
+  EXPECT_EQ(got[8], 3 * n);
+  EXPECT_EQ(got[9], n);
+  unsigned inc = 0, dec = 0;
+  for (int i = 0; i < n; ++i) {
+    inc = inc >= 9 ? 0 : inc + 1;
+    dec = (dec == 0 || dec > 9) ? 9 : dec - 1;
+  }
+  auto ug = Download<unsigned>(u, 2);
+  EXPECT_EQ(ug[0], inc);
+  EXPECT_EQ(ug[1], dec);
+  EXPECT_EQ(Download<float>(f, 1)[0], 0.5f * n);
+  EXPECT_EQ(Download<double>(d, 1)[0], 0.25 * n);
+  EXPECT_EQ(Download<unsigned long long>(w, 1)[0], static_cast<unsigned long long>(n) << 33);
+}
+
+TEST_F(Engine, WarpShufflesVotesAndMatch) {
+  const int n = 64;
+  uint64_t out = Zeros<int>(8 * n);
+  ASSERT_EQ(Run("warp_ops", {1}, {n}, 0, out), kCuSuccess) << last_detail_;
+  auto got = Download<int>(out, 8 * n);
+  for (int t = 0; t < n; ++t) {
+    int lane = t & 31, base = t - lane;
+    auto v = [&](int l) { return (base + l) * 3 + 1; };
+    int sum = 0;
+    for (int l = 0; l < 32; ++l) sum += v(l);
+    const int* o = &got[8 * t];
+    EXPECT_EQ(o[0], sum) << t;
+    EXPECT_EQ(o[1], lane >= 1 ? v(lane - 1) : v(lane)) << t;
+    EXPECT_EQ(o[2], lane + 2 <= 31 ? v(lane + 2) : v(lane)) << t;
+    EXPECT_EQ(o[3], v(5)) << t;
+    EXPECT_EQ(o[4], 1) << t;
+    EXPECT_EQ(o[5], base == 0 ? 1 : 0) << t;  // v == 10 at thread 3 only
+    EXPECT_EQ(static_cast<uint32_t>(o[6]), 0xfu << (lane / 4 * 4)) << t;
+    EXPECT_EQ(static_cast<uint32_t>(o[7]), (lane & 1) ? 0xaaaaaaaau : 0u) << t;
+  }
+}
+
+TEST_F(Engine, SpecialRegistersAndClocks) {
+  const int n = 64;
+  uint64_t out = Zeros<unsigned>(4 * n), clocks = Zeros<long long>(2 * n);
+  auto before = std::chrono::system_clock::now().time_since_epoch();
+  ASSERT_EQ(Run("specials", {1}, {n}, 0, out, clocks), kCuSuccess) << last_detail_;
+  auto after = std::chrono::system_clock::now().time_since_epoch();
+  auto got = Download<unsigned>(out, 4 * n);
+  auto c = Download<long long>(clocks, 2 * n);
+  for (int t = 0; t < n; ++t) {
+    EXPECT_EQ(got[4 * t], static_cast<unsigned>(t % 32));
+    EXPECT_EQ(got[4 * t + 1], static_cast<unsigned>(t / 32));
+    EXPECT_EQ(got[4 * t + 2], 1u);  // %smid < %nsmid
+    EXPECT_EQ(got[4 * t + 3], 4950u);
+    EXPECT_GT(c[2 * t], 0) << "clock64 did not advance";
+    EXPECT_GE(c[2 * t + 1], std::chrono::duration_cast<std::chrono::nanoseconds>(before).count());
+    EXPECT_LE(c[2 * t + 1], std::chrono::duration_cast<std::chrono::nanoseconds>(after).count());
+  }
+}
+
+uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) {
+  uint64_t bytes = (uint64_t{y} << 32) | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i)
+    r |= static_cast<uint32_t>((bytes >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
+}
+
+TEST_F(Engine, IntegerArithmeticAndBitOperations) {
+  const int n = 32;
+  std::vector<int> a(n), b(n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = static_cast<int>(0x9e3779b9u * (i + 1)) >> (i % 5);
+    b[i] = (i % 7 == 3) ? 0 : static_cast<int>(0x85ebca6bu * (i + 3)) >> (i % 9);
+  }
+  a[0] = INT32_MIN;
+  b[0] = -1;
+  uint64_t da = Upload(a), db = Upload(b), out = Zeros<long long>(16 * n);
+  ASSERT_EQ(Run("int_ops", {1}, {n}, 0, da, db, out), kCuSuccess) << last_detail_;
+  auto got = Download<long long>(out, 16 * n);
+  for (int i = 0; i < n; ++i) {
+    int x = a[i], y = b[i];
+    unsigned ux = x, uy = y;
+    const long long* o = &got[16 * i];
+    EXPECT_EQ(o[0], static_cast<int>((static_cast<long long>(x) * y) >> 32)) << i;
+    EXPECT_EQ(o[1], static_cast<unsigned>((static_cast<unsigned long long>(ux) * uy) >> 32)) << i;
+    EXPECT_EQ(o[2], static_cast<long long>(x) * y) << i;
+    if (y != 0 && !(x == INT32_MIN && y == -1)) {
+      EXPECT_EQ(o[3], x / y) << i;
+      EXPECT_EQ(o[4], x % y) << i;
+    }
+    if (uy != 0) EXPECT_EQ(o[5], ux / uy) << i;
+    EXPECT_EQ(o[6], __builtin_popcount(ux)) << i;
+    EXPECT_EQ(o[7], ux == 0 ? 32 : __builtin_clz(ux)) << i;
+    unsigned rev = 0;
+    for (int k = 0; k < 32; ++k) rev |= ((ux >> k) & 1) << (31 - k);
+    EXPECT_EQ(static_cast<unsigned>(o[8]), rev) << i;
+    EXPECT_EQ(static_cast<unsigned>(o[9]), BytePerm(ux, uy, 0x5140)) << i;
+    EXPECT_EQ(o[10], (ux >> 3) & 0x1f) << i;
+    EXPECT_EQ(o[11], x >> (uy & 31)) << i;
+    EXPECT_EQ(o[12], ux >> (uy & 31)) << i;
+    EXPECT_EQ(o[13], __builtin_ffs(x)) << i;
+    EXPECT_EQ(static_cast<unsigned>(o[14]),
+              static_cast<unsigned>(std::abs(static_cast<long long>(x) - y)) + 5u)
+        << i;
+    EXPECT_EQ(static_cast<int>(o[15]),
+              static_cast<int>(static_cast<unsigned>(std::min(x, y)) + std::max(ux, uy) +
+                               static_cast<unsigned>(x == INT32_MIN ? x : std::abs(x))))
+        << i;
+  }
+}
+
+TEST_F(Engine, FloatAndDoubleMath) {
+  const int n = 32;
+  const float coeffs[4] = {1.5f, -2.0f, 0.25f, 8.0f};
+  std::vector<float> a(n), b(n);
+  std::vector<double> da(n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = (i - 15.5f) * 0.37f;
+    b[i] = (i % 5 + 1) * ((i & 1) ? -0.71f : 0.93f);
+    da[i] = (i - 10) * 1.2345678901;
+  }
+  uint64_t pa = Upload(a), pb = Upload(b), pd = Upload(da), out = Zeros<float>(16 * n),
+           dout = Zeros<double>(8 * n);
+  ASSERT_EQ(Run("float_ops", {1}, {n}, 0, pa, pb, pd, out, dout), kCuSuccess) << last_detail_;
+  auto f = Download<float>(out, 16 * n);
+  auto d = Download<double>(dout, 8 * n);
+  auto near = [](double got, double want, double tolerance) {
+    return std::fabs(got - want) <= tolerance * std::max(1.0, std::fabs(want));
+  };
+  for (int i = 0; i < n; ++i) {
+    float x = a[i], y = b[i];
+    const float* o = &f[16 * i];
+    EXPECT_EQ(o[0], std::fma(x, y, coeffs[i & 3])) << i;  // nvcc contracts to fma.rn
+    EXPECT_EQ(o[1], x / y) << i;
+    EXPECT_EQ(o[2], std::sqrt(std::fabs(x))) << i;
+    EXPECT_TRUE(near(o[3], 1.0 / std::sqrt(std::fabs(x) + 1.0f), 1e-6)) << i;
+    EXPECT_TRUE(near(o[4], std::sin(x), 1e-5)) << i << " " << o[4];
+    EXPECT_TRUE(near(o[5], std::cos(x), 1e-5)) << i;
+    EXPECT_TRUE(near(o[6], std::exp(y), 1e-5)) << i;
+    EXPECT_TRUE(near(o[7], std::log(std::fabs(x) + 1.0f), 1e-5)) << i;
+    EXPECT_EQ(o[8], std::fma(x, y, 1.0f)) << i;
+    EXPECT_EQ(o[9], std::fmin(x, y)) << i;
+    EXPECT_EQ(o[10], std::fmax(x, y)) << i;
+    EXPECT_EQ(o[11], std::copysign(x, y)) << i;
+    EXPECT_EQ(o[12], std::min(1.0f, std::max(0.0f, x))) << i;
+    EXPECT_EQ(o[13], std::floor(x) + std::ceil(y) + std::trunc(x) + std::nearbyint(y)) << i;
+    EXPECT_TRUE(near(o[14], x / y, 1e-6)) << i;
+    EXPECT_EQ(o[15], 0.0f) << i;  // x / 0 is inf or nan only for x == 0 (never here)
+    double v = da[i];
+    const double* p = &d[8 * i];
+    EXPECT_EQ(p[0], std::fma(v, v, 1.0)) << i;
+    EXPECT_EQ(p[1], v / 3.0) << i;
+    EXPECT_EQ(p[2], std::sqrt(std::fabs(v))) << i;
+    EXPECT_EQ(p[3], std::fma(v, 2.0, -1.0)) << i;
+    EXPECT_EQ(p[4], static_cast<double>(x) + v) << i;
+    EXPECT_TRUE(near(p[5], std::sin(v), 1e-14)) << i;
+    EXPECT_TRUE(near(p[6], std::exp(v / 10.0), 1e-14)) << i;
+    EXPECT_EQ(p[7], static_cast<double>(static_cast<float>(v))) << i;
+  }
+}
+
+TEST_F(Engine, Conversions) {
+  const int n = 32;
+  std::vector<float> in(n);
+  for (int i = 0; i < n; ++i) in[i] = (i - 16) * 7.25f + ((i & 1) ? 0.5f : 0.25f);
+  in[3] = 2.5f;
+  in[4] = -3.5f;
+  in[5] = 3e9f;  // saturates
+  uint64_t din = Upload(in), out = Zeros<int>(12 * n);
+  ASSERT_EQ(Run("conversions", {1}, {n}, 0, din, out), kCuSuccess) << last_detail_;
+  auto got = Download<int>(out, 12 * n);
+  auto saturate = [](double v) {
+    return static_cast<int>(
+        std::clamp(v, static_cast<double>(INT32_MIN), static_cast<double>(INT32_MAX)));
+  };
+  for (int i = 0; i < n; ++i) {
+    float x = in[i];
+    const int* o = &got[12 * i];
+    EXPECT_EQ(o[0], saturate(std::trunc(x))) << i;
+    EXPECT_EQ(o[1], saturate(std::nearbyint(x))) << i;
+    EXPECT_EQ(o[2], saturate(std::floor(x))) << i;
+    EXPECT_EQ(o[3], saturate(std::ceil(x))) << i;
+    EXPECT_EQ(o[4], static_cast<int>(static_cast<unsigned char>(saturate(std::trunc(x))))) << i;
+    EXPECT_EQ(o[5], static_cast<int>(static_cast<short>(saturate(std::trunc(x * 1000.0f))))) << i;
+    EXPECT_EQ(static_cast<unsigned>(o[6]),
+              x < 0 ? 0u : static_cast<unsigned>(std::min<double>(std::trunc(x), 4294967295.0)))
+        << i;
+    long long wide = static_cast<long long>(std::trunc(static_cast<double>(x * 1e6f)));
+    EXPECT_EQ(o[7], static_cast<int>(wide >> 8)) << i;
+    float back = static_cast<float>(o[1]);
+    int bits;
+    std::memcpy(&bits, &back, 4);
+    EXPECT_EQ(o[8], bits) << i;
+    float product = static_cast<float>(i * 1234567);
+    std::memcpy(&bits, &product, 4);
+    EXPECT_EQ(o[9], bits) << i;
+    EXPECT_EQ(o[10],
+              saturate(std::trunc(static_cast<float>(static_cast<double>(x) * 3.0) * 100.0f)))
+        << i;
+    EXPECT_EQ(static_cast<unsigned>(o[11]),
+              static_cast<unsigned>(std::min<double>(std::nearbyint(std::fabs(x)), 4294967295.0)))
+        << i;
+  }
+}
+
+TEST_F(Engine, DeviceFunctionCallsAndModuleGlobals) {
+  const int n = 32;
+  // __constant__ c_coeffs: its initialiser, then new values written through its
+  // address.
+  uint64_t coeffs = 0, size = 0;
+  ASSERT_EQ(executor_.GetGlobal(1, "c_coeffs", &coeffs, &size), kCuSuccess);
+  EXPECT_EQ(size, 16u);
+  auto initial = Download<float>(coeffs, 4);
+  EXPECT_EQ(initial, (std::vector<float>{1.5f, -2.0f, 0.25f, 8.0f}));
+  const float fresh[4] = {1.0f, 2.0f, 3.0f, 4.0f};
+  ASSERT_EQ(executor_.CopyToDevice(coeffs, fresh, sizeof(fresh), 0), kCuSuccess);
+  uint64_t counter = 0, table = 0;
+  ASSERT_EQ(executor_.GetGlobal(1, "d_counter", &counter, &size), kCuSuccess);
+  EXPECT_EQ(size, 4u);
+  ASSERT_EQ(executor_.GetGlobal(1, "d_table", &table, &size), kCuSuccess);
+  EXPECT_EQ(size, 24u);
+  EXPECT_EQ(executor_.GetGlobal(1, "no_such_variable", &counter, &size), kCuNotFound);
+  // Another session of the GPU cannot name this session's module.
+  SimExecutor other(&memory_);
+  uint64_t stolen = 0;
+  EXPECT_EQ(other.GetGlobal(1, "d_counter", &stolen, &size), kCuInvalidHandle);
+  EXPECT_EQ(stolen, 0u);
+  ASSERT_EQ(executor_.GetGlobal(1, "d_counter", &counter, &size), kCuSuccess);
+
+  std::vector<float> in(n);
+  for (int i = 0; i < n; ++i) in[i] = 0.5f + i * 0.125f;
+  uint64_t din = Upload(in), out = Zeros<float>(n);
+  ASSERT_EQ(Run("calls", {1}, {n}, 0, din, out), kCuSuccess) << last_detail_;
+  auto got = Download<float>(out, n);
+  for (int i = 0; i < n; ++i) {
+    float r = 0;
+    for (int k = 0; k <= i % 4; ++k) r = std::fma(r, in[i], fresh[k & 3]);
+    EXPECT_FLOAT_EQ(got[i], r) << i;
+  }
+  EXPECT_EQ(Download<int>(counter, 1)[0], 7 + n * (n - 1) / 2);
+  // d_table[i % 3] += 1 by one warp: lanes of one index read and write
+  // together.
+  EXPECT_EQ(Download<unsigned long long>(table, 3), (std::vector<unsigned long long>{2, 3, 4}));
+}
+
+TEST_F(Engine, DevicePrintfIsKeptUntilTaken) {
+  ASSERT_EQ(Run("hello", {2}, {3}, 0, 10), kCuSuccess) << last_detail_;
+  std::string text = executor_.TakeOutput();
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t < 3; ++t) {
+      char line[128];
+      std::snprintf(line, sizeof(line), "hello from %d.%d value %d %5.2f ok\n", b, t, 10 + t,
+                    1.5 * t);
+      EXPECT_NE(text.find(line), std::string::npos) << line << " not in:\n" << text;
+    }
+  }
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 6);
+  EXPECT_EQ(executor_.TakeOutput(), "");
+}
+
+TEST_F(Engine, StrayAccessesAreIllegalAddresses) {
+  uint64_t own = Zeros<int>(16);
+  ASSERT_EQ(Run("poke", {1}, {1}, 0, own, 15LL), kCuSuccess) << last_detail_;
+  EXPECT_EQ(Download<int>(own, 16)[15], 1);
+  EXPECT_EQ(Run("poke", {1}, {1}, 0, own, 16LL),
+            kCuIllegalAddress);  // one past the end
+  EXPECT_NE(last_detail_.find("store of 4 bytes"), std::string::npos) << last_detail_;
+  EXPECT_EQ(Run("poke", {1}, {1}, 0, own, -1LL), kCuIllegalAddress);
+  EXPECT_EQ(Run("poke", {1}, {1}, 0, uint64_t{0}, 0LL),
+            kCuIllegalAddress);  // null
+  // Another session's memory of the same GPU is not reachable.
+  SimExecutor other(&memory_);
+  uint64_t theirs = 0;
+  ASSERT_EQ(other.Allocate(64, &theirs), kCuSuccess);
+  EXPECT_EQ(Run("poke", {1}, {1}, 0, theirs, 0LL), kCuIllegalAddress);
+  const void* data = nullptr;
+  ASSERT_EQ(other.CopyFromDevice(theirs, 4, 0, &data), kCuSuccess);
+  EXPECT_EQ(*static_cast<const int*>(data), 0);
+}
+
+TEST_F(Engine, TrapsAssertionsAndTextures) {
+  EXPECT_EQ(Run("trap_kernel", {1}, {32}, 0), kCuLaunchFailed);
+  EXPECT_EQ(Run("assert_kernel", {1}, {4}, 0, 1), kCuSuccess) << last_detail_;
+  EXPECT_EQ(executor_.TakeOutput(), "");
+  EXPECT_EQ(Run("assert_kernel", {2}, {4}, 0, 3), kCuAssert);
+  std::string text = executor_.TakeOutput();
+  EXPECT_NE(text.find("Assertion `v != 3` failed."), std::string::npos) << text;
+  EXPECT_NE(text.find("engine_kernels.cu"), std::string::npos) << text;
+  // Textures: the function resolves, its launch is refused cleanly.
+  uint64_t out = Zeros<float>(32);
+  EXPECT_EQ(Run("texture_kernel", {1}, {32}, 0, uint64_t{1}, out), kCuNotSupported);
+  EXPECT_NE(last_detail_.find("textures"), std::string::npos) << last_detail_;
+}
+
+// Compressed fatbins (zstd and LZ4 entries) load and run; a cubin (SASS only)
+// does not.
+TEST(EngineImages, CompressedFatbinsRunAndCubinsAreRefused) {
+  SimDeviceMemory memory(0, kGiB);
+  for (const char* name : {"engine_kernels_zstd.fatbin", "engine_kernels_lz4.fatbin"}) {
+    SimExecutor executor(&memory);
+    std::string fatbin = ReadFile(name);
+    ASSERT_GT(fatbin.size(), 16u) << name;
+    ASSERT_EQ(executor.LoadModule(1, fatbin.data(), fatbin.size(), {}), kCuSuccess)
+        << name << ": " << executor.TakeErrorDetail();
+    ASSERT_EQ(executor.GetFunction(1, 2, "poke"), kCuSuccess) << name;
+    uint64_t p = 0;
+    ASSERT_EQ(executor.Allocate(64, &p), kCuSuccess);
+    uint8_t params[16];
+    int64_t offset = 3;
+    std::memcpy(params, &p, 8);
+    std::memcpy(params + 8, &offset, 8);
+    LaunchConfig config;
+    ASSERT_EQ(executor.Launch(2, config, params, sizeof(params)), kCuSuccess) << name;
+    const void* data = nullptr;
+    ASSERT_EQ(executor.CopyFromDevice(p + 12, 4, 0, &data), kCuSuccess);
+    EXPECT_EQ(*static_cast<const int*>(data), 1) << name;
+  }
+  SimExecutor executor(&memory);
+  std::string cubin = ReadFile("engine_kernels.cubin");
+  ASSERT_GT(cubin.size(), 64u);
+  EXPECT_EQ(executor.LoadModule(1, cubin.data(), cubin.size(), {}), kCuNoBinaryForGpu);
+  EXPECT_NE(executor.TakeErrorDetail().find("PTX only"), std::string::npos);
+  const char junk[] =
+      "\x7f"
+      "ELF but not really";
+  EXPECT_EQ(executor.LoadModule(2, junk, sizeof(junk), {}), kCuInvalidImage);
+  const char bad_ptx[] = ".version 8.0\n.target sm_80\n.visible .entry k() { ret }\n";
+  EXPECT_EQ(executor.LoadModule(3, bad_ptx, sizeof(bad_ptx), {}), kCuInvalidPtx);
+}
+
+}  // namespace
+}  // namespace gpupool::dataplane
