@@ -50,7 +50,7 @@ struct PooldConfig {
   std::string state = "sqlite";
   std::vector<std::string> etcd_endpoints = {"http://127.0.0.1:2379"};
   std::string etcd_prefix = "/gpupool/";  // every key gpupoold writes starts with it
-  int leader_ttl = 5;                     // seconds: a dead leader is replaced within about this
+  int leader_ttl = 2;                     // seconds: a dead leader is replaced within about this
   std::string advertise;                  // URL followers name for this replica; empty: http://<listen>
 };
 
