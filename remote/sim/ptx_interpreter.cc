@@ -965,12 +965,14 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
   ForLanes(mask, [&](int l) {
     uint64_t raw = a[l];
     // Read the source.
-    bool is_float = skind == kKindF;
+    bool is_float = skind == kKindF || skind == kKindB;  // kKindB: bf16
     double fv = 0;
     int64_t sv = 0;
     uint64_t uv = 0;
     if (is_float) {
-      if (ssize == 2)
+      if (ssize == 2 && skind == kKindB)
+        fv = std::bit_cast<float>(static_cast<uint32_t>(raw & 0xffff) << 16);
+      else if (ssize == 2)
         fv = HalfToFloat(static_cast<uint16_t>(raw));
       else if (ssize == 4)
         fv = Get<float>(raw);
@@ -984,7 +986,7 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
       uv = ssize == 8 ? raw : (raw & ((1ull << (8 * ssize)) - 1));
     }
     uint64_t out = 0;
-    if (dkind == kKindF) {
+    if (dkind == kKindF || dkind == kKindB) {
       double r;
       if (is_float) {
         r = fv;
@@ -1017,7 +1019,12 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
       } else {
         float f = static_cast<float>(r);
         if (sat) f = Saturate01(f);
-        out = FloatToHalf(f);
+        if (dkind == kKindB) {
+          uint32_t x = std::bit_cast<uint32_t>(f);
+          out = std::isnan(f) ? ((x >> 16) | 0x40) : ((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+        } else {
+          out = FloatToHalf(f);
+        }
       }
     } else {
       // Integer destination (sizes 1..8), saturating from floats and when .sat.
@@ -1170,21 +1177,21 @@ template <typename T>
 T AtomicResult(uint8_t mode, T old, T v, T compare_value) {
   T r = old;
   switch (mode) {
-      case kAtomAdd: r = WrapAdd(old, v); break;
-      case kAtomMin: r = std::min(old, v); break;
-      case kAtomMax: r = std::max(old, v); break;
-      case kAtomExch: r = v; break;
-      case kAtomCas: r = old == v ? compare_value : old; break;
-      default:
-        if constexpr (std::is_integral_v<T>) {
-          switch (mode) {
-            case kAtomAnd: r = old & v; break;
-            case kAtomOr: r = old | v; break;
-            case kAtomXor: r = old ^ v; break;
-            case kAtomInc: r = (old >= v) ? T(0) : T(old + 1); break;
-            case kAtomDec: r = (old == 0 || old > v) ? v : T(old - 1); break;
-          }
+    case kAtomAdd: r = WrapAdd(old, v); break;
+    case kAtomMin: r = std::min(old, v); break;
+    case kAtomMax: r = std::max(old, v); break;
+    case kAtomExch: r = v; break;
+    case kAtomCas: r = old == v ? compare_value : old; break;
+    default:
+      if constexpr (std::is_integral_v<T>) {
+        switch (mode) {
+          case kAtomAnd: r = old & v; break;
+          case kAtomOr: r = old | v; break;
+          case kAtomXor: r = old ^ v; break;
+          case kAtomInc: r = (old >= v) ? T(0) : T(old + 1); break;
+          case kAtomDec: r = (old == 0 || old > v) ? v : T(old - 1); break;
         }
+      }
   }
   return r;
 }
@@ -1457,6 +1464,58 @@ void HAssert(Warp& w, const Inst& in, uint32_t mask) {
   w.launch->printf += text;
 }
 
+// f16/bf16 arithmetic: mode 0 add, 1 sub, 2 mul, 3 fma, 4 neg, 5 abs, 6 min, 7 max,
+// 8 setp (width = comparison); vec = halves per register; mode2 = 1 for bf16.
+float HalfBitsToFloat(uint16_t bits, bool bf16) {
+  return bf16 ? std::bit_cast<float>(static_cast<uint32_t>(bits) << 16) : HalfToFloat(bits);
+}
+uint16_t FloatToHalfBits(float value, bool bf16) {
+  if (!bf16) return FloatToHalf(value);
+  uint32_t x = std::bit_cast<uint32_t>(value);
+  if (std::isnan(value)) return static_cast<uint16_t>((x >> 16) | 0x40);
+  x += 0x7fff + ((x >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(x >> 16);
+}
+
+void HHalf(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  uint64_t* q = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = in.b >= 0 ? w.R(in.b) : nullptr;
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  bool bf16 = in.mode2 == 1;
+  ForLanes(mask, [&](int l) {
+    uint64_t result = 0;
+    for (int k = 0; k < in.vec; ++k) {
+      auto half = [&](const uint64_t* r) {
+        return HalfBitsToFloat(static_cast<uint16_t>(r[l] >> (16 * k)), bf16);
+      };
+      float x = half(a);
+      float y = b ? half(b) : 0.0f;
+      float r = 0;
+      switch (in.mode) {
+        case 0: r = x + y; break;
+        case 1: r = x - y; break;
+        case 2: r = x * y; break;
+        case 3: r = std::fma(x, y, half(c)); break;
+        case 4: r = -x; break;
+        case 5: r = std::fabs(x); break;
+        case 6: r = std::fmin(x, y); break;
+        case 7: r = std::fmax(x, y); break;
+        default: {
+          bool t = Compare<float>(in.width, x, y);
+          d[l] = t;
+          if (q) q[l] = !t;
+          return;
+        }
+      }
+      if (in.flags & kFlagSat) r = Saturate01(r);
+      result |= static_cast<uint64_t>(FloatToHalfBits(r, bf16)) << (16 * k);
+    }
+    d[l] = result;
+  });
+}
+
 // ---- Handler tables
 // -----------------------------------------------------------------------
 
@@ -1473,6 +1532,9 @@ enum Ty : uint8_t {
   kF32,
   kF64,
   kPred,
+  kF16x2,  // two halves in a .b32
+  kBF16,
+  kBF16x2,
   kNoType
 };
 
@@ -1485,7 +1547,10 @@ Ty ParseType(const std::string& t) {
   if (t == "s16") return kS16;
   if (t == "s32") return kS32;
   if (t == "s64") return kS64;
-  if (t == "f16" || t == "bf16") return kF16;
+  if (t == "f16") return kF16;
+  if (t == "bf16") return kBF16;
+  if (t == "f16x2") return kF16x2;
+  if (t == "bf16x2") return kBF16x2;
   if (t == "f32") return kF32;
   if (t == "f64") return kF64;
   if (t == "pred") return kPred;
@@ -1497,7 +1562,10 @@ int TySize(Ty t) {
     case kS8: return 1;
     case kU16:
     case kS16:
-    case kF16: return 2;
+    case kF16:
+    case kBF16: return 2;
+    case kF16x2:
+    case kBF16x2: return 4;
     case kU32:
     case kS32:
     case kF32: return 4;
@@ -1507,7 +1575,8 @@ int TySize(Ty t) {
   }
 }
 bool TySigned(Ty t) { return t == kS8 || t == kS16 || t == kS32 || t == kS64; }
-bool TyFloat(Ty t) { return t == kF16 || t == kF32 || t == kF64; }
+bool TyFloat(Ty t) { return t == kF16 || t == kF32 || t == kF64 || t == kBF16; }
+bool TyHalf(Ty t) { return t == kF16 || t == kF16x2 || t == kBF16 || t == kBF16x2; }
 
 template <template <typename> class H>
 Handler ByIntType(Ty t) {
@@ -2106,6 +2175,61 @@ class Decoder {
     return Status::OK();
   }
 
+  // f16/bf16 arithmetic (scalar and x2): computed in float, rounded to nearest.
+  Status HalfInstruction(const Frame& frame, const RawStatement& s, Inst inst,
+                         const std::string& op, Ty type) {
+    static const std::map<std::string, std::pair<uint8_t, int>> kOps = {
+        {"add", {0, 2}}, {"sub", {1, 2}}, {"mul", {2, 2}}, {"fma", {3, 3}}, {"mad", {3, 3}},
+        {"neg", {4, 1}}, {"abs", {5, 1}}, {"min", {6, 2}}, {"max", {7, 2}}, {"setp", {8, 2}}};
+    auto found = kOps.find(op);
+    if (found == kOps.end()) {
+      Unsupported("half-precision instruction '" + s.opcode + "' is not supported", s.line);
+      inst.run = &HNop;
+      inst.flow = Flow::kTrap;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    inst.mode = found->second.first;
+    int arity = found->second.second;
+    inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
+    inst.mode2 = (type == kBF16 || type == kBF16x2) ? 1 : 0;
+    const auto& ops = s.operands;
+    if (ops.size() < static_cast<size_t>(arity) + 1) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
+                                     " has too few operands");
+    }
+    if (op == "setp") {
+      if (inst.vec != 1) {
+        Unsupported("setp on packed halves is not supported", s.line);
+        inst.run = &HNop;
+        inst.flow = Flow::kTrap;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
+      static const std::map<std::string, Cmp> kCmps = {
+          {"eq", kEq},   {"ne", kNe},   {"lt", kLt},   {"le", kLe},   {"gt", kGt},
+          {"ge", kGe},   {"equ", kEqu}, {"neu", kNeu}, {"ltu", kLtu}, {"leu", kLeu},
+          {"gtu", kGtu}, {"geu", kGeu}, {"num", kNum}, {"nan", kNan}};
+      for (const std::string& part : Split(s.opcode)) {
+        auto cmp = kCmps.find(part);
+        if (cmp != kCmps.end()) inst.width = cmp->second;
+      }
+      if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
+    }
+    auto dest = Dest(frame, ops[0], s.line);
+    if (!dest.ok()) return dest.status();
+    inst.d[0] = *dest;
+    int32_t* sources[3] = {&inst.a, &inst.b, &inst.c};
+    for (int i = 0; i < arity; ++i) {
+      auto slot = Source(frame, ops[i + 1], kU32, s.line);
+      if (!slot.ok()) return slot.status();
+      *sources[i] = *slot;
+    }
+    inst.run = &HHalf;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
   Status Instruction(const Frame& frame, const RawStatement& s, int depth) {
     std::vector<std::string> parts = Split(s.opcode);
     const std::string& op = parts[0];
@@ -2422,6 +2546,7 @@ class Decoder {
       if (types.size() < 2) return bad_type();
       Ty dst = types[types.size() - 2], source = types.back();
       auto kind = [](Ty t) -> int {
+        if (t == kBF16) return kKindB;
         if (TyFloat(t)) return kKindF;
         if (TySigned(t)) return kKindS;
         return kKindU;
@@ -2456,6 +2581,7 @@ class Decoder {
     }
 
     if (op == "setp" || op == "set") {
+      if (op == "setp" && TyHalf(type)) return HalfInstruction(frame, s, inst, op, type);
       GPUPOOL_RETURN_IF_ERROR(need(3));
       static const std::map<std::string, Cmp> kCmps = {
           {"eq", kEq},   {"ne", kNe},   {"lt", kLt},   {"le", kLe},   {"gt", kGt},   {"ge", kGe},
@@ -2573,13 +2699,7 @@ class Decoder {
 
     // Arithmetic and logic.
     bool is_float = TyFloat(type);
-    if (type == kF16) {
-      Unsupported("half-precision arithmetic ('" + s.opcode + "') is not supported yet", s.line);
-      inst.run = &HNop;
-      inst.flow = Flow::kTrap;
-      k_->code.push_back(inst);
-      return Status::OK();
-    }
+    if (TyHalf(type)) return HalfInstruction(frame, s, inst, op, type);
     Handler handler = nullptr;
     int arity = 2;
     if (op == "add" || op == "sub" || op == "addc" || op == "subc") {
@@ -2798,7 +2918,7 @@ void ReleaseBarrier(Warp& w, const Inst* code) {
   ForLanes(waiting, [&](int l) {
     const Inst& in = code[w.uniform ? w.pc : w.lane_pc[l]];
     if (in.mode == 0 || in.d[0] < 0) return;
-    w.R(in.d[0])[l] = in.mode == 1 ? launch.reduce_count
+    w.R(in.d[0])[l] = in.mode == 1   ? launch.reduce_count
                       : in.mode == 2 ? launch.reduce_all
                                      : launch.reduce_any;
   });
@@ -3055,15 +3175,15 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
   if (shared_size > 228 * 1024) return kOutOfResources;
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   // CTAs are independent: two workers take every other one when there are enough.
-  const uint32_t workers =
-      ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
+  const uint32_t workers = ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
   std::atomic<bool> stop{false};
   std::vector<LaunchState> states(workers);
   auto work = [&](uint32_t worker) {
     RunCtas(kernel, spec, worker, workers, &stop, &states[worker]);
   };
   std::vector<std::thread> threads_of_workers;
-  for (uint32_t worker = 1; worker < workers; ++worker) threads_of_workers.emplace_back(work, worker);
+  for (uint32_t worker = 1; worker < workers; ++worker)
+    threads_of_workers.emplace_back(work, worker);
   work(0);
   for (std::thread& thread : threads_of_workers) thread.join();
   int32_t error = kSuccess;

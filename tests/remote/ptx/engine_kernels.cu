@@ -3,6 +3,8 @@
 // (nvcc -ptx) at build time. extern "C" so the test finds them by plain names.
 #include <cstdio>
 #include <cassert>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 __constant__ float c_coeffs[4] = {1.5f, -2.0f, 0.25f, 8.0f};
 __device__ int d_counter = 7;
@@ -66,6 +68,20 @@ __global__ void block_votes(const int* in, int* out) {
   out[3 * i] = count;
   out[3 * i + 1] = all;
   out[3 * i + 2] = any;
+}
+
+// Half precision: f16 and f16x2 arithmetic, comparisons, bf16 conversions.
+__global__ void halves(const __half* a, const __half2* b, float* out) {
+  int i = threadIdx.x;
+  __half x = a[i];
+  __half2 y = b[i];
+  __half s = __hadd(x, __hmul(x, x));
+  __half2 t = __hfma2(y, y, y);
+  __nv_bfloat16 bf = __float2bfloat16(__half2float(x) * 3.0f);
+  out[4 * i] = __half2float(s);
+  out[4 * i + 1] = __low2float(t);
+  out[4 * i + 2] = __high2float(t);
+  out[4 * i + 3] = __bfloat162float(bf) + (__hlt(x, __float2half(1.0f)) ? 100.0f : 0.0f);
 }
 
 // Local memory: a per-thread array indexed at run time.

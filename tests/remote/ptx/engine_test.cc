@@ -196,6 +196,35 @@ TEST_F(Engine, BlockWideVotes) {
   }
 }
 
+// Half-precision values in 16-bit storage: exact for these inputs.
+uint16_t ToHalf(float value) {
+  uint32_t x;
+  std::memcpy(&x, &value, 4);
+  if (value == 0.0f) return 0;
+  uint32_t exponent = ((x >> 23) & 0xff) - 127 + 15;
+  return static_cast<uint16_t>(((x >> 16) & 0x8000) | (exponent << 10) | ((x >> 13) & 0x3ff));
+}
+
+TEST_F(Engine, HalfPrecision) {
+  const int n = 32;
+  std::vector<uint16_t> a(n), b(2 * n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = ToHalf(i * 0.25f);
+    b[2 * i] = ToHalf(i * 0.125f);
+    b[2 * i + 1] = ToHalf((i + 1) * 0.5f);
+  }
+  uint64_t da = Upload(a), db = Upload(b), out = Zeros<float>(4 * n);
+  ASSERT_EQ(Run("halves", {1}, {n}, 0, da, db, out), kCuSuccess) << last_detail_;
+  auto got = Download<float>(out, 4 * n);
+  for (int i = 0; i < n; ++i) {
+    float x = i * 0.25f, lo = i * 0.125f, hi = (i + 1) * 0.5f;
+    EXPECT_EQ(got[4 * i], x + x * x) << i;
+    EXPECT_EQ(got[4 * i + 1], lo * lo + lo) << i;
+    EXPECT_EQ(got[4 * i + 2], hi * hi + hi) << i;
+    EXPECT_EQ(got[4 * i + 3], x * 3.0f + (x < 1.0f ? 100.0f : 0.0f)) << i;
+  }
+}
+
 TEST_F(Engine, LocalMemoryArrays) {
   const int n = 64;
   std::vector<int> in(n);
