@@ -54,3 +54,28 @@ leader_is() { [[ $(role_of "$1") == leader ]]; }
   detached "$DEVCLUSTER" start "$leader"
   [[ $(role_of "$leader") == follower ]]
 }
+
+some_leader() { "$DEVCLUSTER" status | grep -q 'Role=leader'; }
+
+@test "with etcd's quorum lost, a job that needs a lease fails with a message it prints, and no node drains" {
+  "$DEVCLUSTER" kill etcd2
+  "$DEVCLUSTER" kill etcd3
+  id=$(submit --gpu-pool=a100:1 --wrap 'echo "should not run"')
+  wait_until 60 job_ended "$id"
+  [[ $(job_state "$id") != COMPLETED ]]
+  ! grep -q "should not run" "$OUT/$id.out"
+  grep -q "gpupool" "$OUT/$id.out"
+  grep -qiE "etcd|leader" "$OUT/$id.out"
+  no_node_drained
+
+  # Quorum back: a replica is elected, the stopped one comes back as a follower, and
+  # jobs get leases again.
+  detached "$DEVCLUSTER" start etcd2
+  wait_until 30 some_leader
+  detached "$DEVCLUSTER" up
+  again=$(submit --gpu-pool=a100:1 --wrap 'echo "GPUs: $CUDA_VISIBLE_DEVICES $GPUPOOL_LEASE_ID"')
+  wait_until 60 job_ended "$again"
+  [[ $(job_state "$again") == COMPLETED ]]
+  grep -q "GPUs: 0 L" "$OUT/$again.out"
+  no_node_drained
+}
