@@ -29,7 +29,7 @@ part_binary() {
     slurmd-*) command -v slurmd ;;
     gpupoold) echo "$GPUPOOLD_BIN" ;;
     agent-*) echo "$AGENTD_BIN" ;;
-    publisher) echo "$REPO/scripts/capacity-publisher" ;;
+    publisher) echo "$PUBLISHER_BIN" ;;
   esac
 }
 
