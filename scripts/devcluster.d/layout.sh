@@ -5,6 +5,7 @@
 #   GPUPOOL_DEVDIR        state directory (default /tmp/gpupool-dev)
 #   GPUPOOL_DEV_PORTBASE  first port (default 16800); see the port map below
 #   GPUPOOL_BUILD         build tree holding bin/ and lib/ (default <repo>/build)
+#   GPUPOOL_DEV_PREFIX    run installed files instead (e.g. /usr; see below)
 # Nothing here starts a process.
 
 REPO=$(cd "$SCRIPT_DIR/.." && pwd)
@@ -74,11 +75,33 @@ ACCT_ACCOUNT=pooldev
 # Binaries built by the project.
 GPUPOOLD_BIN=$BUILD/bin/gpupoold
 AGENTD_BIN=$BUILD/bin/gpupool-agentd
-PUBLISHER_BIN=$BUILD/bin/gpupool-capacity-publisher
+PUBLISHER_BIN=$REPO/scripts/capacity-publisher
 SPANK_SO=$BUILD/lib/spank_gpupool.so
 SPANK_STUB_SO=$BUILD/lib/gpupool_option_stub.so  # tests/gres; used only without SPANK_SO
 GRES_PLUGIN_DIR=$BUILD/lib/slurm     # holds gres_gpupool.so once gres/ is built
 JOB_SUBMIT_LUA=$REPO/etc/job_submit.lua
+
+# GPUPOOL_DEV_PREFIX: the installed files (Debian packages, `cmake --install`), laid out
+# as cmake/install.cmake does: programs in PREFIX/sbin, both plugins in Slurm's plugin
+# directory (found there by Slurm itself, so nothing is linked into $DEVDIR/plugins), and
+# the plugstack line's profile_dir and lib_dir as the installed plugstack.conf.d names them.
+if [[ -n ${GPUPOOL_DEV_PREFIX:-} ]]; then
+  prefix=${GPUPOOL_DEV_PREFIX%/}
+  etc=$prefix/etc
+  [[ $prefix == /usr ]] && etc=/etc  # GNUInstallDirs' rule for the prefix /usr
+  BUILD=$prefix
+  GPUPOOLD_BIN=$prefix/sbin/gpupoold
+  AGENTD_BIN=$prefix/sbin/gpupool-agentd
+  PUBLISHER_BIN=$prefix/sbin/gpupool-capacity-publisher
+  SPANK_SO=$(compgen -G "$prefix/lib/*/slurm-wlm/spank_gpupool.so" ||
+    compgen -G "$prefix/lib*/slurm/spank_gpupool.so" || echo "$prefix/lib/slurm/spank_gpupool.so")
+  SPANK_SO=${SPANK_SO%%$'\n'*}
+  GRES_PLUGIN_DIR=""
+  JOB_SUBMIT_LUA=$prefix/share/gpupool/examples/job_submit.lua
+  remoting_dir=$(compgen -G "$prefix/lib/*/gpupool/libcuda.so.1" || echo "$prefix/lib/gpupool/x")
+  GPUPOOL_DEV_SPANK_ARGS="profile_dir=$etc/gpupool/profiles lib_dir=${remoting_dir%/*}${GPUPOOL_DEV_SPANK_ARGS:+ $GPUPOOL_DEV_SPANK_ARGS}"
+  unset prefix etc remoting_dir
+fi
 
 # Simulated GPU topology: host rack model memory count.
 # a100 and h100 span both racks (8 GPUs each); l40s is a pool of exactly 4, so that tests

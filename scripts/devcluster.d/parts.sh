@@ -42,7 +42,7 @@ part_binary() {
     gpupoold | gpupoold2) echo "$GPUPOOLD_BIN" ;;
     etcd*) command -v etcd ;;
     agent-*) echo "$AGENTD_BIN" ;;
-    publisher) echo "$REPO/scripts/capacity-publisher" ;;
+    publisher) echo "$PUBLISHER_BIN" ;;
   esac
 }
 
