@@ -225,10 +225,11 @@ void GpuWorker::OnDisconnect(transport::ConnectionId id, const std::string& reas
   auto found = sessions_.find(id);
   if (found == sessions_.end()) return;
   if (!found->second->lease_id().empty()) {
-    // One line per session, but a job that starts many processes (or a client that keeps
-    // reconnecting) would repeat it: one kind per lease, GPU and reason.
+    // One line per session: which process of which lease left, and how, is what an admin
+    // looks for (and the clean-close tests check it per process). Only an identical line
+    // (same peer address and port) is folded by the limiter.
     const Session& s = *found->second;
-    server_->sessions_log().Log("disconnected " + s.lease_id() + " " + s.gpu_uuid() + " " + reason,
+    server_->sessions_log().Log("disconnected " + s.peer() + " " + s.lease_id() + " " + s.gpu_uuid() + " " + reason,
                                 "client " + s.peer() + " (lease " + s.lease_id() + ", GPU " +
                                     s.gpu_uuid() + ") disconnected: " + reason);
   }
@@ -408,7 +409,7 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   CountAttached();
   DeviceDescription description = server_->executors().Describe(*gpu_);
   reply->out.assign(reinterpret_cast<const char*>(&description), sizeof(description));
-  server_->sessions_log().Log("attached " + check.gpu_uuid + " " + check.lease_id,
+  server_->sessions_log().Log("attached " + session->peer() + " " + check.gpu_uuid + " " + check.lease_id,
                               "client " + session->peer() + " attached to GPU " + check.gpu_uuid +
                                   " (lease " + check.lease_id + ")");
 }
