@@ -74,7 +74,7 @@ install(PROGRAMS ${CMAKE_SOURCE_DIR}/scripts/capacity-publisher
 install(TARGETS spank_gpupool gres_gpupool LIBRARY DESTINATION ${GPUPOOL_SLURM_PLUGIN_DIR})
 install(FILES ${gpupool_generated}/plugstack.conf.d/gpupool.conf
         DESTINATION ${GPUPOOL_INSTALL_PLUGSTACK_DIR})
-install(FILES ${CMAKE_SOURCE_DIR}/scripts/job_submit.lua
+install(FILES ${CMAKE_SOURCE_DIR}/etc/job_submit.lua
               ${CMAKE_SOURCE_DIR}/etc/slurm.conf.example
               ${CMAKE_SOURCE_DIR}/etc/gres.conf.example
         DESTINATION ${GPUPOOL_INSTALL_EXAMPLES_DIR})

@@ -106,7 +106,14 @@ start_etcd_member() {
   for ((i = 1; i <= ETCD_MEMBERS; i++)); do
     cluster+="${cluster:+,}etcd$i=http://127.0.0.1:$(etcd_peer_port "$i")"
   done
-  # The data directory is kept: `up` after `down` finds the cluster (and its state) as it was.
+  # The data directory is kept: `up` after `down` finds the cluster (and its state) as it was,
+  # unless it was made for other ports (GPUPOOL_DEV_PORTBASE changed): etcd would then call
+  # peers that are not there for ever, so the HA state starts afresh.
+  if [[ -f $ETCD_DIR/cluster && $(cat "$ETCD_DIR/cluster") != "$cluster" ]]; then
+    note "etcd data in $ETCD_DIR was made for other ports: starting etcd afresh"
+    rm -rf "$ETCD_DIR"/etcd[0-9]*
+  fi
+  echo "$cluster" >"$ETCD_DIR/cluster"
   [[ -d $ETCD_DIR/etcd$n/member ]] && state=existing
   # --max-txn-ops: gpupoold's group commits hold more than etcd's default 128 operations
   # when many clients acquire at once (gpupoold(8), HIGH AVAILABILITY).

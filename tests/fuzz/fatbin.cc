@@ -1,13 +1,14 @@
-// Module images as the replacement libcuda.so.1 parses them (remote/client/fatbin.cc):
+// Module images as the replacement libcuda.so.1 parses them (remote/image/fatbin.cc):
 // whatever a CUDA program hands cuModuleLoadData / cuLibraryLoadData -- a fatbin wrapper,
-// a fatbin, a bare ELF cubin, or PTX text (refused) -- is read to find its kernels'
+// a fatbin, a bare ELF cubin, or NUL-terminated PTX text -- is read to find its kernels'
 // parameter layouts.
 //
 // ParseModuleImage takes an untyped pointer: the image's size is what its headers say, as
 // with the real driver. The target therefore gives it only images whose headers claim no
 // more bytes than the input holds, in a buffer of exactly that size. Byte 0 picks the way:
 //   0: the rest is a cubin for ParseCubin (explicit size; any bytes at all)
-//   1: the rest is an image for ParseModuleImage (fatbin, ELF or anything else)
+//   1: the rest is an image for ParseModuleImage (fatbin, ELF, or anything else as PTX
+//      text, NUL-terminated)
 //   2: the rest is a fatbin, reached through a fatbin wrapper pointing at it
 #include <elf.h>
 
@@ -83,6 +84,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (ClaimedSize(image.get(), size) == 0) return 0;
   if (mode == 1) {
+    uint32_t magic = size >= 4 ? ReadAt<uint32_t>(image.get()) : 0;
+    if (magic != kFatbinMagic && std::memcmp(image.get(), ELFMAG, SELFMAG) != 0) {
+      // Anything else is read as PTX text, which the driver API takes NUL-terminated: the
+      // exact-size copy gets its terminator, and a read past it is still caught.
+      std::unique_ptr<uint8_t[]> text(new uint8_t[size + 1]);
+      std::memcpy(text.get(), image.get(), size);
+      text[size] = 0;
+      (void)cl::ParseModuleImage(text.get());
+      return 0;
+    }
     (void)cl::ParseModuleImage(image.get());
     return 0;
   }
