@@ -10,3 +10,10 @@
 # with (`UCX_TLS=posix,cma,self sbatch ...`; an --export=NAME=VALUE list cannot carry it,
 # as Slurm splits that list at commas). Unset, UCX picks what both ends share.
 prepend LD_LIBRARY_PATH={lib_dir}
+#
+# Failover (gpupool-remote(7), FAILOVER): the library survives a failed GPU by default
+# (GPUPOOL_FAILOVER=replay, a checkpoint at most every GPUPOOL_CHECKPOINT_INTERVAL=1 s,
+# GPUPOOL_CHECKPOINT_MEM=4G of host memory per process, GPUPOOL_RECOVERY_DEADLINE=300 s to
+# wait for a replacement). A site sets its own defaults here; `set` replaces what the job
+# brought, so a site that lets users choose leaves a variable out. E.g.:
+#   set GPUPOOL_CHECKPOINT_MEM=16G

@@ -53,7 +53,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetName(char* name, int length, CUdevi
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Device* d = GetDevice(device);
     if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-    std::snprintf(name, length, "%s", d->description.name);
+    std::snprintf(name, length, "%s", d->description().name);
     return CUDA_SUCCESS;
   });
 }
@@ -64,7 +64,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice de
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Device* d = GetDevice(device);
     if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-    *bytes = d->description.total_memory;
+    *bytes = d->description().total_memory;
     return CUDA_SUCCESS;
   });
 }

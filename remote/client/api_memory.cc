@@ -125,13 +125,18 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t size) 
     int device = 0;
     if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
-    dp::MemAllocArgs args{size};
+    // The address is ours to choose, so that it stays the same on a replacement GPU.
+    dp::MemAllocArgs args{size, Runtime::Get().ChooseAddress(size)};
     dp::MemAllocResult result{0};
     std::string out;
     CUresult status = Runtime::Get().Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0,
                                           nullptr, 0, &out);
+    if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
+    if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
+    if (status != CUDA_SUCCESS || result.dptr != args.address) {
+      Runtime::Get().ReleaseAddress(args.address, size);
+    }
     if (status != CUDA_SUCCESS) return status;
-    if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;
     std::memcpy(&result, out.data(), sizeof(result));
     Runtime::Get().AddContextAllocation(result.dptr, size, device, CurrentContext());
     *dptr = result.dptr;
@@ -144,9 +149,17 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (dptr == 0) return CUDA_SUCCESS;
     int device = 0;
-    if (!Runtime::Get().RemoveAllocation(dptr, &device)) return CUDA_ERROR_INVALID_VALUE;
+    Allocation allocation{};
+    uint64_t start = 0;
+    if (!Runtime::Get().FindAllocation(dptr, 1, &start, &allocation) || start != dptr ||
+        !Runtime::Get().RemoveAllocation(dptr, &device)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
     dp::MemFreeArgs args{dptr};
-    return Runtime::Get().Call(device, dp::kOpMemFree, &args, sizeof(args));
+    CUresult status = Runtime::Get().Call(device, dp::kOpMemFree, &args, sizeof(args));
+    // Reused only once the GPU has freed it.
+    if (status == CUDA_SUCCESS) Runtime::Get().ReleaseAddress(dptr, allocation.size);
+    return status;
   });
 }
 

@@ -44,7 +44,7 @@ constexpr ModelProperties kGenerations[] = {
 }  // namespace
 
 ModelProperties PropertiesOf(const Device& device) {
-  const auto& d = device.description;
+  const auto& d = device.description();
   const bool real_gpu = std::strcmp(d.executor, "sim") != 0;
   for (const ModelProperties& model : kModels) {
     if (std::strstr(d.name, model.match) == nullptr) continue;

@@ -152,60 +152,93 @@ CUresult Runtime::Connect() {
              visible_env ? visible_env : "", leased.size());
     return CUDA_ERROR_NO_DEVICE;
   }
-  const char* lease_id = std::getenv("GPUPOOL_LEASE_ID");
-  const char* token = std::getenv("GPUPOOL_LEASE_TOKEN");
+  std::vector<std::string> config_errors;
+  FailoverConfig failover_config = FailoverConfig::FromEnvironment(&config_errors);
+  for (const std::string& error : config_errors) LogError("%s", error.c_str());
+  const char* lease_file = std::getenv("GPUPOOL_LEASE_FILE");
   for (int index : visible) {
     auto device = std::make_unique<Device>();
     device->ordinal = static_cast<int>(devices_.size());
-    device->uuid = leased[index].first;
-    device->endpoint = leased[index].second;
+    device->slot = index;
+    device->channel.location = {leased[index].first, leased[index].second};
     device->primary.device = device->ordinal;
     device->primary.is_primary = true;
-    auto rpc = ConnectTransport(device->uuid + "@" + device->endpoint);  // the agent's GPU thread
-    if (!rpc.ok()) {
-      LogError("GPU %s: %s", device->uuid.c_str(), rpc.status().message().c_str());
-      return CUDA_ERROR_NO_DEVICE;
+    std::string why;
+    int32_t refusal = 0;
+    device->channel.connection =
+        OpenSession(device->channel.location, &device->channel.description, &why, &refusal);
+    if (device->channel.connection == nullptr) {
+      LogError("%s", why.c_str());
+      return refusal == dataplane::kCuNotPermitted ? CUDA_ERROR_NOT_PERMITTED
+                                                   : CUDA_ERROR_NO_DEVICE;
     }
-    device->rpc = std::move(rpc.value());
-    HelloArgs hello;
-    CopyString(hello.lease_id, sizeof(hello.lease_id), lease_id ? lease_id : "");
-    CopyString(hello.token, sizeof(hello.token), token ? token : "");
-    CopyString(hello.gpu_uuid, sizeof(hello.gpu_uuid), device->uuid);
-    transport::Request request;
-    request.op = dataplane::kOpHello;
-    request.args = &hello;
-    request.args_len = sizeof(hello);
-    transport::Reply reply;
-    Status status = device->rpc->Call(request, &reply);
-    if (!status.ok()) {
-      LogError("GPU %s at %s: %s", device->uuid.c_str(), device->endpoint.c_str(),
-               status.message().c_str());
-      return CUDA_ERROR_NO_DEVICE;
+    DescribeDevice(device.get());
+    device->failover = std::make_unique<Failover>(
+        failover_config, device->ordinal, index, lease_file ? lease_file : "",
+        [this](const GpuLocation& location, DeviceDescription* description, std::string* why,
+               int32_t* refusal) { return OpenSession(location, description, why, refusal); });
+    if (std::strcmp(device->description().executor, "sim") != 0) {
+      // The cuda executor maps memory where the driver chooses (its VMM path is still to
+      // come), so a replacement GPU could not give the process its addresses back.
+      device->failover->Unprotect("its GPU's executor ('" +
+                                  std::string(device->description().executor) +
+                                  "') cannot place memory at this process's addresses yet");
     }
-    if (reply.status != CUDA_SUCCESS) {
-      LogError("GPU %s at %s refused this process: %s", device->uuid.c_str(),
-               device->endpoint.c_str(), reply.out.c_str());
-      return reply.status == dataplane::kCuNotPermitted ? CUDA_ERROR_NOT_PERMITTED
-                                                        : CUDA_ERROR_NO_DEVICE;
-    }
-    if (reply.out.size() != sizeof(DeviceDescription)) {
-      LogError("GPU %s: malformed answer from %s", device->uuid.c_str(), device->endpoint.c_str());
-      return CUDA_ERROR_NO_DEVICE;
-    }
-    std::memcpy(&device->description, reply.out.data(), sizeof(DeviceDescription));
-    device->uuid_bytes = UuidBytes(device->description.uuid);
-    unsigned domain = 0, bus = 0, slot = 0, function = 0;
-    if (std::sscanf(device->description.pci_bus_id, "%x:%x:%x.%x", &domain, &bus, &slot,
-                    &function) == 4) {
-      device->pci_domain = static_cast<int>(domain);
-      device->pci_bus = static_cast<int>(bus);
-      device->pci_device = static_cast<int>(slot);
-    }
-    LogDebug("device %d = %s (%s) at %s", device->ordinal, device->description.uuid,
-             device->description.name, device->endpoint.c_str());
+    LogDebug("device %d = %s (%s) at %s", device->ordinal, device->description().uuid,
+             device->description().name, device->endpoint().c_str());
     devices_.push_back(std::move(device));
   }
   return CUDA_SUCCESS;
+}
+
+std::unique_ptr<transport::ClientConnection> Runtime::OpenSession(
+    const GpuLocation& location, DeviceDescription* description, std::string* why,
+    int32_t* refusal) {
+  *refusal = 0;
+  auto rpc = ConnectTransport(location.uuid + "@" + location.endpoint);  // the GPU's thread
+  if (!rpc.ok()) {
+    *why = "GPU " + location.uuid + ": " + rpc.status().message();
+    return nullptr;
+  }
+  const char* lease_id = std::getenv("GPUPOOL_LEASE_ID");
+  const char* token = std::getenv("GPUPOOL_LEASE_TOKEN");
+  HelloArgs hello;
+  CopyString(hello.lease_id, sizeof(hello.lease_id), lease_id ? lease_id : "");
+  CopyString(hello.token, sizeof(hello.token), token ? token : "");
+  CopyString(hello.gpu_uuid, sizeof(hello.gpu_uuid), location.uuid);
+  transport::Request request;
+  request.op = dataplane::kOpHello;
+  request.args = &hello;
+  request.args_len = sizeof(hello);
+  transport::Reply reply;
+  Status status = rpc.value()->Call(request, &reply);
+  if (!status.ok()) {
+    *why = "GPU " + location.uuid + " at " + location.endpoint + ": " + status.message();
+    return nullptr;
+  }
+  if (reply.status != CUDA_SUCCESS) {
+    *refusal = reply.status;
+    *why = "GPU " + location.uuid + " at " + location.endpoint + " refused this process: " +
+           reply.out;
+    return nullptr;
+  }
+  if (reply.out.size() != sizeof(DeviceDescription)) {
+    *why = "GPU " + location.uuid + ": malformed answer from " + location.endpoint;
+    return nullptr;
+  }
+  std::memcpy(description, reply.out.data(), sizeof(DeviceDescription));
+  return std::move(rpc.value());
+}
+
+void Runtime::DescribeDevice(Device* device) {
+  device->uuid_bytes = UuidBytes(device->description().uuid);
+  unsigned domain = 0, bus = 0, slot = 0, function = 0;
+  if (std::sscanf(device->description().pci_bus_id, "%x:%x:%x.%x", &domain, &bus, &slot,
+                  &function) == 4) {
+    device->pci_domain = static_cast<int>(domain);
+    device->pci_bus = static_cast<int>(bus);
+    device->pci_device = static_cast<int>(slot);
+  }
 }
 
 Device* Runtime::device(int ordinal) {
@@ -218,7 +251,7 @@ Device* Runtime::Connected(int ordinal) {
   if (init_status_ != CUDA_SUCCESS || forked_child) return nullptr;
   if (ordinal < 0 || ordinal >= static_cast<int>(devices_.size())) return nullptr;
   Device* d = devices_[ordinal].get();
-  return d->rpc != nullptr ? d : nullptr;
+  return d->channel.connection != nullptr ? d : nullptr;
 }
 
 CUresult Runtime::Transport(const Status& status, int device) {
@@ -250,8 +283,7 @@ CUresult Runtime::CallNow(int device_ordinal, uint32_t op, const void* args, siz
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, payload, payload_len, result, result_capacity};
   transport::Reply reply;
-  Status status = d->rpc->Call(request, &reply);
-  if (!status.ok()) return Transport(status, device_ordinal);
+  CUresult status = SendRequest(d, Failover::Delivery::kCall, request, &reply);
   if (out != nullptr) {
     *out = std::move(reply.out);
   } else if (!reply.out.empty() &&
@@ -261,8 +293,19 @@ CUresult Runtime::CallNow(int device_ordinal, uint32_t op, const void* args, siz
     std::fwrite(reply.out.data(), 1, reply.out.size(), stdout);
     std::fflush(stdout);
   }
-  if (reply.async_status != 0) return static_cast<CUresult>(reply.async_status);
-  return static_cast<CUresult>(reply.status);
+  return status;
+}
+
+CUresult Runtime::SendRequest(Device* d, Failover::Delivery how, const transport::Request& request,
+                              transport::Reply* reply) {
+  transport::Reply ignored;
+  Status transport_error;
+  bool moved = false;
+  int32_t status = d->failover->Deliver(&d->channel, how, request, reply ? reply : &ignored,
+                                        &transport_error, &moved);
+  if (moved) DescribeDevice(d);
+  if (!transport_error.ok()) return Transport(transport_error, d->ordinal);
+  return static_cast<CUresult>(status);
 }
 
 CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t args_len,
@@ -282,9 +325,7 @@ CUresult Runtime::PostNow(int device_ordinal, uint32_t op, const void* args, siz
   Device* d = Connected(device_ordinal);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, payload, payload_len, nullptr, 0};
-  Status status = d->rpc->Post(request);
-  if (!status.ok()) return Transport(status, device_ordinal);
-  return CUDA_SUCCESS;
+  return SendRequest(d, Failover::Delivery::kPost, request, nullptr);
 }
 
 CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_t args_len,
@@ -304,9 +345,27 @@ CUresult Runtime::StartNow(int device_ordinal, uint32_t op, const void* args, si
   Device* d = Connected(device_ordinal);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, nullptr, 0, result, result_capacity};
-  Status status = d->rpc->Start(request);
-  if (!status.ok()) return Transport(status, device_ordinal);
-  return CUDA_SUCCESS;
+  return SendRequest(d, Failover::Delivery::kStart, request, nullptr);
+}
+
+uint64_t Runtime::ChooseAddress(uint64_t size) {
+  uint64_t rounded = (std::max<uint64_t>(size, 1) + 511) / 512 * 512;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto reuse = free_addresses_.find(rounded); reuse != free_addresses_.end()) {
+    uint64_t address = reuse->second;
+    free_addresses_.erase(reuse);
+    return address;
+  }
+  uint64_t address = next_address_;
+  next_address_ += rounded + 512;  // a gap: an overrun does not reach the next allocation
+  return address;
+}
+
+void Runtime::ReleaseAddress(uint64_t address, uint64_t size) {
+  if (address < (uint64_t{32} << 40)) return;  // not one we chose
+  uint64_t rounded = (std::max<uint64_t>(size, 1) + 511) / 512 * 512;
+  std::lock_guard<std::mutex> lock(mu_);
+  free_addresses_.emplace(rounded, address);
 }
 
 void Runtime::AddAllocation(uint64_t dptr, uint64_t size, int device) {
@@ -427,14 +486,14 @@ void Runtime::Shutdown() {
   }
   const bool idle = calls_in_flight_.load() == 0;
   for (auto& device : devices_) {
-    if (device->rpc == nullptr) continue;
+    if (device->channel.connection == nullptr) continue;
     int32_t first_error = 0;
-    Status drained = device->rpc->Drain(&first_error);
+    Status drained = device->channel.connection->Drain(&first_error);
     if (!drained.ok()) continue;  // the agent is gone: nothing to close cleanly
     if (!host_work_done || !idle) continue;
     // Closing the connection tells the agent this is a clean exit (the transport closes
     // its bootstrap socket before the UCX endpoint).
-    device->rpc.reset();
+    device->channel.connection.reset();
   }
 }
 
@@ -459,9 +518,22 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
     payload.insert(payload.end(), raw, raw + sizeof(entry));
     payload.insert(payload.end(), name.begin(), name.end());
   }
-  dataplane::ModuleLoadArgs args{NewId()};
+  // Its variables go in a window of our address range (the same on a replacement GPU).
+  dataplane::ModuleLoadArgs args{NewId(), ChooseAddress(kModuleGlobalsWindow)};
+  std::string out;
   CUresult status = Call(device, dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(),
-                         payload.size());
+                         payload.size(), nullptr, 0, &out);
+  dataplane::ModuleLoadResult loaded{0, 0};
+  if (status == CUDA_SUCCESS && out.size() == sizeof(loaded)) {
+    std::memcpy(&loaded, out.data(), sizeof(loaded));
+  }
+  if (status != CUDA_SUCCESS || loaded.globals_size == 0) {
+    ReleaseAddress(args.globals_base, kModuleGlobalsWindow);
+  } else if (loaded.globals_size > kModuleGlobalsWindow) {
+    // Past its window: later allocations must not be placed over it.
+    std::lock_guard<std::mutex> lock(mu_);
+    next_address_ = std::max(next_address_, loaded.globals_base + loaded.globals_size + 512);
+  }
   if (status != CUDA_SUCCESS) return status;
   std::lock_guard<std::mutex> lock(mu_);
   module->remote_ids[device] = args.module;

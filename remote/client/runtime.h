@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "remote/client/failover.h"
 #include "remote/image/fatbin.h"
 #include "remote/dataplane/protocol.h"
 #include "remote/transport/rpc_client.h"
@@ -132,12 +133,18 @@ struct Function {
 
 struct Device {
   int ordinal = 0;
-  std::string uuid;      // as leased
-  std::string endpoint;  // agent data-path address
-  dataplane::DeviceDescription description;
+  int slot = 0;  // index in the lease's GPU list (GPUPOOL_GPUS, the lease file)
+  // The connection, the GPU's uuid and endpoint as leased (after a recovery: the
+  // replacement's) and its description.
+  Failover::Channel channel;
+  const std::string& uuid() const { return channel.location.uuid; }
+  const std::string& endpoint() const { return channel.location.endpoint; }
+  const dataplane::DeviceDescription& description() const { return channel.description; }
   CUuuid uuid_bytes{};
   int pci_domain = 0, pci_bus = 0, pci_device = 0;
-  std::unique_ptr<transport::ClientConnection> rpc;
+  // Keeps the GPU's state recoverable and replaces the channel when the GPU fails
+  // (failover.h); every request goes through it.
+  std::unique_ptr<Failover> failover;
   Context primary;
   int primary_references = 0;  // guarded by Runtime::mu_
 };
@@ -173,6 +180,14 @@ class Runtime {
                  size_t result_capacity);
 
   uint64_t NewId() { return next_id_.fetch_add(1); }
+
+  // Device addresses this process chooses (so that they stay the same on a replacement
+  // GPU): one range for all its GPUs, so an address names its device. Freed ranges are
+  // reused by allocations of the same rounded size.
+  uint64_t ChooseAddress(uint64_t size);
+  void ReleaseAddress(uint64_t address, uint64_t size);
+  // The window a module's variables are placed in.
+  static constexpr uint64_t kModuleGlobalsWindow = uint64_t{1} << 30;
 
   // Device allocations made through us, to classify pointers (cuMemcpy, attributes).
   // AddAllocation: memory no context owns (a module's globals, which the agent frees with
@@ -215,6 +230,15 @@ class Runtime {
  private:
   Runtime() = default;
   CUresult Connect();
+  // A connection to `location` that has said hello; nullptr with *why otherwise
+  // (*refusal: the agent's answer when it said no).
+  std::unique_ptr<transport::ClientConnection> OpenSession(const GpuLocation& location,
+                                                           dataplane::DeviceDescription* description,
+                                                           std::string* why, int32_t* refusal);
+  void DescribeDevice(Device* device);  // the fields derived from its description
+  // One request through `d`'s failover: recovery and a retry when the GPU is lost.
+  CUresult SendRequest(Device* d, Failover::Delivery how, const transport::Request& request,
+                       transport::Reply* reply);
   CUresult Transport(const Status& status, int device);
   // The device while its connection is open (also during Shutdown, unlike device()).
   Device* Connected(int ordinal);
@@ -270,6 +294,8 @@ class Runtime {
   std::vector<std::unique_ptr<Device>> devices_;
   std::atomic<uint64_t> next_id_{1};
   std::map<uint64_t, Allocation> allocations_;  // guarded by mu_
+  uint64_t next_address_ = uint64_t{32} << 40;       // 32 TiB on; guarded by mu_
+  std::multimap<uint64_t, uint64_t> free_addresses_;  // rounded size -> address; guarded by mu_
   struct HostRange { size_t size; unsigned flags; };
   std::map<uintptr_t, HostRange> host_ranges_;  // guarded by mu_
 };

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "remote/dataplane/protocol.h"
+
 namespace gpupool::dataplane {
 
 struct KernelInfo {
@@ -34,6 +36,10 @@ class Executor {
   virtual ~Executor() = default;
 
   virtual int32_t Allocate(uint64_t size, uint64_t* dptr) = 0;
+  // An allocation at an address the client chose, so that its device pointers stay the same
+  // when it moves to another GPU (gpupool-remote(7), FAILOVER). kCuNotSupported where the
+  // executor cannot place memory (the cuda executor: its VMM path is still to come).
+  virtual int32_t AllocateAt(uint64_t /*address*/, uint64_t /*size*/) { return kCuNotSupported; }
   virtual int32_t Free(uint64_t dptr) = 0;
   virtual void MemoryInfo(uint64_t* free, uint64_t* total) = 0;
 
@@ -51,8 +57,17 @@ class Executor {
   virtual int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
                          uint64_t stream) = 0;
 
+  // `globals_base` nonzero: the module's variables are placed from that address on, in
+  // declaration order, so that the same image loaded at the same base on another GPU has
+  // its variables at the same addresses (executors that cannot place memory ignore it).
   virtual int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
-                             const std::vector<KernelInfo>& kernels) = 0;
+                             const std::vector<KernelInfo>& kernels,
+                             uint64_t globals_base = 0) = 0;
+  // The one range that holds a loaded module's variables; false when the executor does not
+  // keep them in one range (then the client cannot save them for failover).
+  virtual bool GlobalsRange(uint64_t /*module*/, uint64_t* /*base*/, uint64_t* /*size*/) {
+    return false;
+  }
   virtual int32_t UnloadModule(uint64_t module) = 0;
   virtual int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) = 0;
   virtual int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,

@@ -3,7 +3,10 @@
 //
 // Handles (streams, events, modules, functions) are chosen by the client, so creating one
 // needs no round trip. Device pointers are the server's (real or simulated) device
-// addresses. Status values are CUresult numbers (defined here so the server side builds
+// addresses; a client may choose them (MemAllocArgs::address, ModuleLoadArgs::globals_base)
+// so that they stay the same when it moves to another GPU. The server answers with the
+// address it used: a client must check it (an executor that cannot place memory ignores
+// the request). Status values are CUresult numbers (defined here so the server side builds
 // without cuda.h).
 //
 // Bump kProtocolVersion on any incompatible change: Hello refuses a mismatch.
@@ -13,7 +16,7 @@
 
 namespace gpupool::dataplane {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 
 // CUresult values used by the server (same numbers as cuda.h).
 enum CuStatus : int32_t {
@@ -91,7 +94,7 @@ struct DeviceDescription {
   char executor[16] = {};      // "sim" or "cuda"
 };
 
-struct MemAllocArgs { uint64_t size; };
+struct MemAllocArgs { uint64_t size; uint64_t address = 0; };  // 0: the server chooses
 struct MemAllocResult { uint64_t dptr; };
 struct MemFreeArgs { uint64_t dptr; };
 struct MemInfoResult { uint64_t free; uint64_t total; };
@@ -108,7 +111,10 @@ struct MemsetArgs {
 
 // ModuleLoad payload: ModuleImageHeader, the image bytes (fatbin or cubin as the client
 // got it), then `kernel_count` KernelEntry records each followed by its name bytes.
-struct ModuleLoadArgs { uint64_t module; };
+struct ModuleLoadArgs { uint64_t module; uint64_t globals_base = 0; };  // 0: the server chooses
+// Where the module's variables are: one range (size 0: none, or the executor keeps them
+// apart, so the client cannot save them).
+struct ModuleLoadResult { uint64_t globals_base; uint64_t globals_size; };
 struct ModuleImageHeader { uint64_t image_size; uint32_t kernel_count; uint32_t reserved; };
 struct KernelEntry { uint32_t name_len; uint32_t param_size; };
 struct ModuleUnloadArgs { uint64_t module; };

@@ -109,7 +109,8 @@ void Session::Run(const transport::RequestHeader& header, std::string_view args,
   async_error_ = 0;
 }
 
-int32_t Session::LoadModule(std::string_view args, const void* payload, size_t payload_len) {
+int32_t Session::LoadModule(std::string_view args, const void* payload, size_t payload_len,
+                            std::string* out) {
   ModuleLoadArgs load;
   if (!Decode(args, &load)) return kCuInvalidValue;
   const char* p = static_cast<const char*>(payload);
@@ -131,7 +132,15 @@ int32_t Session::LoadModule(std::string_view args, const void* payload, size_t p
     kernels.push_back(KernelInfo{std::string(p, entry.name_len), entry.param_size});
     p += entry.name_len;
   }
-  return executor_->LoadModule(load.module, image, header.image_size, kernels);
+  int32_t status =
+      executor_->LoadModule(load.module, image, header.image_size, kernels, load.globals_base);
+  ModuleLoadResult result{0, 0};
+  if (status == kCuSuccess &&
+      !executor_->GlobalsRange(load.module, &result.globals_base, &result.globals_size)) {
+    result = {0, 0};
+  }
+  Encode(result, out);
+  return status;
 }
 
 int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payload,
@@ -142,7 +151,13 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       MemAllocArgs a;
       if (!Decode(args, &a)) return kCuInvalidValue;
       MemAllocResult result{0};
-      int32_t status = ex.Allocate(a.size, &result.dptr);
+      int32_t status = kCuNotSupported;
+      if (a.address != 0) {
+        status = ex.AllocateAt(a.address, a.size);
+        if (status == kCuSuccess) result.dptr = a.address;
+      }
+      // An executor that cannot place memory chooses itself; the client sees the address.
+      if (status == kCuNotSupported) status = ex.Allocate(a.size, &result.dptr);
       Encode(result, &reply->out);
       return status;
     }
@@ -184,7 +199,7 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       return ex.Memset(a.dst, a.value, a.element_size, a.count, a.stream);
     }
     case kOpModuleLoad:
-      return LoadModule(args, payload, payload_len);
+      return LoadModule(args, payload, payload_len, &reply->out);
     case kOpModuleUnload: {
       ModuleUnloadArgs a;
       if (!Decode(args, &a)) return kCuInvalidValue;

@@ -54,7 +54,8 @@ class Session {
   // Runs one decoded request; returns its CUresult.
   int32_t Dispatch(uint32_t op, std::string_view args, const void* payload, size_t payload_len,
                    transport::ServerReply* reply);
-  int32_t LoadModule(std::string_view args, const void* payload, size_t payload_len);
+  int32_t LoadModule(std::string_view args, const void* payload, size_t payload_len,
+                     std::string* out);
 
   std::string peer_;
   LogLimiter* log_;

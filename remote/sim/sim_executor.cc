@@ -27,6 +27,20 @@ int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) {
   return status;
 }
 
+int32_t SimExecutor::AllocateAt(uint64_t address, uint64_t size) {
+  int32_t status = memory_->AllocateAt(address, size, owner_);
+  if (status == kCuSuccess) allocations_[address] = size;
+  return status;
+}
+
+bool SimExecutor::GlobalsRange(uint64_t module, uint64_t* base, uint64_t* size) {
+  auto found = modules_.find(module);
+  if (found == modules_.end() || found->second.globals_base == 0) return false;
+  *base = found->second.globals_base;
+  *size = found->second.globals_size;
+  return true;
+}
+
 int32_t SimExecutor::Free(uint64_t dptr) {
   if (dptr == 0) return kCuSuccess;
   if (allocations_.erase(dptr) == 0) return kCuInvalidValue;  // not ours (or not a start)
@@ -99,7 +113,8 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
 }
 
 int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
-                                const std::vector<KernelInfo>& kernels) {
+                                const std::vector<KernelInfo>& kernels,
+                                uint64_t globals_base) {
   if (modules_.count(module)) return kCuInvalidValue;
   auto parsed = image::ParseModuleImageBytes(image, image_size);
   if (!parsed.ok()) {
@@ -125,28 +140,41 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   }
   Module loaded;
   loaded.ptx = std::move(*ptx);
-  // Module variables: allocations of this session, initialised from the PTX.
+  // Module variables: one allocation of this session holds them all, in declaration order
+  // (the same image at the same base gives the same addresses on any GPU), initialised
+  // from the PTX.
+  std::map<std::string, uint64_t> offsets;
+  uint64_t span = 0;
   for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
-    uint64_t dptr = 0;
-    int32_t status = Allocate(std::max<uint64_t>(variable.size, 1), &dptr);
-    if (status != kCuSuccess) {
-      FreeModule(loaded);
-      return status;
+    uint64_t align = std::max<uint64_t>(variable.align, 8);
+    span = (span + align - 1) / align * align;
+    offsets[variable.name] = span;
+    span += std::max<uint64_t>(variable.size, 1);
+  }
+  if (!offsets.empty()) {
+    uint64_t base = globals_base;
+    int32_t status = globals_base != 0 ? AllocateAt(globals_base, span) : Allocate(span, &base);
+    if (status != kCuSuccess) return status;
+    loaded.globals_base = base;
+    loaded.globals_size = span;
+    char* host = memory_->Translate(base, span, owner_);
+    for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
+      uint64_t offset = offsets[variable.name];
+      if (host != nullptr && !variable.init.empty()) {
+        std::memcpy(host + offset, variable.init.data(),
+                    std::min<uint64_t>(variable.init.size(), variable.size));
+      }
+      loaded.globals[variable.name] = base + offset;
+      loaded.global_sizes[variable.name] = variable.size;
     }
-    char* host = memory_->Translate(dptr, variable.size, owner_);
-    if (host != nullptr && !variable.init.empty()) {
-      std::memcpy(host, variable.init.data(),
-                  std::min<uint64_t>(variable.init.size(), variable.size));
-    }
-    loaded.globals[variable.name] = dptr;
-    loaded.global_sizes[variable.name] = variable.size;
   }
   modules_[module] = std::move(loaded);
   return kCuSuccess;
 }
 
 void SimExecutor::FreeModule(Module& module) {
-  for (auto& [name, dptr] : module.globals) Free(dptr);
+  if (module.globals_base != 0) Free(module.globals_base);
+  module.globals_base = 0;
   module.globals.clear();
 }
 

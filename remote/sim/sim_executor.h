@@ -29,6 +29,8 @@ class SimExecutor : public Executor {
   ~SimExecutor() override;
 
   int32_t Allocate(uint64_t size, uint64_t* dptr) override;
+  int32_t AllocateAt(uint64_t address, uint64_t size) override;
+  bool GlobalsRange(uint64_t module, uint64_t* base, uint64_t* size) override;
   int32_t Free(uint64_t dptr) override;
   void MemoryInfo(uint64_t* free, uint64_t* total) override;
   void* HostView(uint64_t dptr, uint64_t size) override;
@@ -40,7 +42,8 @@ class SimExecutor : public Executor {
   int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
                  uint64_t stream) override;
   int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
-                     const std::vector<KernelInfo>& kernels) override;
+                     const std::vector<KernelInfo>& kernels,
+                     uint64_t globals_base = 0) override;
   int32_t UnloadModule(uint64_t module) override;
   int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
   int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
@@ -71,6 +74,8 @@ class SimExecutor : public Executor {
     std::unique_ptr<sim::PtxModule> ptx;
     std::map<std::string, uint64_t> globals;  // variable -> device address
     std::map<std::string, uint64_t> global_sizes;
+    uint64_t globals_base = 0;  // the one allocation holding every variable (0: none)
+    uint64_t globals_size = 0;
   };
   struct Function {
     uint64_t module = 0;

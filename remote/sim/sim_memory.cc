@@ -11,6 +11,8 @@ namespace {
 // heap (0x55..) and mappings (0x7f..), and 1 TiB of address space per GPU.
 constexpr uint64_t kTiB = 1ull << 40;
 constexpr uint64_t kAlignment = 512;  // cudaMalloc guarantees at least 256
+// Client-chosen addresses stay below 2^48, where x86-64 and arm64 user pointers live.
+constexpr uint64_t kMaxAddress = 1ull << 48;
 
 }  // namespace
 
@@ -29,22 +31,47 @@ SimDeviceMemory::Owner SimDeviceMemory::NewOwner() {
 int32_t SimDeviceMemory::Allocate(uint64_t size, Owner owner, uint64_t* dptr) {
   if (size == 0) return kCuInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);
+  uint64_t address = next_address_;
+  int32_t status = Place(address, size, owner);
+  if (status != kCuSuccess) return status;
+  next_address_ += (size + kAlignment - 1) / kAlignment * kAlignment + kAlignment;
+  *dptr = address;
+  return kCuSuccess;
+}
+
+int32_t SimDeviceMemory::AllocateAt(uint64_t address, uint64_t size, Owner owner) {
+  if (size == 0 || address == 0 || address % 256 != 0) return kCuInvalidValue;
+  if (address > kMaxAddress || size > kMaxAddress - address) return kCuInvalidValue;
+  std::lock_guard<std::mutex> lock(mu_);
+  // No overlap with the owner's allocation below or above.
+  auto after = blocks_.lower_bound({owner, address});
+  if (after != blocks_.end() && after->first.first == owner &&
+      after->first.second < address + size) {
+    return kCuInvalidValue;
+  }
+  if (after != blocks_.begin()) {
+    auto before = std::prev(after);
+    if (before->first.first == owner && before->first.second + before->second.size > address) {
+      return kCuInvalidValue;
+    }
+  }
+  return Place(address, size, owner);
+}
+
+int32_t SimDeviceMemory::Place(uint64_t address, uint64_t size, Owner owner) {
   if (size > capacity_ - used_) return kCuOutOfMemory;
   // mmap: zero pages that cost nothing until touched, returned to the OS on release.
   void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (host == MAP_FAILED) return kCuOutOfMemory;
-  uint64_t address = next_address_;
-  next_address_ += (size + kAlignment - 1) / kAlignment * kAlignment + kAlignment;
-  blocks_[address] = Block{static_cast<char*>(host), size, owner};
+  blocks_[{owner, address}] = Block{static_cast<char*>(host), size, owner};
   used_ += size;
-  *dptr = address;
   return kCuSuccess;
 }
 
 int32_t SimDeviceMemory::Release(uint64_t dptr, Owner owner) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto found = blocks_.find(dptr);
-  if (found == blocks_.end() || found->second.owner != owner) return kCuInvalidValue;
+  auto found = blocks_.find({owner, dptr});
+  if (found == blocks_.end()) return kCuInvalidValue;
   munmap(found->second.host, found->second.size);
   used_ -= found->second.size;
   blocks_.erase(found);
@@ -53,11 +80,11 @@ int32_t SimDeviceMemory::Release(uint64_t dptr, Owner owner) {
 
 char* SimDeviceMemory::Translate(uint64_t dptr, uint64_t size, Owner owner) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto after = blocks_.upper_bound(dptr);
+  auto after = blocks_.upper_bound({owner, dptr});
   if (after == blocks_.begin()) return nullptr;
-  auto& [start, block] = *std::prev(after);
-  if (block.owner != owner) return nullptr;
-  uint64_t offset = dptr - start;
+  auto& [key, block] = *std::prev(after);
+  if (key.first != owner) return nullptr;
+  uint64_t offset = dptr - key.second;
   if (offset > block.size || size > block.size - offset) return nullptr;
   return block.host + offset;
 }

@@ -6,6 +6,9 @@
 // and so that a stale or forged pointer is detected instead of touching freed RAM.
 // Every allocation belongs to one owner (a session, see NewOwner): an owner reaches only
 // its own allocations, so one client cannot read or write another's memory by address.
+// Each owner has an address space of its own: a client may ask for an allocation at an
+// address of its choosing (AllocateAt), which is how a client keeps its device pointers
+// when it moves to another GPU; two owners may then use the same addresses.
 // Thread-safe.
 #pragma once
 
@@ -28,6 +31,9 @@ class SimDeviceMemory {
 
   // Returns a CUresult: kCuOutOfMemory over capacity, kCuInvalidValue for size 0.
   int32_t Allocate(uint64_t size, Owner owner, uint64_t* dptr);
+  // The same at `address` (256-byte aligned, not overlapping the owner's allocations):
+  // kCuInvalidValue when it cannot be placed there.
+  int32_t AllocateAt(uint64_t address, uint64_t size, Owner owner);
   // kCuInvalidValue unless dptr is the start of an allocation of `owner`.
   int32_t Release(uint64_t dptr, Owner owner);
 
@@ -46,7 +52,9 @@ class SimDeviceMemory {
   };
   const uint64_t capacity_;
   std::mutex mu_;
-  std::map<uint64_t, Block> blocks_;  // by device address; guarded by mu_
+  int32_t Place(uint64_t address, uint64_t size, Owner owner);  // mu_ held
+
+  std::map<std::pair<Owner, uint64_t>, Block> blocks_;  // by owner, address; guarded by mu_
   uint64_t next_address_;             // guarded by mu_
   uint64_t used_ = 0;                 // guarded by mu_
   Owner last_owner_ = 0;              // guarded by mu_

@@ -1,0 +1,675 @@
+#include "remote/client/failover.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "remote/client/log.h"
+
+namespace gpupool::client {
+
+namespace dp = dataplane;
+using transport::ClientConnection;
+using transport::Reply;
+using transport::Request;
+
+namespace {
+
+template <typename T>
+bool ReadStruct(const std::string& bytes, T* out) {
+  if (bytes.size() != sizeof(T)) return false;
+  std::memcpy(out, bytes.data(), sizeof(T));
+  return true;
+}
+
+template <typename T>
+void WriteStruct(const T& value, std::string* bytes) {
+  bytes->assign(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// Requests that leave the device as it was (queries, reads, waits).
+bool ChangesState(uint32_t op) {
+  switch (op) {
+    case dp::kOpHello:
+    case dp::kOpMemGetInfo:
+    case dp::kOpMemcpyDtoH:
+    case dp::kOpStreamSynchronize:
+    case dp::kOpStreamQuery:
+    case dp::kOpEventSynchronize:
+    case dp::kOpEventQuery:
+    case dp::kOpEventElapsed:
+    case dp::kOpContextSynchronize:
+    case dp::kOpModuleGetGlobal:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// Replies that carry the device printf text of the requests before them.
+bool DeliversOutput(uint32_t op) {
+  return op == dp::kOpStreamSynchronize || op == dp::kOpContextSynchronize ||
+         op == dp::kOpEventSynchronize || op == dp::kOpMemcpyDtoH;
+}
+
+void ShowOutput(const std::string& text) {
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+bool ParseSeconds(const char* text, std::chrono::milliseconds* out) {
+  char* end = nullptr;
+  double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(seconds >= 0) || seconds > 86400 * 365) return false;
+  *out = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  return true;
+}
+
+double MiB(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+std::string Size(uint64_t bytes) {
+  char text[32];
+  if (bytes < (uint64_t{1} << 20)) {
+    std::snprintf(text, sizeof(text), "%.1f KiB", static_cast<double>(bytes) / 1024);
+  } else if (bytes < (uint64_t{1} << 30)) {
+    std::snprintf(text, sizeof(text), "%.1f MiB", MiB(bytes));
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  }
+  return text;
+}
+
+}  // namespace
+
+bool ParseByteSize(const std::string& text, uint64_t* bytes) {
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) return false;
+  char* end = nullptr;
+  unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  std::string suffix(end);
+  int shift = 0;
+  if (suffix == "" || suffix == "B") {
+    shift = 0;
+  } else if (suffix == "K" || suffix == "KiB") {
+    shift = 10;
+  } else if (suffix == "M" || suffix == "MiB") {
+    shift = 20;
+  } else if (suffix == "G" || suffix == "GiB") {
+    shift = 30;
+  } else if (suffix == "T" || suffix == "TiB") {
+    shift = 40;
+  } else {
+    return false;
+  }
+  if (value > (~0ull >> shift)) return false;
+  *bytes = static_cast<uint64_t>(value) << shift;
+  return true;
+}
+
+FailoverConfig FailoverConfig::FromEnvironment(std::vector<std::string>* errors) {
+  FailoverConfig config;
+  if (const char* mode = std::getenv("GPUPOOL_FAILOVER"); mode != nullptr && *mode != '\0') {
+    if (std::strcmp(mode, "off") == 0) {
+      config.mode = Mode::kOff;
+    } else if (std::strcmp(mode, "replay") == 0) {
+      config.mode = Mode::kReplay;
+    } else {
+      errors->push_back(std::string("GPUPOOL_FAILOVER='") + mode +
+                        "' is not one of off, replay (migrate is still to "
+                        "come); using replay");
+    }
+  }
+  if (const char* v = std::getenv("GPUPOOL_CHECKPOINT_INTERVAL"); v != nullptr && *v != '\0') {
+    if (!ParseSeconds(v, &config.checkpoint_interval)) {
+      errors->push_back(std::string("GPUPOOL_CHECKPOINT_INTERVAL='") + v +
+                        "' is not a number of seconds; using 1");
+    }
+  }
+  if (const char* v = std::getenv("GPUPOOL_CHECKPOINT_MEM"); v != nullptr && *v != '\0') {
+    if (!ParseByteSize(v, &config.checkpoint_mem)) {
+      errors->push_back(std::string("GPUPOOL_CHECKPOINT_MEM='") + v +
+                        "' is not a size (e.g. 512M, 8G); using 4G");
+    }
+  }
+  if (const char* v = std::getenv("GPUPOOL_RECOVERY_DEADLINE"); v != nullptr && *v != '\0') {
+    if (!ParseSeconds(v, &config.recovery_deadline)) {
+      errors->push_back(std::string("GPUPOOL_RECOVERY_DEADLINE='") + v +
+                        "' is not a number of seconds; using 300");
+    }
+  }
+  if (const char* v = std::getenv("GPUPOOL_CHECKPOINT_SCOPE"); v != nullptr && *v != '\0') {
+    if (std::strcmp(v, "all") == 0) {
+      config.scope_all = true;
+    } else if (std::strcmp(v, "arguments") != 0) {
+      errors->push_back(std::string("GPUPOOL_CHECKPOINT_SCOPE='") + v +
+                        "' is not one of arguments, all; using arguments");
+    }
+  }
+  return config;
+}
+
+bool ReadLeaseFileSlot(const std::string& path, int slot, GpuLocation* location) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json lease = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (!lease.is_object() || !lease.contains("gpus") || !lease["gpus"].is_array()) return false;
+  const nlohmann::json& gpus = lease["gpus"];
+  if (slot < 0 || static_cast<size_t>(slot) >= gpus.size()) return false;
+  const nlohmann::json& gpu = gpus[static_cast<size_t>(slot)];
+  if (!gpu.is_object() || !gpu.contains("uuid") || !gpu["uuid"].is_string() ||
+      !gpu.contains("endpoint") || !gpu["endpoint"].is_string()) {
+    return false;
+  }
+  location->uuid = gpu["uuid"].get<std::string>();
+  location->endpoint = gpu["endpoint"].get<std::string>();
+  return !location->uuid.empty() && !location->endpoint.empty();
+}
+
+Failover::Failover(FailoverConfig config, int device, int slot, std::string lease_file,
+                   OpenSession open_session)
+    : config_(config),
+      device_(device),
+      slot_(slot),
+      lease_file_(std::move(lease_file)),
+      open_session_(std::move(open_session)) {
+  protecting_ = config_.mode == FailoverConfig::Mode::kReplay;
+}
+
+void Failover::Unprotect(const std::string& why) {
+  if (!protecting_) return;
+  protecting_ = false;
+  live_.clear();
+  base_.clear();
+  ranges_.clear();
+  saved_.clear();
+  written_.clear();
+  log_.clear();
+  started_.clear();
+  log_bytes_ = 0;
+  checkpoint_bytes_ = 0;
+  if (!unprotected_logged_) {
+    unprotected_logged_ = true;
+    LogError(
+        "GPU %d: this process is not protected against a failure of its "
+        "GPU: %s",
+        device_, why.c_str());
+  }
+}
+
+int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request, Reply* reply,
+                          Status* transport_error, bool* moved) {
+  std::lock_guard<std::mutex> wire(mu_);
+  *moved = false;
+  if (how != Delivery::kCall) Sent(request, how == Delivery::kStart);
+  // A replacement that fails too is replaced in turn, a few times at most.
+  for (int attempt = 0;; ++attempt) {
+    int32_t status = dp::kCuSuccess;
+    Status sent = how == Delivery::kCall   ? channel->connection->Call(request, reply)
+                  : how == Delivery::kPost ? channel->connection->Post(request)
+                                           : channel->connection->Start(request);
+    if (!sent.ok()) {
+      status = dp::kCuDeviceUnavailable;
+    } else if (how == Delivery::kCall) {
+      status = reply->async_status != 0 ? reply->async_status : reply->status;
+    }
+    if (status != dp::kCuSuccess && attempt < 4 && Recoverable(status) &&
+        Recover(&channel->connection, &channel->location, &channel->description, status)) {
+      *moved = true;
+      if (how != Delivery::kCall) return dp::kCuSuccess;
+      *reply = Reply();
+      continue;
+    }
+    if (!sent.ok()) {
+      *transport_error = sent;
+      return status;
+    }
+    if (how == Delivery::kCall) {
+      Answered(request, *reply);
+      if (status == dp::kCuSuccess) {
+        MaybeCheckpoint(channel->connection.get(), DeliversOutput(request.op));
+      }
+    } else {
+      MaybeCheckpoint(channel->connection.get(), false);
+    }
+    return status;
+  }
+}
+
+bool Failover::Recoverable(int32_t status) const {
+  if (!protecting_) return false;
+  return status == dp::kCuDeviceUnavailable || status == dp::kCuEccUncorrectable ||
+         status == dp::kCuNotPermitted;
+}
+
+void Failover::Sent(const Request& request, bool started) {
+  if (!protecting_) return;
+  Entry entry;
+  entry.op = request.op;
+  entry.args.assign(static_cast<const char*>(request.args), request.args_len);
+  if (request.payload_len > 0) {
+    entry.payload.assign(static_cast<const char*>(request.payload), request.payload_len);
+  }
+  if (started) {
+    started_.push_back(
+        StartedRequest{std::move(entry), request.result_buffer, request.result_capacity});
+    return;
+  }
+  if (!ChangesState(request.op)) return;
+  Track(entry, nullptr);
+  log_bytes_ += entry.args.size() + entry.payload.size();
+  log_.push_back(std::move(entry));
+}
+
+void Failover::Answered(const Request& request, const Reply& reply) {
+  // The server answers in order: every request started before this one has its
+  // reply.
+  started_.clear();
+  if (!protecting_ || reply.status != 0 || reply.async_status != 0) return;
+  if (ChangesState(request.op)) {
+    Entry entry;
+    entry.op = request.op;
+    entry.call = true;
+    entry.args.assign(static_cast<const char*>(request.args), request.args_len);
+    if (request.payload_len > 0) {
+      entry.payload.assign(static_cast<const char*>(request.payload), request.payload_len);
+    }
+    Track(entry, &reply);
+    if (!protecting_) return;
+    log_bytes_ += entry.args.size() + entry.payload.size();
+    log_.push_back(std::move(entry));
+  }
+  if (DeliversOutput(request.op)) printf_delivered_ = log_.size();
+}
+
+// Keeps live_, ranges_ and written_ in step with one request.
+void Failover::Track(const Entry& entry, const Reply* reply) {
+  switch (entry.op) {
+    case dp::kOpMemAlloc: {
+      dp::MemAllocArgs args{};
+      dp::MemAllocResult result{};
+      if (!ReadStruct(entry.args, &args) || reply == nullptr || !ReadStruct(reply->out, &result)) {
+        return;
+      }
+      if (args.address != result.dptr) {
+        Unprotect(
+            "its agent cannot place memory at the addresses this process chose "
+            "(the cuda executor's VMM path is still to come)");
+        return;
+      }
+      live_[{kAllocation, result.dptr}] = Resource{next_seq_++, entry, 0};
+      ranges_[result.dptr] = args.size;
+      return;
+    }
+    case dp::kOpMemFree: {
+      dp::MemFreeArgs args{};
+      if (!ReadStruct(entry.args, &args)) return;
+      live_.erase({kAllocation, args.dptr});
+      ranges_.erase(args.dptr);
+      written_.erase(args.dptr);
+      return;
+    }
+    case dp::kOpModuleLoad: {
+      dp::ModuleLoadArgs args{};
+      dp::ModuleLoadResult result{};
+      if (!ReadStruct(entry.args, &args) || reply == nullptr || !ReadStruct(reply->out, &result)) {
+        return;
+      }
+      if (result.globals_size > 0) {
+        if (args.globals_base != 0 && args.globals_base != result.globals_base) {
+          Unprotect(
+              "its agent cannot place module variables at the addresses "
+              "this process "
+              "chose");
+          return;
+        }
+        ranges_[result.globals_base] = result.globals_size;
+        module_globals_[args.module] = result.globals_base;
+      }
+      live_[{kModule, args.module}] = Resource{next_seq_++, entry, 0};
+      return;
+    }
+    case dp::kOpModuleUnload: {
+      dp::ModuleUnloadArgs args{};
+      if (!ReadStruct(entry.args, &args)) return;
+      live_.erase({kModule, args.module});
+      for (auto it = live_.begin(); it != live_.end();) {
+        bool function_of_module = it->first.first == kFunction && it->second.owner == args.module;
+        it = function_of_module ? live_.erase(it) : std::next(it);
+      }
+      if (auto globals = module_globals_.find(args.module); globals != module_globals_.end()) {
+        ranges_.erase(globals->second);
+        written_.erase(globals->second);
+        module_globals_.erase(globals);
+      }
+      return;
+    }
+    case dp::kOpGetFunction: {
+      dp::GetFunctionArgs args{};
+      if (!ReadStruct(entry.args, &args)) return;
+      live_[{kFunction, args.function}] = Resource{next_seq_++, entry, args.module};
+      return;
+    }
+    case dp::kOpStreamCreate:
+    case dp::kOpStreamDestroy: {
+      dp::StreamArgs args{};
+      if (!ReadStruct(entry.args, &args)) return;
+      if (entry.op == dp::kOpStreamCreate) {
+        live_[{kStream, args.stream}] = Resource{next_seq_++, entry, 0};
+      } else {
+        live_.erase({kStream, args.stream});
+      }
+      return;
+    }
+    case dp::kOpEventCreate:
+    case dp::kOpEventDestroy: {
+      dp::EventArgs args{};
+      if (!ReadStruct(entry.args, &args)) return;
+      if (entry.op == dp::kOpEventCreate) {
+        live_[{kEvent, args.event}] = Resource{next_seq_++, entry, 0};
+      } else {
+        live_.erase({kEvent, args.event});
+      }
+      return;
+    }
+    case dp::kOpMemcpyHtoD: {
+      dp::MemcpyHtoDArgs args{};
+      if (ReadStruct(entry.args, &args)) MarkWritten(args.dst);
+      return;
+    }
+    case dp::kOpMemcpyDtoD: {
+      dp::MemcpyDtoDArgs args{};
+      if (ReadStruct(entry.args, &args)) MarkWritten(args.dst);
+      return;
+    }
+    case dp::kOpMemset: {
+      dp::MemsetArgs args{};
+      if (ReadStruct(entry.args, &args)) MarkWritten(args.dst);
+      return;
+    }
+    case dp::kOpLaunch:
+      MarkLaunchWrites(entry);
+      return;
+    default:
+      return;
+  }
+}
+
+void Failover::MarkWritten(uint64_t address) {
+  auto after = ranges_.upper_bound(address);
+  if (after == ranges_.begin()) return;
+  auto& [start, size] = *std::prev(after);
+  if (address - start < size) written_[start] = true;
+}
+
+// A kernel may write what its pointer arguments reach, and its module's
+// variables. GPUs keep no dirty bits: arguments are the evidence (PhoenixOS's
+// approach, without the validation); scope=all covers programs that reach
+// memory through pointers stored in device memory.
+void Failover::MarkLaunchWrites(const Entry& launch) {
+  dp::LaunchArgs args{};
+  if (!ReadStruct(launch.args, &args)) return;
+  if (config_.scope_all) {
+    for (const auto& [start, size] : ranges_) written_[start] = true;
+    return;
+  }
+  for (size_t offset = 0; offset + sizeof(uint64_t) <= launch.payload.size(); offset += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, launch.payload.data() + offset, sizeof(word));
+    MarkWritten(word);
+  }
+  auto function = live_.find({kFunction, args.function});
+  if (function == live_.end()) return;
+  if (auto globals = module_globals_.find(function->second.owner);
+      globals != module_globals_.end()) {
+    written_[globals->second] = true;
+  }
+}
+
+void Failover::MaybeCheckpoint(ClientConnection* connection, bool synchronised) {
+  if (!protecting_ || log_.empty()) return;
+  auto now = std::chrono::steady_clock::now();
+  bool due = synchronised && now - last_checkpoint_ >= config_.checkpoint_interval;
+  // A log that keeps growing between synchronisations is cut short here instead
+  // of holding host memory without bound.
+  bool large = log_bytes_ > config_.checkpoint_mem / 4;
+  if (due || large) Checkpoint(connection);
+}
+
+bool Failover::Checkpoint(ClientConnection* connection) {
+  uint64_t total = 0;
+  for (const auto& [start, size] : ranges_) total += size;
+  if (total > config_.checkpoint_mem) {
+    Unprotect("its device memory (" + Size(total) + ") is over checkpoint_mem (" +
+              Size(config_.checkpoint_mem) + ")");
+    return false;
+  }
+  // Idle: every stream's work has run, so the memory read below is the log's
+  // end state.
+  Reply idle;
+  Request synchronise{dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0};
+  if (!connection->Call(synchronise, &idle).ok() || idle.status != 0 || idle.async_status != 0) {
+    return false;  // the failure shows at the application's next request
+  }
+  ShowOutput(idle.out);
+  // Copies land in fresh buffers; only a complete checkpoint replaces the
+  // previous one (a failure in the middle leaves the previous checkpoint and
+  // its log intact).
+  std::map<uint64_t, std::vector<char>> fresh;
+  for (const auto& [start, dirty] : written_) {
+    auto range = ranges_.find(start);
+    if (range == ranges_.end()) continue;
+    std::vector<char> bytes(range->second);
+    dp::MemcpyDtoHArgs args{start, range->second, 0};
+    Request read{dp::kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0, bytes.data(), bytes.size()};
+    Reply reply;
+    if (!connection->Call(read, &reply).ok() || reply.status != 0 || reply.async_status != 0 ||
+        reply.bulk_received != bytes.size()) {
+      return false;
+    }
+    ShowOutput(reply.out);
+    fresh[start] = std::move(bytes);
+  }
+  for (auto& [start, bytes] : fresh) saved_[start] = std::move(bytes);
+  checkpoint_bytes_ = 0;
+  for (auto it = saved_.begin(); it != saved_.end();) {
+    if (ranges_.count(it->first) == 0) {
+      it = saved_.erase(it);
+    } else {
+      checkpoint_bytes_ += it->second.size();
+      ++it;
+    }
+  }
+  base_ = live_;
+  log_.clear();
+  log_bytes_ = 0;
+  printf_delivered_ = 0;
+  written_.clear();
+  last_checkpoint_ = std::chrono::steady_clock::now();
+  ++checkpoints_;
+  return true;
+}
+
+bool Failover::Locate(const GpuLocation& failed, int32_t why, GpuLocation* next) {
+  GpuLocation named = failed;
+  if (!lease_file_.empty() && !ReadLeaseFileSlot(lease_file_, slot_, &named)) return false;
+  // A GPU that failed (or whose session the agent revoked) is not tried again
+  // until the lease names another; an agent that went away may come back with
+  // the same GPU.
+  if (named.uuid == failed.uuid && why != dp::kCuDeviceUnavailable) return false;
+  *next = named;
+  return true;
+}
+
+bool Failover::Send(ClientConnection* connection, const Entry& entry, std::string* why,
+                    bool show_output) {
+  Request request{entry.op,
+                  entry.args.data(),
+                  entry.args.size(),
+                  entry.payload.empty() ? nullptr : entry.payload.data(),
+                  entry.payload.size(),
+                  nullptr,
+                  0};
+  if (!entry.call) {
+    Status posted = connection->Post(request);
+    if (!posted.ok()) *why = posted.message();
+    return posted.ok();
+  }
+  Reply reply;
+  Status called = connection->Call(request, &reply);
+  if (!called.ok()) {
+    *why = called.message();
+    return false;
+  }
+  if (reply.status != 0 || reply.async_status != 0) {
+    *why = "replaying request " + std::to_string(entry.op) + " gave CUDA error " +
+           std::to_string(reply.async_status != 0 ? reply.async_status : reply.status);
+    return false;
+  }
+  if (entry.op == dp::kOpMemAlloc) {
+    dp::MemAllocArgs args{};
+    dp::MemAllocResult result{};
+    if (!ReadStruct(entry.args, &args) || !ReadStruct(reply.out, &result) ||
+        result.dptr != args.address) {
+      *why = "the new GPU did not place an allocation at its address";
+      return false;
+    }
+  } else if (entry.op == dp::kOpModuleLoad) {
+    dp::ModuleLoadArgs args{};
+    dp::ModuleLoadResult result{};
+    if (!ReadStruct(entry.args, &args) || !ReadStruct(reply.out, &result) ||
+        (result.globals_size > 0 && result.globals_base != args.globals_base)) {
+      *why = "the new GPU did not place a module's variables at their address";
+      return false;
+    }
+  } else if (show_output) {
+    ShowOutput(reply.out);
+  }
+  return true;
+}
+
+bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::string* why) {
+  // 1. The resources of the checkpoint, in creation order (a module before its
+  // functions).
+  std::vector<const Resource*> resources;
+  for (const auto& [key, resource] : base_) resources.push_back(&resource);
+  std::sort(resources.begin(), resources.end(),
+            [](const Resource* a, const Resource* b) { return a->seq < b->seq; });
+  for (const Resource* resource : resources) {
+    Entry creation = resource->creation;
+    creation.call = creation.call || creation.op == dp::kOpMemAlloc ||
+                    creation.op == dp::kOpModuleLoad || creation.op == dp::kOpGetFunction;
+    if (!Send(connection, creation, why, false)) return false;
+  }
+  // 2. Their memory as the checkpoint saw it.
+  for (const auto& [start, bytes] : saved_) {
+    dp::MemcpyHtoDArgs args{start, bytes.size(), 0};
+    Entry restore{dp::kOpMemcpyHtoD, {}, std::string(bytes.begin(), bytes.end()), false};
+    WriteStruct(args, &restore.args);
+    if (!Send(connection, restore, why, false)) return false;
+    recovery->restored_bytes += bytes.size();
+  }
+  // 3. The log: first what had shown its printf text (shown again it would
+  // print twice),
+  //    then the rest, whose text the application has not seen yet.
+  for (size_t i = 0; i < log_.size(); ++i) {
+    if (i == printf_delivered_ && i > 0) {
+      Reply discard;
+      Request synchronise{dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0};
+      Status status = connection->Call(synchronise, &discard);
+      if (!status.ok() || discard.status != 0 || discard.async_status != 0) {
+        *why = status.ok() ? "replay failed with CUDA error " +
+                                 std::to_string(discard.async_status ? discard.async_status
+                                                                     : discard.status)
+                           : status.message();
+        return false;
+      }
+    }
+    if (!Send(connection, log_[i], why, i >= printf_delivered_)) return false;
+  }
+  recovery->replayed = log_.size();
+  // 4. Reads the application started and has not collected: they land in its
+  // buffers.
+  for (const StartedRequest& started : started_) {
+    Request request{
+        started.entry.op, started.entry.args.data(), started.entry.args.size(), nullptr, 0,
+        started.result,   started.capacity};
+    Status status = connection->Start(request);
+    if (!status.ok()) {
+      *why = status.message();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocation* location,
+                       dp::DeviceDescription* description, int32_t why) {
+  if (!Recoverable(why)) return false;
+  const auto began = std::chrono::steady_clock::now();
+  const auto deadline = began + config_.recovery_deadline;
+  const GpuLocation failed = *location;
+  LogError(
+      "GPU %d (%s) failed (CUDA error %d): recovering on the GPU the "
+      "lease names next",
+      device_, failed.uuid.c_str(), why);
+  std::string last_problem = "the lease still names the failed GPU";
+  bool waiting_logged = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    GpuLocation next;
+    if (Locate(failed, why, &next)) {
+      dp::DeviceDescription fresh{};
+      int32_t refusal = 0;
+      std::unique_ptr<ClientConnection> session =
+          open_session_(next, &fresh, &last_problem, &refusal);
+      if (session != nullptr) {
+        Recovery recovery;
+        recovery.from = failed;
+        recovery.to = next;
+        if (Rebuild(session.get(), &recovery, &last_problem)) {
+          // The old connection goes only now: closing it may wait for a peer
+          // that is gone.
+          connection->swap(session);
+          session.reset();
+          *location = next;
+          *description = fresh;
+          recovery.pause = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - began);
+          LogError(
+              "GPU %d: recovered on %s at %s in %lld ms (restored %s, "
+              "replayed %zu "
+              "operation(s))",
+              device_, next.uuid.c_str(), next.endpoint.c_str(),
+              static_cast<long long>(recovery.pause.count()), Size(recovery.restored_bytes).c_str(),
+              recovery.replayed);
+          recoveries_.push_back(recovery);
+          return true;
+        }
+        // The replacement failed too, or refused us: wait for the lease to move
+        // again.
+      }
+    }
+    if (!waiting_logged && std::chrono::steady_clock::now() - began > std::chrono::seconds(5)) {
+      waiting_logged = true;
+      LogError(
+          "GPU %d: still waiting for a replacement GPU (%s); giving up "
+          "after %lld s",
+          device_, last_problem.c_str(),
+          static_cast<long long>(
+              std::chrono::duration_cast<std::chrono::seconds>(config_.recovery_deadline).count()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  LogError("GPU %d: no replacement within the recovery deadline (%s)", device_,
+           last_problem.c_str());
+  return false;
+}
+
+}  // namespace gpupool::client

@@ -1,0 +1,213 @@
+// Failover: keeps one leased GPU's CUDA state recoverable, so that a process
+// goes on when that GPU fails (gpupool-remote(7), FAILOVER).
+//
+// Every request to the GPU passes through here, in the order it goes on the
+// wire:
+//  - live resources (allocations, modules, functions, streams, events) are kept
+//  as the
+//    requests that created them, so that they can be created again on another
+//    GPU with the same handles and device addresses (the client chooses both:
+//    protocol.h);
+//  - a recovery point: a checkpoint of the device memory the process owns,
+//  taken where
+//    the device is idle, at most every `checkpoint_interval`, and incremental
+//    (only the ranges that copies, memsets or kernels since the last one could
+//    have written: a kernel's pointer arguments, or every range with
+//    scope=all), plus a log of every state-changing request since (launches
+//    with their argument bytes, copies with the host bytes captured when they
+//    were sent, memsets, frees, events);
+//  - on a failure (agent gone, GPU failed, session revoked because the lease
+//  moved), a
+//    new session on the GPU the lease names now (the lease file, rewritten by
+//    spank_gpupool at a swap; waited for up to `recovery_deadline`), the live
+//    resources of the checkpoint created again, its memory restored, the log
+//    replayed, and the request that failed sent again: the application sees no
+//    error.
+// Nothing is replayed on the GPU where it already ran: the replay goes to a new
+// session. A replayed kernel gives the same bits unless its result depends on
+// the order of atomic operations or on timing. Device printf text already shown
+// is not shown twice.
+//
+// Not protected (logged once, never silently): memory over `checkpoint_mem`,
+// executors that cannot place memory at the client's addresses (the cuda
+// executor), failover=off.
+//
+// Thread safety: Deliver may be called from any thread (it holds mu()); the
+// other methods with mu() held.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "remote/dataplane/protocol.h"
+#include "remote/transport/rpc_client.h"
+
+namespace gpupool::client {
+
+struct FailoverConfig {
+  enum class Mode { kOff, kReplay };
+  Mode mode = Mode::kReplay;
+  std::chrono::milliseconds checkpoint_interval{1000};
+  uint64_t checkpoint_mem = uint64_t{4} << 30;
+  std::chrono::milliseconds recovery_deadline{300'000};
+  bool scope_all = false;  // a launch may write every range (programs that chase pointers)
+
+  // From GPUPOOL_FAILOVER, GPUPOOL_CHECKPOINT_INTERVAL (seconds),
+  // GPUPOOL_CHECKPOINT_MEM (bytes, K/M/G suffixes), GPUPOOL_RECOVERY_DEADLINE
+  // (seconds), GPUPOOL_CHECKPOINT_SCOPE (arguments|all). A bad value is named
+  // in *errors and its default kept.
+  static FailoverConfig FromEnvironment(std::vector<std::string>* errors);
+};
+
+// Parses "64M"-style sizes (K, M, G, T; powers of 1024); false when malformed.
+bool ParseByteSize(const std::string& text, uint64_t* bytes);
+
+// Where a GPU of the lease is now: its uuid and agent endpoint.
+struct GpuLocation {
+  std::string uuid;
+  std::string endpoint;
+};
+
+// Reads entry `slot` of the lease file's "gpus" array; false when the file
+// cannot be read or has no such entry (being rewritten: try again).
+bool ReadLeaseFileSlot(const std::string& path, int slot, GpuLocation* location);
+
+class Failover {
+ public:
+  // Opens a session (connection + hello) with the GPU at `location`; on success
+  // fills the description. `why` says what went wrong otherwise.
+  using OpenSession = std::function<std::unique_ptr<transport::ClientConnection>(
+      const GpuLocation& location, dataplane::DeviceDescription* description, std::string* why,
+      int32_t* refusal)>;
+
+  struct Recovery {
+    GpuLocation from, to;
+    std::chrono::milliseconds pause{0};
+    uint64_t restored_bytes = 0;
+    size_t replayed = 0;
+  };
+
+  Failover(FailoverConfig config, int device, int slot, std::string lease_file,
+           OpenSession open_session);
+
+  // The GPU as the process reaches it now; Deliver replaces all three on a
+  // recovery.
+  struct Channel {
+    std::unique_ptr<transport::ClientConnection> connection;
+    GpuLocation location;
+    dataplane::DeviceDescription description{};
+  };
+  enum class Delivery { kCall, kPost, kStart };  // as ClientConnection's methods
+
+  // Sends one request on `channel` in wire order with the journal: when the GPU
+  // is lost, recovers (a replacement, the state rebuilt) and sends the request
+  // again (a Post or Start is already in the log the recovery replays). Returns
+  // the request's CUresult (for Call, the reply's; a lost transport:
+  // kCuDeviceUnavailable with *transport_error set). *moved: the channel now
+  // reaches another GPU.
+  int32_t Deliver(Channel* channel, Delivery how, const transport::Request& request,
+                  transport::Reply* reply, Status* transport_error, bool* moved);
+
+  std::mutex& mu() { return mu_; }
+
+  // Whether this GPU's state is kept (failover on, and nothing has made it
+  // unprotectable).
+  bool protecting() const { return protecting_; }
+  // Stops protecting, with the reason logged once (e.g. an executor that cannot
+  // place memory).
+  void Unprotect(const std::string& why);
+
+  // Bookkeeping around the wire (mu() held). Sent: before a one-way request
+  // (Post) or a started one (Start) goes out. Answered: after a Call's
+  // successful reply.
+  void Sent(const transport::Request& request, bool started);
+  void Answered(const transport::Request& request, const transport::Reply& reply);
+
+  // Whether `status` (a request's result) means the GPU is lost to this
+  // process.
+  bool Recoverable(int32_t status) const;
+
+  // Replaces `*connection` with a session on the GPU the lease names now and
+  // rebuilds the state there (mu() held). `location` and `description` are
+  // updated. False when it could not (deadline passed, replay failed): the
+  // caller returns its original error.
+  bool Recover(std::unique_ptr<transport::ClientConnection>* connection, GpuLocation* location,
+               dataplane::DeviceDescription* description, int32_t why);
+
+  // After a synchronising Call succeeded (the device idle as far as the
+  // application knows): takes a checkpoint when the interval has passed or the
+  // log has grown large.
+  void MaybeCheckpoint(transport::ClientConnection* connection, bool synchronised);
+
+  // For tests and the benchmark.
+  size_t log_entries() const { return log_.size(); }
+  uint64_t checkpoint_bytes() const { return checkpoint_bytes_; }
+  size_t checkpoints() const { return checkpoints_; }
+  const std::vector<Recovery>& recoveries() const { return recoveries_; }
+
+  // Requests that ran while `printf_delivered_` was behind them have had their
+  // device printf text shown already.
+ private:
+  struct Entry {
+    uint32_t op = 0;
+    std::string args, payload;
+    bool call = false;  // sent with Call (its reply is checked on replay)
+  };
+  struct StartedRequest {
+    Entry entry;
+    void* result = nullptr;
+    size_t capacity = 0;
+  };
+  // A live resource: the request that created it, in creation order (`seq`).
+  struct Resource {
+    uint64_t seq = 0;
+    Entry creation;
+    uint64_t owner = 0;  // a function's module
+  };
+  enum Kind : int { kAllocation, kModule, kFunction, kStream, kEvent };
+  using Key = std::pair<int, uint64_t>;
+
+  void Record(const transport::Request& request, bool call);
+  void Track(const Entry& entry, const transport::Reply* reply);
+  void MarkWritten(uint64_t address);
+  void MarkLaunchWrites(const Entry& launch);
+  bool Checkpoint(transport::ClientConnection* connection);
+  bool Rebuild(transport::ClientConnection* connection, Recovery* recovery, std::string* why);
+  bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why,
+            bool show_output);
+  bool Locate(const GpuLocation& failed, int32_t why, GpuLocation* next);
+
+  const FailoverConfig config_;
+  const int device_;
+  const int slot_;
+  const std::string lease_file_;
+  const OpenSession open_session_;
+  std::mutex mu_;
+  bool protecting_ = true;
+  bool unprotected_logged_ = false;
+
+  uint64_t next_seq_ = 1;
+  std::map<Key, Resource> live_;                 // resources now
+  std::map<Key, Resource> base_;                 // resources at the last checkpoint
+  std::map<uint64_t, uint64_t> ranges_;          // live device ranges: start -> size
+  std::map<uint64_t, uint64_t> module_globals_;  // module id -> its variables' range start
+  std::map<uint64_t, std::vector<char>> saved_;  // checkpointed contents, by range start
+  std::map<uint64_t, bool> written_;             // ranges written since the last checkpoint
+  std::vector<Entry> log_;                       // state changes since the last checkpoint
+  size_t log_bytes_ = 0;
+  size_t printf_delivered_ = 0;          // log_[0, this) had their printf text shown
+  std::vector<StartedRequest> started_;  // Starts not yet known to be answered
+  std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
+  uint64_t checkpoint_bytes_ = 0;
+  size_t checkpoints_ = 0;
+  std::vector<Recovery> recoveries_;
+};
+
+}  // namespace gpupool::client

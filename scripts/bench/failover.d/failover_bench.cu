@@ -1,0 +1,152 @@
+// The failover benchmark's program (scripts/bench/failover), built with nvcc and run
+// against gpupool's libcuda.so.1 and dataplane test servers.
+//
+//   failover_bench steady [google benchmark flags]
+//       One iteration of an iterative program (4 KiB of host input, two kernels over 4 MiB
+//       of state, a value read back), per Google Benchmark; the script runs it with
+//       GPUPOOL_FAILOVER=replay and =off.
+//   failover_bench recover MIB SERVER_PID LEASE_FILE UUID ENDPOINT
+//       MIB of device state, checkpointed; a plain host-to-device cudaMemcpy of the same
+//       bytes (the restore copy's baseline) and ten small kernels (the work a recovery
+//       replays) timed on the healthy GPU; then the server is killed (SIGKILL), the lease
+//       file names UUID@ENDPOINT, and the time from the failure to the next completed
+//       synchronisation is the recovery. Prints "RecoveryMs= RestoreCopyMs= ReplayedWorkMs=".
+#include <signal.h>
+#include <unistd.h>
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#define CHECK(call)                                                                     \
+  do {                                                                                  \
+    cudaError_t e_ = (call);                                                            \
+    if (e_ != cudaSuccess) {                                                            \
+      std::fprintf(stderr, "%s failed: %s (%d)\n", #call, cudaGetErrorString(e_), e_); \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+constexpr unsigned kInput = 1024;
+
+__global__ void evolve(unsigned* state, unsigned n, const unsigned* input, unsigned k) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) state[i] = state[i] * 1664525u + 1013904223u + input[i % kInput] + k;
+}
+
+__global__ void mix(unsigned* mixed, const unsigned* state, unsigned n) {
+  unsigned i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) mixed[i] ^= state[(i * 7u) % n];
+}
+
+static void Iteration(benchmark::State& state) {
+  const unsigned n = static_cast<unsigned>(state.range(0) * (1 << 20) / 8);
+  unsigned *d_state, *d_mixed, *d_input;
+  CHECK(cudaMalloc(&d_state, n * 4));
+  CHECK(cudaMalloc(&d_mixed, n * 4));
+  CHECK(cudaMalloc(&d_input, kInput * 4));
+  CHECK(cudaMemset(d_state, 1, n * 4));
+  CHECK(cudaMemset(d_mixed, 0, n * 4));
+  std::vector<unsigned> input(kInput);
+  unsigned k = 0;
+  for (auto _ : state) {
+    ++k;
+    for (unsigned j = 0; j < kInput; ++j) input[j] = k * 31 + j;
+    CHECK(cudaMemcpy(d_input, input.data(), kInput * 4, cudaMemcpyHostToDevice));
+    evolve<<<(n + 255) / 256, 256>>>(d_state, n, d_input, k);
+    mix<<<(n + 255) / 256, 256>>>(d_mixed, d_state, n);
+    unsigned probe = 0;
+    CHECK(cudaMemcpy(&probe, d_state + (k % n), 4, cudaMemcpyDeviceToHost));
+    benchmark::DoNotOptimize(probe);
+  }
+  CHECK(cudaFree(d_state));
+  CHECK(cudaFree(d_mixed));
+  CHECK(cudaFree(d_input));
+}
+BENCHMARK(Iteration)->Arg(4)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+using Clock = std::chrono::steady_clock;
+static double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+__global__ void touch(unsigned char* p, size_t n) {
+  size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  if (i < n) p[i * 4096] += 1;
+}
+
+static int Recover(size_t mib, pid_t server, const char* lease_file, const char* uuid,
+                   const char* endpoint) {
+  const size_t bytes = mib << 20;
+  std::vector<unsigned char> host(bytes, 7);
+  unsigned char* d = nullptr;
+  unsigned* small = nullptr;
+  CHECK(cudaMalloc(&d, bytes));
+  CHECK(cudaMalloc(&small, 1 << 20));
+  CHECK(cudaMemset(small, 0, 1 << 20));
+  // The restore copy's baseline: the same bytes host to device, on the same transport.
+  auto t0 = Clock::now();
+  CHECK(cudaMemcpy(d, host.data(), bytes, cudaMemcpyHostToDevice));
+  CHECK(cudaDeviceSynchronize());
+  double copy_ms = Ms(Clock::now() - t0);
+  touch<<<static_cast<unsigned>((bytes / 4096 + 255) / 256), 256>>>(d, bytes / 4096);
+  CHECK(cudaDeviceSynchronize());  // a checkpoint (GPUPOOL_CHECKPOINT_INTERVAL=0)
+  // The work the recovery replays, timed on the healthy GPU.
+  auto t1 = Clock::now();
+  for (int i = 0; i < 10; ++i) {
+    evolve<<<(1 << 18) / 256, 256>>>(small, 1 << 18, small, static_cast<unsigned>(i));
+  }
+  unsigned probe = 0;
+  CHECK(cudaMemcpy(&probe, small, 4, cudaMemcpyDeviceToHost));
+  double work_ms = Ms(Clock::now() - t1);
+  // (Nothing synchronises between these launches and the failure: they are in the log.)
+  for (int i = 0; i < 10; ++i) {
+    evolve<<<(1 << 18) / 256, 256>>>(small, 1 << 18, small, static_cast<unsigned>(i + 10));
+  }
+  kill(server, SIGKILL);
+  auto failed = Clock::now();
+  std::string tmp = std::string(lease_file) + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return 1;
+  std::fprintf(f, "{\"generation\": 2, \"gpus\": [{\"uuid\": \"%s\", \"endpoint\": \"%s\"}]}\n",
+               uuid, endpoint);
+  std::fclose(f);
+  if (std::rename(tmp.c_str(), lease_file) != 0) return 1;
+  CHECK(cudaMemcpy(&probe, small, 4, cudaMemcpyDeviceToHost));
+  double recovery_ms = Ms(Clock::now() - failed);
+  // The state came across: every touched byte is 8.
+  std::vector<unsigned char> back(bytes);
+  CHECK(cudaMemcpy(back.data(), d, bytes, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < bytes; ++i) {
+    unsigned char want = i % 4096 == 0 ? 8 : 7;
+    if (back[i] != want) {
+      std::fprintf(stderr, "byte %zu is %u after the recovery, expected %u\n", i, back[i], want);
+      return 1;
+    }
+  }
+  std::printf("RecoveryMs=%.1f RestoreCopyMs=%.1f ReplayedWorkMs=%.1f\n", recovery_ms, copy_ms,
+              work_ms);
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "recover") == 0) {
+    if (argc != 7) {
+      std::fprintf(stderr, "usage: failover_bench recover MIB SERVER_PID LEASE_FILE UUID ENDPOINT\n");
+      return 2;
+    }
+    return Recover(std::strtoul(argv[2], nullptr, 10), static_cast<pid_t>(std::atoi(argv[3])),
+                   argv[4], argv[5], argv[6]);
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "steady") == 0) {
+    argv[1] = argv[0];
+    ++argv;
+    --argc;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  return 0;
+}

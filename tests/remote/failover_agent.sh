@@ -1,0 +1,104 @@
+#!/bin/bash
+# A running CUDA program survives its agent: the iterate program runs against test server A
+# through the replacement libcuda.so.1; once it is running, A is killed with SIGKILL and the
+# lease file (what spank_gpupool's watcher rewrites at a swap) names a GPU of server B. The
+# program must print PASS and the library must log the recovery. With --failover off the
+# program must fail with the CUDA error instead.
+#
+# usage: failover_agent.sh --server BIN --lib DIR --transport tcp|shm --port PORT
+#            [--failover replay|off] -- PROGRAM [ARGS...]
+set -u
+server="" lib="" transport="" port="" failover=replay
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --server) server=$2; shift 2 ;;
+    --lib) lib=$2; shift 2 ;;
+    --transport) transport=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --failover) failover=$2; shift 2 ;;
+    --) shift; break ;;
+    *) echo "failover_agent.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+(($# > 0)) || { echo "failover_agent.sh: no program given" >&2; exit 2; }
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/transport_env.sh" "$transport" || exit 2
+
+token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+workdir=$(mktemp -d "/tmp/gpupool-failover-test.XXXXXX")
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+  rm -rf "$workdir"
+}
+trap cleanup EXIT
+
+# start_server NAME PORT GPUS
+start_server() {
+  "$server" --listen "127.0.0.1:$2" --lease L1 --token "$token" --gpus "$3" \
+    >"$workdir/$1.out" 2>"$workdir/$1.err" &
+  pids+=($!)
+  eval "$1_pid=$!"
+  for _ in $(seq 1 100); do
+    grep -q "^listening on" "$workdir/$1.out" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "test server $1 did not start:" >&2
+  cat "$workdir/$1.err" >&2
+  exit 1
+}
+start_server a "$port" 1
+start_server b "$((port + 1))" 2
+
+uuid_a=GPU-5e1f0a11-0000-4000-8000-000000000000
+uuid_b=GPU-5e1f0a11-0000-4000-8000-000000000001
+# name_in_lease UUID PORT: the lease file as spank_gpupool writes it (atomically).
+name_in_lease() {
+  printf '{"generation": %d, "gpus": [{"uuid": "%s", "endpoint": "127.0.0.1:%s"}]}\n' \
+    "$3" "$1" "$2" >"$workdir/lease.json.tmp"
+  mv "$workdir/lease.json.tmp" "$workdir/lease.json"
+}
+name_in_lease "$uuid_a" "$port" 1
+
+export GPUPOOL_GPUS="$uuid_a@127.0.0.1:$port" GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN="$token"
+export GPUPOOL_LEASE_FILE="$workdir/lease.json" GPUPOOL_FAILOVER="$failover"
+export GPUPOOL_RECOVERY_DEADLINE=30 CUDA_VISIBLE_DEVICES=0
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+timeout 240 ${GPUPOOL_TEST_PRELOAD:+env LD_PRELOAD="$GPUPOOL_TEST_PRELOAD"} "$@" \
+  >"$workdir/program.out" 2>"$workdir/program.err" &
+program_pid=$!
+
+for _ in $(seq 1 600); do
+  grep -q "^iterate: running" "$workdir/program.out" 2>/dev/null && break
+  kill -0 "$program_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if ! grep -q "^iterate: running" "$workdir/program.out"; then
+  echo "FAIL: the program did not get going" >&2
+  cat "$workdir/program.out" "$workdir/program.err" >&2
+  exit 1
+fi
+kill -9 "$a_pid"
+wait "$a_pid" 2>/dev/null
+name_in_lease "$uuid_b" "$((port + 1))" 2
+wait "$program_pid"
+rc=$?
+cat "$workdir/program.out"
+cat "$workdir/program.err" >&2
+
+if [[ $failover == off ]]; then
+  [[ $rc -ne 0 ]] || { echo "FAIL: with failover off the program went on" >&2; exit 1; }
+  grep -q "(46)" "$workdir/program.err" ||
+    { echo "FAIL: no CUDA_ERROR_DEVICE_UNAVAILABLE (46) reported" >&2; exit 1; }
+  grep -q "recovered on" "$workdir/program.err" &&
+    { echo "FAIL: recovered with failover off" >&2; exit 1; }
+  echo "failover off: the program got the CUDA error (exit $rc)"
+  exit 0
+fi
+[[ $rc -eq 0 ]] || { echo "FAIL: the program exited $rc" >&2; cat "$workdir/b.err" >&2; exit 1; }
+grep -q "^iterate: PASS" "$workdir/program.out" || { echo "FAIL: no PASS" >&2; exit 1; }
+grep -q "GPU 0: recovered on $uuid_b at 127.0.0.1:$((port + 1))" "$workdir/program.err" ||
+  { echo "FAIL: no recovery logged" >&2; exit 1; }
+grep -q "attached to GPU $uuid_b (lease L1)" "$workdir/b.err" ||
+  { echo "FAIL: server B never saw the program" >&2; exit 1; }
+echo "recovered: $(grep -o 'recovered on .*' "$workdir/program.err")"

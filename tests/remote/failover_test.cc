@@ -1,0 +1,395 @@
+// Failover (remote/client/failover.h) against real dataplane servers on the sim
+// executor: a process's state (allocations at its own addresses, a module with
+// a variable, a stream, evolving memory) survives its GPU: the agent going
+// away, the GPU failing in band, a failure after a checkpoint; with failover
+// off, or over the memory cap, the error stays.
+#include "remote/client/failover.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "remote/dataplane/protocol.h"
+#include "remote/dataplane/server.h"
+#include "remote/transport/rpc_client.h"
+#include "tests/remote/test_backend.h"
+
+namespace gpupool::client {
+namespace {
+
+namespace dp = dataplane;
+using transport::Reply;
+using transport::Request;
+
+// step(data, n, k): data[i] = data[i] * 3 + k + i (running it twice shows), and
+// thread 0 counts the launch in the module variable `launches`.
+const char kStepPtx[] =
+    ".version 7.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    ".global .align 4 .u32 launches;\n"
+    ".visible .entry step(\n"
+    "  .param .u64 step_param_0,\n"
+    "  .param .u32 step_param_1,\n"
+    "  .param .u32 step_param_2\n"
+    ")\n"
+    "{\n"
+    "  .reg .pred %p<3>;\n"
+    "  .reg .b32 %r<12>;\n"
+    "  .reg .b64 %rd<6>;\n"
+    "  ld.param.u64 %rd1, [step_param_0];\n"
+    "  ld.param.u32 %r1, [step_param_1];\n"
+    "  ld.param.u32 %r2, [step_param_2];\n"
+    "  mov.u32 %r3, %ctaid.x;\n"
+    "  mov.u32 %r4, %ntid.x;\n"
+    "  mov.u32 %r5, %tid.x;\n"
+    "  mad.lo.s32 %r6, %r3, %r4, %r5;\n"
+    "  setp.ne.s32 %p2, %r6, 0;\n"
+    "  @%p2 bra $L_skip;\n"
+    "  mov.u64 %rd5, launches;\n"
+    "  atom.global.add.u32 %r11, [%rd5], 1;\n"
+    "$L_skip:\n"
+    "  setp.ge.u32 %p1, %r6, %r1;\n"
+    "  @%p1 bra $L_end;\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n"
+    "  mul.wide.u32 %rd3, %r6, 4;\n"
+    "  add.s64 %rd4, %rd2, %rd3;\n"
+    "  ld.global.u32 %r7, [%rd4];\n"
+    "  mul.lo.s32 %r8, %r7, 3;\n"
+    "  add.s32 %r9, %r8, %r2;\n"
+    "  add.s32 %r10, %r9, %r6;\n"
+    "  st.global.u32 [%rd4], %r10;\n"
+    "$L_end:\n"
+    "  ret;\n"
+    "}\n";
+
+constexpr uint32_t kElements = 4096;
+constexpr uint64_t kData = uint64_t{32} << 40;  // the process's own addresses
+constexpr uint64_t kGlobals = (uint64_t{32} << 40) + (uint64_t{1} << 30);
+constexpr uint64_t kModule = 7, kFunction = 8, kStream = 9;
+
+// One agent: a dataplane server over a test backend whose GPU `gpu` it serves.
+struct Agent {
+  explicit Agent(int gpu) : backend(gpu + 1, uint64_t{1} << 30), uuid(testing::TestGpuUuid(gpu)) {
+    dp::ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.backend = &backend;
+    options.authorize = [](const std::string& lease, const std::string& token, const std::string&) {
+      return lease == "L1" && token == "t1";
+    };
+    auto started = dp::Server::Start(options);
+    EXPECT_TRUE(started.ok()) << started.status().message();
+    server = std::move(started.value());
+    endpoint = "127.0.0.1:" + std::to_string(server->port());
+  }
+  testing::TestBackend backend;
+  std::string uuid;
+  std::string endpoint;
+  std::unique_ptr<dp::Server> server;
+};
+
+std::unique_ptr<transport::ClientConnection> OpenSession(const GpuLocation& location,
+                                                         dp::DeviceDescription* description,
+                                                         std::string* why, int32_t* refusal) {
+  *refusal = 0;
+  auto client = transport::RpcClient::Connect(location.endpoint, location.uuid);
+  if (!client.ok()) {
+    *why = client.status().message();
+    return nullptr;
+  }
+  dp::HelloArgs hello;
+  std::snprintf(hello.lease_id, sizeof(hello.lease_id), "L1");
+  std::snprintf(hello.token, sizeof(hello.token), "t1");
+  std::snprintf(hello.gpu_uuid, sizeof(hello.gpu_uuid), "%s", location.uuid.c_str());
+  Reply reply;
+  Status status =
+      client.value()->Call({dp::kOpHello, &hello, sizeof(hello), nullptr, 0, nullptr, 0}, &reply);
+  if (!status.ok() || reply.status != 0 || reply.out.size() != sizeof(*description)) {
+    *why = status.ok() ? "refused: " + reply.out : status.message();
+    *refusal = reply.status;
+    return nullptr;
+  }
+  std::memcpy(description, reply.out.data(), sizeof(*description));
+  return std::move(client.value());
+}
+
+class FailoverTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    char dir[] = "/tmp/gpupool-failover-test.XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    lease_file_ = dir_ + "/lease.json";
+    first_ = std::make_unique<Agent>(0);
+    second_ = std::make_unique<Agent>(1);
+    NameInLease(*first_);
+    reference_.assign(kElements, 0);
+    for (uint32_t i = 0; i < kElements; ++i) reference_[i] = i * 7 + 1;
+  }
+  void TearDown() override {
+    std::remove(lease_file_.c_str());
+    rmdir(dir_.c_str());
+  }
+
+  // What spank_gpupool's lease watcher does at a swap: the lease file names the
+  // new GPU.
+  void NameInLease(const Agent& agent) {
+    std::ofstream out(lease_file_ + ".tmp");
+    out << R"({"generation": 1, "gpus": [{"uuid": ")" << agent.uuid << R"(", "endpoint": ")"
+        << agent.endpoint << R"("}]})";
+    out.close();
+    ASSERT_EQ(std::rename((lease_file_ + ".tmp").c_str(), lease_file_.c_str()), 0);
+  }
+
+  void Open(FailoverConfig config) {
+    failover_ = std::make_unique<Failover>(config, 0, 0, lease_file_, OpenSession);
+    channel_.location = {first_->uuid, first_->endpoint};
+    std::string why;
+    int32_t refusal = 0;
+    channel_.connection = OpenSession(channel_.location, &channel_.description, &why, &refusal);
+    ASSERT_NE(channel_.connection, nullptr) << why;
+  }
+
+  int32_t Call(uint32_t op, const void* args, size_t args_len, const void* payload = nullptr,
+               size_t payload_len = 0, void* result = nullptr, size_t capacity = 0,
+               std::string* out = nullptr) {
+    Reply reply;
+    Status transport_error;
+    bool moved = false;
+    int32_t status =
+        failover_->Deliver(&channel_, Failover::Delivery::kCall,
+                           {op, args, args_len, payload, payload_len, result, capacity}, &reply,
+                           &transport_error, &moved);
+    if (out != nullptr) *out = reply.out;
+    return status;
+  }
+  int32_t Post(uint32_t op, const void* args, size_t args_len, const void* payload = nullptr,
+               size_t payload_len = 0) {
+    Reply reply;
+    Status transport_error;
+    bool moved = false;
+    return failover_->Deliver(&channel_, Failover::Delivery::kPost,
+                              {op, args, args_len, payload, payload_len, nullptr, 0}, &reply,
+                              &transport_error, &moved);
+  }
+
+  // Allocation, module, function, stream, and the initial data.
+  void Prepare() {
+    dp::MemAllocArgs alloc{kElements * 4, kData};
+    std::string out;
+    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0, &out), 0);
+    dp::MemAllocResult allocated{};
+    std::memcpy(&allocated, out.data(), sizeof(allocated));
+    ASSERT_EQ(allocated.dptr, kData);
+    std::vector<char> image(sizeof(dp::ModuleImageHeader));
+    dp::ModuleImageHeader header{sizeof(kStepPtx), 0, 0};
+    std::memcpy(image.data(), &header, sizeof(header));
+    image.insert(image.end(), kStepPtx, kStepPtx + sizeof(kStepPtx));
+    dp::ModuleLoadArgs load{kModule, kGlobals};
+    ASSERT_EQ(
+        Call(dp::kOpModuleLoad, &load, sizeof(load), image.data(), image.size(), nullptr, 0, &out),
+        0);
+    dp::ModuleLoadResult loaded{};
+    std::memcpy(&loaded, out.data(), sizeof(loaded));
+    ASSERT_EQ(loaded.globals_base, kGlobals);
+    dp::GetFunctionArgs function{kModule, kFunction, "step"};
+    ASSERT_EQ(Call(dp::kOpGetFunction, &function, sizeof(function)), 0);
+    dp::StreamArgs stream{kStream, 0, 0};
+    ASSERT_EQ(Post(dp::kOpStreamCreate, &stream, sizeof(stream)), 0);
+    dp::MemcpyHtoDArgs copy{kData, kElements * 4, kStream};
+    ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), reference_.data(), kElements * 4), 0);
+  }
+
+  // One iteration: a launch on the stream, and a host value copied in (captured
+  // now).
+  void Step(uint32_t k) {
+    struct {
+      uint64_t data;
+      uint32_t n, k;
+    } params{kData, kElements, k};
+    dp::LaunchArgs launch{kFunction, {kElements / 256, 1, 1}, {256, 1, 1},
+                          0,         sizeof(params),          kStream};
+    ASSERT_EQ(Post(dp::kOpLaunch, &launch, sizeof(launch), &params, sizeof(params)), 0);
+    for (uint32_t i = 0; i < kElements; ++i) reference_[i] = reference_[i] * 3 + k + i;
+    ++launches_;
+    uint32_t host_value = k * 1000;
+    dp::MemcpyHtoDArgs copy{kData + 4 * (k % kElements), 4, kStream};
+    ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), &host_value, 4), 0);
+    reference_[k % kElements] = host_value;
+  }
+
+  int32_t Synchronize() {
+    dp::StreamArgs sync{kStream, 0, 0};
+    return Call(dp::kOpStreamSynchronize, &sync, sizeof(sync));
+  }
+
+  // The device's data and launch count against the CPU's.
+  void ExpectMatchesReference() {
+    std::vector<uint32_t> data(kElements);
+    dp::MemcpyDtoHArgs read{kData, kElements * 4, 0};
+    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, data.data(), kElements * 4),
+              0);
+    size_t wrong = 0;
+    for (uint32_t i = 0; i < kElements; ++i) wrong += data[i] != reference_[i];
+    EXPECT_EQ(wrong, 0u);
+    uint32_t counted = 0;
+    dp::MemcpyDtoHArgs count{kGlobals, 4, 0};
+    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &count, sizeof(count), nullptr, 0, &counted, 4), 0);
+    EXPECT_EQ(counted, launches_);
+  }
+
+  std::string dir_, lease_file_;
+  std::unique_ptr<Agent> first_, second_;
+  std::unique_ptr<Failover> failover_;
+  Failover::Channel channel_;
+  std::vector<uint32_t> reference_;
+  uint32_t launches_ = 0;
+};
+
+FailoverConfig Replay() {
+  FailoverConfig config;
+  config.checkpoint_interval = std::chrono::milliseconds(0);  // at every synchronisation
+  config.recovery_deadline = std::chrono::seconds(20);
+  return config;
+}
+
+TEST_F(FailoverTest, AGoneAgentIsReplacedAndTheStateGoesOn) {
+  Open(Replay());
+  Prepare();
+  for (uint32_t k = 1; k <= 5; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);  // a checkpoint
+  EXPECT_EQ(failover_->checkpoints(), 1u);
+  for (uint32_t k = 6; k <= 9; ++k) Step(k);  // in the log only
+  first_->server.reset();                     // the agent goes away
+  NameInLease(*second_);
+  for (uint32_t k = 10; k <= 12; ++k) Step(k);
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(failover_->recoveries()[0].to.uuid, second_->uuid);
+  EXPECT_EQ(channel_.location.uuid, second_->uuid);
+  EXPECT_STREQ(channel_.description.uuid, second_->uuid.c_str());
+  EXPECT_GE(failover_->recoveries()[0].restored_bytes, kElements * 4u);
+}
+
+TEST_F(FailoverTest, AGpuFailingInBandIsReplacedOnceTheLeaseNamesAnother) {
+  Open(Replay());
+  Prepare();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  for (uint32_t k = 4; k <= 6; ++k) Step(k);
+  first_->backend.Fail();  // every later operation answers CUDA_ERROR_ECC_UNCORRECTABLE
+  // The lease names the failed GPU a while longer (gpupoold has not swapped
+  // yet): the process waits for the swap instead of going back to it.
+  std::thread swap([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    NameInLease(*second_);
+  });
+  EXPECT_EQ(Synchronize(), 0);
+  swap.join();
+  for (uint32_t k = 7; k <= 8; ++k) Step(k);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_GE(failover_->recoveries()[0].pause, std::chrono::milliseconds(500));
+}
+
+TEST_F(FailoverTest, TwoFailuresInARowWithoutACheckpointBetween) {
+  Open(Replay());
+  Prepare();
+  Step(1);
+  first_->server.reset();
+  NameInLease(*second_);
+  Step(2);
+  EXPECT_EQ(Synchronize(),
+            0);  // on the second GPU (the log since the start replayed)
+  auto third = std::make_unique<Agent>(2);
+  second_->backend.Fail();
+  NameInLease(*third);
+  Step(3);
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  EXPECT_EQ(failover_->recoveries().size(), 2u);
+  EXPECT_EQ(channel_.location.uuid, third->uuid);
+}
+
+TEST_F(FailoverTest, WithFailoverOffTheErrorReachesTheProcess) {
+  FailoverConfig config = Replay();
+  config.mode = FailoverConfig::Mode::kOff;
+  Open(config);
+  Prepare();
+  Step(1);
+  first_->backend.Fail();
+  NameInLease(*second_);
+  EXPECT_EQ(Synchronize(), dp::kCuEccUncorrectable);
+  EXPECT_TRUE(failover_->recoveries().empty());
+  EXPECT_EQ(channel_.location.uuid, first_->uuid);
+}
+
+TEST_F(FailoverTest, OverTheMemoryCapTheProcessIsToldItIsNotProtected) {
+  FailoverConfig config = Replay();
+  config.checkpoint_mem = 1024;  // less than the 16 KiB the process holds
+  Open(config);
+  ::testing::internal::CaptureStderr();
+  Prepare();
+  Step(1);
+  ASSERT_EQ(Synchronize(), 0);
+  std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(failover_->protecting());
+  EXPECT_NE(logged.find("not protected"), std::string::npos) << logged;
+  EXPECT_NE(logged.find("its device memory (16.0 KiB) is over checkpoint_mem (1.0 KiB)"),
+            std::string::npos)
+      << logged;
+  first_->server.reset();
+  NameInLease(*second_);
+  EXPECT_EQ(Synchronize(), dp::kCuDeviceUnavailable);
+}
+
+TEST_F(FailoverTest, NoReplacementWithinTheDeadlineGivesTheOriginalError) {
+  FailoverConfig config = Replay();
+  config.recovery_deadline = std::chrono::milliseconds(800);
+  Open(config);
+  Prepare();
+  Step(1);
+  first_->backend.Fail();  // and the lease never moves
+  EXPECT_EQ(Synchronize(), dp::kCuEccUncorrectable);
+}
+
+TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
+  setenv("GPUPOOL_FAILOVER", "sometimes", 1);
+  setenv("GPUPOOL_CHECKPOINT_MEM", "lots", 1);
+  setenv("GPUPOOL_CHECKPOINT_INTERVAL", "2.5", 1);
+  setenv("GPUPOOL_RECOVERY_DEADLINE", "-1", 1);
+  setenv("GPUPOOL_CHECKPOINT_SCOPE", "all", 1);
+  std::vector<std::string> errors;
+  FailoverConfig config = FailoverConfig::FromEnvironment(&errors);
+  ASSERT_EQ(errors.size(), 3u);
+  EXPECT_NE(errors[0].find("GPUPOOL_FAILOVER='sometimes'"), std::string::npos);
+  EXPECT_NE(errors[1].find("GPUPOOL_CHECKPOINT_MEM='lots'"), std::string::npos);
+  EXPECT_NE(errors[2].find("GPUPOOL_RECOVERY_DEADLINE='-1'"), std::string::npos);
+  EXPECT_EQ(config.mode, FailoverConfig::Mode::kReplay);
+  EXPECT_EQ(config.checkpoint_mem, uint64_t{4} << 30);
+  EXPECT_EQ(config.checkpoint_interval, std::chrono::milliseconds(2500));
+  EXPECT_TRUE(config.scope_all);
+  for (const char* name :
+       {"GPUPOOL_FAILOVER", "GPUPOOL_CHECKPOINT_MEM", "GPUPOOL_CHECKPOINT_INTERVAL",
+        "GPUPOOL_RECOVERY_DEADLINE", "GPUPOOL_CHECKPOINT_SCOPE"}) {
+    unsetenv(name);
+  }
+  uint64_t bytes = 0;
+  EXPECT_TRUE(ParseByteSize("512M", &bytes));
+  EXPECT_EQ(bytes, uint64_t{512} << 20);
+  EXPECT_FALSE(ParseByteSize("12Q", &bytes));
+  EXPECT_FALSE(ParseByteSize("", &bytes));
+}
+
+}  // namespace
+}  // namespace gpupool::client

@@ -1,0 +1,100 @@
+#!/usr/bin/env bats
+# A running CUDA process survives its GPU (gpupool-remote(7), FAILOVER): an sbatch
+# --gpu-pool job runs the iterate program (evolving state, host input every iteration, a
+# large allocation written once, a CPU reference); mid-run its GPU is failed, or its agent
+# is killed. gpupoold swaps the lease, spank_gpupool's watcher rewrites the lease file, and
+# the library recovers on the new GPU: the program prints PASS, the job COMPLETES, an event
+# shows the move, no node is drained. With GPUPOOL_FAILOVER=off the program gets the CUDA
+# error it got before failover existed.
+
+load slurm_helpers
+
+setup() {
+  FAILED_GPU="" KILLED_AGENT=""
+}
+
+teardown() {
+  [[ -n $KILLED_AGENT ]] && "$DEVCLUSTER" start "$KILLED_AGENT" >/dev/null 2>&1 || true
+  [[ -n $FAILED_GPU ]] &&
+    gpupoolctl update gpu="$FAILED_GPU" state=resume reason="failover test" >/dev/null 2>&1 || true
+  # Back to IDLE before the next test (a resumed GPU of a killed agent heartbeats again).
+  wait_until 30 no_gpu_unreachable || true
+}
+
+no_gpu_unreachable() { ! gpupoolctl show gpus --json | jq -e '.gpus[] | select(.state == "UNREACHABLE")' >/dev/null; }
+
+running_or_ended() { grep -q '^iterate: running' "$OUT/$1.out" 2>/dev/null || job_ended "$1"; }
+
+# submit_iterate TRANSPORT [ENV=VALUE...]: a job running iterate on one pool GPU; prints its id.
+submit_iterate() {
+  local transport=$1
+  shift
+  (
+    export GPUPOOL_RECOVERY_DEADLINE=90 "$@"
+    submit_on "$transport" --gpu-pool=a100:1 --wrap "$PROGRAMS/iterate 300 20 4 32"
+  )
+}
+
+# start_and_wait TRANSPORT [ENV...]: submits, waits until iterate is running; sets JOB,
+# LEASE, FAILED_GPU (the job's GPU id) and OLD_UUID.
+start_and_wait() {
+  JOB=$(submit_iterate "$@")
+  [[ -n $JOB ]]
+  wait_until 120 running_or_ended "$JOB"
+  grep -q '^iterate: running' "$OUT/$JOB.out" || { job_completed_ok "$JOB"; false; }
+  FAILED_GPU=$(lease_field_of_job "$JOB" '.gpus[0].id')
+  OLD_UUID=$(lease_field_of_job "$JOB" '.gpus[0].uuid')
+  LEASE=$(lease_field_of_job "$JOB" '.id')
+  [[ -n $FAILED_GPU && -n $OLD_UUID && -n $LEASE ]]
+}
+
+# The job went on after the move: PASS, COMPLETED 0:0, the recovery logged by the library
+# on a GPU other than the failed one, and the swap in gpupoold's events.
+expect_recovered() {
+  wait_job_end "$JOB" 240
+  job_completed_ok "$JOB"
+  grep -q '^iterate: PASS' "$OUT/$JOB.out"
+  grep -q "failed (CUDA error [0-9]*): recovering" "$OUT/$JOB.out"
+  local line new_uuid
+  line=$(grep -o 'GPU 0: recovered on GPU-[^ ]* at [^ ]* in [0-9]* ms' "$OUT/$JOB.out" | tail -1)
+  [[ -n $line ]]
+  new_uuid=$(awk '{print $5}' <<<"$line")
+  [[ $new_uuid != "$OLD_UUID" ]]
+  agent_saw_client "$LEASE" "$new_uuid"
+  events_of_job "$JOB" | grep -qx swapped
+  no_node_drained
+}
+
+@test "a GPU failed under a running program over tcp: the program goes on on the new GPU" {
+  start_and_wait tcp
+  gpupoolctl update gpu="$FAILED_GPU" state=fail reason="failover test" >/dev/null
+  expect_recovered
+}
+
+@test "a GPU failed under a running program over shared memory: the program goes on" {
+  start_and_wait shm
+  gpupoolctl update gpu="$FAILED_GPU" state=fail reason="failover test" >/dev/null
+  expect_recovered
+}
+
+@test "the agent of a running program's GPU killed with SIGKILL: the program goes on" {
+  start_and_wait tcp
+  local host
+  host=$(lease_field_of_job "$JOB" '.gpus[0].host')
+  KILLED_AGENT=agent-$host
+  FAILED_GPU=""  # its GPUs come back when the agent does
+  "$DEVCLUSTER" kill "$KILLED_AGENT" >/dev/null
+  expect_recovered
+}
+
+@test "with GPUPOOL_FAILOVER=off a failed GPU gives the program the CUDA error, and no node drains" {
+  start_and_wait tcp GPUPOOL_FAILOVER=off
+  gpupoolctl update gpu="$FAILED_GPU" state=fail reason="failover test" >/dev/null
+  wait_job_end "$JOB" 120
+  cat "$OUT/$JOB.out" >&2
+  [[ $(job_state "$JOB") == FAILED ]]
+  ! grep -q '^iterate: PASS' "$OUT/$JOB.out"
+  grep -qE 'failed: .*\((214|46|800)\)' "$OUT/$JOB.out"
+  ! grep -q 'recovered on' "$OUT/$JOB.out"
+  no_node_drained
+}
