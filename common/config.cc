@@ -181,7 +181,8 @@ Status ParseSimGpus(const libconfig::Setting& list, const std::string& file,
 
 Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentConfig* c) {
   GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"server", "host", "rack", "listen", "control",
-                                              "backend", "heartbeat_interval", "sim"}));
+                                              "backend", "heartbeat_interval", "hang_timeout",
+                                              "sim"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "server", file, &c->server));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "host", file, &c->host));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "rack", file, &c->rack));
@@ -192,6 +193,7 @@ Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentCon
     return Error(g["backend"], file, "must be \"sim\" or \"cuda\"");
   }
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "heartbeat_interval", file, 1, 3600, &c->heartbeat_interval));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "hang_timeout", file, 0, 3600, &c->hang_timeout));
   if (g.exists("sim")) {
     const libconfig::Setting& sim = g["sim"];
     GPUPOOL_RETURN_IF_ERROR(CheckKeys(sim, file, {"gpus", "faults"}));

@@ -68,6 +68,7 @@ struct AgentConfig {
   std::string control;               // "host:port" of the local fault/inspection API; empty = off
   std::string backend = "sim";       // "sim" or "cuda"
   int heartbeat_interval = 2;        // seconds
+  int hang_timeout = 10;             // seconds without progress before a GPU is FAILED; 0 off
   std::vector<SimGpuConfig> sim_gpus;  // sim backend inventory (default: 4 × A100 80 GB)
   std::vector<std::string> sim_faults; // sim faults at start, "INDEX:fail[=REASON]|fail-after=N|hang"
 };

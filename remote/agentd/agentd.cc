@@ -207,6 +207,7 @@ int RunAgentd(const std::vector<std::string>& args) {
     return leases.Authorize(lease_id, token, gpu_uuid, nullptr);
   };
   dp.authorization_epoch = [&leases] { return leases.version(); };
+  dp.hang_timeout = std::chrono::seconds(config.hang_timeout);
   Result<std::unique_ptr<dataplane::Server>> data_server = dataplane::Server::Start(std::move(dp));
   if (!data_server.ok()) {
     return report.Fail(kExitFailure, "cannot start the data path on " + config.listen + ": " +

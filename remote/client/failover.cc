@@ -208,6 +208,7 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
                           Status* transport_error, bool* moved) {
   std::lock_guard<std::mutex> wire(mu_);
   *moved = false;
+  WatchLease(channel);
   if (how != Delivery::kCall) Sent(request, how == Delivery::kStart);
   // A replacement that fails too is replaced in turn, a few times at most.
   for (int attempt = 0;; ++attempt) {
@@ -241,6 +242,22 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
     }
     return status;
   }
+}
+
+// A call waiting on a hung GPU gives up once the lease names another GPU in its place
+// (the agent's watchdog reported the hang, gpupoold swapped the GPU, spank_gpupool's
+// watcher rewrote the lease file): the wait ends as a lost connection, and Deliver
+// recovers from it.
+void Failover::WatchLease(Channel* channel) {
+  if (!protecting_ || lease_file_.empty() || channel->connection.get() == watched_) return;
+  watched_ = channel->connection.get();
+  channel->connection->SetAbandonCheck([this, channel]() -> std::string {
+    GpuLocation named;
+    if (!ReadLeaseFileSlot(lease_file_, slot_, &named) || named.uuid == channel->location.uuid) {
+      return "";
+    }
+    return "the lease names " + named.uuid + " in place of " + channel->location.uuid;
+  });
 }
 
 bool Failover::Recoverable(int32_t status) const {

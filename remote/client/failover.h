@@ -183,6 +183,7 @@ class Failover {
   bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why,
             bool show_output);
   bool Locate(const GpuLocation& failed, int32_t why, GpuLocation* next);
+  void WatchLease(Channel* channel);
 
   const FailoverConfig config_;
   const int device_;
@@ -208,6 +209,7 @@ class Failover {
   uint64_t checkpoint_bytes_ = 0;
   size_t checkpoints_ = 0;
   std::vector<Recovery> recoveries_;
+  const transport::ClientConnection* watched_ = nullptr;  // has the lease check (WatchLease)
 };
 
 }  // namespace gpupool::client

@@ -10,6 +10,7 @@
 // Every method returns a CUresult number (protocol.h). Called from the server thread only.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -91,6 +92,11 @@ class Executor {
                             uint64_t* size) = 0;
   // Device printf text produced since the last call (taken at synchronising calls).
   virtual std::string TakeOutput() { return {}; }
+  // The executor adds its progress inside an operation to `*counter` (the sim: each block
+  // of threads a kernel runs), so that the server's watchdog can tell a long kernel from a
+  // hung GPU. False when it cannot (the cuda executor, whose kernels run asynchronously):
+  // the watchdog then leaves its operations alone.
+  virtual bool SetProgressCounter(std::atomic<uint64_t>* /*counter*/) { return false; }
   // Why the last failing call failed ("" if there is nothing to add), for the agent's log.
   virtual std::string TakeErrorDetail() { return {}; }
 };

@@ -52,6 +52,12 @@ class GpuWorker : public transport::RpcHandler {
 
   size_t attached() const { return attached_.load(); }
 
+  // For the watchdog (any thread): since when the current operation runs (0: none, or one
+  // the watchdog leaves alone), and the progress count it moves.
+  int64_t busy_since_ns() const { return busy_since_ns_.load(); }
+  uint64_t progress() const { return progress_.load(std::memory_order_relaxed); }
+  const backend::GpuInfo* gpu() const { return gpu_; }
+
   // Any thread (the authorizer): a hello's verdict; the lane is woken to finish
   // it.
   void Deliver(HelloCheck check) {
@@ -93,7 +99,15 @@ class GpuWorker : public transport::RpcHandler {
   std::vector<std::pair<transport::ConnectionId, std::string>> to_close_;  // revoked
   uint64_t ticked_epoch_ = 0;
   std::atomic<size_t> attached_{0};  // written by the lane, read by any thread
+  std::atomic<int64_t> busy_since_ns_{0};
+  std::atomic<uint64_t> progress_{0};  // operations done, and the blocks kernels ran
 };
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 class ServerImpl : public Server {
  public:
@@ -106,7 +120,9 @@ class ServerImpl : public Server {
       stopping_ = true;
     }
     hello_wanted_.notify_all();
+    watchdog_wake_.notify_all();
     if (authorizer_.joinable()) authorizer_.join();  // after its current check, if any
+    if (watchdog_.joinable()) watchdog_.join();
     rpc_.reset();                                    // stops the GPU threads before the sessions go
   }
 
@@ -131,6 +147,7 @@ class ServerImpl : public Server {
     // Started once rpc_ is set (it wakes lanes through it); hellos that came
     // sooner wait.
     authorizer_ = std::thread([this] { AuthorizeLoop(); });
+    if (options_.hang_timeout.count() > 0) watchdog_ = std::thread([this] { WatchLoop(); });
     return Status::OK();
   }
 
@@ -139,6 +156,47 @@ class ServerImpl : public Server {
     size_t attached = 0;
     for (const auto& worker : workers_) attached += worker->attached();
     return attached;
+  }
+
+  // The watchdog thread: a GPU whose operation has made no progress for hang_timeout is
+  // reported FAILED (once per stall); gpupoold then swaps it out of its leases and the
+  // clients recover on the replacement (gpupool-remote(7), FAILOVER).
+  void WatchLoop() {
+    struct Watch {
+      int64_t since = 0;
+      uint64_t progress = 0;
+      int64_t last_change = 0;
+      bool reported = false;
+    };
+    std::vector<Watch> watches(workers_.size());
+    const int64_t limit = std::chrono::nanoseconds(options_.hang_timeout).count();
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(hello_mu_);
+        watchdog_wake_.wait_for(lock, std::chrono::milliseconds(100));
+        if (stopping_) break;
+      }
+      const int64_t now = NowNs();
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        GpuWorker& worker = *workers_[i];
+        Watch& watch = watches[i];
+        int64_t since = worker.busy_since_ns();
+        uint64_t progress = worker.progress();
+        if (since == 0 || since != watch.since || progress != watch.progress) {
+          watch = Watch{since, progress, now, since == watch.since && watch.reported};
+          continue;
+        }
+        if (watch.reported || worker.gpu() == nullptr || now - watch.last_change < limit) continue;
+        watch.reported = true;
+        char seconds[32];
+        std::snprintf(seconds, sizeof(seconds), "%.1f", static_cast<double>(limit) / 1e9);
+        std::string why =
+            std::string("no progress for ") + seconds + " s: the GPU hangs (agent watchdog)";
+        log_.Log("hung " + worker.gpu()->uuid,
+                 "GPU " + worker.gpu()->uuid + " reported FAILED: " + why);
+        options_.backend->ReportFailure(worker.gpu()->index, why);
+      }
+    }
   }
 
   const ServerOptions& options() const { return options_; }
@@ -211,9 +269,11 @@ class ServerImpl : public Server {
   std::vector<std::unique_ptr<GpuWorker>> workers_;  // one per GPU (lane)
   std::mutex hello_mu_;
   std::condition_variable hello_wanted_;
+  std::condition_variable watchdog_wake_;  // at stop (with hello_mu_)
   std::deque<Pending> hellos_;  // guarded by hello_mu_
   bool stopping_ = false;       // guarded by hello_mu_
   std::thread authorizer_;
+  std::thread watchdog_;
   std::unique_ptr<transport::RpcServer> rpc_;
 };
 
@@ -262,7 +322,13 @@ void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHe
     Revoke(id, session);
     reply->tick_soon = true;
   }
+  const bool watched = session->watched();
+  if (watched) busy_since_ns_.store(NowNs());
   session->Run(header, args, payload, payload_len, reply);
+  if (watched) {
+    busy_since_ns_.store(0);
+    progress_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 void GpuWorker::OnTick(std::vector<std::pair<transport::ConnectionId, std::string>>* close) {
@@ -404,8 +470,12 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
       reply->tick_soon = true;
     }
   }
+  // The watchdog follows this session's operations when its executor reports progress.
+  bool watched = server_->options().hang_timeout.count() > 0 &&
+                 executor.value()->SetProgressCounter(&progress_);
   session->Authorize(check.lease_id, check.token, *gpu_, server_->options().backend,
                      std::move(executor.value()), check.epoch);
+  session->set_watched(watched);
   CountAttached();
   DeviceDescription description = server_->executors().Describe(*gpu_);
   reply->out.assign(reinterpret_cast<const char*>(&description), sizeof(description));

@@ -32,6 +32,7 @@
 // not share a GPU, whose memory a kernel could otherwise reach.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -60,6 +61,11 @@ struct ServerOptions {
   // lease table's version); read often, so it must be cheap. Empty: sessions are checked
   // again on every request and every tick.
   std::function<uint64_t()> authorization_epoch;
+  // The watchdog: a GPU whose operation makes no progress for this long (no block of a
+  // kernel finishes, the operation does not return) is reported FAILED to the backend
+  // (ReportFailure), which starts the clients' recovery. 0: off. Only executors that report
+  // progress are watched (Executor::SetProgressCounter).
+  std::chrono::milliseconds hang_timeout{0};
 };
 
 class Server {

@@ -35,6 +35,9 @@ class Session {
   void Revoke(const std::string& why) { revoked_ = why; }
   // Attached to a GPU, and not revoked.
   bool authorized() const { return executor_ != nullptr && revoked_.empty(); }
+  // Whether the server's watchdog follows this session's operations.
+  bool watched() const { return watched_; }
+  void set_watched(bool watched) { watched_ = watched; }
   bool revoked() const { return !revoked_.empty(); }
   const std::string& peer() const { return peer_; }
   const std::string& lease_id() const { return lease_id_; }
@@ -66,6 +69,7 @@ class Session {
   backend::GpuInfo gpu_;
   backend::GpuBackend* backend_ = nullptr;
   std::unique_ptr<Executor> executor_;
+  bool watched_ = false;
   int32_t async_error_ = 0;   // first error of a one-way request not yet reported
   int32_t sticky_error_ = 0;  // GPU failed or a kernel faulted: the context is unusable
 };

@@ -25,6 +25,8 @@
 // ends the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -98,6 +100,9 @@ struct LaunchSpec {
   std::string* printf_out = nullptr;    // device printf text is appended here
   std::string* error_detail = nullptr;  // why a launch failed, for the agent's log
   uint64_t* thread_instructions = nullptr;  // if set: increased by the lanes executed
+  // If set: increased by one for each block of threads run, while the kernel runs (the
+  // agent's watchdog tells a long kernel from a hung GPU by it).
+  std::atomic<uint64_t>* progress = nullptr;
 };
 
 // Returns a CUresult: success, kCuIllegalAddress (stray access),

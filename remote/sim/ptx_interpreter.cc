@@ -3067,6 +3067,7 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
   const Inst* code = kernel.code.data();
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   for (uint64_t cta = first; cta < ctas; cta += stride) {
+    if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
     if (stop->load(std::memory_order_relaxed)) break;
     launch.ctaid[0] = static_cast<uint32_t>(cta % spec.grid[0]);
     launch.ctaid[1] = static_cast<uint32_t>((cta / spec.grid[0]) % spec.grid[1]);

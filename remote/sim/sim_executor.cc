@@ -232,6 +232,7 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
   spec.params = static_cast<const uint8_t*>(params);
   spec.param_size = param_size;
   spec.sm_count = sm_count_;
+  spec.progress = progress_;
   spec.printf_out = &output_;
   spec.error_detail = &error_detail_;
   spec.memory.reserve(allocations_.size());

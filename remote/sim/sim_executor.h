@@ -61,6 +61,10 @@ class SimExecutor : public Executor {
   int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
   int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
                     uint64_t* size) override;
+  bool SetProgressCounter(std::atomic<uint64_t>* counter) override {
+    progress_ = counter;
+    return true;
+  }
   std::string TakeOutput() override;
   std::string TakeErrorDetail() override;
 
@@ -81,6 +85,7 @@ class SimExecutor : public Executor {
     uint64_t module = 0;
     const sim::DecodedKernel* kernel = nullptr;
   };
+  std::atomic<uint64_t>* progress_ = nullptr;  // the watchdog's (SetProgressCounter)
   bool KnownStream(uint64_t stream) const;
   void FreeModule(Module& module);
 

@@ -247,8 +247,14 @@ void RpcClient::StartBulkReceivesLocked() {
   }
 }
 
+void RpcClient::SetAbandonCheck(std::function<std::string()> check) {
+  std::lock_guard<std::mutex> lock(mu_);
+  abandon_ = std::move(check);
+}
+
 Status RpcClient::WaitLocked(uint64_t seq) {
   auto start = std::chrono::steady_clock::now();
+  auto last_abandon_check = start;
   while (true) {
     StartBulkReceivesLocked();
     // Done when every pending request up to `seq` is replied and has its bulk data.
@@ -272,6 +278,14 @@ Status RpcClient::WaitLocked(uint64_t seq) {
       // Sleep until UCX has events or the server's socket changes (it died or closed).
       ucx_->WaitForEvents(100, control_fd_);
       if (PeerClosed(control_fd_) && !ServerClosedLocked(seq)) return BrokenLocked();
+      auto now = std::chrono::steady_clock::now();
+      if (abandon_ && now - last_abandon_check > std::chrono::milliseconds(200)) {
+        last_abandon_check = now;
+        if (std::string why = abandon_(); !why.empty()) {
+          broken_ = "gave up waiting for " + endpoint_ + ": " + why;
+          return BrokenLocked();
+        }
+      }
     }
   }
 }

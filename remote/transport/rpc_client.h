@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -56,6 +57,10 @@ class ClientConnection {
   // Waits for every started request; returns the first failure status among their replies
   // in *first_error (0 if none).
   virtual Status Drain(int32_t* first_error) = 0;
+  // `check` is asked about every 200 ms while a call waits on a server that sends nothing
+  // (a hung GPU); a non-empty answer gives the wait up: the connection is then broken with
+  // that reason (the failover's way out of a GPU the lease has moved away from).
+  virtual void SetAbandonCheck(std::function<std::string()> check) = 0;
 };
 
 class RpcClient : public ClientConnection {
@@ -71,6 +76,7 @@ class RpcClient : public ClientConnection {
   Status Post(const Request& request) override;
   Status Start(const Request& request) override;
   Status Drain(int32_t* first_error) override;
+  void SetAbandonCheck(std::function<std::string()> check) override;
 
   const std::string& endpoint() const { return endpoint_; }
 
@@ -107,6 +113,7 @@ class RpcClient : public ClientConnection {
   std::vector<char> send_header_;   // the AM header being sent; guarded by mu_
   std::deque<std::unique_ptr<Pending>> pending_;  // in seq order; guarded by mu_
   std::string broken_;  // non-empty once the connection failed; guarded by mu_
+  std::function<std::string()> abandon_;  // guarded by mu_
 };
 
 }  // namespace gpupool::transport

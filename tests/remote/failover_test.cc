@@ -8,12 +8,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "remote/dataplane/protocol.h"
@@ -76,11 +78,42 @@ constexpr uint64_t kGlobals = (uint64_t{32} << 40) + (uint64_t{1} << 30);
 constexpr uint64_t kModule = 7, kFunction = 8, kStream = 9;
 
 // One agent: a dataplane server over a test backend whose GPU `gpu` it serves.
+// The test backend with the sim's `hang` fault: operations block until Release (bounded,
+// so that a broken test cannot hang ctest).
+class HangingBackend : public testing::TestBackend {
+ public:
+  using TestBackend::TestBackend;
+  Status BeforeOperation(int index) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    released_.wait_for(lock, std::chrono::seconds(30), [this] { return !hung_; });
+    lock.unlock();
+    return TestBackend::BeforeOperation(index);
+  }
+  void Hang() {
+    std::lock_guard<std::mutex> lock(mu_);
+    hung_ = true;
+  }
+  void Release() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hung_ = false;
+    }
+    released_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable released_;
+  bool hung_ = false;
+};
+
 struct Agent {
-  explicit Agent(int gpu) : backend(gpu + 1, uint64_t{1} << 30), uuid(testing::TestGpuUuid(gpu)) {
+  explicit Agent(int gpu, std::chrono::milliseconds hang_timeout = std::chrono::milliseconds(0))
+      : backend(gpu + 1, uint64_t{1} << 30), uuid(testing::TestGpuUuid(gpu)) {
     dp::ServerOptions options;
     options.listen = "127.0.0.1:0";
     options.backend = &backend;
+    options.hang_timeout = hang_timeout;
     options.authorize = [](const std::string& lease, const std::string& token, const std::string&) {
       return lease == "L1" && token == "t1";
     };
@@ -89,7 +122,8 @@ struct Agent {
     server = std::move(started.value());
     endpoint = "127.0.0.1:" + std::to_string(server->port());
   }
-  testing::TestBackend backend;
+  ~Agent() { backend.Release(); }
+  HangingBackend backend;
   std::string uuid;
   std::string endpoint;
   std::unique_ptr<dp::Server> server;
@@ -361,6 +395,76 @@ TEST_F(FailoverTest, NoReplacementWithinTheDeadlineGivesTheOriginalError) {
   Step(1);
   first_->backend.Fail();  // and the lease never moves
   EXPECT_EQ(Synchronize(), dp::kCuEccUncorrectable);
+}
+
+TEST_F(FailoverTest, AHungGpuIsReportedByTheWatchdogAndTheWaitingCallGoesOnElsewhere) {
+  first_ = std::make_unique<Agent>(0, std::chrono::milliseconds(500));
+  NameInLease(*first_);
+  Open(Replay());
+  Prepare();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  first_->backend.Hang();
+  Step(4);
+  // What gpupoold and spank_gpupool's watcher do when the agent reports the GPU FAILED.
+  std::thread swap([this] {
+    for (int i = 0; i < 100 && first_->backend.reported_failures() == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    NameInLease(*second_);
+  });
+  EXPECT_EQ(Synchronize(), 0);  // waits on the hung GPU, then recovers on the second
+  swap.join();
+  EXPECT_GE(first_->backend.reported_failures(), 1);
+  Step(5);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(failover_->recoveries()[0].to.uuid, second_->uuid);
+}
+
+// spin(n): every thread counts to n; long enough to outlast the watchdog's timeout, while
+// it finishes block after block.
+const char kSpinPtx[] =
+    ".version 7.0\n"
+    ".target sm_70\n"
+    ".address_size 64\n"
+    ".visible .entry spin(\n"
+    "  .param .u32 spin_param_0\n"
+    ")\n"
+    "{\n"
+    "  .reg .pred %p<2>;\n"
+    "  .reg .b32 %r<4>;\n"
+    "  ld.param.u32 %r1, [spin_param_0];\n"
+    "  mov.u32 %r2, 0;\n"
+    "$L_loop:\n"
+    "  add.s32 %r2, %r2, 1;\n"
+    "  setp.lt.u32 %p1, %r2, %r1;\n"
+    "  @%p1 bra $L_loop;\n"
+    "  ret;\n"
+    "}\n";
+
+TEST_F(FailoverTest, ALongKernelIsNotAHang) {
+  first_ = std::make_unique<Agent>(0, std::chrono::milliseconds(300));
+  NameInLease(*first_);
+  Open(Replay());
+  std::vector<char> image(sizeof(dp::ModuleImageHeader));
+  dp::ModuleImageHeader header{sizeof(kSpinPtx), 0, 0};
+  std::memcpy(image.data(), &header, sizeof(header));
+  image.insert(image.end(), kSpinPtx, kSpinPtx + sizeof(kSpinPtx));
+  dp::ModuleLoadArgs load{kModule, kGlobals};
+  ASSERT_EQ(Call(dp::kOpModuleLoad, &load, sizeof(load), image.data(), image.size()), 0);
+  dp::GetFunctionArgs function{kModule, kFunction, "spin"};
+  ASSERT_EQ(Call(dp::kOpGetFunction, &function, sizeof(function)), 0);
+  uint32_t count = 1600;
+  dp::LaunchArgs launch{kFunction, {2048, 1, 1}, {256, 1, 1}, 0, sizeof(count), 0};
+  auto began = std::chrono::steady_clock::now();
+  ASSERT_EQ(Post(dp::kOpLaunch, &launch, sizeof(launch), &count, sizeof(count)), 0);
+  dp::StreamArgs sync{0, 0, 0};
+  EXPECT_EQ(Call(dp::kOpContextSynchronize, &sync, 0), 0);
+  auto took = std::chrono::steady_clock::now() - began;
+  EXPECT_GT(took, std::chrono::milliseconds(600));  // twice the timeout, or it shows nothing
+  EXPECT_EQ(first_->backend.reported_failures(), 0);
+  EXPECT_TRUE(failover_->recoveries().empty());
 }
 
 TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {

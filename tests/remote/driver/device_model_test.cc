@@ -16,13 +16,13 @@ namespace {
 std::unique_ptr<Device> Described(const char* name, const char* executor, int cc_major = 8,
                                   int cc_minor = 0, int sms = 108) {
   auto device = std::make_unique<Device>();
-  std::snprintf(device->description.name, sizeof(device->description.name), "%s", name);
-  std::snprintf(device->description.executor, sizeof(device->description.executor), "%s",
+  std::snprintf(device->channel.description.name, sizeof(device->channel.description.name), "%s", name);
+  std::snprintf(device->channel.description.executor, sizeof(device->channel.description.executor), "%s",
                 executor);
-  device->description.cc_major = cc_major;
-  device->description.cc_minor = cc_minor;
-  device->description.multiprocessor_count = sms;
-  device->description.total_memory = 80ull << 30;
+  device->channel.description.cc_major = cc_major;
+  device->channel.description.cc_minor = cc_minor;
+  device->channel.description.multiprocessor_count = sms;
+  device->channel.description.total_memory = 80ull << 30;
   return device;
 }
 
