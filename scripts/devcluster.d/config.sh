@@ -301,6 +301,7 @@ write_gpupool_conf() {
     echo "  server = \"$POOLD_SERVERS\";"
     echo "  backend = \"sim\";"
     echo "  heartbeat_interval = 1;"
+    echo "  hang_timeout = 5;"
     echo "};"
     echo "client = {"
     echo "  server = \"$POOLD_SERVERS\";"

@@ -10,15 +10,28 @@
 load slurm_helpers
 
 setup() {
-  FAILED_GPU="" KILLED_AGENT=""
+  FAILED_GPU="" KILLED_AGENT="" HUNG="" DRAINED=()  # HUNG: "HOST INDEX" of a sim fault
 }
 
 teardown() {
   [[ -n $KILLED_AGENT ]] && "$DEVCLUSTER" start "$KILLED_AGENT" >/dev/null 2>&1 || true
+  [[ -n $HUNG ]] && fault "${HUNG% *}" "${HUNG#* }" clear >/dev/null 2>&1 || true
+  local gpu
+  for gpu in "${DRAINED[@]}"; do
+    gpupoolctl update gpu="$gpu" state=resume reason="failover test" >/dev/null 2>&1 || true
+  done
   [[ -n $FAILED_GPU ]] &&
     gpupoolctl update gpu="$FAILED_GPU" state=resume reason="failover test" >/dev/null 2>&1 || true
   # Back to IDLE before the next test (a resumed GPU of a killed agent heartbeats again).
   wait_until 30 no_gpu_unreachable || true
+}
+
+# fault HOST INDEX MODE: sets a sim fault through the agent's control API (MUNGE
+# authenticated: a credential whose payload is "gpupool"), e.g. `fault gpuhost1 0 hang`.
+fault() {
+  local port=$((GPUPOOL_DEV_PORTBASE + 29 + ${1#gpuhost}))
+  curl -sf -H "Authorization: MUNGE $(printf gpupool | munge -S "$MUNGE_SOCKET")" \
+    -d "{\"index\": $2, \"mode\": \"$3\"}" "http://127.0.0.1:$port/v1/faults"
 }
 
 no_gpu_unreachable() { ! gpupoolctl show gpus --json | jq -e '.gpus[] | select(.state == "UNREACHABLE")' >/dev/null; }
@@ -97,4 +110,43 @@ expect_recovered() {
   grep -qE 'failed: .*\((214|46|800)\)' "$OUT/$JOB.out"
   ! grep -q 'recovered on' "$OUT/$JOB.out"
   no_node_drained
+}
+
+@test "a running program's GPU hangs: the agent's watchdog fails it and the program goes on" {
+  start_and_wait tcp
+  local host index
+  host=$(lease_field_of_job "$JOB" '.gpus[0].host')
+  index=$(lease_field_of_job "$JOB" '.gpus[0].index')
+  HUNG="$host $index"
+  fault "$host" "$index" hang
+  expect_recovered
+  # The watchdog (hang_timeout = 5 in the dev cluster) said why.
+  agent_logs | grep -q "GPU $OLD_UUID reported FAILED: no progress for 5.0 s: the GPU hangs"
+}
+
+@test "a GPU fails while the pool has no spare: the program waits, and goes on when an admin resumes one" {
+  start_and_wait tcp
+  # Every other a100 GPU drained: nothing to swap in.
+  local gpu
+  for gpu in $(gpupoolctl show gpus pool=a100 --json | jq -r '.gpus[] | select(.state == "IDLE") | .id'); do
+    gpupoolctl update gpu="$gpu" state=drain reason="failover test: no spare" >/dev/null
+    DRAINED+=("$gpu")
+  done
+  ((${#DRAINED[@]} > 0))
+  # The GPU fails in band (an Xid, say): its requests fail, and the lease, with no spare,
+  # stays DEGRADED on it.
+  local host index
+  host=$(lease_field_of_job "$JOB" '.gpus[0].host')
+  index=$(lease_field_of_job "$JOB" '.gpus[0].index')
+  HUNG="$host $index"
+  fault "$host" "$index" fail
+  wait_until 30 grep -q "failed (CUDA error [0-9]*): recovering" "$OUT/$JOB.out"
+  sleep 6
+  # Still waiting, not failed: the lease is DEGRADED and the job runs on.
+  [[ $(job_state "$JOB") == RUNNING ]]
+  ! grep -q 'recovered on' "$OUT/$JOB.out"
+  grep -q "still waiting for a replacement GPU" "$OUT/$JOB.out"
+  gpupoolctl update gpu="${DRAINED[0]}" state=resume reason="failover test: a spare" >/dev/null
+  expect_recovered
+  grep -q "recovered on $(uuid_of_gpu "${DRAINED[0]}")" "$OUT/$JOB.out"
 }
