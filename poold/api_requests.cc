@@ -129,9 +129,33 @@ Result<AgentRegistration> ParseRegistration(const json& body) {
   return r;
 }
 
-Result<std::vector<GpuHealthReport>> ParseHeartbeat(const json& body, std::string* host) {
-  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"host", "gpus"}));
+Result<std::vector<GpuHealthReport>> ParseHeartbeat(const json& body, std::string* host,
+                                                    std::vector<RecoveryReport>* recoveries) {
+  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"host", "gpus", "recoveries"}));
   GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "host", true, host));
+  if (auto list = body.find("recoveries"); list != body.end()) {
+    if (!list->is_array()) return Status::InvalidArgument("field 'recoveries' must be a list");
+    if (list->size() > 1000) return Status::InvalidArgument("field 'recoveries' has more than 1000 entries");
+    for (const json& e : *list) {
+      GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(
+          e, {"uuid", "lease", "from", "pause_ms", "restored_bytes", "replayed"}, "recovery entry"));
+      RecoveryReport r;
+      GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "uuid", true, &r.uuid));
+      GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "lease", true, &r.lease));
+      GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "from", true, &r.from));
+      if (r.from.size() > 128) return Status::InvalidArgument("field 'from' is longer than 128 characters");
+      for (auto [name, field] : {std::pair{"pause_ms", &r.pause_ms}, {"restored_bytes", &r.restored_bytes},
+                                 {"replayed", &r.replayed}}) {
+        auto v = e.find(name);
+        if (v == e.end() || !v->is_number_unsigned()) {
+          return Status::InvalidArgument(std::string("recovery entry: field '") + name +
+                                         "' must be a non-negative integer");
+        }
+        *field = v->get<uint64_t>();
+      }
+      if (recoveries != nullptr) recoveries->push_back(std::move(r));
+    }
+  }
   std::vector<GpuHealthReport> out;
   auto it = body.find("gpus");
   if (it == body.end()) return out;

@@ -36,8 +36,10 @@ Status ParseRelease(const nlohmann::json& body, std::string* id, int64_t* job_id
 // POST /v1/agents/register.
 Result<AgentRegistration> ParseRegistration(const nlohmann::json& body);
 // POST /v1/agents/heartbeat.
+// `recoveries` (optional): the heartbeat's "recoveries" list.
 Result<std::vector<GpuHealthReport>> ParseHeartbeat(const nlohmann::json& body,
-                                                    std::string* host);
+                                                    std::string* host,
+                                                    std::vector<RecoveryReport>* recoveries = nullptr);
 
 // POST /v1/gpus/update.
 struct GpuUpdate {

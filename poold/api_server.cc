@@ -260,9 +260,10 @@ void ApiServer::Route() {
     Result<json> body = body_of(req);
     if (!body.ok()) return body.status();
     std::string host;
-    Result<std::vector<GpuHealthReport>> gpus = ParseHeartbeat(*body, &host);
+    std::vector<RecoveryReport> recoveries;
+    Result<std::vector<GpuHealthReport>> gpus = ParseHeartbeat(*body, &host, &recoveries);
     if (!gpus.ok()) return gpus.status();
-    return engine_->Heartbeat(host, *gpus);
+    return engine_->Heartbeat(host, *gpus, recoveries);
   }));
 
   // Errors httplib produces itself (404 route, 413 payload, 400 parse) get a JSON body too.
@@ -311,7 +312,8 @@ std::string ApiServer::Metrics() {
       {"gpupool_leases_acquired_total", k.acquired}, {"gpupool_leases_released_total", k.released},
       {"gpupool_leases_expired_total", k.expired},   {"gpupool_leases_reaped_total", k.reaped},
       {"gpupool_swaps_total", k.swapped},            {"gpupool_leases_degraded_total", k.degraded},
-      {"gpupool_gpu_failures_total", k.failed},      {"gpupool_gpu_unreachable_total", k.unreachable}};
+      {"gpupool_gpu_failures_total", k.failed},      {"gpupool_gpu_unreachable_total", k.unreachable},
+      {"gpupool_recoveries_total", k.recovered}};
   for (const auto& [name, v] : counters) {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;

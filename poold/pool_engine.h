@@ -62,6 +62,15 @@ struct GpuHealthReport {
   std::string reason;
 };
 
+// A running process that recovered on one of the host's GPUs after its previous GPU failed
+// (the remoting library tells the agent, the agent tells gpupoold in its next heartbeat).
+struct RecoveryReport {
+  std::string uuid;   // the GPU it recovered on (of the reporting host)
+  std::string lease;  // the lease the process's session holds (the agent checked it)
+  std::string from;   // the GPU it lost
+  uint64_t pause_ms = 0, restored_bytes = 0, replayed = 0;
+};
+
 struct AgentGpu {
   std::string uuid, model, pci_bus_id;
   int index = 0, numa_node = -1;
@@ -85,7 +94,7 @@ struct EventFilter {
 // Counters for /metrics.
 struct EngineCounters {
   uint64_t acquired = 0, released = 0, expired = 0, reaped = 0, swapped = 0, degraded = 0,
-           failed = 0, unreachable = 0;
+           failed = 0, unreachable = 0, recovered = 0;
 };
 
 // Who owns Slurm job N, as slurmctld says (SlurmJobs::Owner). NotFound: no such job or it
@@ -124,7 +133,10 @@ class PoolEngine {
 
   // --- agents ---
   Result<nlohmann::json> Register(const AgentRegistration& reg);
-  Result<nlohmann::json> Heartbeat(const std::string& host, const std::vector<GpuHealthReport>& gpus);
+  // `recoveries`: events to record ("recovered"); one naming a GPU of another host or a
+  // lease that does not hold the GPU is ignored (an agent speaks for its own GPUs only).
+  Result<nlohmann::json> Heartbeat(const std::string& host, const std::vector<GpuHealthReport>& gpus,
+                                   const std::vector<RecoveryReport>& recoveries = {});
 
   // Periodic work: hosts silent for unreachable_timeout → UNREACHABLE (and swaps);
   // leases past their expiry → released.

@@ -3,6 +3,8 @@
 // pool_engine_health.cc). See pool_engine.h.
 #include "poold/pool_engine.h"
 
+#include <cstdio>
+
 #include <algorithm>
 
 namespace gpupool::poold {
@@ -88,7 +90,8 @@ Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg) {
 }
 
 Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
-                                             const std::vector<GpuHealthReport>& gpus) {
+                                             const std::vector<GpuHealthReport>& gpus,
+                                             const std::vector<RecoveryReport>& recoveries) {
   std::lock_guard<std::mutex> lock(mu_);
   NameId host_id = inventory_.FindName(host_name);
   Host* host = host_id == kNone ? nullptr : inventory_.FindHost(host_id);
@@ -109,6 +112,21 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
     if (r.failed && inventory_.gpu(g).state != GpuState::kFailed) {
       FailGpu(g, GpuState::kFailed, r.reason.empty() ? "reported failed by agent" : r.reason, "failed");
     }
+  }
+  for (const RecoveryReport& r : recoveries) {
+    GpuIndex g = inventory_.FindGpu(r.uuid);
+    if (g == kNone || inventory_.gpu(g).host != host_id || inventory_.gpu(g).lease == 0) continue;
+    auto it = leases_.find(inventory_.gpu(g).lease);
+    if (it == leases_.end() || LeaseName(it->second.number) != r.lease) continue;
+    ++counters_.recovered;
+    char detail[320];
+    std::snprintf(detail, sizeof(detail),
+                  "a process recovered here from %s: paused %llu ms, restored %.1f MiB, replayed %llu "
+                  "operation(s)",
+                  r.from.c_str(), static_cast<unsigned long long>(r.pause_ms),
+                  static_cast<double>(r.restored_bytes) / (1 << 20),
+                  static_cast<unsigned long long>(r.replayed));
+    Event("recovered", g, &it->second, detail);
   }
   nlohmann::json leases = nlohmann::json::array();
   for (GpuIndex g : host->gpus) {

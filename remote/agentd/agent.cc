@@ -45,6 +45,24 @@ void Agent::HeartbeatSoon() {
   wake_->cv.notify_all();
 }
 
+void Agent::ReportRecovery(const std::string& gpu_uuid, const std::string& lease,
+                           const std::string& from, uint64_t pause_ms, uint64_t restored_bytes,
+                           uint64_t replayed) {
+  {
+    std::lock_guard<std::mutex> l(recoveries_mu_);
+    // Bounded: a flood of reports while gpupoold is away keeps the first thousand.
+    if (recoveries_.size() < 1000) {
+      recoveries_.push_back({{"uuid", gpu_uuid},
+                             {"lease", lease},
+                             {"from", from},
+                             {"pause_ms", pause_ms},
+                             {"restored_bytes", restored_bytes},
+                             {"replayed", replayed}});
+    }
+  }
+  HeartbeatSoon();
+}
+
 bool Agent::RefreshLeases(int timeout_ms) {
   std::unique_lock<std::mutex> l(wake_->mu);
   // A heartbeat in flight may have been sent before the caller's lease existed: wait for
@@ -181,7 +199,20 @@ void Agent::Run() {
       }
     } answered{wake_.get(), sequence};
     last_heartbeat = std::chrono::steady_clock::now();
-    Result<nlohmann::json> answer = client.Post("/v1/agents/heartbeat", HeartbeatBody());
+    nlohmann::json body = HeartbeatBody();
+    nlohmann::json recoveries = nlohmann::json::array();
+    {
+      std::lock_guard<std::mutex> l(recoveries_mu_);
+      recoveries.swap(recoveries_);
+    }
+    if (!recoveries.empty()) body["recoveries"] = recoveries;
+    Result<nlohmann::json> answer = client.Post("/v1/agents/heartbeat", body);
+    if (!answer.ok() && !recoveries.empty()) {
+      // Sent again with the next heartbeat.
+      std::lock_guard<std::mutex> l(recoveries_mu_);
+      for (auto& r : recoveries_) recoveries.push_back(std::move(r));
+      recoveries_.swap(recoveries);
+    }
     if (!answer.ok()) {
       if (answer.status().code() == Status::Code::kNotFound) {
         log::Warning("gpupoold does not know host " + options_.config.host + " (" +

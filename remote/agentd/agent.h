@@ -60,6 +60,12 @@ class Agent {
   // does not know yet: a job's first CUDA call often comes before the next heartbeat.
   bool RefreshLeases(int timeout_ms);
 
+  // A client of `gpu_uuid` (session of `lease`, checked by the data path) recovered there
+  // after losing GPU `from`: reported to gpupoold with the next heartbeat (asked for now),
+  // which records a "recovered" event. Any thread.
+  void ReportRecovery(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
+                      uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed);
+
   bool registered() const { return registered_.load(); }
   uint64_t registrations() const { return registrations_.load(); }
   uint64_t heartbeats() const { return heartbeats_.load(); }  // successful ones
@@ -98,6 +104,8 @@ class Agent {
   std::atomic<uint64_t> registrations_{0};
   std::atomic<uint64_t> heartbeats_{0};
   std::string trouble_;  // the failure last logged; used only by the agent thread
+  std::mutex recoveries_mu_;
+  nlohmann::json recoveries_ = nlohmann::json::array();  // not yet sent; guarded by recoveries_mu_
 };
 
 }  // namespace gpupool::agentd

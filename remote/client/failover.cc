@@ -46,6 +46,7 @@ bool ChangesState(uint32_t op) {
     case dp::kOpEventElapsed:
     case dp::kOpContextSynchronize:
     case dp::kOpModuleGetGlobal:
+    case dp::kOpRecovered:
       return false;
     default:
       return true;
@@ -659,6 +660,11 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
           *description = fresh;
           recovery.pause = std::chrono::duration_cast<std::chrono::milliseconds>(
               std::chrono::steady_clock::now() - began);
+          // The new agent tells gpupoold (a "recovered" event); best effort.
+          dp::RecoveredArgs report{static_cast<uint64_t>(recovery.pause.count()),
+                                   recovery.restored_bytes, recovery.replayed, {}};
+          std::snprintf(report.from, sizeof(report.from), "%s", failed.uuid.c_str());
+          (void)(*connection)->Post({dp::kOpRecovered, &report, sizeof(report), nullptr, 0, nullptr, 0});
           LogError(
               "GPU %d: recovered on %s at %s in %lld ms (restored %s, "
               "replayed %zu "

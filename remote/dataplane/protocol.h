@@ -70,6 +70,7 @@ enum Op : uint32_t {
   kOpEventElapsed,
   kOpContextSynchronize,
   kOpModuleGetGlobal,  // ModuleGetGlobalArgs -> ModuleGetGlobalResult
+  kOpRecovered,        // RecoveredArgs, one-way: this process recovered here (failover)
   kOpCount,
 };
 
@@ -139,6 +140,15 @@ struct EventElapsedResult { float milliseconds; uint32_t reserved; };
 // cuModuleGetGlobal: a module variable's device address and size.
 struct ModuleGetGlobalArgs { uint64_t module; char name[512]; };
 struct ModuleGetGlobalResult { uint64_t dptr; uint64_t size; };
+
+// After a recovery the client tells the replacement's agent (which tells gpupoold: a
+// "recovered" event). The agent attaches the session's own lease and GPU to it.
+struct RecoveredArgs {
+  uint64_t pause_ms;
+  uint64_t restored_bytes;
+  uint64_t replayed;
+  char from[64];  // the GPU that was lost
+};
 
 // Device printf: the reply's inline bytes (`out`) of kOpStreamSynchronize,
 // kOpContextSynchronize, kOpEventSynchronize and kOpMemcpyDtoH carry the text kernels

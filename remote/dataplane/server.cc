@@ -476,6 +476,7 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   session->Authorize(check.lease_id, check.token, *gpu_, server_->options().backend,
                      std::move(executor.value()), check.epoch);
   session->set_watched(watched);
+  session->set_recovery_listener(server_->options().on_recovered);
   CountAttached();
   DeviceDescription description = server_->executors().Describe(*gpu_);
   reply->out.assign(reinterpret_cast<const char*>(&description), sizeof(description));

@@ -66,6 +66,11 @@ struct ServerOptions {
   // (ReportFailure), which starts the clients' recovery. 0: off. Only executors that report
   // progress are watched (Executor::SetProgressCounter).
   std::chrono::milliseconds hang_timeout{0};
+  // A client reported that it recovered on `gpu_uuid` (kOpRecovered): its session's lease
+  // and GPU, and its own figures. Runs on the GPU's thread: must not block. May be empty.
+  std::function<void(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
+                     uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed)>
+      on_recovered;
 };
 
 class Server {

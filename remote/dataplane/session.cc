@@ -166,6 +166,20 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       if (!Decode(args, &a)) return kCuInvalidValue;
       return ex.Free(a.dptr);
     }
+    case kOpRecovered: {
+      RecoveredArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      a.from[sizeof(a.from) - 1] = '\0';
+      // Client text bound for logs and gpupoold's JSON: printable ASCII only.
+      for (char* c = a.from; *c != '\0'; ++c) {
+        if (*c < 0x20 || *c > 0x7e) *c = '?';
+      }
+      // The lease and GPU are the session's own: a client speaks only for itself.
+      if (on_recovered_) {
+        on_recovered_(gpu_.uuid, lease_id_, a.from, a.pause_ms, a.restored_bytes, a.replayed);
+      }
+      return kCuSuccess;
+    }
     case kOpMemGetInfo: {
       MemInfoResult result{};
       ex.MemoryInfo(&result.free, &result.total);

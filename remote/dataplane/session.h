@@ -18,6 +18,7 @@
 #include "remote/backend/backend.h"
 #include "remote/dataplane/executor.h"
 #include "remote/dataplane/log_limiter.h"
+#include "remote/dataplane/server.h"
 #include "remote/transport/rpc_server.h"
 
 namespace gpupool::dataplane {
@@ -38,6 +39,10 @@ class Session {
   // Whether the server's watchdog follows this session's operations.
   bool watched() const { return watched_; }
   void set_watched(bool watched) { watched_ = watched; }
+  // Where kOpRecovered reports go (ServerOptions::on_recovered).
+  void set_recovery_listener(decltype(ServerOptions::on_recovered) listener) {
+    on_recovered_ = std::move(listener);
+  }
   bool revoked() const { return !revoked_.empty(); }
   const std::string& peer() const { return peer_; }
   const std::string& lease_id() const { return lease_id_; }
@@ -70,6 +75,7 @@ class Session {
   backend::GpuBackend* backend_ = nullptr;
   std::unique_ptr<Executor> executor_;
   bool watched_ = false;
+  decltype(ServerOptions::on_recovered) on_recovered_;
   int32_t async_error_ = 0;   // first error of a one-way request not yet reported
   int32_t sticky_error_ = 0;  // GPU failed or a kernel faulted: the context is unusable
 };

@@ -110,6 +110,11 @@ TEST_F(ApiTest, RolesAreEnforced) {
   auto reg = Raw("POST", "/v1/agents/register", R"({"host":"evil","rack":"r","gpus":[]})",
                  "MUNGE " + testing::CredentialAs(nobody));
   EXPECT_EQ(reg->status, 403);
+  // Only agents report recoveries (with their heartbeat).
+  auto recovered = Raw("POST", "/v1/agents/heartbeat",
+                       R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0}]})",
+                       "MUNGE " + testing::CredentialAs(nobody));
+  EXPECT_EQ(recovered->status, 403);
   EXPECT_EQ(client_->Get("/v1/gpus?id=g1:0").value()["gpus"][0]["state"], "IDLE");
   // A user acquires for themselves; root sees it; the user cannot release root's lease.
   auto mine = Raw("POST", "/v1/leases", R"({"job_id":5,"request":[{"pool":"a100","count":1}]})",
@@ -159,6 +164,9 @@ TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {
       {"/v1/agents/register", R"({"host":"g2","rack":"r1","gpus":[{"uuid":"X","index":0,"model":"A100","memory_mib":1},{"uuid":"X","index":1,"model":"A100","memory_mib":1}]})", 400, "duplicate GPU uuid"},
       {"/v1/agents/heartbeat", R"({"host":"nobody"})", 404, "unknown host 'nobody'"},
       {"/v1/agents/heartbeat", R"({"host":"g1","gpus":[{"uuid":"GPU-0","health":"SICK"}]})", 400, "must be OK or FAILED"},
+      {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":{}})", 400, "'recoveries' must be a list"},
+      {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":-5,"restored_bytes":0,"replayed":0}]})", 400, "'pause_ms' must be a non-negative integer"},
+      {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0,"extra":1}]})", 400, "unknown field 'extra'"},
       {"/v1/nothing", R"({})", 404, "no such endpoint"},
   };
   for (const Case& c : cases) {

@@ -363,6 +363,38 @@ TEST_F(EngineTest, AgentReportedFailureSwapsAtOnceAndStaysUntilResume) {
   EXPECT_EQ(Gpu(uuid)["state"], "IDLE");
 }
 
+// A process recovered on a GPU after its previous one failed: the agent's heartbeat says
+// so, and gpupoold records it, but only for the reporting host's own GPU and the lease
+// that holds it.
+TEST_F(EngineTest, RecoveriesReportedByTheGpusAgentAreRecorded) {
+  AddHost("g1", "r1", 2);
+  AddHost("g2", "r1", 2);
+  auto l = Acquire(1, "a100", 1);
+  std::string uuid = l.value()["gpus"][0]["uuid"];
+  std::string host = l.value()["gpus"][0]["host"];
+  std::string other = host == "g1" ? "g2" : "g1";
+  std::string lease = l.value()["id"];
+  RecoveryReport report{uuid, lease, "GPU-lost", 3719, 36u << 20, 30};
+  ASSERT_TRUE(engine_->Heartbeat(other, {}, {report}).ok());          // not its GPU
+  RecoveryReport wrong_lease = report;
+  wrong_lease.lease = "L999";
+  ASSERT_TRUE(engine_->Heartbeat(host, {}, {wrong_lease}).ok());     // not its lease
+  EXPECT_EQ(engine_->counters().recovered, 0u);
+  ASSERT_TRUE(engine_->Heartbeat(host, {}, {report}).ok());
+  EXPECT_EQ(engine_->counters().recovered, 1u);
+  EventFilter f;
+  f.job_id = 1;
+  json events = engine_->ListEvents(admin_, f).value()["events"];
+  ASSERT_FALSE(events.empty());
+  json last = events.back();
+  EXPECT_EQ(last["type"], "recovered");
+  EXPECT_EQ(last["lease"], lease);
+  EXPECT_NE(last["detail"].get<std::string>().find(
+                "recovered here from GPU-lost: paused 3719 ms, restored 36.0 MiB, replayed 30"),
+            std::string::npos)
+      << last.dump();
+}
+
 TEST_F(EngineTest, LeasesExpireWithoutRenewal) {
   AddHost("g1", "r1", 2);
   ASSERT_TRUE(Acquire(1, "a100", 1).ok());

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -87,8 +88,11 @@ class HangingBackend : public testing::TestBackend {
     std::unique_lock<std::mutex> lock(mu_);
     released_.wait_for(lock, std::chrono::seconds(30), [this] { return !hung_; });
     lock.unlock();
+    if (int left = fail_after_.load(); left > 0 && fail_after_.fetch_sub(1) == 1) Fail();
     return TestBackend::BeforeOperation(index);
   }
+  // The next `ops` operations succeed; every one after fails (the sim's fail-after fault).
+  void FailAfter(int ops) { fail_after_ = ops + 1; }
   void Hang() {
     std::lock_guard<std::mutex> lock(mu_);
     hung_ = true;
@@ -105,6 +109,7 @@ class HangingBackend : public testing::TestBackend {
   std::mutex mu_;
   std::condition_variable released_;
   bool hung_ = false;
+  std::atomic<int> fail_after_{0};
 };
 
 struct Agent {
@@ -114,6 +119,13 @@ struct Agent {
     options.listen = "127.0.0.1:0";
     options.backend = &backend;
     options.hang_timeout = hang_timeout;
+    options.on_recovered = [this](const std::string& gpu_uuid, const std::string& lease,
+                                  const std::string& from, uint64_t pause_ms, uint64_t restored,
+                                  uint64_t) {
+      std::lock_guard<std::mutex> lock(reports_mu);
+      reports.push_back(gpu_uuid + " " + lease + " " + from + " " + std::to_string(pause_ms) +
+                        " " + std::to_string(restored));
+    };
     options.authorize = [](const std::string& lease, const std::string& token, const std::string&) {
       return lease == "L1" && token == "t1";
     };
@@ -123,6 +135,12 @@ struct Agent {
     endpoint = "127.0.0.1:" + std::to_string(server->port());
   }
   ~Agent() { backend.Release(); }
+  std::vector<std::string> Reports() {
+    std::lock_guard<std::mutex> lock(reports_mu);
+    return reports;
+  }
+  std::mutex reports_mu;
+  std::vector<std::string> reports;  // what clients reported with kOpRecovered
   HangingBackend backend;
   std::string uuid;
   std::string endpoint;
@@ -313,6 +331,36 @@ TEST_F(FailoverTest, AGoneAgentIsReplacedAndTheStateGoesOn) {
   EXPECT_EQ(channel_.location.uuid, second_->uuid);
   EXPECT_STREQ(channel_.description.uuid, second_->uuid.c_str());
   EXPECT_GE(failover_->recoveries()[0].restored_bytes, kElements * 4u);
+  // The new agent heard about it, with the session's own lease and GPU.
+  std::vector<std::string> reports = second_->Reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].rfind(second_->uuid + " L1 " + first_->uuid + " ", 0), 0u) << reports[0];
+}
+
+// kOpRecovered speaks for the sender's own session: before a hello it is refused, and its
+// text is cleaned before it reaches logs and gpupoold.
+TEST_F(FailoverTest, RecoveryReportsComeOnlyFromAttachedSessions) {
+  auto stranger = transport::RpcClient::Connect(second_->endpoint, second_->uuid);
+  ASSERT_TRUE(stranger.ok());
+  dp::RecoveredArgs forged{1, 2, 3, "GPU-forged"};
+  Reply reply;
+  ASSERT_TRUE(stranger.value()
+                  ->Call({dp::kOpRecovered, &forged, sizeof(forged), nullptr, 0, nullptr, 0}, &reply)
+                  .ok());
+  EXPECT_EQ(reply.status, dp::kCuNotPermitted);
+  EXPECT_TRUE(second_->Reports().empty());
+  GpuLocation location{second_->uuid, second_->endpoint};
+  dp::DeviceDescription description{};
+  std::string why;
+  int32_t refusal = 0;
+  auto attached = OpenSession(location, &description, &why, &refusal);
+  ASSERT_NE(attached, nullptr) << why;
+  dp::RecoveredArgs odd{5, 6, 7, "GPU-\x01\xff"};
+  ASSERT_TRUE(attached->Call({dp::kOpRecovered, &odd, sizeof(odd), nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.status, 0);
+  std::vector<std::string> reports = second_->Reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0], second_->uuid + " L1 GPU-?? 5 6");
 }
 
 TEST_F(FailoverTest, AGpuFailingInBandIsReplacedOnceTheLeaseNamesAnother) {
@@ -353,6 +401,30 @@ TEST_F(FailoverTest, TwoFailuresInARowWithoutACheckpointBetween) {
   ExpectMatchesReference();
   EXPECT_EQ(failover_->recoveries().size(), 2u);
   EXPECT_EQ(channel_.location.uuid, third->uuid);
+}
+
+// The GPU fails in the middle of a checkpoint (after the device went idle, while the first
+// range is read back): the previous checkpoint and its log stay whole, and the recovery
+// from them is exact.
+TEST_F(FailoverTest, AFailureDuringACheckpointKeepsThePreviousOne) {
+  Open(Replay());
+  Prepare();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  ASSERT_EQ(failover_->checkpoints(), 1u);
+  for (uint32_t k = 4; k <= 6; ++k) Step(k);
+  // The launches and copies since (6 operations), the application's synchronisation and
+  // the checkpoint's own synchronisation succeed; its first read fails.
+  first_->backend.FailAfter(8);
+  NameInLease(*second_);
+  EXPECT_EQ(Synchronize(), 0);
+  EXPECT_EQ(failover_->checkpoints(), 1u);  // the failed one did not count
+  EXPECT_TRUE(failover_->recoveries().empty());  // the application's call had succeeded
+  for (uint32_t k = 7; k <= 8; ++k) Step(k);
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_GE(failover_->recoveries()[0].replayed, 6u);
 }
 
 TEST_F(FailoverTest, WithFailoverOffTheErrorReachesTheProcess) {

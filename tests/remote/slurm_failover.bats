@@ -44,7 +44,8 @@ submit_iterate() {
   shift
   (
     export GPUPOOL_RECOVERY_DEADLINE=90 "$@"
-    submit_on "$transport" --gpu-pool=a100:1 --wrap "$PROGRAMS/iterate 300 20 4 32"
+    submit_on "$transport" --gpu-pool="a100:${GPUS:-1}" \
+      --wrap "$PROGRAMS/iterate ${ITERATE_ARGS:-300 20 4 32}"
   )
 }
 
@@ -75,6 +76,9 @@ expect_recovered() {
   [[ $new_uuid != "$OLD_UUID" ]]
   agent_saw_client "$LEASE" "$new_uuid"
   events_of_job "$JOB" | grep -qx swapped
+  # The new GPU's agent told gpupoold about the recovery.
+  gpupoolctl show events job="$JOB" --json |
+    jq -e '.events[] | select(.type == "recovered") | select(.detail | test("recovered here from '"$OLD_UUID"': paused [0-9]+ ms"))' >/dev/null
   no_node_drained
 }
 
@@ -149,4 +153,20 @@ expect_recovered() {
   gpupoolctl update gpu="${DRAINED[0]}" state=resume reason="failover test: a spare" >/dev/null
   expect_recovered
   grep -q "recovered on $(uuid_of_gpu "${DRAINED[0]}")" "$OUT/$JOB.out"
+}
+
+@test "both GPUs of a 2-GPU lease fail one after the other: the program goes on on two new GPUs" {
+  GPUS=2 ITERATE_ARGS="400 20 2 8 2" start_and_wait tcp
+  local second
+  second=$(lease_field_of_job "$JOB" '.gpus[1].id')
+  gpupoolctl update gpu="$FAILED_GPU" state=fail reason="failover test" >/dev/null
+  wait_until 60 grep -q "GPU 0: recovered on" "$OUT/$JOB.out"
+  gpupoolctl update gpu="$second" state=fail reason="failover test" >/dev/null
+  wait_job_end "$JOB" 240
+  gpupoolctl update gpu="$second" state=resume reason="failover test" >/dev/null
+  job_completed_ok "$JOB"
+  grep -q '^iterate: PASS (400 iterations, 2 MiB state, 8 MiB written once, 2 device(s))' "$OUT/$JOB.out"
+  grep -q "GPU 1: recovered on" "$OUT/$JOB.out"
+  [[ $(events_of_job "$JOB" | grep -cx swapped) -eq 2 ]]
+  no_node_drained
 }
