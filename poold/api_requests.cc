@@ -188,6 +188,18 @@ Status ParseGpuUpdate(const json& body, GpuUpdate* update) {
   return Status::OK();
 }
 
+Status ParseMigrate(const json& body, MigrateRequest* request) {
+  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"lease", "gpu", "to", "reason"}));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "lease", true, &request->lease));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "gpu", false, &request->gpu));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "to", false, &request->to));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "reason", false, &request->reason));
+  if (request->reason.size() > 1024) {
+    return Status::InvalidArgument("field 'reason' is longer than 1024 characters");
+  }
+  return Status::OK();
+}
+
 Status ParseRelease(const json& body, std::string* id, int64_t* job_id, std::string* reason) {
   GPUPOOL_RETURN_IF_ERROR(ParseLeaseRef(body, {"id", "job_id", "reason"}, id, job_id));
   GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "reason", false, reason));

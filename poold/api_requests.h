@@ -49,4 +49,11 @@ struct GpuUpdate {
 };
 Status ParseGpuUpdate(const nlohmann::json& body, GpuUpdate* update);
 
+// POST /v1/leases/migrate {"lease":"L7","gpu":"g1:0","to":"g3:1","reason":"..."}: lease
+// required; gpu, to and reason optional.
+struct MigrateRequest {
+  std::string lease, gpu, to, reason;
+};
+Status ParseMigrate(const nlohmann::json& body, MigrateRequest* request);
+
 }  // namespace gpupool::poold

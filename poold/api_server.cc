@@ -203,6 +203,14 @@ void ApiServer::Route() {
     GPUPOOL_RETURN_IF_ERROR(ParseGpuUpdate(*body, &update));
     return engine_->UpdateGpu(update.gpu, update.state, update.reason);
   }));
+  // Admins only: moves a lease's GPU (and its job's running processes) to another GPU.
+  http_->Post("/v1/leases/migrate", wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+    Result<json> body = body_of(req);
+    if (!body.ok()) return body.status();
+    MigrateRequest migrate;
+    GPUPOOL_RETURN_IF_ERROR(ParseMigrate(*body, &migrate));
+    return engine_->Migrate(migrate.lease, migrate.gpu, migrate.to, migrate.reason);
+  }));
   http_->Get("/v1/leases", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
     GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"job", "id"}));
     int64_t job = 0;
@@ -313,7 +321,7 @@ std::string ApiServer::Metrics() {
       {"gpupool_leases_expired_total", k.expired},   {"gpupool_leases_reaped_total", k.reaped},
       {"gpupool_swaps_total", k.swapped},            {"gpupool_leases_degraded_total", k.degraded},
       {"gpupool_gpu_failures_total", k.failed},      {"gpupool_gpu_unreachable_total", k.unreachable},
-      {"gpupool_recoveries_total", k.recovered}};
+      {"gpupool_recoveries_total", k.recovered},     {"gpupool_migrations_total", k.migrated}};
   for (const auto& [name, v] : counters) {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;

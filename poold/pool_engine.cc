@@ -281,6 +281,55 @@ Result<nlohmann::json> PoolEngine::UpdateGpu(const std::string& id, const std::s
   return nlohmann::json{{"gpu", GpuJson(g)}};
 }
 
+Result<nlohmann::json> PoolEngine::Migrate(const std::string& lease_id, const std::string& gpu,
+                                           const std::string& to, const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status why;
+  Lease* l = FindLease(lease_id, 0, &why);
+  if (l == nullptr) return why;
+  const std::string name = LeaseName(l->number);
+  size_t slot = l->gpus.size();
+  if (gpu.empty()) {
+    if (l->gpus.size() != 1) {
+      return Status::InvalidArgument("lease " + name + " has " + std::to_string(l->gpus.size()) +
+                                     " GPUs: name the one to move with gpu=ID");
+    }
+    slot = 0;
+  } else {
+    GpuIndex g = inventory_.FindGpu(gpu);
+    if (g == kNone) return Status::NotFound("no such GPU '" + gpu + "'");
+    for (size_t s = 0; s < l->gpus.size(); ++s) {
+      if (l->gpus[s] == g) slot = s;
+    }
+    if (slot == l->gpus.size()) {
+      return Status::InvalidArgument("GPU " + inventory_.GpuId(g) + " is not in lease " + name);
+    }
+  }
+  GpuIndex target = kNone;
+  if (!to.empty()) {
+    target = inventory_.FindGpu(to);
+    if (target == kNone) return Status::NotFound("no such GPU '" + to + "'");
+    const Gpu& t = inventory_.gpu(target);
+    if (t.pool != l->slot_pool[slot]) {
+      return Status::InvalidArgument("GPU " + inventory_.GpuId(target) +
+                                     " is not in the pool of the GPU it would replace");
+    }
+    if (t.state != GpuState::kIdle) {
+      return Status::Conflict("GPU " + inventory_.GpuId(target) + " is " + GpuStateName(t.state) +
+                              ", not IDLE");
+    }
+    if (t.memory_mib < l->min_memory_mib) {
+      return Status::Conflict("GPU " + inventory_.GpuId(target) + " has less memory than the lease asks for");
+    }
+  }
+  const std::string why_text = "migrated by admin" + (reason.empty() ? "" : ": " + reason);
+  if (!ReplaceSlot(l, slot, why_text, target, "migrated")) {
+    return Status::Conflict("no IDLE GPU in the pool to move lease " + name + " to");
+  }
+  UpdateLeaseHealth(l);
+  return nlohmann::json{{"lease", LeaseJson(*l, false)}};
+}
+
 // ---------------------------------------------------------------- queries
 
 Result<nlohmann::json> PoolEngine::ListPools(const std::string& name) {

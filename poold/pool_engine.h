@@ -94,7 +94,7 @@ struct EventFilter {
 // Counters for /metrics.
 struct EngineCounters {
   uint64_t acquired = 0, released = 0, expired = 0, reaped = 0, swapped = 0, degraded = 0,
-           failed = 0, unreachable = 0, recovered = 0;
+           failed = 0, unreachable = 0, recovered = 0, migrated = 0;
 };
 
 // Who owns Slurm job N, as slurmctld says (SlurmJobs::Owner). NotFound: no such job or it
@@ -129,6 +129,13 @@ class PoolEngine {
   Result<nlohmann::json> ListPools(const std::string& name);
   Result<nlohmann::json> ListGpus(const std::string& id, const std::string& pool);
   Result<nlohmann::json> UpdateGpu(const std::string& id, const std::string& state, const std::string& reason);
+  // Admin: moves one GPU of lease `lease_id` (`gpu`: its id or uuid; may be empty when the
+  // lease has one GPU) to `to` (empty: placement chooses in its pool, rack-aware). The
+  // lease's generation goes up, a "migrated" event is recorded, the old GPU goes back to
+  // IDLE (DRAINED when drained); the job's running processes follow with their state
+  // (gpupool-remote(7), FAILOVER).
+  Result<nlohmann::json> Migrate(const std::string& lease_id, const std::string& gpu,
+                                 const std::string& to, const std::string& reason);
   Result<nlohmann::json> ListEvents(const Caller& caller, const EventFilter& filter);
 
   // --- agents ---
@@ -182,7 +189,10 @@ class PoolEngine {
   void FailGpu(GpuIndex g, GpuState to, const std::string& reason, const std::string& event_type);
   void RecoverGpu(GpuIndex g, const std::string& detail);
   void SwapOut(GpuIndex g, const std::string& reason);
-  bool ReplaceSlot(Lease* lease, size_t slot, const std::string& reason);
+  // Moves slot `slot` of `lease` to `to` (kNone: placement chooses, rack-aware), records
+  // `event` ("swapped" or "migrated"); false when there is no GPU to move to.
+  bool ReplaceSlot(Lease* lease, size_t slot, const std::string& reason, GpuIndex to = kNone,
+                   const char* event = "swapped");
   void HealDegraded();
   void UpdateLeaseHealth(Lease* lease);
   void MarkHostUnreachable(Host* host, const std::string& reason);

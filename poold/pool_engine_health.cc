@@ -12,24 +12,32 @@ using engine_internal::Usable;
 
 // ---------------------------------------------------------------- health and swap
 
-bool PoolEngine::ReplaceSlot(Lease* l, size_t slot, const std::string& reason) {
+bool PoolEngine::ReplaceSlot(Lease* l, size_t slot, const std::string& reason, GpuIndex to,
+                             const char* event) {
   GpuIndex old = l->gpus[slot];
-  NameId rack = kNone;
-  if (l->place.rfind("rack:", 0) == 0) rack = inventory_.FindName(l->place.substr(5));
-  std::vector<GpuIndex> pick = inventory_.Place(l->slot_pool[slot], 1, Inventory::Spread::kPack, rack,
-                                                l->min_memory_mib, inventory_.gpu(old).rack);
-  if (pick.empty()) return false;
-  GpuIndex repl = pick[0];
+  GpuIndex repl = to;
+  if (repl == kNone) {
+    NameId rack = kNone;
+    if (l->place.rfind("rack:", 0) == 0) rack = inventory_.FindName(l->place.substr(5));
+    std::vector<GpuIndex> pick = inventory_.Place(l->slot_pool[slot], 1, Inventory::Spread::kPack,
+                                                  rack, l->min_memory_mib, inventory_.gpu(old).rack);
+    if (pick.empty()) return false;
+    repl = pick[0];
+  }
   Gpu& o = inventory_.gpu(old);
   if (o.lease == l->number) o.lease = 0;
+  // A healthy GPU moved away from (a migration) is free again, or drained.
+  if (o.state == GpuState::kLeased || o.state == GpuState::kDraining) {
+    inventory_.SetState(old, o.admin_drain ? GpuState::kDrained : GpuState::kIdle);
+  }
   PersistGpu(old);
   inventory_.gpu(repl).lease = l->number;
   inventory_.SetState(repl, GpuState::kLeased);
   PersistGpu(repl);
   l->gpus[slot] = repl;
   ++l->generation;
-  ++counters_.swapped;
-  Event("swapped", old, l, inventory_.GpuId(old) + " -> " + inventory_.GpuId(repl) + ": " + reason +
+  ++(std::string(event) == "migrated" ? counters_.migrated : counters_.swapped);
+  Event(event, old, l, inventory_.GpuId(old) + " -> " + inventory_.GpuId(repl) + ": " + reason +
                                 " (generation " + std::to_string(l->generation) + ")");
   return true;
 }

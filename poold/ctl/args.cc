@@ -233,6 +233,20 @@ Status ParseRelease(const std::vector<std::string>& words, CtlArgs* a) {
   return TakeReason(*w, a);
 }
 
+Status ParseMigrate(const std::vector<std::string>& words, CtlArgs* a) {
+  a->verb = Verb::kMigrate;
+  Result<Words> w = SplitWords(words, "migrate", {"lease", "gpu", "to", "reason"});
+  if (!w.ok()) return w.status();
+  GPUPOOL_RETURN_IF_ERROR(AtMostPositional(*w, 0, "migrate", "expected lease=ID [gpu=ID] [to=ID]"));
+  GPUPOOL_RETURN_IF_ERROR(TakeFilters(*w, a));
+  if (a->lease.empty()) return Status::InvalidArgument("'migrate' needs lease=ID");
+  if (auto to = w->pairs.find("to"); to != w->pairs.end()) {
+    GPUPOOL_RETURN_IF_ERROR(CheckId("to", to->second));
+    a->to = to->second;
+  }
+  return TakeReason(*w, a);
+}
+
 // Takes the value of an option given as "--opt VALUE" or "--opt=VALUE".
 Status OptionValue(const std::vector<std::string>& args, size_t* i, const std::string& name,
                    std::string* out) {
@@ -298,6 +312,8 @@ Result<CtlArgs> ParseArgs(const std::vector<std::string>& args) {
     GPUPOOL_RETURN_IF_ERROR(ParseUpdate(rest, &a));
   } else if (command == "release") {
     GPUPOOL_RETURN_IF_ERROR(ParseRelease(rest, &a));
+  } else if (command == "migrate") {
+    GPUPOOL_RETURN_IF_ERROR(ParseMigrate(rest, &a));
   } else if (command == "ping") {
     a.verb = Verb::kPing;
     if (!rest.empty()) return Status::InvalidArgument("unexpected word '" + rest[0] + "' for 'ping'");
@@ -307,7 +323,7 @@ Result<CtlArgs> ParseArgs(const std::vector<std::string>& args) {
     a.verb = Verb::kVersion;
   } else {
     return Status::InvalidArgument("unknown command '" + words[0] +
-                                   "' (expected show, update, release or ping)");
+                                   "' (expected show, update, release, migrate or ping)");
   }
   return a;
 }
@@ -323,6 +339,7 @@ std::string UsageText() {
       "  show events [gpu=ID] [job=N] [since=SEQ] [limit=K]\n"
       "  update gpu=ID state=drain|resume|fail [reason=\"...\"]\n"
       "  release lease=ID | job=N [reason=\"...\"]\n"
+      "  migrate lease=ID [gpu=ID] [to=ID] [reason=\"...\"]\n"
       "  ping\n"
       "\n"
       "Options:\n"

@@ -24,6 +24,7 @@ enum class Verb {
   kShowEvents,
   kUpdateGpu,
   kRelease,
+  kMigrate,      // migrate lease=L [gpu=ID] [to=ID] [reason=...]
 };
 
 struct CtlArgs {
@@ -43,6 +44,7 @@ struct CtlArgs {
   std::optional<int64_t> since;  // since=SEQ (>= 0)
   std::optional<int64_t> limit;  // limit=K (>= 1)
   std::string state;   // update: "drain", "resume" or "fail" (lower case)
+  std::string to;      // migrate to=ID
   std::optional<std::string> reason;  // update, release: reason="..."
 };
 

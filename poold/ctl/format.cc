@@ -256,6 +256,12 @@ Result<std::string> FormatAnswer(const CtlArgs& args, const json& answer, const 
       }
       return RenderRecord(GpuRecord(answer["gpu"]), o);
     }
+    case Verb::kMigrate: {
+      if (!answer.is_object() || !answer.contains("lease") || !answer["lease"].is_object()) {
+        return Status::Internal("gpupoold's answer has no 'lease' object");
+      }
+      return RenderRecord(LeaseRecord(answer["lease"]), o);
+    }
     case Verb::kRelease: {
       if (!HasList(answer, "released")) return MissingList("released");
       return "Released=" + QuoteValue(JoinIds(answer["released"], "id")) + "\n";

@@ -65,6 +65,14 @@ ApiRequest BuildRequest(const CtlArgs& a) {
       r.body = {{"gpu", a.gpu}, {"state", a.state}};
       if (a.reason) r.body["reason"] = *a.reason;
       break;
+    case Verb::kMigrate:
+      r.post = true;
+      r.path = "/v1/leases/migrate";
+      r.body = {{"lease", a.lease}};
+      if (!a.gpu.empty()) r.body["gpu"] = a.gpu;
+      if (!a.to.empty()) r.body["to"] = a.to;
+      if (a.reason) r.body["reason"] = *a.reason;
+      break;
     case Verb::kRelease:
       r.post = true;
       r.path = "/v1/leases/release";

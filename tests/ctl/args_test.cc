@@ -85,6 +85,23 @@ TEST(ArgsTest, ReleaseByLeaseOrJob) {
   EXPECT_EQ(*with_reason->reason, "job hung");
 }
 
+TEST(ArgsTest, MigrateNeedsALeaseAndTakesGpuAndTarget) {
+  Result<CtlArgs> r = Parse({"migrate", "lease=L7", "gpu=gpuhost1:0", "to=gpuhost3:1", "reason=fan"});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->verb, Verb::kMigrate);
+  EXPECT_EQ(r->lease, "L7");
+  EXPECT_EQ(r->gpu, "gpuhost1:0");
+  EXPECT_EQ(r->to, "gpuhost3:1");
+  EXPECT_EQ(*r->reason, "fan");
+  Result<CtlArgs> only_lease = Parse({"migrate", "lease=L7"});
+  ASSERT_TRUE(only_lease.ok());
+  EXPECT_TRUE(only_lease->to.empty());
+  ExpectRejected({"migrate", "gpu=gpuhost1:0"}, "'migrate' needs lease=ID");
+  ExpectRejected({"migrate", "lease=L7", "to="}, "to");
+  ExpectRejected({"migrate", "lease=L7", "state=drain"}, "state");
+  ExpectRejected({"migrate", "L7"}, "L7");
+}
+
 TEST(ArgsTest, OptionsAnywhere) {
   Result<CtlArgs> r = Parse({"show", "gpus", "-o", "--server", "http://h:1", "-f", "/x.conf"});
   ASSERT_TRUE(r.ok()) << r.status().message();

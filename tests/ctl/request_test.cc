@@ -38,6 +38,13 @@ TEST(RequestTest, UpdateBody) {
   EXPECT_FALSE(For({"update", "gpu=g", "state=resume"}).body.contains("reason"));
 }
 
+TEST(RequestTest, MigrateBody) {
+  ApiRequest r = For({"migrate", "lease=L7", "to=gpuhost3:1"});
+  EXPECT_TRUE(r.post);
+  EXPECT_EQ(r.path, "/v1/leases/migrate");
+  EXPECT_EQ(r.body, (nlohmann::json{{"lease", "L7"}, {"to", "gpuhost3:1"}}));
+}
+
 TEST(RequestTest, ReleaseBody) {
   ApiRequest by_job = For({"release", "job=42"});
   EXPECT_TRUE(by_job.post);

@@ -110,6 +110,10 @@ TEST_F(ApiTest, RolesAreEnforced) {
   auto reg = Raw("POST", "/v1/agents/register", R"({"host":"evil","rack":"r","gpus":[]})",
                  "MUNGE " + testing::CredentialAs(nobody));
   EXPECT_EQ(reg->status, 403);
+  // Only admins move leases.
+  auto migrate = Raw("POST", "/v1/leases/migrate", R"({"lease":"L1"})",
+                     "MUNGE " + testing::CredentialAs(nobody));
+  EXPECT_EQ(migrate->status, 403);
   // Only agents report recoveries (with their heartbeat).
   auto recovered = Raw("POST", "/v1/agents/heartbeat",
                        R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0}]})",
@@ -165,6 +169,9 @@ TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {
       {"/v1/agents/heartbeat", R"({"host":"nobody"})", 404, "unknown host 'nobody'"},
       {"/v1/agents/heartbeat", R"({"host":"g1","gpus":[{"uuid":"GPU-0","health":"SICK"}]})", 400, "must be OK or FAILED"},
       {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":{}})", 400, "'recoveries' must be a list"},
+      {"/v1/leases/migrate", R"({})", 400, "lease"},
+      {"/v1/leases/migrate", R"({"lease":"L999"})", 404, "no such lease 'L999'"},
+      {"/v1/leases/migrate", R"({"lease":"L1","colour":"red"})", 400, "unknown field 'colour'"},
       {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":-5,"restored_bytes":0,"replayed":0}]})", 400, "'pause_ms' must be a non-negative integer"},
       {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0,"extra":1}]})", 400, "unknown field 'extra'"},
       {"/v1/nothing", R"({})", 404, "no such endpoint"},

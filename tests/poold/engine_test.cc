@@ -395,6 +395,43 @@ TEST_F(EngineTest, RecoveriesReportedByTheGpusAgentAreRecorded) {
       << last.dump();
 }
 
+// An admin moves a lease's GPU: to a named IDLE GPU of its pool, or where placement says;
+// the old GPU is free again (or DRAINED), the generation goes up, a "migrated" event.
+TEST_F(EngineTest, MigrateMovesALeaseGpuAndFreesTheOld) {
+  AddHost("g1", "r1", 3);
+  auto l = Acquire(1, "a100", 1);
+  std::string lease = l.value()["id"];
+  std::string old = l.value()["gpus"][0]["id"];
+  std::string target = old == "g1:2" ? "g1:1" : "g1:2";
+  auto moved = engine_->Migrate(lease, "", target, "maintenance");
+  ASSERT_TRUE(moved.ok()) << moved.status().message();
+  EXPECT_EQ(moved.value()["lease"]["gpus"][0]["id"], target);
+  EXPECT_EQ(moved.value()["lease"]["generation"], 2);
+  EXPECT_EQ(Gpu(old)["state"], "IDLE");
+  EXPECT_EQ(Gpu(target)["state"], "LEASED");
+  EXPECT_EQ(EventTypes(1).back(), "migrated");
+  EXPECT_EQ(engine_->counters().migrated, 1u);
+  EXPECT_EQ(engine_->counters().swapped, 0u);
+  // Placement's choice, from a drained GPU: that one ends DRAINED.
+  ASSERT_TRUE(engine_->UpdateGpu(target, "drain", "").ok());
+  auto again = engine_->Migrate(lease, target, "", "");
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_NE(again.value()["lease"]["gpus"][0]["id"], target);
+  EXPECT_EQ(Gpu(target)["state"], "DRAINED");
+  // Bad requests change nothing.
+  std::string now = again.value()["lease"]["gpus"][0]["id"];
+  EXPECT_EQ(engine_->Migrate("L999", "", "", "").status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_->Migrate(lease, "g9:9", "", "").status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(engine_->Migrate(lease, "", target, "").status().code(), Status::Code::kConflict);  // DRAINED
+  std::string other;  // the third GPU: in no lease
+  for (std::string id : {"g1:0", "g1:1", "g1:2"}) {
+    if (id != now && id != target) other = id;
+  }
+  EXPECT_EQ(engine_->Migrate(lease, other, "", "").status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(engine_->ListLeases(admin_, lease, 0).value()["leases"][0]["gpus"][0]["id"], now);
+  EXPECT_EQ(engine_->ListLeases(admin_, lease, 0).value()["leases"][0]["generation"], 3);
+}
+
 TEST_F(EngineTest, LeasesExpireWithoutRenewal) {
   AddHost("g1", "r1", 2);
   ASSERT_TRUE(Acquire(1, "a100", 1).ok());

@@ -75,7 +75,7 @@ expect_recovered() {
   new_uuid=$(awk '{print $5}' <<<"$line")
   [[ $new_uuid != "$OLD_UUID" ]]
   agent_saw_client "$LEASE" "$new_uuid"
-  events_of_job "$JOB" | grep -qx swapped
+  events_of_job "$JOB" | grep -qx "${MOVE_EVENT:-swapped}"
   # The new GPU's agent told gpupoold about the recovery.
   gpupoolctl show events job="$JOB" --json |
     jq -e '.events[] | select(.type == "recovered") | select(.detail | test("recovered here from '"$OLD_UUID"': paused [0-9]+ ms"))' >/dev/null
@@ -169,4 +169,15 @@ expect_recovered() {
   grep -q "GPU 1: recovered on" "$OUT/$JOB.out"
   [[ $(events_of_job "$JOB" | grep -cx swapped) -eq 2 ]]
   no_node_drained
+}
+
+@test "an admin migrates a running program's lease: the program goes on, the old GPU is free" {
+  start_and_wait tcp
+  local old=$FAILED_GPU
+  FAILED_GPU=""
+  run gpupoolctl migrate lease="$LEASE" reason="failover test" -o
+  [ "$status" -eq 0 ]
+  [[ $output == *"Generation=2"* ]]
+  [ "$(gpupoolctl show gpus "$old" --json | jq -r '.gpus[0].state')" = IDLE ]
+  MOVE_EVENT=migrated expect_recovered
 }
