@@ -32,7 +32,7 @@ teardown() {
 @test "unknown command, misspelt key, bad state and non-numeric job exit 2 before any request" {
   run "$GPUPOOLCTL" frobnicate
   [ "$status" -eq 2 ]
-  [ "${lines[0]}" = "gpupoolctl: error: unknown command 'frobnicate' (expected show, update, release or ping)" ]
+  [ "${lines[0]}" = "gpupoolctl: error: unknown command 'frobnicate' (expected show, update, release, migrate or ping)" ]
   run "$GPUPOOLCTL" update gpuu=gpuhost1:0 state=drain
   [ "$status" -eq 2 ]
   [[ "${lines[0]}" == "gpupoolctl: error: unknown key 'gpuu' for 'update'"* ]]
