@@ -29,6 +29,9 @@ server_pid=$!
 for _ in $(seq 1 100); do grep -q "^listening on" "$workdir/server.out" 2>/dev/null && break; sleep 0.05; done
 export GPUPOOL_GPUS="GPU-5e1f0a11-0000-4000-8000-000000000000@127.0.0.1:$port"
 export GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN=$token CUDA_VISIBLE_DEVICES=0
+# Failover off: this is about the agent freeing a killed client's memory, and a checkpoint
+# of the holder's 1 GiB (read back at its first synchronisation) would only delay "ready".
+export GPUPOOL_FAILOVER=off
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # GPUPOOL_TEST_PRELOAD: see run_with_server.sh.

@@ -45,7 +45,7 @@ submit_iterate() {
   (
     export GPUPOOL_RECOVERY_DEADLINE=90 "$@"
     submit_on "$transport" --gpu-pool="a100:${GPUS:-1}" \
-      --wrap "$PROGRAMS/iterate ${ITERATE_ARGS:-300 20 4 32}"
+      --wrap "$PROGRAMS/iterate ${ITERATE_ARGS:-200 15 4 32}"
   )
 }
 
