@@ -2959,6 +2959,11 @@ void RunWarp(Warp& w, const Inst* code) {
     }
     ++launch.clock;
     launch.thread_instructions += static_cast<uint64_t>(std::popcount(exec));
+    // Progress for the agent's watchdog every 64 Ki warp instructions: one CTA of a
+    // grid-stride loop can run for seconds, and is no hang.
+    if ((launch.clock & 0xffff) == 0 && launch.spec->progress != nullptr) {
+      launch.spec->progress->fetch_add(1, std::memory_order_relaxed);
+    }
     switch (in.flow) {
       case Flow::kNext:
         if (exec) in.run(w, in, exec);

@@ -86,6 +86,7 @@ class SimExecutor : public Executor {
     const sim::DecodedKernel* kernel = nullptr;
   };
   std::atomic<uint64_t>* progress_ = nullptr;  // the watchdog's (SetProgressCounter)
+  void ChunkedCopy(char* to, const char* from, uint64_t size);
   bool KnownStream(uint64_t stream) const;
   void FreeModule(Module& module);
 

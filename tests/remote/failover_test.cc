@@ -527,14 +527,25 @@ TEST_F(FailoverTest, ALongKernelIsNotAHang) {
   ASSERT_EQ(Call(dp::kOpModuleLoad, &load, sizeof(load), image.data(), image.size()), 0);
   dp::GetFunctionArgs function{kModule, kFunction, "spin"};
   ASSERT_EQ(Call(dp::kOpGetFunction, &function, sizeof(function)), 0);
-  uint32_t count = 1600;
-  dp::LaunchArgs launch{kFunction, {2048, 1, 1}, {256, 1, 1}, 0, sizeof(count), 0};
+  // One block: the watchdog must see progress inside a CTA (a grid-stride loop over a big
+  // array runs like this), not only between CTAs.
+  uint32_t count = 3'000'000;
+  dp::LaunchArgs launch{kFunction, {1, 1, 1}, {256, 1, 1}, 0, sizeof(count), 0};
   auto began = std::chrono::steady_clock::now();
   ASSERT_EQ(Post(dp::kOpLaunch, &launch, sizeof(launch), &count, sizeof(count)), 0);
   dp::StreamArgs sync{0, 0, 0};
   EXPECT_EQ(Call(dp::kOpContextSynchronize, &sync, 0), 0);
   auto took = std::chrono::steady_clock::now() - began;
   EXPECT_GT(took, std::chrono::milliseconds(600));  // twice the timeout, or it shows nothing
+  EXPECT_EQ(first_->backend.reported_failures(), 0);
+  // Big memsets and copies count as progress too.
+  dp::MemAllocArgs alloc{uint64_t{768} << 20, kData};
+  ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  dp::MemsetArgs fill{kData, uint64_t{768} << 20, 7, 1, 0};
+  ASSERT_EQ(Post(dp::kOpMemset, &fill, sizeof(fill)), 0);
+  dp::MemcpyDtoDArgs move{kData, kData + (uint64_t{384} << 20), uint64_t{384} << 20, 0};
+  ASSERT_EQ(Post(dp::kOpMemcpyDtoD, &move, sizeof(move)), 0);
+  EXPECT_EQ(Call(dp::kOpContextSynchronize, &sync, 0), 0);
   EXPECT_EQ(first_->backend.reported_failures(), 0);
   EXPECT_TRUE(failover_->recoveries().empty());
 }
