@@ -190,6 +190,7 @@ void Failover::Unprotect(const std::string& why) {
   live_.clear();
   base_.clear();
   ranges_.clear();
+  module_globals_.clear();
   saved_.clear();
   written_.clear();
   log_.clear();

@@ -152,8 +152,6 @@ class Failover {
   size_t checkpoints() const { return checkpoints_; }
   const std::vector<Recovery>& recoveries() const { return recoveries_; }
 
-  // Requests that ran while `printf_delivered_` was behind them have had their
-  // device printf text shown already.
  private:
   struct Entry {
     uint32_t op = 0;
