@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -432,23 +433,28 @@ void Failover::MarkWritten(uint64_t address) {
 // variables. GPUs keep no dirty bits: arguments are the evidence (PhoenixOS's
 // approach, without the validation); scope=all covers programs that reach
 // memory through pointers stored in device memory.
-void Failover::MarkLaunchWrites(const Entry& launch) {
+void Failover::MarkLaunchWrites(const Entry& launch) { MayWrite(launch, &written_); }
+
+void Failover::MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) const {
   dp::LaunchArgs args{};
   if (!ReadStruct(launch.args, &args)) return;
   if (config_.scope_all) {
-    for (const auto& [start, size] : ranges_) written_[start] = true;
+    for (const auto& [start, size] : ranges_) (*ranges)[start] = true;
     return;
   }
   for (size_t offset = 0; offset + sizeof(uint64_t) <= launch.payload.size(); offset += 8) {
     uint64_t word = 0;
     std::memcpy(&word, launch.payload.data() + offset, sizeof(word));
-    MarkWritten(word);
+    auto after = ranges_.upper_bound(word);
+    if (after == ranges_.begin()) continue;
+    auto& [start, size] = *std::prev(after);
+    if (word - start < size) (*ranges)[start] = true;
   }
   auto function = live_.find({kFunction, args.function});
   if (function == live_.end()) return;
   if (auto globals = module_globals_.find(function->second.owner);
       globals != module_globals_.end()) {
-    written_[globals->second] = true;
+    (*ranges)[globals->second] = true;
   }
 }
 
@@ -478,11 +484,18 @@ bool Failover::Checkpoint(ClientConnection* connection) {
     return false;  // the failure shows at the application's next request
   }
   ShowOutput(idle.out);
-  // Copies land in fresh buffers; only a complete checkpoint replaces the
+  // Images land in fresh buffers; only a complete checkpoint replaces the
   // previous one (a failure in the middle leaves the previous checkpoint and
   // its log intact).
   std::map<uint64_t, std::vector<char>> fresh;
+  std::set<uint64_t> unknown;
+  ImagesFromLog(&fresh, &unknown);
+  std::set<uint64_t> reads(unknown);
   for (const auto& [start, dirty] : written_) {
+    if (fresh.count(start) == 0) reads.insert(start);
+  }
+  for (uint64_t start : unknown) fresh.erase(start);
+  for (uint64_t start : reads) {
     auto range = ranges_.find(start);
     if (range == ranges_.end()) continue;
     std::vector<char> bytes(range->second);
@@ -494,6 +507,7 @@ bool Failover::Checkpoint(ClientConnection* connection) {
       return false;
     }
     ShowOutput(reply.out);
+    readback_bytes_ += bytes.size();
     fresh[start] = std::move(bytes);
   }
   for (auto& [start, bytes] : fresh) saved_[start] = std::move(bytes);
@@ -514,6 +528,163 @@ bool Failover::Checkpoint(ClientConnection* connection) {
   last_checkpoint_ = std::chrono::steady_clock::now();
   ++checkpoints_;
   return true;
+}
+
+// A GPU keeps no dirty bits, but the log says exactly what copies from the host
+// and memsets wrote, and a copy between two ranges whose contents are known
+// writes known contents: those ranges' images are made here, on the host, from
+// the previous checkpoint's, and only what a kernel may have written (or a copy
+// from it) is read back from the GPU. A process that uploads 1 GiB is then
+// checkpointed by a host copy instead of a second transfer.
+//
+// Conservative where the log's order may not be the GPU's: a range written on two
+// streams since the last checkpoint, or read from a range written on another
+// stream, is read back; so is a range a kernel may have written, even if a copy
+// overwrote it later.
+void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
+                             std::set<uint64_t>* unknown) const {
+  std::map<uint64_t, uint64_t> stream_of;  // range -> the stream that last wrote it
+  std::set<uint64_t> allocated;            // allocated in the log: no previous image
+  // The range holding [address, address + size), if one does.
+  auto range_of = [&](uint64_t address, uint64_t size, uint64_t* start) {
+    auto after = ranges_.upper_bound(address);
+    if (after == ranges_.begin()) return false;
+    auto& [first, length] = *std::prev(after);
+    if (address - first > length || size > length - (address - first)) return false;
+    *start = first;
+    return true;
+  };
+  // The image of `start` as the log has made it so far (nullptr: not known).
+  auto current = [&](uint64_t start) -> const std::vector<char>* {
+    if (unknown->count(start) != 0) return nullptr;
+    if (auto image = images->find(start); image != images->end()) return &image->second;
+    if (allocated.count(start) != 0) return nullptr;
+    auto saved = saved_.find(start);
+    if (saved == saved_.end() || saved->second.size() != ranges_.at(start)) return nullptr;
+    return &saved->second;
+  };
+  // A write of `size` bytes at `address` on `stream`: the image to write into
+  // (nullptr: the range is read back instead).
+  auto writable = [&](uint64_t address, uint64_t size, uint64_t stream) -> std::vector<char>* {
+    uint64_t start = 0;
+    if (!range_of(address, size, &start)) {
+      MarkUnknownAt(address, unknown);
+      return nullptr;
+    }
+    auto last = stream_of.find(start);
+    if (last != stream_of.end() && last->second != stream) unknown->insert(start);
+    stream_of[start] = stream;
+    if (unknown->count(start) != 0) return nullptr;
+    auto image = images->find(start);
+    if (image != images->end()) return &image->second;
+    const uint64_t length = ranges_.at(start);
+    if (address == start && size == length) {
+      return &((*images)[start] = std::vector<char>(length));  // all of it is written
+    }
+    const std::vector<char>* before = current(start);
+    if (before == nullptr) {
+      unknown->insert(start);
+      return nullptr;
+    }
+    return &((*images)[start] = *before);
+  };
+
+  for (const Entry& entry : log_) {
+    switch (entry.op) {
+      case dp::kOpMemAlloc: {
+        dp::MemAllocArgs args{};
+        if (!ReadStruct(entry.args, &args)) break;
+        images->erase(args.address);
+        unknown->erase(args.address);
+        stream_of.erase(args.address);
+        allocated.insert(args.address);
+        break;
+      }
+      case dp::kOpMemcpyHtoD: {
+        dp::MemcpyHtoDArgs args{};
+        if (!ReadStruct(entry.args, &args) || entry.payload.size() != args.size) {
+          MarkUnknownAt(args.dst, unknown);
+          break;
+        }
+        if (std::vector<char>* image = writable(args.dst, args.size, args.stream)) {
+          uint64_t start = 0;
+          range_of(args.dst, args.size, &start);
+          std::memcpy(image->data() + (args.dst - start), entry.payload.data(), args.size);
+        }
+        break;
+      }
+      case dp::kOpMemset: {
+        dp::MemsetArgs args{};
+        uint64_t size = 0;
+        if (!ReadStruct(entry.args, &args) ||
+            (args.element_size != 1 && args.element_size != 2 && args.element_size != 4) ||
+            __builtin_mul_overflow(args.count, args.element_size, &size)) {
+          MarkUnknownAt(args.dst, unknown);
+          break;
+        }
+        if (std::vector<char>* image = writable(args.dst, size, args.stream)) {
+          uint64_t start = 0;
+          range_of(args.dst, size, &start);
+          char* out = image->data() + (args.dst - start);
+          if (args.element_size == 1) {
+            std::memset(out, static_cast<int>(args.value & 0xff), size);
+          } else if (size > 0) {  // one element, then doubling copies of it
+            std::memcpy(out, &args.value, args.element_size);
+            for (uint64_t done = args.element_size; done < size; done *= 2) {
+              std::memcpy(out + done, out, std::min(done, size - done));
+            }
+          }
+        }
+        break;
+      }
+      case dp::kOpMemcpyDtoD: {
+        dp::MemcpyDtoDArgs args{};
+        uint64_t source = 0;
+        if (!ReadStruct(entry.args, &args) || !range_of(args.src, args.size, &source)) {
+          MarkUnknownAt(args.dst, unknown);
+          break;
+        }
+        auto source_stream = stream_of.find(source);
+        const std::vector<char>* from = current(source);
+        if (from == nullptr ||
+            (source_stream != stream_of.end() && source_stream->second != args.stream)) {
+          MarkUnknownAt(args.dst, unknown);
+          uint64_t start = 0;
+          if (range_of(args.dst, args.size, &start)) stream_of[start] = args.stream;
+          break;
+        }
+        // The source bytes first: the destination's image may be the source's
+        // (a copy within one range), or replace it.
+        std::vector<char> bytes(from->begin() + (args.src - source),
+                                from->begin() + (args.src - source + args.size));
+        if (std::vector<char>* image = writable(args.dst, args.size, args.stream)) {
+          uint64_t start = 0;
+          range_of(args.dst, args.size, &start);
+          std::memcpy(image->data() + (args.dst - start), bytes.data(), args.size);
+        }
+        break;
+      }
+      case dp::kOpLaunch: {
+        // What MarkLaunchWrites marks written is not known on the host.
+        std::map<uint64_t, bool> may_write;
+        MayWrite(entry, &may_write);
+        for (const auto& [start, yes] : may_write) {
+          unknown->insert(start);
+          images->erase(start);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+void Failover::MarkUnknownAt(uint64_t address, std::set<uint64_t>* unknown) const {
+  auto after = ranges_.upper_bound(address);
+  if (after == ranges_.begin()) return;
+  auto& [start, size] = *std::prev(after);
+  if (address - start < size) unknown->insert(start);
 }
 
 bool Failover::Locate(const GpuLocation& failed, int32_t why, GpuLocation* next) {

@@ -13,7 +13,9 @@
 //    the device is idle, at most every `checkpoint_interval`, and incremental
 //    (only the ranges that copies, memsets or kernels since the last one could
 //    have written: a kernel's pointer arguments, or every range with
-//    scope=all), plus a log of every state-changing request since (launches
+//    scope=all; what copies from the host, memsets and copies between known
+//    ranges wrote is taken from the log on the host, only what kernels wrote
+//    is read back from the GPU), plus a log of every state-changing request since (launches
 //    with their argument bytes, copies with the host bytes captured when they
 //    were sent, memsets, frees, events);
 //  - on a failure (agent gone, GPU failed, session revoked because the lease
@@ -42,6 +44,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -149,6 +152,8 @@ class Failover {
   // For tests and the benchmark.
   size_t log_entries() const { return log_.size(); }
   uint64_t checkpoint_bytes() const { return checkpoint_bytes_; }
+  // Bytes checkpoints read back from the GPU (the rest they took from the log).
+  uint64_t readback_bytes() const { return readback_bytes_; }
   size_t checkpoints() const { return checkpoints_; }
   const std::vector<Recovery>& recoveries() const { return recoveries_; }
 
@@ -176,7 +181,15 @@ class Failover {
   void Track(const Entry& entry, const transport::Reply* reply);
   void MarkWritten(uint64_t address);
   void MarkLaunchWrites(const Entry& launch);
+  // The ranges a launch may write (its pointer arguments, its module's variables).
+  void MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) const;
+  void MarkUnknownAt(uint64_t address, std::set<uint64_t>* unknown) const;
   bool Checkpoint(transport::ClientConnection* connection);
+  // Applies the log to the previous checkpoint's images on the host where it tells the
+  // contents (see Checkpoint): *images gets the ranges it gives, *unknown those a GPU
+  // read must give.
+  void ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
+                     std::set<uint64_t>* unknown) const;
   bool Rebuild(transport::ClientConnection* connection, Recovery* recovery, std::string* why);
   bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why,
             bool show_output);
@@ -205,6 +218,7 @@ class Failover {
   std::vector<StartedRequest> started_;  // Starts not yet known to be answered
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
   uint64_t checkpoint_bytes_ = 0;
+  uint64_t readback_bytes_ = 0;
   size_t checkpoints_ = 0;
   std::vector<Recovery> recoveries_;
   const transport::ClientConnection* watched_ = nullptr;  // has the lease check (WatchLease)

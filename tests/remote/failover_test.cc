@@ -427,6 +427,64 @@ TEST_F(FailoverTest, AFailureDuringACheckpointKeepsThePreviousOne) {
   EXPECT_GE(failover_->recoveries()[0].replayed, 6u);
 }
 
+// A checkpoint takes what copies from the host, memsets and copies between known ranges
+// wrote from the log, on the host; only what a kernel may have written, or a range written
+// on two streams, is read back from the GPU. A recovery from such checkpoints is exact.
+TEST_F(FailoverTest, CopiesAreCheckpointedFromTheLogAndKernelOutputFromTheGpu) {
+  Open(Replay());
+  Prepare();  // the data uploaded whole
+  ASSERT_EQ(Synchronize(), 0);
+  ASSERT_EQ(failover_->checkpoints(), 1u);
+  EXPECT_EQ(failover_->readback_bytes(), 0u);
+  // A second range: a device copy of the data, then memsets and a host copy into parts.
+  constexpr uint64_t kCopy = kData + (uint64_t{1} << 20);
+  dp::MemAllocArgs alloc{kElements * 4, kCopy};
+  ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  dp::MemcpyDtoDArgs device_copy{kCopy, kData, kElements * 4, kStream};
+  ASSERT_EQ(Post(dp::kOpMemcpyDtoD, &device_copy, sizeof(device_copy)), 0);
+  std::vector<uint32_t> copy = reference_;
+  dp::MemsetArgs words{kCopy + 64, 100, 0xabcd1234u, 4, kStream};
+  ASSERT_EQ(Post(dp::kOpMemset, &words, sizeof(words)), 0);
+  for (int i = 16; i < 116; ++i) copy[i] = 0xabcd1234u;
+  dp::MemsetArgs halves{kCopy + 1002, 7, 0xbeefu, 2, kStream};
+  ASSERT_EQ(Post(dp::kOpMemset, &halves, sizeof(halves)), 0);
+  for (int i = 0; i < 7; ++i) std::memcpy(reinterpret_cast<char*>(copy.data()) + 1002 + 2 * i, "\xef\xbe", 2);
+  const uint32_t host[3] = {11, 22, 33};
+  dp::MemcpyHtoDArgs upload{kCopy + 4 * 300, sizeof(host), kStream};
+  ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &upload, sizeof(upload), host, sizeof(host)), 0);
+  std::memcpy(&copy[300], host, sizeof(host));
+  ASSERT_EQ(Synchronize(), 0);
+  ASSERT_EQ(failover_->checkpoints(), 2u);
+  EXPECT_EQ(failover_->readback_bytes(), 0u);  // all of it known from the log
+  // A kernel writes the data and the module variable: those are read back, the copy not.
+  Step(1);
+  ASSERT_EQ(Synchronize(), 0);
+  const uint64_t after_kernel = failover_->readback_bytes();
+  EXPECT_GE(after_kernel, kElements * 4u);
+  EXPECT_LT(after_kernel, 2 * kElements * 4u);
+  // The GPU goes: the copy comes back from the images the log made.
+  first_->server.reset();
+  NameInLease(*second_);
+  Step(2);
+  EXPECT_EQ(Synchronize(), 0);
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  ExpectMatchesReference();
+  std::vector<uint32_t> got(kElements);
+  dp::MemcpyDtoHArgs read{kCopy, kElements * 4, 0};
+  ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, got.data(), kElements * 4), 0);
+  EXPECT_EQ(got, copy);
+  // Two streams write the copy: the order on the GPU is its own, so it is read back.
+  const uint64_t before = failover_->readback_bytes();
+  const uint32_t first = 5, second = 6;
+  dp::MemcpyHtoDArgs on_stream{kCopy + 4 * 500, 4, kStream};
+  ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &on_stream, sizeof(on_stream), &first, 4), 0);
+  dp::MemcpyHtoDArgs on_default{kCopy + 4 * 501, 4, 0};
+  ASSERT_EQ(Call(dp::kOpMemcpyHtoD, &on_default, sizeof(on_default), &second, 4), 0);
+  ASSERT_EQ(Synchronize(), 0);
+  EXPECT_EQ(failover_->readback_bytes(), before + kElements * 4u);
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+}
+
 TEST_F(FailoverTest, WithFailoverOffTheErrorReachesTheProcess) {
   FailoverConfig config = Replay();
   config.mode = FailoverConfig::Mode::kOff;
