@@ -653,14 +653,13 @@ void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
           if (range_of(args.dst, args.size, &start)) stream_of[start] = args.stream;
           break;
         }
-        // The source bytes first: the destination's image may be the source's
-        // (a copy within one range), or replace it.
-        std::vector<char> bytes(from->begin() + (args.src - source),
-                                from->begin() + (args.src - source + args.size));
+        // `from` stays valid: writable() only adds images (std::map keeps the
+        // others in place), and within one range the two may overlap.
         if (std::vector<char>* image = writable(args.dst, args.size, args.stream)) {
           uint64_t start = 0;
           range_of(args.dst, args.size, &start);
-          std::memcpy(image->data() + (args.dst - start), bytes.data(), args.size);
+          std::memmove(image->data() + (args.dst - start), from->data() + (args.src - source),
+                       args.size);
         }
         break;
       }

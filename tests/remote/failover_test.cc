@@ -453,6 +453,9 @@ TEST_F(FailoverTest, CopiesAreCheckpointedFromTheLogAndKernelOutputFromTheGpu) {
   dp::MemcpyHtoDArgs upload{kCopy + 4 * 300, sizeof(host), kStream};
   ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &upload, sizeof(upload), host, sizeof(host)), 0);
   std::memcpy(&copy[300], host, sizeof(host));
+  dp::MemcpyDtoDArgs within{kCopy + 4 * 1000, kCopy + 4 * 290, 4 * 20, kStream};  // within the range
+  ASSERT_EQ(Post(dp::kOpMemcpyDtoD, &within, sizeof(within)), 0);
+  std::memmove(&copy[1000], &copy[290], 4 * 20);
   ASSERT_EQ(Synchronize(), 0);
   ASSERT_EQ(failover_->checkpoints(), 2u);
   EXPECT_EQ(failover_->readback_bytes(), 0u);  // all of it known from the log
