@@ -33,7 +33,7 @@ Status CheckQuery(const httplib::Request& req, std::initializer_list<const char*
 }
 
 Result<AcquireRequest> ParseAcquire(const json& body, int64_t max_ttl) {
-  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"job_id", "request", "place", "min_memory_mib", "ttl", "uid", "user"}));
+  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"job_id", "request", "place", "min_memory_mib", "ttl", "uid", "user", "movable"}));
   AcquireRequest r;
   GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "job_id", true, 1, (int64_t{1} << 53), &r.job_id));
   auto it = body.find("request");
@@ -61,6 +61,7 @@ Result<AcquireRequest> ParseAcquire(const json& body, int64_t max_ttl) {
   GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "min_memory_mib", false, 0, int64_t{1} << 40, &mem));
   r.min_memory_mib = static_cast<uint64_t>(mem);
   GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "ttl", false, 1, max_ttl, &r.ttl));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetBool(body, "movable", false, &r.movable));
   if (body.contains("uid")) {
     int64_t uid = 0;
     GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "uid", true, 0, 4294967294LL, &uid));

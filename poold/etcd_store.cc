@@ -54,7 +54,7 @@ json LeaseRowToJson(const LeaseRow& r) {
           {"state", r.state},     {"token", r.token},       {"gpus", r.gpus_json},
           {"min_memory_mib", r.min_memory_mib}, {"generation", r.generation},
           {"created", r.created}, {"renewed", r.renewed},   {"expires", r.expires},
-          {"ttl", r.ttl}};
+          {"ttl", r.ttl},         {"movable", r.movable}};
 }
 
 json EventRowToJson(const EventRow& r) {
@@ -97,6 +97,7 @@ Result<LeaseRow> LeaseRowFromJson(const std::string& text) {
     r->renewed = j.at("renewed").get<int64_t>();
     r->expires = j.at("expires").get<int64_t>();
     r->ttl = j.at("ttl").get<int64_t>();
+    r->movable = j.value("movable", false);  // absent in state written before it existed
   });
 }
 

@@ -63,6 +63,7 @@ Status PoolEngine::Recover(const LoadedState& state) {
     l.user = r.user;
     l.place = r.place;
     l.min_memory_mib = r.min_memory_mib;
+    l.movable = r.movable;
     l.generation = r.generation;
     l.degraded = r.state == "DEGRADED";
     l.token = r.token;
@@ -138,6 +139,7 @@ void PoolEngine::PersistLease(const Lease& l) {
   r.request_json = req.dump();
   r.place = l.place;
   r.min_memory_mib = l.min_memory_mib;
+  r.movable = l.movable;
   nlohmann::json gpus = nlohmann::json::array();
   for (GpuIndex g : l.gpus) gpus.push_back(inventory_.gpu(g).uuid);
   r.gpus_json = gpus.dump();
@@ -229,6 +231,7 @@ nlohmann::json PoolEngine::LeaseJson(const Lease& l, bool with_token) const {
                       {"request", req},
                       {"place", l.place},
                       {"min_memory_mib", l.min_memory_mib},
+                      {"movable", l.movable},
                       {"gpus", gpus},
                       {"created", l.created},
                       {"renewed", l.renewed},
@@ -259,6 +262,20 @@ Result<nlohmann::json> PoolEngine::UpdateGpu(const std::string& id, const std::s
     else if (gpu.state == GpuState::kLeased) inventory_.SetState(g, GpuState::kDraining);
     PersistGpu(g);
     Event("state_changed", g, nullptr, std::string("drain: ") + why);
+    // A lease whose processes follow a move (movable) goes to another GPU now, and the
+    // drained GPU is free at once; any other waits for its lease to end.
+    auto held = gpu.state == GpuState::kDraining ? leases_.find(gpu.lease) : leases_.end();
+    if (held != leases_.end() && held->second.movable) {
+      Lease* l = &held->second;
+      size_t slot = 0;
+      while (slot < l->gpus.size() && l->gpus[slot] != g) ++slot;
+      if (slot < l->gpus.size() && ReplaceSlot(l, slot, "drained by admin: " + why, kNone, "migrated")) {
+        UpdateLeaseHealth(l);
+      } else {
+        Event("state_changed", g, l, "no IDLE GPU to move lease " + LeaseName(l->number) +
+                                         " to: the GPU stays DRAINING until the lease ends");
+      }
+    }
   } else if (state == "resume") {
     gpu.admin_drain = false;
     gpu.admin_fail = false;

@@ -54,6 +54,9 @@ struct AcquireRequest {
   bool has_owner = false;      // uid/user given (admins only)
   uid_t uid = 0;
   std::string user;
+  // The job's processes follow a move of its GPUs (gpupool's library with failover on):
+  // a drain then moves the lease instead of waiting for it.
+  bool movable = false;
 };
 
 struct GpuHealthReport {
@@ -176,6 +179,7 @@ class PoolEngine {
     std::vector<uint32_t> slot_pool;
     uint64_t generation = 1;
     bool degraded = false;
+    bool movable = false;
     std::string token;
     int64_t created = 0, renewed = 0, expires = 0, ttl = 0;
   };

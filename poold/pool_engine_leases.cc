@@ -160,6 +160,7 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   l.request = req.request;
   l.place = req.place;
   l.min_memory_mib = req.min_memory_mib;
+  l.movable = req.movable;
   l.gpus = chosen;
   l.slot_pool = slot_pool;
   l.token = std::move(token.value());

@@ -23,7 +23,8 @@ CREATE TABLE IF NOT EXISTS leases (
   user TEXT NOT NULL, request TEXT NOT NULL, place TEXT NOT NULL,
   min_memory_mib INTEGER NOT NULL, gpus TEXT NOT NULL, generation INTEGER NOT NULL,
   state TEXT NOT NULL, token TEXT NOT NULL, created INTEGER NOT NULL,
-  renewed INTEGER NOT NULL, expires INTEGER NOT NULL, ttl INTEGER NOT NULL);
+  renewed INTEGER NOT NULL, expires INTEGER NOT NULL, ttl INTEGER NOT NULL,
+  movable INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS events (
   seq INTEGER PRIMARY KEY, time INTEGER NOT NULL, type TEXT NOT NULL, gpu TEXT NOT NULL,
   job_id INTEGER NOT NULL, lease TEXT NOT NULL, detail TEXT NOT NULL, uid INTEGER NOT NULL);
@@ -69,7 +70,7 @@ class Stmt {
 };
 
 constexpr char kPutGpu[] = "INSERT OR REPLACE INTO gpus VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)";
-constexpr char kPutLease[] = "INSERT OR REPLACE INTO leases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+constexpr char kPutLease[] = "INSERT OR REPLACE INTO leases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
 constexpr char kDeleteLease[] = "DELETE FROM leases WHERE number = ?";
 constexpr char kPutEvent[] = "INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?,?)";
 constexpr char kPutNextLease[] =
@@ -124,21 +125,27 @@ SqliteStore::~SqliteStore() {
 }
 
 // Brings a state directory written by an older gpupoold up to the current schema
-// (PRAGMA user_version). Version 1 added events.uid.
+// (PRAGMA user_version). Version 1 added events.uid, version 2 leases.movable.
 Status SqliteStore::Migrate() {
   int version = 0;
   {
     Stmt v(db_, "PRAGMA user_version");
     if (sqlite3_step(v.get()) == SQLITE_ROW) version = static_cast<int>(v.ColInt(0));
   }
-  if (version >= 1) return Status::OK();
-  bool has_uid = false;
-  {
-    Stmt cols(db_, "PRAGMA table_info(events)");
-    while (sqlite3_step(cols.get()) == SQLITE_ROW) has_uid = has_uid || cols.ColText(1) == "uid";
+  if (version >= 2) return Status::OK();
+  auto has_column = [this](const char* table, const char* column) {
+    Stmt cols(db_, (std::string("PRAGMA table_info(") + table + ")").c_str());
+    bool found = false;
+    while (sqlite3_step(cols.get()) == SQLITE_ROW) found = found || cols.ColText(1) == column;
+    return found;
+  };
+  if (!has_column("events", "uid")) {
+    GPUPOOL_RETURN_IF_ERROR(Exec("ALTER TABLE events ADD COLUMN uid INTEGER NOT NULL DEFAULT 0"));
   }
-  if (!has_uid) GPUPOOL_RETURN_IF_ERROR(Exec("ALTER TABLE events ADD COLUMN uid INTEGER NOT NULL DEFAULT 0"));
-  return Exec("PRAGMA user_version = 1");
+  if (!has_column("leases", "movable")) {
+    GPUPOOL_RETURN_IF_ERROR(Exec("ALTER TABLE leases ADD COLUMN movable INTEGER NOT NULL DEFAULT 0"));
+  }
+  return Exec("PRAGMA user_version = 2");
 }
 
 Status SqliteStore::Exec(const char* sql) {
@@ -184,7 +191,7 @@ Result<LoadedState> SqliteStore::Load(size_t recent_events) {
   }
   {
     Stmt s(db_, "SELECT number, job_id, uid, user, request, place, min_memory_mib, gpus, generation,"
-                " state, token, created, renewed, expires, ttl FROM leases ORDER BY number");
+                " state, token, created, renewed, expires, ttl, movable FROM leases ORDER BY number");
     while ((rc = s.Step()) == SQLITE_ROW) {
       LeaseRow r;
       r.number = static_cast<uint64_t>(s.ColInt(0));
@@ -202,6 +209,7 @@ Result<LoadedState> SqliteStore::Load(size_t recent_events) {
       r.renewed = s.ColInt(12);
       r.expires = s.ColInt(13);
       r.ttl = s.ColInt(14);
+      r.movable = s.ColInt(15) != 0;
       st.leases.push_back(std::move(r));
     }
     GPUPOOL_RETURN_IF_ERROR(finished(rc, "leases"));
@@ -337,7 +345,8 @@ Status SqliteStore::WriteBatch(const std::vector<Op>& ops) {
       s.Int(1, static_cast<int64_t>(l->number)).Int(2, l->job_id).Int(3, l->uid).Text(4, l->user)
           .Text(5, l->request_json).Text(6, l->place).Int(7, static_cast<int64_t>(l->min_memory_mib))
           .Text(8, l->gpus_json).Int(9, static_cast<int64_t>(l->generation)).Text(10, l->state)
-          .Text(11, l->token).Int(12, l->created).Int(13, l->renewed).Int(14, l->expires).Int(15, l->ttl);
+          .Text(11, l->token).Int(12, l->created).Int(13, l->renewed).Int(14, l->expires).Int(15, l->ttl)
+          .Int(16, l->movable ? 1 : 0);
       rc = sqlite3_step(s.get());
       max_lease = std::max(max_lease, l->number);
     } else if (const LeaseDelete* d = std::get_if<LeaseDelete>(&op)) {

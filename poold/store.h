@@ -41,6 +41,7 @@ struct LeaseRow {
   std::string user, request_json, place, state, token, gpus_json;
   uint64_t min_memory_mib = 0, generation = 0;
   int64_t created = 0, renewed = 0, expires = 0, ttl = 0;
+  bool movable = false;  // the job's processes follow a move (a drain moves the lease)
 };
 
 struct EventRow {

@@ -116,7 +116,7 @@ Result<JobRequest> ParseJobRequest(const RawOptions& raw) {
 }
 
 nlohmann::json AcquireBody(const JobRequest& request, uint32_t job_id, uint32_t uid,
-                           const std::string& user, int ttl_s) {
+                           const std::string& user, int ttl_s, bool movable) {
   nlohmann::json pools = nlohmann::json::array();
   for (const PoolCount& p : request.pools) pools.push_back({{"pool", p.pool}, {"count", p.count}});
   nlohmann::json body = {{"job_id", job_id},
@@ -126,6 +126,7 @@ nlohmann::json AcquireBody(const JobRequest& request, uint32_t job_id, uint32_t 
                          {"uid", uid},
                          {"user", user}};
   if (ttl_s > 0) body["ttl"] = ttl_s;
+  if (movable) body["movable"] = true;
   return body;
 }
 

@@ -232,4 +232,14 @@ Result<EnvList> RenderProfile(const Profile& profile, const ProfileContext& ctx)
   return out;
 }
 
+bool ProcessesFollowMoves(const Profile& profile,
+                          const std::function<std::string(const std::string&)>& current) {
+  if (profile.name != "gpupool.profile") return false;
+  std::string failover = current ? current("GPUPOOL_FAILOVER") : "";
+  for (const ProfileRule& rule : profile.rules) {
+    if (rule.kind == ProfileRule::Kind::kSet && rule.name == "GPUPOOL_FAILOVER") failover = rule.value;
+  }
+  return failover != "off";
+}
+
 }  // namespace gpupool::spank

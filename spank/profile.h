@@ -52,4 +52,11 @@ struct ProfileContext {
 // The variables the profile sets for this lease, in rule order.
 Result<EnvList> RenderProfile(const Profile& profile, const ProfileContext& context);
 
+// Whether the step's processes follow a move of the lease's GPUs (the lease is then
+// "movable": a drain moves it): they run gpupool's own library (the profile file is
+// gpupool.profile) with failover on (GPUPOOL_FAILOVER as the profile sets it, else as the
+// step brings it, is not "off"). Other remoting stacks cannot follow a move.
+bool ProcessesFollowMoves(const Profile& profile,
+                          const std::function<std::string(const std::string&)>& current);
+
 }  // namespace gpupool::spank

@@ -180,9 +180,14 @@ Status SetUpStep(spank_t sp, int ac, char** av, const StepInfo& step) {
   Result<Profile> profile = LoadProfile(ProfilePath(*config));
   if (!profile.ok()) return profile.status();
 
+  auto current = [sp](const std::string& name) -> std::string {
+    char buf[8192];
+    if (spank_getenv(sp, name.c_str(), buf, sizeof(buf)) != ESPANK_SUCCESS) return "";
+    return buf;
+  };
   LeaseService service(*config);
   nlohmann::json body = AcquireBody(*request, step.job_id, step.uid, auth::UserName(step.uid),
-                                    config->ttl_s);
+                                    config->ttl_s, ProcessesFollowMoves(*profile, current));
   bool created = false;
   auto t0 = std::chrono::steady_clock::now();
   Result<Lease> lease = service.Acquire(body, &created);
@@ -216,11 +221,7 @@ Status SetUpStep(spank_t sp, int ac, char** av, const StepInfo& step) {
   pc.lib_dir = config->lib_dir;
   pc.lease_file = lease_file;
   pc.server = config->server;
-  pc.current = [sp](const std::string& name) -> std::string {
-    char buf[8192];
-    if (spank_getenv(sp, name.c_str(), buf, sizeof(buf)) != ESPANK_SUCCESS) return "";
-    return buf;
-  };
+  pc.current = current;
   Result<EnvList> profile_env = RenderProfile(*profile, pc);
   if (!profile_env.ok()) return profile_env.status();
   env.insert(env.end(), profile_env->begin(), profile_env->end());

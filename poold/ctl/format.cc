@@ -52,6 +52,12 @@ Field Known(const char* name, const json& obj, const char* key) {
   return Num(name, obj, key);
 }
 
+// true/false as Slurm writes flags: Yes, No (absent: No).
+Field YesNo(const char* name, const json& obj, const char* key) {
+  auto it = obj.is_object() ? obj.find(key) : obj.end();
+  return {name, it != obj.end() && it->is_boolean() && it->get<bool>() ? "Yes" : "No"};
+}
+
 Field Time(const char* name, const json& obj, const char* key) {
   std::optional<int64_t> v = Int(obj, key);
   return {name, v ? FormatTime(*v) : QuoteValue(Text(obj, key))};
@@ -182,7 +188,8 @@ Record LeaseRecord(const json& l) {
   return {
       {Str("LeaseId", l, "id"), Job("JobId", l, "job_id"), {"User", owner}, Str("State", l, "state")},
       {{"Pool", QuoteValue(PoolCounts(List(l, "request")))}, Str("Place", l, "place"),
-       Memory("MinMemory", l, "min_memory_mib"), Num("Generation", l, "generation")},
+       Memory("MinMemory", l, "min_memory_mib"), Num("Generation", l, "generation"),
+       YesNo("Movable", l, "movable")},
       {{"Gpus", QuoteValue(JoinIds(List(l, "gpus"), "id"))}},
       {Time("Created", l, "created"), Time("Renewed", l, "renewed"), Time("Expires", l, "expires"),
        Num("Ttl", l, "ttl")},

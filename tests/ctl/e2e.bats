@@ -133,7 +133,7 @@ teardown_file() {
   run "$GPUPOOLCTL" show leases job=42
   [ "$status" -eq 0 ]
   [[ "${lines[0]}" =~ ^LeaseId=L[0-9]+\ JobId=42\ User=alice\(1000\)\ State=ACTIVE$ ]]
-  [[ "${lines[1]}" == "   Pool=a100:1 Place=pack MinMemory=0 Generation=1" ]]
+  [[ "${lines[1]}" == "   Pool=a100:1 Place=pack MinMemory=0 Generation=1 Movable=No" ]]
   [[ "${lines[2]}" =~ ^\ \ \ Gpus=gpuhost1:[01]$ ]]
   run "$GPUPOOLCTL" show leases job=42 --json
   [ "$status" -eq 0 ]

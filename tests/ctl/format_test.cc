@@ -90,7 +90,7 @@ TEST_F(FormatTest, LeaseHidesTokenAndListsGpus) {
   std::string text = Format({"show", "leases"}, {{"leases", {kLease}}});
   EXPECT_EQ(text,
             "LeaseId=L7 JobId=42 User=alice(1000) State=ACTIVE\n"
-            "   Pool=a100:2 Place=pack MinMemory=0 Generation=1\n"
+            "   Pool=a100:2 Place=pack MinMemory=0 Generation=1 Movable=No\n"
             "   Gpus=gpuhost1:0,gpuhost1:1\n"
             "   Created=2025-11-21T21:20:00 Renewed=2025-11-21T21:20:00 "
             "Expires=2025-11-21T21:30:00 Ttl=600\n\n");

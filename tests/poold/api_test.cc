@@ -155,6 +155,7 @@ TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {
       {"/v1/leases", R"({"job_id":0,"request":[{"pool":"a100","count":1}]})", 400, "'job_id' must be between"},
       {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":0}]})", 400, "must be at least 1"},
       {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":-3}]})", 400, "must be at least 1"},
+      {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":1}],"movable":"yes"})", 400, "'movable' must be"},
       {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":9}]})", 409, "has 4 GPUs, 9 requested"},
       {"/v1/leases", R"({"job_id":1,"request":[{"pool":"b200","count":1}]})", 400, "unknown pool 'b200'"},
       {"/v1/leases", R"({"job_id":1,"request":[]})", 400, "non-empty list"},

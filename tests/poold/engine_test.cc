@@ -57,12 +57,13 @@ class EngineTest : public ::testing::Test {
     ASSERT_TRUE(r.ok()) << r.status().message();
   }
   Result<json> Acquire(int64_t job, const std::string& pool, int count, const std::string& place = "pack",
-                       uint64_t mem = 0) {
+                       uint64_t mem = 0, bool movable = false) {
     AcquireRequest req;
     req.job_id = job;
     req.request = {PoolRequest{pool, count}};
     req.place = place;
     req.min_memory_mib = mem;
+    req.movable = movable;
     bool created = false;
     return engine_->Acquire(admin_, req, &created);
   }
@@ -430,6 +431,46 @@ TEST_F(EngineTest, MigrateMovesALeaseGpuAndFreesTheOld) {
   EXPECT_EQ(engine_->Migrate(lease, other, "", "").status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(engine_->ListLeases(admin_, lease, 0).value()["leases"][0]["gpus"][0]["id"], now);
   EXPECT_EQ(engine_->ListLeases(admin_, lease, 0).value()["leases"][0]["generation"], 3);
+}
+
+// A drain moves a movable lease (its processes follow) to another GPU of the pool at once:
+// the lease's generation goes up, a migrated event, the GPU is DRAINED. A lease that is not
+// movable, or one with nowhere to go, keeps the GPU DRAINING until it ends. `movable`
+// survives a restart.
+TEST_F(EngineTest, DrainMovesMovableLeasesAndWaitsForTheRest) {
+  AddHost("g1", "r1", 3);
+  auto movable = Acquire(1, "a100", 1, "pack", 0, true);
+  auto fixed = Acquire(2, "a100", 1);
+  ASSERT_TRUE(movable.ok() && fixed.ok());
+  EXPECT_EQ(movable.value()["movable"], true);
+  EXPECT_EQ(fixed.value()["movable"], false);
+  std::string moved_from = movable.value()["gpus"][0]["id"];
+  std::string kept = fixed.value()["gpus"][0]["id"];
+  ASSERT_TRUE(store_->WaitDurable(store_->last_ticket()).ok());
+  Open();  // what a restarted gpupoold knows
+  auto drained = engine_->UpdateGpu(moved_from, "drain", "maintenance");
+  ASSERT_TRUE(drained.ok()) << drained.status().message();
+  EXPECT_EQ(drained.value()["gpu"]["state"], "DRAINED");
+  json lease = engine_->ListLeases(admin_, "", 1).value()["leases"][0];
+  EXPECT_NE(lease["gpus"][0]["id"], moved_from);
+  EXPECT_NE(lease["gpus"][0]["id"], kept);
+  EXPECT_EQ(lease["generation"], 2);
+  EXPECT_EQ(EventTypes(1).back(), "migrated");
+  EXPECT_EQ(engine_->counters().migrated, 1u);
+  // Not movable: the GPU waits for the lease.
+  ASSERT_TRUE(engine_->UpdateGpu(kept, "drain", "maintenance").ok());
+  EXPECT_EQ(Gpu(kept)["state"], "DRAINING");
+  EXPECT_EQ(engine_->ListLeases(admin_, "", 2).value()["leases"][0]["gpus"][0]["id"], kept);
+  // Movable with no IDLE GPU left: it stays, DRAINING, and says why.
+  std::string now = lease["gpus"][0]["id"];
+  ASSERT_TRUE(engine_->UpdateGpu(now, "drain", "").ok());
+  EXPECT_EQ(Gpu(now)["state"], "DRAINING");
+  EXPECT_EQ(engine_->ListLeases(admin_, "", 1).value()["leases"][0]["generation"], 2);
+  EventFilter all;
+  json events = engine_->ListEvents(admin_, all).value()["events"];
+  EXPECT_NE(events.back()["detail"].get<std::string>().find("no IDLE GPU to move lease"), std::string::npos)
+      << events.back().dump();
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
 }
 
 TEST_F(EngineTest, LeasesExpireWithoutRenewal) {

@@ -4,12 +4,14 @@
 #
 # usage: run_with_server.sh --server BIN --lib DIR --transport tcp|shm --port PORT
 #            [--server-transport tcp|shm|default] [--gpus N] [--client-token TOKEN]
-#            [--expect-refused] -- PROGRAM
+#            [--expect-refused] [--timeout SECONDS] -- PROGRAM
 #   --server-transport  the server's own UCX settings when they differ from the client's
 #                       (default: UCX's own choice, as an agent started by systemd has)
 #   --expect-refused  the program must fail and the library must log the refusal
+#   --timeout   seconds the program may run (default 120)
 set -u
 server="" lib="" transport="" server_transport="" port="" gpus=1 client_token="" expect_refused=0
+program_timeout=120
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) server=$2; shift 2 ;;
@@ -20,6 +22,7 @@ while [ $# -gt 0 ]; do
     --gpus) gpus=$2; shift 2 ;;
     --client-token) client_token=$2; shift 2 ;;
     --expect-refused) expect_refused=1; shift ;;
+    --timeout) program_timeout=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "run_with_server.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -57,7 +60,7 @@ export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # GPUPOOL_TEST_PRELOAD (scripts/test --sanitize): runtimes the program needs first, as it is
 # not instrumented but loads our instrumented libcuda.so.1.
-timeout 120 ${GPUPOOL_TEST_PRELOAD:+env LD_PRELOAD="$GPUPOOL_TEST_PRELOAD"} "$program" \
+timeout "$program_timeout" ${GPUPOOL_TEST_PRELOAD:+env LD_PRELOAD="$GPUPOOL_TEST_PRELOAD"} "$program" \
   > "$workdir/program.out" 2> "$workdir/program.err"
 rc=$?
 cat "$workdir/program.out"; cat "$workdir/program.err" >&2
@@ -72,7 +75,10 @@ if [ "$expect_refused" = 1 ]; then
   echo "refused as expected (exit $rc)"
   exit 0
 fi
-if [ $rc -ne 0 ]; then
+if [ $rc -eq 124 ]; then
+  echo "FAIL: $program ran past its ${program_timeout} s and was stopped; server log:" >&2
+  cat "$workdir/server.err" >&2
+elif [ $rc -ne 0 ]; then
   echo "FAIL: $program exited $rc; server log:" >&2; cat "$workdir/server.err" >&2
 fi
 exit $rc

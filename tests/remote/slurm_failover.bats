@@ -1,11 +1,11 @@
 #!/usr/bin/env bats
 # A running CUDA process survives its GPU (gpupool-remote(7), FAILOVER): an sbatch
 # --gpu-pool job runs the iterate program (evolving state, host input every iteration, a
-# large allocation written once, a CPU reference); mid-run its GPU is failed, or its agent
-# is killed. gpupoold swaps the lease, spank_gpupool's watcher rewrites the lease file, and
+# large allocation written once, a CPU reference); mid-run its GPU is failed, hung, drained
+# or migrated, or its agent is killed. gpupoold swaps the lease, spank_gpupool's watcher rewrites the lease file, and
 # the library recovers on the new GPU: the program prints PASS, the job COMPLETES, an event
 # shows the move, no node is drained. With GPUPOOL_FAILOVER=off the program gets the CUDA
-# error it got before failover existed.
+# error it got before failover existed, and a drain leaves its GPU to it.
 
 load slurm_helpers
 
@@ -106,6 +106,12 @@ expect_recovered() {
 
 @test "with GPUPOOL_FAILOVER=off a failed GPU gives the program the CUDA error, and no node drains" {
   start_and_wait tcp GPUPOOL_FAILOVER=off
+  # Its processes cannot follow a move: a drain leaves its GPU DRAINING under it.
+  [ "$(lease_field_of_job "$JOB" '.movable')" = false ]
+  DRAINED=("$FAILED_GPU")
+  gpupoolctl update gpu="$FAILED_GPU" state=drain reason="failover test" >/dev/null
+  [ "$(gpupoolctl show gpus "$FAILED_GPU" --json | jq -r '.gpus[0].state')" = DRAINING ]
+  [ "$(lease_field_of_job "$JOB" '.gpus[0].id')" = "$FAILED_GPU" ]
   gpupoolctl update gpu="$FAILED_GPU" state=fail reason="failover test" >/dev/null
   wait_job_end "$JOB" 120
   cat "$OUT/$JOB.out" >&2
@@ -179,5 +185,17 @@ expect_recovered() {
   [ "$status" -eq 0 ]
   [[ $output == *"Generation=2"* ]]
   [ "$(gpupoolctl show gpus "$old" --json | jq -r '.gpus[0].state')" = IDLE ]
+  MOVE_EVENT=migrated expect_recovered
+}
+
+@test "an admin drains a running program's GPU: the lease moves at once, the program goes on, the GPU is DRAINED" {
+  start_and_wait tcp
+  [ "$(lease_field_of_job "$JOB" '.movable')" = true ]
+  DRAINED=("$FAILED_GPU")
+  FAILED_GPU=""
+  run gpupoolctl update gpu="${DRAINED[0]}" state=drain reason="failover test" -o
+  [ "$status" -eq 0 ]
+  [[ $output == *"State=DRAINED"* ]]
+  [ "$(lease_field_of_job "$JOB" '.generation')" = 2 ]
   MOVE_EVENT=migrated expect_recovered
 }

@@ -103,6 +103,8 @@ TEST(JobRequest, AcquireBodyFollowsTheApi) {
   EXPECT_EQ(body["user"], "alice");
   EXPECT_FALSE(body.contains("ttl"));
   EXPECT_EQ(AcquireBody(*r, 42, 1000, "alice", 60)["ttl"], 60);
+  EXPECT_FALSE(body.contains("movable"));
+  EXPECT_EQ(AcquireBody(*r, 42, 1000, "alice", 0, true)["movable"], true);
 }
 
 }  // namespace

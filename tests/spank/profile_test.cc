@@ -127,6 +127,25 @@ TEST(Profile, ShippedLupineProfile) {
   EXPECT_EQ(Get(*env, "LUPINE_SERVER"), "10.0.0.5:14833,10.0.0.7:14833");
 }
 
+// A lease is movable (a drain moves it) only when its processes can follow: gpupool's own
+// library with failover on, as the step brings it or the profile sets it.
+TEST(Profile, ProcessesFollowMovesOnlyWithGpupoolsLibraryAndFailoverOn) {
+  const std::string dir = std::string(GPUPOOL_SOURCE_DIR) + "/etc/profiles/";
+  Result<Profile> gpupool = LoadProfile(dir + "gpupool.profile");
+  Result<Profile> rcuda = LoadProfile(dir + "rcuda.profile");
+  ASSERT_TRUE(gpupool.ok() && rcuda.ok());
+  auto with = [](std::string failover) {
+    return [failover](const std::string& name) { return name == "GPUPOOL_FAILOVER" ? failover : ""; };
+  };
+  EXPECT_TRUE(ProcessesFollowMoves(*gpupool, with("")));
+  EXPECT_TRUE(ProcessesFollowMoves(*gpupool, with("replay")));
+  EXPECT_FALSE(ProcessesFollowMoves(*gpupool, with("off")));
+  EXPECT_FALSE(ProcessesFollowMoves(*rcuda, with("")));
+  Result<Profile> site_off = ParseProfile("set GPUPOOL_FAILOVER=off\n", "gpupool.profile");
+  ASSERT_TRUE(site_off.ok()) << site_off.status().message();
+  EXPECT_FALSE(ProcessesFollowMoves(*site_off, with("replay")));
+}
+
 TEST(Profile, MissingFileIsNamed) {
   Result<Profile> p = LoadProfile("/nonexistent/x.profile");
   ASSERT_FALSE(p.ok());
