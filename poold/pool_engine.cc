@@ -26,6 +26,7 @@ PoolEngine::PoolEngine(const Config& config, Store* store, Clock clock)
 
 Status PoolEngine::Recover(const LoadedState& state) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   int64_t now = clock_();
   for (const GpuRow& r : state.gpus) {
     Gpu g;
@@ -251,6 +252,7 @@ nlohmann::json PoolEngine::EventJson(const EventRow& e) const {
 Result<nlohmann::json> PoolEngine::UpdateGpu(const std::string& id, const std::string& state,
                                              const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   GpuIndex g = inventory_.FindGpu(id);
   if (g == kNone) return Status::NotFound("no such GPU '" + id + "'");
   Gpu& gpu = inventory_.gpu(g);
@@ -301,6 +303,7 @@ Result<nlohmann::json> PoolEngine::UpdateGpu(const std::string& id, const std::s
 Result<nlohmann::json> PoolEngine::Migrate(const std::string& lease_id, const std::string& gpu,
                                            const std::string& to, const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   Status why;
   Lease* l = FindLease(lease_id, 0, &why);
   if (l == nullptr) return why;
@@ -351,6 +354,7 @@ Result<nlohmann::json> PoolEngine::Migrate(const std::string& lease_id, const st
 
 Result<nlohmann::json> PoolEngine::ListPools(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   nlohmann::json out = nlohmann::json::array();
   std::map<uint32_t, int> lease_count;
   for (const auto& [n, l] : leases_) {
@@ -373,6 +377,7 @@ Result<nlohmann::json> PoolEngine::ListPools(const std::string& name) {
 
 Result<nlohmann::json> PoolEngine::ListGpus(const std::string& id, const std::string& pool) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   nlohmann::json out = nlohmann::json::array();
   if (!id.empty()) {
     GpuIndex g = inventory_.FindGpu(id);
@@ -402,6 +407,7 @@ Result<nlohmann::json> PoolEngine::ListGpus(const std::string& id, const std::st
 
 Result<nlohmann::json> PoolEngine::ListEvents(const Caller& caller, const EventFilter& f) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   std::string gpu_id;
   if (!f.gpu.empty()) {
     GpuIndex g = inventory_.FindGpu(f.gpu);
@@ -428,6 +434,7 @@ Result<nlohmann::json> PoolEngine::ListEvents(const Caller& caller, const EventF
 
 void PoolEngine::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   int64_t now = clock_();
   for (Host* h : inventory_.AllHosts()) {
     if (h->reachable && now - h->last_seen > config_.poold.unreachable_timeout) {
@@ -447,6 +454,7 @@ void PoolEngine::Tick() {
 
 std::vector<std::pair<int64_t, uint64_t>> PoolEngine::SlurmJobLeases() {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   std::vector<std::pair<int64_t, uint64_t>> out;
   for (const auto& [job, n] : lease_by_job_) out.emplace_back(job, n);
   return out;
@@ -454,6 +462,7 @@ std::vector<std::pair<int64_t, uint64_t>> PoolEngine::SlurmJobLeases() {
 
 void PoolEngine::ReapJob(int64_t job_id, uint64_t number) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   auto it = leases_.find(number);
   if (it == leases_.end() || it->second.job_id != job_id) return;
   ReleaseLocked(&it->second, "reaped", "Slurm job " + std::to_string(job_id) + " has ended");
@@ -464,6 +473,7 @@ void PoolEngine::ReapJob(int64_t job_id, uint64_t number) {
 
 std::vector<std::pair<std::string, PoolCounts>> PoolEngine::PoolSnapshot() {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   std::vector<std::pair<std::string, PoolCounts>> out;
   for (uint32_t p = 0; p < inventory_.pools().size(); ++p) {
     out.emplace_back(inventory_.pools()[p].name, inventory_.Counts(p));
@@ -473,21 +483,25 @@ std::vector<std::pair<std::string, PoolCounts>> PoolEngine::PoolSnapshot() {
 
 EngineCounters PoolEngine::counters() {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   return counters_;
 }
 
 size_t PoolEngine::lease_count() {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   return leases_.size();
 }
 
 size_t PoolEngine::inventory_bytes() {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   return inventory_.ApproximateBytes();
 }
 
 Status PoolEngine::CheckInvariants() {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   std::map<GpuIndex, uint64_t> owner;
   for (const auto& [n, l] : leases_) {
     for (GpuIndex g : l.gpus) {

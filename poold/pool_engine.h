@@ -213,6 +213,8 @@ class PoolEngine {
   const Clock clock_;
   JobOwnerLookup job_owner_;  // set before serving, then read-only
 
+  // Every method holds mu_ and a Store::Hold with it: the rows one operation queues go to
+  // the store in one transaction.
   std::mutex mu_;
   Inventory inventory_;                      // GUARDED_BY(mu_)
   std::map<uint64_t, Lease> leases_;         // GUARDED_BY(mu_)

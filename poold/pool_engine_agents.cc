@@ -13,6 +13,7 @@ namespace gpupool::poold {
 
 Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   // Refuse before changing anything: a refused registration leaves memory and disk as
   // they were.
   std::set<std::string> uuids;
@@ -93,6 +94,7 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
                                              const std::vector<GpuHealthReport>& gpus,
                                              const std::vector<RecoveryReport>& recoveries) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   NameId host_id = inventory_.FindName(host_name);
   Host* host = host_id == kNone ? nullptr : inventory_.FindHost(host_id);
   if (host == nullptr) return Status::NotFound("unknown host '" + host_name + "': register first");

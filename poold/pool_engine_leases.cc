@@ -78,6 +78,7 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   if (!token.ok()) return token.status();
 
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   uid_t owner = req.has_owner ? req.uid : caller.uid;
 
   // Idempotency: the job's existing lease is the answer.
@@ -185,6 +186,7 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
 
 Result<nlohmann::json> PoolEngine::Renew(const Caller& caller, const std::string& lease_id, int64_t job_id) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   Status why;
   Lease* l = FindLease(lease_id, job_id, &why);
   if (l == nullptr) return why;
@@ -218,6 +220,7 @@ void PoolEngine::ReleaseLocked(Lease* l, const std::string& type, const std::str
 Result<nlohmann::json> PoolEngine::Release(const Caller& caller, const std::string& lease_id,
                                            int64_t job_id, const std::string& why_text) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   Status why;
   Lease* l = FindLease(lease_id, job_id, &why);
   if (l == nullptr) return why;
@@ -231,6 +234,7 @@ Result<nlohmann::json> PoolEngine::Release(const Caller& caller, const std::stri
 
 Result<nlohmann::json> PoolEngine::ListLeases(const Caller& caller, const std::string& lease_id, int64_t job_id) {
   std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
   nlohmann::json out = nlohmann::json::array();
   if (!lease_id.empty() || job_id > 0) {
     Status why;

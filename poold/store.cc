@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "common/log.h"
@@ -259,6 +260,19 @@ uint64_t Store::Enqueue(Op op) {
   return ticket;
 }
 
+Store::Hold::Hold(Store* store) : store_(store) {
+  std::lock_guard<std::mutex> lock(store_->mu_);
+  ++store_->held_;
+}
+
+Store::Hold::~Hold() {
+  {
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    if (--store_->held_ > 0 || store_->queue_.empty()) return;
+  }
+  store_->work_cv_.notify_one();
+}
+
 Status Store::WaitDurable(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
   durable_cv_.wait(lock, [&] { return durable_ >= ticket || !failure_.ok(); });
@@ -283,6 +297,9 @@ void Store::CommitterLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      // An operation still queueing its changes ends within microseconds; bounded, so
+      // that a steady stream of operations cannot hold the committer back.
+      work_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping_ || held_ == 0; });
       if (queue_.empty() && stopping_) return;
       batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
       queue_.clear();
