@@ -3,9 +3,12 @@
 //
 //   gpupool-dataplane-testd --listen HOST:PORT --lease ID --token HEX [--gpus N]
 //                           [--memory-mib M]
-// Prints "listening on PORT" once ready; runs until SIGTERM/SIGINT.
+// Prints "listening on PORT" once ready; runs until SIGTERM/SIGINT. SIGUSR1: the lease
+// moved away (as gpupool-agentd learns from gpupoold when a lease is migrated or a GPU
+// drained): every session is revoked (CUDA_ERROR_NOT_PERMITTED) and no hello succeeds.
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +23,8 @@ namespace {
 
 volatile std::sig_atomic_t stop = 0;
 void OnSignal(int) { stop = 1; }
+std::atomic<bool> moved_away{false};  // lock-free: set from a signal handler
+void OnMovedAway(int) { moved_away = true; }
 
 int Usage(const char* problem) {
   std::fprintf(stderr, "gpupool-dataplane-testd: %s\nusage: gpupool-dataplane-testd --listen "
@@ -53,8 +58,9 @@ int main(int argc, char** argv) {
   options.listen = listen;
   options.backend = &backend;
   options.authorize = [&](const std::string& l, const std::string& t, const std::string&) {
-    return l == lease && t == token;
+    return !moved_away && l == lease && t == token;
   };
+  options.authorization_epoch = [] { return moved_away ? uint64_t{1} : uint64_t{0}; };
   auto server = gpupool::dataplane::Server::Start(options);
   if (!server.ok()) {
     std::fprintf(stderr, "gpupool-dataplane-testd: %s\n", server.status().message().c_str());
@@ -62,6 +68,7 @@ int main(int argc, char** argv) {
   }
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
+  std::signal(SIGUSR1, OnMovedAway);
   std::printf("listening on %d\n", server.value()->port());
   std::fflush(stdout);
   while (!stop) pause();

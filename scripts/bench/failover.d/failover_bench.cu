@@ -11,6 +11,11 @@
 //       replays) timed on the healthy GPU; then the server is killed (SIGKILL), the lease
 //       file names UUID@ENDPOINT, and the time from the failure to the next completed
 //       synchronisation is the recovery. Prints "RecoveryMs= RestoreCopyMs= ReplayedWorkMs=".
+//   failover_bench move MIB SERVER_PID LEASE_FILE UUID ENDPOINT
+//       The same, for a planned move (gpupoolctl migrate, or a drain of a movable lease):
+//       the lease file names UUID@ENDPOINT first, then the old server revokes the session
+//       (SIGUSR1, as an agent does when gpupoold moves the lease), and the time from the
+//       revocation to the next completed call is the pause.
 #include <signal.h>
 #include <unistd.h>
 
@@ -78,8 +83,19 @@ __global__ void touch(unsigned char* p, size_t n) {
   if (i < n) p[i * 4096] += 1;
 }
 
+// Names UUID@ENDPOINT in the lease file, atomically (what spank_gpupool's watcher does).
+static bool NameInLease(const char* lease_file, const char* uuid, const char* endpoint) {
+  std::string tmp = std::string(lease_file) + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  std::fprintf(f, "{\"generation\": 2, \"gpus\": [{\"uuid\": \"%s\", \"endpoint\": \"%s\"}]}\n",
+               uuid, endpoint);
+  std::fclose(f);
+  return std::rename(tmp.c_str(), lease_file) == 0;
+}
+
 static int Recover(size_t mib, pid_t server, const char* lease_file, const char* uuid,
-                   const char* endpoint) {
+                   const char* endpoint, bool planned) {
   const size_t bytes = mib << 20;
   std::vector<unsigned char> host(bytes, 7);
   unsigned char* d = nullptr;
@@ -106,15 +122,16 @@ static int Recover(size_t mib, pid_t server, const char* lease_file, const char*
   for (int i = 0; i < 10; ++i) {
     evolve<<<(1 << 18) / 256, 256>>>(small, 1 << 18, small, static_cast<unsigned>(i + 10));
   }
-  kill(server, SIGKILL);
-  auto failed = Clock::now();
-  std::string tmp = std::string(lease_file) + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return 1;
-  std::fprintf(f, "{\"generation\": 2, \"gpus\": [{\"uuid\": \"%s\", \"endpoint\": \"%s\"}]}\n",
-               uuid, endpoint);
-  std::fclose(f);
-  if (std::rename(tmp.c_str(), lease_file) != 0) return 1;
+  Clock::time_point failed;
+  if (planned) {
+    if (!NameInLease(lease_file, uuid, endpoint)) return 1;
+    kill(server, SIGUSR1);
+    failed = Clock::now();
+  } else {
+    kill(server, SIGKILL);
+    failed = Clock::now();
+    if (!NameInLease(lease_file, uuid, endpoint)) return 1;
+  }
   CHECK(cudaMemcpy(&probe, small, 4, cudaMemcpyDeviceToHost));
   double recovery_ms = Ms(Clock::now() - failed);
   // The state came across: every touched byte is 8.
@@ -133,13 +150,13 @@ static int Recover(size_t mib, pid_t server, const char* lease_file, const char*
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "recover") == 0) {
+  if (argc >= 2 && (std::strcmp(argv[1], "recover") == 0 || std::strcmp(argv[1], "move") == 0)) {
     if (argc != 7) {
-      std::fprintf(stderr, "usage: failover_bench recover MIB SERVER_PID LEASE_FILE UUID ENDPOINT\n");
+      std::fprintf(stderr, "usage: failover_bench recover|move MIB SERVER_PID LEASE_FILE UUID ENDPOINT\n");
       return 2;
     }
     return Recover(std::strtoul(argv[2], nullptr, 10), static_cast<pid_t>(std::atoi(argv[3])),
-                   argv[4], argv[5], argv[6]);
+                   argv[4], argv[5], argv[6], std::strcmp(argv[1], "move") == 0);
   }
   if (argc >= 2 && std::strcmp(argv[1], "steady") == 0) {
     argv[1] = argv[0];
