@@ -195,6 +195,8 @@ void Failover::Unprotect(const std::string& why) {
   saved_.clear();
   written_.clear();
   log_.clear();
+  spare_.clear();
+  spare_bytes_ = 0;
   started_.clear();
   log_bytes_ = 0;
   checkpoint_bytes_ = 0;
@@ -275,6 +277,7 @@ void Failover::Sent(const Request& request, bool started) {
   entry.op = request.op;
   entry.args.assign(static_cast<const char*>(request.args), request.args_len);
   if (request.payload_len > 0) {
+    entry.payload = TakePayloadBuffer(request.payload_len);
     entry.payload.assign(static_cast<const char*>(request.payload), request.payload_len);
   }
   if (started) {
@@ -299,6 +302,7 @@ void Failover::Answered(const Request& request, const Reply& reply) {
     entry.call = true;
     entry.args.assign(static_cast<const char*>(request.args), request.args_len);
     if (request.payload_len > 0) {
+      entry.payload = TakePayloadBuffer(request.payload_len);
       entry.payload.assign(static_cast<const char*>(request.payload), request.payload_len);
     }
     Track(entry, &reply);
@@ -484,17 +488,17 @@ bool Failover::Checkpoint(ClientConnection* connection) {
     return false;  // the failure shows at the application's next request
   }
   ShowOutput(idle.out);
-  // Images land in fresh buffers; only a complete checkpoint replaces the
-  // previous one (a failure in the middle leaves the previous checkpoint and
-  // its log intact).
-  std::map<uint64_t, std::vector<char>> fresh;
-  std::set<uint64_t> unknown;
-  ImagesFromLog(&fresh, &unknown);
+  // What the log tells is known without the GPU (ApplyLog); the rest is read
+  // into fresh buffers first. Only then, when nothing can fail any more, is the
+  // log applied to the previous images in place and the reads put in: a
+  // failure in the middle leaves the previous checkpoint and its log intact.
+  std::set<uint64_t> unknown, made;
+  ApplyLog(false, &unknown, &made);
   std::set<uint64_t> reads(unknown);
   for (const auto& [start, dirty] : written_) {
-    if (fresh.count(start) == 0) reads.insert(start);
+    if (made.count(start) == 0) reads.insert(start);
   }
-  for (uint64_t start : unknown) fresh.erase(start);
+  std::map<uint64_t, std::vector<char>> fresh;
   for (uint64_t start : reads) {
     auto range = ranges_.find(start);
     if (range == ranges_.end()) continue;
@@ -510,6 +514,8 @@ bool Failover::Checkpoint(ClientConnection* connection) {
     readback_bytes_ += bytes.size();
     fresh[start] = std::move(bytes);
   }
+  std::set<uint64_t> unknown_again, made_again;
+  ApplyLog(true, &unknown_again, &made_again);
   for (auto& [start, bytes] : fresh) saved_[start] = std::move(bytes);
   checkpoint_bytes_ = 0;
   for (auto it = saved_.begin(); it != saved_.end();) {
@@ -521,6 +527,7 @@ bool Failover::Checkpoint(ClientConnection* connection) {
     }
   }
   base_ = live_;
+  RecyclePayloads();
   log_.clear();
   log_bytes_ = 0;
   printf_delivered_ = 0;
@@ -532,17 +539,21 @@ bool Failover::Checkpoint(ClientConnection* connection) {
 
 // A GPU keeps no dirty bits, but the log says exactly what copies from the host
 // and memsets wrote, and a copy between two ranges whose contents are known
-// writes known contents: those ranges' images are made here, on the host, from
-// the previous checkpoint's, and only what a kernel may have written (or a copy
-// from it) is read back from the GPU. A process that uploads 1 GiB is then
-// checkpointed by a host copy instead of a second transfer.
+// writes known contents: those ranges' images are the previous checkpoint's with
+// the log applied, on the host, and only what a kernel may have written (or a
+// copy from it) is read back from the GPU. A process that uploads 1 GiB is then
+// checkpointed by host copies instead of a second transfer.
 //
 // Conservative where the log's order may not be the GPU's: a range written on two
 // streams since the last checkpoint, or read from a range written on another
 // stream, is read back; so is a range a kernel may have written, even if a copy
 // overwrote it later.
-void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
-                             std::set<uint64_t>* unknown) const {
+//
+// Two passes over the same log with the same decisions: `apply` false only
+// classifies (*unknown: to read back; *made: images the log makes); `apply`
+// true, once the reads have succeeded, writes the bytes into saved_ in place
+// (ranges read back get scratch writes there, replaced by their reads after).
+void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made) {
   std::map<uint64_t, uint64_t> stream_of;  // range -> the stream that last wrote it
   std::set<uint64_t> allocated;            // allocated in the log: no previous image
   // The range holding [address, address + size), if one does.
@@ -554,18 +565,19 @@ void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
     *start = first;
     return true;
   };
-  // The image of `start` as the log has made it so far (nullptr: not known).
-  auto current = [&](uint64_t start) -> const std::vector<char>* {
-    if (unknown->count(start) != 0) return nullptr;
-    if (auto image = images->find(start); image != images->end()) return &image->second;
-    if (allocated.count(start) != 0) return nullptr;
+  // Whether the contents of `start` are known at this point of the log.
+  auto known = [&](uint64_t start) {
+    if (unknown->count(start) != 0) return false;
+    if (made->count(start) != 0) return true;
+    if (allocated.count(start) != 0) return false;
     auto saved = saved_.find(start);
-    if (saved == saved_.end() || saved->second.size() != ranges_.at(start)) return nullptr;
-    return &saved->second;
+    return saved != saved_.end() && saved->second.size() == ranges_.at(start);
   };
-  // A write of `size` bytes at `address` on `stream`: the image to write into
-  // (nullptr: the range is read back instead).
-  auto writable = [&](uint64_t address, uint64_t size, uint64_t stream) -> std::vector<char>* {
+  // A write of `size` bytes at `address` on `stream`: where its bytes go in the
+  // range's image (nullptr: the range is read back instead, or this is the
+  // classifying pass).
+  auto write = [&](uint64_t address, uint64_t size, uint64_t stream, bool* wanted) -> char* {
+    *wanted = false;
     uint64_t start = 0;
     if (!range_of(address, size, &start)) {
       MarkUnknownAt(address, unknown);
@@ -575,26 +587,27 @@ void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
     if (last != stream_of.end() && last->second != stream) unknown->insert(start);
     stream_of[start] = stream;
     if (unknown->count(start) != 0) return nullptr;
-    auto image = images->find(start);
-    if (image != images->end()) return &image->second;
     const uint64_t length = ranges_.at(start);
-    if (address == start && size == length) {
-      return &((*images)[start] = std::vector<char>(length));  // all of it is written
-    }
-    const std::vector<char>* before = current(start);
-    if (before == nullptr) {
+    const bool whole = address == start && size == length;
+    if (!whole && !known(start)) {
       unknown->insert(start);
       return nullptr;
     }
-    return &((*images)[start] = *before);
+    made->insert(start);
+    *wanted = true;
+    if (!apply) return nullptr;
+    std::vector<char>& image = saved_[start];
+    image.resize(length);  // a whole-range write may make the first image
+    return image.data() + (address - start);
   };
 
   for (const Entry& entry : log_) {
+    bool wanted = false;
     switch (entry.op) {
       case dp::kOpMemAlloc: {
         dp::MemAllocArgs args{};
         if (!ReadStruct(entry.args, &args)) break;
-        images->erase(args.address);
+        made->erase(args.address);
         unknown->erase(args.address);
         stream_of.erase(args.address);
         allocated.insert(args.address);
@@ -606,10 +619,8 @@ void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
           MarkUnknownAt(args.dst, unknown);
           break;
         }
-        if (std::vector<char>* image = writable(args.dst, args.size, args.stream)) {
-          uint64_t start = 0;
-          range_of(args.dst, args.size, &start);
-          std::memcpy(image->data() + (args.dst - start), entry.payload.data(), args.size);
+        if (char* out = write(args.dst, args.size, args.stream, &wanted)) {
+          std::memcpy(out, entry.payload.data(), args.size);
         }
         break;
       }
@@ -622,10 +633,7 @@ void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
           MarkUnknownAt(args.dst, unknown);
           break;
         }
-        if (std::vector<char>* image = writable(args.dst, size, args.stream)) {
-          uint64_t start = 0;
-          range_of(args.dst, size, &start);
-          char* out = image->data() + (args.dst - start);
+        if (char* out = write(args.dst, size, args.stream, &wanted)) {
           if (args.element_size == 1) {
             std::memset(out, static_cast<int>(args.value & 0xff), size);
           } else if (size > 0) {  // one element, then doubling copies of it
@@ -645,21 +653,18 @@ void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
           break;
         }
         auto source_stream = stream_of.find(source);
-        const std::vector<char>* from = current(source);
-        if (from == nullptr ||
+        if (!known(source) ||
             (source_stream != stream_of.end() && source_stream->second != args.stream)) {
           MarkUnknownAt(args.dst, unknown);
           uint64_t start = 0;
           if (range_of(args.dst, args.size, &start)) stream_of[start] = args.stream;
           break;
         }
-        // `from` stays valid: writable() only adds images (std::map keeps the
-        // others in place), and within one range the two may overlap.
-        if (std::vector<char>* image = writable(args.dst, args.size, args.stream)) {
-          uint64_t start = 0;
-          range_of(args.dst, args.size, &start);
-          std::memmove(image->data() + (args.dst - start), from->data() + (args.src - source),
-                       args.size);
+        // The source's image is saved_[source], current at this point of the
+        // log; std::map keeps it in place while the destination's is made, and
+        // within one range the two may overlap.
+        if (char* out = write(args.dst, args.size, args.stream, &wanted)) {
+          std::memmove(out, saved_.at(source).data() + (args.src - source), args.size);
         }
         break;
       }
@@ -669,7 +674,7 @@ void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
         MayWrite(entry, &may_write);
         for (const auto& [start, yes] : may_write) {
           unknown->insert(start);
-          images->erase(start);
+          made->erase(start);
         }
         break;
       }
@@ -677,6 +682,39 @@ void Failover::ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
         break;
     }
   }
+}
+
+// Keeps the log's very large payload buffers for the next entries (std::string
+// keeps its capacity): glibc's malloc serves blocks over its largest mmap
+// threshold (32 MiB) from fresh mappings, so a process that uploads the same big
+// buffer again and again would pay a fresh allocation's page faults for every
+// copy. Smaller blocks malloc recycles well itself. At most a quarter of
+// checkpoint_mem is kept.
+constexpr size_t kRecycledPayload = size_t{32} << 20;
+
+void Failover::RecyclePayloads() {
+  for (Entry& entry : log_) {
+    if (entry.payload.capacity() < kRecycledPayload) continue;
+    if (spare_bytes_ + entry.payload.capacity() > config_.checkpoint_mem / 4) break;
+    spare_bytes_ += entry.payload.capacity();
+    spare_.push_back(std::move(entry.payload));
+  }
+}
+
+// A spare payload buffer with room for `size` bytes (the smallest), or an empty one.
+std::string Failover::TakePayloadBuffer(size_t size) {
+  if (size < kRecycledPayload) return std::string();
+  auto best = spare_.end();
+  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
+    if (it->capacity() >= size && (best == spare_.end() || it->capacity() < best->capacity())) {
+      best = it;
+    }
+  }
+  if (best == spare_.end()) return std::string();
+  std::string buffer = std::move(*best);
+  spare_bytes_ -= buffer.capacity();
+  spare_.erase(best);
+  return buffer;
 }
 
 void Failover::MarkUnknownAt(uint64_t address, std::set<uint64_t>* unknown) const {

@@ -185,11 +185,13 @@ class Failover {
   void MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) const;
   void MarkUnknownAt(uint64_t address, std::set<uint64_t>* unknown) const;
   bool Checkpoint(transport::ClientConnection* connection);
-  // Applies the log to the previous checkpoint's images on the host where it tells the
-  // contents (see Checkpoint): *images gets the ranges it gives, *unknown those a GPU
-  // read must give.
-  void ImagesFromLog(std::map<uint64_t, std::vector<char>>* images,
-                     std::set<uint64_t>* unknown) const;
+  // The log applied to the previous checkpoint's images on the host where it
+  // tells the contents (see Checkpoint): `apply` false only classifies
+  // (*unknown: ranges a GPU read must give; *made: ranges the log gives), true
+  // writes the bytes into saved_.
+  void ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made);
+  void RecyclePayloads();
+  std::string TakePayloadBuffer(size_t size);
   bool Rebuild(transport::ClientConnection* connection, Recovery* recovery, std::string* why);
   bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why,
             bool show_output);
@@ -213,6 +215,8 @@ class Failover {
   std::map<uint64_t, std::vector<char>> saved_;  // checkpointed contents, by range start
   std::map<uint64_t, bool> written_;             // ranges written since the last checkpoint
   std::vector<Entry> log_;                       // state changes since the last checkpoint
+  std::vector<std::string> spare_;               // payload buffers of checkpointed log entries
+  size_t spare_bytes_ = 0;
   size_t log_bytes_ = 0;
   size_t printf_delivered_ = 0;          // log_[0, this) had their printf text shown
   std::vector<StartedRequest> started_;  // Starts not yet known to be answered
