@@ -12,21 +12,24 @@
 namespace gpupool::poold {
 namespace {
 
-TEST(StoreTest, OpensAnOlderSchemaAndKeepsItsEvents) {
-  std::string dir = "/tmp/gpupool-store-test-" + std::to_string(getpid());
+// A fresh state directory whose database an older gpupoold wrote with `sql`.
+std::string OlderStateDir(const std::string& name, const char* sql) {
+  std::string dir = "/tmp/gpupool-store-test-" + name + "-" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir + "/gpupoold.db").c_str(), &db), SQLITE_OK);
-  // Version 0: events had no uid.
-  ASSERT_EQ(sqlite3_exec(db,
-                         "CREATE TABLE events (seq INTEGER PRIMARY KEY, time INTEGER NOT NULL, type TEXT NOT NULL,"
-                         " gpu TEXT NOT NULL, job_id INTEGER NOT NULL, lease TEXT NOT NULL, detail TEXT NOT NULL);"
-                         "INSERT INTO events VALUES (7, 1000, 'leased', '', 42, 'L3', 'g1:0');",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
+  EXPECT_EQ(sqlite3_open((dir + "/gpupoold.db").c_str(), &db), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, nullptr), SQLITE_OK);
   sqlite3_close(db);
+  return dir;
+}
 
+TEST(StoreTest, OpensAnOlderSchemaAndKeepsItsEvents) {
+  // Version 0: events had no uid.
+  std::string dir = OlderStateDir(
+      "events", "CREATE TABLE events (seq INTEGER PRIMARY KEY, time INTEGER NOT NULL, type TEXT NOT NULL,"
+                " gpu TEXT NOT NULL, job_id INTEGER NOT NULL, lease TEXT NOT NULL, detail TEXT NOT NULL);"
+                "INSERT INTO events VALUES (7, 1000, 'leased', '', 42, 'L3', 'g1:0');");
   auto store = Store::Open(dir, /*fsync=*/false);
   ASSERT_TRUE(store.ok()) << store.status().message();
   auto loaded = (*store)->Load(10);
@@ -51,23 +54,15 @@ TEST(StoreTest, OpensAnOlderSchemaAndKeepsItsEvents) {
 // Version 1 (leases without `movable`): the column is added, old leases are not movable,
 // and a movable lease round-trips.
 TEST(StoreTest, LeasesGainMovableInPlace) {
-  std::string dir = "/tmp/gpupool-store-test-movable-" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open((dir + "/gpupoold.db").c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db,
-                         "CREATE TABLE leases (number INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-                         " uid INTEGER NOT NULL, user TEXT NOT NULL, request TEXT NOT NULL, place TEXT NOT NULL,"
-                         " min_memory_mib INTEGER NOT NULL, gpus TEXT NOT NULL, generation INTEGER NOT NULL,"
-                         " state TEXT NOT NULL, token TEXT NOT NULL, created INTEGER NOT NULL,"
-                         " renewed INTEGER NOT NULL, expires INTEGER NOT NULL, ttl INTEGER NOT NULL);"
-                         "INSERT INTO leases VALUES (3, 42, 1000, 'alice', '[]', 'pack', 0, '[]', 1, 'ACTIVE',"
-                         " 'ab', 1, 1, 100, 99);"
-                         "PRAGMA user_version = 1;",
-                         nullptr, nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  std::string dir = OlderStateDir(
+      "movable", "CREATE TABLE leases (number INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
+                 " uid INTEGER NOT NULL, user TEXT NOT NULL, request TEXT NOT NULL, place TEXT NOT NULL,"
+                 " min_memory_mib INTEGER NOT NULL, gpus TEXT NOT NULL, generation INTEGER NOT NULL,"
+                 " state TEXT NOT NULL, token TEXT NOT NULL, created INTEGER NOT NULL,"
+                 " renewed INTEGER NOT NULL, expires INTEGER NOT NULL, ttl INTEGER NOT NULL);"
+                 "INSERT INTO leases VALUES (3, 42, 1000, 'alice', '[]', 'pack', 0, '[]', 1, 'ACTIVE',"
+                 " 'ab', 1, 1, 100, 99);"
+                 "PRAGMA user_version = 1;");
   auto store = Store::Open(dir, /*fsync=*/false);
   ASSERT_TRUE(store.ok()) << store.status().message();
   auto loaded = (*store)->Load(10);
