@@ -93,6 +93,7 @@ Status PoolEngine::Recover(const LoadedState& state) {
       gpu.lease = l.number;
       if (gpu.state == GpuState::kIdle) inventory_.SetState(g, GpuState::kLeased);
       else if (gpu.state == GpuState::kDrained) inventory_.SetState(g, GpuState::kDraining);
+      if (gpu.state == GpuState::kDraining && l.movable) draining_movable_.insert(g);
       l.gpus.push_back(g);
     }
     if (l.degraded) degraded_.insert(l.number);
@@ -265,17 +266,16 @@ Result<nlohmann::json> PoolEngine::UpdateGpu(const std::string& id, const std::s
     PersistGpu(g);
     Event("state_changed", g, nullptr, std::string("drain: ") + why);
     // A lease whose processes follow a move (movable) goes to another GPU now, and the
-    // drained GPU is free at once; any other waits for its lease to end.
+    // drained GPU is free at once (or as soon as a GPU of its pool is); any other waits
+    // for its lease to end.
     auto held = gpu.state == GpuState::kDraining ? leases_.find(gpu.lease) : leases_.end();
     if (held != leases_.end() && held->second.movable) {
-      Lease* l = &held->second;
-      size_t slot = 0;
-      while (slot < l->gpus.size() && l->gpus[slot] != g) ++slot;
-      if (slot < l->gpus.size() && ReplaceSlot(l, slot, "drained by admin: " + why, kNone, "migrated")) {
-        UpdateLeaseHealth(l);
-      } else {
-        Event("state_changed", g, l, "no IDLE GPU to move lease " + LeaseName(l->number) +
-                                         " to: the GPU stays DRAINING until the lease ends");
+      draining_movable_.insert(g);
+      MoveDrainingLeases();
+      if (draining_movable_.count(g) != 0) {
+        Event("state_changed", g, &held->second,
+              "no IDLE GPU to move lease " + LeaseName(held->second.number) +
+                  " to: it moves when one is free, or the GPU stays DRAINING until the lease ends");
       }
     }
   } else if (state == "resume") {

@@ -198,6 +198,7 @@ class PoolEngine {
   bool ReplaceSlot(Lease* lease, size_t slot, const std::string& reason, GpuIndex to = kNone,
                    const char* event = "swapped");
   void HealDegraded();
+  void MoveDrainingLeases();
   void UpdateLeaseHealth(Lease* lease);
   void MarkHostUnreachable(Host* host, const std::string& reason);
   void PersistGpu(GpuIndex g);
@@ -220,6 +221,8 @@ class PoolEngine {
   std::map<uint64_t, Lease> leases_;         // GUARDED_BY(mu_)
   std::map<int64_t, uint64_t> lease_by_job_; // GUARDED_BY(mu_)
   std::set<uint64_t> degraded_;              // GUARDED_BY(mu_): leases with a bad slot
+  // GUARDED_BY(mu_): DRAINING GPUs of movable leases, to move when a GPU is free.
+  std::set<GpuIndex> draining_movable_;
   std::deque<EventRow> events_;              // GUARDED_BY(mu_): newest kEventMemory
   std::vector<bool> reported_failed_;        // GUARDED_BY(mu_): by GpuIndex, last agent health
   uint64_t next_lease_ = 1;                  // GUARDED_BY(mu_)

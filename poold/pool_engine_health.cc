@@ -69,8 +69,9 @@ void PoolEngine::SwapOut(GpuIndex g, const std::string& reason) {
   UpdateLeaseHealth(l);
 }
 
+// Also moves the leases of drained GPUs (MoveDrainingLeases), after the degraded ones:
+// a failed GPU is the more urgent to replace.
 void PoolEngine::HealDegraded() {
-  if (degraded_.empty()) return;
   std::vector<uint64_t> leases(degraded_.begin(), degraded_.end());
   for (uint64_t number : leases) {
     auto it = leases_.find(number);
@@ -83,6 +84,35 @@ void PoolEngine::HealDegraded() {
       }
     }
     if (changed) UpdateLeaseHealth(l);
+  }
+  MoveDrainingLeases();
+}
+
+// A DRAINING GPU of a movable lease: the lease moves to a GPU placement chooses (a
+// migrated event) and the GPU becomes DRAINED; one that finds no GPU waits in
+// draining_movable_ for the next call.
+void PoolEngine::MoveDrainingLeases() {
+  for (auto it = draining_movable_.begin(); it != draining_movable_.end();) {
+    const GpuIndex g = *it;
+    const Gpu& gpu = inventory_.gpu(g);
+    auto held = gpu.state == GpuState::kDraining ? leases_.find(gpu.lease) : leases_.end();
+    if (held == leases_.end() || !held->second.movable) {
+      it = draining_movable_.erase(it);  // resumed, failed, released, or not movable
+      continue;
+    }
+    Lease* l = &held->second;
+    size_t slot = 0;
+    while (slot < l->gpus.size() && l->gpus[slot] != g) ++slot;
+    if (slot == l->gpus.size()) {
+      it = draining_movable_.erase(it);
+      continue;
+    }
+    if (!ReplaceSlot(l, slot, "drained by admin: " + gpu.reason, kNone, "migrated")) {
+      ++it;  // nowhere to go yet
+      continue;
+    }
+    UpdateLeaseHealth(l);
+    it = draining_movable_.erase(it);
   }
 }
 

@@ -434,9 +434,9 @@ TEST_F(EngineTest, MigrateMovesALeaseGpuAndFreesTheOld) {
 }
 
 // A drain moves a movable lease (its processes follow) to another GPU of the pool at once:
-// the lease's generation goes up, a migrated event, the GPU is DRAINED. A lease that is not
-// movable, or one with nowhere to go, keeps the GPU DRAINING until it ends. `movable`
-// survives a restart.
+// the lease's generation goes up, a migrated event, the GPU is DRAINED. One with nowhere to
+// go moves when a GPU is free; a lease that is not movable keeps the GPU DRAINING until it
+// ends. `movable`, and the wait, survive a restart.
 TEST_F(EngineTest, DrainMovesMovableLeasesAndWaitsForTheRest) {
   AddHost("g1", "r1", 3);
   auto movable = Acquire(1, "a100", 1, "pack", 0, true);
@@ -470,6 +470,15 @@ TEST_F(EngineTest, DrainMovesMovableLeasesAndWaitsForTheRest) {
   json events = engine_->ListEvents(admin_, all).value()["events"];
   EXPECT_NE(events.back()["detail"].get<std::string>().find("no IDLE GPU to move lease"), std::string::npos)
       << events.back().dump();
+  // It moves as soon as a GPU is free, after a restart too.
+  ASSERT_TRUE(store_->WaitDurable(store_->last_ticket()).ok());
+  Open();
+  ASSERT_TRUE(engine_->UpdateGpu(moved_from, "resume", "").ok());
+  lease = engine_->ListLeases(admin_, "", 1).value()["leases"][0];
+  EXPECT_EQ(lease["gpus"][0]["id"], moved_from);
+  EXPECT_EQ(lease["generation"], 3);
+  EXPECT_EQ(Gpu(now)["state"], "DRAINED");
+  EXPECT_EQ(Gpu(kept)["state"], "DRAINING");  // not movable: still waits
   EXPECT_TRUE(engine_->CheckInvariants().ok());
 }
 
