@@ -68,13 +68,30 @@ sreport_a100_seconds() {
   [ "$(sreport_a100_seconds Jobs="$id," start="$from" end="$to")" -eq $((elapsed * 2)) ]
   # The user's pool-GPU seconds in the window: sreport's sum equals ElapsedRaw x
   # license count summed over sacct's records of the user's jobs (both cut to the window).
-  expected=0
+  # Other tests' jobs of this user in the same hour may still be reaching slurmdbd: the
+  # two must agree once its records are settled.
+  wait_until 60 user_sums_agree "$user" "$from" "$to" || {
+    echo "sacct: $(user_a100_seconds "$user" "$from" "$to"), sreport: $(sreport_a100_seconds Users="$user" start="$from" end="$to")" >&2
+    false
+  }
+  [ "$(user_a100_seconds "$user" "$from" "$to")" -ge $((elapsed * 2)) ]
+}
+
+# user_a100_seconds USER FROM TO: ElapsedRaw x license/gpupool_a100 count over sacct's
+# records of USER's jobs, cut to the window.
+user_a100_seconds() {
+  local expected=0 secs tres count
   while IFS='|' read -r secs tres; do
     count=$(tr ',' '\n' <<<"$tres" | sed -n 's|^license/gpupool_a100=||p')
     expected=$((expected + secs * ${count:-0}))
-  done < <(sacct -X -n -P -T -u "$user" -S "$from" -E "$to" -o ElapsedRaw,AllocTRES)
-  [ "$expected" -ge $((elapsed * 2)) ]
-  [ "$(sreport_a100_seconds Users="$user" start="$from" end="$to")" -eq "$expected" ]
+  done < <(sacct -X -n -P -T -u "$1" -S "$2" -E "$3" -o ElapsedRaw,AllocTRES)
+  echo "$expected"
+}
+
+# Whether none of USER's jobs runs and sreport's sum over the window equals sacct's.
+user_sums_agree() {
+  [[ -z $(squeue -h -u "$1" -o %i) ]] || return 1
+  [ "$(sreport_a100_seconds Users="$1" start="$2" end="$3" 2>/dev/null)" = "$(user_a100_seconds "$1" "$2" "$3")" ]
 }
 
 @test "only slurmdbd's own database user reaches MariaDB; users cannot read its password" {
