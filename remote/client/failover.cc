@@ -426,11 +426,18 @@ void Failover::Track(const Entry& entry, const Reply* reply) {
   }
 }
 
-void Failover::MarkWritten(uint64_t address) {
+bool Failover::RangeHolding(uint64_t address, uint64_t* start) const {
   auto after = ranges_.upper_bound(address);
-  if (after == ranges_.begin()) return;
-  auto& [start, size] = *std::prev(after);
-  if (address - start < size) written_[start] = true;
+  if (after == ranges_.begin()) return false;
+  const auto& [first, size] = *std::prev(after);
+  if (address - first >= size) return false;
+  *start = first;
+  return true;
+}
+
+void Failover::MarkWritten(uint64_t address) {
+  uint64_t start = 0;
+  if (RangeHolding(address, &start)) written_[start] = true;
 }
 
 // A kernel may write what its pointer arguments reach, and its module's
@@ -449,10 +456,8 @@ void Failover::MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) c
   for (size_t offset = 0; offset + sizeof(uint64_t) <= launch.payload.size(); offset += 8) {
     uint64_t word = 0;
     std::memcpy(&word, launch.payload.data() + offset, sizeof(word));
-    auto after = ranges_.upper_bound(word);
-    if (after == ranges_.begin()) continue;
-    auto& [start, size] = *std::prev(after);
-    if (word - start < size) (*ranges)[start] = true;
+    uint64_t start = 0;
+    if (RangeHolding(word, &start)) (*ranges)[start] = true;
   }
   auto function = live_.find({kFunction, args.function});
   if (function == live_.end()) return;
@@ -558,12 +563,11 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
   std::set<uint64_t> allocated;            // allocated in the log: no previous image
   // The range holding [address, address + size), if one does.
   auto range_of = [&](uint64_t address, uint64_t size, uint64_t* start) {
-    auto after = ranges_.upper_bound(address);
-    if (after == ranges_.begin()) return false;
-    auto& [first, length] = *std::prev(after);
-    if (address - first > length || size > length - (address - first)) return false;
-    *start = first;
-    return true;
+    return RangeHolding(address, start) && size <= ranges_.at(*start) - (address - *start);
+  };
+  auto mark_unknown = [&](uint64_t address) {
+    uint64_t start = 0;
+    if (RangeHolding(address, &start)) unknown->insert(start);
   };
   // Whether the contents of `start` are known at this point of the log.
   auto known = [&](uint64_t start) {
@@ -576,11 +580,10 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
   // A write of `size` bytes at `address` on `stream`: where its bytes go in the
   // range's image (nullptr: the range is read back instead, or this is the
   // classifying pass).
-  auto write = [&](uint64_t address, uint64_t size, uint64_t stream, bool* wanted) -> char* {
-    *wanted = false;
+  auto write = [&](uint64_t address, uint64_t size, uint64_t stream) -> char* {
     uint64_t start = 0;
     if (!range_of(address, size, &start)) {
-      MarkUnknownAt(address, unknown);
+      mark_unknown(address);
       return nullptr;
     }
     auto last = stream_of.find(start);
@@ -594,7 +597,6 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
       return nullptr;
     }
     made->insert(start);
-    *wanted = true;
     if (!apply) return nullptr;
     std::vector<char>& image = saved_[start];
     image.resize(length);  // a whole-range write may make the first image
@@ -602,7 +604,6 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
   };
 
   for (const Entry& entry : log_) {
-    bool wanted = false;
     switch (entry.op) {
       case dp::kOpMemAlloc: {
         dp::MemAllocArgs args{};
@@ -616,10 +617,10 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
       case dp::kOpMemcpyHtoD: {
         dp::MemcpyHtoDArgs args{};
         if (!ReadStruct(entry.args, &args) || entry.payload.size() != args.size) {
-          MarkUnknownAt(args.dst, unknown);
+          mark_unknown(args.dst);
           break;
         }
-        if (char* out = write(args.dst, args.size, args.stream, &wanted)) {
+        if (char* out = write(args.dst, args.size, args.stream)) {
           std::memcpy(out, entry.payload.data(), args.size);
         }
         break;
@@ -630,10 +631,10 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
         if (!ReadStruct(entry.args, &args) ||
             (args.element_size != 1 && args.element_size != 2 && args.element_size != 4) ||
             __builtin_mul_overflow(args.count, args.element_size, &size)) {
-          MarkUnknownAt(args.dst, unknown);
+          mark_unknown(args.dst);
           break;
         }
-        if (char* out = write(args.dst, size, args.stream, &wanted)) {
+        if (char* out = write(args.dst, size, args.stream)) {
           if (args.element_size == 1) {
             std::memset(out, static_cast<int>(args.value & 0xff), size);
           } else if (size > 0) {  // one element, then doubling copies of it
@@ -649,13 +650,13 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
         dp::MemcpyDtoDArgs args{};
         uint64_t source = 0;
         if (!ReadStruct(entry.args, &args) || !range_of(args.src, args.size, &source)) {
-          MarkUnknownAt(args.dst, unknown);
+          mark_unknown(args.dst);
           break;
         }
         auto source_stream = stream_of.find(source);
         if (!known(source) ||
             (source_stream != stream_of.end() && source_stream->second != args.stream)) {
-          MarkUnknownAt(args.dst, unknown);
+          mark_unknown(args.dst);
           uint64_t start = 0;
           if (range_of(args.dst, args.size, &start)) stream_of[start] = args.stream;
           break;
@@ -663,7 +664,7 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
         // The source's image is saved_[source], current at this point of the
         // log; std::map keeps it in place while the destination's is made, and
         // within one range the two may overlap.
-        if (char* out = write(args.dst, args.size, args.stream, &wanted)) {
+        if (char* out = write(args.dst, args.size, args.stream)) {
           std::memmove(out, saved_.at(source).data() + (args.src - source), args.size);
         }
         break;
@@ -715,13 +716,6 @@ std::string Failover::TakePayloadBuffer(size_t size) {
   spare_bytes_ -= buffer.capacity();
   spare_.erase(best);
   return buffer;
-}
-
-void Failover::MarkUnknownAt(uint64_t address, std::set<uint64_t>* unknown) const {
-  auto after = ranges_.upper_bound(address);
-  if (after == ranges_.begin()) return;
-  auto& [start, size] = *std::prev(after);
-  if (address - start < size) unknown->insert(start);
 }
 
 bool Failover::Locate(const GpuLocation& failed, int32_t why, GpuLocation* next) {

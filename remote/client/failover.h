@@ -15,9 +15,9 @@
 //    have written: a kernel's pointer arguments, or every range with
 //    scope=all; what copies from the host, memsets and copies between known
 //    ranges wrote is taken from the log on the host, only what kernels wrote
-//    is read back from the GPU), plus a log of every state-changing request since (launches
-//    with their argument bytes, copies with the host bytes captured when they
-//    were sent, memsets, frees, events);
+//    is read back from the GPU), plus a log of every state-changing request
+//    since (launches with their argument bytes, copies with the host bytes
+//    captured when they were sent, memsets, frees, events);
 //  - on a failure (agent gone, GPU failed, session revoked because the lease
 //  moved), a
 //    new session on the GPU the lease names now (the lease file, rewritten by
@@ -179,11 +179,12 @@ class Failover {
 
   void Record(const transport::Request& request, bool call);
   void Track(const Entry& entry, const transport::Reply* reply);
+  // The live range holding `address` (its start in *start), if one does.
+  bool RangeHolding(uint64_t address, uint64_t* start) const;
   void MarkWritten(uint64_t address);
   void MarkLaunchWrites(const Entry& launch);
   // The ranges a launch may write (its pointer arguments, its module's variables).
   void MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) const;
-  void MarkUnknownAt(uint64_t address, std::set<uint64_t>* unknown) const;
   bool Checkpoint(transport::ClientConnection* connection);
   // The log applied to the previous checkpoint's images on the host where it
   // tells the contents (see Checkpoint): `apply` false only classifies
