@@ -22,6 +22,15 @@ using transport::Request;
 
 namespace {
 
+// Uploads of at least this many bytes have their journal copy made while the
+// bytes are in flight (Deliver), in slices of kOverlapSlice between progress of
+// the send.
+constexpr size_t kOverlappedPayload = size_t{64} << 10;
+constexpr size_t kOverlapSlice = size_t{256} << 10;
+// The op of a log entry a later upload made unnecessary (Failover::Append):
+// neither replayed nor applied.
+constexpr uint32_t kDroppedEntry = 0;
+
 template <typename T>
 bool ReadStruct(const std::string& bytes, T* out) {
   if (bytes.size() != sizeof(T)) return false;
@@ -195,6 +204,7 @@ void Failover::Unprotect(const std::string& why) {
   saved_.clear();
   written_.clear();
   log_.clear();
+  last_upload_.clear();
   spare_.clear();
   spare_bytes_ = 0;
   started_.clear();
@@ -214,13 +224,34 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   std::lock_guard<std::mutex> wire(mu_);
   *moved = false;
   WatchLease(channel);
-  if (how != Delivery::kCall) Sent(request, how == Delivery::kStart);
+  // A large upload's journal copy is made while its bytes are in flight, not before.
+  const bool overlapped = how == Delivery::kPost && protecting_ &&
+                          request.payload_len >= kOverlappedPayload && ChangesState(request.op);
+  Entry upload;
+  if (overlapped) {
+    upload = StartOverlappedEntry(request);
+  } else if (how != Delivery::kCall) {
+    Sent(request, how == Delivery::kStart);
+  }
   // A replacement that fails too is replaced in turn, a few times at most.
   for (int attempt = 0;; ++attempt) {
     int32_t status = dp::kCuSuccess;
-    Status sent = how == Delivery::kCall   ? channel->connection->Call(request, reply)
-                  : how == Delivery::kPost ? channel->connection->Post(request)
-                                           : channel->connection->Start(request);
+    Status sent;
+    if (overlapped && attempt == 0) {
+      const char* source = static_cast<const char*>(request.payload);
+      size_t copied = 0;
+      sent = channel->connection->PostOverlapped(request, [&]() {
+        size_t take = std::min(kOverlapSlice, request.payload_len - copied);
+        upload.payload.insert(upload.payload.end(), source + copied, source + copied + take);
+        copied += take;
+        return copied < request.payload_len;
+      });
+      LogSent(std::move(upload));  // before a recovery, which replays the log
+    } else {
+      sent = how == Delivery::kCall   ? channel->connection->Call(request, reply)
+             : how == Delivery::kPost ? channel->connection->Post(request)
+                                      : channel->connection->Start(request);
+    }
     if (!sent.ok()) {
       status = dp::kCuDeviceUnavailable;
     } else if (how == Delivery::kCall) {
@@ -277,8 +308,9 @@ void Failover::Sent(const Request& request, bool started) {
   entry.op = request.op;
   entry.args.assign(static_cast<const char*>(request.args), request.args_len);
   if (request.payload_len > 0) {
+    const char* bytes = static_cast<const char*>(request.payload);
     entry.payload = TakePayloadBuffer(request.payload_len);
-    entry.payload.assign(static_cast<const char*>(request.payload), request.payload_len);
+    entry.payload.assign(bytes, bytes + request.payload_len);
   }
   if (started) {
     started_.push_back(
@@ -286,7 +318,100 @@ void Failover::Sent(const Request& request, bool started) {
     return;
   }
   if (!ChangesState(request.op)) return;
+  LogSent(std::move(entry));
+}
+
+Failover::Entry Failover::StartOverlappedEntry(const Request& request) {
+  Entry entry;
+  entry.op = request.op;
+  entry.args.assign(static_cast<const char*>(request.args), request.args_len);
+  size_t previous = 0;
+  if (OverwritesLastUpload(entry, &previous)) {
+    // Append drops that entry once this one is logged: its buffer takes this copy.
+    // (Log entries are only ever read under mu_, which Deliver holds throughout.)
+    entry.payload.swap(log_[previous].payload);
+    log_bytes_ -= entry.payload.size();
+    entry.payload.clear();
+  } else {
+    entry.payload = TakePayloadBuffer(request.payload_len);
+  }
+  entry.payload.reserve(request.payload_len);
+  return entry;
+}
+
+void Failover::LogSent(Entry entry) {
+  if (!protecting_) return;
   Track(entry, nullptr);
+  Append(std::move(entry));
+}
+
+// An upload of a whole range makes the range's previous whole upload unnecessary
+// when nothing may have read the range in between, on the GPU or in the log: no
+// kernel ran since (a kernel may read any memory), no device copy read the range,
+// and both went on one stream. That entry is dropped from the log, so a loop of
+// uploads into one buffer keeps one journal copy, not one per upload (and reuses
+// its buffer: StartOverlappedEntry).
+bool Failover::OverwritesLastUpload(const Entry& entry, size_t* index) const {
+  if (entry.op != dp::kOpMemcpyHtoD) return false;
+  dp::MemcpyHtoDArgs args{};
+  if (!ReadStruct(entry.args, &args)) return false;
+  auto range = ranges_.find(args.dst);
+  if (range == ranges_.end() || range->second != args.size) return false;
+  auto last = last_upload_.find(args.dst);
+  if (last == last_upload_.end()) return false;
+  dp::MemcpyHtoDArgs previous{};
+  if (!ReadStruct(log_[last->second].args, &previous) || previous.stream != args.stream) {
+    return false;
+  }
+  *index = last->second;
+  return true;
+}
+
+void Failover::Append(Entry entry) {
+  switch (entry.op) {
+    case dp::kOpMemcpyHtoD: {
+      dp::MemcpyHtoDArgs args{};
+      if (!ReadStruct(entry.args, &args)) break;
+      size_t previous = 0;
+      if (OverwritesLastUpload(entry, &previous)) {
+        Entry& dropped = log_[previous];
+        log_bytes_ -= dropped.args.size() + dropped.payload.size();
+        dropped_bytes_ += args.size;
+        dropped.op = kDroppedEntry;
+        dropped.payload = std::vector<char>();
+      }
+      auto range = ranges_.find(args.dst);
+      if (range != ranges_.end() && range->second == args.size) {
+        last_upload_[args.dst] = log_.size();
+      }
+      break;
+    }
+    case dp::kOpMemcpyDtoD: {
+      dp::MemcpyDtoDArgs args{};
+      uint64_t source = 0;
+      if (!ReadStruct(entry.args, &args)) {
+        last_upload_.clear();
+      } else if (RangeHolding(args.src, &source)) {
+        last_upload_.erase(source);
+      }
+      break;
+    }
+    case dp::kOpMemAlloc: {
+      dp::MemAllocArgs args{};
+      if (ReadStruct(entry.args, &args)) last_upload_.erase(args.address);
+      break;
+    }
+    case dp::kOpMemFree: {
+      dp::MemFreeArgs args{};
+      if (ReadStruct(entry.args, &args)) last_upload_.erase(args.dptr);
+      break;
+    }
+    case dp::kOpMemset:
+      break;  // reads nothing
+    default:
+      last_upload_.clear();  // a kernel, or what else may read device memory
+      break;
+  }
   log_bytes_ += entry.args.size() + entry.payload.size();
   log_.push_back(std::move(entry));
 }
@@ -302,13 +427,13 @@ void Failover::Answered(const Request& request, const Reply& reply) {
     entry.call = true;
     entry.args.assign(static_cast<const char*>(request.args), request.args_len);
     if (request.payload_len > 0) {
+      const char* bytes = static_cast<const char*>(request.payload);
       entry.payload = TakePayloadBuffer(request.payload_len);
-      entry.payload.assign(static_cast<const char*>(request.payload), request.payload_len);
+      entry.payload.assign(bytes, bytes + request.payload_len);
     }
     Track(entry, &reply);
     if (!protecting_) return;
-    log_bytes_ += entry.args.size() + entry.payload.size();
-    log_.push_back(std::move(entry));
+    Append(std::move(entry));
   }
   if (DeliversOutput(request.op)) printf_delivered_ = log_.size();
 }
@@ -534,6 +659,7 @@ bool Failover::Checkpoint(ClientConnection* connection) {
   base_ = live_;
   RecyclePayloads();
   log_.clear();
+  last_upload_.clear();
   log_bytes_ = 0;
   printf_delivered_ = 0;
   written_.clear();
@@ -577,33 +703,44 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
     auto saved = saved_.find(start);
     return saved != saved_.end() && saved->second.size() == ranges_.at(start);
   };
-  // A write of `size` bytes at `address` on `stream`: where its bytes go in the
-  // range's image (nullptr: the range is read back instead, or this is the
-  // classifying pass).
-  auto write = [&](uint64_t address, uint64_t size, uint64_t stream) -> char* {
+  // A write of `size` bytes at `address` on `stream`: whether its bytes land in
+  // the range's image on the host (false: the range is read back instead).
+  auto lands = [&](uint64_t address, uint64_t size, uint64_t stream) {
     uint64_t start = 0;
     if (!range_of(address, size, &start)) {
       mark_unknown(address);
-      return nullptr;
+      return false;
     }
     auto last = stream_of.find(start);
     if (last != stream_of.end() && last->second != stream) unknown->insert(start);
     stream_of[start] = stream;
-    if (unknown->count(start) != 0) return nullptr;
-    const uint64_t length = ranges_.at(start);
-    const bool whole = address == start && size == length;
+    if (unknown->count(start) != 0) return false;
+    const bool whole = address == start && size == ranges_.at(start);
     if (!whole && !known(start)) {
       unknown->insert(start);
-      return nullptr;
+      return false;
     }
     made->insert(start);
-    if (!apply) return nullptr;
+    return true;
+  };
+  // Where the bytes of a write that lands at `address` go in its range's image.
+  auto image_at = [&](uint64_t address) -> char* {
+    uint64_t start = 0;
+    RangeHolding(address, &start);
     std::vector<char>& image = saved_[start];
-    image.resize(length);  // a whole-range write may make the first image
+    image.resize(ranges_.at(start));  // a whole-range write may make the first image
     return image.data() + (address - start);
   };
 
-  for (const Entry& entry : log_) {
+  // Writes that a later entry overwrites whole before anything reads them are
+  // classified as usual but not applied.
+  const std::vector<bool> overwritten = apply ? OverwrittenEntries() : std::vector<bool>();
+  for (size_t index = 0; index < log_.size(); ++index) {
+    Entry& entry = log_[index];
+    const bool skip = apply && overwritten[index];
+    if (skip) {
+      overwritten_bytes_ += entry.op == dp::kOpMemcpyHtoD ? entry.payload.size() : 0;
+    }
     switch (entry.op) {
       case dp::kOpMemAlloc: {
         dp::MemAllocArgs args{};
@@ -620,9 +757,14 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
           mark_unknown(args.dst);
           break;
         }
-        if (char* out = write(args.dst, args.size, args.stream)) {
-          std::memcpy(out, entry.payload.data(), args.size);
+        if (!lands(args.dst, args.size, args.stream) || !apply || skip) break;
+        if (auto range = ranges_.find(args.dst); range != ranges_.end() && range->second == args.size) {
+          // A whole range's upload: its buffer becomes the image, and the old image's
+          // buffer goes back to the spares with the log's.
+          saved_[args.dst].swap(entry.payload);
+          break;
         }
+        std::memcpy(image_at(args.dst), entry.payload.data(), args.size);
         break;
       }
       case dp::kOpMemset: {
@@ -634,7 +776,8 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
           mark_unknown(args.dst);
           break;
         }
-        if (char* out = write(args.dst, size, args.stream)) {
+        if (!lands(args.dst, size, args.stream) || !apply || skip) break;
+        if (char* out = image_at(args.dst)) {
           if (args.element_size == 1) {
             std::memset(out, static_cast<int>(args.value & 0xff), size);
           } else if (size > 0) {  // one element, then doubling copies of it
@@ -664,9 +807,8 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
         // The source's image is saved_[source], current at this point of the
         // log; std::map keeps it in place while the destination's is made, and
         // within one range the two may overlap.
-        if (char* out = write(args.dst, args.size, args.stream)) {
-          std::memmove(out, saved_.at(source).data() + (args.src - source), args.size);
-        }
+        if (!lands(args.dst, args.size, args.stream) || !apply || skip) break;
+        std::memmove(image_at(args.dst), saved_.at(source).data() + (args.src - source), args.size);
         break;
       }
       case dp::kOpLaunch: {
@@ -685,36 +827,95 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
   }
 }
 
-// Keeps the log's very large payload buffers for the next entries (std::string
-// keeps its capacity): glibc's malloc serves blocks over its largest mmap
-// threshold (32 MiB) from fresh mappings, so a process that uploads the same big
-// buffer again and again would pay a fresh allocation's page faults for every
-// copy. Smaller blocks malloc recycles well itself. At most a quarter of
-// checkpoint_mem is kept.
-constexpr size_t kRecycledPayload = size_t{32} << 20;
+// Log entries whose writes a later entry overwrites whole before anything reads
+// them on the host, found walking the log backwards. Only a device-to-device copy
+// reads an image on the host (ApplyLog); a kernel reads the GPU's memory, and what
+// it may write is read back. Writes on two streams are read back too, whatever
+// is skipped here. A range allocated in the log ends what is known of it.
+std::vector<bool> Failover::OverwrittenEntries() const {
+  std::vector<bool> overwritten(log_.size(), false);
+  std::set<uint64_t> covered;  // ranges a later entry writes whole before any read
+  auto write = [&](size_t index, uint64_t address, uint64_t size) {
+    uint64_t start = 0;
+    if (!RangeHolding(address, &start) || size > ranges_.at(start) - (address - start)) return;
+    if (covered.count(start) != 0) {
+      overwritten[index] = true;
+    } else if (address == start && size == ranges_.at(start)) {
+      covered.insert(start);
+    }
+  };
+  for (size_t index = log_.size(); index-- > 0;) {
+    const Entry& entry = log_[index];
+    switch (entry.op) {
+      case dp::kOpMemcpyHtoD: {
+        dp::MemcpyHtoDArgs args{};
+        if (ReadStruct(entry.args, &args)) write(index, args.dst, args.size);
+        break;
+      }
+      case dp::kOpMemset: {
+        dp::MemsetArgs args{};
+        uint64_t size = 0;
+        if (ReadStruct(entry.args, &args) &&
+            !__builtin_mul_overflow(args.count, args.element_size, &size)) {
+          write(index, args.dst, size);
+        }
+        break;
+      }
+      case dp::kOpMemcpyDtoD: {
+        dp::MemcpyDtoDArgs args{};
+        if (!ReadStruct(entry.args, &args)) {
+          covered.clear();
+          break;
+        }
+        write(index, args.dst, args.size);  // the write, then the read before it
+        uint64_t source = 0;
+        if (RangeHolding(args.src, &source)) covered.erase(source);
+        break;
+      }
+      case dp::kOpMemAlloc: {
+        dp::MemAllocArgs args{};
+        if (ReadStruct(entry.args, &args)) covered.erase(args.address);
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  return overwritten;
+}
+
+// Keeps the log's payload buffers for the next entries. An upload's journal copy
+// into fresh memory costs a page fault per page, which on a virtual machine can
+// cost more than the copy (a loop of 1 MiB uploads ran at 0.5 GB/s; 13 GB/s with
+// failover off), and glibc returns freed blocks of this size to the system. Kept:
+// at most a quarter of checkpoint_mem (what the log itself may hold); buffers
+// that stayed unused since the last checkpoint are let go, so a process that
+// stops uploading gives them back at its next checkpoint.
+constexpr size_t kRecycledPayload = size_t{64} << 10;
 
 void Failover::RecyclePayloads() {
+  spare_.clear();
+  spare_bytes_ = 0;
   for (Entry& entry : log_) {
-    if (entry.payload.capacity() < kRecycledPayload) continue;
-    if (spare_bytes_ + entry.payload.capacity() > config_.checkpoint_mem / 4) break;
-    spare_bytes_ += entry.payload.capacity();
-    spare_.push_back(std::move(entry.payload));
+    const size_t capacity = entry.payload.capacity();
+    if (capacity < kRecycledPayload || spare_bytes_ + capacity > config_.checkpoint_mem / 4) {
+      continue;
+    }
+    spare_bytes_ += capacity;
+    spare_.emplace(capacity, std::move(entry.payload));
   }
 }
 
-// A spare payload buffer with room for `size` bytes (the smallest), or an empty one.
-std::string Failover::TakePayloadBuffer(size_t size) {
-  if (size < kRecycledPayload) return std::string();
-  auto best = spare_.end();
-  for (auto it = spare_.begin(); it != spare_.end(); ++it) {
-    if (it->capacity() >= size && (best == spare_.end() || it->capacity() < best->capacity())) {
-      best = it;
-    }
-  }
-  if (best == spare_.end()) return std::string();
-  std::string buffer = std::move(*best);
-  spare_bytes_ -= buffer.capacity();
+// The smallest spare buffer with room for `size` bytes (emptied), unless it is
+// far larger than needed; else an empty one.
+std::vector<char> Failover::TakePayloadBuffer(size_t size) {
+  if (size < kRecycledPayload) return {};
+  auto best = spare_.lower_bound(size);
+  if (best == spare_.end() || best->first > 4 * size + (size_t{1} << 20)) return {};
+  std::vector<char> buffer = std::move(best->second);
+  spare_bytes_ -= best->first;
   spare_.erase(best);
+  buffer.clear();
   return buffer;
 }
 
@@ -791,10 +992,13 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
   }
   // 2. Their memory as the checkpoint saw it.
   for (const auto& [start, bytes] : saved_) {
+    // Sent from the image itself: a copy of 1 GiB would cost more than its transfer.
     dp::MemcpyHtoDArgs args{start, bytes.size(), 0};
-    Entry restore{dp::kOpMemcpyHtoD, {}, std::string(bytes.begin(), bytes.end()), false};
-    WriteStruct(args, &restore.args);
-    if (!Send(connection, restore, why, false)) return false;
+    Request restore{dp::kOpMemcpyHtoD, &args, sizeof(args), bytes.data(), bytes.size(), nullptr, 0};
+    if (Status posted = connection->Post(restore); !posted.ok()) {
+      *why = posted.message();
+      return false;
+    }
     recovery->restored_bytes += bytes.size();
   }
   // 3. The log: first what had shown its printf text (shown again it would
@@ -813,9 +1017,10 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
         return false;
       }
     }
+    if (log_[i].op == kDroppedEntry) continue;
     if (!Send(connection, log_[i], why, i >= printf_delivered_)) return false;
+    ++recovery->replayed;
   }
-  recovery->replayed = log_.size();
   // 4. Reads the application started and has not collected: they land in its
   // buffers.
   for (const StartedRequest& started : started_) {

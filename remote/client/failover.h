@@ -154,13 +154,18 @@ class Failover {
   uint64_t checkpoint_bytes() const { return checkpoint_bytes_; }
   // Bytes checkpoints read back from the GPU (the rest they took from the log).
   uint64_t readback_bytes() const { return readback_bytes_; }
+  // Bytes of log writes checkpoints did not apply: a later write overwrote them whole.
+  uint64_t overwritten_bytes() const { return overwritten_bytes_; }
+  // Bytes of uploads dropped from the log: a later upload overwrote them unread.
+  uint64_t dropped_bytes() const { return dropped_bytes_; }
   size_t checkpoints() const { return checkpoints_; }
   const std::vector<Recovery>& recoveries() const { return recoveries_; }
 
  private:
   struct Entry {
     uint32_t op = 0;
-    std::string args, payload;
+    std::string args;
+    std::vector<char> payload;  // a vector: its buffer can become a range's image
     bool call = false;  // sent with Call (its reply is checked on replay)
   };
   struct StartedRequest {
@@ -177,7 +182,16 @@ class Failover {
   enum Kind : int { kAllocation, kModule, kFunction, kStream, kEvent };
   using Key = std::pair<int, uint64_t>;
 
-  void Record(const transport::Request& request, bool call);
+  // For a one-way request whose payload is copied while it is in flight
+  // (Deliver, PostOverlapped): its entry with room for the payload; LogSent logs
+  // it once the copy is made (Sent's last step).
+  Entry StartOverlappedEntry(const transport::Request& request);
+  void LogSent(Entry entry);
+  // Puts `entry` at the end of the log (dropping an upload it overwrites).
+  void Append(Entry entry);
+  // Whether `entry` uploads a whole range whose previous whole upload (at log
+  // index *index) nothing may have read since: see Append.
+  bool OverwritesLastUpload(const Entry& entry, size_t* index) const;
   void Track(const Entry& entry, const transport::Reply* reply);
   // The live range holding `address` (its start in *start), if one does.
   bool RangeHolding(uint64_t address, uint64_t* start) const;
@@ -192,7 +206,10 @@ class Failover {
   // writes the bytes into saved_.
   void ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made);
   void RecyclePayloads();
-  std::string TakePayloadBuffer(size_t size);
+  std::vector<char> TakePayloadBuffer(size_t size);
+  // Log entries whose writes a later entry overwrites whole before anything reads
+  // them on the host (ApplyLog skips them).
+  std::vector<bool> OverwrittenEntries() const;
   bool Rebuild(transport::ClientConnection* connection, Recovery* recovery, std::string* why);
   bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why,
             bool show_output);
@@ -216,7 +233,9 @@ class Failover {
   std::map<uint64_t, std::vector<char>> saved_;  // checkpointed contents, by range start
   std::map<uint64_t, bool> written_;             // ranges written since the last checkpoint
   std::vector<Entry> log_;                       // state changes since the last checkpoint
-  std::vector<std::string> spare_;               // payload buffers of checkpointed log entries
+  std::map<uint64_t, size_t> last_upload_;       // range -> log index of its last whole upload
+                                                 // that nothing may have read since
+  std::multimap<size_t, std::vector<char>> spare_;  // payload buffers for new entries, by capacity
   size_t spare_bytes_ = 0;
   size_t log_bytes_ = 0;
   size_t printf_delivered_ = 0;          // log_[0, this) had their printf text shown
@@ -224,6 +243,8 @@ class Failover {
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
   uint64_t checkpoint_bytes_ = 0;
   uint64_t readback_bytes_ = 0;
+  uint64_t overwritten_bytes_ = 0;
+  uint64_t dropped_bytes_ = 0;
   size_t checkpoints_ = 0;
   std::vector<Recovery> recoveries_;
   const transport::ClientConnection* watched_ = nullptr;  // has the lease check (WatchLease)

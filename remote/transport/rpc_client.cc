@@ -168,7 +168,17 @@ Status RpcClient::BrokenLocked() const {
   return Status::Unavailable(broken_);
 }
 
-Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t seq) {
+Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t seq,
+                             const std::function<bool()>* overlap) {
+  // The overlapped work always runs to its end, whatever happens to the send.
+  bool overlapping = overlap != nullptr;
+  struct FinishOverlap {
+    const std::function<bool()>* step;
+    bool* more;
+    ~FinishOverlap() {
+      while (*more) *more = (*step)();
+    }
+  } finish{overlap, &overlapping};
   if (!broken_.empty()) return BrokenLocked();
   if (request.args_len > kMaxArgsLen) return Status::InvalidArgument("RPC arguments too large");
   // The AM header: RequestHeader + args, in a buffer reused by every request (we wait for
@@ -206,6 +216,14 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
     while (!completion.done) {
       // Replies to earlier requests may need pulling before the server can take this one.
       StartBulkReceivesLocked();
+      if (overlapping) {
+        // A slice of the overlapped work, then progress: over shared memory the server
+        // pulls the payload meanwhile; over TCP the progress pushes the next fragments.
+        overlapping = (*overlap)();
+        ucx_->ProgressAll();
+        start = std::chrono::steady_clock::now();
+        continue;
+      }
       if (ucx_->ProgressAll() > 0) continue;
       auto idle = std::chrono::steady_clock::now() - start;
       if (idle > kSpinBeforeYield) sched_yield();
@@ -345,6 +363,11 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
 Status RpcClient::Post(const Request& request) {
   std::lock_guard<std::mutex> lock(mu_);
   return SendLocked(request, kFlagOneWay, next_seq_++);
+}
+
+Status RpcClient::PostOverlapped(const Request& request, const std::function<bool()>& step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return SendLocked(request, kFlagOneWay, next_seq_++, &step);
 }
 
 Status RpcClient::Start(const Request& request) {

@@ -52,6 +52,12 @@ class ClientConnection {
   virtual Status Call(const Request& request, Reply* reply) = 0;
   // Returns once `payload` may be reused (sent or copied by UCX).
   virtual Status Post(const Request& request) = 0;
+  // Post, with work on the same payload bytes done while they are in flight (the failover
+  // journal's copy of an upload): `step` does one slice of it and returns whether more is
+  // left. It runs between progress of the send, and always to its end before this returns
+  // (also when the send completed at once or failed), so the caller's bytes are read twice
+  // in the time of about one transfer.
+  virtual Status PostOverlapped(const Request& request, const std::function<bool()>& step) = 0;
   // `result_buffer` must stay valid until the next Call/Drain returns.
   virtual Status Start(const Request& request) = 0;
   // Waits for every started request; returns the first failure status among their replies
@@ -74,6 +80,7 @@ class RpcClient : public ClientConnection {
 
   Status Call(const Request& request, Reply* reply) override;
   Status Post(const Request& request) override;
+  Status PostOverlapped(const Request& request, const std::function<bool()>& step) override;
   Status Start(const Request& request) override;
   Status Drain(int32_t* first_error) override;
   void SetAbandonCheck(std::function<std::string()> check) override;
@@ -94,8 +101,10 @@ class RpcClient : public ClientConnection {
   static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   // REQUIRES: mu_ held (for all below).
-  // Sends one request; returns once its payload may be reused.
-  Status SendLocked(const Request& request, uint32_t flags, uint64_t seq);
+  // Sends one request; returns once its payload may be reused. `overlap` (may be null):
+  // PostOverlapped's step, run to its end before this returns.
+  Status SendLocked(const Request& request, uint32_t flags, uint64_t seq,
+                    const std::function<bool()>* overlap = nullptr);
   Status WaitLocked(uint64_t seq);       // until reply `seq` and its bulk data are complete
   void StartBulkReceivesLocked();
   // Called when the server's socket closed: marks the connection broken, and returns

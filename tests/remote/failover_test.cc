@@ -488,6 +488,110 @@ TEST_F(FailoverTest, CopiesAreCheckpointedFromTheLogAndKernelOutputFromTheGpu) {
   ASSERT_EQ(failover_->recoveries().size(), 1u);
 }
 
+// Large uploads: their journal copies are made while the bytes are in flight. An
+// upload that a later one overwrites before anything may read it leaves the log;
+// one that a kernel ran after stays in the log (the kernel may read it on replay)
+// but a checkpoint skips it when a later upload overwrote it before a device copy
+// read it on the host.
+TEST_F(FailoverTest, UploadsOverwrittenBeforeAnyReadAreDroppedOrNotCheckpointed) {
+  Open(Replay());
+  Prepare();
+  constexpr uint64_t kBig = 256 << 10;  // over the overlapped-copy threshold
+  constexpr uint64_t kA = kData + (uint64_t{4} << 20), kB = kA + (uint64_t{1} << 20);
+  for (uint64_t address : {kA, kB}) {
+    dp::MemAllocArgs alloc{kBig, address};
+    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  }
+  std::vector<std::vector<char>> uploads(4, std::vector<char>(kBig));
+  for (size_t u = 0; u < uploads.size(); ++u) {
+    for (size_t i = 0; i < kBig; ++i) uploads[u][i] = static_cast<char>(i * (u + 3) + u);
+  }
+  dp::MemcpyHtoDArgs whole_a{kA, kBig, kStream};
+  auto upload = [&](int u) {
+    ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &whole_a, sizeof(whole_a), uploads[u].data(), kBig), 0);
+  };
+  upload(0);
+  dp::MemcpyDtoDArgs a_to_b{kB, kA, kBig, kStream};  // reads upload 0
+  ASSERT_EQ(Post(dp::kOpMemcpyDtoD, &a_to_b, sizeof(a_to_b)), 0);
+  upload(1);
+  const size_t entries = failover_->log_entries();
+  upload(2);  // upload 1 leaves the log
+  EXPECT_EQ(failover_->dropped_bytes(), kBig);
+  Step(1);    // may read upload 2 on the GPU
+  upload(3);  // upload 2 stays in the log
+  EXPECT_EQ(failover_->dropped_bytes(), kBig);
+  EXPECT_EQ(failover_->log_entries(), entries + 4);  // upload 2, the step (2), upload 3
+  dp::MemsetArgs part{kA + 100, 50, 0x77, 1, kStream};
+  ASSERT_EQ(Post(dp::kOpMemset, &part, sizeof(part)), 0);
+  std::vector<char> expect_a = uploads[3];
+  std::memset(expect_a.data() + 100, 0x77, 50);
+  const std::vector<char> expect_b = uploads[0];
+  // The caller's buffers change once the calls returned: the journal has its own copies.
+  for (auto& bytes : uploads) std::fill(bytes.begin(), bytes.end(), 0);
+  ASSERT_EQ(Synchronize(), 0);
+  ASSERT_EQ(failover_->checkpoints(), 1u);
+  EXPECT_EQ(failover_->overwritten_bytes(), kBig);  // upload 2, which the kernel kept
+  EXPECT_LT(failover_->readback_bytes(), uint64_t{kBig});  // the kernel's range alone
+  // A later upload after the checkpoint, then the GPU goes.
+  std::vector<char> last(kBig, 0x5a);
+  dp::MemcpyHtoDArgs whole_b{kB, kBig, kStream};
+  ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &whole_b, sizeof(whole_b), last.data(), kBig), 0);
+  first_->server.reset();
+  NameInLease(*second_);
+  std::vector<char> got(kBig);
+  dp::MemcpyDtoHArgs read_a{kA, kBig, 0};
+  ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read_a, sizeof(read_a), nullptr, 0, got.data(), kBig), 0);
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_TRUE(got == expect_a);
+  dp::MemcpyDtoHArgs read_b{kB, kBig, 0};
+  ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read_b, sizeof(read_b), nullptr, 0, got.data(), kBig), 0);
+  EXPECT_TRUE(got == last);
+  ExpectMatchesReference();
+  // Recovered again from the next checkpoint: B's image is the last upload's buffer.
+  ASSERT_EQ(Synchronize(), 0);
+  first_ = std::make_unique<Agent>(0);
+  NameInLease(*first_);
+  second_->server.reset();
+  ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read_b, sizeof(read_b), nullptr, 0, got.data(), kBig), 0);
+  ASSERT_EQ(failover_->recoveries().size(), 2u);
+  EXPECT_TRUE(got == last);
+  ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read_a, sizeof(read_a), nullptr, 0, got.data(), kBig), 0);
+  EXPECT_TRUE(got == expect_a);
+  (void)expect_b;
+}
+
+// A device copy from a range between two uploads of it: the first upload stays, and
+// the copy's destination recovers with it.
+TEST_F(FailoverTest, AnUploadADeviceCopyReadKeepsItsPlace) {
+  Open(Replay());
+  constexpr uint64_t kBig = 128 << 10;
+  constexpr uint64_t kA = kData + (uint64_t{4} << 20), kB = kA + (uint64_t{1} << 20);
+  for (uint64_t address : {kA, kB}) {
+    dp::MemAllocArgs alloc{kBig, address};
+    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  }
+  std::vector<char> first(kBig, 0x11), second(kBig, 0x22);
+  dp::MemcpyHtoDArgs whole_a{kA, kBig, 0};
+  ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &whole_a, sizeof(whole_a), first.data(), kBig), 0);
+  dp::MemcpyDtoDArgs a_to_b{kB, kA, kBig, 0};
+  ASSERT_EQ(Post(dp::kOpMemcpyDtoD, &a_to_b, sizeof(a_to_b)), 0);
+  ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &whole_a, sizeof(whole_a), second.data(), kBig), 0);
+  EXPECT_EQ(failover_->dropped_bytes(), 0u);
+  first_->server.reset();  // before any checkpoint: the log alone rebuilds it
+  NameInLease(*second_);
+  std::vector<char> got(kBig);
+  dp::MemcpyDtoHArgs read_b{kB, kBig, 0};
+  ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read_b, sizeof(read_b), nullptr, 0, got.data(), kBig), 0);
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_TRUE(got == first);
+  dp::StreamArgs sync{0, 0, 0};
+  ASSERT_EQ(Call(dp::kOpStreamSynchronize, &sync, sizeof(sync)), 0);  // a checkpoint
+  EXPECT_EQ(failover_->overwritten_bytes(), 0u);
+  dp::MemcpyDtoHArgs read_a{kA, kBig, 0};
+  ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read_a, sizeof(read_a), nullptr, 0, got.data(), kBig), 0);
+  EXPECT_TRUE(got == second);
+}
+
 TEST_F(FailoverTest, WithFailoverOffTheErrorReachesTheProcess) {
   FailoverConfig config = Replay();
   config.mode = FailoverConfig::Mode::kOff;
