@@ -157,9 +157,67 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
     }
     dp::MemFreeArgs args{dptr};
     CUresult status = Runtime::Get().Call(device, dp::kOpMemFree, &args, sizeof(args));
-    // Reused only once the GPU has freed it.
-    if (status == CUDA_SUCCESS) Runtime::Get().ReleaseAddress(dptr, allocation.size);
+    // Reused only once the GPU has freed it (a managed range's host pages with it).
+    if (status == CUDA_SUCCESS && !Runtime::Get().ForgetManaged(dptr)) {
+      Runtime::Get().ReleaseAddress(dptr, allocation.size);
+    }
     return status;
+  });
+}
+
+// --- Managed memory (managed.cc) ------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t size,
+                                                     unsigned int flags) {
+  GPUPOOL_BODY({
+    if (dptr == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+    int device = 0;
+    if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+    return Runtime::Get().AllocManaged(device, size, CurrentContext(), dptr);
+  });
+}
+
+namespace {
+
+// Prefetches, advice and stream attachment are hints: the coherence of managed memory
+// does not depend on them (managed.cc). They are checked like CUDA checks them.
+CUresult CheckManagedRange(CUdeviceptr ptr, size_t count) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  if (count == 0 || !Runtime::Get().IsManaged(ptr) || !Runtime::Get().IsManaged(ptr + count - 1)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count,
+                                                         CUmemLocation, unsigned int,
+                                                         CUstream) {
+  GPUPOOL_BODY({ return CheckManagedRange(ptr, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice,
+                                                      CUstream) {
+  GPUPOOL_BODY({ return CheckManagedRange(ptr, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr ptr, size_t count, CUmem_advise,
+                                                  CUmemLocation) {
+  GPUPOOL_BODY({ return CheckManagedRange(ptr, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAdvise(CUdeviceptr ptr, size_t count, CUmem_advise,
+                                               CUdevice) {
+  GPUPOOL_BODY({ return CheckManagedRange(ptr, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamAttachMemAsync(CUstream, CUdeviceptr ptr, size_t length,
+                                                          unsigned int) {
+  GPUPOOL_BODY({
+    // length 0: the whole allocation.
+    return CheckManagedRange(ptr, length == 0 ? 1 : length);
   });
 }
 
@@ -372,7 +430,7 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
       break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      *static_cast<unsigned*>(data) = 0;
+      *static_cast<unsigned*>(data) = device && Runtime::Get().IsManaged(ptr) ? 1 : 0;
       break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
       *static_cast<int*>(data) = device ? allocation.device : -2;

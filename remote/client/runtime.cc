@@ -267,13 +267,17 @@ CUresult Runtime::Call(int device_ordinal, uint32_t op, const void* args, size_t
                        size_t result_capacity, std::string* out) {
   InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
-  CUresult answer = CUDA_SUCCESS;
-  if (DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len,
-                  Delivery::kWaitForReply, nullptr, 0, &answer)) {
-    return answer;
+  if (CUresult managed = ManagedBefore(device_ordinal, op); managed != CUDA_SUCCESS) {
+    return managed;
   }
-  return CallNow(device_ordinal, op, args, args_len, payload, payload_len, result,
-                 result_capacity, out);
+  CUresult answer = CUDA_SUCCESS;
+  if (!DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len,
+                   Delivery::kWaitForReply, nullptr, 0, &answer)) {
+    answer = CallNow(device_ordinal, op, args, args_len, payload, payload_len, result,
+                     result_capacity, out);
+  }
+  if (answer != CUDA_SUCCESS) return answer;
+  return ManagedAfter(device_ordinal, op);
 }
 
 CUresult Runtime::CallNow(int device_ordinal, uint32_t op, const void* args, size_t args_len,
@@ -312,6 +316,9 @@ CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t
                        const void* payload, size_t payload_len) {
   InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
+  if (CUresult managed = ManagedBefore(device_ordinal, op); managed != CUDA_SUCCESS) {
+    return managed;
+  }
   CUresult answer = CUDA_SUCCESS;
   if (DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len, Delivery::kOneWay,
                   nullptr, 0, &answer)) {
@@ -332,6 +339,9 @@ CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_
                         void* result, size_t result_capacity) {
   InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
+  if (CUresult managed = ManagedBefore(device_ordinal, op); managed != CUDA_SUCCESS) {
+    return managed;
+  }
   CUresult answer = CUDA_SUCCESS;
   if (DeferOrWait(device_ordinal, op, args, args_len, nullptr, 0, Delivery::kReplyLater, result,
                   result_capacity, &answer)) {
@@ -463,6 +473,7 @@ CUresult Runtime::ReleaseContextResources(Context* context) {
   for (uint64_t dptr : allocations) {
     dataplane::MemFreeArgs args{dptr};
     keep(Call(device, dataplane::kOpMemFree, &args, sizeof(args)));
+    ForgetManaged(dptr);
   }
   LogDebug("context %llu on GPU %d: freed %zu allocation(s), %zu stream(s), %zu event(s)",
            static_cast<unsigned long long>(context->id), device, allocations.size(),

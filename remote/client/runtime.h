@@ -205,6 +205,13 @@ class Runtime {
   bool FindHostRange(const void* ptr, unsigned* flags, uintptr_t* start = nullptr,
                      size_t* size = nullptr);
 
+  // Managed memory (managed.cc): the host's pages mapped at the device address, the two
+  // kept coherent at call boundaries. ForgetManaged unmaps one (after the device freed it);
+  // false when `address` is not a managed allocation's start.
+  CUresult AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr);
+  bool IsManaged(uint64_t ptr);
+  bool ForgetManaged(uint64_t address);
+
   // Loads `module` into `device` if needed; returns the server's module id.
   CUresult EnsureModuleLoaded(Module* module, int device, uint64_t* remote_id);
   // Resolves `function` on `device` if needed; returns the server's function id.
@@ -240,6 +247,10 @@ class Runtime {
   CUresult SendRequest(Device* d, Failover::Delivery how, const transport::Request& request,
                        transport::Reply* reply);
   CUresult Transport(const Status& status, int device);
+  // Managed memory's coherence (managed.cc): before a request that reaches device memory,
+  // and after a synchronising call.
+  CUresult ManagedBefore(int device, uint32_t op);
+  CUresult ManagedAfter(int device, uint32_t op);
   // The device while its connection is open (also during Shutdown, unlike device()).
   Device* Connected(int ordinal);
   // The transport calls, without the host-work ordering of Call/Post/Start.
@@ -298,6 +309,16 @@ class Runtime {
   std::multimap<uint64_t, uint64_t> free_addresses_;  // rounded size -> address; guarded by mu_
   struct HostRange { size_t size; unsigned flags; };
   std::map<uintptr_t, HostRange> host_ranges_;  // guarded by mu_
+  struct ManagedRange {
+    size_t size;
+    int device;
+    uint64_t reserved, reserved_size;  // the addresses ChooseAddress gave
+    uint64_t mapped;                   // bytes of host pages mapped at the start
+  };
+  std::mutex managed_mu_;  // taken before a device's connection, never after
+  std::map<uint64_t, ManagedRange> managed_;   // by start; guarded by managed_mu_
+  std::atomic<int> managed_count_{0};          // managed_.size(): the fast path's test
+  std::set<int> device_holds_managed_;         // devices whose copies are newer than the host's
 };
 
 // The current thread's context (nullptr if none).

@@ -1,0 +1,162 @@
+// Managed (unified) memory: cuMemAllocManaged.
+//
+// A managed allocation is one address valid on the host and on the GPU. The process
+// chooses its device addresses (Runtime::ChooseAddress), so the host's pages are mapped
+// at the very address the agent places the allocation at: the pointer the application
+// holds works in its own code and in its kernels. The two copies are kept coherent at
+// call boundaries, as a GPU without concurrent managed access requires of a program
+// (CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS is 0: the host touches managed memory
+// only while no GPU work is outstanding):
+//   - before work that reaches device memory (a launch, a copy, a memset), a device
+//     whose managed memory the host may have written since gets every managed
+//     allocation of it uploaded whole;
+//   - after a synchronisation (context, stream or event, or a blocking device-to-host
+//     copy), a device that ran such work since has its managed allocations read back
+//     whole into the host's pages, once the whole device is idle.
+// So a program that alternates host and GPU phases moves its managed bytes twice per
+// phase change, whatever it touched: faithful, not fast (no page-level tracking).
+// Needs an executor that places memory at the process's addresses (the sim); on
+// another, cuMemAllocManaged answers CUDA_ERROR_NOT_SUPPORTED and logs why.
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "remote/client/log.h"
+#include "remote/client/runtime.h"
+
+namespace gpupool::client {
+
+namespace dp = dataplane;
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+uint64_t RoundUp(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+
+// Requests that read or write device memory, before which the device needs the host's
+// managed bytes.
+bool ReachesDeviceMemory(uint32_t op) {
+  switch (op) {
+    case dp::kOpLaunch:
+    case dp::kOpMemset:
+    case dp::kOpMemcpyHtoD:
+    case dp::kOpMemcpyDtoH:
+    case dp::kOpMemcpyDtoD:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Calls after which the host may touch managed memory.
+bool Synchronises(uint32_t op) {
+  return op == dp::kOpContextSynchronize || op == dp::kOpStreamSynchronize ||
+         op == dp::kOpEventSynchronize || op == dp::kOpMemcpyDtoH;
+}
+
+}  // namespace
+
+CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr) {
+  const uint64_t mapped = RoundUp(size, kPage);
+  const uint64_t reserved_size = mapped + kPage;  // room to align the start to a page
+  const uint64_t reserved = ChooseAddress(reserved_size);
+  const uint64_t address = RoundUp(reserved, kPage);
+  void* host = mmap(reinterpret_cast<void*>(address), mapped, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+  if (host == MAP_FAILED || host != reinterpret_cast<void*>(address)) {
+    if (host != MAP_FAILED) munmap(host, mapped);
+    ReleaseAddress(reserved, reserved_size);
+    LogError("cuMemAllocManaged: cannot map %zu bytes of host memory at 0x%llx: %s", size,
+             static_cast<unsigned long long>(address), std::strerror(errno));
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  dp::MemAllocArgs args{size, address};
+  dp::MemAllocResult result{0};
+  std::string out;
+  CUresult status = Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+  if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
+  if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
+  if (status == CUDA_SUCCESS && result.dptr != address) {
+    dp::MemFreeArgs free_args{result.dptr};
+    (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
+    status = static_cast<CUresult>(ReportUnsupported(
+        "cuMemAllocManaged", "managed memory needs a GPU whose executor places memory at "
+                             "this process's addresses (the sim); this one does not"));
+  }
+  if (status != CUDA_SUCCESS) {
+    munmap(host, mapped);
+    ReleaseAddress(reserved, reserved_size);
+    return status;
+  }
+  AddContextAllocation(address, size, device, context);
+  {
+    std::lock_guard<std::mutex> lock(managed_mu_);
+    managed_[address] = ManagedRange{size, device, reserved, reserved_size, mapped};
+    managed_count_.store(static_cast<int>(managed_.size()));
+  }
+  *dptr = address;
+  return CUDA_SUCCESS;
+}
+
+bool Runtime::IsManaged(uint64_t ptr) {
+  if (managed_count_.load() == 0) return false;
+  std::lock_guard<std::mutex> lock(managed_mu_);
+  auto after = managed_.upper_bound(ptr);
+  if (after == managed_.begin()) return false;
+  auto& [start, range] = *std::prev(after);
+  return ptr - start < range.size;
+}
+
+bool Runtime::ForgetManaged(uint64_t address) {
+  ManagedRange range{};
+  {
+    std::lock_guard<std::mutex> lock(managed_mu_);
+    auto found = managed_.find(address);
+    if (found == managed_.end()) return false;
+    range = found->second;
+    managed_.erase(found);
+    managed_count_.store(static_cast<int>(managed_.size()));
+  }
+  munmap(reinterpret_cast<void*>(address), range.mapped);
+  ReleaseAddress(range.reserved, range.reserved_size);
+  return true;
+}
+
+CUresult Runtime::ManagedBefore(int device, uint32_t op) {
+  if (managed_count_.load() == 0 || !ReachesDeviceMemory(op)) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(managed_mu_);
+  if (device_holds_managed_.count(device) != 0) return CUDA_SUCCESS;
+  for (const auto& [address, range] : managed_) {
+    if (range.device != device) continue;
+    dp::MemcpyHtoDArgs args{address, range.size, 0};
+    CUresult status = PostNow(device, dp::kOpMemcpyHtoD, &args, sizeof(args),
+                              reinterpret_cast<const void*>(address), range.size);
+    if (status != CUDA_SUCCESS) return status;
+  }
+  device_holds_managed_.insert(device);
+  return CUDA_SUCCESS;
+}
+
+CUresult Runtime::ManagedAfter(int device, uint32_t op) {
+  if (managed_count_.load() == 0 || !Synchronises(op)) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(managed_mu_);
+  if (device_holds_managed_.count(device) == 0) return CUDA_SUCCESS;
+  if (op != dp::kOpContextSynchronize) {
+    // Work on the device's other streams may still write managed memory.
+    CUresult idle = CallNow(device, dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr,
+                            0, nullptr);
+    if (idle != CUDA_SUCCESS) return idle;
+  }
+  for (const auto& [address, range] : managed_) {
+    if (range.device != device) continue;
+    dp::MemcpyDtoHArgs args{address, range.size, 0};
+    CUresult status = CallNow(device, dp::kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0,
+                              reinterpret_cast<void*>(address), range.size, nullptr);
+    if (status != CUDA_SUCCESS) return status;
+  }
+  device_holds_managed_.erase(device);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace gpupool::client
