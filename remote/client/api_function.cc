@@ -67,7 +67,17 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *value = 0; break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *value = 0; break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = resources.registers_per_thread; break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: {
+      // The PTX a driver compiles for this GPU (the sim runs it): CUB and Thrust pick
+      // their kernels' tuning by it, and refuse a version they were not compiled for.
+      const uint32_t arch = static_cast<uint32_t>(model.cc_major * 10 + model.cc_minor);
+      uint32_t chosen = 0;
+      for (uint32_t ptx : function->module->ptx_archs) {
+        if (ptx <= arch && ptx > chosen) chosen = ptx;
+      }
+      *value = static_cast<int>(chosen != 0 ? chosen : arch);
+      break;
+    }
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = model.cc_major * 10 + model.cc_minor; break;
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *value = 0; break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:

@@ -28,6 +28,7 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   const auto* bytes = static_cast<const uint8_t*>(parsed->bytes);
   module->image.assign(bytes, bytes + parsed->size);
   module->kernels = std::move(parsed->kernels);
+  for (const auto& ptx : parsed->ptx) module->ptx_archs.push_back(ptx.arch);
   *result = module.release();
   return CUDA_SUCCESS;
 }

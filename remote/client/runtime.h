@@ -114,6 +114,7 @@ struct Module {
   bool is_library = false;
   std::vector<uint8_t> image;  // our copy of the image bytes
   std::map<std::string, KernelLayout> kernels;
+  std::vector<uint32_t> ptx_archs;     // targets of the image's PTX entries (0: unknown)
   std::map<int, uint64_t> remote_ids;  // device -> server module id
   std::map<std::string, std::unique_ptr<Function>> functions;
 };

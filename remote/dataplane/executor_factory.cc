@@ -34,7 +34,8 @@ Result<std::unique_ptr<Executor>> ExecutorFactory::Create(const backend::GpuInfo
   std::lock_guard<std::mutex> lock(mu_);
   auto& memory = sim_memory_[gpu.index];
   if (!memory) memory = std::make_unique<SimDeviceMemory>(gpu.index, gpu.memory_bytes);
-  return std::unique_ptr<Executor>(std::make_unique<SimExecutor>(memory.get()));
+  return std::unique_ptr<Executor>(std::make_unique<SimExecutor>(
+      memory.get(), gpu.multiprocessor_count, gpu.cc_major * 10 + gpu.cc_minor));
 }
 
 DeviceDescription ExecutorFactory::Describe(const backend::GpuInfo& gpu) const {

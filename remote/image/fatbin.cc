@@ -185,7 +185,18 @@ Status ParsePtxImage(const uint8_t* p, size_t limit, ModuleImage* image) {
   image->bytes = p;
   image->size = length < limit ? length + 1 : length;
   image->kernels = std::move(*layouts);
-  image->ptx.push_back(PtxEntry{std::move(text), 0});
+  uint32_t arch = 0;  // from `.target sm_XX[a|f]`, as the fatbin header would say
+  if (size_t target = text.find(".target"); target != std::string::npos) {
+    size_t sm = text.find("sm_", target);
+    size_t line_end = text.find('\n', target);
+    if (sm != std::string::npos && sm < line_end) {
+      for (size_t i = sm + 3; i < text.size() && text[i] >= '0' && text[i] <= '9' && arch < 10000;
+           ++i) {
+        arch = arch * 10 + static_cast<uint32_t>(text[i] - '0');
+      }
+    }
+  }
+  image->ptx.push_back(PtxEntry{std::move(text), arch});
   return Status::OK();
 }
 
@@ -307,6 +318,15 @@ Result<ModuleImage> ParseModuleImageBytes(const void* image_pointer, size_t size
     return Status::InvalidArgument("unknown module image format (not a fatbin, cubin or PTX)");
   }
   return image;
+}
+
+const PtxEntry* ChoosePtx(const std::vector<PtxEntry>& ptx, uint32_t device_arch) {
+  const PtxEntry* chosen = nullptr;
+  for (const PtxEntry& entry : ptx) {
+    if (device_arch != 0 && entry.arch > device_arch) continue;
+    if (chosen == nullptr || entry.arch > chosen->arch) chosen = &entry;
+  }
+  return chosen;
 }
 
 }  // namespace gpupool::image

@@ -38,8 +38,14 @@ struct KernelLayout {
 
 struct PtxEntry {
   std::string text;
-  uint32_t arch = 0;  // the compute capability it targets, e.g. 75
+  uint32_t arch = 0;  // the compute capability it targets, e.g. 75 (0: not known)
 };
+
+// The PTX a driver would compile for a GPU of compute capability `device_arch` (e.g. 80):
+// the newest entry not newer than the GPU (an entry of unknown target counts as any).
+// nullptr when every entry targets a newer GPU (CUDA_ERROR_NO_BINARY_FOR_GPU on a real
+// driver). `device_arch` 0: the newest entry.
+const PtxEntry* ChoosePtx(const std::vector<PtxEntry>& ptx, uint32_t device_arch);
 
 struct ModuleImage {
   const void* bytes = nullptr;   // what the server loads (fatbin, cubin or PTX text)

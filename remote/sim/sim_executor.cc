@@ -16,8 +16,9 @@ constexpr uint32_t kEventDisableTiming = 0x2;
 
 }  // namespace
 
-SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count)
-    : memory_(memory), owner_(memory->NewOwner()), sm_count_(sm_count ? sm_count : 1) {}
+SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count, uint32_t arch)
+    : memory_(memory), owner_(memory->NewOwner()), sm_count_(sm_count ? sm_count : 1),
+      arch_(arch) {}
 
 SimExecutor::~SimExecutor() {
   for (auto& [dptr, size] : allocations_) memory_->Release(dptr, owner_);
@@ -153,10 +154,15 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
                                      : "the module holds no PTX";
     return parsed->has_sass ? kCuNoBinaryForGpu : kCuInvalidImage;
   }
-  // The entry for the newest architecture (all come from the same source).
-  const image::PtxEntry* chosen = &parsed->ptx.front();
-  for (const image::PtxEntry& entry : parsed->ptx) {
-    if (entry.arch > chosen->arch) chosen = &entry;
+  // What a driver would JIT for this GPU: the newest PTX not newer than it.
+  const image::PtxEntry* chosen = image::ChoosePtx(parsed->ptx, arch_);
+  if (chosen == nullptr) {
+    uint32_t oldest = parsed->ptx.front().arch;
+    for (const image::PtxEntry& entry : parsed->ptx) oldest = std::min(oldest, entry.arch);
+    error_detail_ = "the module's PTX targets compute_" + std::to_string(oldest) +
+                    " or newer; this GPU is compute capability " + std::to_string(arch_ / 10) +
+                    "." + std::to_string(arch_ % 10);
+    return kCuNoBinaryForGpu;
   }
   auto ptx = sim::PtxModule::Parse(chosen->text);
   if (!ptx.ok()) {

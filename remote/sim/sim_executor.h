@@ -25,7 +25,9 @@ namespace gpupool::dataplane {
 class SimExecutor : public Executor {
  public:
   // `memory` is the GPU's shared device memory; it must outlive the executor.
-  explicit SimExecutor(SimDeviceMemory* memory, uint32_t sm_count = 108);
+  // `arch`: the GPU's compute capability (e.g. 80), which decides the PTX a module runs
+  // (image::ChoosePtx); 0: the newest PTX.
+  explicit SimExecutor(SimDeviceMemory* memory, uint32_t sm_count = 108, uint32_t arch = 0);
   ~SimExecutor() override;
 
   int32_t Allocate(uint64_t size, uint64_t* dptr) override;
@@ -93,6 +95,7 @@ class SimExecutor : public Executor {
   SimDeviceMemory* memory_;
   const SimDeviceMemory::Owner owner_;  // tags this session's allocations in memory_
   const uint32_t sm_count_;
+  const uint32_t arch_;
   std::map<uint64_t, uint64_t> allocations_;  // start -> size: what this session must free
   std::map<uint64_t, Module> modules_;
   std::map<uint64_t, Function> functions_;

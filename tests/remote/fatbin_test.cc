@@ -127,11 +127,26 @@ TEST(Fatbin, ReadsParameterLayoutsFromPtx) {
   EXPECT_TRUE(image->kernels["k2"].params.empty());
   EXPECT_EQ(image->size, sizeof(ptx));  // with its NUL
   ASSERT_EQ(image->ptx.size(), 1u);
+  EXPECT_EQ(image->ptx[0].arch, 80u);  // from .target
   EXPECT_FALSE(image->has_sass);
   // A broken declaration is named.
   auto bad = ParseModuleImage(".version 8.0\n.entry k3(.param .u64 a, .param x)\n{ret;}\n");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("k3"), std::string::npos);
+}
+
+// The PTX a GPU runs is what its driver would compile for it: the newest entry not newer
+// than the GPU (CUB and Thrust check the version they get against what they were built for).
+TEST(Fatbin, ChoosesThePtxADriverWouldCompileForTheGpu) {
+  std::vector<PtxEntry> ptx = {{"a", 75}, {"b", 90}, {"c", 80}};
+  EXPECT_EQ(ChoosePtx(ptx, 80)->text, "c");
+  EXPECT_EQ(ChoosePtx(ptx, 86)->text, "c");
+  EXPECT_EQ(ChoosePtx(ptx, 75)->text, "a");
+  EXPECT_EQ(ChoosePtx(ptx, 100)->text, "b");
+  EXPECT_EQ(ChoosePtx(ptx, 0)->text, "b");  // unknown GPU: the newest
+  EXPECT_EQ(ChoosePtx(ptx, 70), nullptr);   // every entry is for a newer GPU
+  EXPECT_EQ(ChoosePtx({{"any", 0}}, 70)->text, "any");
+  EXPECT_EQ(ChoosePtx({}, 80), nullptr);
 }
 
 #ifdef GPUPOOL_TEST_CUDA_PROGRAM
