@@ -102,8 +102,11 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT: *value = 512; break;
     case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *value = 1; break;
     // Managed memory, coherent at call boundaries (managed.cc): not concurrently with
-    // the host, nor by page faults.
-    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: *value = 1; break;
+    // the host, nor by page faults; on executors that place memory at the process's
+    // addresses (the sim).
+    case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+      *value = std::strcmp(device.description().executor, "sim") == 0 ? 1 : 0;
+      break;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *value = device.pci_bus; break;
     case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = device.pci_device; break;

@@ -31,17 +31,13 @@ constexpr size_t kOverlapSlice = size_t{256} << 10;
 // neither replayed nor applied.
 constexpr uint32_t kDroppedEntry = 0;
 
-template <typename T>
-bool ReadStruct(const std::string& bytes, T* out) {
+template <typename Bytes, typename T>
+bool ReadStruct(const Bytes& bytes, T* out) {
   if (bytes.size() != sizeof(T)) return false;
   std::memcpy(out, bytes.data(), sizeof(T));
   return true;
 }
 
-template <typename T>
-void WriteStruct(const T& value, std::string* bytes) {
-  bytes->assign(reinterpret_cast<const char*>(&value), sizeof(T));
-}
 
 // Requests that leave the device as it was (queries, reads, waits).
 bool ChangesState(uint32_t op) {
@@ -337,6 +333,17 @@ Failover::Entry Failover::StartOverlappedEntry(const Request& request) {
   }
   entry.payload.reserve(request.payload_len);
   return entry;
+}
+
+void Failover::ArgBytes::assign(const char* bytes, size_t size) {
+  if (size <= kInline) {
+    heap_.reset();
+    if (size > 0) std::memcpy(inline_, bytes, size);
+  } else {
+    heap_ = std::make_unique<char[]>(size);
+    std::memcpy(heap_.get(), bytes, size);
+  }
+  size_ = size;
 }
 
 void Failover::LogSent(Entry entry) {

@@ -162,9 +162,32 @@ class Failover {
   const std::vector<Recovery>& recoveries() const { return recoveries_; }
 
  private:
+  // A request's arguments as the log keeps them: most are a few dozen bytes (a
+  // launch's are 48), kept inline, so that logging a launch allocates only for its
+  // parameters.
+  class ArgBytes {
+   public:
+    ArgBytes() = default;
+    ArgBytes(const ArgBytes& other) { assign(other.data(), other.size()); }
+    ArgBytes& operator=(const ArgBytes& other) {
+      if (this != &other) assign(other.data(), other.size());
+      return *this;
+    }
+    ArgBytes(ArgBytes&&) noexcept = default;
+    ArgBytes& operator=(ArgBytes&&) noexcept = default;
+    void assign(const char* bytes, size_t size);
+    const char* data() const { return heap_ ? heap_.get() : inline_; }
+    size_t size() const { return size_; }
+
+   private:
+    static constexpr size_t kInline = 64;
+    char inline_[kInline] = {};
+    size_t size_ = 0;
+    std::unique_ptr<char[]> heap_;  // arguments over kInline bytes
+  };
   struct Entry {
     uint32_t op = 0;
-    std::string args;
+    ArgBytes args;
     std::vector<char> payload;  // a vector: its buffer can become a range's image
     bool call = false;  // sent with Call (its reply is checked on replay)
   };

@@ -26,13 +26,19 @@ SimExecutor::~SimExecutor() {
 
 int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) {
   int32_t status = memory_->Allocate(size, owner_, dptr);
-  if (status == kCuSuccess) allocations_[*dptr] = size;
+  if (status == kCuSuccess) {
+    allocations_[*dptr] = size;
+    launch_memory_.clear();
+  }
   return status;
 }
 
 int32_t SimExecutor::AllocateAt(uint64_t address, uint64_t size) {
   int32_t status = memory_->AllocateAt(address, size, owner_);
-  if (status == kCuSuccess) allocations_[address] = size;
+  if (status == kCuSuccess) {
+    allocations_[address] = size;
+    launch_memory_.clear();
+  }
   return status;
 }
 
@@ -47,6 +53,7 @@ bool SimExecutor::GlobalsRange(uint64_t module, uint64_t* base, uint64_t* size) 
 int32_t SimExecutor::Free(uint64_t dptr) {
   if (dptr == 0) return kCuSuccess;
   if (allocations_.erase(dptr) == 0) return kCuInvalidValue;  // not ours (or not a start)
+  launch_memory_.clear();
   return memory_->Release(dptr, owner_);
 }
 
@@ -266,11 +273,16 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
   spec.progress = progress_;
   spec.printf_out = &output_;
   spec.error_detail = &error_detail_;
-  spec.memory.reserve(allocations_.size());
-  for (const auto& [dptr, size] : allocations_) {
-    char* host = memory_->Translate(dptr, size, owner_);
-    if (host != nullptr) spec.memory.push_back(sim::MemoryRange{dptr, size, host});
+  if (launch_memory_.empty() && !allocations_.empty()) {
+    // What kernels may reach, made again only when this session's allocations change (a
+    // block's host memory stays where it is while it lives).
+    launch_memory_.reserve(allocations_.size());
+    for (const auto& [dptr, size] : allocations_) {
+      char* host = memory_->Translate(dptr, size, owner_);
+      if (host != nullptr) launch_memory_.push_back(sim::MemoryRange{dptr, size, host});
+    }
   }
+  spec.memory = launch_memory_;
   return sim::RunKernel(*found->second.kernel, spec);
 }
 

@@ -97,6 +97,7 @@ class SimExecutor : public Executor {
   const uint32_t sm_count_;
   const uint32_t arch_;
   std::map<uint64_t, uint64_t> allocations_;  // start -> size: what this session must free
+  std::vector<sim::MemoryRange> launch_memory_;  // allocations_ translated; empty: to make
   std::map<uint64_t, Module> modules_;
   std::map<uint64_t, Function> functions_;
   std::string output_;        // device printf text not yet delivered

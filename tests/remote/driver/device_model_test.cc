@@ -76,8 +76,12 @@ TEST(DeviceModel, AttributesOutsideTheEnumAreRefused) {
   EXPECT_EQ(DeviceAttribute(*a100, 0, &value), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(DeviceAttribute(*a100, CU_DEVICE_ATTRIBUTE_MAX, &value), CUDA_ERROR_INVALID_VALUE);
   EXPECT_EQ(value, 7);  // untouched
-  // Features a remote GPU does not offer read as absent.
-  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 0);
+  // Features a remote GPU does not offer read as absent. Managed memory is coherent at
+  // call boundaries where the executor places memory at the process's addresses (sim).
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 1);
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), 0);
+  EXPECT_EQ(Attribute(*Described("NVIDIA A100-SXM4-80GB", "cuda"), CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY),
+            0);
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 0);
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH), 0);
 }
