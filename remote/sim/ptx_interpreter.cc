@@ -1120,6 +1120,181 @@ void HStore(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// ---- Memory fast paths
+//
+// The lanes of a load or store usually fall in one allocation (global) or window
+// (shared, local, param). Resolve checks that once for the whole span of the lanes'
+// addresses and gives each lane's host address; when the check fails the per-lane
+// handlers above run instead, so a stray lane faults exactly as it would there (same
+// lane, same message, the same earlier lanes' stores done).
+
+// Fills host[l] for the lanes of `mask` (address a[l] + offset in `space`, `bytes` long)
+// when all of them are in bounds in one region; returns false otherwise.
+template <Space S>
+bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, uint8_t** host) {
+  const uint64_t* a = w.R(in.a);
+  const uint64_t offset = static_cast<uint64_t>(in.offset);
+  uint64_t key[32];
+  uint64_t lo = ~0ull, hi = 0;
+  if (mask == kFullMask) {
+    for (int l = 0; l < 32; ++l) key[l] = a[l] + offset;
+    for (int l = 0; l < 32; ++l) {
+      lo = std::min(lo, key[l]);
+      hi = std::max(hi, key[l]);
+    }
+  } else {
+    ForLanes(mask, [&](int l) {
+      key[l] = a[l] + offset;
+      lo = std::min(lo, key[l]);
+      hi = std::max(hi, key[l]);
+    });
+  }
+  LaunchState& launch = *w.launch;
+  Space space = S;
+  if constexpr (S == Space::kGeneric) {
+    // All lanes in one window (or all global), else the per-lane path.
+    if (hi < kSharedWindow) {
+      space = Space::kGlobal;
+    } else if (lo >= kSharedWindow && hi < kSharedWindow + kWindowSize) {
+      space = Space::kShared;
+    } else if (lo >= kLocalWindow && hi < kLocalWindow + kWindowSize) {
+      space = Space::kLocal;
+    } else {
+      return false;
+    }
+  }
+  switch (space) {
+    case Space::kGlobal:
+    case Space::kConst: {
+      if (hi - lo >= (1ull << 31)) return false;
+      uint8_t* p = w.Global(lo, static_cast<uint32_t>(hi - lo) + bytes);
+      if (p == nullptr) return false;
+      ForLanes(mask, [&](int l) { host[l] = p + (key[l] - lo); });
+      return true;
+    }
+    case Space::kShared:
+    case Space::kParam:
+    case Space::kLocal: {
+      // Window offsets: the low 48 bits (the generic windows' base drops out).
+      uint64_t size = space == Space::kShared  ? launch.shared_size
+                      : space == Space::kParam ? launch.spec->param_size
+                                               : launch.kernel->local_size;
+      if ((lo >> 48) == (hi >> 48)) {
+        lo &= 0xffffffffffffull;
+        hi &= 0xffffffffffffull;
+      } else {
+        // Keys straddle a 2^48 boundary: bounds per lane below.
+        lo = 0;
+        hi = 0;
+        ForLanes(mask, [&](int l) { hi = std::max<uint64_t>(hi, key[l] & 0xffffffffffffull); });
+      }
+      if (bytes > size || hi > size - bytes) return false;
+      uint8_t* base = space == Space::kShared  ? launch.shared
+                      : space == Space::kParam ? const_cast<uint8_t*>(launch.spec->params)
+                                               : w.LocalOf(0);
+      if (space == Space::kLocal) {
+        uint64_t stride = launch.kernel->local_size;
+        ForLanes(mask, [&](int l) { host[l] = base + l * stride + (key[l] & 0xffffffffffffull); });
+      } else {
+        ForLanes(mask, [&](int l) { host[l] = base + (key[l] & 0xffffffffffffull); });
+      }
+      return true;
+    }
+    default: return false;
+  }
+}
+
+template <typename T>
+inline uint64_t LoadValue(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return Put<T>(v);
+}
+
+// ld of kVec elements of T (signed T: sign-extended) from space S.
+template <Space S, typename T, int kVec>
+void HLoadFast(Warp& w, const Inst& in, uint32_t mask) {
+  uint8_t* host[32];
+  if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, host)) return HLoad(w, in, mask);
+  for (int i = 0; i < kVec; ++i) {
+    if (in.d[i] < 0) continue;
+    uint64_t* d = w.R(in.d[i]);
+    ForLanes(mask, [&](int l) { d[l] = LoadValue<T>(host[l] + i * sizeof(T)); });
+  }
+}
+
+// st of kVec elements of T to space S (lane by lane, in lane order, as HStore).
+template <Space S, typename T, int kVec>
+void HStoreFast(Warp& w, const Inst& in, uint32_t mask) {
+  uint8_t* host[32];
+  if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, host)) return HStore(w, in, mask);
+  const uint64_t* v[kVec];
+  for (int i = 0; i < kVec; ++i) v[i] = w.R(in.d[i]);
+  ForLanes(mask, [&](int l) {
+    for (int i = 0; i < kVec; ++i) {
+      T value = static_cast<T>(v[i][l]);
+      std::memcpy(host[l] + i * sizeof(T), &value, sizeof(T));
+    }
+  });
+}
+
+template <Space S, typename T>
+Handler LoadStoreByVec(bool store, int vec) {
+  switch (vec) {
+    case 1: return store ? &HStoreFast<S, T, 1> : &HLoadFast<S, T, 1>;
+    case 2: return store ? &HStoreFast<S, T, 2> : &HLoadFast<S, T, 2>;
+    case 4: return store ? &HStoreFast<S, T, 4> : &HLoadFast<S, T, 4>;
+    default: return nullptr;
+  }
+}
+
+template <Space S>
+Handler LoadStoreByType(bool store, int width, bool is_signed, int vec) {
+  if (is_signed && !store) {
+    switch (width) {
+      case 1: return LoadStoreByVec<S, int8_t>(store, vec);
+      case 2: return LoadStoreByVec<S, int16_t>(store, vec);
+      case 4: return LoadStoreByVec<S, int32_t>(store, vec);
+    }
+  }
+  switch (width) {
+    case 1: return LoadStoreByVec<S, uint8_t>(store, vec);
+    case 2: return LoadStoreByVec<S, uint16_t>(store, vec);
+    case 4: return LoadStoreByVec<S, uint32_t>(store, vec);
+    case 8: return LoadStoreByVec<S, uint64_t>(store, vec);
+  }
+  return nullptr;
+}
+
+// The handler of ld/st: a fast path by space, width and vector length, else the
+// per-lane HLoad/HStore.
+Handler LoadStoreHandler(const Inst& in, bool store) {
+  bool is_signed = (in.flags & kFlagSigned) != 0;
+  Handler h = nullptr;
+  switch (in.space) {
+    case Space::kGlobal:
+      h = LoadStoreByType<Space::kGlobal>(store, in.width, is_signed, in.vec);
+      break;
+    case Space::kShared:
+      h = LoadStoreByType<Space::kShared>(store, in.width, is_signed, in.vec);
+      break;
+    case Space::kLocal:
+      h = LoadStoreByType<Space::kLocal>(store, in.width, is_signed, in.vec);
+      break;
+    case Space::kGeneric:
+      h = LoadStoreByType<Space::kGeneric>(store, in.width, is_signed, in.vec);
+      break;
+    case Space::kConst:
+      if (!store) h = LoadStoreByType<Space::kConst>(false, in.width, is_signed, in.vec);
+      break;
+    case Space::kParam:
+      if (!store) h = LoadStoreByType<Space::kParam>(false, in.width, is_signed, in.vec);
+      break;
+  }
+  if (h != nullptr) return h;
+  return store ? &HStore : &HLoad;
+}
+
 enum AtomOp : uint8_t {
   kAtomAdd,
   kAtomMin,
@@ -2431,7 +2606,7 @@ class Decoder {
           inst.d[i] = *slot;
         }
       }
-      inst.run = is_store ? &HStore : &HLoad;
+      inst.run = LoadStoreHandler(inst, is_store);
       k_->code.push_back(inst);
       return Status::OK();
     }

@@ -535,6 +535,86 @@ TEST_F(Engine, StrayAccessesAreIllegalAddresses) {
   EXPECT_EQ(*static_cast<const int*>(data), 0);
 }
 
+// A warp's loads and stores are checked once for the span of its lanes' addresses; a
+// stray lane must still fault as the per-lane path does: the first stray lane's address,
+// and the stores of the lanes before it done.
+TEST_F(Engine, StrayLaneOfAWholeWarpFaults) {
+  uint64_t own = Zeros<int>(32);
+  ASSERT_EQ(Run("warp_poke", {1}, {32}, 0, own, 0LL), kCuSuccess) << last_detail_;
+  auto got = Download<int>(own, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(got[i], i + 1) << i;
+  uint64_t fresh = Zeros<int>(32);
+  EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, 2LL), kCuIllegalAddress);
+  char expected[96];
+  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(fresh + 128));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
+  got = Download<int>(fresh, 32);
+  EXPECT_EQ(got[0], 0);
+  EXPECT_EQ(got[1], 0);
+  for (int i = 2; i < 32; ++i) EXPECT_EQ(got[i], i - 1) << i;
+  EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, -1LL), kCuIllegalAddress);
+  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(fresh - 4));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
+
+  uint64_t in = Upload(std::vector<int>(32, 5));
+  uint64_t out = Zeros<int>(32);
+  ASSERT_EQ(Run("warp_peek", {1}, {32}, 0, in, out, 0LL), kCuSuccess) << last_detail_;
+  EXPECT_EQ(Download<int>(out, 32), std::vector<int>(32, 5));
+  EXPECT_EQ(Run("warp_peek", {1}, {32}, 0, in, out, 1LL), kCuIllegalAddress);
+  std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(in + 128));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
+
+  // Shared memory: 32 ints of dynamic shared memory; lane 31 one past the end.
+  ASSERT_EQ(Run("warp_poke_shared", {1}, {32}, 128, 0LL, out), kCuSuccess) << last_detail_;
+  got = Download<int>(out, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(got[i], i + 1) << i;
+  EXPECT_EQ(Run("warp_poke_shared", {1}, {32}, 128, 1LL, out), kCuIllegalAddress);
+  EXPECT_NE(last_detail_.find("store of 4 bytes"), std::string::npos) << last_detail_;
+}
+
+// Partial masks, lanes in two allocations, generic pointers to shared and global memory,
+// vector and signed narrow loads, a vector store under a mask.
+TEST_F(Engine, LoadAndStorePathsAgree) {
+  const int n = 64;
+  std::vector<int> v(4 * n), a(n + 1), b(n + 1);
+  std::vector<signed char> s(n);
+  std::vector<short> h(n);
+  for (int i = 0; i < 4 * n; ++i) v[i] = (i * 37) % 23 - 11;
+  for (int i = 0; i <= n; ++i) {
+    a[i] = i * i - 50;
+    b[i] = 1000 - 7 * i;
+  }
+  for (int i = 0; i < n; ++i) {
+    s[i] = static_cast<signed char>(i * 9 - 100);
+    h[i] = static_cast<short>(i * 1001 - 30000);
+  }
+  uint64_t dv = Upload(v), ds = Upload(s), dh = Upload(h), da = Upload(a), db = Upload(b);
+  uint64_t out = Zeros<int>(2 * n);
+  ASSERT_EQ(Run("mem_paths", {1}, {n}, 0, dv, ds, dh, da, db, out), kCuSuccess) << last_detail_;
+  auto got = Download<int>(out, 2 * n);
+  std::vector<int> tile(65);
+  for (int t = 0; t < n; ++t) tile[t] = a[t] * 3;
+  tile[64] = 7;
+  for (int t = 0; t < n; ++t) {
+    int r = 0;
+    if (t % 3 != 1) {
+      r += v[4 * t] - v[4 * t + 1] + v[4 * t + 2] * v[4 * t + 3];
+      r += s[t];
+      r += h[t];
+    }
+    r += (t & 1) ? a[t] : b[t];
+    r += tile[t] + 2 * tile[t + 1];
+    const std::vector<int>& p = t % 5 == 0 ? b : a;
+    r += p[t] + 2 * p[t + 1];
+    int want0 = (t & 4) ? r : 0, want1 = (t & 4) ? -r : 0;
+    EXPECT_EQ(got[2 * t], want0) << t;
+    EXPECT_EQ(got[2 * t + 1], want1) << t;
+  }
+}
+
 TEST_F(Engine, TrapsAssertionsAndTextures) {
   EXPECT_EQ(Run("trap_kernel", {1}, {32}, 0), kCuLaunchFailed);
   EXPECT_EQ(Run("assert_kernel", {1}, {4}, 0, 1), kCuSuccess) << last_detail_;
