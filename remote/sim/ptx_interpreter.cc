@@ -87,6 +87,22 @@ struct Warp {
     launch->detail = text;
   }
 
+  // The allocation holding `address`, nullptr if none.
+  const MemoryRange* RangeOf(uint64_t address) {
+    const std::vector<MemoryRange>& ranges = launch->spec->memory;
+    size_t hint = launch->range_hint;
+    if (hint < ranges.size() && address - ranges[hint].start < ranges[hint].size) {
+      return &ranges[hint];
+    }
+    auto after = std::upper_bound(ranges.begin(), ranges.end(), address,
+                                  [](uint64_t a, const MemoryRange& r) { return a < r.start; });
+    if (after == ranges.begin()) return nullptr;
+    const MemoryRange& range = *std::prev(after);
+    if (address - range.start >= range.size) return nullptr;
+    launch->range_hint = static_cast<size_t>(std::prev(after) - ranges.begin());
+    return &range;
+  }
+
   uint8_t* Global(uint64_t address, uint32_t size) {
     const std::vector<MemoryRange>& ranges = launch->spec->memory;
     size_t hint = launch->range_hint;
@@ -1128,37 +1144,55 @@ void HStore(Warp& w, const Inst& in, uint32_t mask) {
 // handlers above run instead, so a stray lane faults exactly as it would there (same
 // lane, same message, the same earlier lanes' stores done).
 
-// Fills host[l] for the lanes of `mask` (address a[l] + offset in `space`, `bytes` long)
-// when all of them are in bounds in one region; returns false otherwise.
-template <Space S>
-bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, uint8_t** host) {
-  const uint64_t* a = w.R(in.a);
-  const uint64_t offset = static_cast<uint64_t>(in.offset);
-  uint64_t key[32];
-  uint64_t lo = ~0ull, hi = 0;
+// True when key[l] - start <= limit for every lane of `mask` (limit < 2^63). Branch-free so
+// that whole warps vectorise: a lane is out when u = key - start or limit - u has its top
+// bit set.
+inline bool AllWithin(const uint64_t* key, uint32_t mask, uint64_t start, uint64_t limit) {
+  uint64_t bad = 0;
   if (mask == kFullMask) {
-    for (int l = 0; l < 32; ++l) key[l] = a[l] + offset;
     for (int l = 0; l < 32; ++l) {
-      lo = std::min(lo, key[l]);
-      hi = std::max(hi, key[l]);
+      uint64_t u = key[l] - start;
+      bad |= u | (limit - u);
     }
   } else {
     ForLanes(mask, [&](int l) {
-      key[l] = a[l] + offset;
-      lo = std::min(lo, key[l]);
-      hi = std::max(hi, key[l]);
+      uint64_t u = key[l] - start;
+      bad |= u | (limit - u);
     });
+  }
+  return (bad >> 63) == 0;
+}
+
+// Fills host[l] for the lanes of `mask` (address a[l] + offset in space S, `bytes` long)
+// when all of them are in bounds in one allocation or window; returns false otherwise.
+template <Space S>
+bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, uint8_t** host) {
+  constexpr uint64_t kLow48 = 0xffffffffffffull;
+  const uint64_t* a = w.R(in.a);
+  const uint64_t offset = static_cast<uint64_t>(in.offset);
+  // Window spaces (shared, local, param) use the low 48 bits of the address, as Address.
+  constexpr bool kWindowed = S == Space::kShared || S == Space::kLocal || S == Space::kParam;
+  const uint64_t keep = kWindowed ? kLow48 : ~0ull;
+  uint64_t key[32];
+  if (mask == kFullMask) {
+    for (int l = 0; l < 32; ++l) key[l] = (a[l] + offset) & keep;
+  } else {
+    ForLanes(mask, [&](int l) { key[l] = (a[l] + offset) & keep; });
   }
   LaunchState& launch = *w.launch;
   Space space = S;
+  uint64_t start = 0;  // window base in the key's address space
   if constexpr (S == Space::kGeneric) {
-    // All lanes in one window (or all global), else the per-lane path.
-    if (hi < kSharedWindow) {
+    // The first lane's window decides; every lane must then be in it.
+    uint64_t first = key[std::countr_zero(mask)];
+    if (first < kSharedWindow) {
       space = Space::kGlobal;
-    } else if (lo >= kSharedWindow && hi < kSharedWindow + kWindowSize) {
+    } else if (first - kSharedWindow < kWindowSize) {
       space = Space::kShared;
-    } else if (lo >= kLocalWindow && hi < kLocalWindow + kWindowSize) {
+      start = kSharedWindow;
+    } else if (first - kLocalWindow < kWindowSize) {
       space = Space::kLocal;
+      start = kLocalWindow;
     } else {
       return false;
     }
@@ -1166,37 +1200,30 @@ bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, uint8_t** h
   switch (space) {
     case Space::kGlobal:
     case Space::kConst: {
-      if (hi - lo >= (1ull << 31)) return false;
-      uint8_t* p = w.Global(lo, static_cast<uint32_t>(hi - lo) + bytes);
-      if (p == nullptr) return false;
-      ForLanes(mask, [&](int l) { host[l] = p + (key[l] - lo); });
+      const MemoryRange* range = w.RangeOf(key[std::countr_zero(mask)]);
+      if (range == nullptr || range->size < bytes || range->start + range->size > kSharedWindow ||
+          !AllWithin(key, mask, range->start, range->size - bytes)) {
+        return false;
+      }
+      uint8_t* base = reinterpret_cast<uint8_t*>(range->host);
+      ForLanes(mask, [&](int l) { host[l] = base + (key[l] - range->start); });
       return true;
     }
     case Space::kShared:
     case Space::kParam:
     case Space::kLocal: {
-      // Window offsets: the low 48 bits (the generic windows' base drops out).
       uint64_t size = space == Space::kShared  ? launch.shared_size
                       : space == Space::kParam ? launch.spec->param_size
                                                : launch.kernel->local_size;
-      if ((lo >> 48) == (hi >> 48)) {
-        lo &= 0xffffffffffffull;
-        hi &= 0xffffffffffffull;
-      } else {
-        // Keys straddle a 2^48 boundary: bounds per lane below.
-        lo = 0;
-        hi = 0;
-        ForLanes(mask, [&](int l) { hi = std::max<uint64_t>(hi, key[l] & 0xffffffffffffull); });
-      }
-      if (bytes > size || hi > size - bytes) return false;
+      if (bytes > size || !AllWithin(key, mask, start, size - bytes)) return false;
       uint8_t* base = space == Space::kShared  ? launch.shared
                       : space == Space::kParam ? const_cast<uint8_t*>(launch.spec->params)
                                                : w.LocalOf(0);
       if (space == Space::kLocal) {
         uint64_t stride = launch.kernel->local_size;
-        ForLanes(mask, [&](int l) { host[l] = base + l * stride + (key[l] & 0xffffffffffffull); });
+        ForLanes(mask, [&](int l) { host[l] = base + l * stride + (key[l] - start); });
       } else {
-        ForLanes(mask, [&](int l) { host[l] = base + (key[l] & 0xffffffffffffull); });
+        ForLanes(mask, [&](int l) { host[l] = base + (key[l] - start); });
       }
       return true;
     }

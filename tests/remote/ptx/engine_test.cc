@@ -553,6 +553,10 @@ TEST_F(Engine, StrayLaneOfAWholeWarpFaults) {
   EXPECT_EQ(got[0], 0);
   EXPECT_EQ(got[1], 0);
   for (int i = 2; i < 32; ++i) EXPECT_EQ(got[i], i - 1) << i;
+  EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, 1LL), kCuIllegalAddress);  // lane 31 only
+  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(fresh + 128));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
   EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, -1LL), kCuIllegalAddress);
   std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
                 static_cast<unsigned long long>(fresh - 4));
