@@ -1166,7 +1166,8 @@ inline bool AllWithin(const uint64_t* key, uint32_t mask, uint64_t start, uint64
 // Fills host[l] for the lanes of `mask` (address a[l] + offset in space S, `bytes` long)
 // when all of them are in bounds in one allocation or window; returns false otherwise.
 template <Space S>
-bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, uint8_t** host) {
+bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, uint8_t** host,
+             Space* resolved = nullptr) {
   constexpr uint64_t kLow48 = 0xffffffffffffull;
   const uint64_t* a = w.R(in.a);
   const uint64_t offset = static_cast<uint64_t>(in.offset);
@@ -1197,6 +1198,7 @@ bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, uint8_t** h
       return false;
     }
   }
+  if (resolved != nullptr) *resolved = space;
   switch (space) {
     case Space::kGlobal:
     case Space::kConst: {
@@ -1396,6 +1398,70 @@ T AtomicResult(uint8_t mode, T old, T v, T compare_value) {
       }
   }
   return r;
+}
+
+// atom/red on S with the lanes' span checked once (Resolve). Shared memory belongs to the
+// CTA, which one worker runs: a plain read-modify-write per lane. Global memory: atomic
+// host operations (other CTAs run on the other worker). Lanes in lane order, as HAtom;
+// HAtom runs instead when a lane is out of bounds or misaligned.
+template <Space S, typename T>
+void HAtomFast(Warp& w, const Inst& in, uint32_t mask) {
+  uint8_t* host[32];
+  Space space = S;
+  if (!Resolve<S>(w, in, mask, sizeof(T), host, &space)) return HAtom<T>(w, in, mask);
+  const uint64_t* a = w.R(in.a);
+  uint64_t misaligned = 0;
+  ForLanes(mask, [&](int l) { misaligned |= a[l] + static_cast<uint64_t>(in.offset); });
+  if (misaligned % sizeof(T) != 0) return HAtom<T>(w, in, mask);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
+  using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+  if (space == Space::kShared) {
+    ForLanes(mask, [&](int l) {
+      T old;
+      std::memcpy(&old, host[l], sizeof(T));
+      T r = AtomicResult<T>(in.mode, old, Get<T>(b[l]), c ? Get<T>(c[l]) : T(0));
+      std::memcpy(host[l], &r, sizeof(T));
+      if (d) d[l] = Put<T>(old);
+    });
+    return;
+  }
+  ForLanes(mask, [&](int l) {
+    Bits* word = reinterpret_cast<Bits*>(host[l]);
+    T v = Get<T>(b[l]);
+    T old;
+    if constexpr (std::is_integral_v<T>) {
+      if (in.mode == kAtomAdd) {
+        Bits before = __atomic_fetch_add(word, static_cast<Bits>(v), __ATOMIC_SEQ_CST);
+        std::memcpy(&old, &before, sizeof(T));
+        if (d) d[l] = Put<T>(old);
+        return;
+      }
+    }
+    Bits old_bits = __atomic_load_n(word, __ATOMIC_RELAXED);
+    while (true) {
+      std::memcpy(&old, &old_bits, sizeof(T));
+      T r = AtomicResult<T>(in.mode, old, v, c ? Get<T>(c[l]) : T(0));
+      Bits new_bits;
+      std::memcpy(&new_bits, &r, sizeof(T));
+      if (__atomic_compare_exchange_n(word, &old_bits, new_bits, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_RELAXED)) {
+        break;
+      }
+    }
+    if (d) d[l] = Put<T>(old);
+  });
+}
+
+template <typename T>
+Handler AtomHandlerOf(Space space) {
+  switch (space) {
+    case Space::kGlobal: return &HAtomFast<Space::kGlobal, T>;
+    case Space::kShared: return &HAtomFast<Space::kShared, T>;
+    case Space::kGeneric: return &HAtomFast<Space::kGeneric, T>;
+    default: return &HAtom<T>;
+  }
 }
 
 // ---- Warp-level operations
@@ -2665,8 +2731,17 @@ class Decoder {
                                               inst.mode == kAtomMax || inst.mode == kAtomExch)) {
         return bad_type();
       }
-      inst.run = ByType<WAtom>(type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType
-                                                                                          : type);
+      switch (type) {
+        case kU32: inst.run = AtomHandlerOf<uint32_t>(inst.space); break;
+        case kS32: inst.run = AtomHandlerOf<int32_t>(inst.space); break;
+        case kU64: inst.run = AtomHandlerOf<uint64_t>(inst.space); break;
+        case kS64: inst.run = AtomHandlerOf<int64_t>(inst.space); break;
+        case kF32: inst.run = AtomHandlerOf<float>(inst.space); break;
+        case kF64: inst.run = AtomHandlerOf<double>(inst.space); break;
+        default:
+          inst.run = ByType<WAtom>(
+              type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType : type);
+      }
       if (inst.run == nullptr) return bad_type();
       k_->code.push_back(inst);
       return Status::OK();
@@ -3138,6 +3213,48 @@ void ReleaseBarrier(Warp& w, const Inst* code) {
 void RunWarp(Warp& w, const Inst* code) {
   LaunchState& launch = *w.launch;
   for (uint64_t step = 0; step < kWarpSlice; ++step) {
+    if (w.uniform && w.waiting == 0 && w.live != 0) {
+      // Uniform warp: every live lane at w.pc, none waiting. Straight-line instructions
+      // and branches taken by all lanes stay here; anything else (a branch that splits
+      // the warp, exit, barrier, trap) leaves for the general step below.
+      const uint32_t mask = w.live;
+      const uint64_t lanes = static_cast<uint64_t>(std::popcount(mask));
+      int32_t pc = w.pc;
+      for (; step < kWarpSlice; ++step) {
+        if (launch.error != kSuccess) {
+          w.pc = pc;
+          return;
+        }
+        const Inst& in = code[pc];
+        uint32_t exec = mask;
+        if (in.guard >= 0) {
+          const uint64_t* g = w.R(in.guard);
+          uint32_t bits = 0;
+          ForLanes(mask, [&](int l) { bits |= static_cast<uint32_t>(g[l] & 1) << l; });
+          exec = in.guard_negated ? (mask & ~bits) : bits;
+        }
+        if (in.flow == Flow::kNext) {
+          ++launch.clock;
+          launch.thread_instructions += exec == mask ? lanes : std::popcount(exec);
+          if ((launch.clock & 0xffff) == 0 && launch.spec->progress != nullptr) {
+            launch.spec->progress->fetch_add(1, std::memory_order_relaxed);
+          }
+          if (exec) in.run(w, in, exec);
+          ++pc;
+        } else if (in.flow == Flow::kBranch && (exec == mask || exec == 0)) {
+          ++launch.clock;
+          launch.thread_instructions += exec == mask ? lanes : 0;
+          if ((launch.clock & 0xffff) == 0 && launch.spec->progress != nullptr) {
+            launch.spec->progress->fetch_add(1, std::memory_order_relaxed);
+          }
+          pc = exec ? in.target : pc + 1;
+        } else {
+          break;
+        }
+      }
+      w.pc = pc;
+      if (step == kWarpSlice) return;
+    }
     uint32_t ready = w.live & ~w.waiting;
     if (ready == 0 || launch.error != kSuccess) return;
     int32_t pc;

@@ -303,6 +303,29 @@ __global__ void mem_paths(const int4* v, const signed char* s, const short* h, c
   if (t & 4) out[t] = make_int2(r, -r);
 }
 
+// Atomics of whole warps (their span checked once; shared ones as plain updates, the CTA
+// being the only user of its shared memory): returned values, colliding lanes, partial
+// masks, generic pointers, and a misaligned or stray lane.
+__device__ __noinline__ int generic_add(int* p, int v) { return atomicAdd(p, v); }
+__global__ void atomic_paths(int* tickets, int* shared_tickets, int* generic_tickets, int* bins) {
+  __shared__ int counter, generic_counter;
+  __shared__ int sbins[8];
+  if (threadIdx.x < 8) sbins[threadIdx.x] = 0;
+  if (threadIdx.x == 0) counter = generic_counter = 0;
+  __syncthreads();
+  int n = gridDim.x * blockDim.x;
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  tickets[i] = atomicAdd(&tickets[n], 1);
+  shared_tickets[i] = atomicAdd(&counter, 1);
+  generic_tickets[i] = generic_add(&generic_counter, 1) + 1000 * generic_add(&tickets[n + 1], 1);
+  if (threadIdx.x % 3) atomicAdd(&sbins[threadIdx.x % 8], threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x < 8) generic_add(&bins[threadIdx.x], sbins[threadIdx.x]);
+}
+__global__ void atomic_poke(int* p, long long byte_offset) {
+  atomicAdd(reinterpret_cast<int*>(reinterpret_cast<char*>(p) + byte_offset) + threadIdx.x, 1);
+}
+
 // Traps and assertions.
 __global__ void trap_kernel() { __trap(); }
 __global__ void assert_kernel(int v) { assert(v != 3); }

@@ -619,6 +619,59 @@ TEST_F(Engine, LoadAndStorePathsAgree) {
   }
 }
 
+TEST_F(Engine, AtomicPathsReturnValuesAndFaults) {
+  const int blocks = 4, threads = 96, n = blocks * threads;
+  uint64_t tickets = Zeros<int>(n + 2), shared_tickets = Zeros<int>(n),
+           generic_tickets = Zeros<int>(n), bins = Zeros<int>(8);
+  ASSERT_EQ(
+      Run("atomic_paths", {blocks}, {threads}, 0, tickets, shared_tickets, generic_tickets, bins),
+      kCuSuccess)
+      << last_detail_;
+  auto t = Download<int>(tickets, n + 2);
+  auto st = Download<int>(shared_tickets, n);
+  auto gt = Download<int>(generic_tickets, n);
+  EXPECT_EQ(t[n], n);
+  EXPECT_EQ(t[n + 1], n);
+  std::vector<int> global(t.begin(), t.begin() + n), global_generic(n);
+  for (int i = 0; i < n; ++i) global_generic[i] = gt[i] / 1000;
+  std::sort(global.begin(), global.end());
+  std::sort(global_generic.begin(), global_generic.end());
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(global[i], i);
+    EXPECT_EQ(global_generic[i], i);
+  }
+  for (int b = 0; b < blocks; ++b) {
+    std::vector<int> shared(st.begin() + b * threads, st.begin() + (b + 1) * threads), generic;
+    for (int k = 0; k < threads; ++k) generic.push_back(gt[b * threads + k] % 1000);
+    std::sort(shared.begin(), shared.end());
+    std::sort(generic.begin(), generic.end());
+    for (int k = 0; k < threads; ++k) {
+      EXPECT_EQ(shared[k], k) << b;
+      EXPECT_EQ(generic[k], k) << b;
+    }
+  }
+  auto got = Download<int>(bins, 8);
+  for (int k = 0; k < 8; ++k) {
+    int want = 0;
+    for (int x = 0; x < threads; ++x) want += (x % 3 && x % 8 == k) ? x : 0;
+    EXPECT_EQ(got[k], blocks * want) << k;
+  }
+
+  uint64_t p = Zeros<int>(32);
+  ASSERT_EQ(Run("atomic_poke", {1}, {32}, 0, p, 0LL), kCuSuccess) << last_detail_;
+  EXPECT_EQ(Download<int>(p, 32), std::vector<int>(32, 1));
+  EXPECT_EQ(Run("atomic_poke", {1}, {32}, 0, p, 2LL), kCuIllegalAddress);
+  EXPECT_NE(last_detail_.find("misaligned atomic of 4 bytes"), std::string::npos) << last_detail_;
+  EXPECT_EQ(Run("atomic_poke", {1}, {32}, 0, p, 4LL), kCuIllegalAddress);
+  char expected[96];
+  std::snprintf(expected, sizeof(expected), "atomic of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(p + 128));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
+  auto after = Download<int>(p, 32);
+  EXPECT_EQ(after[0], 1);
+  for (int i = 1; i < 32; ++i) EXPECT_EQ(after[i], 2) << i;
+}
+
 TEST_F(Engine, TrapsAssertionsAndTextures) {
   EXPECT_EQ(Run("trap_kernel", {1}, {32}, 0), kCuLaunchFailed);
   EXPECT_EQ(Run("assert_kernel", {1}, {4}, 0, 1), kCuSuccess) << last_detail_;
