@@ -554,6 +554,37 @@ void HMad(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+#if defined(__x86_64__)
+// fma.f32/f64 compiled for AVX2+FMA, chosen at decode time when the host has them:
+// libm's fma is a call per lane; the result is the same (one rounding either way).
+template <typename T>
+__attribute__((target("avx2,fma"))) void HFmaHw(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  auto fma = [](T x, T y, T z) {
+    if constexpr (std::is_same_v<T, float>) {
+      return __builtin_fmaf(x, y, z);
+    } else {
+      return __builtin_fma(x, y, z);
+    }
+  };
+  if (in.flags & (kFlagFtz | kFlagSat)) {
+    ForLanes(mask, [&](int l) {
+      d[l] = Put<T>(FixFloat<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l])), in.flags));
+    });
+  } else {
+    ForLanes(mask, [&](int l) { d[l] = Put<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l]))); });
+  }
+}
+
+bool HostHasFma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
+
 template <typename T>
 void HMad24(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
@@ -665,6 +696,40 @@ void HSetp(Warp& w, const Inst& in, uint32_t mask) {
     if (q) q[l] = f;
   });
 }
+
+// setp without a predicate operand (no .and/.or/.xor): the comparison is a template
+// parameter, so the lane loop has no switch.
+template <typename T, Cmp kCmp>
+void HSetpPlain(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  if (in.d[1] >= 0) {
+    uint64_t* q = w.R(in.d[1]);
+    ForLanes(mask, [&](int l) {
+      bool t = Compare<T>(kCmp, Get<T>(a[l]), Get<T>(b[l]));
+      d[l] = t;
+      q[l] = !t;
+    });
+  } else {
+    ForLanes(mask, [&](int l) { d[l] = Compare<T>(kCmp, Get<T>(a[l]), Get<T>(b[l])); });
+  }
+}
+
+template <typename T>
+struct WSetpPlain {
+  static Handler For(uint8_t cmp) {
+    switch (cmp) {
+      case kEq: return &HSetpPlain<T, kEq>;
+      case kNe: return &HSetpPlain<T, kNe>;
+      case kLt: return &HSetpPlain<T, kLt>;
+      case kLe: return &HSetpPlain<T, kLe>;
+      case kGt: return &HSetpPlain<T, kGt>;
+      case kGe: return &HSetpPlain<T, kGe>;
+    }
+    return nullptr;
+  }
+};
 
 // set.cmp.dtype.stype: all ones (or 1.0f) when true.
 template <typename T>
@@ -1091,6 +1156,50 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
     }
     d[l] = out;
   });
+}
+
+// cvt between integer types without .sat: truncate or extend the source (S) to the
+// destination (D), stored sign- or zero-extended as HCvt does.
+template <typename S, typename D>
+void HCvtInt(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  ForLanes(mask, [&](int l) { d[l] = Put<D>(static_cast<D>(static_cast<S>(a[l]))); });
+}
+
+template <typename S>
+Handler CvtIntTo(int kind, int size) {
+  bool is_signed = kind == kKindS;
+  switch (size) {
+    case 1: return is_signed ? &HCvtInt<S, int8_t> : &HCvtInt<S, uint8_t>;
+    case 2: return is_signed ? &HCvtInt<S, int16_t> : &HCvtInt<S, uint16_t>;
+    case 4: return is_signed ? &HCvtInt<S, int32_t> : &HCvtInt<S, uint32_t>;
+    case 8: return is_signed ? &HCvtInt<S, int64_t> : &HCvtInt<S, uint64_t>;
+  }
+  return nullptr;
+}
+
+// The handler of a decoded cvt: HCvtInt for integer-to-integer without .sat, else HCvt.
+Handler CvtHandler(const Inst& in) {
+  int dkind = in.mode & 3, dsize = in.mode >> 2;
+  int skind = in.mode2 & 3, ssize = in.mode2 >> 2;
+  bool ints = (dkind == kKindS || dkind == kKindU) && (skind == kKindS || skind == kKindU);
+  if (!ints || (in.flags & kFlagSat)) return &HCvt;
+  Handler h = nullptr;
+  bool is_signed = skind == kKindS;
+  switch (ssize) {
+    case 1: h = is_signed ? CvtIntTo<int8_t>(dkind, dsize) : CvtIntTo<uint8_t>(dkind, dsize); break;
+    case 2:
+      h = is_signed ? CvtIntTo<int16_t>(dkind, dsize) : CvtIntTo<uint16_t>(dkind, dsize);
+      break;
+    case 4:
+      h = is_signed ? CvtIntTo<int32_t>(dkind, dsize) : CvtIntTo<uint32_t>(dkind, dsize);
+      break;
+    case 8:
+      h = is_signed ? CvtIntTo<int64_t>(dkind, dsize) : CvtIntTo<uint64_t>(dkind, dsize);
+      break;
+  }
+  return h != nullptr ? h : &HCvt;
 }
 
 // ---- Memory
@@ -2852,7 +2961,7 @@ class Decoder {
       if (TyFloat(source) && !TyFloat(dst) && rounding < 4)
         rounding = rounding == 0 ? 5 : rounding + 4;
       inst.width = static_cast<uint8_t>(rounding);
-      inst.run = &HCvt;
+      inst.run = CvtHandler(inst);
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -2885,6 +2994,20 @@ class Decoder {
           if (ops[3].negated) inst.flags |= kFlagSigned;
         }
         inst.run = ByType<WSetp>(type);
+        if (inst.c < 0 && inst.mode2 == 0) {
+          // Plain comparisons of the common types: no switch per lane.
+          Handler plain = nullptr;
+          switch (type) {
+            case kU32: plain = WSetpPlain<uint32_t>::For(inst.mode); break;
+            case kS32: plain = WSetpPlain<int32_t>::For(inst.mode); break;
+            case kU64: plain = WSetpPlain<uint64_t>::For(inst.mode); break;
+            case kS64: plain = WSetpPlain<int64_t>::For(inst.mode); break;
+            case kF32: plain = WSetpPlain<float>::For(inst.mode); break;
+            case kF64: plain = WSetpPlain<double>::For(inst.mode); break;
+            default: break;
+          }
+          if (plain != nullptr) inst.run = plain;
+        }
       } else {
         Ty dst = types.size() >= 2 ? types[types.size() - 2] : kU32;
         inst.mode2 = dst == kF32 ? 1 : 0;
@@ -3009,6 +3132,10 @@ class Decoder {
       arity = 3;
       if (is_float) {
         handler = ByType<WFma>(type);
+#if defined(__x86_64__)
+        if (HostHasFma() && type == kF32) handler = &HFmaHw<float>;
+        if (HostHasFma() && type == kF64) handler = &HFmaHw<double>;
+#endif
       } else if (op == "madc" || mods.count("cc")) {
         handler = ByIntType<WCarry>(type);
         inst.mode = mods.count("hi") ? 3 : 2;
