@@ -1253,48 +1253,34 @@ void HStore(Warp& w, const Inst& in, uint32_t mask) {
 // handlers above run instead, so a stray lane faults exactly as it would there (same
 // lane, same message, the same earlier lanes' stores done).
 
-// True when key[l] - start <= limit for every lane of `mask` (limit < 2^63). Branch-free so
-// that whole warps vectorise: a lane is out when u = key - start or limit - u has its top
-// bit set.
-inline bool AllWithin(const uint64_t* key, uint32_t mask, uint64_t start, uint64_t limit) {
-  uint64_t bad = 0;
-  if (mask == kFullMask) {
-    for (int l = 0; l < 32; ++l) {
-      uint64_t u = key[l] - start;
-      bad |= u | (limit - u);
-    }
-  } else {
-    ForLanes(mask, [&](int l) {
-      uint64_t u = key[l] - start;
-      bad |= u | (limit - u);
-    });
-  }
-  return (bad >> 63) == 0;
-}
+// The lanes of one access resolved to one allocation or window: lane l's bytes are at
+// At(l).
+struct Span {
+  uint8_t* base = nullptr;
+  uint64_t stride = 0;  // local memory: bytes per thread
+  Space space = Space::kGlobal;
+  uint64_t off[32];
+  uint8_t* At(int l) const { return base + l * stride + off[l]; }
+};
 
-// Fills host[l] for the lanes of `mask` (address a[l] + offset in space S, `bytes` long)
-// when all of them are in bounds in one allocation or window; returns false otherwise.
+// Resolves the lanes of `mask` (address a[l] + offset in space S, `bytes` long) when all
+// of them are in bounds of the allocation or window of the first lane; returns false
+// otherwise. One branch-free pass (vectorised for whole warps): a lane is out when
+// u = address - start or limit - u has its top bit set (limit < 2^63).
 template <Space S>
-bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, uint8_t** host,
-             Space* resolved = nullptr) {
+bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, Span* span) {
   constexpr uint64_t kLow48 = 0xffffffffffffull;
   const uint64_t* a = w.R(in.a);
   const uint64_t offset = static_cast<uint64_t>(in.offset);
   // Window spaces (shared, local, param) use the low 48 bits of the address, as Address.
   constexpr bool kWindowed = S == Space::kShared || S == Space::kLocal || S == Space::kParam;
   const uint64_t keep = kWindowed ? kLow48 : ~0ull;
-  uint64_t key[32];
-  if (mask == kFullMask) {
-    for (int l = 0; l < 32; ++l) key[l] = (a[l] + offset) & keep;
-  } else {
-    ForLanes(mask, [&](int l) { key[l] = (a[l] + offset) & keep; });
-  }
+  const uint64_t first = (a[std::countr_zero(mask)] + offset) & keep;
   LaunchState& launch = *w.launch;
   Space space = S;
-  uint64_t start = 0;  // window base in the key's address space
+  uint64_t start = 0;  // window base in the lanes' address space
   if constexpr (S == Space::kGeneric) {
     // The first lane's window decides; every lane must then be in it.
-    uint64_t first = key[std::countr_zero(mask)];
     if (first < kSharedWindow) {
       space = Space::kGlobal;
     } else if (first - kSharedWindow < kWindowSize) {
@@ -1307,39 +1293,55 @@ bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, uint8_t** h
       return false;
     }
   }
-  if (resolved != nullptr) *resolved = space;
+  uint64_t size;
+  span->space = space;
+  span->stride = 0;
   switch (space) {
     case Space::kGlobal:
     case Space::kConst: {
-      const MemoryRange* range = w.RangeOf(key[std::countr_zero(mask)]);
-      if (range == nullptr || range->size < bytes || range->start + range->size > kSharedWindow ||
-          !AllWithin(key, mask, range->start, range->size - bytes)) {
-        return false;
-      }
-      uint8_t* base = reinterpret_cast<uint8_t*>(range->host);
-      ForLanes(mask, [&](int l) { host[l] = base + (key[l] - range->start); });
-      return true;
+      const MemoryRange* range = w.RangeOf(first);
+      if (range == nullptr || range->start + range->size > kSharedWindow) return false;
+      start = range->start;
+      size = range->size;
+      span->base = reinterpret_cast<uint8_t*>(range->host);
+      break;
     }
     case Space::kShared:
+      size = launch.shared_size;
+      span->base = launch.shared;
+      break;
     case Space::kParam:
-    case Space::kLocal: {
-      uint64_t size = space == Space::kShared  ? launch.shared_size
-                      : space == Space::kParam ? launch.spec->param_size
-                                               : launch.kernel->local_size;
-      if (bytes > size || !AllWithin(key, mask, start, size - bytes)) return false;
-      uint8_t* base = space == Space::kShared  ? launch.shared
-                      : space == Space::kParam ? const_cast<uint8_t*>(launch.spec->params)
-                                               : w.LocalOf(0);
-      if (space == Space::kLocal) {
-        uint64_t stride = launch.kernel->local_size;
-        ForLanes(mask, [&](int l) { host[l] = base + l * stride + (key[l] - start); });
-      } else {
-        ForLanes(mask, [&](int l) { host[l] = base + (key[l] - start); });
-      }
-      return true;
-    }
+      size = launch.spec->param_size;
+      span->base = const_cast<uint8_t*>(launch.spec->params);
+      break;
+    case Space::kLocal:
+      size = launch.kernel->local_size;
+      span->base = w.LocalOf(0);
+      span->stride = size;
+      break;
     default: return false;
   }
+  if (bytes > size) return false;
+  const uint64_t limit = size - bytes;
+  uint64_t bad = 0;
+  // The register file and the span (on the caller's stack) never overlap.
+  const uint64_t* __restrict lanes = a;
+  uint64_t* __restrict off = span->off;
+  if (mask == kFullMask) {
+#pragma GCC ivdep
+    for (int l = 0; l < 32; ++l) {
+      uint64_t u = ((lanes[l] + offset) & keep) - start;
+      bad |= u | (limit - u);
+      off[l] = u;
+    }
+  } else {
+    ForLanes(mask, [&](int l) {
+      uint64_t u = ((a[l] + offset) & keep) - start;
+      bad |= u | (limit - u);
+      off[l] = u;
+    });
+  }
+  return (bad >> 63) == 0;
 }
 
 template <typename T>
@@ -1352,26 +1354,48 @@ inline uint64_t LoadValue(const uint8_t* p) {
 // ld of kVec elements of T (signed T: sign-extended) from space S.
 template <Space S, typename T, int kVec>
 void HLoadFast(Warp& w, const Inst& in, uint32_t mask) {
-  uint8_t* host[32];
-  if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, host)) return HLoad(w, in, mask);
+  Span span;
+  if constexpr (S != Space::kLocal) {
+    if (in.uniform_address) {
+      // One address for every lane (a parameter, a shared variable): read it once, unless
+      // it is local memory (one copy per thread).
+      uint32_t first = mask & -mask;
+      if (Resolve<S>(w, in, first, sizeof(T) * kVec, &span) && span.space != Space::kLocal) {
+        const uint8_t* p = span.At(std::countr_zero(mask));
+        for (int i = 0; i < kVec; ++i) {
+          if (in.d[i] < 0) continue;
+          uint64_t* d = w.R(in.d[i]);
+          uint64_t v = LoadValue<T>(p + i * sizeof(T));
+          if (mask == kFullMask) {
+            std::fill_n(d, 32, v);
+          } else {
+            ForLanes(mask, [&](int l) { d[l] = v; });
+          }
+        }
+        return;
+      }
+    }
+  }
+  if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, &span)) return HLoad(w, in, mask);
   for (int i = 0; i < kVec; ++i) {
     if (in.d[i] < 0) continue;
     uint64_t* d = w.R(in.d[i]);
-    ForLanes(mask, [&](int l) { d[l] = LoadValue<T>(host[l] + i * sizeof(T)); });
+    ForLanes(mask, [&](int l) { d[l] = LoadValue<T>(span.At(l) + i * sizeof(T)); });
   }
 }
 
 // st of kVec elements of T to space S (lane by lane, in lane order, as HStore).
 template <Space S, typename T, int kVec>
 void HStoreFast(Warp& w, const Inst& in, uint32_t mask) {
-  uint8_t* host[32];
-  if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, host)) return HStore(w, in, mask);
+  Span span;
+  if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, &span)) return HStore(w, in, mask);
   const uint64_t* v[kVec];
   for (int i = 0; i < kVec; ++i) v[i] = w.R(in.d[i]);
   ForLanes(mask, [&](int l) {
+    uint8_t* p = span.At(l);
     for (int i = 0; i < kVec; ++i) {
       T value = static_cast<T>(v[i][l]);
-      std::memcpy(host[l] + i * sizeof(T), &value, sizeof(T));
+      std::memcpy(p + i * sizeof(T), &value, sizeof(T));
     }
   });
 }
@@ -1515,9 +1539,8 @@ T AtomicResult(uint8_t mode, T old, T v, T compare_value) {
 // HAtom runs instead when a lane is out of bounds or misaligned.
 template <Space S, typename T>
 void HAtomFast(Warp& w, const Inst& in, uint32_t mask) {
-  uint8_t* host[32];
-  Space space = S;
-  if (!Resolve<S>(w, in, mask, sizeof(T), host, &space)) return HAtom<T>(w, in, mask);
+  Span span;
+  if (!Resolve<S>(w, in, mask, sizeof(T), &span)) return HAtom<T>(w, in, mask);
   const uint64_t* a = w.R(in.a);
   uint64_t misaligned = 0;
   ForLanes(mask, [&](int l) { misaligned |= a[l] + static_cast<uint64_t>(in.offset); });
@@ -1526,18 +1549,30 @@ void HAtomFast(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
   uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
   using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
-  if (space == Space::kShared) {
+  if (span.space == Space::kShared) {
+    if (in.mode == kAtomAdd) {
+      ForLanes(mask, [&](int l) {
+        T old;
+        uint8_t* p = span.At(l);
+        std::memcpy(&old, p, sizeof(T));
+        T r = WrapAdd(old, Get<T>(b[l]));
+        std::memcpy(p, &r, sizeof(T));
+        if (d) d[l] = Put<T>(old);
+      });
+      return;
+    }
     ForLanes(mask, [&](int l) {
       T old;
-      std::memcpy(&old, host[l], sizeof(T));
+      uint8_t* p = span.At(l);
+      std::memcpy(&old, p, sizeof(T));
       T r = AtomicResult<T>(in.mode, old, Get<T>(b[l]), c ? Get<T>(c[l]) : T(0));
-      std::memcpy(host[l], &r, sizeof(T));
+      std::memcpy(p, &r, sizeof(T));
       if (d) d[l] = Put<T>(old);
     });
     return;
   }
   ForLanes(mask, [&](int l) {
-    Bits* word = reinterpret_cast<Bits*>(host[l]);
+    Bits* word = reinterpret_cast<Bits*>(span.At(l));
     T v = Get<T>(b[l]);
     T old;
     if constexpr (std::is_integral_v<T>) {
@@ -2337,6 +2372,7 @@ class Decoder {
     inst->offset = static_cast<int64_t>(op.bits);
     if (op.name.empty()) {
       inst->a = zero_slot_;
+      inst->uniform_address = true;
       return Status::OK();
     }
     if (IsRegister(frame, op.name) || Special(op.name) >= 0) {
@@ -2360,6 +2396,7 @@ class Decoder {
         }
       }
       inst->a = Constant(symbol.value);
+      inst->uniform_address = true;
       return Status::OK();
     }
     if (IsDynamicShared(op.name)) {
