@@ -42,7 +42,9 @@ constexpr uint64_t kWarpSlice = 1u << 14;
 // ---- Execution state
 // ---------------------------------------------------------------------
 
-struct LaunchState {
+// One per worker, on cache lines of its own (the workers update theirs on every
+// instruction).
+struct alignas(64) LaunchState {
   const DecodedKernel* kernel = nullptr;
   const LaunchSpec* spec = nullptr;
   uint8_t* shared = nullptr;
@@ -58,6 +60,7 @@ struct LaunchState {
   int32_t error = kSuccess;
   std::string detail;
   size_t range_hint = 0;
+  std::vector<uint32_t> range_hints;  // per instruction: its last allocation (fast paths)
   uint32_t cta_linear = 0;
   uint32_t ctaid[3] = {0, 0, 0};
 };
@@ -87,19 +90,19 @@ struct Warp {
     launch->detail = text;
   }
 
-  // The allocation holding `address`, nullptr if none.
-  const MemoryRange* RangeOf(uint64_t address) {
+  // The allocation holding `address`, nullptr if none; *hint: the index of the last one
+  // found (tried first, updated).
+  const MemoryRange* RangeOf(uint64_t address, uint32_t* hint) {
     const std::vector<MemoryRange>& ranges = launch->spec->memory;
-    size_t hint = launch->range_hint;
-    if (hint < ranges.size() && address - ranges[hint].start < ranges[hint].size) {
-      return &ranges[hint];
+    if (*hint < ranges.size() && address - ranges[*hint].start < ranges[*hint].size) {
+      return &ranges[*hint];
     }
     auto after = std::upper_bound(ranges.begin(), ranges.end(), address,
                                   [](uint64_t a, const MemoryRange& r) { return a < r.start; });
     if (after == ranges.begin()) return nullptr;
     const MemoryRange& range = *std::prev(after);
     if (address - range.start >= range.size) return nullptr;
-    launch->range_hint = static_cast<size_t>(std::prev(after) - ranges.begin());
+    *hint = static_cast<uint32_t>(std::prev(after) - ranges.begin());
     return &range;
   }
 
@@ -1299,7 +1302,8 @@ bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, Span* span)
   switch (space) {
     case Space::kGlobal:
     case Space::kConst: {
-      const MemoryRange* range = w.RangeOf(first);
+      uint32_t* hint = &launch.range_hints[&in - launch.kernel->code.data()];
+      const MemoryRange* range = w.RangeOf(first, hint);
       if (range == nullptr || range->start + range->size > kSharedWindow) return false;
       start = range->start;
       size = range->size;
@@ -3510,6 +3514,7 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
   LaunchState& launch = *state;
   launch.kernel = &kernel;
   launch.spec = &spec;
+  launch.range_hints.assign(kernel.code.size(), 0);
   std::vector<uint8_t> shared(shared_size + 16);
   launch.shared = shared.data();
   launch.shared_size = shared_size;
