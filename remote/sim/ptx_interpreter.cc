@@ -176,6 +176,24 @@ inline void ForLanes(uint32_t mask, F&& f) {
   }
 }
 
+// ForLanes for element-wise lane loops: each lane reads its own lane of the source slots
+// and writes its own lane of the destination slot (which may be one of the sources, as a
+// whole slot: slots never partly overlap), so no lane depends on another and the compiler
+// may vectorise whole warps. Not for stores, atomics or anything that crosses lanes.
+template <typename F>
+inline void ForLanesIndependent(uint32_t mask, F&& f) {
+  if (mask == kFullMask) {
+#pragma GCC ivdep
+    for (int lane = 0; lane < 32; ++lane) f(lane);
+  } else {
+    while (mask) {
+      int lane = std::countr_zero(mask);
+      mask &= mask - 1;
+      f(lane);
+    }
+  }
+}
+
 // ---- Values
 // ------------------------------------------------------------------------------
 
@@ -394,11 +412,12 @@ void HBinary(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   if (in.flags & (kFlagFtz | kFlagSat)) {
-    ForLanes(mask, [&](int l) {
+    ForLanesIndependent(mask, [&](int l) {
       d[l] = Put<T>(FixFloat<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l])), in.flags));
     });
   } else {
-    ForLanes(mask, [&](int l) { d[l] = Put<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l]))); });
+    ForLanesIndependent(mask,
+                        [&](int l) { d[l] = Put<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l]))); });
   }
 }
 
@@ -410,7 +429,7 @@ void HMulWide(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
-  ForLanes(mask, [&](int l) {
+  ForLanesIndependent(mask, [&](int l) {
     W p = static_cast<W>(Get<T>(a[l])) * static_cast<W>(Get<T>(b[l]));
     uint64_t r = Put<W>(p);
     if (c) r += c[l];
@@ -521,10 +540,10 @@ void HUnary(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   if (in.flags & (kFlagFtz | kFlagSat)) {
-    ForLanes(mask,
-             [&](int l) { d[l] = Put<T>(FixFloat<T>(Unary<T, op>(Get<T>(a[l])), in.flags)); });
+    ForLanesIndependent(
+        mask, [&](int l) { d[l] = Put<T>(FixFloat<T>(Unary<T, op>(Get<T>(a[l])), in.flags)); });
   } else {
-    ForLanes(mask, [&](int l) { d[l] = Put<T>(Unary<T, op>(Get<T>(a[l]))); });
+    ForLanesIndependent(mask, [&](int l) { d[l] = Put<T>(Unary<T, op>(Get<T>(a[l]))); });
   }
 }
 
@@ -533,7 +552,8 @@ template <typename T, UnOp op>
 void HCount(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
-  ForLanes(mask, [&](int l) { d[l] = static_cast<uint32_t>(Unary<T, op>(Get<T>(a[l]))); });
+  ForLanesIndependent(mask,
+                      [&](int l) { d[l] = static_cast<uint32_t>(Unary<T, op>(Get<T>(a[l]))); });
 }
 
 // mad.lo / fma / mad (float).
@@ -544,7 +564,7 @@ void HMad(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
-  ForLanes(mask, [&](int l) {
+  ForLanesIndependent(mask, [&](int l) {
     T x = Get<T>(a[l]), y = Get<T>(b[l]), z = Get<T>(c[l]);
     T r;
     if constexpr (kind == 0)
@@ -574,11 +594,12 @@ __attribute__((target("avx2,fma"))) void HFmaHw(Warp& w, const Inst& in, uint32_
     }
   };
   if (in.flags & (kFlagFtz | kFlagSat)) {
-    ForLanes(mask, [&](int l) {
+    ForLanesIndependent(mask, [&](int l) {
       d[l] = Put<T>(FixFloat<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l])), in.flags));
     });
   } else {
-    ForLanes(mask, [&](int l) { d[l] = Put<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l]))); });
+    ForLanesIndependent(
+        mask, [&](int l) { d[l] = Put<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l]))); });
   }
 }
 
@@ -709,13 +730,13 @@ void HSetpPlain(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   if (in.d[1] >= 0) {
     uint64_t* q = w.R(in.d[1]);
-    ForLanes(mask, [&](int l) {
+    ForLanesIndependent(mask, [&](int l) {
       bool t = Compare<T>(kCmp, Get<T>(a[l]), Get<T>(b[l]));
       d[l] = t;
       q[l] = !t;
     });
   } else {
-    ForLanes(mask, [&](int l) { d[l] = Compare<T>(kCmp, Get<T>(a[l]), Get<T>(b[l])); });
+    ForLanesIndependent(mask, [&](int l) { d[l] = Compare<T>(kCmp, Get<T>(a[l]), Get<T>(b[l])); });
   }
 }
 
@@ -751,7 +772,7 @@ void HSelp(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
-  ForLanes(mask, [&](int l) { d[l] = (c[l] & 1) ? a[l] : b[l]; });
+  ForLanesIndependent(mask, [&](int l) { d[l] = (c[l] & 1) ? a[l] : b[l]; });
 }
 
 // slct.dtype.s32/f32 d, a, b, c: a when c >= 0.
@@ -950,9 +971,9 @@ void HCvta(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t window = static_cast<uint64_t>(in.offset);
   uint64_t keep = in.width == 4 ? 0xffffffffull : ~0ull;
   if (in.mode == 0) {
-    ForLanes(mask, [&](int l) { d[l] = (a[l] & keep) + window; });
+    ForLanesIndependent(mask, [&](int l) { d[l] = (a[l] & keep) + window; });
   } else {
-    ForLanes(mask, [&](int l) { d[l] = (a[l] - window) & keep; });
+    ForLanesIndependent(mask, [&](int l) { d[l] = (a[l] - window) & keep; });
   }
 }
 
@@ -1167,7 +1188,7 @@ template <typename S, typename D>
 void HCvtInt(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
-  ForLanes(mask, [&](int l) { d[l] = Put<D>(static_cast<D>(static_cast<S>(a[l]))); });
+  ForLanesIndependent(mask, [&](int l) { d[l] = Put<D>(static_cast<D>(static_cast<S>(a[l]))); });
 }
 
 template <typename S>
