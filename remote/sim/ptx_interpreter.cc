@@ -10,6 +10,9 @@
 #include <set>
 #include <thread>
 #include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "remote/sim/ptx_program.h"
 
@@ -3397,6 +3400,22 @@ void ReleaseBarrier(Warp& w, const Inst* code) {
   TryReconverge(w);
 }
 
+// Bit l: bit 0 of lane l of predicate slot `g` (all 32 lanes; the caller masks).
+inline uint32_t PredicateBits(const uint64_t* g) {
+#if defined(__SSE2__)
+  uint32_t bits = 0;
+  for (int l = 0; l < 32; l += 2) {
+    __m128i v = _mm_slli_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + l)), 63);
+    bits |= static_cast<uint32_t>(_mm_movemask_pd(_mm_castsi128_pd(v))) << l;
+  }
+  return bits;
+#else
+  uint32_t bits = 0;
+  for (int l = 0; l < 32; ++l) bits |= static_cast<uint32_t>(g[l] & 1) << l;
+  return bits;
+#endif
+}
+
 // Runs `w` until every live lane waits at a barrier, all exited, the slice is
 // used up, or the launch failed.
 void RunWarp(Warp& w, const Inst* code) {
@@ -3417,9 +3436,7 @@ void RunWarp(Warp& w, const Inst* code) {
         const Inst& in = code[pc];
         uint32_t exec = mask;
         if (in.guard >= 0) {
-          const uint64_t* g = w.R(in.guard);
-          uint32_t bits = 0;
-          ForLanes(mask, [&](int l) { bits |= static_cast<uint32_t>(g[l] & 1) << l; });
+          uint32_t bits = PredicateBits(w.R(in.guard)) & mask;
           exec = in.guard_negated ? (mask & ~bits) : bits;
         }
         if (in.flow == Flow::kNext) {
@@ -3460,9 +3477,7 @@ void RunWarp(Warp& w, const Inst* code) {
     const Inst& in = code[pc];
     uint32_t exec = mask;
     if (in.guard >= 0) {
-      const uint64_t* g = w.R(in.guard);
-      uint32_t bits = 0;
-      ForLanes(mask, [&](int l) { bits |= static_cast<uint32_t>(g[l] & 1) << l; });
+      uint32_t bits = PredicateBits(w.R(in.guard)) & mask;
       exec = in.guard_negated ? (mask & ~bits) : bits;
     }
     ++launch.clock;
