@@ -672,6 +672,52 @@ TEST_F(Engine, AtomicPathsReturnValuesAndFaults) {
   for (int i = 1; i < 32; ++i) EXPECT_EQ(after[i], 2) << i;
 }
 
+// Loads whose destination is their own address register (pointer chasing), whole warp
+// and under a guard: each lane reads its address before its destination is written.
+TEST_F(Engine, LoadIntoItsAddressRegister) {
+  const char ptx[] = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry chase(.param .u64 nodes, .param .u64 out) {
+  .reg .pred %p<2>;
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [nodes];
+  ld.param.u64 %rd2, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd4, %r1, 16;
+  add.s64 %rd1, %rd1, %rd4;
+  ld.global.v2.u64 {%rd1, %rd3}, [%rd1];
+  setp.lt.u32 %p1, %r1, 20;
+  @%p1 ld.global.u64 %rd1, [%rd1];
+  add.s64 %rd5, %rd2, %rd4;
+  st.global.v2.u64 [%rd5], {%rd3, %rd1};
+  ret;
+}
+)";
+  ASSERT_EQ(executor_.LoadModule(2, ptx, sizeof(ptx), {}), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(2, 7, "chase"), kCuSuccess) << executor_.TakeErrorDetail();
+  uint64_t nodes = Zeros<uint64_t>(64), out = Zeros<uint64_t>(64);
+  std::vector<uint64_t> init(64);
+  for (int t = 0; t < 32; ++t) {
+    init[2 * t] = nodes + 16 * ((t + 5) % 32);
+    init[2 * t + 1] = 100 + t;
+  }
+  ASSERT_EQ(executor_.CopyToDevice(nodes, init.data(), init.size() * 8, 0), kCuSuccess);
+  uint64_t params[2] = {nodes, out};
+  LaunchConfig config;
+  config.block[0] = 32;
+  ASSERT_EQ(executor_.Launch(7, config, params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint64_t>(out, 64);
+  for (int t = 0; t < 32; ++t) {
+    EXPECT_EQ(got[2 * t], 100u + t) << t;
+    EXPECT_EQ(got[2 * t + 1], nodes + 16 * ((t + (t < 20 ? 10 : 5)) % 32)) << t;
+  }
+}
+
 TEST_F(Engine, TrapsAssertionsAndTextures) {
   EXPECT_EQ(Run("trap_kernel", {1}, {32}, 0), kCuLaunchFailed);
   EXPECT_EQ(Run("assert_kernel", {1}, {4}, 0, 1), kCuSuccess) << last_detail_;
