@@ -10,6 +10,9 @@
 #include <set>
 #include <thread>
 #include <type_traits>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "remote/sim/ptx_program.h"
 
@@ -42,7 +45,9 @@ constexpr uint64_t kWarpSlice = 1u << 14;
 // ---- Execution state
 // ---------------------------------------------------------------------
 
-struct LaunchState {
+// One per worker, on cache lines of its own (the workers update theirs on every
+// instruction).
+struct alignas(64) LaunchState {
   const DecodedKernel* kernel = nullptr;
   const LaunchSpec* spec = nullptr;
   uint8_t* shared = nullptr;
@@ -58,6 +63,7 @@ struct LaunchState {
   int32_t error = kSuccess;
   std::string detail;
   size_t range_hint = 0;
+  std::vector<uint32_t> range_hints;  // per instruction: its last allocation (fast paths)
   uint32_t cta_linear = 0;
   uint32_t ctaid[3] = {0, 0, 0};
 };
@@ -85,6 +91,22 @@ struct Warp {
     std::snprintf(text, sizeof(text), "%s of %u bytes at 0x%llx (block %u, warp %u)", what, size,
                   static_cast<unsigned long long>(address), launch->cta_linear, index);
     launch->detail = text;
+  }
+
+  // The allocation holding `address`, nullptr if none; *hint: the index of the last one
+  // found (tried first, updated).
+  const MemoryRange* RangeOf(uint64_t address, uint32_t* hint) {
+    const std::vector<MemoryRange>& ranges = launch->spec->memory;
+    if (*hint < ranges.size() && address - ranges[*hint].start < ranges[*hint].size) {
+      return &ranges[*hint];
+    }
+    auto after = std::upper_bound(ranges.begin(), ranges.end(), address,
+                                  [](uint64_t a, const MemoryRange& r) { return a < r.start; });
+    if (after == ranges.begin()) return nullptr;
+    const MemoryRange& range = *std::prev(after);
+    if (address - range.start >= range.size) return nullptr;
+    *hint = static_cast<uint32_t>(std::prev(after) - ranges.begin());
+    return &range;
   }
 
   uint8_t* Global(uint64_t address, uint32_t size) {
@@ -147,6 +169,24 @@ namespace {
 template <typename F>
 inline void ForLanes(uint32_t mask, F&& f) {
   if (mask == kFullMask) {
+    for (int lane = 0; lane < 32; ++lane) f(lane);
+  } else {
+    while (mask) {
+      int lane = std::countr_zero(mask);
+      mask &= mask - 1;
+      f(lane);
+    }
+  }
+}
+
+// ForLanes for element-wise lane loops: each lane reads its own lane of the source slots
+// and writes its own lane of the destination slot (which may be one of the sources, as a
+// whole slot: slots never partly overlap), so no lane depends on another and the compiler
+// may vectorise whole warps. Not for stores, atomics or anything that crosses lanes.
+template <typename F>
+inline void ForLanesIndependent(uint32_t mask, F&& f) {
+  if (mask == kFullMask) {
+#pragma GCC ivdep
     for (int lane = 0; lane < 32; ++lane) f(lane);
   } else {
     while (mask) {
@@ -375,11 +415,12 @@ void HBinary(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   if (in.flags & (kFlagFtz | kFlagSat)) {
-    ForLanes(mask, [&](int l) {
+    ForLanesIndependent(mask, [&](int l) {
       d[l] = Put<T>(FixFloat<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l])), in.flags));
     });
   } else {
-    ForLanes(mask, [&](int l) { d[l] = Put<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l]))); });
+    ForLanesIndependent(mask,
+                        [&](int l) { d[l] = Put<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l]))); });
   }
 }
 
@@ -391,7 +432,7 @@ void HMulWide(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
-  ForLanes(mask, [&](int l) {
+  ForLanesIndependent(mask, [&](int l) {
     W p = static_cast<W>(Get<T>(a[l])) * static_cast<W>(Get<T>(b[l]));
     uint64_t r = Put<W>(p);
     if (c) r += c[l];
@@ -502,10 +543,10 @@ void HUnary(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   if (in.flags & (kFlagFtz | kFlagSat)) {
-    ForLanes(mask,
-             [&](int l) { d[l] = Put<T>(FixFloat<T>(Unary<T, op>(Get<T>(a[l])), in.flags)); });
+    ForLanesIndependent(
+        mask, [&](int l) { d[l] = Put<T>(FixFloat<T>(Unary<T, op>(Get<T>(a[l])), in.flags)); });
   } else {
-    ForLanes(mask, [&](int l) { d[l] = Put<T>(Unary<T, op>(Get<T>(a[l]))); });
+    ForLanesIndependent(mask, [&](int l) { d[l] = Put<T>(Unary<T, op>(Get<T>(a[l]))); });
   }
 }
 
@@ -514,7 +555,8 @@ template <typename T, UnOp op>
 void HCount(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
-  ForLanes(mask, [&](int l) { d[l] = static_cast<uint32_t>(Unary<T, op>(Get<T>(a[l]))); });
+  ForLanesIndependent(mask,
+                      [&](int l) { d[l] = static_cast<uint32_t>(Unary<T, op>(Get<T>(a[l]))); });
 }
 
 // mad.lo / fma / mad (float).
@@ -525,7 +567,7 @@ void HMad(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
-  ForLanes(mask, [&](int l) {
+  ForLanesIndependent(mask, [&](int l) {
     T x = Get<T>(a[l]), y = Get<T>(b[l]), z = Get<T>(c[l]);
     T r;
     if constexpr (kind == 0)
@@ -537,6 +579,38 @@ void HMad(Warp& w, const Inst& in, uint32_t mask) {
     d[l] = Put<T>(r);
   });
 }
+
+#if defined(__x86_64__)
+// fma.f32/f64 compiled for AVX2+FMA, chosen at decode time when the host has them:
+// libm's fma is a call per lane; the result is the same (one rounding either way).
+template <typename T>
+__attribute__((target("avx2,fma"))) void HFmaHw(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  auto fma = [](T x, T y, T z) {
+    if constexpr (std::is_same_v<T, float>) {
+      return __builtin_fmaf(x, y, z);
+    } else {
+      return __builtin_fma(x, y, z);
+    }
+  };
+  if (in.flags & (kFlagFtz | kFlagSat)) {
+    ForLanesIndependent(mask, [&](int l) {
+      d[l] = Put<T>(FixFloat<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l])), in.flags));
+    });
+  } else {
+    ForLanesIndependent(
+        mask, [&](int l) { d[l] = Put<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l]))); });
+  }
+}
+
+bool HostHasFma() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return has;
+}
+#endif
 
 template <typename T>
 void HMad24(Warp& w, const Inst& in, uint32_t mask) {
@@ -650,6 +724,40 @@ void HSetp(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// setp without a predicate operand (no .and/.or/.xor): the comparison is a template
+// parameter, so the lane loop has no switch.
+template <typename T, Cmp kCmp>
+void HSetpPlain(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  if (in.d[1] >= 0) {
+    uint64_t* q = w.R(in.d[1]);
+    ForLanesIndependent(mask, [&](int l) {
+      bool t = Compare<T>(kCmp, Get<T>(a[l]), Get<T>(b[l]));
+      d[l] = t;
+      q[l] = !t;
+    });
+  } else {
+    ForLanesIndependent(mask, [&](int l) { d[l] = Compare<T>(kCmp, Get<T>(a[l]), Get<T>(b[l])); });
+  }
+}
+
+template <typename T>
+struct WSetpPlain {
+  static Handler For(uint8_t cmp) {
+    switch (cmp) {
+      case kEq: return &HSetpPlain<T, kEq>;
+      case kNe: return &HSetpPlain<T, kNe>;
+      case kLt: return &HSetpPlain<T, kLt>;
+      case kLe: return &HSetpPlain<T, kLe>;
+      case kGt: return &HSetpPlain<T, kGt>;
+      case kGe: return &HSetpPlain<T, kGe>;
+    }
+    return nullptr;
+  }
+};
+
 // set.cmp.dtype.stype: all ones (or 1.0f) when true.
 template <typename T>
 void HSet(Warp& w, const Inst& in, uint32_t mask) {
@@ -667,7 +775,7 @@ void HSelp(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
-  ForLanes(mask, [&](int l) { d[l] = (c[l] & 1) ? a[l] : b[l]; });
+  ForLanesIndependent(mask, [&](int l) { d[l] = (c[l] & 1) ? a[l] : b[l]; });
 }
 
 // slct.dtype.s32/f32 d, a, b, c: a when c >= 0.
@@ -866,9 +974,9 @@ void HCvta(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t window = static_cast<uint64_t>(in.offset);
   uint64_t keep = in.width == 4 ? 0xffffffffull : ~0ull;
   if (in.mode == 0) {
-    ForLanes(mask, [&](int l) { d[l] = (a[l] & keep) + window; });
+    ForLanesIndependent(mask, [&](int l) { d[l] = (a[l] & keep) + window; });
   } else {
-    ForLanes(mask, [&](int l) { d[l] = (a[l] - window) & keep; });
+    ForLanesIndependent(mask, [&](int l) { d[l] = (a[l] - window) & keep; });
   }
 }
 
@@ -1077,6 +1185,50 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// cvt between integer types without .sat: truncate or extend the source (S) to the
+// destination (D), stored sign- or zero-extended as HCvt does.
+template <typename S, typename D>
+void HCvtInt(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  ForLanesIndependent(mask, [&](int l) { d[l] = Put<D>(static_cast<D>(static_cast<S>(a[l]))); });
+}
+
+template <typename S>
+Handler CvtIntTo(int kind, int size) {
+  bool is_signed = kind == kKindS;
+  switch (size) {
+    case 1: return is_signed ? &HCvtInt<S, int8_t> : &HCvtInt<S, uint8_t>;
+    case 2: return is_signed ? &HCvtInt<S, int16_t> : &HCvtInt<S, uint16_t>;
+    case 4: return is_signed ? &HCvtInt<S, int32_t> : &HCvtInt<S, uint32_t>;
+    case 8: return is_signed ? &HCvtInt<S, int64_t> : &HCvtInt<S, uint64_t>;
+  }
+  return nullptr;
+}
+
+// The handler of a decoded cvt: HCvtInt for integer-to-integer without .sat, else HCvt.
+Handler CvtHandler(const Inst& in) {
+  int dkind = in.mode & 3, dsize = in.mode >> 2;
+  int skind = in.mode2 & 3, ssize = in.mode2 >> 2;
+  bool ints = (dkind == kKindS || dkind == kKindU) && (skind == kKindS || skind == kKindU);
+  if (!ints || (in.flags & kFlagSat)) return &HCvt;
+  Handler h = nullptr;
+  bool is_signed = skind == kKindS;
+  switch (ssize) {
+    case 1: h = is_signed ? CvtIntTo<int8_t>(dkind, dsize) : CvtIntTo<uint8_t>(dkind, dsize); break;
+    case 2:
+      h = is_signed ? CvtIntTo<int16_t>(dkind, dsize) : CvtIntTo<uint16_t>(dkind, dsize);
+      break;
+    case 4:
+      h = is_signed ? CvtIntTo<int32_t>(dkind, dsize) : CvtIntTo<uint32_t>(dkind, dsize);
+      break;
+    case 8:
+      h = is_signed ? CvtIntTo<int64_t>(dkind, dsize) : CvtIntTo<uint64_t>(dkind, dsize);
+      break;
+  }
+  return h != nullptr ? h : &HCvt;
+}
+
 // ---- Memory
 // -------------------------------------------------------------------------------
 
@@ -1118,6 +1270,219 @@ void HStore(Warp& w, const Inst& in, uint32_t mask) {
       std::memcpy(p + i * in.width, &v, in.width);
     }
   });
+}
+
+// ---- Memory fast paths
+//
+// The lanes of a load or store usually fall in one allocation (global) or window
+// (shared, local, param). Resolve checks that once for the whole span of the lanes'
+// addresses and gives each lane's host address; when the check fails the per-lane
+// handlers above run instead, so a stray lane faults exactly as it would there (same
+// lane, same message, the same earlier lanes' stores done).
+
+// The lanes of one access resolved to one allocation or window: lane l's bytes are at
+// At(l).
+struct Span {
+  uint8_t* base = nullptr;
+  uint64_t stride = 0;  // local memory: bytes per thread
+  Space space = Space::kGlobal;
+  uint64_t off[32];
+  uint8_t* At(int l) const { return base + l * stride + off[l]; }
+};
+
+// Resolves the lanes of `mask` (address a[l] + offset in space S, `bytes` long) when all
+// of them are in bounds of the allocation or window of the first lane; returns false
+// otherwise. One branch-free pass (vectorised for whole warps): a lane is out when
+// u = address - start or limit - u has its top bit set (limit < 2^63).
+template <Space S>
+bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, Span* span) {
+  constexpr uint64_t kLow48 = 0xffffffffffffull;
+  const uint64_t* a = w.R(in.a);
+  const uint64_t offset = static_cast<uint64_t>(in.offset);
+  // Window spaces (shared, local, param) use the low 48 bits of the address, as Address.
+  constexpr bool kWindowed = S == Space::kShared || S == Space::kLocal || S == Space::kParam;
+  const uint64_t keep = kWindowed ? kLow48 : ~0ull;
+  const uint64_t first = (a[std::countr_zero(mask)] + offset) & keep;
+  LaunchState& launch = *w.launch;
+  Space space = S;
+  uint64_t start = 0;  // window base in the lanes' address space
+  if constexpr (S == Space::kGeneric) {
+    // The first lane's window decides; every lane must then be in it.
+    if (first < kSharedWindow) {
+      space = Space::kGlobal;
+    } else if (first - kSharedWindow < kWindowSize) {
+      space = Space::kShared;
+      start = kSharedWindow;
+    } else if (first - kLocalWindow < kWindowSize) {
+      space = Space::kLocal;
+      start = kLocalWindow;
+    } else {
+      return false;
+    }
+  }
+  uint64_t size;
+  span->space = space;
+  span->stride = 0;
+  switch (space) {
+    case Space::kGlobal:
+    case Space::kConst: {
+      uint32_t* hint = &launch.range_hints[&in - launch.kernel->code.data()];
+      const MemoryRange* range = w.RangeOf(first, hint);
+      if (range == nullptr || range->start + range->size > kSharedWindow) return false;
+      start = range->start;
+      size = range->size;
+      span->base = reinterpret_cast<uint8_t*>(range->host);
+      break;
+    }
+    case Space::kShared:
+      size = launch.shared_size;
+      span->base = launch.shared;
+      break;
+    case Space::kParam:
+      size = launch.spec->param_size;
+      span->base = const_cast<uint8_t*>(launch.spec->params);
+      break;
+    case Space::kLocal:
+      size = launch.kernel->local_size;
+      span->base = w.LocalOf(0);
+      span->stride = size;
+      break;
+    default: return false;
+  }
+  if (bytes > size) return false;
+  const uint64_t limit = size - bytes;
+  uint64_t bad = 0;
+  // The register file and the span (on the caller's stack) never overlap.
+  const uint64_t* __restrict lanes = a;
+  uint64_t* __restrict off = span->off;
+  if (mask == kFullMask) {
+#pragma GCC ivdep
+    for (int l = 0; l < 32; ++l) {
+      uint64_t u = ((lanes[l] + offset) & keep) - start;
+      bad |= u | (limit - u);
+      off[l] = u;
+    }
+  } else {
+    ForLanes(mask, [&](int l) {
+      uint64_t u = ((a[l] + offset) & keep) - start;
+      bad |= u | (limit - u);
+      off[l] = u;
+    });
+  }
+  return (bad >> 63) == 0;
+}
+
+template <typename T>
+inline uint64_t LoadValue(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return Put<T>(v);
+}
+
+// ld of kVec elements of T (signed T: sign-extended) from space S.
+template <Space S, typename T, int kVec>
+void HLoadFast(Warp& w, const Inst& in, uint32_t mask) {
+  Span span;
+  if constexpr (S != Space::kLocal) {
+    if (in.uniform_address) {
+      // One address for every lane (a parameter, a shared variable): read it once, unless
+      // it is local memory (one copy per thread).
+      uint32_t first = mask & -mask;
+      if (Resolve<S>(w, in, first, sizeof(T) * kVec, &span) && span.space != Space::kLocal) {
+        const uint8_t* p = span.At(std::countr_zero(mask));
+        for (int i = 0; i < kVec; ++i) {
+          if (in.d[i] < 0) continue;
+          uint64_t* d = w.R(in.d[i]);
+          uint64_t v = LoadValue<T>(p + i * sizeof(T));
+          if (mask == kFullMask) {
+            std::fill_n(d, 32, v);
+          } else {
+            ForLanes(mask, [&](int l) { d[l] = v; });
+          }
+        }
+        return;
+      }
+    }
+  }
+  if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, &span)) return HLoad(w, in, mask);
+  for (int i = 0; i < kVec; ++i) {
+    if (in.d[i] < 0) continue;
+    uint64_t* d = w.R(in.d[i]);
+    ForLanes(mask, [&](int l) { d[l] = LoadValue<T>(span.At(l) + i * sizeof(T)); });
+  }
+}
+
+// st of kVec elements of T to space S (lane by lane, in lane order, as HStore).
+template <Space S, typename T, int kVec>
+void HStoreFast(Warp& w, const Inst& in, uint32_t mask) {
+  Span span;
+  if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, &span)) return HStore(w, in, mask);
+  const uint64_t* v[kVec];
+  for (int i = 0; i < kVec; ++i) v[i] = w.R(in.d[i]);
+  ForLanes(mask, [&](int l) {
+    uint8_t* p = span.At(l);
+    for (int i = 0; i < kVec; ++i) {
+      T value = static_cast<T>(v[i][l]);
+      std::memcpy(p + i * sizeof(T), &value, sizeof(T));
+    }
+  });
+}
+
+template <Space S, typename T>
+Handler LoadStoreByVec(bool store, int vec) {
+  switch (vec) {
+    case 1: return store ? &HStoreFast<S, T, 1> : &HLoadFast<S, T, 1>;
+    case 2: return store ? &HStoreFast<S, T, 2> : &HLoadFast<S, T, 2>;
+    case 4: return store ? &HStoreFast<S, T, 4> : &HLoadFast<S, T, 4>;
+    default: return nullptr;
+  }
+}
+
+template <Space S>
+Handler LoadStoreByType(bool store, int width, bool is_signed, int vec) {
+  if (is_signed && !store) {
+    switch (width) {
+      case 1: return LoadStoreByVec<S, int8_t>(store, vec);
+      case 2: return LoadStoreByVec<S, int16_t>(store, vec);
+      case 4: return LoadStoreByVec<S, int32_t>(store, vec);
+    }
+  }
+  switch (width) {
+    case 1: return LoadStoreByVec<S, uint8_t>(store, vec);
+    case 2: return LoadStoreByVec<S, uint16_t>(store, vec);
+    case 4: return LoadStoreByVec<S, uint32_t>(store, vec);
+    case 8: return LoadStoreByVec<S, uint64_t>(store, vec);
+  }
+  return nullptr;
+}
+
+// The handler of ld/st: a fast path by space, width and vector length, else the
+// per-lane HLoad/HStore.
+Handler LoadStoreHandler(const Inst& in, bool store) {
+  bool is_signed = (in.flags & kFlagSigned) != 0;
+  Handler h = nullptr;
+  switch (in.space) {
+    case Space::kGlobal:
+      h = LoadStoreByType<Space::kGlobal>(store, in.width, is_signed, in.vec);
+      break;
+    case Space::kShared:
+      h = LoadStoreByType<Space::kShared>(store, in.width, is_signed, in.vec);
+      break;
+    case Space::kLocal:
+      h = LoadStoreByType<Space::kLocal>(store, in.width, is_signed, in.vec);
+      break;
+    case Space::kGeneric:
+      h = LoadStoreByType<Space::kGeneric>(store, in.width, is_signed, in.vec);
+      break;
+    case Space::kConst:
+      if (!store) h = LoadStoreByType<Space::kConst>(false, in.width, is_signed, in.vec);
+      break;
+    case Space::kParam:
+      if (!store) h = LoadStoreByType<Space::kParam>(false, in.width, is_signed, in.vec);
+      break;
+  }
+  if (h != nullptr) return h;
+  return store ? &HStore : &HLoad;
 }
 
 enum AtomOp : uint8_t {
@@ -1194,6 +1559,81 @@ T AtomicResult(uint8_t mode, T old, T v, T compare_value) {
       }
   }
   return r;
+}
+
+// atom/red on S with the lanes' span checked once (Resolve). Shared memory belongs to the
+// CTA, which one worker runs: a plain read-modify-write per lane. Global memory: atomic
+// host operations (other CTAs run on the other worker). Lanes in lane order, as HAtom;
+// HAtom runs instead when a lane is out of bounds or misaligned.
+template <Space S, typename T>
+void HAtomFast(Warp& w, const Inst& in, uint32_t mask) {
+  Span span;
+  if (!Resolve<S>(w, in, mask, sizeof(T), &span)) return HAtom<T>(w, in, mask);
+  const uint64_t* a = w.R(in.a);
+  uint64_t misaligned = 0;
+  ForLanes(mask, [&](int l) { misaligned |= a[l] + static_cast<uint64_t>(in.offset); });
+  if (misaligned % sizeof(T) != 0) return HAtom<T>(w, in, mask);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
+  using Bits = std::conditional_t<sizeof(T) == 8, uint64_t, uint32_t>;
+  if (span.space == Space::kShared) {
+    if (in.mode == kAtomAdd) {
+      ForLanes(mask, [&](int l) {
+        T old;
+        uint8_t* p = span.At(l);
+        std::memcpy(&old, p, sizeof(T));
+        T r = WrapAdd(old, Get<T>(b[l]));
+        std::memcpy(p, &r, sizeof(T));
+        if (d) d[l] = Put<T>(old);
+      });
+      return;
+    }
+    ForLanes(mask, [&](int l) {
+      T old;
+      uint8_t* p = span.At(l);
+      std::memcpy(&old, p, sizeof(T));
+      T r = AtomicResult<T>(in.mode, old, Get<T>(b[l]), c ? Get<T>(c[l]) : T(0));
+      std::memcpy(p, &r, sizeof(T));
+      if (d) d[l] = Put<T>(old);
+    });
+    return;
+  }
+  ForLanes(mask, [&](int l) {
+    Bits* word = reinterpret_cast<Bits*>(span.At(l));
+    T v = Get<T>(b[l]);
+    T old;
+    if constexpr (std::is_integral_v<T>) {
+      if (in.mode == kAtomAdd) {
+        Bits before = __atomic_fetch_add(word, static_cast<Bits>(v), __ATOMIC_SEQ_CST);
+        std::memcpy(&old, &before, sizeof(T));
+        if (d) d[l] = Put<T>(old);
+        return;
+      }
+    }
+    Bits old_bits = __atomic_load_n(word, __ATOMIC_RELAXED);
+    while (true) {
+      std::memcpy(&old, &old_bits, sizeof(T));
+      T r = AtomicResult<T>(in.mode, old, v, c ? Get<T>(c[l]) : T(0));
+      Bits new_bits;
+      std::memcpy(&new_bits, &r, sizeof(T));
+      if (__atomic_compare_exchange_n(word, &old_bits, new_bits, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_RELAXED)) {
+        break;
+      }
+    }
+    if (d) d[l] = Put<T>(old);
+  });
+}
+
+template <typename T>
+Handler AtomHandlerOf(Space space) {
+  switch (space) {
+    case Space::kGlobal: return &HAtomFast<Space::kGlobal, T>;
+    case Space::kShared: return &HAtomFast<Space::kShared, T>;
+    case Space::kGeneric: return &HAtomFast<Space::kGeneric, T>;
+    default: return &HAtom<T>;
+  }
 }
 
 // ---- Warp-level operations
@@ -1960,6 +2400,7 @@ class Decoder {
     inst->offset = static_cast<int64_t>(op.bits);
     if (op.name.empty()) {
       inst->a = zero_slot_;
+      inst->uniform_address = true;
       return Status::OK();
     }
     if (IsRegister(frame, op.name) || Special(op.name) >= 0) {
@@ -1983,6 +2424,7 @@ class Decoder {
         }
       }
       inst->a = Constant(symbol.value);
+      inst->uniform_address = true;
       return Status::OK();
     }
     if (IsDynamicShared(op.name)) {
@@ -2431,7 +2873,7 @@ class Decoder {
           inst.d[i] = *slot;
         }
       }
-      inst.run = is_store ? &HStore : &HLoad;
+      inst.run = LoadStoreHandler(inst, is_store);
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -2463,8 +2905,17 @@ class Decoder {
                                               inst.mode == kAtomMax || inst.mode == kAtomExch)) {
         return bad_type();
       }
-      inst.run = ByType<WAtom>(type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType
-                                                                                          : type);
+      switch (type) {
+        case kU32: inst.run = AtomHandlerOf<uint32_t>(inst.space); break;
+        case kS32: inst.run = AtomHandlerOf<int32_t>(inst.space); break;
+        case kU64: inst.run = AtomHandlerOf<uint64_t>(inst.space); break;
+        case kS64: inst.run = AtomHandlerOf<int64_t>(inst.space); break;
+        case kF32: inst.run = AtomHandlerOf<float>(inst.space); break;
+        case kF64: inst.run = AtomHandlerOf<double>(inst.space); break;
+        default:
+          inst.run = ByType<WAtom>(
+              type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType : type);
+      }
       if (inst.run == nullptr) return bad_type();
       k_->code.push_back(inst);
       return Status::OK();
@@ -2575,7 +3026,7 @@ class Decoder {
       if (TyFloat(source) && !TyFloat(dst) && rounding < 4)
         rounding = rounding == 0 ? 5 : rounding + 4;
       inst.width = static_cast<uint8_t>(rounding);
-      inst.run = &HCvt;
+      inst.run = CvtHandler(inst);
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -2608,6 +3059,20 @@ class Decoder {
           if (ops[3].negated) inst.flags |= kFlagSigned;
         }
         inst.run = ByType<WSetp>(type);
+        if (inst.c < 0 && inst.mode2 == 0) {
+          // Plain comparisons of the common types: no switch per lane.
+          Handler plain = nullptr;
+          switch (type) {
+            case kU32: plain = WSetpPlain<uint32_t>::For(inst.mode); break;
+            case kS32: plain = WSetpPlain<int32_t>::For(inst.mode); break;
+            case kU64: plain = WSetpPlain<uint64_t>::For(inst.mode); break;
+            case kS64: plain = WSetpPlain<int64_t>::For(inst.mode); break;
+            case kF32: plain = WSetpPlain<float>::For(inst.mode); break;
+            case kF64: plain = WSetpPlain<double>::For(inst.mode); break;
+            default: break;
+          }
+          if (plain != nullptr) inst.run = plain;
+        }
       } else {
         Ty dst = types.size() >= 2 ? types[types.size() - 2] : kU32;
         inst.mode2 = dst == kF32 ? 1 : 0;
@@ -2732,6 +3197,10 @@ class Decoder {
       arity = 3;
       if (is_float) {
         handler = ByType<WFma>(type);
+#if defined(__x86_64__)
+        if (HostHasFma() && type == kF32) handler = &HFmaHw<float>;
+        if (HostHasFma() && type == kF64) handler = &HFmaHw<double>;
+#endif
       } else if (op == "madc" || mods.count("cc")) {
         handler = ByIntType<WCarry>(type);
         inst.mode = mods.count("hi") ? 3 : 2;
@@ -2931,11 +3400,67 @@ void ReleaseBarrier(Warp& w, const Inst* code) {
   TryReconverge(w);
 }
 
+// Bit l: bit 0 of lane l of predicate slot `g` (all 32 lanes; the caller masks).
+inline uint32_t PredicateBits(const uint64_t* g) {
+#if defined(__SSE2__)
+  uint32_t bits = 0;
+  for (int l = 0; l < 32; l += 2) {
+    __m128i v = _mm_slli_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(g + l)), 63);
+    bits |= static_cast<uint32_t>(_mm_movemask_pd(_mm_castsi128_pd(v))) << l;
+  }
+  return bits;
+#else
+  uint32_t bits = 0;
+  for (int l = 0; l < 32; ++l) bits |= static_cast<uint32_t>(g[l] & 1) << l;
+  return bits;
+#endif
+}
+
 // Runs `w` until every live lane waits at a barrier, all exited, the slice is
 // used up, or the launch failed.
 void RunWarp(Warp& w, const Inst* code) {
   LaunchState& launch = *w.launch;
   for (uint64_t step = 0; step < kWarpSlice; ++step) {
+    if (w.uniform && w.waiting == 0 && w.live != 0) {
+      // Uniform warp: every live lane at w.pc, none waiting. Straight-line instructions
+      // and branches taken by all lanes stay here; anything else (a branch that splits
+      // the warp, exit, barrier, trap) leaves for the general step below.
+      const uint32_t mask = w.live;
+      const uint64_t lanes = static_cast<uint64_t>(std::popcount(mask));
+      int32_t pc = w.pc;
+      for (; step < kWarpSlice; ++step) {
+        if (launch.error != kSuccess) {
+          w.pc = pc;
+          return;
+        }
+        const Inst& in = code[pc];
+        uint32_t exec = mask;
+        if (in.guard >= 0) {
+          uint32_t bits = PredicateBits(w.R(in.guard)) & mask;
+          exec = in.guard_negated ? (mask & ~bits) : bits;
+        }
+        if (in.flow == Flow::kNext) {
+          ++launch.clock;
+          launch.thread_instructions += exec == mask ? lanes : std::popcount(exec);
+          if ((launch.clock & 0xffff) == 0 && launch.spec->progress != nullptr) {
+            launch.spec->progress->fetch_add(1, std::memory_order_relaxed);
+          }
+          if (exec) in.run(w, in, exec);
+          ++pc;
+        } else if (in.flow == Flow::kBranch && (exec == mask || exec == 0)) {
+          ++launch.clock;
+          launch.thread_instructions += exec == mask ? lanes : 0;
+          if ((launch.clock & 0xffff) == 0 && launch.spec->progress != nullptr) {
+            launch.spec->progress->fetch_add(1, std::memory_order_relaxed);
+          }
+          pc = exec ? in.target : pc + 1;
+        } else {
+          break;
+        }
+      }
+      w.pc = pc;
+      if (step == kWarpSlice) return;
+    }
     uint32_t ready = w.live & ~w.waiting;
     if (ready == 0 || launch.error != kSuccess) return;
     int32_t pc;
@@ -2952,9 +3477,7 @@ void RunWarp(Warp& w, const Inst* code) {
     const Inst& in = code[pc];
     uint32_t exec = mask;
     if (in.guard >= 0) {
-      const uint64_t* g = w.R(in.guard);
-      uint32_t bits = 0;
-      ForLanes(mask, [&](int l) { bits |= static_cast<uint32_t>(g[l] & 1) << l; });
+      uint32_t bits = PredicateBits(w.R(in.guard)) & mask;
       exec = in.guard_negated ? (mask & ~bits) : bits;
     }
     ++launch.clock;
@@ -3027,6 +3550,7 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
   LaunchState& launch = *state;
   launch.kernel = &kernel;
   launch.spec = &spec;
+  launch.range_hints.assign(kernel.code.size(), 0);
   std::vector<uint8_t> shared(shared_size + 16);
   launch.shared = shared.data();
   launch.shared_size = shared_size;

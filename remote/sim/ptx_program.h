@@ -99,6 +99,8 @@ struct Inst {
   uint8_t flags = 0;   // kFtz, kSat, ...
   int32_t guard = -1;  // predicate slot, -1: none
   bool guard_negated = false;
+  bool uniform_address = false;  // memory: the address operand is a constant slot (same in
+                                 // every lane and warp)
   int32_t d[4] = {-1, -1, -1, -1};         // destination slots
   int32_t a = -1, b = -1, c = -1, e = -1;  // source slots
   int32_t target = -1;                     // branch target

@@ -266,6 +266,66 @@ __global__ void hello(int base) {
 // Reads and writes a pointer given by the test: out of bounds gives an illegal address.
 __global__ void poke(int* p, long long offset) { p[offset] = 1; }
 
+// Whole-warp loads and stores (the engine checks a warp's span of addresses once) and the
+// cases that must take its per-lane path: a lane past the end, partial masks, lanes in two
+// allocations, generic pointers into shared and global memory, vectors, signed bytes.
+__global__ void warp_poke(int* p, long long offset) { p[threadIdx.x + offset] = threadIdx.x + 1; }
+__global__ void warp_peek(const int* in, int* out, long long offset) {
+  out[threadIdx.x] = in[threadIdx.x + offset];
+}
+__global__ void warp_poke_shared(long long offset, int* out) {
+  extern __shared__ int dyn_ints[];
+  dyn_ints[threadIdx.x] = 0;
+  __syncthreads();
+  dyn_ints[threadIdx.x + offset] = threadIdx.x + 1;
+  __syncthreads();
+  out[threadIdx.x] = dyn_ints[threadIdx.x];
+}
+__device__ __noinline__ int generic_pair(const int* p, int i) { return p[i] + 2 * p[i + 1]; }
+__global__ void mem_paths(const int4* v, const signed char* s, const short* h, const int* a,
+                          const int* b, int2* out) {
+  __shared__ int tile[65];
+  int t = threadIdx.x;
+  tile[t] = a[t] * 3;
+  if (t == 0) tile[64] = 7;
+  __syncthreads();
+  int r = 0;
+  if (t % 3 != 1) {
+    int4 q = v[t];
+    r += q.x - q.y + q.z * q.w;
+    r += s[t];
+    r += h[t];
+  }
+  const int* src = (t & 1) ? a : b;
+  r += src[t];
+  r += generic_pair(tile, t);
+  r += generic_pair(t % 5 == 0 ? b : a, t);
+  if (t & 4) out[t] = make_int2(r, -r);
+}
+
+// Atomics of whole warps (their span checked once; shared ones as plain updates, the CTA
+// being the only user of its shared memory): returned values, colliding lanes, partial
+// masks, generic pointers, and a misaligned or stray lane.
+__device__ __noinline__ int generic_add(int* p, int v) { return atomicAdd(p, v); }
+__global__ void atomic_paths(int* tickets, int* shared_tickets, int* generic_tickets, int* bins) {
+  __shared__ int counter, generic_counter;
+  __shared__ int sbins[8];
+  if (threadIdx.x < 8) sbins[threadIdx.x] = 0;
+  if (threadIdx.x == 0) counter = generic_counter = 0;
+  __syncthreads();
+  int n = gridDim.x * blockDim.x;
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  tickets[i] = atomicAdd(&tickets[n], 1);
+  shared_tickets[i] = atomicAdd(&counter, 1);
+  generic_tickets[i] = generic_add(&generic_counter, 1) + 1000 * generic_add(&tickets[n + 1], 1);
+  if (threadIdx.x % 3) atomicAdd(&sbins[threadIdx.x % 8], threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x < 8) generic_add(&bins[threadIdx.x], sbins[threadIdx.x]);
+}
+__global__ void atomic_poke(int* p, long long byte_offset) {
+  atomicAdd(reinterpret_cast<int*>(reinterpret_cast<char*>(p) + byte_offset) + threadIdx.x, 1);
+}
+
 // Traps and assertions.
 __global__ void trap_kernel() { __trap(); }
 __global__ void assert_kernel(int v) { assert(v != 3); }

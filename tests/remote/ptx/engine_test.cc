@@ -535,6 +535,189 @@ TEST_F(Engine, StrayAccessesAreIllegalAddresses) {
   EXPECT_EQ(*static_cast<const int*>(data), 0);
 }
 
+// A warp's loads and stores are checked once for the span of its lanes' addresses; a
+// stray lane must still fault as the per-lane path does: the first stray lane's address,
+// and the stores of the lanes before it done.
+TEST_F(Engine, StrayLaneOfAWholeWarpFaults) {
+  uint64_t own = Zeros<int>(32);
+  ASSERT_EQ(Run("warp_poke", {1}, {32}, 0, own, 0LL), kCuSuccess) << last_detail_;
+  auto got = Download<int>(own, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(got[i], i + 1) << i;
+  uint64_t fresh = Zeros<int>(32);
+  EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, 2LL), kCuIllegalAddress);
+  char expected[96];
+  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(fresh + 128));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
+  got = Download<int>(fresh, 32);
+  EXPECT_EQ(got[0], 0);
+  EXPECT_EQ(got[1], 0);
+  for (int i = 2; i < 32; ++i) EXPECT_EQ(got[i], i - 1) << i;
+  EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, 1LL), kCuIllegalAddress);  // lane 31 only
+  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(fresh + 128));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
+  EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, -1LL), kCuIllegalAddress);
+  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(fresh - 4));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
+
+  uint64_t in = Upload(std::vector<int>(32, 5));
+  uint64_t out = Zeros<int>(32);
+  ASSERT_EQ(Run("warp_peek", {1}, {32}, 0, in, out, 0LL), kCuSuccess) << last_detail_;
+  EXPECT_EQ(Download<int>(out, 32), std::vector<int>(32, 5));
+  EXPECT_EQ(Run("warp_peek", {1}, {32}, 0, in, out, 1LL), kCuIllegalAddress);
+  std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(in + 128));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
+
+  // Shared memory: 32 ints of dynamic shared memory; lane 31 one past the end.
+  ASSERT_EQ(Run("warp_poke_shared", {1}, {32}, 128, 0LL, out), kCuSuccess) << last_detail_;
+  got = Download<int>(out, 32);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(got[i], i + 1) << i;
+  EXPECT_EQ(Run("warp_poke_shared", {1}, {32}, 128, 1LL, out), kCuIllegalAddress);
+  EXPECT_NE(last_detail_.find("store of 4 bytes"), std::string::npos) << last_detail_;
+}
+
+// Partial masks, lanes in two allocations, generic pointers to shared and global memory,
+// vector and signed narrow loads, a vector store under a mask.
+TEST_F(Engine, LoadAndStorePathsAgree) {
+  const int n = 64;
+  std::vector<int> v(4 * n), a(n + 1), b(n + 1);
+  std::vector<signed char> s(n);
+  std::vector<short> h(n);
+  for (int i = 0; i < 4 * n; ++i) v[i] = (i * 37) % 23 - 11;
+  for (int i = 0; i <= n; ++i) {
+    a[i] = i * i - 50;
+    b[i] = 1000 - 7 * i;
+  }
+  for (int i = 0; i < n; ++i) {
+    s[i] = static_cast<signed char>(i * 9 - 100);
+    h[i] = static_cast<short>(i * 1001 - 30000);
+  }
+  uint64_t dv = Upload(v), ds = Upload(s), dh = Upload(h), da = Upload(a), db = Upload(b);
+  uint64_t out = Zeros<int>(2 * n);
+  ASSERT_EQ(Run("mem_paths", {1}, {n}, 0, dv, ds, dh, da, db, out), kCuSuccess) << last_detail_;
+  auto got = Download<int>(out, 2 * n);
+  std::vector<int> tile(65);
+  for (int t = 0; t < n; ++t) tile[t] = a[t] * 3;
+  tile[64] = 7;
+  for (int t = 0; t < n; ++t) {
+    int r = 0;
+    if (t % 3 != 1) {
+      r += v[4 * t] - v[4 * t + 1] + v[4 * t + 2] * v[4 * t + 3];
+      r += s[t];
+      r += h[t];
+    }
+    r += (t & 1) ? a[t] : b[t];
+    r += tile[t] + 2 * tile[t + 1];
+    const std::vector<int>& p = t % 5 == 0 ? b : a;
+    r += p[t] + 2 * p[t + 1];
+    int want0 = (t & 4) ? r : 0, want1 = (t & 4) ? -r : 0;
+    EXPECT_EQ(got[2 * t], want0) << t;
+    EXPECT_EQ(got[2 * t + 1], want1) << t;
+  }
+}
+
+TEST_F(Engine, AtomicPathsReturnValuesAndFaults) {
+  const int blocks = 4, threads = 96, n = blocks * threads;
+  uint64_t tickets = Zeros<int>(n + 2), shared_tickets = Zeros<int>(n),
+           generic_tickets = Zeros<int>(n), bins = Zeros<int>(8);
+  ASSERT_EQ(
+      Run("atomic_paths", {blocks}, {threads}, 0, tickets, shared_tickets, generic_tickets, bins),
+      kCuSuccess)
+      << last_detail_;
+  auto t = Download<int>(tickets, n + 2);
+  auto st = Download<int>(shared_tickets, n);
+  auto gt = Download<int>(generic_tickets, n);
+  EXPECT_EQ(t[n], n);
+  EXPECT_EQ(t[n + 1], n);
+  std::vector<int> global(t.begin(), t.begin() + n), global_generic(n);
+  for (int i = 0; i < n; ++i) global_generic[i] = gt[i] / 1000;
+  std::sort(global.begin(), global.end());
+  std::sort(global_generic.begin(), global_generic.end());
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(global[i], i);
+    EXPECT_EQ(global_generic[i], i);
+  }
+  for (int b = 0; b < blocks; ++b) {
+    std::vector<int> shared(st.begin() + b * threads, st.begin() + (b + 1) * threads), generic;
+    for (int k = 0; k < threads; ++k) generic.push_back(gt[b * threads + k] % 1000);
+    std::sort(shared.begin(), shared.end());
+    std::sort(generic.begin(), generic.end());
+    for (int k = 0; k < threads; ++k) {
+      EXPECT_EQ(shared[k], k) << b;
+      EXPECT_EQ(generic[k], k) << b;
+    }
+  }
+  auto got = Download<int>(bins, 8);
+  for (int k = 0; k < 8; ++k) {
+    int want = 0;
+    for (int x = 0; x < threads; ++x) want += (x % 3 && x % 8 == k) ? x : 0;
+    EXPECT_EQ(got[k], blocks * want) << k;
+  }
+
+  uint64_t p = Zeros<int>(32);
+  ASSERT_EQ(Run("atomic_poke", {1}, {32}, 0, p, 0LL), kCuSuccess) << last_detail_;
+  EXPECT_EQ(Download<int>(p, 32), std::vector<int>(32, 1));
+  EXPECT_EQ(Run("atomic_poke", {1}, {32}, 0, p, 2LL), kCuIllegalAddress);
+  EXPECT_NE(last_detail_.find("misaligned atomic of 4 bytes"), std::string::npos) << last_detail_;
+  EXPECT_EQ(Run("atomic_poke", {1}, {32}, 0, p, 4LL), kCuIllegalAddress);
+  char expected[96];
+  std::snprintf(expected, sizeof(expected), "atomic of 4 bytes at 0x%llx",
+                static_cast<unsigned long long>(p + 128));
+  EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
+  auto after = Download<int>(p, 32);
+  EXPECT_EQ(after[0], 1);
+  for (int i = 1; i < 32; ++i) EXPECT_EQ(after[i], 2) << i;
+}
+
+// Loads whose destination is their own address register (pointer chasing), whole warp
+// and under a guard: each lane reads its address before its destination is written.
+TEST_F(Engine, LoadIntoItsAddressRegister) {
+  const char ptx[] = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry chase(.param .u64 nodes, .param .u64 out) {
+  .reg .pred %p<2>;
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [nodes];
+  ld.param.u64 %rd2, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd4, %r1, 16;
+  add.s64 %rd1, %rd1, %rd4;
+  ld.global.v2.u64 {%rd1, %rd3}, [%rd1];
+  setp.lt.u32 %p1, %r1, 20;
+  @%p1 ld.global.u64 %rd1, [%rd1];
+  add.s64 %rd5, %rd2, %rd4;
+  st.global.v2.u64 [%rd5], {%rd3, %rd1};
+  ret;
+}
+)";
+  ASSERT_EQ(executor_.LoadModule(2, ptx, sizeof(ptx), {}), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(2, 7, "chase"), kCuSuccess) << executor_.TakeErrorDetail();
+  uint64_t nodes = Zeros<uint64_t>(64), out = Zeros<uint64_t>(64);
+  std::vector<uint64_t> init(64);
+  for (int t = 0; t < 32; ++t) {
+    init[2 * t] = nodes + 16 * ((t + 5) % 32);
+    init[2 * t + 1] = 100 + t;
+  }
+  ASSERT_EQ(executor_.CopyToDevice(nodes, init.data(), init.size() * 8, 0), kCuSuccess);
+  uint64_t params[2] = {nodes, out};
+  LaunchConfig config;
+  config.block[0] = 32;
+  ASSERT_EQ(executor_.Launch(7, config, params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint64_t>(out, 64);
+  for (int t = 0; t < 32; ++t) {
+    EXPECT_EQ(got[2 * t], 100u + t) << t;
+    EXPECT_EQ(got[2 * t + 1], nodes + 16 * ((t + (t < 20 ? 10 : 5)) % 32)) << t;
+  }
+}
+
 TEST_F(Engine, TrapsAssertionsAndTextures) {
   EXPECT_EQ(Run("trap_kernel", {1}, {32}, 0), kCuLaunchFailed);
   EXPECT_EQ(Run("assert_kernel", {1}, {4}, 0, 1), kCuSuccess) << last_detail_;
