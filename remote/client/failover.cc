@@ -38,7 +38,6 @@ bool ReadStruct(const Bytes& bytes, T* out) {
   return true;
 }
 
-
 // Requests that leave the device as it was (queries, reads, waits).
 bool ChangesState(uint32_t op) {
   switch (op) {
