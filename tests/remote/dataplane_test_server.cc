@@ -1,9 +1,12 @@
-// gpupool-dataplane-testd: a dataplane server over TestBackend with one fixed lease, for
-// the CUDA program tests and the benchmark (the real agent is gpupool-agentd).
+// gpupool-dataplane-testd: a dataplane server with one fixed lease, for the CUDA program
+// tests and the benchmark (the real agent is gpupool-agentd).
 //
 //   gpupool-dataplane-testd --listen HOST:PORT --lease ID --token HEX [--gpus N]
-//                           [--memory-mib M]
-// Prints "listening on PORT" once ready; runs until SIGTERM/SIGINT. SIGUSR1: the lease
+//                           [--memory-mib M] [--backend sim|cuda]
+// --backend sim (default): N simulated GPUs (TestBackend); cuda: the machine's own GPUs
+// through the agent's cuda backend (scripts/test --gpu), all of them, N ignored.
+// Prints "gpu INDEX UUID" for each GPU, then "listening on PORT" once ready; runs until
+// SIGTERM/SIGINT. SIGUSR1: the lease
 // moved away (as gpupool-agentd learns from gpupoold when a lease is migrated or a GPU
 // drained): every session is revoked (CUDA_ERROR_NOT_PERMITTED) and no hello succeeds.
 #include <unistd.h>
@@ -13,9 +16,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "common/config.h"
 #include "common/log.h"
+#include "remote/backend/backend_factory.h"
 #include "remote/dataplane/server.h"
 #include "tests/remote/test_backend.h"
 
@@ -28,7 +35,8 @@ void OnMovedAway(int) { moved_away = true; }
 
 int Usage(const char* problem) {
   std::fprintf(stderr, "gpupool-dataplane-testd: %s\nusage: gpupool-dataplane-testd --listen "
-               "HOST:PORT --lease ID --token HEX [--gpus N] [--memory-mib M]\n", problem);
+               "HOST:PORT --lease ID --token HEX [--gpus N] [--memory-mib M] [--backend sim|cuda]\n",
+               problem);
   return 2;
 }
 
@@ -36,7 +44,7 @@ int Usage(const char* problem) {
 
 int main(int argc, char** argv) {
   gpupool::log::SetProgramName("gpupool-dataplane-testd");
-  std::string listen, lease, token;
+  std::string listen, lease, token, backend_name = "sim";
   int gpus = 1;
   long memory_mib = 16384;
   for (int i = 1; i < argc; ++i) {
@@ -48,15 +56,37 @@ int main(int argc, char** argv) {
     else if (arg == "--token" && (v = value())) token = v;
     else if (arg == "--gpus" && (v = value())) gpus = std::atoi(v);
     else if (arg == "--memory-mib" && (v = value())) memory_mib = std::atol(v);
+    else if (arg == "--backend" && (v = value())) backend_name = v;
     else return Usage(("unknown or incomplete option '" + arg + "'").c_str());
   }
   if (listen.empty() || lease.empty() || token.empty()) return Usage("--listen, --lease and --token are required");
   if (gpus < 1 || memory_mib < 1) return Usage("--gpus and --memory-mib must be positive");
+  if (backend_name != "sim" && backend_name != "cuda") {
+    return Usage(("--backend '" + backend_name + "': expected sim or cuda").c_str());
+  }
 
-  gpupool::testing::TestBackend backend(gpus, static_cast<uint64_t>(memory_mib) << 20);
+  std::unique_ptr<gpupool::backend::GpuBackend> backend;
+  if (backend_name == "sim") {
+    backend = std::make_unique<gpupool::testing::TestBackend>(
+        gpus, static_cast<uint64_t>(memory_mib) << 20);
+  } else {
+    auto made = gpupool::backend::MakeBackend("cuda", gpupool::AgentConfig{});
+    if (!made.ok()) {
+      std::fprintf(stderr, "gpupool-dataplane-testd: %s\n", made.status().message().c_str());
+      return 1;
+    }
+    backend = std::move(made.value());
+  }
+  const std::vector<gpupool::backend::GpuInfo> inventory = backend->Discover();
+  if (inventory.empty()) {
+    std::fprintf(stderr, "gpupool-dataplane-testd: the %s backend found no GPU\n",
+                 backend_name.c_str());
+    return 1;
+  }
+  for (const auto& gpu : inventory) std::printf("gpu %d %s\n", gpu.index, gpu.uuid.c_str());
   gpupool::dataplane::ServerOptions options;
   options.listen = listen;
-  options.backend = &backend;
+  options.backend = backend.get();
   options.authorize = [&](const std::string& l, const std::string& t, const std::string&) {
     return !moved_away && l == lease && t == token;
   };

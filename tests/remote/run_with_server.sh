@@ -35,8 +35,9 @@ token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 workdir=$(mktemp -d "/tmp/r2-remote-test.XXXXXX")
 trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; rm -rf "$workdir"' EXIT
 
+# GPUPOOL_TEST_BACKEND=cuda (scripts/test --gpu): the server serves this machine's GPUs.
 "$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" --gpus "$gpus" \
-  > "$workdir/server.out" 2> "$workdir/server.err" &
+  --backend "${GPUPOOL_TEST_BACKEND:-sim}" > "$workdir/server.out" 2> "$workdir/server.err" &
 server_pid=$!
 . "$here/transport_env.sh" "$transport" || exit 2
 for _ in $(seq 1 100); do
@@ -48,11 +49,17 @@ if ! grep -q "^listening on" "$workdir/server.out"; then
   echo "test server did not start:" >&2; cat "$workdir/server.err" >&2; exit 1
 fi
 
+# The GPUs as the server names them ("gpu INDEX UUID"): the first `gpus` of them.
 gpu_list=""
-for i in $(seq 0 $((gpus - 1))); do
-  uuid=$(printf "GPU-5e1f0a11-0000-4000-8000-%012d" "$i")
-  gpu_list="${gpu_list:+$gpu_list,}$uuid@127.0.0.1:$port"
-done
+served=0
+while read -r word index uuid; do
+  [ "$word" = gpu ] || continue
+  served=$((served + 1))
+  [ "$served" -le "$gpus" ] && gpu_list="${gpu_list:+$gpu_list,}$uuid@127.0.0.1:$port"
+done < "$workdir/server.out"
+if [ "$served" -lt "$gpus" ]; then
+  echo "FAIL: the program needs $gpus GPU(s); the server has $served" >&2; exit 1
+fi
 export GPUPOOL_GPUS="$gpu_list" GPUPOOL_LEASE_ID=L1
 export GPUPOOL_LEASE_TOKEN="${client_token:-$token}"
 export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((gpus - 1)))
