@@ -59,11 +59,6 @@ bool ChangesState(uint32_t op) {
 }
 
 // Replies that carry the device printf text of the requests before them.
-bool DeliversOutput(uint32_t op) {
-  return op == dp::kOpStreamSynchronize || op == dp::kOpContextSynchronize ||
-         op == dp::kOpEventSynchronize || op == dp::kOpMemcpyDtoH;
-}
-
 void ShowOutput(const std::string& text) {
   if (text.empty()) return;
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -266,7 +261,7 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
     if (how == Delivery::kCall) {
       Answered(request, *reply);
       if (status == dp::kCuSuccess) {
-        MaybeCheckpoint(channel->connection.get(), DeliversOutput(request.op));
+        MaybeCheckpoint(channel->connection.get(), dp::Synchronises(request.op));
       }
     } else {
       MaybeCheckpoint(channel->connection.get(), false);
@@ -441,7 +436,7 @@ void Failover::Answered(const Request& request, const Reply& reply) {
     if (!protecting_) return;
     Append(std::move(entry));
   }
-  if (DeliversOutput(request.op)) printf_delivered_ = log_.size();
+  if (dp::Synchronises(request.op)) printf_delivered_ = log_.size();
 }
 
 // Keeps live_, ranges_ and written_ in step with one request.

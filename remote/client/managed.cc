@@ -49,12 +49,6 @@ bool ReachesDeviceMemory(uint32_t op) {
   }
 }
 
-// Calls after which the host may touch managed memory.
-bool Synchronises(uint32_t op) {
-  return op == dp::kOpContextSynchronize || op == dp::kOpStreamSynchronize ||
-         op == dp::kOpEventSynchronize || op == dp::kOpMemcpyDtoH;
-}
-
 }  // namespace
 
 CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr) {
@@ -139,7 +133,7 @@ CUresult Runtime::ManagedBefore(int device, uint32_t op) {
 }
 
 CUresult Runtime::ManagedAfter(int device, uint32_t op) {
-  if (managed_count_.load() == 0 || !Synchronises(op)) return CUDA_SUCCESS;
+  if (managed_count_.load() == 0 || !dp::Synchronises(op)) return CUDA_SUCCESS;
   std::lock_guard<std::mutex> lock(managed_mu_);
   if (device_holds_managed_.count(device) == 0) return CUDA_SUCCESS;
   if (op != dp::kOpContextSynchronize) {

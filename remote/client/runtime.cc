@@ -290,9 +290,7 @@ CUresult Runtime::CallNow(int device_ordinal, uint32_t op, const void* args, siz
   CUresult status = SendRequest(d, Failover::Delivery::kCall, request, &reply);
   if (out != nullptr) {
     *out = std::move(reply.out);
-  } else if (!reply.out.empty() &&
-             (op == dataplane::kOpStreamSynchronize || op == dataplane::kOpContextSynchronize ||
-              op == dataplane::kOpEventSynchronize || op == dataplane::kOpMemcpyDtoH)) {
+  } else if (!reply.out.empty() && dataplane::Synchronises(op)) {
     // Device printf output, delivered at synchronisation as on a GPU.
     std::fwrite(reply.out.data(), 1, reply.out.size(), stdout);
     std::fflush(stdout);

@@ -74,6 +74,14 @@ enum Op : uint32_t {
   kOpCount,
 };
 
+// Requests after which the GPU's earlier work has run (synchronisations, and a blocking
+// device-to-host copy): device printf text comes back in their replies, checkpoints are
+// taken at them, and managed memory is the host's again after them.
+inline bool Synchronises(uint32_t op) {
+  return op == kOpStreamSynchronize || op == kOpContextSynchronize ||
+         op == kOpEventSynchronize || op == kOpMemcpyDtoH;
+}
+
 // Fixed-size strings are NUL-terminated and NUL-padded.
 struct HelloArgs {
   uint32_t protocol_version = kProtocolVersion;

@@ -95,10 +95,7 @@ void Session::Run(const transport::RequestHeader& header, std::string_view args,
       }
     }
     // Device printf text reaches the client with the replies of synchronising calls.
-    if (header.op == kOpStreamSynchronize || header.op == kOpContextSynchronize ||
-        header.op == kOpEventSynchronize || header.op == kOpMemcpyDtoH) {
-      reply->out += executor_->TakeOutput();
-    }
+    if (Synchronises(header.op)) reply->out += executor_->TakeOutput();
   }
   if (header.flags & transport::kFlagOneWay) {
     if (status != 0 && async_error_ == 0) async_error_ = status;
