@@ -19,6 +19,7 @@
 // another, cuMemAllocManaged answers CUDA_ERROR_NOT_SUPPORTED and logs why.
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "remote/client/log.h"
