@@ -139,7 +139,8 @@ Result<std::vector<GpuHealthReport>> ParseHeartbeat(const json& body, std::strin
     if (list->size() > 1000) return Status::InvalidArgument("field 'recoveries' has more than 1000 entries");
     for (const json& e : *list) {
       GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(
-          e, {"uuid", "lease", "from", "pause_ms", "restored_bytes", "replayed"}, "recovery entry"));
+          e, {"uuid", "lease", "from", "pause_ms", "restored_bytes", "replayed", "copied_bytes"},
+          "recovery entry"));
       RecoveryReport r;
       GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "uuid", true, &r.uuid));
       GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "lease", true, &r.lease));
@@ -153,6 +154,14 @@ Result<std::vector<GpuHealthReport>> ParseHeartbeat(const json& body, std::strin
                                          "' must be a non-negative integer");
         }
         *field = v->get<uint64_t>();
+      }
+      // Optional (agents before handoffs do not send it).
+      if (auto v = e.find("copied_bytes"); v != e.end()) {
+        if (!v->is_number_unsigned()) {
+          return Status::InvalidArgument(
+              "recovery entry: field 'copied_bytes' must be a non-negative integer");
+        }
+        r.copied_bytes = v->get<uint64_t>();
       }
       if (recoveries != nullptr) recoveries->push_back(std::move(r));
     }

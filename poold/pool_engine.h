@@ -72,6 +72,7 @@ struct RecoveryReport {
   std::string lease;  // the lease the process's session holds (the agent checked it)
   std::string from;   // the GPU it lost
   uint64_t pause_ms = 0, restored_bytes = 0, replayed = 0;
+  uint64_t copied_bytes = 0;  // handed over from the old GPU's agent (a planned move)
 };
 
 struct AgentGpu {

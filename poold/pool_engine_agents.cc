@@ -122,12 +122,21 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
     if (it == leases_.end() || LeaseName(it->second.number) != r.lease) continue;
     ++counters_.recovered;
     char detail[320];
-    std::snprintf(detail, sizeof(detail),
-                  "a process recovered here from %s: paused %llu ms, restored %.1f MiB, replayed %llu "
-                  "operation(s)",
-                  r.from.c_str(), static_cast<unsigned long long>(r.pause_ms),
-                  static_cast<double>(r.restored_bytes) / (1 << 20),
-                  static_cast<unsigned long long>(r.replayed));
+    if (r.copied_bytes > 0) {
+      std::snprintf(detail, sizeof(detail),
+                    "a process moved here from %s, its memory copied agent to agent: paused %llu "
+                    "ms, copied %.1f MiB, replayed %llu operation(s)",
+                    r.from.c_str(), static_cast<unsigned long long>(r.pause_ms),
+                    static_cast<double>(r.copied_bytes) / (1 << 20),
+                    static_cast<unsigned long long>(r.replayed));
+    } else {
+      std::snprintf(detail, sizeof(detail),
+                    "a process recovered here from %s: paused %llu ms, restored %.1f MiB, "
+                    "replayed %llu operation(s)",
+                    r.from.c_str(), static_cast<unsigned long long>(r.pause_ms),
+                    static_cast<double>(r.restored_bytes) / (1 << 20),
+                    static_cast<unsigned long long>(r.replayed));
+    }
     Event("recovered", g, &it->second, detail);
   }
   nlohmann::json leases = nlohmann::json::array();

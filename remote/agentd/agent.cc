@@ -47,7 +47,7 @@ void Agent::HeartbeatSoon() {
 
 void Agent::ReportRecovery(const std::string& gpu_uuid, const std::string& lease,
                            const std::string& from, uint64_t pause_ms, uint64_t restored_bytes,
-                           uint64_t replayed) {
+                           uint64_t replayed, uint64_t copied_bytes) {
   {
     std::lock_guard<std::mutex> l(recoveries_mu_);
     // Bounded: a flood of reports while gpupoold is away keeps the first thousand.
@@ -57,7 +57,8 @@ void Agent::ReportRecovery(const std::string& gpu_uuid, const std::string& lease
                              {"from", from},
                              {"pause_ms", pause_ms},
                              {"restored_bytes", restored_bytes},
-                             {"replayed", replayed}});
+                             {"replayed", replayed},
+                             {"copied_bytes", copied_bytes}});
     }
   }
   HeartbeatSoon();

@@ -64,7 +64,8 @@ class Agent {
   // after losing GPU `from`: reported to gpupoold with the next heartbeat (asked for now),
   // which records a "recovered" event. Any thread.
   void ReportRecovery(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
-                      uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed);
+                      uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
+                      uint64_t copied_bytes = 0);
 
   bool registered() const { return registered_.load(); }
   uint64_t registrations() const { return registrations_.load(); }

@@ -210,10 +210,10 @@ int RunAgentd(const std::vector<std::string>& args) {
   dp.hang_timeout = std::chrono::seconds(config.hang_timeout);
   dp.on_recovered = [&agent](const std::string& gpu_uuid, const std::string& lease,
                              const std::string& from, uint64_t pause_ms, uint64_t restored_bytes,
-                             uint64_t replayed) {
-    log::Info("a client of lease " + lease + " recovered on GPU " + gpu_uuid + " from " + from +
-              " in " + std::to_string(pause_ms) + " ms");
-    agent.ReportRecovery(gpu_uuid, lease, from, pause_ms, restored_bytes, replayed);
+                             uint64_t replayed, uint64_t copied_bytes) {
+    log::Info("a client of lease " + lease + (copied_bytes > 0 ? " moved to GPU " : " recovered on GPU ") +
+              gpu_uuid + " from " + from + " in " + std::to_string(pause_ms) + " ms");
+    agent.ReportRecovery(gpu_uuid, lease, from, pause_ms, restored_bytes, replayed, copied_bytes);
   };
   Result<std::unique_ptr<dataplane::Server>> data_server = dataplane::Server::Start(std::move(dp));
   if (!data_server.ok()) {

@@ -218,6 +218,7 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   const bool overlapped = how == Delivery::kPost && protecting_ &&
                           request.payload_len >= kOverlappedPayload && ChangesState(request.op);
   Entry upload;
+  sending_seq_ = protecting_ ? channel->connection->next_sequence() : 0;
   if (overlapped) {
     upload = StartOverlappedEntry(request);
   } else if (how != Delivery::kCall) {
@@ -296,6 +297,7 @@ void Failover::Sent(const Request& request, bool started) {
   if (!protecting_) return;
   Entry entry;
   entry.op = request.op;
+  entry.seq = sending_seq_;
   entry.args.assign(static_cast<const char*>(request.args), request.args_len);
   if (request.payload_len > 0) {
     const char* bytes = static_cast<const char*>(request.payload);
@@ -314,6 +316,7 @@ void Failover::Sent(const Request& request, bool started) {
 Failover::Entry Failover::StartOverlappedEntry(const Request& request) {
   Entry entry;
   entry.op = request.op;
+  entry.seq = sending_seq_;
   entry.args.assign(static_cast<const char*>(request.args), request.args_len);
   size_t previous = 0;
   if (OverwritesLastUpload(entry, &previous)) {
@@ -978,9 +981,7 @@ bool Failover::Send(ClientConnection* connection, const Entry& entry, std::strin
   return true;
 }
 
-bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::string* why) {
-  // 1. The resources of the checkpoint, in creation order (a module before its
-  // functions).
+bool Failover::CreateCheckpointResources(ClientConnection* connection, std::string* why) {
   std::vector<const Resource*> resources;
   for (const auto& [key, resource] : base_) resources.push_back(&resource);
   std::sort(resources.begin(), resources.end(),
@@ -991,6 +992,85 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
                     creation.op == dp::kOpModuleLoad || creation.op == dp::kOpGetFunction;
     if (!Send(connection, creation, why, false)) return false;
   }
+  return true;
+}
+
+bool Failover::OfferHandoff(ClientConnection* old, Handoff* handoff) {
+  // The reads the old GPU ran land in the application's buffers; the rest are sent again.
+  int32_t first_error = 0;
+  if (!old->Drain(&first_error).ok()) return false;
+  Reply reply;
+  Request offer{dp::kOpHandoffOffer, nullptr, 0, nullptr, 0, nullptr, 0};
+  dp::HandoffOfferResult result{};
+  if (!old->Call(offer, &reply).ok() || reply.status != 0 || reply.out.size() < sizeof(result)) {
+    return false;
+  }
+  std::memcpy(&result, reply.out.data(), sizeof(result));
+  result.ticket[sizeof(result.ticket) - 1] = '\0';
+  handoff->ticket = result.ticket;
+  handoff->last_seq = result.last_seq;
+  ShowOutput(reply.out.substr(sizeof(result)));  // of kernels the old GPU ran
+  return true;
+}
+
+// Only device memory changes (the handoff brings their effect).
+static bool WritesMemoryOnly(uint32_t op) {
+  return op == dp::kOpMemcpyHtoD || op == dp::kOpMemcpyDtoD || op == dp::kOpMemset ||
+         op == dp::kOpLaunch;
+}
+
+bool Failover::RebuildMoved(ClientConnection* connection, const Handoff& handoff,
+                            const GpuLocation& from, Recovery* recovery, std::string* why) {
+  // 1. The resources as the old GPU had them after its last request: the checkpoint's, and
+  //    what the log made and freed since (the log's memory writes are in the handoff).
+  if (!CreateCheckpointResources(connection, why)) return false;
+  size_t ran = 0;  // log_[0, ran) ran on the old GPU
+  while (ran < log_.size() && log_[ran].seq <= handoff.last_seq) ++ran;
+  for (size_t i = 0; i < ran; ++i) {
+    if (log_[i].op == kDroppedEntry || WritesMemoryOnly(log_[i].op)) continue;
+    if (!Send(connection, log_[i], why, false)) return false;
+  }
+  // 2. The memory, straight from the old GPU's agent.
+  dp::HandoffPullArgs pull{};
+  std::snprintf(pull.endpoint, sizeof(pull.endpoint), "%s", from.endpoint.c_str());
+  std::snprintf(pull.gpu_uuid, sizeof(pull.gpu_uuid), "%s", from.uuid.c_str());
+  std::snprintf(pull.ticket, sizeof(pull.ticket), "%s", handoff.ticket.c_str());
+  Reply reply;
+  Status called =
+      connection->Call({dp::kOpHandoffPull, &pull, sizeof(pull), nullptr, 0, nullptr, 0}, &reply);
+  dp::HandoffPullResult pulled{};
+  if (!called.ok() || reply.status != 0 || !ReadStruct(reply.out, &pulled)) {
+    *why = !called.ok() ? called.message()
+           : reply.out.empty() ? "the handoff gave CUDA error " + std::to_string(reply.status)
+                               : reply.out;
+    return false;
+  }
+  recovery->copied_bytes = pulled.bytes;
+  // 3. What the old GPU did not run, as a replay.
+  for (size_t i = ran; i < log_.size(); ++i) {
+    if (log_[i].op == kDroppedEntry) continue;
+    if (!Send(connection, log_[i], why, true)) return false;
+    ++recovery->replayed;
+  }
+  printf_delivered_ = std::max(printf_delivered_, ran);
+  // 4. Reads the old GPU did not run.
+  for (const StartedRequest& started : started_) {
+    if (started.entry.seq <= handoff.last_seq) continue;
+    Request request{
+        started.entry.op, started.entry.args.data(), started.entry.args.size(), nullptr, 0,
+        started.result,   started.capacity};
+    if (Status status = connection->Start(request); !status.ok()) {
+      *why = status.message();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::string* why) {
+  // 1. The resources of the checkpoint, in creation order (a module before its
+  // functions).
+  if (!CreateCheckpointResources(connection, why)) return false;
   // 2. Their memory as the checkpoint saw it.
   for (const auto& [start, bytes] : saved_) {
     // Sent from the image itself: a copy of 1 GiB would cost more than its transfer.
@@ -1043,12 +1123,19 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
   const auto began = std::chrono::steady_clock::now();
   const auto deadline = began + config_.recovery_deadline;
   const GpuLocation failed = *location;
-  LogError(
-      "GPU %d (%s) failed (CUDA error %d): recovering on the GPU the "
-      "lease names next",
-      device_, failed.uuid.c_str(), why);
   std::string last_problem = "the lease still names the failed GPU";
   bool waiting_logged = false;
+  // A session the agent revoked because the lease moved off a healthy GPU keeps its memory
+  // for the new GPU (a planned move: drain, gpupoolctl migrate).
+  Handoff handoff;
+  bool handing_off = why == dp::kCuNotPermitted && OfferHandoff(connection->get(), &handoff);
+  if (handing_off) {
+    LogError("GPU %d (%s): the lease moved to another GPU; moving there with its memory",
+             device_, failed.uuid.c_str());
+  } else {
+    LogError("GPU %d (%s) failed (CUDA error %d): recovering on the GPU the lease names next",
+             device_, failed.uuid.c_str(), why);
+  }
   while (std::chrono::steady_clock::now() < deadline) {
     GpuLocation next;
     if (Locate(failed, why, &next)) {
@@ -1060,7 +1147,9 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
         Recovery recovery;
         recovery.from = failed;
         recovery.to = next;
-        if (Rebuild(session.get(), &recovery, &last_problem)) {
+        const bool moved = handing_off && next.uuid != failed.uuid;
+        if (moved ? RebuildMoved(session.get(), handoff, failed, &recovery, &last_problem)
+                  : Rebuild(session.get(), &recovery, &last_problem)) {
           // The old connection goes only now: closing it may wait for a peer
           // that is gone.
           connection->swap(session);
@@ -1071,18 +1160,38 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
               std::chrono::steady_clock::now() - began);
           // The new agent tells gpupoold (a "recovered" event); best effort.
           dp::RecoveredArgs report{static_cast<uint64_t>(recovery.pause.count()),
-                                   recovery.restored_bytes, recovery.replayed, {}};
+                                   recovery.restored_bytes, recovery.replayed, {},
+                                   recovery.copied_bytes};
           std::snprintf(report.from, sizeof(report.from), "%s", failed.uuid.c_str());
+          // What ran before now ran on this GPU (its seqs are another connection's).
+          for (Entry& entry : log_) entry.seq = 0;
+          for (StartedRequest& started : started_) started.entry.seq = 0;
           (void)(*connection)->Post({dp::kOpRecovered, &report, sizeof(report), nullptr, 0, nullptr, 0});
-          LogError(
-              "GPU %d: recovered on %s at %s in %lld ms (restored %s, "
-              "replayed %zu "
-              "operation(s))",
-              device_, next.uuid.c_str(), next.endpoint.c_str(),
-              static_cast<long long>(recovery.pause.count()), Size(recovery.restored_bytes).c_str(),
-              recovery.replayed);
+          if (moved) {
+            LogError(
+                "GPU %d: moved to %s at %s in %lld ms (memory copied agent to agent: %s, "
+                "replayed %zu operation(s))",
+                device_, next.uuid.c_str(), next.endpoint.c_str(),
+                static_cast<long long>(recovery.pause.count()), Size(recovery.copied_bytes).c_str(),
+                recovery.replayed);
+          } else {
+            LogError(
+                "GPU %d: recovered on %s at %s in %lld ms (restored %s, "
+                "replayed %zu "
+                "operation(s))",
+                device_, next.uuid.c_str(), next.endpoint.c_str(),
+                static_cast<long long>(recovery.pause.count()), Size(recovery.restored_bytes).c_str(),
+                recovery.replayed);
+          }
           recoveries_.push_back(recovery);
           return true;
+        }
+        if (moved) {
+          // The checkpoint and the whole log still hold: recover from them on a fresh session.
+          LogError("GPU %d: the handoff from %s failed (%s); recovering from the checkpoint",
+                   device_, failed.uuid.c_str(), last_problem.c_str());
+          handing_off = false;
+          continue;
         }
         // The replacement failed too, or refused us: wait for the lease to move
         // again.

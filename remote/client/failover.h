@@ -94,6 +94,7 @@ class Failover {
     GpuLocation from, to;
     std::chrono::milliseconds pause{0};
     uint64_t restored_bytes = 0;
+    uint64_t copied_bytes = 0;  // handed over agent to agent (a planned move)
     size_t replayed = 0;
   };
 
@@ -190,6 +191,9 @@ class Failover {
     ArgBytes args;
     std::vector<char> payload;  // a vector: its buffer can become a range's image
     bool call = false;  // sent with Call (its reply is checked on replay)
+    // The transport seq it was sent with on the current GPU's connection; 0: known to have
+    // run there (answered, or replayed before a later request was answered).
+    uint64_t seq = 0;
   };
   struct StartedRequest {
     Entry entry;
@@ -234,6 +238,20 @@ class Failover {
   // them on the host (ApplyLog skips them).
   std::vector<bool> OverwrittenEntries() const;
   bool Rebuild(transport::ClientConnection* connection, Recovery* recovery, std::string* why);
+  // The resources of the checkpoint, created again in creation order (a module before its
+  // functions).
+  bool CreateCheckpointResources(transport::ClientConnection* connection, std::string* why);
+  // A planned move (the old GPU healthy, the lease moved): the old agent keeps the memory
+  // for a handoff (protocol.h). OfferHandoff asks it for a ticket; RebuildMoved creates the
+  // state again on the new GPU with the memory copied agent to agent, and replays only the
+  // requests the old GPU did not run.
+  struct Handoff {
+    std::string ticket;
+    uint64_t last_seq = 0;
+  };
+  bool OfferHandoff(transport::ClientConnection* old, Handoff* handoff);
+  bool RebuildMoved(transport::ClientConnection* connection, const Handoff& handoff,
+                    const GpuLocation& from, Recovery* recovery, std::string* why);
   bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why,
             bool show_output);
   bool Locate(const GpuLocation& failed, int32_t why, GpuLocation* next);
@@ -263,6 +281,7 @@ class Failover {
   size_t log_bytes_ = 0;
   size_t printf_delivered_ = 0;          // log_[0, this) had their printf text shown
   std::vector<StartedRequest> started_;  // Starts not yet known to be answered
+  uint64_t sending_seq_ = 0;             // the seq of the request Deliver sends now
   std::chrono::steady_clock::time_point last_checkpoint_ = std::chrono::steady_clock::now();
   uint64_t checkpoint_bytes_ = 0;
   uint64_t readback_bytes_ = 0;

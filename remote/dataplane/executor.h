@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "remote/dataplane/protocol.h"
@@ -42,6 +43,9 @@ class Executor {
   // executor cannot place memory (the cuda executor: its VMM path is still to come).
   virtual int32_t AllocateAt(uint64_t /*address*/, uint64_t /*size*/) { return kCuNotSupported; }
   virtual int32_t Free(uint64_t dptr) = 0;
+  // Every device range this session owns (start, size): its allocations and its modules'
+  // variables; what a handoff copies (protocol.h). Empty where the executor cannot say.
+  virtual std::vector<std::pair<uint64_t, uint64_t>> Ranges() const { return {}; }
   virtual void MemoryInfo(uint64_t* free, uint64_t* total) = 0;
 
   // Host-addressable view of device range [dptr, dptr+size) when the executor keeps device

@@ -16,7 +16,7 @@
 
 namespace gpupool::dataplane {
 
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;
 
 // CUresult values used by the server (same numbers as cuda.h).
 enum CuStatus : int32_t {
@@ -71,6 +71,13 @@ enum Op : uint32_t {
   kOpContextSynchronize,
   kOpModuleGetGlobal,  // ModuleGetGlobalArgs -> ModuleGetGlobalResult
   kOpRecovered,        // RecoveredArgs, one-way: this process recovered here (failover)
+  // The handoff of a planned move (gpupool-remote(7), FAILOVER): device memory goes from
+  // the old GPU's agent to the new one's, not through the compute node.
+  kOpHandoffOffer,   // client -> old agent: -> HandoffOfferResult, then printf text
+  kOpHandoffPull,    // client -> new agent: HandoffPullArgs -> HandoffPullResult
+  kOpHandoffAttach,  // new agent -> old agent, a connection's first request: HandoffAttachArgs
+  kOpHandoffRead,    // new agent -> old agent: HandoffReadArgs -> reply bulk: the bytes
+  kOpHandoffDone,    // new agent -> old agent: the offered session is closed (memory freed)
   kOpCount,
 };
 
@@ -153,10 +160,44 @@ struct ModuleGetGlobalResult { uint64_t dptr; uint64_t size; };
 // "recovered" event). The agent attaches the session's own lease and GPU to it.
 struct RecoveredArgs {
   uint64_t pause_ms;
-  uint64_t restored_bytes;
+  uint64_t restored_bytes;  // from the process's checkpoint, through the compute node
   uint64_t replayed;
-  char from[64];  // the GPU that was lost
+  char from[64];          // the GPU that was lost
+  uint64_t copied_bytes;  // from the old GPU's agent, agent to agent (a handoff)
 };
+
+// Handoff. Who may do what:
+//  - kOpHandoffOffer: only a session whose lease moved away from a healthy GPU (revoked
+//    by the agent, its memory kept for agent.handoff window), once. The agent waits for
+//    the session's work to finish and answers a ticket: 32 random bytes, in hex.
+//  - kOpHandoffPull: an attached session (its lease holds this GPU). Its agent connects to
+//    `endpoint` for GPU `gpu_uuid`, attaches with the ticket, and copies every range of
+//    this session (its allocations and module variables, as the client created them again
+//    here) from the offered session's memory at the same addresses.
+//  - kOpHandoffAttach: the first request of a connection (instead of a hello); the ticket
+//    is used up by it. The connection may then only read the offered session's memory
+//    (kOpHandoffRead) and end the handoff (kOpHandoffDone); anything else closes it.
+inline constexpr size_t kHandoffTicketSize = 65;  // 64 hex digits and NUL
+struct HandoffOfferResult {
+  char ticket[kHandoffTicketSize];
+  char reserved[7];
+  uint64_t last_seq;  // the transport seq of the last request the old GPU ran
+};
+struct HandoffPullArgs {
+  char endpoint[256];
+  char gpu_uuid[64];
+  char ticket[kHandoffTicketSize];
+  char reserved[7];
+};
+struct HandoffPullResult { uint64_t bytes; uint64_t ranges; };
+struct HandoffAttachArgs {
+  uint32_t protocol_version = kProtocolVersion;
+  uint32_t reserved = 0;
+  char gpu_uuid[64] = {};
+  char ticket[kHandoffTicketSize] = {};
+  char padding[7] = {};
+};
+struct HandoffReadArgs { uint64_t src; uint64_t size; };
 
 // Device printf: the reply's inline bytes (`out`) of kOpStreamSynchronize,
 // kOpContextSynchronize, kOpEventSynchronize and kOpMemcpyDtoH carry the text kernels

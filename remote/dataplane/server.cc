@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/random.h"
 #include "remote/dataplane/executor_factory.h"
 #include "remote/dataplane/protocol.h"
 #include "remote/dataplane/session.h"
+#include "remote/transport/rpc_client.h"
 #include "remote/transport/rpc_server.h"
 
 namespace gpupool::dataplane {
@@ -79,14 +81,26 @@ class GpuWorker : public transport::RpcHandler {
  private:
   void CountAttached();
   bool StillAuthorized(Session* session, uint64_t epoch);
+  // `retain`: the session may keep its memory for a handoff (when the GPU is healthy).
   void Revoke(transport::ConnectionId id, Session* session,
               const std::string& why =
                   "no longer holds it (released, expired, or moved to "
-                  "another GPU)");
+                  "another GPU)",
+              bool retain = true);
   void Refuse(Session* session, int32_t status, const std::string& why,
               transport::ServerReply* reply);
   void Hello(transport::ConnectionId id, Session* session, std::string_view args,
              transport::ServerReply* reply);
+  // Handoff (protocol.h): the old GPU's side (Offer, Attach, Serve) and the new one's (Pull).
+  bool Healthy() const;
+  void HandoffOffer(transport::ConnectionId id, Session* session, transport::ServerReply* reply);
+  void HandoffAttach(transport::ConnectionId id, Session* session, std::string_view args,
+                     transport::ServerReply* reply);
+  void HandoffServe(Session* reader, const transport::RequestHeader& header,
+                    std::string_view args, transport::ServerReply* reply);
+  void HandoffPull(Session* session, std::string_view args, transport::ServerReply* reply);
+  // Closes `id`'s retained session (its memory goes), and forgets its tickets.
+  void CloseRetained(transport::ConnectionId id, const std::string& why);
   void FinishHello(const HelloCheck& check, transport::ServerReply* reply);
 
   ServerImpl* const server_;
@@ -97,6 +111,11 @@ class GpuWorker : public transport::RpcHandler {
   // Everything below is used by the lane's thread only.
   std::map<transport::ConnectionId, std::unique_ptr<Session>> sessions_;
   std::vector<std::pair<transport::ConnectionId, std::string>> to_close_;  // revoked
+  struct Ticket {
+    transport::ConnectionId session = 0;  // the retained session it reads
+    int64_t expires_ns = 0;
+  };
+  std::map<std::string, Ticket> tickets_;  // handoff tickets offered, not yet used
   uint64_t ticked_epoch_ = 0;
   std::atomic<size_t> attached_{0};  // written by the lane, read by any thread
   std::atomic<int64_t> busy_since_ns_{0};
@@ -318,10 +337,19 @@ void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHe
     Hello(id, session, args, reply);
     return;
   }
+  if (header.op == kOpHandoffAttach) return HandoffAttach(id, session, args, reply);
+  if (session->handoff_of() != 0) return HandoffServe(session, header, args, reply);
   if (session->authorized() && !StillAuthorized(session, server_->Epoch())) {
     Revoke(id, session);
     reply->tick_soon = true;
   }
+  if (header.op == kOpHandoffOffer) return HandoffOffer(id, session, reply);
+  if (header.op == kOpHandoffPull && session->authorized()) {
+    HandoffPull(session, args, reply);
+    session->set_last_run_seq(header.seq);
+    return;
+  }
+  const bool ran = session->authorized();
   const bool watched = session->watched();
   if (watched) busy_since_ns_.store(NowNs());
   session->Run(header, args, payload, payload_len, reply);
@@ -329,6 +357,7 @@ void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHe
     busy_since_ns_.store(0);
     progress_.fetch_add(1, std::memory_order_relaxed);
   }
+  if (ran) session->set_last_run_seq(header.seq);
 }
 
 void GpuWorker::OnTick(std::vector<std::pair<transport::ConnectionId, std::string>>* close) {
@@ -340,6 +369,15 @@ void GpuWorker::OnTick(std::vector<std::pair<transport::ConnectionId, std::strin
         Revoke(id, session.get());
       }
     }
+  }
+  const int64_t now = NowNs();
+  for (auto& [id, session] : sessions_) {
+    if (session->retained() && now > session->retained_until_ns()) {
+      CloseRetained(id, "its memory was kept for a handoff that did not come");
+    }
+  }
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    it = now > it->second.expires_ns ? tickets_.erase(it) : std::next(it);
   }
   CountAttached();
   for (auto& [id, reason] : to_close_) {
@@ -383,14 +421,41 @@ bool GpuWorker::StillAuthorized(Session* session, uint64_t epoch) {
 
 // Revokes `session` and has its connection closed at the next tick (which frees
 // its memory, once no reply is sending from it).
-void GpuWorker::Revoke(transport::ConnectionId id, Session* session, const std::string& why) {
+void GpuWorker::Revoke(transport::ConnectionId id, Session* session, const std::string& why,
+                       bool retain) {
   std::string reason = "lease " + session->lease_id() + " " + why;
   std::string message = "GPU " + session->gpu_uuid() + " revoked: " + reason;
   server_->log().Log("closing " + session->gpu_uuid() + " " + reason,
                      "closing the session of client " + session->peer() + " on GPU " +
                          session->gpu_uuid() + ": " + reason);
+  // A lease moved off a healthy GPU (a drain, gpupoolctl migrate): the memory stays for a
+  // handoff. Not when the GPU went to another lease: its kernels could reach it.
+  const auto window = server_->options().handoff_window;
+  if (window.count() > 0 && retain && Healthy()) {
+    session->Revoke(message + "; its memory is kept for a handoff to the lease's new GPU",
+                    NowNs() + std::chrono::nanoseconds(window).count());
+    return;
+  }
   session->Revoke(message);
   to_close_.emplace_back(id, message);
+}
+
+void GpuWorker::CloseRetained(transport::ConnectionId id, const std::string& why) {
+  auto found = sessions_.find(id);
+  if (found == sessions_.end()) return;
+  found->second->set_retained_until_ns(0);
+  for (auto it = tickets_.begin(); it != tickets_.end();) {
+    it = it->second.session == id ? tickets_.erase(it) : std::next(it);
+  }
+  to_close_.emplace_back(id, "GPU " + found->second->gpu_uuid() + " session of lease " +
+                                 found->second->lease_id() + " closed: " + why);
+}
+
+bool GpuWorker::Healthy() const {
+  if (gpu_ == nullptr) return false;
+  backend::GpuBackend* backend = server_->options().backend;
+  return backend->Health(gpu_->index).health == backend::Health::kOk &&
+         backend->CurrentFault(gpu_->index).mode == backend::FaultMode::kNone;
 }
 
 void GpuWorker::Refuse(Session* session, int32_t status, const std::string& why,
@@ -466,7 +531,10 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   for (auto& [other_id, other] : sessions_) {
     if (other.get() != session && other->authorized() && other->gpu_uuid() == check.gpu_uuid &&
         other->lease_id() != check.lease_id) {
-      Revoke(other_id, other.get(), "lost the GPU to lease " + check.lease_id);
+      Revoke(other_id, other.get(), "lost the GPU to lease " + check.lease_id, false);
+      reply->tick_soon = true;
+    } else if (other->retained() && other->lease_id() != check.lease_id) {
+      CloseRetained(other_id, "the GPU went to lease " + check.lease_id);
       reply->tick_soon = true;
     }
   }
@@ -483,6 +551,237 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   server_->sessions_log().Log("attached " + session->peer() + " " + check.gpu_uuid + " " + check.lease_id,
                               "client " + session->peer() + " attached to GPU " + check.gpu_uuid +
                                   " (lease " + check.lease_id + ")");
+}
+
+
+// The old GPU's side: the client of a retained session asks for a ticket. The session's
+// work is finished first, so that what the new agent reads is what the client's requests
+// up to last_seq made.
+void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session,
+                             transport::ServerReply* reply) {
+  if (!session->retained() || session->offered()) {
+    reply->status = kCuNotPermitted;
+    reply->out = session->retained()
+                     ? "this session has offered its memory already"
+                     : "only a session whose lease moved away from a healthy GPU may offer its "
+                       "memory for a handoff";
+    return;
+  }
+  if (!Healthy()) {
+    reply->status = kCuEccUncorrectable;
+    reply->out = "GPU " + session->gpu_uuid() + " is not healthy: its memory is not handed off";
+    CloseRetained(id, "its GPU failed before the handoff");
+    reply->tick_soon = true;
+    return;
+  }
+  Executor* executor = session->executor();
+  int32_t status = executor->SynchronizeStream(0);
+  if (status != kCuSuccess) {
+    reply->status = status;
+    reply->out = "the session's work failed (CUDA error " + std::to_string(status) +
+                 "): its memory is not handed off";
+    CloseRetained(id, "its work failed before the handoff");
+    reply->tick_soon = true;
+    return;
+  }
+  auto ticket = RandomHex(32);
+  if (!ticket.ok()) {
+    reply->status = kCuUnknown;
+    reply->out = ticket.status().message();
+    return;
+  }
+  session->set_offered();
+  const int64_t until =
+      NowNs() + std::chrono::nanoseconds(server_->options().handoff_window).count();
+  session->set_retained_until_ns(until);
+  tickets_[ticket.value()] = Ticket{id, until};
+  HandoffOfferResult result{};
+  std::snprintf(result.ticket, sizeof(result.ticket), "%s", ticket.value().c_str());
+  result.last_seq = session->last_run_seq();
+  reply->out.assign(reinterpret_cast<const char*>(&result), sizeof(result));
+  reply->out += executor->TakeOutput();  // printf text of work the client has not seen yet
+  server_->sessions_log().Log("offered " + session->peer() + " " + session->lease_id(),
+                              "client " + session->peer() + " (lease " + session->lease_id() +
+                                  ") offered its memory on GPU " + session->gpu_uuid() +
+                                  " for a handoff");
+}
+
+// The old GPU's side: another agent attaches with a ticket. Compared in constant time, so
+// that the answer's timing tells nothing about a ticket; used up by this attach.
+void GpuWorker::HandoffAttach(transport::ConnectionId id, Session* session,
+                              std::string_view args, transport::ServerReply* reply) {
+  HandoffAttachArgs attach;
+  if (args.size() != sizeof(attach)) {
+    return Refuse(session, kCuInvalidValue, "malformed handoff attach", reply);
+  }
+  std::memcpy(&attach, args.data(), sizeof(attach));
+  attach.gpu_uuid[sizeof(attach.gpu_uuid) - 1] = '\0';
+  attach.ticket[sizeof(attach.ticket) - 1] = '\0';
+  if (attach.protocol_version != kProtocolVersion) {
+    return Refuse(session, kCuNotSupported,
+                  "protocol version " + std::to_string(attach.protocol_version) +
+                      " not supported (server speaks " + std::to_string(kProtocolVersion) + ")",
+                  reply);
+  }
+  if (session->authorized() || session->revoked() || session->handoff_of() != 0) {
+    return Refuse(session, kCuNotPermitted,
+                  "a handoff attach must be the first request of a connection", reply);
+  }
+  const std::string offered(attach.ticket, strnlen(attach.ticket, sizeof(attach.ticket)));
+  auto match = tickets_.end();
+  for (auto it = tickets_.begin(); it != tickets_.end(); ++it) {
+    unsigned char differ = offered.size() != it->first.size();
+    for (size_t i = 0; i < it->first.size(); ++i) {
+      differ |= static_cast<unsigned char>(it->first[i] ^ (i < offered.size() ? offered[i] : 0));
+    }
+    if (differ == 0) match = it;
+  }
+  if (match == tickets_.end() || NowNs() > match->second.expires_ns) {
+    return Refuse(session, kCuNotPermitted,
+                  "no such handoff ticket on this GPU (wrong, used, or expired)", reply);
+  }
+  const transport::ConnectionId offering = match->second.session;
+  tickets_.erase(match);
+  auto found = sessions_.find(offering);
+  if (found == sessions_.end() || !found->second->retained() ||
+      (gpu_ != nullptr && gpu_->uuid != attach.gpu_uuid)) {
+    return Refuse(session, kCuNotPermitted, "the offered session is gone", reply);
+  }
+  session->set_handoff_of(offering);
+  server_->sessions_log().Log(
+      "handoff " + session->peer() + " " + found->second->lease_id(),
+      "agent " + session->peer() + " attached to read the memory lease " +
+          found->second->lease_id() + " offered on GPU " + found->second->gpu_uuid());
+}
+
+// The old GPU's side: what an attached agent may do, reads of the offered session's ranges
+// (the executor checks them against the session's allocations) and the end.
+void GpuWorker::HandoffServe(Session* reader, const transport::RequestHeader& header,
+                             std::string_view args, transport::ServerReply* reply) {
+  auto found = sessions_.find(reader->handoff_of());
+  if (found == sessions_.end() || !found->second->retained()) {
+    reader->set_handoff_of(0);
+    return Refuse(reader, kCuNotPermitted, "the offered session is gone", reply);
+  }
+  Session* offered = found->second.get();
+  if (header.op == kOpHandoffRead) {
+    HandoffReadArgs read;
+    if (args.size() != sizeof(read)) {
+      return Refuse(reader, kCuInvalidValue, "malformed handoff read", reply);
+    }
+    std::memcpy(&read, args.data(), sizeof(read));
+    const void* data = nullptr;
+    int32_t status = offered->executor()->CopyFromDevice(read.src, read.size, 0, &data);
+    reply->status = status;
+    if (status == kCuSuccess) {
+      reply->bulk = data;
+      reply->bulk_len = read.size;
+    }
+    return;
+  }
+  if (header.op == kOpHandoffDone) {
+    CloseRetained(found->first, "its memory was handed off to another GPU");
+    reader->set_handoff_of(0);
+    reply->close_after = true;
+    reply->tick_soon = true;
+    return;
+  }
+  reader->set_handoff_of(0);
+  Refuse(reader, kCuNotPermitted,
+         "a handoff connection may only read the offered memory and end the handoff", reply);
+}
+
+// The new GPU's side: copies every range of `session` from the session offered on the old
+// GPU, straight into this GPU's memory (the sim: received in place). Runs on this GPU's
+// thread (its other sessions are the same lease's), bounded by a deadline.
+void GpuWorker::HandoffPull(Session* session, std::string_view args,
+                            transport::ServerReply* reply) {
+  HandoffPullArgs pull;
+  if (args.size() != sizeof(pull)) {
+    reply->status = kCuInvalidValue;
+    reply->out = "malformed handoff pull";
+    return;
+  }
+  std::memcpy(&pull, args.data(), sizeof(pull));
+  pull.endpoint[sizeof(pull.endpoint) - 1] = '\0';
+  pull.gpu_uuid[sizeof(pull.gpu_uuid) - 1] = '\0';
+  pull.ticket[sizeof(pull.ticket) - 1] = '\0';
+  auto fail = [&](const std::string& why) {
+    reply->status = kCuInvalidValue;
+    reply->out = "handoff from GPU " + std::string(pull.gpu_uuid) + " at " + pull.endpoint +
+                 " failed: " + why;
+    server_->log().Log("handoff " + session->lease_id() + " " + why.substr(0, 60),
+                       "client " + session->peer() + " (lease " + session->lease_id() +
+                           "): " + reply->out);
+  };
+  Executor* executor = session->executor();
+  const auto ranges = executor->Ranges();
+  uint64_t total = 0;
+  for (const auto& [start, size] : ranges) total += size;
+  // Generous for any fabric: 30 s, and a second per 100 MiB.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30) +
+                        std::chrono::seconds(total / (100 << 20));
+  auto connected = transport::RpcClient::Connect(pull.endpoint, pull.gpu_uuid);
+  if (!connected.ok()) return fail(connected.status().message());
+  std::unique_ptr<transport::RpcClient> old = std::move(connected.value());
+  old->SetAbandonCheck([deadline]() -> std::string {
+    return std::chrono::steady_clock::now() > deadline ? "the handoff took too long" : "";
+  });
+  auto call = [&](uint32_t op, const void* call_args, size_t len, void* into, size_t capacity,
+                  std::string* why) {
+    transport::Reply answer;
+    Status sent = old->Call({op, call_args, len, nullptr, 0, into, capacity}, &answer);
+    if (!sent.ok()) {
+      *why = sent.message();
+      return false;
+    }
+    if (answer.status != kCuSuccess) {
+      *why = "CUDA error " + std::to_string(answer.status) +
+             (answer.out.empty() ? std::string() : ": " + answer.out);
+      return false;
+    }
+    if (into != nullptr && answer.bulk_received != capacity) {
+      *why = "a read came back short";
+      return false;
+    }
+    return true;
+  };
+  std::string why;
+  HandoffAttachArgs attach;
+  std::snprintf(attach.gpu_uuid, sizeof(attach.gpu_uuid), "%s", pull.gpu_uuid);
+  std::memcpy(attach.ticket, pull.ticket, sizeof(attach.ticket));
+  if (!call(kOpHandoffAttach, &attach, sizeof(attach), nullptr, 0, &why)) return fail(why);
+  constexpr uint64_t kChunk = uint64_t{16} << 20;  // staging, where memory is not the host's
+  std::vector<char> staging;
+  for (const auto& [start, size] : ranges) {
+    if (void* view = executor->HostView(start, size); view != nullptr) {
+      HandoffReadArgs read{start, size};
+      if (!call(kOpHandoffRead, &read, sizeof(read), view, size, &why)) return fail(why);
+      continue;
+    }
+    for (uint64_t done = 0; done < size;) {
+      const uint64_t take = std::min(kChunk, size - done);
+      staging.resize(take);
+      HandoffReadArgs read{start + done, take};
+      if (!call(kOpHandoffRead, &read, sizeof(read), staging.data(), take, &why)) return fail(why);
+      if (int32_t status = executor->CopyToDevice(start + done, staging.data(), take, 0);
+          status != kCuSuccess) {
+        return fail("writing to this GPU gave CUDA error " + std::to_string(status));
+      }
+      done += take;
+    }
+  }
+  if (int32_t status = executor->SynchronizeStream(0); status != kCuSuccess) {
+    return fail("writing to this GPU gave CUDA error " + std::to_string(status));
+  }
+  if (!call(kOpHandoffDone, nullptr, 0, nullptr, 0, &why)) return fail(why);
+  HandoffPullResult result{total, ranges.size()};
+  reply->out.assign(reinterpret_cast<const char*>(&result), sizeof(result));
+  server_->sessions_log().Log("pulled " + session->peer() + " " + session->lease_id(),
+                              "client " + session->peer() + " (lease " + session->lease_id() +
+                                  "): " + std::to_string(total) + " bytes in " +
+                                  std::to_string(ranges.size()) + " range(s) handed off from GPU " +
+                                  pull.gpu_uuid + " agent to agent");
 }
 
 }  // namespace

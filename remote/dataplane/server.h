@@ -25,7 +25,11 @@
 // the server's tick (every 100 ms) even when the client is idle. A session
 // whose lease no longer holds its GPU (released, expired, or moved to another
 // GPU) is revoked: its requests answer CUDA_ERROR_NOT_PERMITTED, and its
-// connection is closed, which frees its memory. A hello that attaches lease B
+// connection is closed, which frees its memory. When the GPU is healthy (the lease
+// was moved off it: a drain, gpupoolctl migrate), the session and its memory are
+// kept for `handoff_window` instead, so that the client can hand its memory to the
+// lease's new GPU agent to agent (protocol.h, Handoff); then, or when the window
+// ends, the connection is closed. A hello that attaches lease B
 // to a GPU revokes, before B's session starts, every session of another lease
 // on that GPU, and has them closed right after its reply, before B's next
 // request runs (unless one is still sending a reply): two leases' sessions do
@@ -66,10 +70,15 @@ struct ServerOptions {
   // (ReportFailure), which starts the clients' recovery. 0: off. Only executors that report
   // progress are watched (Executor::SetProgressCounter).
   std::chrono::milliseconds hang_timeout{0};
+  // A session whose lease moved away from a healthy GPU keeps its memory this long for a
+  // handoff to the lease's new GPU (protocol.h, kOpHandoffOffer); 0: no handoffs (the
+  // session is closed at once, and its process recovers from its checkpoint).
+  std::chrono::milliseconds handoff_window{30000};
   // A client reported that it recovered on `gpu_uuid` (kOpRecovered): its session's lease
   // and GPU, and its own figures. Runs on the GPU's thread: must not block. May be empty.
   std::function<void(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
-                     uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed)>
+                     uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
+                     uint64_t copied_bytes)>
       on_recovered;
 };
 

@@ -60,7 +60,7 @@ void Session::Run(const transport::RequestHeader& header, std::string_view args,
   if (revoked()) {
     reply->status = kCuNotPermitted;
     reply->out = revoked_;
-    reply->close_after = true;
+    reply->close_after = !retained();  // a retained session waits for its handoff
     return;
   }
   if (!authorized()) {
@@ -173,7 +173,8 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       }
       // The lease and GPU are the session's own: a client speaks only for itself.
       if (on_recovered_) {
-        on_recovered_(gpu_.uuid, lease_id_, a.from, a.pause_ms, a.restored_bytes, a.replayed);
+        on_recovered_(gpu_.uuid, lease_id_, a.from, a.pause_ms, a.restored_bytes, a.replayed,
+                      a.copied_bytes);
       }
       return kCuSuccess;
     }

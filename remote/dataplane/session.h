@@ -32,8 +32,29 @@ class Session {
   void Authorize(const std::string& lease_id, const std::string& token,
                  const backend::GpuInfo& gpu, backend::GpuBackend* backend,
                  std::unique_ptr<Executor> executor, uint64_t epoch);
-  // Later requests are refused with `why`.
-  void Revoke(const std::string& why) { revoked_ = why; }
+  // Later requests are refused with `why`. `retain_until_ns` nonzero: the lease moved away
+  // from a healthy GPU, so the session's memory is kept until then for a handoff (the
+  // connection stays open, and the session may offer its memory once).
+  void Revoke(const std::string& why, int64_t retain_until_ns = 0) {
+    revoked_ = why;
+    retained_until_ns_ = retain_until_ns;
+  }
+  int64_t retained_until_ns() const { return retained_until_ns_; }
+  bool retained() const { return retained_until_ns_ != 0; }
+  void set_retained_until_ns(int64_t until) { retained_until_ns_ = until; }
+  bool offered() const { return offered_; }
+  void set_offered() { offered_ = true; }
+  // The transport seq of the last request this session ran while attached (a handoff
+  // tells the client which of its requests the old GPU ran).
+  uint64_t last_run_seq() const { return last_run_seq_; }
+  void set_last_run_seq(uint64_t seq) { last_run_seq_ = seq; }
+  // A connection another agent attached with a handoff ticket: the session it may read
+  // (its connection id; 0: none).
+  uint64_t handoff_of() const { return handoff_of_; }
+  void set_handoff_of(uint64_t id) { handoff_of_ = id; }
+  // The executor of an attached or retained session (nullptr otherwise).
+  Executor* executor() const { return executor_.get(); }
+  const backend::GpuInfo& gpu() const { return gpu_; }
   // Attached to a GPU, and not revoked.
   bool authorized() const { return executor_ != nullptr && revoked_.empty(); }
   // Whether the server's watchdog follows this session's operations.
@@ -71,6 +92,10 @@ class Session {
   std::string token_;
   uint64_t checked_epoch_ = 0;
   std::string revoked_;  // why, once revoked
+  int64_t retained_until_ns_ = 0;
+  bool offered_ = false;
+  uint64_t last_run_seq_ = 0;
+  uint64_t handoff_of_ = 0;
   backend::GpuInfo gpu_;
   backend::GpuBackend* backend_ = nullptr;
   std::unique_ptr<Executor> executor_;

@@ -35,6 +35,9 @@ class SimExecutor : public Executor {
   bool GlobalsRange(uint64_t module, uint64_t* base, uint64_t* size) override;
   int32_t Free(uint64_t dptr) override;
   void MemoryInfo(uint64_t* free, uint64_t* total) override;
+  std::vector<std::pair<uint64_t, uint64_t>> Ranges() const override {
+    return {allocations_.begin(), allocations_.end()};
+  }
   void* HostView(uint64_t dptr, uint64_t size) override;
   int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) override;
   int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,

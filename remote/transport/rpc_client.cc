@@ -265,6 +265,11 @@ void RpcClient::StartBulkReceivesLocked() {
   }
 }
 
+uint64_t RpcClient::next_sequence() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return next_seq_;
+}
+
 void RpcClient::SetAbandonCheck(std::function<std::string()> check) {
   std::lock_guard<std::mutex> lock(mu_);
   abandon_ = std::move(check);

@@ -67,6 +67,9 @@ class ClientConnection {
   // (a hung GPU); a non-empty answer gives the wait up: the connection is then broken with
   // that reason (the failover's way out of a GPU the lease has moved away from).
   virtual void SetAbandonCheck(std::function<std::string()> check) = 0;
+  // The transport seq the next request will carry (the server knows which seqs it ran:
+  // a handoff tells the client which of its requests the old GPU ran).
+  virtual uint64_t next_sequence() = 0;
 };
 
 class RpcClient : public ClientConnection {
@@ -84,6 +87,7 @@ class RpcClient : public ClientConnection {
   Status Start(const Request& request) override;
   Status Drain(int32_t* first_error) override;
   void SetAbandonCheck(std::function<std::string()> check) override;
+  uint64_t next_sequence() override;
 
   const std::string& endpoint() const { return endpoint_; }
 

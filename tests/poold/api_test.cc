@@ -175,6 +175,7 @@ TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {
       {"/v1/leases/migrate", R"({"lease":"L1","colour":"red"})", 400, "unknown field 'colour'"},
       {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":-5,"restored_bytes":0,"replayed":0}]})", 400, "'pause_ms' must be a non-negative integer"},
       {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0,"extra":1}]})", 400, "unknown field 'extra'"},
+      {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0,"copied_bytes":"lots"}]})", 400, "'copied_bytes' must be a non-negative integer"},
       {"/v1/nothing", R"({})", 404, "no such endpoint"},
   };
   for (const Case& c : cases) {

@@ -394,6 +394,18 @@ TEST_F(EngineTest, RecoveriesReportedByTheGpusAgentAreRecorded) {
                 "recovered here from GPU-lost: paused 3719 ms, restored 36.0 MiB, replayed 30"),
             std::string::npos)
       << last.dump();
+  // A planned move whose memory went agent to agent says so.
+  RecoveryReport moved = report;
+  moved.restored_bytes = 0;
+  moved.copied_bytes = uint64_t{40} << 20;
+  ASSERT_TRUE(engine_->Heartbeat(host, {}, {moved}).ok());
+  EXPECT_EQ(engine_->counters().recovered, 2u);
+  last = engine_->ListEvents(admin_, f).value()["events"].back();
+  EXPECT_NE(last["detail"].get<std::string>().find(
+                "moved here from GPU-lost, its memory copied agent to agent: paused 3719 ms, "
+                "copied 40.0 MiB, replayed 30"),
+            std::string::npos)
+      << last.dump();
 }
 
 // An admin moves a lease's GPU: to a named IDLE GPU of its pool, or where placement says;

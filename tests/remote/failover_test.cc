@@ -121,13 +121,16 @@ struct Agent {
     options.hang_timeout = hang_timeout;
     options.on_recovered = [this](const std::string& gpu_uuid, const std::string& lease,
                                   const std::string& from, uint64_t pause_ms, uint64_t restored,
-                                  uint64_t) {
+                                  uint64_t, uint64_t copied) {
       std::lock_guard<std::mutex> lock(reports_mu);
       reports.push_back(gpu_uuid + " " + lease + " " + from + " " + std::to_string(pause_ms) +
-                        " " + std::to_string(restored));
+                        " " + std::to_string(restored) +
+                        (copied > 0 ? " copied " + std::to_string(copied) : ""));
     };
-    options.authorize = [](const std::string& lease, const std::string& token, const std::string&) {
-      return lease == "L1" && token == "t1";
+    // Lease L1 holds this GPU until the test moves it (holds = false).
+    options.authorize = [this](const std::string& lease, const std::string& token,
+                               const std::string&) {
+      return lease == "L1" && token == "t1" && holds.load();
     };
     auto started = dp::Server::Start(options);
     EXPECT_TRUE(started.ok()) << started.status().message();
@@ -141,6 +144,7 @@ struct Agent {
   }
   std::mutex reports_mu;
   std::vector<std::string> reports;  // what clients reported with kOpRecovered
+  std::atomic<bool> holds{true};
   HangingBackend backend;
   std::string uuid;
   std::string endpoint;
@@ -342,7 +346,7 @@ TEST_F(FailoverTest, AGoneAgentIsReplacedAndTheStateGoesOn) {
 TEST_F(FailoverTest, RecoveryReportsComeOnlyFromAttachedSessions) {
   auto stranger = transport::RpcClient::Connect(second_->endpoint, second_->uuid);
   ASSERT_TRUE(stranger.ok());
-  dp::RecoveredArgs forged{1, 2, 3, "GPU-forged"};
+  dp::RecoveredArgs forged{1, 2, 3, "GPU-forged", 0};
   Reply reply;
   ASSERT_TRUE(stranger.value()
                   ->Call({dp::kOpRecovered, &forged, sizeof(forged), nullptr, 0, nullptr, 0}, &reply)
@@ -355,7 +359,7 @@ TEST_F(FailoverTest, RecoveryReportsComeOnlyFromAttachedSessions) {
   int32_t refusal = 0;
   auto attached = OpenSession(location, &description, &why, &refusal);
   ASSERT_NE(attached, nullptr) << why;
-  dp::RecoveredArgs odd{5, 6, 7, "GPU-\x01\xff"};
+  dp::RecoveredArgs odd{5, 6, 7, "GPU-\x01\xff", 0};
   ASSERT_TRUE(attached->Call({dp::kOpRecovered, &odd, sizeof(odd), nullptr, 0, nullptr, 0}, &reply).ok());
   EXPECT_EQ(reply.status, 0);
   std::vector<std::string> reports = second_->Reports();
@@ -713,6 +717,166 @@ TEST_F(FailoverTest, ALongKernelIsNotAHang) {
   EXPECT_EQ(Call(dp::kOpContextSynchronize, &sync, 0), 0);
   EXPECT_EQ(first_->backend.reported_failures(), 0);
   EXPECT_TRUE(failover_->recoveries().empty());
+}
+
+// A planned move (the lease moved off a healthy GPU): the old agent keeps the session's
+// memory, the new agent copies it from there, and only the requests the old GPU refused are
+// replayed; nothing comes from the checkpoint.
+TEST_F(FailoverTest, APlannedMoveHandsTheMemoryOverAgentToAgent) {
+  FailoverConfig config = Replay();
+  config.checkpoint_interval = std::chrono::hours(1);  // the log holds everything since
+  Open(config);
+  Prepare();
+  for (uint32_t k = 1; k <= 5; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  for (uint32_t k = 6; k <= 9; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);  // run on the first GPU (no checkpoint: the interval is long)
+  first_->holds = false;        // the lease moves (a drain)
+  NameInLease(*second_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the agent's tick revokes
+  for (uint32_t k = 10; k <= 12; ++k) Step(k);  // refused there: six requests
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  const Failover::Recovery& moved = failover_->recoveries()[0];
+  EXPECT_EQ(moved.to.uuid, second_->uuid);
+  EXPECT_EQ(moved.restored_bytes, 0u);
+  EXPECT_GE(moved.copied_bytes, kElements * 4u + 4u);  // the data and the module's counter
+  EXPECT_EQ(moved.replayed, 6u);
+  std::vector<std::string> reports = second_->Reports();
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(reports[0].find(" copied "), std::string::npos) << reports[0];
+  // The process goes on there.
+  for (uint32_t k = 13; k <= 14; ++k) Step(k);
+  ExpectMatchesReference();
+}
+
+// Moved while requests are in flight: whichever of them the old GPU ran are not run again.
+TEST_F(FailoverTest, APlannedMoveRunsNothingTwice) {
+  FailoverConfig config = Replay();
+  config.checkpoint_interval = std::chrono::hours(1);
+  Open(config);
+  Prepare();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  std::thread move([this] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    first_->holds = false;
+    NameInLease(*second_);
+  });
+  for (uint32_t k = 4; k <= 200; ++k) Step(k);
+  move.join();
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_GT(failover_->recoveries()[0].copied_bytes, 0u);
+}
+
+// Who may take part in a handoff: only a session whose lease moved off a healthy GPU
+// offers, once; only a connection with its ticket reads, once, and only that memory.
+TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
+  GpuLocation location{first_->uuid, first_->endpoint};
+  dp::DeviceDescription description{};
+  std::string why;
+  int32_t refusal = 0;
+  auto owner = OpenSession(location, &description, &why, &refusal);
+  ASSERT_NE(owner, nullptr) << why;
+  Reply reply;
+  dp::MemAllocArgs alloc{4096, kData};
+  ASSERT_TRUE(owner->Call({dp::kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0}, &reply).ok());
+  ASSERT_EQ(reply.status, 0);
+  std::vector<char> secret(4096, 's');
+  dp::MemcpyHtoDArgs write{kData, secret.size(), 0};
+  ASSERT_TRUE(owner->Call({dp::kOpMemcpyHtoD, &write, sizeof(write), secret.data(), secret.size(),
+                           nullptr, 0},
+                          &reply)
+                  .ok());
+  Request offer{dp::kOpHandoffOffer, nullptr, 0, nullptr, 0, nullptr, 0};
+  // Its lease still holds the GPU: nothing to hand off.
+  ASSERT_TRUE(owner->Call(offer, &reply).ok());
+  EXPECT_EQ(reply.status, dp::kCuNotPermitted);
+  // A connection without a hello offers nothing, and pulls nothing.
+  auto stranger = transport::RpcClient::Connect(first_->endpoint, first_->uuid);
+  ASSERT_TRUE(stranger.ok());
+  ASSERT_TRUE(stranger.value()->Call(offer, &reply).ok());
+  EXPECT_EQ(reply.status, dp::kCuNotPermitted);
+  auto puller = transport::RpcClient::Connect(second_->endpoint, second_->uuid);
+  ASSERT_TRUE(puller.ok());
+  dp::HandoffPullArgs pull{};
+  ASSERT_TRUE(puller.value()->Call({dp::kOpHandoffPull, &pull, sizeof(pull), nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.status, dp::kCuNotPermitted);
+
+  first_->holds = false;  // the lease moves
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  dp::MemAllocArgs more{4096, kData + (1 << 20)};
+  ASSERT_TRUE(owner->Call({dp::kOpMemAlloc, &more, sizeof(more), nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.status, dp::kCuNotPermitted);  // revoked, but kept for a handoff
+  ASSERT_TRUE(owner->Call(offer, &reply).ok());
+  ASSERT_EQ(reply.status, 0) << reply.out;
+  dp::HandoffOfferResult offered{};
+  ASSERT_GE(reply.out.size(), sizeof(offered));
+  std::memcpy(&offered, reply.out.data(), sizeof(offered));
+  EXPECT_EQ(std::strlen(offered.ticket), 64u);
+  ASSERT_TRUE(owner->Call(offer, &reply).ok());  // once only
+  EXPECT_EQ(reply.status, dp::kCuNotPermitted);
+
+  auto attach_with = [&](const char* ticket) {
+    auto reader = transport::RpcClient::Connect(first_->endpoint, first_->uuid);
+    EXPECT_TRUE(reader.ok());
+    dp::HandoffAttachArgs attach;
+    std::snprintf(attach.gpu_uuid, sizeof(attach.gpu_uuid), "%s", first_->uuid.c_str());
+    std::snprintf(attach.ticket, sizeof(attach.ticket), "%s", ticket);
+    Reply answer;
+    EXPECT_TRUE(reader.value()
+                    ->Call({dp::kOpHandoffAttach, &attach, sizeof(attach), nullptr, 0, nullptr, 0},
+                           &answer)
+                    .ok());
+    return std::make_pair(std::move(reader.value()), answer.status);
+  };
+  std::string wrong = offered.ticket;
+  wrong[0] = wrong[0] == '0' ? '1' : '0';
+  EXPECT_EQ(attach_with(wrong.c_str()).second, dp::kCuNotPermitted);
+  auto [reader, attached] = attach_with(offered.ticket);
+  ASSERT_EQ(attached, 0);
+  EXPECT_EQ(attach_with(offered.ticket).second, dp::kCuNotPermitted);  // used up
+  std::vector<char> read(4096);
+  dp::HandoffReadArgs inside{kData, read.size()};
+  ASSERT_TRUE(reader->Call({dp::kOpHandoffRead, &inside, sizeof(inside), nullptr, 0, read.data(),
+                            read.size()},
+                           &reply)
+                  .ok());
+  ASSERT_EQ(reply.status, 0);
+  EXPECT_EQ(read, secret);
+  dp::HandoffReadArgs outside{kData + (uint64_t{1} << 30), 4096};
+  ASSERT_TRUE(reader->Call({dp::kOpHandoffRead, &outside, sizeof(outside), nullptr, 0,
+                            read.data(), read.size()},
+                           &reply)
+                  .ok());
+  EXPECT_NE(reply.status, 0);
+  // Anything but reading and ending closes the reader.
+  ASSERT_TRUE(reader->Call({dp::kOpMemAlloc, &more, sizeof(more), nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.status, dp::kCuNotPermitted);
+  EXPECT_FALSE(reader->Call({dp::kOpHandoffRead, &inside, sizeof(inside), nullptr, 0, read.data(),
+                             read.size()},
+                            &reply)
+                   .ok());
+}
+
+// A GPU that failed keeps nothing for a handoff: its process recovers from its checkpoint.
+TEST_F(FailoverTest, AFailedGpuOffersNoHandoff) {
+  Open(Replay());
+  Prepare();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  first_->backend.Fail();
+  first_->holds = false;
+  NameInLease(*second_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  for (uint32_t k = 4; k <= 5; ++k) Step(k);
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(failover_->recoveries()[0].copied_bytes, 0u);
+  EXPECT_GT(failover_->recoveries()[0].restored_bytes, 0u);
 }
 
 TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
