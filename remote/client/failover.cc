@@ -118,12 +118,13 @@ FailoverConfig FailoverConfig::FromEnvironment(std::vector<std::string>* errors)
   if (const char* mode = std::getenv("GPUPOOL_FAILOVER"); mode != nullptr && *mode != '\0') {
     if (std::strcmp(mode, "off") == 0) {
       config.mode = Mode::kOff;
+    } else if (std::strcmp(mode, "migrate") == 0) {
+      config.mode = Mode::kMigrate;
     } else if (std::strcmp(mode, "replay") == 0) {
       config.mode = Mode::kReplay;
     } else {
       errors->push_back(std::string("GPUPOOL_FAILOVER='") + mode +
-                        "' is not one of off, replay (migrate is still to "
-                        "come); using replay");
+                        "' is not one of off, migrate, replay; using replay");
     }
   }
   if (const char* v = std::getenv("GPUPOOL_CHECKPOINT_INTERVAL"); v != nullptr && *v != '\0') {
@@ -181,7 +182,7 @@ Failover::Failover(FailoverConfig config, int device, int slot, std::string leas
       slot_(slot),
       lease_file_(std::move(lease_file)),
       open_session_(std::move(open_session)) {
-  protecting_ = config_.mode == FailoverConfig::Mode::kReplay;
+  protecting_ = config_.mode != FailoverConfig::Mode::kOff;
 }
 
 void Failover::Unprotect(const std::string& why) {
@@ -289,6 +290,8 @@ void Failover::WatchLease(Channel* channel) {
 
 bool Failover::Recoverable(int32_t status) const {
   if (!protecting_) return false;
+  // With migrate, only a planned move (the session revoked, its memory kept) is followed.
+  if (config_.mode == FailoverConfig::Mode::kMigrate) return status == dp::kCuNotPermitted;
   return status == dp::kCuDeviceUnavailable || status == dp::kCuEccUncorrectable ||
          status == dp::kCuNotPermitted;
 }
@@ -607,6 +610,27 @@ void Failover::MaybeCheckpoint(ClientConnection* connection, bool synchronised) 
 }
 
 bool Failover::Checkpoint(ClientConnection* connection) {
+  if (config_.mode == FailoverConfig::Mode::kMigrate) {
+    // No memory image: a move's memory comes from the old agent. The log is cut where
+    // every request before has run (the device idle), which keeps only live resources.
+    Reply idle;
+    Request synchronise{dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0};
+    if (!connection->Call(synchronise, &idle).ok() || idle.status != 0 ||
+        idle.async_status != 0) {
+      return false;
+    }
+    ShowOutput(idle.out);
+    base_ = live_;
+    RecyclePayloads();
+    log_.clear();
+    last_upload_.clear();
+    log_bytes_ = 0;
+    printf_delivered_ = 0;
+    written_.clear();
+    last_checkpoint_ = std::chrono::steady_clock::now();
+    ++checkpoints_;
+    return true;
+  }
   uint64_t total = 0;
   for (const auto& [start, size] : ranges_) total += size;
   if (total > config_.checkpoint_mem) {
@@ -1132,6 +1156,11 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
   if (handing_off) {
     LogError("GPU %d (%s): the lease moved to another GPU; moving there with its memory",
              device_, failed.uuid.c_str());
+  } else if (config_.mode == FailoverConfig::Mode::kMigrate) {
+    LogError("GPU %d (%s) failed (CUDA error %d); GPUPOOL_FAILOVER=migrate follows planned "
+             "moves only",
+             device_, failed.uuid.c_str(), why);
+    return false;
   } else {
     LogError("GPU %d (%s) failed (CUDA error %d): recovering on the GPU the lease names next",
              device_, failed.uuid.c_str(), why);
@@ -1185,6 +1214,12 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
           }
           recoveries_.push_back(recovery);
           return true;
+        }
+        if (moved && config_.mode == FailoverConfig::Mode::kMigrate) {
+          LogError("GPU %d: the handoff from %s failed (%s); GPUPOOL_FAILOVER=migrate keeps no "
+                   "checkpoint to recover from",
+                   device_, failed.uuid.c_str(), last_problem.c_str());
+          return false;
         }
         if (moved) {
           // The checkpoint and the whole log still hold: recover from them on a fresh session.

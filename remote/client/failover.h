@@ -55,7 +55,9 @@
 namespace gpupool::client {
 
 struct FailoverConfig {
-  enum class Mode { kOff, kReplay };
+  // kMigrate: follows planned moves only (its memory handed over agent to agent); keeps no
+  // memory image, so a failure gives the CUDA error as kOff does.
+  enum class Mode { kOff, kMigrate, kReplay };
   Mode mode = Mode::kReplay;
   std::chrono::milliseconds checkpoint_interval{1000};
   uint64_t checkpoint_mem = uint64_t{4} << 30;

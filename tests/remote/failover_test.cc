@@ -861,6 +861,35 @@ TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
                    .ok());
 }
 
+// GPUPOOL_FAILOVER=migrate: planned moves are followed with no memory image kept; a
+// failure gives the CUDA error.
+TEST_F(FailoverTest, MigrateFollowsAPlannedMoveButNotAFailure) {
+  FailoverConfig config = Replay();
+  config.mode = FailoverConfig::Mode::kMigrate;
+  Open(config);
+  Prepare();
+  for (uint32_t k = 1; k <= 4; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  EXPECT_EQ(failover_->checkpoints(), 1u);  // the log cut, nothing saved
+  EXPECT_EQ(failover_->checkpoint_bytes(), 0u);
+  EXPECT_EQ(failover_->readback_bytes(), 0u);
+  EXPECT_EQ(failover_->log_entries(), 0u);
+  for (uint32_t k = 5; k <= 6; ++k) Step(k);
+  first_->holds = false;
+  NameInLease(*second_);
+  for (uint32_t k = 7; k <= 8; ++k) Step(k);
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_GT(failover_->recoveries()[0].copied_bytes, 0u);
+  EXPECT_EQ(failover_->checkpoint_bytes(), 0u);
+  second_->server.reset();  // the agent goes away: not followed
+  auto third = std::make_unique<Agent>(2);
+  NameInLease(*third);
+  EXPECT_EQ(Synchronize(), dp::kCuDeviceUnavailable);
+  EXPECT_EQ(failover_->recoveries().size(), 1u);
+}
+
 // A GPU that failed keeps nothing for a handoff: its process recovers from its checkpoint.
 TEST_F(FailoverTest, AFailedGpuOffersNoHandoff) {
   Open(Replay());
@@ -904,6 +933,11 @@ TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
   EXPECT_TRUE(ParseByteSize("512M", &bytes));
   EXPECT_EQ(bytes, uint64_t{512} << 20);
   EXPECT_FALSE(ParseByteSize("12Q", &bytes));
+  setenv("GPUPOOL_FAILOVER", "migrate", 1);
+  errors.clear();
+  EXPECT_EQ(FailoverConfig::FromEnvironment(&errors).mode, FailoverConfig::Mode::kMigrate);
+  EXPECT_TRUE(errors.empty());
+  unsetenv("GPUPOOL_FAILOVER");
   EXPECT_FALSE(ParseByteSize("", &bytes));
 }
 
