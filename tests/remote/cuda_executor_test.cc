@@ -133,6 +133,23 @@ TEST_F(CudaExecutorPlacement, PackedAllocationsShareTheirGranules) {
   EXPECT_EQ(fake.reservations(), 0u);
   EXPECT_EQ(fake.handles(), 0u);
   EXPECT_EQ(fake.mappings(), 0u);
+
+  // The granule mapped already may be the last one an allocation touches, too.
+  const uint64_t later = kBase + kGranule + 1024, before = kBase + kGranule - 512;
+  ASSERT_EQ(executor->AllocateAt(later, 512), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(before, 1024), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 2u);
+  std::string across(1024, 'c');
+  ASSERT_EQ(executor->CopyToDevice(before, across.data(), across.size(), 0), kCuSuccess);
+  EXPECT_EQ(Read(before, 1024), across);
+
+  // Or the middle of a run that an earlier, larger allocation mapped.
+  const uint64_t large = kBase + 4 * kGranule, tail = large + 3 * kGranule - 512;
+  ASSERT_EQ(executor->AllocateAt(large, 3 * kGranule - 1024), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(tail, 1024), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 4u);
+  ASSERT_EQ(executor->CopyToDevice(tail, across.data(), across.size(), 0), kCuSuccess);
+  EXPECT_EQ(Read(tail, 1024), across);
 }
 
 TEST_F(CudaExecutorPlacement, OverlappingItsOwnAllocationIsInvalid) {
