@@ -20,8 +20,8 @@
 // Placed allocations (AllocateAt, for failover's stable device addresses): where the
 // driver has the virtual memory management API and the device supports it, the client's
 // address is reserved with cuMemAddressReserve, backed by cuMemCreate and mapped read/write
-// for this GPU. The driver works in granules (cuMemGetAllocationGranularity, 2 MiB on
-// current GPUs) while the client packs its allocations 512 bytes apart, so the executor
+// for this GPU. The driver works in granules (cuMemGetAllocationGranularity, typically
+// 2 MiB) while the client packs its allocations 512 bytes apart, so the executor
 // maps the granules an allocation touches and shares the ones it already mapped for this
 // session's earlier allocations (refcounted, released when their last allocation is
 // freed). Copies and memsets are still checked against the size the client asked for, not
