@@ -3,9 +3,12 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <utility>
 
 #include "remote/dataplane/protocol.h"
 
@@ -46,6 +49,21 @@ struct CudaDriver {
   decltype(&::cuEventQuery) event_query;
   decltype(&::cuEventElapsedTime) event_elapsed;
   decltype(&::cuModuleGetGlobal) module_global = nullptr;  // optional
+  // Optional: the virtual memory management API, for AllocateAt.
+  decltype(&::cuDeviceGetAttribute) device_attribute = nullptr;
+  decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
+  decltype(&::cuMemAddressReserve) address_reserve = nullptr;
+  decltype(&::cuMemAddressFree) address_free = nullptr;
+  decltype(&::cuMemCreate) mem_create = nullptr;
+  decltype(&::cuMemRelease) mem_release = nullptr;
+  decltype(&::cuMemMap) mem_map = nullptr;
+  decltype(&::cuMemUnmap) mem_unmap = nullptr;
+  decltype(&::cuMemSetAccess) mem_set_access = nullptr;
+
+  bool has_vmm() const {
+    return device_attribute && granularity && address_reserve && address_free && mem_create &&
+           mem_release && mem_map && mem_unmap && mem_set_access;
+  }
 };
 
 namespace {
@@ -107,6 +125,15 @@ Result<const CudaDriver*> LoadDriver() {
               Resolve(library, "cuEventQuery", &d->event_query) &&
               Resolve(library, "cuEventElapsedTime", &d->event_elapsed);
     Resolve(library, "cuModuleGetGlobal_v2", &d->module_global);
+    Resolve(library, "cuDeviceGetAttribute", &d->device_attribute);
+    Resolve(library, "cuMemGetAllocationGranularity", &d->granularity);
+    Resolve(library, "cuMemAddressReserve", &d->address_reserve);
+    Resolve(library, "cuMemAddressFree", &d->address_free);
+    Resolve(library, "cuMemCreate", &d->mem_create);
+    Resolve(library, "cuMemRelease", &d->mem_release);
+    Resolve(library, "cuMemMap", &d->mem_map);
+    Resolve(library, "cuMemUnmap", &d->mem_unmap);
+    Resolve(library, "cuMemSetAccess", &d->mem_set_access);
     if (!ok) {
       loaded = new Result<const CudaDriver*>(
           Status::Unavailable("the CUDA driver lacks an entry point the agent needs"));
@@ -135,6 +162,41 @@ std::string FormatUuid(const CUuuid& uuid) {
 
 CUdeviceptr Ptr(uint64_t value) { return static_cast<CUdeviceptr>(value); }
 
+// Physical memory of AllocateAt: pinned device memory of `device`.
+CUmemAllocationProp DeviceMemory(CUdevice device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+// The granularity of VMM allocations on `device`; 0 when the driver lacks the API or the
+// device does not support it (AllocateAt then answers CUDA_ERROR_NOT_SUPPORTED).
+uint64_t VmmGranularity(const CudaDriver* d, CUdevice device) {
+  if (!d->has_vmm()) return 0;
+  int supported = 0;
+  if (d->device_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                          device) != CUDA_SUCCESS ||
+      supported == 0) {
+    return 0;
+  }
+  CUmemAllocationProp prop = DeviceMemory(device);
+  size_t granularity = 0;
+  if (d->granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) {
+    return 0;
+  }
+  // The rounding below needs a power of two (every driver so far reports 2 MiB).
+  if (granularity == 0 || (granularity & (granularity - 1)) != 0) return 0;
+  return granularity;
+}
+
+std::string Hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "0x%" PRIx64, value);
+  return text;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Executor>> CudaExecutor::Create(const std::string& gpu_uuid) {
@@ -156,13 +218,15 @@ Result<std::unique_ptr<Executor>> CudaExecutor::Create(const std::string& gpu_uu
       return Status::Unavailable("cannot retain the primary context of " + gpu_uuid +
                                  ": CUDA error " + std::to_string(status));
     }
-    return std::unique_ptr<Executor>(new CudaExecutor(d, device, context));
+    return std::unique_ptr<Executor>(
+        new CudaExecutor(d, device, context, VmmGranularity(d, device)));
   }
   return Status::Unavailable("the CUDA driver has no GPU " + gpu_uuid);
 }
 
-CudaExecutor::CudaExecutor(const CudaDriver* driver, int device, void* context)
-    : driver_(driver), device_(device), context_(context) {}
+CudaExecutor::CudaExecutor(const CudaDriver* driver, int device, void* context,
+                           uint64_t granularity)
+    : driver_(driver), device_(device), context_(context), granularity_(granularity) {}
 
 CudaExecutor::~CudaExecutor() {
   // Everything the client left behind goes, so its memory is free for the next lease.
@@ -171,7 +235,10 @@ CudaExecutor::~CudaExecutor() {
     for (auto& [id, event] : events_) driver_->event_destroy(static_cast<CUevent>(event));
     for (auto& [id, stream] : streams_) driver_->stream_destroy(static_cast<CUstream>(stream));
     for (auto& [id, module] : modules_) driver_->module_unload(static_cast<CUmodule>(module));
-    for (auto& [dptr, size] : allocations_) driver_->free(Ptr(dptr));
+    for (auto& [dptr, size] : allocations_) {
+      if (placed_.count(dptr) == 0) driver_->free(Ptr(dptr));
+    }
+    for (auto& [start, run] : runs_) UnmapRun(start, run);
   }
   driver_->primary_release(device_);
 }
@@ -197,6 +264,15 @@ bool CudaExecutor::Owns(uint64_t dptr, uint64_t size) const {
   return offset <= length && size <= length - offset;
 }
 
+bool CudaExecutor::Overlaps(uint64_t dptr, uint64_t size) const {
+  // REQUIRES: dptr + size does not wrap.
+  auto after = allocations_.lower_bound(dptr);
+  if (after != allocations_.end() && after->first < dptr + size) return true;
+  if (after == allocations_.begin()) return false;
+  const auto& [start, length] = *std::prev(after);
+  return dptr - start < length;
+}
+
 bool CudaExecutor::StreamFor(uint64_t id, void** stream) {
   if (id == 0) {
     *stream = nullptr;
@@ -219,11 +295,124 @@ int32_t CudaExecutor::Allocate(uint64_t size, uint64_t* dptr) {
   return status;
 }
 
+int32_t CudaExecutor::AllocateAt(uint64_t address, uint64_t size) {
+  if (size == 0 || address == 0 || size > UINT64_MAX - address) return CUDA_ERROR_INVALID_VALUE;
+  if (Overlaps(address, size)) return CUDA_ERROR_INVALID_VALUE;
+  if (granularity_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
+  const uint64_t end = address + size;
+  if (end > UINT64_MAX - (granularity_ - 1)) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t first = address & ~(granularity_ - 1);
+  const uint64_t last = (end + granularity_ - 1) & ~(granularity_ - 1);
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+
+  // The granules [first, last): those this session has mapped already are shared, the gaps
+  // between them are mapped now, each gap as one run.
+  std::vector<uint64_t> used;     // runs this allocation touches, in address order
+  std::vector<uint64_t> created;  // the ones mapped by this call
+  uint64_t cursor = first;
+  if (auto after = runs_.upper_bound(cursor); after != runs_.begin()) {
+    auto before = std::prev(after);
+    if (cursor - before->first < before->second.size) {
+      used.push_back(before->first);
+      cursor = before->first + before->second.size;
+    }
+  }
+  while (cursor < last) {
+    auto next = runs_.lower_bound(cursor);
+    if (next != runs_.end() && next->first == cursor) {
+      used.push_back(cursor);
+      cursor += next->second.size;
+      continue;
+    }
+    uint64_t gap_end = next == runs_.end() ? last : std::min(last, next->first);
+    if (int32_t status = MapRun(cursor, gap_end - cursor); status != CUDA_SUCCESS) {
+      for (uint64_t start : created) {
+        UnmapRun(start, runs_.at(start));
+        runs_.erase(start);
+      }
+      return status;
+    }
+    created.push_back(cursor);
+    used.push_back(cursor);
+    cursor = gap_end;
+  }
+  for (uint64_t start : used) ++runs_.at(start).users;
+  allocations_[address] = size;  // copies are checked against what was asked, not the granules
+  placed_[address] = std::move(used);
+  return CUDA_SUCCESS;
+}
+
+int32_t CudaExecutor::MapRun(uint64_t start, uint64_t size) {
+  CUdeviceptr granted = 0;
+  CUresult status = driver_->address_reserve(&granted, size, 0, Ptr(start), 0);
+  if (status != CUDA_SUCCESS || granted != Ptr(start)) {
+    if (status == CUDA_SUCCESS) driver_->address_free(granted, size);
+    // The address is a hint to the driver: it moves (or refuses) a range that another
+    // session of this GPU, or the driver itself, holds. Not an error of the client's: it
+    // answers CUDA_ERROR_NOT_SUPPORTED like an executor that cannot place memory, so that
+    // the session allocates with cuMemAlloc instead and the client, seeing another address,
+    // runs on unprotected (it says so in its log) rather than failing its cuMemAlloc.
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  CUmemAllocationProp prop = DeviceMemory(device_);
+  CUmemGenericAllocationHandle handle = 0;
+  const char* step = "cuMemCreate";
+  status = driver_->mem_create(&handle, size, &prop, 0);
+  if (status == CUDA_SUCCESS) {
+    step = "cuMemMap";
+    status = driver_->mem_map(Ptr(start), size, 0, handle, 0);
+    if (status == CUDA_SUCCESS) {
+      CUmemAccessDesc access{};
+      access.location = prop.location;
+      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      step = "cuMemSetAccess";
+      status = driver_->mem_set_access(Ptr(start), size, &access, 1);
+      if (status == CUDA_SUCCESS) {
+        runs_[start] = VmmRun{size, handle, 0};
+        return CUDA_SUCCESS;
+      }
+      driver_->mem_unmap(Ptr(start), size);
+    }
+    driver_->mem_release(handle);
+  }
+  driver_->address_free(Ptr(start), size);
+  // Resource errors (out of memory above all) are the client's answer, as cuMemAlloc's are.
+  error_detail_ = std::string(step) + " of " + std::to_string(size) + " bytes at " + Hex(start) +
+                  " (AllocateAt) failed";
+  return status;
+}
+
+int32_t CudaExecutor::UnmapRun(uint64_t start, const VmmRun& run) {
+  CUresult unmapped = driver_->mem_unmap(Ptr(start), run.size);
+  CUresult released = driver_->mem_release(run.handle);
+  CUresult freed = driver_->address_free(Ptr(start), run.size);
+  if (unmapped != CUDA_SUCCESS) return unmapped;
+  return released != CUDA_SUCCESS ? released : freed;
+}
+
 int32_t CudaExecutor::Free(uint64_t dptr) {
   if (dptr == 0) return CUDA_SUCCESS;
   if (allocations_.erase(dptr) == 0) return CUDA_ERROR_INVALID_VALUE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
-  return driver_->free(Ptr(dptr));
+  auto placed = placed_.find(dptr);
+  if (placed == placed_.end()) return driver_->free(Ptr(dptr));
+  std::vector<uint64_t> runs = std::move(placed->second);
+  placed_.erase(placed);
+  int32_t result = CUDA_SUCCESS;
+  bool synchronized = false;
+  for (uint64_t start : runs) {
+    auto run = runs_.find(start);
+    if (run == runs_.end() || --run->second.users > 0) continue;  // still another's granules
+    // Like cuMemFree, wait for the work that may still use the memory before it goes.
+    if (!synchronized) {
+      synchronized = true;
+      if (CUresult status = driver_->synchronize(); status != CUDA_SUCCESS) result = status;
+    }
+    int32_t status = UnmapRun(start, run->second);
+    if (result == CUDA_SUCCESS) result = status;
+    runs_.erase(run);
+  }
+  return result;
 }
 
 void CudaExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
@@ -329,6 +518,8 @@ int32_t CudaExecutor::GetGlobal(uint64_t module, const std::string& name, uint64
   *size = bytes;
   return CUDA_SUCCESS;
 }
+
+std::string CudaExecutor::TakeErrorDetail() { return std::exchange(error_detail_, {}); }
 
 int32_t CudaExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) {
   auto found = modules_.find(module);

@@ -17,8 +17,27 @@
 // lets sessions of two leases run on one GPU at once (server.cc), and closes a session
 // whose lease lost the GPU.
 //
+// Placed allocations (AllocateAt, for failover's stable device addresses): where the
+// driver has the virtual memory management API and the device supports it, the client's
+// address is reserved with cuMemAddressReserve, backed by cuMemCreate and mapped read/write
+// for this GPU. The driver works in granules (cuMemGetAllocationGranularity, typically
+// 2 MiB) while the client packs its allocations 512 bytes apart, so the executor
+// maps the granules an allocation touches and shares the ones it already mapped for this
+// session's earlier allocations (refcounted, released when their last allocation is
+// freed). Copies and memsets are still checked against the size the client asked for, not
+// the granules. A hint the driver does not honour (another session's memory there, a
+// driver without VMM) makes AllocateAt answer CUDA_ERROR_NOT_SUPPORTED after undoing
+// everything: the session then allocates with cuMemAlloc and the client reports itself
+// unprotected, as before.
+//
+// Hang watchdog: SetProgressCounter stays false. The driver cannot tell a kernel that runs
+// long from one that never ends (cuStreamQuery answers CUDA_ERROR_NOT_READY for both), so
+// any progress this executor could report would either be missing during a long kernel (a
+// healthy GPU reported FAILED) or be counted while waiting (a hung GPU never reported).
+//
 // NOT RUN: this file is compiled here but has never executed on a GPU (the development
-// machine has none). See man/gpupool-remote.7.
+// machine has none); it is tested only against a fake driver
+// (tests/remote/fake_cuda_driver.cc), including the VMM path. See man/gpupool-remote.7.
 #pragma once
 
 #include <map>
@@ -42,6 +61,10 @@ class CudaExecutor : public Executor {
   ~CudaExecutor() override;
 
   int32_t Allocate(uint64_t size, uint64_t* dptr) override;
+  // [address, address+size) at exactly `address` (see the VMM note above). CUDA_ERROR_
+  // NOT_SUPPORTED when this GPU or driver cannot place memory or the driver would put it
+  // elsewhere; CUDA_ERROR_INVALID_VALUE when it overlaps this session's own allocations.
+  int32_t AllocateAt(uint64_t address, uint64_t size) override;
   int32_t Free(uint64_t dptr) override;
   void MemoryInfo(uint64_t* free, uint64_t* total) override;
   void* HostView(uint64_t dptr, uint64_t size) override { return nullptr; }
@@ -72,9 +95,11 @@ class CudaExecutor : public Executor {
   int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
   int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
                     uint64_t* size) override;
+  std::string TakeErrorDetail() override;
 
  private:
-  CudaExecutor(const CudaDriver* driver, int device, void* context);
+  // `granularity`: of VMM allocations on this device; 0 when AllocateAt cannot be served.
+  CudaExecutor(const CudaDriver* driver, int device, void* context, uint64_t granularity);
   // Makes the primary context current on the calling (server) thread.
   int32_t Enter();
   // The CUstream for a client stream id (0: the legacy default stream); false if unknown.
@@ -85,8 +110,26 @@ class CudaExecutor : public Executor {
   void* context_;                           // CUcontext (primary)
   // True when [dptr, dptr+size) lies inside one allocation of this session.
   bool Owns(uint64_t dptr, uint64_t size) const;
+  // True when [dptr, dptr+size) meets an allocation of this session.
+  bool Overlaps(uint64_t dptr, uint64_t size) const;
 
-  std::map<uint64_t, uint64_t> allocations_;  // start -> size, this session's only
+  // Granules [start, start+size) reserved at `start`, backed and mapped for AllocateAt.
+  struct VmmRun {
+    uint64_t size;
+    uint64_t handle;  // CUmemGenericAllocationHandle
+    uint32_t users;   // placed allocations that touch it
+  };
+  // Reserves, backs, maps and opens [start, start+size) (granule multiples) and adds it to
+  // runs_ with no users; on failure undoes what it did and returns the error.
+  int32_t MapRun(uint64_t start, uint64_t size);
+  // Unmaps and releases a run and frees its addresses (the first error, having tried all).
+  int32_t UnmapRun(uint64_t start, const VmmRun& run);
+
+  const uint64_t granularity_;
+  std::map<uint64_t, uint64_t> allocations_;  // start -> size asked, this session's only
+  std::map<uint64_t, VmmRun> runs_;           // start -> run, this session's only
+  std::map<uint64_t, std::vector<uint64_t>> placed_;  // AllocateAt start -> its runs' starts
+  std::string error_detail_;                  // for TakeErrorDetail
   std::map<uint64_t, void*> modules_;       // client id -> CUmodule
   struct ModuleGlobal { uint64_t size; uint64_t module; };
   std::map<uint64_t, ModuleGlobal> module_globals_;  // start -> variable of our modules

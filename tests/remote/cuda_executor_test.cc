@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "remote/dataplane/protocol.h"
@@ -24,11 +26,226 @@ struct FakeDriver {
     memory_calls = reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_cuda_memory_calls"));
     live_allocations =
         reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_cuda_live_allocations"));
+    live_vmm = reinterpret_cast<uint64_t (*)(int)>(dlsym(library, "fake_cuda_live_vmm"));
+    control = reinterpret_cast<void (*)(int, int)>(dlsym(library, "fake_cuda_vmm_control"));
     EXPECT_NE(memory_calls, nullptr) << "libcuda.so.1 is not the test's fake driver";
   }
+  uint64_t reservations() const { return live_vmm(0); }
+  uint64_t handles() const { return live_vmm(1); }
+  uint64_t mappings() const { return live_vmm(2); }
+
   uint64_t (*memory_calls)() = nullptr;
   uint64_t (*live_allocations)() = nullptr;
+  uint64_t (*live_vmm)(int) = nullptr;
+  void (*control)(int, int) = nullptr;
 };
+
+enum Control { kVmmSupported = 0, kReserveElsewhere, kFailCreate, kFailMap, kFailAccess };
+constexpr uint64_t kGranule = uint64_t{2} << 20;  // the fake's granularity
+constexpr uint64_t kBase = uint64_t{32} << 40;    // where the client starts choosing
+
+// AllocateAt (the VMM path) against the fake's tables: every test starts and must end with
+// nothing reserved, created or mapped.
+class CudaExecutorPlacement : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_NE(fake.live_vmm, nullptr);
+    ASSERT_NE(fake.control, nullptr);
+    Reset();
+    ASSERT_EQ(fake.reservations(), 0u);
+    auto made = CudaExecutor::Create(kFakeUuid);
+    ASSERT_TRUE(made.ok()) << made.status().message();
+    executor = std::move(made.value());
+  }
+  void TearDown() override {
+    executor.reset();
+    Reset();
+    EXPECT_EQ(fake.reservations(), 0u);
+    EXPECT_EQ(fake.handles(), 0u);
+    EXPECT_EQ(fake.mappings(), 0u);
+  }
+  void Reset() {
+    fake.control(kVmmSupported, 1);
+    fake.control(kReserveElsewhere, 0);
+    for (int c : {kFailCreate, kFailMap, kFailAccess}) fake.control(c, -1);
+  }
+  std::string Read(uint64_t dptr, uint64_t size) {
+    const void* out = nullptr;
+    EXPECT_EQ(executor->CopyFromDevice(dptr, size, 0, &out), kCuSuccess);
+    return out == nullptr ? std::string() : std::string(static_cast<const char*>(out), size);
+  }
+
+  FakeDriver fake;
+  std::unique_ptr<Executor> executor;
+};
+
+TEST_F(CudaExecutorPlacement, AnAllocationLandsAtTheAskedAddress) {
+  const uint64_t size = 5000;
+  ASSERT_EQ(executor->AllocateAt(kBase, size), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 1u);
+  EXPECT_EQ(fake.handles(), 1u);
+  EXPECT_EQ(fake.mappings(), 1u);
+  std::string data(size, 'd');
+  ASSERT_EQ(executor->CopyToDevice(kBase, data.data(), size, 0), kCuSuccess);
+  EXPECT_EQ(executor->Memset(kBase + 8, 0x41, 1, 4, 0), kCuSuccess);
+  EXPECT_EQ(executor->CopyDeviceToDevice(kBase + 16, kBase + 8, 4, 0), kCuSuccess);
+  EXPECT_EQ(Read(kBase, 24), "ddddddddAAAAddddAAAAdddd");
+  EXPECT_EQ(Read(kBase + size - 4, 4), "dddd");
+}
+
+TEST_F(CudaExecutorPlacement, CopiesAreCheckedAgainstTheAskedSizeNotTheGranule) {
+  const uint64_t size = 5000;  // the driver maps a whole granule behind it
+  ASSERT_EQ(executor->AllocateAt(kBase, size), kCuSuccess);
+  const uint64_t calls = fake.memory_calls();
+  const void* out = nullptr;
+  char byte = 'x';
+  EXPECT_EQ(executor->CopyToDevice(kBase + size, &byte, 1, 0), kCuInvalidValue);
+  EXPECT_EQ(executor->CopyFromDevice(kBase, size + 1, 0, &out), kCuInvalidValue);
+  EXPECT_EQ(executor->CopyFromDevice(kBase + kGranule - 8, 8, 0, &out), kCuInvalidValue);
+  EXPECT_EQ(executor->Memset(kBase + 4096, 0, 4, 1024, 0), kCuInvalidValue);
+  EXPECT_EQ(executor->CopyDeviceToDevice(kBase + size, kBase, 16, 0), kCuInvalidValue);
+  EXPECT_EQ(executor->Free(kBase + 512), kCuInvalidValue);  // not a start
+  EXPECT_EQ(fake.memory_calls(), calls);  // none of it reached the driver
+}
+
+TEST_F(CudaExecutorPlacement, PackedAllocationsShareTheirGranules) {
+  // As the client chooses them: 512 bytes apart, the third across a granule boundary.
+  const uint64_t a = kBase, b = kBase + 4608, c = kBase + kGranule - 1024;
+  ASSERT_EQ(executor->AllocateAt(a, 4096), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(b, 4096), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 1u);
+  ASSERT_EQ(executor->AllocateAt(c, 4096), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 2u);  // the second granule only
+  EXPECT_EQ(fake.mappings(), 2u);
+  std::string data(4096, 'b');
+  ASSERT_EQ(executor->CopyToDevice(b, data.data(), data.size(), 0), kCuSuccess);
+  ASSERT_EQ(executor->CopyToDevice(c, data.data(), data.size(), 0), kCuSuccess);
+
+  EXPECT_EQ(executor->Free(a), kCuSuccess);
+  EXPECT_EQ(executor->Free(b), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 2u);  // c still uses the first granule
+  EXPECT_EQ(Read(c, 4096), data);
+  // Freed addresses are reused by the client: they map again.
+  ASSERT_EQ(executor->AllocateAt(a, 512), kCuSuccess);
+  EXPECT_EQ(executor->Free(c), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 1u);
+  EXPECT_EQ(executor->Free(a), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 0u);
+  EXPECT_EQ(fake.handles(), 0u);
+  EXPECT_EQ(fake.mappings(), 0u);
+
+  // The granule mapped already may be the last one an allocation touches, too.
+  const uint64_t later = kBase + kGranule + 1024, before = kBase + kGranule - 512;
+  ASSERT_EQ(executor->AllocateAt(later, 512), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(before, 1024), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 2u);
+  std::string across(1024, 'c');
+  ASSERT_EQ(executor->CopyToDevice(before, across.data(), across.size(), 0), kCuSuccess);
+  EXPECT_EQ(Read(before, 1024), across);
+
+  // Or the middle of a run that an earlier, larger allocation mapped.
+  const uint64_t large = kBase + 4 * kGranule, tail = large + 3 * kGranule - 512;
+  ASSERT_EQ(executor->AllocateAt(large, 3 * kGranule - 1024), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(tail, 1024), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 4u);
+  ASSERT_EQ(executor->CopyToDevice(tail, across.data(), across.size(), 0), kCuSuccess);
+  EXPECT_EQ(Read(tail, 1024), across);
+}
+
+TEST_F(CudaExecutorPlacement, OverlappingItsOwnAllocationIsInvalid) {
+  ASSERT_EQ(executor->AllocateAt(kBase, 4096), kCuSuccess);
+  EXPECT_EQ(executor->AllocateAt(kBase + 1024, 16), kCuInvalidValue);
+  EXPECT_EQ(executor->AllocateAt(kBase - 512, 1024), kCuInvalidValue);
+  EXPECT_EQ(executor->AllocateAt(kBase, 0), kCuInvalidValue);
+  EXPECT_EQ(executor->AllocateAt(UINT64_MAX - 100, 4096), kCuInvalidValue);
+  EXPECT_EQ(fake.reservations(), 1u);
+}
+
+TEST_F(CudaExecutorPlacement, AnotherGrantedAddressIsRefusedAndUndone) {
+  fake.control(kReserveElsewhere, 1);
+  EXPECT_EQ(executor->AllocateAt(kBase, 4096), kCuNotSupported);
+  EXPECT_EQ(fake.reservations(), 0u);
+  EXPECT_EQ(fake.handles(), 0u);
+  EXPECT_EQ(fake.mappings(), 0u);
+  char byte = 'x';
+  EXPECT_EQ(executor->CopyToDevice(kBase, &byte, 1, 0), kCuInvalidValue);  // not ours
+  EXPECT_EQ(executor->Free(kBase), kCuInvalidValue);
+  // The session's fallback, cuMemAlloc, still serves it.
+  uint64_t dptr = 0;
+  ASSERT_EQ(executor->Allocate(4096, &dptr), kCuSuccess);
+  EXPECT_EQ(executor->CopyToDevice(dptr, &byte, 1, 0), kCuSuccess);
+  EXPECT_EQ(executor->Free(dptr), kCuSuccess);
+  EXPECT_EQ(fake.live_allocations(), 0u);
+}
+
+TEST_F(CudaExecutorPlacement, AnAddressAnotherSessionHoldsIsRefused) {
+  auto made = CudaExecutor::Create(kFakeUuid);
+  ASSERT_TRUE(made.ok());
+  Executor& other = *made.value();
+  ASSERT_EQ(executor->AllocateAt(kBase, 4096), kCuSuccess);
+  // Another granule of the same range: the driver moves the hint, the executor refuses.
+  EXPECT_EQ(other.AllocateAt(kBase + 8192, 4096), kCuNotSupported);
+  EXPECT_EQ(fake.reservations(), 1u);
+  EXPECT_EQ(other.AllocateAt(kBase + kGranule, 4096), kCuSuccess);  // a free granule
+  EXPECT_EQ(fake.reservations(), 2u);
+  made.value().reset();
+  EXPECT_EQ(fake.reservations(), 1u);
+}
+
+TEST_F(CudaExecutorPlacement, AFailureMidwayReleasesEverything) {
+  fake.control(kFailCreate, 0);
+  EXPECT_EQ(executor->AllocateAt(kBase, 4096), kCuOutOfMemory);
+  EXPECT_NE(executor->TakeErrorDetail().find("cuMemCreate"), std::string::npos);
+  fake.control(kFailMap, 0);
+  EXPECT_NE(executor->AllocateAt(kBase, 4096), kCuSuccess);
+  fake.control(kFailAccess, 0);
+  EXPECT_NE(executor->AllocateAt(kBase, 4096), kCuSuccess);
+  EXPECT_NE(executor->TakeErrorDetail().find("cuMemSetAccess"), std::string::npos);
+  EXPECT_EQ(fake.reservations(), 0u);
+  EXPECT_EQ(fake.handles(), 0u);
+  EXPECT_EQ(fake.mappings(), 0u);
+  char byte = 'x';
+  EXPECT_EQ(executor->CopyToDevice(kBase, &byte, 1, 0), kCuInvalidValue);
+
+  // Midway through an allocation that shares a granule already mapped: the new granule
+  // goes, the shared one stays with only its earlier user.
+  const uint64_t earlier = kBase + kGranule - 1024;
+  ASSERT_EQ(executor->AllocateAt(earlier, 512), kCuSuccess);
+  ASSERT_EQ(executor->CopyToDevice(earlier, &byte, 1, 0), kCuSuccess);
+  fake.control(kFailCreate, 0);
+  EXPECT_EQ(executor->AllocateAt(earlier + 512, 4096), kCuOutOfMemory);
+  EXPECT_EQ(fake.reservations(), 1u);
+  EXPECT_EQ(fake.handles(), 1u);
+  EXPECT_EQ(fake.mappings(), 1u);
+  EXPECT_EQ(Read(earlier, 1), "x");
+  EXPECT_EQ(executor->Free(earlier), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 0u);  // it did not count the failed allocation as a user
+}
+
+TEST_F(CudaExecutorPlacement, FreeAndSessionEndUnmapAndRelease) {
+  ASSERT_EQ(executor->AllocateAt(kBase, 3 * kGranule), kCuSuccess);
+  EXPECT_EQ(fake.mappings(), 1u);
+  EXPECT_EQ(executor->Free(kBase), kCuSuccess);
+  EXPECT_EQ(fake.reservations(), 0u);
+  EXPECT_EQ(fake.handles(), 0u);
+  EXPECT_EQ(fake.mappings(), 0u);
+  EXPECT_EQ(executor->Free(kBase), kCuInvalidValue);  // once only
+  // A departing session's placed memory goes with it, as its cuMemAlloc memory does.
+  uint64_t plain = 0;
+  ASSERT_EQ(executor->AllocateAt(kBase, 4096), kCuSuccess);
+  ASSERT_EQ(executor->Allocate(4096, &plain), kCuSuccess);
+  executor.reset();
+  EXPECT_EQ(fake.reservations(), 0u);
+  EXPECT_EQ(fake.live_allocations(), 0u);
+}
+
+TEST_F(CudaExecutorPlacement, WithoutVmmSupportNothingIsPlaced) {
+  fake.control(kVmmSupported, 0);
+  auto made = CudaExecutor::Create(kFakeUuid);  // the attribute is read here
+  ASSERT_TRUE(made.ok());
+  EXPECT_EQ(made.value()->AllocateAt(kBase, 4096), kCuNotSupported);
+  EXPECT_EQ(fake.reservations(), 0u);
+}
 
 TEST(CudaExecutor, ASessionCannotTouchAnotherSessionsMemory) {
   FakeDriver fake;

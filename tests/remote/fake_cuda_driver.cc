@@ -3,10 +3,20 @@
 // only the entry points the executor resolves, with plain C types (same ABI as cuda.h's).
 // Every memory operation that reaches it is counted (fake_cuda_memory_calls), so a test
 // can tell whether the executor let a request through to the driver at all.
+//
+// The virtual memory management API (cuMemAddressReserve, cuMemCreate, cuMemMap, ...)
+// keeps tables of reservations, physical handles and mappings, with the rules the real
+// driver documents: 2 MiB granules, the reserve address is only a hint (a range that meets
+// another reservation or a cuMemAlloc block is placed elsewhere), a mapping covers one
+// whole handle inside one reservation and is unreachable until cuMemSetAccess, unmapping
+// takes the whole mapping, and a reservation is freed whole and only once unmapped. Tests
+// count what is live (fake_cuda_live_vmm) and steer it (fake_cuda_vmm_control).
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -14,7 +24,22 @@ namespace {
 using CUresult = int;
 constexpr CUresult kSuccess = 0;
 constexpr CUresult kInvalidValue = 1;
+constexpr CUresult kOutOfMemory = 2;
 constexpr CUresult kIllegalAddress = 700;
+constexpr uint64_t kGranularity = uint64_t{2} << 20;
+
+// cuda.h's layouts of the structures the VMM calls take.
+struct MemLocation { int type; int id; };  // CU_MEM_LOCATION_TYPE_DEVICE = 1
+struct MemAllocationProp {
+  int type;  // CU_MEM_ALLOCATION_TYPE_PINNED = 1
+  int requested_handle_types;
+  MemLocation location;
+  void* win32_metadata;
+  unsigned char alloc_flags[8];
+};
+struct MemAccessDesc { MemLocation location; int flags; };  // READWRITE = 3
+
+bool IsThisDevice(const MemLocation& location) { return location.type == 1 && location.id == 0; }
 
 std::mutex mu;
 std::map<uint64_t, std::vector<unsigned char>> blocks;  // device address -> bytes
@@ -22,24 +47,88 @@ uint64_t next_address = 0x7000000000ull;
 uint64_t memory_calls = 0;
 int stream_or_event = 0;
 
-// The bytes of [address, address+size) if inside one block, else null. REQUIRES: mu.
-unsigned char* Find(uint64_t address, uint64_t size) {
-  auto after = blocks.upper_bound(address);
-  if (after == blocks.begin()) return nullptr;
-  auto& [start, bytes] = *std::prev(after);
-  uint64_t offset = address - start;
-  if (offset > bytes.size() || size > bytes.size() - offset) return nullptr;
-  return bytes.data() + offset;
+std::map<uint64_t, uint64_t> reservations;  // start -> size
+std::map<uint64_t, uint64_t> handles;       // handle -> size (created, not released)
+uint64_t next_handle = 1;
+uint64_t next_elsewhere = 0x600000000000ull;  // where hints that are not honoured go
+struct Mapping { uint64_t size; uint64_t handle; bool accessible; };
+std::map<uint64_t, Mapping> mappings;  // device address -> mapping; bytes in `blocks`
+// Test controls (fake_cuda_vmm_control).
+int vmm_supported = 1;
+int reserve_elsewhere = 0;  // this many reservations ignore their hint
+int fail_create_after = -1, fail_map_after = -1, fail_access_after = -1;  // -1: never
+
+// Counts down a failure control: true when this call is to fail.
+bool Fails(int* after) {
+  if (*after < 0) return false;
+  return (*after)-- == 0;
+}
+
+// True when [start, start+size) meets a range of `ranges` (start -> size).
+bool Meets(const std::map<uint64_t, uint64_t>& ranges, uint64_t start, uint64_t size) {
+  auto after = ranges.lower_bound(start);
+  if (after != ranges.end() && after->first < start + size) return true;
+  return after != ranges.begin() && std::prev(after)->first + std::prev(after)->second > start;
+}
+
+// The bytes of [address, address+size) as pieces of blocks: inside one block, or across
+// mappings that follow each other without a gap (VA reserved and mapped piece by piece is
+// one range to the GPU; cuMemAlloc blocks are never adjacent). False if any byte is not
+// reachable. REQUIRES: mu.
+using Piece = std::pair<unsigned char*, size_t>;
+bool Find(uint64_t address, uint64_t size, std::vector<Piece>* pieces) {
+  pieces->clear();
+  auto block = blocks.upper_bound(address);
+  if (block == blocks.begin()) return false;
+  --block;
+  while (true) {
+    auto& [start, bytes] = *block;
+    // A mapped range is reachable once cuMemSetAccess opened it.
+    auto mapped = mappings.find(start);
+    if (mapped != mappings.end() && !mapped->second.accessible) return false;
+    uint64_t offset = address - start;
+    if (offset >= bytes.size()) return false;
+    size_t here = static_cast<size_t>(std::min<uint64_t>(size, bytes.size() - offset));
+    pieces->emplace_back(bytes.data() + offset, here);
+    size -= here;
+    address += here;
+    if (size == 0) return true;
+    if (mapped == mappings.end() || ++block == blocks.end() || block->first != address ||
+        mappings.count(address) == 0) {
+      return false;
+    }
+  }
+}
+
+// Copies between the host and device range [address, address+size). REQUIRES: mu.
+CUresult CopyIn(uint64_t address, const void* from, size_t size) {
+  std::vector<Piece> pieces;
+  if (!Find(address, size, &pieces)) return kIllegalAddress;
+  const auto* source = static_cast<const unsigned char*>(from);
+  for (auto& [to, length] : pieces) {
+    std::memcpy(to, source, length);
+    source += length;
+  }
+  return kSuccess;
+}
+CUresult CopyOut(void* to, uint64_t address, size_t size) {
+  std::vector<Piece> pieces;
+  if (!Find(address, size, &pieces)) return kIllegalAddress;
+  auto* target = static_cast<unsigned char*>(to);
+  for (auto& [from, length] : pieces) {
+    std::memcpy(target, from, length);
+    target += length;
+  }
+  return kSuccess;
 }
 
 template <typename T>
 CUresult Fill(uint64_t address, T value, size_t count) {
   std::lock_guard<std::mutex> lock(mu);
   ++memory_calls;
-  unsigned char* p = Find(address, count * sizeof(T));
-  if (p == nullptr) return kIllegalAddress;
-  for (size_t i = 0; i < count; ++i) std::memcpy(p + i * sizeof(T), &value, sizeof(T));
-  return kSuccess;
+  std::vector<unsigned char> pattern(count * sizeof(T));
+  for (size_t i = 0; i < count; ++i) std::memcpy(&pattern[i * sizeof(T)], &value, sizeof(T));
+  return CopyIn(address, pattern.data(), pattern.size());
 }
 
 }  // namespace
@@ -52,7 +141,25 @@ uint64_t fake_cuda_memory_calls() {
 }
 uint64_t fake_cuda_live_allocations() {
   std::lock_guard<std::mutex> lock(mu);
-  return blocks.size();
+  return blocks.size() - mappings.size();  // cuMemAlloc's
+}
+// What the VMM calls left: what = 0 reservations, 1 handles, 2 mappings.
+uint64_t fake_cuda_live_vmm(int what) {
+  std::lock_guard<std::mutex> lock(mu);
+  return what == 0 ? reservations.size() : what == 1 ? handles.size() : mappings.size();
+}
+// Steers the VMM calls: what = 0 device supports VMM (value 0/1, read at executor Create),
+// 1 the next `value` reservations ignore their hint, 2/3/4 cuMemCreate/cuMemMap/
+// cuMemSetAccess fail after `value` more successful calls (-1: never).
+void fake_cuda_vmm_control(int what, int value) {
+  std::lock_guard<std::mutex> lock(mu);
+  switch (what) {
+    case 0: vmm_supported = value; break;
+    case 1: reserve_elsewhere = value; break;
+    case 2: fail_create_after = value; break;
+    case 3: fail_map_after = value; break;
+    case 4: fail_access_after = value; break;
+  }
 }
 
 CUresult cuInit(unsigned) { return kSuccess; }
@@ -78,7 +185,104 @@ CUresult cuMemAlloc_v2(uint64_t* dptr, size_t size) {
 CUresult cuMemFree_v2(uint64_t dptr) {
   std::lock_guard<std::mutex> lock(mu);
   ++memory_calls;
+  if (mappings.count(dptr)) return kInvalidValue;  // VMM memory goes with cuMemUnmap
   return blocks.erase(dptr) ? kSuccess : kInvalidValue;
+}
+CUresult cuDeviceGetAttribute(int* value, int attribute, int device) {
+  if (device != 0) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(mu);
+  *value = attribute == 102 ? vmm_supported : 0;  // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+  return kSuccess;
+}
+CUresult cuMemGetAllocationGranularity(size_t* granularity, const MemAllocationProp* prop, int) {
+  if (prop == nullptr || prop->type != 1 || !IsThisDevice(prop->location)) return kInvalidValue;
+  *granularity = kGranularity;
+  return kSuccess;
+}
+CUresult cuMemAddressReserve(uint64_t* ptr, size_t size, size_t alignment, uint64_t addr,
+                             unsigned long long flags) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (size == 0 || size % kGranularity != 0 || flags != 0) return kInvalidValue;
+  if (alignment != 0 && (alignment & (alignment - 1)) != 0) return kInvalidValue;
+  bool honoured = addr != 0 && addr % kGranularity == 0 && reserve_elsewhere == 0 &&
+                  !Meets(reservations, addr, size);
+  // Nor over cuMemAlloc's blocks (mapped blocks lie inside reservations).
+  for (auto& [start, bytes] : blocks) {
+    if (honoured && start < addr + size && start + bytes.size() > addr) honoured = false;
+  }
+  if (reserve_elsewhere > 0) --reserve_elsewhere;
+  if (!honoured) {
+    addr = next_elsewhere;
+    next_elsewhere += size + kGranularity;
+  }
+  reservations[addr] = size;
+  *ptr = addr;
+  return kSuccess;
+}
+CUresult cuMemAddressFree(uint64_t ptr, size_t size) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto found = reservations.find(ptr);
+  if (found == reservations.end() || found->second != size) return kInvalidValue;
+  auto mapped = mappings.lower_bound(ptr);
+  if (mapped != mappings.end() && mapped->first < ptr + size) return kInvalidValue;  // still mapped
+  reservations.erase(found);
+  return kSuccess;
+}
+CUresult cuMemCreate(uint64_t* handle, size_t size, const MemAllocationProp* prop,
+                     unsigned long long flags) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (size == 0 || size % kGranularity != 0 || flags != 0 || prop == nullptr || prop->type != 1 ||
+      !IsThisDevice(prop->location)) {
+    return kInvalidValue;
+  }
+  if (Fails(&fail_create_after)) return kOutOfMemory;
+  *handle = next_handle++;
+  handles[*handle] = size;
+  return kSuccess;
+}
+CUresult cuMemRelease(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu);
+  return handles.erase(handle) ? kSuccess : kInvalidValue;
+}
+CUresult cuMemMap(uint64_t ptr, size_t size, size_t offset, uint64_t handle,
+                  unsigned long long flags) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto created = handles.find(handle);
+  if (created == handles.end() || created->second != size || offset != 0 || flags != 0) {
+    return kInvalidValue;
+  }
+  auto reserved = reservations.upper_bound(ptr);
+  if (reserved == reservations.begin()) return kInvalidValue;
+  --reserved;
+  if (ptr + size > reserved->first + reserved->second) return kInvalidValue;  // not inside one
+  auto mapped = mappings.lower_bound(ptr);
+  bool meets_after = mapped != mappings.end() && mapped->first < ptr + size;
+  bool meets_before = mapped != mappings.begin() &&
+                      std::prev(mapped)->first + std::prev(mapped)->second.size > ptr;
+  if (meets_after || meets_before) return kInvalidValue;  // already mapped
+  if (Fails(&fail_map_after)) return kOutOfMemory;
+  mappings[ptr] = Mapping{size, handle, false};
+  blocks[ptr].resize(size);
+  return kSuccess;
+}
+CUresult cuMemUnmap(uint64_t ptr, size_t size) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto found = mappings.find(ptr);
+  if (found == mappings.end() || found->second.size != size) return kInvalidValue;
+  mappings.erase(found);
+  blocks.erase(ptr);
+  return kSuccess;
+}
+CUresult cuMemSetAccess(uint64_t ptr, size_t size, const MemAccessDesc* desc, size_t count) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (count != 1 || desc == nullptr || !IsThisDevice(desc->location) || desc->flags != 3) {
+    return kInvalidValue;
+  }
+  auto found = mappings.find(ptr);
+  if (found == mappings.end() || found->second.size != size) return kInvalidValue;
+  if (Fails(&fail_access_after)) return kInvalidValue;
+  found->second.accessible = true;
+  return kSuccess;
 }
 CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   *free = *total = size_t{1} << 30;
@@ -87,27 +291,19 @@ CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
 CUresult cuMemcpyHtoDAsync_v2(uint64_t dst, const void* src, size_t size, void*) {
   std::lock_guard<std::mutex> lock(mu);
   ++memory_calls;
-  unsigned char* p = Find(dst, size);
-  if (p == nullptr) return kIllegalAddress;
-  std::memcpy(p, src, size);
-  return kSuccess;
+  return CopyIn(dst, src, size);
 }
 CUresult cuMemcpyDtoHAsync_v2(void* dst, uint64_t src, size_t size, void*) {
   std::lock_guard<std::mutex> lock(mu);
   ++memory_calls;
-  unsigned char* p = Find(src, size);
-  if (p == nullptr) return kIllegalAddress;
-  std::memcpy(dst, p, size);
-  return kSuccess;
+  return CopyOut(dst, src, size);
 }
 CUresult cuMemcpyDtoDAsync_v2(uint64_t dst, uint64_t src, size_t size, void*) {
   std::lock_guard<std::mutex> lock(mu);
   ++memory_calls;
-  unsigned char* to = Find(dst, size);
-  unsigned char* from = Find(src, size);
-  if (to == nullptr || from == nullptr) return kIllegalAddress;
-  std::memmove(to, from, size);
-  return kSuccess;
+  std::vector<unsigned char> bytes(size);
+  if (CopyOut(bytes.data(), src, size) != kSuccess) return kIllegalAddress;
+  return CopyIn(dst, bytes.data(), size);
 }
 CUresult cuMemsetD8Async(uint64_t dst, unsigned char value, size_t count, void*) { return Fill(dst, value, count); }
 CUresult cuMemsetD16Async(uint64_t dst, unsigned short value, size_t count, void*) { return Fill(dst, value, count); }
