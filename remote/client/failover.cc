@@ -456,8 +456,8 @@ void Failover::Track(const Entry& entry, const Reply* reply) {
       }
       if (args.address != result.dptr) {
         Unprotect(
-            "its agent cannot place memory at the addresses this process chose "
-            "(the cuda executor's VMM path is still to come)");
+            "its agent could not place memory at the address this process chose "
+            "(its GPU or driver lacks the VMM API, or the address is taken there)");
         return;
       }
       live_[{kAllocation, result.dptr}] = Resource{next_seq_++, entry, 0};

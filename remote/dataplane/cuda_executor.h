@@ -66,6 +66,11 @@ class CudaExecutor : public Executor {
   // elsewhere; CUDA_ERROR_INVALID_VALUE when it overlaps this session's own allocations.
   int32_t AllocateAt(uint64_t address, uint64_t size) override;
   int32_t Free(uint64_t dptr) override;
+  // The allocations (a handoff copies them). Not the modules' variables: the driver places
+  // those, at other addresses on another GPU.
+  std::vector<std::pair<uint64_t, uint64_t>> Ranges() const override {
+    return {allocations_.begin(), allocations_.end()};
+  }
   void MemoryInfo(uint64_t* free, uint64_t* total) override;
   void* HostView(uint64_t dptr, uint64_t size) override { return nullptr; }
   int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) override;

@@ -40,7 +40,8 @@ class Executor {
   virtual int32_t Allocate(uint64_t size, uint64_t* dptr) = 0;
   // An allocation at an address the client chose, so that its device pointers stay the same
   // when it moves to another GPU (gpupool-remote(7), FAILOVER). kCuNotSupported where the
-  // executor cannot place memory (the cuda executor: its VMM path is still to come).
+  // executor cannot place memory there (the cuda executor without the driver's VMM API, or
+  // when the driver grants another address): the session then allocates with Allocate.
   virtual int32_t AllocateAt(uint64_t /*address*/, uint64_t /*size*/) { return kCuNotSupported; }
   virtual int32_t Free(uint64_t dptr) = 0;
   // Every device range this session owns (start, size): its allocations and its modules'
