@@ -140,14 +140,18 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
     Event("recovered", g, &it->second, detail);
   }
   nlohmann::json leases = nlohmann::json::array();
+  // The host's GPUs gpupoold holds FAILED (also by an admin): their agent hands no memory
+  // from them to another GPU (gpupool-remote(7), Planned moves).
+  nlohmann::json failed = nlohmann::json::array();
   for (GpuIndex g : host->gpus) {
     const Gpu& gpu = inventory_.gpu(g);
+    if (gpu.state == GpuState::kFailed) failed.push_back(gpu.uuid);
     if (gpu.lease == 0) continue;
     const Lease& l = leases_.at(gpu.lease);
     leases.push_back({{"gpu", gpu.uuid}, {"lease", LeaseName(l.number)}, {"token", l.token},
                       {"generation", l.generation}});
   }
-  return nlohmann::json{{"ok", true}, {"leases", leases}};
+  return nlohmann::json{{"ok", true}, {"leases", leases}, {"failed", failed}};
 }
 
 }  // namespace gpupool::poold

@@ -231,6 +231,12 @@ void Agent::Run() {
       log::Warning(grants.status().message() + "; keeping the previous lease table");
       continue;
     }
+    Result<std::set<std::string>> failed = ParseFailedGpus(answer.value());
+    if (!failed.ok()) {
+      log::Warning(failed.status().message() + "; keeping the previous lease table");
+      continue;
+    }
+    leases_->SetFailed(std::move(failed.value()));
     uint64_t before = leases_->version();
     leases_->Replace(grants.value());
     if (leases_->version() != before) {

@@ -207,6 +207,7 @@ int RunAgentd(const std::vector<std::string>& args) {
     return leases.Authorize(lease_id, token, gpu_uuid, nullptr);
   };
   dp.authorization_epoch = [&leases] { return leases.version(); };
+  dp.gpu_failed = [&leases](const std::string& uuid) { return leases.Failed(uuid); };
   dp.hang_timeout = std::chrono::seconds(config.hang_timeout);
   dp.on_recovered = [&agent](const std::string& gpu_uuid, const std::string& lease,
                              const std::string& from, uint64_t pause_ms, uint64_t restored_bytes,

@@ -47,6 +47,30 @@ Result<std::vector<LeaseGrant>> ParseLeaseGrants(const nlohmann::json& answer) {
   return grants;
 }
 
+Result<std::set<std::string>> ParseFailedGpus(const nlohmann::json& answer) {
+  std::set<std::string> failed;
+  if (!answer.is_object() || !answer.contains("failed")) return failed;
+  const nlohmann::json& list = answer["failed"];
+  if (!list.is_array()) return Status::InvalidArgument("heartbeat answer: 'failed' is not an array");
+  for (const nlohmann::json& uuid : list) {
+    if (!uuid.is_string()) {
+      return Status::InvalidArgument("heartbeat answer: 'failed' must list GPU uuids");
+    }
+    failed.insert(uuid.get<std::string>());
+  }
+  return failed;
+}
+
+void LeaseTable::SetFailed(std::set<std::string> uuids) {
+  std::lock_guard<std::mutex> lock(mu_);
+  failed_ = std::move(uuids);
+}
+
+bool LeaseTable::Failed(const std::string& gpu_uuid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failed_.count(gpu_uuid) != 0;
+}
+
 void LeaseTable::Replace(const std::vector<LeaseGrant>& grants) {
   std::unordered_map<std::string, LeaseGrant> next;
   for (const LeaseGrant& g : grants) next[g.gpu_uuid] = g;

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -29,6 +30,9 @@ struct LeaseGrant {
 // Reads the heartbeat answer's "leases" array ([{"gpu","lease","token","generation"}]).
 // A missing array is an empty table; a malformed entry is an error naming it.
 Result<std::vector<LeaseGrant>> ParseLeaseGrants(const nlohmann::json& heartbeat_answer);
+// Reads the heartbeat answer's "failed" array (uuids of this host's GPUs gpupoold holds
+// FAILED). A missing array is none; anything but strings is an error.
+Result<std::set<std::string>> ParseFailedGpus(const nlohmann::json& heartbeat_answer);
 
 class LeaseTable {
  public:
@@ -43,6 +47,10 @@ class LeaseTable {
   // The lease holding `gpu_uuid`, if any (token included: callers must not expose it).
   bool Find(const std::string& gpu_uuid, LeaseGrant* out) const;
   std::vector<LeaseGrant> Snapshot() const;
+  // The GPUs gpupoold holds FAILED (set before the Replace of the same heartbeat, so that a
+  // session revoked by that Replace sees it).
+  void SetFailed(std::set<std::string> uuids);
+  bool Failed(const std::string& gpu_uuid) const;
   size_t size() const;
   // Incremented by every Replace() that changed something; lets the data path notice
   // revoked leases cheaply (lock-free: read on every data-path request).
@@ -51,6 +59,7 @@ class LeaseTable {
  private:
   mutable std::mutex mu_;
   std::unordered_map<std::string, LeaseGrant> by_gpu_;  // guarded by mu_
+  std::set<std::string> failed_;                         // guarded by mu_
   // Bumped after by_gpu_ changed (under mu_): a reader that sees the new version finds
   // the new table.
   std::atomic<uint64_t> version_{0};

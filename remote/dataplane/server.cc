@@ -453,6 +453,7 @@ void GpuWorker::CloseRetained(transport::ConnectionId id, const std::string& why
 
 bool GpuWorker::Healthy() const {
   if (gpu_ == nullptr) return false;
+  if (server_->options().gpu_failed && server_->options().gpu_failed(gpu_->uuid)) return false;
   backend::GpuBackend* backend = server_->options().backend;
   return backend->Health(gpu_->index).health == backend::Health::kOk &&
          backend->CurrentFault(gpu_->index).mode == backend::FaultMode::kNone;

@@ -74,6 +74,9 @@ struct ServerOptions {
   // handoff to the lease's new GPU (protocol.h, kOpHandoffOffer); 0: no handoffs (the
   // session is closed at once, and its process recovers from its checkpoint).
   std::chrono::milliseconds handoff_window{30000};
+  // Whether gpupoold holds GPU `uuid` FAILED (e.g. an admin's state=fail): its memory is
+  // not handed off, as for a GPU the backend sees failed. Must not block; may be empty.
+  std::function<bool(const std::string& uuid)> gpu_failed;
   // A client reported that it recovered on `gpu_uuid` (kOpRecovered): its session's lease
   // and GPU, and its own figures. Runs on the GPU's thread: must not block. May be empty.
   std::function<void(const std::string& gpu_uuid, const std::string& lease, const std::string& from,

@@ -64,6 +64,19 @@ TEST(LeaseTable, ParsesHeartbeatAnswers) {
   }
 }
 
+TEST(LeaseTable, KnowsTheGpusGpupooldHoldsFailed) {
+  auto failed = ParseFailedGpus(nlohmann::json::parse(R"({"ok":true,"failed":["GPU-b"]})"));
+  ASSERT_TRUE(failed.ok()) << failed.status().message();
+  LeaseTable t;
+  t.SetFailed(failed.value());
+  EXPECT_TRUE(t.Failed("GPU-b"));
+  EXPECT_FALSE(t.Failed("GPU-a"));
+  EXPECT_TRUE(ParseFailedGpus(nlohmann::json::parse(R"({"ok":true})"))->empty());
+  for (const char* bad : {R"({"failed":{}})", R"({"failed":[1]})"}) {
+    EXPECT_FALSE(ParseFailedGpus(nlohmann::json::parse(bad)).ok()) << bad;
+  }
+}
+
 TEST(LeaseTable, ConcurrentReadersSeeWholeTables) {
   // Readers must see either the old or the new table, never a mix: each table gives both
   // GPUs to the same lease.

@@ -364,6 +364,18 @@ TEST_F(EngineTest, AgentReportedFailureSwapsAtOnceAndStaysUntilResume) {
   EXPECT_EQ(Gpu(uuid)["state"], "IDLE");
 }
 
+// The heartbeat answer names the host's GPUs held FAILED (by an agent's report or an
+// admin), so that their agent hands no memory off them.
+TEST_F(EngineTest, HeartbeatAnswersNameTheHostsFailedGpus) {
+  AddHost("g1", "r1", 2);
+  EXPECT_EQ(engine_->Heartbeat("g1", {}).value()["failed"], json::array());
+  ASSERT_TRUE(engine_->UpdateGpu("g1:1", "fail", "suspect ECC").ok());
+  std::string uuid = Gpu("g1:1")["uuid"];
+  EXPECT_EQ(engine_->Heartbeat("g1", {}).value()["failed"], json::array({uuid}));
+  ASSERT_TRUE(engine_->UpdateGpu("g1:1", "resume", "").ok());
+  EXPECT_EQ(engine_->Heartbeat("g1", {}).value()["failed"], json::array());
+}
+
 // A process recovered on a GPU after its previous one failed: the agent's heartbeat says
 // so, and gpupoold records it, but only for the reporting host's own GPU and the lease
 // that holds it.

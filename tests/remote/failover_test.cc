@@ -127,6 +127,7 @@ struct Agent {
                         " " + std::to_string(restored) +
                         (copied > 0 ? " copied " + std::to_string(copied) : ""));
     };
+    options.gpu_failed = [this](const std::string&) { return admin_failed.load(); };
     // Lease L1 holds this GPU until the test moves it (holds = false).
     options.authorize = [this](const std::string& lease, const std::string& token,
                                const std::string&) {
@@ -145,6 +146,7 @@ struct Agent {
   std::mutex reports_mu;
   std::vector<std::string> reports;  // what clients reported with kOpRecovered
   std::atomic<bool> holds{true};
+  std::atomic<bool> admin_failed{false};  // gpupoold holds the GPU FAILED (an admin's fail)
   HangingBackend backend;
   std::string uuid;
   std::string endpoint;
@@ -859,6 +861,23 @@ TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
                              read.size()},
                             &reply)
                    .ok());
+}
+
+// A GPU an admin failed (gpupoold says FAILED, the backend does not know) hands nothing off.
+TEST_F(FailoverTest, AGpuAnAdminFailedOffersNoHandoff) {
+  Open(Replay());
+  Prepare();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  first_->admin_failed = true;
+  first_->holds = false;
+  NameInLease(*second_);
+  for (uint32_t k = 4; k <= 5; ++k) Step(k);
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(failover_->recoveries()[0].copied_bytes, 0u);
+  EXPECT_GT(failover_->recoveries()[0].restored_bytes, 0u);
 }
 
 // GPUPOOL_FAILOVER=migrate: planned moves are followed with no memory image kept; a
