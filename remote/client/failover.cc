@@ -620,15 +620,7 @@ bool Failover::Checkpoint(ClientConnection* connection) {
       return false;
     }
     ShowOutput(idle.out);
-    base_ = live_;
-    RecyclePayloads();
-    log_.clear();
-    last_upload_.clear();
-    log_bytes_ = 0;
-    printf_delivered_ = 0;
-    written_.clear();
-    last_checkpoint_ = std::chrono::steady_clock::now();
-    ++checkpoints_;
+    StartLogAfresh();
     return true;
   }
   uint64_t total = 0;
@@ -684,6 +676,11 @@ bool Failover::Checkpoint(ClientConnection* connection) {
       ++it;
     }
   }
+  StartLogAfresh();
+  return true;
+}
+
+void Failover::StartLogAfresh() {
   base_ = live_;
   RecyclePayloads();
   log_.clear();
@@ -693,7 +690,6 @@ bool Failover::Checkpoint(ClientConnection* connection) {
   written_.clear();
   last_checkpoint_ = std::chrono::steady_clock::now();
   ++checkpoints_;
-  return true;
 }
 
 // A GPU keeps no dirty bits, but the log says exactly what copies from the host

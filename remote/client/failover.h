@@ -229,6 +229,8 @@ class Failover {
   // The ranges a launch may write (its pointer arguments, its module's variables).
   void MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) const;
   bool Checkpoint(transport::ClientConnection* connection);
+  // The checkpoint's last step: its resources are today's, and the log starts empty.
+  void StartLogAfresh();
   // The log applied to the previous checkpoint's images on the host where it
   // tells the contents (see Checkpoint): `apply` false only classifies
   // (*unknown: ranges a GPU read must give; *made: ranges the log gives), true

@@ -38,6 +38,11 @@ struct HelloCheck {
   bool authorized = false;
 };
 
+std::string VersionMismatch(uint32_t version) {
+  return "protocol version " + std::to_string(version) + " not supported (server speaks " +
+         std::to_string(kProtocolVersion) + ")";
+}
+
 // The peer's address without its port: repeated refusals of one host are one
 // kind.
 std::string PeerHost(const std::string& peer) {
@@ -481,10 +486,7 @@ void GpuWorker::Hello(transport::ConnectionId id, Session* session, std::string_
   hello.token[sizeof(hello.token) - 1] = '\0';
   hello.gpu_uuid[sizeof(hello.gpu_uuid) - 1] = '\0';
   if (hello.protocol_version != kProtocolVersion) {
-    return Refuse(session, kCuNotSupported,
-                  "protocol version " + std::to_string(hello.protocol_version) +
-                      " not supported (server speaks " + std::to_string(kProtocolVersion) + ")",
-                  reply);
+    return Refuse(session, kCuNotSupported, VersionMismatch(hello.protocol_version), reply);
   }
   if (session->authorized() || session->revoked()) {
     return Refuse(session, kCuNotPermitted, "this connection already said hello", reply);
@@ -619,10 +621,7 @@ void GpuWorker::HandoffAttach(transport::ConnectionId id, Session* session,
   attach.gpu_uuid[sizeof(attach.gpu_uuid) - 1] = '\0';
   attach.ticket[sizeof(attach.ticket) - 1] = '\0';
   if (attach.protocol_version != kProtocolVersion) {
-    return Refuse(session, kCuNotSupported,
-                  "protocol version " + std::to_string(attach.protocol_version) +
-                      " not supported (server speaks " + std::to_string(kProtocolVersion) + ")",
-                  reply);
+    return Refuse(session, kCuNotSupported, VersionMismatch(attach.protocol_version), reply);
   }
   if (session->authorized() || session->revoked() || session->handoff_of() != 0) {
     return Refuse(session, kCuNotPermitted,

@@ -266,8 +266,7 @@ void RpcClient::StartBulkReceivesLocked() {
 }
 
 uint64_t RpcClient::next_sequence() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return next_seq_;
+  return next_seq_.load(std::memory_order_relaxed);
 }
 
 void RpcClient::SetAbandonCheck(std::function<std::string()> check) {
@@ -341,7 +340,7 @@ void RpcClient::set_connection_id_for_testing(uint64_t id) {
 
 Status RpcClient::Call(const Request& request, Reply* reply) {
   std::lock_guard<std::mutex> lock(mu_);
-  uint64_t seq = next_seq_++;
+  uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
   auto pending = std::make_unique<Pending>();
   pending->seq = seq;
   pending->result_buffer = request.result_buffer;
@@ -367,17 +366,17 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
 
 Status RpcClient::Post(const Request& request) {
   std::lock_guard<std::mutex> lock(mu_);
-  return SendLocked(request, kFlagOneWay, next_seq_++);
+  return SendLocked(request, kFlagOneWay, next_seq_.fetch_add(1, std::memory_order_relaxed));
 }
 
 Status RpcClient::PostOverlapped(const Request& request, const std::function<bool()>& step) {
   std::lock_guard<std::mutex> lock(mu_);
-  return SendLocked(request, kFlagOneWay, next_seq_++, &step);
+  return SendLocked(request, kFlagOneWay, next_seq_.fetch_add(1, std::memory_order_relaxed), &step);
 }
 
 Status RpcClient::Start(const Request& request) {
   std::lock_guard<std::mutex> lock(mu_);
-  uint64_t seq = next_seq_++;
+  uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
   auto pending = std::make_unique<Pending>();
   pending->seq = seq;
   pending->result_buffer = request.result_buffer;

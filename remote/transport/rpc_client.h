@@ -13,6 +13,7 @@
 // connection is broken and every later call fails the same way.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -122,7 +123,9 @@ class RpcClient : public ClientConnection {
   uint64_t connection_ = 0;         // the id the server gave us
   std::unique_ptr<UcxWorker> ucx_;  // guarded by mu_
   ucp_ep_h ep_ = nullptr;           // guarded by mu_
-  uint64_t next_seq_ = 1;           // guarded by mu_
+  // Written under mu_; atomic so that next_sequence() reads it without taking mu_ (the
+  // failover asks before every request).
+  std::atomic<uint64_t> next_seq_{1};
   std::vector<char> send_header_;   // the AM header being sent; guarded by mu_
   std::deque<std::unique_ptr<Pending>> pending_;  // in seq order; guarded by mu_
   std::string broken_;  // non-empty once the connection failed; guarded by mu_

@@ -863,23 +863,6 @@ TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
                    .ok());
 }
 
-// A GPU an admin failed (gpupoold says FAILED, the backend does not know) hands nothing off.
-TEST_F(FailoverTest, AGpuAnAdminFailedOffersNoHandoff) {
-  Open(Replay());
-  Prepare();
-  for (uint32_t k = 1; k <= 3; ++k) Step(k);
-  ASSERT_EQ(Synchronize(), 0);
-  first_->admin_failed = true;
-  first_->holds = false;
-  NameInLease(*second_);
-  for (uint32_t k = 4; k <= 5; ++k) Step(k);
-  EXPECT_EQ(Synchronize(), 0);
-  ExpectMatchesReference();
-  ASSERT_EQ(failover_->recoveries().size(), 1u);
-  EXPECT_EQ(failover_->recoveries()[0].copied_bytes, 0u);
-  EXPECT_GT(failover_->recoveries()[0].restored_bytes, 0u);
-}
-
 // GPUPOOL_FAILOVER=migrate: planned moves are followed with no memory image kept; a
 // failure gives the CUDA error.
 TEST_F(FailoverTest, MigrateFollowsAPlannedMoveButNotAFailure) {
@@ -909,22 +892,37 @@ TEST_F(FailoverTest, MigrateFollowsAPlannedMoveButNotAFailure) {
   EXPECT_EQ(failover_->recoveries().size(), 1u);
 }
 
-// A GPU that failed keeps nothing for a handoff: its process recovers from its checkpoint.
+// A GPU that failed keeps nothing for a handoff, whether its backend saw the failure or
+// gpupoold holds it FAILED (an admin's state=fail): its process recovers from its
+// checkpoint.
 TEST_F(FailoverTest, AFailedGpuOffersNoHandoff) {
-  Open(Replay());
-  Prepare();
-  for (uint32_t k = 1; k <= 3; ++k) Step(k);
-  ASSERT_EQ(Synchronize(), 0);
-  first_->backend.Fail();
-  first_->holds = false;
-  NameInLease(*second_);
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));
-  for (uint32_t k = 4; k <= 5; ++k) Step(k);
-  EXPECT_EQ(Synchronize(), 0);
-  ExpectMatchesReference();
-  ASSERT_EQ(failover_->recoveries().size(), 1u);
-  EXPECT_EQ(failover_->recoveries()[0].copied_bytes, 0u);
-  EXPECT_GT(failover_->recoveries()[0].restored_bytes, 0u);
+  for (bool by_admin : {false, true}) {
+    SCOPED_TRACE(by_admin ? "failed by an admin" : "failed in its backend");
+    first_ = std::make_unique<Agent>(0);
+    second_ = std::make_unique<Agent>(1);
+    NameInLease(*first_);
+    reference_.assign(kElements, 0);
+    for (uint32_t i = 0; i < kElements; ++i) reference_[i] = i * 7 + 1;
+    launches_ = 0;
+    Open(Replay());
+    Prepare();
+    for (uint32_t k = 1; k <= 3; ++k) Step(k);
+    ASSERT_EQ(Synchronize(), 0);
+    if (by_admin) {
+      first_->admin_failed = true;
+    } else {
+      first_->backend.Fail();
+    }
+    first_->holds = false;
+    NameInLease(*second_);
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    for (uint32_t k = 4; k <= 5; ++k) Step(k);
+    EXPECT_EQ(Synchronize(), 0);
+    ExpectMatchesReference();
+    ASSERT_EQ(failover_->recoveries().size(), 1u);
+    EXPECT_EQ(failover_->recoveries()[0].copied_bytes, 0u);
+    EXPECT_GT(failover_->recoveries()[0].restored_bytes, 0u);
+  }
 }
 
 TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
