@@ -178,6 +178,10 @@ class PoolEngine {
     uint64_t min_memory_mib = 0;
     std::vector<GpuIndex> gpus;        // device order; slot i belongs to pool slot_pool[i]
     std::vector<uint32_t> slot_pool;
+    // Per slot, the GPU it held before its last move (kNone: none known). Not persisted:
+    // the new GPU's agent pulls a process's memory only from that GPU's agent (a handoff),
+    // and after a restart of gpupoold processes recover from their checkpoints instead.
+    std::vector<GpuIndex> moved_from;
     uint64_t generation = 1;
     bool degraded = false;
     bool movable = false;

@@ -148,8 +148,15 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
     if (gpu.state == GpuState::kFailed) failed.push_back(gpu.uuid);
     if (gpu.lease == 0) continue;
     const Lease& l = leases_.at(gpu.lease);
-    leases.push_back({{"gpu", gpu.uuid}, {"lease", LeaseName(l.number)}, {"token", l.token},
-                      {"generation", l.generation}});
+    nlohmann::json entry = {{"gpu", gpu.uuid}, {"lease", LeaseName(l.number)}, {"token", l.token},
+                            {"generation", l.generation}};
+    // The agent the slot moved from, the one agent a handoff may pull this GPU's memory from.
+    for (size_t slot = 0; slot < l.gpus.size() && slot < l.moved_from.size(); ++slot) {
+      if (l.gpus[slot] != g || l.moved_from[slot] == kNone) continue;
+      const Host* from = inventory_.FindHost(inventory_.gpu(l.moved_from[slot]).host);
+      if (from != nullptr && !from->endpoint.empty()) entry["moved_from"] = from->endpoint;
+    }
+    leases.push_back(std::move(entry));
   }
   return nlohmann::json{{"ok", true}, {"leases", leases}, {"failed", failed}};
 }

@@ -35,6 +35,8 @@ bool PoolEngine::ReplaceSlot(Lease* l, size_t slot, const std::string& reason, G
   inventory_.SetState(repl, GpuState::kLeased);
   PersistGpu(repl);
   l->gpus[slot] = repl;
+  l->moved_from.resize(l->gpus.size(), kNone);
+  l->moved_from[slot] = old;
   ++l->generation;
   ++(std::string(event) == "migrated" ? counters_.migrated : counters_.swapped);
   Event(event, old, l, inventory_.GpuId(old) + " -> " + inventory_.GpuId(repl) + ": " + reason +

@@ -208,6 +208,7 @@ int RunAgentd(const std::vector<std::string>& args) {
   };
   dp.authorization_epoch = [&leases] { return leases.version(); };
   dp.gpu_failed = [&leases](const std::string& uuid) { return leases.Failed(uuid); };
+  dp.handoff_source = [&leases](const std::string& uuid) { return leases.MovedFrom(uuid); };
   dp.hang_timeout = std::chrono::seconds(config.hang_timeout);
   dp.on_recovered = [&agent](const std::string& gpu_uuid, const std::string& lease,
                              const std::string& from, uint64_t pause_ms, uint64_t restored_bytes,

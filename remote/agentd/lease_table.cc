@@ -13,7 +13,7 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 
 bool SameGrant(const LeaseGrant& a, const LeaseGrant& b) {
   return a.gpu_uuid == b.gpu_uuid && a.lease_id == b.lease_id && a.token == b.token &&
-         a.generation == b.generation;
+         a.generation == b.generation && a.moved_from == b.moved_from;
 }
 
 }  // namespace
@@ -42,6 +42,12 @@ Result<std::vector<LeaseGrant>> ParseLeaseGrants(const nlohmann::json& answer) {
       }
       g.generation = e["generation"].get<uint64_t>();
     }
+    if (e.contains("moved_from")) {
+      if (!e["moved_from"].is_string()) {
+        return Status::InvalidArgument(where + ": 'moved_from' must be a string");
+      }
+      g.moved_from = e["moved_from"].get<std::string>();
+    }
     grants.push_back(std::move(g));
   }
   return grants;
@@ -64,6 +70,12 @@ Result<std::set<std::string>> ParseFailedGpus(const nlohmann::json& answer) {
 void LeaseTable::SetFailed(std::set<std::string> uuids) {
   std::lock_guard<std::mutex> lock(mu_);
   failed_ = std::move(uuids);
+}
+
+std::string LeaseTable::MovedFrom(const std::string& gpu_uuid) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_gpu_.find(gpu_uuid);
+  return it == by_gpu_.end() ? std::string() : it->second.moved_from;
 }
 
 bool LeaseTable::Failed(const std::string& gpu_uuid) const {

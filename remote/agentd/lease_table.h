@@ -25,6 +25,9 @@ struct LeaseGrant {
   std::string lease_id;
   std::string token;
   uint64_t generation = 0;
+  // The data endpoint of the agent whose GPU this lease held before it moved here; a
+  // handoff may pull only from there ("" : none).
+  std::string moved_from = {};
 };
 
 // Reads the heartbeat answer's "leases" array ([{"gpu","lease","token","generation"}]).
@@ -51,6 +54,8 @@ class LeaseTable {
   // session revoked by that Replace sees it).
   void SetFailed(std::set<std::string> uuids);
   bool Failed(const std::string& gpu_uuid) const;
+  // The endpoint of the agent the lease holding `gpu_uuid` moved from ("" : none known).
+  std::string MovedFrom(const std::string& gpu_uuid) const;
   size_t size() const;
   // Incremented by every Replace() that changed something; lets the data path notice
   // revoked leases cheaply (lock-free: read on every data-path request).

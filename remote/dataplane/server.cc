@@ -714,6 +714,18 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
                        "client " + session->peer() + " (lease " + session->lease_id() +
                            "): " + reply->out);
   };
+  // The agent connects only where gpupoold says the lease moved from: a client cannot
+  // point it at another host.
+  if (server_->options().handoff_source) {
+    const std::string source = server_->options().handoff_source(session->gpu_uuid());
+    if (source != pull.endpoint) {
+      reply->status = kCuNotPermitted;
+      reply->out = "handoff from " + std::string(pull.endpoint) + " refused: " +
+                   (source.empty() ? std::string("gpupoold names no GPU this lease moved from")
+                                   : "the lease moved here from " + source);
+      return;
+    }
+  }
   Executor* executor = session->executor();
   const auto ranges = executor->Ranges();
   uint64_t total = 0;

@@ -77,6 +77,10 @@ struct ServerOptions {
   // Whether gpupoold holds GPU `uuid` FAILED (e.g. an admin's state=fail): its memory is
   // not handed off, as for a GPU the backend sees failed. Must not block; may be empty.
   std::function<bool(const std::string& uuid)> gpu_failed;
+  // The one agent endpoint a handoff to GPU `uuid` may pull from: where gpupoold says the
+  // lease holding it moved from ("" : none, and every pull is refused). Must not block.
+  // Empty function: any endpoint the client names (test servers only).
+  std::function<std::string(const std::string& uuid)> handoff_source;
   // A client reported that it recovered on `gpu_uuid` (kOpRecovered): its session's lease
   // and GPU, and its own figures. Runs on the GPU's thread: must not block. May be empty.
   std::function<void(const std::string& gpu_uuid, const std::string& lease, const std::string& from,

@@ -55,10 +55,19 @@ TEST(LeaseTable, ParsesHeartbeatAnswers) {
   EXPECT_EQ((*g)[0].lease_id, "L7");
   EXPECT_EQ((*g)[0].token, "ab12");
   EXPECT_EQ((*g)[0].generation, 4u);
+  EXPECT_EQ((*g)[0].moved_from, "");
+  auto moved = ParseLeaseGrants(nlohmann::json::parse(
+      R"({"leases":[{"gpu":"GPU-a","lease":"L7","token":"t","moved_from":"10.0.0.2:7000"}]})"));
+  ASSERT_TRUE(moved.ok());
+  LeaseTable table;
+  table.Replace(moved.value());
+  EXPECT_EQ(table.MovedFrom("GPU-a"), "10.0.0.2:7000");
+  EXPECT_EQ(table.MovedFrom("GPU-b"), "");
   EXPECT_TRUE(ParseLeaseGrants(nlohmann::json::parse(R"({"ok":true})"))->empty());
   for (const char* bad : {R"({"leases":{}})", R"({"leases":[1]})", R"({"leases":[{"gpu":"G","lease":"L"}]})",
                           R"({"leases":[{"gpu":"G","lease":"L","token":5}]})",
-                          R"({"leases":[{"gpu":"G","lease":"L","token":"t","generation":-1}]})"}) {
+                          R"({"leases":[{"gpu":"G","lease":"L","token":"t","generation":-1}]})",
+                          R"({"leases":[{"gpu":"G","lease":"L","token":"t","moved_from":5}]})"}) {
     auto r = ParseLeaseGrants(nlohmann::json::parse(bad));
     EXPECT_FALSE(r.ok()) << bad;
   }

@@ -437,6 +437,12 @@ TEST_F(EngineTest, MigrateMovesALeaseGpuAndFreesTheOld) {
   EXPECT_EQ(EventTypes(1).back(), "migrated");
   EXPECT_EQ(engine_->counters().migrated, 1u);
   EXPECT_EQ(engine_->counters().swapped, 0u);
+  // The new GPU's agent hears where the lease moved from (the one agent a handoff may
+  // pull from); the GPU moved from has no lease, so nothing about it.
+  json answer = engine_->Heartbeat("g1", {}).value();
+  ASSERT_EQ(answer["leases"].size(), 1u);
+  EXPECT_EQ(answer["leases"][0]["gpu"], Gpu(target)["uuid"]);
+  EXPECT_EQ(answer["leases"][0]["moved_from"], "127.0.0.1:7000");
   // Placement's choice, from a drained GPU: that one ends DRAINED.
   ASSERT_TRUE(engine_->UpdateGpu(target, "drain", "").ok());
   auto again = engine_->Migrate(lease, target, "", "");

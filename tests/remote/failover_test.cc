@@ -128,6 +128,10 @@ struct Agent {
                         (copied > 0 ? " copied " + std::to_string(copied) : ""));
     };
     options.gpu_failed = [this](const std::string&) { return admin_failed.load(); };
+    options.handoff_source = [this](const std::string&) {
+      std::lock_guard<std::mutex> lock(reports_mu);
+      return handoff_from;
+    };
     // Lease L1 holds this GPU until the test moves it (holds = false).
     options.authorize = [this](const std::string& lease, const std::string& token,
                                const std::string&) {
@@ -147,6 +151,11 @@ struct Agent {
   std::vector<std::string> reports;  // what clients reported with kOpRecovered
   std::atomic<bool> holds{true};
   std::atomic<bool> admin_failed{false};  // gpupoold holds the GPU FAILED (an admin's fail)
+  std::string handoff_from;  // where gpupoold says the lease moved from; guarded by reports_mu
+  void MovedFrom(const Agent& old) {
+    std::lock_guard<std::mutex> lock(reports_mu);
+    handoff_from = old.endpoint;
+  }
   HangingBackend backend;
   std::string uuid;
   std::string endpoint;
@@ -189,6 +198,7 @@ class FailoverTest : public ::testing::Test {
     lease_file_ = dir_ + "/lease.json";
     first_ = std::make_unique<Agent>(0);
     second_ = std::make_unique<Agent>(1);
+    second_->MovedFrom(*first_);  // what gpupoold tells the second agent after a move
     NameInLease(*first_);
     reference_.assign(kElements, 0);
     for (uint32_t i = 0; i < kElements; ++i) reference_[i] = i * 7 + 1;
@@ -861,6 +871,29 @@ TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
                              read.size()},
                             &reply)
                    .ok());
+}
+
+// The new agent connects only to the agent gpupoold says the lease moved from: a client
+// naming another endpoint (or any, when gpupoold names none) is refused, and the process
+// recovers from its checkpoint instead.
+TEST_F(FailoverTest, AHandoffPullsOnlyFromWhereGpupooldSaysTheLeaseMoved) {
+  {
+    std::lock_guard<std::mutex> lock(second_->reports_mu);
+    second_->handoff_from = "127.0.0.1:1";
+  }
+  Open(Replay());
+  Prepare();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  first_->holds = false;
+  NameInLease(*second_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  Step(4);
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(failover_->recoveries()[0].copied_bytes, 0u);
+  EXPECT_GT(failover_->recoveries()[0].restored_bytes, 0u);
 }
 
 // GPUPOOL_FAILOVER=migrate: planned moves are followed with no memory image kept; a
