@@ -116,11 +116,9 @@ class GpuWorker : public transport::RpcHandler {
   // Everything below is used by the lane's thread only.
   std::map<transport::ConnectionId, std::unique_ptr<Session>> sessions_;
   std::vector<std::pair<transport::ConnectionId, std::string>> to_close_;  // revoked
-  struct Ticket {
-    transport::ConnectionId session = 0;  // the retained session it reads
-    int64_t expires_ns = 0;
-  };
-  std::map<std::string, Ticket> tickets_;  // handoff tickets offered, not yet used
+  // Handoff tickets offered, not yet used -> the retained session each reads (a ticket
+  // lapses with its session's retention: CloseRetained).
+  std::map<std::string, transport::ConnectionId> tickets_;
   uint64_t ticked_epoch_ = 0;
   std::atomic<size_t> attached_{0};  // written by the lane, read by any thread
   std::atomic<int64_t> busy_since_ns_{0};
@@ -381,9 +379,6 @@ void GpuWorker::OnTick(std::vector<std::pair<transport::ConnectionId, std::strin
       CloseRetained(id, "its memory was kept for a handoff that did not come");
     }
   }
-  for (auto it = tickets_.begin(); it != tickets_.end();) {
-    it = now > it->second.expires_ns ? tickets_.erase(it) : std::next(it);
-  }
   CountAttached();
   for (auto& [id, reason] : to_close_) {
     if (sessions_.count(id)) close->emplace_back(id, std::move(reason));
@@ -450,7 +445,7 @@ void GpuWorker::CloseRetained(transport::ConnectionId id, const std::string& why
   if (found == sessions_.end()) return;
   found->second->set_retained_until_ns(0);
   for (auto it = tickets_.begin(); it != tickets_.end();) {
-    it = it->second.session == id ? tickets_.erase(it) : std::next(it);
+    it = it->second == id ? tickets_.erase(it) : std::next(it);
   }
   to_close_.emplace_back(id, "GPU " + found->second->gpu_uuid() + " session of lease " +
                                  found->second->lease_id() + " closed: " + why);
@@ -597,7 +592,7 @@ void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session,
   const int64_t until =
       NowNs() + std::chrono::nanoseconds(server_->options().handoff_window).count();
   session->set_retained_until_ns(until);
-  tickets_[ticket.value()] = Ticket{id, until};
+  tickets_[ticket.value()] = id;
   HandoffOfferResult result{};
   std::snprintf(result.ticket, sizeof(result.ticket), "%s", ticket.value().c_str());
   result.last_seq = session->last_run_seq();
@@ -636,14 +631,15 @@ void GpuWorker::HandoffAttach(transport::ConnectionId id, Session* session,
     }
     if (differ == 0) match = it;
   }
-  if (match == tickets_.end() || NowNs() > match->second.expires_ns) {
+  if (match == tickets_.end()) {
     return Refuse(session, kCuNotPermitted,
                   "no such handoff ticket on this GPU (wrong, used, or expired)", reply);
   }
-  const transport::ConnectionId offering = match->second.session;
+  const transport::ConnectionId offering = match->second;
   tickets_.erase(match);
   auto found = sessions_.find(offering);
   if (found == sessions_.end() || !found->second->retained() ||
+      NowNs() > found->second->retained_until_ns() ||
       (gpu_ != nullptr && gpu_->uuid != attach.gpu_uuid)) {
     return Refuse(session, kCuNotPermitted, "the offered session is gone", reply);
   }

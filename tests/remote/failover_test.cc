@@ -811,6 +811,16 @@ TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
   ASSERT_TRUE(stranger.ok());
   ASSERT_TRUE(stranger.value()->Call(offer, &reply).ok());
   EXPECT_EQ(reply.status, dp::kCuNotPermitted);
+  // Nor does it read or end a handoff without attaching with a ticket.
+  dp::HandoffReadArgs unattached{kData, 4096};
+  std::vector<char> stolen(4096);
+  ASSERT_TRUE(stranger.value()
+                  ->Call({dp::kOpHandoffRead, &unattached, sizeof(unattached), nullptr, 0,
+                          stolen.data(), stolen.size()},
+                         &reply)
+                  .ok());
+  EXPECT_EQ(reply.status, dp::kCuNotPermitted);
+  EXPECT_EQ(reply.bulk_received, 0u);
   auto puller = transport::RpcClient::Connect(second_->endpoint, second_->uuid);
   ASSERT_TRUE(puller.ok());
   dp::HandoffPullArgs pull{};
