@@ -1372,6 +1372,20 @@ bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, Span* span)
   return (bad >> 63) == 0;
 }
 
+// Whether lane l's bytes start at the first lane's plus l * kElem for every lane (a
+// coalesced access, the usual case on a GPU); not for local memory (a copy per thread).
+// The copy then runs as one vectorised loop instead of a gather.
+template <size_t kElem>
+inline bool Consecutive(const Span& span) {
+  const uint64_t first = span.off[0];
+  // Most other patterns (broadcasts, rows of half warps) show at the last lane.
+  if (span.stride != 0 || span.off[31] != first + 31 * kElem) return false;
+  uint64_t differ = 0;
+#pragma GCC ivdep
+  for (int l = 0; l < 32; ++l) differ |= span.off[l] ^ (first + l * kElem);
+  return differ == 0;
+}
+
 template <typename T>
 inline uint64_t LoadValue(const uint8_t* p) {
   T v;
@@ -1405,6 +1419,15 @@ void HLoadFast(Warp& w, const Inst& in, uint32_t mask) {
     }
   }
   if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, &span)) return HLoad(w, in, mask);
+  if (mask == kFullMask && Consecutive<sizeof(T) * kVec>(span)) {
+    const uint8_t* __restrict p = span.base + span.off[0];
+    for (int i = 0; i < kVec; ++i) {
+      if (in.d[i] < 0) continue;
+      uint64_t* __restrict d = w.R(in.d[i]);
+      for (int l = 0; l < 32; ++l) d[l] = LoadValue<T>(p + (l * kVec + i) * sizeof(T));
+    }
+    return;
+  }
   for (int i = 0; i < kVec; ++i) {
     if (in.d[i] < 0) continue;
     uint64_t* d = w.R(in.d[i]);
@@ -1419,6 +1442,18 @@ void HStoreFast(Warp& w, const Inst& in, uint32_t mask) {
   if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, &span)) return HStore(w, in, mask);
   const uint64_t* v[kVec];
   for (int i = 0; i < kVec; ++i) v[i] = w.R(in.d[i]);
+  if (mask == kFullMask && Consecutive<sizeof(T) * kVec>(span)) {
+    // Distinct lanes' bytes do not overlap, so the order of the lanes does not matter.
+    uint8_t* __restrict p = span.base + span.off[0];
+    for (int i = 0; i < kVec; ++i) {
+      const uint64_t* __restrict value = v[i];
+      for (int l = 0; l < 32; ++l) {
+        T t = static_cast<T>(value[l]);
+        std::memcpy(p + (l * kVec + i) * sizeof(T), &t, sizeof(T));
+      }
+    }
+    return;
+  }
   ForLanes(mask, [&](int l) {
     uint8_t* p = span.At(l);
     for (int i = 0; i < kVec; ++i) {
@@ -2167,6 +2202,121 @@ std::vector<std::string> Split(const std::string& opcode) {
   return parts;
 }
 
+// ---- Hoisting
+// -----------------------------------------------------------------------------
+
+// Takes out of a decoded kernel's instruction stream what needs no running per CTA:
+// 1. Copies: a `mov` into a register that nothing else writes, from a slot that no
+//    instruction writes (an immediate, a special register such as %ctaid): its readers
+//    read the source slot instead.
+// 2. Invariants: a pure, unguarded instruction (Inst::pure) whose destinations nothing
+//    else writes and whose sources are the same in every CTA of the launch (immediates,
+//    kernel parameters, %tid, %ntid, %nctaid, %laneid, ... and earlier invariants) moves
+//    to the prologue, which each warp runs once before its worker's first CTA. Warps keep
+//    their registers from one CTA to the next, so the value is there in every CTA.
+// Saxpy's 19 instructions per thread become 11 (docs/ptx-engine.md). A register read
+// before its only write (undefined in PTX) may see the value of that write.
+void Hoist(DecodedKernel* k) {
+  const size_t n = k->code.size();
+  const size_t slots = k->slot_count;
+  std::vector<uint32_t> writes(slots, 0);
+  for (const Inst& in : k->code) {
+    for (int32_t d : in.d) {
+      if (d >= 0) ++writes[d];  // a store's data too: fewer candidates, never a wrong one
+    }
+  }
+  if (k->carry_slot >= 0) writes[k->carry_slot] = UINT32_MAX;
+  std::map<int32_t, uint64_t> constant_value;
+  std::vector<bool> invariant(slots, false);
+  for (const auto& [slot, value] : k->constants) {
+    constant_value[slot] = value;
+    invariant[slot] = true;
+  }
+  auto mark = [&](int32_t slot) {
+    if (slot >= 0) invariant[slot] = true;
+  };
+  for (int axis = 0; axis < 3; ++axis) {
+    mark(k->tid[axis]);
+    mark(k->ntid[axis]);
+    mark(k->nctaid[axis]);
+  }
+  for (int32_t slot : {k->laneid, k->warpid, k->nwarpid, k->nsmid, k->gridid, k->lanemask_eq,
+                       k->lanemask_lt, k->lanemask_le, k->lanemask_gt, k->lanemask_ge}) {
+    mark(slot);
+  }
+
+  std::vector<bool> removed(n, false);
+  // 1. Copies.
+  std::vector<int32_t> rename(slots, -1);
+  for (size_t i = 0; i < n; ++i) {
+    const Inst& in = k->code[i];
+    if (in.run != &WMov<uint64_t>::run || in.guard >= 0 || in.flow != Flow::kNext) continue;
+    if (in.d[0] < 0 || in.a < 0 || in.a == in.d[0]) continue;
+    if (writes[in.d[0]] != 1 || writes[in.a] != 0) continue;
+    rename[in.d[0]] = in.a;
+    removed[i] = true;
+  }
+  auto renamed = [&](int32_t* slot) {
+    if (*slot >= 0 && rename[*slot] >= 0) *slot = rename[*slot];
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (removed[i]) continue;
+    Inst& in = k->code[i];
+    renamed(&in.a);
+    renamed(&in.b);
+    renamed(&in.c);
+    renamed(&in.e);
+    renamed(&in.guard);
+  }
+
+  // 2. Invariants, in an order where each one's sources come first.
+  auto hoistable = [&](const Inst& in) {
+    if (!in.pure || in.guard >= 0 || in.flow != Flow::kNext) return false;
+    for (int32_t d : in.d) {
+      if (d >= 0 && writes[d] != 1) return false;
+    }
+    for (int32_t source : {in.a, in.b, in.c, in.e}) {
+      if (source >= 0 && !invariant[source]) return false;
+    }
+    if (in.uniform_address) {  // ld.param: inside the kernel's parameters
+      auto found = constant_value.find(in.a);
+      if (found == constant_value.end()) return false;
+      uint64_t at = found->second + static_cast<uint64_t>(in.offset);
+      uint64_t bytes = uint64_t{in.width} * in.vec;
+      if (at > k->param_size || bytes > k->param_size - at) return false;
+    }
+    return true;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (removed[i] || !hoistable(k->code[i])) continue;
+      k->prologue.push_back(k->code[i]);
+      for (int32_t d : k->code[i].d) mark(d);
+      removed[i] = true;
+      changed = true;
+    }
+  }
+
+  // The rest, with branch targets moved to the next instruction kept.
+  std::vector<int32_t> new_index(n + 1, 0);
+  int32_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    new_index[i] = kept;
+    if (!removed[i]) ++kept;
+  }
+  new_index[n] = kept;
+  std::vector<Inst> code;
+  code.reserve(static_cast<size_t>(kept));
+  for (size_t i = 0; i < n; ++i) {
+    if (removed[i]) continue;
+    Inst in = k->code[i];
+    if (in.target >= 0) in.target = new_index[static_cast<size_t>(in.target)];
+    code.push_back(in);
+  }
+  k->code = std::move(code);
+}
+
 class Decoder {
  public:
   Decoder(const ParsedModule& module, const std::map<std::string, uint64_t>& addresses,
@@ -2221,6 +2371,7 @@ class Decoder {
     exit.run = &HNop;
     k_->code.push_back(exit);
     k_->slot_count = static_cast<uint32_t>(next_slot_);
+    Hoist(k_);
     return Status::OK();
   }
 
@@ -2874,6 +3025,8 @@ class Decoder {
         }
       }
       inst.run = LoadStoreHandler(inst, is_store);
+      // A kernel parameter at a fixed address (Hoist checks it is inside the parameters).
+      inst.pure = !is_store && inst.space == Space::kParam && inst.uniform_address;
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -2962,6 +3115,7 @@ class Decoder {
       GPUPOOL_DST(0);
       GPUPOOL_SRC(a, 1, type);
       inst.run = &WMov<uint64_t>::run;
+      inst.pure = true;
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -2979,6 +3133,7 @@ class Decoder {
         default: inst.offset = 0; break;
       }
       inst.run = &HCvta;
+      inst.pure = true;
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -3027,6 +3182,7 @@ class Decoder {
         rounding = rounding == 0 ? 5 : rounding + 4;
       inst.width = static_cast<uint8_t>(rounding);
       inst.run = CvtHandler(inst);
+      inst.pure = true;
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -3322,6 +3478,8 @@ class Decoder {
       GPUPOOL_SRC(c, 3, kU32);
     }
     inst.run = handler;
+    // Integer division by zero would trap on the host; carries touch the carry slot.
+    inst.pure = op != "div" && op != "rem" && (inst.flags & (kFlagCarryIn | kFlagCarryOut)) == 0;
     k_->code.push_back(inst);
     return Status::OK();
 #undef GPUPOOL_SRC
@@ -3592,6 +3750,7 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
       if (kernel.lanemask_ge >= 0) w.R(kernel.lanemask_ge)[l] = ~(bit - 1);
     }
     if (kernel.carry_slot >= 0) fill(kernel.carry_slot, 0);
+    for (const Inst& in : kernel.prologue) in.run(w, in, kFullMask);
   }
   const Inst* code = kernel.code.data();
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];

@@ -101,6 +101,10 @@ struct Inst {
   bool guard_negated = false;
   bool uniform_address = false;  // memory: the address operand is a constant slot (same in
                                  // every lane and warp)
+  // A lane function of sources a, b, c, e into d[0] (d[1]) that cannot fault or touch
+  // anything else (mov, cvt, cvta, arithmetic but div/rem and carries, ld.param at a fixed
+  // address): the decoder may run it once per warp before the CTAs (Hoist).
+  bool pure = false;
   int32_t d[4] = {-1, -1, -1, -1};         // destination slots
   int32_t a = -1, b = -1, c = -1, e = -1;  // source slots
   int32_t target = -1;                     // branch target
@@ -119,6 +123,9 @@ inline constexpr uint8_t kFlagSigned = 16;
 struct DecodedKernel {
   std::string name;
   std::vector<Inst> code;
+  // Run once per warp (all 32 lanes) when a worker sets up its warps, after the special
+  // registers: the instructions whose value is the same in every CTA (Hoist).
+  std::vector<Inst> prologue;
   uint32_t slot_count = 0;
   // Slots whose value is the same in every lane and every warp (immediates,
   // symbol addresses), set when a warp starts: {slot, value}.

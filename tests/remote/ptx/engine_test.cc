@@ -14,6 +14,7 @@
 
 #include "remote/dataplane/protocol.h"
 #include "remote/image/ptx_signature.h"
+#include "remote/sim/ptx_engine.h"
 #include "remote/sim/sim_executor.h"
 
 namespace gpupool::dataplane {
@@ -766,6 +767,101 @@ TEST(EngineImages, CompressedFatbinsRunAndCubinsAreRefused) {
   EXPECT_EQ(executor.LoadModule(2, junk, sizeof(junk), {}), kCuInvalidImage);
   const char bad_ptx[] = ".version 8.0\n.target sm_80\n.visible .entry k() { ret }\n";
   EXPECT_EQ(executor.LoadModule(3, bad_ptx, sizeof(bad_ptx), {}), kCuInvalidPtx);
+}
+
+// Instructions whose value is the same in every block (parameters, %ntid, %tid and what
+// is computed from them alone) run once per warp before the blocks, and copies of special
+// registers are read in place (Hoist in ptx_interpreter.cc). What must stay does stay: a
+// register written twice (the loop counter), a guarded instruction, anything of %ctaid,
+// and a parameter load past the parameters, which faults only if it runs.
+TEST(EngineHoisting, InvariantsRunOncePerWarpAndTheRestStays) {
+  const char ptx[] = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry hoist(.param .u32 n, .param .u64 out, .param .u32 scale) {
+  .reg .pred %p<5>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<4>;
+  ld.param.u32 %r1, [n];
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r2, [scale];
+  mov.u32 %r3, %ctaid.x;
+  mov.u32 %r4, %ntid.x;
+  mov.u32 %r5, %tid.x;
+  mul.lo.u32 %r6, %r2, 3;
+  mad.lo.u32 %r7, %r3, %r4, %r5;
+  setp.ge.u32 %p1, %r7, %r1;
+  @%p1 bra DONE;
+  mov.u32 %r8, 0;
+LOOP:
+  add.u32 %r8, %r8, %r6;
+  setp.lt.u32 %p2, %r8, 40;
+  @%p2 bra LOOP;
+  setp.eq.u32 %p3, %r5, 1;
+  @%p3 mul.lo.u32 %r9, %r2, 1000;
+  setp.eq.u32 %p4, %r1, 0;
+  @%p4 bra FAR;
+  add.u32 %r10, %r8, %r9;
+  add.u32 %r10, %r10, %r3;
+  mul.wide.u32 %rd2, %r7, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r10;
+  bra DONE;
+FAR:
+  ld.param.u32 %r11, [n+64];
+DONE:
+  ret;
+}
+)";
+  auto module = sim::PtxModule::Parse(ptx);
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto kernel = (*module)->Decode("hoist", {});
+  ASSERT_TRUE(kernel.ok()) << kernel.status().message();
+  const uint32_t blocks = 5, threads = 64, n = 300;
+  std::vector<uint32_t> out(blocks * threads, 0xdeadbeef);
+  const uint64_t address = 1ull << 44;
+  // Parameters by natural alignment: n at 0, out at 8, scale at 16.
+  auto launch = [&](uint32_t scale, uint64_t* instructions, std::string* detail) {
+    std::vector<uint8_t> params(20);
+    std::memcpy(params.data(), &n, 4);
+    std::memcpy(params.data() + 8, &address, 8);
+    std::memcpy(params.data() + 16, &scale, 4);
+    sim::LaunchSpec spec;
+    spec.grid[0] = blocks;
+    spec.block[0] = threads;
+    spec.params = params.data();
+    spec.param_size = params.size();
+    spec.memory = {sim::MemoryRange{address, out.size() * 4, reinterpret_cast<char*>(out.data())}};
+    spec.thread_instructions = instructions;
+    spec.error_detail = detail;
+    return sim::RunKernel(**kernel, spec);
+  };
+  for (uint32_t scale : {2u, 5u}) {
+    uint64_t instructions = 0;
+    std::string detail;
+    ASSERT_EQ(launch(scale, &instructions, &detail), kCuSuccess) << detail;
+    uint32_t step = 3 * scale, sum = 0;
+    do sum += step; while (sum < 40);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      for (uint32_t t = 0; t < threads; ++t) {
+        uint32_t i = b * threads + t;
+        uint32_t want = i < n ? sum + (t == 1 ? 1000 * scale : 0) + b : 0xdeadbeef;
+        ASSERT_EQ(out[i], want) << "scale " << scale << " block " << b << " thread " << t;
+      }
+    }
+    // Counted per lane that runs an instruction (a guard false or a branch not taken
+    // counts nothing). A thread that stores: mad, setp; mov; per round add, setp and the
+    // branch back but in the last; setp; setp; add, add, mul.wide, add, st; bra; ret; and
+    // thread 1 of a block its guarded mul. A thread past n: mad, setp, bra, ret. The
+    // three ld.param, the three copies of special registers and the mul by 3 are not
+    // there (without hoisting, 7 more per thread).
+    uint64_t rounds = sum / step;
+    uint64_t storing = 2 + 1 + (3 * rounds - 1) + 1 + 1 + 5 + 1 + 1;
+    EXPECT_EQ(instructions, n * storing + blocks + (blocks * threads - n) * 4)
+        << "scale " << scale;
+    std::fill(out.begin(), out.end(), 0xdeadbeef);
+  }
 }
 
 }  // namespace
