@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "remote/client/api_common.h"
+#include "remote/client/graphs.h"
 
 using namespace gpupool::client;  // NOLINT
 
@@ -350,28 +351,40 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* s
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src,
                                                        size_t size, CUstream stream) {
-  GPUPOOL_BODY({ return CopyHtoD(dst, src, size, stream); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyHtoD(dst, src, size, s); });
+    return CopyHtoD(dst, src, size, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t size) {
   GPUPOOL_BODY({ return CopyDtoH(dst, src, size, nullptr, false); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t size,
                                                        CUstream stream) {
-  GPUPOOL_BODY({ return CopyDtoH(dst, src, size, stream, true); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyDtoH(dst, src, size, s, true); });
+    return CopyDtoH(dst, src, size, stream, true);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t size) {
   GPUPOOL_BODY({ return CopyDtoD(dst, src, size, nullptr); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src,
                                                        size_t size, CUstream stream) {
-  GPUPOOL_BODY({ return CopyDtoD(dst, src, size, stream); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyDtoD(dst, src, size, s); });
+    return CopyDtoD(dst, src, size, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t size) {
   GPUPOOL_BODY({ return CopyAny(dst, src, size, nullptr, false); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size,
                                                 CUstream stream) {
-  GPUPOOL_BODY({ return CopyAny(dst, src, size, stream, true); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyAny(dst, src, size, s, true); });
+    return CopyAny(dst, src, size, stream, true);
+  });
 }
 
 // --- Memset --------------------------------------------------------------------------------
@@ -387,15 +400,24 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dst, unsigned int v
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n,
                                                   CUstream stream) {
-  GPUPOOL_BODY({ return Memset(dst, value, 1, n, stream); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset(dst, value, 1, n, s); });
+    return Memset(dst, value, 1, n, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dst, unsigned short value,
                                                    size_t n, CUstream stream) {
-  GPUPOOL_BODY({ return Memset(dst, value, 2, n, stream); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset(dst, value, 2, n, s); });
+    return Memset(dst, value, 2, n, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n,
                                                    CUstream stream) {
-  GPUPOOL_BODY({ return Memset(dst, value, 4, n, stream); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset(dst, value, 4, n, s); });
+    return Memset(dst, value, 4, n, stream);
+  });
 }
 
 // --- Pointer attributes --------------------------------------------------------------------
@@ -703,7 +725,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2
   return cuMemcpy2DUnaligned_v2(copy);
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* copy, CUstream stream) {
-  GPUPOOL_BODY({ return Copy2D(copy, stream); });
+  GPUPOOL_BODY({
+    if (copy != nullptr) {
+      GPUPOOL_CAPTURE(stream, [kept = *copy](CUstream s) { return Copy2D(&kept, s); });
+    }
+    return Copy2D(copy, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* copy,
                                                           CUstream stream) {
@@ -716,7 +743,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* copy) 
   return cuMemcpy3D_v2(copy);
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* copy, CUstream stream) {
-  GPUPOOL_BODY({ return Copy3D(copy, stream); });
+  GPUPOOL_BODY({
+    if (copy != nullptr) {
+      GPUPOOL_CAPTURE(stream, [kept = *copy](CUstream s) { return Copy3D(&kept, s); });
+    }
+    return Copy3D(copy, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* copy,
                                                           CUstream stream) {
@@ -764,17 +796,26 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch,
                                                     unsigned char value, size_t width,
                                                     size_t height, CUstream stream) {
-  GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 1, width, height, stream); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 1, width, height, s); });
+    return Memset2D(dst, pitch, value, 1, width, height, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch,
                                                      unsigned short value, size_t width,
                                                      size_t height, CUstream stream) {
-  GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 2, width, height, stream); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 2, width, height, s); });
+    return Memset2D(dst, pitch, value, 2, width, height, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch,
                                                      unsigned int value, size_t width,
                                                      size_t height, CUstream stream) {
-  GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 4, width, height, stream); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 4, width, height, s); });
+    return Memset2D(dst, pitch, value, 4, width, height, stream);
+  });
 }
 
 // --- Peer copies and stream-ordered allocation -------------------------------------------------
@@ -792,7 +833,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext d
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src,
                                                     CUcontext, size_t size, CUstream stream) {
-  GPUPOOL_BODY({ return CopyDtoD(dst, src, size, stream); });
+  GPUPOOL_BODY({
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyDtoD(dst, src, size, s); });
+    return CopyDtoD(dst, src, size, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_context,
                                                          CUdeviceptr src, CUcontext src_context,

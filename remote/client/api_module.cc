@@ -4,11 +4,13 @@
 // the agent once per device. A launch packs the arguments by that layout and travels
 // one-way; its execution errors arrive at the next synchronising call. Launch
 // configuration errors are caught here, at launch time, like a real driver does.
+#include <array>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include "remote/client/api_common.h"
+#include "remote/client/graphs.h"
 
 using namespace gpupool::client;  // NOLINT
 using gpupool::image::ParseModuleImage;
@@ -124,6 +126,21 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
       grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u ||
       grid[1] > 65535 || grid[2] > 65535) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (AnyCapture()) {
+    // A kernel node keeps the arguments' values of the moment it was captured.
+    std::vector<char> packed;
+    if (CUresult status = PackParams(*function, params, extra, &packed); status != CUDA_SUCCESS) {
+      return status;
+    }
+    auto kept = std::make_shared<const std::vector<char>>(std::move(packed));
+    std::array<unsigned, 3> g{grid[0], grid[1], grid[2]}, b{block[0], block[1], block[2]};
+    GPUPOOL_CAPTURE(stream, [=](CUstream s) {
+      size_t size = kept->size();
+      void* buffer[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(kept->data()),
+                        CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+      return Launch(handle, g.data(), b.data(), shared_mem, s, nullptr, buffer);
+    });
   }
   int device = 0;
   dp::LaunchArgs args{};

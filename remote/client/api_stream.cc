@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "remote/client/api_common.h"
+#include "remote/client/graphs.h"
 
 // The newest versions of these are what cuda.h's names mean; the first ones keep theirs.
-#undef cuStreamGetCaptureInfo
 
 using namespace gpupool::client;  // NOLINT
 
@@ -135,7 +135,15 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamQuery(CUstream stream) {
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamQuery_ptsz(CUstream stream) { return cuStreamQuery(stream); }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
-  GPUPOOL_BODY({ return WaitEvent(stream, event); });
+  GPUPOOL_BODY({
+    CUresult captured = CUDA_SUCCESS;
+    if (AnyCapture() &&
+        CaptureStreamWait(stream, event, [=](CUstream s) { return WaitEvent(s, event); },
+                          &captured)) {
+      return captured;
+    }
+    return WaitEvent(stream, event);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream stream, CUevent event,
                                                          unsigned int flags) {
@@ -260,14 +268,30 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy(CUevent event) { return cuEventDestroy_v2(event); }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
-  GPUPOOL_BODY({ return RecordEvent(event, stream); });
+  GPUPOOL_BODY({
+    CUresult captured = CUDA_SUCCESS;
+    if (AnyCapture() &&
+        CaptureEventRecord(event, stream, [=](CUstream s) { return RecordEvent(event, s); },
+                           &captured)) {
+      return captured;
+    }
+    return RecordEvent(event, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord_ptsz(CUevent event, CUstream stream) {
   return cuEventRecord(event, stream);
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags(CUevent event, CUstream stream,
                                                          unsigned int) {
-  GPUPOOL_BODY({ return RecordEvent(event, stream); });
+  GPUPOOL_BODY({
+    CUresult captured = CUDA_SUCCESS;
+    if (AnyCapture() &&
+        CaptureEventRecord(event, stream, [=](CUstream s) { return RecordEvent(event, s); },
+                           &captured)) {
+      return captured;
+    }
+    return RecordEvent(event, stream);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream,
                                                               unsigned int flags) {
@@ -309,65 +333,13 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime(float* milliseconds, CUeven
   return cuEventElapsedTime_v2(milliseconds, start, end);
 }
 
-// --- Stream capture (graphs) ---------------------------------------------------------------
-// Graphs are not supported (cuStreamBeginCapture answers NOT_SUPPORTED), so no stream is
-// ever capturing; libraries and the runtime ask, and get that answer.
+// --- Stream capture (graphs): graphs.cc, but the capture mode ----------------------------
 
 namespace {
 
 thread_local CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
-CUresult NotCapturing(CUstream handle, CUstreamCaptureStatus* status) {
-  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int device = 0;
-  if (CUresult result = ResolveDevice(handle, &device, nullptr); result != CUDA_SUCCESS) {
-    return result;
-  }
-  *status = CU_STREAM_CAPTURE_STATUS_NONE;
-  return CUDA_SUCCESS;
-}
-
 }  // namespace
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamIsCapturing(CUstream stream,
-                                                      CUstreamCaptureStatus* status) {
-  GPUPOOL_BODY({ return NotCapturing(stream, status); });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream stream,
-                                                           CUstreamCaptureStatus* status) {
-  return cuStreamIsCapturing(stream, status);
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream stream,
-                                                         CUstreamCaptureStatus* status,
-                                                         cuuint64_t* id) {
-  GPUPOOL_BODY({
-    if (id) *id = 0;
-    return NotCapturing(stream, status);
-  });
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(
-    CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-    const CUgraphNode** dependencies, size_t* dependency_count) {
-  GPUPOOL_BODY({
-    // Only the status (and id) are defined when the stream is not capturing.
-    if (id) *id = 0;
-    if (graph) *graph = nullptr;
-    if (dependencies) *dependencies = nullptr;
-    if (dependency_count) *dependency_count = 0;
-    return NotCapturing(stream, status);
-  });
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(
-    CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-    const CUgraphNode** dependencies, const CUgraphEdgeData** edges, size_t* dependency_count) {
-  GPUPOOL_BODY({
-    if (edges) *edges = nullptr;
-    return cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, dependency_count);
-  });
-}
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   GPUPOOL_BODY({

@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "remote/client/api_common.h"
+#include "remote/client/graphs.h"
 
 namespace gpupool::client {
 namespace {
@@ -56,6 +57,14 @@ bool StreamOf(uint32_t op, const void* args, size_t args_len, uint64_t* stream) 
     default: return false;
   }
 }
+
+}  // namespace
+
+bool RequestStream(uint32_t op, const void* args, size_t args_len, uint64_t* stream) {
+  return StreamOf(op, args, args_len, stream);
+}
+
+namespace {
 
 uint64_t EventOf(const void* args, size_t args_len) {
   uint64_t event = 0;
@@ -266,6 +275,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchHostFunc(CUstream stream, CUhostFn fun
                                                    void* data) {
   GPUPOOL_BODY({
     if (function == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    GPUPOOL_CAPTURE(stream, [function, data](CUstream s) {
+      return LaunchHostWork(s, [function, data](CUresult) { function(data); });
+    });
     return LaunchHostWork(stream, [function, data](CUresult) { function(data); });
   });
 }
@@ -278,6 +290,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamAddCallback(CUstream stream, CUstreamC
                                                       void* data, unsigned int flags) {
   GPUPOOL_BODY({
     if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    // Not capturable on a GPU either (cuLaunchHostFunc is).
+    if (AnyCapture()) {
+      CUresult refused = CUDA_SUCCESS;
+      if (CaptureWork(stream, nullptr, &refused)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
     return LaunchHostWork(stream, [callback, stream, data](CUresult status) {
       callback(stream, status, data);
     });

@@ -41,6 +41,8 @@ struct Implementation {
 #define IMPL(name, version, function) {name, version, reinterpret_cast<void*>(&function)}
 
 extern "C" CUresult CUDAAPI cuGetProcAddress(const char*, void**, int, cuuint64_t);
+extern "C" CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec*, CUgraph, CUgraphNode*, char*,
+                                                  size_t);  // graphs.cc; cuda.h hides it
 extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
                                                 CUdriverProcAddressQueryResult*);
 
@@ -219,6 +221,19 @@ const Implementation kImplementations[] = {
     IMPL("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2),
     IMPL("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3),
     IMPL("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
+    IMPL("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
+    IMPL("cuStreamEndCapture", 10000, cuStreamEndCapture),
+    // Graphs captured from streams (graphs.cc)
+    IMPL("cuGraphInstantiate", 10000, cuGraphInstantiate_v2),
+    IMPL("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
+    IMPL("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+    IMPL("cuGraphInstantiateWithParams", 12000, cuGraphInstantiateWithParams),
+    IMPL("cuGraphLaunch", 10000, cuGraphLaunch),
+    IMPL("cuGraphUpload", 11010, cuGraphUpload),
+    IMPL("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+    IMPL("cuGraphDestroy", 10000, cuGraphDestroy),
+    IMPL("cuGraphClone", 10000, cuGraphClone),
+    IMPL("cuGraphGetNodes", 10000, cuGraphGetNodes),
     IMPL("cuStreamGetAttribute", 11000, cuStreamGetAttribute),
     IMPL("cuStreamSetAttribute", 11000, cuStreamSetAttribute),
     IMPL("cuStreamCopyAttributes", 11000, cuStreamCopyAttributes),

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "remote/client/graphs.h"
 #include "remote/client/log.h"
 #include "remote/transport/rpc_client_module.h"
 
@@ -267,6 +268,10 @@ CUresult Runtime::Call(int device_ordinal, uint32_t op, const void* args, size_t
                        size_t result_capacity, std::string* out) {
   InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
+  if (CUresult refused = RefuseOnCapturingStream(device_ordinal, op, args, args_len);
+      refused != CUDA_SUCCESS) {
+    return refused;
+  }
   if (CUresult managed = ManagedBefore(device_ordinal, op); managed != CUDA_SUCCESS) {
     return managed;
   }
@@ -314,6 +319,10 @@ CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t
                        const void* payload, size_t payload_len) {
   InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
+  if (CUresult refused = RefuseOnCapturingStream(device_ordinal, op, args, args_len);
+      refused != CUDA_SUCCESS) {
+    return refused;
+  }
   if (CUresult managed = ManagedBefore(device_ordinal, op); managed != CUDA_SUCCESS) {
     return managed;
   }
@@ -337,6 +346,10 @@ CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_
                         void* result, size_t result_capacity) {
   InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
+  if (CUresult refused = RefuseOnCapturingStream(device_ordinal, op, args, args_len);
+      refused != CUDA_SUCCESS) {
+    return refused;
+  }
   if (CUresult managed = ManagedBefore(device_ordinal, op); managed != CUDA_SUCCESS) {
     return managed;
   }

@@ -1,0 +1,48 @@
+// Stream capture and graphs (graphs.cc): what the library records while a stream
+// captures, and the guard that keeps other work off a capturing stream.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <functional>
+
+namespace gpupool::client {
+
+// One captured call, run again on the stream a graph is launched on.
+using CapturedWork = std::function<CUresult(CUstream)>;
+
+// Whether any stream of this process is capturing (one atomic load: the fast path of
+// every stream-ordered call).
+bool AnyCapture();
+
+// If `stream` is capturing: appends `work` to its capture, sets *status (CUDA_SUCCESS)
+// and returns true. Otherwise returns false and the caller does the work now.
+bool CaptureWork(CUstream stream, CapturedWork work, CUresult* status);
+
+// For requests that reach the agent: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the
+// capture invalidated, as a GPU's driver does) when request `op` is ordered on a stream of
+// `device` that is capturing but the call that made it records nothing (a stream
+// synchronisation, say); else CUDA_SUCCESS.
+CUresult RefuseOnCapturingStream(int device, uint32_t op, const void* args, size_t args_len);
+
+// cuEventRecord and cuStreamWaitEvent during a capture (an event recorded in a capture
+// makes a stream that waits for it join the capture). False: nothing to do with a capture.
+bool CaptureEventRecord(CUevent event, CUstream stream, CapturedWork work, CUresult* status);
+bool CaptureStreamWait(CUstream stream, CUevent event, CapturedWork work, CUresult* status);
+
+// The stream a request is ordered on, for the requests that have one (host_work.cc).
+bool RequestStream(uint32_t op, const void* args, size_t args_len, uint64_t* stream);
+
+}  // namespace gpupool::client
+
+// At the top of a stream-ordered entry point's body: records the call when `stream`
+// captures. The lambda gets the stream to run on.
+#define GPUPOOL_CAPTURE(stream, ...)                                                      \
+  do {                                                                                    \
+    CUresult gpupool_captured = CUDA_SUCCESS;                                             \
+    if (::gpupool::client::AnyCapture() &&                                                \
+        ::gpupool::client::CaptureWork((stream), __VA_ARGS__, &gpupool_captured)) {       \
+      return gpupool_captured;                                                            \
+    }                                                                                     \
+  } while (0)

@@ -1,0 +1,150 @@
+// CUDA graphs captured from streams (cudaStreamBeginCapture ... cudaGraphLaunch): what is
+// captured runs at each launch, in order, with the host memory of that moment and the
+// kernel arguments of the capture; fork and join across streams through events; host
+// functions and graphs inside graphs; a capture broken by a synchronisation is reported;
+// node-by-node building answers cudaErrorNotSupported.
+#include <cstdio>
+#include <vector>
+
+#include "../programs/check.h"
+
+namespace {
+
+__global__ void AddScalar(float* x, float value, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += value;
+}
+
+__global__ void Scale(float* x, float factor, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= factor;
+}
+
+int host_calls = 0;
+void CUDART_CB CountCall(void*) { ++host_calls; }
+
+}  // namespace
+
+int main() {
+  const int n = 1000;
+  const size_t bytes = n * sizeof(float);
+  float *a = nullptr, *b = nullptr;
+  CHECK(cudaMalloc(&a, bytes));
+  CHECK(cudaMalloc(&b, bytes));
+  float *in = nullptr, *out = nullptr;
+  CHECK(cudaMallocHost(&in, bytes));
+  CHECK(cudaMallocHost(&out, bytes));
+  cudaStream_t s1, s2;
+  CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  cudaEvent_t fork, join;
+  CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CHECK(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+
+  // Capture: upload, fork onto s2 (b = 0, b += 5), main branch a = (a + add) * 2, join,
+  // b into the upper half of a, host function, download.
+  cudaStreamCaptureStatus status;
+  CHECK(cudaStreamIsCapturing(s1, &status));
+  EXPECT(status == cudaStreamCaptureStatusNone);
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+  CHECK(cudaStreamIsCapturing(s1, &status));
+  EXPECT(status == cudaStreamCaptureStatusActive);
+  CHECK(cudaStreamIsCapturing(s2, &status));
+  EXPECT(status == cudaStreamCaptureStatusNone);
+  float add = 1.0f;
+  CHECK(cudaMemcpyAsync(a, in, bytes, cudaMemcpyHostToDevice, s1));
+  CHECK(cudaEventRecord(fork, s1));
+  CHECK(cudaStreamWaitEvent(s2, fork, 0));
+  CHECK(cudaStreamIsCapturing(s2, &status));
+  EXPECT(status == cudaStreamCaptureStatusActive);  // s2 joined the capture
+  CHECK(cudaMemsetAsync(b, 0, bytes, s2));
+  AddScalar<<<(n + 255) / 256, 256, 0, s2>>>(b, 5.0f, n);
+  CHECK(cudaGetLastError());
+  CHECK(cudaEventRecord(join, s2));
+  AddScalar<<<(n + 255) / 256, 256, 0, s1>>>(a, add, n);
+  add = 100.0f;  // a kernel node keeps the argument of the capture
+  Scale<<<(n + 255) / 256, 256, 0, s1>>>(a, 2.0f, n);
+  CHECK(cudaStreamWaitEvent(s1, join, 0));
+  // After the join: the upper half of a becomes s2's branch (b).
+  CHECK(cudaMemcpyAsync(a + n / 2, b, bytes / 2, cudaMemcpyDeviceToDevice, s1));
+  CHECK(cudaLaunchHostFunc(s1, CountCall, nullptr));
+  CHECK(cudaMemcpyAsync(out, a, bytes, cudaMemcpyDeviceToHost, s1));
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s1, &graph));
+  CHECK(cudaStreamIsCapturing(s1, &status));
+  EXPECT(status == cudaStreamCaptureStatusNone);
+  CHECK(cudaStreamIsCapturing(s2, &status));
+  EXPECT(status == cudaStreamCaptureStatusNone);
+  EXPECT(host_calls == 0);  // nothing ran while capturing
+  size_t nodes = 0;
+  CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  EXPECT(nodes == 10);  // the copies, memset, kernels, event record, host function
+
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int launch = 0; launch < 3; ++launch) {
+    // The upload reads the host buffer at launch time, as a memcpy node does.
+    for (int i = 0; i < n; ++i) in[i] = static_cast<float>(i + launch);
+    CHECK(cudaGraphLaunch(exec, s1));
+    CHECK(cudaStreamSynchronize(s1));
+    EXPECT(host_calls == launch + 1);
+    for (int i = 0; i < n; ++i) {
+      float want = i < n / 2 ? (i + launch + 1.0f) * 2.0f : 5.0f;
+      if (out[i] != want) {
+        std::fprintf(stderr, "launch %d: out[%d] = %f, want %f\n", launch, i, out[i], want);
+        return 1;
+      }
+    }
+  }
+
+  // A graph inside a capture, and a clone.
+  cudaGraph_t outer = nullptr, clone = nullptr;
+  CHECK(cudaStreamBeginCapture(s2, cudaStreamCaptureModeThreadLocal));
+  CHECK(cudaGraphLaunch(exec, s2));
+  CHECK(cudaGraphLaunch(exec, s2));
+  CHECK(cudaStreamEndCapture(s2, &outer));
+  CHECK(cudaGraphClone(&clone, outer));
+  cudaGraphExec_t outer_exec = nullptr;
+  CHECK(cudaGraphInstantiate(&outer_exec, clone, 0));
+  for (int i = 0; i < n; ++i) in[i] = 10.0f;
+  CHECK(cudaGraphLaunch(outer_exec, s2));
+  CHECK(cudaStreamSynchronize(s2));
+  EXPECT(host_calls == 5);
+  EXPECT(out[0] == 22.0f && out[n - 1] == 5.0f);
+
+  // A synchronisation inside a capture breaks it; the stream is usable again after.
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed));
+  AddScalar<<<1, 32, 0, s1>>>(a, 1.0f, 32);
+  EXPECT(cudaStreamSynchronize(s1) == cudaErrorStreamCaptureUnsupported);
+  CHECK(cudaStreamIsCapturing(s1, &status));
+  EXPECT(status == cudaStreamCaptureStatusInvalidated);
+  cudaGraph_t broken = nullptr;
+  EXPECT(cudaStreamEndCapture(s1, &broken) == cudaErrorStreamCaptureInvalidated);
+  EXPECT(broken == nullptr);
+  (void)cudaGetLastError();
+  CHECK(cudaStreamSynchronize(s1));
+
+  // The legacy default stream cannot capture; ending a capture never begun is refused.
+  EXPECT(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal) != cudaSuccess);
+  (void)cudaGetLastError();
+  EXPECT(cudaStreamEndCapture(s1, &broken) != cudaSuccess);
+  (void)cudaGetLastError();
+
+  // Building a graph node by node is not supported, and says so.
+  cudaGraph_t manual = nullptr;
+  cudaError_t created = cudaGraphCreate(&manual, 0);
+  EXPECT(created == cudaErrorNotSupported);
+  (void)cudaGetLastError();
+
+  CHECK(cudaGraphExecDestroy(outer_exec));
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(clone));
+  CHECK(cudaGraphDestroy(outer));
+  CHECK(cudaGraphDestroy(graph));
+  CHECK(cudaFree(a));
+  CHECK(cudaFree(b));
+  CHECK(cudaFreeHost(in));
+  CHECK(cudaFreeHost(out));
+  std::printf("stream graphs: ok\n");
+  return 0;
+}
