@@ -63,6 +63,17 @@ CUresult RecordEvent(CUevent handle, CUstream stream) {
   return Runtime::Get().Post(device, dp::kOpEventRecord, &args, sizeof(args));
 }
 
+// cuEventRecord(WithFlags): recorded instead while `stream` captures (graphs.cc).
+CUresult RecordOrCapture(CUevent event, CUstream stream) {
+  CUresult captured = CUDA_SUCCESS;
+  if (AnyCapture() &&
+      CaptureEventRecord(event, stream, [=](CUstream s) { return RecordEvent(event, s); },
+                         &captured)) {
+    return captured;
+  }
+  return RecordEvent(event, stream);
+}
+
 CUresult EventCall(CUevent handle, uint32_t op) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   Event* event = AsEvent(handle);
@@ -268,30 +279,14 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy(CUevent event) { return cuEventDestroy_v2(event); }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
-  GPUPOOL_BODY({
-    CUresult captured = CUDA_SUCCESS;
-    if (AnyCapture() &&
-        CaptureEventRecord(event, stream, [=](CUstream s) { return RecordEvent(event, s); },
-                           &captured)) {
-      return captured;
-    }
-    return RecordEvent(event, stream);
-  });
+  GPUPOOL_BODY({ return RecordOrCapture(event, stream); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord_ptsz(CUevent event, CUstream stream) {
   return cuEventRecord(event, stream);
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags(CUevent event, CUstream stream,
                                                          unsigned int) {
-  GPUPOOL_BODY({
-    CUresult captured = CUDA_SUCCESS;
-    if (AnyCapture() &&
-        CaptureEventRecord(event, stream, [=](CUstream s) { return RecordEvent(event, s); },
-                           &captured)) {
-      return captured;
-    }
-    return RecordEvent(event, stream);
-  });
+  GPUPOOL_BODY({ return RecordOrCapture(event, stream); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream,
                                                               unsigned int flags) {

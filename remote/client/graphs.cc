@@ -88,6 +88,15 @@ void Join(const std::shared_ptr<Capture>& capture, CUstream stream, int device, 
   by_stream[stream] = capture;
 }
 
+// A graph or an instantiated graph (nullptr: not a valid handle).
+template <typename T>
+CUresult Destroy(T* object) {
+  if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  object->magic = 0;  // a stale handle whose memory is not reused yet is refused
+  delete object;
+  return CUDA_SUCCESS;
+}
+
 CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
   if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Graph* graph = AsGraph(handle);
@@ -369,23 +378,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec exec, CUstream 
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec handle) {
-  GPUPOOL_BODY({
-    GraphExec* exec = AsGraphExec(handle);
-    if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    exec->magic = 0;
-    delete exec;
-    return CUDA_SUCCESS;
-  });
+  GPUPOOL_BODY({ return Destroy(AsGraphExec(handle)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDestroy(CUgraph handle) {
-  GPUPOOL_BODY({
-    Graph* graph = AsGraph(handle);
-    if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    graph->magic = 0;
-    delete graph;
-    return CUDA_SUCCESS;
-  });
+  GPUPOOL_BODY({ return Destroy(AsGraph(handle)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphClone(CUgraph* clone, CUgraph handle) {
