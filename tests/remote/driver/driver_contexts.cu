@@ -1,7 +1,8 @@
 // A driver-API program (linked with -lcuda, no runtime calls): contexts made with
 // cuCtxCreate, the context stack, per-context limits and resources, cuCtxDestroy freeing
 // what the context owned, the profiler calls, and an entry point this library does not
-// know answering CUDA_ERROR_NOT_SUPPORTED with its name in the library's message.
+// know answering CUDA_ERROR_NOT_SUPPORTED with its name in the library's message, and
+// driver functions it does not implement exported all the same (linked with -z now).
 #include <cuda.h>
 #include <cudaProfiler.h>
 #include <unistd.h>
@@ -177,6 +178,23 @@ int main() {
   });
   EXPECT(answer == CUDA_ERROR_NOT_SUPPORTED);
   EXPECT(message.find("cuFrobnicateFromTheFuture") != std::string::npos);
+
+  // Entry points this library does not implement are still exported, as by a driver: the
+  // program links against them by name (and is built with -z now, so it binds them all at
+  // start) and gets NOT_SUPPORTED naming each, not "undefined symbol".
+  CUlinkState link = nullptr;
+  CUDA_ARRAY_DESCRIPTOR array_shape = {};
+  array_shape.Width = 16;
+  array_shape.Height = 16;
+  array_shape.Format = CU_AD_FORMAT_FLOAT;
+  array_shape.NumChannels = 1;
+  CUarray array = nullptr;
+  std::string unexported = CaptureStderr([&] {
+    EXPECT(cuLinkCreate(0, nullptr, nullptr, &link) == CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT(cuArrayCreate(&array, &array_shape) == CUDA_ERROR_NOT_SUPPORTED);
+  });
+  EXPECT(unexported.find("cuLinkCreate_v2") != std::string::npos);
+  EXPECT(unexported.find("cuArrayCreate_v2") != std::string::npos);
 
   // A refused call says why, once however often it is made.
   std::string refusals = CaptureStderr([&] {
