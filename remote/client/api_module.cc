@@ -13,6 +13,11 @@
 #include "remote/client/graphs.h"
 
 using namespace gpupool::client;  // NOLINT
+
+// cuda.h maps these to their _v2 versions; the library defines both.
+#undef cuLinkCreate
+#undef cuLinkAddData
+#undef cuLinkAddFile
 using gpupool::image::ParseModuleImage;
 
 namespace {
@@ -402,4 +407,150 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* co
                                                         CUfunction f, void** params,
                                                         void** extra) {
   return cuLaunchKernelEx(config, f, params, extra);
+}
+
+// --- Linking (cuLink*) ---------------------------------------------------------------------
+// A driver's JIT linker combines PTX, cubins, fatbins and device libraries into one cubin.
+// Here a link of a single PTX, cubin or fatbin input completes to that input itself, which
+// cuModuleLoadData takes as it is (the sim runs its PTX; a GPU host's driver JIT-compiles
+// or loads it). Linking several inputs, relocatable objects, device libraries or NVVM IR
+// together needs a device linker: refused with CUDA_ERROR_NOT_SUPPORTED, saying so. The
+// JIT log buffers get empty strings.
+
+namespace {
+
+constexpr uint32_t kLinkMagic = 0x6c6e6b31;  // "lnk1"
+
+struct LinkState {
+  uint32_t magic = kLinkMagic;
+  int inputs = 0;
+  std::vector<char> image;  // the one input; PTX with its terminating NUL
+};
+
+LinkState* AsLink(CUlinkState handle) {
+  auto* link = reinterpret_cast<LinkState*>(handle);
+  return link != nullptr && link->magic == kLinkMagic ? link : nullptr;
+}
+
+// Log buffers: an empty string where one fits; bytes written (0) back in the size option.
+void EmptyJitLogs(unsigned count, CUjit_option* options, void** values) {
+  if (count == 0 || options == nullptr || values == nullptr) return;
+  for (unsigned i = 0; i < count; ++i) {
+    CUjit_option buffer_option = options[i];
+    if (buffer_option != CU_JIT_INFO_LOG_BUFFER && buffer_option != CU_JIT_ERROR_LOG_BUFFER) {
+      continue;
+    }
+    CUjit_option size_option = buffer_option == CU_JIT_INFO_LOG_BUFFER
+                                   ? CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES
+                                   : CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
+    for (unsigned j = 0; j < count; ++j) {
+      if (options[j] != size_option) continue;
+      if (reinterpret_cast<uintptr_t>(values[j]) > 0 && values[i] != nullptr) {
+        static_cast<char*>(values[i])[0] = '\0';
+      }
+      values[j] = nullptr;
+    }
+  }
+}
+
+CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char> bytes) {
+  LinkState* link = AsLink(handle);
+  if (link == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  switch (type) {
+    case CU_JIT_INPUT_PTX:
+      // The text up to its NUL (or the given size), then a NUL.
+      bytes.resize(strnlen(bytes.data(), bytes.size()));
+      bytes.push_back('\0');
+      break;
+    case CU_JIT_INPUT_CUBIN:
+    case CU_JIT_INPUT_FATBINARY: break;
+    case CU_JIT_INPUT_OBJECT:
+    case CU_JIT_INPUT_LIBRARY:
+    case CU_JIT_INPUT_NVVM:
+      return static_cast<CUresult>(ReportUnsupported(
+          "cuLinkAddData/cuLinkAddFile(object, library or NVVM input)", "device code linking"));
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (link->inputs > 0) {
+    return static_cast<CUresult>(ReportUnsupported(
+        "cuLinkAddData/cuLinkAddFile(a second input)", "linking several modules into one"));
+  }
+  link->image = std::move(bytes);
+  ++link->inputs;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkCreate_v2(unsigned int count, CUjit_option* options,
+                                                  void** values, CUlinkState* result) {
+  GPUPOOL_BODY({
+    if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    EmptyJitLogs(count, options, values);
+    *result = reinterpret_cast<CUlinkState>(new LinkState);
+    return CUDA_SUCCESS;
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkCreate(unsigned int count, CUjit_option* options,
+                                               void** values, CUlinkState* result) {
+  return cuLinkCreate_v2(count, options, values, result);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddData_v2(CUlinkState link, CUjitInputType type,
+                                                   void* data, size_t size, const char*,
+                                                   unsigned int count, CUjit_option* options,
+                                                   void** values) {
+  GPUPOOL_BODY({
+    if (data == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    EmptyJitLogs(count, options, values);
+    const char* bytes = static_cast<const char*>(data);
+    return AddLinkInput(link, type, std::vector<char>(bytes, bytes + size));
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddData(CUlinkState link, CUjitInputType type, void* data,
+                                                size_t size, const char* name,
+                                                unsigned int count, CUjit_option* options,
+                                                void** values) {
+  return cuLinkAddData_v2(link, type, data, size, name, count, options, values);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState link, CUjitInputType type,
+                                                   const char* path, unsigned int count,
+                                                   CUjit_option* options, void** values) {
+  GPUPOOL_BODY({
+    EmptyJitLogs(count, options, values);
+    if (AsLink(link) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    std::vector<char> bytes;
+    if (CUresult status = ReadImageFile(path, &bytes); status != CUDA_SUCCESS) return status;
+    if (type != CU_JIT_INPUT_PTX) bytes.pop_back();  // ReadImageFile's NUL is for text
+    return AddLinkInput(link, type, std::move(bytes));
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddFile(CUlinkState link, CUjitInputType type,
+                                                const char* path, unsigned int count,
+                                                CUjit_option* options, void** values) {
+  return cuLinkAddFile_v2(link, type, path, count, options, values);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkComplete(CUlinkState handle, void** image,
+                                                 size_t* size) {
+  GPUPOOL_BODY({
+    LinkState* link = AsLink(handle);
+    if (link == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (image == nullptr || size == nullptr || link->inputs == 0) return CUDA_ERROR_INVALID_VALUE;
+    *image = link->image.data();  // owned by the link state until cuLinkDestroy, as on a GPU
+    *size = link->image.size();
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkDestroy(CUlinkState handle) {
+  GPUPOOL_BODY({
+    LinkState* link = AsLink(handle);
+    if (link == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    link->magic = 0;
+    delete link;
+    return CUDA_SUCCESS;
+  });
 }

@@ -27,6 +27,9 @@
 #undef cuCtxPushCurrent
 #undef cuCtxPopCurrent
 #undef cuStreamGetCaptureInfo
+#undef cuLinkCreate
+#undef cuLinkAddData
+#undef cuLinkAddFile
 
 using namespace gpupool::client;  // NOLINT
 
@@ -202,6 +205,14 @@ const Implementation kImplementations[] = {
     IMPL("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000,
          cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
     IMPL("cuLaunchKernel", 4000, cuLaunchKernel),
+    IMPL("cuLinkCreate", 5050, cuLinkCreate),
+    IMPL("cuLinkCreate", 6050, cuLinkCreate_v2),
+    IMPL("cuLinkAddData", 5050, cuLinkAddData),
+    IMPL("cuLinkAddData", 6050, cuLinkAddData_v2),
+    IMPL("cuLinkAddFile", 5050, cuLinkAddFile),
+    IMPL("cuLinkAddFile", 6050, cuLinkAddFile_v2),
+    IMPL("cuLinkComplete", 5050, cuLinkComplete),
+    IMPL("cuLinkDestroy", 5050, cuLinkDestroy),
     IMPL("cuLaunchKernelEx", 11060, cuLaunchKernelEx),
     // Streams and events
     IMPL("cuStreamCreate", 2000, cuStreamCreate),

@@ -181,8 +181,9 @@ int main() {
 
   // Entry points this library does not implement are still exported, as by a driver: the
   // program links against them by name (and is built with -z now, so it binds them all at
-  // start) and gets NOT_SUPPORTED naming each, not "undefined symbol".
-  CUlinkState link = nullptr;
+  // start) and gets NOT_SUPPORTED naming each, not "undefined symbol". (IPC and arrays
+  // are not supported: gpupool-remote(7).)
+  CUipcMemHandle ipc_handle;
   CUDA_ARRAY_DESCRIPTOR array_shape = {};
   array_shape.Width = 16;
   array_shape.Height = 16;
@@ -190,10 +191,10 @@ int main() {
   array_shape.NumChannels = 1;
   CUarray array = nullptr;
   std::string unexported = CaptureStderr([&] {
-    EXPECT(cuLinkCreate(0, nullptr, nullptr, &link) == CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT(cuIpcGetMemHandle(&ipc_handle, kept) == CUDA_ERROR_NOT_SUPPORTED);
     EXPECT(cuArrayCreate(&array, &array_shape) == CUDA_ERROR_NOT_SUPPORTED);
   });
-  EXPECT(unexported.find("cuLinkCreate_v2") != std::string::npos);
+  EXPECT(unexported.find("cuIpcGetMemHandle") != std::string::npos);
   EXPECT(unexported.find("cuArrayCreate_v2") != std::string::npos);
 
   // A refused call says why, once however often it is made.

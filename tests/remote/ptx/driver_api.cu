@@ -1,6 +1,7 @@
 // A driver-API program as users write them: cuInit, a context, cuModuleLoad of a .fatbin,
 // a .ptx and a .cubin file (made by nvcc at build time from engine_kernels.cu),
-// cuModuleGetGlobal, cuLaunchKernel, device printf, and an out-of-bounds kernel whose
+// cuModuleGetGlobal, cuLaunchKernel, device printf, the JIT linker with one input
+// (cuLinkCreate ... cuLinkComplete), and an out-of-bounds kernel whose
 // CUDA_ERROR_ILLEGAL_ADDRESS stays on the context. Prints "driver_api: OK" when every
 // check passed.
 //
@@ -138,6 +139,57 @@ int main() {
   }
   CUmodule none = nullptr;
   CHECK_CU(cuModuleLoad(&none, ModulePath("no_such_file.ptx").c_str()), CUDA_ERROR_FILE_NOT_FOUND);
+
+  // The JIT linker with one input, as PTX-JIT programs use it: a file, then the same PTX
+  // from memory without its NUL; the linked image loads and runs. A second input, or a
+  // device library, is refused.
+  for (bool from_memory : {false, true}) {
+    char info[64] = "unset", error[64] = "unset";
+    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                              CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void* values[] = {info, reinterpret_cast<void*>(sizeof(info)), error,
+                      reinterpret_cast<void*>(sizeof(error))};
+    CUlinkState link = nullptr;
+    CHECK_CU(cuLinkCreate(4, options, values, &link), CUDA_SUCCESS);
+    EXPECT_TRUE(info[0] == '\0' && error[0] == '\0');
+    std::string path = ModulePath("engine_kernels.ptx");
+    std::string text;
+    if (from_memory) {
+      FILE* file = std::fopen(path.c_str(), "rb");
+      char chunk[4096];
+      for (size_t got; file != nullptr && (got = std::fread(chunk, 1, sizeof(chunk), file)) > 0;)
+        text.append(chunk, got);
+      if (file != nullptr) std::fclose(file);
+      CHECK_CU(cuLinkAddData(link, CU_JIT_INPUT_PTX, text.data(), text.size(), "kernels", 0,
+                             nullptr, nullptr),
+               CUDA_SUCCESS);
+    } else {
+      CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, path.c_str(), 0, nullptr, nullptr),
+               CUDA_SUCCESS);
+    }
+    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, path.c_str(), 0, nullptr, nullptr),
+             CUDA_ERROR_NOT_SUPPORTED);
+    CHECK_CU(cuLinkAddData(link, CU_JIT_INPUT_LIBRARY, info, sizeof(info), "lib", 0, nullptr,
+                           nullptr),
+             CUDA_ERROR_NOT_SUPPORTED);
+    void* image = nullptr;
+    size_t size = 0;
+    CHECK_CU(cuLinkComplete(link, &image, &size), CUDA_SUCCESS);
+    EXPECT_TRUE(image != nullptr && size > 0);
+    CUmodule linked = nullptr;
+    if (image != nullptr) CHECK_CU(cuModuleLoadData(&linked, image), CUDA_SUCCESS);
+    if (linked != nullptr) {
+      RunKernels(linked, from_memory ? "linked from memory" : "linked from a file");
+      CHECK_CU(cuModuleUnload(linked), CUDA_SUCCESS);
+    }
+    CHECK_CU(cuLinkDestroy(link), CUDA_SUCCESS);
+  }
+  CUlinkState empty = nullptr;
+  CHECK_CU(cuLinkCreate(0, nullptr, nullptr, &empty), CUDA_SUCCESS);
+  void* nothing = nullptr;
+  size_t nothing_size = 0;
+  CHECK_CU(cuLinkComplete(empty, &nothing, &nothing_size), CUDA_ERROR_INVALID_VALUE);
+  CHECK_CU(cuLinkDestroy(empty), CUDA_SUCCESS);
 
   // An out-of-bounds store: CUDA_ERROR_ILLEGAL_ADDRESS, and the context stays unusable.
   CUmodule module = nullptr;
