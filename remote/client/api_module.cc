@@ -423,8 +423,7 @@ constexpr uint32_t kLinkMagic = 0x6c6e6b31;  // "lnk1"
 
 struct LinkState {
   uint32_t magic = kLinkMagic;
-  int inputs = 0;
-  std::vector<char> image;  // the one input; PTX with its terminating NUL
+  std::vector<char> image;  // the one input (empty: none yet); PTX with its terminating NUL
 };
 
 LinkState* AsLink(CUlinkState handle) {
@@ -471,12 +470,11 @@ CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char>
           "cuLinkAddData/cuLinkAddFile(object, library or NVVM input)", "device code linking"));
     default: return CUDA_ERROR_INVALID_VALUE;
   }
-  if (link->inputs > 0) {
+  if (!link->image.empty()) {
     return static_cast<CUresult>(ReportUnsupported(
         "cuLinkAddData/cuLinkAddFile(a second input)", "linking several modules into one"));
   }
   link->image = std::move(bytes);
-  ++link->inputs;
   return CUDA_SUCCESS;
 }
 
@@ -538,7 +536,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkComplete(CUlinkState handle, void** imag
   GPUPOOL_BODY({
     LinkState* link = AsLink(handle);
     if (link == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (image == nullptr || size == nullptr || link->inputs == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (image == nullptr || size == nullptr || link->image.empty()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
     *image = link->image.data();  // owned by the link state until cuLinkDestroy, as on a GPU
     *size = link->image.size();
     return CUDA_SUCCESS;

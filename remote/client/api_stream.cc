@@ -10,8 +10,6 @@
 #include "remote/client/api_common.h"
 #include "remote/client/graphs.h"
 
-// The newest versions of these are what cuda.h's names mean; the first ones keep theirs.
-
 using namespace gpupool::client;  // NOLINT
 
 namespace {

@@ -132,6 +132,14 @@ bool CaptureWork(CUstream stream, CapturedWork work, CUresult* status) {
   return true;
 }
 
+bool InvalidateCapture(CUstream stream) {
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<Capture> capture = CaptureOf(stream);
+  if (capture == nullptr) return false;
+  capture->invalidated = true;
+  return true;
+}
+
 CUresult RefuseOnCapturingStream(int device, uint32_t op, const void* args, size_t args_len) {
   if (!AnyCapture()) return CUDA_SUCCESS;
   uint64_t stream = 0;

@@ -20,6 +20,10 @@ bool AnyCapture();
 // and returns true. Otherwise returns false and the caller does the work now.
 bool CaptureWork(CUstream stream, CapturedWork work, CUresult* status);
 
+// If `stream` is capturing: invalidates its capture (a call that cannot be captured was
+// made on it) and returns true.
+bool InvalidateCapture(CUstream stream);
+
 // For requests that reach the agent: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the
 // capture invalidated, as a GPU's driver does) when request `op` is ordered on a stream of
 // `device` that is capturing but the call that made it records nothing (a stream

@@ -291,10 +291,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamAddCallback(CUstream stream, CUstreamC
   GPUPOOL_BODY({
     if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
     // Not capturable on a GPU either (cuLaunchHostFunc is).
-    if (AnyCapture()) {
-      CUresult refused = CUDA_SUCCESS;
-      if (CaptureWork(stream, nullptr, &refused)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
+    if (AnyCapture() && InvalidateCapture(stream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     return LaunchHostWork(stream, [callback, stream, data](CUresult status) {
       callback(stream, status, data);
     });
