@@ -97,7 +97,17 @@ spawn() {
     SLURM_CONF=$SLURM_CONF_FILE MUNGE_SOCKET=$MUNGE_SOCK GPUPOOL_CONF=$GPUPOOL_CONF_FILE \
       exec setsid "$@"
   ) </dev/null >>"$log" 2>&1 &
-  echo $! >"$(pid_file "$part")"
+  local pid=$! waited=0 own now
+  echo "$pid" >"$(pid_file "$part")"
+  # Until the subshell has exec'd it is a copy of this script, and part_pid (which checks
+  # the command line) would call the part dead: wait for the exec, not for the part (on a
+  # loaded machine the gap was long enough to fail `up` at munge, the first part).
+  own=$(tr '\0' ' ' </proc/$BASHPID/cmdline)
+  while kill -0 "$pid" 2>/dev/null && ((waited < 1000)); do
+    now=$(tr '\0' ' ' 2>/dev/null </proc/$pid/cmdline) && [[ -n $now && $now != "$own" ]] && break
+    sleep 0.01
+    waited=$((waited + 1))
+  done
 }
 
 # start_etcd_member N: etcd member N of the HA dev cluster, on loopback.
