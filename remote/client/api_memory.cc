@@ -352,7 +352,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* s
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src,
                                                        size_t size, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyHtoD(dst, src, size, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyHtoD(dst, src, size, s); });
     return CopyHtoD(dst, src, size, stream);
   });
 }
@@ -362,7 +362,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, si
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t size,
                                                        CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyDtoH(dst, src, size, s, true); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyDtoH(dst, src, size, s, true); });
     return CopyDtoH(dst, src, size, stream, true);
   });
 }
@@ -372,7 +372,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr s
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src,
                                                        size_t size, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyDtoD(dst, src, size, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyDtoD(dst, src, size, s); });
     return CopyDtoD(dst, src, size, stream);
   });
 }
@@ -382,7 +382,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, siz
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size,
                                                 CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyAny(dst, src, size, s, true); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyAny(dst, src, size, s, true); });
     return CopyAny(dst, src, size, stream, true);
   });
 }
@@ -401,21 +401,21 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dst, unsigned int v
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n,
                                                   CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset(dst, value, 1, n, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset(dst, value, 1, n, s); });
     return Memset(dst, value, 1, n, stream);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dst, unsigned short value,
                                                    size_t n, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset(dst, value, 2, n, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset(dst, value, 2, n, s); });
     return Memset(dst, value, 2, n, stream);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n,
                                                    CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset(dst, value, 4, n, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset(dst, value, 4, n, s); });
     return Memset(dst, value, 4, n, stream);
   });
 }
@@ -727,7 +727,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* copy, CUstream stream) {
   GPUPOOL_BODY({
     if (copy != nullptr) {
-      GPUPOOL_CAPTURE(stream, [kept = *copy](CUstream s) { return Copy2D(&kept, s); });
+      GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [kept = *copy](CUstream s) { return Copy2D(&kept, s); });
     }
     return Copy2D(copy, stream);
   });
@@ -745,7 +745,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* copy) 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* copy, CUstream stream) {
   GPUPOOL_BODY({
     if (copy != nullptr) {
-      GPUPOOL_CAPTURE(stream, [kept = *copy](CUstream s) { return Copy3D(&kept, s); });
+      GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [kept = *copy](CUstream s) { return Copy3D(&kept, s); });
     }
     return Copy3D(copy, stream);
   });
@@ -797,7 +797,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dst, size_t pitc
                                                     unsigned char value, size_t width,
                                                     size_t height, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 1, width, height, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 1, width, height, s); });
     return Memset2D(dst, pitch, value, 1, width, height, stream);
   });
 }
@@ -805,7 +805,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dst, size_t pit
                                                      unsigned short value, size_t width,
                                                      size_t height, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 2, width, height, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 2, width, height, s); });
     return Memset2D(dst, pitch, value, 2, width, height, stream);
   });
 }
@@ -813,7 +813,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dst, size_t pit
                                                      unsigned int value, size_t width,
                                                      size_t height, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 4, width, height, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 4, width, height, s); });
     return Memset2D(dst, pitch, value, 4, width, height, stream);
   });
 }
@@ -834,7 +834,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext d
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src,
                                                     CUcontext, size_t size, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) { return CopyDtoD(dst, src, size, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyDtoD(dst, src, size, s); });
     return CopyDtoD(dst, src, size, stream);
   });
 }

@@ -138,14 +138,10 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
     if (CUresult status = PackParams(*function, params, extra, &packed); status != CUDA_SUCCESS) {
       return status;
     }
-    auto kept = std::make_shared<const std::vector<char>>(std::move(packed));
-    std::array<unsigned, 3> g{grid[0], grid[1], grid[2]}, b{block[0], block[1], block[2]};
-    GPUPOOL_CAPTURE(stream, [=](CUstream s) {
-      size_t size = kept->size();
-      void* buffer[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(kept->data()),
-                        CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-      return Launch(handle, g.data(), b.data(), shared_mem, s, nullptr, buffer);
-    });
+    CUresult captured = CUDA_SUCCESS;
+    if (CaptureKernel(stream, handle, grid, block, shared_mem, std::move(packed), &captured)) {
+      return captured;
+    }
   }
   int device = 0;
   dp::LaunchArgs args{};
@@ -224,6 +220,17 @@ CUresult GetGlobal(Module* module, const char* name, CUdeviceptr* dptr, size_t* 
 }
 
 }  // namespace
+
+namespace gpupool::client {
+
+CUresult PackKernelParams(CUfunction handle, void** params, void** extra,
+                          std::vector<char>* packed) {
+  Function* function = AsFunction(handle);
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return PackParams(*function, params, extra, packed);
+}
+
+}  // namespace gpupool::client
 
 // --- Modules -------------------------------------------------------------------------------
 

@@ -1,21 +1,19 @@
 // Stream capture and graphs: cuStreamBeginCapture ... cuStreamEndCapture, then
 // cuGraphInstantiate and cuGraphLaunch, as CUDA graphs are used by most programs that
-// use them (and by cudaStreamBeginCapture, cudaGraphLaunch).
+// use them (and by cudaStreamBeginCapture, cudaGraphLaunch). Graphs built node by node
+// are in graph_nodes.cc; the objects both make are in graph_model.h.
 //
 // While a stream captures, the stream-ordered calls made on it (kernel launches,
 // asynchronous copies and memsets, event records and waits, host functions, graph
-// launches) are recorded instead of run: each as the same call with its arguments kept
-// (a launch's parameters copied at capture time, as a kernel node keeps them; a copy's
-// host pointer kept, so a launch of the graph reads the host memory of that moment, as
-// a memcpy node does). A stream that waits for an event recorded in a capture joins it.
-// The graph is the recorded calls in the order the program made them, which respects
-// every dependency the capture expressed; cuGraphLaunch issues them again, in that
-// order, on the launch stream. So a graph runs on one stream: branches that a GPU could
-// run side by side run one after another, with the same results.
+// launches) are recorded instead of run: each as a node that makes the same call with its
+// arguments kept (a launch's parameters copied at capture time, as a kernel node keeps
+// them; a copy's host pointer kept, so a launch of the graph reads the host memory of that
+// moment, as a memcpy node does). A stream that waits for an event recorded in a capture
+// joins it. The captured graph is a chain of its nodes in the order the program made the
+// calls, which respects every dependency the capture expressed.
 //
 // Not here (their entry points answer CUDA_ERROR_NOT_SUPPORTED, naming themselves):
-// building graphs node by node (cuGraphAdd*Node), reading or changing nodes, updating an
-// instantiated graph, capture into an existing graph, device-side graph launch.
+// capture into an existing graph, device-side graph launch, memory allocation nodes.
 //
 // Another stream-ordered call on a capturing stream that records nothing (a stream
 // synchronisation or query, for instance) gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
@@ -31,29 +29,23 @@
 #include <vector>
 
 #include "remote/client/api_common.h"
+#include "remote/client/graph_model.h"
 
 #undef cuStreamGetCaptureInfo
 
 namespace gpupool::client {
 namespace {
 
-constexpr uint32_t kGraphMagic = 0x67726631;      // "grf1"
-constexpr uint32_t kGraphExecMagic = 0x67657831;  // "gex1"
-
-struct Graph {
-  uint32_t magic = kGraphMagic;
-  std::vector<CapturedWork> work;
-};
-
-struct GraphExec {
-  uint32_t magic = kGraphExecMagic;
-  std::vector<CapturedWork> work;
-};
+using graph::AsGraph;
+using graph::AsGraphExec;
+using graph::Graph;
+using graph::GraphExec;
+using graph::Node;
 
 struct Capture {
   uint64_t id = 0;
   CUstream origin = nullptr;
-  std::vector<CapturedWork> work;
+  std::vector<Node> nodes;  // in the order the calls were made
   std::set<CUstream> streams;                   // the origin and the streams that joined
   std::set<std::pair<int, uint64_t>> on_agent;  // the same, as (device, agent stream id)
   std::set<CUevent> events;                     // recorded in this capture
@@ -65,16 +57,6 @@ std::atomic<int> captures{0};
 std::map<CUstream, std::shared_ptr<Capture>> by_stream;
 std::map<CUevent, std::shared_ptr<Capture>> by_event;
 uint64_t next_capture_id = 1;
-
-Graph* AsGraph(CUgraph handle) {
-  auto* graph = reinterpret_cast<Graph*>(handle);
-  return graph != nullptr && graph->magic == kGraphMagic ? graph : nullptr;
-}
-
-GraphExec* AsGraphExec(CUgraphExec handle) {
-  auto* exec = reinterpret_cast<GraphExec*>(handle);
-  return exec != nullptr && exec->magic == kGraphExecMagic ? exec : nullptr;
-}
 
 std::shared_ptr<Capture> CaptureOf(CUstream stream) {
   auto found = by_stream.find(stream);
@@ -109,27 +91,57 @@ CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
                                 CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
                                 CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
-  auto* exec = new GraphExec;
-  exec->work = graph->work;
-  *result = reinterpret_cast<CUgraphExec>(exec);
+  std::vector<const Node*> order;
+  if (!graph::LaunchOrder(*graph, &order)) {
+    LogError("cuGraphInstantiate: the graph's dependencies form a cycle");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto exec = std::make_unique<GraphExec>();
+  exec->flags = flags;
+  for (const Node* node : order) {
+    exec->index[node] = exec->nodes.size();
+    exec->nodes.push_back(graph::ExecCopy(*node));
+  }
+  *result = reinterpret_cast<CUgraphExec>(exec.release());
   return CUDA_SUCCESS;
 }
 
-}  // namespace
-
-bool AnyCapture() { return captures.load(std::memory_order_acquire) != 0; }
-
-bool CaptureWork(CUstream stream, CapturedWork work, CUresult* status) {
+// Appends `node` to the capture of `stream`; false when it does not capture.
+bool AddCaptured(CUstream stream, Node node, CUresult* status) {
   std::lock_guard<std::mutex> lock(mu);
   std::shared_ptr<Capture> capture = CaptureOf(stream);
   if (capture == nullptr) return false;
   if (capture->invalidated) {
     *status = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
   } else {
-    capture->work.push_back(std::move(work));
+    capture->nodes.push_back(std::move(node));
     *status = CUDA_SUCCESS;
   }
   return true;
+}
+
+}  // namespace
+
+bool AnyCapture() { return captures.load(std::memory_order_acquire) != 0; }
+
+bool CaptureWork(CUstream stream, CUgraphNodeType type, CapturedWork work, CUresult* status) {
+  Node node;
+  node.type = type;
+  node.work = std::move(work);
+  return AddCaptured(stream, std::move(node), status);
+}
+
+bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3],
+                   const unsigned block[3], unsigned shared_mem, std::vector<char> params,
+                   CUresult* status) {
+  Node node;
+  node.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  node.function = function;
+  std::copy(grid, grid + 3, node.grid);
+  std::copy(block, block + 3, node.block);
+  node.shared_mem = shared_mem;
+  node.params = std::move(params);
+  return AddCaptured(stream, std::move(node), status);
 }
 
 bool InvalidateCapture(CUstream stream) {
@@ -204,9 +216,15 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph* r
     captures.fetch_sub(1, std::memory_order_release);
     *result = nullptr;
     if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    auto* graph = new Graph;
-    graph->work = std::move(capture->work);
-    *result = reinterpret_cast<CUgraph>(graph);
+    // A chain: each captured call after the one before.
+    auto graph = std::make_unique<Graph>();
+    for (Node& captured : capture->nodes) {
+      auto node = std::make_unique<Node>(std::move(captured));
+      node->owner = graph.get();
+      if (!graph->nodes.empty()) node->deps.push_back(graph->nodes.back().get());
+      graph->nodes.push_back(std::move(node));
+    }
+    *result = reinterpret_cast<CUgraph>(graph.release());
     return CUDA_SUCCESS;
   });
 }
@@ -282,7 +300,11 @@ bool CaptureEventRecord(CUevent event, CUstream stream, CapturedWork work, CUres
     *status = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     return true;
   }
-  capture->work.push_back(std::move(work));
+  Node node;
+  node.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+  node.event = event;
+  node.work = std::move(work);
+  capture->nodes.push_back(std::move(node));
   capture->events.insert(event);
   by_event[event] = capture;
   *status = CUDA_SUCCESS;
@@ -316,7 +338,11 @@ bool CaptureStreamWait(CUstream stream, CUevent event, CapturedWork work, CUresu
     if (capture->invalidated) {
       *status = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     } else {
-      capture->work.push_back(std::move(work));
+      Node node;
+      node.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
+      node.event = event;
+      node.work = std::move(work);
+      capture->nodes.push_back(std::move(node));
     }
   }
   return true;
@@ -362,9 +388,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec handle, CUstream str
     GraphExec* exec = AsGraphExec(handle);
     if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
     // A graph launched on a capturing stream becomes part of that capture.
-    GPUPOOL_CAPTURE(stream, [handle](CUstream s) { return cuGraphLaunch(handle, s); });
-    for (const CapturedWork& work : exec->work) {
-      if (CUresult status = work(stream); status != CUDA_SUCCESS) return status;
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_GRAPH, stream,
+                    [handle](CUstream s) { return cuGraphLaunch(handle, s); });
+    for (const Node& node : exec->nodes) {
+      if (CUresult status = graph::RunNode(node, stream); status != CUDA_SUCCESS) return status;
     }
     return CUDA_SUCCESS;
   });
@@ -390,36 +417,141 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec handle) {
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDestroy(CUgraph handle) {
-  GPUPOOL_BODY({ return Destroy(AsGraph(handle)); });
+  GPUPOOL_BODY({
+    Graph* graph = AsGraph(handle);
+    if (graph != nullptr) {
+      for (auto& node : graph->nodes) node->magic = 0;  // stale node handles are refused
+    }
+    return Destroy(graph);
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphClone(CUgraph* clone, CUgraph handle) {
   GPUPOOL_BODY({
     Graph* graph = AsGraph(handle);
     if (clone == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    auto* copy = new Graph;
-    copy->work = graph->work;
-    *clone = reinterpret_cast<CUgraph>(copy);
+    *clone = reinterpret_cast<CUgraph>(graph::Clone(*graph).release());
     return CUDA_SUCCESS;
   });
 }
 
-// A node per recorded call; the handles name them for counting and comparing only (the
-// node calls that would read them answer CUDA_ERROR_NOT_SUPPORTED).
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetNodes(CUgraph handle, CUgraphNode* nodes,
-                                                  size_t* count) {
-  GPUPOOL_BODY({
-    Graph* graph = AsGraph(handle);
-    if (count == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    size_t total = graph->work.size();
-    if (nodes != nullptr) {
-      for (size_t i = 0; i < *count; ++i) {
-        nodes[i] = i < total ? reinterpret_cast<CUgraphNode>(&graph->work[i]) : nullptr;
-      }
-      *count = std::min(*count, total);
-    } else {
-      *count = total;
-    }
-    return CUDA_SUCCESS;
-  });
+// --- The graph objects (graph_model.h) -----------------------------------------------------
+
+namespace gpupool::client::graph {
+
+Graph* AsGraph(CUgraph handle) {
+  auto* graph = reinterpret_cast<Graph*>(handle);
+  return graph != nullptr && graph->magic == kGraphMagic ? graph : nullptr;
 }
+
+GraphExec* AsGraphExec(CUgraphExec handle) {
+  auto* exec = reinterpret_cast<GraphExec*>(handle);
+  return exec != nullptr && exec->magic == kGraphExecMagic ? exec : nullptr;
+}
+
+Node* AsNode(CUgraphNode handle) {
+  auto* node = reinterpret_cast<Node*>(handle);
+  return node != nullptr && node->magic == kNodeMagic && node->owner != nullptr ? node : nullptr;
+}
+
+std::unique_ptr<Graph> Clone(const Graph& graph) {
+  auto copy = std::make_unique<Graph>();
+  for (const auto& node : graph.nodes) {
+    auto twin = std::make_unique<Node>(*node);
+    twin->owner = copy.get();
+    twin->param_pointers.clear();
+    if (node->child != nullptr) twin->child = Clone(*node->child);
+    copy->clone_of[node.get()] = twin.get();
+    copy->nodes.push_back(std::move(twin));
+  }
+  for (auto& twin : copy->nodes) {
+    for (Node*& dep : twin->deps) dep = copy->clone_of.at(dep);
+  }
+  return copy;
+}
+
+bool LaunchOrder(const Graph& graph, std::vector<const Node*>* order) {
+  // Kahn's algorithm, taking the earliest-created ready node each time.
+  std::map<const Node*, size_t> position;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) position[graph.nodes[i].get()] = i;
+  std::vector<size_t> waiting(graph.nodes.size());
+  std::vector<std::vector<size_t>> dependents(graph.nodes.size());
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    waiting[i] = graph.nodes[i]->deps.size();
+    for (const Node* dep : graph.nodes[i]->deps) dependents[position.at(dep)].push_back(i);
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    if (waiting[i] == 0) ready.insert(i);
+  }
+  order->clear();
+  while (!ready.empty()) {
+    size_t next = *ready.begin();
+    ready.erase(ready.begin());
+    order->push_back(graph.nodes[next].get());
+    for (size_t dependent : dependents[next]) {
+      if (--waiting[dependent] == 0) ready.insert(dependent);
+    }
+  }
+  return order->size() == graph.nodes.size();
+}
+
+Node ExecCopy(const Node& node) {
+  Node copy = node;
+  copy.owner = nullptr;
+  copy.deps.clear();
+  copy.param_pointers.clear();
+  if (node.child != nullptr) copy.child = Clone(*node.child);
+  return copy;
+}
+
+CUresult RunNode(const Node& node, CUstream stream) {
+  if (!node.enabled) return CUDA_SUCCESS;
+  if (node.work) return node.work(stream);
+  switch (node.type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+      size_t size = node.params.size();
+      void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(node.params.data()),
+                       CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+      return cuLaunchKernel(node.function, node.grid[0], node.grid[1], node.grid[2],
+                            node.block[0], node.block[1], node.block[2], node.shared_mem, stream,
+                            nullptr, extra);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return cuMemcpy3DAsync_v2(&node.copy, stream);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS& m = node.memset;
+      size_t pitch = m.height > 1 ? m.pitch : m.width * m.elementSize;
+      switch (m.elementSize) {
+        case 1:
+          return cuMemsetD2D8Async(m.dst, pitch, static_cast<unsigned char>(m.value), m.width,
+                                   m.height, stream);
+        case 2:
+          return cuMemsetD2D16Async(m.dst, pitch, static_cast<unsigned short>(m.value),
+                                    m.width, m.height, stream);
+        default:
+          return cuMemsetD2D32Async(m.dst, pitch, m.value, m.width, m.height, stream);
+      }
+    }
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return cuLaunchHostFunc(stream, node.host.fn, node.host.userData);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return cuEventRecord(node.event, stream);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return cuStreamWaitEvent(stream, node.event, 0);
+    case CU_GRAPH_NODE_TYPE_GRAPH: {
+      std::vector<const Node*> order;
+      if (!LaunchOrder(*node.child, &order)) return CUDA_ERROR_INVALID_VALUE;
+      for (const Node* inner : order) {
+        if (CUresult status = RunNode(*inner, stream); status != CUDA_SUCCESS) return status;
+      }
+      return CUDA_SUCCESS;
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_NOT_SUPPORTED;
+  }
+}
+
+}  // namespace gpupool::client::graph

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 namespace gpupool::client {
 
@@ -16,9 +17,22 @@ using CapturedWork = std::function<CUresult(CUstream)>;
 // every stream-ordered call).
 bool AnyCapture();
 
-// If `stream` is capturing: appends `work` to its capture, sets *status (CUDA_SUCCESS)
-// and returns true. Otherwise returns false and the caller does the work now.
-bool CaptureWork(CUstream stream, CapturedWork work, CUresult* status);
+// If `stream` is capturing: appends `work` to its capture as a node of `type`, sets
+// *status (CUDA_SUCCESS) and returns true. Otherwise returns false and the caller does the
+// work now.
+bool CaptureWork(CUstream stream, CUgraphNodeType type, CapturedWork work, CUresult* status);
+
+// The same for a kernel launch, recorded as a kernel node with its arguments `params`
+// packed in the kernel's layout (so cuGraphKernelNodeGetParams and cuGraphExecUpdate see
+// them).
+bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3],
+                   const unsigned block[3], unsigned shared_mem, std::vector<char> params,
+                   CUresult* status);
+
+// Packs kernel arguments (kernelParams or `extra`) into the layout `function` expects
+// (api_module.cc).
+CUresult PackKernelParams(CUfunction function, void** params, void** extra,
+                          std::vector<char>* packed);
 
 // If `stream` is capturing: invalidates its capture (a call that cannot be captured was
 // made on it) and returns true.
@@ -40,13 +54,13 @@ bool RequestStream(uint32_t op, const void* args, size_t args_len, uint64_t* str
 
 }  // namespace gpupool::client
 
-// At the top of a stream-ordered entry point's body: records the call when `stream`
-// captures. The lambda gets the stream to run on.
-#define GPUPOOL_CAPTURE(stream, ...)                                                      \
-  do {                                                                                    \
-    CUresult gpupool_captured = CUDA_SUCCESS;                                             \
-    if (::gpupool::client::AnyCapture() &&                                                \
-        ::gpupool::client::CaptureWork((stream), __VA_ARGS__, &gpupool_captured)) {       \
-      return gpupool_captured;                                                            \
-    }                                                                                     \
+// At the top of a stream-ordered entry point's body: records the call as a node of
+// `type` when `stream` captures. The lambda gets the stream to run on.
+#define GPUPOOL_CAPTURE(type, stream, ...)                                                  \
+  do {                                                                                      \
+    CUresult gpupool_captured = CUDA_SUCCESS;                                               \
+    if (::gpupool::client::AnyCapture() &&                                                  \
+        ::gpupool::client::CaptureWork((stream), (type), __VA_ARGS__, &gpupool_captured)) { \
+      return gpupool_captured;                                                              \
+    }                                                                                       \
   } while (0)

@@ -275,7 +275,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchHostFunc(CUstream stream, CUhostFn fun
                                                    void* data) {
   GPUPOOL_BODY({
     if (function == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    GPUPOOL_CAPTURE(stream, [function, data](CUstream s) {
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_HOST, stream, [function, data](CUstream s) {
       return LaunchHostWork(s, [function, data](CUresult) { function(data); });
     });
     return LaunchHostWork(stream, [function, data](CUresult) { function(data); });

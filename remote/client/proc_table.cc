@@ -30,6 +30,17 @@
 #undef cuLinkCreate
 #undef cuLinkAddData
 #undef cuLinkAddFile
+#undef cuGraphAddKernelNode
+#undef cuGraphKernelNodeGetParams
+#undef cuGraphKernelNodeSetParams
+#undef cuGraphExecKernelNodeSetParams
+#undef cuGraphGetEdges
+#undef cuGraphNodeGetDependencies
+#undef cuGraphNodeGetDependentNodes
+#undef cuGraphAddDependencies
+#undef cuGraphRemoveDependencies
+#undef cuGraphAddNode
+#undef cuGraphExecUpdate
 
 using namespace gpupool::client;  // NOLINT
 
@@ -245,6 +256,64 @@ const Implementation kImplementations[] = {
     IMPL("cuGraphDestroy", 10000, cuGraphDestroy),
     IMPL("cuGraphClone", 10000, cuGraphClone),
     IMPL("cuGraphGetNodes", 10000, cuGraphGetNodes),
+    // Graphs built node by node (graph_nodes.cc)
+    IMPL("cuGraphCreate", 10000, cuGraphCreate),
+    IMPL("cuGraphAddKernelNode", 10000, cuGraphAddKernelNode),
+    IMPL("cuGraphAddKernelNode", 12000, cuGraphAddKernelNode_v2),
+    IMPL("cuGraphKernelNodeGetParams", 10000, cuGraphKernelNodeGetParams),
+    IMPL("cuGraphKernelNodeGetParams", 12000, cuGraphKernelNodeGetParams_v2),
+    IMPL("cuGraphKernelNodeSetParams", 10000, cuGraphKernelNodeSetParams),
+    IMPL("cuGraphKernelNodeSetParams", 12000, cuGraphKernelNodeSetParams_v2),
+    IMPL("cuGraphExecKernelNodeSetParams", 10010, cuGraphExecKernelNodeSetParams),
+    IMPL("cuGraphExecKernelNodeSetParams", 12000, cuGraphExecKernelNodeSetParams_v2),
+    IMPL("cuGraphAddMemcpyNode", 10000, cuGraphAddMemcpyNode),
+    IMPL("cuGraphMemcpyNodeGetParams", 10000, cuGraphMemcpyNodeGetParams),
+    IMPL("cuGraphMemcpyNodeSetParams", 10000, cuGraphMemcpyNodeSetParams),
+    IMPL("cuGraphExecMemcpyNodeSetParams", 10020, cuGraphExecMemcpyNodeSetParams),
+    IMPL("cuGraphAddMemsetNode", 10000, cuGraphAddMemsetNode),
+    IMPL("cuGraphMemsetNodeGetParams", 10000, cuGraphMemsetNodeGetParams),
+    IMPL("cuGraphMemsetNodeSetParams", 10000, cuGraphMemsetNodeSetParams),
+    IMPL("cuGraphExecMemsetNodeSetParams", 10020, cuGraphExecMemsetNodeSetParams),
+    IMPL("cuGraphAddHostNode", 10000, cuGraphAddHostNode),
+    IMPL("cuGraphHostNodeGetParams", 10000, cuGraphHostNodeGetParams),
+    IMPL("cuGraphHostNodeSetParams", 10000, cuGraphHostNodeSetParams),
+    IMPL("cuGraphExecHostNodeSetParams", 10020, cuGraphExecHostNodeSetParams),
+    IMPL("cuGraphAddEmptyNode", 10000, cuGraphAddEmptyNode),
+    IMPL("cuGraphAddChildGraphNode", 10000, cuGraphAddChildGraphNode),
+    IMPL("cuGraphChildGraphNodeGetGraph", 10000, cuGraphChildGraphNodeGetGraph),
+    IMPL("cuGraphExecChildGraphNodeSetParams", 11010, cuGraphExecChildGraphNodeSetParams),
+    IMPL("cuGraphAddEventRecordNode", 11010, cuGraphAddEventRecordNode),
+    IMPL("cuGraphEventRecordNodeGetEvent", 11010, cuGraphEventRecordNodeGetEvent),
+    IMPL("cuGraphEventRecordNodeSetEvent", 11010, cuGraphEventRecordNodeSetEvent),
+    IMPL("cuGraphExecEventRecordNodeSetEvent", 11010, cuGraphExecEventRecordNodeSetEvent),
+    IMPL("cuGraphAddEventWaitNode", 11010, cuGraphAddEventWaitNode),
+    IMPL("cuGraphEventWaitNodeGetEvent", 11010, cuGraphEventWaitNodeGetEvent),
+    IMPL("cuGraphEventWaitNodeSetEvent", 11010, cuGraphEventWaitNodeSetEvent),
+    IMPL("cuGraphExecEventWaitNodeSetEvent", 11010, cuGraphExecEventWaitNodeSetEvent),
+    IMPL("cuGraphAddNode", 12020, cuGraphAddNode),
+    IMPL("cuGraphAddNode", 12030, cuGraphAddNode_v2),
+    IMPL("cuGraphNodeSetParams", 12020, cuGraphNodeSetParams),
+    IMPL("cuGraphExecNodeSetParams", 12020, cuGraphExecNodeSetParams),
+    IMPL("cuGraphGetRootNodes", 10000, cuGraphGetRootNodes),
+    IMPL("cuGraphGetEdges", 10000, cuGraphGetEdges),
+    IMPL("cuGraphGetEdges", 12030, cuGraphGetEdges_v2),
+    IMPL("cuGraphNodeGetDependencies", 10000, cuGraphNodeGetDependencies),
+    IMPL("cuGraphNodeGetDependencies", 12030, cuGraphNodeGetDependencies_v2),
+    IMPL("cuGraphNodeGetDependentNodes", 10000, cuGraphNodeGetDependentNodes),
+    IMPL("cuGraphNodeGetDependentNodes", 12030, cuGraphNodeGetDependentNodes_v2),
+    IMPL("cuGraphAddDependencies", 10000, cuGraphAddDependencies),
+    IMPL("cuGraphAddDependencies", 12030, cuGraphAddDependencies_v2),
+    IMPL("cuGraphRemoveDependencies", 10000, cuGraphRemoveDependencies),
+    IMPL("cuGraphRemoveDependencies", 12030, cuGraphRemoveDependencies_v2),
+    IMPL("cuGraphNodeGetType", 10000, cuGraphNodeGetType),
+    IMPL("cuGraphDestroyNode", 10000, cuGraphDestroyNode),
+    IMPL("cuGraphNodeFindInClone", 10000, cuGraphNodeFindInClone),
+    IMPL("cuGraphNodeSetEnabled", 11060, cuGraphNodeSetEnabled),
+    IMPL("cuGraphNodeGetEnabled", 11060, cuGraphNodeGetEnabled),
+    IMPL("cuGraphExecUpdate", 10020, cuGraphExecUpdate),
+    IMPL("cuGraphExecUpdate", 12000, cuGraphExecUpdate_v2),
+    IMPL("cuGraphExecGetFlags", 12000, cuGraphExecGetFlags),
+    IMPL("cuGraphDebugDotPrint", 11030, cuGraphDebugDotPrint),
     IMPL("cuStreamGetAttribute", 11000, cuStreamGetAttribute),
     IMPL("cuStreamSetAttribute", 11000, cuStreamSetAttribute),
     IMPL("cuStreamCopyAttributes", 11000, cuStreamCopyAttributes),

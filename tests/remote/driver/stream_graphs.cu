@@ -2,7 +2,7 @@
 // captured runs at each launch, in order, with the host memory of that moment and the
 // kernel arguments of the capture; fork and join across streams through events; host
 // functions and graphs inside graphs; a capture broken by a synchronisation is reported;
-// node-by-node building answers cudaErrorNotSupported.
+// captured nodes have types, and a captured copy's parameters are not readable (said so).
 #include <cstdio>
 #include <vector>
 
@@ -130,10 +130,15 @@ int main() {
   EXPECT(cudaStreamEndCapture(s1, &broken) != cudaSuccess);
   (void)cudaGetLastError();
 
-  // Building a graph node by node is not supported, and says so.
-  cudaGraph_t manual = nullptr;
-  cudaError_t created = cudaGraphCreate(&manual, 0);
-  EXPECT(created == cudaErrorNotSupported);
+  // A captured copy has no parameters to read here (not supported, and said so).
+  cudaGraphNode_t first = nullptr;
+  size_t one = 1;
+  CHECK(cudaGraphGetNodes(graph, &first, &one));
+  cudaGraphNodeType type;
+  CHECK(cudaGraphNodeGetType(first, &type));
+  EXPECT(type == cudaGraphNodeTypeMemcpy);
+  cudaMemcpy3DParms copy_params{};
+  EXPECT(cudaGraphMemcpyNodeGetParams(first, &copy_params) == cudaErrorNotSupported);
   (void)cudaGetLastError();
 
   CHECK(cudaGraphExecDestroy(outer_exec));

@@ -1,0 +1,89 @@
+// The objects behind CUgraph, CUgraphNode and CUgraphExec handles: graphs.cc makes them
+// from stream captures and launches them; graph_nodes.cc builds and reads them node by
+// node (cuGraphAdd*Node and the calls that read, change and connect nodes).
+//
+// A graph is its nodes in creation order, each with the nodes it runs after. Instantiating
+// copies the nodes in an order that runs each after its dependencies; a launch issues them
+// in that order on the launch stream. So branches that a GPU could run side by side run
+// one after another, with the same results.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "remote/client/graphs.h"
+
+namespace gpupool::client::graph {
+
+constexpr uint32_t kGraphMagic = 0x67726631;      // "grf1"
+constexpr uint32_t kGraphExecMagic = 0x67657831;  // "gex1"
+constexpr uint32_t kNodeMagic = 0x676e6431;       // "gnd1"
+
+struct Graph;
+
+// One node, with copies of its parameters (the caller's structures may go away).
+struct Node {
+  uint32_t magic = kNodeMagic;
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  Graph* owner = nullptr;   // nullptr for the copies an instantiated graph keeps
+  std::vector<Node*> deps;  // nodes of `owner` that this one runs after
+  bool enabled = true;      // cuGraphNodeSetEnabled (instantiated graphs only)
+
+  // CU_GRAPH_NODE_TYPE_KERNEL: the arguments packed in the kernel's layout.
+  CUfunction function = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_mem = 0;
+  std::vector<char> params;
+  std::vector<void*> param_pointers;  // into `params`, as cuGraphKernelNodeGetParams gives them
+  // CU_GRAPH_NODE_TYPE_MEMCPY
+  CUDA_MEMCPY3D copy{};
+  // CU_GRAPH_NODE_TYPE_MEMSET
+  CUDA_MEMSET_NODE_PARAMS memset{};
+  // CU_GRAPH_NODE_TYPE_HOST
+  CUDA_HOST_NODE_PARAMS host{};
+  // CU_GRAPH_NODE_TYPE_EVENT_RECORD and CU_GRAPH_NODE_TYPE_WAIT_EVENT
+  CUevent event = nullptr;
+  // CU_GRAPH_NODE_TYPE_GRAPH: the node's own copy of the child graph.
+  std::shared_ptr<Graph> child;
+  // A call recorded by a stream capture (every captured type but kernels, which are
+  // recorded as kernel nodes): run as recorded.
+  CapturedWork work;
+};
+
+struct Graph {
+  uint32_t magic = kGraphMagic;
+  std::vector<std::unique_ptr<Node>> nodes;  // in creation order
+  std::map<const Node*, Node*> clone_of;     // a clone's original nodes -> its own
+};
+
+struct GraphExec {
+  uint32_t magic = kGraphExecMagic;
+  cuuint64_t flags = 0;
+  std::vector<Node> nodes;              // copies, in launch order
+  std::map<const Node*, size_t> index;  // a node of the instantiated graph -> its copy
+};
+
+// The object behind a handle; nullptr when the handle is not a live one of that kind.
+Graph* AsGraph(CUgraph handle);
+GraphExec* AsGraphExec(CUgraphExec handle);
+Node* AsNode(CUgraphNode handle);
+
+// A deep copy: nodes, edges and child graphs; clone_of maps `graph`'s nodes to the copy's.
+std::unique_ptr<Graph> Clone(const Graph& graph);
+
+// `graph`'s nodes in an order that runs each after its dependencies (creation order among
+// nodes that do not depend on each other). False when the edges make a cycle.
+bool LaunchOrder(const Graph& graph, std::vector<const Node*>* order);
+
+// Issues one node's work on `stream` (a disabled node does nothing).
+CUresult RunNode(const Node& node, CUstream stream);
+
+// A copy of `node` for an instantiated graph: no owner or edges, its child graph copied.
+Node ExecCopy(const Node& node);
+
+}  // namespace gpupool::client::graph

@@ -1,0 +1,1065 @@
+// Graphs built node by node (cudaGraphCreate, cudaGraphAddKernelNode, ...): adding kernel,
+// memcpy, memset, host, empty, event record, event wait and child-graph nodes; reading and
+// changing their parameters, in a graph and in an instantiated graph; edges; enabling and
+// disabling nodes of an instantiated graph; updating an instantiated graph from a graph of
+// the same shape; a DOT description of a graph.
+//
+// The objects are in graph_model.h; graphs.cc instantiates and launches them. A node
+// copies the parameters it is given (a kernel node its arguments, packed in the kernel's
+// layout) at the call, as the driver does. Edges carry no data: an edge with a port or a
+// type other than the default (programmatic dependent launch) is refused as not supported.
+//
+// Not here (their entry points answer CUDA_ERROR_NOT_SUPPORTED, naming themselves): memory
+// allocation and free nodes, conditional nodes, external semaphore and batch memory
+// operation nodes.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "remote/client/api_common.h"
+#include "remote/client/graph_model.h"
+
+namespace gpupool::client::graph {
+namespace {
+
+// Checks `deps` (all nodes of `graph`, no repeats) and adds `node` to `graph` after them.
+CUresult AddNode(CUgraphNode* result, CUgraph handle, const CUgraphNode* deps, size_t count,
+                 std::unique_ptr<Node> node) {
+  Graph* graph = AsGraph(handle);
+  if (result == nullptr || graph == nullptr || (count > 0 && deps == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::set<Node*> seen;
+  for (size_t i = 0; i < count; ++i) {
+    Node* dep = AsNode(deps[i]);
+    if (dep == nullptr || dep->owner != graph || !seen.insert(dep).second) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    node->deps.push_back(dep);
+  }
+  node->owner = graph;
+  *result = reinterpret_cast<CUgraphNode>(node.get());
+  graph->nodes.push_back(std::move(node));
+  return CUDA_SUCCESS;
+}
+
+// Edge data other than the default (all zeros) asks for what this library does not do.
+CUresult CheckEdges(const CUgraphEdgeData* edges, size_t count) {
+  if (edges == nullptr) return CUDA_SUCCESS;
+  for (size_t i = 0; i < count; ++i) {
+    if (edges[i].from_port != 0 || edges[i].to_port != 0 || edges[i].type != 0) {
+      return static_cast<CUresult>(ReportUnsupported(
+          "graph edge data", "edges other than full dependencies (programmatic launch)"));
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// --- Node parameters: checked and copied into a node ---------------------------------------
+
+CUresult SetKernel(Node* node, CUfunction func, CUkernel kern, const unsigned grid[3],
+                   const unsigned block[3], unsigned shared_mem, void** params, void** extra) {
+  CUfunction function = func != nullptr ? func : reinterpret_cast<CUfunction>(kern);
+  if (AsFunction(function) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  for (int i = 0; i < 3; ++i) {
+    if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::vector<char> packed;
+  if (CUresult status = PackKernelParams(function, params, extra, &packed);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  node->type = CU_GRAPH_NODE_TYPE_KERNEL;
+  node->function = function;
+  std::copy(grid, grid + 3, node->grid);
+  std::copy(block, block + 3, node->block);
+  node->shared_mem = shared_mem;
+  node->params = std::move(packed);
+  node->param_pointers.clear();
+  node->work = nullptr;
+  return CUDA_SUCCESS;
+}
+
+template <typename Params>
+CUresult SetKernel(Node* node, const Params* p, CUkernel kern) {
+  if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+  unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+  return SetKernel(node, p->func, kern, grid, block, p->sharedMemBytes, p->kernelParams, p->extra);
+}
+
+CUresult SetMemcpy(Node* node, const CUDA_MEMCPY3D* copy) {
+  if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (copy->WidthInBytes == 0 || copy->Height == 0 || copy->Depth == 0) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  node->type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  node->copy = *copy;
+  node->work = nullptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult SetMemset(Node* node, CUdeviceptr dst, size_t pitch, unsigned value, unsigned element_size,
+                   size_t width, size_t height) {
+  if (dst == 0 || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (element_size != 1 && element_size != 2 && element_size != 4) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (height > 1 && pitch < width * element_size) return CUDA_ERROR_INVALID_VALUE;
+  node->type = CU_GRAPH_NODE_TYPE_MEMSET;
+  node->memset = CUDA_MEMSET_NODE_PARAMS{dst, pitch, value, element_size, width, height};
+  node->work = nullptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult SetHost(Node* node, CUhostFn fn, void* data) {
+  if (fn == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  node->type = CU_GRAPH_NODE_TYPE_HOST;
+  node->host = CUDA_HOST_NODE_PARAMS{fn, data};
+  node->work = nullptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult SetEvent(Node* node, CUgraphNodeType type, CUevent event) {
+  if (AsEvent(event) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  node->type = type;
+  node->event = event;
+  node->work = nullptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult SetChild(Node* node, CUgraph child) {
+  Graph* graph = AsGraph(child);
+  if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  node->type = CU_GRAPH_NODE_TYPE_GRAPH;
+  node->child = Clone(*graph);  // the node gets its own copy, as on a GPU
+  node->work = nullptr;
+  return CUDA_SUCCESS;
+}
+
+// The generic form (cuGraphAddNode, cuGraphNodeSetParams): sets `node` from `params`.
+CUresult SetFromParams(Node* node, const CUgraphNodeParams* params) {
+  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  switch (params->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      return SetKernel(node, &params->kernel, params->kernel.kern);
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      if (params->memcpy.flags != 0) return CUDA_ERROR_INVALID_VALUE;
+      return SetMemcpy(node, &params->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+      const CUDA_MEMSET_NODE_PARAMS_v2& m = params->memset;
+      return SetMemset(node, m.dst, m.pitch, m.value, m.elementSize, m.width, m.height);
+    }
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return SetHost(node, params->host.fn, params->host.userData);
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return SetChild(node, params->graph.graph);
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return SetEvent(node, params->type, params->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return SetEvent(node, params->type, params->eventWait.event);
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      node->type = CU_GRAPH_NODE_TYPE_EMPTY;
+      node->work = nullptr;
+      return CUDA_SUCCESS;
+    default:
+      return static_cast<CUresult>(ReportUnsupported(
+          "cuGraphAddNode",
+          "memory allocation, conditional, semaphore and memory operation nodes"));
+  }
+}
+
+// Runs `set` on a new node and adds it to the graph.
+template <typename Set>
+CUresult Add(CUgraphNode* result, CUgraph graph, const CUgraphNode* deps, size_t count, Set set) {
+  auto node = std::make_unique<Node>();
+  if (CUresult status = set(node.get()); status != CUDA_SUCCESS) return status;
+  return AddNode(result, graph, deps, count, std::move(node));
+}
+
+// A node of a graph, of the given type (a captured call of that type has no parameters
+// to read or change: CUDA_ERROR_NOT_SUPPORTED).
+CUresult NodeOfType(CUgraphNode handle, CUgraphNodeType type, Node** result) {
+  Node* node = AsNode(handle);
+  if (node == nullptr || node->type != type) return CUDA_ERROR_INVALID_VALUE;
+  if (node->work) {
+    return static_cast<CUresult>(ReportUnsupported("reading or changing a captured node",
+                                                   "parameters of captured copies, memsets, host "
+                                                   "functions, events and graph launches"));
+  }
+  *result = node;
+  return CUDA_SUCCESS;
+}
+
+// The copy of graph node `handle` in `exec`, of the given type.
+CUresult ExecNodeOfType(CUgraphExec exec_handle, CUgraphNode handle, CUgraphNodeType type,
+                        Node** result) {
+  GraphExec* exec = AsGraphExec(exec_handle);
+  if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  auto found = exec->index.find(reinterpret_cast<const Node*>(handle));
+  if (found == exec->index.end()) return CUDA_ERROR_INVALID_VALUE;
+  Node* node = &exec->nodes[found->second];
+  if (node->type != type) return CUDA_ERROR_INVALID_VALUE;
+  *result = node;
+  return CUDA_SUCCESS;
+}
+
+// Sets a node (of a graph or an instantiated graph) from new parameters, keeping its place.
+template <typename Set>
+CUresult Change(Node* node, Set set) {
+  Node changed = *node;
+  if (CUresult status = set(&changed); status != CUDA_SUCCESS) return status;
+  changed.deps = node->deps;
+  changed.owner = node->owner;
+  changed.enabled = node->enabled;
+  *node = std::move(changed);
+  return CUDA_SUCCESS;
+}
+
+template <typename Params>
+void GetKernel(Node* node, Params* p) {
+  p->func = node->function;
+  p->gridDimX = node->grid[0];
+  p->gridDimY = node->grid[1];
+  p->gridDimZ = node->grid[2];
+  p->blockDimX = node->block[0];
+  p->blockDimY = node->block[1];
+  p->blockDimZ = node->block[2];
+  p->sharedMemBytes = node->shared_mem;
+  // Pointers into the node's copy of the arguments, one per parameter.
+  node->param_pointers.clear();
+  if (Function* function = AsFunction(node->function); function != nullptr) {
+    for (const auto& slot : function->layout.params) {
+      node->param_pointers.push_back(
+          slot.offset < node->params.size() ? node->params.data() + slot.offset : nullptr);
+    }
+  }
+  p->kernelParams = node->param_pointers.empty() ? nullptr : node->param_pointers.data();
+  p->extra = nullptr;
+}
+
+// Fills a caller's array of `count` entries with `items` (nullptr: only the count), as
+// cuGraphGetNodes and its kin do.
+template <typename T>
+void FillList(const std::vector<T>& items, T* out, size_t* count) {
+  if (out == nullptr) {
+    *count = items.size();
+    return;
+  }
+  for (size_t i = 0; i < *count; ++i) out[i] = i < items.size() ? items[i] : T{};
+  *count = std::min(*count, items.size());
+}
+
+void ZeroEdges(CUgraphEdgeData* edges, size_t count) {
+  if (edges != nullptr) std::memset(edges, 0, count * sizeof(CUgraphEdgeData));
+}
+
+CUresult GetEdges(CUgraph handle, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edges,
+                  size_t* count) {
+  Graph* graph = AsGraph(handle);
+  if (graph == nullptr || count == nullptr || (from == nullptr) != (to == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::vector<CUgraphNode> sources, targets;
+  for (const auto& node : graph->nodes) {
+    for (Node* dep : node->deps) {
+      sources.push_back(reinterpret_cast<CUgraphNode>(dep));
+      targets.push_back(reinterpret_cast<CUgraphNode>(node.get()));
+    }
+  }
+  size_t wanted = *count;
+  FillList(sources, from, count);
+  size_t ignored = wanted;
+  FillList(targets, to, &ignored);
+  if (from != nullptr) ZeroEdges(edges, wanted);
+  return CUDA_SUCCESS;
+}
+
+CUresult Dependencies(CUgraphNode handle, CUgraphNode* deps, CUgraphEdgeData* edges,
+                      size_t* count) {
+  Node* node = AsNode(handle);
+  if (node == nullptr || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUgraphNode> list;
+  for (Node* dep : node->deps) list.push_back(reinterpret_cast<CUgraphNode>(dep));
+  size_t wanted = *count;
+  FillList(list, deps, count);
+  if (deps != nullptr) ZeroEdges(edges, wanted);
+  return CUDA_SUCCESS;
+}
+
+CUresult Dependents(CUgraphNode handle, CUgraphNode* dependents, CUgraphEdgeData* edges,
+                    size_t* count) {
+  Node* node = AsNode(handle);
+  if (node == nullptr || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUgraphNode> list;
+  for (const auto& other : node->owner->nodes) {
+    if (std::find(other->deps.begin(), other->deps.end(), node) != other->deps.end()) {
+      list.push_back(reinterpret_cast<CUgraphNode>(other.get()));
+    }
+  }
+  size_t wanted = *count;
+  FillList(list, dependents, count);
+  if (dependents != nullptr) ZeroEdges(edges, wanted);
+  return CUDA_SUCCESS;
+}
+
+// Adds (or removes) the edges from[i] -> to[i] of `handle`; all or nothing.
+CUresult ChangeEdges(CUgraph handle, const CUgraphNode* from, const CUgraphNode* to,
+                     const CUgraphEdgeData* edges, size_t count, bool add) {
+  Graph* graph = AsGraph(handle);
+  if (graph == nullptr || (count > 0 && (from == nullptr || to == nullptr))) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (CUresult status = CheckEdges(edges, count); status != CUDA_SUCCESS) return status;
+  std::set<std::pair<Node*, Node*>> pairs;
+  for (size_t i = 0; i < count; ++i) {
+    Node* source = AsNode(from[i]);
+    Node* target = AsNode(to[i]);
+    if (source == nullptr || target == nullptr || source->owner != graph ||
+        target->owner != graph || source == target || !pairs.insert({source, target}).second) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    bool present =
+        std::find(target->deps.begin(), target->deps.end(), source) != target->deps.end();
+    if (present == add) return CUDA_ERROR_INVALID_VALUE;  // a duplicate, or no such edge
+  }
+  for (const auto& [source, target] : pairs) {
+    if (add) {
+      target->deps.push_back(source);
+    } else {
+      target->deps.erase(std::find(target->deps.begin(), target->deps.end(), source));
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
+// Whether `a` and `b` (launch orders) have the same shape: the same node types, each node
+// after the same positions.
+bool SameShape(const std::vector<const Node*>& a, const std::vector<const Node*>& b,
+               size_t* differs) {
+  std::map<const Node*, size_t> pos_a, pos_b;
+  for (size_t i = 0; i < a.size(); ++i) pos_a[a[i]] = i;
+  for (size_t i = 0; i < b.size(); ++i) pos_b[b[i]] = i;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    std::set<size_t> deps_a, deps_b;
+    for (const Node* dep : a[i]->deps) deps_a.insert(pos_a.at(dep));
+    for (const Node* dep : b[i]->deps) deps_b.insert(pos_b.at(dep));
+    if (a[i]->type != b[i]->type || deps_a != deps_b) {
+      *differs = i;
+      return false;
+    }
+  }
+  *differs = std::min(a.size(), b.size());
+  return a.size() == b.size();
+}
+
+CUresult Update(CUgraphExec exec_handle, CUgraph handle, CUgraphExecUpdateResultInfo* info) {
+  GraphExec* exec = AsGraphExec(exec_handle);
+  Graph* graph = AsGraph(handle);
+  if (exec == nullptr || graph == nullptr || info == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *info = CUgraphExecUpdateResultInfo{CU_GRAPH_EXEC_UPDATE_SUCCESS, nullptr, nullptr};
+  std::vector<const Node*> order;
+  if (!LaunchOrder(*graph, &order)) return CUDA_ERROR_INVALID_VALUE;
+  // The nodes the instantiated graph was made from, by position.
+  std::vector<const Node*> originals(exec->nodes.size(), nullptr);
+  for (const auto& [original, index] : exec->index) {
+    if (originals[index] == nullptr) originals[index] = original;
+  }
+  size_t differs = 0;
+  bool same_types = order.size() == exec->nodes.size();
+  for (size_t i = 0; same_types && i < order.size(); ++i) {
+    if (order[i]->type != exec->nodes[i].type) {
+      same_types = false;
+      differs = i;
+    }
+  }
+  if (!same_types) {
+    bool count_changed = order.size() != exec->nodes.size();
+    info->result = count_changed ? CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
+                                 : CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+    if (!count_changed)
+      info->errorNode = reinterpret_cast<CUgraphNode>(const_cast<Node*>(order[differs]));
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  // The edges must match too: compare with the graph the instantiation came from, when it
+  // is still there (its nodes are the keys of the index).
+  bool originals_live = std::all_of(originals.begin(), originals.end(), [](const Node* node) {
+    return node != nullptr && node->magic == kNodeMagic && node->owner != nullptr;
+  });
+  if (originals_live && !SameShape(originals, order, &differs)) {
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    info->errorNode = reinterpret_cast<CUgraphNode>(const_cast<Node*>(order[differs]));
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    bool enabled = exec->nodes[i].enabled;
+    exec->nodes[i] = ExecCopy(*order[i]);
+    exec->nodes[i].enabled = enabled;
+    exec->index[order[i]] = i;
+  }
+  return CUDA_SUCCESS;
+}
+
+const char* TypeName(CUgraphNodeType type) {
+  switch (type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+      return "kernel";
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+      return "memcpy";
+    case CU_GRAPH_NODE_TYPE_MEMSET:
+      return "memset";
+    case CU_GRAPH_NODE_TYPE_HOST:
+      return "host";
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return "graph";
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+      return "empty";
+    case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
+      return "event_wait";
+    case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
+      return "event_record";
+    default:
+      return "other";
+  }
+}
+
+}  // namespace
+}  // namespace gpupool::client::graph
+
+using namespace gpupool::client;         // NOLINT
+using namespace gpupool::client::graph;  // NOLINT
+
+// --- Graphs and nodes ----------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphCreate(CUgraph* result, unsigned int flags) {
+  GPUPOOL_BODY({
+    if (result == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+    *result = reinterpret_cast<CUgraph>(new Graph);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph graph,
+                                                          const CUgraphNode* deps, size_t count,
+                                                          const CUDA_KERNEL_NODE_PARAMS* params) {
+  GPUPOOL_BODY({
+    return Add(node, graph, deps, count, [&](Node* n) {
+      return params == nullptr ? CUDA_ERROR_INVALID_VALUE : SetKernel(n, params, params->kern);
+    });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode* node, CUgraph graph,
+                                                       const CUgraphNode* deps, size_t count,
+                                                       const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+  GPUPOOL_BODY({
+    return Add(node, graph, deps, count,
+               [&](Node* n) { return SetKernel(n, params, static_cast<CUkernel>(nullptr)); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph graph,
+                                                       const CUgraphNode* deps, size_t count,
+                                                       const CUDA_MEMCPY3D* copy, CUcontext) {
+  GPUPOOL_BODY(
+      { return Add(node, graph, deps, count, [&](Node* n) { return SetMemcpy(n, copy); }); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* node, CUgraph graph,
+                                                       const CUgraphNode* deps, size_t count,
+                                                       const CUDA_MEMSET_NODE_PARAMS* p,
+                                                       CUcontext) {
+  GPUPOOL_BODY({
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return Add(node, graph, deps, count, [&](Node* n) {
+      return SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
+    });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* node, CUgraph graph,
+                                                     const CUgraphNode* deps, size_t count,
+                                                     const CUDA_HOST_NODE_PARAMS* p) {
+  GPUPOOL_BODY({
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return Add(node, graph, deps, count, [&](Node* n) { return SetHost(n, p->fn, p->userData); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph,
+                                                      const CUgraphNode* deps, size_t count) {
+  GPUPOOL_BODY({ return Add(node, graph, deps, count, [](Node*) { return CUDA_SUCCESS; }); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph,
+                                                           const CUgraphNode* deps, size_t count,
+                                                           CUgraph child) {
+  GPUPOOL_BODY(
+      { return Add(node, graph, deps, count, [&](Node* n) { return SetChild(n, child); }); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* node, CUgraph graph,
+                                                            const CUgraphNode* deps, size_t count,
+                                                            CUevent event) {
+  GPUPOOL_BODY({
+    return Add(node, graph, deps, count,
+               [&](Node* n) { return SetEvent(n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* node, CUgraph graph,
+                                                          const CUgraphNode* deps, size_t count,
+                                                          CUevent event) {
+  GPUPOOL_BODY({
+    return Add(node, graph, deps, count,
+               [&](Node* n) { return SetEvent(n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph,
+                                                    const CUgraphNode* deps,
+                                                    const CUgraphEdgeData* edges, size_t count,
+                                                    CUgraphNodeParams* params) {
+  GPUPOOL_BODY({
+    if (CUresult status = CheckEdges(edges, count); status != CUDA_SUCCESS) return status;
+    return Add(node, graph, deps, count, [&](Node* n) { return SetFromParams(n, params); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddNode(CUgraphNode* node, CUgraph graph,
+                                                 const CUgraphNode* deps, size_t count,
+                                                 CUgraphNodeParams* params) {
+  return cuGraphAddNode_v2(node, graph, deps, nullptr, count, params);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode handle, CUgraphNodeType* type) {
+  GPUPOOL_BODY({
+    Node* node = AsNode(handle);
+    if (node == nullptr || type == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *type = node->type;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode handle) {
+  GPUPOOL_BODY({
+    Node* node = AsNode(handle);
+    if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    Graph* graph = node->owner;
+    for (auto& other : graph->nodes) {
+      auto& deps = other->deps;
+      deps.erase(std::remove(deps.begin(), deps.end(), node), deps.end());
+    }
+    node->magic = 0;
+    graph->nodes.erase(std::find_if(graph->nodes.begin(), graph->nodes.end(),
+                                    [node](const auto& owned) { return owned.get() == node; }));
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetNodes(CUgraph handle, CUgraphNode* nodes,
+                                                  size_t* count) {
+  GPUPOOL_BODY({
+    Graph* graph = AsGraph(handle);
+    if (count == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::vector<CUgraphNode> list;
+    for (const auto& node : graph->nodes) list.push_back(reinterpret_cast<CUgraphNode>(node.get()));
+    FillList(list, nodes, count);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetRootNodes(CUgraph handle, CUgraphNode* nodes,
+                                                      size_t* count) {
+  GPUPOOL_BODY({
+    Graph* graph = AsGraph(handle);
+    if (count == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::vector<CUgraphNode> list;
+    for (const auto& node : graph->nodes) {
+      if (node->deps.empty()) list.push_back(reinterpret_cast<CUgraphNode>(node.get()));
+    }
+    FillList(list, nodes, count);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph graph, CUgraphNode* from,
+                                                     CUgraphNode* to, CUgraphEdgeData* edges,
+                                                     size_t* count) {
+  GPUPOOL_BODY({ return GetEdges(graph, from, to, edges, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetEdges(CUgraph graph, CUgraphNode* from, CUgraphNode* to,
+                                                  size_t* count) {
+  GPUPOOL_BODY({ return GetEdges(graph, from, to, nullptr, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependencies_v2(CUgraphNode node, CUgraphNode* deps,
+                                                                CUgraphEdgeData* edges,
+                                                                size_t* count) {
+  GPUPOOL_BODY({ return Dependencies(node, deps, edges, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode* deps,
+                                                             size_t* count) {
+  GPUPOOL_BODY({ return Dependencies(node, deps, nullptr, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(CUgraphNode node,
+                                                                  CUgraphNode* dependents,
+                                                                  CUgraphEdgeData* edges,
+                                                                  size_t* count) {
+  GPUPOOL_BODY({ return Dependents(node, dependents, edges, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependentNodes(CUgraphNode node,
+                                                               CUgraphNode* dependents,
+                                                               size_t* count) {
+  GPUPOOL_BODY({ return Dependents(node, dependents, nullptr, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode* from,
+                                                            const CUgraphNode* to,
+                                                            const CUgraphEdgeData* edges,
+                                                            size_t count) {
+  GPUPOOL_BODY({ return ChangeEdges(graph, from, to, edges, count, true); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddDependencies(CUgraph graph, const CUgraphNode* from,
+                                                         const CUgraphNode* to, size_t count) {
+  GPUPOOL_BODY({ return ChangeEdges(graph, from, to, nullptr, count, true); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph graph,
+                                                               const CUgraphNode* from,
+                                                               const CUgraphNode* to,
+                                                               const CUgraphEdgeData* edges,
+                                                               size_t count) {
+  GPUPOOL_BODY({ return ChangeEdges(graph, from, to, edges, count, false); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphRemoveDependencies(CUgraph graph, const CUgraphNode* from,
+                                                            const CUgraphNode* to, size_t count) {
+  GPUPOOL_BODY({ return ChangeEdges(graph, from, to, nullptr, count, false); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* result, CUgraphNode original,
+                                                         CUgraph clone) {
+  GPUPOOL_BODY({
+    Graph* graph = AsGraph(clone);
+    if (result == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    auto found = graph->clone_of.find(reinterpret_cast<const Node*>(original));
+    if (found == graph->clone_of.end() ||
+        AsNode(reinterpret_cast<CUgraphNode>(found->second)) == nullptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    *result = reinterpret_cast<CUgraphNode>(found->second);
+    return CUDA_SUCCESS;
+  });
+}
+
+// --- Node parameters -----------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode handle,
+                                                                CUDA_KERNEL_NODE_PARAMS* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    GetKernel(node, p);
+    // Functions and kernels are one object here; the runtime maps a kernel back to its
+    // host entry point.
+    p->kern = reinterpret_cast<CUkernel>(node->function);
+    p->ctx = nullptr;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode handle,
+                                                             CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    GetKernel(node, p);
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode handle,
+                                                                const CUDA_KERNEL_NODE_PARAMS* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) {
+      return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetKernel(n, p, p->kern);
+    });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode handle,
+                                                             const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) { return SetKernel(n, p, static_cast<CUkernel>(nullptr)); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode handle, CUDA_MEMCPY3D* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_MEMCPY, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    *p = node->copy;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode handle,
+                                                             const CUDA_MEMCPY3D* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_MEMCPY, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) { return SetMemcpy(n, p); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode handle,
+                                                             CUDA_MEMSET_NODE_PARAMS* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_MEMSET, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    *p = node->memset;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode handle,
+                                                             const CUDA_MEMSET_NODE_PARAMS* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_MEMSET, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) {
+      return SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
+    });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode handle,
+                                                           CUDA_HOST_NODE_PARAMS* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_HOST, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    *p = node->host;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode handle,
+                                                           const CUDA_HOST_NODE_PARAMS* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_HOST, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) { return SetHost(n, p->fn, p->userData); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode handle,
+                                                                CUgraph* graph) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_GRAPH, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    *graph = reinterpret_cast<CUgraph>(node->child.get());
+    return CUDA_SUCCESS;
+  });
+}
+
+namespace {
+
+CUresult GetNodeEvent(CUgraphNode handle, CUgraphNodeType type, CUevent* event) {
+  Node* node = nullptr;
+  if (event == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult status = NodeOfType(handle, type, &node); status != CUDA_SUCCESS) return status;
+  *event = node->event;
+  return CUDA_SUCCESS;
+}
+
+CUresult SetNodeEvent(CUgraphNode handle, CUgraphNodeType type, CUevent event) {
+  Node* node = nullptr;
+  if (CUresult status = NodeOfType(handle, type, &node); status != CUDA_SUCCESS) return status;
+  return Change(node, [&](Node* n) { return SetEvent(n, type, event); });
+}
+
+CUresult SetExecNodeEvent(CUgraphExec exec, CUgraphNode handle, CUgraphNodeType type,
+                          CUevent event) {
+  Node* node = nullptr;
+  if (CUresult status = ExecNodeOfType(exec, handle, type, &node); status != CUDA_SUCCESS) {
+    return status;
+  }
+  return Change(node, [&](Node* n) { return SetEvent(n, type, event); });
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode node, CUevent* event) {
+  GPUPOOL_BODY({ return GetNodeEvent(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode node, CUevent event) {
+  GPUPOOL_BODY({ return SetNodeEvent(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode node, CUevent* event) {
+  GPUPOOL_BODY({ return GetNodeEvent(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event); });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode node, CUevent event) {
+  GPUPOOL_BODY({ return SetNodeEvent(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode handle,
+                                                       CUgraphNodeParams* params) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, params->type, &node); status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) { return SetFromParams(n, params); });
+  });
+}
+
+// --- Instantiated graphs -------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(
+    CUgraphExec exec, CUgraphNode handle, const CUDA_KERNEL_NODE_PARAMS* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) {
+      return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetKernel(n, p, p->kern);
+    });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams(
+    CUgraphExec exec, CUgraphNode handle, const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) { return SetKernel(n, p, static_cast<CUkernel>(nullptr)); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec exec,
+                                                                 CUgraphNode handle,
+                                                                 const CUDA_MEMCPY3D* p,
+                                                                 CUcontext) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_MEMCPY, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) { return SetMemcpy(n, p); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec exec,
+                                                                 CUgraphNode handle,
+                                                                 const CUDA_MEMSET_NODE_PARAMS* p,
+                                                                 CUcontext) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_MEMSET, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) {
+      return SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
+    });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode handle,
+                                                               const CUDA_HOST_NODE_PARAMS* p) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_HOST, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) { return SetHost(n, p->fn, p->userData); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec exec,
+                                                                     CUgraphNode handle,
+                                                                     CUgraph child) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_GRAPH, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) { return SetChild(n, child); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec exec,
+                                                                     CUgraphNode node,
+                                                                     CUevent event) {
+  GPUPOOL_BODY({ return SetExecNodeEvent(exec, node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec exec,
+                                                                   CUgraphNode node,
+                                                                   CUevent event) {
+  GPUPOOL_BODY({ return SetExecNodeEvent(exec, node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode handle,
+                                                           CUgraphNodeParams* params) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = ExecNodeOfType(exec, handle, params->type, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    return Change(node, [&](Node* n) { return SetFromParams(n, params); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode handle,
+                                                        unsigned int enabled) {
+  GPUPOOL_BODY({
+    GraphExec* graph_exec = AsGraphExec(exec);
+    if (graph_exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    auto found = graph_exec->index.find(reinterpret_cast<const Node*>(handle));
+    if (found == graph_exec->index.end()) return CUDA_ERROR_INVALID_VALUE;
+    Node& node = graph_exec->nodes[found->second];
+    // Kernel, memcpy and memset nodes only, as on a GPU.
+    if (node.type != CU_GRAPH_NODE_TYPE_KERNEL && node.type != CU_GRAPH_NODE_TYPE_MEMCPY &&
+        node.type != CU_GRAPH_NODE_TYPE_MEMSET) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    node.enabled = enabled != 0;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec exec, CUgraphNode handle,
+                                                        unsigned int* enabled) {
+  GPUPOOL_BODY({
+    GraphExec* graph_exec = AsGraphExec(exec);
+    if (graph_exec == nullptr || enabled == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    auto found = graph_exec->index.find(reinterpret_cast<const Node*>(handle));
+    if (found == graph_exec->index.end()) return CUDA_ERROR_INVALID_VALUE;
+    *enabled = graph_exec->nodes[found->second].enabled ? 1 : 0;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph graph,
+                                                       CUgraphExecUpdateResultInfo* info) {
+  GPUPOOL_BODY({ return Update(exec, graph, info); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec exec, CUgraph graph,
+                                                    CUgraphNode* error_node,
+                                                    CUgraphExecUpdateResult* result) {
+  GPUPOOL_BODY({
+    if (error_node == nullptr || result == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUgraphExecUpdateResultInfo info{};
+    CUresult status = Update(exec, graph, &info);
+    *error_node = info.errorNode;
+    *result = info.result;
+    return status;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec exec, cuuint64_t* flags) {
+  GPUPOOL_BODY({
+    GraphExec* graph_exec = AsGraphExec(exec);
+    if (graph_exec == nullptr || flags == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    *flags = graph_exec->flags;
+    return CUDA_SUCCESS;
+  });
+}
+
+// A DOT description: one vertex per node (its type, and the kernel's name), one arrow per
+// edge. The flags choose more detail on a GPU; here the description is always this one.
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph handle, const char* path,
+                                                       unsigned int) {
+  GPUPOOL_BODY({
+    Graph* graph = AsGraph(handle);
+    if (graph == nullptr || path == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    FILE* out = std::fopen(path, "w");
+    if (out == nullptr) return CUDA_ERROR_OPERATING_SYSTEM;
+    std::map<const Node*, size_t> id;
+    for (size_t i = 0; i < graph->nodes.size(); ++i) id[graph->nodes[i].get()] = i;
+    std::fprintf(out, "digraph gpupool_graph {\n");
+    for (size_t i = 0; i < graph->nodes.size(); ++i) {
+      const Node& node = *graph->nodes[i];
+      Function* function = AsFunction(node.function);
+      std::fprintf(out, "  n%zu [label=\"%zu: %s%s%s\"];\n", i, i, TypeName(node.type),
+                   function != nullptr ? " " : "",
+                   function != nullptr ? function->name.c_str() : "");
+    }
+    for (size_t i = 0; i < graph->nodes.size(); ++i) {
+      for (const Node* dep : graph->nodes[i]->deps) {
+        std::fprintf(out, "  n%zu -> n%zu;\n", id.at(dep), i);
+      }
+    }
+    std::fprintf(out, "}\n");
+    return std::fclose(out) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
+  });
+}
