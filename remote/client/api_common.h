@@ -43,15 +43,21 @@ inline CUresult CurrentDevice(int* device) {
   return CUDA_SUCCESS;
 }
 
-// Refuses cuLaunchKernelEx attributes that cannot work remotely (cooperative launches,
-// clusters, kernel-triggered events) with CUDA_ERROR_NOT_SUPPORTED naming them; accepts
-// the scheduling hints (api_function.cc).
+// Refuses cuLaunchKernelEx attributes that cannot work remotely (clusters,
+// kernel-triggered events) with CUDA_ERROR_NOT_SUPPORTED naming them; accepts the
+// cooperative attribute and the scheduling hints (api_function.cc).
 CUresult CheckLaunchAttributes(const CUlaunchConfig& config);
 
 // CUDA_ERROR_INVALID_VALUE when a launch asks for more dynamic shared memory than the
 // kernel may have on `device` (48 KiB unless raised with cuFuncSetAttribute, up to the
 // model's opt-in limit), as a GPU answers (api_function.cc).
 CUresult CheckLaunchSharedMemory(const Function& function, int device, unsigned shared_bytes);
+
+// CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE when a cooperative launch has more blocks than
+// `device`'s SMs hold at once (the occupancy calculator's blocks per SM times the SMs), as a
+// GPU answers (api_function.cc).
+CUresult CheckCooperativeGrid(const Function& function, int device, const unsigned grid[3],
+                              const unsigned block[3], unsigned shared_bytes);
 
 }  // namespace gpupool::client
 

@@ -202,17 +202,26 @@ CUresult CheckLaunchSharedMemory(const Function& function, int device, unsigned 
                                                                    : CUDA_SUCCESS;
 }
 
+CUresult CheckCooperativeGrid(const Function& function, int device, const unsigned grid[3],
+                              const unsigned block[3], unsigned shared_bytes) {
+  Device* d = Runtime::Get().device(device);
+  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  const ModelProperties model = PropertiesOf(*d);
+  const int threads = static_cast<int>(block[0] * block[1] * block[2]);
+  const uint64_t resident =
+      uint64_t(ActiveBlocksPerMultiprocessor(model, ResourcesOf(function), threads, shared_bytes)) *
+      model.multiprocessors;
+  const uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
+  return blocks > resident ? CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE : CUDA_SUCCESS;
+}
+
 CUresult CheckLaunchAttributes(const CUlaunchConfig& config) {
   if (config.numAttrs > 0 && config.attrs == nullptr) return CUDA_ERROR_INVALID_VALUE;
   for (unsigned i = 0; i < config.numAttrs; ++i) {
     const CUlaunchAttribute& attribute = config.attrs[i];
     switch (attribute.id) {
       case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        if (attribute.value.cooperative) {
-          return static_cast<CUresult>(ReportUnsupported(
-              "cuLaunchKernelEx(cooperative)", "grid-wide synchronisation of a cooperative launch"));
-        }
-        break;
+        break;  // a cooperative launch (LaunchEx)
       case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
         const auto& dim = attribute.value.clusterDim;
         if (dim.x * dim.y * dim.z > 1) {

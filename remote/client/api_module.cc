@@ -121,8 +121,11 @@ CUresult PackParams(const Function& function, void** params, void** extra,
   return CUDA_SUCCESS;
 }
 
+// `cooperative`: every block resident at once, so that blocks may wait for each other
+// (cuLaunchCooperativeKernel; cooperative groups' grid.sync()).
 CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[3],
-                unsigned shared_mem, CUstream stream, void** params, void** extra) {
+                unsigned shared_mem, CUstream stream, void** params, void** extra,
+                bool cooperative = false) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   Function* function = AsFunction(handle);
   if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -139,7 +142,17 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
       return status;
     }
     CUresult captured = CUDA_SUCCESS;
-    if (CaptureKernel(stream, handle, grid, block, shared_mem, std::move(packed), &captured)) {
+    if (cooperative) {
+      auto kept = std::make_shared<const std::vector<char>>(std::move(packed));
+      std::array<unsigned, 3> g{grid[0], grid[1], grid[2]}, b{block[0], block[1], block[2]};
+      GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_KERNEL, stream, [=](CUstream s) {
+        size_t size = kept->size();
+        void* buffer[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(kept->data()),
+                          CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+        return Launch(handle, g.data(), b.data(), shared_mem, s, nullptr, buffer, true);
+      });
+    } else if (CaptureKernel(stream, handle, grid, block, shared_mem, std::move(packed),
+                             &captured)) {
       return captured;
     }
   }
@@ -151,6 +164,13 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
   if (CUresult status = CheckLaunchSharedMemory(*function, device, shared_mem);
       status != CUDA_SUCCESS) {
     return status;
+  }
+  if (cooperative) {
+    if (CUresult status = CheckCooperativeGrid(*function, device, grid, block, shared_mem);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    args.flags = dp::kLaunchCooperative;
   }
   if (CUresult status = Runtime::Get().EnsureFunction(function, device, &args.function);
       status != CUDA_SUCCESS) {
@@ -173,7 +193,14 @@ CUresult LaunchEx(const CUlaunchConfig* config, CUfunction function, void** para
   if (CUresult status = CheckLaunchAttributes(*config); status != CUDA_SUCCESS) return status;
   unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};
-  return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra);
+  bool cooperative = false;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == CU_LAUNCH_ATTRIBUTE_COOPERATIVE) {
+      cooperative = config->attrs[i].value.cooperative != 0;
+    }
+  }
+  return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra,
+                cooperative);
 }
 
 // cuModuleLoad / cuLibraryLoadFromFile: the file's bytes (a cubin, fatbin or PTX text;
@@ -403,6 +430,25 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int
                                                       CUstream stream, void** params,
                                                       void** extra) {
   return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
+                                                            unsigned int gy, unsigned int gz,
+                                                            unsigned int bx, unsigned int by,
+                                                            unsigned int bz,
+                                                            unsigned int shared_mem,
+                                                            CUstream stream, void** params) {
+  GPUPOOL_BODY({
+    unsigned grid[3] = {gx, gy, gz};
+    unsigned block[3] = {bx, by, bz};
+    return Launch(f, grid, block, shared_mem, stream, params, nullptr, true);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(
+    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+    unsigned int by, unsigned int bz, unsigned int shared_mem, CUstream stream, void** params) {
+  return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params);
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,

@@ -138,6 +138,8 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
       *value = p.shared_per_block_optin;
       break;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: *value = 1; break;
+    // Cooperative launches on one device (not across several).
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
       *value = p.max_blocks_per_multiprocessor;
       break;

@@ -225,6 +225,7 @@ const Implementation kImplementations[] = {
     IMPL("cuLinkComplete", 5050, cuLinkComplete),
     IMPL("cuLinkDestroy", 5050, cuLinkDestroy),
     IMPL("cuLaunchKernelEx", 11060, cuLaunchKernelEx),
+    IMPL("cuLaunchCooperativeKernel", 9000, cuLaunchCooperativeKernel),
     // Streams and events
     IMPL("cuStreamCreate", 2000, cuStreamCreate),
     IMPL("cuStreamCreateWithPriority", 5050, cuStreamCreateWithPriority),

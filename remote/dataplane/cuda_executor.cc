@@ -59,6 +59,7 @@ struct CudaDriver {
   decltype(&::cuMemMap) mem_map = nullptr;
   decltype(&::cuMemUnmap) mem_unmap = nullptr;
   decltype(&::cuMemSetAccess) mem_set_access = nullptr;
+  decltype(&::cuLaunchKernelEx) launch_ex = nullptr;  // cooperative launches (CUDA 11.8+)
 
   bool has_vmm() const {
     return device_attribute && granularity && address_reserve && address_free && mem_create &&
@@ -134,6 +135,7 @@ Result<const CudaDriver*> LoadDriver() {
     Resolve(library, "cuMemMap", &d->mem_map);
     Resolve(library, "cuMemUnmap", &d->mem_unmap);
     Resolve(library, "cuMemSetAccess", &d->mem_set_access);
+    Resolve(library, "cuLaunchKernelEx", &d->launch_ex);
     if (!ok) {
       loaded = new Result<const CudaDriver*>(
           Status::Unavailable("the CUDA driver lacks an entry point the agent needs"));
@@ -541,6 +543,26 @@ int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, cons
   size_t size = param_size;
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(params),
                    CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  if (config.cooperative) {
+    // cuLaunchCooperativeKernel takes no packed buffer; cuLaunchKernelEx does.
+    if (driver_->launch_ex == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+    CUlaunchAttribute cooperative{};
+    cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    cooperative.value.cooperative = 1;
+    CUlaunchConfig launch{};
+    launch.gridDimX = config.grid[0];
+    launch.gridDimY = config.grid[1];
+    launch.gridDimZ = config.grid[2];
+    launch.blockDimX = config.block[0];
+    launch.blockDimY = config.block[1];
+    launch.blockDimZ = config.block[2];
+    launch.sharedMemBytes = config.shared_mem;
+    launch.hStream = static_cast<CUstream>(s);
+    launch.attrs = &cooperative;
+    launch.numAttrs = 1;
+    return driver_->launch_ex(&launch, static_cast<CUfunction>(found->second), nullptr,
+                              param_size > 0 ? extra : nullptr);
+  }
   return driver_->launch(static_cast<CUfunction>(found->second), config.grid[0], config.grid[1],
                          config.grid[2], config.block[0], config.block[1], config.block[2],
                          config.shared_mem, static_cast<CUstream>(s), nullptr,

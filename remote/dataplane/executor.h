@@ -31,6 +31,7 @@ struct LaunchConfig {
   uint32_t block[3] = {1, 1, 1};
   uint32_t shared_mem = 0;
   uint64_t stream = 0;
+  bool cooperative = false;  // every block resident at once (cuLaunchCooperativeKernel)
 };
 
 class Executor {

@@ -16,7 +16,7 @@
 
 namespace gpupool::dataplane {
 
-inline constexpr uint32_t kProtocolVersion = 3;
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // CUresult values used by the server (same numbers as cuda.h).
 enum CuStatus : int32_t {
@@ -143,7 +143,10 @@ struct LaunchArgs {
   uint32_t shared_mem;
   uint32_t param_size;
   uint64_t stream;
+  uint32_t flags = 0;  // kLaunchCooperative; other bits must be 0
+  uint32_t reserved = 0;
 };
+inline constexpr uint32_t kLaunchCooperative = 1;  // cuLaunchCooperativeKernel
 
 struct StreamArgs { uint64_t stream; uint32_t flags; int32_t priority; };
 struct EventArgs { uint64_t event; uint32_t flags; uint32_t reserved; };

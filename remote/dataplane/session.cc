@@ -232,11 +232,13 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
     case kOpLaunch: {
       LaunchArgs a;
       if (!Decode(args, &a) || a.param_size != payload_len) return kCuInvalidValue;
+      if ((a.flags & ~kLaunchCooperative) != 0 || a.reserved != 0) return kCuInvalidValue;
       LaunchConfig config;
       std::memcpy(config.grid, a.grid, sizeof(config.grid));
       std::memcpy(config.block, a.block, sizeof(config.block));
       config.shared_mem = a.shared_mem;
       config.stream = a.stream;
+      config.cooperative = (a.flags & kLaunchCooperative) != 0;
       return ex.Launch(a.function, config, payload, payload_len);
     }
     case kOpStreamCreate: {

@@ -103,7 +103,15 @@ struct LaunchSpec {
   // If set: increased by one for each block of threads run, while the kernel runs (the
   // agent's watchdog tells a long kernel from a hung GPU by it).
   std::atomic<uint64_t>* progress = nullptr;
+  // A cooperative launch: every CTA is resident at once (a CTA may wait for the others,
+  // as grid.sync() does), and the kernel finds `grid_workspace` (zeroed device memory of
+  // kGridWorkspaceBytes within `memory`) in %envreg1 (high half) and %envreg2 (low half).
+  bool cooperative = false;
+  uint64_t grid_workspace = 0;
 };
+
+// Bytes of the grid workspace a cooperative launch needs (grid.sync() counts at +4).
+inline constexpr uint64_t kGridWorkspaceBytes = 256;
 
 // Returns a CUresult: success, kCuIllegalAddress (stray access),
 // kCuLaunchFailed (trap), kCuAssert (failed device assert), kCuInvalidValue (a

@@ -30,15 +30,21 @@ constexpr int32_t kIllegalAddress = 700;
 constexpr int32_t kOutOfResources = 701;
 constexpr int32_t kAssertFailed = 710;
 constexpr int32_t kLaunchFailed = 719;
+constexpr int32_t kCooperativeTooLarge = 720;
 constexpr int32_t kNotSupported = 801;
 
 constexpr uint32_t kFullMask = 0xffffffffu;
 // Threads that run the CTAs of one launch (the agent's hosts have few cores to spare).
 constexpr uint32_t kMaxWorkers = 2;
+// A cooperative launch holds every CTA's registers and memory at once: at most this many
+// CTAs and bytes (the client refuses a grid larger than the model's SMs hold, well below).
+constexpr uint64_t kMaxCooperativeCtas = 1u << 16;
+constexpr uint64_t kMaxCooperativeBytes = uint64_t{2} << 30;
 // A warp runs at most this many instructions before the next warp of its CTA
 // gets a turn, so that warps spinning on each other's shared-memory flags make
 // progress.
 constexpr uint64_t kWarpSlice = 1u << 14;
+constexpr uint64_t kCooperativeWarpSlice = 1u << 8;
 
 }  // namespace
 
@@ -66,6 +72,7 @@ struct alignas(64) LaunchState {
   std::vector<uint32_t> range_hints;  // per instruction: its last allocation (fast paths)
   uint32_t cta_linear = 0;
   uint32_t ctaid[3] = {0, 0, 0};
+  uint64_t slice = kWarpSlice;  // warp instructions a warp runs before the next one's turn
 };
 
 struct Warp {
@@ -2244,6 +2251,7 @@ void Hoist(DecodedKernel* k) {
                        k->lanemask_lt, k->lanemask_le, k->lanemask_gt, k->lanemask_ge}) {
     mark(slot);
   }
+  for (int32_t slot : k->envreg) mark(slot);
 
   std::vector<bool> removed(n, false);
   // 1. Copies.
@@ -2426,6 +2434,14 @@ class Decoder {
     if (name == "%lanemask_le") return Ensure(&k_->lanemask_le);
     if (name == "%lanemask_gt") return Ensure(&k_->lanemask_gt);
     if (name == "%lanemask_ge") return Ensure(&k_->lanemask_ge);
+    if (name.rfind("%envreg", 0) == 0 && name.size() > 7 && name.size() <= 9) {
+      int n = 0;
+      for (size_t i = 7; i < name.size(); ++i) {
+        if (name[i] < '0' || name[i] > '9') return -1;
+        n = n * 10 + (name[i] - '0');
+      }
+      if (n < 32) return Ensure(&k_->envreg[n]);
+    }
     return -1;
   }
   int32_t Ensure(int32_t* slot) {
@@ -3578,7 +3594,8 @@ inline uint32_t PredicateBits(const uint64_t* g) {
 // used up, or the launch failed.
 void RunWarp(Warp& w, const Inst* code) {
   LaunchState& launch = *w.launch;
-  for (uint64_t step = 0; step < kWarpSlice; ++step) {
+  const uint64_t slice = launch.slice;
+  for (uint64_t step = 0; step < slice; ++step) {
     if (w.uniform && w.waiting == 0 && w.live != 0) {
       // Uniform warp: every live lane at w.pc, none waiting. Straight-line instructions
       // and branches taken by all lanes stay here; anything else (a branch that splits
@@ -3586,7 +3603,7 @@ void RunWarp(Warp& w, const Inst* code) {
       const uint32_t mask = w.live;
       const uint64_t lanes = static_cast<uint64_t>(std::popcount(mask));
       int32_t pc = w.pc;
-      for (; step < kWarpSlice; ++step) {
+      for (; step < slice; ++step) {
         if (launch.error != kSuccess) {
           w.pc = pc;
           return;
@@ -3617,7 +3634,7 @@ void RunWarp(Warp& w, const Inst* code) {
         }
       }
       w.pc = pc;
-      if (step == kWarpSlice) return;
+      if (step == slice) return;
     }
     uint32_t ready = w.live & ~w.waiting;
     if (ready == 0 || launch.error != kSuccess) return;
@@ -3698,9 +3715,18 @@ void RunWarp(Warp& w, const Inst* code) {
   }
 }
 
-// Runs CTAs first, first + stride, ... of the launch into *state (one worker thread).
-void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first, uint64_t stride,
-             std::atomic<bool>* stop, LaunchState* state) {
+// One CTA's resources: its shared and local memory, registers and warps. A worker reuses
+// one for every CTA it runs; a cooperative launch keeps one per CTA.
+struct CtaContext {
+  std::vector<uint8_t> shared;
+  std::vector<uint8_t> local;
+  std::vector<uint64_t> registers;
+  std::vector<Warp> warps;
+};
+
+// Makes `cta`'s memory and warps, with the registers that are the same in every CTA.
+void PrepareCta(const DecodedKernel& kernel, const LaunchSpec& spec, LaunchState* state,
+                CtaContext* cta) {
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
   const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
   const uint32_t warps = (threads + 31) / 32;
@@ -3709,17 +3735,17 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
   launch.kernel = &kernel;
   launch.spec = &spec;
   launch.range_hints.assign(kernel.code.size(), 0);
-  std::vector<uint8_t> shared(shared_size + 16);
-  launch.shared = shared.data();
+  cta->shared.assign(shared_size + 16, 0);
+  launch.shared = cta->shared.data();
   launch.shared_size = shared_size;
-  std::vector<uint8_t> local(static_cast<size_t>(kernel.local_size) * warps * 32 + 16);
-  launch.local = local.data();
+  cta->local.assign(static_cast<size_t>(kernel.local_size) * warps * 32 + 16, 0);
+  launch.local = cta->local.data();
 
-  std::vector<uint64_t> registers(static_cast<size_t>(kernel.slot_count) * 32 * warps);
-  std::vector<Warp> warp(warps);
+  cta->registers.assign(static_cast<size_t>(kernel.slot_count) * 32 * warps, 0);
+  cta->warps.assign(warps, Warp{});
   for (uint32_t i = 0; i < warps; ++i) {
-    Warp& w = warp[i];
-    w.regs = registers.data() + static_cast<size_t>(kernel.slot_count) * 32 * i;
+    Warp& w = cta->warps[i];
+    w.regs = cta->registers.data() + static_cast<size_t>(kernel.slot_count) * 32 * i;
     w.launch = &launch;
     w.index = i;
     auto fill = [&](int32_t slot, uint64_t value) {
@@ -3734,6 +3760,9 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
     fill(kernel.nwarpid, 64);
     fill(kernel.nsmid, spec.sm_count);
     fill(kernel.gridid, 1);
+    for (int n = 0; n < 32; ++n) fill(kernel.envreg[n], 0);
+    fill(kernel.envreg[1], spec.grid_workspace >> 32);
+    fill(kernel.envreg[2], spec.grid_workspace & 0xffffffffu);
     for (int l = 0; l < 32; ++l) {
       uint32_t t = i * 32 + l;
       uint32_t coords[3] = {t % spec.block[0], (t / spec.block[0]) % spec.block[1],
@@ -3752,49 +3781,99 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
     if (kernel.carry_slot >= 0) fill(kernel.carry_slot, 0);
     for (const Inst& in : kernel.prologue) in.run(w, in, kFullMask);
   }
+}
+
+// Sets `context` up to run CTA number `cta` (linear) from its first instruction.
+void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
+              LaunchState* state, CtaContext* context) {
+  LaunchState& launch = *state;
+  const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
+  launch.ctaid[0] = static_cast<uint32_t>(cta % spec.grid[0]);
+  launch.ctaid[1] = static_cast<uint32_t>((cta / spec.grid[0]) % spec.grid[1]);
+  launch.ctaid[2] = static_cast<uint32_t>(cta / (uint64_t{spec.grid[0]} * spec.grid[1]));
+  launch.cta_linear = static_cast<uint32_t>(cta);
+  if (launch.shared_size) std::memset(launch.shared, 0, launch.shared_size);
+  for (uint32_t i = 0; i < context->warps.size(); ++i) {
+    Warp& w = context->warps[i];
+    uint32_t lanes = std::min<uint32_t>(32, threads - i * 32);
+    w.live = lanes == 32 ? kFullMask : ((1u << lanes) - 1);
+    w.waiting = 0;
+    w.uniform = true;
+    w.pc = 0;
+    for (int axis = 0; axis < 3; ++axis) {
+      if (kernel.ctaid[axis] >= 0) std::fill_n(w.R(kernel.ctaid[axis]), 32, launch.ctaid[axis]);
+    }
+    if (kernel.smid >= 0) std::fill_n(w.R(kernel.smid), 32, cta % spec.sm_count);
+  }
+}
+
+// One round of a CTA: each warp with lanes ready runs for a slice; a barrier that every
+// live lane has reached is released. False once every warp has exited (or on an error).
+bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
+  LaunchState& launch = *state;
+  bool any_live = false;
+  bool any_ready = false;
+  for (Warp& w : context->warps) {
+    if (w.live & ~w.waiting) RunWarp(w, code);
+    if (launch.error != kSuccess) return false;
+    any_live |= w.live != 0;
+    any_ready |= (w.live & ~w.waiting) != 0;
+  }
+  if (!any_live) return false;
+  if (!any_ready) {
+    for (Warp& w : context->warps) ReleaseBarrier(w, code);
+    launch.reduce_count = 0;
+    launch.reduce_all = true;
+    launch.reduce_any = false;
+  }
+  return true;
+}
+
+// Runs CTAs first, first + stride, ... of the launch into *state (one worker thread).
+void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first, uint64_t stride,
+             std::atomic<bool>* stop, LaunchState* state) {
+  CtaContext context;
+  PrepareCta(kernel, spec, state, &context);
   const Inst* code = kernel.code.data();
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   for (uint64_t cta = first; cta < ctas; cta += stride) {
     if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
     if (stop->load(std::memory_order_relaxed)) break;
-    launch.ctaid[0] = static_cast<uint32_t>(cta % spec.grid[0]);
-    launch.ctaid[1] = static_cast<uint32_t>((cta / spec.grid[0]) % spec.grid[1]);
-    launch.ctaid[2] = static_cast<uint32_t>(cta / (uint64_t{spec.grid[0]} * spec.grid[1]));
-    launch.cta_linear = static_cast<uint32_t>(cta);
-    if (shared_size) std::memset(launch.shared, 0, shared_size);
-    for (uint32_t i = 0; i < warps; ++i) {
-      Warp& w = warp[i];
-      uint32_t lanes = std::min<uint32_t>(32, threads - i * 32);
-      w.live = lanes == 32 ? kFullMask : ((1u << lanes) - 1);
-      w.waiting = 0;
-      w.uniform = true;
-      w.pc = 0;
-      for (int axis = 0; axis < 3; ++axis) {
-        if (kernel.ctaid[axis] >= 0) std::fill_n(w.R(kernel.ctaid[axis]), 32, launch.ctaid[axis]);
-      }
-      if (kernel.smid >= 0) std::fill_n(w.R(kernel.smid), 32, cta % spec.sm_count);
+    StartCta(kernel, spec, cta, state, &context);
+    while (StepCta(&context, state, code)) {
     }
-    while (true) {
-      bool any_live = false;
-      bool any_ready = false;
-      for (Warp& w : warp) {
-        if (w.live & ~w.waiting) RunWarp(w, code);
-        if (launch.error != kSuccess) break;
-        any_live |= w.live != 0;
-        any_ready |= (w.live & ~w.waiting) != 0;
-      }
-      if (launch.error != kSuccess) break;
-      if (!any_live) break;
-      if (!any_ready) {
-        for (Warp& w : warp) ReleaseBarrier(w, code);
-        launch.reduce_count = 0;
-        launch.reduce_all = true;
-        launch.reduce_any = false;
-      }
-    }
-    if (launch.error != kSuccess) {
+    if (state->error != kSuccess) {
       stop->store(true);
       break;
+    }
+  }
+}
+
+// A cooperative launch: every CTA resident at once, each with a state of its own, taking
+// rounds on this thread until all have exited. A CTA spinning on memory that another
+// will write (grid.sync()) uses its slice and lets the others run.
+void RunCooperative(const DecodedKernel& kernel, const LaunchSpec& spec,
+                    std::vector<LaunchState>* states) {
+  const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
+  states->resize(ctas);
+  std::vector<CtaContext> contexts(ctas);
+  for (uint64_t cta = 0; cta < ctas; ++cta) {
+    // Short turns: a warp waiting for the other CTAs spins until its turn ends.
+    (*states)[cta].slice = kCooperativeWarpSlice;
+    PrepareCta(kernel, spec, &(*states)[cta], &contexts[cta]);
+    StartCta(kernel, spec, cta, &(*states)[cta], &contexts[cta]);
+  }
+  const Inst* code = kernel.code.data();
+  std::vector<bool> running(ctas, true);
+  for (uint64_t left = ctas; left > 0;) {
+    for (uint64_t cta = 0; cta < ctas; ++cta) {
+      if (!running[cta]) continue;
+      if (!StepCta(&contexts[cta], &(*states)[cta], code)) {
+        if ((*states)[cta].error != kSuccess) return;
+        running[cta] = false;
+        --left;
+        if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
+      }
     }
   }
 }
@@ -3863,18 +3942,35 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
   const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
   if (shared_size > 228 * 1024) return kOutOfResources;
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
-  // CTAs are independent: two workers take every other one when there are enough.
-  const uint32_t workers = ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
-  std::atomic<bool> stop{false};
-  std::vector<LaunchState> states(workers);
-  auto work = [&](uint32_t worker) {
-    RunCtas(kernel, spec, worker, workers, &stop, &states[worker]);
-  };
-  std::vector<std::thread> threads_of_workers;
-  for (uint32_t worker = 1; worker < workers; ++worker)
-    threads_of_workers.emplace_back(work, worker);
-  work(0);
-  for (std::thread& thread : threads_of_workers) thread.join();
+  std::vector<LaunchState> states;
+  if (spec.cooperative) {
+    // All CTAs at once: their registers, local and shared memory together must fit.
+    const uint64_t warps = (threads + 31) / 32;
+    const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size) +
+                             shared_size + sizeof(LaunchState);
+    if (ctas > kMaxCooperativeCtas || per_cta * ctas > kMaxCooperativeBytes) {
+      if (spec.error_detail) {
+        *spec.error_detail = "a cooperative launch of " + std::to_string(ctas) +
+                             " blocks does not fit the sim GPU at once";
+      }
+      return kCooperativeTooLarge;
+    }
+    RunCooperative(kernel, spec, &states);
+  } else {
+    // CTAs are independent: two workers take every other one when there are enough.
+    const uint32_t workers =
+        ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
+    std::atomic<bool> stop{false};
+    states.resize(workers);
+    auto work = [&](uint32_t worker) {
+      RunCtas(kernel, spec, worker, workers, &stop, &states[worker]);
+    };
+    std::vector<std::thread> threads_of_workers;
+    for (uint32_t worker = 1; worker < workers; ++worker)
+      threads_of_workers.emplace_back(work, worker);
+    work(0);
+    for (std::thread& thread : threads_of_workers) thread.join();
+  }
   int32_t error = kSuccess;
   uint64_t first_failed_cta = UINT64_MAX;
   for (LaunchState& state : states) {

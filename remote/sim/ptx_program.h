@@ -135,6 +135,10 @@ struct DecodedKernel {
   int32_t ctaid[3] = {-1, -1, -1}, nctaid[3] = {-1, -1, -1};
   int32_t laneid = -1, warpid = -1, nwarpid = -1, smid = -1, nsmid = -1, gridid = -1;
   int32_t lanemask_eq = -1, lanemask_lt = -1, lanemask_le = -1, lanemask_gt = -1, lanemask_ge = -1;
+  // %envreg0..31: 0, except %envreg1/%envreg2, the high and low halves of a cooperative
+  // launch's grid workspace (what cooperative groups' grid.sync() counts on).
+  int32_t envreg[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   int32_t carry_slot = -1;  // the .cc carry flag
   uint32_t param_size = 0;  // bytes of .entry parameters
   uint64_t static_shared = 0;

@@ -283,7 +283,27 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
     }
   }
   spec.memory = launch_memory_;
-  return sim::RunKernel(*found->second.kernel, spec);
+  if (!config.cooperative) return sim::RunKernel(*found->second.kernel, spec);
+  // A cooperative launch gets a zeroed grid workspace of its own for as long as it runs
+  // (grid.sync() counts the blocks that have arrived there).
+  uint64_t workspace = 0;
+  if (int32_t status = memory_->Allocate(sim::kGridWorkspaceBytes, owner_, &workspace);
+      status != kCuSuccess) {
+    return status;
+  }
+  char* host = memory_->Translate(workspace, sim::kGridWorkspaceBytes, owner_);
+  std::memset(host, 0, sim::kGridWorkspaceBytes);
+  sim::MemoryRange range{workspace, sim::kGridWorkspaceBytes, host};
+  spec.memory.insert(std::upper_bound(spec.memory.begin(), spec.memory.end(), range,
+                                      [](const sim::MemoryRange& a, const sim::MemoryRange& b) {
+                                        return a.start < b.start;
+                                      }),
+                     range);
+  spec.cooperative = true;
+  spec.grid_workspace = workspace;
+  int32_t status = sim::RunKernel(*found->second.kernel, spec);
+  memory_->Release(workspace, owner_);
+  return status;
 }
 
 std::string SimExecutor::TakeOutput() { return std::exchange(output_, {}); }

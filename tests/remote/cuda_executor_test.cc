@@ -293,5 +293,34 @@ TEST(CudaExecutor, ASessionCannotTouchAnotherSessionsMemory) {
   EXPECT_EQ(fake.live_allocations(), 1u);
 }
 
+// A cooperative launch goes to cuLaunchKernelEx with the cooperative attribute and the
+// packed parameters (cuLaunchCooperativeKernel takes no packed buffer); others to
+// cuLaunchKernel.
+TEST(CudaExecutor, CooperativeLaunchesGoThroughLaunchKernelEx) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  auto launches = reinterpret_cast<uint64_t (*)(int)>(dlsym(library, "fake_cuda_launches"));
+  ASSERT_NE(launches, nullptr) << "libcuda.so.1 is not the test's fake driver";
+  auto made = CudaExecutor::Create(kFakeUuid);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Executor& executor = *made.value();
+  const char image[] = "fake image";
+  ASSERT_EQ(executor.LoadModule(1, image, sizeof(image), {}), kCuSuccess);
+  ASSERT_EQ(executor.GetFunction(1, 2, "kernel"), kCuSuccess);
+  const uint64_t plain = launches(0), cooperative = launches(1);
+  uint32_t params[2] = {7, 8};
+  LaunchConfig config;
+  config.grid[0] = 6;
+  config.grid[1] = 2;
+  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), kCuSuccess);
+  EXPECT_EQ(launches(0), plain + 1);
+  EXPECT_EQ(launches(1), cooperative);
+  config.cooperative = true;
+  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), kCuSuccess);
+  EXPECT_EQ(launches(0), plain + 1);
+  EXPECT_EQ(launches(1), cooperative + 1);
+  EXPECT_EQ(launches(2), 12u);
+}
+
 }  // namespace
 }  // namespace gpupool::dataplane

@@ -211,6 +211,31 @@ TEST_F(DataplaneServerTest, RequestsBeforeHelloAreRefused) {
   EXPECT_EQ(reply.status, kCuNotPermitted);
 }
 
+// A launch whose flags hold a bit the protocol does not define is refused before anything
+// else is looked at (kLaunchCooperative is the only flag).
+TEST_F(DataplaneServerTest, ALaunchWithUnknownFlagsIsRefused) {
+  auto client = Connect();
+  ASSERT_EQ(Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1)).status, kCuSuccess);
+  auto launch = [&](uint32_t flags, uint32_t reserved) {
+    LaunchArgs args{};
+    args.function = 12345;  // no such function
+    args.grid[0] = args.grid[1] = args.grid[2] = 1;
+    args.block[0] = args.block[1] = args.block[2] = 1;
+    args.flags = flags;
+    args.reserved = reserved;
+    Reply reply;
+    EXPECT_TRUE(client->Call(Request{kOpLaunch, &args, sizeof(args), nullptr, 0, nullptr, 0},
+                             &reply).ok());
+    return reply.status;
+  };
+  EXPECT_EQ(launch(2, 0), kCuInvalidValue);
+  EXPECT_EQ(launch(kLaunchCooperative | 4, 0), kCuInvalidValue);
+  EXPECT_EQ(launch(0, 1), kCuInvalidValue);
+  // Well-formed, it gets as far as the function lookup.
+  EXPECT_EQ(launch(0, 0), kCuInvalidHandle);
+  EXPECT_EQ(launch(kLaunchCooperative, 0), kCuInvalidHandle);
+}
+
 TEST_F(DataplaneServerTest, DescribesTheGpuAndFreesMemoryWhenTheClientGoes) {
   auto client = Connect();
   Reply reply = Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1));

@@ -312,8 +312,42 @@ CUresult cuMemsetD32Async(uint64_t dst, unsigned value, size_t count, void*) { r
 CUresult cuModuleLoadData(void** module, const void*) { *module = &stream_or_event; return kSuccess; }
 CUresult cuModuleUnload(void*) { return kSuccess; }
 CUresult cuModuleGetFunction(void** function, void*, const char*) { *function = &stream_or_event; return kSuccess; }
+// Launches seen: [0] plain (cuLaunchKernel), [1] cooperative (cuLaunchKernelEx with the
+// cooperative attribute and a packed parameter buffer), [2] the last cooperative grid's
+// blocks.
+uint64_t launches[3] = {0, 0, 0};
+uint64_t fake_cuda_launches(int which) {
+  std::lock_guard<std::mutex> lock(mu);
+  return which >= 0 && which < 3 ? launches[which] : 0;
+}
 CUresult cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                         void**, void**) {
+  std::lock_guard<std::mutex> lock(mu);
+  ++launches[0];
+  return kSuccess;
+}
+// CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out (this file does not include
+// it): 72-byte attributes, the id at 0 and the value at 8; CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2.
+struct FakeLaunchConfig {
+  unsigned grid[3];
+  unsigned block[3];
+  unsigned shared;
+  void* stream;
+  const unsigned char* attrs;
+  unsigned attr_count;
+};
+CUresult cuLaunchKernelEx(const FakeLaunchConfig* config, void*, void** params, void** extra) {
+  std::lock_guard<std::mutex> lock(mu);
+  bool cooperative = false;
+  for (unsigned i = 0; i < config->attr_count; ++i) {
+    int id = 0, value = 0;
+    std::memcpy(&id, config->attrs + 72 * i, sizeof(id));
+    std::memcpy(&value, config->attrs + 72 * i + 8, sizeof(value));
+    if (id == 2 && value == 1) cooperative = true;
+  }
+  if (!cooperative || params != nullptr || extra == nullptr) return kInvalidValue;
+  ++launches[1];
+  launches[2] = uint64_t{config->grid[0]} * config->grid[1] * config->grid[2];
   return kSuccess;
 }
 CUresult cuStreamCreateWithPriority(void** stream, unsigned, int) { *stream = &stream_or_event; return kSuccess; }

@@ -192,8 +192,8 @@ int main() {
     EXPECT(read_back == value * 2);
   }
 
-  // cuLaunchKernelEx: scheduling hints are accepted and the kernel runs; cooperative and
-  // cluster launches are refused clearly.
+  // cuLaunchKernelEx: scheduling hints are accepted and the kernel runs; a cooperative
+  // grid too large to be resident and cluster launches are refused clearly.
   std::vector<float> host(n);
   for (int i = 0; i < n; ++i) host[i] = static_cast<float>(i);
   CHECK(cudaMemcpy(a, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
@@ -212,7 +212,9 @@ int main() {
   cooperative[0].id = cudaLaunchAttributeCooperative;
   cooperative[0].val.cooperative = 1;
   config.attrs = cooperative;
-  EXPECT(cudaLaunchKernelEx(&config, scale, a, 3.0f, n) == cudaErrorNotSupported);
+  // More blocks than the SMs hold at once (cooperative_groups.cu runs grids that fit).
+  EXPECT(config.gridDim.x > static_cast<unsigned>(8 * prop.multiProcessorCount));
+  EXPECT(cudaLaunchKernelEx(&config, scale, a, 3.0f, n) == cudaErrorCooperativeLaunchTooLarge);
   cudaGetLastError();
   cudaLaunchAttribute cluster[1];
   cluster[0].id = cudaLaunchAttributeClusterDimension;
