@@ -40,6 +40,9 @@ struct Node {
   unsigned shared_mem = 0;
   std::vector<char> params;
   std::vector<void*> param_pointers;  // into `params`, as cuGraphKernelNodeGetParams gives them
+  // cuGraphKernelNodeSetAttribute values, by attribute (hints, read back as set; the
+  // cooperative attribute makes the launch cooperative).
+  std::map<int, CUkernelNodeAttrValue> attributes;
   // CU_GRAPH_NODE_TYPE_MEMCPY
   CUDA_MEMCPY3D copy{};
   // CU_GRAPH_NODE_TYPE_MEMSET

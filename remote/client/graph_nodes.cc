@@ -2,7 +2,8 @@
 // memcpy, memset, host, empty, event record, event wait and child-graph nodes; reading and
 // changing their parameters, in a graph and in an instantiated graph; edges; enabling and
 // disabling nodes of an instantiated graph; updating an instantiated graph from a graph of
-// the same shape; a DOT description of a graph.
+// the same shape; a DOT description of a graph; kernel node attributes (kept and read
+// back; the cooperative one makes the node's launch cooperative).
 //
 // The objects are in graph_model.h; graphs.cc instantiates and launches them. A node
 // copies the parameters it is given (a kernel node its arguments, packed in the kernel's
@@ -718,6 +719,63 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode handle,
       return status;
     }
     return Change(node, [&](Node* n) { return SetKernel(n, p, static_cast<CUkernel>(nullptr)); });
+  });
+}
+
+// Kernel node attributes: the launch attributes cuLaunchKernelEx takes, checked the same
+// way (a cluster of more than one block, or a kernel-triggered event, is not supported).
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode handle,
+                                                                CUkernelNodeAttrID attribute,
+                                                                const CUkernelNodeAttrValue* value) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    CUlaunchAttribute as_launch{};
+    as_launch.id = attribute;
+    as_launch.value = *value;
+    CUlaunchConfig config{};
+    config.attrs = &as_launch;
+    config.numAttrs = 1;
+    if (CUresult status = CheckLaunchAttributes(config); status != CUDA_SUCCESS) return status;
+    node->attributes[attribute] = *value;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode handle,
+                                                                CUkernelNodeAttrID attribute,
+                                                                CUkernelNodeAttrValue* value) {
+  GPUPOOL_BODY({
+    Node* node = nullptr;
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    auto found = node->attributes.find(attribute);
+    *value = found != node->attributes.end() ? found->second : CUkernelNodeAttrValue{};
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst,
+                                                                  CUgraphNode src) {
+  GPUPOOL_BODY({
+    Node* to = nullptr;
+    Node* from = nullptr;
+    if (CUresult status = NodeOfType(dst, CU_GRAPH_NODE_TYPE_KERNEL, &to); status != CUDA_SUCCESS) {
+      return status;
+    }
+    if (CUresult status = NodeOfType(src, CU_GRAPH_NODE_TYPE_KERNEL, &from);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    to->attributes = from->attributes;
+    return CUDA_SUCCESS;
   });
 }
 

@@ -513,6 +513,24 @@ CUresult RunNode(const Node& node, CUstream stream) {
       size_t size = node.params.size();
       void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(node.params.data()),
                        CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+      if (auto found = node.attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
+          found != node.attributes.end() && found->second.cooperative != 0) {
+        CUlaunchAttribute cooperative{};
+        cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+        cooperative.value.cooperative = 1;
+        CUlaunchConfig config{};
+        config.gridDimX = node.grid[0];
+        config.gridDimY = node.grid[1];
+        config.gridDimZ = node.grid[2];
+        config.blockDimX = node.block[0];
+        config.blockDimY = node.block[1];
+        config.blockDimZ = node.block[2];
+        config.sharedMemBytes = node.shared_mem;
+        config.hStream = stream;
+        config.attrs = &cooperative;
+        config.numAttrs = 1;
+        return cuLaunchKernelEx(&config, node.function, nullptr, extra);
+      }
       return cuLaunchKernel(node.function, node.grid[0], node.grid[1], node.grid[2],
                             node.block[0], node.block[1], node.block[2], node.shared_mem, stream,
                             nullptr, extra);

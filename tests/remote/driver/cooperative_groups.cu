@@ -1,7 +1,8 @@
 // Cooperative launches and cooperative groups: grid.sync() between the phases of one
 // kernel (a stencil iterated with grid-wide barriers, then a grid-wide sum), with the grid
 // sized as public programs size it (the occupancy calculator's blocks per SM times the
-// SMs), through cudaLaunchCooperativeKernel and cudaLaunchKernelEx; warp tiles reducing
+// SMs), through cudaLaunchCooperativeKernel, cudaLaunchKernelEx and a graph kernel node
+// with the cooperative attribute; warp tiles reducing
 // with shuffles; a grid too large to be resident at once is refused; the device says it
 // can launch cooperatively; a grid.sync() kernel launched the ordinary way traps.
 #include <cooperative_groups.h>
@@ -131,6 +132,42 @@ int main() {
     std::fprintf(stderr, "FAIL: 3 blocks: sum %lld, want %lld\n", got, want);
     return 1;
   }
+
+  // A graph's kernel node made cooperative through its attribute; another attribute is a
+  // hint, read back as set.
+  CHECK(cudaMemcpy(a, host.data(), n * sizeof(int), cudaMemcpyHostToDevice));
+  CHECK(cudaMemset(total, 0, sizeof(long long)));
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaGraphCreate(&graph, 0));
+  cudaKernelNodeParams node_params{};
+  node_params.func = reinterpret_cast<void*>(StencilThenSum);
+  node_params.gridDim = dim3(blocks);
+  node_params.blockDim = dim3(threads);
+  node_params.kernelParams = args;
+  cudaGraphNode_t node;
+  CHECK(cudaGraphAddKernelNode(&node, graph, nullptr, 0, &node_params));
+  cudaKernelNodeAttrValue value{};
+  value.cooperative = 1;
+  CHECK(cudaGraphKernelNodeSetAttribute(node, cudaKernelNodeAttributeCooperative, &value));
+  value = cudaKernelNodeAttrValue{};
+  value.priority = -1;
+  CHECK(cudaGraphKernelNodeSetAttribute(node, cudaLaunchAttributePriority, &value));
+  value = cudaKernelNodeAttrValue{};
+  CHECK(cudaGraphKernelNodeGetAttribute(node, cudaKernelNodeAttributeCooperative, &value));
+  EXPECT(value.cooperative == 1);
+  CHECK(cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributePriority, &value));
+  EXPECT(value.priority == -1);
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaMemcpy(&got, total, sizeof(got), cudaMemcpyDeviceToHost));
+  if (got != want) {
+    std::fprintf(stderr, "FAIL: cooperative graph node: sum %lld, want %lld\n", got, want);
+    return 1;
+  }
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
 
   // One block more than the device holds at once is refused, and nothing runs.
   CHECK(cudaMemset(total, 0, sizeof(long long)));
