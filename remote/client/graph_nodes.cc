@@ -664,69 +664,103 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* result, CU
 
 // --- Node parameters -----------------------------------------------------------------------
 
+namespace {
+
+// Reads graph node `handle` (of `type`) into *out with get(node, out).
+template <typename Out, typename Get>
+CUresult ReadNode(CUgraphNode handle, CUgraphNodeType type, Out* out, Get get) {
+  Node* node = nullptr;
+  if (out == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult status = NodeOfType(handle, type, &node); status != CUDA_SUCCESS) return status;
+  get(node, out);
+  return CUDA_SUCCESS;
+}
+
+// Changes graph node `handle` (of `type`) with set(copy), keeping its place.
+template <typename Set>
+CUresult ChangeNode(CUgraphNode handle, CUgraphNodeType type, Set set) {
+  Node* node = nullptr;
+  if (CUresult status = NodeOfType(handle, type, &node); status != CUDA_SUCCESS) return status;
+  return Change(node, set);
+}
+
+// The same for the copy of `handle` in an instantiated graph.
+template <typename Set>
+CUresult ChangeExecNode(CUgraphExec exec, CUgraphNode handle, CUgraphNodeType type, Set set) {
+  Node* node = nullptr;
+  if (CUresult status = ExecNodeOfType(exec, handle, type, &node); status != CUDA_SUCCESS) {
+    return status;
+  }
+  return Change(node, set);
+}
+
+auto SetKernelV2(const CUDA_KERNEL_NODE_PARAMS* p) {
+  return
+      [p](Node* n) { return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetKernel(n, p, p->kern); };
+}
+auto SetKernelV1(const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  return [p](Node* n) { return SetKernel(n, p, static_cast<CUkernel>(nullptr)); };
+}
+auto SetMemcpyFrom(const CUDA_MEMCPY3D* p) {
+  return [p](Node* n) { return SetMemcpy(n, p); };
+}
+auto SetMemsetFrom(const CUDA_MEMSET_NODE_PARAMS* p) {
+  return [p](Node* n) {
+    return p == nullptr
+               ? CUDA_ERROR_INVALID_VALUE
+               : SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
+  };
+}
+auto SetHostFrom(const CUDA_HOST_NODE_PARAMS* p) {
+  return [p](Node* n) {
+    return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetHost(n, p->fn, p->userData);
+  };
+}
+auto SetEventTo(CUgraphNodeType type, CUevent event) {
+  return [type, event](Node* n) { return SetEvent(n, type, event); };
+}
+auto SetFrom(const CUgraphNodeParams* p) {
+  return [p](Node* n) { return SetFromParams(n, p); };
+}
+
+}  // namespace
+
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode handle,
                                                                 CUDA_KERNEL_NODE_PARAMS* p) {
   GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    GetKernel(node, p);
-    // Functions and kernels are one object here; the runtime maps a kernel back to its
-    // host entry point.
-    p->kern = reinterpret_cast<CUkernel>(node->function);
-    p->ctx = nullptr;
-    return CUDA_SUCCESS;
+    return ReadNode(handle, CU_GRAPH_NODE_TYPE_KERNEL, p,
+                    [](Node* node, CUDA_KERNEL_NODE_PARAMS* out) {
+                      GetKernel(node, out);
+                      // Functions and kernels are one object here; the runtime maps a kernel back
+                      // to its host entry point.
+                      out->kern = reinterpret_cast<CUkernel>(node->function);
+                      out->ctx = nullptr;
+                    });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode handle,
                                                              CUDA_KERNEL_NODE_PARAMS_v1* p) {
   GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    GetKernel(node, p);
-    return CUDA_SUCCESS;
+    return ReadNode(handle, CU_GRAPH_NODE_TYPE_KERNEL, p,
+                    [](Node* node, CUDA_KERNEL_NODE_PARAMS_v1* out) { GetKernel(node, out); });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode handle,
                                                                 const CUDA_KERNEL_NODE_PARAMS* p) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) {
-      return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetKernel(n, p, p->kern);
-    });
-  });
+  GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_KERNEL, SetKernelV2(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode handle,
                                                              const CUDA_KERNEL_NODE_PARAMS_v1* p) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) { return SetKernel(n, p, static_cast<CUkernel>(nullptr)); });
-  });
+  GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_KERNEL, SetKernelV1(p)); });
 }
 
 // Kernel node attributes: the launch attributes cuLaunchKernelEx takes, checked the same
 // way (a cluster of more than one block, or a kernel-triggered event, is not supported).
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode handle,
-                                                                CUkernelNodeAttrID attribute,
-                                                                const CUkernelNodeAttrValue* value) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetAttribute(
+    CUgraphNode handle, CUkernelNodeAttrID attribute, const CUkernelNodeAttrValue* value) {
   GPUPOOL_BODY({
     Node* node = nullptr;
     if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -781,148 +815,81 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode ds
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode handle, CUDA_MEMCPY3D* p) {
   GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_MEMCPY, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    *p = node->copy;
-    return CUDA_SUCCESS;
+    return ReadNode(handle, CU_GRAPH_NODE_TYPE_MEMCPY, p,
+                    [](Node* node, CUDA_MEMCPY3D* out) { *out = node->copy; });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode handle,
                                                              const CUDA_MEMCPY3D* p) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_MEMCPY, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) { return SetMemcpy(n, p); });
-  });
+  GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_MEMCPY, SetMemcpyFrom(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode handle,
                                                              CUDA_MEMSET_NODE_PARAMS* p) {
   GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_MEMSET, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    *p = node->memset;
-    return CUDA_SUCCESS;
+    return ReadNode(handle, CU_GRAPH_NODE_TYPE_MEMSET, p,
+                    [](Node* node, CUDA_MEMSET_NODE_PARAMS* out) { *out = node->memset; });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode handle,
                                                              const CUDA_MEMSET_NODE_PARAMS* p) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_MEMSET, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) {
-      return SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
-    });
-  });
+  GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_MEMSET, SetMemsetFrom(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode handle,
                                                            CUDA_HOST_NODE_PARAMS* p) {
   GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_HOST, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    *p = node->host;
-    return CUDA_SUCCESS;
+    return ReadNode(handle, CU_GRAPH_NODE_TYPE_HOST, p,
+                    [](Node* node, CUDA_HOST_NODE_PARAMS* out) { *out = node->host; });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode handle,
                                                            const CUDA_HOST_NODE_PARAMS* p) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_HOST, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) { return SetHost(n, p->fn, p->userData); });
-  });
+  GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_HOST, SetHostFrom(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode handle,
                                                                 CUgraph* graph) {
   GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_GRAPH, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    *graph = reinterpret_cast<CUgraph>(node->child.get());
-    return CUDA_SUCCESS;
+    return ReadNode(handle, CU_GRAPH_NODE_TYPE_GRAPH, graph, [](Node* node, CUgraph* out) {
+      *out = reinterpret_cast<CUgraph>(node->child.get());
+    });
   });
 }
 
-namespace {
-
-CUresult GetNodeEvent(CUgraphNode handle, CUgraphNodeType type, CUevent* event) {
-  Node* node = nullptr;
-  if (event == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult status = NodeOfType(handle, type, &node); status != CUDA_SUCCESS) return status;
-  *event = node->event;
-  return CUDA_SUCCESS;
-}
-
-CUresult SetNodeEvent(CUgraphNode handle, CUgraphNodeType type, CUevent event) {
-  Node* node = nullptr;
-  if (CUresult status = NodeOfType(handle, type, &node); status != CUDA_SUCCESS) return status;
-  return Change(node, [&](Node* n) { return SetEvent(n, type, event); });
-}
-
-CUresult SetExecNodeEvent(CUgraphExec exec, CUgraphNode handle, CUgraphNodeType type,
-                          CUevent event) {
-  Node* node = nullptr;
-  if (CUresult status = ExecNodeOfType(exec, handle, type, &node); status != CUDA_SUCCESS) {
-    return status;
-  }
-  return Change(node, [&](Node* n) { return SetEvent(n, type, event); });
-}
-
-}  // namespace
-
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode node, CUevent* event) {
-  GPUPOOL_BODY({ return GetNodeEvent(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event); });
+  GPUPOOL_BODY({
+    return ReadNode(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event,
+                    [](Node* n, CUevent* out) { *out = n->event; });
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode node, CUevent event) {
-  GPUPOOL_BODY({ return SetNodeEvent(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event); });
+  GPUPOOL_BODY({
+    return ChangeNode(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+                      SetEventTo(CU_GRAPH_NODE_TYPE_EVENT_RECORD, event));
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode node, CUevent* event) {
-  GPUPOOL_BODY({ return GetNodeEvent(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event); });
+  GPUPOOL_BODY({
+    return ReadNode(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event,
+                    [](Node* n, CUevent* out) { *out = n->event; });
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode node, CUevent event) {
-  GPUPOOL_BODY({ return SetNodeEvent(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event); });
+  GPUPOOL_BODY({
+    return ChangeNode(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT,
+                      SetEventTo(CU_GRAPH_NODE_TYPE_WAIT_EVENT, event));
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode handle,
                                                        CUgraphNodeParams* params) {
   GPUPOOL_BODY({
-    Node* node = nullptr;
     if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, params->type, &node); status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) { return SetFromParams(n, params); });
+    return ChangeNode(handle, params->type, SetFrom(params));
   });
 }
 
@@ -930,109 +897,67 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode handle,
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(
     CUgraphExec exec, CUgraphNode handle, const CUDA_KERNEL_NODE_PARAMS* p) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) {
-      return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetKernel(n, p, p->kern);
-    });
-  });
+  GPUPOOL_BODY({ return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_KERNEL, SetKernelV2(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams(
     CUgraphExec exec, CUgraphNode handle, const CUDA_KERNEL_NODE_PARAMS_v1* p) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) { return SetKernel(n, p, static_cast<CUkernel>(nullptr)); });
-  });
+  GPUPOOL_BODY({ return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_KERNEL, SetKernelV1(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec exec,
                                                                  CUgraphNode handle,
                                                                  const CUDA_MEMCPY3D* p,
                                                                  CUcontext) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_MEMCPY, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) { return SetMemcpy(n, p); });
-  });
+  GPUPOOL_BODY(
+      { return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_MEMCPY, SetMemcpyFrom(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec exec,
                                                                  CUgraphNode handle,
                                                                  const CUDA_MEMSET_NODE_PARAMS* p,
                                                                  CUcontext) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_MEMSET, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) {
-      return SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
-    });
-  });
+  GPUPOOL_BODY(
+      { return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_MEMSET, SetMemsetFrom(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode handle,
                                                                const CUDA_HOST_NODE_PARAMS* p) {
-  GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_HOST, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) { return SetHost(n, p->fn, p->userData); });
-  });
+  GPUPOOL_BODY({ return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_HOST, SetHostFrom(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec exec,
                                                                      CUgraphNode handle,
                                                                      CUgraph child) {
   GPUPOOL_BODY({
-    Node* node = nullptr;
-    if (CUresult status = ExecNodeOfType(exec, handle, CU_GRAPH_NODE_TYPE_GRAPH, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) { return SetChild(n, child); });
+    return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_GRAPH,
+                          [child](Node* n) { return SetChild(n, child); });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec exec,
                                                                      CUgraphNode node,
                                                                      CUevent event) {
-  GPUPOOL_BODY({ return SetExecNodeEvent(exec, node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event); });
+  GPUPOOL_BODY({
+    return ChangeExecNode(exec, node, CU_GRAPH_NODE_TYPE_EVENT_RECORD,
+                          SetEventTo(CU_GRAPH_NODE_TYPE_EVENT_RECORD, event));
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec exec,
                                                                    CUgraphNode node,
                                                                    CUevent event) {
-  GPUPOOL_BODY({ return SetExecNodeEvent(exec, node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event); });
+  GPUPOOL_BODY({
+    return ChangeExecNode(exec, node, CU_GRAPH_NODE_TYPE_WAIT_EVENT,
+                          SetEventTo(CU_GRAPH_NODE_TYPE_WAIT_EVENT, event));
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec exec, CUgraphNode handle,
                                                            CUgraphNodeParams* params) {
   GPUPOOL_BODY({
-    Node* node = nullptr;
     if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = ExecNodeOfType(exec, handle, params->type, &node);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    return Change(node, [&](Node* n) { return SetFromParams(n, params); });
+    return ChangeExecNode(exec, handle, params->type, SetFrom(params));
   });
 }
 
