@@ -3173,6 +3173,52 @@ class Decoder {
         if (TySigned(t)) return kKindS;
         return kKindU;
       };
+      int rounding = 0;
+      if (mods.count("rz")) rounding = 1;
+      if (mods.count("rm")) rounding = 2;
+      if (mods.count("rp")) rounding = 3;
+      if (mods.count("rni")) rounding = 4;
+      if (mods.count("rzi")) rounding = 5;
+      if (mods.count("rmi")) rounding = 6;
+      if (mods.count("rpi")) rounding = 7;
+      if ((dst == kF16x2 || dst == kBF16x2) && source == kF32 && ops.size() == 3) {
+        // cvt.f16x2.f32 d, a, b (sm_80, as __floats2half2_rn compiles): d's upper half is
+        // a converted, its lower half b. Two conversions into slots of their own, then a
+        // pack.
+        if (mods.count("relu") || mods.count("satfinite")) {
+          Unsupported("cvt." + std::string(mods.count("relu") ? "relu" : "satfinite") +
+                          " to a packed type is not supported by the sim GPU",
+                      s.line);
+          inst.run = &HNop;
+          inst.flow = Flow::kTrap;
+          k_->code.push_back(inst);
+          return Status::OK();
+        }
+        const Ty half = dst == kF16x2 ? kF16 : kBF16;
+        int32_t halves[2];  // lower, upper
+        for (int i = 0; i < 2; ++i) {
+          Inst part = inst;
+          halves[i] = NewSlot();
+          part.d[0] = halves[i];
+          auto value = src(i == 0 ? 2 : 1, source);
+          if (!value.ok()) return value.status();
+          part.a = *value;
+          part.mode = static_cast<uint8_t>(kind(half) | (TySize(half) << 2));
+          part.mode2 = static_cast<uint8_t>(kind(source) | (TySize(source) << 2));
+          part.width = static_cast<uint8_t>(rounding);
+          part.run = CvtHandler(part);
+          part.pure = true;
+          k_->code.push_back(part);
+        }
+        GPUPOOL_DST(0);
+        inst.a = halves[0];
+        inst.b = halves[1];
+        inst.vec = 2;
+        inst.width = 2;
+        inst.run = &HPack;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
       if (ops[0].kind == RawOperand::kVector || ops[1].kind == RawOperand::kVector) {
         Unsupported("packed conversions (cvt with vectors) are not supported", s.line);
         inst.run = &HNop;
@@ -3184,14 +3230,6 @@ class Decoder {
       GPUPOOL_SRC(a, 1, source);
       inst.mode = static_cast<uint8_t>(kind(dst) | (TySize(dst) << 2));
       inst.mode2 = static_cast<uint8_t>(kind(source) | (TySize(source) << 2));
-      int rounding = 0;
-      if (mods.count("rz")) rounding = 1;
-      if (mods.count("rm")) rounding = 2;
-      if (mods.count("rp")) rounding = 3;
-      if (mods.count("rni")) rounding = 4;
-      if (mods.count("rzi")) rounding = 5;
-      if (mods.count("rmi")) rounding = 6;
-      if (mods.count("rpi")) rounding = 7;
       // Float -> integer without an explicit mode rounds toward zero (as C
       // does).
       if (TyFloat(source) && !TyFloat(dst) && rounding < 4)

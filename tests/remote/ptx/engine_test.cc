@@ -226,6 +226,47 @@ TEST_F(Engine, HalfPrecision) {
   }
 }
 
+// cvt.rn.f16x2.f32 and cvt.rn.bf16x2.f32 d, a, b (sm_80; __floats2half2_rn compiles to the
+// first): a rounds into d's upper half, b into its lower half. Hand-written, since the suite
+// is compiled for an earlier target.
+TEST_F(Engine, PackedHalfConversions) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry pack_halves(.param .u64 out_param, .param .f32 upper_param,
+                            .param .f32 lower_param)
+{
+  .reg .f32 %f<3>;
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out_param];
+  ld.param.f32 %f1, [upper_param];
+  ld.param.f32 %f2, [lower_param];
+  cvt.rn.f16x2.f32 %r1, %f1, %f2;
+  cvt.rn.bf16x2.f32 %r2, %f1, %f2;
+  st.global.u32 [%rd1], %r1;
+  st.global.u32 [%rd1+4], %r2;
+  ret;
+}
+)";
+  ASSERT_EQ(executor_.LoadModule(2, ptx.c_str(), ptx.size() + 1, {}), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(2, 99, "pack_halves"), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  uint64_t out = Zeros<uint32_t>(2);
+  struct {
+    uint64_t out;
+    float upper, lower;
+  } params{out, 0.1f, -1.5f};
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(99, config, &params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(out, 2);
+  EXPECT_EQ(got[0], 0x2E66BE00u);  // half(0.1) = 0x2e66 (rounded), half(-1.5) = 0xbe00
+  EXPECT_EQ(got[1], 0x3DCDBFC0u);  // bf16(0.1) = 0x3dcd (rounded up), bf16(-1.5) = 0xbfc0
+}
+
 TEST_F(Engine, LocalMemoryArrays) {
   const int n = 64;
   std::vector<int> in(n);
