@@ -1762,6 +1762,37 @@ void HMatch(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// redux.sync (sm_80): every lane gets the reduction over the lanes taking part of the
+// 32-bit values: mode 0 add, 1 min, 2 max, 3 and, 4 or, 5 xor; mode2 1: signed min/max.
+void HRedux(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  uint32_t acc = in.mode == 1 ? (in.mode2 ? 0x7fffffffu : 0xffffffffu)
+                 : in.mode == 2 ? (in.mode2 ? 0x80000000u : 0u)
+                 : in.mode == 3 ? 0xffffffffu
+                                : 0u;
+  ForLanes(mask, [&](int l) {
+    uint32_t v = static_cast<uint32_t>(a[l]);
+    switch (in.mode) {
+      case 0: acc += v; break;
+      case 1:
+        acc = in.mode2 ? static_cast<uint32_t>(std::min(static_cast<int32_t>(acc),
+                                                        static_cast<int32_t>(v)))
+                       : std::min(acc, v);
+        break;
+      case 2:
+        acc = in.mode2 ? static_cast<uint32_t>(std::max(static_cast<int32_t>(acc),
+                                                        static_cast<int32_t>(v)))
+                       : std::max(acc, v);
+        break;
+      case 3: acc &= v; break;
+      case 4: acc |= v; break;
+      default: acc ^= v; break;
+    }
+  });
+  ForLanes(mask, [&](int l) { d[l] = acc; });
+}
+
 void HActivemask(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   ForLanes(mask, [&](int l) { d[l] = mask; });
@@ -2923,7 +2954,6 @@ class Decoder {
                                                        "griddepcontrol",
                                                        "setmaxnreg",
                                                        "getctarank",
-                                                       "redux",
                                                        "alloca",
                                                        "stackrestore",
                                                        "stacksave",
@@ -3361,6 +3391,31 @@ class Decoder {
       inst.mode = mods.count("all") ? 1 : 0;
       inst.width = static_cast<uint8_t>(TySize(type));
       inst.run = &HMatch;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (op == "redux") {
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      static const std::map<std::string, uint8_t> kOps = {{"add", 0}, {"min", 1}, {"max", 2},
+                                                          {"and", 3}, {"or", 4},  {"xor", 5}};
+      int found = -1;
+      for (const auto& [name, mode] : kOps) {
+        if (mods.count(name)) found = mode;
+      }
+      if (found < 0 || TySize(type) != 4 || TyFloat(type)) {
+        Unsupported("instruction '" + s.opcode +
+                        "' is not supported by the sim GPU (redux on 32-bit integers only)",
+                    s.line);
+        inst.run = &HNop;
+        inst.flow = Flow::kTrap;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, type);
+      inst.mode = static_cast<uint8_t>(found);
+      inst.mode2 = TySigned(type) ? 1 : 0;
+      inst.run = &HRedux;
       k_->code.push_back(inst);
       return Status::OK();
     }

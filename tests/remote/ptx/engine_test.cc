@@ -267,6 +267,73 @@ TEST_F(Engine, PackedHalfConversions) {
   EXPECT_EQ(got[1], 0x3DCDBFC0u);  // bf16(0.1) = 0x3dcd (rounded up), bf16(-1.5) = 0xbfc0
 }
 
+// redux.sync (sm_80; __reduce_*_sync and cooperative groups' reduce on integers): each
+// lane gets the warp's add, signed min, unsigned max, and, or and xor. Hand-written, like
+// the test above.
+TEST_F(Engine, WarpReductions) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry reduce_warp(.param .u64 in_param, .param .u64 out_param)
+{
+  .reg .b32 %r<10>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [in_param];
+  ld.param.u64 %rd2, [out_param];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  ld.global.u32 %r2, [%rd4];
+  redux.sync.add.s32 %r3, %r2, -1;
+  redux.sync.min.s32 %r4, %r2, -1;
+  redux.sync.max.u32 %r5, %r2, -1;
+  redux.sync.and.b32 %r6, %r2, -1;
+  redux.sync.or.b32 %r7, %r2, -1;
+  redux.sync.xor.b32 %r8, %r2, -1;
+  mul.wide.u32 %rd3, %r1, 24;
+  add.s64 %rd5, %rd2, %rd3;
+  st.global.v2.u32 [%rd5], {%r3, %r4};
+  st.global.v2.u32 [%rd5+8], {%r5, %r6};
+  st.global.v2.u32 [%rd5+16], {%r7, %r8};
+  ret;
+}
+)";
+  ASSERT_EQ(executor_.LoadModule(3, ptx.c_str(), ptx.size() + 1, {}), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(3, 98, "reduce_warp"), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  std::vector<int32_t> in(32);
+  int32_t add = 0, min = INT32_MAX;
+  uint32_t max = 0, all = ~0u, any = 0, x = 0;
+  for (int i = 0; i < 32; ++i) {
+    in[i] = (i * 37) % 23 - 5 + (i == 9 ? 1 << 30 : 0);
+    add += in[i];
+    min = std::min(min, in[i]);
+    max = std::max(max, static_cast<uint32_t>(in[i]));
+    all &= static_cast<uint32_t>(in[i]);
+    any |= static_cast<uint32_t>(in[i]);
+    x ^= static_cast<uint32_t>(in[i]);
+  }
+  uint64_t din = Upload(in), out = Zeros<uint32_t>(32 * 6);
+  struct {
+    uint64_t in, out;
+  } params{din, out};
+  LaunchConfig config;
+  config.block[0] = 32;
+  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(out, 32 * 6);
+  for (int lane : {0, 13, 31}) {
+    EXPECT_EQ(static_cast<int32_t>(got[6 * lane]), add) << lane;
+    EXPECT_EQ(static_cast<int32_t>(got[6 * lane + 1]), min) << lane;
+    EXPECT_EQ(got[6 * lane + 2], max) << lane;
+    EXPECT_EQ(got[6 * lane + 3], all) << lane;
+    EXPECT_EQ(got[6 * lane + 4], any) << lane;
+    EXPECT_EQ(got[6 * lane + 5], x) << lane;
+  }
+}
+
 TEST_F(Engine, LocalMemoryArrays) {
   const int n = 64;
   std::vector<int> in(n);
