@@ -1990,6 +1990,64 @@ uint16_t FloatToHalfBits(float value, bool bf16) {
   return static_cast<uint16_t>(x >> 16);
 }
 
+// atom/red on 16-bit values and half pairs: .add (and .min, .max, .exch) of f16, f16x2,
+// bf16, bf16x2, and .cas/.exch of b16 (atomicCAS on an unsigned short). A compare-and-swap
+// on the aligned 32-bit word that holds the value (CTAs may run on two threads). vec: 16-bit
+// values (1 or 2); mode2 1: bf16; mode2 2: plain bits (cas, exch).
+void HAtom16(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
+  const uint32_t size = in.vec * 2u;
+  const bool bf16 = in.mode2 == 1, bits = in.mode2 == 2;
+  ForLanes(mask, [&](int l) {
+    uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
+    uint8_t* p = w.Address(in.space, address, size, l);
+    if (p == nullptr) {
+      w.Fault(address, size, "atomic");
+      return;
+    }
+    if (address % size != 0) {
+      w.Fault(address, size, "misaligned atomic");
+      return;
+    }
+    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+    uint32_t* word = reinterpret_cast<uint32_t*>(at & ~uintptr_t{3});
+    const int shift = static_cast<int>((at & 3) * 8);
+    const uint32_t keep = size == 4 ? 0u : ~(0xffffu << shift);
+    const uint32_t v = static_cast<uint32_t>(b[l]);
+    uint32_t old_word = __atomic_load_n(word, __ATOMIC_RELAXED);
+    uint32_t old_value;
+    while (true) {
+      old_value = size == 4 ? old_word : (old_word >> shift) & 0xffffu;
+      uint32_t result = 0;
+      if (bits) {
+        result = in.mode == kAtomCas ? (old_value == (v & 0xffffu)
+                                            ? static_cast<uint32_t>(c[l]) & 0xffffu
+                                            : old_value)
+                                     : v & 0xffffu;
+      } else {
+        for (int h = 0; h < in.vec; ++h) {
+          float x = HalfBitsToFloat(static_cast<uint16_t>(old_value >> (16 * h)), bf16);
+          float y = HalfBitsToFloat(static_cast<uint16_t>(v >> (16 * h)), bf16);
+          float r = in.mode == kAtomAdd   ? x + y
+                    : in.mode == kAtomMin ? std::fmin(x, y)
+                    : in.mode == kAtomMax ? std::fmax(x, y)
+                                          : y;
+          result |= static_cast<uint32_t>(FloatToHalfBits(r, bf16)) << (16 * h);
+        }
+      }
+      uint32_t new_word = size == 4 ? result : (old_word & keep) | (result << shift);
+      if (__atomic_compare_exchange_n(word, &old_word, new_word, false, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_RELAXED)) {
+        break;
+      }
+    }
+    if (d) d[l] = old_value;
+  });
+}
+
 void HHalf(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   uint64_t* q = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
@@ -3103,6 +3161,19 @@ class Decoder {
       if ((type == kF32 || type == kF64) && !(inst.mode == kAtomAdd || inst.mode == kAtomMin ||
                                               inst.mode == kAtomMax || inst.mode == kAtomExch)) {
         return bad_type();
+      }
+      if (TyHalf(type) || type == kU16 || type == kS16) {
+        const bool half = TyHalf(type);
+        if (half ? !(inst.mode == kAtomAdd || inst.mode == kAtomMin || inst.mode == kAtomMax ||
+                     inst.mode == kAtomExch)
+                 : !(inst.mode == kAtomCas || inst.mode == kAtomExch)) {
+          return bad_type();
+        }
+        inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
+        inst.mode2 = !half ? 2 : (type == kBF16 || type == kBF16x2) ? 1 : 0;
+        inst.run = &HAtom16;
+        k_->code.push_back(inst);
+        return Status::OK();
       }
       switch (type) {
         case kU32: inst.run = AtomHandlerOf<uint32_t>(inst.space); break;

@@ -334,6 +334,53 @@ TEST_F(Engine, WarpReductions) {
   }
 }
 
+// Atomics on 16-bit values (atomicAdd on __half, __half2, __nv_bfloat16; atomicCAS on an
+// unsigned short): 64 threads add into neighbouring halves of one word, so a wrong word
+// update would spill into the neighbour. Hand-written, like the tests above.
+TEST_F(Engine, SixteenBitAtomics) {
+  const std::string ptx = R"(
+.version 7.8
+.target sm_90
+.address_size 64
+.visible .entry atomics16(.param .u64 out_param)
+{
+  .reg .b16 %h<4>;
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out_param];
+  mov.b32 %r1, 0x40003C00;
+  atom.global.add.noftz.f16x2 %r2, [%rd1], %r1;
+  mov.b16 %h1, 0x3800;
+  atom.global.add.noftz.f16 %h2, [%rd1+4], %h1;
+  mov.b16 %h1, 0x3F80;
+  atom.global.add.noftz.bf16 %h2, [%rd1+6], %h1;
+  mov.u32 %r3, %tid.x;
+  cvt.u16.u32 %h1, %r3;
+  add.u32 %r4, %r3, 1;
+  cvt.u16.u32 %h3, %r4;
+  atom.global.cas.b16 %h2, [%rd1+10], %h1, %h3;
+  ret;
+}
+)";
+  ASSERT_EQ(executor_.LoadModule(4, ptx.c_str(), ptx.size() + 1, {}), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(4, 97, "atomics16"), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  uint64_t out = Zeros<uint16_t>(8);
+  LaunchConfig config;
+  config.block[0] = 64;
+  ASSERT_EQ(executor_.Launch(97, config, &out, sizeof(out)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint16_t>(out, 8);
+  EXPECT_EQ(got[0], ToHalf(64.0f));   // 64 x 1.0 into the lower half
+  EXPECT_EQ(got[1], ToHalf(128.0f));  // 64 x 2.0 into the upper half
+  EXPECT_EQ(got[2], ToHalf(32.0f));   // 64 x 0.5
+  EXPECT_EQ(got[3], 0x4280);          // bf16: 64 x 1.0 = 64
+  EXPECT_EQ(got[4], 0);               // untouched neighbour
+  EXPECT_EQ(got[5], 64);              // the compare-and-swap chain, thread by thread
+  EXPECT_EQ(got[6], 0);
+}
+
 TEST_F(Engine, LocalMemoryArrays) {
   const int n = 64;
   std::vector<int> in(n);
