@@ -94,6 +94,15 @@ class Engine : public ::testing::Test {
     return status;
   }
 
+  // Loads hand-written PTX `text` as module `module` and kernel `name` of it as `function`.
+  void LoadKernel(uint64_t module, uint64_t function, const std::string& text,
+                  const std::string& name) {
+    ASSERT_EQ(executor_.LoadModule(module, text.c_str(), text.size() + 1, {}), kCuSuccess)
+        << executor_.TakeErrorDetail();
+    ASSERT_EQ(executor_.GetFunction(module, function, name), kCuSuccess)
+        << executor_.TakeErrorDetail();
+  }
+
   SimDeviceMemory memory_{0, 4 * kGiB};
   SimExecutor executor_{&memory_};
   std::string ptx_;
@@ -250,10 +259,8 @@ TEST_F(Engine, PackedHalfConversions) {
   ret;
 }
 )";
-  ASSERT_EQ(executor_.LoadModule(2, ptx.c_str(), ptx.size() + 1, {}), kCuSuccess)
-      << executor_.TakeErrorDetail();
-  ASSERT_EQ(executor_.GetFunction(2, 99, "pack_halves"), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  LoadKernel(2, 99, ptx, "pack_halves");
+  if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint32_t>(2);
   struct {
     uint64_t out;
@@ -299,10 +306,8 @@ TEST_F(Engine, WarpReductions) {
   ret;
 }
 )";
-  ASSERT_EQ(executor_.LoadModule(3, ptx.c_str(), ptx.size() + 1, {}), kCuSuccess)
-      << executor_.TakeErrorDetail();
-  ASSERT_EQ(executor_.GetFunction(3, 98, "reduce_warp"), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  LoadKernel(3, 98, ptx, "reduce_warp");
+  if (HasFatalFailure()) return;
   std::vector<int32_t> in(32);
   int32_t add = 0, min = INT32_MAX;
   uint32_t max = 0, all = ~0u, any = 0, x = 0;
@@ -362,10 +367,8 @@ TEST_F(Engine, SixteenBitAtomics) {
   ret;
 }
 )";
-  ASSERT_EQ(executor_.LoadModule(4, ptx.c_str(), ptx.size() + 1, {}), kCuSuccess)
-      << executor_.TakeErrorDetail();
-  ASSERT_EQ(executor_.GetFunction(4, 97, "atomics16"), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  LoadKernel(4, 97, ptx, "atomics16");
+  if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint16_t>(8);
   LaunchConfig config;
   config.block[0] = 64;
