@@ -69,6 +69,9 @@ struct GraphExec {
   cuuint64_t flags = 0;
   std::vector<Node> nodes;              // copies, in launch order
   std::map<const Node*, size_t> index;  // a node of the instantiated graph -> its copy
+  // Per copy, the positions of the nodes it ran after (cuGraphExecUpdate compares a new
+  // graph with this, as the instantiated graph may have been destroyed since).
+  std::vector<std::vector<size_t>> shape;
 };
 
 // The object behind a handle; nullptr when the handle is not a live one of that kind.
@@ -82,6 +85,10 @@ std::unique_ptr<Graph> Clone(const Graph& graph);
 // `graph`'s nodes in an order that runs each after its dependencies (creation order among
 // nodes that do not depend on each other). False when the edges make a cycle.
 bool LaunchOrder(const Graph& graph, std::vector<const Node*>* order);
+
+// For each node of `order` (a launch order), the sorted positions in it of its
+// dependencies.
+std::vector<std::vector<size_t>> ShapeOf(const std::vector<const Node*>& order);
 
 // Issues one node's work on `stream` (a disabled node does nothing).
 CUresult RunNode(const Node& node, CUstream stream);

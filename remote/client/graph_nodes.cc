@@ -337,26 +337,6 @@ CUresult ChangeEdges(CUgraph handle, const CUgraphNode* from, const CUgraphNode*
   return CUDA_SUCCESS;
 }
 
-// Whether `a` and `b` (launch orders) have the same shape: the same node types, each node
-// after the same positions.
-bool SameShape(const std::vector<const Node*>& a, const std::vector<const Node*>& b,
-               size_t* differs) {
-  std::map<const Node*, size_t> pos_a, pos_b;
-  for (size_t i = 0; i < a.size(); ++i) pos_a[a[i]] = i;
-  for (size_t i = 0; i < b.size(); ++i) pos_b[b[i]] = i;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    std::set<size_t> deps_a, deps_b;
-    for (const Node* dep : a[i]->deps) deps_a.insert(pos_a.at(dep));
-    for (const Node* dep : b[i]->deps) deps_b.insert(pos_b.at(dep));
-    if (a[i]->type != b[i]->type || deps_a != deps_b) {
-      *differs = i;
-      return false;
-    }
-  }
-  *differs = std::min(a.size(), b.size());
-  return a.size() == b.size();
-}
-
 CUresult Update(CUgraphExec exec_handle, CUgraph handle, CUgraphExecUpdateResultInfo* info) {
   GraphExec* exec = AsGraphExec(exec_handle);
   Graph* graph = AsGraph(handle);
@@ -364,36 +344,20 @@ CUresult Update(CUgraphExec exec_handle, CUgraph handle, CUgraphExecUpdateResult
   *info = CUgraphExecUpdateResultInfo{CU_GRAPH_EXEC_UPDATE_SUCCESS, nullptr, nullptr};
   std::vector<const Node*> order;
   if (!LaunchOrder(*graph, &order)) return CUDA_ERROR_INVALID_VALUE;
-  // The nodes the instantiated graph was made from, by position.
-  std::vector<const Node*> originals(exec->nodes.size(), nullptr);
-  for (const auto& [original, index] : exec->index) {
-    if (originals[index] == nullptr) originals[index] = original;
-  }
-  size_t differs = 0;
-  bool same_types = order.size() == exec->nodes.size();
-  for (size_t i = 0; same_types && i < order.size(); ++i) {
-    if (order[i]->type != exec->nodes[i].type) {
-      same_types = false;
-      differs = i;
-    }
-  }
-  if (!same_types) {
-    bool count_changed = order.size() != exec->nodes.size();
-    info->result = count_changed ? CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED
-                                 : CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
-    if (!count_changed)
-      info->errorNode = reinterpret_cast<CUgraphNode>(const_cast<Node*>(order[differs]));
-    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
-  }
-  // The edges must match too: compare with the graph the instantiation came from, when it
-  // is still there (its nodes are the keys of the index).
-  bool originals_live = std::all_of(originals.begin(), originals.end(), [](const Node* node) {
-    return node != nullptr && node->magic == kNodeMagic && node->owner != nullptr;
-  });
-  if (originals_live && !SameShape(originals, order, &differs)) {
+  // The same node types, each after the same positions, as the instantiated graph.
+  const std::vector<std::vector<size_t>> shape = ShapeOf(order);
+  if (order.size() != exec->nodes.size()) {
     info->result = CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
-    info->errorNode = reinterpret_cast<CUgraphNode>(const_cast<Node*>(order[differs]));
     return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i]->type != exec->nodes[i].type || shape[i] != exec->shape[i]) {
+      info->result = order[i]->type != exec->nodes[i].type
+                         ? CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
+                         : CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+      info->errorNode = reinterpret_cast<CUgraphNode>(const_cast<Node*>(order[i]));
+      return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
   }
   for (size_t i = 0; i < order.size(); ++i) {
     bool enabled = exec->nodes[i].enabled;

@@ -20,6 +20,7 @@
 // invalidates the capture, as on a GPU.
 #include "remote/client/graphs.h"
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -102,6 +103,7 @@ CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
     exec->index[node] = exec->nodes.size();
     exec->nodes.push_back(graph::ExecCopy(*node));
   }
+  exec->shape = graph::ShapeOf(order);
   *result = reinterpret_cast<CUgraphExec>(exec.release());
   return CUDA_SUCCESS;
 }
@@ -494,6 +496,17 @@ bool LaunchOrder(const Graph& graph, std::vector<const Node*>* order) {
     }
   }
   return order->size() == graph.nodes.size();
+}
+
+std::vector<std::vector<size_t>> ShapeOf(const std::vector<const Node*>& order) {
+  std::map<const Node*, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  std::vector<std::vector<size_t>> shape(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (const Node* dep : order[i]->deps) shape[i].push_back(position.at(dep));
+    std::sort(shape[i].begin(), shape[i].end());
+  }
+  return shape;
 }
 
 Node ExecCopy(const Node& node) {

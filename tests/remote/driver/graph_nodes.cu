@@ -263,6 +263,9 @@ int main() {
   CHECK(cudaStreamEndCapture(stream, &captured));
   cudaGraphExec_t captured_exec = nullptr;
   CHECK(cudaGraphInstantiate(&captured_exec, captured, 0));
+  // Programs that capture every step destroy each graph once it is instantiated or used
+  // to update: the instantiated graph outlives it.
+  CHECK(cudaGraphDestroy(captured));
   CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
   CHECK(cudaMemsetAsync(a, 0, bytes, stream));
   AddScalar<<<kBlocks, 256, 0, stream>>>(a, 42.0f, n);
@@ -284,6 +287,25 @@ int main() {
   CHECK(cudaMemcpyAsync(out, a, bytes, cudaMemcpyDeviceToHost, stream));
   CHECK(cudaStreamSynchronize(stream));
   if (!Expect("kept after a refused update", out, [](int) { return 42.0f; })) return 1;
+  // The same node types with other edges: two independent kernels, then the same two
+  // one after the other.
+  cudaGraph_t apart = nullptr, chained = nullptr;
+  CHECK(cudaGraphCreate(&apart, 0));
+  CHECK(cudaGraphCreate(&chained, 0));
+  cudaGraphNode_t first_kernel, second_kernel;
+  CHECK(cudaGraphAddKernelNode(&first_kernel, apart, nullptr, 0, &ten_params));
+  CHECK(cudaGraphAddKernelNode(&second_kernel, apart, nullptr, 0, &ten_params));
+  CHECK(cudaGraphAddKernelNode(&first_kernel, chained, nullptr, 0, &ten_params));
+  CHECK(cudaGraphAddKernelNode(&second_kernel, chained, &first_kernel, 1, &ten_params));
+  cudaGraphExec_t apart_exec = nullptr;
+  CHECK(cudaGraphInstantiate(&apart_exec, apart, 0));
+  EXPECT(cudaGraphExecUpdate(apart_exec, chained, &info) == cudaErrorGraphExecUpdateFailure);
+  EXPECT(info.result == cudaGraphExecUpdateErrorTopologyChanged);
+  (void)cudaGetLastError();
+  CHECK(cudaGraphExecUpdate(apart_exec, apart, &info));
+  CHECK(cudaGraphExecDestroy(apart_exec));
+  CHECK(cudaGraphDestroy(apart));
+  CHECK(cudaGraphDestroy(chained));
   // A captured kernel is a kernel node with its arguments.
   cudaGraphNode_t captured_nodes[2];
   count = 2;
@@ -354,8 +376,7 @@ int main() {
   for (cudaGraphExec_t e : {exec, exec3, ordered_exec, outer_exec, captured_exec, generic_exec}) {
     CHECK(cudaGraphExecDestroy(e));
   }
-  for (cudaGraph_t g :
-       {graph, ordered, outer, outer_clone, captured, recaptured, other_shape, generic}) {
+  for (cudaGraph_t g : {graph, ordered, outer, outer_clone, recaptured, other_shape, generic}) {
     CHECK(cudaGraphDestroy(g));
   }
   CHECK(cudaEventDestroy(event));
