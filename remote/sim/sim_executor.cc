@@ -72,7 +72,9 @@ bool SimExecutor::KnownStream(uint64_t stream) const {
 
 // Large copies and memsets go in chunks, each counted as progress: on a loaded host a
 // 1 GiB copy (page faults included) can outlast the watchdog's timeout, and it is no hang.
-constexpr uint64_t kProgressChunk = 8 << 20;
+// 1 MiB: even a starved thread finishes one well within a timeout (8 MiB chunks of fresh
+// pages once took over 0.3 s on a loaded CI machine).
+constexpr uint64_t kProgressChunk = 1 << 20;
 
 void SimExecutor::ChunkedCopy(char* to, const char* from, uint64_t size) {
   for (uint64_t done = 0; done < size; done += kProgressChunk) {
@@ -137,7 +139,7 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
                                              : static_cast<const void*>(&value);
     for (uint64_t i = 0; i < count; ++i) {
       std::memcpy(host + i * element_size, element, element_size);
-      if (progress_ != nullptr && (i & 0xfffff) == 0) {
+      if (progress_ != nullptr && (i & 0x3ffff) == 0) {
         progress_->fetch_add(1, std::memory_order_relaxed);
       }
     }
