@@ -72,8 +72,8 @@ bool SimExecutor::KnownStream(uint64_t stream) const {
 
 // Large copies and memsets go in chunks, each counted as progress: on a loaded host a
 // 1 GiB copy (page faults included) can outlast the watchdog's timeout, and it is no hang.
-// 1 MiB: even a starved thread finishes one well within a timeout (8 MiB chunks of fresh
-// pages once took over 0.3 s on a loaded CI machine).
+// 1 MiB: a starved thread still finishes one well within a timeout (with 8 MiB chunks, a
+// watchdog of 0.3 s once saw no progress during a 768 MiB memset on a loaded CI machine).
 constexpr uint64_t kProgressChunk = 1 << 20;
 
 void SimExecutor::ChunkedCopy(char* to, const char* from, uint64_t size) {
