@@ -4,7 +4,6 @@
 // the agent once per device. A launch packs the arguments by that layout and travels
 // one-way; its execution errors arrive at the next synchronising call. Launch
 // configuration errors are caught here, at launch time, like a real driver does.
-#include <array>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -142,17 +141,8 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
       return status;
     }
     CUresult captured = CUDA_SUCCESS;
-    if (cooperative) {
-      auto kept = std::make_shared<const std::vector<char>>(std::move(packed));
-      std::array<unsigned, 3> g{grid[0], grid[1], grid[2]}, b{block[0], block[1], block[2]};
-      GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_KERNEL, stream, [=](CUstream s) {
-        size_t size = kept->size();
-        void* buffer[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(kept->data()),
-                          CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-        return Launch(handle, g.data(), b.data(), shared_mem, s, nullptr, buffer, true);
-      });
-    } else if (CaptureKernel(stream, handle, grid, block, shared_mem, std::move(packed),
-                             &captured)) {
+    if (CaptureKernel(stream, handle, grid, block, shared_mem, std::move(packed), cooperative,
+                      &captured)) {
       return captured;
     }
   }
@@ -255,6 +245,15 @@ CUresult PackKernelParams(CUfunction handle, void** params, void** extra,
   Function* function = AsFunction(handle);
   if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   return PackParams(*function, params, extra, packed);
+}
+
+CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3],
+                      unsigned shared_mem, CUstream stream, const std::vector<char>& params,
+                      bool cooperative) {
+  size_t size = params.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()),
+                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  return Launch(function, grid, block, shared_mem, stream, nullptr, extra, cooperative);
 }
 
 }  // namespace gpupool::client

@@ -135,9 +135,10 @@ bool CaptureWork(CUstream stream, CUgraphNodeType type, CapturedWork work, CUres
 
 bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3],
                    const unsigned block[3], unsigned shared_mem, std::vector<char> params,
-                   CUresult* status) {
+                   bool cooperative, CUresult* status) {
   Node node;
   node.type = CU_GRAPH_NODE_TYPE_KERNEL;
+  if (cooperative) node.attributes[CU_LAUNCH_ATTRIBUTE_COOPERATIVE].cooperative = 1;
   node.function = function;
   std::copy(grid, grid + 3, node.grid);
   std::copy(block, block + 3, node.block);
@@ -523,30 +524,10 @@ CUresult RunNode(const Node& node, CUstream stream) {
   if (node.work) return node.work(stream);
   switch (node.type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
-      size_t size = node.params.size();
-      void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(node.params.data()),
-                       CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-      if (auto found = node.attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
-          found != node.attributes.end() && found->second.cooperative != 0) {
-        CUlaunchAttribute cooperative{};
-        cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-        cooperative.value.cooperative = 1;
-        CUlaunchConfig config{};
-        config.gridDimX = node.grid[0];
-        config.gridDimY = node.grid[1];
-        config.gridDimZ = node.grid[2];
-        config.blockDimX = node.block[0];
-        config.blockDimY = node.block[1];
-        config.blockDimZ = node.block[2];
-        config.sharedMemBytes = node.shared_mem;
-        config.hStream = stream;
-        config.attrs = &cooperative;
-        config.numAttrs = 1;
-        return cuLaunchKernelEx(&config, node.function, nullptr, extra);
-      }
-      return cuLaunchKernel(node.function, node.grid[0], node.grid[1], node.grid[2],
-                            node.block[0], node.block[1], node.block[2], node.shared_mem, stream,
-                            nullptr, extra);
+      auto cooperative = node.attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
+      return LaunchPacked(node.function, node.grid, node.block, node.shared_mem, stream,
+                          node.params,
+                          cooperative != node.attributes.end() && cooperative->second.cooperative);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       return cuMemcpy3DAsync_v2(&node.copy, stream);

@@ -24,15 +24,21 @@ bool CaptureWork(CUstream stream, CUgraphNodeType type, CapturedWork work, CUres
 
 // The same for a kernel launch, recorded as a kernel node with its arguments `params`
 // packed in the kernel's layout (so cuGraphKernelNodeGetParams and cuGraphExecUpdate see
-// them).
+// them); a cooperative launch's node has the cooperative attribute.
 bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3],
                    const unsigned block[3], unsigned shared_mem, std::vector<char> params,
-                   CUresult* status);
+                   bool cooperative, CUresult* status);
 
 // Packs kernel arguments (kernelParams or `extra`) into the layout `function` expects
 // (api_module.cc).
 CUresult PackKernelParams(CUfunction function, void** params, void** extra,
                           std::vector<char>* packed);
+
+// Launches `function` with arguments already packed in its layout, as a kernel node does
+// (api_module.cc).
+CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3],
+                      unsigned shared_mem, CUstream stream, const std::vector<char>& params,
+                      bool cooperative);
 
 // If `stream` is capturing: invalidates its capture (a call that cannot be captured was
 // made on it) and returns true.

@@ -2502,6 +2502,16 @@ class Decoder {
     if (k_->unsupported.empty()) k_->unsupported = why + " (PTX line " + std::to_string(line) + ")";
   }
 
+  // Marks the kernel unsupported (`why`, at PTX `line`; its launches answer
+  // CUDA_ERROR_NOT_SUPPORTED) and puts a trap where `inst` would have gone.
+  Status Refuse(const std::string& why, int line, Inst inst) {
+    Unsupported(why, line);
+    inst.run = &HNop;
+    inst.flow = Flow::kTrap;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
   // Slot of a special register, or -1.
   int32_t Special(const std::string& name) {
     static const char* kAxes = "xyz";
@@ -2829,11 +2839,7 @@ class Decoder {
     }
     auto found = module_.functions.find(callee->name);
     if (found == module_.functions.end() || !found->second.has_body) {
-      Unsupported("call of external function '" + callee->name + "'", s.line);
-      inst.run = &HNop;
-      inst.flow = Flow::kTrap;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Refuse("call of external function '" + callee->name + "'", s.line, inst);
     }
     const RawFunction& target = found->second;
     std::map<std::string, std::string> alias;
@@ -2881,11 +2887,7 @@ class Decoder {
         {"neg", {4, 1}}, {"abs", {5, 1}}, {"min", {6, 2}}, {"max", {7, 2}}, {"setp", {8, 2}}};
     auto found = kOps.find(op);
     if (found == kOps.end()) {
-      Unsupported("half-precision instruction '" + s.opcode + "' is not supported", s.line);
-      inst.run = &HNop;
-      inst.flow = Flow::kTrap;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Refuse("half-precision instruction '" + s.opcode + "' is not supported", s.line, inst);
     }
     inst.mode = found->second.first;
     int arity = found->second.second;
@@ -2898,11 +2900,7 @@ class Decoder {
     }
     if (op == "setp") {
       if (inst.vec != 1) {
-        Unsupported("setp on packed halves is not supported", s.line);
-        inst.run = &HNop;
-        inst.flow = Flow::kTrap;
-        k_->code.push_back(inst);
-        return Status::OK();
+        return Refuse("setp on packed halves is not supported", s.line, inst);
       }
       static const std::map<std::string, Cmp> kCmps = {
           {"eq", kEq},   {"ne", kNe},   {"lt", kLt},   {"le", kLe},   {"gt", kGt},
@@ -3024,11 +3022,7 @@ class Decoder {
                          : (op[0] == 's' && op[1] == 'u')
                              ? "surfaces are not supported by the sim GPU"
                              : "instruction '" + s.opcode + "' is not supported by the sim GPU";
-      Unsupported(what, s.line);
-      inst.run = &HNop;
-      inst.flow = Flow::kTrap;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Refuse(what, s.line, inst);
     }
 
     if (op == "bra" || op == "brx") {
@@ -3287,13 +3281,9 @@ class Decoder {
         // a converted, its lower half b. Two conversions into slots of their own, then a
         // pack.
         if (mods.count("relu") || mods.count("satfinite")) {
-          Unsupported("cvt." + std::string(mods.count("relu") ? "relu" : "satfinite") +
-                          " to a packed type is not supported by the sim GPU",
-                      s.line);
-          inst.run = &HNop;
-          inst.flow = Flow::kTrap;
-          k_->code.push_back(inst);
-          return Status::OK();
+          return Refuse("cvt." + std::string(mods.count("relu") ? "relu" : "satfinite") +
+                            " to a packed type is not supported by the sim GPU",
+                        s.line, inst);
         }
         const Ty half = dst == kF16x2 ? kF16 : kBF16;
         int32_t halves[2];  // lower, upper
@@ -3321,11 +3311,7 @@ class Decoder {
         return Status::OK();
       }
       if (ops[0].kind == RawOperand::kVector || ops[1].kind == RawOperand::kVector) {
-        Unsupported("packed conversions (cvt with vectors) are not supported", s.line);
-        inst.run = &HNop;
-        inst.flow = Flow::kTrap;
-        k_->code.push_back(inst);
-        return Status::OK();
+        return Refuse("packed conversions (cvt with vectors) are not supported", s.line, inst);
       }
       GPUPOOL_DST(0);
       GPUPOOL_SRC(a, 1, source);
@@ -3474,13 +3460,9 @@ class Decoder {
         if (mods.count(name)) found = mode;
       }
       if (found < 0 || TySize(type) != 4 || TyFloat(type)) {
-        Unsupported("instruction '" + s.opcode +
-                        "' is not supported by the sim GPU (redux on 32-bit integers only)",
-                    s.line);
-        inst.run = &HNop;
-        inst.flow = Flow::kTrap;
-        k_->code.push_back(inst);
-        return Status::OK();
+        return Refuse("instruction '" + s.opcode +
+                          "' is not supported by the sim GPU (redux on 32-bit integers only)",
+                      s.line, inst);
       }
       GPUPOOL_DST(0);
       GPUPOOL_SRC(a, 1, type);
@@ -3628,11 +3610,8 @@ class Decoder {
       else if (op == "tanh" && is_float)
         handler = ByType<WTanh>(type);
       else {
-        Unsupported("instruction '" + s.opcode + "' is not supported by the sim GPU", s.line);
-        inst.run = &HNop;
-        inst.flow = Flow::kTrap;
-        k_->code.push_back(inst);
-        return Status::OK();
+        return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU", s.line,
+                      inst);
       }
     }
     if (handler == nullptr) return bad_type();
