@@ -10,8 +10,17 @@ setup() {
   . "$DEVDIR/env"
 }
 
-# Is pid $1 a live process? (A killed daemon may linger as a zombie until init reaps it.)
-alive() { kill -0 "$1" 2>/dev/null && [[ $(ps -o stat= -p "$1") != Z* ]]; }
+# The start time of pid $1 (field 22 of /proc/PID/stat, counted after the command name).
+started() { local s; s=$(cat "/proc/$1/stat") || return 1; s=${s##*) }; cut -d' ' -f20 <<<"$s"; }
+
+# Is pid $1, started at $2, still a live process? (A killed daemon may linger as a zombie
+# until init reaps it; and with pid_max 32768 on CI, its pid may be a stranger's soon.)
+alive() {
+  local s
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  s=${s##*) }
+  [[ ${s%% *} != Z && $(cut -d' ' -f20 <<<"$s") == "$2" ]]
+}
 
 # Prints the Pid= of part $1 from `devcluster status`.
 pid_of() {
@@ -95,9 +104,10 @@ pid_of() {
 
 @test "a killed slurmd is DOWN in status, and up brings it back with a new pid" {
   old=$(pid_of slurmd-node2)
+  old_start=$(started "$old")
   run "$DEVCLUSTER" kill slurmd-node2
   [ "$status" -eq 0 ]
-  run alive "$old"
+  run alive "$old" "$old_start"
   [ "$status" -ne 0 ]
   run "$DEVCLUSTER" status
   [ "$status" -ne 0 ]
@@ -149,9 +159,10 @@ pid_of() {
 @test "restart slurmdbd: accounting answers again and keeps what it had" {
   before=$(sacctmgr -n -P show assoc format=cluster,account,user | sort)
   old=$(pid_of slurmdbd)
+  old_start=$(started "$old")
   "$DEVCLUSTER" restart slurmdbd 3>&-
   new=$(pid_of slurmdbd)
   [ "$new" != "$old" ]
-  ! alive "$old"
+  ! alive "$old" "$old_start" || false
   [ "$(sacctmgr -n -P show assoc format=cluster,account,user | sort)" = "$before" ]
 }

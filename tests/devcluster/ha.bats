@@ -63,7 +63,7 @@ some_leader() { "$DEVCLUSTER" status | grep -q 'Role=leader'; }
   id=$(submit --gpu-pool=a100:1 --wrap 'echo "should not run"')
   wait_until 60 job_ended "$id"
   [[ $(job_state "$id") != COMPLETED ]]
-  ! grep -q "should not run" "$OUT/$id.out"
+  ! grep -q "should not run" "$OUT/$id.out" || false
   grep -q "gpupool" "$OUT/$id.out"
   grep -qiE "etcd|leader" "$OUT/$id.out"
   no_node_drained

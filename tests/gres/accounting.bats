@@ -50,7 +50,7 @@ sreport_a100_seconds() {
   [[ $output == "$id|"* ]]
   tr ',' '\n' <<<"${output#*|}" | grep -qx 'license/gpupool_a100=2'
   # The job asked for no other pool.
-  ! grep -q 'license/gpupool_h100' <<<"$output"
+  ! grep -q 'license/gpupool_h100' <<<"$output" || false
   user=$(id -un)
   [ "$(sacct_field "$id" User)" = "$user" ]
   [ "$(sacct_field "$id" Account)" = pooldev ]
@@ -113,5 +113,5 @@ user_sums_agree() {
   # slurmdbd lets no ordinary user change the accounts.
   run runuser -u nobody -- env SLURM_CONF="$SLURM_CONF" sacctmgr -i add account intruder
   [ "$status" -ne 0 ]
-  ! sacctmgr -n -P show account intruder format=account | grep -q intruder
+  ! sacctmgr -n -P show account intruder format=account | grep -q intruder || false
 }

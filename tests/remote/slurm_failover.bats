@@ -116,9 +116,9 @@ expect_recovered() {
   wait_job_end "$JOB" 120
   cat "$OUT/$JOB.out" >&2
   [[ $(job_state "$JOB") == FAILED ]]
-  ! grep -q '^iterate: PASS' "$OUT/$JOB.out"
+  ! grep -q '^iterate: PASS' "$OUT/$JOB.out" || false
   grep -qE 'failed: .*\((214|46|800)\)' "$OUT/$JOB.out"
-  ! grep -q 'recovered on' "$OUT/$JOB.out"
+  ! grep -q 'recovered on' "$OUT/$JOB.out" || false
   no_node_drained
 }
 
@@ -154,7 +154,7 @@ expect_recovered() {
   sleep 6
   # Still waiting, not failed: the lease is DEGRADED and the job runs on.
   [[ $(job_state "$JOB") == RUNNING ]]
-  ! grep -q 'recovered on' "$OUT/$JOB.out"
+  ! grep -q 'recovered on' "$OUT/$JOB.out" || false
   grep -q "still waiting for a replacement GPU" "$OUT/$JOB.out"
   gpupoolctl update gpu="${DRAINED[0]}" state=resume reason="failover test: a spare" >/dev/null
   expect_recovered
@@ -190,7 +190,7 @@ expect_moved() {
   new_uuid=$(awk '{print $5}' <<<"$line")
   [[ $new_uuid != "$OLD_UUID" ]]
   # Nothing came from the checkpoint.
-  ! grep -q 'recovered on' "$OUT/$JOB.out"
+  ! grep -q 'recovered on' "$OUT/$JOB.out" || false
   agent_saw_client "$LEASE" "$new_uuid"
   events_of_job "$JOB" | grep -qx migrated
   gpupoolctl show events job="$JOB" --json |

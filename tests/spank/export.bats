@@ -20,7 +20,7 @@ check_form() {
     NONE) ! grep -q '^GPUPOOL_EXPORT_' "$f" ;;
     GPUPOOL_EXPORT_OTHER)
       grep -q '^GPUPOOL_EXPORT_OTHER=listed$' "$f"
-      ! grep -q '^GPUPOOL_EXPORT_MARKER=' "$f"
+      ! grep -q '^GPUPOOL_EXPORT_MARKER=' "$f" || false
       ;;
     ALL,GPUPOOL_EXPORT_SET=x)
       grep -q '^GPUPOOL_EXPORT_SET=x$' "$f"

@@ -12,7 +12,7 @@ setup_file() {
   IDLE_BEFORE=$(idle_gpus)
   export IDLE_BEFORE
   "$DEVCLUSTER" stop gpupoold
-  ! curl -sf "$GPUPOOL_SERVER/v1/ping"
+  ! curl -sf "$GPUPOOL_SERVER/v1/ping" || false
 }
 
 teardown_file() {
@@ -29,7 +29,7 @@ teardown_file() {
   [ "$(job_state "$id")" = FAILED ]
   [ "$(job_field "$id" ExitCode)" = 1:0 ]
   grep -q "gpupool: job $id: cannot lease GPUs: cannot reach gpupoold" "$OUT/$id.out"
-  ! grep -q the-script-ran "$OUT/$id.out"
+  ! grep -q the-script-ran "$OUT/$id.out" || false
   scontrol show job "$id" | grep -q "AdminComment=gpupool: job $id: cannot lease GPUs"
   wait_until 20 all_nodes_idle
   no_node_drained

@@ -15,7 +15,7 @@ check_env_file() {
   ids=$(grep '^GPUPOOL_GPUS=' "$f" | cut -d= -f2 | tr ',' '\n')
   [ "$(wc -l <<<"$ids")" -eq "$count" ]
   # UUID@HOST:PORT, one per device.
-  ! grep -vE '^GPU-[0-9a-f-]+@[0-9.]+:[0-9]+$' <<<"$ids"
+  ! grep -vE '^GPU-[0-9a-f-]+@[0-9.]+:[0-9]+$' <<<"$ids" || false
   grep -q "^CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((count - 1)))\$" "$f"
 }
 
@@ -82,6 +82,6 @@ check_env_file() {
 @test "a job without --gpu-pool gets no lease and no gpupool variables" {
   run srun env
   [ "$status" -eq 0 ]
-  ! grep -q '^GPUPOOL_LEASE_ID=' <<<"$output"
-  ! grep -q '^CUDA_VISIBLE_DEVICES=' <<<"$output"
+  ! grep -q '^GPUPOOL_LEASE_ID=' <<<"$output" || false
+  ! grep -q '^CUDA_VISIBLE_DEVICES=' <<<"$output" || false
 }

@@ -41,7 +41,7 @@ echo AFTER gen=$(jq .generation "$f") gpus=$(jq -r "[.gpus[] | .uuid + \"@\" + .
   [ "$(tr ',' '\n' <<<"$after" | wc -l)" -eq 2 ]
   # The batch step told the job, as information: a plain line, no "error:".
   grep -q "^gpupool: lease L[0-9]* generation 2 (ACTIVE): device [01]: $FAILED_GPU -> [a-z0-9]*:[0-9]*; GPUPOOL_LEASE_FILE is updated\$" <<<"$out"
-  ! grep -q 'error:.*gpupool' <<<"$out"
+  ! grep -q 'error:.*gpupool' <<<"$out" || false
   events_of_job "$id" | grep -qx swapped
   no_node_drained
 }
@@ -62,7 +62,7 @@ echo AFTER gen=$(jq .generation "$f") gpus=$(jq -r "[.gpus[] | .uuid + \"@\" + .
   grep -q '^AFTER gen=2 ' <<<"$out"
   # srun prints what slurm_notify_job sent, as information.
   grep -q "^srun: gpupool: lease L[0-9]* generation 2 .*$FAILED_GPU -> " <<<"$out"
-  ! grep -q 'error:.*gpupool' <<<"$out"
+  ! grep -q 'error:.*gpupool' <<<"$out" || false
   events_of_job "$id" | grep -qx swapped
   no_node_drained
 }
