@@ -122,7 +122,8 @@ class HaTest : public ::testing::Test {
   int Leader(int ms) {
     for (auto end = Clock::now() + std::chrono::milliseconds(ms); Clock::now() < end; usleep(50000)) {
       for (int r = 0; r < 2; ++r) {
-        ApiClient c(ApiClientOptions{PooldUrl(r), 300, "", false});
+        // 1 s: on a loaded 2-core machine (CI, ctest -j2) a replica took over 300 ms to answer.
+        ApiClient c(ApiClientOptions{PooldUrl(r), 1000, "", false});
         auto ping = c.Get("/v1/ping");
         if (ping.ok() && ping.value().value("role", "") == "leader") return r;
       }
@@ -319,7 +320,7 @@ TEST_F(HaTest, APausedLeaderWritesNothingAfterItsLeaseLapses) {
     stale = Acquire(old_leader, 424242);
     answered = true;
   });
-  EXPECT_EQ(Leader(8000), 1) << "the follower did not take over from the paused leader";
+  EXPECT_EQ(Leader(15000), 1) << "the follower did not take over from the paused leader";
   ApiClient fresh(ApiClientOptions{Both(), 5000, "", true});
   auto first = Acquire(fresh, 1);
   EXPECT_TRUE(first.ok()) << first.status().message();
