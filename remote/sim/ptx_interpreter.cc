@@ -5,10 +5,12 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -2087,6 +2089,239 @@ void HHalf(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// ---- Warp matrix operations (wmma)
+//
+// A fragment holds E elements in each of the 32 lanes; PTX leaves which matrix element
+// each one is to the implementation. Here element e of lane l is element (l * E + e) mod
+// (rows * cols) of the matrix in row-major order, whatever the layout in memory: the
+// fragments of A and B hold 2 or 4 copies of each element on shapes where E * 32 exceeds
+// the matrix, as a GPU's do. Loads and stores go through the ordinary address checks,
+// lane by lane; mma gathers the three matrices from every lane's registers, multiplies
+// in the precision a tensor core uses (f32 or f16 accumulators summed in f32, f64 in f64,
+// integers in 64 bits) and scatters the result.
+
+uint32_t WmmaSize(WmmaType t) {
+  switch (t) {
+    case WmmaType::kF16:
+    case WmmaType::kBF16: return 2;
+    case WmmaType::kS8:
+    case WmmaType::kU8: return 1;
+    case WmmaType::kF64: return 8;
+    default: return 4;
+  }
+}
+// Elements in one register of a fragment (16- and 8-bit elements are packed in .b32).
+uint32_t WmmaPerRegister(WmmaType t) { return t == WmmaType::kF64 ? 1 : 4 / WmmaSize(t); }
+
+void WmmaShape(const WmmaOp& op, char matrix, uint32_t* rows, uint32_t* cols) {
+  *rows = matrix == 'a' ? op.m : matrix == 'b' ? op.k : op.m;
+  *cols = matrix == 'a' ? op.k : matrix == 'b' ? op.n : op.n;
+}
+
+// Element e of a fragment, as its raw bits (zero-extended).
+uint64_t WmmaBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l) {
+  uint32_t per = WmmaPerRegister(t);
+  uint64_t word = w.R(fragment[e / per])[l];
+  if (per == 1) return t == WmmaType::kF64 ? word : word & 0xffffffffu;
+  uint32_t bits = 8 * WmmaSize(t);
+  return (word >> ((e % per) * bits)) & ((uint64_t{1} << bits) - 1);
+}
+
+void WmmaSetBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l,
+                 uint64_t value) {
+  uint32_t per = WmmaPerRegister(t);
+  uint64_t& word = w.R(fragment[e / per])[l];
+  if (per == 1) {
+    word = value;
+    return;
+  }
+  uint32_t shift = (e % per) * 8 * WmmaSize(t);
+  uint64_t field = ((uint64_t{1} << (8 * WmmaSize(t))) - 1) << shift;
+  if (e % per == 0) word = 0;  // a packed register is written whole, from its first element
+  word = (word & ~field) | ((value << shift) & field);
+}
+
+double WmmaValue(uint64_t bits, WmmaType t) {
+  switch (t) {
+    case WmmaType::kF16: return HalfToFloat(static_cast<uint16_t>(bits));
+    case WmmaType::kBF16: return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+    case WmmaType::kTF32:  // the low 13 mantissa bits take no part
+      return std::bit_cast<float>(static_cast<uint32_t>(bits) & ~0x1fffu);
+    case WmmaType::kF32: return std::bit_cast<float>(static_cast<uint32_t>(bits));
+    case WmmaType::kF64: return std::bit_cast<double>(bits);
+    case WmmaType::kS8: return static_cast<int8_t>(bits);
+    case WmmaType::kU8: return static_cast<uint8_t>(bits);
+    case WmmaType::kS32: return static_cast<int32_t>(bits);
+  }
+  return 0;
+}
+
+// wmma.load.{a,b,c}: a = address, b = stride slot (-1: the leading dimension).
+void HWmmaLoad(Warp& w, const Inst& in, uint32_t mask) {
+  const WmmaOp& op = w.launch->kernel->wmma[in.aux];
+  uint32_t rows, cols;
+  WmmaShape(op, op.matrix, &rows, &cols);
+  const WmmaType t = op.types[0];
+  const uint32_t size = WmmaSize(t);
+  const uint32_t elements = static_cast<uint32_t>(op.fragments[0].size()) * WmmaPerRegister(t);
+  ForLanes(mask, [&](int l) {
+    uint64_t base = w.R(in.a)[l] + static_cast<uint64_t>(in.offset);
+    uint64_t stride = in.b >= 0 ? static_cast<uint32_t>(w.R(in.b)[l]) : op.row_major ? cols : rows;
+    for (uint32_t e = 0; e < elements; ++e) {
+      uint32_t index = (static_cast<uint32_t>(l) * elements + e) % (rows * cols);
+      uint64_t row = index / cols, col = index % cols;
+      uint64_t address = base + (op.row_major ? row * stride + col : col * stride + row) * size;
+      uint8_t* p = w.Address(in.space, address, size, l);
+      if (p == nullptr) {
+        w.Fault(address, size, "wmma load");
+        return;
+      }
+      uint64_t value = 0;
+      std::memcpy(&value, p, size);
+      WmmaSetBits(w, op.fragments[0], t, e, l, value);
+    }
+  });
+}
+
+// wmma.store.d: a = address, b = stride slot (-1: the leading dimension).
+void HWmmaStore(Warp& w, const Inst& in, uint32_t mask) {
+  const WmmaOp& op = w.launch->kernel->wmma[in.aux];
+  uint32_t rows, cols;
+  WmmaShape(op, 'd', &rows, &cols);
+  const WmmaType t = op.types[0];
+  const uint32_t size = WmmaSize(t);
+  const uint32_t elements = static_cast<uint32_t>(op.fragments[0].size()) * WmmaPerRegister(t);
+  ForLanes(mask, [&](int l) {
+    uint64_t base = w.R(in.a)[l] + static_cast<uint64_t>(in.offset);
+    uint64_t stride = in.b >= 0 ? static_cast<uint32_t>(w.R(in.b)[l]) : op.row_major ? cols : rows;
+    for (uint32_t e = 0; e < elements; ++e) {
+      uint32_t index = (static_cast<uint32_t>(l) * elements + e) % (rows * cols);
+      uint64_t row = index / cols, col = index % cols;
+      uint64_t address = base + (op.row_major ? row * stride + col : col * stride + row) * size;
+      uint8_t* p = w.Address(in.space, address, size, l);
+      if (p == nullptr || in.space == Space::kConst || in.space == Space::kParam) {
+        w.Fault(address, size, "wmma store");
+        return;
+      }
+      uint64_t value = WmmaBits(w, op.fragments[0], t, e, l);
+      std::memcpy(p, &value, size);
+    }
+  });
+}
+
+// wmma.mma: D = A * B + C over the whole warp.
+void HWmmaMma(Warp& w, const Inst& in, uint32_t mask) {
+  const WmmaOp& op = w.launch->kernel->wmma[in.aux];
+  const uint32_t m = op.m, n = op.n, k = op.k;
+  // Largest shape: 32x8x16 / 16x16x16 (256 elements of C, 512 of A or B).
+  double a[512], b[512], c[256];
+  auto gather = [&](int which, uint32_t count, double* out) {
+    const WmmaType t = op.types[which];
+    const uint32_t elements =
+        static_cast<uint32_t>(op.fragments[which].size()) * WmmaPerRegister(t);
+    for (int l = 0; l < 32; ++l) {
+      for (uint32_t e = 0; e < elements; ++e) {
+        out[(static_cast<uint32_t>(l) * elements + e) % count] =
+            WmmaValue(WmmaBits(w, op.fragments[which], t, e, l), t);
+      }
+    }
+  };
+  gather(1, m * k, a);
+  gather(2, k * n, b);
+  gather(3, m * n, c);
+  const WmmaType dt = op.types[0];
+  uint64_t result[256];
+  for (uint32_t i = 0; i < m; ++i) {
+    for (uint32_t j = 0; j < n; ++j) {
+      uint64_t bits;
+      if (dt == WmmaType::kS32) {
+        int64_t sum = static_cast<int64_t>(c[i * n + j]);
+        for (uint32_t q = 0; q < k; ++q) {
+          sum += static_cast<int64_t>(a[i * k + q]) * static_cast<int64_t>(b[q * n + j]);
+        }
+        if (op.satfinite) {
+          sum = std::clamp<int64_t>(sum, std::numeric_limits<int32_t>::min(),
+                                    std::numeric_limits<int32_t>::max());
+        }
+        bits = static_cast<uint32_t>(static_cast<uint64_t>(sum));
+      } else if (dt == WmmaType::kF64) {
+        double sum = c[i * n + j];
+        for (uint32_t q = 0; q < k; ++q) sum = std::fma(a[i * k + q], b[q * n + j], sum);
+        bits = std::bit_cast<uint64_t>(sum);
+      } else {
+        float sum = static_cast<float>(c[i * n + j]);
+        for (uint32_t q = 0; q < k; ++q) {
+          sum = std::fma(static_cast<float>(a[i * k + q]), static_cast<float>(b[q * n + j]), sum);
+        }
+        if (op.satfinite && std::isinf(sum)) {
+          sum = std::copysign(dt == WmmaType::kF16 ? 65504.0f : std::numeric_limits<float>::max(),
+                              sum);
+        }
+        bits = dt == WmmaType::kF16 ? FloatToHalf(sum) : std::bit_cast<uint32_t>(sum);
+      }
+      result[i * n + j] = bits;
+    }
+  }
+  const uint32_t elements = static_cast<uint32_t>(op.fragments[0].size()) * WmmaPerRegister(dt);
+  ForLanes(mask, [&](int l) {
+    for (uint32_t e = 0; e < elements; ++e) {
+      WmmaSetBits(w, op.fragments[0], dt, e, l,
+                  result[(static_cast<uint32_t>(l) * elements + e) % (m * n)]);
+    }
+  });
+}
+
+// cvt.rna.tf32.f32 (and .rn, .rz): f32 to TF32 (10 mantissa bits), kept in a .b32 with
+// the low 13 bits clear. mode 0 rna (ties away from zero), 1 rn (ties to even), 2 rz.
+void HCvtTf32(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  ForLanesIndependent(mask, [&](int l) {
+    uint32_t x = static_cast<uint32_t>(a[l]);
+    if ((x & 0x7f800000u) != 0x7f800000u) {  // NaN and infinity pass unchanged
+      if (in.mode == 0) x += 0x1000u;
+      if (in.mode == 1) x += 0xfffu + ((x >> 13) & 1);
+    }
+    d[l] = (x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu) ? x : x & ~0x1fffu;
+  });
+}
+
+// cp.async.{ca,cg}.shared.global [a + offset], [b + aux], width{, c}: copies `width` bytes
+// (4, 8 or 16) from global to shared memory, the first c of them from the source and the
+// rest zeros (c: src-size, -1 when absent; flag signed: c is ignore-src, a predicate). The
+// copy is done at once: cp.async.commit_group and wait_group then have nothing to wait
+// for, and a program that waits before it reads (as it must) sees the data.
+void HCpAsync(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* dst = w.R(in.a);
+  const uint64_t* src = w.R(in.b);
+  const uint64_t* size = in.c >= 0 ? w.R(in.c) : nullptr;
+  ForLanes(mask, [&](int l) {
+    uint32_t from_source = in.width;
+    if (size != nullptr) {
+      from_source = (in.flags & kFlagSigned)
+                        ? ((size[l] & 1) != 0 ? 0u : in.width)
+                        : static_cast<uint32_t>(std::min<uint64_t>(size[l], in.width));
+    }
+    uint64_t to = dst[l] + static_cast<uint64_t>(in.offset);
+    uint64_t from =
+        src[l] + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(in.aux)));
+    uint8_t* target = w.Address(Space::kShared, to, in.width, l);
+    if (target == nullptr) {
+      w.Fault(to, in.width, "cp.async store");
+      return;
+    }
+    if (from_source > 0) {
+      uint8_t* source = w.Address(Space::kGlobal, from, from_source, l);
+      if (source == nullptr) {
+        w.Fault(from, from_source, "cp.async load");
+        return;
+      }
+      std::memmove(target, source, from_source);
+    }
+    std::memset(target + from_source, 0, in.width - from_source);
+  });
+}
+
 // ---- Handler tables
 // -----------------------------------------------------------------------
 
@@ -2319,6 +2554,13 @@ void Hoist(DecodedKernel* k) {
   for (const Inst& in : k->code) {
     for (int32_t d : in.d) {
       if (d >= 0) ++writes[d];  // a store's data too: fewer candidates, never a wrong one
+    }
+  }
+  // The fragments of wmma instructions are in k->wmma, not in their Inst: counted as written
+  // many times, they are never renamed or hoisted.
+  for (const WmmaOp& op : k->wmma) {
+    for (const std::vector<int32_t>& fragment : op.fragments) {
+      for (int32_t slot : fragment) writes[slot] = UINT32_MAX;
     }
   }
   if (k->carry_slot >= 0) writes[k->carry_slot] = UINT32_MAX;
@@ -2715,7 +2957,7 @@ class Decoder {
   static Space ParseSpace(const std::string& mod, bool* matched) {
     *matched = true;
     if (mod == "global") return Space::kGlobal;
-    if (mod == "shared") return Space::kShared;
+    if (mod == "shared" || mod == "shared::cta") return Space::kShared;
     if (mod == "local") return Space::kLocal;
     if (mod == "param") return Space::kParam;
     if (mod == "const") return Space::kConst;
@@ -2926,6 +3168,172 @@ class Decoder {
     return Status::OK();
   }
 
+  // wmma.load / wmma.store / wmma.mma (HWmmaLoad, HWmmaStore, HWmmaMma). `inst` comes with
+  // its guard and state space.
+  Status Wmma(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
+              Inst inst) {
+    auto invalid = [&](const std::string& why) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + ": " +
+                                     why);
+    };
+    static const std::map<std::string, WmmaType> kTypes = {
+        {"f16", WmmaType::kF16}, {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32},
+        {"f32", WmmaType::kF32}, {"f64", WmmaType::kF64},   {"s8", WmmaType::kS8},
+        {"u8", WmmaType::kU8},   {"s32", WmmaType::kS32}};
+    WmmaOp op;
+    std::vector<WmmaType> types;
+    std::vector<bool> layouts;  // true: row
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const std::string& part = parts[i];
+      unsigned m = 0, n = 0, k = 0;
+      char tail = 0;
+      if (std::sscanf(part.c_str(), "m%un%uk%u%c", &m, &n, &k, &tail) == 3) {
+        op.m = m;
+        op.n = n;
+        op.k = k;
+      } else if (auto type = kTypes.find(part); type != kTypes.end()) {
+        types.push_back(type->second);
+      } else if (part == "row" || part == "col") {
+        layouts.push_back(part == "row");
+      } else if (part == "satfinite") {
+        op.satfinite = true;
+      } else if (part == "s4" || part == "u4" || part == "b1") {
+        return Refuse(
+            "instruction '" + s.opcode + "' is not supported by the sim GPU (sub-byte wmma)",
+            s.line, inst);
+      }
+    }
+    static const std::set<std::tuple<uint32_t, uint32_t, uint32_t>> kShapes = {
+        {16, 16, 16}, {8, 32, 16}, {32, 8, 16}, {16, 16, 8}, {8, 8, 4}};
+    if (!kShapes.count({op.m, op.n, op.k})) return invalid("unknown or missing shape");
+    const std::string& what = parts.size() > 1 ? parts[1] : "";
+    // The registers of a fragment operand ({%r1, ...}), checked against the matrix's size.
+    auto fragment = [&](const RawOperand& operand, char matrix, WmmaType type,
+                        std::vector<int32_t>* slots) -> Status {
+      if (operand.kind != RawOperand::kVector) return invalid("a fragment must be a {list}");
+      for (const RawOperand& item : operand.items) {
+        if (item.kind != RawOperand::kName) return invalid("a fragment holds registers only");
+        slots->push_back(RegisterSlot(frame, item.name));
+      }
+      uint32_t rows, cols;
+      WmmaShape(op, matrix, &rows, &cols);
+      if (slots->size() * WmmaPerRegister(type) * 32 < rows * cols) {
+        return invalid("a fragment of " + std::to_string(slots->size()) +
+                       " registers cannot hold a " + std::to_string(rows) + "x" +
+                       std::to_string(cols) + " matrix");
+      }
+      return Status::OK();
+    };
+    const auto& ops = s.operands;
+    if (what == "load" || what == "store") {
+      const bool store = what == "store";
+      op.kind = store ? WmmaOp::kStore : WmmaOp::kLoad;
+      op.matrix = parts.size() > 2 && parts[2].size() == 1 ? parts[2][0] : '?';
+      if (store ? op.matrix != 'd' : (op.matrix < 'a' || op.matrix > 'c')) {
+        return invalid(store ? "only d is stored" : "loads a, b or c");
+      }
+      if (layouts.size() != 1 || types.size() != 1) return invalid("needs one layout and one type");
+      if (ops.size() != 2 && ops.size() != 3)
+        return invalid("needs a fragment, an address and an optional stride");
+      op.row_major = layouts[0];
+      op.types[0] = types[0];
+      GPUPOOL_RETURN_IF_ERROR(
+          fragment(ops[store ? 1 : 0], op.matrix, op.types[0], &op.fragments[0]));
+      GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[store ? 0 : 1], &inst, s.line));
+      if (ops.size() == 3) {
+        auto stride = Source(frame, ops[2], kU32, s.line);
+        if (!stride.ok()) return stride.status();
+        inst.b = *stride;
+      }
+      inst.run = store ? &HWmmaStore : &HWmmaLoad;
+    } else if (what == "mma") {
+      op.kind = WmmaOp::kMma;
+      if (layouts.size() != 2) return invalid("needs the layouts of a and b");
+      if (types.size() == 2) {  // .dtype.ctype: f16 inputs
+        types = {types[0], WmmaType::kF16, WmmaType::kF16, types[1]};
+      }
+      if (types.size() != 4 || ops.size() != 4) return invalid("needs d, a, b and c");
+      for (int i = 0; i < 4; ++i) op.types[i] = types[i];
+      const bool integer = types[1] == WmmaType::kS8 || types[1] == WmmaType::kU8;
+      const bool valid = integer ? types[0] == WmmaType::kS32 && types[3] == WmmaType::kS32
+                         : types[1] == WmmaType::kF64
+                             ? types[0] == WmmaType::kF64 && types[3] == WmmaType::kF64
+                             : (types[0] == WmmaType::kF32 || types[0] == WmmaType::kF16) &&
+                                   (types[3] == WmmaType::kF32 || types[3] == WmmaType::kF16);
+      if (!valid) return invalid("unsupported combination of types");
+      static const char kMatrices[4] = {'d', 'a', 'b', 'c'};
+      for (int i = 0; i < 4; ++i) {
+        GPUPOOL_RETURN_IF_ERROR(fragment(ops[i], kMatrices[i], op.types[i], &op.fragments[i]));
+      }
+      inst.run = &HWmmaMma;
+    } else {
+      return invalid("expected wmma.load, wmma.store or wmma.mma");
+    }
+    inst.aux = static_cast<uint32_t>(k_->wmma.size());
+    k_->wmma.push_back(std::move(op));
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  // cp.async (HCpAsync): the copy forms, cp.async.{ca,cg}.shared{::cta}.global
+  // [dst], [src], cp-size{, src-size | ignore-src}, and commit_group, wait_group, wait_all,
+  // which have nothing to wait for here. `inst` comes with its guard.
+  Status CpAsync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
+                 Inst inst) {
+    const std::string what = parts.size() > 2 ? parts[2] : "";
+    if (what == "commit_group" || what == "wait_group" || what == "wait_all") {
+      inst.run = &HNop;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    auto invalid = [&](const std::string& why) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + ": " +
+                                     why);
+    };
+    if (what != "ca" && what != "cg")
+      return invalid("expected .ca, .cg, commit_group or wait_group");
+    if (std::find(parts.begin(), parts.end(), "global") == parts.end() ||
+        (std::find(parts.begin(), parts.end(), "shared") == parts.end() &&
+         std::find(parts.begin(), parts.end(), "shared::cta") == parts.end())) {
+      return invalid("copies from .global to .shared");
+    }
+    const bool cache_hint = std::find(parts.begin(), parts.end(), "L2::cache_hint") != parts.end();
+    const auto& ops = s.operands;
+    const size_t plain = cache_hint ? 4 : 3;  // the operands without src-size / ignore-src
+    if (ops.size() != plain && ops.size() != plain + 1) return invalid("wrong number of operands");
+    if (ops[2].kind != RawOperand::kInt ||
+        (ops[2].bits != 4 && ops[2].bits != 8 && ops[2].bits != 16)) {
+      return invalid("cp-size must be 4, 8 or 16");
+    }
+    if (what == "cg" && ops[2].bits != 16) return invalid(".cg copies 16 bytes");
+    inst.width = static_cast<uint8_t>(ops[2].bits);
+    inst.space = Space::kGlobal;
+    Inst source = inst;
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &source, s.line));
+    if (source.offset < INT32_MIN || source.offset > INT32_MAX)
+      return invalid("source offset too large");
+    inst.b = source.a;
+    inst.aux = static_cast<uint32_t>(static_cast<int32_t>(source.offset));
+    inst.space = Space::kShared;
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[0], &inst, s.line));
+    if (ops.size() == plain + 1) {
+      const RawOperand& extra = ops[3];
+      // ignore-src is a predicate (nvcc names them %p), src-size an integer.
+      const bool predicate =
+          extra.kind == RawOperand::kName && (extra.negated || extra.name.rfind("%p", 0) == 0);
+      auto slot = Source(frame, extra, predicate ? kPred : kU32, s.line);
+      if (!slot.ok()) return slot.status();
+      inst.c = *slot;
+      if (predicate) {
+        if (extra.negated) return invalid("a negated ignore-src is not supported");
+        inst.flags |= kFlagSigned;
+      }
+    }
+    inst.run = &HCpAsync;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
   Status Instruction(const Frame& frame, const RawStatement& s, int depth) {
     std::vector<std::string> parts = Split(s.opcode);
     const std::string& op = parts[0];
@@ -2999,7 +3407,6 @@ class Decoder {
                                                        "istypep",
                                                        "cp",
                                                        "mbarrier",
-                                                       "wmma",
                                                        "mma",
                                                        "ldmatrix",
                                                        "stmatrix",
@@ -3016,6 +3423,11 @@ class Decoder {
                                                        "wgmma",
                                                        "tcgen05",
                                                        "clusterlaunchcontrol"};
+    if (op == "cp" && parts.size() > 1 && parts[1] == "async") {
+      const bool bulk = std::find(parts.begin(), parts.end(), "bulk") != parts.end();
+      const bool mbarrier = std::find(parts.begin(), parts.end(), "mbarrier") != parts.end();
+      if (!bulk && !mbarrier) return CpAsync(frame, s, parts, inst);
+    }
     if (kUnsupported.count(op)) {
       std::string what = (op == "tex" || op == "tld4" || op == "txq")
                              ? "textures are not supported by the sim GPU"
@@ -3258,6 +3670,25 @@ class Decoder {
       return Status::OK();
     }
 
+    if (op == "cvt" && parts.size() > 2 &&
+        std::find(parts.begin(), parts.end(), "tf32") != parts.end()) {
+      // cvt.{rna,rn,rz}{.satfinite}.tf32.f32 (sm_80: wmma::__float_to_tf32).
+      GPUPOOL_RETURN_IF_ERROR(need(2));
+      if (types.size() != 1 || types[0] != kF32 || parts[parts.size() - 2] != "tf32") {
+        return bad_type();
+      }
+      inst.mode = mods.count("rna") ? 0 : mods.count("rn") ? 1 : mods.count("rz") ? 2 : 3;
+      if (inst.mode == 3) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                       ": cvt to tf32 needs .rna, .rn or .rz");
+      }
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, kF32);
+      inst.run = &HCvtTf32;
+      inst.pure = true;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
     if (op == "cvt") {
       GPUPOOL_RETURN_IF_ERROR(need(2));
       if (types.size() < 2) return bad_type();
@@ -3472,6 +3903,7 @@ class Decoder {
       k_->code.push_back(inst);
       return Status::OK();
     }
+    if (op == "wmma") return Wmma(frame, s, parts, inst);
     if (op == "activemask") {
       GPUPOOL_RETURN_IF_ERROR(need(1));
       GPUPOOL_DST(0);

@@ -111,7 +111,27 @@ struct Inst {
   int64_t offset = 0;                      // address offset
   uint32_t printf_args = 0;                // local offsets for vprintf (format, args)
   uint32_t printf_fmt = 0;
-  int line = 0;  // PTX source line, for error messages
+  int line = 0;      // PTX source line, for error messages
+  uint32_t aux = 0;  // wmma: its WmmaOp in DecodedKernel::wmma; cp.async: the source offset
+};
+
+// Element types of wmma fragments.
+enum class WmmaType : uint8_t { kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32 };
+
+// One wmma.load, wmma.store or wmma.mma (warp-wide matrix operations: a fragment is a
+// list of registers in every lane, whose element layout PTX leaves to the implementation;
+// the engine's is in docs/ptx-engine.md).
+struct WmmaOp {
+  enum Kind : uint8_t { kLoad, kStore, kMma };
+  Kind kind = kLoad;
+  char matrix = 'a';      // load/store: a, b, c or d
+  bool row_major = true;  // load/store: the layout in memory
+  uint32_t m = 0, n = 0, k = 0;
+  // load/store: types[0] the element type; mma: d, a, b, c.
+  WmmaType types[4] = {};
+  bool satfinite = false;
+  // load/store: fragments[0]; mma: d, a, b, c. Register slots, in order.
+  std::vector<int32_t> fragments[4];
 };
 
 inline constexpr uint8_t kFlagFtz = 1;
@@ -143,8 +163,9 @@ struct DecodedKernel {
   uint32_t param_size = 0;  // bytes of .entry parameters
   uint64_t static_shared = 0;
   uint32_t dynamic_shared_align = 16;
-  uint64_t local_size = 0;  // bytes of local memory per thread
-  std::string unsupported;  // non-empty: why this kernel cannot run (at launch)
+  uint64_t local_size = 0;   // bytes of local memory per thread
+  std::string unsupported;   // non-empty: why this kernel cannot run (at launch)
+  std::vector<WmmaOp> wmma;  // the operands of its wmma instructions (Inst::aux)
 };
 
 }  // namespace gpupool::sim

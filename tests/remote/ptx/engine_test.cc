@@ -384,6 +384,202 @@ TEST_F(Engine, SixteenBitAtomics) {
   EXPECT_EQ(got[6], 0);
 }
 
+// wmma (tensor cores, sm_70+): a 16x16x16 multiply of halves into f32 with A row-major in
+// a wider array (stride 24), B column-major and C column-major at their default strides,
+// every accumulator element doubled in registers, D stored row-major with stride 20, so
+// any disagreement between load, mma, the element-wise step and store shows. Hand-written,
+// like the tests above (nvcc's own wmma code runs in tests/remote/driver/tensor_cores.cu).
+const char kWmmaF16[] = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry wmma_f16(.param .u64 a_param, .param .u64 b_param, .param .u64 c_param,
+                         .param .u64 d_param)
+{
+  .reg .b32 %r<20>;
+  .reg .f32 %f<20>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [a_param];
+  ld.param.u64 %rd2, [b_param];
+  ld.param.u64 %rd3, [c_param];
+  ld.param.u64 %rd4, [d_param];
+  mov.u32 %r1, 24;
+  wmma.load.a.sync.aligned.row.m16n16k16.global.f16 {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}, [%rd1], %r1;
+  wmma.load.b.sync.aligned.col.m16n16k16.global.f16 {%r10, %r11, %r12, %r13, %r14, %r15, %r16, %r17}, [%rd2];
+  wmma.load.c.sync.aligned.col.m16n16k16.global.f32 {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, [%rd3];
+  wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 {%f9, %f10, %f11, %f12, %f13, %f14, %f15, %f16}, {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}, {%r10, %r11, %r12, %r13, %r14, %r15, %r16, %r17}, {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8};
+  mul.f32 %f9, %f9, 0f40000000;
+  mul.f32 %f10, %f10, 0f40000000;
+  mul.f32 %f11, %f11, 0f40000000;
+  mul.f32 %f12, %f12, 0f40000000;
+  mul.f32 %f13, %f13, 0f40000000;
+  mul.f32 %f14, %f14, 0f40000000;
+  mul.f32 %f15, %f15, 0f40000000;
+  mul.f32 %f16, %f16, 0f40000000;
+  mov.u32 %r18, 20;
+  wmma.store.d.sync.aligned.row.m16n16k16.global.f32 [%rd4], {%f9, %f10, %f11, %f12, %f13, %f14, %f15, %f16}, %r18;
+  ret;
+}
+)";
+
+TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
+  LoadKernel(5, 96, kWmmaF16, "wmma_f16");
+  if (HasFatalFailure()) return;
+  std::vector<float> af(16 * 24), bf(16 * 16), c(16 * 16), d(16 * 20, -1.0f);
+  std::vector<uint16_t> a(af.size()), b(bf.size());
+  for (size_t i = 0; i < af.size(); ++i) a[i] = ToHalf(af[i] = static_cast<float>(i % 7) - 3);
+  for (size_t i = 0; i < bf.size(); ++i) {
+    b[i] = ToHalf(bf[i] = static_cast<float>(i % 5) * 0.5f);
+    c[i] = static_cast<float>(i % 11);
+  }
+  struct {
+    uint64_t a, b, c, d;
+  } params{Upload(a), Upload(b), Upload(c), Upload(d)};
+  LaunchConfig config;
+  config.block[0] = 32;
+  ASSERT_EQ(executor_.Launch(96, config, &params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<float>(params.d, 16 * 20);
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 20; ++j) {
+      if (j >= 16) {  // beyond the 16 columns: the stride's gap, untouched
+        EXPECT_EQ(got[i * 20 + j], -1.0f) << i << "," << j;
+        continue;
+      }
+      float sum = c[j * 16 + i];  // C is column-major
+      for (int k = 0; k < 16; ++k) sum += af[i * 24 + k] * bf[j * 16 + k];  // column-major B
+      EXPECT_EQ(got[i * 20 + j], 2 * sum) << i << "," << j;
+    }
+  }
+}
+
+// A wmma load whose rows run past the end of the allocation faults like any load.
+TEST_F(Engine, WarpMatrixLoadOutOfBoundsIsIllegalAddress) {
+  LoadKernel(5, 96, kWmmaF16, "wmma_f16");
+  if (HasFatalFailure()) return;
+  std::vector<uint16_t> a(15 * 24 + 8), b(16 * 16);  // the last row needs 15 * 24 + 16
+  std::vector<float> c(16 * 16), d(16 * 20);
+  struct {
+    uint64_t a, b, c, d;
+  } params{Upload(a), Upload(b), Upload(c), Upload(d)};
+  LaunchConfig config;
+  config.block[0] = 32;
+  EXPECT_EQ(executor_.Launch(96, config, &params, sizeof(params)), kCuIllegalAddress);
+  EXPECT_NE(executor_.TakeErrorDetail().find("wmma load"), std::string::npos);
+}
+
+// Integer wmma (sm_72+): s8 x s8 into s32 on the 32x8x16 shape, with .satfinite clamping
+// sums beyond the int32 range instead of wrapping them.
+TEST_F(Engine, WarpMatrixMultiplyOfIntegersSaturates) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry wmma_s8(.param .u64 a_param, .param .u64 b_param, .param .u64 c_param)
+{
+  .reg .b32 %r<24>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [a_param];
+  ld.param.u64 %rd2, [b_param];
+  ld.param.u64 %rd3, [c_param];
+  wmma.load.c.sync.aligned.row.m32n8k16.global.s32 {%r1, %r2, %r3, %r4, %r5, %r6, %r7, %r8}, [%rd3];
+  wmma.load.a.sync.aligned.row.m32n8k16.global.s8 {%r9, %r10, %r11, %r12}, [%rd1];
+  wmma.load.b.sync.aligned.col.m32n8k16.global.s8 {%r13}, [%rd2];
+  wmma.mma.sync.aligned.row.col.m32n8k16.s32.s8.s8.s32.satfinite {%r14, %r15, %r16, %r17, %r18, %r19, %r20, %r21}, {%r9, %r10, %r11, %r12}, {%r13}, {%r1, %r2, %r3, %r4, %r5, %r6, %r7, %r8};
+  wmma.store.d.sync.aligned.row.m32n8k16.global.s32 [%rd3], {%r14, %r15, %r16, %r17, %r18, %r19, %r20, %r21};
+  ret;
+}
+)";
+  LoadKernel(6, 95, ptx, "wmma_s8");
+  if (HasFatalFailure()) return;
+  std::vector<int8_t> a(32 * 16), b(16 * 8);
+  std::vector<int32_t> c(32 * 8);
+  for (int i = 0; i < 32 * 16; ++i) a[i] = static_cast<int8_t>(i % 2 ? -128 + i % 9 : 127 - i % 13);
+  for (int i = 0; i < 16 * 8; ++i) b[i] = static_cast<int8_t>(i % 3 == 0 ? -127 : i % 17);
+  for (int i = 0; i < 32 * 8; ++i) {
+    c[i] = i % 4 == 0 ? INT32_MAX - 1000 : i % 4 == 1 ? INT32_MIN + 1000 : i * 1000 - 7;
+  }
+  struct {
+    uint64_t a, b, c;
+  } params{Upload(a), Upload(b), Upload(c)};
+  LaunchConfig config;
+  config.block[0] = 32;
+  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<int32_t>(params.c, 32 * 8);
+  int clamped = 0;
+  for (int i = 0; i < 32; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      int64_t sum = c[i * 8 + j];
+      for (int k = 0; k < 16; ++k) sum += int64_t{a[i * 16 + k]} * b[j * 16 + k];
+      int64_t want = std::clamp<int64_t>(sum, INT32_MIN, INT32_MAX);
+      clamped += want != sum;
+      EXPECT_EQ(got[i * 8 + j], want) << i << "," << j;
+    }
+  }
+  EXPECT_GT(clamped, 0);  // the data does reach past the int32 range
+}
+
+// cp.async (sm_80): the ignore-src form (inline PTX only; nvcc's own code is in
+// tests/remote/driver/async_copies.cu) zero fills instead of reading, a source offset
+// applies, and a source past the end of its allocation faults like any load.
+TEST_F(Engine, AsyncCopiesToSharedMemory) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry copy_async(.param .u64 in_param, .param .u64 out_param)
+{
+  .shared .align 16 .b8 staged[1024];
+  .reg .pred %p<2>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [in_param];
+  ld.param.u64 %rd2, [out_param];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 16;
+  add.s64 %rd4, %rd1, %rd3;
+  mov.u32 %r2, staged;
+  mul.lo.u32 %r3, %r1, 16;
+  add.u32 %r4, %r2, %r3;
+  and.b32 %r5, %r1, 3;
+  setp.eq.u32 %p1, %r5, 3;
+  cp.async.cg.shared.global [%r4], [%rd4+16], 16, %p1;
+  cp.async.commit_group;
+  cp.async.wait_all;
+  bar.sync 0;
+  ld.shared.v4.u32 {%r2, %r3, %r5, %r6}, [%r4];
+  add.s64 %rd5, %rd2, %rd3;
+  st.global.v4.u32 [%rd5], {%r2, %r3, %r5, %r6};
+  ret;
+}
+)";
+  LoadKernel(7, 94, ptx, "copy_async");
+  if (HasFatalFailure()) return;
+  const int threads = 32;
+  std::vector<uint32_t> in(4 * (threads + 1));
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint32_t>(i * 7 + 1);
+  struct {
+    uint64_t in, out;
+  } params{Upload(in), Zeros<uint32_t>(4 * threads)};
+  LaunchConfig config;
+  config.block[0] = threads;
+  ASSERT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(params.out, 4 * threads);
+  for (int t = 0; t < threads; ++t) {
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(got[4 * t + i], t % 4 == 3 ? 0u : in[4 * (t + 1) + i]) << t << "," << i;
+    }
+  }
+  // One thread more reads 16 bytes past the end of `in`.
+  params.out = Zeros<uint32_t>(4 * (threads + 1));
+  config.block[0] = threads + 1;
+  EXPECT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuIllegalAddress);
+  std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("cp.async load"), std::string::npos) << detail;
+}
+
 TEST_F(Engine, LocalMemoryArrays) {
   const int n = 64;
   std::vector<int> in(n);
