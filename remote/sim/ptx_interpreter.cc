@@ -2322,6 +2322,64 @@ void HCpAsync(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// mbarrier (sm_80: cuda::barrier, memcpy_async with a barrier): the 8-byte object in shared
+// memory holds the arrivals still pending in bits 0-31, the expected count in bits 32-62
+// and the phase in bit 63; PTX leaves the layout to the implementation. A CTA's warps run
+// on one thread, so the operations need no atomics. mode: 0 init [a], b; 1 arrive d, [a],
+// b (count); 2 arrive_drop (the same, and the expected count drops by b too); 3 test_wait
+// d, [a], b (a state from arrive); 4 test_wait.parity d, [a], b (a phase parity); 5 inval
+// [a]; 6 pending_count d, b (from a state). A state is the object as the arrival left it,
+// with the phase the arrival was made in. try_wait runs as test_wait: a warp that waits
+// loops, and the CTA's other warps get their turns.
+constexpr uint64_t kMbarPhase = uint64_t{1} << 63;
+constexpr uint64_t kMbarCount = 0x7fffffffu;
+
+void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = in.b >= 0 ? w.R(in.b) : nullptr;
+  uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
+  ForLanes(mask, [&](int l) {
+    if (in.mode == 6) {
+      d[l] = b[l] & kMbarCount;
+      return;
+    }
+    uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
+    uint8_t* p = w.Address(in.space, address, 8, l);
+    if (p == nullptr) {
+      w.Fault(address, 8, "mbarrier");
+      return;
+    }
+    uint64_t object;
+    std::memcpy(&object, p, 8);
+    const uint64_t phase = object & kMbarPhase;
+    const uint64_t pending = object & kMbarCount;
+    const uint64_t expected = (object >> 32) & kMbarCount;
+    switch (in.mode) {
+      case 0: {
+        uint64_t count = b[l] & kMbarCount;
+        object = (count << 32) | count;
+        break;
+      }
+      case 1:
+      case 2: {
+        uint64_t count = b != nullptr ? b[l] & kMbarCount : 1;
+        uint64_t left = pending > count ? pending - count : 0;
+        uint64_t keep = in.mode == 2 && expected > count ? expected - count
+                        : in.mode == 2                   ? 0
+                                                         : expected;
+        if (d != nullptr) d[l] = phase | left;
+        object = left == 0 ? ((phase ^ kMbarPhase) | (keep << 32) | keep)
+                           : (phase | (keep << 32) | left);
+        break;
+      }
+      case 3: d[l] = (b[l] & kMbarPhase) != phase; return;
+      case 4: d[l] = ((b[l] & 1) != 0) != (phase != 0); return;
+      default: object = 0; break;
+    }
+    std::memcpy(p, &object, 8);
+  });
+}
+
 // ---- Handler tables
 // -----------------------------------------------------------------------
 
@@ -3281,6 +3339,26 @@ class Decoder {
   Status CpAsync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
                  Inst inst) {
     const std::string what = parts.size() > 2 ? parts[2] : "";
+    if (what == "mbarrier") {
+      // cp.async.mbarrier.arrive{.noinc}.shared.b64 [mbar]: an arrival once this thread's
+      // copies are done, which they are. Without .noinc the pending count is raised by one
+      // first, so the two cancel out.
+      if (parts.size() < 4 || parts[3] != "arrive" || s.operands.size() != 1) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
+                                       ": expected cp.async.mbarrier.arrive [mbar]");
+      }
+      if (std::find(parts.begin(), parts.end(), "noinc") == parts.end()) {
+        inst.run = &HNop;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
+      if (inst.space != Space::kShared) inst.space = Space::kGeneric;
+      GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, s.operands[0], &inst, s.line));
+      inst.mode = 1;
+      inst.run = &HMbarrier;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
     if (what == "commit_group" || what == "wait_group" || what == "wait_all") {
       inst.run = &HNop;
       k_->code.push_back(inst);
@@ -3330,6 +3408,81 @@ class Decoder {
       }
     }
     inst.run = &HCpAsync;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  // mbarrier.{init,arrive,arrive_drop,test_wait,try_wait,inval,pending_count} (HMbarrier)
+  // on the CTA's shared memory; the transaction-count forms (sm_90) are refused.
+  Status Mbarrier(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
+                  Inst inst) {
+    auto invalid = [&](const std::string& why) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + ": " +
+                                     why);
+    };
+    auto has = [&](const char* part) {
+      return std::find(parts.begin(), parts.end(), part) != parts.end();
+    };
+    if (has("expect_tx") || has("complete_tx") || has("shared::cluster")) {
+      return Refuse("instruction '" + s.opcode +
+                        "' is not supported by the sim GPU (transaction counts, clusters)",
+                    s.line, inst);
+    }
+    const std::string what = parts.size() > 1 ? parts[1] : "";
+    const auto& ops = s.operands;
+    auto destination = [&]() -> Status {
+      auto slot = Dest(frame, ops[0], s.line);
+      if (!slot.ok()) return slot.status();
+      inst.d[0] = *slot;
+      return Status::OK();
+    };
+    // Generic addresses (a shared-memory barrier reached through a pointer) or shared ones.
+    if (inst.space != Space::kShared) inst.space = Space::kGeneric;
+    if (what == "pending_count") {
+      if (ops.size() != 2) return invalid("needs a destination and a state");
+      GPUPOOL_RETURN_IF_ERROR(destination());
+      auto state = Source(frame, ops[1], kU64, s.line);
+      if (!state.ok()) return state.status();
+      inst.b = *state;
+      inst.mode = 6;
+    } else if (what == "init" || what == "inval") {
+      if (ops.size() != (what == "init" ? 2u : 1u)) return invalid("wrong number of operands");
+      GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[0], &inst, s.line));
+      if (what == "init") {
+        auto count = Source(frame, ops[1], kU32, s.line);
+        if (!count.ok()) return count.status();
+        inst.b = *count;
+      }
+      inst.mode = what == "init" ? 0 : 5;
+    } else if (what == "arrive" || what == "arrive_drop") {
+      if (ops.size() != 2 && ops.size() != 3)
+        return invalid("needs a state, an address and an optional count");
+      if (!(ops[0].kind == RawOperand::kName && ops[0].name == "_")) {
+        GPUPOOL_RETURN_IF_ERROR(destination());
+      }
+      GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &inst, s.line));
+      if (ops.size() == 3) {
+        auto count = Source(frame, ops[2], kU32, s.line);
+        if (!count.ok()) return count.status();
+        inst.b = *count;
+      }
+      inst.mode = what == "arrive" ? 1 : 2;
+    } else if (what == "test_wait" || what == "try_wait") {
+      // try_wait may take a suspend-time hint as a fourth operand: nothing waits here.
+      if (ops.size() != 3 && !(what == "try_wait" && ops.size() == 4)) {
+        return invalid("needs a predicate, an address and a state or parity");
+      }
+      GPUPOOL_RETURN_IF_ERROR(destination());
+      GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &inst, s.line));
+      auto state = Source(frame, ops[2], kU64, s.line);
+      if (!state.ok()) return state.status();
+      inst.b = *state;
+      inst.mode = has("parity") ? 4 : 3;
+    } else {
+      return invalid(
+          "expected init, arrive, arrive_drop, test_wait, try_wait, inval or pending_count");
+    }
+    inst.run = &HMbarrier;
     k_->code.push_back(inst);
     return Status::OK();
   }
@@ -3406,7 +3559,6 @@ class Decoder {
                                                        "suq",
                                                        "istypep",
                                                        "cp",
-                                                       "mbarrier",
                                                        "mma",
                                                        "ldmatrix",
                                                        "stmatrix",
@@ -3425,9 +3577,9 @@ class Decoder {
                                                        "clusterlaunchcontrol"};
     if (op == "cp" && parts.size() > 1 && parts[1] == "async") {
       const bool bulk = std::find(parts.begin(), parts.end(), "bulk") != parts.end();
-      const bool mbarrier = std::find(parts.begin(), parts.end(), "mbarrier") != parts.end();
-      if (!bulk && !mbarrier) return CpAsync(frame, s, parts, inst);
+      if (!bulk) return CpAsync(frame, s, parts, inst);
     }
+    if (op == "mbarrier") return Mbarrier(frame, s, parts, inst);
     if (kUnsupported.count(op)) {
       std::string what = (op == "tex" || op == "tld4" || op == "txq")
                              ? "textures are not supported by the sim GPU"

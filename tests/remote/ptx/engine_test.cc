@@ -446,8 +446,9 @@ TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
         EXPECT_EQ(got[i * 20 + j], -1.0f) << i << "," << j;
         continue;
       }
-      float sum = c[j * 16 + i];  // C is column-major
-      for (int k = 0; k < 16; ++k) sum += af[i * 24 + k] * bf[j * 16 + k];  // column-major B
+      // C and B are column-major.
+      float sum = c[j * 16 + i];
+      for (int k = 0; k < 16; ++k) sum += af[i * 24 + k] * bf[j * 16 + k];
       EXPECT_EQ(got[i * 20 + j], 2 * sum) << i << "," << j;
     }
   }
@@ -578,6 +579,80 @@ TEST_F(Engine, AsyncCopiesToSharedMemory) {
   EXPECT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuIllegalAddress);
   std::string detail = executor_.TakeErrorDetail();
   EXPECT_NE(detail.find("cp.async load"), std::string::npos) << detail;
+}
+
+// mbarrier (sm_80: cuda::barrier): 64 threads arrive on a barrier initialised for 64 and
+// wait on phase 0's parity (the pending counts they see are 63 down to 0, in some order);
+// phase 1's parity is not complete yet; in phase 1 the second warp drops out
+// (arrive_drop), so phase 2 completes with the first warp's 32 arrivals alone, which each
+// thread checks with test_wait on its own state.
+TEST_F(Engine, MemoryBarriers) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry mbar(.param .u64 out_param)
+{
+  .shared .align 8 .b64 bar;
+  .reg .pred %p<4>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  ld.param.u64 %rd1, [out_param];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd2, %r1, 16;
+  add.s64 %rd3, %rd1, %rd2;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra INITED;
+  mbarrier.init.shared.b64 [bar], 64;
+INITED:
+  bar.sync 0;
+  mbarrier.arrive.shared.b64 %rd4, [bar];
+  mbarrier.pending_count.b64 %r2, %rd4;
+WAIT0:
+  mbarrier.try_wait.parity.shared.b64 %p2, [bar], 0;
+  @!%p2 bra WAIT0;
+  mbarrier.test_wait.parity.shared.b64 %p3, [bar], 1;
+  selp.u32 %r3, 1, 0, %p3;
+  mov.u32 %r4, 2;
+  mov.u32 %r5, 2;
+  shr.u32 %r6, %r1, 5;
+  setp.eq.u32 %p1, %r6, 1;
+  @%p1 bra DROP;
+  mbarrier.arrive.shared.b64 %rd5, [bar];
+  bra.uni JOINED;
+DROP:
+  mbarrier.arrive_drop.shared.b64 _, [bar];
+JOINED:
+  bar.sync 0;
+  @%p1 bra DONE;
+  mbarrier.test_wait.shared.b64 %p2, [bar], %rd5;
+  selp.u32 %r4, 1, 0, %p2;
+  mbarrier.arrive.shared.b64 %rd6, [bar];
+  bar.warp.sync -1;
+  mbarrier.test_wait.shared.b64 %p2, [bar], %rd6;
+  selp.u32 %r5, 1, 0, %p2;
+DONE:
+  st.global.v4.u32 [%rd3], {%r2, %r3, %r4, %r5};
+  ret;
+}
+)";
+  LoadKernel(8, 93, ptx, "mbar");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<uint32_t>(4 * 64);
+  LaunchConfig config;
+  config.block[0] = 64;
+  ASSERT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(out, 4 * 64);
+  std::vector<uint32_t> pending;
+  for (int t = 0; t < 64; ++t) {
+    pending.push_back(got[4 * t]);
+    EXPECT_EQ(got[4 * t + 1], 0u) << t;                // phase 1 not complete in phase 1
+    EXPECT_EQ(got[4 * t + 2], t < 32 ? 1u : 2u) << t;  // phase 1 complete after bar.sync
+    EXPECT_EQ(got[4 * t + 3], t < 32 ? 1u : 2u) << t;  // phase 2: 32 arrivals were enough
+  }
+  std::sort(pending.begin(), pending.end());
+  for (uint32_t i = 0; i < 64; ++i) EXPECT_EQ(pending[i], i);
 }
 
 TEST_F(Engine, LocalMemoryArrays) {
