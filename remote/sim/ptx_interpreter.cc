@@ -2209,7 +2209,46 @@ void HWmmaStore(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
-// wmma.mma: D = A * B + C over the whole warp.
+// mma.sync's fragments (ptx_layout): the row-major index in its matrix of element e of
+// lane l, as PTX's figures place them (groupID = lane / 4, threadID_in_group = lane % 4).
+// matrix 0 d, 1 a, 2 b, 3 c; the shapes the decoder accepts: m16n8k16 and m16n8k8 of
+// f16/bf16, m16n8k8 of tf32, m8n8k4 of f64.
+uint32_t MmaIndex(const WmmaOp& op, int matrix, uint32_t e, uint32_t l) {
+  const uint32_t g = l >> 2, t = l & 3;
+  const WmmaType type = op.types[1];
+  uint32_t row, col, cols;
+  if (type == WmmaType::kF64) {  // m8n8k4
+    if (matrix == 1) return g * 4 + t;
+    if (matrix == 2) return t * 8 + g;
+    return g * 8 + t * 2 + e;
+  }
+  if (matrix == 0 || matrix == 3) {  // 16 x 8
+    row = g + 8 * (e >> 1);
+    col = t * 2 + (e & 1);
+    cols = 8;
+  } else if (type == WmmaType::kTF32) {  // m16n8k8
+    if (matrix == 1) {
+      row = g + 8 * (e & 1);
+      col = t + 4 * (e >> 1);
+      cols = 8;
+    } else {
+      row = t + 4 * e;
+      col = g;
+      cols = 8;
+    }
+  } else if (matrix == 1) {  // A, 16 x k
+    row = g + 8 * ((e >> 1) & 1);
+    col = t * 2 + (e & 1) + 8 * (e >> 2);
+    cols = op.k;
+  } else {  // B, k x 8
+    row = t * 2 + (e & 1) + 8 * (e >> 1);
+    col = g;
+    cols = 8;
+  }
+  return row * cols + col;
+}
+
+// wmma.mma and mma.sync: D = A * B + C over the whole warp.
 void HWmmaMma(Warp& w, const Inst& in, uint32_t mask) {
   const WmmaOp& op = w.launch->kernel->wmma[in.aux];
   const uint32_t m = op.m, n = op.n, k = op.k;
@@ -2221,8 +2260,9 @@ void HWmmaMma(Warp& w, const Inst& in, uint32_t mask) {
         static_cast<uint32_t>(op.fragments[which].size()) * WmmaPerRegister(t);
     for (int l = 0; l < 32; ++l) {
       for (uint32_t e = 0; e < elements; ++e) {
-        out[(static_cast<uint32_t>(l) * elements + e) % count] =
-            WmmaValue(WmmaBits(w, op.fragments[which], t, e, l), t);
+        uint32_t index = op.ptx_layout ? MmaIndex(op, which, e, static_cast<uint32_t>(l))
+                                       : (static_cast<uint32_t>(l) * elements + e) % count;
+        out[index] = WmmaValue(WmmaBits(w, op.fragments[which], t, e, l), t);
       }
     }
   };
@@ -2265,8 +2305,9 @@ void HWmmaMma(Warp& w, const Inst& in, uint32_t mask) {
   const uint32_t elements = static_cast<uint32_t>(op.fragments[0].size()) * WmmaPerRegister(dt);
   ForLanes(mask, [&](int l) {
     for (uint32_t e = 0; e < elements; ++e) {
-      WmmaSetBits(w, op.fragments[0], dt, e, l,
-                  result[(static_cast<uint32_t>(l) * elements + e) % (m * n)]);
+      uint32_t index = op.ptx_layout ? MmaIndex(op, 0, e, static_cast<uint32_t>(l))
+                                     : (static_cast<uint32_t>(l) * elements + e) % (m * n);
+      WmmaSetBits(w, op.fragments[0], dt, e, l, result[index]);
     }
   });
 }
@@ -2377,6 +2418,37 @@ void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
       default: object = 0; break;
     }
     std::memcpy(p, &object, 8);
+  });
+}
+
+// ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 {d...}, [a]: vec 8x8 matrices
+// of 16-bit elements; row r of matrix j starts at the address lane 8j + r gives. Lane l
+// receives in register j the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of
+// matrix j, or with .trans (flag signed) the elements (2 (l % 4), l / 4) and
+// (2 (l % 4) + 1, l / 4).
+void HLdmatrix(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  uint64_t rows[32];
+  for (int l = 0; l < 32; ++l) rows[l] = a[l] + static_cast<uint64_t>(in.offset);
+  const bool transpose = (in.flags & kFlagSigned) != 0;
+  ForLanes(mask, [&](int l) {
+    for (int j = 0; j < in.vec; ++j) {
+      uint32_t word = 0;
+      for (int h = 0; h < 2; ++h) {
+        const int row = transpose ? 2 * (l % 4) + h : l / 4;
+        const int col = transpose ? l / 4 : 2 * (l % 4) + h;
+        const uint64_t address = rows[8 * j + row] + 2 * static_cast<uint64_t>(col);
+        uint8_t* p = w.Address(in.space, address, 2, l);
+        if (p == nullptr) {
+          w.Fault(address, 2, "ldmatrix");
+          return;
+        }
+        uint16_t half;
+        std::memcpy(&half, p, 2);
+        word |= static_cast<uint32_t>(half) << (16 * h);
+      }
+      w.R(in.d[j])[l] = word;
+    }
   });
 }
 
@@ -3487,6 +3559,125 @@ class Decoder {
     return Status::OK();
   }
 
+  // mma.sync.aligned.shape.row.col.dtype.atype.btype.ctype d, a, b, c (HWmmaMma with the
+  // lane layouts PTX defines): m16n8k16 and m16n8k8 of f16 and bf16 into f32 or f16 (f16
+  // inputs only), m16n8k8 of tf32, m8n8k4 of f64. Other shapes and types are refused.
+  Status MmaSync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
+                 Inst inst) {
+    static const std::map<std::string, WmmaType> kTypes = {
+        {"f16", WmmaType::kF16}, {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32},
+        {"f32", WmmaType::kF32}, {"f64", WmmaType::kF64},   {"s8", WmmaType::kS8},
+        {"u8", WmmaType::kU8},   {"s32", WmmaType::kS32}};
+    WmmaOp op;
+    op.kind = WmmaOp::kMma;
+    op.ptx_layout = true;
+    std::vector<WmmaType> types;
+    std::vector<std::string> layouts;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      unsigned m = 0, n = 0, k = 0;
+      char tail = 0;
+      if (std::sscanf(parts[i].c_str(), "m%un%uk%u%c", &m, &n, &k, &tail) == 3) {
+        op.m = m;
+        op.n = n;
+        op.k = k;
+      } else if (auto type = kTypes.find(parts[i]); type != kTypes.end()) {
+        types.push_back(type->second);
+      } else if (parts[i] == "row" || parts[i] == "col") {
+        layouts.push_back(parts[i]);
+      } else if (parts[i] == "satfinite") {
+        op.satfinite = true;
+      }
+    }
+    const auto shape = std::make_tuple(op.m, op.n, op.k);
+    bool supported = types.size() == 4 && layouts == std::vector<std::string>{"row", "col"};
+    if (supported) {
+      for (int i = 0; i < 4; ++i) op.types[i] = types[i];
+      const WmmaType a = types[1], d = types[0], c = types[3];
+      const bool half_in =
+          (a == WmmaType::kF16 || a == WmmaType::kBF16) && types[2] == a &&
+          (shape == std::make_tuple(16u, 8u, 16u) || shape == std::make_tuple(16u, 8u, 8u));
+      const bool half_out = d == WmmaType::kF16 || c == WmmaType::kF16;
+      supported =
+          (half_in && (d == WmmaType::kF32 || d == WmmaType::kF16) &&
+           (c == WmmaType::kF32 || c == WmmaType::kF16) && (!half_out || a == WmmaType::kF16)) ||
+          (a == WmmaType::kTF32 && types[2] == a && d == WmmaType::kF32 && c == WmmaType::kF32 &&
+           shape == std::make_tuple(16u, 8u, 8u)) ||
+          (a == WmmaType::kF64 && types[2] == a && d == a && c == a &&
+           shape == std::make_tuple(8u, 8u, 4u));
+    }
+    if (!supported) {
+      return Refuse("instruction '" + s.opcode +
+                        "' is not supported by the sim GPU (mma.sync runs m16n8k16 and m16n8k8 "
+                        "of f16/bf16, m16n8k8 of tf32 and m8n8k4 of f64)",
+                    s.line, inst);
+    }
+    const auto& ops = s.operands;
+    if (ops.size() != 4) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
+                                     " needs d, a, b and c");
+    }
+    static const char kMatrices[4] = {'d', 'a', 'b', 'c'};
+    for (int i = 0; i < 4; ++i) {
+      if (ops[i].kind != RawOperand::kVector) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                       ": a fragment must be a {list}");
+      }
+      for (const RawOperand& item : ops[i].items) {
+        if (item.kind != RawOperand::kName) {
+          return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                         ": a fragment holds registers only");
+        }
+        op.fragments[i].push_back(RegisterSlot(frame, item.name));
+      }
+      uint32_t rows, cols;
+      WmmaShape(op, kMatrices[i], &rows, &cols);
+      if (op.fragments[i].size() * WmmaPerRegister(op.types[i]) * 32 != rows * cols) {
+        return Status::InvalidArgument(
+            "PTX line " + std::to_string(s.line) + ": fragment " + std::string(1, kMatrices[i]) +
+            " of " + s.opcode + " needs " +
+            std::to_string(rows * cols / 32 / WmmaPerRegister(op.types[i])) + " registers");
+      }
+    }
+    inst.run = &HWmmaMma;
+    inst.aux = static_cast<uint32_t>(k_->wmma.size());
+    k_->wmma.push_back(std::move(op));
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}{.shared{::cta}}.b16 (HLdmatrix).
+  Status Ldmatrix(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
+                  Inst inst) {
+    auto has = [&](const char* part) {
+      return std::find(parts.begin(), parts.end(), part) != parts.end();
+    };
+    const int count = has("x1") ? 1 : has("x2") ? 2 : has("x4") ? 4 : 0;
+    if (!has("m8n8") || !has("b16") || count == 0) {
+      return Refuse("instruction '" + s.opcode +
+                        "' is not supported by the sim GPU (ldmatrix runs m8n8 .b16)",
+                    s.line, inst);
+    }
+    const auto& ops = s.operands;
+    if (ops.size() != 2 || ops[0].kind != RawOperand::kVector ||
+        ops[0].items.size() != static_cast<size_t>(count)) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
+                                     " needs " + std::to_string(count) +
+                                     " destination registers and an address");
+    }
+    for (int j = 0; j < count; ++j) {
+      auto slot = Dest(frame, ops[0].items[j], s.line);
+      if (!slot.ok()) return slot.status();
+      inst.d[j] = *slot;
+    }
+    if (inst.space != Space::kShared) inst.space = Space::kGeneric;
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &inst, s.line));
+    inst.vec = static_cast<uint8_t>(count);
+    if (has("trans")) inst.flags |= kFlagSigned;
+    inst.run = &HLdmatrix;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
   Status Instruction(const Frame& frame, const RawStatement& s, int depth) {
     std::vector<std::string> parts = Split(s.opcode);
     const std::string& op = parts[0];
@@ -3559,8 +3750,6 @@ class Decoder {
                                                        "suq",
                                                        "istypep",
                                                        "cp",
-                                                       "mma",
-                                                       "ldmatrix",
                                                        "stmatrix",
                                                        "cp.async",
                                                        "multimem",
@@ -4056,6 +4245,8 @@ class Decoder {
       return Status::OK();
     }
     if (op == "wmma") return Wmma(frame, s, parts, inst);
+    if (op == "mma") return MmaSync(frame, s, parts, inst);
+    if (op == "ldmatrix") return Ldmatrix(frame, s, parts, inst);
     if (op == "activemask") {
       GPUPOOL_RETURN_IF_ERROR(need(1));
       GPUPOOL_DST(0);

@@ -130,6 +130,8 @@ struct WmmaOp {
   // load/store: types[0] the element type; mma: d, a, b, c.
   WmmaType types[4] = {};
   bool satfinite = false;
+  // mma.sync (not wmma): the fragments follow the lane layout PTX defines for its shape.
+  bool ptx_layout = false;
   // load/store: fragments[0]; mma: d, a, b, c. Register slots, in order.
   std::vector<int32_t> fragments[4];
 };
