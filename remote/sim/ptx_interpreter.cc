@@ -42,6 +42,10 @@ constexpr uint32_t kMaxWorkers = 2;
 // CTAs and bytes (the client refuses a grid larger than the model's SMs hold, well below).
 constexpr uint64_t kMaxCooperativeCtas = 1u << 16;
 constexpr uint64_t kMaxCooperativeBytes = uint64_t{2} << 30;
+// Local memory of one thread (CUDA's limit), and host memory of one CTA's registers and
+// local memory together.
+constexpr uint64_t kMaxLocalPerThread = 512 * 1024;
+constexpr uint64_t kMaxCtaBytes = uint64_t{1} << 30;
 // A warp runs at most this many instructions before the next warp of its CTA
 // gets a turn, so that warps spinning on each other's shared-memory flags make
 // progress.
@@ -4859,6 +4863,21 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
   if (threads == 0 || threads > 1024) return kInvalidValue;
   const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
   if (shared_size > 228 * 1024) return kOutOfResources;
+  // What a CTA holds in host memory: bounded, as a GPU bounds local memory (512 KiB per
+  // thread) and registers, so that a job's PTX cannot make the agent allocate without end.
+  {
+    const uint64_t warps = (threads + 31) / 32;
+    const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size);
+    if (kernel.local_size > kMaxLocalPerThread || per_cta > kMaxCtaBytes) {
+      if (spec.error_detail) {
+        *spec.error_detail = "kernel " + kernel.name + " needs " +
+                             std::to_string(kernel.local_size) + " bytes of local memory and " +
+                             std::to_string(kernel.slot_count) +
+                             " registers per thread: more than the sim GPU holds";
+      }
+      return kOutOfResources;
+    }
+  }
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   std::vector<LaunchState> states;
   if (spec.cooperative) {

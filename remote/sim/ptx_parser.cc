@@ -472,7 +472,15 @@ class Parser {
         if (kind == RawStatement::kRegister) {
           for (const std::string& base : decl->names) {
             if (decl->range > 0) {
-              // %r<N>: %r0 .. %r(N-1), one scope entry for the family.
+              // %r<N>: %r0 .. %r(N-1), one scope entry for the family. The PTX comes from
+              // a job: a bound on the names keeps %r<-3> (2^64 - 3) or a thousand %r<1000000>
+              // from holding the agent's GPU thread and memory.
+              if (decl->range > kMaxRegisterNames ||
+                  declared_registers_ + decl->range > kMaxRegisterNames) {
+                return Error("more than " + std::to_string(kMaxRegisterNames) +
+                             " registers declared");
+              }
+              declared_registers_ += decl->range;
               std::string unique = Declare(base);
               for (uint64_t k = 0; k < decl->range; ++k) {
                 std::string name = base + std::to_string(k);
@@ -688,6 +696,9 @@ class Parser {
   size_t pos_ = 0;
   ParsedModule* module_ = nullptr;
   std::vector<std::map<std::string, std::string>> scopes_;
+  // Register names declared by %r<N> ranges in the module so far (bounded: see there).
+  static constexpr uint64_t kMaxRegisterNames = uint64_t{1} << 20;
+  uint64_t declared_registers_ = 0;
   int unique_ = 0;
 };
 

@@ -655,6 +655,47 @@ DONE:
   for (uint32_t i = 0; i < 64; ++i) EXPECT_EQ(pending[i], i);
 }
 
+// PTX comes from jobs: declarations that would make the agent loop or allocate without end
+// are refused. A register range of 2^64 - 3 (found by the ptx fuzz target, which hung on
+// it) and more register names than the module bound fail to load, naming why; a kernel
+// needing more local memory per thread than CUDA allows fails its launch with
+// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES instead of allocating gigabytes per block.
+TEST_F(Engine, OversizedDeclarationsAreRefused) {
+  for (const char* registers : {"%r<-3>", "%r<2000000>", "%a<600000>, %b<600000>"}) {
+    const std::string ptx = std::string(".version 7.0\n.target sm_80\n.address_size 64\n") +
+                            ".visible .entry k()\n{\n  .reg .b32 " + registers + ";\n  ret;\n}\n";
+    EXPECT_EQ(executor_.LoadModule(20, ptx.c_str(), ptx.size() + 1, {}), kCuInvalidPtx)
+        << registers;
+    EXPECT_NE(executor_.TakeErrorDetail().find("registers declared"), std::string::npos)
+        << registers;
+  }
+  const std::string big_local = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry big_local(.param .u64 out_param)
+{
+  .local .align 4 .b8 scratch[1048576];
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out_param];
+  mov.u64 %rd2, scratch;
+  st.local.u32 [%rd2+1048572], 7;
+  ld.local.u32 %r1, [%rd2+1048572];
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+)";
+  LoadKernel(21, 92, big_local, "big_local");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<uint32_t>(1);
+  LaunchConfig config;
+  config.block[0] = 32;
+  EXPECT_EQ(executor_.Launch(92, config, &out, sizeof(out)), kCuLaunchOutOfResources);
+  std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("local memory"), std::string::npos) << detail;
+}
+
 TEST_F(Engine, LocalMemoryArrays) {
   const int n = 64;
   std::vector<int> in(n);
