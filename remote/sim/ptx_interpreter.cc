@@ -3302,18 +3302,48 @@ class Decoder {
     return Status::OK();
   }
 
+  // InvalidArgument naming the instruction and its PTX line.
+  static Status BadInstruction(const RawStatement& s, const std::string& why) {
+    return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + ": " +
+                                   why);
+  }
+
+  // Element types of wmma and mma.sync fragments, by their PTX names.
+  inline static const std::map<std::string, WmmaType> kWmmaTypes = {
+      {"f16", WmmaType::kF16}, {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32},
+      {"f32", WmmaType::kF32}, {"f64", WmmaType::kF64},   {"s8", WmmaType::kS8},
+      {"u8", WmmaType::kU8},   {"s32", WmmaType::kS32}};
+
+  // The registers of fragment operand `operand` ({%r1, ...}) of matrix `matrix` (a, b, c
+  // or d) of `op`, into *slots: enough to hold the matrix across the warp (wmma, whose
+  // fragments may hold copies), or exactly that many (exact: mma.sync).
+  Status Fragment(const Frame& frame, const RawStatement& s, const RawOperand& operand,
+                  const WmmaOp& op, char matrix, WmmaType type, bool exact,
+                  std::vector<int32_t>* slots) {
+    if (operand.kind != RawOperand::kVector)
+      return BadInstruction(s, "a fragment must be a {list}");
+    for (const RawOperand& item : operand.items) {
+      if (item.kind != RawOperand::kName) {
+        return BadInstruction(s, "a fragment holds registers only");
+      }
+      slots->push_back(RegisterSlot(frame, item.name));
+    }
+    uint32_t rows, cols;
+    WmmaShape(op, matrix, &rows, &cols);
+    const uint64_t held = slots->size() * WmmaPerRegister(type) * 32;
+    if (exact ? held != rows * cols : held < rows * cols) {
+      return BadInstruction(s, "fragment " + std::string(1, matrix) + " of " +
+                                   std::to_string(slots->size()) + " registers does not fit a " +
+                                   std::to_string(rows) + "x" + std::to_string(cols) + " matrix");
+    }
+    return Status::OK();
+  }
+
   // wmma.load / wmma.store / wmma.mma (HWmmaLoad, HWmmaStore, HWmmaMma). `inst` comes with
   // its guard and state space.
   Status Wmma(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
               Inst inst) {
-    auto invalid = [&](const std::string& why) {
-      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + ": " +
-                                     why);
-    };
-    static const std::map<std::string, WmmaType> kTypes = {
-        {"f16", WmmaType::kF16}, {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32},
-        {"f32", WmmaType::kF32}, {"f64", WmmaType::kF64},   {"s8", WmmaType::kS8},
-        {"u8", WmmaType::kU8},   {"s32", WmmaType::kS32}};
+    auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
     WmmaOp op;
     std::vector<WmmaType> types;
     std::vector<bool> layouts;  // true: row
@@ -3325,7 +3355,7 @@ class Decoder {
         op.m = m;
         op.n = n;
         op.k = k;
-      } else if (auto type = kTypes.find(part); type != kTypes.end()) {
+      } else if (auto type = kWmmaTypes.find(part); type != kWmmaTypes.end()) {
         types.push_back(type->second);
       } else if (part == "row" || part == "col") {
         layouts.push_back(part == "row");
@@ -3341,22 +3371,9 @@ class Decoder {
         {16, 16, 16}, {8, 32, 16}, {32, 8, 16}, {16, 16, 8}, {8, 8, 4}};
     if (!kShapes.count({op.m, op.n, op.k})) return invalid("unknown or missing shape");
     const std::string& what = parts.size() > 1 ? parts[1] : "";
-    // The registers of a fragment operand ({%r1, ...}), checked against the matrix's size.
     auto fragment = [&](const RawOperand& operand, char matrix, WmmaType type,
-                        std::vector<int32_t>* slots) -> Status {
-      if (operand.kind != RawOperand::kVector) return invalid("a fragment must be a {list}");
-      for (const RawOperand& item : operand.items) {
-        if (item.kind != RawOperand::kName) return invalid("a fragment holds registers only");
-        slots->push_back(RegisterSlot(frame, item.name));
-      }
-      uint32_t rows, cols;
-      WmmaShape(op, matrix, &rows, &cols);
-      if (slots->size() * WmmaPerRegister(type) * 32 < rows * cols) {
-        return invalid("a fragment of " + std::to_string(slots->size()) +
-                       " registers cannot hold a " + std::to_string(rows) + "x" +
-                       std::to_string(cols) + " matrix");
-      }
-      return Status::OK();
+                        std::vector<int32_t>* slots) {
+      return Fragment(frame, s, operand, op, matrix, type, /*exact=*/false, slots);
     };
     const auto& ops = s.operands;
     if (what == "load" || what == "store") {
@@ -3420,8 +3437,7 @@ class Decoder {
       // copies are done, which they are. Without .noinc the pending count is raised by one
       // first, so the two cancel out.
       if (parts.size() < 4 || parts[3] != "arrive" || s.operands.size() != 1) {
-        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
-                                       ": expected cp.async.mbarrier.arrive [mbar]");
+        return BadInstruction(s, "expected cp.async.mbarrier.arrive [mbar]");
       }
       if (std::find(parts.begin(), parts.end(), "noinc") == parts.end()) {
         inst.run = &HNop;
@@ -3440,10 +3456,7 @@ class Decoder {
       k_->code.push_back(inst);
       return Status::OK();
     }
-    auto invalid = [&](const std::string& why) {
-      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + ": " +
-                                     why);
-    };
+    auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
     if (what != "ca" && what != "cg")
       return invalid("expected .ca, .cg, commit_group or wait_group");
     if (std::find(parts.begin(), parts.end(), "global") == parts.end() ||
@@ -3492,10 +3505,7 @@ class Decoder {
   // on the CTA's shared memory; the transaction-count forms (sm_90) are refused.
   Status Mbarrier(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
                   Inst inst) {
-    auto invalid = [&](const std::string& why) {
-      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + ": " +
-                                     why);
-    };
+    auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
     auto has = [&](const char* part) {
       return std::find(parts.begin(), parts.end(), part) != parts.end();
     };
@@ -3568,10 +3578,6 @@ class Decoder {
   // inputs only), m16n8k8 of tf32, m8n8k4 of f64. Other shapes and types are refused.
   Status MmaSync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
                  Inst inst) {
-    static const std::map<std::string, WmmaType> kTypes = {
-        {"f16", WmmaType::kF16}, {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32},
-        {"f32", WmmaType::kF32}, {"f64", WmmaType::kF64},   {"s8", WmmaType::kS8},
-        {"u8", WmmaType::kU8},   {"s32", WmmaType::kS32}};
     WmmaOp op;
     op.kind = WmmaOp::kMma;
     op.ptx_layout = true;
@@ -3584,7 +3590,7 @@ class Decoder {
         op.m = m;
         op.n = n;
         op.k = k;
-      } else if (auto type = kTypes.find(parts[i]); type != kTypes.end()) {
+      } else if (auto type = kWmmaTypes.find(parts[i]); type != kWmmaTypes.end()) {
         types.push_back(type->second);
       } else if (parts[i] == "row" || parts[i] == "col") {
         layouts.push_back(parts[i]);
@@ -3616,31 +3622,11 @@ class Decoder {
                     s.line, inst);
     }
     const auto& ops = s.operands;
-    if (ops.size() != 4) {
-      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
-                                     " needs d, a, b and c");
-    }
+    if (ops.size() != 4) return BadInstruction(s, "needs d, a, b and c");
     static const char kMatrices[4] = {'d', 'a', 'b', 'c'};
     for (int i = 0; i < 4; ++i) {
-      if (ops[i].kind != RawOperand::kVector) {
-        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
-                                       ": a fragment must be a {list}");
-      }
-      for (const RawOperand& item : ops[i].items) {
-        if (item.kind != RawOperand::kName) {
-          return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
-                                         ": a fragment holds registers only");
-        }
-        op.fragments[i].push_back(RegisterSlot(frame, item.name));
-      }
-      uint32_t rows, cols;
-      WmmaShape(op, kMatrices[i], &rows, &cols);
-      if (op.fragments[i].size() * WmmaPerRegister(op.types[i]) * 32 != rows * cols) {
-        return Status::InvalidArgument(
-            "PTX line " + std::to_string(s.line) + ": fragment " + std::string(1, kMatrices[i]) +
-            " of " + s.opcode + " needs " +
-            std::to_string(rows * cols / 32 / WmmaPerRegister(op.types[i])) + " registers");
-      }
+      GPUPOOL_RETURN_IF_ERROR(Fragment(frame, s, ops[i], op, kMatrices[i], op.types[i],
+                                       /*exact=*/true, &op.fragments[i]));
     }
     inst.run = &HWmmaMma;
     inst.aux = static_cast<uint32_t>(k_->wmma.size());
@@ -3664,9 +3650,8 @@ class Decoder {
     const auto& ops = s.operands;
     if (ops.size() != 2 || ops[0].kind != RawOperand::kVector ||
         ops[0].items.size() != static_cast<size_t>(count)) {
-      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
-                                     " needs " + std::to_string(count) +
-                                     " destination registers and an address");
+      return BadInstruction(
+          s, "needs " + std::to_string(count) + " destination registers and an address");
     }
     for (int j = 0; j < count; ++j) {
       auto slot = Dest(frame, ops[0].items[j], s.line);

@@ -696,6 +696,37 @@ TEST_F(Engine, OversizedDeclarationsAreRefused) {
   EXPECT_NE(detail.find("local memory"), std::string::npos) << detail;
 }
 
+// Malformed matrix instructions are refused naming the instruction and the problem.
+TEST_F(Engine, MalformedMatrixInstructionsNameTheProblem) {
+  const struct {
+    const char* body;
+    const char* problem;
+  } cases[] = {
+      {"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f1,%f2,%f3,%f4}, {%r1,%r2,%r3}, "
+       "{%r5,%r6}, {%f1,%f2,%f3,%f4};",
+       "fragment a of 3 registers does not fit a 16x16 matrix"},
+      {"wmma.load.a.sync.aligned.row.global.f16 {%r1,%r2,%r3,%r4,%r5,%r6,%r7,%r8}, [%rd1];",
+       "unknown or missing shape"},
+      {"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1,%r2}, [%r3];",
+       "needs 4 destination registers"},
+      {"cp.async.ca.shared.global [%r1], [%rd1], 12;", "cp-size must be 4, 8 or 16"},
+      {"mbarrier.arrive.shared.b64 %rd1;", "needs a state, an address and an optional count"},
+  };
+  uint64_t module = 30;
+  for (const auto& c : cases) {
+    const std::string ptx = std::string(".version 7.0\n.target sm_80\n.address_size 64\n") +
+                            ".visible .entry k()\n{\n  .reg .b32 %r<9>;\n  .reg .f32 %f<5>;\n" +
+                            "  .reg .b64 %rd<2>;\n  " + c.body + "\n  ret;\n}\n";
+    ++module;
+    int32_t loaded = executor_.LoadModule(module, ptx.c_str(), ptx.size() + 1, {});
+    int32_t status =
+        loaded == kCuSuccess ? executor_.GetFunction(module, 90 + module, "k") : loaded;
+    EXPECT_NE(status, kCuSuccess) << c.body;
+    std::string detail = executor_.TakeErrorDetail();
+    EXPECT_NE(detail.find(c.problem), std::string::npos) << c.body << ": " << detail;
+  }
+}
+
 TEST_F(Engine, LocalMemoryArrays) {
   const int n = 64;
   std::vector<int> in(n);
