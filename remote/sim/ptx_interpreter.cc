@@ -2160,14 +2160,17 @@ double WmmaValue(uint64_t bits, WmmaType t) {
   return 0;
 }
 
-// wmma.load.{a,b,c}: a = address, b = stride slot (-1: the leading dimension).
-void HWmmaLoad(Warp& w, const Inst& in, uint32_t mask) {
+// wmma.load.{a,b,c} and wmma.store.d (kStore): a = address, b = stride slot (-1: the
+// leading dimension). Element by element, each through the address checks of its lane.
+template <bool kStore>
+void HWmmaMemory(Warp& w, const Inst& in, uint32_t mask) {
   const WmmaOp& op = w.launch->kernel->wmma[in.aux];
   uint32_t rows, cols;
   WmmaShape(op, op.matrix, &rows, &cols);
   const WmmaType t = op.types[0];
   const uint32_t size = WmmaSize(t);
   const uint32_t elements = static_cast<uint32_t>(op.fragments[0].size()) * WmmaPerRegister(t);
+  const bool read_only = in.space == Space::kConst || in.space == Space::kParam;
   ForLanes(mask, [&](int l) {
     uint64_t base = w.R(in.a)[l] + static_cast<uint64_t>(in.offset);
     uint64_t stride = in.b >= 0 ? static_cast<uint32_t>(w.R(in.b)[l]) : op.row_major ? cols : rows;
@@ -2176,39 +2179,18 @@ void HWmmaLoad(Warp& w, const Inst& in, uint32_t mask) {
       uint64_t row = index / cols, col = index % cols;
       uint64_t address = base + (op.row_major ? row * stride + col : col * stride + row) * size;
       uint8_t* p = w.Address(in.space, address, size, l);
-      if (p == nullptr) {
-        w.Fault(address, size, "wmma load");
+      if (p == nullptr || (kStore && read_only)) {
+        w.Fault(address, size, kStore ? "wmma store" : "wmma load");
         return;
       }
       uint64_t value = 0;
-      std::memcpy(&value, p, size);
-      WmmaSetBits(w, op.fragments[0], t, e, l, value);
-    }
-  });
-}
-
-// wmma.store.d: a = address, b = stride slot (-1: the leading dimension).
-void HWmmaStore(Warp& w, const Inst& in, uint32_t mask) {
-  const WmmaOp& op = w.launch->kernel->wmma[in.aux];
-  uint32_t rows, cols;
-  WmmaShape(op, 'd', &rows, &cols);
-  const WmmaType t = op.types[0];
-  const uint32_t size = WmmaSize(t);
-  const uint32_t elements = static_cast<uint32_t>(op.fragments[0].size()) * WmmaPerRegister(t);
-  ForLanes(mask, [&](int l) {
-    uint64_t base = w.R(in.a)[l] + static_cast<uint64_t>(in.offset);
-    uint64_t stride = in.b >= 0 ? static_cast<uint32_t>(w.R(in.b)[l]) : op.row_major ? cols : rows;
-    for (uint32_t e = 0; e < elements; ++e) {
-      uint32_t index = (static_cast<uint32_t>(l) * elements + e) % (rows * cols);
-      uint64_t row = index / cols, col = index % cols;
-      uint64_t address = base + (op.row_major ? row * stride + col : col * stride + row) * size;
-      uint8_t* p = w.Address(in.space, address, size, l);
-      if (p == nullptr || in.space == Space::kConst || in.space == Space::kParam) {
-        w.Fault(address, size, "wmma store");
-        return;
+      if constexpr (kStore) {
+        value = WmmaBits(w, op.fragments[0], t, e, l);
+        std::memcpy(p, &value, size);
+      } else {
+        std::memcpy(&value, p, size);
+        WmmaSetBits(w, op.fragments[0], t, e, l, value);
       }
-      uint64_t value = WmmaBits(w, op.fragments[0], t, e, l);
-      std::memcpy(p, &value, size);
     }
   });
 }
@@ -3339,7 +3321,7 @@ class Decoder {
     return Status::OK();
   }
 
-  // wmma.load / wmma.store / wmma.mma (HWmmaLoad, HWmmaStore, HWmmaMma). `inst` comes with
+  // wmma.load / wmma.store / wmma.mma (HWmmaMemory, HWmmaMma). `inst` comes with
   // its guard and state space.
   Status Wmma(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
               Inst inst) {
@@ -3396,7 +3378,7 @@ class Decoder {
         if (!stride.ok()) return stride.status();
         inst.b = *stride;
       }
-      inst.run = store ? &HWmmaStore : &HWmmaLoad;
+      inst.run = store ? &HWmmaMemory<true> : &HWmmaMemory<false>;
     } else if (what == "mma") {
       op.kind = WmmaOp::kMma;
       if (layouts.size() != 2) return invalid("needs the layouts of a and b");
