@@ -2362,7 +2362,7 @@ constexpr uint64_t kMbarPhase = uint64_t{1} << 63;
 constexpr uint64_t kMbarCount = 0x7fffffffu;
 
 void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
-  const uint64_t* a = w.R(in.a);
+  const uint64_t* a = in.a >= 0 ? w.R(in.a) : nullptr;  // none for pending_count
   const uint64_t* b = in.b >= 0 ? w.R(in.b) : nullptr;
   uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
   ForLanes(mask, [&](int l) {
@@ -3321,6 +3321,32 @@ class Decoder {
     return Status::OK();
   }
 
+  // The modifiers of a wmma or mma.sync instruction: its shape (into op's m, n, k), its
+  // element types and layouts (true: row) in order, and .satfinite. False when it names a
+  // sub-byte type (s4, u4, b1), which the sim does not run.
+  static bool MatrixModifiers(const std::vector<std::string>& parts, WmmaOp* op,
+                              std::vector<WmmaType>* types, std::vector<bool>* row_layouts) {
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const std::string& part = parts[i];
+      unsigned m = 0, n = 0, k = 0;
+      char tail = 0;
+      if (std::sscanf(part.c_str(), "m%un%uk%u%c", &m, &n, &k, &tail) == 3) {
+        op->m = m;
+        op->n = n;
+        op->k = k;
+      } else if (auto type = kWmmaTypes.find(part); type != kWmmaTypes.end()) {
+        types->push_back(type->second);
+      } else if (part == "row" || part == "col") {
+        row_layouts->push_back(part == "row");
+      } else if (part == "satfinite") {
+        op->satfinite = true;
+      } else if (part == "s4" || part == "u4" || part == "b1") {
+        return false;
+      }
+    }
+    return true;
+  }
+
   // wmma.load / wmma.store / wmma.mma (HWmmaMemory, HWmmaMma). `inst` comes with
   // its guard and state space.
   Status Wmma(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
@@ -3329,25 +3355,10 @@ class Decoder {
     WmmaOp op;
     std::vector<WmmaType> types;
     std::vector<bool> layouts;  // true: row
-    for (size_t i = 1; i < parts.size(); ++i) {
-      const std::string& part = parts[i];
-      unsigned m = 0, n = 0, k = 0;
-      char tail = 0;
-      if (std::sscanf(part.c_str(), "m%un%uk%u%c", &m, &n, &k, &tail) == 3) {
-        op.m = m;
-        op.n = n;
-        op.k = k;
-      } else if (auto type = kWmmaTypes.find(part); type != kWmmaTypes.end()) {
-        types.push_back(type->second);
-      } else if (part == "row" || part == "col") {
-        layouts.push_back(part == "row");
-      } else if (part == "satfinite") {
-        op.satfinite = true;
-      } else if (part == "s4" || part == "u4" || part == "b1") {
-        return Refuse(
-            "instruction '" + s.opcode + "' is not supported by the sim GPU (sub-byte wmma)",
-            s.line, inst);
-      }
+    if (!MatrixModifiers(parts, &op, &types, &layouts)) {
+      return Refuse(
+          "instruction '" + s.opcode + "' is not supported by the sim GPU (sub-byte wmma)", s.line,
+          inst);
     }
     static const std::set<std::tuple<uint32_t, uint32_t, uint32_t>> kShapes = {
         {16, 16, 16}, {8, 32, 16}, {32, 8, 16}, {16, 16, 8}, {8, 8, 4}};
@@ -3564,24 +3575,10 @@ class Decoder {
     op.kind = WmmaOp::kMma;
     op.ptx_layout = true;
     std::vector<WmmaType> types;
-    std::vector<std::string> layouts;
-    for (size_t i = 1; i < parts.size(); ++i) {
-      unsigned m = 0, n = 0, k = 0;
-      char tail = 0;
-      if (std::sscanf(parts[i].c_str(), "m%un%uk%u%c", &m, &n, &k, &tail) == 3) {
-        op.m = m;
-        op.n = n;
-        op.k = k;
-      } else if (auto type = kWmmaTypes.find(parts[i]); type != kWmmaTypes.end()) {
-        types.push_back(type->second);
-      } else if (parts[i] == "row" || parts[i] == "col") {
-        layouts.push_back(parts[i]);
-      } else if (parts[i] == "satfinite") {
-        op.satfinite = true;
-      }
-    }
+    std::vector<bool> layouts;  // true: row
+    const bool whole_bytes = MatrixModifiers(parts, &op, &types, &layouts);
     const auto shape = std::make_tuple(op.m, op.n, op.k);
-    bool supported = types.size() == 4 && layouts == std::vector<std::string>{"row", "col"};
+    bool supported = whole_bytes && types.size() == 4 && layouts == std::vector<bool>{true, false};
     if (supported) {
       for (int i = 0; i < 4; ++i) op.types[i] = types[i];
       const WmmaType a = types[1], d = types[0], c = types[3];
