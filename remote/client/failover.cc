@@ -601,12 +601,30 @@ void Failover::MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) c
 
 void Failover::MaybeCheckpoint(ClientConnection* connection, bool synchronised) {
   if (!protecting_ || log_.empty()) return;
-  auto now = std::chrono::steady_clock::now();
-  bool due = synchronised && now - last_checkpoint_ >= config_.checkpoint_interval;
   // A log that keeps growing between synchronisations is cut short here instead
   // of holding host memory without bound.
   bool large = log_bytes_ > config_.checkpoint_mem / 4;
-  if (due || large) Checkpoint(connection);
+  if (large) {
+    Checkpoint(connection);
+    return;
+  }
+  if (!synchronised) return;
+  bool due = std::chrono::steady_clock::now() - last_checkpoint_ >= config_.checkpoint_interval;
+  // A long log of small requests (a stream of launches between synchronisations) is cut
+  // at a synchronisation before the interval when the checkpoint is cheap, that is when
+  // little device memory may need reading back: otherwise a second's worth of launches
+  // (a million of them) is held, costs the host its memory, and takes as long again to
+  // replay after a failure.
+  bool long_and_cheap = log_.size() >= kLongLog && WrittenBytesBound() <= kCheapReadback;
+  if (due || long_and_cheap) Checkpoint(connection);
+}
+
+uint64_t Failover::WrittenBytesBound() const {
+  uint64_t bytes = 0;
+  for (const auto& [start, dirty] : written_) {
+    if (auto range = ranges_.find(start); range != ranges_.end()) bytes += range->second;
+  }
+  return bytes;
 }
 
 bool Failover::Checkpoint(ClientConnection* connection) {

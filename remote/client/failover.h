@@ -148,9 +148,12 @@ class Failover {
                dataplane::DeviceDescription* description, int32_t why);
 
   // After a synchronising Call succeeded (the device idle as far as the
-  // application knows): takes a checkpoint when the interval has passed or the
-  // log has grown large.
+  // application knows): takes a checkpoint when the interval has passed, or the
+  // log holds kLongLog entries and the checkpoint would read back at most
+  // kCheapReadback bytes. Also after any request when the log has grown large.
   void MaybeCheckpoint(transport::ClientConnection* connection, bool synchronised);
+  static constexpr size_t kLongLog = 4096;
+  static constexpr uint64_t kCheapReadback = uint64_t{1} << 20;
 
   // For tests and the benchmark.
   size_t log_entries() const { return log_.size(); }
@@ -229,6 +232,10 @@ class Failover {
   // The ranges a launch may write (its pointer arguments, its module's variables).
   void MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) const;
   bool Checkpoint(transport::ClientConnection* connection);
+  // At most the bytes a checkpoint now reads back from the GPU (the ranges written since
+  // the last one; ApplyLog may take some of them from the log instead).
+  uint64_t WrittenBytesBound() const;
+
   // The checkpoint's last step: its resources are today's, and the log starts empty.
   void StartLogAfresh();
   // The log applied to the previous checkpoint's images on the host where it

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <set>
+#include <span>
 #include <thread>
 #include <tuple>
 #include <type_traits>
@@ -75,7 +76,7 @@ struct alignas(64) LaunchState {
   int32_t error = kSuccess;
   std::string detail;
   size_t range_hint = 0;
-  std::vector<uint32_t> range_hints;  // per instruction: its last allocation (fast paths)
+  uint32_t* range_hints = nullptr;  // per instruction: its last allocation (fast paths)
   uint32_t cta_linear = 0;
   uint32_t ctaid[3] = {0, 0, 0};
   uint64_t slice = kWarpSlice;  // warp instructions a warp runs before the next one's turn
@@ -4608,7 +4609,26 @@ struct CtaContext {
   std::vector<uint8_t> local;
   std::vector<uint64_t> registers;
   std::vector<Warp> warps;
+  std::vector<uint32_t> range_hints;  // LaunchState::range_hints
 };
+
+// The CtaContext of the thread that calls RunKernel (the agent's GPU thread), kept from
+// launch to launch: a stream of small launches then allocates nothing per launch. Kept
+// only while it holds little, so that one huge kernel does not pin its memory.
+constexpr size_t kKeptContextBytes = size_t{16} << 20;
+
+CtaContext* CallerContext() {
+  thread_local CtaContext context;
+  return &context;
+}
+
+void TrimCallerContext(CtaContext* context) {
+  size_t held = context->shared.capacity() + context->local.capacity() +
+                context->registers.capacity() * sizeof(uint64_t) +
+                context->warps.capacity() * sizeof(Warp) +
+                context->range_hints.capacity() * sizeof(uint32_t);
+  if (held > kKeptContextBytes) *context = CtaContext{};
+}
 
 // Makes `cta`'s memory and warps, with the registers that are the same in every CTA.
 void PrepareCta(const DecodedKernel& kernel, const LaunchSpec& spec, LaunchState* state,
@@ -4620,7 +4640,8 @@ void PrepareCta(const DecodedKernel& kernel, const LaunchSpec& spec, LaunchState
   LaunchState& launch = *state;
   launch.kernel = &kernel;
   launch.spec = &spec;
-  launch.range_hints.assign(kernel.code.size(), 0);
+  cta->range_hints.assign(kernel.code.size(), 0);
+  launch.range_hints = cta->range_hints.data();
   cta->shared.assign(shared_size + 16, 0);
   launch.shared = cta->shared.data();
   launch.shared_size = shared_size;
@@ -4649,21 +4670,37 @@ void PrepareCta(const DecodedKernel& kernel, const LaunchSpec& spec, LaunchState
     for (int n = 0; n < 32; ++n) fill(kernel.envreg[n], 0);
     fill(kernel.envreg[1], spec.grid_workspace >> 32);
     fill(kernel.envreg[2], spec.grid_workspace & 0xffffffffu);
-    for (int l = 0; l < 32; ++l) {
-      uint32_t t = i * 32 + l;
-      uint32_t coords[3] = {t % spec.block[0], (t / spec.block[0]) % spec.block[1],
-                            t / (spec.block[0] * spec.block[1])};
-      for (int axis = 0; axis < 3; ++axis) {
-        if (kernel.tid[axis] >= 0) w.R(kernel.tid[axis])[l] = coords[axis];
+    // Per-lane values, one slot at a time, and only for the slots the kernel has.
+    auto fill_lanes = [&](int32_t slot, auto value_of_lane) {
+      if (slot < 0) return;
+      uint64_t* lanes = w.R(slot);
+      for (uint32_t l = 0; l < 32; ++l) lanes[l] = value_of_lane(l);
+    };
+    if (kernel.tid[0] >= 0 || kernel.tid[1] >= 0 || kernel.tid[2] >= 0) {
+      // Lane 0's coordinates, then counted up lane by lane (no division per lane).
+      uint32_t tid[3][32];
+      uint32_t coords[3] = {(i * 32) % spec.block[0], (i * 32 / spec.block[0]) % spec.block[1],
+                            i * 32 / (spec.block[0] * spec.block[1])};
+      for (int l = 0; l < 32; ++l) {
+        for (int axis = 0; axis < 3; ++axis) tid[axis][l] = coords[axis];
+        if (++coords[0] == spec.block[0]) {
+          coords[0] = 0;
+          if (++coords[1] == spec.block[1]) {
+            coords[1] = 0;
+            ++coords[2];
+          }
+        }
       }
-      if (kernel.laneid >= 0) w.R(kernel.laneid)[l] = l;
-      uint32_t bit = 1u << l;
-      if (kernel.lanemask_eq >= 0) w.R(kernel.lanemask_eq)[l] = bit;
-      if (kernel.lanemask_lt >= 0) w.R(kernel.lanemask_lt)[l] = bit - 1;
-      if (kernel.lanemask_le >= 0) w.R(kernel.lanemask_le)[l] = (bit - 1) | bit;
-      if (kernel.lanemask_gt >= 0) w.R(kernel.lanemask_gt)[l] = ~((bit - 1) | bit);
-      if (kernel.lanemask_ge >= 0) w.R(kernel.lanemask_ge)[l] = ~(bit - 1);
+      for (int axis = 0; axis < 3; ++axis) {
+        fill_lanes(kernel.tid[axis], [&](uint32_t l) { return tid[axis][l]; });
+      }
     }
+    fill_lanes(kernel.laneid, [](uint32_t l) { return l; });
+    fill_lanes(kernel.lanemask_eq, [](uint32_t l) { return 1u << l; });
+    fill_lanes(kernel.lanemask_lt, [](uint32_t l) { return (1u << l) - 1; });
+    fill_lanes(kernel.lanemask_le, [](uint32_t l) { return ((1u << l) - 1) | (1u << l); });
+    fill_lanes(kernel.lanemask_gt, [](uint32_t l) { return ~(((1u << l) - 1) | (1u << l)); });
+    fill_lanes(kernel.lanemask_ge, [](uint32_t l) { return ~((1u << l) - 1); });
     if (kernel.carry_slot >= 0) fill(kernel.carry_slot, 0);
     for (const Inst& in : kernel.prologue) in.run(w, in, kFullMask);
   }
@@ -4717,8 +4754,8 @@ bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
 
 // Runs CTAs first, first + stride, ... of the launch into *state (one worker thread).
 void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first, uint64_t stride,
-             std::atomic<bool>* stop, LaunchState* state) {
-  CtaContext context;
+             std::atomic<bool>* stop, LaunchState* state, CtaContext* cta_context) {
+  CtaContext& context = *cta_context;
   PrepareCta(kernel, spec, state, &context);
   const Inst* code = kernel.code.data();
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
@@ -4843,7 +4880,9 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
     }
   }
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
-  std::vector<LaunchState> states;
+  std::vector<LaunchState> cooperative_states;
+  LaunchState worker_states[kMaxWorkers];
+  std::span<LaunchState> states;
   if (spec.cooperative) {
     // All CTAs at once: their registers, local and shared memory together must fit.
     const uint64_t warps = (threads + 31) / 32;
@@ -4856,20 +4895,24 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
       }
       return kCooperativeTooLarge;
     }
-    RunCooperative(kernel, spec, &states);
+    RunCooperative(kernel, spec, &cooperative_states);
+    states = cooperative_states;
   } else {
     // CTAs are independent: two workers take every other one when there are enough.
     const uint32_t workers =
         ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
     std::atomic<bool> stop{false};
-    states.resize(workers);
-    auto work = [&](uint32_t worker) {
-      RunCtas(kernel, spec, worker, workers, &stop, &states[worker]);
-    };
+    states = std::span<LaunchState>(worker_states, workers);
     std::vector<std::thread> threads_of_workers;
-    for (uint32_t worker = 1; worker < workers; ++worker)
-      threads_of_workers.emplace_back(work, worker);
-    work(0);
+    for (uint32_t worker = 1; worker < workers; ++worker) {
+      threads_of_workers.emplace_back([&, worker] {
+        CtaContext context;
+        RunCtas(kernel, spec, worker, workers, &stop, &states[worker], &context);
+      });
+    }
+    CtaContext* context = CallerContext();
+    RunCtas(kernel, spec, 0, workers, &stop, &states[0], context);
+    TrimCallerContext(context);
     for (std::thread& thread : threads_of_workers) thread.join();
   }
   int32_t error = kSuccess;

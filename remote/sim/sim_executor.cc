@@ -284,8 +284,14 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
       if (host != nullptr) launch_memory_.push_back(sim::MemoryRange{dptr, size, host});
     }
   }
+  if (!config.cooperative) {
+    // Lent to the launch, not copied: an allocation per launch otherwise.
+    spec.memory.swap(launch_memory_);
+    int32_t status = sim::RunKernel(*found->second.kernel, spec);
+    spec.memory.swap(launch_memory_);
+    return status;
+  }
   spec.memory = launch_memory_;
-  if (!config.cooperative) return sim::RunKernel(*found->second.kernel, spec);
   // A cooperative launch gets a zeroed grid workspace of its own for as long as it runs
   // (grid.sync() counts the blocks that have arrived there).
   uint64_t workspace = 0;

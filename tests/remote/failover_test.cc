@@ -763,6 +763,39 @@ TEST_F(FailoverTest, APlannedMoveHandsTheMemoryOverAgentToAgent) {
   ExpectMatchesReference();
 }
 
+// A long log is cut at a synchronisation before the interval when its checkpoint is cheap
+// (little device memory written since the last one), and only then.
+TEST_F(FailoverTest, ALongLogIsCheckpointedEarlyOnlyWhenThatIsCheap) {
+  FailoverConfig config = Replay();
+  config.checkpoint_interval = std::chrono::hours(1);
+  Open(config);
+  Prepare();
+  // Each step logs two requests and writes the 16 KiB data range.
+  uint32_t k = 0;
+  while (failover_->log_entries() + 2 < Failover::kLongLog) Step(++k);
+  ASSERT_EQ(Synchronize(), 0);
+  EXPECT_EQ(failover_->checkpoints(), 0u);  // shorter than kLongLog: the interval rules
+  EXPECT_GE(failover_->log_entries(), Failover::kLongLog - 2);
+  Step(++k);
+  ASSERT_EQ(Synchronize(), 0);
+  EXPECT_EQ(failover_->checkpoints(), 1u);
+  EXPECT_EQ(failover_->log_entries(), 0u);
+  ExpectMatchesReference();
+
+  // Writes to 2 MiB since the checkpoint: reading them back is not cheap, so the log waits
+  // for the interval however long it is.
+  constexpr uint64_t kLarge = kData + (uint64_t{1} << 24), kLargeBytes = uint64_t{2} << 20;
+  dp::MemAllocArgs alloc{kLargeBytes, kLarge};
+  ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  for (uint32_t i = 0; i < Failover::kLongLog; ++i) {
+    dp::MemsetArgs memset{kLarge + 4 * i, 1, i, 4, kStream};
+    ASSERT_EQ(Post(dp::kOpMemset, &memset, sizeof(memset)), 0);
+  }
+  ASSERT_EQ(Synchronize(), 0);
+  EXPECT_EQ(failover_->checkpoints(), 1u);
+  EXPECT_GT(failover_->log_entries(), Failover::kLongLog);
+}
+
 // Moved while requests are in flight: whichever of them the old GPU ran are not run again.
 TEST_F(FailoverTest, APlannedMoveRunsNothingTwice) {
   FailoverConfig config = Replay();

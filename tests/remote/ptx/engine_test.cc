@@ -112,29 +112,35 @@ class Engine : public ::testing::Test {
 };
 
 TEST_F(Engine, GridAndBlockDimensions) {
-  const uint32_t grid[3] = {3, 2, 2}, block[3] = {4, 3, 2};
-  const uint32_t total = 3 * 2 * 2 * 4 * 3 * 2;
-  uint64_t out = Zeros<uint32_t>(4 * total);
-  ASSERT_EQ(Run("dims", {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, 0, out),
-            kCuSuccess)
-      << last_detail_;
-  auto got = Download<uint32_t>(out, 4 * total);
-  std::vector<bool> seen(total);
-  for (uint32_t bz = 0; bz < grid[2]; ++bz)
-    for (uint32_t by = 0; by < grid[1]; ++by)
-      for (uint32_t bx = 0; bx < grid[0]; ++bx)
-        for (uint32_t tz = 0; tz < block[2]; ++tz)
-          for (uint32_t ty = 0; ty < block[1]; ++ty)
-            for (uint32_t tx = 0; tx < block[0]; ++tx) {
-              uint32_t b = bx + grid[0] * (by + grid[1] * bz);
-              uint32_t id = b * 24 + tx + block[0] * (ty + block[1] * tz);
-              ASSERT_EQ(got[4 * id], id);
-              EXPECT_EQ(got[4 * id + 1], tx | (ty << 10) | (tz << 20));
-              EXPECT_EQ(got[4 * id + 2], bx | (by << 10) | (bz << 20));
-              EXPECT_EQ(got[4 * id + 3], block[0] | (block[1] << 10) | (grid[2] << 20));
-              seen[id] = true;
-            }
-  EXPECT_EQ(std::count(seen.begin(), seen.end(), true), total);
+  // One warp per block; then blocks of several warps whose warps start inside a row and
+  // a plane (7x5x3 = 105 threads: warp 1 begins at x=4, y=1, z=0, the last is partial).
+  const uint32_t shapes[2][2][3] = {{{3, 2, 2}, {4, 3, 2}}, {{2, 1, 2}, {7, 5, 3}}};
+  for (const auto& [grid, block] : shapes) {
+    SCOPED_TRACE(testing::Message() << "block " << block[0] << "x" << block[1] << "x" << block[2]);
+    const uint32_t threads = block[0] * block[1] * block[2];
+    const uint32_t total = grid[0] * grid[1] * grid[2] * threads;
+    uint64_t out = Zeros<uint32_t>(4 * total);
+    ASSERT_EQ(Run("dims", {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, 0, out),
+              kCuSuccess)
+        << last_detail_;
+    auto got = Download<uint32_t>(out, 4 * total);
+    std::vector<bool> seen(total);
+    for (uint32_t bz = 0; bz < grid[2]; ++bz)
+      for (uint32_t by = 0; by < grid[1]; ++by)
+        for (uint32_t bx = 0; bx < grid[0]; ++bx)
+          for (uint32_t tz = 0; tz < block[2]; ++tz)
+            for (uint32_t ty = 0; ty < block[1]; ++ty)
+              for (uint32_t tx = 0; tx < block[0]; ++tx) {
+                uint32_t b = bx + grid[0] * (by + grid[1] * bz);
+                uint32_t id = b * threads + tx + block[0] * (ty + block[1] * tz);
+                ASSERT_EQ(got[4 * id], id);
+                EXPECT_EQ(got[4 * id + 1], tx | (ty << 10) | (tz << 20));
+                EXPECT_EQ(got[4 * id + 2], bx | (by << 10) | (bz << 20));
+                EXPECT_EQ(got[4 * id + 3], block[0] | (block[1] << 10) | (grid[2] << 20));
+                seen[id] = true;
+              }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), true), total);
+  }
 }
 
 TEST_F(Engine, DivergenceAndReconvergence) {
