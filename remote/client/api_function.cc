@@ -189,6 +189,7 @@ namespace gpupool::client {
 CUresult CheckLaunchSharedMemory(const Function& function, int device, unsigned shared_bytes) {
   Device* d = Runtime::Get().device(device);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (shared_bytes == 0) return CUDA_SUCCESS;  // within any limit (the common launch)
   const ModelProperties model = PropertiesOf(*d);
   const KernelResources resources = ResourcesOf(function);
   int limit;

@@ -101,7 +101,26 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
 }
 
 RpcClient::~RpcClient() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  flusher_wake_.notify_all();
+  if (flusher_.joinable()) {
+    if (flusher_pid_ == getpid()) {
+      flusher_.join();
+    } else {
+      // A forked child: the thread is its parent's. Nothing to join here.
+      try {
+        flusher_.detach();
+      } catch (...) {
+      }
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
+  if (flusher_pid_ == 0 || flusher_pid_ == getpid()) {
+    (void)FlushLocked();  // the last launches too; a failure has no one left to tell
+  }
   // The bootstrap socket goes first: the server then reads the endpoint close that follows
   // as this clean exit, not as a failed peer.
   if (control_fd_ >= 0) shutdown(control_fd_, SHUT_RDWR);
@@ -170,17 +189,12 @@ Status RpcClient::BrokenLocked() const {
 
 Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t seq,
                              const std::function<bool()>* overlap) {
-  // The overlapped work always runs to its end, whatever happens to the send.
-  bool overlapping = overlap != nullptr;
-  struct FinishOverlap {
-    const std::function<bool()>* step;
-    bool* more;
-    ~FinishOverlap() {
-      while (*more) *more = (*step)();
+  if (request.args_len > kMaxArgsLen) {
+    // The overlapped work always runs to its end, whatever happens to the send.
+    while (overlap != nullptr && (*overlap)()) {
     }
-  } finish{overlap, &overlapping};
-  if (!broken_.empty()) return BrokenLocked();
-  if (request.args_len > kMaxArgsLen) return Status::InvalidArgument("RPC arguments too large");
+    return Status::InvalidArgument("RPC arguments too large");
+  }
   // The AM header: RequestHeader + args, in a buffer reused by every request (we wait for
   // local completion below, under mu_).
   send_header_.resize(sizeof(RequestHeader) + request.args_len);
@@ -194,6 +208,23 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
   if (request.args_len > 0) {
     std::memcpy(send_header_.data() + sizeof(request_header), request.args, request.args_len);
   }
+  return SendAmLocked(kRequestAmId, send_header_.data(), send_header_.size(), request.payload,
+                      request.payload_len, 0, overlap);
+}
+
+Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_len, const void* data,
+                               size_t data_len, uint32_t send_flags,
+                               const std::function<bool()>* overlap) {
+  // The overlapped work always runs to its end, whatever happens to the send.
+  bool overlapping = overlap != nullptr;
+  struct FinishOverlap {
+    const std::function<bool()>* step;
+    bool* more;
+    ~FinishOverlap() {
+      while (*more) *more = (*step)();
+    }
+  } finish{overlap, &overlapping};
+  if (!broken_.empty()) return BrokenLocked();
   Completion completion;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
@@ -202,9 +233,8 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
   param.user_data = &completion;
   // Tells the server which endpoint the request came on: it accepts a request only on the
   // endpoint of the connection the request names (rpc_server.h).
-  param.flags = UCP_AM_SEND_FLAG_REPLY;
-  ucs_status_ptr_t sent = ucp_am_send_nbx(ep_, kRequestAmId, send_header_.data(), send_header_.size(),
-                                          request.payload, request.payload_len, &param);
+  param.flags = UCP_AM_SEND_FLAG_REPLY | send_flags;
+  ucs_status_ptr_t sent = ucp_am_send_nbx(ep_, id, header, header_len, data, data_len, &param);
   if (UCS_PTR_IS_ERR(sent)) {
     broken_ = "send to " + endpoint_ + " failed: " + UcxError(UCS_PTR_STATUS(sent));
     return BrokenLocked();
@@ -241,6 +271,73 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
     }
   }
   return Status::OK();
+}
+
+void RpcClient::AppendToBatchLocked(const Request& request, uint64_t seq) {
+  RequestHeader header;
+  header.op = request.op;
+  header.connection = connection_;
+  header.seq = seq;
+  header.flags = kFlagOneWay;
+  header.args_len = static_cast<uint32_t>(request.args_len);
+  const uint32_t payload_len = static_cast<uint32_t>(request.payload_len);
+  size_t at = batch_.size();
+  batch_.resize(at + sizeof(header) + request.args_len + sizeof(payload_len) + payload_len);
+  char* p = batch_.data() + at;
+  std::memcpy(p, &header, sizeof(header));
+  p += sizeof(header);
+  if (request.args_len > 0) std::memcpy(p, request.args, request.args_len);
+  p += request.args_len;
+  std::memcpy(p, &payload_len, sizeof(payload_len));
+  p += sizeof(payload_len);
+  if (payload_len > 0) std::memcpy(p, request.payload, payload_len);
+  ++batch_items_;
+}
+
+Status RpcClient::FlushLocked() {
+  if (batch_items_ == 0) return Status::OK();
+  BatchHeader header;
+  header.count = batch_items_;
+  header.connection = connection_;
+  header.bytes = static_cast<uint32_t>(batch_.size());
+  // Eager: the server splits it inside its receive callback (wire.h).
+  Status status = SendAmLocked(kBatchAmId, &header, sizeof(header), batch_.data(), batch_.size(),
+                               UCP_AM_SEND_FLAG_EAGER, nullptr);
+  batch_.clear();
+  batch_items_ = 0;
+  ++batches_sent_;
+  return status;
+}
+
+void RpcClient::FlusherLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (batch_items_ == 0) {
+      flusher_idle_ = true;
+      flusher_wake_.wait(lock);
+      flusher_idle_ = false;
+      continue;
+    }
+    auto due = batch_started_ + kBatchDelay;
+    if (std::chrono::steady_clock::now() < due) {
+      flusher_wake_.wait_until(lock, due);
+      continue;
+    }
+    // A failure marks the connection broken: the process's next call reports it.
+    (void)FlushLocked();
+  }
+}
+
+Status RpcClient::SendRawBatchForTesting(const BatchHeader& header, const std::string& data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  GPUPOOL_RETURN_IF_ERROR(FlushLocked());
+  return SendAmLocked(kBatchAmId, &header, sizeof(header), data.data(), data.size(),
+                      UCP_AM_SEND_FLAG_EAGER, nullptr);
+}
+
+uint64_t RpcClient::batches_sent_for_testing() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return batches_sent_;
 }
 
 void RpcClient::StartBulkReceivesLocked() {
@@ -335,6 +432,7 @@ uint64_t RpcClient::connection_id_for_testing() {
 
 void RpcClient::set_connection_id_for_testing(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
+  (void)FlushLocked();  // what was posted before goes with the id it was posted with
   connection_ = id;
 }
 
@@ -346,7 +444,8 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
   pending->result_buffer = request.result_buffer;
   pending->result_capacity = request.result_buffer ? request.result_capacity : 0;
   pending_.push_back(std::move(pending));
-  Status status = SendLocked(request, 0, seq);
+  Status status = FlushLocked();
+  if (status.ok()) status = SendLocked(request, 0, seq);
   if (status.ok()) status = WaitLocked(seq);
   // Collect this reply and every earlier one; earlier failures surface as async errors.
   int32_t earlier_error = 0;
@@ -366,11 +465,41 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
 
 Status RpcClient::Post(const Request& request) {
   std::lock_guard<std::mutex> lock(mu_);
-  return SendLocked(request, kFlagOneWay, next_seq_.fetch_add(1, std::memory_order_relaxed));
+  const uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
+  if (!broken_.empty()) return BrokenLocked();
+  const auto now = std::chrono::steady_clock::now();
+  const bool burst = batch_items_ > 0 || now - last_post_ < kBurstGap;
+  last_post_ = now;
+  if (burst && request.args_len <= kMaxArgsLen &&
+      sizeof(RequestHeader) + request.args_len + request.payload_len <= kBatchItemBytes) {
+    AppendToBatchLocked(request, seq);
+    if (batch_items_ == 1) {
+      batch_started_ = now;
+      if (!flusher_.joinable()) {
+        flusher_pid_ = getpid();
+        flusher_ = std::thread([this] { FlusherLoop(); });
+      } else if (flusher_idle_) {
+        flusher_wake_.notify_one();
+      }
+    }
+    if (batch_items_ >= kBatchItems || batch_.size() >= kBatchBytes) return FlushLocked();
+    return Status::OK();
+  }
+  GPUPOOL_RETURN_IF_ERROR(FlushLocked());
+  Status sent = SendLocked(request, kFlagOneWay, seq);
+  // The gap to the next post counts from here: a send that took long is no pause.
+  last_post_ = std::chrono::steady_clock::now();
+  return sent;
 }
 
 Status RpcClient::PostOverlapped(const Request& request, const std::function<bool()>& step) {
   std::lock_guard<std::mutex> lock(mu_);
+  Status flushed = FlushLocked();
+  if (!flushed.ok()) {
+    while (step()) {
+    }
+    return flushed;
+  }
   return SendLocked(request, kFlagOneWay, next_seq_.fetch_add(1, std::memory_order_relaxed), &step);
 }
 
@@ -382,12 +511,14 @@ Status RpcClient::Start(const Request& request) {
   pending->result_buffer = request.result_buffer;
   pending->result_capacity = request.result_buffer ? request.result_capacity : 0;
   pending_.push_back(std::move(pending));
+  GPUPOOL_RETURN_IF_ERROR(FlushLocked());
   return SendLocked(request, 0, seq);
 }
 
 Status RpcClient::Drain(int32_t* first_error) {
   std::lock_guard<std::mutex> lock(mu_);
   *first_error = 0;
+  GPUPOOL_RETURN_IF_ERROR(FlushLocked());
   if (pending_.empty()) return Status::OK();
   Status status = WaitLocked(pending_.back()->seq);
   while (!pending_.empty()) {

@@ -8,18 +8,31 @@
 //           Call or Drain (asynchronous device-to-host copies).
 // Bulk results land directly in the caller's buffer (rendezvous when large).
 //
+// Batching: a Post that follows the previous one within kBurstGap joins a batch (wire.h)
+// when it is small (kBatchItemBytes), instead of going out as a message of its own: a
+// burst of launches then costs one message per kBatchItems of them. A batch goes out when
+// it is full, before any other request (so the order on the wire is the order of the
+// calls), and at the latest kBatchDelay after its first request, from a thread of the
+// connection's own (started at the first batch), so that the last launches of a burst
+// start without waiting for the process's next call. A lone Post goes out at once.
+//
 // Thread safety: every public method takes mu_; a process may call from any thread.
 // Failures (server gone, transport error) come back as Status::Unavailable; afterwards the
 // connection is broken and every later call fails the same way.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -92,6 +105,17 @@ class RpcClient : public ClientConnection {
 
   const std::string& endpoint() const { return endpoint_; }
 
+  static constexpr auto kBurstGap = std::chrono::microseconds(10);
+  static constexpr auto kBatchDelay = std::chrono::microseconds(100);
+  static constexpr size_t kBatchItemBytes = 2048;  // RequestHeader, args, payload
+  static constexpr size_t kBatchBytes = 16 << 10;  // a batch this large goes out
+  static constexpr uint32_t kBatchItems = 64;      // ...and one of this many items
+  // Batches sent so far (for tests).
+  uint64_t batches_sent_for_testing();
+  // For tests of the server's checks only: sends `header` and `data` as a batch message,
+  // as they are (a client that forges or garbles one).
+  Status SendRawBatchForTesting(const BatchHeader& header, const std::string& data);
+
   // For tests of the server's checks only: the id the server gave this
   // connection, and a replacement for it in every later request (a client
   // forging another's id).
@@ -110,6 +134,13 @@ class RpcClient : public ClientConnection {
   // PostOverlapped's step, run to its end before this returns.
   Status SendLocked(const Request& request, uint32_t flags, uint64_t seq,
                     const std::function<bool()>* overlap = nullptr);
+  // Sends one active message and waits until its buffers may be reused.
+  Status SendAmLocked(unsigned id, const void* header, size_t header_len, const void* data,
+                      size_t data_len, uint32_t send_flags, const std::function<bool()>* overlap);
+  // Sends the batch, if any (before any other request goes out).
+  Status FlushLocked();
+  void AppendToBatchLocked(const Request& request, uint64_t seq);
+  void FlusherLoop();
   Status WaitLocked(uint64_t seq);       // until reply `seq` and its bulk data are complete
   void StartBulkReceivesLocked();
   // Called when the server's socket closed: marks the connection broken, and returns
@@ -130,6 +161,18 @@ class RpcClient : public ClientConnection {
   std::deque<std::unique_ptr<Pending>> pending_;  // in seq order; guarded by mu_
   std::string broken_;  // non-empty once the connection failed; guarded by mu_
   std::function<std::string()> abandon_;  // guarded by mu_
+
+  // Batching (see the top of this file); all guarded by mu_.
+  std::vector<char> batch_;  // the items of the batch not yet sent
+  uint32_t batch_items_ = 0;
+  std::chrono::steady_clock::time_point batch_started_;  // when its first item came
+  std::chrono::steady_clock::time_point last_post_;
+  uint64_t batches_sent_ = 0;
+  std::thread flusher_;    // sends a batch kBatchDelay after its first item
+  pid_t flusher_pid_ = 0;  // the process that started it (a forked child has none)
+  std::condition_variable flusher_wake_;
+  bool flusher_idle_ = false;  // waiting for a batch to start
+  bool stopping_ = false;
 };
 
 }  // namespace gpupool::transport

@@ -13,7 +13,10 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -67,8 +70,11 @@ Result<ConnectionId> RandomConnectionId() {
 
 struct Incoming {
   RequestHeader header;
-  std::string args;
-  std::string eager;          // payload received eagerly (copied out of UCX's buffer)
+  // What came in UCX's buffers, copied out: the arguments and an eager payload. The items
+  // of a batch share one copy of their batch.
+  std::shared_ptr<const std::string> bytes;
+  std::string_view args;      // in `bytes`
+  std::string_view eager;     // payload received eagerly, in `bytes`
   void* rndv_desc = nullptr;  // payload still on the client, to pull by rendezvous
   size_t rndv_len = 0;
 };
@@ -117,6 +123,7 @@ class Lane {
 
   Status Start() {
     GPUPOOL_RETURN_IF_ERROR(ucx_->SetAmHandler(kRequestAmId, &Lane::OnRequestAm, this));
+    GPUPOOL_RETURN_IF_ERROR(ucx_->SetAmHandler(kBatchAmId, &Lane::OnBatchAm, this));
     auto address = ucx_->Address();
     if (!address.ok()) return address.status();
     worker_address_ = std::move(address.value());
@@ -260,18 +267,64 @@ class Lane {
     }
     Incoming incoming;
     incoming.header = request_header;
-    incoming.args.assign(static_cast<const char*>(header) + sizeof(request_header),
-                         request_header.args_len);
+    const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+    const size_t eager_len = rendezvous ? 0 : length;
+    auto bytes = std::make_shared<std::string>();
+    bytes->reserve(request_header.args_len + eager_len);
+    bytes->append(static_cast<const char*>(header) + sizeof(request_header),
+                  request_header.args_len);
+    if (eager_len > 0) bytes->append(static_cast<const char*>(data), eager_len);
+    incoming.args = std::string_view(bytes->data(), request_header.args_len);
+    incoming.eager = std::string_view(bytes->data() + request_header.args_len, eager_len);
+    incoming.bytes = std::move(bytes);
     ucs_status_t keep = UCS_OK;
-    if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    if (rendezvous) {
       incoming.rndv_desc = data;
       incoming.rndv_len = length;
       keep = UCS_INPROGRESS;
-    } else if (length > 0) {
-      incoming.eager.assign(static_cast<const char*>(data), length);
     }
     found->second->queue.push_back(std::move(incoming));
     return keep;
+  }
+
+  // A batch of one-way requests (wire.h): queued in order as if they had come one by one,
+  // once every item has passed the checks. A malformed batch on a client's own connection
+  // closes it (the client no longer speaks this wire), with nothing of it run.
+  static ucs_status_t OnBatchAm(void* arg, const void* header, size_t header_len, void* data,
+                                size_t length, const ucp_am_recv_param_t* param) {
+    auto* self = static_cast<Lane*>(arg);
+    BatchHeader batch;
+    if (!DecodeBatchHeader(header, header_len, &batch)) return UCS_OK;
+    auto found = self->connections_.find(batch.connection);
+    ucp_ep_h from =
+        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+    if (found == self->connections_.end() || from == nullptr || found->second->ep != from) {
+      self->dropped_ += batch.count;  // as for single requests (OnRequestAm)
+      return UCS_OK;
+    }
+    Connection* c = found->second.get();
+    const char* why = "it came by rendezvous";
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+      // One copy of the whole batch, its items views into it (checked on the copy).
+      auto bytes = std::make_shared<const std::string>(static_cast<const char*>(data), length);
+      if (DecodeBatch(batch, bytes->data(), bytes->size(), self->batch_items_.data(), &why)) {
+        for (uint32_t i = 0; i < batch.count; ++i) {
+          const BatchItem& item = self->batch_items_[i];
+          Incoming incoming;
+          incoming.header = item.header;
+          incoming.bytes = bytes;
+          incoming.args = std::string_view(item.args, item.header.args_len);
+          incoming.eager = std::string_view(item.payload, item.payload_len);
+          c->queue.push_back(std::move(incoming));
+        }
+        return UCS_OK;
+      }
+    }
+    if (!c->closing) {
+      c->closing = true;
+      c->close_reason = std::string("malformed request batch: ") + why;
+    }
+    return UCS_OK;  // rendezvous data is dropped with it
   }
 
   static void OnBulkArrived(void* request, ucs_status_t status, size_t length, void* user_data) {
@@ -548,7 +601,8 @@ class Lane {
   };
   std::vector<Closing> closing_requests_;
   std::chrono::steady_clock::time_point next_tick_{};
-  uint64_t dropped_ = 0;           // requests dropped by OnRequestAm
+  uint64_t dropped_ = 0;  // requests dropped by OnRequestAm and OnBatchAm
+  std::vector<BatchItem> batch_items_ = std::vector<BatchItem>(kMaxBatchItems);  // OnBatchAm's
   uint64_t dropped_reported_ = 0;  // ...of which the log has told
   std::chrono::steady_clock::time_point next_dropped_report_{};
 };

@@ -8,7 +8,8 @@
 // bytes the peer sends, then end of stream.
 //
 // The header checks of requests and replies (wire.h), which RpcServer and RpcClient make
-// inside UCX's active-message callbacks, are fed too (byte 0 values 2 and 3, below).
+// inside UCX's active-message callbacks, are fed too (byte 0 values 2 and 3, below), and
+// so is the server's batch decoder (byte 0 values 6 mod 8: a BatchHeader, then the data).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -46,8 +47,45 @@ static void CheckAmHeaders(bool request, const uint8_t* data, size_t size) {
   }
 }
 
+// What RpcServer's OnBatchAm does with a batch: the header check, then the items, each
+// of which must lie inside the data and satisfy what DecodeBatch promises.
+static void CheckBatch(const uint8_t* data, size_t size) {
+  if (size < sizeof(tr::BatchHeader)) return;
+  tr::BatchHeader header;
+  if (!tr::DecodeBatchHeader(data, sizeof(header), &header)) return;
+  if (header.count < 1 || header.count > tr::kMaxBatchItems || header.bytes > tr::kMaxBatchBytes) {
+    __builtin_trap();
+  }
+  // A copy of exactly the rest: ASan then sees any read past the data's end.
+  std::vector<char> bytes(data + sizeof(header), data + size);
+  std::vector<tr::BatchItem> items(tr::kMaxBatchItems);
+  const char* why = nullptr;
+  if (!tr::DecodeBatch(header, bytes.data(), bytes.size(), items.data(), &why)) {
+    if (why == nullptr) __builtin_trap();
+    return;
+  }
+  const char* begin = bytes.data();
+  const char* end = begin + bytes.size();
+  for (uint32_t i = 0; i < header.count; ++i) {
+    const tr::BatchItem& item = items[i];
+    if (item.header.connection != header.connection || !(item.header.flags & tr::kFlagOneWay) ||
+        item.header.args_len > tr::kMaxArgsLen || item.args < begin ||
+        item.args + item.header.args_len > end || item.payload < begin ||
+        item.payload + item.payload_len > end) {
+      __builtin_trap();
+    }
+    std::string args(item.args, item.header.args_len);  // what the server copies
+    std::string payload(item.payload, item.payload_len);
+    if (args.size() != item.header.args_len || payload.size() != item.payload_len) __builtin_trap();
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
+  if ((data[0] & 7) == 6) {
+    CheckBatch(data + 1, size - 1);
+    return 0;
+  }
   if ((data[0] & 3) >= 2) {
     // A copy of exactly the rest: ASan then sees any read past the header's end.
     std::vector<uint8_t> header(data + 1, data + size);

@@ -1,16 +1,16 @@
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <map>
 #include <mutex>
 #include <set>
+#include <string>
+#include <thread>
 #include <vector>
-
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include "remote/transport/bootstrap.h"
 #include "remote/transport/rpc_client.h"
@@ -228,6 +228,195 @@ TEST_F(TransportTest, AnotherEndpointCannotUseAConnectionsId) {
   EXPECT_TRUE(handler_.RequestsOf(victim + 1).empty());
   std::lock_guard<std::mutex> lock(handler_.mu);
   EXPECT_EQ(handler_.requests_of.size(), 2u);  // nothing reached any other connection
+}
+
+// A burst of small one-way requests goes out in batches (rpc_client.h), and the server runs
+// them in the order they were posted, before the call that follows them; a one-way error
+// inside a batch arrives with the next reply.
+TEST_F(TransportTest, ABurstOfOneWayRequestsGoesOutInBatchesInOrder) {
+  const int kPosts = 1000;
+  for (int i = 0; i < kPosts; ++i) {
+    std::string args = std::to_string(i);
+    ASSERT_TRUE(
+        client_->Post(Request{kEchoArgs, args.data(), args.size(), nullptr, 0, nullptr, 0}).ok());
+    if (i == kPosts / 2) {
+      ASSERT_TRUE(client_->Post(Request{kFail, "f", 1, nullptr, 0, nullptr, 0}).ok());
+    }
+  }
+  Reply reply;
+  ASSERT_TRUE(client_->Call(Request{kEchoArgs, "end", 3, nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.out, "end");
+  EXPECT_EQ(reply.async_status, 7);
+  std::vector<std::string> seen = handler_.RequestsOf(client_->connection_id_for_testing());
+  ASSERT_EQ(seen.size(), kPosts + 2u);
+  for (int i = 0, at = 0; i < kPosts; ++i, ++at) {
+    ASSERT_EQ(seen[at], std::to_string(i));
+    if (i == kPosts / 2) {
+      EXPECT_EQ(seen[++at], "f");
+    }
+  }
+  EXPECT_EQ(seen.back(), "end");
+  // Batched: far fewer messages than requests (a post that follows a pause goes alone).
+  const uint64_t batches = client_->batches_sent_for_testing();
+  EXPECT_GE(batches, 1u);
+  EXPECT_LE(batches, uint64_t{kPosts / 2});
+}
+
+// The last requests of a burst reach the server with no later call to push them out.
+TEST_F(TransportTest, TheEndOfABurstGoesOutWithoutAnotherCall) {
+  const uint64_t id = client_->connection_id_for_testing();
+  size_t posted = 0;
+  // A burst of a few posts (fewer than fill a batch); again if the machine paused this
+  // thread between them so long that none was batched.
+  for (int attempt = 0; attempt < 20 && client_->batches_sent_for_testing() == 0; ++attempt) {
+    for (int i = 0; i < 6; ++i, ++posted) {
+      ASSERT_TRUE(client_->Post(Request{kEchoArgs, "b", 1, nullptr, 0, nullptr, 0}).ok());
+    }
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (handler_.RequestsOf(id).size() < posted && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_EQ(handler_.RequestsOf(id).size(), posted);
+  }
+  EXPECT_GE(client_->batches_sent_for_testing(), 1u);
+}
+
+// Requests far apart go out one by one, as before batching.
+TEST_F(TransportTest, SpacedOutRequestsAreNotBatched) {
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(client_->Post(Request{kEchoArgs, "s", 1, nullptr, 0, nullptr, 0}).ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  Reply reply;
+  ASSERT_TRUE(client_->Call(Request{kEchoArgs, "x", 1, nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(client_->batches_sent_for_testing(), 0u);
+  EXPECT_EQ(handler_.RequestsOf(client_->connection_id_for_testing()).size(), 6u);
+}
+
+// One batch item as the client writes it (wire.h).
+std::string BatchItemBytes(uint64_t connection, uint32_t flags, const std::string& args,
+                           const std::string& payload = "") {
+  RequestHeader header;
+  header.op = kEchoArgs;
+  header.connection = connection;
+  header.seq = 1000;
+  header.flags = flags;
+  header.args_len = static_cast<uint32_t>(args.size());
+  const uint32_t payload_len = static_cast<uint32_t>(payload.size());
+  std::string bytes(reinterpret_cast<const char*>(&header), sizeof(header));
+  bytes += args;
+  bytes.append(reinterpret_cast<const char*>(&payload_len), sizeof(payload_len));
+  return bytes + payload;
+}
+
+// Who may send a batch: only a client, on its own connection, of its own one-way requests.
+// A batch naming another connection from this endpoint reaches nothing; a batch that
+// carries another connection's requests, or a request expecting a reply, closes the
+// sender's connection with the reason, and none of its items run. The victim goes on.
+TEST_F(TransportTest, ABatchCarriesOnlyItsSendersOwnOneWayRequests) {
+  const uint64_t victim = client_->connection_id_for_testing();
+  Reply reply;
+  ASSERT_TRUE(client_->Call(Request{kEchoArgs, "victim", 6, nullptr, 0, nullptr, 0}, &reply).ok());
+  struct Forgery {
+    bool batch_names_victim;  // the batch header names the victim's connection
+    bool item_names_victim;   // an item names it
+    uint32_t flags;           // of the second item
+    std::string reason;       // the attacker's disconnect reason, if closed
+  };
+  const std::vector<Forgery> forgeries = {
+      {true, true, kFlagOneWay, ""},
+      {false, true, kFlagOneWay, "malformed request batch: an item names another connection"},
+      {false, false, 0, "malformed request batch: an item is not a one-way request"},
+  };
+  for (const Forgery& forgery : forgeries) {
+    const int disconnects = handler_.disconnects;
+    auto attacker = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()));
+    ASSERT_TRUE(attacker.ok()) << attacker.status().message();
+    const uint64_t own = attacker.value()->connection_id_for_testing();
+    std::string data =
+        BatchItemBytes(own, kFlagOneWay, "forged-1") +
+        BatchItemBytes(forgery.item_names_victim ? victim : own, forgery.flags, "forged-2");
+    BatchHeader header;
+    header.count = 2;
+    header.connection = forgery.batch_names_victim ? victim : own;
+    header.bytes = static_cast<uint32_t>(data.size());
+    ASSERT_TRUE(attacker.value()->SendRawBatchForTesting(header, data).ok());
+    Status after =
+        attacker.value()->Call(Request{kEchoArgs, "own", 3, nullptr, 0, nullptr, 0}, &reply);
+    if (forgery.reason.empty()) {
+      ASSERT_TRUE(after.ok()) << after.message();  // dropped; the attacker's own calls go on
+      EXPECT_EQ(handler_.RequestsOf(own), (std::vector<std::string>{"own"}));
+    } else {
+      EXPECT_FALSE(after.ok());
+      EXPECT_TRUE(handler_.RequestsOf(own).empty());
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (handler_.disconnects == disconnects && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::lock_guard<std::mutex> lock(handler_.mu);
+      ASSERT_FALSE(handler_.disconnect_reasons.empty());
+      EXPECT_EQ(handler_.disconnect_reasons.back(), forgery.reason);
+    }
+  }
+  ASSERT_TRUE(client_->Call(Request{kEchoArgs, "victim", 6, nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(handler_.RequestsOf(victim), (std::vector<std::string>{"victim", "victim"}));
+}
+
+// The batch decoder (wire.h) takes exactly well-formed batches, and names what is wrong.
+TEST(TransportBatch, DecodeTakesOnlyWellFormedBatches) {
+  const std::string one = BatchItemBytes(5, kFlagOneWay, "abc", "payload");
+  const std::string two = one + BatchItemBytes(5, kFlagOneWay, "", "");
+  BatchHeader header;
+  header.count = 2;
+  header.connection = 5;
+  header.bytes = static_cast<uint32_t>(two.size());
+  BatchItem items[kMaxBatchItems];
+  const char* why = nullptr;
+  ASSERT_TRUE(DecodeBatch(header, two.data(), two.size(), items, &why));
+  EXPECT_EQ(std::string(items[0].args, items[0].header.args_len), "abc");
+  EXPECT_EQ(std::string(items[0].payload, items[0].payload_len), "payload");
+  EXPECT_EQ(items[1].header.args_len, 0u);
+  EXPECT_EQ(items[1].payload_len, 0u);
+
+  struct Case {
+    std::string data;
+    uint32_t count;
+    const char* why;
+  };
+  std::string long_payload = one;  // payload_len claims more than is there
+  const uint32_t too_long = 1000;
+  std::memcpy(long_payload.data() + sizeof(RequestHeader) + 3, &too_long, sizeof(too_long));
+  const std::vector<Case> cases = {
+      {one, 2, "an item is cut short"},
+      {two, 1, "bytes follow its last item"},
+      {long_payload, 1, "an item is cut short"},
+      {one.substr(0, 10), 1, "an item is cut short"},
+      {BatchItemBytes(6, kFlagOneWay, "x"), 1, "an item names another connection"},
+      {BatchItemBytes(5, 0, "x"), 1, "an item is not a one-way request"},
+      {std::string(sizeof(RequestHeader) + 4, '\0'), 1, "an item's request header is malformed"},
+  };
+  for (const Case& c : cases) {
+    header.count = c.count;
+    header.bytes = static_cast<uint32_t>(c.data.size());
+    why = nullptr;
+    EXPECT_FALSE(DecodeBatch(header, c.data.data(), c.data.size(), items, &why)) << c.why;
+    EXPECT_STREQ(why, c.why);
+  }
+  header.bytes = static_cast<uint32_t>(one.size()) + 1;  // the header and the data disagree
+  EXPECT_FALSE(DecodeBatch(header, one.data(), one.size(), items, &why));
+  EXPECT_STREQ(why, "its data is not the length its header says");
+
+  BatchHeader decoded;
+  header.count = 0;
+  EXPECT_FALSE(DecodeBatchHeader(&header, sizeof(header), &decoded));
+  header.count = kMaxBatchItems + 1;
+  EXPECT_FALSE(DecodeBatchHeader(&header, sizeof(header), &decoded));
+  header.count = 1;
+  header.bytes = kMaxBatchBytes + 1;
+  EXPECT_FALSE(DecodeBatchHeader(&header, sizeof(header), &decoded));
+  header.bytes = 10;
+  EXPECT_TRUE(DecodeBatchHeader(&header, sizeof(header), &decoded));
+  EXPECT_FALSE(DecodeBatchHeader(&header, sizeof(header) - 1, &decoded));
 }
 
 // Connection ids come from the kernel's random source: distinct, and spread over all
