@@ -269,14 +269,16 @@ class Lane {
     incoming.header = request_header;
     const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     const size_t eager_len = rendezvous ? 0 : length;
-    auto bytes = std::make_shared<std::string>();
-    bytes->reserve(request_header.args_len + eager_len);
-    bytes->append(static_cast<const char*>(header) + sizeof(request_header),
-                  request_header.args_len);
-    if (eager_len > 0) bytes->append(static_cast<const char*>(data), eager_len);
-    incoming.args = std::string_view(bytes->data(), request_header.args_len);
-    incoming.eager = std::string_view(bytes->data() + request_header.args_len, eager_len);
-    incoming.bytes = std::move(bytes);
+    if (request_header.args_len + eager_len > 0) {  // (a synchronisation has neither)
+      auto bytes = std::make_shared<std::string>();
+      bytes->reserve(request_header.args_len + eager_len);
+      bytes->append(static_cast<const char*>(header) + sizeof(request_header),
+                    request_header.args_len);
+      if (eager_len > 0) bytes->append(static_cast<const char*>(data), eager_len);
+      incoming.args = std::string_view(bytes->data(), request_header.args_len);
+      incoming.eager = std::string_view(bytes->data() + request_header.args_len, eager_len);
+      incoming.bytes = std::move(bytes);
+    }
     ucs_status_t keep = UCS_OK;
     if (rendezvous) {
       incoming.rndv_desc = data;
