@@ -198,12 +198,7 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
   // The AM header: RequestHeader + args, in a buffer reused by every request (we wait for
   // local completion below, under mu_).
   send_header_.resize(sizeof(RequestHeader) + request.args_len);
-  RequestHeader request_header;
-  request_header.op = request.op;
-  request_header.connection = connection_;
-  request_header.seq = seq;
-  request_header.flags = flags;
-  request_header.args_len = static_cast<uint32_t>(request.args_len);
+  const RequestHeader request_header = HeaderLocked(request, seq, flags);
   std::memcpy(send_header_.data(), &request_header, sizeof(request_header));
   if (request.args_len > 0) {
     std::memcpy(send_header_.data() + sizeof(request_header), request.args, request.args_len);
@@ -273,13 +268,18 @@ Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_le
   return Status::OK();
 }
 
-void RpcClient::AppendToBatchLocked(const Request& request, uint64_t seq) {
+RequestHeader RpcClient::HeaderLocked(const Request& request, uint64_t seq, uint32_t flags) const {
   RequestHeader header;
   header.op = request.op;
   header.connection = connection_;
   header.seq = seq;
-  header.flags = kFlagOneWay;
+  header.flags = flags;
   header.args_len = static_cast<uint32_t>(request.args_len);
+  return header;
+}
+
+void RpcClient::AppendToBatchLocked(const Request& request, uint64_t seq) {
+  const RequestHeader header = HeaderLocked(request, seq, kFlagOneWay);
   const uint32_t payload_len = static_cast<uint32_t>(request.payload_len);
   size_t at = batch_.size();
   batch_.resize(at + sizeof(header) + request.args_len + sizeof(payload_len) + payload_len);

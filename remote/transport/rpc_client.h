@@ -134,6 +134,7 @@ class RpcClient : public ClientConnection {
   // PostOverlapped's step, run to its end before this returns.
   Status SendLocked(const Request& request, uint32_t flags, uint64_t seq,
                     const std::function<bool()>* overlap = nullptr);
+  RequestHeader HeaderLocked(const Request& request, uint64_t seq, uint32_t flags) const;
   // Sends one active message and waits until its buffers may be reused.
   Status SendAmLocked(unsigned id, const void* header, size_t header_len, const void* data,
                       size_t data_len, uint32_t send_flags, const std::function<bool()>* overlap);

@@ -249,19 +249,28 @@ class Lane {
     if (connection->transport_error.empty()) connection->transport_error = UcxError(status);
   }
 
+  // The connection `id` names, if the message came on that connection's endpoint (the
+  // client sends with UCP_AM_SEND_FLAG_REPLY); null otherwise. A request counts only on
+  // its own connection's endpoint: a guessed id, or a real one replayed from another
+  // client's endpoint, reaches nothing.
+  Connection* SenderConnection(ConnectionId id, const ucp_am_recv_param_t* param) {
+    auto found = connections_.find(id);
+    ucp_ep_h from =
+        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+    if (found == connections_.end() || from == nullptr || found->second->ep != from) {
+      return nullptr;
+    }
+    return found->second.get();
+  }
+
   static ucs_status_t OnRequestAm(void* arg, const void* header, size_t header_len, void* data,
                                   size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Lane*>(arg);
     RequestHeader request_header;
     // Not a request of this wire: dropped (rndv data too).
     if (!DecodeRequestHeader(header, header_len, &request_header)) return UCS_OK;
-    auto found = self->connections_.find(request_header.connection);
-    // The endpoint the request came on (the client sends with UCP_AM_SEND_FLAG_REPLY). A
-    // request counts only on its own connection's endpoint: a guessed id, or a real one
-    // replayed from another client's endpoint, reaches nothing.
-    ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep
-                                                                         : nullptr;
-    if (found == self->connections_.end() || from == nullptr || found->second->ep != from) {
+    Connection* c = self->SenderConnection(request_header.connection, param);
+    if (c == nullptr) {
       ++self->dropped_;  // not ours, or a connection that is gone: drop (rndv data too)
       return UCS_OK;
     }
@@ -285,7 +294,7 @@ class Lane {
       incoming.rndv_len = length;
       keep = UCS_INPROGRESS;
     }
-    found->second->queue.push_back(std::move(incoming));
+    c->queue.push_back(std::move(incoming));
     return keep;
   }
 
@@ -297,14 +306,11 @@ class Lane {
     auto* self = static_cast<Lane*>(arg);
     BatchHeader batch;
     if (!DecodeBatchHeader(header, header_len, &batch)) return UCS_OK;
-    auto found = self->connections_.find(batch.connection);
-    ucp_ep_h from =
-        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
-    if (found == self->connections_.end() || from == nullptr || found->second->ep != from) {
+    Connection* c = self->SenderConnection(batch.connection, param);
+    if (c == nullptr) {
       self->dropped_ += batch.count;  // as for single requests (OnRequestAm)
       return UCS_OK;
     }
-    Connection* c = found->second.get();
     const char* why = "it came by rendezvous";
     if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
       // One copy of the whole batch, its items views into it (checked on the copy).
