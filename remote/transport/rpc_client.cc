@@ -494,13 +494,14 @@ Status RpcClient::Post(const Request& request) {
 
 Status RpcClient::PostOverlapped(const Request& request, const std::function<bool()>& step) {
   std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
   Status flushed = FlushLocked();
   if (!flushed.ok()) {
     while (step()) {
     }
     return flushed;
   }
-  return SendLocked(request, kFlagOneWay, next_seq_.fetch_add(1, std::memory_order_relaxed), &step);
+  return SendLocked(request, kFlagOneWay, seq, &step);
 }
 
 Status RpcClient::Start(const Request& request) {
@@ -518,9 +519,9 @@ Status RpcClient::Start(const Request& request) {
 Status RpcClient::Drain(int32_t* first_error) {
   std::lock_guard<std::mutex> lock(mu_);
   *first_error = 0;
-  GPUPOOL_RETURN_IF_ERROR(FlushLocked());
-  if (pending_.empty()) return Status::OK();
-  Status status = WaitLocked(pending_.back()->seq);
+  Status status = FlushLocked();
+  if (pending_.empty()) return status;
+  if (status.ok()) status = WaitLocked(pending_.back()->seq);
   while (!pending_.empty()) {
     if (pending_.front()->reply.status != 0 && *first_error == 0) {
       *first_error = pending_.front()->reply.status;

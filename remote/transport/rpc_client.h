@@ -12,9 +12,10 @@
 // when it is small (kBatchItemBytes), instead of going out as a message of its own: a
 // burst of launches then costs one message per kBatchItems of them. A batch goes out when
 // it is full, before any other request (so the order on the wire is the order of the
-// calls), and at the latest kBatchDelay after its first request, from a thread of the
-// connection's own (started at the first batch), so that the last launches of a burst
-// start without waiting for the process's next call. A lone Post goes out at once.
+// calls), and kBatchDelay after its first request (give or take the scheduler's timer
+// slack), from a thread of the connection's own (started at the first batch), so that
+// the last launches of a burst start without waiting for the process's next call. A
+// lone Post goes out at once.
 //
 // Thread safety: every public method takes mu_; a process may call from any thread.
 // Failures (server gone, transport error) come back as Status::Unavailable; afterwards the

@@ -312,7 +312,9 @@ class Lane {
       return UCS_OK;
     }
     const char* why = "it came by rendezvous";
-    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
+    if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0 && length != batch.bytes) {
+      why = "its data is not the length its header says";  // (copied only when bounded)
+    } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
       // One copy of the whole batch, its items views into it (checked on the copy).
       auto bytes = std::make_shared<const std::string>(static_cast<const char*>(data), length);
       if (DecodeBatch(batch, bytes->data(), bytes->size(), self->batch_items_.data(), &why)) {

@@ -321,12 +321,15 @@ TEST_F(TransportTest, ABatchCarriesOnlyItsSendersOwnOneWayRequests) {
     bool batch_names_victim;  // the batch header names the victim's connection
     bool item_names_victim;   // an item names it
     uint32_t flags;           // of the second item
+    uint32_t extra_bytes;     // the header claims this many bytes more than are sent
     std::string reason;       // the attacker's disconnect reason, if closed
   };
   const std::vector<Forgery> forgeries = {
-      {true, true, kFlagOneWay, ""},
-      {false, true, kFlagOneWay, "malformed request batch: an item names another connection"},
-      {false, false, 0, "malformed request batch: an item is not a one-way request"},
+      {true, true, kFlagOneWay, 0, ""},
+      {false, true, kFlagOneWay, 0, "malformed request batch: an item names another connection"},
+      {false, false, 0, 0, "malformed request batch: an item is not a one-way request"},
+      {false, false, kFlagOneWay, 1,
+       "malformed request batch: its data is not the length its header says"},
   };
   for (const Forgery& forgery : forgeries) {
     const int disconnects = handler_.disconnects;
@@ -339,7 +342,7 @@ TEST_F(TransportTest, ABatchCarriesOnlyItsSendersOwnOneWayRequests) {
     BatchHeader header;
     header.count = 2;
     header.connection = forgery.batch_names_victim ? victim : own;
-    header.bytes = static_cast<uint32_t>(data.size());
+    header.bytes = static_cast<uint32_t>(data.size()) + forgery.extra_bytes;
     ASSERT_TRUE(attacker.value()->SendRawBatchForTesting(header, data).ok());
     Status after =
         attacker.value()->Call(Request{kEchoArgs, "own", 3, nullptr, 0, nullptr, 0}, &reply);
