@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "remote/client/api_common.h"
+#include "remote/client/graph_model.h"
 #include "remote/client/graphs.h"
 
 using namespace gpupool::client;  // NOLINT
@@ -149,6 +150,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (dptr == 0) return CUDA_SUCCESS;
+    // Graph memory: marked free; the GPU memory stays for its allocation node.
+    if (CUresult status = CUDA_SUCCESS; graph::FreeGraphMemory(dptr, &status)) return status;
     int device = 0;
     Allocation allocation{};
     uint64_t start = 0;
@@ -855,6 +858,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t size
     if (CUresult status = ResolveDevice(stream, &device, nullptr); status != CUDA_SUCCESS) {
       return status;
     }
+    // On a capturing stream: a memory allocation node, whose graph memory this is.
+    CUresult captured = CUDA_SUCCESS;
+    if (AnyCapture() && CaptureGraphAlloc(stream, device, size, dptr, &captured)) return captured;
     Stream* s = AsStream(stream);
     if (s == nullptr || s->context == CurrentContext()) return cuMemAlloc_v2(dptr, size);
     // Allocated in the stream's context, which owns it.
@@ -878,6 +884,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stre
     }
     if (dptr == 0) return CUDA_SUCCESS;
     if (DeviceOf(dptr, 1) < 0) return CUDA_ERROR_INVALID_VALUE;
+    // On a capturing stream: a free node. Graph memory outside a capture: marked free
+    // (its memory stays on the GPU for its allocation node, graph_memory.cc).
+    CUresult captured = CUDA_SUCCESS;
+    if (CaptureGraphFree(stream, dptr, &captured)) return captured;
+    if (graph::FreeGraphMemory(dptr, &captured)) return captured;
     dp::StreamArgs args{stream_id, 0, 0};
     if (CUresult status =
             Runtime::Get().Call(device, dp::kOpStreamSynchronize, &args, sizeof(args));

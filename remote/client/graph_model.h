@@ -25,6 +25,42 @@ constexpr uint32_t kNodeMagic = 0x676e6431;       // "gnd1"
 
 struct Graph;
 
+// Graph memory: the allocation of a memory allocation node (cuGraphAddMemAllocNode, or
+// cuMemAllocAsync on a capturing stream). CUDA fixes its address when the node is made and
+// keeps it for every launch, so the memory is allocated on the GPU then (an ordinary
+// allocation, which failover keeps like any other) and kept while a graph or an
+// instantiated graph has the node, or a launch left it allocated: it is freed on the GPU
+// once neither holds. A launch marks it allocated (the allocation node) and freed (a free
+// node, cuMemFree or cuMemFreeAsync), as CUDA's lifetime rules say.
+struct GraphMemoryHold {
+  CUdeviceptr dptr = 0;
+  explicit GraphMemoryHold(CUdeviceptr address) : dptr(address) {}
+  ~GraphMemoryHold();  // the node's hold goes: freed on the GPU unless a launch left it in use
+  GraphMemoryHold(const GraphMemoryHold&) = delete;
+  GraphMemoryHold& operator=(const GraphMemoryHold&) = delete;
+};
+
+// Allocates `bytes` of graph memory on `device` (in the current context when it is that
+// device's, else in the device's primary context).
+CUresult NewGraphMemory(int device, size_t bytes, std::shared_ptr<GraphMemoryHold>* hold);
+// Whether `dptr` is the start of graph memory (not yet freed on the GPU).
+bool IsGraphMemory(CUdeviceptr dptr);
+// Whether a launch left graph memory `dptr` allocated.
+bool GraphMemoryInUse(CUdeviceptr dptr);
+// A launch reached its allocation node (in_use) or a free of it (not): false when `dptr` is
+// not graph memory, or a free finds it not in use.
+bool SetGraphMemoryInUse(CUdeviceptr dptr, bool in_use);
+// cuMemFree or cuMemFreeAsync outside a capture: false when `dptr` is not graph memory;
+// else *status says whether it was in use (CUDA_SUCCESS) or not (CUDA_ERROR_INVALID_VALUE).
+bool FreeGraphMemory(CUdeviceptr dptr, CUresult* status);
+// cuDeviceGetGraphMemAttribute's figures for `device`: bytes in use and allocated (reserved),
+// and their high watermarks; ResetGraphMemoryHigh sets a watermark back to the current value.
+struct GraphMemoryUse {
+  uint64_t used = 0, used_high = 0, reserved = 0, reserved_high = 0;
+};
+GraphMemoryUse GraphMemoryUseOf(int device);
+void ResetGraphMemoryHigh(int device, bool used, bool reserved);
+
 // One node, with copies of its parameters (the caller's structures may go away).
 struct Node {
   uint32_t magic = kNodeMagic;
@@ -53,6 +89,12 @@ struct Node {
   CUevent event = nullptr;
   // CU_GRAPH_NODE_TYPE_GRAPH: the node's own copy of the child graph.
   std::shared_ptr<Graph> child;
+  // CU_GRAPH_NODE_TYPE_MEM_ALLOC: its graph memory (shared with the copy an instantiated
+  // graph keeps), the parameters as given (cuGraphMemAllocNodeGetParams) and their access
+  // descriptors. CU_GRAPH_NODE_TYPE_MEM_FREE: the address it frees, in `alloc.dptr`.
+  std::shared_ptr<GraphMemoryHold> memory;
+  CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
+  std::vector<CUmemAccessDesc> access;
   // A call recorded by a stream capture (every captured type but kernels, which are
   // recorded as kernel nodes): run as recorded.
   CapturedWork work;
@@ -62,11 +104,19 @@ struct Graph {
   uint32_t magic = kGraphMagic;
   std::vector<std::unique_ptr<Node>> nodes;  // in creation order
   std::map<const Node*, Node*> clone_of;     // a clone's original nodes -> its own
+  // Set while an instantiated graph of this one exists (kept by both, as either may go
+  // first): a graph with memory nodes may have only one at a time.
+  std::shared_ptr<bool> instantiated = std::make_shared<bool>(false);
 };
+
+// Whether `graph` has a memory allocation or free node (such a graph cannot be cloned, be
+// a child graph, lose nodes or edges, or be instantiated twice at once).
+bool HasMemoryNodes(const Graph& graph);
 
 struct GraphExec {
   uint32_t magic = kGraphExecMagic;
   cuuint64_t flags = 0;
+  std::shared_ptr<bool> instantiated;   // its graph's flag, cleared when this goes
   std::vector<Node> nodes;              // copies, in launch order
   std::map<const Node*, size_t> index;  // a node of the instantiated graph -> its copy
   // Per copy, the positions of the nodes it ran after (cuGraphExecUpdate compares a new

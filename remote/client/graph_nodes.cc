@@ -10,9 +10,18 @@
 // layout) at the call, as the driver does. Edges carry no data: an edge with a port or a
 // type other than the default (programmatic dependent launch) is refused as not supported.
 //
-// Not here (their entry points answer CUDA_ERROR_NOT_SUPPORTED, naming themselves): memory
-// allocation and free nodes, conditional nodes, external semaphore and batch memory
-// operation nodes.
+// Memory allocation and free nodes (cuGraphAddMemAllocNode, cuGraphAddMemFreeNode, their
+// generic forms and GetParams): an allocation node's graph memory is allocated when the node
+// is made (graph_memory.cc); a free node must name graph memory that the graph does not free
+// already. As on a GPU, a graph with memory nodes cannot lose nodes or edges, be a child
+// graph, be cloned or be updated into an instantiated graph, and the parameters of its
+// memory nodes cannot change. cuDeviceGraphMemTrim (nothing to trim: the memory of a node
+// that still exists keeps its address), cuDeviceGetGraphMemAttribute and
+// cuDeviceSetGraphMemAttribute (resetting a high watermark) are here too.
+//
+// Not here (their entry points answer CUDA_ERROR_NOT_SUPPORTED, naming themselves):
+// conditional nodes, external semaphore and batch memory operation nodes, graph memory on
+// the host or reachable from other GPUs.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -135,8 +144,70 @@ CUresult SetEvent(Node* node, CUgraphNodeType type, CUevent event) {
 CUresult SetChild(Node* node, CUgraph child) {
   Graph* graph = AsGraph(child);
   if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (HasMemoryNodes(*graph)) return CUDA_ERROR_NOT_SUPPORTED;  // as on a GPU
   node->type = CU_GRAPH_NODE_TYPE_GRAPH;
   node->child = Clone(*graph);  // the node gets its own copy, as on a GPU
+  node->work = nullptr;
+  return CUDA_SUCCESS;
+}
+
+// An allocation node: checks the parameters, allocates its graph memory on the device they
+// name and gives its address in p->dptr.
+CUresult SetMemAlloc(Node* node, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+  if (p == nullptr || p->bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
+  const CUmemPoolProps& props = p->poolProps;
+  if (props.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
+      props.handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (props.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+    return static_cast<CUresult>(
+        ReportUnsupported("cuGraphAddMemAllocNode", "graph memory anywhere but on the device"));
+  }
+  const int device = props.location.id;
+  if (device < 0 || device >= Runtime::Get().device_count()) return CUDA_ERROR_INVALID_VALUE;
+  if (p->accessDescCount > static_cast<size_t>(Runtime::Get().device_count()) ||
+      (p->accessDescCount > 0 && p->accessDescs == nullptr)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t i = 0; i < p->accessDescCount; ++i) {
+    const CUmemAccessDesc& access = p->accessDescs[i];
+    if (access.location.type != CU_MEM_LOCATION_TYPE_DEVICE || access.location.id < 0 ||
+        access.location.id >= Runtime::Get().device_count() ||
+        (access.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
+         access.flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+         access.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (access.location.id != device && access.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) {
+      return static_cast<CUresult>(ReportUnsupported(
+          "cuGraphAddMemAllocNode", "graph memory reachable from other GPUs (peer access)"));
+    }
+  }
+  if (CUresult status = NewGraphMemory(device, p->bytesize, &node->memory);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  node->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  node->access.assign(p->accessDescs, p->accessDescs + p->accessDescCount);
+  node->alloc = *p;
+  node->alloc.dptr = node->memory->dptr;
+  node->work = nullptr;
+  p->dptr = node->memory->dptr;
+  return CUDA_SUCCESS;
+}
+
+// A free node of `graph`: `dptr` must be graph memory that `graph` does not free already.
+CUresult SetMemFree(Node* node, CUgraph handle, CUdeviceptr dptr) {
+  Graph* graph = AsGraph(handle);
+  if (graph == nullptr || !IsGraphMemory(dptr)) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& other : graph->nodes) {
+    if (other->type == CU_GRAPH_NODE_TYPE_MEM_FREE && other->alloc.dptr == dptr) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  node->type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  node->alloc.dptr = dptr;
   node->work = nullptr;
   return CUDA_SUCCESS;
 }
@@ -166,10 +237,13 @@ CUresult SetFromParams(Node* node, const CUgraphNodeParams* params) {
       node->type = CU_GRAPH_NODE_TYPE_EMPTY;
       node->work = nullptr;
       return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      // Made by cuGraphAddNode itself; a memory node's parameters cannot change.
+      return CUDA_ERROR_NOT_SUPPORTED;
     default:
-      return static_cast<CUresult>(ReportUnsupported(
-          "cuGraphAddNode",
-          "memory allocation, conditional, semaphore and memory operation nodes"));
+      return static_cast<CUresult>(
+          ReportUnsupported("cuGraphAddNode", "conditional, semaphore and memory operation nodes"));
   }
 }
 
@@ -315,6 +389,7 @@ CUresult ChangeEdges(CUgraph handle, const CUgraphNode* from, const CUgraphNode*
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (CUresult status = CheckEdges(edges, count); status != CUDA_SUCCESS) return status;
+  if (!add && HasMemoryNodes(*graph)) return CUDA_ERROR_NOT_SUPPORTED;  // as on a GPU
   std::set<std::pair<Node*, Node*>> pairs;
   for (size_t i = 0; i < count; ++i) {
     Node* source = AsNode(from[i]);
@@ -344,6 +419,16 @@ CUresult Update(CUgraphExec exec_handle, CUgraph handle, CUgraphExecUpdateResult
   *info = CUgraphExecUpdateResultInfo{CU_GRAPH_EXEC_UPDATE_SUCCESS, nullptr, nullptr};
   std::vector<const Node*> order;
   if (!LaunchOrder(*graph, &order)) return CUDA_ERROR_INVALID_VALUE;
+  // Memory nodes cannot be updated (their allocations are the graph's own), as on a GPU.
+  const bool exec_memory_nodes =
+      std::any_of(exec->nodes.begin(), exec->nodes.end(), [](const Node& node) {
+        return node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+               node.type == CU_GRAPH_NODE_TYPE_MEM_FREE;
+      });
+  if (exec_memory_nodes || HasMemoryNodes(*graph)) {
+    info->result = CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
+    return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+  }
   // The same node types, each after the same positions, as the instantiated graph.
   const std::vector<std::vector<size_t>> shape = ShapeOf(order);
   if (order.size() != exec->nodes.size()) {
@@ -386,6 +471,8 @@ const char* TypeName(CUgraphNodeType type) {
       return "event_wait";
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
       return "event_record";
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "mem_alloc";
+    case CU_GRAPH_NODE_TYPE_MEM_FREE: return "mem_free";
     default:
       return "other";
   }
@@ -490,6 +577,16 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* node, CUgraph g
                                                     CUgraphNodeParams* params) {
   GPUPOOL_BODY({
     if (CUresult status = CheckEdges(edges, count); status != CUDA_SUCCESS) return status;
+    if (params != nullptr && params->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+      return Add(node, graph, deps, count, [&](Node* n) {
+        // The same layout as CUDA_MEM_ALLOC_NODE_PARAMS.
+        return SetMemAlloc(n, reinterpret_cast<CUDA_MEM_ALLOC_NODE_PARAMS*>(&params->alloc));
+      });
+    }
+    if (params != nullptr && params->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
+      return Add(node, graph, deps, count,
+                 [&](Node* n) { return SetMemFree(n, graph, params->free.dptr); });
+    }
     return Add(node, graph, deps, count, [&](Node* n) { return SetFromParams(n, params); });
   });
 }
@@ -498,6 +595,23 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddNode(CUgraphNode* node, CUgraph grap
                                                  const CUgraphNode* deps, size_t count,
                                                  CUgraphNodeParams* params) {
   return cuGraphAddNode_v2(node, graph, deps, nullptr, count, params);
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph,
+                                                         const CUgraphNode* deps, size_t count,
+                                                         CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    return Add(node, graph, deps, count, [&](Node* n) { return SetMemAlloc(n, params); });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph,
+                                                        const CUgraphNode* deps, size_t count,
+                                                        CUdeviceptr dptr) {
+  GPUPOOL_BODY({
+    return Add(node, graph, deps, count, [&](Node* n) { return SetMemFree(n, graph, dptr); });
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode handle, CUgraphNodeType* type) {
@@ -514,6 +628,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode handle) {
     Node* node = AsNode(handle);
     if (node == nullptr) return CUDA_ERROR_INVALID_VALUE;
     Graph* graph = node->owner;
+    if (HasMemoryNodes(*graph)) return CUDA_ERROR_NOT_SUPPORTED;  // as on a GPU
     for (auto& other : graph->nodes) {
       auto& deps = other->deps;
       deps.erase(std::remove(deps.begin(), deps.end(), node), deps.end());
@@ -846,6 +961,77 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode node,
   GPUPOOL_BODY({
     return ChangeNode(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT,
                       SetEventTo(CU_GRAPH_NODE_TYPE_WAIT_EVENT, event));
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode node,
+                                                               CUDA_MEM_ALLOC_NODE_PARAMS* out) {
+  GPUPOOL_BODY({
+    return ReadNode(node, CU_GRAPH_NODE_TYPE_MEM_ALLOC, out,
+                    [](Node* n, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+                      *p = n->alloc;
+                      // Owned by the node, as the driver's are.
+                      p->accessDescs = n->access.empty() ? nullptr : n->access.data();
+                      p->accessDescCount = n->access.size();
+                    });
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* out) {
+  GPUPOOL_BODY({
+    return ReadNode(node, CU_GRAPH_NODE_TYPE_MEM_FREE, out,
+                    [](Node* n, CUdeviceptr* dptr) { *dptr = n->alloc.dptr; });
+  });
+}
+
+// --- Graph memory of a device (graph_memory.cc) --------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (Runtime::Get().device(device) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    return CUDA_SUCCESS;  // graph memory not in use belongs to a node that still exists
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device,
+                                                               CUgraphMem_attribute attr,
+                                                               void* value) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (Runtime::Get().device(device) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    const GraphMemoryUse use = GraphMemoryUseOf(device);
+    cuuint64_t figure = 0;
+    switch (attr) {
+      case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: figure = use.used; break;
+      case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: figure = use.used_high; break;
+      case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: figure = use.reserved; break;
+      case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: figure = use.reserved_high; break;
+      default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    *static_cast<cuuint64_t*>(value) = figure;
+    return CUDA_SUCCESS;
+  });
+}
+
+// Only the high watermarks can be set, and only to zero (which resets them to the current
+// figure), as on a GPU.
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice device,
+                                                               CUgraphMem_attribute attr,
+                                                               void* value) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (Runtime::Get().device(device) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+    if (value == nullptr || *static_cast<const cuuint64_t*>(value) != 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    ResetGraphMemoryHigh(device, attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
+                         attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH);
+    return CUDA_SUCCESS;
   });
 }
 

@@ -12,8 +12,17 @@
 // joins it. The captured graph is a chain of its nodes in the order the program made the
 // calls, which respects every dependency the capture expressed.
 //
+// cuMemAllocAsync on a capturing stream records a memory allocation node (its graph
+// memory, graph_memory.cc, is allocated at the call, so the address it returns holds for
+// every launch); cuMemFreeAsync of graph memory records a free node, and of any other
+// memory is refused (CUDA_ERROR_INVALID_VALUE, the capture invalidated), as on a GPU. A
+// launch of an instantiated graph whose allocations an earlier launch left in use fails
+// with CUDA_ERROR_INVALID_VALUE unless it was instantiated with
+// CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, which frees them first. A graph with
+// memory nodes has one instantiated graph at a time and cannot be cloned.
+//
 // Not here (their entry points answer CUDA_ERROR_NOT_SUPPORTED, naming themselves):
-// capture into an existing graph, device-side graph launch, memory allocation nodes.
+// capture into an existing graph, device-side graph launch.
 //
 // Another stream-ordered call on a capturing stream that records nothing (a stream
 // synchronisation or query, for instance) gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
@@ -97,8 +106,19 @@ CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
     LogError("cuGraphInstantiate: the graph's dependencies form a cycle");
     return CUDA_ERROR_INVALID_VALUE;
   }
+  const bool memory_nodes = graph::HasMemoryNodes(*graph);
+  if (memory_nodes && *graph->instantiated) {
+    LogError(
+        "cuGraphInstantiate: a graph with memory nodes has one instantiated graph at a "
+        "time, and this one has one");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   auto exec = std::make_unique<GraphExec>();
   exec->flags = flags;
+  if (memory_nodes) {
+    *graph->instantiated = true;
+    exec->instantiated = graph->instantiated;
+  }
   for (const Node* node : order) {
     exec->index[node] = exec->nodes.size();
     exec->nodes.push_back(graph::ExecCopy(*node));
@@ -144,6 +164,59 @@ bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3],
   std::copy(block, block + 3, node.block);
   node.shared_mem = shared_mem;
   node.params = std::move(params);
+  return AddCaptured(stream, std::move(node), status);
+}
+
+bool CaptureGraphAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* dptr,
+                       CUresult* status) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    std::shared_ptr<Capture> capture = CaptureOf(stream);
+    if (capture == nullptr) return false;
+    if (capture->invalidated) {
+      *status = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+      return true;
+    }
+  }
+  // Allocated outside the lock (a request to the GPU), in the stream's context.
+  Node node;
+  node.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
+  Stream* s = AsStream(stream);
+  if (s != nullptr) ContextStack().push_back(s->context);
+  *status = graph::NewGraphMemory(device, bytes, &node.memory);
+  if (s != nullptr) ContextStack().pop_back();
+  if (*status != CUDA_SUCCESS) {
+    InvalidateCapture(stream);
+    return true;
+  }
+  node.alloc.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  node.alloc.poolProps.location = {CU_MEM_LOCATION_TYPE_DEVICE, device};
+  node.alloc.bytesize = bytes;
+  node.alloc.dptr = node.memory->dptr;
+  CUdeviceptr address = node.memory->dptr;
+  if (!AddCaptured(stream, std::move(node), status)) return false;  // the capture ended
+  if (*status == CUDA_SUCCESS) *dptr = address;
+  return true;
+}
+
+bool CaptureGraphFree(CUstream stream, CUdeviceptr dptr, CUresult* status) {
+  if (!AnyCapture()) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (CaptureOf(stream) == nullptr) return false;
+  }
+  if (!graph::IsGraphMemory(dptr)) {
+    LogError(
+        "cuMemFreeAsync on a capturing stream: %#llx is not graph memory (only memory "
+        "from cuMemAllocAsync in a capture or an allocation node can be freed in a graph)",
+        static_cast<unsigned long long>(dptr));
+    InvalidateCapture(stream);
+    *status = CUDA_ERROR_INVALID_VALUE;
+    return true;
+  }
+  Node node;
+  node.type = CU_GRAPH_NODE_TYPE_MEM_FREE;
+  node.alloc.dptr = dptr;
   return AddCaptured(stream, std::move(node), status);
 }
 
@@ -393,6 +466,22 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec handle, CUstream str
     // A graph launched on a capturing stream becomes part of that capture.
     GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_GRAPH, stream,
                     [handle](CUstream s) { return cuGraphLaunch(handle, s); });
+    // Allocations an earlier launch left in use: refused, or freed first (auto-free).
+    for (const Node& node : exec->nodes) {
+      if (node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && graph::GraphMemoryInUse(node.memory->dptr) &&
+          !(exec->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)) {
+        LogError(
+            "cuGraphLaunch: an allocation of the graph's last launch is not freed yet "
+            "(instantiate with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH to have "
+            "launches free it)");
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+    }
+    for (const Node& node : exec->nodes) {
+      if (node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
+        graph::SetGraphMemoryInUse(node.memory->dptr, false);
+      }
+    }
     for (const Node& node : exec->nodes) {
       if (CUresult status = graph::RunNode(node, stream); status != CUDA_SUCCESS) return status;
     }
@@ -416,7 +505,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec exec, CUstream 
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec handle) {
-  GPUPOOL_BODY({ return Destroy(AsGraphExec(handle)); });
+  GPUPOOL_BODY({
+    GraphExec* exec = AsGraphExec(handle);
+    if (exec != nullptr && exec->instantiated != nullptr) *exec->instantiated = false;
+    return Destroy(exec);
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDestroy(CUgraph handle) {
@@ -433,6 +526,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphClone(CUgraph* clone, CUgraph handle) {
   GPUPOOL_BODY({
     Graph* graph = AsGraph(handle);
     if (clone == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (graph::HasMemoryNodes(*graph)) return CUDA_ERROR_NOT_SUPPORTED;  // as on a GPU
     *clone = reinterpret_cast<CUgraph>(graph::Clone(*graph).release());
     return CUDA_SUCCESS;
   });
@@ -560,6 +654,16 @@ CUresult RunNode(const Node& node, CUstream stream) {
       return CUDA_SUCCESS;
     }
     case CU_GRAPH_NODE_TYPE_EMPTY:
+      return CUDA_SUCCESS;
+    // The memory is on the GPU already (graph_memory.cc): the nodes mark it in use and
+    // free, in the order the stream reaches them.
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      return SetGraphMemoryInUse(node.memory->dptr, true) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      if (!SetGraphMemoryInUse(node.alloc.dptr, false)) {
+        LogError("graph launch: a free node's allocation is not in use (freed already)");
+        return CUDA_ERROR_INVALID_VALUE;
+      }
       return CUDA_SUCCESS;
     default:
       return CUDA_ERROR_NOT_SUPPORTED;

@@ -40,6 +40,14 @@ CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigne
                       unsigned shared_mem, CUstream stream, const std::vector<char>& params,
                       bool cooperative);
 
+// cuMemAllocAsync and cuMemFreeAsync on a capturing stream: a memory allocation node
+// (its graph memory allocated now on `device`, the address in *dptr) or a free node (of
+// graph memory only: other memory gets CUDA_ERROR_INVALID_VALUE and invalidates the
+// capture). False when `stream` does not capture.
+bool CaptureGraphAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* dptr,
+                       CUresult* status);
+bool CaptureGraphFree(CUstream stream, CUdeviceptr dptr, CUresult* status);
+
 // If `stream` is capturing: invalidates its capture (a call that cannot be captured was
 // made on it) and returns true.
 bool InvalidateCapture(CUstream stream);

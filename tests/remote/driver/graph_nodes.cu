@@ -348,7 +348,8 @@ int main() {
   EXPECT(dot.str().find("->") != std::string::npos);
 
   // Refused: a dependency from another graph, a memset of 3-byte elements, and an
-  // allocation node (not supported here, and said so).
+  // allocation node in host memory (not supported here, and said so; graph_memory covers
+  // allocation nodes on the device).
   cudaGraphNode_t refused = nullptr;
   EXPECT(cudaGraphAddEmptyNode(&refused, graph, &late_scale, 1) == cudaErrorInvalidValue);
   (void)cudaGetLastError();
@@ -358,7 +359,7 @@ int main() {
   (void)cudaGetLastError();
   cudaMemAllocNodeParams alloc{};
   alloc.poolProps.allocType = cudaMemAllocationTypePinned;
-  alloc.poolProps.location.type = cudaMemLocationTypeDevice;
+  alloc.poolProps.location.type = cudaMemLocationTypeHost;
   alloc.poolProps.location.id = 0;
   alloc.bytesize = 1 << 20;
   EXPECT(cudaGraphAddMemAllocNode(&refused, generic, nullptr, 0, &alloc) == cudaErrorNotSupported);
