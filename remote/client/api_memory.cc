@@ -15,6 +15,7 @@
 #include "remote/client/api_common.h"
 #include "remote/client/graph_model.h"
 #include "remote/client/graphs.h"
+#include "remote/client/mem_pools.h"
 
 using namespace gpupool::client;  // NOLINT
 
@@ -159,6 +160,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
         !Runtime::Get().RemoveAllocation(dptr, &device)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
+    ForgetPoolAllocation(dptr);
     dp::MemFreeArgs args{dptr};
     CUresult status = Runtime::Get().Call(device, dp::kOpMemFree, &args, sizeof(args));
     // Reused only once the GPU has freed it (a managed range's host pages with it).
@@ -490,7 +492,7 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
           device ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
       break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
-      *static_cast<void**>(data) = nullptr;  // no memory pools
+      *static_cast<CUmemoryPool*>(data) = device ? PoolOf(start) : nullptr;
       break;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
       if (!device) return CUDA_ERROR_INVALID_VALUE;
@@ -847,9 +849,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcont
   return cuMemcpyPeerAsync(dst, dst_context, src, src_context, size, stream);
 }
 
-// Stream-ordered allocation without memory pools (the device reports none): the memory
-// is allocated at the call, which is before the stream reaches it, and freed once the
-// stream's earlier work is done, which is when CUDA would free it.
+// Stream-ordered allocation (pools: mem_pools.cc): the memory is allocated at the call,
+// which is before the stream reaches it, and freed once the stream's earlier work is done,
+// which is when CUDA would free it.
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t size,
                                                   CUstream stream) {
   GPUPOOL_BODY({
@@ -861,13 +863,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t size
     // On a capturing stream: a memory allocation node, whose graph memory this is.
     CUresult captured = CUDA_SUCCESS;
     if (AnyCapture() && CaptureGraphAlloc(stream, device, size, dptr, &captured)) return captured;
+    // From the device's current pool (mem_pools.cc), in the stream's context, which owns it.
     Stream* s = AsStream(stream);
-    if (s == nullptr || s->context == CurrentContext()) return cuMemAlloc_v2(dptr, size);
-    // Allocated in the stream's context, which owns it.
-    ContextStack().push_back(s->context);
-    CUresult status = cuMemAlloc_v2(dptr, size);
-    ContextStack().pop_back();
-    return status;
+    return AllocateFromCurrentPool(device, s != nullptr ? s->context : nullptr, size, dptr);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size,

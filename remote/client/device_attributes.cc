@@ -138,6 +138,9 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
       *value = p.shared_per_block_optin;
       break;
     case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: *value = 1; break;
+    // Stream-ordered pools (mem_pools.cc), with no exportable handle types (no IPC).
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: *value = 0; break;
     // Cooperative launches on one device (not across several).
     case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:

@@ -12,6 +12,7 @@
 
 #include "remote/client/api_common.h"
 #include "remote/client/graph_model.h"
+#include "remote/client/mem_pools.h"
 
 namespace gpupool::client::graph {
 namespace {
@@ -69,19 +70,10 @@ GraphMemoryHold::~GraphMemoryHold() {
 
 CUresult NewGraphMemory(int device, size_t bytes, std::shared_ptr<GraphMemoryHold>* hold) {
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
-  Context* current = CurrentContext();
   CUdeviceptr dptr = 0;
-  CUresult status = CUDA_SUCCESS;
-  if (current != nullptr && current->magic == kContextMagic && current->device == device) {
-    status = cuMemAlloc_v2(&dptr, bytes);
-  } else {
-    Device* owner = Runtime::Get().device(device);
-    if (owner == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-    ContextStack().push_back(&owner->primary);
-    status = cuMemAlloc_v2(&dptr, bytes);
-    ContextStack().pop_back();
+  if (CUresult status = AllocateOnDevice(device, nullptr, bytes, &dptr); status != CUDA_SUCCESS) {
+    return status;
   }
-  if (status != CUDA_SUCCESS) return status;
   {
     std::lock_guard<std::mutex> lock(memory_mu);
     Entries()[dptr] = Entry{bytes, device, true, false};

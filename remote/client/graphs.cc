@@ -178,7 +178,8 @@ bool CaptureGraphAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* d
       return true;
     }
   }
-  // Allocated outside the lock (a request to the GPU), in the stream's context.
+  // Allocated outside the lock (a request to the GPU), in the stream's context when it is
+  // the device's.
   Node node;
   node.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
   Stream* s = AsStream(stream);
