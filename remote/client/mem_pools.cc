@@ -18,8 +18,10 @@
 #include "remote/client/mem_pools.h"
 
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "remote/client/api_common.h"
 #include "remote/client/graphs.h"
@@ -42,11 +44,21 @@ struct MemPool {
 };
 
 std::mutex pools_mu;
-// Pools are never deleted (a destroyed one is only marked so): an allocation may outlive
-// its pool, and a stale handle must be refused, not followed.
-std::map<int, MemPool*> default_pools;                                // by device
-std::map<int, MemPool*> current_pools;                                // by device
-std::map<CUdeviceptr, std::pair<MemPool*, size_t>> pool_allocations;  // by address
+// Guarded by pools_mu; never destroyed (allocations may be freed during exit). Pools are
+// never deleted either (a destroyed one is only marked so): an allocation may outlive its
+// pool, and a stale handle must be refused, not followed.
+struct Pools {
+  std::vector<std::unique_ptr<MemPool>> all;
+  std::map<int, MemPool*> default_by_device;
+  std::map<int, MemPool*> current_by_device;
+  std::map<CUdeviceptr, std::pair<MemPool*, size_t>> allocations;  // by address
+};
+Pools& State() {
+  static auto* state = new Pools;
+  return *state;
+}
+
+MemPool* NewPoolLocked() { return State().all.emplace_back(std::make_unique<MemPool>()).get(); }
 
 MemPool* AsPool(CUmemoryPool handle) {
   auto* pool = reinterpret_cast<MemPool*>(handle);
@@ -57,9 +69,9 @@ bool ValidDevice(int device) { return device >= 0 && device < Runtime::Get().dev
 
 // Under pools_mu.
 MemPool* DefaultPoolLocked(int device) {
-  MemPool*& pool = default_pools[device];
+  MemPool*& pool = State().default_by_device[device];
   if (pool == nullptr) {
-    pool = new MemPool;
+    pool = NewPoolLocked();
     pool->device = device;
     pool->is_default = true;
     pool->props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -69,8 +81,8 @@ MemPool* DefaultPoolLocked(int device) {
 }
 
 MemPool* CurrentPoolLocked(int device) {
-  auto found = current_pools.find(device);
-  return found != current_pools.end() ? found->second : DefaultPoolLocked(device);
+  auto found = State().current_by_device.find(device);
+  return found != State().current_by_device.end() ? found->second : DefaultPoolLocked(device);
 }
 
 // Allocates from `pool` (checked) and counts the allocation in it. The bytes are counted
@@ -93,7 +105,7 @@ CUresult AllocateFrom(MemPool* pool, Context* preferred, size_t bytes, CUdevicep
     pool->used -= bytes;
     return status;
   }
-  pool_allocations[address] = {pool, bytes};
+  State().allocations[address] = {pool, bytes};
   if (pool->used > pool->used_high) pool->used_high = pool->used;
   if (pool->used > pool->reserved_high) pool->reserved_high = pool->used;
   *dptr = address;
@@ -145,16 +157,16 @@ CUresult AllocateFromCurrentPool(int device, Context* preferred, size_t bytes, C
 
 void ForgetPoolAllocation(CUdeviceptr dptr) {
   std::lock_guard<std::mutex> lock(pools_mu);
-  auto found = pool_allocations.find(dptr);
-  if (found == pool_allocations.end()) return;
+  auto found = State().allocations.find(dptr);
+  if (found == State().allocations.end()) return;
   found->second.first->used -= found->second.second;
-  pool_allocations.erase(found);
+  State().allocations.erase(found);
 }
 
 CUmemoryPool PoolOf(CUdeviceptr dptr) {
   std::lock_guard<std::mutex> lock(pools_mu);
-  auto found = pool_allocations.find(dptr);
-  if (found == pool_allocations.end() || found->second.first->magic != kMemPoolMagic) {
+  auto found = State().allocations.find(dptr);
+  if (found == State().allocations.end() || found->second.first->magic != kMemPoolMagic) {
     return nullptr;
   }
   return reinterpret_cast<CUmemoryPool>(found->second.first);
@@ -195,7 +207,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceSetMemPool(CUdevice device, CUmemoryPo
     std::lock_guard<std::mutex> lock(pools_mu);
     MemPool* pool = AsPool(handle);
     if (pool == nullptr || pool->device != device) return CUDA_ERROR_INVALID_VALUE;
-    current_pools[device] = pool;
+    State().current_by_device[device] = pool;
     return CUDA_SUCCESS;
   });
 }
@@ -253,7 +265,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolCreate(CUmemoryPool* pool, const CUme
     // HANDLE_TYPES is 0), so a pool asking for one is refused, as a GPU refuses an
     // unsupported type.
     if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_NOT_SUPPORTED;
-    auto* created = new MemPool;
+    std::lock_guard<std::mutex> lock(pools_mu);
+    MemPool* created = NewPoolLocked();
     created->device = props->location.id;
     created->props = *props;
     *pool = reinterpret_cast<CUmemoryPool>(created);
@@ -269,8 +282,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool handle) {
     std::lock_guard<std::mutex> lock(pools_mu);
     MemPool* pool = AsPool(handle);
     if (pool == nullptr || pool->is_default) return CUDA_ERROR_INVALID_VALUE;
-    auto current = current_pools.find(pool->device);
-    if (current != current_pools.end() && current->second == pool) current_pools.erase(current);
+    auto& current = State().current_by_device;
+    if (auto found = current.find(pool->device); found != current.end() && found->second == pool) {
+      current.erase(found);
+    }
     pool->magic = 0;
     return CUDA_SUCCESS;
   });
