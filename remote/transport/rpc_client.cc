@@ -62,7 +62,7 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
   auto fd = ConnectTcp(endpoint, kConnectTimeoutMs);
   if (!fd.ok()) return fd.status();
   self->control_fd_ = fd.value();
-  auto ucx = UcxWorker::Create("gpupool-client");
+  auto ucx = UcxWorker::Create("gpupool-client", UcxWorker::Threads::kSerialized);
   if (!ucx.ok()) return ucx.status();
   self->ucx_ = std::move(ucx.value());
   GPUPOOL_RETURN_IF_ERROR(self->ucx_->SetAmHandler(kReplyAmId, &RpcClient::OnReply, self.get()));

@@ -640,7 +640,8 @@ class RpcServerImpl : public RpcServer {
   Status Listen(const std::string& listen, const std::vector<RpcHandler*>& handlers) {
     if (handlers.empty()) return Status::InvalidArgument("rpc server: no lanes");
     for (size_t i = 0; i < handlers.size(); ++i) {
-      auto ucx = UcxWorker::Create("gpupool-dataplane-lane" + std::to_string(i));
+      auto ucx =
+          UcxWorker::Create("gpupool-dataplane-lane" + std::to_string(i), UcxWorker::Threads::kOne);
       if (!ucx.ok()) return ucx.status();
       lanes_.push_back(std::make_unique<Lane>(handlers[i], std::move(ucx.value()), &log_));
     }

@@ -73,7 +73,7 @@ Result<sockaddr_storage> ParseEndpoint(const std::string& host_port) {
   return address;
 }
 
-Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& name) {
+Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& name, Threads threads) {
   std::unique_ptr<UcxWorker> self(new UcxWorker());
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
@@ -91,7 +91,8 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& name) {
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  worker_params.thread_mode =
+      threads == Threads::kOne ? UCS_THREAD_MODE_SINGLE : UCS_THREAD_MODE_SERIALIZED;
   status = ucp_worker_create(self->context_, &worker_params, &self->worker_);
   if (status != UCS_OK) return Status::Unavailable("UCX worker: " + UcxError(status));
   status = ucp_worker_get_efd(self->worker_, &self->efd_);

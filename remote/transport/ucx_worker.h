@@ -27,8 +27,12 @@ Result<sockaddr_storage> ParseEndpoint(const std::string& host_port);
 
 class UcxWorker {
  public:
+  // How the worker is used: by one thread only (an agent lane), or by several threads, one
+  // at a time under the owner's lock (a client: the application's threads and the batch
+  // flusher), which UCX must be told (UCS_THREAD_MODE_SERIALIZED).
+  enum class Threads { kOne, kSerialized };
   // `name` shows up in UCX logs. Fails with Unavailable naming the UCX error.
-  static Result<std::unique_ptr<UcxWorker>> Create(const std::string& name);
+  static Result<std::unique_ptr<UcxWorker>> Create(const std::string& name, Threads threads);
   ~UcxWorker();
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
