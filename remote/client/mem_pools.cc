@@ -178,26 +178,38 @@ using namespace gpupool::client;  // NOLINT
 
 // --- A device's pools ----------------------------------------------------------------------
 
+namespace {
+
+// cuDeviceGetDefaultMemPool and cuDeviceGetMemPool.
+CUresult GetPool(CUmemoryPool* pool, CUdevice device, bool current) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (!ValidDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lock(pools_mu);
+  *pool = reinterpret_cast<CUmemoryPool>(current ? CurrentPoolLocked(device)
+                                                 : DefaultPoolLocked(device));
+  return CUDA_SUCCESS;
+}
+
+// CUDA 13's location forms: `call(device)` for the device `location` names.
+template <typename Call>
+CUresult AtLocation(const CUmemLocation* location, CUmemAllocationType type, Call call) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  int device = 0;
+  if (CUresult status = LocationDevice(location, type, &device); status != CUDA_SUCCESS) {
+    return status;
+  }
+  return call(device);
+}
+
+}  // namespace
+
 GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice device) {
-  GPUPOOL_BODY({
-    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (!ValidDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
-    std::lock_guard<std::mutex> lock(pools_mu);
-    *pool = reinterpret_cast<CUmemoryPool>(DefaultPoolLocked(device));
-    return CUDA_SUCCESS;
-  });
+  GPUPOOL_BODY({ return GetPool(pool, device, false); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice device) {
-  GPUPOOL_BODY({
-    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (!ValidDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
-    std::lock_guard<std::mutex> lock(pools_mu);
-    *pool = reinterpret_cast<CUmemoryPool>(CurrentPoolLocked(device));
-    return CUDA_SUCCESS;
-  });
+  GPUPOOL_BODY({ return GetPool(pool, device, true); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceSetMemPool(CUdevice device, CUmemoryPool handle) {
@@ -216,36 +228,21 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetDefaultMemPool(CUmemoryPool* pool,
                                                          CUmemLocation* location,
                                                          CUmemAllocationType type) {
   GPUPOOL_BODY({
-    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    int device = 0;
-    if (CUresult status = LocationDevice(location, type, &device); status != CUDA_SUCCESS) {
-      return status;
-    }
-    return cuDeviceGetDefaultMemPool(pool, device);
+    return AtLocation(location, type, [&](int device) { return GetPool(pool, device, false); });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetMemPool(CUmemoryPool* pool, CUmemLocation* location,
                                                   CUmemAllocationType type) {
   GPUPOOL_BODY({
-    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    int device = 0;
-    if (CUresult status = LocationDevice(location, type, &device); status != CUDA_SUCCESS) {
-      return status;
-    }
-    return cuDeviceGetMemPool(pool, device);
+    return AtLocation(location, type, [&](int device) { return GetPool(pool, device, true); });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemSetMemPool(CUmemLocation* location, CUmemAllocationType type,
                                                   CUmemoryPool pool) {
   GPUPOOL_BODY({
-    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    int device = 0;
-    if (CUresult status = LocationDevice(location, type, &device); status != CUDA_SUCCESS) {
-      return status;
-    }
-    return cuDeviceSetMemPool(device, pool);
+    return AtLocation(location, type, [&](int device) { return cuDeviceSetMemPool(device, pool); });
   });
 }
 

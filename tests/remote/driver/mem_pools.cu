@@ -54,6 +54,18 @@ int main() {
   CHECK(cudaDeviceGetDefaultMemPool(&default_pool, 0));
   CHECK(cudaDeviceGetMemPool(&current, 0));
   EXPECT(default_pool != nullptr && current == default_pool);
+  // CUDA 13's location forms of the driver calls name the same pools.
+  CUmemLocation device_zero = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+  CUmemoryPool driver_pool = nullptr;
+  EXPECT(cuMemGetDefaultMemPool(&driver_pool, &device_zero, CU_MEM_ALLOCATION_TYPE_PINNED) ==
+         CUDA_SUCCESS);
+  EXPECT(reinterpret_cast<cudaMemPool_t>(driver_pool) == default_pool);
+  EXPECT(cuMemGetMemPool(&driver_pool, &device_zero, CU_MEM_ALLOCATION_TYPE_PINNED) ==
+         CUDA_SUCCESS);
+  EXPECT(reinterpret_cast<cudaMemPool_t>(driver_pool) == default_pool);
+  CUmemLocation device_nine = {CU_MEM_LOCATION_TYPE_DEVICE, 9};
+  EXPECT(cuMemGetMemPool(&driver_pool, &device_nine, CU_MEM_ALLOCATION_TYPE_PINNED) ==
+         CUDA_ERROR_INVALID_DEVICE);
   uint64_t threshold = UINT64_MAX;
   CHECK(cudaMemPoolSetAttribute(default_pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   EXPECT(PoolFigure(default_pool, cudaMemPoolAttrReleaseThreshold) == UINT64_MAX);
