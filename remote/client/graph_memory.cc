@@ -96,12 +96,19 @@ bool GraphMemoryInUse(CUdeviceptr dptr) {
   return found != Entries().end() && found->second.in_use;
 }
 
-bool SetGraphMemoryInUse(CUdeviceptr dptr, bool in_use) {
+namespace {
+
+enum class Marked { kNotGraphMemory, kNotInUse, kDone };
+
+// Marks graph memory `dptr` in use or free, in one look at the registry (a free of memory
+// not in use is refused).
+Marked Mark(CUdeviceptr dptr, bool in_use) {
   bool free_now = false;
   {
     std::lock_guard<std::mutex> lock(memory_mu);
     auto found = Entries().find(dptr);
-    if (found == Entries().end() || (!in_use && !found->second.in_use)) return false;
+    if (found == Entries().end()) return Marked::kNotGraphMemory;
+    if (!in_use && !found->second.in_use) return Marked::kNotInUse;
     if (found->second.in_use != in_use) {
       AddUsed(found->second, in_use ? static_cast<int64_t>(found->second.bytes)
                                     : -static_cast<int64_t>(found->second.bytes));
@@ -110,15 +117,19 @@ bool SetGraphMemoryInUse(CUdeviceptr dptr, bool in_use) {
     free_now = ForgetIfUnheld(found);
   }
   if (free_now) (void)cuMemFree_v2(dptr);
-  return true;
+  return Marked::kDone;
+}
+
+}  // namespace
+
+bool SetGraphMemoryInUse(CUdeviceptr dptr, bool in_use) {
+  return Mark(dptr, in_use) == Marked::kDone;
 }
 
 bool FreeGraphMemory(CUdeviceptr dptr, CUresult* status) {
-  {
-    std::lock_guard<std::mutex> lock(memory_mu);
-    if (Entries().count(dptr) == 0) return false;
-  }
-  *status = SetGraphMemoryInUse(dptr, false) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  Marked marked = Mark(dptr, false);
+  if (marked == Marked::kNotGraphMemory) return false;
+  *status = marked == Marked::kDone ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
   return true;
 }
 

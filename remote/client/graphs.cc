@@ -128,17 +128,22 @@ CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
   return CUDA_SUCCESS;
 }
 
+// Under mu: the capture of `stream` (nullptr: it does not capture); *status is
+// CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when the capture takes no more calls, else
+// CUDA_SUCCESS.
+std::shared_ptr<Capture> OpenCaptureOf(CUstream stream, CUresult* status) {
+  std::shared_ptr<Capture> capture = CaptureOf(stream);
+  *status = capture != nullptr && capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                                       : CUDA_SUCCESS;
+  return capture;
+}
+
 // Appends `node` to the capture of `stream`; false when it does not capture.
 bool AddCaptured(CUstream stream, Node node, CUresult* status) {
   std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<Capture> capture = CaptureOf(stream);
+  std::shared_ptr<Capture> capture = OpenCaptureOf(stream, status);
   if (capture == nullptr) return false;
-  if (capture->invalidated) {
-    *status = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  } else {
-    capture->nodes.push_back(std::move(node));
-    *status = CUDA_SUCCESS;
-  }
+  if (*status == CUDA_SUCCESS) capture->nodes.push_back(std::move(node));
   return true;
 }
 
@@ -171,12 +176,8 @@ bool CaptureGraphAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* d
                        CUresult* status) {
   {
     std::lock_guard<std::mutex> lock(mu);
-    std::shared_ptr<Capture> capture = CaptureOf(stream);
-    if (capture == nullptr) return false;
-    if (capture->invalidated) {
-      *status = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-      return true;
-    }
+    if (OpenCaptureOf(stream, status) == nullptr) return false;
+    if (*status != CUDA_SUCCESS) return true;
   }
   // Allocated outside the lock (a request to the GPU), in the stream's context when it is
   // the device's.
@@ -371,12 +372,9 @@ namespace gpupool::client {
 // stream waiting for it joins the capture. Returns false when `stream` is not capturing.
 bool CaptureEventRecord(CUevent event, CUstream stream, CapturedWork work, CUresult* status) {
   std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<Capture> capture = CaptureOf(stream);
+  std::shared_ptr<Capture> capture = OpenCaptureOf(stream, status);
   if (capture == nullptr) return false;
-  if (capture->invalidated) {
-    *status = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    return true;
-  }
+  if (*status != CUDA_SUCCESS) return true;
   Node node;
   node.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
   node.event = event;

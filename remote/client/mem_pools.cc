@@ -85,6 +85,18 @@ MemPool* CurrentPoolLocked(int device) {
   return found != State().current_by_device.end() ? found->second : DefaultPoolLocked(device);
 }
 
+// The pool's reuse flag `attribute` (an int attribute), or nullptr for any other.
+int* ReuseFlag(MemPool* pool, CUmemPool_attribute attribute) {
+  switch (attribute) {
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      return &pool->reuse_follow_event_dependencies;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: return &pool->reuse_allow_opportunistic;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      return &pool->reuse_allow_internal_dependencies;
+    default: return nullptr;
+  }
+}
+
 // Allocates from `pool` (checked) and counts the allocation in it. The bytes are counted
 // before the GPU allocates them, so that two threads cannot both pass the pool's maximum.
 CUresult AllocateFrom(MemPool* pool, Context* preferred, size_t bytes, CUdeviceptr* dptr) {
@@ -295,16 +307,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool handle,
     std::lock_guard<std::mutex> lock(pools_mu);
     MemPool* pool = AsPool(handle);
     if (pool == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (int* flag = ReuseFlag(pool, attribute); flag != nullptr) {
+      *flag = *static_cast<const int*>(value) != 0;
+      return CUDA_SUCCESS;
+    }
     switch (attribute) {
-      case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-        pool->reuse_follow_event_dependencies = *static_cast<const int*>(value) != 0;
-        return CUDA_SUCCESS;
-      case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-        pool->reuse_allow_opportunistic = *static_cast<const int*>(value) != 0;
-        return CUDA_SUCCESS;
-      case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        pool->reuse_allow_internal_dependencies = *static_cast<const int*>(value) != 0;
-        return CUDA_SUCCESS;
       case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
         pool->release_threshold = *static_cast<const cuuint64_t*>(value);
         return CUDA_SUCCESS;
@@ -327,17 +334,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool handle,
     std::lock_guard<std::mutex> lock(pools_mu);
     MemPool* pool = AsPool(handle);
     if (pool == nullptr || value == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (const int* flag = ReuseFlag(pool, attribute); flag != nullptr) {
+      *static_cast<int*>(value) = *flag;
+      return CUDA_SUCCESS;
+    }
     auto* figure = static_cast<cuuint64_t*>(value);
     switch (attribute) {
-      case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-        *static_cast<int*>(value) = pool->reuse_follow_event_dependencies;
-        return CUDA_SUCCESS;
-      case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-        *static_cast<int*>(value) = pool->reuse_allow_opportunistic;
-        return CUDA_SUCCESS;
-      case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-        *static_cast<int*>(value) = pool->reuse_allow_internal_dependencies;
-        return CUDA_SUCCESS;
       case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *figure = pool->release_threshold; break;
       // No freed memory is kept: what is reserved is what is used.
       case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *figure = pool->used; break;
