@@ -1246,6 +1246,91 @@ Handler CvtHandler(const Inst& in) {
 // ---- Memory
 // -------------------------------------------------------------------------------
 
+// One thread's vector access (up to 16 aligned bytes) is one access, as on a GPU, where
+// code across CTAs relies on it: CUB's decoupled look-back scan publishes {status, value}
+// with one st.relaxed.gpu.v2 and the next CTA, which here may run on the other worker
+// thread, polls it with one ld.relaxed.gpu.v2. Copied element by element, the poller
+// could see a new status with an old value (thrust::inclusive_scan came out wrong, rarely).
+// Up to 8 bytes: one relaxed atomic move; 16 bytes: one MOVDQA, which processors with AVX
+// carry out atomically (Intel SDM 8.1.1; AMD likewise). Larger or misaligned: memcpy.
+constexpr uint32_t kMaxVectorBytes = 4 * 8;  // ld/st.v4 of 8-byte elements
+
+template <size_t kBytes>
+using WordOf = std::conditional_t<
+    kBytes == 1, uint8_t,
+    std::conditional_t<kBytes == 2, uint16_t, std::conditional_t<kBytes == 4, uint32_t, uint64_t>>>;
+
+template <size_t kBytes>
+inline void LoadWhole(void* out, const uint8_t* p) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  if constexpr (kBytes <= 8 && std::has_single_bit(kBytes)) {
+    if (address % kBytes == 0) {
+      WordOf<kBytes> word =
+          __atomic_load_n(reinterpret_cast<const WordOf<kBytes>*>(p), __ATOMIC_RELAXED);
+      std::memcpy(out, &word, kBytes);
+      return;
+    }
+  }
+#if defined(__x86_64__)
+  if constexpr (kBytes == 16) {
+    if (address % 16 == 0) {
+      __m128i word;
+      asm("movdqa %1, %0" : "=x"(word) : "m"(*reinterpret_cast<const __m128i*>(p)));
+      std::memcpy(out, &word, 16);
+      return;
+    }
+  }
+#endif
+  std::memcpy(out, p, kBytes);
+}
+
+template <size_t kBytes>
+inline void StoreWhole(uint8_t* p, const void* in) {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(p);
+  if constexpr (kBytes <= 8 && std::has_single_bit(kBytes)) {
+    if (address % kBytes == 0) {
+      WordOf<kBytes> word;
+      std::memcpy(&word, in, kBytes);
+      __atomic_store_n(reinterpret_cast<WordOf<kBytes>*>(p), word, __ATOMIC_RELAXED);
+      return;
+    }
+  }
+#if defined(__x86_64__)
+  if constexpr (kBytes == 16) {
+    if (address % 16 == 0) {
+      __m128i word;
+      std::memcpy(&word, in, 16);
+      asm("movdqa %1, %0" : "=m"(*reinterpret_cast<__m128i*>(p)) : "x"(word));
+      return;
+    }
+  }
+#endif
+  std::memcpy(p, in, kBytes);
+}
+
+// The same for a size known only at run time (the per-lane paths).
+inline void LoadWhole(void* out, const uint8_t* p, uint32_t bytes) {
+  switch (bytes) {
+    case 1: return LoadWhole<1>(out, p);
+    case 2: return LoadWhole<2>(out, p);
+    case 4: return LoadWhole<4>(out, p);
+    case 8: return LoadWhole<8>(out, p);
+    case 16: return LoadWhole<16>(out, p);
+  }
+  std::memcpy(out, p, bytes);
+}
+
+inline void StoreWhole(uint8_t* p, const void* in, uint32_t bytes) {
+  switch (bytes) {
+    case 1: return StoreWhole<1>(p, in);
+    case 2: return StoreWhole<2>(p, in);
+    case 4: return StoreWhole<4>(p, in);
+    case 8: return StoreWhole<8>(p, in);
+    case 16: return StoreWhole<16>(p, in);
+  }
+  std::memcpy(p, in, bytes);
+}
+
 // ld{.space}{.vN}.type: width bytes per element, flag signed: sign-extend.
 void HLoad(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
@@ -1257,9 +1342,11 @@ void HLoad(Warp& w, const Inst& in, uint32_t mask) {
       w.Fault(address, bytes, "load");
       return;
     }
+    uint8_t lane[kMaxVectorBytes];
+    LoadWhole(lane, p, bytes);
     for (int i = 0; i < in.vec; ++i) {
       uint64_t v = 0;
-      std::memcpy(&v, p + i * in.width, in.width);
+      std::memcpy(&v, lane + i * in.width, in.width);
       if ((in.flags & kFlagSigned) && in.width < 8) {
         int shift = 64 - 8 * in.width;
         v = static_cast<uint64_t>(static_cast<int64_t>(v << shift) >> shift);
@@ -1279,10 +1366,12 @@ void HStore(Warp& w, const Inst& in, uint32_t mask) {
       w.Fault(address, bytes, "store");
       return;
     }
+    uint8_t lane[kMaxVectorBytes];
     for (int i = 0; i < in.vec; ++i) {
       uint64_t v = w.R(in.d[i])[l];
-      std::memcpy(p + i * in.width, &v, in.width);
+      std::memcpy(lane + i * in.width, &v, in.width);
     }
+    StoreWhole(p, lane, bytes);
   });
 }
 
@@ -1386,6 +1475,11 @@ bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, Span* span)
   return (bad >> 63) == 0;
 }
 
+// Global memory (directly or through a generic address) is what CTAs on the two worker
+// threads share; shared, local and parameter memory belong to one CTA, on one thread.
+template <Space S>
+constexpr bool kSharedAcrossThreads = S == Space::kGlobal || S == Space::kGeneric;
+
 // Whether lane l's bytes start at the first lane's plus l * kElem for every lane (a
 // coalesced access, the usual case on a GPU); not for local memory (a copy per thread).
 // The copy then runs as one vectorised loop instead of a gather.
@@ -1417,11 +1511,12 @@ void HLoadFast(Warp& w, const Inst& in, uint32_t mask) {
       // it is local memory (one copy per thread).
       uint32_t first = mask & -mask;
       if (Resolve<S>(w, in, first, sizeof(T) * kVec, &span) && span.space != Space::kLocal) {
-        const uint8_t* p = span.At(std::countr_zero(mask));
+        T lane[kVec];
+        LoadWhole<sizeof(T) * kVec>(lane, span.At(std::countr_zero(mask)));
         for (int i = 0; i < kVec; ++i) {
           if (in.d[i] < 0) continue;
           uint64_t* d = w.R(in.d[i]);
-          uint64_t v = LoadValue<T>(p + i * sizeof(T));
+          uint64_t v = Put<T>(lane[i]);
           if (mask == kFullMask) {
             std::fill_n(d, 32, v);
           } else {
@@ -1433,6 +1528,19 @@ void HLoadFast(Warp& w, const Inst& in, uint32_t mask) {
     }
   }
   if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, &span)) return HLoad(w, in, mask);
+  if constexpr (kVec > 1 && kSharedAcrossThreads<S>) {
+    // A vector that another worker thread may write: each lane's read whole (LoadWhole).
+    uint64_t* d[kVec];
+    for (int i = 0; i < kVec; ++i) d[i] = in.d[i] < 0 ? nullptr : w.R(in.d[i]);
+    ForLanes(mask, [&](int l) {
+      T lane[kVec];
+      LoadWhole<sizeof(T) * kVec>(lane, span.At(l));
+      for (int i = 0; i < kVec; ++i) {
+        if (d[i] != nullptr) d[i][l] = Put<T>(lane[i]);
+      }
+    });
+    return;
+  }
   if (mask == kFullMask && Consecutive<sizeof(T) * kVec>(span)) {
     const uint8_t* __restrict p = span.base + span.off[0];
     for (int i = 0; i < kVec; ++i) {
@@ -1456,6 +1564,15 @@ void HStoreFast(Warp& w, const Inst& in, uint32_t mask) {
   if (!Resolve<S>(w, in, mask, sizeof(T) * kVec, &span)) return HStore(w, in, mask);
   const uint64_t* v[kVec];
   for (int i = 0; i < kVec; ++i) v[i] = w.R(in.d[i]);
+  if constexpr (kVec > 1 && kSharedAcrossThreads<S>) {
+    // A vector that another worker thread may read: each lane's written whole (StoreWhole).
+    ForLanes(mask, [&](int l) {
+      T lane[kVec];
+      for (int i = 0; i < kVec; ++i) lane[i] = static_cast<T>(v[i][l]);
+      StoreWhole<sizeof(T) * kVec>(span.At(l), lane);
+    });
+    return;
+  }
   if (mask == kFullMask && Consecutive<sizeof(T) * kVec>(span)) {
     // Distinct lanes' bytes do not overlap, so the order of the lanes does not matter.
     uint8_t* __restrict p = span.base + span.off[0];
@@ -1824,6 +1941,13 @@ void HClock(Warp& w, const Inst& in, uint32_t mask) {
 }
 
 void HNop(Warp&, const Inst&, uint32_t) {}
+
+// fence.sc beyond the CTA: CTAs on the two worker threads see memory in x86-64's order,
+// where a store may wait in the store buffer past a later load; a sequentially consistent
+// fence (MFENCE) keeps them in program order, as the PTX memory model asks (a CTA that
+// stores its flag, fences and reads the other's must not miss it while the other misses
+// its own). Acquire and release orders x86-64 gives without a fence.
+void HFenceSc(Warp&, const Inst&, uint32_t) { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 void HZero(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
@@ -3792,6 +3916,14 @@ class Decoder {
     if (op == "trap" || op == "brkpt") {
       inst.run = &HNop;
       inst.flow = Flow::kTrap;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if ((op == "membar" && !mods.count("cta")) ||
+        (op == "fence" && mods.count("sc") && !mods.count("cta"))) {
+      // membar.{gl,sys} is fence.sc.{gpu,sys}: see HFenceSc. At CTA scope (one thread runs
+      // the whole CTA) and for acquire-release (the x86-64 order) nothing is needed.
+      inst.run = &HFenceSc;
       k_->code.push_back(inst);
       return Status::OK();
     }

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "remote/dataplane/protocol.h"
@@ -659,6 +660,204 @@ DONE:
   }
   std::sort(pending.begin(), pending.end());
   for (uint32_t i = 0; i < 64; ++i) EXPECT_EQ(pending[i], i);
+}
+
+// A vector load or store of one thread is one access, as on a GPU, even when another CTA
+// (which may run on the engine's other worker thread) watches it. CUB's decoupled
+// look-back scan relies on that: a CTA publishes {status, value} with one
+// st.relaxed.gpu.v2 and the next polls it with one ld.relaxed.gpu.v2. Here CTA 0 publishes
+// rounds {s, 3s} (v2.u32) or {s, 3s, 5s, 7s} (v4.u32, 16 bytes), one slot per thread, and
+// CTA 1 polls the slots until it sees the last round, counting pairs that do not match
+// (a new status with an old value). Blocks of 32 (a whole warp: coalesced accesses) and
+// of 1 (a lone lane) take the engine's two paths.
+TEST_F(Engine, VectorAccessesAreWholeAcrossCtas) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry publish2(.param .u64 slots_param, .param .u64 torn_param, .param .u32 rounds_param)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [slots_param];
+  ld.param.u64 %rd2, [torn_param];
+  ld.param.u32 %r1, [rounds_param];
+  mov.u32 %r10, %tid.x;
+  mul.wide.u32 %rd3, %r10, 8;
+  add.s64 %rd1, %rd1, %rd3;
+  mov.u32 %r2, %ctaid.x;
+  setp.eq.u32 %p1, %r2, 0;
+  @%p1 bra WRITER;
+  setp.ne.u32 %p1, %r2, 1;
+  @%p1 bra DONE;
+  mov.u32 %r9, 0;
+READ:
+  ld.relaxed.gpu.global.v2.u32 {%r3, %r4}, [%rd1];
+  mul.lo.u32 %r5, %r3, 3;
+  setp.ne.u32 %p2, %r4, %r5;
+  selp.u32 %r6, 1, 0, %p2;
+  add.u32 %r9, %r9, %r6;
+  setp.lt.u32 %p3, %r3, %r1;
+  @%p3 bra READ;
+  mul.wide.u32 %rd4, %r10, 4;
+  add.s64 %rd2, %rd2, %rd4;
+  st.global.u32 [%rd2], %r9;
+  bra.uni DONE;
+WRITER:
+  mov.u32 %r3, 1;
+WRITE:
+  mul.lo.u32 %r4, %r3, 3;
+  st.relaxed.gpu.global.v2.u32 [%rd1], {%r3, %r4};
+  add.u32 %r3, %r3, 1;
+  setp.le.u32 %p3, %r3, %r1;
+  @%p3 bra WRITE;
+DONE:
+  ret;
+}
+.visible .entry publish4(.param .u64 slots_param, .param .u64 torn_param, .param .u32 rounds_param)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<16>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [slots_param];
+  ld.param.u64 %rd2, [torn_param];
+  ld.param.u32 %r1, [rounds_param];
+  mov.u32 %r10, %tid.x;
+  mul.wide.u32 %rd3, %r10, 16;
+  add.s64 %rd1, %rd1, %rd3;
+  mov.u32 %r2, %ctaid.x;
+  setp.eq.u32 %p1, %r2, 0;
+  @%p1 bra WRITER;
+  setp.ne.u32 %p1, %r2, 1;
+  @%p1 bra DONE;
+  mov.u32 %r9, 0;
+READ:
+  ld.relaxed.gpu.global.v4.u32 {%r3, %r4, %r5, %r6}, [%rd1];
+  mul.lo.u32 %r7, %r3, 7;
+  setp.ne.u32 %p2, %r6, %r7;
+  mul.lo.u32 %r7, %r3, 3;
+  setp.ne.or.u32 %p2, %r4, %r7, %p2;
+  selp.u32 %r8, 1, 0, %p2;
+  add.u32 %r9, %r9, %r8;
+  setp.lt.u32 %p3, %r3, %r1;
+  @%p3 bra READ;
+  mul.wide.u32 %rd4, %r10, 4;
+  add.s64 %rd2, %rd2, %rd4;
+  st.global.u32 [%rd2], %r9;
+  bra.uni DONE;
+WRITER:
+  mov.u32 %r3, 1;
+WRITE:
+  mul.lo.u32 %r4, %r3, 3;
+  mul.lo.u32 %r5, %r3, 5;
+  mul.lo.u32 %r6, %r3, 7;
+  st.relaxed.gpu.global.v4.u32 [%rd1], {%r3, %r4, %r5, %r6};
+  add.u32 %r3, %r3, 1;
+  setp.le.u32 %p3, %r3, %r1;
+  @%p3 bra WRITE;
+DONE:
+  ret;
+}
+)";
+  LoadKernel(9, 94, ptx, "publish2");
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(executor_.GetFunction(9, 95, "publish4"), kCuSuccess) << executor_.TakeErrorDetail();
+  constexpr uint32_t kRounds = 20000;
+  for (uint64_t function : {94, 95}) {
+    for (uint32_t threads : {32u, 1u}) {
+      uint64_t slots = Zeros<uint32_t>(4 * threads);
+      uint64_t torn = Upload(std::vector<uint32_t>(threads, 0xdeadbeef));
+      uint8_t params[20] = {};
+      std::memcpy(params, &slots, 8);
+      std::memcpy(params + 8, &torn, 8);
+      std::memcpy(params + 16, &kRounds, 4);
+      LaunchConfig config;
+      config.grid[0] = 4;  // enough CTAs for two workers: CTA 0 on one, CTA 1 on the other
+      config.block[0] = threads;
+      ASSERT_EQ(executor_.Launch(function, config, params, sizeof(params)), kCuSuccess)
+          << executor_.TakeErrorDetail();
+      auto counts = Download<uint32_t>(torn, threads);
+      for (uint32_t t = 0; t < threads; ++t) {
+        EXPECT_EQ(counts[t], 0u) << (function == 94 ? "v2" : "v4") << ", " << threads
+                                 << " threads: thread " << t << " saw torn vectors";
+      }
+    }
+  }
+}
+
+// membar.gl orders a thread's store before its later load for every other thread, as
+// fence.sc does (the store-buffering litmus test): in round r CTA 0 stores x = r, fences
+// and loads y, while CTA 1 (on the engine's other worker thread) stores y = r, fences and
+// loads x. At least one of them must see the other's round-r store. The two meet between
+// rounds on counters of their own.
+TEST_F(Engine, FencesOrderStoresBeforeLoadsAcrossCtas) {
+  // One worker runs CTA 0 to its end before CTA 1 begins: CTA 0 would wait for ever.
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two worker threads";
+  const std::string ptx = R"(
+.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry litmus(.param .u64 cells_param, .param .u64 seen_param, .param .u32 rounds_param)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<12>;
+  ld.param.u64 %rd1, [cells_param];
+  ld.param.u64 %rd2, [seen_param];
+  ld.param.u32 %r1, [rounds_param];
+  mov.u32 %r2, %ctaid.x;
+  setp.gt.u32 %p1, %r2, 1;
+  @%p1 bra DONE;
+  // mine: cells[ctaid], theirs: cells[1 - ctaid]; my round counter: cells[2 + ctaid]
+  mul.wide.u32 %rd3, %r2, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  sub.u32 %r3, 1, %r2;
+  mul.wide.u32 %rd5, %r3, 4;
+  add.s64 %rd6, %rd1, %rd5;
+  add.s64 %rd7, %rd4, 8;
+  add.s64 %rd8, %rd6, 8;
+  mul.lo.u32 %r4, %r2, %r1;
+  mul.wide.u32 %rd9, %r4, 4;
+  add.s64 %rd10, %rd2, %rd9;
+  mov.u32 %r5, 1;
+ROUND:
+  st.volatile.global.u32 [%rd4], %r5;
+  membar.gl;
+  ld.volatile.global.u32 %r6, [%rd6];
+  st.global.u32 [%rd10], %r6;
+  add.s64 %rd10, %rd10, 4;
+  st.volatile.global.u32 [%rd7], %r5;
+WAIT:
+  ld.volatile.global.u32 %r7, [%rd8];
+  setp.lt.u32 %p2, %r7, %r5;
+  @%p2 bra WAIT;
+  add.u32 %r5, %r5, 1;
+  setp.le.u32 %p3, %r5, %r1;
+  @%p3 bra ROUND;
+DONE:
+  ret;
+}
+)";
+  LoadKernel(10, 96, ptx, "litmus");
+  if (HasFatalFailure()) return;
+  constexpr uint32_t kRounds = 200000;
+  uint64_t cells = Zeros<uint32_t>(4);
+  uint64_t seen = Zeros<uint32_t>(2 * kRounds);
+  uint8_t params[20] = {};
+  std::memcpy(params, &cells, 8);
+  std::memcpy(params + 8, &seen, 8);
+  std::memcpy(params + 16, &kRounds, 4);
+  LaunchConfig config;
+  config.grid[0] = 4;  // enough CTAs for two workers: CTA 0 on one, CTA 1 on the other
+  ASSERT_EQ(executor_.Launch(96, config, params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(seen, 2 * kRounds);
+  uint32_t both_missed = 0;
+  for (uint32_t r = 0; r < kRounds; ++r) {
+    both_missed += got[r] < r + 1 && got[kRounds + r] < r + 1;
+  }
+  EXPECT_EQ(both_missed, 0u) << "rounds in which neither CTA saw the other's store";
 }
 
 // PTX comes from jobs: declarations that would make the agent loop or allocate without end
