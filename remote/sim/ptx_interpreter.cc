@@ -772,15 +772,32 @@ struct WSetpPlain {
   }
 };
 
-// set.cmp.dtype.stype: all ones (or 1.0f) when true.
+// setp's and set's BoolOp (1 and, 2 or, 3 xor) of comparison t with predicate c.
+inline bool CombineWithPredicate(bool t, uint8_t bool_op, bool c) {
+  switch (bool_op) {
+    case 1: return t && c;
+    case 2: return t || c;
+    case 3: return t != c;
+  }
+  return t;
+}
+
+// set.cmp{.boolop}.dtype.stype d, a, b{, {!}c}: when true, all ones, or 1.0 as f32, f16 or
+// bf16 (mode2, as the decoder sets it); else 0.
 template <typename T>
 void HSet(Warp& w, const Inst& in, uint32_t mask) {
+  static constexpr uint32_t kTrue[4] = {0xffffffffu, 0x3f800000u, 0x3c00u, 0x3f80u};
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  const uint32_t if_true = kTrue[in.mode2 & 3];
+  const uint8_t bool_op = in.mode2 >> 2;
+  const bool negate_c = in.flags & kFlagSigned;
   ForLanes(mask, [&](int l) {
     bool t = Compare<T>(in.mode, Get<T>(a[l]), Get<T>(b[l]));
-    d[l] = in.mode2 ? (t ? std::bit_cast<uint32_t>(1.0f) : 0) : (t ? 0xffffffffu : 0);
+    if (c != nullptr) t = CombineWithPredicate(t, bool_op, (c[l] != 0) != negate_c);
+    d[l] = t ? if_true : 0;
   });
 }
 
@@ -2218,6 +2235,54 @@ void HHalf(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// setp and set on f16/bf16 sources, one half or two (.x2). mode: the comparison; mode2:
+// bit 0 bf16, bits 1-2 the BoolOp with predicate c (1 and, 2 or, 3 xor; kFlagSigned: !c);
+// width: what a true result writes (HalfTrue). setp.x2 writes the lower half's result to
+// p (d[0]) and the upper's to q (d[1]); scalar setp writes to q the negated comparison,
+// combined with c the same way.
+enum HalfTrue : uint8_t { kTruePredicate, kTrueAllOnes, kTrueF16, kTrueBF16, kTrueF32 };
+
+void HHalfCompare(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  uint64_t* q = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  const bool bf16 = in.mode2 & 1;
+  const uint8_t bool_op = (in.mode2 >> 1) & 3;
+  const bool negate_c = in.flags & kFlagSigned;
+  ForLanes(mask, [&](int l) {
+    const bool pred = c != nullptr && ((c[l] != 0) != negate_c);
+    bool t[2];
+    for (int k = 0; k < in.vec; ++k) {
+      float x = HalfBitsToFloat(static_cast<uint16_t>(a[l] >> (16 * k)), bf16);
+      float y = HalfBitsToFloat(static_cast<uint16_t>(b[l] >> (16 * k)), bf16);
+      t[k] = Compare<float>(in.mode, x, y);
+    }
+    if (in.width == kTruePredicate) {
+      if (in.vec == 2) {
+        d[l] = CombineWithPredicate(t[0], bool_op, pred);
+        if (q) q[l] = CombineWithPredicate(t[1], bool_op, pred);
+      } else {
+        d[l] = CombineWithPredicate(t[0], bool_op, pred);
+        if (q) q[l] = CombineWithPredicate(!t[0], bool_op, pred);
+      }
+      return;
+    }
+    uint64_t result = 0;
+    for (int k = 0; k < in.vec; ++k) {
+      if (!CombineWithPredicate(t[k], bool_op, pred)) continue;
+      switch (in.width) {
+        case kTrueAllOnes: result |= (in.vec == 2 ? 0xffffull : 0xffffffffull) << (16 * k); break;
+        case kTrueF16: result |= uint64_t{0x3c00} << (16 * k); break;
+        case kTrueBF16: result |= uint64_t{0x3f80} << (16 * k); break;
+        case kTrueF32: result = std::bit_cast<uint32_t>(1.0f); break;
+      }
+    }
+    d[l] = result;
+  });
+}
+
 // ---- Warp matrix operations (wmma)
 //
 // A fragment holds E elements in each of the 32 lanes; PTX leaves which matrix element
@@ -3367,7 +3432,7 @@ class Decoder {
                          const std::string& op, Ty type) {
     static const std::map<std::string, std::pair<uint8_t, int>> kOps = {
         {"add", {0, 2}}, {"sub", {1, 2}}, {"mul", {2, 2}}, {"fma", {3, 3}}, {"mad", {3, 3}},
-        {"neg", {4, 1}}, {"abs", {5, 1}}, {"min", {6, 2}}, {"max", {7, 2}}, {"setp", {8, 2}}};
+        {"neg", {4, 1}}, {"abs", {5, 1}}, {"min", {6, 2}}, {"max", {7, 2}}};
     auto found = kOps.find(op);
     if (found == kOps.end()) {
       return Refuse("half-precision instruction '" + s.opcode + "' is not supported", s.line, inst);
@@ -3380,20 +3445,6 @@ class Decoder {
     if (ops.size() < static_cast<size_t>(arity) + 1) {
       return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
                                      " has too few operands");
-    }
-    if (op == "setp") {
-      if (inst.vec != 1) {
-        return Refuse("setp on packed halves is not supported", s.line, inst);
-      }
-      static const std::map<std::string, Cmp> kCmps = {
-          {"eq", kEq},   {"ne", kNe},   {"lt", kLt},   {"le", kLe},   {"gt", kGt},
-          {"ge", kGe},   {"equ", kEqu}, {"neu", kNeu}, {"ltu", kLtu}, {"leu", kLeu},
-          {"gtu", kGtu}, {"geu", kGeu}, {"num", kNum}, {"nan", kNan}};
-      for (const std::string& part : Split(s.opcode)) {
-        auto cmp = kCmps.find(part);
-        if (cmp != kCmps.end()) inst.width = cmp->second;
-      }
-      if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
     }
     auto dest = Dest(frame, ops[0], s.line);
     if (!dest.ok()) return dest.status();
@@ -4202,8 +4253,31 @@ class Decoder {
     }
 
     if (op == "setp" || op == "set") {
-      if (op == "setp" && TyHalf(type)) return HalfInstruction(frame, s, inst, op, type);
       GPUPOOL_RETURN_IF_ERROR(need(3));
+      if (TyHalf(type)) {
+        // Half sources (HHalfCompare): the destination type, for set, before the source's.
+        inst.run = &HHalfCompare;
+        inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
+        inst.mode2 = (type == kBF16 || type == kBF16x2) ? 1 : 0;
+        inst.width = kTruePredicate;
+        if (op == "set") {
+          switch (types.size() >= 2 ? types[types.size() - 2] : kNoType) {
+            case kU16:
+            case kS16:
+            case kU32:
+            case kS32: inst.width = kTrueAllOnes; break;
+            case kF16:
+            case kF16x2: inst.width = kTrueF16; break;
+            case kBF16:
+            case kBF16x2: inst.width = kTrueBF16; break;
+            case kF32: inst.width = kTrueF32; break;
+            default: return bad_type();
+          }
+        }
+      }
+      if (inst.run == &HHalfCompare && inst.vec == 2 && op == "setp" && ops[0].pair.empty()) {
+        return BadInstruction(s, "setp on .x2 halves needs two predicates (p|q)");
+      }
       static const std::map<std::string, Cmp> kCmps = {
           {"eq", kEq},   {"ne", kNe},   {"lt", kLt},   {"le", kLe},   {"gt", kGt},   {"ge", kGe},
           {"lo", kLt},   {"ls", kLe},   {"hi", kGt},   {"hs", kGe},   {"equ", kEqu}, {"neu", kNeu},
@@ -4216,11 +4290,27 @@ class Decoder {
         }
       }
       if (!found) return bad_type();
-      if (mods.count("and")) inst.mode2 = 1;
-      if (mods.count("or")) inst.mode2 = 2;
-      if (mods.count("xor")) inst.mode2 = 3;
+      const uint8_t bool_op = mods.count("and")   ? 1
+                              : mods.count("or")  ? 2
+                              : mods.count("xor") ? 3
+                                                  : 0;
       GPUPOOL_DST(0);
       if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
+      if (inst.run == &HHalfCompare) {
+        GPUPOOL_SRC(a, 1, kU32);
+        GPUPOOL_SRC(b, 2, kU32);
+        if (ops.size() >= 4) {
+          GPUPOOL_SRC(c, 3, kPred);
+          if (ops[3].negated) inst.flags |= kFlagSigned;
+        }
+        if ((bool_op != 0) != (inst.c >= 0)) {
+          return BadInstruction(s, "a BoolOp (.and/.or/.xor) goes with a fourth operand, {!}c");
+        }
+        inst.mode2 |= bool_op << 1;
+        k_->code.push_back(inst);
+        return Status::OK();
+      }
+      inst.mode2 = bool_op;
       GPUPOOL_SRC(a, 1, type);
       GPUPOOL_SRC(b, 2, type);
       if (op == "setp") {
@@ -4244,8 +4334,17 @@ class Decoder {
           if (plain != nullptr) inst.run = plain;
         }
       } else {
+        // mode2: bits 0-1 what true writes (0 all ones, 1 1.0f, 2 f16 1.0, 3 bf16 1.0),
+        // bits 2-3 the BoolOp with c.
         Ty dst = types.size() >= 2 ? types[types.size() - 2] : kU32;
-        inst.mode2 = dst == kF32 ? 1 : 0;
+        inst.mode2 = (dst == kF32 ? 1 : dst == kF16 ? 2 : dst == kBF16 ? 3 : 0) | bool_op << 2;
+        if (ops.size() >= 4) {
+          GPUPOOL_SRC(c, 3, kPred);
+          if (ops[3].negated) inst.flags |= kFlagSigned;
+        }
+        if ((bool_op != 0) != (inst.c >= 0)) {
+          return BadInstruction(s, "a BoolOp (.and/.or/.xor) goes with a fourth operand, {!}c");
+        }
         inst.run = ByType<WSet>(type);
       }
       if (inst.run == nullptr) return bad_type();

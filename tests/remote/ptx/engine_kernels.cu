@@ -84,6 +84,26 @@ __global__ void halves(const __half* a, const __half2* b, float* out) {
   out[4 * i + 3] = __bfloat162float(bf) + (__hlt(x, __float2half(1.0f)) ? 100.0f : 0.0f);
 }
 
+// Comparisons of halves: packed results as 1.0/0.0 per half (set.cmp.f16x2.f16x2) or as
+// masks (set.cmp.u32.f16x2), both halves at once (__hbge2), NaN tests (set.nan, also
+// inside cuda_fp16's h2sin), unordered comparisons and the scalar setp.f16.
+__global__ void half_compares(const __half2* a, const __half2* b, unsigned* out) {
+  int i = threadIdx.x;
+  __half2 x = a[i], y = b[i];
+  __half2 gt = __hgt2(x, y);
+  __half2 nan = __hisnan2(x);
+  __half2 equ = __hequ2(x, y);
+  out[8 * i] = *reinterpret_cast<unsigned*>(&gt);
+  out[8 * i + 1] = __hlt2_mask(x, y);
+  out[8 * i + 2] = __hbge2(x, y);
+  out[8 * i + 3] = *reinterpret_cast<unsigned*>(&nan);
+  out[8 * i + 4] = *reinterpret_cast<unsigned*>(&equ);
+  out[8 * i + 5] = __hisnan(__low2half(x)) | __hgt(__high2half(x), __high2half(y)) << 1;
+  __half2 s = h2sin(x);
+  out[8 * i + 6] = *reinterpret_cast<unsigned*>(&s);
+  out[8 * i + 7] = __hne2_mask(x, y);
+}
+
 // Local memory: a per-thread array indexed at run time.
 __global__ void local_array(const int* in, int* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

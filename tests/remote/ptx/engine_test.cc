@@ -213,13 +213,23 @@ TEST_F(Engine, BlockWideVotes) {
   }
 }
 
-// Half-precision values in 16-bit storage: exact for these inputs.
+// Half-precision values in 16-bit storage: exact for these inputs (normal numbers, zero,
+// NaN).
 uint16_t ToHalf(float value) {
   uint32_t x;
   std::memcpy(&x, &value, 4);
   if (value == 0.0f) return 0;
+  if (std::isnan(value)) return 0x7e00;
   uint32_t exponent = ((x >> 23) & 0xff) - 127 + 15;
   return static_cast<uint16_t>(((x >> 16) & 0x8000) | (exponent << 10) | ((x >> 13) & 0x3ff));
+}
+
+float FromHalf(uint16_t bits) {
+  const int exponent = (bits >> 10) & 0x1f, mantissa = bits & 0x3ff;
+  const float sign = bits & 0x8000 ? -1.0f : 1.0f;
+  if (exponent == 0x1f) return mantissa != 0 ? std::nanf("") : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -24);
+  return sign * std::ldexp(static_cast<float>(mantissa | 0x400), exponent - 25);
 }
 
 TEST_F(Engine, HalfPrecision) {
@@ -239,6 +249,124 @@ TEST_F(Engine, HalfPrecision) {
     EXPECT_EQ(got[4 * i + 1], lo * lo + lo) << i;
     EXPECT_EQ(got[4 * i + 2], hi * hi + hi) << i;
     EXPECT_EQ(got[4 * i + 3], x * 3.0f + (x < 1.0f ? 100.0f : 0.0f)) << i;
+  }
+}
+
+// Comparisons of packed halves (cuda_fp16's __hgt2, __hlt2_mask, __hbge2, __hisnan2,
+// __hequ2, __hne2_mask, and h2sin, which uses set.eq.f16x2 on its way) against the
+// same comparisons of floats, NaNs included; before, set on f16x2 compared the two
+// halves as one 32-bit integer and gave wrong answers without an error.
+TEST_F(Engine, PackedHalfComparisons) {
+  const int n = 64;
+  const float kNan = std::nanf("");
+  auto value = [&](int i, int k) -> float {
+    if ((i + k) % 11 == 5) return kNan;
+    return ((i * 7 + k * 3) % 13 - 6) * 0.5f;
+  };
+  std::vector<uint16_t> a(2 * n), b(2 * n);
+  for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < 2; ++k) {
+      a[2 * i + k] = ToHalf(value(i, k));
+      b[2 * i + k] = ToHalf(value(i + 17, k + 1));
+    }
+  }
+  uint64_t da = Upload(a), db = Upload(b), out = Zeros<uint32_t>(8 * n);
+  ASSERT_EQ(Run("half_compares", {1}, {n}, 0, da, db, out), kCuSuccess) << last_detail_;
+  auto got = Download<uint32_t>(out, 8 * n);
+  auto packed = [](bool lo, bool hi, uint32_t one) {
+    return (lo ? one : 0) | (hi ? one : 0) << 16;
+  };
+  for (int i = 0; i < n; ++i) {
+    float x[2] = {value(i, 0), value(i, 1)}, y[2] = {value(i + 17, 1), value(i + 17, 2)};
+    bool gt[2], lt[2], ge[2], nan[2], equ[2], ne[2];
+    for (int k = 0; k < 2; ++k) {
+      gt[k] = x[k] > y[k];
+      lt[k] = x[k] < y[k];
+      ge[k] = x[k] >= y[k];
+      nan[k] = std::isnan(x[k]);
+      equ[k] = std::isnan(x[k]) || std::isnan(y[k]) || x[k] == y[k];
+      ne[k] = x[k] != y[k] && !std::isnan(x[k]) && !std::isnan(y[k]);
+    }
+    EXPECT_EQ(got[8 * i], packed(gt[0], gt[1], 0x3c00)) << i;
+    EXPECT_EQ(got[8 * i + 1], packed(lt[0], lt[1], 0xffff)) << i;
+    EXPECT_EQ(got[8 * i + 2], ge[0] && ge[1] ? 1u : 0u) << i;
+    EXPECT_EQ(got[8 * i + 3], packed(nan[0], nan[1], 0x3c00)) << i;
+    EXPECT_EQ(got[8 * i + 4], packed(equ[0], equ[1], 0x3c00)) << i;
+    EXPECT_EQ(got[8 * i + 5], (nan[0] ? 1u : 0u) | (gt[1] ? 2u : 0u)) << i;
+    for (int k = 0; k < 2; ++k) {
+      float sine = FromHalf(static_cast<uint16_t>(got[8 * i + 6] >> (16 * k)));
+      if (std::isnan(x[k])) {
+        EXPECT_TRUE(std::isnan(sine)) << i << " " << k;
+      } else {
+        EXPECT_NEAR(sine, std::sin(x[k]), 2e-3) << i << " " << k << " x " << x[k];
+      }
+    }
+    EXPECT_EQ(got[8 * i + 7], packed(ne[0], ne[1], 0xffff)) << i;
+  }
+}
+
+// setp on packed halves writes the lower half's comparison to p and the upper's to q;
+// with a BoolOp each is combined with c. set with a BoolOp combines too, and writes 1.0
+// in the destination's format (f16 here) when true.
+TEST_F(Engine, HalfSetpPairsAndBoolOps) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry half_setp(.param .u64 out_param, .param .b32 x_param, .param .b32 y_param,
+                          .param .f32 f_param)
+{
+  .reg .pred %p<8>;
+  .reg .b16 %h<2>;
+  .reg .b32 %r<12>;
+  .reg .f32 %f<2>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out_param];
+  ld.param.b32 %r1, [x_param];
+  ld.param.b32 %r2, [y_param];
+  ld.param.f32 %f1, [f_param];
+  setp.gt.f16x2 %p1|%p2, %r1, %r2;
+  selp.u32 %r3, 1, 0, %p1;
+  selp.u32 %r4, 1, 0, %p2;
+  setp.lt.f32 %p3, %f1, 0f00000000;
+  setp.gt.or.f16x2 %p4|%p5, %r1, %r2, %p3;
+  selp.u32 %r5, 1, 0, %p4;
+  selp.u32 %r6, 1, 0, %p5;
+  setp.gt.and.f16x2 %p6|%p7, %r1, %r2, !%p3;
+  selp.u32 %r7, 1, 0, %p6;
+  selp.u32 %r8, 1, 0, %p7;
+  set.gt.and.f16.f32 %h1, %f1, 0fBF800000, %p3;
+  mov.b32 %r9, {%h1, %h1};
+  set.ne.xor.u32.f32 %r10, %f1, %f1, %p3;
+  st.global.v4.u32 [%rd1], {%r3, %r4, %r5, %r6};
+  st.global.v4.u32 [%rd1+16], {%r7, %r8, %r9, %r10};
+  ret;
+}
+)";
+  LoadKernel(11, 97, ptx, "half_setp");
+  if (HasFatalFailure()) return;
+  // x = {lo 2.0, hi -1.0}, y = {lo 1.0, hi 0.5}: lo greater, hi not.
+  const uint32_t x = ToHalf(2.0f) | ToHalf(-1.0f) << 16, y = ToHalf(1.0f) | ToHalf(0.5f) << 16;
+  for (float f : {-0.5f, 3.0f}) {
+    uint64_t out = Zeros<uint32_t>(8);
+    struct {
+      uint64_t out;
+      uint32_t x, y;
+      float f;
+    } params{out, x, y, f};
+    LaunchConfig config;
+    ASSERT_EQ(executor_.Launch(97, config, &params, sizeof(params)), kCuSuccess)
+        << executor_.TakeErrorDetail();
+    auto got = Download<uint32_t>(out, 8);
+    const bool negative = f < 0;
+    EXPECT_EQ(got[0], 1u) << f;                           // p: lower halves, 2 > 1
+    EXPECT_EQ(got[1], 0u) << f;                           // q: upper halves, -1 > 0.5 is false
+    EXPECT_EQ(got[2], 1u) << f;                           // lower, or c
+    EXPECT_EQ(got[3], negative ? 1u : 0u) << f;           // upper, or c
+    EXPECT_EQ(got[4], negative ? 0u : 1u) << f;           // lower, and !c
+    EXPECT_EQ(got[5], 0u) << f;                           // upper, and !c
+    EXPECT_EQ(got[6], negative ? 0x3c003c00u : 0u) << f;  // f > -1 and c: 1.0 as f16
+    EXPECT_EQ(got[7], negative ? 0xffffffffu : 0u) << f;  // (f != f) xor c
   }
 }
 
