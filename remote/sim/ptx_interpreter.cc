@@ -2196,9 +2196,10 @@ void HAtom16(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+constexpr uint16_t kCanonicalHalfNaN = 0x7fff;  // f16 and bf16 alike
+
 void HHalf(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
-  uint64_t* q = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = in.b >= 0 ? w.R(in.b) : nullptr;
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
@@ -2221,12 +2222,17 @@ void HHalf(Warp& w, const Inst& in, uint32_t mask) {
         case 5: r = std::fabs(x); break;
         case 6: r = std::fmin(x, y); break;
         case 7: r = std::fmax(x, y); break;
-        default: {
-          bool t = Compare<float>(in.width, x, y);
-          d[l] = t;
-          if (q) q[l] = !t;
-          return;
+      }
+      if ((in.flags & kFlagNaNOperand) && (std::isnan(x) || std::isnan(y))) {
+        result |= uint64_t{kCanonicalHalfNaN} << (16 * k);
+        continue;
+      }
+      if (in.flags & kFlagRelu) {
+        if (std::isnan(r)) {
+          result |= uint64_t{kCanonicalHalfNaN} << (16 * k);
+          continue;
         }
+        if (r < 0) r = 0;
       }
       if (in.flags & kFlagSat) r = Saturate01(r);
       result |= static_cast<uint64_t>(FloatToHalfBits(r, bf16)) << (16 * k);
@@ -2725,6 +2731,22 @@ GPUPOOL_WRAP_BIN(WDiv, kDiv)
 GPUPOOL_WRAP_BIN(WRem, kRem)
 GPUPOOL_WRAP_BIN(WMin, kMin)
 GPUPOOL_WRAP_BIN(WMax, kMax)
+
+// min.NaN.f32 / max.NaN.f32: the canonical NaN when an operand is NaN, else min or max.
+template <bool kIsMax>
+void HMinMaxNaN(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  ForLanes(mask, [&](int l) {
+    float x = Get<float>(a[l]), y = Get<float>(b[l]);
+    if (std::isnan(x) || std::isnan(y)) {
+      d[l] = 0x7fffffffu;
+      return;
+    }
+    d[l] = Put<float>(FixFloat(kIsMax ? std::fmax(x, y) : std::fmin(x, y), in.flags));
+  });
+}
 GPUPOOL_WRAP_BIN(WAnd, kAnd)
 GPUPOOL_WRAP_BIN(WOr, kOr)
 GPUPOOL_WRAP_BIN(WXor, kXor)
@@ -3439,6 +3461,14 @@ class Decoder {
     }
     inst.mode = found->second.first;
     int arity = found->second.second;
+    for (const std::string& part : Split(s.opcode)) {
+      if (part == "relu") inst.flags |= kFlagRelu;
+      if (part == "NaN" && (op == "min" || op == "max")) inst.flags |= kFlagNaNOperand;
+      if (part == "xorsign") {
+        return Refuse("half-precision instruction '" + s.opcode + "' is not supported", s.line,
+                      inst);
+      }
+    }
     inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
     inst.mode2 = (type == kBF16 || type == kBF16x2) ? 1 : 0;
     const auto& ops = s.operands;
@@ -4510,6 +4540,14 @@ class Decoder {
       handler = ByType<WDiv>(type);
     } else if (op == "rem") {
       handler = ByIntType<WRem>(type);
+    } else if ((op == "min" || op == "max") &&
+               (mods.count("xorsign") || mods.count("relu") || ops.size() > 3)) {
+      return Refuse("instruction '" + s.opcode + "' with " + std::to_string(ops.size() - 1) +
+                        " sources is not supported by the sim GPU",
+                    s.line, inst);
+    } else if ((op == "min" || op == "max") && mods.count("NaN")) {
+      if (type != kF32) return bad_type();
+      handler = op == "max" ? &HMinMaxNaN<true> : &HMinMaxNaN<false>;
     } else if (op == "min") {
       handler = ByType<WMin>(type);
     } else if (op == "max") {

@@ -141,6 +141,10 @@ inline constexpr uint8_t kFlagSat = 2;
 inline constexpr uint8_t kFlagCarryIn = 4;   // addc/subc/madc
 inline constexpr uint8_t kFlagCarryOut = 8;  // .cc
 inline constexpr uint8_t kFlagSigned = 16;
+// Half arithmetic's .relu: a negative result becomes 0, a NaN the canonical NaN.
+inline constexpr uint8_t kFlagRelu = 32;
+// min/max.NaN: a NaN operand makes the result the canonical NaN.
+inline constexpr uint8_t kFlagNaNOperand = 64;
 
 struct DecodedKernel {
   std::string name;

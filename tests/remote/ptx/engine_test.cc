@@ -370,6 +370,78 @@ TEST_F(Engine, HalfSetpPairsAndBoolOps) {
   }
 }
 
+// fma.rn.relu (cuda_fp16's __hfma_relu) clamps a negative result to 0; min/max.NaN
+// (__hmax_nan, __hmin_nan, and on f32) give the canonical NaN when an operand is NaN,
+// where plain max gives the other operand; max.xorsign.abs is refused, not mis-run.
+TEST_F(Engine, HalfReluAndNaNPropagation) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_86
+.address_size 64
+.visible .entry relu_nan(.param .u64 out_param, .param .b32 x_param, .param .b32 y_param,
+                         .param .f32 f_param, .param .f32 g_param)
+{
+  .reg .b32 %r<12>;
+  .reg .f32 %f<6>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out_param];
+  ld.param.b32 %r1, [x_param];
+  ld.param.b32 %r2, [y_param];
+  ld.param.f32 %f1, [f_param];
+  ld.param.f32 %f2, [g_param];
+  fma.rn.relu.f16x2 %r3, %r1, %r2, %r2;
+  max.NaN.f16x2 %r4, %r1, %r2;
+  max.f16x2 %r5, %r1, %r2;
+  mov.b32 %r9, 0x7FC03F80;
+  min.NaN.bf16x2 %r6, %r9, %r2;
+  min.NaN.f32 %f3, %f1, %f2;
+  max.NaN.f32 %f4, %f1, %f1;
+  mov.b32 %r7, %f3;
+  mov.b32 %r8, %f4;
+  st.global.v4.u32 [%rd1], {%r3, %r4, %r5, %r6};
+  st.global.v2.u32 [%rd1+16], {%r7, %r8};
+  ret;
+}
+.visible .entry xorsign(.param .u64 out_param, .param .f32 f_param)
+{
+  .reg .f32 %f<3>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out_param];
+  ld.param.f32 %f1, [f_param];
+  max.xorsign.abs.f32 %f2, %f1, %f1;
+  st.global.f32 [%rd1], %f2;
+  ret;
+}
+)";
+  LoadKernel(12, 98, ptx, "relu_nan");
+  if (HasFatalFailure()) return;
+  // x = {lo 2.0, hi NaN}, y = {lo -3.0, hi 1.0}: fma lo 2 * -3 - 3 = -9 -> 0.
+  const uint32_t x = ToHalf(2.0f) | 0x7e00u << 16, y = ToHalf(-3.0f) | ToHalf(1.0f) << 16;
+  uint64_t out = Zeros<uint32_t>(6);
+  struct {
+    uint64_t out;
+    uint32_t x, y;
+    float f, g;
+  } params{out, x, y, std::nanf(""), 1.5f};
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(out, 6);
+  EXPECT_EQ(got[0], 0x7fff0000u);                        // hi: NaN * 1 + 1 -> canonical NaN; lo 0
+  EXPECT_EQ(got[1], 0x7fffu << 16 | ToHalf(2.0f));       // max.NaN: NaN in hi
+  EXPECT_EQ(got[2], ToHalf(1.0f) << 16 | ToHalf(2.0f));  // plain max ignores the NaN
+  EXPECT_EQ(got[3], 0x7fffc200u);  // bf16 {NaN, 1.0} vs {y's bits: 1/128, -32}: NaN, -32
+  EXPECT_EQ(got[4], 0x7fffffffu);  // min.NaN.f32 with a NaN
+  EXPECT_EQ(got[5], 0x7fffffffu);  // max.NaN.f32 of NaN, NaN
+  ASSERT_EQ(executor_.GetFunction(12, 99, "xorsign"), kCuSuccess) << executor_.TakeErrorDetail();
+  struct {
+    uint64_t out;
+    float f;
+  } xor_params{out, 1.0f};
+  EXPECT_EQ(executor_.Launch(99, config, &xor_params, sizeof(xor_params)), kCuNotSupported);
+  EXPECT_NE(executor_.TakeErrorDetail().find("max.xorsign.abs.f32"), std::string::npos);
+}
+
 // cvt.rn.f16x2.f32 and cvt.rn.bf16x2.f32 d, a, b (sm_80; __floats2half2_rn compiles to the
 // first): a rounds into d's upper half, b into its lower half. Hand-written, since the suite
 // is compiled for an earlier target.
