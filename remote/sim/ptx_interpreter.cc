@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cfenv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -2732,6 +2733,19 @@ GPUPOOL_WRAP_BIN(WRem, kRem)
 GPUPOOL_WRAP_BIN(WMin, kMin)
 GPUPOOL_WRAP_BIN(WMax, kMax)
 
+// add, sub, mul, fma, div, sqrt and rcp on f32/f64 with .rz, .rm or .rp (__fadd_rz,
+// __dmul_ru, __fdiv_rd, __fsqrt_ru...): the round-to-nearest handler (DecodedKernel::
+// inner[in.aux]) run with the host's rounding mode set to kMode, then set back. The
+// handler reads its operands after fesetround and stores its results before the second
+// call (opaque calls that may touch memory), so the host operations fall in between.
+template <int kMode>
+void HDirectedRounding(Warp& w, const Inst& in, uint32_t mask) {
+  const int saved = std::fegetround();
+  std::fesetround(kMode);
+  w.launch->kernel->inner[in.aux](w, in, mask);
+  std::fesetround(saved);
+}
+
 // min.NaN.f32 / max.NaN.f32: the canonical NaN when an operand is NaN, else min or max.
 template <bool kIsMax>
 void HMinMaxNaN(Warp& w, const Inst& in, uint32_t mask) {
@@ -4650,6 +4664,17 @@ class Decoder {
       GPUPOOL_SRC(c, 3, kU32);
     }
     inst.run = handler;
+    const bool directed = mods.count("rz") || mods.count("rm") || mods.count("rp");
+    if (directed && (type == kF32 || type == kF64)) {
+      static const std::set<std::string> kRounded = {"add", "sub", "mul",  "fma",
+                                                     "mad", "div", "sqrt", "rcp"};
+      if (!kRounded.count(op) || mods.count("approx") || mods.count("full")) return bad_type();
+      inst.aux = static_cast<uint32_t>(k_->inner.size());
+      k_->inner.push_back(handler);
+      inst.run = mods.count("rz")   ? &HDirectedRounding<FE_TOWARDZERO>
+                 : mods.count("rm") ? &HDirectedRounding<FE_DOWNWARD>
+                                    : &HDirectedRounding<FE_UPWARD>;
+    }
     // Integer division by zero would trap on the host; carries touch the carry slot.
     inst.pure = op != "div" && op != "rem" && (inst.flags & (kFlagCarryIn | kFlagCarryOut)) == 0;
     k_->code.push_back(inst);

@@ -149,6 +149,9 @@ inline constexpr uint8_t kFlagNaNOperand = 64;
 struct DecodedKernel {
   std::string name;
   std::vector<Inst> code;
+  // Handlers that a wrapper runs (Inst::aux indexes them): float arithmetic with a
+  // directed rounding (.rz/.rm/.rp) runs its round-to-nearest handler in that mode.
+  std::vector<Handler> inner;
   // Run once per warp (all 32 lanes) when a worker sets up its warps, after the special
   // registers: the instructions whose value is the same in every CTA (Hoist).
   std::vector<Inst> prologue;

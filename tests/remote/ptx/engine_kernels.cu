@@ -104,6 +104,27 @@ __global__ void half_compares(const __half2* a, const __half2* b, unsigned* out)
   out[8 * i + 7] = __hne2_mask(x, y);
 }
 
+// Directed rounding of float and double arithmetic (__fadd_rz, __dmul_ru, ...: add.rz.f32,
+// mul.rp.f64 and so on), as interval arithmetic uses it.
+__global__ void directed_rounding(const float* a, const float* b, const double* x, const double* y,
+                                  float* f, double* d) {
+  int i = threadIdx.x;
+  float p = a[i], q = b[i];
+  double u = x[i], v = y[i];
+  f[8 * i] = __fadd_rz(p, q);
+  f[8 * i + 1] = __fadd_ru(p, q);
+  f[8 * i + 2] = __fadd_rd(p, q);
+  f[8 * i + 3] = __fmul_rd(p, q);
+  f[8 * i + 4] = __fdiv_ru(p, q);
+  f[8 * i + 5] = __fsqrt_rd(fabsf(p));
+  f[8 * i + 6] = __frcp_ru(q);
+  f[8 * i + 7] = __fmaf_rz(p, q, 1.0f);
+  d[4 * i] = __dadd_ru(u, v);
+  d[4 * i + 1] = __dmul_rz(u, v);
+  d[4 * i + 2] = __ddiv_rd(u, v);
+  d[4 * i + 3] = __dsqrt_ru(fabs(u));
+}
+
 // Local memory: a per-thread array indexed at run time.
 __global__ void local_array(const int* in, int* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

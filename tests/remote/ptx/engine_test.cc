@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cfenv>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -440,6 +441,57 @@ TEST_F(Engine, HalfReluAndNaNPropagation) {
   } xor_params{out, 1.0f};
   EXPECT_EQ(executor_.Launch(99, config, &xor_params, sizeof(xor_params)), kCuNotSupported);
   EXPECT_NE(executor_.TakeErrorDetail().find("max.xorsign.abs.f32"), std::string::npos);
+}
+
+// Float and double arithmetic with .rz/.rm/.rp rounds in that direction: checked against
+// the host's own operations in that rounding mode (operands chosen so that most results
+// are inexact: round-to-nearest would differ in the last place).
+TEST_F(Engine, DirectedRounding) {
+  const int n = 64;
+  std::vector<float> a(n), b(n);
+  std::vector<double> x(n), y(n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = (i % 2 ? -1.0f : 1.0f) * (1.0f + i / 7.0f);
+    b[i] = 3.0f + i / 13.0f;
+    x[i] = (i % 3 ? 1.0 : -1.0) * (0.1 + i / 11.0);
+    y[i] = 7.0 / (i + 3);
+  }
+  uint64_t da = Upload(a), db = Upload(b), dx = Upload(x), dy = Upload(y);
+  uint64_t f = Zeros<float>(8 * n), d = Zeros<double>(4 * n);
+  ASSERT_EQ(Run("directed_rounding", {1}, {n}, 0, da, db, dx, dy, f, d), kCuSuccess)
+      << last_detail_;
+  auto gf = Download<float>(f, 8 * n);
+  auto gd = Download<double>(d, 4 * n);
+  const int saved = std::fegetround();
+  // The result goes through a volatile before the mode is set back: without
+  // -frounding-math the compiler may otherwise compute it after the second call.
+  auto in_mode = [&](int mode, auto op) {
+    std::fesetround(mode);
+    volatile auto r = op();
+    std::fesetround(saved);
+    return static_cast<decltype(op())>(r);
+  };
+  int differs_from_nearest = 0;
+  for (int i = 0; i < n; ++i) {
+    volatile float p = a[i], q = b[i];
+    volatile double u = x[i], v = y[i];
+    const float want_f[8] = {in_mode(FE_TOWARDZERO, [&] { return p + q; }),
+                             in_mode(FE_UPWARD, [&] { return p + q; }),
+                             in_mode(FE_DOWNWARD, [&] { return p + q; }),
+                             in_mode(FE_DOWNWARD, [&] { return p * q; }),
+                             in_mode(FE_UPWARD, [&] { return p / q; }),
+                             in_mode(FE_DOWNWARD, [&] { return std::sqrt(std::fabs(p)); }),
+                             in_mode(FE_UPWARD, [&] { return 1.0f / q; }),
+                             in_mode(FE_TOWARDZERO, [&] { return std::fma(p, q, 1.0f); })};
+    const double want_d[4] = {in_mode(FE_UPWARD, [&] { return u + v; }),
+                              in_mode(FE_TOWARDZERO, [&] { return u * v; }),
+                              in_mode(FE_DOWNWARD, [&] { return u / v; }),
+                              in_mode(FE_UPWARD, [&] { return std::sqrt(std::fabs(u)); })};
+    for (int k = 0; k < 8; ++k) EXPECT_EQ(gf[8 * i + k], want_f[k]) << i << " op " << k;
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(gd[4 * i + k], want_d[k]) << i << " op " << k;
+    differs_from_nearest += gf[8 * i + 4] != p / q;
+  }
+  EXPECT_GT(differs_from_nearest, n / 4) << "operands too kind: most divisions were exact";
 }
 
 // cvt.rn.f16x2.f32 and cvt.rn.bf16x2.f32 d, a, b (sm_80; __floats2half2_rn compiles to the
