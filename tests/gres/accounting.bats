@@ -78,13 +78,15 @@ sreport_a100_seconds() {
 }
 
 # user_a100_seconds USER FROM TO: ElapsedRaw x license/gpupool_a100 count over sacct's
-# records of USER's jobs, cut to the window.
+# records of USER's jobs, cut to the window. Every record (--duplicates): a job requeued
+# after its node failed (scripts/chaos kills slurmd under running jobs, in the same hour)
+# has a record per run, and sreport sums them all, where plain sacct shows the last.
 user_a100_seconds() {
   local expected=0 secs tres count
   while IFS='|' read -r secs tres; do
     count=$(tr ',' '\n' <<<"$tres" | sed -n 's|^license/gpupool_a100=||p')
     expected=$((expected + secs * ${count:-0}))
-  done < <(sacct -X -n -P -T -u "$1" -S "$2" -E "$3" -o ElapsedRaw,AllocTRES)
+  done < <(sacct -X -D -n -P -T -u "$1" -S "$2" -E "$3" -o ElapsedRaw,AllocTRES)
   echo "$expected"
 }
 
