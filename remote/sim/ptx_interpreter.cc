@@ -2746,6 +2746,55 @@ void HDirectedRounding(Warp& w, const Inst& in, uint32_t mask) {
   std::fesetround(saved);
 }
 
+// Integer dot products and SIMD absolute differences on bytes (sm_61 __dp4a, __dp2a_lo/hi;
+// __vabsdiffu4 and __vsads4 through vabsdiff4). mode: 0 dp4a, 1 dp2a.lo, 2 dp2a.hi,
+// 3 vabsdiff4 (per-byte |a - b| in d's bytes), 4 vabsdiff4.add (c + their sum); mode2:
+// bit 0 a's elements signed, bit 1 b's, bit 2 .sat into a signed d (vabsdiff4: a byte
+// over 127 becomes 127).
+void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  const bool a_signed = in.mode2 & 1, b_signed = in.mode2 & 2, saturate = in.mode2 & 4;
+  auto element = [](uint32_t word, int index, int bits, bool is_signed) -> int32_t {
+    uint32_t v = (word >> (index * bits)) & ((1u << bits) - 1);
+    if (is_signed && (v >> (bits - 1))) return static_cast<int32_t>(v) - (1 << bits);
+    return static_cast<int32_t>(v);
+  };
+  ForLanes(mask, [&](int l) {
+    const uint32_t x = static_cast<uint32_t>(a[l]), y = static_cast<uint32_t>(b[l]);
+    uint32_t acc = static_cast<uint32_t>(c[l]);
+    switch (in.mode) {
+      case 0:
+        for (int i = 0; i < 4; ++i)
+          acc += static_cast<uint32_t>(element(x, i, 8, a_signed) * element(y, i, 8, b_signed));
+        break;
+      case 1:
+      case 2:
+        for (int i = 0; i < 2; ++i) {
+          acc += static_cast<uint32_t>(element(x, i, 16, a_signed) *
+                                       element(y, i + (in.mode == 2 ? 2 : 0), 8, b_signed));
+        }
+        break;
+      case 3:
+        acc = 0;
+        for (int i = 0; i < 4; ++i) {
+          int32_t diff = std::abs(element(x, i, 8, a_signed) - element(y, i, 8, b_signed));
+          if (saturate) diff = std::min(diff, 127);
+          acc |= static_cast<uint32_t>(diff & 0xff) << (8 * i);
+        }
+        break;
+      case 4:
+        for (int i = 0; i < 4; ++i)
+          acc += static_cast<uint32_t>(
+              std::abs(element(x, i, 8, a_signed) - element(y, i, 8, b_signed)));
+        break;
+    }
+    d[l] = acc;
+  });
+}
+
 // min.NaN.f32 / max.NaN.f32: the canonical NaN when an operand is NaN, else min or max.
 template <bool kIsMax>
 void HMinMaxNaN(Warp& w, const Inst& in, uint32_t mask) {
@@ -4495,6 +4544,45 @@ class Decoder {
       GPUPOOL_RETURN_IF_ERROR(need(1));
       GPUPOOL_DST(0);
       inst.run = &HActivemask;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+
+    if (op == "dp4a" || op == "dp2a" || op == "vabsdiff4") {
+      // dp4a.atype.btype, dp2a.{lo,hi}.atype.btype, vabsdiff4.dtype.atype.btype{.sat}{.add}
+      // d, a, b, c: HByteDot. Video selectors and masks (a.b0, d.h1) are not supported.
+      GPUPOOL_RETURN_IF_ERROR(need(4));
+      if (types.size() < 2) return bad_type();
+      for (Ty t : types) {
+        if (t != kU32 && t != kS32) return bad_type();
+      }
+      const Ty a_type = types[types.size() - 2], b_type = types.back();
+      inst.mode2 = (a_type == kS32 ? 1 : 0) | (b_type == kS32 ? 2 : 0);
+      if (op == "dp4a") {
+        inst.mode = 0;
+      } else if (op == "dp2a") {
+        if (mods.count("lo") == mods.count("hi")) {
+          return BadInstruction(s, "dp2a needs one of .lo and .hi");
+        }
+        inst.mode = mods.count("hi") ? 2 : 1;
+      } else {
+        if (types.size() != 3) return bad_type();
+        inst.mode = mods.count("add") ? 4 : 3;
+        if (mods.count("sat") && types[0] == kS32) inst.mode2 |= 4;
+      }
+      for (size_t i = 0; i < 4; ++i) {
+        if (ops[i].kind == RawOperand::kName && ops[i].name.find('.') != std::string::npos) {
+          return Refuse("SIMD video selectors and masks ('" + ops[i].name +
+                            "') are not supported by the sim GPU",
+                        s.line, inst);
+        }
+      }
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(a, 1, kU32);
+      GPUPOOL_SRC(b, 2, kU32);
+      GPUPOOL_SRC(c, 3, kU32);
+      inst.run = &HByteDot;
+      inst.pure = true;
       k_->code.push_back(inst);
       return Status::OK();
     }

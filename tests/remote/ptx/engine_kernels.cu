@@ -125,6 +125,21 @@ __global__ void directed_rounding(const float* a, const float* b, const double* 
   d[4 * i + 3] = __dsqrt_ru(fabs(u));
 }
 
+// Byte and half-word dot products (sm_61 dp4a, dp2a) and SIMD absolute differences
+// (vabsdiff4, under __vabsdiffu4 and __vsads4), signed and unsigned.
+__global__ void byte_dots(const unsigned* a, const unsigned* b, unsigned* out) {
+  int i = threadIdx.x;
+  unsigned x = a[i], y = b[i];
+  out[8 * i] = __dp4a(static_cast<int>(x), static_cast<int>(y), -5);
+  out[8 * i + 1] = __dp4a(x, y, 9u);
+  out[8 * i + 2] = __dp2a_lo(static_cast<int>(x), static_cast<int>(y), 7);
+  out[8 * i + 3] = __dp2a_hi(x, y, 3u);
+  out[8 * i + 4] = __vabsdiffu4(x, y);
+  out[8 * i + 5] = __vsads4(x, y);
+  out[8 * i + 6] = __vsadu4(x, y);
+  out[8 * i + 7] = __dp2a_hi(static_cast<int>(x), static_cast<int>(y), -1);
+}
+
 // Local memory: a per-thread array indexed at run time.
 __global__ void local_array(const int* in, int* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;

@@ -494,6 +494,47 @@ TEST_F(Engine, DirectedRounding) {
   EXPECT_GT(differs_from_nearest, n / 4) << "operands too kind: most divisions were exact";
 }
 
+// dp4a, dp2a.lo/hi and vabsdiff4 (with and without .add) on words whose bytes and
+// half-words span both signs, against a CPU reference.
+TEST_F(Engine, ByteDotProductsAndAbsoluteDifferences) {
+  const int n = 64;
+  std::vector<uint32_t> a(n), b(n);
+  uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+  for (int i = 0; i < n; ++i) {
+    a[i] = next();
+    b[i] = next();
+  }
+  uint64_t da = Upload(a), db = Upload(b), out = Zeros<uint32_t>(8 * n);
+  ASSERT_EQ(Run("byte_dots", {1}, {n}, 0, da, db, out), kCuSuccess) << last_detail_;
+  auto got = Download<uint32_t>(out, 8 * n);
+  auto s8 = [](uint32_t w, int i) {
+    return static_cast<int32_t>(static_cast<int8_t>(w >> (8 * i)));
+  };
+  auto u8 = [](uint32_t w, int i) { return static_cast<int32_t>((w >> (8 * i)) & 0xff); };
+  auto s16 = [](uint32_t w, int i) {
+    return static_cast<int32_t>(static_cast<int16_t>(w >> (16 * i)));
+  };
+  auto u16 = [](uint32_t w, int i) { return static_cast<int32_t>((w >> (16 * i)) & 0xffff); };
+  for (int i = 0; i < n; ++i) {
+    const uint32_t x = a[i], y = b[i];
+    uint32_t want[8] = {static_cast<uint32_t>(-5), 9, 7, 3, 0, 0, 0, static_cast<uint32_t>(-1)};
+    for (int k = 0; k < 4; ++k) {
+      want[0] += static_cast<uint32_t>(s8(x, k) * s8(y, k));
+      want[1] += static_cast<uint32_t>(u8(x, k) * u8(y, k));
+      want[4] |= static_cast<uint32_t>(std::abs(u8(x, k) - u8(y, k))) << (8 * k);
+      want[5] += static_cast<uint32_t>(std::abs(s8(x, k) - s8(y, k)));
+      want[6] += static_cast<uint32_t>(std::abs(u8(x, k) - u8(y, k)));
+    }
+    for (int k = 0; k < 2; ++k) {
+      want[2] += static_cast<uint32_t>(s16(x, k) * s8(y, k));
+      want[3] += static_cast<uint32_t>(u16(x, k) * u8(y, k + 2));
+      want[7] += static_cast<uint32_t>(s16(x, k) * s8(y, k + 2));
+    }
+    for (int k = 0; k < 8; ++k) EXPECT_EQ(got[8 * i + k], want[k]) << i << " result " << k;
+  }
+}
+
 // cvt.rn.f16x2.f32 and cvt.rn.bf16x2.f32 d, a, b (sm_80; __floats2half2_rn compiles to the
 // first): a rounds into d's upper half, b into its lower half. Hand-written, since the suite
 // is compiled for an earlier target.
