@@ -1083,6 +1083,32 @@ float HalfToFloat(uint16_t h) {
   return std::bit_cast<float>(x);
 }
 
+// bf16 nearest to f, ties to even; a NaN stays a (quiet) NaN.
+uint16_t FloatToBFloat16(float f) {
+  uint32_t x = std::bit_cast<uint32_t>(f);
+  return static_cast<uint16_t>(std::isnan(f) ? ((x >> 16) | 0x40)
+                                             : ((x + 0x7fff + ((x >> 16) & 1)) >> 16));
+}
+
+// f to f16 or bf16 with .rz (rounding 1), .rm (2) or .rp (3), as __float2half_rz and
+// __float2bfloat16_rd compile: the nearest value, moved one step when it lies on the wrong
+// side of f. Stepping a 16-bit pattern by one moves its magnitude by one unit in the last
+// place, from the largest finite value to infinity and from infinity back.
+uint16_t FloatToHalfDirected(float f, int rounding, bool bf16) {
+  uint16_t h = bf16 ? FloatToBFloat16(f) : FloatToHalf(f);
+  if (std::isnan(f)) return h;
+  const float back = bf16 ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16) : HalfToFloat(h);
+  const bool negative = h & 0x8000;
+  const bool above = back > f, below = back < f;
+  if ((rounding == 1 && std::fabs(back) > std::fabs(f)) || (rounding == 2 && above && !negative) ||
+      (rounding == 3 && below && negative)) {
+    --h;  // towards zero
+  } else if ((rounding == 2 && above && negative) || (rounding == 3 && below && !negative)) {
+    ++h;  // away from zero
+  }
+  return h;
+}
+
 // Rounding: 0 none/rn, 1 rz, 2 rm, 3 rp; integer rounding (rni...) 4..7.
 double RoundTo(double v, int rounding) {
   switch (rounding & 3) {
@@ -1102,6 +1128,16 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
   int skind = in.mode2 & 3, ssize = in.mode2 >> 2;
   int rounding = in.width;  // 0..3 float rounding, 4..7 integer rounding (+4)
   bool sat = in.flags & kFlagSat;
+  // .rz/.rm/.rp into a float type (__int2float_rz, __ll2double_rd, __double2float_ru,
+  // __float2half_rz...): the host converts in that rounding mode, set around the lanes
+  // (the loads come after the first call and the stores before the second, as in
+  // HDirectedRounding). Rounding in one direction twice (to double or float, then to a
+  // half) gives the same as rounding once.
+  const bool directed = (dkind == kKindF || dkind == kKindB) && rounding >= 1 && rounding <= 3;
+  const int saved_rounding = std::fegetround();
+  if (directed) {
+    std::fesetround(rounding == 1 ? FE_TOWARDZERO : rounding == 2 ? FE_DOWNWARD : FE_UPWARD);
+  }
   ForLanes(mask, [&](int l) {
     uint64_t raw = a[l];
     // Read the source.
@@ -1143,27 +1179,22 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
           f = skind == kKindS ? static_cast<float>(sv) : static_cast<float>(uv);
         } else {
           f = static_cast<float>(r);
-          if (is_float && ssize == 8 && (rounding & 3) != 0 && rounding < 4) {
-            // Directed rounding of f64 -> f32.
-            double back = f;
-            if ((rounding == 1 && std::fabs(back) > std::fabs(r)) || (rounding == 2 && back > r)) {
-              f = std::nextafter(f, rounding == 1 ? 0.0f : -INFINITY);
-            } else if (rounding == 3 && back < r) {
-              f = std::nextafter(f, INFINITY);
-            }
-          }
         }
         if (in.flags & kFlagFtz) f = FlushF32(f);
         if (sat) f = Saturate01(f);
         out = Put<float>(f);
       } else {
-        float f = static_cast<float>(r);
-        if (sat) f = Saturate01(f);
-        if (dkind == kKindB) {
-          uint32_t x = std::bit_cast<uint32_t>(f);
-          out = std::isnan(f) ? ((x >> 16) | 0x40) : ((x + 0x7fff + ((x >> 16) & 1)) >> 16);
+        float f;
+        if (!is_float && ssize == 8) {
+          f = skind == kKindS ? static_cast<float>(sv) : static_cast<float>(uv);
         } else {
-          out = FloatToHalf(f);
+          f = static_cast<float>(r);
+        }
+        if (sat) f = Saturate01(f);
+        if (directed) {
+          out = FloatToHalfDirected(f, rounding, dkind == kKindB);
+        } else {
+          out = dkind == kKindB ? FloatToBFloat16(f) : FloatToHalf(f);
         }
       }
     } else {
@@ -1215,6 +1246,7 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
     }
     d[l] = out;
   });
+  if (directed) std::fesetround(saved_rounding);
 }
 
 // cvt between integer types without .sat: truncate or extend the source (S) to the

@@ -125,6 +125,32 @@ __global__ void directed_rounding(const float* a, const float* b, const double* 
   d[4 * i + 3] = __dsqrt_ru(fabs(u));
 }
 
+// Conversions into float types with directed rounding: integers to float and double
+// (cvt.rz.f32.s32, cvt.rm.f32.s64, cvt.rp.f64.u64...) and float to half and bfloat16
+// (cvt.rz.f16.f32, cvt.rm.bf16.f32...).
+__global__ void directed_conversions(const int* k, const long long* l, const float* x, float* f,
+                                     double* d, unsigned short* h) {
+  int i = threadIdx.x;
+  int p = k[i];
+  long long q = l[i];
+  float v = x[i];
+  f[6 * i] = __int2float_rz(p);
+  f[6 * i + 1] = __int2float_ru(p);
+  f[6 * i + 2] = __uint2float_rd(static_cast<unsigned>(p));
+  f[6 * i + 3] = __ll2float_rd(q);
+  f[6 * i + 4] = __ull2float_ru(static_cast<unsigned long long>(q));
+  f[6 * i + 5] = __ll2float_rz(q);
+  d[3 * i] = __ll2double_rz(q);
+  d[3 * i + 1] = __ull2double_ru(static_cast<unsigned long long>(q));
+  d[3 * i + 2] = __ll2double_rd(q);
+  h[6 * i] = __half_as_ushort(__float2half_rz(v));
+  h[6 * i + 1] = __half_as_ushort(__float2half_rd(v));
+  h[6 * i + 2] = __half_as_ushort(__float2half_ru(v));
+  h[6 * i + 3] = __bfloat16_as_ushort(__float2bfloat16_rz(v));
+  h[6 * i + 4] = __bfloat16_as_ushort(__float2bfloat16_rd(v));
+  h[6 * i + 5] = __bfloat16_as_ushort(__float2bfloat16_ru(v));
+}
+
 // Byte and half-word dot products (sm_61 dp4a, dp2a) and SIMD absolute differences
 // (vabsdiff4, under __vabsdiffu4 and __vsads4), signed and unsigned.
 __global__ void byte_dots(const unsigned* a, const unsigned* b, unsigned* out) {
