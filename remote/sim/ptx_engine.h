@@ -113,6 +113,12 @@ struct LaunchSpec {
 // Bytes of the grid workspace a cooperative launch needs (grid.sync() counts at +4).
 inline constexpr uint64_t kGridWorkspaceBytes = 256;
 
+// Device-side malloc and free: a module that calls them gets a variable of this name and
+// size, its heap (8 MiB, CUDA's default cudaLimitMallocHeapSize; the sim does not apply
+// another limit a program sets).
+inline constexpr const char* kDeviceHeapVariable = "$gpupool_device_heap";
+inline constexpr uint64_t kDeviceHeapBytes = uint64_t{8} << 20;
+
 // Returns a CUresult: success, kCuIllegalAddress (stray access),
 // kCuLaunchFailed (trap), kCuAssert (failed device assert), kCuInvalidValue (a
 // parameter buffer too small or too much shared memory),

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <set>
 #include <span>
 #include <thread>
@@ -2143,7 +2144,7 @@ void HAssert(Warp& w, const Inst& in, uint32_t mask) {
   std::memcpy(&message, local + in.printf_fmt, 8);
   std::memcpy(&file, local + in.printf_args, 8);
   std::memcpy(&line, local + in.offset, 4);
-  std::memcpy(&function, local + in.e, 8);
+  std::memcpy(&function, local + in.aux, 8);
   const LaunchState& launch = *w.launch;
   uint32_t tid = w.index * 32 + lane;
   const uint32_t* block = launch.spec->block;
@@ -2156,6 +2157,181 @@ void HAssert(Warp& w, const Inst& in, uint32_t mask) {
                 (tid / block[0]) % block[1], tid / (block[0] * block[1]),
                 ReadString(w, message, lane).c_str());
   w.launch->printf += text;
+}
+
+// ---- Device-side malloc and free
+// The heap is a module variable of kDeviceHeapBytes (ptx_engine.h), added to a module that
+// calls malloc or free, and its bookkeeping lives inside it: it is device memory like any
+// other, read by a checkpoint and restored on a replacement GPU at the same address.
+// Layout: a DeviceHeapHeader, then blocks, each a DeviceHeapBlock header and its payload
+// (16-byte aligned, as CUDA's malloc aligns). Free blocks form a list in address order;
+// neighbours merge when freed, and a free block that ends the used part gives it back.
+// Offsets are from the heap's start; 0 is "none". A kernel may scribble over the
+// bookkeeping, so every offset read from it is checked before use.
+struct DeviceHeapHeader {
+  uint64_t magic, top, free_head, unused;
+};
+struct DeviceHeapBlock {
+  uint64_t size, next;  // next: the next free block, or kHeapAllocated
+};
+constexpr uint64_t kHeapMagic = 0x3130706165485047ull;  // "GPHeap01"
+constexpr uint64_t kHeapAllocated = ~uint64_t{0};
+constexpr uint64_t kHeapFirstBlock = sizeof(DeviceHeapHeader);
+constexpr uint64_t kHeapBlockHeader = sizeof(DeviceHeapBlock);
+// CTAs on the two workers (and other sessions, whose heaps are other memory) take turns.
+std::mutex device_heap_mu;
+
+// A block at `at` that lies inside the used part, or nullptr.
+DeviceHeapBlock* HeapBlock(uint8_t* heap, uint64_t at) {
+  const auto* header = reinterpret_cast<const DeviceHeapHeader*>(heap);
+  if (at < kHeapFirstBlock || at % 16 != 0 || at > header->top ||
+      header->top - at < kHeapBlockHeader) {
+    return nullptr;
+  }
+  auto* block = reinterpret_cast<DeviceHeapBlock*>(heap + at);
+  if (block->size > header->top - at - kHeapBlockHeader || block->size % 16 != 0) return nullptr;
+  return block;
+}
+
+// The offset of `bytes` of payload, or 0 when the heap has no room (malloc's NULL) or its
+// bookkeeping was overwritten.
+uint64_t HeapAllocate(uint8_t* heap, uint64_t bytes) {
+  auto* header = reinterpret_cast<DeviceHeapHeader*>(heap);
+  if (header->magic != kHeapMagic) *header = DeviceHeapHeader{kHeapMagic, kHeapFirstBlock, 0, 0};
+  if (header->top < kHeapFirstBlock || header->top > kDeviceHeapBytes) return 0;
+  if (bytes == 0 || bytes > kDeviceHeapBytes) return 0;
+  const uint64_t need = (bytes + 15) / 16 * 16;
+  uint64_t previous = 0;
+  uint64_t at = header->free_head;
+  for (uint64_t steps = 0; at != 0; ++steps) {
+    DeviceHeapBlock* block = HeapBlock(heap, at);
+    if (block == nullptr || block->next == kHeapAllocated || steps > kDeviceHeapBytes / 32) {
+      return 0;
+    }
+    if (block->size >= need) {
+      uint64_t next = block->next;
+      if (block->size - need >= kHeapBlockHeader + 16) {  // split: the rest stays free
+        const uint64_t rest = at + kHeapBlockHeader + need;
+        *reinterpret_cast<DeviceHeapBlock*>(heap + rest) =
+            DeviceHeapBlock{block->size - need - kHeapBlockHeader, next};
+        next = rest;
+        block->size = need;
+      }
+      if (previous == 0) {
+        header->free_head = next;
+      } else {
+        reinterpret_cast<DeviceHeapBlock*>(heap + previous)->next = next;
+      }
+      block->next = kHeapAllocated;
+      return at + kHeapBlockHeader;
+    }
+    previous = at;
+    at = block->next;
+  }
+  if (kDeviceHeapBytes - header->top < kHeapBlockHeader + need) return 0;
+  at = header->top;
+  header->top += kHeapBlockHeader + need;
+  *reinterpret_cast<DeviceHeapBlock*>(heap + at) = DeviceHeapBlock{need, kHeapAllocated};
+  return at + kHeapBlockHeader;
+}
+
+// Frees the payload at offset `payload`; false when it is not one HeapAllocate gave and
+// has not been freed since (or the bookkeeping was overwritten).
+bool HeapFree(uint8_t* heap, uint64_t payload) {
+  auto* header = reinterpret_cast<DeviceHeapHeader*>(heap);
+  if (header->magic != kHeapMagic || header->top > kDeviceHeapBytes) return false;
+  if (payload < kHeapFirstBlock + kHeapBlockHeader) return false;
+  const uint64_t at = payload - kHeapBlockHeader;
+  DeviceHeapBlock* block = HeapBlock(heap, at);
+  if (block == nullptr || block->next != kHeapAllocated) return false;
+  // Where it goes in the address-ordered list: after `previous` (before it, `before`).
+  uint64_t before = 0, previous = 0, next = header->free_head;
+  for (uint64_t steps = 0; next != 0 && next < at; ++steps) {
+    DeviceHeapBlock* free_block = HeapBlock(heap, next);
+    if (free_block == nullptr || free_block->next == kHeapAllocated ||
+        steps > kDeviceHeapBytes / 32) {
+      return false;
+    }
+    before = previous;
+    previous = next;
+    next = free_block->next;
+  }
+  if (next != 0 && HeapBlock(heap, next) == nullptr) return false;
+  block->next = next;
+  if (previous == 0) {
+    header->free_head = at;
+  } else {
+    reinterpret_cast<DeviceHeapBlock*>(heap + previous)->next = at;
+  }
+  uint64_t merged = at;
+  uint64_t merged_before = previous;
+  if (next != 0 && at + kHeapBlockHeader + block->size == next) {
+    const auto* following = reinterpret_cast<DeviceHeapBlock*>(heap + next);
+    block->size += kHeapBlockHeader + following->size;
+    block->next = following->next;
+  }
+  if (previous != 0) {
+    auto* preceding = reinterpret_cast<DeviceHeapBlock*>(heap + previous);
+    if (previous + kHeapBlockHeader + preceding->size == at) {
+      preceding->size += kHeapBlockHeader + block->size;
+      preceding->next = block->next;
+      merged = previous;
+      merged_before = before;
+    }
+  }
+  // The last block of the used part: the used part ends before it.
+  const auto* last = reinterpret_cast<DeviceHeapBlock*>(heap + merged);
+  if (merged + kHeapBlockHeader + last->size == header->top) {
+    if (merged_before == 0) {
+      header->free_head = last->next;
+    } else {
+      reinterpret_cast<DeviceHeapBlock*>(heap + merged_before)->next = last->next;
+    }
+    header->top = merged;
+  }
+  return true;
+}
+
+// The heap of the instruction's module (in.offset: its address), or nullptr after a fault.
+uint8_t* DeviceHeap(Warp& w, const Inst& in, int lane) {
+  uint8_t* heap = w.Address(Space::kGlobal, static_cast<uint64_t>(in.offset),
+                            static_cast<uint32_t>(kDeviceHeapBytes), lane);
+  if (heap == nullptr) w.Fault(static_cast<uint64_t>(in.offset), 16, "device heap");
+  return heap;
+}
+
+// malloc(size): in.printf_fmt = the local offset of its parameter, in.printf_args of its
+// return value; lanes in order.
+void HMalloc(Warp& w, const Inst& in, uint32_t mask) {
+  uint8_t* heap = DeviceHeap(w, in, std::countr_zero(mask));
+  if (heap == nullptr) return;
+  std::lock_guard<std::mutex> lock(device_heap_mu);
+  ForLanes(mask, [&](int l) {
+    uint8_t* local = w.LocalOf(l);
+    uint64_t bytes = 0;
+    std::memcpy(&bytes, local + in.printf_fmt, 8);
+    const uint64_t offset = HeapAllocate(heap, bytes);
+    const uint64_t address = offset == 0 ? 0 : static_cast<uint64_t>(in.offset) + offset;
+    std::memcpy(local + in.printf_args, &address, 8);
+  });
+}
+
+// free(pointer): in.printf_fmt = the local offset of its parameter. free(NULL) does
+// nothing; a pointer malloc did not return (or freed twice) fails the launch, as the
+// GPU's heap check does, with CUDA_ERROR_ILLEGAL_ADDRESS.
+void HFree(Warp& w, const Inst& in, uint32_t mask) {
+  uint8_t* heap = DeviceHeap(w, in, std::countr_zero(mask));
+  if (heap == nullptr) return;
+  std::lock_guard<std::mutex> lock(device_heap_mu);
+  ForLanes(mask, [&](int l) {
+    uint64_t address = 0;
+    std::memcpy(&address, w.LocalOf(l) + in.printf_fmt, 8);
+    if (address == 0) return;
+    const uint64_t base = static_cast<uint64_t>(in.offset);
+    if (address < base || address - base >= kDeviceHeapBytes || !HeapFree(heap, address - base)) {
+      w.Fault(address, 1, "free of a pointer device malloc did not return (or freed twice)");
+    }
+  });
 }
 
 // f16/bf16 arithmetic: mode 0 add, 1 sub, 2 mul, 3 fma, 4 neg, 5 abs, 6 min, 7 max,
@@ -3486,6 +3662,28 @@ class Decoder {
       k_->code.push_back(inst);
       return Status::OK();
     }
+    if ((callee->name == "malloc" || callee->name == "free") &&
+        !module_.functions.at(callee->name).has_body) {
+      // Device-side malloc/free on the module's heap variable (HMalloc).
+      const bool is_malloc = callee->name == "malloc";
+      int64_t argument = local_offset(args, 0), result = is_malloc ? local_offset(returns, 0) : 0;
+      Symbol heap;
+      if (argument < 0 || result < 0) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + callee->name +
+                                       " arguments must be .param variables");
+      }
+      if (!SymbolValue(frame, kDeviceHeapVariable, &heap) || heap.space != Space::kGlobal ||
+          heap.value == 0) {
+        return Status::Internal("PTX line " + std::to_string(s.line) + ": " + callee->name +
+                                " without the module's device heap");
+      }
+      inst.run = is_malloc ? &HMalloc : &HFree;
+      inst.printf_fmt = static_cast<uint32_t>(argument);
+      inst.printf_args = static_cast<uint32_t>(result);
+      inst.offset = static_cast<int64_t>(heap.value);
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
     if (callee->name == "__assertfail" || callee->name == "__assert_fail") {
       inst.run = &HAssert;
       inst.flow = Flow::kAssert;
@@ -3498,7 +3696,7 @@ class Decoder {
       inst.printf_fmt = static_cast<uint32_t>(message);
       inst.printf_args = static_cast<uint32_t>(file);
       inst.offset = line;
-      inst.e = static_cast<int32_t>(function);
+      inst.aux = static_cast<uint32_t>(function);  // not e: a source slot, renamed by Optimize
       k_->code.push_back(inst);
       return Status::OK();
     }
@@ -5227,6 +5425,18 @@ Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text) {
   if (!parsed.ok()) return parsed.status();
   std::unique_ptr<PtxModule> module(new PtxModule());
   module->parsed_ = std::move(*parsed);
+  // A module that calls device-side malloc or free gets its heap as a variable of its own.
+  for (const char* name : {"malloc", "free"}) {
+    auto found = module->parsed_->functions.find(name);
+    if (found != module->parsed_->functions.end() && !found->second.has_body) {
+      ModuleVariable heap;
+      heap.name = kDeviceHeapVariable;
+      heap.size = kDeviceHeapBytes;
+      heap.align = 16;
+      module->parsed_->variables.push_back(std::move(heap));
+      break;
+    }
+  }
   return module;
 }
 

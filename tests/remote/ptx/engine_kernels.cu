@@ -151,6 +151,65 @@ __global__ void directed_conversions(const int* k, const long long* l, const flo
   h[6 * i + 5] = __bfloat16_as_ushort(__float2bfloat16_ru(v));
 }
 
+// Device-side malloc and free: each thread allocates, fills and sums a buffer of its own
+// size; odd threads free theirs, even ones keep it for the next launch, which reads it and
+// frees it. The sum carries a million per misaligned pointer (CUDA's malloc gives 16-byte
+// alignment).
+__global__ void heap_sums(int* out, int** kept) {
+  int t = blockIdx.x * blockDim.x + threadIdx.x;
+  int n = 1 + t % 37;
+  int* p = static_cast<int*>(malloc(n * sizeof(int)));
+  if (p == nullptr) {
+    out[t] = -1;
+    return;
+  }
+  int sum = 0;
+  for (int i = 0; i < n; ++i) p[i] = t + i;
+  for (int i = 0; i < n; ++i) sum += p[i];
+  out[t] = sum + static_cast<int>(reinterpret_cast<unsigned long long>(p) % 16) * 1000000;
+  if (t % 2 == 1) {
+    free(p);
+  } else {
+    kept[t] = p;
+  }
+}
+
+__global__ void heap_free_kept(int** kept, int* out) {
+  int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t % 2 == 0) {
+    out[t] = kept[t][0];
+    free(kept[t]);
+  }
+}
+
+// One allocation of `bytes` (NULL when the heap has no room), written at both ends, freed.
+__global__ void heap_big(unsigned long long bytes, unsigned long long* got) {
+  char* p = static_cast<char*>(malloc(bytes));
+  *got = reinterpret_cast<unsigned long long>(p);
+  if (p != nullptr) {
+    p[0] = 1;
+    p[bytes - 1] = 2;
+    free(p);
+  }
+  free(nullptr);  // does nothing
+}
+
+// A stray write over a block's bookkeeping: later allocations still work, and freeing the
+// block fails the launch instead of corrupting the agent.
+__global__ void heap_scribble(unsigned long long* got) {
+  unsigned long long* p = static_cast<unsigned long long*>(malloc(32));
+  p[-2] = 0xffffffffffffull;  // its size
+  p[-1] = 12345;              // its link
+  *got = reinterpret_cast<unsigned long long>(malloc(32));
+  free(p);
+}
+
+__global__ void heap_double_free() {
+  void* p = malloc(64);
+  free(p);
+  free(p);
+}
+
 // Byte and half-word dot products (sm_61 dp4a, dp2a) and SIMD absolute differences
 // (vabsdiff4, under __vabsdiffu4 and __vsads4), signed and unsigned.
 __global__ void byte_dots(const unsigned* a, const unsigned* b, unsigned* out) {

@@ -615,6 +615,48 @@ TEST_F(Engine, DirectedRoundingConversions) {
   EXPECT_GT(inexact, n / 2) << "values too kind: most were halves already";
 }
 
+// Device-side malloc and free: buffers of each thread's own, aligned to 16 bytes, kept
+// from one launch to the next; freed memory is used again (the whole heap can be had
+// again once all is freed); a request larger than the heap gives NULL; a double free
+// fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
+TEST_F(Engine, DeviceMallocAndFree) {
+  const int blocks = 8, threads = 64, n = blocks * threads;
+  uint64_t out = Zeros<int32_t>(n), kept = Zeros<uint64_t>(n), got = Zeros<uint64_t>(1);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(Run("heap_sums", {blocks}, {threads}, 0, out, kept), kCuSuccess) << last_detail_;
+    auto sums = Download<int32_t>(out, n);
+    for (int t = 0; t < n; ++t) {
+      const int count = 1 + t % 37;
+      EXPECT_EQ(sums[t], count * t + count * (count - 1) / 2) << "thread " << t;
+    }
+    ASSERT_EQ(Run("heap_free_kept", {blocks}, {threads}, 0, kept, out), kCuSuccess) << last_detail_;
+    auto firsts = Download<int32_t>(out, n);
+    for (int t = 0; t < n; t += 2) EXPECT_EQ(firsts[t], t) << "thread " << t;
+  }
+  // All freed, the whole heap is one block again: its largest payload (8 MiB less the
+  // heap's 32-byte header and the block's 16), twice; 16 bytes more, or 9 MiB, do not fit.
+  const uint64_t largest = (uint64_t{8} << 20) - 48;
+  for (uint64_t bytes : {largest, largest, largest + 1, uint64_t{9} << 20}) {
+    ASSERT_EQ(Run("heap_big", {1}, {1}, 0, bytes, got), kCuSuccess) << last_detail_;
+    const uint64_t address = Download<uint64_t>(got, 1)[0];
+    if (bytes <= largest) {
+      EXPECT_NE(address, 0u) << bytes;
+      EXPECT_EQ(address % 16, 0u);
+    } else {
+      EXPECT_EQ(address, 0u);
+    }
+  }
+  EXPECT_EQ(Run("heap_double_free", {1}, {1}, 0), kCuIllegalAddress);
+  EXPECT_NE(last_detail_.find("free of a pointer"), std::string::npos) << last_detail_;
+}
+
+TEST_F(Engine, DeviceHeapBookkeepingOverwrittenFailsTheLaunch) {
+  uint64_t got = Zeros<uint64_t>(1);
+  EXPECT_EQ(Run("heap_scribble", {1}, {1}, 0, got), kCuIllegalAddress);
+  EXPECT_NE(last_detail_.find("free of a pointer"), std::string::npos) << last_detail_;
+  EXPECT_NE(Download<uint64_t>(got, 1)[0], 0u);
+}
+
 // dp4a, dp2a.lo/hi and vabsdiff4 (with and without .add) on words whose bytes and
 // half-words span both signs, against a CPU reference.
 TEST_F(Engine, ByteDotProductsAndAbsoluteDifferences) {
