@@ -23,9 +23,11 @@ namespace {
 
 namespace dp = gpupool::dataplane;
 
-// Why mapped (zero-copy) host memory cannot work.
+// Why host memory other than cuMemHostAlloc's with DEVICEMAP cannot be mapped.
 constexpr const char* kZeroCopyWhy =
-    "mapped host memory: a remote GPU's kernels cannot reach this host's memory; copy instead";
+    "a remote GPU's kernels reach only host memory allocated mapped "
+    "(cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP, cudaHostAlloc with cudaHostAllocMapped), "
+    "which is kept coherent at CUDA calls; copy instead";
 
 // Marks host ranges we allocated (munmap on cuMemFreeHost) as opposed to registered ones.
 constexpr unsigned kOwnedHostMemory = 0x80000000u;
@@ -48,10 +50,24 @@ CUresult StreamId(CUstream stream, uint64_t* id) {
   return CUDA_SUCCESS;
 }
 
+CUresult CopyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream);
+
+// Whether host pointer `ptr` lies in managed or mapped host memory (managed.cc), whose
+// host pages are current only between synchronisations: a copy to or from it is a copy
+// on the GPU (the device's copy may be newer, and would be read back over what a copy
+// wrote into the pages).
+bool InManagedMemory(const void* ptr, size_t size) {
+  const auto address = reinterpret_cast<CUdeviceptr>(ptr);
+  return Runtime::Get().IsManaged(address) && DeviceOf(address, size) >= 0;
+}
+
 CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t size, CUstream stream) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (size == 0) return CUDA_SUCCESS;
   if (src == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (InManagedMemory(src, size)) {
+    return CopyDtoD(dst, reinterpret_cast<CUdeviceptr>(src), size, stream);
+  }
   int device = DeviceOf(dst, size);
   if (device < 0) return CUDA_ERROR_INVALID_VALUE;
   dp::MemcpyHtoDArgs args{dst, size, 0};
@@ -63,6 +79,16 @@ CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t size, CUstream stream, bool
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (size == 0) return CUDA_SUCCESS;
   if (dst == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  if (InManagedMemory(dst, size)) {
+    const auto address = reinterpret_cast<CUdeviceptr>(dst);
+    CUresult status = CopyDtoD(address, src, size, stream);
+    if (status != CUDA_SUCCESS || async) return status;
+    // A blocking copy: the host reads dst once it returns, so this is a synchronisation,
+    // after which managed.cc reads the GPU's copies back into the host's pages.
+    dp::StreamArgs args{0, 0, 0};
+    return Runtime::Get().Call(DeviceOf(address, size), dp::kOpContextSynchronize, &args,
+                               sizeof(args));
+  }
   int device = DeviceOf(src, size);
   if (device < 0) return CUDA_ERROR_INVALID_VALUE;
   dp::MemcpyDtoHArgs args{src, size, 0};
@@ -266,12 +292,25 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostAlloc(void** pointer, size_t size, un
   GPUPOOL_BODY({
     if (pointer == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    if (flags & CU_MEMHOSTALLOC_DEVICEMAP) {
-      return static_cast<CUresult>(ReportUnsupported("cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)",
-                                                     kZeroCopyWhy));
-    }
-    if (flags & ~static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED)) {
+    if (flags & ~static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED |
+                                       CU_MEMHOSTALLOC_DEVICEMAP)) {
       return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (flags & CU_MEMHOSTALLOC_DEVICEMAP) {
+      // Mapped host memory: a managed range (managed.cc) whose host pages are the buffer,
+      // at the address that is also its device address.
+      int device = 0;
+      if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+      CUdeviceptr address = 0;
+      if (CUresult status =
+              Runtime::Get().AllocManaged(device, size, CurrentContext(), &address,
+                                          "cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)");
+          status != CUDA_SUCCESS) {
+        return status;
+      }
+      Runtime::Get().AddHostRange(reinterpret_cast<void*>(address), size, flags | kOwnedHostMemory);
+      *pointer = reinterpret_cast<void*>(address);
+      return CUDA_SUCCESS;
     }
     void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -295,6 +334,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeHost(void* pointer) {
     if (!Runtime::Get().FindHostRange(pointer, &flags, &start, &size) ||
         !(flags & kOwnedHostMemory) || start != reinterpret_cast<uintptr_t>(pointer)) {
       return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (flags & CU_MEMHOSTALLOC_DEVICEMAP) {
+      // Freed on the GPU first; its host pages and range go with it (ForgetManaged).
+      return cuMemFree_v2(reinterpret_cast<CUdeviceptr>(pointer));
     }
     Runtime::Get().RemoveHostRange(pointer);
     munmap(pointer, size);
@@ -436,7 +479,12 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
   uint64_t start = 0;
   Allocation allocation{};
   bool device = Runtime::Get().FindAllocation(ptr, 1, &start, &allocation);
-  bool host = !device && Runtime::Get().FindHostRange(reinterpret_cast<void*>(ptr), nullptr);
+  unsigned host_flags = 0;
+  bool host_range = Runtime::Get().FindHostRange(reinterpret_cast<void*>(ptr), &host_flags);
+  // Mapped host memory is host memory with a device pointer (its own address).
+  bool mapped = device && host_range && (host_flags & CU_MEMHOSTALLOC_DEVICEMAP) &&
+                (host_flags & kOwnedHostMemory);
+  bool host = (!device && host_range) || mapped;
   if (!device && !host && !lenient) return CUDA_ERROR_INVALID_VALUE;
   Device* d = device ? Runtime::Get().device(allocation.device) : nullptr;
   Context* owner = allocation.context != nullptr ? allocation.context : d ? &d->primary : nullptr;
@@ -445,8 +493,7 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
       *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(owner);
       break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-      *static_cast<unsigned*>(data) =
-          device ? CU_MEMORYTYPE_DEVICE : host ? CU_MEMORYTYPE_HOST : 0;
+      *static_cast<unsigned*>(data) = host ? CU_MEMORYTYPE_HOST : device ? CU_MEMORYTYPE_DEVICE : 0;
       break;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
       if (!device) return CUDA_ERROR_INVALID_VALUE;
@@ -457,7 +504,7 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
       break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      *static_cast<unsigned*>(data) = device && Runtime::Get().IsManaged(ptr) ? 1 : 0;
+      *static_cast<unsigned*>(data) = device && !mapped && Runtime::Get().IsManaged(ptr) ? 1 : 0;
       break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
       *static_cast<int*>(data) = device ? allocation.device : -2;
@@ -544,6 +591,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr
   GPUPOOL_BODY({
     if (dptr == nullptr || pointer == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    unsigned host_flags = 0;
+    if (Runtime::Get().FindHostRange(pointer, &host_flags) &&
+        (host_flags & CU_MEMHOSTALLOC_DEVICEMAP) && (host_flags & kOwnedHostMemory)) {
+      *dptr = reinterpret_cast<CUdeviceptr>(pointer);  // one address for both, as under UVA
+      return CUDA_SUCCESS;
+    }
     return static_cast<CUresult>(ReportUnsupported("cuMemHostGetDevicePointer", kZeroCopyWhy));
   });
 }

@@ -104,7 +104,9 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     // Managed memory, coherent at call boundaries (managed.cc): not concurrently with
     // the host, nor by page faults; on executors that place memory at the process's
     // addresses (the sim).
+    // Mapped host memory is made the same way (api_memory.cc, cuMemHostAlloc).
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
       *value = std::strcmp(device.description().executor, "sim") == 0 ? 1 : 0;
       break;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *value = 1; break;

@@ -15,6 +15,10 @@
 //     whole into the host's pages, once the whole device is idle.
 // So a program that alternates host and GPU phases moves its managed bytes twice per
 // phase change, whatever it touched: faithful, not fast (no page-level tracking).
+// Mapped ("zero-copy") host memory, cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP, is
+// made the same way, its device pointer the host pointer as under UVA: coherent at the
+// same call boundaries, so a host thread that polls it while a kernel runs, calling no
+// CUDA function, does not see the kernel's writes (on a GPU it would).
 // Needs an executor that places memory at the process's addresses (the sim); on
 // another, cuMemAllocManaged answers CUDA_ERROR_NOT_SUPPORTED and logs why.
 #include <sys/mman.h>
@@ -52,7 +56,8 @@ bool ReachesDeviceMemory(uint32_t op) {
 
 }  // namespace
 
-CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr) {
+CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr,
+                               const char* api) {
   const uint64_t mapped = RoundUp(size, kPage);
   const uint64_t reserved_size = mapped + kPage;  // room to align the start to a page
   const uint64_t reserved = ChooseAddress(reserved_size);
@@ -62,7 +67,7 @@ CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdevi
   if (host == MAP_FAILED || host != reinterpret_cast<void*>(address)) {
     if (host != MAP_FAILED) munmap(host, mapped);
     ReleaseAddress(reserved, reserved_size);
-    LogError("cuMemAllocManaged: cannot map %zu bytes of host memory at 0x%llx: %s", size,
+    LogError("%s: cannot map %zu bytes of host memory at 0x%llx: %s", api, size,
              static_cast<unsigned long long>(address), std::strerror(errno));
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
@@ -76,8 +81,9 @@ CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdevi
     dp::MemFreeArgs free_args{result.dptr};
     (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
     status = static_cast<CUresult>(ReportUnsupported(
-        "cuMemAllocManaged", "managed memory needs a GPU whose executor places memory at "
-                             "this process's addresses (the sim); this one does not"));
+        api,
+        "managed and mapped host memory need a GPU whose executor places memory at "
+        "this process's addresses (the sim); this one does not"));
   }
   if (status != CUDA_SUCCESS) {
     munmap(host, mapped);
@@ -113,6 +119,9 @@ bool Runtime::ForgetManaged(uint64_t address) {
     managed_.erase(found);
     managed_count_.store(static_cast<int>(managed_.size()));
   }
+  // Mapped host memory (cuMemHostAlloc with DEVICEMAP) is a managed range too: its pages
+  // go, and with them the host range (a context's destruction frees it this way).
+  RemoveHostRange(reinterpret_cast<const void*>(address));
   munmap(reinterpret_cast<void*>(address), range.mapped);
   ReleaseAddress(range.reserved, range.reserved_size);
   return true;

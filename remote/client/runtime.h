@@ -209,7 +209,9 @@ class Runtime {
   // Managed memory (managed.cc): the host's pages mapped at the device address, the two
   // kept coherent at call boundaries. ForgetManaged unmaps one (after the device freed it);
   // false when `address` is not a managed allocation's start.
-  CUresult AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr);
+  // `api` names the call in what it logs (cuMemHostAlloc makes mapped memory this way).
+  CUresult AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr,
+                        const char* api = "cuMemAllocManaged");
   bool IsManaged(uint64_t ptr);
   bool ForgetManaged(uint64_t address);
 

@@ -82,7 +82,11 @@ TEST(DeviceModel, AttributesOutsideTheEnumAreRefused) {
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), 0);
   EXPECT_EQ(Attribute(*Described("NVIDIA A100-SXM4-80GB", "cuda"), CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY),
             0);
-  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 0);
+  // Mapped host memory is made as managed memory is (api_memory.cc).
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 1);
+  EXPECT_EQ(Attribute(*Described("NVIDIA A100-SXM4-80GB", "cuda"),
+                      CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY),
+            0);
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH), 0);
   // Cooperative launches on one device are offered (the agent gives them a workspace).
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH), 1);

@@ -92,6 +92,20 @@ int main() {
   CHECK(cudaMemcpy(host.data(), x, n * sizeof(float), cudaMemcpyDeviceToHost));
   EXPECT(host[99] == 99.0f && host[100] == 0.0f);
 
+  // Explicit kinds that call managed memory host memory: the copy sees the GPU's newer
+  // data, and what it writes is not lost when the GPU's copy is read back.
+  std::vector<float> saved(n);
+  CHECK(cudaMemcpy(saved.data(), device_buffer, n * sizeof(float), cudaMemcpyDeviceToHost));
+  Scale<<<(n + 255) / 256, 256>>>(n, 2.0f, x);  // x on the GPU is newer than the host's
+  CHECK(cudaMemcpy(device_buffer, x, n * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(y, device_buffer, n * sizeof(float), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(host.data(), device_buffer, n * sizeof(float), cudaMemcpyDeviceToHost));
+  EXPECT(host[99] == 198.0f && host[100] == 0.0f);
+  EXPECT(y[99] == 198.0f && y[101] == 2.0f && x[99] == 198.0f);
+  CHECK(cudaMemcpy(device_buffer, saved.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(cudaDeviceSynchronize());
+  for (int i = 0; i < n; ++i) x[i] = static_cast<float>(i % 100);
+
   // Hints are accepted; pointer attributes say managed.
   CHECK(cudaMemPrefetchAsync(x, n * sizeof(float), cudaMemLocation{cudaMemLocationTypeDevice, device}, 0, 0));
   CHECK(cudaMemAdvise(x, n * sizeof(float), cudaMemAdviseSetReadMostly,
