@@ -1897,24 +1897,51 @@ void HShfl(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
-// vote.sync.{all,any,uni,ballot}: mode 0 all, 1 any, 2 uni, 3 ballot; flag: !a
+// The lanes each lane's vote/match/redux.sync takes part with: its membermask (slot
+// in.b) among the lanes executing. Lanes of a warp that run converged may name different
+// groups: a cooperative_groups labeled_partition or a tiled partition of a coalesced
+// group. Calls `each(group, lanes)` once per distinct group with the lanes naming it.
+template <typename Each>
+void ForMemberGroups(Warp& w, const Inst& in, uint32_t mask, Each each) {
+  if (in.b < 0) {
+    each(mask, mask);
+    return;
+  }
+  const uint64_t* members = w.R(in.b);
+  uint32_t left = mask;
+  while (left != 0) {
+    const uint32_t group = static_cast<uint32_t>(members[std::countr_zero(left)]) & mask;
+    uint32_t lanes = 0;
+    ForLanes(left, [&](int l) {
+      if ((static_cast<uint32_t>(members[l]) & mask) == group) lanes |= 1u << l;
+    });
+    each(group, lanes);
+    left &= ~lanes;
+  }
+}
+
+// vote.sync.{all,any,uni,ballot} d, a, membermask: mode 0 all, 1 any, 2 uni, 3 ballot;
+// flag: !a. Over the lanes of each lane's membermask (a ballot has 0 for the others).
 void HVote(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   bool negate = in.flags & kFlagSigned;
   uint32_t ballot = 0;
   ForLanes(mask, [&](int l) { ballot |= static_cast<uint32_t>(((a[l] & 1) != 0) != negate) << l; });
-  uint64_t r;
-  switch (in.mode) {
-    case 0: r = (ballot & mask) == mask; break;
-    case 1: r = ballot != 0; break;
-    case 2: r = ballot == 0 || ballot == mask; break;
-    default: r = ballot; break;
-  }
-  ForLanes(mask, [&](int l) { d[l] = r; });
+  ForMemberGroups(w, in, mask, [&](uint32_t group, uint32_t lanes) {
+    const uint32_t votes = ballot & group;
+    uint64_t r;
+    switch (in.mode) {
+      case 0: r = votes == group; break;
+      case 1: r = votes != 0; break;
+      case 2: r = votes == 0 || votes == group; break;
+      default: r = votes; break;
+    }
+    ForLanes(lanes, [&](int l) { d[l] = r; });
+  });
 }
 
-// match.any/all.sync.b32/b64 d[|p], a, membermask
+// match.any/all.sync.b32/b64 d[|p], a, membermask: among each lane's membermask.
 void HMatch(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   uint64_t* p = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
@@ -1922,50 +1949,54 @@ void HMatch(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t keep = in.width == 8 ? ~0ull : 0xffffffffull;
   uint64_t values[32];
   ForLanes(mask, [&](int l) { values[l] = a[l] & keep; });
-  bool all_same = true;
-  uint32_t first = mask ? static_cast<uint32_t>(std::countr_zero(mask)) : 0;
-  ForLanes(mask, [&](int l) { all_same &= values[l] == values[first]; });
-  ForLanes(mask, [&](int l) {
-    if (in.mode == 0) {
-      uint32_t same = 0;
-      ForLanes(mask, [&](int k) { same |= static_cast<uint32_t>(values[k] == values[l]) << k; });
-      d[l] = same;
-    } else {
-      d[l] = all_same ? mask : 0;
-      if (p) p[l] = all_same;
-    }
+  ForMemberGroups(w, in, mask, [&](uint32_t group, uint32_t lanes) {
+    bool all_same = true;
+    uint32_t first = group ? static_cast<uint32_t>(std::countr_zero(group)) : 0;
+    ForLanes(group, [&](int l) { all_same &= values[l] == values[first]; });
+    ForLanes(lanes, [&](int l) {
+      if (in.mode == 0) {
+        uint32_t same = 0;
+        ForLanes(group, [&](int k) { same |= static_cast<uint32_t>(values[k] == values[l]) << k; });
+        d[l] = same;
+      } else {
+        d[l] = all_same ? group : 0;
+        if (p) p[l] = all_same;
+      }
+    });
   });
 }
 
-// redux.sync (sm_80): every lane gets the reduction over the lanes taking part of the
+// redux.sync (sm_80): every lane gets the reduction over the lanes of its membermask of the
 // 32-bit values: mode 0 add, 1 min, 2 max, 3 and, 4 or, 5 xor; mode2 1: signed min/max.
 void HRedux(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
-  uint32_t acc = in.mode == 1 ? (in.mode2 ? 0x7fffffffu : 0xffffffffu)
-                 : in.mode == 2 ? (in.mode2 ? 0x80000000u : 0u)
-                 : in.mode == 3 ? 0xffffffffu
-                                : 0u;
-  ForLanes(mask, [&](int l) {
-    uint32_t v = static_cast<uint32_t>(a[l]);
-    switch (in.mode) {
-      case 0: acc += v; break;
-      case 1:
-        acc = in.mode2 ? static_cast<uint32_t>(std::min(static_cast<int32_t>(acc),
-                                                        static_cast<int32_t>(v)))
-                       : std::min(acc, v);
-        break;
-      case 2:
-        acc = in.mode2 ? static_cast<uint32_t>(std::max(static_cast<int32_t>(acc),
-                                                        static_cast<int32_t>(v)))
-                       : std::max(acc, v);
-        break;
-      case 3: acc &= v; break;
-      case 4: acc |= v; break;
-      default: acc ^= v; break;
-    }
+  ForMemberGroups(w, in, mask, [&](uint32_t group, uint32_t lanes) {
+    uint32_t acc = in.mode == 1   ? (in.mode2 ? 0x7fffffffu : 0xffffffffu)
+                   : in.mode == 2 ? (in.mode2 ? 0x80000000u : 0u)
+                   : in.mode == 3 ? 0xffffffffu
+                                  : 0u;
+    ForLanes(group, [&](int l) {
+      uint32_t v = static_cast<uint32_t>(a[l]);
+      switch (in.mode) {
+        case 0: acc += v; break;
+        case 1:
+          acc = in.mode2 ? static_cast<uint32_t>(
+                               std::min(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+                         : std::min(acc, v);
+          break;
+        case 2:
+          acc = in.mode2 ? static_cast<uint32_t>(
+                               std::max(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+                         : std::max(acc, v);
+          break;
+        case 3: acc &= v; break;
+        case 4: acc |= v; break;
+        default: acc ^= v; break;
+      }
+    });
+    ForLanes(lanes, [&](int l) { d[l] = acc; });
   });
-  ForLanes(mask, [&](int l) { d[l] = acc; });
 }
 
 void HActivemask(Warp& w, const Inst& in, uint32_t mask) {
@@ -4729,6 +4760,7 @@ class Decoder {
       GPUPOOL_RETURN_IF_ERROR(need(2));
       GPUPOOL_DST(0);
       GPUPOOL_SRC(a, 1, kPred);
+      if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask (.sync)
       if (ops[1].negated) inst.flags |= kFlagSigned;
       inst.mode = mods.count("all") ? 0 : mods.count("any") ? 1 : mods.count("uni") ? 2 : 3;
       inst.run = &HVote;
@@ -4740,6 +4772,7 @@ class Decoder {
       GPUPOOL_DST(0);
       if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
       GPUPOOL_SRC(a, 1, type);
+      if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask
       inst.mode = mods.count("all") ? 1 : 0;
       inst.width = static_cast<uint8_t>(TySize(type));
       inst.run = &HMatch;
@@ -4761,6 +4794,7 @@ class Decoder {
       }
       GPUPOOL_DST(0);
       GPUPOOL_SRC(a, 1, type);
+      if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask
       inst.mode = static_cast<uint8_t>(found);
       inst.mode2 = TySigned(type) ? 1 : 0;
       inst.run = &HRedux;

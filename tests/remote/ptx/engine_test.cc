@@ -657,6 +657,57 @@ TEST_F(Engine, DeviceHeapBookkeepingOverwrittenFailsTheLaunch) {
   EXPECT_NE(Download<uint64_t>(got, 1)[0], 0u);
 }
 
+// vote, match and redux .sync over each lane's own membermask: the lanes of one warp run
+// converged, even lanes naming the even lanes and odd lanes the odd ones (as
+// cooperative_groups' labeled_partition and its reduce, ballot and all do). Each group
+// gets its own answer, not the warp's.
+TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry member_groups(.param .u64 out_param)
+{
+  .reg .pred %p<5>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out_param];
+  mov.u32 %r1, %tid.x;
+  and.b32 %r2, %r1, 1;
+  setp.eq.u32 %p1, %r2, 0;
+  selp.b32 %r3, 0x55555555, 0xAAAAAAAA, %p1;
+  setp.lt.u32 %p2, %r1, 16;
+  vote.sync.ballot.b32 %r4, %p2, %r3;
+  not.pred %p3, %p1;
+  or.pred %p3, %p3, %p2;
+  vote.sync.all.pred %p4, %p3, %r3;
+  selp.u32 %r5, 1, 0, %p4;
+  redux.sync.add.u32 %r6, %r1, %r3;
+  shr.u32 %r7, %r1, 2;
+  match.any.sync.b32 %r8, %r7, %r3;
+  mul.wide.u32 %rd2, %r1, 16;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.v4.u32 [%rd3], {%r4, %r5, %r6, %r8};
+  ret;
+}
+)";
+  LoadKernel(14, 96, ptx, "member_groups");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<uint32_t>(4 * 32);
+  LaunchConfig config;
+  config.block[0] = 32;
+  ASSERT_EQ(executor_.Launch(96, config, &out, sizeof(out)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(out, 4 * 32);
+  for (uint32_t lane = 0; lane < 32; ++lane) {
+    const bool odd = lane % 2;
+    EXPECT_EQ(got[4 * lane], odd ? 0x0000aaaau : 0x00005555u) << lane;  // ballot: lane < 16
+    EXPECT_EQ(got[4 * lane + 1], odd ? 1u : 0u) << lane;                // all(odd or lane < 16)
+    EXPECT_EQ(got[4 * lane + 2], odd ? 256u : 240u) << lane;  // sum of the group's lane ids
+    EXPECT_EQ(got[4 * lane + 3], (odd ? 0xau : 0x5u) << (4 * (lane / 4))) << lane;  // lane / 4
+  }
+}
+
 // dp4a, dp2a.lo/hi and vabsdiff4 (with and without .add) on words whose bytes and
 // half-words span both signs, against a CPU reference.
 TEST_F(Engine, ByteDotProductsAndAbsoluteDifferences) {
