@@ -541,7 +541,20 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
     payload.insert(payload.end(), name.begin(), name.end());
   }
   // Its variables go in a window of our address range (the same on a replacement GPU).
-  dataplane::ModuleLoadArgs args{NewId(), ChooseAddress(kModuleGlobalsWindow)};
+  // The heap of device-side malloc, where the executor makes one per module (the sim), is
+  // as large as the current context's limit says now, as a GPU sizes its heap when first
+  // used.
+  uint64_t device_heap = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Context* context = CurrentContext();
+    if (context != nullptr && context->device == device) {
+      device_heap = context->limits[CU_LIMIT_MALLOC_HEAP_SIZE];
+    } else if (device >= 0 && device < static_cast<int>(devices_.size())) {
+      device_heap = devices_[device]->primary.limits[CU_LIMIT_MALLOC_HEAP_SIZE];
+    }
+  }
+  dataplane::ModuleLoadArgs args{NewId(), ChooseAddress(kModuleGlobalsWindow), device_heap};
   std::string out;
   CUresult status = Call(device, dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(),
                          payload.size(), nullptr, 0, &out);

@@ -482,7 +482,8 @@ int32_t CudaExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size
 
 int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
                                  const std::vector<KernelInfo>& kernels,
-                                 uint64_t /*globals_base: the driver places them*/) {
+                                 uint64_t /*globals_base: the driver places them*/,
+                                 uint64_t /*device_heap: the driver's own heap*/) {
   if (modules_.count(module)) return CUDA_ERROR_INVALID_VALUE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   // The image buffer is the server's; the driver copies what it needs during the load.

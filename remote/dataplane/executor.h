@@ -67,9 +67,11 @@ class Executor {
   // `globals_base` nonzero: the module's variables are placed from that address on, in
   // declaration order, so that the same image loaded at the same base on another GPU has
   // its variables at the same addresses (executors that cannot place memory ignore it).
+  // `device_heap`: the size of the heap of device-side malloc (0: 8 MiB, CUDA's default),
+  // for executors that make one per module (the sim); a GPU's driver keeps its own.
   virtual int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
-                             const std::vector<KernelInfo>& kernels,
-                             uint64_t globals_base = 0) = 0;
+                             const std::vector<KernelInfo>& kernels, uint64_t globals_base = 0,
+                             uint64_t device_heap = 0) = 0;
   // The one range that holds a loaded module's variables; false when the executor does not
   // keep them in one range (then the client cannot save them for failover).
   virtual bool GlobalsRange(uint64_t /*module*/, uint64_t* /*base*/, uint64_t* /*size*/) {

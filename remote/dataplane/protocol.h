@@ -16,7 +16,7 @@
 
 namespace gpupool::dataplane {
 
-inline constexpr uint32_t kProtocolVersion = 4;
+inline constexpr uint32_t kProtocolVersion = 5;
 
 // CUresult values used by the server (same numbers as cuda.h).
 enum CuStatus : int32_t {
@@ -127,7 +127,13 @@ struct MemsetArgs {
 
 // ModuleLoad payload: ModuleImageHeader, the image bytes (fatbin or cubin as the client
 // got it), then `kernel_count` KernelEntry records each followed by its name bytes.
-struct ModuleLoadArgs { uint64_t module; uint64_t globals_base = 0; };  // 0: the server chooses
+// globals_base 0: the server chooses. device_heap: the bytes of the heap of device-side
+// malloc for a module that calls it (the context's CU_LIMIT_MALLOC_HEAP_SIZE; 0: 8 MiB).
+struct ModuleLoadArgs {
+  uint64_t module;
+  uint64_t globals_base = 0;
+  uint64_t device_heap = 0;
+};
 // Where the module's variables are: one range (size 0: none, or the executor keeps them
 // apart, so the client cannot save them).
 struct ModuleLoadResult { uint64_t globals_base; uint64_t globals_size; };

@@ -45,6 +45,13 @@ inline constexpr uint64_t kLocalWindow = 2ull << 48;
 inline constexpr uint64_t kParamWindow = 3ull << 48;
 inline constexpr uint64_t kWindowSize = 1ull << 48;
 
+// Device-side malloc and free: a module that calls them gets a variable of this name, its
+// heap, of the size the context's CU_LIMIT_MALLOC_HEAP_SIZE says at the module's load
+// (8 MiB by default, as in CUDA), at most kMaxDeviceHeapBytes.
+inline constexpr const char* kDeviceHeapVariable = "$gpupool_device_heap";
+inline constexpr uint64_t kDeviceHeapBytes = uint64_t{8} << 20;
+inline constexpr uint64_t kMaxDeviceHeapBytes = uint64_t{2} << 30;
+
 struct ModuleVariable {
   std::string name;
   bool is_const = false;  // .const (read-only for kernels), else .global
@@ -60,7 +67,10 @@ class PtxModule {
  public:
   // Fails with InvalidArgument naming the line on text that is not PTX we can
   // read.
-  static Result<std::unique_ptr<PtxModule>> Parse(std::string_view text);
+  // `device_heap`: the bytes of its device malloc heap, if it calls malloc or free
+  // (rounded up to 16; at most kMaxDeviceHeapBytes).
+  static Result<std::unique_ptr<PtxModule>> Parse(std::string_view text,
+                                                  uint64_t device_heap = kDeviceHeapBytes);
   ~PtxModule();
 
   // .global and .const variables: the executor places them in device memory.
@@ -113,11 +123,6 @@ struct LaunchSpec {
 // Bytes of the grid workspace a cooperative launch needs (grid.sync() counts at +4).
 inline constexpr uint64_t kGridWorkspaceBytes = 256;
 
-// Device-side malloc and free: a module that calls them gets a variable of this name and
-// size, its heap (8 MiB, CUDA's default cudaLimitMallocHeapSize; the sim does not apply
-// another limit a program sets).
-inline constexpr const char* kDeviceHeapVariable = "$gpupool_device_heap";
-inline constexpr uint64_t kDeviceHeapBytes = uint64_t{8} << 20;
 
 // Returns a CUresult: success, kCuIllegalAddress (stray access),
 // kCuLaunchFailed (trap), kCuAssert (failed device assert), kCuInvalidValue (a

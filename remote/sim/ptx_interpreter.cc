@@ -2191,7 +2191,7 @@ void HAssert(Warp& w, const Inst& in, uint32_t mask) {
 }
 
 // ---- Device-side malloc and free
-// The heap is a module variable of kDeviceHeapBytes (ptx_engine.h), added to a module that
+// The heap is a module variable (kDeviceHeapVariable, ptx_engine.h) added to a module that
 // calls malloc or free, and its bookkeeping lives inside it: it is device memory like any
 // other, read by a checkpoint and restored on a replacement GPU at the same address.
 // Layout: a DeviceHeapHeader, then blocks, each a DeviceHeapBlock header and its payload
@@ -2226,17 +2226,17 @@ DeviceHeapBlock* HeapBlock(uint8_t* heap, uint64_t at) {
 
 // The offset of `bytes` of payload, or 0 when the heap has no room (malloc's NULL) or its
 // bookkeeping was overwritten.
-uint64_t HeapAllocate(uint8_t* heap, uint64_t bytes) {
+uint64_t HeapAllocate(uint8_t* heap, uint64_t heap_size, uint64_t bytes) {
   auto* header = reinterpret_cast<DeviceHeapHeader*>(heap);
   if (header->magic != kHeapMagic) *header = DeviceHeapHeader{kHeapMagic, kHeapFirstBlock, 0, 0};
-  if (header->top < kHeapFirstBlock || header->top > kDeviceHeapBytes) return 0;
-  if (bytes == 0 || bytes > kDeviceHeapBytes) return 0;
+  if (header->top < kHeapFirstBlock || header->top > heap_size) return 0;
+  if (bytes == 0 || bytes > heap_size) return 0;
   const uint64_t need = (bytes + 15) / 16 * 16;
   uint64_t previous = 0;
   uint64_t at = header->free_head;
   for (uint64_t steps = 0; at != 0; ++steps) {
     DeviceHeapBlock* block = HeapBlock(heap, at);
-    if (block == nullptr || block->next == kHeapAllocated || steps > kDeviceHeapBytes / 32) {
+    if (block == nullptr || block->next == kHeapAllocated || steps > heap_size / 32) {
       return 0;
     }
     if (block->size >= need) {
@@ -2259,7 +2259,7 @@ uint64_t HeapAllocate(uint8_t* heap, uint64_t bytes) {
     previous = at;
     at = block->next;
   }
-  if (kDeviceHeapBytes - header->top < kHeapBlockHeader + need) return 0;
+  if (heap_size - header->top < kHeapBlockHeader + need) return 0;
   at = header->top;
   header->top += kHeapBlockHeader + need;
   *reinterpret_cast<DeviceHeapBlock*>(heap + at) = DeviceHeapBlock{need, kHeapAllocated};
@@ -2268,9 +2268,9 @@ uint64_t HeapAllocate(uint8_t* heap, uint64_t bytes) {
 
 // Frees the payload at offset `payload`; false when it is not one HeapAllocate gave and
 // has not been freed since (or the bookkeeping was overwritten).
-bool HeapFree(uint8_t* heap, uint64_t payload) {
+bool HeapFree(uint8_t* heap, uint64_t heap_size, uint64_t payload) {
   auto* header = reinterpret_cast<DeviceHeapHeader*>(heap);
-  if (header->magic != kHeapMagic || header->top > kDeviceHeapBytes) return false;
+  if (header->magic != kHeapMagic || header->top > heap_size) return false;
   if (payload < kHeapFirstBlock + kHeapBlockHeader) return false;
   const uint64_t at = payload - kHeapBlockHeader;
   DeviceHeapBlock* block = HeapBlock(heap, at);
@@ -2279,8 +2279,7 @@ bool HeapFree(uint8_t* heap, uint64_t payload) {
   uint64_t before = 0, previous = 0, next = header->free_head;
   for (uint64_t steps = 0; next != 0 && next < at; ++steps) {
     DeviceHeapBlock* free_block = HeapBlock(heap, next);
-    if (free_block == nullptr || free_block->next == kHeapAllocated ||
-        steps > kDeviceHeapBytes / 32) {
+    if (free_block == nullptr || free_block->next == kHeapAllocated || steps > heap_size / 32) {
       return false;
     }
     before = previous;
@@ -2323,10 +2322,12 @@ bool HeapFree(uint8_t* heap, uint64_t payload) {
   return true;
 }
 
-// The heap of the instruction's module (in.offset: its address), or nullptr after a fault.
+// The heap of the instruction's module (in.offset: its address; in.aux: its size in
+// 16-byte units), or nullptr after a fault.
+uint64_t DeviceHeapSize(const Inst& in) { return uint64_t{in.aux} * 16; }
 uint8_t* DeviceHeap(Warp& w, const Inst& in, int lane) {
   uint8_t* heap = w.Address(Space::kGlobal, static_cast<uint64_t>(in.offset),
-                            static_cast<uint32_t>(kDeviceHeapBytes), lane);
+                            static_cast<uint32_t>(DeviceHeapSize(in)), lane);
   if (heap == nullptr) w.Fault(static_cast<uint64_t>(in.offset), 16, "device heap");
   return heap;
 }
@@ -2341,7 +2342,7 @@ void HMalloc(Warp& w, const Inst& in, uint32_t mask) {
     uint8_t* local = w.LocalOf(l);
     uint64_t bytes = 0;
     std::memcpy(&bytes, local + in.printf_fmt, 8);
-    const uint64_t offset = HeapAllocate(heap, bytes);
+    const uint64_t offset = HeapAllocate(heap, DeviceHeapSize(in), bytes);
     const uint64_t address = offset == 0 ? 0 : static_cast<uint64_t>(in.offset) + offset;
     std::memcpy(local + in.printf_args, &address, 8);
   });
@@ -2359,7 +2360,8 @@ void HFree(Warp& w, const Inst& in, uint32_t mask) {
     std::memcpy(&address, w.LocalOf(l) + in.printf_fmt, 8);
     if (address == 0) return;
     const uint64_t base = static_cast<uint64_t>(in.offset);
-    if (address < base || address - base >= kDeviceHeapBytes || !HeapFree(heap, address - base)) {
+    const uint64_t size = DeviceHeapSize(in);
+    if (address < base || address - base >= size || !HeapFree(heap, size, address - base)) {
       w.Fault(address, 1, "free of a pointer device malloc did not return (or freed twice)");
     }
   });
@@ -3708,6 +3710,16 @@ class Decoder {
         return Status::Internal("PTX line " + std::to_string(s.line) + ": " + callee->name +
                                 " without the module's device heap");
       }
+      uint64_t heap_size = 0;
+      for (const ModuleVariable& variable : module_.variables) {
+        if (variable.name == kDeviceHeapVariable) heap_size = variable.size;
+      }
+      if (heap_size < 64 || heap_size % 16 != 0 || heap_size > kMaxDeviceHeapBytes) {
+        return Status::Internal("PTX line " + std::to_string(s.line) +
+                                ": the module's device heap has " + std::to_string(heap_size) +
+                                " bytes");
+      }
+      inst.aux = static_cast<uint32_t>(heap_size / 16);
       inst.run = is_malloc ? &HMalloc : &HFree;
       inst.printf_fmt = static_cast<uint32_t>(argument);
       inst.printf_args = static_cast<uint32_t>(result);
@@ -5454,7 +5466,11 @@ void RunCooperative(const DecodedKernel& kernel, const LaunchSpec& spec,
 
 PtxModule::~PtxModule() = default;
 
-Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text) {
+Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text, uint64_t device_heap) {
+  if (device_heap == 0 || device_heap > kMaxDeviceHeapBytes) {
+    return Status::InvalidArgument("a device heap of " + std::to_string(device_heap) +
+                                   " bytes: must be 1 to " + std::to_string(kMaxDeviceHeapBytes));
+  }
   auto parsed = ParsePtxText(text);
   if (!parsed.ok()) return parsed.status();
   std::unique_ptr<PtxModule> module(new PtxModule());
@@ -5465,7 +5481,7 @@ Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text) {
     if (found != module->parsed_->functions.end() && !found->second.has_body) {
       ModuleVariable heap;
       heap.name = kDeviceHeapVariable;
-      heap.size = kDeviceHeapBytes;
+      heap.size = std::max<uint64_t>((device_heap + 15) / 16 * 16, 64);
       heap.align = 16;
       module->parsed_->variables.push_back(std::move(heap));
       break;

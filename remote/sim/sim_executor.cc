@@ -148,9 +148,16 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
 }
 
 int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
-                                const std::vector<KernelInfo>& kernels,
-                                uint64_t globals_base) {
+                                const std::vector<KernelInfo>& kernels, uint64_t globals_base,
+                                uint64_t device_heap) {
   if (modules_.count(module)) return kCuInvalidValue;
+  if (device_heap == 0) device_heap = sim::kDeviceHeapBytes;
+  if (device_heap > sim::kMaxDeviceHeapBytes) {
+    error_detail_ = "a device malloc heap of " + std::to_string(device_heap) +
+                    " bytes (CU_LIMIT_MALLOC_HEAP_SIZE) is more than the sim's " +
+                    std::to_string(sim::kMaxDeviceHeapBytes >> 20) + " MiB";
+    return kCuOutOfMemory;
+  }
   auto parsed = image::ParseModuleImageBytes(image, image_size);
   if (!parsed.ok()) {
     error_detail_ = "module image: " + parsed.status().message();
@@ -173,7 +180,7 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
                     "." + std::to_string(arch_ % 10);
     return kCuNoBinaryForGpu;
   }
-  auto ptx = sim::PtxModule::Parse(chosen->text);
+  auto ptx = sim::PtxModule::Parse(chosen->text, device_heap);
   if (!ptx.ok()) {
     error_detail_ = ptx.status().message();
     return kCuInvalidPtx;

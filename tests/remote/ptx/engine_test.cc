@@ -650,6 +650,31 @@ TEST_F(Engine, DeviceMallocAndFree) {
   EXPECT_NE(last_detail_.find("free of a pointer"), std::string::npos) << last_detail_;
 }
 
+// The heap is as large as the load asks (the context's CU_LIMIT_MALLOC_HEAP_SIZE): 24 MiB
+// fit in a 32 MiB heap and not in the default one; more than the sim's bound is refused
+// by name.
+TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
+  ASSERT_EQ(executor_.LoadModule(2, ptx_.c_str(), ptx_.size() + 1, {}, 0, uint64_t{32} << 20),
+            kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(2, 95, "heap_big"), kCuSuccess) << executor_.TakeErrorDetail();
+  uint64_t got = Zeros<uint64_t>(1);
+  struct {
+    uint64_t bytes, got;
+  } params{uint64_t{24} << 20, got};
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  EXPECT_NE(Download<uint64_t>(got, 1)[0], 0u);
+  ASSERT_EQ(Run("heap_big", {1}, {1}, 0, uint64_t{24} << 20, got), kCuSuccess) << last_detail_;
+  EXPECT_EQ(Download<uint64_t>(got, 1)[0], 0u);  // module 1 has the default 8 MiB
+
+  EXPECT_EQ(
+      executor_.LoadModule(3, ptx_.c_str(), ptx_.size() + 1, {}, 0, sim::kMaxDeviceHeapBytes + 16),
+      kCuOutOfMemory);
+  EXPECT_NE(executor_.TakeErrorDetail().find("CU_LIMIT_MALLOC_HEAP_SIZE"), std::string::npos);
+}
+
 TEST_F(Engine, DeviceHeapBookkeepingOverwrittenFailsTheLaunch) {
   uint64_t got = Zeros<uint64_t>(1);
   EXPECT_EQ(Run("heap_scribble", {1}, {1}, 0, got), kCuIllegalAddress);
