@@ -312,6 +312,17 @@ inline T Saturate01(T v) {
   return std::min(T(1), std::max(T(0), v));
 }
 
+// A float operand under .ftz: a subnormal f32 input counts as a zero of its sign, as the
+// GPU flushes inputs as well as results (a subnormal times 2^30 is 0 there).
+template <typename T>
+inline T FtzOperand(uint64_t raw, uint8_t flags) {
+  T v = Get<T>(raw);
+  if constexpr (std::is_same_v<T, float>) {
+    if (flags & kFlagFtz) v = FlushF32(v);
+  }
+  return v;
+}
+
 // Float results with .ftz/.sat applied.
 template <typename T>
 inline T FixFloat(T v, uint8_t flags) {
@@ -432,7 +443,8 @@ void HBinary(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   if (in.flags & (kFlagFtz | kFlagSat)) {
     ForLanesIndependent(mask, [&](int l) {
-      d[l] = Put<T>(FixFloat<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l])), in.flags));
+      d[l] = Put<T>(FixFloat<T>(
+          Binary<T, op>(FtzOperand<T>(a[l], in.flags), FtzOperand<T>(b[l], in.flags)), in.flags));
     });
   } else {
     ForLanesIndependent(mask,
@@ -559,8 +571,9 @@ void HUnary(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   if (in.flags & (kFlagFtz | kFlagSat)) {
-    ForLanesIndependent(
-        mask, [&](int l) { d[l] = Put<T>(FixFloat<T>(Unary<T, op>(Get<T>(a[l])), in.flags)); });
+    ForLanesIndependent(mask, [&](int l) {
+      d[l] = Put<T>(FixFloat<T>(Unary<T, op>(FtzOperand<T>(a[l], in.flags)), in.flags));
+    });
   } else {
     ForLanesIndependent(mask, [&](int l) { d[l] = Put<T>(Unary<T, op>(Get<T>(a[l]))); });
   }
@@ -584,7 +597,8 @@ void HMad(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
   ForLanesIndependent(mask, [&](int l) {
-    T x = Get<T>(a[l]), y = Get<T>(b[l]), z = Get<T>(c[l]);
+    T x = FtzOperand<T>(a[l], in.flags), y = FtzOperand<T>(b[l], in.flags),
+      z = FtzOperand<T>(c[l], in.flags);
     T r;
     if constexpr (kind == 0)
       r = WrapAdd(WrapMul(x, y), z);
@@ -614,7 +628,9 @@ __attribute__((target("avx2,fma"))) void HFmaHw(Warp& w, const Inst& in, uint32_
   };
   if (in.flags & (kFlagFtz | kFlagSat)) {
     ForLanesIndependent(mask, [&](int l) {
-      d[l] = Put<T>(FixFloat<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l])), in.flags));
+      d[l] = Put<T>(FixFloat<T>(fma(FtzOperand<T>(a[l], in.flags), FtzOperand<T>(b[l], in.flags),
+                                    FtzOperand<T>(c[l], in.flags)),
+                                in.flags));
     });
   } else {
     ForLanesIndependent(
@@ -716,7 +732,7 @@ void HSetp(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
   bool negate_c = in.flags & kFlagSigned;  // reused: the bool operand is !%p
   ForLanes(mask, [&](int l) {
-    bool t = Compare<T>(in.mode, Get<T>(a[l]), Get<T>(b[l]));
+    bool t = Compare<T>(in.mode, FtzOperand<T>(a[l], in.flags), FtzOperand<T>(b[l], in.flags));
     bool f = !t;
     if (c) {
       bool p = (c[l] & 1) != negate_c;
@@ -741,27 +757,48 @@ void HSetp(Warp& w, const Inst& in, uint32_t mask) {
 }
 
 // setp without a predicate operand (no .and/.or/.xor): the comparison is a template
-// parameter, so the lane loop has no switch.
-template <typename T, Cmp kCmp>
+// parameter, so the lane loop has no switch. kFtz: setp.ftz.f32 (inputs flushed).
+template <typename T, Cmp kCmp, bool kFtz = false>
 void HSetpPlain(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
+  auto operand = [](uint64_t raw) {
+    if constexpr (kFtz) {
+      return FlushF32(Get<float>(raw));
+    } else {
+      return Get<T>(raw);
+    }
+  };
   if (in.d[1] >= 0) {
     uint64_t* q = w.R(in.d[1]);
     ForLanesIndependent(mask, [&](int l) {
-      bool t = Compare<T>(kCmp, Get<T>(a[l]), Get<T>(b[l]));
+      bool t = Compare<T>(kCmp, operand(a[l]), operand(b[l]));
       d[l] = t;
       q[l] = !t;
     });
   } else {
-    ForLanesIndependent(mask, [&](int l) { d[l] = Compare<T>(kCmp, Get<T>(a[l]), Get<T>(b[l])); });
+    ForLanesIndependent(mask,
+                        [&](int l) { d[l] = Compare<T>(kCmp, operand(a[l]), operand(b[l])); });
   }
 }
 
 template <typename T>
 struct WSetpPlain {
-  static Handler For(uint8_t cmp) {
+  static Handler For(uint8_t cmp, bool ftz = false) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (ftz) {
+        switch (cmp) {
+          case kEq: return &HSetpPlain<T, kEq, true>;
+          case kNe: return &HSetpPlain<T, kNe, true>;
+          case kLt: return &HSetpPlain<T, kLt, true>;
+          case kLe: return &HSetpPlain<T, kLe, true>;
+          case kGt: return &HSetpPlain<T, kGt, true>;
+          case kGe: return &HSetpPlain<T, kGe, true>;
+        }
+        return nullptr;
+      }
+    }
     switch (cmp) {
       case kEq: return &HSetpPlain<T, kEq>;
       case kNe: return &HSetpPlain<T, kNe>;
@@ -797,7 +834,7 @@ void HSet(Warp& w, const Inst& in, uint32_t mask) {
   const uint8_t bool_op = in.mode2 >> 2;
   const bool negate_c = in.flags & kFlagSigned;
   ForLanes(mask, [&](int l) {
-    bool t = Compare<T>(in.mode, Get<T>(a[l]), Get<T>(b[l]));
+    bool t = Compare<T>(in.mode, FtzOperand<T>(a[l], in.flags), FtzOperand<T>(b[l], in.flags));
     if (c != nullptr) t = CombineWithPredicate(t, bool_op, (c[l] != 0) != negate_c);
     d[l] = t ? if_true : 0;
   });
@@ -4693,7 +4730,7 @@ class Decoder {
             case kS32: plain = WSetpPlain<int32_t>::For(inst.mode); break;
             case kU64: plain = WSetpPlain<uint64_t>::For(inst.mode); break;
             case kS64: plain = WSetpPlain<int64_t>::For(inst.mode); break;
-            case kF32: plain = WSetpPlain<float>::For(inst.mode); break;
+            case kF32: plain = WSetpPlain<float>::For(inst.mode, inst.flags & kFlagFtz); break;
             case kF64: plain = WSetpPlain<double>::For(inst.mode); break;
             default: break;
           }

@@ -733,6 +733,53 @@ TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
   }
 }
 
+// .ftz flushes subnormal f32 inputs as well as results, as --use_fast_math code expects:
+// a subnormal times 2^30 is 0, not 1e-31, and it compares equal to 0.
+TEST_F(Engine, FtzFlushesSubnormalInputs) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry ftz_inputs(.param .u64 out_param, .param .f32 x_param)
+{
+  .reg .pred %p<3>;
+  .reg .f32 %f<8>;
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out_param];
+  ld.param.f32 %f1, [x_param];
+  mul.ftz.f32 %f2, %f1, 0f4E800000;
+  mul.f32 %f3, %f1, 0f4E800000;
+  fma.rn.ftz.f32 %f4, %f1, 0f4E800000, 0f00000000;
+  setp.gt.ftz.f32 %p1, %f1, 0f00000000;
+  selp.f32 %f5, 0f3F800000, 0f00000000, %p1;
+  setp.gt.f32 %p2, %f1, 0f00000000;
+  selp.f32 %f6, 0f3F800000, 0f00000000, %p2;
+  sub.ftz.f32 %f7, 0f00000000, %f1;
+  st.global.v4.f32 [%rd1], {%f2, %f3, %f4, %f5};
+  st.global.v2.f32 [%rd1+16], {%f6, %f7};
+  ret;
+}
+)";
+  LoadKernel(15, 94, ptx, "ftz_inputs");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<float>(6);
+  struct {
+    uint64_t out;
+    float x;
+  } params{out, 1e-40f};
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<float>(out, 6);
+  EXPECT_EQ(got[0], 0.0f);                   // mul.ftz
+  EXPECT_NEAR(got[1], 1.0737e-31f, 1e-34f);  // plain mul keeps the subnormal
+  EXPECT_EQ(got[2], 0.0f);                   // fma.ftz
+  EXPECT_EQ(got[3], 0.0f);                   // setp.gt.ftz: 0 > 0 is false
+  EXPECT_EQ(got[4], 1.0f);                   // setp.gt: the subnormal is above 0
+  EXPECT_EQ(got[5], 0.0f);                   // sub.ftz
+}
+
 // dp4a, dp2a.lo/hi and vabsdiff4 (with and without .add) on words whose bytes and
 // half-words span both signs, against a CPU reference.
 TEST_F(Engine, ByteDotProductsAndAbsoluteDifferences) {
