@@ -3732,8 +3732,9 @@ class Decoder {
       k_->code.push_back(inst);
       return Status::OK();
     }
-    if ((callee->name == "malloc" || callee->name == "free") &&
-        !module_.functions.at(callee->name).has_body) {
+    if (auto declared = module_.functions.find(callee->name);
+        (callee->name == "malloc" || callee->name == "free") &&
+        declared != module_.functions.end() && !declared->second.has_body) {
       // Device-side malloc/free on the module's heap variable (HMalloc).
       const bool is_malloc = callee->name == "malloc";
       int64_t argument = local_offset(args, 0), result = is_malloc ? local_offset(returns, 0) : 0;

@@ -675,6 +675,36 @@ TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
   EXPECT_NE(executor_.TakeErrorDetail().find("CU_LIMIT_MALLOC_HEAP_SIZE"), std::string::npos);
 }
 
+// A call of malloc the module never declared is refused like any unknown function (the
+// decoder once looked the declaration up unchecked).
+TEST_F(Engine, UndeclaredMallocIsRefused) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_75
+.address_size 64
+.visible .entry undeclared(.param .u64 out_param)
+{
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out_param];
+  {
+  .param .b64 param0;
+  st.param.b64 [param0], 16;
+  .param .b64 retval0;
+  call.uni (retval0), malloc, (param0);
+  ld.param.b64 %rd2, [retval0];
+  }
+  st.global.u64 [%rd1], %rd2;
+  ret;
+}
+)";
+  LoadKernel(16, 93, ptx, "undeclared");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<uint64_t>(1);
+  LaunchConfig config;
+  EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
+  EXPECT_NE(executor_.TakeErrorDetail().find("malloc"), std::string::npos);
+}
+
 TEST_F(Engine, DeviceHeapBookkeepingOverwrittenFailsTheLaunch) {
   uint64_t got = Zeros<uint64_t>(1);
   EXPECT_EQ(Run("heap_scribble", {1}, {1}, 0, got), kCuIllegalAddress);
