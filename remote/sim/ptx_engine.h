@@ -44,6 +44,10 @@ inline constexpr uint64_t kSharedWindow = 1ull << 48;
 inline constexpr uint64_t kLocalWindow = 2ull << 48;
 inline constexpr uint64_t kParamWindow = 3ull << 48;
 inline constexpr uint64_t kWindowSize = 1ull << 48;
+// Addresses of device functions (function pointers, virtual tables): a window of their own,
+// where no load or store reaches memory. A function's address is fixed by its module's PTX
+// (FunctionAddress in ptx_interpreter.cc), so it is the same on any GPU.
+inline constexpr uint64_t kCodeWindow = 4ull << 48;
 
 // Device-side malloc and free: a module that calls them gets a variable of this name, its
 // heap, of the size the context's CU_LIMIT_MALLOC_HEAP_SIZE says at the module's load
@@ -52,12 +56,24 @@ inline constexpr const char* kDeviceHeapVariable = "$gpupool_device_heap";
 inline constexpr uint64_t kDeviceHeapBytes = uint64_t{8} << 20;
 inline constexpr uint64_t kMaxDeviceHeapBytes = uint64_t{2} << 30;
 
+// An address in a variable's initialiser (`= {generic(x), f, 0xFF00(generic(s)+8)}`):
+// `size` bytes at `offset` hold ((address of `symbol`) + addend) & mask, shifted down by the
+// mask's trailing zero bits. `symbol` is a module variable or a device function.
+struct Relocation {
+  uint64_t offset = 0;
+  uint32_t size = 8;
+  std::string symbol;
+  int64_t addend = 0;
+  uint64_t mask = ~uint64_t{0};
+};
+
 struct ModuleVariable {
   std::string name;
   bool is_const = false;  // .const (read-only for kernels), else .global
   uint64_t size = 0;
   uint32_t align = 1;
-  std::vector<uint8_t> init;  // initial bytes (shorter than size: the rest is zero)
+  std::vector<uint8_t> init;            // initial bytes (shorter than size: the rest is zero)
+  std::vector<Relocation> relocations;  // addresses within `init`, filled in at load
 };
 
 struct DecodedKernel;  // ptx_program.h
@@ -75,6 +91,11 @@ class PtxModule {
 
   // .global and .const variables: the executor places them in device memory.
   const std::vector<ModuleVariable>& variables() const;
+  // `variable`'s initial bytes with the addresses its initialiser names filled in, given
+  // the device address of every module variable. Fails with InvalidArgument naming a
+  // symbol that is neither a module variable nor a device function.
+  Result<std::vector<uint8_t>> InitialBytes(const ModuleVariable& variable,
+                                            const std::map<std::string, uint64_t>& addresses) const;
   bool HasKernel(const std::string& name) const;
   std::vector<std::string> KernelNames() const;
 

@@ -49,6 +49,17 @@ constexpr uint64_t kMaxCooperativeBytes = uint64_t{2} << 30;
 // local memory together.
 constexpr uint64_t kMaxLocalPerThread = 512 * 1024;
 constexpr uint64_t kMaxCtaBytes = uint64_t{1} << 30;
+// Device functions are inlined at their call sites: calls nested deeper than this are a
+// trap where they would run (recursion deeper than this, or a virtual call that could
+// reach itself), and a kernel of more instructions than kMaxKernelInstructions once
+// inlined (deep or branching recursion, or PTX made to be large) is refused at decode,
+// so that no job's PTX holds the agent's memory.
+constexpr int kMaxCallDepth = 16;
+constexpr size_t kMaxKernelInstructions = size_t{1} << 17;
+// Trap kinds (Inst::mode of a Flow::kTrap).
+constexpr uint8_t kTrapInstruction = 0;   // trap, brkpt
+constexpr uint8_t kTrapBadFunction = 1;   // an indirect call to no function of the module
+constexpr uint8_t kTrapCallsTooDeep = 2;  // calls nested deeper than kMaxCallDepth
 // A warp runs at most this many instructions before the next warp of its CTA
 // gets a turn, so that warps spinning on each other's shared-memory flags make
 // progress.
@@ -3325,6 +3336,16 @@ void Hoist(DecodedKernel* k) {
   k->code = std::move(code);
 }
 
+// The address of device function `name` of `module` (its function pointers and virtual
+// tables hold it): in kCodeWindow, by the function's place among the module's functions,
+// so the same PTX gives the same addresses on any GPU. 0: no function of that name.
+uint64_t FunctionAddress(const ParsedModule& module, const std::string& name) {
+  auto found = module.functions.find(name);
+  if (found == module.functions.end() || !found->second.has_body) return 0;
+  return kCodeWindow +
+         16 * (static_cast<uint64_t>(std::distance(module.functions.begin(), found)) + 1);
+}
+
 class Decoder {
  public:
   Decoder(const ParsedModule& module, const std::map<std::string, uint64_t>& addresses,
@@ -3352,6 +3373,12 @@ class Decoder {
     for (const ModuleVariable& var : module_.variables) {
       auto found = addresses_.find(var.name);
       symbols_[var.name] = Symbol{Space::kGlobal, found == addresses_.end() ? 0 : found->second};
+    }
+    // Device functions as values (mov.u64 %rd, f): their addresses.
+    for (const auto& [name, function] : module_.functions) {
+      if (function.has_body && !function.is_entry) {
+        symbols_[name] = Symbol{Space::kGlobal, FunctionAddress(module_, name)};
+      }
     }
     for (const std::string& name : module_.unsupported_symbols) unsupported_symbols_.insert(name);
     k_->carry_slot = NewSlot();
@@ -3636,9 +3663,12 @@ class Decoder {
 
   Status Emit(const RawFunction& function, const std::string& prefix,
               std::map<std::string, std::string> alias, int depth, int) {
-    if (depth > 16) {
+    if (k_->code.size() > kMaxKernelInstructions) {
       return Status::InvalidArgument(
-          "device function calls nested deeper than 16 (recursion?) in " + function.name);
+          "more than " + std::to_string(kMaxKernelInstructions) +
+          " instructions once its device functions are inlined (deep or branching recursion?)"
+          " at " +
+          function.name);
     }
     Frame frame;
     frame.prefix = prefix;
@@ -3781,16 +3811,50 @@ class Decoder {
       k_->code.push_back(inst);
       return Status::OK();
     }
+    const bool indirect = IsRegister(frame, callee->name);
     auto found = module_.functions.find(callee->name);
-    if (found == module_.functions.end() || !found->second.has_body) {
+    if (!indirect && (found == module_.functions.end() || !found->second.has_body)) {
       return Refuse("call of external function '" + callee->name + "'", s.line, inst);
     }
-    const RawFunction& target = found->second;
+    // A guarded call: jump around the call where the guard is false.
+    int32_t skip_index = -1;
+    if (inst.guard >= 0) {
+      Inst skip;
+      skip.run = &HNop;
+      skip.flow = Flow::kBranch;
+      skip.guard = inst.guard;
+      skip.guard_negated = !inst.guard_negated;
+      skip.line = s.line;
+      skip_index = static_cast<int32_t>(k_->code.size());
+      k_->code.push_back(skip);
+    }
+    if (indirect) {
+      GPUPOOL_RETURN_IF_ERROR(IndirectCall(frame, s, *callee, returns, args, depth));
+    } else {
+      GPUPOOL_RETURN_IF_ERROR(InlineCall(frame, s, found->second, returns, args, depth));
+    }
+    if (skip_index >= 0) k_->code[skip_index].target = static_cast<int32_t>(k_->code.size());
+    return Status::OK();
+  }
+
+  // The body of `target` inlined here, its parameters and results the call's variables.
+  // Nested deeper than kMaxCallDepth: a trap where the call would run.
+  Status InlineCall(const Frame& frame, const RawStatement& s, const RawFunction& target,
+                    const RawOperand* returns, const RawOperand* args, int depth) {
+    if (std::max(depth, 0) + 1 > kMaxCallDepth) {
+      Inst trap;
+      trap.run = &HNop;
+      trap.flow = Flow::kTrap;
+      trap.mode = kTrapCallsTooDeep;
+      trap.line = s.line;
+      k_->code.push_back(trap);
+      return Status::OK();
+    }
     std::map<std::string, std::string> alias;
     for (size_t i = 0; i < target.params.size(); ++i) {
       if (args == nullptr || i >= args->items.size() || args->items[i].kind != RawOperand::kName) {
         return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": call of " +
-                                       callee->name + " with missing arguments");
+                                       target.name + " with missing arguments");
       }
       alias[target.params[i].name] = Local(frame, args->items[i].name);
     }
@@ -3805,21 +3869,86 @@ class Decoder {
         alias[target.returns[i].name] = scratch;
       }
     }
-    // A guarded call: jump around the inlined body where the guard is false.
-    int32_t skip_index = -1;
-    if (inst.guard >= 0) {
-      Inst skip;
-      skip.run = &HNop;
-      skip.flow = Flow::kBranch;
-      skip.guard = inst.guard;
-      skip.guard_negated = !inst.guard_negated;
-      skip.line = s.line;
-      skip_index = static_cast<int32_t>(k_->code.size());
-      k_->code.push_back(skip);
-    }
     std::string prefix = "c" + std::to_string(++call_count_) + ":";
-    GPUPOOL_RETURN_IF_ERROR(Emit(target, prefix, std::move(alias), std::max(depth, 0) + 1, 0));
-    if (skip_index >= 0) k_->code[skip_index].target = static_cast<int32_t>(k_->code.size());
+    return Emit(target, prefix, std::move(alias), std::max(depth, 0) + 1, 0);
+  }
+
+  // Device functions whose address the module takes (in an initialiser, as virtual tables
+  // and function-pointer arrays have them, or as an instruction's operand): what an
+  // indirect call may reach.
+  const std::vector<const RawFunction*>& AddressTaken() {
+    if (address_taken_ready_) return address_taken_;
+    address_taken_ready_ = true;
+    std::set<std::string> names;
+    for (const ModuleVariable& variable : module_.variables) {
+      for (const Relocation& relocation : variable.relocations) names.insert(relocation.symbol);
+    }
+    for (const auto& [name, function] : module_.functions) {
+      for (const RawStatement& statement : function.body) {
+        if (statement.kind != RawStatement::kInstruction || statement.opcode.rfind("call", 0) == 0)
+          continue;
+        for (const RawOperand& op : statement.operands) {
+          if (op.kind == RawOperand::kName || op.kind == RawOperand::kAddress)
+            names.insert(op.name);
+        }
+      }
+    }
+    for (const std::string& name : names) {
+      auto found = module_.functions.find(name);
+      if (found != module_.functions.end() && found->second.has_body && !found->second.is_entry)
+        address_taken_.push_back(&found->second);
+    }
+    return address_taken_;
+  }
+
+  // call (ret), %rd, (args), prototype: the lanes compare %rd with the address of each
+  // function it may reach (taken somewhere in the module, with as many parameters and
+  // results as the call passes) and run that function's body inlined; a lane whose %rd
+  // is none of them traps with CUDA_ERROR_ILLEGAL_ADDRESS, as a GPU faults on a bad
+  // function pointer. Lanes calling different functions diverge and reconverge after.
+  Status IndirectCall(const Frame& frame, const RawStatement& s, const RawOperand& callee,
+                      const RawOperand* returns, const RawOperand* args, int depth) {
+    const size_t arg_count = args == nullptr ? 0 : args->items.size();
+    const size_t return_count = returns == nullptr ? 0 : returns->items.size();
+    const std::string tag = "$icall" + std::to_string(++call_count_);
+    const std::string predicate = tag + "$p", end = tag + "$end";
+    registers_.insert(predicate);
+    int candidate = 0;
+    for (const RawFunction* target : AddressTaken()) {
+      if (target->params.size() != arg_count || target->returns.size() < return_count) continue;
+      const std::string next = tag + "$" + std::to_string(candidate++);
+      RawStatement compare;
+      compare.opcode = "setp.eq.u64";
+      compare.line = s.line;
+      compare.operands.resize(3);
+      compare.operands[0].kind = RawOperand::kName;
+      compare.operands[0].name = predicate;
+      compare.operands[1] = callee;
+      compare.operands[2].kind = RawOperand::kInt;
+      compare.operands[2].bits = FunctionAddress(module_, target->name);
+      GPUPOOL_RETURN_IF_ERROR(Instruction(frame, compare, depth));
+      RawStatement branch;
+      branch.opcode = "bra";
+      branch.line = s.line;
+      branch.guard = predicate;
+      branch.guard_negated = true;
+      branch.operands.resize(1);
+      branch.operands[0].kind = RawOperand::kName;
+      branch.operands[0].name = next;
+      GPUPOOL_RETURN_IF_ERROR(Instruction(frame, branch, depth));
+      GPUPOOL_RETURN_IF_ERROR(InlineCall(frame, s, *target, returns, args, depth));
+      branch.guard.clear();
+      branch.operands[0].name = end;
+      GPUPOOL_RETURN_IF_ERROR(Instruction(frame, branch, depth));
+      labels_[next] = static_cast<int32_t>(k_->code.size());
+    }
+    Inst trap;
+    trap.run = &HNop;
+    trap.flow = Flow::kTrap;
+    trap.mode = kTrapBadFunction;
+    trap.line = s.line;
+    k_->code.push_back(trap);
+    labels_[end] = static_cast<int32_t>(k_->code.size());
     return Status::OK();
   }
 
@@ -5102,6 +5231,8 @@ class Decoder {
   uint64_t shared_size_ = 0;
   uint64_t local_size_ = 0;
   int call_count_ = 0;
+  std::vector<const RawFunction*> address_taken_;
+  bool address_taken_ready_ = false;
 };
 
 // ---- Scheduling
@@ -5278,8 +5409,22 @@ void RunWarp(Warp& w, const Inst* code) {
         break;
       case Flow::kTrap:
         if (exec) {
-          launch.error = kLaunchFailed;
-          launch.detail = "trap";
+          switch (in.mode) {
+            case kTrapBadFunction:
+              launch.error = kIllegalAddress;
+              launch.detail = "indirect call (PTX line " + std::to_string(in.line) +
+                              ") to an address that is no device function of the module";
+              break;
+            case kTrapCallsTooDeep:
+              launch.error = kLaunchFailed;
+              launch.detail = "device function calls nested deeper than " +
+                              std::to_string(kMaxCallDepth) + " (PTX line " +
+                              std::to_string(in.line) + "): recursion this deep is not run";
+              break;
+            default:
+              launch.error = kLaunchFailed;
+              launch.detail = "trap";
+          }
           return;
         }
         MoveLanes(w, mask, pc + 1);
@@ -5529,6 +5674,34 @@ Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text, uint6
 }
 
 const std::vector<ModuleVariable>& PtxModule::variables() const { return parsed_->variables; }
+
+Result<std::vector<uint8_t>> PtxModule::InitialBytes(
+    const ModuleVariable& variable, const std::map<std::string, uint64_t>& addresses) const {
+  std::vector<uint8_t> bytes = variable.init;
+  for (const Relocation& relocation : variable.relocations) {
+    uint64_t address = FunctionAddress(*parsed_, relocation.symbol);
+    if (auto found = addresses.find(relocation.symbol); found != addresses.end()) {
+      address = found->second;
+    }
+    if (address == 0) {
+      return Status::InvalidArgument("the initialiser of " + variable.name +
+                                     " holds the address of " + relocation.symbol +
+                                     ", which is no variable or function of the module");
+    }
+    uint64_t value = address + static_cast<uint64_t>(relocation.addend);
+    if (relocation.mask != ~uint64_t{0}) {
+      value = (value & relocation.mask) >> std::countr_zero(relocation.mask);
+    }
+    if (relocation.size > 8 || relocation.offset > bytes.size() ||
+        relocation.size > bytes.size() - relocation.offset) {
+      return Status::Internal("a relocation outside the initialiser of " + variable.name);
+    }
+    for (uint32_t k = 0; k < relocation.size; ++k) {
+      bytes[relocation.offset + k] = static_cast<uint8_t>(value >> (8 * k));
+    }
+  }
+  return bytes;
+}
 
 bool PtxModule::HasKernel(const std::string& name) const {
   auto found = parsed_->functions.find(name);

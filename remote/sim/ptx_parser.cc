@@ -258,8 +258,57 @@ class Parser {
     return TypeSize(decl.type) * decl.vector * decl.count;
   }
 
-  // Reads "= {1, 2, ...}" or "= 7" into bytes of the variable's element type.
-  Status Initializer(const Declaration& decl, std::vector<uint8_t>* bytes) {
+  // An address in an initialiser: `x`, `generic(x)`, either with `+N`, or a masked byte
+  // of one, `0xFF00(generic(x)+N)` (how nvcc writes a pointer inside a .b8 array). The
+  // value is filled in at load (PtxModule::InitialBytes).
+  Result<Relocation> AddressInitializer(uint64_t offset, uint64_t element) {
+    Relocation relocation;
+    relocation.offset = offset;
+    relocation.size = static_cast<uint32_t>(element);
+    bool masked = false;
+    if (Peek().kind == Token::kNumber) {
+      if (!ParseInteger(Next().text, &relocation.mask) || relocation.mask == 0) {
+        return Error("bad mask in an address initialiser");
+      }
+      GPUPOOL_RETURN_IF_ERROR(Expect("("));
+      masked = true;
+    }
+    bool generic = false;
+    if (Peek().text == "generic" && Peek(1).text == "(") {
+      Next();
+      Next();
+      generic = true;
+    }
+    if (Peek().kind != Token::kWord) return Error("expected a symbol in an address initialiser");
+    relocation.symbol = Next().text;
+    auto addend = [&]() -> Status {
+      while (Peek().text == "+" || Peek().text == "-") {
+        bool minus = Next().text == "-";
+        uint64_t value = 0;
+        if (Peek().kind != Token::kNumber || !ParseInteger(Next().text, &value)) {
+          return Error("expected a number after " + relocation.symbol + " in an initialiser");
+        }
+        // Wrapping, as the address arithmetic itself does.
+        relocation.addend = static_cast<int64_t>(static_cast<uint64_t>(relocation.addend) +
+                                                 (minus ? uint64_t{0} - value : value));
+      }
+      return Status::OK();
+    };
+    GPUPOOL_RETURN_IF_ERROR(addend());
+    if (generic) GPUPOOL_RETURN_IF_ERROR(Expect(")"));
+    GPUPOOL_RETURN_IF_ERROR(addend());
+    if (masked) GPUPOOL_RETURN_IF_ERROR(Expect(")"));
+    if (!masked && element < 4) {
+      return Error("the address of " + relocation.symbol + " in a " + std::to_string(element * 8) +
+                   "-bit initialiser");
+    }
+    return relocation;
+  }
+
+  // Reads "= {1, 2, ...}" or "= 7" into bytes of the variable's element type; addresses
+  // of variables and functions into `relocations`.
+  Status Initializer(const Declaration& decl, std::vector<uint8_t>* bytes,
+                     std::vector<Relocation>* relocations) {
     uint64_t element = TypeSize(decl.type);
     bool is_float = decl.type[1] == 'f';
     std::vector<uint64_t> values;
@@ -267,10 +316,13 @@ class Parser {
     int depth = 0;
     do {
       while (Accept("{")) ++depth;
-      if (Peek().kind == Token::kWord) {
-        // An address of another variable (generic(x) or x): not supported as
-        // data.
-        return Error("initialisers with addresses are not supported");
+      if (Peek().kind == Token::kWord || (Peek().kind == Token::kNumber && Peek(1).text == "(")) {
+        auto relocation = AddressInitializer(values.size() * element, element);
+        if (!relocation.ok()) return relocation.status();
+        relocations->push_back(std::move(*relocation));
+        values.push_back(0);
+        while (depth > 0 && Accept("}")) --depth;
+        continue;
       }
       bool negative = Accept("-");
       Token token = Next();
@@ -359,7 +411,8 @@ class Parser {
     variable.is_const = space == ".const";
     variable.size = DeclarationSize(*decl);
     variable.align = align;
-    if (Accept("=")) GPUPOOL_RETURN_IF_ERROR(Initializer(*decl, &variable.init));
+    if (Accept("="))
+      GPUPOOL_RETURN_IF_ERROR(Initializer(*decl, &variable.init, &variable.relocations));
     if (variable.size == 0) variable.size = std::max<uint64_t>(variable.init.size(), 1);
     if (is_extern && variable.init.empty()) {
       // Declared here, defined in another module: not linkable in the sim.

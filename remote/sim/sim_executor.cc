@@ -206,13 +206,22 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
     loaded.globals_size = span;
     char* host = memory_->Translate(base, span, owner_);
     for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
-      uint64_t offset = offsets[variable.name];
-      if (host != nullptr && !variable.init.empty()) {
-        std::memcpy(host + offset, variable.init.data(),
-                    std::min<uint64_t>(variable.init.size(), variable.size));
-      }
-      loaded.globals[variable.name] = base + offset;
+      loaded.globals[variable.name] = base + offsets[variable.name];
       loaded.global_sizes[variable.name] = variable.size;
+    }
+    // Initial values, with the addresses of variables and functions they hold (virtual
+    // tables, pointer tables) filled in.
+    for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
+      auto init = loaded.ptx->InitialBytes(variable, loaded.globals);
+      if (!init.ok()) {
+        error_detail_ = init.status().message();
+        Free(base);
+        return kCuInvalidPtx;
+      }
+      if (host != nullptr && !init->empty()) {
+        std::memcpy(host + offsets[variable.name], init->data(),
+                    std::min<uint64_t>(init->size(), variable.size));
+      }
     }
   }
   modules_[module] = std::move(loaded);

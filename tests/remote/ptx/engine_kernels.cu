@@ -477,3 +477,71 @@ __global__ void texture_kernel(cudaTextureObject_t tex, float* out) {
 }
 
 }  // extern "C"
+
+// Device-side virtual functions, function pointers, addresses in initialisers and
+// recursion: indirect calls reach the functions whose address the module takes.
+struct Shape {
+  __device__ virtual int Area() const = 0;
+  __device__ virtual ~Shape() {}
+};
+struct Rect : Shape {
+  int w, h;
+  __device__ Rect(int w, int h) : w(w), h(h) {}
+  __device__ int Area() const override { return w * h; }
+};
+struct Tri : Shape {
+  int b, h;
+  __device__ Tri(int b, int h) : b(b), h(h) {}
+  __device__ int Area() const override { return b * h / 2; }
+};
+struct Square : Rect {
+  __device__ explicit Square(int s) : Rect(s, s) {}
+  __device__ int Area() const override { return Rect::Area() + 1; }
+};
+__device__ int op_twice(int x) { return 2 * x; }
+__device__ int op_negate(int x) { return -x; }
+__device__ int op_square(int x) { return x * x; }
+typedef int (*IntOp)(int);
+__device__ IntOp op_table[3] = {op_twice, op_negate, op_square};
+__device__ IntOp chosen_op = op_negate;  // the host reads it and passes it back
+__device__ const char* op_names[3] = {"twice", "negate", "square"};
+struct Named {
+  int id;
+  const int* value;
+  const char* name;
+};
+__device__ int named_values[4] = {10, 20, 30, 40};
+__device__ Named named = {7, named_values + 2, "seven"};
+// Recursion the compiler cannot turn into a loop (its result is not an accumulator).
+__device__ int mix_down(int n) {
+  if (n <= 0) return 1;
+  int r = mix_down(n - 1);
+  return (r * r + n) % 1009;
+}
+
+extern "C" {
+// Each thread makes a shape of its own kind (neighbouring lanes call different functions),
+// takes its area through the virtual call and deletes it through the virtual destructor.
+__global__ void virtual_shapes(int* out) {
+  int t = threadIdx.x + blockIdx.x * blockDim.x;
+  Shape* s = t % 3 == 0   ? static_cast<Shape*>(new Rect(t, 3))
+             : t % 3 == 1 ? static_cast<Shape*>(new Tri(t, 4))
+                          : static_cast<Shape*>(new Square(t));
+  out[t] = s == nullptr ? -1 : s->Area();
+  delete s;
+}
+__global__ void function_pointers(int* out, IntOp passed) {
+  int t = threadIdx.x;
+  out[3 * t] = op_table[t % 3](t);
+  out[3 * t + 1] = passed(t);
+  out[3 * t + 2] = op_names[t % 3][0];
+}
+__global__ void initialised_pointers(int* out) {
+  out[0] = named.id;
+  out[1] = *named.value;
+  out[2] = named.name[1];
+  out[3] = op_names[2][1];
+}
+__global__ void recursion(int* out, int n) { out[threadIdx.x] = mix_down(threadIdx.x % n); }
+__global__ void call_pointer(int* out, IntOp op) { out[threadIdx.x] = op(threadIdx.x); }
+}  // extern "C"
