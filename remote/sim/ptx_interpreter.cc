@@ -1005,6 +1005,34 @@ void HShf(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// bmsk.{clamp,wrap}.b32 d, a, b: a mask of b bits from bit a (mode 1: clamp; wrap takes
+// a and b modulo 32), as the PTX ISA defines it: cut at bit 31, 0 when a >= 32 (clamp)
+// or b is 0, all bits from a up when b >= 32 (clamp).
+void HBmsk(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const bool clamp = in.mode == 1;
+  ForLanes(mask, [&](int l) {
+    const uint32_t position = static_cast<uint32_t>(a[l]), width = static_cast<uint32_t>(b[l]);
+    const uint32_t a1 = position & 0x1f, b1 = width & 0x1f, sum = a1 + b1;
+    uint32_t mask0 = ~0u << a1;
+    uint32_t mask1 = sum >= 32 ? 0 : ~0u << sum;
+    bool overflow = sum >= 32;
+    if (clamp && position >= 32) {
+      mask0 = 0;
+      overflow = true;
+    }
+    if (clamp && width >= 32) overflow = true;
+    if (overflow) {
+      mask1 = 0;
+    } else if (b1 == 0) {
+      mask1 = ~0u;
+    }
+    d[l] = mask0 & ~mask1;
+  });
+}
+
 // lop3.b32 d, a, b, c, immLut
 void HLop3(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
@@ -2512,6 +2540,12 @@ void HHalf(Warp& w, const Inst& in, uint32_t mask) {
         case 5: r = std::fabs(x); break;
         case 6: r = std::fmin(x, y); break;
         case 7: r = std::fmax(x, y); break;
+        case 8:
+          r = std::tanh(x);
+          break;  // tanh.approx: exact, then rounded
+        case 9:
+          r = std::exp2(x);
+          break;  // ex2.approx
       }
       if ((in.flags & kFlagNaNOperand) && (std::isnan(x) || std::isnan(y))) {
         result |= uint64_t{kCanonicalHalfNaN} << (16 * k);
@@ -3956,8 +3990,9 @@ class Decoder {
   Status HalfInstruction(const Frame& frame, const RawStatement& s, Inst inst,
                          const std::string& op, Ty type) {
     static const std::map<std::string, std::pair<uint8_t, int>> kOps = {
-        {"add", {0, 2}}, {"sub", {1, 2}}, {"mul", {2, 2}}, {"fma", {3, 3}}, {"mad", {3, 3}},
-        {"neg", {4, 1}}, {"abs", {5, 1}}, {"min", {6, 2}}, {"max", {7, 2}}};
+        {"add", {0, 2}}, {"sub", {1, 2}},  {"mul", {2, 2}}, {"fma", {3, 3}},
+        {"mad", {3, 3}}, {"neg", {4, 1}},  {"abs", {5, 1}}, {"min", {6, 2}},
+        {"max", {7, 2}}, {"tanh", {8, 1}}, {"ex2", {9, 1}}};
     auto found = kOps.find(op);
     if (found == kOps.end()) {
       return Refuse("half-precision instruction '" + s.opcode + "' is not supported", s.line, inst);
@@ -5133,6 +5168,11 @@ class Decoder {
     } else if (op == "lop3") {
       handler = &HLop3;
       arity = 4;
+    } else if (op == "bmsk") {
+      if (type != kU32) return bad_type();
+      handler = &HBmsk;
+      arity = 2;
+      inst.mode = mods.count("clamp") ? 1 : 0;
     } else {
       arity = 1;
       if (op == "neg")

@@ -545,3 +545,27 @@ __global__ void initialised_pointers(int* out) {
 __global__ void recursion(int* out, int n) { out[threadIdx.x] = mix_down(threadIdx.x % n); }
 __global__ void call_pointer(int* out, IntOp op) { out[threadIdx.x] = op(threadIdx.x); }
 }  // extern "C"
+
+extern "C" {
+// Half-precision tanh.approx and ex2.approx (htanh_approx, h2exp2 on some targets), one
+// half and two, and bmsk (CUB's radix sort builds its digit masks with it).
+__global__ void half_approx(const unsigned* in, unsigned* out) {
+  unsigned x = in[threadIdx.x], t, e;
+  unsigned short h = static_cast<unsigned short>(x), th, eh;
+  asm("tanh.approx.f16x2 %0, %1;" : "=r"(t) : "r"(x));
+  asm("ex2.approx.f16x2 %0, %1;" : "=r"(e) : "r"(x));
+  asm("tanh.approx.f16 %0, %1;" : "=h"(th) : "h"(h));
+  asm("ex2.approx.f16 %0, %1;" : "=h"(eh) : "h"(h));
+  out[4 * threadIdx.x] = t;
+  out[4 * threadIdx.x + 1] = e;
+  out[4 * threadIdx.x + 2] = th;
+  out[4 * threadIdx.x + 3] = eh;
+}
+__global__ void bit_masks(const unsigned* positions, const unsigned* widths, unsigned* out) {
+  unsigned a = positions[threadIdx.x], b = widths[threadIdx.x], c, w;
+  asm("bmsk.clamp.b32 %0, %1, %2;" : "=r"(c) : "r"(a), "r"(b));
+  asm("bmsk.wrap.b32 %0, %1, %2;" : "=r"(w) : "r"(a), "r"(b));
+  out[2 * threadIdx.x] = c;
+  out[2 * threadIdx.x + 1] = w;
+}
+}  // extern "C"

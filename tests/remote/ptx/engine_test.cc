@@ -2048,6 +2048,55 @@ TEST_F(Engine, TrapsAssertionsAndTextures) {
   EXPECT_NE(last_detail_.find("textures"), std::string::npos) << last_detail_;
 }
 
+// tanh.approx and ex2.approx on halves (f16 and f16x2) within the ISA's error bound of
+// the true value; they were refused (htanh_approx's kernel did not run).
+TEST_F(Engine, HalfTanhAndExp2Approximations) {
+  std::vector<uint32_t> in;
+  for (int i = 0; i < 64; ++i) {
+    const float lo = -6.0f + 0.19f * static_cast<float>(i),
+                hi = 3.0f - 0.11f * static_cast<float>(i);
+    in.push_back(static_cast<uint32_t>(ToHalf(lo)) | static_cast<uint32_t>(ToHalf(hi)) << 16);
+  }
+  uint64_t din = Upload(in), out = Zeros<uint32_t>(4 * in.size());
+  ASSERT_EQ(Run("half_approx", {1}, {static_cast<uint32_t>(in.size())}, 0, din, out), kCuSuccess)
+      << last_detail_;
+  auto got = Download<uint32_t>(out, 4 * in.size());
+  auto near = [](uint16_t bits, double want) {
+    // 2^-10 relative (the f16 forms' bound), and a little absolute room near 0.
+    return std::fabs(FromHalf(bits) - want) <= std::ldexp(std::fabs(want), -10) + 1e-4;
+  };
+  for (size_t i = 0; i < in.size(); ++i) {
+    const float lo = FromHalf(static_cast<uint16_t>(in[i])),
+                hi = FromHalf(static_cast<uint16_t>(in[i] >> 16));
+    const uint32_t t = got[4 * i], e = got[4 * i + 1];
+    EXPECT_TRUE(near(static_cast<uint16_t>(t), std::tanh(lo))) << lo;
+    EXPECT_TRUE(near(static_cast<uint16_t>(t >> 16), std::tanh(hi))) << hi;
+    EXPECT_TRUE(near(static_cast<uint16_t>(e), std::exp2(lo))) << lo;
+    EXPECT_TRUE(near(static_cast<uint16_t>(e >> 16), std::exp2(hi))) << hi;
+    EXPECT_TRUE(near(static_cast<uint16_t>(got[4 * i + 2]), std::tanh(lo))) << lo;
+    EXPECT_TRUE(near(static_cast<uint16_t>(got[4 * i + 3]), std::exp2(lo))) << lo;
+  }
+}
+
+// bmsk against the PTX ISA's cases: a field inside the word, one cut at bit 31, a start
+// past bit 31 (0 with clamp, taken modulo 32 with wrap), a width of 32 (clamp: every bit
+// from the start; wrap: 0, as is any width 0).
+TEST_F(Engine, BitMasks) {
+  const std::vector<uint32_t> positions = {4, 28, 40, 0, 3, 31, 33};
+  const std::vector<uint32_t> widths = {8, 8, 4, 32, 0, 1, 36};
+  const std::vector<uint32_t> clamp = {0xFF0, 0xF0000000, 0, 0xFFFFFFFF, 0, 0x80000000, 0};
+  const std::vector<uint32_t> wrap = {0xFF0, 0xF0000000, 0xF00, 0, 0, 0x80000000, 0x1E};
+  uint64_t a = Upload(positions), b = Upload(widths), out = Zeros<uint32_t>(2 * positions.size());
+  ASSERT_EQ(Run("bit_masks", {1}, {static_cast<uint32_t>(positions.size())}, 0, a, b, out),
+            kCuSuccess)
+      << last_detail_;
+  auto got = Download<uint32_t>(out, 2 * positions.size());
+  for (size_t i = 0; i < positions.size(); ++i) {
+    EXPECT_EQ(got[2 * i], clamp[i]) << "clamp " << positions[i] << ", " << widths[i];
+    EXPECT_EQ(got[2 * i + 1], wrap[i]) << "wrap " << positions[i] << ", " << widths[i];
+  }
+}
+
 // Virtual functions of objects made on the device: neighbouring lanes call three different
 // Area()s (divergent indirect calls), and the virtual destructors free the heap.
 TEST_F(Engine, VirtualFunctionsOfDeviceObjects) {
