@@ -33,6 +33,20 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   module->is_library = is_library;
   const auto* bytes = static_cast<const uint8_t*>(parsed->bytes);
   module->image.assign(bytes, bytes + parsed->size);
+  if (parsed->ptx.empty() && !parsed->relocatable.empty()) {
+    // nvcc -rdc=true: the linked image holds only SASS, which a GPU of another architecture
+    // (and the sim) cannot run; a driver then JIT-links the translation units' PTX. Ship
+    // that PTX with the image, for the agent to link.
+    auto with_ptx = gpupool::image::WithRelocatablePtx(*parsed);
+    if (!with_ptx.ok()) {
+      LogError("cannot load module: %s", with_ptx.status().message().c_str());
+      return CUDA_ERROR_INVALID_IMAGE;
+    }
+    module->image = std::move(*with_ptx);
+    auto reparsed =
+        gpupool::image::ParseModuleImageBytes(module->image.data(), module->image.size());
+    if (reparsed.ok()) parsed->ptx = std::move(reparsed->ptx);
+  }
   module->kernels = std::move(parsed->kernels);
   for (const auto& ptx : parsed->ptx) module->ptx_archs.push_back(ptx.arch);
   *result = module.release();

@@ -25,6 +25,9 @@ constexpr size_t kDecompressedSizeOffset = 56;
 // Refuse to inflate one entry beyond this (sizes in headers are untrusted).
 constexpr uint64_t kMaxDecompressed = 1ull << 30;
 
+// At most this many translation units' fatbins are read from a version-2 wrapper.
+constexpr size_t kMaxRelocatableFatbins = 65536;
+
 // EIATTR record formats and the attribute we need.
 constexpr uint8_t kFormatSizedValue = 0x04;  // u16 size follows, then `size` bytes
 constexpr uint8_t kAttrKernelParamInfo = 0x17;
@@ -283,6 +286,13 @@ Result<ModuleImage> ParseModuleImage(const void* image_pointer) {
     auto wrapper = Read<FatbinWrapper>(p);
     if (wrapper.data == nullptr) return Status::InvalidArgument("fatbin wrapper without data");
     GPUPOOL_RETURN_IF_ERROR(ParseFatbin(wrapper.data, SIZE_MAX, &image));
+    if (wrapper.version == 2 && wrapper.filename_or_fatbins != nullptr) {
+      // A NULL-terminated array of the translation units' fatbins (crt/link.stub).
+      const auto* list = static_cast<const uint8_t* const*>(wrapper.filename_or_fatbins);
+      for (size_t i = 0; list[i] != nullptr && i < kMaxRelocatableFatbins; ++i) {
+        image.relocatable.push_back(list[i]);
+      }
+    }
   } else if (magic == kFatbinMagic) {
     GPUPOOL_RETURN_IF_ERROR(ParseFatbin(p, SIZE_MAX, &image));
   } else if (IsElf(p)) {
@@ -318,6 +328,37 @@ Result<ModuleImage> ParseModuleImageBytes(const void* image_pointer, size_t size
     return Status::InvalidArgument("unknown module image format (not a fatbin, cubin or PTX)");
   }
   return image;
+}
+
+Result<std::vector<uint8_t>> WithRelocatablePtx(const ModuleImage& image) {
+  const auto* fatbin = static_cast<const uint8_t*>(image.bytes);
+  if (fatbin == nullptr || image.size < sizeof(FatbinHeader) ||
+      Read<FatbinHeader>(fatbin).magic != kFatbinMagic) {
+    return Status::InvalidArgument("not a fatbin");
+  }
+  std::vector<uint8_t> out(fatbin, fatbin + image.size);
+  for (const uint8_t* unit : image.relocatable) {
+    auto header = Read<FatbinHeader>(unit);
+    if (header.magic != kFatbinMagic || header.header_size < sizeof(FatbinHeader)) {
+      return Status::InvalidArgument("a relocatable fatbin of the program is not a fatbin");
+    }
+    const uint8_t* entries = unit + header.header_size;
+    uint64_t at = 0;
+    while (header.files_size - at >= sizeof(FatbinEntryHeader)) {
+      auto entry = Read<FatbinEntryHeader>(entries + at);
+      const uint64_t step = uint64_t{entry.header_size} + entry.padded_payload_size;
+      if (entry.header_size < sizeof(FatbinEntryHeader)) {
+        return Status::InvalidArgument("a relocatable fatbin's entry header is too small");
+      }
+      if (step > header.files_size - at) break;  // the last entry's padding, as in ParseFatbin
+      if (entry.kind == kEntryKindPtx) out.insert(out.end(), entries + at, entries + at + step);
+      at += step;
+    }
+  }
+  FatbinHeader merged = Read<FatbinHeader>(out.data());
+  merged.files_size = out.size() - merged.header_size;
+  std::memcpy(out.data(), &merged, sizeof(merged));
+  return out;
 }
 
 const PtxEntry* ChoosePtx(const std::vector<PtxEntry>& ptx, uint32_t device_arch) {

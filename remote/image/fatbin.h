@@ -53,6 +53,10 @@ struct ModuleImage {
   std::map<std::string, KernelLayout> kernels;  // by mangled name
   std::vector<PtxEntry> ptx;     // the PTX entries (decompressed), or the PTX text itself
   bool has_sass = false;         // it holds at least one ELF (SASS) entry or is a cubin
+  // A fatbin wrapper of version 2 (nvcc -rdc=true: cudart's __cudaRegisterLinkedBinary)
+  // also lists the relocatable fatbins of the program's translation units, whose PTX a
+  // driver JIT-links when the linked image holds no code for the GPU: their addresses.
+  std::vector<const uint8_t*> relocatable;
 };
 
 // Parses an image given as an untyped pointer (its size is implied by its headers).
@@ -61,6 +65,12 @@ Result<ModuleImage> ParseModuleImage(const void* image);
 // Parses an image of exactly `size` bytes (e.g. received from a client): every offset is
 // checked against `size`. Fails with InvalidArgument naming the problem.
 Result<ModuleImage> ParseModuleImageBytes(const void* image, size_t size);
+
+// `image` (a fatbin) with the PTX entries of its relocatable fatbins appended, as copies
+// of their entries: one per translation unit and architecture, so that an architecture
+// has several PTX entries, which the sim links into one module. Fails with
+// InvalidArgument when `image` is not a fatbin or a relocatable fatbin cannot be read.
+Result<std::vector<uint8_t>> WithRelocatablePtx(const ModuleImage& image);
 
 // Parses one ELF cubin of `size` bytes, adding its kernels to *kernels.
 Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelLayout>* kernels);

@@ -74,6 +74,7 @@ struct ModuleVariable {
   uint32_t align = 1;
   std::vector<uint8_t> init;            // initial bytes (shorter than size: the rest is zero)
   std::vector<Relocation> relocations;  // addresses within `init`, filled in at load
+  bool is_declaration = false;  // `.extern` without an initialiser: defined in another module
 };
 
 struct DecodedKernel;  // ptx_program.h
@@ -87,6 +88,13 @@ class PtxModule {
   // (rounded up to 16; at most kMaxDeviceHeapBytes).
   static Result<std::unique_ptr<PtxModule>> Parse(std::string_view text,
                                                   uint64_t device_heap = kDeviceHeapBytes);
+  // One module of the PTX of several translation units (nvcc -rdc=true), linked as a
+  // driver JIT-links them: a declaration (`.extern`) takes another unit's definition, a
+  // unit's own symbols (neither .visible, .weak nor .extern) that another unit also names
+  // are renamed apart, and of several definitions of a name (.weak template code) the
+  // first is kept. Identical texts count once.
+  static Result<std::unique_ptr<PtxModule>> ParseLinked(const std::vector<std::string_view>& texts,
+                                                        uint64_t device_heap = kDeviceHeapBytes);
   ~PtxModule();
 
   // .global and .const variables: the executor places them in device memory.

@@ -5690,11 +5690,16 @@ void RunCooperative(const DecodedKernel& kernel, const LaunchSpec& spec,
 PtxModule::~PtxModule() = default;
 
 Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text, uint64_t device_heap) {
+  return ParseLinked({text}, device_heap);
+}
+
+Result<std::unique_ptr<PtxModule>> PtxModule::ParseLinked(
+    const std::vector<std::string_view>& texts, uint64_t device_heap) {
   if (device_heap == 0 || device_heap > kMaxDeviceHeapBytes) {
     return Status::InvalidArgument("a device heap of " + std::to_string(device_heap) +
                                    " bytes: must be 1 to " + std::to_string(kMaxDeviceHeapBytes));
   }
-  auto parsed = ParsePtxText(text);
+  auto parsed = LinkPtxTexts(texts);
   if (!parsed.ok()) return parsed.status();
   std::unique_ptr<PtxModule> module(new PtxModule());
   module->parsed_ = std::move(*parsed);

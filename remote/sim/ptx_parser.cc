@@ -1,5 +1,6 @@
 // PTX text -> ParsedModule (ptx_program.h). Decoding to the executable program
 // is in ptx_decoder.cc.
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <set>
@@ -401,6 +402,7 @@ class Parser {
     uint32_t align = decl->align
                          ? decl->align
                          : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
+    if (!external_linkage_) module_->local_names.insert(decl->name);
     if (space == ".shared") {
       module_->shared.push_back(
           SharedVariable{decl->name, DeclarationSize(*decl), align, is_extern || decl->unsized});
@@ -415,7 +417,9 @@ class Parser {
       GPUPOOL_RETURN_IF_ERROR(Initializer(*decl, &variable.init, &variable.relocations));
     if (variable.size == 0) variable.size = std::max<uint64_t>(variable.init.size(), 1);
     if (is_extern && variable.init.empty()) {
-      // Declared here, defined in another module: not linkable in the sim.
+      // Declared here, defined in another module: a link (LinkPtxTexts) may define it;
+      // alone it cannot be used.
+      variable.is_declaration = true;
       module_->unsupported_symbols.push_back(decl->name);
     }
     module_->variables.push_back(std::move(variable));
@@ -459,6 +463,7 @@ class Parser {
     }
     if (Peek().text != "{") return Error("expected a function body");
     function.has_body = true;
+    if (!external_linkage_) module_->local_names.insert(function.name);
     scopes_.clear();
     scopes_.emplace_back();
     for (const RawParam& param : function.params) scopes_.back()[param.name] = param.name;
@@ -696,6 +701,7 @@ class Parser {
 
   Status TopLevel() {
     bool is_extern = false;
+    external_linkage_ = false;
     while (true) {
       const Token& token = Peek();
       if (token.kind != Token::kWord) return Error("unexpected token at module level");
@@ -708,11 +714,13 @@ class Parser {
       }
       if (word == ".visible" || word == ".weak" || word == ".common") {
         Next();
+        external_linkage_ = true;
         continue;
       }
       if (word == ".extern") {
         Next();
         is_extern = true;
+        external_linkage_ = true;
         continue;
       }
       if (word == ".entry") {
@@ -753,6 +761,7 @@ class Parser {
   static constexpr uint64_t kMaxRegisterNames = uint64_t{1} << 20;
   uint64_t declared_registers_ = 0;
   int unique_ = 0;
+  bool external_linkage_ = false;  // the declaration being read is .visible/.weak/.extern
 };
 
 }  // namespace
@@ -762,6 +771,129 @@ Result<std::unique_ptr<ParsedModule>> ParsePtxText(std::string_view text) {
   Parser parser(Tokenize(text));
   GPUPOOL_RETURN_IF_ERROR(parser.Run(module.get()));
   return module;
+}
+
+namespace {
+
+// Renames module-level symbols (`renames`: old -> new) wherever `module` names them: its
+// declarations, initialisers and the operands of its instructions (not names a function
+// declares for itself).
+void RenameSymbols(ParsedModule* module, const std::map<std::string, std::string>& renames) {
+  if (renames.empty()) return;
+  auto rename = [&](std::string* name) {
+    auto found = renames.find(*name);
+    if (found != renames.end()) *name = found->second;
+  };
+  for (ModuleVariable& variable : module->variables) {
+    rename(&variable.name);
+    for (Relocation& relocation : variable.relocations) rename(&relocation.symbol);
+  }
+  for (SharedVariable& variable : module->shared) rename(&variable.name);
+  for (std::string& name : module->unsupported_symbols) rename(&name);
+  std::set<std::string> local_names;
+  for (std::string name : module->local_names) {
+    rename(&name);
+    local_names.insert(name);
+  }
+  module->local_names = std::move(local_names);
+  std::map<std::string, RawFunction> functions;
+  for (auto& [name, function] : module->functions) {
+    std::set<std::string> own;  // what the function declares itself
+    for (const RawStatement& statement : function.body) {
+      if (statement.kind != RawStatement::kInstruction && statement.kind != RawStatement::kLabel)
+        own.insert(statement.name);
+    }
+    for (const RawParam& param : function.params) own.insert(param.name);
+    for (const RawParam& param : function.returns) own.insert(param.name);
+    auto operand = [&](RawOperand& op, auto&& self) -> void {
+      if ((op.kind == RawOperand::kName || op.kind == RawOperand::kAddress) && !own.count(op.name))
+        rename(&op.name);
+      for (RawOperand& item : op.items) self(item, self);
+    };
+    for (RawStatement& statement : function.body) {
+      if (statement.kind != RawStatement::kInstruction) continue;
+      for (RawOperand& op : statement.operands) operand(op, operand);
+    }
+    std::string key = name;
+    rename(&key);
+    function.name = key;
+    functions[key] = std::move(function);
+  }
+  module->functions = std::move(functions);
+}
+
+}  // namespace
+
+// A module links at most this many translation units (the count comes from a job's image).
+constexpr size_t kMaxLinkedUnits = 4096;
+
+Result<std::unique_ptr<ParsedModule>> LinkPtxTexts(const std::vector<std::string_view>& texts) {
+  std::vector<std::string_view> units;
+  for (std::string_view text : texts) {
+    if (std::find(units.begin(), units.end(), text) == units.end()) units.push_back(text);
+  }
+  if (units.empty()) return Status::InvalidArgument("no PTX to link");
+  if (units.size() == 1) return ParsePtxText(units[0]);
+  if (units.size() > kMaxLinkedUnits) {
+    return Status::InvalidArgument(std::to_string(units.size()) +
+                                   " translation units to link: more than " +
+                                   std::to_string(kMaxLinkedUnits));
+  }
+  std::vector<std::unique_ptr<ParsedModule>> parsed;
+  std::vector<std::set<std::string>> names(units.size());
+  std::map<std::string, size_t> units_naming;  // how many units name each symbol
+  for (size_t i = 0; i < units.size(); ++i) {
+    auto unit = ParsePtxText(units[i]);
+    if (!unit.ok()) {
+      return Status::InvalidArgument("translation unit " + std::to_string(i + 1) + " of " +
+                                     std::to_string(units.size()) + ": " + unit.status().message());
+    }
+    for (const auto& [name, function] : (*unit)->functions) names[i].insert(name);
+    for (const ModuleVariable& variable : (*unit)->variables) names[i].insert(variable.name);
+    for (const SharedVariable& variable : (*unit)->shared) names[i].insert(variable.name);
+    for (const std::string& name : names[i]) ++units_naming[name];
+    parsed.push_back(std::move(*unit));
+  }
+  // A unit's own symbol that another unit also names is renamed apart (string literals,
+  // static functions and variables).
+  for (size_t i = 0; i < parsed.size(); ++i) {
+    std::map<std::string, std::string> renames;
+    for (const std::string& name : parsed[i]->local_names) {
+      if (units_naming[name] > 1) renames[name] = name + "$unit" + std::to_string(i + 1);
+    }
+    RenameSymbols(parsed[i].get(), renames);
+  }
+  auto linked = std::make_unique<ParsedModule>();
+  std::set<std::string> defined;
+  for (const auto& unit : parsed) {
+    for (const ModuleVariable& variable : unit->variables) {
+      if (!variable.is_declaration) defined.insert(variable.name);
+    }
+  }
+  std::set<std::string> placed, placed_shared, unsupported;
+  for (auto& unit : parsed) {
+    for (auto& [name, function] : unit->functions) {
+      auto found = linked->functions.find(name);
+      if (found == linked->functions.end() || (!found->second.has_body && function.has_body)) {
+        linked->functions[name] = std::move(function);
+      }
+    }
+    for (ModuleVariable& variable : unit->variables) {
+      if (variable.is_declaration && defined.count(variable.name)) continue;
+      if (!placed.insert(variable.name).second) continue;  // a second definition
+      linked->variables.push_back(std::move(variable));
+    }
+    for (SharedVariable& variable : unit->shared) {
+      if (placed_shared.insert(variable.name).second) linked->shared.push_back(std::move(variable));
+    }
+    for (std::string& name : unit->unsupported_symbols) {
+      if (!defined.count(name) && unsupported.insert(name).second) {
+        linked->unsupported_symbols.push_back(name);
+      }
+    }
+    linked->local_names.insert(unit->local_names.begin(), unit->local_names.end());
+  }
+  return linked;
 }
 
 uint64_t PtxTypeSize(const std::string& type) { return TypeSize(type); }

@@ -5,7 +5,10 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "remote/sim/ptx_engine.h"
@@ -67,7 +70,13 @@ struct ParsedModule {
   std::vector<SharedVariable> shared;
   std::vector<std::string> unsupported_symbols;  // .texref / .surfref / .samplerref
   std::map<std::string, RawFunction> functions;
+  // Module-level names of this module's own (declared neither .visible, .weak, .common nor
+  // .extern): another module's same name is another symbol.
+  std::set<std::string> local_names;
 };
+
+// Links the PTX of several translation units into one module (PtxModule::ParseLinked).
+Result<std::unique_ptr<ParsedModule>> LinkPtxTexts(const std::vector<std::string_view>& texts);
 
 // --- Decoded kernel
 // ------------------------------------------------------------------------

@@ -180,7 +180,14 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
                     "." + std::to_string(arch_ % 10);
     return kCuNoBinaryForGpu;
   }
-  auto ptx = sim::PtxModule::Parse(chosen->text, device_heap);
+  // Several entries for that architecture are the translation units of a program built
+  // with -rdc=true (the client adds them, image::WithRelocatablePtx): linked into one, as
+  // a driver JIT-links them.
+  std::vector<std::string_view> units;
+  for (const image::PtxEntry& entry : parsed->ptx) {
+    if (entry.arch == chosen->arch) units.push_back(entry.text);
+  }
+  auto ptx = sim::PtxModule::ParseLinked(units, device_heap);
   if (!ptx.ok()) {
     error_detail_ = ptx.status().message();
     return kCuInvalidPtx;

@@ -23,9 +23,9 @@ constexpr unsigned kObjects = 3000;
 constexpr unsigned kInputs = 64;
 
 // The rules, on the device and (the same text) on the host.
-#define RULES(QUALIFIER)                                                              \
-  QUALIFIER unsigned RuleAdd(unsigned s, unsigned x) { return s + x * 3u; }          \
-  QUALIFIER unsigned RuleXor(unsigned s, unsigned x) { return (s ^ x) * 2654435761u; } \
+#define RULES(QUALIFIER)                                                                   \
+  QUALIFIER unsigned RuleAdd(unsigned s, unsigned x) { return s + x * 3u; }                \
+  QUALIFIER unsigned RuleXor(unsigned s, unsigned x) { return (s ^ x) * 2654435761u; }     \
   QUALIFIER unsigned RuleRotate(unsigned s, unsigned x) { return (s << 5 | s >> 27) + x; } \
   QUALIFIER unsigned RuleMix(unsigned s, unsigned x) { return s * 1664525u + 1013904223u + x; }
 RULES(__device__)
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
   CHECK(cudaGetLastError());
 
   unsigned (*const host_rules[4])(unsigned, unsigned) = {host::RuleAdd, host::RuleXor,
-                                                          host::RuleRotate, host::RuleMix};
+                                                         host::RuleRotate, host::RuleMix};
   std::vector<unsigned> state(kObjects), velocity(kObjects), half(kObjects);
   for (unsigned i = 0; i < kObjects; ++i) {
     state[i] = i;
@@ -160,7 +160,8 @@ int main(int argc, char** argv) {
   std::vector<unsigned> got(kObjects);
   CHECK(cudaMemcpy(got.data(), d_out, kObjects * sizeof(unsigned), cudaMemcpyDeviceToHost));
   size_t wrong = 0;
-  for (unsigned i = 0; i < kObjects; ++i) wrong += got[i] != (i % 3 == 1 ? state[i] ^ 0xffffu : state[i]);
+  for (unsigned i = 0; i < kObjects; ++i)
+    wrong += got[i] != (i % 3 == 1 ? state[i] ^ 0xffffu : state[i]);
   CHECK(cudaFree(d_world));
   CHECK(cudaFree(d_failed));
   CHECK(cudaFree(d_inputs));
@@ -170,7 +171,8 @@ int main(int argc, char** argv) {
     std::printf("iterate: FAIL: %zu of %u objects wrong\n", wrong, kObjects);
     return 1;
   }
-  std::printf("iterate: PASS (%d iterations, %u objects with virtual methods and function pointers)\n",
-              iterations, kObjects);
+  std::printf(
+      "iterate: PASS (%d iterations, %u objects with virtual methods and function pointers)\n",
+      iterations, kObjects);
   return 0;
 }

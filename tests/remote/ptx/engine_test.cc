@@ -2097,6 +2097,117 @@ TEST_F(Engine, BitMasks) {
   }
 }
 
+// A fatbin of uncompressed PTX entries, each for `arch` (what the library ships for a
+// program built with -rdc=true: the translation units' PTX beside the linked SASS).
+std::vector<uint8_t> PtxFatbin(const std::vector<std::string>& texts, uint32_t arch) {
+  std::vector<uint8_t> out(16, 0);
+  auto put = [&](size_t at, auto value) { std::memcpy(out.data() + at, &value, sizeof(value)); };
+  for (const std::string& text : texts) {
+    const size_t at = out.size(), padded = (text.size() + 1 + 7) / 8 * 8;
+    out.resize(at + 64 + padded, 0);
+    put(at, uint16_t{1});                                  // kind: PTX
+    put(at + 2, uint16_t{0x101});                          // version
+    put(at + 4, uint32_t{64});                             // header size
+    put(at + 8, static_cast<uint32_t>(padded));            // padded payload size
+    put(at + 16, static_cast<uint32_t>(text.size() + 1));  // payload size
+    put(at + 28, arch);                                    // sm_version
+    std::memcpy(out.data() + at + 64, text.data(), text.size());
+  }
+  put(0, uint32_t{0xBA55ED50});
+  put(4, uint16_t{1});
+  put(6, uint16_t{16});
+  put(16 - 8, static_cast<uint64_t>(out.size() - 16));
+  return out;
+}
+
+// The translation units of one module are linked as a driver JIT-links relocatable PTX: a
+// declaration takes the other unit's definition, each unit's own `g` and `$str` stay
+// apart, an identical unit counts once, and a unit that is not PTX fails the load naming
+// it.
+TEST_F(Engine, TranslationUnitsAreLinked) {
+  const std::string head = ".version 7.0\n.target sm_75\n.address_size 64\n";
+  const std::string unit1 = head + R"(
+.visible .global .align 4 .u32 counter = 5;
+.global .align 1 .b8 $str[2] = {65, 0};
+.visible .func (.param .b32 r) twice(.param .b32 x)
+{
+  .reg .b32 %r<3>;
+  ld.param.b32 %r1, [x];
+  add.s32 %r2, %r1, %r1;
+  st.param.b32 [r], %r2;
+  ret;
+}
+.func (.param .b32 r) g()
+{
+  .reg .b32 %r<2>;
+  mov.u32 %r1, 1000;
+  st.param.b32 [r], %r1;
+  ret;
+}
+.visible .entry first(.param .u64 out)
+{
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out];
+  { .param .b32 a; st.param.b32 [a], 3; .param .b32 b; call.uni (b), twice, (a); ld.param.b32 %r1, [b]; }
+  { .param .b32 b; call.uni (b), g, (); ld.param.b32 %r2, [b]; }
+  ld.global.u8 %r3, [$str];
+  add.s32 %r4, %r1, %r2;
+  add.s32 %r4, %r4, %r3;
+  st.global.u32 [%rd1], %r4;
+  ret;
+}
+)";
+  const std::string unit2 = head + R"(
+.extern .global .align 4 .u32 counter;
+.global .align 1 .b8 $str[2] = {66, 0};
+.extern .func (.param .b32 r) twice(.param .b32 x);
+.func (.param .b32 r) g()
+{
+  .reg .b32 %r<2>;
+  mov.u32 %r1, 2000;
+  st.param.b32 [r], %r1;
+  ret;
+}
+.visible .entry second(.param .u64 out)
+{
+  .reg .b32 %r<7>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out];
+  { .param .b32 a; st.param.b32 [a], 4; .param .b32 b; call.uni (b), twice, (a); ld.param.b32 %r1, [b]; }
+  { .param .b32 b; call.uni (b), g, (); ld.param.b32 %r2, [b]; }
+  ld.global.u8 %r3, [$str];
+  ld.global.u32 %r5, [counter];
+  add.s32 %r4, %r1, %r2;
+  add.s32 %r4, %r4, %r3;
+  add.s32 %r4, %r4, %r5;
+  st.global.u32 [%rd1], %r4;
+  ret;
+}
+)";
+  const auto fatbin = PtxFatbin({unit1, unit2, unit1}, 75);
+  ASSERT_EQ(executor_.LoadModule(30, fatbin.data(), fatbin.size(), {}), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(30, 130, "first"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(30, 131, "second"), kCuSuccess) << executor_.TakeErrorDetail();
+  uint64_t out = Zeros<uint32_t>(2), second_out = out + 4;
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(130, config, &out, sizeof(out)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(131, config, &second_out, sizeof(second_out)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(out, 2),
+            (std::vector<uint32_t>{6 + 1000 + 'A', 8 + 2000 + 'B' + 5}));
+  uint64_t counter = 0, size = 0;
+  ASSERT_EQ(executor_.GetGlobal(30, "counter", &counter, &size), kCuSuccess);
+  EXPECT_EQ(size, 4u);  // the definition's, not the declaration's
+
+  const auto broken = PtxFatbin({unit1, head + ".visible .entry third( {"}, 75);
+  EXPECT_EQ(executor_.LoadModule(31, broken.data(), broken.size(), {}), kCuInvalidPtx);
+  const std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("translation unit 2 of 2"), std::string::npos) << detail;
+}
+
 // Virtual functions of objects made on the device: neighbouring lanes call three different
 // Area()s (divergent indirect calls), and the virtual destructors free the heap.
 TEST_F(Engine, VirtualFunctionsOfDeviceObjects) {
