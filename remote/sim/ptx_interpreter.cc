@@ -3871,17 +3871,22 @@ class Decoder {
     return Status::OK();
   }
 
+  // A trap of `kind` (kTrap...): the launch fails where a lane reaches it.
+  void EmitTrap(uint8_t kind, int line) {
+    Inst trap;
+    trap.run = &HNop;
+    trap.flow = Flow::kTrap;
+    trap.mode = kind;
+    trap.line = line;
+    k_->code.push_back(trap);
+  }
+
   // The body of `target` inlined here, its parameters and results the call's variables.
   // Nested deeper than kMaxCallDepth: a trap where the call would run.
   Status InlineCall(const Frame& frame, const RawStatement& s, const RawFunction& target,
                     const RawOperand* returns, const RawOperand* args, int depth) {
     if (std::max(depth, 0) + 1 > kMaxCallDepth) {
-      Inst trap;
-      trap.run = &HNop;
-      trap.flow = Flow::kTrap;
-      trap.mode = kTrapCallsTooDeep;
-      trap.line = s.line;
-      k_->code.push_back(trap);
+      EmitTrap(kTrapCallsTooDeep, s.line);
       return Status::OK();
     }
     std::map<std::string, std::string> alias;
@@ -3976,12 +3981,7 @@ class Decoder {
       GPUPOOL_RETURN_IF_ERROR(Instruction(frame, branch, depth));
       labels_[next] = static_cast<int32_t>(k_->code.size());
     }
-    Inst trap;
-    trap.run = &HNop;
-    trap.flow = Flow::kTrap;
-    trap.mode = kTrapBadFunction;
-    trap.line = s.line;
-    k_->code.push_back(trap);
+    EmitTrap(kTrapBadFunction, s.line);
     labels_[end] = static_cast<int32_t>(k_->code.size());
     return Status::OK();
   }
