@@ -104,6 +104,16 @@ struct Warp {
   bool uniform = true;   // every live lane is at `pc`
   int32_t pc = 0;
   int32_t lane_pc[32] = {};
+  // Forward progress for divergent lanes (independent thread scheduling, sm_70 on): the
+  // lowest PC runs first, so lanes spinning in a loop on what other lanes of their warp
+  // will do (an intra-warp lock) would run for ever. After kSpinLimit backward branches of
+  // one group of lanes while other lanes were ready elsewhere, that group is `deferred`
+  // for up to kDeferSteps steps, or until no other lane is ready or the others reach a
+  // warp-synchronous instruction.
+  uint32_t spin_mask = 0;  // the group whose backward branches `spin` counts
+  uint32_t spin = 0;
+  uint32_t deferred = 0;
+  uint32_t defer_left = 0;
 
   uint64_t* R(int32_t slot) { return regs + static_cast<size_t>(slot) * 32; }
 
@@ -4391,6 +4401,25 @@ class Decoder {
   }
 
   Status Instruction(const Frame& frame, const RawStatement& s, int depth) {
+    const size_t first = k_->code.size();
+    GPUPOOL_RETURN_IF_ERROR(InstructionBody(frame, s, depth));
+    const std::string op = s.opcode.substr(0, s.opcode.find('.'));
+    uint8_t sync = kSyncNone;
+    if (op == "wmma" || op == "mma" || op == "ldmatrix") sync = kSyncWarp;
+    if (op == "vote" || op == "match" || op == "redux") sync = kSyncMaskB;
+    if (op == "shfl" || s.opcode.rfind("bar.warp", 0) == 0) sync = kSyncMaskE;
+    for (size_t i = first; i < k_->code.size() && sync != kSyncNone; ++i) {
+      Inst& inst = k_->code[i];
+      inst.collective = sync;
+      // Without a membermask (the old forms), the lanes executing are the lanes it names.
+      if ((sync == kSyncMaskB && inst.b < 0) || (sync == kSyncMaskE && inst.e < 0)) {
+        inst.collective = kSyncNone;
+      }
+    }
+    return Status::OK();
+  }
+
+  Status InstructionBody(const Frame& frame, const RawStatement& s, int depth) {
     std::vector<std::string> parts = Split(s.opcode);
     const std::string& op = parts[0];
     Inst inst;
@@ -4516,6 +4545,7 @@ class Decoder {
       bool warp_only = mods.count("warp");
       if (warp_only || mods.count("arrive")) {
         inst.run = &HNop;  // bar.warp.sync: warps run in lockstep here; arrive: no wait
+        if (warp_only && !ops.empty()) GPUPOOL_SRC(e, 0, kU32);  // membermask: see RunWarp
       } else if (mods.count("red")) {
         // __syncthreads_count/and/or: bar.red.{popc.u32,and.pred,or.pred} d, b, [n,] {!}p
         GPUPOOL_RETURN_IF_ERROR(need(3));
@@ -4965,6 +4995,7 @@ class Decoder {
       GPUPOOL_SRC(a, 1, kU32);
       GPUPOOL_SRC(b, 2, kU32);
       GPUPOOL_SRC(c, 3, kU32);
+      if (ops.size() > 4) GPUPOOL_SRC(e, 4, kU32);  // membermask (.sync): see RunWarp
       inst.mode = mods.count("up") ? 0 : mods.count("down") ? 1 : mods.count("bfly") ? 2 : 3;
       inst.run = &HShfl;
       k_->code.push_back(inst);
@@ -5303,8 +5334,23 @@ void TryReconverge(Warp& w) {
   if (same) {
     w.uniform = true;
     w.pc = pc;
+    w.deferred = 0;
+    w.spin = 0;
   }
 }
+
+// The lanes warp-synchronous instruction `in` waits for, run by `mask` (0: none).
+uint32_t SyncLanes(Warp& w, const Inst& in, uint32_t mask) {
+  if (in.collective == kSyncWarp) return kFullMask;
+  if (in.collective != kSyncMaskB && in.collective != kSyncMaskE) return 0;
+  const uint64_t* members = w.R(in.collective == kSyncMaskB ? in.b : in.e);
+  uint32_t lanes = 0;
+  ForLanes(mask, [&](int l) { lanes |= static_cast<uint32_t>(members[l]); });
+  return lanes;
+}
+
+constexpr uint32_t kSpinLimit = 1024;
+constexpr uint32_t kDeferSteps = 4096;
 
 void ReleaseBarrier(Warp& w, const Inst* code) {
   uint32_t waiting = w.waiting;
@@ -5398,10 +5444,20 @@ void RunWarp(Warp& w, const Inst* code) {
       pc = w.pc;
       mask = ready;
     } else {
+      uint32_t candidates = ready & ~w.deferred;
+      if (w.deferred != 0 && (candidates == 0 || --w.defer_left == 0)) {
+        w.deferred = 0;
+        candidates = ready;
+      }
       pc = std::numeric_limits<int32_t>::max();
-      ForLanes(ready, [&](int l) { pc = std::min(pc, w.lane_pc[l]); });
+      ForLanes(candidates, [&](int l) { pc = std::min(pc, w.lane_pc[l]); });
       mask = 0;
-      ForLanes(ready, [&](int l) { mask |= static_cast<uint32_t>(w.lane_pc[l] == pc) << l; });
+      ForLanes(candidates, [&](int l) { mask |= static_cast<uint32_t>(w.lane_pc[l] == pc) << l; });
+      if (w.deferred != 0 && (SyncLanes(w, code[pc], mask) & w.deferred) != 0) {
+        // It waits for deferred lanes, as a GPU's .sync forms do: let them run first.
+        w.deferred = 0;
+        continue;
+      }
     }
     const Inst& in = code[pc];
     uint32_t exec = mask;
@@ -5422,6 +5478,18 @@ void RunWarp(Warp& w, const Inst* code) {
         MoveLanes(w, mask, pc + 1);
         break;
       case Flow::kBranch:
+        if (exec != 0 && in.target <= pc && (ready & ~mask) != 0) {
+          // A loop's backward branch while other lanes of the warp wait elsewhere.
+          if (mask != w.spin_mask) {
+            w.spin_mask = mask;
+            w.spin = 0;
+          }
+          if (++w.spin >= kSpinLimit) {
+            w.deferred = exec;
+            w.defer_left = kDeferSteps;
+            w.spin = 0;
+          }
+        }
         if (exec == mask) {
           MoveLanes(w, mask, in.target);
         } else {
@@ -5604,6 +5672,7 @@ void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
     w.waiting = 0;
     w.uniform = true;
     w.pc = 0;
+    w.spin_mask = w.spin = w.deferred = w.defer_left = 0;
     for (int axis = 0; axis < 3; ++axis) {
       if (kernel.ctaid[axis] >= 0) std::fill_n(w.R(kernel.ctaid[axis]), 32, launch.ctaid[axis]);
     }

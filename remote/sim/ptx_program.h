@@ -114,6 +114,11 @@ struct Inst {
   // anything else (mov, cvt, cvta, arithmetic but div/rem and carries, ld.param at a fixed
   // address): the decoder may run it once per warp before the CTAs (Hoist).
   bool pure = false;
+  // A warp-synchronous instruction, which on a GPU waits for lanes (RunWarp lets lanes it
+  // held back, so that spinning lanes let others progress, run again before it): kSyncNone,
+  // kSyncWarp (wmma, mma, ldmatrix: the whole warp), kSyncMaskB (vote, match, redux,
+  // bar.warp: the membermask in slot b), kSyncMaskE (shfl: in slot e).
+  uint8_t collective = 0;
   int32_t d[4] = {-1, -1, -1, -1};         // destination slots
   int32_t a = -1, b = -1, c = -1, e = -1;  // source slots
   int32_t target = -1;                     // branch target
@@ -144,6 +149,11 @@ struct WmmaOp {
   // load/store: fragments[0]; mma: d, a, b, c. Register slots, in order.
   std::vector<int32_t> fragments[4];
 };
+
+inline constexpr uint8_t kSyncNone = 0;
+inline constexpr uint8_t kSyncWarp = 1;
+inline constexpr uint8_t kSyncMaskB = 2;
+inline constexpr uint8_t kSyncMaskE = 3;
 
 inline constexpr uint8_t kFlagFtz = 1;
 inline constexpr uint8_t kFlagSat = 2;

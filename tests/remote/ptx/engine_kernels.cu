@@ -569,3 +569,40 @@ __global__ void bit_masks(const unsigned* positions, const unsigned* widths, uns
   out[2 * threadIdx.x + 1] = w;
 }
 }  // extern "C"
+
+extern "C" {
+// Lanes of one warp that wait for each other (independent thread scheduling, sm_70 on):
+// an intra-warp spin lock taken without the pre-Volta "done flag" idiom, and lane 0
+// spinning on a flag that lane 31 sets after work of its own.
+__global__ void intra_warp_lock(int* lock, int* counter) {
+  while (atomicCAS(lock, 0, 1) != 0) {
+  }
+  int v = *reinterpret_cast<volatile int*>(counter);
+  *reinterpret_cast<volatile int*>(counter) = v + 1;
+  __threadfence();
+  atomicExch(lock, 0);
+}
+__global__ void intra_warp_flag(int* flag, int* out) {
+  const unsigned lane = threadIdx.x % 32;
+  if (lane == 0) {
+    while (atomicAdd(flag + blockIdx.x * blockDim.x / 32 + threadIdx.x / 32, 0) == 0) {
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = 1;
+  } else if (lane == 31) {
+    int work = 0;
+    for (int i = 0; i < 2000; ++i) work += i % 7;
+    out[blockIdx.x * blockDim.x + threadIdx.x] = work;
+    atomicExch(flag + blockIdx.x * blockDim.x / 32 + threadIdx.x / 32, 1);
+  }
+}
+// Lanes 16-31 loop 20000 times or more while lanes 0-15 wait at the shuffles after the
+// loop (long enough for the spinning lanes to be held back), then the whole warp reduces
+// with shuffles: every lane's count must be in the sum.
+__global__ void long_divergent_loop_then_shuffle(int* out) {
+  const unsigned lane = threadIdx.x % 32;
+  unsigned count = 0;
+  for (unsigned i = 0; i < (lane >= 16 ? 20000 + lane : lane); ++i) count = count * 3 + (i & 7);
+  for (int offset = 16; offset > 0; offset /= 2) count += __shfl_xor_sync(0xffffffff, count, offset);
+  out[threadIdx.x] = count;
+}
+}  // extern "C"

@@ -2208,6 +2208,34 @@ TEST_F(Engine, TranslationUnitsAreLinked) {
   EXPECT_NE(detail.find("translation unit 2 of 2"), std::string::npos) << detail;
 }
 
+// Lanes of a warp waiting for each other make progress, as on sm_70 and later GPUs: an
+// intra-warp spin lock without the "done flag" idiom, lane 0 spinning on lane 31's flag
+// (each ran for ever with the lowest PC always first), and a long divergent loop before a
+// whole-warp shuffle, which must still see every lane.
+TEST_F(Engine, LanesOfAWarpWaitingForEachOtherProgress) {
+  uint64_t lock = Zeros<int32_t>(1), counter = Zeros<int32_t>(1);
+  ASSERT_EQ(Run("intra_warp_lock", {4}, {64}, 0, lock, counter), kCuSuccess) << last_detail_;
+  EXPECT_EQ(Download<int32_t>(counter, 1)[0], 4 * 64);
+  uint64_t flags = Zeros<int32_t>(8), out = Zeros<int32_t>(256);
+  ASSERT_EQ(Run("intra_warp_flag", {2}, {128}, 0, flags, out), kCuSuccess) << last_detail_;
+  auto got = Download<int32_t>(out, 256);
+  int work = 0;
+  for (int i = 0; i < 2000; ++i) work += i % 7;
+  for (int warp = 0; warp < 8; ++warp) {
+    EXPECT_EQ(got[warp * 32], 1) << "warp " << warp;
+    EXPECT_EQ(got[warp * 32 + 31], work) << "warp " << warp;
+  }
+  ASSERT_EQ(Run("long_divergent_loop_then_shuffle", {1}, {64}, 0, out), kCuSuccess) << last_detail_;
+  auto counts = Download<uint32_t>(out, 64);
+  uint32_t sum = 0;
+  for (uint32_t lane = 0; lane < 32; ++lane) {
+    uint32_t count = 0;
+    for (uint32_t i = 0; i < (lane >= 16 ? 20000 + lane : lane); ++i) count = count * 3 + (i & 7);
+    sum += count;
+  }
+  for (int t = 0; t < 64; ++t) EXPECT_EQ(counts[t], sum) << "thread " << t;
+}
+
 // Virtual functions of objects made on the device: neighbouring lanes call three different
 // Area()s (divergent indirect calls), and the virtual destructors free the heap.
 TEST_F(Engine, VirtualFunctionsOfDeviceObjects) {
