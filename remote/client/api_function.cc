@@ -2,9 +2,10 @@
 // the occupancy calculator on the device model's figures, and the checks of
 // cuLaunchKernelEx's launch attributes.
 //
-// The client knows a kernel's parameter layout from its image, but not its register count
-// or static shared memory, which only the device code's compiler knows: attributes report
-// 32 registers per thread and no static shared memory, and the calculator uses the same.
+// The client knows a kernel's parameter layout from its image; what the compiled kernel
+// needs (registers, static shared memory, its thread bound) only the agent's GPU knows: it
+// says so in the reply that resolves the kernel there. Where it cannot (the sim allocates
+// no registers) the library assumes 32 registers per thread.
 #include <algorithm>
 
 #include "remote/client/api_common.h"
@@ -17,12 +18,33 @@ namespace {
 
 constexpr int kAssumedRegistersPerThread = 32;
 
-KernelResources ResourcesOf(const Function&) {
+// What `function` needs on device `ordinal`, resolving it there first (as a launch
+// would). Where the agent cannot say, or the kernel does not resolve, the assumptions.
+KernelResources ResourcesOf(Function& function, int ordinal) {
+  uint64_t remote = 0;
+  (void)Runtime::Get().EnsureFunction(&function, ordinal, &remote);
   KernelResources resources;
   resources.registers_per_thread = kAssumedRegistersPerThread;
   resources.static_shared_bytes = 0;
   resources.max_threads_per_block = 1024;
+  std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+  auto found = function.resources.find(ordinal);
+  if (found == function.resources.end()) return resources;
+  const gpupool::dataplane::FunctionResources& known = found->second;
+  if (known.registers > 0) resources.registers_per_thread = known.registers;
+  resources.static_shared_bytes = std::max(known.static_shared_bytes, 0);
+  if (known.max_threads_per_block > 0) {
+    resources.max_threads_per_block = std::min(known.max_threads_per_block, 1024);
+  }
   return resources;
+}
+
+// The same, for attributes the calculator does not use: const and local bytes.
+gpupool::dataplane::FunctionResources KnownResources(const Function& function, int ordinal) {
+  std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+  auto found = function.resources.find(ordinal);
+  return found == function.resources.end() ? gpupool::dataplane::FunctionResources{}
+                                           : found->second;
 }
 
 // The device a query about a kernel is for: `ordinal`, else the current context's.
@@ -59,13 +81,18 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
   Device* device = nullptr;
   if (CUresult status = QueryDevice(ordinal, &device); status != CUDA_SUCCESS) return status;
   const ModelProperties model = PropertiesOf(*device);
-  const KernelResources resources = ResourcesOf(*function);
+  const KernelResources resources = ResourcesOf(*function, device->ordinal);
+  const gpupool::dataplane::FunctionResources known = KnownResources(*function, device->ordinal);
   std::lock_guard<std::mutex> lock(Runtime::Get().mu());
   switch (attribute) {
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = resources.max_threads_per_block; break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *value = resources.static_shared_bytes; break;
-    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *value = 0; break;
-    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
+      *value = std::max(known.const_bytes, 0);
+      break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
+      *value = std::max(known.local_bytes, 0);
+      break;
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = resources.registers_per_thread; break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION: {
       // The PTX a driver compiles for this GPU (the sim runs it): CUB and Thrust pick
@@ -107,7 +134,7 @@ CUresult SetFunctionAttribute(const void* handle, int attribute, int value, int 
   Device* device = nullptr;
   if (CUresult status = QueryDevice(ordinal, &device); status != CUDA_SUCCESS) return status;
   const ModelProperties model = PropertiesOf(*device);
-  const KernelResources resources = ResourcesOf(*function);
+  const KernelResources resources = ResourcesOf(*function, device->ordinal);
   std::lock_guard<std::mutex> lock(Runtime::Get().mu());
   switch (attribute) {
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
@@ -151,7 +178,7 @@ CUresult OccupancyInputs(CUfunction handle, ModelProperties* model, KernelResour
   Device* device = nullptr;
   if (CUresult status = QueryDevice(-1, &device); status != CUDA_SUCCESS) return status;
   *model = PropertiesOf(*device);
-  *kernel = ResourcesOf(*function);
+  *kernel = ResourcesOf(*function, device->ordinal);
   return CUDA_SUCCESS;
 }
 
@@ -186,32 +213,47 @@ CUresult PotentialBlockSize(int* min_grid_size, int* block_size, CUfunction func
 
 namespace gpupool::client {
 
-CUresult CheckLaunchSharedMemory(const Function& function, int device, unsigned shared_bytes) {
+CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
+                              unsigned shared_bytes) {
   Device* d = Runtime::Get().device(device);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-  if (shared_bytes == 0) return CUDA_SUCCESS;  // within any limit (the common launch)
+  int static_shared;
+  {
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    auto found = function.resources.find(device);
+    if (found == function.resources.end()) {
+      if (shared_bytes == 0) return CUDA_SUCCESS;  // nothing known to check against
+      static_shared = 0;
+    } else {
+      const gpupool::dataplane::FunctionResources& known = found->second;
+      if (known.max_threads_per_block > 0 &&
+          threads > static_cast<unsigned>(known.max_threads_per_block)) {
+        return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+      }
+      if (shared_bytes == 0) return CUDA_SUCCESS;  // within any limit (the common launch)
+      static_shared = std::max(known.static_shared_bytes, 0);
+    }
+  }
   const ModelProperties model = PropertiesOf(*d);
-  const KernelResources resources = ResourcesOf(function);
   int limit;
   {
     std::lock_guard<std::mutex> lock(Runtime::Get().mu());
-    limit = function.max_dynamic_shared_bytes >= 0
-                ? function.max_dynamic_shared_bytes
-                : model.shared_per_block - resources.static_shared_bytes;
+    limit = function.max_dynamic_shared_bytes >= 0 ? function.max_dynamic_shared_bytes
+                                                   : model.shared_per_block - static_shared;
   }
   return shared_bytes > static_cast<unsigned>(std::max(limit, 0)) ? CUDA_ERROR_INVALID_VALUE
                                                                    : CUDA_SUCCESS;
 }
 
-CUresult CheckCooperativeGrid(const Function& function, int device, const unsigned grid[3],
+CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3],
                               const unsigned block[3], unsigned shared_bytes) {
   Device* d = Runtime::Get().device(device);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   const ModelProperties model = PropertiesOf(*d);
   const int threads = static_cast<int>(block[0] * block[1] * block[2]);
-  const uint64_t resident =
-      uint64_t(ActiveBlocksPerMultiprocessor(model, ResourcesOf(function), threads, shared_bytes)) *
-      model.multiprocessors;
+  const uint64_t resident = uint64_t(ActiveBlocksPerMultiprocessor(
+                                model, ResourcesOf(function, device), threads, shared_bytes)) *
+                            model.multiprocessors;
   const uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
   return blocks > resident ? CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE : CUDA_SUCCESS;
 }

@@ -23,11 +23,11 @@ namespace {
 
 namespace dp = gpupool::dataplane;
 
-// Why host memory other than cuMemHostAlloc's with DEVICEMAP cannot be mapped.
+// Why host memory other than the page-locked memory this library allocates cannot be mapped.
 constexpr const char* kZeroCopyWhy =
-    "a remote GPU's kernels reach only host memory allocated mapped "
-    "(cuMemHostAlloc with CU_MEMHOSTALLOC_DEVICEMAP, cudaHostAlloc with cudaHostAllocMapped), "
-    "which is kept coherent at CUDA calls; copy instead";
+    "a remote GPU's kernels reach only page-locked host memory this library allocated "
+    "(cuMemHostAlloc, cuMemAllocHost, cudaHostAlloc, cudaMallocHost), which is kept coherent "
+    "at CUDA calls; copy instead";
 
 // Marks host ranges we allocated (munmap on cuMemFreeHost) as opposed to registered ones.
 constexpr unsigned kOwnedHostMemory = 0x80000000u;
@@ -312,8 +312,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostAlloc(void** pointer, size_t size, un
       *pointer = reinterpret_cast<void*>(address);
       return CUDA_SUCCESS;
     }
-    void* memory = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (memory == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    // In the page-locked window: mapped on a device if a kernel is handed it (UVA).
+    void* memory = Runtime::Get().AllocPinned(size);
+    if (memory == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
     Runtime::Get().AddHostRange(memory, size, flags | kOwnedHostMemory);
     *pointer = memory;
     return CUDA_SUCCESS;
@@ -335,12 +336,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeHost(void* pointer) {
         !(flags & kOwnedHostMemory) || start != reinterpret_cast<uintptr_t>(pointer)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    if (flags & CU_MEMHOSTALLOC_DEVICEMAP) {
+    if (flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) {
       // Freed on the GPU first; its host pages and range go with it (ForgetManaged).
       return cuMemFree_v2(reinterpret_cast<CUdeviceptr>(pointer));
     }
     Runtime::Get().RemoveHostRange(pointer);
-    munmap(pointer, size);
+    Runtime::Get().FreePinned(pointer, size);
     return CUDA_SUCCESS;
   });
 }
@@ -351,7 +352,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* p
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     unsigned found = 0;
     if (!Runtime::Get().FindHostRange(pointer, &found)) return CUDA_ERROR_INVALID_VALUE;
-    *flags = found & ~kOwnedHostMemory;
+    *flags = found & ~(kOwnedHostMemory | kHostMappedOnUse);
     return CUDA_SUCCESS;
   });
 }
@@ -482,7 +483,8 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
   unsigned host_flags = 0;
   bool host_range = Runtime::Get().FindHostRange(reinterpret_cast<void*>(ptr), &host_flags);
   // Mapped host memory is host memory with a device pointer (its own address).
-  bool mapped = device && host_range && (host_flags & CU_MEMHOSTALLOC_DEVICEMAP) &&
+  bool mapped = device && host_range &&
+                (host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) &&
                 (host_flags & kOwnedHostMemory);
   bool host = (!device && host_range) || mapped;
   if (!device && !host && !lenient) return CUDA_ERROR_INVALID_VALUE;
@@ -592,10 +594,26 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr
     if (dptr == nullptr || pointer == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     unsigned host_flags = 0;
-    if (Runtime::Get().FindHostRange(pointer, &host_flags) &&
-        (host_flags & CU_MEMHOSTALLOC_DEVICEMAP) && (host_flags & kOwnedHostMemory)) {
-      *dptr = reinterpret_cast<CUdeviceptr>(pointer);  // one address for both, as under UVA
-      return CUDA_SUCCESS;
+    uintptr_t start = 0;
+    if (Runtime::Get().FindHostRange(pointer, &host_flags, &start) &&
+        (host_flags & kOwnedHostMemory)) {
+      if (!(host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) &&
+          start >= Runtime::kPinnedWindow && start < Runtime::kPinnedWindowEnd) {
+        // Page-locked memory is device-accessible under UVA: mapped now on the current
+        // device, since its device pointer may reach kernels inside structures.
+        int device = 0;
+        if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+        if (CUresult status = Runtime::Get().MapPinned(device, CurrentContext(),
+                                                       reinterpret_cast<uint64_t>(pointer));
+            status != CUDA_SUCCESS) {
+          return status;
+        }
+        Runtime::Get().FindHostRange(pointer, &host_flags);
+      }
+      if (host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) {
+        *dptr = reinterpret_cast<CUdeviceptr>(pointer);  // one address for both, as under UVA
+        return CUDA_SUCCESS;
+      }
     }
     return static_cast<CUresult>(ReportUnsupported("cuMemHostGetDevicePointer", kZeroCopyWhy));
   });

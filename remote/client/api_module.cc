@@ -165,7 +165,12 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
   if (CUresult status = ResolveDevice(stream, &device, &args.stream); status != CUDA_SUCCESS) {
     return status;
   }
-  if (CUresult status = CheckLaunchSharedMemory(*function, device, shared_mem);
+  if (CUresult status = Runtime::Get().EnsureFunction(function, device, &args.function);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (CUresult status =
+          CheckLaunchResources(*function, device, static_cast<unsigned>(threads), shared_mem);
       status != CUDA_SUCCESS) {
     return status;
   }
@@ -176,12 +181,13 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
     }
     args.flags = dp::kLaunchCooperative;
   }
-  if (CUresult status = Runtime::Get().EnsureFunction(function, device, &args.function);
-      status != CUDA_SUCCESS) {
-    return status;
-  }
   std::vector<char> packed;
   if (CUresult status = PackParams(*function, params, extra, &packed); status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (CUresult status =
+          Runtime::Get().MapPinnedArguments(device, CurrentContext(), packed.data(), packed.size());
+      status != CUDA_SUCCESS) {
     return status;
   }
   std::memcpy(args.grid, grid, sizeof(args.grid));

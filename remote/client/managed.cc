@@ -123,8 +123,123 @@ bool Runtime::ForgetManaged(uint64_t address) {
   // go, and with them the host range (a context's destruction frees it this way).
   RemoveHostRange(reinterpret_cast<const void*>(address));
   munmap(reinterpret_cast<void*>(address), range.mapped);
-  ReleaseAddress(range.reserved, range.reserved_size);
+  if (address >= kPinnedWindow && address < kPinnedWindowEnd) {
+    ReleasePinnedAddress(range.reserved, range.reserved_size);
+  } else {
+    ReleaseAddress(range.reserved, range.reserved_size);
+  }
   return true;
+}
+
+void* Runtime::AllocPinned(size_t size) {
+  const uint64_t mapped = RoundUp(size, kPage);
+  uint64_t address = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto reuse = free_pinned_.find(mapped); reuse != free_pinned_.end()) {
+      address = reuse->second;
+      free_pinned_.erase(reuse);
+    } else if (next_pinned_ + mapped + kPage <= kPinnedWindowEnd) {
+      address = next_pinned_;
+      next_pinned_ += mapped + kPage;  // a gap: an overrun does not reach the next buffer
+    }
+  }
+  if (address != 0) {
+    void* host = mmap(reinterpret_cast<void*>(address), mapped, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (host == reinterpret_cast<void*>(address)) {
+      any_pinned_.store(true);
+      return host;
+    }
+    if (host != MAP_FAILED) munmap(host, mapped);
+    ReleasePinnedAddress(address, mapped);
+    LogDebug(
+        "page-locked memory: 0x%llx is taken; %zu bytes placed elsewhere, where kernels "
+        "cannot reach them",
+        static_cast<unsigned long long>(address), size);
+  }
+  void* host = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return host == MAP_FAILED ? nullptr : host;
+}
+
+void Runtime::FreePinned(void* pointer, size_t size) {
+  const uint64_t mapped = RoundUp(size, kPage);
+  munmap(pointer, mapped);
+  const auto address = reinterpret_cast<uint64_t>(pointer);
+  if (address >= kPinnedWindow && address < kPinnedWindowEnd) {
+    ReleasePinnedAddress(address, mapped);
+  }
+}
+
+void Runtime::ReleasePinnedAddress(uint64_t address, uint64_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_pinned_.emplace(size, address);
+}
+
+CUresult Runtime::MapPinnedArguments(int device, Context* context, const char* params,
+                                     size_t size) {
+  if (!any_pinned_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
+  for (size_t at = 0; at + sizeof(uint64_t) <= size; at += sizeof(uint64_t)) {
+    uint64_t word;
+    std::memcpy(&word, params + at, sizeof(word));
+    if (word < kPinnedWindow || word >= kPinnedWindowEnd) continue;
+    if (CUresult status = MapPinned(device, context, word); status != CUDA_SUCCESS) return status;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Runtime::MapPinned(int device, Context* context, uint64_t address) {
+  std::lock_guard<std::mutex> lock(pinned_mu_);
+  unsigned flags = 0;
+  uintptr_t start = 0;
+  size_t size = 0;
+  if (!FindHostRange(reinterpret_cast<const void*>(address), &flags, &start, &size) ||
+      (flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) != 0 || start < kPinnedWindow ||
+      start >= kPinnedWindowEnd) {
+    return CUDA_SUCCESS;  // not a page-locked buffer of ours, or mapped already
+  }
+  // The allocation is a synchronous call: the replies of asynchronous copies into the
+  // buffer sent before it come first on the connection, so they have landed in its pages
+  // before its bytes go to the device (mapped_memory.cu copies into one just before).
+  dp::MemAllocArgs args{size, start};
+  dp::MemAllocResult result{0};
+  std::string out;
+  CUresult status =
+      Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+  if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
+  if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
+  if (status == CUDA_SUCCESS && result.dptr != start) {
+    dp::MemFreeArgs free_args{result.dptr};
+    (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
+    return static_cast<CUresult>(ReportUnsupported(
+        "a kernel handed page-locked host memory",
+        "reaching page-locked host memory from a kernel needs a GPU whose executor places "
+        "memory at this process's addresses (the sim); this one does not"));
+  }
+  if (status != CUDA_SUCCESS) return status;
+  AddContextAllocation(start, size, device, context);
+  AddHostRangeFlags(reinterpret_cast<const void*>(start), kHostMappedOnUse);
+  {
+    std::lock_guard<std::mutex> managed_lock(managed_mu_);
+    const uint64_t mapped = RoundUp(size, kPage);
+    managed_[start] = ManagedRange{size, device, start, mapped, mapped};
+    managed_count_.store(static_cast<int>(managed_.size()));
+    if (device_holds_managed_.count(device) != 0) {
+      // The device's managed copies are current (another thread's work since the
+      // synchronisation above): this one joins them now; else the next work uploads all.
+      dp::MemcpyHtoDArgs upload{start, size, 0};
+      if (CUresult uploaded = PostNow(device, dp::kOpMemcpyHtoD, &upload, sizeof(upload),
+                                      reinterpret_cast<const void*>(start), size);
+          uploaded != CUDA_SUCCESS) {
+        return uploaded;
+      }
+    }
+  }
+  LogDebug(
+      "page-locked buffer 0x%llx (%zu bytes) handed to a kernel: mapped on GPU %d, "
+      "coherent at CUDA calls from now on",
+      static_cast<unsigned long long>(start), size, device);
+  return CUDA_SUCCESS;
 }
 
 CUresult Runtime::ManagedBefore(int device, uint32_t op) {

@@ -425,6 +425,12 @@ void Runtime::AddHostRange(const void* ptr, size_t size, unsigned flags) {
   host_ranges_[reinterpret_cast<uintptr_t>(ptr)] = HostRange{size, flags};
 }
 
+void Runtime::AddHostRangeFlags(const void* start, unsigned flags) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto found = host_ranges_.find(reinterpret_cast<uintptr_t>(start));
+  if (found != host_ranges_.end()) found->second.flags |= flags;
+}
+
 bool Runtime::RemoveHostRange(const void* ptr) {
   std::lock_guard<std::mutex> lock(mu_);
   return host_ranges_.erase(reinterpret_cast<uintptr_t>(ptr)) > 0;
@@ -592,7 +598,9 @@ CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remot
   args.module = module_id;
   args.function = NewId();
   CopyString(args.name, sizeof(args.name), function->name);
-  status = Call(device, dataplane::kOpGetFunction, &args, sizeof(args));
+  std::string out;
+  status =
+      Call(device, dataplane::kOpGetFunction, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
   if (status != CUDA_SUCCESS) {
     if (status == CUDA_ERROR_NOT_FOUND) {
       // Once per kernel and GPU: a program may retry the launch in a loop.
@@ -612,6 +620,9 @@ CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remot
   }
   std::lock_guard<std::mutex> lock(mu_);
   function->remote_ids[device] = args.function;
+  if (out.size() == sizeof(dataplane::FunctionResources)) {
+    std::memcpy(&function->resources[device], out.data(), out.size());
+  }
   *remote_id = args.function;
   return CUDA_SUCCESS;
 }

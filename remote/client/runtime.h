@@ -127,6 +127,8 @@ struct Function {
   std::string name;
   KernelLayout layout;
   std::map<int, uint64_t> remote_ids;  // device -> server function id
+  // device -> what the compiled kernel needs there, as its agent said (GetFunction's reply)
+  std::map<int, dataplane::FunctionResources> resources;
   // cuFuncSetAttribute values (api_function.cc); -1: the device's default.
   int max_dynamic_shared_bytes = -1;
   int preferred_shared_carveout = -1;
@@ -205,6 +207,7 @@ class Runtime {
   bool RemoveHostRange(const void* ptr);
   bool FindHostRange(const void* ptr, unsigned* flags, uintptr_t* start = nullptr,
                      size_t* size = nullptr);
+  void AddHostRangeFlags(const void* start, unsigned flags);
 
   // Managed memory (managed.cc): the host's pages mapped at the device address, the two
   // kept coherent at call boundaries. ForgetManaged unmaps one (after the device freed it);
@@ -214,6 +217,25 @@ class Runtime {
                         const char* api = "cuMemAllocManaged");
   bool IsManaged(uint64_t ptr);
   bool ForgetManaged(uint64_t address);
+
+  // Page-locked host memory (cuMemHostAlloc without DEVICEMAP, cuMemAllocHost) is mapped
+  // in this process at addresses of a window of its own, [kPinnedWindow, kPinnedWindowEnd).
+  // Under UVA every page-locked buffer is device-accessible, so a program may hand one to
+  // a kernel; a launch finds such pointers among its arguments by that window, and the
+  // buffer then becomes mapped memory of that device (a managed range, kept coherent at
+  // call boundaries) for the rest of its life. Buffers never handed to a kernel cost
+  // nothing. AllocPinned falls back to an address outside the window (then never mapped)
+  // when the window is full or taken.
+  static constexpr uint64_t kPinnedWindow = uint64_t{64} << 40;
+  static constexpr uint64_t kPinnedWindowEnd = uint64_t{96} << 40;
+  void* AllocPinned(size_t size);  // nullptr: out of memory
+  void FreePinned(void* pointer, size_t size);
+  // Maps the page-locked buffer holding `address` on `device`, once (success when there
+  // is none, or it is mapped already). CUDA_ERROR_NOT_SUPPORTED, logged, where the GPU's
+  // executor cannot place memory at this process's addresses.
+  CUresult MapPinned(int device, Context* context, uint64_t address);
+  // MapPinned for every 8-byte parameter word of a launch that lies in the window.
+  CUresult MapPinnedArguments(int device, Context* context, const char* params, size_t size);
 
   // Loads `module` into `device` if needed; returns the server's module id.
   CUresult EnsureModuleLoaded(Module* module, int device, uint64_t* remote_id);
@@ -322,7 +344,16 @@ class Runtime {
   std::map<uint64_t, ManagedRange> managed_;   // by start; guarded by managed_mu_
   std::atomic<int> managed_count_{0};          // managed_.size(): the fast path's test
   std::set<int> device_holds_managed_;         // devices whose copies are newer than the host's
+  std::mutex pinned_mu_;  // serialises MapPinned; taken before managed_mu_, never after
+  uint64_t next_pinned_ = kPinnedWindow;           // guarded by mu_
+  std::multimap<uint64_t, uint64_t> free_pinned_;  // page-rounded size -> address; mu_
+  std::atomic<bool> any_pinned_{false};            // the launch's fast path's test
+  void ReleasePinnedAddress(uint64_t address, uint64_t size);
 };
+
+// A host range's flag (besides cuMemHostAlloc's): a page-locked buffer mapped on a device
+// since a kernel was handed it (Runtime::MapPinned).
+inline constexpr unsigned kHostMappedOnUse = 0x40000000u;
 
 // The current thread's context (nullptr if none).
 Context* CurrentContext();

@@ -49,6 +49,7 @@ struct CudaDriver {
   decltype(&::cuEventQuery) event_query;
   decltype(&::cuEventElapsedTime) event_elapsed;
   decltype(&::cuModuleGetGlobal) module_global = nullptr;  // optional
+  decltype(&::cuFuncGetAttribute) function_attribute = nullptr;  // optional
   // Optional: the virtual memory management API, for AllocateAt.
   decltype(&::cuDeviceGetAttribute) device_attribute = nullptr;
   decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
@@ -126,6 +127,7 @@ Result<const CudaDriver*> LoadDriver() {
               Resolve(library, "cuEventQuery", &d->event_query) &&
               Resolve(library, "cuEventElapsedTime", &d->event_elapsed);
     Resolve(library, "cuModuleGetGlobal_v2", &d->module_global);
+    Resolve(library, "cuFuncGetAttribute", &d->function_attribute);
     Resolve(library, "cuDeviceGetAttribute", &d->device_attribute);
     Resolve(library, "cuMemGetAllocationGranularity", &d->granularity);
     Resolve(library, "cuMemAddressReserve", &d->address_reserve);
@@ -532,6 +534,24 @@ int32_t CudaExecutor::GetFunction(uint64_t module, uint64_t function, const std:
   CUresult status = driver_->module_function(&f, static_cast<CUmodule>(found->second), name.c_str());
   if (status == CUDA_SUCCESS) functions_[function] = f;
   return status;
+}
+
+bool CudaExecutor::Resources(uint64_t function, FunctionResources* resources) {
+  auto found = functions_.find(function);
+  if (found == functions_.end() || driver_->function_attribute == nullptr) return false;
+  if (Enter() != CUDA_SUCCESS) return false;
+  auto f = static_cast<CUfunction>(found->second);
+  auto get = [&](CUfunction_attribute attribute, int32_t* value) {
+    int number = 0;
+    if (driver_->function_attribute(&number, attribute, f) != CUDA_SUCCESS) return false;
+    *value = number;
+    return true;
+  };
+  return get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &resources->max_threads_per_block) &&
+         get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &resources->static_shared_bytes) &&
+         get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, &resources->const_bytes) &&
+         get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, &resources->local_bytes) &&
+         get(CU_FUNC_ATTRIBUTE_NUM_REGS, &resources->registers);
 }
 
 int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params,

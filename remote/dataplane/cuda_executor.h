@@ -85,6 +85,7 @@ class CudaExecutor : public Executor {
                      uint64_t device_heap = 0) override;
   int32_t UnloadModule(uint64_t module) override;
   int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
+  bool Resources(uint64_t function, FunctionResources* resources) override;
   int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
                  size_t param_size) override;
   int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) override;

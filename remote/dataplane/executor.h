@@ -79,6 +79,9 @@ class Executor {
   }
   virtual int32_t UnloadModule(uint64_t module) = 0;
   virtual int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) = 0;
+  // What a function GetFunction made needs (protocol.h); false when the executor cannot
+  // say (then the library assumes its defaults).
+  virtual bool Resources(uint64_t /*function*/, FunctionResources* /*resources*/) { return false; }
   virtual int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
                          size_t param_size) = 0;
 

@@ -141,6 +141,17 @@ struct ModuleImageHeader { uint64_t image_size; uint32_t kernel_count; uint32_t 
 struct KernelEntry { uint32_t name_len; uint32_t param_size; };
 struct ModuleUnloadArgs { uint64_t module; };
 struct GetFunctionArgs { uint64_t module; uint64_t function; char name[512]; };
+// GetFunction's reply, when the executor can say (else empty): what the kernel was
+// compiled to need, for cuFuncGetAttribute and the occupancy calculators. Only about the
+// session's own module, as every request. 0: unknown (the library assumes its defaults).
+struct FunctionResources {
+  int32_t max_threads_per_block = 0;  // a launch of more fails (.maxntid, registers)
+  int32_t static_shared_bytes = 0;
+  int32_t const_bytes = 0;
+  int32_t local_bytes = 0;  // per thread
+  int32_t registers = 0;    // per thread
+  int32_t reserved = 0;
+};
 
 struct LaunchArgs {
   uint64_t function;

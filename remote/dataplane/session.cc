@@ -226,7 +226,10 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
         log_->Log("kernel " + lease_id_ + " " + a.name + " " + std::to_string(status),
                   "client " + peer_ + " (lease " + lease_id_ + "): kernel '" + a.name +
                       "' not available (CUDA error " + std::to_string(status) + ")");
+        return status;
       }
+      FunctionResources resources;
+      if (ex.Resources(a.function, &resources)) Encode(resources, &reply->out);
       return status;
     }
     case kOpLaunch: {

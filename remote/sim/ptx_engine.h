@@ -162,4 +162,13 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec);
 // Bytes of kernel parameters the decoded kernel reads (its .entry signature).
 uint32_t KernelParamSize(const DecodedKernel& kernel);
 
+// What a kernel needs, as a driver reports it of a compiled kernel (cuFuncGetAttribute).
+struct KernelNeeds {
+  uint32_t max_threads = 1024;  // per block: .maxntid / .reqntid, else the device's 1024
+  uint64_t static_shared = 0;   // of the .shared variables it or its callees name
+  uint64_t const_bytes = 0;     // of its module's .const variables (one bank per module)
+  uint64_t local_bytes = 0;     // of local memory per thread
+};
+KernelNeeds NeedsOf(const DecodedKernel& kernel);
+
 }  // namespace gpupool::sim

@@ -3406,18 +3406,17 @@ class Decoder {
       offset += param.size;
     }
     k_->param_size = static_cast<uint32_t>(offset);
-    // Module-level shared variables: static ones first, dynamic ones after all
-    // static.
+    // Module-level static shared variables are placed when the kernel first names them
+    // (SymbolValue); dynamic shared memory comes after all static.
     for (const SharedVariable& var : module_.shared) {
-      if (var.is_extern) continue;
-      shared_size_ = (shared_size_ + var.align - 1) / var.align * var.align;
-      symbols_[var.name] = Symbol{Space::kShared, shared_size_};
-      shared_size_ += var.size;
+      if (!var.is_extern) unplaced_shared_[var.name] = &var;
     }
     for (const ModuleVariable& var : module_.variables) {
       auto found = addresses_.find(var.name);
       symbols_[var.name] = Symbol{Space::kGlobal, found == addresses_.end() ? 0 : found->second};
+      if (var.is_const && !var.is_declaration) k_->const_bytes += var.size;
     }
+    k_->max_threads = entry.max_threads;
     // Device functions as values (mov.u64 %rd, f): their addresses.
     for (const auto& [name, function] : module_.functions) {
       if (function.has_body && !function.is_entry) {
@@ -3428,13 +3427,9 @@ class Decoder {
     k_->carry_slot = NewSlot();
     zero_slot_ = Constant(0);
     GPUPOOL_RETURN_IF_ERROR(Emit(entry, "", {}, -1, 0));
+    k_->declared_shared = shared_size_;
     // Dynamic shared memory starts after the static variables.
     shared_size_ = (shared_size_ + 15) / 16 * 16;
-    for (const SharedVariable& var : module_.shared) {
-      if (var.is_extern) {
-        for (auto& [index, name] : dynamic_shared_uses_) (void)index;
-      }
-    }
     for (auto [slot, name] : dynamic_shared_constants_)
       k_->constants.push_back({slot, shared_size_});
     k_->static_shared = shared_size_;
@@ -3547,7 +3542,18 @@ class Decoder {
   bool SymbolValue(const Frame& frame, const std::string& name, Symbol* symbol) {
     std::string local = Local(frame, name);
     auto found = symbols_.find(local);
-    if (found == symbols_.end()) return false;
+    if (found == symbols_.end()) {
+      // A module's .shared variable takes its place in a CTA's shared memory when the
+      // kernel, or a function it calls, first names it: as ptxas lays them out, a kernel's
+      // static shared memory (cudaFuncAttributes::sharedSizeBytes) holds only its own.
+      auto unplaced = unplaced_shared_.find(local);
+      if (unplaced == unplaced_shared_.end()) return false;
+      const SharedVariable& var = *unplaced->second;
+      shared_size_ = (shared_size_ + var.align - 1) / var.align * var.align;
+      found = symbols_.emplace(local, Symbol{Space::kShared, shared_size_}).first;
+      shared_size_ += var.size;
+      unplaced_shared_.erase(unplaced);
+    }
     *symbol = found->second;
     return true;
   }
@@ -5297,8 +5303,8 @@ class Decoder {
   std::map<std::string, int32_t> labels_;
   std::vector<std::pair<int32_t, std::string>> fixups_;
   std::vector<std::pair<int32_t, std::string>> dynamic_shared_constants_;
-  std::map<int32_t, std::string> dynamic_shared_uses_;
   std::set<std::string> unsupported_symbols_;
+  std::map<std::string, const SharedVariable*> unplaced_shared_;  // not yet named
   uint64_t shared_size_ = 0;
   uint64_t local_size_ = 0;
   int call_count_ = 0;
@@ -5847,6 +5853,15 @@ Result<const DecodedKernel*> PtxModule::Decode(const std::string& name,
   return result;
 }
 
+KernelNeeds NeedsOf(const DecodedKernel& kernel) {
+  KernelNeeds needs;
+  needs.max_threads = kernel.max_threads != 0 ? std::min<uint32_t>(kernel.max_threads, 1024) : 1024;
+  needs.static_shared = kernel.declared_shared;
+  needs.const_bytes = kernel.const_bytes;
+  needs.local_bytes = kernel.local_size;
+  return needs;
+}
+
 uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size; }
 
 int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
@@ -5861,6 +5876,15 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
   }
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
   if (threads == 0 || threads > 1024) return kInvalidValue;
+  if (kernel.max_threads != 0 && threads > kernel.max_threads) {
+    // As a GPU refuses a block larger than the kernel's __launch_bounds__.
+    if (spec.error_detail) {
+      *spec.error_detail = "kernel " + kernel.name + " was compiled for at most " +
+                           std::to_string(kernel.max_threads) +
+                           " threads per block, launched with " + std::to_string(threads);
+    }
+    return kOutOfResources;
+  }
   const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
   if (shared_size > 228 * 1024) return kOutOfResources;
   // What a CTA holds in host memory: bounded, as a GPU bounds local memory (512 KiB per

@@ -451,10 +451,25 @@ class Parser {
     function.name = Next().text;
     if (Peek().text == "(") GPUPOOL_RETURN_IF_ERROR(ParamList(&function.params));
     // Performance directives (.maxntid 256, 1, 1; .reqntid; .noreturn; .pragma
-    // ...).
+    // ...). The thread bound is kept: a launch of more threads fails, as on a GPU.
     while (Peek().kind == Token::kWord && Peek().text[0] == '.') {
-      Next();
-      while (Peek().kind == Token::kNumber || Peek().text == ",") Next();
+      const std::string directive = Next().text;
+      uint64_t threads = 1;
+      bool any = false;
+      while (Peek().kind == Token::kNumber || Peek().text == ",") {
+        uint64_t value = 0;
+        if (Peek().kind == Token::kNumber) {
+          if (!ParseInteger(Peek().text, &value)) return Error("bad number " + Peek().text);
+          // Capped: a bound above 1024 threads bounds nothing.
+          threads =
+              std::min<uint64_t>(threads * std::clamp<uint64_t>(value, 1, 1u << 20), 1u << 20);
+          any = true;
+        }
+        Next();
+      }
+      if (any && (directive == ".maxntid" || directive == ".reqntid")) {
+        function.max_threads = static_cast<uint32_t>(threads);
+      }
       if (Peek().kind == Token::kString) Next();
     }
     if (Accept(";")) {

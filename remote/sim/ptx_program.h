@@ -53,6 +53,9 @@ struct RawFunction {
   std::string name;
   bool is_entry = false;
   bool has_body = false;
+  // Threads per block the kernel was compiled for at most (.maxntid, or .reqntid: the
+  // product of its dimensions); 0: no bound given (the device's 1024).
+  uint32_t max_threads = 0;
   std::vector<RawParam> params;
   std::vector<RawParam> returns;
   std::vector<RawStatement> body;
@@ -189,8 +192,13 @@ struct DecodedKernel {
                         -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   int32_t carry_slot = -1;  // the .cc carry flag
   uint32_t param_size = 0;  // bytes of .entry parameters
+  // Bytes of the .shared variables the kernel and its callees name: as declared, and
+  // rounded up to 16 (where dynamic shared memory starts).
+  uint64_t declared_shared = 0;
   uint64_t static_shared = 0;
   uint32_t dynamic_shared_align = 16;
+  uint32_t max_threads = 0;  // RawFunction::max_threads of the entry
+  uint64_t const_bytes = 0;  // of the module's .const variables (one bank per module)
   uint64_t local_size = 0;   // bytes of local memory per thread
   std::string unsupported;   // non-empty: why this kernel cannot run (at launch)
   std::vector<WmmaOp> wmma;  // the operands of its wmma instructions (Inst::aux)

@@ -266,6 +266,21 @@ int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function, const std::
   return kCuSuccess;
 }
 
+bool SimExecutor::Resources(uint64_t function, dataplane::FunctionResources* resources) {
+  auto found = functions_.find(function);
+  if (found == functions_.end()) return false;
+  const sim::KernelNeeds needs = sim::NeedsOf(*found->second.kernel);
+  auto clamp = [](uint64_t value) {
+    return static_cast<int32_t>(std::min<uint64_t>(value, INT32_MAX));
+  };
+  resources->max_threads_per_block = clamp(needs.max_threads);
+  resources->static_shared_bytes = clamp(needs.static_shared);
+  resources->const_bytes = clamp(needs.const_bytes);
+  resources->local_bytes = clamp(needs.local_bytes);
+  resources->registers = 0;  // the sim allocates no registers: the library's assumption holds
+  return true;
+}
+
 int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
                                uint64_t* size) {
   auto found = modules_.find(module);

@@ -322,5 +322,24 @@ TEST(CudaExecutor, CooperativeLaunchesGoThroughLaunchKernelEx) {
   EXPECT_EQ(launches(2), 12u);
 }
 
+// GetFunction's reply carries what the driver says the compiled kernel needs
+// (cuFuncGetAttribute), each attribute in its own field; an unknown function gets none.
+TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {
+  auto made = CudaExecutor::Create(kFakeUuid);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Executor& executor = *made.value();
+  const char image[] = "fake image";
+  ASSERT_EQ(executor.LoadModule(1, image, sizeof(image), {}), kCuSuccess);
+  ASSERT_EQ(executor.GetFunction(1, 2, "kernel"), kCuSuccess);
+  FunctionResources resources;
+  ASSERT_TRUE(executor.Resources(2, &resources));
+  EXPECT_EQ(resources.max_threads_per_block, 384);
+  EXPECT_EQ(resources.static_shared_bytes, 4224);
+  EXPECT_EQ(resources.const_bytes, 256);
+  EXPECT_EQ(resources.local_bytes, 48);
+  EXPECT_EQ(resources.registers, 72);
+  EXPECT_FALSE(executor.Resources(3, &resources));
+}
+
 }  // namespace
 }  // namespace gpupool::dataplane

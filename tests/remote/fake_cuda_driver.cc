@@ -25,6 +25,7 @@ using CUresult = int;
 constexpr CUresult kSuccess = 0;
 constexpr CUresult kInvalidValue = 1;
 constexpr CUresult kOutOfMemory = 2;
+constexpr CUresult kInvalidHandle = 400;
 constexpr CUresult kIllegalAddress = 700;
 constexpr uint64_t kGranularity = uint64_t{2} << 20;
 
@@ -312,6 +313,15 @@ CUresult cuMemsetD32Async(uint64_t dst, unsigned value, size_t count, void*) { r
 CUresult cuModuleLoadData(void** module, const void*) { *module = &stream_or_event; return kSuccess; }
 CUresult cuModuleUnload(void*) { return kSuccess; }
 CUresult cuModuleGetFunction(void** function, void*, const char*) { *function = &stream_or_event; return kSuccess; }
+// A compiled kernel's attributes, distinct per attribute number (cuda.h's CUfunction_attribute:
+// 0 max threads, 1 shared, 2 const, 3 local, 4 registers) so that a mix-up shows.
+CUresult cuFuncGetAttribute(int* value, int attribute, void* function) {
+  if (function != &stream_or_event) return kInvalidHandle;
+  static const int values[] = {384, 4224, 256, 48, 72};
+  if (attribute < 0 || attribute > 4) return kInvalidValue;
+  *value = values[attribute];
+  return kSuccess;
+}
 // Launches seen: [0] plain (cuLaunchKernel), [1] cooperative (cuLaunchKernelEx with the
 // cooperative attribute and a packed parameter buffer), [2] the last cooperative grid's
 // blocks.

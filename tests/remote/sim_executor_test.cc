@@ -173,6 +173,14 @@ TEST(SimExecutor, ASessionCannotTouchAnotherSessionsMemory) {
   std::memcpy(add + 16, &own, 8);
   EXPECT_EQ(intruder.Launch(11, config, add, sizeof(add)), kCuIllegalAddress);
 
+  // What the owner's kernels need is the owner's to ask: another session's function ids
+  // name nothing in the intruder's session.
+  ASSERT_EQ(LoadKernels(owner, 1), kCuSuccess);
+  ASSERT_EQ(owner.GetFunction(1, 20, "_Z5scalePffi"), kCuSuccess);
+  FunctionResources resources;
+  EXPECT_TRUE(owner.Resources(20, &resources));
+  EXPECT_FALSE(intruder.Resources(20, &resources));
+
   // The owner's data is intact.
   ASSERT_EQ(owner.CopyFromDevice(secret, n * 4, 0, &out), kCuSuccess);
   EXPECT_EQ(std::memcmp(out, data.data(), n * 4), 0);

@@ -2,10 +2,11 @@
 // cudaHostAlloc with cudaHostAllocMapped, cudaHostGetDevicePointer, a kernel that reads and
 // writes the host's buffers, the host reading the result after a synchronisation; again
 // with host changes between and on a stream; copies to and from mapped buffers; the flags
-// and pointer attributes programs ask; pinned memory that was not allocated mapped is
-// refused by name, not silently mis-run.
+// and pointer attributes programs ask; page-locked memory allocated without the mapped flag
+// handed to kernels, as UVA allows.
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "../programs/check.h"
 
@@ -90,13 +91,61 @@ int main() {
   CHECK(cudaDeviceSynchronize());
   EXPECT(c[n - 1] == a[n - 1] + b[n - 1]);
 
-  // Pinned memory not allocated mapped cannot be reached from a remote GPU: refused.
-  float* pinned = nullptr;
-  CHECK(cudaMallocHost(&pinned, 4096));
-  float* refused = nullptr;
-  EXPECT(cudaHostGetDevicePointer(&refused, pinned, 0) == cudaErrorNotSupported);
-  cudaGetLastError();  // clear the error the refusal left
-  CHECK(cudaFreeHost(pinned));
+  // Page-locked memory allocated without the mapped flag is device-accessible too under
+  // UVA: a kernel may be handed it directly. One buffer filled by an asynchronous copy
+  // just before the kernel reads it, one the kernel writes, one through its device pointer.
+  const int m = 50000;
+  float *staged = nullptr, *written = nullptr, *through = nullptr;
+  CHECK(cudaMallocHost(&staged, m * sizeof(float)));
+  CHECK(cudaHostAlloc(&written, m * sizeof(float), cudaHostAllocDefault));
+  CHECK(cudaMallocHost(&through, m * sizeof(float)));
+  unsigned pinned_flags = 99;
+  CHECK(cudaHostGetFlags(&pinned_flags, written));
+  EXPECT(pinned_flags == cudaHostAllocDefault);
+  for (int i = 0; i < m; ++i) {
+    staged[i] = -1.0f;
+    written[i] = -2.0f;
+    through[i] = static_cast<float>(3 * i);
+  }
+  float* source = nullptr;
+  CHECK(cudaMalloc(&source, m * sizeof(float)));
+  std::vector<float> values(m);
+  for (int i = 0; i < m; ++i) values[i] = static_cast<float>(i % 977);
+  CHECK(cudaMemcpy(source, values.data(), m * sizeof(float), cudaMemcpyHostToDevice));
+  float* through_device = nullptr;
+  CHECK(cudaHostGetDevicePointer(&through_device, through, 0));
+  EXPECT(through_device == through);
+  CHECK(cudaMemcpyAsync(staged, source, m * sizeof(float), cudaMemcpyDeviceToHost, stream));
+  VectorAdd<<<(m + 255) / 256, 256, 0, stream>>>(staged, through_device, written, m);
+  CHECK(cudaGetLastError());
+  CHECK(cudaStreamSynchronize(stream));
+  for (int i = 0; i < m; ++i) {
+    if (written[i] != values[i] + 3.0f * i || staged[i] != values[i]) {
+      std::printf("page-locked element %d: %f + ... = %f\n", i, staged[i], written[i]);
+      return 1;
+    }
+  }
+  // Host changes between kernels are seen; the buffers stay host memory.
+  for (int i = 0; i < m; ++i) through[i] = 1.0f;
+  VectorAdd<<<(m + 255) / 256, 256>>>(staged, through, written, m);
+  CHECK(cudaDeviceSynchronize());
+  EXPECT(written[m - 1] == values[m - 1] + 1.0f && written[0] == values[0] + 1.0f);
+  cudaPointerAttributes pinned_attributes{};
+  CHECK(cudaPointerGetAttributes(&pinned_attributes, written));
+  EXPECT(pinned_attributes.type == cudaMemoryTypeHost);
+  EXPECT(pinned_attributes.hostPointer == written && pinned_attributes.devicePointer == written);
+  CHECK(cudaHostGetFlags(&pinned_flags, written));
+  EXPECT(pinned_flags == cudaHostAllocDefault);
+  // Copies into and out of them after their kernels.
+  std::vector<float> back(m);
+  CHECK(cudaMemcpy(back.data(), written, m * sizeof(float), cudaMemcpyHostToHost));
+  EXPECT(back[77] == values[77] + 1.0f);
+  CHECK(cudaMemcpy(written, source, m * sizeof(float), cudaMemcpyDeviceToHost));
+  EXPECT(written[77] == values[77]);
+  CHECK(cudaFree(source));
+  CHECK(cudaFreeHost(staged));
+  CHECK(cudaFreeHost(written));
+  CHECK(cudaFreeHost(through));
 
   CHECK(cudaFreeHost(a));
   CHECK(cudaFreeHost(b));

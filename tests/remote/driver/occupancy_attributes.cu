@@ -37,6 +37,106 @@ int ReferenceBlocks(const cudaDeviceProp& prop, const cudaFuncAttributes& attrib
 
 size_t SharedForBlock(int block) { return static_cast<size_t>(block) * 8; }
 
+__constant__ float kWeights[64];
+
+// A kernel bound to 128 threads with a 4224-byte tile of its own.
+__global__ void __launch_bounds__(128) TileTranspose(const float* in, float* out, int n) {
+  __shared__ float tile[32][33];
+  int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 32 + threadIdx.y;
+  for (int j = 0; j < 32; j += blockDim.y) tile[threadIdx.y + j][threadIdx.x] = in[(y + j) * n + x];
+  __syncthreads();
+  x = blockIdx.y * 32 + threadIdx.x;
+  y = blockIdx.x * 32 + threadIdx.y;
+  for (int j = 0; j < 32; j += blockDim.y)
+    out[(y + j) * n + x] = tile[threadIdx.x][threadIdx.y + j];
+}
+
+// Another shared array (2048 bytes), constant memory, and an array indexed by data, which
+// lives in local memory.
+__global__ void WeightedSum(const float* in, float* out, const int* picks, int n) {
+  __shared__ double partial[256];
+  int scratch[16];
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int k = 0; k < 16; ++k) scratch[k] = picks[4 + k];
+  double sum = 0;
+  for (int k = 0; k < 4; ++k) sum += kWeights[scratch[picks[k] & 15] & 63] * (i < n ? in[i] : 0.0f);
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  if (i < n)
+    out[i] = static_cast<float>(partial[threadIdx.x] + partial[(threadIdx.x + 1) % blockDim.x]);
+}
+
+// What the compiled kernels declare, as a GPU's driver reports it: each kernel's own shared
+// memory, its thread bound, constant and local memory; launches past them fail.
+void CheckCompiledKernelAttributes(const cudaDeviceProp& prop) {
+  cudaFuncAttributes tile{}, weighted{}, plain{};
+  CHECK(cudaFuncGetAttributes(&tile, TileTranspose));
+  CHECK(cudaFuncGetAttributes(&weighted, WeightedSum));
+  CHECK(cudaFuncGetAttributes(&plain, vecAdd));
+  EXPECT(tile.sharedSizeBytes == 32 * 33 * sizeof(float));
+  EXPECT(tile.maxThreadsPerBlock == 128);
+  EXPECT(weighted.sharedSizeBytes == 256 * sizeof(double));
+  EXPECT(weighted.maxThreadsPerBlock >= 256);
+  EXPECT(weighted.constSizeBytes >= sizeof(kWeights));
+  EXPECT(weighted.localSizeBytes >= 16 * sizeof(int));
+  EXPECT(plain.sharedSizeBytes == 0 && plain.localSizeBytes == 0);
+  EXPECT(tile.maxDynamicSharedSizeBytes ==
+         static_cast<int>(prop.sharedMemPerBlock - tile.sharedSizeBytes));
+
+  // The calculator counts the tile; a block past the bound has no occupancy.
+  int blocks = -1;
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, TileTranspose, 128, 0));
+  EXPECT(blocks == ReferenceBlocks(prop, tile, 128, 0));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, TileTranspose, 256, 0));
+  EXPECT(blocks == 0);
+  int min_grid = 0, best_block = 0;
+  CHECK(cudaOccupancyMaxPotentialBlockSize(&min_grid, &best_block, TileTranspose, 0, 0));
+  EXPECT(best_block > 0 && best_block <= 128);
+
+  const int n = 64;
+  std::vector<float> host(n * n), back(n * n);
+  for (int i = 0; i < n * n; ++i) host[i] = static_cast<float>(i);
+  float *in = nullptr, *out = nullptr;
+  CHECK(cudaMalloc(&in, n * n * sizeof(float)));
+  CHECK(cudaMalloc(&out, n * n * sizeof(float)));
+  CHECK(cudaMemcpy(in, host.data(), n * n * sizeof(float), cudaMemcpyHostToDevice));
+  // 256 threads: more than the kernel was compiled for.
+  TileTranspose<<<dim3(n / 32, n / 32), dim3(32, 8)>>>(in, out, n);
+  EXPECT(cudaGetLastError() == cudaErrorLaunchOutOfResources);
+  // Dynamic shared memory beyond what the tile leaves of the 48 KiB.
+  TileTranspose<<<dim3(n / 32, n / 32), dim3(32, 4),
+                  prop.sharedMemPerBlock - tile.sharedSizeBytes + 1>>>(in, out, n);
+  EXPECT(cudaGetLastError() == cudaErrorInvalidValue);
+  TileTranspose<<<dim3(n / 32, n / 32), dim3(32, 4),
+                  prop.sharedMemPerBlock - tile.sharedSizeBytes>>>(in, out, n);
+  CHECK(cudaGetLastError());
+  CHECK(cudaMemcpy(back.data(), out, n * n * sizeof(float), cudaMemcpyDeviceToHost));
+  for (int r = 0; r < n; ++r) {
+    for (int c = 0; c < n; ++c) EXPECT(back[c * n + r] == host[r * n + c]);
+  }
+
+  float weights[64];
+  for (int k = 0; k < 64; ++k) weights[k] = 0.5f * k;
+  CHECK(cudaMemcpyToSymbol(kWeights, weights, sizeof(weights)));
+  int picks[20];
+  for (int k = 0; k < 20; ++k) picks[k] = (k * 7 + 3) % 61;
+  int* device_picks = nullptr;
+  CHECK(cudaMalloc(&device_picks, sizeof(picks)));
+  CHECK(cudaMemcpy(device_picks, picks, sizeof(picks), cudaMemcpyHostToDevice));
+  WeightedSum<<<n * n / 256, 256>>>(in, out, device_picks, n * n);
+  CHECK(cudaGetLastError());
+  CHECK(cudaMemcpy(back.data(), out, n * n * sizeof(float), cudaMemcpyDeviceToHost));
+  double factor = 0;
+  for (int k = 0; k < 4; ++k) factor += weights[picks[4 + (picks[k] & 15)] & 63];
+  for (int i = 0; i < n * n; ++i) {
+    int neighbour = i / 256 * 256 + (i % 256 + 1) % 256;
+    EXPECT(back[i] == static_cast<float>(factor * host[i] + factor * host[neighbour]));
+  }
+  CHECK(cudaFree(device_picks));
+  CHECK(cudaFree(in));
+  CHECK(cudaFree(out));
+}
+
 }  // namespace
 
 int main() {
@@ -228,6 +328,7 @@ int main() {
   CHECK(cudaFreeHost(pinned));
   CHECK(cudaFree(a));
   CHECK(cudaDeviceSynchronize());
+  CheckCompiledKernelAttributes(prop);
   std::printf("occupancy and attributes: ok (best block %d, %d SMs)\n", best_block,
               prop.multiProcessorCount);
   return 0;

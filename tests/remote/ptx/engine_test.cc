@@ -2097,6 +2097,77 @@ TEST_F(Engine, BitMasks) {
   }
 }
 
+// What a kernel needs, as a driver reports it of compiled code: only the module's .shared
+// variables the kernel or a function it calls names (here 1024 + 64 bytes, not the other
+// kernel's 8192), its .maxntid bound (a bigger block fails with
+// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), the module's .const bytes, its local memory.
+TEST_F(Engine, KernelsNeedTheirOwnSharedMemoryAndThreadBound) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.const .align 4 .b8 weights[96];
+.shared .align 4 .b8 big_tile[8192];
+.shared .align 8 .b8 own_tile[1024];
+.shared .align 16 .b8 callee_tile[64];
+.func touch()
+{
+  .reg .b32 %r<2>;
+  mov.u32 %r1, 7;
+  st.shared.u32 [callee_tile], %r1;
+  ret;
+}
+.entry bounded(.param .u64 out)
+.maxntid 64, 2, 1
+{
+  .local .align 4 .b8 __local_depot0[40];
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  st.shared.u32 [own_tile], %r1;
+  call touch, ();
+  bar.sync 0;
+  ld.shared.u32 %r2, [callee_tile];
+  ld.shared.u32 %r3, [own_tile];
+  add.u32 %r2, %r2, %r3;
+  st.global.u32 [%rd1], %r2;
+  ret;
+}
+.entry other()
+{
+  .reg .b32 %r<2>;
+  mov.u32 %r1, 1;
+  st.shared.u32 [big_tile+8188], %r1;
+  ret;
+}
+)";
+  LoadKernel(13, 91, ptx, "bounded");
+  if (HasFatalFailure()) return;
+  FunctionResources resources;
+  ASSERT_TRUE(executor_.Resources(91, &resources));
+  EXPECT_EQ(resources.static_shared_bytes, 1024 + 64);
+  EXPECT_EQ(resources.max_threads_per_block, 128);
+  EXPECT_EQ(resources.const_bytes, 96);
+  EXPECT_EQ(resources.local_bytes, 48);  // 40, in 16-byte units
+  ASSERT_EQ(executor_.GetFunction(13, 92, "other"), kCuSuccess);
+  ASSERT_TRUE(executor_.Resources(92, &resources));
+  EXPECT_EQ(resources.static_shared_bytes, 8192);
+  EXPECT_EQ(resources.max_threads_per_block, 1024);
+  EXPECT_FALSE(executor_.Resources(93, &resources));  // no such function
+
+  uint64_t out = Zeros<uint32_t>(1);
+  LaunchConfig config;
+  config.block[0] = 64;
+  config.block[1] = 2;
+  EXPECT_EQ(executor_.Launch(91, config, &out, sizeof(out)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  EXPECT_GE(Download<uint32_t>(out, 1)[0], 7u);
+  config.block[1] = 3;  // 192 threads
+  EXPECT_EQ(executor_.Launch(91, config, &out, sizeof(out)), kCuLaunchOutOfResources);
+  EXPECT_NE(executor_.TakeErrorDetail().find("at most 128 threads"), std::string::npos);
+}
+
 // A fatbin of uncompressed PTX entries, each for `arch` (what the library ships for a
 // program built with -rdc=true: the translation units' PTX beside the linked SASS).
 std::vector<uint8_t> PtxFatbin(const std::vector<std::string>& texts, uint32_t arch) {
