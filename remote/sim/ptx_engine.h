@@ -26,10 +26,10 @@
 #pragma once
 
 #include <atomic>
-
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -128,6 +128,28 @@ struct MemoryRange {
   char* host = nullptr;
 };
 
+// A grid launched by a kernel (dynamic parallelism: the device runtime's
+// __cudaCDP2LaunchDeviceV2, what `kernel<<<...>>>` in device code compiles to with
+// -rdc=true). Queued while its parent runs; the executor runs it after the parent grid,
+// as CUDA 12's device runtime allows (a parent cannot wait for its children).
+struct DeviceLaunch {
+  std::string kernel;  // the entry's name in the parent's module
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t dynamic_shared = 0;
+  bool tail = false;  // into cudaStreamTailLaunch: after the parent's other children
+  std::vector<uint8_t> params;
+};
+struct DeviceLaunches {
+  std::mutex mu;
+  std::vector<DeviceLaunch> queued;  // in launch order
+};
+// CUDA's limits: grids nested this deep at most (cudaErrorLaunchMaxDepthExceeded beyond),
+// and a grid's children queued at once (cudaLimitDevRuntimePendingLaunchCount's default;
+// cudaErrorLaunchPendingCountExceeded beyond).
+inline constexpr uint32_t kMaxLaunchDepth = 24;
+inline constexpr size_t kMaxPendingLaunches = 2048;
+
 struct LaunchSpec {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
@@ -147,6 +169,10 @@ struct LaunchSpec {
   // kGridWorkspaceBytes within `memory`) in %envreg1 (high half) and %envreg2 (low half).
   bool cooperative = false;
   uint64_t grid_workspace = 0;
+  // Where the grids this one launches are queued; nullptr: device-side launches fail
+  // (the device runtime returns an error to the kernel).
+  DeviceLaunches* device_launches = nullptr;
+  uint32_t depth = 0;  // of nesting: 0 for a grid the host launched
 };
 
 // Bytes of the grid workspace a cooperative launch needs (grid.sync() counts at +4).

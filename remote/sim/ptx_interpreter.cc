@@ -2453,6 +2453,202 @@ void HFree(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// ---- The device runtime (dynamic parallelism)
+// A parameter buffer is a block of the module's heap: this header, then the kernel's
+// parameters, which the kernel writes before it launches the buffer.
+struct ParamBufferHeader {
+  uint64_t magic;
+  uint32_t entry;  // index in DecodedKernel::entries
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared;
+  uint32_t param_size;
+  uint32_t reserved;
+};
+static_assert(sizeof(ParamBufferHeader) == 48);
+constexpr uint64_t kParamBufferMagic = 0x6370646275666672ull;
+// The device runtime's error numbers (driver_types.h).
+constexpr uint32_t kCudaErrorMemoryAllocation = 2;
+constexpr uint32_t kCudaErrorInvalidConfiguration = 9;
+constexpr uint32_t kCudaErrorLaunchMaxDepthExceeded = 65;
+constexpr uint32_t kCudaErrorLaunchPendingCountExceeded = 69;
+constexpr uint32_t kCudaErrorNotSupported = 801;
+constexpr uint64_t kCudaStreamTailLaunch = 3;
+constexpr uint32_t kMaxDeviceLaunchParams = 4096;
+
+// One device-runtime call (DeviceRuntimeCall, by in.aux) for each lane, in lane order.
+void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
+  const DecodedKernel& kernel = *w.launch->kernel;
+  const DeviceRuntimeCall& call = kernel.device_calls[in.aux];
+  const LaunchSpec& spec = *w.launch->spec;
+  auto arg64 = [&](int l, int i) {
+    uint64_t value = 0;
+    std::memcpy(&value, w.LocalOf(l) + call.args[i], 8);
+    return value;
+  };
+  // The call's result; an error is also the thread's last error (cudaGetLastError).
+  const uint32_t cta_tag = w.launch->cta_linear + 1;
+  auto result32 = [&](int l, uint32_t value) {
+    std::memcpy(w.LocalOf(l) + call.result, &value, 4);
+    if (value == kSuccess) return;
+    const uint32_t last[2] = {value, cta_tag};
+    std::memcpy(w.LocalOf(l) + call.last_error, last, 8);
+  };
+  uint8_t* heap = nullptr;
+  const bool needs_heap = call.op == DeviceRuntimeCall::kGetParameterBuffer ||
+                          call.op == DeviceRuntimeCall::kLaunchDevice ||
+                          call.op == DeviceRuntimeCall::kMalloc ||
+                          call.op == DeviceRuntimeCall::kFree;
+  if (needs_heap) {
+    heap = call.heap == 0
+               ? nullptr
+               : w.Address(Space::kGlobal, call.heap, static_cast<uint32_t>(call.heap_size),
+                           std::countr_zero(mask));
+    if (heap == nullptr) {
+      w.Fault(call.heap, 16, "device heap");
+      return;
+    }
+  }
+  std::unique_lock<std::mutex> heap_lock(device_heap_mu, std::defer_lock);
+  if (needs_heap) heap_lock.lock();
+  ForLanes(mask, [&](int l) {
+    switch (call.op) {
+      case DeviceRuntimeCall::kGetParameterBuffer: {
+        ParamBufferHeader header{};
+        header.magic = kParamBufferMagic;
+        const uint64_t function = arg64(l, 0);
+        std::memcpy(header.grid, w.LocalOf(l) + call.args[1], 12);
+        std::memcpy(header.block, w.LocalOf(l) + call.args[2], 12);
+        std::memcpy(&header.shared, w.LocalOf(l) + call.args[3], 4);
+        uint64_t buffer = 0;
+        for (size_t i = 0; i < kernel.entries.size(); ++i) {
+          // A kernel of more than 4 KiB of parameters gets none: queued launches' parameters
+          // are held by the agent until they run.
+          if (kernel.entries[i].address != function ||
+              kernel.entries[i].param_size > kMaxDeviceLaunchParams) {
+            continue;
+          }
+          header.entry = static_cast<uint32_t>(i);
+          header.param_size = kernel.entries[i].param_size;
+          const uint64_t offset =
+              HeapAllocate(heap, call.heap_size, sizeof(header) + header.param_size);
+          if (offset != 0) {
+            std::memcpy(heap + offset, &header, sizeof(header));
+            buffer = call.heap + offset + sizeof(header);
+          }
+          break;
+        }
+        std::memcpy(w.LocalOf(l) + call.result, &buffer, 8);  // NULL: no such kernel, or full
+        break;
+      }
+      case DeviceRuntimeCall::kLaunchDevice: {
+        const uint64_t buffer = arg64(l, 0), stream = arg64(l, 1);
+        ParamBufferHeader header{};
+        const uint64_t offset = buffer - call.heap - sizeof(header);
+        if (buffer < call.heap + sizeof(header) || offset >= call.heap_size ||
+            call.heap_size - offset < sizeof(header)) {
+          result32(l, kInvalidValue);  // not a buffer of the device runtime
+          return;
+        }
+        std::memcpy(&header, heap + offset, sizeof(header));
+        if (header.magic != kParamBufferMagic || header.entry >= kernel.entries.size() ||
+            header.param_size != kernel.entries[header.entry].param_size ||
+            call.heap_size - offset - sizeof(header) < header.param_size) {
+          result32(l, kInvalidValue);
+          return;
+        }
+        DeviceLaunch launch;
+        launch.kernel = kernel.entries[header.entry].name;
+        std::memcpy(launch.grid, header.grid, sizeof(launch.grid));
+        std::memcpy(launch.block, header.block, sizeof(launch.block));
+        launch.dynamic_shared = header.shared;
+        launch.tail = stream == kCudaStreamTailLaunch;
+        launch.params.assign(heap + offset + sizeof(header),
+                             heap + offset + sizeof(header) + header.param_size);
+        // The buffer is the device runtime's again once launched.
+        std::memset(heap + offset, 0, sizeof(header));
+        if (!HeapFree(heap, call.heap_size, offset)) {
+          w.Fault(buffer, 1, "launch of a parameter buffer the device heap does not hold");
+          return;
+        }
+        const uint64_t threads = uint64_t{launch.block[0]} * launch.block[1] * launch.block[2];
+        if (launch.grid[0] == 0 || launch.grid[1] == 0 || launch.grid[2] == 0 ||
+            launch.grid[1] > 65535 || launch.grid[2] > 65535 || threads == 0 || threads > 1024 ||
+            launch.block[2] > 64) {
+          result32(l, kCudaErrorInvalidConfiguration);
+          return;
+        }
+        if (spec.device_launches == nullptr) {
+          result32(l, kCudaErrorNotSupported);
+          return;
+        }
+        if (spec.depth + 1 >= kMaxLaunchDepth) {
+          result32(l, kCudaErrorLaunchMaxDepthExceeded);
+          return;
+        }
+        std::lock_guard<std::mutex> lock(spec.device_launches->mu);
+        if (spec.device_launches->queued.size() >= kMaxPendingLaunches) {
+          result32(l, kCudaErrorLaunchPendingCountExceeded);
+          return;
+        }
+        spec.device_launches->queued.push_back(std::move(launch));
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kGetLastError:
+      case DeviceRuntimeCall::kPeekAtLastError: {
+        uint32_t last[2] = {0, 0};
+        std::memcpy(last, w.LocalOf(l) + call.last_error, 8);
+        const uint32_t error = last[1] == cta_tag ? last[0] : kSuccess;
+        std::memcpy(w.LocalOf(l) + call.result, &error, 4);
+        if (call.op == DeviceRuntimeCall::kGetLastError) {
+          std::memset(w.LocalOf(l) + call.last_error, 0, 8);
+        }
+        break;
+      }
+      case DeviceRuntimeCall::kStreamCreate: {
+        // A stream of the device runtime: a handle only, launches into it run in order.
+        const uint64_t where = arg64(l, 0);
+        const uint64_t handle = 0x100 + (static_cast<uint64_t>(w.launch->cta_linear) << 5) + l;
+        uint8_t* target = w.Address(Space::kGeneric, where, 8, l);
+        if (target == nullptr) {
+          w.Fault(where, 8, "cudaStreamCreateWithFlags' stream");
+          return;
+        }
+        std::memcpy(target, &handle, 8);
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kStreamDestroy:
+        result32(l, kSuccess);
+        break;
+      case DeviceRuntimeCall::kMalloc: {
+        const uint64_t where = arg64(l, 0), bytes = arg64(l, 1);
+        uint8_t* target = w.Address(Space::kGeneric, where, 8, l);
+        if (target == nullptr) {
+          w.Fault(where, 8, "cudaMalloc's pointer");
+          return;
+        }
+        const uint64_t offset = HeapAllocate(heap, call.heap_size, bytes);
+        const uint64_t address = offset == 0 ? 0 : call.heap + offset;
+        std::memcpy(target, &address, 8);
+        result32(l, offset == 0 ? kCudaErrorMemoryAllocation : kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kFree: {
+        const uint64_t address = arg64(l, 0);
+        if (address != 0 && (address < call.heap || address - call.heap >= call.heap_size ||
+                             !HeapFree(heap, call.heap_size, address - call.heap))) {
+          w.Fault(address, 1, "cudaFree of a pointer device cudaMalloc did not return");
+          return;
+        }
+        result32(l, kSuccess);
+        break;
+      }
+    }
+  });
+}
+
 // f16/bf16 arithmetic: mode 0 add, 1 sub, 2 mul, 3 fma, 4 neg, 5 abs, 6 min, 7 max,
 // 8 setp (width = comparison); vec = halves per register; mode2 = 1 for bf16.
 float HalfBitsToFloat(uint16_t bits, bool bf16) {
@@ -3418,10 +3614,10 @@ class Decoder {
     }
     k_->max_threads = entry.max_threads;
     // Device functions as values (mov.u64 %rd, f): their addresses.
+    // Kernels too: a device-side launch names its kernel by address.
     for (const auto& [name, function] : module_.functions) {
-      if (function.has_body && !function.is_entry) {
+      if (function.has_body)
         symbols_[name] = Symbol{Space::kGlobal, FunctionAddress(module_, name)};
-      }
     }
     for (const std::string& name : module_.unsupported_symbols) unsupported_symbols_.insert(name);
     k_->carry_slot = NewSlot();
@@ -3845,6 +4041,13 @@ class Decoder {
       k_->code.push_back(inst);
       return Status::OK();
     }
+    if (auto declared = module_.functions.find(callee->name);
+        declared != module_.functions.end() && !declared->second.has_body) {
+      if (auto op = DeviceRuntimeOp(callee->name); op >= 0) {
+        return DeviceRuntime(frame, s, static_cast<DeviceRuntimeCall::Op>(op), callee->name,
+                             returns, args, inst);
+      }
+    }
     if (callee->name == "__assertfail" || callee->name == "__assert_fail") {
       inst.run = &HAssert;
       inst.flow = Flow::kAssert;
@@ -3884,6 +4087,83 @@ class Decoder {
       GPUPOOL_RETURN_IF_ERROR(InlineCall(frame, s, found->second, returns, args, depth));
     }
     if (skip_index >= 0) k_->code[skip_index].target = static_cast<int32_t>(k_->code.size());
+    return Status::OK();
+  }
+
+  // The device runtime's entry points (CUDA 12's CDP2) the engine runs; -1 for others.
+  static int DeviceRuntimeOp(const std::string& name) {
+    static const std::map<std::string, DeviceRuntimeCall::Op> ops = {
+        {"__cudaCDP2GetParameterBufferV2", DeviceRuntimeCall::kGetParameterBuffer},
+        {"__cudaCDP2LaunchDeviceV2", DeviceRuntimeCall::kLaunchDevice},
+        {"__cudaCDP2GetLastError", DeviceRuntimeCall::kGetLastError},
+        {"__cudaCDP2PeekAtLastError", DeviceRuntimeCall::kPeekAtLastError},
+        {"__cudaCDP2StreamCreateWithFlags", DeviceRuntimeCall::kStreamCreate},
+        {"__cudaCDP2StreamDestroy", DeviceRuntimeCall::kStreamDestroy},
+        {"__cudaCDP2Malloc", DeviceRuntimeCall::kMalloc},
+        {"__cudaCDP2Free", DeviceRuntimeCall::kFree},
+    };
+    auto found = ops.find(name);
+    return found == ops.end() ? -1 : found->second;
+  }
+
+  // A call of the device runtime: HDeviceRuntime with its arguments' offsets.
+  Status DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceRuntimeCall::Op op,
+                       const std::string& name, const RawOperand* returns, const RawOperand* args,
+                       Inst inst) {
+    static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0};
+    DeviceRuntimeCall call;
+    call.op = op;
+    auto local_offset = [&](const RawOperand* list, size_t i) -> int64_t {
+      if (list == nullptr || i >= list->items.size()) return -1;
+      Symbol symbol;
+      if (!SymbolValue(frame, list->items[i].name, &symbol) || symbol.space != Space::kLocal)
+        return -1;
+      return static_cast<int64_t>(symbol.value);
+    };
+    for (size_t i = 0; i < kArgCount[op]; ++i) {
+      const int64_t offset = local_offset(args, i);
+      if (offset < 0) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + name +
+                                       " arguments must be .param variables");
+      }
+      call.args[i] = static_cast<uint32_t>(offset);
+    }
+    const int64_t result = local_offset(returns, 0);
+    if (result < 0) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + name +
+                                     " needs a .param variable for its result");
+    }
+    call.result = static_cast<uint32_t>(result);
+    if (runtime_error_offset_ < 0) {
+      // Each thread's last error (cudaGetLastError) in local memory, which CTAs reuse:
+      // the error, then its CTA's number + 1 (another CTA's error is none).
+      local_size_ = (local_size_ + 3) / 4 * 4;
+      runtime_error_offset_ = static_cast<int64_t>(local_size_);
+      local_size_ += 8;
+    }
+    call.last_error = static_cast<uint32_t>(runtime_error_offset_);
+    Symbol heap;
+    if (SymbolValue(frame, kDeviceHeapVariable, &heap) && heap.space == Space::kGlobal) {
+      call.heap = heap.value;
+      for (const ModuleVariable& variable : module_.variables) {
+        if (variable.name == kDeviceHeapVariable) call.heap_size = variable.size;
+      }
+    }
+    if (k_->entries.empty()) {
+      for (const auto& [entry_name, function] : module_.functions) {
+        if (!function.is_entry || !function.has_body) continue;
+        uint64_t offset = 0;
+        for (const RawParam& param : function.params) {
+          offset = (offset + param.align - 1) / param.align * param.align + param.size;
+        }
+        k_->entries.push_back(LaunchableEntry{FunctionAddress(module_, entry_name), entry_name,
+                                              static_cast<uint32_t>(offset)});
+      }
+    }
+    inst.run = &HDeviceRuntime;
+    inst.aux = static_cast<uint32_t>(k_->device_calls.size());
+    k_->device_calls.push_back(call);
+    k_->code.push_back(inst);
     return Status::OK();
   }
 
@@ -5305,6 +5585,7 @@ class Decoder {
   std::vector<std::pair<int32_t, std::string>> dynamic_shared_constants_;
   std::set<std::string> unsupported_symbols_;
   std::map<std::string, const SharedVariable*> unplaced_shared_;  // not yet named
+  int64_t runtime_error_offset_ = -1;  // DeviceRuntimeCall::last_error, once reserved
   uint64_t shared_size_ = 0;
   uint64_t local_size_ = 0;
   int call_count_ = 0;
@@ -5778,8 +6059,10 @@ Result<std::unique_ptr<PtxModule>> PtxModule::ParseLinked(
   if (!parsed.ok()) return parsed.status();
   std::unique_ptr<PtxModule> module(new PtxModule());
   module->parsed_ = std::move(*parsed);
-  // A module that calls device-side malloc or free gets its heap as a variable of its own.
-  for (const char* name : {"malloc", "free"}) {
+  // A module that calls device-side malloc or free, or the device runtime's launch or
+  // allocation (its parameter buffers live there too), gets its heap as a variable of its own.
+  for (const char* name : {"malloc", "free", "__cudaCDP2GetParameterBufferV2",
+                           "__cudaCDP2LaunchDeviceV2", "__cudaCDP2Malloc", "__cudaCDP2Free"}) {
     auto found = module->parsed_->functions.find(name);
     if (found != module->parsed_->functions.end() && !found->second.has_body) {
       ModuleVariable heap;

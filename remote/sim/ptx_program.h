@@ -132,6 +132,34 @@ struct Inst {
   uint32_t aux = 0;  // wmma: its WmmaOp in DecodedKernel::wmma; cp.async: the source offset
 };
 
+// A call of the device runtime (dynamic parallelism, CUDA 12's CDP2 entry points), run by
+// HDeviceRuntime: its arguments' and result's offsets in local memory, and the module's heap.
+struct DeviceRuntimeCall {
+  enum Op : uint8_t {
+    kGetParameterBuffer,  // (func, grid[12], block[12], shared) -> buffer
+    kLaunchDevice,        // (buffer, stream) -> error
+    kGetLastError,        // () -> error, which it resets
+    kStreamCreate,        // (stream*, flags) -> error
+    kStreamDestroy,       // (stream) -> error
+    kMalloc,              // (pointer*, size) -> error
+    kFree,                // (pointer) -> error
+    kPeekAtLastError,     // () -> error
+  };
+  Op op = kGetLastError;
+  uint32_t args[4] = {0, 0, 0, 0};
+  uint32_t result = 0;
+  uint32_t last_error = 0;  // local offset of the thread's last error and its CTA tag (8 bytes)
+  uint64_t heap = 0, heap_size = 0;  // 0: the module has none (ops that need it fail)
+};
+
+// A kernel of the module a device-side launch may name: its address (a function pointer's
+// value) and the bytes of its parameters.
+struct LaunchableEntry {
+  uint64_t address = 0;
+  std::string name;
+  uint32_t param_size = 0;
+};
+
 // Element types of wmma fragments.
 enum class WmmaType : uint8_t { kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32 };
 
@@ -202,6 +230,8 @@ struct DecodedKernel {
   uint64_t local_size = 0;   // bytes of local memory per thread
   std::string unsupported;   // non-empty: why this kernel cannot run (at launch)
   std::vector<WmmaOp> wmma;  // the operands of its wmma instructions (Inst::aux)
+  std::vector<DeviceRuntimeCall> device_calls;  // Inst::aux of HDeviceRuntime
+  std::vector<LaunchableEntry> entries;         // set when it calls the device runtime
 };
 
 }  // namespace gpupool::sim

@@ -322,10 +322,15 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
       if (host != nullptr) launch_memory_.push_back(sim::MemoryRange{dptr, size, host});
     }
   }
+  sim::DeviceLaunches children;
+  spec.device_launches = &children;
   if (!config.cooperative) {
     // Lent to the launch, not copied: an allocation per launch otherwise.
     spec.memory.swap(launch_memory_);
     int32_t status = sim::RunKernel(*found->second.kernel, spec);
+    if (status == kCuSuccess && !children.queued.empty()) {
+      status = RunChildren(found->second.module, spec, std::move(children.queued));
+    }
     spec.memory.swap(launch_memory_);
     return status;
   }
@@ -349,7 +354,50 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
   spec.grid_workspace = workspace;
   int32_t status = sim::RunKernel(*found->second.kernel, spec);
   memory_->Release(workspace, owner_);
+  if (status == kCuSuccess && !children.queued.empty()) {
+    spec.memory = launch_memory_;
+    spec.cooperative = false;
+    status = RunChildren(found->second.module, spec, std::move(children.queued));
+  }
   return status;
+}
+
+int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
+                                 std::vector<sim::DeviceLaunch> queued) {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return kCuInvalidHandle;
+  // Tail launches after the parent's other children, as the device runtime orders them.
+  std::stable_partition(queued.begin(), queued.end(),
+                        [](const sim::DeviceLaunch& launch) { return !launch.tail; });
+  for (sim::DeviceLaunch& launch : queued) {
+    auto kernel = found->second.ptx->Decode(launch.kernel, found->second.globals);
+    if (!kernel.ok()) {
+      error_detail_ = "kernel " + launch.kernel +
+                      ", launched by a kernel: " + std::string(kernel.status().message());
+      return kCuLaunchFailed;
+    }
+    sim::LaunchSpec spec;
+    std::memcpy(spec.grid, launch.grid, sizeof(spec.grid));
+    std::memcpy(spec.block, launch.block, sizeof(spec.block));
+    spec.dynamic_shared = launch.dynamic_shared;
+    spec.params = launch.params.data();
+    spec.param_size = launch.params.size();
+    spec.memory = parent.memory;
+    spec.sm_count = parent.sm_count;
+    spec.progress = parent.progress;
+    spec.printf_out = parent.printf_out;
+    spec.error_detail = parent.error_detail;
+    spec.depth = parent.depth + 1;
+    sim::DeviceLaunches children;
+    spec.device_launches = &children;
+    // Each grid after its parent, and after its earlier siblings with their own children.
+    int32_t status = sim::RunKernel(**kernel, spec);
+    if (status == kCuSuccess && !children.queued.empty()) {
+      status = RunChildren(module, spec, std::move(children.queued));
+    }
+    if (status != kCuSuccess) return status;
+  }
+  return kCuSuccess;
 }
 
 std::string SimExecutor::TakeOutput() { return std::exchange(output_, {}); }

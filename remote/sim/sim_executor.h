@@ -94,6 +94,9 @@ class SimExecutor : public Executor {
   std::atomic<uint64_t>* progress_ = nullptr;  // the watchdog's (SetProgressCounter)
   void ChunkedCopy(char* to, const char* from, uint64_t size);
   bool KnownStream(uint64_t stream) const;
+  // Runs the grids launched by a grid (dynamic parallelism), each after its parent.
+  int32_t RunChildren(uint64_t module, const sim::LaunchSpec& parent,
+                      std::vector<sim::DeviceLaunch> queued);
   void FreeModule(Module& module);
 
   SimDeviceMemory* memory_;

@@ -2168,6 +2168,126 @@ TEST_F(Engine, KernelsNeedTheirOwnSharedMemoryAndThreadBound) {
   EXPECT_NE(executor_.TakeErrorDetail().find("at most 128 threads"), std::string::npos);
 }
 
+// Dynamic parallelism: a kernel that launches itself one level deeper each time gets
+// cudaSuccess from its launches down to CUDA's 24 levels and
+// cudaErrorLaunchMaxDepthExceeded (65) there; the device runtime launches only the
+// parameter buffers it handed out (a pointer to other memory, or NULL, is
+// cudaErrorInvalidValue, and nothing runs).
+TEST_F(Engine, DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.extern .func (.param .b64 func_retval0) __cudaCDP2GetParameterBufferV2
+(
+  .param .b64 p0,
+  .param .align 4 .b8 p1[12],
+  .param .align 4 .b8 p2[12],
+  .param .b32 p3
+)
+;
+.extern .func (.param .b32 func_retval0) __cudaCDP2LaunchDeviceV2
+(
+  .param .b64 p0,
+  .param .b64 p1
+)
+;
+.visible .entry deep(.param .u64 deep_errors, .param .u32 deep_depth)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [deep_errors];
+  ld.param.u32 %r1, [deep_depth];
+  setp.ge.u32 %p1, %r1, 30;
+  @%p1 bra $DONE;
+  mov.u64 %rd2, deep;
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd2;
+  .param .align 4 .b8 param1[12];
+  st.param.b32 [param1+0], 1;
+  st.param.b32 [param1+4], 1;
+  st.param.b32 [param1+8], 1;
+  .param .align 4 .b8 param2[12];
+  st.param.b32 [param2+0], 1;
+  st.param.b32 [param2+4], 1;
+  st.param.b32 [param2+8], 1;
+  .param .b32 param3;
+  st.param.b32 [param3+0], 0;
+  .param .b64 retval0;
+  call.uni (retval0), __cudaCDP2GetParameterBufferV2, (param0, param1, param2, param3);
+  ld.param.b64 %rd3, [retval0+0];
+  }
+  setp.eq.s64 %p2, %rd3, 0;
+  @%p2 bra $DONE;
+  add.u32 %r2, %r1, 1;
+  st.u64 [%rd3], %rd1;
+  st.u32 [%rd3+8], %r2;
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd3;
+  .param .b64 param1;
+  st.param.b64 [param1+0], 0;
+  .param .b32 retval0;
+  call.uni (retval0), __cudaCDP2LaunchDeviceV2, (param0, param1);
+  ld.param.b32 %r3, [retval0+0];
+  }
+  mul.wide.u32 %rd4, %r1, 4;
+  add.s64 %rd5, %rd1, %rd4;
+  st.global.u32 [%rd5], %r3;
+$DONE:
+  ret;
+}
+.visible .entry forge(.param .u64 forge_out, .param .u64 forge_buffer)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [forge_out];
+  ld.param.u64 %rd2, [forge_buffer];
+  {
+  .param .b64 param0;
+  st.param.b64 [param0+0], %rd2;
+  .param .b64 param1;
+  st.param.b64 [param1+0], 0;
+  .param .b32 retval0;
+  call.uni (retval0), __cudaCDP2LaunchDeviceV2, (param0, param1);
+  ld.param.b32 %r1, [retval0+0];
+  }
+  st.global.u32 [%rd1], %r1;
+  ret;
+}
+)";
+  LoadKernel(14, 95, ptx, "deep");
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(executor_.GetFunction(14, 96, "forge"), kCuSuccess) << executor_.TakeErrorDetail();
+  uint64_t errors = Upload(std::vector<uint32_t>(32, 0xffffffffu));
+  struct {
+    uint64_t errors;
+    uint32_t depth;
+  } deep{errors, 0};
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(95, config, &deep, sizeof(deep)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(errors, 32);
+  for (int depth = 0; depth < 23; ++depth) EXPECT_EQ(got[depth], 0u) << depth;
+  EXPECT_EQ(got[23], 65u);  // cudaErrorLaunchMaxDepthExceeded: no grid ran at depth 24
+  for (int depth = 24; depth < 32; ++depth) EXPECT_EQ(got[depth], 0xffffffffu) << depth;
+
+  // A header-shaped block of the session's own memory, and NULL: not the runtime's buffers.
+  std::vector<uint64_t> fake(16, 0);
+  fake[0] = 0x6370646275666672ull;
+  uint64_t forged = Upload(fake), out = Zeros<uint32_t>(1);
+  for (uint64_t buffer : {forged + 48, uint64_t{0}}) {
+    struct {
+      uint64_t out, buffer;
+    } forge{out, buffer};
+    ASSERT_EQ(executor_.Launch(96, config, &forge, sizeof(forge)), kCuSuccess)
+        << executor_.TakeErrorDetail();
+    EXPECT_EQ(Download<uint32_t>(out, 1)[0], 1u);  // cudaErrorInvalidValue
+  }
+}
+
 // A fatbin of uncompressed PTX entries, each for `arch` (what the library ships for a
 // program built with -rdc=true: the translation units' PTX beside the linked SASS).
 std::vector<uint8_t> PtxFatbin(const std::vector<std::string>& texts, uint32_t arch) {
