@@ -18,33 +18,27 @@ namespace {
 
 constexpr int kAssumedRegistersPerThread = 32;
 
-// What `function` needs on device `ordinal`, resolving it there first (as a launch
-// would). Where the agent cannot say, or the kernel does not resolve, the assumptions.
-KernelResources ResourcesOf(Function& function, int ordinal) {
-  uint64_t remote = 0;
-  (void)Runtime::Get().EnsureFunction(&function, ordinal, &remote);
-  KernelResources resources;
-  resources.registers_per_thread = kAssumedRegistersPerThread;
-  resources.static_shared_bytes = 0;
-  resources.max_threads_per_block = 1024;
-  std::lock_guard<std::mutex> lock(Runtime::Get().mu());
-  auto found = function.resources.find(ordinal);
-  if (found == function.resources.end()) return resources;
-  const gpupool::dataplane::FunctionResources& known = found->second;
-  if (known.registers > 0) resources.registers_per_thread = known.registers;
-  resources.static_shared_bytes = std::max(known.static_shared_bytes, 0);
-  if (known.max_threads_per_block > 0) {
-    resources.max_threads_per_block = std::min(known.max_threads_per_block, 1024);
-  }
-  return resources;
-}
-
-// The same, for attributes the calculator does not use: const and local bytes.
+// What the agent said `function` needs on device `ordinal` (all 0: nothing known).
 gpupool::dataplane::FunctionResources KnownResources(const Function& function, int ordinal) {
   std::lock_guard<std::mutex> lock(Runtime::Get().mu());
   auto found = function.resources.find(ordinal);
   return found == function.resources.end() ? gpupool::dataplane::FunctionResources{}
                                            : found->second;
+}
+
+// What the calculator needs of `function` on device `ordinal`, resolving it there first
+// (as a launch would); the assumptions where the agent cannot say, or it does not resolve.
+KernelResources ResourcesOf(Function& function, int ordinal) {
+  uint64_t remote = 0;
+  (void)Runtime::Get().EnsureFunction(&function, ordinal, &remote);
+  const gpupool::dataplane::FunctionResources known = KnownResources(function, ordinal);
+  KernelResources resources;
+  resources.registers_per_thread =
+      known.registers > 0 ? known.registers : kAssumedRegistersPerThread;
+  resources.static_shared_bytes = std::max(known.static_shared_bytes, 0);
+  resources.max_threads_per_block =
+      known.max_threads_per_block > 0 ? std::min(known.max_threads_per_block, 1024) : 1024;
+  return resources;
 }
 
 // The device a query about a kernel is for: `ordinal`, else the current context's.

@@ -598,7 +598,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr
     if (Runtime::Get().FindHostRange(pointer, &host_flags, &start) &&
         (host_flags & kOwnedHostMemory)) {
       if (!(host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) &&
-          start >= Runtime::kPinnedWindow && start < Runtime::kPinnedWindowEnd) {
+          Runtime::InPinnedWindow(start)) {
         // Page-locked memory is device-accessible under UVA: mapped now on the current
         // device, since its device pointer may reach kernels inside structures.
         int device = 0;

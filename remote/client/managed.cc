@@ -123,7 +123,7 @@ bool Runtime::ForgetManaged(uint64_t address) {
   // go, and with them the host range (a context's destruction frees it this way).
   RemoveHostRange(reinterpret_cast<const void*>(address));
   munmap(reinterpret_cast<void*>(address), range.mapped);
-  if (address >= kPinnedWindow && address < kPinnedWindowEnd) {
+  if (InPinnedWindow(address)) {
     ReleasePinnedAddress(range.reserved, range.reserved_size);
   } else {
     ReleaseAddress(range.reserved, range.reserved_size);
@@ -166,9 +166,7 @@ void Runtime::FreePinned(void* pointer, size_t size) {
   const uint64_t mapped = RoundUp(size, kPage);
   munmap(pointer, mapped);
   const auto address = reinterpret_cast<uint64_t>(pointer);
-  if (address >= kPinnedWindow && address < kPinnedWindowEnd) {
-    ReleasePinnedAddress(address, mapped);
-  }
+  if (InPinnedWindow(address)) ReleasePinnedAddress(address, mapped);
 }
 
 void Runtime::ReleasePinnedAddress(uint64_t address, uint64_t size) {
@@ -182,7 +180,7 @@ CUresult Runtime::MapPinnedArguments(int device, Context* context, const char* p
   for (size_t at = 0; at + sizeof(uint64_t) <= size; at += sizeof(uint64_t)) {
     uint64_t word;
     std::memcpy(&word, params + at, sizeof(word));
-    if (word < kPinnedWindow || word >= kPinnedWindowEnd) continue;
+    if (!InPinnedWindow(word)) continue;
     if (CUresult status = MapPinned(device, context, word); status != CUDA_SUCCESS) return status;
   }
   return CUDA_SUCCESS;
@@ -194,8 +192,7 @@ CUresult Runtime::MapPinned(int device, Context* context, uint64_t address) {
   uintptr_t start = 0;
   size_t size = 0;
   if (!FindHostRange(reinterpret_cast<const void*>(address), &flags, &start, &size) ||
-      (flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) != 0 || start < kPinnedWindow ||
-      start >= kPinnedWindowEnd) {
+      (flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) != 0 || !InPinnedWindow(start)) {
     return CUDA_SUCCESS;  // not a page-locked buffer of ours, or mapped already
   }
   // The allocation is a synchronous call: the replies of asynchronous copies into the

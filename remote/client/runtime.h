@@ -228,6 +228,9 @@ class Runtime {
   // when the window is full or taken.
   static constexpr uint64_t kPinnedWindow = uint64_t{64} << 40;
   static constexpr uint64_t kPinnedWindowEnd = uint64_t{96} << 40;
+  static bool InPinnedWindow(uint64_t address) {
+    return address >= kPinnedWindow && address < kPinnedWindowEnd;
+  }
   void* AllocPinned(size_t size);  // nullptr: out of memory
   void FreePinned(void* pointer, size_t size);
   // Maps the page-locked buffer holding `address` on `device`, once (success when there

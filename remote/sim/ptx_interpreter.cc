@@ -3592,16 +3592,25 @@ class Decoder {
           DecodedKernel* kernel)
       : module_(module), addresses_(addresses), k_(kernel) {}
 
-  Status Run(const RawFunction& entry) {
-    k_->name = entry.name;
-    // Kernel parameters: offsets by natural alignment.
+  // A kernel's parameters' offsets, by natural alignment; returns their bytes (what a
+  // launch of it, from the host or from a kernel, passes).
+  static uint64_t ParamLayout(const RawFunction& entry, std::vector<uint64_t>* offsets) {
     uint64_t offset = 0;
     for (const RawParam& param : entry.params) {
       offset = (offset + param.align - 1) / param.align * param.align;
-      symbols_[param.name] = Symbol{Space::kParam, offset};
+      if (offsets != nullptr) offsets->push_back(offset);
       offset += param.size;
     }
-    k_->param_size = static_cast<uint32_t>(offset);
+    return offset;
+  }
+
+  Status Run(const RawFunction& entry) {
+    k_->name = entry.name;
+    std::vector<uint64_t> offsets;
+    k_->param_size = static_cast<uint32_t>(ParamLayout(entry, &offsets));
+    for (size_t i = 0; i < entry.params.size(); ++i) {
+      symbols_[entry.params[i].name] = Symbol{Space::kParam, offsets[i]};
+    }
     // Module-level static shared variables are placed when the kernel first names them
     // (SymbolValue); dynamic shared memory comes after all static.
     for (const SharedVariable& var : module_.shared) {
@@ -3988,12 +3997,8 @@ class Decoder {
     if (callee == nullptr)
       return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
                                      ": call without a target");
-    auto local_offset = [&](const RawOperand* list, size_t i) -> int64_t {
-      if (list == nullptr || i >= list->items.size()) return -1;
-      Symbol symbol;
-      if (!SymbolValue(frame, list->items[i].name, &symbol) || symbol.space != Space::kLocal)
-        return -1;
-      return static_cast<int64_t>(symbol.value);
+    auto local_offset = [&](const RawOperand* list, size_t i) {
+      return ParamVariableOffset(frame, list, i);
     };
     if (callee->name == "vprintf") {
       inst.run = &HPrintf;
@@ -4090,6 +4095,16 @@ class Decoder {
     return Status::OK();
   }
 
+  // The local-memory offset of item `i` of a call's argument or result list, which must
+  // be a .param variable (calls of built-ins read and write them there); -1 otherwise.
+  int64_t ParamVariableOffset(const Frame& frame, const RawOperand* list, size_t i) {
+    if (list == nullptr || i >= list->items.size()) return -1;
+    Symbol symbol;
+    if (!SymbolValue(frame, list->items[i].name, &symbol) || symbol.space != Space::kLocal)
+      return -1;
+    return static_cast<int64_t>(symbol.value);
+  }
+
   // The device runtime's entry points (CUDA 12's CDP2) the engine runs; -1 for others.
   static int DeviceRuntimeOp(const std::string& name) {
     static const std::map<std::string, DeviceRuntimeCall::Op> ops = {
@@ -4113,12 +4128,8 @@ class Decoder {
     static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0};
     DeviceRuntimeCall call;
     call.op = op;
-    auto local_offset = [&](const RawOperand* list, size_t i) -> int64_t {
-      if (list == nullptr || i >= list->items.size()) return -1;
-      Symbol symbol;
-      if (!SymbolValue(frame, list->items[i].name, &symbol) || symbol.space != Space::kLocal)
-        return -1;
-      return static_cast<int64_t>(symbol.value);
+    auto local_offset = [&](const RawOperand* list, size_t i) {
+      return ParamVariableOffset(frame, list, i);
     };
     for (size_t i = 0; i < kArgCount[op]; ++i) {
       const int64_t offset = local_offset(args, i);
@@ -4152,12 +4163,9 @@ class Decoder {
     if (k_->entries.empty()) {
       for (const auto& [entry_name, function] : module_.functions) {
         if (!function.is_entry || !function.has_body) continue;
-        uint64_t offset = 0;
-        for (const RawParam& param : function.params) {
-          offset = (offset + param.align - 1) / param.align * param.align + param.size;
-        }
-        k_->entries.push_back(LaunchableEntry{FunctionAddress(module_, entry_name), entry_name,
-                                              static_cast<uint32_t>(offset)});
+        k_->entries.push_back(
+            LaunchableEntry{FunctionAddress(module_, entry_name), entry_name,
+                            static_cast<uint32_t>(ParamLayout(function, nullptr))});
       }
     }
     inst.run = &HDeviceRuntime;
