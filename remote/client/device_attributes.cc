@@ -105,8 +105,11 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     // the host, nor by page faults; on executors that place memory at the process's
     // addresses (the sim).
     // Mapped host memory is made the same way (api_memory.cc, cuMemHostAlloc).
+    // Also the virtual memory management API (vmm.cc), whose mappings are memory placed at
+    // the process's addresses.
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
       *value = std::strcmp(device.description().executor, "sim") == 0 ? 1 : 0;
       break;
     case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *value = 1; break;

@@ -160,6 +160,18 @@ const Implementation kImplementations[] = {
     IMPL("cuMemAdvise", 12020, cuMemAdvise_v2),
     IMPL("cuStreamAttachMemAsync", 6000, cuStreamAttachMemAsync),
     IMPL("cuMemFreeAsync", 11020, cuMemFreeAsync),
+    // Virtual memory management (vmm.cc)
+    IMPL("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
+    IMPL("cuMemAddressReserve", 10020, cuMemAddressReserve),
+    IMPL("cuMemAddressFree", 10020, cuMemAddressFree),
+    IMPL("cuMemCreate", 10020, cuMemCreate),
+    IMPL("cuMemRelease", 10020, cuMemRelease),
+    IMPL("cuMemMap", 10020, cuMemMap),
+    IMPL("cuMemUnmap", 10020, cuMemUnmap),
+    IMPL("cuMemSetAccess", 10020, cuMemSetAccess),
+    IMPL("cuMemGetAccess", 10020, cuMemGetAccess),
+    IMPL("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle),
+    IMPL("cuMemGetAllocationPropertiesFromHandle", 10020, cuMemGetAllocationPropertiesFromHandle),
     // Memory pools (mem_pools.cc)
     IMPL("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync),
     IMPL("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
