@@ -4,12 +4,15 @@
 // the agent once per device. A launch packs the arguments by that layout and travels
 // one-way; its execution errors arrive at the next synchronising call. Launch
 // configuration errors are caught here, at launch time, like a real driver does.
+#include <dlfcn.h>
+
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include "remote/client/api_common.h"
 #include "remote/client/graphs.h"
+#include "remote/nvrtc/nvrtc_ptx.h"
 
 using namespace gpupool::client;  // NOLINT
 
@@ -23,6 +26,19 @@ namespace {
 
 namespace dp = gpupool::dataplane;
 
+// The PTX NVRTC made with `cubin` in this process, from the NVRTC shim beside this library
+// (nvrtc_ptx.h), when the program uses it; empty otherwise.
+std::string NvrtcPtxOf(const void* cubin, size_t size) {
+  static auto ptx_for =
+      reinterpret_cast<GpupoolNvrtcPtxFor>(dlsym(RTLD_DEFAULT, GPUPOOL_NVRTC_PTX_FOR));
+  if (ptx_for == nullptr) return "";
+  size_t needed = ptx_for(cubin, size, nullptr, 0);
+  if (needed == 0) return "";
+  std::string ptx(needed, '\0');
+  if (ptx_for(cubin, size, ptx.data(), ptx.size()) != needed) return "";
+  return ptx;  // with its NUL, as a PTX image is passed
+}
+
 CUresult NewModule(const void* image, bool is_library, Module** result) {
   auto parsed = ParseModuleImage(image);
   if (!parsed.ok()) {
@@ -33,6 +49,18 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   module->is_library = is_library;
   const auto* bytes = static_cast<const uint8_t*>(parsed->bytes);
   module->image.assign(bytes, bytes + parsed->size);
+  if (parsed->ptx.empty() && parsed->relocatable.empty() && parsed->has_sass) {
+    // A cubin NVRTC compiled for a real architecture: its PTX, which every GPU (and the
+    // sim) can run, in its place.
+    if (std::string ptx = NvrtcPtxOf(parsed->bytes, parsed->size); !ptx.empty()) {
+      auto reparsed = gpupool::image::ParseModuleImageBytes(ptx.data(), ptx.size());
+      if (reparsed.ok() && !reparsed->ptx.empty()) {
+        module->image.assign(ptx.begin(), ptx.end());
+        parsed->ptx = std::move(reparsed->ptx);
+        LogDebug("module: a cubin of NVRTC's, loaded from its PTX");
+      }
+    }
+  }
   if (parsed->ptx.empty() && !parsed->relocatable.empty()) {
     // nvcc -rdc=true: the linked image holds only SASS, which a GPU of another architecture
     // (and the sim) cannot run; a driver then JIT-links the translation units' PTX. Ship
