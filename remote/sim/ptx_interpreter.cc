@@ -82,10 +82,18 @@ struct alignas(64) LaunchState {
   uint64_t clock = 0;                // advances with every warp instruction
   uint64_t thread_instructions = 0;  // lanes executed, for the benchmark
   std::string printf;                // device printf text of this worker's CTAs
-  // bar.red accumulators of the barrier being gathered.
-  uint32_t reduce_count = 0;
-  bool reduce_all = true;
-  bool reduce_any = false;
+  // The CTA's 16 barriers (bar.sync/red/arrive ID{, COUNT}): lanes waiting at each, and
+  // for a barrier given a thread count, the threads arrived and the count; bar.red's
+  // accumulators. `active_barriers`: bit i when barrier i has waiting or arrived lanes.
+  static constexpr int kBarriers = 16;
+  uint32_t barrier_waiting[kBarriers] = {};
+  uint32_t barrier_arrived[kBarriers] = {};
+  uint32_t barrier_expected[kBarriers] = {};  // 0: every live thread of the CTA
+  uint32_t active_barriers = 0;
+  uint32_t reduce_count[kBarriers] = {};
+  bool reduce_all[kBarriers] = {true, true, true, true, true, true, true, true,
+                                true, true, true, true, true, true, true, true};
+  bool reduce_any[kBarriers] = {};
   int32_t error = kSuccess;
   std::string detail;
   size_t range_hint = 0;
@@ -101,6 +109,7 @@ struct Warp {
   uint32_t index = 0;    // warp index in its CTA
   uint32_t live = 0;     // lanes that have not exited
   uint32_t waiting = 0;  // lanes waiting at a barrier
+  uint8_t wait_id[32] = {};  // the barrier each waiting lane waits at
   bool uniform = true;   // every live lane is at `pc`
   int32_t pc = 0;
   int32_t lane_pc[32] = {};
@@ -4837,19 +4846,28 @@ class Decoder {
     }
     if (op == "bar" || op == "barrier") {
       bool warp_only = mods.count("warp");
-      if (warp_only || mods.count("arrive")) {
-        inst.run = &HNop;  // bar.warp.sync: warps run in lockstep here; arrive: no wait
-        if (warp_only && !ops.empty()) GPUPOOL_SRC(e, 0, kU32);  // membermask: see RunWarp
+      if (warp_only) {
+        inst.run = &HNop;                           // bar.warp.sync: warps run in lockstep here
+        if (!ops.empty()) GPUPOOL_SRC(e, 0, kU32);  // membermask: see RunWarp
       } else if (mods.count("red")) {
         // __syncthreads_count/and/or: bar.red.{popc.u32,and.pred,or.pred} d, b, [n,] {!}p
         GPUPOOL_RETURN_IF_ERROR(need(3));
         inst.mode = mods.count("popc") ? 1 : mods.count("and") ? 2 : 3;
         GPUPOOL_DST(0);
+        GPUPOOL_SRC(b, 1, kU32);
+        if (ops.size() > 3) GPUPOOL_SRC(c, 2, kU32);
         GPUPOOL_SRC(a, ops.size() - 1, kPred);
         if (ops.back().negated) inst.flags |= kFlagSigned;
         inst.run = &HNop;
         inst.flow = Flow::kBarrier;
       } else {
+        // bar.sync ID{, COUNT} (__syncthreads is bar.sync 0) and bar.arrive ID, COUNT
+        // (mode2 1: arrives without waiting). IDs and counts may be registers.
+        bool arrive = mods.count("arrive");
+        GPUPOOL_RETURN_IF_ERROR(need(arrive ? 2 : 1));
+        GPUPOOL_SRC(b, 0, kU32);
+        if (ops.size() > 1) GPUPOOL_SRC(c, 1, kU32);
+        inst.mode2 = arrive ? 1 : 0;
         inst.run = &HNop;
         inst.flow = Flow::kBarrier;
       }
@@ -5647,18 +5665,23 @@ uint32_t SyncLanes(Warp& w, const Inst& in, uint32_t mask) {
 constexpr uint32_t kSpinLimit = 1024;
 constexpr uint32_t kDeferSteps = 4096;
 
-void ReleaseBarrier(Warp& w, const Inst* code) {
-  uint32_t waiting = w.waiting;
-  w.waiting = 0;
+// Releases the lanes of `w` waiting at barrier `id` (every barrier: -1).
+void ReleaseBarrier(Warp& w, const Inst* code, int id) {
+  uint32_t waiting = 0;
+  ForLanes(w.waiting, [&](int l) {
+    if (id < 0 || w.wait_id[l] == id) waiting |= 1u << l;
+  });
+  w.waiting &= ~waiting;
   if (waiting == 0) return;
   // bar.red: each waiting lane receives the CTA-wide reduction.
   const LaunchState& launch = *w.launch;
   ForLanes(waiting, [&](int l) {
     const Inst& in = code[w.uniform ? w.pc : w.lane_pc[l]];
     if (in.mode == 0 || in.d[0] < 0) return;
-    w.R(in.d[0])[l] = in.mode == 1   ? launch.reduce_count
-                      : in.mode == 2 ? launch.reduce_all
-                                     : launch.reduce_any;
+    int b = w.wait_id[l];
+    w.R(in.d[0])[l] = in.mode == 1   ? launch.reduce_count[b]
+                      : in.mode == 2 ? launch.reduce_all[b]
+                                     : launch.reduce_any[b];
   });
   if (w.uniform && waiting == w.live) {
     ++w.pc;
@@ -5796,20 +5819,42 @@ void RunWarp(Warp& w, const Inst* code) {
         w.live &= ~exec;
         MoveLanes(w, mask & ~exec, pc + 1);
         break;
-      case Flow::kBarrier:
+      case Flow::kBarrier: {
+        if (exec == 0) {
+          MoveLanes(w, mask, pc + 1);
+          break;
+        }
+        // The barrier and count of the first lane (they must be the same in every lane).
+        const int first = __builtin_ctz(exec);
+        const int id = in.b >= 0 ? static_cast<int>(w.R(in.b)[first] & 15) : 0;
+        const uint32_t count = in.c >= 0 ? static_cast<uint32_t>(w.R(in.c)[first]) : 0;
+        // Threads arriving: the lanes, and a warp's missing lanes when it arrives whole
+        // (a CTA's last, partial warp counts as a warp, as on a GPU).
+        uint32_t threads = __builtin_popcount(exec);
+        if (exec == w.live) threads += 32 - __builtin_popcount(w.live);
+        launch.active_barriers |= 1u << id;
+        launch.barrier_arrived[id] += threads;
+        if (count != 0) launch.barrier_expected[id] = count;
+        if (in.mode2 == 1) {  // bar.arrive: on without waiting
+          MoveLanes(w, mask, pc + 1);
+          break;
+        }
         if (in.mode != 0) {
           const uint64_t* p = w.R(in.a);
           bool negate = in.flags & kFlagSigned;
           ForLanes(exec, [&](int l) {
             bool value = ((p[l] & 1) != 0) != negate;
-            launch.reduce_count += value;
-            launch.reduce_all = launch.reduce_all && value;
-            launch.reduce_any = launch.reduce_any || value;
+            launch.reduce_count[id] += value;
+            launch.reduce_all[id] = launch.reduce_all[id] && value;
+            launch.reduce_any[id] = launch.reduce_any[id] || value;
           });
         }
+        ForLanes(exec, [&](int l) { w.wait_id[l] = static_cast<uint8_t>(id); });
+        launch.barrier_waiting[id] += __builtin_popcount(exec);
         w.waiting |= exec;
         MoveLanes(w, mask & ~exec, pc + 1);
         break;
+      }
       case Flow::kTrap:
         if (exec) {
           switch (in.mode) {
@@ -5951,6 +5996,13 @@ void PrepareCta(const DecodedKernel& kernel, const LaunchSpec& spec, LaunchState
 }
 
 // Sets `context` up to run CTA number `cta` (linear) from its first instruction.
+void ResetBarrier(LaunchState& launch, int id) {
+  launch.barrier_waiting[id] = launch.barrier_arrived[id] = launch.barrier_expected[id] = 0;
+  launch.reduce_count[id] = 0;
+  launch.reduce_all[id] = true;
+  launch.reduce_any[id] = false;
+}
+
 void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
               LaunchState* state, CtaContext* context) {
   LaunchState& launch = *state;
@@ -5960,6 +6012,8 @@ void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
   launch.ctaid[2] = static_cast<uint32_t>(cta / (uint64_t{spec.grid[0]} * spec.grid[1]));
   launch.cta_linear = static_cast<uint32_t>(cta);
   if (launch.shared_size) std::memset(launch.shared, 0, launch.shared_size);
+  for (int id = 0; id < LaunchState::kBarriers; ++id) ResetBarrier(launch, id);
+  launch.active_barriers = 0;
   for (uint32_t i = 0; i < context->warps.size(); ++i) {
     Warp& w = context->warps[i];
     uint32_t lanes = std::min<uint32_t>(32, threads - i * 32);
@@ -5975,8 +6029,30 @@ void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
   }
 }
 
-// One round of a CTA: each warp with lanes ready runs for a slice; a barrier that every
-// live lane has reached is released. False once every warp has exited (or on an error).
+// Releases every barrier that is complete: a barrier given a thread count once that many
+// threads arrived (bar.sync and bar.red wait, bar.arrive does not), a barrier without one
+// once every live lane of the CTA waits there. True if any was.
+bool ReleaseBarriers(CtaContext* context, LaunchState* state, const Inst* code) {
+  LaunchState& launch = *state;
+  uint32_t live = 0;
+  for (const Warp& w : context->warps) live += __builtin_popcount(w.live);
+  bool released = false;
+  for (uint32_t active = launch.active_barriers; active != 0; active &= active - 1) {
+    const int id = __builtin_ctz(active);
+    const uint32_t expected = launch.barrier_expected[id];
+    bool complete =
+        expected != 0 ? launch.barrier_arrived[id] >= expected : launch.barrier_waiting[id] >= live;
+    if (!complete) continue;
+    for (Warp& w : context->warps) ReleaseBarrier(w, code, id);
+    ResetBarrier(launch, id);
+    launch.active_barriers &= ~(1u << id);
+    released = true;
+  }
+  return released;
+}
+
+// One round of a CTA: each warp with lanes ready runs for a slice; a barrier that is
+// complete is released. False once every warp has exited (or on an error).
 bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
   LaunchState& launch = *state;
   bool any_live = false;
@@ -5988,11 +6064,12 @@ bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
     any_ready |= (w.live & ~w.waiting) != 0;
   }
   if (!any_live) return false;
-  if (!any_ready) {
-    for (Warp& w : context->warps) ReleaseBarrier(w, code);
-    launch.reduce_count = 0;
-    launch.reduce_all = true;
-    launch.reduce_any = false;
+  if (launch.active_barriers != 0 && !ReleaseBarriers(context, state, code) && !any_ready) {
+    // Every live lane waits, at barriers that cannot complete (counts that the waiting
+    // threads do not reach): a GPU would hang; release them all rather than spin.
+    for (Warp& w : context->warps) ReleaseBarrier(w, code, -1);
+    for (int id = 0; id < LaunchState::kBarriers; ++id) ResetBarrier(launch, id);
+    launch.active_barriers = 0;
   }
   return true;
 }

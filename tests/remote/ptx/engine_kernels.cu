@@ -605,4 +605,30 @@ __global__ void long_divergent_loop_then_shuffle(int* out) {
   for (int offset = 16; offset > 0; offset /= 2) count += __shfl_xor_sync(0xffffffff, count, offset);
   out[threadIdx.x] = count;
 }
+// Named barriers with thread counts (warp specialisation): in each of `rounds`, warp 0
+// writes a row and arrives at barrier 3 (bar.arrive: no wait), warp 1 waits there
+// (bar.sync 3, 64), copies the row and arrives at barrier 4, which warp 0 waits at before
+// overwriting the row. Warps 2-3 meanwhile pass barrier 5 (64 threads) among themselves
+// `rounds` times, and the id and count may come from registers.
+__global__ void named_barriers(int* out, int rounds, int id5) {
+  __shared__ int row[32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = 0; r < rounds; ++r) {
+    if (warp == 0) {
+      row[lane] = r * 100 + lane;
+      __threadfence_block();
+      asm volatile("bar.arrive 3, 64;" ::: "memory");
+      asm volatile("bar.sync 4, 64;" ::: "memory");
+    } else if (warp == 1) {
+      asm volatile("bar.sync 3, 64;" ::: "memory");
+      out[r * 32 + lane] = row[lane];
+      asm volatile("bar.arrive 4, 64;" ::: "memory");
+    } else {
+      asm volatile("bar.sync %0, %1;" ::"r"(id5), "r"(64) : "memory");
+      if (lane == 0) atomicAdd(&out[rounds * 32 + warp - 2], 1);
+    }
+  }
+  __syncthreads();  // barrier 0, every thread
+  if (threadIdx.x == 0) out[rounds * 32 + 2] = 1;
+}
 }  // extern "C"

@@ -2427,6 +2427,26 @@ TEST_F(Engine, LanesOfAWarpWaitingForEachOtherProgress) {
   for (int t = 0; t < 64; ++t) EXPECT_EQ(counts[t], sum) << "thread " << t;
 }
 
+// Named barriers keep their own thread counts: a producer warp arrives (bar.arrive) and
+// goes on while its consumer waits (bar.sync) for that barrier only, and another pair of
+// warps passes a third barrier meanwhile. Every barrier was CTA-wide: bar.arrive did not
+// count and the consumer was released with the producer's next wait, reading the next
+// round's row.
+TEST_F(Engine, NamedBarriersCountTheirOwnThreads) {
+  const int rounds = 6;
+  uint64_t out = Zeros<int32_t>(rounds * 32 + 3);
+  ASSERT_EQ(Run("named_barriers", {2}, {128}, 0, out, rounds, 5), kCuSuccess) << last_detail_;
+  auto got = Download<int32_t>(out, rounds * 32 + 3);
+  for (int r = 0; r < rounds; ++r) {
+    for (int lane = 0; lane < 32; ++lane) {
+      ASSERT_EQ(got[r * 32 + lane], r * 100 + lane) << "round " << r << " lane " << lane;
+    }
+  }
+  EXPECT_EQ(got[rounds * 32], 2 * rounds);  // warp 2 of both CTAs, every round
+  EXPECT_EQ(got[rounds * 32 + 1], 2 * rounds);
+  EXPECT_EQ(got[rounds * 32 + 2], 1);
+}
+
 // Virtual functions of objects made on the device: neighbouring lanes call three different
 // Area()s (divergent indirect calls), and the virtual destructors free the heap.
 TEST_F(Engine, VirtualFunctionsOfDeviceObjects) {
