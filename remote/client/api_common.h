@@ -63,6 +63,12 @@ CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
 CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3],
                               const unsigned block[3], unsigned shared_bytes);
 
+// Calls `visit(opaque, function, owner)` for each kernel of `module` (a CUfunction; owner:
+// the module handle), outside the library's locks; returns how many it visited (0 for a
+// handle that is no module). The module-iterator export table's entry (export_tables.cc).
+uint64_t ForEachFunction(CUmodule module,
+                         void (*visit)(void* opaque, void* function, uint64_t owner), void* opaque);
+
 }  // namespace gpupool::client
 
 // Wraps a function body: GPUPOOL_BODY({ ...; return CUDA_SUCCESS; })

@@ -288,6 +288,31 @@ CUresult GetGlobal(Module* module, const char* name, CUdeviceptr* dptr, size_t* 
 
 namespace gpupool::client {
 
+uint64_t ForEachFunction(CUmodule handle,
+                         void (*visit)(void* opaque, void* function, uint64_t owner),
+                         void* opaque) {
+  Module* module = AsModule(handle);
+  if (module == nullptr || visit == nullptr) return 0;
+  std::vector<std::string> names;
+  {
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    for (const auto& [name, layout] : module->kernels) names.push_back(name);
+  }
+  uint64_t visited = 0;
+  for (const std::string& name : names) {
+    Function* function = nullptr;
+    if (GetFunction(module, name.c_str(), &function) != CUDA_SUCCESS) continue;
+    // Outside every lock: the caller's function may call the driver.
+    visit(opaque, function, reinterpret_cast<uint64_t>(handle));
+    ++visited;
+  }
+  return visited;
+}
+
+}  // namespace gpupool::client
+
+namespace gpupool::client {
+
 CUresult PackKernelParams(CUfunction handle, void** params, void** extra,
                           std::vector<char>* packed) {
   Function* function = AsFunction(handle);

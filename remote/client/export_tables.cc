@@ -1,7 +1,9 @@
-// cuGetExportTable: the undocumented tables the CUDA runtime asks the driver for.
+// cuGetExportTable: the undocumented tables the CUDA runtime and the math libraries (cuFFT,
+// cuBLAS) ask the driver for.
 //
 // Clean-room implementation from public descriptions of their behaviour (e.g. the ZLUDA
-// project's notes); the layouts are those the CUDA 13.0 runtime uses (see
+// project's notes) and from watching which slots the libraries call, with what (a table
+// whose every slot only logged its arguments); the layouts are those CUDA 13.0 uses (see
 // shared/notes in the project's reference material and tests/remote, which run real
 // nvcc-built programs against this library for the installed toolkit). A table is an array
 // of pointers; most start with their own size in bytes. Slots we do not know answer
@@ -38,6 +40,10 @@ constexpr TableId kContextChecks = {{0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0
                                      0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}};
 constexpr TableId kIntegrityCheck = {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34,
                                       0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}};
+constexpr TableId kContextIdentity = {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6,
+                                       0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}};
+constexpr TableId kModuleIterator = {{0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c,
+                                      0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}};
 
 CUresult CUDAAPI UnknownSlot() {
   return static_cast<CUresult>(ReportUnsupported("an undocumented driver export-table entry"));
@@ -76,9 +82,40 @@ void* tools_runtime_callback_hooks[7] = {
     reinterpret_cast<void*>(&HooksBuffer1), kUnknown, kUnknown, kUnknown,
     reinterpret_cast<void*>(&HooksBuffer2)};
 
-// --- TOOLS_TLS: only its size is read --------------------------------------------------------
+// --- TOOLS_TLS: slot 2 gives the calling thread's current context (cuBLASLt asks) ----------
 
-void* tools_tls[4] = {reinterpret_cast<void*>(sizeof(tools_tls)), kUnknown, kUnknown, kUnknown};
+CUresult CUDAAPI ToolsCurrentContext(CUcontext* context) { return cuCtxGetCurrent(context); }
+
+void* tools_tls[4] = {reinterpret_cast<void*>(sizeof(tools_tls)), kUnknown,
+                      reinterpret_cast<void*>(&ToolsCurrentContext), kUnknown};
+
+// --- CONTEXT_IDENTITY: the math libraries (cuFFT, cuBLAS) key their per-context state by ---
+// slot 4, a context's unique id (as cuCtxGetId). The driver's table is longer; the slots
+// nobody was seen to call answer CUDA_ERROR_NOT_SUPPORTED.
+
+void* context_identity[48] = {};
+
+// --- MODULE_ITERATOR: slot 7 walks a module's functions (cuFFT finds its kernels so) --------
+// (context, module, visit(opaque, function, owner), opaque) -> how many were visited.
+
+uint64_t CUDAAPI IterateModuleFunctions(CUcontext, CUmodule module,
+                                        void (*visit)(void*, void*, uint64_t), void* opaque) {
+  return ForEachFunction(module, visit, opaque);
+}
+
+void* module_iterator[48] = {};
+
+// Tables whose known slots are few: every other slot answers CUDA_ERROR_NOT_SUPPORTED.
+struct SparseTablesFilled {
+  SparseTablesFilled() {
+    for (void** table : {context_identity, module_iterator}) {
+      table[0] = reinterpret_cast<void*>(sizeof(context_identity));
+      for (int i = 1; i < 48; ++i) table[i] = kUnknown;
+    }
+    context_identity[4] = reinterpret_cast<void*>(&cuCtxGetId);
+    module_iterator[7] = reinterpret_cast<void*>(&IterateModuleFunctions);
+  }
+} sparse_tables_filled;
 
 // --- CONTEXT_LOCAL_STORAGE: per-context key/value slots of the runtime (no size slot) -------
 
@@ -210,6 +247,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGetExportTable(const void** table, const CUu
   else if (kContextLocalStorage.Matches(id)) found = context_local_storage;
   else if (kContextChecks.Matches(id)) found = context_checks;
   else if (kIntegrityCheck.Matches(id)) found = integrity_check;
+  else if (kContextIdentity.Matches(id))
+    found = context_identity;
+  else if (kModuleIterator.Matches(id))
+    found = module_iterator;
   if (found == nullptr) {
     if (DebugEnabled()) {
       char hex[33];
