@@ -593,7 +593,24 @@ CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remot
   }
   uint64_t module_id = 0;
   CUresult status = EnsureModuleLoaded(function->module, device, &module_id);
-  if (status != CUDA_SUCCESS) return status;
+  if (status != CUDA_SUCCESS) {
+    // Said once per module on stderr too: libraries that launch kernels do not always look
+    // at the launch's error, and their results are then silently wrong.
+    bool first = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      first = !function->module->load_failure_told;
+      function->module->load_failure_told = true;
+    }
+    const char* name = nullptr;
+    if (first && cuGetErrorName(status, &name) == CUDA_SUCCESS) {
+      LogError(
+          "kernel %s: its module cannot be loaded on GPU %d (%s; the agent's log says why): "
+          "its launches fail",
+          function->name.c_str(), device, name);
+    }
+    return status;
+  }
   dataplane::GetFunctionArgs args{};
   args.module = module_id;
   args.function = NewId();

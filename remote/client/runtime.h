@@ -117,6 +117,7 @@ struct Module {
   std::vector<uint32_t> ptx_archs;     // targets of the image's PTX entries (0: unknown)
   std::map<int, uint64_t> remote_ids;  // device -> server module id
   std::map<std::string, std::unique_ptr<Function>> functions;
+  bool load_failure_told = false;  // a failed load was logged (Runtime::EnsureFunction); mu_
 };
 
 // CUfunction and CUkernel: the runtime passes a CUkernel where a CUfunction is expected,
