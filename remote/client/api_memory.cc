@@ -8,8 +8,10 @@
 // asynchronous copies into page-locked memory, which complete by the next synchronisation.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "remote/client/api_common.h"
@@ -37,6 +39,48 @@ int DeviceOf(CUdeviceptr ptr, size_t size) {
   Allocation allocation{};
   if (!Runtime::Get().FindAllocation(ptr, size == 0 ? 1 : size, nullptr, &allocation)) return -1;
   return allocation.device;
+}
+
+// [ptr, ptr+size) cut where it runs from one allocation into the next, when it runs over
+// allocations that follow each other with no gap, on one device: adjacent mappings of the
+// virtual memory API (vmm.cc), each an allocation of its own on the agent. Pieces are
+// (offset, length); false when the range is not such a run of two or more.
+bool SpanPieces(CUdeviceptr ptr, size_t size, int* device,
+                std::vector<std::pair<size_t, size_t>>* pieces) {
+  pieces->clear();
+  *device = -1;
+  for (uint64_t at = ptr, end = ptr + size; at < end;) {
+    uint64_t start = 0;
+    Allocation allocation{};
+    if (!Runtime::Get().FindAllocation(at, 1, &start, &allocation)) return false;
+    if (*device >= 0 && allocation.device != *device) return false;
+    *device = allocation.device;
+    const uint64_t length = std::min<uint64_t>(end - at, start + allocation.size - at);
+    pieces->emplace_back(at - ptr, length);
+    at += length;
+  }
+  return pieces->size() > 1;
+}
+
+// DeviceOf, or the device of a run of adjacent allocations (SpanPieces).
+int DeviceOfSpan(CUdeviceptr ptr, size_t size) {
+  if (int device = DeviceOf(ptr, size); device >= 0) return device;
+  int device = -1;
+  std::vector<std::pair<size_t, size_t>> pieces;
+  return SpanPieces(ptr, size, &device, &pieces) ? device : -1;
+}
+
+// Runs `piece(offset, length)` for each piece of a run of adjacent allocations, in order;
+// CUDA_ERROR_INVALID_VALUE when [ptr, ptr+size) is not one.
+template <typename Piece>
+CUresult ForEachPiece(CUdeviceptr ptr, size_t size, Piece&& piece) {
+  int device = -1;
+  std::vector<std::pair<size_t, size_t>> pieces;
+  if (!SpanPieces(ptr, size, &device, &pieces)) return CUDA_ERROR_INVALID_VALUE;
+  for (const auto& [offset, length] : pieces) {
+    if (CUresult status = piece(offset, length); status != CUDA_SUCCESS) return status;
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult StreamId(CUstream stream, uint64_t* id) {
@@ -69,7 +113,11 @@ CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t size, CUstream stream
     return CopyDtoD(dst, reinterpret_cast<CUdeviceptr>(src), size, stream);
   }
   int device = DeviceOf(dst, size);
-  if (device < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (device < 0) {
+    return ForEachPiece(dst, size, [&](size_t offset, size_t length) {
+      return CopyHtoD(dst + offset, static_cast<const char*>(src) + offset, length, stream);
+    });
+  }
   dp::MemcpyHtoDArgs args{dst, size, 0};
   if (CUresult status = StreamId(stream, &args.stream); status != CUDA_SUCCESS) return status;
   return Runtime::Get().Post(device, dp::kOpMemcpyHtoD, &args, sizeof(args), src, size);
@@ -90,7 +138,11 @@ CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t size, CUstream stream, bool
                                sizeof(args));
   }
   int device = DeviceOf(src, size);
-  if (device < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (device < 0) {
+    return ForEachPiece(src, size, [&](size_t offset, size_t length) {
+      return CopyDtoH(static_cast<char*>(dst) + offset, src + offset, length, stream, async);
+    });
+  }
   dp::MemcpyDtoHArgs args{src, size, 0};
   if (CUresult status = StreamId(stream, &args.stream); status != CUDA_SUCCESS) return status;
   // Asynchronous only into page-locked memory; into pageable memory CUDA copies
@@ -106,7 +158,17 @@ CUresult CopyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream
   if (size == 0) return CUDA_SUCCESS;
   int device = DeviceOf(dst, size);
   int source_device = DeviceOf(src, size);
-  if (device < 0 || source_device < 0) return CUDA_ERROR_INVALID_VALUE;
+  // A side over adjacent allocations: piece by piece, each then within one on that side.
+  if (device < 0) {
+    return ForEachPiece(dst, size, [&](size_t offset, size_t length) {
+      return CopyDtoD(dst + offset, src + offset, length, stream);
+    });
+  }
+  if (source_device < 0) {
+    return ForEachPiece(src, size, [&](size_t offset, size_t length) {
+      return CopyDtoD(dst + offset, src + offset, length, stream);
+    });
+  }
   if (device != source_device) {
     // Between two remote GPUs: through this host (there is no peer path).
     std::vector<char> staging(size);
@@ -123,8 +185,8 @@ CUresult CopyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream
 
 CUresult CopyAny(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream, bool async) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-  bool dst_device = DeviceOf(dst, size) >= 0;
-  bool src_device = DeviceOf(src, size) >= 0;
+  bool dst_device = DeviceOfSpan(dst, size) >= 0;
+  bool src_device = DeviceOfSpan(src, size) >= 0;
   if (dst_device && src_device) return CopyDtoD(dst, src, size, stream);
   if (dst_device) return CopyHtoD(dst, reinterpret_cast<const void*>(src), size, stream);
   if (src_device) return CopyDtoH(reinterpret_cast<void*>(dst), src, size, stream, async);
@@ -138,7 +200,12 @@ CUresult Memset(CUdeviceptr dst, uint32_t value, uint32_t element_size, size_t c
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (count == 0) return CUDA_SUCCESS;
   int device = DeviceOf(dst, count * element_size);
-  if (device < 0) return CUDA_ERROR_INVALID_VALUE;
+  if (device < 0) {
+    return ForEachPiece(dst, count * element_size, [&](size_t offset, size_t length) {
+      if (offset % element_size != 0 || length % element_size != 0) return CUDA_ERROR_INVALID_VALUE;
+      return Memset(dst + offset, value, element_size, length / element_size, stream);
+    });
+  }
   dp::MemsetArgs args{dst, count, value, element_size, 0};
   if (CUresult status = StreamId(stream, &args.stream); status != CUDA_SUCCESS) return status;
   return Runtime::Get().Post(device, dp::kOpMemset, &args, sizeof(args));

@@ -20,8 +20,8 @@
 // covers a whole physical allocation (offset 0, its size), a physical allocation has one
 // mapping at a time (no aliases), no shareable handles (IPC), and memory is accessible only
 // from its own GPU (remote GPUs do not reach each other's memory; cuDeviceCanAccessPeer
-// says 0). A copy or memset must stay within one mapping: adjacent mappings are separate
-// allocations on the agent.
+// says 0). Adjacent mappings are separate allocations on the agent: a copy or memset over
+// several is cut at their seams (api_memory.cc, SpanPieces).
 //
 // Only where the GPU's executor places memory at this process's addresses (the sim): the
 // device attribute VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED says so.

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "../programs/check.h"
@@ -153,12 +154,44 @@ int main() {
     first[i] = static_cast<float>(i % 4093);
     second[i] = -static_cast<float>(i % 811);
   }
-  CHECK(cudaMemcpy(reinterpret_cast<void*>(buffer), first.data(), piece, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(reinterpret_cast<void*>(buffer + piece), second.data(), piece,
-                   cudaMemcpyHostToDevice));
+  // Copies and memsets may run over both mappings, as over one range on a GPU.
+  std::vector<float> both(first);
+  both.insert(both.end(), second.begin(), second.end());
+  CHECK(cudaMemset(reinterpret_cast<void*>(buffer + piece - 8), 0x7f, 16));
+  std::vector<float> seam(4);
+  CHECK(cudaMemcpy(seam.data(), reinterpret_cast<void*>(buffer + piece - 8), 16,
+                   cudaMemcpyDeviceToHost));
+  for (float value : seam) EXPECT(std::memcmp(&value, "\x7f\x7f\x7f\x7f", 4) == 0);
+  CHECK(
+      cudaMemcpy(reinterpret_cast<void*>(buffer), both.data(), 2 * piece, cudaMemcpyHostToDevice));
   Scale<<<(2 * piece_floats + 255) / 256, 256>>>(reinterpret_cast<float*>(buffer), 2.0f,
                                                  2 * piece_floats);  // across both pieces
   CHECK(cudaDeviceSynchronize());
+  std::vector<float> doubled(2 * piece_floats);
+  CHECK(cudaMemcpy(doubled.data(), reinterpret_cast<void*>(buffer), 2 * piece,
+                   cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < 2 * piece_floats; ++i) EXPECT(doubled[i] == 2.0f * both[i]);
+  // Device to device, each side over the seam: 3 MiB from 2 MiB into the buffer to an
+  // ordinary allocation, and back to 1 MiB further on.
+  const size_t mib = size_t{1} << 20, from = piece - 2 * mib, to = piece - mib;
+  void* plain = nullptr;
+  CHECK(cudaMalloc(&plain, 3 * mib));
+  CHECK(
+      cudaMemcpy(plain, reinterpret_cast<void*>(buffer + from), 3 * mib, cudaMemcpyDeviceToDevice));
+  CHECK(cudaMemcpy(reinterpret_cast<void*>(buffer + to), plain, 3 * mib, cudaMemcpyDeviceToDevice));
+  CHECK(cudaMemcpy(doubled.data(), reinterpret_cast<void*>(buffer), 2 * piece,
+                   cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < 2 * piece_floats; ++i) {
+    const size_t byte = i * sizeof(float);
+    const bool moved = byte >= to && byte < to + 3 * mib;
+    const size_t source = moved ? i - (to - from) / sizeof(float) : i;
+    EXPECT(doubled[i] == 2.0f * both[source]);
+  }
+  CHECK(cudaFree(plain));
+  // Put the scaled contents back for the move below.
+  for (size_t i = 0; i < 2 * piece_floats; ++i) doubled[i] = 2.0f * both[i];
+  CHECK(cudaMemcpy(reinterpret_cast<void*>(buffer), doubled.data(), 2 * piece,
+                   cudaMemcpyHostToDevice));
 
   // Moving to a larger reservation elsewhere: unmap, map the same physical allocations at
   // the new addresses; the contents come along.
