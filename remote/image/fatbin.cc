@@ -31,6 +31,9 @@ constexpr size_t kMaxRelocatableFatbins = 65536;
 // EIATTR record formats and the attribute we need.
 constexpr uint8_t kFormatSizedValue = 0x04;  // u16 size follows, then `size` bytes
 constexpr uint8_t kAttrKernelParamInfo = 0x17;
+// Its successor for kernels of more than 4 KiB of parameters (CUDA 12.1 on allow 32,764
+// bytes): u32 index, u16 ordinal, u16 offset, u32 size in bytes.
+constexpr uint8_t kAttrKernelParamInfoV2 = 0x45;
 
 struct FatbinWrapper {
   uint32_t magic;
@@ -225,6 +228,11 @@ KernelLayout ParseKernelInfo(const uint8_t* p, size_t size) {
       uint16_t offset = Read<uint16_t>(value + 6);
       uint32_t packed = Read<uint32_t>(value + 8);
       params.push_back({ordinal, ParamSlot{offset, (packed >> 18) & 0x3fff}});
+    } else if (attribute == kAttrKernelParamInfoV2 && length >= 12) {
+      uint16_t ordinal = Read<uint16_t>(value + 4);
+      uint16_t offset = Read<uint16_t>(value + 6);
+      uint32_t bytes = Read<uint32_t>(value + 8) & 0xffff;
+      params.push_back({ordinal, ParamSlot{offset, bytes}});
     }
     at += 4 + length;
   }

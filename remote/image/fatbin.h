@@ -4,7 +4,8 @@
 // cuLaunchKernel hands the driver an array of pointers to the arguments with no sizes;
 // a remoting driver must know each parameter's offset and size to pack them. On a GPU host
 // cuFuncGetParamInfo answers; here we read them offline from the image: the ELF cubin's
-// `.nv.info.<kernel>` section holds one EIATTR_KPARAM_INFO record per parameter.
+// `.nv.info.<kernel>` section holds one EIATTR_KPARAM_INFO record per parameter (attribute
+// 0x45, its successor, for kernels of more than 4 KiB of parameters).
 //
 // Accepted images (what cuModuleLoadData / cuLibraryLoadData receive):
 //   - a fatbin wrapper (__fatBinC_Wrapper_t, magic 0x466243b1) pointing to a fatbin,
