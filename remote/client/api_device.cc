@@ -439,16 +439,29 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSetLimit(CUlimit limit, size_t value) {
   });
 }
 
+// The L1/shared preference: a hint on a remote GPU, kept per context and read back as set.
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetCacheConfig(CUfunc_cache* config) {
   GPUPOOL_BODY({
     if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    *config = CU_FUNC_CACHE_PREFER_NONE;
-    return RequireInit();
+    Context* context = nullptr;
+    if (CUresult status = CurrentLiveContext(&context); status != CUDA_SUCCESS) return status;
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    *config = context->cache_config;
+    return CUDA_SUCCESS;
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSetCacheConfig(CUfunc_cache config) {
-  GPUPOOL_BODY({ return RequireInit(); });
+  GPUPOOL_BODY({
+    if (config < CU_FUNC_CACHE_PREFER_NONE || config > CU_FUNC_CACHE_PREFER_EQUAL) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    Context* context = nullptr;
+    if (CUresult status = CurrentLiveContext(&context); status != CUDA_SUCCESS) return status;
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    context->cache_config = config;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetStreamPriorityRange(int* least, int* greatest) {

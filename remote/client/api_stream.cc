@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "remote/client/api_common.h"
+#include "remote/client/device_attributes.h"
 #include "remote/client/graphs.h"
 
 using namespace gpupool::client;  // NOLINT
@@ -351,6 +352,52 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCapt
 // are accepted and read back as the defaults: they tune a GPU's caches and scheduler,
 // never results. The priority is the stream's own.
 
+namespace {
+
+// The attribute values set on `handle` (a stream, or the current context's default stream),
+// or nullptr for a handle that is neither; under Runtime::mu().
+std::map<int, CUstreamAttrValue>* AttributesOf(CUstream handle) {
+  if (IsDefaultStream(handle)) {
+    Context* context = CurrentContext();
+    return context != nullptr ? &context->default_stream_attributes : nullptr;
+  }
+  Stream* stream = AsStream(handle);
+  return stream != nullptr ? &stream->attributes : nullptr;
+}
+
+// What a GPU accepts for `attribute` (the access policy window within the device's
+// limit, its hit ratio a fraction, its properties known; a known synchronisation
+// policy); CUDA_ERROR_INVALID_VALUE naming nothing else, as a driver answers.
+CUresult CheckStreamAttribute(CUstreamAttrID attribute, const CUstreamAttrValue& value) {
+  switch (attribute) {
+    case CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW: {
+      const CUaccessPolicyWindow& window = value.accessPolicyWindow;
+      auto known = [](CUaccessProperty property) {
+        return property == CU_ACCESS_PROPERTY_NORMAL || property == CU_ACCESS_PROPERTY_STREAMING ||
+               property == CU_ACCESS_PROPERTY_PERSISTING;
+      };
+      if (window.num_bytes > kMaxAccessPolicyWindowBytes || !(window.hitRatio >= 0.0f) ||
+          window.hitRatio > 1.0f || !known(window.hitProp) || !known(window.missProp)) {
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      return CUDA_SUCCESS;
+    }
+    case CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+      return value.syncPolicy >= CU_SYNC_POLICY_AUTO &&
+                     value.syncPolicy <= CU_SYNC_POLICY_BLOCKING_SYNC
+                 ? CUDA_SUCCESS
+                 : CUDA_ERROR_INVALID_VALUE;
+    case CU_STREAM_ATTRIBUTE_PRIORITY:
+    case CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+    case CU_STREAM_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      return CUDA_SUCCESS;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+}  // namespace
+
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetAttribute(CUstream handle, CUstreamAttrID attribute,
                                                        CUstreamAttrValue* value) {
   GPUPOOL_BODY({
@@ -360,11 +407,24 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetAttribute(CUstream handle, CUstream
       return status;
     }
     std::memset(value, 0, sizeof(*value));
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
     if (attribute == CU_STREAM_ATTRIBUTE_PRIORITY) {
       Stream* stream = AsStream(handle);
       value->priority = stream ? stream->priority : 0;
-    } else if (attribute == CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY) {
+      return CUDA_SUCCESS;
+    }
+    auto* attributes = AttributesOf(handle);
+    if (attributes != nullptr) {
+      if (auto found = attributes->find(attribute); found != attributes->end()) {
+        *value = found->second;
+        return CUDA_SUCCESS;
+      }
+    }
+    if (attribute == CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY) {
       value->syncPolicy = CU_SYNC_POLICY_AUTO;
+    } else if (attribute == CU_STREAM_ATTRIBUTE_ACCESS_POLICY_WINDOW) {
+      value->accessPolicyWindow.hitProp = CU_ACCESS_PROPERTY_NORMAL;
+      value->accessPolicyWindow.missProp = CU_ACCESS_PROPERTY_NORMAL;
     }
     return CUDA_SUCCESS;
   });
@@ -375,12 +435,23 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetAttribute_ptsz(CUstream handle,
   return cuStreamGetAttribute(handle, attribute, value);
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSetAttribute(CUstream handle, CUstreamAttrID,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSetAttribute(CUstream handle, CUstreamAttrID attribute,
                                                        const CUstreamAttrValue* value) {
   GPUPOOL_BODY({
     if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
     int device = 0;
-    return ResolveDevice(handle, &device, nullptr);
+    if (CUresult status = ResolveDevice(handle, &device, nullptr); status != CUDA_SUCCESS) {
+      return status;
+    }
+    if (CUresult status = CheckStreamAttribute(attribute, *value); status != CUDA_SUCCESS) {
+      return status;
+    }
+    if (attribute == CU_STREAM_ATTRIBUTE_PRIORITY) return CUDA_SUCCESS;  // fixed at creation
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    if (auto* attributes = AttributesOf(handle); attributes != nullptr) {
+      (*attributes)[attribute] = *value;
+    }
+    return CUDA_SUCCESS;
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSetAttribute_ptsz(CUstream handle,
@@ -395,7 +466,14 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCopyAttributes(CUstream destination, C
     if (CUresult status = ResolveDevice(source, &device, nullptr); status != CUDA_SUCCESS) {
       return status;
     }
-    return ResolveDevice(destination, &device, nullptr);
+    if (CUresult status = ResolveDevice(destination, &device, nullptr); status != CUDA_SUCCESS) {
+      return status;
+    }
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    auto* from = AttributesOf(source);
+    auto* to = AttributesOf(destination);
+    if (from != nullptr && to != nullptr && from != to) *to = *from;
+    return CUDA_SUCCESS;
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream destination,

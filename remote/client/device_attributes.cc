@@ -151,7 +151,9 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
       *value = p.max_blocks_per_multiprocessor;
       break;
-    case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE: *value = 134213632; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE:
+      *value = kMaxAccessPolicyWindowBytes;
+      break;
     case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
       *value = p.reserved_shared_per_block;
       break;

@@ -30,6 +30,10 @@ struct ModelProperties {
 // its generation when the model is not in the table.
 ModelProperties PropertiesOf(const Device& device);
 
+// CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE, as GPUs since sm_80 report it: the
+// largest access policy window a stream or kernel may be given.
+constexpr int kMaxAccessPolicyWindowBytes = 134213632;
+
 // CUDA_ERROR_INVALID_VALUE for attributes outside the enum.
 CUresult DeviceAttribute(const Device& device, int attribute, int* value);
 

@@ -88,6 +88,10 @@ struct Context {
   // Streams and events created in this context; guarded by Runtime::mu_.
   std::set<Stream*> streams;
   std::set<Event*> events;
+  // cuCtxSetCacheConfig's preference, read back as set (a hint here); Runtime::mu_.
+  CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
+  // cuStreamSetAttribute values of this context's default stream; guarded by Runtime::mu_.
+  std::map<int, CUstreamAttrValue> default_stream_attributes;
 };
 
 struct Stream {
@@ -96,6 +100,9 @@ struct Stream {
   Context* context = nullptr;
   unsigned flags = 0;
   int priority = 0;
+  // cuStreamSetAttribute values (hints a remote GPU does not act on, read back as set);
+  // guarded by Runtime::mu_.
+  std::map<int, CUstreamAttrValue> attributes;
 };
 
 struct Event {

@@ -129,7 +129,7 @@ int main() {
   EXPECT(cudaEventElapsedTime(&none, marks[0], untimed) == cudaErrorInvalidResourceHandle);
   cudaGetLastError();
 
-  // No stream is ever capturing (graphs are not supported), and hints are accepted.
+  // This stream is not capturing, and hints are accepted.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusActive;
   CHECK(cudaStreamIsCapturing(stream, &capture));
   EXPECT(capture == cudaStreamCaptureStatusNone);
@@ -140,6 +140,41 @@ int main() {
   policy.accessPolicyWindow.hitProp = cudaAccessPropertyPersisting;
   policy.accessPolicyWindow.missProp = cudaAccessPropertyStreaming;
   CHECK(cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &policy));
+  // Read back as set (the stream's own), copied to another stream, and checked as a GPU
+  // checks them: a window over the device's limit or a hit ratio above 1 is refused.
+  cudaStreamAttrValue read{};
+  CHECK(cudaStreamGetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &read));
+  EXPECT(read.accessPolicyWindow.base_ptr == d && read.accessPolicyWindow.num_bytes == 4096 &&
+         read.accessPolicyWindow.hitRatio == 0.5f &&
+         read.accessPolicyWindow.hitProp == cudaAccessPropertyPersisting &&
+         read.accessPolicyWindow.missProp == cudaAccessPropertyStreaming);
+  cudaStream_t copy;
+  CHECK(cudaStreamCreate(&copy));
+  CHECK(cudaStreamGetAttribute(copy, cudaStreamAttributeAccessPolicyWindow, &read));
+  EXPECT(read.accessPolicyWindow.num_bytes == 0);
+  CHECK(cudaStreamCopyAttributes(copy, stream));
+  CHECK(cudaStreamGetAttribute(copy, cudaStreamAttributeAccessPolicyWindow, &read));
+  EXPECT(read.accessPolicyWindow.num_bytes == 4096 && read.accessPolicyWindow.base_ptr == d);
+  CHECK(cudaStreamDestroy(copy));
+  int max_window = 0;
+  CHECK(cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, 0));
+  cudaStreamAttrValue too_much = policy;
+  too_much.accessPolicyWindow.num_bytes = static_cast<size_t>(max_window) + 1;
+  EXPECT(cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &too_much) ==
+         cudaErrorInvalidValue);
+  too_much = policy;
+  too_much.accessPolicyWindow.hitRatio = 1.5f;
+  EXPECT(cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &too_much) ==
+         cudaErrorInvalidValue);
+  cudaGetLastError();
+  CHECK(cudaStreamGetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &read));
+  EXPECT(read.accessPolicyWindow.num_bytes == 4096);  // unchanged by the refusals
+  // The device's L1/shared preference, read back as set.
+  CHECK(cudaDeviceSetCacheConfig(cudaFuncCachePreferL1));
+  cudaFuncCache cache = cudaFuncCachePreferNone;
+  CHECK(cudaDeviceGetCacheConfig(&cache));
+  EXPECT(cache == cudaFuncCachePreferL1);
+  CHECK(cudaDeviceSetCacheConfig(cudaFuncCachePreferNone));
 
   // Stream priorities: clamped into the device's range, and read back.
   int least = 0, greatest = 0;
