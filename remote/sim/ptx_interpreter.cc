@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <span>
@@ -65,6 +66,11 @@ constexpr uint8_t kTrapCallsTooDeep = 2;  // calls nested deeper than kMaxCallDe
 // progress.
 constexpr uint64_t kWarpSlice = 1u << 14;
 constexpr uint64_t kCooperativeWarpSlice = 1u << 8;
+// A CTA that runs this many warp instructions without finishing may be waiting for other
+// CTAs of its grid (a grid-wide barrier or flag of the program's own, which works on a GPU
+// where they are resident together): its worker then makes the following CTAs resident
+// beside it (RunResident), as many as a GPU of the model would hold.
+constexpr uint64_t kResidentAfter = uint64_t{1} << 20;
 
 }  // namespace
 
@@ -6074,7 +6080,112 @@ bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
   return true;
 }
 
-// Runs CTAs first, first + stride, ... of the launch into *state (one worker thread).
+// How many CTAs of this launch one worker keeps resident once a CTA seems to wait for
+// others: its share of what the GPU holds at once (blocks per SM by threads and shared
+// memory, as on sm_80 and later: 2048 threads, 32 blocks, 228 KiB), within the memory a
+// cooperative launch may take.
+uint64_t ResidentPerWorker(const DecodedKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
+  const uint64_t threads = uint64_t{spec.block[0]} * spec.block[1] * spec.block[2];
+  const uint64_t warps = (threads + 31) / 32;
+  const uint64_t shared = kernel.static_shared + spec.dynamic_shared;
+  uint64_t per_sm = std::min<uint64_t>(32, std::max<uint64_t>(1, 2048 / (warps * 32)));
+  if (shared > 0) per_sm = std::min<uint64_t>(per_sm, std::max<uint64_t>(1, 228 * 1024 / shared));
+  // What PrepareCta allocates for one: registers, local and shared memory, range hints.
+  const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size) +
+                           shared + kernel.code.size() * sizeof(uint32_t) + 4096;
+  uint64_t resident = uint64_t{std::max(spec.sm_count, 1u)} * per_sm;
+  resident = std::min(resident, std::max<uint64_t>(1, kMaxCooperativeBytes / per_cta));
+  return std::max<uint64_t>(1, (resident + workers - 1) / workers);
+}
+
+// Runs the worker's CTAs from `cta` on (cta, cta + stride, ...) with several resident at
+// once, taking turns with short slices: `cta` itself is under way in *state and *context;
+// the others get states and contexts of their own. The resident CTAs double, up to what a
+// GPU of the model holds (ResidentPerWorker), each time they together run
+// kResidentAfter warp instructions per CTA with none finishing: CTAs waiting for others
+// soon have them resident, while long CTAs that do finish stay few (their memory, and
+// the slices' switching, cost little). Their printf text, instruction counts and first
+// error end up in *state.
+void RunResident(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta, uint64_t stride,
+                 uint32_t workers, std::atomic<bool>* stop, LaunchState* state,
+                 CtaContext* context) {
+  const Inst* code = kernel.code.data();
+  const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
+  const uint64_t limit = ResidentPerWorker(kernel, spec, workers);
+  struct Slot {
+    LaunchState* state;
+    CtaContext* context;
+    bool running;
+  };
+  std::vector<std::unique_ptr<LaunchState>> own_states;
+  std::vector<std::unique_ptr<CtaContext>> own_contexts;
+  state->slice = kCooperativeWarpSlice;
+  std::vector<Slot> slots{{state, context, true}};
+  uint64_t next = cta + stride;
+  auto start_next = [&](Slot& slot) {
+    if (next >= ctas || stop->load(std::memory_order_relaxed)) return false;
+    if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
+    StartCta(kernel, spec, next, slot.state, slot.context);
+    next += stride;
+    return true;
+  };
+  auto instructions = [&] {
+    uint64_t total = 0;
+    for (const Slot& slot : slots) total += slot.state->clock;
+    return total;
+  };
+  uint64_t wanted = 2;
+  uint64_t epoch_start = instructions();
+  bool finished_in_epoch = false;
+  for (bool any = true; any;) {
+    while (slots.size() < std::min(wanted, limit) && next < ctas) {
+      own_states.push_back(std::make_unique<LaunchState>());
+      own_contexts.push_back(std::make_unique<CtaContext>());
+      own_states.back()->slice = kCooperativeWarpSlice;
+      PrepareCta(kernel, spec, own_states.back().get(), own_contexts.back().get());
+      slots.push_back({own_states.back().get(), own_contexts.back().get(), false});
+      slots.back().running = start_next(slots.back());
+    }
+    // Short turns while CTAs share the thread; a CTA left alone runs as RunCtas runs it.
+    size_t running = 0;
+    for (const Slot& slot : slots) running += slot.running;
+    any = false;
+    for (Slot& slot : slots) {
+      if (!slot.running) continue;
+      any = true;
+      slot.state->slice = running > 1 ? kCooperativeWarpSlice : kWarpSlice;
+      if (StepCta(slot.context, slot.state, code)) continue;
+      finished_in_epoch = true;
+      if (slot.state->error != kSuccess) {
+        stop->store(true);
+        slot.running = false;
+        continue;
+      }
+      slot.running = start_next(slot);
+    }
+    // Another worker failed: its CTAs will never arrive; the waiting ones are abandoned.
+    if (stop->load(std::memory_order_relaxed)) break;
+    if (const uint64_t now = instructions(); now - epoch_start > kResidentAfter * slots.size()) {
+      if (!finished_in_epoch) wanted = std::min(limit, wanted * 2);
+      epoch_start = now;
+      finished_in_epoch = false;
+    }
+  }
+  for (size_t i = 1; i < slots.size(); ++i) {
+    LaunchState& other = *slots[i].state;
+    state->printf += other.printf;
+    state->thread_instructions += other.thread_instructions;
+    if (other.error != kSuccess &&
+        (state->error == kSuccess || other.cta_linear < state->cta_linear)) {
+      state->error = other.error;
+      state->detail = other.detail;
+      state->cta_linear = other.cta_linear;
+    }
+  }
+}
+
+// Runs CTAs first, first + stride, ... of the launch into *state (one worker thread of
+// `workers`), one at a time until one seems to wait for others (RunResident).
 void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first, uint64_t stride,
              std::atomic<bool>* stop, LaunchState* state, CtaContext* cta_context) {
   CtaContext& context = *cta_context;
@@ -6085,7 +6196,13 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
     if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
     if (stop->load(std::memory_order_relaxed)) break;
     StartCta(kernel, spec, cta, state, &context);
+    const uint64_t started = state->clock;
     while (StepCta(&context, state, code)) {
+      if (state->clock - started > kResidentAfter && cta + stride < ctas) {
+        RunResident(kernel, spec, cta, stride, static_cast<uint32_t>(stride), stop, state,
+                    &context);
+        return;
+      }
     }
     if (state->error != kSuccess) {
       stop->store(true);

@@ -631,4 +631,41 @@ __global__ void named_barriers(int* out, int rounds, int id5) {
   __syncthreads();  // barrier 0, every thread
   if (threadIdx.x == 0) out[rounds * 32 + 2] = 1;
 }
+// CTAs that wait for each other, as programs do where a GPU holds the whole grid at once:
+// a grid barrier of the program's own (every CTA counts itself in and spins until all
+// have), after which each reads what its neighbour wrote before the barrier.
+__global__ void software_grid_barrier(int* counter, int* values, int* out) {
+  if (threadIdx.x == 0) values[blockIdx.x] = blockIdx.x * 3 + 1;
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    atomicAdd(counter, 1);
+    while (atomicAdd(counter, 0) < static_cast<int>(gridDim.x)) {
+    }
+  }
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = values[(blockIdx.x + 1) % gridDim.x];
+}
+// The first CTA waits for a flag that only the last one sets.
+__global__ void first_waits_for_last(int* flag, int* out) {
+  if (threadIdx.x != 0) return;
+  if (blockIdx.x == 0) {
+    while (atomicAdd(flag, 0) == 0) {
+    }
+    out[0] = out[1] + 1;
+  } else if (blockIdx.x == gridDim.x - 1) {
+    out[1] = 41;
+    __threadfence();
+    atomicExch(flag, 1);
+  }
+}
+// One CTA traps while the others wait for all to arrive: the launch fails, and returns.
+__global__ void trap_while_others_wait(int* counter) {
+  if (blockIdx.x == 3) asm volatile("trap;");
+  if (threadIdx.x == 0) {
+    atomicAdd(counter, 1);
+    while (atomicAdd(counter, 0) < static_cast<int>(gridDim.x)) {
+    }
+  }
+}
 }  // extern "C"

@@ -2447,6 +2447,32 @@ TEST_F(Engine, NamedBarriersCountTheirOwnThreads) {
   EXPECT_EQ(got[rounds * 32 + 2], 1);
 }
 
+// CTAs waiting for other CTAs of their grid run, as on a GPU that holds the grid at once: a
+// CTA that runs long makes its worker start the following CTAs beside it. Each of these
+// ran for ever when a worker ran its CTAs one at a time to completion.
+TEST_F(Engine, CtasWaitingForOtherCtasOfTheirGridProgress) {
+  const int blocks = 64, threads = 64;
+  uint64_t counter = Zeros<int32_t>(1), values = Zeros<int32_t>(blocks);
+  uint64_t out = Zeros<int32_t>(blocks * threads);
+  ASSERT_EQ(Run("software_grid_barrier", {blocks}, {threads}, 0, counter, values, out), kCuSuccess)
+      << last_detail_;
+  auto got = Download<int32_t>(out, blocks * threads);
+  for (int b = 0; b < blocks; ++b) {
+    for (int t = 0; t < threads; ++t) {
+      ASSERT_EQ(got[b * threads + t], ((b + 1) % blocks) * 3 + 1) << "block " << b;
+    }
+  }
+  EXPECT_EQ(Download<int32_t>(counter, 1)[0], blocks);
+
+  uint64_t flag = Zeros<int32_t>(1), pair = Zeros<int32_t>(2);
+  ASSERT_EQ(Run("first_waits_for_last", {40}, {32}, 0, flag, pair), kCuSuccess) << last_detail_;
+  EXPECT_EQ(Download<int32_t>(pair, 2), (std::vector<int32_t>{42, 41}));
+
+  // A failure while others wait ends the launch (the waiting CTAs are abandoned).
+  uint64_t count = Zeros<int32_t>(1);
+  EXPECT_EQ(Run("trap_while_others_wait", {16}, {32}, 0, count), kCuLaunchFailed);
+}
+
 // Virtual functions of objects made on the device: neighbouring lanes call three different
 // Area()s (divergent indirect calls), and the virtual destructors free the heap.
 TEST_F(Engine, VirtualFunctionsOfDeviceObjects) {
