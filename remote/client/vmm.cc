@@ -119,6 +119,28 @@ bool RangeFree(State& s, uint64_t address, uint64_t size) {
   return before->first + before->second <= address;
 }
 
+// The mapping holding `address`, or mappings.end().
+std::map<uint64_t, Mapping>::iterator MappingHolding(State& s, uint64_t address) {
+  auto after = s.mappings.upper_bound(address);
+  if (after == s.mappings.begin()) return s.mappings.end();
+  auto found = std::prev(after);
+  return address - found->first < found->second.size ? found : s.mappings.end();
+}
+
+// The addresses of the mappings that make up [address, address+size) end to end; false
+// when the range is not whole mappings (a gap, or a mapping running past either end).
+bool WholeMappings(State& s, uint64_t address, uint64_t size, std::vector<uint64_t>* covered) {
+  covered->clear();
+  const uint64_t end = address + size;
+  for (uint64_t at = address; at < end;) {
+    auto found = s.mappings.find(at);
+    if (found == s.mappings.end() || found->second.size > end - at) return false;
+    covered->push_back(at);
+    at += found->second.size;
+  }
+  return true;
+}
+
 CUresult FreeOnDevice(int device, uint64_t address) {
   dp::MemFreeArgs args{address};
   return Runtime::Get().Call(device, dp::kOpMemFree, &args, sizeof(args));
@@ -399,16 +421,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
     std::lock_guard<std::mutex> lock(s.mu);
     // The range must be whole mappings, end to end (a GPU unmaps whole pages; ours are
     // whole allocations).
-    uint64_t end = ptr + size;
     std::vector<uint64_t> covered;
-    for (uint64_t at = ptr; at < end;) {
-      auto found = s.mappings.find(at);
-      if (found == s.mappings.end() || found->second.size > end - at) {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-      covered.push_back(at);
-      at += found->second.size;
-    }
+    if (!WholeMappings(s, ptr, size, &covered)) return CUDA_ERROR_INVALID_VALUE;
     // Memory freed here is freed by the agent after the work sent before (one ordered
     // connection per GPU).
     CUresult first_error = CUDA_SUCCESS;
@@ -433,16 +447,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size,
     if (ptr == 0 || size == 0 || desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
-    uint64_t end = ptr + size;
     std::vector<uint64_t> covered;
-    for (uint64_t at = ptr; at < end;) {
-      auto found = s.mappings.find(at);
-      if (found == s.mappings.end() || found->second.size > end - at) {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-      covered.push_back(at);
-      at += found->second.size;
-    }
+    if (!WholeMappings(s, ptr, size, &covered)) return CUDA_ERROR_INVALID_VALUE;
     // What each access descriptor asks, checked before anything changes.
     for (uint64_t at : covered) {
       const Physical& physical = s.physicals.at(s.mappings.at(at).handle);
@@ -494,10 +500,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags,
     if (Runtime::Get().device(location->id) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
-    auto after = s.mappings.upper_bound(ptr);
-    if (after == s.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
-    auto found = std::prev(after);
-    if (ptr - found->first >= found->second.size) return CUDA_ERROR_INVALID_VALUE;
+    auto found = MappingHolding(s, ptr);
+    if (found == s.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
     bool own = s.physicals.at(found->second.handle).device == location->id;
     *flags =
         own ? found->second.access : static_cast<unsigned long long>(CU_MEM_ACCESS_FLAGS_PROT_NONE);
@@ -513,10 +517,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAlloca
     const auto ptr = reinterpret_cast<uint64_t>(addr);
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
-    auto after = s.mappings.upper_bound(ptr);
-    if (after == s.mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
-    auto found = std::prev(after);
-    if (ptr - found->first >= found->second.size) return CUDA_ERROR_INVALID_VALUE;
+    auto found = MappingHolding(s, ptr);
+    if (found == s.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
     ++s.physicals.at(found->second.handle).references;
     *handle = found->second.handle;
     return CUDA_SUCCESS;

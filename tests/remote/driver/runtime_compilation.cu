@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../programs/check.h"
+#include "driver_check.h"
 
 #define NVRTC_CHECK(call)                                                       \
   do {                                                                          \
@@ -19,16 +20,6 @@
     if (nvrtc_check_error_ != NVRTC_SUCCESS) {                                  \
       std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
                    nvrtcGetErrorString(nvrtc_check_error_));                    \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
-
-#define CU_CHECK(call)                                                          \
-  do {                                                                          \
-    CUresult cu_check_error_ = (call);                                          \
-    if (cu_check_error_ != CUDA_SUCCESS) {                                      \
-      std::fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, \
-                   static_cast<int>(cu_check_error_));                          \
       std::exit(1);                                                             \
     }                                                                           \
   } while (0)

@@ -11,16 +11,7 @@
 #include <vector>
 
 #include "../programs/check.h"
-
-#define CU_CHECK(call)                                                          \
-  do {                                                                          \
-    CUresult cu_check_error_ = (call);                                          \
-    if (cu_check_error_ != CUDA_SUCCESS) {                                      \
-      std::fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call, \
-                   static_cast<int>(cu_check_error_));                          \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
+#include "driver_check.h"
 
 namespace {
 
