@@ -93,7 +93,8 @@ void* tools_tls[4] = {reinterpret_cast<void*>(sizeof(tools_tls)), kUnknown,
 // slot 4, a context's unique id (as cuCtxGetId). The driver's table is longer; the slots
 // nobody was seen to call answer CUDA_ERROR_NOT_SUPPORTED.
 
-void* context_identity[48] = {};
+constexpr int kSparseSlots = 48;
+void* context_identity[kSparseSlots] = {};
 
 // --- MODULE_ITERATOR: slot 7 walks a module's functions (cuFFT finds its kernels so) --------
 // (context, module, visit(opaque, function, owner), opaque) -> how many were visited.
@@ -103,14 +104,14 @@ uint64_t CUDAAPI IterateModuleFunctions(CUcontext, CUmodule module,
   return ForEachFunction(module, visit, opaque);
 }
 
-void* module_iterator[48] = {};
+void* module_iterator[kSparseSlots] = {};
 
 // Tables whose known slots are few: every other slot answers CUDA_ERROR_NOT_SUPPORTED.
 struct SparseTablesFilled {
   SparseTablesFilled() {
     for (void** table : {context_identity, module_iterator}) {
-      table[0] = reinterpret_cast<void*>(sizeof(context_identity));
-      for (int i = 1; i < 48; ++i) table[i] = kUnknown;
+      table[0] = reinterpret_cast<void*>(sizeof(void*) * kSparseSlots);
+      for (int i = 1; i < kSparseSlots; ++i) table[i] = kUnknown;
     }
     context_identity[4] = reinterpret_cast<void*>(&cuCtxGetId);
     module_iterator[7] = reinterpret_cast<void*>(&IterateModuleFunctions);

@@ -12,17 +12,7 @@
 #include <cstring>
 #include <string>
 
-#define CU_CHECK(call)                                                                   \
-  do {                                                                                   \
-    CUresult check_result_ = (call);                                                     \
-    if (check_result_ != CUDA_SUCCESS) {                                                 \
-      const char* name_ = nullptr;                                                       \
-      cuGetErrorName(check_result_, &name_);                                             \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,          \
-                   name_ ? name_ : "?");                                                 \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
+#include "driver_check.h"
 
 #define EXPECT(condition)                                                              \
   do {                                                                                 \
