@@ -291,7 +291,10 @@ TEST_F(IntegrationTest, AgentRegistersAgainWhenGpupooldLosesItsInventory) {
   pids_["gpupoold"] = testing_env::Spawn({GPUPOOL_POOLD_BIN, "-D", "-f", conf_}, dir_ + "/gpupoold.log");
   ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }, 8000))
       << Logs();
-  EXPECT_EQ(Call(control, "GET", "/v1/gpus").body["registered"], true);
+  // gpupoold lists the GPUs as soon as it has handled the registration; the agent sets its flag
+  // when the answer reaches it, a moment later.
+  EXPECT_TRUE(Eventually([&] { return Call(control, "GET", "/v1/gpus").body["registered"] == true; }, 3000))
+      << Logs();
 }
 
 }  // namespace
