@@ -8,47 +8,12 @@
 #include <cstring>
 
 namespace gpupool::client {
-namespace {
-
-// Figures from NVIDIA's data sheets and what cudaGetDeviceProperties reports on each
-// model. More specific names first: the first entry whose `match` is in the name wins.
-constexpr ModelProperties kModels[] = {
-    // match         cc      SMs  clock    mem clock bus   L2         smem/blk optin   smem/SM
-    //   reserved regs/blk regs/SM thr/SM blk/SM sp:dp engines
-    {"H100-PCIE", 9, 0, 114, 1755000, 1593000, 5120, 52428800, 49152, 232448, 233472, 1024, 65536,
-     65536, 2048, 32, 2, 3},
-    {"H100", 9, 0, 132, 1980000, 2619000, 5120, 52428800, 49152, 232448, 233472, 1024, 65536,
-     65536, 2048, 32, 2, 3},
-    {"A100", 8, 0, 108, 1410000, 1593000, 5120, 41943040, 49152, 166912, 167936, 1024, 65536,
-     65536, 2048, 32, 2, 3},
-    {"L40S", 8, 9, 142, 2520000, 9001000, 384, 100663296, 49152, 101376, 102400, 1024, 65536,
-     65536, 1536, 24, 64, 2},
-    {"L4-", 8, 9, 58, 2040000, 6251000, 192, 50331648, 49152, 101376, 102400, 1024, 65536, 65536,
-     1536, 24, 64, 2},
-};
-
-// By generation, for models not in the table (a GPU host's other models).
-constexpr ModelProperties kGenerations[] = {
-    {nullptr, 9, 0, 132, 1980000, 2619000, 5120, 52428800, 49152, 232448, 233472, 1024, 65536,
-     65536, 2048, 32, 2, 3},
-    {nullptr, 8, 9, 142, 2520000, 9001000, 384, 100663296, 49152, 101376, 102400, 1024, 65536,
-     65536, 1536, 24, 64, 2},
-    {nullptr, 8, 6, 84, 1740000, 9751000, 384, 6291456, 49152, 101376, 102400, 1024, 65536, 65536,
-     1536, 16, 64, 2},
-    {nullptr, 8, 0, 108, 1410000, 1593000, 5120, 41943040, 49152, 166912, 167936, 1024, 65536,
-     65536, 2048, 32, 2, 3},
-    {nullptr, 7, 0, 80, 1530000, 877000, 4096, 6291456, 49152, 98304, 98304, 0, 65536, 65536, 2048,
-     32, 2, 6},
-};
-
-}  // namespace
 
 ModelProperties PropertiesOf(const Device& device) {
   const auto& d = device.description();
   const bool real_gpu = std::strcmp(d.executor, "sim") != 0;
-  for (const ModelProperties& model : kModels) {
-    if (std::strstr(d.name, model.match) == nullptr) continue;
-    ModelProperties properties = model;
+  if (const GpuModel* model = FindGpuModel(d.name)) {
+    ModelProperties properties = *model;
     if (real_gpu && d.cc_major > 0) {
       properties.cc_major = d.cc_major;
       properties.cc_minor = d.cc_minor;
@@ -57,14 +22,7 @@ ModelProperties PropertiesOf(const Device& device) {
     return properties;
   }
   // Unknown model: its generation's figures, with what the agent reported.
-  const ModelProperties* generation = &kGenerations[sizeof(kGenerations) / sizeof(kGenerations[0]) - 1];
-  for (const ModelProperties& candidate : kGenerations) {
-    if (candidate.cc_major * 10 + candidate.cc_minor <= d.cc_major * 10 + d.cc_minor) {
-      generation = &candidate;
-      break;
-    }
-  }
-  ModelProperties properties = *generation;
+  ModelProperties properties = GenerationModel(d.cc_major, d.cc_minor);
   if (d.cc_major > 0) {
     properties.cc_major = d.cc_major;
     properties.cc_minor = d.cc_minor;

@@ -4,25 +4,14 @@
 
 #include <cuda.h>
 
+#include "common/gpu_models.h"
 #include "remote/client/runtime.h"
 
 namespace gpupool::client {
 
 // The figures of a GPU model that programs read (cudaGetDeviceProperties) and that the
-// occupancy calculator needs.
-struct ModelProperties {
-  const char* match;  // a substring of the device name ("H100-PCIE"); nullptr: by generation
-  int cc_major, cc_minor;
-  int multiprocessors;
-  int clock_khz, memory_clock_khz, memory_bus_width;
-  int l2_cache_bytes;
-  int shared_per_block, shared_per_block_optin, shared_per_multiprocessor;
-  int reserved_shared_per_block;
-  int registers_per_block, registers_per_multiprocessor;
-  int max_threads_per_multiprocessor, max_blocks_per_multiprocessor;
-  int single_to_double_ratio;
-  int async_engines;
-};
+// occupancy calculator needs (common/gpu_models.h, shared with the sim backend).
+using ModelProperties = GpuModel;
 
 // The properties of `device`'s model. On the sim, everything comes from the model's
 // table entry (the sim backend does not know models); on a GPU host, compute capability

@@ -93,8 +93,31 @@ void* tools_tls[4] = {reinterpret_cast<void*>(sizeof(tools_tls)), kUnknown,
 // slot 4, a context's unique id (as cuCtxGetId). The driver's table is longer; the slots
 // nobody was seen to call answer CUDA_ERROR_NOT_SUPPORTED.
 
-constexpr int kSparseSlots = 48;
+constexpr int kSparseSlots = 64;
 void* context_identity[kSparseSlots] = {};
+
+// Slots 51 and 39, which cuBLAS 13 calls before its level-1 and level-2 kernels to key its
+// per-stream scratch buffers: slot 51 gives the execution context of (context, stream) (as
+// with green contexts; here it is always the context itself: remote GPUs have no green
+// contexts), slot 39 that execution context's unique id. The fourth argument of slot 51
+// says whether the stream is the per-thread default stream.
+Context* ContextOrCurrent(CUcontext context);  // below
+
+CUresult CUDAAPI ExecutionContextOfStream(CUcontext context, CUstream stream,
+                                          CUcontext* execution_context, int per_thread) {
+  (void)stream;
+  (void)per_thread;
+  if (execution_context == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = ContextOrCurrent(context);
+  if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *execution_context = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI ExecutionContextId(CUcontext, CUcontext execution_context,
+                                    unsigned long long* id) {
+  return cuCtxGetId(execution_context, id);
+}
 
 // --- MODULE_ITERATOR: slot 7 walks a module's functions (cuFFT finds its kernels so) --------
 // (context, module, visit(opaque, function, owner), opaque) -> how many were visited.
@@ -114,6 +137,8 @@ struct SparseTablesFilled {
       for (int i = 1; i < kSparseSlots; ++i) table[i] = kUnknown;
     }
     context_identity[4] = reinterpret_cast<void*>(&cuCtxGetId);
+    context_identity[39] = reinterpret_cast<void*>(&ExecutionContextId);
+    context_identity[51] = reinterpret_cast<void*>(&ExecutionContextOfStream);
     module_iterator[7] = reinterpret_cast<void*>(&IterateModuleFunctions);
   }
 } sparse_tables_filled;

@@ -208,19 +208,28 @@ class Parser {
 
   Result<Declaration> ParseDeclaration() {
     Declaration decl;
+    // A kernel parameter's ".ptr [.space] [.align N]" describes what the pointer points to:
+    // that alignment is the pointee's, not the parameter's ("u64 .ptr .align 1" is still
+    // 8-aligned in the parameter buffer).
+    bool pointee = false;
     while (Peek().kind == Token::kWord && Peek().text[0] == '.') {
       std::string word = Next().text;
       if (word == ".align") {
         auto value = Integer();
         if (!value.ok()) return value.status();
-        decl.align = static_cast<uint32_t>(*value);
+        if (!pointee) decl.align = static_cast<uint32_t>(*value);
+      } else if (pointee &&
+                 (word == ".global" || word == ".const" || word == ".local" || word == ".shared")) {
+        // the pointee's state space
+      } else if (word == ".ptr") {
+        pointee = true;
       } else if (word == ".v2" || word == ".v4" || word == ".v8") {
         decl.vector = word[2] - '0';
       } else if (IsTypeName(word)) {
         decl.type = word;
       } else if (word == ".texref" || word == ".surfref" || word == ".samplerref") {
         decl.type = word;
-      } else if (word == ".ptr" || word == ".volatile" || word == ".weak" || word == ".visible" ||
+      } else if (word == ".volatile" || word == ".weak" || word == ".visible" ||
                  word == ".extern" || word == ".common") {
         // attributes the engine does not need
       } else {

@@ -54,6 +54,24 @@ TEST(SimBackend, DiscoversConfiguredInventoryInOrder) {
   EXPECT_EQ(gpus[0].pci_bus_id, "0000:07:00.0");
 }
 
+// A known model's compute capability and SM count (common/gpu_models.h) go with the GPU,
+// so the sim runs the PTX such a GPU would (an H100 takes compute_90 PTX) and the client
+// reports the same figures; an unknown model is an A100 to the sim.
+TEST(SimBackend, KnownModelsSimulateTheirComputeCapability) {
+  auto sim = MakeSim("h", {{"A100-SXM4-80GB", 81920, 1},
+                           {"H100-SXM5-80GB", 81920, 1},
+                           {"RTX PRO 6000 Blackwell Server Edition", 97887, 1},
+                           {"Mystery-GPU", 1024, 1}});
+  std::vector<GpuInfo> gpus = sim->Discover();
+  ASSERT_EQ(gpus.size(), 4u);
+  const int want[4][3] = {{8, 0, 108}, {9, 0, 132}, {12, 0, 188}, {8, 0, 108}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(gpus[i].cc_major, want[i][0]) << gpus[i].model;
+    EXPECT_EQ(gpus[i].cc_minor, want[i][1]) << gpus[i].model;
+    EXPECT_EQ(gpus[i].multiprocessor_count, want[i][2]) << gpus[i].model;
+  }
+}
+
 TEST(SimBackend, EmptyInventoryMeansFourA100) {
   auto sim = MakeSim("h", {});
   std::vector<GpuInfo> gpus = sim->Discover();

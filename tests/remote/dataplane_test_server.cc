@@ -2,7 +2,9 @@
 // tests and the benchmark (the real agent is gpupool-agentd).
 //
 //   gpupool-dataplane-testd --listen HOST:PORT --lease ID --token HEX [--gpus N]
-//                           [--memory-mib M] [--backend sim|cuda]
+//                           [--memory-mib M] [--backend sim|cuda] [--model NAME]
+// --model: the simulated GPUs' model (default A100-SXM4-80GB); a known one
+// (common/gpu_models.h) sets their compute capability and SM count.
 // --backend sim (default): N simulated GPUs (TestBackend); cuda: the machine's own GPUs
 // through the agent's cuda backend (scripts/test --gpu), all of them, N ignored.
 // Prints "gpu INDEX UUID" for each GPU, then "listening on PORT" once ready; runs until
@@ -34,8 +36,10 @@ std::atomic<bool> moved_away{false};  // lock-free: set from a signal handler
 void OnMovedAway(int) { moved_away = true; }
 
 int Usage(const char* problem) {
-  std::fprintf(stderr, "gpupool-dataplane-testd: %s\nusage: gpupool-dataplane-testd --listen "
-               "HOST:PORT --lease ID --token HEX [--gpus N] [--memory-mib M] [--backend sim|cuda]\n",
+  std::fprintf(stderr,
+               "gpupool-dataplane-testd: %s\nusage: gpupool-dataplane-testd --listen "
+               "HOST:PORT --lease ID --token HEX [--gpus N] [--memory-mib M] [--backend sim|cuda]\n"
+               "       [--model NAME]\n",
                problem);
   return 2;
 }
@@ -44,7 +48,7 @@ int Usage(const char* problem) {
 
 int main(int argc, char** argv) {
   gpupool::log::SetProgramName("gpupool-dataplane-testd");
-  std::string listen, lease, token, backend_name = "sim";
+  std::string listen, lease, token, backend_name = "sim", model = "A100-SXM4-80GB";
   int gpus = 1;
   long memory_mib = 16384;
   for (int i = 1; i < argc; ++i) {
@@ -57,6 +61,8 @@ int main(int argc, char** argv) {
     else if (arg == "--gpus" && (v = value())) gpus = std::atoi(v);
     else if (arg == "--memory-mib" && (v = value())) memory_mib = std::atol(v);
     else if (arg == "--backend" && (v = value())) backend_name = v;
+    else if (arg == "--model" && (v = value()))
+      model = v;
     else return Usage(("unknown or incomplete option '" + arg + "'").c_str());
   }
   if (listen.empty() || lease.empty() || token.empty()) return Usage("--listen, --lease and --token are required");
@@ -68,7 +74,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<gpupool::backend::GpuBackend> backend;
   if (backend_name == "sim") {
     backend = std::make_unique<gpupool::testing::TestBackend>(
-        gpus, static_cast<uint64_t>(memory_mib) << 20);
+        gpus, static_cast<uint64_t>(memory_mib) << 20, model);
   } else {
     auto made = gpupool::backend::MakeBackend("cuda", gpupool::AgentConfig{});
     if (!made.ok()) {

@@ -4,14 +4,15 @@
 #
 # usage: run_with_server.sh --server BIN --lib DIR --transport tcp|shm --port PORT
 #            [--server-transport tcp|shm|default] [--gpus N] [--client-token TOKEN]
-#            [--expect-refused] [--timeout SECONDS] -- PROGRAM
+#            [--expect-refused] [--timeout SECONDS] [--model NAME] -- PROGRAM
 #   --server-transport  the server's own UCX settings when they differ from the client's
 #                       (default: UCX's own choice, as an agent started by systemd has)
 #   --expect-refused  the program must fail and the library must log the refusal
 #   --timeout   seconds the program may run (default 120)
+#   --model     the simulated GPUs' model (the server's default: an A100)
 set -u
 server="" lib="" transport="" server_transport="" port="" gpus=1 client_token="" expect_refused=0
-program_timeout=120
+program_timeout=120 model=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --server) server=$2; shift 2 ;;
@@ -23,6 +24,7 @@ while [ $# -gt 0 ]; do
     --client-token) client_token=$2; shift 2 ;;
     --expect-refused) expect_refused=1; shift ;;
     --timeout) program_timeout=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "run_with_server.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -37,7 +39,7 @@ trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; rm -rf "$w
 
 # GPUPOOL_TEST_BACKEND=cuda (scripts/test --gpu): the server serves this machine's GPUs.
 "$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" --gpus "$gpus" \
-  --backend "${GPUPOOL_TEST_BACKEND:-sim}" > "$workdir/server.out" 2> "$workdir/server.err" &
+  --backend "${GPUPOOL_TEST_BACKEND:-sim}" ${model:+--model "$model"} > "$workdir/server.out" 2> "$workdir/server.err" &
 server_pid=$!
 . "$here/transport_env.sh" "$transport" || exit 2
 for _ in $(seq 1 100); do

@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/gpu_models.h"
 #include "remote/backend/backend.h"
 
 namespace gpupool::testing {
@@ -20,7 +22,10 @@ inline std::string TestGpuUuid(int index) {
 
 class TestBackend : public backend::GpuBackend {
  public:
-  TestBackend(int count, uint64_t memory_bytes) : count_(count), memory_bytes_(memory_bytes) {}
+  // `model`: the device name's model part; a known model (common/gpu_models.h) gives the
+  // GPUs its compute capability and SM count, as the sim backend does.
+  TestBackend(int count, uint64_t memory_bytes, std::string model = "A100-SXM4-80GB")
+      : count_(count), memory_bytes_(memory_bytes), model_(std::move(model)) {}
 
   std::string name() const override { return "sim"; }
   std::vector<backend::GpuInfo> Discover() override {
@@ -29,7 +34,12 @@ class TestBackend : public backend::GpuBackend {
       backend::GpuInfo gpu;
       gpu.uuid = TestGpuUuid(i);
       gpu.index = i;
-      gpu.model = "A100-SXM4-80GB";
+      gpu.model = model_;
+      if (const GpuModel* known = FindGpuModel(model_.c_str())) {
+        gpu.cc_major = known->cc_major;
+        gpu.cc_minor = known->cc_minor;
+        gpu.multiprocessor_count = known->multiprocessors;
+      }
       gpu.memory_bytes = memory_bytes_;
       char bus[32];
       std::snprintf(bus, sizeof(bus), "0000:%02x:00.0", 7 + i);
@@ -58,6 +68,7 @@ class TestBackend : public backend::GpuBackend {
  private:
   const int count_;
   const uint64_t memory_bytes_;
+  const std::string model_;
   std::atomic<bool> failed_{false};
   std::atomic<int> operations_{0};
   std::atomic<int> reported_failures_{0};

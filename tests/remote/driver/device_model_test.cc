@@ -12,7 +12,7 @@
 namespace gpupool::client {
 namespace {
 
-// A device as the agent describes it; the sim backend reports A100 figures for every model.
+// A device as the agent describes it (the client reads a sim GPU's figures from its model).
 std::unique_ptr<Device> Described(const char* name, const char* executor, int cc_major = 8,
                                   int cc_minor = 0, int sms = 108) {
   auto device = std::make_unique<Device>();
@@ -52,6 +52,15 @@ TEST(DeviceModel, SimModelsReportTheirOwnFigures) {
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 108);
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR), 164 * 1024);
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_WARP_SIZE), 32);
+
+  auto blackwell = Described("NVIDIA RTX PRO 6000 Blackwell Server Edition", "sim", 12, 0, 188);
+  EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR), 12);
+  EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR), 0);
+  EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 188);
+  EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR), 1536);
+  EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+            99 * 1024);
+  EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE), 128 << 20);
 
   // The more specific name wins over the family's.
   EXPECT_EQ(PropertiesOf(*Described("NVIDIA H100-PCIE-80GB", "sim")).multiprocessors, 114);

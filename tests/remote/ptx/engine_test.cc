@@ -8,6 +8,7 @@
 #include <cfenv>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -370,6 +371,48 @@ TEST_F(Engine, HalfSetpPairsAndBoolOps) {
     EXPECT_EQ(got[6], negative ? 0x3c003c00u : 0u) << f;  // f > -1 and c: 1.0 as f16
     EXPECT_EQ(got[7], negative ? 0xffffffffu : 0u) << f;  // (f != f) xor c
   }
+}
+
+// A parameter's ".ptr [.space] .align N" (as the toolkit's libraries write their pointer
+// parameters) gives the pointee's alignment: the pointer itself stays 8-aligned, so the
+// parameters after it are where the host packed them. cuBLAS's reductions read their
+// pointer mode 4 bytes early, and faulted, when ".align 1" was taken for the parameter's.
+TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
+  const std::string ptx = R"(
+.version 9.0
+.target sm_80
+.address_size 64
+.visible .entry ptr_params(.param .u32 a_param, .param .u64 .ptr .align 1 out_param,
+                           .param .u32 b_param, .param .u64 .ptr .global .align 16 in_param,
+                           .param .u32 c_param)
+{
+  .reg .b32 %r<5>;
+  .reg .b64 %rd<3>;
+  ld.param.u32 %r1, [a_param];
+  ld.param.u64 %rd1, [out_param];
+  ld.param.u32 %r2, [b_param];
+  ld.param.u64 %rd2, [in_param];
+  ld.param.u32 %r3, [c_param];
+  ld.global.u32 %r4, [%rd2];
+  st.global.v4.u32 [%rd1], {%r1, %r2, %r3, %r4};
+  ret;
+}
+)";
+  LoadKernel(11, 98, ptx, "ptr_params");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<uint32_t>(4), in = Upload(std::vector<uint32_t>{7});
+  struct {
+    uint32_t a;
+    uint64_t out;  // at 8
+    uint32_t b;    // at 16
+    uint64_t in;   // at 24
+    uint32_t c;    // at 32
+  } params{0xa, out, 0xb, in, 0xc};
+  static_assert(offsetof(decltype(params), in) == 24);
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(out, 4), (std::vector<uint32_t>{0xa, 0xb, 0xc, 7}));
 }
 
 // fma.rn.relu (cuda_fp16's __hfma_relu) clamps a negative result to 0; min/max.NaN
