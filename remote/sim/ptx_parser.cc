@@ -10,10 +10,12 @@
 namespace gpupool::sim {
 namespace {
 
+// A token's text is a view into the PTX being parsed, which outlives the parse (a module's
+// PTX runs to tens of MB: copying every token's text cost more than the parse).
 struct Token {
   enum Kind : uint8_t { kWord, kNumber, kString, kPunct, kEnd };
   Kind kind = kEnd;
-  std::string text;
+  std::string_view text;
   int line = 0;
 };
 
@@ -26,6 +28,7 @@ bool IsWordChar(char c) {
 // ';'.
 std::vector<Token> Tokenize(std::string_view text) {
   std::vector<Token> tokens;
+  tokens.reserve(text.size() / 4);  // PTX runs to about one token per 4 to 5 characters
   int line = 1;
   size_t i = 0;
   bool line_start = true;
@@ -64,7 +67,7 @@ std::vector<Token> Tokenize(std::string_view text) {
       size_t end = i + 1;
       while (end < text.size() && text[end] != '"') end += text[end] == '\\' ? 2 : 1;
       token.kind = Token::kString;
-      token.text = std::string(text.substr(i + 1, end - i - 1));
+      token.text = text.substr(i + 1, std::min(end, text.size()) - i - 1);
       i = std::min(end + 1, text.size());
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t end = i;
@@ -76,20 +79,20 @@ std::vector<Token> Tokenize(std::string_view text) {
         ++end;
       }
       token.kind = Token::kNumber;
-      token.text = std::string(text.substr(i, end - i));
+      token.text = text.substr(i, end - i);
       i = end;
     } else if (IsWordChar(c)) {
       size_t end = i;
       while (end < text.size() && IsWordChar(text[end])) ++end;
       token.kind = Token::kWord;
-      token.text = std::string(text.substr(i, end - i));
+      token.text = text.substr(i, end - i);
       i = end;
     } else {
       token.kind = Token::kPunct;
-      token.text = std::string(1, c);
+      token.text = text.substr(i, 1);
       ++i;
     }
-    tokens.push_back(std::move(token));
+    tokens.push_back(token);
   }
   Token end;
   end.line = line;
@@ -147,7 +150,7 @@ class Parser {
   }
   Status Error(const std::string& what) const {
     return Status::InvalidArgument("PTX line " + std::to_string(Peek().line) + ": " + what +
-                                   " (at '" + Peek().text + "')");
+                                   " (at '" + std::string(Peek().text) + "')");
   }
   Status Expect(const char* text) {
     if (!Accept(text)) return Error(std::string("expected '") + text + "'");
@@ -169,11 +172,12 @@ class Parser {
     Token token = Next();
     if (token.kind != Token::kNumber) return Error("expected a number");
     uint64_t value = 0;
-    if (!ParseInteger(token.text, &value)) return Error("bad number " + token.text);
+    if (!ParseInteger(token.text, &value)) return Error("bad number " + std::string(token.text));
     return negative ? uint64_t{0} - value : value;
   }
 
-  static bool ParseInteger(std::string text, uint64_t* value) {
+  static bool ParseInteger(std::string_view digits, uint64_t* value) {
+    std::string text(digits);
     if (!text.empty() && (text.back() == 'U' || text.back() == 'u')) text.pop_back();
     errno = 0;
     char* end = nullptr;
@@ -213,7 +217,7 @@ class Parser {
     // 8-aligned in the parameter buffer).
     bool pointee = false;
     while (Peek().kind == Token::kWord && Peek().text[0] == '.') {
-      std::string word = Next().text;
+      std::string word(Next().text);
       if (word == ".align") {
         auto value = Integer();
         if (!value.ok()) return value.status();
@@ -259,7 +263,7 @@ class Parser {
     // ".reg .b32 a, b, c;" (but not the next ".param" of a parameter list).
     while (Peek().text == "," && Peek(1).kind == Token::kWord && Peek(1).text[0] != '.') {
       Next();
-      decl.names.push_back(Next().text);
+      decl.names.emplace_back(Next().text);
     }
     return decl;
   }
@@ -340,7 +344,7 @@ class Parser {
       uint64_t value = 0;
       if (token.text.size() > 2 && (token.text[1] == 'f' || token.text[1] == 'F') &&
           token.text[0] == '0') {
-        uint32_t bits = static_cast<uint32_t>(std::strtoul(token.text.c_str() + 2, nullptr, 16));
+        uint32_t bits = static_cast<uint32_t>(std::strtoul(std::string(token.text).c_str() + 2, nullptr, 16));
         float f;
         std::memcpy(&f, &bits, 4);
         double d = negative ? -f : f;
@@ -354,7 +358,7 @@ class Parser {
         }
       } else if (token.text.size() > 2 && (token.text[1] == 'd' || token.text[1] == 'D') &&
                  token.text[0] == '0') {
-        value = std::strtoull(token.text.c_str() + 2, nullptr, 16);
+        value = std::strtoull(std::string(token.text).c_str() + 2, nullptr, 16);
         if (negative) value ^= 1ull << 63;
         if (element == 4) {
           double d;
@@ -365,7 +369,7 @@ class Parser {
           value = out;
         }
       } else if (token.text.find_first_of(".eE") != std::string::npos && is_float) {
-        double d = std::strtod(token.text.c_str(), nullptr) * (negative ? -1 : 1);
+        double d = std::strtod(std::string(token.text).c_str(), nullptr) * (negative ? -1 : 1);
         if (element == 8) {
           std::memcpy(&value, &d, 8);
         } else {
@@ -462,13 +466,13 @@ class Parser {
     // Performance directives (.maxntid 256, 1, 1; .reqntid; .noreturn; .pragma
     // ...). The thread bound is kept: a launch of more threads fails, as on a GPU.
     while (Peek().kind == Token::kWord && Peek().text[0] == '.') {
-      const std::string directive = Next().text;
+      const std::string directive(Next().text);
       uint64_t threads = 1;
       bool any = false;
       while (Peek().kind == Token::kNumber || Peek().text == ",") {
         uint64_t value = 0;
         if (Peek().kind == Token::kNumber) {
-          if (!ParseInteger(Peek().text, &value)) return Error("bad number " + Peek().text);
+          if (!ParseInteger(Peek().text, &value)) return Error("bad number " + std::string(Peek().text));
           // Capped: a bound above 1024 threads bounds nothing.
           threads =
               std::min<uint64_t>(threads * std::clamp<uint64_t>(value, 1, 1u << 20), 1u << 20);
@@ -502,12 +506,12 @@ class Parser {
     scopes_.back()[name] = unique;
     return unique;
   }
-  std::string Resolve(const std::string& name) const {
+  std::string Resolve(std::string_view name) const {
     for (auto scope = scopes_.rbegin(); scope != scopes_.rend(); ++scope) {
       auto found = scope->find(name);
       if (found != scope->end()) return found->second;
     }
-    return name;
+    return std::string(name);
   }
 
   Status Block(RawFunction* function) {
@@ -539,7 +543,7 @@ class Parser {
       return Status::OK();
     }
     if (first.kind == Token::kWord && first.text[0] == '.') {
-      std::string directive = Next().text;
+      std::string directive(Next().text);
       if (directive == ".reg" || directive == ".local" || directive == ".shared" ||
           directive == ".param") {
         auto decl = ParseDeclaration();
@@ -617,7 +621,7 @@ class Parser {
   Result<RawOperand> Number(bool negative) {
     Token token = Next();
     RawOperand operand;
-    const std::string& text = token.text;
+    const std::string text(token.text);
     if (text.size() > 2 && text[0] == '0' && (text[1] == 'f' || text[1] == 'F')) {
       operand.kind = RawOperand::kF32;
       operand.bits = std::strtoull(text.c_str() + 2, nullptr, 16);
@@ -729,7 +733,7 @@ class Parser {
     while (true) {
       const Token& token = Peek();
       if (token.kind != Token::kWord) return Error("unexpected token at module level");
-      const std::string& word = token.text;
+      const std::string_view word = token.text;
       if (word == ".version" || word == ".target" || word == ".address_size") {
         int line = token.line;
         Next();
@@ -757,7 +761,7 @@ class Parser {
       }
       if (word == ".global" || word == ".const" || word == ".shared") {
         Next();
-        return ModuleVariableDecl(word, is_extern);
+        return ModuleVariableDecl(std::string(word), is_extern);
       }
       if (word == ".section") {  // DWARF sections of -G builds
         Next();
@@ -780,7 +784,7 @@ class Parser {
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   ParsedModule* module_ = nullptr;
-  std::vector<std::map<std::string, std::string>> scopes_;
+  std::vector<std::map<std::string, std::string, std::less<>>> scopes_;
   // Register names declared by %r<N> ranges in the module so far (bounded: see there).
   static constexpr uint64_t kMaxRegisterNames = uint64_t{1} << 20;
   uint64_t declared_registers_ = 0;
