@@ -62,6 +62,11 @@ TEST(DeviceModel, SimModelsReportTheirOwnFigures) {
             99 * 1024);
   EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE), 128 << 20);
 
+  // "NVIDIA L4" is an L4, not an L40S or an L40, whose names hold its name.
+  EXPECT_EQ(PropertiesOf(*Described("NVIDIA L4", "sim")).multiprocessors, 58);
+  EXPECT_EQ(PropertiesOf(*Described("NVIDIA L40", "sim")).multiprocessors, 142);
+  EXPECT_EQ(PropertiesOf(*Described("NVIDIA L40", "sim")).clock_khz, 2490000);
+
   // The more specific name wins over the family's.
   EXPECT_EQ(PropertiesOf(*Described("NVIDIA H100-PCIE-80GB", "sim")).multiprocessors, 114);
 }
