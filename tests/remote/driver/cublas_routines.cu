@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "../programs/check.h"
+#include "device_copies.h"
 
 #define BLAS_CHECK(call)                                                        \
   do {                                                                          \
@@ -26,21 +27,6 @@
   } while (0)
 
 namespace {
-
-template <typename T>
-T* DeviceCopy(const std::vector<T>& host) {
-  T* device = nullptr;
-  CHECK(cudaMalloc(&device, host.size() * sizeof(T)));
-  CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return device;
-}
-
-template <typename T>
-std::vector<T> HostCopy(const T* device, size_t count) {
-  std::vector<T> host(count);
-  CHECK(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
-}
 
 // Largest difference relative to the largest magnitude of `want` (1 when it is all zero).
 template <typename T>
@@ -58,8 +44,8 @@ constexpr int kN = 1000;
 void LevelOne(cublasHandle_t blas) {
   std::vector<float> x(kN), y(kN);
   for (int i = 0; i < kN; ++i) x[i] = std::sin(0.3f * i) * (i % 13), y[i] = std::cos(0.7f * i);
-  float* dx = DeviceCopy(x);
-  float* dy = DeviceCopy(y);
+  float* dx = ToDevice(x);
+  float* dy = ToDevice(y);
   double dot = 0, norm = 0, asum = 0;
   int amax = 0;
   for (int i = 0; i < kN; ++i) {
@@ -87,7 +73,7 @@ void LevelOne(cublasHandle_t blas) {
     want[i] = alpha * double(x[i]) + y[i];
     if (i % 2 == 0) want[i] *= scale;
   }
-  EXPECT(RelativeError(HostCopy(dy, kN), want) < 1e-6);
+  EXPECT(RelativeError(ToHost(dy, kN), want) < 1e-6);
 
   // The result left in device memory (device pointer mode), on a stream of our own.
   cudaStream_t stream;
@@ -98,7 +84,7 @@ void LevelOne(cublasHandle_t blas) {
   CHECK(cudaMalloc(&dresult, sizeof(float)));
   BLAS_CHECK(cublasSnrm2(blas, kN, dx, 1, dresult));
   CHECK(cudaStreamSynchronize(stream));
-  EXPECT(std::fabs(HostCopy(dresult, 1)[0] - std::sqrt(norm)) < 1e-5 * std::sqrt(norm));
+  EXPECT(std::fabs(ToHost(dresult, 1)[0] - std::sqrt(norm)) < 1e-5 * std::sqrt(norm));
   BLAS_CHECK(cublasSetPointerMode(blas, CUBLAS_POINTER_MODE_HOST));
   BLAS_CHECK(cublasSetStream(blas, nullptr));
   CHECK(cudaStreamDestroy(stream));
@@ -107,8 +93,8 @@ void LevelOne(cublasHandle_t blas) {
   std::vector<double> xd(kN), yd(kN);
   double dotd = 0;
   for (int i = 0; i < kN; ++i) xd[i] = 1.0 / (i + 1), yd[i] = i % 7 - 3, dotd += xd[i] * yd[i];
-  double* dxd = DeviceCopy(xd);
-  double* dyd = DeviceCopy(yd);
+  double* dxd = ToDevice(xd);
+  double* dyd = ToDevice(yd);
   double gotd = 0;
   BLAS_CHECK(cublasDdot(blas, kN, dxd, 1, dyd, 1, &gotd));
   std::printf("Ddot %.15g (CPU %.15g)\n", gotd, dotd);
@@ -135,10 +121,10 @@ void LevelTwo(cublasHandle_t blas) {
     for (int r = c; r < n; ++r)
       lower[r + c * n] = r == c ? 4.0f : 0.5f * std::sin(r + 2.0f * c) / n;
   }
-  float* da = DeviceCopy(a);
-  float* dl = DeviceCopy(lower);
-  float* dx = DeviceCopy(x);
-  float* dy = DeviceCopy(y);
+  float* da = ToDevice(a);
+  float* dl = ToDevice(lower);
+  float* dx = ToDevice(x);
+  float* dy = ToDevice(y);
   const float alpha = 0.75f, beta = -1.5f;
 
   // Rank-1 update: A += alpha x y^T.
@@ -147,7 +133,7 @@ void LevelTwo(cublasHandle_t blas) {
   for (int c = 0; c < n; ++c) {
     for (int r = 0; r < n; ++r) want[r + c * n] = At(a, n, r, c) + alpha * double(x[r]) * y[c];
   }
-  EXPECT(RelativeError(HostCopy(da, n * n), want) < 1e-6);
+  EXPECT(RelativeError(ToHost(da, n * n), want) < 1e-6);
 
   // Symmetric product from the lower triangle: y = alpha L_sym x + beta y.
   CHECK(cudaMemcpy(da, a.data(), a.size() * sizeof(float), cudaMemcpyHostToDevice));
@@ -158,12 +144,12 @@ void LevelTwo(cublasHandle_t blas) {
     for (int c = 0; c < n; ++c) sum += (r >= c ? At(a, n, r, c) : At(a, n, c, r)) * x[c];
     wanty[r] = alpha * sum + beta * double(y[r]);
   }
-  EXPECT(RelativeError(HostCopy(dy, n), wanty) < 1e-5);
+  EXPECT(RelativeError(ToHost(dy, n), wanty) < 1e-5);
 
   // Triangular solve L z = x, checked by multiplying back on the CPU.
   BLAS_CHECK(cublasStrsv(blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, dl, n,
                          dx, 1));
-  std::vector<float> z = HostCopy(dx, n);
+  std::vector<float> z = ToHost(dx, n);
   std::vector<double> back(n, 0.0), wantx(x.begin(), x.end());
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c <= r; ++c) back[r] += At(lower, n, r, c) * z[c];
@@ -178,8 +164,8 @@ void MatrixProducts(cublasHandle_t blas) {
   const int n = 12;
   std::vector<float> a(n * n), b(n * n);
   for (int i = 0; i < n * n; ++i) a[i] = (i % 17) * 0.25f - 2, b[i] = std::sin(0.11f * i);
-  float* da = DeviceCopy(a);
-  float* db = DeviceCopy(b);
+  float* da = ToDevice(a);
+  float* db = ToDevice(b);
   float* dc = nullptr;
   CHECK(cudaMalloc(&dc, n * n * sizeof(float)));
   const float one = 1.0f, zero = 0.0f;
@@ -197,7 +183,7 @@ void MatrixProducts(cublasHandle_t blas) {
           want[r + c * n] = sum;
         }
       }
-      EXPECT(RelativeError(HostCopy(dc, n * n), want) < 1e-5);
+      EXPECT(RelativeError(ToHost(dc, n * n), want) < 1e-5);
     }
   }
 
@@ -205,8 +191,8 @@ void MatrixProducts(cublasHandle_t blas) {
   const int m = 8, batch = 200;
   std::vector<float> as(m * m * batch), bs(m * m * batch);
   for (size_t i = 0; i < as.size(); ++i) as[i] = std::sin(0.01f * i), bs[i] = (i % 9) - 4.0f;
-  float* das = DeviceCopy(as);
-  float* dbs = DeviceCopy(bs);
+  float* das = ToDevice(as);
+  float* dbs = ToDevice(bs);
   float* dcs = nullptr;
   CHECK(cudaMalloc(&dcs, as.size() * sizeof(float)));
   BLAS_CHECK(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, das, m, m * m,
@@ -222,20 +208,20 @@ void MatrixProducts(cublasHandle_t blas) {
       }
     }
   }
-  EXPECT(RelativeError(HostCopy(dcs, as.size()), want) < 1e-5);
+  EXPECT(RelativeError(ToHost(dcs, as.size()), want) < 1e-5);
 
   // C = A + 2 B^T (geam), then C = diag(x) C (dgmm).
   const float two = 2.0f;
   BLAS_CHECK(cublasSgeam(blas, CUBLAS_OP_N, CUBLAS_OP_T, n, n, &one, da, n, &two, db, n, dc, n));
   std::vector<float> x(n);
   for (int i = 0; i < n; ++i) x[i] = i - 7.5f;
-  float* dx = DeviceCopy(x);
+  float* dx = ToDevice(x);
   BLAS_CHECK(cublasSdgmm(blas, CUBLAS_SIDE_LEFT, n, n, dc, n, dx, 1, dc, n));
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < n; ++c) want[r + c * n] = x[r] * (At(a, n, r, c) + 2.0 * At(b, n, c, r));
   }
   want.resize(n * n);
-  EXPECT(RelativeError(HostCopy(dc, n * n), want) < 1e-6);
+  EXPECT(RelativeError(ToHost(dc, n * n), want) < 1e-6);
 
   for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc),
                   static_cast<void*>(das), static_cast<void*>(dbs), static_cast<void*>(dcs),
@@ -250,8 +236,8 @@ void MatrixProducts(cublasHandle_t blas) {
 void SassOnlyRoutineFailsCleanly(cublasHandle_t blas) {
   const int n = 64;
   std::vector<float> a(n * n, 1.0f), x(n, 1.0f);
-  float* da = DeviceCopy(a);
-  float* dx = DeviceCopy(x);
+  float* da = ToDevice(a);
+  float* dx = ToDevice(x);
   float* dy = nullptr;
   CHECK(cudaMalloc(&dy, n * sizeof(float)));
   const float one = 1.0f, zero = 0.0f;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../programs/check.h"
+#include "device_copies.h"
 
 #define SPARSE_CHECK(call)                                                                   \
   do {                                                                                       \
@@ -24,21 +25,6 @@
   } while (0)
 
 namespace {
-
-template <typename T>
-T* DeviceCopy(const std::vector<T>& host) {
-  T* device = nullptr;
-  CHECK(cudaMalloc(&device, host.size() * sizeof(T)));
-  CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return device;
-}
-
-template <typename T>
-std::vector<T> HostCopy(const T* device, size_t count) {
-  std::vector<T> host(count);
-  CHECK(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
-}
 
 // A banded n x n matrix in CSR: 4 on the diagonal, entries two to the left and three to the
 // right (so the transpose differs).
@@ -84,10 +70,10 @@ void MatrixVector(cusparseHandle_t sparse, const Csr& a, cudaDataType type, doub
   const int n = a.n;
   std::vector<T> values(a.values.begin(), a.values.end()), x(n);
   for (int i = 0; i < n; ++i) x[i] = static_cast<T>(std::sin(0.5 * i));
-  int* offsets = DeviceCopy(a.row_offsets);
-  int* columns = DeviceCopy(a.columns);
-  T* dvalues = DeviceCopy(values);
-  T* dx = DeviceCopy(x);
+  int* offsets = ToDevice(a.row_offsets);
+  int* columns = ToDevice(a.columns);
+  T* dvalues = ToDevice(values);
+  T* dx = ToDevice(x);
   T* dy = nullptr;
   CHECK(cudaMalloc(&dy, n * sizeof(T)));
   cusparseSpMatDescr_t matrix;
@@ -113,7 +99,7 @@ void MatrixVector(cusparseHandle_t sparse, const Csr& a, cudaDataType type, doub
         want[r] += (op == CUSPARSE_OPERATION_NON_TRANSPOSE ? a.At(r, c) : a.At(c, r)) * x[c];
       }
     }
-    const double error = MaxError(HostCopy(dy, n), want);
+    const double error = MaxError(ToHost(dy, n), want);
     std::printf("SpMV %s%s: max error %.3g\n", sizeof(T) == 4 ? "float" : "double",
                 op == CUSPARSE_OPERATION_TRANSPOSE ? ", transposed" : "", error);
     EXPECT(error < tolerance);
@@ -135,11 +121,11 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
   std::vector<double> b(n * k), x(n);
   for (int i = 0; i < n * k; ++i) b[i] = std::cos(0.1 * i);
   for (int i = 0; i < n; ++i) x[i] = 1.0 + (i % 9);
-  int* offsets = DeviceCopy(a.row_offsets);
-  int* columns = DeviceCopy(a.columns);
-  double* values = DeviceCopy(a.values);
-  double* db = DeviceCopy(b);
-  double* dx = DeviceCopy(x);
+  int* offsets = ToDevice(a.row_offsets);
+  int* columns = ToDevice(a.columns);
+  double* values = ToDevice(a.values);
+  double* db = ToDevice(b);
+  double* dx = ToDevice(x);
   double *dc = nullptr, *dense = nullptr, *dz = nullptr;
   CHECK(cudaMalloc(&dc, n * k * sizeof(double)));
   CHECK(cudaMalloc(&dense, static_cast<size_t>(n) * n * sizeof(double)));
@@ -178,13 +164,13 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
       }
     }
   }
-  double error = MaxError(HostCopy(dc, n * k), want);
+  double error = MaxError(ToHost(dc, n * k), want);
   std::printf("SpMM: max error %.3g\n", error);
   EXPECT(error < 1e-12);
 
   SPARSE_CHECK(cusparseSparseToDense(sparse, matrix, md, CUSPARSE_SPARSETODENSE_ALG_DEFAULT,
                                      workspace));
-  std::vector<double> got = HostCopy(dense, static_cast<size_t>(n) * n);
+  std::vector<double> got = ToHost(dense, static_cast<size_t>(n) * n);
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < n; ++c) EXPECT(got[r + static_cast<size_t>(c) * n] == a.At(r, c));
   }
@@ -205,7 +191,7 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
                                      solve_workspace));
   SPARSE_CHECK(cusparseSpSV_solve(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx, vz,
                                   CUDA_R_64F, CUSPARSE_SPSV_ALG_DEFAULT, solve));
-  std::vector<double> z = HostCopy(dz, n), back(n, 0.0);
+  std::vector<double> z = ToHost(dz, n), back(n, 0.0);
   for (int r = 0; r < n; ++r) {
     for (int p = a.row_offsets[r]; p < a.row_offsets[r + 1]; ++p) {
       if (a.columns[p] <= r) back[r] += a.values[p] * z[a.columns[p]];

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../programs/check.h"
+#include "device_copies.h"
 
 namespace {
 
@@ -111,21 +112,6 @@ __global__ void mma_tf32_f64(const float* a, const float* bt, float* d, const do
                : "d"(da), "d"(db), "d"(1.0));
   d64[g * 8 + t * 2] = d0;
   d64[g * 8 + t * 2 + 1] = d1;
-}
-
-template <typename T>
-T* ToDevice(const std::vector<T>& host) {
-  T* device = nullptr;
-  CHECK(cudaMalloc(&device, host.size() * sizeof(T)));
-  CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return device;
-}
-
-template <typename T>
-std::vector<T> ToHost(const T* device, size_t count) {
-  std::vector<T> host(count);
-  CHECK(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
 }
 
 bool Check(const char* what, const std::vector<float>& got, const std::vector<double>& want,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../programs/check.h"
+#include "device_copies.h"
 
 using namespace nvcuda;
 
@@ -111,21 +112,6 @@ __global__ void mma_u8(const unsigned char* a, const unsigned char* b, int* d) {
   wmma::load_matrix_sync(fb, b, 16);
   wmma::mma_sync(acc, fa, fb, acc);
   wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
-}
-
-template <typename T>
-T* ToDevice(const std::vector<T>& host) {
-  T* device = nullptr;
-  CHECK(cudaMalloc(&device, host.size() * sizeof(T)));
-  CHECK(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  return device;
-}
-
-template <typename T>
-std::vector<T> ToHost(const T* device, size_t count) {
-  std::vector<T> host(count);
-  CHECK(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
-  return host;
 }
 
 bool Near(double got, double want, double tolerance, const char* what, int index) {
