@@ -344,7 +344,8 @@ class Parser {
       uint64_t value = 0;
       if (token.text.size() > 2 && (token.text[1] == 'f' || token.text[1] == 'F') &&
           token.text[0] == '0') {
-        uint32_t bits = static_cast<uint32_t>(std::strtoul(std::string(token.text).c_str() + 2, nullptr, 16));
+        uint32_t bits =
+            static_cast<uint32_t>(std::strtoul(std::string(token.text).c_str() + 2, nullptr, 16));
         float f;
         std::memcpy(&f, &bits, 4);
         double d = negative ? -f : f;
@@ -472,7 +473,8 @@ class Parser {
       while (Peek().kind == Token::kNumber || Peek().text == ",") {
         uint64_t value = 0;
         if (Peek().kind == Token::kNumber) {
-          if (!ParseInteger(Peek().text, &value)) return Error("bad number " + std::string(Peek().text));
+          if (!ParseInteger(Peek().text, &value))
+            return Error("bad number " + std::string(Peek().text));
           // Capped: a bound above 1024 threads bounds nothing.
           threads =
               std::min<uint64_t>(threads * std::clamp<uint64_t>(value, 1, 1u << 20), 1u << 20);

@@ -293,7 +293,8 @@ TEST_F(IntegrationTest, AgentRegistersAgainWhenGpupooldLosesItsInventory) {
       << Logs();
   // gpupoold lists the GPUs as soon as it has handled the registration; the agent sets its flag
   // when the answer reaches it, a moment later.
-  EXPECT_TRUE(Eventually([&] { return Call(control, "GET", "/v1/gpus").body["registered"] == true; }, 3000))
+  EXPECT_TRUE(
+      Eventually([&] { return Call(control, "GET", "/v1/gpus").body["registered"] == true; }, 3000))
       << Logs();
 }
 

@@ -5,23 +5,23 @@
 // analysis phase, each against the CPU.
 #include <cusparse.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <algorithm>
 #include <cstring>
 #include <vector>
 
 #include "../programs/check.h"
 #include "device_copies.h"
 
-#define SPARSE_CHECK(call)                                                                   \
-  do {                                                                                       \
-    cusparseStatus_t sparse_check_status_ = (call);                                          \
-    if (sparse_check_status_ != CUSPARSE_STATUS_SUCCESS) {                                   \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call,              \
-                   cusparseGetErrorString(sparse_check_status_));                            \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+#define SPARSE_CHECK(call)                                                      \
+  do {                                                                          \
+    cusparseStatus_t sparse_check_status_ = (call);                             \
+    if (sparse_check_status_ != CUSPARSE_STATUS_SUCCESS) {                      \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
+                   cusparseGetErrorString(sparse_check_status_));               \
+      std::exit(1);                                                             \
+    }                                                                           \
   } while (0)
 
 namespace {
@@ -84,8 +84,7 @@ void MatrixVector(cusparseHandle_t sparse, const Csr& a, cudaDataType type, doub
   SPARSE_CHECK(cusparseCreateDnVec(&vx, n, dx, type));
   SPARSE_CHECK(cusparseCreateDnVec(&vy, n, dy, type));
   const T one = 1, zero = 0;
-  for (cusparseOperation_t op :
-       {CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_TRANSPOSE}) {
+  for (cusparseOperation_t op : {CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_TRANSPOSE}) {
     size_t workspace_size = 0;
     SPARSE_CHECK(cusparseSpMV_bufferSize(sparse, op, &one, matrix, vx, &zero, vy, type,
                                          CUSPARSE_SPMV_ALG_DEFAULT, &workspace_size));
@@ -168,8 +167,8 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
   std::printf("SpMM: max error %.3g\n", error);
   EXPECT(error < 1e-12);
 
-  SPARSE_CHECK(cusparseSparseToDense(sparse, matrix, md, CUSPARSE_SPARSETODENSE_ALG_DEFAULT,
-                                     workspace));
+  SPARSE_CHECK(
+      cusparseSparseToDense(sparse, matrix, md, CUSPARSE_SPARSETODENSE_ALG_DEFAULT, workspace));
   std::vector<double> got = ToHost(dense, static_cast<size_t>(n) * n);
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < n; ++c) EXPECT(got[r + static_cast<size_t>(c) * n] == a.At(r, c));
@@ -186,8 +185,8 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
                                        vz, CUDA_R_64F, CUSPARSE_SPSV_ALG_DEFAULT, solve, &size));
   void* solve_workspace = nullptr;
   CHECK(cudaMalloc(&solve_workspace, size + 1));
-  SPARSE_CHECK(cusparseSpSV_analysis(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx,
-                                     vz, CUDA_R_64F, CUSPARSE_SPSV_ALG_DEFAULT, solve,
+  SPARSE_CHECK(cusparseSpSV_analysis(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx, vz,
+                                     CUDA_R_64F, CUSPARSE_SPSV_ALG_DEFAULT, solve,
                                      solve_workspace));
   SPARSE_CHECK(cusparseSpSV_solve(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx, vz,
                                   CUDA_R_64F, CUSPARSE_SPSV_ALG_DEFAULT, solve));
@@ -205,10 +204,10 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
   SPARSE_CHECK(cusparseDestroySpMat(matrix));
   for (cusparseDnMatDescr_t m : {mb, mc, md}) SPARSE_CHECK(cusparseDestroyDnMat(m));
   for (cusparseDnVecDescr_t v : {vx, vz}) SPARSE_CHECK(cusparseDestroyDnVec(v));
-  for (void* p : {static_cast<void*>(offsets), static_cast<void*>(columns),
-                  static_cast<void*>(values), static_cast<void*>(db), static_cast<void*>(dx),
-                  static_cast<void*>(dc), static_cast<void*>(dense), static_cast<void*>(dz),
-                  workspace, solve_workspace}) {
+  for (void* p :
+       {static_cast<void*>(offsets), static_cast<void*>(columns), static_cast<void*>(values),
+        static_cast<void*>(db), static_cast<void*>(dx), static_cast<void*>(dc),
+        static_cast<void*>(dense), static_cast<void*>(dz), workspace, solve_workspace}) {
     CHECK(cudaFree(p));
   }
 }
