@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/gpu_models.h"
 #include "common/status.h"
 #include "remote/backend/fault.h"
 
@@ -30,6 +31,17 @@ struct GpuInfo {
   int cc_major = 8, cc_minor = 0;  // compute capability
   int multiprocessor_count = 108;
 };
+
+// A simulated GPU of a model gpupool knows (common/gpu_models.h) has that model's compute
+// capability (the newest PTX the sim accepts) and SM count; an unknown model keeps the
+// defaults above (an A100's).
+inline void SimulateKnownModel(GpuInfo* gpu) {
+  if (const GpuModel* model = FindGpuModel(gpu->model.c_str())) {
+    gpu->cc_major = model->cc_major;
+    gpu->cc_minor = model->cc_minor;
+    gpu->multiprocessor_count = model->multiprocessors;
+  }
+}
 
 enum class Health { kOk, kFailed };
 // "OK" or "FAILED", as in gpupoold's API.

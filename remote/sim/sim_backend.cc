@@ -1,6 +1,5 @@
 #include "remote/sim/sim_backend.h"
 
-#include "common/gpu_models.h"
 #include "remote/backend/gpu_identity.h"
 #include "remote/backend/topology.h"
 
@@ -33,13 +32,7 @@ Result<std::unique_ptr<SimBackend>> SimBackend::Create(const std::string& host,
       g.info.index = static_cast<int>(gpus.size());
       g.info.uuid = DeterministicGpuUuid(host, g.info.index);
       g.info.model = e.model;
-      // A known model simulates its compute capability (the newest PTX the sim accepts)
-      // and SM count; an unknown one keeps GpuInfo's defaults (an A100's).
-      if (const GpuModel* model = FindGpuModel(e.model.c_str())) {
-        g.info.cc_major = model->cc_major;
-        g.info.cc_minor = model->cc_minor;
-        g.info.multiprocessor_count = model->multiprocessors;
-      }
+      SimulateKnownModel(&g.info);
       g.info.memory_bytes = e.memory_mib * 1024ULL * 1024ULL;
       g.info.pci_bus_id = SimPciBusId(g.info.index);
       g.info.numa_node = SimNumaNode(g.info.index, total, numa_nodes);

@@ -61,8 +61,7 @@ int main(int argc, char** argv) {
     else if (arg == "--gpus" && (v = value())) gpus = std::atoi(v);
     else if (arg == "--memory-mib" && (v = value())) memory_mib = std::atol(v);
     else if (arg == "--backend" && (v = value())) backend_name = v;
-    else if (arg == "--model" && (v = value()))
-      model = v;
+    else if (arg == "--model" && (v = value())) model = v;
     else return Usage(("unknown or incomplete option '" + arg + "'").c_str());
   }
   if (listen.empty() || lease.empty() || token.empty()) return Usage("--listen, --lease and --token are required");

@@ -9,7 +9,6 @@
 #include <utility>
 #include <vector>
 
-#include "common/gpu_models.h"
 #include "remote/backend/backend.h"
 
 namespace gpupool::testing {
@@ -22,8 +21,8 @@ inline std::string TestGpuUuid(int index) {
 
 class TestBackend : public backend::GpuBackend {
  public:
-  // `model`: the device name's model part; a known model (common/gpu_models.h) gives the
-  // GPUs its compute capability and SM count, as the sim backend does.
+  // `model`: the device name's model part; a known model gives the GPUs its compute
+  // capability and SM count (backend::SimulateKnownModel), as the sim backend does.
   TestBackend(int count, uint64_t memory_bytes, std::string model = "A100-SXM4-80GB")
       : count_(count), memory_bytes_(memory_bytes), model_(std::move(model)) {}
 
@@ -35,11 +34,7 @@ class TestBackend : public backend::GpuBackend {
       gpu.uuid = TestGpuUuid(i);
       gpu.index = i;
       gpu.model = model_;
-      if (const GpuModel* known = FindGpuModel(model_.c_str())) {
-        gpu.cc_major = known->cc_major;
-        gpu.cc_minor = known->cc_minor;
-        gpu.multiprocessor_count = known->multiprocessors;
-      }
+      backend::SimulateKnownModel(&gpu);
       gpu.memory_bytes = memory_bytes_;
       char bus[32];
       std::snprintf(bus, sizeof(bus), "0000:%02x:00.0", 7 + i);
