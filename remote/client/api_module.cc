@@ -11,6 +11,7 @@
 #include <iterator>
 
 #include "remote/client/api_common.h"
+#include "remote/client/device_attributes.h"
 #include "remote/client/graphs.h"
 #include "remote/nvrtc/nvrtc_ptx.h"
 
@@ -546,9 +547,20 @@ namespace {
 
 constexpr uint32_t kLinkMagic = 0x6c6e6b31;  // "lnk1"
 
+// At most this many inputs to one link (the sim links at most 4096 units), and PTX units
+// under 1 GiB (the image library's bound on a decompressed fatbin entry).
+constexpr size_t kMaxLinkInputs = 4096;
+constexpr size_t kMaxLinkUnitBytes = size_t{1} << 30;
+
+struct LinkInput {
+  CUjitInputType type;
+  std::vector<char> bytes;  // PTX with its terminating NUL
+};
+
 struct LinkState {
   uint32_t magic = kLinkMagic;
-  std::vector<char> image;  // the one input (empty: none yet); PTX with its terminating NUL
+  std::vector<LinkInput> inputs;
+  std::vector<char> image;  // cuLinkComplete's result, owned until cuLinkDestroy
 };
 
 LinkState* AsLink(CUlinkState handle) {
@@ -577,9 +589,117 @@ void EmptyJitLogs(unsigned count, CUjit_option* options, void** values) {
   }
 }
 
+const char* LinkInputKind(CUjitInputType type) {
+  switch (type) {
+    case CU_JIT_INPUT_PTX:
+      return "PTX";
+    case CU_JIT_INPUT_CUBIN:
+      return "cubin";
+    case CU_JIT_INPUT_FATBINARY:
+      return "fatbin";
+    case CU_JIT_INPUT_OBJECT:
+      return "object file";
+    case CU_JIT_INPUT_LIBRARY:
+      return "library";
+    default:
+      return "input";
+  }
+}
+
+// The PTX entries of one link input, as the image library reads them.
+gpupool::Result<std::vector<gpupool::image::PtxEntry>> PtxOfLinkInput(const LinkInput& input) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(input.bytes.data());
+  switch (input.type) {
+    case CU_JIT_INPUT_OBJECT:
+      return gpupool::image::PtxOfHostObject(bytes, input.bytes.size());
+    case CU_JIT_INPUT_LIBRARY:
+      return gpupool::image::PtxOfArchive(bytes, input.bytes.size());
+    default:
+      break;
+  }
+  auto parsed = gpupool::image::ParseModuleImageBytes(bytes, input.bytes.size());
+  if (!parsed.ok()) return parsed.status();
+  if (parsed->ptx.empty() && parsed->has_sass) {
+    // A cubin NVRTC made in this process: the PTX it came from.
+    std::string ptx = NvrtcPtxOf(bytes, input.bytes.size());
+    if (!ptx.empty()) {
+      auto reparsed = gpupool::image::ParseModuleImageBytes(ptx.data(), ptx.size());
+      if (reparsed.ok()) return std::move(reparsed->ptx);
+    }
+  }
+  return std::move(parsed->ptx);
+}
+
+// Several inputs (or a host object or library): the PTX each input holds for the current
+// device, as one fatbin whose units the GPU links into one module (the sim does, like the
+// units of an -rdc=true program). Each input gives the PTX a driver would JIT for the
+// device (its newest entries not newer than it). A library member without PTX adds
+// nothing: libcudadevrt.a holds PTX only for the newest GPUs, and the sim provides the
+// device runtime's entry points itself.
+CUresult LinkInputs(LinkState* link) {
+  int ordinal = 0;
+  if (CUresult status = CurrentDevice(&ordinal); status != CUDA_SUCCESS) return status;
+  const Device* device = Runtime::Get().device(ordinal);
+  if (device == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  const ModelProperties model = PropertiesOf(*device);
+  const uint32_t device_arch = static_cast<uint32_t>(model.cc_major * 10 + model.cc_minor);
+  std::vector<gpupool::image::PtxEntry> units;
+  for (size_t i = 0; i < link->inputs.size(); ++i) {
+    const LinkInput& input = link->inputs[i];
+    auto entries = PtxOfLinkInput(input);
+    if (!entries.ok()) {
+      LogError("cuLinkComplete: input %zu (%s): %s", i + 1, LinkInputKind(input.type),
+               entries.status().message().c_str());
+      return CUDA_ERROR_INVALID_IMAGE;
+    }
+    if (entries->empty()) {
+      if (input.type == CU_JIT_INPUT_LIBRARY) continue;
+      LogError(
+          "cuLinkComplete: input %zu (%s) holds no PTX, only machine code (SASS): "
+          "gpupool links PTX only",
+          i + 1, LinkInputKind(input.type));
+      return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    }
+    const gpupool::image::PtxEntry* chosen = gpupool::image::ChoosePtx(*entries, device_arch);
+    if (chosen == nullptr) {
+      if (input.type == CU_JIT_INPUT_LIBRARY) continue;  // e.g. libcudadevrt.a's compute_121
+      LogError(
+          "cuLinkComplete: input %zu (%s) holds PTX only for GPUs newer than this one "
+          "(compute capability %u.%u)",
+          i + 1, LinkInputKind(input.type), device_arch / 10, device_arch % 10);
+      return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    }
+    const uint32_t arch = chosen->arch;
+    for (auto& entry : *entries) {
+      if (entry.arch != arch) continue;
+      if (entry.text.size() >= kMaxLinkUnitBytes) {
+        LogError("cuLinkComplete: input %zu (%s) holds a PTX unit of 1 GiB or more", i + 1,
+                 LinkInputKind(input.type));
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      units.push_back(std::move(entry));
+    }
+  }
+  if (units.empty()) {
+    LogError("cuLinkComplete: the inputs hold no PTX to link");
+    return CUDA_ERROR_INVALID_IMAGE;
+  }
+  // A driver JITs every unit for the one device: the units count as one architecture,
+  // the newest they target (none is newer than the device).
+  uint32_t arch = 0;
+  for (const auto& unit : units) arch = std::max(arch, unit.arch);
+  for (auto& unit : units) unit.arch = arch;
+  std::vector<uint8_t> fatbin = gpupool::image::FatbinOfPtx(units);
+  link->image.assign(fatbin.begin(), fatbin.end());
+  LogDebug("cuLinkComplete: %zu input(s) linked as %zu PTX unit(s) for compute_%u",
+           link->inputs.size(), units.size(), arch);
+  return CUDA_SUCCESS;
+}
+
 CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char> bytes) {
   LinkState* link = AsLink(handle);
   if (link == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
   switch (type) {
     case CU_JIT_INPUT_PTX:
       // The text up to its NUL (or the given size), then a NUL.
@@ -589,17 +709,28 @@ CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char>
     case CU_JIT_INPUT_CUBIN:
     case CU_JIT_INPUT_FATBINARY: break;
     case CU_JIT_INPUT_OBJECT:
-    case CU_JIT_INPUT_LIBRARY:
+    case CU_JIT_INPUT_LIBRARY: {
+      // Read now, as a driver reads an input when it is added: a bad one is refused here.
+      auto ptx = type == CU_JIT_INPUT_OBJECT ? gpupool::image::PtxOfHostObject(data, bytes.size())
+                                             : gpupool::image::PtxOfArchive(data, bytes.size());
+      if (!ptx.ok()) {
+        LogError("cuLinkAddData/cuLinkAddFile: the %s cannot be read: %s", LinkInputKind(type),
+                 ptx.status().message().c_str());
+        return CUDA_ERROR_INVALID_IMAGE;
+      }
+      break;
+    }
     case CU_JIT_INPUT_NVVM:
-      return static_cast<CUresult>(ReportUnsupported(
-          "cuLinkAddData/cuLinkAddFile(object, library or NVVM input)", "device code linking"));
+      return static_cast<CUresult>(
+          ReportUnsupported("cuLinkAddData/cuLinkAddFile(NVVM input)", "device code linking"));
     default: return CUDA_ERROR_INVALID_VALUE;
   }
-  if (!link->image.empty()) {
-    return static_cast<CUresult>(ReportUnsupported(
-        "cuLinkAddData/cuLinkAddFile(a second input)", "linking several modules into one"));
+  if (link->inputs.size() >= kMaxLinkInputs) {
+    LogError("cuLinkAddData/cuLinkAddFile: more than %zu inputs to one link", kMaxLinkInputs);
+    return CUDA_ERROR_INVALID_VALUE;
   }
-  link->image = std::move(bytes);
+  link->image.clear();  // a completed link that gets another input is linked again
+  link->inputs.push_back(LinkInput{type, std::move(bytes)});
   return CUDA_SUCCESS;
 }
 
@@ -661,8 +792,15 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkComplete(CUlinkState handle, void** imag
   GPUPOOL_BODY({
     LinkState* link = AsLink(handle);
     if (link == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (image == nullptr || size == nullptr || link->image.empty()) {
+    if (image == nullptr || size == nullptr || link->inputs.empty()) {
       return CUDA_ERROR_INVALID_VALUE;
+    }
+    const LinkInput& first = link->inputs.front();
+    if (link->inputs.size() == 1 && first.type != CU_JIT_INPUT_OBJECT &&
+        first.type != CU_JIT_INPUT_LIBRARY) {
+      link->image = first.bytes;  // one module image: loaded as it is (a GPU's driver too)
+    } else if (CUresult status = LinkInputs(link); status != CUDA_SUCCESS) {
+      return status;
     }
     *image = link->image.data();  // owned by the link state until cuLinkDestroy, as on a GPU
     *size = link->image.size();

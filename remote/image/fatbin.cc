@@ -1,12 +1,12 @@
 #include "remote/image/fatbin.h"
 
 #include <elf.h>
-
 #include <lz4.h>
 #include <zstd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "remote/image/ptx_signature.h"
 
@@ -367,6 +367,118 @@ Result<std::vector<uint8_t>> WithRelocatablePtx(const ModuleImage& image) {
   merged.files_size = out.size() - merged.header_size;
   std::memcpy(out.data(), &merged, sizeof(merged));
   return out;
+}
+
+std::vector<uint8_t> FatbinOfPtx(const std::vector<PtxEntry>& units) {
+  constexpr uint64_t kEntryHeaderSize = 64;  // as nvcc writes them
+  std::vector<uint8_t> out(sizeof(FatbinHeader));
+  for (const PtxEntry& unit : units) {
+    const uint64_t text_size = unit.text.size() + 1;  // with its NUL
+    const uint64_t padded = (text_size + 7) & ~uint64_t{7};
+    FatbinEntryHeader entry{};
+    entry.kind = kEntryKindPtx;
+    entry.version = 0x0101;
+    entry.header_size = kEntryHeaderSize;
+    entry.padded_payload_size = static_cast<uint32_t>(padded);
+    entry.payload_size = static_cast<uint32_t>(text_size);
+    entry.sm_version = unit.arch;
+    entry.flags = 0x11;  // 64-bit code, as nvcc's entries say; no compression
+    const size_t at = out.size();
+    out.resize(at + kEntryHeaderSize + padded, 0);
+    std::memcpy(out.data() + at, &entry, sizeof(entry));
+    std::memcpy(out.data() + at + kEntryHeaderSize, unit.text.data(), unit.text.size());
+  }
+  FatbinHeader header{kFatbinMagic, 1, sizeof(FatbinHeader), out.size() - sizeof(FatbinHeader)};
+  std::memcpy(out.data(), &header, sizeof(header));
+  return out;
+}
+
+Result<std::vector<PtxEntry>> PtxOfHostObject(const uint8_t* elf, size_t size) {
+  if (size < sizeof(Elf64_Ehdr) || !IsElf(elf)) {
+    return Status::InvalidArgument("not an ELF object file");
+  }
+  auto header = Read<Elf64_Ehdr>(elf);
+  if (header.e_shnum == 0) return std::vector<PtxEntry>{};
+  if (header.e_shstrndx >= header.e_shnum || header.e_shentsize < sizeof(Elf64_Shdr) ||
+      header.e_shoff > size ||
+      uint64_t{header.e_shnum} * header.e_shentsize > size - header.e_shoff) {
+    return Status::InvalidArgument("object file section table out of range");
+  }
+  auto section_at = [&](int i) {
+    return Read<Elf64_Shdr>(elf + header.e_shoff + static_cast<size_t>(i) * header.e_shentsize);
+  };
+  Elf64_Shdr names = section_at(header.e_shstrndx);
+  if (names.sh_offset > size || names.sh_size > size - names.sh_offset) {
+    return Status::InvalidArgument("object file section names out of range");
+  }
+  std::vector<PtxEntry> ptx;
+  for (int i = 0; i < header.e_shnum; ++i) {
+    Elf64_Shdr section = section_at(i);
+    if (section.sh_type == SHT_NOBITS || section.sh_name >= names.sh_size) continue;
+    const char* name = reinterpret_cast<const char*>(elf + names.sh_offset + section.sh_name);
+    std::string_view section_name(name, strnlen(name, names.sh_size - section.sh_name));
+    if (section_name != ".nv_fatbin" && section_name != "__nv_relfatbin") continue;
+    if (section.sh_offset > size || section.sh_size > size - section.sh_offset) {
+      return Status::InvalidArgument("object file section " + std::string(section_name) +
+                                     " out of range");
+    }
+    // One or more fatbins back to back, each 8-byte aligned.
+    const uint8_t* fatbins = elf + section.sh_offset;
+    uint64_t at = 0;
+    while (section.sh_size - at >= sizeof(FatbinHeader) &&
+           Read<uint32_t>(fatbins + at) == kFatbinMagic) {
+      ModuleImage image;
+      GPUPOOL_RETURN_IF_ERROR(ParseFatbin(fatbins + at, section.sh_size - at, &image));
+      for (PtxEntry& entry : image.ptx) ptx.push_back(std::move(entry));
+      at += (image.size + 7) & ~uint64_t{7};
+    }
+  }
+  return ptx;
+}
+
+Result<std::vector<PtxEntry>> PtxOfArchive(const uint8_t* bytes, size_t size) {
+  constexpr std::string_view kMagic = "!<arch>\n";
+  constexpr size_t kMemberHeaderSize =
+      60;  // name[16] date[12] uid[6] gid[6] mode[8] size[10] "`\n"
+  if (size >= 8 && std::memcmp(bytes, "!<thin>\n", 8) == 0) {
+    return Status::InvalidArgument("a thin archive (its members are files elsewhere)");
+  }
+  if (size < kMagic.size() || std::memcmp(bytes, kMagic.data(), kMagic.size()) != 0) {
+    return Status::InvalidArgument("not an ar archive");
+  }
+  std::vector<PtxEntry> ptx;
+  uint64_t at = kMagic.size();
+  while (size - at >= kMemberHeaderSize) {
+    const uint8_t* member = bytes + at;
+    if (member[58] != '`' || member[59] != '\n') {
+      return Status::InvalidArgument("archive member header at byte " + std::to_string(at) +
+                                     " is malformed");
+    }
+    uint64_t member_size = 0;
+    for (int i = 48; i < 58 && member[i] != ' '; ++i) {
+      if (member[i] < '0' || member[i] > '9') {
+        return Status::InvalidArgument("archive member size at byte " + std::to_string(at) +
+                                       " is not a number");
+      }
+      member_size = member_size * 10 + (member[i] - '0');
+    }
+    at += kMemberHeaderSize;
+    if (member_size > size - at) {
+      return Status::InvalidArgument("archive member at byte " + std::to_string(at) +
+                                     " runs past the archive");
+    }
+    if (member_size >= sizeof(Elf64_Ehdr) && IsElf(bytes + at)) {
+      auto found = PtxOfHostObject(bytes + at, member_size);
+      if (!found.ok()) {
+        return Status::InvalidArgument("archive member at byte " + std::to_string(at) + ": " +
+                                       found.status().message());
+      }
+      for (PtxEntry& entry : *found) ptx.push_back(std::move(entry));
+    }
+    at += member_size + (member_size & 1);  // members are 2-byte aligned
+    if (at > size) break;
+  }
+  return ptx;
 }
 
 const PtxEntry* ChoosePtx(const std::vector<PtxEntry>& ptx, uint32_t device_arch) {

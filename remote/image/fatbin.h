@@ -73,6 +73,23 @@ Result<ModuleImage> ParseModuleImageBytes(const void* image, size_t size);
 // InvalidArgument when `image` is not a fatbin or a relocatable fatbin cannot be read.
 Result<std::vector<uint8_t>> WithRelocatablePtx(const ModuleImage& image);
 
+// A fatbin of uncompressed PTX entries, one per unit in order, each marked as targeting
+// its `arch`: what cuLinkComplete gives when it links several inputs, which the sim links
+// into one module as it links an -rdc=true program's units (all must have one `arch`).
+std::vector<uint8_t> FatbinOfPtx(const std::vector<PtxEntry>& units);
+
+// The PTX entries of the fatbins a host object file embeds (what `nvcc -c` and `nvcc -dc`
+// write: sections `.nv_fatbin` and `__nv_relfatbin`), in order: what cuLinkAddData's
+// CU_JIT_INPUT_OBJECT gives. An ELF object without such sections has none. Fails with
+// InvalidArgument naming the problem when `bytes` is not an ELF object or a fatbin in it
+// cannot be read; every offset is checked against `size`.
+Result<std::vector<PtxEntry>> PtxOfHostObject(const uint8_t* bytes, size_t size);
+
+// The same for each member of an ar archive of host objects (`nvcc -lib`, libcudadevrt.a:
+// CU_JIT_INPUT_LIBRARY), in member order; members that are not ELF objects (the symbol
+// and name tables) are skipped. Thin archives are refused.
+Result<std::vector<PtxEntry>> PtxOfArchive(const uint8_t* bytes, size_t size);
+
 // Parses one ELF cubin of `size` bytes, adding its kernels to *kernels.
 Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelLayout>* kernels);
 

@@ -10,6 +10,10 @@
 //   1: the rest is an image for ParseModuleImage (fatbin, ELF, or anything else as PTX
 //      text, NUL-terminated)
 //   2: the rest is a fatbin, reached through a fatbin wrapper pointing at it
+// Two values of byte 0 read the rest as cuLinkAddData's inputs (explicit size):
+//   0xf0: a host object for PtxOfHostObject, 0xf1: an ar archive for PtxOfArchive
+#include "remote/image/fatbin.h"
+
 #include <elf.h>
 
 #include <cstdint>
@@ -17,8 +21,7 @@
 #include <map>
 #include <memory>
 #include <string>
-
-#include "remote/image/fatbin.h"
+#include <vector>
 
 namespace cl = gpupool::image;
 
@@ -69,12 +72,21 @@ size_t ClaimedSize(const uint8_t* p, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  uint8_t mode = data[0] % 3;
+  const uint8_t selector = data[0];
+  uint8_t mode = selector % 3;
   ++data;
   --size;
   // An exact-size copy, so that a read past the end is caught.
   std::unique_ptr<uint8_t[]> image(new uint8_t[size]);
   if (size > 0) std::memcpy(image.get(), data, size);
+
+  if (selector == 0xf0 || selector == 0xf1) {
+    gpupool::Result<std::vector<cl::PtxEntry>> ptx = selector == 0xf0
+                                                         ? cl::PtxOfHostObject(image.get(), size)
+                                                         : cl::PtxOfArchive(image.get(), size);
+    if (!ptx.ok() && ptx.status().message().empty()) __builtin_trap();
+    return 0;
+  }
 
   if (mode == 0) {
     std::map<std::string, cl::KernelLayout> kernels;

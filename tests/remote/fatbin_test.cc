@@ -3,9 +3,12 @@
 #include <elf.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace gpupool::image {
@@ -147,6 +150,123 @@ TEST(Fatbin, ChoosesThePtxADriverWouldCompileForTheGpu) {
   EXPECT_EQ(ChoosePtx(ptx, 70), nullptr);   // every entry is for a newer GPU
   EXPECT_EQ(ChoosePtx({{"any", 0}}, 70)->text, "any");
   EXPECT_EQ(ChoosePtx({}, 80), nullptr);
+}
+
+constexpr char kUnitA[] =
+    ".version 8.0\n.target sm_75\n.address_size 64\n"
+    ".visible .entry first(.param .u64 p, .param .u32 n) { ret; }\n";
+constexpr char kUnitB[] =
+    ".version 8.0\n.target sm_75\n.address_size 64\n.visible .func helper() { ret; }\n";
+
+// An ELF host object with one section `section` holding `contents` (and the section names).
+std::vector<uint8_t> HostObject(const std::string& section, const std::vector<uint8_t>& contents) {
+  const std::string names = std::string("\0.shstrtab\0", 11) + section + '\0';
+  std::vector<uint8_t> elf(sizeof(Elf64_Ehdr));
+  auto append = [&](const void* p, size_t n) {
+    const size_t at = elf.size();
+    elf.insert(elf.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+    elf.resize((elf.size() + 7) & ~size_t{7});
+    return at;
+  };
+  const size_t names_at = append(names.data(), names.size());
+  const size_t contents_at = append(contents.data(), contents.size());
+  Elf64_Shdr sections[3] = {};
+  sections[1].sh_name = 1;
+  sections[1].sh_type = SHT_STRTAB;
+  sections[1].sh_offset = names_at;
+  sections[1].sh_size = names.size();
+  sections[2].sh_name = 11;
+  sections[2].sh_type = SHT_PROGBITS;
+  sections[2].sh_offset = contents_at;
+  sections[2].sh_size = contents.size();
+  const size_t table_at = append(sections, sizeof(sections));
+  Elf64_Ehdr header = {};
+  std::memcpy(header.e_ident, ELFMAG, SELFMAG);
+  header.e_ident[EI_CLASS] = ELFCLASS64;
+  header.e_type = ET_REL;
+  header.e_shoff = table_at;
+  header.e_shentsize = sizeof(Elf64_Shdr);
+  header.e_shnum = 3;
+  header.e_shstrndx = 1;
+  std::memcpy(elf.data(), &header, sizeof(header));
+  return elf;
+}
+
+// An ar archive of `members` (name, bytes).
+std::vector<uint8_t> Archive(
+    const std::vector<std::pair<std::string, std::vector<uint8_t>>>& members) {
+  std::string out = "!<arch>\n";
+  for (const auto& [name, bytes] : members) {
+    char header[61];
+    std::snprintf(header, sizeof(header), "%-16s%-12d%-6d%-6d%-8s%-10zu`\n", name.c_str(), 0, 0, 0,
+                  "644", bytes.size());
+    out.append(header, 60);
+    out.append(bytes.begin(), bytes.end());
+    if (bytes.size() % 2) out += '\n';
+  }
+  return std::vector<uint8_t>(out.begin(), out.end());
+}
+
+// cuLinkComplete's output: the units read back as they went in, kernels' layouts included.
+TEST(Fatbin, AFatbinOfPtxUnitsReadsBackAsItsUnits) {
+  std::vector<uint8_t> fatbin = FatbinOfPtx({{kUnitA, 75}, {kUnitB, 75}});
+  auto image = ParseModuleImageBytes(fatbin.data(), fatbin.size());
+  ASSERT_TRUE(image.ok()) << image.status().message();
+  ASSERT_EQ(image->ptx.size(), 2u);
+  EXPECT_EQ(image->ptx[0].text, kUnitA);
+  EXPECT_EQ(image->ptx[1].text, kUnitB);
+  EXPECT_EQ(image->ptx[1].arch, 75u);
+  EXPECT_FALSE(image->has_sass);
+  ASSERT_TRUE(image->kernels.count("first"));
+  EXPECT_EQ(image->kernels["first"].param_size, 12u);
+  EXPECT_EQ(image->size, fatbin.size());
+}
+
+// CU_JIT_INPUT_OBJECT and CU_JIT_INPUT_LIBRARY: the PTX of the fatbins in a host object's
+// .nv_fatbin / __nv_relfatbin sections, of each archive member; bad input named.
+TEST(Fatbin, FindsThePtxOfHostObjectsAndArchives) {
+  std::vector<uint8_t> two = FatbinOfPtx({{kUnitA, 75}});
+  std::vector<uint8_t> b = FatbinOfPtx({{kUnitB, 80}});
+  two.insert(two.end(), b.begin(), b.end());  // two fatbins back to back
+  std::vector<uint8_t> object = HostObject("__nv_relfatbin", two);
+  auto ptx = PtxOfHostObject(object.data(), object.size());
+  ASSERT_TRUE(ptx.ok()) << ptx.status().message();
+  ASSERT_EQ(ptx->size(), 2u);
+  EXPECT_EQ((*ptx)[0].text, kUnitA);
+  EXPECT_EQ((*ptx)[1].arch, 80u);
+  std::vector<uint8_t> other = HostObject(".text", two);  // not where nvcc puts fatbins
+  ptx = PtxOfHostObject(other.data(), other.size());
+  ASSERT_TRUE(ptx.ok());
+  EXPECT_TRUE(ptx->empty());
+  std::vector<uint8_t> text(kUnitA, kUnitA + sizeof(kUnitA));
+  EXPECT_EQ(PtxOfHostObject(text.data(), text.size()).status().message(), "not an ELF object file");
+  std::vector<uint8_t> cut = HostObject(".nv_fatbin", two);
+  cut.resize(cut.size() - 3 * sizeof(Elf64_Shdr));  // the section table is gone
+  EXPECT_FALSE(PtxOfHostObject(cut.data(), cut.size()).ok());
+  std::vector<uint8_t> broken = two;
+  broken[8] = 0xff;  // the first fatbin claims more bytes than its section holds
+  object = HostObject(".nv_fatbin", broken);
+  EXPECT_FALSE(PtxOfHostObject(object.data(), object.size()).ok());
+
+  std::vector<uint8_t> archive = Archive({{"/", {0, 0, 0, 0}},
+                                          {"a.o/", HostObject(".nv_fatbin", two)},
+                                          {"odd/", {1, 2, 3}},
+                                          {"b.o/", HostObject("__nv_relfatbin", b)}});
+  ptx = PtxOfArchive(archive.data(), archive.size());
+  ASSERT_TRUE(ptx.ok()) << ptx.status().message();
+  ASSERT_EQ(ptx->size(), 3u);
+  EXPECT_EQ((*ptx)[2].text, kUnitB);
+  std::vector<uint8_t> truncated(archive.begin(), archive.end() - 10);
+  EXPECT_NE(PtxOfArchive(truncated.data(), truncated.size()).status().message().find("runs past"),
+            std::string::npos);
+  std::vector<uint8_t> bad_size = archive;
+  bad_size[8 + 48] = 'x';  // the first member's size
+  EXPECT_NE(PtxOfArchive(bad_size.data(), bad_size.size()).status().message().find("not a number"),
+            std::string::npos);
+  const char thin[] = "!<thin>\n";
+  EXPECT_NE(PtxOfArchive(reinterpret_cast<const uint8_t*>(thin), 8).status().message().find("thin"),
+            std::string::npos);
+  EXPECT_EQ(PtxOfArchive(text.data(), text.size()).status().message(), "not an ar archive");
 }
 
 #ifdef GPUPOOL_TEST_CUDA_PROGRAM

@@ -1,9 +1,9 @@
 // A driver-API program as users write them: cuInit, a context, cuModuleLoad of a .fatbin,
 // a .ptx and a .cubin file (made by nvcc at build time from engine_kernels.cu),
-// cuModuleGetGlobal, cuLaunchKernel, device printf, the JIT linker with one input
-// (cuLinkCreate ... cuLinkComplete), and an out-of-bounds kernel whose
-// CUDA_ERROR_ILLEGAL_ADDRESS stays on the context. Prints "driver_api: OK" when every
-// check passed.
+// cuModuleGetGlobal, cuLaunchKernel, device printf, the JIT linker (cuLinkCreate ...
+// cuLinkComplete) with one input and with several (PTX, a host object, libraries), and an
+// out-of-bounds kernel whose CUDA_ERROR_ILLEGAL_ADDRESS stays on the context. Prints "driver_api:
+// OK" when every check passed.
 //
 // GPUPOOL_EXPECT_SIM=1: the GPU is the sim, which runs PTX only: the cubin must be refused
 // with CUDA_ERROR_NO_BINARY_FOR_GPU. Otherwise (a real GPU) the cubin must run too.
@@ -111,6 +111,96 @@ void RunKernels(CUmodule module, const char* what) {
 
 }  // namespace
 
+// The JIT linker with several inputs, as programs that build device code at run time
+// link it: link_main.cu's PTX calls into a host object (nvcc -dc) and an archive (nvcc
+// -lib), and libcudadevrt.a comes along as CMake and nvcc's own link pass would add it.
+// Without the object, the link leaves a function unresolved: a driver refuses such a link
+// at cuLinkComplete, gpupool when a kernel that calls the function runs
+// (CUDA_ERROR_NOT_SUPPORTED, "call of external function" in the agent's log).
+static void RunSeveralLinkInputs() {
+  auto link_all = [](bool with_object, CUmodule* module) {
+    CUlinkState link = nullptr;
+    CHECK_CU(cuLinkCreate(0, nullptr, nullptr, &link), CUDA_SUCCESS);
+    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, ModulePath("link_main.ptx").c_str(), 0, nullptr,
+                           nullptr),
+             CUDA_SUCCESS);
+    if (with_object) {
+      CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_OBJECT, ModulePath("link_helper.o").c_str(), 0,
+                             nullptr, nullptr),
+               CUDA_SUCCESS);
+    }
+    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_LIBRARY, ModulePath("liblink_library.a").c_str(), 0,
+                           nullptr, nullptr),
+             CUDA_SUCCESS);
+    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_LIBRARY, GPUPOOL_CUDADEVRT, 0, nullptr, nullptr),
+             CUDA_SUCCESS);
+    void* image = nullptr;
+    size_t size = 0;
+    CHECK_CU(cuLinkComplete(link, &image, &size), CUDA_SUCCESS);
+    CUresult loaded = image == nullptr ? CUDA_ERROR_INVALID_IMAGE : cuModuleLoadData(module, image);
+    CHECK_CU(cuLinkDestroy(link), CUDA_SUCCESS);
+    return loaded;
+  };
+  CUmodule unresolved = nullptr;
+  CHECK_CU(link_all(false, &unresolved), CUDA_SUCCESS);
+  if (unresolved != nullptr) {
+    CUfunction calls_missing = nullptr;
+    CHECK_CU(cuModuleGetFunction(&calls_missing, unresolved, "linked_kernel"), CUDA_SUCCESS);
+    CUdeviceptr scratch = 0;
+    CHECK_CU(cuMemAlloc(&scratch, 64), CUDA_SUCCESS);
+    int one = 1;
+    void* args[] = {&scratch, &scratch, &scratch, &one};
+    CUresult launched = calls_missing == nullptr ? CUDA_ERROR_INVALID_HANDLE
+                                                 : cuLaunchKernel(calls_missing, 1, 1, 1, 1, 1, 1,
+                                                                  0, nullptr, args, nullptr);
+    if (launched == CUDA_SUCCESS) launched = cuCtxSynchronize();
+    CHECK_CU(launched, CUDA_ERROR_NOT_SUPPORTED);
+    CHECK_CU(cuMemFree(scratch), CUDA_SUCCESS);
+    CHECK_CU(cuModuleUnload(unresolved), CUDA_SUCCESS);
+  }
+
+  CUmodule module = nullptr;
+  CHECK_CU(link_all(true, &module), CUDA_SUCCESS);
+  if (module == nullptr) return;
+  CUfunction kernel = nullptr;
+  CHECK_CU(cuModuleGetFunction(&kernel, module, "linked_kernel"), CUDA_SUCCESS);
+  CUdeviceptr calls = 0, factor = 0;
+  size_t size = 0;
+  CHECK_CU(cuModuleGetGlobal(&calls, &size, module, "helper_calls"), CUDA_SUCCESS);
+  EXPECT_TRUE(size == sizeof(int));
+  CHECK_CU(cuModuleGetGlobal(&factor, &size, module, "factor"), CUDA_SUCCESS);
+  const float two = 2.0f;  // the helper unit's variable, changed from the host
+  if (factor != 0) CHECK_CU(cuMemcpyHtoD(factor, &two, sizeof(two)), CUDA_SUCCESS);
+  const int n = 100;
+  std::vector<float> in(n), out(n);
+  std::vector<int> offsets(n);
+  for (int i = 0; i < n; ++i) in[i] = 0.25f * i - 3.0f;
+  CUdeviceptr din = 0, dout = 0, doffsets = 0;
+  CHECK_CU(cuMemAlloc(&din, n * sizeof(float)), CUDA_SUCCESS);
+  CHECK_CU(cuMemAlloc(&dout, n * sizeof(float)), CUDA_SUCCESS);
+  CHECK_CU(cuMemAlloc(&doffsets, n * sizeof(int)), CUDA_SUCCESS);
+  CHECK_CU(cuMemcpyHtoD(din, in.data(), n * sizeof(float)), CUDA_SUCCESS);
+  int count = n;
+  void* args[] = {&din, &dout, &doffsets, &count};
+  if (kernel != nullptr) {
+    CHECK_CU(cuLaunchKernel(kernel, 4, 1, 1, 32, 1, 1, 0, nullptr, args, nullptr), CUDA_SUCCESS);
+  }
+  CHECK_CU(cuMemcpyDtoH(out.data(), dout, n * sizeof(float)), CUDA_SUCCESS);
+  CHECK_CU(cuMemcpyDtoH(offsets.data(), doffsets, n * sizeof(int)), CUDA_SUCCESS);
+  int called = 0;
+  if (calls != 0) CHECK_CU(cuMemcpyDtoH(&called, calls, sizeof(called)), CUDA_SUCCESS);
+  int wrong = 0;
+  for (int i = 0; i < n; ++i) {
+    if (out[i] != in[i] * 2.0f + 0.5f || offsets[i] != 1000 + 7 * i) ++wrong;
+  }
+  EXPECT_TRUE(wrong == 0);
+  EXPECT_TRUE(called == n);
+  CHECK_CU(cuMemFree(din), CUDA_SUCCESS);
+  CHECK_CU(cuMemFree(dout), CUDA_SUCCESS);
+  CHECK_CU(cuMemFree(doffsets), CUDA_SUCCESS);
+  CHECK_CU(cuModuleUnload(module), CUDA_SUCCESS);
+}
+
 int main() {
   const bool sim = std::getenv("GPUPOOL_EXPECT_SIM") != nullptr;
   CHECK_CU(cuInit(0), CUDA_SUCCESS);
@@ -141,8 +231,8 @@ int main() {
   CHECK_CU(cuModuleLoad(&none, ModulePath("no_such_file.ptx").c_str()), CUDA_ERROR_FILE_NOT_FOUND);
 
   // The JIT linker with one input, as PTX-JIT programs use it: a file, then the same PTX
-  // from memory without its NUL; the linked image loads and runs. A second input, or a
-  // device library, is refused.
+  // from memory without its NUL; the linked image loads and runs. Bytes that are no
+  // library are refused when added, and an NVVM input is not supported.
   for (bool from_memory : {false, true}) {
     char info[64] = "unset", error[64] = "unset";
     CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
@@ -167,11 +257,15 @@ int main() {
       CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, path.c_str(), 0, nullptr, nullptr),
                CUDA_SUCCESS);
     }
-    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, path.c_str(), 0, nullptr, nullptr),
-             CUDA_ERROR_NOT_SUPPORTED);
-    CHECK_CU(cuLinkAddData(link, CU_JIT_INPUT_LIBRARY, info, sizeof(info), "lib", 0, nullptr,
-                           nullptr),
-             CUDA_ERROR_NOT_SUPPORTED);
+    CHECK_CU(
+        cuLinkAddData(link, CU_JIT_INPUT_LIBRARY, info, sizeof(info), "lib", 0, nullptr, nullptr),
+        CUDA_ERROR_INVALID_IMAGE);
+    CHECK_CU(
+        cuLinkAddData(link, CU_JIT_INPUT_OBJECT, info, sizeof(info), "object", 0, nullptr, nullptr),
+        CUDA_ERROR_INVALID_IMAGE);
+    CHECK_CU(
+        cuLinkAddData(link, CU_JIT_INPUT_NVVM, info, sizeof(info), "nvvm", 0, nullptr, nullptr),
+        CUDA_ERROR_NOT_SUPPORTED);
     void* image = nullptr;
     size_t size = 0;
     CHECK_CU(cuLinkComplete(link, &image, &size), CUDA_SUCCESS);
@@ -184,6 +278,8 @@ int main() {
     }
     CHECK_CU(cuLinkDestroy(link), CUDA_SUCCESS);
   }
+  RunSeveralLinkInputs();
+
   CUlinkState empty = nullptr;
   CHECK_CU(cuLinkCreate(0, nullptr, nullptr, &empty), CUDA_SUCCESS);
   void* nothing = nullptr;
