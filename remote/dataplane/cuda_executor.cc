@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "remote/dataplane/protocol.h"
+#include "remote/image/fatbin.h"
 
 namespace gpupool::dataplane {
 
@@ -61,6 +62,13 @@ struct CudaDriver {
   decltype(&::cuMemUnmap) mem_unmap = nullptr;
   decltype(&::cuMemSetAccess) mem_set_access = nullptr;
   decltype(&::cuLaunchKernelEx) launch_ex = nullptr;  // cooperative launches (CUDA 11.8+)
+  // Optional: the JIT linker, for images whose PTX is several units (LinkPtxUnits).
+  decltype(&::cuLinkCreate_v2) link_create = nullptr;
+  decltype(&::cuLinkAddData_v2) link_add_data = nullptr;
+  decltype(&::cuLinkComplete) link_complete = nullptr;
+  decltype(&::cuLinkDestroy) link_destroy = nullptr;
+
+  bool has_linker() const { return link_create && link_add_data && link_complete && link_destroy; }
 
   bool has_vmm() const {
     return device_attribute && granularity && address_reserve && address_free && mem_create &&
@@ -138,6 +146,10 @@ Result<const CudaDriver*> LoadDriver() {
     Resolve(library, "cuMemUnmap", &d->mem_unmap);
     Resolve(library, "cuMemSetAccess", &d->mem_set_access);
     Resolve(library, "cuLaunchKernelEx", &d->launch_ex);
+    Resolve(library, "cuLinkCreate_v2", &d->link_create);
+    Resolve(library, "cuLinkAddData_v2", &d->link_add_data);
+    Resolve(library, "cuLinkComplete", &d->link_complete);
+    Resolve(library, "cuLinkDestroy", &d->link_destroy);
     if (!ok) {
       loaded = new Result<const CudaDriver*>(
           Status::Unavailable("the CUDA driver lacks an entry point the agent needs"));
@@ -491,7 +503,57 @@ int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t imag
   // The image buffer is the server's; the driver copies what it needs during the load.
   CUmodule loaded = nullptr;
   CUresult status = driver_->module_load(&loaded, image);
+  if (status != CUDA_SUCCESS) {
+    // A driver JITs one PTX entry of an image. When the image's PTX for this GPU is
+    // several units (an -rdc=true program's translation units, or the client's
+    // cuLinkComplete of several inputs: image::WithRelocatablePtx, FatbinOfPtx) and its
+    // SASS, if any, does not suit the GPU, link the units here, as the client's driver
+    // would have, and load the result.
+    void* linked_module = nullptr;
+    auto linked = static_cast<CUresult>(LinkPtxUnits(image, image_size, &linked_module));
+    if (linked != CUDA_ERROR_NOT_FOUND) {
+      status = linked;
+      loaded = static_cast<CUmodule>(linked_module);
+    }
+  }
   if (status == CUDA_SUCCESS) modules_[module] = loaded;
+  return status;
+}
+
+int32_t CudaExecutor::LinkPtxUnits(const void* image, size_t image_size, void** loaded) {
+  if (!driver_->has_linker()) return CUDA_ERROR_NOT_FOUND;
+  auto parsed = image::ParseModuleImageBytes(image, image_size);
+  if (!parsed.ok() || parsed->ptx.size() < 2) return CUDA_ERROR_NOT_FOUND;
+  int major = 0, minor = 0;
+  if (driver_->device_attribute != nullptr) {
+    driver_->device_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
+    driver_->device_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
+  }
+  const image::PtxEntry* chosen =
+      image::ChoosePtx(parsed->ptx, static_cast<uint32_t>(major * 10 + minor));
+  if (chosen == nullptr) return CUDA_ERROR_NOT_FOUND;
+  std::vector<const image::PtxEntry*> units;
+  for (const image::PtxEntry& entry : parsed->ptx) {
+    if (entry.arch == chosen->arch) units.push_back(&entry);
+  }
+  if (units.size() < 2) return CUDA_ERROR_NOT_FOUND;
+  CUlinkState link = nullptr;
+  CUresult status = driver_->link_create(0, nullptr, nullptr, &link);
+  if (status != CUDA_SUCCESS) return status;
+  for (const image::PtxEntry* unit : units) {
+    if (status != CUDA_SUCCESS) break;
+    // The text with its NUL, as cuLinkAddData takes PTX.
+    status = driver_->link_add_data(link, CU_JIT_INPUT_PTX, const_cast<char*>(unit->text.c_str()),
+                                    unit->text.size() + 1, "unit", 0, nullptr, nullptr);
+  }
+  void* cubin = nullptr;
+  size_t cubin_size = 0;
+  if (status == CUDA_SUCCESS) status = driver_->link_complete(link, &cubin, &cubin_size);
+  // The linked cubin belongs to the link state: load it before destroying that.
+  CUmodule module = nullptr;
+  if (status == CUDA_SUCCESS) status = driver_->module_load(&module, cubin);
+  driver_->link_destroy(link);
+  if (status == CUDA_SUCCESS) *loaded = module;
   return status;
 }
 

@@ -110,6 +110,10 @@ class CudaExecutor : public Executor {
   int32_t Enter();
   // The CUstream for a client stream id (0: the legacy default stream); false if unknown.
   bool StreamFor(uint64_t id, void** stream);
+  // Links the image's PTX units for this GPU with the driver's JIT linker and loads the
+  // result into *loaded (a CUmodule). CUDA_ERROR_NOT_FOUND when there is nothing to link
+  // (fewer than two units, no linker); else the driver's answer.
+  int32_t LinkPtxUnits(const void* image, size_t image_size, void** loaded);
 
   const CudaDriver* driver_;
   int device_;

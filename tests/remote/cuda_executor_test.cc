@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "remote/dataplane/protocol.h"
+#include "remote/image/fatbin.h"
 
 namespace gpupool::dataplane {
 namespace {
@@ -339,6 +340,30 @@ TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {
   EXPECT_EQ(resources.local_bytes, 48);
   EXPECT_EQ(resources.registers, 72);
   EXPECT_FALSE(executor.Resources(3, &resources));
+}
+
+// An image whose PTX is several units (an -rdc=true program's, or the client's
+// cuLinkComplete of several inputs) is linked with the driver's JIT linker when the
+// driver refuses to load it as it is; one unit is not.
+TEST(CudaExecutor, ImagesOfSeveralPtxUnitsAreLinkedByTheDriver) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  auto links = reinterpret_cast<uint64_t (*)(int)>(dlsym(library, "fake_cuda_links"));
+  ASSERT_NE(links, nullptr) << "libcuda.so.1 is not the test's fake driver";
+  auto made = CudaExecutor::Create(kFakeUuid);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Executor& executor = *made.value();
+  const std::string unit =
+      ".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry k() { ret; }\n";
+  std::vector<uint8_t> two = image::FatbinOfPtx({{unit, 75}, {unit, 75}, {unit, 70}});
+  ASSERT_EQ(executor.LoadModule(1, two.data(), two.size(), {}), kCuSuccess);
+  EXPECT_EQ(links(0), 2u);  // the two units of the newest architecture
+  EXPECT_EQ(links(1), 0u);  // the link state is destroyed
+  EXPECT_EQ(executor.GetFunction(1, 2, "k"), kCuSuccess);
+  std::vector<uint8_t> one = image::FatbinOfPtx({{unit, 75}});
+  EXPECT_EQ(executor.LoadModule(3, one.data(), one.size(), {}), 218);  // the driver's refusal
+  EXPECT_EQ(links(0), 2u);
+  EXPECT_EQ(executor.GetFunction(3, 4, "k"), kCuInvalidHandle);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 // count what is live (fake_cuda_live_vmm) and steer it (fake_cuda_vmm_control).
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -310,7 +311,56 @@ CUresult cuMemsetD8Async(uint64_t dst, unsigned char value, size_t count, void*)
 CUresult cuMemsetD16Async(uint64_t dst, unsigned short value, size_t count, void*) { return Fill(dst, value, count); }
 CUresult cuMemsetD32Async(uint64_t dst, unsigned value, size_t count, void*) { return Fill(dst, value, count); }
 
-CUresult cuModuleLoadData(void** module, const void*) { *module = &stream_or_event; return kSuccess; }
+// Module images: a fatbin (magic 0xBA55ED50) is refused as a driver refuses PTX it JITs
+// alone that calls functions of other units (CUDA_ERROR_INVALID_PTX); the linker's output
+// ("linked N") and anything else load.
+constexpr CUresult kInvalidPtx = 218;
+CUresult cuModuleLoadData(void** module, const void* image) {
+  uint32_t magic = 0;
+  std::memcpy(&magic, image, sizeof(magic));
+  if (magic == 0xBA55ED50) return kInvalidPtx;
+  *module = &stream_or_event;
+  return kSuccess;
+}
+// The JIT linker: one link state at a time; counts the PTX inputs of the last link and
+// the states still alive (fake_cuda_links: 0 inputs, 1 live states).
+struct LinkState {
+  int inputs = 0;
+  char image[32] = {};
+};
+uint64_t link_inputs = 0, live_links = 0;
+uint64_t fake_cuda_links(int which) {
+  std::lock_guard<std::mutex> lock(mu);
+  return which == 0 ? link_inputs : live_links;
+}
+CUresult cuLinkCreate_v2(unsigned, int*, void**, void** state) {
+  std::lock_guard<std::mutex> lock(mu);
+  *state = new LinkState;
+  ++live_links;
+  return kSuccess;
+}
+CUresult cuLinkAddData_v2(void* state, int type, void* data, size_t size, const char*, unsigned,
+                          int*, void**) {
+  if (type != 1 || data == nullptr || size == 0) return kInvalidValue;  // CU_JIT_INPUT_PTX
+  if (static_cast<const char*>(data)[size - 1] != '\0') return kInvalidValue;
+  ++static_cast<LinkState*>(state)->inputs;
+  return kSuccess;
+}
+CUresult cuLinkComplete(void* state, void** image, size_t* size) {
+  auto* link = static_cast<LinkState*>(state);
+  std::snprintf(link->image, sizeof(link->image), "linked %d", link->inputs);
+  *image = link->image;
+  *size = sizeof(link->image);
+  std::lock_guard<std::mutex> lock(mu);
+  link_inputs = static_cast<uint64_t>(link->inputs);
+  return kSuccess;
+}
+CUresult cuLinkDestroy(void* state) {
+  std::lock_guard<std::mutex> lock(mu);
+  delete static_cast<LinkState*>(state);
+  --live_links;
+  return kSuccess;
+}
 CUresult cuModuleUnload(void*) { return kSuccess; }
 CUresult cuModuleGetFunction(void** function, void*, const char*) { *function = &stream_or_event; return kSuccess; }
 // A compiled kernel's attributes, distinct per attribute number (cuda.h's CUfunction_attribute:
