@@ -102,6 +102,12 @@ CUresult UnloadModule(const void* handle) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   Module* module = AsModule(handle);
   if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  std::set<uint64_t> managed_variables;
+  {
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    managed_variables.swap(module->managed_variables);
+  }
+  for (uint64_t address : managed_variables) Runtime::Get().ForgetManaged(address);
   for (auto& [device, remote_id] : module->remote_ids) {
     dp::ModuleUnloadArgs args{remote_id};
     Runtime::Get().Post(device, dp::kOpModuleUnload, &args, sizeof(args));
@@ -256,15 +262,18 @@ CUresult ReadImageFile(const char* path, std::vector<char>* bytes) {
   return CUDA_SUCCESS;
 }
 
-// cuModuleGetGlobal / cuLibraryGetGlobal: the variable's address on the module's device.
-CUresult GetGlobal(Module* module, const char* name, CUdeviceptr* dptr, size_t* bytes) {
+// cuModuleGetGlobal / cuLibraryGetGlobal: the variable's address on the module's device
+// (`device`; -1: the current context's).
+CUresult GetGlobal(Module* module, const char* name, CUdeviceptr* dptr, size_t* bytes,
+                   int device = -1) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (name == nullptr || std::strlen(name) >= sizeof(dp::ModuleGetGlobalArgs{}.name)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
-  int device = 0;
-  if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+  if (device < 0) {
+    if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+  }
   dp::ModuleGetGlobalArgs args{};
   if (CUresult status = Runtime::Get().EnsureModuleLoaded(module, device, &args.module);
       status != CUDA_SUCCESS) {
@@ -350,6 +359,43 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t
 GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes,
                                                      CUlibrary library, const char* name) {
   GPUPOOL_BODY({ return GetGlobal(AsModule(library), name, dptr, bytes); });
+}
+
+// A __managed__ variable: one address for the host and the GPU, as cudart reads it when a
+// program first touches the variable (the host code reaches it through that address).
+// The variable becomes a managed range (managed.cc), coherent at call boundaries like
+// cuMemAllocManaged memory. Like cudart, this does not check that the variable was
+// declared __managed__ (.attribute(.managed) in its PTX).
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr* dptr, size_t* bytes,
+                                                      CUlibrary library, const char* name) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Module* module = AsModule(library);
+    // A library belongs to no context, and cudart asks before it makes one current (when
+    // the program first touches the variable): the current context's device, else device 0,
+    // cudart's default.
+    int device = 0;
+    if (CurrentDevice(&device) != CUDA_SUCCESS) device = 0;
+    CUdeviceptr address = 0;
+    size_t size = 0;
+    if (CUresult status = GetGlobal(module, name, &address, &size, device);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    if (CUresult status = Runtime::Get().AddManagedVariable(device, address, size);
+        status != CUDA_SUCCESS) {
+      return status;
+    }
+    {
+      std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+      module->managed_variables.insert(address);
+    }
+    LogDebug("__managed__ variable %s: %zu bytes at 0x%llx, managed", name, size,
+             static_cast<unsigned long long>(address));
+    if (dptr != nullptr) *dptr = address;
+    if (bytes != nullptr) *bytes = size;
+    return CUDA_SUCCESS;
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* path,

@@ -19,6 +19,8 @@
 // made the same way, its device pointer the host pointer as under UVA: coherent at the
 // same call boundaries, so a host thread that polls it while a kernel runs, calling no
 // CUDA function, does not see the kernel's writes (on a GPU it would).
+// A module's __managed__ variables (cuLibraryGetManaged) are managed ranges too, their
+// host pages mapped at the variable's address among the module's globals.
 // Needs an executor that places memory at the process's addresses (the sim); on
 // another, cuMemAllocManaged answers CUDA_ERROR_NOT_SUPPORTED and logs why.
 #include <sys/mman.h>
@@ -109,6 +111,42 @@ bool Runtime::IsManaged(uint64_t ptr) {
   return ptr - start < range.size;
 }
 
+CUresult Runtime::AddManagedVariable(int device, uint64_t address, size_t size) {
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lock(managed_mu_);
+  if (auto found = managed_.find(address); found != managed_.end()) {
+    return found->second.size == size ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+  }
+  // The globals sit at addresses this process chose for the module (nothing of the host's
+  // is there); variables may share pages.
+  const uint64_t first = address / kPage * kPage;
+  for (uint64_t page = first; page < address + size; page += kPage) {
+    if (managed_variable_pages_.count(page) != 0) continue;
+    void* host = mmap(reinterpret_cast<void*>(page), kPage, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (host != reinterpret_cast<void*>(page)) {
+      if (host != MAP_FAILED) munmap(host, kPage);
+      LogError("__managed__ variable at 0x%llx: cannot map host memory at 0x%llx: %s",
+               static_cast<unsigned long long>(address), static_cast<unsigned long long>(page),
+               std::strerror(errno));
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    managed_variable_pages_.insert(page);
+  }
+  // Its value (the initialiser, or what kernels wrote) once the device is idle.
+  CUresult status =
+      CallNow(device, dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0, nullptr);
+  if (status != CUDA_SUCCESS) return status;
+  dp::MemcpyDtoHArgs args{address, size, 0};
+  status = CallNow(device, dp::kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0,
+                   reinterpret_cast<void*>(address), size, nullptr);
+  if (status != CUDA_SUCCESS) return status;
+  // Host and device now agree on it, whatever the device's other managed ranges are.
+  managed_[address] = ManagedRange{size, device, 0, 0, 0};
+  managed_count_.store(static_cast<int>(managed_.size()));
+  return CUDA_SUCCESS;
+}
+
 bool Runtime::ForgetManaged(uint64_t address) {
   ManagedRange range{};
   {
@@ -119,6 +157,8 @@ bool Runtime::ForgetManaged(uint64_t address) {
     managed_.erase(found);
     managed_count_.store(static_cast<int>(managed_.size()));
   }
+  // A __managed__ variable (no pages or addresses of its own): its module's pages stay.
+  if (range.mapped == 0) return true;
   // Mapped host memory (cuMemHostAlloc with DEVICEMAP) is a managed range too: its pages
   // go, and with them the host range (a context's destruction frees it this way).
   RemoveHostRange(reinterpret_cast<const void*>(address));

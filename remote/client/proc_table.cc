@@ -209,6 +209,7 @@ const Implementation kImplementations[] = {
     IMPL("cuModuleLoad", 2000, cuModuleLoad),
     IMPL("cuModuleGetGlobal", 3020, cuModuleGetGlobal_v2),
     IMPL("cuLibraryGetGlobal", 12000, cuLibraryGetGlobal),
+    IMPL("cuLibraryGetManaged", 12000, cuLibraryGetManaged),
     IMPL("cuLibraryLoadFromFile", 12000, cuLibraryLoadFromFile),
     IMPL("cuLibraryLoadData", 12000, cuLibraryLoadData),
     IMPL("cuLibraryUnload", 12000, cuLibraryUnload),

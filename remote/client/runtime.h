@@ -125,6 +125,9 @@ struct Module {
   std::map<int, uint64_t> remote_ids;  // device -> server module id
   std::map<std::string, std::unique_ptr<Function>> functions;
   bool load_failure_told = false;  // a failed load was logged (Runtime::EnsureFunction); mu_
+  // Its __managed__ variables made managed ranges (cuLibraryGetManaged): their addresses,
+  // forgotten when the module is unloaded. Guarded by Runtime::mu_.
+  std::set<uint64_t> managed_variables;
 };
 
 // CUfunction and CUkernel: the runtime passes a CUkernel where a CUfunction is expected,
@@ -225,6 +228,11 @@ class Runtime {
                         const char* api = "cuMemAllocManaged");
   bool IsManaged(uint64_t ptr);
   bool ForgetManaged(uint64_t address);
+  // A module's __managed__ variable, [address, address + size) in the module's globals on
+  // `device`, made a managed range: host pages mapped at its address (pages it shares
+  // with other such variables once), holding its value read from the device. Already one:
+  // nothing to do. ForgetManaged ends it and leaves the pages.
+  CUresult AddManagedVariable(int device, uint64_t address, size_t size);
 
   // Page-locked host memory (cuMemHostAlloc without DEVICEMAP, cuMemAllocHost) is mapped
   // in this process at addresses of a window of its own, [kPinnedWindow, kPinnedWindowEnd).
@@ -355,6 +363,7 @@ class Runtime {
   std::map<uint64_t, ManagedRange> managed_;   // by start; guarded by managed_mu_
   std::atomic<int> managed_count_{0};          // managed_.size(): the fast path's test
   std::set<int> device_holds_managed_;         // devices whose copies are newer than the host's
+  std::set<uint64_t> managed_variable_pages_;  // host pages mapped for __managed__ variables
   std::mutex pinned_mu_;  // serialises MapPinned; taken before managed_mu_, never after
   uint64_t next_pinned_ = kPinnedWindow;           // guarded by mu_
   std::multimap<uint64_t, uint64_t> free_pinned_;  // page-rounded size -> address; mu_

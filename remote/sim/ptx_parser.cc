@@ -236,6 +236,17 @@ class Parser {
       } else if (word == ".volatile" || word == ".weak" || word == ".visible" ||
                  word == ".extern" || word == ".common") {
         // attributes the engine does not need
+      } else if (word == ".attribute") {
+        // ".attribute(.managed)" (a __managed__ variable: the client keeps its host copy
+        // coherent), ".attribute(.unified(hi, lo))": where the variable lives is the same
+        // device memory to the engine.
+        GPUPOOL_RETURN_IF_ERROR(Expect("("));
+        for (int depth = 1; depth > 0;) {
+          if (Peek().kind == Token::kEnd) return Error("unterminated .attribute(...)");
+          std::string_view text = Next().text;
+          if (text == "(") ++depth;
+          if (text == ")") --depth;
+        }
       } else {
         break;  // a name that starts with '.'? not valid PTX
       }

@@ -2792,5 +2792,22 @@ DONE:
   }
 }
 
+// __managed__ variables are declared ".global .attribute(.managed)"; ".attribute(.unified(..))"
+// likewise. Both are ordinary device memory to the engine; an unterminated list is named.
+TEST(EngineParse, VariableAttributesAreReadAndAnUnterminatedOneIsNamed) {
+  const std::string head = ".version 8.0\n.target sm_80\n.address_size 64\n";
+  auto module =
+      sim::PtxModule::Parse(head +
+                            ".global .attribute(.managed) .align 4 .u32 counter = 5;\n"
+                            ".global .attribute(.unified(0x1234, 0x5678)) .align 8 .b8 table[16];\n"
+                            ".visible .entry touch() { ret; }\n");
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  EXPECT_TRUE((*module)->Decode("touch", {}).ok());
+  auto broken = sim::PtxModule::Parse(head + ".global .attribute(.managed .u32 counter;\n");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.status().message().find("unterminated .attribute"), std::string::npos)
+      << broken.status().message();
+}
+
 }  // namespace
 }  // namespace gpupool::dataplane
