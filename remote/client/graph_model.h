@@ -25,6 +25,32 @@ constexpr uint32_t kNodeMagic = 0x676e6431;       // "gnd1"
 
 struct Graph;
 
+// A user object (cuUserObjectCreate): a destructor the driver calls once the last
+// reference is released. References are held by the program (counted only), by graphs,
+// by instantiated graphs and by their launches until those complete (user_objects.cc).
+struct UserObject;
+
+// The references one holder owns: copies take references of their own, destruction
+// releases them (a count reaching zero runs the destructor, on the releasing thread).
+class UserObjectRefs {
+ public:
+  UserObjectRefs() = default;
+  UserObjectRefs(const UserObjectRefs& other) { Add(other); }
+  UserObjectRefs& operator=(const UserObjectRefs& other);
+  ~UserObjectRefs() { Clear(); }
+
+  // `count` more references to `object`: new ones, or (move) the program's own.
+  void Retain(UserObject* object, uint64_t count, bool move);
+  // CUDA_ERROR_INVALID_VALUE when this holds fewer than `count`.
+  CUresult Release(UserObject* object, uint64_t count);
+  void Add(const UserObjectRefs& other);  // new references to all of `other`'s
+  void Clear();
+  bool empty() const { return counts_.empty(); }
+
+ private:
+  std::map<UserObject*, uint64_t> counts_;
+};
+
 // Graph memory: the allocation of a memory allocation node (cuGraphAddMemAllocNode, or
 // cuMemAllocAsync on a capturing stream). CUDA fixes its address when the node is made and
 // keeps it for every launch, so the memory is allocated on the GPU then (an ordinary
@@ -107,6 +133,7 @@ struct Graph {
   // Set while an instantiated graph of this one exists (kept by both, as either may go
   // first): a graph with memory nodes may have only one at a time.
   std::shared_ptr<bool> instantiated = std::make_shared<bool>(false);
+  UserObjectRefs user_objects;  // cuGraphRetainUserObject; clones and instantiations copy
 };
 
 // Whether `graph` has a memory allocation or free node (such a graph cannot be cloned, be
@@ -122,7 +149,11 @@ struct GraphExec {
   // Per copy, the positions of the nodes it ran after (cuGraphExecUpdate compares a new
   // graph with this, as the instantiated graph may have been destroyed since).
   std::vector<std::vector<size_t>> shape;
+  UserObjectRefs user_objects;  // the instantiated (or last updating) graph's
 };
+
+// The references of `graph` and of its child graphs, for a launch to hold until it ends.
+void CollectUserObjects(const Graph& graph, UserObjectRefs* refs);
 
 // The object behind a handle; nullptr when the handle is not a live one of that kind.
 Graph* AsGraph(CUgraph handle);

@@ -21,7 +21,7 @@
 //
 // Not here (their entry points answer CUDA_ERROR_NOT_SUPPORTED, naming themselves):
 // conditional nodes, external semaphore and batch memory operation nodes, graph memory on
-// the host or reachable from other GPUs.
+// the host or reachable from other GPUs. User objects are in user_objects.cc.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -450,6 +450,9 @@ CUresult Update(CUgraphExec exec_handle, CUgraph handle, CUgraphExecUpdateResult
     exec->nodes[i].enabled = enabled;
     exec->index[order[i]] = i;
   }
+  // The new source graph's user object references replace the old ones (a launch in
+  // flight holds its own until it ends).
+  exec->user_objects = graph->user_objects;
   return CUDA_SUCCESS;
 }
 

@@ -124,6 +124,7 @@ CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
     exec->nodes.push_back(graph::ExecCopy(*node));
   }
   exec->shape = graph::ShapeOf(order);
+  exec->user_objects = graph->user_objects;
   *result = reinterpret_cast<CUgraphExec>(exec.release());
   return CUDA_SUCCESS;
 }
@@ -484,6 +485,18 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec handle, CUstream str
     for (const Node& node : exec->nodes) {
       if (CUresult status = graph::RunNode(node, stream); status != CUDA_SUCCESS) return status;
     }
+    // The launch holds the user objects of its graph until it completes: destroying the
+    // instantiated graph meanwhile does not run their destructors early.
+    auto held = std::make_unique<graph::UserObjectRefs>(exec->user_objects);
+    for (const Node& node : exec->nodes) {
+      if (node.child != nullptr) graph::CollectUserObjects(*node.child, held.get());
+    }
+    if (!held->empty()) {
+      CUresult status = cuLaunchHostFunc(
+          stream, [](void* refs) { delete static_cast<graph::UserObjectRefs*>(refs); }, held.get());
+      if (status != CUDA_SUCCESS) return status;
+      held.release();  // the host function owns it now
+    }
     return CUDA_SUCCESS;
   });
 }
@@ -563,6 +576,7 @@ std::unique_ptr<Graph> Clone(const Graph& graph) {
   for (auto& twin : copy->nodes) {
     for (Node*& dep : twin->deps) dep = copy->clone_of.at(dep);
   }
+  copy->user_objects = graph.user_objects;  // a clone holds references of its own
   return copy;
 }
 

@@ -1704,7 +1704,9 @@ TEST_F(Engine, IntegerArithmeticAndBitOperations) {
       EXPECT_EQ(o[3], x / y) << i;
       EXPECT_EQ(o[4], x % y) << i;
     }
-    if (uy != 0) EXPECT_EQ(o[5], ux / uy) << i;
+    if (uy != 0) {
+      EXPECT_EQ(o[5], ux / uy) << i;
+    }
     EXPECT_EQ(o[6], __builtin_popcount(ux)) << i;
     EXPECT_EQ(o[7], ux == 0 ? 32 : __builtin_clz(ux)) << i;
     unsigned rev = 0;
