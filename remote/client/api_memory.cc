@@ -279,8 +279,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t si
 
 namespace {
 
-// Prefetches, advice and stream attachment are hints: the coherence of managed memory
-// does not depend on them (managed.cc). They are checked like CUDA checks them.
+// Stream attachment is a hint: the coherence of managed memory does not depend on it
+// (managed.cc). It is checked like CUDA checks it.
 CUresult CheckManagedRange(CUdeviceptr ptr, size_t count) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (count == 0 || !Runtime::Get().IsManaged(ptr) || !Runtime::Get().IsManaged(ptr + count - 1)) {
@@ -291,25 +291,194 @@ CUresult CheckManagedRange(CUdeviceptr ptr, size_t count) {
 
 }  // namespace
 
+namespace {
+
+// A location as the advice records keep it: a device ordinal, CU_DEVICE_CPU for the host;
+// CU_DEVICE_INVALID when it names neither.
+int LocationOf(CUmemLocation location) {
+  switch (location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+      return Runtime::Get().device(location.id) != nullptr ? location.id : CU_DEVICE_INVALID;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+      return CU_DEVICE_CPU;
+    default:
+      return CU_DEVICE_INVALID;
+  }
+}
+
+CUmemLocation LocationOfDevice(CUdevice device) {
+  return device == CU_DEVICE_CPU ? CUmemLocation{CU_MEM_LOCATION_TYPE_HOST, 0}
+                                 : CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, device};
+}
+
+uint64_t AccessBit(int location) {
+  return location == CU_DEVICE_CPU ? uint64_t{1} << 63 : uint64_t{1} << location;
+}
+
+// Prefetches and advice are recorded for cuMemRangeGetAttribute; the coherence of managed
+// memory does not depend on them (managed.cc).
+CUresult Prefetch(CUdeviceptr ptr, size_t count, CUmemLocation location) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  const int where = LocationOf(location);
+  if (where == CU_DEVICE_INVALID) return CUDA_ERROR_INVALID_DEVICE;
+  return Runtime::Get().AdviseManaged(
+      ptr, count, [where](ManagedPageAdvice* page) { page->last_prefetch = where; });
+}
+
+CUresult Advise(CUdeviceptr ptr, size_t count, CUmem_advise advice, CUmemLocation location) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  const int where = LocationOf(location);
+  const bool needs_location = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION ||
+                              advice == CU_MEM_ADVISE_SET_ACCESSED_BY ||
+                              advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY;
+  if (needs_location && where == CU_DEVICE_INVALID) return CUDA_ERROR_INVALID_DEVICE;
+  std::function<void(ManagedPageAdvice*)> change;
+  switch (advice) {
+    case CU_MEM_ADVISE_SET_READ_MOSTLY:
+      change = [](auto* page) { page->read_mostly = true; };
+      break;
+    case CU_MEM_ADVISE_UNSET_READ_MOSTLY:
+      change = [](auto* page) { page->read_mostly = false; };
+      break;
+    case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
+      change = [where](auto* page) { page->preferred = where; };
+      break;
+    case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION:
+      change = [](auto* page) { page->preferred = CU_DEVICE_INVALID; };
+      break;
+    case CU_MEM_ADVISE_SET_ACCESSED_BY:
+      change = [where](auto* page) { page->accessed_by |= AccessBit(where); };
+      break;
+    case CU_MEM_ADVISE_UNSET_ACCESSED_BY:
+      change = [where](auto* page) { page->accessed_by &= ~AccessBit(where); };
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  return Runtime::Get().AdviseManaged(ptr, count, change);
+}
+
+// One attribute of [ptr, ptr + count), as cuMemRangeGetAttribute answers it: a setting
+// holds for the range when it holds for every page of it.
+CUresult RangeAttribute(void* data, size_t size, CUmem_range_attribute attribute, CUdeviceptr ptr,
+                        size_t count) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<ManagedPageAdvice> pages;
+  if (CUresult status = Runtime::Get().ManagedAdviceOf(ptr, count, &pages);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  // The one value every page has, else `otherwise`.
+  auto common = [&](auto field, int otherwise) {
+    int value = field(pages.front());
+    for (const auto& page : pages) {
+      if (field(page) != value) return otherwise;
+    }
+    return value;
+  };
+  auto preferred = [&] {
+    return common([](const auto& p) { return p.preferred; }, CU_DEVICE_INVALID);
+  };
+  auto prefetched = [&] {
+    return common([](const auto& p) { return p.last_prefetch; }, CU_DEVICE_INVALID);
+  };
+  auto type_of = [](int location) {
+    return location == CU_DEVICE_CPU       ? CU_MEM_LOCATION_TYPE_HOST
+           : location == CU_DEVICE_INVALID ? CU_MEM_LOCATION_TYPE_INVALID
+                                           : CU_MEM_LOCATION_TYPE_DEVICE;
+  };
+  auto id_of = [](int location) { return location >= 0 ? location : 0; };
+  int value = 0;
+  switch (attribute) {
+    case CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY:
+      value = common([](const auto& p) { return p.read_mostly ? 1 : 0; }, 0);
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION:
+      value = preferred();
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION:
+      value = prefetched();
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE:
+      value = type_of(preferred());
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID:
+      value = id_of(preferred());
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE:
+      value = type_of(prefetched());
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID:
+      value = id_of(prefetched());
+      break;
+    case CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY: {
+      // The devices (and CU_DEVICE_CPU) with ACCESSED_BY set on every page, then
+      // CU_DEVICE_INVALID in the rest of the array.
+      if (size == 0 || size % sizeof(int) != 0) return CUDA_ERROR_INVALID_VALUE;
+      uint64_t all = ~uint64_t{0};
+      for (const auto& page : pages) all &= page.accessed_by;
+      std::vector<int> devices(size / sizeof(int), CU_DEVICE_INVALID);
+      size_t next = 0;
+      for (int bit = 0; bit < 64 && next < devices.size(); ++bit) {
+        if (all & (uint64_t{1} << bit)) devices[next++] = bit == 63 ? CU_DEVICE_CPU : bit;
+      }
+      std::memcpy(data, devices.data(), size);
+      return CUDA_SUCCESS;
+    }
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (size != sizeof(int)) return CUDA_ERROR_INVALID_VALUE;
+  std::memcpy(data, &value, sizeof(value));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count,
-                                                         CUmemLocation, unsigned int,
-                                                         CUstream) {
-  GPUPOOL_BODY({ return CheckManagedRange(ptr, count); });
+                                                        CUmemLocation location, unsigned int,
+                                                        CUstream) {
+  GPUPOOL_BODY({ return Prefetch(ptr, count, location); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice,
-                                                      CUstream) {
-  GPUPOOL_BODY({ return CheckManagedRange(ptr, count); });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice device,
+                                                     CUstream) {
+  GPUPOOL_BODY({ return Prefetch(ptr, count, LocationOfDevice(device)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr ptr, size_t count, CUmem_advise,
-                                                  CUmemLocation) {
-  GPUPOOL_BODY({ return CheckManagedRange(ptr, count); });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr ptr, size_t count, CUmem_advise advice,
+                                                 CUmemLocation location) {
+  GPUPOOL_BODY({ return Advise(ptr, count, advice, location); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAdvise(CUdeviceptr ptr, size_t count, CUmem_advise,
-                                               CUdevice) {
-  GPUPOOL_BODY({ return CheckManagedRange(ptr, count); });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAdvise(CUdeviceptr ptr, size_t count, CUmem_advise advice,
+                                              CUdevice device) {
+  GPUPOOL_BODY({ return Advise(ptr, count, advice, LocationOfDevice(device)); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRangeGetAttribute(void* data, size_t size,
+                                                         CUmem_range_attribute attribute,
+                                                         CUdeviceptr ptr, size_t count) {
+  GPUPOOL_BODY({ return RangeAttribute(data, size, attribute, ptr, count); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRangeGetAttributes(void** data, size_t* sizes,
+                                                          CUmem_range_attribute* attributes,
+                                                          size_t count_of_attributes,
+                                                          CUdeviceptr ptr, size_t count) {
+  GPUPOOL_BODY({
+    if (data == nullptr || sizes == nullptr || attributes == nullptr || count_of_attributes == 0) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < count_of_attributes; ++i) {
+      CUresult status = RangeAttribute(data[i], sizes[i], attributes[i], ptr, count);
+      if (status != CUDA_SUCCESS) return status;
+    }
+    return CUDA_SUCCESS;
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamAttachMemAsync(CUstream, CUdeviceptr ptr, size_t length,

@@ -25,6 +25,7 @@
 // another, cuMemAllocManaged answers CUDA_ERROR_NOT_SUPPORTED and logs why.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -95,7 +96,7 @@ CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdevi
   AddContextAllocation(address, size, device, context);
   {
     std::lock_guard<std::mutex> lock(managed_mu_);
-    managed_[address] = ManagedRange{size, device, reserved, reserved_size, mapped};
+    managed_[address] = ManagedRange{size, device, reserved, reserved_size, mapped, {}};
     managed_count_.store(static_cast<int>(managed_.size()));
   }
   *dptr = address;
@@ -142,9 +143,60 @@ CUresult Runtime::AddManagedVariable(int device, uint64_t address, size_t size) 
                    reinterpret_cast<void*>(address), size, nullptr);
   if (status != CUDA_SUCCESS) return status;
   // Host and device now agree on it, whatever the device's other managed ranges are.
-  managed_[address] = ManagedRange{size, device, 0, 0, 0};
+  managed_[address] = ManagedRange{size, device, 0, 0, 0, {}};
   managed_count_.store(static_cast<int>(managed_.size()));
   return CUDA_SUCCESS;
+}
+
+namespace {
+
+// Calls `visit(range, first_page, end_page)` for each managed range [ptr, ptr + count)
+// meets, in address order; false unless the ranges cover it without a gap.
+template <typename Ranges, typename Visit>
+bool ForEachManagedPage(Ranges& ranges, uint64_t ptr, size_t count, Visit visit) {
+  if (count == 0 || ptr + count < ptr) return false;
+  const uint64_t end = ptr + count;
+  uint64_t at = ptr;
+  auto it = ranges.upper_bound(ptr);
+  if (it == ranges.begin()) return false;
+  for (--it; at < end; ++it) {
+    if (it == ranges.end()) return false;
+    auto& [start, range] = *it;
+    if (at < start || at - start >= range.size) return false;  // a gap
+    const uint64_t stop = std::min<uint64_t>(end, start + range.size);
+    visit(range, (at - start) / kPage, (stop - 1 - start) / kPage + 1);
+    at = stop;
+  }
+  return true;
+}
+
+}  // namespace
+
+CUresult Runtime::AdviseManaged(uint64_t ptr, size_t count,
+                                const std::function<void(ManagedPageAdvice*)>& change) {
+  std::lock_guard<std::mutex> lock(managed_mu_);
+  // Checked whole first: a range that is not managed throughout changes nothing.
+  if (!ForEachManagedPage(managed_, ptr, count, [](auto&, uint64_t, uint64_t) {})) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  ForEachManagedPage(managed_, ptr, count, [&](ManagedRange& range, uint64_t first, uint64_t end) {
+    if (range.advice.empty()) range.advice.resize(RoundUp(range.size, kPage) / kPage);
+    for (uint64_t page = first; page < end; ++page) change(&range.advice[page]);
+  });
+  return CUDA_SUCCESS;
+}
+
+CUresult Runtime::ManagedAdviceOf(uint64_t ptr, size_t count,
+                                  std::vector<ManagedPageAdvice>* pages) {
+  std::lock_guard<std::mutex> lock(managed_mu_);
+  pages->clear();
+  bool covered = ForEachManagedPage(
+      managed_, ptr, count, [&](const ManagedRange& range, uint64_t first, uint64_t end) {
+        for (uint64_t page = first; page < end; ++page) {
+          pages->push_back(range.advice.empty() ? ManagedPageAdvice{} : range.advice[page]);
+        }
+      });
+  return covered ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 bool Runtime::ForgetManaged(uint64_t address) {
@@ -259,7 +311,7 @@ CUresult Runtime::MapPinned(int device, Context* context, uint64_t address) {
   {
     std::lock_guard<std::mutex> managed_lock(managed_mu_);
     const uint64_t mapped = RoundUp(size, kPage);
-    managed_[start] = ManagedRange{size, device, start, mapped, mapped};
+    managed_[start] = ManagedRange{size, device, start, mapped, mapped, {}};
     managed_count_.store(static_cast<int>(managed_.size()));
     if (device_holds_managed_.count(device) != 0) {
       // The device's managed copies are current (another thread's work since the

@@ -158,6 +158,8 @@ const Implementation kImplementations[] = {
     IMPL("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2),
     IMPL("cuMemAdvise", 8000, cuMemAdvise),
     IMPL("cuMemAdvise", 12020, cuMemAdvise_v2),
+    IMPL("cuMemRangeGetAttribute", 8000, cuMemRangeGetAttribute),
+    IMPL("cuMemRangeGetAttributes", 8000, cuMemRangeGetAttributes),
     IMPL("cuStreamAttachMemAsync", 6000, cuStreamAttachMemAsync),
     IMPL("cuMemFreeAsync", 11020, cuMemFreeAsync),
     // Virtual memory management (vmm.cc)

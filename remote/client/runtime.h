@@ -116,6 +116,15 @@ struct Function;
 
 // A loaded image: from cuModuleLoadData (bound to the current context's device) or
 // cuLibraryLoadData (context-independent; loaded into a device on first use there).
+// What cuMemAdvise and cuMemPrefetchAsync said of one page of managed memory. Locations
+// are device ordinals, CU_DEVICE_CPU for the host, CU_DEVICE_INVALID for none.
+struct ManagedPageAdvice {
+  bool read_mostly = false;
+  int preferred = CU_DEVICE_INVALID;
+  uint64_t accessed_by = 0;  // bit d: device d; bit 63: the host
+  int last_prefetch = CU_DEVICE_INVALID;
+};
+
 struct Module {
   uint32_t magic = kModuleMagic;
   bool is_library = false;
@@ -228,6 +237,13 @@ class Runtime {
                         const char* api = "cuMemAllocManaged");
   bool IsManaged(uint64_t ptr);
   bool ForgetManaged(uint64_t address);
+  // cuMemAdvise and cuMemPrefetchAsync record what they say of the pages of
+  // [ptr, ptr + count), which must be managed memory throughout (else
+  // CUDA_ERROR_INVALID_VALUE); cuMemRangeGetAttribute reads it back (ManagedAdviceOf: one
+  // entry per page of the range, in order).
+  CUresult AdviseManaged(uint64_t ptr, size_t count,
+                         const std::function<void(ManagedPageAdvice*)>& change);
+  CUresult ManagedAdviceOf(uint64_t ptr, size_t count, std::vector<ManagedPageAdvice>* pages);
   // A module's __managed__ variable, [address, address + size) in the module's globals on
   // `device`, made a managed range: host pages mapped at its address (pages it shares
   // with other such variables once), holding its value read from the device. Already one:
@@ -358,6 +374,8 @@ class Runtime {
     int device;
     uint64_t reserved, reserved_size;  // the addresses ChooseAddress gave
     uint64_t mapped;                   // bytes of host pages mapped at the start
+    // Advice and prefetches, per 4 KiB from the start (empty: none given yet).
+    std::vector<ManagedPageAdvice> advice;
   };
   std::mutex managed_mu_;  // taken before a device's connection, never after
   std::map<uint64_t, ManagedRange> managed_;   // by start; guarded by managed_mu_

@@ -1,6 +1,7 @@
 // Managed memory (cudaMallocManaged) as ordinary programs use it: the host writes, a
 // kernel reads and writes, the host reads after a synchronisation; again and again, with
-// host changes between; copies and memsets on managed pointers; prefetches and advice;
+// host changes between; copies and memsets on managed pointers; prefetches and advice,
+// read back by range (cudaMemRangeGetAttribute);
 // kernels on a stream synchronised by stream and by event; the attributes programs ask.
 #include <cmath>
 #include <cstdio>
@@ -106,7 +107,7 @@ int main() {
   CHECK(cudaDeviceSynchronize());
   for (int i = 0; i < n; ++i) x[i] = static_cast<float>(i % 100);
 
-  // Hints are accepted; pointer attributes say managed.
+  // Hints are taken; pointer attributes say managed.
   CHECK(cudaMemPrefetchAsync(x, n * sizeof(float), cudaMemLocation{cudaMemLocationTypeDevice, device}, 0, 0));
   CHECK(cudaMemAdvise(x, n * sizeof(float), cudaMemAdviseSetReadMostly,
                       cudaMemLocation{cudaMemLocationTypeDevice, device}));
@@ -117,6 +118,58 @@ int main() {
   EXPECT(attributes.type == cudaMemoryTypeDevice);
   EXPECT(cudaMemAdvise(device_buffer, 16, cudaMemAdviseSetReadMostly,
                        cudaMemLocation{cudaMemLocationTypeDevice, device}) == cudaErrorInvalidValue);
+
+  // What advice and prefetches said reads back, per range: a setting holds for a range
+  // when it holds for all of it.
+  const size_t bytes = n * sizeof(float), half = bytes / 2;
+  int value = -7;
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeReadMostly, x, bytes));
+  EXPECT(value == 1);
+  CHECK(cudaMemAdvise(x + n / 2, half, cudaMemAdviseUnsetReadMostly,
+                      cudaMemLocation{cudaMemLocationTypeDevice, device}));
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeReadMostly, x, bytes));
+  EXPECT(value == 0);
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeReadMostly, x, half));
+  EXPECT(value == 1);
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeLastPrefetchLocation,
+                                 x, bytes));
+  EXPECT(value == device);
+  CHECK(cudaMemPrefetchAsync(x, 4096, cudaMemLocation{cudaMemLocationTypeHost, 0}, 0, 0));
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeLastPrefetchLocation,
+                                 x, bytes));
+  EXPECT(value == cudaInvalidDeviceId);  // the first page went to the host
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeLastPrefetchLocation,
+                                 x, 4096));
+  EXPECT(value == cudaCpuDeviceId);
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributePreferredLocation, y,
+                                 bytes));
+  EXPECT(value == cudaInvalidDeviceId);  // never set
+  CHECK(cudaMemAdvise(y, bytes, cudaMemAdviseSetPreferredLocation,
+                      cudaMemLocation{cudaMemLocationTypeHost, 0}));
+  CHECK(cudaMemAdvise(y, bytes, cudaMemAdviseSetAccessedBy,
+                      cudaMemLocation{cudaMemLocationTypeDevice, device}));
+  int accessed[3] = {9, 9, 9};
+  void* data[] = {&value, accessed};
+  size_t sizes[] = {sizeof(value), sizeof(accessed)};
+  cudaMemRangeAttribute asked[] = {cudaMemRangeAttributePreferredLocation,
+                                   cudaMemRangeAttributeAccessedBy};
+  CHECK(cudaMemRangeGetAttributes(data, sizes, asked, 2, y, bytes));
+  EXPECT(value == cudaCpuDeviceId);
+  EXPECT(accessed[0] == device && accessed[1] == cudaInvalidDeviceId &&
+         accessed[2] == cudaInvalidDeviceId);
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributePreferredLocationType,
+                                 y, bytes));
+  EXPECT(value == cudaMemLocationTypeHost);
+  EXPECT(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeReadMostly,
+                                  device_buffer, 16) == cudaErrorInvalidValue);
+  EXPECT(cudaMemRangeGetAttribute(&value, 2, cudaMemRangeAttributeReadMostly, x, 16) ==
+         cudaErrorInvalidValue);
+  EXPECT(cudaMemAdvise(x, 16, static_cast<cudaMemoryAdvise>(99),
+                       cudaMemLocation{cudaMemLocationTypeDevice, device}) ==
+         cudaErrorInvalidValue);
+  EXPECT(cudaMemAdvise(x, 16, cudaMemAdviseSetPreferredLocation,
+                       cudaMemLocation{cudaMemLocationTypeDevice, 57}) == cudaErrorInvalidDevice);
+  cudaGetLastError();
 
   // A stream, synchronised by the stream and by an event.
   cudaStream_t stream;
