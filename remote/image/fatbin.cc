@@ -245,44 +245,59 @@ KernelLayout ParseKernelInfo(const uint8_t* p, size_t size) {
   return layout;
 }
 
-}  // namespace
-
-Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelLayout>* kernels) {
-  if (size < sizeof(Elf64_Ehdr) || !IsElf(elf)) return Status::InvalidArgument("not an ELF cubin");
+// Calls visit(name, section) for each section of the ELF file `elf` of `size` bytes whose
+// name can be read; `what` names the file in errors. The section table and the names'
+// section are checked against `size`; each section's own range is the caller's to check.
+// A file without sections has nothing to visit.
+template <typename Visit>
+Status ForEachElfSection(const uint8_t* elf, size_t size, const char* what, Visit visit) {
+  if (size < sizeof(Elf64_Ehdr) || !IsElf(elf)) {
+    return Status::InvalidArgument(std::string("not an ELF ") + what);
+  }
   auto header = Read<Elf64_Ehdr>(elf);
-  // Every offset and size below comes from the image: compare without overflowing.
+  if (header.e_shnum == 0) return Status::OK();
+  // Every offset and size below comes from the file: compare without overflowing.
   if (header.e_shstrndx >= header.e_shnum || header.e_shentsize < sizeof(Elf64_Shdr) ||
       header.e_shoff > size ||
       uint64_t{header.e_shnum} * header.e_shentsize > size - header.e_shoff) {
-    return Status::InvalidArgument("cubin section table out of range");
+    return Status::InvalidArgument(std::string(what) + " section table out of range");
   }
   auto section_at = [&](int i) {
     return Read<Elf64_Shdr>(elf + header.e_shoff + static_cast<size_t>(i) * header.e_shentsize);
   };
   Elf64_Shdr names = section_at(header.e_shstrndx);
   if (names.sh_offset > size || names.sh_size > size - names.sh_offset) {
-    return Status::InvalidArgument("cubin section names out of range");
+    return Status::InvalidArgument(std::string(what) + " section names out of range");
   }
-  const std::string prefix = ".nv.info.";
-  const std::string text_prefix = ".text.";
   for (int i = 0; i < header.e_shnum; ++i) {
     Elf64_Shdr section = section_at(i);
-    if (section.sh_name >= names.sh_size || section.sh_offset > size ||
-        section.sh_size > size - section.sh_offset) {
-      continue;
-    }
+    if (section.sh_name >= names.sh_size) continue;
     const char* name = reinterpret_cast<const char*>(elf + names.sh_offset + section.sh_name);
-    size_t name_len = strnlen(name, names.sh_size - section.sh_name);
-    std::string section_name(name, name_len);
-    if (section_name.rfind(prefix, 0) == 0) {
-      (*kernels)[section_name.substr(prefix.size())] =
-          ParseKernelInfo(elf + section.sh_offset, section.sh_size);
-    } else if (section_name.rfind(text_prefix, 0) == 0) {
-      // A kernel without parameters may have no .nv.info section of its own.
-      kernels->emplace(section_name.substr(text_prefix.size()), KernelLayout{});
-    }
+    GPUPOOL_RETURN_IF_ERROR(
+        visit(std::string_view(name, strnlen(name, names.sh_size - section.sh_name)), section));
   }
   return Status::OK();
+}
+
+}  // namespace
+
+Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelLayout>* kernels) {
+  constexpr std::string_view kInfoPrefix = ".nv.info.";
+  constexpr std::string_view kTextPrefix = ".text.";
+  return ForEachElfSection(
+      elf, size, "cubin", [&](std::string_view name, const Elf64_Shdr& section) {
+        if (section.sh_offset > size || section.sh_size > size - section.sh_offset) {
+          return Status::OK();  // a section the kernels' layouts do not need
+        }
+        if (name.substr(0, kInfoPrefix.size()) == kInfoPrefix) {
+          (*kernels)[std::string(name.substr(kInfoPrefix.size()))] =
+              ParseKernelInfo(elf + section.sh_offset, section.sh_size);
+        } else if (name.substr(0, kTextPrefix.size()) == kTextPrefix) {
+          // A kernel without parameters may have no .nv.info section of its own.
+          kernels->emplace(std::string(name.substr(kTextPrefix.size())), KernelLayout{});
+        }
+        return Status::OK();
+      });
 }
 
 Result<ModuleImage> ParseModuleImage(const void* image_pointer) {
@@ -394,45 +409,28 @@ std::vector<uint8_t> FatbinOfPtx(const std::vector<PtxEntry>& units) {
 }
 
 Result<std::vector<PtxEntry>> PtxOfHostObject(const uint8_t* elf, size_t size) {
-  if (size < sizeof(Elf64_Ehdr) || !IsElf(elf)) {
-    return Status::InvalidArgument("not an ELF object file");
-  }
-  auto header = Read<Elf64_Ehdr>(elf);
-  if (header.e_shnum == 0) return std::vector<PtxEntry>{};
-  if (header.e_shstrndx >= header.e_shnum || header.e_shentsize < sizeof(Elf64_Shdr) ||
-      header.e_shoff > size ||
-      uint64_t{header.e_shnum} * header.e_shentsize > size - header.e_shoff) {
-    return Status::InvalidArgument("object file section table out of range");
-  }
-  auto section_at = [&](int i) {
-    return Read<Elf64_Shdr>(elf + header.e_shoff + static_cast<size_t>(i) * header.e_shentsize);
-  };
-  Elf64_Shdr names = section_at(header.e_shstrndx);
-  if (names.sh_offset > size || names.sh_size > size - names.sh_offset) {
-    return Status::InvalidArgument("object file section names out of range");
-  }
   std::vector<PtxEntry> ptx;
-  for (int i = 0; i < header.e_shnum; ++i) {
-    Elf64_Shdr section = section_at(i);
-    if (section.sh_type == SHT_NOBITS || section.sh_name >= names.sh_size) continue;
-    const char* name = reinterpret_cast<const char*>(elf + names.sh_offset + section.sh_name);
-    std::string_view section_name(name, strnlen(name, names.sh_size - section.sh_name));
-    if (section_name != ".nv_fatbin" && section_name != "__nv_relfatbin") continue;
-    if (section.sh_offset > size || section.sh_size > size - section.sh_offset) {
-      return Status::InvalidArgument("object file section " + std::string(section_name) +
-                                     " out of range");
-    }
-    // One or more fatbins back to back, each 8-byte aligned.
-    const uint8_t* fatbins = elf + section.sh_offset;
-    uint64_t at = 0;
-    while (section.sh_size - at >= sizeof(FatbinHeader) &&
-           Read<uint32_t>(fatbins + at) == kFatbinMagic) {
-      ModuleImage image;
-      GPUPOOL_RETURN_IF_ERROR(ParseFatbin(fatbins + at, section.sh_size - at, &image));
-      for (PtxEntry& entry : image.ptx) ptx.push_back(std::move(entry));
-      at += (image.size + 7) & ~uint64_t{7};
-    }
-  }
+  Status read = ForEachElfSection(
+      elf, size, "object file", [&](std::string_view name, const Elf64_Shdr& section) {
+        if (section.sh_type == SHT_NOBITS) return Status::OK();
+        if (name != ".nv_fatbin" && name != "__nv_relfatbin") return Status::OK();
+        if (section.sh_offset > size || section.sh_size > size - section.sh_offset) {
+          return Status::InvalidArgument("object file section " + std::string(name) +
+                                         " out of range");
+        }
+        // One or more fatbins back to back, each 8-byte aligned.
+        const uint8_t* fatbins = elf + section.sh_offset;
+        uint64_t at = 0;
+        while (section.sh_size - at >= sizeof(FatbinHeader) &&
+               Read<uint32_t>(fatbins + at) == kFatbinMagic) {
+          ModuleImage image;
+          GPUPOOL_RETURN_IF_ERROR(ParseFatbin(fatbins + at, section.sh_size - at, &image));
+          for (PtxEntry& entry : image.ptx) ptx.push_back(std::move(entry));
+          at += (image.size + 7) & ~uint64_t{7};
+        }
+        return Status::OK();
+      });
+  if (!read.ok()) return read;
   return ptx;
 }
 
