@@ -600,7 +600,8 @@ constexpr size_t kMaxLinkUnitBytes = size_t{1} << 30;
 
 struct LinkInput {
   CUjitInputType type;
-  std::vector<char> bytes;  // PTX with its terminating NUL
+  std::vector<char> bytes;  // PTX with its terminating NUL; empty for objects and libraries
+  std::vector<gpupool::image::PtxEntry> ptx;  // an object's or library's, read when added
 };
 
 struct LinkState {
@@ -654,15 +655,8 @@ const char* LinkInputKind(CUjitInputType type) {
 
 // The PTX entries of one link input, as the image library reads them.
 gpupool::Result<std::vector<gpupool::image::PtxEntry>> PtxOfLinkInput(const LinkInput& input) {
+  if (input.type == CU_JIT_INPUT_OBJECT || input.type == CU_JIT_INPUT_LIBRARY) return input.ptx;
   const auto* bytes = reinterpret_cast<const uint8_t*>(input.bytes.data());
-  switch (input.type) {
-    case CU_JIT_INPUT_OBJECT:
-      return gpupool::image::PtxOfHostObject(bytes, input.bytes.size());
-    case CU_JIT_INPUT_LIBRARY:
-      return gpupool::image::PtxOfArchive(bytes, input.bytes.size());
-    default:
-      break;
-  }
   auto parsed = gpupool::image::ParseModuleImageBytes(bytes, input.bytes.size());
   if (!parsed.ok()) return parsed.status();
   if (parsed->ptx.empty() && parsed->has_sass) {
@@ -746,6 +740,7 @@ CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char>
   LinkState* link = AsLink(handle);
   if (link == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   const auto* data = reinterpret_cast<const uint8_t*>(bytes.data());
+  std::vector<gpupool::image::PtxEntry> ptx;
   switch (type) {
     case CU_JIT_INPUT_PTX:
       // The text up to its NUL (or the given size), then a NUL.
@@ -756,14 +751,17 @@ CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char>
     case CU_JIT_INPUT_FATBINARY: break;
     case CU_JIT_INPUT_OBJECT:
     case CU_JIT_INPUT_LIBRARY: {
-      // Read now, as a driver reads an input when it is added: a bad one is refused here.
-      auto ptx = type == CU_JIT_INPUT_OBJECT ? gpupool::image::PtxOfHostObject(data, bytes.size())
-                                             : gpupool::image::PtxOfArchive(data, bytes.size());
-      if (!ptx.ok()) {
+      // Read now, as a driver reads an input when it is added: a bad one is refused here,
+      // and only its PTX is kept.
+      auto read = type == CU_JIT_INPUT_OBJECT ? gpupool::image::PtxOfHostObject(data, bytes.size())
+                                              : gpupool::image::PtxOfArchive(data, bytes.size());
+      if (!read.ok()) {
         LogError("cuLinkAddData/cuLinkAddFile: the %s cannot be read: %s", LinkInputKind(type),
-                 ptx.status().message().c_str());
+                 read.status().message().c_str());
         return CUDA_ERROR_INVALID_IMAGE;
       }
+      ptx = std::move(*read);
+      bytes.clear();
       break;
     }
     case CU_JIT_INPUT_NVVM:
@@ -775,8 +773,7 @@ CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char>
     LogError("cuLinkAddData/cuLinkAddFile: more than %zu inputs to one link", kMaxLinkInputs);
     return CUDA_ERROR_INVALID_VALUE;
   }
-  link->image.clear();  // a completed link that gets another input is linked again
-  link->inputs.push_back(LinkInput{type, std::move(bytes)});
+  link->inputs.push_back(LinkInput{type, std::move(bytes), std::move(ptx)});
   return CUDA_SUCCESS;
 }
 

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "remote/client/log.h"
 #include "remote/client/runtime.h"
@@ -205,7 +206,7 @@ bool Runtime::ForgetManaged(uint64_t address) {
     std::lock_guard<std::mutex> lock(managed_mu_);
     auto found = managed_.find(address);
     if (found == managed_.end()) return false;
-    range = found->second;
+    range = std::move(found->second);  // its advice too, not copied
     managed_.erase(found);
     managed_count_.store(static_cast<int>(managed_.size()));
   }

@@ -114,8 +114,6 @@ struct Event {
 
 struct Function;
 
-// A loaded image: from cuModuleLoadData (bound to the current context's device) or
-// cuLibraryLoadData (context-independent; loaded into a device on first use there).
 // What cuMemAdvise and cuMemPrefetchAsync said of one page of managed memory. Locations
 // are device ordinals, CU_DEVICE_CPU for the host, CU_DEVICE_INVALID for none.
 struct ManagedPageAdvice {
@@ -125,6 +123,8 @@ struct ManagedPageAdvice {
   int last_prefetch = CU_DEVICE_INVALID;
 };
 
+// A loaded image: from cuModuleLoadData (bound to the current context's device) or
+// cuLibraryLoadData (context-independent; loaded into a device on first use there).
 struct Module {
   uint32_t magic = kModuleMagic;
   bool is_library = false;

@@ -287,7 +287,7 @@ Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelL
   return ForEachElfSection(
       elf, size, "cubin", [&](std::string_view name, const Elf64_Shdr& section) {
         if (section.sh_offset > size || section.sh_size > size - section.sh_offset) {
-          return Status::OK();  // a section the kernels' layouts do not need
+          return Status::OK();  // out of the image's bounds: skipped, as it always was
         }
         if (name.substr(0, kInfoPrefix.size()) == kInfoPrefix) {
           (*kernels)[std::string(name.substr(kInfoPrefix.size()))] =
