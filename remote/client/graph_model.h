@@ -1,6 +1,7 @@
 // The objects behind CUgraph, CUgraphNode and CUgraphExec handles: graphs.cc makes them
 // from stream captures and launches them; graph_nodes.cc builds and reads them node by
-// node (cuGraphAdd*Node and the calls that read, change and connect nodes).
+// node (cuGraphAdd*Node and the calls that read, change and connect nodes);
+// graph_conditionals.cc makes and runs conditional nodes.
 //
 // A graph is its nodes in creation order, each with the nodes it runs after. Instantiating
 // copies the nodes in an order that runs each after its dependencies; a launch issues them
@@ -87,6 +88,17 @@ struct GraphMemoryUse {
 GraphMemoryUse GraphMemoryUseOf(int device);
 void ResetGraphMemoryHigh(int device, bool used, bool reserved);
 
+// The condition of conditional nodes (cuGraphConditionalHandleCreate): a 4-byte slot of
+// device memory whose address is the handle, so that a kernel's cudaGraphSetConditional
+// (the sim's built-in) stores its value there (graph_conditionals.cc). Kept while a graph,
+// an instantiated graph or a conditional node has it; its slot is freed with it.
+struct ConditionalHandle {
+  CUdeviceptr slot = 0;
+  unsigned default_value = 0;
+  bool assign_default = false;  // CU_GRAPH_COND_ASSIGN_DEFAULT: set at each launch's start
+  ~ConditionalHandle();
+};
+
 // One node, with copies of its parameters (the caller's structures may go away).
 struct Node {
   uint32_t magic = kNodeMagic;
@@ -121,6 +133,12 @@ struct Node {
   std::shared_ptr<GraphMemoryHold> memory;
   CUDA_MEM_ALLOC_NODE_PARAMS alloc{};
   std::vector<CUmemAccessDesc> access;
+  // CU_GRAPH_NODE_TYPE_CONDITIONAL: its condition, kind and body graphs (made by the node,
+  // as CUDA makes them; `body_handles` is the array cuGraphAddNode hands out).
+  std::shared_ptr<ConditionalHandle> condition;
+  CUgraphConditionalNodeType conditional_type = CU_GRAPH_COND_TYPE_IF;
+  std::vector<std::shared_ptr<Graph>> bodies;
+  std::vector<CUgraph> body_handles;
   // A call recorded by a stream capture (every captured type but kernels, which are
   // recorded as kernel nodes): run as recorded.
   CapturedWork work;
@@ -134,7 +152,34 @@ struct Graph {
   // first): a graph with memory nodes may have only one at a time.
   std::shared_ptr<bool> instantiated = std::make_shared<bool>(false);
   UserObjectRefs user_objects;  // cuGraphRetainUserObject; clones and instantiations copy
+  // The conditional handles made for this graph (cuGraphConditionalHandleCreate).
+  std::vector<std::shared_ptr<ConditionalHandle>> conditions;
+  bool conditional_body = false;  // a conditional node's body: the node owns it
+  ~Graph();                       // stale handles to it and its nodes are refused from then on
 };
+
+// The conditionals that a launch of `graph` (its nodes, child graphs and bodies) sets to
+// their default value before its first node (CU_GRAPH_COND_ASSIGN_DEFAULT).
+void CollectDefaultConditions(const Graph& graph,
+                              std::vector<std::shared_ptr<ConditionalHandle>>* handles);
+
+// Makes `node` a conditional node from `params` (cuGraphAddNode): checks them, makes its
+// body graphs and gives their handles in params->phGraph_out.
+CUresult SetConditional(Node* node, CUDA_CONDITIONAL_NODE_PARAMS* params);
+
+// Gives a copy of a conditional node body graphs of its own (clones and instantiations).
+void CopyBodies(Node* node);
+
+// Runs a conditional node on `stream` (graph_conditionals.cc): waits for the stream to
+// reach it, reads its condition and issues the body it selects (again for a while node,
+// until the condition reads zero).
+CUresult RunConditional(const Node& node, CUstream stream);
+
+// Runs `graph`'s nodes on `stream` in launch order (a child graph or a conditional body).
+CUresult RunGraph(const Graph& graph, CUstream stream);
+
+// Whether `graph` has a conditional node (such a graph cannot be a child graph).
+bool HasConditionalNodes(const Graph& graph);
 
 // Whether `graph` has a memory allocation or free node (such a graph cannot be cloned, be
 // a child graph, lose nodes or edges, or be instantiated twice at once).
@@ -150,6 +195,8 @@ struct GraphExec {
   // graph with this, as the instantiated graph may have been destroyed since).
   std::vector<std::vector<size_t>> shape;
   UserObjectRefs user_objects;  // the instantiated (or last updating) graph's
+  // Conditionals set to their default value at each launch (CollectDefaultConditions).
+  std::vector<std::shared_ptr<ConditionalHandle>> default_conditions;
 };
 
 // The references of `graph` and of its child graphs, for a launch to hold until it ends.

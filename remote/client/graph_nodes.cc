@@ -20,8 +20,9 @@
 // cuDeviceSetGraphMemAttribute (resetting a high watermark) are here too.
 //
 // Not here (their entry points answer CUDA_ERROR_NOT_SUPPORTED, naming themselves):
-// conditional nodes, external semaphore and batch memory operation nodes, graph memory on
-// the host or reachable from other GPUs. User objects are in user_objects.cc.
+// external semaphore and batch memory operation nodes, graph memory on the host or
+// reachable from other GPUs. User objects are in user_objects.cc, conditional nodes in
+// graph_conditionals.cc.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -145,6 +146,10 @@ CUresult SetChild(Node* node, CUgraph child) {
   Graph* graph = AsGraph(child);
   if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (HasMemoryNodes(*graph)) return CUDA_ERROR_NOT_SUPPORTED;  // as on a GPU
+  if (HasConditionalNodes(*graph)) {
+    LogError("a graph with conditional nodes cannot be a child graph (as on a GPU)");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   node->type = CU_GRAPH_NODE_TYPE_GRAPH;
   node->child = Clone(*graph);  // the node gets its own copy, as on a GPU
   node->work = nullptr;
@@ -239,11 +244,13 @@ CUresult SetFromParams(Node* node, const CUgraphNodeParams* params) {
       return CUDA_SUCCESS;
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
     case CU_GRAPH_NODE_TYPE_MEM_FREE:
-      // Made by cuGraphAddNode itself; a memory node's parameters cannot change.
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      // Made by cuGraphAddNode itself; a memory or conditional node's parameters cannot
+      // change.
       return CUDA_ERROR_NOT_SUPPORTED;
     default:
       return static_cast<CUresult>(
-          ReportUnsupported("cuGraphAddNode", "conditional, semaphore and memory operation nodes"));
+          ReportUnsupported("cuGraphAddNode", "semaphore and memory operation nodes"));
   }
 }
 
@@ -453,6 +460,8 @@ CUresult Update(CUgraphExec exec_handle, CUgraph handle, CUgraphExecUpdateResult
   // The new source graph's user object references replace the old ones (a launch in
   // flight holds its own until it ends).
   exec->user_objects = graph->user_objects;
+  exec->default_conditions.clear();
+  CollectDefaultConditions(*graph, &exec->default_conditions);
   return CUDA_SUCCESS;
 }
 
@@ -476,6 +485,8 @@ const char* TypeName(CUgraphNodeType type) {
       return "event_record";
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "mem_alloc";
     case CU_GRAPH_NODE_TYPE_MEM_FREE: return "mem_free";
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      return "conditional";
     default:
       return "other";
   }
@@ -585,6 +596,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* node, CUgraph g
         // The same layout as CUDA_MEM_ALLOC_NODE_PARAMS.
         return SetMemAlloc(n, reinterpret_cast<CUDA_MEM_ALLOC_NODE_PARAMS*>(&params->alloc));
       });
+    }
+    if (params != nullptr && params->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
+      return Add(node, graph, deps, count,
+                 [&](Node* n) { return SetConditional(n, &params->conditional); });
     }
     if (params != nullptr && params->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
       return Add(node, graph, deps, count,

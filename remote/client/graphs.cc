@@ -10,7 +10,8 @@
 // them; a copy's host pointer kept, so a launch of the graph reads the host memory of that
 // moment, as a memcpy node does). A stream that waits for an event recorded in a capture
 // joins it. The captured graph is a chain of its nodes in the order the program made the
-// calls, which respects every dependency the capture expressed.
+// calls (all the streams of a capture share one frontier), which respects every
+// dependency the capture expressed.
 //
 // cuMemAllocAsync on a capturing stream records a memory allocation node (its graph
 // memory, graph_memory.cc, is allocated at the call, so the address it returns holds for
@@ -21,8 +22,13 @@
 // CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH, which frees them first. A graph with
 // memory nodes has one instantiated graph at a time and cannot be cloned.
 //
-// Not here (their entry points answer CUDA_ERROR_NOT_SUPPORTED, naming themselves):
-// capture into an existing graph, device-side graph launch.
+// A capture may go into a graph the program has (cuStreamBeginCaptureToGraph), and the
+// program may add nodes to the graph being captured and make the next captured call run
+// after them (cuStreamGetCaptureInfo, cuStreamUpdateCaptureDependencies), as programs do
+// to put a conditional node (graph_conditionals.cc) in a captured graph.
+//
+// Not here (its entry points answer CUDA_ERROR_NOT_SUPPORTED, naming themselves):
+// device-side graph launch.
 //
 // Another stream-ordered call on a capturing stream that records nothing (a stream
 // synchronisation or query, for instance) gets CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and
@@ -42,6 +48,8 @@
 #include "remote/client/graph_model.h"
 
 #undef cuStreamGetCaptureInfo
+#undef cuStreamUpdateCaptureDependencies
+#undef cuStreamBeginCaptureToGraph
 
 namespace gpupool::client {
 namespace {
@@ -55,7 +63,13 @@ using graph::Node;
 struct Capture {
   uint64_t id = 0;
   CUstream origin = nullptr;
-  std::vector<Node> nodes;  // in the order the calls were made
+  // The graph the captured calls go into: one of the capture's own, given to the program
+  // when the capture ends, or the program's (cuStreamBeginCaptureToGraph).
+  std::unique_ptr<Graph> owned;
+  Graph* graph = nullptr;
+  // The nodes the next captured call runs after (cuStreamGetCaptureInfo's dependencies;
+  // cuStreamUpdateCaptureDependencies changes them).
+  std::vector<CUgraphNode> frontier;
   std::set<CUstream> streams;                   // the origin and the streams that joined
   std::set<std::pair<int, uint64_t>> on_agent;  // the same, as (device, agent stream id)
   std::set<CUevent> events;                     // recorded in this capture
@@ -71,6 +85,49 @@ uint64_t next_capture_id = 1;
 std::shared_ptr<Capture> CaptureOf(CUstream stream) {
   auto found = by_stream.find(stream);
   return found == by_stream.end() ? nullptr : found->second;
+}
+
+// Adds a captured call to the capture's graph, after the frontier, and makes it the
+// frontier: so the calls form a chain in the order they were made, which respects every
+// dependency the capture expressed.
+void Append(Capture& capture, Node node) {
+  auto added = std::make_unique<Node>(std::move(node));
+  added->owner = capture.graph;
+  for (CUgraphNode dep : capture.frontier) {
+    Node* before = graph::AsNode(dep);
+    if (before != nullptr && before->owner == capture.graph) added->deps.push_back(before);
+  }
+  capture.frontier.assign(1, reinterpret_cast<CUgraphNode>(added.get()));
+  capture.graph->nodes.push_back(std::move(added));
+}
+
+// Checks that `nodes` are nodes of `graph` (none repeated) for a capture's frontier.
+bool FrontierOf(const Graph* graph, const CUgraphNode* nodes, size_t count,
+                std::vector<CUgraphNode>* frontier) {
+  if (count > 0 && nodes == nullptr) return false;
+  for (size_t i = 0; i < count; ++i) {
+    Node* node = graph::AsNode(nodes[i]);
+    if (node == nullptr || node->owner != graph ||
+        std::find(frontier->begin(), frontier->end(), nodes[i]) != frontier->end()) {
+      return false;
+    }
+    frontier->push_back(nodes[i]);
+  }
+  return true;
+}
+
+// Edge data other than the default (all zeros) asks for programmatic dependencies, which
+// this library does not do.
+CUresult CheckCaptureEdges(const CUgraphEdgeData* edges, size_t count) {
+  for (size_t i = 0; edges != nullptr && i < count; ++i) {
+    if (edges[i].from_port != 0 || edges[i].to_port != 0 || edges[i].type != 0) {
+      return static_cast<CUresult>(
+          ReportUnsupported("capture dependency edge data",
+                            "edges other than full dependencies (programmatic "
+                            "launch)"));
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 // Adds `stream` (already checked) to `capture`.
@@ -125,6 +182,7 @@ CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
   }
   exec->shape = graph::ShapeOf(order);
   exec->user_objects = graph->user_objects;
+  graph::CollectDefaultConditions(*graph, &exec->default_conditions);
   *result = reinterpret_cast<CUgraphExec>(exec.release());
   return CUDA_SUCCESS;
 }
@@ -144,7 +202,7 @@ bool AddCaptured(CUstream stream, Node node, CUresult* status) {
   std::lock_guard<std::mutex> lock(mu);
   std::shared_ptr<Capture> capture = OpenCaptureOf(stream, status);
   if (capture == nullptr) return false;
-  if (*status == CUDA_SUCCESS) capture->nodes.push_back(std::move(node));
+  if (*status == CUDA_SUCCESS) Append(*capture, std::move(node));
   return true;
 }
 
@@ -251,29 +309,70 @@ using namespace gpupool::client;
 
 // --- Capture -------------------------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream stream,
-                                                          CUstreamCaptureMode mode) {
-  GPUPOOL_BODY({
-    if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-        mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+namespace {
+
+// Starts a capture on `stream` into `into` (the program's graph, after `deps`) or, when it
+// is nullptr, into a graph of the capture's own.
+CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, CUgraph into,
+                      const CUgraphNode* deps, size_t dep_count) {
+  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+      mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  int device = 0;
+  uint64_t id = 0;
+  if (CUresult status = ResolveDevice(stream, &device, &id); status != CUDA_SUCCESS) {
+    return status;
+  }
+  // The default streams synchronise with every other stream: a GPU refuses them too.
+  if (IsDefaultStream(stream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  auto capture = std::make_shared<Capture>();
+  if (into == nullptr) {
+    capture->owned = std::make_unique<Graph>();
+    capture->graph = capture->owned.get();
+  } else {
+    capture->graph = AsGraph(into);
+    if (capture->graph == nullptr ||
+        !FrontierOf(capture->graph, deps, dep_count, &capture->frontier)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    int device = 0;
-    uint64_t id = 0;
-    if (CUresult status = ResolveDevice(stream, &device, &id); status != CUDA_SUCCESS) {
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  if (CaptureOf(stream) != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+  capture->id = next_capture_id++;
+  capture->origin = stream;
+  Join(capture, stream, device, id);
+  captures.fetch_add(1, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream stream,
+                                                          CUstreamCaptureMode mode) {
+  GPUPOOL_BODY({ return BeginCapture(stream, mode, nullptr, nullptr, 0); });
+}
+
+// Captures into a graph the program has, after `deps`: a conditional node's body, say.
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph,
+                                                              const CUgraphNode* deps,
+                                                              const CUgraphEdgeData* edges,
+                                                              size_t dep_count,
+                                                              CUstreamCaptureMode mode) {
+  GPUPOOL_BODY({
+    if (CUresult status = CheckCaptureEdges(edges, dep_count); status != CUDA_SUCCESS) {
       return status;
     }
-    // The default streams synchronise with every other stream: a GPU refuses them too.
-    if (IsDefaultStream(stream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    std::lock_guard<std::mutex> lock(mu);
-    if (CaptureOf(stream) != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
-    auto capture = std::make_shared<Capture>();
-    capture->id = next_capture_id++;
-    capture->origin = stream;
-    Join(capture, stream, device, id);
-    captures.fetch_add(1, std::memory_order_release);
-    return CUDA_SUCCESS;
+    if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return BeginCapture(stream, mode, graph, deps, dep_count);
   });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream stream, CUgraph graph,
+                                                                   const CUgraphNode* deps,
+                                                                   const CUgraphEdgeData* edges,
+                                                                   size_t dep_count,
+                                                                   CUstreamCaptureMode mode) {
+  return cuStreamBeginCaptureToGraph(stream, graph, deps, edges, dep_count, mode);
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream stream,
                                                                CUstreamCaptureMode mode) {
@@ -295,15 +394,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph* r
     captures.fetch_sub(1, std::memory_order_release);
     *result = nullptr;
     if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    // A chain: each captured call after the one before.
-    auto graph = std::make_unique<Graph>();
-    for (Node& captured : capture->nodes) {
-      auto node = std::make_unique<Node>(std::move(captured));
-      node->owner = graph.get();
-      if (!graph->nodes.empty()) node->deps.push_back(graph->nodes.back().get());
-      graph->nodes.push_back(std::move(node));
-    }
-    *result = reinterpret_cast<CUgraph>(graph.release());
+    *result = reinterpret_cast<CUgraph>(capture->owned != nullptr ? capture->owned.release()
+                                                                  : capture->graph);
     return CUDA_SUCCESS;
   });
 }
@@ -345,8 +437,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream stream,
   GPUPOOL_BODY({ return CaptureStatus(stream, status, id); });
 }
 
-// The graph being built and its dependency frontier are not available while capturing
-// (the graph exists once the capture ends), so they are given as none.
+// While `stream` captures: the graph being built and the nodes its next captured call
+// will run after (valid until the next call on the stream, as CUDA says).
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(
     CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
     const CUgraphNode** dependencies, size_t* dependency_count) {
@@ -354,7 +446,17 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(
     if (graph) *graph = nullptr;
     if (dependencies) *dependencies = nullptr;
     if (dependency_count) *dependency_count = 0;
-    return CaptureStatus(stream, status, id);
+    if (CUresult result = CaptureStatus(stream, status, id); result != CUDA_SUCCESS) {
+      return result;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    std::shared_ptr<Capture> capture = CaptureOf(stream);
+    if (capture == nullptr || capture->invalidated) return CUDA_SUCCESS;
+    if (graph) *graph = reinterpret_cast<CUgraph>(capture->graph);
+    if (dependencies)
+      *dependencies = capture->frontier.empty() ? nullptr : capture->frontier.data();
+    if (dependency_count) *dependency_count = capture->frontier.size();
+    return CUDA_SUCCESS;
   });
 }
 
@@ -365,6 +467,53 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(
     if (edges) *edges = nullptr;
     return cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, dependency_count);
   });
+}
+
+// Sets (CU_STREAM_SET_CAPTURE_DEPENDENCIES) or adds to (CU_STREAM_ADD_CAPTURE_DEPENDENCIES)
+// the nodes that the next call captured on `stream` runs after: nodes of the capture's
+// graph, such as one the program added to it while it captures.
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream stream,
+                                                                       CUgraphNode* nodes,
+                                                                       const CUgraphEdgeData* edges,
+                                                                       size_t count,
+                                                                       unsigned int flags) {
+  GPUPOOL_BODY({
+    if (CUresult status = CheckCaptureEdges(edges, count); status != CUDA_SUCCESS) return status;
+    if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
+        flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    int device = 0;
+    if (CUresult status = ResolveDevice(stream, &device, nullptr); status != CUDA_SUCCESS) {
+      return status;
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    std::shared_ptr<Capture> capture = CaptureOf(stream);
+    if (capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
+    if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    std::vector<CUgraphNode> frontier;
+    if (flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES) frontier = capture->frontier;
+    if (!FrontierOf(capture->graph, nodes, count, &frontier)) return CUDA_ERROR_INVALID_VALUE;
+    capture->frontier = std::move(frontier);
+    return CUDA_SUCCESS;
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream stream,
+                                                                    CUgraphNode* nodes,
+                                                                    size_t count,
+                                                                    unsigned int flags) {
+  return cuStreamUpdateCaptureDependencies_v2(stream, nodes, nullptr, count, flags);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream stream,
+                                                                         CUgraphNode* nodes,
+                                                                         size_t count,
+                                                                         unsigned int flags) {
+  return cuStreamUpdateCaptureDependencies_v2(stream, nodes, nullptr, count, flags);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(
+    CUstream stream, CUgraphNode* nodes, const CUgraphEdgeData* edges, size_t count,
+    unsigned int flags) {
+  return cuStreamUpdateCaptureDependencies_v2(stream, nodes, edges, count, flags);
 }
 
 namespace gpupool::client {
@@ -380,7 +529,7 @@ bool CaptureEventRecord(CUevent event, CUstream stream, CapturedWork work, CUres
   node.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
   node.event = event;
   node.work = std::move(work);
-  capture->nodes.push_back(std::move(node));
+  Append(*capture, std::move(node));
   capture->events.insert(event);
   by_event[event] = capture;
   *status = CUDA_SUCCESS;
@@ -418,7 +567,7 @@ bool CaptureStreamWait(CUstream stream, CUevent event, CapturedWork work, CUresu
       node.type = CU_GRAPH_NODE_TYPE_WAIT_EVENT;
       node.event = event;
       node.work = std::move(work);
-      capture->nodes.push_back(std::move(node));
+      Append(*capture, std::move(node));
     }
   }
   return true;
@@ -482,6 +631,13 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec handle, CUstream str
         graph::SetGraphMemoryInUse(node.memory->dptr, false);
       }
     }
+    // Conditions with a default value start each launch from it.
+    for (const auto& condition : exec->default_conditions) {
+      if (CUresult status = cuMemsetD32Async(condition->slot, condition->default_value, 1, stream);
+          status != CUDA_SUCCESS) {
+        return status;
+      }
+    }
     for (const Node& node : exec->nodes) {
       if (CUresult status = graph::RunNode(node, stream); status != CUDA_SUCCESS) return status;
     }
@@ -527,10 +683,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec handle) {
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDestroy(CUgraph handle) {
   GPUPOOL_BODY({
     Graph* graph = AsGraph(handle);
-    if (graph != nullptr) {
-      for (auto& node : graph->nodes) node->magic = 0;  // stale node handles are refused
-    }
-    return Destroy(graph);
+    // A conditional node's body is the node's: it goes with the node's graph.
+    if (graph != nullptr && graph->conditional_body) return CUDA_ERROR_INVALID_VALUE;
+    return Destroy(graph);  // ~Graph: stale handles to it and its nodes are refused
   });
 }
 
@@ -570,6 +725,7 @@ std::unique_ptr<Graph> Clone(const Graph& graph) {
     twin->owner = copy.get();
     twin->param_pointers.clear();
     if (node->child != nullptr) twin->child = Clone(*node->child);
+    CopyBodies(twin.get());
     copy->clone_of[node.get()] = twin.get();
     copy->nodes.push_back(std::move(twin));
   }
@@ -577,6 +733,7 @@ std::unique_ptr<Graph> Clone(const Graph& graph) {
     for (Node*& dep : twin->deps) dep = copy->clone_of.at(dep);
   }
   copy->user_objects = graph.user_objects;  // a clone holds references of its own
+  copy->conditions = graph.conditions;
   return copy;
 }
 
@@ -623,6 +780,7 @@ Node ExecCopy(const Node& node) {
   copy.deps.clear();
   copy.param_pointers.clear();
   if (node.child != nullptr) copy.child = Clone(*node.child);
+  CopyBodies(&copy);
   return copy;
 }
 
@@ -658,14 +816,10 @@ CUresult RunNode(const Node& node, CUstream stream) {
       return cuEventRecord(node.event, stream);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
       return cuStreamWaitEvent(stream, node.event, 0);
-    case CU_GRAPH_NODE_TYPE_GRAPH: {
-      std::vector<const Node*> order;
-      if (!LaunchOrder(*node.child, &order)) return CUDA_ERROR_INVALID_VALUE;
-      for (const Node* inner : order) {
-        if (CUresult status = RunNode(*inner, stream); status != CUDA_SUCCESS) return status;
-      }
-      return CUDA_SUCCESS;
-    }
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+      return RunGraph(*node.child, stream);
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+      return RunConditional(node, stream);
     case CU_GRAPH_NODE_TYPE_EMPTY:
       return CUDA_SUCCESS;
     // The memory is on the GPU already (graph_memory.cc): the nodes mark it in use and

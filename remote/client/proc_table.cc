@@ -27,6 +27,8 @@
 #undef cuCtxPushCurrent
 #undef cuCtxPopCurrent
 #undef cuStreamGetCaptureInfo
+#undef cuStreamUpdateCaptureDependencies
+#undef cuStreamBeginCaptureToGraph
 #undef cuLinkCreate
 #undef cuLinkAddData
 #undef cuLinkAddFile
@@ -274,6 +276,9 @@ const Implementation kImplementations[] = {
     IMPL("cuStreamGetCaptureInfo", 12030, cuStreamGetCaptureInfo_v3),
     IMPL("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
     IMPL("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2),
+    IMPL("cuStreamBeginCaptureToGraph", 12030, cuStreamBeginCaptureToGraph),
+    IMPL("cuStreamUpdateCaptureDependencies", 11030, cuStreamUpdateCaptureDependencies),
+    IMPL("cuStreamUpdateCaptureDependencies", 12030, cuStreamUpdateCaptureDependencies_v2),
     IMPL("cuStreamEndCapture", 10000, cuStreamEndCapture),
     // Graphs captured from streams (graphs.cc)
     IMPL("cuGraphInstantiate", 10000, cuGraphInstantiate_v2),
@@ -334,6 +339,7 @@ const Implementation kImplementations[] = {
     IMPL("cuGraphExecEventWaitNodeSetEvent", 11010, cuGraphExecEventWaitNodeSetEvent),
     IMPL("cuGraphAddNode", 12020, cuGraphAddNode),
     IMPL("cuGraphAddNode", 12030, cuGraphAddNode_v2),
+    IMPL("cuGraphConditionalHandleCreate", 12030, cuGraphConditionalHandleCreate),
     IMPL("cuGraphNodeSetParams", 12020, cuGraphNodeSetParams),
     IMPL("cuGraphExecNodeSetParams", 12020, cuGraphExecNodeSetParams),
     IMPL("cuGraphGetRootNodes", 10000, cuGraphGetRootNodes),

@@ -100,6 +100,7 @@ void CollectUserObjects(const Graph& graph, UserObjectRefs* refs) {
   refs->Add(graph.user_objects);
   for (const auto& node : graph.nodes) {
     if (node->child != nullptr) CollectUserObjects(*node->child, refs);
+    for (const auto& body : node->bodies) CollectUserObjects(*body, refs);
   }
 }
 

@@ -2449,6 +2449,27 @@ void HMalloc(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// cudaGraphSetConditional(handle, value): in.printf_fmt/printf_args = the local offsets of
+// its parameters. The remoting library's conditional handle is the device address of the
+// condition's 4-byte slot (remote/client/graph_conditionals.cc), so the call is a store
+// of the value there, bounds-checked as any global store: a handle that is not one faults
+// the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
+void HSetConditional(Warp& w, const Inst& in, uint32_t mask) {
+  ForLanes(mask, [&](int l) {
+    const uint8_t* local = w.LocalOf(l);
+    uint64_t handle = 0;
+    uint32_t value = 0;
+    std::memcpy(&handle, local + in.printf_fmt, 8);
+    std::memcpy(&value, local + in.printf_args, 4);
+    uint8_t* slot = w.Address(Space::kGlobal, handle, 4, l);
+    if (slot == nullptr) {
+      w.Fault(handle, 4, "cudaGraphSetConditional of a handle that is not a conditional's");
+      return;
+    }
+    StoreWhole(slot, reinterpret_cast<const uint8_t*>(&value), 4);
+  });
+}
+
 // free(pointer): in.printf_fmt = the local offset of its parameter. free(NULL) does
 // nothing; a pointer malloc did not return (or freed twice) fails the launch, as the
 // GPU's heap check does, with CUDA_ERROR_ILLEGAL_ADDRESS.
@@ -4058,6 +4079,21 @@ class Decoder {
       inst.printf_fmt = static_cast<uint32_t>(argument);
       inst.printf_args = static_cast<uint32_t>(result);
       inst.offset = static_cast<int64_t>(heap.value);
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (auto declared = module_.functions.find(callee->name);
+        callee->name == "cudaGraphSetConditional" && declared != module_.functions.end() &&
+        !declared->second.has_body) {
+      int64_t handle = local_offset(args, 0), value = local_offset(args, 1);
+      if (handle < 0 || value < 0) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
+                                       ": cudaGraphSetConditional arguments must be .param "
+                                       "variables");
+      }
+      inst.run = &HSetConditional;
+      inst.printf_fmt = static_cast<uint32_t>(handle);
+      inst.printf_args = static_cast<uint32_t>(value);
       k_->code.push_back(inst);
       return Status::OK();
     }

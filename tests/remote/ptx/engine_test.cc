@@ -748,6 +748,55 @@ TEST_F(Engine, UndeclaredMallocIsRefused) {
   EXPECT_NE(executor_.TakeErrorDetail().find("malloc"), std::string::npos);
 }
 
+// cudaGraphSetConditional, as nvcc emits it (an extern function the driver provides):
+// the remoting library's handle is the address of the condition's 4-byte slot, so the
+// value lands there; a handle that is no allocation fails the launch with
+// CUDA_ERROR_ILLEGAL_ADDRESS, naming the call.
+TEST_F(Engine, SetConditionalStoresTheValueAtItsHandle) {
+  const std::string ptx = R"(
+.version 8.4
+.target sm_80
+.address_size 64
+.extern .func cudaGraphSetConditional
+(
+  .param .b64 cudaGraphSetConditional_param_0,
+  .param .b32 cudaGraphSetConditional_param_1
+)
+;
+.visible .entry set_conditional(.param .u64 handle_param, .param .u32 value_param)
+{
+  .reg .b32 %r<2>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [handle_param];
+  ld.param.u32 %r1, [value_param];
+  {
+  .param .b64 param0;
+  st.param.b64 [param0], %rd1;
+  .param .b32 param1;
+  st.param.b32 [param1], %r1;
+  call.uni cudaGraphSetConditional, (param0, param1);
+  }
+  ret;
+}
+)";
+  LoadKernel(17, 92, ptx, "set_conditional");
+  if (HasFatalFailure()) return;
+  uint64_t slot = Zeros<uint32_t>(1);
+  uint8_t params[12];  // the kernel's parameter layout: u64 handle, u32 value
+  const uint32_t value = 0xfeed;
+  std::memcpy(params, &slot, 8);
+  std::memcpy(params + 8, &value, 4);
+  LaunchConfig config;
+  config.block[0] = 64;  // every thread stores the same value: no race to lose
+  ASSERT_EQ(executor_.Launch(92, config, params, sizeof(params)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(slot, 1)[0], 0xfeedu);
+  const uint64_t stray = 8;  // no allocation there
+  std::memcpy(params, &stray, 8);
+  EXPECT_EQ(executor_.Launch(92, config, params, sizeof(params)), kCuIllegalAddress);
+  EXPECT_NE(executor_.TakeErrorDetail().find("cudaGraphSetConditional"), std::string::npos);
+}
+
 TEST_F(Engine, DeviceHeapBookkeepingOverwrittenFailsTheLaunch) {
   uint64_t got = Zeros<uint64_t>(1);
   EXPECT_EQ(Run("heap_scribble", {1}, {1}, 0, got), kCuIllegalAddress);
