@@ -341,6 +341,37 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext context) {
   });
 }
 
+// cuCtxRecordEvent (CUDA 12.5): `event` (of the same context) completes once all the work
+// queued in the context so far has. The library waits for the device's work, as
+// cuCtxSynchronize does, and records the event on the context's default stream, so it is
+// complete at once: the same order, with the host waiting where a driver's would not.
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxRecordEvent(CUcontext context, CUevent event) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    Context* c = AsContext(context);
+    if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    Event* e = AsEvent(event);
+    if (e == nullptr || e->context != c) return CUDA_ERROR_INVALID_HANDLE;
+    if (CUresult status = SynchronizeDevice(c->device); status != CUDA_SUCCESS) return status;
+    ContextStack().push_back(c);
+    CUresult status = cuEventRecord(event, nullptr);
+    ContextStack().pop_back();
+    return status;
+  });
+}
+
+// cuCtxWaitEvent (CUDA 12.5): work submitted to the context after the call waits for
+// `event` (of any context). The library waits for the event on the host, so all of it
+// starts after the event.
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxWaitEvent(CUcontext context, CUevent event) {
+  GPUPOOL_BODY({
+    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+    if (AsContext(context) == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+    if (AsEvent(event) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    return cuEventSynchronize(event);
+  });
+}
+
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetFlags(unsigned int* flags) {
   GPUPOOL_BODY({
     if (flags == nullptr) return CUDA_ERROR_INVALID_VALUE;

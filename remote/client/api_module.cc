@@ -518,6 +518,17 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel* kernels, u
   });
 }
 
+// A module's functions, as a library's kernels (the same object behind both handles).
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int* count, CUmodule module) {
+  return cuLibraryGetKernelCount(count, reinterpret_cast<CUlibrary>(module));
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction* functions,
+                                                             unsigned int count, CUmodule module) {
+  return cuLibraryEnumerateKernels(reinterpret_cast<CUkernel*>(functions), count,
+                                   reinterpret_cast<CUlibrary>(module));
+}
+
 GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetFunction(CUfunction* result, CUkernel kernel) {
   GPUPOOL_BODY({
     if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;

@@ -119,6 +119,22 @@ int main() {
   CU_CHECK(cuEventCreate(&event, 0));
   CU_CHECK(cuMemsetD32Async(memory, 7, bytes / 4, stream));
   CU_CHECK(cuEventRecord(event, stream));
+  // An event of the whole context (cuCtxRecordEvent): a stream that waits for it reads what
+  // the context's other stream wrote before it; an event of another context is refused.
+  CUevent everything = nullptr;
+  CU_CHECK(cuEventCreate(&everything, CU_EVENT_DISABLE_TIMING));
+  CU_CHECK(cuCtxRecordEvent(second, everything));
+  EXPECT(cuCtxRecordEvent(first, everything) == CUDA_ERROR_INVALID_HANDLE);
+  CU_CHECK(cuCtxWaitEvent(second, everything));
+  CUstream reader = nullptr;
+  CU_CHECK(cuStreamCreate(&reader, CU_STREAM_NON_BLOCKING));
+  CU_CHECK(cuStreamWaitEvent(reader, everything, 0));
+  unsigned last_word = 0;
+  CU_CHECK(cuMemcpyDtoHAsync(&last_word, memory + bytes - 4, 4, reader));
+  CU_CHECK(cuStreamSynchronize(reader));
+  EXPECT(last_word == 7);
+  CU_CHECK(cuStreamDestroy(reader));
+  CU_CHECK(cuEventDestroy(everything));
   size_t free_after_alloc = 0;
   CU_CHECK(cuMemGetInfo(&free_after_alloc, &total));
   EXPECT(free_after_alloc + bytes <= free_before);

@@ -51,6 +51,22 @@ void RunKernels(CUmodule module, const char* what) {
   CHECK_CU(cuModuleGetFunction(&hello, module, "hello"), CUDA_SUCCESS);
   CUfunction missing = nullptr;
   CHECK_CU(cuModuleGetFunction(&missing, module, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+  // The module's kernels, listed (cuModuleGetFunctionCount, cuModuleEnumerateFunctions).
+  unsigned kernels = 0;
+  CHECK_CU(cuModuleGetFunctionCount(&kernels, module), CUDA_SUCCESS);
+  std::vector<CUfunction> listed(kernels);
+  if (kernels > 0) {
+    CHECK_CU(cuModuleEnumerateFunctions(listed.data(), kernels, module), CUDA_SUCCESS);
+  }
+  int named = 0;
+  for (CUfunction function : listed) {
+    const char* name = nullptr;
+    CHECK_CU(cuFuncGetName(&name, function), CUDA_SUCCESS);
+    if (name == nullptr) continue;
+    named += std::strcmp(name, "poke") == 0 || std::strcmp(name, "calls") == 0 ||
+             std::strcmp(name, "hello") == 0;
+  }
+  EXPECT_TRUE(named == 3);
   if (poke == nullptr || calls == nullptr || hello == nullptr) return;
 
   CUdeviceptr p = 0;
