@@ -21,6 +21,8 @@
 
 using namespace gpupool::client;  // NOLINT
 
+#undef cuMemcpyBatchAsync
+
 namespace {
 
 namespace dp = gpupool::dataplane;
@@ -670,6 +672,87 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src
     GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyAny(dst, src, size, s, true); });
     return CopyAny(dst, src, size, stream, true);
   });
+}
+
+// cuMemcpyBatchAsync (CUDA 12.8): `count` copies between any pointers, in stream order as a
+// whole, each with attributes (attrs[k] applies from copy attrs_idxs[k] on). The copies are
+// issued one after another on the stream; a host source is read during the call, which
+// meets every source access order. *fail_idx (the first version only): the copy that
+// failed, or SIZE_MAX when the error concerns the batch.
+namespace {
+CUresult CopyBatch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                   CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs,
+                   size_t* fail_idx, CUstream stream) {
+  if (fail_idx != nullptr) *fail_idx = SIZE_MAX;
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  if (count == 0 || dsts == nullptr || srcs == nullptr || sizes == nullptr || attrs == nullptr ||
+      attrs_idxs == nullptr || num_attrs == 0 || num_attrs > count) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (stream == nullptr || stream == CU_STREAM_LEGACY) {
+    LogError("cuMemcpyBatchAsync: the legacy default stream cannot take a batch of copies");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (size_t k = 0; k < num_attrs; ++k) {
+    const bool ordered = k == 0 ? attrs_idxs[0] == 0 : attrs_idxs[k] > attrs_idxs[k - 1];
+    const CUmemcpySrcAccessOrder order = attrs[k].srcAccessOrder;
+    if (!ordered || attrs_idxs[k] >= count ||
+        (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM &&
+         order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
+         order != CU_MEMCPY_SRC_ACCESS_ORDER_ANY) ||
+        (attrs[k].flags & ~static_cast<unsigned>(CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))) {
+      LogError(
+          "cuMemcpyBatchAsync: attribute %zu (first copy %zu) is not valid: the first must "
+          "apply from copy 0, each from a later copy than the one before, and each needs a "
+          "source access order",
+          k, attrs_idxs[k]);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    if (CUresult status = cuMemcpyAsync(dsts[i], srcs[i], sizes[i], stream);
+        status != CUDA_SUCCESS) {
+      if (fail_idx != nullptr) *fail_idx = i;
+      return status;
+    }
+  }
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs,
+                                                        size_t* sizes, size_t count,
+                                                        CUmemcpyAttributes* attrs,
+                                                        size_t* attrs_idxs, size_t num_attrs,
+                                                        CUstream stream) {
+  GPUPOOL_BODY({
+    return CopyBatch(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, nullptr, stream);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs,
+                                                             size_t* sizes, size_t count,
+                                                             CUmemcpyAttributes* attrs,
+                                                             size_t* attrs_idxs, size_t num_attrs,
+                                                             CUstream stream) {
+  return cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs,
+                               stream == nullptr ? CU_STREAM_PER_THREAD : stream);
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs,
+                                                     size_t* sizes, size_t count,
+                                                     CUmemcpyAttributes* attrs, size_t* attrs_idxs,
+                                                     size_t num_attrs, size_t* fail_idx,
+                                                     CUstream stream) {
+  GPUPOOL_BODY({
+    return CopyBatch(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx, stream);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs,
+                                                          size_t* sizes, size_t count,
+                                                          CUmemcpyAttributes* attrs,
+                                                          size_t* attrs_idxs, size_t num_attrs,
+                                                          size_t* fail_idx, CUstream stream) {
+  return cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx,
+                            stream == nullptr ? CU_STREAM_PER_THREAD : stream);
 }
 
 // --- Memset --------------------------------------------------------------------------------

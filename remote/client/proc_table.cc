@@ -27,6 +27,7 @@
 #undef cuCtxPushCurrent
 #undef cuCtxPopCurrent
 #undef cuStreamGetCaptureInfo
+#undef cuMemcpyBatchAsync
 #undef cuStreamUpdateCaptureDependencies
 #undef cuStreamBeginCaptureToGraph
 #undef cuLinkCreate
@@ -140,6 +141,8 @@ const Implementation kImplementations[] = {
     IMPL("cuMemHostUnregister", 4000, cuMemHostUnregister),
     IMPL("cuMemcpy", 4000, cuMemcpy),
     IMPL("cuMemcpyAsync", 4000, cuMemcpyAsync),
+    IMPL("cuMemcpyBatchAsync", 12080, cuMemcpyBatchAsync),
+    IMPL("cuMemcpyBatchAsync", 13000, cuMemcpyBatchAsync_v2),
     IMPL("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2),
     IMPL("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2),
     IMPL("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2),

@@ -1,6 +1,6 @@
 // Pitched allocations and 2D/3D copies (host to device, device to device, device to host,
-// sub-rectangles at offsets, synchronous and on a stream) and 2D memset, each checked
-// against the same operation done on the CPU.
+// sub-rectangles at offsets, synchronous and on a stream), 2D memset and batches of copies,
+// each checked against the same operation done on the CPU.
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -128,6 +128,55 @@ int main() {
          freed.type != cudaMemoryTypeDevice);
   cudaGetLastError();
   CHECK(cudaFree(peer));
+
+  // A batch of copies (cudaMemcpyBatchAsync, CUDA 12.8): host to device with one set of
+  // attributes, then device to device and device to host with another; bad attributes
+  // and the legacy default stream are refused with nothing copied.
+  {
+    const size_t bytes = 4096;
+    std::vector<uint8_t> first(bytes), second(bytes / 2), back(bytes), back2(bytes / 2, 0);
+    for (size_t i = 0; i < bytes; ++i) first[i] = Pattern(i + 7);
+    for (size_t i = 0; i < bytes / 2; ++i) second[i] = Pattern(i + 99);
+    uint8_t *a, *b, *c;
+    CHECK(cudaMalloc(&a, bytes));
+    CHECK(cudaMalloc(&b, bytes / 2));
+    CHECK(cudaMalloc(&c, bytes));
+    void* dsts[] = {a, b};
+    const void* srcs[] = {first.data(), second.data()};
+    size_t sizes[] = {bytes, bytes / 2};
+    cudaMemcpyAttributes attrs[2] = {};
+    attrs[0].srcAccessOrder = cudaMemcpySrcAccessOrderDuringApiCall;
+    attrs[1].srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    size_t attr_from[] = {0, 1};
+    CHECK(cudaMemcpyBatchAsync(dsts, srcs, sizes, 2, attrs, attr_from, 2, stream));
+    void* dsts2[] = {c, back.data(), back2.data()};
+    const void* srcs2[] = {a, c, b};
+    size_t sizes2[] = {bytes, bytes, bytes / 2};
+    size_t one[] = {0};
+    CHECK(cudaMemcpyBatchAsync(dsts2, srcs2, sizes2, 1, attrs + 1, one, 1, stream));
+    CHECK(cudaMemcpyBatchAsync(dsts2 + 1, srcs2 + 1, sizes2 + 1, 2, attrs + 1, one, 1, stream));
+    CHECK(cudaStreamSynchronize(stream));
+    EXPECT(back == first && back2 == second);
+    // Refused batches copying a (other bytes than b) into back2 leave it as it is.
+    std::vector<uint8_t> untouched = back2;
+    void* dst3[] = {back2.data()};
+    const void* src3[] = {a};
+    size_t size3[] = {bytes / 2};
+    size_t bad_from[] = {1};  // the first attribute must apply from copy 0
+    EXPECT(cudaMemcpyBatchAsync(dst3, src3, size3, 1, attrs, bad_from, 1, stream) ==
+           cudaErrorInvalidValue);
+    cudaMemcpyAttributes no_order = {};
+    EXPECT(cudaMemcpyBatchAsync(dst3, src3, size3, 1, &no_order, one, 1, stream) ==
+           cudaErrorInvalidValue);
+    EXPECT(cudaMemcpyBatchAsync(dst3, src3, size3, 1, attrs, one, 1, cudaStreamLegacy) ==
+           cudaErrorInvalidValue);
+    cudaGetLastError();
+    CHECK(cudaStreamSynchronize(stream));
+    EXPECT(back2 == untouched);
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+    CHECK(cudaFree(c));
+  }
 
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaFree(volume.ptr));
