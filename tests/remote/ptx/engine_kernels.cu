@@ -561,6 +561,12 @@ __global__ void half_approx(const unsigned* in, unsigned* out) {
   out[4 * threadIdx.x + 2] = th;
   out[4 * threadIdx.x + 3] = eh;
 }
+// __fns: the n-th set bit from a base, up or down.
+__global__ void nth_set_bit(const unsigned* masks, const unsigned* bases, const int* offsets,
+                            unsigned* out) {
+  const int i = threadIdx.x;
+  out[i] = __fns(masks[i], bases[i], offsets[i]);
+}
 __global__ void bit_masks(const unsigned* positions, const unsigned* widths, unsigned* out) {
   unsigned a = positions[threadIdx.x], b = widths[threadIdx.x], c, w;
   asm("bmsk.clamp.b32 %0, %1, %2;" : "=r"(c) : "r"(a), "r"(b));

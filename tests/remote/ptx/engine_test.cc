@@ -2191,6 +2191,44 @@ TEST_F(Engine, BitMasks) {
   }
 }
 
+// fns (__fns) against the PTX ISA's examples and its pseudo-code run on the CPU: forwards,
+// backwards, offset 0 (is bit base set), past the last set bit, an empty mask, base 31.
+TEST_F(Engine, NthSetBit) {
+  std::vector<uint32_t> masks = {0xaaaaaaaa, 0xaaaaaaaa, 0xaaaaaaaa, 0xaaaaaaaa};
+  std::vector<uint32_t> bases = {3, 3, 2, 2};
+  std::vector<int32_t> offsets = {1, -1, 1, -1};
+  const std::vector<uint32_t> isa = {3, 3, 3, 1};  // the ISA's own examples
+  uint32_t seed = 12345;
+  auto next = [&seed] { return seed = seed * 1103515245u + 12345u; };
+  const uint32_t fixed_masks[] = {0, 0xffffffff, 0x80000001, 0x10};
+  for (int i = 0; i < 60; ++i) {
+    masks.push_back(i < 4 ? fixed_masks[i] : next());
+    bases.push_back(i % 8 == 0 ? 31 : next() % 32);
+    offsets.push_back(static_cast<int32_t>(next() % 41) - 20);
+  }
+  auto reference = [](uint32_t mask, uint32_t base, int32_t offset) {
+    uint32_t d = 0xffffffff;
+    if (offset == 0) return ((mask >> base) & 1) ? base : d;
+    int pos = static_cast<int>(base), count = std::abs(offset) - 1, inc = offset > 0 ? 1 : -1;
+    for (; pos >= 0 && pos < 32; pos += inc) {
+      if ((mask >> pos) & 1) {
+        if (count == 0) return static_cast<uint32_t>(pos);
+        --count;
+      }
+    }
+    return d;
+  };
+  const uint32_t n = static_cast<uint32_t>(masks.size());
+  uint64_t m = Upload(masks), b = Upload(bases), o = Upload(offsets), out = Zeros<uint32_t>(n);
+  ASSERT_EQ(Run("nth_set_bit", {1}, {n}, 0, m, b, o, out), kCuSuccess) << last_detail_;
+  auto got = Download<uint32_t>(out, n);
+  for (size_t i = 0; i < isa.size(); ++i) EXPECT_EQ(got[i], isa[i]) << "ISA example " << i;
+  for (uint32_t i = 0; i < n; ++i) {
+    EXPECT_EQ(got[i], reference(masks[i], bases[i], offsets[i]))
+        << std::hex << masks[i] << std::dec << " base " << bases[i] << " offset " << offsets[i];
+  }
+}
+
 // What a kernel needs, as a driver reports it of compiled code: only the module's .shared
 // variables the kernel or a function it calls names (here 1024 + 64 bytes, not the other
 // kernel's 8192), its .maxntid bound (a bigger block fails with
