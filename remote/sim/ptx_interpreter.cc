@@ -3346,10 +3346,11 @@ void HDirectedRounding(Warp& w, const Inst& in, uint32_t mask) {
 }
 
 // Integer dot products and SIMD absolute differences on bytes (sm_61 __dp4a, __dp2a_lo/hi;
-// __vabsdiffu4 and __vsads4 through vabsdiff4). mode: 0 dp4a, 1 dp2a.lo, 2 dp2a.hi,
-// 3 vabsdiff4 (per-byte |a - b| in d's bytes), 4 vabsdiff4.add (c + their sum); mode2:
-// bit 0 a's elements signed, bit 1 b's, bit 2 .sat into a signed d (vabsdiff4: a byte
-// over 127 becomes 127).
+// __vabsdiffu4 and __vsads4 through vabsdiff4, __vsadu2 through vabsdiff2). mode: 0 dp4a,
+// 1 dp2a.lo, 2 dp2a.hi, 3 vabsdiff4 (per-byte |a - b| in d's bytes), 4 vabsdiff4.add (c +
+// their sum), 5 vabsdiff2 (per-halfword, in d's halves), 6 vabsdiff2.add; mode2: bit 0
+// a's elements signed, bit 1 b's, bit 2 .sat into a signed d (an element over its signed
+// maximum, 127 or 32767, becomes that maximum).
 void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
@@ -3388,6 +3389,19 @@ void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
         for (int i = 0; i < 4; ++i)
           acc += static_cast<uint32_t>(
               std::abs(element(x, i, 8, a_signed) - element(y, i, 8, b_signed)));
+        break;
+      case 5:
+        acc = 0;
+        for (int i = 0; i < 2; ++i) {
+          int32_t diff = std::abs(element(x, i, 16, a_signed) - element(y, i, 16, b_signed));
+          if (saturate) diff = std::min(diff, 32767);
+          acc |= static_cast<uint32_t>(diff & 0xffff) << (16 * i);
+        }
+        break;
+      case 6:
+        for (int i = 0; i < 2; ++i)
+          acc += static_cast<uint32_t>(
+              std::abs(element(x, i, 16, a_signed) - element(y, i, 16, b_signed)));
         break;
     }
     d[l] = acc;
@@ -5445,8 +5459,8 @@ class Decoder {
       return Status::OK();
     }
 
-    if (op == "dp4a" || op == "dp2a" || op == "vabsdiff4") {
-      // dp4a.atype.btype, dp2a.{lo,hi}.atype.btype, vabsdiff4.dtype.atype.btype{.sat}{.add}
+    if (op == "dp4a" || op == "dp2a" || op == "vabsdiff4" || op == "vabsdiff2") {
+      // dp4a.atype.btype, dp2a.{lo,hi}.atype.btype, vabsdiff{4,2}.dtype.atype.btype{.sat}{.add}
       // d, a, b, c: HByteDot. Video selectors and masks (a.b0, d.h1) are not supported.
       GPUPOOL_RETURN_IF_ERROR(need(4));
       if (types.size() < 2) return bad_type();
@@ -5464,7 +5478,7 @@ class Decoder {
         inst.mode = mods.count("hi") ? 2 : 1;
       } else {
         if (types.size() != 3) return bad_type();
-        inst.mode = mods.count("add") ? 4 : 3;
+        inst.mode = op == "vabsdiff4" ? (mods.count("add") ? 4 : 3) : (mods.count("add") ? 6 : 5);
         if (mods.count("sat") && types[0] == kS32) inst.mode2 |= 4;
       }
       for (size_t i = 0; i < 4; ++i) {

@@ -211,18 +211,22 @@ __global__ void heap_double_free() {
 }
 
 // Byte and half-word dot products (sm_61 dp4a, dp2a) and SIMD absolute differences
-// (vabsdiff4, under __vabsdiffu4 and __vsads4), signed and unsigned.
+// (vabsdiff4, under __vabsdiffu4 and __vsads4; vabsdiff2, under __vsadu2), signed and
+// unsigned.
 __global__ void byte_dots(const unsigned* a, const unsigned* b, unsigned* out) {
   int i = threadIdx.x;
-  unsigned x = a[i], y = b[i];
-  out[8 * i] = __dp4a(static_cast<int>(x), static_cast<int>(y), -5);
-  out[8 * i + 1] = __dp4a(x, y, 9u);
-  out[8 * i + 2] = __dp2a_lo(static_cast<int>(x), static_cast<int>(y), 7);
-  out[8 * i + 3] = __dp2a_hi(x, y, 3u);
-  out[8 * i + 4] = __vabsdiffu4(x, y);
-  out[8 * i + 5] = __vsads4(x, y);
-  out[8 * i + 6] = __vsadu4(x, y);
-  out[8 * i + 7] = __dp2a_hi(static_cast<int>(x), static_cast<int>(y), -1);
+  unsigned x = a[i], y = b[i], halves;
+  out[10 * i] = __dp4a(static_cast<int>(x), static_cast<int>(y), -5);
+  out[10 * i + 1] = __dp4a(x, y, 9u);
+  out[10 * i + 2] = __dp2a_lo(static_cast<int>(x), static_cast<int>(y), 7);
+  out[10 * i + 3] = __dp2a_hi(x, y, 3u);
+  out[10 * i + 4] = __vabsdiffu4(x, y);
+  out[10 * i + 5] = __vsads4(x, y);
+  out[10 * i + 6] = __vsadu4(x, y);
+  out[10 * i + 7] = __dp2a_hi(static_cast<int>(x), static_cast<int>(y), -1);
+  out[10 * i + 8] = __vsadu2(x, y);
+  asm("vabsdiff2.u32.u32.u32 %0, %1, %2, %3;" : "=r"(halves) : "r"(x), "r"(y), "r"(0u));
+  out[10 * i + 9] = halves;
 }
 
 // Local memory: a per-thread array indexed at run time.

@@ -902,8 +902,8 @@ TEST_F(Engine, FtzFlushesSubnormalInputs) {
   EXPECT_EQ(got[5], 0.0f);                   // sub.ftz
 }
 
-// dp4a, dp2a.lo/hi and vabsdiff4 (with and without .add) on words whose bytes and
-// half-words span both signs, against a CPU reference.
+// dp4a, dp2a.lo/hi, vabsdiff4 and vabsdiff2 (with and without .add) on words whose bytes
+// and half-words span both signs, against a CPU reference.
 TEST_F(Engine, ByteDotProductsAndAbsoluteDifferences) {
   const int n = 64;
   std::vector<uint32_t> a(n), b(n);
@@ -913,9 +913,9 @@ TEST_F(Engine, ByteDotProductsAndAbsoluteDifferences) {
     a[i] = next();
     b[i] = next();
   }
-  uint64_t da = Upload(a), db = Upload(b), out = Zeros<uint32_t>(8 * n);
+  uint64_t da = Upload(a), db = Upload(b), out = Zeros<uint32_t>(10 * n);
   ASSERT_EQ(Run("byte_dots", {1}, {n}, 0, da, db, out), kCuSuccess) << last_detail_;
-  auto got = Download<uint32_t>(out, 8 * n);
+  auto got = Download<uint32_t>(out, 10 * n);
   auto s8 = [](uint32_t w, int i) {
     return static_cast<int32_t>(static_cast<int8_t>(w >> (8 * i)));
   };
@@ -926,7 +926,8 @@ TEST_F(Engine, ByteDotProductsAndAbsoluteDifferences) {
   auto u16 = [](uint32_t w, int i) { return static_cast<int32_t>((w >> (16 * i)) & 0xffff); };
   for (int i = 0; i < n; ++i) {
     const uint32_t x = a[i], y = b[i];
-    uint32_t want[8] = {static_cast<uint32_t>(-5), 9, 7, 3, 0, 0, 0, static_cast<uint32_t>(-1)};
+    uint32_t want[10] = {static_cast<uint32_t>(-5), 9, 7, 3, 0, 0, 0,
+                         static_cast<uint32_t>(-1), 0, 0};
     for (int k = 0; k < 4; ++k) {
       want[0] += static_cast<uint32_t>(s8(x, k) * s8(y, k));
       want[1] += static_cast<uint32_t>(u8(x, k) * u8(y, k));
@@ -938,8 +939,10 @@ TEST_F(Engine, ByteDotProductsAndAbsoluteDifferences) {
       want[2] += static_cast<uint32_t>(s16(x, k) * s8(y, k));
       want[3] += static_cast<uint32_t>(u16(x, k) * u8(y, k + 2));
       want[7] += static_cast<uint32_t>(s16(x, k) * s8(y, k + 2));
+      want[8] += static_cast<uint32_t>(std::abs(u16(x, k) - u16(y, k)));
+      want[9] |= static_cast<uint32_t>(std::abs(u16(x, k) - u16(y, k))) << (16 * k);
     }
-    for (int k = 0; k < 8; ++k) EXPECT_EQ(got[8 * i + k], want[k]) << i << " result " << k;
+    for (int k = 0; k < 10; ++k) EXPECT_EQ(got[10 * i + k], want[k]) << i << " result " << k;
   }
 }
 
