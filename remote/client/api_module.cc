@@ -6,6 +6,7 @@
 // configuration errors are caught here, at launch time, like a real driver does.
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -80,6 +81,40 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   for (const auto& ptx : parsed->ptx) module->ptx_archs.push_back(ptx.arch);
   *result = module.release();
   return CUDA_SUCCESS;
+}
+
+// The outputs of JIT options, as a driver writes them: the info log gets an empty string,
+// the error log `error` (cut to fit), each where a buffer of at least a byte was given,
+// with the bytes written (its terminating NUL included, 0 for an empty string) back in the
+// size option; CU_JIT_WALL_TIME gets `wall_ms` (a float, in the option's value slot).
+// Options a driver reads only are left as they are.
+void WriteJitOutputs(unsigned count, CUjit_option* options, void** values, const char* error,
+                     float wall_ms) {
+  if (count == 0 || options == nullptr || values == nullptr) return;
+  for (unsigned i = 0; i < count; ++i) {
+    if (options[i] == CU_JIT_WALL_TIME) {
+      values[i] = nullptr;
+      std::memcpy(&values[i], &wall_ms, sizeof(wall_ms));
+      continue;
+    }
+    const bool info = options[i] == CU_JIT_INFO_LOG_BUFFER;
+    if (!info && options[i] != CU_JIT_ERROR_LOG_BUFFER) continue;
+    const char* text = info || error == nullptr ? "" : error;
+    const CUjit_option size_option =
+        info ? CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES : CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
+    for (unsigned j = 0; j < count; ++j) {
+      if (options[j] != size_option) continue;
+      const size_t capacity = reinterpret_cast<uintptr_t>(values[j]);
+      size_t written = 0;
+      if (capacity > 0 && values[i] != nullptr) {
+        const size_t length = std::min(std::strlen(text), capacity - 1);
+        std::memcpy(values[i], text, length);
+        static_cast<char*>(values[i])[length] = '\0';
+        written = length == 0 ? 0 : length + 1;
+      }
+      values[j] = reinterpret_cast<void*>(static_cast<uintptr_t>(written));
+    }
+  }
 }
 
 CUresult LoadModuleForCurrentContext(CUmodule* handle, const void* image) {
@@ -419,9 +454,26 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void*
   GPUPOOL_BODY({ return LoadModuleForCurrentContext(module, image); });
 }
 
+// The JIT options' outputs are written as a driver writes them (WriteJitOutputs): a load
+// that fails puts its error's name in the error log (the agent's log has the details).
 GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image,
-                                                     unsigned int, CUjit_option*, void**) {
-  GPUPOOL_BODY({ return LoadModuleForCurrentContext(module, image); });
+                                                     unsigned int count, CUjit_option* options,
+                                                     void** values) {
+  GPUPOOL_BODY({
+    const auto start = std::chrono::steady_clock::now();
+    CUresult status = LoadModuleForCurrentContext(module, image);
+    const float wall_ms =
+        std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - start).count();
+    std::string error;
+    if (status != CUDA_SUCCESS) {
+      const char* name = "CUDA_ERROR_UNKNOWN";
+      (void)cuGetErrorName(status, &name);
+      error = std::string("gpupool: cannot load the module on the remote GPU: ") + name +
+              " (the GPU host's agent log says why)";
+    }
+    WriteJitOutputs(count, options, values, error.c_str(), wall_ms);
+    return status;
+  });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadFatBinary(CUmodule* module, const void* fatbin) {
@@ -596,9 +648,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* co
 // A driver's JIT linker combines PTX, cubins, fatbins and device libraries into one cubin.
 // Here a link of a single PTX, cubin or fatbin input completes to that input itself, which
 // cuModuleLoadData takes as it is (the sim runs its PTX; a GPU host's driver JIT-compiles
-// or loads it). Linking several inputs, relocatable objects, device libraries or NVVM IR
-// together needs a device linker: refused with CUDA_ERROR_NOT_SUPPORTED, saying so. The
-// JIT log buffers get empty strings.
+// or loads it); several inputs, host objects and libraries complete to one fatbin of the
+// PTX units each holds for the device (LinkInputs), which the GPU links as it links an
+// -rdc=true program. NVVM IR is refused with CUDA_ERROR_NOT_SUPPORTED, saying so. The JIT
+// log buffers get empty strings (WriteJitOutputs).
 
 namespace {
 
@@ -628,23 +681,7 @@ LinkState* AsLink(CUlinkState handle) {
 
 // Log buffers: an empty string where one fits; bytes written (0) back in the size option.
 void EmptyJitLogs(unsigned count, CUjit_option* options, void** values) {
-  if (count == 0 || options == nullptr || values == nullptr) return;
-  for (unsigned i = 0; i < count; ++i) {
-    CUjit_option buffer_option = options[i];
-    if (buffer_option != CU_JIT_INFO_LOG_BUFFER && buffer_option != CU_JIT_ERROR_LOG_BUFFER) {
-      continue;
-    }
-    CUjit_option size_option = buffer_option == CU_JIT_INFO_LOG_BUFFER
-                                   ? CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES
-                                   : CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
-    for (unsigned j = 0; j < count; ++j) {
-      if (options[j] != size_option) continue;
-      if (reinterpret_cast<uintptr_t>(values[j]) > 0 && values[i] != nullptr) {
-        static_cast<char*>(values[i])[0] = '\0';
-      }
-      values[j] = nullptr;
-    }
-  }
+  WriteJitOutputs(count, options, values, "", 0.0f);
 }
 
 const char* LinkInputKind(CUjitInputType type) {

@@ -246,6 +246,47 @@ int main() {
   CUmodule none = nullptr;
   CHECK_CU(cuModuleLoad(&none, ModulePath("no_such_file.ptx").c_str()), CUDA_ERROR_FILE_NOT_FOUND);
 
+  // cuModuleLoadDataEx writes its JIT options' outputs as a driver does, into buffers the
+  // program did not clear: an empty info log and a wall time after a load; a load that
+  // fails names its error in the error log, NUL-terminated, its length in the size option.
+  {
+    std::string text;
+    FILE* file = std::fopen(ModulePath("engine_kernels.ptx").c_str(), "rb");
+    char chunk[4096];
+    for (size_t got; file != nullptr && (got = std::fread(chunk, 1, sizeof(chunk), file)) > 0;)
+      text.append(chunk, got);
+    if (file != nullptr) std::fclose(file);
+    char info[64], error[128];
+    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                              CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                              CU_JIT_WALL_TIME};
+    for (bool good : {true, false}) {
+      std::memset(info, 'x', sizeof(info));
+      std::memset(error, 'x', sizeof(error));
+      void* values[] = {info, reinterpret_cast<void*>(sizeof(info)), error,
+                        reinterpret_cast<void*>(sizeof(error)), reinterpret_cast<void*>(~0ull)};
+      const char* image = good ? text.c_str()
+                               : "\x7f"
+                                 "ELF, or so it says";
+      CUmodule loaded = nullptr;
+      const CUresult status = cuModuleLoadDataEx(&loaded, image, 5, options, values);
+      EXPECT_TRUE((status == CUDA_SUCCESS) == good);
+      EXPECT_TRUE(info[0] == '\0' && values[1] == nullptr);
+      float wall_ms = -1;
+      std::memcpy(&wall_ms, &values[4], sizeof(wall_ms));
+      EXPECT_TRUE(wall_ms >= 0 && wall_ms < 60000);
+      const size_t written = reinterpret_cast<uintptr_t>(values[3]);
+      if (good) {
+        EXPECT_TRUE(error[0] == '\0' && written == 0);
+        if (loaded != nullptr) CHECK_CU(cuModuleUnload(loaded), CUDA_SUCCESS);
+      } else {
+        const char* end = static_cast<const char*>(std::memchr(error, '\0', sizeof(error)));
+        EXPECT_TRUE(end != nullptr && written == static_cast<size_t>(end - error) + 1);
+        EXPECT_TRUE(std::strstr(error, "CUDA_ERROR_") != nullptr);
+      }
+    }
+  }
+
   // The JIT linker with one input, as PTX-JIT programs use it: a file, then the same PTX
   // from memory without its NUL; the linked image loads and runs. Bytes that are no
   // library are refused when added, and an NVVM input is not supported.
