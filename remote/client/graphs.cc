@@ -121,10 +121,9 @@ bool FrontierOf(const Graph* graph, const CUgraphNode* nodes, size_t count,
 CUresult CheckCaptureEdges(const CUgraphEdgeData* edges, size_t count) {
   for (size_t i = 0; edges != nullptr && i < count; ++i) {
     if (edges[i].from_port != 0 || edges[i].to_port != 0 || edges[i].type != 0) {
-      return static_cast<CUresult>(
-          ReportUnsupported("capture dependency edge data",
-                            "edges other than full dependencies (programmatic "
-                            "launch)"));
+      return static_cast<CUresult>(ReportUnsupported(
+          "capture dependency edge data",
+          "edges other than full dependencies (programmatic launch)"));
     }
   }
   return CUDA_SUCCESS;
