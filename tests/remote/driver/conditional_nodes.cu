@@ -60,6 +60,24 @@ cudaGraphNode_t AddConditional(cudaGraph_t graph, const cudaGraphNode_t* deps, s
   return node;
 }
 
+// A graph whose kernel sets a new condition to *value, then a conditional node of `type`
+// with `size` bodies after it.
+struct Branch {
+  cudaGraph_t graph;
+  cudaGraphConditionalHandle handle;
+  cudaGraph_t* bodies;
+};
+Branch SetThenBranch(const unsigned* value, cudaGraphConditionalNodeType type, unsigned size) {
+  Branch branch;
+  CHECK(cudaGraphCreate(&branch.graph, 0));
+  CHECK(cudaGraphConditionalHandleCreate(&branch.handle, branch.graph));
+  void* args[] = {&branch.handle, &value};
+  cudaGraphNode_t set =
+      AddKernel(branch.graph, nullptr, 0, reinterpret_cast<void*>(SetCondition), args);
+  AddConditional(branch.graph, &set, 1, branch.handle, type, size, &branch.bodies);
+  return branch;
+}
+
 int Read(const int* device) {
   int value = 0;
   CHECK(cudaMemcpy(&value, device, sizeof(value), cudaMemcpyDeviceToHost));
@@ -91,14 +109,7 @@ int main() {
 
   // If: the body runs when the kernel before it set a non-zero condition.
   {
-    cudaGraph_t graph;
-    CHECK(cudaGraphCreate(&graph, 0));
-    cudaGraphConditionalHandle handle;
-    CHECK(cudaGraphConditionalHandleCreate(&handle, graph));
-    void* args[] = {&handle, &value};
-    cudaGraphNode_t set = AddKernel(graph, nullptr, 0, reinterpret_cast<void*>(SetCondition), args);
-    cudaGraph_t* bodies;
-    AddConditional(graph, &set, 1, handle, cudaGraphCondTypeIf, 1, &bodies);
+    auto [graph, handle, bodies] = SetThenBranch(value, cudaGraphCondTypeIf, 1);
     AddAdd(bodies[0], total, 1);
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -134,14 +145,7 @@ int main() {
 
   // If/else: the second body runs when the condition is zero.
   {
-    cudaGraph_t graph;
-    CHECK(cudaGraphCreate(&graph, 0));
-    cudaGraphConditionalHandle handle;
-    CHECK(cudaGraphConditionalHandleCreate(&handle, graph));
-    void* args[] = {&handle, &value};
-    cudaGraphNode_t set = AddKernel(graph, nullptr, 0, reinterpret_cast<void*>(SetCondition), args);
-    cudaGraph_t* bodies;
-    AddConditional(graph, &set, 1, handle, cudaGraphCondTypeIf, 2, &bodies);
+    auto [graph, handle, bodies] = SetThenBranch(value, cudaGraphCondTypeIf, 2);
     AddAdd(bodies[0], total, 10);
     AddAdd(bodies[1], total, 100);
     cudaGraphExec_t exec;
@@ -202,14 +206,7 @@ int main() {
 
   // Switch: body n runs for condition n; a condition past the last body runs none.
   {
-    cudaGraph_t graph;
-    CHECK(cudaGraphCreate(&graph, 0));
-    cudaGraphConditionalHandle handle;
-    CHECK(cudaGraphConditionalHandleCreate(&handle, graph));
-    void* args[] = {&handle, &value};
-    cudaGraphNode_t set = AddKernel(graph, nullptr, 0, reinterpret_cast<void*>(SetCondition), args);
-    cudaGraph_t* bodies;
-    AddConditional(graph, &set, 1, handle, cudaGraphCondTypeSwitch, 3, &bodies);
+    auto [graph, handle, bodies] = SetThenBranch(value, cudaGraphCondTypeSwitch, 3);
     for (int i = 0; i < 3; ++i) AddAdd(bodies[i], total, 1 << (4 * i));
     cudaGraphExec_t exec;
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
