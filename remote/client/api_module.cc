@@ -679,7 +679,8 @@ LinkState* AsLink(CUlinkState handle) {
   return link != nullptr && link->magic == kLinkMagic ? link : nullptr;
 }
 
-// Log buffers: an empty string where one fits; bytes written (0) back in the size option.
+// Log buffers: an empty string where one fits; bytes written (0) back in the size option;
+// a wall time of 0 (WriteJitOutputs).
 void EmptyJitLogs(unsigned count, CUjit_option* options, void** values) {
   WriteJitOutputs(count, options, values, "", 0.0f);
 }

@@ -65,11 +65,6 @@ ConditionalHandle::~ConditionalHandle() {
   if (slot != 0) (void)cuMemFree_v2(slot);
 }
 
-Graph::~Graph() {
-  for (auto& node : nodes) node->magic = 0;
-  magic = 0;
-}
-
 CUresult SetConditional(Node* node, CUDA_CONDITIONAL_NODE_PARAMS* params) {
   if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<ConditionalHandle> condition = ConditionOf(params->handle);

@@ -167,7 +167,7 @@ void CollectDefaultConditions(const Graph& graph,
 // body graphs and gives their handles in params->phGraph_out.
 CUresult SetConditional(Node* node, CUDA_CONDITIONAL_NODE_PARAMS* params);
 
-// Gives a copy of a conditional node body graphs of its own (clones and instantiations).
+// Gives a copied conditional node body graphs of its own (clones and instantiations).
 void CopyBodies(Node* node);
 
 // Runs a conditional node on `stream` (graph_conditionals.cc): waits for the stream to
@@ -177,6 +177,10 @@ CUresult RunConditional(const Node& node, CUstream stream);
 
 // Runs `graph`'s nodes on `stream` in launch order (a child graph or a conditional body).
 CUresult RunGraph(const Graph& graph, CUstream stream);
+
+// Edge data other than the default (all zeros) asks for programmatic dependencies, which
+// this library does not do: CUDA_ERROR_NOT_SUPPORTED, saying so (graph_nodes.cc).
+CUresult CheckEdges(const CUgraphEdgeData* edges, size_t count);
 
 // Whether `graph` has a conditional node (such a graph cannot be a child graph).
 bool HasConditionalNodes(const Graph& graph);

@@ -57,18 +57,6 @@ CUresult AddNode(CUgraphNode* result, CUgraph handle, const CUgraphNode* deps, s
   return CUDA_SUCCESS;
 }
 
-// Edge data other than the default (all zeros) asks for what this library does not do.
-CUresult CheckEdges(const CUgraphEdgeData* edges, size_t count) {
-  if (edges == nullptr) return CUDA_SUCCESS;
-  for (size_t i = 0; i < count; ++i) {
-    if (edges[i].from_port != 0 || edges[i].to_port != 0 || edges[i].type != 0) {
-      return static_cast<CUresult>(ReportUnsupported(
-          "graph edge data", "edges other than full dependencies (programmatic launch)"));
-    }
-  }
-  return CUDA_SUCCESS;
-}
-
 // --- Node parameters: checked and copied into a node ---------------------------------------
 
 CUresult SetKernel(Node* node, CUfunction func, CUkernel kern, const unsigned grid[3],
@@ -493,6 +481,18 @@ const char* TypeName(CUgraphNodeType type) {
 }
 
 }  // namespace
+
+CUresult CheckEdges(const CUgraphEdgeData* edges, size_t count) {
+  if (edges == nullptr) return CUDA_SUCCESS;
+  for (size_t i = 0; i < count; ++i) {
+    if (edges[i].from_port != 0 || edges[i].to_port != 0 || edges[i].type != 0) {
+      return static_cast<CUresult>(ReportUnsupported(
+          "graph edge data", "edges other than full dependencies (programmatic launch)"));
+    }
+  }
+  return CUDA_SUCCESS;
+}
+
 }  // namespace gpupool::client::graph
 
 using namespace gpupool::client;         // NOLINT

@@ -116,19 +116,6 @@ bool FrontierOf(const Graph* graph, const CUgraphNode* nodes, size_t count,
   return true;
 }
 
-// Edge data other than the default (all zeros) asks for programmatic dependencies, which
-// this library does not do.
-CUresult CheckCaptureEdges(const CUgraphEdgeData* edges, size_t count) {
-  for (size_t i = 0; edges != nullptr && i < count; ++i) {
-    if (edges[i].from_port != 0 || edges[i].to_port != 0 || edges[i].type != 0) {
-      return static_cast<CUresult>(ReportUnsupported(
-          "capture dependency edge data",
-          "edges other than full dependencies (programmatic launch)"));
-    }
-  }
-  return CUDA_SUCCESS;
-}
-
 // Adds `stream` (already checked) to `capture`.
 void Join(const std::shared_ptr<Capture>& capture, CUstream stream, int device, uint64_t id) {
   capture->streams.insert(stream);
@@ -359,7 +346,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream stream, C
                                                               size_t dep_count,
                                                               CUstreamCaptureMode mode) {
   GPUPOOL_BODY({
-    if (CUresult status = CheckCaptureEdges(edges, dep_count); status != CUDA_SUCCESS) {
+    if (CUresult status = graph::CheckEdges(edges, dep_count); status != CUDA_SUCCESS) {
       return status;
     }
     if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -477,7 +464,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream 
                                                                        size_t count,
                                                                        unsigned int flags) {
   GPUPOOL_BODY({
-    if (CUresult status = CheckCaptureEdges(edges, count); status != CUDA_SUCCESS) return status;
+    if (CUresult status = graph::CheckEdges(edges, count); status != CUDA_SUCCESS) return status;
     if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
         flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -701,6 +688,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphClone(CUgraph* clone, CUgraph handle) {
 // --- The graph objects (graph_model.h) -----------------------------------------------------
 
 namespace gpupool::client::graph {
+
+Graph::~Graph() {
+  for (auto& node : nodes) node->magic = 0;
+  magic = 0;
+}
 
 Graph* AsGraph(CUgraph handle) {
   auto* graph = reinterpret_cast<Graph*>(handle);
