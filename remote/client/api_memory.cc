@@ -590,7 +590,21 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* p
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     unsigned found = 0;
     if (!Runtime::Get().FindHostRange(pointer, &found)) return CUDA_ERROR_INVALID_VALUE;
-    *flags = found & ~(kOwnedHostMemory | kHostMappedOnUse);
+    // With unified addressing a driver reports page-locked memory allocated without
+    // CU_MEMHOSTALLOC_DEVICEMAP as mapped, and nothing else (driver 580 on an H100: default
+    // and portable memory both say CU_MEMHOSTALLOC_DEVICEMAP; mapped memory says what it
+    // asked for). Here allocated memory is mapped where the GPU maps host memory (the sim);
+    // registered memory, and memory elsewhere, says what it asked for.
+    int device = 0;
+    int can_map = 0;
+    if ((found & kOwnedHostMemory) != 0 && CurrentDevice(&device) == CUDA_SUCCESS &&
+        cuDeviceGetAttribute(&can_map, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, device) ==
+            CUDA_SUCCESS &&
+        can_map != 0 && (found & CU_MEMHOSTALLOC_DEVICEMAP) == 0) {
+      *flags = CU_MEMHOSTALLOC_DEVICEMAP;
+    } else {
+      *flags = found & ~(kOwnedHostMemory | kHostMappedOnUse);
+    }
     return CUDA_SUCCESS;
   });
 }

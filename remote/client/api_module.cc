@@ -719,6 +719,23 @@ gpupool::Result<std::vector<gpupool::image::PtxEntry>> PtxOfLinkInput(const Link
   return std::move(parsed->ptx);
 }
 
+// The PTX of a module with nothing in it, for the current device, NUL-terminated.
+CUresult EmptyModuleImage(std::vector<char>* image) {
+  int ordinal = 0;
+  if (CUresult status = CurrentDevice(&ordinal); status != CUDA_SUCCESS) return status;
+  const Device* device = Runtime::Get().device(ordinal);
+  if (device == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  const ModelProperties model = PropertiesOf(*device);
+  const int arch = model.cc_major * 10 + model.cc_minor;
+  // The oldest PTX ISA that has the target (sm_100: 8.6, sm_120: 8.7).
+  const char* version = arch >= 120 ? "8.7" : arch >= 100 ? "8.6" : "8.0";
+  const std::string text = std::string(".version ") + version + "\n.target sm_" +
+                           std::to_string(arch) + "\n.address_size 64\n";
+  image->assign(text.begin(), text.end());
+  image->push_back('\0');
+  return CUDA_SUCCESS;
+}
+
 // Several inputs (or a host object or library): the PTX each input holds for the current
 // device, as one fatbin whose units the GPU links into one module (the sim does, like the
 // units of an -rdc=true program). Each input gives the PTX a driver would JIT for the
@@ -884,8 +901,14 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkComplete(CUlinkState handle, void** imag
   GPUPOOL_BODY({
     LinkState* link = AsLink(handle);
     if (link == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (image == nullptr || size == nullptr || link->inputs.empty()) {
-      return CUDA_ERROR_INVALID_VALUE;
+    if (image == nullptr || size == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    if (link->inputs.empty()) {
+      // Nothing to link: a module with nothing in it, which loads (a driver hands out
+      // such an image too: driver 580 on an H100).
+      if (CUresult status = EmptyModuleImage(&link->image); status != CUDA_SUCCESS) return status;
+      *image = link->image.data();
+      *size = link->image.size();
+      return CUDA_SUCCESS;
     }
     const LinkInput& first = link->inputs.front();
     if (link->inputs.size() == 1 && first.type != CU_JIT_INPUT_OBJECT &&

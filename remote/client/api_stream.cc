@@ -63,11 +63,11 @@ CUresult RecordEvent(CUevent handle, CUstream stream) {
 }
 
 // cuEventRecord(WithFlags): recorded instead while `stream` captures (graphs.cc).
-CUresult RecordOrCapture(CUevent event, CUstream stream) {
+CUresult RecordOrCapture(CUevent event, CUstream stream, unsigned int flags) {
   CUresult captured = CUDA_SUCCESS;
-  if (AnyCapture() &&
-      CaptureEventRecord(event, stream, [=](CUstream s) { return RecordEvent(event, s); },
-                         &captured)) {
+  if (AnyCapture() && CaptureEventRecord(
+                          event, stream, (flags & CU_EVENT_RECORD_EXTERNAL) != 0,
+                          [=](CUstream s) { return RecordEvent(event, s); }, &captured)) {
     return captured;
   }
   return RecordEvent(event, stream);
@@ -144,12 +144,14 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamQuery(CUstream stream) {
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamQuery_ptsz(CUstream stream) { return cuStreamQuery(stream); }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event,
+                                                    unsigned int flags) {
   GPUPOOL_BODY({
+    if ((flags & ~CU_EVENT_WAIT_EXTERNAL) != 0) return CUDA_ERROR_INVALID_VALUE;
     CUresult captured = CUDA_SUCCESS;
-    if (AnyCapture() &&
-        CaptureStreamWait(stream, event, [=](CUstream s) { return WaitEvent(s, event); },
-                          &captured)) {
+    if (AnyCapture() && CaptureStreamWait(
+                            stream, event, (flags & CU_EVENT_WAIT_EXTERNAL) != 0,
+                            [=](CUstream s) { return WaitEvent(s, event); }, &captured)) {
       return captured;
     }
     return WaitEvent(stream, event);
@@ -278,14 +280,17 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy(CUevent event) { return cuEventDestroy_v2(event); }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) {
-  GPUPOOL_BODY({ return RecordOrCapture(event, stream); });
+  GPUPOOL_BODY({ return RecordOrCapture(event, stream, 0); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord_ptsz(CUevent event, CUstream stream) {
   return cuEventRecord(event, stream);
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags(CUevent event, CUstream stream,
-                                                         unsigned int) {
-  GPUPOOL_BODY({ return RecordOrCapture(event, stream); });
+                                                         unsigned int flags) {
+  GPUPOOL_BODY({
+    if ((flags & ~CU_EVENT_RECORD_EXTERNAL) != 0) return CUDA_ERROR_INVALID_VALUE;
+    return RecordOrCapture(event, stream, flags);
+  });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream,
                                                               unsigned int flags) {

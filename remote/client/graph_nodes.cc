@@ -136,7 +136,7 @@ CUresult SetChild(Node* node, CUgraph child) {
   if (HasMemoryNodes(*graph)) return CUDA_ERROR_NOT_SUPPORTED;  // as on a GPU
   if (HasConditionalNodes(*graph)) {
     LogError("a graph with conditional nodes cannot be a child graph (as on a GPU)");
-    return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_ERROR_NOT_SUPPORTED;
   }
   node->type = CU_GRAPH_NODE_TYPE_GRAPH;
   node->child = Clone(*graph);  // the node gets its own copy, as on a GPU
@@ -675,9 +675,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetRootNodes(CUgraph handle, CUgraphNod
   GPUPOOL_BODY({
     Graph* graph = AsGraph(handle);
     if (count == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    // Newest first, as a driver lists them (driver 580 on an H100 listed three roots made
+    // in the order 0, 1, 2 as 2, 1, 0; cuGraphGetNodes lists 0, 1, 2).
     std::vector<CUgraphNode> list;
-    for (const auto& node : graph->nodes) {
-      if (node->deps.empty()) list.push_back(reinterpret_cast<CUgraphNode>(node.get()));
+    for (auto node = graph->nodes.rbegin(); node != graph->nodes.rend(); ++node) {
+      if ((*node)->deps.empty()) list.push_back(reinterpret_cast<CUgraphNode>(node->get()));
     }
     FillList(list, nodes, count);
     return CUDA_SUCCESS;

@@ -149,16 +149,20 @@ CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
     LogError("cuGraphInstantiate: the graph's dependencies form a cycle");
     return CUDA_ERROR_INVALID_VALUE;
   }
+  // A graph with memory or conditional nodes has one instantiated graph at a time (a
+  // driver answers CUDA_ERROR_NOT_SUPPORTED to a second one: driver 580 on an H100).
   const bool memory_nodes = graph::HasMemoryNodes(*graph);
-  if (memory_nodes && *graph->instantiated) {
+  const bool conditional_nodes = graph::HasConditionalNodes(*graph);
+  if ((memory_nodes || conditional_nodes) && *graph->instantiated) {
     LogError(
-        "cuGraphInstantiate: a graph with memory nodes has one instantiated graph at a "
-        "time, and this one has one");
-    return CUDA_ERROR_INVALID_VALUE;
+        "cuGraphInstantiate: a graph with %s nodes has one instantiated graph at a time, "
+        "and this one has one",
+        memory_nodes ? "memory" : "conditional");
+    return CUDA_ERROR_NOT_SUPPORTED;
   }
   auto exec = std::make_unique<GraphExec>();
   exec->flags = flags;
-  if (memory_nodes) {
+  if (memory_nodes || conditional_nodes) {
     *graph->instantiated = true;
     exec->instantiated = graph->instantiated;
   }
@@ -287,6 +291,15 @@ CUresult RefuseOnCapturingStream(int device, uint32_t op, const void* args, size
     }
   }
   return CUDA_SUCCESS;
+}
+
+CUresult RefuseGraphLaunchInCapture(CUstream stream) {
+  if (!AnyCapture()) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<Capture> capture = CaptureOf(stream);
+  if (capture == nullptr) return CUDA_SUCCESS;
+  capture->invalidated = true;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
 }  // namespace gpupool::client
@@ -506,16 +519,19 @@ namespace gpupool::client {
 
 // cuEventRecord on a capturing stream: recorded, and the event remembered so that a
 // stream waiting for it joins the capture. Returns false when `stream` is not capturing.
-bool CaptureEventRecord(CUevent event, CUstream stream, CapturedWork work, CUresult* status) {
+bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedWork work,
+                        CUresult* status) {
   std::lock_guard<std::mutex> lock(mu);
   std::shared_ptr<Capture> capture = OpenCaptureOf(stream, status);
   if (capture == nullptr) return false;
   if (*status != CUDA_SUCCESS) return true;
-  Node node;
-  node.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
-  node.event = event;
-  node.work = std::move(work);
-  Append(*capture, std::move(node));
+  if (external) {
+    Node node;
+    node.type = CU_GRAPH_NODE_TYPE_EVENT_RECORD;
+    node.event = event;
+    node.work = std::move(work);
+    Append(*capture, std::move(node));
+  }
   capture->events.insert(event);
   by_event[event] = capture;
   *status = CUDA_SUCCESS;
@@ -526,7 +542,8 @@ bool CaptureEventRecord(CUevent event, CUstream stream, CapturedWork work, CUres
 // capture (nothing to record: the order of the recorded calls already has the wait); a
 // capturing stream waiting for any other event records the wait. Returns false when
 // neither the stream nor the event takes part in a capture.
-bool CaptureStreamWait(CUstream stream, CUevent event, CapturedWork work, CUresult* status) {
+bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWork work,
+                       CUresult* status) {
   int device = 0;
   uint64_t id = 0;
   if (ResolveDevice(stream, &device, &id) != CUDA_SUCCESS) return false;
@@ -545,7 +562,7 @@ bool CaptureStreamWait(CUstream stream, CUevent event, CapturedWork work, CUresu
     Join(source, stream, device, id);
   } else if (source != nullptr && source != capture) {
     *status = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
-  } else if (source == nullptr) {
+  } else if (source == nullptr || external) {
     if (capture->invalidated) {
       *status = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     } else {
@@ -598,9 +615,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec handle, CUstream str
   GPUPOOL_BODY({
     GraphExec* exec = AsGraphExec(handle);
     if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    // A graph launched on a capturing stream becomes part of that capture.
-    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_GRAPH, stream,
-                    [handle](CUstream s) { return cuGraphLaunch(handle, s); });
+    if (CUresult refused = RefuseGraphLaunchInCapture(stream); refused != CUDA_SUCCESS) {
+      return refused;
+    }
     // Allocations an earlier launch left in use: refused, or freed first (auto-free).
     for (const Node& node : exec->nodes) {
       if (node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && graph::GraphMemoryInUse(node.memory->dptr) &&
@@ -679,7 +696,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphClone(CUgraph* clone, CUgraph handle) {
   GPUPOOL_BODY({
     Graph* graph = AsGraph(handle);
     if (clone == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (graph::HasMemoryNodes(*graph)) return CUDA_ERROR_NOT_SUPPORTED;  // as on a GPU
+    // As on a GPU (driver 580 answers CUDA_ERROR_NOT_SUPPORTED for both).
+    if (graph::HasMemoryNodes(*graph) || graph::HasConditionalNodes(*graph)) {
+      return CUDA_ERROR_NOT_SUPPORTED;
+    }
     *clone = reinterpret_cast<CUgraph>(graph::Clone(*graph).release());
     return CUDA_SUCCESS;
   });

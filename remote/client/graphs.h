@@ -58,10 +58,20 @@ bool InvalidateCapture(CUstream stream);
 // synchronisation, say); else CUDA_SUCCESS.
 CUresult RefuseOnCapturingStream(int device, uint32_t op, const void* args, size_t args_len);
 
+// cuGraphLaunch on a capturing stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the
+// capture invalidated, as a GPU's driver answers (driver 580 on an H100); else CUDA_SUCCESS.
+CUresult RefuseGraphLaunchInCapture(CUstream stream);
+
 // cuEventRecord and cuStreamWaitEvent during a capture (an event recorded in a capture
-// makes a stream that waits for it join the capture). False: nothing to do with a capture.
-bool CaptureEventRecord(CUevent event, CUstream stream, CapturedWork work, CUresult* status);
-bool CaptureStreamWait(CUstream stream, CUevent event, CapturedWork work, CUresult* status);
+// makes a stream that waits for it join the capture). As a driver does, they add a node to
+// the graph only when `external` (CU_EVENT_RECORD_EXTERNAL, CU_EVENT_WAIT_EXTERNAL) or
+// when the event waited for was not recorded in a capture; otherwise they order work, and
+// the captured graph, a chain in call order, has that order already. False: nothing to
+// do with a capture.
+bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedWork work,
+                        CUresult* status);
+bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWork work,
+                       CUresult* status);
 
 // The stream a request is ordered on, for the requests that have one (host_work.cc).
 bool RequestStream(uint32_t op, const void* args, size_t args_len, uint64_t* stream);

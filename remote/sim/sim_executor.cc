@@ -178,7 +178,12 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
     error_detail_ = "the module's PTX targets compute_" + std::to_string(oldest) +
                     " or newer; this GPU is compute capability " + std::to_string(arch_ / 10) +
                     "." + std::to_string(arch_ % 10);
-    return kCuNoBinaryForGpu;
+    // PTX text given as it is goes to the JIT, which refuses a target newer than the GPU
+    // (CUDA_ERROR_INVALID_PTX, as driver 580 answers on an H100); a fatbin just has no
+    // binary for this GPU.
+    uint32_t magic = 0;
+    if (image_size >= sizeof(magic)) std::memcpy(&magic, image, sizeof(magic));
+    return magic == 0xBA55ED50 ? kCuNoBinaryForGpu : kCuInvalidPtx;
   }
   // Several entries for that architecture are the translation units of a program built
   // with -rdc=true (the client adds them, image::WithRelocatablePtx): linked into one, as

@@ -77,7 +77,8 @@ int main() {
   // Allocated on the GPU when captured: the graph's memory is reserved, not in use.
   EXPECT(GraphMemory(cudaGraphMemAttrReservedMemCurrent) >= reserved_before + bytes);
   CHECK(cudaMemGetInfo(&free_now, &total));
-  EXPECT(free_now <= free_before - bytes);
+  // Exact on the sim; a GPU's driver hands out small allocations from larger chunks.
+  if (OnTheSim()) EXPECT(free_now <= free_before - bytes);
   EXPECT(GraphMemory(cudaGraphMemAttrUsedMemCurrent) == 0);
 
   size_t count = 0;
@@ -108,7 +109,7 @@ int main() {
   EXPECT(GraphMemory(cudaGraphMemAttrUsedMemHigh) >= bytes);
   // What CUDA refuses for a graph with memory nodes.
   cudaGraphExec_t second = nullptr;
-  EXPECT(cudaGraphInstantiate(&second, captured, 0) != cudaSuccess);
+  EXPECT(cudaGraphInstantiate(&second, captured, 0) == cudaErrorNotSupported);
   cudaGraph_t clone = nullptr;
   EXPECT(cudaGraphClone(&clone, captured) == cudaErrorNotSupported);
   EXPECT(cudaGraphDestroyNode(nodes[2]) == cudaErrorNotSupported);
@@ -124,7 +125,7 @@ int main() {
   // Neither the graph nor an instantiated graph holds it: freed on the GPU.
   EXPECT(GraphMemory(cudaGraphMemAttrReservedMemCurrent) == reserved_before);
   CHECK(cudaMemGetInfo(&free_now, &total));
-  EXPECT(free_now == free_before);
+  if (OnTheSim()) EXPECT(free_now == free_before);
 
   // 2. By hand: an allocation that outlives the graph. in -> buffer, buffer = 2 * buffer.
   cudaGraph_t producer = nullptr;
@@ -199,7 +200,7 @@ int main() {
   CHECK(cudaFree(buffer));
   EXPECT(GraphMemory(cudaGraphMemAttrReservedMemCurrent) == reserved_before);
   CHECK(cudaMemGetInfo(&free_now, &total));
-  EXPECT(free_now == free_before);
+  if (OnTheSim()) EXPECT(free_now == free_before);
   CHECK(cudaGraphExecDestroy(consumer_exec));
   CHECK(cudaGraphDestroy(consumer));
 

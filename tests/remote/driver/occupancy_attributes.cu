@@ -78,7 +78,8 @@ void CheckCompiledKernelAttributes(const cudaDeviceProp& prop) {
   EXPECT(weighted.sharedSizeBytes == 256 * sizeof(double));
   EXPECT(weighted.maxThreadsPerBlock >= 256);
   EXPECT(weighted.constSizeBytes >= sizeof(kWeights));
-  EXPECT(weighted.localSizeBytes >= 16 * sizeof(int));
+  // The sim's figure is the PTX's local array; a GPU's compiler may keep it in registers.
+  if (OnTheSim()) EXPECT(weighted.localSizeBytes >= 16 * sizeof(int));
   EXPECT(plain.sharedSizeBytes == 0 && plain.localSizeBytes == 0);
   EXPECT(tile.maxDynamicSharedSizeBytes ==
          static_cast<int>(prop.sharedMemPerBlock - tile.sharedSizeBytes));
@@ -270,7 +271,11 @@ int main() {
   float* portable = nullptr;
   CHECK(cudaHostAlloc(&portable, 4096, cudaHostAllocPortable));
   CHECK(cudaHostGetFlags(&host_flags, portable));
-  EXPECT((host_flags & cudaHostAllocPortable) != 0);
+  // Allocated page-locked memory is mapped where the GPU maps host memory, and then says
+  // only that, as a driver does (cudaHostAllocMapped; driver 580 on an H100).
+  int can_map = 0;
+  CHECK(cudaDeviceGetAttribute(&can_map, cudaDevAttrCanMapHostMemory, 0));
+  EXPECT(host_flags == (can_map ? cudaHostAllocMapped : cudaHostAllocPortable));
   CHECK(cudaFreeHost(portable));
   CHECK(cudaPointerGetAttributes(&where, registered.data()));
   EXPECT(where.type == cudaMemoryTypeHost);

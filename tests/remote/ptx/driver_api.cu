@@ -6,7 +6,8 @@
 // OK" when every check passed.
 //
 // GPUPOOL_EXPECT_SIM=1: the GPU is the sim, which runs PTX only: the cubin must be refused
-// with CUDA_ERROR_NO_BINARY_FOR_GPU. Otherwise (a real GPU) the cubin must run too.
+// with CUDA_ERROR_NO_BINARY_FOR_GPU. Otherwise (a real GPU) the cubin must run too where
+// it was built for the GPU (sm_75).
 #include <cuda.h>
 
 #include <cmath>
@@ -133,7 +134,7 @@ void RunKernels(CUmodule module, const char* what) {
 // Without the object, the link leaves a function unresolved: a driver refuses such a link
 // at cuLinkComplete, gpupool when a kernel that calls the function runs
 // (CUDA_ERROR_NOT_SUPPORTED, "call of external function" in the agent's log).
-static void RunSeveralLinkInputs() {
+static void RunSeveralLinkInputs(bool sim) {
   auto link_all = [](bool with_object, CUmodule* module) {
     CUlinkState link = nullptr;
     CHECK_CU(cuLinkCreate(0, nullptr, nullptr, &link), CUDA_SUCCESS);
@@ -158,7 +159,16 @@ static void RunSeveralLinkInputs() {
     return loaded;
   };
   CUmodule unresolved = nullptr;
-  CHECK_CU(link_all(false, &unresolved), CUDA_SUCCESS);
+  if (!sim) {
+    // A GPU's JIT refuses the unresolved function when it links (an H100 with driver 580:
+    // CUDA_ERROR_INVALID_SOURCE through the agent; the driver's cuLinkComplete itself
+    // answers CUDA_ERROR_UNKNOWN).
+    EXPECT_TRUE(link_all(false, &unresolved) != CUDA_SUCCESS);
+    if (unresolved != nullptr) CHECK_CU(cuModuleUnload(unresolved), CUDA_SUCCESS);
+    unresolved = nullptr;
+  } else {
+    CHECK_CU(link_all(false, &unresolved), CUDA_SUCCESS);
+  }
   if (unresolved != nullptr) {
     CUfunction calls_missing = nullptr;
     CHECK_CU(cuModuleGetFunction(&calls_missing, unresolved, "linked_kernel"), CUDA_SUCCESS);
@@ -235,8 +245,15 @@ int main() {
       CHECK_CU(cuModuleUnload(module), CUDA_SUCCESS);
     }
   }
+  // The cubin is SASS for nvcc's default target, sm_75: a GPU of another compute
+  // capability has no binary in it either (an H100 answers CUDA_ERROR_NO_BINARY_FOR_GPU).
+  int major = 0, minor = 0;
+  CHECK_CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+           CUDA_SUCCESS);
+  CHECK_CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+           CUDA_SUCCESS);
   CUmodule cubin = nullptr;
-  if (sim) {
+  if (sim || major != 7 || minor != 5) {
     CHECK_CU(cuModuleLoad(&cubin, ModulePath("engine_kernels.cubin").c_str()),
              CUDA_ERROR_NO_BINARY_FOR_GPU);
   } else {
@@ -335,13 +352,24 @@ int main() {
     }
     CHECK_CU(cuLinkDestroy(link), CUDA_SUCCESS);
   }
-  RunSeveralLinkInputs();
+  RunSeveralLinkInputs(sim);
 
   CUlinkState empty = nullptr;
   CHECK_CU(cuLinkCreate(0, nullptr, nullptr, &empty), CUDA_SUCCESS);
   void* nothing = nullptr;
   size_t nothing_size = 0;
-  CHECK_CU(cuLinkComplete(empty, &nothing, &nothing_size), CUDA_ERROR_INVALID_VALUE);
+  // Nothing to link: a module with nothing in it (a driver does this too).
+  CHECK_CU(cuLinkComplete(empty, &nothing, &nothing_size), CUDA_SUCCESS);
+  EXPECT_TRUE(nothing != nullptr && nothing_size > 0);
+  CUmodule empty_module = nullptr;
+  if (nothing != nullptr) CHECK_CU(cuModuleLoadData(&empty_module, nothing), CUDA_SUCCESS);
+  unsigned int empty_count = 99;
+  if (empty_module != nullptr) {
+    CHECK_CU(cuModuleGetFunctionCount(&empty_count, empty_module), CUDA_SUCCESS);
+    EXPECT_TRUE(empty_count == 0);
+    CHECK_CU(cuModuleUnload(empty_module), CUDA_SUCCESS);
+  }
+  CHECK_CU(cuLinkComplete(empty, nullptr, &nothing_size), CUDA_ERROR_INVALID_VALUE);
   CHECK_CU(cuLinkDestroy(empty), CUDA_SUCCESS);
 
   // An out-of-bounds store: CUDA_ERROR_ILLEGAL_ADDRESS, and the context stays unusable.
