@@ -179,11 +179,13 @@ CUresult Runtime::Connect() {
         [this](const GpuLocation& location, DeviceDescription* description, std::string* why,
                int32_t* refusal) { return OpenSession(location, description, why, refusal); });
     if (std::strcmp(device->description().executor, "sim") != 0) {
-      // The cuda executor maps memory where the driver chooses (its VMM path is still to
-      // come), so a replacement GPU could not give the process its addresses back.
+      // The cuda executor asks the driver for this process's addresses (cuMemAddressReserve
+      // with the address as a hint), but a driver may put the memory elsewhere: driver 580
+      // on an H100 ignored every hint. Nor are module variables placed. So a replacement GPU
+      // could not give the process its addresses back.
       device->failover->Unprotect("its GPU's executor ('" +
                                   std::string(device->description().executor) +
-                                  "') cannot place memory at this process's addresses yet");
+                                  "') cannot place memory at this process's addresses");
     }
     LogDebug("device %d = %s (%s) at %s", device->ordinal, device->description().uuid,
              device->description().name, device->endpoint().c_str());
@@ -383,9 +385,12 @@ uint64_t Runtime::ChooseAddress(uint64_t size) {
 }
 
 void Runtime::ReleaseAddress(uint64_t address, uint64_t size) {
-  if (address < (uint64_t{32} << 40)) return;  // not one we chose
   uint64_t rounded = (std::max<uint64_t>(size, 1) + 511) / 512 * 512;
   std::lock_guard<std::mutex> lock(mu_);
+  // Not one we chose: an address an agent's driver chose (the cuda executor's, when it
+  // cannot place memory; a GPU's driver puts it anywhere, 0x7f... on an H100) must not
+  // be handed out again as ours, or a later allocation would be asked for at it.
+  if (address < (uint64_t{32} << 40) || address >= next_address_) return;
   free_addresses_.emplace(rounded, address);
 }
 

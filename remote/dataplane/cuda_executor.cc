@@ -51,6 +51,7 @@ struct CudaDriver {
   decltype(&::cuEventElapsedTime) event_elapsed;
   decltype(&::cuModuleGetGlobal) module_global = nullptr;  // optional
   decltype(&::cuFuncGetAttribute) function_attribute = nullptr;  // optional
+  decltype(&::cuFuncSetAttribute) function_set_attribute = nullptr;  // optional
   // Optional: the virtual memory management API, for AllocateAt.
   decltype(&::cuDeviceGetAttribute) device_attribute = nullptr;
   decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
@@ -136,6 +137,7 @@ Result<const CudaDriver*> LoadDriver() {
               Resolve(library, "cuEventElapsedTime", &d->event_elapsed);
     Resolve(library, "cuModuleGetGlobal_v2", &d->module_global);
     Resolve(library, "cuFuncGetAttribute", &d->function_attribute);
+    Resolve(library, "cuFuncSetAttribute", &d->function_set_attribute);
     Resolve(library, "cuDeviceGetAttribute", &d->device_attribute);
     Resolve(library, "cuMemGetAllocationGranularity", &d->granularity);
     Resolve(library, "cuMemAddressReserve", &d->address_reserve);
@@ -206,6 +208,12 @@ uint64_t VmmGranularity(const CudaDriver* d, CUdevice device) {
   if (granularity == 0 || (granularity & (granularity - 1)) != 0) return 0;
   return granularity;
 }
+
+// The first word of a fatbin (image/fatbin.cc).
+constexpr uint32_t kFatbinMagic = 0xBA55ED50;
+
+// What a launch may use of dynamic shared memory without the function's opt-in.
+constexpr uint32_t kDefaultDynamicSharedLimit = 48 << 10;
 
 std::string Hex(uint64_t value) {
   char text[24];
@@ -313,7 +321,11 @@ int32_t CudaExecutor::Allocate(uint64_t size, uint64_t* dptr) {
 
 int32_t CudaExecutor::AllocateAt(uint64_t address, uint64_t size) {
   if (size == 0 || address == 0 || size > UINT64_MAX - address) return CUDA_ERROR_INVALID_VALUE;
-  if (Overlaps(address, size)) return CUDA_ERROR_INVALID_VALUE;
+  if (Overlaps(address, size)) {
+    error_detail_ = Hex(address) + " (" + std::to_string(size) +
+                    " bytes) overlaps an allocation of this session";
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (granularity_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
   const uint64_t end = address + size;
   if (end > UINT64_MAX - (granularity_ - 1)) return CUDA_ERROR_INVALID_VALUE;
@@ -363,6 +375,9 @@ int32_t CudaExecutor::MapRun(uint64_t start, uint64_t size) {
   CUresult status = driver_->address_reserve(&granted, size, 0, Ptr(start), 0);
   if (status != CUDA_SUCCESS || granted != Ptr(start)) {
     if (status == CUDA_SUCCESS) driver_->address_free(granted, size);
+    error_detail_ = "cuMemAddressReserve of " + std::to_string(size) + " bytes at " + Hex(start) +
+                    (status == CUDA_SUCCESS ? " granted " + Hex(granted)
+                                            : " failed: CUDA error " + std::to_string(status));
     // The address is a hint to the driver: it moves (or refuses) a range that another
     // session of this GPU, or the driver itself, holds. Not an error of the client's: it
     // answers CUDA_ERROR_NOT_SUPPORTED like an executor that cannot place memory, so that
@@ -500,43 +515,62 @@ int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t imag
                                  uint64_t /*device_heap: the driver's own heap*/) {
   if (modules_.count(module)) return CUDA_ERROR_INVALID_VALUE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
-  // The image buffer is the server's; the driver copies what it needs during the load.
+  auto parsed = image::ParseModuleImageBytes(image, image_size);
+  uint32_t magic = 0;
+  if (image_size >= sizeof(magic)) std::memcpy(&magic, image, sizeof(magic));
   CUmodule loaded = nullptr;
-  CUresult status = driver_->module_load(&loaded, image);
-  if (status != CUDA_SUCCESS) {
-    // A driver JITs one PTX entry of an image. When the image's PTX for this GPU is
-    // several units (an -rdc=true program's translation units, or the client's
-    // cuLinkComplete of several inputs: image::WithRelocatablePtx, FatbinOfPtx) and its
-    // SASS, if any, does not suit the GPU, link the units here, as the client's driver
-    // would have, and load the result.
-    void* linked_module = nullptr;
-    auto linked = static_cast<CUresult>(LinkPtxUnits(image, image_size, &linked_module));
-    if (linked != CUDA_ERROR_NOT_FOUND) {
-      status = linked;
-      loaded = static_cast<CUmodule>(linked_module);
+  CUresult status = CUDA_SUCCESS;
+  if (parsed.ok() && magic == kFatbinMagic && !parsed->has_sass && !parsed->ptx.empty()) {
+    // A fatbin of PTX alone (nvcc -arch=compute_XX, or the client's cuLinkComplete of
+    // several inputs: image::FatbinOfPtx): its PTX for this GPU goes to the JIT as text
+    // rather than the fatbin to cuModuleLoadData. Driver 580 on an H100 crashed (SIGSEGV in
+    // cuModuleLoadData) on a fatbin of FatbinOfPtx's, and a crash here takes every client
+    // of the agent with it.
+    void* jitted = nullptr;
+    status = static_cast<CUresult>(JitPtx(parsed->ptx, &jitted));
+    if (status == CUDA_ERROR_NOT_FOUND) status = CUDA_ERROR_NO_BINARY_FOR_GPU;
+    loaded = static_cast<CUmodule>(jitted);
+  } else {
+    // The image buffer is the server's; the driver copies what it needs during the load.
+    status = driver_->module_load(&loaded, image);
+    if (status != CUDA_SUCCESS && parsed.ok()) {
+      // A driver JITs one PTX entry of an image. When the image's PTX for this GPU is
+      // several units (an -rdc=true program's translation units: image::
+      // WithRelocatablePtx) and its SASS, if any, does not suit the GPU, link the units
+      // here, as the client's driver would have, and load the result.
+      void* linked = nullptr;
+      auto jitted = static_cast<CUresult>(JitPtx(parsed->ptx, &linked, /*at_least=*/2));
+      if (jitted != CUDA_ERROR_NOT_FOUND) {
+        status = jitted;
+        loaded = static_cast<CUmodule>(linked);
+      }
     }
   }
   if (status == CUDA_SUCCESS) modules_[module] = loaded;
   return status;
 }
 
-int32_t CudaExecutor::LinkPtxUnits(const void* image, size_t image_size, void** loaded) {
-  if (!driver_->has_linker()) return CUDA_ERROR_NOT_FOUND;
-  auto parsed = image::ParseModuleImageBytes(image, image_size);
-  if (!parsed.ok() || parsed->ptx.size() < 2) return CUDA_ERROR_NOT_FOUND;
+int32_t CudaExecutor::JitPtx(const std::vector<image::PtxEntry>& ptx, void** loaded,
+                             size_t at_least) {
   int major = 0, minor = 0;
   if (driver_->device_attribute != nullptr) {
     driver_->device_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
     driver_->device_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
   }
-  const image::PtxEntry* chosen =
-      image::ChoosePtx(parsed->ptx, static_cast<uint32_t>(major * 10 + minor));
+  const image::PtxEntry* chosen = image::ChoosePtx(ptx, static_cast<uint32_t>(major * 10 + minor));
   if (chosen == nullptr) return CUDA_ERROR_NOT_FOUND;
   std::vector<const image::PtxEntry*> units;
-  for (const image::PtxEntry& entry : parsed->ptx) {
+  for (const image::PtxEntry& entry : ptx) {
     if (entry.arch == chosen->arch) units.push_back(&entry);
   }
-  if (units.size() < 2) return CUDA_ERROR_NOT_FOUND;
+  if (units.size() < at_least) return CUDA_ERROR_NOT_FOUND;
+  CUmodule module = nullptr;
+  if (units.size() == 1) {
+    CUresult status = driver_->module_load(&module, units[0]->text.c_str());
+    if (status == CUDA_SUCCESS) *loaded = module;
+    return status;
+  }
+  if (!driver_->has_linker()) return CUDA_ERROR_NOT_SUPPORTED;
   CUlinkState link = nullptr;
   CUresult status = driver_->link_create(0, nullptr, nullptr, &link);
   if (status != CUDA_SUCCESS) return status;
@@ -550,7 +584,6 @@ int32_t CudaExecutor::LinkPtxUnits(const void* image, size_t image_size, void** 
   size_t cubin_size = 0;
   if (status == CUDA_SUCCESS) status = driver_->link_complete(link, &cubin, &cubin_size);
   // The linked cubin belongs to the link state: load it before destroying that.
-  CUmodule module = nullptr;
   if (status == CUDA_SUCCESS) status = driver_->module_load(&module, cubin);
   driver_->link_destroy(link);
   if (status == CUDA_SUCCESS) *loaded = module;
@@ -623,6 +656,15 @@ int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, cons
   void* s = nullptr;
   if (!StreamFor(config.stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  // More than 48 KiB of dynamic shared memory needs the function's opt-in on the driver
+  // too. The client has checked the size against the attribute the program set (its
+  // cuFuncSetAttribute stays in the client), so the launch opts in for what it asks.
+  if (config.shared_mem > kDefaultDynamicSharedLimit && driver_->function_set_attribute) {
+    CUresult status = driver_->function_set_attribute(
+        static_cast<CUfunction>(found->second), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        static_cast<int>(config.shared_mem));
+    if (status != CUDA_SUCCESS) return status;
+  }
   size_t size = param_size;
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(params),
                    CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};

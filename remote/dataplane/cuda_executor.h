@@ -48,6 +48,7 @@
 
 #include "common/status.h"
 #include "remote/dataplane/executor.h"
+#include "remote/image/fatbin.h"
 
 namespace gpupool::dataplane {
 
@@ -110,10 +111,10 @@ class CudaExecutor : public Executor {
   int32_t Enter();
   // The CUstream for a client stream id (0: the legacy default stream); false if unknown.
   bool StreamFor(uint64_t id, void** stream);
-  // Links the image's PTX units for this GPU with the driver's JIT linker and loads the
-  // result into *loaded (a CUmodule). CUDA_ERROR_NOT_FOUND when there is nothing to link
-  // (fewer than two units, no linker); else the driver's answer.
-  int32_t LinkPtxUnits(const void* image, size_t image_size, void** loaded);
+  // JITs the PTX `ptx` holds for this GPU (its newest units not newer than the GPU): one
+  // unit with cuModuleLoadData of its text, several linked with the driver's JIT linker.
+  // CUDA_ERROR_NOT_FOUND when there are fewer than `at_least` such units.
+  int32_t JitPtx(const std::vector<image::PtxEntry>& ptx, void** loaded, size_t at_least = 1);
 
   const CudaDriver* driver_;
   int device_;

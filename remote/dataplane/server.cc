@@ -545,6 +545,12 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   session->set_recovery_listener(server_->options().on_recovered);
   CountAttached();
   DeviceDescription description = server_->executors().Describe(*gpu_);
+  // The total the program sees (cuDeviceTotalMem, totalGlobalMem) is the one its
+  // cuMemGetInfo says: the executor's. NVML counts more than a CUDA driver hands out
+  // (81559 MiB against 81079 MiB on an H100 with driver 580).
+  uint64_t free_bytes = 0, total_bytes = 0;
+  session->executor()->MemoryInfo(&free_bytes, &total_bytes);
+  if (total_bytes > 0) description.total_memory = total_bytes;
   reply->out.assign(reinterpret_cast<const char*>(&description), sizeof(description));
   server_->sessions_log().Log("attached " + session->peer() + " " + check.gpu_uuid + " " + check.lease_id,
                               "client " + session->peer() + " attached to GPU " + check.gpu_uuid +

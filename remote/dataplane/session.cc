@@ -152,6 +152,15 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       if (a.address != 0) {
         status = ex.AllocateAt(a.address, a.size);
         if (status == kCuSuccess) result.dptr = a.address;
+        // Said once per session (the client then runs unprotected against GPU failures).
+        std::string why = status == kCuNotSupported ? ex.TakeErrorDetail() : std::string();
+        if (!why.empty() && !said_unplaced_) {
+          said_unplaced_ = true;
+          log_->Log("unplaced " + lease_id_, "gpupool-dataplane: client " + peer_ + " (lease " +
+                                                 lease_id_ +
+                                                 "): memory not placed at the address it chose (" +
+                                                 why + "); allocated where the driver chooses");
+        }
       }
       // An executor that cannot place memory chooses itself; the client sees the address.
       if (status == kCuNotSupported) status = ex.Allocate(a.size, &result.dptr);

@@ -103,6 +103,7 @@ class Session {
   decltype(ServerOptions::on_recovered) on_recovered_;
   int32_t async_error_ = 0;   // first error of a one-way request not yet reported
   int32_t sticky_error_ = 0;  // GPU failed or a kernel faulted: the context is unusable
+  bool said_unplaced_ = false;  // logged that an allocation could not go where asked
 };
 
 }  // namespace gpupool::dataplane

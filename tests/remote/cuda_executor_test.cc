@@ -323,6 +323,37 @@ TEST(CudaExecutor, CooperativeLaunchesGoThroughLaunchKernelEx) {
   EXPECT_EQ(launches(2), 12u);
 }
 
+// A launch with more than 48 KiB of dynamic shared memory opts the function in on the
+// driver first (the program's cuFuncSetAttribute stays in the client, which checked it);
+// a driver refuses the launch otherwise (an H100 did, before this).
+TEST(CudaExecutor, LargeDynamicSharedMemoryOptsTheFunctionIn) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(library, nullptr) << dlerror();
+  auto launches = reinterpret_cast<uint64_t (*)(int)>(dlsym(library, "fake_cuda_launches"));
+  auto optin = reinterpret_cast<int (*)()>(dlsym(library, "fake_cuda_dynamic_shared_optin"));
+  ASSERT_NE(launches, nullptr) << "libcuda.so.1 is not the test's fake driver";
+  ASSERT_NE(optin, nullptr);
+  auto made = CudaExecutor::Create(kFakeUuid);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  Executor& executor = *made.value();
+  const char image[] = "fake image";
+  ASSERT_EQ(executor.LoadModule(1, image, sizeof(image), {}), kCuSuccess);
+  ASSERT_EQ(executor.GetFunction(1, 2, "kernel"), kCuSuccess);
+  const int before = optin();
+  const uint64_t plain = launches(0);
+  LaunchConfig config;
+  config.shared_mem = 16 << 10;  // within the default: nothing to opt in
+  EXPECT_EQ(executor.Launch(2, config, nullptr, 0), kCuSuccess);
+  EXPECT_EQ(optin(), before);
+  config.shared_mem = 100 << 10;
+  EXPECT_EQ(executor.Launch(2, config, nullptr, 0), kCuSuccess);
+  EXPECT_EQ(optin(), 100 << 10);
+  EXPECT_EQ(launches(0), plain + 2);
+  config.shared_mem = 300 << 10;  // past what the driver allows: its refusal is the answer
+  EXPECT_EQ(executor.Launch(2, config, nullptr, 0), kCuInvalidValue);
+  EXPECT_EQ(launches(0), plain + 2);
+}
+
 // GetFunction's reply carries what the driver says the compiled kernel needs
 // (cuFuncGetAttribute), each attribute in its own field; an unknown function gets none.
 TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {
@@ -342,17 +373,21 @@ TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {
   EXPECT_FALSE(executor.Resources(3, &resources));
 }
 
-// An image whose PTX is several units (an -rdc=true program's, or the client's
-// cuLinkComplete of several inputs) is linked with the driver's JIT linker when the
-// driver refuses to load it as it is; one unit is not.
-TEST(CudaExecutor, ImagesOfSeveralPtxUnitsAreLinkedByTheDriver) {
+// A fatbin of PTX alone (the client's cuLinkComplete of several inputs, nvcc
+// -arch=compute_XX) never reaches cuModuleLoadData as a fatbin (driver 580 crashed on one):
+// its PTX for the GPU is JIT-compiled as text, one unit with cuModuleLoadData, several
+// linked with the driver's JIT linker.
+TEST(CudaExecutor, FatbinsOfPtxAloneAreJitCompiledAsText) {
   void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(library, nullptr) << dlerror();
   auto links = reinterpret_cast<uint64_t (*)(int)>(dlsym(library, "fake_cuda_links"));
+  auto fatbin_loads = reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_cuda_fatbin_loads"));
   ASSERT_NE(links, nullptr) << "libcuda.so.1 is not the test's fake driver";
+  ASSERT_NE(fatbin_loads, nullptr);
   auto made = CudaExecutor::Create(kFakeUuid);
   ASSERT_TRUE(made.ok()) << made.status().message();
   Executor& executor = *made.value();
+  const uint64_t fatbins_before = fatbin_loads();
   const std::string unit =
       ".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry k() { ret; }\n";
   std::vector<uint8_t> two = image::FatbinOfPtx({{unit, 75}, {unit, 75}, {unit, 70}});
@@ -361,9 +396,13 @@ TEST(CudaExecutor, ImagesOfSeveralPtxUnitsAreLinkedByTheDriver) {
   EXPECT_EQ(links(1), 0u);  // the link state is destroyed
   EXPECT_EQ(executor.GetFunction(1, 2, "k"), kCuSuccess);
   std::vector<uint8_t> one = image::FatbinOfPtx({{unit, 75}});
-  EXPECT_EQ(executor.LoadModule(3, one.data(), one.size(), {}), 218);  // the driver's refusal
-  EXPECT_EQ(links(0), 2u);
-  EXPECT_EQ(executor.GetFunction(3, 4, "k"), kCuInvalidHandle);
+  EXPECT_EQ(executor.LoadModule(3, one.data(), one.size(), {}), kCuSuccess);
+  EXPECT_EQ(links(0), 2u);  // not linked: loaded as text
+  EXPECT_EQ(executor.GetFunction(3, 4, "k"), kCuSuccess);
+  // PTX only for newer GPUs than the fake's (compute capability 7.5): no binary for it.
+  std::vector<uint8_t> newer = image::FatbinOfPtx({{unit, 90}});
+  EXPECT_EQ(executor.LoadModule(5, newer.data(), newer.size(), {}), 209);
+  EXPECT_EQ(fatbin_loads(), fatbins_before);
 }
 
 }  // namespace

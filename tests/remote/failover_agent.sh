@@ -33,10 +33,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_server NAME PORT GPUS
+# start_server NAME PORT GPUS. GPUPOOL_TEST_BACKEND=cuda (scripts/test --gpu): both serve
+# this machine's GPUs, so on a machine of one GPU B serves the GPU A served, from a process
+# of its own (A's memory dies with A, as on another host).
 start_server() {
   "$server" --listen "127.0.0.1:$2" --lease L1 --token "$token" --gpus "$3" \
-    >"$workdir/$1.out" 2>"$workdir/$1.err" &
+    --backend "${GPUPOOL_TEST_BACKEND:-sim}" >"$workdir/$1.out" 2>"$workdir/$1.err" &
   pids+=($!)
   eval "$1_pid=$!"
   for _ in $(seq 1 100); do
@@ -50,8 +52,9 @@ start_server() {
 start_server a "$port" 1
 start_server b "$((port + 1))" 2
 
-uuid_a=GPU-5e1f0a11-0000-4000-8000-000000000000
-uuid_b=GPU-5e1f0a11-0000-4000-8000-000000000001
+# The GPU each server names first ("gpu INDEX UUID"); the sim's B names a second one.
+uuid_a=$(awk '$1 == "gpu" { print $3; exit }' "$workdir/a.out")
+uuid_b=$(awk '$1 == "gpu" { uuid = $3 } END { print uuid }' "$workdir/b.out")
 # name_in_lease UUID PORT: the lease file as spank_gpupool writes it (atomically).
 name_in_lease() {
   printf '{"generation": %d, "gpus": [{"uuid": "%s", "endpoint": "127.0.0.1:%s"}]}\n' \

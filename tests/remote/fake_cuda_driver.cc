@@ -193,7 +193,19 @@ CUresult cuMemFree_v2(uint64_t dptr) {
 CUresult cuDeviceGetAttribute(int* value, int attribute, int device) {
   if (device != 0) return kInvalidValue;
   std::lock_guard<std::mutex> lock(mu);
-  *value = attribute == 102 ? vmm_supported : 0;  // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+  switch (attribute) {
+    case 75:
+      *value = 7;
+      break;  // COMPUTE_CAPABILITY_MAJOR: a compute capability 7.5 GPU
+    case 76:
+      *value = 5;
+      break;  // COMPUTE_CAPABILITY_MINOR
+    case 102:
+      *value = vmm_supported;
+      break;  // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+    default:
+      *value = 0;
+  }
   return kSuccess;
 }
 CUresult cuMemGetAllocationGranularity(size_t* granularity, const MemAllocationProp* prop, int) {
@@ -315,10 +327,21 @@ CUresult cuMemsetD32Async(uint64_t dst, unsigned value, size_t count, void*) { r
 // alone that calls functions of other units (CUDA_ERROR_INVALID_PTX); the linker's output
 // ("linked N") and anything else load.
 constexpr CUresult kInvalidPtx = 218;
+// Fatbins handed to cuModuleLoadData (refused, as a driver refuses one whose PTX is several
+// units; the cuda executor hands it none of PTX alone).
+uint64_t fatbin_loads = 0;
+uint64_t fake_cuda_fatbin_loads() {
+  std::lock_guard<std::mutex> lock(mu);
+  return fatbin_loads;
+}
 CUresult cuModuleLoadData(void** module, const void* image) {
   uint32_t magic = 0;
   std::memcpy(&magic, image, sizeof(magic));
-  if (magic == 0xBA55ED50) return kInvalidPtx;
+  if (magic == 0xBA55ED50) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++fatbin_loads;
+    return kInvalidPtx;
+  }
   *module = &stream_or_event;
   return kSuccess;
 }
@@ -372,6 +395,21 @@ CUresult cuFuncGetAttribute(int* value, int attribute, void* function) {
   *value = values[attribute];
   return kSuccess;
 }
+// The function's opt-in to dynamic shared memory past 48 KiB (cuFuncSetAttribute with
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, 8); a launch past it is refused, as a
+// driver refuses it.
+int dynamic_shared_optin = 48 << 10;
+int fake_cuda_dynamic_shared_optin() {
+  std::lock_guard<std::mutex> lock(mu);
+  return dynamic_shared_optin;
+}
+CUresult cuFuncSetAttribute(void* function, int attribute, int value) {
+  if (function != &stream_or_event) return kInvalidHandle;
+  if (attribute != 8 || value < 0 || value > (228 << 10)) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(mu);
+  dynamic_shared_optin = value;
+  return kSuccess;
+}
 // Launches seen: [0] plain (cuLaunchKernel), [1] cooperative (cuLaunchKernelEx with the
 // cooperative attribute and a packed parameter buffer), [2] the last cooperative grid's
 // blocks.
@@ -380,9 +418,11 @@ uint64_t fake_cuda_launches(int which) {
   std::lock_guard<std::mutex> lock(mu);
   return which >= 0 && which < 3 ? launches[which] : 0;
 }
-CUresult cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
-                        void**, void**) {
+CUresult cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned shared, void*, void**, void**) {
   std::lock_guard<std::mutex> lock(mu);
+  if (shared > static_cast<unsigned>(std::max(dynamic_shared_optin, 48 << 10)))
+    return kInvalidValue;
   ++launches[0];
   return kSuccess;
 }

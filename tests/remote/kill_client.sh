@@ -24,10 +24,13 @@ workdir=$(mktemp -d "/tmp/r2-remote-kill.XXXXXX")
 holder_pid=""
 trap 'kill -9 $holder_pid 2>/dev/null; kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$workdir"' EXIT
 
-"$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" > "$workdir/server.out" 2> "$workdir/server.err" &
+# GPUPOOL_TEST_BACKEND=cuda (scripts/test --gpu): the server serves this machine's GPUs.
+"$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" \
+  --backend "${GPUPOOL_TEST_BACKEND:-sim}" > "$workdir/server.out" 2> "$workdir/server.err" &
 server_pid=$!
 for _ in $(seq 1 100); do grep -q "^listening on" "$workdir/server.out" 2>/dev/null && break; sleep 0.05; done
-export GPUPOOL_GPUS="GPU-5e1f0a11-0000-4000-8000-000000000000@127.0.0.1:$port"
+grep -q "^listening on" "$workdir/server.out" || { echo "test server did not start:" >&2; cat "$workdir/server.err" >&2; exit 1; }
+export GPUPOOL_GPUS="$(awk '$1 == "gpu" { print $3; exit }' "$workdir/server.out")@127.0.0.1:$port"
 export GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN=$token CUDA_VISIBLE_DEVICES=0
 # Failover off: this is about the agent freeing a killed client's memory, and a checkpoint
 # of the holder's 1 GiB (read back at its first synchronisation) would only delay "ready".
@@ -36,17 +39,24 @@ export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # GPUPOOL_TEST_PRELOAD: see run_with_server.sh.
 preload=(${GPUPOOL_TEST_PRELOAD:+env LD_PRELOAD="$GPUPOOL_TEST_PRELOAD"})
+# Free memory before the holder: all of it on the sim; on a GPU (GPUPOOL_TEST_BACKEND=cuda)
+# what its driver leaves free, less 256 MiB of slack (a driver keeps some of what was freed),
+# still far above what is free while the holder has its 1 GiB.
+baseline=$("${preload[@]}" "$check" 0 | awk '/^memory_free:/ { print $2 }')
+[[ -n $baseline ]] || { echo "FAIL: memory_free printed no figures" >&2; exit 1; }
+[[ ${GPUPOOL_TEST_BACKEND:-sim} == sim ]] || baseline=$((baseline - (256 << 20)))
+check=("$check" "$baseline")
 "${preload[@]}" "$hold" > "$workdir/hold.out" 2> "$workdir/hold.err" &
 holder_pid=$!
 for _ in $(seq 1 200); do grep -q ready "$workdir/hold.out" 2>/dev/null && break; sleep 0.05; done
 grep -q ready "$workdir/hold.out" || { echo "FAIL: holder never got ready" >&2; cat "$workdir/hold.err" >&2; exit 1; }
-if "${preload[@]}" "$check"; then echo "FAIL: memory reported free while a client holds 1 GiB" >&2; exit 1; fi
+if "${preload[@]}" "${check[@]}"; then echo "FAIL: memory reported free while a client holds 1 GiB" >&2; exit 1; fi
 
 kill -9 "$holder_pid"
 wait "$holder_pid" 2>/dev/null
 holder_pid=""
 for _ in $(seq 1 50); do
-  if "${preload[@]}" "$check"; then
+  if "${preload[@]}" "${check[@]}"; then
     grep "disconnected" "$workdir/server.err"
     echo "memory freed after kill -9"
     exit 0

@@ -66,6 +66,9 @@ export GPUPOOL_GPUS="$gpu_list" GPUPOOL_LEASE_ID=L1
 export GPUPOOL_LEASE_TOKEN="${client_token:-$token}"
 export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((gpus - 1)))
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# What only the sim does (a model chosen with --model, kernels it lacks, its memory model):
+# programs check it only where GPUPOOL_EXPECT_SIM says the GPU is the sim.
+if [ "${GPUPOOL_TEST_BACKEND:-sim}" = sim ]; then export GPUPOOL_EXPECT_SIM=1; else unset GPUPOOL_EXPECT_SIM; fi
 
 # GPUPOOL_TEST_PRELOAD (scripts/test --sanitize): runtimes the program needs first, as it is
 # not instrumented but loads our instrumented libcuda.so.1.

@@ -29,8 +29,9 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
 workdir=$(mktemp -d "/tmp/r2-clean-close.XXXXXX")
 trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; rm -rf "$workdir"' EXIT
+# GPUPOOL_TEST_BACKEND=cuda (scripts/test --gpu): the server serves this machine's GPUs.
 "$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" --gpus 1 \
-  > "$workdir/server.out" 2> "$workdir/server.err" &
+  --backend "${GPUPOOL_TEST_BACKEND:-sim}" > "$workdir/server.out" 2> "$workdir/server.err" &
 server_pid=$!
 for _ in $(seq 1 100); do
   grep -q "^listening on" "$workdir/server.out" 2>/dev/null && break
@@ -40,7 +41,7 @@ done
 if ! grep -q "^listening on" "$workdir/server.out"; then
   echo "test server did not start:" >&2; cat "$workdir/server.err" >&2; exit 1
 fi
-export GPUPOOL_GPUS="GPU-5e1f0a11-0000-4000-8000-000000000000@127.0.0.1:$port"
+export GPUPOOL_GPUS="$(awk '$1 == "gpu" { print $3; exit }' "$workdir/server.out")@127.0.0.1:$port"
 export GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN="$token" CUDA_VISIBLE_DEVICES=0
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
@@ -55,8 +56,11 @@ run() {  # name, strict (1: only a clean close passes), command...
   if [ $rc -ne 0 ]; then
     echo "FAIL: $name exited $rc" >&2; cat "$workdir/$name.err" >&2; failed=1; return
   fi
-  # The library must not complain at exit either.
-  if grep -q "gpupool-cuda:" "$workdir/$name.err"; then
+  # The library must not complain at exit either. (Where the GPU cannot give the process its
+  # addresses back, the cuda executor, it says once at start that the process is not
+  # protected against a failure of its GPU: not a complaint at exit.)
+  if grep -v "is not protected against a failure of its GPU" "$workdir/$name.err" |
+    grep -q "gpupool-cuda:"; then
     echo "FAIL: $name: the library logged at exit:" >&2; cat "$workdir/$name.err" >&2; failed=1
   fi
   # The server notices the close within a moment; a failed peer would take UCX's timeout.

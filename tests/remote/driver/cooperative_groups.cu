@@ -177,9 +177,12 @@ int main() {
   CHECK(cudaMemcpy(&got, total, sizeof(got), cudaMemcpyDeviceToHost));
   EXPECT(got == 0);
 
-  // Launched the ordinary way, grid.sync() has no workspace: the kernel traps, as on a GPU.
-  StencilThenSum<<<2, threads>>>(a, b, n, steps, partial, total, valid);
-  EXPECT(cudaDeviceSynchronize() != cudaSuccess);
+  // Launched the ordinary way, grid.sync() has no workspace: on the sim the kernel traps.
+  // (On a GPU it is undefined: an H100 with driver 580 ran 2 such blocks to the end.)
+  if (OnTheSim()) {
+    StencilThenSum<<<2, threads>>>(a, b, n, steps, partial, total, valid);
+    EXPECT(cudaDeviceSynchronize() != cudaSuccess);
+  }
 
   std::printf("cooperative groups: ok (%d blocks of %d threads, %d grid barriers)\n", blocks,
               threads, steps + 1);

@@ -219,7 +219,7 @@ int main() {
   CHECK(cudaGetDeviceProperties(&properties, 0));
   std::printf("%s, compute capability %d.%d\n", properties.name, properties.major,
               properties.minor);
-  EXPECT(properties.major == 12 && properties.minor == 0);
+  if (OnTheSim()) EXPECT(properties.major == 12 && properties.minor == 0);  // its --model
   cusparseHandle_t sparse;
   SPARSE_CHECK(cusparseCreate(&sparse));
   const Csr a = Banded(400);

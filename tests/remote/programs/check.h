@@ -16,10 +16,32 @@
     }                                                                                  \
   } while (0)
 
-#define EXPECT(condition)                                                                  \
-  do {                                                                                     \
-    if (!(condition)) {                                                                    \
-      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #condition);        \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+// GPUPOOL_EXPECT_SIM (run_with_server.sh sets it when the test server runs the sim): the
+// GPU is the sim, so what only the sim does (a model chosen with --model, kernels it lacks)
+// is checked too. Without it the program may be on a real GPU (scripts/test --gpu).
+inline bool OnTheSim() { return std::getenv("GPUPOOL_EXPECT_SIM") != nullptr; }
+
+// GPUPOOL_TEST_KEEP_GOING=1: a failed EXPECT is printed and the program goes on (it still
+// exits 1), so that one run on a real GPU lists every expectation the GPU does not meet.
+inline bool KeepGoingAfterExpect() {
+  static const bool keep_going = std::getenv("GPUPOOL_TEST_KEEP_GOING") != nullptr;
+  return keep_going;
+}
+
+inline void ExpectFailed(const char* file, int line, const char* condition) {
+  std::fprintf(stderr, "%s:%d: expected %s\n", file, line, condition);
+  if (!KeepGoingAfterExpect()) std::exit(1);
+  static bool exit_code_set = false;
+  if (!exit_code_set) {
+    exit_code_set = true;
+    std::atexit([] {
+      std::fflush(nullptr);
+      std::_Exit(1);
+    });
+  }
+}
+
+#define EXPECT(condition)                                           \
+  do {                                                              \
+    if (!(condition)) ExpectFailed(__FILE__, __LINE__, #condition); \
   } while (0)
