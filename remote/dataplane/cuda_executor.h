@@ -35,9 +35,10 @@
 // any progress this executor could report would either be missing during a long kernel (a
 // healthy GPU reported FAILED) or be counted while waiting (a hung GPU never reported).
 //
-// NOT RUN: this file is compiled here but has never executed on a GPU (the development
-// machine has none); it is tested only against a fake driver
-// (tests/remote/fake_cuda_driver.cc), including the VMM path. See man/gpupool-remote.7.
+// RUN on one H100 (driver 580) by scripts/test --gpu: 52 of the 70 test programs pass. The
+// driver ignored every address hint of cuMemAddressReserve (AllocateAt then falls back to
+// cuMemAlloc, and the client runs unprotected); the VMM path itself is tested against a
+// fake driver (tests/remote/fake_cuda_driver.cc). See man/gpupool-remote.7.
 #pragma once
 
 #include <map>
