@@ -294,20 +294,38 @@ TEST(CudaExecutor, ASessionCannotTouchAnotherSessionsMemory) {
   EXPECT_EQ(fake.live_allocations(), 1u);
 }
 
+// An entry point of the fake driver's own (a counter or a control); the executor dlopens
+// the same library.
+template <typename Function>
+Function FakeEntry(const char* name) {
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  EXPECT_NE(library, nullptr) << dlerror();
+  auto entry = library ? reinterpret_cast<Function>(dlsym(library, name)) : nullptr;
+  EXPECT_NE(entry, nullptr) << "libcuda.so.1 is not the test's fake driver (no " << name << ")";
+  return entry;
+}
+
+// An executor of the fake GPU with module 1 loaded and its kernel as function 2.
+std::unique_ptr<Executor> ExecutorWithAKernel() {
+  auto made = CudaExecutor::Create(kFakeUuid);
+  if (!made.ok()) {
+    ADD_FAILURE() << made.status().message();
+    return nullptr;
+  }
+  const char image[] = "fake image";
+  EXPECT_EQ(made.value()->LoadModule(1, image, sizeof(image), {}), kCuSuccess);
+  EXPECT_EQ(made.value()->GetFunction(1, 2, "kernel"), kCuSuccess);
+  return std::move(made.value());
+}
+
 // A cooperative launch goes to cuLaunchKernelEx with the cooperative attribute and the
 // packed parameters (cuLaunchCooperativeKernel takes no packed buffer); others to
 // cuLaunchKernel.
 TEST(CudaExecutor, CooperativeLaunchesGoThroughLaunchKernelEx) {
-  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(library, nullptr) << dlerror();
-  auto launches = reinterpret_cast<uint64_t (*)(int)>(dlsym(library, "fake_cuda_launches"));
-  ASSERT_NE(launches, nullptr) << "libcuda.so.1 is not the test's fake driver";
-  auto made = CudaExecutor::Create(kFakeUuid);
-  ASSERT_TRUE(made.ok()) << made.status().message();
-  Executor& executor = *made.value();
-  const char image[] = "fake image";
-  ASSERT_EQ(executor.LoadModule(1, image, sizeof(image), {}), kCuSuccess);
-  ASSERT_EQ(executor.GetFunction(1, 2, "kernel"), kCuSuccess);
+  auto launches = FakeEntry<uint64_t (*)(int)>("fake_cuda_launches");
+  std::unique_ptr<Executor> made = ExecutorWithAKernel();
+  ASSERT_TRUE(launches != nullptr && made != nullptr);
+  Executor& executor = *made;
   const uint64_t plain = launches(0), cooperative = launches(1);
   uint32_t params[2] = {7, 8};
   LaunchConfig config;
@@ -327,18 +345,11 @@ TEST(CudaExecutor, CooperativeLaunchesGoThroughLaunchKernelEx) {
 // driver first (the program's cuFuncSetAttribute stays in the client, which checked it);
 // a driver refuses the launch otherwise (an H100 did, before this).
 TEST(CudaExecutor, LargeDynamicSharedMemoryOptsTheFunctionIn) {
-  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(library, nullptr) << dlerror();
-  auto launches = reinterpret_cast<uint64_t (*)(int)>(dlsym(library, "fake_cuda_launches"));
-  auto optin = reinterpret_cast<int (*)()>(dlsym(library, "fake_cuda_dynamic_shared_optin"));
-  ASSERT_NE(launches, nullptr) << "libcuda.so.1 is not the test's fake driver";
-  ASSERT_NE(optin, nullptr);
-  auto made = CudaExecutor::Create(kFakeUuid);
-  ASSERT_TRUE(made.ok()) << made.status().message();
-  Executor& executor = *made.value();
-  const char image[] = "fake image";
-  ASSERT_EQ(executor.LoadModule(1, image, sizeof(image), {}), kCuSuccess);
-  ASSERT_EQ(executor.GetFunction(1, 2, "kernel"), kCuSuccess);
+  auto launches = FakeEntry<uint64_t (*)(int)>("fake_cuda_launches");
+  auto optin = FakeEntry<int (*)()>("fake_cuda_dynamic_shared_optin");
+  std::unique_ptr<Executor> made = ExecutorWithAKernel();
+  ASSERT_TRUE(launches != nullptr && optin != nullptr && made != nullptr);
+  Executor& executor = *made;
   const int before = optin();
   const uint64_t plain = launches(0);
   LaunchConfig config;
@@ -378,12 +389,9 @@ TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {
 // its PTX for the GPU is JIT-compiled as text, one unit with cuModuleLoadData, several
 // linked with the driver's JIT linker.
 TEST(CudaExecutor, FatbinsOfPtxAloneAreJitCompiledAsText) {
-  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  ASSERT_NE(library, nullptr) << dlerror();
-  auto links = reinterpret_cast<uint64_t (*)(int)>(dlsym(library, "fake_cuda_links"));
-  auto fatbin_loads = reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_cuda_fatbin_loads"));
-  ASSERT_NE(links, nullptr) << "libcuda.so.1 is not the test's fake driver";
-  ASSERT_NE(fatbin_loads, nullptr);
+  auto links = FakeEntry<uint64_t (*)(int)>("fake_cuda_links");
+  auto fatbin_loads = FakeEntry<uint64_t (*)()>("fake_cuda_fatbin_loads");
+  ASSERT_TRUE(links != nullptr && fatbin_loads != nullptr);
   auto made = CudaExecutor::Create(kFakeUuid);
   ASSERT_TRUE(made.ok()) << made.status().message();
   Executor& executor = *made.value();
