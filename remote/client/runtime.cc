@@ -11,6 +11,7 @@
 
 #include "remote/client/graphs.h"
 #include "remote/client/log.h"
+#include "remote/image/fatbin.h"
 #include "remote/transport/rpc_client_module.h"
 
 namespace gpupool::client {
@@ -178,15 +179,6 @@ CUresult Runtime::Connect() {
         failover_config, device->ordinal, index, lease_file ? lease_file : "",
         [this](const GpuLocation& location, DeviceDescription* description, std::string* why,
                int32_t* refusal) { return OpenSession(location, description, why, refusal); });
-    if (std::strcmp(device->description().executor, "sim") != 0) {
-      // The cuda executor asks the driver for this process's addresses (cuMemAddressReserve
-      // with the address as a hint), but a driver may put the memory elsewhere: driver 580
-      // on an H100 ignored every hint. Nor are module variables placed. So a replacement GPU
-      // could not give the process its addresses back.
-      device->failover->Unprotect("its GPU's executor ('" +
-                                  std::string(device->description().executor) +
-                                  "') cannot place memory at this process's addresses");
-    }
     LogDebug("device %d = %s (%s) at %s", device->ordinal, device->description().uuid,
              device->description().name, device->endpoint().c_str());
     devices_.push_back(std::move(device));
@@ -581,10 +573,27 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
     next_address_ = std::max(next_address_, loaded.globals_base + loaded.globals_size + 512);
   }
   if (status != CUDA_SUCCESS) return status;
+  if (loaded.globals_size == 0 && device >= 0 && device < static_cast<int>(devices_.size()) &&
+      std::strcmp(devices_[device]->description().executor, "sim") != 0 &&
+      ModuleKeepsState(module->image)) {
+    // The cuda executor places allocations at this process's addresses, but the driver
+    // places a module's variables and its device-malloc heap itself: on a replacement GPU
+    // they would lose their values and move.
+    devices_[device]->failover->Unprotect(
+        "a module it loaded has variables or calls device malloc, which its GPU's driver "
+        "places itself ('" +
+        std::string(devices_[device]->description().executor) + "' executor)");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   module->remote_ids[device] = args.module;
   *remote_id = args.module;
   return CUDA_SUCCESS;
+}
+
+bool ModuleKeepsState(const std::vector<uint8_t>& image) {
+  auto parsed = gpupool::image::ParseModuleImageBytes(image.data(), image.size());
+  // SASS only: nothing to tell by.
+  return !parsed.ok() || parsed->ptx.empty() || gpupool::image::PtxKeepsState(parsed->ptx);
 }
 
 CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remote_id) {

@@ -139,6 +139,10 @@ struct Module {
   std::set<uint64_t> managed_variables;
 };
 
+// True when a module image has state a GPU's driver places itself: module-scope variables
+// (printf's format strings aside) or device malloc, or no PTX to tell by (runtime.cc).
+bool ModuleKeepsState(const std::vector<uint8_t>& image);
+
 // CUfunction and CUkernel: the runtime passes a CUkernel where a CUfunction is expected,
 // so both are this one object.
 struct Function {

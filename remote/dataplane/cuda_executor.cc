@@ -212,6 +212,9 @@ uint64_t VmmGranularity(const CudaDriver* d, CUdevice device) {
 // The first word of a fatbin (image/fatbin.cc).
 constexpr uint32_t kFatbinMagic = 0xBA55ED50;
 
+// The address windows of placed allocations (cuda_executor.h): aligned to their size.
+constexpr uint64_t kAddressWindow = uint64_t{64} << 30;
+
 // What a launch may use of dynamic shared memory without the function's opt-in.
 constexpr uint32_t kDefaultDynamicSharedLimit = 48 << 10;
 
@@ -263,6 +266,7 @@ CudaExecutor::~CudaExecutor() {
       if (placed_.count(dptr) == 0) driver_->free(Ptr(dptr));
     }
     for (auto& [start, run] : runs_) UnmapRun(start, run);
+    for (uint64_t base : windows_) driver_->address_free(Ptr(base), kAddressWindow);
   }
   driver_->primary_release(device_);
 }
@@ -353,6 +357,8 @@ int32_t CudaExecutor::AllocateAt(uint64_t address, uint64_t size) {
       continue;
     }
     uint64_t gap_end = next == runs_.end() ? last : std::min(last, next->first);
+    // A mapping lies inside one reservation: a run ends at its window's end.
+    gap_end = std::min(gap_end, (cursor & ~(kAddressWindow - 1)) + kAddressWindow);
     if (int32_t status = MapRun(cursor, gap_end - cursor); status != CUDA_SUCCESS) {
       for (uint64_t start : created) {
         UnmapRun(start, runs_.at(start));
@@ -370,25 +376,34 @@ int32_t CudaExecutor::AllocateAt(uint64_t address, uint64_t size) {
   return CUDA_SUCCESS;
 }
 
-int32_t CudaExecutor::MapRun(uint64_t start, uint64_t size) {
+int32_t CudaExecutor::ReserveWindow(uint64_t address) {
+  const uint64_t base = address & ~(kAddressWindow - 1);
+  if (windows_.count(base)) return CUDA_SUCCESS;
   CUdeviceptr granted = 0;
-  CUresult status = driver_->address_reserve(&granted, size, 0, Ptr(start), 0);
-  if (status != CUDA_SUCCESS || granted != Ptr(start)) {
-    if (status == CUDA_SUCCESS) driver_->address_free(granted, size);
-    error_detail_ = "cuMemAddressReserve of " + std::to_string(size) + " bytes at " + Hex(start) +
-                    (status == CUDA_SUCCESS ? " granted " + Hex(granted)
-                                            : " failed: CUDA error " + std::to_string(status));
-    // The address is a hint to the driver: it moves (or refuses) a range that another
-    // session of this GPU, or the driver itself, holds. Not an error of the client's: it
-    // answers CUDA_ERROR_NOT_SUPPORTED like an executor that cannot place memory, so that
-    // the session allocates with cuMemAlloc instead and the client, seeing another address,
-    // runs on unprotected (it says so in its log) rather than failing its cuMemAlloc.
-    return CUDA_ERROR_NOT_SUPPORTED;
+  CUresult status = driver_->address_reserve(&granted, kAddressWindow, 0, Ptr(base), 0);
+  if (status == CUDA_SUCCESS && granted == Ptr(base)) {
+    windows_.insert(base);
+    return CUDA_SUCCESS;
   }
+  if (status == CUDA_SUCCESS) driver_->address_free(granted, kAddressWindow);
+  // The address is a hint to the driver: it moves (or refuses) a range that another
+  // session of this GPU, or the driver itself, holds. Not an error of the client's: it
+  // answers CUDA_ERROR_NOT_SUPPORTED like an executor that cannot place memory, so that the
+  // session allocates with cuMemAlloc instead and the client, seeing another address, runs
+  // on unprotected (it says so in its log) rather than failing its cuMemAlloc.
+  error_detail_ = "cuMemAddressReserve of the " + std::to_string(kAddressWindow >> 30) +
+                  " GiB window at " + Hex(base) +
+                  (status == CUDA_SUCCESS ? " granted " + Hex(granted)
+                                          : " failed: CUDA error " + std::to_string(status));
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int32_t CudaExecutor::MapRun(uint64_t start, uint64_t size) {
+  if (int32_t status = ReserveWindow(start); status != CUDA_SUCCESS) return status;
   CUmemAllocationProp prop = DeviceMemory(device_);
   CUmemGenericAllocationHandle handle = 0;
   const char* step = "cuMemCreate";
-  status = driver_->mem_create(&handle, size, &prop, 0);
+  CUresult status = driver_->mem_create(&handle, size, &prop, 0);
   if (status == CUDA_SUCCESS) {
     step = "cuMemMap";
     status = driver_->mem_map(Ptr(start), size, 0, handle, 0);
@@ -406,7 +421,6 @@ int32_t CudaExecutor::MapRun(uint64_t start, uint64_t size) {
     }
     driver_->mem_release(handle);
   }
-  driver_->address_free(Ptr(start), size);
   // Resource errors (out of memory above all) are the client's answer, as cuMemAlloc's are.
   error_detail_ = std::string(step) + " of " + std::to_string(size) + " bytes at " + Hex(start) +
                   " (AllocateAt) failed";
@@ -416,9 +430,7 @@ int32_t CudaExecutor::MapRun(uint64_t start, uint64_t size) {
 int32_t CudaExecutor::UnmapRun(uint64_t start, const VmmRun& run) {
   CUresult unmapped = driver_->mem_unmap(Ptr(start), run.size);
   CUresult released = driver_->mem_release(run.handle);
-  CUresult freed = driver_->address_free(Ptr(start), run.size);
-  if (unmapped != CUDA_SUCCESS) return unmapped;
-  return released != CUDA_SUCCESS ? released : freed;
+  return unmapped != CUDA_SUCCESS ? unmapped : released;
 }
 
 int32_t CudaExecutor::Free(uint64_t dptr) {

@@ -19,11 +19,14 @@
 //
 // Placed allocations (AllocateAt, for failover's stable device addresses): where the
 // driver has the virtual memory management API and the device supports it, the client's
-// address is reserved with cuMemAddressReserve, backed by cuMemCreate and mapped read/write
-// for this GPU. The driver works in granules (cuMemGetAllocationGranularity, typically
-// 2 MiB) while the client packs its allocations 512 bytes apart, so the executor
-// maps the granules an allocation touches and shares the ones it already mapped for this
-// session's earlier allocations (refcounted, released when their last allocation is
+// address is backed by cuMemCreate and mapped read/write for this GPU inside a window of
+// kAddressWindow bytes that the session reserves with cuMemAddressReserve at the window's
+// base. The address is only a hint to the driver: on an H100 with driver 580 a fresh
+// process was granted a 64 GiB reservation at the client's base (0x200000000000), but
+// never a 2 MiB one there, hence windows. The driver works in granules
+// (cuMemGetAllocationGranularity, typically 2 MiB) while the client packs its allocations 512 bytes
+// apart, so the executor maps the granules an allocation touches and shares the ones it already
+// mapped for this session's earlier allocations (refcounted, released when their last allocation is
 // freed). Copies and memsets are still checked against the size the client asked for, not
 // the granules. A hint the driver does not honour (another session's memory there, a
 // driver without VMM) makes AllocateAt answer CUDA_ERROR_NOT_SUPPORTED after undoing
@@ -35,10 +38,10 @@
 // any progress this executor could report would either be missing during a long kernel (a
 // healthy GPU reported FAILED) or be counted while waiting (a hung GPU never reported).
 //
-// RUN on one H100 (driver 580) by scripts/test --gpu: 52 of the 70 test programs pass. The
-// driver ignored every address hint of cuMemAddressReserve (AllocateAt then falls back to
-// cuMemAlloc, and the client runs unprotected); the VMM path itself is tested against a
-// fake driver (tests/remote/fake_cuda_driver.cc). See man/gpupool-remote.7.
+// RUN on one H100 (driver 580) by scripts/test --gpu: 56 of the 70 test programs pass,
+// every allocation placed at the client's address, and a kill -9 of the agent recovered
+// through a second one. The VMM path is also tested against a fake driver
+// (tests/remote/fake_cuda_driver.cc). See man/gpupool-remote.7.
 #pragma once
 
 #include <map>
@@ -125,21 +128,26 @@ class CudaExecutor : public Executor {
   // True when [dptr, dptr+size) meets an allocation of this session.
   bool Overlaps(uint64_t dptr, uint64_t size) const;
 
-  // Granules [start, start+size) reserved at `start`, backed and mapped for AllocateAt.
+  // Granules [start, start+size) inside a window, backed and mapped for AllocateAt.
   struct VmmRun {
     uint64_t size;
     uint64_t handle;  // CUmemGenericAllocationHandle
     uint32_t users;   // placed allocations that touch it
   };
-  // Reserves, backs, maps and opens [start, start+size) (granule multiples) and adds it to
-  // runs_ with no users; on failure undoes what it did and returns the error.
+  // Reserves the window holding `address` at its base, unless this session has; answers
+  // CUDA_ERROR_NOT_SUPPORTED (having freed what the driver granted) when the driver grants
+  // another address.
+  int32_t ReserveWindow(uint64_t address);
+  // Backs, maps and opens [start, start+size) (granule multiples, inside one window) and
+  // adds it to runs_ with no users; on failure undoes what it did and returns the error.
   int32_t MapRun(uint64_t start, uint64_t size);
-  // Unmaps and releases a run and frees its addresses (the first error, having tried all).
+  // Unmaps and releases a run (the first error, having tried both).
   int32_t UnmapRun(uint64_t start, const VmmRun& run);
 
   const uint64_t granularity_;
   std::map<uint64_t, uint64_t> allocations_;  // start -> size asked, this session's only
   std::map<uint64_t, VmmRun> runs_;           // start -> run, this session's only
+  std::set<uint64_t> windows_;                // bases of this session's reserved windows
   std::map<uint64_t, std::vector<uint64_t>> placed_;  // AllocateAt start -> its runs' starts
   std::string error_detail_;                  // for TakeErrorDetail
   std::map<uint64_t, void*> modules_;       // client id -> CUmodule

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <string_view>
 
 #include "remote/image/ptx_signature.h"
@@ -406,6 +407,26 @@ std::vector<uint8_t> FatbinOfPtx(const std::vector<PtxEntry>& units) {
   FatbinHeader header{kFatbinMagic, 1, sizeof(FatbinHeader), out.size() - sizeof(FatbinHeader)};
   std::memcpy(out.data(), &header, sizeof(header));
   return out;
+}
+
+bool PtxKeepsState(const std::vector<PtxEntry>& ptx) {
+  for (const PtxEntry& entry : ptx) {
+    std::istringstream lines(entry.text);
+    std::string line;
+    while (std::getline(lines, line)) {
+      const size_t at = line.find_first_not_of(" \t");
+      if (at == std::string::npos) continue;
+      std::string_view text(line.c_str() + at);
+      // Module-scope declarations start the line; a linkage directive may come first.
+      for (std::string_view linkage : {".visible ", ".extern ", ".weak ", ".common "}) {
+        if (text.substr(0, linkage.size()) == linkage) text.remove_prefix(linkage.size());
+      }
+      const bool variable = text.substr(0, 8) == ".global " || text.substr(0, 7) == ".const ";
+      if (variable && text.find(" $str") == std::string_view::npos) return true;
+      if (text.find("malloc") != std::string_view::npos) return true;  // the device heap
+    }
+  }
+  return false;
 }
 
 Result<std::vector<PtxEntry>> PtxOfHostObject(const uint8_t* elf, size_t size) {

@@ -78,6 +78,12 @@ Result<std::vector<uint8_t>> WithRelocatablePtx(const ModuleImage& image);
 // into one module as it links an -rdc=true program's units (all must have one `arch`).
 std::vector<uint8_t> FatbinOfPtx(const std::vector<PtxEntry>& units);
 
+// True when PTX declares module-scope variables (.global, .const; printf's format strings,
+// $str..., aside: constants that kernels reach by name only) or calls device malloc: state
+// that a GPU's driver places itself, so a module reloaded elsewhere would not have it where
+// the program left it.
+bool PtxKeepsState(const std::vector<PtxEntry>& ptx);
+
 // The PTX entries of the fatbins a host object file embeds (what `nvcc -c` and `nvcc -dc`
 // write: sections `.nv_fatbin` and `__nv_relfatbin`), in order: what cuLinkAddData's
 // CU_JIT_INPUT_OBJECT gives. An ELF object without such sections has none. Fails with

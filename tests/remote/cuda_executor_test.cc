@@ -44,6 +44,7 @@ struct FakeDriver {
 enum Control { kVmmSupported = 0, kReserveElsewhere, kFailCreate, kFailMap, kFailAccess };
 constexpr uint64_t kGranule = uint64_t{2} << 20;  // the fake's granularity
 constexpr uint64_t kBase = uint64_t{32} << 40;    // where the client starts choosing
+constexpr uint64_t kWindow = uint64_t{64} << 30;  // the executor's reserved address windows
 
 // AllocateAt (the VMM path) against the fake's tables: every test starts and must end with
 // nothing reserved, created or mapped.
@@ -114,32 +115,32 @@ TEST_F(CudaExecutorPlacement, PackedAllocationsShareTheirGranules) {
   const uint64_t a = kBase, b = kBase + 4608, c = kBase + kGranule - 1024;
   ASSERT_EQ(executor->AllocateAt(a, 4096), kCuSuccess);
   ASSERT_EQ(executor->AllocateAt(b, 4096), kCuSuccess);
-  EXPECT_EQ(fake.reservations(), 1u);
+  EXPECT_EQ(fake.mappings(), 1u);
   ASSERT_EQ(executor->AllocateAt(c, 4096), kCuSuccess);
-  EXPECT_EQ(fake.reservations(), 2u);  // the second granule only
-  EXPECT_EQ(fake.mappings(), 2u);
+  EXPECT_EQ(fake.mappings(), 2u);      // the second granule only
+  EXPECT_EQ(fake.reservations(), 1u);  // all in the session's one window
   std::string data(4096, 'b');
   ASSERT_EQ(executor->CopyToDevice(b, data.data(), data.size(), 0), kCuSuccess);
   ASSERT_EQ(executor->CopyToDevice(c, data.data(), data.size(), 0), kCuSuccess);
 
   EXPECT_EQ(executor->Free(a), kCuSuccess);
   EXPECT_EQ(executor->Free(b), kCuSuccess);
-  EXPECT_EQ(fake.reservations(), 2u);  // c still uses the first granule
+  EXPECT_EQ(fake.mappings(), 2u);  // c still uses the first granule
   EXPECT_EQ(Read(c, 4096), data);
   // Freed addresses are reused by the client: they map again.
   ASSERT_EQ(executor->AllocateAt(a, 512), kCuSuccess);
   EXPECT_EQ(executor->Free(c), kCuSuccess);
-  EXPECT_EQ(fake.reservations(), 1u);
+  EXPECT_EQ(fake.mappings(), 1u);
   EXPECT_EQ(executor->Free(a), kCuSuccess);
-  EXPECT_EQ(fake.reservations(), 0u);
   EXPECT_EQ(fake.handles(), 0u);
   EXPECT_EQ(fake.mappings(), 0u);
+  EXPECT_EQ(fake.reservations(), 1u);  // the window stays until the session ends
 
   // The granule mapped already may be the last one an allocation touches, too.
   const uint64_t later = kBase + kGranule + 1024, before = kBase + kGranule - 512;
   ASSERT_EQ(executor->AllocateAt(later, 512), kCuSuccess);
   ASSERT_EQ(executor->AllocateAt(before, 1024), kCuSuccess);
-  EXPECT_EQ(fake.reservations(), 2u);
+  EXPECT_EQ(fake.mappings(), 2u);
   std::string across(1024, 'c');
   ASSERT_EQ(executor->CopyToDevice(before, across.data(), across.size(), 0), kCuSuccess);
   EXPECT_EQ(Read(before, 1024), across);
@@ -148,7 +149,16 @@ TEST_F(CudaExecutorPlacement, PackedAllocationsShareTheirGranules) {
   const uint64_t large = kBase + 4 * kGranule, tail = large + 3 * kGranule - 512;
   ASSERT_EQ(executor->AllocateAt(large, 3 * kGranule - 1024), kCuSuccess);
   ASSERT_EQ(executor->AllocateAt(tail, 1024), kCuSuccess);
-  EXPECT_EQ(fake.reservations(), 4u);
+  EXPECT_EQ(fake.mappings(), 4u);
+  // A run ends at its window's end: an allocation across two windows maps one run in
+  // each, in two reservations.
+  const uint64_t across_windows = kBase + kWindow - kGranule;
+  ASSERT_EQ(executor->AllocateAt(across_windows, 2 * kGranule), kCuSuccess);
+  EXPECT_EQ(fake.mappings(), 6u);
+  EXPECT_EQ(fake.reservations(), 2u);
+  std::string spans(2 * kGranule, 's');
+  ASSERT_EQ(executor->CopyToDevice(across_windows, spans.data(), spans.size(), 0), kCuSuccess);
+  EXPECT_EQ(Read(across_windows, spans.size()), spans);
   ASSERT_EQ(executor->CopyToDevice(tail, across.data(), across.size(), 0), kCuSuccess);
   EXPECT_EQ(Read(tail, 1024), across);
 }
@@ -184,10 +194,11 @@ TEST_F(CudaExecutorPlacement, AnAddressAnotherSessionHoldsIsRefused) {
   ASSERT_TRUE(made.ok());
   Executor& other = *made.value();
   ASSERT_EQ(executor->AllocateAt(kBase, 4096), kCuSuccess);
-  // Another granule of the same range: the driver moves the hint, the executor refuses.
-  EXPECT_EQ(other.AllocateAt(kBase + 8192, 4096), kCuNotSupported);
+  // Another granule of the same window: the driver moves the hint, the executor refuses.
+  EXPECT_EQ(other.AllocateAt(kBase + kGranule, 4096), kCuNotSupported);
+  EXPECT_NE(other.TakeErrorDetail().find("granted"), std::string::npos);
   EXPECT_EQ(fake.reservations(), 1u);
-  EXPECT_EQ(other.AllocateAt(kBase + kGranule, 4096), kCuSuccess);  // a free granule
+  EXPECT_EQ(other.AllocateAt(kBase + kWindow, 4096), kCuSuccess);  // a free window
   EXPECT_EQ(fake.reservations(), 2u);
   made.value().reset();
   EXPECT_EQ(fake.reservations(), 1u);
@@ -202,7 +213,7 @@ TEST_F(CudaExecutorPlacement, AFailureMidwayReleasesEverything) {
   fake.control(kFailAccess, 0);
   EXPECT_NE(executor->AllocateAt(kBase, 4096), kCuSuccess);
   EXPECT_NE(executor->TakeErrorDetail().find("cuMemSetAccess"), std::string::npos);
-  EXPECT_EQ(fake.reservations(), 0u);
+  EXPECT_EQ(fake.reservations(), 1u);  // the session's window, until it ends
   EXPECT_EQ(fake.handles(), 0u);
   EXPECT_EQ(fake.mappings(), 0u);
   char byte = 'x';
@@ -215,19 +226,17 @@ TEST_F(CudaExecutorPlacement, AFailureMidwayReleasesEverything) {
   ASSERT_EQ(executor->CopyToDevice(earlier, &byte, 1, 0), kCuSuccess);
   fake.control(kFailCreate, 0);
   EXPECT_EQ(executor->AllocateAt(earlier + 512, 4096), kCuOutOfMemory);
-  EXPECT_EQ(fake.reservations(), 1u);
   EXPECT_EQ(fake.handles(), 1u);
   EXPECT_EQ(fake.mappings(), 1u);
   EXPECT_EQ(Read(earlier, 1), "x");
   EXPECT_EQ(executor->Free(earlier), kCuSuccess);
-  EXPECT_EQ(fake.reservations(), 0u);  // it did not count the failed allocation as a user
+  EXPECT_EQ(fake.mappings(), 0u);  // it did not count the failed allocation as a user
 }
 
 TEST_F(CudaExecutorPlacement, FreeAndSessionEndUnmapAndRelease) {
   ASSERT_EQ(executor->AllocateAt(kBase, 3 * kGranule), kCuSuccess);
   EXPECT_EQ(fake.mappings(), 1u);
   EXPECT_EQ(executor->Free(kBase), kCuSuccess);
-  EXPECT_EQ(fake.reservations(), 0u);
   EXPECT_EQ(fake.handles(), 0u);
   EXPECT_EQ(fake.mappings(), 0u);
   EXPECT_EQ(executor->Free(kBase), kCuInvalidValue);  // once only

@@ -224,6 +224,26 @@ TEST(Fatbin, AFatbinOfPtxUnitsReadsBackAsItsUnits) {
 
 // CU_JIT_INPUT_OBJECT and CU_JIT_INPUT_LIBRARY: the PTX of the fatbins in a host object's
 // .nv_fatbin / __nv_relfatbin sections, of each archive member; bad input named.
+// What a GPU's driver places itself (failover on the cuda executor needs none of it):
+// module variables and device malloc's heap; printf's format strings do not count.
+TEST(Fatbin, TellsPtxThatKeepsStateOnTheGpu) {
+  const std::string head = ".version 8.0\n.target sm_80\n.address_size 64\n";
+  const std::string kernel =
+      ".visible .entry k(.param .u64 p)\n{\n\t.reg .b64 %rd<2>;\n\tret;\n}\n";
+  EXPECT_FALSE(PtxKeepsState({{head + kernel, 80}}));
+  EXPECT_FALSE(
+      PtxKeepsState({{head + ".global .align 1 .b8 $str[4] = {104, 105, 10, 0};\n" + kernel, 80}}));
+  EXPECT_TRUE(PtxKeepsState({{head + ".visible .global .align 4 .u32 counter;\n" + kernel, 80}}));
+  EXPECT_TRUE(PtxKeepsState({{head + ".const .align 4 .b8 c_coeffs[16];\n" + kernel, 80}}));
+  EXPECT_TRUE(
+      PtxKeepsState({{head + ".extern .global .align 8 .u64 shared_table;\n" + kernel, 80}}));
+  EXPECT_TRUE(PtxKeepsState(
+      {{head + ".extern .func (.param .b64 func_retval0) malloc\n(\n\t.param .b64 p\n);\n" + kernel,
+        80}}));
+  // Any unit of several.
+  EXPECT_TRUE(PtxKeepsState({{head + kernel, 80}, {head + ".global .u32 x;\n", 80}}));
+}
+
 TEST(Fatbin, FindsThePtxOfHostObjectsAndArchives) {
   std::vector<uint8_t> two = FatbinOfPtx({{kUnitA, 75}});
   std::vector<uint8_t> b = FatbinOfPtx({{kUnitB, 80}});
