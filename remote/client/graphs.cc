@@ -562,7 +562,13 @@ bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWo
     Join(source, stream, device, id);
   } else if (source != nullptr && source != capture) {
     *status = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
-  } else if (source == nullptr || external) {
+  } else if (source == nullptr && !external) {
+    // An event from outside the capture: a driver refuses to order the capture after it
+    // unless the wait is external (CUDA_ERROR_STREAM_CAPTURE_ISOLATION, and the capture is
+    // invalidated: driver 580 on an H100).
+    capture->invalidated = true;
+    *status = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+  } else if (external) {
     if (capture->invalidated) {
       *status = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
     } else {

@@ -64,10 +64,10 @@ CUresult RefuseGraphLaunchInCapture(CUstream stream);
 
 // cuEventRecord and cuStreamWaitEvent during a capture (an event recorded in a capture
 // makes a stream that waits for it join the capture). As a driver does, they add a node to
-// the graph only when `external` (CU_EVENT_RECORD_EXTERNAL, CU_EVENT_WAIT_EXTERNAL) or
-// when the event waited for was not recorded in a capture; otherwise they order work, and
-// the captured graph, a chain in call order, has that order already. False: nothing to
-// do with a capture.
+// the graph only when `external` (CU_EVENT_RECORD_EXTERNAL, CU_EVENT_WAIT_EXTERNAL);
+// otherwise they order work, and the captured graph, a chain in call order, has that order
+// already. A capture does not wait for an event from outside it unless the wait is
+// external (CUDA_ERROR_STREAM_CAPTURE_ISOLATION). False: nothing to do with a capture.
 bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedWork work,
                         CUresult* status);
 bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWork work,

@@ -123,11 +123,24 @@ int main() {
   AddScalar<<<1, 32, 0, s1>>>(a, 1.0f, 32);
   CHECK(cudaEventRecordWithFlags(join, s1, cudaEventRecordExternal));
   EXPECT(cudaEventRecordWithFlags(join, s1, 0x10) == cudaErrorInvalidValue);
+  // So is an external wait for an event recorded outside the capture.
+  cudaEvent_t outside;
+  CHECK(cudaEventCreateWithFlags(&outside, cudaEventDisableTiming));
+  CHECK(cudaEventRecord(outside, s2));
+  CHECK(cudaStreamWaitEvent(s1, outside, cudaEventWaitExternal));
   cudaGraph_t external = nullptr;
   CHECK(cudaStreamEndCapture(s1, &external));
   CHECK(cudaGraphGetNodes(external, nullptr, &nodes));
-  EXPECT(nodes == 2);
+  EXPECT(nodes == 3);
   CHECK(cudaGraphDestroy(external));
+  // A plain wait for it is refused and breaks the capture, as on a GPU (an H100 with
+  // driver 580 answers cudaErrorStreamCaptureIsolation, then cudaErrorStreamCaptureInvalidated).
+  CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal));
+  EXPECT(cudaStreamWaitEvent(s1, outside, 0) == cudaErrorStreamCaptureIsolation);
+  EXPECT(cudaStreamEndCapture(s1, &external) == cudaErrorStreamCaptureInvalidated);
+  EXPECT(external == nullptr);
+  (void)cudaGetLastError();
+  CHECK(cudaEventDestroy(outside));
 
   // A synchronisation inside a capture breaks it; the stream is usable again after.
   CHECK(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed));
