@@ -30,9 +30,11 @@
 // the order of atomic operations or on timing. Device printf text already shown
 // is not shown twice.
 //
-// Not protected (logged once, never silently): memory over `checkpoint_mem`,
-// executors that cannot place memory at the client's addresses (the cuda
-// executor), failover=off.
+// Not protected (logged once, never silently): memory over `checkpoint_mem`, an
+// allocation the agent could not place at the client's address (a cuda executor
+// whose driver granted another window), a module whose variables or device-malloc
+// heap the driver places itself (the cuda executor: Runtime::EnsureModuleLoaded),
+// failover=off.
 //
 // Thread safety: Deliver may be called from any thread (it holds mu()); the
 // other methods with mu() held.

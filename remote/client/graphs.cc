@@ -517,8 +517,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(
 
 namespace gpupool::client {
 
-// cuEventRecord on a capturing stream: recorded, and the event remembered so that a
-// stream waiting for it joins the capture. Returns false when `stream` is not capturing.
+// cuEventRecord on a capturing stream: recorded as a node when external, and the event
+// remembered so that a stream waiting for it joins the capture. Returns false when
+// `stream` is not capturing.
 bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedWork work,
                         CUresult* status) {
   std::lock_guard<std::mutex> lock(mu);
@@ -540,7 +541,7 @@ bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedW
 
 // cuStreamWaitEvent: a stream waiting for an event recorded in a capture joins that
 // capture (nothing to record: the order of the recorded calls already has the wait); a
-// capturing stream waiting for any other event records the wait. Returns false when
+// capturing stream records a wait only when it is external (graphs.h). Returns false when
 // neither the stream nor the event takes part in a capture.
 bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWork work,
                        CUresult* status) {

@@ -23,8 +23,9 @@
 // says 0). Adjacent mappings are separate allocations on the agent: a copy or memset over
 // several is cut at their seams (api_memory.cc, SpanPieces).
 //
-// Only where the GPU's executor places memory at this process's addresses (the sim): the
-// device attribute VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED says so.
+// Offered on the sim only, as the device attribute VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+// says. (The cuda executor places this process's allocations too, but it has not been
+// tried with this API.)
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -83,7 +84,7 @@ State& state() {
 
 bool Aligned(uint64_t value) { return value % kGranularity == 0; }
 
-bool ExecutorPlacesMemory(int device) {
+bool OffersVmmApi(int device) {
   Device* d = Runtime::Get().device(device);
   return d != nullptr && std::strcmp(d->description().executor, "sim") == 0;
 }
@@ -343,9 +344,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* hand
                                                      "remote GPU memory is not shared between "
                                                      "processes (no IPC)"));
     }
-    if (!ExecutorPlacesMemory(prop->location.id)) {
+    if (!OffersVmmApi(prop->location.id)) {
       return static_cast<CUresult>(ReportUnsupported(
-          "cuMemCreate", "this GPU's executor does not place memory at the process's addresses"));
+          "cuMemCreate", "the virtual memory API is offered on the sim's GPUs only"));
     }
     Device* device = Runtime::Get().device(prop->location.id);
     if (size > device->description().total_memory) return CUDA_ERROR_OUT_OF_MEMORY;

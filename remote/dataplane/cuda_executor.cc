@@ -209,9 +209,6 @@ uint64_t VmmGranularity(const CudaDriver* d, CUdevice device) {
   return granularity;
 }
 
-// The first word of a fatbin (image/fatbin.cc).
-constexpr uint32_t kFatbinMagic = 0xBA55ED50;
-
 // The address windows of placed allocations (cuda_executor.h): aligned to their size.
 constexpr uint64_t kAddressWindow = uint64_t{64} << 30;
 
@@ -528,11 +525,10 @@ int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t imag
   if (modules_.count(module)) return CUDA_ERROR_INVALID_VALUE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   auto parsed = image::ParseModuleImageBytes(image, image_size);
-  uint32_t magic = 0;
-  if (image_size >= sizeof(magic)) std::memcpy(&magic, image, sizeof(magic));
   CUmodule loaded = nullptr;
   CUresult status = CUDA_SUCCESS;
-  if (parsed.ok() && magic == kFatbinMagic && !parsed->has_sass && !parsed->ptx.empty()) {
+  if (parsed.ok() && image::IsFatbin(image, image_size) && !parsed->has_sass &&
+      !parsed->ptx.empty()) {
     // A fatbin of PTX alone (nvcc -arch=compute_XX, or the client's cuLinkComplete of
     // several inputs: image::FatbinOfPtx): its PTX for this GPU goes to the JIT as text
     // rather than the fatbin to cuModuleLoadData. Driver 580 on an H100 crashed (SIGSEGV in

@@ -409,6 +409,11 @@ std::vector<uint8_t> FatbinOfPtx(const std::vector<PtxEntry>& units) {
   return out;
 }
 
+bool IsFatbin(const void* image, size_t size) {
+  return size >= sizeof(uint32_t) &&
+         Read<uint32_t>(static_cast<const uint8_t*>(image)) == kFatbinMagic;
+}
+
 bool PtxKeepsState(const std::vector<PtxEntry>& ptx) {
   for (const PtxEntry& entry : ptx) {
     std::istringstream lines(entry.text);

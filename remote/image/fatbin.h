@@ -63,6 +63,10 @@ struct ModuleImage {
 // Parses an image given as an untyped pointer (its size is implied by its headers).
 Result<ModuleImage> ParseModuleImage(const void* image);
 
+// True when the `size` bytes at `image` start with a fatbin's magic word (not a cubin, not
+// PTX text).
+bool IsFatbin(const void* image, size_t size);
+
 // Parses an image of exactly `size` bytes (e.g. received from a client): every offset is
 // checked against `size`. Fails with InvalidArgument naming the problem.
 Result<ModuleImage> ParseModuleImageBytes(const void* image, size_t size);

@@ -181,9 +181,7 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
     // PTX text given as it is goes to the JIT, which refuses a target newer than the GPU
     // (CUDA_ERROR_INVALID_PTX, as driver 580 answers on an H100); a fatbin just has no
     // binary for this GPU.
-    uint32_t magic = 0;
-    if (image_size >= sizeof(magic)) std::memcpy(&magic, image, sizeof(magic));
-    return magic == 0xBA55ED50 ? kCuNoBinaryForGpu : kCuInvalidPtx;
+    return image::IsFatbin(image, image_size) ? kCuNoBinaryForGpu : kCuInvalidPtx;
   }
   // Several entries for that architecture are the translation units of a program built
   // with -rdc=true (the client adds them, image::WithRelocatablePtx): linked into one, as
