@@ -6421,6 +6421,8 @@ Result<const DecodedKernel*> PtxModule::Decode(const std::string& name,
     failed_[name] = status;
     return status;
   }
+  kernel->source = &parsed_->functions.at(name);
+  kernel->module_shared = &parsed_->shared;
   const DecodedKernel* result = kernel.get();
   decoded_[name] = std::move(kernel);
   return result;
@@ -6436,6 +6438,29 @@ KernelNeeds NeedsOf(const DecodedKernel& kernel) {
 }
 
 uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size; }
+
+// The kernel's compiled form when this launch should run it (ptx_jit.h): not for what the
+// tier leaves to the interpreter (cooperative launches, dynamic shared memory), and under
+// GPUPOOL_PTX_JIT=auto only once the kernel has run kJitAfterThreads threads.
+static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec,
+                                         uint64_t threads) {
+  const JitMode mode = CurrentJitMode();
+  if (mode == JitMode::kOff || kernel.source == nullptr || spec.cooperative ||
+      spec.dynamic_shared != 0) {
+    return nullptr;
+  }
+  JitSlot& slot = *kernel.jit;
+  if (mode == JitMode::kAuto && slot.threads_run.fetch_add(threads) < kJitAfterThreads) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(slot.mu);
+  if (!slot.tried) {
+    slot.tried = true;
+    slot.compiled =
+        CompileKernel(*kernel.source, *kernel.module_shared, kernel.param_size, &slot.refused);
+  }
+  return slot.compiled.get();
+}
 
 int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
   if (!kernel.unsupported.empty()) {
@@ -6476,6 +6501,12 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
     }
   }
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
+  // CTAs are independent: two workers take every other one when there are enough.
+  const uint32_t workers = ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
+  if (const CompiledKernel* compiled = CompiledFor(kernel, spec, threads * ctas)) {
+    kernel.jit->jit_launches.fetch_add(1, std::memory_order_relaxed);
+    return RunCompiled(*compiled, spec, workers);
+  }
   std::vector<LaunchState> cooperative_states;
   LaunchState worker_states[kMaxWorkers];
   std::span<LaunchState> states;
@@ -6494,9 +6525,6 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
     RunCooperative(kernel, spec, &cooperative_states);
     states = cooperative_states;
   } else {
-    // CTAs are independent: two workers take every other one when there are enough.
-    const uint32_t workers =
-        ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
     std::atomic<bool> stop{false};
     states = std::span<LaunchState>(worker_states, workers);
     std::vector<std::thread> threads_of_workers;

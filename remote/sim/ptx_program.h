@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "remote/sim/ptx_engine.h"
+#include "remote/sim/ptx_jit.h"
 
 namespace gpupool::sim {
 
@@ -232,6 +233,11 @@ struct DecodedKernel {
   std::vector<WmmaOp> wmma;  // the operands of its wmma instructions (Inst::aux)
   std::vector<DeviceRuntimeCall> device_calls;  // Inst::aux of HDeviceRuntime
   std::vector<LaunchableEntry> entries;         // set when it calls the device runtime
+  // The entry's parsed PTX (owned by its PtxModule), and its JIT tier (ptx_jit.h): compiled
+  // once the launches say it is worth it, or refused.
+  const RawFunction* source = nullptr;
+  const std::vector<SharedVariable>* module_shared = nullptr;
+  std::shared_ptr<JitSlot> jit = std::make_shared<JitSlot>();
 };
 
 }  // namespace gpupool::sim

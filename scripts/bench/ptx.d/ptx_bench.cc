@@ -1,7 +1,9 @@
-// PTX engine benchmark: each kernel of bench_kernels.cu on the engine (one core), and a
-// plain C++ loop doing the same work on the same core, in the same run. Counters:
-// items/s (elements, multiply-adds or bytes) for both, thread_instr/s for the engine; rates
-// use wall-clock time (the engine runs the CTAs of a launch on two threads).
+// PTX engine benchmark: each kernel of bench_kernels.cu on the engine, compiled by its JIT
+// tier (_Jit, after one launch outside the timing that compiles it) and on its interpreter
+// (_Interpreter), and a plain C++ loop doing the same work on one core (_Native), in the
+// same run. Counters: items/s (elements, multiply-adds or bytes) for all, thread_instr/s
+// for the engine; rates use wall-clock time (the engine runs the CTAs of a launch on two
+// threads).
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -13,9 +15,11 @@
 #include <vector>
 
 #include "remote/sim/ptx_engine.h"
+#include "remote/sim/ptx_jit.h"
 
 namespace {
 
+using gpupool::sim::JitMode;
 using gpupool::sim::LaunchSpec;
 using gpupool::sim::MemoryRange;
 using gpupool::sim::PtxModule;
@@ -81,13 +85,15 @@ void Launch(benchmark::State& state, const char* name, uint32_t grid[3], uint32_
 
 constexpr int kElements = 1 << 20;
 
-void BM_Saxpy_Engine(benchmark::State& state) {
+void BM_Saxpy_Engine(benchmark::State& state, JitMode mode) {
   std::vector<float> x(kElements, 1.5f), y(kElements, 2.0f);
   Memory memory;
   uint64_t dx = memory.Add(x), dy = memory.Add(y);
   auto params = Pack(kElements, 0.5f, dx, dy);
   uint32_t grid[3] = {kElements / 256, 1, 1}, block[3] = {256, 1, 1};
   uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "saxpy", grid, block, params, memory, nullptr);  // compiles it (_Jit)
   for (auto _ : state) Launch(state, "saxpy", grid, block, params, memory, &instructions);
   state.SetItemsProcessed(state.iterations() * kElements);
   state.counters["thread_instr/s"] =
@@ -106,13 +112,15 @@ void BM_Saxpy_Native(benchmark::State& state) {
 
 constexpr int kMatrix = 128;
 
-void BM_Matmul_Engine(benchmark::State& state) {
+void BM_Matmul_Engine(benchmark::State& state, JitMode mode) {
   std::vector<float> a(kMatrix * kMatrix, 1.0f), b(kMatrix * kMatrix, 0.5f), c(kMatrix * kMatrix);
   Memory memory;
   uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c);
   auto params = Pack(da, db, dc, kMatrix);
   uint32_t grid[3] = {kMatrix / 16, kMatrix / 16, 1}, block[3] = {16, 16, 1};
   uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "matmul_tiled", grid, block, params, memory, nullptr);  // compiles it (_Jit)
   for (auto _ : state) Launch(state, "matmul_tiled", grid, block, params, memory, &instructions);
   if (c[0] != kMatrix * 0.5f) state.SkipWithError("wrong product");
   state.SetItemsProcessed(state.iterations() * kMatrix * kMatrix * kMatrix);
@@ -136,7 +144,7 @@ void BM_Matmul_Native(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kMatrix * kMatrix * kMatrix);
 }
 
-void BM_Histogram_Engine(benchmark::State& state) {
+void BM_Histogram_Engine(benchmark::State& state, JitMode mode) {
   std::vector<unsigned char> data(kElements);
   for (int i = 0; i < kElements; ++i) data[i] = static_cast<unsigned char>(i * 2654435761u >> 24);
   std::vector<unsigned> bins(256);
@@ -145,6 +153,8 @@ void BM_Histogram_Engine(benchmark::State& state) {
   auto params = Pack(dd, kElements, db);
   uint32_t grid[3] = {64, 1, 1}, block[3] = {256, 1, 1};
   uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "histogram", grid, block, params, memory, nullptr);  // compiles it (_Jit)
   for (auto _ : state) Launch(state, "histogram", grid, block, params, memory, &instructions);
   state.SetItemsProcessed(state.iterations() * kElements);
   state.counters["thread_instr/s"] =
@@ -165,10 +175,25 @@ void BM_Histogram_Native(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK(BM_Saxpy_Engine)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Saxpy_Engine, Jit, JitMode::kAlways)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Saxpy_Engine, Interpreter, JitMode::kOff)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Saxpy_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Matmul_Engine)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Matmul_Engine, Jit, JitMode::kAlways)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Matmul_Engine, Interpreter, JitMode::kOff)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Matmul_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_Histogram_Engine)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Histogram_Engine, Jit, JitMode::kAlways)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Histogram_Engine, Interpreter, JitMode::kOff)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK(BM_Histogram_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

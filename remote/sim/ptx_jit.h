@@ -1,0 +1,66 @@
+// The PTX engine's second tier: kernels whose threads meet only at barriers, compiled to
+// host code with LLVM (docs/ptx-engine.md, Design, "Compile").
+//
+// The interpreter (ptx_interpreter.cc) runs every kernel a warp at a time, 32 lanes in
+// step. A kernel whose threads exchange data only across __syncthreads() (no warp-level
+// operation, no load or atomic another thread could be waited for through, no local
+// memory or call) gives the same results whatever order its threads run in between
+// barriers, so it may run one thread after another in compiled code. This tier compiles
+// those kernels, from their parsed PTX, into one host function per kernel that runs a CTA.
+// Every global and shared access is checked as the interpreter checks it: a stray one ends
+// the launch with CUDA_ERROR_ILLEGAL_ADDRESS and the same kind of detail.
+//
+// A kernel the tier cannot take (an instruction outside its list, say) runs on the
+// interpreter; `JitMode` says when the tier is tried at all.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace gpupool::sim {
+
+struct RawFunction;     // ptx_program.h
+struct SharedVariable;  // ptx_program.h
+struct LaunchSpec;      // ptx_engine.h
+class CompiledKernel;
+
+// When kernels are compiled (environment variable GPUPOOL_PTX_JIT of the process that runs
+// the engine: the agent, gpupool-dataplane-testd):
+//   off     never: every kernel runs on the interpreter;
+//   auto    (default) a kernel the tier can take, once its launches have run kJitAfterThreads
+//           threads on the interpreter (a kernel launched a few times on small grids is not
+//           worth the compile, about 10-30 ms);
+//   always  at its first launch (the tests use it to run their kernels through the tier).
+// An unknown value counts as auto.
+enum class JitMode { kOff, kAuto, kAlways };
+JitMode CurrentJitMode();       // read from the environment at the first call
+void SetJitMode(JitMode mode);  // for tests and benchmarks
+inline constexpr uint64_t kJitAfterThreads = uint64_t{1} << 20;
+
+// Per decoded kernel: its compiled form once made, and why not when it cannot be.
+struct JitSlot {
+  std::mutex mu;
+  bool tried = false;
+  std::string refused;                       // why the tier cannot take the kernel
+  std::shared_ptr<CompiledKernel> compiled;  // set when tried and not refused
+  std::atomic<uint64_t> threads_run{0};      // on the interpreter, for kAuto
+  std::atomic<uint64_t> jit_launches{0};     // run compiled (tests check the tier ran)
+};
+
+// Compiles `entry` (an .entry of a parsed module whose .shared variables are
+// `module_shared`) if the tier can take it; otherwise returns nullptr and says why in
+// *refused. `param_size`: bytes of its parameters.
+std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry,
+                                              const std::vector<SharedVariable>& module_shared,
+                                              uint32_t param_size, std::string* refused);
+
+// Runs a launch of a compiled kernel: its blocks split over `workers` threads as the
+// interpreter splits them. Returns a CUresult as RunKernel does (success, or
+// CUDA_ERROR_ILLEGAL_ADDRESS with spec.error_detail saying where).
+int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32_t workers);
+
+}  // namespace gpupool::sim

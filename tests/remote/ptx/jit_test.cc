@@ -1,0 +1,593 @@
+// The PTX engine's JIT tier (remote/sim/ptx_jit.h): kernels of independent threads run
+// compiled give the interpreter's results bit for bit, stray accesses still fault, kernels
+// it cannot take run on the interpreter, and GPUPOOL_PTX_JIT=auto compiles only kernels
+// whose launches are worth it.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "remote/sim/ptx_engine.h"
+#include "remote/sim/ptx_jit.h"
+#include "remote/sim/ptx_program.h"
+
+namespace gpupool::sim {
+namespace {
+
+constexpr int32_t kIllegalAddress = 700;
+
+// A kernel of many instructions the tier takes, each result in its own word of a 16-word
+// row per element (a grid-stride loop).
+constexpr const char* kMix = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .entry mix(.param .u64 in_f, .param .u64 in_i, .param .u64 in_b, .param .u64 out,
+                    .param .u32 n, .param .u32 shift)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<40>;
+  .reg .b64 %rd<40>;
+  .reg .f32 %f<20>;
+  .reg .f64 %fd<10>;
+
+  ld.param.u64 %rd1, [in_f];
+  ld.param.u64 %rd2, [in_i];
+  ld.param.u64 %rd3, [in_b];
+  ld.param.u64 %rd4, [out];
+  ld.param.u32 %r1, [n];
+  ld.param.u32 %r2, [shift];
+  cvta.to.global.u64 %rd1, %rd1;
+  cvta.to.global.u64 %rd4, %rd4;
+  mov.u32 %r3, %ctaid.x;
+  mov.u32 %r4, %ntid.x;
+  mov.u32 %r5, %tid.x;
+  mad.lo.s32 %r6, %r3, %r4, %r5;
+  mov.u32 %r7, %nctaid.x;
+  mul.lo.s32 %r8, %r7, %r4;
+LOOP:
+  setp.ge.s32 %p1, %r6, %r1;
+  @%p1 bra DONE;
+  mul.wide.s32 %rd5, %r6, 4;
+  add.s64 %rd6, %rd1, %rd5;
+  ld.global.f32 %f1, [%rd6];
+  add.s64 %rd7, %rd2, %rd5;
+  ld.global.nc.s32 %r9, [%rd7];
+  cvt.s64.s32 %rd8, %r6;
+  add.s64 %rd9, %rd3, %rd8;
+  ld.global.s8 %r10, [%rd9];
+  mul.wide.s32 %rd10, %r6, 64;
+  add.s64 %rd11, %rd4, %rd10;
+  fma.rn.f32 %f2, %f1, 0f40000000, 0f3F800000;
+  st.global.f32 [%rd11], %f2;
+  cvt.rzi.s32.f32 %r11, %f1;
+  st.global.u32 [%rd11+4], %r11;
+  cvt.rn.f32.s32 %f3, %r9;
+  st.global.f32 [%rd11+8], %f3;
+  shl.b32 %r12, %r9, %r2;
+  st.global.u32 [%rd11+12], %r12;
+  shr.s32 %r13, %r9, %r2;
+  st.global.u32 [%rd11+16], %r13;
+  shr.u32 %r14, %r9, %r2;
+  st.global.u32 [%rd11+20], %r14;
+  min.s32 %r15, %r9, %r10;
+  st.global.u32 [%rd11+24], %r15;
+  max.u32 %r16, %r9, %r10;
+  st.global.u32 [%rd11+28], %r16;
+  mul.hi.s32 %r17, %r9, 1000003;
+  st.global.u32 [%rd11+32], %r17;
+  mul.hi.u32 %r18, %r9, 1000003;
+  st.global.u32 [%rd11+36], %r18;
+  setp.lt.f32 %p2, %f1, 0f00000000;
+  selp.b32 %r19, 1, 2, %p2;
+  st.global.u32 [%rd11+40], %r19;
+  setp.ltu.f32 %p3, %f1, 0f00000000;
+  selp.b32 %r20, 1, 2, %p3;
+  st.global.u32 [%rd11+44], %r20;
+  div.rn.f32 %f4, %f1, 0f40400000;
+  st.global.f32 [%rd11+48], %f4;
+  abs.f32 %f5, %f1;
+  sqrt.rn.f32 %f6, %f5;
+  st.global.f32 [%rd11+52], %f6;
+  cvt.f64.f32 %fd1, %f1;
+  mul.rn.f64 %fd2, %fd1, 0d3FF8000000000000;
+  neg.f64 %fd3, %fd2;
+  cvt.rn.f32.f64 %f7, %fd3;
+  st.global.f32 [%rd11+56], %f7;
+  xor.b32 %r21, %r10, %r9;
+  not.b32 %r22, %r21;
+  and.b32 %r23, %r22, 0xFFFF00FF;
+  @%p2 add.s32 %r23, %r23, 7;
+  st.global.u32 [%rd11+60], %r23;
+  add.s32 %r6, %r6, %r8;
+  bra LOOP;
+DONE:
+  ret;
+}
+
+.visible .entry dims(.param .u64 out)
+{
+  .reg .b32 %r<20>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %tid.y;
+  mov.u32 %r3, %tid.z;
+  mov.u32 %r4, %ntid.x;
+  mov.u32 %r5, %ntid.y;
+  mov.u32 %r6, %ntid.z;
+  mov.u32 %r7, %ctaid.x;
+  mov.u32 %r8, %ctaid.y;
+  mov.u32 %r9, %ctaid.z;
+  mov.u32 %r10, %nctaid.x;
+  mov.u32 %r11, %nctaid.y;
+  mad.lo.s32 %r12, %r9, %r11, %r8;
+  mad.lo.s32 %r12, %r12, %r10, %r7;
+  mad.lo.s32 %r13, %r3, %r5, %r2;
+  mad.lo.s32 %r13, %r13, %r4, %r1;
+  mul.lo.s32 %r14, %r4, %r5;
+  mul.lo.s32 %r14, %r14, %r6;
+  mad.lo.s32 %r15, %r12, %r14, %r13;
+  shl.b32 %r16, %r12, 16;
+  or.b32 %r16, %r16, %r13;
+  mul.wide.u32 %rd2, %r15, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r16;
+  ret;
+}
+
+.visible .entry stray(.param .u64 data, .param .u32 skip)
+{
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [data];
+  ld.param.u32 %r1, [skip];
+  mov.u32 %r2, %tid.x;
+  mov.u32 %r3, %ctaid.x;
+  mov.u32 %r4, %ntid.x;
+  mad.lo.s32 %r2, %r3, %r4, %r2;
+  add.s32 %r2, %r2, %r1;
+  mul.wide.u32 %rd2, %r2, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  ld.global.u32 %r5, [%rd3];
+  add.s32 %r5, %r5, 1;
+  st.global.u32 [%rd3], %r5;
+  ret;
+}
+
+.visible .entry rotate(.param .u64 out, .param .u32 rounds)
+{
+  .reg .pred %p<3>;
+  .reg .b32 %r<20>;
+  .reg .b64 %rd<5>;
+  .shared .align 4 .b32 ring[128];
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [rounds];
+  mov.u32 %r2, %tid.x;
+  mov.u32 %r3, %ntid.x;
+  mov.u32 %r4, 0;
+  mov.u32 %r5, %r2;
+  mov.u32 %r6, ring;
+  shl.b32 %r7, %r2, 2;
+  add.s32 %r8, %r6, %r7;
+  add.s32 %r9, %r2, 1;
+  setp.eq.u32 %p1, %r9, %r3;
+  selp.b32 %r9, 0, %r9, %p1;
+  shl.b32 %r10, %r9, 2;
+  add.s32 %r11, %r6, %r10;
+LOOP:
+  setp.ge.u32 %p2, %r4, %r1;
+  @%p2 bra END;
+  st.shared.u32 [%r8], %r5;
+  bar.sync 0;
+  ld.shared.u32 %r12, [%r11];
+  mad.lo.s32 %r5, %r12, 3, %r4;
+  barrier.sync 0;
+  add.s32 %r4, %r4, 1;
+  bra LOOP;
+END:
+  mov.u32 %r13, %ctaid.x;
+  mad.lo.s32 %r14, %r13, %r3, %r2;
+  mul.wide.u32 %rd2, %r14, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r5;
+  ret;
+}
+
+.visible .entry hist(.param .u64 in, .param .u32 n, .param .u64 bins)
+{
+  .reg .pred %p<4>;
+  .reg .b16 %rs<2>;
+  .reg .b32 %r<20>;
+  .reg .b64 %rd<8>;
+  .shared .align 4 .b32 local[16];
+  ld.param.u64 %rd1, [in];
+  ld.param.u32 %r1, [n];
+  ld.param.u64 %rd2, [bins];
+  mov.u32 %r2, %tid.x;
+  setp.ge.u32 %p1, %r2, 16;
+  @%p1 bra ZEROED;
+  shl.b32 %r3, %r2, 2;
+  mov.u32 %r4, local;
+  add.s32 %r5, %r4, %r3;
+  mov.u32 %r6, 0;
+  st.shared.u32 [%r5], %r6;
+ZEROED:
+  bar.sync 0;
+  mov.u32 %r7, %ctaid.x;
+  mov.u32 %r8, %ntid.x;
+  mad.lo.s32 %r9, %r7, %r8, %r2;
+  setp.ge.u32 %p2, %r9, %r1;
+  @%p2 bra COUNTED;
+  cvt.u64.u32 %rd3, %r9;
+  add.s64 %rd4, %rd1, %rd3;
+  ld.global.u8 %rs1, [%rd4];
+  cvt.u32.u16 %r10, %rs1;
+  and.b32 %r10, %r10, 15;
+  shl.b32 %r11, %r10, 2;
+  mov.u32 %r12, local;
+  add.s32 %r13, %r12, %r11;
+  atom.shared.add.u32 %r14, [%r13], 1;
+COUNTED:
+  bar.sync 0;
+  @%p1 bra DONE;
+  ld.shared.u32 %r15, [%r5];
+  mul.wide.u32 %rd5, %r2, 4;
+  add.s64 %rd6, %rd2, %rd5;
+  red.global.add.u32 [%rd6], %r15;
+DONE:
+  ret;
+}
+
+.visible .entry peek(.param .u64 out, .param .u32 index)
+{
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<3>;
+  .shared .align 4 .b32 cells[8];
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [index];
+  mov.u32 %r2, cells;
+  shl.b32 %r3, %r1, 2;
+  add.s32 %r4, %r2, %r3;
+  ld.shared.u32 %r5, [%r4];
+  st.global.u32 [%rd1], %r5;
+  ret;
+}
+
+.visible .entry ticket(.param .u64 counter, .param .u64 out)
+{
+  .reg .b32 %r<5>;
+  .reg .b64 %rd<6>;
+  ld.param.u64 %rd1, [counter];
+  ld.param.u64 %rd2, [out];
+  atom.global.add.u32 %r1, [%rd1], 1;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd2, %rd3;
+  mov.u32 %r2, %tid.x;
+  st.global.u32 [%rd4], %r2;
+  ret;
+}
+)";
+
+// Host buffers at made-up device addresses, as the sim executor hands them to the engine.
+struct Memory {
+  std::vector<MemoryRange> ranges;
+  uint64_t next = uint64_t{1} << 44;
+  template <typename T>
+  uint64_t Add(std::vector<T>& data) {
+    uint64_t address = next;
+    next += (data.size() * sizeof(T) + 4095) / 4096 * 4096 + 4096;
+    ranges.push_back(
+        MemoryRange{address, data.size() * sizeof(T), reinterpret_cast<char*>(data.data())});
+    return address;
+  }
+};
+
+template <typename... Args>
+std::vector<uint8_t> Pack(Args... args) {
+  std::vector<uint8_t> bytes;
+  auto put = [&](auto value) {
+    size_t align = sizeof(value);
+    bytes.resize((bytes.size() + align - 1) / align * align);
+    size_t at = bytes.size();
+    bytes.resize(at + sizeof(value));
+    std::memcpy(bytes.data() + at, &value, sizeof(value));
+  };
+  (put(args), ...);
+  return bytes;
+}
+
+class Jit : public ::testing::Test {
+ public:
+  void SetUp() override {
+    auto parsed = PtxModule::Parse(kMix);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    module_ = std::move(*parsed);
+  }
+  void TearDown() override { SetJitMode(JitMode::kAuto); }
+
+  const DecodedKernel& Kernel(const std::string& name) {
+    auto kernel = module_->Decode(name, {});
+    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
+    return **kernel;
+  }
+
+  int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid,
+                 std::vector<uint32_t> block, const std::vector<uint8_t>& params, Memory& memory,
+                 uint64_t* instructions = nullptr, std::string* detail = nullptr) {
+    LaunchSpec spec;
+    for (int i = 0; i < 3; ++i) {
+      spec.grid[i] = grid[i];
+      spec.block[i] = block[i];
+    }
+    spec.params = params.data();
+    spec.param_size = params.size();
+    spec.memory = memory.ranges;
+    spec.thread_instructions = instructions;
+    spec.error_detail = detail;
+    return RunKernel(kernel, spec);
+  }
+
+  std::unique_ptr<PtxModule> module_;
+};
+
+struct MixInputs {
+  std::vector<float> f;
+  std::vector<int32_t> i;
+  std::vector<int8_t> b;
+};
+
+MixInputs MakeInputs(int n) {
+  const float kFloats[] = {1.5f,     -2.75f,    0.0f,   -0.0f, 3e9f,  -3e9f,      std::nanf(""),
+                           INFINITY, -INFINITY, 1e-40f, 7.0f,  -0.5f, 123456.789f};
+  const int32_t kInts[] = {0,
+                           1,
+                           -1,
+                           7,
+                           -123456,
+                           std::numeric_limits<int32_t>::min(),
+                           std::numeric_limits<int32_t>::max(),
+                           0x12345678,
+                           -2};
+  const int8_t kBytes[] = {0, 1, -1, 127, -128, 42};
+  MixInputs in;
+  for (int k = 0; k < n; ++k) {
+    in.f.push_back(kFloats[k % std::size(kFloats)] * (1 + k / std::size(kFloats)));
+    in.i.push_back(kInts[k % std::size(kInts)] ^ (k / std::size(kInts)));
+    in.b.push_back(kBytes[k % std::size(kBytes)]);
+  }
+  return in;
+}
+
+// Runs `mix` on fresh copies of the inputs; returns the 16-word rows.
+std::vector<uint32_t> RunMix(Jit* test, const DecodedKernel& kernel, int n, uint32_t shift,
+                             int32_t* status) {
+  MixInputs in = MakeInputs(n);
+  std::vector<uint32_t> out(size_t(n) * 16, 0xdeadbeef);
+  Memory memory;
+  uint64_t df = memory.Add(in.f), di = memory.Add(in.i), db = memory.Add(in.b);
+  uint64_t dout = memory.Add(out);
+  // 3 blocks of 64 threads over 1000 elements: every thread loops.
+  *status = test->Launch(kernel, {3, 1, 1}, {64, 1, 1}, Pack(df, di, db, dout, uint32_t(n), shift),
+                         memory);
+  return out;
+}
+
+TEST_F(Jit, CompiledKernelGivesTheInterpretersResultsBitForBit) {
+  const DecodedKernel& kernel = Kernel("mix");
+  const int n = 1000;
+  for (uint32_t shift : {3u, 31u, 32u, 40u}) {
+    SetJitMode(JitMode::kOff);
+    int32_t interpreted_status = -1;
+    std::vector<uint32_t> interpreted = RunMix(this, kernel, n, shift, &interpreted_status);
+    ASSERT_EQ(interpreted_status, 0);
+    SetJitMode(JitMode::kAlways);
+    const uint64_t before = kernel.jit->jit_launches.load();
+    int32_t compiled_status = -1;
+    std::vector<uint32_t> compiled = RunMix(this, kernel, n, shift, &compiled_status);
+    ASSERT_EQ(compiled_status, 0);
+    EXPECT_EQ(kernel.jit->jit_launches.load(), before + 1)
+        << "the launch did not run compiled: " << kernel.jit->refused;
+    for (size_t k = 0; k < compiled.size(); ++k) {
+      // Float words: a NaN is a NaN (LLVM may fold neg into a multiply, which on the host
+      // keeps a NaN operand's sign; PTX does not fix NaN bits, and a GPU's are canonical).
+      const bool float_word =
+          k % 16 == 0 || k % 16 == 2 || k % 16 == 12 || k % 16 == 13 || k % 16 == 14;
+      if (float_word && std::isnan(std::bit_cast<float>(compiled[k])) &&
+          std::isnan(std::bit_cast<float>(interpreted[k]))) {
+        continue;
+      }
+      ASSERT_EQ(compiled[k], interpreted[k])
+          << "element " << k / 16 << " word " << k % 16 << " with shift " << shift;
+    }
+    // And against what PTX says, for the words where the host's C++ would differ.
+    MixInputs in = MakeInputs(n);
+    for (int e = 0; e < n; ++e) {
+      const uint32_t* row = &compiled[size_t(e) * 16];
+      const float f = in.f[e];
+      const int32_t i = in.i[e];
+      int32_t rzi = std::isnan(f)         ? 0
+                    : f >= 2147483648.0f  ? std::numeric_limits<int32_t>::max()
+                    : f <= -2147483648.0f ? std::numeric_limits<int32_t>::min()
+                                          : static_cast<int32_t>(f);
+      ASSERT_EQ(static_cast<int32_t>(row[1]), rzi) << "cvt.rzi.s32.f32 of " << f;
+      ASSERT_EQ(row[3], shift >= 32 ? 0u : static_cast<uint32_t>(i) << shift) << "shl";
+      ASSERT_EQ(static_cast<int32_t>(row[4]), shift >= 32 ? (i < 0 ? -1 : 0) : i >> shift)
+          << "shr.s32";
+      ASSERT_EQ(row[5], shift >= 32 ? 0u : static_cast<uint32_t>(i) >> shift) << "shr.u32";
+      ASSERT_EQ(row[10], f < 0 ? 1u : 2u) << "setp.lt.f32 of " << f;
+      ASSERT_EQ(row[11], (f < 0 || std::isnan(f)) ? 1u : 2u) << "setp.ltu.f32 of " << f;
+      ASSERT_EQ(static_cast<int32_t>(row[6]), std::min<int32_t>(i, in.b[e])) << "min.s32";
+    }
+  }
+}
+
+TEST_F(Jit, ThreadsAndBlocksOfThreeDimensions) {
+  SetJitMode(JitMode::kAlways);
+  const DecodedKernel& kernel = Kernel("dims");
+  const uint32_t grid[3] = {3, 2, 2}, block[3] = {4, 3, 5};
+  const uint32_t threads = 3 * 2 * 2 * 4 * 3 * 5;
+  std::vector<uint32_t> out(threads, 0xffffffff);
+  Memory memory;
+  uint64_t dout = memory.Add(out);
+  uint64_t instructions = 0;
+  ASSERT_EQ(Launch(kernel, {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, Pack(dout),
+                   memory, &instructions),
+            0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (uint32_t g = 0; g < threads; ++g) {
+    const uint32_t per_block = 4 * 3 * 5;
+    ASSERT_EQ(out[g], (g / per_block) << 16 | (g % per_block)) << "thread " << g;
+  }
+  // Every thread runs each of the kernel's instructions once: count them in the text.
+  std::string text(kMix);
+  std::string body = text.substr(text.find(".entry dims"));
+  body = body.substr(body.find('{'), body.find('}') - body.find('{'));
+  std::istringstream lines(body);
+  uint64_t per_thread = 0;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find(';') != std::string::npos && line.find(".reg") == std::string::npos) ++per_thread;
+  }
+  EXPECT_EQ(per_thread, 25u);
+  EXPECT_EQ(instructions, per_thread * threads);
+}
+
+TEST_F(Jit, AStrayAccessIsAnIllegalAddressAndStopsTheLaunch) {
+  SetJitMode(JitMode::kAlways);
+  const DecodedKernel& kernel = Kernel("stray");
+  std::vector<uint32_t> data(1024, 5);
+  Memory memory;
+  uint64_t d = memory.Add(data);
+  // In bounds first: every word incremented once.
+  ASSERT_EQ(Launch(kernel, {8, 1, 1}, {128, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (uint32_t v : data) ASSERT_EQ(v, 6u);
+  // 4 words past the end: the last block's last threads read past the allocation.
+  std::string detail;
+  EXPECT_EQ(Launch(kernel, {8, 1, 1}, {128, 1, 1}, Pack(d, uint32_t{4}), memory, nullptr, &detail),
+            kIllegalAddress);
+  char expected[64];
+  std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx (block 7, warp 3)",
+                static_cast<unsigned long long>(d + 1024 * 4));
+  EXPECT_EQ(detail, expected);
+  // Below the allocation, and a null pointer: refused too.
+  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {32, 1, 1}, Pack(uint64_t{0}, uint32_t{0}), memory),
+            kIllegalAddress);
+  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {32, 1, 1}, Pack(d - 4, uint32_t{0}), memory),
+            kIllegalAddress);
+}
+
+TEST_F(Jit, BarriersAndSharedMemoryGiveTheInterpretersResults) {
+  const DecodedKernel& kernel = Kernel("rotate");
+  const uint32_t threads = 100, blocks = 3, rounds = 7;
+  std::vector<uint32_t> results[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    results[compiled].assign(threads * blocks, 0);
+    Memory memory;
+    uint64_t d = memory.Add(results[compiled]);
+    ASSERT_EQ(Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(d, rounds), memory), 0);
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  // Each round every thread takes its right neighbour's value: v' = v[t + 1] * 3 + round.
+  std::vector<uint32_t> v(threads);
+  for (uint32_t t = 0; t < threads; ++t) v[t] = t;
+  for (uint32_t round = 0; round < rounds; ++round) {
+    std::vector<uint32_t> next(threads);
+    for (uint32_t t = 0; t < threads; ++t) next[t] = v[(t + 1) % threads] * 3 + round;
+    v = next;
+  }
+  for (uint32_t k = 0; k < threads * blocks; ++k) {
+    ASSERT_EQ(results[1][k], v[k % threads]) << "thread " << k;
+    ASSERT_EQ(results[0][k], results[1][k]) << "thread " << k;
+  }
+}
+
+TEST_F(Jit, AtomicsOnSharedAndGlobalMemoryAcrossBlocks) {
+  SetJitMode(JitMode::kAlways);
+  const DecodedKernel& kernel = Kernel("hist");
+  const uint32_t n = 100000;
+  std::vector<uint8_t> in(n);
+  std::vector<uint32_t> expected(16, 0);
+  for (uint32_t k = 0; k < n; ++k) {
+    in[k] = static_cast<uint8_t>(k * 2654435761u >> 24);
+    ++expected[in[k] & 15];
+  }
+  std::vector<uint32_t> bins(16, 0);
+  Memory memory;
+  uint64_t din = memory.Add(in), dbins = memory.Add(bins);
+  // 391 blocks on two workers, adding into the same 16 words.
+  ASSERT_EQ(Launch(kernel, {(n + 255) / 256, 1, 1}, {256, 1, 1}, Pack(din, n, dbins), memory), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  EXPECT_EQ(bins, expected);
+}
+
+TEST_F(Jit, AStrayAccessToSharedMemoryIsAnIllegalAddress) {
+  const DecodedKernel& kernel = Kernel("peek");
+  std::vector<uint32_t> out(1, 0);
+  Memory memory;
+  uint64_t d = memory.Add(out);
+  for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+    SetJitMode(mode);
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d, uint32_t{7}), memory), 0);
+    std::string detail;
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d, uint32_t{8}), memory, nullptr, &detail),
+              kIllegalAddress);
+    EXPECT_NE(detail.find("load of 4 bytes"), std::string::npos) << detail;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+}
+
+TEST_F(Jit, KernelsItCannotTakeRunOnTheInterpreter) {
+  SetJitMode(JitMode::kAlways);
+  // A thread that reads its atomic's result could wait for another thread: interpreted.
+  const DecodedKernel& kernel = Kernel("ticket");
+  std::vector<uint32_t> counter(1, 0), out(64, 0xffffffff);
+  Memory memory;
+  uint64_t dcounter = memory.Add(counter), dout = memory.Add(out);
+  ASSERT_EQ(Launch(kernel, {1, 1, 1}, {64, 1, 1}, Pack(dcounter, dout), memory), 0);
+  EXPECT_EQ(counter[0], 64u);
+  std::vector<uint32_t> sorted = out;
+  std::sort(sorted.begin(), sorted.end());
+  for (uint32_t k = 0; k < 64; ++k) ASSERT_EQ(sorted[k], k);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
+  EXPECT_NE(kernel.jit->refused.find("an atomic whose result is read"), std::string::npos)
+      << kernel.jit->refused;
+}
+
+TEST_F(Jit, AutoCompilesOnlyKernelsWhoseLaunchesAreWorthIt) {
+  SetJitMode(JitMode::kAuto);
+  const DecodedKernel& kernel = Kernel("stray");
+  std::vector<uint32_t> data(uint64_t{1} << 20, 0);
+  Memory memory;
+  uint64_t d = memory.Add(data);
+  // Small launches: interpreted, nothing compiled.
+  for (int k = 0; k < 4; ++k) {
+    ASSERT_EQ(Launch(kernel, {4, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
+  EXPECT_FALSE(kernel.jit->tried);
+  // A launch of 2^20 threads runs interpreted; the next one compiled.
+  ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
+  ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (uint64_t k = 0; k < data.size(); ++k) ASSERT_EQ(data[k], k < 1024 ? 6u : 2u) << k;
+  // Off: interpreted again.
+  SetJitMode(JitMode::kOff);
+  ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u);
+  EXPECT_EQ(data[5], 7u);
+}
+
+}  // namespace
+}  // namespace gpupool::sim
