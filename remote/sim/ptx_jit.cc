@@ -28,6 +28,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -46,6 +47,8 @@ constexpr int32_t kIllegalAddress = 700;  // CUDA_ERROR_ILLEGAL_ADDRESS
 // code, and a launch waits for its compile.
 constexpr size_t kMaxInstructions = 16384;
 constexpr size_t kMaxRegisters = 4096;
+// Threads vector code runs at once (8 floats fill an AVX register).
+constexpr uint32_t kVectorLanes = 8;
 
 // The allocation a memory instruction hit last: an address a of `size` bytes is in it when
 // a - start < limit (limit = allocation size - size + 1; 0 matches nothing).
@@ -116,6 +119,9 @@ class CompiledKernel {
  public:
   std::unique_ptr<llvm::orc::LLJIT> jit;
   CtaFunction cta = nullptr;
+  // The same over kVectorLanes threads of a row at once, for blocks whose x extent is a
+  // multiple of it; nullptr where the kernel has what vector code does not take.
+  CtaFunction cta_vector = nullptr;
   std::vector<MemoryAccess> accesses;
   uint32_t registers = 0;     // saved at a barrier, per thread
   uint64_t shared_bytes = 0;  // of the CTA's .shared variables
@@ -175,13 +181,14 @@ bool IsCacheHint(std::string_view q) {
 class Emitter {
  public:
   Emitter(const RawFunction& entry, const std::vector<SharedVariable>& module_shared,
-          uint32_t param_size, llvm::LLVMContext& context, llvm::Module& module)
+          uint32_t param_size, llvm::LLVMContext& context, llvm::Module& module, uint32_t lanes)
       : entry_(entry),
         param_size_(param_size),
         ctx_(context),
         module_(module),
         b_(context),
-        module_shared_(module_shared) {}
+        module_shared_(module_shared),
+        lanes_(lanes) {}
 
   // Emits `cta`; false (and *refused) when the kernel has what the tier does not take.
   bool Emit(CompiledKernel* out, std::string* refused) {
@@ -219,6 +226,30 @@ class Emitter {
       return Refuse("more than " + std::to_string(kMaxRegisters) + " names",
                     entry_.body.empty() ? 0 : entry_.body.front().line, refused);
     }
+    if (lanes_ > 0) {
+      // Vector code takes straight code and forward branches only, without barriers,
+      // shared memory or atomics (the scalar code runs those).
+      if (barriers_ > 0 || has_shared_) {
+        return Refuse("vector code: barriers or shared memory", 0, refused);
+      }
+      std::map<std::string, size_t> label_at;
+      size_t index = 0;
+      for (const RawStatement& s : entry_.body) {
+        if (s.kind == RawStatement::kLabel) label_at[s.opcode] = index;
+        if (s.kind == RawStatement::kInstruction) ++index;
+      }
+      index = 0;
+      for (const RawStatement& s : entry_.body) {
+        if (s.kind != RawStatement::kInstruction) continue;
+        if (s.opcode.rfind("bra", 0) == 0 && !s.operands.empty()) {
+          auto it = label_at.find(s.operands[0].name);
+          if (it == label_at.end() || it->second <= index) {
+            return Refuse("vector code: a backward branch", s.line, refused);
+          }
+        }
+        ++index;
+      }
+    }
     if (barriers_ > 0) ComputeLiveness();
     i1_ = b_.getInt1Ty();
     i32_ = b_.getInt32Ty();
@@ -226,7 +257,8 @@ class Emitter {
     ptr_ = b_.getPtrTy();
     auto* type =
         llvm::FunctionType::get(i32_, {ptr_, ptr_, i32_, i32_, i32_, ptr_, ptr_, ptr_}, false);
-    fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, "cta", module_);
+    fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage,
+                                 lanes_ ? "cta_vector" : "cta", module_);
     context_ = fn_->getArg(0);
     params_arg_ = fn_->getArg(1);
     for (int i = 0; i < 3; ++i) ctaid_[i] = fn_->getArg(2 + i);
@@ -258,6 +290,7 @@ class Emitter {
     count_slot_ = b_.CreateAlloca(i64_);
     waiting_slot_ = b_.CreateAlloca(i1_);
     b_.CreateStore(b_.getInt64(0), count_slot_);
+    if (lanes_) mask_slot_ = b_.CreateAlloca(Lanes(i1_));
     alloca_point_ = b_.CreateBr(phase_block);
 
     // phase: every thread from its start or its barrier to its next barrier or its end.
@@ -286,12 +319,28 @@ class Emitter {
 
     // Labels first, so that branches forward find their blocks.
     for (const RawStatement& s : entry_.body) {
-      if (s.kind == RawStatement::kLabel) {
+      if (s.kind == RawStatement::kLabel && !lanes_) {
         labels_[s.opcode] = llvm::BasicBlock::Create(ctx_, s.opcode, fn_);
+      }
+      if (s.kind == RawStatement::kLabel && lanes_) {
+        llvm::IRBuilder<> at(alloca_point_);
+        pending_[s.opcode] = at.CreateAlloca(Lanes(i1_));
       }
     }
     b_.SetInsertPoint(start_block);
+    if (lanes_) {
+      // Every lane runs; no lane waits at any label.
+      b_.CreateStore(Int(1, 1), mask_slot_);
+      for (auto& [label, slot] : pending_) b_.CreateStore(Int(1, 0), slot);
+    }
     for (const RawStatement& s : entry_.body) {
+      if (s.kind == RawStatement::kLabel && lanes_) {
+        // The lanes that branched here join the running ones.
+        b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_),
+                                   b_.CreateLoad(Lanes(i1_), pending_.at(s.opcode))),
+                       mask_slot_);
+        continue;
+      }
       if (s.kind == RawStatement::kLabel) {
         llvm::BasicBlock* block = labels_[s.opcode];
         if (!b_.GetInsertBlock()->getTerminator()) b_.CreateBr(block);
@@ -319,7 +368,9 @@ class Emitter {
         resume_switch->addCase(b_.getInt32(static_cast<uint32_t>(k + 1)), restore);
         b_.SetInsertPoint(restore);
         for (const std::string& name : resume_live_[k]) {
-          b_.CreateStore(b_.CreateLoad(i64_, SavedOf(SavedIndex(name))), Register(name));
+          b_.CreateStore(
+              b_.CreateTrunc(b_.CreateLoad(i64_, SavedOf(SavedIndex(name))), StorageType(name)),
+              Register(name));
         }
         b_.CreateBr(resume_points_[k]);
       }
@@ -327,7 +378,7 @@ class Emitter {
       for (auto& [block, point] : saves_) {
         b_.SetInsertPoint(block);
         for (const std::string& name : resume_live_[point - 1]) {
-          b_.CreateStore(b_.CreateLoad(i64_, Register(name)), SavedOf(SavedIndex(name)));
+          b_.CreateStore(LoadRegister64(name), SavedOf(SavedIndex(name)));
         }
         b_.CreateStore(b_.getInt32(point), ResumeOf());
         b_.CreateStore(b_.getInt1(true), waiting_slot_);
@@ -335,6 +386,15 @@ class Emitter {
       }
     }
     FinishShared();
+    if (lanes_) {
+      // Each chunk's registers start at 0: what an earlier chunk (other threads) left is
+      // nothing to keep for lanes that do not write them, and LLVM then carries no vector
+      // registers from one chunk to the next.
+      llvm::IRBuilder<> at(start_block, start_block->getFirstInsertionPt());
+      for (auto& [name, slot] : registers_) {
+        at.CreateStore(llvm::Constant::getNullValue(slot->getAllocatedType()), slot);
+      }
+    }
     out->registers = static_cast<uint32_t>(saved_index_.size());
     out->shared_bytes = shared_size_;
     out->barriers = barriers_ > 0;
@@ -342,7 +402,8 @@ class Emitter {
     // next: the following thread, x fastest; after the last, another phase if a thread
     // waits at a barrier, else the count and success.
     b_.SetInsertPoint(next_block_);
-    llvm::Value* x = b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[0]), b_.getInt32(1));
+    llvm::Value* x =
+        b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[0]), b_.getInt32(lanes_ ? lanes_ : 1));
     auto* wrap_x = llvm::BasicBlock::Create(ctx_, "wrap_x", fn_);
     auto* wrap_y = llvm::BasicBlock::Create(ctx_, "wrap_y", fn_);
     auto* last = llvm::BasicBlock::Create(ctx_, "last", fn_);
@@ -540,37 +601,96 @@ class Emitter {
     b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, at), b_.CreateLoad(i64_, count_slot_)), at);
   }
 
+  // A register's width as declared (64 for one used undeclared, as inline asm may).
+  uint32_t StorageBits(const std::string& name) {
+    auto it = entry_.register_bits.find(name);
+    if (it == entry_.register_bits.end()) {
+      const size_t at = name.rfind('@');
+      if (at != std::string::npos) it = entry_.register_bits.find(name.substr(0, at));
+    }
+    return it == entry_.register_bits.end() ? 64 : it->second;
+  }
+  llvm::Type* StorageType(const std::string& name) {
+    return Lanes(b_.getIntNTy(StorageBits(name)));
+  }
+  llvm::Value* LoadRegister(const std::string& name) {
+    return b_.CreateLoad(StorageType(name), Register(name));
+  }
+  // Its value as 64 bits, zero-extended (an address; what a barrier saves).
+  llvm::Value* LoadRegister64(const std::string& name) {
+    return b_.CreateZExt(LoadRegister(name), I64());
+  }
+
+  // A register: a stack slot of its declared width (i1 for a predicate, i32 for .b32...),
+  // so that 32-bit work stays 32-bit (half the vector registers in vector code).
   llvm::AllocaInst* Register(const std::string& name) {
     auto it = registers_.find(name);
     if (it != registers_.end()) return it->second;
     llvm::IRBuilder<> at(alloca_point_);
-    llvm::AllocaInst* slot = at.CreateAlloca(i64_, nullptr, name);
-    at.CreateStore(b_.getInt64(0), slot);
+    llvm::Type* type = StorageType(name);
+    llvm::AllocaInst* slot = at.CreateAlloca(type, nullptr, name);
+    at.CreateStore(llvm::Constant::getNullValue(type), slot);
     registers_[name] = slot;
     slot_index_[name] = static_cast<uint32_t>(slot_index_.size());
     return slot;
   }
 
-  llvm::Type* LlvmType(Type t) {
+  // Types and constants of one thread (scalar) or of kLanes threads at once (vectors).
+  llvm::Type* Lanes(llvm::Type* scalar) {
+    return lanes_ ? llvm::FixedVectorType::get(scalar, lanes_) : scalar;
+  }
+  llvm::Type* I64() { return Lanes(i64_); }
+  llvm::Value* Splat(llvm::Value* scalar) {
+    return lanes_ ? b_.CreateVectorSplat(lanes_, scalar) : scalar;
+  }
+  llvm::Value* Int(uint32_t bits, uint64_t value) { return Splat(b_.getIntN(bits, value)); }
+
+  llvm::Type* ScalarType(Type t) {
     if (t.kind == Kind::kPred) return i1_;
     if (t.kind == Kind::kFloat) return t.bits == 32 ? b_.getFloatTy() : b_.getDoubleTy();
     return b_.getIntNTy(t.bits);
   }
+  // <0, 1, 2, ...> times `step`, 64-bit.
+  llvm::Value* Steps(uint64_t step) {
+    std::vector<llvm::Constant*> steps;
+    for (uint32_t k = 0; k < lanes_; ++k) steps.push_back(b_.getInt64(k * step));
+    return llvm::ConstantVector::get(steps);
+  }
+  llvm::Value* LaneNumbers() {
+    std::vector<llvm::Constant*> lanes;
+    for (uint32_t k = 0; k < lanes_; ++k) lanes.push_back(b_.getInt32(k));
+    return llvm::ConstantVector::get(lanes);
+  }
+  // The lanes an instruction of vector code runs on.
+  llvm::Value* Mask() { return op_mask_ ? op_mask_ : b_.CreateLoad(Lanes(i1_), mask_slot_); }
 
-  // 64-bit register bits -> a value of type t.
-  llvm::Value* FromBits(llvm::Value* bits, Type t) {
-    if (t.kind == Kind::kPred) return b_.CreateICmpNE(bits, b_.getInt64(0));
-    if (t.bits < 64) bits = b_.CreateTrunc(bits, b_.getIntNTy(t.bits));
+  llvm::Type* LlvmType(Type t) {
+    if (t.kind == Kind::kPred) return Lanes(i1_);
+    if (t.kind == Kind::kFloat) return Lanes(t.bits == 32 ? b_.getFloatTy() : b_.getDoubleTy());
+    return Lanes(b_.getIntNTy(t.bits));
+  }
+
+  // A register's value (its declared width) -> a value of type t; nullptr when t is wider
+  // than the register (PTX allows only narrower or equal types).
+  llvm::Value* FromStorage(llvm::Value* bits, uint32_t width, Type t) {
+    if (t.kind == Kind::kPred) {
+      return width == 1 ? bits : b_.CreateICmpNE(bits, Int(width, 0));
+    }
+    if (width == 1 || t.bits > width) return nullptr;
+    if (t.bits < width) bits = b_.CreateTrunc(bits, Lanes(b_.getIntNTy(t.bits)));
     if (t.kind == Kind::kFloat) bits = b_.CreateBitCast(bits, LlvmType(t));
     return bits;
   }
 
-  // A value of type t -> 64-bit register bits (signed types sign-extended).
-  llvm::Value* ToBits(llvm::Value* v, Type t) {
-    if (t.kind == Kind::kPred) return b_.CreateZExt(v, i64_);
-    if (t.kind == Kind::kFloat) v = b_.CreateBitCast(v, b_.getIntNTy(t.bits));
-    if (t.bits == 64) return v;
-    return t.kind == Kind::kSigned ? b_.CreateSExt(v, i64_) : b_.CreateZExt(v, i64_);
+  // A value of type t -> a register of `width` bits (signed types sign-extended, as the
+  // interpreter keeps them); nullptr when t is wider.
+  llvm::Value* ToStorage(llvm::Value* v, Type t, uint32_t width) {
+    if (t.kind == Kind::kPred) return width == 1 ? v : b_.CreateZExt(v, Lanes(b_.getIntNTy(width)));
+    if (width == 1 || t.bits > width) return nullptr;
+    if (t.kind == Kind::kFloat) v = b_.CreateBitCast(v, Lanes(b_.getIntNTy(t.bits)));
+    if (t.bits == width) return v;
+    llvm::Type* type = Lanes(b_.getIntNTy(width));
+    return t.kind == Kind::kSigned ? b_.CreateSExt(v, type) : b_.CreateZExt(v, type);
   }
 
   // Special registers this tier knows: %tid, %ntid, %ctaid, %nctaid (u32).
@@ -578,10 +698,14 @@ class Emitter {
     static const char* kAxes = "xyz";
     for (int i = 0; i < 3; ++i) {
       std::string axis = std::string(".") + kAxes[i];
-      if (name == "%tid" + axis) return b_.CreateLoad(i32_, tid_slot_[i]);
-      if (name == "%ntid" + axis) return ntid_[i];
-      if (name == "%ctaid" + axis) return ctaid_[i];
-      if (name == "%nctaid" + axis) return nctaid_[i];
+      if (name == "%tid" + axis) {
+        llvm::Value* tid = Splat(b_.CreateLoad(i32_, tid_slot_[i]));
+        if (lanes_ && i == 0) tid = b_.CreateAdd(tid, LaneNumbers());  // lanes are x, x+1, ...
+        return tid;
+      }
+      if (name == "%ntid" + axis) return Splat(ntid_[i]);
+      if (name == "%ctaid" + axis) return Splat(ctaid_[i]);
+      if (name == "%nctaid" + axis) return Splat(nctaid_[i]);
     }
     return nullptr;
   }
@@ -620,14 +744,16 @@ class Emitter {
         if (!op.name.empty() && op.name[0] != '%' && !op.negated && t.is_int()) {
           // A .shared variable's name: its offset in the CTA's shared memory.
           if (int64_t offset = SharedSymbol(op.name); offset >= 0) {
-            return b_.getIntN(t.bits, static_cast<uint64_t>(offset));
+            return Int(t.bits, static_cast<uint64_t>(offset));
           }
         }
         if (op.name.empty() || op.name[0] != '%' || op.negated) {
           *why = "it names " + (op.name.empty() ? std::string("an operand") : op.name);
           return nullptr;
         }
-        return FromBits(b_.CreateLoad(i64_, Register(op.name)), t);
+        llvm::Value* v = FromStorage(LoadRegister(op.name), StorageBits(op.name), t);
+        if (v == nullptr) *why = "it reads " + op.name + " as a type wider than the register";
+        return v;
       }
       case RawOperand::kInt:
         if (t.kind == Kind::kFloat) {
@@ -635,25 +761,25 @@ class Emitter {
           double value = static_cast<double>(static_cast<int64_t>(op.bits));
           return llvm::ConstantFP::get(LlvmType(t), value);
         }
-        if (t.kind == Kind::kPred) return b_.getInt1(op.bits != 0);
-        return b_.getIntN(t.bits, op.bits);
+        if (t.kind == Kind::kPred) return Int(1, op.bits != 0);
+        return Int(t.bits, op.bits);
       case RawOperand::kF32: {
         float f;
         uint32_t bits = static_cast<uint32_t>(op.bits);
         std::memcpy(&f, &bits, 4);
         if (t.kind == Kind::kFloat)
           return llvm::ConstantFP::get(LlvmType(t), static_cast<double>(f));
-        if (t.is_int() && t.bits == 32) return b_.getInt32(bits);
+        if (t.is_int() && t.bits == 32) return Int(32, bits);
         break;
       }
       case RawOperand::kF64: {
         double d;
         std::memcpy(&d, &op.bits, 8);
         if (t.kind == Kind::kFloat) {
-          if (t.bits == 64) return llvm::ConstantFP::get(b_.getDoubleTy(), d);
-          return llvm::ConstantFP::get(b_.getFloatTy(), static_cast<double>(static_cast<float>(d)));
+          if (t.bits == 64) return llvm::ConstantFP::get(LlvmType(t), d);
+          return llvm::ConstantFP::get(LlvmType(t), static_cast<double>(static_cast<float>(d)));
         }
-        if (t.is_int() && t.bits == 64) return b_.getInt64(op.bits);
+        if (t.is_int() && t.bits == 64) return Int(64, op.bits);
         break;
       }
       default:
@@ -669,17 +795,25 @@ class Emitter {
       *why = "a destination it does not take";
       return false;
     }
-    b_.CreateStore(ToBits(v, t), Register(op.name));
+    llvm::Value* bits = ToStorage(v, t, StorageBits(op.name));
+    if (bits == nullptr) {
+      *why = "it writes " + op.name + " with a type wider than the register";
+      return false;
+    }
+    llvm::AllocaInst* slot = Register(op.name);
+    // Lanes outside the mask keep their value.
+    if (lanes_) bits = b_.CreateSelect(Mask(), bits, b_.CreateLoad(StorageType(op.name), slot));
+    b_.CreateStore(bits, slot);
     return true;
   }
 
-  // The host address of a checked global access of `size` bytes at `address`; on a stray
-  // one, the fault is recorded and the function returns.
   // Ends the launch with CUDA_ERROR_ILLEGAL_ADDRESS for `access` at `address`.
-  void Fault(llvm::Value* address, uint32_t access) {
+  void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr) {
     b_.CreateStore(address, Field(kOffFaultAddress));
     b_.CreateStore(b_.getInt32(access), Field(kOffFaultAccess));
-    b_.CreateStore(ThreadIndex(), Field(kOffFaultThread));
+    llvm::Value* thread = ThreadIndex();
+    if (lane != nullptr) thread = b_.CreateAdd(thread, lane);
+    b_.CreateStore(thread, Field(kOffFaultThread));
     FlushCount();
     b_.CreateRet(b_.getInt32(kIllegalAddress));
   }
@@ -721,32 +855,35 @@ class Emitter {
     }
   }
 
-  llvm::Value* Checked(llvm::Value* address, uint32_t size, const char* what) {
+  // A new global access of `size` bytes: its number (its hint's) and stack slots holding
+  // the hint for the CTA (registers, once promoted: a store of the kernel's cannot change
+  // them), loaded at its start and again after each slow path.
+  uint32_t NewAccess(uint32_t size, const char* what) {
     const uint32_t access = static_cast<uint32_t>(accesses_->size());
     accesses_->push_back({size, what});
-    // The hint lives in stack slots for the CTA (registers, once promoted: a store of the
-    // kernel's cannot change them), loaded at its start and again after each slow path.
-    llvm::Value* hint_start = nullptr;
-    llvm::Value* hint_limit = nullptr;
-    llvm::Value* hint_delta = nullptr;
-    llvm::AllocaInst* slots[3];
-    {
-      llvm::IRBuilder<> at(alloca_point_);
-      llvm::Value* hints = at.CreateLoad(ptr_, FieldAt(at, kOffHints));
-      llvm::Value* hint =
-          at.CreateConstGEP1_64(at.getInt8Ty(), hints, uint64_t{access} * sizeof(Hint));
-      for (int i = 0; i < 3; ++i) {
-        slots[i] = at.CreateAlloca(i64_);
-        at.CreateStore(at.CreateLoad(i64_, at.CreateConstGEP1_64(at.getInt8Ty(), hint, 8 * i)),
-                       slots[i]);
-      }
+    llvm::IRBuilder<> at(alloca_point_);
+    llvm::Value* hints = at.CreateLoad(ptr_, FieldAt(at, kOffHints));
+    llvm::Value* hint =
+        at.CreateConstGEP1_64(at.getInt8Ty(), hints, uint64_t{access} * sizeof(Hint));
+    std::array<llvm::AllocaInst*, 3>& slots = hint_slots_[access];
+    for (int i = 0; i < 3; ++i) {
+      slots[i] = at.CreateAlloca(i64_);
+      at.CreateStore(at.CreateLoad(i64_, at.CreateConstGEP1_64(at.getInt8Ty(), hint, 8 * i)),
+                     slots[i]);
     }
-    hint_start = b_.CreateLoad(i64_, slots[0]);
-    hint_limit = b_.CreateLoad(i64_, slots[1]);
-    hint_delta = b_.CreateLoad(i64_, slots[2]);
-    llvm::Value* start = hint_start;
-    llvm::Value* limit = hint_limit;
-    llvm::Value* delta = hint_delta;
+    return access;
+  }
+
+  // The host address of global access `access` (NewAccess) of one thread (lane `lane` of the
+  // vector code) at `address`, checked; a stray one ends the launch.
+  llvm::Value* Checked(llvm::Value* address, uint32_t size, const char* what) {
+    return CheckedAccess(address, NewAccess(size, what), nullptr);
+  }
+  llvm::Value* CheckedAccess(llvm::Value* address, uint32_t access, llvm::Value* lane) {
+    const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(access);
+    llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
+    llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
+    llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
     llvm::Value* hit = b_.CreateICmpULT(b_.CreateSub(address, start), limit);
     llvm::BasicBlock* before = b_.GetInsertBlock();
     auto* slow = llvm::BasicBlock::Create(ctx_, "slow", fn_);
@@ -773,7 +910,7 @@ class Emitter {
     }
     b_.CreateBr(join);
     b_.SetInsertPoint(fault);
-    Fault(address, access);
+    Fault(address, access, lane);
     b_.SetInsertPoint(join);
     llvm::PHINode* host = b_.CreatePHI(ptr_, 2);
     host->addIncoming(fast, before);
@@ -805,7 +942,7 @@ class Emitter {
         *why = "an address in " + address.name;
         return nullptr;
       }
-      base = b_.CreateLoad(i64_, Register(address.name));
+      base = LoadRegister64(address.name);
     }
     llvm::Value* at = b_.CreateAdd(base, b_.getInt64(address.bits));
     if (space == "shared") return CheckedShared(at, size, what);
@@ -837,6 +974,7 @@ class Emitter {
   // runs to a barrier or its end before the next one starts.
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
     const std::vector<RawOperand>& o = s.operands;
+    if (lanes_) return (*why = "an atomic in vector code", false);
     const bool red = parts[0] == "red";
     std::string_view space = "generic", operation;
     for (size_t i = 1; i + 1 < parts.size(); ++i) {
@@ -898,15 +1036,135 @@ class Emitter {
     b_.SetInsertPoint(fault);
     const uint32_t access = static_cast<uint32_t>(accesses_->size());
     accesses_->push_back({t.bits / 8, "misaligned atomic"});
-    llvm::Value* device =
-        address.name[0] == '%'
-            ? b_.CreateAdd(b_.CreateLoad(i64_, Register(address.name)), b_.getInt64(address.bits))
-            : b_.getInt64(0);
+    llvm::Value* device = address.name[0] == '%' ? b_.CreateAdd(LoadRegister64(address.name),
+                                                                b_.getInt64(address.bits))
+                                                 : b_.getInt64(0);
     Fault(device, access);
     b_.SetInsertPoint(ok);
     b_.CreateAtomicRMW(rmw, host, value, llvm::MaybeAlign(t.bits / 8),
                        llvm::AtomicOrdering::Monotonic);
     return true;
+  }
+
+  // An instruction of vector code: branches and ends move lanes between the running mask
+  // and the labels' waiting masks (no host branch); the rest runs on the running lanes its
+  // guard keeps.
+  bool VectorInstruction(const RawStatement& s, const std::vector<std::string_view>& parts,
+                         llvm::Value* guard, std::string* refused) {
+    const std::string_view op = parts[0];
+    auto refuse = [&](const std::string& text) {
+      return Refuse(s.opcode + ": " + text, s.line, refused);
+    };
+    llvm::Value* running = b_.CreateLoad(Lanes(i1_), mask_slot_);
+    llvm::Value* lanes = guard ? b_.CreateAnd(running, guard) : running;
+    if (op == "bra") {
+      auto pending = s.operands.size() == 1 ? pending_.find(s.operands[0].name) : pending_.end();
+      if (pending == pending_.end()) return refuse("a branch target it does not take");
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), pending->second), lanes),
+                     pending->second);
+      b_.CreateStore(b_.CreateAnd(running, b_.CreateNot(lanes)), mask_slot_);
+      return true;
+    }
+    if (op == "ret" || op == "exit") {
+      b_.CreateStore(b_.CreateAnd(running, b_.CreateNot(lanes)), mask_slot_);
+      return true;
+    }
+    if (op == "bar" || op == "barrier") return refuse("a barrier in vector code");
+    std::string why;
+    op_mask_ = lanes;
+    const bool done = Operation(s, parts, &why);
+    op_mask_ = nullptr;
+    return done || refuse(why);
+  }
+
+  // ld/st of global (or generic) memory in vector code. Lanes that all run, at consecutive
+  // addresses inside the allocation this access hit last: one vector access. Otherwise
+  // each running lane on its own, checked as scalar code checks it (and remembering the
+  // allocation it hits for the next time).
+  bool VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load,
+                    const RawOperand& value, std::string* why) {
+    if (space == "shared") return (*why = "shared memory in vector code", false);
+    if (address.name.empty() || address.name[0] != '%' || IsSpecialName(address.name)) {
+      return (*why = "an address that is not a register", false);
+    }
+    const uint32_t size = t.bits / 8;
+    llvm::Value* stored = nullptr;
+    if (!load && (stored = Source(value, t, why)) == nullptr) return false;
+    llvm::Value* addresses = b_.CreateAdd(LoadRegister64(address.name), Int(64, address.bits));
+    const uint32_t access = NewAccess(size, load ? "load" : "store");
+    const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(access);
+    llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
+    llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
+    llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
+    llvm::Value* first = b_.CreateExtractElement(addresses, uint64_t{0});
+    llvm::Value* last = b_.CreateExtractElement(addresses, uint64_t{lanes_ - 1});
+    llvm::Value* consecutive =
+        b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(size))));
+    llvm::Value* mask = Mask();
+    // first and last in the allocation: every lane between is (the allocation ends below
+    // 2^48, so first + 7 * size cannot wrap into it).
+    llvm::Value* fast =
+        b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(mask)),
+                     b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
+                                  b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
+    auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
+    auto* each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
+    auto* join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
+    b_.CreateCondBr(fast, whole, each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+    b_.SetInsertPoint(whole);
+    llvm::Value* host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
+    llvm::Value* whole_value = nullptr;
+    if (load) {
+      whole_value = b_.CreateAlignedLoad(LlvmType(t), host, llvm::MaybeAlign(1));
+    } else {
+      b_.CreateAlignedStore(stored, host, llvm::MaybeAlign(1));
+    }
+    b_.CreateBr(join);
+    b_.SetInsertPoint(each);
+    // A loop over the lanes (a lane's thread is the chunk's x + k).
+    llvm::BasicBlock* entered = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, "lane_head", fn_);
+    auto* lane = llvm::BasicBlock::Create(ctx_, "lane", fn_);
+    auto* next = llvm::BasicBlock::Create(ctx_, "lane_next", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "lanes_done", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* k = b_.CreatePHI(i32_, 2);
+    llvm::PHINode* lanes_value = load ? b_.CreatePHI(LlvmType(t), 2) : nullptr;
+    k->addIncoming(b_.getInt32(0), entered);
+    if (load) lanes_value->addIncoming(llvm::Constant::getNullValue(LlvmType(t)), entered);
+    b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
+    b_.SetInsertPoint(lane);
+    llvm::Value* lane_host = CheckedAccess(b_.CreateExtractElement(addresses, k), access, k);
+    llvm::Value* with_lane = lanes_value;
+    if (load) {
+      llvm::Value* element = b_.CreateAlignedLoad(ScalarType(t), lane_host, llvm::MaybeAlign(1));
+      with_lane = b_.CreateInsertElement(lanes_value, element, k);
+    } else {
+      b_.CreateAlignedStore(b_.CreateExtractElement(stored, k), lane_host, llvm::MaybeAlign(1));
+    }
+    llvm::BasicBlock* ran = b_.GetInsertBlock();
+    b_.CreateBr(next);
+    b_.SetInsertPoint(next);
+    llvm::PHINode* merged = nullptr;
+    if (load) {
+      merged = b_.CreatePHI(LlvmType(t), 2);
+      merged->addIncoming(lanes_value, head);
+      merged->addIncoming(with_lane, ran);
+      lanes_value->addIncoming(merged, next);
+    }
+    llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(1));
+    k->addIncoming(k_next, next);
+    b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), head, done);
+    b_.SetInsertPoint(done);
+    llvm::BasicBlock* each_end = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+    if (!load) return true;
+    llvm::PHINode* loaded = b_.CreatePHI(LlvmType(t), 2);
+    loaded->addIncoming(whole_value, whole);
+    loaded->addIncoming(merged, each_end);
+    return Dest(value, loaded, t, why);
   }
 
   bool Instruction(const RawStatement& s, std::string* refused) {
@@ -916,14 +1174,21 @@ class Emitter {
     auto refuse = [&](const std::string& text) {
       return Refuse(s.opcode + ": " + text, s.line, refused);
     };
-    // Count it, then run it under its guard.
-    b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, count_slot_), b_.getInt64(1)), count_slot_);
+    // Count it (each running thread), then run it under its guard.
+    llvm::Value* counted = b_.getInt64(1);
+    if (lanes_) {
+      llvm::Value* bits =
+          b_.CreateBitCast(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.getIntNTy(lanes_));
+      counted = b_.CreateZExt(b_.CreateUnaryIntrinsic(llvm::Intrinsic::ctpop, bits), i64_);
+    }
+    b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, count_slot_), counted), count_slot_);
     llvm::Value* guard = nullptr;
     if (!s.guard.empty()) {
       if (IsSpecialName(s.guard) || s.guard[0] != '%') return refuse("guard " + s.guard);
-      guard = FromBits(b_.CreateLoad(i64_, Register(s.guard)), Type{Kind::kPred, 1});
+      guard = FromStorage(LoadRegister(s.guard), StorageBits(s.guard), Type{Kind::kPred, 1});
       if (s.guard_negated) guard = b_.CreateNot(guard);
     }
+    if (lanes_) return VectorInstruction(s, parts, guard, refused);
     if (op == "bra") {
       if (s.operands.size() != 1 || s.operands[0].kind != RawOperand::kName ||
           !labels_.count(s.operands[0].name)) {
@@ -1027,9 +1292,10 @@ class Emitter {
         }
         llvm::Value* at =
             b_.CreateConstGEP1_64(b_.getInt8Ty(), params_arg_, it->second.offset + off);
-        llvm::Value* v = b_.CreateAlignedLoad(LlvmType(t), at, llvm::MaybeAlign(1));
+        llvm::Value* v = Splat(b_.CreateAlignedLoad(ScalarType(t), at, llvm::MaybeAlign(1)));
         return Dest(value, v, t, why);
       }
+      if (lanes_) return VectorMemory(address, space, t, op == "ld", value, why);
       llvm::Value* host = Address(address, space, size, op == "ld" ? "load" : "store", why);
       if (host == nullptr) return false;
       if (op == "ld") {
@@ -1218,8 +1484,7 @@ class Emitter {
       llvm::Value* a = src(1, t);
       if (!a) return false;
       if (op == "neg") return done(b_.CreateNeg(a), t);
-      return done(b_.CreateSelect(b_.CreateICmpSLT(a, b_.getIntN(t.bits, 0)), b_.CreateNeg(a), a),
-                  t);
+      return done(b_.CreateSelect(b_.CreateICmpSLT(a, Int(t.bits, 0)), b_.CreateNeg(a), a), t);
     }
     if ((op == "min" || op == "max") && q.empty() && o.size() == 3 && t.kind != Kind::kBits) {
       llvm::Value* a = src(1, t);
@@ -1233,16 +1498,16 @@ class Emitter {
       llvm::Value* a = src(1, t);
       llvm::Value* n = src(2, Type{Kind::kUnsigned, 32});
       if (!a || !n) return false;
-      llvm::Value* wide = b_.CreateICmpUGE(n, b_.getInt32(t.bits));
+      llvm::Value* wide = b_.CreateICmpUGE(n, Int(32, t.bits));
       llvm::Value* amount =
-          b_.CreateZExtOrTrunc(b_.CreateSelect(wide, b_.getInt32(t.bits - 1), n), LlvmType(t));
+          b_.CreateZExtOrTrunc(b_.CreateSelect(wide, Int(32, t.bits - 1), n), LlvmType(t));
       llvm::Value* r;
       if (op == "shl") {
-        r = b_.CreateSelect(wide, b_.getIntN(t.bits, 0), b_.CreateShl(a, amount));
+        r = b_.CreateSelect(wide, Int(t.bits, 0), b_.CreateShl(a, amount));
       } else if (sign) {
         r = b_.CreateAShr(a, amount);  // past the width: the sign fills it, as a shift by N-1
       } else {
-        r = b_.CreateSelect(wide, b_.getIntN(t.bits, 0), b_.CreateLShr(a, amount));
+        r = b_.CreateSelect(wide, Int(t.bits, 0), b_.CreateLShr(a, amount));
       }
       return done(r, t);
     }
@@ -1276,10 +1541,11 @@ class Emitter {
       }
       if (q[0] == "hi") {
         Type wide{t.kind, t.bits * 2};
-        llvm::Type* wt = b_.getIntNTy(t.bits * 2);
+        llvm::Type* wt = Lanes(b_.getIntNTy(t.bits * 2));
         llvm::Value* wa = sign ? b_.CreateSExt(a, wt) : b_.CreateZExt(a, wt);
         llvm::Value* wc = sign ? b_.CreateSExt(c, wt) : b_.CreateZExt(c, wt);
-        llvm::Value* r = b_.CreateTrunc(b_.CreateLShr(b_.CreateMul(wa, wc), t.bits), LlvmType(t));
+        llvm::Value* r = b_.CreateTrunc(
+            b_.CreateLShr(b_.CreateMul(wa, wc), Int(t.bits * 2, t.bits)), LlvmType(t));
         if (op == "mad") {
           llvm::Value* e = src(3, t);
           if (!e) return false;
@@ -1359,6 +1625,14 @@ class Emitter {
   uint64_t shared_size_ = 0;
   bool has_shared_ = false;
   std::map<uint32_t, std::pair<llvm::AllocaInst*, llvm::StoreInst*>> shared_limits_;
+  std::map<uint32_t, std::array<llvm::AllocaInst*, 3>> hint_slots_;  // per access: its hint
+  // Vector code (lanes_ > 0): kVectorLanes threads of a row at once, x, x + 1, ...; the
+  // lanes still running (not branched away, not ended), and the per-label lanes waiting
+  // there (PTX branches of vector code go forward only: a label merges them back).
+  uint32_t lanes_ = 0;
+  llvm::AllocaInst* mask_slot_ = nullptr;
+  llvm::Value* op_mask_ = nullptr;  // while an instruction runs: its lanes (mask & guard)
+  std::map<std::string, llvm::AllocaInst*> pending_;
   uint32_t barriers_ = 0;
   std::vector<std::vector<std::string>> barrier_live_;  // per instruction: live after a barrier
   size_t instruction_index_ = 0;                        // of the instruction being emitted
@@ -1422,13 +1696,24 @@ std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry,
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("ptx_jit", *context);
   auto compiled = std::make_shared<CompiledKernel>();
-  Emitter emitter(entry, module_shared, param_size, *context, *module);
+  const bool dump = std::getenv("GPUPOOL_PTX_JIT_DUMP") != nullptr;
+  Emitter emitter(entry, module_shared, param_size, *context, *module, 0);
   if (!emitter.Emit(compiled.get(), refused)) {
-    if (std::getenv("GPUPOOL_PTX_JIT_DUMP"))
-      llvm::errs() << "jit refused " << entry.name << ": " << *refused << "\n";
+    if (dump) llvm::errs() << "jit refused " << entry.name << ": " << *refused << "\n";
     return nullptr;
   }
-  if (std::getenv("GPUPOOL_PTX_JIT_DUMP")) llvm::errs() << "jit compiling " << entry.name << "\n";
+  // And the vector code, where the kernel allows it.
+  std::string no_vector;
+  bool vector = Emitter(entry, module_shared, param_size, *context, *module, kVectorLanes)
+                    .Emit(compiled.get(), &no_vector);
+  if (llvm::Function* partial = module->getFunction("cta_vector"); !vector && partial) {
+    partial->eraseFromParent();
+  }
+  if (dump) {
+    llvm::errs() << "jit compiling " << entry.name
+                 << (vector ? " (and vector code)" : " (no vector code: " + no_vector + ")")
+                 << "\n";
+  }
 
   auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
   if (!builder) {
@@ -1489,9 +1774,19 @@ std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry,
     return nullptr;
   }
   compiled->cta = address->toPtr<CtaFunction>();
+  if (vector) {
+    auto vector_address = (*jit)->lookup("cta_vector");
+    if (!vector_address) {
+      *refused = "compile failed: " + ErrorText(vector_address.takeError());
+      return nullptr;
+    }
+    compiled->cta_vector = vector_address->toPtr<CtaFunction>();
+  }
   compiled->jit = std::move(*jit);
   return compiled;
 }
+
+bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != nullptr; }
 
 int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
@@ -1507,6 +1802,9 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
   };
   std::vector<Worker> states(workers);
   std::atomic<bool> stop{false};
+  const CtaFunction run_cta = kernel.cta_vector != nullptr && spec.block[0] % kVectorLanes == 0
+                                  ? kernel.cta_vector
+                                  : kernel.cta;
   auto run = [&](uint32_t index) {
     Worker& worker = states[index];
     worker.hints.assign(kernel.accesses.size(), Hint{});
@@ -1529,8 +1827,8 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       const uint32_t y = static_cast<uint32_t>(cta / spec.grid[0] % spec.grid[1]);
       const uint32_t z = static_cast<uint32_t>(cta / spec.grid[0] / spec.grid[1]);
       if (kernel.barriers) std::fill(worker.resume.begin(), worker.resume.end(), 0);
-      int32_t error = kernel.cta(&context, spec.params, x, y, z, worker.shared.data(),
-                                 worker.resume.data(), worker.saved.data());
+      int32_t error = run_cta(&context, spec.params, x, y, z, worker.shared.data(),
+                              worker.resume.data(), worker.saved.data());
       if (error != 0) {
         worker.error = error;
         worker.failed_cta = cta;

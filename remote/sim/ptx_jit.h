@@ -58,6 +58,11 @@ std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry,
                                               const std::vector<SharedVariable>& module_shared,
                                               uint32_t param_size, std::string* refused);
 
+// Whether `kernel` also has vector code (kernels of straight code and forward branches,
+// without barriers, shared memory or atomics: 8 threads of a row at once), which launches
+// whose blocks' x extent is a multiple of 8 run.
+bool HasVectorCode(const CompiledKernel& kernel);
+
 // Runs a launch of a compiled kernel: its blocks split over `workers` threads as the
 // interpreter splits them. Returns a CUresult as RunKernel does (success, or
 // CUDA_ERROR_ILLEGAL_ADDRESS with spec.error_detail saying where).

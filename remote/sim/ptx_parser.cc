@@ -210,6 +210,13 @@ class Parser {
     uint64_t range = 0;              // %r<N>
   };
 
+  // A scalar register declaration's width in bits (1 for .pred); 0 for vector registers.
+  static uint32_t RegisterBits(const Declaration& decl) {
+    if (decl.vector != 1) return 0;
+    if (decl.type == ".pred") return 1;
+    return static_cast<uint32_t>(TypeSize(decl.type) * 8);
+  }
+
   Result<Declaration> ParseDeclaration() {
     Declaration decl;
     // A kernel parameter's ".ptr [.space] [.align N]" describes what the pointer points to:
@@ -581,6 +588,7 @@ class Parser {
               }
               declared_registers_ += decl->range;
               std::string unique = Declare(base);
+              if (uint32_t bits = RegisterBits(*decl)) function->register_bits[unique] = bits;
               for (uint64_t k = 0; k < decl->range; ++k) {
                 std::string name = base + std::to_string(k);
                 scopes_.back()[name] = unique + "@" + std::to_string(k);
@@ -589,6 +597,7 @@ class Parser {
               RawStatement reg;
               reg.kind = kind;
               reg.name = Declare(base);
+              if (uint32_t bits = RegisterBits(*decl)) function->register_bits[reg.name] = bits;
               reg.line = line;
               function->body.push_back(std::move(reg));
             }

@@ -60,6 +60,9 @@ struct RawFunction {
   std::vector<RawParam> params;
   std::vector<RawParam> returns;
   std::vector<RawStatement> body;
+  // Declared width in bits of each register (1 for .pred): by its unique name, or for a
+  // family %r<N> by the unique name its members' names (`name@k`) start with.
+  std::map<std::string, uint32_t> register_bits;
 };
 
 struct SharedVariable {

@@ -278,6 +278,18 @@ DONE:
 }
 )";
 
+// kMix and `mix_once`: mix without its loop (one element per thread, forward branches only),
+// which the tier also compiles to vector code.
+std::string ModuleText() {
+  std::string text(kMix);
+  const size_t begin = text.find(".visible .entry mix(");
+  std::string once = text.substr(begin, text.find("\n}\n", begin) + 3 - begin);
+  once.replace(once.find("entry mix("), 10, "entry mix_once(");
+  const std::string loop_back = "  add.s32 %r6, %r6, %r8;\n  bra LOOP;\n";
+  once.replace(once.find(loop_back), loop_back.size(), "  bra DONE;\n");
+  return text + once;
+}
+
 // Host buffers at made-up device addresses, as the sim executor hands them to the engine.
 struct Memory {
   std::vector<MemoryRange> ranges;
@@ -309,7 +321,7 @@ std::vector<uint8_t> Pack(Args... args) {
 class Jit : public ::testing::Test {
  public:
   void SetUp() override {
-    auto parsed = PtxModule::Parse(kMix);
+    auto parsed = PtxModule::Parse(ModuleText());
     ASSERT_TRUE(parsed.ok()) << parsed.status().message();
     module_ = std::move(*parsed);
   }
@@ -370,31 +382,40 @@ MixInputs MakeInputs(int n) {
 
 // Runs `mix` on fresh copies of the inputs; returns the 16-word rows.
 std::vector<uint32_t> RunMix(Jit* test, const DecodedKernel& kernel, int n, uint32_t shift,
-                             int32_t* status) {
+                             int32_t* status, uint32_t blocks = 3, uint32_t threads = 64) {
   MixInputs in = MakeInputs(n);
   std::vector<uint32_t> out(size_t(n) * 16, 0xdeadbeef);
   Memory memory;
   uint64_t df = memory.Add(in.f), di = memory.Add(in.i), db = memory.Add(in.b);
   uint64_t dout = memory.Add(out);
-  // 3 blocks of 64 threads over 1000 elements: every thread loops.
-  *status = test->Launch(kernel, {3, 1, 1}, {64, 1, 1}, Pack(df, di, db, dout, uint32_t(n), shift),
-                         memory);
+  // mix: 3 blocks of 64 threads over 1000 elements, every thread loops.
+  *status = test->Launch(kernel, {blocks, 1, 1}, {threads, 1, 1},
+                         Pack(df, di, db, dout, uint32_t(n), shift), memory);
   return out;
 }
 
-TEST_F(Jit, CompiledKernelGivesTheInterpretersResultsBitForBit) {
-  const DecodedKernel& kernel = Kernel("mix");
+// Scalar code (mix: a loop), and vector code (mix_once: 16 blocks of 64 threads over 1000
+// elements, so that the last lanes are masked off; its stores, 64 bytes apart, go lane by
+// lane, its loads as whole vectors).
+class JitBitForBit : public Jit, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(JitBitForBit, CompiledKernelGivesTheInterpretersResultsBitForBit) {
+  const DecodedKernel& kernel = Kernel(GetParam());
+  const bool once = std::string(GetParam()) == "mix_once";
+  const uint32_t blocks = once ? 16 : 3;
   const int n = 1000;
   for (uint32_t shift : {3u, 31u, 32u, 40u}) {
     SetJitMode(JitMode::kOff);
     int32_t interpreted_status = -1;
-    std::vector<uint32_t> interpreted = RunMix(this, kernel, n, shift, &interpreted_status);
+    std::vector<uint32_t> interpreted = RunMix(this, kernel, n, shift, &interpreted_status, blocks);
     ASSERT_EQ(interpreted_status, 0);
     SetJitMode(JitMode::kAlways);
     const uint64_t before = kernel.jit->jit_launches.load();
     int32_t compiled_status = -1;
-    std::vector<uint32_t> compiled = RunMix(this, kernel, n, shift, &compiled_status);
+    std::vector<uint32_t> compiled = RunMix(this, kernel, n, shift, &compiled_status, blocks);
     ASSERT_EQ(compiled_status, 0);
+    ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+    EXPECT_EQ(HasVectorCode(*kernel.jit->compiled), once);
     EXPECT_EQ(kernel.jit->jit_launches.load(), before + 1)
         << "the launch did not run compiled: " << kernel.jit->refused;
     for (size_t k = 0; k < compiled.size(); ++k) {
@@ -431,6 +452,8 @@ TEST_F(Jit, CompiledKernelGivesTheInterpretersResultsBitForBit) {
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(ScalarAndVector, JitBitForBit, ::testing::Values("mix", "mix_once"));
+
 TEST_F(Jit, ThreadsAndBlocksOfThreeDimensions) {
   SetJitMode(JitMode::kAlways);
   const DecodedKernel& kernel = Kernel("dims");
@@ -459,6 +482,20 @@ TEST_F(Jit, ThreadsAndBlocksOfThreeDimensions) {
   }
   EXPECT_EQ(per_thread, 25u);
   EXPECT_EQ(instructions, per_thread * threads);
+  // Blocks 16 threads wide run as vector code: the same layout, the same count.
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  const uint32_t wide_threads = 3 * 2 * 2 * 16 * 3 * 2;
+  std::vector<uint32_t> wide(wide_threads, 0xffffffff);
+  Memory wide_memory;
+  uint64_t dwide = wide_memory.Add(wide);
+  instructions = 0;
+  ASSERT_EQ(Launch(kernel, {3, 2, 2}, {16, 3, 2}, Pack(dwide), wide_memory, &instructions), 0);
+  for (uint32_t g = 0; g < wide_threads; ++g) {
+    const uint32_t per_block = 16 * 3 * 2;
+    ASSERT_EQ(wide[g], (g / per_block) << 16 | (g % per_block)) << "thread " << g;
+  }
+  EXPECT_EQ(instructions, per_thread * wide_threads);
 }
 
 TEST_F(Jit, AStrayAccessIsAnIllegalAddressAndStopsTheLaunch) {
