@@ -6440,8 +6440,9 @@ KernelNeeds NeedsOf(const DecodedKernel& kernel) {
 uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size; }
 
 // The kernel's compiled form when this launch should run it (ptx_jit.h): not for what the
-// tier leaves to the interpreter (cooperative launches, dynamic shared memory), and under
-// GPUPOOL_PTX_JIT=auto only once the kernel has run kJitAfterThreads threads.
+// tier leaves to the interpreter (cooperative launches, dynamic shared memory). Under
+// GPUPOOL_PTX_JIT=auto the kernel is compiled in the background once it has run
+// kJitAfterThreads threads, and its launches run on the interpreter until the code is there.
 static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec,
                                          uint64_t threads) {
   const JitMode mode = CurrentJitMode();
@@ -6456,8 +6457,12 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
   std::lock_guard<std::mutex> lock(slot.mu);
   if (!slot.tried) {
     slot.tried = true;
-    slot.compiled =
-        CompileKernel(*kernel.source, *kernel.module_shared, kernel.param_size, &slot.refused);
+    if (mode == JitMode::kAuto) {
+      CompileInBackground(kernel.jit, *kernel.source, *kernel.module_shared, kernel.param_size);
+    } else {
+      slot.compiled =
+          CompileKernel(*kernel.source, *kernel.module_shared, kernel.param_size, &slot.refused);
+    }
   }
   return slot.compiled.get();
 }

@@ -31,7 +31,10 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -74,12 +77,18 @@ struct Context {
   uint32_t fault_thread = 0;                                   // +36
   uint32_t ntid[3] = {1, 1, 1};                                // +40
   uint32_t nctaid[3] = {1, 1, 1};                              // +52
+  std::atomic<uint64_t>* progress = nullptr;                   // +64, never null
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
 };
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24,
-                   kOffFaultAccess = 32, kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52;
+                   kOffFaultAccess = 32, kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52,
+                   kOffProgress = 64;
+// Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
+// kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
+// this many backward branches and ended threads.
+constexpr int64_t kProgressEvery = int64_t{1} << 16;
 static_assert(offsetof(Context, hints) == kOffHints);
 static_assert(offsetof(Context, translate) == kOffTranslate);
 static_assert(offsetof(Context, instructions) == kOffInstructions);
@@ -88,6 +97,7 @@ static_assert(offsetof(Context, fault_access) == kOffFaultAccess);
 static_assert(offsetof(Context, fault_thread) == kOffFaultThread);
 static_assert(offsetof(Context, ntid) == kOffNtid);
 static_assert(offsetof(Context, nctaid) == kOffNctaid);
+static_assert(offsetof(Context, progress) == kOffProgress);
 
 // The slow path of a checked access: the allocation holding [address, address + size)
 // among the launch's, remembered in the instruction's hint; nullptr if none holds it.
@@ -291,6 +301,8 @@ class Emitter {
     waiting_slot_ = b_.CreateAlloca(i1_);
     b_.CreateStore(b_.getInt64(0), count_slot_);
     if (lanes_) mask_slot_ = b_.CreateAlloca(Lanes(i1_));
+    budget_slot_ = b_.CreateAlloca(i64_);
+    b_.CreateStore(b_.getInt64(kProgressEvery), budget_slot_);
     alloca_point_ = b_.CreateBr(phase_block);
 
     // phase: every thread from its start or its barrier to its next barrier or its end.
@@ -342,6 +354,7 @@ class Emitter {
         continue;
       }
       if (s.kind == RawStatement::kLabel) {
+        seen_labels_.insert(s.opcode);
         llvm::BasicBlock* block = labels_[s.opcode];
         if (!b_.GetInsertBlock()->getTerminator()) b_.CreateBr(block);
         b_.SetInsertPoint(block);
@@ -402,6 +415,7 @@ class Emitter {
     // next: the following thread, x fastest; after the last, another phase if a thread
     // waits at a barrier, else the count and success.
     b_.SetInsertPoint(next_block_);
+    Tick();
     llvm::Value* x =
         b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[0]), b_.getInt32(lanes_ ? lanes_ : 1));
     auto* wrap_x = llvm::BasicBlock::Create(ctx_, "wrap_x", fn_);
@@ -583,6 +597,22 @@ class Emitter {
     llvm::Value* base =
         b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(saved_index_.size()));
     return b_.CreateGEP(i64_, saved_arg_, b_.CreateAdd(base, b_.getInt64(index)));
+  }
+
+  // One step of the watchdog's budget; when it runs out, progress.
+  void Tick() {
+    llvm::Value* budget = b_.CreateSub(b_.CreateLoad(i64_, budget_slot_), b_.getInt64(1));
+    b_.CreateStore(budget, budget_slot_);
+    auto* report = llvm::BasicBlock::Create(ctx_, "progress", fn_);
+    auto* on = llvm::BasicBlock::Create(ctx_, "ticked", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(budget, b_.getInt64(0)), report, on,
+                    llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+    b_.SetInsertPoint(report);
+    b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, b_.CreateLoad(ptr_, Field(kOffProgress)),
+                       b_.getInt64(1), llvm::MaybeAlign(8), llvm::AtomicOrdering::Monotonic);
+    b_.CreateStore(b_.getInt64(kProgressEvery), budget_slot_);
+    b_.CreateBr(on);
+    b_.SetInsertPoint(on);
   }
 
   // ret/exit: the thread ends (with barriers: it no longer takes part in them).
@@ -1195,6 +1225,8 @@ class Emitter {
         return refuse("a branch target it does not take");
       }
       llvm::BasicBlock* target = labels_[s.operands[0].name];
+      // A loop's back edge: a thread may spin here for long.
+      if (seen_labels_.count(s.operands[0].name)) Tick();
       if (guard == nullptr) {
         b_.CreateBr(target);
       } else {
@@ -1639,7 +1671,9 @@ class Emitter {
   std::vector<std::vector<std::string>> resume_live_;   // per resume point: what to restore
   std::vector<llvm::BasicBlock*> resume_points_;        // after barrier k + 1
   std::vector<std::pair<llvm::BasicBlock*, int32_t>> saves_;  // before it, and k + 1
-  llvm::AllocaInst* waiting_slot_ = nullptr;  // a thread of this phase waits at a barrier
+  llvm::AllocaInst* waiting_slot_ = nullptr;
+  llvm::AllocaInst* budget_slot_ = nullptr;  // back edges and thread ends to the next progress
+  std::set<std::string> seen_labels_;        // a thread of this phase waits at a barrier
   llvm::Value* shared_arg_ = nullptr;
   llvm::Value* resume_arg_ = nullptr;
   llvm::Value* saved_arg_ = nullptr;
@@ -1786,6 +1820,75 @@ std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry,
   return compiled;
 }
 
+namespace {
+
+// One thread that compiles kernels for GPUPOOL_PTX_JIT=auto, in the order asked. At exit
+// it finishes the compile at hand and drops the rest.
+class BackgroundCompiler {
+ public:
+  static BackgroundCompiler& Get() {
+    static BackgroundCompiler compiler;
+    return compiler;
+  }
+  void Add(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+    wake_.notify_one();
+  }
+  ~BackgroundCompiler() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry,
+                         const std::vector<SharedVariable>& module_shared, uint32_t param_size) {
+  slot->compiling = true;
+  BackgroundCompiler::Get().Add([slot, entry = entry, module_shared = module_shared, param_size]() {
+    std::string refused;
+    std::shared_ptr<CompiledKernel> compiled =
+        CompileKernel(entry, module_shared, param_size, &refused);
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->compiled = std::move(compiled);
+    slot->refused = std::move(refused);
+    slot->compiling = false;
+    slot->compiled_cv.notify_all();
+  });
+}
+
+void WaitForCompile(JitSlot& slot) {
+  std::unique_lock<std::mutex> lock(slot.mu);
+  slot.compiled_cv.wait(lock, [&] { return !slot.compiling; });
+}
+
 bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != nullptr; }
 
 int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
@@ -1797,6 +1900,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     std::vector<uint8_t> shared;
     std::vector<int32_t> resume;
     std::vector<uint64_t> saved;
+    std::atomic<uint64_t> unwatched{0};  // progress of a launch nobody watches
     int32_t error = 0;
     uint64_t failed_cta = 0;
   };
@@ -1814,6 +1918,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     Context& context = worker.context;
     context.hints = worker.hints.data();
     context.translate = &Translate;
+    context.progress = spec.progress != nullptr ? spec.progress : &worker.unwatched;
     context.spec = &spec;
     context.accesses = &kernel.accesses;
     for (int i = 0; i < 3; ++i) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -33,8 +34,11 @@ class CompiledKernel;
 //   off     never: every kernel runs on the interpreter;
 //   auto    (default) a kernel the tier can take, once its launches have run kJitAfterThreads
 //           threads on the interpreter (a kernel launched a few times on small grids is not
-//           worth the compile, about 10-30 ms);
-//   always  at its first launch (the tests use it to run their kernels through the tier).
+//           worth the compile, 0.05-1 s), on a thread of its own: launches go on on the
+//           interpreter until the code is ready, so no launch waits for LLVM (nor looks
+//           hung to the agent's watchdog meanwhile);
+//   always  at its first launch, which waits for it (the tests use it to run their kernels
+//           through the tier).
 // An unknown value counts as auto.
 enum class JitMode { kOff, kAuto, kAlways };
 JitMode CurrentJitMode();       // read from the environment at the first call
@@ -44,7 +48,9 @@ inline constexpr uint64_t kJitAfterThreads = uint64_t{1} << 20;
 // Per decoded kernel: its compiled form once made, and why not when it cannot be.
 struct JitSlot {
   std::mutex mu;
+  std::condition_variable compiled_cv;  // a background compile is done
   bool tried = false;
+  bool compiling = false;                    // in the background
   std::string refused;                       // why the tier cannot take the kernel
   std::shared_ptr<CompiledKernel> compiled;  // set when tried and not refused
   std::atomic<uint64_t> threads_run{0};      // on the interpreter, for kAuto
@@ -57,6 +63,15 @@ struct JitSlot {
 std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry,
                                               const std::vector<SharedVariable>& module_shared,
                                               uint32_t param_size, std::string* refused);
+
+// Compiles `entry` for `slot` on the background compiler's thread (GPUPOOL_PTX_JIT=auto);
+// the caller holds slot->mu and has set slot->tried. The entry and the module's shared
+// variables are copied: the module may be unloaded meanwhile.
+void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry,
+                         const std::vector<SharedVariable>& module_shared, uint32_t param_size);
+
+// Waits until no background compile of `slot` is pending (tests).
+void WaitForCompile(JitSlot& slot);
 
 // Whether `kernel` also has vector code (kernels of straight code and forward branches,
 // without barriers, shared memory or atomics: 8 threads of a row at once), which launches

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -274,6 +275,26 @@ DONE:
   add.s64 %rd4, %rd2, %rd3;
   mov.u32 %r2, %tid.x;
   st.global.u32 [%rd4], %r2;
+  ret;
+}
+.visible .entry spin(.param .u64 out, .param .u32 n)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, 0;
+  mov.u32 %r4, %tid.x;
+SPIN:
+  mad.lo.s32 %r4, %r4, 1664525, 1013904223;
+  add.s32 %r2, %r2, 1;
+  setp.lt.u32 %p1, %r2, %r1;
+  @%p1 bra SPIN;
+  mov.u32 %r3, %tid.x;
+  mul.wide.u32 %rd2, %r3, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r4;
   ret;
 }
 )";
@@ -584,6 +605,31 @@ TEST_F(Jit, AStrayAccessToSharedMemoryIsAnIllegalAddress) {
   EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
 }
 
+TEST_F(Jit, ALongCtaReportsProgressWhileItRuns) {
+  // The agent's watchdog reports a GPU whose launch makes no progress as hung: one block
+  // whose threads loop long must count progress inside the CTA, as the interpreter does.
+  SetJitMode(JitMode::kAlways);
+  const DecodedKernel& kernel = Kernel("spin");
+  std::vector<uint32_t> out(256, 0);
+  Memory memory;
+  uint64_t d = memory.Add(out);
+  std::vector<uint8_t> params = Pack(d, uint32_t{200000});
+  std::atomic<uint64_t> progress{0};
+  LaunchSpec spec;
+  spec.block[0] = 256;
+  spec.params = params.data();
+  spec.param_size = params.size();
+  spec.memory = memory.ranges;
+  spec.progress = &progress;
+  ASSERT_EQ(RunKernel(kernel, spec), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  // 256 threads x 200000 back edges: one progress per 2^16 of them.
+  EXPECT_GE(progress.load(), 256u * 200000 / 65536);
+  uint32_t x = 5;
+  for (int k = 0; k < 200000; ++k) x = x * 1664525u + 1013904223u;
+  EXPECT_EQ(out[5], x);
+}
+
 TEST_F(Jit, KernelsItCannotTakeRunOnTheInterpreter) {
   SetJitMode(JitMode::kAlways);
   // A thread that reads its atomic's result could wait for another thread: interpreted.
@@ -613,17 +659,23 @@ TEST_F(Jit, AutoCompilesOnlyKernelsWhoseLaunchesAreWorthIt) {
   }
   EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
   EXPECT_FALSE(kernel.jit->tried);
-  // A launch of 2^20 threads runs interpreted; the next one compiled.
+  // A launch of 2^20 threads runs interpreted; the next starts the compile in the
+  // background and runs interpreted too; once the code is there, launches run it.
   ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
+  EXPECT_FALSE(kernel.jit->tried);
+  ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
+  EXPECT_TRUE(kernel.jit->tried);
+  WaitForCompile(*kernel.jit);
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
   EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
   ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
-  for (uint64_t k = 0; k < data.size(); ++k) ASSERT_EQ(data[k], k < 1024 ? 6u : 2u) << k;
+  for (uint64_t k = 0; k < data.size(); ++k) ASSERT_EQ(data[k], k < 1024 ? 7u : 3u) << k;
   // Off: interpreted again.
   SetJitMode(JitMode::kOff);
   ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 1u);
-  EXPECT_EQ(data[5], 7u);
+  EXPECT_EQ(data[5], 8u);
 }
 
 }  // namespace
