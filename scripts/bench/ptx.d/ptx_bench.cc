@@ -3,7 +3,8 @@
 // (_Interpreter), and a plain C++ loop doing the same work on one core (_Native), in the
 // same run. Counters: items/s (elements, multiply-adds or bytes) for all, thread_instr/s
 // for the engine; rates use wall-clock time (the engine runs the CTAs of a launch on two
-// threads).
+// threads); the engine's cpu_time is the process's (both workers), from which the script
+// gives its rate per core.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
