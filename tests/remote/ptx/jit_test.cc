@@ -542,6 +542,21 @@ TEST_F(Jit, AStrayAccessIsAnIllegalAddressAndStopsTheLaunch) {
             kIllegalAddress);
   EXPECT_EQ(Launch(kernel, {1, 1, 1}, {32, 1, 1}, Pack(d - 4, uint32_t{0}), memory),
             kIllegalAddress);
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  // Blocks 12 threads wide run the scalar code: the same checks. 86 blocks of 12 cover
+  // words 0..1031 from skip 0: the last 8 threads are past the end (the first of them is
+  // thread 4 of block 85, in warp 0).
+  detail.clear();
+  EXPECT_EQ(Launch(kernel, {86, 1, 1}, {12, 1, 1}, Pack(d, uint32_t{0}), memory, nullptr, &detail),
+            kIllegalAddress);
+  std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx (block 85, warp 0)",
+                static_cast<unsigned long long>(d + 1024 * 4));
+  EXPECT_EQ(detail, expected);
+  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {12, 1, 1}, Pack(uint64_t{0}, uint32_t{0}), memory),
+            kIllegalAddress);
+  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {12, 1, 1}, Pack(d - 4, uint32_t{0}), memory),
+            kIllegalAddress);
 }
 
 TEST_F(Jit, BarriersAndSharedMemoryGiveTheInterpretersResults) {
