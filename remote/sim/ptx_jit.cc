@@ -26,6 +26,9 @@
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Target/TargetMachine.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -1847,6 +1850,10 @@ class BackgroundCompiler {
 
  private:
   void Run() {
+    // Compiling is worth less than the work it would speed up: the launches running on
+    // the interpreter meanwhile, and every other process of the host (on Linux, nice
+    // applies to the calling thread).
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
     while (true) {
       std::function<void()> job;
       {
