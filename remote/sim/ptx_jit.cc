@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -1711,8 +1712,10 @@ namespace {
 
 JitMode ModeFromEnvironment() {
   const char* value = std::getenv("GPUPOOL_PTX_JIT");
-  if (value != nullptr && std::strcmp(value, "off") == 0) return JitMode::kOff;
-  if (value != nullptr && std::strcmp(value, "always") == 0) return JitMode::kAlways;
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) return JitMode::kAuto;
+  if (std::strcmp(value, "off") == 0) return JitMode::kOff;
+  if (std::strcmp(value, "always") == 0) return JitMode::kAlways;
+  std::fprintf(stderr, "GPUPOOL_PTX_JIT='%s': expected off, auto or always; using auto\n", value);
   return JitMode::kAuto;
 }
 

@@ -39,7 +39,7 @@ class CompiledKernel;
 //           hung to the agent's watchdog meanwhile);
 //   always  at its first launch, which waits for it (the tests use it to run their kernels
 //           through the tier).
-// An unknown value counts as auto.
+// An unknown value counts as auto, and says so once on stderr.
 enum class JitMode { kOff, kAuto, kAlways };
 JitMode CurrentJitMode();       // read from the environment at the first call
 void SetJitMode(JitMode mode);  // for tests and benchmarks
