@@ -318,7 +318,6 @@ class Emitter {
     // thread: where this thread is (kernels with barriers), then its code.
     b_.SetInsertPoint(thread_block_);
     llvm::BasicBlock* restore_block = nullptr;
-    llvm::SwitchInst* resume_switch = nullptr;
     if (barriers_ > 0) {
       llvm::Value* resume = b_.CreateLoad(i32_, ResumeOf());
       auto* started = llvm::BasicBlock::Create(ctx_, "started", fn_);
@@ -327,8 +326,7 @@ class Emitter {
       restore_block = llvm::BasicBlock::Create(ctx_, "restore", fn_);
       b_.CreateCondBr(b_.CreateICmpSLT(resume, b_.getInt32(0)), next_block_, restore_block);
       b_.SetInsertPoint(restore_block);
-      // Registers are loaded here once all are known (FinishBarriers).
-      resume_switch = nullptr;
+      // Filled once every barrier is known (after the body).
     } else {
       b_.CreateBr(start_block);
     }
@@ -379,7 +377,7 @@ class Emitter {
       // them, then on after it.
       b_.SetInsertPoint(restore_block);
       llvm::Value* resume = b_.CreateLoad(i32_, ResumeOf());
-      resume_switch = b_.CreateSwitch(resume, next_block_, resume_points_.size());
+      llvm::SwitchInst* resume_switch = b_.CreateSwitch(resume, next_block_, resume_points_.size());
       for (size_t k = 0; k < resume_points_.size(); ++k) {
         auto* restore = llvm::BasicBlock::Create(ctx_, "restore_point", fn_);
         resume_switch->addCase(b_.getInt32(static_cast<uint32_t>(k + 1)), restore);
@@ -402,7 +400,6 @@ class Emitter {
         b_.CreateBr(next_block_);
       }
     }
-    FinishShared();
     if (lanes_) {
       // Each chunk's registers start at 0: what an earlier chunk (other threads) left is
       // nothing to keep for lanes that do not write them, and LLVM then carries no vector
@@ -665,7 +662,6 @@ class Emitter {
     llvm::AllocaInst* slot = at.CreateAlloca(type, nullptr, name);
     at.CreateStore(llvm::Constant::getNullValue(type), slot);
     registers_[name] = slot;
-    slot_index_[name] = static_cast<uint32_t>(slot_index_.size());
     return slot;
   }
 
@@ -858,9 +854,8 @@ class Emitter {
     const uint32_t access = static_cast<uint32_t>(accesses_->size());
     accesses_->push_back({size, what});
     offset = b_.CreateAnd(offset, b_.getInt64(0xffffffffffffull));
-    // The size is final only once every instruction is emitted (a module variable is
-    // placed when first named): compare against a value patched at the end.
-    llvm::Value* limit = b_.CreateLoad(i64_, SharedLimitSlot(size));
+    // The shared size is final: the pre-pass placed every variable the kernel names.
+    llvm::Value* limit = b_.getInt64(shared_size_ >= size ? shared_size_ - size + 1 : 0);
     auto* fault = llvm::BasicBlock::Create(ctx_, "shared_fault", fn_);
     auto* join = llvm::BasicBlock::Create(ctx_, "shared_ok", fn_);
     b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault,
@@ -869,24 +864,6 @@ class Emitter {
     Fault(b_.CreateAdd(offset, b_.getInt64(kSharedWindow)), access);
     b_.SetInsertPoint(join);
     return b_.CreateGEP(b_.getInt8Ty(), shared_arg_, offset);
-  }
-
-  // A stack slot holding shared size - size + 1 (0 if smaller), stored at the entry by an
-  // instruction FinishShared patches.
-  llvm::AllocaInst* SharedLimitSlot(uint32_t size) {
-    auto it = shared_limits_.find(size);
-    if (it != shared_limits_.end()) return it->second.first;
-    llvm::IRBuilder<> at(alloca_point_);
-    llvm::AllocaInst* slot = at.CreateAlloca(i64_);
-    llvm::StoreInst* store = at.CreateStore(at.getInt64(0), slot);
-    shared_limits_[size] = {slot, store};
-    return slot;
-  }
-  void FinishShared() {
-    for (auto& [size, slot_store] : shared_limits_) {
-      uint64_t limit = shared_size_ >= size ? shared_size_ - size + 1 : 0;
-      slot_store.second->setOperand(0, b_.getInt64(limit));
-    }
   }
 
   // A new global access of `size` bytes: its number (its hint's) and stack slots holding
@@ -1653,14 +1630,12 @@ class Emitter {
   std::vector<MemoryAccess>* accesses_ = nullptr;
   std::map<std::string, ParamAt> params_;
   std::map<std::string, llvm::AllocaInst*> registers_;
-  std::map<std::string, uint32_t> slot_index_;
   std::map<std::string, uint32_t> saved_index_;
   std::map<std::string, uint32_t> uses_;  // operands naming each register, over the body
   const std::vector<SharedVariable>& module_shared_;
   std::map<std::string, uint64_t> shared_offsets_;
   uint64_t shared_size_ = 0;
   bool has_shared_ = false;
-  std::map<uint32_t, std::pair<llvm::AllocaInst*, llvm::StoreInst*>> shared_limits_;
   std::map<uint32_t, std::array<llvm::AllocaInst*, 3>> hint_slots_;  // per access: its hint
   // Vector code (lanes_ > 0): kVectorLanes threads of a row at once, x, x + 1, ...; the
   // lanes still running (not branched away, not ended), and the per-label lanes waiting

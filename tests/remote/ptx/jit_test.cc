@@ -146,12 +146,12 @@ DONE:
   ret;
 }
 
-.visible .entry stray(.param .u64 data, .param .u32 skip)
+.visible .entry stray(.param .u64 data, .param .u32 shift)
 {
   .reg .b32 %r<6>;
   .reg .b64 %rd<5>;
   ld.param.u64 %rd1, [data];
-  ld.param.u32 %r1, [skip];
+  ld.param.u32 %r1, [shift];
   mov.u32 %r2, %tid.x;
   mov.u32 %r3, %ctaid.x;
   mov.u32 %r4, %ntid.x;
@@ -545,7 +545,7 @@ TEST_F(Jit, AStrayAccessIsAnIllegalAddressAndStopsTheLaunch) {
   ASSERT_NE(kernel.jit->compiled, nullptr);
   EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
   // Blocks 12 threads wide run the scalar code: the same checks. 86 blocks of 12 cover
-  // words 0..1031 from skip 0: the last 8 threads are past the end (the first of them is
+  // words 0..1031 from shift 0: the last 8 threads are past the end (the first of them is
   // thread 4 of block 85, in warp 0).
   detail.clear();
   EXPECT_EQ(Launch(kernel, {86, 1, 1}, {12, 1, 1}, Pack(d, uint32_t{0}), memory, nullptr, &detail),
