@@ -12,15 +12,47 @@
 
 namespace gpupool::transport {
 
+namespace {
+
+// A reply's rendezvous bulk data being pulled into the caller's buffer. Its UCX request
+// outlives the Pending that started it when the wait ends first (the connection broke):
+// UCX completes the request later, when it purges the failed endpoint, and the callback
+// then frees this.
+struct BulkReceive {
+  bool done = false;
+  ucs_status_t status = UCS_OK;  // UCS_OK: every byte is in the buffer
+  bool abandoned = false;        // nobody waits any more: the callback deletes it
+};
+
+}  // namespace
+
 // One request whose reply has not been fully consumed yet.
 struct RpcClient::Pending {
+  Pending() = default;
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
+  ~Pending() {
+    if (receive == nullptr) return;
+    if (receive->done) {
+      delete receive;
+    } else {
+      receive->abandoned = true;
+    }
+  }
+  // The reply's bulk data (if any) is in result_buffer, or its receive ended.
+  bool bulk_done() const { return rndv_desc == nullptr && (receive == nullptr || receive->done); }
+  // A receive that ended without all its bytes: a peer that died mid-transfer.
+  bool bulk_failed() const {
+    return receive != nullptr && receive->done && receive->status != UCS_OK;
+  }
+
   uint64_t seq = 0;
   void* result_buffer = nullptr;
   size_t result_capacity = 0;
   bool replied = false;       // the reply's header arrived
-  bool bulk_done = true;      // the reply's bulk data (if any) is in result_buffer
   void* rndv_desc = nullptr;  // rendezvous bulk data not yet pulled
   size_t rndv_len = 0;
+  BulkReceive* receive = nullptr;  // the pull of rndv data, once started
   Reply reply;
 };
 
@@ -40,8 +72,14 @@ void OnSendDone(void* request, ucs_status_t status, void* user_data) {
 
 // Callbacks fire only for requests not yet freed: they free the request themselves.
 void OnBulkReceived(void* request, ucs_status_t status, size_t length, void* user_data) {
-  *static_cast<bool*>(user_data) = true;
   ucp_request_free(request);
+  auto* receive = static_cast<BulkReceive*>(user_data);
+  if (receive->abandoned) {
+    delete receive;
+    return;
+  }
+  receive->done = true;
+  receive->status = status;
 }
 
 // Polls this long on a quiet worker before sleeping on its event fd: short calls stay
@@ -174,7 +212,6 @@ ucs_status_t RpcClient::OnReply(void* arg, const void* header, size_t header_len
       ucp_am_data_release(self->ucx_->worker(), data);
       return UCS_OK;
     }
-    pending->bulk_done = false;
     pending->rndv_desc = data;
     pending->rndv_len = take;
     return UCS_INPROGRESS;
@@ -347,19 +384,29 @@ void RpcClient::StartBulkReceivesLocked() {
     pending->rndv_desc = nullptr;
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    pending->receive = new BulkReceive;
     param.cb.recv_am = &OnBulkReceived;
-    param.user_data = &pending->bulk_done;
+    param.user_data = pending->receive;
     ucs_status_ptr_t received = ucp_am_recv_data_nbx(ucx_->worker(), desc,
                                                      pending->result_buffer, pending->rndv_len,
                                                      &param);
-    if (UCS_PTR_IS_ERR(received)) {
-      broken_ = "bulk receive from " + endpoint_ + " failed: " +
-                UcxError(UCS_PTR_STATUS(received));
-      pending->bulk_done = true;
-    } else if (received == nullptr) {
-      pending->bulk_done = true;
-    }  // else OnBulkReceived sets bulk_done and frees the request
+    if (UCS_PTR_IS_PTR(received)) continue;  // OnBulkReceived ends it and frees the request
+    pending->receive->done = true;
+    pending->receive->status = UCS_PTR_STATUS(received);  // UCS_OK when it completed at once
   }
+}
+
+// A reply whose bulk data stopped short fails the connection: its reader must never take
+// the bytes that did arrive for the whole (a checkpoint read cut short by an agent's death
+// would keep the rest of its image as zeros, and restore them after the recovery).
+bool RpcClient::BulkFailedLocked(Pending* pending) {
+  if (!pending->bulk_failed()) return false;
+  pending->reply.bulk_received = 0;
+  if (broken_.empty()) {
+    broken_ =
+        "bulk data from " + endpoint_ + " stopped short: " + UcxError(pending->receive->status);
+  }
+  return true;
 }
 
 uint64_t RpcClient::next_sequence() {
@@ -380,7 +427,8 @@ Status RpcClient::WaitLocked(uint64_t seq) {
     bool done = true;
     for (auto& pending : pending_) {
       if (pending->seq > seq) break;
-      if (!pending->replied || !pending->bulk_done || pending->rndv_desc != nullptr) {
+      if (BulkFailedLocked(pending.get())) return BrokenLocked();
+      if (!pending->replied || !pending->bulk_done()) {
         done = false;
         break;
       }
@@ -419,7 +467,7 @@ bool RpcClient::ServerClosedLocked(uint64_t seq) {
   bool done = true;
   for (auto& pending : pending_) {
     if (pending->seq > seq) break;
-    done &= pending->replied && pending->bulk_done && pending->rndv_desc == nullptr;
+    done &= pending->replied && pending->bulk_done() && !BulkFailedLocked(pending.get());
   }
   if (broken_.empty()) broken_ = "the server at " + endpoint_ + " closed the connection";
   return done;

@@ -145,6 +145,8 @@ class RpcClient : public ClientConnection {
   void FlusherLoop();
   Status WaitLocked(uint64_t seq);       // until reply `seq` and its bulk data are complete
   void StartBulkReceivesLocked();
+  // Whether `pending`'s bulk data stopped short; if so, the connection is broken too.
+  bool BulkFailedLocked(Pending* pending);
   // Called when the server's socket closed: marks the connection broken, and returns
   // whether the replies up to `seq` had nevertheless all arrived.
   bool ServerClosedLocked(uint64_t seq);

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -19,9 +22,11 @@
 namespace gpupool::transport {
 namespace {
 
-enum TestOp : uint32_t { kEchoArgs = 1, kEchoPayload, kFail, kCloseAfter, kIntoBuffer };
+enum TestOp : uint32_t { kEchoArgs = 1, kEchoPayload, kFail, kCloseAfter, kIntoBuffer, kBigReply };
 
-// Echoes what it gets; kFail fails with status 7; kIntoBuffer receives bulk data in place.
+// Echoes what it gets; kFail fails with status 7; kIntoBuffer receives bulk data in place;
+// kBigReply answers with kBigReplyBytes of 0x5a.
+constexpr size_t kBigReplyBytes = size_t{512} << 20;
 class EchoHandler : public RpcHandler {
  public:
   void OnConnect(ConnectionId id, const std::string&) override {
@@ -59,6 +64,11 @@ class EchoHandler : public RpcHandler {
       case kIntoBuffer:
         reply->status = (payload == in_place.data()) ? 0 : 9;
         break;
+      case kBigReply:
+        big.assign(kBigReplyBytes, 0x5a);
+        reply->bulk = big.data();
+        reply->bulk_len = big.size();
+        break;
     }
     // The transport leaves async error bookkeeping to the handler (the dataplane does it).
     if ((header.flags & kFlagOneWay) && reply->status != 0) pending_async = reply->status;
@@ -90,7 +100,7 @@ class EchoHandler : public RpcHandler {
   std::map<ConnectionId, std::vector<std::string>> requests_of;  // args; guarded by mu
   std::vector<std::string> disconnect_reasons;                   // guarded by mu
   std::vector<ConnectionId> to_close;                            // guarded by mu
-  std::vector<char> echoed, in_place;
+  std::vector<char> echoed, in_place, big;
   int32_t pending_async = 0;
 };
 
@@ -111,6 +121,79 @@ class TransportTest : public ::testing::Test {
   std::unique_ptr<RpcServer> server_;
   std::unique_ptr<RpcClient> client_;
 };
+
+// A server in a process of its own, for a test that kills it: this binary, run with
+// GPUPOOL_TRANSPORT_TEST_SERVE=FD, serves an EchoHandler on loopback before main(), writes
+// its port to FD and waits to be killed.
+[[maybe_unused]] const bool kServingForAnotherTest = [] {
+  const char* fd = std::getenv("GPUPOOL_TRANSPORT_TEST_SERVE");
+  if (fd == nullptr) return false;
+  static EchoHandler handler;
+  auto server = RpcServer::Start("127.0.0.1:0", &handler);
+  if (!server.ok()) _exit(2);
+  const int port = server.value()->port();
+  if (write(std::atoi(fd), &port, sizeof(port)) != sizeof(port)) _exit(3);
+  while (true) pause();
+}();
+
+// A reply whose bulk data stops short (its server is killed while it streams) fails the
+// call, and the bytes that did arrive are never taken for the whole. (A failover
+// checkpoint read cut short by an agent's SIGKILL was once kept, and what had not arrived
+// was restored as zeros after the recovery.)
+TEST(TransportPeerDeath, AReplyCutShortByTheServersDeathFailsTheCall) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  int port_pipe[2];
+  ASSERT_EQ(pipe(port_pipe), 0);
+  const pid_t server = fork();
+  ASSERT_GE(server, 0);
+  if (server == 0) {
+    close(port_pipe[0]);
+    setenv("GPUPOOL_TRANSPORT_TEST_SERVE", std::to_string(port_pipe[1]).c_str(), 1);
+    execl("/proc/self/exe", "remote_unit_tests", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(port_pipe[1]);
+  int port = 0;
+  const bool got_port = read(port_pipe[0], &port, sizeof(port)) == sizeof(port);
+  close(port_pipe[0]);
+  auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(got_port ? port : 1));
+  if (!got_port || !client.ok()) {
+    kill(server, SIGKILL);
+    waitpid(server, nullptr, 0);
+    FAIL() << "the server process did not start: "
+           << (got_port ? client.status().message() : "no port");
+  }
+  std::vector<char> into(kBigReplyBytes, 0);
+  std::atomic<bool> called{false}, streaming{false};
+  std::thread killer([&] {
+    // Killed as soon as the first bytes have landed, far from the last ones.
+    const volatile char* first = into.data();
+    const volatile char* last = into.data() + into.size() - 1;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!called && *first == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    streaming = *first != 0 && *last == 0;
+    kill(server, SIGKILL);
+    waitpid(server, nullptr, 0);
+  });
+  Request request{kBigReply, nullptr, 0, nullptr, 0, into.data(), into.size()};
+  Reply reply;
+  Status status = client.value()->Call(request, &reply);
+  called = true;
+  killer.join();
+  ASSERT_TRUE(streaming) << "the reply was not streaming when the server was killed";
+  size_t landed = 0;
+  for (char byte : into) landed += byte == 0x5a;
+  ASSERT_FALSE(status.ok()) << "the call succeeded with " << landed << " of " << into.size()
+                            << " bytes";
+  EXPECT_EQ(status.code(), Status::Code::kUnavailable);
+  EXPECT_EQ(reply.bulk_received, 0u);
+  // The connection stays broken: nothing more is taken from it.
+  Request echo{kEchoArgs, "x", 1, nullptr, 0, nullptr, 0};
+  EXPECT_FALSE(client.value()->Call(echo, &reply).ok());
+}
 
 TEST_F(TransportTest, ArgumentsComeBackInline) {
   const char args[] = "hello, server";
