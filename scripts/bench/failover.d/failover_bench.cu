@@ -12,10 +12,11 @@
 //       file names UUID@ENDPOINT, and the time from the failure to the next completed
 //       synchronisation is the recovery. Prints "RecoveryMs= RestoreCopyMs= ReplayedWorkMs=".
 //   failover_bench move MIB SERVER_PID LEASE_FILE UUID ENDPOINT
-//       The same, for a planned move (gpupoolctl migrate, or a drain of a movable lease):
+//       The same, for a planned move (gpupoolctl migrate, or a drain of a movable lease),
+//       with the ten kernels run before it (the pause is the move's own, not queued work):
 //       the lease file names UUID@ENDPOINT first, then the old server revokes the session
-//       (SIGUSR1, as an agent does when gpupoold moves the lease), and the time from the
-//       revocation to the next completed call is the pause.
+//       (SIGUSR1, as an agent does when gpupoold moves the lease), and the time the next
+//       call then takes is the pause.
 #include <signal.h>
 #include <unistd.h>
 
@@ -118,14 +119,20 @@ static int Recover(size_t mib, pid_t server, const char* lease_file, const char*
   unsigned probe = 0;
   CHECK(cudaMemcpy(&probe, small, 4, cudaMemcpyDeviceToHost));
   double work_ms = Ms(Clock::now() - t1);
-  // (Nothing synchronises between these launches and the failure: they are in the log.)
+  // (Nothing synchronises between these launches and a failure: they are in the log, and
+  // the recovery replays them. A planned move finds them run: its pause is the move alone,
+  // not kernels the application queued before it.)
   for (int i = 0; i < 10; ++i) {
     evolve<<<(1 << 18) / 256, 256>>>(small, 1 << 18, small, static_cast<unsigned>(i + 10));
   }
   Clock::time_point failed;
   if (planned) {
+    CHECK(cudaDeviceSynchronize());
     if (!NameInLease(lease_file, uuid, endpoint)) return 1;
     kill(server, SIGUSR1);
+    // The server revokes the session at its next tick (100 ms, as an agent): the pause is
+    // what the application's next call meets from there, not the wait for that tick.
+    usleep(300 * 1000);
     failed = Clock::now();
   } else {
     kill(server, SIGKILL);
