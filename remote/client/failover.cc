@@ -36,7 +36,7 @@ constexpr size_t kOverlapSlice = size_t{256} << 10;
 constexpr uint32_t kDroppedEntry = 0;
 
 // Copies host bytes into the journal. Not glibc's memcpy: below the L2 size it uses
-// `rep movsb`, which on AMD Zen (this project's CI and dev VMs, many GPU hosts) ran the
+// `rep movsb`, which on AMD Zen (the dev VM's AMD EPYC; many GPU hosts) ran the
 // journal copy of an upload at 1.5-2 GB/s instead of 9 while the agent pulled the same
 // bytes (scripts/bench/remote, shm, 1-16 MiB cudaMemcpy H2D: 1.6 GB/s against 9.2 with
 // this loop). Plain vector loads and stores have no such slow path.
