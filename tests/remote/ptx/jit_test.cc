@@ -529,34 +529,31 @@ TEST_F(Jit, AStrayAccessIsAnIllegalAddressAndStopsTheLaunch) {
   ASSERT_EQ(Launch(kernel, {8, 1, 1}, {128, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
   for (uint32_t v : data) ASSERT_EQ(v, 6u);
-  // 4 words past the end: the last block's last threads read past the allocation.
-  std::string detail;
-  EXPECT_EQ(Launch(kernel, {8, 1, 1}, {128, 1, 1}, Pack(d, uint32_t{4}), memory, nullptr, &detail),
-            kIllegalAddress);
-  char expected[64];
-  std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx (block 7, warp 3)",
-                static_cast<unsigned long long>(d + 1024 * 4));
-  EXPECT_EQ(detail, expected);
-  // Below the allocation, and a null pointer: refused too.
-  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {32, 1, 1}, Pack(uint64_t{0}, uint32_t{0}), memory),
-            kIllegalAddress);
-  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {32, 1, 1}, Pack(d - 4, uint32_t{0}), memory),
-            kIllegalAddress);
+  // Blocks `width` threads wide, `blocks` of them: the launch reads past the allocation and
+  // names the first thread that did; a null pointer and one below the allocation fault too.
+  auto expect_strays = [&](uint32_t blocks, uint32_t width, uint32_t shift, uint32_t block,
+                           uint32_t warp) {
+    std::string detail;
+    EXPECT_EQ(
+        Launch(kernel, {blocks, 1, 1}, {width, 1, 1}, Pack(d, shift), memory, nullptr, &detail),
+        kIllegalAddress);
+    char expected[64];
+    std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx (block %u, warp %u)",
+                  static_cast<unsigned long long>(d + 1024 * 4), block, warp);
+    EXPECT_EQ(detail, expected) << width << " threads wide";
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {width, 1, 1}, Pack(uint64_t{0}, uint32_t{0}), memory),
+              kIllegalAddress);
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {width, 1, 1}, Pack(d - 4, uint32_t{0}), memory),
+              kIllegalAddress);
+  };
+  // Vector code, 4 words past the end: the last block's last threads read past it.
+  expect_strays(8, 128, 4, 7, 3);
   ASSERT_NE(kernel.jit->compiled, nullptr);
   EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
   // Blocks 12 threads wide run the scalar code: the same checks. 86 blocks of 12 cover
   // words 0..1031 from shift 0: the last 8 threads are past the end (the first of them is
   // thread 4 of block 85, in warp 0).
-  detail.clear();
-  EXPECT_EQ(Launch(kernel, {86, 1, 1}, {12, 1, 1}, Pack(d, uint32_t{0}), memory, nullptr, &detail),
-            kIllegalAddress);
-  std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx (block 85, warp 0)",
-                static_cast<unsigned long long>(d + 1024 * 4));
-  EXPECT_EQ(detail, expected);
-  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {12, 1, 1}, Pack(uint64_t{0}, uint32_t{0}), memory),
-            kIllegalAddress);
-  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {12, 1, 1}, Pack(d - 4, uint32_t{0}), memory),
-            kIllegalAddress);
+  expect_strays(86, 12, 0, 85, 0);
 }
 
 TEST_F(Jit, BarriersAndSharedMemoryGiveTheInterpretersResults) {
