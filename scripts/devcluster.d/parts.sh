@@ -18,14 +18,19 @@ part_pid() {
   [[ -f $f ]] || return 1
   read -r pid <"$f" || return 1
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  kill -0 "$pid" 2>/dev/null || return 1
-  if [[ $1 == slurmdbd ]]; then
-    grep -qxF "SLURM_CONF=$SLURM_CONF_FILE" < <(tr '\0' '\n' 2>/dev/null <"/proc/$pid/environ") ||
-      return 1
-  else
-    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "$DEVDIR" || return 1
-  fi
-  echo "$pid"
+  local what=cmdline wanted=$DEVDIR seen tries=0
+  # slurmdbd: the line is matched whole, so its words are split on NUL, not joined.
+  [[ $1 == slurmdbd ]] && what=environ wanted=$'\n'"SLURM_CONF=$SLURM_CONF_FILE"$'\n'
+  while kill -0 "$pid" 2>/dev/null; do
+    seen=$'\n'$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/$what")$'\n'
+    [[ $seen == *"$wanted"* ]] && { echo "$pid"; return 0; }
+    # A process in the middle of an exec (private-munged becoming munged, setsid becoming
+    # the daemon) shows an empty command line for a moment; a loaded CI machine caught
+    # munge there and `up` called it dead. Only an empty one is worth a second look.
+    [[ $seen == $'\n\n' ]] && ((tries++ < 20)) || return 1
+    sleep 0.05
+  done
+  return 1
 }
 
 # A daemon from /usr/sbin, which a normal user's PATH may not hold.
