@@ -760,6 +760,7 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
     }
     return true;
   };
+  const auto pull_started = std::chrono::steady_clock::now();
   std::string why;
   HandoffAttachArgs attach;
   std::snprintf(attach.gpu_uuid, sizeof(attach.gpu_uuid), "%s", pull.gpu_uuid);
@@ -791,11 +792,17 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
   if (!call(kOpHandoffDone, nullptr, 0, nullptr, 0, &why)) return fail(why);
   HandoffPullResult result{total, ranges.size()};
   reply->out.assign(reinterpret_cast<const char*>(&result), sizeof(result));
+  // The time says whether a slow move was the fabric or something else (the client's own
+  // view includes its replay and journal).
+  const auto pull_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                           std::chrono::steady_clock::now() - pull_started)
+                           .count();
   server_->sessions_log().Log("pulled " + session->peer() + " " + session->lease_id(),
                               "client " + session->peer() + " (lease " + session->lease_id() +
                                   "): " + std::to_string(total) + " bytes in " +
                                   std::to_string(ranges.size()) + " range(s) handed off from GPU " +
-                                  pull.gpu_uuid + " agent to agent");
+                                  pull.gpu_uuid + " agent to agent in " + std::to_string(pull_ms) +
+                                  " ms");
 }
 
 }  // namespace

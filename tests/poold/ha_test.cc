@@ -15,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <set>
@@ -68,6 +69,23 @@ class Process {
     return false;
   }
   pid_t pid() const { return pid_; }
+  // Whether every thread of it is stopped (state T in /proc/PID/task/*/stat), within `ms`.
+  bool Stopped(int ms) const {
+    for (int i = 0; i < ms / 10; ++i) {
+      bool all = pid_ > 0;
+      std::error_code error;
+      for (const auto& task :
+           std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/task", error)) {
+        std::ifstream stat(task.path() / "stat");
+        std::string line((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+        size_t paren = line.rfind(')');
+        all &= paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'T';
+      }
+      if (all && !error) return true;
+      usleep(10000);
+    }
+    return false;
+  }
 
  private:
   pid_t pid_ = -1;
@@ -341,6 +359,10 @@ TEST_F(HaTest, APausedLeaderWritesNothingAfterItsLeaseLapses) {
   ASSERT_TRUE(old_leader.Get("/v1/pools").ok());
 
   poold_[0].Signal(SIGSTOP);
+  // kill() returns before every thread has stopped; the request below must find the whole
+  // process stopped, or it may be served before the pause (CI once saw the lease written
+  // at the revision right after the GPUs' registration, before the follower took over).
+  ASSERT_TRUE(poold_[0].Stopped(5000)) << "the leader's threads did not all stop after SIGSTOP";
   // This request waits in the paused leader's socket; it runs when it resumes.
   std::atomic<bool> answered{false};
   Result<json> stale = Status::Internal("not answered");
@@ -352,6 +374,12 @@ TEST_F(HaTest, APausedLeaderWritesNothingAfterItsLeaseLapses) {
   ApiClient fresh(ApiClientOptions{Both(), 5000, "", true});
   auto first = Acquire(fresh, 1);
   EXPECT_TRUE(first.ok()) << first.status().message();
+  // Nothing of the late request was written while the old leader was paused: a failure
+  // below is then a write after the resume, the fence's business.
+  auto before_resume = fresh.Get("/v1/leases?job=424242");
+  ASSERT_TRUE(before_resume.ok()) << before_resume.status().message();
+  ASSERT_TRUE(before_resume.value()["leases"].empty())
+      << "the late request was served before the pause: " << before_resume.value().dump();
 
   poold_[0].Signal(SIGCONT);
   late.join();
