@@ -467,10 +467,12 @@ TEST_F(FailoverTest, AFailureDuringACheckpointKeepsThePreviousOne) {
   for (uint32_t k = 1; k <= 3; ++k) Step(k);
   ASSERT_EQ(Synchronize(), 0);
   ASSERT_EQ(failover_->checkpoints(), 1u);
-  for (uint32_t k = 4; k <= 6; ++k) Step(k);
-  // The launches and copies since (6 operations), the application's synchronisation and
-  // the checkpoint's own synchronisation succeed; its first read fails.
+  // The launches and copies below (6 operations), the application's synchronisation and
+  // the checkpoint's own synchronisation succeed; its first read fails. Set before the
+  // launches are posted: set after, it missed those the agent had already run (a batch
+  // sent while a loaded CI machine held this thread back), and the checkpoint succeeded.
   first_->backend.FailAfter(8);
+  for (uint32_t k = 4; k <= 6; ++k) Step(k);
   NameInLease(*second_);
   EXPECT_EQ(Synchronize(), 0);
   EXPECT_EQ(failover_->checkpoints(), 1u);  // the failed one did not count
