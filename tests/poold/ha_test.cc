@@ -375,11 +375,14 @@ TEST_F(HaTest, APausedLeaderWritesNothingAfterItsLeaseLapses) {
   auto first = Acquire(fresh, 1);
   EXPECT_TRUE(first.ok()) << first.status().message();
   // Nothing of the late request was written while the old leader was paused: a failure
-  // below is then a write after the resume, the fence's business.
+  // below is then a write after the resume, the fence's business. (EXPECT, not ASSERT:
+  // returning here would leave `late` joinable and the leader stopped.)
   auto before_resume = fresh.Get("/v1/leases?job=424242");
-  ASSERT_TRUE(before_resume.ok()) << before_resume.status().message();
-  ASSERT_TRUE(before_resume.value()["leases"].empty())
-      << "the late request was served before the pause: " << before_resume.value().dump();
+  EXPECT_TRUE(before_resume.ok()) << before_resume.status().message();
+  if (before_resume.ok()) {
+    EXPECT_TRUE(before_resume.value()["leases"].empty())
+        << "the late request was served before the pause: " << before_resume.value().dump();
+  }
 
   poold_[0].Signal(SIGCONT);
   late.join();
