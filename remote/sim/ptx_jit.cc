@@ -39,6 +39,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -1889,7 +1890,32 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     int32_t error = 0;
     uint64_t failed_cta = 0;
   };
-  std::vector<Worker> states(workers);
+  // A launch on one worker (most launches of small grids) runs on the calling thread's
+  // kept scratch: fresh vectors per launch cost a stream of small launches a tenth of the
+  // agent's time (scripts/bench/remote). What it keeps is bounded by a CTA's limits
+  // (RunKernel): shared memory, and registers of 1,024 threads.
+  thread_local Worker kept;
+  thread_local bool kept_in_use = false;
+  std::vector<Worker> own;
+  std::span<Worker> states;
+  const bool keep = workers == 1 && !kept_in_use;
+  if (keep) {
+    kept.context = Context{};
+    kept.unwatched.store(0, std::memory_order_relaxed);
+    kept.error = 0;
+    kept.failed_cta = 0;
+    kept_in_use = true;
+    states = std::span<Worker>(&kept, 1);
+  } else {
+    own = std::vector<Worker>(workers);
+    states = own;
+  }
+  struct Release {
+    bool keep;
+    ~Release() {
+      if (keep) kept_in_use = false;
+    }
+  } release{keep};
   std::atomic<bool> stop{false};
   const CtaFunction run_cta = kernel.cta_vector != nullptr && spec.block[0] % kVectorLanes == 0
                                   ? kernel.cta_vector

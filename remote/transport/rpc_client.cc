@@ -89,6 +89,33 @@ void OnBulkReceived(void* request, ucs_status_t status, size_t length, void* use
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
 // Polls without yielding for this long first: a quiet host answers within it.
 constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
+// A quiet worker's clock is read once per this many polls: a read costs about as much as a
+// poll (30 ns here), and every poll it replaces takes a reply sooner.
+constexpr int kIdlePollsPerClockRead = 8;
+
+// How long a wait has gone without progress, from the clock read once every
+// kIdlePollsPerClockRead quiet polls (in between, the last answer stands).
+class IdleClock {
+ public:
+  // Progress: the quiet time starts again.
+  void Progressed() {
+    polls_ = 0;
+    since_ = {};
+  }
+  // A poll found nothing: how long nothing has come.
+  std::chrono::steady_clock::duration Quiet() {
+    if (polls_++ % kIdlePollsPerClockRead != 0) return quiet_;
+    const auto now = std::chrono::steady_clock::now();
+    if (since_ == std::chrono::steady_clock::time_point{}) since_ = now;
+    quiet_ = now - since_;
+    return quiet_;
+  }
+
+ private:
+  int polls_ = 0;
+  std::chrono::steady_clock::time_point since_{};
+  std::chrono::steady_clock::duration quiet_{};
+};
 constexpr int kConnectTimeoutMs = 5000;
 
 }  // namespace
@@ -140,7 +167,7 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
 
 RpcClient::~RpcClient() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> sleep(flusher_mu_);
     stopping_ = true;
   }
   flusher_wake_.notify_all();
@@ -274,7 +301,7 @@ Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_le
   if (UCS_PTR_IS_PTR(sent)) {
     // We always wait for local completion: the payload (user memory) and header must stay
     // valid, and the caller is allowed to reuse its buffer once we return.
-    auto start = std::chrono::steady_clock::now();
+    IdleClock quiet;
     while (!completion.done) {
       // Replies to earlier requests may need pulling before the server can take this one.
       StartBulkReceivesLocked();
@@ -283,11 +310,11 @@ Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_le
         // pulls the payload meanwhile; over TCP the progress pushes the next fragments.
         overlapping = (*overlap)();
         ucx_->ProgressAll();
-        start = std::chrono::steady_clock::now();
+        quiet.Progressed();
         continue;
       }
       if (ucx_->ProgressAll() > 0) continue;
-      auto idle = std::chrono::steady_clock::now() - start;
+      auto idle = quiet.Quiet();
       if (idle > kSpinBeforeYield) sched_yield();
       if (idle > kSpinBeforeSleep) {
         ucx_->WaitForEvents(100, control_fd_);
@@ -342,26 +369,52 @@ Status RpcClient::FlushLocked() {
                                UCP_AM_SEND_FLAG_EAGER, nullptr);
   batch_.clear();
   batch_items_ = 0;
+  batch_open_ = false;
   ++batches_sent_;
+  last_post_ = std::chrono::steady_clock::now();
   return status;
 }
 
+void RpcClient::BeginBatchLocked(std::chrono::steady_clock::time_point now) {
+  batch_started_ns_.store(now.time_since_epoch().count());
+  batch_generation_.fetch_add(1);
+  batch_open_ = true;
+  if (!flusher_.joinable()) {
+    flusher_pid_ = getpid();
+    flusher_ = std::thread([this] { FlusherLoop(); });
+  } else if (flusher_idle_) {
+    // The flusher sleeps until woken: it set flusher_idle_ before it looked at
+    // batch_open_ a last time, so either it saw this batch or it is seen idle here.
+    std::lock_guard<std::mutex> sleep(flusher_mu_);
+    flusher_wake_.notify_one();
+  }
+}
+
 void RpcClient::FlusherLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  using Clock = std::chrono::steady_clock;
+  std::unique_lock<std::mutex> sleep(flusher_mu_);
   while (!stopping_) {
-    if (batch_items_ == 0) {
+    if (!batch_open_) {
       flusher_idle_ = true;
-      flusher_wake_.wait(lock);
+      if (!batch_open_ && !stopping_) flusher_wake_.wait(sleep);
       flusher_idle_ = false;
       continue;
     }
-    auto due = batch_started_ + kBatchDelay;
-    if (std::chrono::steady_clock::now() < due) {
-      flusher_wake_.wait_until(lock, due);
+    const uint64_t generation = batch_generation_;
+    const Clock::time_point due =
+        Clock::time_point(Clock::duration(batch_started_ns_.load())) + kBatchDelay;
+    if (Clock::now() < due) {
+      flusher_wake_.wait_until(sleep, due);
       continue;
     }
-    // A failure marks the connection broken: the process's next call reports it.
-    (void)FlushLocked();
+    sleep.unlock();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      // Only the batch that came due: one begun since waits for its own time.
+      // A failure marks the connection broken: the process's next call reports it.
+      if (batch_items_ > 0 && batch_generation_ == generation) (void)FlushLocked();
+    }
+    sleep.lock();
   }
 }
 
@@ -419,8 +472,8 @@ void RpcClient::SetAbandonCheck(std::function<std::string()> check) {
 }
 
 Status RpcClient::WaitLocked(uint64_t seq) {
-  auto start = std::chrono::steady_clock::now();
-  auto last_abandon_check = start;
+  IdleClock quiet;
+  auto last_abandon_check = std::chrono::steady_clock::now();
   while (true) {
     StartBulkReceivesLocked();
     // Done when every pending request up to `seq` is replied and has its bulk data.
@@ -436,10 +489,10 @@ Status RpcClient::WaitLocked(uint64_t seq) {
     if (done) return Status::OK();
     if (!broken_.empty()) return BrokenLocked();
     if (ucx_->ProgressAll() > 0) {
-      start = std::chrono::steady_clock::now();
+      quiet.Progressed();
       continue;
     }
-    auto idle = std::chrono::steady_clock::now() - start;
+    auto idle = quiet.Quiet();
     if (idle > kSpinBeforeYield) sched_yield();
     if (idle > kSpinBeforeSleep) {
       // Sleep until UCX has events or the server's socket changes (it died or closed).
@@ -515,21 +568,18 @@ Status RpcClient::Post(const Request& request) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
   if (!broken_.empty()) return BrokenLocked();
-  const auto now = std::chrono::steady_clock::now();
-  const bool burst = batch_items_ > 0 || now - last_post_ < kBurstGap;
-  last_post_ = now;
+  // In an open batch the post is part of a burst, whenever it comes.
+  std::chrono::steady_clock::time_point now{};
+  bool burst = batch_items_ > 0;
+  if (!burst) {
+    now = std::chrono::steady_clock::now();
+    burst = now - last_post_ < kBurstGap;
+    last_post_ = now;
+  }
   if (burst && request.args_len <= kMaxArgsLen &&
       sizeof(RequestHeader) + request.args_len + request.payload_len <= kBatchItemBytes) {
     AppendToBatchLocked(request, seq);
-    if (batch_items_ == 1) {
-      batch_started_ = now;
-      if (!flusher_.joinable()) {
-        flusher_pid_ = getpid();
-        flusher_ = std::thread([this] { FlusherLoop(); });
-      } else if (flusher_idle_) {
-        flusher_wake_.notify_one();
-      }
-    }
+    if (batch_items_ == 1) BeginBatchLocked(now);
     if (batch_items_ >= kBatchItems || batch_.size() >= kBatchBytes) return FlushLocked();
     return Status::OK();
   }

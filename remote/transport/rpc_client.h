@@ -142,7 +142,9 @@ class RpcClient : public ClientConnection {
   // Sends the batch, if any (before any other request goes out).
   Status FlushLocked();
   void AppendToBatchLocked(const Request& request, uint64_t seq);
-  void FlusherLoop();
+  // The first item is in: the flusher times the batch from `now`.
+  void BeginBatchLocked(std::chrono::steady_clock::time_point now);
+  void FlusherLoop();  // the flusher's thread; takes mu_ only to send a batch that is due
   Status WaitLocked(uint64_t seq);       // until reply `seq` and its bulk data are complete
   void StartBulkReceivesLocked();
   // Whether `pending`'s bulk data stopped short; if so, the connection is broken too.
@@ -166,17 +168,26 @@ class RpcClient : public ClientConnection {
   std::string broken_;  // non-empty once the connection failed; guarded by mu_
   std::function<std::string()> abandon_;  // guarded by mu_
 
-  // Batching (see the top of this file); all guarded by mu_.
+  // Batching (see the top of this file); guarded by mu_ but where said.
   std::vector<char> batch_;  // the items of the batch not yet sent
   uint32_t batch_items_ = 0;
-  std::chrono::steady_clock::time_point batch_started_;  // when its first item came
+  // When the last post came, as far as batching needs to know: read from the clock only
+  // when a post finds no batch open and when a batch goes out (a post costs a clock read
+  // less), so a burst counts as one post at its end.
   std::chrono::steady_clock::time_point last_post_;
   uint64_t batches_sent_ = 0;
   std::thread flusher_;    // sends a batch kBatchDelay after its first item
   pid_t flusher_pid_ = 0;  // the process that started it (a forked child has none)
+  // What the flusher reads without mu_ (written under mu_): it takes mu_ only to send a
+  // batch that is due, so a stream of full batches sent by the posting thread never
+  // waits on it, nor has to wake it.
+  std::atomic<uint64_t> batch_generation_{0};  // batches begun so far
+  std::atomic<int64_t> batch_started_ns_{0};   // steady clock at the open batch's first item
+  std::atomic<bool> batch_open_{false};
+  std::atomic<bool> flusher_idle_{false};  // waiting for a batch to begin
+  std::atomic<bool> stopping_{false};
+  std::mutex flusher_mu_;  // the flusher's sleep, and waking it
   std::condition_variable flusher_wake_;
-  bool flusher_idle_ = false;  // waiting for a batch to start
-  bool stopping_ = false;
 };
 
 }  // namespace gpupool::transport

@@ -14,6 +14,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "remote/sim/ptx_engine.h"
@@ -554,6 +555,56 @@ TEST_F(Jit, AStrayAccessIsAnIllegalAddressAndStopsTheLaunch) {
   // words 0..1031 from shift 0: the last 8 threads are past the end (the first of them is
   // thread 4 of block 85, in warp 0).
   expect_strays(86, 12, 0, 85, 0);
+}
+
+// A launch of fewer than four blocks runs on scratch the calling thread keeps from launch
+// to launch: nothing of an earlier launch (a fault, its counts, other sizes, barriers'
+// saved registers) shows in the next one.
+TEST_F(Jit, SmallLaunchesOnOneThreadEachStartAfresh) {
+  SetJitMode(JitMode::kAlways);
+  const DecodedKernel& stray = Kernel("stray");
+  const DecodedKernel& rotate = Kernel("rotate");
+  std::vector<uint32_t> data(1024, 5);
+  Memory memory;
+  uint64_t d = memory.Add(data);
+  std::string detail;
+  uint64_t faulted = 0;
+  ASSERT_EQ(
+      Launch(stray, {1, 1, 1}, {32, 1, 1}, Pack(d - 4, uint32_t{0}), memory, &faulted, &detail),
+      kIllegalAddress);
+  EXPECT_NE(detail, "");
+  // The same kernel in bounds, on one block: as the first launch of a fresh thread.
+  auto in_bounds = [&](uint32_t threads) {
+    std::string again;
+    uint64_t counted = 0;
+    EXPECT_EQ(
+        Launch(stray, {1, 1, 1}, {threads, 1, 1}, Pack(d, uint32_t{0}), memory, &counted, &again),
+        0);
+    EXPECT_EQ(again, "") << threads << " threads";
+    return counted;
+  };
+  const uint64_t here = in_bounds(128);
+  uint64_t fresh = 0;
+  std::thread([&] { fresh = in_bounds(128); }).join();
+  EXPECT_EQ(here, fresh);
+  EXPECT_GT(here, 0u);
+  // Barriers and shared memory after a larger block, on 1, 2 and 3 blocks: the
+  // interpreter's results every time.
+  const uint32_t rounds = 5;
+  for (uint32_t blocks = 1; blocks <= 3; ++blocks) {
+    for (uint32_t threads : {96u, 40u, 100u}) {
+      std::vector<uint32_t> results[2];
+      for (int compiled = 0; compiled < 2; ++compiled) {
+        SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+        results[compiled].assign(threads * blocks, 0);
+        Memory rotated;
+        uint64_t r = rotated.Add(results[compiled]);
+        ASSERT_EQ(Launch(rotate, {blocks, 1, 1}, {threads, 1, 1}, Pack(r, rounds), rotated), 0);
+      }
+      ASSERT_EQ(results[0], results[1]) << blocks << " blocks of " << threads;
+    }
+  }
+  EXPECT_GE(rotate.jit->jit_launches.load(), 9u) << rotate.jit->refused;
 }
 
 TEST_F(Jit, BarriersAndSharedMemoryGiveTheInterpretersResults) {
