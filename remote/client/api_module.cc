@@ -251,7 +251,8 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
     }
     args.flags = dp::kLaunchCooperative;
   }
-  std::vector<char> packed;
+  // The thread's own buffer, reused launch after launch (Post copies what it keeps).
+  thread_local std::vector<char> packed;
   if (CUresult status = PackParams(*function, params, extra, &packed); status != CUDA_SUCCESS) {
     return status;
   }

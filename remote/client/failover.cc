@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -253,7 +254,7 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   // A large upload's journal copy is made while its bytes are in flight, not before.
   const bool overlapped = how == Delivery::kPost && protecting_ &&
                           request.payload_len >= kOverlappedPayload && ChangesState(request.op);
-  Entry upload;
+  std::optional<Entry> upload;  // made only when needed: an Entry costs its zeroing
   sending_seq_ = protecting_ ? channel->connection->next_sequence() : 0;
   if (overlapped) {
     upload = StartOverlappedEntry(request);
@@ -269,11 +270,11 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
       size_t copied = 0;
       sent = channel->connection->PostOverlapped(request, [&]() {
         size_t take = std::min(kOverlapSlice, request.payload_len - copied);
-        AppendBytes(&upload.payload, source + copied, take);
+        AppendBytes(&upload->payload, source + copied, take);
         copied += take;
         return copied < request.payload_len;
       });
-      LogSent(std::move(upload));  // before a recovery, which replays the log
+      LogSent(std::move(*upload));  // before a recovery, which replays the log
     } else {
       sent = how == Delivery::kCall   ? channel->connection->Call(request, reply)
              : how == Delivery::kPost ? channel->connection->Post(request)

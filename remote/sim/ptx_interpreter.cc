@@ -6451,7 +6451,8 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
     return nullptr;
   }
   JitSlot& slot = *kernel.jit;
-  if (mode == JitMode::kAuto && slot.threads_run.fetch_add(threads) < kJitAfterThreads) {
+  if (mode == JitMode::kAuto &&
+      slot.threads_run.fetch_add(std::max(threads, kJitLaunchThreads)) < kJitAfterThreads) {
     return nullptr;
   }
   std::lock_guard<std::mutex> lock(slot.mu);

@@ -33,8 +33,9 @@ class CompiledKernel;
 // the engine: the agent, gpupool-dataplane-testd):
 //   off     never: every kernel runs on the interpreter;
 //   auto    (default) a kernel the tier can take, once its launches have run kJitAfterThreads
-//           threads on the interpreter (a kernel launched a few times on small grids is not
-//           worth the compile, 0.05-1 s), on a thread of its own: launches go on on the
+//           threads on the interpreter, a launch counting as at least kJitLaunchThreads
+//           (a kernel launched a few times on small grids is not worth the compile,
+//           0.02-1 s), on a thread of its own: launches go on on the
 //           interpreter until the code is ready, so no launch waits for LLVM (nor looks
 //           hung to the agent's watchdog meanwhile);
 //   always  at its first launch, which waits for it (the tests use it to run their kernels
@@ -44,6 +45,12 @@ enum class JitMode { kOff, kAuto, kAlways };
 JitMode CurrentJitMode();       // read from the environment at the first call
 void SetJitMode(JitMode mode);  // for tests and benchmarks
 inline constexpr uint64_t kJitAfterThreads = uint64_t{1} << 20;
+// What a launch costs the interpreter before its first thread runs (its CTA's set-up) is
+// about 0.3 us more than compiled code's: an empty one-thread kernel costs the agent
+// 0.48 us per launch interpreted, 0.19 us compiled (scripts/bench/remote's launches). A
+// kernel launched often on one thread is then compiled after 65,536 launches, about where
+// the 0.3 us saved pays for a small kernel's compile (20-50 ms).
+inline constexpr uint64_t kJitLaunchThreads = 16;
 
 // Per decoded kernel: its compiled form once made, and why not when it cannot be.
 struct JitSlot {

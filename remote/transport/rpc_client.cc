@@ -345,16 +345,15 @@ RequestHeader RpcClient::HeaderLocked(const Request& request, uint64_t seq, uint
 void RpcClient::AppendToBatchLocked(const Request& request, uint64_t seq) {
   const RequestHeader header = HeaderLocked(request, seq, kFlagOneWay);
   const uint32_t payload_len = static_cast<uint32_t>(request.payload_len);
-  size_t at = batch_.size();
-  batch_.resize(at + sizeof(header) + request.args_len + sizeof(payload_len) + payload_len);
-  char* p = batch_.data() + at;
-  std::memcpy(p, &header, sizeof(header));
-  p += sizeof(header);
-  if (request.args_len > 0) std::memcpy(p, request.args, request.args_len);
-  p += request.args_len;
-  std::memcpy(p, &payload_len, sizeof(payload_len));
-  p += sizeof(payload_len);
-  if (payload_len > 0) std::memcpy(p, request.payload, payload_len);
+  // Appended piece by piece (a resize would zero the bytes first).
+  auto append = [this](const void* bytes, size_t size) {
+    const char* from = static_cast<const char*>(bytes);
+    batch_.insert(batch_.end(), from, from + size);
+  };
+  append(&header, sizeof(header));
+  if (request.args_len > 0) append(request.args, request.args_len);
+  append(&payload_len, sizeof(payload_len));
+  if (payload_len > 0) append(request.payload, payload_len);
   ++batch_items_;
 }
 

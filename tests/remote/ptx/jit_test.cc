@@ -734,6 +734,18 @@ TEST_F(Jit, AutoCompilesOnlyKernelsWhoseLaunchesAreWorthIt) {
   ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
   for (uint64_t k = 0; k < data.size(); ++k) ASSERT_EQ(data[k], k < 1024 ? 7u : 3u) << k;
+  // A kernel launched often on one thread: each launch counts as kJitLaunchThreads.
+  const DecodedKernel& often = Kernel("dims");
+  std::vector<uint32_t> out(1, 0);
+  uint64_t dout = memory.Add(out);
+  const uint64_t launches = kJitAfterThreads / kJitLaunchThreads;
+  for (uint64_t k = 0; k < launches; ++k) {
+    ASSERT_EQ(Launch(often, {1, 1, 1}, {1, 1, 1}, Pack(dout), memory), 0);
+  }
+  EXPECT_FALSE(often.jit->tried) << "after " << launches << " launches";
+  ASSERT_EQ(Launch(often, {1, 1, 1}, {1, 1, 1}, Pack(dout), memory), 0);
+  EXPECT_TRUE(often.jit->tried);
+  WaitForCompile(*often.jit);
   // Off: interpreted again.
   SetJitMode(JitMode::kOff);
   ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
