@@ -8,8 +8,9 @@
 //           Call or Drain (asynchronous device-to-host copies).
 // Bulk results land directly in the caller's buffer (rendezvous when large).
 //
-// Batching: a Post that follows the previous one within kBurstGap joins a batch (wire.h)
-// when it is small (kBatchItemBytes), instead of going out as a message of its own: a
+// Batching: a Post that finds a batch open, or follows the previous one (after a burst: the
+// last batch's sending) within kBurstGap, joins a batch (wire.h) when it is small
+// (kBatchItemBytes), instead of going out as a message of its own: a
 // burst of launches then costs one message per kBatchItems of them. A batch goes out when
 // it is full, before any other request (so the order on the wire is the order of the
 // calls), and kBatchDelay after its first request (give or take the scheduler's timer
