@@ -371,6 +371,20 @@ class Jit : public ::testing::Test {
     return RunKernel(kernel, spec);
   }
 
+  // Kernel "rotate" on `blocks` blocks of `threads` for `rounds` rounds, on the interpreter
+  // (results[0]) and compiled (results[1]): each thread's last value.
+  void RunRotate(uint32_t blocks, uint32_t threads, uint32_t rounds,
+                 std::vector<uint32_t> results[2]) {
+    const DecodedKernel& kernel = Kernel("rotate");
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      results[compiled].assign(threads * blocks, 0);
+      Memory memory;
+      uint64_t d = memory.Add(results[compiled]);
+      ASSERT_EQ(Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(d, rounds), memory), 0);
+    }
+  }
+
   std::unique_ptr<PtxModule> module_;
 };
 
@@ -594,13 +608,7 @@ TEST_F(Jit, SmallLaunchesOnOneThreadEachStartAfresh) {
   for (uint32_t blocks = 1; blocks <= 3; ++blocks) {
     for (uint32_t threads : {96u, 40u, 100u}) {
       std::vector<uint32_t> results[2];
-      for (int compiled = 0; compiled < 2; ++compiled) {
-        SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
-        results[compiled].assign(threads * blocks, 0);
-        Memory rotated;
-        uint64_t r = rotated.Add(results[compiled]);
-        ASSERT_EQ(Launch(rotate, {blocks, 1, 1}, {threads, 1, 1}, Pack(r, rounds), rotated), 0);
-      }
+      RunRotate(blocks, threads, rounds, results);
       ASSERT_EQ(results[0], results[1]) << blocks << " blocks of " << threads;
     }
   }
@@ -611,13 +619,7 @@ TEST_F(Jit, BarriersAndSharedMemoryGiveTheInterpretersResults) {
   const DecodedKernel& kernel = Kernel("rotate");
   const uint32_t threads = 100, blocks = 3, rounds = 7;
   std::vector<uint32_t> results[2];
-  for (int compiled = 0; compiled < 2; ++compiled) {
-    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
-    results[compiled].assign(threads * blocks, 0);
-    Memory memory;
-    uint64_t d = memory.Add(results[compiled]);
-    ASSERT_EQ(Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(d, rounds), memory), 0);
-  }
+  RunRotate(blocks, threads, rounds, results);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
   // Each round every thread takes its right neighbour's value: v' = v[t + 1] * 3 + round.
   std::vector<uint32_t> v(threads);
