@@ -91,7 +91,7 @@ constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
 constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
 // A quiet worker's clock is read once per this many polls: a read costs about as much as a
 // poll (30 ns here), and every poll it replaces takes a reply sooner.
-constexpr int kIdlePollsPerClockRead = 8;
+constexpr unsigned kIdlePollsPerClockRead = 8;
 
 // How long a wait has gone without progress, from the clock read once every
 // kIdlePollsPerClockRead quiet polls (in between, the last answer stands).
@@ -112,7 +112,7 @@ class IdleClock {
   }
 
  private:
-  int polls_ = 0;
+  unsigned polls_ = 0;  // wraps after 2^32, a multiple of kIdlePollsPerClockRead
   std::chrono::steady_clock::time_point since_{};
   std::chrono::steady_clock::duration quiet_{};
 };

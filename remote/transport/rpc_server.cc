@@ -33,7 +33,7 @@ constexpr auto kSpinBeforeSleep = std::chrono::microseconds(2000);
 constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
 // An idle lane reads the clock once per this many polls: a read costs about as much as a
 // poll of an idle worker (30 ns here), and every poll it replaces answers a request sooner.
-constexpr int kIdlePollsPerClockRead = 8;
+constexpr unsigned kIdlePollsPerClockRead = 8;
 
 // Requests that name no connection of the endpoint they came on are dropped; they are
 // reported at most this often, with their count (a client that keeps trying must not fill
@@ -41,7 +41,7 @@ constexpr int kIdlePollsPerClockRead = 8;
 constexpr auto kDroppedReportInterval = std::chrono::seconds(10);
 
 // How often (in loop iterations) a busy lane looks at its clients' sockets.
-constexpr int kSocketPollInterval = 64;
+constexpr unsigned kSocketPollInterval = 64;
 // A client has this long to send its whole bootstrap handshake (acceptor thread); the
 // lane's answer is bounded by the same send timeout.
 constexpr int kHandshakeTimeoutMs = 2000;
@@ -541,8 +541,8 @@ class Lane {
 
   void Loop() {
     auto last_activity = std::chrono::steady_clock::now();
-    int iteration = 0;
-    int idle_polls = 0;     // since the last work
+    unsigned iteration = 0;   // wraps after 2^32, a multiple of kSocketPollInterval
+    unsigned idle_polls = 0;  // since the last work (wraps after 2^32: a multiple of 8)
     bool yielding = false;  // idle past kSpinBeforeYield: every idle poll yields the CPU
     while (!stop_) {
       bool worked = false;
