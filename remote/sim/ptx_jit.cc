@@ -1892,8 +1892,10 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
   };
   // A launch on one worker (most launches of small grids) runs on the calling thread's
   // kept scratch: fresh vectors per launch cost a stream of small launches a tenth of the
-  // agent's time (scripts/bench/remote). What it keeps is bounded by a CTA's limits
-  // (RunKernel): shared memory, and registers of 1,024 threads.
+  // agent's time (scripts/bench/remote). The scratch is kept only while it holds little
+  // (as the interpreter keeps its context), so that one large launch does not pin its
+  // memory to the thread.
+  constexpr size_t kKeptScratchBytes = size_t{16} << 20;
   thread_local Worker kept;
   thread_local bool kept_in_use = false;
   std::vector<Worker> own;
@@ -1913,7 +1915,17 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
   struct Release {
     bool keep;
     ~Release() {
-      if (keep) kept_in_use = false;
+      if (!keep) return;
+      kept_in_use = false;
+      const size_t held = kept.hints.capacity() * sizeof(Hint) + kept.shared.capacity() +
+                          kept.resume.capacity() * sizeof(int32_t) +
+                          kept.saved.capacity() * sizeof(uint64_t);
+      if (held > kKeptScratchBytes) {
+        kept.hints = {};
+        kept.shared = {};
+        kept.resume = {};
+        kept.saved = {};
+      }
     }
   } release{keep};
   std::atomic<bool> stop{false};
