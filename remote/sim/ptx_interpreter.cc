@@ -5996,9 +5996,7 @@ struct CtaContext {
 };
 
 // The CtaContext of the thread that calls RunKernel (the agent's GPU thread), kept from
-// launch to launch: a stream of small launches then allocates nothing per launch. Kept
-// only while it holds little, so that one huge kernel does not pin its memory.
-constexpr size_t kKeptContextBytes = size_t{16} << 20;
+// launch to launch while it holds at most kKeptScratchBytes (ptx_jit.h).
 
 CtaContext* CallerContext() {
   thread_local CtaContext context;
@@ -6010,7 +6008,7 @@ void TrimCallerContext(CtaContext* context) {
                 context->registers.capacity() * sizeof(uint64_t) +
                 context->warps.capacity() * sizeof(Warp) +
                 context->range_hints.capacity() * sizeof(uint32_t);
-  if (held > kKeptContextBytes) *context = CtaContext{};
+  if (held > kKeptScratchBytes) *context = CtaContext{};
 }
 
 // Makes `cta`'s memory and warps, with the registers that are the same in every CTA.

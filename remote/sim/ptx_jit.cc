@@ -1891,11 +1891,8 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     uint64_t failed_cta = 0;
   };
   // A launch on one worker (most launches of small grids) runs on the calling thread's
-  // kept scratch: fresh vectors per launch cost a stream of small launches a tenth of the
-  // agent's time (scripts/bench/remote). The scratch is kept only while it holds little
-  // (as the interpreter keeps its context), so that one large launch does not pin its
-  // memory to the thread.
-  constexpr size_t kKeptScratchBytes = size_t{16} << 20;
+  // kept scratch (kKeptScratchBytes): fresh vectors per launch cost a stream of small
+  // launches a tenth of the agent's time (scripts/bench/remote).
   thread_local Worker kept;
   thread_local bool kept_in_use = false;
   std::vector<Worker> own;

@@ -16,6 +16,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,11 @@ inline constexpr uint64_t kJitAfterThreads = uint64_t{1} << 20;
 // kernel launched often on one thread is then compiled after 65,536 launches, about where
 // the 0.3 us saved pays for a small kernel's compile (20-50 ms).
 inline constexpr uint64_t kJitLaunchThreads = 16;
+// A thread that runs launches keeps one launch's scratch for the next (the interpreter's
+// CTA context, the compiled code's worker state), so that a stream of small launches
+// allocates nothing per launch; scratch over this size is let go after its launch, so that
+// one large launch does not pin its memory to the thread.
+inline constexpr size_t kKeptScratchBytes = size_t{16} << 20;
 
 // Per decoded kernel: its compiled form once made, and why not when it cannot be.
 struct JitSlot {
