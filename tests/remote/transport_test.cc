@@ -552,6 +552,12 @@ TEST_F(TransportTest, AClientsCleanExitIsReportedAsSuch) {
 // A client of the previous wire version (whose requests carry no reply endpoint, and
 // would be dropped) is refused at the handshake instead of left waiting.
 TEST_F(TransportTest, AClientOfAnotherWireVersionIsRefusedAtTheHandshake) {
+  // The lane counts the fixture's client just after answering its handshake: wait for it.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (handler_.connects == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(handler_.connects, 1);
   auto fd = ConnectTcp("127.0.0.1:" + std::to_string(server_->port()), 2000);
   ASSERT_TRUE(fd.ok()) << fd.status().message();
   SetTimeouts(fd.value(), 2000);
