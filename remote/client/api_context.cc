@@ -33,7 +33,7 @@ CUresult CreateContext(CUcontext* result, unsigned flags, CUdevice ordinal) {
   auto* context = new Context();
   context->device = ordinal;
   context->flags = flags;
-  ContextStack().push_back(context);
+  PushContext(context);
   *result = reinterpret_cast<CUcontext>(context);
   LogDebug("cuCtxCreate: context %llu on GPU %d", static_cast<unsigned long long>(context->id),
            ordinal);
@@ -50,8 +50,7 @@ CUresult DestroyContext(CUcontext handle) {
     return CUDA_ERROR_INVALID_CONTEXT;
   }
   // Current on this thread: popped, as by cuCtxPopCurrent.
-  std::vector<Context*>& stack = ContextStack();
-  if (!stack.empty() && stack.back() == context) stack.pop_back();
+  if (CurrentContext() == context) PopContext();
   std::map<void*, ContextStorageEntry> storage;
   {
     std::lock_guard<std::mutex> lock(context->storage_mu);

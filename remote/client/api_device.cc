@@ -279,7 +279,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext context) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Context* c = AsContext(context);
     if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-    ContextStack().push_back(c);
+    PushContext(c);
     return CUDA_SUCCESS;
   });
 }
@@ -287,9 +287,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext context) {
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext* context) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    if (ContextStack().empty()) return CUDA_ERROR_INVALID_CONTEXT;
-    if (context != nullptr) *context = reinterpret_cast<CUcontext>(ContextStack().back());
-    ContextStack().pop_back();
+    if (ContextStackEmpty()) return CUDA_ERROR_INVALID_CONTEXT;
+    Context* popped = PopContext();
+    if (context != nullptr) *context = reinterpret_cast<CUcontext>(popped);
     return CUDA_SUCCESS;
   });
 }
@@ -353,9 +353,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxRecordEvent(CUcontext context, CUevent ev
     Event* e = AsEvent(event);
     if (e == nullptr || e->context != c) return CUDA_ERROR_INVALID_HANDLE;
     if (CUresult status = SynchronizeDevice(c->device); status != CUDA_SUCCESS) return status;
-    ContextStack().push_back(c);
+    PushContext(c);
     CUresult status = cuEventRecord(event, nullptr);
-    ContextStack().pop_back();
+    PopContext();
     return status;
   });
 }

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -254,10 +254,12 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   // A large upload's journal copy is made while its bytes are in flight, not before.
   const bool overlapped = how == Delivery::kPost && protecting_ &&
                           request.payload_len >= kOverlappedPayload && ChangesState(request.op);
-  std::optional<Entry> upload;  // made only when needed: an Entry costs its zeroing
+  // Made only for an overlapped upload: an Entry (also an empty std::optional<Entry>) costs
+  // its zeroing on every call.
+  std::unique_ptr<Entry> upload;
   sending_seq_ = protecting_ ? channel->connection->next_sequence() : 0;
   if (overlapped) {
-    upload = StartOverlappedEntry(request);
+    upload = std::make_unique<Entry>(StartOverlappedEntry(request));
   } else if (how != Delivery::kCall) {
     Sent(request, how == Delivery::kStart);
   }

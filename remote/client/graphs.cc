@@ -233,9 +233,9 @@ bool CaptureGraphAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* d
   Node node;
   node.type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
   Stream* s = AsStream(stream);
-  if (s != nullptr) ContextStack().push_back(s->context);
+  if (s != nullptr) PushContext(s->context);
   *status = graph::NewGraphMemory(device, bytes, &node.memory);
-  if (s != nullptr) ContextStack().pop_back();
+  if (s != nullptr) PopContext();
   if (*status != CUDA_SUCCESS) {
     InvalidateCapture(stream);
     return true;

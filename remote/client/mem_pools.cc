@@ -152,9 +152,9 @@ CUresult AllocateOnDevice(int device, Context* preferred, size_t bytes, CUdevice
     chosen = &owner->primary;
   }
   if (chosen == current) return cuMemAlloc_v2(dptr, bytes);
-  ContextStack().push_back(chosen);
+  PushContext(chosen);
   CUresult status = cuMemAlloc_v2(dptr, bytes);
-  ContextStack().pop_back();
+  PopContext();
   return status;
 }
 

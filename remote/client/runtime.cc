@@ -22,6 +22,9 @@ using dataplane::HelloArgs;
 namespace {
 
 thread_local std::vector<Context*> context_stack;
+// context_stack's top, read by every call: a thread_local of a trivial type is reached
+// without the initialisation check a vector's (with its destructor to register) costs.
+thread_local Context* current_context = nullptr;
 
 // After fork() the child must not use the parent's UCX state; CUDA itself does not
 // support using a context across fork either. The child sees no usable device.
@@ -658,7 +661,7 @@ CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remot
   return CUDA_SUCCESS;
 }
 
-Context* CurrentContext() { return context_stack.empty() ? nullptr : context_stack.back(); }
+Context* CurrentContext() { return current_context; }
 
 void SetCurrentContext(Context* context) {
   if (context_stack.empty()) {
@@ -668,9 +671,23 @@ void SetCurrentContext(Context* context) {
   } else {
     context_stack.back() = context;
   }
+  current_context = context_stack.empty() ? nullptr : context_stack.back();
 }
 
-std::vector<Context*>& ContextStack() { return context_stack; }
+void PushContext(Context* context) {
+  context_stack.push_back(context);
+  current_context = context;
+}
+
+Context* PopContext() {
+  if (context_stack.empty()) return nullptr;
+  Context* popped = context_stack.back();
+  context_stack.pop_back();
+  current_context = context_stack.empty() ? nullptr : context_stack.back();
+  return popped;
+}
+
+bool ContextStackEmpty() { return context_stack.empty(); }
 
 Context* AsContext(CUcontext context) {
   auto* candidate = reinterpret_cast<Context*>(context);

@@ -397,10 +397,12 @@ class Runtime {
 // since a kernel was handed it (Runtime::MapPinned).
 inline constexpr unsigned kHostMappedOnUse = 0x40000000u;
 
-// The current thread's context (nullptr if none).
+// The current thread's context (nullptr if none): the top of its context stack.
 Context* CurrentContext();
-void SetCurrentContext(Context* context);
-std::vector<Context*>& ContextStack();
+void SetCurrentContext(Context* context);  // replaces the top (cuCtxSetCurrent)
+void PushContext(Context* context);        // cuCtxPushCurrent
+Context* PopContext();                     // cuCtxPopCurrent; nullptr when the stack is empty
+bool ContextStackEmpty();
 
 // Validates handles; nullptr when the handle is not ours.
 Context* AsContext(CUcontext context);

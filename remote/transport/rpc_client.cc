@@ -487,7 +487,7 @@ Status RpcClient::WaitLocked(uint64_t seq) {
     }
     if (done) return Status::OK();
     if (!broken_.empty()) return BrokenLocked();
-    if (ucx_->ProgressAll() > 0) {
+    if (ucx_->Progress() > 0) {
       quiet.Progressed();
       continue;
     }
@@ -536,14 +536,30 @@ void RpcClient::set_connection_id_for_testing(uint64_t id) {
   connection_ = id;
 }
 
-Status RpcClient::Call(const Request& request, Reply* reply) {
-  std::lock_guard<std::mutex> lock(mu_);
-  uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
-  auto pending = std::make_unique<Pending>();
+std::unique_ptr<RpcClient::Pending> RpcClient::NewPendingLocked(uint64_t seq,
+                                                                const Request& request) {
+  std::unique_ptr<Pending> pending = spare_ ? std::move(spare_) : std::make_unique<Pending>();
   pending->seq = seq;
   pending->result_buffer = request.result_buffer;
   pending->result_capacity = request.result_buffer ? request.result_capacity : 0;
-  pending_.push_back(std::move(pending));
+  return pending;
+}
+
+void RpcClient::RecyclePendingLocked(std::unique_ptr<Pending> done) {
+  if (done->receive != nullptr || done->rndv_desc != nullptr) return;  // its destructor ends it
+  done->replied = false;
+  done->rndv_len = 0;
+  done->reply.status = 0;
+  done->reply.async_status = 0;
+  done->reply.out.clear();
+  done->reply.bulk_received = 0;
+  spare_ = std::move(done);
+}
+
+Status RpcClient::Call(const Request& request, Reply* reply) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
+  pending_.push_back(NewPendingLocked(seq, request));
   Status status = FlushLocked();
   if (status.ok()) status = SendLocked(request, 0, seq);
   if (status.ok()) status = WaitLocked(seq);
@@ -556,6 +572,7 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
     } else if (front->reply.status != 0 && earlier_error == 0) {
       earlier_error = front->reply.status;
     }
+    RecyclePendingLocked(std::move(front));
     pending_.pop_front();
   }
   if (!status.ok()) return status;
@@ -604,11 +621,7 @@ Status RpcClient::PostOverlapped(const Request& request, const std::function<boo
 Status RpcClient::Start(const Request& request) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
-  auto pending = std::make_unique<Pending>();
-  pending->seq = seq;
-  pending->result_buffer = request.result_buffer;
-  pending->result_capacity = request.result_buffer ? request.result_capacity : 0;
-  pending_.push_back(std::move(pending));
+  pending_.push_back(NewPendingLocked(seq, request));
   GPUPOOL_RETURN_IF_ERROR(FlushLocked());
   return SendLocked(request, 0, seq);
 }

@@ -154,6 +154,11 @@ class RpcClient : public ClientConnection {
   // whether the replies up to `seq` had nevertheless all arrived.
   bool ServerClosedLocked(uint64_t seq);
   Status BrokenLocked() const;
+  // A Pending for request `seq`: the one a finished call left (a call at a time, the common
+  // case, allocates none), else a new one.
+  std::unique_ptr<Pending> NewPendingLocked(uint64_t seq, const Request& request);
+  // Keeps `done` (its reply taken, no pull of bulk data outstanding) for the next request.
+  void RecyclePendingLocked(std::unique_ptr<Pending> done);
 
   std::mutex mu_;
   std::string endpoint_;
@@ -166,6 +171,7 @@ class RpcClient : public ClientConnection {
   std::atomic<uint64_t> next_seq_{1};
   std::vector<char> send_header_;   // the AM header being sent; guarded by mu_
   std::deque<std::unique_ptr<Pending>> pending_;  // in seq order; guarded by mu_
+  std::unique_ptr<Pending> spare_;                // guarded by mu_
   std::string broken_;  // non-empty once the connection failed; guarded by mu_
   std::function<std::string()> abandon_;  // guarded by mu_
 

@@ -40,8 +40,13 @@ constexpr unsigned kIdlePollsPerClockRead = 8;
 // the log).
 constexpr auto kDroppedReportInterval = std::chrono::seconds(10);
 
-// How often (in loop iterations) a busy lane looks at its clients' sockets.
-constexpr unsigned kSocketPollInterval = 64;
+// How often a lane looks at its clients' sockets (for a client that closed its end). Not
+// every few polls: an epoll_wait costs as much as a dozen idle polls, and a request that
+// comes during one waits for it.
+constexpr auto kSocketPollPeriod = std::chrono::microseconds(200);
+// A lane keeps at most this many buffers of finished requests, of at most this capacity.
+constexpr size_t kSpareBytesKept = 8;
+constexpr size_t kSpareBytesCapacity = 4096;
 // A client has this long to send its whole bootstrap handshake (acceptor thread); the
 // lane's answer is bounded by the same send timeout.
 constexpr int kHandshakeTimeoutMs = 2000;
@@ -222,6 +227,7 @@ class Lane {
     Watch(client.fd);
     by_fd_[client.fd] = connection.get();
     handler_->OnConnect(connection->id, connection->peer);
+    in_order_.push_back(connection.get());
     connections_[connection->id] = std::move(connection);
   }
 
@@ -282,7 +288,7 @@ class Lane {
     const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     const size_t eager_len = rendezvous ? 0 : length;
     if (request_header.args_len + eager_len > 0) {  // (a synchronisation has neither)
-      auto bytes = std::make_shared<std::string>();
+      std::shared_ptr<std::string> bytes = self->TakeSpareBytes();
       bytes->reserve(request_header.args_len + eager_len);
       bytes->append(static_cast<const char*>(header) + sizeof(request_header),
                     request_header.args_len);
@@ -319,7 +325,8 @@ class Lane {
       why = "its data is not the length its header says";  // (copied only when bounded)
     } else if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) == 0) {
       // One copy of the whole batch, its items views into it (checked on the copy).
-      auto bytes = std::make_shared<const std::string>(static_cast<const char*>(data), length);
+      // (Not a const string: KeepSpareBytes may reuse it once its items are done.)
+      auto bytes = std::make_shared<std::string>(static_cast<const char*>(data), length);
       if (DecodeBatch(batch, bytes->data(), bytes->size(), self->batch_items_.data(), &why)) {
         for (uint32_t i = 0; i < batch.count; ++i) {
           const BatchItem& item = self->batch_items_[i];
@@ -421,6 +428,24 @@ class Lane {
     }
   }
 
+  // A buffer for a request's bytes: one a finished request left, else a new one.
+  std::shared_ptr<std::string> TakeSpareBytes() {
+    if (spare_bytes_.empty()) return std::make_shared<std::string>();
+    std::shared_ptr<std::string> bytes = std::move(spare_bytes_.back());
+    spare_bytes_.pop_back();
+    bytes->clear();
+    return bytes;
+  }
+  // Keeps a finished request's buffer for the next request, unless another request (of its
+  // batch) still uses it, or it is large: a request at a time allocates nothing.
+  void KeepSpareBytes(std::shared_ptr<const std::string> bytes) {
+    if (bytes == nullptr || bytes.use_count() != 1 || bytes->capacity() > kSpareBytesCapacity ||
+        spare_bytes_.size() >= kSpareBytesKept) {
+      return;
+    }
+    spare_bytes_.push_back(std::const_pointer_cast<std::string>(std::move(bytes)));
+  }
+
   // Starts queued requests of `c` until one has to wait for a transfer or the
   // handler. Returns whether anything was started.
   bool Pump(Connection* c) {
@@ -436,6 +461,7 @@ class Lane {
     }
     while (!c->busy && !c->closing && !c->queue.empty()) {
       worked = true;
+      KeepSpareBytes(std::move(c->current.bytes));
       c->current = std::move(c->queue.front());
       c->queue.pop_front();
       if (c->current.rndv_desc == nullptr) {
@@ -541,33 +567,34 @@ class Lane {
 
   void Loop() {
     auto last_activity = std::chrono::steady_clock::now();
-    unsigned iteration = 0;   // wraps after 2^32, a multiple of kSocketPollInterval
+    auto next_socket_poll = last_activity;
     unsigned idle_polls = 0;  // since the last work (wraps after 2^32: a multiple of 8)
     bool yielding = false;  // idle past kSpinBeforeYield: every idle poll yields the CPU
     while (!stop_) {
       bool worked = false;
-      if (has_arrivals_.exchange(false)) {
+      // A plain load first: an exchange is a locked instruction even when nothing came.
+      if (has_arrivals_.load(std::memory_order_relaxed) && has_arrivals_.exchange(false)) {
         TakeArrivals();
         worked = true;
       }
-      worked |= ucx_->ProgressAll() > 0;
-      if (wake_.exchange(false)) {
+      worked |= ucx_->Progress() > 0;
+      if (wake_.load(std::memory_order_relaxed) && wake_.exchange(false)) {
         DeliverDeferred();
         worked = true;
       }
-      if (++iteration % kSocketPollInterval == 0) PollSockets(0);
       // Connections to close go before any other request runs: a session the handler
       // revoked for a new one (OnTick) is gone before the new one's next request.
       for (int pass = 0; pass < 2; ++pass) {
-        for (auto it = connections_.begin(); it != connections_.end();) {
-          Connection* c = it->second.get();
+        for (size_t i = 0; i < in_order_.size();) {
+          Connection* c = in_order_[i];
           if (pass == 1) worked |= Pump(c);
           if (c->closing && !c->busy) {
             Close(c);
-            it = connections_.erase(it);
+            in_order_.erase(in_order_.begin() + i);
+            connections_.erase(c->id);  // frees c
             worked = true;
           } else {
-            ++it;
+            ++i;
           }
         }
       }
@@ -580,6 +607,10 @@ class Lane {
       // before any other request runs.
       const auto now = std::chrono::steady_clock::now();
       if (now >= next_tick_) Tick(now);
+      if (now >= next_socket_poll) {
+        next_socket_poll = now + kSocketPollPeriod;
+        PollSockets(0);
+      }
       if (worked) {
         last_activity = now;
         idle_polls = 0;
@@ -596,6 +627,7 @@ class Lane {
       Close(connection.get());
     }
     connections_.clear();
+    in_order_.clear();
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
     while (!closing_requests_.empty() && std::chrono::steady_clock::now() < deadline) {
       ucx_->ProgressAll();
@@ -618,6 +650,10 @@ class Lane {
   std::atomic<bool> wake_{false};
   // Everything below is touched only by the lane's thread.
   std::map<ConnectionId, std::unique_ptr<Connection>> connections_;
+  // The same connections, for the loop's passes: a vector's walk costs less than a map's.
+  std::vector<Connection*> in_order_;
+  // Buffers of finished single requests, for the next ones (TakeSpareBytes).
+  std::vector<std::shared_ptr<std::string>> spare_bytes_;
   std::map<int, Connection*> by_fd_;  // by bootstrap socket
   struct Closing {
     void* request;  // ucp_ep_close_nbx in progress

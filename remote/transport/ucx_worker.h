@@ -60,6 +60,9 @@ class UcxWorker {
 
   // Progresses the worker until it reports no more events; returns the event count.
   unsigned ProgressAll();
+  // Progresses the worker once; returns the event count. What a polling loop calls: it
+  // looks at what came right after, where ProgressAll would first poll once more in vain.
+  unsigned Progress() { return ucp_worker_progress(worker_); }
 
   // Blocks until the worker has an event or `timeout_ms` passed (after arming it); other
   // file descriptors may be woken by `extra_fd` (-1: none). Returns false on timeout.
