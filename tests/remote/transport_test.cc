@@ -345,6 +345,47 @@ TEST_F(TransportTest, ABurstOfOneWayRequestsGoesOutInBatchesInOrder) {
   EXPECT_LE(batches, uint64_t{kPosts / 2});
 }
 
+// Both ends reuse their buffers from one request to the next (the server a finished
+// request's bytes, the client a finished call's bookkeeping): every request still reaches
+// the handler with its own bytes, and every call gets its own answer, whatever the sizes
+// that came before (batched posts, calls of growing and shrinking arguments, bulk replies).
+TEST_F(TransportTest, ReusedBuffersGiveEveryRequestItsOwnBytes) {
+  const uint64_t id = client_->connection_id_for_testing();
+  std::vector<std::string> sent;
+  for (int round = 0; round < 300; ++round) {
+    for (int k = 0; k < round % 4; ++k) {
+      sent.push_back("post" + std::to_string(round) + "." + std::to_string(k));
+      ASSERT_TRUE(client_
+                      ->Post(Request{kEchoArgs, sent.back().data(), sent.back().size(), nullptr, 0,
+                                     nullptr, 0})
+                      .ok());
+    }
+    // Arguments of 1 to kMaxArgsLen bytes, up and down: a reused buffer once held more.
+    std::string args(1 + (round * 37) % (kMaxArgsLen - 4), static_cast<char>('a' + round % 26));
+    args += std::to_string(round);
+    sent.push_back(args);
+    Reply reply;
+    ASSERT_TRUE(
+        client_->Call(Request{kEchoArgs, args.data(), args.size(), nullptr, 0, nullptr, 0}, &reply)
+            .ok());
+    ASSERT_EQ(reply.out, args) << "round " << round;
+    if (round % 10 == 0) {  // a bulk reply between, into the caller's buffer
+      std::string payload(4096 + round, static_cast<char>('A' + round % 26));
+      std::vector<char> back(payload.size());
+      sent.push_back("");
+      ASSERT_TRUE(client_
+                      ->Call(Request{kEchoPayload, nullptr, 0, payload.data(), payload.size(),
+                                     back.data(), back.size()},
+                             &reply)
+                      .ok());
+      ASSERT_EQ(reply.bulk_received, payload.size());
+      ASSERT_EQ(std::string(back.begin(), back.end()), payload) << "round " << round;
+      ASSERT_TRUE(reply.out.empty()) << "round " << round;
+    }
+  }
+  EXPECT_EQ(handler_.RequestsOf(id), sent);
+}
+
 // The last requests of a burst reach the server with no later call to push them out.
 TEST_F(TransportTest, TheEndOfABurstGoesOutWithoutAnotherCall) {
   const uint64_t id = client_->connection_id_for_testing();
