@@ -113,11 +113,14 @@ bool Runtime::DeferOrWait(int device, uint32_t op, const void* args, size_t args
       DeferredRequest request;
       request.op = op;
       request.args.assign(static_cast<const char*>(args), args_len);
-      if (payload_len > 0 && FindHostRange(payload, nullptr)) {
+      // An asynchronous copy from page-locked memory reads it when it runs, as on a GPU:
+      // only such a copy keeps a pointer. Anything else (a launch's arguments, which CUDA
+      // takes at the call) is copied, wherever it lies.
+      if (payload_len > 0 && op == dp::kOpMemcpyHtoD && FindHostRange(payload, nullptr)) {
         request.pinned_payload = payload;
         request.pinned_payload_len = payload_len;
       } else if (payload_len > 0) {
-        // Pageable memory: CUDA stages it at the call, so may we.
+        // Pageable memory: CUDA stages a copy's source at the call, so may we.
         request.payload.assign(static_cast<const char*>(payload), payload_len);
       }
       request.reply_later = delivery == Delivery::kReplyLater;

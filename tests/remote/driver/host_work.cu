@@ -2,7 +2,10 @@
 // work is pending, then SUCCESS), and event timing.
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -99,6 +102,42 @@ int main() {
   CHECK(cudaStreamSynchronize(waiter));
   EXPECT(cudaEventQuery(behind) == cudaSuccess);
   CHECK(cudaStreamDestroy(waiter));
+
+  // Kernel arguments are taken at the launch, also for a launch queued behind a host
+  // function, and also when they lie in registered host memory: here the whole heap is
+  // registered (a program may register memory it did not allocate), where the library
+  // packs arguments. Two launches wait behind the host function; each keeps its own.
+  {
+    void* heap = nullptr;
+    size_t heap_bytes = 0;
+    std::ifstream maps("/proc/self/maps");
+    for (std::string line; std::getline(maps, line);) {
+      if (line.find("[heap]") == std::string::npos) continue;
+      unsigned long begin = 0, end = 0;
+      if (std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) == 2) {
+        heap = reinterpret_cast<void*>(begin);
+        heap_bytes = end - begin;
+      }
+    }
+    EXPECT(heap != nullptr);
+    float* values = nullptr;
+    CHECK(cudaMalloc(&values, 2 * sizeof(float)));
+    const float ones[2] = {1.0f, 1.0f};
+    CHECK(cudaMemcpy(values, ones, sizeof(ones), cudaMemcpyHostToDevice));
+    if (heap != nullptr) CHECK(cudaHostRegister(heap, heap_bytes, cudaHostRegisterDefault));
+    release = false;
+    CHECK(cudaLaunchHostFunc(stream, WaitForRelease, nullptr));
+    scale<<<1, 1, 0, stream>>>(values, 3.0f, 1);
+    scale<<<1, 1, 0, stream>>>(values + 1, 7.0f, 1);
+    CHECK(cudaGetLastError());
+    release = true;
+    CHECK(cudaStreamSynchronize(stream));
+    if (heap != nullptr) CHECK(cudaHostUnregister(heap));
+    float scaled[2] = {0, 0};
+    CHECK(cudaMemcpy(scaled, values, sizeof(scaled), cudaMemcpyDeviceToHost));
+    EXPECT(scaled[0] == 3.0f && scaled[1] == 7.0f);
+    CHECK(cudaFree(values));
+  }
 
   // Event timing: real elapsed times, positive, and additive over consecutive intervals.
   cudaEvent_t marks[3];
