@@ -720,8 +720,16 @@ bool Failover::Checkpoint(ClientConnection* connection) {
     readback_bytes_ += bytes.size();
     fresh[start] = std::move(bytes);
   }
-  std::set<uint64_t> unknown_again, made_again;
-  ApplyLog(true, &unknown_again, &made_again);
+  // The second pass only puts in the images what copies and memsets wrote: a log without
+  // any (a stream of launches) has nothing to apply, and is walked once.
+  const bool writes_images = std::any_of(log_.begin(), log_.end(), [](const Entry& entry) {
+    return entry.op == dp::kOpMemcpyHtoD || entry.op == dp::kOpMemset ||
+           entry.op == dp::kOpMemcpyDtoD;
+  });
+  if (writes_images) {
+    std::set<uint64_t> unknown_again, made_again;
+    ApplyLog(true, &unknown_again, &made_again);
+  }
   for (auto& [start, bytes] : fresh) saved_[start] = std::move(bytes);
   checkpoint_bytes_ = 0;
   for (auto it = saved_.begin(); it != saved_.end();) {
@@ -764,6 +772,8 @@ void Failover::StartLogAfresh() {
 // classifies (*unknown: to read back; *made: images the log makes); `apply`
 // true, once the reads have succeeded, writes the bytes into saved_ in place
 // (ranges read back get scratch writes there, replaced by their reads after).
+// Only copies from the host, memsets and device-to-device copies write images:
+// Checkpoint skips the second pass for a log without them.
 void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made) {
   std::map<uint64_t, uint64_t> stream_of;  // range -> the stream that last wrote it
   std::set<uint64_t> allocated;            // allocated in the log: no previous image
