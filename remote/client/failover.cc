@@ -665,6 +665,12 @@ uint64_t Failover::WrittenBytesBound() const {
   return bytes;
 }
 
+// The requests whose bytes ApplyLog puts in the images on the host (the other requests
+// it looks at only classify what is known).
+static bool WritesImages(uint32_t op) {
+  return op == dp::kOpMemcpyHtoD || op == dp::kOpMemset || op == dp::kOpMemcpyDtoD;
+}
+
 bool Failover::Checkpoint(ClientConnection* connection) {
   if (config_.mode == FailoverConfig::Mode::kMigrate) {
     // No memory image: a move's memory comes from the old agent. The log is cut where
@@ -722,11 +728,8 @@ bool Failover::Checkpoint(ClientConnection* connection) {
   }
   // The second pass only puts in the images what copies and memsets wrote: a log without
   // any (a stream of launches) has nothing to apply, and is walked once.
-  const bool writes_images = std::any_of(log_.begin(), log_.end(), [](const Entry& entry) {
-    return entry.op == dp::kOpMemcpyHtoD || entry.op == dp::kOpMemset ||
-           entry.op == dp::kOpMemcpyDtoD;
-  });
-  if (writes_images) {
+  if (std::any_of(log_.begin(), log_.end(),
+                  [](const Entry& entry) { return WritesImages(entry.op); })) {
     std::set<uint64_t> unknown_again, made_again;
     ApplyLog(true, &unknown_again, &made_again);
   }
@@ -772,8 +775,8 @@ void Failover::StartLogAfresh() {
 // classifies (*unknown: to read back; *made: images the log makes); `apply`
 // true, once the reads have succeeded, writes the bytes into saved_ in place
 // (ranges read back get scratch writes there, replaced by their reads after).
-// Only copies from the host, memsets and device-to-device copies write images:
-// Checkpoint skips the second pass for a log without them.
+// Only the requests WritesImages names write images: Checkpoint skips the second
+// pass for a log without them.
 void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made) {
   std::map<uint64_t, uint64_t> stream_of;  // range -> the stream that last wrote it
   std::set<uint64_t> allocated;            // allocated in the log: no previous image

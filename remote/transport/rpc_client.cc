@@ -549,10 +549,7 @@ void RpcClient::RecyclePendingLocked(std::unique_ptr<Pending> done) {
   if (done->receive != nullptr || done->rndv_desc != nullptr) return;  // its destructor ends it
   done->replied = false;
   done->rndv_len = 0;
-  done->reply.status = 0;
-  done->reply.async_status = 0;
-  done->reply.out.clear();
-  done->reply.bulk_received = 0;
+  done->reply = Reply();
   spare_ = std::move(done);
 }
 

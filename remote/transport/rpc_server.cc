@@ -287,7 +287,7 @@ class Lane {
     incoming.header = request_header;
     const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     const size_t eager_len = rendezvous ? 0 : length;
-    if (request_header.args_len + eager_len > 0) {  // (a synchronisation has neither)
+    if (request_header.args_len + eager_len > 0) {
       std::shared_ptr<std::string> bytes = self->TakeSpareBytes();
       bytes->reserve(request_header.args_len + eager_len);
       bytes->append(static_cast<const char*>(header) + sizeof(request_header),
