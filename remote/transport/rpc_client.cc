@@ -162,6 +162,7 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
   }
   if (!ep.ok()) return Status::Unavailable("cannot reach " + endpoint + ": " + ep.status().message());
   self->ep_ = ep.value();
+  self->eager_midsize_ = detecting;
   return self;
 }
 
@@ -235,6 +236,7 @@ ucs_status_t RpcClient::OnReply(void* arg, const void* header, size_t header_len
   pending->reply.bulk_received = take;
   if (length == 0) return UCS_OK;
   if (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) {
+    ++self->rendezvous_replies_;
     if (take == 0) {
       ucp_am_data_release(self->ucx_->worker(), data);
       return UCS_OK;
@@ -267,8 +269,10 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
   if (request.args_len > 0) {
     std::memcpy(send_header_.data() + sizeof(request_header), request.args, request.args_len);
   }
+  const uint32_t protocol =
+      eager_midsize_ && request.payload_len <= kEagerPayloadMax ? UCP_AM_SEND_FLAG_EAGER : 0;
   return SendAmLocked(kRequestAmId, send_header_.data(), send_header_.size(), request.payload,
-                      request.payload_len, 0, overlap);
+                      request.payload_len, protocol, overlap);
 }
 
 Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_len, const void* data,
@@ -427,6 +431,11 @@ Status RpcClient::SendRawBatchForTesting(const BatchHeader& header, const std::s
 uint64_t RpcClient::batches_sent_for_testing() {
   std::lock_guard<std::mutex> lock(mu_);
   return batches_sent_;
+}
+
+uint64_t RpcClient::rendezvous_replies_for_testing() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rendezvous_replies_;
 }
 
 void RpcClient::StartBulkReceivesLocked() {

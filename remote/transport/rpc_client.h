@@ -114,6 +114,10 @@ class RpcClient : public ClientConnection {
   static constexpr uint32_t kBatchItems = 64;      // ...and one of this many items
   // Batches sent so far (for tests).
   uint64_t batches_sent_for_testing();
+  // Replies whose bulk data came by rendezvous so far (for tests).
+  uint64_t rendezvous_replies_for_testing();
+  // Whether payloads up to kEagerPayloadMax go eagerly on this connection (for tests).
+  bool eager_midsize_for_testing() const { return eager_midsize_; }
   // For tests of the server's checks only: sends `header` and `data` as a batch message,
   // as they are (a client that forges or garbles one).
   Status SendRawBatchForTesting(const BatchHeader& header, const std::string& data);
@@ -183,6 +187,10 @@ class RpcClient : public ClientConnection {
   // less), so a burst counts as one post at its end.
   std::chrono::steady_clock::time_point last_post_;
   uint64_t batches_sent_ = 0;
+  uint64_t rendezvous_replies_ = 0;
+  // Payloads up to kEagerPayloadMax go eagerly (wire.h): the endpoint detects peer
+  // failure. Set once by Connect.
+  bool eager_midsize_ = false;
   std::thread flusher_;    // sends a batch kBatchDelay after its first item
   pid_t flusher_pid_ = 0;  // the process that started it (a forked child has none)
   // What the flusher reads without mu_ (written under mu_): it takes mu_ only to send a

@@ -106,6 +106,7 @@ struct Connection {
   bool graceful_close = false; // flush before closing (close_after)
   std::string close_reason;
   std::string transport_error;  // what UCX reported about the peer, if anything
+  bool eager_midsize = false;   // replies up to kEagerPayloadMax go eagerly (wire.h)
 };
 
 // A client whose handshake the acceptor has read, on its way to its lane.
@@ -207,6 +208,7 @@ class Lane {
         (client.hello.flags & kDetectsPeerFailure) != 0 && UcxWorker::CanDetectPeerFailure(),
         &detecting);
     if (ep.ok()) connection->ep = ep.value();
+    connection->eager_midsize = detecting;
     Status status = ep.ok() ? Status::OK() : ep.status();
     if (status.ok()) {
       // A few hundred bytes into a fresh socket's empty buffer: does not block
@@ -403,7 +405,10 @@ class Lane {
     std::memcpy(c->temp_header.data(), &header, sizeof(header));
     std::memcpy(c->temp_header.data() + sizeof(header), reply.out.data(), reply.out.size());
     ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.op_attr_mask =
+        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags =
+        c->eager_midsize && reply.bulk_len <= kEagerPayloadMax ? UCP_AM_SEND_FLAG_EAGER : 0;
     param.cb.send = &Lane::OnReplySent;
     param.user_data = c;
     ucs_status_ptr_t sent = ucp_am_send_nbx(c->ep, kReplyAmId, c->temp_header.data(),

@@ -36,6 +36,7 @@ class EchoHandler : public RpcHandler {
   }
   void* BulkDestination(ConnectionId, const RequestHeader& header, std::string_view,
                         size_t len) override {
+    ++bulk_destinations;  // asked only for a payload that comes by rendezvous
     if (header.op != kIntoBuffer) return nullptr;
     in_place.resize(len);
     return in_place.data();
@@ -94,7 +95,7 @@ class EchoHandler : public RpcHandler {
     return found == requests_of.end() ? std::vector<std::string>{} : found->second;
   }
 
-  std::atomic<int> connects{0}, disconnects{0}, ticks{0};
+  std::atomic<int> connects{0}, disconnects{0}, ticks{0}, bulk_destinations{0};
   std::mutex mu;
   std::vector<ConnectionId> ids;                                 // guarded by mu
   std::map<ConnectionId, std::vector<std::string>> requests_of;  // args; guarded by mu
@@ -227,6 +228,54 @@ TEST_F(TransportTest, BulkDataLandsWhereTheHandlerSays) {
   ASSERT_TRUE(client_->Call(request, &reply).ok());
   EXPECT_EQ(reply.status, 0);
   EXPECT_TRUE(handler_.in_place == out);
+}
+
+// Over TCP (a transport that detects peer failure) a 64 KiB payload goes eagerly both
+// ways: a rendezvous would cost a synchronous copy one more network round trip (wire.h).
+// Larger ones still go by rendezvous, into the handler's buffer.
+TEST_F(TransportTest, OverTcpPayloadsUpTo64KiBGoEagerly) {
+  ASSERT_TRUE(client_->eager_midsize_for_testing());
+  std::vector<char> out(kEagerPayloadMax, 'e'), back(kEagerPayloadMax, 0);
+  Request into{kIntoBuffer, nullptr, 0, out.data(), out.size(), nullptr, 0};
+  Reply reply;
+  ASSERT_TRUE(client_->Call(into, &reply).ok());
+  EXPECT_EQ(handler_.bulk_destinations, 0) << "64 KiB came by rendezvous";
+  Request echo{kEchoPayload, nullptr, 0, out.data(), out.size(), back.data(), back.size()};
+  ASSERT_TRUE(client_->Call(echo, &reply).ok());
+  EXPECT_EQ(client_->rendezvous_replies_for_testing(), 0u) << "a 64 KiB reply came by rendezvous";
+  EXPECT_TRUE(back == out);
+
+  std::vector<char> big(8 << 20, 'b'), big_back(8 << 20, 0);
+  Request big_into{kIntoBuffer, nullptr, 0, big.data(), big.size(), nullptr, 0};
+  ASSERT_TRUE(client_->Call(big_into, &reply).ok());
+  EXPECT_EQ(reply.status, 0);
+  EXPECT_EQ(handler_.bulk_destinations, 1);
+  Request big_echo{kEchoPayload,    nullptr,        0, big.data(), big.size(),
+                   big_back.data(), big_back.size()};
+  ASSERT_TRUE(client_->Call(big_echo, &reply).ok());
+  EXPECT_EQ(client_->rendezvous_replies_for_testing(), 1u);
+  EXPECT_TRUE(big_back == big);
+}
+
+// Over shared memory UCX keeps its own choice of protocol (eager 64 KiB copies were often
+// slower there), and payloads of every size still come back whole.
+TEST(TransportProtocol, OverSharedMemoryUcxChoosesTheProtocol) {
+  setenv("UCX_TLS", "posix,cma,self", 1);
+  unsetenv("UCX_NET_DEVICES");
+  EchoHandler handler;
+  auto server = RpcServer::Start("127.0.0.1:0", &handler);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(server.value()->port()));
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  EXPECT_FALSE(client.value()->eager_midsize_for_testing());
+  for (size_t size : {size_t{64}, kEagerPayloadMax, size_t{4} << 20}) {
+    std::vector<char> out(size), back(size, 0);
+    for (size_t i = 0; i < size; ++i) out[i] = static_cast<char>(i * 7 + size);
+    Request request{kEchoPayload, nullptr, 0, out.data(), size, back.data(), size};
+    Reply reply;
+    ASSERT_TRUE(client.value()->Call(request, &reply).ok()) << size;
+    EXPECT_TRUE(out == back) << "size " << size;
+  }
 }
 
 TEST_F(TransportTest, OneWayErrorsArriveWithTheNextReply) {
