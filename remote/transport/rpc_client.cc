@@ -270,7 +270,7 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
     std::memcpy(send_header_.data() + sizeof(request_header), request.args, request.args_len);
   }
   const uint32_t protocol =
-      eager_midsize_ && request.payload_len <= kEagerPayloadMax ? UCP_AM_SEND_FLAG_EAGER : 0;
+      SendsEagerly(eager_midsize_, request.payload_len) ? UCP_AM_SEND_FLAG_EAGER : 0;
   return SendAmLocked(kRequestAmId, send_header_.data(), send_header_.size(), request.payload,
                       request.payload_len, protocol, overlap);
 }

@@ -407,8 +407,7 @@ class Lane {
     ucp_request_param_t param{};
     param.op_attr_mask =
         UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags =
-        c->eager_midsize && reply.bulk_len <= kEagerPayloadMax ? UCP_AM_SEND_FLAG_EAGER : 0;
+    param.flags = SendsEagerly(c->eager_midsize, reply.bulk_len) ? UCP_AM_SEND_FLAG_EAGER : 0;
     param.cb.send = &Lane::OnReplySent;
     param.user_data = c;
     ucs_status_ptr_t sent = ucp_am_send_nbx(c->ep, kReplyAmId, c->temp_header.data(),

@@ -78,6 +78,11 @@ inline constexpr uint32_t kMaxBatchBytes = 64 << 10;
 // keeps its choice: there, eager 64 KiB copies were twice as slow in about half of the
 // runs (scripts/bench/remote).
 inline constexpr size_t kEagerPayloadMax = 64 << 10;
+// Whether a payload of `payload_len` goes eagerly on a connection that does (`network`)
+// or does not detect peer failure: the one rule for requests and replies.
+inline bool SendsEagerly(bool network, size_t payload_len) {
+  return network && payload_len <= kEagerPayloadMax;
+}
 
 // One request of a batch, pointing into the batch's data.
 struct BatchItem {
