@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/latency_probe.h"
 #include "remote/client/api_common.h"
 #include "remote/client/device_attributes.h"
 
@@ -333,6 +334,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSynchronize(void) {
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext context) {
+  GPUPOOL_PROBE_SCOPE(probe, "libcuda.cuCtxSynchronize");
   GPUPOOL_BODY({
     if (context == nullptr) return cuCtxSynchronize();
     Context* c = AsContext(context);

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "common/latency_probe.h"
 #include "remote/client/api_common.h"
 #include "remote/client/device_attributes.h"
 #include "remote/client/graphs.h"
@@ -599,6 +600,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, 
                                                  unsigned int gz, unsigned int bx, unsigned int by,
                                                  unsigned int bz, unsigned int shared_mem,
                                                  CUstream stream, void** params, void** extra) {
+  GPUPOOL_PROBE_SCOPE(probe, "libcuda.cuLaunchKernel");
   GPUPOOL_BODY({
     unsigned grid[3] = {gx, gy, gz};
     unsigned block[3] = {bx, by, bz};

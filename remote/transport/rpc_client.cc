@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/latency_probe.h"
 #include "remote/transport/bootstrap.h"
 
 namespace gpupool::transport {
@@ -94,17 +95,21 @@ constexpr auto kSpinBeforeYield = std::chrono::microseconds(20);
 constexpr unsigned kIdlePollsPerClockRead = 8;
 
 // How long a wait has gone without progress, from the clock read once every
-// kIdlePollsPerClockRead quiet polls (in between, the last answer stands).
+// kIdlePollsPerClockRead quiet polls (in between, the last answer stands). The first read
+// comes at the kIdlePollsPerClockRead-th quiet poll, not the first: a quick reply (a
+// synchronous call over shared memory) then costs no clock read at all, and the quiet
+// time it misses (a few polls) is nothing beside the waits it decides (microseconds).
 class IdleClock {
  public:
   // Progress: the quiet time starts again.
   void Progressed() {
     polls_ = 0;
     since_ = {};
+    quiet_ = {};
   }
   // A poll found nothing: how long nothing has come.
   std::chrono::steady_clock::duration Quiet() {
-    if (polls_++ % kIdlePollsPerClockRead != 0) return quiet_;
+    if (++polls_ % kIdlePollsPerClockRead != 0) return quiet_;
     const auto now = std::chrono::steady_clock::now();
     if (since_ == std::chrono::steady_clock::time_point{}) since_ = now;
     quiet_ = now - since_;
@@ -297,7 +302,11 @@ Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_le
   // Tells the server which endpoint the request came on: it accepts a request only on the
   // endpoint of the connection the request names (rpc_server.h).
   param.flags = UCP_AM_SEND_FLAG_REPLY | send_flags;
-  ucs_status_ptr_t sent = ucp_am_send_nbx(ep_, id, header, header_len, data, data_len, &param);
+  ucs_status_ptr_t sent;
+  {
+    GPUPOOL_PROBE_SCOPE(probe, "client.ucx_send");
+    sent = ucp_am_send_nbx(ep_, id, header, header_len, data, data_len, &param);
+  }
   if (UCS_PTR_IS_ERR(sent)) {
     broken_ = "send to " + endpoint_ + " failed: " + UcxError(UCS_PTR_STATUS(sent));
     return BrokenLocked();
@@ -481,7 +490,8 @@ void RpcClient::SetAbandonCheck(std::function<std::string()> check) {
 
 Status RpcClient::WaitLocked(uint64_t seq) {
   IdleClock quiet;
-  auto last_abandon_check = std::chrono::steady_clock::now();
+  // Set at the first sleep: a wait that ends before (nearly all) reads no clock for it.
+  std::chrono::steady_clock::time_point last_abandon_check{};
   while (true) {
     StartBulkReceivesLocked();
     // Done when every pending request up to `seq` is replied and has its bulk data.
@@ -507,6 +517,7 @@ Status RpcClient::WaitLocked(uint64_t seq) {
       ucx_->WaitForEvents(100, control_fd_);
       if (PeerClosed(control_fd_) && !ServerClosedLocked(seq)) return BrokenLocked();
       auto now = std::chrono::steady_clock::now();
+      if (last_abandon_check == std::chrono::steady_clock::time_point{}) last_abandon_check = now;
       if (abandon_ && now - last_abandon_check > std::chrono::milliseconds(200)) {
         last_abandon_check = now;
         if (std::string why = abandon_(); !why.empty()) {
@@ -563,12 +574,23 @@ void RpcClient::RecyclePendingLocked(std::unique_ptr<Pending> done) {
 }
 
 Status RpcClient::Call(const Request& request, Reply* reply) {
+  static probe::Site before_send{"client.call.before_send"}, wait_for_reply{"client.call.wait"},
+      after_reply{"client.call.after_reply"};
+  uint64_t phase = probe::StartTicks();
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
   pending_.push_back(NewPendingLocked(seq, request));
   Status status = FlushLocked();
   if (status.ok()) status = SendLocked(request, 0, seq);
+  probe::AddSince(before_send, phase);
+  phase = probe::StartTicks();
   if (status.ok()) status = WaitLocked(seq);
+  probe::AddSince(wait_for_reply, phase);
+  // Ends at the return, just before the lock is released.
+  struct AfterReply {
+    uint64_t start;
+    ~AfterReply() { probe::AddSince(after_reply, start); }
+  } after_reply_span{probe::StartTicks()};
   // Collect this reply and every earlier one; earlier failures surface as async errors.
   int32_t earlier_error = 0;
   while (!pending_.empty() && pending_.front()->seq <= seq) {
@@ -587,6 +609,7 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
 }
 
 Status RpcClient::Post(const Request& request) {
+  GPUPOOL_PROBE_SCOPE(probe, "client.post");
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
   if (!broken_.empty()) return BrokenLocked();

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/latency_probe.h"
 #include "common/log.h"
 #include "remote/transport/bootstrap.h"
 #include "remote/transport/ucx_worker.h"
@@ -85,6 +86,7 @@ struct Incoming {
   std::string_view eager;     // payload received eagerly, in `bytes`
   void* rndv_desc = nullptr;  // payload still on the client, to pull by rendezvous
   size_t rndv_len = 0;
+  uint64_t arrived = 0;  // probe::StartTicks() when it came (0: probes off)
 };
 
 struct Connection {
@@ -287,6 +289,7 @@ class Lane {
     }
     Incoming incoming;
     incoming.header = request_header;
+    incoming.arrived = probe::StartTicks();
     const bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
     const size_t eager_len = rendezvous ? 0 : length;
     if (request_header.args_len + eager_len > 0) {
@@ -315,6 +318,7 @@ class Lane {
   static ucs_status_t OnBatchAm(void* arg, const void* header, size_t header_len, void* data,
                                 size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Lane*>(arg);
+    GPUPOOL_PROBE_SCOPE(probe, "agent.batch_receive");
     BatchHeader batch;
     if (!DecodeBatchHeader(header, header_len, &batch)) return UCS_OK;
     Connection* c = self->SenderConnection(batch.connection, param);
@@ -375,7 +379,10 @@ class Lane {
   // reply, unless the handler defers it.
   void Execute(Connection* c, const void* payload, size_t payload_len) {
     ServerReply reply;
-    handler_->OnRequest(c->id, c->current.header, c->current.args, payload, payload_len, &reply);
+    {
+      GPUPOOL_PROBE_SCOPE(probe, "agent.handler");
+      handler_->OnRequest(c->id, c->current.header, c->current.args, payload, payload_len, &reply);
+    }
     if (reply.deferred) {
       c->busy = true;
       c->deferred = true;
@@ -410,9 +417,14 @@ class Lane {
     param.flags = SendsEagerly(c->eager_midsize, reply.bulk_len) ? UCP_AM_SEND_FLAG_EAGER : 0;
     param.cb.send = &Lane::OnReplySent;
     param.user_data = c;
-    ucs_status_ptr_t sent = ucp_am_send_nbx(c->ep, kReplyAmId, c->temp_header.data(),
-                                            c->temp_header.size(), reply.bulk, reply.bulk_len,
-                                            &param);
+    ucs_status_ptr_t sent;
+    {
+      GPUPOOL_PROBE_SCOPE(probe, "agent.ucx_send");
+      sent = ucp_am_send_nbx(c->ep, kReplyAmId, c->temp_header.data(), c->temp_header.size(),
+                             reply.bulk, reply.bulk_len, &param);
+    }
+    static probe::Site request_to_reply{"agent.request_to_reply"};
+    probe::AddSince(request_to_reply, c->current.arrived);
     if (UCS_PTR_IS_ERR(sent)) {
       c->closing = true;
       c->close_reason = "reply failed: " + UcxError(UCS_PTR_STATUS(sent));
