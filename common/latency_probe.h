@@ -6,7 +6,9 @@
 // writes one line per site to stderr as it exits, in the style of the other Key=Value
 // output:
 //   gpupool-probe: Site=client.call.wait Spans=842337 MeanNs=973.6
-// Off, a span costs one predictable branch. Spans of several threads add up in one site.
+// Off, a span costs a load and a couple of predictable branches (1.4 ns against 0.6 ns for
+// an empty loop on the 2-core development VM); on, about 23 ns (two counter reads and two
+// atomic additions). Spans of several threads add up in one site.
 // Each shared object keeps its own sites (the replacement libcuda.so.1 and the transport
 // module it loads report separately, each at its own exit). scripts/bench/remote
 // --breakdown runs the synchronous round trip and the launch benchmark with them on.
