@@ -28,6 +28,8 @@ Registry& TheRegistry() {
 }
 
 void ReportAtExit() {
+  // A forked child inherits the handler, and may have turned the probes off since.
+  if (internal::enabled_state.load() != 1) return;
   for (const std::string& line : ReportLines()) std::fprintf(stderr, "%s\n", line.c_str());
 }
 

@@ -39,6 +39,9 @@ ChildResult RunInChild(const char* setting, Body body) {
     } else {
       setenv("GPUPOOL_LATENCY_PROBES", setting, 1);
     }
+    // The parent may have read the setting already (the transport tests probe too, when
+    // they run first in this process): the child reads it afresh.
+    internal::enabled_state.store(-1);
     std::exit(body());
   }
   close(pipe_fds[1]);
