@@ -61,7 +61,7 @@ void CopyBytes(char* to, const char* from, size_t size) {
 }
 
 // Appends `size` bytes at `from` to `bytes`.
-void AppendBytes(std::vector<char>* bytes, const char* from, size_t size) {
+void AppendBytes(JournalBytes* bytes, const char* from, size_t size) {
   const size_t at = bytes->size();
   bytes->resize(at + size);
   CopyBytes(bytes->data() + at, from, size);
@@ -423,7 +423,7 @@ void Failover::Append(Entry entry) {
         log_bytes_ -= dropped.args.size() + dropped.payload.size();
         dropped_bytes_ += args.size;
         dropped.op = kDroppedEntry;
-        dropped.payload = std::vector<char>();
+        dropped.payload = JournalBytes();
       }
       auto range = ranges_.find(args.dst);
       if (range != ranges_.end() && range->second == args.size) {
@@ -710,11 +710,11 @@ bool Failover::Checkpoint(ClientConnection* connection) {
   for (const auto& [start, dirty] : written_) {
     if (made.count(start) == 0) reads.insert(start);
   }
-  std::map<uint64_t, std::vector<char>> fresh;
+  std::map<uint64_t, JournalBytes> fresh;
   for (uint64_t start : reads) {
     auto range = ranges_.find(start);
     if (range == ranges_.end()) continue;
-    std::vector<char> bytes(range->second);
+    JournalBytes bytes(range->second);  // the read fills it whole (checked below)
     dp::MemcpyDtoHArgs args{start, range->second, 0};
     Request read{dp::kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0, bytes.data(), bytes.size()};
     Reply reply;
@@ -820,8 +820,8 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
   auto image_at = [&](uint64_t address) -> char* {
     uint64_t start = 0;
     RangeHolding(address, &start);
-    std::vector<char>& image = saved_[start];
-    image.resize(ranges_.at(start));  // a whole-range write may make the first image
+    JournalBytes& image = saved_[start];
+    image.resize(ranges_.at(start), 0);  // a whole-range write may make the first image
     return image.data() + (address - start);
   };
 
@@ -1001,11 +1001,11 @@ void Failover::RecyclePayloads() {
 
 // The smallest spare buffer with room for `size` bytes (emptied), unless it is
 // far larger than needed; else an empty one.
-std::vector<char> Failover::TakePayloadBuffer(size_t size) {
+JournalBytes Failover::TakePayloadBuffer(size_t size) {
   if (size < kRecycledPayload) return {};
   auto best = spare_.lower_bound(size);
   if (best == spare_.end() || best->first > 4 * size + (size_t{1} << 20)) return {};
-  std::vector<char> buffer = std::move(best->second);
+  JournalBytes buffer = std::move(best->second);
   spare_bytes_ -= best->first;
   spare_.erase(best);
   buffer.clear();

@@ -48,6 +48,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -55,6 +56,32 @@
 #include "remote/transport/rpc_client.h"
 
 namespace gpupool::client {
+
+// An allocator whose construct() leaves a new char unset: growing a buffer with it
+// writes nothing, where std::vector<char>::resize zeroes every new byte first. The
+// journal copy of an upload is written in whole right after it grows its buffer, so
+// zeroing wrote each byte twice, on the thread that also drives the upload's send.
+template <typename T>
+struct UnsetOnGrowth : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UnsetOnGrowth<U>;
+  };
+  UnsetOnGrowth() = default;
+  template <typename U>
+  UnsetOnGrowth(const UnsetOnGrowth<U>&) noexcept {}
+  template <typename U>
+  void construct(U* at) noexcept {
+    ::new (static_cast<void*>(at)) U;  // default-initialised: for char, unset
+  }
+  template <typename U, typename... Args>
+  void construct(U* at, Args&&... args) {
+    ::new (static_cast<void*>(at)) U(std::forward<Args>(args)...);
+  }
+};
+
+// Journal and checkpoint bytes. Code that needs zeroes asks for them (resize(n, 0)).
+using JournalBytes = std::vector<char, UnsetOnGrowth<char>>;
 
 struct FailoverConfig {
   // kMigrate: follows planned moves only (its memory handed over agent to agent); keeps no
@@ -196,7 +223,7 @@ class Failover {
   struct Entry {
     uint32_t op = 0;
     ArgBytes args;
-    std::vector<char> payload;  // a vector: its buffer can become a range's image
+    JournalBytes payload;  // a vector: its buffer can become a range's image
     bool call = false;  // sent with Call (its reply is checked on replay)
     // The transport seq it was sent with on the current GPU's connection; 0: known to have
     // run there (answered, or replayed before a later request was answered).
@@ -246,7 +273,7 @@ class Failover {
   // writes the bytes into saved_.
   void ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made);
   void RecyclePayloads();
-  std::vector<char> TakePayloadBuffer(size_t size);
+  JournalBytes TakePayloadBuffer(size_t size);
   // Log entries whose writes a later entry overwrites whole before anything reads
   // them on the host (ApplyLog skips them).
   std::vector<bool> OverwrittenEntries() const;
@@ -284,12 +311,12 @@ class Failover {
   std::map<Key, Resource> base_;                 // resources at the last checkpoint
   std::map<uint64_t, uint64_t> ranges_;          // live device ranges: start -> size
   std::map<uint64_t, uint64_t> module_globals_;  // module id -> its variables' range start
-  std::map<uint64_t, std::vector<char>> saved_;  // checkpointed contents, by range start
+  std::map<uint64_t, JournalBytes> saved_;       // checkpointed contents, by range start
   std::map<uint64_t, bool> written_;             // ranges written since the last checkpoint
   std::vector<Entry> log_;                       // state changes since the last checkpoint
   std::map<uint64_t, size_t> last_upload_;       // range -> log index of its last whole upload
                                                  // that nothing may have read since
-  std::multimap<size_t, std::vector<char>> spare_;  // payload buffers for new entries, by capacity
+  std::multimap<size_t, JournalBytes> spare_;    // payload buffers for new entries, by capacity
   size_t spare_bytes_ = 0;
   size_t log_bytes_ = 0;
   size_t printf_delivered_ = 0;          // log_[0, this) had their printf text shown
