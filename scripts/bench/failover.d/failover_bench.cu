@@ -171,6 +171,9 @@ int main(int argc, char** argv) {
     --argc;
   }
   benchmark::Initialize(&argc, argv);
+  // A flag Google Benchmark refused (a bad value) is left in argv: stop, do not measure
+  // with its default.
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
   benchmark::RunSpecifiedBenchmarks();
   return 0;
 }

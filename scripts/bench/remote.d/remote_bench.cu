@@ -79,8 +79,11 @@ BENCHMARK(SyncRoundTrip)->UseRealTime();
 BENCHMARK(LaunchRate)->UseRealTime();
 
 int main(int argc, char** argv) {
-  Check(cudaFree(nullptr), "init");  // context creation outside the measurements
   benchmark::Initialize(&argc, argv);
+  // A flag Google Benchmark refused (a bad value) is left in argv: stop, do not measure
+  // with its default.
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 2;
+  Check(cudaFree(nullptr), "init");  // context creation outside the measurements
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
