@@ -16,6 +16,12 @@
 
 namespace gpupool::client {
 
+// Device addresses grow up from kDeviceAddresses towards the page-locked window.
+static_assert(Runtime::kDeviceAddresses < Runtime::kPinnedWindow &&
+              Runtime::kPinnedWindow < Runtime::kPinnedWindowEnd);
+// ThreadSanitizer's lowest application range on x86-64 ends at 512 GiB or above.
+static_assert(!GPUPOOL_THREAD_SANITIZER || Runtime::kPinnedWindowEnd <= (uint64_t{512} << 30));
+
 using dataplane::DeviceDescription;
 using dataplane::HelloArgs;
 
@@ -385,7 +391,7 @@ void Runtime::ReleaseAddress(uint64_t address, uint64_t size) {
   // Not one we chose: an address an agent's driver chose (the cuda executor's, when it
   // cannot place memory; a GPU's driver puts it anywhere, 0x7f... on an H100) must not
   // be handed out again as ours, or a later allocation would be asked for at it.
-  if (address < (uint64_t{32} << 40) || address >= next_address_) return;
+  if (address < kDeviceAddresses || address >= next_address_) return;
   free_addresses_.emplace(rounded, address);
 }
 

@@ -35,6 +35,19 @@
 #include "remote/dataplane/protocol.h"
 #include "remote/transport/rpc_client.h"
 
+// Whether this is a ThreadSanitizer build (GCC defines __SANITIZE_THREAD__, clang has the
+// feature test).
+#if defined(__SANITIZE_THREAD__)
+#define GPUPOOL_THREAD_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GPUPOOL_THREAD_SANITIZER 1
+#endif
+#endif
+#ifndef GPUPOOL_THREAD_SANITIZER
+#define GPUPOOL_THREAD_SANITIZER 0
+#endif
+
 namespace gpupool::client {
 
 // Module image parsing lives in remote/image (shared with the sim's PTX engine).
@@ -262,8 +275,20 @@ class Runtime {
   // call boundaries) for the rest of its life. Buffers never handed to a kernel cost
   // nothing. AllocPinned falls back to an address outside the window (then never mapped)
   // when the window is full or taken.
+#if GPUPOOL_THREAD_SANITIZER
+  // ThreadSanitizer lets a program map memory only in its application ranges, on x86-64
+  // the lowest of them from 4 KiB to at least 512 GiB (the rest of 0-128 TiB holds its
+  // shadow and metadata): it ended programs that mapped page-locked or managed memory at
+  // 32-96 TiB ("mmap at bad address"). A ThreadSanitizer build places both windows there,
+  // where a PIE program (its binary at 0x55..., its libraries at 0x7f...) has nothing.
+  static constexpr uint64_t kDeviceAddresses = uint64_t{64} << 30;
+  static constexpr uint64_t kPinnedWindow = uint64_t{256} << 30;
+  static constexpr uint64_t kPinnedWindowEnd = uint64_t{448} << 30;
+#else
+  static constexpr uint64_t kDeviceAddresses = uint64_t{32} << 40;
   static constexpr uint64_t kPinnedWindow = uint64_t{64} << 40;
   static constexpr uint64_t kPinnedWindowEnd = uint64_t{96} << 40;
+#endif
   static bool InPinnedWindow(uint64_t address) {
     return address >= kPinnedWindow && address < kPinnedWindowEnd;
   }
@@ -369,7 +394,7 @@ class Runtime {
   std::vector<std::unique_ptr<Device>> devices_;
   std::atomic<uint64_t> next_id_{1};
   std::map<uint64_t, Allocation> allocations_;  // guarded by mu_
-  uint64_t next_address_ = uint64_t{32} << 40;       // 32 TiB on; guarded by mu_
+  uint64_t next_address_ = kDeviceAddresses;    // device addresses we chose; guarded by mu_
   std::multimap<uint64_t, uint64_t> free_addresses_;  // rounded size -> address; guarded by mu_
   struct HostRange { size_t size; unsigned flags; };
   std::map<uintptr_t, HostRange> host_ranges_;  // guarded by mu_

@@ -45,7 +45,8 @@ namespace {
 constexpr uint64_t kGranularity = uint64_t{2} << 20;
 // Reservations: [128 TiB, 160 TiB). Above where Linux places user mappings (x86-64 4-level
 // paging ends at 128 TiB), below the 2^48 the agents accept, apart from cuMemAlloc's
-// addresses (32 TiB on) and page-locked memory's window (64 to 96 TiB).
+// addresses (32 TiB on) and page-locked memory's window (64 to 96 TiB), or in a
+// ThreadSanitizer build their windows below 512 GiB (Runtime::kDeviceAddresses).
 constexpr uint64_t kReserveWindow = uint64_t{128} << 40;
 constexpr uint64_t kReserveWindowEnd = uint64_t{160} << 40;
 
