@@ -281,6 +281,8 @@ class Runtime {
   // shadow and metadata): it ended programs that mapped page-locked or managed memory at
   // 32-96 TiB ("mmap at bad address"). A ThreadSanitizer build places both windows there,
   // where a PIE program (its binary at 0x55..., its libraries at 0x7f...) has nothing.
+  // Device addresses then meet the window after 192 GiB of allocations and module
+  // windows: far above what the test programs use (the build is for them).
   static constexpr uint64_t kDeviceAddresses = uint64_t{64} << 30;
   static constexpr uint64_t kPinnedWindow = uint64_t{256} << 30;
   static constexpr uint64_t kPinnedWindowEnd = uint64_t{448} << 30;
