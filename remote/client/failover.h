@@ -48,7 +48,6 @@
 #include <mutex>
 #include <set>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -70,13 +69,11 @@ struct UnsetOnGrowth : std::allocator<T> {
   UnsetOnGrowth() = default;
   template <typename U>
   UnsetOnGrowth(const UnsetOnGrowth<U>&) noexcept {}
+  // Only the no-value form: allocator_traits constructs with a value (resize(n, 0)) by
+  // std::construct_at when the allocator has no construct() for it.
   template <typename U>
   void construct(U* at) noexcept {
     ::new (static_cast<void*>(at)) U;  // default-initialised: for char, unset
-  }
-  template <typename U, typename... Args>
-  void construct(U* at, Args&&... args) {
-    ::new (static_cast<void*>(at)) U(std::forward<Args>(args)...);
   }
 };
 
