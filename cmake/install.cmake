@@ -66,6 +66,8 @@ configure_file(${CMAKE_SOURCE_DIR}/etc/plugstack.conf.d/gpupool.conf.in
 
 # Programs.
 install(TARGETS gpupoold gpupool-agentd RUNTIME DESTINATION ${CMAKE_INSTALL_SBINDIR})
+# The agent's session worker: started by gpupool-agentd only, so not on PATH.
+install(TARGETS gpupool-worker RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/gpupool)
 install(TARGETS gpupoolctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(PROGRAMS ${CMAKE_SOURCE_DIR}/scripts/capacity-publisher
         DESTINATION ${CMAKE_INSTALL_SBINDIR} RENAME gpupool-capacity-publisher)

@@ -182,6 +182,7 @@ Status ParseSimGpus(const libconfig::Setting& list, const std::string& file,
 Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentConfig* c) {
   GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"server", "host", "rack", "listen", "control",
                                               "backend", "heartbeat_interval", "hang_timeout",
+                                              "worker_user", "worker_program", "session_grace", "worker_same_user",
                                               "sim"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "server", file, &c->server));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "host", file, &c->host));
@@ -194,6 +195,11 @@ Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentCon
   }
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "heartbeat_interval", file, 1, 3600, &c->heartbeat_interval));
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "hang_timeout", file, 0, 3600, &c->hang_timeout));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "worker_user", file, &c->worker_user));
+  if (c->worker_user.empty()) return Error(g["worker_user"], file, "must name a user");
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "worker_program", file, &c->worker_program));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "session_grace", file, 1, 60, &c->session_grace));
+  GPUPOOL_RETURN_IF_ERROR(ReadBool(g, "worker_same_user", file, &c->worker_same_user));
   if (g.exists("sim")) {
     const libconfig::Setting& sim = g["sim"];
     GPUPOOL_RETURN_IF_ERROR(CheckKeys(sim, file, {"gpus", "faults"}));

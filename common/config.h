@@ -68,7 +68,16 @@ struct AgentConfig {
   std::string control;               // "host:port" of the local fault/inspection API; empty = off
   std::string backend = "sim";       // "sim" or "cuda"
   int heartbeat_interval = 2;        // seconds
-  int hang_timeout = 10;             // seconds without progress before a GPU is FAILED; 0 off
+  int hang_timeout = 10;             // seconds without progress before the GPU is probed; 0 off
+  // The session workers (remote/worker): the user they run as when the agent is root
+  // (default "nobody"), the program (empty: gpupool-worker beside gpupool-agentd, else the
+  // installed one), and how long a worker whose lease ended may take to exit before it is
+  // killed (seconds).
+  std::string worker_user = "nobody";
+  std::string worker_program;
+  int session_grace = 2;
+  // A client on this host gets a worker of its own uid (shared memory needs it).
+  bool worker_same_user = true;
   std::vector<SimGpuConfig> sim_gpus;  // sim backend inventory (default: 4 × A100 80 GB)
   std::vector<std::string> sim_faults; // sim faults at start, "INDEX:fail[=REASON]|fail-after=N|hang"
 };

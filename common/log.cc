@@ -1,5 +1,7 @@
 #include "common/log.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdio>
 #include <ctime>
@@ -30,6 +32,11 @@ const char* Prefix(Level level) {
 
 void SetLevel(Level level) { g_level = static_cast<int>(level); }
 Level GetLevel() { return static_cast<Level>(g_level.load()); }
+
+int LogFileDescriptor() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_file != nullptr ? fileno(g_file) : STDERR_FILENO;
+}
 
 bool OpenLogFile(const std::string& path) {
   FILE* f = std::fopen(path.c_str(), "a");

@@ -12,6 +12,9 @@ void SetLevel(Level level);
 Level GetLevel();
 // Appends to `path` from now on; returns false (and keeps stderr) when it cannot open it.
 bool OpenLogFile(const std::string& path);
+// The descriptor log lines go to now (the log file's, else stderr's): a child process that
+// should log to the same place gets it as its stderr.
+int LogFileDescriptor();
 void SetProgramName(const std::string& name);
 
 void Write(Level level, const std::string& message);

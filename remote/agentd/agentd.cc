@@ -17,7 +17,7 @@
 #include "remote/agentd/options.h"
 #include "remote/backend/backend_factory.h"
 #ifdef GPUPOOL_HAVE_DATAPLANE
-#include "remote/dataplane/server.h"
+#include "remote/agentd/session_broker.h"
 #endif
 
 #ifndef GPUPOOL_VERSION
@@ -166,7 +166,7 @@ int RunAgentd(const std::vector<std::string>& args) {
   std::atomic<const void*> data_path{nullptr};
 #ifdef GPUPOOL_HAVE_DATAPLANE
   agent_options.leases_in_use = [&data_path] {
-    const auto* server = static_cast<const dataplane::Server*>(data_path.load());
+    const auto* server = static_cast<const SessionBroker*>(data_path.load());
     return server != nullptr && server->attached_sessions() > 0;
   };
 #endif
@@ -189,7 +189,9 @@ int RunAgentd(const std::vector<std::string>& args) {
   }
 
 #ifdef GPUPOOL_HAVE_DATAPLANE
-  dataplane::ServerOptions dp;
+  // The data port: a supervisor that authenticates each client and passes it to its
+  // session's worker process (session_broker.h); no tenant byte is parsed here.
+  SessionBrokerOptions dp;
   dp.listen = config.listen;
   dp.backend = gpu_backend.get();
   dp.authorize = [&leases, &agent](const std::string& lease_id, const std::string& token,
@@ -200,8 +202,6 @@ int RunAgentd(const std::vector<std::string>& args) {
     if (!agent.RefreshLeases(kLeaseRefreshTimeoutMs)) return false;
     return leases.Authorize(lease_id, token, gpu_uuid, nullptr);
   };
-  // Attached sessions are checked against the table as it is (no waiting on gpupoold)
-  // whenever it changes.
   dp.still_authorized = [&leases](const std::string& lease_id, const std::string& token,
                                   const std::string& gpu_uuid) {
     return leases.Authorize(lease_id, token, gpu_uuid, nullptr);
@@ -210,6 +210,11 @@ int RunAgentd(const std::vector<std::string>& args) {
   dp.gpu_failed = [&leases](const std::string& uuid) { return leases.Failed(uuid); };
   dp.handoff_source = [&leases](const std::string& uuid) { return leases.MovedFrom(uuid); };
   dp.hang_timeout = std::chrono::seconds(config.hang_timeout);
+  dp.session_grace = std::chrono::seconds(config.session_grace);
+  dp.worker_program = FindWorkerProgram(config.worker_program);
+  dp.worker_user = config.worker_user;
+  dp.same_host_uid = config.worker_same_user;
+  dp.verbose = settings->verbose;
   dp.on_recovered = [&agent](const std::string& gpu_uuid, const std::string& lease,
                              const std::string& from, uint64_t pause_ms, uint64_t restored_bytes,
                              uint64_t replayed, uint64_t copied_bytes) {
@@ -217,13 +222,13 @@ int RunAgentd(const std::vector<std::string>& args) {
               gpu_uuid + " from " + from + " in " + std::to_string(pause_ms) + " ms");
     agent.ReportRecovery(gpu_uuid, lease, from, pause_ms, restored_bytes, replayed, copied_bytes);
   };
-  Result<std::unique_ptr<dataplane::Server>> data_server = dataplane::Server::Start(std::move(dp));
+  Result<std::unique_ptr<SessionBroker>> data_server = SessionBroker::Start(std::move(dp));
   if (!data_server.ok()) {
     return report.Fail(kExitFailure, "cannot start the data path on " + config.listen + ": " +
                                          data_server.status().message());
   }
   data_path.store(data_server.value().get());
-  log::Info("data path on " + config.listen);
+  log::Info("data path on " + config.listen + " (a session worker per lease and GPU)");
 #else
   log::Info("data path not built into this agent; registering " + config.listen + " as the endpoint only");
 #endif

@@ -287,7 +287,16 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
     } else if (how == Delivery::kCall) {
       status = reply->async_status != 0 ? reply->async_status : reply->status;
     }
-    if (status != dp::kCuSuccess && attempt < 4 && Recoverable(status) &&
+    // A request that lost the connection again right after a recovery sent it anew ended
+    // a second session's process: its own input is the cause (a tenant fault), and no
+    // third GPU is tried with it.
+    const bool ended_twice = attempt > 0 && !sent.ok();
+    if (ended_twice) {
+      LogError("GPU %d: request %u ended the new session on %s too: the program's own work "
+               "ends the sessions that run it; not recovering again",
+               device_, request.op, channel->location.uuid.c_str());
+    }
+    if (status != dp::kCuSuccess && attempt < 4 && !ended_twice && Recoverable(status) &&
         Recover(&channel->connection, &channel->location, &channel->description, status)) {
       *moved = true;
       if (how != Delivery::kCall) return dp::kCuSuccess;
@@ -1034,13 +1043,17 @@ bool Failover::Send(ClientConnection* connection, const Entry& entry, std::strin
                   0};
   if (!entry.call) {
     Status posted = connection->Post(request);
-    if (!posted.ok()) *why = posted.message();
+    if (!posted.ok()) {
+      *why = posted.message();
+      replay_lost_transport_ = true;
+    }
     return posted.ok();
   }
   Reply reply;
   Status called = connection->Call(request, &reply);
   if (!called.ok()) {
     *why = called.message();
+    replay_lost_transport_ = true;
     return false;
   }
   if (reply.status != 0 || reply.async_status != 0) {
@@ -1242,6 +1255,7 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
         recovery.from = failed;
         recovery.to = next;
         const bool moved = handing_off && next.uuid != failed.uuid;
+        replay_lost_transport_ = false;
         if (moved ? RebuildMoved(session.get(), handoff, failed, &recovery, &last_problem)
                   : Rebuild(session.get(), &recovery, &last_problem)) {
           // The old connection goes only now: closing it may wait for a peer
@@ -1284,6 +1298,16 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
           LogError("GPU %d: the handoff from %s failed (%s); GPUPOOL_FAILOVER=migrate keeps no "
                    "checkpoint to recover from",
                    device_, failed.uuid.c_str(), last_problem.c_str());
+          return false;
+        }
+        if (replay_lost_transport_ && !moved) {
+          // The new session's process ended while it replayed this process's own work: the
+          // work ends whatever runs it (a tenant fault, never the GPU's), so no other GPU
+          // is tried with it (gpupool-remote(7), FAILOVER).
+          LogError("GPU %d: replaying this process's work on %s ended that session too (%s): "
+                   "the program's own work ends the sessions that run it; not recovering "
+                   "again",
+                   device_, next.uuid.c_str(), last_problem.c_str());
           return false;
         }
         if (moved) {

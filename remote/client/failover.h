@@ -326,6 +326,8 @@ class Failover {
   uint64_t dropped_bytes_ = 0;
   size_t checkpoints_ = 0;
   std::vector<Recovery> recoveries_;
+  // Set when a replay lost its connection (the new session's process ended under it).
+  bool replay_lost_transport_ = false;
   const transport::ClientConnection* watched_ = nullptr;  // has the lease check (WatchLease)
 };
 

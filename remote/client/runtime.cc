@@ -96,7 +96,13 @@ Result<std::unique_ptr<transport::ClientConnection>> ConnectTransport(const std:
   if (!loaded->ok()) return loaded->status();
   char error[512] = "";
   transport::ClientConnection* connection = loaded->value()(endpoint.c_str(), error, sizeof(error));
-  if (connection == nullptr) return Status::Unavailable(error);
+  if (connection == nullptr) {
+    std::string why = error;
+    if (why.rfind(kRefusedPrefix, 0) == 0) {
+      return Status::PermissionDenied(why.substr(sizeof(kRefusedPrefix) - 1));
+    }
+    return Status::Unavailable(why);
+  }
   return std::unique_ptr<transport::ClientConnection>(connection);
 }
 
@@ -200,6 +206,13 @@ std::unique_ptr<transport::ClientConnection> Runtime::OpenSession(
     int32_t* refusal) {
   *refusal = 0;
   auto rpc = ConnectTransport(location.uuid + "@" + location.endpoint);  // the GPU's thread
+  if (!rpc.ok() && rpc.status().code() == Status::Code::kPermissionDenied) {
+    // The agent checked the lease at the handshake (bootstrap.h), as it once did at hello.
+    *refusal = dataplane::kCuNotPermitted;
+    *why = "GPU " + location.uuid + " at " + location.endpoint + " refused this process: " +
+           rpc.status().message();
+    return nullptr;
+  }
   if (!rpc.ok()) {
     *why = "GPU " + location.uuid + ": " + rpc.status().message();
     return nullptr;

@@ -61,8 +61,14 @@ class GpuWorker : public transport::RpcHandler {
 
   // For the watchdog (any thread): since when the current operation runs (0: none, or one
   // the watchdog leaves alone), and the progress count it moves.
-  int64_t busy_since_ns() const { return busy_since_ns_.load(); }
-  uint64_t progress() const { return progress_.load(std::memory_order_relaxed); }
+  int64_t busy_since_ns() const { return busy_since_ns_->load(); }
+  uint64_t progress() const { return progress_->load(std::memory_order_relaxed); }
+  // Where the watchdog figures go (the worker's shared page), instead of our own.
+  void ExportWatch(std::atomic<int64_t>* busy_since, std::atomic<uint64_t>* progress) {
+    busy_since_ns_ = busy_since;
+    progress_ = progress;
+  }
+  size_t connections() const { return connections_.load(); }
   const backend::GpuInfo* gpu() const { return gpu_; }
 
   // Any thread (the authorizer): a hello's verdict; the lane is woken to finish
@@ -121,8 +127,11 @@ class GpuWorker : public transport::RpcHandler {
   std::map<std::string, transport::ConnectionId> tickets_;
   uint64_t ticked_epoch_ = 0;
   std::atomic<size_t> attached_{0};  // written by the lane, read by any thread
-  std::atomic<int64_t> busy_since_ns_{0};
-  std::atomic<uint64_t> progress_{0};  // operations done, and the blocks kernels ran
+  std::atomic<size_t> connections_{0};  // written by the lane, read by any thread
+  std::atomic<int64_t> own_busy_since_ns_{0};
+  std::atomic<uint64_t> own_progress_{0};  // operations done, and the blocks kernels ran
+  std::atomic<int64_t>* busy_since_ns_ = &own_busy_since_ns_;
+  std::atomic<uint64_t>* progress_ = &own_progress_;
 };
 
 int64_t NowNs() {
@@ -159,11 +168,16 @@ class ServerImpl : public Server {
           std::make_unique<GpuWorker>(this, i, i < gpus_.size() ? &gpus_[i] : nullptr));
       lanes.push_back(workers_.back().get());
     }
-    auto rpc = transport::RpcServer::Start(
-        options_.listen, lanes, [this](const std::string& uuid) { return LaneOf(uuid); },
-        [this](const std::string& key, const std::string& line) {
-          log_.Log("transport " + key, line);
-        });
+    if (options_.progress != nullptr && options_.busy_since_ns != nullptr && !workers_.empty()) {
+      workers_[0]->ExportWatch(options_.busy_since_ns, options_.progress);
+    }
+    auto pick = [this](const std::string& uuid) { return LaneOf(uuid); };
+    auto log = [this](const std::string& key, const std::string& line) {
+      log_.Log("transport " + key, line);
+    };
+    auto rpc = options_.listen.empty()
+                   ? transport::RpcServer::StartWithoutListening(lanes, pick, log)
+                   : transport::RpcServer::Start(options_.listen, lanes, pick, log);
     if (!rpc.ok()) return rpc.status();
     rpc_ = std::move(rpc.value());
     // Started once rpc_ is set (it wakes lanes through it); hellos that came
@@ -174,6 +188,12 @@ class ServerImpl : public Server {
   }
 
   int port() const override { return rpc_->port(); }
+  void Adopt(transport::Handshaken client) override { rpc_->Adopt(std::move(client)); }
+  size_t connections() const override {
+    size_t open = 0;
+    for (const auto& worker : workers_) open += worker->connections();
+    return open;
+  }
   size_t attached_sessions() const override {
     size_t attached = 0;
     for (const auto& worker : workers_) attached += worker->attached();
@@ -301,6 +321,7 @@ class ServerImpl : public Server {
 
 void GpuWorker::OnConnect(transport::ConnectionId id, const std::string& peer) {
   sessions_[id] = std::make_unique<Session>(peer, &server_->log());
+  connections_.store(sessions_.size());
 }
 
 void GpuWorker::OnDisconnect(transport::ConnectionId id, const std::string& reason) {
@@ -316,6 +337,7 @@ void GpuWorker::OnDisconnect(transport::ConnectionId id, const std::string& reas
                                     s.gpu_uuid() + ") disconnected: " + reason);
   }
   sessions_.erase(found);  // the executor frees the client's device memory
+  connections_.store(sessions_.size());
   CountAttached();
 }
 
@@ -354,11 +376,11 @@ void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHe
   }
   const bool ran = session->authorized();
   const bool watched = session->watched();
-  if (watched) busy_since_ns_.store(NowNs());
+  if (watched) busy_since_ns_->store(NowNs());
   session->Run(header, args, payload, payload_len, reply);
   if (watched) {
-    busy_since_ns_.store(0);
-    progress_.fetch_add(1, std::memory_order_relaxed);
+    busy_since_ns_->store(0);
+    progress_->fetch_add(1, std::memory_order_relaxed);
   }
   if (ran) session->set_last_run_seq(header.seq);
 }
@@ -537,8 +559,9 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
     }
   }
   // The watchdog follows this session's operations when its executor reports progress.
-  bool watched = server_->options().hang_timeout.count() > 0 &&
-                 executor.value()->SetProgressCounter(&progress_);
+  bool watched = (server_->options().hang_timeout.count() > 0 ||
+                  server_->options().progress != nullptr) &&
+                 executor.value()->SetProgressCounter(progress_);
   session->Authorize(check.lease_id, check.token, *gpu_, server_->options().backend,
                      std::move(executor.value()), check.epoch);
   session->set_watched(watched);
@@ -599,6 +622,7 @@ void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session,
       NowNs() + std::chrono::nanoseconds(server_->options().handoff_window).count();
   session->set_retained_until_ns(until);
   tickets_[ticket.value()] = id;
+  if (server_->options().on_ticket) server_->options().on_ticket(ticket.value());
   HandoffOfferResult result{};
   std::snprintf(result.ticket, sizeof(result.ticket), "%s", ticket.value().c_str());
   result.last_seq = session->last_run_seq();
@@ -735,7 +759,9 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
   // Generous for any fabric: 30 s, and a second per 100 MiB.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30) +
                         std::chrono::seconds(total / (100 << 20));
-  auto connected = transport::RpcClient::Connect(pull.endpoint, pull.gpu_uuid);
+  transport::RpcClient::Credential credential;
+  credential.ticket = pull.ticket;  // the old agent routes the attach by it (bootstrap.h)
+  auto connected = transport::RpcClient::Connect(pull.endpoint, pull.gpu_uuid, credential);
   if (!connected.ok()) return fail(connected.status().message());
   std::unique_ptr<transport::RpcClient> old = std::move(connected.value());
   old->SetAbandonCheck([deadline]() -> std::string {

@@ -36,6 +36,7 @@
 // not share a GPU, whose memory a kernel could otherwise reach.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -43,6 +44,7 @@
 
 #include "common/status.h"
 #include "remote/backend/backend.h"
+#include "remote/transport/acceptor.h"
 
 namespace gpupool::dataplane {
 
@@ -51,7 +53,8 @@ using Authorizer = std::function<bool(const std::string& lease_id,
                                       const std::string& gpu_uuid)>;
 
 struct ServerOptions {
-  std::string listen;  // "HOST:PORT" (port 0: any free port)
+  std::string listen;  // "HOST:PORT" (port 0: any free port); empty: clients come by Adopt
+
   backend::GpuBackend* backend = nullptr;
   // Checks a hello's credential; may block briefly to learn new leases. Runs on
   // the authorizer thread only (one hello at a time).
@@ -87,6 +90,15 @@ struct ServerOptions {
                      uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
                      uint64_t copied_bytes)>
       on_recovered;
+  // A retained session offered its memory for a handoff with `ticket` (any thread; must
+  // not block). The agent's session worker tells its supervisor, which routes the other
+  // agent's attach, presenting that ticket at its handshake, to this worker. May be empty.
+  std::function<void(const std::string& ticket)> on_ticket;
+  // Where each GPU's watchdog figures go instead of the server's own (the session worker's
+  // are in memory its supervisor reads): since when the current operation runs (ns of
+  // steady_clock, 0: none) and the progress it made. Both or neither; one GPU only.
+  std::atomic<int64_t>* busy_since_ns = nullptr;
+  std::atomic<uint64_t>* progress = nullptr;
 };
 
 class Server {
@@ -99,6 +111,11 @@ class Server {
   // Sessions attached to a GPU now (any thread): while there are some, the agent fetches
   // leases often enough to revoke a lost one within a second.
   virtual size_t attached_sessions() const = 0;
+  // Runs a client whose handshake was read elsewhere (ServerOptions::listen empty: the
+  // agent's supervisor accepted it and passed it to this worker). Any thread.
+  virtual void Adopt(transport::Handshaken client) = 0;
+  // Connections open now, attached or not (any thread).
+  virtual size_t connections() const = 0;
 
  protected:
   Server() = default;

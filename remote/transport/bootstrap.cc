@@ -152,7 +152,10 @@ Status SendClientHello(int fd, const ClientHello& hello) {
   GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &kBootstrapMagic, sizeof(kBootstrapMagic)));
   GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &hello.flags, sizeof(hello.flags)));
   GPUPOOL_RETURN_IF_ERROR(SendBlob(fd, hello.worker_address));
-  return SendBlob(fd, hello.lane_key);
+  GPUPOOL_RETURN_IF_ERROR(SendBlob(fd, hello.lane_key));
+  GPUPOOL_RETURN_IF_ERROR(SendBlob(fd, hello.lease_id));
+  GPUPOOL_RETURN_IF_ERROR(SendBlob(fd, hello.token));
+  return SendBlob(fd, hello.ticket);
 }
 
 Result<ClientHello> ReceiveClientHello(int fd) {
@@ -169,6 +172,15 @@ Result<ClientHello> ReceiveClientHello(int fd) {
   auto lane_key = ReceiveBlob(fd, kMaxLaneKey);
   if (!lane_key.ok()) return lane_key.status();
   hello.lane_key = std::move(lane_key.value());
+  auto lease_id = ReceiveBlob(fd, kMaxLeaseId);
+  if (!lease_id.ok()) return lease_id.status();
+  hello.lease_id = std::move(lease_id.value());
+  auto token = ReceiveBlob(fd, kMaxLeaseToken);
+  if (!token.ok()) return token.status();
+  hello.token = std::move(token.value());
+  auto ticket = ReceiveBlob(fd, kMaxHandoffTicket);
+  if (!ticket.ok()) return ticket.status();
+  hello.ticket = std::move(ticket.value());
   return hello;
 }
 
@@ -203,6 +215,12 @@ Result<bool> ParseClientHello(std::string_view bytes, ClientHello* hello, size_t
   }
   Result<bool> key = blob(kMaxLaneKey, &hello->lane_key);
   if (!key.ok() || !key.value()) return key;
+  Result<bool> lease = blob(kMaxLeaseId, &hello->lease_id);
+  if (!lease.ok() || !lease.value()) return lease;
+  Result<bool> token = blob(kMaxLeaseToken, &hello->token);
+  if (!token.ok() || !token.value()) return token;
+  Result<bool> ticket = blob(kMaxHandoffTicket, &hello->ticket);
+  if (!ticket.ok() || !ticket.value()) return ticket;
   *used = at;
   return true;
 }
@@ -211,7 +229,13 @@ Status SendServerHello(int fd, const ServerHello& hello) {
   GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &kBootstrapMagic, sizeof(kBootstrapMagic)));
   GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &hello.connection, sizeof(hello.connection)));
   GPUPOOL_RETURN_IF_ERROR(SendAll(fd, &hello.flags, sizeof(hello.flags)));
-  return SendBlob(fd, hello.worker_address);
+  return SendBlob(fd, hello.connection == 0 ? hello.refusal : hello.worker_address);
+}
+
+Status SendRefusal(int fd, const std::string& why) {
+  ServerHello refusal;
+  refusal.refusal = why.substr(0, kMaxRefusal);
+  return SendServerHello(fd, refusal);
 }
 
 Result<ServerHello> ReceiveServerHello(int fd) {
@@ -222,7 +246,11 @@ Result<ServerHello> ReceiveServerHello(int fd) {
   GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &hello.connection, sizeof(hello.connection)));
   GPUPOOL_RETURN_IF_ERROR(ReceiveAll(fd, &hello.flags, sizeof(hello.flags)));
   GPUPOOL_RETURN_IF_ERROR(CheckFlags(hello.flags));
-  if (hello.connection == 0) return Status::InvalidArgument("bootstrap: connection id 0");
+  if (hello.connection == 0) {
+    auto why = ReceiveBlob(fd, kMaxRefusal);
+    if (!why.ok()) return why.status();
+    return Status::PermissionDenied(why->empty() ? "refused at the handshake" : why.value());
+  }
   auto address = ReceiveWorkerAddress(fd);
   if (!address.ok()) return address.status();
   hello.worker_address = std::move(address.value());

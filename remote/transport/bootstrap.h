@@ -23,10 +23,18 @@ namespace gpupool::transport {
 // carry their reply endpoint (UCP_AM_SEND_FLAG_REPLY), or the server drops
 // them. 3: the two ends agree on peer failure detection (HelloFlags) before
 // either creates its endpoint. 4: the client names a lane key (the GPU it
-// wants), which picks the server thread its connection runs on.
-inline constexpr uint32_t kBootstrapMagic = 0x67706234;  // "gpb4"
+// wants), which picks the server thread its connection runs on. 5: the client presents
+// its credential (a lease and its token, or a handoff ticket) at the handshake, so that
+// the agent's supervisor can authenticate it and hand the connection to the session's
+// worker process before any tenant byte is parsed; the server may refuse the handshake
+// (ServerHello::refusal).
+inline constexpr uint32_t kBootstrapMagic = 0x67706235;  // "gpb5"
 inline constexpr size_t kMaxWorkerAddress = 64 * 1024;
 inline constexpr size_t kMaxLaneKey = 256;
+inline constexpr size_t kMaxLeaseId = 63;       // as HelloArgs::lease_id (protocol.h)
+inline constexpr size_t kMaxLeaseToken = 159;   // as HelloArgs::token
+inline constexpr size_t kMaxHandoffTicket = 64; // hex digits (protocol.h)
+inline constexpr size_t kMaxRefusal = 1024;
 
 // HelloFlags bits. kDetectsPeerFailure: the client can create its endpoint with UCX peer
 // failure detection (it has a transport that reports a dead peer; shared-memory-only
@@ -47,12 +55,22 @@ struct ClientHello {
   // a placement hint: the server still checks at hello that the connection's
   // lane serves the GPU it names.
   std::string lane_key;
+  // The credential, checked by the agent before the connection reaches a session: a
+  // lease and its token (a client of the lease), or a handoff ticket (another agent that
+  // reads memory offered for a handoff). Empty: none (an agent refuses such a client).
+  std::string lease_id;
+  std::string token;
+  std::string ticket;
 };
 // The server's answer: magic, the connection's id, the flags both ends use, its address.
+// A refused handshake is answered with connection 0 and `refusal` in place of the address:
+// why (e.g. the lease does not hold the GPU); ReceiveServerHello then fails with
+// PermissionDenied and that text.
 struct ServerHello {
   uint64_t connection = 0;
   uint32_t flags = 0;
   std::string worker_address;
+  std::string refusal;
 };
 Status SendClientHello(int fd, const ClientHello& hello);
 // Fails with InvalidArgument naming what is wrong (magic, flags, address or key
@@ -63,6 +81,8 @@ Result<ClientHello> ReceiveClientHello(int fd);
 // *used is its length), an error like ReceiveClientHello's as soon as one shows.
 Result<bool> ParseClientHello(std::string_view bytes, ClientHello* hello, size_t* used);
 Status SendServerHello(int fd, const ServerHello& hello);
+// Sends a refusal (connection 0, the reason) with the socket's send timeout.
+Status SendRefusal(int fd, const std::string& why);
 Result<ServerHello> ReceiveServerHello(int fd);
 
 // A listening socket on "HOST:PORT" (port 0: any); *port gets the bound port.

@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cstring>
 #include <vector>
 
@@ -125,8 +127,35 @@ constexpr int kConnectTimeoutMs = 5000;
 
 }  // namespace
 
+namespace {
+// Set by ConnectOnce for a failure that happened after the TCP connection was made and
+// that was not the server's refusal: worth another try.
+thread_local bool handshake_broke = false;
+}  // namespace
+
 Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoint,
-                                                      const std::string& lane_key) {
+                                                      const std::string& lane_key,
+                                                      const Credential& credential) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(kHandshakeRetrySeconds);
+  auto backoff = std::chrono::milliseconds(50);
+  int tries = 0;
+  while (true) {
+    handshake_broke = false;
+    ++tries;
+    auto connected = ConnectOnce(endpoint, lane_key, credential);
+    if (connected.ok() || !handshake_broke) return connected;
+    if (std::chrono::steady_clock::now() + backoff > give_up) {
+      return Status::Unavailable(connected.status().message() + " (" + std::to_string(tries) +
+                                 " tries in " + std::to_string(kHandshakeRetrySeconds) + " s)");
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+}
+
+Result<std::unique_ptr<RpcClient>> RpcClient::ConnectOnce(const std::string& endpoint,
+                                                          const std::string& lane_key,
+                                                          const Credential& credential) {
   std::unique_ptr<RpcClient> self(new RpcClient());
   self->endpoint_ = endpoint;
   auto fd = ConnectTcp(endpoint, kConnectTimeoutMs);
@@ -145,9 +174,16 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
   hello.flags = UcxWorker::CanDetectPeerFailure() ? kDetectsPeerFailure : 0;
   hello.worker_address = address.value();
   hello.lane_key = lane_key;
+  hello.lease_id = credential.lease_id;
+  hello.token = credential.token;
+  hello.ticket = credential.ticket;
   Status status = SendClientHello(fd_value, hello);
   Result<ServerHello> answer = status.ok() ? ReceiveServerHello(fd_value) : status;
+  if (!answer.ok() && answer.status().code() == Status::Code::kPermissionDenied) {
+    return answer.status();  // the server's reason, as it said it
+  }
   if (!answer.ok()) {
+    handshake_broke = answer.status().code() == Status::Code::kUnavailable;
     std::string why = answer.status().message();
     if (answer.status().code() == Status::Code::kInvalidArgument) {
       why = "not a gpupool data-path server of this version (" + why + ")";

@@ -93,8 +93,20 @@ class RpcClient : public ClientConnection {
   // Connects to "HOST:PORT" (the connection completes on first use).
   // `lane_key`: the GPU uuid the connection is for; the server runs it on that
   // GPU's thread (bootstrap.h).
+  // `lease_id`/`token` or `ticket`: the credential presented at the handshake
+  // (bootstrap.h). A server that refuses it answers PermissionDenied with its reason. A
+  // handshake that breaks after the TCP connection was made (a server too busy to finish
+  // it) is tried again with backoff for up to kHandshakeRetrySeconds; a refusal or a
+  // connection refused is not.
+  struct Credential {
+    std::string lease_id;
+    std::string token;
+    std::string ticket;
+  };
   static Result<std::unique_ptr<RpcClient>> Connect(const std::string& endpoint,
-                                                    const std::string& lane_key = "");
+                                                    const std::string& lane_key = "",
+                                                    const Credential& credential = {});
+  static constexpr int kHandshakeRetrySeconds = 10;
   ~RpcClient() override;
 
   Status Call(const Request& request, Reply* reply) override;
@@ -129,6 +141,9 @@ class RpcClient : public ClientConnection {
   void set_connection_id_for_testing(uint64_t id);
 
  private:
+  static Result<std::unique_ptr<RpcClient>> ConnectOnce(const std::string& endpoint,
+                                                        const std::string& lane_key,
+                                                        const Credential& credential);
   struct Pending;
   RpcClient() = default;
   static ucs_status_t OnReply(void* arg, const void* header, size_t header_len, void* data,

@@ -1,6 +1,7 @@
 #include "remote/transport/rpc_client_module.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 extern "C" __attribute__((visibility("default"))) gpupool::transport::ClientConnection*
@@ -12,9 +13,16 @@ gpupool_ucx_connect(const char* endpoint, char* error, size_t error_size) {
       gpu = address.substr(0, at);
       address = address.substr(at + 1);
     }
-    auto client = gpupool::transport::RpcClient::Connect(address, gpu);
+    // The job's lease (set by spank_gpupool): the agent checks it at the handshake,
+    // before the connection reaches the session's worker.
+    gpupool::transport::RpcClient::Credential credential;
+    if (const char* lease = std::getenv("GPUPOOL_LEASE_ID")) credential.lease_id = lease;
+    if (const char* token = std::getenv("GPUPOOL_LEASE_TOKEN")) credential.token = token;
+    auto client = gpupool::transport::RpcClient::Connect(address, gpu, credential);
     if (!client.ok()) {
-      std::snprintf(error, error_size, "%s", client.status().message().c_str());
+      const bool refused = client.status().code() == gpupool::Status::Code::kPermissionDenied;
+      std::snprintf(error, error_size, "%s%s", refused ? kRefusedPrefix : "",
+                    client.status().message().c_str());
       return nullptr;
     }
     return client.value().release();

@@ -14,8 +14,11 @@
 
 // The module's one entry point: connects to `endpoint`, "HOST:PORT" or
 // "GPU_UUID@HOST:PORT" (the form of a GPUPOOL_GPUS entry; the agent then runs
-// the connection on that GPU's thread). On failure returns nullptr and writes a
-// one-line reason to `error`.
+// the connection on that GPU's thread). The credential presented at the handshake is the
+// job's lease, from GPUPOOL_LEASE_ID and GPUPOOL_LEASE_TOKEN. On failure returns nullptr
+// and writes a one-line reason to `error`; when the server refused the credential, the
+// reason starts with kRefusedPrefix.
+inline constexpr const char kRefusedPrefix[] = "refused: ";
 extern "C" gpupool::transport::ClientConnection* gpupool_ucx_connect(const char* endpoint,
                                                                      char* error,
                                                                      size_t error_size);

@@ -22,6 +22,7 @@
 
 #include "common/latency_probe.h"
 #include "common/log.h"
+#include "remote/transport/acceptor.h"
 #include "remote/transport/bootstrap.h"
 #include "remote/transport/ucx_worker.h"
 
@@ -48,19 +49,6 @@ constexpr auto kSocketPollPeriod = std::chrono::microseconds(200);
 // A lane keeps at most this many buffers of finished requests, of at most this capacity.
 constexpr size_t kSpareBytesKept = 8;
 constexpr size_t kSpareBytesCapacity = 4096;
-// A client has this long to send its whole bootstrap handshake (acceptor thread); the
-// lane's answer is bounded by the same send timeout.
-constexpr int kHandshakeTimeoutMs = 2000;
-// Handshakes read at once at most; more clients are refused until some complete.
-constexpr size_t kMaxHandshaking = 256;
-// The acceptor looks at its stop flag at least this often.
-constexpr int kAcceptorPollMs = 100;
-
-// The host part of "HOST:PORT": repeated lines about one host are one kind.
-std::string HostOf(const std::string& peer) {
-  size_t colon = peer.rfind(':');
-  return colon == std::string::npos ? peer : peer.substr(0, colon);
-}
 
 // A connection id from the kernel's random source. The id is the second proof of a
 // request's origin (after its endpoint): it must not be predictable from earlier ids, as
@@ -111,12 +99,6 @@ struct Connection {
   bool eager_midsize = false;   // replies up to kEagerPayloadMax go eagerly (wire.h)
 };
 
-// A client whose handshake the acceptor has read, on its way to its lane.
-struct Handshaken {
-  int fd = -1;
-  std::string peer;
-  ClientHello hello;
-};
 
 // One lane: a thread, its UCX worker, its connections and its handler
 // (rpc_server.h).
@@ -691,19 +673,22 @@ class RpcServerImpl : public RpcServer {
   }
 
   ~RpcServerImpl() override {
-    stop_ = true;
-    if (acceptor_.joinable()) acceptor_.join();
-    lanes_.clear();  // each stops its thread and closes its connections
-    if (listen_fd_ >= 0) close(listen_fd_);
+    acceptor_.reset();  // no more arrivals
+    lanes_.clear();     // each stops its thread and closes its connections
   }
 
-  int port() const override { return port_; }
+  int port() const override { return acceptor_ ? acceptor_->port() : 0; }
 
   void Wake(size_t lane) override {
     if (lane < lanes_.size()) lanes_[lane]->Wake();
   }
 
-  Status Listen(const std::string& listen, const std::vector<RpcHandler*>& handlers) {
+  void Adopt(Handshaken client) override {
+    size_t lane = pick_lane_ ? pick_lane_(client.hello.lane_key) : 0;
+    lanes_[lane < lanes_.size() ? lane : 0]->Adopt(std::move(client));
+  }
+
+  Status StartLanes(const std::vector<RpcHandler*>& handlers) {
     if (handlers.empty()) return Status::InvalidArgument("rpc server: no lanes");
     for (size_t i = 0; i < handlers.size(); ++i) {
       auto ucx =
@@ -712,94 +697,22 @@ class RpcServerImpl : public RpcServer {
       lanes_.push_back(std::make_unique<Lane>(handlers[i], std::move(ucx.value()), &log_));
     }
     for (auto& lane : lanes_) GPUPOOL_RETURN_IF_ERROR(lane->Start());
-    auto fd = ListenTcp(listen, &port_);
-    if (!fd.ok()) return fd.status();
-    listen_fd_ = fd.value();
-    acceptor_ = std::thread([this] { AcceptLoop(); });
+    return Status::OK();
+  }
+
+  Status Listen(const std::string& listen) {
+    auto acceptor = HandshakeAcceptor::Start(
+        listen, [this](Handshaken client) { Adopt(std::move(client)); }, log_);
+    if (!acceptor.ok()) return acceptor.status();
+    acceptor_ = std::move(acceptor.value());
     return Status::OK();
   }
 
  private:
-  // Takes new clients and reads their handshakes, all at once and without blocking: a slow
-  // or silent client delays nobody (not even other handshakes), and is dropped after
-  // kHandshakeTimeoutMs.
-  void AcceptLoop() {
-    struct Handshaking {
-      int fd;
-      std::string peer;
-      std::string bytes;  // received so far
-      std::chrono::steady_clock::time_point deadline;
-    };
-    std::vector<Handshaking> handshaking;
-    while (!stop_) {
-      std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
-      for (const Handshaking& h : handshaking) fds.push_back({h.fd, POLLIN, 0});
-      if (poll(fds.data(), fds.size(), kAcceptorPollMs) < 0 && errno != EINTR) continue;
-      auto now = std::chrono::steady_clock::now();
-      // Newest first, so that erasing does not move entries not yet looked at.
-      for (size_t i = handshaking.size(); i-- > 0;) {
-        Handshaking& h = handshaking[i];
-        std::string failure;
-        bool done = false;
-        if (fds[i + 1].revents != 0) {
-          char buffer[4096];
-          ssize_t n = recv(h.fd, buffer, sizeof(buffer), MSG_DONTWAIT);
-          if (n > 0) {
-            h.bytes.append(buffer, n);
-            ClientHello hello;
-            size_t used = 0;
-            Result<bool> parsed = ParseClientHello(h.bytes, &hello, &used);
-            if (!parsed.ok()) {
-              failure = parsed.status().message();
-            } else if (parsed.value()) {
-              Handshaken client;
-              client.fd = h.fd;
-              client.peer = h.peer;
-              client.hello = std::move(hello);
-              size_t lane = pick_lane_ ? pick_lane_(client.hello.lane_key) : 0;
-              lanes_[lane < lanes_.size() ? lane : 0]->Adopt(std::move(client));
-              done = true;
-            }
-          } else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-            failure = "the client closed the connection during the handshake";
-          }
-        }
-        if (!done && failure.empty() && now >= h.deadline) {
-          failure = "no complete handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms";
-        }
-        if (!failure.empty()) {
-          log_("handshake " + HostOf(h.peer) + " " + failure,
-               "handshake with " + h.peer + " failed: " + failure);
-          close(h.fd);
-        }
-        if (done || !failure.empty()) handshaking.erase(handshaking.begin() + i);
-      }
-      if ((fds[0].revents & POLLIN) != 0) {
-        int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) continue;
-        if (handshaking.size() >= kMaxHandshaking) {
-          log_("handshake busy", "refusing " + PeerAddress(fd) + ": " +
-                                     std::to_string(kMaxHandshaking) +
-                                     " handshakes already in progress");
-          close(fd);
-          continue;
-        }
-        // The lane answers with blocking sends, bounded by the socket's timeouts.
-        SetTimeouts(fd, kHandshakeTimeoutMs);
-        handshaking.push_back(Handshaking{fd, PeerAddress(fd), std::string(),
-                                          now + std::chrono::milliseconds(kHandshakeTimeoutMs)});
-      }
-    }
-    for (const Handshaking& h : handshaking) close(h.fd);
-  }
-
   LanePicker pick_lane_;
   ServerLog log_;  // used by the acceptor and the lanes (must be thread-safe)
   std::vector<std::unique_ptr<Lane>> lanes_;
-  int listen_fd_ = -1;
-  int port_ = 0;
-  std::atomic<bool> stop_{false};
-  std::thread acceptor_;
+  std::unique_ptr<HandshakeAcceptor> acceptor_;
 };
 
 }  // namespace
@@ -813,7 +726,15 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
                                                     std::vector<RpcHandler*> lanes,
                                                     LanePicker pick_lane, ServerLog log) {
   auto server = std::make_unique<RpcServerImpl>(std::move(pick_lane), std::move(log));
-  GPUPOOL_RETURN_IF_ERROR(server->Listen(listen, lanes));
+  GPUPOOL_RETURN_IF_ERROR(server->StartLanes(lanes));
+  GPUPOOL_RETURN_IF_ERROR(server->Listen(listen));
+  return std::unique_ptr<RpcServer>(std::move(server));
+}
+
+Result<std::unique_ptr<RpcServer>> RpcServer::StartWithoutListening(
+    std::vector<RpcHandler*> lanes, LanePicker pick_lane, ServerLog log) {
+  auto server = std::make_unique<RpcServerImpl>(std::move(pick_lane), std::move(log));
+  GPUPOOL_RETURN_IF_ERROR(server->StartLanes(lanes));
   return std::unique_ptr<RpcServer>(std::move(server));
 }
 

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "remote/transport/acceptor.h"
 #include "remote/transport/wire.h"
 
 namespace gpupool::transport {
@@ -82,9 +83,7 @@ class RpcHandler {
   virtual void OnWake(std::vector<std::pair<ConnectionId, ServerReply>>* replies) {}
 };
 
-// Where the server's log lines go: `key` names the kind of line (without what changes every
-// time, such as a client's port), for a rate limiter. Default: common/log, as warnings.
-using ServerLog = std::function<void(const std::string& key, const std::string& line)>;
+// ServerLog (acceptor.h): where the server's log lines go. Default: common/log, as warnings.
 
 // Maps the lane key a client named at its handshake to a lane (an index below
 // the number of lanes; anything else means lane 0). Runs on the acceptor
@@ -104,8 +103,16 @@ class RpcServer {
   static Result<std::unique_ptr<RpcServer>> Start(const std::string& listen,
                                                   std::vector<RpcHandler*> lanes,
                                                   LanePicker pick_lane, ServerLog log = nullptr);
+  // The same lanes without a listening socket: clients arrive through Adopt (the agent's
+  // session worker, whose clients the supervisor accepted and passed over).
+  static Result<std::unique_ptr<RpcServer>> StartWithoutListening(std::vector<RpcHandler*> lanes,
+                                                                  LanePicker pick_lane,
+                                                                  ServerLog log = nullptr);
   virtual ~RpcServer() = default;  // stops the threads and closes every connection
-  virtual int port() const = 0;
+  virtual int port() const = 0;    // 0 without a listening socket
+  // Any thread: runs a client whose handshake was read elsewhere on the lane its lane key
+  // picks (the lane answers the handshake); the server owns client.fd from now on.
+  virtual void Adopt(Handshaken client) = 0;
   // Any thread: lane `lane`'s handler gets OnWake soon (never blocks).
   virtual void Wake(size_t lane) = 0;
 };

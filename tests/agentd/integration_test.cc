@@ -6,7 +6,9 @@
 #include <sys/wait.h>
 
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 
 #include <chrono>
 #include <cstring>
@@ -14,6 +16,7 @@
 
 #include "common/api_client.h"
 #include "remote/dataplane/protocol.h"
+#include "remote/transport/bootstrap.h"
 #include "remote/transport/rpc_client.h"
 #include "test_env.h"
 
@@ -42,6 +45,10 @@ class IntegrationTest : public testing::Test {
                          << "agent = {\n"
                          << "  server = \"http://127.0.0.1:" << poold_port_ << "\";\n"
                          << "  heartbeat_interval = 1;\n"
+                         // Every worker as the unprivileged worker user (the clients here
+                         // are on this host, and would get workers of their own uid).
+                         << "  worker_same_user = false;\n"
+                         << "  hang_timeout = 2;\n"
                          << "  sim = { gpus = ( { model = \"A100-SXM4-80GB\"; memory = \"80G\"; count = 2; } ); };\n"
                          << "};\n";
     mkdir((dir_ + "/state").c_str(), 0700);
@@ -165,7 +172,15 @@ class DataClient {
  public:
   DataClient(int port, const std::string& lease, const std::string& token,
              const std::string& uuid) {
-    auto client = transport::RpcClient::Connect("127.0.0.1:" + std::to_string(port), uuid);
+    // The credential goes with the handshake: the agent checks it there, before the
+    // connection reaches the session's worker, and refuses it there too.
+    auto client = transport::RpcClient::Connect("127.0.0.1:" + std::to_string(port), uuid,
+                                                {lease, token, ""});
+    if (!client.ok() && client.status().code() == Status::Code::kPermissionDenied) {
+      hello_status_ = dataplane::kCuNotPermitted;
+      hello_answer_ = client.status().message();
+      return;
+    }
     EXPECT_TRUE(client.ok()) << client.status().message();
     if (!client.ok()) return;
     client_ = std::move(client.value());
@@ -177,6 +192,34 @@ class DataClient {
     Status status = client_->Call({dataplane::kOpHello, &hello, sizeof(hello), nullptr, 0, nullptr, 0}, &reply);
     hello_status_ = status.ok() ? reply.status : -1;
     hello_answer_ = reply.out;
+  }
+  // A module of PTX text (the sim runs it) with one kernel taking no parameters.
+  int32_t LoadPtx(uint64_t module, const std::string& ptx, const std::string& kernel) {
+    dataplane::ModuleLoadArgs args{module};
+    std::string payload;
+    dataplane::ModuleImageHeader header{ptx.size() + 1, 1, 0};
+    payload.append(reinterpret_cast<const char*>(&header), sizeof(header));
+    payload.append(ptx.c_str(), ptx.size() + 1);
+    dataplane::KernelEntry entry{static_cast<uint32_t>(kernel.size()), 0};
+    payload.append(reinterpret_cast<const char*>(&entry), sizeof(entry));
+    payload += kernel;
+    transport::Reply reply;
+    Status status = client_->Call({dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(),
+                                   payload.size(), nullptr, 0},
+                                  &reply);
+    if (!status.ok()) return -1;
+    dataplane::GetFunctionArgs get{module, module + 1, {}};
+    std::snprintf(get.name, sizeof(get.name), "%s", kernel.c_str());
+    status = client_->Call({dataplane::kOpGetFunction, &get, sizeof(get), nullptr, 0, nullptr, 0}, &reply);
+    return status.ok() ? reply.status : -1;
+  }
+  // Launches function `module + 1` (LoadPtx's) on one thread, without waiting.
+  bool StartKernel(uint64_t module) {
+    dataplane::LaunchArgs launch{};
+    launch.function = module + 1;
+    launch.grid[0] = launch.grid[1] = launch.grid[2] = 1;
+    launch.block[0] = launch.block[1] = launch.block[2] = 1;
+    return client_->Post({dataplane::kOpLaunch, &launch, sizeof(launch), nullptr, 0, nullptr, 0}).ok();
   }
   int32_t hello_status() const { return hello_status_; }
   const std::string& hello_answer() const { return hello_answer_; }
@@ -306,3 +349,247 @@ int main(int argc, char** argv) {
   testing::AddGlobalTestEnvironment(new gpupool::agentd::testing_env::PrivateMunged);
   return RUN_ALL_TESTS();
 }
+
+namespace gpupool::agentd {
+namespace {
+
+// The gpupool-worker processes whose parent is `agent`, with their uids.
+std::map<pid_t, uid_t> WorkersOf(pid_t agent) {
+  std::map<pid_t, uid_t> workers;
+  std::string list = testing_env::Run("ps -o pid=,uid=,comm= --ppid " + std::to_string(agent));
+  std::istringstream lines(list);
+  long pid, uid;
+  std::string comm;
+  while (lines >> pid >> uid >> comm) {
+    if (comm == "gpupool-worker") workers[static_cast<pid_t>(pid)] = static_cast<uid_t>(uid);
+  }
+  return workers;
+}
+
+// CPU seconds (user + system) `pid` has used.
+double CpuSeconds(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return -1;
+  std::istringstream fields(text.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; fields >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);
+    if (i == 15) break;
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+constexpr const char* kEndlessPtx = R"(.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry spin()
+{
+$Lforever:
+  bra.uni $Lforever;
+}
+)";
+
+// A session runs in a process of its own, as the unprivileged worker user, never in the
+// agent: the agent (root here) parses none of the client's requests.
+TEST_F(IntegrationTest, EachSessionRunsInAnUnprivilegedWorkerOfItsOwn) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  StartAgent("gpuhost1", "rack1");
+  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }))
+      << Logs();
+  Result<nlohmann::json> lease = client_->Post(
+      "/v1/leases", {{"job_id", 50}, {"request", {{{"pool", "a100"}, {"count", 2}}}}, {"ttl", 600}});
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+  std::string id = (*lease)["lease"]["id"], token = (*lease)["lease"]["token"];
+  std::string first = (*lease)["lease"]["gpus"][0]["uuid"], second = (*lease)["lease"]["gpus"][1]["uuid"];
+  EXPECT_TRUE(WorkersOf(pids_["gpuhost1"]).empty());
+  DataClient a(data_ports_["gpuhost1"], id, token, first);
+  DataClient b(data_ports_["gpuhost1"], id, token, second);
+  ASSERT_EQ(a.hello_status(), dataplane::kCuSuccess) << a.hello_answer() << Logs();
+  ASSERT_EQ(b.hello_status(), dataplane::kCuSuccess) << b.hello_answer();
+  ASSERT_EQ(a.Alloc(1 << 20), dataplane::kCuSuccess);
+  auto workers = WorkersOf(pids_["gpuhost1"]);
+  ASSERT_EQ(workers.size(), 2u) << Logs();  // one per GPU of the lease
+  const uid_t nobody = static_cast<uid_t>(std::stoul(testing_env::Run("id -u nobody")));
+  for (const auto& [pid, uid] : workers) EXPECT_EQ(uid, nobody) << "worker " << pid;
+  // A second process of the same lease on the same GPU joins that GPU's worker.
+  DataClient again(data_ports_["gpuhost1"], id, token, first);
+  ASSERT_EQ(again.hello_status(), dataplane::kCuSuccess);
+  EXPECT_EQ(WorkersOf(pids_["gpuhost1"]).size(), 2u);
+  // The worker holds no capability and cannot be traced by its own uid.
+  pid_t one = workers.begin()->first;
+  std::string status = testing_env::Run("grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/" +
+                                        std::to_string(one) + "/status");
+  EXPECT_NE(status.find("CapEff:\t0000000000000000"), std::string::npos) << status;
+  EXPECT_NE(status.find("NoNewPrivs:\t1"), std::string::npos) << status;
+  EXPECT_NE(status.find("Seccomp:\t2"), std::string::npos) << status;
+}
+
+// A client that presents no lease at its handshake is refused there, with the reason, and
+// no worker is started for it; so is one whose token is wrong.
+TEST_F(IntegrationTest, AHandshakeWithoutAGoodCredentialIsRefusedBeforeAnyWorker) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  StartAgent("gpuhost1", "rack1");
+  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE"; })) << Logs();
+  std::string uuid = Gpu("gpuhost1:0")["uuid"];
+  std::string endpoint = "127.0.0.1:" + std::to_string(data_ports_["gpuhost1"]);
+  auto anonymous = transport::RpcClient::Connect(endpoint, uuid);
+  ASSERT_FALSE(anonymous.ok());
+  EXPECT_EQ(anonymous.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_NE(anonymous.status().message().find("no lease credential"), std::string::npos)
+      << anonymous.status().message();
+  auto forged = transport::RpcClient::Connect(endpoint, uuid, {"L-nonexistent", "00", ""});
+  ASSERT_FALSE(forged.ok());
+  EXPECT_EQ(forged.status().code(), Status::Code::kPermissionDenied);
+  auto ticket = transport::RpcClient::Connect(endpoint, uuid, {"", "", std::string(64, 'a')});
+  ASSERT_FALSE(ticket.ok());
+  EXPECT_NE(ticket.status().message().find("no such handoff ticket"), std::string::npos);
+  EXPECT_TRUE(WorkersOf(pids_["gpuhost1"]).empty());
+}
+
+// 300 idle connections from one address (no credential, nothing sent) take at most 64
+// handshake slots, each for at most 2 s: a real client of the same address still gets its
+// session, the library trying again with backoff.
+TEST_F(IntegrationTest, IdleConnectionsDoNotStarveAClientsHandshake) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  StartAgent("gpuhost1", "rack1");
+  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE"; })) << Logs();
+  Result<nlohmann::json> lease = client_->Post(
+      "/v1/leases", {{"job_id", 55}, {"request", {{{"pool", "a100"}, {"count", 1}}}}, {"ttl", 600}});
+  ASSERT_TRUE(lease.ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 300; ++i) {
+    auto fd = transport::ConnectTcp("127.0.0.1:" + std::to_string(data_ports_["gpuhost1"]), 1000);
+    if (fd.ok()) idle.push_back(fd.value());
+  }
+  EXPECT_GE(idle.size(), 200u);
+  auto started = std::chrono::steady_clock::now();
+  DataClient client(data_ports_["gpuhost1"], (*lease)["lease"]["id"], (*lease)["lease"]["token"],
+                    (*lease)["lease"]["gpus"][0]["uuid"]);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  for (int fd : idle) close(fd);
+  std::printf("a client's session started %.1f s into a crowd of %zu idle connections\n", seconds,
+              idle.size());
+  ASSERT_EQ(client.hello_status(), dataplane::kCuSuccess) << client.hello_answer() << Logs();
+  EXPECT_EQ(client.Alloc(4096), dataplane::kCuSuccess);
+  EXPECT_LT(seconds, 8.0);
+}
+
+// A worker that dies (a crash, a limit, SIGKILL) is its tenant's fault: its client loses the
+// connection, the GPU stays healthy and leased, and the lease's next connection gets a new
+// worker.
+TEST_F(IntegrationTest, AWorkerThatDiesIsATenantFaultNotAGpuFault) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  StartAgent("gpuhost1", "rack1");
+  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }))
+      << Logs();
+  Result<nlohmann::json> lease = client_->Post(
+      "/v1/leases", {{"job_id", 51}, {"request", {{{"pool", "a100"}, {"count", 1}}}}, {"ttl", 600}});
+  ASSERT_TRUE(lease.ok());
+  std::string id = (*lease)["lease"]["id"], token = (*lease)["lease"]["token"];
+  std::string uuid = (*lease)["lease"]["gpus"][0]["uuid"];
+  std::string gpu_id = (*lease)["lease"]["gpus"][0]["id"];
+  DataClient victim(data_ports_["gpuhost1"], id, token, uuid);
+  ASSERT_EQ(victim.hello_status(), dataplane::kCuSuccess) << Logs();
+  auto workers = WorkersOf(pids_["gpuhost1"]);
+  ASSERT_EQ(workers.size(), 1u);
+  kill(workers.begin()->first, SIGKILL);
+  EXPECT_EQ(victim.Alloc(4096), -1);  // the connection went with the process
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // a heartbeat or two
+  EXPECT_EQ(State(gpu_id), "LEASED") << Gpu(gpu_id).dump();
+  EXPECT_NE(Logs().find("the tenant's fault, the GPU stays healthy"), std::string::npos) << Logs();
+  DataClient next(data_ports_["gpuhost1"], id, token, uuid);
+  ASSERT_EQ(next.hello_status(), dataplane::kCuSuccess) << next.hello_answer();
+  EXPECT_EQ(next.Alloc(4096), dataplane::kCuSuccess);
+}
+
+// An endless kernel is the tenant's: it fails no GPU. When the lease ends, its worker is
+// ended within the grace, the agent spins no thread for it, and the GPU serves the next
+// lease within seconds.
+TEST_F(IntegrationTest, AnEndlessKernelEndsWithItsLeaseAndFailsNoGpu) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  StartAgent("gpuhost1", "rack1");
+  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }))
+      << Logs();
+  auto acquire = [&](int job) {
+    Result<nlohmann::json> lease = client_->Post(
+        "/v1/leases", {{"job_id", job}, {"request", {{{"pool", "a100"}, {"count", 2}}}}, {"ttl", 600}});
+    EXPECT_TRUE(lease.ok());
+    return lease.ok() ? (*lease)["lease"] : nlohmann::json();
+  };
+  nlohmann::json lease = acquire(52);
+  ASSERT_FALSE(lease.is_null());
+  std::string id = lease["id"], token = lease["token"], uuid = lease["gpus"][0]["uuid"];
+  std::string gpu_id = lease["gpus"][0]["id"];
+  DataClient spinner(data_ports_["gpuhost1"], id, token, uuid);
+  ASSERT_EQ(spinner.hello_status(), dataplane::kCuSuccess) << Logs();
+  ASSERT_EQ(spinner.LoadPtx(1, kEndlessPtx, "spin"), dataplane::kCuSuccess) << Logs();
+  ASSERT_TRUE(spinner.StartKernel(1));
+  // Longer than hang_timeout (2 s): a kernel that runs on is not a hung GPU.
+  std::this_thread::sleep_for(std::chrono::seconds(4));
+  EXPECT_EQ(State(gpu_id), "LEASED");
+  auto workers = WorkersOf(pids_["gpuhost1"]);
+  ASSERT_EQ(workers.size(), 1u);
+  const pid_t spinning = workers.begin()->first;
+
+  ASSERT_TRUE(client_->Post("/v1/leases/release", {{"id", id}}).ok());
+  auto released = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Eventually([&] { return kill(spinning, 0) != 0; }, 8000)) << Logs();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - released).count();
+  std::printf("the endless kernel's worker ended %.1f s after the release\n", seconds);
+  EXPECT_LT(seconds, 5.0);
+  // Nothing of it runs on in the agent.
+  double before = CpuSeconds(pids_["gpuhost1"]);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LT(CpuSeconds(pids_["gpuhost1"]) - before, 0.5);
+  EXPECT_NE(State(gpu_id), "FAILED");
+
+  nlohmann::json next = acquire(53);
+  ASSERT_FALSE(next.is_null());
+  std::string next_uuid;
+  for (const auto& gpu : next["gpus"]) {
+    if (gpu["uuid"] == uuid) next_uuid = uuid;
+  }
+  ASSERT_EQ(next_uuid, uuid) << next.dump();
+  DataClient successor(data_ports_["gpuhost1"], next["id"], next["token"], uuid);
+  ASSERT_EQ(successor.hello_status(), dataplane::kCuSuccess) << successor.hello_answer() << Logs();
+  EXPECT_EQ(successor.Alloc(1 << 20), dataplane::kCuSuccess);
+}
+
+// A GPU that truly hangs (the sim's injected hang) is still found: no progress, and the
+// probe on a fresh session does not finish, so the GPU is reported FAILED.
+TEST_F(IntegrationTest, AHungGpuFailsItsProbeAndIsReportedFailed) {
+  setenv("UCX_TLS", "tcp", 1);
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  int control = StartAgent("gpuhost1", "rack1");
+  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }))
+      << Logs();
+  Result<nlohmann::json> lease = client_->Post(
+      "/v1/leases", {{"job_id", 54}, {"request", {{{"pool", "a100"}, {"count", 1}}}}, {"ttl", 600}});
+  ASSERT_TRUE(lease.ok());
+  std::string id = (*lease)["lease"]["id"], token = (*lease)["lease"]["token"];
+  std::string uuid = (*lease)["lease"]["gpus"][0]["uuid"];
+  std::string gpu_id = (*lease)["lease"]["gpus"][0]["id"];
+  int index = (*lease)["lease"]["gpus"][0]["index"];
+  DataClient client(data_ports_["gpuhost1"], id, token, uuid);
+  ASSERT_EQ(client.hello_status(), dataplane::kCuSuccess) << Logs();
+  auto f = Call(control, "POST", "/v1/faults", R"({"index":)" + std::to_string(index) + R"(,"mode":"hang"})");
+  ASSERT_EQ(f.status, 200) << f.body.dump();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the workers see the fault
+  std::thread blocked([&] { client.Alloc(4096); });  // waits on the hung GPU
+  bool failed = Eventually([&] { return State(gpu_id) == "FAILED"; }, 15000);
+  Call(control, "POST", "/v1/faults", R"({"index":)" + std::to_string(index) + R"(,"mode":"clear"})");
+  blocked.join();
+  ASSERT_TRUE(failed) << Gpu(gpu_id).dump() << Logs();
+  EXPECT_NE(Logs().find("the health probe on a fresh session failed"), std::string::npos) << Logs();
+}
+
+}  // namespace
+}  // namespace gpupool::agentd

@@ -1,7 +1,8 @@
 // Both ends of the data path's bootstrap handshake (remote/transport/bootstrap.cc), with
 // the functions RpcClient::Connect and RpcServer use: the client reads the server's hello
 // (magic, connection id, flags, worker address as a length-prefixed blob of at most
-// 64 KiB); the agent reads the client's (magic, flags, worker address).
+// 64 KiB; a refusal: connection 0 and its reason); the agent reads the client's (magic,
+// flags, worker address, lane key, and the credential: lease, token, ticket).
 //
 // Input: byte 0 picks the reader (its value mod 4): 0 the client's (ReceiveServerHello),
 // 1 the agent's (ReceiveClientHello), 2 and 3 the header checks (below); the rest is the
@@ -117,6 +118,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     gpupool::Result<tr::ClientHello> hello = tr::ReceiveClientHello(fds[0]);
     if (hello.ok() && (hello->worker_address.empty() ||
                        hello->worker_address.size() > tr::kMaxWorkerAddress ||
+                       hello->lease_id.size() > tr::kMaxLeaseId ||
+                       hello->token.size() > tr::kMaxLeaseToken ||
+                       hello->ticket.size() > tr::kMaxHandoffTicket ||
                        (hello->flags & ~tr::kKnownHelloFlags) != 0)) {
       __builtin_trap();
     }

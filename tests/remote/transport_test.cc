@@ -692,7 +692,8 @@ TEST_F(TransportTest, ASilentClientDelaysNoOtherHandshake) {
 // a bad magic is an error as soon as it is in.
 TEST(TransportHandshake, PartialHellosAreIncompleteUntilTheirLastByte) {
   auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
-  std::string good = u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(2) + "G1";
+  std::string good = u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(2) + "G1" + u32(2) +
+                     "L1" + u32(3) + "tok" + u32(0);
   for (size_t n = 0; n < good.size(); ++n) {
     ClientHello hello;
     size_t used = 0;
@@ -707,6 +708,9 @@ TEST(TransportHandshake, PartialHellosAreIncompleteUntilTheirLastByte) {
   EXPECT_EQ(used, good.size());
   EXPECT_EQ(hello.worker_address, "abc");
   EXPECT_EQ(hello.lane_key, "G1");
+  EXPECT_EQ(hello.lease_id, "L1");
+  EXPECT_EQ(hello.token, "tok");
+  EXPECT_EQ(hello.ticket, "");
   Result<bool> bad = ParseClientHello(u32(0x67706232), &hello, &used);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("bad magic"), std::string::npos);
@@ -731,7 +735,7 @@ TEST(TransportHandshake, BadHellosAreNamed) {
   };
   auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
   auto good = hello_from(u32(kBootstrapMagic) + u32(kDetectsPeerFailure) + u32(3) + "abc" + u32(4) +
-                         "GPU1");
+                         "GPU1" + u32(0) + u32(0) + u32(0));
   ASSERT_TRUE(good.ok()) << good.status().message();
   EXPECT_EQ(good->flags, kDetectsPeerFailure);
   EXPECT_EQ(good->worker_address, "abc");
@@ -740,6 +744,11 @@ TEST(TransportHandshake, BadHellosAreNamed) {
                              std::string(kMaxLaneKey + 1, 'k'));
   ASSERT_FALSE(huge_key.ok());
   EXPECT_NE(huge_key.status().message().find("too large"), std::string::npos);
+  auto huge_ticket = hello_from(u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(0) + u32(0) +
+                                u32(0) + u32(kMaxHandoffTicket + 1) +
+                                std::string(kMaxHandoffTicket + 1, 't'));
+  ASSERT_FALSE(huge_ticket.ok());
+  EXPECT_NE(huge_ticket.status().message().find("too large"), std::string::npos);
   auto bad_magic = hello_from(u32(0x67706232) + u32(0) + u32(3) + "abc");
   ASSERT_FALSE(bad_magic.ok());
   EXPECT_NE(bad_magic.status().message().find("bad magic 0x67706232"), std::string::npos);
