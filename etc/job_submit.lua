@@ -20,6 +20,8 @@ See man/gpupool-gres.8.
 local LICENSE_PREFIX = "gpupool_"
 -- What the spank_gpupool plugin's --gpu-pool option becomes in the job's spank env.
 local OPTION_VAR = "_SLURM_SPANK_OPTION_gpupool_gpu_pool"
+-- A pool name as gpupool.conf(5) allows it: letters, digits, '_', '.', '-'.
+local POOL_NAME = "[%w_%.%-]+"
 
 local function script_dir()
   local source = debug.getinfo(1, "S").source
@@ -33,7 +35,7 @@ local function read_pool_totals()
   if not f then return nil, "cannot read " .. path .. ": " .. tostring(err) end
   local totals = {}
   for line in f:lines() do
-    local name, total = line:match("^%s*([%w_%-]+)%s+(%d+)%s*$")
+    local name, total = line:match("^%s*(" .. POOL_NAME .. ")%s+(%d+)%s*$")
     if name then totals[name] = tonumber(total) end
   end
   f:close()
@@ -65,7 +67,7 @@ local function parse_request(text)
     return nil, "--gpu-pool needs POOL:COUNT[,POOL:COUNT...]"
   end
   for item in (text .. ","):gmatch("([^,]*),") do
-    local pool, count = item:match("^([%w_%-]+):(%d+)$")
+    local pool, count = item:match("^(" .. POOL_NAME .. "):(%d+)$")
     if pool == nil then
       return nil, string.format("--gpu-pool: '%s' is not POOL:COUNT", item)
     end

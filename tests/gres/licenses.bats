@@ -81,3 +81,13 @@ teardown() {
   [ "$status" -ne 0 ]
   scontrol show job "$JOBS" | grep -q 'Licenses=gpupool_a100:1\b'
 }
+
+# gpupool.conf(5) allows '.' in pool names (spank_gpupool does too): slurmctld must read
+# such a name as a pool, not refuse the request as malformed.
+@test "a pool name with '.' is read as a pool name at submit" {
+  var=_SLURM_SPANK_OPTION_gpupool_gpu_pool
+  run env "$var=a100.v2:1" sbatch -o /dev/null --wrap true
+  [ "$status" -ne 0 ]
+  [[ $output == *"gpupool: no pool 'a100.v2' (pools: a100, h100, l4, l40s)"* ]]
+  [[ $output != *"is not POOL:COUNT"* ]]
+}

@@ -3,7 +3,10 @@
 #
 #   1. scripts/package builds the packages into DEB_DIR (or, with GPUPOOL_DEBS_BUILT=1,
 #      the .debs scripts/package already left there are used); lintian reports no error.
-#   2. dpkg -i installs them all; the systemd units pass `systemd-analyze verify`.
+#   2. dpkg -i installs them all; the systemd units pass `systemd-analyze verify`; the
+#      packages ship no /etc/gpupool/gpupool.conf (its example is in /usr/share/doc), so
+#      no daemon's unit may start until the admin writes the site config
+#      (`systemd-analyze condition` fails, and passes once the file exists).
 #   3. A dev cluster runs from the installed files only (GPUPOOL_DEV_PREFIX=/usr): its
 #      gpupoold, agents and publisher are the installed programs, and a pooled job
 #      (sbatch --gpu-pool=a100:1) runs CUDA_PROGRAM through the installed spank plugin and
@@ -97,12 +100,32 @@ step "installed ${#files[@]} files"
 # dh_installsystemd's postinst enables the units (links that dpkg -L does not list).
 [[ -L /etc/systemd/system/multi-user.target.wants/gpupoold.service ]] ||
   fail "gpupoold.service was not enabled at install"
+units=(gpupoold gpupool-agentd gpupool-capacity-publisher)
+unit_files=()
+for unit in "${units[@]}"; do unit_files+=("/lib/systemd/system/$unit.service"); done
 for f in /usr/sbin/gpupoold /usr/bin/gpupoolctl /usr/sbin/gpupool-agentd \
-  /usr/sbin/gpupool-capacity-publisher /etc/gpupool/gpupool.conf \
-  /etc/slurm/plugstack.conf.d/gpupool.conf /lib/systemd/system/gpupoold.service \
-  /lib/systemd/system/gpupool-agentd.service; do
+  /usr/sbin/gpupool-capacity-publisher /usr/share/doc/gpupool-common/examples/gpupool.conf \
+  /etc/slurm/plugstack.conf.d/gpupool.conf "${unit_files[@]}"; do
   printf '%s\n' "${files[@]}" | grep -qxF "$f" || fail "no package installed $f"
 done
+# Safe defaults: no site config is shipped (the example, with its simulated GPUs and
+# loopback addresses, is documentation), so no unit may start before the admin's.
+[[ ! -e /etc/gpupool/gpupool.conf ]] || fail "a package installed /etc/gpupool/gpupool.conf"
+[[ ! -e /etc/default/gpupool-capacity-publisher ]] ||
+  fail "a package installed /etc/default/gpupool-capacity-publisher"
+for unit in "${units[@]}"; do
+  ! systemd-analyze condition --unit="$unit.service" >/dev/null 2>&1 ||
+    fail "$unit.service would start with no site config"
+done
+# The admin's step (docs/install.md): the site config makes them startable.
+printf 'agent = { server = "http://192.0.2.1:6830"; backend = "cuda"; };\n' >/etc/gpupool/gpupool.conf
+printf 'GPUPOOL_SERVER=http://192.0.2.1:6830\n' >/etc/default/gpupool-capacity-publisher
+for unit in "${units[@]}"; do
+  systemd-analyze condition --unit="$unit.service" >/dev/null 2>&1 ||
+    fail "$unit.service would not start with a site config: $(systemd-analyze condition --unit="$unit.service" 2>&1)"
+done
+rm -f /etc/gpupool/gpupool.conf /etc/default/gpupool-capacity-publisher
+step "no unit starts before the site config exists; each may once it does"
 plugin_dir=$(dirname "$(printf '%s\n' "${files[@]}" | grep '/spank_gpupool.so$')")
 [[ -f $plugin_dir/select_cons_tres.so ]] || fail "spank_gpupool.so is not in Slurm's plugin directory ($plugin_dir)"
 [[ -f $plugin_dir/gres_gpupool.so ]] || fail "gres_gpupool.so is not beside spank_gpupool.so"
@@ -114,8 +137,7 @@ for want in "$plugin_dir/spank_gpupool.so" "profile_dir=/etc/gpupool/profiles" "
   grep -qF -- "$want" <<<"$line" || fail "plugstack.conf.d/gpupool.conf lacks $want: $line"
 done
 [[ -f /etc/gpupool/profiles/gpupool.profile ]] || fail "no installed gpupool.profile"
-systemd-analyze verify /lib/systemd/system/gpupoold.service \
-  /lib/systemd/system/gpupool-agentd.service >"$deb_dir/verify.log" 2>&1 ||
+systemd-analyze verify "${unit_files[@]}" >"$deb_dir/verify.log" 2>&1 ||
   fail "systemd-analyze verify: $(cat "$deb_dir/verify.log")"
 step "units pass systemd-analyze verify"
 
