@@ -1042,6 +1042,93 @@ TEST_F(FailoverTest, AFailedGpuOffersNoHandoff) {
   }
 }
 
+// A session whose process dies at one request, as a worker does whose tenant's input ends
+// it (a crash, a limit): the request, and everything after it, loses the connection.
+constexpr uint32_t kPoison = 0xDEAD;
+class DyingSession : public transport::ClientConnection {
+ public:
+  explicit DyingSession(std::unique_ptr<transport::ClientConnection> real) : real_(std::move(real)) {}
+  Status Call(const Request& request, Reply* reply) override {
+    return Dies(request) ? Gone() : real_->Call(request, reply);
+  }
+  Status Post(const Request& request) override { return Dies(request) ? Gone() : real_->Post(request); }
+  Status PostOverlapped(const Request& request, const std::function<bool()>& step) override {
+    return Dies(request) ? Gone() : real_->PostOverlapped(request, step);
+  }
+  Status Start(const Request& request) override { return Dies(request) ? Gone() : real_->Start(request); }
+  Status Drain(int32_t* first_error) override { return dead_ ? Gone() : real_->Drain(first_error); }
+  void SetAbandonCheck(std::function<std::string()> check) override {
+    real_->SetAbandonCheck(std::move(check));
+  }
+  uint64_t next_sequence() override { return real_->next_sequence(); }
+
+ private:
+  bool Dies(const Request& request) {
+    if (request.op == dp::kOpMemset && request.args_len == sizeof(dp::MemsetArgs)) {
+      dp::MemsetArgs args;
+      std::memcpy(&args, request.args, sizeof(args));
+      if (args.value == kPoison) dead_ = true;
+    }
+    return dead_;
+  }
+  static Status Gone() { return Status::Unavailable("the session's process is gone"); }
+  std::unique_ptr<transport::ClientConnection> real_;
+  bool dead_ = false;
+};
+
+std::atomic<int> g_sessions_opened{0};
+std::unique_ptr<transport::ClientConnection> OpenDyingSession(const GpuLocation& location,
+                                                              dp::DeviceDescription* description,
+                                                              std::string* why, int32_t* refusal) {
+  ++g_sessions_opened;
+  auto real = OpenSession(location, description, why, refusal);
+  if (real == nullptr) return nullptr;
+  return std::make_unique<DyingSession>(std::move(real));
+}
+
+// A request that ends the session's process is the program's own fault: the library
+// recovers once (the agent might have died), and when the request ends the new session
+// too, it stops there with the error: no third session, no other GPU, long before the
+// recovery deadline.
+TEST_F(FailoverTest, ARequestThatEndsTwoSessionsIsNotCarriedToAThird) {
+  failover_ = std::make_unique<Failover>(Replay(), 0, 0, lease_file_, OpenDyingSession);
+  channel_.location = {first_->uuid, first_->endpoint};
+  std::string why;
+  int32_t refusal = 0;
+  g_sessions_opened = 0;
+  channel_.connection = OpenDyingSession(channel_.location, &channel_.description, &why, &refusal);
+  ASSERT_NE(channel_.connection, nullptr) << why;
+  Prepare();
+  Step(1);
+  ASSERT_EQ(Synchronize(), 0);
+  auto started = std::chrono::steady_clock::now();
+  dp::MemsetArgs poison{kData, 1, kPoison, 4, kStream};
+  EXPECT_EQ(Call(dp::kOpMemset, &poison, sizeof(poison)), dp::kCuDeviceUnavailable);
+  EXPECT_EQ(g_sessions_opened.load(), 2);  // the first, and one recovery
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+}
+
+// A one-way request is in the log before it is sent: when it ends the session, the
+// recovery's replay sends it again and ends the new session too. The replay stops there:
+// no further session is opened, and the process gets the error.
+TEST_F(FailoverTest, AReplayThatEndsTheNewSessionStopsThere) {
+  failover_ = std::make_unique<Failover>(Replay(), 0, 0, lease_file_, OpenDyingSession);
+  channel_.location = {first_->uuid, first_->endpoint};
+  std::string why;
+  int32_t refusal = 0;
+  g_sessions_opened = 0;
+  channel_.connection = OpenDyingSession(channel_.location, &channel_.description, &why, &refusal);
+  ASSERT_NE(channel_.connection, nullptr) << why;
+  Prepare();
+  ASSERT_EQ(Synchronize(), 0);
+  auto started = std::chrono::steady_clock::now();
+  dp::MemsetArgs poison{kData, 1, kPoison, 4, kStream};
+  EXPECT_NE(Post(dp::kOpMemset, &poison, sizeof(poison)), 0);
+  EXPECT_EQ(g_sessions_opened.load(), 2);
+  EXPECT_TRUE(failover_->recoveries().empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+}
+
 TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
   setenv("GPUPOOL_FAILOVER", "sometimes", 1);
   setenv("GPUPOOL_CHECKPOINT_MEM", "lots", 1);
