@@ -404,7 +404,13 @@ class BrokerImpl : public SessionBroker {
     std::string program = options_.worker_program;
     char arg_channel[] = "--channel";
     char arg_fd[] = "3";
-    char* argv[] = {program.data(), arg_channel, arg_fd, nullptr};
+    // The session, for ps and the admin (the worker itself takes it from the channel).
+    char arg_lease[] = "--lease";
+    char arg_gpu[] = "--gpu";
+    std::string lease_text = probe ? std::string("probe") : lease_id;
+    std::string gpu_text = gpus_[gpu].uuid;
+    char* argv[] = {program.data(), arg_channel, arg_fd, arg_lease, lease_text.data(),
+                    arg_gpu, gpu_text.data(), nullptr};
     pid_t pid = -1;
     int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, environ);
     posix_spawn_file_actions_destroy(&actions);

@@ -62,7 +62,7 @@ struct SessionBrokerOptions {
   std::string worker_program;  // path of gpupool-worker
   std::string worker_user = "nobody";
   // A client on this host gets a worker of its own uid (UCX shared memory between two
-  // processes needs one uid; a root client's worker stays uid 0 without capabilities).
+  // processes needs one uid; a root client's worker stays uid 0 with CAP_SYS_PTRACE alone).
   // False: every worker runs as worker_user.
   bool same_host_uid = true;
   std::chrono::milliseconds hang_timeout{10000};  // 0: no watchdog

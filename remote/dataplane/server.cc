@@ -700,7 +700,11 @@ void GpuWorker::HandoffServe(Session* reader, const transport::RequestHeader& he
     int32_t status = offered->executor()->CopyFromDevice(read.src, read.size, 0, &data);
     reply->status = status;
     if (status == kCuSuccess) {
-      reply->bulk = data;
+      // The reply goes out after this returns, and the offered session may be closed
+      // before it has (its client gone, its window over): the bytes are the reader's own.
+      std::vector<char>& bytes = reader->reply_bytes();
+      bytes.assign(static_cast<const char*>(data), static_cast<const char*>(data) + read.size);
+      reply->bulk = bytes.data();
       reply->bulk_len = read.size;
     }
     return;

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "remote/backend/backend.h"
 #include "remote/dataplane/executor.h"
@@ -52,6 +53,9 @@ class Session {
   // (its connection id; 0: none).
   uint64_t handoff_of() const { return handoff_of_; }
   void set_handoff_of(uint64_t id) { handoff_of_ = id; }
+  // Bytes this connection's reply sends from (a handoff read): its own, so that the offered
+  // session they were copied from may close while the reply is still on its way.
+  std::vector<char>& reply_bytes() { return reply_bytes_; }
   // The executor of an attached or retained session (nullptr otherwise).
   Executor* executor() const { return executor_.get(); }
   const backend::GpuInfo& gpu() const { return gpu_; }
@@ -104,6 +108,7 @@ class Session {
   int32_t async_error_ = 0;   // first error of a one-way request not yet reported
   int32_t sticky_error_ = 0;  // GPU failed or a kernel faulted: the context is unusable
   bool said_unplaced_ = false;  // logged that an allocation could not go where asked
+  std::vector<char> reply_bytes_;
 };
 
 }  // namespace gpupool::dataplane

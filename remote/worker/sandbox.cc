@@ -28,10 +28,14 @@ Status SetLimit(int resource, rlim_t value, const char* name) {
   return Status::OK();
 }
 
-// Root that keeps its uid (a root client's own worker) keeps no capability: the bounding
-// set is emptied, then the permitted, effective and inheritable sets.
-Status DropCapabilities() {
+// Root that keeps its uid (the worker of a root client on this host) keeps one capability,
+// CAP_SYS_PTRACE: the kernel lets a process reach another's memory (UCX's cma transport,
+// and the posix transport's /proc/PID/fd links) only with all of the other's capabilities
+// or this one, and the root client has all. The bounding set is emptied of the rest.
+Status KeepOnlyPtraceCapability() {
+  constexpr int kSysPtrace = 19;  // CAP_SYS_PTRACE
   for (int cap = 0; cap <= 63; ++cap) {
+    if (cap == kSysPtrace) continue;
     if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
       return Status::Internal(Errno("PR_CAPBSET_DROP"));
     }
@@ -43,6 +47,7 @@ Status DropCapabilities() {
   struct {
     uint32_t effective, permitted, inheritable;
   } data[2] = {};
+  data[0].effective = data[0].permitted = 1u << kSysPtrace;
   if (syscall(SYS_capset, &header, data) != 0) return Status::Internal(Errno("capset"));
   return Status::OK();
 }
@@ -51,7 +56,7 @@ Status DropToUser(const SandboxOptions& options) {
   if (geteuid() != 0) return Status::OK();  // already unprivileged
   uid_t uid;
   gid_t gid;
-  if (options.uid == 0) return DropCapabilities();
+  if (options.uid == 0) return KeepOnlyPtraceCapability();
   if (options.uid > 0) {
     uid = static_cast<uid_t>(options.uid);
     passwd* entry = getpwuid(uid);
@@ -105,7 +110,10 @@ Status InstallSeccompFilter() {
   stmt(BPF_RET | BPF_K, deny);
 #endif
   const long denied[] = {
-      SYS_ptrace, SYS_process_vm_readv, SYS_process_vm_writev, SYS_kcmp,
+      // process_vm_readv/writev stay allowed: UCX's cma transport moves shared-memory
+      // payloads with them, and the kernel lets them reach only what ptrace could (a
+      // worker of another uid, or any non-dumpable worker, is out of reach).
+      SYS_ptrace, SYS_kcmp,
 #ifdef SYS_pidfd_getfd
       SYS_pidfd_getfd,
 #endif
@@ -179,9 +187,11 @@ Status EnterSandbox(const SandboxOptions& options) {
     GPUPOOL_RETURN_IF_ERROR(SetLimit(RLIMIT_AS, options.address_space, "RLIMIT_AS"));
   }
   GPUPOOL_RETURN_IF_ERROR(DropToUser(options));
-  // setuid cleared it; a worker is never dumpable (no ptrace by its own uid, /proc/PID/mem
-  // and fd stay root's).
-  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  // A worker of the unprivileged worker user serves remote clients of any user: it is not
+  // dumpable, so that another worker of that user cannot reach its memory. A worker of a
+  // local client's own uid is, so that its client can reach it by shared memory (that uid
+  // could reach it anyway).
+  prctl(PR_SET_DUMPABLE, options.uid >= 0 ? 1 : 0, 0, 0, 0);
   return InstallSeccompFilter();
 }
 

@@ -3,11 +3,12 @@
 // In order: dies with its supervisor (PR_SET_PDEATHSIG), rlimits (address space when
 // given, open files, no core dumps), drops to an unprivileged user when started as root
 // (supplementary groups cleared, then gid, then uid; every capability goes with the uid;
-// one that stays uid 0 drops them all, bounding set included),
+// one that stays uid 0, a root client's, keeps CAP_SYS_PTRACE alone, bounding set
+// included), not dumpable unless it runs as a local client's own uid,
 // no new privileges (PR_SET_NO_NEW_PRIVS), then a seccomp filter. The filter is a deny
 // list: it refuses with EPERM what a worker never needs and another tenant's safety
-// depends on — tracing or reading other processes (ptrace, process_vm_*, kcmp,
-// pidfd_getfd), signals to other processes (kill/tgkill/tkill only to itself), new
+// depends on — tracing other processes (ptrace, kcmp, pidfd_getfd; process_vm_* stays,
+// for UCX's cma transport, under the kernel's ptrace access rules), signals to other processes (kill/tgkill/tkill only to itself), new
 // processes (fork, vfork, clone without CLONE_THREAD; clone3 answers ENOSYS so that the
 // C library falls back to clone), exec, namespaces and mounts, kernel modules, BPF,
 // perf, keyrings, reboot and clock changes. It is not an allow list: the LLVM JIT and UCX
@@ -26,7 +27,7 @@ struct SandboxOptions {
   // Who the worker becomes when started as root: `uid` when it is set (the uid of a client
   // on this host, whose shared memory a worker of another uid could not reach), else
   // `user`, which must not be root. A worker that stays uid 0 (a root client on this
-  // host) gives up every capability instead.
+  // host) keeps only CAP_SYS_PTRACE, which shared memory with a root process needs.
   std::string user;
   int64_t uid = -1;
   uint64_t address_space = 0;  // RLIMIT_AS in bytes; 0: unlimited

@@ -88,6 +88,9 @@ int RunSessionWorker(int argc, char** argv) {
       char* end = nullptr;
       long fd = std::strtol(argv[++i], &end, 10);
       if (*end == '\0' && fd > 2 && fd < 1024) channel = static_cast<int>(fd);
+    } else if ((std::strcmp(argv[i], "--lease") == 0 || std::strcmp(argv[i], "--gpu") == 0) &&
+               i + 1 < argc) {
+      ++i;  // for ps: the session comes from the channel
     }
   }
   if (channel < 0) {

@@ -21,8 +21,8 @@ teardown() {
 }
 
 agent_pid() { cat "$GPUPOOL_DEVDIR/pids/agent-$1.pid"; }
-# The session workers of the agent of host $1, one pid per line.
-workers_of() { pgrep -P "$(agent_pid "$1")" -x gpupool-worker || true; }
+# The session worker of lease $2 on the agent of host $1 (its argv names the session).
+worker_of() { pgrep -P "$(agent_pid "$1")" -f -- "gpupool-worker .*--lease $2 " || true; }
 no_gpu_failed() { ! gpupoolctl show gpus --json | jq -e '.gpus[] | select(.state == "FAILED")' >/dev/null; }
 spinning() { grep -q '^endless_kernel: spinning' "$OUT/$1.out" 2>/dev/null || job_ended "$1"; }
 said() { grep -q "$2" "$OUT/$1.out" 2>/dev/null || job_ended "$1"; }
@@ -38,14 +38,15 @@ keep_only() {
 }
 
 @test "an endless kernel ends with its job: the GPU serves the next job within seconds and nothing is FAILED" {
-  local id gpu host worker next started seconds
+  local id gpu host lease worker next started seconds
   id=$(submit_on tcp --gpu-pool=a100:1 --wrap "$PROGRAMS/endless_kernel")
   [[ -n $id ]]
   wait_until 120 spinning "$id"
   grep -q '^endless_kernel: spinning' "$OUT/$id.out" || { job_completed_ok "$id"; false; }
   gpu=$(lease_field_of_job "$id" '.gpus[0].id')
   host=$(lease_field_of_job "$id" '.gpus[0].host')
-  worker=$(workers_of "$host" | head -1)
+  lease=$(lease_field_of_job "$id" '.id')
+  worker=$(worker_of "$host" "$lease")
   [[ -n $worker ]]
   # The next a100 job can only get this GPU.
   keep_only "$gpu"
@@ -66,7 +67,7 @@ keep_only() {
 }
 
 @test "a session worker killed under a running program is the tenant's fault: the GPU stays healthy and the program goes on" {
-  local id gpu uuid host worker
+  local id gpu uuid host lease worker
   id=$(GPUPOOL_RECOVERY_DEADLINE=60 submit_on tcp --gpu-pool=a100:1 --wrap "$PROGRAMS/iterate 200 15 4 32")
   [[ -n $id ]]
   wait_until 120 said "$id" '^iterate: running'
@@ -74,7 +75,8 @@ keep_only() {
   gpu=$(lease_field_of_job "$id" '.gpus[0].id')
   uuid=$(lease_field_of_job "$id" '.gpus[0].uuid')
   host=$(lease_field_of_job "$id" '.gpus[0].host')
-  worker=$(workers_of "$host" | head -1)
+  lease=$(lease_field_of_job "$id" '.id')
+  worker=$(worker_of "$host" "$lease")
   [[ -n $worker ]]
   kill -KILL "$worker"
   wait_job_end "$id" 240
@@ -82,7 +84,7 @@ keep_only() {
   grep -q '^iterate: PASS' "$OUT/$id.out"
   # It went on on the same GPU, through a new worker: not a GPU failure.
   grep -q "GPU 0: recovered on $uuid" "$OUT/$id.out"
-  agent_logs | grep -q "the tenant's fault, the GPU stays healthy"
+  agent_logs | grep -q "the session worker of lease $lease on GPU $uuid killed by signal 9 (Killed): the tenant's fault, the GPU stays healthy"
   [ "$(gpupoolctl show gpus "$gpu" --json | jq -r '.gpus[0].state')" != FAILED ]
   ! events_of_job "$id" | grep -qx swapped
   no_gpu_failed
@@ -104,6 +106,10 @@ keep_only() {
   wait_job_end "$victim" 120
   job_completed_ok "$victim"
   grep -q '^victim_memory: 0 bytes changed$' "$OUT/$victim.out"
+  # Whatever the hostile module did ended at most its own session: a load refused, or its
+  # worker gone as the tenant's fault (and the library stopped replaying it).
+  grep -qE '^tenant_module: variant 0: cuModuleLoadData = (218|200|2|46)' "$OUT/$attacker.out" ||
+    agent_logs | grep -q "the tenant's fault, the GPU stays healthy"
   # Every agent lived on.
   kill -0 "$(agent_pid "$host")"
   "$DEVCLUSTER" status >/dev/null
