@@ -4,7 +4,6 @@
 
 #include <cstring>
 #include <new>
-#include <optional>
 #include <utility>
 
 #include "remote/dataplane/protocol.h"
@@ -449,12 +448,13 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
   struct ReleaseWorkspace {
     SimDeviceMemory* memory;
     SimDeviceMemory::Owner owner;
-    uint64_t address;
-    ~ReleaseWorkspace() { memory->Release(address, owner); }
-  };
-  std::optional<ReleaseWorkspace> release{std::in_place, memory_, owner_, workspace};
+    uint64_t address;  // 0: released
+    ~ReleaseWorkspace() {
+      if (address != 0) memory->Release(address, owner);
+    }
+  } release{memory_, owner_, workspace};
   int32_t status = sim::RunKernel(*found->second.kernel, spec);
-  release.reset();
+  memory_->Release(std::exchange(release.address, 0), owner_);
   if (status == kCuSuccess && !children.queued.empty()) {
     spec.memory = launch_memory_;
     spec.cooperative = false;
