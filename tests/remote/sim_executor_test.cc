@@ -1,10 +1,14 @@
 #include "remote/sim/sim_executor.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -509,6 +513,34 @@ TEST(SimExecutor, CancelEndsAnEndlessKernelOnEitherTier) {
     EXPECT_EQ(executor.Free(dptr), kCuSuccess);
   }
   sim::SetJitMode(sim::JitMode::kAuto);
+}
+
+
+// No exception leaves the executor's entry points (the agent's request handler calls them):
+// a module whose parse runs out of host memory is CUDA_ERROR_OUT_OF_MEMORY with a detail,
+// in a child whose address space is limited, not std::bad_alloc ending the process.
+// In a child: loads a module under a limit of its address space; exits 0 when the load
+// failed with CUDA_ERROR_OUT_OF_MEMORY and a detail naming the call.
+[[noreturn]] void LoadUnderMemoryLimit() {
+  SimDeviceMemory memory(0, 64 * kMiB);
+  SimExecutor executor(&memory);
+  // 64 MiB of PTX (a comment): its parse reserves several times that for tokens.
+  const std::string text = VariablesModule("") + "// " + std::string(64 * kMiB, 'x') + "\n";
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  const uint64_t limit = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) + 96 * kMiB;
+  const struct rlimit rlimit = {limit, limit};
+  if (setrlimit(RLIMIT_AS, &rlimit) != 0) std::_Exit(3);
+  const int32_t result = LoadText(executor, 1, text);
+  const std::string detail = executor.TakeErrorDetail();
+  const bool named = detail.find("LoadModule: out of host memory") != std::string::npos;
+  std::_Exit(result == kCuOutOfMemory && named ? 0 : 1);
+}
+
+TEST(SimExecutorDeathTest, OutOfHostMemoryIsAnErrorNotAnException) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(LoadUnderMemoryLimit(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace
