@@ -530,7 +530,9 @@ class Emitter {
       for (const std::string& name : read) uses[i].push_back(id(name));
       const bool ends = op == "ret" || op == "exit";
       if (op == "bra" && !s.operands.empty()) {
-        if (auto it = label_at.find(s.operands[0].name); it != label_at.end()) {
+        // A label after the last instruction (`DONE: }`) ends the thread: no successor
+        // (found by the ptx_jit fuzz target: it indexed one past the instructions).
+        if (auto it = label_at.find(s.operands[0].name); it != label_at.end() && it->second < n) {
           next[i].push_back(it->second);
         }
         if (!s.guard.empty() && i + 1 < n) next[i].push_back(i + 1);

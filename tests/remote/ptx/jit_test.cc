@@ -851,5 +851,54 @@ TEST(JitLimits, CompileWorkOverTheBoundRunsOnTheInterpreter) {
   EXPECT_NE(kernel.jit->refused.find("compile work"), std::string::npos) << kernel.jit->refused;
 }
 
+
+// A branch to a label after the last instruction (`DONE: }`) ends the thread; with a
+// barrier, the tier's liveness analysis took the label for an instruction one past the
+// end (found by the ptx_jit fuzz target, under AddressSanitizer).
+TEST(JitLimits, ABranchToALabelAfterTheLastInstructionEndsTheThread) {
+  const char* text = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry tail(.param .u64 out)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  mov.u32 %r2, 7;
+  bar.sync 0;
+  setp.ge.u32 %p1, %r1, 2;
+  @%p1 bra DONE;
+  add.u32 %r2, %r2, %r1;
+  st.global.u32 [%rd3], %r2;
+DONE:
+}
+)";
+  auto module = PtxModule::Parse(text);
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("tail", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+    SetJitMode(mode);
+    std::vector<uint32_t> out(4, 0);
+    Memory memory;
+    const uint64_t d = memory.Add(out);
+    LaunchSpec spec;
+    spec.block[0] = 4;
+    spec.memory = memory.ranges;
+    std::vector<uint8_t> params = Pack(d);
+    spec.params = params.data();
+    spec.param_size = params.size();
+    EXPECT_EQ(RunKernel(**decoded, spec), 0);
+    EXPECT_EQ(out, (std::vector<uint32_t>{7, 8, 0, 0})) << "mode " << static_cast<int>(mode);
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ((*decoded)->jit->jit_launches.load(), 1u) << (*decoded)->jit->refused;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
