@@ -23,8 +23,10 @@ constexpr uint64_t kEntryLz4 = 0x2000;   // an LZ4 block (no frame)
 constexpr uint64_t kEntryZstd = 0x8000;  // a zstd frame
 // Offset of the decompressed size in entry headers of compressed entries.
 constexpr size_t kDecompressedSizeOffset = 56;
-// Refuse to inflate one entry beyond this (sizes in headers are untrusted).
-constexpr uint64_t kMaxDecompressed = 1ull << 30;
+
+// What an LZ4 block inflates to at most, per byte of it (a match of 255 + 15 bytes from
+// a few bytes of sequence): a larger decompressed size in a header is a lie.
+constexpr uint64_t kLz4MaxRatio = 256;
 
 // At most this many translation units' fatbins are read from a version-2 wrapper.
 constexpr size_t kMaxRelocatableFatbins = 65536;
@@ -88,16 +90,40 @@ size_t ElfSize(const uint8_t* elf) {
 
 bool IsElf(const uint8_t* p) { return std::memcmp(p, ELFMAG, SELFMAG) == 0 && p[EI_CLASS] == ELFCLASS64; }
 
-// Inflates a compressed entry payload into *out.
+// Inflates a compressed entry payload into *out. `*total`: bytes the image's entries
+// inflated to so far, which this one's must not take over kMaxDecompressedBytes. The size
+// in the header is untrusted: checked against the cap and against what the payload can
+// inflate to before any memory is taken for it.
 Status Decompress(const uint8_t* entry, uint32_t header_size, uint64_t flags,
-                  const uint8_t* payload, uint64_t payload_size, std::string* out) {
+                  const uint8_t* payload, uint64_t payload_size, uint64_t* total,
+                  std::string* out) {
   if (header_size < kDecompressedSizeOffset + 8) {
     return Status::InvalidArgument("compressed fatbin entry without a decompressed size");
   }
   uint64_t size = Read<uint64_t>(entry + kDecompressedSizeOffset);
-  if (size == 0 || size > kMaxDecompressed) {
+  if (size == 0) {
     return Status::InvalidArgument("compressed fatbin entry with a bad decompressed size");
   }
+  if (size > kMaxDecompressedBytes || *total > kMaxDecompressedBytes - size) {
+    return Status::InvalidArgument(
+        "compressed fatbin entry of " + std::to_string(size) +
+        " bytes decompressed: the image's entries would take more than " +
+        std::to_string(kMaxDecompressedBytes) + " bytes");
+  }
+  if (flags & kEntryZstd) {
+    // The frame says its own size: one that disagrees with the header is refused.
+    const unsigned long long content = ZSTD_getFrameContentSize(payload, payload_size);
+    if (content == ZSTD_CONTENTSIZE_ERROR ||
+        (content != ZSTD_CONTENTSIZE_UNKNOWN && content != size)) {
+      return Status::InvalidArgument("zstd fatbin entry: its frame does not hold " +
+                                     std::to_string(size) + " bytes");
+    }
+  } else if (size / kLz4MaxRatio > payload_size) {
+    // An LZ4 block inflates at most about 255 times.
+    return Status::InvalidArgument("LZ4 fatbin entry: " + std::to_string(payload_size) +
+                                   " bytes cannot decompress to " + std::to_string(size));
+  }
+  *total += size;
   out->assign(size, '\0');
   if (flags & kEntryZstd) {
     size_t got = ZSTD_decompress(out->data(), size, payload, payload_size);
@@ -146,7 +172,7 @@ Status ParseFatbin(const uint8_t* fatbin, size_t limit, ModuleImage* image) {
     bool compressed = entry.flags & (kEntryLz4 | kEntryZstd);
     if (compressed && (entry.kind == kEntryKindElf || entry.kind == kEntryKindPtx)) {
       GPUPOOL_RETURN_IF_ERROR(Decompress(entries + at, entry.header_size, entry.flags, payload,
-                                         payload_size, &inflated));
+                                         payload_size, &image->decompressed_bytes, &inflated));
       payload = reinterpret_cast<const uint8_t*>(inflated.data());
       payload_size = inflated.size();
     }
@@ -436,6 +462,7 @@ bool PtxKeepsState(const std::vector<PtxEntry>& ptx) {
 
 Result<std::vector<PtxEntry>> PtxOfHostObject(const uint8_t* elf, size_t size) {
   std::vector<PtxEntry> ptx;
+  uint64_t decompressed = 0;
   Status read = ForEachElfSection(
       elf, size, "object file", [&](std::string_view name, const Elf64_Shdr& section) {
         if (section.sh_type == SHT_NOBITS) return Status::OK();
@@ -450,7 +477,9 @@ Result<std::vector<PtxEntry>> PtxOfHostObject(const uint8_t* elf, size_t size) {
         while (section.sh_size - at >= sizeof(FatbinHeader) &&
                Read<uint32_t>(fatbins + at) == kFatbinMagic) {
           ModuleImage image;
+          image.decompressed_bytes = decompressed;  // one cap for the object's fatbins
           GPUPOOL_RETURN_IF_ERROR(ParseFatbin(fatbins + at, section.sh_size - at, &image));
+          decompressed = image.decompressed_bytes;
           for (PtxEntry& entry : image.ptx) ptx.push_back(std::move(entry));
           at += (image.size + 7) & ~uint64_t{7};
         }

@@ -48,6 +48,11 @@ struct PtxEntry {
 // driver). `device_arch` 0: the newest entry.
 const PtxEntry* ChoosePtx(const std::vector<PtxEntry>& ptx, uint32_t device_arch);
 
+// The compressed entries of one image (or of one host object's fatbins) decompress to at
+// most this many bytes together; an image whose headers say more is refused with
+// InvalidArgument naming the cap, before the memory is taken.
+inline constexpr uint64_t kMaxDecompressedBytes = uint64_t{1} << 30;
+
 struct ModuleImage {
   const void* bytes = nullptr;   // what the server loads (fatbin, cubin or PTX text)
   size_t size = 0;
@@ -58,6 +63,7 @@ struct ModuleImage {
   // also lists the relocatable fatbins of the program's translation units, whose PTX a
   // driver JIT-links when the linked image holds no code for the GPU: their addresses.
   std::vector<const uint8_t*> relocatable;
+  uint64_t decompressed_bytes = 0;  // what its compressed entries inflated to, together
 };
 
 // Parses an image given as an untyped pointer (its size is implied by its headers).

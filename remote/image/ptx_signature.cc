@@ -1,10 +1,14 @@
 #include "remote/image/ptx_signature.h"
 
+#include <bit>
 #include <cctype>
 #include <cstdlib>
 
 namespace gpupool::image {
 namespace {
+
+// Bytes of a kernel's parameters at most (CUDA 12.1 and later).
+constexpr uint64_t kMaxParamBytes = 32764;
 
 // Skips blanks and comments.
 size_t SkipSpace(std::string_view text, size_t at) {
@@ -100,10 +104,10 @@ Result<std::map<std::string, KernelLayout>> ParsePtxSignatures(std::string_view 
         }
         if (word.empty() || size == 0)
           return Status::InvalidArgument("PTX: bad parameter of " + name);
-        uint32_t count = 1;
+        uint64_t count = 1;
         at = SkipSpace(ptx, at);
         if (at < ptx.size() && ptx[at] == '[') {
-          count = static_cast<uint32_t>(std::strtoul(ptx.data() + at + 1, nullptr, 10));
+          count = std::strtoull(ptx.data() + at + 1, nullptr, 10);
           size_t close = ptx.find(']', at);
           if (close == std::string_view::npos || count == 0) {
             return Status::InvalidArgument("PTX: bad array parameter of " + name);
@@ -111,9 +115,21 @@ Result<std::map<std::string, KernelLayout>> ParsePtxSignatures(std::string_view 
           at = close + 1;
         }
         if (align == 0) align = size;
-        offset = (offset + align - 1) / align * align;
-        layout.params.push_back(ParamSlot{offset, size * count});
-        offset += size * count;
+        // Checked in 64 bits: sizes and alignments come from a job's PTX, and a layout
+        // that wrapped would pack parameters over each other. A kernel's parameters take
+        // at most kMaxParamBytes (CUDA 12.1 on), so nothing here comes near wrapping.
+        if (!std::has_single_bit(align) || align > kMaxParamBytes ||
+            count > kMaxParamBytes / size) {
+          return Status::InvalidArgument("PTX: parameter of " + name + " too large or misaligned");
+        }
+        uint64_t start = (uint64_t{offset} + align - 1) / align * align;
+        if (start + size * count > kMaxParamBytes) {
+          return Status::InvalidArgument("PTX: the parameters of " + name + " take more than " +
+                                         std::to_string(kMaxParamBytes) + " bytes");
+        }
+        offset = static_cast<uint32_t>(start);
+        layout.params.push_back(ParamSlot{offset, static_cast<uint32_t>(size * count)});
+        offset += static_cast<uint32_t>(size * count);
       }
       layout.param_size = offset;
     }

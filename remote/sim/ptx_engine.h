@@ -49,6 +49,21 @@ inline constexpr uint64_t kWindowSize = 1ull << 48;
 // (FunctionAddress in ptx_interpreter.cc), so it is the same on any GPU.
 inline constexpr uint64_t kCodeWindow = 4ull << 48;
 
+// Bounds on what a module's PTX declares (the PTX comes from a job; the parser refuses
+// more with CUDA_ERROR_INVALID_PTX, naming the declaration): any one variable, array or
+// initialiser at most kMaxDeclarationBytes, a .shared variable at most kMaxSharedBytes (a
+// block's shared memory on sm_80 and later, which a launch may not exceed either), an
+// `.align` a power of two of at most kMaxAlign. Sums of sizes (a module's variables, a
+// kernel's local memory) are checked where they are made.
+inline constexpr uint64_t kMaxDeclarationBytes = uint64_t{1} << 40;
+inline constexpr uint64_t kMaxSharedBytes = 228 * 1024;
+inline constexpr uint64_t kMaxAlign = uint64_t{1} << 16;
+
+// Device printf text a session keeps between synchronising calls, as CUDA's printf buffer
+// (cudaLimitPrintfFifoSize, 1 MiB by default) holds it: more is dropped, and the text
+// ends with a note saying how many bytes were (AppendPrintf).
+inline constexpr uint64_t kMaxPrintfBytes = uint64_t{1} << 20;
+
 // Device-side malloc and free: a module that calls them gets a variable of this name, its
 // heap, of the size the context's CU_LIMIT_MALLOC_HEAP_SIZE says at the module's load
 // (8 MiB by default, as in CUDA), at most kMaxDeviceHeapBytes.
@@ -158,7 +173,8 @@ struct LaunchSpec {
   size_t param_size = 0;
   std::vector<MemoryRange> memory;  // sorted by start, non-overlapping
   uint32_t sm_count = 108;
-  std::string* printf_out = nullptr;    // device printf text is appended here
+  std::string* printf_out = nullptr;    // device printf text is appended here (AppendPrintf)
+  uint64_t* printf_dropped = nullptr;   // if set: increased by the bytes of text dropped
   std::string* error_detail = nullptr;  // why a launch failed, for the agent's log
   uint64_t* thread_instructions = nullptr;  // if set: increased by the lanes executed
   // If set: increased by one for each block of threads run, while the kernel runs (the
@@ -173,13 +189,25 @@ struct LaunchSpec {
   // (the device runtime returns an error to the kernel).
   DeviceLaunches* device_launches = nullptr;
   uint32_t depth = 0;  // of nesting: 0 for a grid the host launched
+  // If set: once true, the launch ends within a bounded time (the interpreter reads it
+  // every round of a block's warps, compiled code every 2^16 backward branches and between
+  // blocks) with CUDA_ERROR_LAUNCH_TIMEOUT and kCancelledDetail. Any thread may set it.
+  const std::atomic<bool>* cancel = nullptr;
 };
+
+// The error detail of a launch ended by LaunchSpec::cancel.
+inline constexpr const char* kCancelledDetail = "the launch was cancelled: its session is ending";
 
 // Bytes of the grid workspace a cooperative launch needs (grid.sync() counts at +4).
 inline constexpr uint64_t kGridWorkspaceBytes = 256;
 
 
-// Returns a CUresult: success, kCuIllegalAddress (stray access),
+// Appends device printf `text` to *out unless *out would then hold more than
+// kMaxPrintfBytes (a kernel printing in a loop cannot make the process allocate without
+// end); adds what it drops to *dropped. A line is kept or dropped whole.
+void AppendPrintf(std::string* out, std::string_view text, uint64_t* dropped);
+
+// Returns a CUresult: success, kCuLaunchTimeout (cancelled), kCuIllegalAddress (stray access),
 // kCuLaunchFailed (trap), kCuAssert (failed device assert), kCuInvalidValue (a
 // parameter buffer too small or too much shared memory),
 // kCuLaunchOutOfResources.

@@ -34,6 +34,7 @@ constexpr int32_t kSuccess = 0;
 constexpr int32_t kInvalidValue = 1;
 constexpr int32_t kIllegalAddress = 700;
 constexpr int32_t kOutOfResources = 701;
+constexpr int32_t kLaunchTimeout = 702;  // the launch was cancelled (LaunchSpec::cancel)
 constexpr int32_t kAssertFailed = 710;
 constexpr int32_t kLaunchFailed = 719;
 constexpr int32_t kCooperativeTooLarge = 720;
@@ -50,6 +51,12 @@ constexpr uint64_t kMaxCooperativeBytes = uint64_t{2} << 30;
 // local memory together.
 constexpr uint64_t kMaxLocalPerThread = 512 * 1024;
 constexpr uint64_t kMaxCtaBytes = uint64_t{1} << 30;
+// What the decoder sums local declarations up to before it refuses the kernel: far above
+// what a launch allows, far below where a sum of declarations (each at most
+// kMaxDeclarationBytes) could wrap.
+constexpr uint64_t kMaxLocalSum = uint64_t{1} << 48;
+// Bytes of an entry's parameters (CUDA 12.1 and later).
+constexpr uint64_t kMaxParamBytes = 32764;
 // Device functions are inlined at their call sites: calls nested deeper than this are a
 // trap where they would run (recursion deeper than this, or a virtual call that could
 // reach itself), and a kernel of more instructions than kMaxKernelInstructions once
@@ -88,6 +95,7 @@ struct alignas(64) LaunchState {
   uint64_t clock = 0;                // advances with every warp instruction
   uint64_t thread_instructions = 0;  // lanes executed, for the benchmark
   std::string printf;                // device printf text of this worker's CTAs
+  uint64_t printf_dropped = 0;       // bytes of it dropped (AppendPrintf)
   // The CTA's 16 barriers (bar.sync/red/arrive ID{, COUNT}): lanes waiting at each, and
   // for a barrier given a thread count, the threads arrived and the count; bar.red's
   // accumulators. `active_barriers`: bit i when barrier i has waiting or arrived lanes.
@@ -2292,7 +2300,7 @@ void HPrintf(Warp& w, const Inst& in, uint32_t mask) {
     std::memcpy(&args_address, local + in.printf_args, 8);
     std::string format = ReadString(w, format_address, l);
     std::string text = FormatPrintf(w, format, args_address, l);
-    w.launch->printf += text;
+    AppendPrintf(&w.launch->printf, text, &w.launch->printf_dropped);
     if (in.offset >= 0) {
       int32_t length = static_cast<int32_t>(text.size());
       std::memcpy(local + in.offset, &length, 4);
@@ -2322,7 +2330,7 @@ void HAssert(Warp& w, const Inst& in, uint32_t mask) {
                 launch.ctaid[0], launch.ctaid[1], launch.ctaid[2], tid % block[0],
                 (tid / block[0]) % block[1], tid / (block[0] * block[1]),
                 ReadString(w, message, lane).c_str());
-  w.launch->printf += text;
+  AppendPrintf(&w.launch->printf, text, &w.launch->printf_dropped);
 }
 
 // ---- Device-side malloc and free
@@ -3691,7 +3699,16 @@ class Decoder {
   Status Run(const RawFunction& entry) {
     k_->name = entry.name;
     std::vector<uint64_t> offsets;
-    k_->param_size = static_cast<uint32_t>(ParamLayout(entry, &offsets));
+    const uint64_t param_bytes = ParamLayout(entry, &offsets);
+    // CUDA 12.1 on allows 32,764 bytes of kernel parameters; more (a size from a job's
+    // PTX) would not fit the 32 bits a launch carries them in.
+    if (param_bytes > kMaxParamBytes) {
+      return Status::InvalidArgument("kernel " + entry.name + " declares " +
+                                     std::to_string(param_bytes) +
+                                     " bytes of parameters: more than " +
+                                     std::to_string(kMaxParamBytes));
+    }
+    k_->param_size = static_cast<uint32_t>(param_bytes);
     for (size_t i = 0; i < entry.params.size(); ++i) {
       symbols_[entry.params[i].name] = Symbol{Space::kParam, offsets[i]};
     }
@@ -3723,6 +3740,11 @@ class Decoder {
       k_->constants.push_back({slot, shared_size_});
     k_->static_shared = shared_size_;
     k_->local_size = (local_size_ + 15) / 16 * 16;
+    // The layout the JIT tier takes as it is (ptx_jit.h, SharedLayout).
+    for (const auto& [name, symbol] : symbols_) {
+      if (symbol.space == Space::kShared) k_->shared_layout.offsets[name] = symbol.value;
+    }
+    k_->shared_layout.size = k_->static_shared;
     for (auto& [index, label] : fixups_) {
       auto found = labels_.find(label);
       if (found == labels_.end()) return Status::InvalidArgument("PTX: unknown label " + label);
@@ -4041,6 +4063,13 @@ class Decoder {
         case RawStatement::kLocal:
         case RawStatement::kParam: {
           uint32_t align = std::max<uint32_t>(statement.align, 1);
+          // Checked: declarations are bounded, but inlined calls add theirs up (a launch
+          // refuses more than kMaxLocalPerThread; this keeps the sum from wrapping first).
+          if (local_size_ > kMaxLocalSum) {
+            return Status::InvalidArgument("PTX line " + std::to_string(statement.line) +
+                                           ": more than " + std::to_string(kMaxLocalSum) +
+                                           " bytes of local memory per thread");
+          }
           local_size_ = (local_size_ + align - 1) / align * align;
           symbols_[Local(frame, statement.name)] = Symbol{Space::kLocal, local_size_};
           local_size_ += std::max<uint64_t>(statement.size, 1);
@@ -4305,6 +4334,11 @@ class Decoder {
         alias[target.returns[i].name] = Local(frame, returns->items[i].name);
       } else {
         std::string scratch = "ret$" + std::to_string(++call_count_);
+        if (local_size_ > kMaxLocalSum) {
+          return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": more than " +
+                                         std::to_string(kMaxLocalSum) +
+                                         " bytes of local memory per thread");
+        }
         local_size_ = (local_size_ + 15) / 16 * 16;
         symbols_[scratch] = Symbol{Space::kLocal, local_size_};
         local_size_ += std::max<uint64_t>(target.returns[i].size, 8);
@@ -6147,6 +6181,13 @@ bool ReleaseBarriers(CtaContext* context, LaunchState* state, const Inst* code) 
 // complete is released. False once every warp has exited (or on an error).
 bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
   LaunchState& launch = *state;
+  // A round is a bounded number of warp instructions (a slice per warp): a cancelled
+  // launch ends here, however long its kernel would run.
+  if (launch.spec->cancel != nullptr && launch.spec->cancel->load(std::memory_order_relaxed)) {
+    launch.error = kLaunchTimeout;
+    launch.detail = kCancelledDetail;
+    return false;
+  }
   bool any_live = false;
   bool any_ready = false;
   for (Warp& w : context->warps) {
@@ -6259,7 +6300,8 @@ void RunResident(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t c
   }
   for (size_t i = 1; i < slots.size(); ++i) {
     LaunchState& other = *slots[i].state;
-    state->printf += other.printf;
+    AppendPrintf(&state->printf, other.printf, &state->printf_dropped);
+    state->printf_dropped += other.printf_dropped;
     state->thread_instructions += other.thread_instructions;
     if (other.error != kSuccess &&
         (state->error == kSuccess || other.cta_linear < state->cta_linear)) {
@@ -6330,6 +6372,14 @@ void RunCooperative(const DecodedKernel& kernel, const LaunchSpec& spec,
 
 // ---- Public API
 // ---------------------------------------------------------------------------
+
+void AppendPrintf(std::string* out, std::string_view text, uint64_t* dropped) {
+  if (out->size() > kMaxPrintfBytes || text.size() > kMaxPrintfBytes - out->size()) {
+    *dropped += text.size();
+    return;
+  }
+  out->append(text);
+}
 
 PtxModule::~PtxModule() = default;
 
@@ -6420,7 +6470,6 @@ Result<const DecodedKernel*> PtxModule::Decode(const std::string& name,
     return status;
   }
   kernel->source = &parsed_->functions.at(name);
-  kernel->module_shared = &parsed_->shared;
   const DecodedKernel* result = kernel.get();
   decoded_[name] = std::move(kernel);
   return result;
@@ -6457,10 +6506,10 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
   if (!slot.tried) {
     slot.tried = true;
     if (mode == JitMode::kAuto) {
-      CompileInBackground(kernel.jit, *kernel.source, *kernel.module_shared, kernel.param_size);
+      CompileInBackground(kernel.jit, *kernel.source, kernel.shared_layout, kernel.param_size);
     } else {
       slot.compiled =
-          CompileKernel(*kernel.source, *kernel.module_shared, kernel.param_size, &slot.refused);
+          CompileKernel(*kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
     }
   }
   return slot.compiled.get();
@@ -6531,22 +6580,45 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
   } else {
     std::atomic<bool> stop{false};
     states = std::span<LaunchState>(worker_states, workers);
+    // No exception leaves a worker (a helper thread's would end the process): a worker
+    // that runs out of host memory fails the launch.
+    auto run = [&](uint32_t worker, CtaContext* context) {
+      try {
+        RunCtas(kernel, spec, worker, workers, &stop, &states[worker], context);
+      } catch (const std::exception&) {
+        *context = CtaContext{};
+        states[worker].error = kOutOfResources;
+        states[worker].detail = "the launch ran out of host memory";
+        states[worker].cta_linear = 0;
+        stop.store(true);
+      }
+    };
     std::vector<std::thread> threads_of_workers;
+    std::vector<uint32_t> inline_workers;  // whose thread could not be started: run here
     for (uint32_t worker = 1; worker < workers; ++worker) {
-      threads_of_workers.emplace_back([&, worker] {
-        CtaContext context;
-        RunCtas(kernel, spec, worker, workers, &stop, &states[worker], &context);
-      });
+      try {
+        threads_of_workers.emplace_back([&, worker] {
+          CtaContext context;
+          run(worker, &context);
+        });
+      } catch (const std::exception&) {
+        inline_workers.push_back(worker);
+      }
     }
     CtaContext* context = CallerContext();
-    RunCtas(kernel, spec, 0, workers, &stop, &states[0], context);
+    run(0, context);
+    for (uint32_t worker : inline_workers) run(worker, context);
     TrimCallerContext(context);
     for (std::thread& thread : threads_of_workers) thread.join();
   }
   int32_t error = kSuccess;
   uint64_t first_failed_cta = UINT64_MAX;
   for (LaunchState& state : states) {
-    if (spec.printf_out != nullptr) *spec.printf_out += state.printf;
+    if (spec.printf_out != nullptr) {
+      uint64_t dropped = state.printf_dropped;
+      AppendPrintf(spec.printf_out, state.printf, &dropped);
+      if (spec.printf_dropped != nullptr) *spec.printf_dropped += dropped;
+    }
     if (spec.thread_instructions) *spec.thread_instructions += state.thread_instructions;
     if (state.error != kSuccess && state.cta_linear < first_failed_cta) {
       first_failed_cta = state.cta_linear;

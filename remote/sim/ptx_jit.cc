@@ -51,6 +51,8 @@ namespace gpupool::sim {
 namespace {
 
 constexpr int32_t kIllegalAddress = 700;  // CUDA_ERROR_ILLEGAL_ADDRESS
+constexpr int32_t kLaunchOutOfResources = 701;  // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+constexpr int32_t kLaunchTimeout = 702;         // CUDA_ERROR_LAUNCH_TIMEOUT: cancelled
 // Kernels larger than this are left to the interpreter: LLVM's time grows faster than the
 // code, and a launch waits for its compile.
 constexpr size_t kMaxInstructions = 16384;
@@ -83,13 +85,14 @@ struct Context {
   uint32_t ntid[3] = {1, 1, 1};                                // +40
   uint32_t nctaid[3] = {1, 1, 1};                              // +52
   std::atomic<uint64_t>* progress = nullptr;                   // +64, never null
+  const std::atomic<bool>* cancel = nullptr;                   // +72, never null
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
 };
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24,
                    kOffFaultAccess = 32, kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52,
-                   kOffProgress = 64;
+                   kOffProgress = 64, kOffCancel = 72;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -103,6 +106,9 @@ static_assert(offsetof(Context, fault_thread) == kOffFaultThread);
 static_assert(offsetof(Context, ntid) == kOffNtid);
 static_assert(offsetof(Context, nctaid) == kOffNctaid);
 static_assert(offsetof(Context, progress) == kOffProgress);
+static_assert(offsetof(Context, cancel) == kOffCancel);
+// What Context::cancel points to when the launch has no cancel flag.
+const std::atomic<bool> kNeverCancelled{false};
 
 // The slow path of a checked access: the allocation holding [address, address + size)
 // among the launch's, remembered in the instruction's hint; nullptr if none holds it.
@@ -195,14 +201,15 @@ bool IsCacheHint(std::string_view q) {
 
 class Emitter {
  public:
-  Emitter(const RawFunction& entry, const std::vector<SharedVariable>& module_shared,
-          uint32_t param_size, llvm::LLVMContext& context, llvm::Module& module, uint32_t lanes)
+  Emitter(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size,
+          llvm::LLVMContext& context, llvm::Module& module, uint32_t lanes)
       : entry_(entry),
         param_size_(param_size),
         ctx_(context),
         module_(module),
         b_(context),
-        module_shared_(module_shared),
+        shared_offsets_(shared.offsets),
+        shared_size_(shared.size),
         lanes_(lanes) {}
 
   // Emits `cta`; false (and *refused) when the kernel has what the tier does not take.
@@ -225,18 +232,17 @@ class Emitter {
                           (s.kind == RawStatement::kLocal ? ".local" : ".param") + " variables",
                       s.line, refused);
       }
-      if (s.kind == RawStatement::kShared) PlaceShared(s.name, s.size, s.align);
       if (s.kind != RawStatement::kInstruction) continue;
       if (s.opcode.rfind("bar.", 0) == 0 || s.opcode.rfind("barrier.", 0) == 0) ++barriers_;
       for (const RawOperand& o : s.operands) CountUses(o);
       if (!s.guard.empty()) ++uses_[s.guard];
     }
-    // The module's .shared variables the kernel names take their place now, so that the
-    // CTA's shared size is known before any access is checked against it.
-    for (const SharedVariable& var : module_shared_) {
-      if (uses_.count(var.name) && !var.is_extern) PlaceShared(var.name, var.size, var.align);
-    }
+    // The decoder's layout (SharedLayout): every .shared variable the kernel names has its
+    // place, and the CTA's shared size is known before any access is checked against it.
     has_shared_ = !shared_offsets_.empty();
+    if (shared_size_ > kMaxSharedBytes) {
+      return Refuse(std::to_string(shared_size_) + " bytes of shared memory", 0, refused);
+    }
     if (uses_.size() > kMaxRegisters) {
       return Refuse("more than " + std::to_string(kMaxRegisters) + " names",
                     entry_.body.empty() ? 0 : entry_.body.front().line, refused);
@@ -265,7 +271,10 @@ class Emitter {
         ++index;
       }
     }
-    if (barriers_ > 0) ComputeLiveness();
+    if (barriers_ > 0) {
+      std::string why;
+      if (!ComputeLiveness(&why)) return Refuse(why, 0, refused);
+    }
     i1_ = b_.getInt1Ty();
     i32_ = b_.getInt32Ty();
     i64_ = b_.getInt64Ty();
@@ -466,27 +475,12 @@ class Emitter {
     for (const RawOperand& item : o.items) CountUses(item);
   }
 
-  // A .shared variable of the kernel's (or, when it names one, of its module's), placed in
-  // the CTA's shared memory at its alignment.
-  void PlaceShared(const std::string& name, uint64_t size, uint32_t align) {
-    if (shared_offsets_.count(name)) return;
-    align = std::max<uint32_t>(align, 1);
-    shared_size_ = (shared_size_ + align - 1) / align * align;
-    shared_offsets_[name] = shared_size_;
-    shared_size_ += size;
-  }
-
-  // The shared offset of symbol `name`, or -1 when it is no .shared variable (or an
-  // extern one, dynamic shared memory, which the tier leaves to the interpreter).
-  int64_t SharedSymbol(const std::string& name) {
-    if (auto it = shared_offsets_.find(name); it != shared_offsets_.end()) return it->second;
-    for (const SharedVariable& var : module_shared_) {
-      if (var.name == name && !var.is_extern) {
-        PlaceShared(name, var.size, var.align);
-        return shared_offsets_[name];
-      }
-    }
-    return -1;
+  // The shared offset of symbol `name`, or -1 when it is no .shared variable the decoder
+  // placed (or an extern one, dynamic shared memory, which the tier leaves to the
+  // interpreter).
+  int64_t SharedSymbol(const std::string& name) const {
+    auto it = shared_offsets_.find(name);
+    return it == shared_offsets_.end() ? -1 : static_cast<int64_t>(it->second);
   }
 
   // Registers an operand reads (a destination's name is not read).
@@ -498,7 +492,9 @@ class Emitter {
   // Which registers are live after each barrier, so that a thread saves and restores only
   // those (a backward dataflow over the kernel's instructions; a guarded write does not
   // end a register's life, and a destination of st/red is an address, read).
-  void ComputeLiveness() {
+  // False (and *why) when the work would exceed the compile's bounds (kMaxLivenessWork,
+  // kMaxBarrierSaves): the kernel then runs on the interpreter.
+  bool ComputeLiveness(std::string* why) {
     std::vector<const RawStatement*> code;
     std::map<std::string, size_t> label_at;
     for (const RawStatement& s : entry_.body) {
@@ -534,7 +530,9 @@ class Emitter {
       for (const std::string& name : read) uses[i].push_back(id(name));
       const bool ends = op == "ret" || op == "exit";
       if (op == "bra" && !s.operands.empty()) {
-        if (auto it = label_at.find(s.operands[0].name); it != label_at.end()) {
+        // A label after the last instruction (`DONE: }`) ends the thread: no successor
+        // (found by the ptx_jit fuzz target: it indexed one past the instructions).
+        if (auto it = label_at.find(s.operands[0].name); it != label_at.end() && it->second < n) {
           next[i].push_back(it->second);
         }
         if (!s.guard.empty() && i + 1 < n) next[i].push_back(i + 1);
@@ -542,8 +540,23 @@ class Emitter {
         if (i + 1 < n) next[i].push_back(i + 1);
       }
     }
+    // Each pass costs n x registers steps, and a pass may change one instruction only.
+    const uint64_t pass_work = uint64_t{n} * std::max<size_t>(ids.size(), 1);
+    if (pass_work > kMaxLivenessWork) {
+      *why = "compile work: " + std::to_string(n) + " instructions x " +
+             std::to_string(ids.size()) + " registers is more than " +
+             std::to_string(kMaxLivenessWork);
+      return false;
+    }
+    uint64_t work = 0;
     std::vector<std::vector<bool>> live_in(n, std::vector<bool>(ids.size()));
     for (bool changed = true; changed;) {
+      if ((work += pass_work) > kMaxLivenessWork) {
+        *why = "compile work: the liveness of " + std::to_string(ids.size()) + " registers over " +
+               std::to_string(n) + " instructions takes more than " +
+               std::to_string(kMaxLivenessWork) + " steps";
+        return false;
+      }
       changed = false;
       for (size_t i = n; i-- > 0;) {
         std::vector<bool> live(ids.size());
@@ -560,6 +573,7 @@ class Emitter {
     }
     // A last pass with the fixed point: what is live after each barrier.
     barrier_live_.assign(n, {});
+    uint64_t saves = 0;
     for (size_t i = 0; i < n; ++i) {
       const std::string op = code[i]->opcode.substr(0, code[i]->opcode.find('.'));
       if (op != "bar" && op != "barrier") continue;
@@ -570,7 +584,14 @@ class Emitter {
       for (const auto& [name, r] : ids) {
         if (live[r]) barrier_live_[i].push_back(name);
       }
+      // The code made grows with barriers x the registers live across each.
+      if ((saves += barrier_live_[i].size()) > kMaxBarrierSaves) {
+        *why = "compile work: more than " + std::to_string(kMaxBarrierSaves) +
+               " registers saved at barriers (" + std::to_string(barriers_) + " barriers)";
+        return false;
+      }
     }
+    return true;
   }
 
   // This thread's index in its block, and its resume point and saved registers.
@@ -613,7 +634,16 @@ class Emitter {
     b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, b_.CreateLoad(ptr_, Field(kOffProgress)),
                        b_.getInt64(1), llvm::MaybeAlign(8), llvm::AtomicOrdering::Monotonic);
     b_.CreateStore(b_.getInt64(kProgressEvery), budget_slot_);
-    b_.CreateBr(on);
+    // The launch's cancel flag (LaunchSpec::cancel), read as often as progress is told:
+    // a kernel that never ends is ended here.
+    auto* cancelled = llvm::BasicBlock::Create(ctx_, "cancelled", fn_);
+    llvm::LoadInst* flag = b_.CreateLoad(b_.getInt8Ty(), b_.CreateLoad(ptr_, Field(kOffCancel)));
+    flag->setAtomic(llvm::AtomicOrdering::Monotonic);
+    flag->setAlignment(llvm::Align(1));
+    b_.CreateCondBr(b_.CreateICmpNE(flag, b_.getInt8(0)), cancelled, on,
+                    llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+    b_.SetInsertPoint(cancelled);
+    b_.CreateRet(b_.getInt32(kLaunchTimeout));
     b_.SetInsertPoint(on);
   }
 
@@ -1633,9 +1663,8 @@ class Emitter {
   std::map<std::string, llvm::AllocaInst*> registers_;
   std::map<std::string, uint32_t> saved_index_;
   std::map<std::string, uint32_t> uses_;  // operands naming each register, over the body
-  const std::vector<SharedVariable>& module_shared_;
-  std::map<std::string, uint64_t> shared_offsets_;
-  uint64_t shared_size_ = 0;
+  const std::map<std::string, uint64_t>& shared_offsets_;  // the decoder's (SharedLayout)
+  const uint64_t shared_size_;
   bool has_shared_ = false;
   std::map<uint32_t, std::array<llvm::AllocaInst*, 3>> hint_slots_;  // per access: its hint
   // Vector code (lanes_ > 0): kVectorLanes threads of a row at once, x, x + 1, ...; the
@@ -1705,22 +1734,23 @@ std::atomic<JitMode>& Mode() {
 JitMode CurrentJitMode() { return Mode().load(std::memory_order_relaxed); }
 void SetJitMode(JitMode mode) { Mode().store(mode); }
 
-std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry,
-                                              const std::vector<SharedVariable>& module_shared,
-                                              uint32_t param_size, std::string* refused) {
+namespace {
+
+std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLayout& shared,
+                                        uint32_t param_size, std::string* refused) {
   InitializeLlvm();
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("ptx_jit", *context);
   auto compiled = std::make_shared<CompiledKernel>();
   const bool dump = std::getenv("GPUPOOL_PTX_JIT_DUMP") != nullptr;
-  Emitter emitter(entry, module_shared, param_size, *context, *module, 0);
+  Emitter emitter(entry, shared, param_size, *context, *module, 0);
   if (!emitter.Emit(compiled.get(), refused)) {
     if (dump) llvm::errs() << "jit refused " << entry.name << ": " << *refused << "\n";
     return nullptr;
   }
   // And the vector code, where the kernel allows it.
   std::string no_vector;
-  bool vector = Emitter(entry, module_shared, param_size, *context, *module, kVectorLanes)
+  bool vector = Emitter(entry, shared, param_size, *context, *module, kVectorLanes)
                     .Emit(compiled.get(), &no_vector);
   if (llvm::Function* partial = module->getFunction("cta_vector"); !vector && partial) {
     partial->eraseFromParent();
@@ -1802,6 +1832,23 @@ std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry,
   return compiled;
 }
 
+}  // namespace
+
+std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry, const SharedLayout& shared,
+                                              uint32_t param_size, std::string* refused) {
+  // The compile runs on a thread (the background compiler's, or a launch's) whose caller
+  // expects no exception: out of memory or any other failure is a refusal, and the kernel
+  // runs on the interpreter.
+  try {
+    return Compile(entry, shared, param_size, refused);
+  } catch (const std::bad_alloc&) {
+    *refused = "compile failed: out of memory";
+  } catch (const std::exception& error) {
+    *refused = std::string("compile failed: ") + error.what();
+  }
+  return nullptr;
+}
+
 namespace {
 
 // One thread that compiles kernels for GPUPOOL_PTX_JIT=auto, in the order asked. At exit
@@ -1856,12 +1903,11 @@ class BackgroundCompiler {
 }  // namespace
 
 void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry,
-                         const std::vector<SharedVariable>& module_shared, uint32_t param_size) {
+                         const SharedLayout& shared, uint32_t param_size) {
   slot->compiling = true;
-  BackgroundCompiler::Get().Add([slot, entry = entry, module_shared = module_shared, param_size]() {
+  BackgroundCompiler::Get().Add([slot, entry = entry, shared = shared, param_size]() {
     std::string refused;
-    std::shared_ptr<CompiledKernel> compiled =
-        CompileKernel(entry, module_shared, param_size, &refused);
+    std::shared_ptr<CompiledKernel> compiled = CompileKernel(entry, shared, param_size, &refused);
     std::lock_guard<std::mutex> lock(slot->mu);
     slot->compiled = std::move(compiled);
     slot->refused = std::move(refused);
@@ -1880,6 +1926,16 @@ bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != n
 int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
+  // RunKernel checked the decoder's layout, which the tier takes: checked again, so that
+  // no launch of compiled code allocates what a launch of the interpreter may not.
+  if (kernel.shared_bytes > kMaxSharedBytes || threads == 0 || threads > 1024) {
+    if (spec.error_detail) {
+      *spec.error_detail = "compiled kernel needs " + std::to_string(kernel.shared_bytes) +
+                           " bytes of shared memory: more than " +
+                           std::to_string(kMaxSharedBytes);
+    }
+    return kLaunchOutOfResources;
+  }
   struct alignas(64) Worker {
     Context context;
     std::vector<Hint> hints;
@@ -1889,6 +1945,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     std::atomic<uint64_t> unwatched{0};  // progress of a launch nobody watches
     int32_t error = 0;
     uint64_t failed_cta = 0;
+    bool out_of_memory = false;  // the worker's host memory could not be had
   };
   // A launch on one worker (most launches of small grids) runs on the calling thread's
   // kept scratch (kKeptScratchBytes): fresh vectors per launch cost a stream of small
@@ -1902,6 +1959,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     kept.context = Context{};
     kept.unwatched.store(0, std::memory_order_relaxed);
     kept.error = 0;
+    kept.out_of_memory = false;
     kept.failed_cta = 0;
     kept_in_use = true;
     states = std::span<Worker>(&kept, 1);
@@ -1929,7 +1987,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
   const CtaFunction run_cta = kernel.cta_vector != nullptr && spec.block[0] % kVectorLanes == 0
                                   ? kernel.cta_vector
                                   : kernel.cta;
-  auto run = [&](uint32_t index) {
+  auto run_or_fail = [&](uint32_t index) {
     Worker& worker = states[index];
     worker.hints.assign(kernel.accesses.size(), Hint{});
     worker.shared.assign(std::max<uint64_t>(kernel.shared_bytes, 1), 0);
@@ -1939,6 +1997,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     context.hints = worker.hints.data();
     context.translate = &Translate;
     context.progress = spec.progress != nullptr ? spec.progress : &worker.unwatched;
+    context.cancel = spec.cancel != nullptr ? spec.cancel : &kNeverCancelled;
     context.spec = &spec;
     context.accesses = &kernel.accesses;
     for (int i = 0; i < 3; ++i) {
@@ -1948,6 +2007,12 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     for (uint64_t cta = index; cta < ctas; cta += workers) {
       if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
       if (stop.load(std::memory_order_relaxed)) break;
+      if (context.cancel->load(std::memory_order_relaxed)) {
+        worker.error = kLaunchTimeout;
+        worker.failed_cta = cta;
+        stop.store(true);
+        break;
+      }
       const uint32_t x = static_cast<uint32_t>(cta % spec.grid[0]);
       const uint32_t y = static_cast<uint32_t>(cta / spec.grid[0] % spec.grid[1]);
       const uint32_t z = static_cast<uint32_t>(cta / spec.grid[0] / spec.grid[1]);
@@ -1962,9 +2027,29 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       }
     }
   };
+  // No exception leaves a worker (a helper's would end the process): out of host memory
+  // fails the launch.
+  auto run = [&](uint32_t index) {
+    try {
+      run_or_fail(index);
+    } catch (const std::exception&) {
+      states[index].error = kLaunchOutOfResources;
+      states[index].failed_cta = 0;
+      states[index].out_of_memory = true;
+      stop.store(true);
+    }
+  };
   std::vector<std::thread> helpers;
-  for (uint32_t worker = 1; worker < workers; ++worker) helpers.emplace_back(run, worker);
+  std::vector<uint32_t> inline_workers;  // whose thread could not be started: run here
+  for (uint32_t worker = 1; worker < workers; ++worker) {
+    try {
+      helpers.emplace_back(run, worker);
+    } catch (const std::exception&) {
+      inline_workers.push_back(worker);
+    }
+  }
   run(0);
+  for (uint32_t worker : inline_workers) run(worker);
   for (std::thread& helper : helpers) helper.join();
   int32_t error = 0;
   uint64_t first_failed = UINT64_MAX;
@@ -1973,7 +2058,11 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     if (worker.error != 0 && worker.failed_cta < first_failed) {
       first_failed = worker.failed_cta;
       error = worker.error;
-      if (spec.error_detail) {
+      if (spec.error_detail && worker.out_of_memory) {
+        *spec.error_detail = "the launch ran out of host memory";
+      } else if (spec.error_detail && error == kLaunchTimeout) {
+        *spec.error_detail = kCancelledDetail;
+      } else if (spec.error_detail) {
         const Context& c = worker.context;
         const MemoryAccess& access = kernel.accesses[c.fault_access];
         char text[160];

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -70,18 +71,34 @@ struct JitSlot {
   std::atomic<uint64_t> jit_launches{0};     // run compiled (tests check the tier ran)
 };
 
-// Compiles `entry` (an .entry of a parsed module whose .shared variables are
-// `module_shared`) if the tier can take it; otherwise returns nullptr and says why in
-// *refused. `param_size`: bytes of its parameters.
-std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry,
-                                              const std::vector<SharedVariable>& module_shared,
+// The CTA's static shared memory as the decoder laid it out (DecodedKernel): the tier
+// takes it as it is, so that both tiers place, size and check shared memory alike and a
+// launch's limits (RunKernel) hold for compiled code too. A name not here is no .shared
+// variable of the kernel (one the decoder never placed, say a label of the same name).
+struct SharedLayout {
+  std::map<std::string, uint64_t> offsets;  // .shared variable -> offset in the CTA's
+  uint64_t size = 0;                        // bytes (DecodedKernel::static_shared)
+};
+
+// Bounds on the work of one compile (the compile thread is shared by every tenant of the
+// process): a kernel over them runs on the interpreter, and *refused says which.
+//  - registers saved and restored at barriers, summed over the barriers (the code it
+//    makes grows with barriers x live registers);
+//  - steps of the liveness analysis that finds them (passes x instructions x registers).
+inline constexpr uint64_t kMaxBarrierSaves = uint64_t{1} << 15;
+inline constexpr uint64_t kMaxLivenessWork = uint64_t{1} << 28;
+
+// Compiles `entry` (an .entry of a parsed module, whose CTA's shared memory is `shared`)
+// if the tier can take it; otherwise returns nullptr and says why in *refused.
+// `param_size`: bytes of its parameters. Throws nothing (a failure is a refusal).
+std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry, const SharedLayout& shared,
                                               uint32_t param_size, std::string* refused);
 
 // Compiles `entry` for `slot` on the background compiler's thread (GPUPOOL_PTX_JIT=auto);
-// the caller holds slot->mu and has set slot->tried. The entry and the module's shared
-// variables are copied: the module may be unloaded meanwhile.
+// the caller holds slot->mu and has set slot->tried. The entry and the layout are copied:
+// the module may be unloaded meanwhile.
 void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry,
-                         const std::vector<SharedVariable>& module_shared, uint32_t param_size);
+                         const SharedLayout& shared, uint32_t param_size);
 
 // Waits until no background compile of `slot` is pending (tests).
 void WaitForCompile(JitSlot& slot);

@@ -1,6 +1,7 @@
 // PTX text -> ParsedModule (ptx_program.h). Decoding to the executable program
 // is in ptx_decoder.cc.
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cstring>
 #include <set>
@@ -228,6 +229,12 @@ class Parser {
       if (word == ".align") {
         auto value = Integer();
         if (!value.ok()) return value.status();
+        // A power of two, as PTX requires; bounded, so that rounding an offset up to it
+        // cannot wrap (the alignment comes from a job's PTX).
+        if (!pointee && (*value == 0 || !std::has_single_bit(*value) || *value > kMaxAlign)) {
+          return Error(".align " + std::to_string(static_cast<int64_t>(*value)) +
+                       ": must be a power of two of at most " + std::to_string(kMaxAlign));
+        }
         if (!pointee) decl.align = static_cast<uint32_t>(*value);
       } else if (pointee &&
                  (word == ".global" || word == ".const" || word == ".local" || word == ".shared")) {
@@ -267,14 +274,26 @@ class Parser {
       decl.range = *value;
       GPUPOOL_RETURN_IF_ERROR(Expect(">"));
     }
+    // Array dimensions, each checked: the sizes come from a job's PTX, and a product or
+    // a negative size that wrapped would place the next variable (and its initialiser)
+    // outside the module's memory.
+    const uint64_t element = TypeSize(decl.type) * static_cast<uint64_t>(decl.vector);
     while (Accept("[")) {
       decl.is_array = true;
       if (Accept("]")) {
         decl.unsized = true;
         continue;
       }
+      if (Peek().text == "-") {
+        return Error("a negative array size in the declaration of " + decl.name);
+      }
       auto value = Integer();
       if (!value.ok()) return value.status();
+      const uint64_t limit = kMaxDeclarationBytes / std::max<uint64_t>(element, 1);
+      if (*value > limit || (*value != 0 && decl.count > limit / *value)) {
+        return Error("the declaration of " + decl.name + " is larger than " +
+                     std::to_string(kMaxDeclarationBytes) + " bytes");
+      }
       decl.count *= *value;
       GPUPOOL_RETURN_IF_ERROR(Expect("]"));
     }
@@ -286,8 +305,22 @@ class Parser {
     return decl;
   }
 
+  // Bounded by ParseDeclaration: at most kMaxDeclarationBytes.
   uint64_t DeclarationSize(const Declaration& decl) const {
     return TypeSize(decl.type) * decl.vector * decl.count;
+  }
+
+  // A .shared variable no larger than a block's shared memory: a larger one could never
+  // be placed, and is refused at load rather than when (and whichever tier) a kernel
+  // first names it.
+  Status CheckShared(const Declaration& decl) const {
+    const uint64_t size = DeclarationSize(decl);
+    if (size > kMaxSharedBytes) {
+      return Error("the .shared variable " + decl.name + " is " + std::to_string(size) +
+                   " bytes: more than the " + std::to_string(kMaxSharedBytes) +
+                   " bytes of shared memory a block may have");
+    }
+    return Status::OK();
   }
 
   // An address in an initialiser: `x`, `generic(x)`, either with `+N`, or a masked byte
@@ -436,6 +469,7 @@ class Parser {
                          : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
     if (!external_linkage_) module_->local_names.insert(decl->name);
     if (space == ".shared") {
+      GPUPOOL_RETURN_IF_ERROR(CheckShared(*decl));
       module_->shared.push_back(
           SharedVariable{decl->name, DeclarationSize(*decl), align, is_extern || decl->unsized});
       return Expect(";");
@@ -447,6 +481,17 @@ class Parser {
     variable.align = align;
     if (Accept("="))
       GPUPOOL_RETURN_IF_ERROR(Initializer(*decl, &variable.init, &variable.relocations));
+    // An initialiser fills its variable and no more (the executor copies it into the
+    // variable's place among the module's others).
+    if (variable.size != 0 && variable.init.size() > variable.size) {
+      return Error("the initialiser of " + variable.name + " has " +
+                   std::to_string(variable.init.size()) + " bytes, more than its " +
+                   std::to_string(variable.size));
+    }
+    if (variable.init.size() > kMaxDeclarationBytes) {
+      return Error("the initialiser of " + variable.name + " is larger than " +
+                   std::to_string(kMaxDeclarationBytes) + " bytes");
+    }
     if (variable.size == 0) variable.size = std::max<uint64_t>(variable.init.size(), 1);
     if (is_extern && variable.init.empty()) {
       // Declared here, defined in another module: a link (LinkPtxTexts) may define it;
@@ -603,6 +648,7 @@ class Parser {
             }
           }
         } else {
+          if (kind == RawStatement::kShared) GPUPOOL_RETURN_IF_ERROR(CheckShared(*decl));
           RawStatement var;
           var.kind = kind;
           var.name = Declare(decl->name);

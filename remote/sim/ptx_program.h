@@ -239,7 +239,7 @@ struct DecodedKernel {
   // The entry's parsed PTX (owned by its PtxModule), and its JIT tier (ptx_jit.h): compiled
   // once the launches say it is worth it, or refused.
   const RawFunction* source = nullptr;
-  const std::vector<SharedVariable>* module_shared = nullptr;
+  SharedLayout shared_layout;  // the .shared variables it names, for the JIT tier
   std::shared_ptr<JitSlot> jit = std::make_shared<JitSlot>();
 };
 

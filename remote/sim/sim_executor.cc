@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <cstring>
+#include <new>
 #include <utility>
 
 #include "remote/dataplane/protocol.h"
@@ -14,6 +15,13 @@ namespace {
 // CUDA_EVENT_DISABLE_TIMING: elapsed time on such events is CUDA_ERROR_INVALID_HANDLE.
 constexpr uint32_t kEventDisableTiming = 0x2;
 
+// A module's .global/.const variables together (one allocation): a bound far above any
+// GPU's memory, below which sums of the parser's bounded sizes cannot wrap.
+constexpr uint64_t kMaxModuleVariableBytes = uint64_t{1} << 48;
+
+// CUDA_ERROR_LAUNCH_TIMEOUT: what a launch ended by Cancel() returns.
+constexpr int32_t kCuLaunchTimeout = 702;
+
 }  // namespace
 
 SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count, uint32_t arch)
@@ -24,22 +32,57 @@ SimExecutor::~SimExecutor() {
   for (auto& [dptr, size] : allocations_) memory_->Release(dptr, owner_);
 }
 
-int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) {
-  int32_t status = memory_->Allocate(size, owner_, dptr);
-  if (status == kCuSuccess) {
-    allocations_[*dptr] = size;
-    launch_memory_.clear();
+int32_t SimExecutor::Failed(const char* call, int32_t otherwise) noexcept {
+  int32_t status = otherwise;
+  std::string why;
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    status = kCuOutOfMemory;
+    why = "out of host memory";
+  } catch (const std::exception& error) {
+    why = error.what();
+  } catch (...) {
+    why = "an unknown exception";
+  }
+  try {
+    error_detail_ = std::string(call) + ": " + why;
+  } catch (...) {
+    error_detail_.clear();  // no memory even for the detail: the status says enough
   }
   return status;
 }
 
-int32_t SimExecutor::AllocateAt(uint64_t address, uint64_t size) {
-  int32_t status = memory_->AllocateAt(address, size, owner_);
+int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) try {
+  int32_t status = memory_->Allocate(size, owner_, dptr);
   if (status == kCuSuccess) {
-    allocations_[address] = size;
+    try {
+      allocations_[*dptr] = size;
+    } catch (...) {
+      memory_->Release(*dptr, owner_);  // not the session's unless it is on its list
+      throw;
+    }
     launch_memory_.clear();
   }
   return status;
+} catch (...) {
+  return Failed("Allocate", kCuOutOfMemory);
+}
+
+int32_t SimExecutor::AllocateAt(uint64_t address, uint64_t size) try {
+  int32_t status = memory_->AllocateAt(address, size, owner_);
+  if (status == kCuSuccess) {
+    try {
+      allocations_[address] = size;
+    } catch (...) {
+      memory_->Release(address, owner_);  // not the session's unless it is on its list
+      throw;
+    }
+    launch_memory_.clear();
+  }
+  return status;
+} catch (...) {
+  return Failed("AllocateAt", kCuOutOfMemory);
 }
 
 bool SimExecutor::GlobalsRange(uint64_t module, uint64_t* base, uint64_t* size) {
@@ -50,11 +93,13 @@ bool SimExecutor::GlobalsRange(uint64_t module, uint64_t* base, uint64_t* size) 
   return true;
 }
 
-int32_t SimExecutor::Free(uint64_t dptr) {
+int32_t SimExecutor::Free(uint64_t dptr) try {
   if (dptr == 0) return kCuSuccess;
   if (allocations_.erase(dptr) == 0) return kCuInvalidValue;  // not ours (or not a start)
   launch_memory_.clear();
   return memory_->Release(dptr, owner_);
+} catch (...) {
+  return Failed("Free", kCuUnknown);
 }
 
 void SimExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
@@ -83,17 +128,19 @@ void SimExecutor::ChunkedCopy(char* to, const char* from, uint64_t size) {
   }
 }
 
-int32_t SimExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) {
+int32_t SimExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) try {
   if (!KnownStream(stream)) return kCuInvalidHandle;
   if (size == 0) return kCuSuccess;
   char* host = memory_->Translate(dst, size, owner_);
   if (host == nullptr) return kCuInvalidValue;
   if (host != src) ChunkedCopy(host, static_cast<const char*>(src), size);  // or received in place
   return kCuSuccess;
+} catch (...) {
+  return Failed("CopyToDevice", kCuUnknown);
 }
 
 int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
-                                    const void** data) {
+                                    const void** data) try {
   if (!KnownStream(stream)) return kCuInvalidHandle;
   *data = nullptr;
   if (size == 0) return kCuSuccess;
@@ -101,10 +148,12 @@ int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream
   if (host == nullptr) return kCuInvalidValue;
   *data = host;  // sent in place; the server finishes sending before the next request
   return kCuSuccess;
+} catch (...) {
+  return Failed("CopyFromDevice", kCuUnknown);
 }
 
 int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
-                                        uint64_t stream) {
+                                        uint64_t stream) try {
   if (!KnownStream(stream)) return kCuInvalidHandle;
   if (size == 0) return kCuSuccess;
   char* to = memory_->Translate(dst, size, owner_);
@@ -116,10 +165,12 @@ int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t siz
     std::memmove(to, from, size);
   }
   return kCuSuccess;
+} catch (...) {
+  return Failed("CopyDeviceToDevice", kCuUnknown);
 }
 
 int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
-                            uint64_t stream) {
+                            uint64_t stream) try {
   if (!KnownStream(stream)) return kCuInvalidHandle;
   if (element_size != 1 && element_size != 2 && element_size != 4) return kCuInvalidValue;
   if (count == 0) return kCuSuccess;
@@ -145,11 +196,13 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
     }
   }
   return kCuSuccess;
+} catch (...) {
+  return Failed("Memset", kCuUnknown);
 }
 
 int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
                                 const std::vector<KernelInfo>& kernels, uint64_t globals_base,
-                                uint64_t device_heap) {
+                                uint64_t device_heap) try {
   if (modules_.count(module)) return kCuInvalidValue;
   if (device_heap == 0) device_heap = sim::kDeviceHeapBytes;
   if (device_heap > sim::kMaxDeviceHeapBytes) {
@@ -200,13 +253,23 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   // Module variables: one allocation of this session holds them all, in declaration order
   // (the same image at the same base gives the same addresses on any GPU), initialised
   // from the PTX.
+  // Checked: each size is bounded by the parser, but their sum is the module's, and a span
+  // that wrapped would put a variable (and its initialiser) outside the allocation.
   std::map<std::string, uint64_t> offsets;
   uint64_t span = 0;
   for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
-    uint64_t align = std::max<uint64_t>(variable.align, 8);
+    const uint64_t align = std::max<uint64_t>(variable.align, 8);
+    const uint64_t size = std::max<uint64_t>(variable.size, 1);
+    if (align > sim::kMaxAlign || size > sim::kMaxDeclarationBytes ||
+        span > kMaxModuleVariableBytes - size - align) {
+      error_detail_ = "the module's variables up to " + variable.name + " (" +
+                      std::to_string(variable.size) + " bytes) take more than " +
+                      std::to_string(kMaxModuleVariableBytes) + " bytes";
+      return kCuInvalidPtx;
+    }
     span = (span + align - 1) / align * align;
     offsets[variable.name] = span;
-    span += std::max<uint64_t>(variable.size, 1);
+    span += size;
   }
   if (!offsets.empty()) {
     uint64_t base = globals_base;
@@ -215,6 +278,11 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
     loaded.globals_base = base;
     loaded.globals_size = span;
     char* host = memory_->Translate(base, span, owner_);
+    if (host == nullptr) {
+      error_detail_ = "the module's variables' memory cannot be reached";
+      Free(base);
+      return kCuOutOfMemory;
+    }
     for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
       loaded.globals[variable.name] = base + offsets[variable.name];
       loaded.global_sizes[variable.name] = variable.size;
@@ -228,14 +296,22 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
         Free(base);
         return kCuInvalidPtx;
       }
-      if (host != nullptr && !init->empty()) {
-        std::memcpy(host + offsets[variable.name], init->data(),
-                    std::min<uint64_t>(init->size(), variable.size));
+      // Within the variable's place, and so within the allocation (the parser refuses an
+      // initialiser longer than its variable; checked again where the bytes are written).
+      const uint64_t offset = offsets[variable.name];
+      const uint64_t bytes = std::min<uint64_t>(init->size(), variable.size);
+      if (offset > span || bytes > span - offset) {
+        error_detail_ = "the initialiser of " + variable.name + " lies outside the module's memory";
+        Free(base);
+        return kCuInvalidPtx;
       }
+      if (bytes != 0) std::memcpy(host + offset, init->data(), bytes);
     }
   }
   modules_[module] = std::move(loaded);
   return kCuSuccess;
+} catch (...) {
+  return Failed("LoadModule", kCuInvalidImage);
 }
 
 void SimExecutor::FreeModule(Module& module) {
@@ -244,7 +320,7 @@ void SimExecutor::FreeModule(Module& module) {
   module.globals.clear();
 }
 
-int32_t SimExecutor::UnloadModule(uint64_t module) {
+int32_t SimExecutor::UnloadModule(uint64_t module) try {
   auto found = modules_.find(module);
   if (found == modules_.end()) return kCuInvalidHandle;
   for (auto it = functions_.begin(); it != functions_.end();) {
@@ -253,9 +329,11 @@ int32_t SimExecutor::UnloadModule(uint64_t module) {
   FreeModule(found->second);
   modules_.erase(found);
   return kCuSuccess;
+} catch (...) {
+  return Failed("UnloadModule", kCuUnknown);
 }
 
-int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) {
+int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) try {
   auto found = modules_.find(module);
   if (found == modules_.end()) return kCuInvalidHandle;
   Module& loaded = found->second;
@@ -267,6 +345,8 @@ int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function, const std::
   }
   functions_[function] = Function{module, *kernel};
   return kCuSuccess;
+} catch (...) {
+  return Failed("GetFunction", kCuInvalidPtx);
 }
 
 bool SimExecutor::Resources(uint64_t function, dataplane::FunctionResources* resources) {
@@ -285,7 +365,7 @@ bool SimExecutor::Resources(uint64_t function, dataplane::FunctionResources* res
 }
 
 int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
-                               uint64_t* size) {
+                               uint64_t* size) try {
   auto found = modules_.find(module);
   if (found == modules_.end()) return kCuInvalidHandle;
   auto global = found->second.globals.find(name);
@@ -293,13 +373,19 @@ int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_
   *dptr = global->second;
   *size = found->second.global_sizes[name];
   return kCuSuccess;
+} catch (...) {
+  return Failed("GetGlobal", kCuUnknown);
 }
 
 int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params,
-                            size_t param_size) {
+                            size_t param_size) try {
   auto found = functions_.find(function);
   if (found == functions_.end()) return kCuInvalidHandle;
   if (!KnownStream(config.stream)) return kCuInvalidHandle;
+  if (cancelled_.load(std::memory_order_relaxed)) {
+    error_detail_ = sim::kCancelledDetail;
+    return kCuLaunchTimeout;
+  }
   uint64_t threads = uint64_t{config.block[0]} * config.block[1] * config.block[2];
   if (threads == 0 || threads > 1024 || config.block[2] > 64 || config.grid[0] == 0 ||
       config.grid[1] == 0 || config.grid[2] == 0 || config.grid[1] > 65535 ||
@@ -315,6 +401,8 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
   spec.sm_count = sm_count_;
   spec.progress = progress_;
   spec.printf_out = &output_;
+  spec.printf_dropped = &output_dropped_;
+  spec.cancel = &cancelled_;
   spec.error_detail = &error_detail_;
   if (launch_memory_.empty() && !allocations_.empty()) {
     // What kernels may reach, made again only when this session's allocations change (a
@@ -355,14 +443,26 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
                      range);
   spec.cooperative = true;
   spec.grid_workspace = workspace;
+  // Released however the launch ends (an exception included: it is no allocation of the
+  // session's, so nothing else would free it).
+  struct ReleaseWorkspace {
+    SimDeviceMemory* memory;
+    SimDeviceMemory::Owner owner;
+    uint64_t address;  // 0: released
+    ~ReleaseWorkspace() {
+      if (address != 0) memory->Release(address, owner);
+    }
+  } release{memory_, owner_, workspace};
   int32_t status = sim::RunKernel(*found->second.kernel, spec);
-  memory_->Release(workspace, owner_);
+  memory_->Release(std::exchange(release.address, 0), owner_);
   if (status == kCuSuccess && !children.queued.empty()) {
     spec.memory = launch_memory_;
     spec.cooperative = false;
     status = RunChildren(found->second.module, spec, std::move(children.queued));
   }
   return status;
+} catch (...) {
+  return Failed("Launch", kCuLaunchFailed);
 }
 
 int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
@@ -389,6 +489,8 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
     spec.sm_count = parent.sm_count;
     spec.progress = parent.progress;
     spec.printf_out = parent.printf_out;
+    spec.printf_dropped = parent.printf_dropped;
+    spec.cancel = parent.cancel;
     spec.error_detail = parent.error_detail;
     spec.depth = parent.depth + 1;
     sim::DeviceLaunches children;
@@ -403,13 +505,24 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
   return kCuSuccess;
 }
 
-std::string SimExecutor::TakeOutput() { return std::exchange(output_, {}); }
+std::string SimExecutor::TakeOutput() {
+  std::string output = std::exchange(output_, {});
+  if (const uint64_t dropped = std::exchange(output_dropped_, 0); dropped != 0) {
+    output += "[gpupool: " + std::to_string(dropped) +
+              " bytes of device printf output dropped: more than " +
+              std::to_string(sim::kMaxPrintfBytes) +
+              " bytes between synchronisations, the size of CUDA's printf buffer]\n";
+  }
+  return output;
+}
 
 std::string SimExecutor::TakeErrorDetail() { return std::exchange(error_detail_, {}); }
 
-int32_t SimExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) {
+int32_t SimExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) try {
   if (stream == 0 || !streams_.insert(stream).second) return kCuInvalidValue;
   return kCuSuccess;
+} catch (...) {
+  return Failed("CreateStream", kCuUnknown);
 }
 
 int32_t SimExecutor::DestroyStream(uint64_t stream) {
@@ -427,22 +540,26 @@ int32_t SimExecutor::StreamWaitEvent(uint64_t stream, uint64_t event) {
   return kCuSuccess;  // everything before the event already ran
 }
 
-int32_t SimExecutor::CreateEvent(uint64_t event, uint32_t flags) {
+int32_t SimExecutor::CreateEvent(uint64_t event, uint32_t flags) try {
   if (event == 0 || events_.count(event)) return kCuInvalidValue;
   events_[event].flags = flags;
   return kCuSuccess;
+} catch (...) {
+  return Failed("CreateEvent", kCuUnknown);
 }
 
 int32_t SimExecutor::DestroyEvent(uint64_t event) {
   return events_.erase(event) ? kCuSuccess : kCuInvalidHandle;
 }
 
-int32_t SimExecutor::RecordEvent(uint64_t event, uint64_t stream) {
+int32_t SimExecutor::RecordEvent(uint64_t event, uint64_t stream) try {
   auto found = events_.find(event);
   if (found == events_.end() || !KnownStream(stream)) return kCuInvalidHandle;
   found->second.recorded = true;
   found->second.when = std::chrono::steady_clock::now();
   return kCuSuccess;
+} catch (...) {
+  return Failed("RecordEvent", kCuUnknown);
 }
 
 int32_t SimExecutor::SynchronizeEvent(uint64_t event) {

@@ -10,6 +10,7 @@
 // text is kept until the next synchronising call takes it (TakeOutput).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -74,6 +75,15 @@ class SimExecutor : public Executor {
   std::string TakeOutput() override;
   std::string TakeErrorDetail() override;
 
+  // Ends this session's kernels: a launch under way ends within a bounded time (about a
+  // millisecond of the engine's work; sim::LaunchSpec::cancel) with
+  // CUDA_ERROR_LAUNCH_TIMEOUT (702) and sim::kCancelledDetail, and every later Launch fails
+  // so at once. For the caller that ends a session (its lease released, expired, moved or
+  // its job cancelled) while the session's own thread may be inside Launch: thread-safe,
+  // callable from any thread, and final (the session is being ended; other calls still
+  // work, so its memory can be freed as usual). A module being parsed is not interrupted.
+  void Cancel() { cancelled_.store(true, std::memory_order_relaxed); }
+
  private:
   struct Event {
     uint32_t flags = 0;
@@ -92,12 +102,18 @@ class SimExecutor : public Executor {
     const sim::DecodedKernel* kernel = nullptr;
   };
   std::atomic<uint64_t>* progress_ = nullptr;  // the watchdog's (SetProgressCounter)
+  std::atomic<bool> cancelled_{false};         // set by Cancel(), from any thread
   void ChunkedCopy(char* to, const char* from, uint64_t size);
   bool KnownStream(uint64_t stream) const;
   // Runs the grids launched by a grid (dynamic parallelism), each after its parent.
   int32_t RunChildren(uint64_t module, const sim::LaunchSpec& parent,
                       std::vector<sim::DeviceLaunch> queued);
   void FreeModule(Module& module);
+  // In a catch handler of an entry point: the exception as a CUresult (kCuOutOfMemory for
+  // std::bad_alloc, else `otherwise`) with error_detail_ naming `call` and why. No
+  // exception leaves an entry point: the session's caller (the agent's request handler)
+  // gets an error it can send.
+  int32_t Failed(const char* call, int32_t otherwise) noexcept;
 
   SimDeviceMemory* memory_;
   const SimDeviceMemory::Owner owner_;  // tags this session's allocations in memory_
@@ -107,7 +123,8 @@ class SimExecutor : public Executor {
   std::vector<sim::MemoryRange> launch_memory_;  // allocations_ translated; empty: to make
   std::map<uint64_t, Module> modules_;
   std::map<uint64_t, Function> functions_;
-  std::string output_;        // device printf text not yet delivered
+  std::string output_;        // device printf text not yet delivered (sim::AppendPrintf)
+  uint64_t output_dropped_ = 0;  // bytes of it dropped over kMaxPrintfBytes since then
   std::string error_detail_;  // why the last call failed
   std::set<uint64_t> streams_;
   std::map<uint64_t, Event> events_;

@@ -289,6 +289,59 @@ TEST(Fatbin, FindsThePtxOfHostObjectsAndArchives) {
   EXPECT_EQ(PtxOfArchive(text.data(), text.size()).status().message(), "not an ar archive");
 }
 
+
+// Compressed entries' decompressed sizes are untrusted: more than kMaxDecompressedBytes,
+// or more than an LZ4 payload can inflate to, is refused before any memory is taken.
+TEST(Fatbin, RefusesDecompressedSizesOverTheCapOrBeyondThePayload) {
+  std::vector<uint8_t> fatbin = FatbinOfPtx({{".version 8.0\n.target sm_80\n", 80}});
+  constexpr size_t kEntry = 16;  // after the fatbin header
+  auto compressed = [&](uint64_t flags, uint64_t size) {
+    std::vector<uint8_t> bytes = fatbin;
+    std::memcpy(bytes.data() + kEntry + 40, &flags, 8);
+    std::memcpy(bytes.data() + kEntry + 56, &size, 8);
+    return bytes;
+  };
+  const uint64_t kLz4 = 0x2000, kZstd = 0x8000;
+  for (uint64_t flags : {kLz4, kZstd}) {
+    std::vector<uint8_t> bytes = compressed(flags, kMaxDecompressedBytes + 1);
+    auto image = ParseModuleImageBytes(bytes.data(), bytes.size());
+    ASSERT_FALSE(image.ok());
+    EXPECT_NE(image.status().message().find("more than 1073741824 bytes"), std::string::npos)
+        << image.status().message();
+  }
+  // 32 bytes of LZ4 cannot make 512 MiB; nor is that zstd frame's size (it is no frame).
+  std::vector<uint8_t> bytes = compressed(kLz4, uint64_t{512} << 20);
+  auto image = ParseModuleImageBytes(bytes.data(), bytes.size());
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("cannot decompress to 536870912"), std::string::npos)
+      << image.status().message();
+  bytes = compressed(kZstd, uint64_t{512} << 20);
+  image = ParseModuleImageBytes(bytes.data(), bytes.size());
+  ASSERT_FALSE(image.ok());
+  EXPECT_NE(image.status().message().find("zstd fatbin entry"), std::string::npos)
+      << image.status().message();
+}
+
+// Kernel parameter layouts read from PTX are checked: sizes that wrapped 32 bits once
+// packed parameters over each other.
+TEST(Fatbin, RefusesPtxParameterLayoutsThatWouldWrap) {
+  const std::string head = ".version 8.0\n.target sm_80\n.address_size 64\n";
+  for (const std::string params :
+       {".param .u64 a, .param .align 8 .b8 b[4294967296]",
+        ".param .align 8 .b8 a[4294967295], .param .u64 b",
+        ".param .align 8 .b8 a[32768]",
+        ".param .align 3 .b8 a[4]"}) {
+    SCOPED_TRACE(params);
+    const std::string text = head + ".visible .entry k(" + params + ")\n{\n  ret;\n}\n";
+    auto image = ParseModuleImageBytes(text.c_str(), text.size() + 1);
+    EXPECT_FALSE(image.ok());
+  }
+  const std::string fits = head + ".visible .entry k(.param .u64 a, .param .align 8 .b8 b[16])\n{\n  ret;\n}\n";
+  auto image = ParseModuleImageBytes(fits.c_str(), fits.size() + 1);
+  ASSERT_TRUE(image.ok()) << image.status().message();
+  EXPECT_EQ(image->kernels["k"].param_size, 24u);
+}
+
 #ifdef GPUPOOL_TEST_CUDA_PROGRAM
 // The real thing: the fatbin nvcc embedded in the vector_add test program.
 TEST(Fatbin, ReadsTheFatbinNvccEmbeds) {

@@ -1,11 +1,20 @@
 #include "remote/sim/sim_executor.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "remote/dataplane/protocol.h"
+#include "remote/sim/ptx_jit.h"
 
 namespace gpupool::dataplane {
 namespace {
@@ -277,6 +286,261 @@ TEST(SimExecutor, StreamsAndEvents) {
   EXPECT_EQ(executor.SynchronizeStream(5), kCuInvalidHandle);
   EXPECT_EQ(executor.DestroyEvent(7), kCuSuccess);
   EXPECT_EQ(executor.QueryEvent(7), kCuInvalidHandle);
+}
+
+
+// A module's PTX from a job whose declaration sizes would wrap (issue 36, attack 1): the
+// sizes of `pad`, `pay` and `wrap` summed to 64 bytes, `pay`'s initialiser landed past the
+// module's allocation, in memory of another session. Each is refused, naming the
+// declaration; nothing of another session's changes; no size is reported wrapped.
+std::string VariablesModule(const std::string& declarations) {
+  return ".version 8.0\n.target sm_80\n.address_size 64\n" + declarations +
+         ".visible .entry k()\n{\n  ret;\n}\n";
+}
+
+int32_t LoadText(SimExecutor& executor, uint64_t module, const std::string& text) {
+  return executor.LoadModule(module, text.c_str(), text.size() + 1, {});
+}
+
+TEST(SimExecutor, ModuleVariableSizesThatWouldWrapAreRefused) {
+  SimDeviceMemory memory(0, 64 * kMiB);
+  SimExecutor victim(&memory);
+  SimExecutor attacker(&memory);
+  uint64_t secret = 0;
+  ASSERT_EQ(victim.Allocate(kMiB, &secret), kCuSuccess);
+  std::vector<uint8_t> zeros(kMiB, 0);
+  ASSERT_EQ(victim.CopyToDevice(secret, zeros.data(), kMiB, 0), kCuSuccess);
+
+  const std::string pay =
+      ".global .align 8 .b8 pay[16] = {65, 65, 65, 65, 65, 65, 65, 65, 65, 65, 65, 65, 65, 65, "
+      "65, 65};\n";
+  struct Case {
+    std::string declarations;
+    std::string detail;  // what the error names
+  };
+  const std::vector<Case> cases = {
+      {".global .align 8 .b8 pad[4096];\n" + pay + ".global .align 8 .b8 wrap[-4048];\n",
+       "negative array size in the declaration of wrap"},
+      {".global .align 8 .b8 pad[140737488355328];\n" + pay, "declaration of pad is larger than"},
+      {".global .align 8 .b8 pad[4096];\n" + pay + ".global .align 8 .b8 wrap[18446744073709547568];\n",
+       "declaration of wrap is larger than"},
+      {".global .align 8 .b64 big[2305843009213693952];\n", "declaration of big is larger than"},
+      {".global .align 8 .b8 grid[4294967296][4294967296];\n", "declaration of grid is larger than"},
+      {".const .align 4 .v4 .b32 vec[1099511627776];\n", "declaration of vec is larger than"},
+      {".global .align 8 .b8 shortish[4] = {1, 2, 3, 4, 5, 6, 7, 8};\n",
+       "initialiser of shortish has 8 bytes, more than its 4"},
+      {".global .align 3 .b8 odd[4];\n", ".align 3: must be a power of two"},
+      {".global .align -8 .b8 negative[4];\n", "must be a power of two"},
+      {".global .align 8 .b8 pad[4096];\n" + pay + ".global .align 8 .b8 wrap[-4048];\n" +
+           ".global .align 8 .b8 pad2[1099511627776];\n",
+       "negative array size"},
+  };
+  uint64_t module = 1;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.declarations);
+    EXPECT_EQ(LoadText(attacker, module, VariablesModule(c.declarations)), kCuInvalidPtx);
+    const std::string detail = attacker.TakeErrorDetail();
+    EXPECT_NE(detail.find(c.detail), std::string::npos) << detail;
+    uint64_t dptr = 0, size = 0;
+    EXPECT_EQ(attacker.GetGlobal(module, "wrap", &dptr, &size), kCuInvalidHandle);
+    ++module;
+  }
+  // A module of many large variables: their sum is checked too (each is at most 2^40
+  // bytes; 2^24 of them would wrap 64 bits) and fails as memory the GPU does not have.
+  std::string many;
+  for (int k = 0; k < 64; ++k) {
+    many += ".global .align 65536 .b8 v" + std::to_string(k) + "[1099511627776];\n";
+  }
+  EXPECT_NE(LoadText(attacker, module++, VariablesModule(many)), kCuSuccess);
+  attacker.TakeErrorDetail();
+
+  const void* out = nullptr;
+  ASSERT_EQ(victim.CopyFromDevice(secret, kMiB, 0, &out), kCuSuccess);
+  EXPECT_EQ(std::memcmp(out, zeros.data(), kMiB), 0) << "another session's memory changed";
+
+  // The same variables with sizes that fit load, each where and as large as declared,
+  // initialised within its own place.
+  ASSERT_EQ(LoadText(attacker, module,
+                     VariablesModule(".global .align 8 .b8 pad[4096];\n" + pay +
+                                     ".global .align 8 .b8 tail[8];\n")),
+            kCuSuccess)
+      << attacker.TakeErrorDetail();
+  uint64_t pad = 0, pay_at = 0, tail = 0, size = 0;
+  ASSERT_EQ(attacker.GetGlobal(module, "pad", &pad, &size), kCuSuccess);
+  EXPECT_EQ(size, 4096u);
+  ASSERT_EQ(attacker.GetGlobal(module, "pay", &pay_at, &size), kCuSuccess);
+  EXPECT_EQ(size, 16u);
+  EXPECT_EQ(pay_at, pad + 4096);
+  ASSERT_EQ(attacker.GetGlobal(module, "tail", &tail, &size), kCuSuccess);
+  EXPECT_EQ(size, 8u);
+  ASSERT_EQ(attacker.CopyFromDevice(pay_at, 24, 0, &out), kCuSuccess);
+  const uint8_t* bytes = static_cast<const uint8_t*>(out);
+  for (int k = 0; k < 16; ++k) EXPECT_EQ(bytes[k], 65) << k;
+  for (int k = 16; k < 24; ++k) EXPECT_EQ(bytes[k], 0) << k;
+}
+
+// `.shared .b8 big[2^40]` named only as a branch label (issue 36, attack 3): the JIT tier
+// placed it, and its compiled code's launch ended the agent in std::bad_alloc. A .shared
+// variable larger than a block's shared memory is refused at load, on either tier.
+TEST(SimExecutor, ASharedVariableLargerThanABlockHoldsIsRefusedAtLoad) {
+  const std::string module_level =
+      ".version 8.0\n.target sm_80\n.address_size 64\n"
+      ".shared .align 1 .b8 big[1099511627776];\n"
+      ".visible .entry k(.param .u64 out)\n{\n  bra big;\nbig:\n  ret;\n}\n";
+  const std::string in_kernel =
+      ".version 8.0\n.target sm_80\n.address_size 64\n"
+      ".visible .entry k(.param .u64 out)\n{\n  .shared .align 4 .b8 huge[233476];\n"
+      "  ret;\n}\n";
+  for (sim::JitMode mode : {sim::JitMode::kOff, sim::JitMode::kAlways}) {
+    sim::SetJitMode(mode);
+    SimDeviceMemory memory(0, 64 * kMiB);
+    SimExecutor executor(&memory);
+    EXPECT_EQ(LoadText(executor, 1, module_level), kCuInvalidPtx);
+    std::string detail = executor.TakeErrorDetail();
+    EXPECT_NE(detail.find("the .shared variable big is 1099511627776 bytes"), std::string::npos)
+        << detail;
+    EXPECT_EQ(LoadText(executor, 2, in_kernel), kCuInvalidPtx);
+    detail = executor.TakeErrorDetail();
+    EXPECT_NE(detail.find("huge"), std::string::npos) << detail;
+    EXPECT_EQ(executor.GetFunction(1, 10, "k"), kCuInvalidHandle);
+  }
+  sim::SetJitMode(sim::JitMode::kAuto);
+}
+
+// Device printf is kept up to CUDA's printf buffer between synchronisations: a kernel that
+// prints in a loop cannot make the process allocate without end; what is dropped is said.
+const char kTalkPtx[] = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.extern .func (.param .b32 func_retval0) vprintf (.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);
+.global .align 1 .b8 $str[4] = {104, 105, 10, 0};
+.visible .entry talk(.param .u32 n)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  ld.param.u32 %r1, [n];
+  mov.u32 %r2, 0;
+  mov.u64 %rd1, $str;
+  cvta.global.u64 %rd2, %rd1;
+  mov.u64 %rd3, 0;
+LOOP:
+  {
+  .param .b64 param0;
+  st.param.b64 [param0], %rd2;
+  .param .b64 param1;
+  st.param.b64 [param1], %rd3;
+  .param .b32 retval0;
+  call.uni (retval0), vprintf, (param0, param1);
+  }
+  add.s32 %r2, %r2, 1;
+  setp.lt.u32 %p1, %r2, %r1;
+  @%p1 bra LOOP;
+  ret;
+}
+)";
+
+TEST(SimExecutor, DevicePrintfIsCappedBetweenSynchronisations) {
+  SimDeviceMemory memory(0, 64 * kMiB);
+  SimExecutor executor(&memory);
+  ASSERT_EQ(executor.LoadModule(1, kTalkPtx, sizeof(kTalkPtx), {}), kCuSuccess)
+      << executor.TakeErrorDetail();
+  ASSERT_EQ(executor.GetFunction(1, 10, "talk"), kCuSuccess) << executor.TakeErrorDetail();
+  LaunchConfig config;
+  config.block[0] = 32;
+  uint32_t lines = 4;
+  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess)
+      << executor.TakeErrorDetail();
+  std::string text = executor.TakeOutput();
+  EXPECT_EQ(text.size(), 4u * 32 * 3);
+  EXPECT_EQ(text.substr(0, 6), "hi\nhi\n");
+  // 32 threads x 12,000 lines x 3 bytes: 1,152,000 bytes, over the 1 MiB kept.
+  lines = 12000;
+  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess)
+      << executor.TakeErrorDetail();
+  text = executor.TakeOutput();
+  EXPECT_LE(text.size(), sim::kMaxPrintfBytes + 200);
+  EXPECT_GE(text.size(), sim::kMaxPrintfBytes - 3);
+  const std::string note = "bytes of device printf output dropped";
+  EXPECT_NE(text.find(note), std::string::npos) << text.substr(text.size() - 200);
+  const uint64_t kept = text.find("[gpupool: ");
+  const uint64_t dropped = std::stoull(text.substr(kept + 10));
+  EXPECT_EQ(kept + dropped, 32u * 12000 * 3);
+  // The next synchronisation starts afresh.
+  lines = 1;
+  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess);
+  EXPECT_EQ(executor.TakeOutput().size(), 32u * 3);
+}
+
+
+// A kernel that never ends (issue 36, attack 2: `loop: bra loop;`) ends once its session is
+// cancelled, from another thread, within a bounded time, on either tier; later launches
+// fail at once.
+TEST(SimExecutor, CancelEndsAnEndlessKernelOnEitherTier) {
+  const std::string text =
+      ".version 8.0\n.target sm_80\n.address_size 64\n"
+      ".visible .entry forever()\n{\nloop:\n  bra loop;\n}\n";
+  for (sim::JitMode mode : {sim::JitMode::kOff, sim::JitMode::kAlways}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    sim::SetJitMode(mode);
+    SimDeviceMemory memory(0, 64 * kMiB);
+    SimExecutor executor(&memory);
+    ASSERT_EQ(LoadText(executor, 1, text), kCuSuccess) << executor.TakeErrorDetail();
+    ASSERT_EQ(executor.GetFunction(1, 10, "forever"), kCuSuccess);
+    LaunchConfig config;
+    config.grid[0] = 8;
+    config.block[0] = 64;
+    std::atomic<int32_t> status{-1};
+    std::atomic<bool> ended{false};
+    std::thread launch([&] {
+      status = executor.Launch(10, config, nullptr, 0);
+      ended = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_FALSE(ended.load()) << "an endless kernel ended by itself";
+    const auto cancelled = std::chrono::steady_clock::now();
+    executor.Cancel();
+    launch.join();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - cancelled).count();
+    EXPECT_LT(seconds, 2.0);
+    EXPECT_EQ(status.load(), 702);  // CUDA_ERROR_LAUNCH_TIMEOUT
+    EXPECT_NE(executor.TakeErrorDetail().find("cancelled"), std::string::npos);
+    EXPECT_EQ(executor.Launch(10, config, nullptr, 0), 702);
+    uint64_t dptr = 0;  // the session's other calls still work: its memory can be freed
+    EXPECT_EQ(executor.Allocate(4096, &dptr), kCuSuccess);
+    EXPECT_EQ(executor.Free(dptr), kCuSuccess);
+  }
+  sim::SetJitMode(sim::JitMode::kAuto);
+}
+
+
+// No exception leaves the executor's entry points (the agent's request handler calls them):
+// a module whose parse runs out of host memory is CUDA_ERROR_OUT_OF_MEMORY with a detail,
+// in a child whose address space is limited, not std::bad_alloc ending the process.
+// In a child: loads a module under a limit of its address space; exits 0 when the load
+// failed with CUDA_ERROR_OUT_OF_MEMORY and a detail naming the call.
+[[noreturn]] void LoadUnderMemoryLimit() {
+  SimDeviceMemory memory(0, 64 * kMiB);
+  SimExecutor executor(&memory);
+  // 64 MiB of PTX (a comment): its parse reserves several times that for tokens.
+  const std::string text = VariablesModule("") + "// " + std::string(64 * kMiB, 'x') + "\n";
+  std::ifstream statm("/proc/self/statm");
+  uint64_t pages = 0;
+  statm >> pages;
+  const uint64_t limit = pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) + 96 * kMiB;
+  const struct rlimit rlimit = {limit, limit};
+  if (setrlimit(RLIMIT_AS, &rlimit) != 0) std::_Exit(3);
+  const int32_t result = LoadText(executor, 1, text);
+  const std::string detail = executor.TakeErrorDetail();
+  const bool named = detail.find("LoadModule: out of host memory") != std::string::npos;
+  std::_Exit(result == kCuOutOfMemory && named ? 0 : 1);
+}
+
+TEST(SimExecutorDeathTest, OutOfHostMemoryIsAnErrorNotAnException) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(LoadUnderMemoryLimit(), ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

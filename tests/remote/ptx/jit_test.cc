@@ -755,5 +755,150 @@ TEST_F(Jit, AutoCompilesOnlyKernelsWhoseLaunchesAreWorthIt) {
   EXPECT_EQ(data[5], 8u);
 }
 
+
+// The tier takes the decoder's shared-memory layout: a module's .shared variable that the
+// kernel names only as a branch label is no shared memory of the kernel on either tier
+// (the tier once placed it, and ran with more shared memory than the interpreter allowed).
+TEST(JitLimits, SharedMemoryIsLaidOutAsTheDecoderLaysItOut) {
+  const char* text = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.shared .align 4 .b8 lbl[1024];
+.visible .entry labelled(.param .u64 out, .param .u32 at)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<2>;
+  .shared .align 4 .b32 words[4];
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r1, [at];
+  mov.u32 %r2, words;
+  add.s32 %r2, %r2, %r1;
+  ld.shared.u32 %r3, [%r2];
+  bra lbl;
+lbl:
+  st.global.u32 [%rd1], %r3;
+  ret;
+}
+)";
+  auto module = PtxModule::Parse(text);
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("labelled", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  EXPECT_EQ(kernel.static_shared, 16u);
+  EXPECT_EQ(kernel.shared_layout.size, 16u);
+  EXPECT_EQ(kernel.shared_layout.offsets.count("lbl"), 0u);
+  std::vector<uint32_t> out(1, 0);
+  Memory memory;
+  const uint64_t d = memory.Add(out);
+  for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+    SetJitMode(mode);
+    LaunchSpec spec;
+    std::string detail;
+    spec.memory = memory.ranges;
+    spec.error_detail = &detail;
+    std::vector<uint8_t> params = Pack(d, uint32_t{12});
+    spec.params = params.data();
+    spec.param_size = params.size();
+    EXPECT_EQ(RunKernel(kernel, spec), 0) << detail;
+    // Past the 16 bytes of `words`: where `lbl` would have been.
+    params = Pack(d, uint32_t{16});
+    spec.params = params.data();
+    EXPECT_EQ(RunKernel(kernel, spec), kIllegalAddress) << "mode " << static_cast<int>(mode);
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+}
+
+// Compile work is bounded (the compile thread is shared by every tenant of the process):
+// registers live across many barriers are saved and restored at each, so a kernel of
+// 200 registers live across 200 barriers runs on the interpreter instead, with the same
+// result.
+TEST(JitLimits, CompileWorkOverTheBoundRunsOnTheInterpreter) {
+  const int registers = 200, barriers = 200;
+  std::ostringstream text;
+  text << ".version 8.0\n.target sm_80\n.address_size 64\n"
+       << ".visible .entry many(.param .u64 out)\n{\n"
+       << "  .reg .b32 %r<" << registers + 1 << ">;\n  .reg .b64 %rd<2>;\n"
+       << "  ld.param.u64 %rd1, [out];\n";
+  for (int k = 0; k < registers; ++k) text << "  mov.u32 %r" << k << ", " << k + 1 << ";\n";
+  for (int k = 0; k < barriers; ++k) text << "  bar.sync 0;\n";
+  text << "  mov.u32 %r" << registers << ", 0;\n";
+  for (int k = 0; k < registers; ++k) {
+    text << "  add.u32 %r" << registers << ", %r" << registers << ", %r" << k << ";\n";
+  }
+  text << "  st.global.u32 [%rd1], %r" << registers << ";\n  ret;\n}\n";
+  auto module = PtxModule::Parse(text.str());
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("many", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  SetJitMode(JitMode::kAlways);
+  std::vector<uint32_t> out(1, 0);
+  Memory memory;
+  const uint64_t d = memory.Add(out);
+  LaunchSpec spec;
+  spec.block[0] = 4;
+  spec.memory = memory.ranges;
+  std::vector<uint8_t> params = Pack(d);
+  spec.params = params.data();
+  spec.param_size = params.size();
+  EXPECT_EQ(RunKernel(kernel, spec), 0);
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(out[0], static_cast<uint32_t>(registers * (registers + 1) / 2));
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
+  EXPECT_NE(kernel.jit->refused.find("compile work"), std::string::npos) << kernel.jit->refused;
+}
+
+
+// A branch to a label after the last instruction (`DONE: }`) ends the thread; with a
+// barrier, the tier's liveness analysis took the label for an instruction one past the
+// end (found by the ptx_jit fuzz target, under AddressSanitizer).
+TEST(JitLimits, ABranchToALabelAfterTheLastInstructionEndsTheThread) {
+  const char* text = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry tail(.param .u64 out)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd2, %r1, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  mov.u32 %r2, 7;
+  bar.sync 0;
+  setp.ge.u32 %p1, %r1, 2;
+  @%p1 bra DONE;
+  add.u32 %r2, %r2, %r1;
+  st.global.u32 [%rd3], %r2;
+DONE:
+}
+)";
+  auto module = PtxModule::Parse(text);
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("tail", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+    SetJitMode(mode);
+    std::vector<uint32_t> out(4, 0);
+    Memory memory;
+    const uint64_t d = memory.Add(out);
+    LaunchSpec spec;
+    spec.block[0] = 4;
+    spec.memory = memory.ranges;
+    std::vector<uint8_t> params = Pack(d);
+    spec.params = params.data();
+    spec.param_size = params.size();
+    EXPECT_EQ(RunKernel(**decoded, spec), 0);
+    EXPECT_EQ(out, (std::vector<uint32_t>{7, 8, 0, 0})) << "mode " << static_cast<int>(mode);
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ((*decoded)->jit->jit_launches.load(), 1u) << (*decoded)->jit->refused;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
