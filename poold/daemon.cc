@@ -153,6 +153,7 @@ void Daemon::PeriodicLoop() {
     if (!slurm_ok) log::Warning("not reaping leases of ended Slurm jobs: " + why);
   }
   auto next_reap = std::chrono::steady_clock::now();
+  bool was_deaf = false;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -167,7 +168,15 @@ void Daemon::PeriodicLoop() {
       Stop();
       return;
     }
-    engine_->Tick();
+    // While gpupoold was too busy to hear agents (its own backlog), their silence is its
+    // fault, not theirs: hosts go UNREACHABLE only for silence heard by an attentive server.
+    bool deaf = server_->Stalled(config_.poold.unreachable_timeout);
+    if (deaf && !was_deaf) {
+      log::Warning("gpupoold was too busy to hear agents in time: no host is declared UNREACHABLE "
+                   "until it has kept up for unreachable_timeout");
+    }
+    was_deaf = deaf;
+    engine_->Tick(deaf);
     if (slurm_ok && std::chrono::steady_clock::now() >= next_reap) {
       next_reap = std::chrono::steady_clock::now() + std::chrono::seconds(config_.poold.reap_interval);
       // Ask slurmctld outside the engine lock; the engine re-checks the lease is the job's.

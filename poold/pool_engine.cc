@@ -432,12 +432,12 @@ Result<nlohmann::json> PoolEngine::ListEvents(const Caller& caller, const EventF
 
 // ---------------------------------------------------------------- periodic
 
-void PoolEngine::Tick() {
+void PoolEngine::Tick(bool deaf) {
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
   int64_t now = clock_();
   for (Host* h : inventory_.AllHosts()) {
-    if (h->reachable && now - h->last_seen > config_.poold.unreachable_timeout) {
+    if (!deaf && h->reachable && now - h->last_seen > config_.poold.unreachable_timeout) {
       MarkHostUnreachable(h, "no heartbeat from " + inventory_.Name(h->name) + " for " +
                                  std::to_string(now - h->last_seen) + " s");
     }
