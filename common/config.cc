@@ -123,9 +123,10 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
       "admins", "agent_users", "lease_ttl", "max_lease_ttl", "unreachable_timeout",
       "reap_interval", "slurm_reap", "enforce_licenses", "durability", "max_request_bytes", "threads", "header_timeout",
       "body_timeout", "connections_per_source", "state",
-      "etcd_endpoints", "etcd_prefix", "leader_ttl", "advertise"}));
+      "etcd_endpoints", "etcd_prefix", "leader_ttl", "advertise", "token_key_file"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "listen", file, &c->listen));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "state_dir", file, &c->state_dir));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "token_key_file", file, &c->token_key_file));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "log_file", file, &c->log_file));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "slurm_user", file, &c->slurm_user));
   GPUPOOL_RETURN_IF_ERROR(ReadStringList(g, "admins", file, &c->admins));

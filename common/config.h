@@ -58,6 +58,9 @@ struct PooldConfig {
   std::string etcd_prefix = "/gpupool/";  // every key gpupoold writes starts with it
   int leader_ttl = 2;                     // seconds: a dead leader is replaced within about this
   std::string advertise;                  // URL followers name for this replica; empty: http://<listen>
+  // Key that lease tokens are derived from, outside the state (poold/lease_tokens.h); empty:
+  // <state_dir>/token.key (made at first start) with sqlite, tokens in clear with etcd.
+  std::string token_key_file;
 };
 
 struct SimGpuConfig {

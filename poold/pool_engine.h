@@ -27,6 +27,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "poold/inventory.h"
+#include "poold/lease_tokens.h"
 #include "poold/slurm_jobs.h"
 #include "poold/store.h"
 
@@ -123,6 +124,9 @@ class PoolEngine {
   // How Acquire learns a job's owner. Without one (no Slurm here), only admins acquire.
   // Call before serving.
   void SetJobOwnerLookup(JobOwnerLookup lookup) { job_owner_ = std::move(lookup); }
+  // How lease tokens are kept at rest (lease_tokens.h); default: in clear. Call before
+  // Recover.
+  void SetLeaseTokens(LeaseTokens tokens) { tokens_ = std::move(tokens); }
 
   // --- leases ---
   // Who may acquire for job N: admins (root and SlurmUser: spank_gpupool in slurmstepd),
@@ -207,7 +211,8 @@ class PoolEngine {
     uint64_t generation = 1;
     bool degraded = false;
     bool movable = false;
-    std::string token;
+    std::string token;         // in memory only
+    std::string stored_token;  // what the state keeps for it (LeaseTokens)
     int64_t created = 0, renewed = 0, expires = 0, ttl = 0;
   };
 
@@ -241,6 +246,7 @@ class PoolEngine {
   const Config config_;
   Store* const store_;
   const Clock clock_;
+  LeaseTokens tokens_;  // set before serving, then read-only
   JobOwnerLookup job_owner_;  // set before serving, then read-only
 
   // Every method holds mu_ and a Store::Hold with it: the rows one operation queues go to

@@ -124,8 +124,8 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   // exceed the job's licences. Ask Slurm before taking the lock: slurmctld may be slow.
   GPUPOOL_RETURN_IF_ERROR(CheckJob(caller, req));
   // Drawn before anything changes, so that a failing random source changes nothing.
-  Result<std::string> token = RandomHex(16);
-  if (!token.ok()) return token.status();
+  std::string token, stored_token;
+  GPUPOOL_RETURN_IF_ERROR(tokens_.Issue(&token, &stored_token));
 
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
@@ -214,7 +214,8 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   l.movable = req.movable;
   l.gpus = chosen;
   l.slot_pool = slot_pool;
-  l.token = std::move(token.value());
+  l.token = std::move(token);
+  l.stored_token = std::move(stored_token);
   l.created = l.renewed = now;
   l.ttl = req.ttl > 0 ? req.ttl : config_.poold.lease_ttl;
   l.expires = now + l.ttl;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <map>
 #include <set>
@@ -44,6 +45,7 @@ class EngineTest : public ::testing::Test {
     auto loaded = store_->Load(1000);
     ASSERT_TRUE(loaded.ok());
     engine_ = std::make_unique<PoolEngine>(config_, store_.get(), [this] { return now_.load(); });
+    if (!token_key_.empty()) engine_->SetLeaseTokens(LeaseTokens(token_key_));
     ASSERT_TRUE(engine_->Recover(loaded.value()).ok());
     // Slurm's view unless a test says otherwise: every job is root's, running, and holds
     // more licences of each pool than any test asks for.
@@ -94,6 +96,7 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<PoolEngine> engine_;
   Caller admin_{0, auth::Role::kAdmin};
+  std::string token_key_;  // lease tokens' key (empty: kept in clear)
 };
 
 TEST_F(EngineTest, RegistrationBuildsPoolsFromSelectors) {
@@ -258,6 +261,56 @@ TEST_F(EngineTest, LeasesStayWithinTheJobsLicences) {
   auto unknown = acquire(as_alice, 30, "b200", 1);
   EXPECT_EQ(unknown.status().code(), Status::Code::kInvalidArgument);
   EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// Issue 37: the state keeps a salt, not the lease's token; the token comes back only with
+// the key, which lives outside the state.
+TEST_F(EngineTest, LeaseTokensAreNotStoredButDerivedWithTheKey) {
+  token_key_ = std::string(64, 'a');
+  Open();
+  AddHost("g1", "r1", 1);
+  auto lease = Acquire(1, "a100", 1);
+  ASSERT_TRUE(lease.ok());
+  std::string token = lease.value()["token"];
+  EXPECT_EQ(token.size(), 32u);
+  ASSERT_TRUE(store_->WaitDurable(store_->last_ticket()).ok());
+  auto state = store_->Load(1000);
+  ASSERT_TRUE(state.ok());
+  ASSERT_EQ(state->leases.size(), 1u);
+  const std::string& stored = state->leases[0].token;
+  EXPECT_EQ(stored.rfind("hmac-sha256:", 0), 0u) << stored;
+  EXPECT_EQ(stored.find(token), std::string::npos);
+  Open();  // a restart with the same key: the same token
+  EXPECT_EQ(engine_->ListLeases(admin_, "", 1).value()["leases"][0]["token"], token);
+  token_key_ = std::string(64, 'b');
+  Open();  // another key derives another token: the stored salt alone gives nothing
+  EXPECT_NE(engine_->ListLeases(admin_, "", 1).value()["leases"][0]["token"], token);
+  // Without a key the sealed state cannot be opened: gpupoold says so rather than hand
+  // out wrong tokens.
+  auto loaded = store_->Load(1000);
+  PoolEngine keyless(config_, store_.get(), [] { return int64_t{0}; });
+  Status recovered = keyless.Recover(loaded.value());
+  EXPECT_EQ(recovered.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(recovered.message().find("no token_key_file is set"), std::string::npos) << recovered.message();
+}
+
+TEST(LeaseTokensTest, KeyFileIsMadeOnceAndChecked) {
+  std::string dir = std::filesystem::temp_directory_path() / ("poold-token-key-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/token.key";
+  EXPECT_EQ(LoadTokenKey(path, false).status().code(), Status::Code::kUnavailable);  // not made
+  auto made = LoadTokenKey(path, true);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_EQ(made->size(), 64u);
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(LoadTokenKey(path, true).value(), made.value());  // kept, not made again
+  std::ofstream(path) << "not hex at all\n";
+  EXPECT_NE(LoadTokenKey(path, false).status().message().find("something else than hex digits"), std::string::npos);
+  std::ofstream(path) << "abcd\n";
+  EXPECT_NE(LoadTokenKey(path, false).status().message().find("at least 32 are needed"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(PoolLicensesTest, ReadsSlurmsLicenceList) {
