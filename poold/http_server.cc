@@ -198,7 +198,12 @@ Status HttpServer::Bind(const std::string& host, int port) {
   }
   int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1;
-  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  // SO_REUSEPORT as well: a replica elected leader binds the port its standby server
+  // (httplib, which sets both) has just closed, and may find that socket not gone yet.
+  if (fd >= 0) {
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+  }
   bool ok = fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 1024) == 0;
   freeaddrinfo(res);
   if (!ok) {
