@@ -16,15 +16,15 @@ end = time.monotonic() + seconds
 opened = closed = 0
 longest = 0.0
 sel = selectors.DefaultSelector()
-conns = {}  # socket -> (opened at, next line at)
+conns = {}  # socket -> [opened at, next line at, request line sent]
+reopen = []  # when to open the next connections, one each
 
 
 def open_one():
     global opened
     s = socket.socket()
     s.setblocking(False)
-    s.connect_ex((host, port))
-    s.send(b"")  # connect in flight; the first line goes at the first tick
+    s.connect_ex((host, port))  # in flight; the first line goes at the first tick
     conns[s] = [time.monotonic(), time.monotonic(), False]
     sel.register(s, selectors.EVENT_READ)
     opened += 1
@@ -46,9 +46,11 @@ while time.monotonic() < end:
             sel.unregister(s)
             s.close()
             closed += 1
-            if time.monotonic() < end:
-                open_one()
+            reopen.append(time.monotonic() + 1)  # a second later: a slow flood, not a fast one
     now = time.monotonic()
+    while reopen and reopen[0] <= now and now < end:
+        reopen.pop(0)
+        open_one()
     for s, st in list(conns.items()):
         if now >= st[1]:
             try:
