@@ -43,7 +43,7 @@ Result<HostPort> ParseServer(const std::string& server) {
 
 struct ApiClient::Impl {
   Status parse_status;
-  std::vector<std::string> urls;     // "http://host:port", as configured (then leaders named)
+  std::vector<std::string> urls;     // "http://host:port", as configured
   std::vector<HostPort> servers;     // parsed urls
   size_t current = 0;                // the server requests go to
   int timeout_ms = 5000;
@@ -189,7 +189,8 @@ Result<std::pair<int, std::string>> ApiClient::Impl::SendOnce(const ApiClientOpt
 
 // With one server, one attempt (the answer or the transport error, as always). With
 // replicas: a transport error moves to the next server; a follower's 503 names the leader,
-// and the request goes there; when no server leads yet, rounds repeat every 100 ms. All of
+// and the request goes there if it is one of the configured servers (a leader named
+// outside them is never contacted); when no server leads yet, rounds repeat every 100 ms. All of
 // it within the one timeout of a call. Requests are retried only where that cannot do
 // anything twice: a follower acts on nothing, a refused connection carried nothing, and the
 // requests that can be cut off after they were sent (acquire, release, renew, update) are
@@ -200,6 +201,7 @@ Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions
   if (!parse_status.ok()) return parse_status;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   size_t tried_this_round = 0;
+  std::string ignored_leader;
   for (;;) {
     Result<std::pair<int, std::string>> reply = SendOnce(options, method, path, body);
     bool redirected = false;
@@ -214,10 +216,12 @@ Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions
                          return s.host == leader->host && s.port == leader->port;
                        }) - servers.begin();
         if (index == servers.size()) {
-          urls.push_back(answer["leader"].get<std::string>());
-          servers.push_back(leader.value());
-        }
-        if (index != current) {
+          // Only a configured server is followed: the leader's URL comes from etcd, where
+          // whoever can write it would otherwise receive every client's fresh credential.
+          ignored_leader = "replica " + urls[current] + " names as leader " + answer["leader"].get<std::string>() +
+                           ", which is not in the configured server list: not followed";
+          if (servers.size() == 1) return Status::Unavailable(ignored_leader);
+        } else if (index != current) {
           Connect(index);
           redirected = true;
         }
@@ -227,6 +231,7 @@ Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions
       return reply;
     }
     if (std::chrono::steady_clock::now() >= deadline) {
+      if (!ignored_leader.empty()) return Status::Unavailable(ignored_leader);
       if (reply.ok()) return reply;
       return Status::Unavailable("no gpupoold replica answers as leader (" + reply.status().message() + ")");
     }

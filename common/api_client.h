@@ -16,7 +16,9 @@
 namespace gpupool {
 
 struct ApiClientOptions {
-  std::string server = "http://127.0.0.1:6830";  // "http://host:port" or "host:port"
+  // "http://host:port" or "host:port"; replicas comma separated. A follower's redirect is
+  // followed only to one of these.
+  std::string server = "http://127.0.0.1:6830";
   int timeout_ms = 5000;     // connect + read timeout per call
   std::string munge_socket;  // empty: libmunge's default (or $MUNGE_SOCKET if set)
   bool authenticate = true;  // false only for /v1/ping and /metrics

@@ -121,10 +121,12 @@ Status ReadMemory(const libconfig::Setting& group, const char* key, const std::s
 Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldConfig* c) {
   GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"listen", "state_dir", "log_file", "slurm_user",
       "admins", "agent_users", "lease_ttl", "max_lease_ttl", "unreachable_timeout",
-      "reap_interval", "slurm_reap", "durability", "max_request_bytes", "threads", "state",
-      "etcd_endpoints", "etcd_prefix", "leader_ttl", "advertise"}));
+      "reap_interval", "slurm_reap", "enforce_licenses", "durability", "max_request_bytes", "threads", "header_timeout",
+      "body_timeout", "connections_per_source", "state",
+      "etcd_endpoints", "etcd_prefix", "leader_ttl", "advertise", "token_key_file"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "listen", file, &c->listen));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "state_dir", file, &c->state_dir));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "token_key_file", file, &c->token_key_file));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "log_file", file, &c->log_file));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "slurm_user", file, &c->slurm_user));
   GPUPOOL_RETURN_IF_ERROR(ReadStringList(g, "admins", file, &c->admins));
@@ -134,12 +136,16 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "unreachable_timeout", file, 1, 86400, &c->unreachable_timeout));
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "reap_interval", file, 0, 86400, &c->reap_interval));
   GPUPOOL_RETURN_IF_ERROR(ReadBool(g, "slurm_reap", file, &c->slurm_reap));
+  GPUPOOL_RETURN_IF_ERROR(ReadBool(g, "enforce_licenses", file, &c->enforce_licenses));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "durability", file, &c->durability));
   if (c->durability != "fsync" && c->durability != "process") {
     return Error(g["durability"], file, "must be \"fsync\" or \"process\"");
   }
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "max_request_bytes", file, 1024, 64 << 20, &c->max_request_bytes));
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "threads", file, 2, 4096, &c->threads));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "header_timeout", file, 1, 300, &c->header_timeout));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "body_timeout", file, 1, 300, &c->body_timeout));
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "connections_per_source", file, 1, 65536, &c->connections_per_source));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "state", file, &c->state));
   if (c->state != "sqlite" && c->state != "etcd") {
     return Error(g["state"], file, "must be \"sqlite\" or \"etcd\"");

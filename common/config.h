@@ -42,9 +42,15 @@ struct PooldConfig {
   int unreachable_timeout = 15;      // seconds without heartbeat → UNREACHABLE
   int reap_interval = 30;            // seconds between expiry/Slurm reap passes; 0 = off
   bool slurm_reap = true;            // release leases whose Slurm job has ended
+  // A lease holds at most the gpupool_<pool> licences Slurm allocated its job (asked of
+  // slurmctld at acquire); false: no such limit, for sites without gres/ (gpupool.conf(5)).
+  bool enforce_licenses = true;
   std::string durability = "fsync";  // "fsync" (power-loss safe) or "process" (kill -9 safe)
   int max_request_bytes = 65536;
-  int threads = 128;                 // HTTP worker threads (one per keep-alive connection)
+  int threads = 128;                 // HTTP worker threads (for complete requests)
+  int header_timeout = 5;            // seconds from a request's first byte to its headers' end
+  int body_timeout = 10;             // seconds from the headers' end to the body's end
+  int connections_per_source = 256;  // open API connections of one source address (and uid)
   // High availability (gpupoold(8) HIGH AVAILABILITY): "sqlite" keeps state in state_dir;
   // "etcd" keeps it in etcd, and replicas elect one leader that serves the API.
   std::string state = "sqlite";
@@ -52,6 +58,9 @@ struct PooldConfig {
   std::string etcd_prefix = "/gpupool/";  // every key gpupoold writes starts with it
   int leader_ttl = 2;                     // seconds: a dead leader is replaced within about this
   std::string advertise;                  // URL followers name for this replica; empty: http://<listen>
+  // Key that lease tokens are derived from, outside the state (poold/lease_tokens.h); empty:
+  // <state_dir>/token.key (made at first start) with sqlite, tokens in clear with etcd.
+  std::string token_key_file;
 };
 
 struct SimGpuConfig {

@@ -19,20 +19,27 @@ constexpr char kVersion[] = "0.1.0";
 
 }  // namespace
 
+namespace {
+
+HttpLimits LimitsOf(const PooldConfig& c) {
+  HttpLimits l;
+  l.workers = c.threads;
+  l.max_body_bytes = static_cast<size_t>(c.max_request_bytes);
+  l.header_timeout_ms = c.header_timeout * 1000;
+  l.body_timeout_ms = c.body_timeout * 1000;
+  l.per_source = c.connections_per_source;
+  return l;
+}
+
+}  // namespace
+
 ApiServer::ApiServer(const Config& config, PoolEngine* engine, Store* store)
-    : config_(config), engine_(engine), store_(store), http_(std::make_unique<httplib::Server>()) {
+    : config_(config), engine_(engine), store_(store), http_(std::make_unique<HttpServer>(LimitsOf(config.poold))) {
   munge_socket_ = auth::ResolveMungeSocket(config.munge_socket);
   std::vector<std::string> warnings;
   roles_ = auth::RolePolicy::FromNames(config.poold.slurm_user, config.poold.admins, config.poold.agent_users,
                                        &warnings);
   for (const std::string& w : warnings) log::Warning("config: " + w + " (ignored in admins/agent_users)");
-  int threads = config.poold.threads;
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(static_cast<size_t>(config.poold.max_request_bytes));
-  http_->set_keep_alive_max_count(100000);
-  http_->set_keep_alive_timeout(5);
-  http_->set_tcp_nodelay(true);
-  http_->set_read_timeout(30, 0);
   Route();
 }
 
@@ -49,31 +56,14 @@ Status ApiServer::Bind(const std::string& listen_override) {
   } catch (...) {
     return Status::InvalidArgument("bad port in listen address '" + listen + "'");
   }
-  if (port == 0) {
-    port_ = http_->bind_to_any_port(host);
-    if (port_ < 0) return Status::Unavailable("cannot listen on " + listen);
-  } else {
-    if (!http_->bind_to_port(host, port)) return Status::Unavailable("cannot listen on " + listen + " (address in use?)");
-    port_ = port;
-  }
+  GPUPOOL_RETURN_IF_ERROR(http_->Bind(host, port));
+  port_ = http_->port();
   return Status::OK();
 }
 
-void ApiServer::Serve() {
-  serving_ = true;
-  if (stop_requested_) return;
-  http_->listen_after_bind();
-}
+void ApiServer::Serve() { http_->Serve(); }
 
-void ApiServer::Stop() {
-  stop_requested_ = true;
-  // httplib's stop() does nothing until its loop runs: if Serve() has just begun, wait
-  // (briefly) for the loop, or Serve() would miss the stop and serve forever.
-  if (serving_) {
-    for (int i = 0; i < 1000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  http_->stop();
-}
+void ApiServer::Stop() { http_->Stop(); }
 
 Status ApiServer::Authenticate(const httplib::Request& req, Caller* caller) {
   std::string header = req.get_header_value("Authorization");
@@ -156,7 +146,7 @@ void ApiServer::Route() {
   };
   auto body_of = [](const httplib::Request& req) { return jf::Parse(req.body); };
 
-  http_->Get("/v1/ping", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Handle("GET", "/v1/ping", [this](const httplib::Request&, httplib::Response& res) {
     json ping = {{"ok", true}, {"version", kVersion}};
     if (config_.poold.state == "etcd") {
       // Replicas: this one serves the API, so it leads (followers answer from StandbyServer).
@@ -167,12 +157,12 @@ void ApiServer::Route() {
     }
     res.set_content(ping.dump(), "application/json");
   });
-  http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  http_->Handle("GET", "/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(Metrics(), "text/plain; version=0.0.4");
   });
 
   // A session: one MUNGE authentication for many requests (see poold/sessions.h).
-  http_->Post("/v1/session", [this](const httplib::Request& req, httplib::Response& res) {
+  http_->Handle("POST", "/v1/session", [this](const httplib::Request& req, httplib::Response& res) {
     Caller caller;
     Status s = AuthenticateMunge(req, &caller);
     if (!s.ok()) {
@@ -188,15 +178,15 @@ void ApiServer::Route() {
                          {"idle_timeout", sessions_.idle_seconds()}}.dump(),
                     "application/json");
   });
-  http_->Get("/v1/pools", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
+  http_->Handle("GET", "/v1/pools", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
     GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"name"}));
     return engine_->ListPools(req.get_param_value("name"));
   }));
-  http_->Get("/v1/gpus", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
+  http_->Handle("GET", "/v1/gpus", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
     GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"id", "pool"}));
     return engine_->ListGpus(req.get_param_value("id"), req.get_param_value("pool"));
   }));
-  http_->Post("/v1/gpus/update", wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+  http_->Handle("POST", "/v1/gpus/update", wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
     Result<json> body = body_of(req);
     if (!body.ok()) return body.status();
     GpuUpdate update;
@@ -204,20 +194,20 @@ void ApiServer::Route() {
     return engine_->UpdateGpu(update.gpu, update.state, update.reason);
   }));
   // Admins only: moves a lease's GPU (and its job's running processes) to another GPU.
-  http_->Post("/v1/leases/migrate", wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+  http_->Handle("POST", "/v1/leases/migrate", wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
     Result<json> body = body_of(req);
     if (!body.ok()) return body.status();
     MigrateRequest migrate;
     GPUPOOL_RETURN_IF_ERROR(ParseMigrate(*body, &migrate));
     return engine_->Migrate(migrate.lease, migrate.gpu, migrate.to, migrate.reason);
   }));
-  http_->Get("/v1/leases", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
+  http_->Handle("GET", "/v1/leases", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
     GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"job", "id"}));
     int64_t job = 0;
     GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "job", 1, &job));
     return engine_->ListLeases(caller, req.get_param_value("id"), job);
   }));
-  http_->Post("/v1/leases", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+  http_->Handle("POST", "/v1/leases", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
     Result<json> body = body_of(req);
     if (!body.ok()) return body.status();
     Result<AcquireRequest> acquire = ParseAcquire(*body, config_.poold.max_lease_ttl);
@@ -227,7 +217,7 @@ void ApiServer::Route() {
     if (!lease.ok()) return lease.status();
     return json{{"lease", lease.value()}, {"created", created}};
   }));
-  http_->Post("/v1/leases/renew", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+  http_->Handle("POST", "/v1/leases/renew", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
     Result<json> body = body_of(req);
     if (!body.ok()) return body.status();
     std::string id;
@@ -237,7 +227,7 @@ void ApiServer::Route() {
     if (!lease.ok()) return lease.status();
     return json{{"lease", lease.value()}};
   }));
-  http_->Post("/v1/leases/release", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+  http_->Handle("POST", "/v1/leases/release", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
     Result<json> body = body_of(req);
     if (!body.ok()) return body.status();
     std::string id, reason;
@@ -245,7 +235,7 @@ void ApiServer::Route() {
     GPUPOOL_RETURN_IF_ERROR(ParseRelease(*body, &id, &job, &reason));
     return engine_->Release(caller, id, job, reason);
   }));
-  http_->Get("/v1/events", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
+  http_->Handle("GET", "/v1/events", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
     GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"gpu", "job", "since", "limit"}));
     EventFilter f;
     f.gpu = req.get_param_value("gpu");
@@ -257,34 +247,40 @@ void ApiServer::Route() {
     f.limit = static_cast<size_t>(std::min<int64_t>(limit, 100000));
     return engine_->ListEvents(caller, f);
   }));
-  http_->Post("/v1/agents/register", wrap(auth::Role::kAgent, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+  // Agents' register and heartbeat run on workers of their own: user traffic cannot delay
+  // them into a host's UNREACHABLE.
+  // A host is bound to the address its agent speaks from: an agent's credential elsewhere
+  // cannot report for it (PoolEngine::Register).
+  http_->Handle("POST", "/v1/agents/register", wrap(auth::Role::kAgent, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
     Result<json> body = body_of(req);
     if (!body.ok()) return body.status();
     Result<AgentRegistration> reg = ParseRegistration(*body);
     if (!reg.ok()) return reg.status();
-    return engine_->Register(*reg);
-  }));
-  http_->Post("/v1/agents/heartbeat", wrap(auth::Role::kAgent, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+    return engine_->Register(*reg, AgentSender{req.remote_addr, caller.uid});
+  }), /*priority=*/true);
+  http_->Handle("POST", "/v1/agents/heartbeat", wrap(auth::Role::kAgent, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
     Result<json> body = body_of(req);
     if (!body.ok()) return body.status();
     std::string host;
     std::vector<RecoveryReport> recoveries;
     Result<std::vector<GpuHealthReport>> gpus = ParseHeartbeat(*body, &host, &recoveries);
     if (!gpus.ok()) return gpus.status();
-    return engine_->Heartbeat(host, *gpus, recoveries);
-  }));
+    return engine_->Heartbeat(host, *gpus, recoveries, AgentSender{req.remote_addr, caller.uid});
+  }), /*priority=*/true);
 
   // Errors httplib produces itself (404 route, 413 payload, 400 parse) get a JSON body too.
-  http_->set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  http_->SetErrorHandler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string msg;
     if (res.status == 404) msg = "no such endpoint: " + req.method + " " + req.path;
     else if (res.status == 413) msg = "request body larger than max_request_bytes";
-    else if (res.status == 405) msg = "method not allowed";
+    else if (res.status == 405) msg = "method " + req.method + " not allowed on " + req.path;
+    else if (res.status == 411) msg = "chunked request bodies are not accepted: send Content-Length";
+    else if (res.status == 431) msg = "request headers larger than 16 KiB";
     else msg = "bad request (HTTP " + std::to_string(res.status) + ")";
     res.set_content(json{{"error", msg}}.dump(), "application/json");
   });
-  http_->set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+  http_->SetExceptionHandler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
       if (ep) std::rethrow_exception(ep);
@@ -321,13 +317,20 @@ std::string ApiServer::Metrics() {
       {"gpupool_leases_expired_total", k.expired},   {"gpupool_leases_reaped_total", k.reaped},
       {"gpupool_swaps_total", k.swapped},            {"gpupool_leases_degraded_total", k.degraded},
       {"gpupool_gpu_failures_total", k.failed},      {"gpupool_gpu_unreachable_total", k.unreachable},
-      {"gpupool_recoveries_total", k.recovered},     {"gpupool_migrations_total", k.migrated}};
+      {"gpupool_recoveries_total", k.recovered},     {"gpupool_migrations_total", k.migrated},
+      {"gpupool_recoveries_dropped_total", k.recoveries_dropped}};
   for (const auto& [name, v] : counters) {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;
   }
   std::snprintf(line, sizeof(line), "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n",
                 store_->commits());
+  out += line;
+  HttpCounters http = http_->counters();
+  std::snprintf(line, sizeof(line),
+                "# TYPE gpupool_http_refused_total counter\ngpupool_http_refused_total %lu\n"
+                "# TYPE gpupool_http_timeouts_total counter\ngpupool_http_timeouts_total %lu\n",
+                http.refused_per_source + http.refused_full, http.timed_out);
   out += line;
   if (config_.poold.state == "etcd") out += "# TYPE gpupool_leader gauge\ngpupool_leader 1\n";  // followers say 0
   metrics_.Render(&out);

@@ -1,8 +1,9 @@
 // ApiServer: gpupoold's HTTP+JSON API (docs/api.md) over the PoolEngine.
 //
 // Each request is authenticated (MUNGE), its body checked strictly, handed to the engine,
-// and answered only once the change is durable. One worker thread per connection from a
-// pool of `threads`.
+// and answered only once the change is durable. Served by HttpServer: requests are read
+// whole by one event loop under deadlines, then run on `threads` workers; agents' register
+// and heartbeat on workers of their own (see http_server.h).
 #pragma once
 
 #include <atomic>
@@ -13,13 +14,13 @@
 #include "common/auth.h"
 #include "common/config.h"
 #include "common/status.h"
+#include "poold/http_server.h"
 #include "poold/metrics.h"
 #include "poold/pool_engine.h"
 #include "poold/sessions.h"
 #include "poold/store.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
@@ -39,6 +40,9 @@ class ApiServer {
   void Serve();
   void Stop();
   int port() const { return port_; }
+  // Whether the server was too busy to hear agents in time within the last `seconds`
+  // (HttpServer::Stalled): no host is declared UNREACHABLE for silence then.
+  bool Stalled(int seconds) const { return http_->Stalled(seconds); }
 
  private:
   struct Context;
@@ -58,9 +62,7 @@ class ApiServer {
   auth::RolePolicy roles_;
   RequestMetrics metrics_;
   Sessions sessions_;
-  std::unique_ptr<httplib::Server> http_;
-  std::atomic<bool> stop_requested_{false};
-  std::atomic<bool> serving_{false};
+  std::unique_ptr<HttpServer> http_;
   int port_ = 0;
 };
 

@@ -44,6 +44,25 @@ Status Daemon::Start() {
   return Status::OK();
 }
 
+namespace {
+
+// The key lease tokens are derived from (lease_tokens.h): token_key_file, else one made in
+// state_dir (SQLite); replicas on etcd must share a file, so there it is never made.
+Result<LeaseTokens> LoadLeaseTokens(const PooldConfig& c) {
+  const bool etcd = c.state == "etcd";
+  if (c.token_key_file.empty() && etcd) {
+    log::Warning("no token_key_file: lease tokens are stored in etcd in clear; give the replicas one "
+                 "key file (gpupool.conf(5))");
+    return LeaseTokens();
+  }
+  std::string path = c.token_key_file.empty() ? c.state_dir + "/token.key" : c.token_key_file;
+  Result<std::string> key = LoadTokenKey(path, /*create=*/!etcd);
+  if (!key.ok()) return key.status();
+  return LeaseTokens(key.value());
+}
+
+}  // namespace
+
 Status Daemon::Serve(std::unique_ptr<Store> store, const std::string& listen) {
   store_ = std::move(store);
   Result<LoadedState> loaded = store_->Load(100000);
@@ -60,6 +79,9 @@ Status Daemon::Serve(std::unique_ptr<Store> store, const std::string& listen) {
     }
   }
   engine_->SetJobOwnerLookup(job_owner_);
+  Result<LeaseTokens> tokens = LoadLeaseTokens(config_.poold);
+  if (!tokens.ok()) return tokens.status();
+  engine_->SetLeaseTokens(tokens.value());
   GPUPOOL_RETURN_IF_ERROR(engine_->Recover(loaded.value()));
   GPUPOOL_RETURN_IF_ERROR(engine_->CheckInvariants());
   server_ = std::make_unique<ApiServer>(config_, engine_.get(), store_.get());
@@ -153,6 +175,7 @@ void Daemon::PeriodicLoop() {
     if (!slurm_ok) log::Warning("not reaping leases of ended Slurm jobs: " + why);
   }
   auto next_reap = std::chrono::steady_clock::now();
+  bool was_deaf = false;
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mu_);
@@ -167,7 +190,15 @@ void Daemon::PeriodicLoop() {
       Stop();
       return;
     }
-    engine_->Tick();
+    // While gpupoold was too busy to hear agents (its own backlog), their silence is its
+    // fault, not theirs: hosts go UNREACHABLE only for silence heard by an attentive server.
+    bool deaf = server_->Stalled(config_.poold.unreachable_timeout);
+    if (deaf && !was_deaf) {
+      log::Warning("gpupoold was too busy to hear agents in time: no host is declared UNREACHABLE "
+                   "until it has kept up for unreachable_timeout");
+    }
+    was_deaf = deaf;
+    engine_->Tick(deaf);
     if (slurm_ok && std::chrono::steady_clock::now() >= next_reap) {
       next_reap = std::chrono::steady_clock::now() + std::chrono::seconds(config_.poold.reap_interval);
       // Ask slurmctld outside the engine lock; the engine re-checks the lease is the job's.

@@ -67,7 +67,12 @@ Status PoolEngine::Recover(const LoadedState& state) {
     l.movable = r.movable;
     l.generation = r.generation;
     l.degraded = r.state == "DEGRADED";
-    l.token = r.token;
+    Result<std::string> token = tokens_.Open(r.token);
+    if (!token.ok()) {
+      return Status::InvalidArgument("lease L" + std::to_string(r.number) + ": " + token.status().message());
+    }
+    l.token = token.value();
+    l.stored_token = r.token;
     l.created = r.created;
     l.renewed = r.renewed;
     l.expires = r.expires;
@@ -147,7 +152,7 @@ void PoolEngine::PersistLease(const Lease& l) {
   r.gpus_json = gpus.dump();
   r.generation = l.generation;
   r.state = l.degraded ? "DEGRADED" : "ACTIVE";
-  r.token = l.token;
+  r.token = l.stored_token;
   r.created = l.created;
   r.renewed = l.renewed;
   r.expires = l.expires;
@@ -432,12 +437,12 @@ Result<nlohmann::json> PoolEngine::ListEvents(const Caller& caller, const EventF
 
 // ---------------------------------------------------------------- periodic
 
-void PoolEngine::Tick() {
+void PoolEngine::Tick(bool deaf) {
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
   int64_t now = clock_();
   for (Host* h : inventory_.AllHosts()) {
-    if (h->reachable && now - h->last_seen > config_.poold.unreachable_timeout) {
+    if (!deaf && h->reachable && now - h->last_seen > config_.poold.unreachable_timeout) {
       MarkHostUnreachable(h, "no heartbeat from " + inventory_.Name(h->name) + " for " +
                                  std::to_string(now - h->last_seen) + " s");
     }

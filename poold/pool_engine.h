@@ -27,6 +27,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "poold/inventory.h"
+#include "poold/lease_tokens.h"
 #include "poold/slurm_jobs.h"
 #include "poold/store.h"
 
@@ -98,12 +99,18 @@ struct EventFilter {
 // Counters for /metrics.
 struct EngineCounters {
   uint64_t acquired = 0, released = 0, expired = 0, reaped = 0, swapped = 0, degraded = 0,
-           failed = 0, unreachable = 0, recovered = 0, migrated = 0;
+           failed = 0, unreachable = 0, recovered = 0, migrated = 0, recoveries_dropped = 0;
 };
 
 // Who owns Slurm job N, as slurmctld says (SlurmJobs::Owner). NotFound: no such job or it
 // has ended; Unavailable: slurmctld did not answer. Called without the engine's lock.
 using JobOwnerLookup = std::function<Result<SlurmJobOwner>(int64_t job_id)>;
+
+// Who sent an agent's request: the TCP peer address and the credential's uid.
+struct AgentSender {
+  std::string address;
+  uid_t uid = 0;
+};
 
 class PoolEngine {
  public:
@@ -117,12 +124,20 @@ class PoolEngine {
   // How Acquire learns a job's owner. Without one (no Slurm here), only admins acquire.
   // Call before serving.
   void SetJobOwnerLookup(JobOwnerLookup lookup) { job_owner_ = std::move(lookup); }
+  // How lease tokens are kept at rest (lease_tokens.h); default: in clear. Call before
+  // Recover.
+  void SetLeaseTokens(LeaseTokens tokens) { tokens_ = std::move(tokens); }
 
   // --- leases ---
   // Who may acquire for job N: admins (root and SlurmUser: spank_gpupool in slurmstepd),
   // for any job, on behalf of its owner (uid/user); any other user only for a job that
   // Slurm says is theirs. A job's existing lease is handed only to its owner; an admin
   // acquiring for the job's owner revokes a lease of the job held by someone else.
+  // With enforce_licenses (the default), nobody, admins included, leases a job more GPUs
+  // of a pool than the gpupool_<pool> licences Slurm allocated the running job: a job
+  // without them gets PermissionDenied. The request is fixed for the life of the lease
+  // (swaps and migrations stay in the slot's pool), so the lease never exceeds them; a
+  // job's steps share its lease, handed back without asking Slurm again.
   Result<nlohmann::json> Acquire(const Caller& caller, const AcquireRequest& request, bool* created);
   Result<nlohmann::json> Renew(const Caller& caller, const std::string& lease_id, int64_t job_id);
   Result<nlohmann::json> Release(const Caller& caller, const std::string& lease_id, int64_t job_id,
@@ -143,15 +158,26 @@ class PoolEngine {
   Result<nlohmann::json> ListEvents(const Caller& caller, const EventFilter& filter);
 
   // --- agents ---
-  Result<nlohmann::json> Register(const AgentRegistration& reg);
+  // `from`: who sends it, for the binding of a host to its agent (empty: in-process, not
+  // checked). A host is bound to the address its agent first registers or heartbeats from
+  // (kept in memory, learnt afresh after a restart): a credential from another address may
+  // not register, heartbeat, fail or recover the host's GPUs (PermissionDenied), unless the
+  // host is UNREACHABLE and registers again (it moved).
+  Result<nlohmann::json> Register(const AgentRegistration& reg, const AgentSender& from = {});
   // `recoveries`: events to record ("recovered"); one naming a GPU of another host or a
   // lease that does not hold the GPU is ignored (an agent speaks for its own GPUs only).
+  // Recovered events name the reporting host, address and uid, and at most
+  // kRecoveriesPerMinute are recorded per lease (more are dropped and counted).
   Result<nlohmann::json> Heartbeat(const std::string& host, const std::vector<GpuHealthReport>& gpus,
-                                   const std::vector<RecoveryReport>& recoveries = {});
+                                   const std::vector<RecoveryReport>& recoveries = {},
+                                   const AgentSender& from = {});
+  static constexpr int kRecoveriesPerMinute = 10;
 
   // Periodic work: hosts silent for unreachable_timeout → UNREACHABLE (and swaps);
-  // leases past their expiry → released.
-  void Tick();
+  // leases past their expiry → released. `deaf`: gpupoold itself was too busy to hear
+  // agents within the last unreachable_timeout (ApiServer::Stalled), so a host's silence
+  // proves nothing: no host is declared UNREACHABLE on this tick.
+  void Tick(bool deaf = false);
   // Leases that belong to Slurm jobs: (job id, lease number), for the reaper.
   std::vector<std::pair<int64_t, uint64_t>> SlurmJobLeases();
   // Releases lease `number` if it still belongs to `job_id` (the job has ended).
@@ -185,15 +211,18 @@ class PoolEngine {
     uint64_t generation = 1;
     bool degraded = false;
     bool movable = false;
-    std::string token;
+    std::string token;         // in memory only
+    std::string stored_token;  // what the state keeps for it (LeaseTokens)
     int64_t created = 0, renewed = 0, expires = 0, ttl = 0;
   };
 
   // All REQUIRES: mu_ held.
   Lease* FindLease(const std::string& id, int64_t job_id, Status* why);
   Status CheckOwner(const Caller& caller, const Lease& lease) const;
-  // Without mu_: asks job_owner_ whether `caller` owns `job_id`.
-  Status CheckJobIsCallers(const Caller& caller, int64_t job_id) const;
+  // Without mu_: asks job_owner_ whether `caller` may lease for the job (its owner, or an
+  // admin acquiring for its owner), whether it runs, and (enforce_licenses) whether the
+  // request fits in the gpupool_<pool> licences Slurm allocated it.
+  Status CheckJob(const Caller& caller, const AcquireRequest& req) const;
   void ReleaseLocked(Lease* lease, const std::string& type, const std::string& detail);
   void FailGpu(GpuIndex g, GpuState to, const std::string& reason, const std::string& event_type);
   void RecoverGpu(GpuIndex g, const std::string& detail);
@@ -217,6 +246,7 @@ class PoolEngine {
   const Config config_;
   Store* const store_;
   const Clock clock_;
+  LeaseTokens tokens_;  // set before serving, then read-only
   JobOwnerLookup job_owner_;  // set before serving, then read-only
 
   // Every method holds mu_ and a Store::Hold with it: the rows one operation queues go to
@@ -229,6 +259,12 @@ class PoolEngine {
   // GUARDED_BY(mu_): DRAINING GPUs of movable leases, to move when a GPU is free.
   std::set<GpuIndex> draining_movable_;
   std::deque<EventRow> events_;              // GUARDED_BY(mu_): newest kEventMemory
+  // Host → the address its agent speaks from (Register, Heartbeat).
+  std::map<NameId, std::string> agent_address_;  // GUARDED_BY(mu_)
+  // Lease number → (minute, recovered events recorded in it): the rate limit.
+  std::map<uint64_t, std::pair<int64_t, int>> recoveries_per_minute_;  // GUARDED_BY(mu_)
+  // REQUIRES mu_: whether `from` may speak for host `host` (see Register).
+  Status CheckAgentSender(NameId host, const AgentSender& from, bool registering);
   std::vector<bool> reported_failed_;        // GUARDED_BY(mu_): by GpuIndex, last agent health
   uint64_t next_lease_ = 1;                  // GUARDED_BY(mu_)
   uint64_t next_event_ = 1;                  // GUARDED_BY(mu_)

@@ -11,9 +11,27 @@ namespace gpupool::poold {
 
 // ---------------------------------------------------------------- agents
 
-Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg) {
+Status PoolEngine::CheckAgentSender(NameId host, const AgentSender& from, bool registering) {
+  if (from.address.empty() || host == kNone) return Status::OK();
+  auto it = agent_address_.find(host);
+  if (it == agent_address_.end() || it->second == from.address) {
+    agent_address_[host] = from.address;
+    return Status::OK();
+  }
+  const Host* h = inventory_.FindHost(host);
+  if (registering && h != nullptr && !h->reachable) {  // silent, then back from elsewhere: it moved
+    it->second = from.address;
+    return Status::OK();
+  }
+  return Status::PermissionDenied("host '" + inventory_.Name(host) + "' is served by the agent at " + it->second +
+                                  "; uid " + std::to_string(from.uid) + " at " + from.address +
+                                  " may not report for it (an agent speaks for its own host only)");
+}
+
+Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg, const AgentSender& from) {
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
+  GPUPOOL_RETURN_IF_ERROR(CheckAgentSender(inventory_.FindName(reg.host), from, /*registering=*/true));
   // Refuse before changing anything: a refused registration leaves memory and disk as
   // they were.
   std::set<std::string> uuids;
@@ -31,6 +49,7 @@ Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg) {
   int64_t now = clock_();
   NameId host_id = inventory_.Intern(reg.host);
   NameId rack_id = inventory_.Intern(reg.rack);
+  if (!from.address.empty()) agent_address_[host_id] = from.address;  // allowed above
   Host& host = inventory_.UpsertHost(host_id);
   reported_failed_.resize(inventory_.gpu_count(), false);
   host.rack = rack_id;
@@ -92,12 +111,14 @@ Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg) {
 
 Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
                                              const std::vector<GpuHealthReport>& gpus,
-                                             const std::vector<RecoveryReport>& recoveries) {
+                                             const std::vector<RecoveryReport>& recoveries,
+                                             const AgentSender& from) {
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
   NameId host_id = inventory_.FindName(host_name);
   Host* host = host_id == kNone ? nullptr : inventory_.FindHost(host_id);
   if (host == nullptr) return Status::NotFound("unknown host '" + host_name + "': register first");
+  GPUPOOL_RETURN_IF_ERROR(CheckAgentSender(host_id, from, /*registering=*/false));
   host->last_seen = clock_();
   if (!host->reachable) {
     host->reachable = true;
@@ -120,6 +141,17 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
     if (g == kNone || inventory_.gpu(g).host != host_id || inventory_.gpu(g).lease == 0) continue;
     auto it = leases_.find(inventory_.gpu(g).lease);
     if (it == leases_.end() || LeaseName(it->second.number) != r.lease) continue;
+    // Recovered events are written on a client's word (through its agent): a bounded number
+    // per lease, so that a client cannot flood the event log.
+    auto& [minute, count] = recoveries_per_minute_[it->second.number];
+    if (minute != clock_() / 60) {
+      minute = clock_() / 60;
+      count = 0;
+    }
+    if (++count > kRecoveriesPerMinute) {
+      ++counters_.recoveries_dropped;
+      continue;
+    }
     ++counters_.recovered;
     char detail[320];
     if (r.copied_bytes > 0) {
@@ -137,7 +169,11 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
                     static_cast<double>(r.restored_bytes) / (1 << 20),
                     static_cast<unsigned long long>(r.replayed));
     }
-    Event("recovered", g, &it->second, detail);
+    std::string said = detail;
+    if (!from.address.empty()) {
+      said += "; reported by the agent of " + host_name + " at " + from.address + " (uid " + std::to_string(from.uid) + ")";
+    }
+    Event("recovered", g, &it->second, said);
   }
   nlohmann::json leases = nlohmann::json::array();
   // The host's GPUs gpupoold holds FAILED (also by an admin): their agent hands no memory

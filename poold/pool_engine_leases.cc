@@ -37,13 +37,20 @@ Status PoolEngine::CheckOwner(const Caller& caller, const Lease& lease) const {
   return Status::PermissionDenied("lease " + LeaseName(lease.number) + " belongs to another user");
 }
 
-Status PoolEngine::CheckJobIsCallers(const Caller& caller, int64_t job_id) const {
-  std::string job = "job " + std::to_string(job_id);
+Status PoolEngine::CheckJob(const Caller& caller, const AcquireRequest& req) const {
+  std::string job = "job " + std::to_string(req.job_id);
+  const bool licenses = config_.poold.enforce_licenses;
+  if (!licenses && caller.is_admin()) return Status::OK();
   if (!job_owner_) {
+    if (licenses) {
+      return Status::PermissionDenied("cannot ask Slurm which gpupool licences " + job +
+                                      " holds (gpupoold has no slurm.conf); a site without Slurm licences "
+                                      "sets enforce_licenses = false (gpupool.conf(5))");
+    }
     return Status::PermissionDenied("cannot ask Slurm who owns " + job +
                                     " (gpupoold has no slurm.conf): only root or SlurmUser may acquire");
   }
-  Result<SlurmJobOwner> owner = job_owner_(job_id);
+  Result<SlurmJobOwner> owner = job_owner_(req.job_id);
   if (!owner.ok()) {
     if (owner.status().code() == Status::Code::kNotFound) {
       return Status::PermissionDenied(job + " is not a pending or running Slurm job: " +
@@ -51,15 +58,40 @@ Status PoolEngine::CheckJobIsCallers(const Caller& caller, int64_t job_id) const
     }
     return Status::Unavailable("cannot confirm who owns " + job + ": " + owner.status().message());
   }
-  if (owner->uid != caller.uid) {
+  if (!caller.is_admin() && owner->uid != caller.uid) {
     return Status::PermissionDenied(job + " belongs to uid " + std::to_string(owner->uid) +
                                     ", not to uid " + std::to_string(caller.uid) +
                                     ": users may acquire only for their own jobs");
   }
+  if (caller.is_admin() && req.has_owner && owner->uid != req.uid) {
+    return Status::PermissionDenied(job + " belongs to uid " + std::to_string(owner->uid) + ", not to uid " +
+                                    std::to_string(req.uid) + " named in the request");
+  }
   // gpupoold reaps the leases of jobs that are not running (the reaper, daemon.cc), so a
-  // lease for a pending job would vanish within a reap interval: refuse it instead.
+  // lease for a pending job would vanish within a reap interval: refuse it instead. (A
+  // pending job's licences are not allocated yet either.)
   if (!owner->running) {
     return Status::Conflict(job + " is pending: its lease is acquired when it starts");
+  }
+  if (!licenses) return Status::OK();
+  // Slurm scheduled the job, and counts the pools' use, by its gpupool_<pool> licences: a
+  // lease beyond them would take GPUs that Slurm has promised to other jobs.
+  Result<std::map<std::string, int64_t>> held = PoolLicenses(owner->licenses);
+  if (!held.ok()) return Status::Unavailable("cannot read " + job + "'s licences: " + held.status().message());
+  if (held->empty()) {
+    return Status::PermissionDenied(job + " holds no gpupool licences (Slurm: Licenses=" +
+                                    (owner->licenses.empty() ? "(null)" : owner->licenses) +
+                                    "): gpupoold leases a job only the pool GPUs Slurm allocated it; "
+                                    "submit it with --gpu-pool=POOL:COUNT");
+  }
+  for (const PoolRequest& p : req.request) {
+    auto it = held->find(p.pool);
+    int64_t have = it == held->end() ? 0 : it->second;
+    if (p.count > have) {
+      return Status::PermissionDenied(job + " holds " + std::to_string(have) + " gpupool_" + p.pool +
+                                      " licences, " + std::to_string(p.count) + " GPUs of pool '" + p.pool +
+                                      "' requested: a lease may not exceed what Slurm allocated the job");
+    }
   }
   return Status::OK();
 }
@@ -69,13 +101,31 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   if (req.has_owner && !caller.is_admin()) {
     return Status::PermissionDenied("only admins may acquire on behalf of another user (uid/user)");
   }
+  // Another step of a job that holds this very lease: hand it back without asking Slurm
+  // again (it was checked when made, and its request cannot change since).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Store::Hold hold(store_);
+    auto existing = lease_by_job_.find(req.job_id);
+    if (existing != lease_by_job_.end()) {
+      const Lease& l = leases_.at(existing->second);
+      if (CheckOwner(caller, l).ok() && (!req.has_owner || l.uid == req.uid) && l.request == req.request &&
+          l.place == req.place && l.min_memory_mib == req.min_memory_mib) {
+        return LeaseJson(l, true);
+      }
+    }
+    // A pool gpupoold does not know is the clearer answer than Slurm's licences for it.
+    for (const PoolRequest& p : req.request) {
+      if (inventory_.FindPool(p.pool) == kNone) return Status::InvalidArgument("unknown pool '" + p.pool + "'");
+    }
+  }
   // A user may hold a lease only for a job of their own: otherwise anyone could take the
-  // lease (and its token) of another user's queued job before it starts. Ask Slurm before
-  // taking the lock: slurmctld may be slow.
-  if (!caller.is_admin()) GPUPOOL_RETURN_IF_ERROR(CheckJobIsCallers(caller, req.job_id));
+  // lease (and its token) of another user's queued job before it starts; and no lease may
+  // exceed the job's licences. Ask Slurm before taking the lock: slurmctld may be slow.
+  GPUPOOL_RETURN_IF_ERROR(CheckJob(caller, req));
   // Drawn before anything changes, so that a failing random source changes nothing.
-  Result<std::string> token = RandomHex(16);
-  if (!token.ok()) return token.status();
+  std::string token, stored_token;
+  GPUPOOL_RETURN_IF_ERROR(tokens_.Issue(&token, &stored_token));
 
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
@@ -164,7 +214,8 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
   l.movable = req.movable;
   l.gpus = chosen;
   l.slot_pool = slot_pool;
-  l.token = std::move(token.value());
+  l.token = std::move(token);
+  l.stored_token = std::move(stored_token);
   l.created = l.renewed = now;
   l.ttl = req.ttl > 0 ? req.ttl : config_.poold.lease_ttl;
   l.expires = now + l.ttl;
@@ -213,6 +264,7 @@ void PoolEngine::ReleaseLocked(Lease* l, const std::string& type, const std::str
   store_->Enqueue(LeaseDelete{l->number});
   if (l->job_id > 0) lease_by_job_.erase(l->job_id);
   degraded_.erase(l->number);
+  recoveries_per_minute_.erase(l->number);
   leases_.erase(l->number);
   HealDegraded();
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -45,6 +46,37 @@ SlurmJobs::JobState SlurmJobs::Query(int64_t job_id) {
   return state;
 }
 
+Result<std::map<std::string, int64_t>> PoolLicenses(const std::string& licenses) {
+  constexpr char kPrefix[] = "gpupool_";
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  std::map<std::string, int64_t> out;
+  size_t start = 0;
+  while (start <= licenses.size()) {
+    size_t end = licenses.find(',', start);
+    if (end == std::string::npos) end = licenses.size();
+    std::string item = licenses.substr(start, end - start);
+    start = end + 1;
+    if (item.empty()) continue;
+    std::string name = item;
+    int64_t count = 1;
+    if (size_t colon = item.rfind(':'); colon != std::string::npos) {
+      name = item.substr(0, colon);
+      std::string digits = item.substr(colon + 1);
+      if (digits.empty() || digits.size() > 10 || digits.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoll(digits) > kMax) {
+        return Status::InvalidArgument("bad licence count in '" + item + "' (Slurm's licences: '" + licenses + "')");
+      }
+      count = std::stoll(digits);
+    }
+    // A licence served by slurmdbd to several clusters reads NAME@SERVER.
+    if (size_t at = name.find('@'); at != std::string::npos) name.resize(at);
+    if (name.rfind(kPrefix, 0) != 0 || name.size() == sizeof(kPrefix) - 1) continue;
+    int64_t& held = out[name.substr(sizeof(kPrefix) - 1)];
+    held = std::min(kMax, held + count);  // both at most kMax: no overflow
+  }
+  return out;
+}
+
 Result<SlurmJobOwner> SlurmJobs::Owner(int64_t job_id) {
   std::string job = "job " + std::to_string(job_id);
   if (!initialised_) return Status::Unavailable("libslurm is not initialised");
@@ -61,7 +93,10 @@ Result<SlurmJobOwner> SlurmJobs::Owner(int64_t job_id) {
     uint32_t base = j.job_state & JOB_STATE_BASE;
     bool live = base == JOB_PENDING || base == JOB_RUNNING || base == JOB_SUSPENDED ||
                 (j.job_state & JOB_COMPLETING) != 0;
-    if (live) owner = SlurmJobOwner{static_cast<uid_t>(j.user_id), base != JOB_PENDING};
+    if (live) {
+      owner = SlurmJobOwner{static_cast<uid_t>(j.user_id), base != JOB_PENDING,
+                            j.licenses != nullptr ? j.licenses : ""};
+    }
   }
   slurm_free_job_info_msg(msg);
   return owner;

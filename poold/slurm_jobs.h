@@ -9,18 +9,26 @@
 #include <cstdint>
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 
 #include "common/status.h"
 
 namespace gpupool::poold {
 
-// Who owns a live Slurm job, and whether it runs now (running, suspended or completing; a
-// pending job does not).
+// Who owns a live Slurm job, whether it runs now (running, suspended or completing; a
+// pending job does not), and the licences it holds as slurmctld writes them
+// ("gpupool_a100:2,other:1"; empty: none; a running job's licences are allocated).
 struct SlurmJobOwner {
   uid_t uid = 0;
   bool running = false;
+  std::string licenses;
 };
+
+// The gpupool_<pool> licences in Slurm's licence list `licenses` (items NAME[@SERVER][:COUNT],
+// comma separated; COUNT 1 when absent): pool → count. Other licences are left out.
+// InvalidArgument names an item whose count is not a number from 0 to 2^31-1.
+Result<std::map<std::string, int64_t>> PoolLicenses(const std::string& licenses);
 
 class SlurmJobs {
  public:

@@ -58,16 +58,24 @@ Status StandbyServer::Bind(const std::string& listen) {
 }
 
 void StandbyServer::Serve() {
-  serving_ = true;
-  if (stop_requested_) return;
+  if (serving_.exchange(true)) return;  // Stop() came first and closed the socket
   http_->listen_after_bind();
 }
 
 void StandbyServer::Stop() {
   stop_requested_ = true;
-  if (serving_) {
+  if (!serving_.exchange(true)) {
+    // Serve() has not begun and now never will, but the port is bound and listening: a
+    // replica elected at once (before Serve) would otherwise leave it open beside the
+    // leader's API (both with SO_REUSEPORT), and the kernel would hand it connections that
+    // nobody accepts. httplib closes its socket only from a running loop: run one to close.
+    std::thread loop([this] { http_->listen_after_bind(); });
     for (int i = 0; i < 1000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    http_->stop();
+    loop.join();
+    return;
   }
+  for (int i = 0; i < 1000 && !http_->is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   http_->stop();
 }
 

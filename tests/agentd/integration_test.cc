@@ -38,6 +38,7 @@ class IntegrationTest : public testing::Test {
                          << "  listen = \"127.0.0.1:" << poold_port_ << "\";\n"
                          << "  state_dir = \"" << dir_ << "/state\";\n"
                          << "  slurm_reap = false;\n"
+                         << "  enforce_licenses = false;\n"  // no Slurm here: root leases made-up jobs
                          << "  unreachable_timeout = 2;\n"
                          << "  reap_interval = 1;\n"
                          << "};\n"

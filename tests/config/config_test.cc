@@ -39,6 +39,7 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(r->poold.unreachable_timeout, 15);
   EXPECT_EQ(r->poold.reap_interval, 30);
   EXPECT_TRUE(r->poold.slurm_reap);
+  EXPECT_TRUE(r->poold.enforce_licenses);
   EXPECT_EQ(r->poold.durability, "fsync");
   EXPECT_EQ(r->poold.max_request_bytes, 65536);
   EXPECT_EQ(r->poold.threads, 128);
@@ -60,7 +61,7 @@ munge_socket = "/tmp/c-munge/sock";
 gpupoold = { listen = "127.0.0.1:25010"; state_dir = "/tmp/c-state"; log_file = "/tmp/c-log";
   slurm_user = "root"; admins = ["alice", "1001"]; agent_users = ("gpupool");
   lease_ttl = 60; max_lease_ttl = 120; unreachable_timeout = 3; reap_interval = 0;
-  slurm_reap = false; durability = "process"; max_request_bytes = 4096; threads = 8; };
+  slurm_reap = false; enforce_licenses = false; durability = "process"; max_request_bytes = 4096; threads = 8; };
 pools = ( { name = "a100"; models = ["*A100*"]; racks = ["r1"]; hosts = ["h1", "h2"];
             min_memory = "40G"; },
           { name = "h100"; min_memory = 1024; } );
@@ -83,6 +84,7 @@ client = { server = "http://127.0.0.1:25010"; timeout = 9; };
   EXPECT_EQ(r->poold.unreachable_timeout, 3);
   EXPECT_EQ(r->poold.reap_interval, 0);
   EXPECT_FALSE(r->poold.slurm_reap);
+  EXPECT_FALSE(r->poold.enforce_licenses);
   EXPECT_EQ(r->poold.durability, "process");
   EXPECT_EQ(r->poold.max_request_bytes, 4096);
   EXPECT_EQ(r->poold.threads, 8);

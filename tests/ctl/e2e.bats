@@ -44,6 +44,7 @@ gpupoold = {
   listen = "127.0.0.1:$PORT";
   state_dir = "$E2E_DIR/state";
   slurm_reap = false;
+  enforce_licenses = false;  # no Slurm here: root leases made-up jobs
   reap_interval = 0;
   unreachable_timeout = 3600;
   durability = "process";

@@ -31,6 +31,7 @@ gpupoold = {
   listen = "127.0.0.1:$port";
   state_dir = "$work/state";
   slurm_reap = false;
+  enforce_licenses = false;  # no Slurm here: root leases made-up jobs
   reap_interval = 0;
 };
 pools = (

@@ -2,6 +2,12 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <thread>
 
@@ -27,10 +33,11 @@ class ApiTest : public ::testing::Test {
     c.poold.slurm_reap = false;
     c.poold.max_request_bytes = 4096;
     c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
-    // Slurm's view of jobs, as the tests need it: job 5 is nobody's, every other job root's.
+    // Slurm's view of jobs, as the tests need it: job 5 is nobody's, every other job root's;
+    // each holds more gpupool_a100 licences than the pool has GPUs.
     daemon_ = std::make_unique<Daemon>(c, [](int64_t job) -> Result<SlurmJobOwner> {
       if (job >= 1000) return Status::NotFound("slurmctld knows no job " + std::to_string(job));
-      return SlurmJobOwner{job == 5 ? uid_t{65534} : uid_t{0}, true};
+      return SlurmJobOwner{job == 5 ? uid_t{65534} : uid_t{0}, true, "gpupool_a100:16"};
     });
     Status s = daemon_->Start();
     ASSERT_TRUE(s.ok()) << s.message();
@@ -243,6 +250,132 @@ TEST_F(ApiTest, ClientReportsUnreachableDaemonByAddress) {
   EXPECT_NE(r.status().message().find("cannot reach gpupoold at http://127.0.0.1:1"), std::string::npos);
   ApiClient bad(ApiClientOptions{"nonsense", 500, "", true});
   EXPECT_EQ(bad.Get("/v1/pools").status().code(), Status::Code::kInvalidArgument);
+}
+
+// Issue 37: a follower's redirect is followed only to a configured server. Someone who can
+// write etcd's leader key (or answer as a follower) must not receive clients' credentials.
+TEST_F(ApiTest, AForgedLeaderOutsideTheServerListIsIgnored) {
+  std::atomic<int> forged_hits{0};
+  httplib::Server forged;
+  forged.Get(".*", [&](const httplib::Request&, httplib::Response& res) {
+    ++forged_hits;
+    res.set_content("{\"pools\":[]}", "application/json");
+  });
+  forged.Post(".*", [&](const httplib::Request&, httplib::Response& res) {
+    ++forged_hits;
+    res.set_content("{}", "application/json");
+  });
+  int forged_port = forged.bind_to_any_port("127.0.0.1");
+  std::thread forged_thread([&] { forged.listen_after_bind(); });
+  httplib::Server follower;
+  std::string forged_url = "http://127.0.0.1:" + std::to_string(forged_port);
+  auto redirect = [&](const httplib::Request&, httplib::Response& res) {
+    res.status = 503;
+    res.set_content(json{{"error", "this gpupoold is a follower; the leader is at " + forged_url},
+                         {"leader", forged_url}, {"retry", true}}.dump(),
+                    "application/json");
+  };
+  follower.Get(".*", redirect);
+  follower.Post(".*", redirect);
+  int follower_port = follower.bind_to_any_port("127.0.0.1");
+  std::thread follower_thread([&] { follower.listen_after_bind(); });
+  std::string follower_url = "http://127.0.0.1:" + std::to_string(follower_port);
+  for (int i = 0; i < 100 && !(forged.is_running() && follower.is_running()); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+
+  {  // (the clients close their keep-alive connections before the servers stop)
+    ApiClient only_follower(ApiClientOptions{follower_url, 2000, "", true});
+    auto r = only_follower.Get("/v1/pools");
+    EXPECT_EQ(r.status().code(), Status::Code::kUnavailable);
+    EXPECT_NE(r.status().message().find("names as leader " + forged_url +
+                                        ", which is not in the configured server list: not followed"),
+              std::string::npos)
+        << r.status().message();
+    // With the real server listed too, the client ends there, never at the forged one.
+    ApiClient listed(ApiClientOptions{follower_url + "," + url_, 3000, "", true});
+    auto pools = listed.Get("/v1/pools");
+    EXPECT_TRUE(pools.ok()) << pools.status().message();
+    if (pools.ok()) {
+      EXPECT_EQ(pools.value()["pools"][0]["name"], "a100");
+    }
+    EXPECT_EQ(forged_hits.load(), 0);
+  }
+  forged.stop();
+  follower.stop();
+  forged_thread.join();
+  follower_thread.join();
+}
+
+// Issue 37: a connection that never finishes its headers is closed at header_timeout, and
+// one source's connections beyond connections_per_source are refused; meanwhile agents and
+// users are served.
+TEST(ApiLimitsTest, SlowHeadersAreCutAndASourceIsCapped) {
+  testing::StartPrivateMunged();
+  std::string dir = "/tmp/gpupool-api-limits-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  Config c;
+  c.poold.listen = "127.0.0.1:0";
+  c.poold.state_dir = dir;
+  c.poold.slurm_reap = false;
+  c.poold.header_timeout = 1;
+  c.poold.connections_per_source = 20;
+  c.poold.threads = 2;
+  c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
+  Daemon daemon(c, [](int64_t) -> Result<SlurmJobOwner> { return SlurmJobOwner{0, true, "gpupool_a100:1"}; });
+  ASSERT_TRUE(daemon.Start().ok());
+  std::thread server([&] { daemon.Run(); });
+  std::string url = "http://127.0.0.1:" + std::to_string(daemon.port());
+  // A source is an address and, on loopback, a uid: this test's own client shares them
+  // with the flood, so it keeps one connection open from before (a keep-alive session).
+  ApiClient client(ApiClientOptions{url, 5000, "", true});
+  for (int i = 0; i < 100 && !client.Get("/v1/pools").ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(client.Get("/v1/pools").ok());
+
+  auto connect_slow = [&] {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(daemon.port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    const char part[] = "GET /v1/pools HTTP/1.1\r\nX-Slow: 1\r\n";  // never ends its headers
+    EXPECT_GT(send(fd, part, sizeof(part) - 1, MSG_NOSIGNAL), 0);
+    return fd;
+  };
+  std::vector<int> slow;
+  for (int i = 0; i < 40; ++i) slow.push_back(connect_slow());
+  // More slow connections than workers: requests are still answered at once.
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(client.Get("/v1/pools").ok());
+  json hb = {{"host", "g1"}, {"gpus", json::array()}};
+  EXPECT_EQ(client.Post("/v1/agents/heartbeat", hb).status().code(), Status::Code::kNotFound);  // served
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  // Beyond 20 (19 slow and the client's own): answered 503 and closed, or closed by the
+  // deadline; none is open after header_timeout (1 s) and a margin.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  // (A refused connection may read its 503, or a reset: the server does not read it.)
+  int closed = 0;
+  for (int fd : slow) {
+    char buf[512];
+    ssize_t n = 0;
+    do {
+      n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    } while (n > 0);
+    if (n == 0 || errno == ECONNRESET) ++closed;
+    close(fd);
+  }
+  EXPECT_EQ(closed, 40);
+  std::string metrics = client.GetText("/metrics").value();
+  auto metric = [&](const std::string& name) {
+    size_t at = metrics.find("\n" + name + " ");
+    return at == std::string::npos ? -1 : std::stoll(metrics.substr(at + name.size() + 2));
+  };
+  EXPECT_EQ(metric("gpupool_http_refused_total"), 21) << metrics;  // 40 - 19
+  EXPECT_EQ(metric("gpupool_http_timeouts_total"), 19) << metrics;
+  daemon.Stop();
+  server.join();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

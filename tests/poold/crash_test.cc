@@ -59,7 +59,7 @@ TEST(CrashTest, AcknowledgedLeasesSurviveKill9UnderLoad) {
   std::filesystem::create_directories(dir);
   int port = 20000 + getpid() % 5000;
   std::ofstream(dir + "/gpupool.conf") << "gpupoold = { listen = \"127.0.0.1:" << port << "\"; state_dir = \"" << dir
-                                       << "/state\"; slurm_reap = false; durability = \"process\"; };\n"
+                                       << "/state\"; slurm_reap = false; enforce_licenses = false; durability = \"process\"; };\n"
                                        << "pools = ( { name = \"a100\"; } );\n";
   Gpupoold daemon(dir, port);
   daemon.Start();

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <map>
 #include <set>
@@ -44,7 +45,13 @@ class EngineTest : public ::testing::Test {
     auto loaded = store_->Load(1000);
     ASSERT_TRUE(loaded.ok());
     engine_ = std::make_unique<PoolEngine>(config_, store_.get(), [this] { return now_.load(); });
+    if (!token_key_.empty()) engine_->SetLeaseTokens(LeaseTokens(token_key_));
     ASSERT_TRUE(engine_->Recover(loaded.value()).ok());
+    // Slurm's view unless a test says otherwise: every job is root's, running, and holds
+    // more licences of each pool than any test asks for.
+    engine_->SetJobOwnerLookup([](int64_t) -> Result<SlurmJobOwner> {
+      return SlurmJobOwner{0, true, "gpupool_a100:1000,gpupool_h100:1000"};
+    });
   }
   // Registers host `host` in `rack` with `n` GPUs of `model`.
   void AddHost(const std::string& host, const std::string& rack, int n, const std::string& model = "A100-80GB",
@@ -89,6 +96,7 @@ class EngineTest : public ::testing::Test {
   std::unique_ptr<Store> store_;
   std::unique_ptr<PoolEngine> engine_;
   Caller admin_{0, auth::Role::kAdmin};
+  std::string token_key_;  // lease tokens' key (empty: kept in clear)
 };
 
 TEST_F(EngineTest, RegistrationBuildsPoolsFromSelectors) {
@@ -124,10 +132,10 @@ TEST_F(EngineTest, UsersAcquireOnlyForTheirOwnJobs) {
   bool slurm_down = false;
   engine_->SetJobOwnerLookup([&](int64_t job) -> Result<SlurmJobOwner> {
     if (slurm_down) return Status::Unavailable("slurmctld did not answer");
-    if (job == 12) return SlurmJobOwner{alice, false};  // alice's, still pending
+    if (job == 12) return SlurmJobOwner{alice, false, ""};  // alice's, still pending
     auto it = owners.find(job);
     if (it == owners.end()) return Status::NotFound("slurmctld knows no job " + std::to_string(job));
-    return SlurmJobOwner{it->second, true};
+    return SlurmJobOwner{it->second, true, "gpupool_a100:1"};
   });
   AcquireRequest req;
   req.request = {PoolRequest{"a100", 1}};
@@ -163,19 +171,166 @@ TEST_F(EngineTest, UsersAcquireOnlyForTheirOwnJobs) {
   EXPECT_TRUE(engine_->CheckInvariants().ok());
 }
 
-TEST_F(EngineTest, NoSlurmMeansOnlyAdminsAcquire) {
+// Without Slurm, gpupoold cannot learn a job's licences: by default nobody acquires; a site
+// that turns the licence limit off lets only admins acquire.
+TEST_F(EngineTest, NoSlurmMeansNobodyOrOnlyAdminsAcquire) {
+  EXPECT_TRUE(Config().poold.enforce_licenses);  // the safe default
+  engine_->SetJobOwnerLookup({});
   AddHost("g1", "r1", 2);
   AcquireRequest req;
   req.job_id = 7;
   req.request = {PoolRequest{"a100", 1}};
   bool created = false;
-  auto r = engine_->Acquire(Caller{5001, auth::Role::kUser}, req, &created);
+  auto r = engine_->Acquire(admin_, req, &created);
+  EXPECT_EQ(r.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_NE(r.status().message().find("cannot ask Slurm which gpupool licences job 7 holds"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(engine_->lease_count(), 0u);
+
+  config_.poold.enforce_licenses = false;
+  Open();
+  engine_->SetJobOwnerLookup({});
+  r = engine_->Acquire(Caller{5001, auth::Role::kUser}, req, &created);
   EXPECT_EQ(r.status().code(), Status::Code::kPermissionDenied);
   EXPECT_NE(r.status().message().find("only root or SlurmUser may acquire"), std::string::npos);
   EXPECT_TRUE(engine_->Acquire(admin_, req, &created).ok());
 }
 
+// Issue 37: a lease holds at most the gpupool_<pool> licences Slurm allocated its job, for
+// users and admins alike; a job's steps share the one lease.
+TEST_F(EngineTest, LeasesStayWithinTheJobsLicences) {
+  AddHost("g1", "r1", 4);
+  AddHost("h1", "r1", 2, "H100-80GB");
+  const uid_t alice = 5001;
+  int lookups = 0;
+  engine_->SetJobOwnerLookup([&](int64_t job) -> Result<SlurmJobOwner> {
+    ++lookups;
+    if (job == 30) return SlurmJobOwner{alice, true, "gpupool_a100:2"};
+    if (job == 31) return SlurmJobOwner{alice, true, ""};  // a CPU-only job
+    if (job == 32) return SlurmJobOwner{alice, true, "scratch:3,gpupool_h100@slurmdb:1"};
+    if (job == 33) return SlurmJobOwner{alice, true, "gpupool_a100:x"};
+    return Status::NotFound("slurmctld knows no job " + std::to_string(job));
+  });
+  Caller as_alice{alice, auth::Role::kUser};
+  bool created = false;
+  auto acquire = [&](const Caller& who, int64_t job, const std::string& pool, int count) {
+    AcquireRequest req;
+    req.job_id = job;
+    req.request = {PoolRequest{pool, count}};
+    if (who.is_admin()) {
+      req.has_owner = true;  // as spank_gpupool does
+      req.uid = alice;
+    }
+    return engine_->Acquire(who, req, &created);
+  };
+  auto refused = [&](const Result<json>& r, const std::string& why) {
+    EXPECT_EQ(r.status().code(), Status::Code::kPermissionDenied) << r.status().message();
+    EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().message();
+  };
+  refused(acquire(as_alice, 31, "a100", 1), "job 31 holds no gpupool licences (Slurm: Licenses=(null))");
+  refused(acquire(admin_, 31, "a100", 1), "job 31 holds no gpupool licences");  // root is not exempt
+  refused(acquire(as_alice, 30, "a100", 3), "job 30 holds 2 gpupool_a100 licences, 3 GPUs of pool 'a100'");
+  refused(acquire(admin_, 30, "a100", 3), "job 30 holds 2 gpupool_a100 licences");
+  refused(acquire(as_alice, 30, "h100", 1), "job 30 holds 0 gpupool_h100 licences");
+  refused(acquire(admin_, 32, "h100", 2), "job 32 holds 1 gpupool_h100 licences");
+  auto bad = acquire(admin_, 33, "a100", 1);
+  EXPECT_EQ(bad.status().code(), Status::Code::kUnavailable);
+  EXPECT_NE(bad.status().message().find("bad licence count in 'gpupool_a100:x'"), std::string::npos);
+  EXPECT_EQ(engine_->lease_count(), 0u);
+  EXPECT_EQ(Pool("a100")["leased"], 0);
+
+  auto lease = acquire(admin_, 30, "a100", 2);
+  ASSERT_TRUE(lease.ok()) << lease.status().message();
+  EXPECT_TRUE(created);
+  // The job's other steps (and its user) get the same lease, without asking Slurm again.
+  int before = lookups;
+  auto step = acquire(admin_, 30, "a100", 2);
+  ASSERT_TRUE(step.ok());
+  EXPECT_FALSE(created);
+  EXPECT_EQ(step.value()["id"], lease.value()["id"]);
+  auto users = acquire(as_alice, 30, "a100", 2);
+  ASSERT_TRUE(users.ok());
+  EXPECT_EQ(users.value()["id"], lease.value()["id"]);
+  EXPECT_EQ(lookups, before);
+  // Beyond the licences is refused even with a lease in hand.
+  refused(acquire(as_alice, 30, "a100", 4), "job 30 holds 2 gpupool_a100 licences");
+  EXPECT_TRUE(acquire(as_alice, 32, "h100", 1).ok());  // NAME@SERVER: a licence from slurmdbd
+  EXPECT_EQ(Pool("a100")["leased"], 2);
+  EXPECT_EQ(Pool("h100")["leased"], 1);
+  // An unknown pool is named as such, before Slurm is asked.
+  auto unknown = acquire(as_alice, 30, "b200", 1);
+  EXPECT_EQ(unknown.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+}
+
+// Issue 37: the state keeps a salt, not the lease's token; the token comes back only with
+// the key, which lives outside the state.
+TEST_F(EngineTest, LeaseTokensAreNotStoredButDerivedWithTheKey) {
+  token_key_ = std::string(64, 'a');
+  Open();
+  AddHost("g1", "r1", 1);
+  auto lease = Acquire(1, "a100", 1);
+  ASSERT_TRUE(lease.ok());
+  std::string token = lease.value()["token"];
+  EXPECT_EQ(token.size(), 32u);
+  ASSERT_TRUE(store_->WaitDurable(store_->last_ticket()).ok());
+  auto state = store_->Load(1000);
+  ASSERT_TRUE(state.ok());
+  ASSERT_EQ(state->leases.size(), 1u);
+  const std::string& stored = state->leases[0].token;
+  EXPECT_EQ(stored.rfind("hmac-sha256:", 0), 0u) << stored;
+  EXPECT_EQ(stored.find(token), std::string::npos);
+  Open();  // a restart with the same key: the same token
+  EXPECT_EQ(engine_->ListLeases(admin_, "", 1).value()["leases"][0]["token"], token);
+  token_key_ = std::string(64, 'b');
+  Open();  // another key derives another token: the stored salt alone gives nothing
+  EXPECT_NE(engine_->ListLeases(admin_, "", 1).value()["leases"][0]["token"], token);
+  // Without a key the sealed state cannot be opened: gpupoold says so rather than hand
+  // out wrong tokens.
+  auto loaded = store_->Load(1000);
+  PoolEngine keyless(config_, store_.get(), [] { return int64_t{0}; });
+  Status recovered = keyless.Recover(loaded.value());
+  EXPECT_EQ(recovered.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(recovered.message().find("no token_key_file is set"), std::string::npos) << recovered.message();
+}
+
+TEST(LeaseTokensTest, KeyFileIsMadeOnceAndChecked) {
+  std::string dir = std::filesystem::temp_directory_path() / ("poold-token-key-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string path = dir + "/token.key";
+  EXPECT_EQ(LoadTokenKey(path, false).status().code(), Status::Code::kUnavailable);  // not made
+  auto made = LoadTokenKey(path, true);
+  ASSERT_TRUE(made.ok()) << made.status().message();
+  EXPECT_EQ(made->size(), 64u);
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(LoadTokenKey(path, true).value(), made.value());  // kept, not made again
+  std::ofstream(path) << "not hex at all\n";
+  EXPECT_NE(LoadTokenKey(path, false).status().message().find("something else than hex digits"), std::string::npos);
+  std::ofstream(path) << "abcd\n";
+  EXPECT_NE(LoadTokenKey(path, false).status().message().find("at least 32 are needed"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(PoolLicensesTest, ReadsSlurmsLicenceList) {
+  auto held = PoolLicenses("gpupool_a100:2,gpupool_h100,other:5,gpupool_a100@db:1,gpupool_:4,,gpupoolx:1");
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(*held, (std::map<std::string, int64_t>{{"a100", 3}, {"h100", 1}}));
+  EXPECT_TRUE(PoolLicenses("")->empty());
+  EXPECT_TRUE(PoolLicenses("(null)")->empty());
+  for (const char* bad : {"gpupool_a100:", "gpupool_a100:-1", "gpupool_a100:99999999999", "gpupool_a100:1x"}) {
+    EXPECT_EQ(PoolLicenses(bad).status().code(), Status::Code::kInvalidArgument) << bad;
+  }
+  // Counts add up without overflow.
+  EXPECT_EQ(PoolLicenses("gpupool_a:2147483647,gpupool_a:2147483647")->at("a"), 2147483647);
+}
+
 TEST_F(EngineTest, AJobsLeaseHeldBySomeoneElseIsRevokedNotHandedOver) {
+  // State from before the ownership and licence checks: only then could an admin lease a
+  // job for someone else than its owner.
+  config_.poold.enforce_licenses = false;
+  Open();
   AddHost("g1", "r1", 4);
   // A lease of job 20 owned by uid 5002 (left from before the ownership check, say).
   AcquireRequest req;
@@ -341,6 +496,9 @@ TEST_F(EngineTest, SilentHostBecomesUnreachableAndComesBack) {
   now_ += 5;
   ASSERT_TRUE(engine_->Heartbeat(other, {}).ok());
   now_ += 6;  // `held` silent for 11 s > 10 s
+  // But gpupoold itself was too busy to hear it (issue 37): its silence proves nothing.
+  engine_->Tick(/*deaf=*/true);
+  EXPECT_EQ(Gpu(held + ":0")["state"], "LEASED");
   engine_->Tick();
   EXPECT_EQ(Gpu(held + ":0")["state"], "UNREACHABLE");
   json l = engine_->ListLeases(admin_, "", 1).value()["leases"][0];
@@ -379,6 +537,68 @@ TEST_F(EngineTest, HeartbeatAnswersNameTheHostsFailedGpus) {
 // A process recovered on a GPU after its previous one failed: the agent's heartbeat says
 // so, and gpupoold records it, but only for the reporting host's own GPU and the lease
 // that holds it.
+// Issue 37: a host is bound to the address its agent speaks from; an agent's credential
+// elsewhere cannot fail, drain or recover the host's GPUs, nor take its name.
+TEST_F(EngineTest, AnAgentSpeaksOnlyForItsOwnHost) {
+  using From = AgentSender;
+  const From g1_agent{"10.0.0.1", 900}, g2_agent{"10.0.0.2", 900};
+  AgentRegistration reg{"g1", "r1", "10.0.0.1:7000", {AgentGpu{"GPU-g1-0", "A100-80GB", "", 0, 0, 81920, false, ""}}};
+  ASSERT_TRUE(engine_->Register(reg, g1_agent).ok());
+  AgentRegistration reg2{"g2", "r1", "10.0.0.2:7000", {AgentGpu{"GPU-g2-0", "A100-80GB", "", 0, 0, 81920, false, ""}}};
+  ASSERT_TRUE(engine_->Register(reg2, g2_agent).ok());
+  // g2's agent reports g1's GPU failed, in g1's name: refused, nothing changes.
+  auto fail = engine_->Heartbeat("g1", {GpuHealthReport{"GPU-g1-0", true, "Xid 79"}}, {}, g2_agent);
+  EXPECT_EQ(fail.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_NE(fail.status().message().find("host 'g1' is served by the agent at 10.0.0.1; uid 900 at 10.0.0.2 may "
+                                         "not report for it"),
+            std::string::npos)
+      << fail.status().message();
+  EXPECT_EQ(Gpu("g1:0")["state"], "IDLE");
+  // Nor can it register g1 anew (with no GPUs: that would make g1's GPU UNREACHABLE).
+  AgentRegistration empty{"g1", "r1", "10.0.0.2:7000", {}};
+  EXPECT_EQ(engine_->Register(empty, g2_agent).status().code(), Status::Code::kPermissionDenied);
+  EXPECT_EQ(Gpu("g1:0")["state"], "IDLE");
+  // Its own host it may report on.
+  ASSERT_TRUE(engine_->Heartbeat("g2", {GpuHealthReport{"GPU-g2-0", true, "Xid 79"}}, {}, g2_agent).ok());
+  EXPECT_EQ(Gpu("g2:0")["state"], "FAILED");
+  ASSERT_TRUE(engine_->Heartbeat("g1", {}, {}, g1_agent).ok());
+  // A host silent long enough to be UNREACHABLE may come back from another address (it moved).
+  now_ += 11;
+  ASSERT_TRUE(engine_->Heartbeat("g2", {}, {}, g2_agent).ok());
+  engine_->Tick();
+  EXPECT_EQ(Gpu("g1:0")["state"], "UNREACHABLE");
+  const From moved{"10.0.0.9", 900};
+  ASSERT_TRUE(engine_->Register(reg, moved).ok());
+  EXPECT_EQ(Gpu("g1:0")["state"], "IDLE");
+  EXPECT_EQ(engine_->Heartbeat("g1", {}, {}, g1_agent).status().code(), Status::Code::kPermissionDenied);
+}
+
+// Issue 37: recovered events come on a client's word: they name who reported them, and a
+// lease gets at most kRecoveriesPerMinute of them a minute.
+TEST_F(EngineTest, RecoveredEventsNameTheirReporterAndAreRateLimited) {
+  AddHost("g1", "r1", 1);
+  auto l = Acquire(1, "a100", 1);
+  ASSERT_TRUE(l.ok());
+  RecoveryReport report{l.value()["gpus"][0]["uuid"].get<std::string>(), l.value()["id"].get<std::string>(),
+                        "GPU-lost", 10, 1u << 20, 1};
+  const AgentSender agent{"10.0.0.1", 900};
+  for (int i = 0; i < PoolEngine::kRecoveriesPerMinute + 5; ++i) {
+    ASSERT_TRUE(engine_->Heartbeat("g1", {}, {report}, agent).ok());
+  }
+  EXPECT_EQ(engine_->counters().recovered, static_cast<uint64_t>(PoolEngine::kRecoveriesPerMinute));
+  EXPECT_EQ(engine_->counters().recoveries_dropped, 5u);
+  EventFilter f;
+  f.job_id = 1;
+  json last = engine_->ListEvents(admin_, f).value()["events"].back();
+  EXPECT_EQ(last["type"], "recovered");
+  EXPECT_NE(last["detail"].get<std::string>().find("reported by the agent of g1 at 10.0.0.1 (uid 900)"),
+            std::string::npos)
+      << last.dump();
+  now_ += 60;  // the next minute: recorded again
+  ASSERT_TRUE(engine_->Heartbeat("g1", {}, {report}, agent).ok());
+  EXPECT_EQ(engine_->counters().recovered, static_cast<uint64_t>(PoolEngine::kRecoveriesPerMinute) + 1);
+}
+
 TEST_F(EngineTest, RecoveriesReportedByTheGpusAgentAreRecorded) {
   AddHost("g1", "r1", 2);
   AddHost("g2", "r1", 2);
@@ -530,7 +750,7 @@ TEST_F(EngineTest, UsersSeeAndReleaseOnlyTheirOwn) {
   AddHost("g1", "r1", 2);
   Caller alice{1001, auth::Role::kUser}, bob{1002, auth::Role::kUser};
   engine_->SetJobOwnerLookup([](int64_t job) -> Result<SlurmJobOwner> {
-    return SlurmJobOwner{job == 9 ? uid_t{1001} : uid_t{1002}, true};
+    return SlurmJobOwner{job == 9 ? uid_t{1001} : uid_t{1002}, true, "gpupool_a100:1"};
   });
   AcquireRequest req;
   req.job_id = 9;

@@ -115,7 +115,7 @@ class HaTest : public ::testing::Test {
       std::ofstream(dir_ + "/gpupool" + std::to_string(r) + ".conf")
           << "gpupoold = { listen = \"127.0.0.1:" << PooldPort(r) << "\"; state = \"etcd\"; etcd_endpoints = [\""
           << EtcdUrl(0) << "\", \"" << EtcdUrl(1) << "\", \"" << EtcdUrl(2) << "\"]; etcd_prefix = \"/gpupool-test/\";"
-          << " leader_ttl = 2; slurm_reap = false; unreachable_timeout = 86400; };\n"
+          << " leader_ttl = 2; slurm_reap = false; enforce_licenses = false; unreachable_timeout = 86400; };\n"
           << "pools = ( { name = \"a100\"; } );\n";
     }
   }
@@ -209,10 +209,13 @@ TEST_F(HaTest, AFollowerNamesTheLeaderAndClientsFollowIt) {
   EXPECT_NE(body.value("error", "").find("is a follower; the leader is at " + PooldUrl(0)), std::string::npos)
       << refused->body;
   EXPECT_EQ(body.value("leader", ""), PooldUrl(0));
-  // A client that knows only the follower is sent to the leader.
+  // A client that knows only the follower is not sent to a leader outside its server list
+  // (issue 37: the leader's URL comes from etcd).
   ApiClient follower(ApiClientOptions{PooldUrl(1), 2000, "", true});
   auto pools = follower.Get("/v1/pools");
-  EXPECT_TRUE(pools.ok()) << pools.status().message();
+  EXPECT_EQ(pools.status().code(), Status::Code::kUnavailable);
+  EXPECT_NE(pools.status().message().find("not in the configured server list"), std::string::npos)
+      << pools.status().message();
   EXPECT_EQ(ping.Get("/v1/ping").value().value("role", ""), "follower");
   EXPECT_EQ(ping.Get("/v1/ping").value().value("leader", ""), PooldUrl(0));
   // A client that lists the follower first ends at the leader.

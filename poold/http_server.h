@@ -1,0 +1,139 @@
+// HttpServer: gpupoold's HTTP/1.1 server, on which ApiServer routes the API.
+//
+// Why not httplib's server (one worker thread per keep-alive connection, a 30 s read timeout
+// per read): a client that sends a header line every few seconds held a worker for as long
+// as it liked, and a few hundred such clients stopped the API, agents' heartbeats included
+// (issue 37). Here one event loop reads every request whole, under deadlines (the headers
+// within header_timeout_ms of the request's first byte, the body within body_timeout_ms),
+// with a cap on the open connections of each source address; only a complete request
+// reaches a worker. Requests on priority routes (agents' register and heartbeat) go to
+// workers of their own that user traffic never occupies.
+//
+// What it speaks: HTTP/1.1 and 1.0, keep-alive, bodies with Content-Length (chunked request
+// bodies are refused with 411), "Expect: 100-continue". Pipelined requests are served in
+// order.
+//
+// Thread safety: Handle(), SetErrorHandler() and Bind() before Serve(); Serve() blocks until
+// Stop(); Stop(), Stalled() and counters() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace gpupool::poold {
+
+struct HttpLimits {
+  int header_timeout_ms = 5000;   // from a request's first byte to the end of its headers
+  int body_timeout_ms = 10000;    // from the end of the headers to the end of the body
+  int idle_timeout_ms = 60000;    // a keep-alive connection with no request in it
+  int write_timeout_ms = 5000;    // to write one answer
+  int per_source = 256;           // open connections of one source address
+  int max_connections = 16384;    // in all
+  size_t max_header_bytes = 16384;
+  size_t max_body_bytes = 65536;  // larger: 413
+  int workers = 128;              // for ordinary routes
+  int priority_workers = 8;       // for priority routes only
+};
+
+struct HttpCounters {
+  uint64_t accepted = 0;
+  uint64_t refused_per_source = 0;  // closed at accept: the source had per_source open
+  uint64_t refused_full = 0;        // closed at accept: max_connections open
+  uint64_t timed_out = 0;           // closed: headers, body or write past their deadline
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  using ExceptionHandler = std::function<void(const httplib::Request&, httplib::Response&, std::exception_ptr)>;
+
+  explicit HttpServer(HttpLimits limits);
+  ~HttpServer();
+
+  // `priority`: served by the priority workers (agents' traffic).
+  void Handle(const std::string& method, const std::string& path, Handler handler, bool priority = false);
+  // Called for an answer the server makes itself (400, 404, 405, 411, 413) with res.status
+  // set, to fill its body; and for a handler that threw.
+  void SetErrorHandler(Handler handler) { error_handler_ = std::move(handler); }
+  void SetExceptionHandler(ExceptionHandler handler) { exception_handler_ = std::move(handler); }
+
+  // Binds host:port (port 0: any free port, see port()).
+  Status Bind(const std::string& host, int port);
+  int port() const { return port_; }
+  // Serves until Stop(); returns at once if Stop() came first.
+  void Serve();
+  void Stop();
+  // Whether, within the last `seconds`, a priority request waited more than a second for a
+  // worker or the event loop fell a second behind: the server was too busy to hear agents
+  // in time (so silence from them then proves nothing).
+  bool Stalled(int seconds) const;
+  HttpCounters counters() const;
+
+ private:
+  struct Conn;
+  struct Route {
+    Handler handler;
+    bool priority = false;
+  };
+  struct Job {
+    std::shared_ptr<Conn> conn;
+    std::chrono::steady_clock::time_point queued;
+  };
+  using Clock = std::chrono::steady_clock;
+
+  void Loop();
+  void Accept();
+  void OnReadable(const std::shared_ptr<Conn>& c);
+  // Parses c's buffer; true once a whole request is in it (then it is queued), false while
+  // more is needed; closes c on a bad request (after answering it).
+  bool TryParse(const std::shared_ptr<Conn>& c);
+  void Close(const std::shared_ptr<Conn>& c);
+  void Rearm(const std::shared_ptr<Conn>& c);
+  void Worker(bool priority);
+  void Serve(Conn& c);
+  void Answer(Conn& c, httplib::Response& res, bool keep_alive);
+  bool WriteAll(int fd, const std::string& data);
+  void Wake();
+  void NoteStall();
+
+  const HttpLimits limits_;
+  std::map<std::string, std::map<std::string, Route>> routes_;  // path → method → route
+  Handler error_handler_;
+  ExceptionHandler exception_handler_;
+  int listen_fd_ = -1;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd: Stop() and re-armed connections
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> last_stall_ms_{-1};  // steady ms of the last stall; -1: never
+  std::vector<std::thread> workers_;
+
+  // The event loop's connections, by fd (only the loop touches it).
+  std::map<int, std::shared_ptr<Conn>> conns_;
+  std::map<std::string, int> per_source_;
+
+  mutable std::mutex mu_;  // guards the queues, rearm_, counters_
+  std::condition_variable work_cv_, priority_cv_;
+  std::deque<Job> work_, priority_work_;        // GUARDED_BY(mu_)
+  std::vector<std::shared_ptr<Conn>> rearm_;    // GUARDED_BY(mu_): served; back to the loop
+  HttpCounters counters_;                       // GUARDED_BY(mu_)
+};
+
+}  // namespace gpupool::poold
