@@ -131,8 +131,24 @@ Result<AgentRegistration> ParseRegistration(const json& body) {
 }
 
 Result<std::vector<GpuHealthReport>> ParseHeartbeat(const json& body, std::string* host,
-                                                    std::vector<RecoveryReport>* recoveries) {
-  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"host", "gpus", "recoveries"}));
+                                                    std::vector<RecoveryReport>* recoveries,
+                                                    std::vector<TenantFaultReport>* tenant_faults) {
+  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"host", "gpus", "recoveries", "tenant_faults"}));
+  if (auto list = body.find("tenant_faults"); list != body.end()) {
+    if (!list->is_array()) return Status::InvalidArgument("field 'tenant_faults' must be a list");
+    if (list->size() > 1000) {
+      return Status::InvalidArgument("field 'tenant_faults' has more than 1000 entries");
+    }
+    for (const json& e : *list) {
+      GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(e, {"uuid", "lease", "how"}, "tenant fault entry"));
+      TenantFaultReport r;
+      GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "uuid", true, &r.uuid));
+      GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "lease", true, &r.lease));
+      GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "how", true, &r.how));
+      if (r.how.size() > 128) return Status::InvalidArgument("field 'how' is longer than 128 characters");
+      if (tenant_faults != nullptr) tenant_faults->push_back(std::move(r));
+    }
+  }
   GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "host", true, host));
   if (auto list = body.find("recoveries"); list != body.end()) {
     if (!list->is_array()) return Status::InvalidArgument("field 'recoveries' must be a list");

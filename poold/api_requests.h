@@ -36,10 +36,12 @@ Status ParseRelease(const nlohmann::json& body, std::string* id, int64_t* job_id
 // POST /v1/agents/register.
 Result<AgentRegistration> ParseRegistration(const nlohmann::json& body);
 // POST /v1/agents/heartbeat.
-// `recoveries` (optional): the heartbeat's "recoveries" list.
+// `recoveries` (optional): the heartbeat's "recoveries" list; `tenant_faults` (optional):
+// its "tenant_faults" list.
 Result<std::vector<GpuHealthReport>> ParseHeartbeat(const nlohmann::json& body,
                                                     std::string* host,
-                                                    std::vector<RecoveryReport>* recoveries = nullptr);
+                                                    std::vector<RecoveryReport>* recoveries = nullptr,
+                                                    std::vector<TenantFaultReport>* tenant_faults = nullptr);
 
 // POST /v1/gpus/update.
 struct GpuUpdate {

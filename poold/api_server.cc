@@ -263,9 +263,15 @@ void ApiServer::Route() {
     if (!body.ok()) return body.status();
     std::string host;
     std::vector<RecoveryReport> recoveries;
-    Result<std::vector<GpuHealthReport>> gpus = ParseHeartbeat(*body, &host, &recoveries);
+    std::vector<TenantFaultReport> tenant_faults;
+    Result<std::vector<GpuHealthReport>> gpus = ParseHeartbeat(*body, &host, &recoveries, &tenant_faults);
     if (!gpus.ok()) return gpus.status();
-    return engine_->Heartbeat(host, *gpus, recoveries, AgentSender{req.remote_addr, caller.uid});
+    const AgentSender sender{req.remote_addr, caller.uid};
+    Result<json> answer = engine_->Heartbeat(host, *gpus, recoveries, sender);
+    if (answer.ok() && !tenant_faults.empty()) {
+      GPUPOOL_RETURN_IF_ERROR(engine_->RecordTenantFaults(host, tenant_faults, sender));
+    }
+    return answer;
   }), /*priority=*/true);
 
   // Errors httplib produces itself (404 route, 413 payload, 400 parse) get a JSON body too.
@@ -318,7 +324,8 @@ std::string ApiServer::Metrics() {
       {"gpupool_swaps_total", k.swapped},            {"gpupool_leases_degraded_total", k.degraded},
       {"gpupool_gpu_failures_total", k.failed},      {"gpupool_gpu_unreachable_total", k.unreachable},
       {"gpupool_recoveries_total", k.recovered},     {"gpupool_migrations_total", k.migrated},
-      {"gpupool_recoveries_dropped_total", k.recoveries_dropped}};
+      {"gpupool_recoveries_dropped_total", k.recoveries_dropped},
+      {"gpupool_tenant_faults_total", k.tenant_faults}};
   for (const auto& [name, v] : counters) {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;

@@ -76,6 +76,14 @@ struct RecoveryReport {
   uint64_t copied_bytes = 0;  // handed over from the old GPU's agent (a planned move)
 };
 
+// A session on one of the host's GPUs ended through its own input (its worker process
+// crashed, hit a limit, or was killed): the tenant's fault, never the GPU's.
+struct TenantFaultReport {
+  std::string uuid;   // the GPU (of the reporting host)
+  std::string lease;  // the lease whose session it was
+  std::string how;    // e.g. "killed by signal 11 (Segmentation fault)"
+};
+
 struct AgentGpu {
   std::string uuid, model, pci_bus_id;
   int index = 0, numa_node = -1;
@@ -99,7 +107,8 @@ struct EventFilter {
 // Counters for /metrics.
 struct EngineCounters {
   uint64_t acquired = 0, released = 0, expired = 0, reaped = 0, swapped = 0, degraded = 0,
-           failed = 0, unreachable = 0, recovered = 0, migrated = 0, recoveries_dropped = 0;
+           failed = 0, unreachable = 0, recovered = 0, migrated = 0, recoveries_dropped = 0,
+           tenant_faults = 0;
 };
 
 // Who owns Slurm job N, as slurmctld says (SlurmJobs::Owner). NotFound: no such job or it
@@ -172,6 +181,11 @@ class PoolEngine {
                                    const std::vector<RecoveryReport>& recoveries = {},
                                    const AgentSender& from = {});
   static constexpr int kRecoveriesPerMinute = 10;
+  // Records a "tenant_fault" event for each report whose GPU is the host's and held by the
+  // lease it names (others are ignored); the GPU's state does not change. Counted with the
+  // recovered events against kRecoveriesPerMinute per lease. Same sender check as Heartbeat.
+  Status RecordTenantFaults(const std::string& host, const std::vector<TenantFaultReport>& reports,
+                            const AgentSender& from = {});
 
   // Periodic work: hosts silent for unreachable_timeout → UNREACHABLE (and swaps);
   // leases past their expiry → released. `deaf`: gpupoold itself was too busy to hear
@@ -238,6 +252,9 @@ class PoolEngine {
   void PersistGpu(GpuIndex g);
   void PersistLease(const Lease& lease);
   void Event(const std::string& type, GpuIndex gpu, const Lease* lease, const std::string& detail);
+  // Counts one more client-reported event of lease `lease_number` this minute; false past
+  // kRecoveriesPerMinute. REQUIRES: mu_ held.
+  bool WithinEventRate(uint64_t lease_number);
   nlohmann::json GpuJson(GpuIndex g) const;
   nlohmann::json LeaseJson(const Lease& lease, bool with_token) const;
   nlohmann::json EventJson(const EventRow& e) const;

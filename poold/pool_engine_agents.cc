@@ -109,6 +109,42 @@ Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg, const 
   return nlohmann::json{{"gpus", out}};
 }
 
+bool PoolEngine::WithinEventRate(uint64_t lease_number) {
+  auto& [minute, count] = recoveries_per_minute_[lease_number];
+  if (minute != clock_() / 60) {
+    minute = clock_() / 60;
+    count = 0;
+  }
+  return ++count <= kRecoveriesPerMinute;
+}
+
+Status PoolEngine::RecordTenantFaults(const std::string& host_name,
+                                      const std::vector<TenantFaultReport>& reports,
+                                      const AgentSender& from) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Store::Hold hold(store_);
+  NameId host_id = inventory_.FindName(host_name);
+  if (host_id == kNone || inventory_.FindHost(host_id) == nullptr) {
+    return Status::NotFound("unknown host '" + host_name + "': register first");
+  }
+  GPUPOOL_RETURN_IF_ERROR(CheckAgentSender(host_id, from, /*registering=*/false));
+  for (const TenantFaultReport& r : reports) {
+    GpuIndex g = inventory_.FindGpu(r.uuid);
+    if (g == kNone || inventory_.gpu(g).host != host_id || inventory_.gpu(g).lease == 0) continue;
+    auto it = leases_.find(inventory_.gpu(g).lease);
+    if (it == leases_.end() || LeaseName(it->second.number) != r.lease) continue;
+    if (!WithinEventRate(it->second.number)) {
+      ++counters_.recoveries_dropped;
+      continue;
+    }
+    ++counters_.tenant_faults;
+    Event("tenant_fault", g, &it->second,
+          "a session of this lease ended through its own work (its worker " + r.how +
+              "); the GPU stays healthy");
+  }
+  return Status::OK();
+}
+
 Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
                                              const std::vector<GpuHealthReport>& gpus,
                                              const std::vector<RecoveryReport>& recoveries,
@@ -143,12 +179,7 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
     if (it == leases_.end() || LeaseName(it->second.number) != r.lease) continue;
     // Recovered events are written on a client's word (through its agent): a bounded number
     // per lease, so that a client cannot flood the event log.
-    auto& [minute, count] = recoveries_per_minute_[it->second.number];
-    if (minute != clock_() / 60) {
-      minute = clock_() / 60;
-      count = 0;
-    }
-    if (++count > kRecoveriesPerMinute) {
+    if (!WithinEventRate(it->second.number)) {
       ++counters_.recoveries_dropped;
       continue;
     }

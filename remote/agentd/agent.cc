@@ -64,6 +64,17 @@ void Agent::ReportRecovery(const std::string& gpu_uuid, const std::string& lease
   HeartbeatSoon();
 }
 
+void Agent::ReportTenantFault(const std::string& gpu_uuid, const std::string& lease,
+                              const std::string& how) {
+  {
+    std::lock_guard<std::mutex> l(recoveries_mu_);
+    if (tenant_faults_.size() < 1000) {
+      tenant_faults_.push_back({{"uuid", gpu_uuid}, {"lease", lease}, {"how", how.substr(0, 128)}});
+    }
+  }
+  HeartbeatSoon();
+}
+
 bool Agent::RefreshLeases(int timeout_ms) {
   std::unique_lock<std::mutex> l(wake_->mu);
   // A heartbeat in flight may have been sent before the caller's lease existed: wait for
@@ -202,17 +213,22 @@ void Agent::Run() {
     last_heartbeat = std::chrono::steady_clock::now();
     nlohmann::json body = HeartbeatBody();
     nlohmann::json recoveries = nlohmann::json::array();
+    nlohmann::json tenant_faults = nlohmann::json::array();
     {
       std::lock_guard<std::mutex> l(recoveries_mu_);
       recoveries.swap(recoveries_);
+      tenant_faults.swap(tenant_faults_);
     }
     if (!recoveries.empty()) body["recoveries"] = recoveries;
+    if (!tenant_faults.empty()) body["tenant_faults"] = tenant_faults;
     Result<nlohmann::json> answer = client.Post("/v1/agents/heartbeat", body);
-    if (!answer.ok() && !recoveries.empty()) {
+    if (!answer.ok() && (!recoveries.empty() || !tenant_faults.empty())) {
       // Sent again with the next heartbeat.
       std::lock_guard<std::mutex> l(recoveries_mu_);
       for (auto& r : recoveries_) recoveries.push_back(std::move(r));
       recoveries_.swap(recoveries);
+      for (auto& r : tenant_faults_) tenant_faults.push_back(std::move(r));
+      tenant_faults_.swap(tenant_faults);
     }
     if (!answer.ok()) {
       if (answer.status().code() == Status::Code::kNotFound) {

@@ -67,6 +67,11 @@ class Agent {
                       uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
                       uint64_t copied_bytes = 0);
 
+  // A session worker of `lease` on `gpu_uuid` ended through its tenant's own input (`how`):
+  // reported with the next heartbeat (asked for now), which records a "tenant_fault" event;
+  // the GPU's health does not change. Any thread.
+  void ReportTenantFault(const std::string& gpu_uuid, const std::string& lease, const std::string& how);
+
   bool registered() const { return registered_.load(); }
   uint64_t registrations() const { return registrations_.load(); }
   uint64_t heartbeats() const { return heartbeats_.load(); }  // successful ones
@@ -107,6 +112,7 @@ class Agent {
   std::string trouble_;  // the failure last logged; used only by the agent thread
   std::mutex recoveries_mu_;
   nlohmann::json recoveries_ = nlohmann::json::array();  // not yet sent; guarded by recoveries_mu_
+  nlohmann::json tenant_faults_ = nlohmann::json::array();  // likewise
 };
 
 }  // namespace gpupool::agentd

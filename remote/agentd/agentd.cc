@@ -222,6 +222,10 @@ int RunAgentd(const std::vector<std::string>& args) {
               gpu_uuid + " from " + from + " in " + std::to_string(pause_ms) + " ms");
     agent.ReportRecovery(gpu_uuid, lease, from, pause_ms, restored_bytes, replayed, copied_bytes);
   };
+  dp.on_tenant_fault = [&agent](const std::string& gpu_uuid, const std::string& lease,
+                                const std::string& how) {
+    agent.ReportTenantFault(gpu_uuid, lease, how);
+  };
   Result<std::unique_ptr<SessionBroker>> data_server = SessionBroker::Start(std::move(dp));
   if (!data_server.ok()) {
     return report.Fail(kExitFailure, "cannot start the data path on " + config.listen + ": " +

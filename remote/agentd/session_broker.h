@@ -37,6 +37,7 @@
 
 #include "common/status.h"
 #include "remote/backend/backend.h"
+#include "remote/dataplane/server.h"
 
 namespace gpupool::agentd {
 
@@ -51,10 +52,7 @@ struct SessionBrokerOptions {
   std::function<uint64_t()> authorization_epoch;
   std::function<bool(const std::string& uuid)> gpu_failed;
   std::function<std::string(const std::string& uuid)> handoff_source;
-  std::function<void(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
-                     uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
-                     uint64_t copied_bytes)>
-      on_recovered;
+  dataplane::RecoveryListener on_recovered;
   // A worker ended through its tenant's fault (how: "killed by signal 11", ...).
   std::function<void(const std::string& gpu_uuid, const std::string& lease,
                      const std::string& how)>

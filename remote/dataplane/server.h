@@ -52,6 +52,12 @@ using Authorizer = std::function<bool(const std::string& lease_id,
                                       const std::string& token,
                                       const std::string& gpu_uuid)>;
 
+// Told that a client recovered on `gpu_uuid` after losing GPU `from` (kOpRecovered).
+using RecoveryListener =
+    std::function<void(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
+                       uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
+                       uint64_t copied_bytes)>;
+
 struct ServerOptions {
   std::string listen;  // "HOST:PORT" (port 0: any free port); empty: clients come by Adopt
 
@@ -86,10 +92,7 @@ struct ServerOptions {
   std::function<std::string(const std::string& uuid)> handoff_source;
   // A client reported that it recovered on `gpu_uuid` (kOpRecovered): its session's lease
   // and GPU, and its own figures. Runs on the GPU's thread: must not block. May be empty.
-  std::function<void(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
-                     uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
-                     uint64_t copied_bytes)>
-      on_recovered;
+  RecoveryListener on_recovered;
   // A retained session offered its memory for a handoff with `ticket` (any thread; must
   // not block). The agent's session worker tells its supervisor, which routes the other
   // agent's attach, presenting that ticket at its handshake, to this worker. May be empty.

@@ -83,6 +83,23 @@ class IntegrationTest : public testing::Test {
     return control;
   }
 
+  // An agent for gpuhost1 over TCP, both its GPUs IDLE, and a lease of `count` of them for
+  // job `job`: the lease's JSON (null on failure, with a test failure). The agent's control
+  // port goes to control_port_.
+  nlohmann::json AgentAndLease(int job, int count) {
+    setenv("UCX_TLS", "tcp", 1);
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    control_port_ = StartAgent("gpuhost1", "rack1");
+    bool idle = Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; });
+    EXPECT_TRUE(idle) << Logs();
+    if (!idle) return nullptr;
+    Result<nlohmann::json> lease = client_->Post(
+        "/v1/leases", {{"job_id", job}, {"request", {{{"pool", "a100"}, {"count", count}}}}, {"ttl", 600}});
+    EXPECT_TRUE(lease.ok()) << lease.status().message();
+    return lease.ok() ? (*lease)["lease"] : nlohmann::json();
+  }
+  int control_port_ = 0;
+
   // gpupoold's view of one GPU ("host:index"); a null json when unknown.
   nlohmann::json Gpu(const std::string& id) {
     Result<nlohmann::json> r = client_->Get("/v1/gpus?id=" + id);
@@ -396,16 +413,10 @@ $Lforever:
 // A session runs in a process of its own, as the unprivileged worker user, never in the
 // agent: the agent (root here) parses none of the client's requests.
 TEST_F(IntegrationTest, EachSessionRunsInAnUnprivilegedWorkerOfItsOwn) {
-  setenv("UCX_TLS", "tcp", 1);
-  setenv("UCX_NET_DEVICES", "lo", 1);
-  StartAgent("gpuhost1", "rack1");
-  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }))
-      << Logs();
-  Result<nlohmann::json> lease = client_->Post(
-      "/v1/leases", {{"job_id", 50}, {"request", {{{"pool", "a100"}, {"count", 2}}}}, {"ttl", 600}});
-  ASSERT_TRUE(lease.ok()) << lease.status().message();
-  std::string id = (*lease)["lease"]["id"], token = (*lease)["lease"]["token"];
-  std::string first = (*lease)["lease"]["gpus"][0]["uuid"], second = (*lease)["lease"]["gpus"][1]["uuid"];
+  nlohmann::json lease = AgentAndLease(50, 2);
+  ASSERT_FALSE(lease.is_null());
+  std::string id = lease["id"], token = lease["token"];
+  std::string first = lease["gpus"][0]["uuid"], second = lease["gpus"][1]["uuid"];
   EXPECT_TRUE(WorkersOf(pids_["gpuhost1"]).empty());
   DataClient a(data_ports_["gpuhost1"], id, token, first);
   DataClient b(data_ports_["gpuhost1"], id, token, second);
@@ -456,13 +467,8 @@ TEST_F(IntegrationTest, AHandshakeWithoutAGoodCredentialIsRefusedBeforeAnyWorker
 // handshake slots, each for at most 2 s: a real client of the same address still gets its
 // session, the library trying again with backoff.
 TEST_F(IntegrationTest, IdleConnectionsDoNotStarveAClientsHandshake) {
-  setenv("UCX_TLS", "tcp", 1);
-  setenv("UCX_NET_DEVICES", "lo", 1);
-  StartAgent("gpuhost1", "rack1");
-  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE"; })) << Logs();
-  Result<nlohmann::json> lease = client_->Post(
-      "/v1/leases", {{"job_id", 55}, {"request", {{{"pool", "a100"}, {"count", 1}}}}, {"ttl", 600}});
-  ASSERT_TRUE(lease.ok());
+  nlohmann::json lease = AgentAndLease(55, 1);
+  ASSERT_FALSE(lease.is_null());
   std::vector<int> idle;
   for (int i = 0; i < 300; ++i) {
     auto fd = transport::ConnectTcp("127.0.0.1:" + std::to_string(data_ports_["gpuhost1"]), 1000);
@@ -470,8 +476,8 @@ TEST_F(IntegrationTest, IdleConnectionsDoNotStarveAClientsHandshake) {
   }
   EXPECT_GE(idle.size(), 200u);
   auto started = std::chrono::steady_clock::now();
-  DataClient client(data_ports_["gpuhost1"], (*lease)["lease"]["id"], (*lease)["lease"]["token"],
-                    (*lease)["lease"]["gpus"][0]["uuid"]);
+  DataClient client(data_ports_["gpuhost1"], lease["id"], lease["token"],
+                    lease["gpus"][0]["uuid"]);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   for (int fd : idle) close(fd);
   std::printf("a client's session started %.1f s into a crowd of %zu idle connections\n", seconds,
@@ -485,17 +491,11 @@ TEST_F(IntegrationTest, IdleConnectionsDoNotStarveAClientsHandshake) {
 // connection, the GPU stays healthy and leased, and the lease's next connection gets a new
 // worker.
 TEST_F(IntegrationTest, AWorkerThatDiesIsATenantFaultNotAGpuFault) {
-  setenv("UCX_TLS", "tcp", 1);
-  setenv("UCX_NET_DEVICES", "lo", 1);
-  StartAgent("gpuhost1", "rack1");
-  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }))
-      << Logs();
-  Result<nlohmann::json> lease = client_->Post(
-      "/v1/leases", {{"job_id", 51}, {"request", {{{"pool", "a100"}, {"count", 1}}}}, {"ttl", 600}});
-  ASSERT_TRUE(lease.ok());
-  std::string id = (*lease)["lease"]["id"], token = (*lease)["lease"]["token"];
-  std::string uuid = (*lease)["lease"]["gpus"][0]["uuid"];
-  std::string gpu_id = (*lease)["lease"]["gpus"][0]["id"];
+  nlohmann::json lease = AgentAndLease(51, 1);
+  ASSERT_FALSE(lease.is_null());
+  std::string id = lease["id"], token = lease["token"];
+  std::string uuid = lease["gpus"][0]["uuid"];
+  std::string gpu_id = lease["gpus"][0]["id"];
   DataClient victim(data_ports_["gpuhost1"], id, token, uuid);
   ASSERT_EQ(victim.hello_status(), dataplane::kCuSuccess) << Logs();
   auto workers = WorkersOf(pids_["gpuhost1"]);
@@ -505,6 +505,15 @@ TEST_F(IntegrationTest, AWorkerThatDiesIsATenantFaultNotAGpuFault) {
   std::this_thread::sleep_for(std::chrono::seconds(3));  // a heartbeat or two
   EXPECT_EQ(State(gpu_id), "LEASED") << Gpu(gpu_id).dump();
   EXPECT_NE(Logs().find("the tenant's fault, the GPU stays healthy"), std::string::npos) << Logs();
+  // gpupoold has it as an event of the lease, reported by the GPU's agent.
+  EXPECT_TRUE(Eventually([&] {
+    Result<nlohmann::json> events = client_->Get("/v1/events?job=51");
+    if (!events.ok()) return false;
+    for (const auto& e : (*events)["events"]) {
+      if (e["type"] == "tenant_fault") return true;
+    }
+    return false;
+  }, 5000)) << Logs();
   DataClient next(data_ports_["gpuhost1"], id, token, uuid);
   ASSERT_EQ(next.hello_status(), dataplane::kCuSuccess) << next.hello_answer();
   EXPECT_EQ(next.Alloc(4096), dataplane::kCuSuccess);
@@ -567,18 +576,13 @@ TEST_F(IntegrationTest, AnEndlessKernelEndsWithItsLeaseAndFailsNoGpu) {
 // A GPU that truly hangs (the sim's injected hang) is still found: no progress, and the
 // probe on a fresh session does not finish, so the GPU is reported FAILED.
 TEST_F(IntegrationTest, AHungGpuFailsItsProbeAndIsReportedFailed) {
-  setenv("UCX_TLS", "tcp", 1);
-  setenv("UCX_NET_DEVICES", "lo", 1);
-  int control = StartAgent("gpuhost1", "rack1");
-  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }))
-      << Logs();
-  Result<nlohmann::json> lease = client_->Post(
-      "/v1/leases", {{"job_id", 54}, {"request", {{{"pool", "a100"}, {"count", 1}}}}, {"ttl", 600}});
-  ASSERT_TRUE(lease.ok());
-  std::string id = (*lease)["lease"]["id"], token = (*lease)["lease"]["token"];
-  std::string uuid = (*lease)["lease"]["gpus"][0]["uuid"];
-  std::string gpu_id = (*lease)["lease"]["gpus"][0]["id"];
-  int index = (*lease)["lease"]["gpus"][0]["index"];
+  nlohmann::json lease = AgentAndLease(54, 1);
+  ASSERT_FALSE(lease.is_null());
+  const int control = control_port_;
+  std::string id = lease["id"], token = lease["token"];
+  std::string uuid = lease["gpus"][0]["uuid"];
+  std::string gpu_id = lease["gpus"][0]["id"];
+  int index = lease["gpus"][0]["index"];
   DataClient client(data_ports_["gpuhost1"], id, token, uuid);
   ASSERT_EQ(client.hello_status(), dataplane::kCuSuccess) << Logs();
   auto f = Call(control, "POST", "/v1/faults", R"({"index":)" + std::to_string(index) + R"(,"mode":"hang"})");

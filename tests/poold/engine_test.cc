@@ -599,6 +599,41 @@ TEST_F(EngineTest, RecoveredEventsNameTheirReporterAndAreRateLimited) {
   EXPECT_EQ(engine_->counters().recovered, static_cast<uint64_t>(PoolEngine::kRecoveriesPerMinute) + 1);
 }
 
+// Issue 36: a session that ended through its own input is an event of its lease, never a
+// change of its GPU; only the GPU's own agent may say so, and only of the lease holding it.
+TEST_F(EngineTest, TenantFaultsAreEventsAndNeverChangeTheGpu) {
+  AddHost("g1", "r1", 1);
+  AddHost("g2", "r1", 1);
+  auto l = Acquire(1, "a100", 1);
+  ASSERT_TRUE(l.ok());
+  std::string uuid = l.value()["gpus"][0]["uuid"], host = l.value()["gpus"][0]["host"];
+  std::string gpu = l.value()["gpus"][0]["id"];
+  std::string other = host == "g1" ? "g2" : "g1";
+  TenantFaultReport report{uuid, l.value()["id"], "killed by signal 11 (Segmentation fault)"};
+  ASSERT_TRUE(engine_->RecordTenantFaults(other, {report}).ok());  // not its GPU
+  TenantFaultReport wrong = report;
+  wrong.lease = "L999";
+  ASSERT_TRUE(engine_->RecordTenantFaults(host, {wrong}).ok());  // not its lease
+  EXPECT_EQ(engine_->counters().tenant_faults, 0u);
+  EXPECT_FALSE(engine_->RecordTenantFaults("nohost", {report}).ok());
+  ASSERT_TRUE(engine_->RecordTenantFaults(host, {report}).ok());
+  EXPECT_EQ(engine_->counters().tenant_faults, 1u);
+  EventFilter f;
+  f.job_id = 1;
+  json last = engine_->ListEvents(admin_, f).value()["events"].back();
+  EXPECT_EQ(last["type"], "tenant_fault");
+  EXPECT_NE(last["detail"].get<std::string>().find("killed by signal 11 (Segmentation fault)"),
+            std::string::npos);
+  json shown = engine_->ListGpus(gpu, "").value()["gpus"][0];
+  EXPECT_EQ(shown["state"], "LEASED") << shown.dump();
+  EXPECT_EQ(engine_->counters().failed, 0u);
+  // Bounded like recovered events.
+  for (int i = 0; i < PoolEngine::kRecoveriesPerMinute + 3; ++i) {
+    ASSERT_TRUE(engine_->RecordTenantFaults(host, {report}).ok());
+  }
+  EXPECT_EQ(engine_->counters().tenant_faults, static_cast<uint64_t>(PoolEngine::kRecoveriesPerMinute));
+}
+
 TEST_F(EngineTest, RecoveriesReportedByTheGpusAgentAreRecorded) {
   AddHost("g1", "r1", 2);
   AddHost("g2", "r1", 2);

@@ -228,6 +228,9 @@ class FailoverTest : public ::testing::Test {
     ASSERT_NE(channel_.connection, nullptr) << why;
   }
 
+  // As Open(Replay()), through sessions whose process dies at a poisoned request.
+  void OpenDying();
+
   int32_t Call(uint32_t op, const void* args, size_t args_len, const void* payload = nullptr,
                size_t payload_len = 0, void* result = nullptr, size_t capacity = 0,
                std::string* out = nullptr) {
@@ -1086,18 +1089,22 @@ std::unique_ptr<transport::ClientConnection> OpenDyingSession(const GpuLocation&
   return std::make_unique<DyingSession>(std::move(real));
 }
 
+void FailoverTest::OpenDying() {
+  g_sessions_opened = 0;
+  failover_ = std::make_unique<Failover>(Replay(), 0, 0, lease_file_, OpenDyingSession);
+  channel_.location = {first_->uuid, first_->endpoint};
+  std::string why;
+  int32_t refusal = 0;
+  channel_.connection = OpenDyingSession(channel_.location, &channel_.description, &why, &refusal);
+  ASSERT_NE(channel_.connection, nullptr) << why;
+}
+
 // A request that ends the session's process is the program's own fault: the library
 // recovers once (the agent might have died), and when the request ends the new session
 // too, it stops there with the error: no third session, no other GPU, long before the
 // recovery deadline.
 TEST_F(FailoverTest, ARequestThatEndsTwoSessionsIsNotCarriedToAThird) {
-  failover_ = std::make_unique<Failover>(Replay(), 0, 0, lease_file_, OpenDyingSession);
-  channel_.location = {first_->uuid, first_->endpoint};
-  std::string why;
-  int32_t refusal = 0;
-  g_sessions_opened = 0;
-  channel_.connection = OpenDyingSession(channel_.location, &channel_.description, &why, &refusal);
-  ASSERT_NE(channel_.connection, nullptr) << why;
+  OpenDying();
   Prepare();
   Step(1);
   ASSERT_EQ(Synchronize(), 0);
@@ -1112,13 +1119,7 @@ TEST_F(FailoverTest, ARequestThatEndsTwoSessionsIsNotCarriedToAThird) {
 // recovery's replay sends it again and ends the new session too. The replay stops there:
 // no further session is opened, and the process gets the error.
 TEST_F(FailoverTest, AReplayThatEndsTheNewSessionStopsThere) {
-  failover_ = std::make_unique<Failover>(Replay(), 0, 0, lease_file_, OpenDyingSession);
-  channel_.location = {first_->uuid, first_->endpoint};
-  std::string why;
-  int32_t refusal = 0;
-  g_sessions_opened = 0;
-  channel_.connection = OpenDyingSession(channel_.location, &channel_.description, &why, &refusal);
-  ASSERT_NE(channel_.connection, nullptr) << why;
+  OpenDying();
   Prepare();
   ASSERT_EQ(Synchronize(), 0);
   auto started = std::chrono::steady_clock::now();
