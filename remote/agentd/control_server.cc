@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <thread>
 
@@ -183,6 +184,11 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(ControlServerOptions
                                std::strerror(errno));
   }
   p->thread = std::thread([p] { p->http.listen_after_bind(); });
+  // Until the thread runs its accept loop, httplib's stop() does nothing, and a destructor
+  // right after Start (the agent failing at its next step) would wait on accept for ever.
+  for (int waited = 0; !p->http.is_running() && waited < 5000; ++waited) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   return server;
 }
 

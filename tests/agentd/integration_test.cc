@@ -400,6 +400,9 @@ double CpuSeconds(pid_t pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// Entries of the module that takes longer than hang_timeout (2 s here) to load.
+constexpr int kSlowModuleEntries = 30000;
+
 constexpr const char* kEndlessPtx = R"(.version 7.0
 .target sm_80
 .address_size 64
@@ -571,6 +574,32 @@ TEST_F(IntegrationTest, AnEndlessKernelEndsWithItsLeaseAndFailsNoGpu) {
   DataClient successor(data_ports_["gpuhost1"], next["id"], next["token"], uuid);
   ASSERT_EQ(successor.hello_status(), dataplane::kCuSuccess) << successor.hello_answer() << Logs();
   EXPECT_EQ(successor.Alloc(1 << 20), dataplane::kCuSuccess);
+}
+
+// A module of tens of thousands of entries takes longer to load than hang_timeout, with no
+// progress counted meanwhile: the watchdog's stall leads to a probe on a fresh session,
+// which passes, so the GPU is not failed (issue 36: such a load once failed 3 GPUs).
+TEST_F(IntegrationTest, ASlowModuleLoadIsNotAHungGpu) {
+  nlohmann::json lease = AgentAndLease(56, 1);
+  ASSERT_FALSE(lease.is_null());
+  std::string gpu_id = lease["gpus"][0]["id"];
+  DataClient client(data_ports_["gpuhost1"], lease["id"], lease["token"], lease["gpus"][0]["uuid"]);
+  ASSERT_EQ(client.hello_status(), dataplane::kCuSuccess) << Logs();
+  std::string ptx = ".version 7.0\n.target sm_80\n.address_size 64\n";
+  for (int i = 0; i < kSlowModuleEntries; ++i) {
+    ptx += ".visible .entry k" + std::to_string(i) + "()\n{\n  ret;\n}\n";
+  }
+  auto started = std::chrono::steady_clock::now();
+  ASSERT_EQ(client.LoadPtx(1, ptx, "k0"), dataplane::kCuSuccess) << Logs();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::printf("a module of %d entries loaded in %.1f s (hang_timeout 2 s)\n", kSlowModuleEntries, seconds);
+  ASSERT_GT(seconds, 3.0) << "the load was too fast to stall the watchdog: raise kSlowModuleEntries";
+  EXPECT_TRUE(Eventually([&] { return Logs().find("a probe on a fresh session passed") != std::string::npos; },
+                         5000))
+      << Logs();
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // a heartbeat or two
+  EXPECT_EQ(State(gpu_id), "LEASED") << Gpu(gpu_id).dump();
+  EXPECT_EQ(Logs().find("reported FAILED"), std::string::npos) << Logs();
 }
 
 // A GPU that truly hangs (the sim's injected hang) is still found: no progress, and the

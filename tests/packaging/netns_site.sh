@@ -106,6 +106,9 @@ gpupoold = {
   listen = "${ADDR[head]}:6830";
   state_dir = "$work/head/state";
   slurm_reap = false;
+  # Not Slurm here (the test acquires leases as root for made-up jobs): a site keeps the
+  # default, true, and its jobs hold gpupool licences (docs/install.md).
+  enforce_licenses = false;
 };
 pools = (
   { name = "a100"; models = [ "*A100*" ]; }
@@ -129,7 +132,9 @@ done
 echo "client = { server = \"$head_url\"; };" >"$work/cn1/gpupool.conf"
 mkdir -p "$work/head/state"
 
-in_ns head "$bin/gpupoold" -D -f "$work/head/gpupool.conf" >"$work/gpupoold.log" 2>&1 &
+# `ip netns exec` itself, not in_ns: a function run in the background is a subshell, whose
+# pid ($!) is not the daemon's, and killing it at cleanup would leave the daemon running.
+ip netns exec "$(ns head)" "$bin/gpupoold" -D -f "$work/head/gpupool.conf" >"$work/gpupoold.log" 2>&1 &
 pids+=($!)
 ctl() { in_ns "$1" env GPUPOOL_CONF="$work/$1/gpupool.conf" "$bin/gpupoolctl" "${@:2}"; }
 for _ in $(seq 100); do ctl cn1 ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -137,7 +142,8 @@ ctl cn1 ping >/dev/null || fail "cn1 cannot reach gpupoold at $head_url"
 step "$(ctl cn1 ping)"
 
 for gpu in gpu1 gpu2; do
-  in_ns "$gpu" "$bin/gpupool-agentd" -D -f "$work/$gpu/gpupool.conf" >"$work/agent-$gpu.log" 2>&1 &
+  ip netns exec "$(ns "$gpu")" "$bin/gpupool-agentd" -D -f "$work/$gpu/gpupool.conf" \
+    >"$work/agent-$gpu.log" 2>&1 &
   pids+=($!)
 done
 registered() { [[ $(ctl cn1 show gpus --json | jq '[.gpus[] | select(.state == "IDLE")] | length') == 4 ]]; }
@@ -186,7 +192,7 @@ if [[ -n $remoting ]]; then
   case ${leased%:*} in gpuhost1) to=gpu2 ;; gpuhost2) to=gpu1 ;; *) fail "lease on $leased: $answer" ;; esac
   ctl head update gpu="$sibling" state=drain reason="netns_site: spare on the other host" >/dev/null
   jq '.lease' <<<"$answer" >"$work/cn1/lease.json"
-  in_ns cn1 env LD_LIBRARY_PATH="$remoting" UCX_TLS=tcp UCX_NET_DEVICES=eth0 \
+  ip netns exec "$(ns cn1)" env LD_LIBRARY_PATH="$remoting" UCX_TLS=tcp UCX_NET_DEVICES=eth0 \
     GPUPOOL_GPUS="$old" GPUPOOL_LEASE_ID="$lease" GPUPOOL_LEASE_TOKEN="$(jq -r '.lease.token' <<<"$answer")" \
     GPUPOOL_LEASE_FILE="$work/cn1/lease.json" GPUPOOL_RECOVERY_DEADLINE=60 \
     "$program" 200 20 4 16 >"$work/program.log" 2>&1 &

@@ -101,15 +101,16 @@ keep_only() {
   attacker=$(submit_on tcp --gpu-pool=a100:1 --wrap "$PROGRAMS/tenant_module")
   wait_job_end "$attacker" 120
   cat "$OUT/$attacker.out" >&3
-  grep -q '^tenant_module: variant 2:' "$OUT/$attacker.out"
+  # Each is refused at load with CUDA_ERROR_INVALID_PTX (218): sizes are checked where
+  # they are parsed, so nothing wraps and no 1 TiB shared array reaches the JIT.
+  local variant
+  for variant in 0 1 2 3; do
+    grep -q "^tenant_module: variant $variant: cuModuleLoadData = 218$" "$OUT/$attacker.out"
+  done
   touch "$OUT/attacker-done"
   wait_job_end "$victim" 120
   job_completed_ok "$victim"
   grep -q '^victim_memory: 0 bytes changed$' "$OUT/$victim.out"
-  # Whatever the hostile module did ended at most its own session: a load refused, or its
-  # worker gone as the tenant's fault (and the library stopped replaying it).
-  grep -qE '^tenant_module: variant 0: cuModuleLoadData = (218|200|2|46)' "$OUT/$attacker.out" ||
-    agent_logs | grep -q "the tenant's fault, the GPU stays healthy"
   # Every agent lived on.
   kill -0 "$(agent_pid "$host")"
   "$DEVCLUSTER" status >/dev/null

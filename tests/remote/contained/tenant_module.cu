@@ -23,6 +23,9 @@ int main() {
       head + ".global .align 8 .b8 pad[140737488355328];\n" + pay +
           ".global .align 8 .b8 wrap[-140737488355328];\n",
       head + ".global .align 8 .b8 huge[18446744073709551615];\n",
+      // Issue 36's JIT abort: a shared array of 1 TiB used only as a branch label.
+      head + ".visible .entry big()\n{\n  .shared .b8 big[1099511627776];\n"
+             "  bra.uni big;\nbig:\n  ret;\n}\n",
   };
   int index = 0;
   for (const std::string& ptx : variants) {
