@@ -252,9 +252,12 @@ class PoolEngine {
   void PersistGpu(GpuIndex g);
   void PersistLease(const Lease& lease);
   void Event(const std::string& type, GpuIndex gpu, const Lease* lease, const std::string& detail);
-  // Counts one more client-reported event of lease `lease_number` this minute; false past
-  // kRecoveriesPerMinute. REQUIRES: mu_ held.
-  bool WithinEventRate(uint64_t lease_number);
+  // The lease a client's report (through the agent of `host_id`) names, when it holds GPU
+  // `uuid` of that host (*gpu then names the GPU), and when the lease has not had
+  // kRecoveriesPerMinute reports this minute (counted as dropped otherwise); else nullptr.
+  // REQUIRES: mu_ held.
+  Lease* ReportedLease(NameId host_id, const std::string& uuid, const std::string& lease,
+                       GpuIndex* gpu);
   nlohmann::json GpuJson(GpuIndex g) const;
   nlohmann::json LeaseJson(const Lease& lease, bool with_token) const;
   nlohmann::json EventJson(const EventRow& e) const;

@@ -109,13 +109,25 @@ Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg, const 
   return nlohmann::json{{"gpus", out}};
 }
 
-bool PoolEngine::WithinEventRate(uint64_t lease_number) {
-  auto& [minute, count] = recoveries_per_minute_[lease_number];
+PoolEngine::Lease* PoolEngine::ReportedLease(NameId host_id, const std::string& uuid,
+                                             const std::string& lease, GpuIndex* gpu) {
+  GpuIndex g = inventory_.FindGpu(uuid);
+  if (g == kNone || inventory_.gpu(g).host != host_id || inventory_.gpu(g).lease == 0) return nullptr;
+  auto it = leases_.find(inventory_.gpu(g).lease);
+  if (it == leases_.end() || LeaseName(it->second.number) != lease) return nullptr;
+  // Written on a client's word (through its agent): a bounded number per lease, so that a
+  // client cannot flood the event log.
+  auto& [minute, count] = recoveries_per_minute_[it->second.number];
   if (minute != clock_() / 60) {
     minute = clock_() / 60;
     count = 0;
   }
-  return ++count <= kRecoveriesPerMinute;
+  if (++count > kRecoveriesPerMinute) {
+    ++counters_.recoveries_dropped;
+    return nullptr;
+  }
+  *gpu = g;
+  return &it->second;
 }
 
 Status PoolEngine::RecordTenantFaults(const std::string& host_name,
@@ -129,16 +141,11 @@ Status PoolEngine::RecordTenantFaults(const std::string& host_name,
   }
   GPUPOOL_RETURN_IF_ERROR(CheckAgentSender(host_id, from, /*registering=*/false));
   for (const TenantFaultReport& r : reports) {
-    GpuIndex g = inventory_.FindGpu(r.uuid);
-    if (g == kNone || inventory_.gpu(g).host != host_id || inventory_.gpu(g).lease == 0) continue;
-    auto it = leases_.find(inventory_.gpu(g).lease);
-    if (it == leases_.end() || LeaseName(it->second.number) != r.lease) continue;
-    if (!WithinEventRate(it->second.number)) {
-      ++counters_.recoveries_dropped;
-      continue;
-    }
+    GpuIndex g = kNone;
+    Lease* lease = ReportedLease(host_id, r.uuid, r.lease, &g);
+    if (lease == nullptr) continue;
     ++counters_.tenant_faults;
-    Event("tenant_fault", g, &it->second,
+    Event("tenant_fault", g, lease,
           "a session of this lease ended through its own work (its worker " + r.how +
               "); the GPU stays healthy");
   }
@@ -173,16 +180,9 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
     }
   }
   for (const RecoveryReport& r : recoveries) {
-    GpuIndex g = inventory_.FindGpu(r.uuid);
-    if (g == kNone || inventory_.gpu(g).host != host_id || inventory_.gpu(g).lease == 0) continue;
-    auto it = leases_.find(inventory_.gpu(g).lease);
-    if (it == leases_.end() || LeaseName(it->second.number) != r.lease) continue;
-    // Recovered events are written on a client's word (through its agent): a bounded number
-    // per lease, so that a client cannot flood the event log.
-    if (!WithinEventRate(it->second.number)) {
-      ++counters_.recoveries_dropped;
-      continue;
-    }
+    GpuIndex g = kNone;
+    Lease* lease = ReportedLease(host_id, r.uuid, r.lease, &g);
+    if (lease == nullptr) continue;
     ++counters_.recovered;
     char detail[320];
     if (r.copied_bytes > 0) {
@@ -204,7 +204,7 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
     if (!from.address.empty()) {
       said += "; reported by the agent of " + host_name + " at " + from.address + " (uid " + std::to_string(from.uid) + ")";
     }
-    Event("recovered", g, &it->second, said);
+    Event("recovered", g, lease, said);
   }
   nlohmann::json leases = nlohmann::json::array();
   // The host's GPUs gpupoold holds FAILED (also by an admin): their agent hands no memory

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -42,6 +43,7 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr auto kReadyTimeout = std::chrono::seconds(10);
 constexpr auto kKillAfterTerm = std::chrono::seconds(1);
+constexpr int kMaxTicketsPerWorker = 16;
 // Address space a sim worker may take beyond its GPU's memory: UCX, the LLVM JIT, thread
 // stacks and the program's own heap.
 constexpr uint64_t kSimAddressMargin = uint64_t{32} << 30;
@@ -153,6 +155,8 @@ struct WorkerProcess {
   uint64_t watched_progress = 0;
   int64_t stall_since_ns = 0;
   bool probing = false;
+  int64_t last_reported_probe_ns = 0;  // the last probe its own "failed" caused
+  int tickets = 0;                     // handoff tickets it offered
 };
 
 class BrokerImpl : public SessionBroker {
@@ -168,7 +172,7 @@ class BrokerImpl : public SessionBroker {
     wake_.notify_all();
     if (router_.joinable()) router_.join();
     if (monitor_.joinable()) monitor_.join();
-    for (std::thread& probe : probes_) probe.join();
+    for (ProbeThread& probe : probes_) probe.thread.join();
     for (auto& w : workers_) {
       kill(w->pid, SIGKILL);
       waitpid(w->pid, nullptr, 0);
@@ -454,7 +458,10 @@ class BrokerImpl : public SessionBroker {
       transport::SetTimeouts(raw->channel, static_cast<int>(
                                                std::chrono::milliseconds(kReadyTimeout).count()));
       auto answer = worker::Receive(raw->channel);
-      transport::SetTimeouts(raw->channel, 0);
+      // From now on the channel is read only when poll says a message is there, and a
+      // send to a worker that stopped reading (it may be anyone's) gives up after a second
+      // instead of holding the supervisor.
+      transport::SetTimeouts(raw->channel, 1000);
       if (!answer.ok()) {
         ready = Status::Unavailable("the worker did not start (see its log line)");
       } else if (answer->body["type"] != "ready") {
@@ -539,7 +546,23 @@ class BrokerImpl : public SessionBroker {
     const size_t gpu = w->gpu;
     const double seconds = static_cast<double>(now - w->stall_since_ns) / 1e9;
     const pid_t stalled = w->pid;
-    probes_.emplace_back([this, gpu, seconds, stalled] { ProbeAfterStall(gpu, seconds, stalled); });
+    StartProbe([this, gpu, seconds, stalled] { ProbeAfterStall(gpu, seconds, stalled); });
+  }
+
+  // Monitor thread: runs `probe` on a thread of its own, and joins those that finished.
+  void StartProbe(std::function<void()> probe) {
+    for (size_t i = probes_.size(); i-- > 0;) {
+      if (probes_[i].done->load()) {
+        probes_[i].thread.join();
+        probes_.erase(probes_.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    probes_.push_back({std::thread([probe = std::move(probe), done] {
+                         probe();
+                         done->store(true);
+                       }),
+                       done});
   }
 
   // Runs a probe worker on `gpu`: true when it allocated, wrote and read back in time.
@@ -633,8 +656,9 @@ class BrokerImpl : public SessionBroker {
     const auto& info = gpus_[w->gpu];
     if (type == "ticket") {
       std::string ticket = body.value("ticket", std::string());
-      if (ticket.size() != 64) return;
       std::lock_guard<std::mutex> lock(mu_);
+      // A session offers its memory once; a worker that says more is not believed further.
+      if (ticket.size() != 64 || ++w->tickets > kMaxTicketsPerWorker) return;
       tickets_[ticket] = w;
     } else if (type == "recovered" && options_.on_recovered) {
       options_.on_recovered(info.uuid, w->lease_id, body.value("from", std::string()).substr(0, 64),
@@ -648,11 +672,18 @@ class BrokerImpl : public SessionBroker {
         return;
       }
       std::lock_guard<std::mutex> lock(mu_);
-      if (w->probing) return;
+      // At most one probe per hang_timeout (or 10 s) on a worker's word: a worker that keeps
+      // saying its GPU failed cannot keep the agent starting probes.
+      const int64_t now = NowNs();
+      const int64_t spacing = std::max<int64_t>(Ns(options_.hang_timeout), 10'000'000'000);
+      if (w->probing || (w->last_reported_probe_ns != 0 && now - w->last_reported_probe_ns < spacing)) {
+        return;
+      }
+      w->last_reported_probe_ns = now;
       w->probing = true;
       const size_t gpu = w->gpu;
       const pid_t pid = w->pid;
-      probes_.emplace_back([this, gpu, pid] { ProbeAfterStall(gpu, 0.0, pid); });
+      StartProbe([this, gpu, pid] { ProbeAfterStall(gpu, 0.0, pid); });
     }
   }
 
@@ -694,7 +725,11 @@ class BrokerImpl : public SessionBroker {
   std::deque<Handshaken> queue_;                          // guarded by mu_
   std::vector<std::unique_ptr<WorkerProcess>> workers_;   // guarded by mu_
   std::map<std::string, WorkerProcess*> tickets_;         // guarded by mu_
-  std::vector<std::thread> probes_;                       // monitor thread only
+  struct ProbeThread {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<ProbeThread> probes_;                       // monitor thread only
   bool stopping_ = false;                                 // guarded by mu_
   std::atomic<size_t> attached_{0};
   std::thread router_;

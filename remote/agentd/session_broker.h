@@ -27,7 +27,10 @@
 // session (a probe worker that allocates, writes and reads back), and only a probe that
 // fails or does not finish within the probe timeout reports the GPU FAILED. A worker's
 // word that its GPU failed in-band is checked the same way (an injected fail_after on the
-// sim is believed only while the supervisor itself holds that fault injected).
+// sim is believed only while the supervisor itself holds that fault injected), at most once
+// per hang_timeout (10 s at least) per worker. A worker may be anyone's: it offers at most
+// 16 handoff tickets, its channel is read only when a message is there (16 a tick), and a
+// send to a worker that stopped reading gives up after a second.
 #pragma once
 
 #include <chrono>
