@@ -190,7 +190,8 @@ int RunAgentd(const std::vector<std::string>& args) {
 
 #ifdef GPUPOOL_HAVE_DATAPLANE
   // The data port: a supervisor that authenticates each client and passes it to its
-  // session's worker process (session_broker.h); no tenant byte is parsed here.
+  // session's worker process (session_broker.h); beyond the handshake, no tenant byte is
+  // parsed here.
   SessionBrokerOptions dp;
   dp.listen = config.listen;
   dp.backend = gpu_backend.get();

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/constant_time.h"
 #include "common/log.h"
 #include "remote/dataplane/log_limiter.h"
 #include "remote/transport/acceptor.h"
@@ -59,12 +60,6 @@ std::string DescribeExit(int status) {
            strsignal(WTERMSIG(status)) + ")";
   }
   return "exited with status " + std::to_string(WEXITSTATUS(status));
-}
-
-bool SameSecret(const std::string& a, const std::string& b) {
-  unsigned char differ = a.size() != b.size();
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) differ |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return differ == 0;
 }
 
 // The uid that owns the client's end of the TCP connection `fd`, when the client runs on
@@ -308,7 +303,7 @@ class BrokerImpl : public SessionBroker {
       std::unique_lock<std::mutex> lock(mu_);
       auto match = tickets_.end();
       for (auto it = tickets_.begin(); it != tickets_.end(); ++it) {
-        if (SameSecret(it->first, hello.ticket)) match = it;
+        if (EqualInConstantTime(it->first, hello.ticket)) match = it;
       }
       if (match == tickets_.end()) {
         lock.unlock();
@@ -335,7 +330,7 @@ class BrokerImpl : public SessionBroker {
     std::unique_lock<std::mutex> lock(mu_);
     for (auto& w : workers_) {
       if (!w->probe && w->gpu == gpu && w->lease_id == hello.lease_id && w->ready && !w->revoked &&
-          SameSecret(w->token, hello.token)) {
+          EqualInConstantTime(w->token, hello.token)) {
         return Hand(client, w.get());
       }
     }

@@ -1,6 +1,6 @@
-// SessionBroker: the agent's data port, as a supervisor that never parses or runs tenant
-// input. One gpupool-worker process per session (one lease on one GPU) runs all of it
-// (remote/worker/session_worker.h).
+// SessionBroker: the agent's data port, as a supervisor that reads only clients' handshakes
+// (bounded in size and time) and parses or runs no other tenant input. One gpupool-worker
+// process per session (one lease on one GPU) runs all of it (remote/worker/session_worker.h).
 //
 // A client's bootstrap handshake (transport/bootstrap.h) is read by the acceptor (bounded
 // time, at most 64 handshakes at once from one address). It carries the client's

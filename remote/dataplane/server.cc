@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/constant_time.h"
 #include "common/log.h"
 #include "common/random.h"
 #include "remote/dataplane/executor_factory.h"
@@ -655,11 +656,7 @@ void GpuWorker::HandoffAttach(transport::ConnectionId id, Session* session,
   const std::string offered(attach.ticket, strnlen(attach.ticket, sizeof(attach.ticket)));
   auto match = tickets_.end();
   for (auto it = tickets_.begin(); it != tickets_.end(); ++it) {
-    unsigned char differ = offered.size() != it->first.size();
-    for (size_t i = 0; i < it->first.size(); ++i) {
-      differ |= static_cast<unsigned char>(it->first[i] ^ (i < offered.size() ? offered[i] : 0));
-    }
-    if (differ == 0) match = it;
+    if (EqualInConstantTime(it->first, offered)) match = it;
   }
   if (match == tickets_.end()) {
     return Refuse(session, kCuNotPermitted,

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "common/constant_time.h"
 #include "common/log.h"
 #include "remote/dataplane/executor_factory.h"
 #include "remote/dataplane/server.h"
@@ -22,15 +23,6 @@
 
 namespace gpupool::worker {
 namespace {
-
-// Compares in constant time for equal lengths: the answer's timing tells nothing of a token.
-bool SameSecret(const std::string& a, const std::string& b) {
-  unsigned char differ = a.size() != b.size();
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    differ |= static_cast<unsigned char>(a[i] ^ b[i]);
-  }
-  return differ == 0;
-}
 
 template <typename T>
 T Get(const nlohmann::json& body, const char* key, T fallback) {
@@ -165,7 +157,7 @@ int RunSessionWorker(int argc, char** argv) {
   options.backend = &backend;
   options.authorize = [&](const std::string& lease, const std::string& presented,
                           const std::string& uuid) {
-    return !revoked.load() && SameSecret(lease, lease_id) && SameSecret(presented, token) &&
+    return !revoked.load() && EqualInConstantTime(lease, lease_id) && EqualInConstantTime(presented, token) &&
            uuid == gpu.uuid;
   };
   options.authorization_epoch = [&epoch] { return epoch.load(); };
