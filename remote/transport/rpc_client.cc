@@ -621,6 +621,7 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
   probe::AddSince(before_send, phase);
   phase = probe::StartTicks();
   if (status.ok()) status = WaitLocked(seq);
+  if (status.ok()) unanswered_posts_ = unanswered_post_bytes_ = 0;
   probe::AddSince(wait_for_reply, phase);
   // Ends at the return, just before the lock is released.
   struct AfterReply {
@@ -633,8 +634,9 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
     auto& front = pending_.front();
     if (front->seq == seq) {
       *reply = std::move(front->reply);
-    } else if (front->reply.status != 0 && earlier_error == 0) {
-      earlier_error = front->reply.status;
+    } else if (earlier_error == 0) {
+      // A post that waited for flow control carries its own status and the async one.
+      earlier_error = front->reply.status != 0 ? front->reply.status : front->reply.async_status;
     }
     RecyclePendingLocked(std::move(front));
     pending_.pop_front();
@@ -657,6 +659,7 @@ Status RpcClient::Post(const Request& request) {
     burst = now - last_post_ < kBurstGap;
     last_post_ = now;
   }
+  if (WindowFullLocked(request)) return PostAndWaitLocked(request, seq, nullptr);
   if (burst && request.args_len <= kMaxArgsLen &&
       sizeof(RequestHeader) + request.args_len + request.payload_len <= kBatchItemBytes) {
     AppendToBatchLocked(request, seq);
@@ -671,9 +674,42 @@ Status RpcClient::Post(const Request& request) {
   return sent;
 }
 
+bool RpcClient::WindowFullLocked(const Request& request) {
+  unanswered_posts_ += 1;
+  unanswered_post_bytes_ += uint64_t{request.args_len} + request.payload_len;
+  return unanswered_posts_ >= kMaxUnansweredPosts || unanswered_post_bytes_ >= kMaxUnansweredPostBytes;
+}
+
+Status RpcClient::PostAndWaitLocked(const Request& request, uint64_t seq,
+                                    const std::function<bool()>* step) {
+  pending_.push_back(NewPendingLocked(seq, request));
+  Status status = FlushLocked();
+  if (status.ok()) status = SendLocked(request, 0, seq, step);
+  if (status.ok()) status = WaitLocked(seq);
+  if (!status.ok()) return status;
+  // Its reply stays queued: the next call reports its errors as earlier ones (Call).
+  ++windowed_posts_;
+  unanswered_posts_ = unanswered_post_bytes_ = 0;
+  last_post_ = std::chrono::steady_clock::now();
+  return Status::OK();
+}
+
+uint64_t RpcClient::windowed_posts_for_testing() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return windowed_posts_;
+}
+
 Status RpcClient::PostOverlapped(const Request& request, const std::function<bool()>& step) {
   std::lock_guard<std::mutex> lock(mu_);
   const uint64_t seq = next_seq_.fetch_add(1, std::memory_order_relaxed);
+  if (WindowFullLocked(request)) {
+    Status waited = PostAndWaitLocked(request, seq, &step);
+    if (!waited.ok()) {
+      while (step()) {
+      }
+    }
+    return waited;
+  }
   Status flushed = FlushLocked();
   if (!flushed.ok()) {
     while (step()) {
@@ -698,9 +734,8 @@ Status RpcClient::Drain(int32_t* first_error) {
   if (pending_.empty()) return status;
   if (status.ok()) status = WaitLocked(pending_.back()->seq);
   while (!pending_.empty()) {
-    if (pending_.front()->reply.status != 0 && *first_error == 0) {
-      *first_error = pending_.front()->reply.status;
-    }
+    const Reply& reply = pending_.front()->reply;
+    if (*first_error == 0) *first_error = reply.status != 0 ? reply.status : reply.async_status;
     pending_.pop_front();
   }
   return status;

@@ -124,6 +124,8 @@ class RpcClient : public ClientConnection {
   static constexpr size_t kBatchItemBytes = 2048;  // RequestHeader, args, payload
   static constexpr size_t kBatchBytes = 16 << 10;  // a batch this large goes out
   static constexpr uint32_t kBatchItems = 64;      // ...and one of this many items
+  // Posts that waited for the server (flow control, wire.h) so far (for tests).
+  uint64_t windowed_posts_for_testing();
   // Batches sent so far (for tests).
   uint64_t batches_sent_for_testing();
   // Replies whose bulk data came by rendezvous so far (for tests).
@@ -165,6 +167,10 @@ class RpcClient : public ClientConnection {
   // The first item is in: the flusher times the batch from `now`.
   void BeginBatchLocked(std::chrono::steady_clock::time_point now);
   void FlusherLoop();  // the flusher's thread; takes mu_ only to send a batch that is due
+  // wire.h's flow control: counts a post; true when it fills the window.
+  bool WindowFullLocked(const Request& request);
+  // Sends a post two-way and waits for its answer (the window is full).
+  Status PostAndWaitLocked(const Request& request, uint64_t seq, const std::function<bool()>* step);
   Status WaitLocked(uint64_t seq);       // until reply `seq` and its bulk data are complete
   void StartBulkReceivesLocked();
   // Whether `pending`'s bulk data stopped short; if so, the connection is broken too.
@@ -192,6 +198,10 @@ class RpcClient : public ClientConnection {
   std::deque<std::unique_ptr<Pending>> pending_;  // in seq order; guarded by mu_
   std::unique_ptr<Pending> spare_;                // guarded by mu_
   std::string broken_;  // non-empty once the connection failed; guarded by mu_
+  // One-way requests (and their bytes) sent since the last answered request (wire.h's
+  // flow control); guarded by mu_.
+  uint64_t unanswered_posts_ = 0;
+  uint64_t unanswered_post_bytes_ = 0;
   std::function<std::string()> abandon_;  // guarded by mu_
 
   // Batching (see the top of this file); guarded by mu_ but where said.
@@ -202,6 +212,7 @@ class RpcClient : public ClientConnection {
   // less), so a burst counts as one post at its end.
   std::chrono::steady_clock::time_point last_post_;
   uint64_t batches_sent_ = 0;
+  uint64_t windowed_posts_ = 0;
   uint64_t rendezvous_replies_ = 0;
   // Payloads up to kEagerPayloadMax go eagerly (wire.h): the endpoint detects peer
   // failure. Set once by Connect.

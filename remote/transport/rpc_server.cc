@@ -65,6 +65,10 @@ Result<ConnectionId> RandomConnectionId() {
   return Status::Internal("getrandom keeps returning short reads");
 }
 
+// wire.h's caps; tests lower them (SetQueueCapsForTesting).
+std::atomic<uint64_t> g_max_queued_requests{kMaxQueuedRequests};
+std::atomic<uint64_t> g_max_queued_bytes{kMaxQueuedBytes};
+
 struct Incoming {
   RequestHeader header;
   // What came in UCX's buffers, copied out: the arguments and an eager payload. The items
@@ -83,6 +87,7 @@ struct Connection {
   ucp_ep_h ep = nullptr;
   std::string peer;
   std::deque<Incoming> queue;  // received, not yet started
+  uint64_t queued_bytes = 0;   // of `queue`'s arguments and eager payloads (wire.h's caps)
   // The request in flight: its bulk data is being received, its reply being
   // sent, or its reply deferred by the handler.
   bool busy = false;
@@ -258,6 +263,26 @@ class Lane {
     return found->second.get();
   }
 
+  // Queues a request of `c`, within wire.h's caps. A client past them does not speak this
+  // wire (its library waits long before): its connection closes, nothing more of it queued.
+  bool Enqueue(Connection* c, Incoming incoming) {
+    if (c->closing) return false;
+    const uint64_t bytes = incoming.args.size() + incoming.eager.size();
+    const uint64_t max_requests = g_max_queued_requests.load(std::memory_order_relaxed);
+    const uint64_t max_bytes = g_max_queued_bytes.load(std::memory_order_relaxed);
+    if (c->queue.size() >= max_requests || c->queued_bytes + bytes > max_bytes) {
+      c->closing = true;
+      c->close_reason = "the client queued more than " + std::to_string(max_requests) +
+                        " requests or " + std::to_string(max_bytes >> 20) +
+                        " MiB without waiting for an answer (the wire's flow control allows " +
+                        std::to_string(kMaxUnansweredPosts) + ")";
+      return false;
+    }
+    c->queued_bytes += bytes;
+    c->queue.push_back(std::move(incoming));
+    return true;
+  }
+
   static ucs_status_t OnRequestAm(void* arg, const void* header, size_t header_len, void* data,
                                   size_t length, const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Lane*>(arg);
@@ -290,7 +315,7 @@ class Lane {
       incoming.rndv_len = length;
       keep = UCS_INPROGRESS;
     }
-    c->queue.push_back(std::move(incoming));
+    if (!self->Enqueue(c, std::move(incoming))) return UCS_OK;  // closing: rndv data dropped
     return keep;
   }
 
@@ -323,7 +348,7 @@ class Lane {
           incoming.bytes = bytes;
           incoming.args = std::string_view(item.args, item.header.args_len);
           incoming.eager = std::string_view(item.payload, item.payload_len);
-          c->queue.push_back(std::move(incoming));
+          if (!self->Enqueue(c, std::move(incoming))) break;
         }
         return UCS_OK;
       }
@@ -462,6 +487,7 @@ class Lane {
       KeepSpareBytes(std::move(c->current.bytes));
       c->current = std::move(c->queue.front());
       c->queue.pop_front();
+      c->queued_bytes -= c->current.args.size() + c->current.eager.size();
       if (c->current.rndv_desc == nullptr) {
         Execute(c, c->current.eager.data(), c->current.eager.size());
         continue;
@@ -551,6 +577,7 @@ class Lane {
         if (incoming.rndv_desc != nullptr) ucp_am_data_release(ucx_->worker(), incoming.rndv_desc);
       }
       c->queue.clear();
+      c->queued_bytes = 0;
       c->closing = true;
       c->close_reason = reason;
     }
@@ -716,6 +743,11 @@ class RpcServerImpl : public RpcServer {
 };
 
 }  // namespace
+
+void SetQueueCapsForTesting(uint64_t requests, uint64_t bytes) {
+  g_max_queued_requests.store(requests);
+  g_max_queued_bytes.store(bytes);
+}
 
 Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
                                                     RpcHandler* handler) {

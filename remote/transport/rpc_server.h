@@ -92,6 +92,10 @@ using LanePicker = std::function<size_t(const std::string& lane_key)>;
 
 inline constexpr int kTickIntervalMs = 100;
 
+// Lowers wire.h's per-connection queue caps (kMaxQueuedRequests, kMaxQueuedBytes) for
+// every server of this process: tests only.
+void SetQueueCapsForTesting(uint64_t requests, uint64_t bytes);
+
 class RpcServer {
  public:
   // Listens on "HOST:PORT" (port 0: any free port, see port()). `handler` must outlive

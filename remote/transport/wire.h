@@ -64,6 +64,18 @@ struct BatchHeader {
 };
 static_assert(sizeof(BatchHeader) == 24);
 
+// Flow control of one-way requests. A client sends at most kMaxUnansweredPosts one-way
+// requests (or kMaxUnansweredPostBytes of their arguments and eager payloads) after its
+// last answered request: the next one goes two-way, and the client waits for its answer
+// (so a program that queues launches behind a long kernel waits, as CUDA's launch queue
+// makes it wait). A server queues at most kMaxQueuedRequests requests or kMaxQueuedBytes
+// per connection, room for a whole window and the batches in flight; a client past that
+// does not speak this wire, and its connection is closed with that reason.
+inline constexpr uint64_t kMaxUnansweredPosts = 16384;
+inline constexpr uint64_t kMaxUnansweredPostBytes = uint64_t{256} << 20;
+inline constexpr uint64_t kMaxQueuedRequests = 4 * kMaxUnansweredPosts;
+inline constexpr uint64_t kMaxQueuedBytes = 4 * kMaxUnansweredPostBytes;
+
 // Limits of a batch (the client flushes well before them).
 inline constexpr uint32_t kMaxBatchItems = 256;
 inline constexpr uint32_t kMaxBatchBytes = 64 << 10;

@@ -542,6 +542,62 @@ TEST_F(TransportTest, ABatchCarriesOnlyItsSendersOwnOneWayRequests) {
   EXPECT_EQ(handler_.RequestsOf(victim), (std::vector<std::string>{"victim", "victim"}));
 }
 
+// Flow control (wire.h): a client sends at most kMaxUnansweredPosts one-way requests after
+// its last answer; the one that fills the window waits for the server, and the errors of
+// the requests before it still reach the program with the next call.
+TEST_F(TransportTest, OneWayRequestsWaitForTheServerOnceAWindowIsOutstanding) {
+  Request fail{kFail, nullptr, 0, nullptr, 0, nullptr, 0};
+  ASSERT_TRUE(client_->Post(fail).ok());
+  Request echo{kEchoArgs, "p", 1, nullptr, 0, nullptr, 0};
+  for (uint64_t i = 1; i < 2 * kMaxUnansweredPosts + 5; ++i) ASSERT_TRUE(client_->Post(echo).ok());
+  EXPECT_EQ(client_->windowed_posts_for_testing(), 2u);
+  Reply reply;
+  ASSERT_TRUE(client_->Call(Request{kEchoArgs, "end", 3, nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.status, 0);
+  EXPECT_EQ(reply.async_status, 7);  // the first post's, carried by the window's answer
+  const auto requests = handler_.RequestsOf(client_->connection_id_for_testing());
+  ASSERT_EQ(requests.size(), 2 * kMaxUnansweredPosts + 6);  // the failing post, the echoes, the call
+  EXPECT_EQ(requests.back(), "end");
+  // A call answers everything before it: the window starts again.
+  for (uint64_t i = 0; i + 1 < kMaxUnansweredPosts; ++i) ASSERT_TRUE(client_->Post(echo).ok());
+  EXPECT_EQ(client_->windowed_posts_for_testing(), 2u);
+}
+
+// A client that ignores the flow control (a forged client sending batch after batch) finds
+// its connection closed once the server's queue for it is full, with that reason; nothing
+// past the cap is run, and other connections go on.
+TEST_F(TransportTest, AClientPastTheQueueCapIsClosedWithTheReason) {
+  SetQueueCapsForTesting(4, kMaxQueuedBytes);
+  auto attacker = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()));
+  ASSERT_TRUE(attacker.ok()) << attacker.status().message();
+  const uint64_t own = attacker.value()->connection_id_for_testing();
+  std::string data;
+  for (int i = 0; i < 8; ++i) data += BatchItemBytes(own, kFlagOneWay, "q" + std::to_string(i));
+  BatchHeader header;
+  header.count = 8;
+  header.connection = own;
+  header.bytes = static_cast<uint32_t>(data.size());
+  const int disconnects = handler_.disconnects;
+  ASSERT_TRUE(attacker.value()->SendRawBatchForTesting(header, data).ok());
+  Reply reply;
+  Status after = attacker.value()->Call(Request{kEchoArgs, "own", 3, nullptr, 0, nullptr, 0}, &reply);
+  SetQueueCapsForTesting(kMaxQueuedRequests, kMaxQueuedBytes);
+  EXPECT_FALSE(after.ok());
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (handler_.disconnects == disconnects && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LE(handler_.RequestsOf(own).size(), 4u);
+  {
+    std::lock_guard<std::mutex> lock(handler_.mu);
+    ASSERT_FALSE(handler_.disconnect_reasons.empty());
+    EXPECT_NE(handler_.disconnect_reasons.back().find("the client queued more than 4 requests"),
+              std::string::npos)
+        << handler_.disconnect_reasons.back();
+  }
+  ASSERT_TRUE(client_->Call(Request{kEchoArgs, "fine", 4, nullptr, 0, nullptr, 0}, &reply).ok());
+}
+
 // The batch decoder (wire.h) takes exactly well-formed batches, and names what is wrong.
 TEST(TransportBatch, DecodeTakesOnlyWellFormedBatches) {
   const std::string one = BatchItemBytes(5, kFlagOneWay, "abc", "payload");
