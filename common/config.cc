@@ -189,7 +189,7 @@ Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentCon
   GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"server", "host", "rack", "listen", "control",
                                               "backend", "heartbeat_interval", "hang_timeout",
                                               "worker_user", "worker_program", "session_grace", "worker_same_user",
-                                              "sim"}));
+                                              "worker_cgroup", "worker_memory", "worker_cpu_seconds", "sim"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "server", file, &c->server));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "host", file, &c->host));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "rack", file, &c->rack));
@@ -206,6 +206,18 @@ Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentCon
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "worker_program", file, &c->worker_program));
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "session_grace", file, 1, 60, &c->session_grace));
   GPUPOOL_RETURN_IF_ERROR(ReadBool(g, "worker_same_user", file, &c->worker_same_user));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "worker_cgroup", file, &c->worker_cgroup));
+  if (c->worker_cgroup != "auto" && c->worker_cgroup != "required" && c->worker_cgroup != "off") {
+    return Error(g["worker_cgroup"], file, "must be \"auto\", \"required\" or \"off\"");
+  }
+  GPUPOOL_RETURN_IF_ERROR(ReadMemory(g, "worker_memory", file, &c->worker_memory_mib));
+  if (c->worker_memory_mib > (uint64_t{1} << 30)) {
+    return Error(g["worker_memory"], file, "is larger than 1 PiB");
+  }
+  if (c->worker_memory_mib != 0 && c->worker_memory_mib < 64) {
+    return Error(g["worker_memory"], file, "must be 0 (automatic) or at least 64 MiB (a worker needs that much to start)");
+  }
+  GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "worker_cpu_seconds", file, 0, 100000000, &c->worker_cpu_seconds));
   if (g.exists("sim")) {
     const libconfig::Setting& sim = g["sim"];
     GPUPOOL_RETURN_IF_ERROR(CheckKeys(sim, file, {"gpus", "faults"}));

@@ -87,6 +87,12 @@ struct AgentConfig {
   int session_grace = 2;
   // A client on this host gets a worker of its own uid (shared memory needs it).
   bool worker_same_user = true;
+  // A cgroup per worker ("auto", "required", "off"; remote/agentd/worker_cgroup.h), its
+  // memory limit in MiB (0: the GPU's memory + 4 GiB on the sim, none on cuda) and each
+  // worker's CPU time limit in seconds (RLIMIT_CPU; 0: none).
+  std::string worker_cgroup = "auto";
+  uint64_t worker_memory_mib = 0;
+  int worker_cpu_seconds = 0;
   std::vector<SimGpuConfig> sim_gpus;  // sim backend inventory (default: 4 × A100 80 GB)
   std::vector<std::string> sim_faults; // sim faults at start, "INDEX:fail[=REASON]|fail-after=N|hang"
 };

@@ -215,6 +215,9 @@ int RunAgentd(const std::vector<std::string>& args) {
   dp.worker_program = FindWorkerProgram(config.worker_program);
   dp.worker_user = config.worker_user;
   dp.same_host_uid = config.worker_same_user;
+  dp.cgroup_mode = config.worker_cgroup;
+  dp.worker_memory_bytes = config.worker_memory_mib << 20;
+  dp.worker_cpu_seconds = static_cast<uint64_t>(config.worker_cpu_seconds);
   dp.verbose = settings->verbose;
   dp.on_recovered = [&agent](const std::string& gpu_uuid, const std::string& lease,
                              const std::string& from, uint64_t pause_ms, uint64_t restored_bytes,

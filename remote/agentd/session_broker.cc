@@ -1,5 +1,7 @@
 #include "remote/agentd/session_broker.h"
 
+#include "remote/agentd/worker_cgroup.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -45,9 +47,20 @@ constexpr auto kTick = std::chrono::milliseconds(50);
 constexpr auto kReadyTimeout = std::chrono::seconds(10);
 constexpr auto kKillAfterTerm = std::chrono::seconds(1);
 constexpr int kMaxTicketsPerWorker = 16;
+// A handoff ticket reaches the supervisor on its worker's channel, read every tick; the
+// other agent's attach with it may come first. Such an attach waits this long for it,
+// at most this many at once (more are refused at once, as a wrong ticket is).
+constexpr auto kTicketWait = std::chrono::seconds(1);
+constexpr size_t kMaxAwaitingTicket = 64;
 // Address space a sim worker may take beyond its GPU's memory: UCX, the LLVM JIT, thread
 // stacks and the program's own heap.
 constexpr uint64_t kSimAddressMargin = uint64_t{32} << 30;
+// What a sim worker may hold beyond its GPU's memory (the JIT's code, UCX's buffers, the
+// engine's threads), when agent.worker_memory does not say.
+constexpr uint64_t kSimMemoryMargin = uint64_t{4} << 30;
+// Processes and threads of one worker (its cgroup's pids.max): the engine's threads, UCX's
+// and the copy threads, with room; a worker forks nothing (its seccomp filter).
+constexpr uint64_t kWorkerTasks = 1024;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
@@ -152,6 +165,7 @@ struct WorkerProcess {
   bool probing = false;
   int64_t last_reported_probe_ns = 0;  // the last probe its own "failed" caused
   int tickets = 0;                     // handoff tickets it offered
+  bool handoff_kept = false;           // kept for the handoff window after its revocation
 };
 
 class BrokerImpl : public SessionBroker {
@@ -171,10 +185,12 @@ class BrokerImpl : public SessionBroker {
     for (auto& w : workers_) {
       kill(w->pid, SIGKILL);
       waitpid(w->pid, nullptr, 0);
+      if (cgroups_) cgroups_->Remove(w->pid);
       close(w->channel);
       worker::Unmap(&w->counters);
     }
     for (Handshaken& h : queue_) close(h.fd);
+    for (AwaitingTicket& a : awaiting_ticket_) close(a.client.fd);
     for (auto& state : states_) worker::Unmap(&state);
   }
 
@@ -183,6 +199,17 @@ class BrokerImpl : public SessionBroker {
     if (options_.worker_program.empty() || access(options_.worker_program.c_str(), X_OK) != 0) {
       return Status::InvalidArgument("the session worker program '" + options_.worker_program +
                                      "' is not there or not executable (agent.worker_program)");
+    }
+    auto mode = ParseCgroupMode(options_.cgroup_mode);
+    if (!mode.ok()) return mode.status();
+    auto cgroups = WorkerCgroups::Open(mode.value(), options_.cgroup_root, options_.self_cgroup_file);
+    if (!cgroups.ok()) return cgroups.status();
+    cgroups_ = std::move(cgroups.value());
+    if (cgroups_->usable()) {
+      log::Info("session workers: " + cgroups_->Describe());
+    } else if (mode.value() != CgroupMode::kOff) {
+      log::Warning("session workers run without a cgroup of their own: " + cgroups_->why_not() +
+                   " (their rlimits and the lease's end still bound them)");
     }
     gpus_ = options_.backend->Discover();
     for (const auto& gpu : gpus_) {
@@ -223,14 +250,24 @@ class BrokerImpl : public SessionBroker {
 
   worker::GpuState* State(size_t gpu) { return static_cast<worker::GpuState*>(states_[gpu].address); }
 
+  // A worker's memory limit (its cgroup's).
+  uint64_t MemoryLimit(const backend::GpuInfo& info) const {
+    if (options_.worker_memory_bytes > 0) return options_.worker_memory_bytes;
+    return options_.backend->name() == "sim" ? info.memory_bytes + kSimMemoryMargin : 0;
+  }
+
   bool Healthy(size_t gpu) {
     const auto& info = gpus_[gpu];
     if (options_.gpu_failed && options_.gpu_failed(info.uuid)) return false;
     return options_.backend->Health(info.index).health == backend::Health::kOk;
   }
 
-  // The supervisor's word on each GPU, into the pages its workers read.
+  // The supervisor's word on each GPU, into the pages its workers read. The monitor runs
+  // it every tick, and Spawn before a worker reads its page: a lease that was just
+  // authorized may follow a resume the last tick did not see yet, and a worker that read
+  // its GPU as failed would fail its session's first call for good.
   void SyncStates() {
+    std::lock_guard<std::mutex> lock(sync_mu_);
     for (size_t i = 0; i < gpus_.size(); ++i) {
       worker::GpuState* state = State(i);
       backend::HealthState health = options_.backend->Health(gpus_[i].index);
@@ -306,6 +343,10 @@ class BrokerImpl : public SessionBroker {
         if (EqualInConstantTime(it->first, hello.ticket)) match = it;
       }
       if (match == tickets_.end()) {
+        if (awaiting_ticket_.size() < kMaxAwaitingTicket) {
+          awaiting_ticket_.push_back({std::move(client), NowNs() + Ns(kTicketWait)});
+          return;
+        }
         lock.unlock();
         return Refuse(client, "no such handoff ticket on this agent (wrong, used, or expired)");
       }
@@ -419,6 +460,17 @@ class BrokerImpl : public SessionBroker {
       worker::Unmap(&counters.value());
       return Status::Internal("cannot start " + program + ": " + std::strerror(rc));
     }
+    // Into its cgroup before it reads its start message: no tenant byte runs outside it.
+    const backend::GpuInfo& info = gpus_[gpu];
+    const bool sim = options_.backend->name() == "sim";
+    if (Status placed = cgroups_->Place(pid, {MemoryLimit(info), kWorkerTasks}); !placed.ok()) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      cgroups_->Remove(pid);
+      close(pair[0]);
+      worker::Unmap(&counters.value());
+      return Status::Internal("cannot give the worker its cgroup: " + placed.message());
+    }
     auto w = std::make_unique<WorkerProcess>();
     w->pid = pid;
     w->channel = pair[0];
@@ -427,8 +479,6 @@ class BrokerImpl : public SessionBroker {
     w->token = token;
     w->gpu = gpu;
     w->counters = counters.value();
-    const backend::GpuInfo& info = gpus_[gpu];
-    const bool sim = options_.backend->name() == "sim";
     nlohmann::json start = {
         {"type", probe ? "probe" : "start"},
         {"backend", options_.backend->name()},
@@ -441,12 +491,14 @@ class BrokerImpl : public SessionBroker {
         {"uid", uid},
         // The CUDA driver reserves far more address space than any GPU has: no limit there.
         {"address_space", sim ? info.memory_bytes + kSimAddressMargin : 0},
+        {"cpu_seconds", options_.worker_cpu_seconds},
         {"verbose", options_.verbose}};
     WorkerProcess* raw = w.get();
     {
       std::lock_guard<std::mutex> lock(mu_);
       workers_.push_back(std::move(w));
     }
+    SyncStates();
     Status sent = worker::Send(raw->channel, start, {states_[gpu].fd, raw->counters.fd});
     Status ready = sent;
     if (sent.ok()) {
@@ -485,6 +537,7 @@ class BrokerImpl : public SessionBroker {
       SyncStates();
       ReadChannels();
       Reap();
+      RefuseLateTickets();
       const int64_t now = NowNs();
       uint64_t epoch = options_.authorization_epoch ? options_.authorization_epoch() : 0;
       std::lock_guard<std::mutex> lock(mu_);
@@ -654,6 +707,20 @@ class BrokerImpl : public SessionBroker {
       std::lock_guard<std::mutex> lock(mu_);
       // A session offers its memory once; a worker that says more is not believed further.
       if (ticket.size() != 64 || ++w->tickets > kMaxTicketsPerWorker) return;
+      // A revoked session that offers its memory is being moved (a busy one was to end after
+      // the grace): it stays for the handoff window, once, so that the new GPU's agent can
+      // pull it however long its client takes to learn where its lease went.
+      if (w->revoked && !w->ending && !w->handoff_kept) {
+        w->handoff_kept = true;
+        w->end_at_ns = std::max(w->end_at_ns, NowNs() + Ns(options_.handoff_window));
+      }
+      for (auto it = awaiting_ticket_.begin(); it != awaiting_ticket_.end(); ++it) {
+        if (EqualInConstantTime(it->client.hello.ticket, ticket)) {
+          Handshaken client = std::move(it->client);
+          awaiting_ticket_.erase(it);
+          return Hand(client, w);  // the ticket is used
+        }
+      }
       tickets_[ticket] = w;
     } else if (type == "recovered" && options_.on_recovered) {
       options_.on_recovered(info.uuid, w->lease_id, body.value("from", std::string()).substr(0, 64),
@@ -682,6 +749,26 @@ class BrokerImpl : public SessionBroker {
     }
   }
 
+  // Attaches whose ticket did not come within kTicketWait are refused.
+  void RefuseLateTickets() {
+    std::vector<Handshaken> late;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      const int64_t now = NowNs();
+      for (auto it = awaiting_ticket_.begin(); it != awaiting_ticket_.end();) {
+        if (now < it->deadline_ns) {
+          ++it;
+          continue;
+        }
+        late.push_back(std::move(it->client));
+        it = awaiting_ticket_.erase(it);
+      }
+    }
+    for (Handshaken& client : late) {
+      Refuse(client, "no such handoff ticket on this agent (wrong, used, or expired)");
+    }
+  }
+
   // Reaps workers that exited; one that died unasked ended through its tenant's fault.
   void Reap() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -692,8 +779,15 @@ class BrokerImpl : public SessionBroker {
       pid_t done = waitpid(w->pid, &status, WNOHANG);
       if (done != w->pid) continue;
       const auto& info = gpus_[w->gpu];
+      const bool oom = cgroups_->OomKilled(w->pid);
+      cgroups_->Remove(w->pid);
       if (!w->probe && !w->ending) {
         std::string how = DescribeExit(status);
+        if (oom) {
+          how += " (its cgroup's memory limit of " + std::to_string(MemoryLimit(info) >> 20) + " MiB)";
+        } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU) {
+          how += " (its CPU time limit of " + std::to_string(options_.worker_cpu_seconds) + " s)";
+        }
         log::Warning("the session worker of lease " + w->lease_id + " on GPU " + info.uuid + " " +
                      how + ": the tenant's fault, the GPU stays healthy");
         if (options_.on_tenant_fault) options_.on_tenant_fault(info.uuid, w->lease_id, how);
@@ -714,12 +808,19 @@ class BrokerImpl : public SessionBroker {
   std::vector<worker::SharedMapping> states_;  // one per GPU, sealed against workers' writes
   dataplane::LogLimiter log_;
   std::unique_ptr<transport::HandshakeAcceptor> acceptor_;
+  std::unique_ptr<WorkerCgroups> cgroups_;  // set by Start
+  std::mutex sync_mu_;                       // SyncStates, from the monitor and Spawn
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable reaped_;
   std::deque<Handshaken> queue_;                          // guarded by mu_
   std::vector<std::unique_ptr<WorkerProcess>> workers_;   // guarded by mu_
   std::map<std::string, WorkerProcess*> tickets_;         // guarded by mu_
+  struct AwaitingTicket {
+    Handshaken client;
+    int64_t deadline_ns = 0;
+  };
+  std::deque<AwaitingTicket> awaiting_ticket_;             // guarded by mu_
   struct ProbeThread {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;

@@ -17,7 +17,9 @@
 // GPU is told ("revoke") and then ended: after `session_grace` when it is busy (an endless
 // kernel) or its GPU failed, else after the handoff window (the lease may have moved, and
 // its memory may be pulled by the new GPU's agent; this agent cannot tell a move to
-// another host from a release). A new lease's client on that GPU ends it at once. Ended means
+// another host from a release); a busy one that offers its memory for a handoff after
+// all stays for the handoff window from then on (once). An attach whose ticket has not
+// come up the offering worker's channel yet waits up to a second for it. A new lease's client on that GPU ends it at once. Ended means
 // SIGTERM, then SIGKILL one second later: an endless kernel ends with its process.
 //
 // Tenant faults are not GPU faults. A worker that dies (a crash, a limit, SIGKILL) ends
@@ -70,6 +72,14 @@ struct SessionBrokerOptions {
   std::chrono::milliseconds probe_timeout{3000};
   std::chrono::milliseconds handoff_window{30000};
   std::chrono::milliseconds session_grace{2000};
+  // A cgroup per worker (worker_cgroup.h): the mode, and its memory limit (0: the GPU's
+  // memory + 4 GiB on the sim, none on cuda).
+  std::string cgroup_mode = "auto";
+  uint64_t worker_memory_bytes = 0;
+  uint64_t worker_cpu_seconds = 0;  // RLIMIT_CPU of each worker; 0: none
+  // Where cgroup filesystems are and the agent's own /proc/self/cgroup (tests).
+  std::string cgroup_root = "/sys/fs/cgroup";
+  std::string self_cgroup_file = "/proc/self/cgroup";
   int verbose = 0;
 };
 

@@ -186,6 +186,10 @@ Status EnterSandbox(const SandboxOptions& options) {
   if (options.address_space > 0) {
     GPUPOOL_RETURN_IF_ERROR(SetLimit(RLIMIT_AS, options.address_space, "RLIMIT_AS"));
   }
+  if (options.cpu_seconds > 0) {
+    rlimit cpu{options.cpu_seconds, options.cpu_seconds + 1};
+    if (setrlimit(RLIMIT_CPU, &cpu) != 0) return Status::Internal(Errno("RLIMIT_CPU"));
+  }
   GPUPOOL_RETURN_IF_ERROR(DropToUser(options));
   // A worker of the unprivileged worker user serves remote clients of any user: it is not
   // dumpable, so that another worker of that user cannot reach its memory. A worker of a

@@ -32,6 +32,9 @@ struct SandboxOptions {
   int64_t uid = -1;
   uint64_t address_space = 0;  // RLIMIT_AS in bytes; 0: unlimited
   uint64_t open_files = 1024;  // RLIMIT_NOFILE
+  // RLIMIT_CPU in seconds (0: unlimited): past it the worker gets SIGXCPU, a second later
+  // SIGKILL (the hard limit). CPU time of all its threads; the lease's end bounds it anyway.
+  uint64_t cpu_seconds = 0;
 };
 
 // Applies all of the above to the calling process (call it while it has one thread).

@@ -137,6 +137,7 @@ int RunSessionWorker(int argc, char** argv) {
   sandbox.user = Get<std::string>(body, "user", "nobody");
   sandbox.uid = Get<int64_t>(body, "uid", -1);
   sandbox.address_space = Get<uint64_t>(body, "address_space", 0);
+  sandbox.cpu_seconds = Get<uint64_t>(body, "cpu_seconds", 0);
   if (Status entered = EnterSandbox(sandbox); !entered.ok()) {
     return Fail("cannot enter the sandbox: " + entered.message());
   }

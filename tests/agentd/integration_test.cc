@@ -71,6 +71,14 @@ class IntegrationTest : public testing::Test {
     testing_env::Run("rm -rf " + dir_);
   }
 
+  // Adds `lines` to the agent's section of gpupool.conf (before an agent starts).
+  void AddAgentSettings(const std::string& lines) {
+    std::string text = testing_env::ReadFile(conf_);
+    const std::string group = "agent = {\n";
+    text.replace(text.find(group), group.size(), group + lines);
+    std::ofstream(conf_) << text;
+  }
+
   // Starts an agent for `host` in `rack`; returns its control port.
   int StartAgent(const std::string& host, const std::string& rack) {
     int control = testing_env::FreePort();
@@ -246,6 +254,19 @@ class DataClient {
     dataplane::MemAllocArgs args{size};
     transport::Reply reply;
     Status status = client_->Call({dataplane::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0}, &reply);
+    return status.ok() ? reply.status : -1;
+  }
+  // Allocates `size` bytes and writes all of them (so that they are held); the status.
+  int32_t AllocAndFill(uint64_t size) {
+    dataplane::MemAllocArgs args{size};
+    transport::Reply reply;
+    Status status = client_->Call({dataplane::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0}, &reply);
+    if (!status.ok()) return -1;
+    if (reply.status != 0 || reply.out.size() < sizeof(dataplane::MemAllocResult)) return reply.status;
+    dataplane::MemAllocResult result;
+    std::memcpy(&result, reply.out.data(), sizeof(result));
+    dataplane::MemsetArgs memset{result.dptr, size / 4, 0x01020304, 4, 0};
+    status = client_->Call({dataplane::kOpMemset, &memset, sizeof(memset), nullptr, 0, nullptr, 0}, &reply);
     return status.ok() ? reply.status : -1;
   }
   // Milliseconds until the session is gone (closed, or its requests not permitted),
@@ -623,6 +644,111 @@ TEST_F(IntegrationTest, AHungGpuFailsItsProbeAndIsReportedFailed) {
   blocked.join();
   ASSERT_TRUE(failed) << Gpu(gpu_id).dump() << Logs();
   EXPECT_NE(Logs().find("the health probe on a fresh session failed"), std::string::npos) << Logs();
+}
+
+}  // namespace
+}  // namespace gpupool::agentd
+
+namespace gpupool::agentd {
+namespace {
+
+// The cgroup directories of process `pid` that hold its memory and pids controllers (v1:
+// one per hierarchy; v2: the one group), as /proc/PID/cgroup names them.
+std::vector<std::string> CgroupDirsOf(pid_t pid) {
+  std::vector<std::string> dirs;
+  std::istringstream lines(testing_env::ReadFile("/proc/" + std::to_string(pid) + "/cgroup"));
+  for (std::string line; std::getline(lines, line);) {
+    size_t first = line.find(':'), second = line.find(':', first + 1);
+    if (first == std::string::npos || second == std::string::npos) continue;
+    std::string controllers = line.substr(first + 1, second - first - 1);
+    std::string path = line.substr(second + 1);
+    if (controllers == "memory" || controllers == "pids") dirs.push_back("/sys/fs/cgroup/" + controllers + path);
+    if (controllers.empty() && path.find("/worker-") != std::string::npos) {
+      dirs.push_back("/sys/fs/cgroup" + path);
+    }
+  }
+  return dirs;
+}
+
+std::string Trimmed(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+// Issue 36: each worker runs in a cgroup of its own below the agent's, with its memory limit
+// and a cap on tasks, made before it reads a tenant byte and removed when it is reaped.
+TEST_F(IntegrationTest, EachWorkerRunsInACgroupOfItsOwn) {
+  AddAgentSettings("  worker_cgroup = \"required\";\n  worker_memory = \"512M\";\n");
+  nlohmann::json lease = AgentAndLease(54, 1);
+  ASSERT_FALSE(lease.is_null());
+  std::string id = lease["id"], token = lease["token"], uuid = lease["gpus"][0]["uuid"];
+  DataClient a(data_ports_["gpuhost1"], id, token, uuid);
+  ASSERT_EQ(a.hello_status(), dataplane::kCuSuccess) << a.hello_answer() << Logs();
+  auto workers = WorkersOf(pids_["gpuhost1"]);
+  ASSERT_EQ(workers.size(), 1u);
+  const pid_t worker = workers.begin()->first;
+  const std::string name = "/worker-" + std::to_string(worker);
+  std::vector<std::string> dirs = CgroupDirsOf(worker);
+  ASSERT_FALSE(dirs.empty()) << testing_env::ReadFile("/proc/" + std::to_string(worker) + "/cgroup");
+  bool memory_checked = false, pids_checked = false;
+  for (const std::string& dir : dirs) {
+    EXPECT_EQ(dir.substr(dir.size() - name.size()), name) << dir;
+    for (const char* file : {"/memory.limit_in_bytes", "/memory.max"}) {
+      std::string limit = Trimmed(testing_env::ReadFile(dir + file));
+      if (limit.empty()) continue;
+      EXPECT_EQ(limit, std::to_string(uint64_t{512} << 20)) << dir << file;
+      memory_checked = true;
+    }
+    std::string tasks = Trimmed(testing_env::ReadFile(dir + "/pids.max"));
+    if (!tasks.empty()) {
+      EXPECT_EQ(tasks, "1024") << dir;
+      pids_checked = true;
+    }
+  }
+  EXPECT_TRUE(memory_checked && pids_checked);
+  EXPECT_NE(Logs().find("session workers: cgroup v"), std::string::npos) << Logs();
+  ASSERT_EQ(a.Alloc(1 << 20), dataplane::kCuSuccess);
+  // The worker goes with its lease (after the handoff window of an idle session: a new
+  // lease on its GPU ends it at once), and its groups with it.
+  ASSERT_TRUE(client_->Post("/v1/leases/release", {{"id", id}}).ok());
+  Result<nlohmann::json> next = client_->Post(
+      "/v1/leases", {{"job_id", 55}, {"request", {{{"pool", "a100"}, {"count", 2}}}}, {"ttl", 600}});
+  ASSERT_TRUE(next.ok()) << next.status().message();
+  DataClient successor(data_ports_["gpuhost1"], (*next)["lease"]["id"], (*next)["lease"]["token"], uuid);
+  ASSERT_EQ(successor.hello_status(), dataplane::kCuSuccess) << successor.hello_answer() << Logs();
+  ASSERT_TRUE(Eventually([&] { return kill(worker, 0) != 0; }, 5000));
+  EXPECT_TRUE(Eventually([&] {
+    for (const std::string& dir : dirs) {
+      if (access(dir.c_str(), F_OK) == 0) return false;
+    }
+    return true;
+  }, 3000)) << dirs.front();
+}
+
+// A worker past its memory limit (its cgroup's) or its CPU time (RLIMIT_CPU) is ended by
+// the kernel: the tenant's fault, said so with the limit, and the GPU stays LEASED.
+TEST_F(IntegrationTest, AWorkerPastItsLimitsIsATenantFault) {
+  AddAgentSettings("  worker_cgroup = \"required\";\n  worker_memory = \"256M\";\n"
+                   "  worker_cpu_seconds = 3;\n");
+  nlohmann::json lease = AgentAndLease(56, 2);
+  ASSERT_FALSE(lease.is_null());
+  std::string id = lease["id"], token = lease["token"];
+  std::string hog_uuid = lease["gpus"][0]["uuid"], spin_uuid = lease["gpus"][1]["uuid"];
+  DataClient hog(data_ports_["gpuhost1"], id, token, hog_uuid);
+  ASSERT_EQ(hog.hello_status(), dataplane::kCuSuccess) << hog.hello_answer() << Logs();
+  EXPECT_EQ(hog.AllocAndFill(uint64_t{1} << 30), -1);  // its worker is killed under it
+  DataClient spinner(data_ports_["gpuhost1"], id, token, spin_uuid);
+  ASSERT_EQ(spinner.hello_status(), dataplane::kCuSuccess) << spinner.hello_answer() << Logs();
+  ASSERT_EQ(spinner.LoadPtx(1, kEndlessPtx, "spin"), dataplane::kCuSuccess) << Logs();
+  ASSERT_TRUE(spinner.StartKernel(1));
+  EXPECT_TRUE(Eventually([&] { return Logs().find("its CPU time limit of 3 s") != std::string::npos; }, 15000))
+      << Logs();
+  EXPECT_NE(Logs().find("its cgroup's memory limit of 256 MiB"), std::string::npos) << Logs();
+  EXPECT_EQ(State(lease["gpus"][0]["id"]), "LEASED");
+  EXPECT_EQ(State(lease["gpus"][1]["id"]), "LEASED");
+  DataClient next(data_ports_["gpuhost1"], id, token, hog_uuid);
+  ASSERT_EQ(next.hello_status(), dataplane::kCuSuccess) << next.hello_answer();
+  EXPECT_EQ(next.Alloc(1 << 20), dataplane::kCuSuccess);
 }
 
 }  // namespace

@@ -109,6 +109,20 @@ client = { server = "http://127.0.0.1:25010"; timeout = 9; };
   EXPECT_EQ(r->client.timeout, 9);
 }
 
+TEST(ConfigTest, SessionWorkerLimitsAreRead) {
+  auto r = ParseConfig("agent = { worker_cgroup = \"required\"; worker_memory = \"2G\"; worker_cpu_seconds = 60; };\n",
+                       "x.conf");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->agent.worker_cgroup, "required");
+  EXPECT_EQ(r->agent.worker_memory_mib, 2048u);
+  EXPECT_EQ(r->agent.worker_cpu_seconds, 60);
+  auto defaults = ParseConfig("", "x.conf");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->agent.worker_cgroup, "auto");
+  EXPECT_EQ(defaults->agent.worker_memory_mib, 0u);
+  EXPECT_EQ(defaults->agent.worker_cpu_seconds, 0);
+}
+
 TEST(ConfigTest, UnknownKeyInEverySection) {
   ExpectError("\n\nbogus = 1;\n", 3, "bogus", "unknown key");
   ExpectError("gpupoold = {\n  listen = \"x:1\";\n  lisen = \"y:1\";\n};\n", 3, "lisen", "unknown key");
@@ -144,6 +158,10 @@ TEST(ConfigTest, BadValues) {
   ExpectError("gpupoold = { threads = 1; };\n", 1, "threads", "must be between 2 and 4096");
   ExpectError("gpupoold = { durability = \"sometimes\"; };\n", 1, "durability", "must be \"fsync\" or \"process\"");
   ExpectError("agent = { backend = \"opencl\"; };\n", 1, "backend", "must be \"sim\" or \"cuda\"");
+  ExpectError("agent = { worker_cgroup = \"yes\"; };\n", 1, "worker_cgroup",
+              "must be \"auto\", \"required\" or \"off\"");
+  ExpectError("agent = { worker_memory = \"32M\"; };\n", 1, "worker_memory", "must be 0 (automatic) or at least 64 MiB");
+  ExpectError("agent = { worker_cpu_seconds = -1; };\n", 1, "worker_cpu_seconds", "must be between");
   ExpectError("gpupoold = { state = \"zookeeper\"; };\n", 1, "state", "must be \"sqlite\" or \"etcd\"");
   ExpectError("gpupoold = { etcd_endpoints = []; };\n", 1, "etcd_endpoints", "must name at least one etcd endpoint");
   ExpectError("gpupoold = { etcd_endpoints = [\"127.0.0.1:2379\"]; };\n", 1, "etcd_endpoints",
