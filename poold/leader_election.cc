@@ -15,9 +15,9 @@ constexpr int kEtcdTimeoutMs = 1000;
 
 }  // namespace
 
-LeaderElection::LeaderElection(std::vector<std::string> endpoints, std::string prefix, std::string my_url,
+LeaderElection::LeaderElection(EtcdAccess access, std::string prefix, std::string my_url,
                                int ttl_seconds)
-    : endpoints_(std::move(endpoints)), prefix_(std::move(prefix)), my_url_(std::move(my_url)), ttl_(ttl_seconds) {}
+    : access_(std::move(access)), prefix_(std::move(prefix)), my_url_(std::move(my_url)), ttl_(ttl_seconds) {}
 
 LeaderElection::~LeaderElection() {
   Cancel();
@@ -41,7 +41,7 @@ std::string LeaderElection::leader_url() const {
 }
 
 Status LeaderElection::Campaign(std::function<void(const Status&)> on_lost) {
-  EtcdClient etcd(endpoints_, kEtcdTimeoutMs);
+  EtcdClient etcd(access_, kEtcdTimeoutMs);
   const std::string key = prefix_ + "leader";
   std::string last_error;
   for (;;) {
@@ -90,7 +90,7 @@ Status LeaderElection::Campaign(std::function<void(const Status&)> on_lost) {
 }
 
 void LeaderElection::KeepAliveLoop(std::function<void(const Status&)> on_lost) {
-  EtcdClient etcd(endpoints_, kEtcdTimeoutMs);
+  EtcdClient etcd(access_, kEtcdTimeoutMs);
   auto lapses = std::chrono::steady_clock::now() + std::chrono::seconds(ttl_);
   const int period_ms = std::max(200, ttl_ * 1000 / 3);
   while (WaitFor(period_ms)) {
@@ -121,7 +121,7 @@ void LeaderElection::Cancel() {
   cv_.notify_all();
   if (leader_.exchange(false)) {
     // Resign: the key goes with the lease, and a follower takes over within its poll.
-    EtcdClient etcd(endpoints_, kEtcdTimeoutMs);
+    EtcdClient etcd(access_, kEtcdTimeoutMs);
     Status revoked = etcd.LeaseRevoke(lease_);
     if (revoked.ok()) {
       log::Info("resigned leadership");
