@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <libconfig.h++>
 
@@ -171,8 +172,12 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_key_file", file, &c->etcd_key_file));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_user", file, &c->etcd_user));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_password_file", file, &c->etcd_password_file));
-  for (const char* key : {"etcd_ca_file", "etcd_cert_file", "etcd_key_file", "etcd_user", "etcd_password_file"}) {
-    if (g.exists(key) && !tls) {
+  const std::pair<const char*, const std::string*> locks[] = {
+      {"etcd_ca_file", &c->etcd_ca_file}, {"etcd_cert_file", &c->etcd_cert_file},
+      {"etcd_key_file", &c->etcd_key_file}, {"etcd_user", &c->etcd_user},
+      {"etcd_password_file", &c->etcd_password_file}};
+  for (const auto& [key, value] : locks) {
+    if (!value->empty() && !tls) {
       // A certificate means nothing over plain HTTP, and a password would cross the network in clear.
       return Error(g[key], file, "needs https:// etcd_endpoints (etcd's client URLs with TLS)");
     }
