@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -81,6 +82,8 @@ extendedKeyUsage=serverAuth,clientAuth"
     std::string peer_url = "http://127.0.0.1:" + std::to_string(peer);
     etcd_ = fork();
     if (etcd_ == 0) {
+      // etcd goes with this test process, even when a test crashes it.
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
       std::string log = d + "/etcd.log";
       if (freopen(log.c_str(), "a", stderr) == nullptr || freopen(log.c_str(), "a", stdout) == nullptr) _exit(126);
       execlp("etcd", "etcd", "--name", "tls", "--data-dir", (d + "/data").c_str(), "--listen-client-urls",
