@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -46,7 +47,7 @@ class LeaderElection {
   const std::string& my_url() const { return my_url_; }
 
  private:
-  void KeepAliveLoop(std::function<void(const Status&)> on_lost);
+  void KeepAliveLoop(std::unique_ptr<EtcdClient> client, std::function<void(const Status&)> on_lost);
   bool WaitFor(int milliseconds);  // false when cancelled
 
   const EtcdAccess access_;
