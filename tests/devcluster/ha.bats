@@ -46,6 +46,15 @@ range_prefix() {
   echo "{\"key\":\"$(b64 "$GPUPOOL_DEV_ETCD_PREFIX")\",\"range_end\":\"$(b64 "${GPUPOOL_DEV_ETCD_PREFIX%/}0")\",\"keys_only\":true}"
 }
 put_leader() { echo "{\"key\":\"$(b64 "${GPUPOOL_DEV_ETCD_PREFIX}leader")\",\"value\":\"$(b64 http://192.0.2.1:9)\"}"; }
+# client_cert DIR NAME SUBJECT CA: DIR/NAME.pem and DIR/NAME-key.pem, signed by the CA in
+# CA.pem and CA-key.pem.
+client_cert() {
+  local dir=$1 name=$2 subject=$3 ca=$4
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$dir/$name-key.pem" \
+    -subj "$subject" -out "$dir/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$dir/$name.csr" -CA "$ca.pem" -CAkey "$ca-key.pem" -CAserial "$dir/serial" \
+    -CAcreateserial -days 1 -out "$dir/$name.pem" 2>/dev/null
+}
 root_etcdctl() {
   ETCDCTL_API=3 timeout 20 etcdctl --endpoints "$GPUPOOL_DEV_ETCD_ENDPOINTS" --cacert "$TLS/ca.pem" \
     --cert "$TLS/gpupool.pem" --key "$TLS/gpupool-key.pem" --user "root:$(cat "$TLS/root.password")" "$@"
@@ -72,18 +81,12 @@ root_etcdctl() {
   mkdir -p "$other"
   openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$other/ca-key.pem" \
     -subj "/CN=not the cluster's CA" -days 1 -out "$other/ca.pem" 2>/dev/null
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$other/key.pem" \
-    -subj "/O=gpupool" -out "$other/csr.pem" 2>/dev/null
-  openssl x509 -req -in "$other/csr.pem" -CA "$other/ca.pem" -CAkey "$other/ca-key.pem" -CAcreateserial \
-    -days 1 -out "$other/cert.pem" 2>/dev/null
-  run etcd_post /v3/kv/put "$(put_leader)" "$token" "$other/cert.pem" "$other/key.pem"
+  client_cert "$other" stranger /O=gpupool "$other/ca"
+  run etcd_post /v3/kv/put "$(put_leader)" "$token" "$other/stranger.pem" "$other/stranger-key.pem"
   [[ ${lines[-1]} == 000 ]]
 
   # The cluster's CA, but a CN (the user etcd would take from it over gRPC): the gateway refuses it.
-  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$other/cn-key.pem" \
-    -subj "/CN=root" -out "$other/cn.csr" 2>/dev/null
-  openssl x509 -req -in "$other/cn.csr" -CA "$TLS/ca.pem" -CAkey "$TLS/ca-key.pem" -CAcreateserial \
-    -days 1 -out "$other/cn.pem" 2>/dev/null
+  client_cert "$other" cn /CN=root "$TLS/ca"
   run etcd_post /v3/kv/range "$(range_prefix)" "" "$other/cn.pem" "$other/cn-key.pem"
   [[ ${lines[-1]} == 400 ]]
   [[ $output != *'"kvs"'* ]]
