@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <libconfig.h++>
 
@@ -123,7 +124,8 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
       "admins", "agent_users", "lease_ttl", "max_lease_ttl", "unreachable_timeout",
       "reap_interval", "slurm_reap", "enforce_licenses", "durability", "max_request_bytes", "threads", "header_timeout",
       "body_timeout", "connections_per_source", "state",
-      "etcd_endpoints", "etcd_prefix", "leader_ttl", "advertise", "token_key_file"}));
+      "etcd_endpoints", "etcd_prefix", "etcd_ca_file", "etcd_cert_file", "etcd_key_file", "etcd_user",
+      "etcd_password_file", "leader_ttl", "advertise", "token_key_file"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "listen", file, &c->listen));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "state_dir", file, &c->state_dir));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "token_key_file", file, &c->token_key_file));
@@ -153,9 +155,40 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
   GPUPOOL_RETURN_IF_ERROR(ReadStringList(g, "etcd_endpoints", file, &c->etcd_endpoints));
   if (c->etcd_endpoints.empty()) return Error(g["etcd_endpoints"], file, "must name at least one etcd endpoint");
   for (const std::string& e : c->etcd_endpoints) {
-    if (e.rfind("http://", 0) != 0) {
-      return Error(g["etcd_endpoints"], file, "must be http://HOST:PORT URLs (etcd's client URLs); '" + e + "' is not");
+    if (e.rfind("http://", 0) != 0 && e.rfind("https://", 0) != 0) {
+      return Error(g["etcd_endpoints"], file,
+                   "must be http://HOST:PORT or https://HOST:PORT URLs (etcd's client URLs); '" + e + "' is not");
     }
+  }
+  const bool tls = c->etcd_endpoints.front().rfind("https://", 0) == 0;
+  for (const std::string& e : c->etcd_endpoints) {
+    if ((e.rfind("https://", 0) == 0) != tls) {
+      return Error(g["etcd_endpoints"], file, "must all be https:// or all be http://; '" + e + "' is not like '" +
+                                                  c->etcd_endpoints.front() + "'");
+    }
+  }
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_ca_file", file, &c->etcd_ca_file));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_cert_file", file, &c->etcd_cert_file));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_key_file", file, &c->etcd_key_file));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_user", file, &c->etcd_user));
+  GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_password_file", file, &c->etcd_password_file));
+  const std::pair<const char*, const std::string*> locks[] = {
+      {"etcd_ca_file", &c->etcd_ca_file}, {"etcd_cert_file", &c->etcd_cert_file},
+      {"etcd_key_file", &c->etcd_key_file}, {"etcd_user", &c->etcd_user},
+      {"etcd_password_file", &c->etcd_password_file}};
+  for (const auto& [key, value] : locks) {
+    if (!value->empty() && !tls) {
+      // A certificate means nothing over plain HTTP, and a password would cross the network in clear.
+      return Error(g[key], file, "needs https:// etcd_endpoints (etcd's client URLs with TLS)");
+    }
+  }
+  if (c->etcd_cert_file.empty() != c->etcd_key_file.empty()) {
+    return Error(g[c->etcd_cert_file.empty() ? "etcd_key_file" : "etcd_cert_file"], file,
+                 "etcd_cert_file and etcd_key_file go together (the client certificate and its key)");
+  }
+  if (c->etcd_user.empty() != c->etcd_password_file.empty()) {
+    return Error(g[c->etcd_user.empty() ? "etcd_password_file" : "etcd_user"], file,
+                 "etcd_user and etcd_password_file go together (the etcd user and the file holding its password)");
   }
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_prefix", file, &c->etcd_prefix));
   if (c->etcd_prefix.empty() || c->etcd_prefix.front() != '/' || c->etcd_prefix.back() != '/') {

@@ -54,8 +54,15 @@ struct PooldConfig {
   // High availability (gpupoold(8) HIGH AVAILABILITY): "sqlite" keeps state in state_dir;
   // "etcd" keeps it in etcd, and replicas elect one leader that serves the API.
   std::string state = "sqlite";
-  std::vector<std::string> etcd_endpoints = {"http://127.0.0.1:2379"};
+  std::vector<std::string> etcd_endpoints = {"http://127.0.0.1:2379"};  // all http:// or all https://
   std::string etcd_prefix = "/gpupool/";  // every key gpupoold writes starts with it
+  // A locked-down etcd (https:// endpoints only): the CA that signed etcd's server
+  // certificate (empty: the system's CAs), the client certificate and key gpupoold shows it
+  // (etcd --client-cert-auth), and the etcd user whose role covers etcd_prefix, with its
+  // password in a file only gpupoold's user may read (etcd's gateway takes no user from a
+  // certificate: gpupoold.8, ETCD SECURITY).
+  std::string etcd_ca_file, etcd_cert_file, etcd_key_file;
+  std::string etcd_user, etcd_password_file;
   int leader_ttl = 2;                     // seconds: a dead leader is replaced within about this
   std::string advertise;                  // URL followers name for this replica; empty: http://<listen>
   // Key that lease tokens are derived from, outside the state (poold/lease_tokens.h); empty:

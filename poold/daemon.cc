@@ -26,8 +26,13 @@ std::string Daemon::AdvertisedUrl() const {
 
 Status Daemon::Start() {
   if (config_.poold.state == "etcd") {
-    election_ = std::make_unique<LeaderElection>(config_.poold.etcd_endpoints, config_.poold.etcd_prefix,
-                                                 AdvertisedUrl(), config_.poold.leader_ttl);
+    // A bad certificate or password file is an error now, naming it, not a campaign that
+    // retries for ever.
+    Result<EtcdAccess> access = LoadEtcdAccess(config_.poold);
+    if (!access.ok()) return access.status();
+    etcd_access_ = access.value();
+    election_ = std::make_unique<LeaderElection>(etcd_access_, config_.poold.etcd_prefix, AdvertisedUrl(),
+                                                 config_.poold.leader_ttl);
     standby_ = std::make_unique<StandbyServer>(AdvertisedUrl(), [this] { return election_->leader_url(); });
     GPUPOOL_RETURN_IF_ERROR(standby_->Bind(config_.poold.listen));
     port_ = standby_->port();
@@ -117,7 +122,7 @@ void Daemon::CampaignLoop() {
     listen = listen.substr(0, colon + 1) + std::to_string(port_.load());
   }
   Result<std::unique_ptr<Store>> store =
-      EtcdStore::Open(config_.poold.etcd_endpoints, config_.poold.etcd_prefix, election_->fence_revision());
+      EtcdStore::Open(etcd_access_, config_.poold.etcd_prefix, election_->fence_revision());
   Status served = store.ok() ? Serve(std::move(store.value()), listen) : store.status();
   if (!served.ok()) {
     Fail(Status::Unavailable("elected leader but cannot serve: " + served.message()));

@@ -62,6 +62,7 @@ class Daemon {
   std::unique_ptr<PoolEngine> engine_;
   std::unique_ptr<ApiServer> server_;
   std::unique_ptr<LeaderElection> election_;  // etcd only
+  EtcdAccess etcd_access_;                    // etcd only: checked once at Start()
   std::unique_ptr<StandbyServer> standby_;    // etcd only, until elected
   std::thread campaign_;
   std::atomic<int> port_{0};

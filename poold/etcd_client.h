@@ -8,6 +8,14 @@
 // One client per thread (it keeps one keep-alive connection). Calls go to the endpoint that
 // answered last; on a transport error the next endpoint is tried, so a dead etcd member is
 // skipped. Never throws.
+//
+// A locked-down etcd (EtcdAccess): https:// endpoints, the server's certificate checked
+// against the configured CA (and its name against the endpoint's host), a client
+// certificate for etcd's --client-cert-auth, and etcd's own auth: the client authenticates
+// as its user once (/v3/auth/authenticate), sends the token with every call, and
+// authenticates again when etcd says the token lapsed or the auth store changed. The
+// gateway takes no user from a certificate's CN (it refuses such certificates), so the
+// user is always a name and password.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +25,24 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/config.h"
 #include "common/status.h"
 
 namespace gpupool::poold {
+
+// How to reach etcd: gpupool.conf's etcd_* keys, the password read from its file.
+struct EtcdAccess {
+  std::vector<std::string> endpoints;  // all "http://HOST:PORT" or all "https://HOST:PORT"
+  std::string ca_file;                 // https: the CA of etcd's server certificate; empty: the system's
+  std::string cert_file, key_file;     // https: the client certificate and its key; empty: none
+  std::string user, password;          // etcd auth; empty user: none
+};
+
+// The access gpupool.conf describes, checked before gpupoold campaigns: the certificate
+// files parse, the key is the certificate's, the certificate has no CN (etcd's gateway
+// refuses one), the password file is readable by its owner only and not empty. Every
+// error names the key and the file.
+Result<EtcdAccess> LoadEtcdAccess(const PooldConfig& config);
 
 struct EtcdKeyValue {
   std::string key, value;
@@ -40,7 +63,7 @@ std::string PrefixEnd(const std::string& prefix);
 
 class EtcdClient {
  public:
-  EtcdClient(std::vector<std::string> endpoints, int timeout_ms);
+  EtcdClient(EtcdAccess access, int timeout_ms);
   ~EtcdClient();
   EtcdClient(const EtcdClient&) = delete;
   EtcdClient& operator=(const EtcdClient&) = delete;
@@ -67,7 +90,12 @@ class EtcdClient {
   const std::string& endpoint() const;
 
  private:
+  // Send() with the auth token, authenticating first (and once more when etcd calls the
+  // token stale) when a user is configured.
   Result<nlohmann::json> Call(const std::string& path, const nlohmann::json& body);
+  // One request, to each endpoint in turn until one answers.
+  Result<nlohmann::json> Send(const std::string& path, const nlohmann::json& body);
+  Status Authenticate();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

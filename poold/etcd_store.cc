@@ -114,19 +114,19 @@ Result<EventRow> EventRowFromJson(const std::string& text) {
   });
 }
 
-EtcdStore::EtcdStore(std::vector<std::string> endpoints, std::string prefix, int64_t fence_revision,
+EtcdStore::EtcdStore(EtcdAccess access, std::string prefix, int64_t fence_revision,
                      int max_txn_ops)
-    : etcd_(std::move(endpoints), kTimeoutMs),
+    : etcd_(std::move(access), kTimeoutMs),
       prefix_(std::move(prefix)),
       fence_revision_(fence_revision),
       max_txn_ops_(max_txn_ops) {}
 
-Result<std::unique_ptr<Store>> EtcdStore::Open(std::vector<std::string> endpoints, std::string prefix,
+Result<std::unique_ptr<Store>> EtcdStore::Open(EtcdAccess access, std::string prefix,
                                                int64_t fence_revision, int max_txn_ops) {
   if (fence_revision <= 0) return Status::InvalidArgument("an etcd store needs the leader key's revision");
   if (max_txn_ops < 4) return Status::InvalidArgument("max_txn_ops must be at least 4");
   std::unique_ptr<EtcdStore> store(
-      new EtcdStore(std::move(endpoints), std::move(prefix), fence_revision, max_txn_ops));
+      new EtcdStore(std::move(access), std::move(prefix), fence_revision, max_txn_ops));
   store->StartCommitter();
   return std::unique_ptr<Store>(std::move(store));
 }

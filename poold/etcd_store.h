@@ -30,13 +30,13 @@ class EtcdStore final : public Store {
  public:
   // `fence_revision`: the create revision of the leader key `prefix + "leader"` this replica
   // holds; every write is conditioned on it.
-  static Result<std::unique_ptr<Store>> Open(std::vector<std::string> endpoints, std::string prefix,
+  static Result<std::unique_ptr<Store>> Open(EtcdAccess access, std::string prefix,
                                              int64_t fence_revision, int max_txn_ops = 128);
   ~EtcdStore() override;
   Result<LoadedState> Load(size_t recent_events) override;
 
  private:
-  EtcdStore(std::vector<std::string> endpoints, std::string prefix, int64_t fence_revision, int max_txn_ops);
+  EtcdStore(EtcdAccess access, std::string prefix, int64_t fence_revision, int max_txn_ops);
   Status WriteBatch(const std::vector<Op>& ops) override;
   Status TrimEvents(uint64_t keep) override;
   Status Commit(const nlohmann::json& ops);

@@ -15,9 +15,9 @@ constexpr int kEtcdTimeoutMs = 1000;
 
 }  // namespace
 
-LeaderElection::LeaderElection(std::vector<std::string> endpoints, std::string prefix, std::string my_url,
+LeaderElection::LeaderElection(EtcdAccess access, std::string prefix, std::string my_url,
                                int ttl_seconds)
-    : endpoints_(std::move(endpoints)), prefix_(std::move(prefix)), my_url_(std::move(my_url)), ttl_(ttl_seconds) {}
+    : access_(std::move(access)), prefix_(std::move(prefix)), my_url_(std::move(my_url)), ttl_(ttl_seconds) {}
 
 LeaderElection::~LeaderElection() {
   Cancel();
@@ -41,7 +41,10 @@ std::string LeaderElection::leader_url() const {
 }
 
 Status LeaderElection::Campaign(std::function<void(const Status&)> on_lost) {
-  EtcdClient etcd(endpoints_, kEtcdTimeoutMs);
+  // Kept for the keep-alive once elected: connected and (with etcd auth) authenticated
+  // already, so the first renewal pays no TLS handshake or bcrypt check against the TTL.
+  auto client = std::make_unique<EtcdClient>(access_, kEtcdTimeoutMs);
+  EtcdClient& etcd = *client;
   const std::string key = prefix_ + "leader";
   std::string last_error;
   for (;;) {
@@ -71,7 +74,7 @@ Status LeaderElection::Campaign(std::function<void(const Status&)> on_lost) {
           leader_ = true;
           log::Info("elected leader (etcd " + etcd.endpoint() + ", fence revision " +
                     std::to_string(txn->revision) + ", lease ttl " + std::to_string(ttl_) + " s)");
-          keepalive_ = std::thread(&LeaderElection::KeepAliveLoop, this, std::move(on_lost));
+          keepalive_ = std::thread(&LeaderElection::KeepAliveLoop, this, std::move(client), std::move(on_lost));
           return Status::OK();
         }
         Status revoked = etcd.LeaseRevoke(*lease);  // lost the race: give the unused lease back
@@ -89,8 +92,8 @@ Status LeaderElection::Campaign(std::function<void(const Status&)> on_lost) {
   }
 }
 
-void LeaderElection::KeepAliveLoop(std::function<void(const Status&)> on_lost) {
-  EtcdClient etcd(endpoints_, kEtcdTimeoutMs);
+void LeaderElection::KeepAliveLoop(std::unique_ptr<EtcdClient> client, std::function<void(const Status&)> on_lost) {
+  EtcdClient& etcd = *client;
   auto lapses = std::chrono::steady_clock::now() + std::chrono::seconds(ttl_);
   const int period_ms = std::max(200, ttl_ * 1000 / 3);
   while (WaitFor(period_ms)) {
@@ -121,7 +124,7 @@ void LeaderElection::Cancel() {
   cv_.notify_all();
   if (leader_.exchange(false)) {
     // Resign: the key goes with the lease, and a follower takes over within its poll.
-    EtcdClient etcd(endpoints_, kEtcdTimeoutMs);
+    EtcdClient etcd(access_, kEtcdTimeoutMs);
     Status revoked = etcd.LeaseRevoke(lease_);
     if (revoked.ok()) {
       log::Info("resigned leadership");

@@ -16,18 +16,20 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/status.h"
+#include "poold/etcd_client.h"
 
 namespace gpupool::poold {
 
 class LeaderElection {
  public:
-  LeaderElection(std::vector<std::string> endpoints, std::string prefix, std::string my_url, int ttl_seconds);
+  LeaderElection(EtcdAccess access, std::string prefix, std::string my_url, int ttl_seconds);
   ~LeaderElection();
 
   // Blocks until this replica leads (OK, fence_revision() set and the keep-alive running)
@@ -45,10 +47,10 @@ class LeaderElection {
   const std::string& my_url() const { return my_url_; }
 
  private:
-  void KeepAliveLoop(std::function<void(const Status&)> on_lost);
+  void KeepAliveLoop(std::unique_ptr<EtcdClient> client, std::function<void(const Status&)> on_lost);
   bool WaitFor(int milliseconds);  // false when cancelled
 
-  const std::vector<std::string> endpoints_;
+  const EtcdAccess access_;
   const std::string prefix_, my_url_;
   const int ttl_;
   std::atomic<bool> leader_{false};

@@ -279,8 +279,9 @@ class PoolEngine {
   // GUARDED_BY(mu_): DRAINING GPUs of movable leases, to move when a GPU is free.
   std::set<GpuIndex> draining_movable_;
   std::deque<EventRow> events_;              // GUARDED_BY(mu_): newest kEventMemory
-  // Host → the address its agent speaks from (Register, Heartbeat).
-  std::map<NameId, std::string> agent_address_;  // GUARDED_BY(mu_)
+  // Host → the address its agent speaks from and the uid it speaks as (Register,
+  // Heartbeat): the uid tells apart agents of one address (one machine, several users).
+  std::map<NameId, AgentSender> agent_sender_;  // GUARDED_BY(mu_)
   // Lease number → (minute, recovered events recorded in it): the rate limit.
   std::map<uint64_t, std::pair<int64_t, int>> recoveries_per_minute_;  // GUARDED_BY(mu_)
   // REQUIRES mu_: whether `from` may speak for host `host` (see Register).

@@ -13,18 +13,19 @@ namespace gpupool::poold {
 
 Status PoolEngine::CheckAgentSender(NameId host, const AgentSender& from, bool registering) {
   if (from.address.empty() || host == kNone) return Status::OK();
-  auto it = agent_address_.find(host);
-  if (it == agent_address_.end() || it->second == from.address) {
-    agent_address_[host] = from.address;
+  auto it = agent_sender_.find(host);
+  if (it == agent_sender_.end() || (it->second.address == from.address && it->second.uid == from.uid)) {
+    agent_sender_[host] = from;
     return Status::OK();
   }
   const Host* h = inventory_.FindHost(host);
   if (registering && h != nullptr && !h->reachable) {  // silent, then back from elsewhere: it moved
-    it->second = from.address;
+    it->second = from;
     return Status::OK();
   }
-  return Status::PermissionDenied("host '" + inventory_.Name(host) + "' is served by the agent at " + it->second +
-                                  "; uid " + std::to_string(from.uid) + " at " + from.address +
+  return Status::PermissionDenied("host '" + inventory_.Name(host) + "' is served by the agent at " +
+                                  it->second.address + " (uid " + std::to_string(it->second.uid) + "); uid " +
+                                  std::to_string(from.uid) + " at " + from.address +
                                   " may not report for it (an agent speaks for its own host only)");
 }
 
@@ -49,7 +50,7 @@ Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg, const 
   int64_t now = clock_();
   NameId host_id = inventory_.Intern(reg.host);
   NameId rack_id = inventory_.Intern(reg.rack);
-  if (!from.address.empty()) agent_address_[host_id] = from.address;  // allowed above
+  if (!from.address.empty()) agent_sender_[host_id] = from;  // allowed above
   Host& host = inventory_.UpsertHost(host_id);
   reported_failed_.resize(inventory_.gpu_count(), false);
   host.rack = rack_id;

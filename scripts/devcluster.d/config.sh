@@ -265,6 +265,45 @@ write_plugstack_conf() {
   } | write_if_changed "$PLUGSTACK_CONF"
 }
 
+# make_etcd_tls: the HA cluster's CA, certificates and passwords in $ETCD_TLS_DIR, made once
+# and again when the CA has less than a day left (passwords are kept: etcd holds them).
+make_etcd_tls() {
+  local d=$ETCD_TLS_DIR ext name
+  mkdir -p "$d"
+  chmod 700 "$d"
+  for name in gpupool root; do
+    [[ -s $d/$name.password ]] ||
+      (umask 077 && od -An -N24 -tx1 /dev/urandom | tr -d ' \n' >"$d/$name.password")
+  done
+  if [[ -f $d/ca.pem && -f $d/server.pem && -f $d/gpupool.pem ]] &&
+    openssl x509 -checkend 86400 -noout -in "$d/ca.pem" >/dev/null 2>&1; then
+    return 0
+  fi
+  command -v openssl >/dev/null || die "openssl is needed for the HA cluster's etcd certificates"
+  ext=$(mktemp)
+  (
+    umask 077
+    set -e
+    # cert NAME SUBJECT EXTENSIONS: a P-256 key and a certificate for it signed by the CA.
+    cert() {
+      openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$d/$1-key.pem" \
+        -subj "$2" -out "$d/$1.csr" 2>/dev/null
+      printf '%s\n' "$3" >"$ext"
+      openssl x509 -req -in "$d/$1.csr" -CA "$d/ca.pem" -CAkey "$d/ca-key.pem" -CAcreateserial \
+        -days 30 -extfile "$ext" -out "$d/$1.pem" 2>/dev/null
+      rm -f "$d/$1.csr"
+    }
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$d/ca-key.pem" \
+      -subj "/CN=gpupool dev cluster etcd CA" -days 30 -out "$d/ca.pem" 2>/dev/null
+    # Members serve clients and peers with it, and etcd's gateway dials its own member with it.
+    cert server "/CN=etcd" "subjectAltName=IP:127.0.0.1,DNS:localhost
+extendedKeyUsage=serverAuth,clientAuth"
+    # No CN: etcd's JSON gateway refuses client certificates that have one.
+    cert gpupool "/O=gpupool" "extendedKeyUsage=clientAuth"
+  ) || { rm -f "$ext"; die "openssl could not make the etcd certificates in $d"; }
+  rm -f "$ext"
+}
+
 write_gpupool_conf() {
   local name glob first=1
   if ((HA)) && [[ ! -f $DEVDIR/token.key ]]; then
@@ -283,11 +322,16 @@ write_gpupool_conf() {
     if ((HA)); then
       local endpoints="" i
       for ((i = 1; i <= ETCD_MEMBERS; i++)); do
-        endpoints+="${endpoints:+, }\"http://127.0.0.1:$(etcd_client_port "$i")\""
+        endpoints+="${endpoints:+, }\"$(etcd_client_url "$i")\""
       done
       echo "  state = \"etcd\";"
       echo "  etcd_endpoints = [ $endpoints ];"
-      echo "  etcd_prefix = \"/gpupool-dev/\";"
+      echo "  etcd_prefix = \"$ETCD_PREFIX\";"
+      echo "  etcd_ca_file = \"$ETCD_TLS_DIR/ca.pem\";"
+      echo "  etcd_cert_file = \"$ETCD_TLS_DIR/gpupool.pem\";"
+      echo "  etcd_key_file = \"$ETCD_TLS_DIR/gpupool-key.pem\";"
+      echo "  etcd_user = \"$ETCD_USER\";"
+      echo "  etcd_password_file = \"$ETCD_TLS_DIR/gpupool.password\";"
       echo "  leader_ttl = 2;"
       # Lease tokens are derived from a key all replicas share, never stored in etcd
       # (gpupool.conf(5), token_key_file); made once, kept across `up`s.
@@ -327,7 +371,20 @@ export GPUPOOL_CONF="$GPUPOOL_CONF_FILE"
 export GPUPOOL_SERVER="$POOLD_SERVERS"
 export GPUPOOL_DEV_PORTBASE="$PORTBASE"
 export PATH="$BUILD/bin:\$PATH"
+$(etcd_env_lines)
 EOF
+}
+
+# With GPUPOOL_DEV_HA=1: where etcd is and what reaches it (TLS and auth are on).
+etcd_env_lines() {
+  ((HA)) || return 0
+  local endpoints="" i
+  for ((i = 1; i <= ETCD_MEMBERS; i++)); do endpoints+="${endpoints:+,}$(etcd_client_url "$i")"; done
+  echo "# etcd (TLS and auth on): its endpoints, its key prefix, and the directory of its CA,"
+  echo "# certificates and passwords"
+  echo "export GPUPOOL_DEV_ETCD_ENDPOINTS=\"$endpoints\""
+  echo "export GPUPOOL_DEV_ETCD_PREFIX=\"$ETCD_PREFIX\""
+  echo "export GPUPOOL_DEV_ETCD_TLS=\"$ETCD_TLS_DIR\""
 }
 
 # Writes every file; returns 0 when something slurmctld reads has changed.
@@ -347,6 +404,7 @@ write_all_config() {
   write_mariadb_init_sql || true
   write_slurmdbd_conf || true
   write_plugstack_conf || true
+  ((HA)) && make_etcd_tls
   write_gpupool_conf || true
   write_env_file || true
   # Users' commands read these (files of an older run may have been left private).

@@ -46,6 +46,17 @@ POOLD2_URL="http://127.0.0.1:$POOLD2_PORT"
 POOLD_SERVERS=$POOLD_URL
 ((HA)) && POOLD_SERVERS="$POOLD_URL,$POOLD2_URL"
 ETCD_DIR=$DEVDIR/etcd
+# etcd is locked down as a site's should be (gpupoold(8), ETCD SECURITY): TLS for clients
+# and peers with certificates made at `up` (openssl), client certificates required, and
+# etcd auth on, gpupoold's user holding a role limited to ETCD_PREFIX. Everything in
+# ETCD_TLS_DIR (0700): ca.pem, server.pem/-key.pem (every member, also its peer and
+# gateway client certificate), gpupool.pem/-key.pem (no CN: etcd's gateway refuses one),
+# gpupool.password and root.password (etcd's root, for setting users up and for tests).
+ETCD_TLS_DIR=$DEVDIR/etcd-tls
+ETCD_PREFIX=/gpupool-dev/
+ETCD_USER=gpupool
+etcd_client_url() { echo "https://127.0.0.1:$(etcd_client_port "$1")"; }
+etcd_peer_url() { echo "https://127.0.0.1:$(etcd_peer_port "$1")"; }
 
 # Files.
 LOGDIR=$DEVDIR/log

@@ -115,30 +115,65 @@ spawn() {
   done
 }
 
-# start_etcd_member N: etcd member N of the HA dev cluster, on loopback.
+# start_etcd_member N: etcd member N of the HA dev cluster, on loopback, TLS for clients
+# and peers, both made to show a certificate of the cluster's CA (make_etcd_tls).
 start_etcd_member() {
   local n=$1 cluster="" i state=new
   for ((i = 1; i <= ETCD_MEMBERS; i++)); do
-    cluster+="${cluster:+,}etcd$i=http://127.0.0.1:$(etcd_peer_port "$i")"
+    cluster+="${cluster:+,}etcd$i=$(etcd_peer_url "$i")"
   done
   # The data directory is kept: `up` after `down` finds the cluster (and its state) as it was,
   # unless it was made for other ports (GPUPOOL_DEV_PORTBASE changed): etcd would then call
   # peers that are not there for ever, so the HA state starts afresh.
   if [[ -f $ETCD_DIR/cluster && $(cat "$ETCD_DIR/cluster") != "$cluster" ]]; then
     note "etcd data in $ETCD_DIR was made for other ports: starting etcd afresh"
-    rm -rf "$ETCD_DIR"/etcd[0-9]*
+    rm -rf "$ETCD_DIR"/etcd[0-9]* "$ETCD_DIR/auth.done"
   fi
   echo "$cluster" >"$ETCD_DIR/cluster"
   [[ -d $ETCD_DIR/etcd$n/member ]] && state=existing
   # --max-txn-ops: gpupoold's group commits hold more than etcd's default 128 operations
   # when many clients acquire at once (gpupoold(8), HIGH AVAILABILITY).
   spawn "etcd$n" "$(part_binary "etcd$n")" --name "etcd$n" --data-dir "$ETCD_DIR/etcd$n" \
-    --listen-client-urls "http://127.0.0.1:$(etcd_client_port "$n")" \
-    --advertise-client-urls "http://127.0.0.1:$(etcd_client_port "$n")" \
-    --listen-peer-urls "http://127.0.0.1:$(etcd_peer_port "$n")" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$(etcd_peer_port "$n")" \
+    --listen-client-urls "$(etcd_client_url "$n")" --advertise-client-urls "$(etcd_client_url "$n")" \
+    --listen-peer-urls "$(etcd_peer_url "$n")" --initial-advertise-peer-urls "$(etcd_peer_url "$n")" \
     --initial-cluster "$cluster" --initial-cluster-state "$state" \
-    --initial-cluster-token "gpupool-dev-$PORTBASE" --max-txn-ops 1024
+    --initial-cluster-token "gpupool-dev-$PORTBASE" --max-txn-ops 1024 \
+    --cert-file "$ETCD_TLS_DIR/server.pem" --key-file "$ETCD_TLS_DIR/server-key.pem" \
+    --trusted-ca-file "$ETCD_TLS_DIR/ca.pem" --client-cert-auth \
+    --peer-cert-file "$ETCD_TLS_DIR/server.pem" --peer-key-file "$ETCD_TLS_DIR/server-key.pem" \
+    --peer-trusted-ca-file "$ETCD_TLS_DIR/ca.pem" --peer-client-cert-auth
+}
+
+# dev_etcdctl ARGS...: etcdctl against the HA cluster's etcd, with gpupool's client
+# certificate (it has no CN, so etcd takes no user from it); add --user for auth.
+dev_etcdctl() {
+  local endpoints="" i
+  for ((i = 1; i <= ETCD_MEMBERS; i++)); do endpoints+="${endpoints:+,}$(etcd_client_url "$i")"; done
+  ETCDCTL_API=3 timeout 20 etcdctl --endpoints "$endpoints" --cacert "$ETCD_TLS_DIR/ca.pem" \
+    --cert "$ETCD_TLS_DIR/gpupool.pem" --key "$ETCD_TLS_DIR/gpupool-key.pem" "$@"
+}
+
+# etcd_enable_auth: once per etcd data directory, etcd's users and roles: root (for admins
+# and tests), and gpupool, whose role may read and write $ETCD_PREFIX and nothing else;
+# then auth on. Needs every member up.
+etcd_enable_auth() {
+  [[ -f $ETCD_DIR/auth.done ]] && return 0
+  local root="root:$(cat "$ETCD_TLS_DIR/root.password")" out step
+  # The data outlived its marker (a failed `up` after `auth enable`): auth is on already.
+  if dev_etcdctl --user "$root" auth enable >/dev/null 2>&1 &&
+    dev_etcdctl --user "$root" role get gpupool >/dev/null 2>&1; then
+    touch "$ETCD_DIR/auth.done"
+    return 0
+  fi
+  for step in "user add $root" "user grant-role root root" "role add gpupool" \
+    "role grant-permission gpupool --prefix=true readwrite $ETCD_PREFIX" \
+    "user add $ETCD_USER:$(cat "$ETCD_TLS_DIR/gpupool.password")" "user grant-role $ETCD_USER gpupool" \
+    "auth enable"; do
+    # shellcheck disable=SC2086  # words of the step
+    out=$(dev_etcdctl $step 2>&1) || [[ $out == *"already exists"* ]] ||
+      die "etcdctl ${step%%:*} failed: $out"
+  done
+  touch "$ETCD_DIR/auth.done"
 }
 
 part_start() {
@@ -281,7 +316,8 @@ part_ready() {
         { echo "GET $url/v1/ping does not answer ok"; return 1; }
       ;;
     etcd*)
-      curl -sf --max-time 2 "http://127.0.0.1:$(etcd_client_port "${part#etcd}")/health" |
+      curl -sf --max-time 2 --cacert "$ETCD_TLS_DIR/ca.pem" --cert "$ETCD_TLS_DIR/gpupool.pem" \
+        --key "$ETCD_TLS_DIR/gpupool-key.pem" "$(etcd_client_url "${part#etcd}")/health" |
         grep -q '"health":"true"' || { echo "etcd ${part#etcd} does not report health true"; return 1; }
       ;;
     agent-*)

@@ -123,6 +123,22 @@ TEST(ConfigTest, SessionWorkerLimitsAreRead) {
   EXPECT_EQ(defaults->agent.worker_cpu_seconds, 0);
 }
 
+TEST(ConfigTest, EtcdTlsAndAuthKeysAreRead) {
+  Result<Config> r = ParseConfig(R"(
+gpupoold = { state = "etcd"; etcd_endpoints = ["https://10.0.0.1:2379", "https://10.0.0.2:2379"];
+  etcd_ca_file = "/etc/gpupool/etcd-ca.pem"; etcd_cert_file = "/etc/gpupool/etcd-client.pem";
+  etcd_key_file = "/etc/gpupool/etcd-client.key"; etcd_user = "gpupool";
+  etcd_password_file = "/etc/gpupool/etcd.password"; };
+)", "x.conf");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->poold.etcd_endpoints.size(), 2u);
+  EXPECT_EQ(r->poold.etcd_ca_file, "/etc/gpupool/etcd-ca.pem");
+  EXPECT_EQ(r->poold.etcd_cert_file, "/etc/gpupool/etcd-client.pem");
+  EXPECT_EQ(r->poold.etcd_key_file, "/etc/gpupool/etcd-client.key");
+  EXPECT_EQ(r->poold.etcd_user, "gpupool");
+  EXPECT_EQ(r->poold.etcd_password_file, "/etc/gpupool/etcd.password");
+}
+
 TEST(ConfigTest, UnknownKeyInEverySection) {
   ExpectError("\n\nbogus = 1;\n", 3, "bogus", "unknown key");
   ExpectError("gpupoold = {\n  listen = \"x:1\";\n  lisen = \"y:1\";\n};\n", 3, "lisen", "unknown key");
@@ -165,7 +181,17 @@ TEST(ConfigTest, BadValues) {
   ExpectError("gpupoold = { state = \"zookeeper\"; };\n", 1, "state", "must be \"sqlite\" or \"etcd\"");
   ExpectError("gpupoold = { etcd_endpoints = []; };\n", 1, "etcd_endpoints", "must name at least one etcd endpoint");
   ExpectError("gpupoold = { etcd_endpoints = [\"127.0.0.1:2379\"]; };\n", 1, "etcd_endpoints",
-              "must be http://HOST:PORT URLs");
+              "must be http://HOST:PORT or https://HOST:PORT URLs");
+  ExpectError("gpupoold = { etcd_endpoints = [\"https://a:2379\", \"http://b:2379\"]; };\n", 1, "etcd_endpoints",
+              "must all be https:// or all be http://; 'http://b:2379'");
+  // TLS and auth settings with plain-HTTP endpoints: the password would cross the network in clear.
+  ExpectError("gpupoold = { etcd_user = \"gpupool\"; etcd_password_file = \"/p\"; };\n", 1, "etcd_user",
+              "needs https:// etcd_endpoints");
+  ExpectError("gpupoold = { etcd_ca_file = \"/ca.pem\"; };\n", 1, "etcd_ca_file", "needs https:// etcd_endpoints");
+  ExpectError("gpupoold = { etcd_endpoints = [\"https://a:2379\"];\n  etcd_cert_file = \"/c.pem\"; };\n", 2,
+              "etcd_cert_file", "etcd_cert_file and etcd_key_file go together");
+  ExpectError("gpupoold = { etcd_endpoints = [\"https://a:2379\"];\n  etcd_password_file = \"/p\"; };\n", 2,
+              "etcd_password_file", "etcd_user and etcd_password_file go together");
   ExpectError("gpupoold = { etcd_prefix = \"gpupool\"; };\n", 1, "etcd_prefix", "must begin and end with '/'");
   ExpectError("gpupoold = { leader_ttl = 1; };\n", 1, "leader_ttl", "must be between 2 and 600");
   ExpectError("pools = ( { name = \"a\"; min_memory = \"80X\"; } );\n", 1, "min_memory", "bad size unit");

@@ -22,6 +22,7 @@ using nlohmann::json;
 
 class ApiTest : public ::testing::Test {
  protected:
+  static constexpr uid_t kAgentUid1 = 64001, kAgentUid2 = 64002;
   static void SetUpTestSuite() { testing::StartPrivateMunged(); }
 
   void SetUp() override {
@@ -32,6 +33,8 @@ class ApiTest : public ::testing::Test {
     c.poold.state_dir = dir_;
     c.poold.slurm_reap = false;
     c.poold.max_request_bytes = 4096;
+    // Two agents that do not run as root (AnAgentUserIsNoAdmin).
+    c.poold.agent_users = {std::to_string(kAgentUid1), std::to_string(kAgentUid2)};
     c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
     // Slurm's view of jobs, as the tests need it: job 5 is nobody's, every other job root's;
     // each holds more gpupool_a100 licences than the pool has GPUs.
@@ -147,6 +150,52 @@ TEST_F(ApiTest, RolesAreEnforced) {
   auto list = Raw("GET", "/v1/leases", "", "MUNGE " + testing::CredentialAs(nobody));
   EXPECT_EQ(json::parse(list->body)["leases"].size(), 1u);
   EXPECT_EQ(Leases(), 2u);
+}
+
+// An agent that runs as a user of agent_users (not root) reports on its own host only and
+// is no admin: it cannot drain, fail or move GPUs, report on a host another agent serves
+// (on this machine too: agents of one address are told apart by uid), or lease GPUs for
+// another user's job.
+TEST_F(ApiTest, AnAgentUserIsNoAdmin) {
+  auto as = [](uid_t uid) { return "MUNGE " + testing::CredentialAs(uid); };
+  json reg = {{"host", "a1"}, {"rack", "r1"}, {"endpoint", "127.0.0.1:7001"},
+              {"gpus", {{{"uuid", "GPU-a1-0"}, {"index", 0}, {"model", "A100"}, {"memory_mib", 81920}}}}};
+  auto own = Raw("POST", "/v1/agents/register", reg.dump(), as(kAgentUid1));
+  ASSERT_EQ(own->status, 200) << own->body;
+  auto beat = Raw("POST", "/v1/agents/heartbeat", R"({"host":"a1","gpus":[]})", as(kAgentUid1));
+  EXPECT_EQ(beat->status, 200) << beat->body;
+
+  // Another host's GPU: g1 (registered by root in SetUp) and a1 (by the first agent user).
+  std::string fail_g1 = R"({"host":"g1","gpus":[{"uuid":"GPU-0","health":"FAILED","reason":"Xid 79"}]})";
+  auto other = Raw("POST", "/v1/agents/heartbeat", fail_g1, as(kAgentUid1));
+  EXPECT_EQ(other->status, 403) << other->body;
+  EXPECT_NE(Error(other).find("may not report for it"), std::string::npos) << other->body;
+  std::string fail_a1 = R"({"host":"a1","gpus":[{"uuid":"GPU-a1-0","health":"FAILED","reason":"Xid 79"}]})";
+  auto neighbour = Raw("POST", "/v1/agents/heartbeat", fail_a1, as(kAgentUid2));
+  EXPECT_EQ(neighbour->status, 403) << neighbour->body;
+  json empty_a1 = {{"host", "a1"}, {"rack", "r1"}, {"endpoint", "127.0.0.1:7002"}, {"gpus", json::array()}};
+  auto take = Raw("POST", "/v1/agents/register", empty_a1.dump(), as(kAgentUid2));
+  EXPECT_EQ(take->status, 403) << take->body;
+
+  // No admin: drain, fail, resume and migrate are refused.
+  for (const char* state : {"drain", "fail", "resume"}) {
+    json update = {{"gpu", "g1:0"}, {"state", state}};
+    auto r = Raw("POST", "/v1/gpus/update", update.dump(), as(kAgentUid1));
+    EXPECT_EQ(r->status, 403) << state << ": " << r->body;
+  }
+  EXPECT_EQ(Raw("POST", "/v1/leases/migrate", R"({"lease":"L1"})", as(kAgentUid1))->status, 403);
+  // Job 6 is root's: an agent user may not lease GPUs for it, nor name another owner.
+  auto squat = Raw("POST", "/v1/leases", R"({"job_id":6,"request":[{"pool":"a100","count":1}]})", as(kAgentUid1));
+  EXPECT_EQ(squat->status, 403) << squat->body;
+  auto owner = Raw("POST", "/v1/leases", R"({"job_id":5,"uid":65534,"request":[{"pool":"a100","count":1}]})",
+                   as(kAgentUid1));
+  EXPECT_EQ(owner->status, 403) << owner->body;
+
+  // Nothing changed: every GPU idle, no lease.
+  json gpus = client_->Get("/v1/gpus").value()["gpus"];
+  for (const json& g : gpus) EXPECT_EQ(g["state"], "IDLE") << g.dump();
+  EXPECT_EQ(gpus.size(), 5u);
+  EXPECT_EQ(Leases(), 0u);
 }
 
 TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {

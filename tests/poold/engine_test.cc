@@ -549,8 +549,8 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsOwnHost) {
   // g2's agent reports g1's GPU failed, in g1's name: refused, nothing changes.
   auto fail = engine_->Heartbeat("g1", {GpuHealthReport{"GPU-g1-0", true, "Xid 79"}}, {}, g2_agent);
   EXPECT_EQ(fail.status().code(), Status::Code::kPermissionDenied);
-  EXPECT_NE(fail.status().message().find("host 'g1' is served by the agent at 10.0.0.1; uid 900 at 10.0.0.2 may "
-                                         "not report for it"),
+  EXPECT_NE(fail.status().message().find("host 'g1' is served by the agent at 10.0.0.1 (uid 900); uid 900 at "
+                                         "10.0.0.2 may not report for it"),
             std::string::npos)
       << fail.status().message();
   EXPECT_EQ(Gpu("g1:0")["state"], "IDLE");
@@ -571,6 +571,32 @@ TEST_F(EngineTest, AnAgentSpeaksOnlyForItsOwnHost) {
   ASSERT_TRUE(engine_->Register(reg, moved).ok());
   EXPECT_EQ(Gpu("g1:0")["state"], "IDLE");
   EXPECT_EQ(engine_->Heartbeat("g1", {}, {}, g1_agent).status().code(), Status::Code::kPermissionDenied);
+}
+
+// Agents of one machine (one address) running as different users are told apart by uid:
+// one cannot report on, or register, the other's host.
+TEST_F(EngineTest, AgentsOfOneAddressAreToldApartByUid) {
+  const AgentSender a1{"127.0.0.1", 64001}, a2{"127.0.0.1", 64002};
+  AgentRegistration reg1{"a1", "r1", "127.0.0.1:7001", {AgentGpu{"GPU-a1-0", "A100-80GB", "", 0, 0, 81920, false, ""}}};
+  AgentRegistration reg2{"a2", "r1", "127.0.0.1:7002", {AgentGpu{"GPU-a2-0", "A100-80GB", "", 0, 0, 81920, false, ""}}};
+  ASSERT_TRUE(engine_->Register(reg1, a1).ok());
+  ASSERT_TRUE(engine_->Register(reg2, a2).ok());
+  auto fail = engine_->Heartbeat("a1", {GpuHealthReport{"GPU-a1-0", true, "Xid 79"}}, {}, a2);
+  EXPECT_EQ(fail.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_NE(fail.status().message().find("served by the agent at 127.0.0.1 (uid 64001); uid 64002 at 127.0.0.1"),
+            std::string::npos)
+      << fail.status().message();
+  EXPECT_EQ(Gpu("a1:0")["state"], "IDLE");
+  AgentRegistration take{"a1", "r1", "127.0.0.1:7002", {}};
+  EXPECT_EQ(engine_->Register(take, a2).status().code(), Status::Code::kPermissionDenied);
+  EXPECT_EQ(Gpu("a1:0")["state"], "IDLE");
+  // Root at that address is no exception: the host is its agent's.
+  EXPECT_EQ(engine_->Heartbeat("a1", {GpuHealthReport{"GPU-a1-0", true, "Xid 79"}}, {}, AgentSender{"127.0.0.1", 0})
+                .status()
+                .code(),
+            Status::Code::kPermissionDenied);
+  ASSERT_TRUE(engine_->Heartbeat("a1", {}, {}, a1).ok());
+  EXPECT_EQ(Gpu("a1:0")["state"], "IDLE");
 }
 
 // Issue 37: recovered events come on a client's word: they name who reported them, and a

@@ -9,6 +9,9 @@
 //            gpupoold writes)
 // Each client keeps one keep-alive connection. Prints one JSON line with pairs/s and the
 // p50/p99 latency of a whole pair.
+// Against a locked-down etcd (an https:// --url): --cacert, --cert/--key (the client
+// certificate) and --user/--password-file (etcd auth), as gpupoold's etcd_* keys do; each
+// client authenticates once, as each of gpupoold's etcd connections does.
 #include <httplib.h>
 
 #include <algorithm>
@@ -16,6 +19,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,21 +113,65 @@ bool EtcdTxnPair(httplib::Client& c, int64_t fence, int64_t job) {
   return EtcdTxn(c, fence, release);
 }
 
+struct EtcdSecurity {
+  std::string cacert, cert, key, user, password;
+};
+
+// A keep-alive client for etcd at `url` (http:// or https://), authenticated when a user is
+// given; nullptr (and a message) when it cannot be.
+std::unique_ptr<httplib::Client> EtcdConnect(const std::string& url, const EtcdSecurity& sec) {
+  auto c = std::make_unique<httplib::Client>(url, sec.cert, sec.key);
+  if (!sec.cacert.empty()) c->set_ca_cert_path(sec.cacert.c_str());
+  c->enable_server_certificate_verification(true);
+  c->set_keep_alive(true);
+  c->set_tcp_nodelay(true);
+  // 64 clients authenticating at once wait on etcd's bcrypt, one at a time per core.
+  c->set_read_timeout(30, 0);
+  if (!sec.user.empty()) {
+    auto r = c->Post("/v3/auth/authenticate", json{{"name", sec.user}, {"password", sec.password}}.dump(),
+                     "application/json");
+    json j = r ? json::parse(r->body, nullptr, false) : json();
+    if (!r || r->status != 200 || !j.is_object() || j.value("token", "").empty()) {
+      std::fprintf(stderr, "cannot authenticate to etcd as %s: %s\n", sec.user.c_str(),
+                   r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+      return nullptr;
+    }
+    c->set_default_headers({{"Authorization", j.value("token", "")}});
+  }
+  return c;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string target = "gpupool", url, pool = "a100";
   int clients = 1;
   double seconds = 5;
+  EtcdSecurity sec;
+  std::string password_file;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--target") target = v;
+    else if (k == "--cacert") sec.cacert = v;
+    else if (k == "--cert") sec.cert = v;
+    else if (k == "--key") sec.key = v;
+    else if (k == "--user") sec.user = v;
+    else if (k == "--password-file") password_file = v;
     else if (k == "--url") url = v;
     else if (k == "--clients") clients = std::stoi(v);
     else if (k == "--seconds") seconds = std::stod(v);
     else if (k == "--pool") pool = v;
     else {
-      std::fprintf(stderr, "usage: gpupool-bench-lease --target gpupool|etcd|etcd-txn --url URL --clients N --seconds S\n");
+      std::fprintf(stderr,
+                   "usage: gpupool-bench-lease --target gpupool|etcd|etcd-txn --url URL --clients N --seconds S\n"
+                   "       [--cacert CA --cert CERT --key KEY --user USER --password-file FILE]\n");
+      return 2;
+    }
+  }
+  if (!password_file.empty()) {
+    std::ifstream in(password_file);
+    if (!std::getline(in, sec.password) || sec.password.empty()) {
+      std::fprintf(stderr, "gpupool-bench-lease: cannot read a password from %s\n", password_file.c_str());
       return 2;
     }
   }
@@ -131,21 +180,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::atomic<bool> go{false}, stop{false};
+  // Clients that have connected (and authenticated) and found their fence: the clock starts
+  // when all have, so 64 authentications against etcd's bcrypt are not timed as pairs.
+  std::atomic<int> ready{0};
   std::atomic<int> errors{0};
   std::vector<std::vector<double>> latencies(clients);
   std::vector<std::thread> threads;
   for (int t = 0; t < clients; ++t) {
     threads.emplace_back([&, t] {
-      std::string hostport = url.substr(url.find("://") + 3);
       std::unique_ptr<gpupool::ApiClient> api;
       std::unique_ptr<httplib::Client> http;
       if (target == "gpupool") {
         api = std::make_unique<gpupool::ApiClient>(gpupool::ApiClientOptions{url, 10000, "", true});
       } else {
-        http = std::make_unique<httplib::Client>(hostport.substr(0, hostport.rfind(':')),
-                                                 std::stoi(hostport.substr(hostport.rfind(':') + 1)));
-        http->set_keep_alive(true);
-        http->set_tcp_nodelay(true);
+        http = EtcdConnect(url, sec);
+        if (!http) {
+          ++errors;
+          ++ready;
+          return;
+        }
       }
       int64_t fence = 0;
       if (target == "etcd-txn") {
@@ -159,6 +212,7 @@ int main(int argc, char** argv) {
           if (fence == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
       }
+      ++ready;
       while (!go) std::this_thread::yield();
       int64_t job = int64_t{t + 1} * 100000000 + 1;
       while (!stop) {
@@ -173,6 +227,7 @@ int main(int argc, char** argv) {
       }
     });
   }
+  while (ready < clients) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   auto start = Clock::now();
   go = true;
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
