@@ -137,7 +137,8 @@ for host in "${!ADDR[@]}"; do
   for _ in $(seq 100); do link_up "$host" && break; sleep 0.1; done
   link_up "$host" || fail "$host's eth0 is not up: $(in_ns "$host" ip -br link show eth0)"
 done
-step "${#ADDR[@]} hosts on a switch: $(for h in head cn1 cn2 gpu1 gpu2; do [[ -n ${ADDR[$h]:-} ]] && printf '%s %s, ' "$h" "${ADDR[$h]}"; done)"
+hosts=$(for h in head cn1 cn2 gpu1 gpu2; do [[ -z ${ADDR[$h]:-} ]] || printf '%s %s, ' "$h" "${ADDR[$h]}"; done)
+step "${#ADDR[@]} hosts on a switch: ${hosts%, }"
 
 # MUNGE: one key for the site. The socket is a file, which every namespace reaches (as
 # every real host reaches its own munged with the same key).
