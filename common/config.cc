@@ -229,7 +229,8 @@ Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentCon
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "listen", file, &c->listen));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "control", file, &c->control));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "backend", file, &c->backend));
-  if (c->backend != "sim" && c->backend != "cuda") {
+  // Absent stays empty ("not set": gpupool-agentd refuses to start, remote/agentd/options.h).
+  if (g.exists("backend") && c->backend != "sim" && c->backend != "cuda") {
     return Error(g["backend"], file, "must be \"sim\" or \"cuda\"");
   }
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "heartbeat_interval", file, 1, 3600, &c->heartbeat_interval));

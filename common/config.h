@@ -82,7 +82,9 @@ struct AgentConfig {
   std::string rack = "default";
   std::string listen = "127.0.0.1:7100";  // data-path (UCX) endpoint served to jobs
   std::string control;               // "host:port" of the local fault/inspection API; empty = off
-  std::string backend = "sim";       // "sim" or "cuda"
+  // "sim" or "cuda"; empty: not set. No default: the agent refuses to start without one,
+  // so that a host nobody configured never serves simulated GPUs as if they were real.
+  std::string backend;
   int heartbeat_interval = 2;        // seconds
   int hang_timeout = 10;             // seconds without progress before the GPU is probed; 0 off
   // The session workers (remote/worker): the user they run as when the agent is root

@@ -185,7 +185,7 @@ Result<Settings> ResolveSettings(const CommandLine& cl) {
   if (cl.backend) a.backend = *cl.backend;
   if (cl.sim_gpus) a.sim_gpus = *cl.sim_gpus;
 
-  if (a.backend != "sim" && a.backend != "cuda") {
+  if (!a.backend.empty() && a.backend != "sim" && a.backend != "cuda") {
     return Status::InvalidArgument("--backend '" + a.backend + "': expected sim or cuda");
   }
   if (a.host.empty()) {
@@ -207,6 +207,14 @@ Result<Settings> ResolveSettings(const CommandLine& cl) {
     }
   }
   if (a.server.empty()) return Status::InvalidArgument("--server: empty address");
+  // No default backend (common/config.h): checked after the addresses, so that their
+  // errors come first whatever the backend, and before the faults, which need it.
+  if (a.backend.empty()) {
+    return Status::InvalidArgument(
+        "agent.backend is not set " + (exists ? "in " + path : "(no " + path + ")") +
+        ": set backend = \"cuda\"; for this host's GPUs or backend = \"sim\"; for simulated ones "
+        "(or --backend cuda|sim)");
+  }
   if (cl.faults.size() > 0 && a.backend != "sim") {
     return Status::InvalidArgument("--fault: only the sim backend injects faults");
   }

@@ -50,7 +50,9 @@ struct Settings {
 // Loads the config (-f, else DefaultConfigPath(); a missing default file means built-in
 // defaults, a missing -f file is an error), applies overrides and validates the result:
 // addresses, a loopback-only control address, the backend name, a non-empty host name
-// (gethostname() when unset).
+// (gethostname() when unset). The backend has no default: neither agent.backend nor
+// --backend is an error naming the key, so that an agent installed and started on a host
+// nobody configured never registers simulated GPUs.
 Result<Settings> ResolveSettings(const CommandLine& cl);
 
 // "MODEL:MEM:COUNT[,MODEL:MEM:COUNT...]" with MEM like 80G or 81920M.

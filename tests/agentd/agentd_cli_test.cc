@@ -55,7 +55,8 @@ class AgentdCliTest : public testing::Test {
   std::vector<std::string> ServerArgs(int control_port, int poold_port) {
     return {"--server", "http://127.0.0.1:" + std::to_string(poold_port), "--host", "gpuhost1",
             "--listen", "127.0.0.1:" + std::to_string(testing_env::FreePort()),
-            "--control", "127.0.0.1:" + std::to_string(control_port), "--sim-gpus", "A100-SXM4-80GB:80G:2"};
+            "--control", "127.0.0.1:" + std::to_string(control_port), "--backend", "sim",
+            "--sim-gpus", "A100-SXM4-80GB:80G:2"};
   }
 
   std::string dir_;
@@ -71,8 +72,11 @@ TEST_F(AgentdCliTest, BadInputExitsTwoWithOneLine) {
       {{"--control", "0.0.0.0:21000", "-D"}, "loopback only"},
       {{"--listen", "nowhere", "-D"}, "--listen"},
       {{"-f", "/nonexistent/gpupool.conf", "-D"}, "does not exist"},
-      {{"--fault", "7:fail", "-D", "--sim-gpus", "A100:80G:2"}, "no GPU with index 7"},
-      {{"--fault", "7:fail", "--sim-gpus", "A100:80G:2"}, "no GPU with index 7"},  // detached too
+      {{"--fault", "7:fail", "-D", "--backend", "sim", "--sim-gpus", "A100:80G:2"}, "no GPU with index 7"},
+      {{"--fault", "7:fail", "--backend", "sim", "--sim-gpus", "A100:80G:2"}, "no GPU with index 7"},  // detached too
+      // No backend named anywhere: nothing starts (no simulated GPUs on an unconfigured host).
+      {{"-D", "--sim-gpus", "A100:80G:2"}, "agent.backend is not set"},
+      {{"--sim-gpus", "A100:80G:2"}, "agent.backend is not set"},
   };
   for (const auto& [args, message] : cases) {
     std::string out;

@@ -45,6 +45,7 @@ class IntegrationTest : public testing::Test {
                          << "pools = ( { name = \"a100\"; models = [ \"A100*\" ]; } );\n"
                          << "agent = {\n"
                          << "  server = \"http://127.0.0.1:" << poold_port_ << "\";\n"
+                         << "  backend = \"sim\";\n"
                          << "  heartbeat_interval = 1;\n"
                          // Every worker as the unprivileged worker user (the clients here
                          // are on this host, and would get workers of their own uid).

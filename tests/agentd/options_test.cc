@@ -43,7 +43,7 @@ class OptionsTest : public testing::Test {
 };
 
 TEST_F(OptionsTest, DefaultsWithoutConfigFile) {
-  auto cl = Parse({});
+  auto cl = Parse({"--backend", "sim"});
   ASSERT_TRUE(cl.ok());
   auto s = ResolveSettings(cl.value());
   ASSERT_TRUE(s.ok()) << s.status().message();
@@ -52,9 +52,28 @@ TEST_F(OptionsTest, DefaultsWithoutConfigFile) {
   EXPECT_FALSE(s->foreground);
 }
 
+// Safe package defaults (issue 39): an agent nobody configured would otherwise register
+// simulated GPUs with gpupoold. Neither the file nor the command line naming a backend is
+// an error naming the key; either one naming it is enough.
+TEST_F(OptionsTest, BackendMustBeSetExplicitly) {
+  ExpectError({}, "agent.backend is not set (no ");
+  std::string silent = WriteConfig("agent = { server = \"http://127.0.0.1:1\"; };\n");
+  ExpectError({"-f", silent}, "agent.backend is not set in " + silent + ": set backend = \"cuda\";");
+  ExpectError({"-f", silent, "--fault", "0:fail"}, "agent.backend is not set");
+  auto from_line = ResolveSettings(Parse({"-f", silent, "--backend", "sim"}).value());
+  ASSERT_TRUE(from_line.ok()) << from_line.status().message();
+  EXPECT_EQ(from_line->config.agent.backend, "sim");
+  std::string cuda = WriteConfig("agent = { backend = \"cuda\"; };\n");
+  auto from_file = ResolveSettings(Parse({"-f", cuda}).value());
+  ASSERT_TRUE(from_file.ok()) << from_file.status().message();
+  EXPECT_EQ(from_file->config.agent.backend, "cuda");
+  std::string empty = WriteConfig("agent = { backend = \"\"; };\n");
+  ExpectError({"-f", empty}, "must be \"sim\" or \"cuda\"");
+}
+
 TEST_F(OptionsTest, CommandLineOverridesConfig) {
   std::string conf = WriteConfig(
-      "agent = { server = \"http://127.0.0.1:1\"; host = \"fromfile\"; rack = \"r9\";\n"
+      "agent = { server = \"http://127.0.0.1:1\"; host = \"fromfile\"; rack = \"r9\"; backend = \"sim\";\n"
       "  heartbeat_interval = 7; sim = { gpus = ( { model = \"L4\"; memory = \"24G\"; count = 2; } ); }; };\n");
   auto cl = Parse({"-D", "-vv", "-f", conf, "--host", "gpuhost1", "--listen=127.0.0.1:21010",
                    "--control", "127.0.0.1:21011", "--sim-gpus", "A100-SXM4-80GB:80G:2,H100:81920M:1",
@@ -85,7 +104,7 @@ TEST_F(OptionsTest, CommandLineOverridesConfig) {
 
 TEST_F(OptionsTest, SimGpusFromConfigFile) {
   std::string conf = WriteConfig(
-      "agent = { sim = { gpus = ( { model = \"L4\"; memory = \"24G\"; count = 3; } ); }; };\n");
+      "agent = { backend = \"sim\"; sim = { gpus = ( { model = \"L4\"; memory = \"24G\"; count = 3; } ); }; };\n");
   auto s = ResolveSettings(Parse({"-f", conf}).value());
   ASSERT_TRUE(s.ok()) << s.status().message();
   ASSERT_EQ(s->config.agent.sim_gpus.size(), 1u);
@@ -93,14 +112,14 @@ TEST_F(OptionsTest, SimGpusFromConfigFile) {
 }
 
 TEST_F(OptionsTest, SimFaultsFromConfigFileComeBeforeTheCommandLine) {
-  std::string conf = WriteConfig("agent = { sim = { faults = [ \"0:fail=Xid 79\", \"2:hang\" ]; }; };\n");
+  std::string conf = WriteConfig("agent = { backend = \"sim\"; sim = { faults = [ \"0:fail=Xid 79\", \"2:hang\" ]; }; };\n");
   auto s = ResolveSettings(Parse({"-f", conf, "--fault", "1:fail-after=3"}).value());
   ASSERT_TRUE(s.ok()) << s.status().message();
   ASSERT_EQ(s->faults.size(), 3u);
   EXPECT_EQ(s->faults[0].first, 0);
   EXPECT_EQ(s->faults[1].first, 2);
   EXPECT_EQ(s->faults[2].first, 1);
-  std::string bad = WriteConfig("agent = { sim = { faults = [ \"0:explode\" ]; }; };\n");
+  std::string bad = WriteConfig("agent = { backend = \"sim\"; sim = { faults = [ \"0:explode\" ]; }; };\n");
   ExpectError({"-f", bad}, "agent.sim.faults: unknown fault mode 'explode'");
 }
 

@@ -46,7 +46,7 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_TRUE(r->pools.empty());
   EXPECT_TRUE(r->gpus.empty());
   EXPECT_EQ(r->agent.server, "http://127.0.0.1:6830");
-  EXPECT_EQ(r->agent.backend, "sim");
+  EXPECT_EQ(r->agent.backend, "");  // not set: the agent refuses to start (issue 39)
   EXPECT_EQ(r->agent.heartbeat_interval, 2);
   ASSERT_EQ(r->agent.sim_gpus.size(), 1u);
   EXPECT_EQ(r->agent.sim_gpus[0].count, 4);
@@ -278,7 +278,10 @@ TEST(ConfigTest, ExampleConfigLoads) {
   EXPECT_EQ(r->poold.durability, defaults->poold.durability);
   EXPECT_EQ(r->poold.max_request_bytes, defaults->poold.max_request_bytes);
   EXPECT_EQ(r->poold.threads, defaults->poold.threads);
-  EXPECT_EQ(r->agent.backend, defaults->agent.backend);
+  // agent.backend has no default (the agent refuses to start without it): the example
+  // names the real GPUs' backend, so a copy of it never serves simulated ones.
+  EXPECT_EQ(defaults->agent.backend, "");
+  EXPECT_EQ(r->agent.backend, "cuda");
   EXPECT_EQ(r->agent.heartbeat_interval, defaults->agent.heartbeat_interval);
   EXPECT_EQ(r->client.server, defaults->client.server);
   EXPECT_EQ(r->client.timeout, defaults->client.timeout);

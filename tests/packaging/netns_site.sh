@@ -1,56 +1,93 @@
 #!/usr/bin/env bash
-# netns_site.sh BIN_DIR [REMOTING_DIR CUDA_PROGRAM]: the first piece of the multi-host install test (issue 39): gpupool's
-# roles on hosts of their own, each a network namespace with its own address, joined by a
-# switch (a bridge in a namespace of its own), as docs/install.md lays a site out:
+# netns_site.sh BIN_DIR [REMOTING_DIR CUDA_PROGRAM]
+# netns_site.sh --installed CUDA_PROGRAM
+#
+# The multi-host install test (issue 39): gpupool's roles on hosts of their own, each a
+# network namespace with its own address, joined by a switch (a bridge in a namespace of
+# its own), as docs/install.md lays a site out:
 #
 #   head  10.211.0.1   gpupoold (listen = "10.211.0.1:6830", from its gpupool.conf)
-#   cn1   10.211.0.11  a compute node: gpupoolctl as jobs' nodes reach gpupoold
+#                      [--installed: slurmctld, gpupool-capacity-publisher, job_submit.lua]
+#   cn1   10.211.0.11  a compute node (and submit host) [--installed: slurmd, the plugin]
+#   cn2   10.211.0.12  [--installed only] a second compute node
 #   gpu1  10.211.0.21  gpupool-agentd, rack1 (listen = "10.211.0.21:7100")
 #   gpu2  10.211.0.22  gpupool-agentd, rack2 (listen = "10.211.0.22:7100")
 #
-# It checks what only separate hosts show: the agents register over the switch with their
-# own addresses as the GPUs' endpoints; a compute node reaches gpupoold at the head's
+# Both forms check what only separate hosts show: the agents register over the switch with
+# their own addresses as the GPUs' endpoints; a compute node reaches gpupoold at the head's
 # address and sees both racks; nothing listens on loopback (in its namespace a loopback
-# listener is out of every other host's reach, so a default left at 127.0.0.1 fails here);
-# and a GPU host cut off from the switch goes UNREACHABLE and comes back by itself, as the
-# runbook's "a host is unreachable" says. With REMOTING_DIR (gpupool's libcuda.so.1) and
-# CUDA_PROGRAM (tests/remote/programs/iterate, built with nvcc): the program runs on cn1
-# against a GPU of one GPU host over the switch (UCX over TCP on eth0), that GPU is failed
-# mid-run, and the program goes on on a GPU of the other host and prints PASS. (No
-# Slurm yet: the test acquires the lease as root and rewrites the lease file when the
-# lease moves, as spank_gpupool's watcher does.)
-# The roles read their settings only from the files the runbook names (gpupool.conf per
-# role; the agent's per-host options as GPUPOOL_AGENTD_OPTS would give them).
-# Runs as root (ip netns). Nothing outside the namespaces it creates is touched: the
-# switch is a namespace too, and every address is in one of them. Exit 0 when all holds,
-# 1 naming what does not.
+# listener is out of every other host's reach, so a default left at 127.0.0.1 fails here).
 #
-# Still to come (the design is in docs/install.md, "What is tested"): Slurm (slurmctld and
-# slurmdbd on head, slurmd on cn1/cn2) from the installed packages, capacity-publisher's
-# unit command line, the pooled job submitted with sbatch, and the HA variant (three etcd
-# members, gpupoold on two heads).
+# BIN_DIR (a build tree's programs, no Slurm): a GPU host cut off from the switch goes
+# UNREACHABLE and comes back by itself, as the runbook's "a host is unreachable" says. With
+# REMOTING_DIR (gpupool's libcuda.so.1) and CUDA_PROGRAM (tests/remote/programs/iterate,
+# built with nvcc): the program runs on cn1 against a GPU of one GPU host over the switch
+# (UCX over TCP on eth0), that GPU is failed mid-run, and the program goes on on a GPU of
+# the other host and prints PASS. (No Slurm in this form: the test acquires the lease as
+# root and rewrites the lease file when the lease moves, as spank_gpupool's watcher does.)
+#
+# --installed (gpupool's Debian packages installed on this machine: package_test.sh runs it
+# while they are): every role runs the installed programs, configured only through the
+# files docs/install.md tells an admin to write, each host's own: /etc/hosts,
+# /etc/gpupool/gpupool.conf, /etc/default/gpupool-*, /etc/slurm/{slurm.conf, gres.conf,
+# plugstack.conf, plugstack.conf.d/gpupool.conf, job_submit.lua} are written under
+# /etc/netns/NAMESPACE/, which `ip netns exec` mounts over /etc for that host only (the
+# machine's own /etc is not touched). gpupool's daemons run their installed systemd unit's
+# ExecStart (its EnvironmentFile read, its User= taken unless DynamicUser), Slurm's run as
+# SlurmUser=slurm, and each host has its own host name (a UTS namespace). A pooled CUDA job
+# (sbatch --gpu-pool=a100:1 CUDA_PROGRAM, submitted on cn1) runs on a GPU of one GPU host;
+# that GPU is failed mid-run (gpupoolctl update gpu=... state=fail); the job goes on on the
+# other host's GPU, prints PASS and COMPLETES; no node is drained.
+# What it does not follow from the runbook (one machine): one munged serves every host (its
+# socket is a file every namespace reaches; slurm.conf's AuthInfo=socket= and gpupool.conf's
+# munge_socket name it), state, spool and log directories are under the test's directory
+# (StateDirectory= of the publisher's unit too), gpupoold runs as root (its unit's
+# DynamicUser needs systemd), and slurmdbd is not run.
+#
+# Runs as root (ip netns). Nothing outside the namespaces it creates is touched but
+# /etc/netns/ (its own entries, removed at exit): the switch is a namespace too, and every
+# address is in one of them. Exit 0 when all holds, 1 naming what does not.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 fail() { echo "netns_site: FAIL: $*" >&2; exit 1; }
 step() { echo "netns_site: $*"; }
 
-bin=${1:?usage: netns_site.sh BIN_DIR [REMOTING_DIR CUDA_PROGRAM]}
-remoting=${2:-} program=${3:-}
-if [[ -n $remoting ]]; then
-  [[ -f $remoting/libcuda.so.1 ]] || fail "no $remoting/libcuda.so.1"
+usage="usage: netns_site.sh BIN_DIR [REMOTING_DIR CUDA_PROGRAM] | --installed CUDA_PROGRAM"
+installed=0 remoting="" program=""
+if [[ ${1:-} == --installed ]]; then
+  installed=1
+  # Every role reads its host's own files, never a caller's (a dev cluster's environment).
+  unset SLURM_CONF GPUPOOL_CONF GPUPOOL_SERVER
+  program=${2:?$usage}
   [[ -x $program ]] || fail "no CUDA program '$program'"
+  gpupoold_bin=/usr/sbin/gpupoold agentd_bin=/usr/sbin/gpupool-agentd ctl_bin=/usr/bin/gpupoolctl
+  for b in slurmctld slurmd sbatch scontrol sinfo; do command -v "$b" >/dev/null || fail "needs Slurm's $b"; done
+  id slurm >/dev/null 2>&1 || fail "no user slurm (Debian's SlurmUser, made by the slurm-wlm packages)"
+else
+  bin=${1:?$usage}
+  remoting=${2:-} program=${3:-}
+  if [[ -n $remoting ]]; then
+    [[ -f $remoting/libcuda.so.1 ]] || fail "no $remoting/libcuda.so.1"
+    [[ -x $program ]] || fail "no CUDA program '$program'"
+  fi
+  gpupoold_bin=$bin/gpupoold agentd_bin=$bin/gpupool-agentd ctl_bin=$bin/gpupoolctl
 fi
 [[ $(id -u) == 0 ]] || fail "must run as root (it creates network namespaces)"
-for b in gpupoold gpupoolctl gpupool-agentd; do [[ -x $bin/$b ]] || fail "no $bin/$b"; done
+for b in "$gpupoold_bin" "$ctl_bin" "$agentd_bin"; do [[ -x $b ]] || fail "no $b"; done
 command -v ip >/dev/null || fail "needs ip (iproute2)"
 
 # Names unique to this run: several may run at once on one machine.
 tag=gs$$
 net=10.211.0
 declare -A ADDR=([head]=$net.1 [cn1]=$net.11 [gpu1]=$net.21 [gpu2]=$net.22)
+((installed)) && ADDR[cn2]=$net.12
 work=$(mktemp -d "/tmp/gpupool-netns.XXXXXX")
+# SlurmUser (slurm) reaches its state and log directories, and the munge socket, in here.
+chmod 755 "$work"
 pids=()
+made_etc_netns=0
+[[ -d /etc/netns ]] || made_etc_netns=1
 
 ns() { echo "$tag-$1"; }
 in_ns() { local host=$1; shift; ip netns exec "$(ns "$host")" "$@"; }
@@ -59,10 +96,19 @@ cleanup() {
   local rc=$? pid host
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # What those left in our namespaces (slurmstepd and a job of a failed run): only
+  # processes in the namespaces this run made.
+  for host in "${!ADDR[@]}"; do
+    for pid in $(ip netns pids "$(ns "$host")" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+  done
   "$REPO/tests/lib/private-munged" stop "$work/munge" >/dev/null 2>&1 || true
-  for host in "${!ADDR[@]}" switch; do ip netns del "$(ns "$host")" 2>/dev/null || true; done
+  for host in "${!ADDR[@]}" switch; do
+    ip netns del "$(ns "$host")" 2>/dev/null || true
+    rm -rf "/etc/netns/$(ns "$host")"
+  done
+  ((made_etc_netns)) && rmdir /etc/netns 2>/dev/null || true
   if ((rc != 0)); then
-    for f in "$work"/*.log; do [[ -f $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
+    for f in "$work"/*.log "$work"/*.out; do [[ -f $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
   fi
   rm -rf "$work"
   exit $rc
@@ -91,33 +137,69 @@ for host in "${!ADDR[@]}"; do
   for _ in $(seq 100); do link_up "$host" && break; sleep 0.1; done
   link_up "$host" || fail "$host's eth0 is not up: $(in_ns "$host" ip -br link show eth0)"
 done
-step "5 namespaces on a switch: head ${ADDR[head]}, cn1 ${ADDR[cn1]}, gpu1 ${ADDR[gpu1]}, gpu2 ${ADDR[gpu2]}"
+hosts=$(for h in head cn1 cn2 gpu1 gpu2; do [[ -z ${ADDR[$h]:-} ]] || printf '%s %s, ' "$h" "${ADDR[$h]}"; done)
+step "${#ADDR[@]} hosts on a switch: ${hosts%, }"
 
 # MUNGE: one key for the site. The socket is a file, which every namespace reaches (as
 # every real host reaches its own munged with the same key).
 MUNGE_SOCKET=$("$REPO/tests/lib/private-munged" start "$work/munge") || fail "munged did not start"
 export MUNGE_SOCKET
 
-# gpupool.conf per role, as docs/install.md section 5 writes them.
 head_url=http://${ADDR[head]}:6830
-mkdir -p "$work/head" "$work/gpu1" "$work/gpu2" "$work/cn1"
-cat >"$work/head/gpupool.conf" <<EOF
+mkdir -p "$work/head/state" "$work/gpu1" "$work/gpu2" "$work/cn1"
+if ((installed)); then
+  # Each host's own /etc entries, as its admin writes them (docs/install.md).
+  etc() { echo "/etc/netns/$(ns "$1")"; }
+  for host in "${!ADDR[@]}"; do
+    mkdir -p "$(etc "$host")"
+    {
+      echo "127.0.0.1 localhost"
+      echo "${ADDR[head]} head"
+      echo "${ADDR[cn1]} cn1"
+      echo "${ADDR[cn2]} cn2"
+      echo "${ADDR[gpu1]} gpuhost1"
+      echo "${ADDR[gpu2]} gpuhost2"
+    } >"$(etc "$host")/hosts"
+    # /etc/gpupool replaced for this host: the installed profiles come along.
+    mkdir -p "$(etc "$host")/gpupool"
+    cp -a /etc/gpupool/profiles "$(etc "$host")/gpupool/"
+  done
+  conf() { echo "$(etc "$1")/gpupool/gpupool.conf"; }
+else
+  conf() { echo "$work/$1/gpupool.conf"; }
+fi
+
+# gpupool.conf per role, as docs/install.md section 5 writes them. With --installed, the
+# site's one munged named (see above).
+munge_line="munge_socket = \"$MUNGE_SOCKET\";"
+{
+  ((installed)) && echo "$munge_line"
+  cat <<EOF
 gpupoold = {
   listen = "${ADDR[head]}:6830";
   state_dir = "$work/head/state";
+EOF
+  if ((!installed)); then
+    cat <<EOF
   slurm_reap = false;
   # Not Slurm here (the test acquires leases as root for made-up jobs): a site keeps the
   # default, true, and its jobs hold gpupool licences (docs/install.md).
   enforce_licenses = false;
+EOF
+  fi
+  cat <<EOF
 };
 pools = (
   { name = "a100"; models = [ "*A100*" ]; }
 );
 client = { server = "$head_url"; };
 EOF
+} >"$(conf head)"
 for gpu in gpu1 gpu2; do
   rack=rack${gpu#gpu}
-  cat >"$work/$gpu/gpupool.conf" <<EOF
+  {
+    ((installed)) && echo "$munge_line"
+    cat <<EOF
 agent = {
   server = "$head_url";
   host = "gpuhost${gpu#gpu}";
@@ -128,23 +210,131 @@ agent = {
   sim = { gpus = ( { model = "A100-SXM4-80GB"; memory = "80G"; count = 2; } ); };
 };
 EOF
+  } >"$(conf "$gpu")"
 done
-echo "client = { server = \"$head_url\"; };" >"$work/cn1/gpupool.conf"
-mkdir -p "$work/head/state"
+# Where an admin runs gpupoolctl: a client section.
+echo "client = { server = \"$head_url\"; };" >"$(conf cn1)"
+if ((installed)); then echo "$munge_line" >>"$(conf cn1)"; fi
+
+# --installed: Slurm's files as docs/install.md section 6 writes them, before anything starts
+# (gpupoold reads slurm.conf too).
+if ((installed)); then
+  plugstack_fragment=/etc/slurm/plugstack.conf.d/gpupool.conf
+  [[ -f $plugstack_fragment ]] || fail "no installed $plugstack_fragment"
+  job_submit=/usr/share/gpupool/examples/job_submit.lua
+  [[ -f $job_submit ]] || fail "no installed $job_submit"
+  mkdir -p "$work/head/slurmctld" "$work/head/publisher" "$work/cn1" "$work/cn2"
+  # Section 6: the licences file exists, empty, before anything reads slurm.conf (gpupoold
+  # does, through libslurm, and gives up after 60 s on a missing Include).
+  touch "$work/head/publisher/licenses.conf"
+  chown -R slurm:slurm "$work/head/slurmctld" "$work/head/publisher"
+  touch "$work/slurmctld.log" && chown slurm:slurm "$work/slurmctld.log"
+  # The same slurm.conf on every host: the site's own lines, then section 6's.
+  cat >"$work/slurm.conf" <<EOF
+ClusterName=netns
+SlurmctldHost=head
+SlurmUser=slurm
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$MUNGE_SOCKET
+StateSaveLocation=$work/head/slurmctld
+SlurmdSpoolDir=$work/%n/slurmd
+SlurmctldPidFile=$work/head/slurmctld.pid
+SlurmdPidFile=$work/%n/slurmd.pid
+SlurmctldLogFile=$work/slurmctld.log
+SlurmdLogFile=$work/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+ReturnToService=2
+MessageTimeout=5
+KillWait=2
+# gpupool (docs/install.md, section 6)
+GresTypes=gpupool
+NodeName=cn[1-2] CPUs=4 RealMemory=1000 Gres=gpupool:2 State=UNKNOWN
+Include gpupool-licenses.conf
+SchedulerParameters=allow_zero_lic,bf_licenses,sched_interval=1,sched_min_interval=100000,bf_interval=1,batch_sched_delay=0
+JobSubmitPlugins=lua
+PlugStackConfig=/etc/slurm/plugstack.conf
+PrologFlags=contain
+PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+  for host in head cn1 cn2; do
+    d=$(etc "$host")/slurm
+    mkdir -p "$d/plugstack.conf.d"
+    cp "$work/slurm.conf" "$d/slurm.conf"
+    echo "include /etc/slurm/plugstack.conf.d/*.conf" >"$d/plugstack.conf"
+    # The installed fragment with server= set to gpupoold, and the site's munged.
+    grep '^required ' "$plugstack_fragment" |
+      sed -e "s|server=[^ ]*|server=$head_url|" -e "s|\$| munge_socket=$MUNGE_SOCKET|" >"$d/plugstack.conf.d/gpupool.conf"
+    grep -q "^required .*spank_gpupool.so server=$head_url " "$d/plugstack.conf.d/gpupool.conf" ||
+      fail "the installed plugstack line has no server= to set: $(grep -v '^#' "$plugstack_fragment")"
+    # The publisher's licences, which slurm.conf includes on every host (one filesystem
+    # here, as a shared /var/lib/gpupool-publisher would be).
+    ln -s "$work/head/publisher/licenses.conf" "$d/gpupool-licenses.conf"
+  done
+  for host in cn1 cn2; do
+    echo "NodeName=cn[1-2] Name=gpupool Count=2" >"$(etc "$host")/slurm/gres.conf"
+  done
+  cp "$job_submit" "$(etc head)/slurm/job_submit.lua"
+  ln -s "$work/head/publisher/gpupool_pools" "$(etc head)/slurm/gpupool_pools"
+  mkdir -p "$(etc head)/default"
+  cat >"$(etc head)/default/gpupool-capacity-publisher" <<EOF
+GPUPOOL_SERVER=$head_url
+GPUPOOL_PUBLISHER_OPTS="--interval 1 --munge-socket $MUNGE_SOCKET"
+EOF
+fi
+
+# A daemon on HOST as its installed systemd unit starts it: ExecStart with the unit's
+# EnvironmentFile read (systemd splits an unbraced $VAR into words, as sh does unquoted),
+# as its User= (not with DynamicUser=, which needs systemd), with each SUBST ("FROM=TO")
+# applied to the command line. HOSTNAME is the host's own (a UTS namespace of its own).
+start_unit() {
+  local host=$1 unit=$2 hostname=$3 file=/lib/systemd/system/$2.service cmd user envfile sub as_user=""
+  shift 3
+  [[ -f $file ]] || fail "no installed $file"
+  cmd=$(sed -n 's/^ExecStart=//p' "$file")
+  for sub in "$@"; do cmd=${cmd//"${sub%%=*}"/"${sub#*=}"}; done
+  user=$(sed -n 's/^User=//p' "$file")
+  grep -qx 'DynamicUser=yes' "$file" && user=""
+  envfile=$(sed -n 's/^EnvironmentFile=-\{0,1\}//p' "$file")
+  [[ -n $user && $user != root ]] && as_user="setpriv --reuid=$user --regid=$user --init-groups"
+  ip netns exec "$(ns "$host")" unshare --uts sh -c \
+    "hostname $hostname && set -a && { [ -z '$envfile' ] || [ ! -f '$envfile' ] || . '$envfile'; } && set +a && exec $as_user $cmd" \
+    >"$work/$unit-$host.log" 2>&1 &
+  pids+=($!)
+}
 
 # `ip netns exec` itself, not in_ns: a function run in the background is a subshell, whose
 # pid ($!) is not the daemon's, and killing it at cleanup would leave the daemon running.
-ip netns exec "$(ns head)" "$bin/gpupoold" -D -f "$work/head/gpupool.conf" >"$work/gpupoold.log" 2>&1 &
-pids+=($!)
-ctl() { in_ns "$1" env GPUPOOL_CONF="$work/$1/gpupool.conf" "$bin/gpupoolctl" "${@:2}"; }
+if ((installed)); then
+  start_unit head gpupoold head
+else
+  ip netns exec "$(ns head)" "$gpupoold_bin" -D -f "$(conf head)" >"$work/gpupoold.log" 2>&1 &
+  pids+=($!)
+fi
+ctl() {
+  if ((installed)); then
+    in_ns "$1" "$ctl_bin" "${@:2}"
+  else
+    in_ns "$1" env GPUPOOL_CONF="$(conf "$1")" "$ctl_bin" "${@:2}"
+  fi
+}
 for _ in $(seq 100); do ctl cn1 ping >/dev/null 2>&1 && break; sleep 0.1; done
 ctl cn1 ping >/dev/null || fail "cn1 cannot reach gpupoold at $head_url"
 step "$(ctl cn1 ping)"
 
 for gpu in gpu1 gpu2; do
-  ip netns exec "$(ns "$gpu")" "$bin/gpupool-agentd" -D -f "$work/$gpu/gpupool.conf" \
-    >"$work/agent-$gpu.log" 2>&1 &
-  pids+=($!)
+  if ((installed)); then
+    start_unit "$gpu" gpupool-agentd "gpuhost${gpu#gpu}"
+  else
+    ip netns exec "$(ns "$gpu")" "$agentd_bin" -D -f "$(conf "$gpu")" >"$work/agent-$gpu.log" 2>&1 &
+    pids+=($!)
+  fi
 done
 registered() { [[ $(ctl cn1 show gpus --json | jq '[.gpus[] | select(.state == "IDLE")] | length') == 4 ]]; }
 for _ in $(seq 150); do registered && break; sleep 0.2; done
@@ -173,7 +363,7 @@ for host in head gpu1 gpu2; do
     fail "$host listens on port $port beyond ${ADDR[$host]}: $listeners"
 done
 # And loopback is no way in: the compute node's own 127.0.0.1 has no gpupoold.
-! in_ns cn1 env GPUPOOL_CONF=/dev/null "$bin/gpupoolctl" --server http://127.0.0.1:6830 ping >/dev/null 2>&1 ||
+! in_ns cn1 env GPUPOOL_CONF=/dev/null "$ctl_bin" --server http://127.0.0.1:6830 ping >/dev/null 2>&1 ||
   fail "cn1 reached a gpupoold on its own loopback"
 step "gpupoold and the agents listen on their hosts' addresses only"
 
@@ -219,6 +409,75 @@ if [[ -n $remoting ]]; then
   in_ns cn1 curl -sf -H "Authorization: MUNGE $(munge -S "$MUNGE_SOCKET" -s gpupool)" \
     -d "{\"id\":\"$lease\"}" "$head_url/v1/leases/release" >/dev/null || fail "cannot release $lease"
   for gpu in "$leased" "$sibling"; do ctl head update gpu="$gpu" state=resume >/dev/null; done
+fi
+
+# --installed: Slurm started in section 7's order, and a pooled job.
+if ((installed)); then
+  # Section 7's order: the publisher (its licences file) before slurmctld, then slurmd.
+  start_unit head gpupool-capacity-publisher head "/var/lib/gpupool-publisher=$work/head/publisher"
+  for _ in $(seq 100); do [[ -s $work/head/publisher/gpupool_pools ]] && break; sleep 0.1; done
+  grep -qx 'Licenses=gpupool_a100:4' "$work/head/publisher/licenses.conf" 2>/dev/null ||
+    fail "the publisher wrote no Licenses=gpupool_a100:4: $(cat "$work/head/publisher/licenses.conf" 2>&1)"
+  ip netns exec "$(ns head)" unshare --uts sh -c 'hostname head && exec slurmctld -D' \
+    >"$work/slurmctld.out" 2>&1 &
+  pids+=($!)
+  # `ip netns exec` mounts a sysfs of the namespace's own over /sys, which hides the
+  # machine's cgroup mounts, and slurmd (22.05) will not start without them: the same
+  # cgroup filesystems, mounted again in the node's mount namespace.
+  cgroup_mounts=$(awk '$2 ~ /^\/sys\/fs\/cgroup/ && ($3 == "cgroup" || $3 == "cgroup2" || $3 == "tmpfs") {
+    printf "mkdir -p %s && mount -t %s -o %s none %s && ", $2, $3, $4, $2 }' /proc/self/mounts)
+  for host in cn1 cn2; do
+    mkdir -p "$work/$host/slurmd"
+    ip netns exec "$(ns "$host")" unshare --uts sh -c "hostname $host && $cgroup_mounts exec slurmd -D" \
+      >"$work/slurmd-$host.out" 2>&1 &
+    pids+=($!)
+  done
+  nodes_idle() { [[ $(in_ns cn1 sinfo -h -N -o '%N %T' | sort | tr '\n' ' ') == "cn1 idle cn2 idle " ]]; }
+  for _ in $(seq 300); do nodes_idle && break; sleep 0.2; done
+  nodes_idle || fail "cn1 and cn2 are not idle: $(in_ns cn1 sinfo -h -N -o '%N %T %E' 2>&1)"
+  lic=$(in_ns head scontrol show lic gpupool_a100 -o 2>&1)
+  grep -q 'Total=4 ' <<<"$lic" || fail "slurmctld's licence: $lic"
+  step "slurmctld on head, slurmd on cn1 and cn2 (idle); $lic"
+
+  # The pooled job, submitted on a compute node, with only its --gpu-pool option.
+  out=$work/job
+  mkdir -p "$out"
+  id=$(in_ns cn1 env UCX_TLS=tcp UCX_NET_DEVICES=eth0 sbatch --parsable --gpu-pool=a100:1 -w cn1 \
+    -o "$out/%j.out" "$REPO/tests/remote/slurm_job.sh" "$program" 200 20 4 16 2>&1 | cut -d';' -f1) ||
+    fail "sbatch failed: $id"
+  [[ $id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id: $id"
+  for _ in $(seq 300); do grep -q '^iterate: running' "$out/$id.out" 2>/dev/null && break; sleep 0.2; done
+  grep -q '^iterate: running' "$out/$id.out" ||
+    fail "job $id did not start its program: $(in_ns head scontrol show job "$id" | grep -o 'JobState=[^ ]*\|Reason=[^ ]*'); $(cat "$out/$id.out" 2>&1)"
+  leased=$(ctl head show leases job="$id" --json | jq -r '.leases[0].gpus[0].id')
+  [[ $leased == gpuhost[12]:[01] ]] || fail "job $id's lease: $(ctl head show leases job="$id" -o)"
+  grep -q "^JOB lease=L.* gpus=GPU-[^ ]*@10\.211\.0\.2[12]:7100 .* ld_library_path=/usr/lib/.*/gpupool\$" "$out/$id.out" ||
+    fail "job $id did not get a GPU host's GPU and the installed library: $(head -1 "$out/$id.out")"
+  # Every spare on the other GPU host: the process must move there.
+  sibling=${leased%:*}:$((1 - ${leased##*:}))
+  case ${leased%:*} in gpuhost1) to=gpu2 ;; gpuhost2) to=gpu1 ;; esac
+  ctl head update gpu="$sibling" state=drain reason="netns_site: spare on the other host" >/dev/null
+  ctl head update gpu="$leased" state=fail reason="netns_site: failed mid-run" >/dev/null
+  step "job $id runs $(basename "$program") on cn1 against $leased; failed it"
+  for _ in $(seq 600); do
+    state=$(in_ns head scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+    [[ $state == PENDING || $state == RUNNING || $state == CONFIGURING || $state == COMPLETING ]] || break
+    sleep 0.2
+  done
+  [[ $state == COMPLETED ]] || fail "job $id ended $state: $(cat "$out/$id.out")"
+  grep -q '^iterate: PASS' "$out/$id.out" || fail "job $id printed no PASS: $(cat "$out/$id.out")"
+  line=$(grep -o "recovered on [^ ]* at ${ADDR[$to]}:7100 in [0-9]* ms" "$out/$id.out") ||
+    fail "job $id's program did not recover on $to: $(cat "$out/$id.out")"
+  step "job $id COMPLETED, PASS: $line"
+  if in_ns cn1 sinfo -h -N -o '%T' | grep -qiE 'drain|down|fail'; then
+    fail "a node is not idle: $(in_ns cn1 sinfo -h -N -o '%N %T %E')"
+  fi
+  leases_of_job() { ctl head show leases --json | jq --argjson j "$id" '[.leases[] | select(.job_id == $j)] | length'; }
+  for _ in $(seq 50); do [[ $(leases_of_job) == 0 ]] && break; sleep 0.2; done
+  [[ $(leases_of_job) == 0 ]] || fail "job $id's lease outlived it: $(ctl head show leases -o)"
+  step "no node drained; the job's lease released"
+  step "PASS"
+  exit 0
 fi
 
 # A GPU host cut off from the switch: its GPUs go UNREACHABLE (unreachable_timeout, 15 s

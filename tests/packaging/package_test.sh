@@ -7,16 +7,17 @@
 #      packages ship no /etc/gpupool/gpupool.conf (its example is in /usr/share/doc), so
 #      no daemon's unit may start until the admin writes the site config
 #      (`systemd-analyze condition` fails, and passes once the file exists).
-#   3. A dev cluster runs from the installed files only (GPUPOOL_DEV_PREFIX=/usr): its
-#      gpupoold, agents and publisher are the installed programs, and a pooled job
-#      (sbatch --gpu-pool=a100:1) runs CUDA_PROGRAM through the installed spank plugin and
-#      the installed remoting libcuda.so.1.
+#   3. A site runs from the installed files only (netns_site.sh --installed): head,
+#      two compute nodes and two GPU hosts, each a network namespace with its own address
+#      and its own /etc, configured as docs/install.md says; a pooled job
+#      (sbatch --gpu-pool=a100:1) runs CUDA_PROGRAM (tests/remote's iterate) through the
+#      installed spank plugin and remoting libcuda.so.1 on a GPU host's GPU, which fails
+#      mid-run: the program goes on on the other GPU host's GPU and the job completes.
 #   4. dpkg --purge removes them, and no file they installed (dpkg -L) is left, nor
 #      gpupoold's state directory.
-# The dev cluster uses its own directory and ports (GPUPOOL_DEVDIR-pkg, GPUPOOL_DEV_PORTBASE
-# + 50), so it runs beside the "devcluster" fixture's cluster. It refuses to run where
-# gpupool packages are already installed (it would remove them). Whatever happens, the
-# cluster is stopped and the packages purged before it exits.
+# The site's namespaces and addresses are its own, so it runs beside any dev cluster. It
+# refuses to run where gpupool packages are already installed (it would remove them).
+# Whatever happens, the site is stopped and the packages purged before it exits.
 set -euo pipefail
 
 deb_dir=${1:?usage: package_test.sh DEB_DIR CUDA_PROGRAM}
@@ -36,16 +37,11 @@ for p in "${PACKAGES[@]}"; do
 done
 [[ ! -e /var/lib/gpupool ]] || fail "/var/lib/gpupool exists; purging gpupool-server would remove it"
 
-export GPUPOOL_DEVDIR=${GPUPOOL_DEVDIR:-/tmp/gpupool-dev}-pkg
-export GPUPOOL_DEV_PORTBASE=$((${GPUPOOL_DEV_PORTBASE:-16800} + 50))
-export GPUPOOL_DEV_PREFIX=/usr
-devcluster=$REPO/scripts/devcluster
 policy_rc=""
 installed=0
 
 cleanup() {
   local rc=$?
-  "$devcluster" down >/dev/null 2>&1 || true
   if ((installed)); then dpkg --purge "${PACKAGES[@]}" >/dev/null 2>&1 || true; fi
   [[ -n $policy_rc ]] && rm -f "$policy_rc"
   exit $rc
@@ -141,44 +137,13 @@ systemd-analyze verify "${unit_files[@]}" >"$deb_dir/verify.log" 2>&1 ||
   fail "systemd-analyze verify: $(cat "$deb_dir/verify.log")"
 step "units pass systemd-analyze verify"
 
-# 3. A dev cluster from the installed files, and a pooled job.
-step "dev cluster from /usr in $GPUPOOL_DEVDIR (ports from $GPUPOOL_DEV_PORTBASE)"
-"$devcluster" up >"$deb_dir/devcluster-up.log" 2>&1 ||
-  fail "devcluster up: $(tail -n 20 "$deb_dir/devcluster-up.log")"
-for part in gpupoold agent-gpuhost1 publisher; do
-  pid=$(cat "$GPUPOOL_DEVDIR/pids/$part.pid")
-  exe=$(readlink "/proc/$pid/exe")
-  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline")
-  case $part in
-    publisher) [[ $cmd == *" /usr/sbin/gpupool-capacity-publisher "* ]] ||
-      fail "publisher runs '$cmd', not the installed one" ;;
-    *) [[ $exe == /usr/sbin/* ]] || fail "$part runs $exe, not an installed program" ;;
-  esac
-done
-grep -q "^required $plugin_dir/spank_gpupool.so " "$GPUPOOL_DEVDIR/plugstack.conf" ||
-  fail "the cluster's plugstack.conf does not load the installed plugin"
-# shellcheck disable=SC1091
-. "$GPUPOOL_DEVDIR/env"
-out=$GPUPOOL_DEVDIR/pkgjob
-mkdir -p "$out"
-# As in tests/remote: the job gets its GPUs and library only from the plugin.
-id=$(env -u LD_LIBRARY_PATH -u CUDA_VISIBLE_DEVICES UCX_TLS=tcp UCX_NET_DEVICES=lo \
-  sbatch --parsable --gpu-pool=a100:1 -o "$out/%j.out" "$REPO/tests/remote/slurm_job.sh" \
-  "$program" | cut -d';' -f1)
-[[ $id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id: $id"
-for _ in $(seq 600); do
-  state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-  [[ $state == PENDING || $state == RUNNING || $state == CONFIGURING || $state == COMPLETING ]] || break
-  sleep 0.2
-done
-job_out=$(cat "$out/$id.out" 2>/dev/null || true)
-[[ $state == COMPLETED ]] || fail "job $id ended $state: $job_out"
-grep -q "^JOB lease=L.* ld_library_path=${remoting%/*}\$" <<<"$job_out" ||
-  fail "job $id did not get the installed remoting library: $job_out"
-grep -qE '^vector_add: [0-9]+ elements, 0 wrong$' <<<"$job_out" || fail "job $id output: $job_out"
-step "pooled job $id ran $(basename "$program") through the installed plugin and library"
-"$devcluster" down >/dev/null 2>&1 || fail "devcluster down failed"
-rm -rf "$GPUPOOL_DEVDIR"
+# 3. The site, from the installed files: each role on a host of its own (a network
+# namespace), Slurm included, configured as docs/install.md says, and a pooled CUDA job
+# whose GPU fails mid-run (tests/packaging/netns_site.sh --installed).
+step "a site in network namespaces from the installed packages (netns_site.sh --installed)"
+"$HERE/netns_site.sh" --installed "$program" >"$deb_dir/netns-site.log" 2>&1 ||
+  fail "netns_site.sh --installed: $(tail -n 40 "$deb_dir/netns-site.log")"
+sed -n 's/^netns_site: /package_test: site: /p' "$deb_dir/netns-site.log"
 
 # 4. Purge: nothing they installed is left. gpupoold's state directory (made by systemd,
 # not shipped) stands in as it would after the service ran.
