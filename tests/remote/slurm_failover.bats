@@ -141,8 +141,8 @@ agent_lost() {
     "${GPUPOOL_SERVER%%,*}/v1/leases/agent-lost") == 401 ]]
   # A flood from the lease's own token: at most 10 a minute are heard, so 25 more (which
   # may straddle one minute's end) meet refusals.
-  local i codes=""
-  for i in $(seq 1 25); do codes+=" $(agent_lost "$token" "$LEASE" "$OLD_UUID" | tail -1)"; done
+  local codes=""
+  for _ in $(seq 1 25); do codes+=" $(agent_lost "$token" "$LEASE" "$OLD_UUID" | tail -1)"; done
   [[ $codes == *503* ]]
   (($(grep -o 200 <<<"$codes" | wc -l) <= 20))
   # Nothing moved: the GPU is still the lease's, LEASED, generation 1, and both jobs pass.
