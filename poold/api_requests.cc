@@ -84,6 +84,16 @@ Status ParseLeaseRef(const json& body, std::initializer_list<const char*> allowe
   return Status::OK();
 }
 
+Status ParseAgentLost(const json& body, std::string* id, std::string* gpu) {
+  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"id", "gpu"}));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "id", true, id));
+  GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "gpu", true, gpu));
+  if (gpu->empty() || gpu->size() > 255) {
+    return Status::InvalidArgument("field 'gpu' must be a GPU uuid of at most 255 characters");
+  }
+  return Status::OK();
+}
+
 Result<AgentRegistration> ParseRegistration(const json& body) {
   GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"host", "rack", "endpoint", "gpus"}));
   AgentRegistration r;

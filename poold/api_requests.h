@@ -33,6 +33,8 @@ Status ParseLeaseRef(const nlohmann::json& body, std::initializer_list<const cha
 // POST /v1/leases/release: a lease reference and an optional reason.
 Status ParseRelease(const nlohmann::json& body, std::string* id, int64_t* job_id,
                     std::string* reason);
+// POST /v1/leases/agent-lost: {"id": L, "gpu": UUID}, both required.
+Status ParseAgentLost(const nlohmann::json& body, std::string* id, std::string* gpu);
 // POST /v1/agents/register.
 Result<AgentRegistration> ParseRegistration(const nlohmann::json& body);
 // POST /v1/agents/heartbeat.

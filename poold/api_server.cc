@@ -247,6 +247,33 @@ void ApiServer::Route() {
     f.limit = static_cast<size_t>(std::min<int64_t>(limit, 100000));
     return engine_->ListEvents(caller, f);
   }));
+  // A process of a lease lost its connection to one of the lease's agents. Authenticated by
+  // the lease's token (Authorization: Lease TOKEN), which its job's processes hold
+  // (GPUPOOL_LEASE_TOKEN): the remoting library calls it from inside a job, where no MUNGE
+  // credential is at hand. Changes nothing on its word: gpupoold probes the agent itself
+  // (PoolEngine::AgentLost). On the ordinary workers: a probe may hold one for a second, and
+  // the priority workers are the agents' heartbeats'.
+  http_->Handle("POST", "/v1/leases/agent-lost", [this, body_of](const httplib::Request& req, httplib::Response& res) {
+    auto start = std::chrono::steady_clock::now();
+    Result<json> answer = [&]() -> Result<json> {
+      const std::string header = req.get_header_value("Authorization");
+      const std::string scheme = "Lease ";
+      if (header.rfind(scheme, 0) != 0 || header.size() == scheme.size()) {
+        return Status::Unauthenticated("authentication required: send Authorization: Lease <the lease's token>");
+      }
+      if (Status health = store_->Health(); !health.ok()) {
+        return Status::Unavailable("gpupoold cannot save its state (" + health.message() +
+                                   "); it refuses changes until it restarts from disk");
+      }
+      Result<json> body = body_of(req);
+      if (!body.ok()) return body.status();
+      std::string id, gpu;
+      GPUPOOL_RETURN_IF_ERROR(ParseAgentLost(*body, &id, &gpu));
+      return engine_->AgentLost(id, header.substr(scheme.size()), gpu);
+    }();
+    Answer(res, answer);
+    metrics_.Observe(res.status, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  });
   // Agents' register and heartbeat run on workers of their own: user traffic cannot delay
   // them into a host's UNREACHABLE.
   // A host is bound to the address its agent speaks from: an agent's credential elsewhere
@@ -325,7 +352,10 @@ std::string ApiServer::Metrics() {
       {"gpupool_gpu_failures_total", k.failed},      {"gpupool_gpu_unreachable_total", k.unreachable},
       {"gpupool_recoveries_total", k.recovered},     {"gpupool_migrations_total", k.migrated},
       {"gpupool_recoveries_dropped_total", k.recoveries_dropped},
-      {"gpupool_tenant_faults_total", k.tenant_faults}};
+      {"gpupool_tenant_faults_total", k.tenant_faults},
+      {"gpupool_agent_lost_confirmed_total", k.agent_lost_confirmed},
+      {"gpupool_agent_lost_refuted_total", k.agent_lost_refuted},
+      {"gpupool_agent_lost_dropped_total", k.agent_lost_dropped}};
   for (const auto& [name, v] : counters) {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;

@@ -12,6 +12,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -108,12 +109,17 @@ struct EventFilter {
 struct EngineCounters {
   uint64_t acquired = 0, released = 0, expired = 0, reaped = 0, swapped = 0, degraded = 0,
            failed = 0, unreachable = 0, recovered = 0, migrated = 0, recoveries_dropped = 0,
-           tenant_faults = 0;
+           tenant_faults = 0, agent_lost_confirmed = 0, agent_lost_refuted = 0,
+           agent_lost_dropped = 0;
 };
 
 // Who owns Slurm job N, as slurmctld says (SlurmJobs::Owner). NotFound: no such job or it
 // has ended; Unavailable: slurmctld did not answer. Called without the engine's lock.
 using JobOwnerLookup = std::function<Result<SlurmJobOwner>(int64_t job_id)>;
+
+// gpupoold's own look at an agent's data endpoint (agent_probe.h): OK when it answers.
+// Called without the engine's lock.
+using AgentProbe = std::function<Status(const std::string& endpoint)>;
 
 // Who sent an agent's request: the TCP peer address and the credential's uid.
 struct AgentSender {
@@ -133,6 +139,9 @@ class PoolEngine {
   // How Acquire learns a job's owner. Without one (no Slurm here), only admins acquire.
   // Call before serving.
   void SetJobOwnerLookup(JobOwnerLookup lookup) { job_owner_ = std::move(lookup); }
+  // How AgentLost looks at an agent; default: ProbeAgentEndpoint with kAgentProbeTimeoutMs.
+  // Call before serving.
+  void SetAgentProbe(AgentProbe probe) { agent_probe_ = std::move(probe); }
   // How lease tokens are kept at rest (lease_tokens.h); default: in clear. Call before
   // Recover.
   void SetLeaseTokens(LeaseTokens tokens) { tokens_ = std::move(tokens); }
@@ -186,6 +195,23 @@ class PoolEngine {
   // recovered events against kRecoveriesPerMinute per lease. Same sender check as Heartbeat.
   Status RecordTenantFaults(const std::string& host, const std::vector<TenantFaultReport>& reports,
                             const AgentSender& from = {});
+
+  // A process of lease `lease_id`, presenting the lease's `token`, lost its connection to
+  // the agent of GPU `gpu_uuid` (POST /v1/leases/agent-lost). Its word alone changes
+  // nothing: gpupoold probes the agent itself (SetAgentProbe, at most kAgentProbeTimeoutMs),
+  // and only when the agent does not answer is its host marked UNREACHABLE and the host's
+  // leased GPUs swapped, as a silent host's are at unreachable_timeout. A host whose agent
+  // answered a probe within the last kAgentProbeFreshMs is not probed again; a lease may
+  // report kLostReportsPerMinute times a minute (Unavailable after that, counted in
+  // gpupool_agent_lost_dropped_total). A wrong token, or a lease that does not exist, is
+  // PermissionDenied (the same words for both); a GPU the lease no longer holds is no
+  // report (the lease has moved: the answer says where). Answers {"probe": what gpupoold
+  // saw, "agent_lost": bool, "lease": the lease as GET /v1/leases shows it, no token}.
+  Result<nlohmann::json> AgentLost(const std::string& lease_id, const std::string& token,
+                                   const std::string& gpu_uuid);
+  static constexpr int kLostReportsPerMinute = 10;
+  static constexpr int kAgentProbeTimeoutMs = 1000;
+  static constexpr int kAgentProbeFreshMs = 1000;
 
   // Periodic work: hosts silent for unreachable_timeout → UNREACHABLE (and swaps);
   // leases past their expiry → released. `deaf`: gpupoold itself was too busy to hear
@@ -268,6 +294,7 @@ class PoolEngine {
   const Clock clock_;
   LeaseTokens tokens_;  // set before serving, then read-only
   JobOwnerLookup job_owner_;  // set before serving, then read-only
+  AgentProbe agent_probe_;    // set before serving, then read-only
 
   // Every method holds mu_ and a Store::Hold with it: the rows one operation queues go to
   // the store in one transaction.
@@ -284,6 +311,10 @@ class PoolEngine {
   std::map<NameId, AgentSender> agent_sender_;  // GUARDED_BY(mu_)
   // Lease number → (minute, recovered events recorded in it): the rate limit.
   std::map<uint64_t, std::pair<int64_t, int>> recoveries_per_minute_;  // GUARDED_BY(mu_)
+  // Lease number → (minute, agent-lost reports in it): AgentLost's rate limit.
+  std::map<uint64_t, std::pair<int64_t, int>> lost_reports_per_minute_;  // GUARDED_BY(mu_)
+  // Host → when its agent last answered a probe (AgentLost).
+  std::map<NameId, std::chrono::steady_clock::time_point> agent_answered_;  // GUARDED_BY(mu_)
   // REQUIRES mu_: whether `from` may speak for host `host` (see Register).
   Status CheckAgentSender(NameId host, const AgentSender& from, bool registering);
   std::vector<bool> reported_failed_;        // GUARDED_BY(mu_): by GpuIndex, last agent health

@@ -16,6 +16,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "remote/client/failover_report.h"
 #include "remote/client/log.h"
 
 namespace gpupool::client {
@@ -198,17 +199,7 @@ bool ReadLeaseFileSlot(const std::string& path, int slot, GpuLocation* location)
   std::stringstream text;
   text << in.rdbuf();
   nlohmann::json lease = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (!lease.is_object() || !lease.contains("gpus") || !lease["gpus"].is_array()) return false;
-  const nlohmann::json& gpus = lease["gpus"];
-  if (slot < 0 || static_cast<size_t>(slot) >= gpus.size()) return false;
-  const nlohmann::json& gpu = gpus[static_cast<size_t>(slot)];
-  if (!gpu.is_object() || !gpu.contains("uuid") || !gpu["uuid"].is_string() ||
-      !gpu.contains("endpoint") || !gpu["endpoint"].is_string()) {
-    return false;
-  }
-  location->uuid = gpu["uuid"].get<std::string>();
-  location->endpoint = gpu["endpoint"].get<std::string>();
-  return !location->uuid.empty() && !location->endpoint.empty();
+  return LeaseSlot(lease, slot, location);
 }
 
 Failover::Failover(FailoverConfig config, int device, int slot, std::string lease_file,
@@ -1023,13 +1014,39 @@ JournalBytes Failover::TakePayloadBuffer(size_t size) {
 
 bool Failover::Locate(const GpuLocation& failed, int32_t why, GpuLocation* next) {
   GpuLocation named = failed;
-  if (!lease_file_.empty() && !ReadLeaseFileSlot(lease_file_, slot_, &named)) return false;
+  if (!lease_file_.empty() && !ReadLeaseFileSlot(lease_file_, slot_, &named) &&
+      server_named_.uuid.empty()) {
+    return false;
+  }
+  // gpupoold's answer to this process's report is newer than a file that still names the
+  // failed GPU (the job's watcher rewrites it at its next renewal, seconds later).
+  if (named.uuid == failed.uuid && !server_named_.uuid.empty()) named = server_named_;
   // A GPU that failed (or whose session the agent revoked) is not tried again
   // until the lease names another; an agent that went away may come back with
   // the same GPU.
   if (named.uuid == failed.uuid && why != dp::kCuDeviceUnavailable) return false;
   *next = named;
   return true;
+}
+
+bool Failover::MaybeReportLost(const GpuLocation& failed) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!report_lost_ || !server_named_.uuid.empty() || now < next_report_) return false;
+  report_backoff_ = std::clamp(report_backoff_ * 2, std::chrono::milliseconds(1000),
+                               std::chrono::milliseconds(8000));
+  GpuLocation named;
+  std::string problem;
+  if (!report_lost_(failed, slot_, &named, &problem)) {
+    LogError("GPU %d (%s): could not tell gpupoold (%s); waiting for the lease to move", device_,
+             failed.uuid.c_str(), problem.c_str());
+  } else if (named.uuid != failed.uuid) {
+    server_named_ = named;
+    LogDebug("GPU %d: gpupoold names %s at %s in place of %s", device_, named.uuid.c_str(),
+             named.endpoint.c_str(), failed.uuid.c_str());
+  }
+  // Measured from after the answer: a report takes up to the probe's second.
+  next_report_ = std::chrono::steady_clock::now() + report_backoff_;
+  return !server_named_.uuid.empty();
 }
 
 bool Failover::Send(ClientConnection* connection, const Entry& entry, std::string* why,
@@ -1243,8 +1260,14 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
     LogError("GPU %d (%s) failed (CUDA error %d): recovering on the GPU the lease names next",
              device_, failed.uuid.c_str(), why);
   }
+  server_named_ = GpuLocation();
+  next_report_ = began;
+  report_backoff_ = std::chrono::milliseconds(0);
   while (std::chrono::steady_clock::now() < deadline) {
     GpuLocation next;
+    // A lost connection may be the session's worker alone (its agent then opens a new
+    // session at once): gpupoold hears of it only once the agent itself did not answer.
+    if (why != dp::kCuDeviceUnavailable || handing_off) MaybeReportLost(failed);
     if (Locate(failed, why, &next)) {
       dp::DeviceDescription fresh{};
       int32_t refusal = 0;
@@ -1320,6 +1343,8 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
         // The replacement failed too, or refused us: wait for the lease to move
         // again.
       }
+      // gpupoold named another GPU: try it now, not after the wait below.
+      if (next.uuid == failed.uuid && MaybeReportLost(failed)) continue;
     }
     if (!waiting_logged && std::chrono::steady_clock::now() - began > std::chrono::seconds(5)) {
       waiting_logged = true;

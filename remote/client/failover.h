@@ -129,6 +129,16 @@ class Failover {
   Failover(FailoverConfig config, int device, int slot, std::string lease_file,
            OpenSession open_session);
 
+  // Tells gpupoold that the agent of `lost` is gone from this process's view, and fills
+  // *named with the GPU gpupoold's answer puts in this slot of the lease (the same GPU
+  // while gpupoold's own probe found its agent alive); false with *why when gpupoold did
+  // not answer. See failover_report.h.
+  using ReportLost =
+      std::function<bool(const GpuLocation& lost, int slot, GpuLocation* named, std::string* why)>;
+  // Without one (no gpupoold: the default) a recovery waits for the lease file alone.
+  // Call before the first Deliver.
+  void SetLostReporter(ReportLost report) { report_lost_ = std::move(report); }
+
   // The GPU as the process reaches it now; Deliver replaces all three on a
   // recovery.
   struct Channel {
@@ -292,6 +302,10 @@ class Failover {
   bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why,
             bool show_output);
   bool Locate(const GpuLocation& failed, int32_t why, GpuLocation* next);
+  // Within Recover: asks gpupoold where the slot is now (report_lost_), at once and then
+  // after 1, 2, 4, 8, 8... s; a GPU it names in place of `failed` is server_named_ (then
+  // true).
+  bool MaybeReportLost(const GpuLocation& failed);
   void WatchLease(Channel* channel);
 
   const FailoverConfig config_;
@@ -299,6 +313,13 @@ class Failover {
   const int slot_;
   const std::string lease_file_;
   const OpenSession open_session_;
+  ReportLost report_lost_;
+  // Within one Recover: the GPU gpupoold's answer to a report named for the slot (empty:
+  // none yet), used while the lease file still names the failed GPU; when and how often it
+  // was asked.
+  GpuLocation server_named_;
+  std::chrono::steady_clock::time_point next_report_{};
+  std::chrono::milliseconds report_backoff_{0};
   std::mutex mu_;
   bool protecting_ = true;
   bool unprotected_logged_ = false;

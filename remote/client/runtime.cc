@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "remote/client/failover_report.h"
 #include "remote/client/graphs.h"
 #include "remote/client/log.h"
 #include "remote/image/fatbin.h"
@@ -194,6 +195,22 @@ CUresult Runtime::Connect() {
         failover_config, device->ordinal, index, lease_file ? lease_file : "",
         [this](const GpuLocation& location, DeviceDescription* description, std::string* why,
                int32_t* refusal) { return OpenSession(location, description, why, refusal); });
+    // A lost agent is told to gpupoold at once (failover_report.h), in a pooled job.
+    LostAgentReporter reporter;
+    if (LostAgentReporter::FromEnvironment(&reporter)) {
+      device->failover->SetLostReporter([reporter](const GpuLocation& lost, int slot,
+                                                   GpuLocation* named, std::string* why) {
+        nlohmann::json answer;
+        if (!reporter.Report(lost, &answer, why)) return false;
+        if (!LeaseSlot(answer.value("lease", nlohmann::json()), slot, named)) {
+          *why = "gpupoold's answer names no GPU for slot " + std::to_string(slot);
+          return false;
+        }
+        LogError("GPU %s: told gpupoold; its probe: %s", lost.uuid.c_str(),
+                 answer.value("probe", std::string("?")).c_str());
+        return true;
+      });
+    }
     LogDebug("device %d = %s (%s) at %s", device->ordinal, device->description().uuid,
              device->description().name, device->endpoint().c_str());
     devices_.push_back(std::move(device));

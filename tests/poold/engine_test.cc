@@ -11,6 +11,11 @@
 #include <set>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "poold/agent_probe.h"
 #include "poold/pool_engine.h"
 #include "poold/store.h"
 
@@ -894,6 +899,162 @@ TEST_F(EngineTest, ConcurrentAcquireReleaseNeverDoubleLeases) {
   Status inv = engine_->CheckInvariants();
   EXPECT_TRUE(inv.ok()) << inv.message();
   EXPECT_EQ(engine_->lease_count(), 0u);
+}
+
+
+// ---------------------------------------------------------------- a client's lost agent
+
+// A lease on host g1 (two hosts of one GPU each, so that a swap has a spare) and a probe
+// whose verdict the test sets; probes_ counts the probes gpupoold made.
+class AgentLostTest : public EngineTest {
+ protected:
+  void SetUp() override {
+    EngineTest::SetUp();
+    engine_->SetAgentProbe([this](const std::string& endpoint) {
+      ++probes_;
+      probed_ = endpoint;
+      if (during_probe_) during_probe_();
+      return probe_answer_;
+    });
+    AddHost("g1", "r1", 1);
+    AddHost("g2", "r1", 1);
+    auto l = Acquire(1, "a100", 1);
+    ASSERT_TRUE(l.ok());
+    lease_ = l.value()["id"];
+    token_ = l.value()["token"];
+    uuid_ = l.value()["gpus"][0]["uuid"];
+  }
+  Status probe_answer_ = Status::OK();
+  std::function<void()> during_probe_;
+  int probes_ = 0;
+  std::string probed_;
+  std::string lease_, token_, uuid_;
+};
+
+TEST_F(AgentLostTest, AnAgentThatAnswersTheProbeKeepsItsGpus) {
+  auto answer = engine_->AgentLost(lease_, token_, uuid_);
+  ASSERT_TRUE(answer.ok()) << answer.status().message();
+  EXPECT_EQ(probes_, 1);
+  EXPECT_EQ(probed_, "127.0.0.1:7000");  // the endpoint its agent registered
+  EXPECT_EQ(answer.value()["agent_lost"], false);
+  EXPECT_EQ(answer.value()["lease"]["generation"], 1);
+  EXPECT_FALSE(answer.value()["lease"].contains("token"));
+  EXPECT_EQ(Gpu(uuid_)["state"], "LEASED");
+  // Within a second of that answer the agent is not probed again for anyone.
+  ASSERT_TRUE(engine_->AgentLost(lease_, token_, uuid_).ok());
+  EXPECT_EQ(probes_, 1);
+  EXPECT_EQ(Gpu(uuid_)["state"], "LEASED");
+  EXPECT_EQ(engine_->counters().agent_lost_refuted, 2u);
+  EXPECT_EQ(engine_->counters().agent_lost_confirmed, 0u);
+}
+
+TEST_F(AgentLostTest, AnAgentThatDoesNotAnswerHasItsHostUnreachableAndItsGpusSwapped) {
+  probe_answer_ = Status::Unavailable("Connection refused");
+  auto answer = engine_->AgentLost(lease_, token_, uuid_);
+  ASSERT_TRUE(answer.ok()) << answer.status().message();
+  EXPECT_EQ(answer.value()["agent_lost"], true);
+  EXPECT_EQ(Gpu(uuid_)["state"], "UNREACHABLE");
+  // The answer already names the replacement, before any renewal.
+  const json& lease = answer.value()["lease"];
+  EXPECT_EQ(lease["generation"], 2);
+  EXPECT_NE(lease["gpus"][0]["uuid"], uuid_);
+  EXPECT_EQ(lease["gpus"][0]["endpoint"], "127.0.0.1:7000");
+  EXPECT_EQ(engine_->counters().agent_lost_confirmed, 1u);
+  EventFilter f;
+  json events = engine_->ListEvents(admin_, f).value()["events"];
+  bool said = false;
+  for (const json& e : events) {
+    said |= e["type"] == "unreachable" &&
+            e["detail"].get<std::string>().find("did not answer gpupoold's probe (Connection refused) after a "
+                                                "process of lease " + lease_) != std::string::npos;
+  }
+  EXPECT_TRUE(said);
+  EXPECT_TRUE(engine_->CheckInvariants().ok());
+  // The agent comes back: its GPU is IDLE again.
+  ASSERT_TRUE(engine_->Heartbeat("g1", {}).ok());
+  EXPECT_EQ(Gpu(uuid_)["state"], "IDLE");
+  // A report on the GPU the lease no longer holds probes nothing and says where it is now.
+  auto late = engine_->AgentLost(lease_, token_, uuid_);
+  ASSERT_TRUE(late.ok());
+  EXPECT_EQ(probes_, 1);
+  EXPECT_EQ(late.value()["lease"]["gpus"][0]["uuid"], lease["gpus"][0]["uuid"]);
+}
+
+TEST_F(AgentLostTest, AHeartbeatDuringTheProbeOutweighsIt) {
+  probe_answer_ = Status::Unavailable("no answer within 1000 ms");
+  during_probe_ = [this] {
+    now_ += 1;
+    ASSERT_TRUE(engine_->Heartbeat("g1", {}).ok());
+  };
+  auto answer = engine_->AgentLost(lease_, token_, uuid_);
+  ASSERT_TRUE(answer.ok()) << answer.status().message();
+  EXPECT_EQ(answer.value()["agent_lost"], false);
+  EXPECT_EQ(Gpu(uuid_)["state"], "LEASED");
+  EXPECT_EQ(answer.value()["lease"]["generation"], 1);
+}
+
+// A client lying, or holding another lease's token, or none, fails no GPU and costs no probe.
+TEST_F(AgentLostTest, OnlyTheLeasesOwnTokenIsHeard) {
+  probe_answer_ = Status::Unavailable("Connection refused");
+  AddHost("g3", "r2", 1);
+  auto other = Acquire(3, "a100", 1);
+  ASSERT_TRUE(other.ok());
+  const std::string other_token = other.value()["token"];
+  EXPECT_EQ(engine_->AgentLost(lease_, other_token, uuid_).status().code(), Status::Code::kPermissionDenied);
+  EXPECT_EQ(engine_->AgentLost(lease_, "", uuid_).status().code(), Status::Code::kPermissionDenied);
+  EXPECT_EQ(engine_->AgentLost(lease_, token_ + "0", uuid_).status().code(), Status::Code::kPermissionDenied);
+  // An unknown lease answers in the same words as a wrong token.
+  auto unknown = engine_->AgentLost("L999", token_, uuid_);
+  EXPECT_EQ(unknown.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_EQ(unknown.status().message(), "the token is not lease 'L999''s: only the lease's own processes may report its agents");
+  EXPECT_EQ(engine_->AgentLost("1", token_, uuid_).status().code(), Status::Code::kInvalidArgument);
+  // Another lease's GPU, with this lease's token: not this lease's to report.
+  const std::string their_gpu = other.value()["gpus"][0]["uuid"];
+  auto theirs = engine_->AgentLost(lease_, token_, their_gpu);
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ(theirs.value()["agent_lost"], false);
+  EXPECT_EQ(probes_, 0);
+  EXPECT_EQ(Gpu(uuid_)["state"], "LEASED");
+  EXPECT_EQ(Gpu(their_gpu)["state"], "LEASED");
+}
+
+TEST_F(AgentLostTest, AFloodOfReportsIsRateLimitedAndFailsNothing) {
+  for (int i = 0; i < PoolEngine::kLostReportsPerMinute; ++i) {
+    auto answer = engine_->AgentLost(lease_, token_, uuid_);
+    ASSERT_TRUE(answer.ok()) << i << ": " << answer.status().message();
+  }
+  auto refused = engine_->AgentLost(lease_, token_, uuid_);
+  EXPECT_EQ(refused.status().code(), Status::Code::kUnavailable);
+  EXPECT_NE(refused.status().message().find("wait for the next minute"), std::string::npos);
+  EXPECT_EQ(engine_->counters().agent_lost_dropped, 1u);
+  EXPECT_EQ(probes_, 1);  // the agent answered: the other reports found that answer fresh
+  EXPECT_EQ(Gpu(uuid_)["state"], "LEASED");
+  // Even a probe that would fail is not made while the limit holds.
+  probe_answer_ = Status::Unavailable("Connection refused");
+  EXPECT_FALSE(engine_->AgentLost(lease_, token_, uuid_).ok());
+  EXPECT_EQ(Gpu(uuid_)["state"], "LEASED");
+  now_ += 60;  // the next minute
+  ASSERT_TRUE(engine_->AgentLost(lease_, token_, uuid_).ok());
+}
+
+TEST(AgentProbeTest, ALiveListenerAnswersAndAClosedPortDoesNot) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in at{};
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&at), sizeof(at)), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  socklen_t len = sizeof(at);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len), 0);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+  EXPECT_TRUE(ProbeAgentEndpoint(endpoint, std::chrono::milliseconds(1000)).ok());
+  close(listener);
+  Status closed = ProbeAgentEndpoint(endpoint, std::chrono::milliseconds(1000));
+  EXPECT_EQ(closed.code(), Status::Code::kUnavailable);
+  EXPECT_NE(closed.message().find("refused"), std::string::npos) << closed.message();
+  EXPECT_EQ(ProbeAgentEndpoint("no-port", std::chrono::milliseconds(10)).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(ProbeAgentEndpoint("host:", std::chrono::milliseconds(10)).code(), Status::Code::kInvalidArgument);
 }
 
 }  // namespace

@@ -357,6 +357,69 @@ TEST_F(FailoverTest, AGoneAgentIsReplacedAndTheStateGoesOn) {
   EXPECT_EQ(reports[0].rfind(second_->uuid + " L1 " + first_->uuid + " ", 0), 0u) << reports[0];
 }
 
+// The process tells gpupoold that its agent is gone (failover_report.h) and follows the GPU
+// gpupoold's answer names, before the lease file (the job's watcher, seconds later) does.
+TEST_F(FailoverTest, AGoneAgentIsToldToGpupooldWhoseAnswerIsFollowedBeforeTheLeaseFile) {
+  Open(Replay());
+  std::vector<std::string> told;
+  failover_->SetLostReporter([&](const GpuLocation& lost, int slot, GpuLocation* named,
+                                 std::string*) {
+    told.push_back(lost.uuid + " slot " + std::to_string(slot));
+    *named = {second_->uuid, second_->endpoint};
+    return true;
+  });
+  Prepare();
+  for (uint32_t k = 1; k <= 5; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  for (uint32_t k = 6; k <= 9; ++k) Step(k);
+  first_->server.reset();  // the agent goes away; the lease file still names it
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(channel_.location.uuid, second_->uuid);
+  // Told once, after the agent itself did not answer a new session.
+  ASSERT_EQ(told.size(), 1u);
+  EXPECT_EQ(told[0], first_->uuid + " slot 0");
+  GpuLocation in_file;
+  ASSERT_TRUE(ReadLeaseFileSlot(lease_file_, 0, &in_file));
+  EXPECT_EQ(in_file.uuid, first_->uuid);
+}
+
+// A connection whose session is gone: every request fails as a lost transport does.
+class DeadConnection : public transport::ClientConnection {
+ public:
+  Status Call(const Request&, Reply*) override { return Gone(); }
+  Status Post(const Request&) override { return Gone(); }
+  Status PostOverlapped(const Request&, const std::function<bool()>&) override { return Gone(); }
+  Status Start(const Request&) override { return Gone(); }
+  Status Drain(int32_t*) override { return Gone(); }
+  void SetAbandonCheck(std::function<std::string()>) override {}
+  uint64_t next_sequence() override { return 1; }
+
+ private:
+  static Status Gone() { return Status::Unavailable("the session's process is gone"); }
+};
+
+// A session lost while its agent still answers (its worker ended, say) is not told to
+// gpupoold: the agent opens a new session at once.
+TEST_F(FailoverTest, ALostSessionWhoseAgentAnswersIsNotToldToGpupoold) {
+  Open(Replay());
+  int told = 0;
+  failover_->SetLostReporter([&](const GpuLocation&, int, GpuLocation*, std::string*) {
+    ++told;
+    return false;
+  });
+  Prepare();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  channel_.connection.reset(new DeadConnection());
+  EXPECT_EQ(Synchronize(), 0);
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(channel_.location.uuid, first_->uuid);
+  EXPECT_EQ(told, 0);
+}
+
 // The journal's own copy of large uploads (CopyBytes, in vector steps) is exact for any
 // length and any alignment of the source: uploads of uneven sizes from odd offsets, logged
 // and then checkpointed or replayed, come back byte for byte on the replacement.

@@ -94,7 +94,7 @@ expect_recovered() {
   expect_recovered
 }
 
-@test "the agent of a running program's GPU killed with SIGKILL: the program goes on" {
+@test "the agent of a running program's GPU killed with SIGKILL: the program tells gpupoold, whose probe swaps at once, and goes on" {
   start_and_wait tcp
   local host
   host=$(lease_field_of_job "$JOB" '.gpus[0].host')
@@ -102,6 +102,59 @@ expect_recovered() {
   FAILED_GPU=""  # its GPUs come back when the agent does
   "$DEVCLUSTER" kill "$KILLED_AGENT" >/dev/null
   expect_recovered
+  # The swap came from the program's report and gpupoold's own probe, not from the agent's
+  # silence running out unreachable_timeout (6 s here): the event says which, and so does
+  # the library's line with gpupoold's verdict.
+  grep -qE "GPU $OLD_UUID: told gpupoold; its probe: the agent at [^ ]+ did not answer \(Connection refused\)" "$OUT/$JOB.out"
+  gpupoolctl show events job="$JOB" --json |
+    jq -e --arg l "$LEASE" '.events[] | select(.type == "unreachable") | select(.detail | contains("did not answer gpupoold'"'"'s probe (Connection refused) after a process of lease " + $l + " lost its connection to it"))' >/dev/null
+  ! gpupoolctl show events job="$JOB" --json | jq -e '.events[] | select(.detail | test("no heartbeat from"))' >/dev/null || false
+  (($(curl -s "${GPUPOOL_SERVER%%,*}/metrics" | awk '$1 == "gpupool_agent_lost_confirmed_total" {print $2}') >= 1))
+}
+
+# agent_lost TOKEN LEASE GPU: a process's report (POST /v1/leases/agent-lost) as curl sends
+# it; prints the HTTP code, then the body.
+agent_lost() {
+  curl -s -w '\n%{http_code}' -H "Authorization: Lease $1" -H 'Content-Type: application/json' \
+    -d "{\"id\": \"$2\", \"gpu\": \"$3\"}" "${GPUPOOL_SERVER%%,*}/v1/leases/agent-lost"
+}
+
+@test "a lease's process that says its live agent is lost changes nothing; another lease's token is refused; a flood is cut off" {
+  start_and_wait tcp
+  local token other_token other_job answer
+  token=$(lease_field_of_job "$JOB" '.token')
+  [[ -n $token && $token != null ]]
+  FAILED_GPU=""  # nothing may fail here
+  # The lease's own token, about an agent that is alive: gpupoold probes it and keeps it.
+  answer=$(agent_lost "$token" "$LEASE" "$OLD_UUID")
+  [[ $(tail -1 <<<"$answer") == 200 ]]
+  [[ $(head -1 <<<"$answer" | jq -r '.agent_lost') == false ]]
+  head -1 <<<"$answer" | jq -e '.probe | test("answered")' >/dev/null
+  # Another running job's lease token, about this lease's GPU: refused, nothing probed.
+  other_job=$(submit_iterate tcp)
+  wait_until 120 running_or_ended "$other_job"
+  other_token=$(lease_field_of_job "$other_job" '.token')
+  answer=$(agent_lost "$other_token" "$LEASE" "$OLD_UUID")
+  [[ $(tail -1 <<<"$answer") == 403 ]]
+  # No token scheme at all: 401.
+  [[ $(curl -s -o /dev/null -w '%{http_code}' -d "{\"id\": \"$LEASE\", \"gpu\": \"$OLD_UUID\"}" \
+    "${GPUPOOL_SERVER%%,*}/v1/leases/agent-lost") == 401 ]]
+  # A flood from the lease's own token: at most 10 a minute are heard, so 25 more (which
+  # may straddle one minute's end) meet refusals.
+  local codes=""
+  for _ in $(seq 1 25); do codes+=" $(agent_lost "$token" "$LEASE" "$OLD_UUID" | tail -1)"; done
+  [[ $codes == *503* ]]
+  (($(grep -o 200 <<<"$codes" | wc -l) <= 20))
+  # Nothing moved: the GPU is still the lease's, LEASED, generation 1, and both jobs pass.
+  [ "$(lease_field_of_job "$JOB" '.generation')" = 1 ]
+  [ "$(lease_field_of_job "$JOB" '.gpus[0].uuid')" = "$OLD_UUID" ]
+  [ "$(gpupoolctl show gpus "$(lease_field_of_job "$JOB" '.gpus[0].id')" --json | jq -r '.gpus[0].state')" = LEASED ]
+  wait_job_end "$JOB" 240
+  job_completed_ok "$JOB"
+  ! grep -q "recovering" "$OUT/$JOB.out" || false
+  wait_job_end "$other_job" 240
+  job_completed_ok "$other_job"
+  no_node_drained
 }
 
 @test "with GPUPOOL_FAILOVER=off a failed GPU gives the program the CUDA error, and no node drains" {

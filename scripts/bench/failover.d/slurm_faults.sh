@@ -1,0 +1,117 @@
+#!/bin/bash
+# scripts/bench/failover --slurm: fault → next completed iteration of an iterative CUDA
+# program (failover.d/iterations.cu) in a Slurm job on the dev cluster, per fault kind, in
+# the same run:
+#   fail   gpupoolctl update gpu=ID state=fail (gpupoold fails it at once: the baseline)
+#   kill   the GPU's agent killed with SIGKILL (found through the program's report and
+#          gpupoold's probe, POST /v1/leases/agent-lost)
+#   silent the same, the program run without GPUPOOL_SERVER (env -u), so that it reports
+#          nothing: the agent's death is found when its heartbeats stop for
+#          unreachable_timeout, as before the report existed (the second baseline)
+# The pause is the time from just before the fault command to the end of the longest wait
+# for an iteration after it (the iteration that completed on the new GPU; both times
+# CLOCK_REALTIME on this machine), the program's own iteration period (~10 ms plus its
+# work) included. Median and max of TRIALS trials each, alternating.
+# Uses the dev cluster of GPUPOOL_DEVDIR/GPUPOOL_DEV_PORTBASE (started if it is not up)
+# and the build tree it runs; runs as the user that may submit there (root on a dev VM).
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../../.." && pwd)
+trials=${1:-5} transport=${2:-tcp}
+[[ $trials =~ ^[1-9][0-9]*$ ]] || { echo "failover --slurm: TRIALS must be a positive number" >&2; exit 2; }
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+devcluster="$top/scripts/devcluster"
+"$devcluster" up >/dev/null
+devdir=${GPUPOOL_DEVDIR:-/tmp/gpupool-dev}
+# shellcheck disable=SC1091
+. "$devdir/env"
+
+work=$(mktemp -d /tmp/gpupool-bench-slurm.XXXXXX)
+chmod 755 "$work"
+job="" failed_gpu="" killed_agent=""
+cleanup() {
+  [[ -n $job ]] && scancel "$job" 2>/dev/null || true
+  [[ -n $failed_gpu ]] && gpupoolctl update gpu="$failed_gpu" state=resume reason=bench >/dev/null 2>&1 || true
+  [[ -n $killed_agent ]] && "$devcluster" start "$killed_agent" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+"$nvcc" -O2 -o "$work/iterations" "$here/iterations.cu"
+
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print 0; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+maximum() { sort -g | tail -1; }
+lease_of() { gpupoolctl show leases --json | jq -r ".leases[] | select(.job_id == $1) | $2"; }
+iterations_done() { grep -c '^it ' "$work/$1.out" 2>/dev/null || true; }
+wait_for() {  # wait_for SECONDS CMD...
+  local until=$((SECONDS + $1))
+  shift
+  until "$@"; do
+    ((SECONDS < until)) || return 1
+    sleep 0.1
+  done
+}
+running_20() { (($(iterations_done "$job") + 0 >= 20)); }
+no_unreachable() { ! gpupoolctl show gpus --json | jq -e '.gpus[] | select(.state == "UNREACHABLE")' >/dev/null; }
+recovered() { grep -q 'recovered on' "$work/$job.out"; }
+# The pause the fault at $1 (unix ms) caused: the longest wait for an iteration after it
+# (the program stops at the fault's effect, which may come later than the command: an
+# agent hears of state=fail at its next heartbeat); prints from the fault to the end of
+# that wait, in ms.
+pause_after() {
+  awk -v t="$1" '$1 == "it" && $3 > t - 50 {
+      from = prev > t ? prev : t
+      if ($3 - from > gap) { gap = $3 - from; end = $3 }
+      prev = $3
+    } $1 == "it" {prev = $3} END {if (!end) exit 1; print end - t}' "$work/$job.out"
+}
+
+# One trial of fault kind $1: prints the pause in ms.
+trial() {
+  local wrap=""
+  [[ $1 == silent ]] && wrap="env -u GPUPOOL_SERVER"
+  job=$(
+    unset GPUPOOL_GPUS GPUPOOL_LEASE_ID GPUPOOL_LEASE_TOKEN GPUPOOL_LEASE_FILE CUDA_VISIBLE_DEVICES LD_LIBRARY_PATH
+    # shellcheck disable=SC1091
+    . "$top/tests/remote/transport_env.sh" "$transport"
+    GPUPOOL_RECOVERY_DEADLINE=60 sbatch --parsable --export=ALL -o "$work/%j.out" \
+      --gpu-pool=a100:1 --wrap "$wrap $work/iterations 90" | cut -d';' -f1
+  )
+  wait_for 120 running_20 || { echo "failover --slurm: job $job did not start iterating" >&2; cat "$work/$job.out" >&2; exit 1; }
+  local gpu host fault_ms
+  gpu=$(lease_of "$job" '.gpus[0].id')
+  host=$(lease_of "$job" '.gpus[0].host')
+  fault_ms=$(date +%s%3N)
+  if [[ $1 == fail ]]; then
+    failed_gpu=$gpu
+    gpupoolctl update gpu="$gpu" state=fail reason=bench >/dev/null
+  else
+    killed_agent=agent-$host
+    "$devcluster" kill "$killed_agent" >/dev/null
+  fi
+  wait_for 60 recovered ||
+    { echo "failover --slurm: job $job did not recover after '$1'" >&2; cat "$work/$job.out" >&2; exit 1; }
+  sleep 1  # iterations after the recovery
+  pause_after "$fault_ms"
+  grep -E 'told gpupoold|recovered on' "$work/$job.out" >>"$work/library.log" || true
+  scancel "$job"
+  job=""
+  if [[ -n $failed_gpu ]]; then gpupoolctl update gpu="$failed_gpu" state=resume reason=bench >/dev/null; failed_gpu=""; fi
+  if [[ -n $killed_agent ]]; then "$devcluster" start "$killed_agent" >/dev/null; killed_agent=""; fi
+  wait_for 60 no_unreachable
+}
+
+: >"$work/fail" && : >"$work/kill" && : >"$work/silent"
+for _ in $(seq 1 "$trials"); do
+  for kind in fail kill silent; do trial "$kind" >>"$work/$kind"; done
+done
+timeout=$(sed -n 's/^ *unreachable_timeout *= *\([0-9]*\).*/\1/p' "$GPUPOOL_CONF" | head -1)
+echo "gpupool failover in Slurm jobs (dev cluster, transport=$transport, sim GPUs), $trials trials each"
+printf "%-44s %10s %10s  %s\n" "fault → next completed iteration" "median" "max" "trials (ms)"
+for kind in fail kill silent; do
+  label="gpupoolctl update state=fail (baseline)"
+  [[ $kind == kill ]] && label="agent SIGKILL (report + probe)"
+  [[ $kind == silent ]] && label="agent SIGKILL, unreported (baseline)"
+  printf "%-44s %7s ms %7s ms  %s\n" "$label" "$(median <"$work/$kind")" "$(maximum <"$work/$kind")" \
+    "$(tr '\n' ' ' <"$work/$kind")"
+done
+echo "gpupoold's unreachable_timeout here: ${timeout:-15} s (what an unreported agent's death waits for)."

@@ -1,0 +1,47 @@
+#!/bin/bash
+# scripts/bench/failover --uploads: what the journal costs uploads. cudaMemcpy H2D from
+# pinned host memory (remote.d/remote_bench.cu, HostToDevice/N) at 64 KiB, 1 MiB, 16 MiB
+# and 256 MiB through gpupool's libcuda.so.1 and a dataplane test server, with
+# GPUPOOL_FAILOVER=replay (every uploaded byte copied into the journal) against
+# GPUPOOL_FAILOVER=off, alternating in the same run; medians of REPETITIONS runs each.
+# Goal (issue 40): replay >= 95% of off at every size.
+#   uploads.sh BUILD TRANSPORT REPETITIONS PORT
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+top=$(cd "$here/../../.." && pwd)
+build=$1 transport=$2 repetitions=$3 port=$4
+server="$build/bin/gpupool-dataplane-testd"
+lib="$build/lib/remoting"
+[ -x "$server" ] || { echo "failover --uploads: no $server (build the tree first)" >&2; exit 1; }
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+. "$top/tests/remote/transport_env.sh" "$transport"
+work=$(mktemp -d /tmp/gpupool-bench-uploads.XXXXXX)
+server_pid=""
+trap '[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null; rm -rf "$work"' EXIT
+"$nvcc" -O2 -o "$work/remote_bench" "$here/../remote.d/remote_bench.cu" -lbenchmark -lpthread
+"$server" --listen "127.0.0.1:$port" --lease bench --token bench --gpus 1 --memory-mib 4096 \
+  >"$work/server.out" 2>"$work/server.err" &
+server_pid=$!
+for _ in $(seq 1 100); do grep -q "^listening" "$work/server.out" 2>/dev/null && break; sleep 0.05; done
+median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) print 0; else if (NR%2) print v[(NR+1)/2]; else print (v[NR/2]+v[NR/2+1])/2}'; }
+sizes="65536 1048576 16777216 268435456"
+for _ in $(seq 1 "$repetitions"); do
+  for mode in replay off; do
+    GPUPOOL_GPUS="GPU-5e1f0a11-0000-4000-8000-000000000000@127.0.0.1:$port" GPUPOOL_LEASE_ID=bench \
+      GPUPOOL_LEASE_TOKEN=bench CUDA_VISIBLE_DEVICES=0 GPUPOOL_FAILOVER=$mode GPUPOOL_CHECKPOINT_MEM=4G \
+      LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$work/remote_bench" \
+      --benchmark_filter='^HostToDevice/' --benchmark_format=csv --benchmark_min_time=0.3 \
+      >"$work/run.csv" 2>>"$work/bench.err" || { cat "$work/bench.err" >&2; exit 1; }
+    for size in $sizes; do
+      grep "^\"HostToDevice/$size/real_time\"" "$work/run.csv" | cut -d, -f6 >>"$work/$mode.$size"
+    done
+  done
+done
+echo "uploads (cudaMemcpy H2D, pinned), transport=$transport ($UCX_TLS), medians of $repetitions"
+printf "%-12s %14s %14s %8s\n" "size" "replay MB/s" "off MB/s" "ratio"
+for size in $sizes; do
+  on=$(median <"$work/replay.$size")
+  off=$(median <"$work/off.$size")
+  printf "%-12s %14.0f %14.0f %7.1f%%\n" "$((size / 1024)) KiB" "$(awk -v v="$on" 'BEGIN {print v / 1e6}')" \
+    "$(awk -v v="$off" 'BEGIN {print v / 1e6}')" "$(awk -v a="$on" -v b="$off" 'BEGIN {print (b > 0 ? 100 * a / b : 0)}')"
+done
