@@ -146,6 +146,15 @@ __global__ void SpinOnPreviousBlock(volatile int* flags, volatile long long* val
   }
 }
 
+// Threads 0-63 wait at named barrier 1 for 128 threads; the others have exited: no
+// thread will ever arrive, a deadlock of the kernel's own.
+__global__ void WaitForThreadsThatExited(int* out) {
+  if (threadIdx.x < 64) {
+    asm volatile("bar.sync 1, 128;" ::: "memory");
+    out[threadIdx.x] = 1;
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -242,6 +251,22 @@ int main() {
     const long long want = static_cast<long long>(b + 1) * (b + 2) / 2;
     if (chained[b] != want) {
       std::fprintf(stderr, "FAIL: spin chain block %d: %lld, want %lld\n", b, chained[b], want);
+      return 1;
+    }
+  }
+
+  // A barrier that can never complete: a GPU would hang until the job's time ran out; the
+  // sim fails the launch (the tenant's error, the GPU is not failed). Last, since the
+  // error is sticky for the context.
+  if (OnTheSim()) {
+    int* d_never = nullptr;
+    CHECK(cudaMalloc(&d_never, 128 * sizeof(int)));
+    CHECK(cudaMemset(d_never, 0, 128 * sizeof(int)));
+    WaitForThreadsThatExited<<<2, 128>>>(d_never);
+    const cudaError_t deadlock = cudaDeviceSynchronize();
+    if (deadlock != cudaErrorLaunchFailure) {
+      std::fprintf(stderr, "FAIL: a deadlocked barrier: %s, want %s\n",
+                   cudaGetErrorString(deadlock), cudaGetErrorString(cudaErrorLaunchFailure));
       return 1;
     }
   }
