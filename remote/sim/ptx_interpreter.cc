@@ -5065,6 +5065,15 @@ class Decoder {
       return Status::OK();
     }
 
+    if ((op == "ld" || op == "ldu" || op == "st" || op == "atom" || op == "red") &&
+        (mods.count("async") || mods.count("shared::cluster"))) {
+      // st.async / red.async complete on an mbarrier of another CTA of the cluster, and
+      // .shared::cluster addresses another CTA's shared memory: run as plain accesses to
+      // generic addresses they would go astray, so the kernel is refused instead.
+      return Refuse("instruction '" + s.opcode +
+                        "' is not supported by the sim GPU (clusters, asynchronous stores)",
+                    s.line, inst);
+    }
     if (op == "ld" || op == "ldu" || op == "st") {
       GPUPOOL_RETURN_IF_ERROR(need(2));
       bool is_store = op == "st";

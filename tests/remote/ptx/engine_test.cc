@@ -2584,8 +2584,9 @@ TEST_F(Engine, NamedBarriersCountTheirOwnThreads) {
 
 // An arithmetic instruction with a modifier the engine does not implement is refused at
 // its launch (CUDA_ERROR_NOT_SUPPORTED naming it), not run as if the modifier were absent:
-// mad24.hi.sat saturates on a GPU, and ran as plain mad24.hi. The same module's kernel
-// without the modifier runs.
+// mad24.hi.sat saturates on a GPU, and ran as plain mad24.hi; st.shared::cluster stored
+// into the CTA's own shared memory through a generic address. The same module's kernel
+// without such a modifier runs.
 TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
   const std::string ptx = R"(
 .version 7.0
@@ -2599,6 +2600,14 @@ TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
   mov.u32 %r1, 8388607;
   mad24.hi.sat.s32 %r2, %r1, %r1, 2147483647;
   st.global.u32 [%rd1], %r2;
+  ret;
+}
+.visible .entry cluster_store(.param .u64 out_param)
+{
+  .reg .b32 %r<2>;
+  .shared .align 4 .u32 slot;
+  mov.u32 %r1, slot;
+  st.shared::cluster.u32 [%r1], 5;
   ret;
 }
 .visible .entry plain_mad24(.param .u64 out_param)
@@ -2616,8 +2625,14 @@ TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
   if (HasFatalFailure()) return;
   ASSERT_EQ(executor_.GetFunction(13, 95, "plain_mad24"), kCuSuccess)
       << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(13, 93, "cluster_store"), kCuSuccess)
+      << executor_.TakeErrorDetail();
   uint64_t out = Zeros<uint32_t>(1);
   LaunchConfig config;
+  // Another CTA's shared memory (distributed shared memory) is not this CTA's.
+  EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
+  const std::string cluster_detail = executor_.TakeErrorDetail();
+  EXPECT_NE(cluster_detail.find("st.shared::cluster.u32"), std::string::npos) << cluster_detail;
   EXPECT_EQ(executor_.Launch(94, config, &out, sizeof(out)), kCuNotSupported);
   const std::string detail = executor_.TakeErrorDetail();
   EXPECT_NE(detail.find("mad24.hi.sat.s32': modifier .sat"), std::string::npos) << detail;
