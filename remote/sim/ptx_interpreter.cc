@@ -4918,6 +4918,19 @@ class Decoder {
     if (mods.count("ftz")) inst.flags |= kFlagFtz;
     if (mods.count("sat")) inst.flags |= kFlagSat;
     Ty type = types.empty() ? kNoType : types.back();
+    if (mods.count("shared::cluster") ||
+        ((op == "bar" || op == "barrier") && mods.count("cluster")) ||
+        ((op == "ld" || op == "ldu" || op == "st" || op == "atom" || op == "red") &&
+         mods.count("async"))) {
+      // st.async / red.async complete on an mbarrier of another CTA of the cluster, and
+      // .shared::cluster addresses (ld, st, atom, cvta, isspacep) are another CTA's shared
+      // memory: run as plain accesses to generic addresses they would go astray, so the
+      // kernel is refused instead, as are cluster barriers (the sim launches no clusters).
+      return Refuse("instruction '" + s.opcode +
+                        "' is not supported by the sim GPU (clusters, asynchronous stores)",
+                    s.line, inst);
+    }
+
     const auto& ops = s.operands;
     auto need = [&](size_t n) -> Status {
       if (ops.size() < n) {
@@ -5065,15 +5078,6 @@ class Decoder {
       return Status::OK();
     }
 
-    if ((op == "ld" || op == "ldu" || op == "st" || op == "atom" || op == "red") &&
-        (mods.count("async") || mods.count("shared::cluster"))) {
-      // st.async / red.async complete on an mbarrier of another CTA of the cluster, and
-      // .shared::cluster addresses another CTA's shared memory: run as plain accesses to
-      // generic addresses they would go astray, so the kernel is refused instead.
-      return Refuse("instruction '" + s.opcode +
-                        "' is not supported by the sim GPU (clusters, asynchronous stores)",
-                    s.line, inst);
-    }
     if (op == "ld" || op == "ldu" || op == "st") {
       GPUPOOL_RETURN_IF_ERROR(need(2));
       bool is_store = op == "st";

@@ -2610,6 +2610,12 @@ TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
   st.shared::cluster.u32 [%r1], 5;
   ret;
 }
+.visible .entry cluster_barrier(.param .u64 out_param)
+{
+  barrier.cluster.arrive;
+  barrier.cluster.wait;
+  ret;
+}
 .visible .entry plain_mad24(.param .u64 out_param)
 {
   .reg .b32 %r<4>;
@@ -2633,6 +2639,11 @@ TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
   EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
   const std::string cluster_detail = executor_.TakeErrorDetail();
   EXPECT_NE(cluster_detail.find("st.shared::cluster.u32"), std::string::npos) << cluster_detail;
+  ASSERT_EQ(executor_.GetFunction(13, 92, "cluster_barrier"), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  EXPECT_EQ(executor_.Launch(92, config, &out, sizeof(out)), kCuNotSupported);
+  const std::string barrier_detail = executor_.TakeErrorDetail();
+  EXPECT_NE(barrier_detail.find("barrier.cluster.arrive"), std::string::npos) << barrier_detail;
   EXPECT_EQ(executor_.Launch(94, config, &out, sizeof(out)), kCuNotSupported);
   const std::string detail = executor_.TakeErrorDetail();
   EXPECT_NE(detail.find("mad24.hi.sat.s32': modifier .sat"), std::string::npos) << detail;
