@@ -4846,6 +4846,43 @@ class Decoder {
     return Status::OK();
   }
 
+  // The first of `mods` that the arithmetic and logic handlers (the end of
+  // InstructionBody) do not implement for `op`, or "" when they implement them all.
+  // Rounding (.rn, .rz, .rm, .rp), .ftz and .sat are applied to floats; .approx and .full
+  // are computed at least as exactly as the ISA bounds them.
+  static std::string UnhonouredModifier(const std::string& op, const std::set<std::string>& mods) {
+    static const std::map<std::string, std::set<std::string>> kHonoured = [] {
+      const std::set<std::string> rounding = {"rn", "rz", "rm", "rp", "ftz", "sat"};
+      auto with = [&](std::set<std::string> extra) {
+        extra.insert(rounding.begin(), rounding.end());
+        return extra;
+      };
+      std::map<std::string, std::set<std::string>> m;
+      m["add"] = m["sub"] = with({"cc"});
+      m["addc"] = m["subc"] = {"cc"};
+      m["mul"] = with({"wide", "hi", "lo"});
+      m["mad"] = m["fma"] = with({"wide", "hi", "lo", "cc"});
+      m["madc"] = {"hi", "lo", "cc"};
+      m["mul24"] = m["mad24"] = {"hi", "lo"};
+      m["div"] = with({"approx", "full"});
+      m["sqrt"] = m["rcp"] = with({"approx"});
+      m["rsqrt"] = m["sin"] = m["cos"] = m["lg2"] = m["ex2"] = {"approx", "ftz"};
+      m["tanh"] = {"approx"};
+      m["min"] = m["max"] = {"ftz", "NaN"};
+      m["neg"] = m["abs"] = {"ftz"};
+      m["bfind"] = {"shiftamt"};
+      m["prmt"] = {"f4e", "b4e", "rc8", "ecl", "ecr", "rc16"};
+      m["shf"] = {"l", "r", "clamp", "wrap"};
+      m["bmsk"] = {"clamp", "wrap"};
+      return m;
+    }();
+    auto found = kHonoured.find(op);
+    for (const std::string& mod : mods) {
+      if (found == kHonoured.end() || found->second.count(mod) == 0) return mod;
+    }
+    return "";
+  }
+
   Status InstructionBody(const Frame& frame, const RawStatement& s, int depth) {
     std::vector<std::string> parts = Split(s.opcode);
     const std::string& op = parts[0];
@@ -4881,6 +4918,19 @@ class Decoder {
     if (mods.count("ftz")) inst.flags |= kFlagFtz;
     if (mods.count("sat")) inst.flags |= kFlagSat;
     Ty type = types.empty() ? kNoType : types.back();
+    if (mods.count("shared::cluster") ||
+        ((op == "bar" || op == "barrier") && mods.count("cluster")) ||
+        ((op == "ld" || op == "ldu" || op == "st" || op == "atom" || op == "red") &&
+         mods.count("async"))) {
+      // st.async / red.async complete on an mbarrier of another CTA of the cluster, and
+      // .shared::cluster addresses (ld, st, atom, cvta, isspacep) are another CTA's shared
+      // memory: run as plain accesses to generic addresses they would go astray, so the
+      // kernel is refused instead, as are cluster barriers (the sim launches no clusters).
+      return Refuse("instruction '" + s.opcode +
+                        "' is not supported by the sim GPU (clusters, asynchronous stores)",
+                    s.line, inst);
+    }
+
     const auto& ops = s.operands;
     auto need = [&](size_t n) -> Status {
       if (ops.size() < n) {
@@ -5535,6 +5585,13 @@ class Decoder {
     // Arithmetic and logic.
     bool is_float = TyFloat(type);
     if (TyHalf(type)) return HalfInstruction(frame, s, inst, op, type);
+    // A modifier the handlers below do not honour would be ignored and the kernel would
+    // run with other results than a GPU's: such an instruction is refused instead.
+    if (std::string unknown = UnhonouredModifier(op, mods); !unknown.empty()) {
+      return Refuse("instruction '" + s.opcode + "': modifier ." + unknown +
+                        " is not supported by the sim GPU",
+                    s.line, inst);
+    }
     Handler handler = nullptr;
     int arity = 2;
     if (op == "add" || op == "sub" || op == "addc" || op == "subc") {
@@ -6177,6 +6234,30 @@ bool ReleaseBarriers(CtaContext* context, LaunchState* state, const Inst* code) 
   return released;
 }
 
+// Why a CTA whose every live thread waits at a barrier can go no further: its coordinates
+// and, for each barrier waited at, the threads waiting and what it needs.
+std::string DeadlockDetail(const CtaContext& context, const LaunchState& launch) {
+  uint32_t live = 0;
+  for (const Warp& w : context.warps) live += __builtin_popcount(w.live);
+  std::string text = "deadlock: every running thread of block (" +
+                     std::to_string(launch.ctaid[0]) + "," + std::to_string(launch.ctaid[1]) +
+                     "," + std::to_string(launch.ctaid[2]) + ") waits at a barrier that cannot complete (";
+  bool first = true;
+  for (uint32_t active = launch.active_barriers; active != 0; active &= active - 1) {
+    const int id = __builtin_ctz(active);
+    if (launch.barrier_waiting[id] == 0) continue;
+    if (!first) text += "; ";
+    first = false;
+    text += "barrier " + std::to_string(id) + ": " + std::to_string(launch.barrier_waiting[id]) +
+            " threads waiting, ";
+    text += launch.barrier_expected[id] != 0
+                ? std::to_string(launch.barrier_arrived[id]) + " of the " +
+                      std::to_string(launch.barrier_expected[id]) + " its count names arrived"
+                : "all " + std::to_string(live) + " running threads needed";
+  }
+  return text + ")";
+}
+
 // One round of a CTA: each warp with lanes ready runs for a slice; a barrier that is
 // complete is released. False once every warp has exited (or on an error).
 bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
@@ -6199,10 +6280,13 @@ bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
   if (!any_live) return false;
   if (launch.active_barriers != 0 && !ReleaseBarriers(context, state, code) && !any_ready) {
     // Every live lane waits, at barriers that cannot complete (counts that the waiting
-    // threads do not reach): a GPU would hang; release them all rather than spin.
-    for (Warp& w : context->warps) ReleaseBarrier(w, code, -1);
-    for (int id = 0; id < LaunchState::kBarriers; ++id) ResetBarrier(launch, id);
-    launch.active_barriers = 0;
+    // threads do not reach, or threads split over two barriers): a GPU would hang until
+    // the job's time ran out. Nothing outside the CTA can release a barrier of its own, so
+    // this is the tenant's deadlock, told apart for certain: the launch fails naming it
+    // (releasing the threads instead would run on with wrong answers).
+    launch.error = kLaunchFailed;
+    launch.detail = DeadlockDetail(*context, launch);
+    return false;
   }
   return true;
 }

@@ -597,7 +597,9 @@ class Parser {
   Status Statement(RawFunction* function) {
     const Token& first = Peek();
     int line = first.line;
-    if (first.kind == Token::kWord && Peek(1).text == ":" && first.text[0] != '.') {
+    // A label is `name:`; `name::` begins an opcode's qualifier (st.shared::cta).
+    if (first.kind == Token::kWord && Peek(1).text == ":" && Peek(2).text != ":" &&
+        first.text[0] != '.') {
       RawStatement label;
       label.kind = RawStatement::kLabel;
       label.opcode = first.text;
@@ -674,6 +676,14 @@ class Parser {
     }
     if (Peek().kind != Token::kWord) return Error("expected an instruction");
     inst.opcode = Next().text;
+    // Qualifiers with `::` (sm_90 PTX: mbarrier.arrive.shared::cta.b64,
+    // ld.global.L2::128B): the tokenizer splits them at the colons; join them back.
+    while (Peek().text == ":" && Peek(1).text == ":" &&
+           (Peek(2).kind == Token::kWord || Peek(2).kind == Token::kNumber)) {
+      Next();
+      Next();
+      inst.opcode += "::" + std::string(Next().text);
+    }
     if (!Accept(";")) {
       do {
         auto operand = Operand();

@@ -1,5 +1,5 @@
 // Kernels of the PTX engine benchmark (scripts/bench/ptx): element-wise, shared-memory
-// tiled matrix multiply, and atomics. extern "C" for plain names.
+// tiled matrix multiply, atomics, and a barrier-heavy block scan. extern "C" for plain names.
 constexpr int kTile = 16;
 
 extern "C" {
@@ -36,6 +36,23 @@ __global__ void histogram(const unsigned char* data, int n, unsigned* bins) {
   }
   __syncthreads();
   for (int i = threadIdx.x; i < 256; i += blockDim.x) atomicAdd(&bins[i], local[i]);
+}
+
+// Inclusive scan of each block's 256 elements (Hillis-Steele): 8 steps of two
+// __syncthreads() each, so a thread does little work between barriers.
+__global__ void block_scan(const unsigned* in, unsigned* out) {
+  __shared__ unsigned buffer[256];
+  const int t = threadIdx.x;
+  const int i = blockIdx.x * 256 + t;
+  buffer[t] = in[i];
+  __syncthreads();
+  for (int offset = 1; offset < 256; offset *= 2) {
+    const unsigned before = t >= offset ? buffer[t - offset] : 0;
+    __syncthreads();
+    buffer[t] += before;
+    __syncthreads();
+  }
+  out[i] = buffer[t];
 }
 
 }  // extern "C"

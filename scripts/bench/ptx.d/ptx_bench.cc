@@ -174,6 +174,38 @@ void BM_Histogram_Native(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kElements);
 }
 
+// Block scans of 2^20 elements, 256 per block: 17 barriers per thread.
+void BM_Scan_Engine(benchmark::State& state, JitMode mode) {
+  std::vector<unsigned> in(kElements, 1), out(kElements);
+  Memory memory;
+  uint64_t din = memory.Add(in), dout = memory.Add(out);
+  auto params = Pack(din, dout);
+  uint32_t grid[3] = {kElements / 256, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "block_scan", grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "block_scan", grid, block, params, memory, &instructions);
+  if (out[255] != 256 || out[256] != 1 || out[kElements - 1] != 256) {
+    state.SkipWithError("wrong scan");
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["thread_instr/s"] =
+      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_Scan_Native(benchmark::State& state) {
+  std::vector<unsigned> in(kElements, 1), out(kElements);
+  for (auto _ : state) {
+    for (int b = 0; b < kElements; b += 256) {
+      unsigned sum = 0;
+      for (int t = 0; t < 256; ++t) out[b + t] = sum += in[b + t];
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+
 }  // namespace
 
 BENCHMARK_CAPTURE(BM_Saxpy_Engine, Jit, JitMode::kAlways)
@@ -197,4 +229,11 @@ BENCHMARK_CAPTURE(BM_Histogram_Engine, Interpreter, JitMode::kOff)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK(BM_Histogram_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Scan_Engine, Jit, JitMode::kAlways)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Scan_Engine, Interpreter, JitMode::kOff)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Scan_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

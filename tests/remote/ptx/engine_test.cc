@@ -2582,6 +2582,144 @@ TEST_F(Engine, NamedBarriersCountTheirOwnThreads) {
   EXPECT_EQ(got[rounds * 32 + 2], 1);
 }
 
+// An arithmetic instruction with a modifier the engine does not implement is refused at
+// its launch (CUDA_ERROR_NOT_SUPPORTED naming it), not run as if the modifier were absent:
+// mad24.hi.sat saturates on a GPU, and ran as plain mad24.hi; st.shared::cluster stored
+// into the CTA's own shared memory through a generic address. The same module's kernel
+// without such a modifier runs.
+TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry saturating_mad24(.param .u64 out_param)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out_param];
+  mov.u32 %r1, 8388607;
+  mad24.hi.sat.s32 %r2, %r1, %r1, 2147483647;
+  st.global.u32 [%rd1], %r2;
+  ret;
+}
+.visible .entry cluster_store(.param .u64 out_param)
+{
+  .reg .b32 %r<2>;
+  .shared .align 4 .u32 slot;
+  mov.u32 %r1, slot;
+  st.shared::cluster.u32 [%r1], 5;
+  ret;
+}
+.visible .entry cluster_barrier(.param .u64 out_param)
+{
+  barrier.cluster.arrive;
+  barrier.cluster.wait;
+  ret;
+}
+.visible .entry plain_mad24(.param .u64 out_param)
+{
+  .reg .b32 %r<4>;
+  .reg .b64 %rd<2>;
+  ld.param.u64 %rd1, [out_param];
+  mov.u32 %r1, 1000;
+  mad24.lo.s32 %r2, %r1, %r1, 7;
+  st.global.u32 [%rd1], %r2;
+  ret;
+}
+)";
+  LoadKernel(13, 94, ptx, "saturating_mad24");
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(executor_.GetFunction(13, 95, "plain_mad24"), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(13, 93, "cluster_store"), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  uint64_t out = Zeros<uint32_t>(1);
+  LaunchConfig config;
+  // Another CTA's shared memory (distributed shared memory) is not this CTA's.
+  EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
+  const std::string cluster_detail = executor_.TakeErrorDetail();
+  EXPECT_NE(cluster_detail.find("st.shared::cluster.u32"), std::string::npos) << cluster_detail;
+  ASSERT_EQ(executor_.GetFunction(13, 92, "cluster_barrier"), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  EXPECT_EQ(executor_.Launch(92, config, &out, sizeof(out)), kCuNotSupported);
+  const std::string barrier_detail = executor_.TakeErrorDetail();
+  EXPECT_NE(barrier_detail.find("barrier.cluster.arrive"), std::string::npos) << barrier_detail;
+  EXPECT_EQ(executor_.Launch(94, config, &out, sizeof(out)), kCuNotSupported);
+  const std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("mad24.hi.sat.s32': modifier .sat"), std::string::npos) << detail;
+  EXPECT_EQ(Download<uint32_t>(out, 1)[0], 0u);
+  ASSERT_EQ(executor_.Launch(95, config, &out, sizeof(out)), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(out, 1)[0], 1000007u);
+}
+
+// A barrier that can never complete is the tenant's deadlock: the launch fails with
+// CUDA_ERROR_LAUNCH_FAILED naming the block and the barrier, instead of hanging or running
+// on with the threads released (wrong answers). Mode 0: half of the threads wait for a
+// count of 128 that only 64 reach (the others exited). Mode 1: warp 0 waits at barrier 0,
+// warp 1 at barrier 1, each for every thread. Mode 2: the same barrier with counts that
+// complete runs to the end. The executor serves the next launch as before.
+TEST_F(Engine, BarrierDeadlockFailsTheLaunchNamingIt) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry barrier_deadlock(.param .u64 out_param, .param .u32 mode_param)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out_param];
+  ld.param.u32 %r1, [mode_param];
+  mov.u32 %r2, %tid.x;
+  setp.eq.u32 %p1, %r1, 1;
+  @%p1 bra SPLIT;
+  setp.ge.u32 %p2, %r2, 64;
+  @%p2 bra DONE;
+  setp.eq.u32 %p3, %r1, 2;
+  selp.u32 %r3, 64, 128, %p3;
+  bar.sync 1, %r3;
+  bra.uni DONE;
+SPLIT:
+  shr.u32 %r4, %r2, 5;
+  bar.sync %r4;
+DONE:
+  mul.wide.u32 %rd2, %r2, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], 1;
+  ret;
+}
+)";
+  LoadKernel(12, 96, ptx, "barrier_deadlock");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<uint32_t>(128);
+  auto launch = [&](uint32_t mode, uint32_t blocks) {
+    struct {
+      uint64_t out;
+      uint32_t mode;
+    } params{out, mode};
+    LaunchConfig config;
+    config.grid[0] = blocks;
+    config.block[0] = mode == 1 ? 64 : 128;
+    int32_t status = executor_.Launch(96, config, &params, sizeof(params));
+    last_detail_ = executor_.TakeErrorDetail();
+    return status;
+  };
+  EXPECT_EQ(launch(0, 3), kCuLaunchFailed);
+  EXPECT_NE(last_detail_.find("deadlock"), std::string::npos) << last_detail_;
+  EXPECT_NE(last_detail_.find("barrier 1: 64 threads waiting, 64 of the 128"), std::string::npos)
+      << last_detail_;
+  EXPECT_EQ(launch(1, 1), kCuLaunchFailed);
+  EXPECT_NE(last_detail_.find("block (0,0,0)"), std::string::npos) << last_detail_;
+  EXPECT_NE(last_detail_.find("barrier 0: 32 threads waiting, all 64 running threads needed"),
+            std::string::npos)
+      << last_detail_;
+  EXPECT_NE(last_detail_.find("barrier 1: 32 threads waiting"), std::string::npos) << last_detail_;
+  ASSERT_EQ(launch(2, 2), kCuSuccess) << last_detail_;
+  auto got = Download<uint32_t>(out, 128);
+  for (int t = 0; t < 128; ++t) ASSERT_EQ(got[t], 1u) << "thread " << t;
+}
+
 // CTAs waiting for other CTAs of their grid run, as on a GPU that holds the grid at once: a
 // CTA that runs long makes its worker start the following CTAs beside it. Each of these
 // ran for ever when a worker ran its CTAs one at a time to completion.
