@@ -7,7 +7,10 @@
 # its own), as docs/install.md lays a site out:
 #
 #   head  10.211.0.1   gpupoold (listen = "10.211.0.1:6830", from its gpupool.conf)
-#                      [--installed: slurmctld, gpupool-capacity-publisher, job_submit.lua]
+#                      [--installed: slurmctld, gpupool-capacity-publisher, job_submit.lua;
+#                      with HA, an etcd member too]
+#   head2 10.211.0.2   [--installed only, HA] the second gpupoold and an etcd member
+#   quorum 10.211.0.3  [--installed only, HA] the third etcd member
 #   cn1   10.211.0.11  a compute node (and submit host) [--installed: slurmd, the plugin]
 #   cn2   10.211.0.12  [--installed only] a second compute node
 #   gpu1  10.211.0.21  gpupool-agentd, rack1 (listen = "10.211.0.21:7100")
@@ -38,14 +41,27 @@
 # (sbatch --gpu-pool=a100:1 CUDA_PROGRAM, submitted on cn1) runs on a GPU of one GPU host;
 # that GPU is failed mid-run (gpupoolctl update gpu=... state=fail); the job goes on on the
 # other host's GPU, prints PASS and COMPLETES; no node is drained.
+# Then the same site goes highly available as docs/install.md section 9 says (no job
+# running; the install and Slurm are kept): a CA and certificates made with openssl, etcd
+# (Debian's etcd-server, its unit's ExecStart as User=etcd, /etc/etcd and
+# /etc/default/etcd per member) on head, head2 and quorum with TLS for clients and peers,
+# client certificates required and auth on (gpupoold's user limited to /gpupool/: refused
+# elsewhere, and nobody served without a user); gpupoold on head and head2 with
+# state = "etcd", its key, password and token key handed over by the admin's
+# LoadCredential= drop-in; every client (gpupoolctl, the agents, the plugstack line, the
+# publisher) told both replicas. A pooled job (told of both, with slurmd not restarted)
+# runs; the leader gpupoold is killed (-9, by pid), the standby leads, the job's GPU is
+# failed, the program goes on on the other GPU host and the job COMPLETES; no node is
+# drained; the killed replica, started again as systemd's Restart= would, follows.
 # What it does not follow from the runbook (one machine): one munged serves every host (its
 # socket is a file every namespace reaches; slurm.conf's AuthInfo=socket= and gpupool.conf's
 # munge_socket name it), state, spool and log directories are under the test's directory
-# (StateDirectory= of the publisher's unit too), gpupoold runs as root (its unit's
-# DynamicUser needs systemd), and slurmdbd is not run.
+# (StateDirectory= of the publisher's unit too, etcd's data directories), gpupoold runs as
+# root (its unit's DynamicUser needs systemd), and slurmdbd is not run.
 #
 # Runs as root (ip netns). Nothing outside the namespaces it creates is touched but
-# /etc/netns/ (its own entries, removed at exit): the switch is a namespace too, and every
+# /etc/netns/ (its own entries, removed at exit) and, with --installed where it is missing,
+# an empty /etc/etcd (the mount point of the members' /etc/etcd, removed at exit): the switch is a namespace too, and every
 # address is in one of them. Exit 0 when all holds, 1 naming what does not.
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -81,12 +97,13 @@ command -v ip >/dev/null || fail "needs ip (iproute2)"
 tag=gs$$
 net=10.211.0
 declare -A ADDR=([head]=$net.1 [cn1]=$net.11 [gpu1]=$net.21 [gpu2]=$net.22)
-((installed)) && ADDR[cn2]=$net.12
+((installed)) && ADDR+=([cn2]=$net.12 [head2]=$net.2 [quorum]=$net.3)
+site_start=$SECONDS
 work=$(mktemp -d "/tmp/gpupool-netns.XXXXXX")
 # SlurmUser (slurm) reaches its state and log directories, and the munge socket, in here.
 chmod 755 "$work"
 pids=()
-made_etc_netns=0
+made_etc_netns=0 made_etc_etcd=0
 [[ -d /etc/netns ]] || made_etc_netns=1
 
 ns() { echo "$tag-$1"; }
@@ -107,6 +124,7 @@ cleanup() {
     rm -rf "/etc/netns/$(ns "$host")"
   done
   ((made_etc_netns)) && rmdir /etc/netns 2>/dev/null || true
+  ((made_etc_etcd)) && rmdir /etc/etcd 2>/dev/null || true
   if ((rc != 0)); then
     for f in "$work"/*.log "$work"/*.out; do [[ -f $f ]] && { echo "--- $f" >&2; tail -n 20 "$f" >&2; }; done
   fi
@@ -137,7 +155,7 @@ for host in "${!ADDR[@]}"; do
   for _ in $(seq 100); do link_up "$host" && break; sleep 0.1; done
   link_up "$host" || fail "$host's eth0 is not up: $(in_ns "$host" ip -br link show eth0)"
 done
-hosts=$(for h in head cn1 cn2 gpu1 gpu2; do [[ -z ${ADDR[$h]:-} ]] || printf '%s %s, ' "$h" "${ADDR[$h]}"; done)
+hosts=$(for h in head head2 quorum cn1 cn2 gpu1 gpu2; do [[ -z ${ADDR[$h]:-} ]] || printf '%s %s, ' "$h" "${ADDR[$h]}"; done)
 step "${#ADDR[@]} hosts on a switch: ${hosts%, }"
 
 # MUNGE: one key for the site. The socket is a file, which every namespace reaches (as
@@ -155,6 +173,8 @@ if ((installed)); then
     {
       echo "127.0.0.1 localhost"
       echo "${ADDR[head]} head"
+      echo "${ADDR[head2]} head2"
+      echo "${ADDR[quorum]} quorum"
       echo "${ADDR[cn1]} cn1"
       echo "${ADDR[cn2]} cn2"
       echo "${ADDR[gpu1]} gpuhost1"
@@ -263,7 +283,7 @@ PlugStackConfig=/etc/slurm/plugstack.conf
 PrologFlags=contain
 PartitionName=batch Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
-  for host in head cn1 cn2; do
+  for host in head head2 cn1 cn2; do
     d=$(etc "$host")/slurm
     mkdir -p "$d/plugstack.conf.d"
     cp "$work/slurm.conf" "$d/slurm.conf"
@@ -290,23 +310,49 @@ EOF
 fi
 
 # A daemon on HOST as its installed systemd unit starts it: ExecStart with the unit's
-# EnvironmentFile read (systemd splits an unbraced $VAR into words, as sh does unquoted),
-# as its User= (not with DynamicUser=, which needs systemd), with each SUBST ("FROM=TO")
-# applied to the command line. HOSTNAME is the host's own (a UTS namespace of its own).
+# Environment= (specifiers %H, the host name, and %p, the unit's name) and EnvironmentFile
+# read (systemd splits an unbraced $VAR into words, as sh does unquoted), as its User= (not
+# with DynamicUser=, which needs systemd), with each SUBST ("FROM=TO") applied to the
+# command line. HOSTNAME is the host's own (a UTS namespace of its own). The LoadCredential=
+# lines of the host's drop-ins (/etc/systemd/system/UNIT.service.d/*.conf, as `systemctl
+# edit` writes them) are done as systemd does them: each file copied, readable by the
+# service's user only, into /run/credentials/UNIT.service (a /run of the daemon's own).
+# Its pid (`ip netns exec`'s, which execs the daemon) is unit_pid[UNIT@HOST].
+declare -A unit_pid=()
 start_unit() {
   local host=$1 unit=$2 hostname=$3 file=/lib/systemd/system/$2.service cmd user envfile sub as_user=""
+  local setup="" line dropin creds=/run/credentials/$2.service
   shift 3
   [[ -f $file ]] || fail "no installed $file"
   cmd=$(sed -n 's/^ExecStart=//p' "$file")
   for sub in "$@"; do cmd=${cmd//"${sub%%=*}"/"${sub#*=}"}; done
   user=$(sed -n 's/^User=//p' "$file")
   grep -qx 'DynamicUser=yes' "$file" && user=""
-  envfile=$(sed -n 's/^EnvironmentFile=-\{0,1\}//p' "$file")
   [[ -n $user && $user != root ]] && as_user="setpriv --reuid=$user --regid=$user --init-groups"
+  while IFS= read -r line; do
+    line=${line//%H/$hostname} line=${line//%p/$unit}
+    setup+="export ${line%%=*}='${line#*=}' && "
+  done < <(sed -n 's/^Environment=//p' "$file")
+  envfile=$(sed -n 's/^EnvironmentFile=-\{0,1\}//p' "$file")
+  envfile=${envfile//%p/$unit}
+  for dropin in "$(etc "$host")/systemd/system/$unit.service.d"/*.conf; do
+    [[ -f $dropin ]] || continue
+    [[ $setup == *"$creds"* ]] || setup+="mount -t tmpfs -o mode=0755 tmpfs /run && mkdir -m 0700 -p $creds && "
+    while IFS= read -r line; do
+      setup+="install -m 0400 ${user:+-o $user }'${line#*:}' $creds/${line%%:*} && "
+    done < <(sed -n 's/^LoadCredential=//p' "$dropin")
+  done
+  [[ -z $user || $setup != *"$creds"* ]] || setup+="chown $user $creds && "
   ip netns exec "$(ns "$host")" unshare --uts sh -c \
-    "hostname $hostname && set -a && { [ -z '$envfile' ] || [ ! -f '$envfile' ] || . '$envfile'; } && set +a && exec $as_user $cmd" \
+    "hostname $hostname && $setup set -a && { [ -z '$envfile' ] || [ ! -f '$envfile' ] || . '$envfile'; } && set +a && exec $as_user $cmd" \
     >"$work/$unit-$host.log" 2>&1 &
   pids+=($!)
+  unit_pid[$unit@$host]=$!
+}
+# stop_unit UNIT@HOST: as `systemctl stop` (SIGTERM, and the daemon waited for).
+stop_unit() {
+  kill "${unit_pid[$1]}" 2>/dev/null || true
+  wait "${unit_pid[$1]}" 2>/dev/null || true
 }
 
 # `ip netns exec` itself, not in_ns: a function run in the background is a subshell, whose
@@ -439,43 +485,249 @@ if ((installed)); then
   grep -q 'Total=4 ' <<<"$lic" || fail "slurmctld's licence: $lic"
   step "slurmctld on head, slurmd on cn1 and cn2 (idle); $lic"
 
-  # The pooled job, submitted on a compute node, with only its --gpu-pool option.
+  # submit_pooled_job ITERATIONS SERVERS: a pooled job, submitted on a compute node with only its
+  # --gpu-pool option, running the program on cn1 until it says it is running. Sets id
+  # (the job), leased (its GPU), to (the other GPU host, where every spare is once
+  # spare_elsewhere has run) and out (its output directory). SERVERS: the gpupoold URLs
+  # the job must have been given (spank_gpupool's server=).
   out=$work/job
   mkdir -p "$out"
-  id=$(in_ns cn1 env UCX_TLS=tcp UCX_NET_DEVICES=eth0 sbatch --parsable --gpu-pool=a100:1 -w cn1 \
-    -o "$out/%j.out" "$REPO/tests/remote/slurm_job.sh" "$program" 200 20 4 16 2>&1 | cut -d';' -f1) ||
-    fail "sbatch failed: $id"
-  [[ $id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id: $id"
-  for _ in $(seq 300); do grep -q '^iterate: running' "$out/$id.out" 2>/dev/null && break; sleep 0.2; done
-  grep -q '^iterate: running' "$out/$id.out" ||
-    fail "job $id did not start its program: $(in_ns head scontrol show job "$id" | grep -o 'JobState=[^ ]*\|Reason=[^ ]*'); $(cat "$out/$id.out" 2>&1)"
-  leased=$(ctl head show leases job="$id" --json | jq -r '.leases[0].gpus[0].id')
-  [[ $leased == gpuhost[12]:[01] ]] || fail "job $id's lease: $(ctl head show leases job="$id" -o)"
-  grep -q "^JOB lease=L.* gpus=GPU-[^ ]*@10\.211\.0\.2[12]:7100 .* ld_library_path=/usr/lib/.*/gpupool\$" "$out/$id.out" ||
-    fail "job $id did not get a GPU host's GPU and the installed library: $(head -1 "$out/$id.out")"
-  # Every spare on the other GPU host: the process must move there.
-  sibling=${leased%:*}:$((1 - ${leased##*:}))
-  case ${leased%:*} in gpuhost1) to=gpu2 ;; gpuhost2) to=gpu1 ;; esac
-  ctl head update gpu="$sibling" state=drain reason="netns_site: spare on the other host" >/dev/null
+  # The batch script: which gpupoold the job was told of, then tests/remote's job script.
+  # shellcheck disable=SC2016  # the job expands them
+  printf '#!/bin/bash\necho "JOB server=${GPUPOOL_SERVER:-}"\nexec %q "$@"\n' \
+    "$REPO/tests/remote/slurm_job.sh" >"$work/job.sh"
+  chmod 755 "$work/job.sh"
+  submit_pooled_job() {
+    submitted_at=$SECONDS
+    id=$(in_ns cn1 env UCX_TLS=tcp UCX_NET_DEVICES=eth0 sbatch --parsable --gpu-pool=a100:1 -w cn1 \
+      -o "$out/%j.out" "$work/job.sh" "$program" "$1" 20 4 16 2>&1 | cut -d';' -f1) ||
+      fail "sbatch failed: $id"
+    [[ $id =~ ^[0-9]+$ ]] || fail "sbatch gave no job id: $id"
+    for _ in $(seq 300); do grep -q '^iterate: running' "$out/$id.out" 2>/dev/null && break; sleep 0.2; done
+    grep -q '^iterate: running' "$out/$id.out" ||
+      fail "job $id did not start its program: $(in_ns head scontrol show job "$id" | grep -o 'JobState=[^ ]*\|Reason=[^ ]*'); $(cat "$out/$id.out" 2>&1)"
+    leased=$(ctl head show leases job="$id" --json | jq -r '.leases[0].gpus[0].id')
+    [[ $leased == gpuhost[12]:[01] ]] || fail "job $id's lease: $(ctl head show leases job="$id" -o)"
+    grep -q "^JOB lease=L.* gpus=GPU-[^ ]*@10\.211\.0\.2[12]:7100 .* ld_library_path=/usr/lib/.*/gpupool\$" "$out/$id.out" ||
+      fail "job $id did not get a GPU host's GPU and the installed library: $(grep "^JOB" "$out/$id.out")"
+    grep -qxF "JOB server=$2" "$out/$id.out" ||
+      fail "job $id was not told of gpupoold at $2: $(grep "^JOB" "$out/$id.out")"
+    case ${leased%:*} in gpuhost1) to=gpu2 ;; gpuhost2) to=gpu1 ;; esac
+  }
+  # Every spare on the other GPU host (the leased GPU's sibling drained): the process must
+  # move there.
+  spare_elsewhere() {
+    ctl head update gpu="${leased%:*}:$((1 - ${leased##*:}))" state=drain reason="netns_site: spare on the other host" >/dev/null
+  }
+  # finish_job: the job completes, its program recovered on the other host and printed PASS,
+  # no node is drained and the job's lease is released.
+  finish_job() {
+    local state line
+    for _ in $(seq 600); do
+      state=$(in_ns head scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+      [[ $state == PENDING || $state == RUNNING || $state == CONFIGURING || $state == COMPLETING ]] || break
+      sleep 0.2
+    done
+    [[ $state == COMPLETED ]] || fail "job $id ended $state: $(cat "$out/$id.out")"
+    grep -q '^iterate: PASS' "$out/$id.out" || fail "job $id printed no PASS: $(cat "$out/$id.out")"
+    line=$(grep -o "recovered on [^ ]* at ${ADDR[$to]}:7100 in [0-9]* ms" "$out/$id.out") ||
+      fail "job $id's program did not recover on $to: $(cat "$out/$id.out")"
+    step "job $id COMPLETED $((SECONDS - submitted_at)) s after its submission, PASS: $line"
+    if in_ns cn1 sinfo -h -N -o '%T' | grep -qiE 'drain|down|fail'; then
+      fail "a node is not idle: $(in_ns cn1 sinfo -h -N -o '%N %T %E')"
+    fi
+    leases_of_job() { ctl head show leases --json | jq --argjson j "$id" '[.leases[] | select(.job_id == $j)] | length'; }
+    for _ in $(seq 50); do [[ $(leases_of_job) == 0 ]] && break; sleep 0.2; done
+    [[ $(leases_of_job) == 0 ]] || fail "job $id's lease outlived it: $(ctl head show leases -o)"
+    step "no node drained; the job's lease released"
+  }
+
+  submit_pooled_job 200 "$head_url"
+  spare_elsewhere
   ctl head update gpu="$leased" state=fail reason="netns_site: failed mid-run" >/dev/null
   step "job $id runs $(basename "$program") on cn1 against $leased; failed it"
-  for _ in $(seq 600); do
-    state=$(in_ns head scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
-    [[ $state == PENDING || $state == RUNNING || $state == CONFIGURING || $state == COMPLETING ]] || break
-    sleep 0.2
+  finish_job
+  step "the site without HA: PASS ($((SECONDS - site_start)) s)"
+
+  # High availability, as docs/install.md section 9 tells an admin to turn it on for this
+  # site: etcd members on head, head2 and quorum (the two head hosts and a third that only
+  # votes, so that the control plane needs no GPU host nor compute node up, and losing one
+  # head leaves a quorum), gpupoold on head and head2 with its state in etcd, over TLS with
+  # client certificates and etcd auth on; every client told both replicas.
+  ha_start=$SECONDS
+  for unit in gpupool-capacity-publisher@head gpupool-agentd@gpu1 gpupool-agentd@gpu2 gpupoold@head; do
+    stop_unit "$unit"
   done
-  [[ $state == COMPLETED ]] || fail "job $id ended $state: $(cat "$out/$id.out")"
-  grep -q '^iterate: PASS' "$out/$id.out" || fail "job $id printed no PASS: $(cat "$out/$id.out")"
-  line=$(grep -o "recovered on [^ ]* at ${ADDR[$to]}:7100 in [0-9]* ms" "$out/$id.out") ||
-    fail "job $id's program did not recover on $to: $(cat "$out/$id.out")"
-  step "job $id COMPLETED, PASS: $line"
-  if in_ns cn1 sinfo -h -N -o '%T' | grep -qiE 'drain|down|fail'; then
-    fail "a node is not idle: $(in_ns cn1 sinfo -h -N -o '%N %T %E')"
-  fi
-  leases_of_job() { ctl head show leases --json | jq --argjson j "$id" '[.leases[] | select(.job_id == $j)] | length'; }
-  for _ in $(seq 50); do [[ $(leases_of_job) == 0 ]] && break; sleep 0.2; done
-  [[ $(leases_of_job) == 0 ]] || fail "job $id's lease outlived it: $(ctl head show leases -o)"
-  step "no node drained; the job's lease released"
+  # The CA, the members' certificates, gpupoold's client certificate (no CN), the
+  # passwords and the lease-token key, made once on the admin's machine (section 9).
+  tls=$work/tls
+  mkdir -m 700 "$tls"
+  (
+    set -e
+    cd "$tls"
+    umask 077
+    newkey() { openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "$@"; }
+    sign() {
+      openssl x509 -req -in "$1.csr" -CA etcd-ca.pem -CAkey etcd-ca-key.pem -CAcreateserial \
+        -days 3650 -extfile "$1.ext" -out "$1.pem"
+    }
+    newkey -x509 -keyout etcd-ca-key.pem -subj "/CN=netns site etcd CA" -days 3650 -out etcd-ca.pem
+    for member in head head2 quorum; do
+      newkey -keyout "$member-key.pem" -subj "/CN=$member" -out "$member.csr"
+      printf 'subjectAltName=IP:%s,DNS:%s\nextendedKeyUsage=serverAuth,clientAuth\n' \
+        "${ADDR[$member]}" "$member" >"$member.ext"
+      sign "$member"
+    done
+    newkey -keyout etcd-client-key.pem -subj "/O=gpupool" -out etcd-client.csr
+    printf 'extendedKeyUsage=clientAuth\n' >etcd-client.ext
+    sign etcd-client
+    for f in etcd.password etcd-root.password; do head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$f"; done
+    head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >token.key
+  ) >"$work/openssl.log" 2>&1 || fail "openssl could not make the certificates: $(cat "$work/openssl.log")"
+
+  # etcd (Debian's etcd-server) on its three hosts: /etc/etcd and /etc/default/etcd.
+  etcd_members=(head head2 quorum)
+  initial_cluster="" etcd_urls="" etcd_conf_urls=""
+  for member in "${etcd_members[@]}"; do
+    initial_cluster+="${initial_cluster:+,}$member=https://${ADDR[$member]}:2380"
+    etcd_urls+="${etcd_urls:+,}https://${ADDR[$member]}:2379"
+    etcd_conf_urls+="${etcd_conf_urls:+, }\"https://${ADDR[$member]}:2379\""
+  done
+  # `ip netns exec` mounts /etc/netns/NS/etcd over /etc/etcd, which must exist (Debian's
+  # etcd-server makes none): made empty if missing, removed at exit.
+  if [[ ! -d /etc/etcd ]]; then mkdir /etc/etcd && made_etc_etcd=1; fi
+  for member in "${etcd_members[@]}"; do
+    d=$(etc "$member")/etcd
+    mkdir -p "$d" "$(etc "$member")/default"
+    install -m 644 "$tls/etcd-ca.pem" "$d/ca.pem"
+    install -m 644 "$tls/$member.pem" "$d/server.pem"
+    install -m 600 -o etcd -g etcd "$tls/$member-key.pem" "$d/server-key.pem"
+    # The data directory: under the test's directory, not /var/lib/etcd/default.
+    install -d -m 700 -o etcd -g etcd "$work/$member/etcd"
+    cat >"$(etc "$member")/default/etcd" <<EOF
+ETCD_DATA_DIR=$work/$member/etcd
+ETCD_LISTEN_PEER_URLS=https://${ADDR[$member]}:2380
+ETCD_INITIAL_ADVERTISE_PEER_URLS=https://${ADDR[$member]}:2380
+ETCD_LISTEN_CLIENT_URLS=https://${ADDR[$member]}:2379
+ETCD_ADVERTISE_CLIENT_URLS=https://${ADDR[$member]}:2379
+ETCD_INITIAL_CLUSTER=$initial_cluster
+ETCD_INITIAL_CLUSTER_STATE=new
+ETCD_INITIAL_CLUSTER_TOKEN=gpupool-netns-site
+ETCD_MAX_TXN_OPS=1024
+ETCD_CERT_FILE=/etc/etcd/server.pem
+ETCD_KEY_FILE=/etc/etcd/server-key.pem
+ETCD_TRUSTED_CA_FILE=/etc/etcd/ca.pem
+ETCD_CLIENT_CERT_AUTH=true
+ETCD_PEER_CERT_FILE=/etc/etcd/server.pem
+ETCD_PEER_KEY_FILE=/etc/etcd/server-key.pem
+ETCD_PEER_TRUSTED_CA_FILE=/etc/etcd/ca.pem
+ETCD_PEER_CLIENT_CERT_AUTH=true
+EOF
+    start_unit "$member" etcd "$member"
+  done
+  # etcdctl as section 9 has the admin run it on an etcd host (its member's certificate).
+  etcdctl_head() {
+    in_ns head env ETCDCTL_API=3 ETCDCTL_ENDPOINTS="$etcd_urls" ETCDCTL_CACERT=/etc/etcd/ca.pem \
+      ETCDCTL_CERT=/etc/etcd/server.pem ETCDCTL_KEY=/etc/etcd/server-key.pem timeout 20 etcdctl "$@"
+  }
+  for _ in $(seq 150); do etcdctl_head endpoint health >/dev/null 2>&1 && break; sleep 0.2; done
+  etcdctl_head endpoint health >/dev/null 2>&1 || fail "etcd is not healthy: $(etcdctl_head endpoint health 2>&1)"
+  # Auth on, gpupoold's user limited to its prefix (gpupoold(8), Securing etcd).
+  for args in "role add gpupool" "role grant-permission gpupool --prefix=true readwrite /gpupool/" \
+    "user add gpupool:$(cat "$tls/etcd.password")" "user grant-role gpupool gpupool" \
+    "user add root:$(cat "$tls/etcd-root.password")" "user grant-role root root" "auth enable"; do
+    # shellcheck disable=SC2086  # the words of one etcdctl command
+    etcdctl_head $args >"$work/etcdctl.out" 2>&1 || fail "etcdctl ${args%%:*}: $(cat "$work/etcdctl.out")"
+  done
+  ! etcdctl_head get /gpupool/ --prefix >/dev/null 2>&1 || fail "etcd answers without a user once auth is on"
+  etcd_denied=$(etcdctl_head --user "gpupool:$(cat "$tls/etcd.password")" put /elsewhere x 2>&1) &&
+    fail "etcd's gpupool user may write outside /gpupool/"
+  grep -q 'permission denied' <<<"$etcd_denied" || fail "etcd's gpupool user outside /gpupool/: $etcd_denied"
+  step "etcd on head, head2 and quorum: healthy, TLS with client certificates, auth on ($((SECONDS - ha_start)) s)"
+
+  # gpupoold on head and head2: section 9's files, the key, password and token key handed
+  # over as systemd credentials (a drop-in, as `systemctl edit gpupoold` writes it).
+  servers="http://${ADDR[head]}:6830,http://${ADDR[head2]}:6830"
+  for h in head head2; do
+    g=$(etc "$h")/gpupool
+    install -m 644 "$tls/etcd-ca.pem" "$g/etcd-ca.pem"
+    install -m 644 "$tls/etcd-client.pem" "$g/etcd-client.pem"
+    install -m 600 "$tls/etcd-client-key.pem" "$g/etcd-client.key"
+    install -m 600 "$tls/etcd.password" "$g/etcd.password"
+    install -m 600 "$tls/token.key" "$g/token.key"
+    mkdir -p "$(etc "$h")/systemd/system/gpupoold.service.d"
+    cat >"$(etc "$h")/systemd/system/gpupoold.service.d/override.conf" <<EOF
+[Service]
+LoadCredential=etcd-client.key:/etc/gpupool/etcd-client.key
+LoadCredential=etcd.password:/etc/gpupool/etcd.password
+LoadCredential=token.key:/etc/gpupool/token.key
+EOF
+    mkdir -p "$work/$h/state"
+    cat >"$(conf "$h")" <<EOF
+$munge_line
+gpupoold = {
+  listen = "${ADDR[$h]}:6830";
+  state_dir = "$work/$h/state";
+  state = "etcd";
+  etcd_endpoints = [ $etcd_conf_urls ];
+  etcd_ca_file = "/etc/gpupool/etcd-ca.pem";
+  etcd_cert_file = "/etc/gpupool/etcd-client.pem";
+  etcd_key_file = "/run/credentials/gpupoold.service/etcd-client.key";
+  etcd_user = "gpupool";
+  etcd_password_file = "/run/credentials/gpupoold.service/etcd.password";
+  token_key_file = "/run/credentials/gpupoold.service/token.key";
+};
+pools = (
+  { name = "a100"; models = [ "*A100*" ]; }
+);
+client = { server = "$servers"; };
+EOF
+  done
+  # Every client told both replicas: gpupoolctl's, the agents', the plugin's, the publisher's.
+  sed -i "s|server = \"$head_url\"|server = \"$servers\"|" "$(conf cn1)" "$(conf gpu1)" "$(conf gpu2)"
+  for host in head cn1 cn2; do
+    sed -i "s|server=$head_url |server=$servers |" "$(etc "$host")/slurm/plugstack.conf.d/gpupool.conf"
+  done
+  sed -i "s|^GPUPOOL_SERVER=.*|GPUPOOL_SERVER=$servers|" "$(etc head)/default/gpupool-capacity-publisher"
+  start_unit head gpupoold head
+  start_unit head2 gpupoold head2
+  role_of() { in_ns cn1 curl -sf --max-time 2 "http://${ADDR[$1]}:6830/v1/ping" | jq -r '.role // empty'; }
+  roles() { echo "$(role_of head) $(role_of head2)"; }
+  for _ in $(seq 150); do [[ $(roles) == "leader follower" || $(roles) == "follower leader" ]] && break; sleep 0.2; done
+  case $(roles) in
+    "leader follower") leader=head standby=head2 ;;
+    "follower leader") leader=head2 standby=head ;;
+    *) fail "gpupoold on head and head2 are not a leader and a follower: $(roles)" ;;
+  esac
+  for h in head head2; do
+    ! grep -q 'token_key_file' "$work/gpupoold-$h.log" || fail "gpupoold on $h: $(grep token_key_file "$work/gpupoold-$h.log")"
+  done
+  for gpu in gpu1 gpu2; do start_unit "$gpu" gpupool-agentd "gpuhost${gpu#gpu}"; done
+  for _ in $(seq 150); do registered && break; sleep 0.2; done
+  registered || fail "not every GPU registered IDLE with the replicas: $(ctl cn1 show gpus -o)"
+  start_unit head gpupool-capacity-publisher head "/var/lib/gpupool-publisher=$work/head/publisher"
+  step "gpupoold on head and head2 ($leader leads), state in etcd; both GPU hosts registered again ($((SECONDS - ha_start)) s)"
+
+  # A pooled job; its gpupoold leader dies (kill -9, by pid); the standby takes over and the
+  # job's GPU, failed then, is still swapped.
+  # The plugstack line edited, slurmd not restarted: the job is told of both replicas.
+  submit_pooled_job 250 "$servers"
+  killed_at=$SECONDS killed_ms=$(($(date +%s%N) / 1000000))
+  kill -9 "${unit_pid[gpupoold@$leader]}"
+  wait "${unit_pid[gpupoold@$leader]}" 2>/dev/null || true
+  for _ in $(seq 150); do [[ $(role_of "$standby") == leader ]] && break; sleep 0.1; done
+  [[ $(role_of "$standby") == leader ]] || fail "gpupoold on $standby did not take over: $(role_of "$standby")"
+  takeover_ms=$(($(date +%s%N) / 1000000 - killed_ms))
+  step "job $id runs on cn1 against $leased ($((killed_at - submitted_at)) s after its submission); gpupoold on $leader killed, $standby leads $takeover_ms ms later"
+  spare_elsewhere
+  ctl head update gpu="$leased" state=fail reason="netns_site: failed mid-run, after the failover" >/dev/null
+  finish_job
+  # systemd's Restart= brings the killed replica back: it follows.
+  start_unit "$leader" gpupoold "$leader"
+  for _ in $(seq 100); do [[ $(role_of "$leader") == follower ]] && break; sleep 0.1; done
+  [[ $(role_of "$leader") == follower ]] || fail "gpupoold on $leader came back as '$(role_of "$leader")', not a follower"
+  step "gpupoold on $leader back: a follower"
+  step "the site with HA: PASS ($((SECONDS - ha_start)) s)"
   step "PASS"
   exit 0
 fi

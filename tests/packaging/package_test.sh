@@ -13,10 +13,20 @@
 #      (sbatch --gpu-pool=a100:1) runs CUDA_PROGRAM (tests/remote's iterate) through the
 #      installed spank plugin and remoting libcuda.so.1 on a GPU host's GPU, which fails
 #      mid-run: the program goes on on the other GPU host's GPU and the job completes.
-#   4. dpkg --purge removes them, and no file they installed (dpkg -L) is left, nor
+#      Then the same site with high availability (docs/install.md section 9): etcd
+#      (Debian's etcd-server) on three hosts with TLS and auth, gpupoold on two; a pooled
+#      job's leader gpupoold is killed, the standby takes over, the job's GPU fails and is
+#      still swapped, and the job completes.
+#   4. The dev cluster runs from the installed files (scripts/devcluster with
+#      GPUPOOL_DEV_PREFIX=/usr, one node): its gpupoold, agents and publisher are the
+#      installed programs, its plugstack line the installed plugin, and a pooled job
+#      (sbatch --gpu-pool=a100:1) runs CUDA_PROGRAM through the installed plugin and
+#      library; then `down`.
+#   5. dpkg --purge removes them, and no file they installed (dpkg -L) is left, nor
 #      gpupoold's state directory.
-# The site's namespaces and addresses are its own, so it runs beside any dev cluster. It
-# refuses to run where gpupool packages are already installed (it would remove them).
+# The site's namespaces and addresses are its own, so it runs beside any dev cluster; so
+# does step 4's dev cluster (its own directory and ports: GPUPOOL_DEVDIR-pkg,
+# GPUPOOL_DEV_PORTBASE + 50). It refuses to run where gpupool packages are already installed (it would remove them).
 # Whatever happens, the site is stopped and the packages purged before it exits.
 set -euo pipefail
 
@@ -39,9 +49,14 @@ done
 
 policy_rc=""
 installed=0
+devcluster_up=0
+export GPUPOOL_DEVDIR=${GPUPOOL_DEVDIR:-/tmp/gpupool-dev}-pkg
+export GPUPOOL_DEV_PORTBASE=$((${GPUPOOL_DEV_PORTBASE:-16800} + 50))
+devcluster=$REPO/scripts/devcluster
 
 cleanup() {
   local rc=$?
+  if ((devcluster_up)); then GPUPOOL_DEV_PREFIX=/usr "$devcluster" down >/dev/null 2>&1 || true; fi
   if ((installed)); then dpkg --purge "${PACKAGES[@]}" >/dev/null 2>&1 || true; fi
   [[ -n $policy_rc ]] && rm -f "$policy_rc"
   exit $rc
@@ -145,7 +160,53 @@ step "a site in network namespaces from the installed packages (netns_site.sh --
   fail "netns_site.sh --installed: $(tail -n 40 "$deb_dir/netns-site.log")"
 sed -n 's/^netns_site: /package_test: site: /p' "$deb_dir/netns-site.log"
 
-# 4. Purge: nothing they installed is left. gpupoold's state directory (made by systemd,
+# 4. The dev cluster from the installed files (GPUPOOL_DEV_PREFIX=/usr), and a pooled job.
+step "dev cluster from /usr in $GPUPOOL_DEVDIR (ports from $GPUPOOL_DEV_PORTBASE)"
+start=$SECONDS
+devcluster_up=1
+GPUPOOL_DEV_PREFIX=/usr GPUPOOL_DEV_NODES=1 "$devcluster" up >"$deb_dir/devcluster-up.log" 2>&1 ||
+  fail "devcluster up: $(tail -n 20 "$deb_dir/devcluster-up.log")"
+for part in gpupoold agent-gpuhost1 publisher; do
+  pid=$(cat "$GPUPOOL_DEVDIR/pids/$part.pid")
+  exe=$(readlink "/proc/$pid/exe")
+  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline")
+  case $part in
+    publisher) [[ $cmd == *" /usr/sbin/gpupool-capacity-publisher "* ]] ||
+      fail "the dev cluster's publisher runs '$cmd', not the installed one" ;;
+    *) [[ $exe == /usr/sbin/* ]] || fail "the dev cluster's $part runs $exe, not an installed program" ;;
+  esac
+done
+grep -q "^required $plugin_dir/spank_gpupool.so " "$GPUPOOL_DEVDIR/plugstack.conf" ||
+  fail "the dev cluster's plugstack.conf does not load the installed plugin: $(cat "$GPUPOOL_DEVDIR/plugstack.conf")"
+(
+  # shellcheck disable=SC1091  # written by `devcluster up`
+  . "$GPUPOOL_DEVDIR/env"
+  out=$GPUPOOL_DEVDIR/pkgjob
+  mkdir -p "$out"
+  # As in tests/remote: the job gets its GPUs and library only from the plugin.
+  id=$(env -u LD_LIBRARY_PATH -u CUDA_VISIBLE_DEVICES UCX_TLS=tcp UCX_NET_DEVICES=lo \
+    sbatch --parsable --gpu-pool=a100:1 -o "$out/%j.out" "$REPO/tests/remote/slurm_job.sh" \
+    "$program" 20 5 1 1 2>&1 | cut -d';' -f1)
+  [[ $id =~ ^[0-9]+$ ]] || fail "sbatch on the dev cluster gave no job id: $id"
+  for _ in $(seq 600); do
+    state=$(scontrol show job "$id" | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+    [[ $state == PENDING || $state == RUNNING || $state == CONFIGURING || $state == COMPLETING ]] || break
+    sleep 0.2
+  done
+  job_out=$(cat "$out/$id.out" 2>/dev/null || true)
+  [[ $state == COMPLETED ]] || fail "dev cluster job $id ended $state: $job_out"
+  grep -q "^JOB lease=L.* ld_library_path=${remoting%/*}\$" <<<"$job_out" ||
+    fail "dev cluster job $id did not get the installed remoting library: $job_out"
+  grep -q '^iterate: PASS' <<<"$job_out" || fail "dev cluster job $id printed no PASS: $job_out"
+  step "dev cluster job $id ran $(basename "$program") through the installed plugin and library: PASS"
+)
+GPUPOOL_DEV_PREFIX=/usr "$devcluster" down >"$deb_dir/devcluster-down.log" 2>&1 ||
+  fail "devcluster down: $(tail -n 20 "$deb_dir/devcluster-down.log")"
+devcluster_up=0
+rm -rf "$GPUPOOL_DEVDIR"
+step "dev cluster from the installed files: up, a pooled job, down in $((SECONDS - start)) s"
+
+# 5. Purge: nothing they installed is left. gpupoold's state directory (made by systemd,
 # not shipped) stands in as it would after the service ran.
 mkdir -p /var/lib/gpupool && touch /var/lib/gpupool/gpupoold.db
 dpkg --purge "${PACKAGES[@]}" >"$deb_dir/dpkg-purge.log" 2>&1 ||
