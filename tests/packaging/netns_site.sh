@@ -79,6 +79,10 @@ if [[ ${1:-} == --installed ]]; then
   [[ -x $program ]] || fail "no CUDA program '$program'"
   gpupoold_bin=/usr/sbin/gpupoold agentd_bin=/usr/sbin/gpupool-agentd ctl_bin=/usr/bin/gpupoolctl
   for b in slurmctld slurmd sbatch scontrol sinfo; do command -v "$b" >/dev/null || fail "needs Slurm's $b"; done
+  # The HA part: etcd from Debian's etcd-server (its unit too) and etcd-client, and openssl.
+  for b in etcd etcdctl openssl; do command -v "$b" >/dev/null || fail "needs $b (scripts/install-deps installs it)"; done
+  [[ -f /lib/systemd/system/etcd.service ]] || fail "no /lib/systemd/system/etcd.service (Debian's etcd-server)"
+  id etcd >/dev/null 2>&1 || fail "no user etcd (made by Debian's etcd-server)"
   id slurm >/dev/null 2>&1 || fail "no user slurm (Debian's SlurmUser, made by the slurm-wlm packages)"
 else
   bin=${1:?$usage}
@@ -625,9 +629,10 @@ ETCD_PEER_CLIENT_CERT_AUTH=true
 EOF
     start_unit "$member" etcd "$member"
   done
-  # etcdctl as section 9 has the admin run it on an etcd host (its member's certificate).
+  # etcdctl as section 9 has the admin run it on an etcd host (its member's certificate);
+  # endpoints=URL for one member.
   etcdctl_head() {
-    in_ns head env ETCDCTL_API=3 ETCDCTL_ENDPOINTS="$etcd_urls" ETCDCTL_CACERT=/etc/etcd/ca.pem \
+    in_ns head env ETCDCTL_API=3 ETCDCTL_ENDPOINTS="${endpoints:-$etcd_urls}" ETCDCTL_CACERT=/etc/etcd/ca.pem \
       ETCDCTL_CERT=/etc/etcd/server.pem ETCDCTL_KEY=/etc/etcd/server-key.pem timeout 20 etcdctl "$@"
   }
   for _ in $(seq 150); do etcdctl_head endpoint health >/dev/null 2>&1 && break; sleep 0.2; done
@@ -727,6 +732,12 @@ EOF
   for _ in $(seq 100); do [[ $(role_of "$leader") == follower ]] && break; sleep 0.1; done
   [[ $(role_of "$leader") == follower ]] || fail "gpupoold on $leader came back as '$(role_of "$leader")', not a follower"
   step "gpupoold on $leader back: a follower"
+  # Section 10's etcd backup: a snapshot of one member, as etcd's root.
+  endpoints="https://${ADDR[head]}:2379" etcdctl_head --user "root:$(cat "$tls/etcd-root.password")" \
+    snapshot save "$work/etcd-backup.db" >"$work/etcdctl.out" 2>&1 || fail "etcdctl snapshot save: $(cat "$work/etcdctl.out")"
+  keys=$(etcdctl_head snapshot status "$work/etcd-backup.db" -w json | jq -r '.totalKey')
+  ((keys > 0)) || fail "the etcd snapshot holds $keys keys"
+  step "etcd backed up (snapshot save): $keys keys"
   step "the site with HA: PASS ($((SECONDS - ha_start)) s)"
   step "PASS"
   exit 0
