@@ -163,6 +163,7 @@ sed -n 's/^netns_site: /package_test: site: /p' "$deb_dir/netns-site.log"
 # 4. The dev cluster from the installed files (GPUPOOL_DEV_PREFIX=/usr), and a pooled job.
 step "dev cluster from /usr in $GPUPOOL_DEVDIR (ports from $GPUPOOL_DEV_PORTBASE)"
 start=$SECONDS
+rm -rf "$GPUPOOL_DEVDIR"  # its own directory, made afresh (as on a fresh machine)
 devcluster_up=1
 GPUPOOL_DEV_PREFIX=/usr GPUPOOL_DEV_NODES=1 "$devcluster" up >"$deb_dir/devcluster-up.log" 2>&1 ||
   fail "devcluster up: $(tail -n 20 "$deb_dir/devcluster-up.log")"
