@@ -360,8 +360,10 @@ std::string ApiServer::Metrics() {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;
   }
-  std::snprintf(line, sizeof(line), "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n",
-                store_->commits());
+  std::snprintf(line, sizeof(line),
+                "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n"
+                "# TYPE gpupool_store_checkpoints_total counter\ngpupool_store_checkpoints_total %lu\n",
+                store_->commits(), store_->checkpoints());
   out += line;
   HttpCounters http = http_->counters();
   std::snprintf(line, sizeof(line),

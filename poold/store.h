@@ -103,6 +103,8 @@ class Store {
   // Events older than the newest `keep` are deleted by the committer from time to time.
   void set_event_retention(uint64_t keep) { event_retention_ = keep; }
   uint64_t commits() const;  // transactions written so far (for metrics)
+  // WAL checkpoints done so far (SQLite; 0 for etcd), for metrics.
+  virtual uint64_t checkpoints() const { return 0; }
 
  protected:
   Store() = default;
@@ -112,8 +114,10 @@ class Store {
   void StopCommitter();
   // Writes `ops` atomically (all or none), in order. Called by the committer thread only.
   virtual Status WriteBatch(const std::vector<Op>& ops) = 0;
-  // Deletes events older than the newest `keep`. Housekeeping: a failure is only logged.
-  virtual Status TrimEvents(uint64_t keep) = 0;
+  // Deletes events older than the newest `keep`, every 10,000 changes. Housekeeping: a
+  // failure is only logged. A backend that trims inside its batches (SQLite) keeps this.
+  virtual Status TrimEvents(uint64_t /*keep*/) { return Status::OK(); }
+  uint64_t event_retention() const { return event_retention_; }
 
  private:
   void CommitterLoop();
@@ -133,19 +137,30 @@ class Store {
 };
 
 // SQLite in WAL mode (the embedded default, `state = "sqlite"`).
+//
+// A commit only appends to the WAL and syncs it. Copying the WAL back into the database
+// (a checkpoint: a few MiB written and synced) happens on a thread and connection of its
+// own, so that no request waits behind it; SQLite's automatic checkpoint would run it inside
+// every thousandth page's commit and hold every request of that batch. Old events are
+// deleted in each batch, a few rows at a time, for the same reason.
 class SqliteStore final : public Store {
  public:
   ~SqliteStore() override;
   Result<LoadedState> Load(size_t recent_events) override;
+  uint64_t checkpoints() const override;
 
  private:
   friend class Store;
   SqliteStore() = default;
   Status WriteBatch(const std::vector<Op>& ops) override;
-  Status TrimEvents(uint64_t keep) override;
   Status RollBack(const std::string& why);
   Status Exec(const char* sql);
   Status Migrate();
+  Status Step(sqlite3_stmt* cached);
+  // Called by SQLite after each commit with the pages now in the WAL (the committer thread).
+  static int OnWalCommit(void* self, sqlite3* db, const char* name, int pages);
+  void CheckpointLoop();
+  void StopCheckpointer();
 
   sqlite3* db_ = nullptr;
   // Prepared once, used only by the committer thread.
@@ -154,6 +169,18 @@ class SqliteStore final : public Store {
   sqlite3_stmt* delete_lease_ = nullptr;
   sqlite3_stmt* put_event_ = nullptr;
   sqlite3_stmt* put_next_lease_ = nullptr;
+  sqlite3_stmt* begin_ = nullptr;
+  sqlite3_stmt* commit_ = nullptr;
+  sqlite3_stmt* trim_events_ = nullptr;
+
+  // The checkpointer's own connection and thread.
+  sqlite3* checkpoint_db_ = nullptr;
+  std::thread checkpointer_;
+  mutable std::mutex checkpoint_mu_;
+  std::condition_variable checkpoint_cv_;
+  bool checkpoint_wanted_ = false;  // GUARDED_BY(checkpoint_mu_)
+  bool checkpoint_stop_ = false;    // GUARDED_BY(checkpoint_mu_)
+  uint64_t checkpoints_ = 0;        // GUARDED_BY(checkpoint_mu_)
 };
 
 }  // namespace gpupool::poold
