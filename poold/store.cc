@@ -338,16 +338,15 @@ Result<LoadedState> SqliteStore::Load(size_t recent_events) {
 
 uint64_t Store::Enqueue(Op op) {
   uint64_t ticket;
-  bool wake;
+  bool first;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    first = queue_.empty();
     queue_.push_back(std::move(op));
     ticket = ++enqueued_;
-    // Under a Hold the committer would only wake to wait for it: the Hold's end wakes it,
-    // once per operation rather than once per row.
-    wake = held_ == 0;
   }
-  if (wake) work_cv_.notify_one();
+  // The background committer needs to know only that a batch has begun (see CommitterLoop).
+  if (first) work_cv_.notify_one();
   return ticket;
 }
 
@@ -359,15 +358,24 @@ Store::Hold::Hold(Store* store) : store_(store) {
 Store::Hold::~Hold() {
   {
     std::lock_guard<std::mutex> lock(store_->mu_);
-    if (--store_->held_ > 0 || store_->queue_.empty()) return;
+    if (--store_->held_ > 0) return;
   }
-  store_->work_cv_.notify_one();
+  store_->held_cv_.notify_all();
 }
 
+// The first request to wait while nobody commits writes the batch itself (as LevelDB's
+// writers do): no hand-off to another thread and back on the path of a request, and the
+// requests that queued meanwhile wait for it and go in its batch or lead the next.
 Status Store::WaitDurable(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
-  durable_cv_.wait(lock, [&] { return durable_ >= ticket || !failure_.ok(); });
-  return failure_;
+  for (;;) {
+    if (durable_ >= ticket || !failure_.ok()) return failure_;
+    if (!committing_ && !stopping_ && !queue_.empty()) {
+      CommitQueued(lock);
+    } else {
+      durable_cv_.wait(lock);
+    }
+  }
 }
 
 uint64_t Store::last_ticket() const {
@@ -380,41 +388,55 @@ uint64_t Store::commits() const {
   return commits_;
 }
 
+// Writes what is queued as the one committer of the moment, and wakes the requests it made
+// durable. REQUIRES: `lock` holds mu_, !committing_, !queue_.empty().
+void Store::CommitQueued(std::unique_lock<std::mutex>& lock) {
+  committing_ = true;
+  // An operation still queueing its changes ends within microseconds; bounded, so that a
+  // steady stream of operations cannot hold the commit back.
+  held_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return held_ == 0; });
+  std::vector<Op> batch(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+  queue_.clear();
+  const uint64_t last = enqueued_;
+  lock.unlock();
+  Status s = WriteBatch(batch);
+  // since_trim_ is the committer's of the moment's, as WriteBatch is.
+  since_trim_ += batch.size();
+  if (s.ok() && since_trim_ > 10000) {
+    since_trim_ = 0;
+    // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
+    Status trimmed = TrimEvents(event_retention_);
+    if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
+  }
+  lock.lock();
+  if (s.ok()) {
+    durable_ = last;
+    ++commits_;
+  } else {
+    log::Error("cannot write state: " + s.message());
+    failure_ = s;
+  }
+  committing_ = false;
+  durable_cv_.notify_all();
+}
+
+// Changes nobody waits for (a heartbeat's, a reaped lease's) are written here, a moment after
+// they were queued if no request has taken them into its batch by then. Also the last
+// flush when the store stops.
 void Store::CommitterLoop() {
-  uint64_t since_trim = 0;
+  std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    std::vector<Op> batch;
-    uint64_t last;
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      // An operation still queueing its changes ends within microseconds; bounded, so
-      // that a steady stream of operations cannot hold the committer back.
-      work_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping_ || held_ == 0; });
-      if (queue_.empty() && stopping_) return;
-      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
-      queue_.clear();
-      last = enqueued_;
+    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (!stopping_) {
+      work_cv_.wait_for(lock, std::chrono::milliseconds(2), [&] { return stopping_; });
     }
-    Status s = WriteBatch(batch);
-    since_trim += batch.size();
-    if (s.ok() && since_trim > 10000) {
-      since_trim = 0;
-      // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
-      Status trimmed = TrimEvents(event_retention_);
-      if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
+    // A request's commit in flight ends first: one writer at a time.
+    durable_cv_.wait(lock, [&] { return !committing_; });
+    if (!queue_.empty()) {
+      CommitQueued(lock);
+    } else if (stopping_) {
+      return;
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (s.ok()) {
-        durable_ = last;
-        ++commits_;
-      } else {
-        log::Error("cannot write state: " + s.message());
-        failure_ = s;
-      }
-    }
-    durable_cv_.notify_all();
   }
 }
 

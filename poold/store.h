@@ -1,10 +1,12 @@
 // Store: gpupoold's durable state: SQLite (WAL) under the state directory, or etcd
 // (poold/etcd_store.h) when replicas share it.
 //
-// Mutations are queued as row images and written by one committer thread, many requests
-// per transaction (group commit), so that the cost of a durable commit is shared by all
-// requests that arrived while the previous one was being written. A request is answered
-// only after WaitDurable(ticket) returns, so every acknowledged lease is on disk.
+// Mutations are queued as row images and written many requests per transaction (group
+// commit), so that the cost of a durable commit is shared by all requests that arrived
+// while the previous one was being written. One writer at a time: the first request to
+// wait while nobody writes writes the batch itself; a background committer writes what
+// nobody waits for. A request is answered only after WaitDurable(ticket) returns, so every
+// acknowledged lease is on disk.
 //
 // Thread safety: Enqueue* may be called from any thread but callers must serialise them in
 // the order the state changed (PoolEngine calls them under its mutex). Load() only at start.
@@ -64,7 +66,7 @@ struct LoadedState {
   uint64_t next_event = 1;
 };
 
-// The queue, the committer thread and the tickets are common to every backend; a backend
+// The queue, the committers and the tickets are common to every backend; a backend
 // writes batches (WriteBatch) and reads the state back (Load).
 class Store {
  public:
@@ -112,7 +114,7 @@ class Store {
   // before what WriteBatch uses goes away.
   void StartCommitter();
   void StopCommitter();
-  // Writes `ops` atomically (all or none), in order. Called by the committer thread only.
+  // Writes `ops` atomically (all or none), in order. Called by one committer at a time.
   virtual Status WriteBatch(const std::vector<Op>& ops) = 0;
   // Deletes events older than the newest `keep`, every 10,000 changes. Housekeeping: a
   // failure is only logged. A backend that trims inside its batches (SQLite) keeps this.
@@ -121,11 +123,13 @@ class Store {
 
  private:
   void CommitterLoop();
+  void CommitQueued(std::unique_lock<std::mutex>& lock);
 
   uint64_t event_retention_ = 1000000;
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;     // committer waits for work
-  std::condition_variable durable_cv_;  // requests wait for their ticket
+  std::condition_variable work_cv_;     // the background committer waits for a batch
+  std::condition_variable durable_cv_;  // requests wait for their ticket or to commit
+  std::condition_variable held_cv_;     // a commit waits for the Holds to end
   std::deque<Op> queue_;                // GUARDED_BY(mu_)
   uint64_t enqueued_ = 0;               // GUARDED_BY(mu_): ticket of the last queued op
   uint64_t durable_ = 0;                // GUARDED_BY(mu_): ticket of the last committed op
@@ -133,6 +137,8 @@ class Store {
   Status failure_;                      // GUARDED_BY(mu_): sticky commit error
   bool stopping_ = false;               // GUARDED_BY(mu_)
   int held_ = 0;                        // GUARDED_BY(mu_): Holds alive
+  bool committing_ = false;             // GUARDED_BY(mu_): a batch is being written
+  uint64_t since_trim_ = 0;             // the committer of the moment's (committing_)
   std::thread committer_;
 };
 
@@ -157,13 +163,13 @@ class SqliteStore final : public Store {
   Status Exec(const char* sql);
   Status Migrate();
   Status Step(sqlite3_stmt* cached);
-  // Called by SQLite after each commit with the pages now in the WAL (the committer thread).
+  // Called by SQLite after each commit with the pages now in the WAL (the committer).
   static int OnWalCommit(void* self, sqlite3* db, const char* name, int pages);
   void CheckpointLoop();
   void StopCheckpointer();
 
   sqlite3* db_ = nullptr;
-  // Prepared once, used only by the committer thread.
+  // Prepared once, used only by the committer of the moment.
   sqlite3_stmt* put_gpu_ = nullptr;
   sqlite3_stmt* put_lease_ = nullptr;
   sqlite3_stmt* delete_lease_ = nullptr;

@@ -131,7 +131,9 @@ TEST(StoreTest, CheckpointsRunBesideTheCommitsAndLoseNothing) {
     e.type = "leased";
     e.detail = std::string(2048, 'a' + seq % 26);
     uint64_t ticket = (*store)->Enqueue(e);
-    if (seq % 10 == 0) ASSERT_TRUE((*store)->WaitDurable(ticket).ok());
+    if (seq % 10 == 0) {
+      ASSERT_TRUE((*store)->WaitDurable(ticket).ok());
+    }
   }
   for (int i = 0; i < 500 && (*store)->checkpoints() == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
