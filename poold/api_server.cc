@@ -46,17 +46,7 @@ ApiServer::ApiServer(const Config& config, PoolEngine* engine, Store* store)
 ApiServer::~ApiServer() = default;
 
 Status ApiServer::Bind(const std::string& listen_override) {
-  const std::string& listen = listen_override.empty() ? config_.poold.listen : listen_override;
-  size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) return Status::InvalidArgument("bad listen address '" + listen + "'");
-  std::string host = listen.substr(0, colon);
-  int port = 0;
-  try {
-    port = std::stoi(listen.substr(colon + 1));
-  } catch (...) {
-    return Status::InvalidArgument("bad port in listen address '" + listen + "'");
-  }
-  GPUPOOL_RETURN_IF_ERROR(http_->Bind(host, port));
+  GPUPOOL_RETURN_IF_ERROR(http_->Bind(listen_override.empty() ? config_.poold.listen : listen_override));
   port_ = http_->port();
   return Status::OK();
 }

@@ -230,8 +230,20 @@ Status HttpServer::Bind(const std::string& host, int port) {
   return Status::OK();
 }
 
+Status HttpServer::Bind(const std::string& listen) {
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return Status::InvalidArgument("bad listen address '" + listen + "'");
+  int port = -1;
+  const std::string digits = listen.substr(colon + 1);
+  if (!digits.empty() && digits.size() <= 5 && digits.find_first_not_of("0123456789") == std::string::npos) {
+    port = std::stoi(digits);
+  }
+  if (port < 0 || port > 65535) return Status::InvalidArgument("bad port in listen address '" + listen + "'");
+  return Bind(listen.substr(0, colon), port);
+}
+
 void HttpServer::Serve() {
-  if (stop_ || listen_fd_ < 0) return;
+  if (serving_.exchange(true) || stop_ || listen_fd_ < 0) return;
   for (int i = 0; i < limits_.workers; ++i) workers_.emplace_back(&HttpServer::Worker, this, false);
   for (int i = 0; i < limits_.priority_workers; ++i) workers_.emplace_back(&HttpServer::Worker, this, true);
   Loop();
@@ -242,10 +254,28 @@ void HttpServer::Serve() {
   }
   for (std::thread& t : workers_) t.join();
   workers_.clear();
+  // Stopped for good: the port and every connection go now, not when the object does. A
+  // follower's server stops when its replica is elected, and the leader's binds the same
+  // port (SO_REUSEPORT): a socket left listening here would be handed connections that no
+  // one accepts, and a kept-alive client would wait on a connection no one reads.
+  std::vector<std::shared_ptr<Conn>> open;
+  for (const auto& [fd, c] : conns_) open.push_back(c);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open.insert(open.end(), rearm_.begin(), rearm_.end());
+    rearm_.clear();
+  }
+  for (const std::shared_ptr<Conn>& c : open) Close(c);
+  close(listen_fd_);
+  listen_fd_ = -1;
 }
 
 void HttpServer::Stop() {
   stop_ = true;
+  if (!serving_.exchange(true) && listen_fd_ >= 0) {
+    close(listen_fd_);  // Serve() has not begun, and now never will
+    listen_fd_ = -1;
+  }
   Wake();
   std::lock_guard<std::mutex> lock(mu_);
   work_cv_.notify_all();
