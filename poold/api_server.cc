@@ -46,17 +46,7 @@ ApiServer::ApiServer(const Config& config, PoolEngine* engine, Store* store)
 ApiServer::~ApiServer() = default;
 
 Status ApiServer::Bind(const std::string& listen_override) {
-  const std::string& listen = listen_override.empty() ? config_.poold.listen : listen_override;
-  size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) return Status::InvalidArgument("bad listen address '" + listen + "'");
-  std::string host = listen.substr(0, colon);
-  int port = 0;
-  try {
-    port = std::stoi(listen.substr(colon + 1));
-  } catch (...) {
-    return Status::InvalidArgument("bad port in listen address '" + listen + "'");
-  }
-  GPUPOOL_RETURN_IF_ERROR(http_->Bind(host, port));
+  GPUPOOL_RETURN_IF_ERROR(http_->Bind(listen_override.empty() ? config_.poold.listen : listen_override));
   port_ = http_->port();
   return Status::OK();
 }
@@ -360,8 +350,10 @@ std::string ApiServer::Metrics() {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;
   }
-  std::snprintf(line, sizeof(line), "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n",
-                store_->commits());
+  std::snprintf(line, sizeof(line),
+                "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n"
+                "# TYPE gpupool_store_checkpoints_total counter\ngpupool_store_checkpoints_total %lu\n",
+                store_->commits(), store_->checkpoints());
   out += line;
   HttpCounters http = http_->counters();
   std::snprintf(line, sizeof(line),

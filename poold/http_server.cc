@@ -167,6 +167,7 @@ struct HttpServer::Conn {
   bool priority = false;
   int error_status = 0;  // the server answers this itself, then closes
   bool closing = false;  // handed back by a worker to be closed
+  bool armed_by_worker = false;  // handed back already in epoll (see Worker)
 
   ~Conn() {
     if (fd >= 0) close(fd);
@@ -229,8 +230,20 @@ Status HttpServer::Bind(const std::string& host, int port) {
   return Status::OK();
 }
 
+Status HttpServer::Bind(const std::string& listen) {
+  size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return Status::InvalidArgument("bad listen address '" + listen + "'");
+  int port = -1;
+  const std::string digits = listen.substr(colon + 1);
+  if (!digits.empty() && digits.size() <= 5 && digits.find_first_not_of("0123456789") == std::string::npos) {
+    port = std::stoi(digits);
+  }
+  if (port < 0 || port > 65535) return Status::InvalidArgument("bad port in listen address '" + listen + "'");
+  return Bind(listen.substr(0, colon), port);
+}
+
 void HttpServer::Serve() {
-  if (stop_ || listen_fd_ < 0) return;
+  if (serving_.exchange(true) || stop_ || listen_fd_ < 0) return;
   for (int i = 0; i < limits_.workers; ++i) workers_.emplace_back(&HttpServer::Worker, this, false);
   for (int i = 0; i < limits_.priority_workers; ++i) workers_.emplace_back(&HttpServer::Worker, this, true);
   Loop();
@@ -241,10 +254,28 @@ void HttpServer::Serve() {
   }
   for (std::thread& t : workers_) t.join();
   workers_.clear();
+  // Stopped for good: the port and every connection go now, not when the object does. A
+  // follower's server stops when its replica is elected, and the leader's binds the same
+  // port (SO_REUSEPORT): a socket left listening here would be handed connections that no
+  // one accepts, and a kept-alive client would wait on a connection no one reads.
+  std::vector<std::shared_ptr<Conn>> open;
+  for (const auto& [fd, c] : conns_) open.push_back(c);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    open.insert(open.end(), rearm_.begin(), rearm_.end());
+    rearm_.clear();
+  }
+  for (const std::shared_ptr<Conn>& c : open) Close(c);
+  close(listen_fd_);
+  listen_fd_ = -1;
 }
 
 void HttpServer::Stop() {
   stop_ = true;
+  if (!serving_.exchange(true) && listen_fd_ >= 0) {
+    close(listen_fd_);  // Serve() has not begun, and now never will
+    listen_fd_ = -1;
+  }
   Wake();
   std::lock_guard<std::mutex> lock(mu_);
   work_cv_.notify_all();
@@ -279,6 +310,13 @@ void HttpServer::Loop() {
     Clock::time_point now = Clock::now();
     // The loop itself fell behind (CPU starved): agents may not have been heard.
     if (now - last_tick > std::chrono::milliseconds(1000 + kTickMs)) NoteStall();
+    // Served connections first: one a worker re-armed itself may be among the events.
+    std::vector<std::shared_ptr<Conn>> back;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      back.swap(rearm_);
+    }
+    for (const std::shared_ptr<Conn>& c : back) Rearm(c);
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == listen_fd_) {
@@ -292,12 +330,6 @@ void HttpServer::Loop() {
         OnReadable(c);
       }
     }
-    std::vector<std::shared_ptr<Conn>> back;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      back.swap(rearm_);
-    }
-    for (const std::shared_ptr<Conn>& c : back) Rearm(c);
     if (now - last_tick >= std::chrono::milliseconds(kTickMs)) {
       last_tick = now;
       std::vector<std::shared_ptr<Conn>> late;
@@ -513,10 +545,13 @@ void HttpServer::Rearm(const std::shared_ptr<Conn>& c) {
   }
   conns_[c->fd] = c;
   c->deadline = Clock::now() + std::chrono::milliseconds(limits_.idle_timeout_ms);
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.fd = c->fd;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev);
+  if (!c->armed_by_worker) {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP;
+    ev.data.fd = c->fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev);
+  }
+  c->armed_by_worker = false;
   TryParse(c);  // a pipelined request may already be in the buffer
 }
 
@@ -546,9 +581,26 @@ void HttpServer::Worker(bool priority) {
     // An agent's request that took more than a second from arrival to answer: gpupoold was
     // too busy to hear agents in time.
     if (priority && Clock::now() - job.queued > std::chrono::seconds(1)) NoteStall();
-    std::lock_guard<std::mutex> lock(mu_);
-    rearm_.push_back(std::move(job.conn));
-    Wake();
+    // The usual case, a kept-alive connection with nothing more to read yet: the worker
+    // watches it again itself, and the loop takes it back when it next wakes (for its next
+    // request at the latest), which saves the loop a wake-up per request. It is armed while
+    // this worker still owns it; an event before the loop has it back is reported again
+    // (level-triggered). A connection to close or with a pipelined request in its buffer
+    // needs the loop now.
+    Conn& c = *job.conn;
+    c.armed_by_worker = !c.closing && c.buf.empty() && !stop_;
+    if (c.armed_by_worker) {
+      epoll_event ev{};
+      ev.events = EPOLLIN | EPOLLRDHUP;
+      ev.data.fd = c.fd;
+      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &ev) != 0) c.armed_by_worker = false;
+    }
+    const bool wake = !c.armed_by_worker;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      rearm_.push_back(std::move(job.conn));
+    }
+    if (wake) Wake();
   }
 }
 

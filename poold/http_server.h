@@ -76,9 +76,13 @@ class HttpServer {
 
   // Binds host:port (port 0: any free port, see port()).
   Status Bind(const std::string& host, int port);
+  // The same from "host:port", as gpupool.conf's listen says it.
+  Status Bind(const std::string& listen);
   int port() const { return port_; }
   // Serves until Stop(); returns at once if Stop() came first.
   void Serve();
+  // Also closes the listening socket if Serve() has not begun: another server may take the
+  // port over (SO_REUSEPORT), and connections must not go to a socket nobody accepts on.
   void Stop();
   // Whether, within the last `seconds`, a priority request waited more than a second for a
   // worker or the event loop fell a second behind: the server was too busy to hear agents
@@ -122,6 +126,7 @@ class HttpServer {
   int wake_fd_ = -1;  // eventfd: Stop() and re-armed connections
   int port_ = 0;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> serving_{false};  // Serve() began (or Stop() came first)
   std::atomic<int64_t> last_stall_ms_{-1};  // steady ms of the last stall; -1: never
   std::vector<std::thread> workers_;
 

@@ -13,10 +13,7 @@
 #include <string>
 
 #include "common/status.h"
-
-namespace httplib {
-class Server;
-}
+#include "poold/http_server.h"
 
 namespace gpupool::poold {
 
@@ -34,9 +31,9 @@ class StandbyServer {
  private:
   const std::string my_url_;
   std::function<std::string()> leader_url_;
-  std::unique_ptr<httplib::Server> http_;
-  std::atomic<bool> stop_requested_{false};
-  std::atomic<bool> serving_{false};
+  static HttpLimits Limits();
+
+  std::unique_ptr<HttpServer> http_;
   int port_ = 0;
 };
 
