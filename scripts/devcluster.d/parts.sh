@@ -24,6 +24,12 @@ part_pid() {
   while kill -0 "$pid" 2>/dev/null; do
     seen=$'\n'$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/$what")$'\n'
     [[ $seen == *"$wanted"* ]] && { echo "$pid"; return 0; }
+    # An exited process nobody has reaped yet (a zombie: where PID 1 does not reap, say)
+    # also shows an empty command line, and is gone for good.
+    local stat
+    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ ${stat%% *} == Z ]] && return 1
     # A process in the middle of an exec (private-munged becoming munged, setsid becoming
     # the daemon) shows an empty command line for a moment; a loaded CI machine caught
     # munge there and `up` called it dead. Only an empty one is worth a second look.
