@@ -388,6 +388,11 @@ void Failover::Sent(const Request& request, bool started) {
                     request.op == dp::kOpMemcpyHtoD && request.payload_len > 0;
   if (held) {
     entry.held = static_cast<const char*>(request.payload);
+    // Append drops the upload this one overwrites: its buffer is kept for this one's bytes
+    // (CaptureHeld), as StartOverlappedEntry lends it to an overlapped copy.
+    if (size_t previous = 0; OverwritesLastUpload(entry, &previous)) {
+      SparePayload(&log_[previous]);
+    }
   } else if (request.payload_len > 0) {
     const char* bytes = static_cast<const char*>(request.payload);
     entry.payload = TakePayloadBuffer(request.payload_len);
@@ -1075,6 +1080,15 @@ void Failover::RecyclePayloads() {
     spare_bytes_ += capacity;
     spare_.emplace(capacity, std::move(entry.payload));
   }
+}
+
+void Failover::SparePayload(Entry* entry) {
+  const size_t capacity = entry->payload.capacity();
+  if (capacity < kRecycledPayload || spare_bytes_ + capacity > config_.checkpoint_mem / 4) return;
+  log_bytes_ -= entry->payload.size();
+  spare_bytes_ += capacity;
+  spare_.emplace(capacity, std::move(entry->payload));
+  entry->payload = JournalBytes();
 }
 
 // The smallest spare buffer with room for `size` bytes (emptied), unless it is

@@ -298,6 +298,8 @@ class Failover {
   // synchronisation, a query, an event), a checkpoint and a recovery.
   void CaptureHeld();
   JournalBytes TakePayloadBuffer(size_t size);
+  // Moves `entry`'s payload buffer (its bytes no longer needed) to the spare buffers.
+  void SparePayload(Entry* entry);
   // Log entries whose writes a later entry overwrites whole before anything reads
   // them on the host (ApplyLog skips them).
   std::vector<bool> OverwrittenEntries() const;
