@@ -224,6 +224,7 @@ void Failover::Unprotect(const std::string& why) {
   written_.clear();
   log_.clear();
   held_.clear();
+  any_held_.store(false, std::memory_order_relaxed);
   last_upload_.clear();
   spare_.clear();
   spare_bytes_ = 0;
@@ -401,7 +402,10 @@ void Failover::Sent(const Request& request, bool started) {
   if (held) {
     LogSent(std::move(entry));
     // Track may have stopped protecting (then the log is gone).
-    if (protecting_ && !log_.empty() && log_.back().held != nullptr) held_.push_back(log_.size() - 1);
+    if (protecting_ && !log_.empty() && log_.back().held != nullptr) {
+      held_.push_back(log_.size() - 1);
+      any_held_.store(true, std::memory_order_relaxed);
+    }
     return;
   }
   if (started) {
@@ -1047,6 +1051,11 @@ std::vector<bool> Failover::OverwrittenEntries() const {
 constexpr size_t kRecycledPayload = size_t{64} << 10;
 
 void Failover::CaptureHeldUploads() {
+  // Without the lock when nothing is held: another thread's call may hold it for as long as
+  // its GPU works. The store that marks an upload held happens before any free of its
+  // memory that is ordered after the upload (same thread, or any synchronisation), so the
+  // free sees it.
+  if (!any_held_.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> wire(mu_);
   CaptureHeld();
 }
@@ -1067,6 +1076,7 @@ void Failover::CaptureHeld() {
     log_bytes_ += args.size;
   }
   held_.clear();
+  any_held_.store(false, std::memory_order_relaxed);
 }
 
 void Failover::RecyclePayloads() {

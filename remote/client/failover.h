@@ -42,6 +42,7 @@
 // hold mu()); the other methods with mu() held.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -368,6 +369,7 @@ class Failover {
   std::map<uint64_t, size_t> last_upload_;       // range -> log index of its last whole upload
                                                  // that nothing may have read since
   std::vector<size_t> held_;                     // log indexes of held uploads (Entry::held)
+  std::atomic<bool> any_held_{false};            // !held_.empty(), read without mu_
   std::multimap<size_t, JournalBytes> spare_;    // payload buffers for new entries, by capacity
   size_t spare_bytes_ = 0;
   size_t log_bytes_ = 0;
