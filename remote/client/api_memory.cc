@@ -107,7 +107,23 @@ bool InManagedMemory(const void* ptr, size_t size) {
   return Runtime::Get().IsManaged(address) && DeviceOf(address, size) >= 0;
 }
 
-CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t size, CUstream stream) {
+// Whether [src, src+size) lies in one page-locked buffer this library allocated (not
+// registered memory, which the program may free behind cuMemHostUnregister).
+bool InOwnedPinnedMemory(const void* src, size_t size) {
+  unsigned flags = 0;
+  uintptr_t start = 0;
+  size_t length = 0;
+  if (!Runtime::Get().FindHostRange(src, &flags, &start, &length)) return false;
+  const auto at = reinterpret_cast<uintptr_t>(src);
+  return (flags & kOwnedHostMemory) != 0 && at >= start && size <= length - (at - start);
+}
+
+// `async`: a stream-ordered copy (cuMemcpyHtoDAsync, cuMemcpyAsync). From page-locked memory
+// this library allocated, CUDA lets the program change the source only once the copy is
+// known to be done, so the failover journal keeps a reference and copies the bytes by the
+// next two-way request instead of at the call (failover.h).
+CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t size, CUstream stream,
+                  bool async = false) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (size == 0) return CUDA_SUCCESS;
   if (src == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -117,12 +133,14 @@ CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t size, CUstream stream
   int device = DeviceOf(dst, size);
   if (device < 0) {
     return ForEachPiece(dst, size, [&](size_t offset, size_t length) {
-      return CopyHtoD(dst + offset, static_cast<const char*>(src) + offset, length, stream);
+      return CopyHtoD(dst + offset, static_cast<const char*>(src) + offset, length, stream,
+                      async);
     });
   }
   dp::MemcpyHtoDArgs args{dst, size, 0};
   if (CUresult status = StreamId(stream, &args.stream); status != CUDA_SUCCESS) return status;
-  return Runtime::Get().Post(device, dp::kOpMemcpyHtoD, &args, sizeof(args), src, size);
+  return Runtime::Get().Post(device, dp::kOpMemcpyHtoD, &args, sizeof(args), src, size,
+                             async && InOwnedPinnedMemory(src, size));
 }
 
 CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t size, CUstream stream, bool async) {
@@ -190,7 +208,7 @@ CUresult CopyAny(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream,
   bool dst_device = DeviceOfSpan(dst, size) >= 0;
   bool src_device = DeviceOfSpan(src, size) >= 0;
   if (dst_device && src_device) return CopyDtoD(dst, src, size, stream);
-  if (dst_device) return CopyHtoD(dst, reinterpret_cast<const void*>(src), size, stream);
+  if (dst_device) return CopyHtoD(dst, reinterpret_cast<const void*>(src), size, stream, async);
   if (src_device) return CopyDtoH(reinterpret_cast<void*>(dst), src, size, stream, async);
   if (size > 0 && (dst == 0 || src == 0)) return CUDA_ERROR_INVALID_VALUE;
   std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), size);
@@ -578,6 +596,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeHost(void* pointer) {
       // Freed on the GPU first; its host pages and range go with it (ForgetManaged).
       return cuMemFree_v2(reinterpret_cast<CUdeviceptr>(pointer));
     }
+    // The failover journal may still hold uploads from it by reference.
+    Runtime::Get().CaptureHeldUploads();
     Runtime::Get().RemoveHostRange(pointer);
     Runtime::Get().FreePinned(pointer, size);
     return CUDA_SUCCESS;
@@ -653,8 +673,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* s
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src,
                                                        size_t size, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyHtoD(dst, src, size, s); });
-    return CopyHtoD(dst, src, size, stream);
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream,
+                    [=](CUstream s) { return CopyHtoD(dst, src, size, s, true); });
+    return CopyHtoD(dst, src, size, stream, true);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t size) {

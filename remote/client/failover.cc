@@ -11,6 +11,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
@@ -222,6 +223,8 @@ void Failover::Unprotect(const std::string& why) {
   saved_.clear();
   written_.clear();
   log_.clear();
+  held_.clear();
+  any_held_.store(false, std::memory_order_relaxed);
   last_upload_.clear();
   spare_.clear();
   spare_bytes_ = 0;
@@ -242,8 +245,14 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   std::lock_guard<std::mutex> wire(mu_);
   *moved = false;
   WatchLease(channel);
-  // A large upload's journal copy is made while its bytes are in flight, not before.
-  const bool overlapped = how == Delivery::kPost && protecting_ &&
+  // Any two-way request may tell the program that its asynchronous copies are done (a
+  // synchronisation, a query, an event), after which it may change their sources.
+  if (how != Delivery::kPost && !held_.empty()) CaptureHeld();
+  // An asynchronous upload from page-locked memory is logged by reference (Sent); another
+  // large upload has its journal copy made while its bytes are in flight, not before.
+  const bool held = how == Delivery::kPost && request.payload_held_until_sync &&
+                    request.op == dp::kOpMemcpyHtoD;
+  const bool overlapped = how == Delivery::kPost && protecting_ && !held &&
                           request.payload_len >= kOverlappedPayload && ChangesState(request.op);
   // Made only for an overlapped upload: an Entry (also an empty std::optional<Entry>) costs
   // its zeroing on every call.
@@ -314,16 +323,52 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
 // (the agent's watchdog reported the hang, gpupoold swapped the GPU, spank_gpupool's
 // watcher rewrote the lease file): the wait ends as a lost connection, and Deliver
 // recovers from it.
+// A call waiting on an agent whose host stopped answering (its connections open, nothing
+// sent) asks gpupoold after a second: see AskAboutSilentAgent.
 void Failover::WatchLease(Channel* channel) {
-  if (!protecting_ || lease_file_.empty() || channel->connection.get() == watched_) return;
+  if (!protecting_ || (lease_file_.empty() && !report_lost_) ||
+      channel->connection.get() == watched_) {
+    return;
+  }
   watched_ = channel->connection.get();
   channel->connection->SetAbandonCheck([this, channel]() -> std::string {
     GpuLocation named;
-    if (!ReadLeaseFileSlot(lease_file_, slot_, &named) || named.uuid == channel->location.uuid) {
-      return "";
+    if (!lease_file_.empty() && ReadLeaseFileSlot(lease_file_, slot_, &named) &&
+        named.uuid != channel->location.uuid) {
+      return "the lease names " + named.uuid + " in place of " + channel->location.uuid;
     }
-    return "the lease names " + named.uuid + " in place of " + channel->location.uuid;
+    return AskAboutSilentAgent(channel->location);
   });
+}
+
+std::string Failover::AskAboutSilentAgent(const GpuLocation& waiting_on) {
+  if (!report_lost_) return "";
+  const auto now = std::chrono::steady_clock::now();
+  if (sending_seq_ != silent_wait_seq_) {
+    // A new wait, at its first check (the transport checks once it has slept 200 ms).
+    silent_wait_seq_ = sending_seq_;
+    silent_backoff_ = std::chrono::milliseconds(0);
+    silent_next_report_ = now + kSilentBeforeReport - std::chrono::milliseconds(200);
+    return "";
+  }
+  if (now < silent_next_report_) return "";
+  silent_backoff_ = std::clamp(silent_backoff_ * 2, std::chrono::milliseconds(1000),
+                               std::chrono::milliseconds(30000));
+  GpuLocation named;
+  std::string problem;
+  const bool answered = report_lost_(waiting_on, slot_, &named, &problem);
+  // Measured from after the answer: a report takes up to gpupoold's probe's second.
+  silent_next_report_ = std::chrono::steady_clock::now() + silent_backoff_;
+  if (!answered) {
+    LogDebug("GPU %d (%s): a call has waited %lld ms; could not ask gpupoold (%s)", device_,
+             waiting_on.uuid.c_str(), static_cast<long long>(kSilentBeforeReport.count()),
+             problem.c_str());
+    return "";
+  }
+  if (named.uuid.empty() || named.uuid == waiting_on.uuid) return "";  // the agent answered
+  silent_named_ = named;
+  return "its agent is silent: gpupoold's probe got no answer, and it names " + named.uuid +
+         " in place of " + waiting_on.uuid;
 }
 
 bool Failover::Recoverable(int32_t status) const {
@@ -340,10 +385,28 @@ void Failover::Sent(const Request& request, bool started) {
   entry.op = request.op;
   entry.seq = sending_seq_;
   entry.args.assign(static_cast<const char*>(request.args), request.args_len);
-  if (request.payload_len > 0) {
+  const bool held = !started && request.payload_held_until_sync &&
+                    request.op == dp::kOpMemcpyHtoD && request.payload_len > 0;
+  if (held) {
+    entry.held = static_cast<const char*>(request.payload);
+    // Append drops the upload this one overwrites: its buffer is kept for this one's bytes
+    // (CaptureHeld), as StartOverlappedEntry lends it to an overlapped copy.
+    if (size_t previous = 0; OverwritesLastUpload(entry, &previous)) {
+      SparePayload(&log_[previous]);
+    }
+  } else if (request.payload_len > 0) {
     const char* bytes = static_cast<const char*>(request.payload);
     entry.payload = TakePayloadBuffer(request.payload_len);
     AppendBytes(&entry.payload, bytes, request.payload_len);
+  }
+  if (held) {
+    LogSent(std::move(entry));
+    // Track may have stopped protecting (then the log is gone).
+    if (protecting_ && !log_.empty() && log_.back().held != nullptr) {
+      held_.push_back(log_.size() - 1);
+      any_held_.store(true, std::memory_order_relaxed);
+    }
+    return;
   }
   if (started) {
     started_.push_back(
@@ -672,6 +735,7 @@ static bool WritesImages(uint32_t op) {
 }
 
 bool Failover::Checkpoint(ClientConnection* connection) {
+  CaptureHeld();  // the checkpoint applies the log's bytes
   if (config_.mode == FailoverConfig::Mode::kMigrate) {
     // No memory image: a move's memory comes from the old agent. The log is cut where
     // every request before has run (the device idle), which keeps only live resources.
@@ -986,6 +1050,35 @@ std::vector<bool> Failover::OverwrittenEntries() const {
 // stops uploading gives them back at its next checkpoint.
 constexpr size_t kRecycledPayload = size_t{64} << 10;
 
+void Failover::CaptureHeldUploads() {
+  // Without the lock when nothing is held: another thread's call may hold it for as long as
+  // its GPU works. The store that marks an upload held happens before any free of its
+  // memory that is ordered after the upload (same thread, or any synchronisation), so the
+  // free sees it.
+  if (!any_held_.load(std::memory_order_relaxed)) return;
+  std::lock_guard<std::mutex> wire(mu_);
+  CaptureHeld();
+}
+
+void Failover::CaptureHeld() {
+  for (size_t index : held_) {
+    if (index >= log_.size()) continue;
+    Entry& entry = log_[index];
+    dp::MemcpyHtoDArgs args{};
+    // A held upload a later one overwrote unread was dropped (Append): nothing to keep.
+    if (entry.held == nullptr || entry.op != dp::kOpMemcpyHtoD || !ReadStruct(entry.args, &args)) {
+      entry.held = nullptr;
+      continue;
+    }
+    entry.payload = TakePayloadBuffer(args.size);
+    AppendBytes(&entry.payload, entry.held, args.size);
+    entry.held = nullptr;
+    log_bytes_ += args.size;
+  }
+  held_.clear();
+  any_held_.store(false, std::memory_order_relaxed);
+}
+
 void Failover::RecyclePayloads() {
   spare_.clear();
   spare_bytes_ = 0;
@@ -997,6 +1090,15 @@ void Failover::RecyclePayloads() {
     spare_bytes_ += capacity;
     spare_.emplace(capacity, std::move(entry.payload));
   }
+}
+
+void Failover::SparePayload(Entry* entry) {
+  const size_t capacity = entry->payload.capacity();
+  if (capacity < kRecycledPayload || spare_bytes_ + capacity > config_.checkpoint_mem / 4) return;
+  log_bytes_ -= entry->payload.size();
+  spare_bytes_ += capacity;
+  spare_.emplace(capacity, std::move(entry->payload));
+  entry->payload = JournalBytes();
 }
 
 // The smallest spare buffer with room for `size` bytes (emptied), unless it is
@@ -1239,6 +1341,9 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
 bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocation* location,
                        dp::DeviceDescription* description, int32_t why) {
   if (!Recoverable(why)) return false;
+  // The replay sends the log's bytes; the program has not synchronised since its held
+  // uploads (it is inside a call), so their sources still hold what was sent.
+  CaptureHeld();
   const auto began = std::chrono::steady_clock::now();
   const auto deadline = began + config_.recovery_deadline;
   const GpuLocation failed = *location;
@@ -1260,7 +1365,8 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
     LogError("GPU %d (%s) failed (CUDA error %d): recovering on the GPU the lease names next",
              device_, failed.uuid.c_str(), why);
   }
-  server_named_ = GpuLocation();
+  // gpupoold may already have named the replacement while a call waited on a silent agent.
+  server_named_ = std::exchange(silent_named_, GpuLocation());
   next_report_ = began;
   report_backoff_ = std::chrono::milliseconds(0);
   while (std::chrono::steady_clock::now() < deadline) {

@@ -17,7 +17,9 @@
 //    ranges wrote is taken from the log on the host, only what kernels wrote
 //    is read back from the GPU), plus a log of every state-changing request
 //    since (launches with their argument bytes, copies with the host bytes
-//    captured when they were sent, memsets, frees, events);
+//    captured when they were sent, or, for an asynchronous copy from page-locked
+//    memory this library allocated, by the process's next two-way request, before
+//    CUDA lets the program change them; memsets, frees, events);
 //  - on a failure (agent gone, GPU failed, session revoked because the lease
 //  moved), a
 //    new session on the GPU the lease names now (the lease file, rewritten by
@@ -36,10 +38,11 @@
 // heap the driver places itself (the cuda executor: Runtime::EnsureModuleLoaded),
 // failover=off.
 //
-// Thread safety: Deliver may be called from any thread (it holds mu()); the
-// other methods with mu() held.
+// Thread safety: Deliver and CaptureHeldUploads may be called from any thread (they
+// hold mu()); the other methods with mu() held.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -166,6 +169,13 @@ class Failover {
   // place memory).
   void Unprotect(const std::string& why);
 
+  // Copies into the log the bytes of uploads it holds only by reference (an asynchronous
+  // copy from page-locked memory: Request::payload_held_until_sync), for a caller about to
+  // let the program change or free that memory (cuMemFreeHost). Takes mu().
+  void CaptureHeldUploads();
+  // Uploads whose bytes the log holds only by reference now (for tests).
+  size_t held_uploads() const { return held_.size(); }
+
   // Bookkeeping around the wire (mu() held). Sent: before a one-way request
   // (Post) or a started one (Start) goes out. Answered: after a Call's
   // successful reply.
@@ -231,6 +241,10 @@ class Failover {
     uint32_t op = 0;
     ArgBytes args;
     JournalBytes payload;  // a vector: its buffer can become a range's image
+    // An upload whose bytes are still only in the program's page-locked memory, where CUDA
+    // keeps them unchanged until the program's next synchronisation (payload empty until
+    // CaptureHeld copies them; held_ lists it).
+    const char* held = nullptr;
     bool call = false;  // sent with Call (its reply is checked on replay)
     // The transport seq it was sent with on the current GPU's connection; 0: known to have
     // run there (answered, or replayed before a later request was answered).
@@ -280,7 +294,13 @@ class Failover {
   // writes the bytes into saved_.
   void ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made);
   void RecyclePayloads();
+  // Copies the bytes of the log's held uploads into their entries (mu() held). Done before
+  // every two-way request (any of which may tell the program its copies are done: a
+  // synchronisation, a query, an event), a checkpoint and a recovery.
+  void CaptureHeld();
   JournalBytes TakePayloadBuffer(size_t size);
+  // Moves `entry`'s payload buffer (its bytes no longer needed) to the spare buffers.
+  void SparePayload(Entry* entry);
   // Log entries whose writes a later entry overwrites whole before anything reads
   // them on the host (ApplyLog skips them).
   std::vector<bool> OverwrittenEntries() const;
@@ -302,6 +322,14 @@ class Failover {
   bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why,
             bool show_output);
   bool Locate(const GpuLocation& failed, int32_t why, GpuLocation* next);
+  // The abandon check of a call waiting on the agent (WatchLease): once a wait has gone
+  // kSilentBeforeReport without an answer, asks gpupoold (report_lost_) whether the agent is
+  // there, then after 1, 2, 4 ... 30 s. gpupoold probes the agent: one that answers (a long
+  // kernel) changes nothing; a silent one (its host stopped or cut off, its connections
+  // still open) is swapped, and the GPU gpupoold names instead ends the wait (non-empty
+  // return) and is where the recovery goes (silent_named_).
+  std::string AskAboutSilentAgent(const GpuLocation& waiting_on);
+  static constexpr std::chrono::milliseconds kSilentBeforeReport{1000};
   // Within Recover: asks gpupoold where the slot is now (report_lost_), at once and then
   // after 1, 2, 4, 8, 8... s; a GPU it names in place of `failed` is server_named_ (then
   // true).
@@ -320,6 +348,12 @@ class Failover {
   GpuLocation server_named_;
   std::chrono::steady_clock::time_point next_report_{};
   std::chrono::milliseconds report_backoff_{0};
+  // AskAboutSilentAgent's state: the wait it watches (by the request's seq), when it will
+  // next ask, and what gpupoold named while a call waited (empty: nothing).
+  uint64_t silent_wait_seq_ = 0;
+  std::chrono::steady_clock::time_point silent_next_report_{};
+  std::chrono::milliseconds silent_backoff_{0};
+  GpuLocation silent_named_;
   std::mutex mu_;
   bool protecting_ = true;
   bool unprotected_logged_ = false;
@@ -334,6 +368,8 @@ class Failover {
   std::vector<Entry> log_;                       // state changes since the last checkpoint
   std::map<uint64_t, size_t> last_upload_;       // range -> log index of its last whole upload
                                                  // that nothing may have read since
+  std::vector<size_t> held_;                     // log indexes of held uploads (Entry::held)
+  std::atomic<bool> any_held_{false};            // !held_.empty(), read without mu_
   std::multimap<size_t, JournalBytes> spare_;    // payload buffers for new entries, by capacity
   size_t spare_bytes_ = 0;
   size_t log_bytes_ = 0;

@@ -349,7 +349,7 @@ CUresult Runtime::SendRequest(Device* d, Failover::Delivery how, const transport
 }
 
 CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t args_len,
-                       const void* payload, size_t payload_len) {
+                       const void* payload, size_t payload_len, bool payload_held_until_sync) {
   InFlight in_flight(calls_in_flight_);
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
   if (CUresult refused = RefuseOnCapturingStream(device_ordinal, op, args, args_len);
@@ -364,15 +364,24 @@ CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t
                   nullptr, 0, &answer)) {
     return answer;
   }
-  return PostNow(device_ordinal, op, args, args_len, payload, payload_len);
+  return PostNow(device_ordinal, op, args, args_len, payload, payload_len,
+                 payload_held_until_sync);
 }
 
 CUresult Runtime::PostNow(int device_ordinal, uint32_t op, const void* args, size_t args_len,
-                          const void* payload, size_t payload_len) {
+                          const void* payload, size_t payload_len, bool payload_held_until_sync) {
   Device* d = Connected(device_ordinal);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, payload, payload_len, nullptr, 0};
+  request.payload_held_until_sync = payload_held_until_sync;
   return SendRequest(d, Failover::Delivery::kPost, request, nullptr);
+}
+
+void Runtime::CaptureHeldUploads() {
+  // Devices are made once, at cuInit, and live until exit.
+  for (const auto& d : devices_) {
+    if (d->failover) d->failover->CaptureHeldUploads();
+  }
 }
 
 CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_t args_len,

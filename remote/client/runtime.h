@@ -212,9 +212,15 @@ class Runtime {
                 const void* payload = nullptr, size_t payload_len = 0,
                 void* result = nullptr, size_t result_capacity = 0,
                 std::string* out = nullptr);
-  // One-way request: errors show up at the next synchronising call.
+  // One-way request: errors show up at the next synchronising call. `payload_held_until_sync`:
+  // an asynchronous copy from page-locked memory this library allocated, whose bytes the
+  // failover journal may read as late as the next two-way request (transport::Request).
   CUresult Post(int device, uint32_t op, const void* args, size_t args_len,
-                const void* payload = nullptr, size_t payload_len = 0);
+                const void* payload = nullptr, size_t payload_len = 0,
+                bool payload_held_until_sync = false);
+  // Has every device's failover journal copy the uploads it holds by reference, before
+  // the program may change or free their page-locked sources (cuMemFreeHost).
+  void CaptureHeldUploads();
   // Request whose bulk reply lands in `result` by the next synchronising call.
   CUresult Start(int device, uint32_t op, const void* args, size_t args_len, void* result,
                  size_t result_capacity);
@@ -349,7 +355,7 @@ class Runtime {
                    const void* payload, size_t payload_len, void* result,
                    size_t result_capacity, std::string* out);
   CUresult PostNow(int device, uint32_t op, const void* args, size_t args_len,
-                   const void* payload, size_t payload_len);
+                   const void* payload, size_t payload_len, bool payload_held_until_sync = false);
   CUresult StartNow(int device, uint32_t op, const void* args, size_t args_len, void* result,
                     size_t result_capacity);
   // Host-work ordering (host_work.cc). Before a request goes out: defers it behind the

@@ -58,6 +58,11 @@ struct Request {
   size_t payload_len = 0;
   void* result_buffer = nullptr;  // where the reply's bulk data goes
   size_t result_capacity = 0;
+  // Set by the client library only, for an asynchronous copy from page-locked memory it
+  // allocated: CUDA lets the program change `payload`'s bytes only once the copy is known
+  // to be done (its next synchronisation), so the failover journal may read them as late
+  // as the process's next two-way request (failover.h). The transport ignores it.
+  bool payload_held_until_sync = false;
 };
 
 // The interface the replacement libcuda.so.1 uses. It loads the UCX implementation with

@@ -385,6 +385,47 @@ TEST_F(FailoverTest, AGoneAgentIsToldToGpupooldWhoseAnswerIsFollowedBeforeTheLea
   EXPECT_EQ(in_file.uuid, first_->uuid);
 }
 
+// An agent that stops answering while its connections stay open (its host stopped, or cut
+// off without a reset: here its GPU's lane hangs and no watchdog runs) leaves a call
+// waiting. After a second the process asks gpupoold; while gpupoold's probe finds the agent
+// answering (a long kernel) nothing changes, and once it names another GPU the wait ends
+// and the process goes on there, without waiting for the lease file.
+TEST_F(FailoverTest, ACallWaitingOnASilentAgentAsksGpupooldAndGoesOnWhereItNames) {
+  Open(Replay());
+  std::vector<std::chrono::steady_clock::time_point> asked;
+  failover_->SetLostReporter([&](const GpuLocation& lost, int slot, GpuLocation* named,
+                                 std::string*) {
+    EXPECT_EQ(lost.uuid, first_->uuid);
+    EXPECT_EQ(slot, 0);
+    asked.push_back(std::chrono::steady_clock::now());
+    // gpupoold's probe: the agent answered the first time, not the second.
+    *named = asked.size() == 1 ? GpuLocation{first_->uuid, first_->endpoint}
+                               : GpuLocation{second_->uuid, second_->endpoint};
+    return true;
+  });
+  Prepare();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  EXPECT_TRUE(asked.empty());  // quick answers ask nothing
+  first_->backend.Hang();
+  Step(4);
+  const auto began = std::chrono::steady_clock::now();
+  EXPECT_EQ(Synchronize(), 0);
+  const auto waited = std::chrono::steady_clock::now() - began;
+  first_->backend.Release();
+  ExpectMatchesReference();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(channel_.location.uuid, second_->uuid);
+  ASSERT_EQ(asked.size(), 2u);
+  // The first question a second into the wait, the next a second after its answer.
+  EXPECT_GE(asked[0] - began, std::chrono::milliseconds(900));
+  EXPECT_GE(asked[1] - asked[0], std::chrono::milliseconds(1000));
+  EXPECT_LT(waited, std::chrono::seconds(10));
+  GpuLocation in_file;
+  ASSERT_TRUE(ReadLeaseFileSlot(lease_file_, 0, &in_file));
+  EXPECT_EQ(in_file.uuid, first_->uuid);  // gpupoold's word, not the file's, moved it
+}
+
 // A connection whose session is gone: every request fails as a lost transport does.
 class DeadConnection : public transport::ClientConnection {
  public:
@@ -456,6 +497,77 @@ TEST_F(FailoverTest, UnevenUnalignedUploadsComeBackByteForByte) {
   size_t wrong = 0;
   for (size_t i = 0; i < kRangeBytes; ++i) wrong += back[i] != want[i];
   EXPECT_EQ(wrong, 0u);
+}
+
+// CUDA's semantics of an upload: the GPU holds what the source held at the call. A
+// synchronous upload's source may change as soon as the call returns, so the journal copies
+// it then; an asynchronous one from page-locked memory the library allocated may change only
+// once the program knows it is done (a synchronisation), so the journal holds it by
+// reference until the next two-way request. Either way a replay gives the bytes the GPU got,
+// not what the program wrote into the source afterwards.
+TEST_F(FailoverTest, AnUploadChangedAfterItsCallReplaysTheBytesTheGpuGot) {
+  FailoverConfig config = Replay();
+  config.checkpoint_interval = std::chrono::hours(1);  // the log alone carries the uploads
+  Open(config);
+  constexpr uint64_t kBytes = uint64_t{1} << 20;
+  const uint64_t ranges[3] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20),
+                              kData + (uint64_t{12} << 20)};
+  for (uint64_t range : ranges) {
+    dp::MemAllocArgs alloc{kBytes, range};
+    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  }
+  auto fill = [](std::vector<char>* bytes, int seed) {
+    for (size_t i = 0; i < bytes->size(); ++i) (*bytes)[i] = static_cast<char>(i * 31 + seed);
+  };
+  auto upload = [&](int which, const std::vector<char>& source, bool held) {
+    Reply reply;
+    Status transport_error;
+    bool moved = false;
+    dp::MemcpyHtoDArgs copy{ranges[which], kBytes, 0};
+    Request request{dp::kOpMemcpyHtoD, &copy, sizeof(copy), source.data(), kBytes, nullptr, 0};
+    request.payload_held_until_sync = held;
+    return failover_->Deliver(&channel_, Failover::Delivery::kPost, request, &reply,
+                              &transport_error, &moved);
+  };
+  std::vector<std::vector<char>> sent(3, std::vector<char>(kBytes));
+  std::vector<std::vector<char>> source(3, std::vector<char>(kBytes));
+  for (int which = 0; which < 3; ++which) {
+    fill(&source[which], which + 1);
+    sent[which] = source[which];
+  }
+  // A synchronous upload: its source changed as soon as the call returned.
+  ASSERT_EQ(upload(0, source[0], false), 0);
+  EXPECT_EQ(failover_->held_uploads(), 0u);
+  fill(&source[0], 100);
+  // An asynchronous one: held until the synchronisation, then its source changed.
+  ASSERT_EQ(upload(1, source[1], true), 0);
+  EXPECT_EQ(failover_->held_uploads(), 1u);
+  dp::StreamArgs sync{0, 0, 0};
+  ASSERT_EQ(Call(dp::kOpContextSynchronize, &sync, sizeof(sync)), 0);
+  EXPECT_EQ(failover_->held_uploads(), 0u);
+  EXPECT_EQ(failover_->checkpoints(), 0u);
+  fill(&source[1], 101);
+  // Another, still held when the agent goes away: the recovery copies it from the source,
+  // which the program has had no leave to change.
+  ASSERT_EQ(upload(2, source[2], true), 0);
+  EXPECT_EQ(failover_->held_uploads(), 1u);
+  first_->server.reset();
+  NameInLease(*second_);
+  for (int which = 0; which < 3; ++which) {
+    std::vector<char> back(kBytes);
+    dp::MemcpyDtoHArgs read{ranges[which], kBytes, 0};
+    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), kBytes), 0);
+    size_t wrong = 0;
+    for (size_t i = 0; i < kBytes; ++i) wrong += back[i] != sent[which][i];
+    EXPECT_EQ(wrong, 0u) << "upload " << which;
+  }
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(failover_->held_uploads(), 0u);
+  // A caller about to free page-locked memory has the held uploads copied first.
+  ASSERT_EQ(upload(0, source[0], true), 0);
+  EXPECT_EQ(failover_->held_uploads(), 1u);
+  failover_->CaptureHeldUploads();
+  EXPECT_EQ(failover_->held_uploads(), 0u);
 }
 
 // kOpRecovered speaks for the sender's own session: before a hello it is refused, and its

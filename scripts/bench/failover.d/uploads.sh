@@ -2,8 +2,11 @@
 # scripts/bench/failover --uploads: what the journal costs uploads. cudaMemcpy H2D from
 # pinned host memory (remote.d/remote_bench.cu, HostToDevice/N) at 64 KiB, 1 MiB, 16 MiB
 # and 256 MiB through gpupool's libcuda.so.1 and a dataplane test server, with
-# GPUPOOL_FAILOVER=replay (every uploaded byte copied into the journal) against
-# GPUPOOL_FAILOVER=off, alternating in the same run; medians of REPETITIONS runs each.
+# GPUPOOL_FAILOVER=replay (every uploaded byte copied into the journal, at the call)
+# against GPUPOOL_FAILOVER=off, alternating in the same run; medians of REPETITIONS runs
+# each, with the spread ((max-min)/median) of each side. Then the same for cudaMemcpyAsync
+# and cudaStreamSynchronize (HostToDeviceAsync/N: the journal holds the upload by reference
+# and copies it at the wait).
 # Goal (issue 40): replay >= 95% of off at every size.
 #   uploads.sh BUILD TRANSPORT REPETITIONS PORT
 set -eu
@@ -30,18 +33,27 @@ for _ in $(seq 1 "$repetitions"); do
     GPUPOOL_GPUS="GPU-5e1f0a11-0000-4000-8000-000000000000@127.0.0.1:$port" GPUPOOL_LEASE_ID=bench \
       GPUPOOL_LEASE_TOKEN=bench CUDA_VISIBLE_DEVICES=0 GPUPOOL_FAILOVER=$mode GPUPOOL_CHECKPOINT_MEM=4G \
       LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$work/remote_bench" \
-      --benchmark_filter='^HostToDevice/' --benchmark_format=csv --benchmark_min_time=0.3 \
+      --benchmark_filter='^HostToDevice(Async)?/' --benchmark_format=csv --benchmark_min_time=0.3 \
       >"$work/run.csv" 2>>"$work/bench.err" || { cat "$work/bench.err" >&2; exit 1; }
-    for size in $sizes; do
-      grep "^\"HostToDevice/$size/real_time\"" "$work/run.csv" | cut -d, -f6 >>"$work/$mode.$size"
+    for bench in HostToDevice HostToDeviceAsync; do
+      for size in $sizes; do
+        grep "^\"$bench/$size/real_time\"" "$work/run.csv" | cut -d, -f6 >>"$work/$mode.$bench.$size"
+      done
     done
   done
 done
-echo "uploads (cudaMemcpy H2D, pinned), transport=$transport ($UCX_TLS), medians of $repetitions"
-printf "%-12s %14s %14s %8s\n" "size" "replay MB/s" "off MB/s" "ratio"
-for size in $sizes; do
-  on=$(median <"$work/replay.$size")
-  off=$(median <"$work/off.$size")
-  printf "%-12s %14.0f %14.0f %7.1f%%\n" "$((size / 1024)) KiB" "$(awk -v v="$on" 'BEGIN {print v / 1e6}')" \
-    "$(awk -v v="$off" 'BEGIN {print v / 1e6}')" "$(awk -v a="$on" -v b="$off" 'BEGIN {print (b > 0 ? 100 * a / b : 0)}')"
+spread() { sort -g | awk '{v[NR]=$1} END {m=(NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2); printf "%.0f", (m > 0 ? 100 * (v[NR]-v[1]) / m : 0)}'; }
+echo "uploads from pinned memory, transport=$transport ($UCX_TLS), medians of $repetitions runs"
+printf "%-30s %14s %14s %8s  %s\n" "upload" "replay MB/s" "off MB/s" "ratio" "spread replay / off"
+for bench in HostToDevice HostToDeviceAsync; do
+  label="cudaMemcpy"
+  [ "$bench" = HostToDeviceAsync ] && label="cudaMemcpyAsync+sync"
+  for size in $sizes; do
+    on=$(median <"$work/replay.$bench.$size")
+    off=$(median <"$work/off.$bench.$size")
+    printf "%-30s %14.0f %14.0f %7.1f%%  ±%s%% / ±%s%%\n" "$label $((size / 1024)) KiB" \
+      "$(awk -v v="$on" 'BEGIN {print v / 1e6}')" "$(awk -v v="$off" 'BEGIN {print v / 1e6}')" \
+      "$(awk -v a="$on" -v b="$off" 'BEGIN {print (b > 0 ? 100 * a / b : 0)}')" \
+      "$(spread <"$work/replay.$bench.$size")" "$(spread <"$work/off.$bench.$size")"
+  done
 done

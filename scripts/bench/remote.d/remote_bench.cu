@@ -1,6 +1,8 @@
 // Data-path benchmark, run by scripts/bench/remote against a dataplane server through the
 // replacement libcuda.so.1: an ordinary CUDA program (static cudart), like a user's.
 //   HostToDevice/N, DeviceToHost/N  cudaMemcpy of N bytes from/to pinned host memory
+//   HostToDeviceAsync/N             cudaMemcpyAsync of N bytes from pinned host memory, then
+//                                   cudaStreamSynchronize (scripts/bench/failover --uploads)
 //   SyncRoundTrip                   cudaDeviceSynchronize with nothing pending: one round trip
 //   LaunchRate                      empty kernel launches (one-way), synchronised per batch
 #include <benchmark/benchmark.h>
@@ -48,6 +50,27 @@ void HostToDevice(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(size));
 }
 
+// An asynchronous upload and the wait for it: the failover journal copies its bytes at the
+// wait rather than at the call (gpupool-remote(7), FAILOVER).
+void HostToDeviceAsync(benchmark::State& state) {
+  size_t size = static_cast<size_t>(state.range(0));
+  Buffers buffers(size);
+  cudaStream_t stream = nullptr;
+  Check(cudaStreamCreate(&stream), "cudaStreamCreate");
+  for (int i = 0; i < 2; ++i) {  // warm-up, as HostToDevice's
+    Check(cudaMemcpyAsync(buffers.device, buffers.host, size, cudaMemcpyHostToDevice, stream),
+          "warm-up");
+    Check(cudaStreamSynchronize(stream), "sync");
+  }
+  for (auto _ : state) {
+    Check(cudaMemcpyAsync(buffers.device, buffers.host, size, cudaMemcpyHostToDevice, stream),
+          "H2D async");
+    Check(cudaStreamSynchronize(stream), "sync");
+  }
+  Check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(size));
+}
+
 void DeviceToHost(benchmark::State& state) {
   size_t size = static_cast<size_t>(state.range(0));
   Buffers buffers(size);
@@ -74,6 +97,7 @@ void LaunchRate(benchmark::State& state) {
 }  // namespace
 
 BENCHMARK(HostToDevice)->Arg(64 << 10)->Arg(1 << 20)->Arg(16 << 20)->Arg(256 << 20)->UseRealTime();
+BENCHMARK(HostToDeviceAsync)->Arg(64 << 10)->Arg(1 << 20)->Arg(16 << 20)->Arg(256 << 20)->UseRealTime();
 BENCHMARK(DeviceToHost)->Arg(64 << 10)->Arg(1 << 20)->Arg(16 << 20)->Arg(256 << 20)->UseRealTime();
 BENCHMARK(SyncRoundTrip)->UseRealTime();
 BENCHMARK(LaunchRate)->UseRealTime();
