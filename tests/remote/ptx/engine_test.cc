@@ -1,4 +1,4 @@
-// The PTX engine (remote/sim) through the sim executor: each kernel of
+// The PTX engine (remote/ptx) through the sim executor: each kernel of
 // engine_kernels.cu (compiled by nvcc at build time) runs on the engine and its
 // results are checked against a CPU reference computed here.
 #include <gtest/gtest.h>
@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "remote/dataplane/protocol.h"
+#include "remote/devices/sim/sim_executor.h"
 #include "remote/image/ptx_signature.h"
-#include "remote/sim/ptx_engine.h"
-#include "remote/sim/sim_executor.h"
+#include "remote/protocol/protocol.h"
+#include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::dataplane {
 namespace {
