@@ -46,7 +46,7 @@ inline constexpr uint64_t kParamWindow = 3ull << 48;
 inline constexpr uint64_t kWindowSize = 1ull << 48;
 // Addresses of device functions (function pointers, virtual tables): a window of their own,
 // where no load or store reaches memory. A function's address is fixed by its module's PTX
-// (FunctionAddress in ptx_interpreter.cc), so it is the same on any GPU.
+// (FunctionAddress in front/module.cc), so it is the same on any GPU.
 inline constexpr uint64_t kCodeWindow = 4ull << 48;
 
 // Bounds on what a module's PTX declares (the PTX comes from a job; the parser refuses
@@ -92,8 +92,8 @@ struct ModuleVariable {
   bool is_declaration = false;  // `.extern` without an initialiser: defined in another module
 };
 
-struct DecodedKernel;  // ptx_program.h
-struct ParsedModule;   // ptx_program.h
+struct DecodedKernel;  // front/program.h
+struct ParsedModule;   // front/program.h
 
 class PtxModule {
  public:

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "remote/protocol/protocol.h"
-#include "remote/ptx/ptx_jit.h"
+#include "remote/ptx/jit/jit.h"
 
 namespace gpupool::dataplane {
 namespace {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "remote/ptx/jit/jit.h"
 #include "remote/ptx/ptx_engine.h"
-#include "remote/ptx/ptx_jit.h"
 
 namespace {
 

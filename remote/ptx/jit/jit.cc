@@ -1,4 +1,4 @@
-// The JIT tier of the PTX engine (ptx_jit.h): a kernel whose threads meet only at barriers,
+// The JIT tier of the PTX engine (jit.h): a kernel whose threads meet only at barriers,
 // from its parsed PTX to LLVM IR to host code.
 //
 // The function made for a kernel, `cta` (CtaFunction), runs one CTA: its threads one after
@@ -11,7 +11,7 @@
 // per-instruction hint, one compare) and calls back into the engine (Translate) otherwise;
 // shared accesses are checked against the CTA's shared size: no address reaches memory
 // unchecked.
-#include "remote/ptx/ptx_jit.h"
+#include "remote/ptx/jit/jit.h"
 
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -43,8 +43,8 @@
 #include <thread>
 #include <vector>
 
+#include "remote/ptx/front/program.h"
 #include "remote/ptx/ptx_engine.h"
-#include "remote/ptx/ptx_program.h"
 
 namespace gpupool::sim {
 

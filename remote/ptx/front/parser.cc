@@ -1,12 +1,12 @@
-// PTX text -> ParsedModule (ptx_program.h). Decoding to the executable program
-// is in ptx_decoder.cc.
+// PTX text -> ParsedModule (program.h). Decoding to the executable program
+// is in interp/interpreter.cc (Decoder).
 #include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cstring>
 #include <set>
 
-#include "remote/ptx/ptx_program.h"
+#include "remote/ptx/front/program.h"
 
 namespace gpupool::sim {
 namespace {

@@ -1,7 +1,7 @@
 // The PTX engine's second tier: kernels whose threads meet only at barriers, compiled to
 // host code with LLVM (docs/ptx-engine.md, Design, "Compile").
 //
-// The interpreter (ptx_interpreter.cc) runs every kernel a warp at a time, 32 lanes in
+// The interpreter (interp/interpreter.cc) runs every kernel a warp at a time, 32 lanes in
 // step. A kernel whose threads exchange data only across __syncthreads() (no warp-level
 // operation, no load or atomic another thread could be waited for through, no local
 // memory or call) gives the same results whatever order its threads run in between
@@ -26,8 +26,8 @@
 
 namespace gpupool::sim {
 
-struct RawFunction;     // ptx_program.h
-struct SharedVariable;  // ptx_program.h
+struct RawFunction;     // front/program.h
+struct SharedVariable;  // front/program.h
 struct LaunchSpec;      // ptx_engine.h
 class CompiledKernel;
 

@@ -20,7 +20,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "remote/ptx/ptx_program.h"
+#include "remote/ptx/front/program.h"
 
 namespace gpupool::sim {
 
@@ -3668,16 +3668,6 @@ void Hoist(DecodedKernel* k) {
   k->code = std::move(code);
 }
 
-// The address of device function `name` of `module` (its function pointers and virtual
-// tables hold it): in kCodeWindow, by the function's place among the module's functions,
-// so the same PTX gives the same addresses on any GPU. 0: no function of that name.
-uint64_t FunctionAddress(const ParsedModule& module, const std::string& name) {
-  auto found = module.functions.find(name);
-  if (found == module.functions.end() || !found->second.has_body) return 0;
-  return kCodeWindow +
-         16 * (static_cast<uint64_t>(std::distance(module.functions.begin(), found)) + 1);
-}
-
 class Decoder {
  public:
   Decoder(const ParsedModule& module, const std::map<std::string, uint64_t>& addresses,
@@ -3740,7 +3730,7 @@ class Decoder {
       k_->constants.push_back({slot, shared_size_});
     k_->static_shared = shared_size_;
     k_->local_size = (local_size_ + 15) / 16 * 16;
-    // The layout the JIT tier takes as it is (ptx_jit.h, SharedLayout).
+    // The layout the JIT tier takes as it is (jit/jit.h, SharedLayout).
     for (const auto& [name, symbol] : symbols_) {
       if (symbol.space == Space::kShared) k_->shared_layout.offsets[name] = symbol.value;
     }
@@ -6087,7 +6077,7 @@ struct CtaContext {
 };
 
 // The CtaContext of the thread that calls RunKernel (the agent's GPU thread), kept from
-// launch to launch while it holds at most kKeptScratchBytes (ptx_jit.h).
+// launch to launch while it holds at most kKeptScratchBytes (jit/jit.h).
 
 CtaContext* CallerContext() {
   thread_local CtaContext context;
@@ -6465,82 +6455,6 @@ void AppendPrintf(std::string* out, std::string_view text, uint64_t* dropped) {
   out->append(text);
 }
 
-PtxModule::~PtxModule() = default;
-
-Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text, uint64_t device_heap) {
-  return ParseLinked({text}, device_heap);
-}
-
-Result<std::unique_ptr<PtxModule>> PtxModule::ParseLinked(
-    const std::vector<std::string_view>& texts, uint64_t device_heap) {
-  if (device_heap == 0 || device_heap > kMaxDeviceHeapBytes) {
-    return Status::InvalidArgument("a device heap of " + std::to_string(device_heap) +
-                                   " bytes: must be 1 to " + std::to_string(kMaxDeviceHeapBytes));
-  }
-  auto parsed = LinkPtxTexts(texts);
-  if (!parsed.ok()) return parsed.status();
-  std::unique_ptr<PtxModule> module(new PtxModule());
-  module->parsed_ = std::move(*parsed);
-  // A module that calls device-side malloc or free, or the device runtime's launch or
-  // allocation (its parameter buffers live there too), gets its heap as a variable of its own.
-  for (const char* name : {"malloc", "free", "__cudaCDP2GetParameterBufferV2",
-                           "__cudaCDP2LaunchDeviceV2", "__cudaCDP2Malloc", "__cudaCDP2Free"}) {
-    auto found = module->parsed_->functions.find(name);
-    if (found != module->parsed_->functions.end() && !found->second.has_body) {
-      ModuleVariable heap;
-      heap.name = kDeviceHeapVariable;
-      heap.size = std::max<uint64_t>((device_heap + 15) / 16 * 16, 64);
-      heap.align = 16;
-      module->parsed_->variables.push_back(std::move(heap));
-      break;
-    }
-  }
-  return module;
-}
-
-const std::vector<ModuleVariable>& PtxModule::variables() const { return parsed_->variables; }
-
-Result<std::vector<uint8_t>> PtxModule::InitialBytes(
-    const ModuleVariable& variable, const std::map<std::string, uint64_t>& addresses) const {
-  std::vector<uint8_t> bytes = variable.init;
-  for (const Relocation& relocation : variable.relocations) {
-    uint64_t address = FunctionAddress(*parsed_, relocation.symbol);
-    if (auto found = addresses.find(relocation.symbol); found != addresses.end()) {
-      address = found->second;
-    }
-    if (address == 0) {
-      return Status::InvalidArgument("the initialiser of " + variable.name +
-                                     " holds the address of " + relocation.symbol +
-                                     ", which is no variable or function of the module");
-    }
-    uint64_t value = address + static_cast<uint64_t>(relocation.addend);
-    if (relocation.mask != ~uint64_t{0}) {
-      value = (value & relocation.mask) >> std::countr_zero(relocation.mask);
-    }
-    if (relocation.size > 8 || relocation.offset > bytes.size() ||
-        relocation.size > bytes.size() - relocation.offset) {
-      return Status::Internal("a relocation outside the initialiser of " + variable.name);
-    }
-    for (uint32_t k = 0; k < relocation.size; ++k) {
-      bytes[relocation.offset + k] = static_cast<uint8_t>(value >> (8 * k));
-    }
-  }
-  return bytes;
-}
-
-bool PtxModule::HasKernel(const std::string& name) const {
-  auto found = parsed_->functions.find(name);
-  return found != parsed_->functions.end() && found->second.is_entry && found->second.has_body;
-}
-
-std::vector<std::string> PtxModule::KernelNames() const {
-  std::vector<std::string> names;
-  for (const auto& [name, function] : parsed_->functions) {
-    if (function.is_entry && function.has_body) names.push_back(name);
-  }
-  return names;
-}
-
 Result<const DecodedKernel*> PtxModule::Decode(const std::string& name,
                                                const std::map<std::string, uint64_t>& addresses) {
   if (auto done = decoded_.find(name); done != decoded_.end()) return done->second.get();
@@ -6570,7 +6484,7 @@ KernelNeeds NeedsOf(const DecodedKernel& kernel) {
 
 uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size; }
 
-// The kernel's compiled form when this launch should run it (ptx_jit.h): not for what the
+// The kernel's compiled form when this launch should run it (jit/jit.h): not for what the
 // tier leaves to the interpreter (cooperative launches, dynamic shared memory). Under
 // GPUPOOL_PTX_JIT=auto the kernel is compiled in the background once it has run
 // kJitAfterThreads threads, and its launches run on the interpreter until the code is there.

@@ -1,6 +1,7 @@
 // Internal representation of the PTX engine (ptx_engine.h): the parsed module
-// and the decoded kernel program. Shared by ptx_parser.cc (which builds both)
-// and ptx_interpreter.cc (which runs DecodedKernel).
+// and the decoded kernel program. Shared by front/ (parser.cc and module.cc, which build
+// the parsed module), interp/interpreter.cc (which decodes and runs DecodedKernel) and
+// jit/jit.cc.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "remote/ptx/jit/jit.h"
 #include "remote/ptx/ptx_engine.h"
-#include "remote/ptx/ptx_jit.h"
 
 namespace gpupool::sim {
 
@@ -84,6 +85,11 @@ struct ParsedModule {
 
 // Links the PTX of several translation units into one module (PtxModule::ParseLinked).
 Result<std::unique_ptr<ParsedModule>> LinkPtxTexts(const std::vector<std::string_view>& texts);
+
+// The address of device function `name` of `module` (its function pointers and virtual
+// tables hold it): in kCodeWindow, by the function's place among the module's functions,
+// so the same PTX gives the same addresses on any GPU. 0: no function of that name.
+uint64_t FunctionAddress(const ParsedModule& module, const std::string& name);
 
 // --- Decoded kernel
 // ------------------------------------------------------------------------
@@ -236,7 +242,7 @@ struct DecodedKernel {
   std::vector<WmmaOp> wmma;  // the operands of its wmma instructions (Inst::aux)
   std::vector<DeviceRuntimeCall> device_calls;  // Inst::aux of HDeviceRuntime
   std::vector<LaunchableEntry> entries;         // set when it calls the device runtime
-  // The entry's parsed PTX (owned by its PtxModule), and its JIT tier (ptx_jit.h): compiled
+  // The entry's parsed PTX (owned by its PtxModule), and its JIT tier (jit/jit.h): compiled
   // once the launches say it is worth it, or refused.
   const RawFunction* source = nullptr;
   SharedLayout shared_layout;  // the .shared variables it names, for the JIT tier
