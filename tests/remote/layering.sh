@@ -8,7 +8,7 @@ cd "$root"
 declare -A allowed=(
   [remote/protocol]=""
   [remote/image]=""
-  [remote/ptx]=""
+  [remote/ptx]="remote/protocol"
   [remote/device]="remote/protocol"
   [remote/devices/sim]="remote/device remote/protocol remote/ptx remote/image"
   [remote/devices/cuda]="remote/device remote/protocol remote/image"

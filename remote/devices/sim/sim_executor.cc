@@ -19,9 +19,6 @@ constexpr uint32_t kEventDisableTiming = 0x2;
 // GPU's memory, below which sums of the parser's bounded sizes cannot wrap.
 constexpr uint64_t kMaxModuleVariableBytes = uint64_t{1} << 48;
 
-// CUDA_ERROR_LAUNCH_TIMEOUT: what a launch ended by Cancel() returns.
-constexpr int32_t kCuLaunchTimeout = 702;
-
 }  // namespace
 
 SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count, uint32_t arch)

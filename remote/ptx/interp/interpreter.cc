@@ -20,6 +20,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "remote/protocol/protocol.h"
 #include "remote/ptx/front/program.h"
 
 namespace gpupool::sim {
@@ -29,16 +30,16 @@ uint64_t PtxTypeSize(const std::string& type);
 
 namespace {
 
-// CUresult values (remote/dataplane/protocol.h has the full list).
-constexpr int32_t kSuccess = 0;
-constexpr int32_t kInvalidValue = 1;
-constexpr int32_t kIllegalAddress = 700;
-constexpr int32_t kOutOfResources = 701;
-constexpr int32_t kLaunchTimeout = 702;  // the launch was cancelled (LaunchSpec::cancel)
-constexpr int32_t kAssertFailed = 710;
-constexpr int32_t kLaunchFailed = 719;
-constexpr int32_t kCooperativeTooLarge = 720;
-constexpr int32_t kNotSupported = 801;
+// The CUresult values a launch ends with: the protocol's (remote/protocol/protocol.h).
+constexpr int32_t kSuccess = dataplane::kCuSuccess;
+constexpr int32_t kInvalidValue = dataplane::kCuInvalidValue;
+constexpr int32_t kIllegalAddress = dataplane::kCuIllegalAddress;
+constexpr int32_t kOutOfResources = dataplane::kCuLaunchOutOfResources;
+constexpr int32_t kLaunchTimeout = dataplane::kCuLaunchTimeout;  // cancelled (LaunchSpec::cancel)
+constexpr int32_t kAssertFailed = dataplane::kCuAssert;
+constexpr int32_t kLaunchFailed = dataplane::kCuLaunchFailed;
+constexpr int32_t kCooperativeTooLarge = dataplane::kCuCooperativeLaunchTooLarge;
+constexpr int32_t kNotSupported = dataplane::kCuNotSupported;
 
 constexpr uint32_t kFullMask = 0xffffffffu;
 // Threads that run the CTAs of one launch (the agent's hosts have few cores to spare).

@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "remote/protocol/protocol.h"
 #include "remote/ptx/front/program.h"
 #include "remote/ptx/ptx_engine.h"
 
@@ -50,9 +51,10 @@ namespace gpupool::sim {
 
 namespace {
 
-constexpr int32_t kIllegalAddress = 700;  // CUDA_ERROR_ILLEGAL_ADDRESS
-constexpr int32_t kLaunchOutOfResources = 701;  // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
-constexpr int32_t kLaunchTimeout = 702;         // CUDA_ERROR_LAUNCH_TIMEOUT: cancelled
+// The CUresult values a launch ends with: the protocol's (remote/protocol/protocol.h).
+constexpr int32_t kIllegalAddress = dataplane::kCuIllegalAddress;
+constexpr int32_t kLaunchOutOfResources = dataplane::kCuLaunchOutOfResources;
+constexpr int32_t kLaunchTimeout = dataplane::kCuLaunchTimeout;  // cancelled
 // Kernels larger than this are left to the interpreter: LLVM's time grows faster than the
 // code, and a launch waits for its compile.
 constexpr size_t kMaxInstructions = 16384;
