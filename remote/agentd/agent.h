@@ -22,7 +22,7 @@
 #include "common/config.h"
 #include "common/status.h"
 #include "remote/agentd/lease_table.h"
-#include "remote/backend/backend.h"
+#include "remote/device/backend.h"
 
 namespace gpupool::agentd {
 

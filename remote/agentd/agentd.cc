@@ -15,7 +15,7 @@
 #include "remote/agentd/control_server.h"
 #include "remote/agentd/lease_table.h"
 #include "remote/agentd/options.h"
-#include "remote/backend/backend_factory.h"
+#include "remote/device/device_kind.h"
 #ifdef GPUPOOL_HAVE_DATAPLANE
 #include "remote/agentd/session_broker.h"
 #endif
@@ -145,7 +145,7 @@ int RunAgentd(const std::vector<std::string>& args) {
 
   StartReport report(settings->foreground ? -1 : Detach(), !settings->log_file.empty());
 
-  Result<std::unique_ptr<backend::GpuBackend>> made = backend::MakeBackend(config.backend, config);
+  Result<std::unique_ptr<backend::GpuBackend>> made = device::OpenBackend(config.backend, config);
   if (!made.ok()) {
     return report.Fail(kExitFailure, "cannot start backend '" + config.backend + "': " + made.status().message());
   }

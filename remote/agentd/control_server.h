@@ -20,7 +20,7 @@
 #include "remote/agentd/agent.h"
 #include "remote/agentd/control_auth.h"
 #include "remote/agentd/lease_table.h"
-#include "remote/backend/backend.h"
+#include "remote/device/backend.h"
 
 namespace gpupool::agentd {
 

@@ -12,7 +12,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
-#include "remote/backend/fault.h"
+#include "remote/device/fault.h"
 
 namespace gpupool::agentd {
 

@@ -41,8 +41,8 @@
 #include <string>
 
 #include "common/status.h"
-#include "remote/backend/backend.h"
 #include "remote/dataplane/server.h"
+#include "remote/device/backend.h"
 
 namespace gpupool::agentd {
 

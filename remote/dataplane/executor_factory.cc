@@ -3,12 +3,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include "remote/sim/sim_executor.h"
-
-#ifdef GPUPOOL_HAVE_CUDA_EXECUTOR
-#include "remote/dataplane/cuda_executor.h"
-#endif
-
 namespace gpupool::dataplane {
 namespace {
 
@@ -21,21 +15,19 @@ void CopyString(char* to, size_t capacity, const std::string& from) {
 
 }  // namespace
 
-Result<std::unique_ptr<Executor>> ExecutorFactory::Create(const backend::GpuInfo& gpu) {
-  if (backend_->name() == "cuda") {
-#ifdef GPUPOOL_HAVE_CUDA_EXECUTOR
-    return CudaExecutor::Create(gpu.uuid);
-#else
-    return Status::Unavailable("this agent was built without the cuda executor");
-#endif
+ExecutorFactory::ExecutorFactory(backend::GpuBackend* backend) : backend_(backend) {
+  if (backend_ == nullptr) return;  // the server refuses to start without one
+  if (const device::DeviceKind* kind = device::FindDeviceKind(backend_->name())) {
+    executors_ = kind->NewExecutorSource();
   }
-  // One GPU's memory is used by that GPU's thread only (SimDeviceMemory is not
-  // thread-safe); the map itself is shared.
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& memory = sim_memory_[gpu.index];
-  if (!memory) memory = std::make_unique<SimDeviceMemory>(gpu.index, gpu.memory_bytes);
-  return std::unique_ptr<Executor>(std::make_unique<SimExecutor>(
-      memory.get(), gpu.multiprocessor_count, gpu.cc_major * 10 + gpu.cc_minor));
+}
+
+Result<std::unique_ptr<Executor>> ExecutorFactory::Create(const backend::GpuInfo& gpu) {
+  if (!executors_) {
+    return Status::Unavailable("no device kind '" + backend_->name() +
+                               "' in this process (there are: " + device::DeviceKindNames() + ")");
+  }
+  return executors_->Create(gpu);
 }
 
 DeviceDescription ExecutorFactory::Describe(const backend::GpuInfo& gpu) const {

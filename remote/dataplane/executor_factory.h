@@ -1,33 +1,33 @@
-// ExecutorFactory: makes the Executor for a new client session on one GPU,
-// matching the backend ("sim" -> SimExecutor over that GPU's shared
-// SimDeviceMemory; "cuda" -> CudaExecutor when built with the CUDA toolkit),
-// and describes the GPU to clients. Thread-safe: the dataplane's GPU threads
-// share one.
+// ExecutorFactory: makes the Executor for a new client session on one GPU, through the
+// device kind the backend names (remote/device/device_kind.h: "sim" -> a SimExecutor over
+// that GPU's shared device memory, "cuda" -> a CudaExecutor), and describes the GPU to
+// clients. Thread-safe: the dataplane's GPU threads share one.
 #pragma once
 
-#include <map>
 #include <memory>
-#include <mutex>
+#include <string>
 
 #include "common/status.h"
-#include "remote/backend/backend.h"
-#include "remote/dataplane/executor.h"
-#include "remote/dataplane/protocol.h"
-#include "remote/sim/sim_memory.h"
+#include "remote/device/backend.h"
+#include "remote/device/device_kind.h"
+#include "remote/device/executor.h"
+#include "remote/protocol/protocol.h"
 
 namespace gpupool::dataplane {
 
 class ExecutorFactory {
  public:
-  explicit ExecutorFactory(backend::GpuBackend* backend) : backend_(backend) {}
+  // The kind is looked up once, here: it must be registered before (the agent's main).
+  explicit ExecutorFactory(backend::GpuBackend* backend);
 
+  // Unavailable, naming the kinds there are, when the backend's kind is not registered in
+  // this process.
   Result<std::unique_ptr<Executor>> Create(const backend::GpuInfo& gpu);
   DeviceDescription Describe(const backend::GpuInfo& gpu) const;
 
  private:
   backend::GpuBackend* backend_;
-  std::mutex mu_;
-  std::map<int, std::unique_ptr<SimDeviceMemory>> sim_memory_;  // by GPU index; guarded by mu_
+  std::unique_ptr<device::ExecutorSource> executors_;  // null: no such kind registered
 };
 
 }  // namespace gpupool::dataplane

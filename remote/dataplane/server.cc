@@ -16,8 +16,8 @@
 #include "common/log.h"
 #include "common/random.h"
 #include "remote/dataplane/executor_factory.h"
-#include "remote/dataplane/protocol.h"
 #include "remote/dataplane/session.h"
+#include "remote/protocol/protocol.h"
 #include "remote/transport/rpc_client.h"
 #include "remote/transport/rpc_server.h"
 

@@ -43,7 +43,7 @@
 #include <string>
 
 #include "common/status.h"
-#include "remote/backend/backend.h"
+#include "remote/device/backend.h"
 #include "remote/transport/acceptor.h"
 
 namespace gpupool::dataplane {

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "remote/dataplane/protocol.h"
+#include "remote/protocol/protocol.h"
 
 namespace gpupool::dataplane {
 namespace {

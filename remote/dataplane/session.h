@@ -16,10 +16,10 @@
 #include <string_view>
 #include <vector>
 
-#include "remote/backend/backend.h"
-#include "remote/dataplane/executor.h"
 #include "remote/dataplane/log_limiter.h"
 #include "remote/dataplane/server.h"
+#include "remote/device/backend.h"
+#include "remote/device/executor.h"
 #include "remote/transport/rpc_server.h"
 
 namespace gpupool::dataplane {

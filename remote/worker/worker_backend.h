@@ -13,7 +13,7 @@
 #include <functional>
 #include <string>
 
-#include "remote/backend/backend.h"
+#include "remote/device/backend.h"
 #include "remote/worker/gpu_status.h"
 
 namespace gpupool::worker {

@@ -11,7 +11,7 @@
 #include <set>
 #include <thread>
 
-#include "remote/sim/sim_backend.h"
+#include "remote/devices/sim/sim_backend.h"
 #include "test_env.h"
 
 namespace gpupool::agentd {

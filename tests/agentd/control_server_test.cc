@@ -5,7 +5,7 @@
 
 #include <future>
 
-#include "remote/sim/sim_backend.h"
+#include "remote/devices/sim/sim_backend.h"
 #include "test_env.h"
 
 namespace gpupool::agentd {

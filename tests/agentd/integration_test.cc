@@ -15,7 +15,7 @@
 #include <thread>
 
 #include "common/api_client.h"
-#include "remote/dataplane/protocol.h"
+#include "remote/protocol/protocol.h"
 #include "remote/transport/bootstrap.h"
 #include "remote/transport/rpc_client.h"
 #include "test_env.h"

@@ -1,5 +1,5 @@
 // SimBackend: inventory, stable identities, and every fault mode.
-#include "remote/sim/sim_backend.h"
+#include "remote/devices/sim/sim_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -9,9 +9,11 @@
 #include <set>
 #include <thread>
 
-#include "remote/backend/backend_factory.h"
-#include "remote/backend/gpu_identity.h"
-#include "remote/backend/topology.h"
+#include "remote/device/device_kind.h"
+#include "remote/device/topology.h"
+#include "remote/devices/sim/gpu_identity.h"
+#include "remote/devices/sim/sim_kind.h"
+#include "remote/worker/device_kinds.h"
 
 namespace gpupool::backend {
 namespace {
@@ -227,25 +229,37 @@ TEST(SimBackend, ConcurrentOperationsAreCountedExactly) {
 }
 
 TEST(Factory, MakesSimAndRejectsUnknownNames) {
+  worker::RegisterDeviceKinds();  // as the agent's main does
   AgentConfig config;
   config.host = "gpuhost9";
   config.sim_gpus = {{"A100", 1024, 2}};
-  auto sim = MakeBackend("sim", config);
+  auto sim = device::OpenBackend("sim", config);
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   EXPECT_EQ(sim.value()->name(), "sim");
   EXPECT_EQ(sim.value()->Discover()[0].uuid, DeterministicGpuUuid("gpuhost9", 0));
-  auto bad = MakeBackend("tpu", config);
+  auto bad = device::OpenBackend("tpu", config);
   ASSERT_FALSE(bad.ok());
-  EXPECT_NE(bad.status().message().find("unknown backend 'tpu'"), std::string::npos);
+  EXPECT_EQ(bad.status().message(), "unknown backend 'tpu' (expected sim or cuda)");
 }
 
 TEST(Factory, CudaBackendFailsCleanlyWithoutADriver) {
   // This machine (and CI) has no NVIDIA driver: the cuda backend must say so in one line.
+  worker::RegisterDeviceKinds();
   AgentConfig config;
-  auto cuda = MakeBackend("cuda", config);
+  auto cuda = device::OpenBackend("cuda", config);
   ASSERT_FALSE(cuda.ok());
   EXPECT_EQ(cuda.status().message().rfind("cannot load libnvidia-ml.so.1: ", 0), 0u) << cuda.status().message();
   EXPECT_EQ(cuda.status().message().find('\n'), std::string::npos);
+}
+
+TEST(Factory, AKindRegisteredTwiceKeepsTheFirst) {
+  worker::RegisterDeviceKinds();
+  const device::DeviceKind* sim = device::FindDeviceKind("sim");
+  ASSERT_NE(sim, nullptr);
+  EXPECT_FALSE(device::RegisterDeviceKind(devices::MakeSimKind()));
+  worker::RegisterDeviceKinds();
+  EXPECT_EQ(device::FindDeviceKind("sim"), sim);  // what was handed out stays valid
+  EXPECT_EQ(device::DeviceKindNames(), "sim or cuda");
 }
 
 TEST(FaultSpec, ParsesTheCommandLineForms) {

@@ -1,5 +1,5 @@
 // The Xid → swap policy of the cuda backend (shared notes, "GPU health signals").
-#include "remote/backend/xid.h"
+#include "remote/devices/cuda/xid.h"
 
 #include <gtest/gtest.h>
 

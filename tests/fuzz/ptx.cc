@@ -1,4 +1,4 @@
-// PTX text as the sim GPU's engine reads it (remote/sim): a job's module image reaches the
+// PTX text as the sim GPU's engine reads it (remote/ptx): a job's module image reaches the
 // agent over the wire, and the agent parses its PTX and decodes each kernel before the
 // first launch. The input is the PTX text; every kernel it declares is decoded with its
 // module variables at made-up addresses. Kernels are not run (a fuzzed kernel may loop
@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "remote/sim/ptx_engine.h"
+#include "remote/ptx/ptx_engine.h"
 #include "tests/fuzz/fuzz_input.h"
 
 // A text with several `.version` directives is several translation units (a program built

@@ -1,5 +1,5 @@
-// PTX text through the whole sim engine, JIT tier included (remote/sim): parsed, each
-// kernel decoded, compiled by the JIT tier (ptx_jit.h), and run in a tiny launch on both
+// PTX text through the whole sim engine, JIT tier included (remote/ptx): parsed, each
+// kernel decoded, compiled by the JIT tier (jit/jit.h), and run in a tiny launch on both
 // tiers, with its module's variables placed and initialised in memory of their own. The
 // PTX comes from a job; what it must never do is crash, leak, hit undefined behaviour or
 // take the process's memory, whatever it computes.
@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "remote/sim/ptx_engine.h"
-#include "remote/sim/ptx_jit.h"
-#include "remote/sim/ptx_program.h"
+#include "remote/ptx/front/program.h"
+#include "remote/ptx/jit/jit.h"
+#include "remote/ptx/ptx_engine.h"
 #include "tests/fuzz/fuzz_input.h"
 
 namespace {

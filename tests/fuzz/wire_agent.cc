@@ -17,10 +17,12 @@
 #include <string_view>
 #include <vector>
 
-#include "remote/backend/backend.h"
 #include "remote/dataplane/executor_factory.h"
-#include "remote/dataplane/protocol.h"
 #include "remote/dataplane/session.h"
+#include "remote/device/backend.h"
+#include "remote/device/device_kind.h"
+#include "remote/devices/sim/sim_kind.h"
+#include "remote/protocol/protocol.h"
 #include "remote/transport/rpc_server.h"
 #include "remote/transport/wire.h"
 
@@ -65,6 +67,9 @@ class Input {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static QuietBackend backend;
+  static const bool registered =  // once, as the agent's main does
+      gpupool::device::RegisterDeviceKind(gpupool::devices::MakeSimKind());
+  (void)registered;
   be::GpuInfo gpu;
   gpu.uuid = "GPU-fuzz";
   gpu.index = 0;

@@ -1,6 +1,6 @@
 // The cuda executor against a fake driver (fake_cuda_driver.cc, found as libcuda.so.1
 // through LD_LIBRARY_PATH): tenant isolation is enforced before the driver is called.
-#include "remote/dataplane/cuda_executor.h"
+#include "remote/devices/cuda/cuda_executor.h"
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "remote/dataplane/protocol.h"
 #include "remote/image/fatbin.h"
+#include "remote/protocol/protocol.h"
 
 namespace gpupool::dataplane {
 namespace {

@@ -10,8 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "remote/dataplane/protocol.h"
 #include "remote/dataplane/server.h"
+#include "remote/device/device_kind.h"
+#include "remote/devices/sim/sim_kind.h"
+#include "remote/protocol/protocol.h"
 #include "remote/transport/rpc_client.h"
 #include "tests/remote/test_backend.h"
 
@@ -85,6 +87,7 @@ class DataplaneServerTest : public ::testing::Test {
   void SetUp() override {
     setenv("UCX_TLS", "tcp", 1);
     setenv("UCX_NET_DEVICES", "lo", 1);
+    device::RegisterDeviceKind(devices::MakeSimKind());  // as the agent's main does
     ServerOptions options;
     options.listen = "127.0.0.1:0";
     options.backend = &backend_;

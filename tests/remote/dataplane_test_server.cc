@@ -24,8 +24,9 @@
 
 #include "common/config.h"
 #include "common/log.h"
-#include "remote/backend/backend_factory.h"
 #include "remote/dataplane/server.h"
+#include "remote/device/device_kind.h"
+#include "remote/worker/device_kinds.h"
 #include "tests/remote/test_backend.h"
 
 namespace {
@@ -70,12 +71,13 @@ int main(int argc, char** argv) {
     return Usage(("--backend '" + backend_name + "': expected sim or cuda").c_str());
   }
 
+  gpupool::worker::RegisterDeviceKinds();  // this server stands in for the agent
   std::unique_ptr<gpupool::backend::GpuBackend> backend;
   if (backend_name == "sim") {
     backend = std::make_unique<gpupool::testing::TestBackend>(
         gpus, static_cast<uint64_t>(memory_mib) << 20, model);
   } else {
-    auto made = gpupool::backend::MakeBackend("cuda", gpupool::AgentConfig{});
+    auto made = gpupool::device::OpenBackend("cuda", gpupool::AgentConfig{});
     if (!made.ok()) {
       std::fprintf(stderr, "gpupool-dataplane-testd: %s\n", made.status().message().c_str());
       return 1;

@@ -20,8 +20,10 @@
 #include <thread>
 #include <vector>
 
-#include "remote/dataplane/protocol.h"
 #include "remote/dataplane/server.h"
+#include "remote/device/device_kind.h"
+#include "remote/devices/sim/sim_kind.h"
+#include "remote/protocol/protocol.h"
 #include "remote/transport/rpc_client.h"
 #include "tests/remote/test_backend.h"
 
@@ -116,6 +118,7 @@ class HangingBackend : public testing::TestBackend {
 struct Agent {
   explicit Agent(int gpu, std::chrono::milliseconds hang_timeout = std::chrono::milliseconds(0))
       : backend(gpu + 1, uint64_t{1} << 30), uuid(testing::TestGpuUuid(gpu)) {
+    gpupool::device::RegisterDeviceKind(gpupool::devices::MakeSimKind());  // as the agent does
     dp::ServerOptions options;
     options.listen = "127.0.0.1:0";
     options.backend = &backend;

@@ -1,4 +1,4 @@
-#include "remote/sim/sim_executor.h"
+#include "remote/devices/sim/sim_executor.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
-#include "remote/dataplane/protocol.h"
-#include "remote/sim/ptx_jit.h"
+#include "remote/protocol/protocol.h"
+#include "remote/ptx/jit/jit.h"
 
 namespace gpupool::dataplane {
 namespace {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "remote/backend/backend.h"
+#include "remote/device/backend.h"
 
 namespace gpupool::testing {
 

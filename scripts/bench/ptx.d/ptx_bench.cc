@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "remote/sim/ptx_engine.h"
-#include "remote/sim/ptx_jit.h"
+#include "remote/ptx/jit/jit.h"
+#include "remote/ptx/ptx_engine.h"
 
 namespace {
 

@@ -23,9 +23,11 @@
 #include <vector>
 
 #include "remote/agentd/session_broker.h"
-#include "remote/dataplane/protocol.h"
 #include "remote/dataplane/server.h"
-#include "remote/sim/sim_backend.h"
+#include "remote/device/device_kind.h"
+#include "remote/devices/sim/sim_backend.h"
+#include "remote/devices/sim/sim_kind.h"
+#include "remote/protocol/protocol.h"
 #include "remote/transport/rpc_client.h"
 
 namespace {
@@ -49,6 +51,7 @@ Served& Design(int which) {
   static Served designs[2];
   Served& s = designs[which];
   if (s.backend) return s;
+  gpupool::device::RegisterDeviceKind(gpupool::devices::MakeSimKind());  // as the agent does
   auto backend = gpupool::backend::SimBackend::Create(
       "benchhost" + std::to_string(which), {gpupool::SimGpuConfig{"A100-SXM4-80GB", 81920, 1}}, 1);
   if (!backend.ok()) std::abort();

@@ -1,4 +1,4 @@
-// The PTX engine (remote/sim) through the sim executor: each kernel of
+// The PTX engine (remote/ptx) through the sim executor: each kernel of
 // engine_kernels.cu (compiled by nvcc at build time) runs on the engine and its
 // results are checked against a CPU reference computed here.
 #include <gtest/gtest.h>
@@ -16,10 +16,10 @@
 #include <thread>
 #include <vector>
 
-#include "remote/dataplane/protocol.h"
+#include "remote/devices/sim/sim_executor.h"
 #include "remote/image/ptx_signature.h"
-#include "remote/sim/ptx_engine.h"
-#include "remote/sim/sim_executor.h"
+#include "remote/protocol/protocol.h"
+#include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::dataplane {
 namespace {
@@ -2929,7 +2929,7 @@ TEST(EngineImages, CompressedFatbinsRunAndCubinsAreRefused) {
 
 // Instructions whose value is the same in every block (parameters, %ntid, %tid and what
 // is computed from them alone) run once per warp before the blocks, and copies of special
-// registers are read in place (Hoist in ptx_interpreter.cc). What must stay does stay: a
+// registers are read in place (Hoist in interp/interpreter.cc). What must stay does stay: a
 // register written twice (the loop counter), a guarded instruction, anything of %ctaid,
 // and a parameter load past the parameters, which faults only if it runs.
 TEST(EngineHoisting, InvariantsRunOncePerWarpAndTheRestStays) {

@@ -1,4 +1,4 @@
-// The PTX engine's JIT tier (remote/sim/ptx_jit.h): kernels of independent threads run
+// The PTX engine's JIT tier (remote/ptx/jit/jit.h): kernels of independent threads run
 // compiled give the interpreter's results bit for bit, stray accesses still fault, kernels
 // it cannot take run on the interpreter, and GPUPOOL_PTX_JIT=auto compiles only kernels
 // whose launches are worth it.
@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "remote/sim/ptx_engine.h"
-#include "remote/sim/ptx_jit.h"
-#include "remote/sim/ptx_program.h"
+#include "remote/ptx/front/program.h"
+#include "remote/ptx/jit/jit.h"
+#include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::sim {
 namespace {

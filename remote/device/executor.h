@@ -1,0 +1,115 @@
+// Executor: runs one client's device operations on one GPU.
+//
+// The dataplane server creates one Executor per client connection (a "session"), after
+// the client proved its lease. The executor owns everything the client created (memory,
+// modules, streams, events) and frees it all when destroyed, which is how a client that
+// disappears (killed, crashed, network gone) gives its GPU memory back.
+//
+// Two implementations: SimExecutor (device memory in host RAM, kernels run from their PTX
+// by the PTX engine, remote/devices/sim) and CudaExecutor (the driver API, remote/devices/cuda).
+// Every method returns a CUresult number (protocol.h). Called from the server thread only.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "remote/protocol/protocol.h"
+
+namespace gpupool::dataplane {
+
+struct KernelInfo {
+  std::string name;          // mangled name, e.g. "_Z6vecAddPKfS0_Pfi"
+  uint32_t param_size = 0;   // bytes of the packed parameter buffer
+};
+
+struct LaunchConfig {
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t shared_mem = 0;
+  uint64_t stream = 0;
+  bool cooperative = false;  // every block resident at once (cuLaunchCooperativeKernel)
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+
+  virtual int32_t Allocate(uint64_t size, uint64_t* dptr) = 0;
+  // An allocation at an address the client chose, so that its device pointers stay the same
+  // when it moves to another GPU (gpupool-remote(7), FAILOVER). kCuNotSupported where the
+  // executor cannot place memory there (the cuda executor without the driver's VMM API, or
+  // when the driver grants another address): the session then allocates with Allocate.
+  virtual int32_t AllocateAt(uint64_t /*address*/, uint64_t /*size*/) { return kCuNotSupported; }
+  virtual int32_t Free(uint64_t dptr) = 0;
+  // Every device range this session owns (start, size): its allocations and its modules'
+  // variables; what a handoff copies (protocol.h). Empty where the executor cannot say.
+  virtual std::vector<std::pair<uint64_t, uint64_t>> Ranges() const { return {}; }
+  virtual void MemoryInfo(uint64_t* free, uint64_t* total) = 0;
+
+  // Host-addressable view of device range [dptr, dptr+size) when the executor keeps device
+  // memory in host RAM: the server then moves bulk data in place. nullptr otherwise, or
+  // when the range is not inside one allocation.
+  virtual void* HostView(uint64_t dptr, uint64_t size) = 0;
+
+  virtual int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) = 0;
+  // On success *data points to the bytes, valid until the next call on this executor.
+  virtual int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
+                                 const void** data) = 0;
+  virtual int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
+                                     uint64_t stream) = 0;
+  virtual int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
+                         uint64_t stream) = 0;
+
+  // `globals_base` nonzero: the module's variables are placed from that address on, in
+  // declaration order, so that the same image loaded at the same base on another GPU has
+  // its variables at the same addresses (executors that cannot place memory ignore it).
+  // `device_heap`: the size of the heap of device-side malloc (0: 8 MiB, CUDA's default),
+  // for executors that make one per module (the sim); a GPU's driver keeps its own.
+  virtual int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
+                             const std::vector<KernelInfo>& kernels, uint64_t globals_base = 0,
+                             uint64_t device_heap = 0) = 0;
+  // The one range that holds a loaded module's variables; false when the executor does not
+  // keep them in one range (then the client cannot save them for failover).
+  virtual bool GlobalsRange(uint64_t /*module*/, uint64_t* /*base*/, uint64_t* /*size*/) {
+    return false;
+  }
+  virtual int32_t UnloadModule(uint64_t module) = 0;
+  virtual int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) = 0;
+  // What a function GetFunction made needs (protocol.h); false when the executor cannot
+  // say (then the library assumes its defaults).
+  virtual bool Resources(uint64_t /*function*/, FunctionResources* /*resources*/) { return false; }
+  virtual int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
+                         size_t param_size) = 0;
+
+  virtual int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) = 0;
+  virtual int32_t DestroyStream(uint64_t stream) = 0;
+  virtual int32_t SynchronizeStream(uint64_t stream) = 0;  // stream 0: the whole context
+  virtual int32_t QueryStream(uint64_t stream) = 0;
+  virtual int32_t StreamWaitEvent(uint64_t stream, uint64_t event) = 0;
+
+  virtual int32_t CreateEvent(uint64_t event, uint32_t flags) = 0;
+  virtual int32_t DestroyEvent(uint64_t event) = 0;
+  virtual int32_t RecordEvent(uint64_t event, uint64_t stream) = 0;
+  virtual int32_t SynchronizeEvent(uint64_t event) = 0;
+  virtual int32_t QueryEvent(uint64_t event) = 0;
+  virtual int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) = 0;
+
+  // cuModuleGetGlobal: device address and size of module variable `name`.
+  virtual int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                            uint64_t* size) = 0;
+  // Device printf text produced since the last call (taken at synchronising calls).
+  virtual std::string TakeOutput() { return {}; }
+  // The executor adds its progress inside an operation to `*counter` (the sim: each block
+  // of threads a kernel runs), so that the server's watchdog can tell a long kernel from a
+  // hung GPU. False when it cannot (the cuda executor, whose kernels run asynchronously):
+  // the watchdog then leaves its operations alone.
+  virtual bool SetProgressCounter(std::atomic<uint64_t>* /*counter*/) { return false; }
+  // Why the last failing call failed ("" if there is nothing to add), for the agent's log.
+  virtual std::string TakeErrorDetail() { return {}; }
+};
+
+}  // namespace gpupool::dataplane

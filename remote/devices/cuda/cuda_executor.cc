@@ -1,0 +1,795 @@
+#include "remote/devices/cuda/cuda_executor.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+#include "remote/image/fatbin.h"
+#include "remote/protocol/protocol.h"
+
+namespace gpupool::dataplane {
+
+// The driver entry points the executor uses, by their versioned symbol names.
+struct CudaDriver {
+  decltype(&::cuInit) init;
+  decltype(&::cuDeviceGetCount) device_count;
+  decltype(&::cuDeviceGet) device_get;
+  decltype(&::cuDeviceGetUuid) device_uuid;
+  decltype(&::cuDevicePrimaryCtxRetain) primary_retain;
+  decltype(&::cuDevicePrimaryCtxRelease) primary_release;
+  decltype(&::cuCtxSetCurrent) set_current;
+  decltype(&::cuCtxSynchronize) synchronize;
+  decltype(&::cuMemAlloc) alloc;
+  decltype(&::cuMemFree) free;
+  decltype(&::cuMemGetInfo) info;
+  decltype(&::cuMemcpyHtoDAsync) htod;
+  decltype(&::cuMemcpyDtoHAsync) dtoh;
+  decltype(&::cuMemcpyDtoDAsync) dtod;
+  decltype(&::cuMemsetD8Async) memset8;
+  decltype(&::cuMemsetD16Async) memset16;
+  decltype(&::cuMemsetD32Async) memset32;
+  decltype(&::cuModuleLoadData) module_load;
+  decltype(&::cuModuleUnload) module_unload;
+  decltype(&::cuModuleGetFunction) module_function;
+  decltype(&::cuLaunchKernel) launch;
+  decltype(&::cuStreamCreateWithPriority) stream_create;
+  decltype(&::cuStreamDestroy) stream_destroy;
+  decltype(&::cuStreamSynchronize) stream_synchronize;
+  decltype(&::cuStreamQuery) stream_query;
+  decltype(&::cuStreamWaitEvent) stream_wait_event;
+  decltype(&::cuEventCreate) event_create;
+  decltype(&::cuEventDestroy) event_destroy;
+  decltype(&::cuEventRecord) event_record;
+  decltype(&::cuEventSynchronize) event_synchronize;
+  decltype(&::cuEventQuery) event_query;
+  decltype(&::cuEventElapsedTime) event_elapsed;
+  decltype(&::cuModuleGetGlobal) module_global = nullptr;  // optional
+  decltype(&::cuFuncGetAttribute) function_attribute = nullptr;  // optional
+  decltype(&::cuFuncSetAttribute) function_set_attribute = nullptr;  // optional
+  // Optional: the virtual memory management API, for AllocateAt.
+  decltype(&::cuDeviceGetAttribute) device_attribute = nullptr;
+  decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
+  decltype(&::cuMemAddressReserve) address_reserve = nullptr;
+  decltype(&::cuMemAddressFree) address_free = nullptr;
+  decltype(&::cuMemCreate) mem_create = nullptr;
+  decltype(&::cuMemRelease) mem_release = nullptr;
+  decltype(&::cuMemMap) mem_map = nullptr;
+  decltype(&::cuMemUnmap) mem_unmap = nullptr;
+  decltype(&::cuMemSetAccess) mem_set_access = nullptr;
+  decltype(&::cuLaunchKernelEx) launch_ex = nullptr;  // cooperative launches (CUDA 11.8+)
+  // Optional: the JIT linker, for images whose PTX is several units (LinkPtxUnits).
+  decltype(&::cuLinkCreate_v2) link_create = nullptr;
+  decltype(&::cuLinkAddData_v2) link_add_data = nullptr;
+  decltype(&::cuLinkComplete) link_complete = nullptr;
+  decltype(&::cuLinkDestroy) link_destroy = nullptr;
+
+  bool has_linker() const { return link_create && link_add_data && link_complete && link_destroy; }
+
+  bool has_vmm() const {
+    return device_attribute && granularity && address_reserve && address_free && mem_create &&
+           mem_release && mem_map && mem_unmap && mem_set_access;
+  }
+};
+
+namespace {
+
+template <typename T>
+bool Resolve(void* library, const char* name, T* function) {
+  *function = reinterpret_cast<T>(dlsym(library, name));
+  return *function != nullptr;
+}
+
+Result<const CudaDriver*> LoadDriver() {
+  static std::once_flag once;
+  static Result<const CudaDriver*>* loaded = nullptr;
+  std::call_once(once, [] {
+    void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (library == nullptr) {
+      loaded = new Result<const CudaDriver*>(
+          Status::Unavailable(std::string("cannot load the CUDA driver: ") + dlerror()));
+      return;
+    }
+    // Our own replacement driver must never serve as the agent's driver.
+    if (dlsym(library, "cuGpupoolRemotingLibrary") != nullptr) {
+      loaded = new Result<const CudaDriver*>(Status::Unavailable(
+          "libcuda.so.1 found first is gpupool's remoting library, not a GPU driver "
+          "(check the agent's LD_LIBRARY_PATH)"));
+      return;
+    }
+    auto* d = new CudaDriver();
+    bool ok = Resolve(library, "cuInit", &d->init) &&
+              Resolve(library, "cuDeviceGetCount", &d->device_count) &&
+              Resolve(library, "cuDeviceGet", &d->device_get) &&
+              Resolve(library, "cuDeviceGetUuid", &d->device_uuid) &&
+              Resolve(library, "cuDevicePrimaryCtxRetain", &d->primary_retain) &&
+              Resolve(library, "cuDevicePrimaryCtxRelease_v2", &d->primary_release) &&
+              Resolve(library, "cuCtxSetCurrent", &d->set_current) &&
+              Resolve(library, "cuCtxSynchronize", &d->synchronize) &&
+              Resolve(library, "cuMemAlloc_v2", &d->alloc) &&
+              Resolve(library, "cuMemFree_v2", &d->free) &&
+              Resolve(library, "cuMemGetInfo_v2", &d->info) &&
+              Resolve(library, "cuMemcpyHtoDAsync_v2", &d->htod) &&
+              Resolve(library, "cuMemcpyDtoHAsync_v2", &d->dtoh) &&
+              Resolve(library, "cuMemcpyDtoDAsync_v2", &d->dtod) &&
+              Resolve(library, "cuMemsetD8Async", &d->memset8) &&
+              Resolve(library, "cuMemsetD16Async", &d->memset16) &&
+              Resolve(library, "cuMemsetD32Async", &d->memset32) &&
+              Resolve(library, "cuModuleLoadData", &d->module_load) &&
+              Resolve(library, "cuModuleUnload", &d->module_unload) &&
+              Resolve(library, "cuModuleGetFunction", &d->module_function) &&
+              Resolve(library, "cuLaunchKernel", &d->launch) &&
+              Resolve(library, "cuStreamCreateWithPriority", &d->stream_create) &&
+              Resolve(library, "cuStreamDestroy_v2", &d->stream_destroy) &&
+              Resolve(library, "cuStreamSynchronize", &d->stream_synchronize) &&
+              Resolve(library, "cuStreamQuery", &d->stream_query) &&
+              Resolve(library, "cuStreamWaitEvent", &d->stream_wait_event) &&
+              Resolve(library, "cuEventCreate", &d->event_create) &&
+              Resolve(library, "cuEventDestroy_v2", &d->event_destroy) &&
+              Resolve(library, "cuEventRecord", &d->event_record) &&
+              Resolve(library, "cuEventSynchronize", &d->event_synchronize) &&
+              Resolve(library, "cuEventQuery", &d->event_query) &&
+              Resolve(library, "cuEventElapsedTime", &d->event_elapsed);
+    Resolve(library, "cuModuleGetGlobal_v2", &d->module_global);
+    Resolve(library, "cuFuncGetAttribute", &d->function_attribute);
+    Resolve(library, "cuFuncSetAttribute", &d->function_set_attribute);
+    Resolve(library, "cuDeviceGetAttribute", &d->device_attribute);
+    Resolve(library, "cuMemGetAllocationGranularity", &d->granularity);
+    Resolve(library, "cuMemAddressReserve", &d->address_reserve);
+    Resolve(library, "cuMemAddressFree", &d->address_free);
+    Resolve(library, "cuMemCreate", &d->mem_create);
+    Resolve(library, "cuMemRelease", &d->mem_release);
+    Resolve(library, "cuMemMap", &d->mem_map);
+    Resolve(library, "cuMemUnmap", &d->mem_unmap);
+    Resolve(library, "cuMemSetAccess", &d->mem_set_access);
+    Resolve(library, "cuLaunchKernelEx", &d->launch_ex);
+    Resolve(library, "cuLinkCreate_v2", &d->link_create);
+    Resolve(library, "cuLinkAddData_v2", &d->link_add_data);
+    Resolve(library, "cuLinkComplete", &d->link_complete);
+    Resolve(library, "cuLinkDestroy", &d->link_destroy);
+    if (!ok) {
+      loaded = new Result<const CudaDriver*>(
+          Status::Unavailable("the CUDA driver lacks an entry point the agent needs"));
+      return;
+    }
+    CUresult status = d->init(0);
+    if (status != CUDA_SUCCESS) {
+      loaded = new Result<const CudaDriver*>(
+          Status::Unavailable("cuInit failed with CUDA error " + std::to_string(status)));
+      return;
+    }
+    loaded = new Result<const CudaDriver*>(static_cast<const CudaDriver*>(d));
+  });
+  return *loaded;
+}
+
+std::string FormatUuid(const CUuuid& uuid) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
+  char text[64];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+                b[13], b[14], b[15]);
+  return text;
+}
+
+CUdeviceptr Ptr(uint64_t value) { return static_cast<CUdeviceptr>(value); }
+
+// Physical memory of AllocateAt: pinned device memory of `device`.
+CUmemAllocationProp DeviceMemory(CUdevice device) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device;
+  return prop;
+}
+
+// The granularity of VMM allocations on `device`; 0 when the driver lacks the API or the
+// device does not support it (AllocateAt then answers CUDA_ERROR_NOT_SUPPORTED).
+uint64_t VmmGranularity(const CudaDriver* d, CUdevice device) {
+  if (!d->has_vmm()) return 0;
+  int supported = 0;
+  if (d->device_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                          device) != CUDA_SUCCESS ||
+      supported == 0) {
+    return 0;
+  }
+  CUmemAllocationProp prop = DeviceMemory(device);
+  size_t granularity = 0;
+  if (d->granularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS) {
+    return 0;
+  }
+  // The rounding below needs a power of two (every driver so far reports 2 MiB).
+  if (granularity == 0 || (granularity & (granularity - 1)) != 0) return 0;
+  return granularity;
+}
+
+// The address windows of placed allocations (cuda_executor.h): aligned to their size.
+constexpr uint64_t kAddressWindow = uint64_t{64} << 30;
+
+// What a launch may use of dynamic shared memory without the function's opt-in.
+constexpr uint32_t kDefaultDynamicSharedLimit = 48 << 10;
+
+std::string Hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "0x%" PRIx64, value);
+  return text;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Executor>> CudaExecutor::Create(const std::string& gpu_uuid) {
+  auto driver = LoadDriver();
+  if (!driver.ok()) return driver.status();
+  const CudaDriver* d = driver.value();
+  int count = 0;
+  if (d->device_count(&count) != CUDA_SUCCESS) return Status::Unavailable("cuDeviceGetCount failed");
+  for (int i = 0; i < count; ++i) {
+    CUdevice device = 0;
+    CUuuid uuid{};
+    if (d->device_get(&device, i) != CUDA_SUCCESS || d->device_uuid(&uuid, device) != CUDA_SUCCESS) {
+      continue;
+    }
+    if (FormatUuid(uuid) != gpu_uuid) continue;
+    CUcontext context = nullptr;
+    CUresult status = d->primary_retain(&context, device);
+    if (status != CUDA_SUCCESS) {
+      return Status::Unavailable("cannot retain the primary context of " + gpu_uuid +
+                                 ": CUDA error " + std::to_string(status));
+    }
+    return std::unique_ptr<Executor>(
+        new CudaExecutor(d, device, context, VmmGranularity(d, device)));
+  }
+  return Status::Unavailable("the CUDA driver has no GPU " + gpu_uuid);
+}
+
+CudaExecutor::CudaExecutor(const CudaDriver* driver, int device, void* context,
+                           uint64_t granularity)
+    : driver_(driver), device_(device), context_(context), granularity_(granularity) {}
+
+CudaExecutor::~CudaExecutor() {
+  // Everything the client left behind goes, so its memory is free for the next lease.
+  if (Enter() == CUDA_SUCCESS) {
+    driver_->synchronize();
+    for (auto& [id, event] : events_) driver_->event_destroy(static_cast<CUevent>(event));
+    for (auto& [id, stream] : streams_) driver_->stream_destroy(static_cast<CUstream>(stream));
+    for (auto& [id, module] : modules_) driver_->module_unload(static_cast<CUmodule>(module));
+    for (auto& [dptr, size] : allocations_) {
+      if (placed_.count(dptr) == 0) driver_->free(Ptr(dptr));
+    }
+    for (auto& [start, run] : runs_) UnmapRun(start, run);
+    for (uint64_t base : windows_) driver_->address_free(Ptr(base), kAddressWindow);
+  }
+  driver_->primary_release(device_);
+}
+
+int32_t CudaExecutor::Enter() {
+  return driver_->set_current(static_cast<CUcontext>(context_));
+}
+
+bool CudaExecutor::Owns(uint64_t dptr, uint64_t size) const {
+  // Module variables (cuModuleGetGlobal) of this session's modules are reachable too.
+  auto global = module_globals_.upper_bound(dptr);
+  if (global != module_globals_.begin()) {
+    --global;
+    if (dptr - global->first <= global->second.size &&
+        size <= global->second.size - (dptr - global->first)) {
+      return true;
+    }
+  }
+  auto after = allocations_.upper_bound(dptr);
+  if (after == allocations_.begin()) return false;
+  const auto& [start, length] = *std::prev(after);
+  uint64_t offset = dptr - start;
+  return offset <= length && size <= length - offset;
+}
+
+bool CudaExecutor::Overlaps(uint64_t dptr, uint64_t size) const {
+  // REQUIRES: dptr + size does not wrap.
+  auto after = allocations_.lower_bound(dptr);
+  if (after != allocations_.end() && after->first < dptr + size) return true;
+  if (after == allocations_.begin()) return false;
+  const auto& [start, length] = *std::prev(after);
+  return dptr - start < length;
+}
+
+bool CudaExecutor::StreamFor(uint64_t id, void** stream) {
+  if (id == 0) {
+    *stream = nullptr;
+    return true;
+  }
+  auto found = streams_.find(id);
+  if (found == streams_.end()) return false;
+  *stream = found->second;
+  return true;
+}
+
+int32_t CudaExecutor::Allocate(uint64_t size, uint64_t* dptr) {
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUdeviceptr ptr = 0;
+  CUresult status = driver_->alloc(&ptr, size);
+  if (status == CUDA_SUCCESS) {
+    *dptr = ptr;
+    allocations_[ptr] = size;
+  }
+  return status;
+}
+
+int32_t CudaExecutor::AllocateAt(uint64_t address, uint64_t size) {
+  if (size == 0 || address == 0 || size > UINT64_MAX - address) return CUDA_ERROR_INVALID_VALUE;
+  if (Overlaps(address, size)) {
+    error_detail_ = Hex(address) + " (" + std::to_string(size) +
+                    " bytes) overlaps an allocation of this session";
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (granularity_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
+  const uint64_t end = address + size;
+  if (end > UINT64_MAX - (granularity_ - 1)) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t first = address & ~(granularity_ - 1);
+  const uint64_t last = (end + granularity_ - 1) & ~(granularity_ - 1);
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+
+  // The granules [first, last): those this session has mapped already are shared, the gaps
+  // between them are mapped now, each gap as one run.
+  std::vector<uint64_t> used;     // runs this allocation touches, in address order
+  std::vector<uint64_t> created;  // the ones mapped by this call
+  uint64_t cursor = first;
+  if (auto after = runs_.upper_bound(cursor); after != runs_.begin()) {
+    auto before = std::prev(after);
+    if (cursor - before->first < before->second.size) {
+      used.push_back(before->first);
+      cursor = before->first + before->second.size;
+    }
+  }
+  while (cursor < last) {
+    auto next = runs_.lower_bound(cursor);
+    if (next != runs_.end() && next->first == cursor) {
+      used.push_back(cursor);
+      cursor += next->second.size;
+      continue;
+    }
+    uint64_t gap_end = next == runs_.end() ? last : std::min(last, next->first);
+    // A mapping lies inside one reservation: a run ends at its window's end.
+    gap_end = std::min(gap_end, (cursor & ~(kAddressWindow - 1)) + kAddressWindow);
+    if (int32_t status = MapRun(cursor, gap_end - cursor); status != CUDA_SUCCESS) {
+      for (uint64_t start : created) {
+        UnmapRun(start, runs_.at(start));
+        runs_.erase(start);
+      }
+      return status;
+    }
+    created.push_back(cursor);
+    used.push_back(cursor);
+    cursor = gap_end;
+  }
+  for (uint64_t start : used) ++runs_.at(start).users;
+  allocations_[address] = size;  // copies are checked against what was asked, not the granules
+  placed_[address] = std::move(used);
+  return CUDA_SUCCESS;
+}
+
+int32_t CudaExecutor::ReserveWindow(uint64_t address) {
+  const uint64_t base = address & ~(kAddressWindow - 1);
+  if (windows_.count(base)) return CUDA_SUCCESS;
+  CUdeviceptr granted = 0;
+  CUresult status = driver_->address_reserve(&granted, kAddressWindow, 0, Ptr(base), 0);
+  if (status == CUDA_SUCCESS && granted == Ptr(base)) {
+    windows_.insert(base);
+    return CUDA_SUCCESS;
+  }
+  if (status == CUDA_SUCCESS) driver_->address_free(granted, kAddressWindow);
+  // The address is a hint to the driver: it moves (or refuses) a range that another
+  // session of this GPU, or the driver itself, holds. Not an error of the client's: it
+  // answers CUDA_ERROR_NOT_SUPPORTED like an executor that cannot place memory, so that the
+  // session allocates with cuMemAlloc instead and the client, seeing another address, runs
+  // on unprotected (it says so in its log) rather than failing its cuMemAlloc.
+  error_detail_ = "cuMemAddressReserve of the " + std::to_string(kAddressWindow >> 30) +
+                  " GiB window at " + Hex(base) +
+                  (status == CUDA_SUCCESS ? " granted " + Hex(granted)
+                                          : " failed: CUDA error " + std::to_string(status));
+  return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+int32_t CudaExecutor::MapRun(uint64_t start, uint64_t size) {
+  if (int32_t status = ReserveWindow(start); status != CUDA_SUCCESS) return status;
+  CUmemAllocationProp prop = DeviceMemory(device_);
+  CUmemGenericAllocationHandle handle = 0;
+  const char* step = "cuMemCreate";
+  CUresult status = driver_->mem_create(&handle, size, &prop, 0);
+  if (status == CUDA_SUCCESS) {
+    step = "cuMemMap";
+    status = driver_->mem_map(Ptr(start), size, 0, handle, 0);
+    if (status == CUDA_SUCCESS) {
+      CUmemAccessDesc access{};
+      access.location = prop.location;
+      access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+      step = "cuMemSetAccess";
+      status = driver_->mem_set_access(Ptr(start), size, &access, 1);
+      if (status == CUDA_SUCCESS) {
+        runs_[start] = VmmRun{size, handle, 0};
+        return CUDA_SUCCESS;
+      }
+      driver_->mem_unmap(Ptr(start), size);
+    }
+    driver_->mem_release(handle);
+  }
+  // Resource errors (out of memory above all) are the client's answer, as cuMemAlloc's are.
+  error_detail_ = std::string(step) + " of " + std::to_string(size) + " bytes at " + Hex(start) +
+                  " (AllocateAt) failed";
+  return status;
+}
+
+int32_t CudaExecutor::UnmapRun(uint64_t start, const VmmRun& run) {
+  CUresult unmapped = driver_->mem_unmap(Ptr(start), run.size);
+  CUresult released = driver_->mem_release(run.handle);
+  return unmapped != CUDA_SUCCESS ? unmapped : released;
+}
+
+int32_t CudaExecutor::Free(uint64_t dptr) {
+  if (dptr == 0) return CUDA_SUCCESS;
+  if (allocations_.erase(dptr) == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  auto placed = placed_.find(dptr);
+  if (placed == placed_.end()) return driver_->free(Ptr(dptr));
+  std::vector<uint64_t> runs = std::move(placed->second);
+  placed_.erase(placed);
+  int32_t result = CUDA_SUCCESS;
+  bool synchronized = false;
+  for (uint64_t start : runs) {
+    auto run = runs_.find(start);
+    if (run == runs_.end() || --run->second.users > 0) continue;  // still another's granules
+    // Like cuMemFree, wait for the work that may still use the memory before it goes.
+    if (!synchronized) {
+      synchronized = true;
+      if (CUresult status = driver_->synchronize(); status != CUDA_SUCCESS) result = status;
+    }
+    int32_t status = UnmapRun(start, run->second);
+    if (result == CUDA_SUCCESS) result = status;
+    runs_.erase(run);
+  }
+  return result;
+}
+
+void CudaExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
+  size_t f = 0, t = 0;
+  if (Enter() == CUDA_SUCCESS) driver_->info(&f, &t);
+  *free = f;
+  *total = t;
+}
+
+int32_t CudaExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (size == 0) return CUDA_SUCCESS;
+  if (!Owns(dst, size)) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUresult status = driver_->htod(Ptr(dst), src, size, static_cast<CUstream>(s));
+  // `src` is the server's receive buffer, reused by the next request: wait for the copy.
+  if (status == CUDA_SUCCESS) status = driver_->stream_synchronize(static_cast<CUstream>(s));
+  return status;
+}
+
+int32_t CudaExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
+                                     const void** data) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  *data = nullptr;
+  if (size == 0) return CUDA_SUCCESS;
+  if (!Owns(src, size)) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  staging_.resize(size);
+  CUresult status = driver_->dtoh(staging_.data(), Ptr(src), size, static_cast<CUstream>(s));
+  if (status == CUDA_SUCCESS) status = driver_->stream_synchronize(static_cast<CUstream>(s));
+  *data = staging_.data();
+  return status;
+}
+
+int32_t CudaExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
+                                         uint64_t stream) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (size == 0) return CUDA_SUCCESS;
+  if (!Owns(dst, size) || !Owns(src, size)) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->dtod(Ptr(dst), Ptr(src), size, static_cast<CUstream>(s));
+}
+
+int32_t CudaExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
+                             uint64_t stream) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (element_size != 1 && element_size != 2 && element_size != 4) return CUDA_ERROR_INVALID_VALUE;
+  if (count == 0) return CUDA_SUCCESS;
+  if (count > UINT64_MAX / element_size || !Owns(dst, count * element_size)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  auto cs = static_cast<CUstream>(s);
+  switch (element_size) {
+    case 1: return driver_->memset8(Ptr(dst), static_cast<unsigned char>(value), count, cs);
+    case 2: return driver_->memset16(Ptr(dst), static_cast<unsigned short>(value), count, cs);
+    case 4: return driver_->memset32(Ptr(dst), value, count, cs);
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
+                                 const std::vector<KernelInfo>& kernels,
+                                 uint64_t /*globals_base: the driver places them*/,
+                                 uint64_t /*device_heap: the driver's own heap*/) {
+  if (modules_.count(module)) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  auto parsed = image::ParseModuleImageBytes(image, image_size);
+  CUmodule loaded = nullptr;
+  CUresult status = CUDA_SUCCESS;
+  if (parsed.ok() && image::IsFatbin(image, image_size) && !parsed->has_sass &&
+      !parsed->ptx.empty()) {
+    // A fatbin of PTX alone (nvcc -arch=compute_XX, or the client's cuLinkComplete of
+    // several inputs: image::FatbinOfPtx): its PTX for this GPU goes to the JIT as text
+    // rather than the fatbin to cuModuleLoadData. Driver 580 on an H100 crashed (SIGSEGV in
+    // cuModuleLoadData) on a fatbin of FatbinOfPtx's, and a crash here takes every client
+    // of the agent with it.
+    void* jitted = nullptr;
+    status = static_cast<CUresult>(JitPtx(parsed->ptx, &jitted));
+    if (status == CUDA_ERROR_NOT_FOUND) status = CUDA_ERROR_NO_BINARY_FOR_GPU;
+    loaded = static_cast<CUmodule>(jitted);
+  } else {
+    // The image buffer is the server's; the driver copies what it needs during the load.
+    status = driver_->module_load(&loaded, image);
+    if (status != CUDA_SUCCESS && parsed.ok()) {
+      // A driver JITs one PTX entry of an image. When the image's PTX for this GPU is
+      // several units (an -rdc=true program's translation units: image::
+      // WithRelocatablePtx) and its SASS, if any, does not suit the GPU, link the units
+      // here, as the client's driver would have, and load the result.
+      void* linked = nullptr;
+      auto jitted = static_cast<CUresult>(JitPtx(parsed->ptx, &linked, /*at_least=*/2));
+      if (jitted != CUDA_ERROR_NOT_FOUND) {
+        status = jitted;
+        loaded = static_cast<CUmodule>(linked);
+      }
+    }
+  }
+  if (status == CUDA_SUCCESS) modules_[module] = loaded;
+  return status;
+}
+
+int32_t CudaExecutor::JitPtx(const std::vector<image::PtxEntry>& ptx, void** loaded,
+                             size_t at_least) {
+  int major = 0, minor = 0;
+  if (driver_->device_attribute != nullptr) {
+    driver_->device_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
+    driver_->device_attribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device_);
+  }
+  const image::PtxEntry* chosen = image::ChoosePtx(ptx, static_cast<uint32_t>(major * 10 + minor));
+  if (chosen == nullptr) return CUDA_ERROR_NOT_FOUND;
+  std::vector<const image::PtxEntry*> units;
+  for (const image::PtxEntry& entry : ptx) {
+    if (entry.arch == chosen->arch) units.push_back(&entry);
+  }
+  if (units.size() < at_least) return CUDA_ERROR_NOT_FOUND;
+  CUmodule module = nullptr;
+  if (units.size() == 1) {
+    CUresult status = driver_->module_load(&module, units[0]->text.c_str());
+    if (status == CUDA_SUCCESS) *loaded = module;
+    return status;
+  }
+  if (!driver_->has_linker()) return CUDA_ERROR_NOT_SUPPORTED;
+  CUlinkState link = nullptr;
+  CUresult status = driver_->link_create(0, nullptr, nullptr, &link);
+  if (status != CUDA_SUCCESS) return status;
+  for (const image::PtxEntry* unit : units) {
+    if (status != CUDA_SUCCESS) break;
+    // The text with its NUL, as cuLinkAddData takes PTX.
+    status = driver_->link_add_data(link, CU_JIT_INPUT_PTX, const_cast<char*>(unit->text.c_str()),
+                                    unit->text.size() + 1, "unit", 0, nullptr, nullptr);
+  }
+  void* cubin = nullptr;
+  size_t cubin_size = 0;
+  if (status == CUDA_SUCCESS) status = driver_->link_complete(link, &cubin, &cubin_size);
+  // The linked cubin belongs to the link state: load it before destroying that.
+  if (status == CUDA_SUCCESS) status = driver_->module_load(&module, cubin);
+  driver_->link_destroy(link);
+  if (status == CUDA_SUCCESS) *loaded = module;
+  return status;
+}
+
+int32_t CudaExecutor::UnloadModule(uint64_t module) {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUresult status = driver_->module_unload(static_cast<CUmodule>(found->second));
+  for (auto it = module_globals_.begin(); it != module_globals_.end();) {
+    it = it->second.module == module ? module_globals_.erase(it) : std::next(it);
+  }
+  modules_.erase(found);
+  return status;
+}
+
+int32_t CudaExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                                uint64_t* size) {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (driver_->module_global == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUdeviceptr address = 0;
+  size_t bytes = 0;
+  CUresult status = driver_->module_global(&address, &bytes, static_cast<CUmodule>(found->second),
+                                           name.c_str());
+  if (status != CUDA_SUCCESS) return status;
+  module_globals_[address] = ModuleGlobal{bytes, module};
+  *dptr = address;
+  *size = bytes;
+  return CUDA_SUCCESS;
+}
+
+std::string CudaExecutor::TakeErrorDetail() { return std::exchange(error_detail_, {}); }
+
+int32_t CudaExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUfunction f = nullptr;
+  CUresult status = driver_->module_function(&f, static_cast<CUmodule>(found->second), name.c_str());
+  if (status == CUDA_SUCCESS) functions_[function] = f;
+  return status;
+}
+
+bool CudaExecutor::Resources(uint64_t function, FunctionResources* resources) {
+  auto found = functions_.find(function);
+  if (found == functions_.end() || driver_->function_attribute == nullptr) return false;
+  if (Enter() != CUDA_SUCCESS) return false;
+  auto f = static_cast<CUfunction>(found->second);
+  auto get = [&](CUfunction_attribute attribute, int32_t* value) {
+    int number = 0;
+    if (driver_->function_attribute(&number, attribute, f) != CUDA_SUCCESS) return false;
+    *value = number;
+    return true;
+  };
+  return get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &resources->max_threads_per_block) &&
+         get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &resources->static_shared_bytes) &&
+         get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, &resources->const_bytes) &&
+         get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, &resources->local_bytes) &&
+         get(CU_FUNC_ATTRIBUTE_NUM_REGS, &resources->registers);
+}
+
+int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params,
+                             size_t param_size) {
+  auto found = functions_.find(function);
+  if (found == functions_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  void* s = nullptr;
+  if (!StreamFor(config.stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  // More than 48 KiB of dynamic shared memory needs the function's opt-in on the driver
+  // too. The client has checked the size against the attribute the program set (its
+  // cuFuncSetAttribute stays in the client), so the launch opts in for what it asks.
+  if (config.shared_mem > kDefaultDynamicSharedLimit && driver_->function_set_attribute) {
+    CUresult status = driver_->function_set_attribute(
+        static_cast<CUfunction>(found->second), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+        static_cast<int>(config.shared_mem));
+    if (status != CUDA_SUCCESS) return status;
+  }
+  size_t size = param_size;
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(params),
+                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  if (config.cooperative) {
+    // cuLaunchCooperativeKernel takes no packed buffer; cuLaunchKernelEx does.
+    if (driver_->launch_ex == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+    CUlaunchAttribute cooperative{};
+    cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    cooperative.value.cooperative = 1;
+    CUlaunchConfig launch{};
+    launch.gridDimX = config.grid[0];
+    launch.gridDimY = config.grid[1];
+    launch.gridDimZ = config.grid[2];
+    launch.blockDimX = config.block[0];
+    launch.blockDimY = config.block[1];
+    launch.blockDimZ = config.block[2];
+    launch.sharedMemBytes = config.shared_mem;
+    launch.hStream = static_cast<CUstream>(s);
+    launch.attrs = &cooperative;
+    launch.numAttrs = 1;
+    return driver_->launch_ex(&launch, static_cast<CUfunction>(found->second), nullptr,
+                              param_size > 0 ? extra : nullptr);
+  }
+  return driver_->launch(static_cast<CUfunction>(found->second), config.grid[0], config.grid[1],
+                         config.grid[2], config.block[0], config.block[1], config.block[2],
+                         config.shared_mem, static_cast<CUstream>(s), nullptr,
+                         param_size > 0 ? extra : nullptr);
+}
+
+int32_t CudaExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) {
+  if (stream == 0 || streams_.count(stream)) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUstream created = nullptr;
+  CUresult status = driver_->stream_create(&created, flags, priority);
+  if (status == CUDA_SUCCESS) streams_[stream] = created;
+  return status;
+}
+
+int32_t CudaExecutor::DestroyStream(uint64_t stream) {
+  auto found = streams_.find(stream);
+  if (found == streams_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUresult status = driver_->stream_destroy(static_cast<CUstream>(found->second));
+  streams_.erase(found);
+  return status;
+}
+
+int32_t CudaExecutor::SynchronizeStream(uint64_t stream) {
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  if (stream == 0) return driver_->synchronize();
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  return driver_->stream_synchronize(static_cast<CUstream>(s));
+}
+
+int32_t CudaExecutor::QueryStream(uint64_t stream) {
+  void* s = nullptr;
+  if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->stream_query(static_cast<CUstream>(s));
+}
+
+int32_t CudaExecutor::StreamWaitEvent(uint64_t stream, uint64_t event) {
+  void* s = nullptr;
+  auto found = events_.find(event);
+  if (!StreamFor(stream, &s) || found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->stream_wait_event(static_cast<CUstream>(s), static_cast<CUevent>(found->second), 0);
+}
+
+int32_t CudaExecutor::CreateEvent(uint64_t event, uint32_t flags) {
+  if (event == 0 || events_.count(event)) return CUDA_ERROR_INVALID_VALUE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUevent created = nullptr;
+  CUresult status = driver_->event_create(&created, flags);
+  if (status == CUDA_SUCCESS) events_[event] = created;
+  return status;
+}
+
+int32_t CudaExecutor::DestroyEvent(uint64_t event) {
+  auto found = events_.find(event);
+  if (found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUresult status = driver_->event_destroy(static_cast<CUevent>(found->second));
+  events_.erase(found);
+  return status;
+}
+
+int32_t CudaExecutor::RecordEvent(uint64_t event, uint64_t stream) {
+  void* s = nullptr;
+  auto found = events_.find(event);
+  if (!StreamFor(stream, &s) || found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->event_record(static_cast<CUevent>(found->second), static_cast<CUstream>(s));
+}
+
+int32_t CudaExecutor::SynchronizeEvent(uint64_t event) {
+  auto found = events_.find(event);
+  if (found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->event_synchronize(static_cast<CUevent>(found->second));
+}
+
+int32_t CudaExecutor::QueryEvent(uint64_t event) {
+  auto found = events_.find(event);
+  if (found == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->event_query(static_cast<CUevent>(found->second));
+}
+
+int32_t CudaExecutor::ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) {
+  auto first = events_.find(start);
+  auto second = events_.find(end);
+  if (first == events_.end() || second == events_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  return driver_->event_elapsed(milliseconds, static_cast<CUevent>(first->second),
+                                static_cast<CUevent>(second->second));
+}
+
+}  // namespace gpupool::dataplane

@@ -1,0 +1,46 @@
+#include "remote/devices/cuda/cuda_kind.h"
+
+#ifdef GPUPOOL_HAVE_CUDA_DEVICE
+#include "remote/devices/cuda/cuda_backend.h"
+#include "remote/devices/cuda/cuda_executor.h"
+#endif
+
+namespace gpupool::devices {
+namespace {
+
+class CudaExecutors : public device::ExecutorSource {
+ public:
+  Result<std::unique_ptr<dataplane::Executor>> Create(const backend::GpuInfo& gpu) override {
+#ifdef GPUPOOL_HAVE_CUDA_DEVICE
+    return dataplane::CudaExecutor::Create(gpu.uuid);
+#else
+    (void)gpu;
+    return Status::Unavailable("this agent was built without the cuda executor");
+#endif
+  }
+};
+
+class CudaKind : public device::DeviceKind {
+ public:
+  std::string name() const override { return "cuda"; }
+
+  Result<std::unique_ptr<backend::GpuBackend>> OpenBackend(const AgentConfig& config) const override {
+#ifdef GPUPOOL_HAVE_CUDA_DEVICE
+    return backend::OpenCudaBackend(config);
+#else
+    (void)config;
+    return Status::InvalidArgument(
+        "backend 'cuda' is not built into this gpupool-agentd (no cuda.h at build time)");
+#endif
+  }
+
+  std::unique_ptr<device::ExecutorSource> NewExecutorSource() const override {
+    return std::make_unique<CudaExecutors>();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<device::DeviceKind> MakeCudaKind() { return std::make_unique<CudaKind>(); }
+
+}  // namespace gpupool::devices

@@ -1,0 +1,581 @@
+#include "remote/devices/sim/sim_executor.h"
+
+#include <algorithm>
+
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "remote/image/fatbin.h"
+#include "remote/protocol/protocol.h"
+
+namespace gpupool::dataplane {
+namespace {
+
+// CUDA_EVENT_DISABLE_TIMING: elapsed time on such events is CUDA_ERROR_INVALID_HANDLE.
+constexpr uint32_t kEventDisableTiming = 0x2;
+
+// A module's .global/.const variables together (one allocation): a bound far above any
+// GPU's memory, below which sums of the parser's bounded sizes cannot wrap.
+constexpr uint64_t kMaxModuleVariableBytes = uint64_t{1} << 48;
+
+}  // namespace
+
+SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count, uint32_t arch)
+    : memory_(memory), owner_(memory->NewOwner()), sm_count_(sm_count ? sm_count : 1),
+      arch_(arch) {}
+
+SimExecutor::~SimExecutor() {
+  for (auto& [dptr, size] : allocations_) memory_->Release(dptr, owner_);
+}
+
+int32_t SimExecutor::Failed(const char* call, int32_t otherwise) noexcept {
+  int32_t status = otherwise;
+  std::string why;
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    status = kCuOutOfMemory;
+    why = "out of host memory";
+  } catch (const std::exception& error) {
+    why = error.what();
+  } catch (...) {
+    why = "an unknown exception";
+  }
+  try {
+    error_detail_ = std::string(call) + ": " + why;
+  } catch (...) {
+    error_detail_.clear();  // no memory even for the detail: the status says enough
+  }
+  return status;
+}
+
+int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) try {
+  int32_t status = memory_->Allocate(size, owner_, dptr);
+  if (status == kCuSuccess) {
+    try {
+      allocations_[*dptr] = size;
+    } catch (...) {
+      memory_->Release(*dptr, owner_);  // not the session's unless it is on its list
+      throw;
+    }
+    launch_memory_.clear();
+  }
+  return status;
+} catch (...) {
+  return Failed("Allocate", kCuOutOfMemory);
+}
+
+int32_t SimExecutor::AllocateAt(uint64_t address, uint64_t size) try {
+  int32_t status = memory_->AllocateAt(address, size, owner_);
+  if (status == kCuSuccess) {
+    try {
+      allocations_[address] = size;
+    } catch (...) {
+      memory_->Release(address, owner_);  // not the session's unless it is on its list
+      throw;
+    }
+    launch_memory_.clear();
+  }
+  return status;
+} catch (...) {
+  return Failed("AllocateAt", kCuOutOfMemory);
+}
+
+bool SimExecutor::GlobalsRange(uint64_t module, uint64_t* base, uint64_t* size) {
+  auto found = modules_.find(module);
+  if (found == modules_.end() || found->second.globals_base == 0) return false;
+  *base = found->second.globals_base;
+  *size = found->second.globals_size;
+  return true;
+}
+
+int32_t SimExecutor::Free(uint64_t dptr) try {
+  if (dptr == 0) return kCuSuccess;
+  if (allocations_.erase(dptr) == 0) return kCuInvalidValue;  // not ours (or not a start)
+  launch_memory_.clear();
+  return memory_->Release(dptr, owner_);
+} catch (...) {
+  return Failed("Free", kCuUnknown);
+}
+
+void SimExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
+  *total = memory_->capacity();
+  *free = *total - memory_->used();
+}
+
+void* SimExecutor::HostView(uint64_t dptr, uint64_t size) {
+  return memory_->Translate(dptr, size, owner_);
+}
+
+bool SimExecutor::KnownStream(uint64_t stream) const {
+  return stream == 0 || streams_.count(stream) > 0;
+}
+
+// Large copies and memsets go in chunks, each counted as progress: on a loaded host a
+// 1 GiB copy (page faults included) can outlast the watchdog's timeout, and it is no hang.
+// 1 MiB: a starved thread still finishes one well within a timeout (with 8 MiB chunks, a
+// watchdog of 0.3 s once saw no progress during a 768 MiB memset on a loaded CI machine).
+constexpr uint64_t kProgressChunk = 1 << 20;
+
+void SimExecutor::ChunkedCopy(char* to, const char* from, uint64_t size) {
+  for (uint64_t done = 0; done < size; done += kProgressChunk) {
+    std::memmove(to + done, from + done, std::min(kProgressChunk, size - done));
+    if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+int32_t SimExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) try {
+  if (!KnownStream(stream)) return kCuInvalidHandle;
+  if (size == 0) return kCuSuccess;
+  char* host = memory_->Translate(dst, size, owner_);
+  if (host == nullptr) return kCuInvalidValue;
+  if (host != src) ChunkedCopy(host, static_cast<const char*>(src), size);  // or received in place
+  return kCuSuccess;
+} catch (...) {
+  return Failed("CopyToDevice", kCuUnknown);
+}
+
+int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
+                                    const void** data) try {
+  if (!KnownStream(stream)) return kCuInvalidHandle;
+  *data = nullptr;
+  if (size == 0) return kCuSuccess;
+  char* host = memory_->Translate(src, size, owner_);
+  if (host == nullptr) return kCuInvalidValue;
+  *data = host;  // sent in place; the server finishes sending before the next request
+  return kCuSuccess;
+} catch (...) {
+  return Failed("CopyFromDevice", kCuUnknown);
+}
+
+int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
+                                        uint64_t stream) try {
+  if (!KnownStream(stream)) return kCuInvalidHandle;
+  if (size == 0) return kCuSuccess;
+  char* to = memory_->Translate(dst, size, owner_);
+  char* from = memory_->Translate(src, size, owner_);
+  if (to == nullptr || from == nullptr) return kCuInvalidValue;
+  if (to < from || to >= from + size) {
+    ChunkedCopy(to, from, size);  // forward chunks are safe unless `to` starts inside `from`
+  } else {
+    std::memmove(to, from, size);
+  }
+  return kCuSuccess;
+} catch (...) {
+  return Failed("CopyDeviceToDevice", kCuUnknown);
+}
+
+int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
+                            uint64_t stream) try {
+  if (!KnownStream(stream)) return kCuInvalidHandle;
+  if (element_size != 1 && element_size != 2 && element_size != 4) return kCuInvalidValue;
+  if (count == 0) return kCuSuccess;
+  if (count > UINT64_MAX / element_size) return kCuInvalidValue;
+  char* host = memory_->Translate(dst, count * element_size, owner_);
+  if (host == nullptr) return kCuInvalidValue;
+  if (element_size == 1) {
+    for (uint64_t done = 0; done < count; done += kProgressChunk) {
+      std::memset(host + done, static_cast<int>(value & 0xff), std::min(kProgressChunk, count - done));
+      if (progress_ != nullptr) progress_->fetch_add(1, std::memory_order_relaxed);
+    }
+  } else {
+    // Byte copies: `dst` need not be aligned to the element (found by the wire_agent fuzz
+    // target: a uint32_t store there is undefined behaviour).
+    uint16_t value16 = static_cast<uint16_t>(value);
+    const void* element = element_size == 2 ? static_cast<const void*>(&value16)
+                                             : static_cast<const void*>(&value);
+    for (uint64_t i = 0; i < count; ++i) {
+      std::memcpy(host + i * element_size, element, element_size);
+      if (progress_ != nullptr && (i & 0x3ffff) == 0) {
+        progress_->fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  return kCuSuccess;
+} catch (...) {
+  return Failed("Memset", kCuUnknown);
+}
+
+int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
+                                const std::vector<KernelInfo>& kernels, uint64_t globals_base,
+                                uint64_t device_heap) try {
+  if (modules_.count(module)) return kCuInvalidValue;
+  if (device_heap == 0) device_heap = sim::kDeviceHeapBytes;
+  if (device_heap > sim::kMaxDeviceHeapBytes) {
+    error_detail_ = "a device malloc heap of " + std::to_string(device_heap) +
+                    " bytes (CU_LIMIT_MALLOC_HEAP_SIZE) is more than the sim's " +
+                    std::to_string(sim::kMaxDeviceHeapBytes >> 20) + " MiB";
+    return kCuOutOfMemory;
+  }
+  auto parsed = image::ParseModuleImageBytes(image, image_size);
+  if (!parsed.ok()) {
+    error_detail_ = "module image: " + parsed.status().message();
+    return kCuInvalidImage;
+  }
+  if (parsed->ptx.empty()) {
+    // Only SASS: machine code for a real GPU, which the sim cannot execute.
+    error_detail_ = parsed->has_sass ? "the module holds only SASS (a cubin) "
+                                       "and no PTX: the sim GPU runs PTX only"
+                                     : "the module holds no PTX";
+    return parsed->has_sass ? kCuNoBinaryForGpu : kCuInvalidImage;
+  }
+  // What a driver would JIT for this GPU: the newest PTX not newer than it.
+  const image::PtxEntry* chosen = image::ChoosePtx(parsed->ptx, arch_);
+  if (chosen == nullptr) {
+    uint32_t oldest = parsed->ptx.front().arch;
+    for (const image::PtxEntry& entry : parsed->ptx) oldest = std::min(oldest, entry.arch);
+    error_detail_ = "the module's PTX targets compute_" + std::to_string(oldest) +
+                    " or newer; this GPU is compute capability " + std::to_string(arch_ / 10) +
+                    "." + std::to_string(arch_ % 10);
+    // PTX text given as it is goes to the JIT, which refuses a target newer than the GPU
+    // (CUDA_ERROR_INVALID_PTX, as driver 580 answers on an H100); a fatbin just has no
+    // binary for this GPU.
+    return image::IsFatbin(image, image_size) ? kCuNoBinaryForGpu : kCuInvalidPtx;
+  }
+  // Several entries for that architecture are the translation units of a program built
+  // with -rdc=true (the client adds them, image::WithRelocatablePtx): linked into one, as
+  // a driver JIT-links them.
+  std::vector<std::string_view> units;
+  for (const image::PtxEntry& entry : parsed->ptx) {
+    if (entry.arch == chosen->arch) units.push_back(entry.text);
+  }
+  auto ptx = sim::PtxModule::ParseLinked(units, device_heap);
+  if (!ptx.ok()) {
+    error_detail_ = ptx.status().message();
+    return kCuInvalidPtx;
+  }
+  Module loaded;
+  loaded.ptx = std::move(*ptx);
+  // Module variables: one allocation of this session holds them all, in declaration order
+  // (the same image at the same base gives the same addresses on any GPU), initialised
+  // from the PTX.
+  // Checked: each size is bounded by the parser, but their sum is the module's, and a span
+  // that wrapped would put a variable (and its initialiser) outside the allocation.
+  std::map<std::string, uint64_t> offsets;
+  uint64_t span = 0;
+  for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
+    const uint64_t align = std::max<uint64_t>(variable.align, 8);
+    const uint64_t size = std::max<uint64_t>(variable.size, 1);
+    if (align > sim::kMaxAlign || size > sim::kMaxDeclarationBytes ||
+        span > kMaxModuleVariableBytes - size - align) {
+      error_detail_ = "the module's variables up to " + variable.name + " (" +
+                      std::to_string(variable.size) + " bytes) take more than " +
+                      std::to_string(kMaxModuleVariableBytes) + " bytes";
+      return kCuInvalidPtx;
+    }
+    span = (span + align - 1) / align * align;
+    offsets[variable.name] = span;
+    span += size;
+  }
+  if (!offsets.empty()) {
+    uint64_t base = globals_base;
+    int32_t status = globals_base != 0 ? AllocateAt(globals_base, span) : Allocate(span, &base);
+    if (status != kCuSuccess) return status;
+    loaded.globals_base = base;
+    loaded.globals_size = span;
+    char* host = memory_->Translate(base, span, owner_);
+    if (host == nullptr) {
+      error_detail_ = "the module's variables' memory cannot be reached";
+      Free(base);
+      return kCuOutOfMemory;
+    }
+    for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
+      loaded.globals[variable.name] = base + offsets[variable.name];
+      loaded.global_sizes[variable.name] = variable.size;
+    }
+    // Initial values, with the addresses of variables and functions they hold (virtual
+    // tables, pointer tables) filled in.
+    for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
+      auto init = loaded.ptx->InitialBytes(variable, loaded.globals);
+      if (!init.ok()) {
+        error_detail_ = init.status().message();
+        Free(base);
+        return kCuInvalidPtx;
+      }
+      // Within the variable's place, and so within the allocation (the parser refuses an
+      // initialiser longer than its variable; checked again where the bytes are written).
+      const uint64_t offset = offsets[variable.name];
+      const uint64_t bytes = std::min<uint64_t>(init->size(), variable.size);
+      if (offset > span || bytes > span - offset) {
+        error_detail_ = "the initialiser of " + variable.name + " lies outside the module's memory";
+        Free(base);
+        return kCuInvalidPtx;
+      }
+      if (bytes != 0) std::memcpy(host + offset, init->data(), bytes);
+    }
+  }
+  modules_[module] = std::move(loaded);
+  return kCuSuccess;
+} catch (...) {
+  return Failed("LoadModule", kCuInvalidImage);
+}
+
+void SimExecutor::FreeModule(Module& module) {
+  if (module.globals_base != 0) Free(module.globals_base);
+  module.globals_base = 0;
+  module.globals.clear();
+}
+
+int32_t SimExecutor::UnloadModule(uint64_t module) try {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return kCuInvalidHandle;
+  for (auto it = functions_.begin(); it != functions_.end();) {
+    it = it->second.module == module ? functions_.erase(it) : std::next(it);
+  }
+  FreeModule(found->second);
+  modules_.erase(found);
+  return kCuSuccess;
+} catch (...) {
+  return Failed("UnloadModule", kCuUnknown);
+}
+
+int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) try {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return kCuInvalidHandle;
+  Module& loaded = found->second;
+  if (!loaded.ptx->HasKernel(name)) return kCuNotFound;
+  auto kernel = loaded.ptx->Decode(name, loaded.globals);
+  if (!kernel.ok()) {
+    error_detail_ = "kernel " + name + ": " + kernel.status().message();
+    return kCuInvalidPtx;
+  }
+  functions_[function] = Function{module, *kernel};
+  return kCuSuccess;
+} catch (...) {
+  return Failed("GetFunction", kCuInvalidPtx);
+}
+
+bool SimExecutor::Resources(uint64_t function, dataplane::FunctionResources* resources) {
+  auto found = functions_.find(function);
+  if (found == functions_.end()) return false;
+  const sim::KernelNeeds needs = sim::NeedsOf(*found->second.kernel);
+  auto clamp = [](uint64_t value) {
+    return static_cast<int32_t>(std::min<uint64_t>(value, INT32_MAX));
+  };
+  resources->max_threads_per_block = clamp(needs.max_threads);
+  resources->static_shared_bytes = clamp(needs.static_shared);
+  resources->const_bytes = clamp(needs.const_bytes);
+  resources->local_bytes = clamp(needs.local_bytes);
+  resources->registers = 0;  // the sim allocates no registers: the library's assumption holds
+  return true;
+}
+
+int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
+                               uint64_t* size) try {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return kCuInvalidHandle;
+  auto global = found->second.globals.find(name);
+  if (global == found->second.globals.end()) return kCuNotFound;
+  *dptr = global->second;
+  *size = found->second.global_sizes[name];
+  return kCuSuccess;
+} catch (...) {
+  return Failed("GetGlobal", kCuUnknown);
+}
+
+int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params,
+                            size_t param_size) try {
+  auto found = functions_.find(function);
+  if (found == functions_.end()) return kCuInvalidHandle;
+  if (!KnownStream(config.stream)) return kCuInvalidHandle;
+  if (cancelled_.load(std::memory_order_relaxed)) {
+    error_detail_ = sim::kCancelledDetail;
+    return kCuLaunchTimeout;
+  }
+  uint64_t threads = uint64_t{config.block[0]} * config.block[1] * config.block[2];
+  if (threads == 0 || threads > 1024 || config.block[2] > 64 || config.grid[0] == 0 ||
+      config.grid[1] == 0 || config.grid[2] == 0 || config.grid[1] > 65535 ||
+      config.grid[2] > 65535) {
+    return kCuInvalidValue;
+  }
+  sim::LaunchSpec spec;
+  std::memcpy(spec.grid, config.grid, sizeof(spec.grid));
+  std::memcpy(spec.block, config.block, sizeof(spec.block));
+  spec.dynamic_shared = config.shared_mem;
+  spec.params = static_cast<const uint8_t*>(params);
+  spec.param_size = param_size;
+  spec.sm_count = sm_count_;
+  spec.progress = progress_;
+  spec.printf_out = &output_;
+  spec.printf_dropped = &output_dropped_;
+  spec.cancel = &cancelled_;
+  spec.error_detail = &error_detail_;
+  if (launch_memory_.empty() && !allocations_.empty()) {
+    // What kernels may reach, made again only when this session's allocations change (a
+    // block's host memory stays where it is while it lives).
+    launch_memory_.reserve(allocations_.size());
+    for (const auto& [dptr, size] : allocations_) {
+      char* host = memory_->Translate(dptr, size, owner_);
+      if (host != nullptr) launch_memory_.push_back(sim::MemoryRange{dptr, size, host});
+    }
+  }
+  sim::DeviceLaunches children;
+  spec.device_launches = &children;
+  if (!config.cooperative) {
+    // Lent to the launch, not copied: an allocation per launch otherwise.
+    spec.memory.swap(launch_memory_);
+    int32_t status = sim::RunKernel(*found->second.kernel, spec);
+    if (status == kCuSuccess && !children.queued.empty()) {
+      status = RunChildren(found->second.module, spec, std::move(children.queued));
+    }
+    spec.memory.swap(launch_memory_);
+    return status;
+  }
+  spec.memory = launch_memory_;
+  // A cooperative launch gets a zeroed grid workspace of its own for as long as it runs
+  // (grid.sync() counts the blocks that have arrived there).
+  uint64_t workspace = 0;
+  if (int32_t status = memory_->Allocate(sim::kGridWorkspaceBytes, owner_, &workspace);
+      status != kCuSuccess) {
+    return status;
+  }
+  char* host = memory_->Translate(workspace, sim::kGridWorkspaceBytes, owner_);
+  std::memset(host, 0, sim::kGridWorkspaceBytes);
+  sim::MemoryRange range{workspace, sim::kGridWorkspaceBytes, host};
+  spec.memory.insert(std::upper_bound(spec.memory.begin(), spec.memory.end(), range,
+                                      [](const sim::MemoryRange& a, const sim::MemoryRange& b) {
+                                        return a.start < b.start;
+                                      }),
+                     range);
+  spec.cooperative = true;
+  spec.grid_workspace = workspace;
+  // Released however the launch ends (an exception included: it is no allocation of the
+  // session's, so nothing else would free it).
+  struct ReleaseWorkspace {
+    SimDeviceMemory* memory;
+    SimDeviceMemory::Owner owner;
+    uint64_t address;  // 0: released
+    ~ReleaseWorkspace() {
+      if (address != 0) memory->Release(address, owner);
+    }
+  } release{memory_, owner_, workspace};
+  int32_t status = sim::RunKernel(*found->second.kernel, spec);
+  memory_->Release(std::exchange(release.address, 0), owner_);
+  if (status == kCuSuccess && !children.queued.empty()) {
+    spec.memory = launch_memory_;
+    spec.cooperative = false;
+    status = RunChildren(found->second.module, spec, std::move(children.queued));
+  }
+  return status;
+} catch (...) {
+  return Failed("Launch", kCuLaunchFailed);
+}
+
+int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
+                                 std::vector<sim::DeviceLaunch> queued) {
+  auto found = modules_.find(module);
+  if (found == modules_.end()) return kCuInvalidHandle;
+  // Tail launches after the parent's other children, as the device runtime orders them.
+  std::stable_partition(queued.begin(), queued.end(),
+                        [](const sim::DeviceLaunch& launch) { return !launch.tail; });
+  for (sim::DeviceLaunch& launch : queued) {
+    auto kernel = found->second.ptx->Decode(launch.kernel, found->second.globals);
+    if (!kernel.ok()) {
+      error_detail_ = "kernel " + launch.kernel +
+                      ", launched by a kernel: " + std::string(kernel.status().message());
+      return kCuLaunchFailed;
+    }
+    sim::LaunchSpec spec;
+    std::memcpy(spec.grid, launch.grid, sizeof(spec.grid));
+    std::memcpy(spec.block, launch.block, sizeof(spec.block));
+    spec.dynamic_shared = launch.dynamic_shared;
+    spec.params = launch.params.data();
+    spec.param_size = launch.params.size();
+    spec.memory = parent.memory;
+    spec.sm_count = parent.sm_count;
+    spec.progress = parent.progress;
+    spec.printf_out = parent.printf_out;
+    spec.printf_dropped = parent.printf_dropped;
+    spec.cancel = parent.cancel;
+    spec.error_detail = parent.error_detail;
+    spec.depth = parent.depth + 1;
+    sim::DeviceLaunches children;
+    spec.device_launches = &children;
+    // Each grid after its parent, and after its earlier siblings with their own children.
+    int32_t status = sim::RunKernel(**kernel, spec);
+    if (status == kCuSuccess && !children.queued.empty()) {
+      status = RunChildren(module, spec, std::move(children.queued));
+    }
+    if (status != kCuSuccess) return status;
+  }
+  return kCuSuccess;
+}
+
+std::string SimExecutor::TakeOutput() {
+  std::string output = std::exchange(output_, {});
+  if (const uint64_t dropped = std::exchange(output_dropped_, 0); dropped != 0) {
+    output += "[gpupool: " + std::to_string(dropped) +
+              " bytes of device printf output dropped: more than " +
+              std::to_string(sim::kMaxPrintfBytes) +
+              " bytes between synchronisations, the size of CUDA's printf buffer]\n";
+  }
+  return output;
+}
+
+std::string SimExecutor::TakeErrorDetail() { return std::exchange(error_detail_, {}); }
+
+int32_t SimExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) try {
+  if (stream == 0 || !streams_.insert(stream).second) return kCuInvalidValue;
+  return kCuSuccess;
+} catch (...) {
+  return Failed("CreateStream", kCuUnknown);
+}
+
+int32_t SimExecutor::DestroyStream(uint64_t stream) {
+  return streams_.erase(stream) ? kCuSuccess : kCuInvalidHandle;
+}
+
+int32_t SimExecutor::SynchronizeStream(uint64_t stream) {
+  return KnownStream(stream) ? kCuSuccess : kCuInvalidHandle;
+}
+
+int32_t SimExecutor::QueryStream(uint64_t stream) { return SynchronizeStream(stream); }
+
+int32_t SimExecutor::StreamWaitEvent(uint64_t stream, uint64_t event) {
+  if (!KnownStream(stream) || !events_.count(event)) return kCuInvalidHandle;
+  return kCuSuccess;  // everything before the event already ran
+}
+
+int32_t SimExecutor::CreateEvent(uint64_t event, uint32_t flags) try {
+  if (event == 0 || events_.count(event)) return kCuInvalidValue;
+  events_[event].flags = flags;
+  return kCuSuccess;
+} catch (...) {
+  return Failed("CreateEvent", kCuUnknown);
+}
+
+int32_t SimExecutor::DestroyEvent(uint64_t event) {
+  return events_.erase(event) ? kCuSuccess : kCuInvalidHandle;
+}
+
+int32_t SimExecutor::RecordEvent(uint64_t event, uint64_t stream) try {
+  auto found = events_.find(event);
+  if (found == events_.end() || !KnownStream(stream)) return kCuInvalidHandle;
+  found->second.recorded = true;
+  found->second.when = std::chrono::steady_clock::now();
+  return kCuSuccess;
+} catch (...) {
+  return Failed("RecordEvent", kCuUnknown);
+}
+
+int32_t SimExecutor::SynchronizeEvent(uint64_t event) {
+  return events_.count(event) ? kCuSuccess : kCuInvalidHandle;
+}
+
+int32_t SimExecutor::QueryEvent(uint64_t event) { return SynchronizeEvent(event); }
+
+int32_t SimExecutor::ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) {
+  auto first = events_.find(start);
+  auto second = events_.find(end);
+  if (first == events_.end() || second == events_.end()) return kCuInvalidHandle;
+  if ((first->second.flags | second->second.flags) & kEventDisableTiming) {
+    return kCuInvalidHandle;
+  }
+  if (!first->second.recorded || !second->second.recorded) return kCuInvalidHandle;
+  *milliseconds = std::chrono::duration<float, std::milli>(second->second.when -
+                                                           first->second.when).count();
+  return kCuSuccess;
+}
+
+}  // namespace gpupool::dataplane

@@ -1,0 +1,63 @@
+#include "remote/devices/sim/sim_kind.h"
+
+#include <unistd.h>
+
+#include <map>
+#include <mutex>
+
+#include "remote/device/topology.h"
+#include "remote/devices/sim/sim_backend.h"
+#include "remote/devices/sim/sim_executor.h"
+#include "remote/devices/sim/sim_memory.h"
+
+namespace gpupool::devices {
+namespace {
+
+// One server's sim executors: the sessions of one GPU share its device memory (capacity
+// is per GPU, as on a real one), made when the GPU's first session starts.
+class SimExecutors : public device::ExecutorSource {
+ public:
+  Result<std::unique_ptr<dataplane::Executor>> Create(const backend::GpuInfo& gpu) override {
+    // One GPU's memory is used by that GPU's thread only (SimDeviceMemory's sessions are);
+    // the map itself is shared.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& memory = memory_[gpu.index];
+    if (!memory) memory = std::make_unique<dataplane::SimDeviceMemory>(gpu.index, gpu.memory_bytes);
+    return std::unique_ptr<dataplane::Executor>(std::make_unique<dataplane::SimExecutor>(
+        memory.get(), gpu.multiprocessor_count, gpu.cc_major * 10 + gpu.cc_minor));
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, std::unique_ptr<dataplane::SimDeviceMemory>> memory_;  // by GPU index; mu_
+};
+
+class SimKind : public device::DeviceKind {
+ public:
+  std::string name() const override { return "sim"; }
+
+  // `config.host` seeds the GPUs' UUIDs (gethostname() when empty).
+  Result<std::unique_ptr<backend::GpuBackend>> OpenBackend(const AgentConfig& config) const override {
+    std::string host = config.host;
+    if (host.empty()) {
+      char buf[256] = {};
+      gethostname(buf, sizeof(buf) - 1);
+      host = buf;
+    }
+    int numa_nodes = backend::Topology::Load(/*with_pci=*/false)->NumaNodeCount();
+    Result<std::unique_ptr<backend::SimBackend>> sim =
+        backend::SimBackend::Create(host, config.sim_gpus, numa_nodes);
+    if (!sim.ok()) return sim.status();
+    return std::unique_ptr<backend::GpuBackend>(std::move(sim.value()));
+  }
+
+  std::unique_ptr<device::ExecutorSource> NewExecutorSource() const override {
+    return std::make_unique<SimExecutors>();
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<device::DeviceKind> MakeSimKind() { return std::make_unique<SimKind>(); }
+
+}  // namespace gpupool::devices

@@ -1,0 +1,228 @@
+// The data-path protocol: operations the replacement libcuda.so.1 sends to the agent's
+// dataplane server, with their argument and result structs (carried by transport/wire.h).
+//
+// Handles (streams, events, modules, functions) are chosen by the client, so creating one
+// needs no round trip. Device pointers are the server's (real or simulated) device
+// addresses; a client may choose them (MemAllocArgs::address, ModuleLoadArgs::globals_base)
+// so that they stay the same when it moves to another GPU. The server answers with the
+// address it used: a client must check it (an executor that cannot place memory ignores
+// the request). Status values are CUresult numbers (defined here so the server side builds
+// without cuda.h).
+//
+// Bump kProtocolVersion on any incompatible change: Hello refuses a mismatch.
+#pragma once
+
+#include <cstdint>
+
+namespace gpupool::dataplane {
+
+inline constexpr uint32_t kProtocolVersion = 5;
+
+// CUresult values used by the server (same numbers as cuda.h).
+enum CuStatus : int32_t {
+  kCuSuccess = 0,
+  kCuInvalidValue = 1,
+  kCuOutOfMemory = 2,
+  kCuNotInitialized = 3,
+  kCuNoDevice = 100,
+  kCuInvalidDevice = 101,
+  kCuInvalidImage = 200,
+  kCuInvalidContext = 201,
+  kCuNoBinaryForGpu = 209,
+  kCuInvalidPtx = 218,
+  kCuDeviceUnavailable = 46,
+  kCuEccUncorrectable = 214,
+  kCuInvalidHandle = 400,
+  kCuNotFound = 500,
+  kCuNotReady = 600,
+  kCuIllegalAddress = 700,
+  kCuLaunchOutOfResources = 701,
+  kCuLaunchTimeout = 702,
+  kCuAssert = 710,
+  kCuLaunchFailed = 719,
+  kCuCooperativeLaunchTooLarge = 720,
+  kCuNotPermitted = 800,
+  kCuNotSupported = 801,
+  kCuUnknown = 999,
+};
+
+enum Op : uint32_t {
+  kOpHello = 1,
+  kOpMemAlloc,
+  kOpMemFree,
+  kOpMemGetInfo,
+  kOpMemcpyHtoD,   // payload: the bytes
+  kOpMemcpyDtoH,   // reply bulk: the bytes
+  kOpMemcpyDtoD,
+  kOpMemset,
+  kOpModuleLoad,   // payload: ModuleImage (below)
+  kOpModuleUnload,
+  kOpGetFunction,
+  kOpLaunch,       // payload: the packed kernel parameters
+  kOpStreamCreate,
+  kOpStreamDestroy,
+  kOpStreamSynchronize,
+  kOpStreamQuery,
+  kOpStreamWaitEvent,
+  kOpEventCreate,
+  kOpEventDestroy,
+  kOpEventRecord,
+  kOpEventSynchronize,
+  kOpEventQuery,
+  kOpEventElapsed,
+  kOpContextSynchronize,
+  kOpModuleGetGlobal,  // ModuleGetGlobalArgs -> ModuleGetGlobalResult
+  kOpRecovered,        // RecoveredArgs, one-way: this process recovered here (failover)
+  // The handoff of a planned move (gpupool-remote(7), FAILOVER): device memory goes from
+  // the old GPU's agent to the new one's, not through the compute node.
+  kOpHandoffOffer,   // client -> old agent: -> HandoffOfferResult, then printf text
+  kOpHandoffPull,    // client -> new agent: HandoffPullArgs -> HandoffPullResult
+  kOpHandoffAttach,  // new agent -> old agent, a connection's first request: HandoffAttachArgs
+  kOpHandoffRead,    // new agent -> old agent: HandoffReadArgs -> reply bulk: the bytes
+  kOpHandoffDone,    // new agent -> old agent: the offered session is closed (memory freed)
+  kOpCount,
+};
+
+// Requests after which the GPU's earlier work has run (synchronisations, and a blocking
+// device-to-host copy): device printf text comes back in their replies, checkpoints are
+// taken at them, and managed memory is the host's again after them.
+inline bool Synchronises(uint32_t op) {
+  return op == kOpStreamSynchronize || op == kOpContextSynchronize ||
+         op == kOpEventSynchronize || op == kOpMemcpyDtoH;
+}
+
+// Fixed-size strings are NUL-terminated and NUL-padded.
+struct HelloArgs {
+  uint32_t protocol_version = kProtocolVersion;
+  uint32_t reserved = 0;
+  char lease_id[64] = {};
+  char token[160] = {};
+  char gpu_uuid[64] = {};
+};
+
+// What the client needs to answer device queries (cuDeviceGetAttribute and friends).
+struct DeviceDescription {
+  char uuid[64] = {};     // "GPU-xxxxxxxx-xxxx-..."
+  char name[96] = {};     // e.g. "NVIDIA A100-SXM4-80GB"
+  char pci_bus_id[32] = {};
+  uint64_t total_memory = 0;
+  int32_t cc_major = 0, cc_minor = 0;
+  int32_t multiprocessor_count = 0;
+  int32_t driver_version = 0;  // of the GPU host's driver (cuda executor), else ours
+  char executor[16] = {};      // "sim" or "cuda"
+};
+
+struct MemAllocArgs { uint64_t size; uint64_t address = 0; };  // 0: the server chooses
+struct MemAllocResult { uint64_t dptr; };
+struct MemFreeArgs { uint64_t dptr; };
+struct MemInfoResult { uint64_t free; uint64_t total; };
+struct MemcpyHtoDArgs { uint64_t dst; uint64_t size; uint64_t stream; };
+struct MemcpyDtoHArgs { uint64_t src; uint64_t size; uint64_t stream; };
+struct MemcpyDtoDArgs { uint64_t dst; uint64_t src; uint64_t size; uint64_t stream; };
+struct MemsetArgs {
+  uint64_t dst;
+  uint64_t count;         // elements
+  uint32_t value;
+  uint32_t element_size;  // 1, 2 or 4
+  uint64_t stream;
+};
+
+// ModuleLoad payload: ModuleImageHeader, the image bytes (fatbin or cubin as the client
+// got it), then `kernel_count` KernelEntry records each followed by its name bytes.
+// globals_base 0: the server chooses. device_heap: the bytes of the heap of device-side
+// malloc for a module that calls it (the context's CU_LIMIT_MALLOC_HEAP_SIZE; 0: 8 MiB).
+struct ModuleLoadArgs {
+  uint64_t module;
+  uint64_t globals_base = 0;
+  uint64_t device_heap = 0;
+};
+// Where the module's variables are: one range (size 0: none, or the executor keeps them
+// apart, so the client cannot save them).
+struct ModuleLoadResult { uint64_t globals_base; uint64_t globals_size; };
+struct ModuleImageHeader { uint64_t image_size; uint32_t kernel_count; uint32_t reserved; };
+struct KernelEntry { uint32_t name_len; uint32_t param_size; };
+struct ModuleUnloadArgs { uint64_t module; };
+struct GetFunctionArgs { uint64_t module; uint64_t function; char name[512]; };
+// GetFunction's reply, when the executor can say (else empty): what the kernel was
+// compiled to need, for cuFuncGetAttribute and the occupancy calculators. Only about the
+// session's own module, as every request. 0: unknown (the library assumes its defaults).
+struct FunctionResources {
+  int32_t max_threads_per_block = 0;  // a launch of more fails (.maxntid, registers)
+  int32_t static_shared_bytes = 0;
+  int32_t const_bytes = 0;
+  int32_t local_bytes = 0;  // per thread
+  int32_t registers = 0;    // per thread
+  int32_t reserved = 0;
+};
+
+struct LaunchArgs {
+  uint64_t function;
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared_mem;
+  uint32_t param_size;
+  uint64_t stream;
+  uint32_t flags = 0;  // kLaunchCooperative; other bits must be 0
+  uint32_t reserved = 0;
+};
+inline constexpr uint32_t kLaunchCooperative = 1;  // cuLaunchCooperativeKernel
+
+struct StreamArgs { uint64_t stream; uint32_t flags; int32_t priority; };
+struct EventArgs { uint64_t event; uint32_t flags; uint32_t reserved; };
+struct EventRecordArgs { uint64_t event; uint64_t stream; };
+struct StreamWaitEventArgs { uint64_t stream; uint64_t event; };
+struct EventElapsedArgs { uint64_t start; uint64_t end; };
+struct EventElapsedResult { float milliseconds; uint32_t reserved; };
+
+// cuModuleGetGlobal: a module variable's device address and size.
+struct ModuleGetGlobalArgs { uint64_t module; char name[512]; };
+struct ModuleGetGlobalResult { uint64_t dptr; uint64_t size; };
+
+// After a recovery the client tells the replacement's agent (which tells gpupoold: a
+// "recovered" event). The agent attaches the session's own lease and GPU to it.
+struct RecoveredArgs {
+  uint64_t pause_ms;
+  uint64_t restored_bytes;  // from the process's checkpoint, through the compute node
+  uint64_t replayed;
+  char from[64];          // the GPU that was lost
+  uint64_t copied_bytes;  // from the old GPU's agent, agent to agent (a handoff)
+};
+
+// Handoff. Who may do what:
+//  - kOpHandoffOffer: only a session whose lease moved away from a healthy GPU (revoked
+//    by the agent, its memory kept for agent.handoff window), once. The agent waits for
+//    the session's work to finish and answers a ticket: 32 random bytes, in hex.
+//  - kOpHandoffPull: an attached session (its lease holds this GPU). Its agent connects to
+//    `endpoint` for GPU `gpu_uuid`, attaches with the ticket, and copies every range of
+//    this session (its allocations and module variables, as the client created them again
+//    here) from the offered session's memory at the same addresses.
+//  - kOpHandoffAttach: the first request of a connection (instead of a hello); the ticket
+//    is used up by it. The connection may then only read the offered session's memory
+//    (kOpHandoffRead) and end the handoff (kOpHandoffDone); anything else closes it.
+inline constexpr size_t kHandoffTicketSize = 65;  // 64 hex digits and NUL
+struct HandoffOfferResult {
+  char ticket[kHandoffTicketSize];
+  char reserved[7];
+  uint64_t last_seq;  // the transport seq of the last request the old GPU ran
+};
+struct HandoffPullArgs {
+  char endpoint[256];
+  char gpu_uuid[64];
+  char ticket[kHandoffTicketSize];
+  char reserved[7];
+};
+struct HandoffPullResult { uint64_t bytes; uint64_t ranges; };
+struct HandoffAttachArgs {
+  uint32_t protocol_version = kProtocolVersion;
+  uint32_t reserved = 0;
+  char gpu_uuid[64] = {};
+  char ticket[kHandoffTicketSize] = {};
+  char padding[7] = {};
+};
+struct HandoffReadArgs { uint64_t src; uint64_t size; };
+
+// Device printf: the reply's inline bytes (`out`) of kOpStreamSynchronize,
+// kOpContextSynchronize, kOpEventSynchronize and kOpMemcpyDtoH carry the text kernels
+// printed since the previous such reply; the client writes it to its stdout.
+
+}  // namespace gpupool::dataplane

@@ -1,0 +1,116 @@
+// The PTX engine's second tier: kernels whose threads meet only at barriers, compiled to
+// host code with LLVM (docs/ptx-engine.md, Design, "Compile").
+//
+// The interpreter (interp/interpreter.cc) runs every kernel a warp at a time, 32 lanes in
+// step. A kernel whose threads exchange data only across __syncthreads() (no warp-level
+// operation, no load or atomic another thread could be waited for through, no local
+// memory or call) gives the same results whatever order its threads run in between
+// barriers, so it may run one thread after another in compiled code. This tier compiles
+// those kernels, from their parsed PTX, into one host function per kernel that runs a CTA.
+// Every global and shared access is checked as the interpreter checks it: a stray one ends
+// the launch with CUDA_ERROR_ILLEGAL_ADDRESS and the same kind of detail.
+//
+// A kernel the tier cannot take (an instruction outside its list, say) runs on the
+// interpreter; `JitMode` says when the tier is tried at all.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace gpupool::sim {
+
+struct RawFunction;     // front/program.h
+struct SharedVariable;  // front/program.h
+struct LaunchSpec;      // ptx_engine.h
+class CompiledKernel;
+
+// When kernels are compiled (environment variable GPUPOOL_PTX_JIT of the process that runs
+// the engine: the agent, gpupool-dataplane-testd):
+//   off     never: every kernel runs on the interpreter;
+//   auto    (default) a kernel the tier can take, once its launches have run kJitAfterThreads
+//           threads on the interpreter, a launch counting as at least kJitLaunchThreads
+//           (a kernel launched a few times on small grids is not worth the compile,
+//           0.02-1 s), on a thread of its own: launches go on on the
+//           interpreter until the code is ready, so no launch waits for LLVM (nor looks
+//           hung to the agent's watchdog meanwhile);
+//   always  at its first launch, which waits for it (the tests use it to run their kernels
+//           through the tier).
+// An unknown value counts as auto, and says so once on stderr.
+enum class JitMode { kOff, kAuto, kAlways };
+JitMode CurrentJitMode();       // read from the environment at the first call
+void SetJitMode(JitMode mode);  // for tests and benchmarks
+inline constexpr uint64_t kJitAfterThreads = uint64_t{1} << 20;
+// What a launch costs the interpreter before its first thread runs (its CTA's set-up) is
+// about 0.3 us more than compiled code's: an empty one-thread kernel costs the agent
+// 0.48 us per launch interpreted, 0.19 us compiled (scripts/bench/remote's launches). A
+// kernel launched often on one thread is then compiled after 65,536 launches, about where
+// the 0.3 us saved pays for a small kernel's compile (20-50 ms).
+inline constexpr uint64_t kJitLaunchThreads = 16;
+// A thread that runs launches keeps one launch's scratch for the next (the interpreter's
+// CTA context, the compiled code's worker state), so that a stream of small launches
+// allocates nothing per launch; scratch over this size is let go after its launch, so that
+// one large launch does not pin its memory to the thread.
+inline constexpr size_t kKeptScratchBytes = size_t{16} << 20;
+
+// Per decoded kernel: its compiled form once made, and why not when it cannot be.
+struct JitSlot {
+  std::mutex mu;
+  std::condition_variable compiled_cv;  // a background compile is done
+  bool tried = false;
+  bool compiling = false;                    // in the background
+  std::string refused;                       // why the tier cannot take the kernel
+  std::shared_ptr<CompiledKernel> compiled;  // set when tried and not refused
+  std::atomic<uint64_t> threads_run{0};      // on the interpreter, for kAuto
+  std::atomic<uint64_t> jit_launches{0};     // run compiled (tests check the tier ran)
+};
+
+// The CTA's static shared memory as the decoder laid it out (DecodedKernel): the tier
+// takes it as it is, so that both tiers place, size and check shared memory alike and a
+// launch's limits (RunKernel) hold for compiled code too. A name not here is no .shared
+// variable of the kernel (one the decoder never placed, say a label of the same name).
+struct SharedLayout {
+  std::map<std::string, uint64_t> offsets;  // .shared variable -> offset in the CTA's
+  uint64_t size = 0;                        // bytes (DecodedKernel::static_shared)
+};
+
+// Bounds on the work of one compile (the compile thread is shared by every tenant of the
+// process): a kernel over them runs on the interpreter, and *refused says which.
+//  - registers saved and restored at barriers, summed over the barriers (the code it
+//    makes grows with barriers x live registers);
+//  - steps of the liveness analysis that finds them (passes x instructions x registers).
+inline constexpr uint64_t kMaxBarrierSaves = uint64_t{1} << 15;
+inline constexpr uint64_t kMaxLivenessWork = uint64_t{1} << 28;
+
+// Compiles `entry` (an .entry of a parsed module, whose CTA's shared memory is `shared`)
+// if the tier can take it; otherwise returns nullptr and says why in *refused.
+// `param_size`: bytes of its parameters. Throws nothing (a failure is a refusal).
+std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry, const SharedLayout& shared,
+                                              uint32_t param_size, std::string* refused);
+
+// Compiles `entry` for `slot` on the background compiler's thread (GPUPOOL_PTX_JIT=auto);
+// the caller holds slot->mu and has set slot->tried. The entry and the layout are copied:
+// the module may be unloaded meanwhile.
+void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry,
+                         const SharedLayout& shared, uint32_t param_size);
+
+// Waits until no background compile of `slot` is pending (tests).
+void WaitForCompile(JitSlot& slot);
+
+// Whether `kernel` also has vector code (kernels of straight code and forward branches,
+// without barriers, shared memory or atomics: 8 threads of a row at once), which launches
+// whose blocks' x extent is a multiple of 8 run.
+bool HasVectorCode(const CompiledKernel& kernel);
+
+// Runs a launch of a compiled kernel: its blocks split over `workers` threads as the
+// interpreter splits them. Returns a CUresult as RunKernel does (success, or
+// CUDA_ERROR_ILLEGAL_ADDRESS with spec.error_detail saying where).
+int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32_t workers);
+
+}  // namespace gpupool::sim

@@ -1,0 +1,228 @@
+// The PTX engine of the sim GPU: runs the PTX of any kernel with CUDA
+// semantics.
+//
+// Three stages (docs/ptx-engine.md):
+//   1. PtxModule::Parse reads PTX text into functions of statements (names
+//   resolved per
+//      `{ }` scope) and module variables (.global/.const with initialisers,
+//      .shared).
+//   2. PtxModule::Decode lowers one kernel, once, into a compact program:
+//   device
+//      functions (.func) are inlined at their call sites, every register,
+//      immediate and symbol address becomes a slot of a per-warp register file,
+//      branch targets are instruction indices, and each instruction carries the
+//      handler that executes it.
+//   3. RunKernel executes a launch: CTAs one after another, the warps of a CTA
+//   one at a
+//      time until each reaches a barrier or exits, each instruction on all
+//      active lanes of a warp at once (lane loops over [slot][32] arrays).
+//      Divergent lanes keep their own program counters; the lowest one runs
+//      first, so lanes reconverge where paths meet.
+//
+// Memory: global (and .const) addresses are the session's device addresses,
+// checked against its allocations on every access; shared, local and param
+// memory have windows of their own in the generic address space. A stray access
+// ends the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace gpupool::sim {
+
+// Generic-address windows of the non-global state spaces (global addresses stay
+// below 2^48: the sim's device addresses start at 16 TiB per GPU).
+inline constexpr uint64_t kSharedWindow = 1ull << 48;
+inline constexpr uint64_t kLocalWindow = 2ull << 48;
+inline constexpr uint64_t kParamWindow = 3ull << 48;
+inline constexpr uint64_t kWindowSize = 1ull << 48;
+// Addresses of device functions (function pointers, virtual tables): a window of their own,
+// where no load or store reaches memory. A function's address is fixed by its module's PTX
+// (FunctionAddress in front/module.cc), so it is the same on any GPU.
+inline constexpr uint64_t kCodeWindow = 4ull << 48;
+
+// Bounds on what a module's PTX declares (the PTX comes from a job; the parser refuses
+// more with CUDA_ERROR_INVALID_PTX, naming the declaration): any one variable, array or
+// initialiser at most kMaxDeclarationBytes, a .shared variable at most kMaxSharedBytes (a
+// block's shared memory on sm_80 and later, which a launch may not exceed either), an
+// `.align` a power of two of at most kMaxAlign. Sums of sizes (a module's variables, a
+// kernel's local memory) are checked where they are made.
+inline constexpr uint64_t kMaxDeclarationBytes = uint64_t{1} << 40;
+inline constexpr uint64_t kMaxSharedBytes = 228 * 1024;
+inline constexpr uint64_t kMaxAlign = uint64_t{1} << 16;
+
+// Device printf text a session keeps between synchronising calls, as CUDA's printf buffer
+// (cudaLimitPrintfFifoSize, 1 MiB by default) holds it: more is dropped, and the text
+// ends with a note saying how many bytes were (AppendPrintf).
+inline constexpr uint64_t kMaxPrintfBytes = uint64_t{1} << 20;
+
+// Device-side malloc and free: a module that calls them gets a variable of this name, its
+// heap, of the size the context's CU_LIMIT_MALLOC_HEAP_SIZE says at the module's load
+// (8 MiB by default, as in CUDA), at most kMaxDeviceHeapBytes.
+inline constexpr const char* kDeviceHeapVariable = "$gpupool_device_heap";
+inline constexpr uint64_t kDeviceHeapBytes = uint64_t{8} << 20;
+inline constexpr uint64_t kMaxDeviceHeapBytes = uint64_t{2} << 30;
+
+// An address in a variable's initialiser (`= {generic(x), f, 0xFF00(generic(s)+8)}`):
+// `size` bytes at `offset` hold ((address of `symbol`) + addend) & mask, shifted down by the
+// mask's trailing zero bits. `symbol` is a module variable or a device function.
+struct Relocation {
+  uint64_t offset = 0;
+  uint32_t size = 8;
+  std::string symbol;
+  int64_t addend = 0;
+  uint64_t mask = ~uint64_t{0};
+};
+
+struct ModuleVariable {
+  std::string name;
+  bool is_const = false;  // .const (read-only for kernels), else .global
+  uint64_t size = 0;
+  uint32_t align = 1;
+  std::vector<uint8_t> init;            // initial bytes (shorter than size: the rest is zero)
+  std::vector<Relocation> relocations;  // addresses within `init`, filled in at load
+  bool is_declaration = false;  // `.extern` without an initialiser: defined in another module
+};
+
+struct DecodedKernel;  // front/program.h
+struct ParsedModule;   // front/program.h
+
+class PtxModule {
+ public:
+  // Fails with InvalidArgument naming the line on text that is not PTX we can
+  // read.
+  // `device_heap`: the bytes of its device malloc heap, if it calls malloc or free
+  // (rounded up to 16; at most kMaxDeviceHeapBytes).
+  static Result<std::unique_ptr<PtxModule>> Parse(std::string_view text,
+                                                  uint64_t device_heap = kDeviceHeapBytes);
+  // One module of the PTX of several translation units (nvcc -rdc=true), linked as a
+  // driver JIT-links them: a declaration (`.extern`) takes another unit's definition, a
+  // unit's own symbols (neither .visible, .weak nor .extern) that another unit also names
+  // are renamed apart, and of several definitions of a name (.weak template code) the
+  // first is kept. Identical texts count once.
+  static Result<std::unique_ptr<PtxModule>> ParseLinked(const std::vector<std::string_view>& texts,
+                                                        uint64_t device_heap = kDeviceHeapBytes);
+  ~PtxModule();
+
+  // .global and .const variables: the executor places them in device memory.
+  const std::vector<ModuleVariable>& variables() const;
+  // `variable`'s initial bytes with the addresses its initialiser names filled in, given
+  // the device address of every module variable. Fails with InvalidArgument naming a
+  // symbol that is neither a module variable nor a device function.
+  Result<std::vector<uint8_t>> InitialBytes(const ModuleVariable& variable,
+                                            const std::map<std::string, uint64_t>& addresses) const;
+  bool HasKernel(const std::string& name) const;
+  std::vector<std::string> KernelNames() const;
+
+  // Lowers kernel `name` once (later calls return the same program).
+  // `addresses` gives the device address of every module variable. Fails with
+  // NotFound for an unknown kernel and Unimplemented (message naming the
+  // instruction) for what the engine cannot run, such as textures and surfaces.
+  Result<const DecodedKernel*> Decode(const std::string& name,
+                                      const std::map<std::string, uint64_t>& addresses);
+
+ private:
+  PtxModule() = default;
+  std::unique_ptr<ParsedModule> parsed_;
+  std::map<std::string, std::unique_ptr<DecodedKernel>> decoded_;
+  std::map<std::string, Status> failed_;
+};
+
+// One allocation the launching session may reach.
+struct MemoryRange {
+  uint64_t start = 0;
+  uint64_t size = 0;
+  char* host = nullptr;
+};
+
+// A grid launched by a kernel (dynamic parallelism: the device runtime's
+// __cudaCDP2LaunchDeviceV2, what `kernel<<<...>>>` in device code compiles to with
+// -rdc=true). Queued while its parent runs; the executor runs it after the parent grid,
+// as CUDA 12's device runtime allows (a parent cannot wait for its children).
+struct DeviceLaunch {
+  std::string kernel;  // the entry's name in the parent's module
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t dynamic_shared = 0;
+  bool tail = false;  // into cudaStreamTailLaunch: after the parent's other children
+  std::vector<uint8_t> params;
+};
+struct DeviceLaunches {
+  std::mutex mu;
+  std::vector<DeviceLaunch> queued;  // in launch order
+};
+// CUDA's limits: grids nested this deep at most (cudaErrorLaunchMaxDepthExceeded beyond),
+// and a grid's children queued at once (cudaLimitDevRuntimePendingLaunchCount's default;
+// cudaErrorLaunchPendingCountExceeded beyond).
+inline constexpr uint32_t kMaxLaunchDepth = 24;
+inline constexpr size_t kMaxPendingLaunches = 2048;
+
+struct LaunchSpec {
+  uint32_t grid[3] = {1, 1, 1};
+  uint32_t block[3] = {1, 1, 1};
+  uint32_t dynamic_shared = 0;
+  const uint8_t* params = nullptr;
+  size_t param_size = 0;
+  std::vector<MemoryRange> memory;  // sorted by start, non-overlapping
+  uint32_t sm_count = 108;
+  std::string* printf_out = nullptr;    // device printf text is appended here (AppendPrintf)
+  uint64_t* printf_dropped = nullptr;   // if set: increased by the bytes of text dropped
+  std::string* error_detail = nullptr;  // why a launch failed, for the agent's log
+  uint64_t* thread_instructions = nullptr;  // if set: increased by the lanes executed
+  // If set: increased by one for each block of threads run, while the kernel runs (the
+  // agent's watchdog tells a long kernel from a hung GPU by it).
+  std::atomic<uint64_t>* progress = nullptr;
+  // A cooperative launch: every CTA is resident at once (a CTA may wait for the others,
+  // as grid.sync() does), and the kernel finds `grid_workspace` (zeroed device memory of
+  // kGridWorkspaceBytes within `memory`) in %envreg1 (high half) and %envreg2 (low half).
+  bool cooperative = false;
+  uint64_t grid_workspace = 0;
+  // Where the grids this one launches are queued; nullptr: device-side launches fail
+  // (the device runtime returns an error to the kernel).
+  DeviceLaunches* device_launches = nullptr;
+  uint32_t depth = 0;  // of nesting: 0 for a grid the host launched
+  // If set: once true, the launch ends within a bounded time (the interpreter reads it
+  // every round of a block's warps, compiled code every 2^16 backward branches and between
+  // blocks) with CUDA_ERROR_LAUNCH_TIMEOUT and kCancelledDetail. Any thread may set it.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// The error detail of a launch ended by LaunchSpec::cancel.
+inline constexpr const char* kCancelledDetail = "the launch was cancelled: its session is ending";
+
+// Bytes of the grid workspace a cooperative launch needs (grid.sync() counts at +4).
+inline constexpr uint64_t kGridWorkspaceBytes = 256;
+
+
+// Appends device printf `text` to *out unless *out would then hold more than
+// kMaxPrintfBytes (a kernel printing in a loop cannot make the process allocate without
+// end); adds what it drops to *dropped. A line is kept or dropped whole.
+void AppendPrintf(std::string* out, std::string_view text, uint64_t* dropped);
+
+// Returns a CUresult: success, kCuLaunchTimeout (cancelled), kCuIllegalAddress (stray access),
+// kCuLaunchFailed (trap), kCuAssert (failed device assert), kCuInvalidValue (a
+// parameter buffer too small or too much shared memory),
+// kCuLaunchOutOfResources.
+int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec);
+
+// Bytes of kernel parameters the decoded kernel reads (its .entry signature).
+uint32_t KernelParamSize(const DecodedKernel& kernel);
+
+// What a kernel needs, as a driver reports it of a compiled kernel (cuFuncGetAttribute).
+struct KernelNeeds {
+  uint32_t max_threads = 1024;  // per block: .maxntid / .reqntid, else the device's 1024
+  uint64_t static_shared = 0;   // of the .shared variables it or its callees name
+  uint64_t const_bytes = 0;     // of its module's .const variables (one bank per module)
+  uint64_t local_bytes = 0;     // of local memory per thread
+};
+KernelNeeds NeedsOf(const DecodedKernel& kernel);
+
+}  // namespace gpupool::sim

@@ -1,0 +1,39 @@
+#!/bin/bash
+# The rooms of remote/ depend only downward (docs/architecture.md): each room below may
+# include only the rooms named for it here. Fails naming every include that points up.
+set -euo pipefail
+root=${1:?usage: layering.sh SOURCE_DIR}
+cd "$root"
+# room: the remote/ rooms its files may include (besides itself, common/ and system headers)
+declare -A allowed=(
+  [remote/protocol]=""
+  [remote/image]=""
+  [remote/ptx]="remote/protocol"
+  [remote/device]="remote/protocol"
+  [remote/devices/sim]="remote/device remote/protocol remote/ptx remote/image"
+  [remote/devices/cuda]="remote/device remote/protocol remote/image"
+  [remote/dataplane]="remote/device remote/protocol remote/transport"
+)
+bad=0
+for room in "${!allowed[@]}"; do
+  while IFS=: read -r file line include; do
+    target=$(sed -E 's/.*"(remote\/[^"]*)".*/\1/' <<<"$include")
+    ok=0
+    for may in "$room" ${allowed[$room]}; do
+      # a room's own files, or a room it may use (remote/device is not remote/devices)
+      if [[ $target == "$may"/* ]]; then ok=1; fi
+    done
+    if [[ $room == remote/device && $target == remote/devices/* ]]; then ok=0; fi
+    if (( ! ok )); then
+      echo "$file:$line: $room includes $target, which is not below it"
+      bad=1
+    fi
+  done < <(grep -rn --include='*.h' --include='*.cc' '^#include "remote/' "$room" || true)
+done
+# The dataplane reaches a device kind only through remote/device/device_kind.h.
+if grep -rn 'name() == "cuda"\|name() == "sim"' remote/dataplane remote/device; then
+  echo "the executor is chosen by comparing a backend's name, not through its device kind"
+  bad=1
+fi
+(( bad == 0 )) && echo "remote/: every include points down"
+exit "$bad"
