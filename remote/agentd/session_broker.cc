@@ -589,12 +589,16 @@ class BrokerImpl : public SessionBroker {
       w->stall_since_ns = now;
       return;
     }
-    if (w->probing || now - w->stall_since_ns < Ns(options_.hang_timeout)) return;
+    // The probe runs in the last probe_timeout of hang_timeout (never before half of it), so
+    // that a GPU whose probe cannot finish is declared hung at hang_timeout, not a probe
+    // timeout later.
+    const auto lead = std::min(options_.probe_timeout, options_.hang_timeout / 2);
+    if (w->probing || now - w->stall_since_ns < Ns(options_.hang_timeout - lead)) return;
     w->probing = true;
     const size_t gpu = w->gpu;
-    const double seconds = static_cast<double>(now - w->stall_since_ns) / 1e9;
+    const int64_t since = w->stall_since_ns;
     const pid_t stalled = w->pid;
-    StartProbe([this, gpu, seconds, stalled] { ProbeAfterStall(gpu, seconds, stalled); });
+    StartProbe([this, gpu, since, stalled] { ProbeAfterStall(gpu, since, stalled); });
   }
 
   // Monitor thread: runs `probe` on a thread of its own, and joins those that finished.
@@ -646,9 +650,10 @@ class BrokerImpl : public SessionBroker {
     return ok;
   }
 
-  void ProbeAfterStall(size_t gpu, double seconds, pid_t stalled) {
+  void ProbeAfterStall(size_t gpu, int64_t stall_since_ns, pid_t stalled) {
     std::string why;
     bool healthy = Probe(gpu, &why);
+    const double seconds = static_cast<double>(NowNs() - stall_since_ns) / 1e9;
     char text[64];
     std::snprintf(text, sizeof(text), "%.1f", seconds);
     const auto& info = gpus_[gpu];
