@@ -6,21 +6,34 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 namespace gpupool::poold {
 namespace {
 
-// One address: OK when connected within `timeout`.
+// Not the bootstrap magic ("gpb5", remote/transport/bootstrap.h): an agent's acceptor reads
+// the first four bytes of a handshake and closes a connection whose magic is not its own
+// at once (remote/transport/acceptor.cc), whichever version it is.
+constexpr char kProbeBytes[] = "gpupoold probe\n";
+
+// One address: OK when the agent itself answered within `timeout`: it closed the connection
+// after reading the probe (or said anything). A connection the kernel completed for a
+// process that does not run (stopped, or hung) is not an answer.
 Status ConnectOnce(const addrinfo& a, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto left_ms = [&] {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    return static_cast<int>(std::max<int64_t>(0, left.count()));
+  };
   int fd = socket(a.ai_family, a.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.ai_protocol);
   if (fd < 0) return Status::Unavailable(std::string("socket: ") + std::strerror(errno));
   int rc = connect(fd, a.ai_addr, a.ai_addrlen);
   int error = rc == 0 ? 0 : errno;
   if (rc != 0 && errno == EINPROGRESS) {
     pollfd p{fd, POLLOUT, 0};
-    int ready = poll(&p, 1, static_cast<int>(timeout.count()));
+    int ready = poll(&p, 1, left_ms());
     if (ready == 0) {
       close(fd);
       return Status::Unavailable("no answer within " + std::to_string(timeout.count()) + " ms");
@@ -28,9 +41,24 @@ Status ConnectOnce(const addrinfo& a, std::chrono::milliseconds timeout) {
     socklen_t len = sizeof(error);
     if (ready < 0 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) != 0) error = errno;
   }
+  if (error != 0) {
+    close(fd);
+    return Status::Unavailable(std::strerror(error));
+  }
+  // The probe fits any socket buffer: a short or failed send means the connection is gone.
+  ssize_t sent = send(fd, kProbeBytes, sizeof(kProbeBytes) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (sent != static_cast<ssize_t>(sizeof(kProbeBytes) - 1)) {
+    close(fd);
+    return Status::Unavailable("connected, but the connection failed at once");
+  }
+  pollfd p{fd, POLLIN, 0};
+  int ready = poll(&p, 1, left_ms());
   close(fd);
-  if (error != 0) return Status::Unavailable(std::strerror(error));
-  return Status::OK();
+  if (ready <= 0) {
+    return Status::Unavailable("connected, but the agent did not answer within " + std::to_string(timeout.count()) +
+                               " ms (its process stopped or hung)");
+  }
+  return Status::OK();  // closed, reset or said something: a process read the probe
 }
 
 }  // namespace

@@ -551,9 +551,14 @@ class BrokerImpl : public SessionBroker {
           // An idle session on a healthy GPU may hand its memory off to the lease's new GPU
           // first (the lease may have moved; this agent cannot tell a move to another
           // host from a release). A busy one (an endless kernel) ends now.
+          // A session on a failed GPU has nothing left to finish: it ends now, and an end the
+          // watchdog already set is never put off.
           auto* counters = static_cast<worker::GpuCounters*>(w->counters.address);
-          bool moved = Healthy(w->gpu) && counters->busy_since_ns.load() == 0;
-          w->end_at_ns = now + (moved ? Ns(options_.handoff_window) : 0) + Ns(options_.session_grace);
+          const bool healthy = Healthy(w->gpu);
+          bool moved = healthy && counters->busy_since_ns.load() == 0;
+          const int64_t end =
+              healthy ? now + (moved ? Ns(options_.handoff_window) : 0) + Ns(options_.session_grace) : now;
+          w->end_at_ns = w->end_at_ns != 0 ? std::min(w->end_at_ns, end) : end;
           log::Verbose("lease " + w->lease_id + " no longer holds GPU " + gpus_[w->gpu].uuid +
                        ": its session worker ends " + (moved ? "after the handoff window" : "now"));
         }
@@ -589,12 +594,16 @@ class BrokerImpl : public SessionBroker {
       w->stall_since_ns = now;
       return;
     }
-    if (w->probing || now - w->stall_since_ns < Ns(options_.hang_timeout)) return;
+    // The probe runs in the last probe_timeout of hang_timeout (never before half of it), so
+    // that a GPU whose probe cannot finish is declared hung at hang_timeout, not a probe
+    // timeout later.
+    const auto lead = std::min(options_.probe_timeout, options_.hang_timeout / 2);
+    if (w->probing || now - w->stall_since_ns < Ns(options_.hang_timeout - lead)) return;
     w->probing = true;
     const size_t gpu = w->gpu;
-    const double seconds = static_cast<double>(now - w->stall_since_ns) / 1e9;
+    const int64_t since = w->stall_since_ns;
     const pid_t stalled = w->pid;
-    StartProbe([this, gpu, seconds, stalled] { ProbeAfterStall(gpu, seconds, stalled); });
+    StartProbe([this, gpu, since, stalled, lead] { ProbeAfterStall(gpu, since, lead, stalled); });
   }
 
   // Monitor thread: runs `probe` on a thread of its own, and joins those that finished.
@@ -613,8 +622,8 @@ class BrokerImpl : public SessionBroker {
                        done});
   }
 
-  // Runs a probe worker on `gpu`: true when it allocated, wrote and read back in time.
-  bool Probe(size_t gpu, std::string* why) {
+  // Runs a probe worker on `gpu`: true when it allocated, wrote and read back within `timeout`.
+  bool Probe(size_t gpu, std::chrono::milliseconds timeout, std::string* why) {
     auto spawned = Spawn(gpu, "", "", /*probe=*/true);
     if (!spawned.ok()) {
       *why = spawned.status().message();
@@ -628,7 +637,7 @@ class BrokerImpl : public SessionBroker {
       channel = p->channel;
     }
     pollfd waiting{channel, POLLIN, 0};
-    bool answered = poll(&waiting, 1, static_cast<int>(options_.probe_timeout.count())) == 1;
+    bool answered = poll(&waiting, 1, static_cast<int>(timeout.count())) == 1;
     bool ok = false;
     if (answered) {
       auto answer = worker::Receive(channel);
@@ -638,7 +647,7 @@ class BrokerImpl : public SessionBroker {
         *why = answer->body.value("why", std::string());
       }
     } else {
-      *why = "the probe did not finish within " + std::to_string(options_.probe_timeout.count()) + " ms";
+      *why = "the probe did not finish within " + std::to_string(timeout.count()) + " ms";
     }
     std::lock_guard<std::mutex> lock(mu_);
     p->ending = true;
@@ -646,9 +655,11 @@ class BrokerImpl : public SessionBroker {
     return ok;
   }
 
-  void ProbeAfterStall(size_t gpu, double seconds, pid_t stalled) {
+  void ProbeAfterStall(size_t gpu, int64_t stall_since_ns, std::chrono::milliseconds timeout, pid_t stalled) {
     std::string why;
-    bool healthy = Probe(gpu, &why);
+    bool healthy = Probe(gpu, timeout, &why);
+    // -1: a worker's in-band word, not a stall.
+    const double seconds = stall_since_ns < 0 ? 0.0 : static_cast<double>(NowNs() - stall_since_ns) / 1e9;
     char text[64];
     std::snprintf(text, sizeof(text), "%.1f", seconds);
     const auto& info = gpus_[gpu];
@@ -745,7 +756,7 @@ class BrokerImpl : public SessionBroker {
       w->probing = true;
       const size_t gpu = w->gpu;
       const pid_t pid = w->pid;
-      StartProbe([this, gpu, pid] { ProbeAfterStall(gpu, 0.0, pid); });
+      StartProbe([this, gpu, pid] { ProbeAfterStall(gpu, /*stall_since_ns=*/-1, options_.probe_timeout, pid); });
     }
   }
 

@@ -25,9 +25,10 @@
 // Tenant faults are not GPU faults. A worker that dies (a crash, a limit, SIGKILL) ends
 // its own clients' connections and is logged as the tenant's fault; the GPU stays healthy.
 // The watchdog reads each worker's progress; an operation without progress for
-// hang_timeout is not a hang of the GPU by itself: the GPU is then probed on a fresh
-// session (a probe worker that allocates, writes and reads back), and only a probe that
-// fails or does not finish within the probe timeout reports the GPU FAILED. A worker's
+// hang_timeout is not a hang of the GPU by itself: the GPU is probed on a fresh session (a
+// probe worker that allocates, writes and reads back) during the last probe timeout of
+// hang_timeout, and only a probe that fails or does not finish by then reports the GPU
+// FAILED (at hang_timeout). A worker's
 // word that its GPU failed in-band is checked the same way (an injected fail_after on the
 // sim is believed only while the supervisor itself holds that fault injected), at most once
 // per hang_timeout (10 s at least) per worker. A worker may be anyone's: it offers at most

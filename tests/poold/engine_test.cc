@@ -1037,7 +1037,9 @@ TEST_F(AgentLostTest, AFloodOfReportsIsRateLimitedAndFailsNothing) {
   ASSERT_TRUE(engine_->AgentLost(lease_, token_, uuid_).ok());
 }
 
-TEST(AgentProbeTest, ALiveListenerAnswersAndAClosedPortDoesNot) {
+// An agent that reads the probe and closes answers; a port whose process never accepts (the
+// kernel completes the connection for a stopped or hung agent) does not, nor a closed port.
+TEST(AgentProbeTest, OnlyAnAgentThatReadsTheProbeAnswers) {
   int listener = socket(AF_INET, SOCK_STREAM, 0);
   ASSERT_GE(listener, 0);
   sockaddr_in at{};
@@ -1048,7 +1050,24 @@ TEST(AgentProbeTest, ALiveListenerAnswersAndAClosedPortDoesNot) {
   socklen_t len = sizeof(at);
   ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&at), &len), 0);
   const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(at.sin_port));
+
+  // Nobody accepts: as a SIGSTOPped agent.
+  Status stopped = ProbeAgentEndpoint(endpoint, std::chrono::milliseconds(300));
+  EXPECT_EQ(stopped.code(), Status::Code::kUnavailable);
+  EXPECT_NE(stopped.message().find("did not answer"), std::string::npos) << stopped.message();
+
+  // An agent's acceptor: reads the bad magic and closes (the stopped probe's connection first).
+  std::thread agent([listener] {
+    for (int i = 0; i < 2; ++i) {
+      int fd = accept(listener, nullptr, nullptr);
+      if (fd < 0) return;
+      char buf[64];
+      (void)recv(fd, buf, sizeof(buf), 0);
+      close(fd);
+    }
+  });
   EXPECT_TRUE(ProbeAgentEndpoint(endpoint, std::chrono::milliseconds(1000)).ok());
+  agent.join();
   close(listener);
   Status closed = ProbeAgentEndpoint(endpoint, std::chrono::milliseconds(1000));
   EXPECT_EQ(closed.code(), Status::Code::kUnavailable);
