@@ -10,13 +10,10 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/agent_probe_bytes.h"
+
 namespace gpupool::poold {
 namespace {
-
-// Not the bootstrap magic ("gpb5", remote/transport/bootstrap.h): an agent's acceptor reads
-// the first four bytes of a handshake and closes a connection whose magic is not its own
-// at once (remote/transport/acceptor.cc), whichever version it is.
-constexpr char kProbeBytes[] = "gpupoold probe\n";
 
 // One address: OK when the agent itself answered within `timeout`: it closed the connection
 // after reading the probe (or said anything). A connection the kernel completed for a
@@ -46,8 +43,8 @@ Status ConnectOnce(const addrinfo& a, std::chrono::milliseconds timeout) {
     return Status::Unavailable(std::strerror(error));
   }
   // The probe fits any socket buffer: a short or failed send means the connection is gone.
-  ssize_t sent = send(fd, kProbeBytes, sizeof(kProbeBytes) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (sent != static_cast<ssize_t>(sizeof(kProbeBytes) - 1)) {
+  ssize_t sent = send(fd, kAgentProbeBytes.data(), kAgentProbeBytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (sent != static_cast<ssize_t>(kAgentProbeBytes.size())) {
     close(fd);
     return Status::Unavailable("connected, but the connection failed at once");
   }

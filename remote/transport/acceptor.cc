@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/agent_probe_bytes.h"
+
 namespace gpupool::transport {
 namespace {
 
@@ -89,7 +91,10 @@ class AcceptorImpl : public HandshakeAcceptor {
           failure = "no complete handshake within " + std::to_string(kHandshakeTimeoutMs) + " ms";
         }
         if (!failure.empty()) {
-          log_("handshake " + h.host + " " + failure, "handshake with " + h.peer + " failed: " + failure);
+          // gpupoold's look at this agent (poold/agent_probe.cc): closing is the answer.
+          const std::string_view probe = kAgentProbeBytes;
+          const bool probed = !h.bytes.empty() && (probe.starts_with(h.bytes) || h.bytes.starts_with(probe));
+          if (!probed) log_("handshake " + h.host + " " + failure, "handshake with " + h.peer + " failed: " + failure);
           close(h.fd);
         }
         if (done || !failure.empty()) forget(i);

@@ -15,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include "common/agent_probe_bytes.h"
+#include "remote/transport/acceptor.h"
 #include "remote/transport/bootstrap.h"
 #include "remote/transport/rpc_client.h"
 #include "remote/transport/rpc_server.h"
@@ -742,6 +744,35 @@ TEST_F(TransportTest, ASilentClientDelaysNoOtherHandshake) {
   EXPECT_EQ(recv(silent.value(), &byte, 1, 0), 0);
   EXPECT_LT(std::chrono::steady_clock::now() - wait_started, std::chrono::milliseconds(4000));
   close(silent.value());
+}
+
+// gpupoold's probe (poold/agent_probe.cc) is answered by closing the connection at once, and
+// is not logged as a bad handshake, as another wrong magic is.
+TEST(TransportHandshake, GpupooldsProbeIsClosedAtOnceWithoutAWarning) {
+  std::mutex mu;
+  std::vector<std::string> logged;
+  auto acceptor = HandshakeAcceptor::Start(
+      "127.0.0.1:0", [](Handshaken client) { close(client.fd); },
+      [&](const std::string&, const std::string& line) {
+        std::lock_guard<std::mutex> lock(mu);
+        logged.push_back(line);
+      });
+  ASSERT_TRUE(acceptor.ok()) << acceptor.status().message();
+  const std::string where = "127.0.0.1:" + std::to_string((*acceptor)->port());
+  for (const std::string_view bytes : {kAgentProbeBytes, std::string_view("GET / HTTP/1.0\r\n\r\n")}) {
+    auto fd = ConnectTcp(where, 2000);
+    ASSERT_TRUE(fd.ok()) << fd.status().message();
+    SetTimeouts(fd.value(), 2000);
+    ASSERT_TRUE(SendAll(fd.value(), bytes.data(), bytes.size()).ok());
+    char byte;
+    auto started = std::chrono::steady_clock::now();
+    EXPECT_LE(recv(fd.value(), &byte, 1, 0), 0);  // closed (or reset), nothing said
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::milliseconds(1000));
+    close(fd.value());
+  }
+  acceptor->reset();
+  ASSERT_EQ(logged.size(), 1u);  // the HTTP request's bad magic only
+  EXPECT_NE(logged[0].find("bad magic"), std::string::npos) << logged[0];
 }
 
 // The non-blocking reader: incomplete until the last byte, then complete with its length;
