@@ -350,10 +350,8 @@ std::string ApiServer::Metrics() {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;
   }
-  std::snprintf(line, sizeof(line),
-                "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n"
-                "# TYPE gpupool_store_checkpoints_total counter\ngpupool_store_checkpoints_total %lu\n",
-                store_->commits(), store_->checkpoints());
+  std::snprintf(line, sizeof(line), "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n",
+                store_->commits());
   out += line;
   HttpCounters http = http_->counters();
   std::snprintf(line, sizeof(line),

@@ -45,7 +45,7 @@ class EtcdStore final : public Store {
   const std::string prefix_;
   const int64_t fence_revision_;
   const int max_txn_ops_;
-  uint64_t newest_event_ = 0;  // the committer of the moment's (see Store)
+  uint64_t newest_event_ = 0;  // committer thread only
 };
 
 // Row <-> JSON, as stored (exposed for tests).

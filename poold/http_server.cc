@@ -167,7 +167,6 @@ struct HttpServer::Conn {
   bool priority = false;
   int error_status = 0;  // the server answers this itself, then closes
   bool closing = false;  // handed back by a worker to be closed
-  bool armed_by_worker = false;  // handed back already in epoll (see Worker)
 
   ~Conn() {
     if (fd >= 0) close(fd);
@@ -310,13 +309,6 @@ void HttpServer::Loop() {
     Clock::time_point now = Clock::now();
     // The loop itself fell behind (CPU starved): agents may not have been heard.
     if (now - last_tick > std::chrono::milliseconds(1000 + kTickMs)) NoteStall();
-    // Served connections first: one a worker re-armed itself may be among the events.
-    std::vector<std::shared_ptr<Conn>> back;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      back.swap(rearm_);
-    }
-    for (const std::shared_ptr<Conn>& c : back) Rearm(c);
     for (int i = 0; i < n; ++i) {
       int fd = events[i].data.fd;
       if (fd == listen_fd_) {
@@ -330,6 +322,12 @@ void HttpServer::Loop() {
         OnReadable(c);
       }
     }
+    std::vector<std::shared_ptr<Conn>> back;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      back.swap(rearm_);
+    }
+    for (const std::shared_ptr<Conn>& c : back) Rearm(c);
     if (now - last_tick >= std::chrono::milliseconds(kTickMs)) {
       last_tick = now;
       std::vector<std::shared_ptr<Conn>> late;
@@ -545,13 +543,10 @@ void HttpServer::Rearm(const std::shared_ptr<Conn>& c) {
   }
   conns_[c->fd] = c;
   c->deadline = Clock::now() + std::chrono::milliseconds(limits_.idle_timeout_ms);
-  if (!c->armed_by_worker) {
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.fd = c->fd;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev);
-  }
-  c->armed_by_worker = false;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP;
+  ev.data.fd = c->fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev);
   TryParse(c);  // a pipelined request may already be in the buffer
 }
 
@@ -581,26 +576,9 @@ void HttpServer::Worker(bool priority) {
     // An agent's request that took more than a second from arrival to answer: gpupoold was
     // too busy to hear agents in time.
     if (priority && Clock::now() - job.queued > std::chrono::seconds(1)) NoteStall();
-    // The usual case, a kept-alive connection with nothing more to read yet: the worker
-    // watches it again itself, and the loop takes it back when it next wakes (for its next
-    // request at the latest), which saves the loop a wake-up per request. It is armed while
-    // this worker still owns it; an event before the loop has it back is reported again
-    // (level-triggered). A connection to close or with a pipelined request in its buffer
-    // needs the loop now.
-    Conn& c = *job.conn;
-    c.armed_by_worker = !c.closing && c.buf.empty() && !stop_;
-    if (c.armed_by_worker) {
-      epoll_event ev{};
-      ev.events = EPOLLIN | EPOLLRDHUP;
-      ev.data.fd = c.fd;
-      if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.fd, &ev) != 0) c.armed_by_worker = false;
-    }
-    const bool wake = !c.armed_by_worker;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      rearm_.push_back(std::move(job.conn));
-    }
-    if (wake) Wake();
+    std::lock_guard<std::mutex> lock(mu_);
+    rearm_.push_back(std::move(job.conn));
+    Wake();
   }
 }
 

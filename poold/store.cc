@@ -106,16 +106,6 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fs
       return Status::Internal(std::string("sqlite: cannot prepare: ") + sqlite3_errmsg(store->db_));
     }
   }
-  // The checkpointer's connection syncs as the committer's does. Setting a WAL hook turns
-  // SQLite's automatic checkpoint off on the committer's connection (see store.h).
-  if (sqlite3_open_v2(path.c_str(), &store->checkpoint_db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr) !=
-          SQLITE_OK ||
-      sqlite3_exec(store->checkpoint_db_, fsync ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL", nullptr,
-                   nullptr, nullptr) != SQLITE_OK) {
-    return Status::Internal("cannot open " + path + " for checkpoints: " + sqlite3_errmsg(store->checkpoint_db_));
-  }
-  sqlite3_wal_hook(store->db_, &SqliteStore::OnWalCommit, store.get());
-  store->checkpointer_ = std::thread(&SqliteStore::CheckpointLoop, store.get());
   store->StartCommitter();
   return std::unique_ptr<Store>(std::move(store));
 }
@@ -135,72 +125,11 @@ void Store::StopCommitter() {
 
 SqliteStore::~SqliteStore() {
   StopCommitter();
-  StopCheckpointer();
   for (sqlite3_stmt* s : {put_gpu_, put_lease_, delete_lease_, put_event_, put_next_lease_, begin_, commit_,
                           trim_events_}) {
     sqlite3_finalize(s);
   }
-  sqlite3_close(checkpoint_db_);
-  sqlite3_close(db_);  // the last connection: SQLite checkpoints what is left
-}
-
-// SQLite's own threshold for its automatic checkpoint: about 4 MiB of WAL.
-constexpr int kCheckpointPages = 1000;
-// Past this (256 MiB of 4 KiB pages) the checkpointer has not kept up, and the committer
-// checkpoints itself: between two batches nothing is written, so it completes, and the
-// next batch starts the WAL over. A bound on the WAL, not a path load takes.
-constexpr int kCommitterCheckpointPages = 65536;
-
-int SqliteStore::OnWalCommit(void* self, sqlite3* db, const char* name, int pages) {
-  auto* store = static_cast<SqliteStore*>(self);
-  if (pages >= kCommitterCheckpointPages) {
-    if (sqlite3_wal_checkpoint_v2(db, name, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr) == SQLITE_OK) {
-      std::lock_guard<std::mutex> lock(store->checkpoint_mu_);
-      ++store->checkpoints_;
-    }
-  } else if (pages >= kCheckpointPages) {
-    {
-      std::lock_guard<std::mutex> lock(store->checkpoint_mu_);
-      store->checkpoint_wanted_ = true;
-    }
-    store->checkpoint_cv_.notify_one();
-  }
-  return SQLITE_OK;
-}
-
-void SqliteStore::CheckpointLoop() {
-  std::unique_lock<std::mutex> lock(checkpoint_mu_);
-  for (;;) {
-    checkpoint_cv_.wait(lock, [&] { return checkpoint_stop_ || checkpoint_wanted_; });
-    if (checkpoint_stop_) return;
-    checkpoint_wanted_ = false;
-    lock.unlock();
-    // PASSIVE: copies what no reader needs and never waits for the committer, which goes
-    // on appending meanwhile. Busy (another checkpoint running) is not an error.
-    int rc = sqlite3_wal_checkpoint_v2(checkpoint_db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-    if (rc != SQLITE_OK && rc != SQLITE_BUSY) {
-      log::Warning(std::string("cannot checkpoint the state database: ") + sqlite3_errmsg(checkpoint_db_));
-    }
-    lock.lock();
-    if (rc == SQLITE_OK) ++checkpoints_;
-    // At most one checkpoint per 10 ms: each syncs the database file, and under a steady
-    // stream of commits every commit past the threshold asks for one.
-    checkpoint_cv_.wait_for(lock, std::chrono::milliseconds(10), [&] { return checkpoint_stop_; });
-  }
-}
-
-void SqliteStore::StopCheckpointer() {
-  {
-    std::lock_guard<std::mutex> lock(checkpoint_mu_);
-    checkpoint_stop_ = true;
-  }
-  checkpoint_cv_.notify_all();
-  if (checkpointer_.joinable()) checkpointer_.join();
-}
-
-uint64_t SqliteStore::checkpoints() const {
-  std::lock_guard<std::mutex> lock(checkpoint_mu_);
-  return checkpoints_;
+  sqlite3_close(db_);
 }
 
 // Runs a cached statement that returns no rows.
@@ -338,15 +267,16 @@ Result<LoadedState> SqliteStore::Load(size_t recent_events) {
 
 uint64_t Store::Enqueue(Op op) {
   uint64_t ticket;
-  bool first;
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    first = queue_.empty();
     queue_.push_back(std::move(op));
     ticket = ++enqueued_;
+    // Under a Hold the committer would only wake to wait for it: the Hold's end wakes it,
+    // once per operation rather than once per row.
+    wake = held_ == 0;
   }
-  // The background committer needs to know only that a batch has begun (see CommitterLoop).
-  if (first) work_cv_.notify_one();
+  if (wake) work_cv_.notify_one();
   return ticket;
 }
 
@@ -358,24 +288,15 @@ Store::Hold::Hold(Store* store) : store_(store) {
 Store::Hold::~Hold() {
   {
     std::lock_guard<std::mutex> lock(store_->mu_);
-    if (--store_->held_ > 0) return;
+    if (--store_->held_ > 0 || store_->queue_.empty()) return;
   }
-  store_->held_cv_.notify_all();
+  store_->work_cv_.notify_one();
 }
 
-// The first request to wait while nobody commits writes the batch itself (as LevelDB's
-// writers do): no hand-off to another thread and back on the path of a request, and the
-// requests that queued meanwhile wait for it and go in its batch or lead the next.
 Status Store::WaitDurable(uint64_t ticket) {
   std::unique_lock<std::mutex> lock(mu_);
-  for (;;) {
-    if (durable_ >= ticket || !failure_.ok()) return failure_;
-    if (!committing_ && !stopping_ && !queue_.empty()) {
-      CommitQueued(lock);
-    } else {
-      durable_cv_.wait(lock);
-    }
-  }
+  durable_cv_.wait(lock, [&] { return durable_ >= ticket || !failure_.ok(); });
+  return failure_;
 }
 
 uint64_t Store::last_ticket() const {
@@ -388,55 +309,41 @@ uint64_t Store::commits() const {
   return commits_;
 }
 
-// Writes what is queued as the one committer of the moment, and wakes the requests it made
-// durable. REQUIRES: `lock` holds mu_, !committing_, !queue_.empty().
-void Store::CommitQueued(std::unique_lock<std::mutex>& lock) {
-  committing_ = true;
-  // An operation still queueing its changes ends within microseconds; bounded, so that a
-  // steady stream of operations cannot hold the commit back.
-  held_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return held_ == 0; });
-  std::vector<Op> batch(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
-  queue_.clear();
-  const uint64_t last = enqueued_;
-  lock.unlock();
-  Status s = WriteBatch(batch);
-  // since_trim_ is the committer's of the moment's, as WriteBatch is.
-  since_trim_ += batch.size();
-  if (s.ok() && since_trim_ > 10000) {
-    since_trim_ = 0;
-    // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
-    Status trimmed = TrimEvents(event_retention_);
-    if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
-  }
-  lock.lock();
-  if (s.ok()) {
-    durable_ = last;
-    ++commits_;
-  } else {
-    log::Error("cannot write state: " + s.message());
-    failure_ = s;
-  }
-  committing_ = false;
-  durable_cv_.notify_all();
-}
-
-// Changes nobody waits for (a heartbeat's, a reaped lease's) are written here, a moment after
-// they were queued if no request has taken them into its batch by then. Also the last
-// flush when the store stops.
 void Store::CommitterLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  uint64_t since_trim = 0;
   for (;;) {
-    work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (!stopping_) {
-      work_cv_.wait_for(lock, std::chrono::milliseconds(2), [&] { return stopping_; });
+    std::vector<Op> batch;
+    uint64_t last;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      // An operation still queueing its changes ends within microseconds; bounded, so
+      // that a steady stream of operations cannot hold the committer back.
+      work_cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping_ || held_ == 0; });
+      if (queue_.empty() && stopping_) return;
+      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
+      queue_.clear();
+      last = enqueued_;
     }
-    // A request's commit in flight ends first: one writer at a time.
-    durable_cv_.wait(lock, [&] { return !committing_; });
-    if (!queue_.empty()) {
-      CommitQueued(lock);
-    } else if (stopping_) {
-      return;
+    Status s = WriteBatch(batch);
+    since_trim += batch.size();
+    if (s.ok() && since_trim > 10000) {
+      since_trim = 0;
+      // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
+      Status trimmed = TrimEvents(event_retention_);
+      if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
     }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (s.ok()) {
+        durable_ = last;
+        ++commits_;
+      } else {
+        log::Error("cannot write state: " + s.message());
+        failure_ = s;
+      }
+    }
+    durable_cv_.notify_all();
   }
 }
 

@@ -1,12 +1,10 @@
 // Store: gpupoold's durable state: SQLite (WAL) under the state directory, or etcd
 // (poold/etcd_store.h) when replicas share it.
 //
-// Mutations are queued as row images and written many requests per transaction (group
-// commit), so that the cost of a durable commit is shared by all requests that arrived
-// while the previous one was being written. One writer at a time: the first request to
-// wait while nobody writes writes the batch itself; a background committer writes what
-// nobody waits for. A request is answered only after WaitDurable(ticket) returns, so every
-// acknowledged lease is on disk.
+// Mutations are queued as row images and written by one committer thread, many requests
+// per transaction (group commit), so that the cost of a durable commit is shared by all
+// requests that arrived while the previous one was being written. A request is answered
+// only after WaitDurable(ticket) returns, so every acknowledged lease is on disk.
 //
 // Thread safety: Enqueue* may be called from any thread but callers must serialise them in
 // the order the state changed (PoolEngine calls them under its mutex). Load() only at start.
@@ -66,7 +64,7 @@ struct LoadedState {
   uint64_t next_event = 1;
 };
 
-// The queue, the committers and the tickets are common to every backend; a backend
+// The queue, the committer thread and the tickets are common to every backend; a backend
 // writes batches (WriteBatch) and reads the state back (Load).
 class Store {
  public:
@@ -105,8 +103,6 @@ class Store {
   // Events older than the newest `keep` are deleted by the committer from time to time.
   void set_event_retention(uint64_t keep) { event_retention_ = keep; }
   uint64_t commits() const;  // transactions written so far (for metrics)
-  // WAL checkpoints done so far (SQLite; 0 for etcd), for metrics.
-  virtual uint64_t checkpoints() const { return 0; }
 
  protected:
   Store() = default;
@@ -114,7 +110,7 @@ class Store {
   // before what WriteBatch uses goes away.
   void StartCommitter();
   void StopCommitter();
-  // Writes `ops` atomically (all or none), in order. Called by one committer at a time.
+  // Writes `ops` atomically (all or none), in order. Called by the committer thread only.
   virtual Status WriteBatch(const std::vector<Op>& ops) = 0;
   // Deletes events older than the newest `keep`, every 10,000 changes. Housekeeping: a
   // failure is only logged. A backend that trims inside its batches (SQLite) keeps this.
@@ -123,13 +119,11 @@ class Store {
 
  private:
   void CommitterLoop();
-  void CommitQueued(std::unique_lock<std::mutex>& lock);
 
   uint64_t event_retention_ = 1000000;
   mutable std::mutex mu_;
-  std::condition_variable work_cv_;     // the background committer waits for a batch
-  std::condition_variable durable_cv_;  // requests wait for their ticket or to commit
-  std::condition_variable held_cv_;     // a commit waits for the Holds to end
+  std::condition_variable work_cv_;     // committer waits for work
+  std::condition_variable durable_cv_;  // requests wait for their ticket
   std::deque<Op> queue_;                // GUARDED_BY(mu_)
   uint64_t enqueued_ = 0;               // GUARDED_BY(mu_): ticket of the last queued op
   uint64_t durable_ = 0;                // GUARDED_BY(mu_): ticket of the last committed op
@@ -137,23 +131,16 @@ class Store {
   Status failure_;                      // GUARDED_BY(mu_): sticky commit error
   bool stopping_ = false;               // GUARDED_BY(mu_)
   int held_ = 0;                        // GUARDED_BY(mu_): Holds alive
-  bool committing_ = false;             // GUARDED_BY(mu_): a batch is being written
-  uint64_t since_trim_ = 0;             // the committer of the moment's (committing_)
   std::thread committer_;
 };
 
-// SQLite in WAL mode (the embedded default, `state = "sqlite"`).
-//
-// A commit only appends to the WAL and syncs it. Copying the WAL back into the database
-// (a checkpoint: a few MiB written and synced) happens on a thread and connection of its
-// own, so that no request waits behind it; SQLite's automatic checkpoint would run it inside
-// every thousandth page's commit and hold every request of that batch. Old events are
-// deleted in each batch, a few rows at a time, for the same reason.
+// SQLite in WAL mode (the embedded default, `state = "sqlite"`). Old events are deleted in
+// each batch, a few rows at a time: the periodic trim deleted 10,000 at once, inside the
+// commit that every waiting request of its batch waited for.
 class SqliteStore final : public Store {
  public:
   ~SqliteStore() override;
   Result<LoadedState> Load(size_t recent_events) override;
-  uint64_t checkpoints() const override;
 
  private:
   friend class Store;
@@ -163,13 +150,9 @@ class SqliteStore final : public Store {
   Status Exec(const char* sql);
   Status Migrate();
   Status Step(sqlite3_stmt* cached);
-  // Called by SQLite after each commit with the pages now in the WAL (the committer).
-  static int OnWalCommit(void* self, sqlite3* db, const char* name, int pages);
-  void CheckpointLoop();
-  void StopCheckpointer();
 
   sqlite3* db_ = nullptr;
-  // Prepared once, used only by the committer of the moment.
+  // Prepared once, used only by the committer thread.
   sqlite3_stmt* put_gpu_ = nullptr;
   sqlite3_stmt* put_lease_ = nullptr;
   sqlite3_stmt* delete_lease_ = nullptr;
@@ -178,15 +161,6 @@ class SqliteStore final : public Store {
   sqlite3_stmt* begin_ = nullptr;
   sqlite3_stmt* commit_ = nullptr;
   sqlite3_stmt* trim_events_ = nullptr;
-
-  // The checkpointer's own connection and thread.
-  sqlite3* checkpoint_db_ = nullptr;
-  std::thread checkpointer_;
-  mutable std::mutex checkpoint_mu_;
-  std::condition_variable checkpoint_cv_;
-  bool checkpoint_wanted_ = false;  // GUARDED_BY(checkpoint_mu_)
-  bool checkpoint_stop_ = false;    // GUARDED_BY(checkpoint_mu_)
-  uint64_t checkpoints_ = 0;        // GUARDED_BY(checkpoint_mu_)
 };
 
 }  // namespace gpupool::poold

@@ -115,42 +115,6 @@ TEST(StoreTest, AHeldOperationIsOneTransaction) {
   std::filesystem::remove_all(dir);
 }
 
-// The WAL is copied back into the database by the checkpointer, not inside a commit (where
-// SQLite's automatic checkpoint would hold every request of that batch), and what it copied
-// is all there after a restart.
-TEST(StoreTest, CheckpointsRunBesideTheCommitsAndLoseNothing) {
-  std::string dir = "/tmp/gpupool-store-test-checkpoint-" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  auto store = Store::Open(dir, /*fsync=*/false);
-  ASSERT_TRUE(store.ok()) << store.status().message();
-  // 3,000 events of 2 KiB, in batches of 10: about 1,500 pages of WAL.
-  constexpr uint64_t kEvents = 3000;
-  for (uint64_t seq = 1; seq <= kEvents; ++seq) {
-    EventRow e;
-    e.seq = seq;
-    e.type = "leased";
-    e.detail = std::string(2048, 'a' + seq % 26);
-    uint64_t ticket = (*store)->Enqueue(e);
-    if (seq % 10 == 0) {
-      ASSERT_TRUE((*store)->WaitDurable(ticket).ok());
-    }
-  }
-  for (int i = 0; i < 500 && (*store)->checkpoints() == 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_GT((*store)->checkpoints(), 0u);
-  store->reset();
-  auto again = Store::Open(dir, false);
-  ASSERT_TRUE(again.ok()) << again.status().message();
-  auto loaded = (*again)->Load(kEvents);
-  ASSERT_TRUE(loaded.ok());
-  ASSERT_EQ(loaded->recent_events.size(), kEvents);
-  EXPECT_EQ(loaded->recent_events.back().detail, std::string(2048, 'a' + kEvents % 26));
-  EXPECT_EQ(loaded->next_event, kEvents + 1);
-  again->reset();
-  std::filesystem::remove_all(dir);
-}
-
 // Events past the retention go with the batch that pushed them out, so the table never holds
 // more than the retention after a commit.
 TEST(StoreTest, OldEventsLeaveWithEachBatch) {
