@@ -7,7 +7,6 @@
 // beyond where the leader is, which every client's configuration already lists.
 #pragma once
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
