@@ -550,8 +550,8 @@ class BrokerImpl : public SessionBroker {
           (void)worker::Send(w->channel, {{"type", "revoke"}});
           // An idle session on a healthy GPU may hand its memory off to the lease's new GPU
           // first (the lease may have moved; this agent cannot tell a move to another
-          // host from a release). A busy one (an endless kernel) ends now.
-          // A session on a failed GPU has nothing left to finish: it ends now, and an end the
+          // host from a release); a busy one (an endless kernel) ends after the grace. A
+          // session on a failed GPU has nothing left to finish and ends now, and an end the
           // watchdog already set is never put off.
           auto* counters = static_cast<worker::GpuCounters*>(w->counters.address);
           const bool healthy = Healthy(w->gpu);
