@@ -1,0 +1,208 @@
+#include "remote/nvml/pool_gpus.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "remote/transport/rpc_client_module.h"
+
+namespace gpupool::nvml {
+
+namespace {
+
+std::vector<std::string> Split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, separator)) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+// The transport module beside this library (libcuda.so.1 loads the same file the same way,
+// so a process that uses both loads it once).
+GpupoolUcxConnectFunction LoadTransport(std::string* why) {
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&LoadTransport), &self) == 0 || self.dli_fname == nullptr) {
+    *why = "cannot locate libnvidia-ml.so.1 itself";
+    return nullptr;
+  }
+  std::string path = self.dli_fname;
+  size_t slash = path.rfind('/');
+  path = (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/" +
+         kGpupoolUcxModuleName;
+  transport::SetInjectedLibraryUcxDefaults();
+  void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (module == nullptr) {
+    *why = std::string("cannot load ") + dlerror();
+    return nullptr;
+  }
+  auto connect = reinterpret_cast<GpupoolUcxConnectFunction>(dlsym(module, "gpupool_ucx_connect"));
+  if (connect == nullptr) *why = path + " has no gpupool_ucx_connect";
+  return connect;
+}
+
+void CopyString(char* to, size_t capacity, const char* from) {
+  std::snprintf(to, capacity, "%s", from != nullptr ? from : "");
+}
+
+// Opens the GPU's session: the handshake presents the lease (the module reads it from the
+// environment), Hello names the GPU and answers its description.
+OpenError OpenSession(GpupoolUcxConnectFunction connect, PoolGpu* gpu, std::string* why) {
+  char error[512] = "";
+  std::string target = gpu->uuid + "@" + gpu->endpoint;  // the GPU's own lane at the agent
+  std::unique_ptr<transport::ClientConnection> session(connect(target.c_str(), error, sizeof(error)));
+  if (session == nullptr) {
+    std::string reason = error;
+    if (reason.rfind(kRefusedPrefix, 0) == 0) {
+      *why = "GPU " + gpu->uuid + " at " + gpu->endpoint + " refused this process: " +
+             reason.substr(sizeof(kRefusedPrefix) - 1);
+      return OpenError::kRefused;
+    }
+    *why = "GPU " + gpu->uuid + " at " + gpu->endpoint + ": " + reason;
+    return OpenError::kTransport;
+  }
+  dataplane::HelloArgs hello;
+  CopyString(hello.lease_id, sizeof(hello.lease_id), std::getenv("GPUPOOL_LEASE_ID"));
+  CopyString(hello.token, sizeof(hello.token), std::getenv("GPUPOOL_LEASE_TOKEN"));
+  CopyString(hello.gpu_uuid, sizeof(hello.gpu_uuid), gpu->uuid.c_str());
+  transport::Request request;
+  request.op = dataplane::kOpHello;
+  request.args = &hello;
+  request.args_len = sizeof(hello);
+  transport::Reply reply;
+  Status status = session->Call(request, &reply);
+  if (!status.ok()) {
+    *why = "GPU " + gpu->uuid + " at " + gpu->endpoint + ": " + status.message();
+    return OpenError::kTransport;
+  }
+  if (reply.status != dataplane::kCuSuccess) {
+    *why = "GPU " + gpu->uuid + " at " + gpu->endpoint + " refused this process: " + reply.out;
+    return OpenError::kRefused;
+  }
+  if (reply.out.size() != sizeof(dataplane::DeviceDescription)) {
+    *why = "GPU " + gpu->uuid + ": malformed answer from " + gpu->endpoint;
+    return OpenError::kTransport;
+  }
+  std::memcpy(&gpu->description, reply.out.data(), sizeof(gpu->description));
+  gpu->description.uuid[sizeof(gpu->description.uuid) - 1] = '\0';
+  gpu->description.name[sizeof(gpu->description.name) - 1] = '\0';
+  gpu->description.pci_bus_id[sizeof(gpu->description.pci_bus_id) - 1] = '\0';
+  unsigned function = 0;
+  if (std::sscanf(gpu->description.pci_bus_id, "%x:%x:%x.%x", &gpu->pci_domain, &gpu->pci_bus,
+                  &gpu->pci_device, &function) != 4) {
+    gpu->pci_domain = gpu->pci_bus = gpu->pci_device = 0;
+  }
+  gpu->session = std::move(session);
+  return OpenError::kNone;
+}
+
+}  // namespace
+
+bool VisibleGpus(const char* gpupool_gpus, const char* cuda_visible_devices,
+                 std::vector<std::pair<std::string, std::string>>* visible, std::string* why) {
+  visible->clear();
+  if (gpupool_gpus == nullptr || gpupool_gpus[0] == '\0') {
+    *why = "GPUPOOL_GPUS is not set: this process has no leased GPUs "
+           "(run it in a job with --gpu-pool)";
+    return false;
+  }
+  std::vector<std::pair<std::string, std::string>> leased;
+  for (const std::string& entry : Split(gpupool_gpus, ',')) {
+    size_t at = entry.find('@');
+    if (at == std::string::npos || at == 0 || at + 1 == entry.size()) {
+      *why = "GPUPOOL_GPUS entry '" + entry + "' is not UUID@HOST:PORT";
+      return false;
+    }
+    leased.emplace_back(entry.substr(0, at), entry.substr(at + 1));
+  }
+  // The same selection as libcuda.so.1's: indices into the lease, up to the first item
+  // that is not one (CUDA stops at an invalid entry too).
+  if (cuda_visible_devices != nullptr) {
+    for (const std::string& item : Split(cuda_visible_devices, ',')) {
+      char* end = nullptr;
+      long index = std::strtol(item.c_str(), &end, 10);
+      if (*end != '\0' || index < 0 || index >= static_cast<long>(leased.size())) break;
+      visible->push_back(leased[index]);
+    }
+  } else {
+    *visible = leased;
+  }
+  if (visible->empty()) {
+    *why = "CUDA_VISIBLE_DEVICES='" + std::string(cuda_visible_devices ? cuda_visible_devices : "") +
+           "' selects none of the " + std::to_string(leased.size()) + " leased GPUs";
+    return false;
+  }
+  return true;
+}
+
+OpenError PoolGpus::Open(std::string* why) {
+  Close();
+  std::vector<std::pair<std::string, std::string>> visible;
+  if (!VisibleGpus(std::getenv("GPUPOOL_GPUS"), std::getenv("CUDA_VISIBLE_DEVICES"), &visible,
+                   why)) {
+    return std::getenv("GPUPOOL_GPUS") == nullptr ? OpenError::kNoGpus
+                                                  : OpenError::kBadEnvironment;
+  }
+  static GpupoolUcxConnectFunction connect = nullptr;
+  static std::string load_error;
+  static std::once_flag loaded;
+  std::call_once(loaded, [] { connect = LoadTransport(&load_error); });
+  if (connect == nullptr) {
+    *why = load_error;
+    return OpenError::kTransport;
+  }
+  std::vector<std::unique_ptr<PoolGpu>> gpus;
+  for (size_t i = 0; i < visible.size(); ++i) {
+    auto gpu = std::make_unique<PoolGpu>();
+    gpu->index = static_cast<int>(i);
+    gpu->uuid = visible[i].first;
+    gpu->endpoint = visible[i].second;
+    std::string reason;
+    OpenError error = OpenSession(connect, gpu.get(), &reason);
+    if (error == OpenError::kRefused) {
+      *why = reason;
+      return error;
+    }
+    if (error != OpenError::kNone) gpu->why_lost = reason;
+    gpus.push_back(std::move(gpu));
+  }
+  gpus_ = std::move(gpus);
+  return OpenError::kNone;
+}
+
+void PoolGpus::Close() { gpus_.clear(); }
+
+PoolGpu* PoolGpus::Find(const void* candidate) {
+  for (const auto& gpu : gpus_) {
+    if (gpu.get() == candidate) return gpu.get();
+  }
+  return nullptr;
+}
+
+bool PoolGpus::MemoryInfo(PoolGpu* gpu, uint64_t* free, uint64_t* total, std::string* why) {
+  std::lock_guard<std::mutex> lock(gpu->mu);
+  if (gpu->session == nullptr) {
+    *why = gpu->why_lost;
+    return false;
+  }
+  transport::Request request;
+  request.op = dataplane::kOpMemGetInfo;
+  transport::Reply reply;
+  Status status = gpu->session->Call(request, &reply);
+  dataplane::MemInfoResult result{};
+  if (!status.ok() || reply.status != dataplane::kCuSuccess || reply.out.size() != sizeof(result)) {
+    *why = status.ok() ? "malformed memory answer from " + gpu->endpoint : status.message();
+    return false;
+  }
+  std::memcpy(&result, reply.out.data(), sizeof(result));
+  *free = result.free;
+  *total = result.total;
+  return true;
+}
+
+}  // namespace gpupool::nvml
