@@ -5,8 +5,8 @@
 #   <bindir>    gpupoolctl (a user command, as scontrol)
 #   GPUPOOL_SLURM_PLUGIN_DIR   spank_gpupool.so, gres_gpupool.so: Slurm loads plugins only
 #               from its PluginDir, so they go there whatever the prefix
-#   <libdir>/gpupool           the remoting libcuda.so.1, its UCX module and the NVRTC
-#               shim (libnvrtc.so.N, remote/nvrtc), alone in a directory of their own: a job's LD_LIBRARY_PATH gets exactly this directory,
+#   <libdir>/gpupool           the remoting libcuda.so.1, its UCX module, the NVML library
+#               (libnvidia-ml.so.1, remote/nvml) and the NVRTC shim (libnvrtc.so.N, remote/nvrtc), alone in a directory of their own: a job's LD_LIBRARY_PATH gets exactly this directory,
 #               and the system's libcuda.so.1 is never replaced
 #   <sysconfdir>/gpupool       gpupool.conf, profiles/*.profile
 #   <sysconfdir>/slurm/plugstack.conf.d/gpupool.conf   the plugin's plugstack line
@@ -88,6 +88,12 @@ if(GPUPOOL_BUILD_CUDA)
           NAMELINK_SKIP)
 endif()
 install(TARGETS gpupool_ucx_client LIBRARY DESTINATION ${GPUPOOL_INSTALL_REMOTING_DIR})
+# The replacement libnvidia-ml.so.1 (remote/nvml), by its soname only, beside libcuda.so.1:
+# the job's NVML (nvidia-smi, pynvml) then sees its pool GPUs.
+if(TARGET gpupool_nvml)
+  install(TARGETS gpupool_nvml LIBRARY DESTINATION ${GPUPOOL_INSTALL_REMOTING_DIR}
+          NAMELINK_SKIP)
+endif()
 # The NVRTC shim (remote/nvrtc), by its soname only, where the toolkit has NVRTC.
 if(TARGET gpupool_nvrtc)
   install(TARGETS gpupool_nvrtc LIBRARY DESTINATION ${GPUPOOL_INSTALL_REMOTING_DIR}

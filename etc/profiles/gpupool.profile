@@ -4,7 +4,8 @@
 #
 # Rules: set|prepend|append|each|join NAME=TEMPLATE (see spank_gpupool(8), PROFILES).
 # {lib_dir} is the plugstack.conf argument lib_dir (default: <plugin dir>/remoting, where
-# the build puts libcuda.so.1 and the UCX module it loads).
+# the build puts libcuda.so.1, the UCX module it loads and libnvidia-ml.so.1, the NVML
+# library that shows the job's pool GPUs to nvidia-smi and pynvml: gpupool-nvml(7)).
 #
 # No UCX_* here: the transport is the job's choice, from the environment it is submitted
 # with (`UCX_TLS=posix,cma,self sbatch ...`; an --export=NAME=VALUE list cannot carry it,

@@ -50,13 +50,15 @@ for p in "$REPO"/etc/profiles/*.profile; do
 done
 [[ -f $stage$lib_dir/libcuda.so.1 && -f $stage$lib_dir/libgpupool-ucx-client.so ]] ||
   fail "lib_dir=$lib_dir lacks libcuda.so.1 or its UCX module"
-# Alone: only the library, its module and the NVRTC shim there (the shim by its soname,
-# libnvrtc.so.N, and no libnvrtc.so link that a linker could pick up), and no libcuda.so*
-# anywhere else.
-[[ $(ls "$stage$lib_dir" | tr '\n' ' ') =~ ^"libcuda.so.1 libgpupool-ucx-client.so "(libnvrtc\.so\.[0-9]+ )?$ ]] ||
+# Alone: only the library, its module, the NVML library and the NVRTC shim there (by
+# their sonames, libnvidia-ml.so.1 and libnvrtc.so.N, and no .so link that a linker could
+# pick up), and no libcuda.so* or libnvidia-ml.so* anywhere else.
+[[ $(ls "$stage$lib_dir" | tr '\n' ' ') =~ ^"libcuda.so.1 libgpupool-ucx-client.so libnvidia-ml.so.1 "(libnvrtc\.so\.[0-9]+ )?$ ]] ||
   fail "lib_dir holds more than the remoting library: $(ls "$stage$lib_dir")"
 [[ $(find "$stage" -name 'libcuda.so*' | wc -l) == 1 ]] ||
   fail "libcuda.so* installed more than once: $(find "$stage" -name 'libcuda.so*')"
+[[ $(find "$stage" -name 'libnvidia-ml.so*' | wc -l) == 1 ]] ||
+  fail "libnvidia-ml.so* installed more than once: $(find "$stage" -name 'libnvidia-ml.so*')"
 case ${lib_dir##*/} in lib | lib64 | *-linux-gnu) fail "lib_dir=$lib_dir is a system library directory" ;; esac
 
 # Every man page.

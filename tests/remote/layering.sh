@@ -13,6 +13,7 @@ declare -A allowed=(
   [remote/devices/sim]="remote/device remote/protocol remote/ptx remote/image"
   [remote/devices/cuda]="remote/device remote/protocol remote/image"
   [remote/dataplane]="remote/device remote/protocol remote/transport"
+  [remote/nvml]="remote/protocol remote/transport"
 )
 bad=0
 for room in "${!allowed[@]}"; do

@@ -183,6 +183,27 @@ int main(int argc, char** argv) {
     Check("MemoryTotalMatchesCuda", memory.total == (unsigned long long)cu_total);
   }
 
+  /* Memory the job's CUDA process holds shows as used (the agent's figure for the GPU). */
+  if (count > 0) {
+    int cu_device = -1;
+    void* context = NULL;
+    unsigned long long allocation = 0;
+    const size_t kBytes = 256u << 20;
+    ((CuDeviceGet)Need(cuda, "cuDeviceGet"))(&cu_device, 0);
+    int ok = ((int (*)(void**, int))Need(cuda, "cuDevicePrimaryCtxRetain"))(&context, cu_device) == 0 &&
+             ((int (*)(void*))Need(cuda, "cuCtxSetCurrent"))(context) == 0 &&
+             ((int (*)(unsigned long long*, size_t))Need(cuda, "cuMemAlloc_v2"))(&allocation, kBytes) == 0;
+    Check("CudaAllocated", ok);
+    nvmlDevice_t device = NULL;
+    nvmlMemory_t before = {0, 0, 0}, after = {0, 0, 0};
+    NVML(nvmlDeviceGetHandleByIndex_v2)(0, &device);
+    NVML(nvmlDeviceGetMemoryInfo)(device, &after);
+    ((int (*)(unsigned long long))Need(cuda, "cuMemFree_v2"))(allocation);
+    NVML(nvmlDeviceGetMemoryInfo)(device, &before);
+    printf("GPU0_MemoryUsedWithAllocation=%llu\nGPU0_MemoryUsedAfterFree=%llu\n", after.used, before.used);
+    Check("AllocationShowsAsUsed", after.used >= before.used + kBytes);
+  }
+
   /* Outside the lease: nothing is reached. */
   nvmlDevice_t device = NULL;
   CheckReturn("IndexAtCount", NVML(nvmlDeviceGetHandleByIndex_v2)(count, &device),
