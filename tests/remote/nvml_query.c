@@ -8,10 +8,10 @@
  *     device (the same order);
  *   - memory used/free add up to total; figures the agents lack answer NOT_SUPPORTED;
  *   - a GPU outside the job cannot be reached: an index past the count, forged handles and
- *     a UUID the lease does not hold (argument 1, if given, else a made-up one) are
- *     refused with INVALID_ARGUMENT or NOT_FOUND;
+ *     every UUID given as an argument that is not one of the job's GPUs (with none given, a
+ *     made-up one) are refused with INVALID_ARGUMENT or NOT_FOUND;
  *   - calls before nvmlInit and after the last nvmlShutdown answer UNINITIALIZED.
- * usage: nvml_query [FOREIGN_GPU_UUID]
+ * usage: nvml_query [GPU_UUID...]
  */
 #define _GNU_SOURCE  /* dladdr */
 #include <dlfcn.h>
@@ -57,7 +57,8 @@ typedef int (*CuDeviceTotalMem)(size_t*, int);
 typedef int (*CuDeviceGetPCIBusId)(char*, int, int);
 
 int main(int argc, char** argv) {
-  const char* foreign = argc > 1 ? argv[1] : "GPU-00000000-0000-0000-0000-000000000000";
+  const char* foreign = "GPU-00000000-0000-0000-0000-000000000000";
+  static char own_uuids[64][NVML_DEVICE_UUID_V2_BUFFER_SIZE];
   nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (nvml == NULL) {
     printf("Error=%s\n", dlerror());
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "", uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
     NVML(nvmlDeviceGetName)(device, name, (unsigned)sizeof name);
     NVML(nvmlDeviceGetUUID)(device, uuid, (unsigned)sizeof uuid);
+    if (i < 64) memcpy(own_uuids[i], uuid, sizeof uuid);
     nvmlPciInfo_t pci;
     memset(&pci, 0, sizeof pci);
     NVML(nvmlDeviceGetPciInfo_v3)(device, &pci);
@@ -210,7 +212,15 @@ int main(int argc, char** argv) {
               NVML_ERROR_INVALID_ARGUMENT);
   CheckReturn("IndexFarBeyond", NVML(nvmlDeviceGetHandleByIndex_v2)(0x7fffffffu, &device),
               NVML_ERROR_INVALID_ARGUMENT);
-  CheckReturn("ForeignUUID", NVML(nvmlDeviceGetHandleByUUID)(foreign, &device), NVML_ERROR_NOT_FOUND);
+  /* Each UUID given that is not one of the job's own GPUs (or the made-up one). */
+  for (int k = argc > 1 ? 1 : 0; k < (argc > 1 ? argc : 1); ++k) {
+    const char* uuid = argc > 1 ? argv[k] : foreign;
+    int own = 0;
+    for (unsigned i = 0; i < count && i < 64; ++i) own |= strcmp(uuid, own_uuids[i]) == 0;
+    if (own) continue;
+    printf("Foreign=%s\n", uuid);
+    CheckReturn("ForeignUUID", NVML(nvmlDeviceGetHandleByUUID)(uuid, &device), NVML_ERROR_NOT_FOUND);
+  }
   char fake_device[256];
   memset(fake_device, 0x41, sizeof fake_device);
   char name[128];
