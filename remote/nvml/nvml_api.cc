@@ -10,8 +10,11 @@
 // before init answers NVML_ERROR_UNINITIALIZED.
 #include <cuda.h>  // CUDA_VERSION: the version libcuda.so.1's cuDriverGetVersion answers
 
+#include <pthread.h>
+
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
@@ -64,11 +67,48 @@ nvmlReturn_t CopyOut(const char* text, char* buffer, unsigned int length) {
   return NVML_SUCCESS;
 }
 
+// Set in a child forked from this process (registered when the library is loaded).
+bool forked_child = false;
+[[maybe_unused]] const bool fork_handler_registered = [] {
+  pthread_atfork(nullptr, nullptr, [] {
+    forked_child = true;
+    table->AbandonAfterFork();
+  });
+  return true;
+}();
+
+// Once per process, at the first init: at exit, open sessions are closed while the
+// transport module is still loaded (atexit handlers run before shared libraries'
+// destructors), so an agent sees a clean close also from a program that never calls
+// nvmlShutdown (as libcuda.so.1 does at exit).
+void RegisterExitHandler() {
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    std::atexit([] {
+      // Not while another thread is inside a call (it may wait on an agent): then the
+      // sessions end with the process, as a killed one's do.
+      std::unique_lock<std::shared_mutex> lock(table_mu, std::try_to_lock);
+      if (!lock.owns_lock()) return;
+      if (!forked_child) table->Close();
+      init_count = 0;
+    });
+  });
+}
+
 nvmlReturn_t Init() {
+  RegisterExitHandler();
   std::unique_lock<std::shared_mutex> lock(table_mu);
   if (init_count > 0) {
     ++init_count;
     return NVML_SUCCESS;
+  }
+  // A child of a process whose NVML or CUDA reached its GPUs: the parent's transport state
+  // is not usable here (libcuda.so.1 answers such a child's cuInit the same way).
+  if (forked_child && PoolGpus::TransportLoaded()) {
+    LogError("this process was forked from one whose NVML or CUDA had reached its pool "
+             "GPUs; it cannot reach them itself (use NVML in the parent, or in a process "
+             "started with exec)");
+    return NVML_ERROR_NOT_SUPPORTED;
   }
   std::string why;
   switch (table->Open(&why)) {

@@ -24,17 +24,24 @@ std::vector<std::string> Split(const std::string& text, char separator) {
 }
 
 // The transport module beside this library (libcuda.so.1 loads the same file the same way,
-// so a process that uses both loads it once).
-GpupoolUcxConnectFunction LoadTransport(std::string* why) {
+// so a process that uses both loads it once); empty when this library cannot locate itself.
+std::string TransportPath() {
   Dl_info self{};
-  if (dladdr(reinterpret_cast<void*>(&LoadTransport), &self) == 0 || self.dli_fname == nullptr) {
-    *why = "cannot locate libnvidia-ml.so.1 itself";
-    return nullptr;
+  if (dladdr(reinterpret_cast<void*>(&TransportPath), &self) == 0 || self.dli_fname == nullptr) {
+    return "";
   }
   std::string path = self.dli_fname;
   size_t slash = path.rfind('/');
-  path = (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/" +
+  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/" +
          kGpupoolUcxModuleName;
+}
+
+GpupoolUcxConnectFunction LoadTransport(std::string* why) {
+  std::string path = TransportPath();
+  if (path.empty()) {
+    *why = "cannot locate libnvidia-ml.so.1 itself";
+    return nullptr;
+  }
   transport::SetInjectedLibraryUcxDefaults();
   void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (module == nullptr) {
@@ -176,6 +183,23 @@ OpenError PoolGpus::Open(std::string* why) {
 }
 
 void PoolGpus::Close() { gpus_.clear(); }
+
+void PoolGpus::AbandonAfterFork() {
+  for (auto& gpu : gpus_) {
+    if (gpu->session == nullptr) continue;
+    (void)gpu->session.release();  // the parent's: neither used nor closed here
+    gpu->why_lost = "this process was forked after nvmlInit: the GPUs' sessions are its parent's";
+  }
+}
+
+bool PoolGpus::TransportLoaded() {
+  std::string path = TransportPath();
+  if (path.empty()) return false;
+  void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (module == nullptr) return false;
+  dlclose(module);  // drops the reference RTLD_NOLOAD took
+  return true;
+}
 
 PoolGpu* PoolGpus::Find(const void* candidate) {
   for (const auto& gpu : gpus_) {

@@ -51,6 +51,14 @@ class PoolGpus {
   // and keeps nothing; an unreachable agent only marks its GPU lost.
   OpenError Open(std::string* why);
   void Close();
+  // In a child after fork(): the parent's sessions (its UCX state) must not be used or
+  // closed here, so they are let go of unclosed; each GPU then answers as lost. Takes no
+  // lock (the child has one thread; a lock another parent thread held stays held).
+  void AbandonAfterFork();
+  // Whether the transport module is loaded in this process (by this library or by
+  // libcuda.so.1): then UCX holds state a forked child cannot use (a new connection from
+  // the child hangs), and a child refuses to connect, as libcuda.so.1 does.
+  static bool TransportLoaded();
 
   size_t count() const { return gpus_.size(); }
   // The GPU at `index`, or nullptr past the end.

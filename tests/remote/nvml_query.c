@@ -10,7 +10,9 @@
  *   - a GPU outside the job cannot be reached: an index past the count, forged handles and
  *     every UUID given as an argument that is not one of the job's GPUs (with none given, a
  *     made-up one) are refused with INVALID_ARGUMENT or NOT_FOUND;
- *   - calls before nvmlInit and after the last nvmlShutdown answer UNINITIALIZED.
+ *   - calls before nvmlInit and after the last nvmlShutdown answer UNINITIALIZED;
+ *   - a child forked after nvmlInit gets GPU_IS_LOST from its parent's handles and
+ *     NOT_SUPPORTED from its own nvmlInit; the parent goes on.
  * usage: nvml_query [GPU_UUID...]
  */
 #define _GNU_SOURCE  /* dladdr */
@@ -19,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "remote/nvml/nvml_abi.h"
 
@@ -236,6 +240,24 @@ int main(int argc, char** argv) {
   CheckReturn("NullHandle", NVML(nvmlDeviceGetName)(NULL, name, (unsigned)sizeof name),
               NVML_ERROR_INVALID_ARGUMENT);
   Check("UnknownEntryPointAbsent", dlsym(nvml, "nvmlDeviceGetGpupoolNoSuchThing") == NULL);
+
+  /* A forked child: the parent's sessions are not its own, and it cannot open its own
+     (the parent's UCX state is inherited), as a forked child's cuInit is refused; the
+     parent goes on. */
+  fflush(stdout);
+  pid_t child = fork();
+  if (child == 0) {
+    nvmlMemory_t child_memory = {0, 0, 0};
+    int lost = NVML(nvmlDeviceGetMemoryInfo)(first, &child_memory) == NVML_ERROR_GPU_IS_LOST;
+    int refused = NVML(nvmlShutdown)() == NVML_SUCCESS &&
+                  NVML(nvmlInit_v2)() == NVML_ERROR_NOT_SUPPORTED;
+    _exit(lost && refused ? 0 : 1);
+  }
+  int child_status = -1;
+  waitpid(child, &child_status, 0);
+  Check("ForkedChild", WIFEXITED(child_status) && WEXITSTATUS(child_status) == 0);
+  nvmlMemory_t parent_memory = {0, 0, 0};
+  CheckReturn("ParentAfterFork", NVML(nvmlDeviceGetMemoryInfo)(first, &parent_memory), NVML_SUCCESS);
 
   /* Counted init: a second init needs a second shutdown. */
   CheckReturn("SecondInit", NVML(nvmlInit)(), NVML_SUCCESS);
