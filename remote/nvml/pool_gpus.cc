@@ -11,6 +11,11 @@
 
 namespace gpupool::nvml {
 
+// Split, LoadTransport and VisibleGpus's parsing are copies of remote/client/runtime.cc's
+// (Split, LoadTransport, Runtime::Connect), some 40 lines: remote/client is being split
+// into layers and has no library that carries them without its logger. nvml_query checks
+// that the two libraries still pick the same GPUs in the same order; once the client's
+// core is a library of its own, this file should call it instead.
 namespace {
 
 std::vector<std::string> Split(const std::string& text, char separator) {
