@@ -210,7 +210,7 @@ class PoolEngine {
   Result<nlohmann::json> AgentLost(const std::string& lease_id, const std::string& token,
                                    const std::string& gpu_uuid);
   static constexpr int kLostReportsPerMinute = 10;
-  static constexpr int kAgentProbeTimeoutMs = 1000;
+  static constexpr int kAgentProbeTimeoutMs = 600;
   static constexpr int kAgentProbeFreshMs = 1000;
 
   // Periodic work: hosts silent for unreachable_timeout → UNREACHABLE (and swaps);

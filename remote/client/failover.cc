@@ -258,6 +258,7 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   // its zeroing on every call.
   std::unique_ptr<Entry> upload;
   sending_seq_ = protecting_ ? channel->connection->next_sequence() : 0;
+  const auto delivered_at = std::chrono::steady_clock::now();
   if (overlapped) {
     upload = std::make_unique<Entry>(StartOverlappedEntry(request));
   } else if (how != Delivery::kCall) {
@@ -308,6 +309,7 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
       return status;
     }
     if (how == Delivery::kCall) {
+      if (attempt == 0) NoteAnsweredCall(std::chrono::steady_clock::now() - delivered_at);
       Answered(request, *reply);
       if (status == dp::kCuSuccess) {
         MaybeCheckpoint(channel->connection.get(), dp::Synchronises(request.op));
@@ -324,7 +326,7 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
 // watcher rewrote the lease file): the wait ends as a lost connection, and Deliver
 // recovers from it.
 // A call waiting on an agent whose host stopped answering (its connections open, nothing
-// sent) asks gpupoold after a second: see AskAboutSilentAgent.
+// sent) asks gpupoold after SilentThreshold(): see AskAboutSilentAgent.
 void Failover::WatchLease(Channel* channel) {
   if (!protecting_ || (lease_file_.empty() && !report_lost_) ||
       channel->connection.get() == watched_) {
@@ -348,7 +350,7 @@ std::string Failover::AskAboutSilentAgent(const GpuLocation& waiting_on) {
     // A new wait, at its first check (the transport checks once it has slept 200 ms).
     silent_wait_seq_ = sending_seq_;
     silent_backoff_ = std::chrono::milliseconds(0);
-    silent_next_report_ = now + kSilentBeforeReport - std::chrono::milliseconds(200);
+    silent_next_report_ = now + SilentThreshold() - std::chrono::milliseconds(200);
     return "";
   }
   if (now < silent_next_report_) return "";
@@ -361,7 +363,7 @@ std::string Failover::AskAboutSilentAgent(const GpuLocation& waiting_on) {
   silent_next_report_ = std::chrono::steady_clock::now() + silent_backoff_;
   if (!answered) {
     LogDebug("GPU %d (%s): a call has waited %lld ms; could not ask gpupoold (%s)", device_,
-             waiting_on.uuid.c_str(), static_cast<long long>(kSilentBeforeReport.count()),
+             waiting_on.uuid.c_str(), static_cast<long long>(SilentThreshold().count()),
              problem.c_str());
     return "";
   }
@@ -369,6 +371,19 @@ std::string Failover::AskAboutSilentAgent(const GpuLocation& waiting_on) {
   silent_named_ = named;
   return "its agent is silent: gpupoold's probe got no answer, and it names " + named.uuid +
          " in place of " + waiting_on.uuid;
+}
+
+std::chrono::milliseconds Failover::SilentThreshold() const {
+  const auto twice = std::chrono::duration_cast<std::chrono::milliseconds>(2 * longest_call_);
+  return std::clamp(twice, kSilentBeforeReport, kSilentAtMost);
+}
+
+void Failover::NoteAnsweredCall(std::chrono::steady_clock::duration waited) {
+  const auto now = std::chrono::steady_clock::now();
+  if (waited >= longest_call_ || now - longest_call_since_ > std::chrono::minutes(1)) {
+    longest_call_ = waited;
+    longest_call_since_ = now;
+  }
 }
 
 bool Failover::Recoverable(int32_t status) const {

@@ -323,13 +323,21 @@ class Failover {
             bool show_output);
   bool Locate(const GpuLocation& failed, int32_t why, GpuLocation* next);
   // The abandon check of a call waiting on the agent (WatchLease): once a wait has gone
-  // kSilentBeforeReport without an answer, asks gpupoold (report_lost_) whether the agent is
+  // SilentThreshold() without an answer, asks gpupoold (report_lost_) whether the agent is
   // there, then after 1, 2, 4 ... 30 s. gpupoold probes the agent: one that answers (a long
   // kernel) changes nothing; a silent one (its host stopped or cut off, its connections
   // still open) is swapped, and the GPU gpupoold names instead ends the wait (non-empty
   // return) and is where the recovery goes (silent_named_).
   std::string AskAboutSilentAgent(const GpuLocation& waiting_on);
-  static constexpr std::chrono::milliseconds kSilentBeforeReport{1000};
+  // How long a call may wait before its agent is suspected: twice the longest call this
+  // process saw answered in the last minute, at least kSilentBeforeReport, at most
+  // kSilentAtMost. A program whose synchronisations take seconds (long kernels) asks later
+  // instead of costing gpupoold a probe at every one of them (a lease's reports are
+  // capped at 10 a minute); one of short calls asks after kSilentBeforeReport.
+  std::chrono::milliseconds SilentThreshold() const;
+  void NoteAnsweredCall(std::chrono::steady_clock::duration waited);
+  static constexpr std::chrono::milliseconds kSilentBeforeReport{400};
+  static constexpr std::chrono::milliseconds kSilentAtMost{10000};
   // Within Recover: asks gpupoold where the slot is now (report_lost_), at once and then
   // after 1, 2, 4, 8, 8... s; a GPU it names in place of `failed` is server_named_ (then
   // true).
@@ -354,6 +362,10 @@ class Failover {
   std::chrono::steady_clock::time_point silent_next_report_{};
   std::chrono::milliseconds silent_backoff_{0};
   GpuLocation silent_named_;
+  // The longest call answered since longest_call_since_ (SilentThreshold); a minute old, it
+  // gives way to the next answered call.
+  std::chrono::steady_clock::duration longest_call_{};
+  std::chrono::steady_clock::time_point longest_call_since_{};
   std::mutex mu_;
   bool protecting_ = true;
   bool unprotected_logged_ = false;
