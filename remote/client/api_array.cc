@@ -558,6 +558,13 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* handle,
     record.resource = *resource;
     uint64_t at = 0;
     if (CUresult status = Publish(d, record, &at); status != CUDA_SUCCESS) return status;
+    // Kernels given the handle write the array: failover's checkpoints must read it back.
+    int device = 0;
+    if (CurrentDevice(&device) == CUDA_SUCCESS) {
+      if (Device* owner = Runtime::Get().device(device); owner && owner->failover) {
+        owner->failover->AddWriteThrough(at, d.base);
+      }
+    }
     *handle = at;
     return CUDA_SUCCESS;
   });
