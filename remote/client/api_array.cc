@@ -290,17 +290,14 @@ CUresult FindObject(uint64_t handle, bool surface, ObjectRecord* out) {
 
 // [offset, offset + bytes) of `array`'s bytes, as a device address.
 CUresult ArrayBytes(CUarray array, size_t offset, size_t bytes, CUdeviceptr* at) {
-  uintptr_t base = 0;
-  size_t row_bytes = 0, rows = 0, end = 0;
-  if (CUresult status = ArrayBacking(array, &base, &row_bytes, &rows); status != CUDA_SUCCESS) {
-    return status;
-  }
   std::lock_guard<std::mutex> lock(Mutex());
   const ArrayRecord* record = FindArray(array);
   if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // The product was checked when the array was made.
   const size_t size = record->row_bytes * record->rows * record->slices;
+  size_t end = 0;
   if (__builtin_add_overflow(offset, bytes, &end) || end > size) return CUDA_ERROR_INVALID_VALUE;
-  *at = base + offset;
+  *at = record->base + offset;
   return CUDA_SUCCESS;
 }
 

@@ -410,7 +410,6 @@ void CubeFace(float x, float y, float z, int* face, float* u, float* v) {
 bool Sample(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
             const uint64_t coords[4], uint64_t values[4], Fault* fault) {
   Sampler sampler{d, memory, fault, {d.width, d.height, 1}};
-  const bool layered = d.flags & dataplane::kSimTexLayered;
   const bool cube = d.flags & dataplane::kSimTexCubemap;
   const bool normalized = (d.flags & dataplane::kSimTexNormalized) || cube;
   int64_t slice_base = 0;
@@ -457,12 +456,10 @@ bool Sample(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
     iy = AsInt(coords[first + 1]);
     iz = AsInt(coords[first + 2]);
     if (dims == 3) sampler.sizes[2] = d.depth;
-    if (!layered && !cube && dims < 3) slice_base = 0;
   }
   if (d.flags & dataplane::kSimTexLinearMemory) {
     // tex1Dfetch: an element index; outside the buffer, zeros.
     Texel texel;
-    texel = Texel{};
     int64_t index = op.int_coords ? ix : Floor(x);
     if (index >= 0 && static_cast<uint64_t>(index) < d.width) {
       if (!sampler.Fetch(index, 0, 0, &texel)) return false;
@@ -635,6 +632,10 @@ uint64_t QueryValue(const Op& op, const SimTextureDescriptor& d) {
 
 }  // namespace
 
+// A descriptor is the kernel's own memory, so anything may be in it: its extents are
+// capped (far above any texture's) so that index arithmetic in int64 cannot overflow.
+constexpr uint64_t kMaxExtent = uint64_t{1} << 40;
+
 bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t coords[4],
              uint64_t values[4], Fault* fault) {
   const uint8_t* p =
@@ -645,7 +646,8 @@ bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t
   const uint32_t magic = surface ? dataplane::kSimSurfaceMagic : dataplane::kSimTextureMagic;
   const uint32_t channel = dataplane::SimTexelChannelBytes(d.format);
   if (p == nullptr || d.magic != magic || channel == 0 || d.width == 0 || d.height == 0 ||
-      d.depth == 0 || (d.channels != 1 && d.channels != 2 && d.channels != 4)) {
+      d.depth == 0 || d.width > kMaxExtent || d.height > kMaxExtent || d.depth > kMaxExtent ||
+      (d.channels != 1 && d.channels != 2 && d.channels != 4)) {
     *fault = {handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)),
               surface ? "surface object" : "texture object"};
     return false;

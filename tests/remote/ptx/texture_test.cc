@@ -399,6 +399,14 @@ TEST_F(Texture, ForgedHandlesFault) {
     EXPECT_EQ(status_, kCuIllegalAddress) << std::hex << handle;
     EXPECT_NE(detail_.find("texture object"), std::string::npos) << detail_;
   }
+  // Extents no texture has (index arithmetic would overflow): no texture object.
+  SimTextureDescriptor huge = Over(Ramp(4), kTexelF32, 1, 4, 1, 1, 1);
+  huge.width = uint64_t{1} << 62;
+  huge.flags = kSimTexNormalized;
+  huge.address_mode[0] = kAddressMirror;
+  Run("Sample1D", Publish(huge), std::vector<float>{0.75f});
+  EXPECT_EQ(status_, kCuIllegalAddress);
+  EXPECT_NE(detail_.find("texture object"), std::string::npos) << detail_;
   // A descriptor whose texels lie outside the session's memory.
   SimTextureDescriptor stray = Over(Ramp(4), kTexelF32, 1, 4, 1, 1, 1);
   stray.width = 1u << 20;
