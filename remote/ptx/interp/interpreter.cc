@@ -3253,6 +3253,7 @@ void HTexture(Warp& w, const Inst& in, uint32_t mask) {
                                  return static_cast<Warp*>(context)->Global(address, size);
                                }};
   const int32_t coordinate_slots[4] = {in.b, in.c, in.e, static_cast<int32_t>(in.offset)};
+  texture::DescriptorCache cache;
   ForLanes(mask, [&](int l) {
     uint64_t coords[4] = {0, 0, 0, 0}, values[4] = {0, 0, 0, 0};
     for (int i = 0; i < 4; ++i) {
@@ -3262,7 +3263,7 @@ void HTexture(Warp& w, const Inst& in, uint32_t mask) {
       for (int i = 0; i < op.vec; ++i) values[i] = w.R(in.d[i])[l];
     }
     texture::Fault fault;
-    if (!texture::RunLane(op, memory, w.R(in.a)[l], coords, values, &fault)) {
+    if (!texture::RunLane(op, memory, w.R(in.a)[l], coords, values, &fault, &cache)) {
       w.Fault(fault.address, fault.size, fault.what);
       return;
     }

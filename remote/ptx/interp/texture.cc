@@ -637,21 +637,27 @@ uint64_t QueryValue(const Op& op, const SimTextureDescriptor& d) {
 constexpr uint64_t kMaxExtent = uint64_t{1} << 40;
 
 bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t coords[4],
-             uint64_t values[4], Fault* fault) {
-  const uint8_t* p =
-      memory.at(memory.context, handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)));
+             uint64_t values[4], Fault* fault, DescriptorCache* cache) {
   const bool surface = op.kind == Kind::kSuld || op.kind == Kind::kSust || op.kind == Kind::kSuq;
-  SimTextureDescriptor d;
-  if (p != nullptr) std::memcpy(&d, p, sizeof(d));
-  const uint32_t magic = surface ? dataplane::kSimSurfaceMagic : dataplane::kSimTextureMagic;
-  const uint32_t channel = dataplane::SimTexelChannelBytes(d.format);
-  if (p == nullptr || d.magic != magic || channel == 0 || d.width == 0 || d.height == 0 ||
-      d.depth == 0 || d.width > kMaxExtent || d.height > kMaxExtent || d.depth > kMaxExtent ||
-      (d.channels != 1 && d.channels != 2 && d.channels != 4)) {
-    *fault = {handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)),
-              surface ? "surface object" : "texture object"};
-    return false;
+  if (!cache->valid || cache->handle != handle) {
+    const uint8_t* p =
+        memory.at(memory.context, handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)));
+    SimTextureDescriptor& d = cache->descriptor;
+    cache->valid = false;
+    if (p != nullptr) std::memcpy(&d, p, sizeof(d));
+    const uint32_t magic = surface ? dataplane::kSimSurfaceMagic : dataplane::kSimTextureMagic;
+    const uint32_t channel = dataplane::SimTexelChannelBytes(d.format);
+    if (p == nullptr || d.magic != magic || channel == 0 || d.width == 0 || d.height == 0 ||
+        d.depth == 0 || d.width > kMaxExtent || d.height > kMaxExtent || d.depth > kMaxExtent ||
+        (d.channels != 1 && d.channels != 2 && d.channels != 4)) {
+      *fault = {handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)),
+                surface ? "surface object" : "texture object"};
+      return false;
+    }
+    cache->handle = handle;
+    cache->valid = true;
   }
+  const SimTextureDescriptor& d = cache->descriptor;
   switch (op.kind) {
     case Kind::kTex:
     case Kind::kTld4:

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "remote/protocol/sim_texture.h"
+
 namespace gpupool::sim::texture {
 
 enum class Kind : uint8_t { kTex, kTld4, kTxq, kSuld, kSust, kSuq };
@@ -78,11 +80,20 @@ struct Fault {
   const char* what = "";
 };
 
+// The last descriptor read, kept across the lanes of one instruction (they nearly always
+// name one object), so that each lane does not look it up again. Start each instruction
+// with a fresh one.
+struct DescriptorCache {
+  uint64_t handle = 0;
+  bool valid = false;
+  dataplane::SimTextureDescriptor descriptor;
+};
+
 // Runs `op` for one lane: `handle` the object, `coords` the coordinate registers' raw
 // values (f32 bits or s32), `values` the data (sust: in; else out, the destination
 // registers' raw values). False with *fault when the lane faults (a handle that is no
 // descriptor of this kind, texels outside the session's memory, .trap out of bounds).
 bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t coords[4],
-             uint64_t values[4], Fault* fault);
+             uint64_t values[4], Fault* fault, DescriptorCache* cache);
 
 }  // namespace gpupool::sim::texture
