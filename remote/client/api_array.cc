@@ -400,8 +400,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dst, size_t offset, co
                                                   size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS)
+    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
       return status;
+    }
     return cuMemcpyHtoD_v2(at, src, bytes);
   });
 }
@@ -409,8 +410,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dst, size_t offse
                                                        size_t bytes, CUstream stream) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS)
+    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
       return status;
+    }
     return cuMemcpyHtoDAsync_v2(at, src, bytes, stream);
   });
 }
@@ -418,8 +420,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoH_v2(void* dst, CUarray src, size_t
                                                   size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS)
+    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
       return status;
+    }
     return cuMemcpyDtoH_v2(dst, at, bytes);
   });
 }
@@ -427,8 +430,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void* dst, CUarray src, s
                                                        size_t bytes, CUstream stream) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS)
+    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
       return status;
+    }
     return cuMemcpyDtoHAsync_v2(dst, at, bytes, stream);
   });
 }
@@ -436,8 +440,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dst, size_t offset, CU
                                                   size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS)
+    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
       return status;
+    }
     return cuMemcpyDtoD_v2(at, src, bytes);
   });
 }
@@ -445,8 +450,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, 
                                                   size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS)
+    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
       return status;
+    }
     return cuMemcpyDtoD_v2(dst, at, bytes);
   });
 }
@@ -454,10 +460,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dst, size_t dst_offset
                                                   size_t src_offset, size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr to = 0, from = 0;
-    if (CUresult status = ArrayBytes(dst, dst_offset, bytes, &to); status != CUDA_SUCCESS)
+    if (CUresult status = ArrayBytes(dst, dst_offset, bytes, &to); status != CUDA_SUCCESS) {
       return status;
-    if (CUresult status = ArrayBytes(src, src_offset, bytes, &from); status != CUDA_SUCCESS)
+    }
+    if (CUresult status = ArrayBytes(src, src_offset, bytes, &from); status != CUDA_SUCCESS) {
       return status;
+    }
     return cuMemcpyDtoD_v2(to, from, bytes);
   });
 }
@@ -477,8 +485,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle,
     if (view != nullptr) return static_cast<CUresult>(ReportUnsupported(call, "resource views"));
     dp::SimTextureDescriptor d;
     d.magic = dp::kSimTextureMagic;
-    if (CUresult status = Describe(call, *resource, false, &d); status != CUDA_SUCCESS)
+    if (CUresult status = Describe(call, *resource, false, &d); status != CUDA_SUCCESS) {
       return status;
+    }
     for (int i = 0; i < 3; ++i) {
       if (texture->addressMode[i] > CU_TR_ADDRESS_MODE_BORDER) {
         return Invalid(call,
@@ -496,8 +505,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle,
     if (texture->flags & CU_TRSF_SRGB) {
       return static_cast<CUresult>(ReportUnsupported(call, "sRGB texture reads"));
     }
-    if (texture->flags & ~(known | CU_TRSF_SRGB))
+    if (texture->flags & ~(known | CU_TRSF_SRGB)) {
       return Invalid(call, "pTexDesc->flags has unknown bits");
+    }
     if (texture->flags & CU_TRSF_READ_AS_INTEGER) d.flags |= dp::kSimTexReadAsInteger;
     if (texture->flags & CU_TRSF_NORMALIZED_COORDINATES) d.flags |= dp::kSimTexNormalized;
     std::memcpy(d.border, texture->borderColor, sizeof(d.border));
@@ -548,8 +558,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* handle,
     }
     dp::SimTextureDescriptor d;
     d.magic = dp::kSimSurfaceMagic;
-    if (CUresult status = Describe(call, *resource, true, &d); status != CUDA_SUCCESS)
+    if (CUresult status = Describe(call, *resource, true, &d); status != CUDA_SUCCESS) {
       return status;
+    }
     ObjectRecord record;
     record.surface = true;
     record.resource = *resource;

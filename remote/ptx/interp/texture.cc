@@ -467,8 +467,9 @@ bool Sample(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
       texel = Texel{{0, 0, 0, 0}, {0, 0, 0, 0}};
     }
     const bool as_float = ReturnsFloat(d);
-    for (int c = 0; c < 4; ++c)
+    for (int c = 0; c < 4; ++c) {
       values[c] = as_float ? std::bit_cast<uint32_t>(texel.f[c]) : texel.i[c];
+    }
     return true;
   }
   const bool as_float = ReturnsFloat(d);
