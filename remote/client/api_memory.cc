@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "remote/client/api_array.h"  // arrays in 2D/3D copies
 #include "remote/client/api_common.h"
 #include "remote/client/graph_model.h"
 #include "remote/client/graphs.h"
@@ -1010,10 +1011,14 @@ CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device_ptr
       side->device = DeviceOf(device_ptr, 1) >= 0;
       side->base = device_ptr;
       break;
-    case CU_MEMORYTYPE_ARRAY:
-      (void)array;
-      return static_cast<CUresult>(
-          ReportUnsupported("cuMemcpy2D/3D(CU_MEMORYTYPE_ARRAY)", "CUDA arrays"));
+    case CU_MEMORYTYPE_ARRAY: {  // an array is device memory of rows (api_array.h)
+      if (CUresult status = ArrayBacking(array, &side->base, &pitch, &height);
+          status != CUDA_SUCCESS) {
+        return status;
+      }
+      side->device = true;
+      break;
+    }
     default: return CUDA_ERROR_INVALID_VALUE;
   }
   if (side->base == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -1098,6 +1103,13 @@ CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream) {
       status != CUDA_SUCCESS) {
     return status;
   }
+  for (CUresult status :  // arrays: the region inside (api_array.h)
+       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY, 0,
+                         copy->WidthInBytes, copy->Height, 1),
+        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY, 0,
+                         copy->WidthInBytes, copy->Height, 1)}) {
+    if (status != CUDA_SUCCESS) return status;
+  }
   return CopyRows(src, dst, copy->WidthInBytes, copy->Height, 1, stream);
 }
 
@@ -1119,6 +1131,13 @@ CUresult Copy3D(const CUDA_MEMCPY3D* copy, CUstream stream) {
                                     copy->dstPitch, copy->dstHeight, &dst);
       status != CUDA_SUCCESS) {
     return status;
+  }
+  for (CUresult status :  // arrays: the region inside (api_array.h)
+       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY,
+                         copy->srcZ, copy->WidthInBytes, copy->Height, copy->Depth),
+        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY,
+                         copy->dstZ, copy->WidthInBytes, copy->Height, copy->Depth)}) {
+    if (status != CUDA_SUCCESS) return status;
   }
   return CopyRows(src, dst, copy->WidthInBytes, copy->Height, copy->Depth, stream);
 }

@@ -694,6 +694,11 @@ void Failover::MarkWritten(uint64_t address) {
 // memory through pointers stored in device memory.
 void Failover::MarkLaunchWrites(const Entry& launch) { MayWrite(launch, &written_); }
 
+void Failover::AddWriteThrough(uint64_t via, uint64_t target) {
+  std::lock_guard<std::mutex> lock(mu_);
+  write_through_.emplace(via, target);
+}
+
 void Failover::MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) const {
   dp::LaunchArgs args{};
   if (!ReadStruct(launch.args, &args)) return;
@@ -705,7 +710,12 @@ void Failover::MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) c
     uint64_t word = 0;
     std::memcpy(&word, launch.payload.data() + offset, sizeof(word));
     uint64_t start = 0;
-    if (RangeHolding(word, &start)) (*ranges)[start] = true;
+    if (!RangeHolding(word, &start)) continue;
+    (*ranges)[start] = true;
+    // A surface's array, written through the descriptor the launch names.
+    for (auto [at, end] = write_through_.equal_range(start); at != end; ++at) {
+      if (ranges_.count(at->second)) (*ranges)[at->second] = true;
+    }
   }
   auto function = live_.find({kFunction, args.function});
   if (function == live_.end()) return;

@@ -169,6 +169,10 @@ class Failover {
   // place memory).
   void Unprotect(const std::string& why);
 
+  // A launch that names an address in range `via` may write range `target` too: a surface
+  // object's descriptor and its array (api_array.cc). Takes mu().
+  void AddWriteThrough(uint64_t via, uint64_t target);
+
   // Copies into the log the bytes of uploads it holds only by reference (an asynchronous
   // copy from page-locked memory: Request::payload_held_until_sync), for a caller about to
   // let the program change or free that memory (cuMemFreeHost). Takes mu().
@@ -377,6 +381,7 @@ class Failover {
   std::map<uint64_t, uint64_t> module_globals_;  // module id -> its variables' range start
   std::map<uint64_t, JournalBytes> saved_;       // checkpointed contents, by range start
   std::map<uint64_t, bool> written_;             // ranges written since the last checkpoint
+  std::multimap<uint64_t, uint64_t> write_through_;  // AddWriteThrough: via -> target
   std::vector<Entry> log_;                       // state changes since the last checkpoint
   std::map<uint64_t, size_t> last_upload_;       // range -> log index of its last whole upload
                                                  // that nothing may have read since

@@ -22,6 +22,7 @@
 
 #include "remote/protocol/protocol.h"
 #include "remote/ptx/front/program.h"
+#include "remote/ptx/interp/texture.h"  // texture/surface hook (HTexture, Decoder::Texture)
 
 namespace gpupool::sim {
 
@@ -3243,6 +3244,37 @@ void HLdmatrix(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// ---- Texture and surface hook (texture.h samples; this reads and writes the lanes'
+// registers). Inst: aux the packed texture::Op, a the handle, b, c, e and `offset` the
+// coordinate slots (-1: none), d[] the destinations (sust: the values stored).
+void HTexture(Warp& w, const Inst& in, uint32_t mask) {
+  const texture::Op op = texture::Unpack(in.aux);
+  const texture::Memory memory{&w, [](void* context, uint64_t address, uint32_t size) {
+                                 return static_cast<Warp*>(context)->Global(address, size);
+                               }};
+  const int32_t coordinate_slots[4] = {in.b, in.c, in.e, static_cast<int32_t>(in.offset)};
+  texture::DescriptorCache cache;
+  ForLanes(mask, [&](int l) {
+    uint64_t coords[4] = {0, 0, 0, 0}, values[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4; ++i) {
+      if (coordinate_slots[i] >= 0) coords[i] = w.R(coordinate_slots[i])[l];
+    }
+    if (op.kind == texture::Kind::kSust) {
+      for (int i = 0; i < op.vec; ++i) values[i] = w.R(in.d[i])[l];
+    }
+    texture::Fault fault;
+    if (!texture::RunLane(op, memory, w.R(in.a)[l], coords, values, &fault, &cache)) {
+      w.Fault(fault.address, fault.size, fault.what);
+      return;
+    }
+    if (op.kind == texture::Kind::kSust) return;
+    for (int i = 0; i < 4; ++i) {
+      if (in.d[i] >= 0) w.R(in.d[i])[l] = values[i];
+    }
+  });
+}
+// ---- End of the texture and surface hook
+
 // ---- Handler tables
 // -----------------------------------------------------------------------
 
@@ -4786,6 +4818,69 @@ class Decoder {
     return Status::OK();
   }
 
+  // ---- Texture and surface hook: tex, tld4, txq, suld.b, sust.b, suq (HTexture).
+  Status Texture(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
+                 Inst inst) {
+    texture::Op op;
+    std::string why;
+    if (!texture::ParseOpcode(parts, &op, &why)) return Refuse(why, s.line, inst);
+    const auto& ops = s.operands;
+    const bool store = op.kind == texture::Kind::kSust;
+    const bool query = op.kind == texture::Kind::kTxq || op.kind == texture::Kind::kSuq;
+    if (ops.size() != 2) return Refuse(s.opcode + " with these operands", s.line, inst);
+    const RawOperand& address = ops[store ? 0 : 1];
+    const RawOperand& data = ops[store ? 1 : 0];
+    if (address.kind != RawOperand::kAddress || !IsRegister(frame, address.name) ||
+        address.bits != 0 || address.items.size() != (query ? 0u : 1u)) {
+      // A .texref/.surfref name, or an explicit sampler: texture references.
+      return Refuse("texture references and samplers are not supported by the sim GPU",
+                    s.line, inst);
+    }
+    inst.a = RegisterSlot(frame, address.name);
+    int32_t* coordinate_slots[4] = {&inst.b, &inst.c, &inst.e, nullptr};
+    int32_t fourth = -1;
+    coordinate_slots[3] = &fourth;
+    if (!query) {
+      const RawOperand& coords = address.items[0];
+      const std::vector<RawOperand> single = {coords};
+      const std::vector<RawOperand>& items =
+          coords.kind == RawOperand::kVector ? coords.items : single;
+      if (static_cast<int>(items.size()) != texture::CoordinateCount(op)) {
+        return BadInstruction(s, "needs " + std::to_string(texture::CoordinateCount(op)) +
+                                     " coordinates");
+      }
+      const bool surface = op.kind == texture::Kind::kSuld || store;
+      for (size_t i = 0; i < items.size(); ++i) {
+        const bool integer =
+            surface || op.int_coords || static_cast<int>(i) == texture::LayerCoordinate(op);
+        auto slot = Source(frame, items[i], integer ? kS32 : kF32, s.line);
+        if (!slot.ok()) return slot.status();
+        *coordinate_slots[i] = *slot;
+      }
+    }
+    inst.offset = fourth;
+    const std::vector<RawOperand> single = {data};
+    const std::vector<RawOperand>& values = data.kind == RawOperand::kVector ? data.items : single;
+    const size_t expected = query ? 1 : (op.kind == texture::Kind::kSuld || store) ? op.vec : 4;
+    if (values.size() != expected) {
+      return BadInstruction(s, "needs " + std::to_string(expected) + " values");
+    }
+    static const Ty kElement[9] = {kNoType, kU8,     kU16,    kNoType, kU32,
+                                   kNoType, kNoType, kNoType, kU64};
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (values[i].kind == RawOperand::kName && values[i].name == "_") continue;  // a sink
+      auto slot = store ? Source(frame, values[i], kElement[op.width], s.line)
+                        : Dest(frame, values[i], s.line);
+      if (!slot.ok()) return slot.status();
+      inst.d[i] = *slot;
+    }
+    inst.aux = texture::Pack(op);
+    inst.run = &HTexture;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  // ---- End of the texture and surface hook
+
   // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}{.shared{::cta}}.b16 (HLdmatrix).
   Status Ldmatrix(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
                   Inst inst) {
@@ -4978,6 +5073,10 @@ class Decoder {
       if (!bulk) return CpAsync(frame, s, parts, inst);
     }
     if (op == "mbarrier") return Mbarrier(frame, s, parts, inst);
+    if (op == "tex" || op == "tld4" || op == "txq" || op == "suld" || op == "sust" ||
+        op == "suq") {
+      return Texture(frame, s, parts, inst);  // texture/surface hook
+    }
     if (kUnsupported.count(op)) {
       std::string what = (op == "tex" || op == "tld4" || op == "txq")
                              ? "textures are not supported by the sim GPU"

@@ -1,5 +1,6 @@
 // Kernels of the PTX engine benchmark (scripts/bench/ptx): element-wise, shared-memory
-// tiled matrix multiply, atomics, and a barrier-heavy block scan. extern "C" for plain names.
+// tiled matrix multiply, atomics, a barrier-heavy block scan and bilinear texture sampling.
+// extern "C" for plain names.
 constexpr int kTile = 16;
 
 extern "C" {
@@ -55,4 +56,12 @@ __global__ void block_scan(const unsigned* in, unsigned* out) {
   out[i] = buffer[t];
 }
 
+// out[y][x] = the bilinear sample of a w x h float texture (unnormalised coordinates,
+// clamped) at (x + 0.3, y + 0.7): one tex.2d with linear filtering per thread.
+__global__ void bilinear(cudaTextureObject_t image, float* out, int w, int h) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y;
+  if (x < w && y < h) out[y * w + x] = tex2D<float>(image, x + 0.3f, y + 0.7f);
+}
+
 }  // extern "C"
+

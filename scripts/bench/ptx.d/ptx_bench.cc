@@ -7,6 +7,8 @@
 // gives its rate per core.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "remote/protocol/sim_texture.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/ptx_engine.h"
 
@@ -206,8 +209,82 @@ void BM_Scan_Native(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kElements);
 }
 
+// Bilinear texture sampling (tex.2d, linear filter, clamp) of a 1024x1024 float image, one
+// sample per output pixel; the JIT refuses texture instructions, so both engine rows run
+// on the interpreter. Native: the same arithmetic (9-bit weights) in a loop.
+constexpr int kImage = 1024;
+
+float Bilinear(const std::vector<float>& image, float fx, float fy) {
+  auto at = [&](long x, long y) {
+    x = std::min<long>(std::max<long>(x, 0), kImage - 1);
+    y = std::min<long>(std::max<long>(y, 0), kImage - 1);
+    return image[y * kImage + x];
+  };
+  const float xb = fx - 0.5f, yb = fy - 0.5f;
+  const long i = static_cast<long>(std::floor(xb)), j = static_cast<long>(std::floor(yb));
+  const float a = std::round((xb - i) * 256) / 256, b = std::round((yb - j) * 256) / 256;
+  return (1 - a) * (1 - b) * at(i, j) + a * (1 - b) * at(i + 1, j) + (1 - a) * b * at(i, j + 1) +
+         a * b * at(i + 1, j + 1);
+}
+
+std::vector<float> Image() {
+  std::vector<float> image(kImage * kImage);
+  for (int i = 0; i < kImage * kImage; ++i) image[i] = static_cast<float>(i % 977) * 0.125f;
+  return image;
+}
+
+void BM_Bilinear_Engine(benchmark::State& state, JitMode mode) {
+  std::vector<float> image = Image(), out(kImage * kImage);
+  Memory memory;
+  gpupool::dataplane::SimTextureDescriptor d;
+  d.magic = gpupool::dataplane::kSimTextureMagic;
+  d.format = gpupool::dataplane::kTexelF32;
+  d.channels = 1;
+  d.dims = 2;
+  d.base = memory.Add(image);
+  d.width = d.height = kImage;
+  d.pitch = kImage * sizeof(float);
+  d.slice_pitch = d.pitch * kImage;
+  d.flags = gpupool::dataplane::kSimTexLinearFilter;
+  std::vector<gpupool::dataplane::SimTextureDescriptor> descriptor = {d};
+  uint64_t handle = memory.Add(descriptor), dout = memory.Add(out);
+  auto params = Pack(handle, dout, kImage, kImage);
+  uint32_t grid[3] = {kImage / 256, kImage, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "bilinear", grid, block, params, memory, nullptr);
+  for (auto _ : state) {
+    Launch(state, "bilinear", grid, block, params, memory, &instructions);
+  }
+  if (std::fabs(out[5 * kImage + 7] - Bilinear(image, 7.3f, 5.7f)) > 1e-3f) {
+    state.SkipWithError("wrong sample");
+  }
+  state.SetItemsProcessed(state.iterations() * kImage * kImage);
+  state.counters["thread_instr/s"] =
+      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_Bilinear_Native(benchmark::State& state) {
+  std::vector<float> image = Image(), out(kImage * kImage);
+  for (auto _ : state) {
+    for (int y = 0; y < kImage; ++y) {
+      for (int x = 0; x < kImage; ++x) out[y * kImage + x] = Bilinear(image, x + 0.3f, y + 0.7f);
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kImage * kImage);
+}
+
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_Bilinear_Engine, Jit, JitMode::kAlways)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Bilinear_Engine, Interpreter, JitMode::kOff)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_Bilinear_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Saxpy_Engine, Jit, JitMode::kAlways)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

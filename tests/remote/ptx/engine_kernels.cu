@@ -475,7 +475,7 @@ __global__ void atomic_poke(int* p, long long byte_offset) {
 __global__ void trap_kernel() { __trap(); }
 __global__ void assert_kernel(int v) { assert(v != 3); }
 
-// Uses a texture object: the sim does not support textures.
+// Uses a texture object (the test gives it a handle that is none).
 __global__ void texture_kernel(cudaTextureObject_t tex, float* out) {
   out[threadIdx.x] = tex1Dfetch<float>(tex, threadIdx.x);
 }
