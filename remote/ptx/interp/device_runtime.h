@@ -1,0 +1,10 @@
+#pragma once
+
+#include "remote/ptx/interp/internal.h"
+#include "remote/ptx/interp/device_heap.h"
+
+namespace gpupool::sim::interp {
+
+void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask);
+
+}  // namespace gpupool::sim::interp

@@ -1,0 +1,10 @@
+#pragma once
+
+#include "remote/ptx/interp/internal.h"
+
+namespace gpupool::sim::interp {
+
+void HPrintf(Warp& w, const Inst& in, uint32_t mask);
+void HAssert(Warp& w, const Inst& in, uint32_t mask);
+
+}  // namespace gpupool::sim::interp
