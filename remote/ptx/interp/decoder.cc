@@ -416,7 +416,7 @@ class Decoder {
         case RawStatement::kParam: {
           uint32_t align = std::max<uint32_t>(statement.align, 1);
           // Checked: declarations are bounded, but inlined calls add theirs up (a launch
-          // refuses more than kMaxLocalPerThread; this keeps the sum from wrapping first).
+          // refuses more than kMaxLocalPerThread, launch.cc; this keeps the sum from wrapping first).
           if (local_size_ > kMaxLocalSum) {
             return Status::InvalidArgument("PTX line " + std::to_string(statement.line) +
                                            ": more than " + std::to_string(kMaxLocalSum) +
@@ -2175,6 +2175,7 @@ Result<const DecodedKernel*> PtxModule::Decode(const std::string& name,
     return status;
   }
   kernel->source = &parsed_->functions.at(name);
+  kernel->jit = std::make_shared<JitSlot>();
   const DecodedKernel* result = kernel.get();
   decoded_[name] = std::move(kernel);
   return result;

@@ -26,6 +26,8 @@
 
 #include "remote/protocol/protocol.h"
 #include "remote/ptx/front/program.h"
+#include "remote/ptx/launch.h"
+#include "remote/ptx/memory.h"
 
 namespace gpupool::sim {
 
@@ -40,19 +42,12 @@ constexpr int32_t kLaunchTimeout = dataplane::kCuLaunchTimeout;  // cancelled (L
 constexpr int32_t kAssertFailed = dataplane::kCuAssert;
 constexpr int32_t kLaunchFailed = dataplane::kCuLaunchFailed;
 constexpr int32_t kCooperativeTooLarge = dataplane::kCuCooperativeLaunchTooLarge;
-constexpr int32_t kNotSupported = dataplane::kCuNotSupported;
 
 constexpr uint32_t kFullMask = 0xffffffffu;
-// Threads that run the CTAs of one launch (the agent's hosts have few cores to spare).
-constexpr uint32_t kMaxWorkers = 2;
 // A cooperative launch holds every CTA's registers and memory at once: at most this many
 // CTAs and bytes (the client refuses a grid larger than the model's SMs hold, well below).
 constexpr uint64_t kMaxCooperativeCtas = 1u << 16;
 constexpr uint64_t kMaxCooperativeBytes = uint64_t{2} << 30;
-// Local memory of one thread (CUDA's limit), and host memory of one CTA's registers and
-// local memory together.
-constexpr uint64_t kMaxLocalPerThread = 512 * 1024;
-constexpr uint64_t kMaxCtaBytes = uint64_t{1} << 30;
 // What the decoder sums local declarations up to before it refuses the kernel: far above
 // what a launch allows, far below where a sum of declarations (each at most
 // kMaxDeclarationBytes) could wrap.
@@ -149,10 +144,7 @@ struct Warp {
   void Fault(uint64_t address, uint32_t size, const char* what) {
     if (launch->error != kSuccess) return;
     launch->error = kIllegalAddress;
-    char text[160];
-    std::snprintf(text, sizeof(text), "%s of %u bytes at 0x%llx (block %u, warp %u)", what, size,
-                  static_cast<unsigned long long>(address), launch->cta_linear, index);
-    launch->detail = text;
+    launch->detail = FaultText(what, size, address, launch->cta_linear, index);
   }
 
   // The allocation holding `address`, nullptr if none; *hint: the index of the last one
@@ -162,13 +154,10 @@ struct Warp {
     if (*hint < ranges.size() && address - ranges[*hint].start < ranges[*hint].size) {
       return &ranges[*hint];
     }
-    auto after = std::upper_bound(ranges.begin(), ranges.end(), address,
-                                  [](uint64_t a, const MemoryRange& r) { return a < r.start; });
-    if (after == ranges.begin()) return nullptr;
-    const MemoryRange& range = *std::prev(after);
-    if (address - range.start >= range.size) return nullptr;
-    *hint = static_cast<uint32_t>(std::prev(after) - ranges.begin());
-    return &range;
+    const MemoryRange* range = AllocationAtOrBelow(ranges, address);
+    if (range == nullptr || address - range->start >= range->size) return nullptr;
+    *hint = static_cast<uint32_t>(range - ranges.data());
+    return range;
   }
 
   uint8_t* Global(uint64_t address, uint32_t size) {
@@ -178,14 +167,12 @@ struct Warp {
         address - ranges[hint].start + size <= ranges[hint].size) {
       return reinterpret_cast<uint8_t*>(ranges[hint].host) + (address - ranges[hint].start);
     }
-    auto after = std::upper_bound(ranges.begin(), ranges.end(), address,
-                                  [](uint64_t a, const MemoryRange& r) { return a < r.start; });
-    if (after == ranges.begin()) return nullptr;
-    const MemoryRange& range = *std::prev(after);
-    uint64_t offset = address - range.start;
-    if (offset > range.size || size > range.size - offset) return nullptr;
-    launch->range_hint = static_cast<size_t>(std::prev(after) - ranges.begin());
-    return reinterpret_cast<uint8_t*>(range.host) + offset;
+    const MemoryRange* range = AllocationAtOrBelow(ranges, address);
+    if (range == nullptr) return nullptr;
+    uint64_t offset = address - range->start;
+    if (offset > range->size || size > range->size - offset) return nullptr;
+    launch->range_hint = static_cast<size_t>(range - ranges.data());
+    return reinterpret_cast<uint8_t*>(range->host) + offset;
   }
 
   // Host address of `size` bytes at `address` in `space` for `lane`; nullptr if

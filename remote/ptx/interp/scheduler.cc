@@ -1,4 +1,5 @@
 #include "remote/ptx/interp/internal.h"
+#include "remote/ptx/interp/interpreter.h"
 #include "remote/ptx/interp/arithmetic.h"
 
 namespace gpupool::sim::interp {
@@ -283,7 +284,7 @@ struct CtaContext {
 };
 
 // The CtaContext of the thread that calls RunKernel (the agent's GPU thread), kept from
-// launch to launch while it holds at most kKeptScratchBytes (jit/jit.h).
+// launch to launch while it holds at most kKeptScratchBytes (launch.h).
 
 CtaContext* CallerContext() {
   thread_local CtaContext context;
@@ -652,94 +653,13 @@ void RunCooperative(const DecodedKernel& kernel, const LaunchSpec& spec,
 
 namespace gpupool::sim {
 
-// The engine's entry points run the interpreter's scheduler (interp::RunCtas, ...).
+// The interpreter tier's entry runs its scheduler (interp::RunCtas, RunCooperative).
 using namespace interp;
 
-KernelNeeds NeedsOf(const DecodedKernel& kernel) {
-  KernelNeeds needs;
-  needs.max_threads = kernel.max_threads != 0 ? std::min<uint32_t>(kernel.max_threads, 1024) : 1024;
-  needs.static_shared = kernel.declared_shared;
-  needs.const_bytes = kernel.const_bytes;
-  needs.local_bytes = kernel.local_size;
-  return needs;
-}
-
-uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size; }
-
-// The kernel's compiled form when this launch should run it (jit/jit.h): not for what the
-// tier leaves to the interpreter (cooperative launches, dynamic shared memory). Under
-// GPUPOOL_PTX_JIT=auto the kernel is compiled in the background once it has run
-// kJitAfterThreads threads, and its launches run on the interpreter until the code is there.
-static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec,
-                                         uint64_t threads) {
-  const JitMode mode = CurrentJitMode();
-  if (mode == JitMode::kOff || kernel.source == nullptr || spec.cooperative ||
-      spec.dynamic_shared != 0) {
-    return nullptr;
-  }
-  JitSlot& slot = *kernel.jit;
-  if (mode == JitMode::kAuto &&
-      slot.threads_run.fetch_add(std::max(threads, kJitLaunchThreads)) < kJitAfterThreads) {
-    return nullptr;
-  }
-  std::lock_guard<std::mutex> lock(slot.mu);
-  if (!slot.tried) {
-    slot.tried = true;
-    if (mode == JitMode::kAuto) {
-      CompileInBackground(kernel.jit, *kernel.source, kernel.shared_layout, kernel.param_size);
-    } else {
-      slot.compiled =
-          CompileKernel(*kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
-    }
-  }
-  return slot.compiled.get();
-}
-
-int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
-  if (!kernel.unsupported.empty()) {
-    if (spec.error_detail) *spec.error_detail = kernel.unsupported;
-    return kNotSupported;
-  }
-  if (spec.param_size < kernel.param_size) {
-    if (spec.error_detail)
-      *spec.error_detail = "parameter buffer smaller than the kernel's parameters";
-    return kInvalidValue;
-  }
+int32_t RunInterpreted(const DecodedKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
-  if (threads == 0 || threads > 1024) return kInvalidValue;
-  if (kernel.max_threads != 0 && threads > kernel.max_threads) {
-    // As a GPU refuses a block larger than the kernel's __launch_bounds__.
-    if (spec.error_detail) {
-      *spec.error_detail = "kernel " + kernel.name + " was compiled for at most " +
-                           std::to_string(kernel.max_threads) +
-                           " threads per block, launched with " + std::to_string(threads);
-    }
-    return kOutOfResources;
-  }
   const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
-  if (shared_size > 228 * 1024) return kOutOfResources;
-  // What a CTA holds in host memory: bounded, as a GPU bounds local memory (512 KiB per
-  // thread) and registers, so that a job's PTX cannot make the agent allocate without end.
-  {
-    const uint64_t warps = (threads + 31) / 32;
-    const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size);
-    if (kernel.local_size > kMaxLocalPerThread || per_cta > kMaxCtaBytes) {
-      if (spec.error_detail) {
-        *spec.error_detail = "kernel " + kernel.name + " needs " +
-                             std::to_string(kernel.local_size) + " bytes of local memory and " +
-                             std::to_string(kernel.slot_count) +
-                             " registers per thread: more than the sim GPU holds";
-      }
-      return kOutOfResources;
-    }
-  }
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
-  // CTAs are independent: two workers take every other one when there are enough.
-  const uint32_t workers = ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
-  if (const CompiledKernel* compiled = CompiledFor(kernel, spec, threads * ctas)) {
-    kernel.jit->jit_launches.fetch_add(1, std::memory_order_relaxed);
-    return RunCompiled(*compiled, spec, workers);
-  }
   std::vector<LaunchState> cooperative_states;
   LaunchState worker_states[kMaxWorkers];
   std::span<LaunchState> states;
@@ -773,26 +693,20 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
         stop.store(true);
       }
     };
-    std::vector<std::thread> threads_of_workers;
-    std::vector<uint32_t> inline_workers;  // whose thread could not be started: run here
-    for (uint32_t worker = 1; worker < workers; ++worker) {
-      try {
-        threads_of_workers.emplace_back([&, worker] {
-          CtaContext context;
-          run(worker, &context);
-        });
-      } catch (const std::exception&) {
-        inline_workers.push_back(worker);
+    // Workers on the calling thread reuse its kept context (CallerContext); the others
+    // have their own.
+    CtaContext* caller_context = CallerContext();
+    RunOnWorkers(workers, [&](uint32_t worker, bool on_calling_thread) {
+      if (on_calling_thread) {
+        run(worker, caller_context);
+      } else {
+        CtaContext context;
+        run(worker, &context);
       }
-    }
-    CtaContext* context = CallerContext();
-    run(0, context);
-    for (uint32_t worker : inline_workers) run(worker, context);
-    TrimCallerContext(context);
-    for (std::thread& thread : threads_of_workers) thread.join();
+    });
+    TrimCallerContext(caller_context);
   }
-  int32_t error = kSuccess;
-  uint64_t first_failed_cta = UINT64_MAX;
+  FirstFailure failure;
   for (LaunchState& state : states) {
     if (spec.printf_out != nullptr) {
       uint64_t dropped = state.printf_dropped;
@@ -800,13 +714,11 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
       if (spec.printf_dropped != nullptr) *spec.printf_dropped += dropped;
     }
     if (spec.thread_instructions) *spec.thread_instructions += state.thread_instructions;
-    if (state.error != kSuccess && state.cta_linear < first_failed_cta) {
-      first_failed_cta = state.cta_linear;
-      error = state.error;
-      if (spec.error_detail) *spec.error_detail = state.detail;
+    if (failure.Offer(state.error, state.cta_linear) && spec.error_detail) {
+      *spec.error_detail = state.detail;
     }
   }
-  return error;
+  return failure.error();
 }
 
 }  // namespace gpupool::sim
