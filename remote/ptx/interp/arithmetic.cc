@@ -1,3 +1,6 @@
+// The interpreter's integer, floating-point and bit arithmetic: add ... mad, min/max,
+// setp/set/selp/slct, bfe/bfi, prmt, shf, lop3, popc/clz/bfind, cvta and isspacep. Private
+// interface: arithmetic.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/arithmetic.h"
 

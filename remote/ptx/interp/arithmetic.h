@@ -1,3 +1,5 @@
+// What of arithmetic.cc the other files of interp/ use (private to interp/). The templated
+// handlers, which the decoder's tables (handler_tables.h) instantiate by type.
 #pragma once
 
 #include "remote/ptx/interp/internal.h"

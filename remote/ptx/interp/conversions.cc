@@ -1,3 +1,5 @@
+// The interpreter's cvt between every pair of types, with PTX's rounding modes, saturation
+// and flush-to-zero. Private interface: conversions.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/conversions.h"
 

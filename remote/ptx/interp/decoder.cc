@@ -1,3 +1,9 @@
+// The decoder: ParsedModule -> DecodedKernel, once per kernel (PtxModule::Decode): device
+// functions inlined, registers and constants given slots, each instruction its handler
+// (handler_tables.h and the family headers), then Hoist.
+// Over 1,500 lines: it is one class, Decoder, whose InstructionBody maps every opcode to
+// its handler; it moved here unchanged, and splits once an opcode table (opcodes.def) lets
+// each family decode its own opcodes.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/arithmetic.h"
 #include "remote/ptx/interp/conversions.h"

@@ -1,3 +1,5 @@
+// The interpreter's Device-side malloc and free on the module's heap variable, and
+// cudaGraphSetConditional. Private interface: device_heap.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/device_heap.h"
 

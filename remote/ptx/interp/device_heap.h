@@ -1,3 +1,4 @@
+// What of device_heap.cc the other files of interp/ use (private to interp/).
 #pragma once
 
 #include "remote/ptx/interp/internal.h"

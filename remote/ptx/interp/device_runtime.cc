@@ -1,3 +1,6 @@
+// The interpreter's The device runtime for dynamic parallelism (CDP2): parameter buffers,
+// device launches queued on the launch, streams and last errors. Private interface:
+// device_runtime.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/device_runtime.h"
 

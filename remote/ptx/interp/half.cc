@@ -1,3 +1,6 @@
+// The interpreter's Half-precision arithmetic (f16, bf16 and their .x2 pairs): add ...
+// fma, min/max, setp/set, and atom on 16-bit values. Private interface: half.h and
+// internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/half.h"
 #include "remote/ptx/interp/conversions.h"

@@ -1,3 +1,6 @@
+// The interpreter's The decoder's handler tables: PTX types (Ty), handlers chosen by type
+// (ByType, ByIntType), and the wrappers that give each operation and type one function.
+// Private interface: handler_tables.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/handler_tables.h"
 

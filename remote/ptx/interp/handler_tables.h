@@ -1,3 +1,5 @@
+// What of handler_tables.cc the other files of interp/ use (private to interp/).
+// Templates: instantiated where the decoder names them.
 #pragma once
 
 #include "remote/ptx/interp/internal.h"

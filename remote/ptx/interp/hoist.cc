@@ -1,3 +1,5 @@
+// Hoist: takes out of a decoded kernel's instruction stream what needs no running per CTA
+// (docs/ptx-engine.md, Decode).
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/hoist.h"
 

@@ -1,3 +1,6 @@
+// The interpreter's ld, st, atom and red: state-space windows, the per-instruction
+// allocation hint, the single-access vector loads and stores, and the fast paths of
+// coalesced warps. Private interface: memory.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/memory.h"
 

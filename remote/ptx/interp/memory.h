@@ -1,3 +1,5 @@
+// What of memory.cc the other files of interp/ use (private to interp/). The templates the
+// decoder instantiates by width, type and vector length.
 #pragma once
 
 #include "remote/ptx/interp/internal.h"

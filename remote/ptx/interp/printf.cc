@@ -1,3 +1,5 @@
+// The interpreter's Device printf (vprintf) and assert (__assertfail), and AppendPrintf,
+// which bounds a launch's printf text. Private interface: printf.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/printf.h"
 

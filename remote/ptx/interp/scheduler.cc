@@ -1,3 +1,6 @@
+// The interpreter's scheduler: runs a warp (uniform and divergent lanes, barriers, forward
+// progress), a CTA, the CTAs of a worker, resident and cooperative grids; RunInterpreted
+// (interpreter.h) is its entry.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/interpreter.h"
 #include "remote/ptx/interp/arithmetic.h"

@@ -1,3 +1,5 @@
+// The interpreter's Warp-level operations: shfl, vote, match, redux, activemask, and the
+// clock, fence and no-op handlers. Private interface: warp_ops.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/warp_ops.h"
 

@@ -1,3 +1,5 @@
+// The interpreter's Warp matrix operations (wmma load/store/mma, mma.sync, ldmatrix), cvt
+// to tf32, cp.async and mbarrier. Private interface: wmma.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/wmma.h"
 
