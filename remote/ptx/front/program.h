@@ -93,6 +93,11 @@ struct ParsedModule {
   std::set<std::string> local_names;
 };
 
+// An opcode's dot-separated parts, the operation first: "ld.global.v2.f32" -> {"ld",
+// "global", "v2", "f32"} (a qualifier with "::" stays one part). Both tiers decode opcodes
+// from these; the views point into `opcode`.
+std::vector<std::string_view> SplitOpcode(std::string_view opcode);
+
 // Links the PTX of several translation units into one module (PtxModule::ParseLinked).
 Result<std::unique_ptr<ParsedModule>> LinkPtxTexts(const std::vector<std::string_view>& texts);
 

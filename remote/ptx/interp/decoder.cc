@@ -24,16 +24,10 @@ struct Symbol {
   uint64_t value;  // address in its own space
 };
 
+// SplitOpcode (front/program.h), as strings: the decoder keeps and compares its parts.
 std::vector<std::string> Split(const std::string& opcode) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start <= opcode.size()) {
-    size_t dot = opcode.find('.', start);
-    if (dot == std::string::npos) dot = opcode.size();
-    parts.push_back(opcode.substr(start, dot - start));
-    start = dot + 1;
-  }
-  return parts;
+  std::vector<std::string_view> views = SplitOpcode(opcode);
+  return std::vector<std::string>(views.begin(), views.end());
 }
 
 class Decoder {

@@ -181,18 +181,6 @@ Type TypeOf(std::string_view suffix) {
   return it == kTypes.end() ? Type{} : it->second;
 }
 
-std::vector<std::string_view> Split(std::string_view opcode) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  while (start <= opcode.size()) {
-    size_t dot = opcode.find('.', start);
-    if (dot == std::string_view::npos) dot = opcode.size();
-    parts.push_back(opcode.substr(start, dot - start));
-    start = dot + 1;
-  }
-  return parts;
-}
-
 // Qualifiers of ld/st that change nothing for one thread on the host: cache hints. Not
 // .volatile, .relaxed, .acquire, nor .cg and .cv (a load past the L1, which polling code
 // uses): a thread may spin on such a load until another thread stores, and here a thread
@@ -1213,7 +1201,7 @@ class Emitter {
   }
 
   bool Instruction(const RawStatement& s, std::string* refused) {
-    std::vector<std::string_view> parts = Split(s.opcode);
+    std::vector<std::string_view> parts = SplitOpcode(s.opcode);
     const std::string_view op = parts[0];
     std::string why;
     auto refuse = [&](const std::string& text) {
