@@ -1,6 +1,6 @@
 // PtxModule's front end: a module parsed and linked from PTX text (parser.cc), with its
 // variables, their initial bytes and its kernels' names. Decoding a kernel for the tiers is
-// in interp/interpreter.cc (PtxModule::Decode).
+// in interp/decoder.cc (PtxModule::Decode).
 #include <algorithm>
 #include <bit>
 #include <iterator>
@@ -8,6 +8,18 @@
 #include "remote/ptx/front/program.h"
 
 namespace gpupool::sim {
+
+std::vector<std::string_view> SplitOpcode(std::string_view opcode) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (start <= opcode.size()) {
+    size_t dot = opcode.find('.', start);
+    if (dot == std::string_view::npos) dot = opcode.size();
+    parts.push_back(opcode.substr(start, dot - start));
+    start = dot + 1;
+  }
+  return parts;
+}
 
 uint64_t FunctionAddress(const ParsedModule& module, const std::string& name) {
   auto found = module.functions.find(name);

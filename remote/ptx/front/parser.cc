@@ -1,5 +1,5 @@
 // PTX text -> ParsedModule (program.h). Decoding to the executable program
-// is in interp/interpreter.cc (Decoder).
+// is in interp/decoder.cc (Decoder).
 #include <algorithm>
 #include <bit>
 #include <cctype>

@@ -1,7 +1,7 @@
-// Internal representation of the PTX engine (ptx_engine.h): the parsed module
-// and the decoded kernel program. Shared by front/ (parser.cc and module.cc, which build
-// the parsed module), interp/interpreter.cc (which decodes and runs DecodedKernel) and
-// jit/jit.cc.
+// Internal representation of the PTX engine (ptx_engine.h): the parsed module and the
+// decoded kernel program. Built by front/ (parser.cc and module.cc, the parsed module) and
+// interp/decoder.cc (DecodedKernel); consumed by both tiers, interp/ and jit/. It includes
+// neither tier (tests/remote/layering.sh).
 #pragma once
 
 #include <cstdint>
@@ -12,10 +12,20 @@
 #include <string_view>
 #include <vector>
 
-#include "remote/ptx/jit/jit.h"
 #include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::sim {
+
+struct JitSlot;  // launch.h
+
+// The CTA's static shared memory as the decoder laid it out (DecodedKernel): the JIT tier
+// takes it as it is, so that both tiers place, size and check shared memory alike and a
+// launch's limits (RunKernel) hold for compiled code too. A name not here is no .shared
+// variable of the kernel (one the decoder never placed, say a label of the same name).
+struct SharedLayout {
+  std::map<std::string, uint64_t> offsets;  // .shared variable -> offset in the CTA's
+  uint64_t size = 0;                        // bytes (DecodedKernel::static_shared)
+};
 
 // --- Parsed module
 // -------------------------------------------------------------------------
@@ -82,6 +92,11 @@ struct ParsedModule {
   // .extern): another module's same name is another symbol.
   std::set<std::string> local_names;
 };
+
+// An opcode's dot-separated parts, the operation first: "ld.global.v2.f32" -> {"ld",
+// "global", "v2", "f32"} (a qualifier with "::" stays one part). Both tiers decode opcodes
+// from these; the views point into `opcode`.
+std::vector<std::string_view> SplitOpcode(std::string_view opcode);
 
 // Links the PTX of several translation units into one module (PtxModule::ParseLinked).
 Result<std::unique_ptr<ParsedModule>> LinkPtxTexts(const std::vector<std::string_view>& texts);
@@ -246,7 +261,7 @@ struct DecodedKernel {
   // once the launches say it is worth it, or refused.
   const RawFunction* source = nullptr;
   SharedLayout shared_layout;  // the .shared variables it names, for the JIT tier
-  std::shared_ptr<JitSlot> jit = std::make_shared<JitSlot>();
+  std::shared_ptr<JitSlot> jit;  // made by PtxModule::Decode
 };
 
 }  // namespace gpupool::sim

@@ -45,6 +45,8 @@
 
 #include "remote/protocol/protocol.h"
 #include "remote/ptx/front/program.h"
+#include "remote/ptx/launch.h"
+#include "remote/ptx/memory.h"
 #include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::sim {
@@ -117,10 +119,9 @@ const std::atomic<bool> kNeverCancelled{false};
 char* Translate(Context* context, uint32_t access, uint64_t address) {
   const uint32_t size = (*context->accesses)[access].size;
   const std::vector<MemoryRange>& ranges = context->spec->memory;
-  auto after = std::upper_bound(ranges.begin(), ranges.end(), address,
-                                [](uint64_t a, const MemoryRange& r) { return a < r.start; });
-  if (after == ranges.begin()) return nullptr;
-  const MemoryRange& range = *std::prev(after);
+  const MemoryRange* found = AllocationAtOrBelow(ranges, address);
+  if (found == nullptr) return nullptr;
+  const MemoryRange& range = *found;
   // Global memory stays below the shared window, as the interpreter keeps it.
   if (range.size < size || range.start + range.size > kSharedWindow) return nullptr;
   if (address - range.start > range.size - size) return nullptr;
@@ -178,18 +179,6 @@ Type TypeOf(std::string_view suffix) {
   };
   auto it = kTypes.find(suffix);
   return it == kTypes.end() ? Type{} : it->second;
-}
-
-std::vector<std::string_view> Split(std::string_view opcode) {
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  while (start <= opcode.size()) {
-    size_t dot = opcode.find('.', start);
-    if (dot == std::string_view::npos) dot = opcode.size();
-    parts.push_back(opcode.substr(start, dot - start));
-    start = dot + 1;
-  }
-  return parts;
 }
 
 // Qualifiers of ld/st that change nothing for one thread on the host: cache hints. Not
@@ -1212,7 +1201,7 @@ class Emitter {
   }
 
   bool Instruction(const RawStatement& s, std::string* refused) {
-    std::vector<std::string_view> parts = Split(s.opcode);
+    std::vector<std::string_view> parts = SplitOpcode(s.opcode);
     const std::string_view op = parts[0];
     std::string why;
     auto refuse = [&](const std::string& text) {
@@ -2041,25 +2030,12 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       stop.store(true);
     }
   };
-  std::vector<std::thread> helpers;
-  std::vector<uint32_t> inline_workers;  // whose thread could not be started: run here
-  for (uint32_t worker = 1; worker < workers; ++worker) {
-    try {
-      helpers.emplace_back(run, worker);
-    } catch (const std::exception&) {
-      inline_workers.push_back(worker);
-    }
-  }
-  run(0);
-  for (uint32_t worker : inline_workers) run(worker);
-  for (std::thread& helper : helpers) helper.join();
-  int32_t error = 0;
-  uint64_t first_failed = UINT64_MAX;
+  RunOnWorkers(workers, [&](uint32_t index, bool) { run(index); });
+  FirstFailure failure;
   for (Worker& worker : states) {
     if (spec.thread_instructions) *spec.thread_instructions += worker.context.instructions;
-    if (worker.error != 0 && worker.failed_cta < first_failed) {
-      first_failed = worker.failed_cta;
-      error = worker.error;
+    if (failure.Offer(worker.error, worker.failed_cta)) {
+      const int32_t error = worker.error;
       if (spec.error_detail && worker.out_of_memory) {
         *spec.error_detail = "the launch ran out of host memory";
       } else if (spec.error_detail && error == kLaunchTimeout) {
@@ -2067,15 +2043,12 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       } else if (spec.error_detail) {
         const Context& c = worker.context;
         const MemoryAccess& access = kernel.accesses[c.fault_access];
-        char text[160];
-        std::snprintf(text, sizeof(text), "%s of %u bytes at 0x%llx (block %llu, warp %u)",
-                      access.what, access.size, static_cast<unsigned long long>(c.fault_address),
-                      static_cast<unsigned long long>(worker.failed_cta), c.fault_thread / 32);
-        *spec.error_detail = text;
+        *spec.error_detail = FaultText(access.what, access.size, c.fault_address,
+                                       worker.failed_cta, c.fault_thread / 32);
       }
     }
   }
-  return error;
+  return failure.error();
 }
 
 }  // namespace gpupool::sim

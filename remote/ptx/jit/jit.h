@@ -1,7 +1,7 @@
 // The PTX engine's second tier: kernels whose threads meet only at barriers, compiled to
 // host code with LLVM (docs/ptx-engine.md, Design, "Compile").
 //
-// The interpreter (interp/interpreter.cc) runs every kernel a warp at a time, 32 lanes in
+// The interpreter (interp/) runs every kernel a warp at a time, 32 lanes in
 // step. A kernel whose threads exchange data only across __syncthreads() (no warp-level
 // operation, no load or atomic another thread could be waited for through, no local
 // memory or call) gives the same results whatever order its threads run in between
@@ -24,10 +24,11 @@
 #include <string>
 #include <vector>
 
+#include "remote/ptx/front/program.h"
+#include "remote/ptx/launch.h"
+
 namespace gpupool::sim {
 
-struct RawFunction;     // front/program.h
-struct SharedVariable;  // front/program.h
 struct LaunchSpec;      // ptx_engine.h
 class CompiledKernel;
 
@@ -53,32 +54,6 @@ inline constexpr uint64_t kJitAfterThreads = uint64_t{1} << 20;
 // kernel launched often on one thread is then compiled after 65,536 launches, about where
 // the 0.3 us saved pays for a small kernel's compile (20-50 ms).
 inline constexpr uint64_t kJitLaunchThreads = 16;
-// A thread that runs launches keeps one launch's scratch for the next (the interpreter's
-// CTA context, the compiled code's worker state), so that a stream of small launches
-// allocates nothing per launch; scratch over this size is let go after its launch, so that
-// one large launch does not pin its memory to the thread.
-inline constexpr size_t kKeptScratchBytes = size_t{16} << 20;
-
-// Per decoded kernel: its compiled form once made, and why not when it cannot be.
-struct JitSlot {
-  std::mutex mu;
-  std::condition_variable compiled_cv;  // a background compile is done
-  bool tried = false;
-  bool compiling = false;                    // in the background
-  std::string refused;                       // why the tier cannot take the kernel
-  std::shared_ptr<CompiledKernel> compiled;  // set when tried and not refused
-  std::atomic<uint64_t> threads_run{0};      // on the interpreter, for kAuto
-  std::atomic<uint64_t> jit_launches{0};     // run compiled (tests check the tier ran)
-};
-
-// The CTA's static shared memory as the decoder laid it out (DecodedKernel): the tier
-// takes it as it is, so that both tiers place, size and check shared memory alike and a
-// launch's limits (RunKernel) hold for compiled code too. A name not here is no .shared
-// variable of the kernel (one the decoder never placed, say a label of the same name).
-struct SharedLayout {
-  std::map<std::string, uint64_t> offsets;  // .shared variable -> offset in the CTA's
-  uint64_t size = 0;                        // bytes (DecodedKernel::static_shared)
-};
 
 // Bounds on the work of one compile (the compile thread is shared by every tenant of the
 // process): a kernel over them runs on the interpreter, and *refused says which.

@@ -2930,7 +2930,7 @@ TEST(EngineImages, CompressedFatbinsRunAndCubinsAreRefused) {
 
 // Instructions whose value is the same in every block (parameters, %ntid, %tid and what
 // is computed from them alone) run once per warp before the blocks, and copies of special
-// registers are read in place (Hoist in interp/interpreter.cc). What must stay does stay: a
+// registers are read in place (Hoist in interp/hoist.cc). What must stay does stay: a
 // register written twice (the loop counter), a guarded instruction, anything of %ctaid,
 // and a parameter load past the parameters, which faults only if it runs.
 TEST(EngineHoisting, InvariantsRunOncePerWarpAndTheRestStays) {

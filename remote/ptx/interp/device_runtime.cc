@@ -1,0 +1,204 @@
+// The interpreter's The device runtime for dynamic parallelism (CDP2): parameter buffers,
+// device launches queued on the launch, streams and last errors. Private interface:
+// device_runtime.h and internal.h.
+#include "remote/ptx/interp/internal.h"
+#include "remote/ptx/interp/device_runtime.h"
+
+namespace gpupool::sim::interp {
+
+// A parameter buffer is a block of the module's heap: this header, then the kernel's
+// parameters, which the kernel writes before it launches the buffer.
+struct ParamBufferHeader {
+  uint64_t magic;
+  uint32_t entry;  // index in DecodedKernel::entries
+  uint32_t grid[3];
+  uint32_t block[3];
+  uint32_t shared;
+  uint32_t param_size;
+  uint32_t reserved;
+};
+static_assert(sizeof(ParamBufferHeader) == 48);
+constexpr uint64_t kParamBufferMagic = 0x6370646275666672ull;
+// The device runtime's error numbers (driver_types.h).
+constexpr uint32_t kCudaErrorMemoryAllocation = 2;
+constexpr uint32_t kCudaErrorInvalidConfiguration = 9;
+constexpr uint32_t kCudaErrorLaunchMaxDepthExceeded = 65;
+constexpr uint32_t kCudaErrorLaunchPendingCountExceeded = 69;
+constexpr uint32_t kCudaErrorNotSupported = 801;
+constexpr uint64_t kCudaStreamTailLaunch = 3;
+constexpr uint32_t kMaxDeviceLaunchParams = 4096;
+
+// One device-runtime call (DeviceRuntimeCall, by in.aux) for each lane, in lane order.
+void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
+  const DecodedKernel& kernel = *w.launch->kernel;
+  const DeviceRuntimeCall& call = kernel.device_calls[in.aux];
+  const LaunchSpec& spec = *w.launch->spec;
+  auto arg64 = [&](int l, int i) {
+    uint64_t value = 0;
+    std::memcpy(&value, w.LocalOf(l) + call.args[i], 8);
+    return value;
+  };
+  // The call's result; an error is also the thread's last error (cudaGetLastError).
+  const uint32_t cta_tag = w.launch->cta_linear + 1;
+  auto result32 = [&](int l, uint32_t value) {
+    std::memcpy(w.LocalOf(l) + call.result, &value, 4);
+    if (value == kSuccess) return;
+    const uint32_t last[2] = {value, cta_tag};
+    std::memcpy(w.LocalOf(l) + call.last_error, last, 8);
+  };
+  uint8_t* heap = nullptr;
+  const bool needs_heap = call.op == DeviceRuntimeCall::kGetParameterBuffer ||
+                          call.op == DeviceRuntimeCall::kLaunchDevice ||
+                          call.op == DeviceRuntimeCall::kMalloc ||
+                          call.op == DeviceRuntimeCall::kFree;
+  if (needs_heap) {
+    heap = call.heap == 0
+               ? nullptr
+               : w.Address(Space::kGlobal, call.heap, static_cast<uint32_t>(call.heap_size),
+                           std::countr_zero(mask));
+    if (heap == nullptr) {
+      w.Fault(call.heap, 16, "device heap");
+      return;
+    }
+  }
+  std::unique_lock<std::mutex> heap_lock(device_heap_mu, std::defer_lock);
+  if (needs_heap) heap_lock.lock();
+  ForLanes(mask, [&](int l) {
+    switch (call.op) {
+      case DeviceRuntimeCall::kGetParameterBuffer: {
+        ParamBufferHeader header{};
+        header.magic = kParamBufferMagic;
+        const uint64_t function = arg64(l, 0);
+        std::memcpy(header.grid, w.LocalOf(l) + call.args[1], 12);
+        std::memcpy(header.block, w.LocalOf(l) + call.args[2], 12);
+        std::memcpy(&header.shared, w.LocalOf(l) + call.args[3], 4);
+        uint64_t buffer = 0;
+        for (size_t i = 0; i < kernel.entries.size(); ++i) {
+          // A kernel of more than 4 KiB of parameters gets none: queued launches' parameters
+          // are held by the agent until they run.
+          if (kernel.entries[i].address != function ||
+              kernel.entries[i].param_size > kMaxDeviceLaunchParams) {
+            continue;
+          }
+          header.entry = static_cast<uint32_t>(i);
+          header.param_size = kernel.entries[i].param_size;
+          const uint64_t offset =
+              HeapAllocate(heap, call.heap_size, sizeof(header) + header.param_size);
+          if (offset != 0) {
+            std::memcpy(heap + offset, &header, sizeof(header));
+            buffer = call.heap + offset + sizeof(header);
+          }
+          break;
+        }
+        std::memcpy(w.LocalOf(l) + call.result, &buffer, 8);  // NULL: no such kernel, or full
+        break;
+      }
+      case DeviceRuntimeCall::kLaunchDevice: {
+        const uint64_t buffer = arg64(l, 0), stream = arg64(l, 1);
+        ParamBufferHeader header{};
+        const uint64_t offset = buffer - call.heap - sizeof(header);
+        if (buffer < call.heap + sizeof(header) || offset >= call.heap_size ||
+            call.heap_size - offset < sizeof(header)) {
+          result32(l, kInvalidValue);  // not a buffer of the device runtime
+          return;
+        }
+        std::memcpy(&header, heap + offset, sizeof(header));
+        if (header.magic != kParamBufferMagic || header.entry >= kernel.entries.size() ||
+            header.param_size != kernel.entries[header.entry].param_size ||
+            call.heap_size - offset - sizeof(header) < header.param_size) {
+          result32(l, kInvalidValue);
+          return;
+        }
+        DeviceLaunch launch;
+        launch.kernel = kernel.entries[header.entry].name;
+        std::memcpy(launch.grid, header.grid, sizeof(launch.grid));
+        std::memcpy(launch.block, header.block, sizeof(launch.block));
+        launch.dynamic_shared = header.shared;
+        launch.tail = stream == kCudaStreamTailLaunch;
+        launch.params.assign(heap + offset + sizeof(header),
+                             heap + offset + sizeof(header) + header.param_size);
+        // The buffer is the device runtime's again once launched.
+        std::memset(heap + offset, 0, sizeof(header));
+        if (!HeapFree(heap, call.heap_size, offset)) {
+          w.Fault(buffer, 1, "launch of a parameter buffer the device heap does not hold");
+          return;
+        }
+        const uint64_t threads = uint64_t{launch.block[0]} * launch.block[1] * launch.block[2];
+        if (launch.grid[0] == 0 || launch.grid[1] == 0 || launch.grid[2] == 0 ||
+            launch.grid[1] > 65535 || launch.grid[2] > 65535 || threads == 0 || threads > 1024 ||
+            launch.block[2] > 64) {
+          result32(l, kCudaErrorInvalidConfiguration);
+          return;
+        }
+        if (spec.device_launches == nullptr) {
+          result32(l, kCudaErrorNotSupported);
+          return;
+        }
+        if (spec.depth + 1 >= kMaxLaunchDepth) {
+          result32(l, kCudaErrorLaunchMaxDepthExceeded);
+          return;
+        }
+        std::lock_guard<std::mutex> lock(spec.device_launches->mu);
+        if (spec.device_launches->queued.size() >= kMaxPendingLaunches) {
+          result32(l, kCudaErrorLaunchPendingCountExceeded);
+          return;
+        }
+        spec.device_launches->queued.push_back(std::move(launch));
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kGetLastError:
+      case DeviceRuntimeCall::kPeekAtLastError: {
+        uint32_t last[2] = {0, 0};
+        std::memcpy(last, w.LocalOf(l) + call.last_error, 8);
+        const uint32_t error = last[1] == cta_tag ? last[0] : kSuccess;
+        std::memcpy(w.LocalOf(l) + call.result, &error, 4);
+        if (call.op == DeviceRuntimeCall::kGetLastError) {
+          std::memset(w.LocalOf(l) + call.last_error, 0, 8);
+        }
+        break;
+      }
+      case DeviceRuntimeCall::kStreamCreate: {
+        // A stream of the device runtime: a handle only, launches into it run in order.
+        const uint64_t where = arg64(l, 0);
+        const uint64_t handle = 0x100 + (static_cast<uint64_t>(w.launch->cta_linear) << 5) + l;
+        uint8_t* target = w.Address(Space::kGeneric, where, 8, l);
+        if (target == nullptr) {
+          w.Fault(where, 8, "cudaStreamCreateWithFlags' stream");
+          return;
+        }
+        std::memcpy(target, &handle, 8);
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kStreamDestroy:
+        result32(l, kSuccess);
+        break;
+      case DeviceRuntimeCall::kMalloc: {
+        const uint64_t where = arg64(l, 0), bytes = arg64(l, 1);
+        uint8_t* target = w.Address(Space::kGeneric, where, 8, l);
+        if (target == nullptr) {
+          w.Fault(where, 8, "cudaMalloc's pointer");
+          return;
+        }
+        const uint64_t offset = HeapAllocate(heap, call.heap_size, bytes);
+        const uint64_t address = offset == 0 ? 0 : call.heap + offset;
+        std::memcpy(target, &address, 8);
+        result32(l, offset == 0 ? kCudaErrorMemoryAllocation : kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kFree: {
+        const uint64_t address = arg64(l, 0);
+        if (address != 0 && (address < call.heap || address - call.heap >= call.heap_size ||
+                             !HeapFree(heap, call.heap_size, address - call.heap))) {
+          w.Fault(address, 1, "cudaFree of a pointer device cudaMalloc did not return");
+          return;
+        }
+        result32(l, kSuccess);
+        break;
+      }
+    }
+  });
+}
+
+}  // namespace gpupool::sim::interp

@@ -1,0 +1,112 @@
+// The interpreter's The decoder's handler tables: PTX types (Ty), handlers chosen by type
+// (ByType, ByIntType), and the wrappers that give each operation and type one function.
+// Private interface: handler_tables.h and internal.h.
+#include "remote/ptx/interp/internal.h"
+#include "remote/ptx/interp/handler_tables.h"
+
+namespace gpupool::sim::interp {
+
+Ty ParseType(const std::string& t) {
+  if (t == "u8" || t == "b8") return kU8;
+  if (t == "u16" || t == "b16") return kU16;
+  if (t == "u32" || t == "b32") return kU32;
+  if (t == "u64" || t == "b64") return kU64;
+  if (t == "s8") return kS8;
+  if (t == "s16") return kS16;
+  if (t == "s32") return kS32;
+  if (t == "s64") return kS64;
+  if (t == "f16") return kF16;
+  if (t == "bf16") return kBF16;
+  if (t == "f16x2") return kF16x2;
+  if (t == "bf16x2") return kBF16x2;
+  if (t == "f32") return kF32;
+  if (t == "f64") return kF64;
+  if (t == "pred") return kPred;
+  return kNoType;
+}
+int TySize(Ty t) {
+  switch (t) {
+    case kU8:
+    case kS8: return 1;
+    case kU16:
+    case kS16:
+    case kF16:
+    case kBF16: return 2;
+    case kF16x2:
+    case kBF16x2: return 4;
+    case kU32:
+    case kS32:
+    case kF32: return 4;
+    case kPred: return 1;
+    case kNoType: return 0;
+    default: return 8;
+  }
+}
+bool TySigned(Ty t) { return t == kS8 || t == kS16 || t == kS32 || t == kS64; }
+bool TyFloat(Ty t) { return t == kF16 || t == kF32 || t == kF64 || t == kBF16; }
+bool TyHalf(Ty t) { return t == kF16 || t == kF16x2 || t == kBF16 || t == kBF16x2; }
+
+// Integer dot products and SIMD absolute differences on bytes (sm_61 __dp4a, __dp2a_lo/hi;
+// __vabsdiffu4 and __vsads4 through vabsdiff4, __vsadu2 through vabsdiff2). mode: 0 dp4a,
+// 1 dp2a.lo, 2 dp2a.hi, 3 vabsdiff4 (per-byte |a - b| in d's bytes), 4 vabsdiff4.add (c +
+// their sum), 5 vabsdiff2 (per-halfword, in d's halves), 6 vabsdiff2.add; mode2: bit 0
+// a's elements signed, bit 1 b's, bit 2 .sat into a signed d (an element over its signed
+// maximum, 127 or 32767, becomes that maximum).
+void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = w.R(in.c);
+  const bool a_signed = in.mode2 & 1, b_signed = in.mode2 & 2, saturate = in.mode2 & 4;
+  auto element = [](uint32_t word, int index, int bits, bool is_signed) -> int32_t {
+    uint32_t v = (word >> (index * bits)) & ((1u << bits) - 1);
+    if (is_signed && (v >> (bits - 1))) return static_cast<int32_t>(v) - (1 << bits);
+    return static_cast<int32_t>(v);
+  };
+  ForLanes(mask, [&](int l) {
+    const uint32_t x = static_cast<uint32_t>(a[l]), y = static_cast<uint32_t>(b[l]);
+    uint32_t acc = static_cast<uint32_t>(c[l]);
+    switch (in.mode) {
+      case 0:
+        for (int i = 0; i < 4; ++i)
+          acc += static_cast<uint32_t>(element(x, i, 8, a_signed) * element(y, i, 8, b_signed));
+        break;
+      case 1:
+      case 2:
+        for (int i = 0; i < 2; ++i) {
+          acc += static_cast<uint32_t>(element(x, i, 16, a_signed) *
+                                       element(y, i + (in.mode == 2 ? 2 : 0), 8, b_signed));
+        }
+        break;
+      case 3:
+        acc = 0;
+        for (int i = 0; i < 4; ++i) {
+          int32_t diff = std::abs(element(x, i, 8, a_signed) - element(y, i, 8, b_signed));
+          if (saturate) diff = std::min(diff, 127);
+          acc |= static_cast<uint32_t>(diff & 0xff) << (8 * i);
+        }
+        break;
+      case 4:
+        for (int i = 0; i < 4; ++i)
+          acc += static_cast<uint32_t>(
+              std::abs(element(x, i, 8, a_signed) - element(y, i, 8, b_signed)));
+        break;
+      case 5:
+        acc = 0;
+        for (int i = 0; i < 2; ++i) {
+          int32_t diff = std::abs(element(x, i, 16, a_signed) - element(y, i, 16, b_signed));
+          if (saturate) diff = std::min(diff, 32767);
+          acc |= static_cast<uint32_t>(diff & 0xffff) << (16 * i);
+        }
+        break;
+      case 6:
+        for (int i = 0; i < 2; ++i)
+          acc += static_cast<uint32_t>(
+              std::abs(element(x, i, 16, a_signed) - element(y, i, 16, b_signed)));
+        break;
+    }
+    d[l] = acc;
+  });
+}
+
+}  // namespace gpupool::sim::interp

@@ -1,0 +1,39 @@
+// The interpreter's texture and surface instructions: the handler that reads and writes the
+// lanes' registers around texture.h's sampling. Private interface: texture_ops.h.
+#include "remote/ptx/interp/texture_ops.h"
+
+#include "remote/ptx/interp/texture.h"
+
+namespace gpupool::sim::interp {
+
+// tex, tld4, txq, suld.b, sust.b, suq (texture.h samples; this reads and writes the lanes'
+// registers). Inst: aux the packed texture::Op, a the handle, b, c, e and `offset` the
+// coordinate slots (-1: none), d[] the destinations (sust: the values stored).
+void HTexture(Warp& w, const Inst& in, uint32_t mask) {
+  const texture::Op op = texture::Unpack(in.aux);
+  const texture::Memory memory{&w, [](void* context, uint64_t address, uint32_t size) {
+                                 return static_cast<Warp*>(context)->Global(address, size);
+                               }};
+  const int32_t coordinate_slots[4] = {in.b, in.c, in.e, static_cast<int32_t>(in.offset)};
+  texture::DescriptorCache cache;
+  ForLanes(mask, [&](int l) {
+    uint64_t coords[4] = {0, 0, 0, 0}, values[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 4; ++i) {
+      if (coordinate_slots[i] >= 0) coords[i] = w.R(coordinate_slots[i])[l];
+    }
+    if (op.kind == texture::Kind::kSust) {
+      for (int i = 0; i < op.vec; ++i) values[i] = w.R(in.d[i])[l];
+    }
+    texture::Fault fault;
+    if (!texture::RunLane(op, memory, w.R(in.a)[l], coords, values, &fault, &cache)) {
+      w.Fault(fault.address, fault.size, fault.what);
+      return;
+    }
+    if (op.kind == texture::Kind::kSust) return;
+    for (int i = 0; i < 4; ++i) {
+      if (in.d[i] >= 0) w.R(in.d[i])[l] = values[i];
+    }
+  });
+}
+
+}  // namespace gpupool::sim::interp

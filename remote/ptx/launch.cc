@@ -1,0 +1,137 @@
+#include "remote/ptx/launch.h"
+
+#include <algorithm>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "remote/protocol/protocol.h"
+#include "remote/ptx/front/program.h"
+#include "remote/ptx/interp/interpreter.h"
+#include "remote/ptx/jit/jit.h"
+#include "remote/ptx/ptx_engine.h"
+
+namespace gpupool::sim {
+
+namespace {
+
+// The CUresult values a launch is refused with: the protocol's (remote/protocol/protocol.h).
+constexpr int32_t kInvalidValue = dataplane::kCuInvalidValue;
+constexpr int32_t kOutOfResources = dataplane::kCuLaunchOutOfResources;
+constexpr int32_t kNotSupported = dataplane::kCuNotSupported;
+
+// Local memory of one thread (CUDA's limit), and host memory of one CTA's registers and
+// local memory together.
+constexpr uint64_t kMaxLocalPerThread = 512 * 1024;
+constexpr uint64_t kMaxCtaBytes = uint64_t{1} << 30;
+
+}  // namespace
+
+uint32_t WorkersFor(uint64_t ctas) {
+  return ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
+}
+
+void RunOnWorkers(uint32_t workers, const std::function<void(uint32_t, bool)>& run) {
+  std::vector<std::thread> threads_of_workers;
+  std::vector<uint32_t> inline_workers;  // whose thread could not be started: run here
+  for (uint32_t worker = 1; worker < workers; ++worker) {
+    try {
+      threads_of_workers.emplace_back([&run, worker] { run(worker, false); });
+    } catch (const std::exception&) {
+      inline_workers.push_back(worker);
+    }
+  }
+  run(0, true);
+  for (uint32_t worker : inline_workers) run(worker, true);
+  for (std::thread& thread : threads_of_workers) thread.join();
+}
+
+KernelNeeds NeedsOf(const DecodedKernel& kernel) {
+  KernelNeeds needs;
+  needs.max_threads = kernel.max_threads != 0 ? std::min<uint32_t>(kernel.max_threads, 1024) : 1024;
+  needs.static_shared = kernel.declared_shared;
+  needs.const_bytes = kernel.const_bytes;
+  needs.local_bytes = kernel.local_size;
+  return needs;
+}
+
+uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size; }
+
+// The kernel's compiled form when this launch should run it (jit/jit.h): not for what the
+// tier leaves to the interpreter (cooperative launches, dynamic shared memory). Under
+// GPUPOOL_PTX_JIT=auto the kernel is compiled in the background once it has run
+// kJitAfterThreads threads, and its launches run on the interpreter until the code is there.
+static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec,
+                                         uint64_t threads) {
+  const JitMode mode = CurrentJitMode();
+  if (mode == JitMode::kOff || kernel.source == nullptr || spec.cooperative ||
+      spec.dynamic_shared != 0) {
+    return nullptr;
+  }
+  JitSlot& slot = *kernel.jit;
+  if (mode == JitMode::kAuto &&
+      slot.threads_run.fetch_add(std::max(threads, kJitLaunchThreads)) < kJitAfterThreads) {
+    return nullptr;
+  }
+  std::lock_guard<std::mutex> lock(slot.mu);
+  if (!slot.tried) {
+    slot.tried = true;
+    if (mode == JitMode::kAuto) {
+      CompileInBackground(kernel.jit, *kernel.source, kernel.shared_layout, kernel.param_size);
+    } else {
+      slot.compiled =
+          CompileKernel(*kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
+    }
+  }
+  return slot.compiled.get();
+}
+
+int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
+  if (!kernel.unsupported.empty()) {
+    if (spec.error_detail) *spec.error_detail = kernel.unsupported;
+    return kNotSupported;
+  }
+  if (spec.param_size < kernel.param_size) {
+    if (spec.error_detail)
+      *spec.error_detail = "parameter buffer smaller than the kernel's parameters";
+    return kInvalidValue;
+  }
+  const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
+  if (threads == 0 || threads > 1024) return kInvalidValue;
+  if (kernel.max_threads != 0 && threads > kernel.max_threads) {
+    // As a GPU refuses a block larger than the kernel's __launch_bounds__.
+    if (spec.error_detail) {
+      *spec.error_detail = "kernel " + kernel.name + " was compiled for at most " +
+                           std::to_string(kernel.max_threads) +
+                           " threads per block, launched with " + std::to_string(threads);
+    }
+    return kOutOfResources;
+  }
+  const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
+  if (shared_size > 228 * 1024) return kOutOfResources;
+  // What a CTA holds in host memory: bounded, as a GPU bounds local memory (512 KiB per
+  // thread) and registers, so that a job's PTX cannot make the agent allocate without end.
+  {
+    const uint64_t warps = (threads + 31) / 32;
+    const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size);
+    if (kernel.local_size > kMaxLocalPerThread || per_cta > kMaxCtaBytes) {
+      if (spec.error_detail) {
+        *spec.error_detail = "kernel " + kernel.name + " needs " +
+                             std::to_string(kernel.local_size) + " bytes of local memory and " +
+                             std::to_string(kernel.slot_count) +
+                             " registers per thread: more than the sim GPU holds";
+      }
+      return kOutOfResources;
+    }
+  }
+  const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
+  const uint32_t workers = WorkersFor(ctas);
+  if (const CompiledKernel* compiled = CompiledFor(kernel, spec, threads * ctas)) {
+    kernel.jit->jit_launches.fetch_add(1, std::memory_order_relaxed);
+    return RunCompiled(*compiled, spec, workers);
+  }
+  return RunInterpreted(kernel, spec, workers);
+}
+
+}  // namespace gpupool::sim
