@@ -1,0 +1,76 @@
+// Shared helpers of the exported driver API functions (api_*.cc).
+//
+// Every exported function body runs inside Guard: no C++ exception may cross the C ABI
+// into the application, so an unexpected one becomes CUDA_ERROR_UNKNOWN (and is logged).
+#pragma once
+
+#include <cuda.h>
+
+#include <exception>
+
+#include "remote/client/core/log.h"
+#include "remote/client/core/runtime.h"
+
+#define GPUPOOL_CUDA_API extern "C" __attribute__((visibility("default")))
+
+namespace gpupool::client {
+
+template <typename Body>
+CUresult Guard(const char* name, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    LogError("%s: internal error: %s", name, e.what());
+  } catch (...) {
+    LogError("%s: internal error", name);
+  }
+  return CUDA_ERROR_UNKNOWN;
+}
+
+// CUDA_SUCCESS once cuInit succeeded; otherwise what the caller must return.
+inline CUresult RequireInit() {
+  CUresult status = Runtime::Get().initialized();
+  return status == CUDA_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// The current context's device, or an error.
+inline CUresult CurrentDevice(int* device) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  Context* context = CurrentContext();
+  if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context->magic == kDestroyedContextMagic) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  *device = context->device;
+  return CUDA_SUCCESS;
+}
+
+// Refuses cuLaunchKernelEx attributes that cannot work remotely (clusters,
+// kernel-triggered events) with CUDA_ERROR_NOT_SUPPORTED naming them; accepts the
+// cooperative attribute and the scheduling hints (api_function.cc).
+CUresult CheckLaunchAttributes(const CUlaunchConfig& config);
+
+// CUDA_ERROR_INVALID_VALUE when a launch asks for more dynamic shared memory than the
+// kernel may have on `device` (48 KiB unless raised with cuFuncSetAttribute, up to the
+// model's opt-in limit), as a GPU answers (api_function.cc).
+// A launch's block and shared memory against what `function` (resolved on `device`)
+// allows: more threads than it was compiled for fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+// more shared memory than its limit with CUDA_ERROR_INVALID_VALUE, as on a GPU.
+CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
+                              unsigned shared_bytes);
+
+// CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE when a cooperative launch has more blocks than
+// `device`'s SMs hold at once (the occupancy calculator's blocks per SM times the SMs), as a
+// GPU answers (api_function.cc).
+CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3],
+                              const unsigned block[3], unsigned shared_bytes);
+
+// Calls `visit(opaque, function, owner)` for each kernel of `module` (a CUfunction; owner:
+// the module handle), outside the library's locks; returns how many it visited (0 for a
+// handle that is no module). The module-iterator export table's entry (export_tables.cc).
+uint64_t ForEachFunction(CUmodule module,
+                         void (*visit)(void* opaque, void* function, uint64_t owner), void* opaque);
+
+}  // namespace gpupool::client
+
+// Wraps a function body: GPUPOOL_BODY({ ...; return CUDA_SUCCESS; })
+#define GPUPOOL_BODY(...) \
+  return ::gpupool::client::Guard(__func__, [&]() -> CUresult __VA_ARGS__)
