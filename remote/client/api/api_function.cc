@@ -1,6 +1,6 @@
 // Driver API: what the client knows about a kernel (its name, parameters and attributes),
-// the occupancy calculator on the device model's figures, and the checks of
-// cuLaunchKernelEx's launch attributes.
+// and the occupancy calculator on the device model's figures (what a launch checks:
+// ops/launch.cc).
 //
 // The client knows a kernel's parameter layout from its image; what the compiled kernel
 // needs (registers, static shared memory, its thread bound) only the agent's GPU knows: it
@@ -11,35 +11,12 @@
 #include "remote/client/core/api_common.h"
 #include "remote/client/core/device_attributes.h"
 #include "remote/client/core/occupancy.h"
+#include "remote/client/ops/launch.h"
 
-using namespace gpupool::client;  // NOLINT
+using namespace gpupool::client;       // NOLINT
+using namespace gpupool::client::ops;  // NOLINT
 
 namespace {
-
-constexpr int kAssumedRegistersPerThread = 32;
-
-// What the agent said `function` needs on device `ordinal` (all 0: nothing known).
-gpupool::dataplane::FunctionResources KnownResources(const Function& function, int ordinal) {
-  std::lock_guard<std::mutex> lock(Runtime::Get().mu());
-  auto found = function.resources.find(ordinal);
-  return found == function.resources.end() ? gpupool::dataplane::FunctionResources{}
-                                           : found->second;
-}
-
-// What the calculator needs of `function` on device `ordinal`, resolving it there first
-// (as a launch would); the assumptions where the agent cannot say, or it does not resolve.
-KernelResources ResourcesOf(Function& function, int ordinal) {
-  uint64_t remote = 0;
-  (void)Runtime::Get().EnsureFunction(&function, ordinal, &remote);
-  const gpupool::dataplane::FunctionResources known = KnownResources(function, ordinal);
-  KernelResources resources;
-  resources.registers_per_thread =
-      known.registers > 0 ? known.registers : kAssumedRegistersPerThread;
-  resources.static_shared_bytes = std::max(known.static_shared_bytes, 0);
-  resources.max_threads_per_block =
-      known.max_threads_per_block > 0 ? std::min(known.max_threads_per_block, 1024) : 1024;
-  return resources;
-}
 
 // The device a query about a kernel is for: `ordinal`, else the current context's.
 CUresult QueryDevice(int ordinal, Device** device) {
@@ -204,84 +181,6 @@ CUresult PotentialBlockSize(int* min_grid_size, int* block_size, CUfunction func
 }
 
 }  // namespace
-
-namespace gpupool::client {
-
-CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
-                              unsigned shared_bytes) {
-  Device* d = Runtime::Get().device(device);
-  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-  int static_shared;
-  {
-    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
-    auto found = function.resources.find(device);
-    if (found == function.resources.end()) {
-      if (shared_bytes == 0) return CUDA_SUCCESS;  // nothing known to check against
-      static_shared = 0;
-    } else {
-      const gpupool::dataplane::FunctionResources& known = found->second;
-      if (known.max_threads_per_block > 0 &&
-          threads > static_cast<unsigned>(known.max_threads_per_block)) {
-        return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
-      }
-      if (shared_bytes == 0) return CUDA_SUCCESS;  // within any limit (the common launch)
-      static_shared = std::max(known.static_shared_bytes, 0);
-    }
-  }
-  const ModelProperties model = PropertiesOf(*d);
-  int limit;
-  {
-    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
-    limit = function.max_dynamic_shared_bytes >= 0 ? function.max_dynamic_shared_bytes
-                                                   : model.shared_per_block - static_shared;
-  }
-  return shared_bytes > static_cast<unsigned>(std::max(limit, 0)) ? CUDA_ERROR_INVALID_VALUE
-                                                                   : CUDA_SUCCESS;
-}
-
-CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3],
-                              const unsigned block[3], unsigned shared_bytes) {
-  Device* d = Runtime::Get().device(device);
-  if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-  const ModelProperties model = PropertiesOf(*d);
-  const int threads = static_cast<int>(block[0] * block[1] * block[2]);
-  const uint64_t resident = uint64_t(ActiveBlocksPerMultiprocessor(
-                                model, ResourcesOf(function, device), threads, shared_bytes)) *
-                            model.multiprocessors;
-  const uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
-  return blocks > resident ? CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE : CUDA_SUCCESS;
-}
-
-CUresult CheckLaunchAttributes(const CUlaunchConfig& config) {
-  if (config.numAttrs > 0 && config.attrs == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  for (unsigned i = 0; i < config.numAttrs; ++i) {
-    const CUlaunchAttribute& attribute = config.attrs[i];
-    switch (attribute.id) {
-      case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
-        break;  // a cooperative launch (LaunchEx)
-      case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
-        const auto& dim = attribute.value.clusterDim;
-        if (dim.x * dim.y * dim.z > 1) {
-          return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cluster dimension)",
-                                                         "thread block clusters"));
-        }
-        break;
-      }
-      case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
-      case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
-        return static_cast<CUresult>(
-            ReportUnsupported("cuLaunchKernelEx(programmatic or launch-completion event)",
-                              "an event recorded from inside a running kernel"));
-      default:
-        // Priorities, cache and sync-domain hints, programmatic serialization, preferred
-        // cluster shapes: they tune how a GPU schedules, never what the kernel computes.
-        break;
-    }
-  }
-  return CUDA_SUCCESS;
-}
-
-}  // namespace gpupool::client
 
 // --- Names and parameters --------------------------------------------------------------------
 

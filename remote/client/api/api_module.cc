@@ -15,9 +15,11 @@
 #include "remote/client/core/api_common.h"
 #include "remote/client/core/device_attributes.h"
 #include "remote/client/graph/graphs.h"
+#include "remote/client/ops/launch.h"
 #include "remote/nvrtc/nvrtc_ptx.h"
 
-using namespace gpupool::client;  // NOLINT
+using namespace gpupool::client;       // NOLINT
+using namespace gpupool::client::ops;  // NOLINT
 
 // cuda.h maps these to their _v2 versions; the library defines both.
 #undef cuLinkCreate
@@ -174,52 +176,17 @@ CUresult GetFunction(Module* module, const char* name, Function** result) {
   return CUDA_SUCCESS;
 }
 
-// Packs kernel arguments into the layout the kernel expects.
-CUresult PackParams(const Function& function, void** params, void** extra,
-                    std::vector<char>* packed) {
-  if (extra != nullptr) {
-    // CU_LAUNCH_PARAM_BUFFER_POINTER, ptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END
-    const void* buffer = nullptr;
-    size_t size = 0;
-    for (int i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
-        buffer = extra[i + 1];
-      } else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
-        size = *static_cast<size_t*>(extra[i + 1]);
-      } else {
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-    }
-    if (params != nullptr || (size > 0 && buffer == nullptr)) return CUDA_ERROR_INVALID_VALUE;
-    packed->assign(static_cast<const char*>(buffer), static_cast<const char*>(buffer) + size);
-    return CUDA_SUCCESS;
-  }
-  packed->assign(function.layout.param_size, 0);
-  if (function.layout.params.empty()) return CUDA_SUCCESS;
-  if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  for (size_t i = 0; i < function.layout.params.size(); ++i) {
-    const ParamSlot& slot = function.layout.params[i];
-    if (params[i] == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    std::memcpy(packed->data() + slot.offset, params[i], slot.size);
-  }
-  return CUDA_SUCCESS;
-}
-
 // `cooperative`: every block resident at once, so that blocks may wait for each other
-// (cuLaunchCooperativeKernel; cooperative groups' grid.sync()).
+// (cuLaunchCooperativeKernel; cooperative groups' grid.sync()). Recorded as a kernel node
+// while `stream` captures; else ops/launch.cc launches it.
 CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[3],
                 unsigned shared_mem, CUstream stream, void** params, void** extra,
                 bool cooperative = false) {
-  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-  Function* function = AsFunction(handle);
-  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
-  if (threads == 0 || threads > 1024 || block[0] > 1024 || block[1] > 1024 || block[2] > 64 ||
-      grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u ||
-      grid[1] > 65535 || grid[2] > 65535) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
   if (AnyCapture()) {
+    Function* function = nullptr;
+    if (CUresult status = CheckLaunch(handle, grid, block, &function); status != CUDA_SUCCESS) {
+      return status;
+    }
     // A kernel node keeps the arguments' values of the moment it was captured.
     std::vector<char> packed;
     if (CUresult status = PackParams(*function, params, extra, &packed); status != CUDA_SUCCESS) {
@@ -231,43 +198,7 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
       return captured;
     }
   }
-  int device = 0;
-  dp::LaunchArgs args{};
-  if (CUresult status = ResolveDevice(stream, &device, &args.stream); status != CUDA_SUCCESS) {
-    return status;
-  }
-  if (CUresult status = Runtime::Get().EnsureFunction(function, device, &args.function);
-      status != CUDA_SUCCESS) {
-    return status;
-  }
-  if (CUresult status =
-          CheckLaunchResources(*function, device, static_cast<unsigned>(threads), shared_mem);
-      status != CUDA_SUCCESS) {
-    return status;
-  }
-  if (cooperative) {
-    if (CUresult status = CheckCooperativeGrid(*function, device, grid, block, shared_mem);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    args.flags = dp::kLaunchCooperative;
-  }
-  // The thread's own buffer, reused launch after launch (Post copies what it keeps).
-  thread_local std::vector<char> packed;
-  if (CUresult status = PackParams(*function, params, extra, &packed); status != CUDA_SUCCESS) {
-    return status;
-  }
-  if (CUresult status =
-          Runtime::Get().MapPinnedArguments(device, CurrentContext(), packed.data(), packed.size());
-      status != CUDA_SUCCESS) {
-    return status;
-  }
-  std::memcpy(args.grid, grid, sizeof(args.grid));
-  std::memcpy(args.block, block, sizeof(args.block));
-  args.shared_mem = shared_mem;
-  args.param_size = static_cast<uint32_t>(packed.size());
-  return Runtime::Get().Post(device, dp::kOpLaunch, &args, sizeof(args), packed.data(),
-                             packed.size());
+  return LaunchKernel(handle, grid, block, shared_mem, stream, params, extra, cooperative);
 }
 
 CUresult LaunchEx(const CUlaunchConfig* config, CUfunction function, void** params, void** extra) {
@@ -354,26 +285,6 @@ uint64_t ForEachFunction(CUmodule handle,
     ++visited;
   }
   return visited;
-}
-
-}  // namespace gpupool::client
-
-namespace gpupool::client {
-
-CUresult PackKernelParams(CUfunction handle, void** params, void** extra,
-                          std::vector<char>* packed) {
-  Function* function = AsFunction(handle);
-  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  return PackParams(*function, params, extra, packed);
-}
-
-CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3],
-                      unsigned shared_mem, CUstream stream, const std::vector<char>& params,
-                      bool cooperative) {
-  size_t size = params.size();
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()),
-                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
-  return Launch(function, grid, block, shared_mem, stream, nullptr, extra, cooperative);
 }
 
 }  // namespace gpupool::client

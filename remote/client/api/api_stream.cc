@@ -10,8 +10,10 @@
 #include "remote/client/core/api_common.h"
 #include "remote/client/core/device_attributes.h"
 #include "remote/client/graph/graphs.h"
+#include "remote/client/ops/stream.h"
 
-using namespace gpupool::client;  // NOLINT
+using namespace gpupool::client;       // NOLINT
+using namespace gpupool::client::ops;  // NOLINT
 
 namespace {
 
@@ -41,27 +43,6 @@ CUresult CreateStream(CUstream* result, unsigned flags, int priority) {
   return CUDA_SUCCESS;
 }
 
-CUresult StreamCall(CUstream stream, uint32_t op) {
-  int device = 0;
-  uint64_t id = 0;
-  if (CUresult status = ResolveDevice(stream, &device, &id); status != CUDA_SUCCESS) return status;
-  dp::StreamArgs args{id, 0, 0};
-  return Runtime::Get().Call(device, op, &args, sizeof(args));
-}
-
-CUresult RecordEvent(CUevent handle, CUstream stream) {
-  Event* event = AsEvent(handle);
-  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  int device = 0;
-  uint64_t stream_id = 0;
-  if (CUresult status = ResolveDevice(stream, &device, &stream_id); status != CUDA_SUCCESS) {
-    return status;
-  }
-  if (device != event->context->device) return CUDA_ERROR_INVALID_HANDLE;
-  dp::EventRecordArgs args{event->id, stream_id};
-  return Runtime::Get().Post(device, dp::kOpEventRecord, &args, sizeof(args));
-}
-
 // cuEventRecord(WithFlags): recorded instead while `stream` captures (graphs.cc).
 CUresult RecordOrCapture(CUevent event, CUstream stream, unsigned int flags) {
   CUresult captured = CUDA_SUCCESS;
@@ -71,30 +52,6 @@ CUresult RecordOrCapture(CUevent event, CUstream stream, unsigned int flags) {
     return captured;
   }
   return RecordEvent(event, stream);
-}
-
-CUresult EventCall(CUevent handle, uint32_t op) {
-  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-  Event* event = AsEvent(handle);
-  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  dp::EventArgs args{event->id, event->flags, 0};
-  return Runtime::Get().Call(event->context->device, op, &args, sizeof(args));
-}
-
-CUresult WaitEvent(CUstream stream, CUevent handle) {
-  Event* event = AsEvent(handle);
-  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  int device = 0;
-  uint64_t stream_id = 0;
-  if (CUresult status = ResolveDevice(stream, &device, &stream_id); status != CUDA_SUCCESS) {
-    return status;
-  }
-  if (event->context->device != device) {
-    // Cross-GPU dependency: wait here for the event, then the stream may go on.
-    return EventCall(handle, dp::kOpEventSynchronize);
-  }
-  dp::StreamWaitEventArgs args{stream_id, event->id};
-  return Runtime::Get().Post(device, dp::kOpStreamWaitEvent, &args, sizeof(args));
 }
 
 }  // namespace

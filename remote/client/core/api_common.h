@@ -43,26 +43,6 @@ inline CUresult CurrentDevice(int* device) {
   return CUDA_SUCCESS;
 }
 
-// Refuses cuLaunchKernelEx attributes that cannot work remotely (clusters,
-// kernel-triggered events) with CUDA_ERROR_NOT_SUPPORTED naming them; accepts the
-// cooperative attribute and the scheduling hints (api_function.cc).
-CUresult CheckLaunchAttributes(const CUlaunchConfig& config);
-
-// CUDA_ERROR_INVALID_VALUE when a launch asks for more dynamic shared memory than the
-// kernel may have on `device` (48 KiB unless raised with cuFuncSetAttribute, up to the
-// model's opt-in limit), as a GPU answers (api_function.cc).
-// A launch's block and shared memory against what `function` (resolved on `device`)
-// allows: more threads than it was compiled for fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
-// more shared memory than its limit with CUDA_ERROR_INVALID_VALUE, as on a GPU.
-CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
-                              unsigned shared_bytes);
-
-// CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE when a cooperative launch has more blocks than
-// `device`'s SMs hold at once (the occupancy calculator's blocks per SM times the SMs), as a
-// GPU answers (api_function.cc).
-CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3],
-                              const unsigned block[3], unsigned shared_bytes);
-
 // Calls `visit(opaque, function, owner)` for each kernel of `module` (a CUfunction; owner:
 // the module handle), outside the library's locks; returns how many it visited (0 for a
 // handle that is no module). The module-iterator export table's entry (export_tables.cc).

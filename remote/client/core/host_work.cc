@@ -19,7 +19,6 @@
 #include <thread>
 
 #include "remote/client/core/api_common.h"
-#include "remote/client/graph/graphs.h"
 
 namespace gpupool::client {
 namespace {
@@ -258,50 +257,3 @@ bool Runtime::WaitAllHostWork(int device, std::chrono::steady_clock::duration li
 }
 
 }  // namespace gpupool::client
-
-using namespace gpupool::client;  // NOLINT
-
-namespace {
-
-CUresult LaunchHostWork(CUstream stream, std::function<void(CUresult)> work) {
-  int device = 0;
-  uint64_t stream_id = 0;
-  if (CUresult status = ResolveDevice(stream, &device, &stream_id); status != CUDA_SUCCESS) {
-    return status;
-  }
-  return Runtime::Get().EnqueueHostFunction(device, stream_id, std::move(work));
-}
-
-}  // namespace
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchHostFunc(CUstream stream, CUhostFn function,
-                                                   void* data) {
-  GPUPOOL_BODY({
-    if (function == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_HOST, stream, [function, data](CUstream s) {
-      return LaunchHostWork(s, [function, data](CUresult) { function(data); });
-    });
-    return LaunchHostWork(stream, [function, data](CUresult) { function(data); });
-  });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchHostFunc_ptsz(CUstream stream, CUhostFn function,
-                                                        void* data) {
-  return cuLaunchHostFunc(stream, function, data);
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamAddCallback(CUstream stream, CUstreamCallback callback,
-                                                      void* data, unsigned int flags) {
-  GPUPOOL_BODY({
-    if (callback == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-    // Not capturable on a GPU either (cuLaunchHostFunc is).
-    if (AnyCapture() && InvalidateCapture(stream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    return LaunchHostWork(stream, [callback, stream, data](CUresult status) {
-      callback(stream, status, data);
-    });
-  });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamAddCallback_ptsz(CUstream stream,
-                                                           CUstreamCallback callback, void* data,
-                                                           unsigned int flags) {
-  return cuStreamAddCallback(stream, callback, data, flags);
-}

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <thread>
 
+#include "remote/client/core/errors.h"
 #include "remote/client/failover/failover_report.h"
-#include "remote/client/graph/graphs.h"
 #include "remote/client/core/log.h"
 #include "remote/image/fatbin.h"
 #include "remote/transport/rpc_client_module.h"
@@ -296,17 +296,30 @@ CUresult Runtime::Transport(const Status& status, int device) {
   return CUDA_ERROR_DEVICE_UNAVAILABLE;
 }
 
+namespace {
+// Installed by graph/ when the library loads (InstallCaptureCheck); constant-initialised,
+// so no load order can see it unset after it was installed.
+std::atomic<CaptureCheck> capture_check{nullptr};
+}  // namespace
+
+void InstallCaptureCheck(CaptureCheck check) { capture_check.store(check); }
+
+CUresult Runtime::Admit(int device_ordinal, uint32_t op, const void* args, size_t args_len) {
+  if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
+  if (CaptureCheck check = capture_check.load(std::memory_order_relaxed); check != nullptr) {
+    if (CUresult refused = check(device_ordinal, op, args, args_len); refused != CUDA_SUCCESS) {
+      return refused;
+    }
+  }
+  return ManagedBefore(device_ordinal, op);
+}
+
 CUresult Runtime::Call(int device_ordinal, uint32_t op, const void* args, size_t args_len,
                        const void* payload, size_t payload_len, void* result,
                        size_t result_capacity, std::string* out) {
   InFlight in_flight(calls_in_flight_);
-  if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
-  if (CUresult refused = RefuseOnCapturingStream(device_ordinal, op, args, args_len);
-      refused != CUDA_SUCCESS) {
+  if (CUresult refused = Admit(device_ordinal, op, args, args_len); refused != CUDA_SUCCESS) {
     return refused;
-  }
-  if (CUresult managed = ManagedBefore(device_ordinal, op); managed != CUDA_SUCCESS) {
-    return managed;
   }
   CUresult answer = CUDA_SUCCESS;
   if (!DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len,
@@ -351,13 +364,8 @@ CUresult Runtime::SendRequest(Device* d, Failover::Delivery how, const transport
 CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t args_len,
                        const void* payload, size_t payload_len, bool payload_held_until_sync) {
   InFlight in_flight(calls_in_flight_);
-  if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
-  if (CUresult refused = RefuseOnCapturingStream(device_ordinal, op, args, args_len);
-      refused != CUDA_SUCCESS) {
+  if (CUresult refused = Admit(device_ordinal, op, args, args_len); refused != CUDA_SUCCESS) {
     return refused;
-  }
-  if (CUresult managed = ManagedBefore(device_ordinal, op); managed != CUDA_SUCCESS) {
-    return managed;
   }
   CUresult answer = CUDA_SUCCESS;
   if (DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len, Delivery::kOneWay,
@@ -387,13 +395,8 @@ void Runtime::CaptureHeldUploads() {
 CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_t args_len,
                         void* result, size_t result_capacity) {
   InFlight in_flight(calls_in_flight_);
-  if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
-  if (CUresult refused = RefuseOnCapturingStream(device_ordinal, op, args, args_len);
-      refused != CUDA_SUCCESS) {
+  if (CUresult refused = Admit(device_ordinal, op, args, args_len); refused != CUDA_SUCCESS) {
     return refused;
-  }
-  if (CUresult managed = ManagedBefore(device_ordinal, op); managed != CUDA_SUCCESS) {
-    return managed;
   }
   CUresult answer = CUDA_SUCCESS;
   if (DeferOrWait(device_ordinal, op, args, args_len, nullptr, 0, Delivery::kReplyLater, result,
@@ -664,12 +667,12 @@ CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remot
       first = !function->module->load_failure_told;
       function->module->load_failure_told = true;
     }
-    const char* name = nullptr;
-    if (first && cuGetErrorName(status, &name) == CUDA_SUCCESS) {
+    const ErrorText* error = FindError(status);
+    if (first && error != nullptr) {
       LogError(
           "kernel %s: its module cannot be loaded on GPU %d (%s; the agent's log says why): "
           "its launches fail",
-          function->name.c_str(), device, name);
+          function->name.c_str(), device, error->name);
     }
     return status;
   }

@@ -350,6 +350,10 @@ class Runtime {
   CUresult ManagedAfter(int device, uint32_t op);
   // The device while its connection is open (also during Shutdown, unlike device()).
   Device* Connected(int ordinal);
+  // The one admission path of Call, Post and Start, before a request is ordered or sent:
+  // CUDA_ERROR_DEINITIALIZED after Shutdown; the capture check (InstallCaptureCheck)'s
+  // refusal of a request on a capturing stream; managed memory made coherent for it.
+  CUresult Admit(int device, uint32_t op, const void* args, size_t args_len);
   // The transport calls, without the host-work ordering of Call/Post/Start.
   CUresult CallNow(int device, uint32_t op, const void* args, size_t args_len,
                    const void* payload, size_t payload_len, void* result,
@@ -429,6 +433,16 @@ class Runtime {
 // A host range's flag (besides cuMemHostAlloc's): a page-locked buffer mapped on a device
 // since a kernel was handed it (Runtime::MapPinned).
 inline constexpr unsigned kHostMappedOnUse = 0x40000000u;
+
+// The check every request passes (Runtime::Admit) against stream capture: it answers
+// CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and invalidates the capture) for a request ordered
+// on a capturing stream by a call that records nothing. graph/ owns captures and installs
+// it when the library loads (graph/graphs.cc); core/ knows no graphs.
+using CaptureCheck = CUresult (*)(int device, uint32_t op, const void* args, size_t args_len);
+void InstallCaptureCheck(CaptureCheck check);
+
+// The stream a request is ordered on, for the requests that have one (host_work.cc).
+bool RequestStream(uint32_t op, const void* args, size_t args_len, uint64_t* stream);
 
 // The current thread's context (nullptr if none): the top of its context stack.
 Context* CurrentContext();

@@ -23,6 +23,8 @@
 #include "remote/client/core/api_common.h"
 #include "remote/client/graph/graph_model.h"
 #include "remote/client/ops/mem_pools.h"
+#include "remote/client/ops/memory.h"
+#include "remote/client/ops/stream.h"
 
 namespace gpupool::client::graph {
 namespace {
@@ -47,11 +49,11 @@ std::shared_ptr<ConditionalHandle> ConditionOf(CUgraphConditionalHandle handle) 
 
 // Waits for `stream` to reach this point and reads the condition.
 CUresult ReadCondition(const ConditionalHandle& condition, CUstream stream, unsigned* value) {
-  if (CUresult status = cuMemcpyDtoHAsync_v2(value, condition.slot, sizeof(*value), stream);
+  if (CUresult status = ops::CopyDtoH(value, condition.slot, sizeof(*value), stream, true);
       status != CUDA_SUCCESS) {
     return status;
   }
-  return cuStreamSynchronize(stream);
+  return ops::StreamCall(stream, dataplane::kOpStreamSynchronize);
 }
 
 }  // namespace
@@ -62,7 +64,7 @@ ConditionalHandle::~ConditionalHandle() {
     Conditions().erase(slot);
   }
   // An error after shutdown, or once its context is destroyed, is of no consequence.
-  if (slot != 0) (void)cuMemFree_v2(slot);
+  if (slot != 0) (void)Guard("cuMemFree_v2", [&] { return ops::FreeDeviceMemory(slot); });
 }
 
 CUresult SetConditional(Node* node, CUDA_CONDITIONAL_NODE_PARAMS* params) {
@@ -174,6 +176,11 @@ void CollectDefaultConditions(const Graph& graph,
   }
 }
 
+void RegisterCondition(const std::shared_ptr<ConditionalHandle>& condition) {
+  std::lock_guard<std::mutex> lock(ConditionsMu());
+  Conditions()[condition->slot] = condition;
+}
+
 bool HasConditionalNodes(const Graph& graph) {
   for (const auto& node : graph.nodes) {
     if (node->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) return true;
@@ -182,50 +189,3 @@ bool HasConditionalNodes(const Graph& graph) {
 }
 
 }  // namespace gpupool::client::graph
-
-using namespace gpupool::client;         // NOLINT
-using namespace gpupool::client::graph;  // NOLINT
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle* result,
-                                                                 CUgraph handle, CUcontext ctx,
-                                                                 unsigned int default_value,
-                                                                 unsigned int flags) {
-  GPUPOOL_BODY({
-    if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    Graph* graph = AsGraph(handle);
-    if (result == nullptr || graph == nullptr || (flags & ~CU_GRAPH_COND_ASSIGN_DEFAULT) != 0) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    Context* context = ctx != nullptr ? AsContext(ctx) : CurrentContext();
-    if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-    if (context->magic == kDestroyedContextMagic) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
-    Device* device = Runtime::Get().device(context->device);
-    if (device == nullptr || std::strcmp(device->description().executor, "sim") != 0) {
-      return static_cast<CUresult>(
-          ReportUnsupported("cuGraphConditionalHandleCreate",
-                            "conditional nodes on a GPU host's cuda backend (its kernels' "
-                            "cudaGraphSetConditional takes the driver's own handles)"));
-    }
-    auto condition = std::make_shared<ConditionalHandle>();
-    if (CUresult status =
-            AllocateOnDevice(context->device, context, sizeof(unsigned), &condition->slot);
-        status != CUDA_SUCCESS) {
-      condition->slot = 0;
-      return status;
-    }
-    condition->default_value = default_value;
-    condition->assign_default = (flags & CU_GRAPH_COND_ASSIGN_DEFAULT) != 0;
-    {
-      std::lock_guard<std::mutex> lock(ConditionsMu());
-      Conditions()[condition->slot] = condition;
-    }
-    // The first launch starts from the default value either way.
-    if (CUresult status = cuMemsetD32_v2(condition->slot, default_value, 1);
-        status != CUDA_SUCCESS) {
-      return status;
-    }
-    graph->conditions.push_back(condition);
-    *result = static_cast<CUgraphConditionalHandle>(condition->slot);
-    return CUDA_SUCCESS;
-  });
-}

@@ -13,6 +13,7 @@
 #include "remote/client/core/api_common.h"
 #include "remote/client/graph/graph_model.h"
 #include "remote/client/ops/mem_pools.h"
+#include "remote/client/ops/memory.h"
 
 namespace gpupool::client::graph {
 namespace {
@@ -65,7 +66,7 @@ GraphMemoryHold::~GraphMemoryHold() {
   }
   // Not graph memory any more, so this is an ordinary free (an error after shutdown, or
   // when its context was destroyed with it, is of no consequence here).
-  if (free_now) (void)cuMemFree_v2(dptr);
+  if (free_now) (void)Guard("cuMemFree_v2", [&] { return ops::FreeDeviceMemory(dptr); });
 }
 
 CUresult NewGraphMemory(int device, size_t bytes, std::shared_ptr<GraphMemoryHold>* hold) {
@@ -116,7 +117,7 @@ Marked Mark(CUdeviceptr dptr, bool in_use) {
     }
     free_now = ForgetIfUnheld(found);
   }
-  if (free_now) (void)cuMemFree_v2(dptr);
+  if (free_now) (void)Guard("cuMemFree_v2", [&] { return ops::FreeDeviceMemory(dptr); });
   return Marked::kDone;
 }
 

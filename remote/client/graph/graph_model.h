@@ -167,6 +167,10 @@ void CollectDefaultConditions(const Graph& graph,
 // body graphs and gives their handles in params->phGraph_out.
 CUresult SetConditional(Node* node, CUDA_CONDITIONAL_NODE_PARAMS* params);
 
+// Makes `condition` (its slot allocated) a handle programs may name
+// (cuGraphConditionalHandleCreate); forgotten when the handle is destroyed.
+void RegisterCondition(const std::shared_ptr<ConditionalHandle>& condition);
+
 // Gives a copied conditional node body graphs of its own (clones and instantiations).
 void CopyBodies(Node* node);
 

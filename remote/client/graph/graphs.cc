@@ -45,36 +45,17 @@
 #include <vector>
 
 #include "remote/client/core/api_common.h"
+#include "remote/client/graph/capture.h"
 #include "remote/client/graph/graph_model.h"
+#include "remote/client/ops/memory.h"
+#include "remote/client/ops/stream.h"
+#include "remote/client/ops/launch.h"
 
 #undef cuStreamGetCaptureInfo
 #undef cuStreamUpdateCaptureDependencies
 #undef cuStreamBeginCaptureToGraph
 
-namespace gpupool::client {
-namespace {
-
-using graph::AsGraph;
-using graph::AsGraphExec;
-using graph::Graph;
-using graph::GraphExec;
-using graph::Node;
-
-struct Capture {
-  uint64_t id = 0;
-  CUstream origin = nullptr;
-  // The graph the captured calls go into: one of the capture's own, given to the program
-  // when the capture ends, or the program's (cuStreamBeginCaptureToGraph).
-  std::unique_ptr<Graph> owned;
-  Graph* graph = nullptr;
-  // The nodes the next captured call runs after (cuStreamGetCaptureInfo's dependencies;
-  // cuStreamUpdateCaptureDependencies changes them).
-  std::vector<CUgraphNode> frontier;
-  std::set<CUstream> streams;                   // the origin and the streams that joined
-  std::set<std::pair<int, uint64_t>> on_agent;  // the same, as (device, agent stream id)
-  std::set<CUevent> events;                     // recorded in this capture
-  bool invalidated = false;
-};
+namespace gpupool::client::capture {
 
 std::mutex mu;
 std::atomic<int> captures{0};
@@ -121,15 +102,6 @@ void Join(const std::shared_ptr<Capture>& capture, CUstream stream, int device, 
   capture->streams.insert(stream);
   capture->on_agent.insert({device, id});
   by_stream[stream] = capture;
-}
-
-// A graph or an instantiated graph (nullptr: not a valid handle).
-template <typename T>
-CUresult Destroy(T* object) {
-  if (object == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  object->magic = 0;  // a stale handle whose memory is not reused yet is refused
-  delete object;
-  return CUDA_SUCCESS;
 }
 
 CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
@@ -196,7 +168,11 @@ bool AddCaptured(CUstream stream, Node node, CUresult* status) {
   return true;
 }
 
-}  // namespace
+}  // namespace gpupool::client::capture
+
+namespace gpupool::client {
+
+using namespace capture;  // NOLINT
 
 bool AnyCapture() { return captures.load(std::memory_order_acquire) != 0; }
 
@@ -293,6 +269,12 @@ CUresult RefuseOnCapturingStream(int device, uint32_t op, const void* args, size
   return CUDA_SUCCESS;
 }
 
+namespace {
+// Every request passes it (Runtime::Admit) from the moment the library is loaded.
+[[maybe_unused]] const bool capture_check_installed =
+    (InstallCaptureCheck(&RefuseOnCapturingStream), true);
+}  // namespace
+
 CUresult RefuseGraphLaunchInCapture(CUstream stream) {
   if (!AnyCapture()) return CUDA_SUCCESS;
   std::lock_guard<std::mutex> lock(mu);
@@ -301,221 +283,6 @@ CUresult RefuseGraphLaunchInCapture(CUstream stream) {
   capture->invalidated = true;
   return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
-
-}  // namespace gpupool::client
-
-using namespace gpupool::client;
-
-// --- Capture -------------------------------------------------------------------------------
-
-namespace {
-
-// Starts a capture on `stream` into `into` (the program's graph, after `deps`) or, when it
-// is nullptr, into a graph of the capture's own.
-CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, CUgraph into,
-                      const CUgraphNode* deps, size_t dep_count) {
-  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-      mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  int device = 0;
-  uint64_t id = 0;
-  if (CUresult status = ResolveDevice(stream, &device, &id); status != CUDA_SUCCESS) {
-    return status;
-  }
-  // The default streams synchronise with every other stream: a GPU refuses them too.
-  if (IsDefaultStream(stream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  auto capture = std::make_shared<Capture>();
-  if (into == nullptr) {
-    capture->owned = std::make_unique<Graph>();
-    capture->graph = capture->owned.get();
-  } else {
-    capture->graph = AsGraph(into);
-    if (capture->graph == nullptr ||
-        !FrontierOf(capture->graph, deps, dep_count, &capture->frontier)) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  if (CaptureOf(stream) != nullptr) return CUDA_ERROR_ILLEGAL_STATE;
-  capture->id = next_capture_id++;
-  capture->origin = stream;
-  Join(capture, stream, device, id);
-  captures.fetch_add(1, std::memory_order_release);
-  return CUDA_SUCCESS;
-}
-
-}  // namespace
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream stream,
-                                                          CUstreamCaptureMode mode) {
-  GPUPOOL_BODY({ return BeginCapture(stream, mode, nullptr, nullptr, 0); });
-}
-
-// Captures into a graph the program has, after `deps`: a conditional node's body, say.
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph,
-                                                              const CUgraphNode* deps,
-                                                              const CUgraphEdgeData* edges,
-                                                              size_t dep_count,
-                                                              CUstreamCaptureMode mode) {
-  GPUPOOL_BODY({
-    if (CUresult status = graph::CheckEdges(edges, dep_count); status != CUDA_SUCCESS) {
-      return status;
-    }
-    if (graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    return BeginCapture(stream, mode, graph, deps, dep_count);
-  });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream stream, CUgraph graph,
-                                                                   const CUgraphNode* deps,
-                                                                   const CUgraphEdgeData* edges,
-                                                                   size_t dep_count,
-                                                                   CUstreamCaptureMode mode) {
-  return cuStreamBeginCaptureToGraph(stream, graph, deps, edges, dep_count, mode);
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream stream,
-                                                               CUstreamCaptureMode mode) {
-  return cuStreamBeginCapture_v2(stream, mode);
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph* result) {
-  GPUPOOL_BODY({
-    if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    std::lock_guard<std::mutex> lock(mu);
-    std::shared_ptr<Capture> capture = CaptureOf(stream);
-    if (capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
-    if (capture->origin != stream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
-    for (CUstream joined : capture->streams) by_stream.erase(joined);
-    for (CUevent event : capture->events) {
-      auto found = by_event.find(event);
-      if (found != by_event.end() && found->second == capture) by_event.erase(found);
-    }
-    captures.fetch_sub(1, std::memory_order_release);
-    *result = nullptr;
-    if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    *result = reinterpret_cast<CUgraph>(capture->owned != nullptr ? capture->owned.release()
-                                                                  : capture->graph);
-    return CUDA_SUCCESS;
-  });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream stream, CUgraph* result) {
-  return cuStreamEndCapture(stream, result);
-}
-
-namespace {
-
-CUresult CaptureStatus(CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id) {
-  if (status == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  int device = 0;
-  if (CUresult result = ResolveDevice(stream, &device, nullptr); result != CUDA_SUCCESS) {
-    return result;
-  }
-  std::lock_guard<std::mutex> lock(mu);
-  std::shared_ptr<Capture> capture = CaptureOf(stream);
-  *status = capture == nullptr     ? CU_STREAM_CAPTURE_STATUS_NONE
-            : capture->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
-                                   : CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  if (id != nullptr) *id = capture == nullptr ? 0 : capture->id;
-  return CUDA_SUCCESS;
-}
-
-}  // namespace
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamIsCapturing(CUstream stream,
-                                                      CUstreamCaptureStatus* status) {
-  GPUPOOL_BODY({ return CaptureStatus(stream, status, nullptr); });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream stream,
-                                                           CUstreamCaptureStatus* status) {
-  return cuStreamIsCapturing(stream, status);
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream stream,
-                                                         CUstreamCaptureStatus* status,
-                                                         cuuint64_t* id) {
-  GPUPOOL_BODY({ return CaptureStatus(stream, status, id); });
-}
-
-// While `stream` captures: the graph being built and the nodes its next captured call
-// will run after (valid until the next call on the stream, as CUDA says).
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(
-    CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-    const CUgraphNode** dependencies, size_t* dependency_count) {
-  GPUPOOL_BODY({
-    if (graph) *graph = nullptr;
-    if (dependencies) *dependencies = nullptr;
-    if (dependency_count) *dependency_count = 0;
-    if (CUresult result = CaptureStatus(stream, status, id); result != CUDA_SUCCESS) {
-      return result;
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    std::shared_ptr<Capture> capture = CaptureOf(stream);
-    if (capture == nullptr || capture->invalidated) return CUDA_SUCCESS;
-    if (graph) *graph = reinterpret_cast<CUgraph>(capture->graph);
-    if (dependencies)
-      *dependencies = capture->frontier.empty() ? nullptr : capture->frontier.data();
-    if (dependency_count) *dependency_count = capture->frontier.size();
-    return CUDA_SUCCESS;
-  });
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(
-    CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-    const CUgraphNode** dependencies, const CUgraphEdgeData** edges, size_t* dependency_count) {
-  GPUPOOL_BODY({
-    if (edges) *edges = nullptr;
-    return cuStreamGetCaptureInfo_v2(stream, status, id, graph, dependencies, dependency_count);
-  });
-}
-
-// Sets (CU_STREAM_SET_CAPTURE_DEPENDENCIES) or adds to (CU_STREAM_ADD_CAPTURE_DEPENDENCIES)
-// the nodes that the next call captured on `stream` runs after: nodes of the capture's
-// graph, such as one the program added to it while it captures.
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream stream,
-                                                                       CUgraphNode* nodes,
-                                                                       const CUgraphEdgeData* edges,
-                                                                       size_t count,
-                                                                       unsigned int flags) {
-  GPUPOOL_BODY({
-    if (CUresult status = graph::CheckEdges(edges, count); status != CUDA_SUCCESS) return status;
-    if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
-        flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    int device = 0;
-    if (CUresult status = ResolveDevice(stream, &device, nullptr); status != CUDA_SUCCESS) {
-      return status;
-    }
-    std::lock_guard<std::mutex> lock(mu);
-    std::shared_ptr<Capture> capture = CaptureOf(stream);
-    if (capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
-    if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    std::vector<CUgraphNode> frontier;
-    if (flags == CU_STREAM_ADD_CAPTURE_DEPENDENCIES) frontier = capture->frontier;
-    if (!FrontierOf(capture->graph, nodes, count, &frontier)) return CUDA_ERROR_INVALID_VALUE;
-    capture->frontier = std::move(frontier);
-    return CUDA_SUCCESS;
-  });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies(CUstream stream,
-                                                                    CUgraphNode* nodes,
-                                                                    size_t count,
-                                                                    unsigned int flags) {
-  return cuStreamUpdateCaptureDependencies_v2(stream, nodes, nullptr, count, flags);
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_ptsz(CUstream stream,
-                                                                         CUgraphNode* nodes,
-                                                                         size_t count,
-                                                                         unsigned int flags) {
-  return cuStreamUpdateCaptureDependencies_v2(stream, nodes, nullptr, count, flags);
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2_ptsz(
-    CUstream stream, CUgraphNode* nodes, const CUgraphEdgeData* edges, size_t count,
-    unsigned int flags) {
-  return cuStreamUpdateCaptureDependencies_v2(stream, nodes, edges, count, flags);
-}
-
-namespace gpupool::client {
 
 // cuEventRecord on a capturing stream: recorded as a node when external, and the event
 // remembered so that a stream waiting for it joins the capture. Returns false when
@@ -584,133 +351,6 @@ bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWo
 }
 
 }  // namespace gpupool::client
-
-// --- Graphs --------------------------------------------------------------------------------
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec, CUgraph graph,
-                                                              unsigned long long flags) {
-  GPUPOOL_BODY({ return Instantiate(exec, graph, flags); });
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph,
-                                                        CUgraphNode* error_node, char* log,
-                                                        size_t log_size) {
-  GPUPOOL_BODY({
-    if (error_node) *error_node = nullptr;
-    if (log != nullptr && log_size > 0) log[0] = '\0';
-    return Instantiate(exec, graph, 0);
-  });
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiateWithParams(
-    CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  GPUPOOL_BODY({
-    if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    params->hErrNode_out = nullptr;
-    CUresult status = Instantiate(exec, graph, params->flags);
-    params->result_out = status == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS
-                                                : CUDA_GRAPH_INSTANTIATE_ERROR;
-    return status;
-  });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiateWithParams_ptsz(
-    CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
-  return cuGraphInstantiateWithParams(exec, graph, params);
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphLaunch(CUgraphExec handle, CUstream stream) {
-  GPUPOOL_BODY({
-    GraphExec* exec = AsGraphExec(handle);
-    if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult refused = RefuseGraphLaunchInCapture(stream); refused != CUDA_SUCCESS) {
-      return refused;
-    }
-    // Allocations an earlier launch left in use: refused, or freed first (auto-free).
-    for (const Node& node : exec->nodes) {
-      if (node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && graph::GraphMemoryInUse(node.memory->dptr) &&
-          !(exec->flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)) {
-        LogError(
-            "cuGraphLaunch: an allocation of the graph's last launch is not freed yet "
-            "(instantiate with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH to have "
-            "launches free it)");
-        return CUDA_ERROR_INVALID_VALUE;
-      }
-    }
-    for (const Node& node : exec->nodes) {
-      if (node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC) {
-        graph::SetGraphMemoryInUse(node.memory->dptr, false);
-      }
-    }
-    // Conditions with a default value start each launch from it.
-    for (const auto& condition : exec->default_conditions) {
-      if (CUresult status = cuMemsetD32Async(condition->slot, condition->default_value, 1, stream);
-          status != CUDA_SUCCESS) {
-        return status;
-      }
-    }
-    for (const Node& node : exec->nodes) {
-      if (CUresult status = graph::RunNode(node, stream); status != CUDA_SUCCESS) return status;
-    }
-    // The launch holds the user objects of its graph until it completes: destroying the
-    // instantiated graph meanwhile does not run their destructors early.
-    auto held = std::make_unique<graph::UserObjectRefs>(exec->user_objects);
-    for (const Node& node : exec->nodes) {
-      if (node.child != nullptr) graph::CollectUserObjects(*node.child, held.get());
-    }
-    if (!held->empty()) {
-      CUresult status = cuLaunchHostFunc(
-          stream, [](void* refs) { delete static_cast<graph::UserObjectRefs*>(refs); }, held.get());
-      if (status != CUDA_SUCCESS) return status;
-      held.release();  // the host function owns it now
-    }
-    return CUDA_SUCCESS;
-  });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
-  return cuGraphLaunch(exec, stream);
-}
-
-// Nothing to upload ahead: the work goes to the agent when the graph is launched.
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphUpload(CUgraphExec handle, CUstream stream) {
-  GPUPOOL_BODY({
-    if (AsGraphExec(handle) == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    int device = 0;
-    return ResolveDevice(stream, &device, nullptr);
-  });
-}
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphUpload_ptsz(CUgraphExec exec, CUstream stream) {
-  return cuGraphUpload(exec, stream);
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec handle) {
-  GPUPOOL_BODY({
-    GraphExec* exec = AsGraphExec(handle);
-    if (exec != nullptr && exec->instantiated != nullptr) *exec->instantiated = false;
-    return Destroy(exec);
-  });
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDestroy(CUgraph handle) {
-  GPUPOOL_BODY({
-    Graph* graph = AsGraph(handle);
-    // A conditional node's body is the node's: it goes with the node's graph.
-    if (graph != nullptr && graph->conditional_body) return CUDA_ERROR_INVALID_VALUE;
-    return Destroy(graph);  // ~Graph: stale handles to it and its nodes are refused
-  });
-}
-
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphClone(CUgraph* clone, CUgraph handle) {
-  GPUPOOL_BODY({
-    Graph* graph = AsGraph(handle);
-    if (clone == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    // As on a GPU (driver 580 answers CUDA_ERROR_NOT_SUPPORTED for both).
-    if (graph::HasMemoryNodes(*graph) || graph::HasConditionalNodes(*graph)) {
-      return CUDA_ERROR_NOT_SUPPORTED;
-    }
-    *clone = reinterpret_cast<CUgraph>(graph::Clone(*graph).release());
-    return CUDA_SUCCESS;
-  });
-}
 
 // --- The graph objects (graph_model.h) -----------------------------------------------------
 
@@ -808,32 +448,32 @@ CUresult RunNode(const Node& node, CUstream stream) {
   switch (node.type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       auto cooperative = node.attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
-      return LaunchPacked(node.function, node.grid, node.block, node.shared_mem, stream,
-                          node.params,
-                          cooperative != node.attributes.end() && cooperative->second.cooperative);
+      return ops::LaunchPacked(
+          node.function, node.grid, node.block, node.shared_mem, stream, node.params,
+          cooperative != node.attributes.end() && cooperative->second.cooperative);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
-      return cuMemcpy3DAsync_v2(&node.copy, stream);
+      return ops::Copy3D(&node.copy, stream);
     case CU_GRAPH_NODE_TYPE_MEMSET: {
       const CUDA_MEMSET_NODE_PARAMS& m = node.memset;
       size_t pitch = m.height > 1 ? m.pitch : m.width * m.elementSize;
       switch (m.elementSize) {
         case 1:
-          return cuMemsetD2D8Async(m.dst, pitch, static_cast<unsigned char>(m.value), m.width,
-                                   m.height, stream);
+          return ops::Memset2D(m.dst, pitch, static_cast<unsigned char>(m.value), 1, m.width,
+                               m.height, stream);
         case 2:
-          return cuMemsetD2D16Async(m.dst, pitch, static_cast<unsigned short>(m.value),
-                                    m.width, m.height, stream);
+          return ops::Memset2D(m.dst, pitch, static_cast<unsigned short>(m.value), 2, m.width,
+                               m.height, stream);
         default:
-          return cuMemsetD2D32Async(m.dst, pitch, m.value, m.width, m.height, stream);
+          return ops::Memset2D(m.dst, pitch, m.value, 4, m.width, m.height, stream);
       }
     }
     case CU_GRAPH_NODE_TYPE_HOST:
-      return cuLaunchHostFunc(stream, node.host.fn, node.host.userData);
+      return ops::LaunchHostFunction(stream, node.host.fn, node.host.userData);
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
-      return cuEventRecord(node.event, stream);
+      return ops::RecordEvent(node.event, stream);
     case CU_GRAPH_NODE_TYPE_WAIT_EVENT:
-      return cuStreamWaitEvent(stream, node.event, 0);
+      return ops::WaitEvent(stream, node.event);
     case CU_GRAPH_NODE_TYPE_GRAPH:
       return RunGraph(*node.child, stream);
     case CU_GRAPH_NODE_TYPE_CONDITIONAL:

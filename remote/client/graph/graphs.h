@@ -29,17 +29,6 @@ bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3],
                    const unsigned block[3], unsigned shared_mem, std::vector<char> params,
                    bool cooperative, CUresult* status);
 
-// Packs kernel arguments (kernelParams or `extra`) into the layout `function` expects
-// (api_module.cc).
-CUresult PackKernelParams(CUfunction function, void** params, void** extra,
-                          std::vector<char>* packed);
-
-// Launches `function` with arguments already packed in its layout, as a kernel node does
-// (api_module.cc).
-CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3],
-                      unsigned shared_mem, CUstream stream, const std::vector<char>& params,
-                      bool cooperative);
-
 // cuMemAllocAsync and cuMemFreeAsync on a capturing stream: a memory allocation node
 // (its graph memory allocated now on `device`, the address in *dptr) or a free node (of
 // graph memory only: other memory gets CUDA_ERROR_INVALID_VALUE and invalidates the
@@ -52,7 +41,8 @@ bool CaptureGraphFree(CUstream stream, CUdeviceptr dptr, CUresult* status);
 // made on it) and returns true.
 bool InvalidateCapture(CUstream stream);
 
-// For requests that reach the agent: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the
+// The capture check of every request that reaches the agent (core/runtime.h's CaptureCheck,
+// installed when the library loads): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and the
 // capture invalidated, as a GPU's driver does) when request `op` is ordered on a stream of
 // `device` that is capturing but the call that made it records nothing (a stream
 // synchronisation, say); else CUDA_SUCCESS.
@@ -72,9 +62,6 @@ bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedW
                         CUresult* status);
 bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWork work,
                        CUresult* status);
-
-// The stream a request is ordered on, for the requests that have one (host_work.cc).
-bool RequestStream(uint32_t op, const void* args, size_t args_len, uint64_t* stream);
 
 }  // namespace gpupool::client
 
