@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "common/latency_probe.h"
+#include "remote/client/api/module_functions.h"
 #include "remote/client/core/api_common.h"
 #include "remote/client/core/device_attributes.h"
 #include "remote/client/graph/graphs.h"

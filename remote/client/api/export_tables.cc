@@ -16,6 +16,7 @@
 #include <cstring>
 #include <vector>
 
+#include "remote/client/api/module_functions.h"
 #include "remote/client/core/api_common.h"
 #include "remote/client/core/md2.h"
 

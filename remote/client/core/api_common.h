@@ -1,4 +1,5 @@
-// Shared helpers of the exported driver API functions (api_*.cc).
+// The helpers every layer's calls share: Guard, RequireInit, CurrentDevice; and, for the
+// exported functions (api/ only), GPUPOOL_CUDA_API and GPUPOOL_BODY.
 //
 // Every exported function body runs inside Guard: no C++ exception may cross the C ABI
 // into the application, so an unexpected one becomes CUDA_ERROR_UNKNOWN (and is logged).
@@ -42,12 +43,6 @@ inline CUresult CurrentDevice(int* device) {
   *device = context->device;
   return CUDA_SUCCESS;
 }
-
-// Calls `visit(opaque, function, owner)` for each kernel of `module` (a CUfunction; owner:
-// the module handle), outside the library's locks; returns how many it visited (0 for a
-// handle that is no module). The module-iterator export table's entry (export_tables.cc).
-uint64_t ForEachFunction(CUmodule module,
-                         void (*visit)(void* opaque, void* function, uint64_t owner), void* opaque);
 
 }  // namespace gpupool::client
 
