@@ -1,9 +1,9 @@
-// Failover (remote/client/failover.h) against real dataplane servers on the sim
+// Failover (remote/client/failover/failover.h) against real dataplane servers on the sim
 // executor: a process's state (allocations at its own addresses, a module with
 // a variable, a stream, evolving memory) survives its GPU: the agent going
 // away, the GPU failing in band, a failure after a checkpoint; with failover
 // off, or over the memory cap, the error stays.
-#include "remote/client/failover.h"
+#include "remote/client/failover/failover.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "remote/client/md2.h"
+#include "remote/client/core/md2.h"
 
 #include <gtest/gtest.h>
 

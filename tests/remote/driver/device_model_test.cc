@@ -6,8 +6,8 @@
 #include <cstring>
 #include <memory>
 
-#include "remote/client/device_attributes.h"
-#include "remote/client/occupancy.h"
+#include "remote/client/core/device_attributes.h"
+#include "remote/client/core/occupancy.h"
 
 namespace gpupool::client {
 namespace {

@@ -1,0 +1,594 @@
+// CUDA arrays, texture objects and surface objects on the sim GPU.
+//
+// An array is one device allocation, laid out as remote/protocol/sim_texture.h says (rows
+// without padding, slices after each other, a cubemap's faces as slices); a texture or
+// surface object is a SimTextureDescriptor written into an allocation of its own, whose
+// device address is the handle a kernel gets. Both are ordinary device memory of the
+// context, so a failover's checkpoint and journal carry them like any allocation.
+//
+// The cuda executor would need the real driver's arrays and objects (a real GPU's texture
+// unit reads neither layout): there these calls answer CUDA_ERROR_NOT_SUPPORTED, naming
+// themselves. Not supported anywhere: mipmapped arrays, resource views, sRGB reads, texture
+// and surface references (cuTexRef*, cuSurfRef*), sparse arrays.
+#include "remote/client/ops/arrays.h"
+
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "remote/client/core/api_common.h"
+#include "remote/protocol/sim_texture.h"
+
+namespace gpupool::client {
+namespace {
+
+namespace dp = gpupool::dataplane;
+
+constexpr uint32_t kArrayMagic = 0x41525259;  // "ARRY"
+
+struct ArrayRecord {
+  uint32_t magic = kArrayMagic;
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  CUdeviceptr base = 0;
+  size_t row_bytes = 0;  // Width * element bytes
+  size_t rows = 1;       // rows of a slice (Height, at least 1)
+  size_t slices = 1;     // Depth: 3D depth, layers, or cubemap faces (at least 1)
+};
+
+struct ObjectRecord {
+  bool surface = false;
+  CUDA_RESOURCE_DESC resource{};
+  CUDA_TEXTURE_DESC texture{};
+};
+
+std::mutex& Mutex() {
+  static std::mutex mu;
+  return mu;
+}
+// Live arrays, and objects by handle. GUARDED_BY(Mutex())
+std::set<const ArrayRecord*>& Arrays() {
+  static auto* arrays = new std::set<const ArrayRecord*>;
+  return *arrays;
+}
+std::map<uint64_t, ObjectRecord>& Objects() {
+  static auto* objects = new std::map<uint64_t, ObjectRecord>;
+  return *objects;
+}
+
+// A bad argument: logged with the field it names, CUDA_ERROR_INVALID_VALUE.
+CUresult Invalid(const char* call, const std::string& what) {
+  LogError("%s: %s", call, what.c_str());
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+// The calls need the sim's layout: on the cuda executor, NOT_SUPPORTED.
+CUresult RequireSim(const char* call) {
+  int device = 0;
+  if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+  Device* d = Runtime::Get().device(device);
+  if (d == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if (std::strncmp(d->description().executor, "sim", sizeof(d->description().executor)) != 0) {
+    return static_cast<CUresult>(ReportUnsupported(
+        call,
+        "CUDA arrays, texture and surface objects run on the sim GPU only (the cuda "
+        "executor does not forward them yet)"));
+  }
+  return CUDA_SUCCESS;
+}
+
+bool Multiply(size_t a, size_t b, size_t* out) { return !__builtin_mul_overflow(a, b, out); }
+
+// Bytes of one element of `format` with `channels`, or an error naming the field.
+CUresult ElementBytes(const char* call, CUarray_format format, unsigned channels, size_t* bytes) {
+  const uint32_t channel = dp::SimTexelChannelBytes(static_cast<uint32_t>(format));
+  if (channel == 0) {
+    // Real formats the sim does not sample (block-compressed, packed, UNORM vectors...).
+    LogError("%s: Format 0x%x is not supported on the sim GPU", call,
+             static_cast<unsigned>(format));
+    return static_cast<CUresult>(ReportUnsupported(call, "that array format"));
+  }
+  if (channels != 1 && channels != 2 && channels != 4) {
+    return Invalid(call, "NumChannels " + std::to_string(channels) + " is not 1, 2 or 4");
+  }
+  *bytes = size_t{channel} * channels;
+  return CUDA_SUCCESS;
+}
+
+const ArrayRecord* FindArray(CUarray array) {
+  auto* record = reinterpret_cast<const ArrayRecord*>(array);
+  return Arrays().count(record) ? record : nullptr;
+}
+
+// A GPU's limits (those of an A100, which every sim model shares for textures).
+constexpr size_t kMax1D = 131072, kMax2DWidth = 131072, kMax2DHeight = 65536, kMax3D = 16384,
+                 kMaxLayered = 32768, kMaxLayers = 2048;
+
+CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  if (handle == nullptr || desc == nullptr) return Invalid(call, "a null argument");
+  if (CUresult status = RequireSim(call); status != CUDA_SUCCESS) return status;
+  size_t element = 0;
+  if (CUresult status = ElementBytes(call, desc->Format, desc->NumChannels, &element);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  const unsigned known = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP |
+                         CUDA_ARRAY3D_TEXTURE_GATHER;
+  if (desc->Flags & ~known) {
+    LogError(
+        "%s: Flags 0x%x: only LAYERED, SURFACE_LDST, CUBEMAP and TEXTURE_GATHER are "
+        "supported on the sim GPU",
+        call, desc->Flags);
+    return static_cast<CUresult>(ReportUnsupported(call, "those array flags"));
+  }
+  const bool layered = desc->Flags & CUDA_ARRAY3D_LAYERED;
+  const bool cubemap = desc->Flags & CUDA_ARRAY3D_CUBEMAP;
+  const size_t width = desc->Width, height = desc->Height, depth = desc->Depth;
+  if (width == 0) return Invalid(call, "Width is 0");
+  if (cubemap) {
+    if (width != height) return Invalid(call, "a cubemap's Width and Height differ");
+    if (layered ? (depth == 0 || depth % 6 != 0) : depth != 6) {
+      return Invalid(call, "a cubemap's Depth is not 6 (a layered one's, a multiple of 6)");
+    }
+    if (width > kMaxLayered || depth / 6 > kMaxLayers) return Invalid(call, "cubemap too large");
+  } else if (layered) {
+    if (depth == 0) return Invalid(call, "a layered array's Depth (its layers) is 0");
+    if (width > kMaxLayered || height > kMaxLayered || depth > kMaxLayers) {
+      return Invalid(call, "layered array too large (Width, Height up to 32768, 2048 layers)");
+    }
+  } else if (depth > 0) {
+    if (height == 0) return Invalid(call, "a 3D array's Height is 0");
+    if (width > kMax3D || height > kMax3D || depth > kMax3D) {
+      return Invalid(call, "3D array too large (16384 per dimension)");
+    }
+  } else if (height > 0) {
+    if (width > kMax2DWidth || height > kMax2DHeight) {
+      return Invalid(call, "2D array too large (Width up to 131072, Height up to 65536)");
+    }
+  } else if (width > kMax1D) {
+    return Invalid(call, "1D array Width over 131072");
+  }
+  auto record = std::make_unique<ArrayRecord>();
+  record->descriptor = *desc;
+  record->row_bytes = width * element;  // under 2^17 * 16: no overflow
+  record->rows = height == 0 ? 1 : height;
+  record->slices = depth == 0 ? 1 : depth;
+  size_t bytes = 0;
+  if (!Multiply(record->row_bytes, record->rows, &bytes) ||
+      !Multiply(bytes, record->slices, &bytes)) {
+    return Invalid(call, "the array's size overflows");
+  }
+  if (CUresult status = cuMemAlloc_v2(&record->base, bytes); status != CUDA_SUCCESS) return status;
+  std::lock_guard<std::mutex> lock(Mutex());
+  *handle = reinterpret_cast<CUarray>(record.get());
+  Arrays().insert(record.release());
+  return CUDA_SUCCESS;
+}
+
+// The descriptor of an object over `resource`, or an error naming the field.
+CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool surface,
+                  dp::SimTextureDescriptor* d) {
+  if (resource.flags != 0) return Invalid(call, "pResDesc->flags is not 0");
+  size_t element = 0;
+  switch (resource.resType) {
+    case CU_RESOURCE_TYPE_ARRAY: {
+      std::lock_guard<std::mutex> lock(Mutex());
+      const ArrayRecord* array = FindArray(resource.res.array.hArray);
+      if (array == nullptr) return Invalid(call, "pResDesc->res.array.hArray is no array");
+      const CUDA_ARRAY3D_DESCRIPTOR& a = array->descriptor;
+      if (surface && !(a.Flags & CUDA_ARRAY3D_SURFACE_LDST)) {
+        return Invalid(call, "the array was not created with CUDA_ARRAY3D_SURFACE_LDST");
+      }
+      d->format = a.Format;
+      d->channels = a.NumChannels;
+      d->base = array->base;
+      d->width = a.Width;
+      d->height = array->rows;
+      d->depth = array->slices;
+      d->pitch = array->row_bytes;
+      d->slice_pitch = array->row_bytes * array->rows;
+      const bool layered = a.Flags & CUDA_ARRAY3D_LAYERED;
+      const bool cubemap = a.Flags & CUDA_ARRAY3D_CUBEMAP;
+      d->dims = cubemap ? 2 : layered ? (a.Height ? 2 : 1) : a.Depth ? 3 : a.Height ? 2 : 1;
+      if (layered) d->flags |= dp::kSimTexLayered;
+      if (cubemap) d->flags |= dp::kSimTexCubemap;
+      return CUDA_SUCCESS;
+    }
+    case CU_RESOURCE_TYPE_LINEAR: {
+      if (surface) return Invalid(call, "a surface needs an array (pResDesc->resType)");
+      const auto& l = resource.res.linear;
+      if (CUresult status = ElementBytes(call, l.format, l.numChannels, &element);
+          status != CUDA_SUCCESS) {
+        return status;
+      }
+      if (l.sizeInBytes < element) return Invalid(call, "res.linear.sizeInBytes under one element");
+      if (!Runtime::Get().FindAllocation(l.devPtr, l.sizeInBytes, nullptr, nullptr)) {
+        return Invalid(call, "res.linear.devPtr and sizeInBytes are not inside one allocation");
+      }
+      d->format = l.format;
+      d->channels = l.numChannels;
+      d->base = l.devPtr;
+      d->width = l.sizeInBytes / element;
+      d->pitch = d->slice_pitch = l.sizeInBytes;
+      d->dims = 1;
+      d->flags |= dp::kSimTexLinearMemory;
+      return CUDA_SUCCESS;
+    }
+    case CU_RESOURCE_TYPE_PITCH2D: {
+      if (surface) return Invalid(call, "a surface needs an array (pResDesc->resType)");
+      const auto& p = resource.res.pitch2D;
+      if (CUresult status = ElementBytes(call, p.format, p.numChannels, &element);
+          status != CUDA_SUCCESS) {
+        return status;
+      }
+      size_t row = 0, bytes = 0;
+      if (p.width == 0 || p.height == 0) return Invalid(call, "res.pitch2D.width or height is 0");
+      if (!Multiply(p.width, element, &row) || p.pitchInBytes < row) {
+        return Invalid(call, "res.pitch2D.pitchInBytes is under width * element size");
+      }
+      if (p.pitchInBytes % 32 != 0) {
+        return Invalid(call,
+                       "res.pitch2D.pitchInBytes is not a multiple of 32 (the texture "
+                       "pitch alignment)");
+      }
+      if (!Multiply(p.pitchInBytes, p.height - 1, &bytes) ||
+          __builtin_add_overflow(bytes, row, &bytes) ||
+          !Runtime::Get().FindAllocation(p.devPtr, bytes, nullptr, nullptr)) {
+        return Invalid(call, "res.pitch2D's rows are not inside one allocation");
+      }
+      d->format = p.format;
+      d->channels = p.numChannels;
+      d->base = p.devPtr;
+      d->width = p.width;
+      d->height = p.height;
+      d->pitch = p.pitchInBytes;
+      d->slice_pitch = bytes;
+      d->dims = 2;
+      return CUDA_SUCCESS;
+    }
+    case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
+      return static_cast<CUresult>(ReportUnsupported(call, "mipmapped arrays"));
+    default:
+      return Invalid(call, "pResDesc->resType is no CUresourcetype");
+  }
+}
+
+// Writes `d` into a new allocation: the object's handle.
+CUresult Publish(const dp::SimTextureDescriptor& d, const ObjectRecord& record, uint64_t* handle) {
+  CUdeviceptr at = 0;
+  if (CUresult status = cuMemAlloc_v2(&at, sizeof(d)); status != CUDA_SUCCESS) return status;
+  if (CUresult status = cuMemcpyHtoD_v2(at, &d, sizeof(d)); status != CUDA_SUCCESS) {
+    cuMemFree_v2(at);
+    return status;
+  }
+  std::lock_guard<std::mutex> lock(Mutex());
+  Objects()[at] = record;
+  *handle = at;
+  return CUDA_SUCCESS;
+}
+
+CUresult DestroyObject(uint64_t handle, bool surface) {
+  {
+    std::lock_guard<std::mutex> lock(Mutex());
+    auto found = Objects().find(handle);
+    if (found == Objects().end() || found->second.surface != surface) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    Objects().erase(found);
+  }
+  return cuMemFree_v2(handle);
+}
+
+CUresult FindObject(uint64_t handle, bool surface, ObjectRecord* out) {
+  std::lock_guard<std::mutex> lock(Mutex());
+  auto found = Objects().find(handle);
+  if (found == Objects().end() || found->second.surface != surface) return CUDA_ERROR_INVALID_VALUE;
+  *out = found->second;
+  return CUDA_SUCCESS;
+}
+
+// [offset, offset + bytes) of `array`'s bytes, as a device address.
+CUresult ArrayBytes(CUarray array, size_t offset, size_t bytes, CUdeviceptr* at) {
+  std::lock_guard<std::mutex> lock(Mutex());
+  const ArrayRecord* record = FindArray(array);
+  if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  // The product was checked when the array was made.
+  const size_t size = record->row_bytes * record->rows * record->slices;
+  size_t end = 0;
+  if (__builtin_add_overflow(offset, bytes, &end) || end > size) return CUDA_ERROR_INVALID_VALUE;
+  *at = record->base + offset;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult ArrayBacking(CUarray array, uintptr_t* base, size_t* row_bytes, size_t* rows) {
+  std::lock_guard<std::mutex> lock(Mutex());
+  const ArrayRecord* record = FindArray(array);
+  if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *base = record->base;
+  *row_bytes = record->row_bytes;
+  *rows = record->rows;
+  return CUDA_SUCCESS;
+}
+
+CUresult CheckArrayRegion(CUmemorytype type, CUarray array, size_t x, size_t y, size_t z,
+                          size_t width, size_t height, size_t depth) {
+  if (type != CU_MEMORYTYPE_ARRAY) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(Mutex());
+  const ArrayRecord* record = FindArray(array);
+  if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  size_t end = 0;
+  if (__builtin_add_overflow(x, width, &end) || end > record->row_bytes ||
+      __builtin_add_overflow(y, height, &end) || end > record->rows ||
+      __builtin_add_overflow(z, depth, &end) || end > record->slices) {
+    return Invalid("cuMemcpy2D/3D", "the region reaches outside the array");
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // namespace gpupool::client
+
+using namespace gpupool::client;  // NOLINT
+
+// --- Arrays ------------------------------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuArray3DCreate_v2(CUarray* handle,
+                                                     const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  GPUPOOL_BODY({ return CreateArray("cuArray3DCreate", handle, desc); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayCreate_v2(CUarray* handle,
+                                                   const CUDA_ARRAY_DESCRIPTOR* desc) {
+  GPUPOOL_BODY({
+    if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    CUDA_ARRAY3D_DESCRIPTOR full{};
+    full.Width = desc->Width;
+    full.Height = desc->Height;
+    full.Format = desc->Format;
+    full.NumChannels = desc->NumChannels;
+    return CreateArray("cuArrayCreate", handle, &full);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                                            CUarray array) {
+  GPUPOOL_BODY({
+    if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> lock(Mutex());
+    const ArrayRecord* record = FindArray(array);
+    if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    *desc = record->descriptor;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* desc,
+                                                          CUarray array) {
+  GPUPOOL_BODY({
+    if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    std::lock_guard<std::mutex> lock(Mutex());
+    const ArrayRecord* record = FindArray(array);
+    if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    desc->Width = record->descriptor.Width;
+    desc->Height = record->descriptor.Height;
+    desc->Format = record->descriptor.Format;
+    desc->NumChannels = record->descriptor.NumChannels;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayDestroy(CUarray array) {
+  GPUPOOL_BODY({
+    CUdeviceptr base = 0;
+    {
+      std::lock_guard<std::mutex> lock(Mutex());
+      const ArrayRecord* record = FindArray(array);
+      if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+      base = record->base;
+      Arrays().erase(record);
+      delete record;
+    }
+    return cuMemFree_v2(base);
+  });
+}
+
+// Linear copies to and from an array's bytes (CUDA: for 1D arrays; any array here, by its
+// layout).
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dst, size_t offset, const void* src,
+                                                  size_t bytes) {
+  GPUPOOL_BODY({
+    CUdeviceptr at = 0;
+    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
+      return status;
+    }
+    return cuMemcpyHtoD_v2(at, src, bytes);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dst, size_t offset, const void* src,
+                                                       size_t bytes, CUstream stream) {
+  GPUPOOL_BODY({
+    CUdeviceptr at = 0;
+    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
+      return status;
+    }
+    return cuMemcpyHtoDAsync_v2(at, src, bytes, stream);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoH_v2(void* dst, CUarray src, size_t offset,
+                                                  size_t bytes) {
+  GPUPOOL_BODY({
+    CUdeviceptr at = 0;
+    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
+      return status;
+    }
+    return cuMemcpyDtoH_v2(dst, at, bytes);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void* dst, CUarray src, size_t offset,
+                                                       size_t bytes, CUstream stream) {
+  GPUPOOL_BODY({
+    CUdeviceptr at = 0;
+    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
+      return status;
+    }
+    return cuMemcpyDtoHAsync_v2(dst, at, bytes, stream);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dst, size_t offset, CUdeviceptr src,
+                                                  size_t bytes) {
+  GPUPOOL_BODY({
+    CUdeviceptr at = 0;
+    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
+      return status;
+    }
+    return cuMemcpyDtoD_v2(at, src, bytes);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, size_t offset,
+                                                  size_t bytes) {
+  GPUPOOL_BODY({
+    CUdeviceptr at = 0;
+    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
+      return status;
+    }
+    return cuMemcpyDtoD_v2(dst, at, bytes);
+  });
+}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dst, size_t dst_offset, CUarray src,
+                                                  size_t src_offset, size_t bytes) {
+  GPUPOOL_BODY({
+    CUdeviceptr to = 0, from = 0;
+    if (CUresult status = ArrayBytes(dst, dst_offset, bytes, &to); status != CUDA_SUCCESS) {
+      return status;
+    }
+    if (CUresult status = ArrayBytes(src, src_offset, bytes, &from); status != CUDA_SUCCESS) {
+      return status;
+    }
+    return cuMemcpyDtoD_v2(to, from, bytes);
+  });
+}
+
+// --- Texture and surface objects ----------------------------------------------------------------
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle,
+                                                    const CUDA_RESOURCE_DESC* resource,
+                                                    const CUDA_TEXTURE_DESC* texture,
+                                                    const CUDA_RESOURCE_VIEW_DESC* view) {
+  GPUPOOL_BODY({
+    const char* call = "cuTexObjectCreate";
+    if (handle == nullptr || resource == nullptr || texture == nullptr) {
+      return Invalid(call, "a null argument");
+    }
+    if (CUresult status = RequireSim(call); status != CUDA_SUCCESS) return status;
+    if (view != nullptr) return static_cast<CUresult>(ReportUnsupported(call, "resource views"));
+    dp::SimTextureDescriptor d;
+    d.magic = dp::kSimTextureMagic;
+    if (CUresult status = Describe(call, *resource, false, &d); status != CUDA_SUCCESS) {
+      return status;
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (texture->addressMode[i] > CU_TR_ADDRESS_MODE_BORDER) {
+        return Invalid(call,
+                       "pTexDesc->addressMode[" + std::to_string(i) + "] is no CUaddress_mode");
+      }
+      d.address_mode[i] = texture->addressMode[i];
+    }
+    if (texture->filterMode == CU_TR_FILTER_MODE_LINEAR) {
+      d.flags |= dp::kSimTexLinearFilter;
+    } else if (texture->filterMode != CU_TR_FILTER_MODE_POINT) {
+      return Invalid(call, "pTexDesc->filterMode is no CUfilter_mode");
+    }
+    const unsigned known = CU_TRSF_READ_AS_INTEGER | CU_TRSF_NORMALIZED_COORDINATES |
+                           CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION | CU_TRSF_SEAMLESS_CUBEMAP;
+    if (texture->flags & CU_TRSF_SRGB) {
+      return static_cast<CUresult>(ReportUnsupported(call, "sRGB texture reads"));
+    }
+    if (texture->flags & ~(known | CU_TRSF_SRGB)) {
+      return Invalid(call, "pTexDesc->flags has unknown bits");
+    }
+    if (texture->flags & CU_TRSF_READ_AS_INTEGER) d.flags |= dp::kSimTexReadAsInteger;
+    if (texture->flags & CU_TRSF_NORMALIZED_COORDINATES) d.flags |= dp::kSimTexNormalized;
+    std::memcpy(d.border, texture->borderColor, sizeof(d.border));
+    ObjectRecord record;
+    record.resource = *resource;
+    record.texture = *texture;
+    uint64_t at = 0;
+    if (CUresult status = Publish(d, record, &at); status != CUDA_SUCCESS) return status;
+    *handle = at;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectDestroy(CUtexObject handle) {
+  GPUPOOL_BODY({ return DestroyObject(handle, false); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC* resource,
+                                                             CUtexObject handle) {
+  GPUPOOL_BODY({
+    if (resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    ObjectRecord record;
+    if (CUresult status = FindObject(handle, false, &record); status != CUDA_SUCCESS) return status;
+    *resource = record.resource;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC* texture,
+                                                            CUtexObject handle) {
+  GPUPOOL_BODY({
+    if (texture == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    ObjectRecord record;
+    if (CUresult status = FindObject(handle, false, &record); status != CUDA_SUCCESS) return status;
+    *texture = record.texture;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* handle,
+                                                     const CUDA_RESOURCE_DESC* resource) {
+  GPUPOOL_BODY({
+    const char* call = "cuSurfObjectCreate";
+    if (handle == nullptr || resource == nullptr) return Invalid(call, "a null argument");
+    if (CUresult status = RequireSim(call); status != CUDA_SUCCESS) return status;
+    if (resource->resType != CU_RESOURCE_TYPE_ARRAY) {
+      return Invalid(call, "pResDesc->resType is not CU_RESOURCE_TYPE_ARRAY");
+    }
+    dp::SimTextureDescriptor d;
+    d.magic = dp::kSimSurfaceMagic;
+    if (CUresult status = Describe(call, *resource, true, &d); status != CUDA_SUCCESS) {
+      return status;
+    }
+    ObjectRecord record;
+    record.surface = true;
+    record.resource = *resource;
+    uint64_t at = 0;
+    if (CUresult status = Publish(d, record, &at); status != CUDA_SUCCESS) return status;
+    // Kernels given the handle write the array: failover's checkpoints must read it back.
+    int device = 0;
+    if (CurrentDevice(&device) == CUDA_SUCCESS) {
+      if (Device* owner = Runtime::Get().device(device); owner && owner->failover) {
+        owner->failover->AddWriteThrough(at, d.base);
+      }
+    }
+    *handle = at;
+    return CUDA_SUCCESS;
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectDestroy(CUsurfObject handle) {
+  GPUPOOL_BODY({ return DestroyObject(handle, true); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC* resource,
+                                                              CUsurfObject handle) {
+  GPUPOOL_BODY({
+    if (resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    ObjectRecord record;
+    if (CUresult status = FindObject(handle, true, &record); status != CUDA_SUCCESS) return status;
+    *resource = record.resource;
+    return CUDA_SUCCESS;
+  });
+}

@@ -1,0 +1,139 @@
+// What the files of failover/ share: the journal's byte copies, the request classification
+// and the names they all use. Included only by failover/*.cc (its using-declarations are
+// for them).
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
+
+#include "remote/client/core/log.h"
+#include "remote/client/failover/failover.h"
+#include "remote/client/failover/failover_report.h"
+
+namespace gpupool::client::failover_internal {
+
+namespace dp = ::gpupool::dataplane;
+
+// Uploads of at least this many bytes have their journal copy made while the
+// bytes are in flight (Deliver), in slices of kOverlapSlice between progress of
+// the send.
+constexpr size_t kOverlappedPayload = size_t{64} << 10;
+constexpr size_t kOverlapSlice = size_t{256} << 10;
+// The op of a log entry a later upload made unnecessary (Failover::Append):
+// neither replayed nor applied.
+constexpr uint32_t kDroppedEntry = 0;
+
+// Copies host bytes into the journal. Not glibc's memcpy: below the L2 size it uses
+// `rep movsb`, which on AMD Zen (the dev VM's AMD EPYC; many GPU hosts) ran the
+// journal copy of an upload at 1.5-2 GB/s instead of 9 while the agent pulled the same
+// bytes (scripts/bench/remote, shm, 1-16 MiB cudaMemcpy H2D: 1.6 GB/s against 9.2 with
+// this loop). Plain vector loads and stores have no such slow path.
+inline void CopyBytes(char* to, const char* from, size_t size) {
+#if defined(__x86_64__)
+  size_t done = 0;
+  for (; done + 64 <= size; done += 64) {
+    const auto* in = reinterpret_cast<const __m128i*>(from + done);
+    auto* out = reinterpret_cast<__m128i*>(to + done);
+    const __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1), c = _mm_loadu_si128(in + 2),
+                  d = _mm_loadu_si128(in + 3);
+    _mm_storeu_si128(out, a);
+    _mm_storeu_si128(out + 1, b);
+    _mm_storeu_si128(out + 2, c);
+    _mm_storeu_si128(out + 3, d);
+  }
+  if (done < size) std::memcpy(to + done, from + done, size - done);
+#else
+  if (size > 0) std::memcpy(to, from, size);
+#endif
+}
+
+// Appends `size` bytes at `from` to `bytes`.
+inline void AppendBytes(JournalBytes* bytes, const char* from, size_t size) {
+  const size_t at = bytes->size();
+  bytes->resize(at + size);
+  CopyBytes(bytes->data() + at, from, size);
+}
+
+template <typename Bytes, typename T>
+inline bool ReadStruct(const Bytes& bytes, T* out) {
+  if (bytes.size() != sizeof(T)) return false;
+  std::memcpy(out, bytes.data(), sizeof(T));
+  return true;
+}
+
+// Requests that leave the device as it was (queries, reads, waits).
+inline bool ChangesState(uint32_t op) {
+  switch (op) {
+    case dp::kOpHello:
+    case dp::kOpMemGetInfo:
+    case dp::kOpMemcpyDtoH:
+    case dp::kOpStreamSynchronize:
+    case dp::kOpStreamQuery:
+    case dp::kOpEventSynchronize:
+    case dp::kOpEventQuery:
+    case dp::kOpEventElapsed:
+    case dp::kOpContextSynchronize:
+    case dp::kOpModuleGetGlobal:
+    case dp::kOpRecovered:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// Replies that carry the device printf text of the requests before them.
+inline void ShowOutput(const std::string& text) {
+  if (text.empty()) return;
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
+}
+
+inline bool ParseSeconds(const char* text, std::chrono::milliseconds* out) {
+  char* end = nullptr;
+  double seconds = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(seconds >= 0) || seconds > 86400 * 365) return false;
+  *out = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  return true;
+}
+
+inline double MiB(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+inline std::string Size(uint64_t bytes) {
+  char text[32];
+  if (bytes < (uint64_t{1} << 20)) {
+    std::snprintf(text, sizeof(text), "%.1f KiB", static_cast<double>(bytes) / 1024);
+  } else if (bytes < (uint64_t{1} << 30)) {
+    std::snprintf(text, sizeof(text), "%.1f MiB", MiB(bytes));
+  } else {
+    std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  }
+  return text;
+}
+
+}  // namespace gpupool::client::failover_internal
+
+namespace gpupool::client {
+
+using transport::ClientConnection;
+using transport::Reply;
+using transport::Request;
+using namespace failover_internal;  // NOLINT
+
+}  // namespace gpupool::client

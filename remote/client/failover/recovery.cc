@@ -1,0 +1,471 @@
+// Replay and recovery: a replacement GPU rebuilt from the last checkpoint and the journal,
+// or handed the state over by the old GPU's agent when it still answers.
+#include "remote/client/failover/failover_internal.h"
+
+namespace gpupool::client {
+
+// A GPU keeps no dirty bits, but the log says exactly what copies from the host
+// and memsets wrote, and a copy between two ranges whose contents are known
+// writes known contents: those ranges' images are the previous checkpoint's with
+// the log applied, on the host, and only what a kernel may have written (or a
+// copy from it) is read back from the GPU. A process that uploads 1 GiB is then
+// checkpointed by host copies instead of a second transfer.
+//
+// Conservative where the log's order may not be the GPU's: a range written on two
+// streams since the last checkpoint, or read from a range written on another
+// stream, is read back; so is a range a kernel may have written, even if a copy
+// overwrote it later.
+//
+// Two passes over the same log with the same decisions: `apply` false only
+// classifies (*unknown: to read back; *made: images the log makes); `apply`
+// true, once the reads have succeeded, writes the bytes into saved_ in place
+// (ranges read back get scratch writes there, replaced by their reads after).
+// Only the requests WritesImages names write images: Checkpoint skips the second
+// pass for a log without them.
+void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made) {
+  std::map<uint64_t, uint64_t> stream_of;  // range -> the stream that last wrote it
+  std::set<uint64_t> allocated;            // allocated in the log: no previous image
+  // The range holding [address, address + size), if one does.
+  auto range_of = [&](uint64_t address, uint64_t size, uint64_t* start) {
+    return RangeHolding(address, start) && size <= ranges_.at(*start) - (address - *start);
+  };
+  auto mark_unknown = [&](uint64_t address) {
+    uint64_t start = 0;
+    if (RangeHolding(address, &start)) unknown->insert(start);
+  };
+  // Whether the contents of `start` are known at this point of the log.
+  auto known = [&](uint64_t start) {
+    if (unknown->count(start) != 0) return false;
+    if (made->count(start) != 0) return true;
+    if (allocated.count(start) != 0) return false;
+    auto saved = saved_.find(start);
+    return saved != saved_.end() && saved->second.size() == ranges_.at(start);
+  };
+  // A write of `size` bytes at `address` on `stream`: whether its bytes land in
+  // the range's image on the host (false: the range is read back instead).
+  auto lands = [&](uint64_t address, uint64_t size, uint64_t stream) {
+    uint64_t start = 0;
+    if (!range_of(address, size, &start)) {
+      mark_unknown(address);
+      return false;
+    }
+    auto last = stream_of.find(start);
+    if (last != stream_of.end() && last->second != stream) unknown->insert(start);
+    stream_of[start] = stream;
+    if (unknown->count(start) != 0) return false;
+    const bool whole = address == start && size == ranges_.at(start);
+    if (!whole && !known(start)) {
+      unknown->insert(start);
+      return false;
+    }
+    made->insert(start);
+    return true;
+  };
+  // Where the bytes of a write that lands at `address` go in its range's image.
+  auto image_at = [&](uint64_t address) -> char* {
+    uint64_t start = 0;
+    RangeHolding(address, &start);
+    JournalBytes& image = saved_[start];
+    image.resize(ranges_.at(start), 0);  // a whole-range write may make the first image
+    return image.data() + (address - start);
+  };
+
+  // Writes that a later entry overwrites whole before anything reads them are
+  // classified as usual but not applied.
+  const std::vector<bool> overwritten = apply ? OverwrittenEntries() : std::vector<bool>();
+  for (size_t index = 0; index < log_.size(); ++index) {
+    Entry& entry = log_[index];
+    const bool skip = apply && overwritten[index];
+    if (skip) {
+      overwritten_bytes_ += entry.op == dp::kOpMemcpyHtoD ? entry.payload.size() : 0;
+    }
+    switch (entry.op) {
+      case dp::kOpMemAlloc: {
+        dp::MemAllocArgs args{};
+        if (!ReadStruct(entry.args, &args)) break;
+        made->erase(args.address);
+        unknown->erase(args.address);
+        stream_of.erase(args.address);
+        allocated.insert(args.address);
+        break;
+      }
+      case dp::kOpMemcpyHtoD: {
+        dp::MemcpyHtoDArgs args{};
+        if (!ReadStruct(entry.args, &args) || entry.payload.size() != args.size) {
+          mark_unknown(args.dst);
+          break;
+        }
+        if (!lands(args.dst, args.size, args.stream) || !apply || skip) break;
+        if (auto range = ranges_.find(args.dst); range != ranges_.end() && range->second == args.size) {
+          // A whole range's upload: its buffer becomes the image, and the old image's
+          // buffer goes back to the spares with the log's.
+          saved_[args.dst].swap(entry.payload);
+          break;
+        }
+        CopyBytes(image_at(args.dst), entry.payload.data(), args.size);
+        break;
+      }
+      case dp::kOpMemset: {
+        dp::MemsetArgs args{};
+        uint64_t size = 0;
+        if (!ReadStruct(entry.args, &args) ||
+            (args.element_size != 1 && args.element_size != 2 && args.element_size != 4) ||
+            __builtin_mul_overflow(args.count, args.element_size, &size)) {
+          mark_unknown(args.dst);
+          break;
+        }
+        if (!lands(args.dst, size, args.stream) || !apply || skip) break;
+        if (char* out = image_at(args.dst)) {
+          if (args.element_size == 1) {
+            std::memset(out, static_cast<int>(args.value & 0xff), size);
+          } else if (size > 0) {  // one element, then doubling copies of it
+            std::memcpy(out, &args.value, args.element_size);
+            for (uint64_t done = args.element_size; done < size; done *= 2) {
+              std::memcpy(out + done, out, std::min(done, size - done));
+            }
+          }
+        }
+        break;
+      }
+      case dp::kOpMemcpyDtoD: {
+        dp::MemcpyDtoDArgs args{};
+        uint64_t source = 0;
+        if (!ReadStruct(entry.args, &args) || !range_of(args.src, args.size, &source)) {
+          mark_unknown(args.dst);
+          break;
+        }
+        auto source_stream = stream_of.find(source);
+        if (!known(source) ||
+            (source_stream != stream_of.end() && source_stream->second != args.stream)) {
+          mark_unknown(args.dst);
+          uint64_t start = 0;
+          if (range_of(args.dst, args.size, &start)) stream_of[start] = args.stream;
+          break;
+        }
+        // The source's image is saved_[source], current at this point of the
+        // log; std::map keeps it in place while the destination's is made, and
+        // within one range the two may overlap.
+        if (!lands(args.dst, args.size, args.stream) || !apply || skip) break;
+        std::memmove(image_at(args.dst), saved_.at(source).data() + (args.src - source), args.size);
+        break;
+      }
+      case dp::kOpLaunch: {
+        // What MarkLaunchWrites marks written is not known on the host.
+        std::map<uint64_t, bool> may_write;
+        MayWrite(entry, &may_write);
+        for (const auto& [start, yes] : may_write) {
+          unknown->insert(start);
+          made->erase(start);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
+bool Failover::Send(ClientConnection* connection, const Entry& entry, std::string* why,
+                    bool show_output) {
+  Request request{entry.op,
+                  entry.args.data(),
+                  entry.args.size(),
+                  entry.payload.empty() ? nullptr : entry.payload.data(),
+                  entry.payload.size(),
+                  nullptr,
+                  0};
+  if (!entry.call) {
+    Status posted = connection->Post(request);
+    if (!posted.ok()) {
+      *why = posted.message();
+      replay_lost_transport_ = true;
+    }
+    return posted.ok();
+  }
+  Reply reply;
+  Status called = connection->Call(request, &reply);
+  if (!called.ok()) {
+    *why = called.message();
+    replay_lost_transport_ = true;
+    return false;
+  }
+  if (reply.status != 0 || reply.async_status != 0) {
+    *why = "replaying request " + std::to_string(entry.op) + " gave CUDA error " +
+           std::to_string(reply.async_status != 0 ? reply.async_status : reply.status);
+    return false;
+  }
+  if (entry.op == dp::kOpMemAlloc) {
+    dp::MemAllocArgs args{};
+    dp::MemAllocResult result{};
+    if (!ReadStruct(entry.args, &args) || !ReadStruct(reply.out, &result) ||
+        result.dptr != args.address) {
+      *why = "the new GPU did not place an allocation at its address";
+      return false;
+    }
+  } else if (entry.op == dp::kOpModuleLoad) {
+    dp::ModuleLoadArgs args{};
+    dp::ModuleLoadResult result{};
+    if (!ReadStruct(entry.args, &args) || !ReadStruct(reply.out, &result) ||
+        (result.globals_size > 0 && result.globals_base != args.globals_base)) {
+      *why = "the new GPU did not place a module's variables at their address";
+      return false;
+    }
+  } else if (show_output) {
+    ShowOutput(reply.out);
+  }
+  return true;
+}
+
+bool Failover::OfferHandoff(ClientConnection* old, Handoff* handoff) {
+  // The reads the old GPU ran land in the application's buffers; the rest are sent again.
+  int32_t first_error = 0;
+  if (!old->Drain(&first_error).ok()) return false;
+  Reply reply;
+  Request offer{dp::kOpHandoffOffer, nullptr, 0, nullptr, 0, nullptr, 0};
+  dp::HandoffOfferResult result{};
+  if (!old->Call(offer, &reply).ok() || reply.status != 0 || reply.out.size() < sizeof(result)) {
+    return false;
+  }
+  std::memcpy(&result, reply.out.data(), sizeof(result));
+  result.ticket[sizeof(result.ticket) - 1] = '\0';
+  handoff->ticket = result.ticket;
+  handoff->last_seq = result.last_seq;
+  ShowOutput(reply.out.substr(sizeof(result)));  // of kernels the old GPU ran
+  return true;
+}
+
+// Only device memory changes (the handoff brings their effect).
+static bool WritesMemoryOnly(uint32_t op) {
+  return op == dp::kOpMemcpyHtoD || op == dp::kOpMemcpyDtoD || op == dp::kOpMemset ||
+         op == dp::kOpLaunch;
+}
+
+bool Failover::RebuildMoved(ClientConnection* connection, const Handoff& handoff,
+                            const GpuLocation& from, Recovery* recovery, std::string* why) {
+  // 1. The resources as the old GPU had them after its last request: the checkpoint's, and
+  //    what the log made and freed since (the log's memory writes are in the handoff).
+  if (!CreateCheckpointResources(connection, why)) return false;
+  size_t ran = 0;  // log_[0, ran) ran on the old GPU
+  while (ran < log_.size() && log_[ran].seq <= handoff.last_seq) ++ran;
+  for (size_t i = 0; i < ran; ++i) {
+    if (log_[i].op == kDroppedEntry || WritesMemoryOnly(log_[i].op)) continue;
+    if (!Send(connection, log_[i], why, false)) return false;
+  }
+  // 2. The memory, straight from the old GPU's agent.
+  dp::HandoffPullArgs pull{};
+  std::snprintf(pull.endpoint, sizeof(pull.endpoint), "%s", from.endpoint.c_str());
+  std::snprintf(pull.gpu_uuid, sizeof(pull.gpu_uuid), "%s", from.uuid.c_str());
+  std::snprintf(pull.ticket, sizeof(pull.ticket), "%s", handoff.ticket.c_str());
+  Reply reply;
+  Status called =
+      connection->Call({dp::kOpHandoffPull, &pull, sizeof(pull), nullptr, 0, nullptr, 0}, &reply);
+  dp::HandoffPullResult pulled{};
+  if (!called.ok() || reply.status != 0 || !ReadStruct(reply.out, &pulled)) {
+    *why = !called.ok() ? called.message()
+           : reply.out.empty() ? "the handoff gave CUDA error " + std::to_string(reply.status)
+                               : reply.out;
+    return false;
+  }
+  recovery->copied_bytes = pulled.bytes;
+  // 3. What the old GPU did not run, as a replay.
+  for (size_t i = ran; i < log_.size(); ++i) {
+    if (log_[i].op == kDroppedEntry) continue;
+    if (!Send(connection, log_[i], why, true)) return false;
+    ++recovery->replayed;
+  }
+  printf_delivered_ = std::max(printf_delivered_, ran);
+  // 4. Reads the old GPU did not run.
+  for (const StartedRequest& started : started_) {
+    if (started.entry.seq <= handoff.last_seq) continue;
+    Request request{
+        started.entry.op, started.entry.args.data(), started.entry.args.size(), nullptr, 0,
+        started.result,   started.capacity};
+    if (Status status = connection->Start(request); !status.ok()) {
+      *why = status.message();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::string* why) {
+  // 1. The resources of the checkpoint, in creation order (a module before its
+  // functions).
+  if (!CreateCheckpointResources(connection, why)) return false;
+  // 2. Their memory as the checkpoint saw it.
+  for (const auto& [start, bytes] : saved_) {
+    // Sent from the image itself: a copy of 1 GiB would cost more than its transfer.
+    dp::MemcpyHtoDArgs args{start, bytes.size(), 0};
+    Request restore{dp::kOpMemcpyHtoD, &args, sizeof(args), bytes.data(), bytes.size(), nullptr, 0};
+    if (Status posted = connection->Post(restore); !posted.ok()) {
+      *why = posted.message();
+      return false;
+    }
+    recovery->restored_bytes += bytes.size();
+  }
+  // 3. The log: first what had shown its printf text (shown again it would
+  // print twice),
+  //    then the rest, whose text the application has not seen yet.
+  for (size_t i = 0; i < log_.size(); ++i) {
+    if (i == printf_delivered_ && i > 0) {
+      Reply discard;
+      Request synchronise{dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0};
+      Status status = connection->Call(synchronise, &discard);
+      if (!status.ok() || discard.status != 0 || discard.async_status != 0) {
+        *why = status.ok() ? "replay failed with CUDA error " +
+                                 std::to_string(discard.async_status ? discard.async_status
+                                                                     : discard.status)
+                           : status.message();
+        return false;
+      }
+    }
+    if (log_[i].op == kDroppedEntry) continue;
+    if (!Send(connection, log_[i], why, i >= printf_delivered_)) return false;
+    ++recovery->replayed;
+  }
+  // 4. Reads the application started and has not collected: they land in its
+  // buffers.
+  for (const StartedRequest& started : started_) {
+    Request request{
+        started.entry.op, started.entry.args.data(), started.entry.args.size(), nullptr, 0,
+        started.result,   started.capacity};
+    Status status = connection->Start(request);
+    if (!status.ok()) {
+      *why = status.message();
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocation* location,
+                       dp::DeviceDescription* description, int32_t why) {
+  if (!Recoverable(why)) return false;
+  // The replay sends the log's bytes; the program has not synchronised since its held
+  // uploads (it is inside a call), so their sources still hold what was sent.
+  CaptureHeld();
+  const auto began = std::chrono::steady_clock::now();
+  const auto deadline = began + config_.recovery_deadline;
+  const GpuLocation failed = *location;
+  std::string last_problem = "the lease still names the failed GPU";
+  bool waiting_logged = false;
+  // A session the agent revoked because the lease moved off a healthy GPU keeps its memory
+  // for the new GPU (a planned move: drain, gpupoolctl migrate).
+  Handoff handoff;
+  bool handing_off = why == dp::kCuNotPermitted && OfferHandoff(connection->get(), &handoff);
+  if (handing_off) {
+    LogError("GPU %d (%s): the lease moved to another GPU; moving there with its memory",
+             device_, failed.uuid.c_str());
+  } else if (config_.mode == FailoverConfig::Mode::kMigrate) {
+    LogError("GPU %d (%s) failed (CUDA error %d); GPUPOOL_FAILOVER=migrate follows planned "
+             "moves only",
+             device_, failed.uuid.c_str(), why);
+    return false;
+  } else {
+    LogError("GPU %d (%s) failed (CUDA error %d): recovering on the GPU the lease names next",
+             device_, failed.uuid.c_str(), why);
+  }
+  // gpupoold may already have named the replacement while a call waited on a silent agent.
+  server_named_ = std::exchange(silent_named_, GpuLocation());
+  next_report_ = began;
+  report_backoff_ = std::chrono::milliseconds(0);
+  while (std::chrono::steady_clock::now() < deadline) {
+    GpuLocation next;
+    // A lost connection may be the session's worker alone (its agent then opens a new
+    // session at once): gpupoold hears of it only once the agent itself did not answer.
+    if (why != dp::kCuDeviceUnavailable || handing_off) MaybeReportLost(failed);
+    if (Locate(failed, why, &next)) {
+      dp::DeviceDescription fresh{};
+      int32_t refusal = 0;
+      std::unique_ptr<ClientConnection> session =
+          open_session_(next, &fresh, &last_problem, &refusal);
+      if (session != nullptr) {
+        Recovery recovery;
+        recovery.from = failed;
+        recovery.to = next;
+        const bool moved = handing_off && next.uuid != failed.uuid;
+        replay_lost_transport_ = false;
+        if (moved ? RebuildMoved(session.get(), handoff, failed, &recovery, &last_problem)
+                  : Rebuild(session.get(), &recovery, &last_problem)) {
+          // The old connection goes only now: closing it may wait for a peer
+          // that is gone.
+          connection->swap(session);
+          session.reset();
+          *location = next;
+          *description = fresh;
+          recovery.pause = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - began);
+          // The new agent tells gpupoold (a "recovered" event); best effort.
+          dp::RecoveredArgs report{static_cast<uint64_t>(recovery.pause.count()),
+                                   recovery.restored_bytes, recovery.replayed, {},
+                                   recovery.copied_bytes};
+          std::snprintf(report.from, sizeof(report.from), "%s", failed.uuid.c_str());
+          // What ran before now ran on this GPU (its seqs are another connection's).
+          for (Entry& entry : log_) entry.seq = 0;
+          for (StartedRequest& started : started_) started.entry.seq = 0;
+          (void)(*connection)->Post({dp::kOpRecovered, &report, sizeof(report), nullptr, 0, nullptr, 0});
+          if (moved) {
+            LogError(
+                "GPU %d: moved to %s at %s in %lld ms (memory copied agent to agent: %s, "
+                "replayed %zu operation(s))",
+                device_, next.uuid.c_str(), next.endpoint.c_str(),
+                static_cast<long long>(recovery.pause.count()), Size(recovery.copied_bytes).c_str(),
+                recovery.replayed);
+          } else {
+            LogError(
+                "GPU %d: recovered on %s at %s in %lld ms (restored %s, "
+                "replayed %zu "
+                "operation(s))",
+                device_, next.uuid.c_str(), next.endpoint.c_str(),
+                static_cast<long long>(recovery.pause.count()), Size(recovery.restored_bytes).c_str(),
+                recovery.replayed);
+          }
+          recoveries_.push_back(recovery);
+          return true;
+        }
+        if (moved && config_.mode == FailoverConfig::Mode::kMigrate) {
+          LogError("GPU %d: the handoff from %s failed (%s); GPUPOOL_FAILOVER=migrate keeps no "
+                   "checkpoint to recover from",
+                   device_, failed.uuid.c_str(), last_problem.c_str());
+          return false;
+        }
+        if (replay_lost_transport_ && !moved) {
+          // The new session's process ended while it replayed this process's own work: the
+          // work ends whatever runs it (a tenant fault, never the GPU's), so no other GPU
+          // is tried with it (gpupool-remote(7), FAILOVER).
+          LogError("GPU %d: replaying this process's work on %s ended that session too (%s): "
+                   "the program's own work ends the sessions that run it; not recovering "
+                   "again",
+                   device_, next.uuid.c_str(), last_problem.c_str());
+          return false;
+        }
+        if (moved) {
+          // The checkpoint and the whole log still hold: recover from them on a fresh session.
+          LogError("GPU %d: the handoff from %s failed (%s); recovering from the checkpoint",
+                   device_, failed.uuid.c_str(), last_problem.c_str());
+          handing_off = false;
+          continue;
+        }
+        // The replacement failed too, or refused us: wait for the lease to move
+        // again.
+      }
+      // gpupoold named another GPU: try it now, not after the wait below.
+      if (next.uuid == failed.uuid && MaybeReportLost(failed)) continue;
+    }
+    if (!waiting_logged && std::chrono::steady_clock::now() - began > std::chrono::seconds(5)) {
+      waiting_logged = true;
+      LogError(
+          "GPU %d: still waiting for a replacement GPU (%s); giving up "
+          "after %lld s",
+          device_, last_problem.c_str(),
+          static_cast<long long>(
+              std::chrono::duration_cast<std::chrono::seconds>(config_.recovery_deadline).count()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  LogError("GPU %d: no replacement within the recovery deadline (%s)", device_,
+           last_problem.c_str());
+  return false;
+}
+
+}  // namespace gpupool::client

@@ -1,0 +1,65 @@
+// Kernel launches: the one implementation. The exported launch functions
+// (api/api_module.cc) validate, record a kernel node when the stream captures, then call
+// LaunchKernel; a graph launch's kernel nodes call LaunchPacked (graph/graphs.cc). A
+// launch's execution errors arrive at the next synchronising call; configuration errors
+// are answered here, at launch time, as a real driver does.
+#pragma once
+
+#include <cuda.h>
+
+#include <vector>
+
+#include "remote/client/core/occupancy.h"
+#include "remote/client/core/runtime.h"
+
+namespace gpupool::client::ops {
+
+// What the agent said `function` needs on device `ordinal` (all 0: nothing known).
+dataplane::FunctionResources KnownResources(const Function& function, int ordinal);
+
+// What the occupancy calculator needs of `function` on device `ordinal`, resolving it there
+// first (as a launch would); 32 registers a thread where the agent cannot say (the sim
+// allocates none), or it does not resolve.
+KernelResources ResourcesOf(Function& function, int ordinal);
+
+// A launch's block and shared memory against what `function` (resolved on `device`)
+// allows: more threads than it was compiled for fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+// more dynamic shared memory than its limit (48 KiB unless raised with cuFuncSetAttribute,
+// up to the model's opt-in limit) with CUDA_ERROR_INVALID_VALUE, as on a GPU.
+CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
+                              unsigned shared_bytes);
+
+// CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE when a cooperative launch has more blocks than
+// `device`'s SMs hold at once (the occupancy calculator's blocks per SM times the SMs), as a
+// GPU answers.
+CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3],
+                              const unsigned block[3], unsigned shared_bytes);
+
+// Refuses cuLaunchKernelEx attributes that cannot work remotely (clusters,
+// kernel-triggered events) with CUDA_ERROR_NOT_SUPPORTED naming them; accepts the
+// cooperative attribute and the scheduling hints.
+CUresult CheckLaunchAttributes(const CUlaunchConfig& config);
+
+// Packs kernel arguments (kernelParams or `extra`) into the layout `function` expects.
+CUresult PackParams(const Function& function, void** params, void** extra,
+                    std::vector<char>* packed);
+CUresult PackKernelParams(CUfunction function, void** params, void** extra,
+                          std::vector<char>* packed);
+
+// The checks every launch makes first, captured or not: initialised, `handle` a kernel
+// (*function), a block and a grid a GPU takes.
+CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const unsigned block[3],
+                     Function** function);
+
+// Launches `handle` on `stream`. `cooperative`: every block resident at once, so that
+// blocks may wait for each other (cuLaunchCooperativeKernel; grid.sync()).
+CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned block[3],
+                      unsigned shared_mem, CUstream stream, void** params, void** extra,
+                      bool cooperative);
+
+// Launches `function` with arguments already packed in its layout, as a kernel node does.
+CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3],
+                      unsigned shared_mem, CUstream stream, const std::vector<char>& params,
+                      bool cooperative);
+
+}  // namespace gpupool::client::ops
