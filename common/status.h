@@ -35,7 +35,6 @@ class [[nodiscard]] Status {
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }
   const std::string& message() const { return message_; }
-  std::string ToString() const { return ok() ? "OK" : message_; }
 
   // HTTP status code for this Status (200 for OK).
   int HttpCode() const;

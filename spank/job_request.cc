@@ -5,23 +5,13 @@
 #include <set>
 
 #include "common/config.h"
+#include "common/split.h"
 
 namespace gpupool::spank {
 namespace {
 
 Status Bad(const char* option, const std::string& what) {
   return Status::InvalidArgument(std::string("--") + option + ": " + what);
-}
-
-std::vector<std::string> Split(const std::string& text, char sep) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    size_t at = text.find(sep, start);
-    parts.push_back(text.substr(start, at == std::string::npos ? std::string::npos : at - start));
-    if (at == std::string::npos) return parts;
-    start = at + 1;
-  }
 }
 
 }  // namespace

@@ -7,26 +7,17 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/split.h"
 #include "remote/transport/rpc_client_module.h"
 
 namespace gpupool::nvml {
 
-// Split, LoadTransport and VisibleGpus's parsing are copies of remote/client/runtime.cc's
-// (Split, LoadTransport, Runtime::Connect), some 40 lines: remote/client is being split
-// into layers and has no library that carries them without its logger. nvml_query checks
+// LoadTransport and VisibleGpus's parsing are copies of remote/client/core/runtime.cc's
+// (LoadTransport, Runtime::Connect), some 30 lines: the client's core/ is an OBJECT library
+// of libcuda.so.1, with its logger, not a library this one can link. nvml_query checks
 // that the two libraries still pick the same GPUs in the same order; once the client's
 // core is a library of its own, this file should call it instead.
 namespace {
-
-std::vector<std::string> Split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, separator)) {
-    if (!part.empty()) parts.push_back(part);
-  }
-  return parts;
-}
 
 // The transport module beside this library (libcuda.so.1 loads the same file the same way,
 // so a process that uses both loads it once); empty when this library cannot locate itself.
@@ -124,7 +115,7 @@ bool VisibleGpus(const char* gpupool_gpus, const char* cuda_visible_devices,
     return false;
   }
   std::vector<std::pair<std::string, std::string>> leased;
-  for (const std::string& entry : Split(gpupool_gpus, ',')) {
+  for (const std::string& entry : SplitNonEmpty(gpupool_gpus, ',')) {
     size_t at = entry.find('@');
     if (at == std::string::npos || at == 0 || at + 1 == entry.size()) {
       *why = "GPUPOOL_GPUS entry '" + entry + "' is not UUID@HOST:PORT";
@@ -135,7 +126,7 @@ bool VisibleGpus(const char* gpupool_gpus, const char* cuda_visible_devices,
   // The same selection as libcuda.so.1's: indices into the lease, up to the first item
   // that is not one (CUDA stops at an invalid entry too).
   if (cuda_visible_devices != nullptr) {
-    for (const std::string& item : Split(cuda_visible_devices, ',')) {
+    for (const std::string& item : SplitNonEmpty(cuda_visible_devices, ',')) {
       char* end = nullptr;
       long index = std::strtol(item.c_str(), &end, 10);
       if (*end != '\0' || index < 0 || index >= static_cast<long>(leased.size())) break;

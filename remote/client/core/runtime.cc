@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/split.h"
 #include "remote/client/core/errors.h"
 #include "remote/client/failover/failover_report.h"
 #include "remote/client/core/log.h"
@@ -36,16 +37,6 @@ thread_local Context* current_context = nullptr;
 // After fork() the child must not use the parent's UCX state; CUDA itself does not
 // support using a context across fork either. The child sees no usable device.
 std::atomic<bool> forked_child{false};
-
-std::vector<std::string> Split(const std::string& text, char separator) {
-  std::vector<std::string> parts;
-  std::stringstream stream(text);
-  std::string part;
-  while (std::getline(stream, part, separator)) {
-    if (!part.empty()) parts.push_back(part);
-  }
-  return parts;
-}
 
 // "GPU-1234abcd-..." -> 16 bytes; names that are not hex UUIDs get a stable hash instead.
 CUuuid UuidBytes(const std::string& uuid) {
@@ -144,7 +135,7 @@ CUresult Runtime::Connect() {
     return CUDA_ERROR_NO_DEVICE;
   }
   std::vector<std::pair<std::string, std::string>> leased;
-  for (const std::string& entry : Split(gpus, ',')) {
+  for (const std::string& entry : SplitNonEmpty(gpus, ',')) {
     size_t at = entry.find('@');
     if (at == std::string::npos || at == 0 || at + 1 == entry.size()) {
       LogError("GPUPOOL_GPUS entry '%s' is not UUID@HOST:PORT", entry.c_str());
@@ -156,7 +147,7 @@ CUresult Runtime::Connect() {
   std::vector<int> visible;
   const char* visible_env = std::getenv("CUDA_VISIBLE_DEVICES");
   if (visible_env != nullptr) {
-    for (const std::string& item : Split(visible_env, ',')) {
+    for (const std::string& item : SplitNonEmpty(visible_env, ',')) {
       char* end = nullptr;
       long index = std::strtol(item.c_str(), &end, 10);
       if (*end != '\0' || index < 0 || index >= static_cast<long>(leased.size())) break;
