@@ -43,9 +43,9 @@ Result<HostPort> ParseServer(const std::string& server) {
 
 struct ApiClient::Impl {
   Status parse_status;
-  std::vector<std::string> urls;     // "http://host:port", as configured
-  std::vector<HostPort> servers;     // parsed urls
-  size_t current = 0;                // the server requests go to
+  std::vector<std::string> urls;  // "http://host:port", as configured
+  std::vector<HostPort> servers;  // parsed urls
+  size_t current = 0;             // the server requests go to
   int timeout_ms = 5000;
   std::unique_ptr<httplib::Client> http;
   std::string munge_socket;
@@ -114,11 +114,21 @@ Result<std::string> MungeAuthorization(const std::string& munge_socket) {
 Status TransportError(const std::string& server, httplib::Error err) {
   std::string why;
   switch (err) {
-    case httplib::Error::Connection: why = "connection refused or timed out"; break;
-    case httplib::Error::Read: why = "no answer (read failed or timed out)"; break;
-    case httplib::Error::Write: why = "cannot send the request"; break;
-    case httplib::Error::ConnectionTimeout: why = "connection timed out"; break;
-    default: why = httplib::to_string(err); break;
+    case httplib::Error::Connection:
+      why = "connection refused or timed out";
+      break;
+    case httplib::Error::Read:
+      why = "no answer (read failed or timed out)";
+      break;
+    case httplib::Error::Write:
+      why = "cannot send the request";
+      break;
+    case httplib::Error::ConnectionTimeout:
+      why = "connection timed out";
+      break;
+    default:
+      why = httplib::to_string(err);
+      break;
   }
   return Status::Unavailable("cannot reach gpupoold at " + server + ": " + why);
 }
@@ -195,9 +205,8 @@ Result<std::pair<int, std::string>> ApiClient::Impl::SendOnce(const ApiClientOpt
 // anything twice: a follower acts on nothing, a refused connection carried nothing, and the
 // requests that can be cut off after they were sent (acquire, release, renew, update) are
 // idempotent in gpupoold's API.
-Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions& options,
-                                                          const std::string& method, const std::string& path,
-                                                          const std::string* body) {
+Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions& options, const std::string& method,
+                                                          const std::string& path, const std::string* body) {
   if (!parse_status.ok()) return parse_status;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   size_t tried_this_round = 0;
@@ -212,9 +221,10 @@ Result<std::pair<int, std::string>> ApiClient::Impl::Send(const ApiClientOptions
       } else {
         Result<HostPort> leader = ParseServer(answer["leader"].get<std::string>());
         if (!leader.ok()) return reply;
-        size_t index = std::find_if(servers.begin(), servers.end(), [&](const HostPort& s) {
-                         return s.host == leader->host && s.port == leader->port;
-                       }) - servers.begin();
+        size_t index =
+            std::find_if(servers.begin(), servers.end(),
+                         [&](const HostPort& s) { return s.host == leader->host && s.port == leader->port; }) -
+            servers.begin();
         if (index == servers.size()) {
           // Only a configured server is followed: the leader's URL comes from etcd, where
           // whoever can write it would otherwise receive every client's fresh credential.

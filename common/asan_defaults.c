@@ -9,5 +9,7 @@
 #if defined(__SANITIZE_ADDRESS__)
 /* Exported (each object's version script lists it): libasan looks it up by name. */
 __attribute__((visibility("default"))) const char* __asan_default_options(void);
-__attribute__((visibility("default"))) const char* __asan_default_options(void) { return "verify_asan_link_order=0:detect_leaks=0"; }
+__attribute__((visibility("default"))) const char* __asan_default_options(void) {
+  return "verify_asan_link_order=0:detect_leaks=0";
+}
 #endif

@@ -102,16 +102,18 @@ std::string UserName(uid_t uid) {
 
 const char* RoleName(Role role) {
   switch (role) {
-    case Role::kUser: return "user";
-    case Role::kAgent: return "agent";
-    case Role::kAdmin: return "admin";
+    case Role::kUser:
+      return "user";
+    case Role::kAgent:
+      return "agent";
+    case Role::kAdmin:
+      return "admin";
   }
   return "user";
 }
 
 RolePolicy RolePolicy::FromNames(const std::string& slurm_user, const std::vector<std::string>& admins,
-                                 const std::vector<std::string>& agent_users,
-                                 std::vector<std::string>* warnings) {
+                                 const std::vector<std::string>& agent_users, std::vector<std::string>* warnings) {
   RolePolicy p;
   p.admins_.insert(0);
   auto add = [&](const std::string& name, std::set<uid_t>* to) {

@@ -48,8 +48,7 @@ class RolePolicy {
   RolePolicy() = default;
   // Unknown user names are skipped with a warning in `warnings`.
   static RolePolicy FromNames(const std::string& slurm_user, const std::vector<std::string>& admins,
-                              const std::vector<std::string>& agent_users,
-                              std::vector<std::string>* warnings);
+                              const std::vector<std::string>& agent_users, std::vector<std::string>* warnings);
   Role RoleOf(uid_t uid) const;
 
  private:

@@ -38,8 +38,7 @@ std::string Join(std::initializer_list<const char*> keys) {
   return out;
 }
 
-Status CheckKeys(const libconfig::Setting& group, const std::string& file,
-                 std::initializer_list<const char*> allowed) {
+Status CheckKeys(const libconfig::Setting& group, const std::string& file, std::initializer_list<const char*> allowed) {
   if (!group.isGroup()) return Error(group, file, "must be a group { ... }");
   for (int i = 0; i < group.getLength(); ++i) {
     const libconfig::Setting& child = group[i];
@@ -53,8 +52,7 @@ Status CheckKeys(const libconfig::Setting& group, const std::string& file,
 }
 
 // Typed readers: absent keys leave `out` unchanged.
-Status ReadString(const libconfig::Setting& group, const char* key, const std::string& file,
-                  std::string* out) {
+Status ReadString(const libconfig::Setting& group, const char* key, const std::string& file, std::string* out) {
   if (!group.exists(key)) return Status::OK();
   const libconfig::Setting& s = group[key];
   if (s.getType() != libconfig::Setting::TypeString) return Error(s, file, "must be a string");
@@ -62,8 +60,7 @@ Status ReadString(const libconfig::Setting& group, const char* key, const std::s
   return Status::OK();
 }
 
-Status ReadInt(const libconfig::Setting& group, const char* key, const std::string& file,
-               int min, int max, int* out) {
+Status ReadInt(const libconfig::Setting& group, const char* key, const std::string& file, int min, int max, int* out) {
   if (!group.exists(key)) return Status::OK();
   const libconfig::Setting& s = group[key];
   if (s.getType() != libconfig::Setting::TypeInt && s.getType() != libconfig::Setting::TypeInt64) {
@@ -99,8 +96,7 @@ Status ReadStringList(const libconfig::Setting& group, const char* key, const st
   return Status::OK();
 }
 
-Status ReadMemory(const libconfig::Setting& group, const char* key, const std::string& file,
-                  uint64_t* out_mib) {
+Status ReadMemory(const libconfig::Setting& group, const char* key, const std::string& file, uint64_t* out_mib) {
   if (!group.exists(key)) return Status::OK();
   const libconfig::Setting& s = group[key];
   if (s.getType() == libconfig::Setting::TypeInt || s.getType() == libconfig::Setting::TypeInt64) {
@@ -118,14 +114,37 @@ Status ReadMemory(const libconfig::Setting& group, const char* key, const std::s
   return Status::OK();
 }
 
-
 Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldConfig* c) {
-  GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"listen", "state_dir", "log_file", "slurm_user",
-      "admins", "agent_users", "lease_ttl", "max_lease_ttl", "unreachable_timeout",
-      "reap_interval", "slurm_reap", "enforce_licenses", "durability", "max_request_bytes", "threads", "header_timeout",
-      "body_timeout", "connections_per_source", "state",
-      "etcd_endpoints", "etcd_prefix", "etcd_ca_file", "etcd_cert_file", "etcd_key_file", "etcd_user",
-      "etcd_password_file", "leader_ttl", "advertise", "token_key_file"}));
+  GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file,
+                                    {"listen",
+                                     "state_dir",
+                                     "log_file",
+                                     "slurm_user",
+                                     "admins",
+                                     "agent_users",
+                                     "lease_ttl",
+                                     "max_lease_ttl",
+                                     "unreachable_timeout",
+                                     "reap_interval",
+                                     "slurm_reap",
+                                     "enforce_licenses",
+                                     "durability",
+                                     "max_request_bytes",
+                                     "threads",
+                                     "header_timeout",
+                                     "body_timeout",
+                                     "connections_per_source",
+                                     "state",
+                                     "etcd_endpoints",
+                                     "etcd_prefix",
+                                     "etcd_ca_file",
+                                     "etcd_cert_file",
+                                     "etcd_key_file",
+                                     "etcd_user",
+                                     "etcd_password_file",
+                                     "leader_ttl",
+                                     "advertise",
+                                     "token_key_file"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "listen", file, &c->listen));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "state_dir", file, &c->state_dir));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "token_key_file", file, &c->token_key_file));
@@ -163,8 +182,9 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
   const bool tls = c->etcd_endpoints.front().rfind("https://", 0) == 0;
   for (const std::string& e : c->etcd_endpoints) {
     if ((e.rfind("https://", 0) == 0) != tls) {
-      return Error(g["etcd_endpoints"], file, "must all be https:// or all be http://; '" + e + "' is not like '" +
-                                                  c->etcd_endpoints.front() + "'");
+      return Error(
+          g["etcd_endpoints"], file,
+          "must all be https:// or all be http://; '" + e + "' is not like '" + c->etcd_endpoints.front() + "'");
     }
   }
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_ca_file", file, &c->etcd_ca_file));
@@ -172,10 +192,11 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_key_file", file, &c->etcd_key_file));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_user", file, &c->etcd_user));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "etcd_password_file", file, &c->etcd_password_file));
-  const std::pair<const char*, const std::string*> locks[] = {
-      {"etcd_ca_file", &c->etcd_ca_file}, {"etcd_cert_file", &c->etcd_cert_file},
-      {"etcd_key_file", &c->etcd_key_file}, {"etcd_user", &c->etcd_user},
-      {"etcd_password_file", &c->etcd_password_file}};
+  const std::pair<const char*, const std::string*> locks[] = {{"etcd_ca_file", &c->etcd_ca_file},
+                                                              {"etcd_cert_file", &c->etcd_cert_file},
+                                                              {"etcd_key_file", &c->etcd_key_file},
+                                                              {"etcd_user", &c->etcd_user},
+                                                              {"etcd_password_file", &c->etcd_password_file}};
   for (const auto& [key, value] : locks) {
     if (!value->empty() && !tls) {
       // A certificate means nothing over plain HTTP, and a password would cross the network in clear.
@@ -202,8 +223,7 @@ Status ParsePoold(const libconfig::Setting& g, const std::string& file, PooldCon
   return Status::OK();
 }
 
-Status ParseSimGpus(const libconfig::Setting& list, const std::string& file,
-                    std::vector<SimGpuConfig>* out) {
+Status ParseSimGpus(const libconfig::Setting& list, const std::string& file, std::vector<SimGpuConfig>* out) {
   if (!list.isList()) return Error(list, file, "must be a list ( { model = ...; }, ... )");
   out->clear();
   for (int i = 0; i < list.getLength(); ++i) {
@@ -219,10 +239,11 @@ Status ParseSimGpus(const libconfig::Setting& list, const std::string& file,
 }
 
 Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentConfig* c) {
-  GPUPOOL_RETURN_IF_ERROR(CheckKeys(g, file, {"server", "host", "rack", "listen", "control",
-                                              "backend", "heartbeat_interval", "hang_timeout",
-                                              "worker_user", "worker_program", "session_grace", "worker_same_user",
-                                              "worker_cgroup", "worker_memory", "worker_cpu_seconds", "sim"}));
+  GPUPOOL_RETURN_IF_ERROR(
+      CheckKeys(g, file,
+                {"server", "host", "rack", "listen", "control", "backend", "heartbeat_interval", "hang_timeout",
+                 "worker_user", "worker_program", "session_grace", "worker_same_user", "worker_cgroup", "worker_memory",
+                 "worker_cpu_seconds", "sim"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "server", file, &c->server));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "host", file, &c->host));
   GPUPOOL_RETURN_IF_ERROR(ReadString(g, "rack", file, &c->rack));
@@ -249,7 +270,8 @@ Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentCon
     return Error(g["worker_memory"], file, "is larger than 1 PiB");
   }
   if (c->worker_memory_mib != 0 && c->worker_memory_mib < 64) {
-    return Error(g["worker_memory"], file, "must be 0 (automatic) or at least 64 MiB (a worker needs that much to start)");
+    return Error(g["worker_memory"], file,
+                 "must be 0 (automatic) or at least 64 MiB (a worker needs that much to start)");
   }
   GPUPOOL_RETURN_IF_ERROR(ReadInt(g, "worker_cpu_seconds", file, 0, 100000000, &c->worker_cpu_seconds));
   if (g.exists("sim")) {
@@ -261,8 +283,7 @@ Status ParseAgent(const libconfig::Setting& g, const std::string& file, AgentCon
   return Status::OK();
 }
 
-Status ParsePools(const libconfig::Setting& list, const std::string& file,
-                  std::vector<PoolConfig>* out) {
+Status ParsePools(const libconfig::Setting& list, const std::string& file, std::vector<PoolConfig>* out) {
   if (!list.isList()) return Error(list, file, "must be a list ( { name = ...; }, ... )");
   std::set<std::string> names;
   for (int i = 0; i < list.getLength(); ++i) {
@@ -286,8 +307,8 @@ Status ParsePools(const libconfig::Setting& list, const std::string& file,
   return Status::OK();
 }
 
-Status ParseGpus(const libconfig::Setting& list, const std::string& file,
-                 const std::vector<PoolConfig>& pools, std::vector<GpuAssignment>* out) {
+Status ParseGpus(const libconfig::Setting& list, const std::string& file, const std::vector<PoolConfig>& pools,
+                 std::vector<GpuAssignment>* out) {
   if (!list.isList()) return Error(list, file, "must be a list ( { gpu = ...; pool = ...; }, ... )");
   std::set<std::string> seen;
   for (int i = 0; i < list.getLength(); ++i) {
@@ -318,8 +339,7 @@ Result<Config> FromLibconfig(const libconfig::Config& cfg, const std::string& fi
   Config c;
   c.path = file;
   const libconfig::Setting& root = cfg.getRoot();
-  GPUPOOL_RETURN_IF_ERROR(CheckKeys(root, file, {"gpupoold", "pools", "gpus", "agent", "client",
-                                                 "munge_socket"}));
+  GPUPOOL_RETURN_IF_ERROR(CheckKeys(root, file, {"gpupoold", "pools", "gpus", "agent", "client", "munge_socket"}));
   GPUPOOL_RETURN_IF_ERROR(ReadString(root, "munge_socket", file, &c.munge_socket));
   if (root.exists("gpupoold")) GPUPOOL_RETURN_IF_ERROR(ParsePoold(root["gpupoold"], file, &c.poold));
   if (root.exists("pools")) GPUPOOL_RETURN_IF_ERROR(ParsePools(root["pools"], file, &c.pools));
@@ -335,8 +355,8 @@ Result<Config> FromLibconfig(const libconfig::Config& cfg, const std::string& fi
 bool IsValidName(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '-' || c == '.';
+    bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
     if (!ok) return false;
   }
   return true;
@@ -353,10 +373,14 @@ Result<uint64_t> ParseMemoryMib(const std::string& text) {
   }
   std::string unit = text.substr(pos);
   uint64_t mult = 0;
-  if (unit.empty() || unit == "M" || unit == "MB" || unit == "MiB") mult = 1;
-  else if (unit == "G" || unit == "GB" || unit == "GiB") mult = 1024;
-  else if (unit == "T" || unit == "TB" || unit == "TiB") mult = 1024 * 1024;
-  else return Status::InvalidArgument("bad size unit in '" + text + "' (use M, G or T)");
+  if (unit.empty() || unit == "M" || unit == "MB" || unit == "MiB")
+    mult = 1;
+  else if (unit == "G" || unit == "GB" || unit == "GiB")
+    mult = 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TiB")
+    mult = 1024 * 1024;
+  else
+    return Status::InvalidArgument("bad size unit in '" + text + "' (use M, G or T)");
   if (value > (1ULL << 40) / mult) return Status::InvalidArgument("size '" + text + "' is too large");
   return static_cast<uint64_t>(value * mult);
 }

@@ -37,11 +37,11 @@ struct PooldConfig {
   std::string slurm_user = "slurm";  // is an admin
   std::vector<std::string> admins;   // user names or numeric uids
   std::vector<std::string> agent_users;
-  int lease_ttl = 600;               // seconds; default for acquires without "ttl"
+  int lease_ttl = 600;  // seconds; default for acquires without "ttl"
   int max_lease_ttl = 7 * 24 * 3600;
-  int unreachable_timeout = 15;      // seconds without heartbeat → UNREACHABLE
-  int reap_interval = 30;            // seconds between expiry/Slurm reap passes; 0 = off
-  bool slurm_reap = true;            // release leases whose Slurm job has ended
+  int unreachable_timeout = 15;  // seconds without heartbeat → UNREACHABLE
+  int reap_interval = 30;        // seconds between expiry/Slurm reap passes; 0 = off
+  bool slurm_reap = true;        // release leases whose Slurm job has ended
   // A lease holds at most the gpupool_<pool> licences Slurm allocated its job (asked of
   // slurmctld at acquire); false: no such limit, for sites without gres/ (gpupool.conf(5)).
   bool enforce_licenses = true;
@@ -55,7 +55,7 @@ struct PooldConfig {
   // "etcd" keeps it in etcd, and replicas elect one leader that serves the API.
   std::string state = "sqlite";
   std::vector<std::string> etcd_endpoints = {"http://127.0.0.1:2379"};  // all http:// or all https://
-  std::string etcd_prefix = "/gpupool/";  // every key gpupoold writes starts with it
+  std::string etcd_prefix = "/gpupool/";                                // every key gpupoold writes starts with it
   // A locked-down etcd (https:// endpoints only): the CA that signed etcd's server
   // certificate (empty: the system's CAs), the client certificate and key gpupoold shows it
   // (etcd --client-cert-auth), and the etcd user whose role covers etcd_prefix, with its
@@ -63,8 +63,8 @@ struct PooldConfig {
   // certificate: gpupoold.8, ETCD SECURITY).
   std::string etcd_ca_file, etcd_cert_file, etcd_key_file;
   std::string etcd_user, etcd_password_file;
-  int leader_ttl = 2;                     // seconds: a dead leader is replaced within about this
-  std::string advertise;                  // URL followers name for this replica; empty: http://<listen>
+  int leader_ttl = 2;     // seconds: a dead leader is replaced within about this
+  std::string advertise;  // URL followers name for this replica; empty: http://<listen>
   // Key that lease tokens are derived from, outside the state (poold/lease_tokens.h); empty:
   // <state_dir>/token.key (made at first start) with sqlite, tokens in clear with etcd.
   std::string token_key_file;
@@ -78,15 +78,15 @@ struct SimGpuConfig {
 
 struct AgentConfig {
   std::string server = "http://127.0.0.1:6830";
-  std::string host;                  // empty: gethostname()
+  std::string host;  // empty: gethostname()
   std::string rack = "default";
   std::string listen = "127.0.0.1:7100";  // data-path (UCX) endpoint served to jobs
-  std::string control;               // "host:port" of the local fault/inspection API; empty = off
+  std::string control;                    // "host:port" of the local fault/inspection API; empty = off
   // "sim" or "cuda"; empty: not set. No default: the agent refuses to start without one,
   // so that a host nobody configured never serves simulated GPUs as if they were real.
   std::string backend;
-  int heartbeat_interval = 2;        // seconds
-  int hang_timeout = 10;             // seconds without progress before the GPU is probed; 0 off
+  int heartbeat_interval = 2;  // seconds
+  int hang_timeout = 10;       // seconds without progress before the GPU is probed; 0 off
   // The session workers (remote/worker): the user they run as when the agent is root
   // (default "nobody"), the program (empty: gpupool-worker beside gpupool-agentd, else the
   // installed one), and how long a worker whose lease ended may take to exit before it is
@@ -102,8 +102,8 @@ struct AgentConfig {
   std::string worker_cgroup = "auto";
   uint64_t worker_memory_mib = 0;
   int worker_cpu_seconds = 0;
-  std::vector<SimGpuConfig> sim_gpus;  // sim backend inventory (default: 4 × A100 80 GB)
-  std::vector<std::string> sim_faults; // sim faults at start, "INDEX:fail[=REASON]|fail-after=N|hang"
+  std::vector<SimGpuConfig> sim_gpus;   // sim backend inventory (default: 4 × A100 80 GB)
+  std::vector<std::string> sim_faults;  // sim faults at start, "INDEX:fail[=REASON]|fail-after=N|hang"
 };
 
 struct ClientConfig {
@@ -112,7 +112,7 @@ struct ClientConfig {
 };
 
 struct Config {
-  std::string path;  // the file it came from ("" for defaults)
+  std::string path;          // the file it came from ("" for defaults)
   std::string munge_socket;  // top-level key; empty: $MUNGE_SOCKET, else libmunge's default
   PooldConfig poold;
   std::vector<PoolConfig> pools;

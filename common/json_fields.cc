@@ -2,8 +2,7 @@
 
 namespace gpupool::json_fields {
 
-Status CheckObject(const nlohmann::json& value, std::initializer_list<const char*> allowed,
-                   const std::string& what) {
+Status CheckObject(const nlohmann::json& value, std::initializer_list<const char*> allowed, const std::string& what) {
   if (!value.is_object()) return Status::InvalidArgument(what + " must be a JSON object");
   for (auto it = value.begin(); it != value.end(); ++it) {
     bool known = false;
@@ -11,8 +10,7 @@ Status CheckObject(const nlohmann::json& value, std::initializer_list<const char
     if (!known) {
       std::string list;
       for (const char* k : allowed) list += (list.empty() ? "" : ", ") + std::string(k);
-      return Status::InvalidArgument("unknown field '" + it.key() + "' in " + what +
-                                     " (expected: " + list + ")");
+      return Status::InvalidArgument("unknown field '" + it.key() + "' in " + what + " (expected: " + list + ")");
     }
   }
   return Status::OK();
@@ -28,8 +26,7 @@ Status GetString(const nlohmann::json& obj, const char* key, bool required, std:
   return Status::OK();
 }
 
-Status GetInt(const nlohmann::json& obj, const char* key, bool required, int64_t min, int64_t max,
-              int64_t* out) {
+Status GetInt(const nlohmann::json& obj, const char* key, bool required, int64_t min, int64_t max, int64_t* out) {
   auto it = obj.find(key);
   if (it == obj.end()) {
     return required ? Status::InvalidArgument(std::string("missing field '") + key + "'") : Status::OK();
@@ -37,13 +34,11 @@ Status GetInt(const nlohmann::json& obj, const char* key, bool required, int64_t
   if (!it->is_number_integer()) {
     return Status::InvalidArgument(std::string("field '") + key + "' must be an integer");
   }
-  int64_t v = it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-                  ? INT64_MAX
-                  : it->get<int64_t>();
+  int64_t v = it->is_number_unsigned() && it->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX
+                                                                                                 : it->get<int64_t>();
   if (v < min || v > max) {
-    return Status::InvalidArgument(std::string("field '") + key + "' must be between " +
-                                   std::to_string(min) + " and " + std::to_string(max) + ", not " +
-                                   std::to_string(v));
+    return Status::InvalidArgument(std::string("field '") + key + "' must be between " + std::to_string(min) + " and " +
+                                   std::to_string(max) + ", not " + std::to_string(v));
   }
   *out = v;
   return Status::OK();

@@ -18,8 +18,7 @@ Status CheckObject(const nlohmann::json& value, std::initializer_list<const char
 
 // Absent optional fields leave *out unchanged. Required absent fields are errors.
 Status GetString(const nlohmann::json& obj, const char* key, bool required, std::string* out);
-Status GetInt(const nlohmann::json& obj, const char* key, bool required, int64_t min, int64_t max,
-              int64_t* out);
+Status GetInt(const nlohmann::json& obj, const char* key, bool required, int64_t min, int64_t max, int64_t* out);
 Status GetBool(const nlohmann::json& obj, const char* key, bool required, bool* out);
 
 // Parses a request body; InvalidArgument "malformed JSON: ..." otherwise.

@@ -14,16 +14,21 @@ namespace {
 
 std::atomic<int> g_level{static_cast<int>(Level::kInfo)};
 std::mutex g_mu;
-FILE* g_file = nullptr;  // GUARDED_BY(g_mu); nullptr means stderr
+FILE* g_file = nullptr;             // GUARDED_BY(g_mu); nullptr means stderr
 std::string g_program = "gpupool";  // GUARDED_BY(g_mu)
 
 const char* Prefix(Level level) {
   switch (level) {
-    case Level::kError: return "error: ";
-    case Level::kWarning: return "warning: ";
-    case Level::kInfo: return "";
-    case Level::kVerbose: return "verbose: ";
-    case Level::kDebug: return "debug: ";
+    case Level::kError:
+      return "error: ";
+    case Level::kWarning:
+      return "warning: ";
+    case Level::kInfo:
+      return "";
+    case Level::kVerbose:
+      return "verbose: ";
+    case Level::kDebug:
+      return "debug: ";
   }
   return "";
 }
@@ -63,8 +68,8 @@ void Write(Level level, const std::string& message) {
   std::strftime(stamp, sizeof(stamp), "%Y-%m-%dT%H:%M:%S", &tm);
   std::lock_guard<std::mutex> lock(g_mu);
   FILE* out = g_file != nullptr ? g_file : stderr;
-  std::fprintf(out, "[%s.%03ld] %s: %s%s\n", stamp, static_cast<long>(tv.tv_usec / 1000),
-               g_program.c_str(), Prefix(level), message.c_str());
+  std::fprintf(out, "[%s.%03ld] %s: %s%s\n", stamp, static_cast<long>(tv.tv_usec / 1000), g_program.c_str(),
+               Prefix(level), message.c_str());
 }
 
 }  // namespace gpupool::log

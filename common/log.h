@@ -23,7 +23,11 @@ inline bool Enabled(Level level) { return static_cast<int>(level) <= static_cast
 inline void Error(const std::string& m) { Write(Level::kError, m); }
 inline void Warning(const std::string& m) { Write(Level::kWarning, m); }
 inline void Info(const std::string& m) { Write(Level::kInfo, m); }
-inline void Verbose(const std::string& m) { if (Enabled(Level::kVerbose)) Write(Level::kVerbose, m); }
-inline void Debug(const std::string& m) { if (Enabled(Level::kDebug)) Write(Level::kDebug, m); }
+inline void Verbose(const std::string& m) {
+  if (Enabled(Level::kVerbose)) Write(Level::kVerbose, m);
+}
+inline void Debug(const std::string& m) {
+  if (Enabled(Level::kDebug)) Write(Level::kDebug, m);
+}
 
 }  // namespace gpupool::log

@@ -25,8 +25,7 @@ Result<std::string> RandomHex(size_t bytes) {
     }
     int err = n < 0 ? errno : EIO;
     if (err == EINTR && ++interrupts < kMaxInterrupts) continue;
-    return Status::Internal(std::string("cannot read the system's random source (getrandom): ") +
-                            std::strerror(err));
+    return Status::Internal(std::string("cannot read the system's random source (getrandom): ") + std::strerror(err));
   }
   static const char kHex[] = "0123456789abcdef";
   std::string out(2 * bytes, '0');

@@ -50,7 +50,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
   Result(Status status) : status_(std::move(status)) {}  // NOLINT
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -66,8 +66,8 @@ class [[nodiscard]] Result {
 
 }  // namespace gpupool
 
-#define GPUPOOL_RETURN_IF_ERROR(expr)   \
-  do {                                  \
-    ::gpupool::Status _s = (expr);      \
-    if (!_s.ok()) return _s;            \
+#define GPUPOOL_RETURN_IF_ERROR(expr) \
+  do {                                \
+    ::gpupool::Status _s = (expr);    \
+    if (!_s.ok()) return _s;          \
   } while (0)

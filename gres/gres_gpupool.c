@@ -53,139 +53,104 @@ const uint32_t plugin_version = SLURM_VERSION_NUMBER;
 const char gpupool_gres_built_for[] = "gpupool gres built for Slurm " SLURM_VERSION_STRING;
 
 /* Writes or clears GPUPOOL_GRES_COUNT in *env_ptr. */
-static void set_count_env(char ***env_ptr, uint64_t count)
-{
-	char value[32];
+static void set_count_env(char*** env_ptr, uint64_t count) {
+  char value[32];
 
-	if (!env_ptr)
-		return;
-	if (count == 0) {
-		unsetenvp(*env_ptr, GPUPOOL_COUNT_VAR);
-		return;
-	}
-	snprintf(value, sizeof(value), "%" PRIu64, count);
-	env_array_overwrite(env_ptr, GPUPOOL_COUNT_VAR, value);
+  if (!env_ptr) return;
+  if (count == 0) {
+    unsetenvp(*env_ptr, GPUPOOL_COUNT_VAR);
+    return;
+  }
+  snprintf(value, sizeof(value), "%" PRIu64, count);
+  env_array_overwrite(env_ptr, GPUPOOL_COUNT_VAR, value);
 }
 
-extern int init(void)
-{
-	/* The release check a loader cannot miss: in the daemon's own log. */
-	if (xstrcmp(SLURM_VERSION_STRING, GPUPOOL_INSTALLED_SLURM) ||
-	    (plugin_version != SLURM_VERSION_NUMBER)) {
-		error("%s: built for Slurm %s, refusing to run under another release",
-		      plugin_type, SLURM_VERSION_STRING);
-		return SLURM_ERROR;
-	}
-	info("%s: loaded, built for Slurm %s", plugin_type, SLURM_VERSION_STRING);
-	return SLURM_SUCCESS;
+extern int init(void) {
+  /* The release check a loader cannot miss: in the daemon's own log. */
+  if (xstrcmp(SLURM_VERSION_STRING, GPUPOOL_INSTALLED_SLURM) || (plugin_version != SLURM_VERSION_NUMBER)) {
+    error("%s: built for Slurm %s, refusing to run under another release", plugin_type, SLURM_VERSION_STRING);
+    return SLURM_ERROR;
+  }
+  info("%s: loaded, built for Slurm %s", plugin_type, SLURM_VERSION_STRING);
+  return SLURM_SUCCESS;
 }
 
-extern int fini(void)
-{
-	return SLURM_SUCCESS;
-}
+extern int fini(void) { return SLURM_SUCCESS; }
 
 /*
  * Nothing to discover: the count comes from slurm.conf/gres.conf and there are no
  * device files. A File= line for gpupool would be a configuration mistake.
  */
-extern int gres_p_node_config_load(List gres_conf_list, node_config_load_t *config)
-{
-	ListIterator iter;
-	gres_slurmd_conf_t *conf;
-	int rc = SLURM_SUCCESS;
+extern int gres_p_node_config_load(List gres_conf_list, node_config_load_t* config) {
+  ListIterator iter;
+  gres_slurmd_conf_t* conf;
+  int rc = SLURM_SUCCESS;
 
-	if (!gres_conf_list)
-		return SLURM_SUCCESS;
-	iter = list_iterator_create(gres_conf_list);
-	while ((conf = list_next(iter))) {
-		if (xstrcmp(conf->name, "gpupool"))
-			continue;
-		if (conf->file) {
-			error("%s: gres.conf gives File=%s for gpupool; pool GPUs are remote and have no device files",
-			      plugin_type, conf->file);
-			rc = SLURM_ERROR;
-		}
-	}
-	list_iterator_destroy(iter);
-	return rc;
+  if (!gres_conf_list) return SLURM_SUCCESS;
+  iter = list_iterator_create(gres_conf_list);
+  while ((conf = list_next(iter))) {
+    if (xstrcmp(conf->name, "gpupool")) continue;
+    if (conf->file) {
+      error("%s: gres.conf gives File=%s for gpupool; pool GPUs are remote and have no device files", plugin_type,
+            conf->file);
+      rc = SLURM_ERROR;
+    }
+  }
+  list_iterator_destroy(iter);
+  return rc;
 }
 
-extern void gres_p_job_set_env(char ***job_env_ptr, bitstr_t *gres_bit_alloc,
-			       uint64_t gres_cnt, gres_internal_flags_t flags)
-{
-	set_count_env(job_env_ptr, gres_cnt);
+extern void gres_p_job_set_env(char*** job_env_ptr, bitstr_t* gres_bit_alloc, uint64_t gres_cnt,
+                               gres_internal_flags_t flags) {
+  set_count_env(job_env_ptr, gres_cnt);
 }
 
-extern void gres_p_step_set_env(char ***step_env_ptr, bitstr_t *gres_bit_alloc,
-				uint64_t gres_cnt, gres_internal_flags_t flags)
-{
-	set_count_env(step_env_ptr, gres_cnt);
+extern void gres_p_step_set_env(char*** step_env_ptr, bitstr_t* gres_bit_alloc, uint64_t gres_cnt,
+                                gres_internal_flags_t flags) {
+  set_count_env(step_env_ptr, gres_cnt);
 }
 
 /* Every task of a step may drive all of the step's pool GPUs: same count per task. */
-extern void gres_p_task_set_env(char ***step_env_ptr, bitstr_t *gres_bit_alloc,
-				uint64_t gres_cnt, bitstr_t *usable_gres,
-				gres_internal_flags_t flags)
-{
-	set_count_env(step_env_ptr, gres_cnt);
+extern void gres_p_task_set_env(char*** step_env_ptr, bitstr_t* gres_bit_alloc, uint64_t gres_cnt,
+                                bitstr_t* usable_gres, gres_internal_flags_t flags) {
+  set_count_env(step_env_ptr, gres_cnt);
 }
 
 /* No per-node device state to hand from slurmd to slurmstepd. */
-extern void gres_p_send_stepd(buf_t *buffer)
-{
+extern void gres_p_send_stepd(buf_t* buffer) {}
+
+extern void gres_p_recv_stepd(buf_t* buffer) {}
+
+extern int gres_p_get_job_info(gres_job_state_t* gres_js, uint32_t node_inx, enum gres_job_data_type data_type,
+                               void* data) {
+  return EINVAL;
 }
 
-extern void gres_p_recv_stepd(buf_t *buffer)
-{
+extern int gres_p_get_step_info(gres_step_state_t* gres_ss, uint32_t node_inx, enum gres_step_data_type data_type,
+                                void* data) {
+  return EINVAL;
 }
 
-extern int gres_p_get_job_info(gres_job_state_t *gres_js, uint32_t node_inx,
-			       enum gres_job_data_type data_type, void *data)
-{
-	return EINVAL;
-}
+extern List gres_p_get_devices(void) { return NULL; }
 
-extern int gres_p_get_step_info(gres_step_state_t *gres_ss, uint32_t node_inx,
-				enum gres_step_data_type data_type, void *data)
-{
-	return EINVAL;
-}
+extern void gres_p_step_hardware_init(bitstr_t* usable_gres, char* settings) {}
 
-extern List gres_p_get_devices(void)
-{
-	return NULL;
-}
-
-extern void gres_p_step_hardware_init(bitstr_t *usable_gres, char *settings)
-{
-}
-
-extern void gres_p_step_hardware_fini(void)
-{
-}
+extern void gres_p_step_hardware_fini(void) {}
 
 /* Copies the per-node counts; Slurm frees the record (and sets plugin_id, node_list). */
-extern gres_epilog_info_t *gres_p_epilog_build_env(gres_job_state_t *gres_js)
-{
-	gres_epilog_info_t *gres_ei;
-	uint32_t i;
+extern gres_epilog_info_t* gres_p_epilog_build_env(gres_job_state_t* gres_js) {
+  gres_epilog_info_t* gres_ei;
+  uint32_t i;
 
-	if (!gres_js || !gres_js->gres_cnt_node_alloc || !gres_js->node_cnt)
-		return NULL;
-	gres_ei = xmalloc(sizeof(*gres_ei));
-	gres_ei->node_cnt = gres_js->node_cnt;
-	gres_ei->gres_cnt_node_alloc = xcalloc(gres_ei->node_cnt, sizeof(uint64_t));
-	for (i = 0; i < gres_ei->node_cnt; i++)
-		gres_ei->gres_cnt_node_alloc[i] = gres_js->gres_cnt_node_alloc[i];
-	return gres_ei;
+  if (!gres_js || !gres_js->gres_cnt_node_alloc || !gres_js->node_cnt) return NULL;
+  gres_ei = xmalloc(sizeof(*gres_ei));
+  gres_ei->node_cnt = gres_js->node_cnt;
+  gres_ei->gres_cnt_node_alloc = xcalloc(gres_ei->node_cnt, sizeof(uint64_t));
+  for (i = 0; i < gres_ei->node_cnt; i++) gres_ei->gres_cnt_node_alloc[i] = gres_js->gres_cnt_node_alloc[i];
+  return gres_ei;
 }
 
-extern void gres_p_epilog_set_env(char ***epilog_env_ptr, gres_epilog_info_t *gres_ei,
-				  int node_inx)
-{
-	if (!gres_ei || !gres_ei->gres_cnt_node_alloc || node_inx < 0 ||
-	    (uint32_t) node_inx >= gres_ei->node_cnt)
-		return;
-	set_count_env(epilog_env_ptr, gres_ei->gres_cnt_node_alloc[node_inx]);
+extern void gres_p_epilog_set_env(char*** epilog_env_ptr, gres_epilog_info_t* gres_ei, int node_inx) {
+  if (!gres_ei || !gres_ei->gres_cnt_node_alloc || node_inx < 0 || (uint32_t)node_inx >= gres_ei->node_cnt) return;
+  set_count_env(epilog_env_ptr, gres_ei->gres_cnt_node_alloc[node_inx]);
 }

@@ -33,7 +33,8 @@ Status CheckQuery(const httplib::Request& req, std::initializer_list<const char*
 }
 
 Result<AcquireRequest> ParseAcquire(const json& body, int64_t max_ttl) {
-  GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, {"job_id", "request", "place", "min_memory_mib", "ttl", "uid", "user", "movable"}));
+  GPUPOOL_RETURN_IF_ERROR(
+      jf::CheckObject(body, {"job_id", "request", "place", "min_memory_mib", "ttl", "uid", "user", "movable"}));
   AcquireRequest r;
   GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "job_id", true, 1, (int64_t{1} << 53), &r.job_id));
   auto it = body.find("request");
@@ -50,7 +51,8 @@ Result<AcquireRequest> ParseAcquire(const json& body, int64_t max_ttl) {
     if (c == p.end() || !c->is_number_integer()) return Status::InvalidArgument("field 'count' must be an integer");
     count = c->get<int64_t>();
     if (count <= 0) {
-      return Status::InvalidArgument("count for pool '" + pr.pool + "' must be at least 1, not " + std::to_string(count));
+      return Status::InvalidArgument("count for pool '" + pr.pool + "' must be at least 1, not " +
+                                     std::to_string(count));
     }
     if (count > 100000) return Status::Conflict("count for pool '" + pr.pool + "' is larger than any pool");
     pr.count = static_cast<int>(count);
@@ -75,8 +77,7 @@ Result<AcquireRequest> ParseAcquire(const json& body, int64_t max_ttl) {
 }
 
 // {"id": L} or {"job_id": N} (exactly one).
-Status ParseLeaseRef(const json& body, std::initializer_list<const char*> allowed, std::string* id,
-                     int64_t* job_id) {
+Status ParseLeaseRef(const json& body, std::initializer_list<const char*> allowed, std::string* id, int64_t* job_id) {
   GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(body, allowed));
   GPUPOOL_RETURN_IF_ERROR(jf::GetString(body, "id", false, id));
   GPUPOOL_RETURN_IF_ERROR(jf::GetInt(body, "job_id", false, 1, int64_t{1} << 53, job_id));
@@ -110,8 +111,8 @@ Result<AgentRegistration> ParseRegistration(const json& body) {
   std::set<std::string> uuids;
   std::set<int64_t> indexes;
   for (const json& g : *it) {
-    GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(g, {"uuid", "index", "model", "memory_mib", "pci_bus_id",
-                                                "numa_node", "health", "reason"}, "gpu entry"));
+    GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(
+        g, {"uuid", "index", "model", "memory_mib", "pci_bus_id", "numa_node", "health", "reason"}, "gpu entry"));
     AgentGpu a;
     int64_t index = 0, mem = 0, numa = -1;
     std::string health = "OK";
@@ -165,15 +166,14 @@ Result<std::vector<GpuHealthReport>> ParseHeartbeat(const json& body, std::strin
     if (list->size() > 1000) return Status::InvalidArgument("field 'recoveries' has more than 1000 entries");
     for (const json& e : *list) {
       GPUPOOL_RETURN_IF_ERROR(jf::CheckObject(
-          e, {"uuid", "lease", "from", "pause_ms", "restored_bytes", "replayed", "copied_bytes"},
-          "recovery entry"));
+          e, {"uuid", "lease", "from", "pause_ms", "restored_bytes", "replayed", "copied_bytes"}, "recovery entry"));
       RecoveryReport r;
       GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "uuid", true, &r.uuid));
       GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "lease", true, &r.lease));
       GPUPOOL_RETURN_IF_ERROR(jf::GetString(e, "from", true, &r.from));
       if (r.from.size() > 128) return Status::InvalidArgument("field 'from' is longer than 128 characters");
-      for (auto [name, field] : {std::pair{"pause_ms", &r.pause_ms}, {"restored_bytes", &r.restored_bytes},
-                                 {"replayed", &r.replayed}}) {
+      for (auto [name, field] :
+           {std::pair{"pause_ms", &r.pause_ms}, {"restored_bytes", &r.restored_bytes}, {"replayed", &r.replayed}}) {
         auto v = e.find(name);
         if (v == e.end() || !v->is_number_unsigned()) {
           return Status::InvalidArgument(std::string("recovery entry: field '") + name +
@@ -184,8 +184,7 @@ Result<std::vector<GpuHealthReport>> ParseHeartbeat(const json& body, std::strin
       // Optional (agents before handoffs do not send it).
       if (auto v = e.find("copied_bytes"); v != e.end()) {
         if (!v->is_number_unsigned()) {
-          return Status::InvalidArgument(
-              "recovery entry: field 'copied_bytes' must be a non-negative integer");
+          return Status::InvalidArgument("recovery entry: field 'copied_bytes' must be a non-negative integer");
         }
         r.copied_bytes = v->get<uint64_t>();
       }

@@ -28,11 +28,10 @@ Status CheckQuery(const httplib::Request& req, std::initializer_list<const char*
 // POST /v1/leases.
 Result<AcquireRequest> ParseAcquire(const nlohmann::json& body, int64_t max_ttl);
 // {"id": L} or {"job_id": N} (exactly one); POST /v1/leases/renew.
-Status ParseLeaseRef(const nlohmann::json& body, std::initializer_list<const char*> allowed,
-                     std::string* id, int64_t* job_id);
+Status ParseLeaseRef(const nlohmann::json& body, std::initializer_list<const char*> allowed, std::string* id,
+                     int64_t* job_id);
 // POST /v1/leases/release: a lease reference and an optional reason.
-Status ParseRelease(const nlohmann::json& body, std::string* id, int64_t* job_id,
-                    std::string* reason);
+Status ParseRelease(const nlohmann::json& body, std::string* id, int64_t* job_id, std::string* reason);
 // POST /v1/leases/agent-lost: {"id": L, "gpu": UUID}, both required.
 Status ParseAgentLost(const nlohmann::json& body, std::string* id, std::string* gpu);
 // POST /v1/agents/register.
@@ -40,8 +39,7 @@ Result<AgentRegistration> ParseRegistration(const nlohmann::json& body);
 // POST /v1/agents/heartbeat.
 // `recoveries` (optional): the heartbeat's "recoveries" list; `tenant_faults` (optional):
 // its "tenant_faults" list.
-Result<std::vector<GpuHealthReport>> ParseHeartbeat(const nlohmann::json& body,
-                                                    std::string* host,
+Result<std::vector<GpuHealthReport>> ParseHeartbeat(const nlohmann::json& body, std::string* host,
                                                     std::vector<RecoveryReport>* recoveries = nullptr,
                                                     std::vector<TenantFaultReport>* tenant_faults = nullptr);
 

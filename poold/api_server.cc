@@ -37,8 +37,8 @@ ApiServer::ApiServer(const Config& config, PoolEngine* engine, Store* store)
     : config_(config), engine_(engine), store_(store), http_(std::make_unique<HttpServer>(LimitsOf(config.poold))) {
   munge_socket_ = auth::ResolveMungeSocket(config.munge_socket);
   std::vector<std::string> warnings;
-  roles_ = auth::RolePolicy::FromNames(config.poold.slurm_user, config.poold.admins, config.poold.agent_users,
-                                       &warnings);
+  roles_ =
+      auth::RolePolicy::FromNames(config.poold.slurm_user, config.poold.admins, config.poold.agent_users, &warnings);
   for (const std::string& w : warnings) log::Warning("config: " + w + " (ignored in admins/agent_users)");
   Route();
 }
@@ -164,79 +164,94 @@ void ApiServer::Route() {
       Answer(res, Result<json>(token.status()));
       return;
     }
-    res.set_content(json{{"token", token.value()}, {"uid", caller.uid}, {"role", auth::RoleName(caller.role)},
-                         {"idle_timeout", sessions_.idle_seconds()}}.dump(),
+    res.set_content(json{{"token", token.value()},
+                         {"uid", caller.uid},
+                         {"role", auth::RoleName(caller.role)},
+                         {"idle_timeout", sessions_.idle_seconds()}}
+                        .dump(),
                     "application/json");
   });
-  http_->Handle("GET", "/v1/pools", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
-    GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"name"}));
-    return engine_->ListPools(req.get_param_value("name"));
-  }));
-  http_->Handle("GET", "/v1/gpus", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
-    GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"id", "pool"}));
-    return engine_->ListGpus(req.get_param_value("id"), req.get_param_value("pool"));
-  }));
-  http_->Handle("POST", "/v1/gpus/update", wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
-    Result<json> body = body_of(req);
-    if (!body.ok()) return body.status();
-    GpuUpdate update;
-    GPUPOOL_RETURN_IF_ERROR(ParseGpuUpdate(*body, &update));
-    return engine_->UpdateGpu(update.gpu, update.state, update.reason);
-  }));
+  http_->Handle("GET", "/v1/pools",
+                wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
+                  GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"name"}));
+                  return engine_->ListPools(req.get_param_value("name"));
+                }));
+  http_->Handle("GET", "/v1/gpus",
+                wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller&) -> Result<json> {
+                  GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"id", "pool"}));
+                  return engine_->ListGpus(req.get_param_value("id"), req.get_param_value("pool"));
+                }));
+  http_->Handle("POST", "/v1/gpus/update",
+                wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+                  Result<json> body = body_of(req);
+                  if (!body.ok()) return body.status();
+                  GpuUpdate update;
+                  GPUPOOL_RETURN_IF_ERROR(ParseGpuUpdate(*body, &update));
+                  return engine_->UpdateGpu(update.gpu, update.state, update.reason);
+                }));
   // Admins only: moves a lease's GPU (and its job's running processes) to another GPU.
-  http_->Handle("POST", "/v1/leases/migrate", wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
-    Result<json> body = body_of(req);
-    if (!body.ok()) return body.status();
-    MigrateRequest migrate;
-    GPUPOOL_RETURN_IF_ERROR(ParseMigrate(*body, &migrate));
-    return engine_->Migrate(migrate.lease, migrate.gpu, migrate.to, migrate.reason);
-  }));
-  http_->Handle("GET", "/v1/leases", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
-    GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"job", "id"}));
-    int64_t job = 0;
-    GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "job", 1, &job));
-    return engine_->ListLeases(caller, req.get_param_value("id"), job);
-  }));
-  http_->Handle("POST", "/v1/leases", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
-    Result<json> body = body_of(req);
-    if (!body.ok()) return body.status();
-    Result<AcquireRequest> acquire = ParseAcquire(*body, config_.poold.max_lease_ttl);
-    if (!acquire.ok()) return acquire.status();
-    bool created = false;
-    Result<json> lease = engine_->Acquire(caller, *acquire, &created);
-    if (!lease.ok()) return lease.status();
-    return json{{"lease", lease.value()}, {"created", created}};
-  }));
-  http_->Handle("POST", "/v1/leases/renew", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
-    Result<json> body = body_of(req);
-    if (!body.ok()) return body.status();
-    std::string id;
-    int64_t job = 0;
-    GPUPOOL_RETURN_IF_ERROR(ParseLeaseRef(*body, {"id", "job_id"}, &id, &job));
-    Result<json> lease = engine_->Renew(caller, id, job);
-    if (!lease.ok()) return lease.status();
-    return json{{"lease", lease.value()}};
-  }));
-  http_->Handle("POST", "/v1/leases/release", wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
-    Result<json> body = body_of(req);
-    if (!body.ok()) return body.status();
-    std::string id, reason;
-    int64_t job = 0;
-    GPUPOOL_RETURN_IF_ERROR(ParseRelease(*body, &id, &job, &reason));
-    return engine_->Release(caller, id, job, reason);
-  }));
-  http_->Handle("GET", "/v1/events", wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
-    GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"gpu", "job", "since", "limit"}));
-    EventFilter f;
-    f.gpu = req.get_param_value("gpu");
-    int64_t since = 0, limit = 1000;
-    GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "job", 1, &f.job_id));
-    GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "since", 0, &since));
-    GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "limit", 1, &limit));
-    f.since = static_cast<uint64_t>(since);
-    f.limit = static_cast<size_t>(std::min<int64_t>(limit, 100000));
-    return engine_->ListEvents(caller, f);
-  }));
+  http_->Handle("POST", "/v1/leases/migrate",
+                wrap(auth::Role::kAdmin, [this, body_of](const httplib::Request& req, const Caller&) -> Result<json> {
+                  Result<json> body = body_of(req);
+                  if (!body.ok()) return body.status();
+                  MigrateRequest migrate;
+                  GPUPOOL_RETURN_IF_ERROR(ParseMigrate(*body, &migrate));
+                  return engine_->Migrate(migrate.lease, migrate.gpu, migrate.to, migrate.reason);
+                }));
+  http_->Handle("GET", "/v1/leases",
+                wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
+                  GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"job", "id"}));
+                  int64_t job = 0;
+                  GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "job", 1, &job));
+                  return engine_->ListLeases(caller, req.get_param_value("id"), job);
+                }));
+  http_->Handle(
+      "POST", "/v1/leases",
+      wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+        Result<json> body = body_of(req);
+        if (!body.ok()) return body.status();
+        Result<AcquireRequest> acquire = ParseAcquire(*body, config_.poold.max_lease_ttl);
+        if (!acquire.ok()) return acquire.status();
+        bool created = false;
+        Result<json> lease = engine_->Acquire(caller, *acquire, &created);
+        if (!lease.ok()) return lease.status();
+        return json{{"lease", lease.value()}, {"created", created}};
+      }));
+  http_->Handle(
+      "POST", "/v1/leases/renew",
+      wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+        Result<json> body = body_of(req);
+        if (!body.ok()) return body.status();
+        std::string id;
+        int64_t job = 0;
+        GPUPOOL_RETURN_IF_ERROR(ParseLeaseRef(*body, {"id", "job_id"}, &id, &job));
+        Result<json> lease = engine_->Renew(caller, id, job);
+        if (!lease.ok()) return lease.status();
+        return json{{"lease", lease.value()}};
+      }));
+  http_->Handle(
+      "POST", "/v1/leases/release",
+      wrap(auth::Role::kUser, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+        Result<json> body = body_of(req);
+        if (!body.ok()) return body.status();
+        std::string id, reason;
+        int64_t job = 0;
+        GPUPOOL_RETURN_IF_ERROR(ParseRelease(*body, &id, &job, &reason));
+        return engine_->Release(caller, id, job, reason);
+      }));
+  http_->Handle("GET", "/v1/events",
+                wrap(auth::Role::kUser, [this](const httplib::Request& req, const Caller& caller) -> Result<json> {
+                  GPUPOOL_RETURN_IF_ERROR(CheckQuery(req, {"gpu", "job", "since", "limit"}));
+                  EventFilter f;
+                  f.gpu = req.get_param_value("gpu");
+                  int64_t since = 0, limit = 1000;
+                  GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "job", 1, &f.job_id));
+                  GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "since", 0, &since));
+                  GPUPOOL_RETURN_IF_ERROR(QueryInt(req, "limit", 1, &limit));
+                  f.since = static_cast<uint64_t>(since);
+                  f.limit = static_cast<size_t>(std::min<int64_t>(limit, 100000));
+                  return engine_->ListEvents(caller, f);
+                }));
   // A process of a lease lost its connection to one of the lease's agents. Authenticated by
   // the lease's token (Authorization: Lease TOKEN), which its job's processes hold
   // (GPUPOOL_LEASE_TOKEN): the remoting library calls it from inside a job, where no MUNGE
@@ -268,39 +283,52 @@ void ApiServer::Route() {
   // them into a host's UNREACHABLE.
   // A host is bound to the address its agent speaks from: an agent's credential elsewhere
   // cannot report for it (PoolEngine::Register).
-  http_->Handle("POST", "/v1/agents/register", wrap(auth::Role::kAgent, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
-    Result<json> body = body_of(req);
-    if (!body.ok()) return body.status();
-    Result<AgentRegistration> reg = ParseRegistration(*body);
-    if (!reg.ok()) return reg.status();
-    return engine_->Register(*reg, AgentSender{req.remote_addr, caller.uid});
-  }), /*priority=*/true);
-  http_->Handle("POST", "/v1/agents/heartbeat", wrap(auth::Role::kAgent, [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
-    Result<json> body = body_of(req);
-    if (!body.ok()) return body.status();
-    std::string host;
-    std::vector<RecoveryReport> recoveries;
-    std::vector<TenantFaultReport> tenant_faults;
-    Result<std::vector<GpuHealthReport>> gpus = ParseHeartbeat(*body, &host, &recoveries, &tenant_faults);
-    if (!gpus.ok()) return gpus.status();
-    const AgentSender sender{req.remote_addr, caller.uid};
-    Result<json> answer = engine_->Heartbeat(host, *gpus, recoveries, sender);
-    if (answer.ok() && !tenant_faults.empty()) {
-      GPUPOOL_RETURN_IF_ERROR(engine_->RecordTenantFaults(host, tenant_faults, sender));
-    }
-    return answer;
-  }), /*priority=*/true);
+  http_->Handle("POST", "/v1/agents/register",
+                wrap(auth::Role::kAgent,
+                     [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+                       Result<json> body = body_of(req);
+                       if (!body.ok()) return body.status();
+                       Result<AgentRegistration> reg = ParseRegistration(*body);
+                       if (!reg.ok()) return reg.status();
+                       return engine_->Register(*reg, AgentSender{req.remote_addr, caller.uid});
+                     }),
+                /*priority=*/true);
+  http_->Handle("POST", "/v1/agents/heartbeat",
+                wrap(auth::Role::kAgent,
+                     [this, body_of](const httplib::Request& req, const Caller& caller) -> Result<json> {
+                       Result<json> body = body_of(req);
+                       if (!body.ok()) return body.status();
+                       std::string host;
+                       std::vector<RecoveryReport> recoveries;
+                       std::vector<TenantFaultReport> tenant_faults;
+                       Result<std::vector<GpuHealthReport>> gpus =
+                           ParseHeartbeat(*body, &host, &recoveries, &tenant_faults);
+                       if (!gpus.ok()) return gpus.status();
+                       const AgentSender sender{req.remote_addr, caller.uid};
+                       Result<json> answer = engine_->Heartbeat(host, *gpus, recoveries, sender);
+                       if (answer.ok() && !tenant_faults.empty()) {
+                         GPUPOOL_RETURN_IF_ERROR(engine_->RecordTenantFaults(host, tenant_faults, sender));
+                       }
+                       return answer;
+                     }),
+                /*priority=*/true);
 
   // Errors httplib produces itself (404 route, 413 payload, 400 parse) get a JSON body too.
   http_->SetErrorHandler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string msg;
-    if (res.status == 404) msg = "no such endpoint: " + req.method + " " + req.path;
-    else if (res.status == 413) msg = "request body larger than max_request_bytes";
-    else if (res.status == 405) msg = "method " + req.method + " not allowed on " + req.path;
-    else if (res.status == 411) msg = "chunked request bodies are not accepted: send Content-Length";
-    else if (res.status == 431) msg = "request headers larger than 16 KiB";
-    else msg = "bad request (HTTP " + std::to_string(res.status) + ")";
+    if (res.status == 404)
+      msg = "no such endpoint: " + req.method + " " + req.path;
+    else if (res.status == 413)
+      msg = "request body larger than max_request_bytes";
+    else if (res.status == 405)
+      msg = "method " + req.method + " not allowed on " + req.path;
+    else if (res.status == 411)
+      msg = "chunked request bodies are not accepted: send Content-Length";
+    else if (res.status == 431)
+      msg = "request headers larger than 16 KiB";
+    else
+      msg = "bad request (HTTP " + std::to_string(res.status) + ")";
     res.set_content(json{{"error", msg}}.dump(), "application/json");
   });
   http_->SetExceptionHandler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -335,17 +363,21 @@ std::string ApiServer::Metrics() {
   std::snprintf(line, sizeof(line), "# TYPE gpupool_leases gauge\ngpupool_leases %zu\n", engine_->lease_count());
   out += line;
   EngineCounters k = engine_->counters();
-  const std::pair<const char*, uint64_t> counters[] = {
-      {"gpupool_leases_acquired_total", k.acquired}, {"gpupool_leases_released_total", k.released},
-      {"gpupool_leases_expired_total", k.expired},   {"gpupool_leases_reaped_total", k.reaped},
-      {"gpupool_swaps_total", k.swapped},            {"gpupool_leases_degraded_total", k.degraded},
-      {"gpupool_gpu_failures_total", k.failed},      {"gpupool_gpu_unreachable_total", k.unreachable},
-      {"gpupool_recoveries_total", k.recovered},     {"gpupool_migrations_total", k.migrated},
-      {"gpupool_recoveries_dropped_total", k.recoveries_dropped},
-      {"gpupool_tenant_faults_total", k.tenant_faults},
-      {"gpupool_agent_lost_confirmed_total", k.agent_lost_confirmed},
-      {"gpupool_agent_lost_refuted_total", k.agent_lost_refuted},
-      {"gpupool_agent_lost_dropped_total", k.agent_lost_dropped}};
+  const std::pair<const char*, uint64_t> counters[] = {{"gpupool_leases_acquired_total", k.acquired},
+                                                       {"gpupool_leases_released_total", k.released},
+                                                       {"gpupool_leases_expired_total", k.expired},
+                                                       {"gpupool_leases_reaped_total", k.reaped},
+                                                       {"gpupool_swaps_total", k.swapped},
+                                                       {"gpupool_leases_degraded_total", k.degraded},
+                                                       {"gpupool_gpu_failures_total", k.failed},
+                                                       {"gpupool_gpu_unreachable_total", k.unreachable},
+                                                       {"gpupool_recoveries_total", k.recovered},
+                                                       {"gpupool_migrations_total", k.migrated},
+                                                       {"gpupool_recoveries_dropped_total", k.recoveries_dropped},
+                                                       {"gpupool_tenant_faults_total", k.tenant_faults},
+                                                       {"gpupool_agent_lost_confirmed_total", k.agent_lost_confirmed},
+                                                       {"gpupool_agent_lost_refuted_total", k.agent_lost_refuted},
+                                                       {"gpupool_agent_lost_dropped_total", k.agent_lost_dropped}};
   for (const auto& [name, v] : counters) {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;

@@ -44,8 +44,8 @@ Status Daemon::Start() {
   Result<std::unique_ptr<Store>> store = Store::Open(config_.poold.state_dir, config_.poold.durability == "fsync");
   if (!store.ok()) return store.status();
   GPUPOOL_RETURN_IF_ERROR(Serve(std::move(store.value()), config_.poold.listen));
-  log::Info("listening on port " + std::to_string(port_) + ", state in " + config_.poold.state_dir +
-            " (durability " + config_.poold.durability + ")");
+  log::Info("listening on port " + std::to_string(port_) + ", state in " + config_.poold.state_dir + " (durability " +
+            config_.poold.durability + ")");
   return Status::OK();
 }
 
@@ -56,8 +56,9 @@ namespace {
 Result<LeaseTokens> LoadLeaseTokens(const PooldConfig& c) {
   const bool etcd = c.state == "etcd";
   if (c.token_key_file.empty() && etcd) {
-    log::Warning("no token_key_file: lease tokens are stored in etcd in clear; give the replicas one "
-                 "key file (gpupool.conf(5))");
+    log::Warning(
+        "no token_key_file: lease tokens are stored in etcd in clear; give the replicas one "
+        "key file (gpupool.conf(5))");
     return LeaseTokens();
   }
   std::string path = c.token_key_file.empty() ? c.state_dir + "/token.key" : c.token_key_file;
@@ -72,7 +73,8 @@ Status Daemon::Serve(std::unique_ptr<Store> store, const std::string& listen) {
   store_ = std::move(store);
   Result<LoadedState> loaded = store_->Load(100000);
   if (!loaded.ok()) return loaded.status();
-  engine_ = std::make_unique<PoolEngine>(config_, store_.get(), [] { return static_cast<int64_t>(std::time(nullptr)); });
+  engine_ =
+      std::make_unique<PoolEngine>(config_, store_.get(), [] { return static_cast<int64_t>(std::time(nullptr)); });
   if (!job_owner_) {
     std::string why;
     auto slurm = std::make_unique<SlurmJobs>();
@@ -199,8 +201,9 @@ void Daemon::PeriodicLoop() {
     // fault, not theirs: hosts go UNREACHABLE only for silence heard by an attentive server.
     bool deaf = server_->Stalled(config_.poold.unreachable_timeout);
     if (deaf && !was_deaf) {
-      log::Warning("gpupoold was too busy to hear agents in time: no host is declared UNREACHABLE "
-                   "until it has kept up for unreachable_timeout");
+      log::Warning(
+          "gpupoold was too busy to hear agents in time: no host is declared UNREACHABLE "
+          "until it has kept up for unreachable_timeout");
     }
     was_deaf = deaf;
     engine_->Tick(deaf);

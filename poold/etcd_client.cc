@@ -292,9 +292,9 @@ EtcdClient::EtcdClient(EtcdAccess access, int timeout_ms) : impl_(new Impl) {
   if (!impl_->endpoints.empty()) {
     impl_->Connect();
     if (!impl_->http->is_valid()) {
-      impl_->bad_endpoint = Status::InvalidArgument("cannot load the etcd client certificate '" +
-                                                    impl_->access.cert_file + "' or its key '" +
-                                                    impl_->access.key_file + "'");
+      impl_->bad_endpoint =
+          Status::InvalidArgument("cannot load the etcd client certificate '" + impl_->access.cert_file +
+                                  "' or its key '" + impl_->access.key_file + "'");
     }
   }
 }
@@ -389,8 +389,8 @@ Result<EtcdClient::TxnResult> EtcdClient::Txn(const json& compare, const json& s
   if (!answer.ok()) return answer.status();
   TxnResult out;
   // The gateway leaves out false booleans.
-  out.succeeded = answer->contains("succeeded") && (*answer)["succeeded"].is_boolean() &&
-                  (*answer)["succeeded"].get<bool>();
+  out.succeeded =
+      answer->contains("succeeded") && (*answer)["succeeded"].is_boolean() && (*answer)["succeeded"].get<bool>();
   out.revision = Int64Field(answer->value("header", json::object()), "revision");
   out.responses = answer->value("responses", json::array());
   return out;

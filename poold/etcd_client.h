@@ -50,7 +50,8 @@ struct EtcdKeyValue {
 };
 
 // One comparison of a transaction (etcd's Compare, in the gateway's JSON form).
-nlohmann::json EtcdCompareCreateRevision(const std::string& key, int64_t revision);  // key's create_revision == revision
+nlohmann::json EtcdCompareCreateRevision(const std::string& key,
+                                         int64_t revision);  // key's create_revision == revision
 nlohmann::json EtcdPut(const std::string& key, const std::string& value, int64_t lease = 0);
 nlohmann::json EtcdDelete(const std::string& key);
 nlohmann::json EtcdDeleteRange(const std::string& begin, const std::string& end);
@@ -70,8 +71,8 @@ class EtcdClient {
 
   struct TxnResult {
     bool succeeded = false;
-    int64_t revision = 0;             // the store's revision after the transaction
-    nlohmann::json responses;         // the gateway's "responses" array
+    int64_t revision = 0;      // the store's revision after the transaction
+    nlohmann::json responses;  // the gateway's "responses" array
   };
   Result<TxnResult> Txn(const nlohmann::json& compare, const nlohmann::json& success,
                         const nlohmann::json& failure = nlohmann::json::array());

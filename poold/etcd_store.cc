@@ -39,27 +39,43 @@ Result<Row> FromJson(const std::string& text, const char* what, Fill fill) {
 }  // namespace
 
 json GpuRowToJson(const GpuRow& r) {
-  return {{"uuid", r.uuid},         {"host", r.host},
-          {"rack", r.rack},         {"model", r.model},
-          {"pci_bus_id", r.pci_bus_id}, {"endpoint", r.endpoint},
-          {"state", r.state},       {"reason", r.reason},
-          {"index", r.index},       {"numa_node", r.numa_node},
-          {"memory_mib", r.memory_mib}, {"admin_drain", r.admin_drain},
+  return {{"uuid", r.uuid},
+          {"host", r.host},
+          {"rack", r.rack},
+          {"model", r.model},
+          {"pci_bus_id", r.pci_bus_id},
+          {"endpoint", r.endpoint},
+          {"state", r.state},
+          {"reason", r.reason},
+          {"index", r.index},
+          {"numa_node", r.numa_node},
+          {"memory_mib", r.memory_mib},
+          {"admin_drain", r.admin_drain},
           {"admin_fail", r.admin_fail}};
 }
 
 json LeaseRowToJson(const LeaseRow& r) {
-  return {{"number", r.number},   {"job_id", r.job_id},     {"uid", r.uid},
-          {"user", r.user},       {"request", r.request_json}, {"place", r.place},
-          {"state", r.state},     {"token", r.token},       {"gpus", r.gpus_json},
-          {"min_memory_mib", r.min_memory_mib}, {"generation", r.generation},
-          {"created", r.created}, {"renewed", r.renewed},   {"expires", r.expires},
-          {"ttl", r.ttl},         {"movable", r.movable}};
+  return {{"number", r.number},
+          {"job_id", r.job_id},
+          {"uid", r.uid},
+          {"user", r.user},
+          {"request", r.request_json},
+          {"place", r.place},
+          {"state", r.state},
+          {"token", r.token},
+          {"gpus", r.gpus_json},
+          {"min_memory_mib", r.min_memory_mib},
+          {"generation", r.generation},
+          {"created", r.created},
+          {"renewed", r.renewed},
+          {"expires", r.expires},
+          {"ttl", r.ttl},
+          {"movable", r.movable}};
 }
 
 json EventRowToJson(const EventRow& r) {
-  return {{"seq", r.seq},       {"time", r.time},   {"type", r.type}, {"gpu", r.gpu},
-          {"lease", r.lease},   {"detail", r.detail}, {"job_id", r.job_id}, {"uid", r.uid}};
+  return {{"seq", r.seq},     {"time", r.time},     {"type", r.type},     {"gpu", r.gpu},
+          {"lease", r.lease}, {"detail", r.detail}, {"job_id", r.job_id}, {"uid", r.uid}};
 }
 
 Result<GpuRow> GpuRowFromJson(const std::string& text) {
@@ -114,19 +130,17 @@ Result<EventRow> EventRowFromJson(const std::string& text) {
   });
 }
 
-EtcdStore::EtcdStore(EtcdAccess access, std::string prefix, int64_t fence_revision,
-                     int max_txn_ops)
+EtcdStore::EtcdStore(EtcdAccess access, std::string prefix, int64_t fence_revision, int max_txn_ops)
     : etcd_(std::move(access), kTimeoutMs),
       prefix_(std::move(prefix)),
       fence_revision_(fence_revision),
       max_txn_ops_(max_txn_ops) {}
 
-Result<std::unique_ptr<Store>> EtcdStore::Open(EtcdAccess access, std::string prefix,
-                                               int64_t fence_revision, int max_txn_ops) {
+Result<std::unique_ptr<Store>> EtcdStore::Open(EtcdAccess access, std::string prefix, int64_t fence_revision,
+                                               int max_txn_ops) {
   if (fence_revision <= 0) return Status::InvalidArgument("an etcd store needs the leader key's revision");
   if (max_txn_ops < 4) return Status::InvalidArgument("max_txn_ops must be at least 4");
-  std::unique_ptr<EtcdStore> store(
-      new EtcdStore(std::move(access), std::move(prefix), fence_revision, max_txn_ops));
+  std::unique_ptr<EtcdStore> store(new EtcdStore(std::move(access), std::move(prefix), fence_revision, max_txn_ops));
   store->StartCommitter();
   return std::unique_ptr<Store>(std::move(store));
 }

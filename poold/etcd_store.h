@@ -30,8 +30,8 @@ class EtcdStore final : public Store {
  public:
   // `fence_revision`: the create revision of the leader key `prefix + "leader"` this replica
   // holds; every write is conditioned on it.
-  static Result<std::unique_ptr<Store>> Open(EtcdAccess access, std::string prefix,
-                                             int64_t fence_revision, int max_txn_ops = 128);
+  static Result<std::unique_ptr<Store>> Open(EtcdAccess access, std::string prefix, int64_t fence_revision,
+                                             int max_txn_ops = 128);
   ~EtcdStore() override;
   Result<LoadedState> Load(size_t recent_events) override;
 

@@ -30,22 +30,38 @@ int64_t NowMs() {
 
 const char* Reason(int status) {
   switch (status) {
-    case 100: return "Continue";
-    case 200: return "OK";
-    case 201: return "Created";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 409: return "Conflict";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Unknown";
+    case 100:
+      return "Continue";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 409:
+      return "Conflict";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Payload Too Large";
+    case 429:
+      return "Too Many Requests";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Unknown";
   }
 }
 
@@ -142,8 +158,7 @@ bool IsLoopback(const sockaddr_storage& a) {
   }
   if (a.ss_family == AF_INET6) {
     const in6_addr& v6 = reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr;
-    return IN6_IS_ADDR_LOOPBACK(&v6) ||
-           (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
   }
   return false;
 }
@@ -385,15 +400,18 @@ void HttpServer::Accept() {
       static const std::string kBody = "{\"error\":\"too many connections from this address\",\"retry\":true}";
       static const std::string kBusy =
           "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nConnection: close\r\n"
-          "Content-Length: " + std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
+          "Content-Length: " +
+          std::to_string(kBody.size()) + "\r\n\r\n" + kBody;
       ssize_t w = send(fd, kBusy.data(), kBusy.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
       (void)w;
       close(fd);
       if (open == 0) per_source_.erase(source);
       NoteStall();
       std::lock_guard<std::mutex> lock(mu_);
-      if (open >= limits_.per_source) ++counters_.refused_per_source;
-      else ++counters_.refused_full;
+      if (open >= limits_.per_source)
+        ++counters_.refused_per_source;
+      else
+        ++counters_.refused_full;
       continue;
     }
     ++open;
@@ -506,8 +524,8 @@ bool HttpServer::TryParse(const std::shared_ptr<Conn>& c) {
       if (length > limits_.max_body_bytes) return fail(413);
     }
     std::string connection = c->req.get_header_value("Connection");
-    c->keep_alive = c->req.version == "HTTP/1.1" ? !EqualsNoCase(connection, "close")
-                                                 : EqualsNoCase(connection, "keep-alive");
+    c->keep_alive =
+        c->req.version == "HTTP/1.1" ? !EqualsNoCase(connection, "close") : EqualsNoCase(connection, "keep-alive");
     c->header_end = end + 4;
     c->body_len = length;
     c->phase = Conn::Phase::kBody;

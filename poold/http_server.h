@@ -40,12 +40,12 @@ struct Response;
 namespace gpupool::poold {
 
 struct HttpLimits {
-  int header_timeout_ms = 5000;   // from a request's first byte to the end of its headers
-  int body_timeout_ms = 10000;    // from the end of the headers to the end of the body
-  int idle_timeout_ms = 60000;    // a keep-alive connection with no request in it
-  int write_timeout_ms = 5000;    // to write one answer
-  int per_source = 256;           // open connections of one source address
-  int max_connections = 16384;    // in all
+  int header_timeout_ms = 5000;  // from a request's first byte to the end of its headers
+  int body_timeout_ms = 10000;   // from the end of the headers to the end of the body
+  int idle_timeout_ms = 60000;   // a keep-alive connection with no request in it
+  int write_timeout_ms = 5000;   // to write one answer
+  int per_source = 256;          // open connections of one source address
+  int max_connections = 16384;   // in all
   size_t max_header_bytes = 16384;
   size_t max_body_bytes = 65536;  // larger: 413
   int workers = 128;              // for ordinary routes
@@ -126,7 +126,7 @@ class HttpServer {
   int wake_fd_ = -1;  // eventfd: Stop() and re-armed connections
   int port_ = 0;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> serving_{false};  // Serve() began (or Stop() came first)
+  std::atomic<bool> serving_{false};        // Serve() began (or Stop() came first)
   std::atomic<int64_t> last_stall_ms_{-1};  // steady ms of the last stall; -1: never
   std::vector<std::thread> workers_;
 
@@ -136,9 +136,9 @@ class HttpServer {
 
   mutable std::mutex mu_;  // guards the queues, rearm_, counters_
   std::condition_variable work_cv_, priority_cv_;
-  std::deque<Job> work_, priority_work_;        // GUARDED_BY(mu_)
-  std::vector<std::shared_ptr<Conn>> rearm_;    // GUARDED_BY(mu_): served; back to the loop
-  HttpCounters counters_;                       // GUARDED_BY(mu_)
+  std::deque<Job> work_, priority_work_;      // GUARDED_BY(mu_)
+  std::vector<std::shared_ptr<Conn>> rearm_;  // GUARDED_BY(mu_): served; back to the loop
+  HttpCounters counters_;                     // GUARDED_BY(mu_)
 };
 
 }  // namespace gpupool::poold

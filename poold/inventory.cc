@@ -8,18 +8,24 @@ namespace gpupool::poold {
 
 const char* GpuStateName(GpuState state) {
   switch (state) {
-    case GpuState::kIdle: return "IDLE";
-    case GpuState::kLeased: return "LEASED";
-    case GpuState::kDraining: return "DRAINING";
-    case GpuState::kDrained: return "DRAINED";
-    case GpuState::kFailed: return "FAILED";
-    case GpuState::kUnreachable: return "UNREACHABLE";
+    case GpuState::kIdle:
+      return "IDLE";
+    case GpuState::kLeased:
+      return "LEASED";
+    case GpuState::kDraining:
+      return "DRAINING";
+    case GpuState::kDrained:
+      return "DRAINED";
+    case GpuState::kFailed:
+      return "FAILED";
+    case GpuState::kUnreachable:
+      return "UNREACHABLE";
   }
   return "UNKNOWN";
 }
 
 bool ParseGpuState(const std::string& name, GpuState* out) {
-  static const GpuState kAll[] = {GpuState::kIdle, GpuState::kLeased, GpuState::kDraining,
+  static const GpuState kAll[] = {GpuState::kIdle,    GpuState::kLeased, GpuState::kDraining,
                                   GpuState::kDrained, GpuState::kFailed, GpuState::kUnreachable};
   for (GpuState s : kAll) {
     if (name == GpuStateName(s)) {
@@ -63,12 +69,24 @@ PoolCounts Inventory::Counts(uint32_t pool) const {
     if (g.pool != pool) continue;
     ++c.total;
     switch (g.state) {
-      case GpuState::kIdle: ++c.idle; break;
-      case GpuState::kLeased: ++c.leased; break;
-      case GpuState::kDraining: ++c.draining; break;
-      case GpuState::kDrained: ++c.drained; break;
-      case GpuState::kFailed: ++c.failed; break;
-      case GpuState::kUnreachable: ++c.unreachable; break;
+      case GpuState::kIdle:
+        ++c.idle;
+        break;
+      case GpuState::kLeased:
+        ++c.leased;
+        break;
+      case GpuState::kDraining:
+        ++c.draining;
+        break;
+      case GpuState::kDrained:
+        ++c.drained;
+        break;
+      case GpuState::kFailed:
+        ++c.failed;
+        break;
+      case GpuState::kUnreachable:
+        ++c.unreachable;
+        break;
     }
   }
   return c;
@@ -95,17 +113,14 @@ GpuIndex Inventory::FindGpu(const std::string& id_or_uuid) const {
   if (colon == std::string::npos || colon == 0) return kNone;
   NameId host = FindName(id_or_uuid.substr(0, colon));
   std::string idx = id_or_uuid.substr(colon + 1);
-  if (host == kNone || idx.empty() || idx.size() > 5 ||
-      idx.find_first_not_of("0123456789") != std::string::npos) {
+  if (host == kNone || idx.empty() || idx.size() > 5 || idx.find_first_not_of("0123456789") != std::string::npos) {
     return kNone;
   }
   auto hit = by_host_index_.find({host, static_cast<uint16_t>(std::stoi(idx))});
   return hit == by_host_index_.end() ? kNone : hit->second;
 }
 
-std::string Inventory::GpuId(GpuIndex i) const {
-  return names_[gpus_[i].host] + ":" + std::to_string(gpus_[i].index);
-}
+std::string Inventory::GpuId(GpuIndex i) const { return names_[gpus_[i].host] + ":" + std::to_string(gpus_[i].index); }
 
 void Inventory::SetState(GpuIndex i, GpuState state) {
   Gpu& g = gpus_[i];
@@ -140,9 +155,8 @@ void Inventory::RemoveIdle(GpuIndex i) {
   --p.idle;
 }
 
-uint32_t Inventory::PoolFor(const std::string& uuid, const std::string& gpu_id,
-                            const std::string& model, const std::string& rack,
-                            const std::string& host, uint64_t memory_mib) const {
+uint32_t Inventory::PoolFor(const std::string& uuid, const std::string& gpu_id, const std::string& model,
+                            const std::string& rack, const std::string& host, uint64_t memory_mib) const {
   for (const GpuAssignment& a : assignments_) {
     if (a.gpu == uuid || a.gpu == gpu_id) return FindPool(a.pool);
   }
@@ -185,9 +199,7 @@ std::vector<Host*> Inventory::AllHosts() {
   return out;
 }
 
-int Inventory::IdleCount(uint32_t pool) const {
-  return pool < pool_index_.size() ? pool_index_[pool].idle : 0;
-}
+int Inventory::IdleCount(uint32_t pool) const { return pool < pool_index_.size() ? pool_index_[pool].idle : 0; }
 
 void Inventory::TakeFromRack(const PoolIndex& index, NameId rack, int want, uint64_t min_memory_mib,
                              std::vector<GpuIndex>* out) const {
@@ -201,8 +213,8 @@ void Inventory::TakeFromRack(const PoolIndex& index, NameId rack, int want, uint
   }
 }
 
-std::vector<GpuIndex> Inventory::Place(uint32_t pool, int count, Spread spread, NameId rack,
-                                       uint64_t min_memory_mib, NameId prefer_rack) const {
+std::vector<GpuIndex> Inventory::Place(uint32_t pool, int count, Spread spread, NameId rack, uint64_t min_memory_mib,
+                                       NameId prefer_rack) const {
   std::vector<GpuIndex> chosen;
   if (pool >= pool_index_.size() || count <= 0) return chosen;
   const PoolIndex& p = pool_index_[pool];
@@ -223,7 +235,8 @@ std::vector<GpuIndex> Inventory::Place(uint32_t pool, int count, Spread spread, 
     // One GPU per rack, racks with most idle first, and again until `count` are chosen.
     // At most `count` racks can take part: the ones with the most idle GPUs.
     std::vector<NameId> racks;
-    for (auto it = p.racks_by_idle.rbegin(); it != p.racks_by_idle.rend() && static_cast<int>(racks.size()) < count; ++it) {
+    for (auto it = p.racks_by_idle.rbegin(); it != p.racks_by_idle.rend() && static_cast<int>(racks.size()) < count;
+         ++it) {
       racks.push_back(it->second);
     }
     bool progress = true;

@@ -29,25 +29,25 @@ inline constexpr uint32_t kNone = UINT32_MAX;
 struct Gpu {
   std::string uuid;
   std::string pci_bus_id;
-  std::string reason;       // why FAILED/DRAINED/UNREACHABLE; empty otherwise
+  std::string reason;  // why FAILED/DRAINED/UNREACHABLE; empty otherwise
   uint64_t memory_mib = 0;
-  uint64_t lease = 0;       // lease number holding it, 0 = none
+  uint64_t lease = 0;  // lease number holding it, 0 = none
   NameId host = kNone;
   NameId rack = kNone;
   NameId model = kNone;
-  uint32_t pool = kNone;    // index into pools(); kNone = in no pool
-  uint16_t index = 0;       // host-local index
+  uint32_t pool = kNone;  // index into pools(); kNone = in no pool
+  uint16_t index = 0;     // host-local index
   int16_t numa_node = -1;
   GpuState state = GpuState::kIdle;
-  bool admin_drain = false; // admin asked drain; cleared by resume
-  bool admin_fail = false;  // admin set state=fail; cleared by resume
+  bool admin_drain = false;  // admin asked drain; cleared by resume
+  bool admin_fail = false;   // admin set state=fail; cleared by resume
 };
 
 struct Host {
   NameId name = kNone;
   NameId rack = kNone;
-  std::string endpoint;     // data-path address served to jobs
-  int64_t last_seen = 0;    // unix seconds of the last register/heartbeat
+  std::string endpoint;   // data-path address served to jobs
+  int64_t last_seen = 0;  // unix seconds of the last register/heartbeat
   bool reachable = true;
   std::vector<GpuIndex> gpus;  // by host-local index order of registration
 };
@@ -70,7 +70,7 @@ class Inventory {
   // Pools from the config, in config order.
   const std::vector<PoolConfig>& pools() const { return pools_; }
   uint32_t FindPool(const std::string& name) const;  // kNone if unknown
-  PoolCounts Counts(uint32_t pool) const;  // O(GPUs): for listings and metrics
+  PoolCounts Counts(uint32_t pool) const;            // O(GPUs): for listings and metrics
   int Total(uint32_t pool) const { return pool < pool_total_.size() ? pool_total_[pool] : 0; }  // O(1)
 
   // Adds a GPU (new uuid) or returns the existing one's index. The caller sets its state
@@ -98,8 +98,8 @@ class Inventory {
   // not enough idle GPUs match. `rack` != kNone restricts to that rack. `prefer_rack` is
   // tried first (swaps keep a job in the same rack). pack = fewest racks, best fit.
   enum class Spread { kPack, kSpread };
-  std::vector<GpuIndex> Place(uint32_t pool, int count, Spread spread, NameId rack,
-                              uint64_t min_memory_mib, NameId prefer_rack) const;
+  std::vector<GpuIndex> Place(uint32_t pool, int count, Spread spread, NameId rack, uint64_t min_memory_mib,
+                              NameId prefer_rack) const;
 
   // Number of idle GPUs in `pool` (any rack).
   int IdleCount(uint32_t pool) const;

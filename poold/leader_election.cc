@@ -10,13 +10,12 @@ namespace {
 
 using nlohmann::json;
 
-constexpr int kPollMs = 200;      // a follower looks at the leader key this often
+constexpr int kPollMs = 200;  // a follower looks at the leader key this often
 constexpr int kEtcdTimeoutMs = 1000;
 
 }  // namespace
 
-LeaderElection::LeaderElection(EtcdAccess access, std::string prefix, std::string my_url,
-                               int ttl_seconds)
+LeaderElection::LeaderElection(EtcdAccess access, std::string prefix, std::string my_url, int ttl_seconds)
     : access_(std::move(access)), prefix_(std::move(prefix)), my_url_(std::move(my_url)), ttl_(ttl_seconds) {}
 
 LeaderElection::~LeaderElection() {
@@ -72,8 +71,8 @@ Status LeaderElection::Campaign(std::function<void(const Status&)> on_lost) {
             leader_url_ = my_url_;
           }
           leader_ = true;
-          log::Info("elected leader (etcd " + etcd.endpoint() + ", fence revision " +
-                    std::to_string(txn->revision) + ", lease ttl " + std::to_string(ttl_) + " s)");
+          log::Info("elected leader (etcd " + etcd.endpoint() + ", fence revision " + std::to_string(txn->revision) +
+                    ", lease ttl " + std::to_string(ttl_) + " s)");
           keepalive_ = std::thread(&LeaderElection::KeepAliveLoop, this, std::move(client), std::move(on_lost));
           return Status::OK();
         }

@@ -35,12 +35,18 @@ int main(int argc, char** argv) {
   std::string listen;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "-D") foreground = true;
-    else if (a == "-v") ++verbose;
-    else if (a == "-vv") verbose += 2;
-    else if ((a == "-f" || a == "--listen") && i + 1 < argc) (a == "-f" ? conf : listen) = argv[++i];
-    else if (a == "-h" || a == "--help") { Usage(stdout); return 0; }
-    else {
+    if (a == "-D")
+      foreground = true;
+    else if (a == "-v")
+      ++verbose;
+    else if (a == "-vv")
+      verbose += 2;
+    else if ((a == "-f" || a == "--listen") && i + 1 < argc)
+      (a == "-f" ? conf : listen) = argv[++i];
+    else if (a == "-h" || a == "--help") {
+      Usage(stdout);
+      return 0;
+    } else {
       std::fprintf(stderr, "gpupoold: error: unknown option '%s'\n", a.c_str());
       Usage(stderr);
       return 2;

@@ -10,9 +10,12 @@ void RequestMetrics::Observe(int http_code, double seconds) {
   buckets_[i].fetch_add(1, std::memory_order_relaxed);
   count_.fetch_add(1, std::memory_order_relaxed);
   sum_ns_.fetch_add(static_cast<uint64_t>(seconds * 1e9), std::memory_order_relaxed);
-  if (http_code < 400) ok_.fetch_add(1, std::memory_order_relaxed);
-  else if (http_code < 500) client_errors_.fetch_add(1, std::memory_order_relaxed);
-  else server_errors_.fetch_add(1, std::memory_order_relaxed);
+  if (http_code < 400)
+    ok_.fetch_add(1, std::memory_order_relaxed);
+  else if (http_code < 500)
+    client_errors_.fetch_add(1, std::memory_order_relaxed);
+  else
+    server_errors_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void RequestMetrics::Render(std::string* out) const {
@@ -24,8 +27,9 @@ void RequestMetrics::Render(std::string* out) const {
   *out += line;
   std::snprintf(line, sizeof(line), "gpupool_requests_total{outcome=\"server_error\"} %lu\n", server_errors_.load());
   *out += line;
-  *out += "# HELP gpupool_request_duration_seconds API request latency.\n"
-          "# TYPE gpupool_request_duration_seconds histogram\n";
+  *out +=
+      "# HELP gpupool_request_duration_seconds API request latency.\n"
+      "# TYPE gpupool_request_duration_seconds histogram\n";
   uint64_t cumulative = 0;
   for (size_t i = 0; i < kBuckets.size(); ++i) {
     cumulative += buckets_[i].load();

@@ -41,8 +41,7 @@ Status PoolEngine::Recover(const LoadedState& state) {
     g.reason = r.reason;
     g.admin_drain = r.admin_drain;
     g.admin_fail = r.admin_fail;
-    g.pool = inventory_.PoolFor(r.uuid, r.host + ":" + std::to_string(r.index), r.model, r.rack,
-                                r.host, r.memory_mib);
+    g.pool = inventory_.PoolFor(r.uuid, r.host + ":" + std::to_string(r.index), r.model, r.rack, r.host, r.memory_mib);
     if (!ParseGpuState(r.state, &g.state)) g.state = GpuState::kUnreachable;
     // Leases are re-linked below; a GPU is LEASED only through a lease.
     if (g.state == GpuState::kLeased) g.state = GpuState::kIdle;
@@ -92,12 +91,14 @@ Status PoolEngine::Recover(const LoadedState& state) {
       if (g == kNone) return Status::Internal("lease " + LeaseName(r.number) + " holds unknown GPU " + u.dump());
       Gpu& gpu = inventory_.gpu(g);
       if (gpu.lease != 0) {
-        return Status::Internal("GPU " + gpu.uuid + " is in two leases on disk: L" +
-                                std::to_string(gpu.lease) + " and " + LeaseName(r.number));
+        return Status::Internal("GPU " + gpu.uuid + " is in two leases on disk: L" + std::to_string(gpu.lease) +
+                                " and " + LeaseName(r.number));
       }
       gpu.lease = l.number;
-      if (gpu.state == GpuState::kIdle) inventory_.SetState(g, GpuState::kLeased);
-      else if (gpu.state == GpuState::kDrained) inventory_.SetState(g, GpuState::kDraining);
+      if (gpu.state == GpuState::kIdle)
+        inventory_.SetState(g, GpuState::kLeased);
+      else if (gpu.state == GpuState::kDrained)
+        inventory_.SetState(g, GpuState::kDraining);
       if (gpu.state == GpuState::kDraining && l.movable) draining_movable_.insert(g);
       l.gpus.push_back(g);
     }
@@ -108,8 +109,8 @@ Status PoolEngine::Recover(const LoadedState& state) {
   for (const EventRow& e : state.recent_events) events_.push_back(e);
   next_lease_ = state.next_lease;
   next_event_ = state.next_event;
-  log::Info("recovered " + std::to_string(inventory_.gpu_count()) + " GPUs, " +
-            std::to_string(leases_.size()) + " leases, next event " + std::to_string(next_event_));
+  log::Info("recovered " + std::to_string(inventory_.gpu_count()) + " GPUs, " + std::to_string(leases_.size()) +
+            " leases, next event " + std::to_string(next_event_));
   return Status::OK();
 }
 
@@ -160,8 +161,7 @@ void PoolEngine::PersistLease(const Lease& l) {
   store_->Enqueue(std::move(r));
 }
 
-void PoolEngine::Event(const std::string& type, GpuIndex gpu, const Lease* lease,
-                       const std::string& detail) {
+void PoolEngine::Event(const std::string& type, GpuIndex gpu, const Lease* lease, const std::string& detail) {
   EventRow e;
   e.seq = next_event_++;
   e.time = clock_();
@@ -249,7 +249,7 @@ nlohmann::json PoolEngine::LeaseJson(const Lease& l, bool with_token) const {
 }
 
 nlohmann::json PoolEngine::EventJson(const EventRow& e) const {
-  return {{"seq", e.seq}, {"time", e.time}, {"type", e.type}, {"gpu", e.gpu},
+  return {{"seq", e.seq},       {"time", e.time},   {"type", e.type},    {"gpu", e.gpu},
           {"job_id", e.job_id}, {"lease", e.lease}, {"detail", e.detail}};
 }
 
@@ -266,8 +266,10 @@ Result<nlohmann::json> PoolEngine::UpdateGpu(const std::string& id, const std::s
   if (state == "drain") {
     gpu.admin_drain = true;
     gpu.reason = why;
-    if (gpu.state == GpuState::kIdle) inventory_.SetState(g, GpuState::kDrained);
-    else if (gpu.state == GpuState::kLeased) inventory_.SetState(g, GpuState::kDraining);
+    if (gpu.state == GpuState::kIdle)
+      inventory_.SetState(g, GpuState::kDrained);
+    else if (gpu.state == GpuState::kLeased)
+      inventory_.SetState(g, GpuState::kDraining);
     PersistGpu(g);
     Event("state_changed", g, nullptr, std::string("drain: ") + why);
     // A lease whose processes follow a move (movable) goes to another GPU now, and the
@@ -305,8 +307,8 @@ Result<nlohmann::json> PoolEngine::UpdateGpu(const std::string& id, const std::s
   return nlohmann::json{{"gpu", GpuJson(g)}};
 }
 
-Result<nlohmann::json> PoolEngine::Migrate(const std::string& lease_id, const std::string& gpu,
-                                           const std::string& to, const std::string& reason) {
+Result<nlohmann::json> PoolEngine::Migrate(const std::string& lease_id, const std::string& gpu, const std::string& to,
+                                           const std::string& reason) {
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
   Status why;
@@ -340,8 +342,7 @@ Result<nlohmann::json> PoolEngine::Migrate(const std::string& lease_id, const st
                                      " is not in the pool of the GPU it would replace");
     }
     if (t.state != GpuState::kIdle) {
-      return Status::Conflict("GPU " + inventory_.GpuId(target) + " is " + GpuStateName(t.state) +
-                              ", not IDLE");
+      return Status::Conflict("GPU " + inventory_.GpuId(target) + " is " + GpuStateName(t.state) + ", not IDLE");
     }
     if (t.memory_mib < l->min_memory_mib) {
       return Status::Conflict("GPU " + inventory_.GpuId(target) + " has less memory than the lease asks for");
@@ -372,9 +373,16 @@ Result<nlohmann::json> PoolEngine::ListPools(const std::string& name) {
     if (!name.empty() && name != pname) continue;
     found = true;
     PoolCounts c = inventory_.Counts(p);
-    out.push_back({{"name", pname}, {"total", c.total}, {"idle", c.idle}, {"leased", c.leased},
-                   {"draining", c.draining}, {"drained", c.drained}, {"failed", c.failed},
-                   {"unreachable", c.unreachable}, {"usable", c.usable()}, {"leases", lease_count[p]}});
+    out.push_back({{"name", pname},
+                   {"total", c.total},
+                   {"idle", c.idle},
+                   {"leased", c.leased},
+                   {"draining", c.draining},
+                   {"drained", c.drained},
+                   {"failed", c.failed},
+                   {"unreachable", c.unreachable},
+                   {"usable", c.usable()},
+                   {"leases", lease_count[p]}});
   }
   if (!found) return Status::NotFound("no such pool '" + name + "'");
   return nlohmann::json{{"pools", out}};
@@ -443,8 +451,8 @@ void PoolEngine::Tick(bool deaf) {
   int64_t now = clock_();
   for (Host* h : inventory_.AllHosts()) {
     if (!deaf && h->reachable && now - h->last_seen > config_.poold.unreachable_timeout) {
-      MarkHostUnreachable(h, "no heartbeat from " + inventory_.Name(h->name) + " for " +
-                                 std::to_string(now - h->last_seen) + " s");
+      MarkHostUnreachable(
+          h, "no heartbeat from " + inventory_.Name(h->name) + " for " + std::to_string(now - h->last_seen) + " s");
     }
   }
   std::vector<uint64_t> expired;
@@ -521,8 +529,8 @@ Status PoolEngine::CheckInvariants() {
       if (Usable(inventory_.gpu(g).state)) {
         auto [it, fresh] = owner.emplace(g, n);
         if (!fresh) {
-          return Status::Internal(inventory_.GpuId(g) + " is in two leases: " + LeaseName(it->second) +
-                                  " and " + LeaseName(n));
+          return Status::Internal(inventory_.GpuId(g) + " is in two leases: " + LeaseName(it->second) + " and " +
+                                  LeaseName(n));
         }
       }
     }

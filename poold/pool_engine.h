@@ -52,8 +52,8 @@ struct AcquireRequest {
   std::vector<PoolRequest> request;
   std::string place = "pack";  // "pack", "spread" or "rack:NAME"
   uint64_t min_memory_mib = 0;
-  int64_t ttl = 0;             // 0: the configured default
-  bool has_owner = false;      // uid/user given (admins only)
+  int64_t ttl = 0;         // 0: the configured default
+  bool has_owner = false;  // uid/user given (admins only)
   uid_t uid = 0;
   std::string user;
   // The job's processes follow a move of its GPUs (gpupool's library with failover on):
@@ -99,18 +99,17 @@ struct AgentRegistration {
 };
 
 struct EventFilter {
-  std::string gpu;       // id or uuid; empty = any
-  int64_t job_id = 0;    // 0 = any
-  uint64_t since = 0;    // events with seq > since
+  std::string gpu;     // id or uuid; empty = any
+  int64_t job_id = 0;  // 0 = any
+  uint64_t since = 0;  // events with seq > since
   size_t limit = 1000;
 };
 
 // Counters for /metrics.
 struct EngineCounters {
-  uint64_t acquired = 0, released = 0, expired = 0, reaped = 0, swapped = 0, degraded = 0,
-           failed = 0, unreachable = 0, recovered = 0, migrated = 0, recoveries_dropped = 0,
-           tenant_faults = 0, agent_lost_confirmed = 0, agent_lost_refuted = 0,
-           agent_lost_dropped = 0;
+  uint64_t acquired = 0, released = 0, expired = 0, reaped = 0, swapped = 0, degraded = 0, failed = 0, unreachable = 0,
+           recovered = 0, migrated = 0, recoveries_dropped = 0, tenant_faults = 0, agent_lost_confirmed = 0,
+           agent_lost_refuted = 0, agent_lost_dropped = 0;
 };
 
 // Who owns Slurm job N, as slurmctld says (SlurmJobs::Owner). NotFound: no such job or it
@@ -171,8 +170,8 @@ class PoolEngine {
   // lease's generation goes up, a "migrated" event is recorded, the old GPU goes back to
   // IDLE (DRAINED when drained); the job's running processes follow with their state
   // (gpupool-remote(7), FAILOVER).
-  Result<nlohmann::json> Migrate(const std::string& lease_id, const std::string& gpu,
-                                 const std::string& to, const std::string& reason);
+  Result<nlohmann::json> Migrate(const std::string& lease_id, const std::string& gpu, const std::string& to,
+                                 const std::string& reason);
   Result<nlohmann::json> ListEvents(const Caller& caller, const EventFilter& filter);
 
   // --- agents ---
@@ -187,8 +186,7 @@ class PoolEngine {
   // Recovered events name the reporting host, address and uid, and at most
   // kRecoveriesPerMinute are recorded per lease (more are dropped and counted).
   Result<nlohmann::json> Heartbeat(const std::string& host, const std::vector<GpuHealthReport>& gpus,
-                                   const std::vector<RecoveryReport>& recoveries = {},
-                                   const AgentSender& from = {});
+                                   const std::vector<RecoveryReport>& recoveries = {}, const AgentSender& from = {});
   static constexpr int kRecoveriesPerMinute = 10;
   // Records a "tenant_fault" event for each report whose GPU is the host's and held by the
   // lease it names (others are ignored); the GPU's state does not change. Counted with the
@@ -207,8 +205,7 @@ class PoolEngine {
   // PermissionDenied (the same words for both); a GPU the lease no longer holds is no
   // report (the lease has moved: the answer says where). Answers {"probe": what gpupoold
   // saw, "agent_lost": bool, "lease": the lease as GET /v1/leases shows it, no token}.
-  Result<nlohmann::json> AgentLost(const std::string& lease_id, const std::string& token,
-                                   const std::string& gpu_uuid);
+  Result<nlohmann::json> AgentLost(const std::string& lease_id, const std::string& token, const std::string& gpu_uuid);
   static constexpr int kLostReportsPerMinute = 10;
   static constexpr int kAgentProbeTimeoutMs = 600;
   static constexpr int kAgentProbeFreshMs = 1000;
@@ -242,7 +239,7 @@ class PoolEngine {
     std::vector<PoolRequest> request;
     std::string place;
     uint64_t min_memory_mib = 0;
-    std::vector<GpuIndex> gpus;        // device order; slot i belongs to pool slot_pool[i]
+    std::vector<GpuIndex> gpus;  // device order; slot i belongs to pool slot_pool[i]
     std::vector<uint32_t> slot_pool;
     // Per slot, the GPU it held before its last move (kNone: none known). Not persisted:
     // the new GPU's agent pulls a process's memory only from that GPU's agent (a handoff),
@@ -282,8 +279,7 @@ class PoolEngine {
   // `uuid` of that host (*gpu then names the GPU), and when the lease has not had
   // kRecoveriesPerMinute reports this minute (counted as dropped otherwise); else nullptr.
   // REQUIRES: mu_ held.
-  Lease* ReportedLease(NameId host_id, const std::string& uuid, const std::string& lease,
-                       GpuIndex* gpu);
+  Lease* ReportedLease(NameId host_id, const std::string& uuid, const std::string& lease, GpuIndex* gpu);
   nlohmann::json GpuJson(GpuIndex g) const;
   nlohmann::json LeaseJson(const Lease& lease, bool with_token) const;
   nlohmann::json EventJson(const EventRow& e) const;
@@ -292,20 +288,20 @@ class PoolEngine {
   const Config config_;
   Store* const store_;
   const Clock clock_;
-  LeaseTokens tokens_;  // set before serving, then read-only
+  LeaseTokens tokens_;        // set before serving, then read-only
   JobOwnerLookup job_owner_;  // set before serving, then read-only
   AgentProbe agent_probe_;    // set before serving, then read-only
 
   // Every method holds mu_ and a Store::Hold with it: the rows one operation queues go to
   // the store in one transaction.
   std::mutex mu_;
-  Inventory inventory_;                      // GUARDED_BY(mu_)
-  std::map<uint64_t, Lease> leases_;         // GUARDED_BY(mu_)
-  std::map<int64_t, uint64_t> lease_by_job_; // GUARDED_BY(mu_)
-  std::set<uint64_t> degraded_;              // GUARDED_BY(mu_): leases with a bad slot
+  Inventory inventory_;                       // GUARDED_BY(mu_)
+  std::map<uint64_t, Lease> leases_;          // GUARDED_BY(mu_)
+  std::map<int64_t, uint64_t> lease_by_job_;  // GUARDED_BY(mu_)
+  std::set<uint64_t> degraded_;               // GUARDED_BY(mu_): leases with a bad slot
   // GUARDED_BY(mu_): DRAINING GPUs of movable leases, to move when a GPU is free.
   std::set<GpuIndex> draining_movable_;
-  std::deque<EventRow> events_;              // GUARDED_BY(mu_): newest kEventMemory
+  std::deque<EventRow> events_;  // GUARDED_BY(mu_): newest kEventMemory
   // Host → the address its agent speaks from and the uid it speaks as (Register,
   // Heartbeat): the uid tells apart agents of one address (one machine, several users).
   std::map<NameId, AgentSender> agent_sender_;  // GUARDED_BY(mu_)

@@ -71,8 +71,8 @@ Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg, const 
       gpu.memory_mib = a.memory_mib;
       gpu.pci_bus_id = a.pci_bus_id;
       gpu.numa_node = static_cast<int16_t>(a.numa_node);
-      gpu.pool = inventory_.PoolFor(a.uuid, reg.host + ":" + std::to_string(a.index), a.model, reg.rack,
-                                    reg.host, a.memory_mib);
+      gpu.pool = inventory_.PoolFor(a.uuid, reg.host + ":" + std::to_string(a.index), a.model, reg.rack, reg.host,
+                                    a.memory_mib);
       gpu.state = a.failed ? GpuState::kFailed : GpuState::kIdle;
       gpu.reason = a.failed ? a.reason : "";
       g = inventory_.AddGpu(std::move(gpu));
@@ -110,8 +110,8 @@ Result<nlohmann::json> PoolEngine::Register(const AgentRegistration& reg, const 
   return nlohmann::json{{"gpus", out}};
 }
 
-PoolEngine::Lease* PoolEngine::ReportedLease(NameId host_id, const std::string& uuid,
-                                             const std::string& lease, GpuIndex* gpu) {
+PoolEngine::Lease* PoolEngine::ReportedLease(NameId host_id, const std::string& uuid, const std::string& lease,
+                                             GpuIndex* gpu) {
   GpuIndex g = inventory_.FindGpu(uuid);
   if (g == kNone || inventory_.gpu(g).host != host_id || inventory_.gpu(g).lease == 0) return nullptr;
   auto it = leases_.find(inventory_.gpu(g).lease);
@@ -131,8 +131,7 @@ PoolEngine::Lease* PoolEngine::ReportedLease(NameId host_id, const std::string& 
   return &it->second;
 }
 
-Status PoolEngine::RecordTenantFaults(const std::string& host_name,
-                                      const std::vector<TenantFaultReport>& reports,
+Status PoolEngine::RecordTenantFaults(const std::string& host_name, const std::vector<TenantFaultReport>& reports,
                                       const AgentSender& from) {
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
@@ -147,16 +146,13 @@ Status PoolEngine::RecordTenantFaults(const std::string& host_name,
     if (lease == nullptr) continue;
     ++counters_.tenant_faults;
     Event("tenant_fault", g, lease,
-          "a session of this lease ended through its own work (its worker " + r.how +
-              "); the GPU stays healthy");
+          "a session of this lease ended through its own work (its worker " + r.how + "); the GPU stays healthy");
   }
   return Status::OK();
 }
 
-Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
-                                             const std::vector<GpuHealthReport>& gpus,
-                                             const std::vector<RecoveryReport>& recoveries,
-                                             const AgentSender& from) {
+Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name, const std::vector<GpuHealthReport>& gpus,
+                                             const std::vector<RecoveryReport>& recoveries, const AgentSender& from) {
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
   NameId host_id = inventory_.FindName(host_name);
@@ -191,19 +187,18 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
                     "a process moved here from %s, its memory copied agent to agent: paused %llu "
                     "ms, copied %.1f MiB, replayed %llu operation(s)",
                     r.from.c_str(), static_cast<unsigned long long>(r.pause_ms),
-                    static_cast<double>(r.copied_bytes) / (1 << 20),
-                    static_cast<unsigned long long>(r.replayed));
+                    static_cast<double>(r.copied_bytes) / (1 << 20), static_cast<unsigned long long>(r.replayed));
     } else {
       std::snprintf(detail, sizeof(detail),
                     "a process recovered here from %s: paused %llu ms, restored %.1f MiB, "
                     "replayed %llu operation(s)",
                     r.from.c_str(), static_cast<unsigned long long>(r.pause_ms),
-                    static_cast<double>(r.restored_bytes) / (1 << 20),
-                    static_cast<unsigned long long>(r.replayed));
+                    static_cast<double>(r.restored_bytes) / (1 << 20), static_cast<unsigned long long>(r.replayed));
     }
     std::string said = detail;
     if (!from.address.empty()) {
-      said += "; reported by the agent of " + host_name + " at " + from.address + " (uid " + std::to_string(from.uid) + ")";
+      said +=
+          "; reported by the agent of " + host_name + " at " + from.address + " (uid " + std::to_string(from.uid) + ")";
     }
     Event("recovered", g, lease, said);
   }
@@ -216,8 +211,8 @@ Result<nlohmann::json> PoolEngine::Heartbeat(const std::string& host_name,
     if (gpu.state == GpuState::kFailed) failed.push_back(gpu.uuid);
     if (gpu.lease == 0) continue;
     const Lease& l = leases_.at(gpu.lease);
-    nlohmann::json entry = {{"gpu", gpu.uuid}, {"lease", LeaseName(l.number)}, {"token", l.token},
-                            {"generation", l.generation}};
+    nlohmann::json entry = {
+        {"gpu", gpu.uuid}, {"lease", LeaseName(l.number)}, {"token", l.token}, {"generation", l.generation}};
     // The agent the slot moved from, the one agent a handoff may pull this GPU's memory from.
     for (size_t slot = 0; slot < l.gpus.size() && slot < l.moved_from.size(); ++slot) {
       if (l.gpus[slot] != g || l.moved_from[slot] == kNone) continue;

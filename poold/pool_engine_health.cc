@@ -12,15 +12,14 @@ using engine_internal::Usable;
 
 // ---------------------------------------------------------------- health and swap
 
-bool PoolEngine::ReplaceSlot(Lease* l, size_t slot, const std::string& reason, GpuIndex to,
-                             const char* event) {
+bool PoolEngine::ReplaceSlot(Lease* l, size_t slot, const std::string& reason, GpuIndex to, const char* event) {
   GpuIndex old = l->gpus[slot];
   GpuIndex repl = to;
   if (repl == kNone) {
     NameId rack = kNone;
     if (l->place.rfind("rack:", 0) == 0) rack = inventory_.FindName(l->place.substr(5));
-    std::vector<GpuIndex> pick = inventory_.Place(l->slot_pool[slot], 1, Inventory::Spread::kPack,
-                                                  rack, l->min_memory_mib, inventory_.gpu(old).rack);
+    std::vector<GpuIndex> pick = inventory_.Place(l->slot_pool[slot], 1, Inventory::Spread::kPack, rack,
+                                                  l->min_memory_mib, inventory_.gpu(old).rack);
     if (pick.empty()) return false;
     repl = pick[0];
   }
@@ -39,8 +38,9 @@ bool PoolEngine::ReplaceSlot(Lease* l, size_t slot, const std::string& reason, G
   l->moved_from[slot] = old;
   ++l->generation;
   ++(std::string(event) == "migrated" ? counters_.migrated : counters_.swapped);
-  Event(event, old, l, inventory_.GpuId(old) + " -> " + inventory_.GpuId(repl) + ": " + reason +
-                                " (generation " + std::to_string(l->generation) + ")");
+  Event(event, old, l,
+        inventory_.GpuId(old) + " -> " + inventory_.GpuId(repl) + ": " + reason + " (generation " +
+            std::to_string(l->generation) + ")");
   return true;
 }
 
@@ -141,8 +141,10 @@ void PoolEngine::RecoverGpu(GpuIndex g, const std::string& detail) {
   if (gpu.admin_fail || (g < reported_failed_.size() && reported_failed_[g] && gpu.state == GpuState::kFailed)) {
     return;  // stays FAILED until an admin resumes it
   }
-  if (gpu.lease != 0) to = gpu.admin_drain ? GpuState::kDraining : GpuState::kLeased;
-  else to = gpu.admin_drain ? GpuState::kDrained : GpuState::kIdle;
+  if (gpu.lease != 0)
+    to = gpu.admin_drain ? GpuState::kDraining : GpuState::kLeased;
+  else
+    to = gpu.admin_drain ? GpuState::kDrained : GpuState::kIdle;
   if (gpu.state == to) return;
   inventory_.SetState(g, to);
   gpu.reason = gpu.admin_drain ? gpu.reason : "";

@@ -12,8 +12,7 @@ namespace gpupool::poold {
 
 PoolEngine::Lease* PoolEngine::FindLease(const std::string& id, int64_t job_id, Status* why) {
   if (!id.empty()) {
-    if (id.size() < 2 || id[0] != 'L' || id.size() > 20 ||
-        id.find_first_not_of("0123456789", 1) != std::string::npos) {
+    if (id.size() < 2 || id[0] != 'L' || id.size() > 20 || id.find_first_not_of("0123456789", 1) != std::string::npos) {
       *why = Status::InvalidArgument("bad lease id '" + id + "' (expected L<number>)");
       return nullptr;
     }
@@ -53,15 +52,13 @@ Status PoolEngine::CheckJob(const Caller& caller, const AcquireRequest& req) con
   Result<SlurmJobOwner> owner = job_owner_(req.job_id);
   if (!owner.ok()) {
     if (owner.status().code() == Status::Code::kNotFound) {
-      return Status::PermissionDenied(job + " is not a pending or running Slurm job: " +
-                                      owner.status().message());
+      return Status::PermissionDenied(job + " is not a pending or running Slurm job: " + owner.status().message());
     }
     return Status::Unavailable("cannot confirm who owns " + job + ": " + owner.status().message());
   }
   if (!caller.is_admin() && owner->uid != caller.uid) {
-    return Status::PermissionDenied(job + " belongs to uid " + std::to_string(owner->uid) +
-                                    ", not to uid " + std::to_string(caller.uid) +
-                                    ": users may acquire only for their own jobs");
+    return Status::PermissionDenied(job + " belongs to uid " + std::to_string(owner->uid) + ", not to uid " +
+                                    std::to_string(caller.uid) + ": users may acquire only for their own jobs");
   }
   if (caller.is_admin() && req.has_owner && owner->uid != req.uid) {
     return Status::PermissionDenied(job + " belongs to uid " + std::to_string(owner->uid) + ", not to uid " +
@@ -79,17 +76,17 @@ Status PoolEngine::CheckJob(const Caller& caller, const AcquireRequest& req) con
   Result<std::map<std::string, int64_t>> held = PoolLicenses(owner->licenses);
   if (!held.ok()) return Status::Unavailable("cannot read " + job + "'s licences: " + held.status().message());
   if (held->empty()) {
-    return Status::PermissionDenied(job + " holds no gpupool licences (Slurm: Licenses=" +
-                                    (owner->licenses.empty() ? "(null)" : owner->licenses) +
-                                    "): gpupoold leases a job only the pool GPUs Slurm allocated it; "
-                                    "submit it with --gpu-pool=POOL:COUNT");
+    return Status::PermissionDenied(
+        job + " holds no gpupool licences (Slurm: Licenses=" + (owner->licenses.empty() ? "(null)" : owner->licenses) +
+        "): gpupoold leases a job only the pool GPUs Slurm allocated it; "
+        "submit it with --gpu-pool=POOL:COUNT");
   }
   for (const PoolRequest& p : req.request) {
     auto it = held->find(p.pool);
     int64_t have = it == held->end() ? 0 : it->second;
     if (p.count > have) {
-      return Status::PermissionDenied(job + " holds " + std::to_string(have) + " gpupool_" + p.pool +
-                                      " licences, " + std::to_string(p.count) + " GPUs of pool '" + p.pool +
+      return Status::PermissionDenied(job + " holds " + std::to_string(have) + " gpupool_" + p.pool + " licences, " +
+                                      std::to_string(p.count) + " GPUs of pool '" + p.pool +
                                       "' requested: a lease may not exceed what Slurm allocated the job");
     }
   }
@@ -140,13 +137,13 @@ Result<nlohmann::json> PoolEngine::Acquire(const Caller& caller, const AcquireRe
       // Taken by someone who is not the job's user (a squatter, or state from before this
       // check existed): never hand it to the job. Revoke it and lease afresh below.
       ReleaseLocked(&l, "revoked",
-                    "held by uid " + std::to_string(l.uid) + ", not by job " +
-                        std::to_string(req.job_id) + "'s user uid " + std::to_string(owner));
+                    "held by uid " + std::to_string(l.uid) + ", not by job " + std::to_string(req.job_id) +
+                        "'s user uid " + std::to_string(owner));
       ++counters_.released;
     } else {
       if (l.request != req.request || l.place != req.place || l.min_memory_mib != req.min_memory_mib) {
-        return Status::Conflict("job " + std::to_string(req.job_id) + " already holds lease " +
-                                LeaseName(l.number) + " with a different request");
+        return Status::Conflict("job " + std::to_string(req.job_id) + " already holds lease " + LeaseName(l.number) +
+                                " with a different request");
       }
       return LeaseJson(l, true);
     }
@@ -253,8 +250,10 @@ void PoolEngine::ReleaseLocked(Lease* l, const std::string& type, const std::str
     Gpu& gpu = inventory_.gpu(g);
     if (gpu.lease != l->number) continue;
     gpu.lease = 0;
-    if (gpu.state == GpuState::kLeased) inventory_.SetState(g, GpuState::kIdle);
-    else if (gpu.state == GpuState::kDraining) inventory_.SetState(g, GpuState::kDrained);
+    if (gpu.state == GpuState::kLeased)
+      inventory_.SetState(g, GpuState::kIdle);
+    else if (gpu.state == GpuState::kDraining)
+      inventory_.SetState(g, GpuState::kDrained);
     PersistGpu(g);
   }
   // One event says all an accounting needs: which GPUs, for how long, and why it ended.
@@ -269,8 +268,8 @@ void PoolEngine::ReleaseLocked(Lease* l, const std::string& type, const std::str
   HealDegraded();
 }
 
-Result<nlohmann::json> PoolEngine::Release(const Caller& caller, const std::string& lease_id,
-                                           int64_t job_id, const std::string& why_text) {
+Result<nlohmann::json> PoolEngine::Release(const Caller& caller, const std::string& lease_id, int64_t job_id,
+                                           const std::string& why_text) {
   std::lock_guard<std::mutex> lock(mu_);
   Store::Hold hold(store_);
   Status why;

@@ -59,10 +59,9 @@ Result<nlohmann::json> PoolEngine::AgentLost(const std::string& lease_id, const 
                                  " times this minute; wait for the next minute");
     }
     auto answered = agent_answered_.find(gpu.host);
-    const auto since = answered == agent_answered_.end()
-                           ? std::chrono::milliseconds::max()
-                           : std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::steady_clock::now() - answered->second);
+    const auto since = answered == agent_answered_.end() ? std::chrono::milliseconds::max()
+                                                         : std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                               std::chrono::steady_clock::now() - answered->second);
     if (since < std::chrono::milliseconds(kAgentProbeFreshMs)) {
       ++counters_.agent_lost_refuted;
       return nlohmann::json{{"probe", "none: the agent at " + host->endpoint + " answered a probe " +
@@ -92,16 +91,16 @@ Result<nlohmann::json> PoolEngine::AgentLost(const std::string& lease_id, const 
   } else if (host == nullptr || host->last_seen > asked_at) {
     // It heartbeated while the probe ran (restarted, say): its word is newer than the probe's.
     ++counters_.agent_lost_refuted;
-    probe = "the agent at " + endpoint + " did not answer (" + seen.message() +
-            ") but heartbeated since: nothing changes";
+    probe =
+        "the agent at " + endpoint + " did not answer (" + seen.message() + ") but heartbeated since: nothing changes";
   } else {
     lost = true;
     probe = "the agent at " + endpoint + " did not answer (" + seen.message() + ")";
     if (host->reachable) {
       ++counters_.agent_lost_confirmed;
-      MarkHostUnreachable(host, "its agent at " + endpoint + " did not answer gpupoold's probe (" +
-                                    seen.message() + ") after a process of lease L" +
-                                    std::to_string(number) + " lost its connection to it");
+      MarkHostUnreachable(host, "its agent at " + endpoint + " did not answer gpupoold's probe (" + seen.message() +
+                                    ") after a process of lease L" + std::to_string(number) +
+                                    " lost its connection to it");
     }
   }
   auto it = leases_.find(number);

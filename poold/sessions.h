@@ -21,8 +21,7 @@ namespace gpupool::poold {
 
 class Sessions {
  public:
-  explicit Sessions(int idle_seconds = 300, size_t max_sessions = 100000)
-      : idle_(idle_seconds), max_(max_sessions) {}
+  explicit Sessions(int idle_seconds = 300, size_t max_sessions = 100000) : idle_(idle_seconds), max_(max_sessions) {}
 
   // The new token; fails only when the random source does (common/random.h).
   Result<std::string> Create(uid_t uid, const std::string& address);

@@ -91,11 +91,11 @@ Result<SlurmJobOwner> SlurmJobs::Owner(int64_t job_id) {
     const slurm_job_info_t& j = msg->job_array[i];
     if (j.job_id != static_cast<uint32_t>(job_id)) continue;  // an array's other tasks
     uint32_t base = j.job_state & JOB_STATE_BASE;
-    bool live = base == JOB_PENDING || base == JOB_RUNNING || base == JOB_SUSPENDED ||
-                (j.job_state & JOB_COMPLETING) != 0;
+    bool live =
+        base == JOB_PENDING || base == JOB_RUNNING || base == JOB_SUSPENDED || (j.job_state & JOB_COMPLETING) != 0;
     if (live) {
-      owner = SlurmJobOwner{static_cast<uid_t>(j.user_id), base != JOB_PENDING,
-                            j.licenses != nullptr ? j.licenses : ""};
+      owner =
+          SlurmJobOwner{static_cast<uid_t>(j.user_id), base != JOB_PENDING, j.licenses != nullptr ? j.licenses : ""};
     }
   }
   slurm_free_job_info_msg(msg);

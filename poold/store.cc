@@ -88,8 +88,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fs
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore());
   std::string path = state_dir + "/gpupoold.db";
-  if (sqlite3_open_v2(path.c_str(), &store->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                      SQLITE_OPEN_NOMUTEX, nullptr) != SQLITE_OK) {
+  if (sqlite3_open_v2(path.c_str(), &store->db_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
     return Status::Internal("cannot open " + path + ": " + sqlite3_errmsg(store->db_));
   }
   sqlite3_busy_timeout(store->db_, 5000);
@@ -98,9 +98,9 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fs
   GPUPOOL_RETURN_IF_ERROR(store->Exec(kSchema));
   GPUPOOL_RETURN_IF_ERROR(store->Migrate());
   const std::pair<sqlite3_stmt**, const char*> statements[] = {
-      {&store->put_gpu_, kPutGpu}, {&store->put_lease_, kPutLease}, {&store->delete_lease_, kDeleteLease},
+      {&store->put_gpu_, kPutGpu},     {&store->put_lease_, kPutLease},          {&store->delete_lease_, kDeleteLease},
       {&store->put_event_, kPutEvent}, {&store->put_next_lease_, kPutNextLease}, {&store->begin_, kBegin},
-      {&store->commit_, kCommit}, {&store->trim_events_, kTrimEvents}};
+      {&store->commit_, kCommit},      {&store->trim_events_, kTrimEvents}};
   for (const auto& [stmt, sql] : statements) {
     if (sqlite3_prepare_v2(store->db_, sql, -1, stmt, nullptr) != SQLITE_OK) {
       return Status::Internal(std::string("sqlite: cannot prepare: ") + sqlite3_errmsg(store->db_));
@@ -125,8 +125,8 @@ void Store::StopCommitter() {
 
 SqliteStore::~SqliteStore() {
   StopCommitter();
-  for (sqlite3_stmt* s : {put_gpu_, put_lease_, delete_lease_, put_event_, put_next_lease_, begin_, commit_,
-                          trim_events_}) {
+  for (sqlite3_stmt* s :
+       {put_gpu_, put_lease_, delete_lease_, put_event_, put_next_lease_, begin_, commit_, trim_events_}) {
     sqlite3_finalize(s);
   }
   sqlite3_close(db_);
@@ -168,8 +168,8 @@ Status SqliteStore::Migrate() {
 Status SqliteStore::Exec(const char* sql) {
   char* err = nullptr;
   if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
-    std::string msg = std::string("sqlite: ") + (err != nullptr ? err : "error") + " in: " +
-                      std::string(sql).substr(0, 60);
+    std::string msg =
+        std::string("sqlite: ") + (err != nullptr ? err : "error") + " in: " + std::string(sql).substr(0, 60);
     sqlite3_free(err);
     return Status::Internal(msg);
   }
@@ -185,8 +185,9 @@ Result<LoadedState> SqliteStore::Load(size_t recent_events) {
   };
   int rc = SQLITE_DONE;
   {
-    Stmt s(db_, "SELECT uuid, host, idx, rack, model, memory_mib, pci_bus_id, numa_node, endpoint,"
-                " state, reason, admin_drain, admin_fail FROM gpus ORDER BY host, idx");
+    Stmt s(db_,
+           "SELECT uuid, host, idx, rack, model, memory_mib, pci_bus_id, numa_node, endpoint,"
+           " state, reason, admin_drain, admin_fail FROM gpus ORDER BY host, idx");
     while ((rc = s.Step()) == SQLITE_ROW) {
       GpuRow r;
       r.uuid = s.ColText(0);
@@ -207,8 +208,9 @@ Result<LoadedState> SqliteStore::Load(size_t recent_events) {
     GPUPOOL_RETURN_IF_ERROR(finished(rc, "GPUs"));
   }
   {
-    Stmt s(db_, "SELECT number, job_id, uid, user, request, place, min_memory_mib, gpus, generation,"
-                " state, token, created, renewed, expires, ttl, movable FROM leases ORDER BY number");
+    Stmt s(db_,
+           "SELECT number, job_id, uid, user, request, place, min_memory_mib, gpus, generation,"
+           " state, token, created, renewed, expires, ttl, movable FROM leases ORDER BY number");
     while ((rc = s.Step()) == SQLITE_ROW) {
       LeaseRow r;
       r.number = static_cast<uint64_t>(s.ColInt(0));
@@ -232,8 +234,9 @@ Result<LoadedState> SqliteStore::Load(size_t recent_events) {
     GPUPOOL_RETURN_IF_ERROR(finished(rc, "leases"));
   }
   {
-    Stmt s(db_, "SELECT seq, time, type, gpu, job_id, lease, detail, uid FROM"
-                " (SELECT * FROM events ORDER BY seq DESC LIMIT ?) ORDER BY seq");
+    Stmt s(db_,
+           "SELECT seq, time, type, gpu, job_id, lease, detail, uid FROM"
+           " (SELECT * FROM events ORDER BY seq DESC LIMIT ?) ORDER BY seq");
     s.Int(1, static_cast<int64_t>(recent_events));
     while ((rc = s.Step()) == SQLITE_ROW) {
       EventRow r;
@@ -367,17 +370,37 @@ Status SqliteStore::WriteBatch(const std::vector<Op>& ops) {
     int rc = SQLITE_DONE;
     if (const GpuRow* g = std::get_if<GpuRow>(&op)) {
       Stmt s(put_gpu_);
-      s.Text(1, g->uuid).Text(2, g->host).Int(3, g->index).Text(4, g->rack).Text(5, g->model)
-          .Int(6, static_cast<int64_t>(g->memory_mib)).Text(7, g->pci_bus_id).Int(8, g->numa_node)
-          .Text(9, g->endpoint).Text(10, g->state).Text(11, g->reason).Int(12, g->admin_drain)
+      s.Text(1, g->uuid)
+          .Text(2, g->host)
+          .Int(3, g->index)
+          .Text(4, g->rack)
+          .Text(5, g->model)
+          .Int(6, static_cast<int64_t>(g->memory_mib))
+          .Text(7, g->pci_bus_id)
+          .Int(8, g->numa_node)
+          .Text(9, g->endpoint)
+          .Text(10, g->state)
+          .Text(11, g->reason)
+          .Int(12, g->admin_drain)
           .Int(13, g->admin_fail);
       rc = sqlite3_step(s.get());
     } else if (const LeaseRow* l = std::get_if<LeaseRow>(&op)) {
       Stmt s(put_lease_);
-      s.Int(1, static_cast<int64_t>(l->number)).Int(2, l->job_id).Int(3, l->uid).Text(4, l->user)
-          .Text(5, l->request_json).Text(6, l->place).Int(7, static_cast<int64_t>(l->min_memory_mib))
-          .Text(8, l->gpus_json).Int(9, static_cast<int64_t>(l->generation)).Text(10, l->state)
-          .Text(11, l->token).Int(12, l->created).Int(13, l->renewed).Int(14, l->expires).Int(15, l->ttl)
+      s.Int(1, static_cast<int64_t>(l->number))
+          .Int(2, l->job_id)
+          .Int(3, l->uid)
+          .Text(4, l->user)
+          .Text(5, l->request_json)
+          .Text(6, l->place)
+          .Int(7, static_cast<int64_t>(l->min_memory_mib))
+          .Text(8, l->gpus_json)
+          .Int(9, static_cast<int64_t>(l->generation))
+          .Text(10, l->state)
+          .Text(11, l->token)
+          .Int(12, l->created)
+          .Int(13, l->renewed)
+          .Int(14, l->expires)
+          .Int(15, l->ttl)
           .Int(16, l->movable ? 1 : 0);
       rc = sqlite3_step(s.get());
       max_lease = std::max(max_lease, l->number);
@@ -388,8 +411,14 @@ Status SqliteStore::WriteBatch(const std::vector<Op>& ops) {
       max_lease = std::max(max_lease, d->number);
     } else if (const EventRow* e = std::get_if<EventRow>(&op)) {
       Stmt s(put_event_);
-      s.Int(1, static_cast<int64_t>(e->seq)).Int(2, e->time).Text(3, e->type).Text(4, e->gpu)
-          .Int(5, e->job_id).Text(6, e->lease).Text(7, e->detail).Int(8, e->uid);
+      s.Int(1, static_cast<int64_t>(e->seq))
+          .Int(2, e->time)
+          .Text(3, e->type)
+          .Text(4, e->gpu)
+          .Int(5, e->job_id)
+          .Text(6, e->lease)
+          .Text(7, e->detail)
+          .Int(8, e->uid);
       rc = sqlite3_step(s.get());
       max_event = std::max(max_event, e->seq);
     }

@@ -48,8 +48,8 @@ Result<std::vector<PoolCount>> ParsePoolOption(const std::string& value) {
     }
     if (n <= 0) return Bad(kOptPool, "count of pool '" + pc.pool + "' must be at least 1");
     if (n > kMaxCountPerPool) {
-      return Bad(kOptPool, "count " + count + " of pool '" + pc.pool + "' is larger than " +
-                               std::to_string(kMaxCountPerPool));
+      return Bad(kOptPool,
+                 "count " + count + " of pool '" + pc.pool + "' is larger than " + std::to_string(kMaxCountPerPool));
     }
     if (!seen.insert(pc.pool).second) {
       return Bad(kOptPool, "pool '" + pc.pool + "' is named twice");
@@ -105,16 +105,13 @@ Result<JobRequest> ParseJobRequest(const RawOptions& raw) {
   return request;
 }
 
-nlohmann::json AcquireBody(const JobRequest& request, uint32_t job_id, uint32_t uid,
-                           const std::string& user, int ttl_s, bool movable) {
+nlohmann::json AcquireBody(const JobRequest& request, uint32_t job_id, uint32_t uid, const std::string& user, int ttl_s,
+                           bool movable) {
   nlohmann::json pools = nlohmann::json::array();
   for (const PoolCount& p : request.pools) pools.push_back({{"pool", p.pool}, {"count", p.count}});
-  nlohmann::json body = {{"job_id", job_id},
-                         {"request", pools},
-                         {"place", request.place},
-                         {"min_memory_mib", request.min_memory_mib},
-                         {"uid", uid},
-                         {"user", user}};
+  nlohmann::json body = {
+      {"job_id", job_id}, {"request", pools}, {"place", request.place}, {"min_memory_mib", request.min_memory_mib},
+      {"uid", uid},       {"user", user}};
   if (ttl_s > 0) body["ttl"] = ttl_s;
   if (movable) body["movable"] = true;
   return body;

@@ -58,7 +58,7 @@ Result<JobRequest> ParseJobRequest(const RawOptions& raw);
 // The body of POST /v1/leases (docs/api.md). uid/user name the job's owner: the
 // plugin acquires as root on the owner's behalf. ttl 0 leaves gpupoold's default.
 // movable: the job's processes follow a move of its GPUs (ProcessesFollowMoves).
-nlohmann::json AcquireBody(const JobRequest& request, uint32_t job_id, uint32_t uid,
-                           const std::string& user, int ttl_s, bool movable = false);
+nlohmann::json AcquireBody(const JobRequest& request, uint32_t job_id, uint32_t uid, const std::string& user, int ttl_s,
+                           bool movable = false);
 
 }  // namespace gpupool::spank

@@ -46,8 +46,10 @@ int JobEpilog(spank_t sp, int ac, char** av) {
   LeaseService service(*config);
   Status released = service.Release(job_id);
   if (!released.ok()) {
-    slurm_error("gpupool: epilog of job %u: cannot release its lease (gpupoold reaps it "
-                "later): %s", job_id, released.message().c_str());
+    slurm_error(
+        "gpupool: epilog of job %u: cannot release its lease (gpupoold reaps it "
+        "later): %s",
+        job_id, released.message().c_str());
   } else {
     slurm_verbose("gpupool: epilog of job %u: lease released", job_id);
   }

@@ -16,8 +16,7 @@ Status Missing(const std::string& what, const char* field, const char* type) {
   return Status::Internal("gpupoold sent a " + what + " whose '" + field + "' is not " + type);
 }
 
-Status GetString(const nlohmann::json& o, const char* field, const std::string& what,
-                 bool required, std::string* out) {
+Status GetString(const nlohmann::json& o, const char* field, const std::string& what, bool required, std::string* out) {
   auto it = o.find(field);
   if (it == o.end() || it->is_null()) {
     return required ? Missing(what, field, "a string") : Status::OK();
@@ -28,8 +27,7 @@ Status GetString(const nlohmann::json& o, const char* field, const std::string& 
 }
 
 template <typename T>
-Status GetInt(const nlohmann::json& o, const char* field, const std::string& what, bool required,
-              T* out) {
+Status GetInt(const nlohmann::json& o, const char* field, const std::string& what, bool required, T* out) {
   auto it = o.find(field);
   if (it == o.end() || it->is_null()) {
     return required ? Missing(what, field, "an integer") : Status::OK();
@@ -87,8 +85,7 @@ std::string VisibleDevices(size_t count) {
   return out;
 }
 
-EnvList BaseEnvironment(const Lease& lease, const std::string& server,
-                        const std::string& lease_file) {
+EnvList BaseEnvironment(const Lease& lease, const std::string& server, const std::string& lease_file) {
   return {
       {"GPUPOOL_LEASE_ID", lease.id},
       {"GPUPOOL_LEASE_TOKEN", lease.token},

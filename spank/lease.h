@@ -20,7 +20,7 @@
 namespace gpupool::spank {
 
 struct LeaseGpu {
-  std::string id;        // "<host>:<index>"
+  std::string id;  // "<host>:<index>"
   std::string uuid;
   std::string pool, rack, host;
   int index = 0;         // the GPU's index on its host
@@ -31,11 +31,11 @@ struct Lease {
   std::string id;
   uint32_t job_id = 0;
   int64_t generation = 0;
-  std::string state;    // ACTIVE or DEGRADED
-  std::string token;    // lease credential for the remoting library; may be empty
+  std::string state;  // ACTIVE or DEGRADED
+  std::string token;  // lease credential for the remoting library; may be empty
   int ttl_s = 0;
   std::vector<LeaseGpu> gpus;  // device order: CUDA device i is gpus[i]
-  nlohmann::json raw;   // the object as gpupoold sent it (written to the lease file)
+  nlohmann::json raw;          // the object as gpupoold sent it (written to the lease file)
 };
 
 Result<Lease> ParseLease(const nlohmann::json& object);
@@ -48,8 +48,7 @@ std::string GpusVariable(const Lease& lease);
 std::string VisibleDevices(size_t count);
 
 // The variables every step of a job gets, before the profile's own.
-EnvList BaseEnvironment(const Lease& lease, const std::string& server,
-                        const std::string& lease_file);
+EnvList BaseEnvironment(const Lease& lease, const std::string& server, const std::string& lease_file);
 
 // <lease_dir>/job<ID>.json
 std::string LeaseFilePath(const std::string& lease_dir, uint32_t job_id);

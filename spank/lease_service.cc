@@ -21,8 +21,7 @@ Result<Lease> LeaseService::Acquire(const nlohmann::json& body, bool* created) {
   const Clock::time_point give_up = Clock::now() + std::chrono::seconds(retry_s_);
   Result<nlohmann::json> answer = client_->Post("/v1/leases", body);
   int tries = 1;
-  while (!answer.ok() && answer.status().code() == Status::Code::kUnavailable &&
-         Clock::now() < give_up) {
+  while (!answer.ok() && answer.status().code() == Status::Code::kUnavailable && Clock::now() < give_up) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     answer = client_->Post("/v1/leases", body);
     ++tries;
@@ -31,8 +30,8 @@ Result<Lease> LeaseService::Acquire(const nlohmann::json& body, bool* created) {
     if (tries == 1 || answer.status().code() != Status::Code::kUnavailable) {
       return answer.status();
     }
-    return Status::Unavailable(answer.status().message() + " (" + std::to_string(tries) +
-                               " tries in " + std::to_string(retry_s_) + " s)");
+    return Status::Unavailable(answer.status().message() + " (" + std::to_string(tries) + " tries in " +
+                               std::to_string(retry_s_) + " s)");
   }
   const nlohmann::json& a = answer.value();
   if (!a.is_object() || !a.contains("lease")) {

@@ -36,7 +36,9 @@ bool LeaseWatcher::StartActive(const Lease& lease) {
   return true;
 }
 
-void LeaseWatcher::StartStandby() { thread_ = std::thread([this] { Run(); }); }
+void LeaseWatcher::StartStandby() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void LeaseWatcher::Stop() {
   {
@@ -84,8 +86,7 @@ bool LeaseWatcher::TryAdopt() {
   if (!lease.ok()) return false;  // being rewritten? try again next interval
   lease_ = std::move(lease.value());
   if (options_.log_info) {
-    options_.log_info("job " + std::to_string(options_.job_id) + ": watching lease " +
-                      lease_->id);
+    options_.log_info("job " + std::to_string(options_.job_id) + ": watching lease " + lease_->id);
   }
   return true;
 }
@@ -98,8 +99,7 @@ bool LeaseWatcher::Tick() {
   if (!now.ok()) {
     if (now.status().code() == Status::Code::kNotFound) {
       if (options_.log_info) {
-        options_.log_info("job " + std::to_string(options_.job_id) +
-                          " holds no lease any more; lease watcher stops");
+        options_.log_info("job " + std::to_string(options_.job_id) + " holds no lease any more; lease watcher stops");
       }
       return false;
     }

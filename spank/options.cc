@@ -32,9 +32,12 @@ enum OptionId { kPool = 1, kPlace = 2, kMem = 3 };
 
 Status Check(int id, const std::string& value) {
   switch (id) {
-    case kPool: return ParsePoolOption(value).status();
-    case kPlace: return ParsePlaceOption(value).status();
-    case kMem: return ParseMemOption(value).status();
+    case kPool:
+      return ParsePoolOption(value).status();
+    case kPlace:
+      return ParsePlaceOption(value).status();
+    case kMem:
+      return ParseMemOption(value).status();
   }
   return Status::Internal("unknown option id " + std::to_string(id));
 }
@@ -51,9 +54,18 @@ int OnOption(int id, const char* optarg, int remote) {
     }
     RawOptions& o = State().options;
     switch (id) {
-      case kPool: o.has_pool = true; o.pool = value; break;
-      case kPlace: o.has_place = true; o.place = value; break;
-      case kMem: o.has_mem = true; o.mem = value; break;
+      case kPool:
+        o.has_pool = true;
+        o.pool = value;
+        break;
+      case kPlace:
+        o.has_place = true;
+        o.place = value;
+        break;
+      case kMem:
+        o.has_mem = true;
+        o.mem = value;
+        break;
     }
     return 0;
   } catch (...) {
@@ -69,8 +81,7 @@ int OnOption(int id, const char* optarg, int remote) {
 
 struct spank_option g_options[] = {
     {const_cast<char*>(kOptPool), const_cast<char*>("POOL:COUNT[,POOL:COUNT...]"),
-     const_cast<char*>("GPUs from gpupool's pools for this job (e.g. a100:2,h100:1)."), 1, kPool,
-     OnOption},
+     const_cast<char*>("GPUs from gpupool's pools for this job (e.g. a100:2,h100:1)."), 1, kPool, OnOption},
     {const_cast<char*>(kOptPlace), const_cast<char*>("pack|spread|rack:NAME"),
      const_cast<char*>("Where the pool GPUs should come from: fewest racks (pack, default), "
                        "as many racks as possible (spread), or one named rack."),

@@ -44,9 +44,9 @@ Status Absolute(const std::string& arg, const std::string& value) {
 }  // namespace
 
 const std::vector<std::string>& PluginConfigKeys() {
-  static const std::vector<std::string> keys = {
-      "server", "timeout", "retry", "profile", "profile_dir", "lib_dir", "lease_dir",
-      "munge_socket", "ttl", "watch_interval", "notify"};
+  static const std::vector<std::string> keys = {"server",      "timeout",        "retry",     "profile",
+                                                "profile_dir", "lib_dir",        "lease_dir", "munge_socket",
+                                                "ttl",         "watch_interval", "notify"};
   return keys;
 }
 
@@ -56,8 +56,7 @@ Result<PluginConfig> ParsePluginConfig(const std::vector<std::string>& args) {
   for (const std::string& arg : args) {
     size_t eq = arg.find('=');
     if (eq == std::string::npos || eq == 0) {
-      return Status::InvalidArgument("plugstack.conf: argument '" + arg +
-                                     "' is not key=value");
+      return Status::InvalidArgument("plugstack.conf: argument '" + arg + "' is not key=value");
     }
     std::string key = arg.substr(0, eq);
     std::string value = arg.substr(eq + 1);
@@ -105,8 +104,8 @@ Result<PluginConfig> ParsePluginConfig(const std::vector<std::string>& args) {
     } else {
       std::string expected;
       for (const std::string& k : PluginConfigKeys()) expected += (expected.empty() ? "" : ", ") + k;
-      return Status::InvalidArgument("plugstack.conf: unknown argument '" + key +
-                                     "' (expected one of: " + expected + ")");
+      return Status::InvalidArgument("plugstack.conf: unknown argument '" + key + "' (expected one of: " + expected +
+                                     ")");
     }
   }
   if (c.ttl_s != 0 && c.watch_interval_s * 2 > c.ttl_s) {

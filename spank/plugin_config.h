@@ -15,16 +15,16 @@ namespace gpupool::spank {
 
 struct PluginConfig {
   std::string server = "http://127.0.0.1:6830";  // gpupoold's API
-  int timeout_s = 10;           // per API call (connect + answer)
-  int retry_s = 15;             // at job start, keep trying an unreachable gpupoold this long
-  std::string profile = "gpupool";  // remoting profile: a NAME in profile_dir, or a /PATH
-  std::string profile_dir;      // empty: <plugin dir>/../etc/gpupool/profiles
-  std::string lib_dir;          // {lib_dir} in profiles; empty: <plugin dir>/remoting
-  std::string lease_dir = "/run/gpupool";  // per-job lease files (node-local)
-  std::string munge_socket;     // empty: $MUNGE_SOCKET, else libmunge's default
-  int ttl_s = 0;                // lease TTL asked for; 0: gpupoold's default
-  int watch_interval_s = 5;     // seconds between renewals (which also reveal swaps)
-  bool notify = true;           // slurm_notify_job when the lease moves to other GPUs
+  int timeout_s = 10;                            // per API call (connect + answer)
+  int retry_s = 15;                              // at job start, keep trying an unreachable gpupoold this long
+  std::string profile = "gpupool";               // remoting profile: a NAME in profile_dir, or a /PATH
+  std::string profile_dir;                       // empty: <plugin dir>/../etc/gpupool/profiles
+  std::string lib_dir;                           // {lib_dir} in profiles; empty: <plugin dir>/remoting
+  std::string lease_dir = "/run/gpupool";        // per-job lease files (node-local)
+  std::string munge_socket;                      // empty: $MUNGE_SOCKET, else libmunge's default
+  int ttl_s = 0;                                 // lease TTL asked for; 0: gpupoold's default
+  int watch_interval_s = 5;                      // seconds between renewals (which also reveal swaps)
+  bool notify = true;                            // slurm_notify_job when the lease moves to other GPUs
 };
 
 // The keys the parser accepts, in the order the man page documents them.

@@ -7,17 +7,18 @@
 namespace gpupool::spank {
 namespace {
 
-const char* const kJobFields[] = {"count", "gpus", "endpoints", "lease_id", "generation",
+const char* const kJobFields[] = {"count",  "gpus",    "endpoints",  "lease_id", "generation",
                                   "job_id", "lib_dir", "lease_file", "server"};
-const char* const kGpuFields[] = {"i", "uuid", "id", "host", "index", "endpoint", "addr",
-                                  "port", "pool", "rack"};
+const char* const kGpuFields[] = {"i", "uuid", "id", "host", "index", "endpoint", "addr", "port", "pool", "rack"};
 
 bool IsJobField(const std::string& f) {
-  for (const char* k : kJobFields) if (f == k) return true;
+  for (const char* k : kJobFields)
+    if (f == k) return true;
   return false;
 }
 bool IsGpuField(const std::string& f) {
-  for (const char* k : kGpuFields) if (f == k) return true;
+  for (const char* k : kGpuFields)
+    if (f == k) return true;
   return false;
 }
 
@@ -35,10 +36,21 @@ std::string WalkTemplate(const std::string& t, const std::function<void(const st
   std::string lit;
   for (size_t i = 0; i < t.size(); ++i) {
     char c = t[i];
-    if (c == '{' && i + 1 < t.size() && t[i + 1] == '{') { lit += '{'; ++i; continue; }
-    if (c == '}' && i + 1 < t.size() && t[i + 1] == '}') { lit += '}'; ++i; continue; }
+    if (c == '{' && i + 1 < t.size() && t[i + 1] == '{') {
+      lit += '{';
+      ++i;
+      continue;
+    }
+    if (c == '}' && i + 1 < t.size() && t[i + 1] == '}') {
+      lit += '}';
+      ++i;
+      continue;
+    }
     if (c == '}') return "unmatched '}'";
-    if (c != '{') { lit += c; continue; }
+    if (c != '{') {
+      lit += c;
+      continue;
+    }
     size_t close = t.find('}', i);
     if (close == std::string::npos) return "unclosed '{'";
     text(lit);
@@ -53,11 +65,13 @@ std::string WalkTemplate(const std::string& t, const std::function<void(const st
 
 // Checks that every {field} of `t` is known and allowed where it is used.
 std::string CheckTemplate(const std::string& t, bool per_gpu) {
-  return WalkTemplate(t, [](const std::string&) {}, [per_gpu](const std::string& f) -> std::string {
-    if (IsJobField(f)) return "";
-    if (IsGpuField(f)) return per_gpu ? "" : "{" + f + "} is per GPU: use it in 'each' or 'join'";
-    return "unknown field {" + f + "}";
-  });
+  return WalkTemplate(
+      t, [](const std::string&) {},
+      [per_gpu](const std::string& f) -> std::string {
+        if (IsJobField(f)) return "";
+        if (IsGpuField(f)) return per_gpu ? "" : "{" + f + "} is per GPU: use it in 'each' or 'join'";
+        return "unknown field {" + f + "}";
+      });
 }
 
 bool ValidVariableName(const std::string& n) {
@@ -113,12 +127,13 @@ Fields GpuFields(const Fields& job, const LeaseGpu& g, size_t i) {
 
 std::string Expand(const std::string& t, const Fields& fields) {
   std::string out;
-  WalkTemplate(t, [&out](const std::string& s) { out += s; },
-               [&out, &fields](const std::string& f) -> std::string {
-                 auto it = fields.find(f);
-                 if (it != fields.end()) out += it->second;
-                 return "";
-               });
+  WalkTemplate(
+      t, [&out](const std::string& s) { out += s; },
+      [&out, &fields](const std::string& f) -> std::string {
+        auto it = fields.find(f);
+        if (it != fields.end()) out += it->second;
+        return "";
+      });
   return out;
 }
 
@@ -144,13 +159,19 @@ Result<Profile> ParseProfile(const std::string& text, const std::string& name) {
     std::string rest = Trim(s.substr(space));
     ProfileRule rule;
     rule.line = line;
-    if (word == "set") rule.kind = ProfileRule::Kind::kSet;
-    else if (word == "prepend") rule.kind = ProfileRule::Kind::kPrepend;
-    else if (word == "append") rule.kind = ProfileRule::Kind::kAppend;
-    else if (word == "each") rule.kind = ProfileRule::Kind::kEach;
-    else if (word == "join") rule.kind = ProfileRule::Kind::kJoin;
-    else return Status::InvalidArgument(where + "unknown rule '" + word +
-                                        "' (expected set, prepend, append, each or join)");
+    if (word == "set")
+      rule.kind = ProfileRule::Kind::kSet;
+    else if (word == "prepend")
+      rule.kind = ProfileRule::Kind::kPrepend;
+    else if (word == "append")
+      rule.kind = ProfileRule::Kind::kAppend;
+    else if (word == "each")
+      rule.kind = ProfileRule::Kind::kEach;
+    else if (word == "join")
+      rule.kind = ProfileRule::Kind::kJoin;
+    else
+      return Status::InvalidArgument(where + "unknown rule '" + word +
+                                     "' (expected set, prepend, append, each or join)");
     size_t eq = rest.find('=');
     if (eq == std::string::npos) return Status::InvalidArgument(where + "expected NAME=VALUE");
     rule.name = Trim(rest.substr(0, eq));
@@ -162,11 +183,11 @@ Result<Profile> ParseProfile(const std::string& text, const std::string& name) {
       // The name must still be a valid variable name once its fields are filled in.
       std::string sample = Expand(rule.name, {{"i", "0"}, {"index", "0"}, {"port", "0"}});
       if (!ValidVariableName(sample) || sample.find('{') != std::string::npos) {
-        return Status::InvalidArgument(where + "'" + rule.name +
-                                       "' does not make a variable name (use e.g. {i})");
+        return Status::InvalidArgument(where + "'" + rule.name + "' does not make a variable name (use e.g. {i})");
       }
       if (rule.name.find("{i}") == std::string::npos) {
-        return Status::InvalidArgument(where + "'each' needs {i} in the name, or every GPU "
+        return Status::InvalidArgument(where +
+                                       "'each' needs {i} in the name, or every GPU "
                                        "would overwrite the same variable");
       }
     } else if (!ValidVariableName(rule.name)) {
@@ -195,7 +216,8 @@ Result<EnvList> RenderProfile(const Profile& profile, const ProfileContext& ctx)
   EnvList out;
   // Later rules see what earlier ones set (prepend twice to one variable composes).
   auto current = [&](const std::string& name) -> std::string {
-    for (auto it = out.rbegin(); it != out.rend(); ++it) if (it->first == name) return it->second;
+    for (auto it = out.rbegin(); it != out.rend(); ++it)
+      if (it->first == name) return it->second;
     return ctx.current ? ctx.current(name) : "";
   };
   for (const ProfileRule& r : profile.rules) {
@@ -232,8 +254,7 @@ Result<EnvList> RenderProfile(const Profile& profile, const ProfileContext& ctx)
   return out;
 }
 
-bool ProcessesFollowMoves(const Profile& profile,
-                          const std::function<std::string(const std::string&)>& current) {
+bool ProcessesFollowMoves(const Profile& profile, const std::function<std::string(const std::string&)>& current) {
   if (profile.name != "gpupool.profile") return false;
   std::string failover = current ? current("GPUPOOL_FAILOVER") : "";
   for (const ProfileRule& rule : profile.rules) {

@@ -56,7 +56,6 @@ Result<EnvList> RenderProfile(const Profile& profile, const ProfileContext& cont
 // "movable": a drain moves it): they run gpupool's own library (the profile file is
 // gpupool.profile) with failover on (GPUPOOL_FAILOVER as the profile sets it, else as the
 // step brings it, is not "off"). Other remoting stacks cannot follow a move.
-bool ProcessesFollowMoves(const Profile& profile,
-                          const std::function<std::string(const std::string&)>& current);
+bool ProcessesFollowMoves(const Profile& profile, const std::function<std::string(const std::string&)>& current);
 
 }  // namespace gpupool::spank

@@ -120,19 +120,16 @@ std::string DescribeSwap(const Lease& before, const Lease& after) {
       moved += "device " + std::to_string(i) + ": " + old + " -> " + after.gpus[i].id;
     }
   }
-  return "gpupool: lease " + after.id + " generation " + std::to_string(after.generation) +
-         " (" + after.state + "): " + (moved.empty() ? "GPUs unchanged" : moved) +
-         "; GPUPOOL_LEASE_FILE is updated";
+  return "gpupool: lease " + after.id + " generation " + std::to_string(after.generation) + " (" + after.state +
+         "): " + (moved.empty() ? "GPUs unchanged" : moved) + "; GPUPOOL_LEASE_FILE is updated";
 }
 
-std::unique_ptr<LeaseWatcher> MakeWatcher(spank_t sp, const PluginConfig& config,
-                                          const StepInfo& step) {
+std::unique_ptr<LeaseWatcher> MakeWatcher(spank_t sp, const PluginConfig& config, const StepInfo& step) {
   LeaseWatcher::Options w;
   w.config = config;
   w.job_id = step.job_id;
   w.lease_file = LeaseFilePath(config.lease_dir, step.job_id);
-  w.lock_path = config.lease_dir + "/job" + std::to_string(step.job_id) + "." + NodeName(sp) +
-                ".lock";
+  w.lock_path = config.lease_dir + "/job" + std::to_string(step.job_id) + "." + NodeName(sp) + ".lock";
   w.uid = step.uid;
   w.gid = step.gid;
   // One notification per job: from the watcher on the job's first node. A swap is news,
@@ -144,8 +141,7 @@ std::unique_ptr<LeaseWatcher> MakeWatcher(spank_t sp, const PluginConfig& config
   // come back through slurmstepd's error() as "error: gpupool: ...".
   bool notify = config.notify && step.node_id == 0;
   bool in_batch_step = step.step_id == SLURM_BATCH_SCRIPT;
-  w.on_swap = [notify, in_batch_step, job_id = step.job_id](const Lease& before,
-                                                            const Lease& after) {
+  w.on_swap = [notify, in_batch_step, job_id = step.job_id](const Lease& before, const Lease& after) {
     std::string message = DescribeSwap(before, after);
     if (notify && in_batch_step) {
       slurm_spank_log("%s", message.c_str());
@@ -186,18 +182,16 @@ Status SetUpStep(spank_t sp, int ac, char** av, const StepInfo& step) {
     return buf;
   };
   LeaseService service(*config);
-  nlohmann::json body = AcquireBody(*request, step.job_id, step.uid, auth::UserName(step.uid),
-                                    config->ttl_s, ProcessesFollowMoves(*profile, current));
+  nlohmann::json body = AcquireBody(*request, step.job_id, step.uid, auth::UserName(step.uid), config->ttl_s,
+                                    ProcessesFollowMoves(*profile, current));
   bool created = false;
   auto t0 = std::chrono::steady_clock::now();
   Result<Lease> lease = service.Acquire(body, &created);
-  double acquire_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  double acquire_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (!lease.ok()) return Status::Unavailable("cannot lease GPUs: " + lease.status().message());
   slurm_verbose("gpupool: job %u step %s: lease %s generation %lld (%s) in %.1f ms", step.job_id,
-                StepName(step.step_id).c_str(), lease->id.c_str(),
-                static_cast<long long>(lease->generation), created ? "created" : "existing",
-                acquire_ms);
+                StepName(step.step_id).c_str(), lease->id.c_str(), static_cast<long long>(lease->generation),
+                created ? "created" : "existing", acquire_ms);
 
   // The batch step watches its job's lease. It takes the watcher lock before the lease
   // file exists: the extern step on this node adopts a lease once its file appears and

@@ -17,8 +17,7 @@ int SubmitInitPostOpt(spank_t sp, int ac, char** av) {
   }
   Result<PluginConfig> config = LoadPluginConfig(ac, av);
   if (!config.ok()) {
-    slurm_error("gpupool: cannot use --gpu-pool: %s (ask your administrator)",
-                config.status().message().c_str());
+    slurm_error("gpupool: cannot use --gpu-pool: %s (ask your administrator)", config.status().message().c_str());
     return -1;
   }
   return 0;

@@ -46,8 +46,7 @@ Result<Words> SplitWords(const std::vector<std::string>& words, const std::strin
     std::string key = Lower(w.substr(0, eq));
     std::string value = w.substr(eq + 1);
     if (key.empty()) return Status::InvalidArgument("malformed argument '" + w + "' (expected KEY=VALUE)");
-    bool known = std::any_of(allowed_keys.begin(), allowed_keys.end(),
-                             [&](const char* k) { return key == k; });
+    bool known = std::any_of(allowed_keys.begin(), allowed_keys.end(), [&](const char* k) { return key == k; });
     if (!known) {
       std::string expected = allowed_keys.size() == 0 ? "it takes no keys" : "expected " + JoinKeys(allowed_keys);
       return Status::InvalidArgument("unknown key '" + key + "' for '" + command + "' (" + expected + ")");
@@ -67,8 +66,8 @@ Status AtMostPositional(const Words& w, size_t max, const std::string& command, 
 }
 
 // Decimal digits only, no sign, within [min, max].
-Status ParseNumber(const std::string& key, const std::string& text, int64_t min, int64_t max,
-                   const char* what, std::optional<int64_t>* out) {
+Status ParseNumber(const std::string& key, const std::string& text, int64_t min, int64_t max, const char* what,
+                   std::optional<int64_t>* out) {
   bool digits = !text.empty() && text.size() <= 18 &&
                 std::all_of(text.begin(), text.end(), [](unsigned char c) { return std::isdigit(c); });
   int64_t v = digits ? std::stoll(text) : -1;
@@ -81,9 +80,8 @@ Status ParseNumber(const std::string& key, const std::string& text, int64_t min,
 
 // Ids (GPU ids, UUIDs, lease ids) are printable words: no blanks, no control characters.
 Status CheckId(const std::string& key, const std::string& value) {
-  bool ok = value.size() <= 256 && std::all_of(value.begin(), value.end(), [](unsigned char c) {
-    return std::isgraph(c);
-  });
+  bool ok =
+      value.size() <= 256 && std::all_of(value.begin(), value.end(), [](unsigned char c) { return std::isgraph(c); });
   if (!ok) return Status::InvalidArgument("bad " + key + " '" + value + "' (no blanks or control characters)");
   return Status::OK();
 }
@@ -116,7 +114,8 @@ Status TakeFilters(const Words& w, CtlArgs* a) {
   }
   it = w.pairs.find("since");
   if (it != w.pairs.end()) {
-    GPUPOOL_RETURN_IF_ERROR(ParseNumber("since", it->second, 0, INT64_MAX / 2, "an event sequence number (0 or more)", &a->since));
+    GPUPOOL_RETURN_IF_ERROR(
+        ParseNumber("since", it->second, 0, INT64_MAX / 2, "an event sequence number (0 or more)", &a->since));
   }
   it = w.pairs.find("limit");
   if (it != w.pairs.end()) {
@@ -150,8 +149,7 @@ bool IsUtf8(const std::string& text) {
 Status TakeReason(const Words& w, CtlArgs* a) {
   auto it = w.pairs.find("reason");
   if (it == w.pairs.end()) return Status::OK();
-  bool printable = std::none_of(it->second.begin(), it->second.end(),
-                                [](unsigned char c) { return std::iscntrl(c); });
+  bool printable = std::none_of(it->second.begin(), it->second.end(), [](unsigned char c) { return std::iscntrl(c); });
   if (!printable) return Status::InvalidArgument("reason must not contain control characters");
   if (!IsUtf8(it->second)) return Status::InvalidArgument("reason must be UTF-8 text");
   if (it->second.size() > 1024) return Status::InvalidArgument("reason is longer than 1024 characters");
@@ -248,8 +246,7 @@ Status ParseMigrate(const std::vector<std::string>& words, CtlArgs* a) {
 }
 
 // Takes the value of an option given as "--opt VALUE" or "--opt=VALUE".
-Status OptionValue(const std::vector<std::string>& args, size_t* i, const std::string& name,
-                   std::string* out) {
+Status OptionValue(const std::vector<std::string>& args, size_t* i, const std::string& name, std::string* out) {
   const std::string& word = args[*i];
   if (word.size() > name.size() && word.compare(0, name.size() + 1, name + "=") == 0) {
     *out = word.substr(name.size() + 1);
@@ -329,28 +326,27 @@ Result<CtlArgs> ParseArgs(const std::vector<std::string>& args) {
 }
 
 std::string UsageText() {
-  return
-      "Usage: gpupoolctl [OPTIONS] COMMAND\n"
-      "\n"
-      "Commands:\n"
-      "  show pools [NAME]\n"
-      "  show gpus [ID] [pool=P]\n"
-      "  show leases [job=N] [lease=ID]\n"
-      "  show events [gpu=ID] [job=N] [since=SEQ] [limit=K]\n"
-      "  update gpu=ID state=drain|resume|fail [reason=\"...\"]\n"
-      "  release lease=ID | job=N [reason=\"...\"]\n"
-      "  migrate lease=ID [gpu=ID] [to=ID] [reason=\"...\"]\n"
-      "  ping\n"
-      "\n"
-      "Options:\n"
-      "  --server URL    gpupoold's address (default: $GPUPOOL_SERVER, else client.server)\n"
-      "  -f CONF         config file (default: $GPUPOOL_CONF, else /etc/gpupool/gpupool.conf)\n"
-      "  -o, --oneliner  one line per record\n"
-      "  --json          the API's JSON answer, pretty-printed\n"
-      "  -h, --help      this text\n"
-      "  -V, --version   print the version\n"
-      "\n"
-      "See gpupoolctl(1).\n";
+  return "Usage: gpupoolctl [OPTIONS] COMMAND\n"
+         "\n"
+         "Commands:\n"
+         "  show pools [NAME]\n"
+         "  show gpus [ID] [pool=P]\n"
+         "  show leases [job=N] [lease=ID]\n"
+         "  show events [gpu=ID] [job=N] [since=SEQ] [limit=K]\n"
+         "  update gpu=ID state=drain|resume|fail [reason=\"...\"]\n"
+         "  release lease=ID | job=N [reason=\"...\"]\n"
+         "  migrate lease=ID [gpu=ID] [to=ID] [reason=\"...\"]\n"
+         "  ping\n"
+         "\n"
+         "Options:\n"
+         "  --server URL    gpupoold's address (default: $GPUPOOL_SERVER, else client.server)\n"
+         "  -f CONF         config file (default: $GPUPOOL_CONF, else /etc/gpupool/gpupool.conf)\n"
+         "  -o, --oneliner  one line per record\n"
+         "  --json          the API's JSON answer, pretty-printed\n"
+         "  -h, --help      this text\n"
+         "  -V, --version   print the version\n"
+         "\n"
+         "See gpupoolctl(1).\n";
 }
 
 }  // namespace gpupool::ctl

@@ -15,8 +15,8 @@
 namespace gpupool::ctl {
 
 enum class Verb {
-  kHelp,         // --help: print usage, exit 0
-  kVersion,      // --version
+  kHelp,     // --help: print usage, exit 0
+  kVersion,  // --version
   kPing,
   kShowPools,
   kShowGpus,
@@ -24,7 +24,7 @@ enum class Verb {
   kShowEvents,
   kUpdateGpu,
   kRelease,
-  kMigrate,      // migrate lease=L [gpu=ID] [to=ID] [reason=...]
+  kMigrate,  // migrate lease=L [gpu=ID] [to=ID] [reason=...]
 };
 
 struct CtlArgs {
@@ -37,14 +37,14 @@ struct CtlArgs {
   Verb verb = Verb::kHelp;
 
   // Filters and targets; which ones a verb accepts is checked by ParseArgs.
-  std::string pool;    // show pools NAME, show gpus pool=P
-  std::string gpu;     // show gpus ID, show events gpu=, update gpu=
-  std::string lease;   // show leases lease=, release lease=
-  std::optional<int64_t> job;    // job=N (N >= 1)
-  std::optional<int64_t> since;  // since=SEQ (>= 0)
-  std::optional<int64_t> limit;  // limit=K (>= 1)
-  std::string state;   // update: "drain", "resume" or "fail" (lower case)
-  std::string to;      // migrate to=ID
+  std::string pool;                   // show pools NAME, show gpus pool=P
+  std::string gpu;                    // show gpus ID, show events gpu=, update gpu=
+  std::string lease;                  // show leases lease=, release lease=
+  std::optional<int64_t> job;         // job=N (N >= 1)
+  std::optional<int64_t> since;       // since=SEQ (>= 0)
+  std::optional<int64_t> limit;       // limit=K (>= 1)
+  std::string state;                  // update: "drain", "resume" or "fail" (lower case)
+  std::string to;                     // migrate to=ID
   std::optional<std::string> reason;  // update, release: reason="..."
 };
 

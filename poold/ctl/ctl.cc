@@ -25,7 +25,8 @@ int Fail(std::ostream& err, const std::string& message) {
 }
 
 int UsageError(std::ostream& err, const std::string& message) {
-  err << kPrefix << message << "\n" << "Try 'gpupoolctl --help' for more information.\n";
+  err << kPrefix << message << "\n"
+      << "Try 'gpupoolctl --help' for more information.\n";
   return 2;
 }
 
@@ -56,9 +57,9 @@ Result<Settings> ResolveSettings(const CtlArgs& args, const CtlEnv& env) {
   }
   Settings s;
   s.config_path = path;
-  s.server = !args.server.empty() ? args.server
+  s.server = !args.server.empty()          ? args.server
              : !env.gpupool_server.empty() ? env.gpupool_server
-             : config.client.server;
+                                           : config.client.server;
   s.munge_socket = config.munge_socket;
   s.timeout_ms = config.client.timeout * 1000;
   return s;
@@ -82,8 +83,8 @@ Transport HttpTransport(const Settings& settings) {
   };
 }
 
-int Execute(const CtlArgs& args, const std::string& server, const Transport& transport,
-            std::ostream& out, std::ostream& err) {
+int Execute(const CtlArgs& args, const std::string& server, const Transport& transport, std::ostream& out,
+            std::ostream& err) {
   ApiRequest request = BuildRequest(args);
   Result<nlohmann::json> answer = transport(request);
   if (!answer.ok()) {

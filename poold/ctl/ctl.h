@@ -20,8 +20,8 @@ namespace gpupool::ctl {
 
 // The process environment gpupoolctl reads, made explicit so that tests can supply it.
 struct CtlEnv {
-  std::string gpupool_server;  // $GPUPOOL_SERVER
-  std::string gpupool_conf;    // $GPUPOOL_CONF
+  std::string gpupool_server;                             // $GPUPOOL_SERVER
+  std::string gpupool_conf;                               // $GPUPOOL_CONF
   std::string system_conf = "/etc/gpupool/gpupool.conf";  // read only if it exists
   static CtlEnv FromProcess();
 };
@@ -31,7 +31,7 @@ struct Settings {
   std::string server;
   std::string munge_socket;  // empty: $MUNGE_SOCKET, else libmunge's default
   int timeout_ms = 5000;
-  std::string config_path;   // the config that was read; "" when defaults were used
+  std::string config_path;  // the config that was read; "" when defaults were used
 };
 
 // Server: --server, else $GPUPOOL_SERVER, else the config's client.server. Config: -f, else
@@ -46,8 +46,8 @@ using Transport = std::function<Result<nlohmann::json>(const ApiRequest&)>;
 Transport HttpTransport(const Settings& settings);
 
 // Carries out a parsed command (not kHelp/kVersion) through `transport`. Returns the exit code.
-int Execute(const CtlArgs& args, const std::string& server, const Transport& transport,
-            std::ostream& out, std::ostream& err);
+int Execute(const CtlArgs& args, const std::string& server, const Transport& transport, std::ostream& out,
+            std::ostream& err);
 
 // The whole program; `args` excludes the program name.
 int Main(const std::vector<std::string>& args, const CtlEnv& env, std::ostream& out, std::ostream& err);

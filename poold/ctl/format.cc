@@ -125,10 +125,18 @@ std::string QuoteValue(const std::string& text) {
   std::string out = "\"";
   for (unsigned char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (std::iscntrl(c)) {
           char hex[5];
@@ -161,9 +169,8 @@ std::string FormatMemoryMib(uint64_t mib) {
 Record PoolRecord(const json& p) {
   return {
       {Str("Pool", p, "name")},
-      {Num("Total", p, "total"), Num("Idle", p, "idle"), Num("Leased", p, "leased"),
-       Num("Draining", p, "draining"), Num("Drained", p, "drained"), Num("Failed", p, "failed"),
-       Num("Unreachable", p, "unreachable")},
+      {Num("Total", p, "total"), Num("Idle", p, "idle"), Num("Leased", p, "leased"), Num("Draining", p, "draining"),
+       Num("Drained", p, "drained"), Num("Failed", p, "failed"), Num("Unreachable", p, "unreachable")},
       {Num("Usable", p, "usable"), Num("Leases", p, "leases")},
   };
 }
@@ -187,8 +194,10 @@ Record LeaseRecord(const json& l) {
   std::string owner = QuoteValue(user) + (uid.empty() ? "" : "(" + uid + ")");
   return {
       {Str("LeaseId", l, "id"), Job("JobId", l, "job_id"), {"User", owner}, Str("State", l, "state")},
-      {{"Pool", QuoteValue(PoolCounts(List(l, "request")))}, Str("Place", l, "place"),
-       Memory("MinMemory", l, "min_memory_mib"), Num("Generation", l, "generation"),
+      {{"Pool", QuoteValue(PoolCounts(List(l, "request")))},
+       Str("Place", l, "place"),
+       Memory("MinMemory", l, "min_memory_mib"),
+       Num("Generation", l, "generation"),
        YesNo("Movable", l, "movable")},
       {{"Gpus", QuoteValue(JoinIds(List(l, "gpus"), "id"))}},
       {Time("Created", l, "created"), Time("Renewed", l, "renewed"), Time("Expires", l, "expires"),
@@ -231,7 +240,8 @@ Result<std::string> FormatAnswer(const CtlArgs& args, const json& answer, const 
       std::string role = Text(answer, "role"), leader = Text(answer, "leader");
       if (role == "leader") out += "; it is the leader";
       if (role == "follower") {
-        out += leader.empty() ? "; it is a follower and no leader is elected" : "; it is a follower; the leader is " + leader;
+        out += leader.empty() ? "; it is a follower and no leader is elected"
+                              : "; it is a follower; the leader is " + leader;
       }
       return out + "\n";
     }

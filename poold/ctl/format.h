@@ -33,14 +33,13 @@ Record EventRecord(const nlohmann::json& event);
 std::string RenderRecord(const Record& record, bool oneliner);
 
 // Value renderers, exposed for tests.
-std::string QuoteValue(const std::string& text);       // "" → (null); quotes when needed
-std::string FormatTime(int64_t epoch_seconds);          // 0 → (null)
-std::string FormatMemoryMib(uint64_t mib);              // 81920 → 80G, 1000 → 1000M
+std::string QuoteValue(const std::string& text);  // "" → (null); quotes when needed
+std::string FormatTime(int64_t epoch_seconds);    // 0 → (null)
+std::string FormatMemoryMib(uint64_t mib);        // 81920 → 80G, 1000 → 1000M
 
 // The text gpupoolctl prints for the API answer to `args` (sent to `server`). NotFound when a
 // named object (pool NAME, GPU ID, lease=ID) is absent from the answer; Internal when the
 // answer lacks the list it must carry.
-Result<std::string> FormatAnswer(const CtlArgs& args, const nlohmann::json& answer,
-                                 const std::string& server);
+Result<std::string> FormatAnswer(const CtlArgs& args, const nlohmann::json& answer, const std::string& server);
 
 }  // namespace gpupool::ctl

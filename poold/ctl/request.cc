@@ -16,8 +16,8 @@ void AddQuery(std::string* path, const std::string& key, const std::string& valu
 std::string QueryEscape(const std::string& value) {
   std::string out;
   for (unsigned char c : value) {
-    bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                      c == '-' || c == '_' || c == '.' || c == '~';
+    bool unreserved = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+                      c == '_' || c == '.' || c == '~';
     if (unreserved) {
       out += static_cast<char>(c);
     } else {

@@ -12,8 +12,8 @@ namespace gpupool::ctl {
 
 struct ApiRequest {
   bool post = false;
-  std::string path;      // with query string, e.g. "/v1/gpus?id=gpuhost1%3A0"
-  nlohmann::json body;   // POST only
+  std::string path;          // with query string, e.g. "/v1/gpus?id=gpuhost1%3A0"
+  nlohmann::json body;       // POST only
   bool authenticate = true;  // false for /v1/ping
 };
 

@@ -45,9 +45,8 @@ void Agent::HeartbeatSoon() {
   wake_->cv.notify_all();
 }
 
-void Agent::ReportRecovery(const std::string& gpu_uuid, const std::string& lease,
-                           const std::string& from, uint64_t pause_ms, uint64_t restored_bytes,
-                           uint64_t replayed, uint64_t copied_bytes) {
+void Agent::ReportRecovery(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
+                           uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed, uint64_t copied_bytes) {
   {
     std::lock_guard<std::mutex> l(recoveries_mu_);
     // Bounded: a flood of reports while gpupoold is away keeps the first thousand.
@@ -64,8 +63,7 @@ void Agent::ReportRecovery(const std::string& gpu_uuid, const std::string& lease
   HeartbeatSoon();
 }
 
-void Agent::ReportTenantFault(const std::string& gpu_uuid, const std::string& lease,
-                              const std::string& how) {
+void Agent::ReportTenantFault(const std::string& gpu_uuid, const std::string& lease, const std::string& how) {
   {
     std::lock_guard<std::mutex> l(recoveries_mu_);
     if (tenant_faults_.size() < 1000) {
@@ -176,9 +174,8 @@ void Agent::Run() {
       registered_.store(true);
       registrations_.fetch_add(1);
       trouble_.clear();
-      log::Info("registered " + std::to_string(body["gpus"].size()) + " GPUs of host " +
-                options_.config.host + " (rack " + options_.config.rack + ") with gpupoold at " +
-                options_.config.server);
+      log::Info("registered " + std::to_string(body["gpus"].size()) + " GPUs of host " + options_.config.host +
+                " (rack " + options_.config.rack + ") with gpupoold at " + options_.config.server);
       last_heartbeat -= std::chrono::hours(1);  // fetch leases at once
     }
 
@@ -186,8 +183,8 @@ void Agent::Run() {
     auto next_heartbeat = last_heartbeat + std::chrono::milliseconds(HeartbeatIntervalMs());
     auto now = std::chrono::steady_clock::now();
     if (now < next_heartbeat) {
-      int wait_ms = static_cast<int>(
-          std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - now).count());
+      int wait_ms =
+          static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(next_heartbeat - now).count());
       if (!Wait(std::min(wait_ms, options_.lease_refresh_ms))) return;
       std::lock_guard<std::mutex> l(wake_->mu);
       if (!wake_->heartbeat_soon) continue;  // look again at the interval and the time
@@ -232,8 +229,8 @@ void Agent::Run() {
     }
     if (!answer.ok()) {
       if (answer.status().code() == Status::Code::kNotFound) {
-        log::Warning("gpupoold does not know host " + options_.config.host + " (" +
-                     answer.status().message() + "); registering again");
+        log::Warning("gpupoold does not know host " + options_.config.host + " (" + answer.status().message() +
+                     "); registering again");
         registered_.store(false);
         continue;
       }

@@ -63,9 +63,8 @@ class Agent {
   // A client of `gpu_uuid` (session of `lease`, checked by the data path) recovered there
   // after losing GPU `from`: reported to gpupoold with the next heartbeat (asked for now),
   // which records a "recovered" event. Any thread.
-  void ReportRecovery(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
-                      uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
-                      uint64_t copied_bytes = 0);
+  void ReportRecovery(const std::string& gpu_uuid, const std::string& lease, const std::string& from, uint64_t pause_ms,
+                      uint64_t restored_bytes, uint64_t replayed, uint64_t copied_bytes = 0);
 
   // A session worker of `lease` on `gpu_uuid` ended through its tenant's own input (`how`):
   // reported with the next heartbeat (asked for now), which records a "tenant_fault" event;
@@ -87,15 +86,15 @@ class Agent {
   // Waits up to `ms` or until Stop()/HeartbeatSoon(); returns false when stopping.
   bool Wait(int ms);
   void Trouble(const std::string& what, const Status& status);  // logs a new kind of failure
-  void Recovered(const std::string& message);                    // logs the end of it
+  void Recovered(const std::string& message);                   // logs the end of it
 
   // What wakes the agent thread. Shared with the backend's health listener, which may
   // still be running on a data-path thread after the Agent is gone.
   struct Wake {
     std::mutex mu;
     std::condition_variable cv;
-    bool stopping = false;        // guarded by mu
-    bool heartbeat_soon = false;  // guarded by mu
+    bool stopping = false;             // guarded by mu
+    bool heartbeat_soon = false;       // guarded by mu
     uint64_t heartbeats_started = 0;   // guarded by mu; numbers each heartbeat sent
     uint64_t heartbeats_answered = 0;  // guarded by mu; last number answered (or failed)
   };
@@ -111,7 +110,7 @@ class Agent {
   std::atomic<uint64_t> heartbeats_{0};
   std::string trouble_;  // the failure last logged; used only by the agent thread
   std::mutex recoveries_mu_;
-  nlohmann::json recoveries_ = nlohmann::json::array();  // not yet sent; guarded by recoveries_mu_
+  nlohmann::json recoveries_ = nlohmann::json::array();     // not yet sent; guarded by recoveries_mu_
   nlohmann::json tenant_faults_ = nlohmann::json::array();  // likewise
 };
 

@@ -125,11 +125,10 @@ int RunAgentd(const std::vector<std::string>& args) {
   const AgentConfig& config = settings->config.agent;
 
   log::SetProgramName("gpupool-agentd");
-  log::SetLevel(static_cast<log::Level>(std::min(static_cast<int>(log::Level::kInfo) + settings->verbose,
-                                                 static_cast<int>(log::Level::kDebug))));
+  log::SetLevel(static_cast<log::Level>(
+      std::min(static_cast<int>(log::Level::kInfo) + settings->verbose, static_cast<int>(log::Level::kDebug))));
   if (!settings->log_file.empty() && !log::OpenLogFile(settings->log_file)) {
-    std::fprintf(stderr, "gpupool-agentd: --log-file '%s': cannot open it for appending\n",
-                 settings->log_file.c_str());
+    std::fprintf(stderr, "gpupool-agentd: --log-file '%s': cannot open it for appending\n", settings->log_file.c_str());
     return kExitUsage;
   }
 
@@ -195,16 +194,14 @@ int RunAgentd(const std::vector<std::string>& args) {
   SessionBrokerOptions dp;
   dp.listen = config.listen;
   dp.backend = gpu_backend.get();
-  dp.authorize = [&leases, &agent](const std::string& lease_id, const std::string& token,
-                                   const std::string& gpu_uuid) {
+  dp.authorize = [&leases, &agent](const std::string& lease_id, const std::string& token, const std::string& gpu_uuid) {
     if (leases.Authorize(lease_id, token, gpu_uuid, nullptr)) return true;
     // The lease may be younger than our last heartbeat (a job's first CUDA call comes
     // right after the lease is made): ask gpupoold once before refusing.
     if (!agent.RefreshLeases(kLeaseRefreshTimeoutMs)) return false;
     return leases.Authorize(lease_id, token, gpu_uuid, nullptr);
   };
-  dp.still_authorized = [&leases](const std::string& lease_id, const std::string& token,
-                                  const std::string& gpu_uuid) {
+  dp.still_authorized = [&leases](const std::string& lease_id, const std::string& token, const std::string& gpu_uuid) {
     return leases.Authorize(lease_id, token, gpu_uuid, nullptr);
   };
   dp.authorization_epoch = [&leases] { return leases.version(); };
@@ -219,21 +216,19 @@ int RunAgentd(const std::vector<std::string>& args) {
   dp.worker_memory_bytes = config.worker_memory_mib << 20;
   dp.worker_cpu_seconds = static_cast<uint64_t>(config.worker_cpu_seconds);
   dp.verbose = settings->verbose;
-  dp.on_recovered = [&agent](const std::string& gpu_uuid, const std::string& lease,
-                             const std::string& from, uint64_t pause_ms, uint64_t restored_bytes,
-                             uint64_t replayed, uint64_t copied_bytes) {
-    log::Info("a client of lease " + lease + (copied_bytes > 0 ? " moved to GPU " : " recovered on GPU ") +
-              gpu_uuid + " from " + from + " in " + std::to_string(pause_ms) + " ms");
+  dp.on_recovered = [&agent](const std::string& gpu_uuid, const std::string& lease, const std::string& from,
+                             uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed, uint64_t copied_bytes) {
+    log::Info("a client of lease " + lease + (copied_bytes > 0 ? " moved to GPU " : " recovered on GPU ") + gpu_uuid +
+              " from " + from + " in " + std::to_string(pause_ms) + " ms");
     agent.ReportRecovery(gpu_uuid, lease, from, pause_ms, restored_bytes, replayed, copied_bytes);
   };
-  dp.on_tenant_fault = [&agent](const std::string& gpu_uuid, const std::string& lease,
-                                const std::string& how) {
+  dp.on_tenant_fault = [&agent](const std::string& gpu_uuid, const std::string& lease, const std::string& how) {
     agent.ReportTenantFault(gpu_uuid, lease, how);
   };
   Result<std::unique_ptr<SessionBroker>> data_server = SessionBroker::Start(std::move(dp));
   if (!data_server.ok()) {
-    return report.Fail(kExitFailure, "cannot start the data path on " + config.listen + ": " +
-                                         data_server.status().message());
+    return report.Fail(kExitFailure,
+                       "cannot start the data path on " + config.listen + ": " + data_server.status().message());
   }
   data_path.store(data_server.value().get());
   log::Info("data path on " + config.listen + " (a session worker per lease and GPU)");
@@ -250,8 +245,8 @@ int RunAgentd(const std::vector<std::string>& args) {
     std::fclose(f);
   }
   agent.Start();
-  log::Info("serving " + std::to_string(gpus.size()) + " " + gpu_backend->name() + " GPU(s) as host " +
-            config.host + " in rack " + config.rack);
+  log::Info("serving " + std::to_string(gpus.size()) + " " + gpu_backend->name() + " GPU(s) as host " + config.host +
+            " in rack " + config.rack);
   report.Ready();
 
   int signo = 0;

@@ -12,8 +12,8 @@ bool MayControl(uid_t uid, uid_t agent_uid, const auth::RolePolicy& policy) {
 
 ControlAuthorizer MakeMungeAuthorizer(const Config& config) {
   std::vector<std::string> warnings;
-  auth::RolePolicy policy = auth::RolePolicy::FromNames(config.poold.slurm_user, config.poold.admins,
-                                                        config.poold.agent_users, &warnings);
+  auth::RolePolicy policy =
+      auth::RolePolicy::FromNames(config.poold.slurm_user, config.poold.admins, config.poold.agent_users, &warnings);
   for (const std::string& w : warnings) log::Warning("control API: " + w);
   std::string socket = auth::ResolveMungeSocket(config.munge_socket);
   uid_t agent_uid = geteuid();

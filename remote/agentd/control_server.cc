@@ -180,8 +180,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(ControlServerOptions
     p->port = p->http.bind_to_port(host.c_str(), hp->port) ? hp->port : -1;
   }
   if (p->port <= 0) {
-    return Status::Unavailable("cannot listen on control address '" + p->options.listen + "': " +
-                               std::strerror(errno));
+    return Status::Unavailable("cannot listen on control address '" + p->options.listen + "': " + std::strerror(errno));
   }
   p->thread = std::thread([p] { p->http.listen_after_bind(); });
   // Until the thread runs its accept loop, httplib's stop() does nothing, and a destructor

@@ -25,12 +25,12 @@
 namespace gpupool::agentd {
 
 struct ControlServerOptions {
-  std::string listen;                       // "127.0.0.1:PORT"; port 0 picks a free one
-  std::string host;                         // this agent's host name (shown in answers)
-  backend::GpuBackend* backend = nullptr;   // required
-  const LeaseTable* leases = nullptr;       // optional
-  const Agent* agent = nullptr;             // optional (for "registered")
-  ControlAuthorizer authorize;              // required
+  std::string listen;                      // "127.0.0.1:PORT"; port 0 picks a free one
+  std::string host;                        // this agent's host name (shown in answers)
+  backend::GpuBackend* backend = nullptr;  // required
+  const LeaseTable* leases = nullptr;      // optional
+  const Agent* agent = nullptr;            // optional (for "registered")
+  ControlAuthorizer authorize;             // required
   size_t max_request_bytes = 65536;
 };
 

@@ -12,8 +12,8 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 }
 
 bool SameGrant(const LeaseGrant& a, const LeaseGrant& b) {
-  return a.gpu_uuid == b.gpu_uuid && a.lease_id == b.lease_id && a.token == b.token &&
-         a.generation == b.generation && a.moved_from == b.moved_from;
+  return a.gpu_uuid == b.gpu_uuid && a.lease_id == b.lease_id && a.token == b.token && a.generation == b.generation &&
+         a.moved_from == b.moved_from;
 }
 
 }  // namespace
@@ -97,8 +97,8 @@ void LeaseTable::Replace(const std::vector<LeaseGrant>& grants) {
   version_.fetch_add(1, std::memory_order_release);
 }
 
-bool LeaseTable::Authorize(const std::string& lease_id, const std::string& token,
-                           const std::string& gpu_uuid, uint64_t* generation) const {
+bool LeaseTable::Authorize(const std::string& lease_id, const std::string& token, const std::string& gpu_uuid,
+                           uint64_t* generation) const {
   std::lock_guard<std::mutex> l(mu_);
   auto it = by_gpu_.find(gpu_uuid);
   if (it == by_gpu_.end() || token.empty()) return false;
@@ -129,6 +129,5 @@ size_t LeaseTable::size() const {
   std::lock_guard<std::mutex> l(mu_);
   return by_gpu_.size();
 }
-
 
 }  // namespace gpupool::agentd

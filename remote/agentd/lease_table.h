@@ -64,7 +64,7 @@ class LeaseTable {
  private:
   mutable std::mutex mu_;
   std::unordered_map<std::string, LeaseGrant> by_gpu_;  // guarded by mu_
-  std::set<std::string> failed_;                         // guarded by mu_
+  std::set<std::string> failed_;                        // guarded by mu_
   // Bumped after by_gpu_ changed (under mu_): a reader that sees the new version finds
   // the new table.
   std::atomic<uint64_t> version_{0};

@@ -40,21 +40,33 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   CommandLine cl;
   // Options that take a value, and where it goes.
   std::map<std::string, std::optional<std::string>*> string_options = {
-      {"--server", &cl.server},   {"--host", &cl.host},       {"--rack", &cl.rack},
-      {"--listen", &cl.listen},   {"--control", &cl.control}, {"--backend", &cl.backend},
-      {"-f", &cl.config_path},    {"--config", &cl.config_path}, {"--log-file", &cl.log_file},
+      {"--server", &cl.server},     {"--host", &cl.host},          {"--rack", &cl.rack},
+      {"--listen", &cl.listen},     {"--control", &cl.control},    {"--backend", &cl.backend},
+      {"-f", &cl.config_path},      {"--config", &cl.config_path}, {"--log-file", &cl.log_file},
       {"--pid-file", &cl.pid_file},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string arg = args[i];
-    if (arg == "-D" || arg == "--foreground") { cl.foreground = true; continue; }
-    if (arg == "-h" || arg == "--help") { cl.help = true; continue; }
-    if (arg == "-V" || arg == "--version") { cl.version = true; continue; }
+    if (arg == "-D" || arg == "--foreground") {
+      cl.foreground = true;
+      continue;
+    }
+    if (arg == "-h" || arg == "--help") {
+      cl.help = true;
+      continue;
+    }
+    if (arg == "-V" || arg == "--version") {
+      cl.version = true;
+      continue;
+    }
     if (arg.size() >= 2 && arg[0] == '-' && arg[1] == 'v' && arg.find_first_not_of('v', 1) == std::string::npos) {
       cl.verbose += static_cast<int>(arg.size() - 1);  // -v, -vv, -vvv
       continue;
     }
-    if (arg == "--verbose") { ++cl.verbose; continue; }
+    if (arg == "--verbose") {
+      ++cl.verbose;
+      continue;
+    }
     if (arg.empty() || arg[0] != '-') {
       return Status::InvalidArgument("unexpected argument '" + arg + "' (see --help)");
     }

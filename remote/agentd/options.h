@@ -17,10 +17,10 @@
 namespace gpupool::agentd {
 
 struct CommandLine {
-  bool foreground = false;  // -D
-  int verbose = 0;          // -v, repeatable
-  bool help = false;        // -h, --help
-  bool version = false;     // -V, --version
+  bool foreground = false;                 // -D
+  int verbose = 0;                         // -v, repeatable
+  bool help = false;                       // -h, --help
+  bool version = false;                    // -V, --version
   std::optional<std::string> config_path;  // -f CONF
   std::optional<std::string> log_file;     // --log-file PATH
   std::optional<std::string> pid_file;     // --pid-file PATH (written once serving)

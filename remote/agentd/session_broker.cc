@@ -69,8 +69,8 @@ int64_t Ns(std::chrono::milliseconds ms) { return std::chrono::nanoseconds(ms).c
 
 std::string DescribeExit(int status) {
   if (WIFSIGNALED(status)) {
-    return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" +
-           strsignal(WTERMSIG(status)) + ")";
+    return std::string("killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) +
+           ")";
   }
   return "exited with status " + std::to_string(WEXITSTATUS(status));
 }
@@ -81,8 +81,7 @@ int64_t LocalPeerUid(int fd) {
   sockaddr_storage local{}, peer{};
   socklen_t local_length = sizeof(local), peer_length = sizeof(peer);
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &local_length) != 0 ||
-      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) != 0 ||
-      local.ss_family != peer.ss_family) {
+      getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &peer_length) != 0 || local.ss_family != peer.ss_family) {
     return -1;
   }
   unsigned local_port, peer_port;
@@ -98,8 +97,7 @@ int64_t LocalPeerUid(int fd) {
   } else if (peer.ss_family == AF_INET6) {
     const auto* l = reinterpret_cast<const sockaddr_in6*>(&local);
     const auto* p = reinterpret_cast<const sockaddr_in6*>(&peer);
-    same_host = IN6_IS_ADDR_LOOPBACK(&p->sin6_addr) ||
-                std::memcmp(&p->sin6_addr, &l->sin6_addr, sizeof(in6_addr)) == 0;
+    same_host = IN6_IS_ADDR_LOOPBACK(&p->sin6_addr) || std::memcmp(&p->sin6_addr, &l->sin6_addr, sizeof(in6_addr)) == 0;
     local_port = ntohs(l->sin6_port);
     peer_port = ntohs(p->sin6_port);
     table = "/proc/net/tcp6";
@@ -213,8 +211,7 @@ class BrokerImpl : public SessionBroker {
     }
     gpus_ = options_.backend->Discover();
     for (const auto& gpu : gpus_) {
-      auto state = worker::CreateSharedMapping(("gpupool-state-" + gpu.uuid).c_str(),
-                                               sizeof(worker::GpuState));
+      auto state = worker::CreateSharedMapping(("gpupool-state-" + gpu.uuid).c_str(), sizeof(worker::GpuState));
       if (!state.ok()) return state.status();
       new (state->address) worker::GpuState();
       GPUPOOL_RETURN_IF_ERROR(worker::SealAgainstWriting(state->fd));
@@ -272,8 +269,8 @@ class BrokerImpl : public SessionBroker {
       worker::GpuState* state = State(i);
       backend::HealthState health = options_.backend->Health(gpus_[i].index);
       backend::Fault fault = options_.backend->CurrentFault(gpus_[i].index);
-      bool failed = health.health != backend::Health::kOk ||
-                    (options_.gpu_failed && options_.gpu_failed(gpus_[i].uuid));
+      bool failed =
+          health.health != backend::Health::kOk || (options_.gpu_failed && options_.gpu_failed(gpus_[i].uuid));
       uint32_t mode = static_cast<uint32_t>(fault.mode);
       if (state->fault_mode.load() == mode && state->failed.load() == (failed ? 1u : 0u) &&
           state->fail_after.load() == fault.ops) {
@@ -326,8 +323,7 @@ class BrokerImpl : public SessionBroker {
         if (known) {
           Route(*client, /*checked=*/true);
         } else {
-          Refuse(*client, "lease '" + hello.lease_id + "' with that token does not hold GPU " +
-                              hello.lane_key);
+          Refuse(*client, "lease '" + hello.lease_id + "' with that token does not hold GPU " + hello.lane_key);
         }
       }
     }
@@ -365,8 +361,7 @@ class BrokerImpl : public SessionBroker {
     }
     if (gpu == gpus_.size()) return Refuse(client, "no GPU " + hello.lane_key + " on this host");
     if (!checked && !options_.still_authorized(hello.lease_id, hello.token, hello.lane_key)) {
-      return Refuse(client, "lease '" + hello.lease_id + "' with that token does not hold GPU " +
-                                hello.lane_key);
+      return Refuse(client, "lease '" + hello.lease_id + "' with that token does not hold GPU " + hello.lane_key);
     }
     std::unique_lock<std::mutex> lock(mu_);
     for (auto& w : workers_) {
@@ -416,8 +411,8 @@ class BrokerImpl : public SessionBroker {
 
   // Starts a worker (or a probe) for GPU `gpu` and waits for its "ready". Any thread but
   // without mu_; the worker is in workers_ when this returns.
-  Result<WorkerProcess*> Spawn(size_t gpu, const std::string& lease_id, const std::string& token,
-                               bool probe, int64_t uid = -1) {
+  Result<WorkerProcess*> Spawn(size_t gpu, const std::string& lease_id, const std::string& token, bool probe,
+                               int64_t uid = -1) {
     int pair[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
       return Status::Internal(std::string("socketpair: ") + std::strerror(errno));
@@ -449,8 +444,8 @@ class BrokerImpl : public SessionBroker {
     char arg_gpu[] = "--gpu";
     std::string lease_text = probe ? std::string("probe") : lease_id;
     std::string gpu_text = gpus_[gpu].uuid;
-    char* argv[] = {program.data(), arg_channel, arg_fd, arg_lease, lease_text.data(),
-                    arg_gpu, gpu_text.data(), nullptr};
+    char* argv[] = {program.data(),    arg_channel, arg_fd,          arg_lease,
+                    lease_text.data(), arg_gpu,     gpu_text.data(), nullptr};
     pid_t pid = -1;
     int rc = posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, environ);
     posix_spawn_file_actions_destroy(&actions);
@@ -479,20 +474,19 @@ class BrokerImpl : public SessionBroker {
     w->token = token;
     w->gpu = gpu;
     w->counters = counters.value();
-    nlohmann::json start = {
-        {"type", probe ? "probe" : "start"},
-        {"backend", options_.backend->name()},
-        {"gpu", GpuJson(info)},
-        {"lease_id", probe ? std::string("probe") : lease_id},
-        {"token", token},
-        {"handoff_source", options_.handoff_source ? options_.handoff_source(info.uuid) : ""},
-        {"handoff_window_ms", options_.handoff_window.count()},
-        {"user", options_.worker_user},
-        {"uid", uid},
-        // The CUDA driver reserves far more address space than any GPU has: no limit there.
-        {"address_space", sim ? info.memory_bytes + kSimAddressMargin : 0},
-        {"cpu_seconds", options_.worker_cpu_seconds},
-        {"verbose", options_.verbose}};
+    nlohmann::json start = {{"type", probe ? "probe" : "start"},
+                            {"backend", options_.backend->name()},
+                            {"gpu", GpuJson(info)},
+                            {"lease_id", probe ? std::string("probe") : lease_id},
+                            {"token", token},
+                            {"handoff_source", options_.handoff_source ? options_.handoff_source(info.uuid) : ""},
+                            {"handoff_window_ms", options_.handoff_window.count()},
+                            {"user", options_.worker_user},
+                            {"uid", uid},
+                            // The CUDA driver reserves far more address space than any GPU has: no limit there.
+                            {"address_space", sim ? info.memory_bytes + kSimAddressMargin : 0},
+                            {"cpu_seconds", options_.worker_cpu_seconds},
+                            {"verbose", options_.verbose}};
     WorkerProcess* raw = w.get();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -502,8 +496,7 @@ class BrokerImpl : public SessionBroker {
     Status sent = worker::Send(raw->channel, start, {states_[gpu].fd, raw->counters.fd});
     Status ready = sent;
     if (sent.ok()) {
-      transport::SetTimeouts(raw->channel, static_cast<int>(
-                                               std::chrono::milliseconds(kReadyTimeout).count()));
+      transport::SetTimeouts(raw->channel, static_cast<int>(std::chrono::milliseconds(kReadyTimeout).count()));
       auto answer = worker::Receive(raw->channel);
       // From now on the channel is read only when poll says a message is there, and a
       // send to a worker that stopped reading (it may be anyone's) gives up after a second
@@ -514,7 +507,8 @@ class BrokerImpl : public SessionBroker {
       } else if (answer->body["type"] != "ready") {
         ready = Status::Internal("the worker answered its start with something else");
       }
-      if (answer.ok()) for (int fd : answer->fds) close(fd);
+      if (answer.ok())
+        for (int fd : answer->fds) close(fd);
     }
     std::lock_guard<std::mutex> lock(mu_);
     if (!ready.ok()) {
@@ -664,13 +658,12 @@ class BrokerImpl : public SessionBroker {
     std::snprintf(text, sizeof(text), "%.1f", seconds);
     const auto& info = gpus_[gpu];
     if (healthy) {
-      log_.Log("slow " + info.uuid,
-               "a session on GPU " + info.uuid + " made no progress for " + text +
-                   " s, and a probe on a fresh session passed: the tenant's work is slow or "
-                   "stuck, the GPU is healthy");
+      log_.Log("slow " + info.uuid, "a session on GPU " + info.uuid + " made no progress for " + text +
+                                        " s, and a probe on a fresh session passed: the tenant's work is slow or "
+                                        "stuck, the GPU is healthy");
     } else {
-      std::string reason = std::string("no progress for ") + text +
-                           " s, and the health probe on a fresh session failed: " + why;
+      std::string reason =
+          std::string("no progress for ") + text + " s, and the health probe on a fresh session failed: " + why;
       log_.Log("hung " + info.uuid, "GPU " + info.uuid + " reported FAILED: " + reason);
       options_.backend->ReportFailure(info.index, reason);
     }
@@ -740,8 +733,8 @@ class BrokerImpl : public SessionBroker {
     } else if (type == "failed") {
       backend::Fault fault = options_.backend->CurrentFault(info.index);
       if (body.value("reason", std::string()) == "fail_after" && fault.mode == backend::FaultMode::kFailAfter) {
-        options_.backend->ReportFailure(info.index, fault.reason.empty() ? "injected: failed after operations"
-                                                                         : fault.reason);
+        options_.backend->ReportFailure(info.index,
+                                        fault.reason.empty() ? "injected: failed after operations" : fault.reason);
         return;
       }
       std::lock_guard<std::mutex> lock(mu_);
@@ -799,8 +792,8 @@ class BrokerImpl : public SessionBroker {
         } else if (WIFSIGNALED(status) && WTERMSIG(status) == SIGXCPU) {
           how += " (its CPU time limit of " + std::to_string(options_.worker_cpu_seconds) + " s)";
         }
-        log::Warning("the session worker of lease " + w->lease_id + " on GPU " + info.uuid + " " +
-                     how + ": the tenant's fault, the GPU stays healthy");
+        log::Warning("the session worker of lease " + w->lease_id + " on GPU " + info.uuid + " " + how +
+                     ": the tenant's fault, the GPU stays healthy");
         if (options_.on_tenant_fault) options_.on_tenant_fault(info.uuid, w->lease_id, how);
       }
       for (auto it = tickets_.begin(); it != tickets_.end();) {
@@ -820,24 +813,24 @@ class BrokerImpl : public SessionBroker {
   dataplane::LogLimiter log_;
   std::unique_ptr<transport::HandshakeAcceptor> acceptor_;
   std::unique_ptr<WorkerCgroups> cgroups_;  // set by Start
-  std::mutex sync_mu_;                       // SyncStates, from the monitor and Spawn
+  std::mutex sync_mu_;                      // SyncStates, from the monitor and Spawn
   mutable std::mutex mu_;
   std::condition_variable wake_;
   std::condition_variable reaped_;
-  std::deque<Handshaken> queue_;                          // guarded by mu_
-  std::vector<std::unique_ptr<WorkerProcess>> workers_;   // guarded by mu_
-  std::map<std::string, WorkerProcess*> tickets_;         // guarded by mu_
+  std::deque<Handshaken> queue_;                         // guarded by mu_
+  std::vector<std::unique_ptr<WorkerProcess>> workers_;  // guarded by mu_
+  std::map<std::string, WorkerProcess*> tickets_;        // guarded by mu_
   struct AwaitingTicket {
     Handshaken client;
     int64_t deadline_ns = 0;
   };
-  std::deque<AwaitingTicket> awaiting_ticket_;             // guarded by mu_
+  std::deque<AwaitingTicket> awaiting_ticket_;  // guarded by mu_
   struct ProbeThread {
     std::thread thread;
     std::shared_ptr<std::atomic<bool>> done;
   };
-  std::vector<ProbeThread> probes_;                       // monitor thread only
-  bool stopping_ = false;                                 // guarded by mu_
+  std::vector<ProbeThread> probes_;  // monitor thread only
+  bool stopping_ = false;            // guarded by mu_
   std::atomic<size_t> attached_{0};
   std::thread router_;
   std::thread monitor_;

@@ -19,8 +19,8 @@
 // its memory may be pulled by the new GPU's agent; this agent cannot tell a move to
 // another host from a release); a busy one that offers its memory for a handoff after
 // all stays for the handoff window from then on (once). An attach whose ticket has not
-// come up the offering worker's channel yet waits up to a second for it. A new lease's client on that GPU ends it at once. Ended means
-// SIGTERM, then SIGKILL one second later: an endless kernel ends with its process.
+// come up the offering worker's channel yet waits up to a second for it. A new lease's client on that GPU ends it at
+// once. Ended means SIGTERM, then SIGKILL one second later: an endless kernel ends with its process.
 //
 // Tenant faults are not GPU faults. A worker that dies (a crash, a limit, SIGKILL) ends
 // its own clients' connections and is logged as the tenant's fault; the GPU stays healthy.
@@ -47,8 +47,8 @@
 
 namespace gpupool::agentd {
 
-using CredentialCheck = std::function<bool(const std::string& lease_id, const std::string& token,
-                                           const std::string& gpu_uuid)>;
+using CredentialCheck =
+    std::function<bool(const std::string& lease_id, const std::string& token, const std::string& gpu_uuid)>;
 
 struct SessionBrokerOptions {
   std::string listen;  // "HOST:PORT"
@@ -60,9 +60,7 @@ struct SessionBrokerOptions {
   std::function<std::string(const std::string& uuid)> handoff_source;
   dataplane::RecoveryListener on_recovered;
   // A worker ended through its tenant's fault (how: "killed by signal 11", ...).
-  std::function<void(const std::string& gpu_uuid, const std::string& lease,
-                     const std::string& how)>
-      on_tenant_fault;
+  std::function<void(const std::string& gpu_uuid, const std::string& lease, const std::string& how)> on_tenant_fault;
   std::string worker_program;  // path of gpupool-worker
   std::string worker_user = "nobody";
   // A client on this host gets a worker of its own uid (UCX shared memory between two

@@ -89,9 +89,7 @@ std::vector<ProcCgroupLine> ParseProcCgroup(const std::string& text) {
   return lines;
 }
 
-std::string Join(const std::string& dir, const std::string& path) {
-  return path == "/" ? dir : dir + path;
-}
+std::string Join(const std::string& dir, const std::string& path) { return path == "/" ? dir : dir + path; }
 
 std::string WorkerName(pid_t pid) { return "worker-" + std::to_string(pid); }
 
@@ -195,8 +193,7 @@ Result<std::unique_ptr<WorkerCgroups>> OpenV2(const std::string& mount, const st
                             " offers no memory and pids controllers (Delegate=yes in its unit)");
   }
   if (access(base.c_str(), W_OK) != 0) {
-    return Status::PermissionDenied("the agent may not make groups in " + base +
-                                    " (Delegate=yes in its unit)");
+    return Status::PermissionDenied("the agent may not make groups in " + base + " (Delegate=yes in its unit)");
   }
   auto enabled = ReadText(base + "/cgroup.subtree_control");
   std::set<std::string> subtree = enabled.ok() ? Words(enabled.value()) : std::set<std::string>{};
@@ -207,9 +204,8 @@ Result<std::unique_ptr<WorkerCgroups>> OpenV2(const std::string& mount, const st
     std::set<std::string> members = procs.ok() ? Words(procs.value()) : std::set<std::string>{};
     const std::string self = std::to_string(getpid());
     if (path != "/" && (members.size() != 1 || !members.count(self))) {
-      return Status::Unavailable(
-          "the agent's cgroup " + base + " holds other processes too: start gpupool-agentd as " +
-          "its own systemd service with Delegate=yes");
+      return Status::Unavailable("the agent's cgroup " + base + " holds other processes too: start gpupool-agentd as " +
+                                 "its own systemd service with Delegate=yes");
     }
     if (path != "/") {
       GPUPOOL_RETURN_IF_ERROR(MakeDirectory(base + "/supervisor"));
@@ -229,8 +225,7 @@ Result<std::unique_ptr<WorkerCgroups>> OpenV2(const std::string& mount, const st
 }
 
 // cgroup v1: a group below the agent's in the memory and pids hierarchies (and cpu's).
-Result<std::unique_ptr<WorkerCgroups>> OpenV1(const std::string& root,
-                                              const std::vector<ProcCgroupLine>& lines) {
+Result<std::unique_ptr<WorkerCgroups>> OpenV1(const std::string& root, const std::vector<ProcCgroupLine>& lines) {
   std::vector<std::string> parents;
   size_t memory = 0, pids = 0;
   for (const char* controller : {"memory", "pids", "cpu"}) {

@@ -54,8 +54,7 @@ class WorkerCgroups {
   // `self_cgroup` the text of /proc/self/cgroup (tests give a tree of their own). With
   // kAuto and no usable hierarchy, the result is usable() == false and why_not() says why;
   // with kRequired that is an error.
-  static Result<std::unique_ptr<WorkerCgroups>> Open(CgroupMode mode,
-                                                     const std::string& cgroup_root = "/sys/fs/cgroup",
+  static Result<std::unique_ptr<WorkerCgroups>> Open(CgroupMode mode, const std::string& cgroup_root = "/sys/fs/cgroup",
                                                      const std::string& self_cgroup_file = "/proc/self/cgroup");
   virtual ~WorkerCgroups() = default;
 

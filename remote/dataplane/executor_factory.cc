@@ -9,9 +9,7 @@ namespace {
 // What the sim reports as its driver version: the CUDA release our client targets.
 constexpr int32_t kSimDriverVersion = 13000;
 
-void CopyString(char* to, size_t capacity, const std::string& from) {
-  std::snprintf(to, capacity, "%s", from.c_str());
-}
+void CopyString(char* to, size_t capacity, const std::string& from) { std::snprintf(to, capacity, "%s", from.c_str()); }
 
 }  // namespace
 

@@ -11,14 +11,11 @@ constexpr size_t kMaxKinds = 1024;
 
 }  // namespace
 
-LogLimiter::LogLimiter(Clock::duration interval, Sink sink)
-    : interval_(interval), sink_(std::move(sink)) {
+LogLimiter::LogLimiter(Clock::duration interval, Sink sink) : interval_(interval), sink_(std::move(sink)) {
   if (!sink_) sink_ = [](const std::string& line) { log::Warning(line); };
 }
 
-void LogLimiter::Log(const std::string& key, const std::string& line) {
-  LogAt(Clock::now(), key, line);
-}
+void LogLimiter::Log(const std::string& key, const std::string& line) { LogAt(Clock::now(), key, line); }
 
 void LogLimiter::LogAt(Clock::time_point now, const std::string& key, const std::string& line) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -48,8 +45,8 @@ void LogLimiter::FlushLocked(Clock::time_point now) {
     }
     if (it->second.suppressed > 0) {
       auto seconds = std::chrono::duration_cast<std::chrono::seconds>(interval_).count();
-      sink_(it->second.line + " (" + std::to_string(it->second.suppressed) +
-            " more like this in " + std::to_string(seconds) + " s)");
+      sink_(it->second.line + " (" + std::to_string(it->second.suppressed) + " more like this in " +
+            std::to_string(seconds) + " s)");
     }
     it = kinds_.erase(it);
   }

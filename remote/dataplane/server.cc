@@ -55,8 +55,7 @@ std::string PeerHost(const std::string& peer) {
 class GpuWorker : public transport::RpcHandler {
  public:
   // `gpu`: nullptr when the host has no GPU (every hello is then refused).
-  GpuWorker(ServerImpl* server, size_t lane, const backend::GpuInfo* gpu)
-      : server_(server), lane_(lane), gpu_(gpu) {}
+  GpuWorker(ServerImpl* server, size_t lane, const backend::GpuInfo* gpu) : server_(server), lane_(lane), gpu_(gpu) {}
 
   size_t attached() const { return attached_.load(); }
 
@@ -81,14 +80,12 @@ class GpuWorker : public transport::RpcHandler {
 
   void OnConnect(transport::ConnectionId id, const std::string& peer) override;
   void OnDisconnect(transport::ConnectionId id, const std::string& reason) override;
-  void* BulkDestination(transport::ConnectionId id, const transport::RequestHeader& header,
-                        std::string_view args, size_t len) override;
-  void OnRequest(transport::ConnectionId id, const transport::RequestHeader& header,
-                 std::string_view args, const void* payload, size_t payload_len,
-                 transport::ServerReply* reply) override;
+  void* BulkDestination(transport::ConnectionId id, const transport::RequestHeader& header, std::string_view args,
+                        size_t len) override;
+  void OnRequest(transport::ConnectionId id, const transport::RequestHeader& header, std::string_view args,
+                 const void* payload, size_t payload_len, transport::ServerReply* reply) override;
   void OnTick(std::vector<std::pair<transport::ConnectionId, std::string>>* close) override;
-  void OnWake(
-      std::vector<std::pair<transport::ConnectionId, transport::ServerReply>>* replies) override;
+  void OnWake(std::vector<std::pair<transport::ConnectionId, transport::ServerReply>>* replies) override;
 
  private:
   void CountAttached();
@@ -99,17 +96,15 @@ class GpuWorker : public transport::RpcHandler {
                   "no longer holds it (released, expired, or moved to "
                   "another GPU)",
               bool retain = true);
-  void Refuse(Session* session, int32_t status, const std::string& why,
-              transport::ServerReply* reply);
-  void Hello(transport::ConnectionId id, Session* session, std::string_view args,
-             transport::ServerReply* reply);
+  void Refuse(Session* session, int32_t status, const std::string& why, transport::ServerReply* reply);
+  void Hello(transport::ConnectionId id, Session* session, std::string_view args, transport::ServerReply* reply);
   // Handoff (protocol.h): the old GPU's side (Offer, Attach, Serve) and the new one's (Pull).
   bool Healthy() const;
   void HandoffOffer(transport::ConnectionId id, Session* session, transport::ServerReply* reply);
   void HandoffAttach(transport::ConnectionId id, Session* session, std::string_view args,
                      transport::ServerReply* reply);
-  void HandoffServe(Session* reader, const transport::RequestHeader& header,
-                    std::string_view args, transport::ServerReply* reply);
+  void HandoffServe(Session* reader, const transport::RequestHeader& header, std::string_view args,
+                    transport::ServerReply* reply);
   void HandoffPull(Session* session, std::string_view args, transport::ServerReply* reply);
   // Closes `id`'s retained session (its memory goes), and forgets its tickets.
   void CloseRetained(transport::ConnectionId id, const std::string& why);
@@ -127,7 +122,7 @@ class GpuWorker : public transport::RpcHandler {
   // lapses with its session's retention: CloseRetained).
   std::map<std::string, transport::ConnectionId> tickets_;
   uint64_t ticked_epoch_ = 0;
-  std::atomic<size_t> attached_{0};  // written by the lane, read by any thread
+  std::atomic<size_t> attached_{0};     // written by the lane, read by any thread
   std::atomic<size_t> connections_{0};  // written by the lane, read by any thread
   std::atomic<int64_t> own_busy_since_ns_{0};
   std::atomic<uint64_t> own_progress_{0};  // operations done, and the blocks kernels ran
@@ -136,15 +131,13 @@ class GpuWorker : public transport::RpcHandler {
 };
 
 int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
 class ServerImpl : public Server {
  public:
-  explicit ServerImpl(ServerOptions options)
-      : options_(std::move(options)), executors_(options_.backend) {}
+  explicit ServerImpl(ServerOptions options) : options_(std::move(options)), executors_(options_.backend) {}
 
   ~ServerImpl() override {
     {
@@ -155,7 +148,7 @@ class ServerImpl : public Server {
     watchdog_wake_.notify_all();
     if (authorizer_.joinable()) authorizer_.join();  // after its current check, if any
     if (watchdog_.joinable()) watchdog_.join();
-    rpc_.reset();                                    // stops the GPU threads before the sessions go
+    rpc_.reset();  // stops the GPU threads before the sessions go
   }
 
   Status Start() {
@@ -165,20 +158,16 @@ class ServerImpl : public Server {
     gpus_ = options_.backend->Discover();
     std::vector<transport::RpcHandler*> lanes;
     for (size_t i = 0; i < std::max<size_t>(gpus_.size(), 1); ++i) {
-      workers_.push_back(
-          std::make_unique<GpuWorker>(this, i, i < gpus_.size() ? &gpus_[i] : nullptr));
+      workers_.push_back(std::make_unique<GpuWorker>(this, i, i < gpus_.size() ? &gpus_[i] : nullptr));
       lanes.push_back(workers_.back().get());
     }
     if (options_.progress != nullptr && options_.busy_since_ns != nullptr && !workers_.empty()) {
       workers_[0]->ExportWatch(options_.busy_since_ns, options_.progress);
     }
     auto pick = [this](const std::string& uuid) { return LaneOf(uuid); };
-    auto log = [this](const std::string& key, const std::string& line) {
-      log_.Log("transport " + key, line);
-    };
-    auto rpc = options_.listen.empty()
-                   ? transport::RpcServer::StartWithoutListening(lanes, pick, log)
-                   : transport::RpcServer::Start(options_.listen, lanes, pick, log);
+    auto log = [this](const std::string& key, const std::string& line) { log_.Log("transport " + key, line); };
+    auto rpc = options_.listen.empty() ? transport::RpcServer::StartWithoutListening(lanes, pick, log)
+                                       : transport::RpcServer::Start(options_.listen, lanes, pick, log);
     if (!rpc.ok()) return rpc.status();
     rpc_ = std::move(rpc.value());
     // Started once rpc_ is set (it wakes lanes through it); hellos that came
@@ -233,10 +222,8 @@ class ServerImpl : public Server {
         watch.reported = true;
         char seconds[32];
         std::snprintf(seconds, sizeof(seconds), "%.1f", static_cast<double>(limit) / 1e9);
-        std::string why =
-            std::string("no progress for ") + seconds + " s: the GPU hangs (agent watchdog)";
-        log_.Log("hung " + worker.gpu()->uuid,
-                 "GPU " + worker.gpu()->uuid + " reported FAILED: " + why);
+        std::string why = std::string("no progress for ") + seconds + " s: the GPU hangs (agent watchdog)";
+        log_.Log("hung " + worker.gpu()->uuid, "GPU " + worker.gpu()->uuid + " reported FAILED: " + why);
         options_.backend->ReportFailure(worker.gpu()->index, why);
       }
     }
@@ -252,9 +239,7 @@ class ServerImpl : public Server {
     }
     return nullptr;
   }
-  uint64_t Epoch() const {
-    return options_.authorization_epoch ? options_.authorization_epoch() : 0;
-  }
+  uint64_t Epoch() const { return options_.authorization_epoch ? options_.authorization_epoch() : 0; }
 
   // Any GPU thread: has the authorizer thread check a hello's credential, then
   // hand the verdict to `worker` and wake its lane.
@@ -307,14 +292,13 @@ class ServerImpl : public Server {
   std::vector<backend::GpuInfo> gpus_;
   LogLimiter log_;  // thread-safe; warnings
   // Comings and goings of sessions (informational), also rate-limited.
-  LogLimiter sessions_log_{std::chrono::seconds(10),
-                           [](const std::string& line) { log::Info(line); }};
+  LogLimiter sessions_log_{std::chrono::seconds(10), [](const std::string& line) { log::Info(line); }};
   std::vector<std::unique_ptr<GpuWorker>> workers_;  // one per GPU (lane)
   std::mutex hello_mu_;
   std::condition_variable hello_wanted_;
   std::condition_variable watchdog_wake_;  // at stop (with hello_mu_)
-  std::deque<Pending> hellos_;  // guarded by hello_mu_
-  bool stopping_ = false;       // guarded by hello_mu_
+  std::deque<Pending> hellos_;             // guarded by hello_mu_
+  bool stopping_ = false;                  // guarded by hello_mu_
   std::thread authorizer_;
   std::thread watchdog_;
   std::unique_ptr<transport::RpcServer> rpc_;
@@ -333,9 +317,9 @@ void GpuWorker::OnDisconnect(transport::ConnectionId id, const std::string& reas
     // looks for (and the clean-close tests check it per process). Only an identical line
     // (same peer address and port) is folded by the limiter.
     const Session& s = *found->second;
-    server_->sessions_log().Log("disconnected " + s.peer() + " " + s.lease_id() + " " + s.gpu_uuid() + " " + reason,
-                                "client " + s.peer() + " (lease " + s.lease_id() + ", GPU " +
-                                    s.gpu_uuid() + ") disconnected: " + reason);
+    server_->sessions_log().Log(
+        "disconnected " + s.peer() + " " + s.lease_id() + " " + s.gpu_uuid() + " " + reason,
+        "client " + s.peer() + " (lease " + s.lease_id() + ", GPU " + s.gpu_uuid() + ") disconnected: " + reason);
   }
   sessions_.erase(found);  // the executor frees the client's device memory
   connections_.store(sessions_.size());
@@ -349,9 +333,8 @@ void* GpuWorker::BulkDestination(transport::ConnectionId id, const transport::Re
   return found->second->BulkDestination(header, args, len);
 }
 
-void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHeader& header,
-                          std::string_view args, const void* payload, size_t payload_len,
-                          transport::ServerReply* reply) {
+void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHeader& header, std::string_view args,
+                          const void* payload, size_t payload_len, transport::ServerReply* reply) {
   auto found = sessions_.find(id);
   if (found == sessions_.end()) {
     reply->status = kCuNotPermitted;
@@ -410,8 +393,7 @@ void GpuWorker::OnTick(std::vector<std::pair<transport::ConnectionId, std::strin
   server_->log().Flush();
 }
 
-void GpuWorker::OnWake(
-    std::vector<std::pair<transport::ConnectionId, transport::ServerReply>>* replies) {
+void GpuWorker::OnWake(std::vector<std::pair<transport::ConnectionId, transport::ServerReply>>* replies) {
   std::vector<HelloCheck> checked;
   {
     std::lock_guard<std::mutex> lock(checked_mu_);
@@ -434,8 +416,7 @@ void GpuWorker::CountAttached() {
 // epoch moved.
 bool GpuWorker::StillAuthorized(Session* session, uint64_t epoch) {
   if (server_->options().authorization_epoch && session->checked_epoch() == epoch) return true;
-  if (!server_->options().still_authorized(session->lease_id(), session->token(),
-                                           session->gpu_uuid())) {
+  if (!server_->options().still_authorized(session->lease_id(), session->token(), session->gpu_uuid())) {
     return false;
   }
   session->set_checked_epoch(epoch);
@@ -444,13 +425,12 @@ bool GpuWorker::StillAuthorized(Session* session, uint64_t epoch) {
 
 // Revokes `session` and has its connection closed at the next tick (which frees
 // its memory, once no reply is sending from it).
-void GpuWorker::Revoke(transport::ConnectionId id, Session* session, const std::string& why,
-                       bool retain) {
+void GpuWorker::Revoke(transport::ConnectionId id, Session* session, const std::string& why, bool retain) {
   std::string reason = "lease " + session->lease_id() + " " + why;
   std::string message = "GPU " + session->gpu_uuid() + " revoked: " + reason;
-  server_->log().Log("closing " + session->gpu_uuid() + " " + reason,
-                     "closing the session of client " + session->peer() + " on GPU " +
-                         session->gpu_uuid() + ": " + reason);
+  server_->log().Log(
+      "closing " + session->gpu_uuid() + " " + reason,
+      "closing the session of client " + session->peer() + " on GPU " + session->gpu_uuid() + ": " + reason);
   // A lease moved off a healthy GPU (a drain, gpupoolctl migrate): the memory stays for a
   // handoff. Not when the GPU went to another lease: its kernels could reach it.
   const auto window = server_->options().handoff_window;
@@ -470,8 +450,8 @@ void GpuWorker::CloseRetained(transport::ConnectionId id, const std::string& why
   for (auto it = tickets_.begin(); it != tickets_.end();) {
     it = it->second == id ? tickets_.erase(it) : std::next(it);
   }
-  to_close_.emplace_back(id, "GPU " + found->second->gpu_uuid() + " session of lease " +
-                                 found->second->lease_id() + " closed: " + why);
+  to_close_.emplace_back(
+      id, "GPU " + found->second->gpu_uuid() + " session of lease " + found->second->lease_id() + " closed: " + why);
 }
 
 bool GpuWorker::Healthy() const {
@@ -482,8 +462,7 @@ bool GpuWorker::Healthy() const {
          backend->CurrentFault(gpu_->index).mode == backend::FaultMode::kNone;
 }
 
-void GpuWorker::Refuse(Session* session, int32_t status, const std::string& why,
-                       transport::ServerReply* reply) {
+void GpuWorker::Refuse(Session* session, int32_t status, const std::string& why, transport::ServerReply* reply) {
   server_->log().Log("refused " + PeerHost(session->peer()) + " " + why,
                      "refused client " + session->peer() + ": " + why);
   reply->status = status;
@@ -497,8 +476,7 @@ void GpuWorker::Refuse(Session* session, int32_t status, const std::string& why,
 void GpuWorker::Hello(transport::ConnectionId id, Session* session, std::string_view args,
                       transport::ServerReply* reply) {
   HelloArgs hello;
-  if (args.size() != sizeof(hello))
-    return Refuse(session, kCuInvalidValue, "malformed hello", reply);
+  if (args.size() != sizeof(hello)) return Refuse(session, kCuInvalidValue, "malformed hello", reply);
   std::memcpy(&hello, args.data(), sizeof(hello));
   hello.lease_id[sizeof(hello.lease_id) - 1] = '\0';
   hello.token[sizeof(hello.token) - 1] = '\0';
@@ -539,10 +517,8 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   if (found == sessions_.end()) return;  // the lane drops the reply of a connection gone
   Session* session = found->second.get();
   if (!check.authorized) {
-    return Refuse(
-        session, kCuNotPermitted,
-        "lease '" + check.lease_id + "' with that token does not hold GPU " + check.gpu_uuid,
-        reply);
+    return Refuse(session, kCuNotPermitted,
+                  "lease '" + check.lease_id + "' with that token does not hold GPU " + check.gpu_uuid, reply);
   }
   auto executor = server_->executors().Create(*gpu_);
   if (!executor.ok()) return Refuse(session, kCuNoDevice, executor.status().message(), reply);
@@ -560,11 +536,10 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
     }
   }
   // The watchdog follows this session's operations when its executor reports progress.
-  bool watched = (server_->options().hang_timeout.count() > 0 ||
-                  server_->options().progress != nullptr) &&
+  bool watched = (server_->options().hang_timeout.count() > 0 || server_->options().progress != nullptr) &&
                  executor.value()->SetProgressCounter(progress_);
-  session->Authorize(check.lease_id, check.token, *gpu_, server_->options().backend,
-                     std::move(executor.value()), check.epoch);
+  session->Authorize(check.lease_id, check.token, *gpu_, server_->options().backend, std::move(executor.value()),
+                     check.epoch);
   session->set_watched(watched);
   session->set_recovery_listener(server_->options().on_recovered);
   CountAttached();
@@ -576,23 +551,20 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   session->executor()->MemoryInfo(&free_bytes, &total_bytes);
   if (total_bytes > 0) description.total_memory = total_bytes;
   reply->out.assign(reinterpret_cast<const char*>(&description), sizeof(description));
-  server_->sessions_log().Log("attached " + session->peer() + " " + check.gpu_uuid + " " + check.lease_id,
-                              "client " + session->peer() + " attached to GPU " + check.gpu_uuid +
-                                  " (lease " + check.lease_id + ")");
+  server_->sessions_log().Log(
+      "attached " + session->peer() + " " + check.gpu_uuid + " " + check.lease_id,
+      "client " + session->peer() + " attached to GPU " + check.gpu_uuid + " (lease " + check.lease_id + ")");
 }
-
 
 // The old GPU's side: the client of a retained session asks for a ticket. The session's
 // work is finished first, so that what the new agent reads is what the client's requests
 // up to last_seq made.
-void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session,
-                             transport::ServerReply* reply) {
+void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session, transport::ServerReply* reply) {
   if (!session->retained() || session->offered()) {
     reply->status = kCuNotPermitted;
-    reply->out = session->retained()
-                     ? "this session has offered its memory already"
-                     : "only a session whose lease moved away from a healthy GPU may offer its "
-                       "memory for a handoff";
+    reply->out = session->retained() ? "this session has offered its memory already"
+                                     : "only a session whose lease moved away from a healthy GPU may offer its "
+                                       "memory for a handoff";
     return;
   }
   if (!Healthy()) {
@@ -606,8 +578,7 @@ void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session,
   int32_t status = executor->SynchronizeStream(0);
   if (status != kCuSuccess) {
     reply->status = status;
-    reply->out = "the session's work failed (CUDA error " + std::to_string(status) +
-                 "): its memory is not handed off";
+    reply->out = "the session's work failed (CUDA error " + std::to_string(status) + "): its memory is not handed off";
     CloseRetained(id, "its work failed before the handoff");
     reply->tick_soon = true;
     return;
@@ -619,8 +590,7 @@ void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session,
     return;
   }
   session->set_offered();
-  const int64_t until =
-      NowNs() + std::chrono::nanoseconds(server_->options().handoff_window).count();
+  const int64_t until = NowNs() + std::chrono::nanoseconds(server_->options().handoff_window).count();
   session->set_retained_until_ns(until);
   tickets_[ticket.value()] = id;
   if (server_->options().on_ticket) server_->options().on_ticket(ticket.value());
@@ -631,14 +601,13 @@ void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session,
   reply->out += executor->TakeOutput();  // printf text of work the client has not seen yet
   server_->sessions_log().Log("offered " + session->peer() + " " + session->lease_id(),
                               "client " + session->peer() + " (lease " + session->lease_id() +
-                                  ") offered its memory on GPU " + session->gpu_uuid() +
-                                  " for a handoff");
+                                  ") offered its memory on GPU " + session->gpu_uuid() + " for a handoff");
 }
 
 // The old GPU's side: another agent attaches with a ticket. Compared in constant time, so
 // that the answer's timing tells nothing about a ticket; used up by this attach.
-void GpuWorker::HandoffAttach(transport::ConnectionId id, Session* session,
-                              std::string_view args, transport::ServerReply* reply) {
+void GpuWorker::HandoffAttach(transport::ConnectionId id, Session* session, std::string_view args,
+                              transport::ServerReply* reply) {
   HandoffAttachArgs attach;
   if (args.size() != sizeof(attach)) {
     return Refuse(session, kCuInvalidValue, "malformed handoff attach", reply);
@@ -650,8 +619,7 @@ void GpuWorker::HandoffAttach(transport::ConnectionId id, Session* session,
     return Refuse(session, kCuNotSupported, VersionMismatch(attach.protocol_version), reply);
   }
   if (session->authorized() || session->revoked() || session->handoff_of() != 0) {
-    return Refuse(session, kCuNotPermitted,
-                  "a handoff attach must be the first request of a connection", reply);
+    return Refuse(session, kCuNotPermitted, "a handoff attach must be the first request of a connection", reply);
   }
   const std::string offered(attach.ticket, strnlen(attach.ticket, sizeof(attach.ticket)));
   auto match = tickets_.end();
@@ -659,28 +627,25 @@ void GpuWorker::HandoffAttach(transport::ConnectionId id, Session* session,
     if (EqualInConstantTime(it->first, offered)) match = it;
   }
   if (match == tickets_.end()) {
-    return Refuse(session, kCuNotPermitted,
-                  "no such handoff ticket on this GPU (wrong, used, or expired)", reply);
+    return Refuse(session, kCuNotPermitted, "no such handoff ticket on this GPU (wrong, used, or expired)", reply);
   }
   const transport::ConnectionId offering = match->second;
   tickets_.erase(match);
   auto found = sessions_.find(offering);
-  if (found == sessions_.end() || !found->second->retained() ||
-      NowNs() > found->second->retained_until_ns() ||
+  if (found == sessions_.end() || !found->second->retained() || NowNs() > found->second->retained_until_ns() ||
       (gpu_ != nullptr && gpu_->uuid != attach.gpu_uuid)) {
     return Refuse(session, kCuNotPermitted, "the offered session is gone", reply);
   }
   session->set_handoff_of(offering);
-  server_->sessions_log().Log(
-      "handoff " + session->peer() + " " + found->second->lease_id(),
-      "agent " + session->peer() + " attached to read the memory lease " +
-          found->second->lease_id() + " offered on GPU " + found->second->gpu_uuid());
+  server_->sessions_log().Log("handoff " + session->peer() + " " + found->second->lease_id(),
+                              "agent " + session->peer() + " attached to read the memory lease " +
+                                  found->second->lease_id() + " offered on GPU " + found->second->gpu_uuid());
 }
 
 // The old GPU's side: what an attached agent may do, reads of the offered session's ranges
 // (the executor checks them against the session's allocations) and the end.
-void GpuWorker::HandoffServe(Session* reader, const transport::RequestHeader& header,
-                             std::string_view args, transport::ServerReply* reply) {
+void GpuWorker::HandoffServe(Session* reader, const transport::RequestHeader& header, std::string_view args,
+                             transport::ServerReply* reply) {
   auto found = sessions_.find(reader->handoff_of());
   if (found == sessions_.end() || !found->second->retained()) {
     reader->set_handoff_of(0);
@@ -714,15 +679,13 @@ void GpuWorker::HandoffServe(Session* reader, const transport::RequestHeader& he
     return;
   }
   reader->set_handoff_of(0);
-  Refuse(reader, kCuNotPermitted,
-         "a handoff connection may only read the offered memory and end the handoff", reply);
+  Refuse(reader, kCuNotPermitted, "a handoff connection may only read the offered memory and end the handoff", reply);
 }
 
 // The new GPU's side: copies every range of `session` from the session offered on the old
 // GPU, straight into this GPU's memory (the sim: received in place). Runs on this GPU's
 // thread (its other sessions are the same lease's), bounded by a deadline.
-void GpuWorker::HandoffPull(Session* session, std::string_view args,
-                            transport::ServerReply* reply) {
+void GpuWorker::HandoffPull(Session* session, std::string_view args, transport::ServerReply* reply) {
   HandoffPullArgs pull;
   if (args.size() != sizeof(pull)) {
     reply->status = kCuInvalidValue;
@@ -735,11 +698,9 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
   pull.ticket[sizeof(pull.ticket) - 1] = '\0';
   auto fail = [&](const std::string& why) {
     reply->status = kCuInvalidValue;
-    reply->out = "handoff from GPU " + std::string(pull.gpu_uuid) + " at " + pull.endpoint +
-                 " failed: " + why;
+    reply->out = "handoff from GPU " + std::string(pull.gpu_uuid) + " at " + pull.endpoint + " failed: " + why;
     server_->log().Log("handoff " + session->lease_id() + " " + why.substr(0, 60),
-                       "client " + session->peer() + " (lease " + session->lease_id() +
-                           "): " + reply->out);
+                       "client " + session->peer() + " (lease " + session->lease_id() + "): " + reply->out);
   };
   // The agent connects only where gpupoold says the lease moved from: a client cannot
   // point it at another host.
@@ -758,8 +719,8 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
   uint64_t total = 0;
   for (const auto& [start, size] : ranges) total += size;
   // Generous for any fabric: 30 s, and a second per 100 MiB.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30) +
-                        std::chrono::seconds(total / (100 << 20));
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30) + std::chrono::seconds(total / (100 << 20));
   transport::RpcClient::Credential credential;
   credential.ticket = pull.ticket;  // the old agent routes the attach by it (bootstrap.h)
   auto connected = transport::RpcClient::Connect(pull.endpoint, pull.gpu_uuid, credential);
@@ -768,8 +729,7 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
   old->SetAbandonCheck([deadline]() -> std::string {
     return std::chrono::steady_clock::now() > deadline ? "the handoff took too long" : "";
   });
-  auto call = [&](uint32_t op, const void* call_args, size_t len, void* into, size_t capacity,
-                  std::string* why) {
+  auto call = [&](uint32_t op, const void* call_args, size_t len, void* into, size_t capacity, std::string* why) {
     transport::Reply answer;
     Status sent = old->Call({op, call_args, len, nullptr, 0, into, capacity}, &answer);
     if (!sent.ok()) {
@@ -777,8 +737,7 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
       return false;
     }
     if (answer.status != kCuSuccess) {
-      *why = "CUDA error " + std::to_string(answer.status) +
-             (answer.out.empty() ? std::string() : ": " + answer.out);
+      *why = "CUDA error " + std::to_string(answer.status) + (answer.out.empty() ? std::string() : ": " + answer.out);
       return false;
     }
     if (into != nullptr && answer.bulk_received != capacity) {
@@ -806,8 +765,7 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
       staging.resize(take);
       HandoffReadArgs read{start + done, take};
       if (!call(kOpHandoffRead, &read, sizeof(read), staging.data(), take, &why)) return fail(why);
-      if (int32_t status = executor->CopyToDevice(start + done, staging.data(), take, 0);
-          status != kCuSuccess) {
+      if (int32_t status = executor->CopyToDevice(start + done, staging.data(), take, 0); status != kCuSuccess) {
         return fail("writing to this GPU gave CUDA error " + std::to_string(status));
       }
       done += take;
@@ -821,15 +779,13 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args,
   reply->out.assign(reinterpret_cast<const char*>(&result), sizeof(result));
   // The time says whether a slow move was the fabric or something else (the client's own
   // view includes its replay and journal).
-  const auto pull_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                           std::chrono::steady_clock::now() - pull_started)
-                           .count();
+  const auto pull_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - pull_started).count();
   server_->sessions_log().Log("pulled " + session->peer() + " " + session->lease_id(),
                               "client " + session->peer() + " (lease " + session->lease_id() +
-                                  "): " + std::to_string(total) + " bytes in " +
-                                  std::to_string(ranges.size()) + " range(s) handed off from GPU " +
-                                  pull.gpu_uuid + " agent to agent in " + std::to_string(pull_ms) +
-                                  " ms");
+                                  "): " + std::to_string(total) + " bytes in " + std::to_string(ranges.size()) +
+                                  " range(s) handed off from GPU " + pull.gpu_uuid + " agent to agent in " +
+                                  std::to_string(pull_ms) + " ms");
 }
 
 }  // namespace

@@ -48,15 +48,13 @@
 
 namespace gpupool::dataplane {
 
-using Authorizer = std::function<bool(const std::string& lease_id,
-                                      const std::string& token,
-                                      const std::string& gpu_uuid)>;
+using Authorizer =
+    std::function<bool(const std::string& lease_id, const std::string& token, const std::string& gpu_uuid)>;
 
 // Told that a client recovered on `gpu_uuid` after losing GPU `from` (kOpRecovered).
 using RecoveryListener =
     std::function<void(const std::string& gpu_uuid, const std::string& lease, const std::string& from,
-                       uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
-                       uint64_t copied_bytes)>;
+                       uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed, uint64_t copied_bytes)>;
 
 struct ServerOptions {
   std::string listen;  // "HOST:PORT" (port 0: any free port); empty: clients come by Adopt

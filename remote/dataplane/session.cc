@@ -33,9 +33,8 @@ bool IsGpuFailure(int32_t status) {
 
 }  // namespace
 
-void Session::Authorize(const std::string& lease_id, const std::string& token,
-                        const backend::GpuInfo& gpu, backend::GpuBackend* backend,
-                        std::unique_ptr<Executor> executor, uint64_t epoch) {
+void Session::Authorize(const std::string& lease_id, const std::string& token, const backend::GpuInfo& gpu,
+                        backend::GpuBackend* backend, std::unique_ptr<Executor> executor, uint64_t epoch) {
   lease_id_ = lease_id;
   token_ = token;
   gpu_ = gpu;
@@ -44,19 +43,16 @@ void Session::Authorize(const std::string& lease_id, const std::string& token,
   checked_epoch_ = epoch;
 }
 
-
-void* Session::BulkDestination(const transport::RequestHeader& header, std::string_view args,
-                               size_t len) {
+void* Session::BulkDestination(const transport::RequestHeader& header, std::string_view args, size_t len) {
   MemcpyHtoDArgs copy;
-  if (!authorized() || sticky_error_ != 0 || header.op != kOpMemcpyHtoD || !Decode(args, &copy) ||
-      copy.size != len) {
+  if (!authorized() || sticky_error_ != 0 || header.op != kOpMemcpyHtoD || !Decode(args, &copy) || copy.size != len) {
     return nullptr;
   }
   return executor_->HostView(copy.dst, copy.size);
 }
 
-void Session::Run(const transport::RequestHeader& header, std::string_view args,
-                  const void* payload, size_t payload_len, transport::ServerReply* reply) {
+void Session::Run(const transport::RequestHeader& header, std::string_view args, const void* payload,
+                  size_t payload_len, transport::ServerReply* reply) {
   if (revoked()) {
     reply->status = kCuNotPermitted;
     reply->out = revoked_;
@@ -76,8 +72,7 @@ void Session::Run(const transport::RequestHeader& header, std::string_view args,
       status = kCuEccUncorrectable;
       std::string why = usable.message();
       log_->Log("unusable " + gpu_.uuid + " " + lease_id_ + " " + why,
-                "GPU " + gpu_.uuid + " unusable for client " + peer_ + " (lease " + lease_id_ +
-                    "): " + why);
+                "GPU " + gpu_.uuid + " unusable for client " + peer_ + " (lease " + lease_id_ + "): " + why);
     } else {
       status = Dispatch(header.op, args, payload, payload_len, reply);
     }
@@ -106,8 +101,7 @@ void Session::Run(const transport::RequestHeader& header, std::string_view args,
   async_error_ = 0;
 }
 
-int32_t Session::LoadModule(std::string_view args, const void* payload, size_t payload_len,
-                            std::string* out) {
+int32_t Session::LoadModule(std::string_view args, const void* payload, size_t payload_len, std::string* out) {
   ModuleLoadArgs load;
   if (!Decode(args, &load)) return kCuInvalidValue;
   const char* p = static_cast<const char*>(payload);
@@ -129,19 +123,18 @@ int32_t Session::LoadModule(std::string_view args, const void* payload, size_t p
     kernels.push_back(KernelInfo{std::string(p, entry.name_len), entry.param_size});
     p += entry.name_len;
   }
-  int32_t status = executor_->LoadModule(load.module, image, header.image_size, kernels,
-                                         load.globals_base, load.device_heap);
+  int32_t status =
+      executor_->LoadModule(load.module, image, header.image_size, kernels, load.globals_base, load.device_heap);
   ModuleLoadResult result{0, 0};
-  if (status == kCuSuccess &&
-      !executor_->GlobalsRange(load.module, &result.globals_base, &result.globals_size)) {
+  if (status == kCuSuccess && !executor_->GlobalsRange(load.module, &result.globals_base, &result.globals_size)) {
     result = {0, 0};
   }
   Encode(result, out);
   return status;
 }
 
-int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payload,
-                          size_t payload_len, transport::ServerReply* reply) {
+int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payload, size_t payload_len,
+                          transport::ServerReply* reply) {
   Executor& ex = *executor_;
   switch (op) {
     case kOpMemAlloc: {
@@ -156,10 +149,9 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
         std::string why = status == kCuNotSupported ? ex.TakeErrorDetail() : std::string();
         if (!why.empty() && !said_unplaced_) {
           said_unplaced_ = true;
-          log_->Log("unplaced " + lease_id_, "gpupool-dataplane: client " + peer_ + " (lease " +
-                                                 lease_id_ +
-                                                 "): memory not placed at the address it chose (" +
-                                                 why + "); allocated where the driver chooses");
+          log_->Log("unplaced " + lease_id_, "gpupool-dataplane: client " + peer_ + " (lease " + lease_id_ +
+                                                 "): memory not placed at the address it chose (" + why +
+                                                 "); allocated where the driver chooses");
         }
       }
       // An executor that cannot place memory chooses itself; the client sees the address.
@@ -182,8 +174,7 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       }
       // The lease and GPU are the session's own: a client speaks only for itself.
       if (on_recovered_) {
-        on_recovered_(gpu_.uuid, lease_id_, a.from, a.pause_ms, a.restored_bytes, a.replayed,
-                      a.copied_bytes);
+        on_recovered_(gpu_.uuid, lease_id_, a.from, a.pause_ms, a.restored_bytes, a.replayed, a.copied_bytes);
       }
       return kCuSuccess;
     }
@@ -233,8 +224,8 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       int32_t status = ex.GetFunction(a.module, a.function, a.name);
       if (status != kCuSuccess) {
         log_->Log("kernel " + lease_id_ + " " + a.name + " " + std::to_string(status),
-                  "client " + peer_ + " (lease " + lease_id_ + "): kernel '" + a.name +
-                      "' not available (CUDA error " + std::to_string(status) + ")");
+                  "client " + peer_ + " (lease " + lease_id_ + "): kernel '" + a.name + "' not available (CUDA error " +
+                      std::to_string(status) + ")");
         return status;
       }
       FunctionResources resources;

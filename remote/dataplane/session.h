@@ -30,9 +30,8 @@ class Session {
   Session(std::string peer, LogLimiter* log) : peer_(std::move(peer)), log_(log) {}
 
   // `epoch`: the authorization epoch the credential was checked at (server.h).
-  void Authorize(const std::string& lease_id, const std::string& token,
-                 const backend::GpuInfo& gpu, backend::GpuBackend* backend,
-                 std::unique_ptr<Executor> executor, uint64_t epoch);
+  void Authorize(const std::string& lease_id, const std::string& token, const backend::GpuInfo& gpu,
+                 backend::GpuBackend* backend, std::unique_ptr<Executor> executor, uint64_t epoch);
   // Later requests are refused with `why`. `retain_until_ns` nonzero: the lease moved away
   // from a healthy GPU, so the session's memory is kept until then for a handoff (the
   // connection stays open, and the session may offer its memory once).
@@ -65,9 +64,7 @@ class Session {
   bool watched() const { return watched_; }
   void set_watched(bool watched) { watched_ = watched; }
   // Where kOpRecovered reports go (ServerOptions::on_recovered).
-  void set_recovery_listener(decltype(ServerOptions::on_recovered) listener) {
-    on_recovered_ = std::move(listener);
-  }
+  void set_recovery_listener(decltype(ServerOptions::on_recovered) listener) { on_recovered_ = std::move(listener); }
   bool revoked() const { return !revoked_.empty(); }
   const std::string& peer() const { return peer_; }
   const std::string& lease_id() const { return lease_id_; }
@@ -78,17 +75,15 @@ class Session {
   void set_checked_epoch(uint64_t epoch) { checked_epoch_ = epoch; }
 
   // Where the bulk data of a host-to-device copy can be received in place (sim).
-  void* BulkDestination(const transport::RequestHeader& header, std::string_view args,
-                        size_t len);
-  void Run(const transport::RequestHeader& header, std::string_view args, const void* payload,
-           size_t payload_len, transport::ServerReply* reply);
+  void* BulkDestination(const transport::RequestHeader& header, std::string_view args, size_t len);
+  void Run(const transport::RequestHeader& header, std::string_view args, const void* payload, size_t payload_len,
+           transport::ServerReply* reply);
 
  private:
   // Runs one decoded request; returns its CUresult.
   int32_t Dispatch(uint32_t op, std::string_view args, const void* payload, size_t payload_len,
                    transport::ServerReply* reply);
-  int32_t LoadModule(std::string_view args, const void* payload, size_t payload_len,
-                     std::string* out);
+  int32_t LoadModule(std::string_view args, const void* payload, size_t payload_len, std::string* out);
 
   std::string peer_;
   LogLimiter* log_;
@@ -105,8 +100,8 @@ class Session {
   std::unique_ptr<Executor> executor_;
   bool watched_ = false;
   decltype(ServerOptions::on_recovered) on_recovered_;
-  int32_t async_error_ = 0;   // first error of a one-way request not yet reported
-  int32_t sticky_error_ = 0;  // GPU failed or a kernel faulted: the context is unusable
+  int32_t async_error_ = 0;     // first error of a one-way request not yet reported
+  int32_t sticky_error_ = 0;    // GPU failed or a kernel faulted: the context is unusable
   bool said_unplaced_ = false;  // logged that an allocation could not go where asked
   std::vector<char> reply_bytes_;
 };

@@ -22,12 +22,12 @@
 namespace gpupool::backend {
 
 struct GpuInfo {
-  std::string uuid;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
-  int index = 0;           // host-local index, 0..N-1
-  std::string model;       // e.g. "A100-SXM4-80GB"
+  std::string uuid;   // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  int index = 0;      // host-local index, 0..N-1
+  std::string model;  // e.g. "A100-SXM4-80GB"
   uint64_t memory_bytes = 0;
-  std::string pci_bus_id;  // "0000:07:00.0"
-  int numa_node = -1;      // from hwloc; -1 when unknown
+  std::string pci_bus_id;          // "0000:07:00.0"
+  int numa_node = -1;              // from hwloc; -1 when unknown
   int cc_major = 8, cc_minor = 0;  // compute capability
   int multiprocessor_count = 108;
 };

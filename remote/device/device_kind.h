@@ -49,7 +49,6 @@ std::string DeviceKindNames();
 
 // The backend of kind `name`: InvalidArgument "unknown backend 'x' (expected sim or cuda)"
 // when no kind of that name is registered, else the kind's OpenBackend.
-Result<std::unique_ptr<backend::GpuBackend>> OpenBackend(const std::string& name,
-                                                         const AgentConfig& config);
+Result<std::unique_ptr<backend::GpuBackend>> OpenBackend(const std::string& name, const AgentConfig& config);
 
 }  // namespace gpupool::device

@@ -22,8 +22,8 @@
 namespace gpupool::dataplane {
 
 struct KernelInfo {
-  std::string name;          // mangled name, e.g. "_Z6vecAddPKfS0_Pfi"
-  uint32_t param_size = 0;   // bytes of the packed parameter buffer
+  std::string name;         // mangled name, e.g. "_Z6vecAddPKfS0_Pfi"
+  uint32_t param_size = 0;  // bytes of the packed parameter buffer
 };
 
 struct LaunchConfig {
@@ -57,12 +57,9 @@ class Executor {
 
   virtual int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) = 0;
   // On success *data points to the bytes, valid until the next call on this executor.
-  virtual int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
-                                 const void** data) = 0;
-  virtual int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
-                                     uint64_t stream) = 0;
-  virtual int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
-                         uint64_t stream) = 0;
+  virtual int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream, const void** data) = 0;
+  virtual int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size, uint64_t stream) = 0;
+  virtual int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count, uint64_t stream) = 0;
 
   // `globals_base` nonzero: the module's variables are placed from that address on, in
   // declaration order, so that the same image loaded at the same base on another GPU has
@@ -74,16 +71,13 @@ class Executor {
                              uint64_t device_heap = 0) = 0;
   // The one range that holds a loaded module's variables; false when the executor does not
   // keep them in one range (then the client cannot save them for failover).
-  virtual bool GlobalsRange(uint64_t /*module*/, uint64_t* /*base*/, uint64_t* /*size*/) {
-    return false;
-  }
+  virtual bool GlobalsRange(uint64_t /*module*/, uint64_t* /*base*/, uint64_t* /*size*/) { return false; }
   virtual int32_t UnloadModule(uint64_t module) = 0;
   virtual int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) = 0;
   // What a function GetFunction made needs (protocol.h); false when the executor cannot
   // say (then the library assumes its defaults).
   virtual bool Resources(uint64_t /*function*/, FunctionResources* /*resources*/) { return false; }
-  virtual int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
-                         size_t param_size) = 0;
+  virtual int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) = 0;
 
   virtual int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) = 0;
   virtual int32_t DestroyStream(uint64_t stream) = 0;
@@ -99,8 +93,7 @@ class Executor {
   virtual int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) = 0;
 
   // cuModuleGetGlobal: device address and size of module variable `name`.
-  virtual int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
-                            uint64_t* size) = 0;
+  virtual int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr, uint64_t* size) = 0;
   // Device printf text produced since the last call (taken at synchronising calls).
   virtual std::string TakeOutput() { return {}; }
   // The executor adds its progress inside an operation to `*counter` (the sim: each block

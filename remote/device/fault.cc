@@ -6,10 +6,14 @@ namespace gpupool::backend {
 
 const char* FaultModeName(FaultMode mode) {
   switch (mode) {
-    case FaultMode::kNone: return "none";
-    case FaultMode::kFail: return "fail";
-    case FaultMode::kFailAfter: return "fail_after";
-    case FaultMode::kHang: return "hang";
+    case FaultMode::kNone:
+      return "none";
+    case FaultMode::kFail:
+      return "fail";
+    case FaultMode::kFailAfter:
+      return "fail_after";
+    case FaultMode::kHang:
+      return "hang";
   }
   return "none";
 }
@@ -19,8 +23,7 @@ Result<FaultMode> ParseFaultMode(const std::string& name) {
   if (name == "fail") return FaultMode::kFail;
   if (name == "fail_after" || name == "fail-after") return FaultMode::kFailAfter;
   if (name == "hang") return FaultMode::kHang;
-  return Status::InvalidArgument("unknown fault mode '" + name +
-                                 "' (expected fail, fail_after, hang or clear)");
+  return Status::InvalidArgument("unknown fault mode '" + name + "' (expected fail, fail_after, hang or clear)");
 }
 
 Result<Fault> ParseFaultSpec(const std::string& text) {
@@ -46,8 +49,7 @@ Result<Fault> ParseFaultSpec(const std::string& text) {
       uint64_t n = 0;
       auto [end, ec] = std::from_chars(arg.data(), arg.data() + arg.size(), n);
       if (arg.empty() || ec != std::errc() || end != arg.data() + arg.size()) {
-        return Status::InvalidArgument("fault '" + text + "': '" + arg +
-                                       "' is not a non-negative operation count");
+        return Status::InvalidArgument("fault '" + text + "': '" + arg + "' is not a non-negative operation count");
       }
       fault.ops = n;
       fault.reason = "injected: failed after " + arg + " operations";

@@ -94,9 +94,8 @@ bool IsElf(const uint8_t* p) { return std::memcmp(p, ELFMAG, SELFMAG) == 0 && p[
 // inflated to so far, which this one's must not take over kMaxDecompressedBytes. The size
 // in the header is untrusted: checked against the cap and against what the payload can
 // inflate to before any memory is taken for it.
-Status Decompress(const uint8_t* entry, uint32_t header_size, uint64_t flags,
-                  const uint8_t* payload, uint64_t payload_size, uint64_t* total,
-                  std::string* out) {
+Status Decompress(const uint8_t* entry, uint32_t header_size, uint64_t flags, const uint8_t* payload,
+                  uint64_t payload_size, uint64_t* total, std::string* out) {
   if (header_size < kDecompressedSizeOffset + 8) {
     return Status::InvalidArgument("compressed fatbin entry without a decompressed size");
   }
@@ -105,18 +104,15 @@ Status Decompress(const uint8_t* entry, uint32_t header_size, uint64_t flags,
     return Status::InvalidArgument("compressed fatbin entry with a bad decompressed size");
   }
   if (size > kMaxDecompressedBytes || *total > kMaxDecompressedBytes - size) {
-    return Status::InvalidArgument(
-        "compressed fatbin entry of " + std::to_string(size) +
-        " bytes decompressed: the image's entries would take more than " +
-        std::to_string(kMaxDecompressedBytes) + " bytes");
+    return Status::InvalidArgument("compressed fatbin entry of " + std::to_string(size) +
+                                   " bytes decompressed: the image's entries would take more than " +
+                                   std::to_string(kMaxDecompressedBytes) + " bytes");
   }
   if (flags & kEntryZstd) {
     // The frame says its own size: one that disagrees with the header is refused.
     const unsigned long long content = ZSTD_getFrameContentSize(payload, payload_size);
-    if (content == ZSTD_CONTENTSIZE_ERROR ||
-        (content != ZSTD_CONTENTSIZE_UNKNOWN && content != size)) {
-      return Status::InvalidArgument("zstd fatbin entry: its frame does not hold " +
-                                     std::to_string(size) + " bytes");
+    if (content == ZSTD_CONTENTSIZE_ERROR || (content != ZSTD_CONTENTSIZE_UNKNOWN && content != size)) {
+      return Status::InvalidArgument("zstd fatbin entry: its frame does not hold " + std::to_string(size) + " bytes");
     }
   } else if (size / kLz4MaxRatio > payload_size) {
     // An LZ4 block inflates at most about 255 times.
@@ -136,8 +132,8 @@ Status Decompress(const uint8_t* entry, uint32_t header_size, uint64_t flags,
   if (payload_size > static_cast<uint64_t>(INT32_MAX) || size > static_cast<uint64_t>(INT32_MAX)) {
     return Status::InvalidArgument("LZ4 fatbin entry too large");
   }
-  int got = LZ4_decompress_safe(reinterpret_cast<const char*>(payload), out->data(),
-                                static_cast<int>(payload_size), static_cast<int>(size));
+  int got = LZ4_decompress_safe(reinterpret_cast<const char*>(payload), out->data(), static_cast<int>(payload_size),
+                                static_cast<int>(size));
   if (got < 0) return Status::InvalidArgument("LZ4 fatbin entry does not decompress");
   out->resize(static_cast<size_t>(got));
   return Status::OK();
@@ -171,8 +167,8 @@ Status ParseFatbin(const uint8_t* fatbin, size_t limit, ModuleImage* image) {
     std::string inflated;
     bool compressed = entry.flags & (kEntryLz4 | kEntryZstd);
     if (compressed && (entry.kind == kEntryKindElf || entry.kind == kEntryKindPtx)) {
-      GPUPOOL_RETURN_IF_ERROR(Decompress(entries + at, entry.header_size, entry.flags, payload,
-                                         payload_size, &image->decompressed_bytes, &inflated));
+      GPUPOOL_RETURN_IF_ERROR(Decompress(entries + at, entry.header_size, entry.flags, payload, payload_size,
+                                         &image->decompressed_bytes, &inflated));
       payload = reinterpret_cast<const uint8_t*>(inflated.data());
       payload_size = inflated.size();
     }
@@ -181,8 +177,7 @@ Status ParseFatbin(const uint8_t* fatbin, size_t limit, ModuleImage* image) {
       GPUPOOL_RETURN_IF_ERROR(ParseCubin(payload, payload_size, &image->kernels));
     } else if (entry.kind == kEntryKindPtx) {
       const char* text = reinterpret_cast<const char*>(payload);
-      image->ptx.push_back(
-          PtxEntry{std::string(text, strnlen(text, payload_size)), entry.sm_version});
+      image->ptx.push_back(PtxEntry{std::string(text, strnlen(text, payload_size)), entry.sm_version});
     }
     uint64_t step = uint64_t{entry.header_size} + entry.padded_payload_size;
     if (step > total - at) break;  // the last entry's padding runs past the end
@@ -223,8 +218,7 @@ Status ParsePtxImage(const uint8_t* p, size_t limit, ModuleImage* image) {
     size_t sm = text.find("sm_", target);
     size_t line_end = text.find('\n', target);
     if (sm != std::string::npos && sm < line_end) {
-      for (size_t i = sm + 3; i < text.size() && text[i] >= '0' && text[i] <= '9' && arch < 10000;
-           ++i) {
+      for (size_t i = sm + 3; i < text.size() && text[i] >= '0' && text[i] <= '9' && arch < 10000; ++i) {
         arch = arch * 10 + static_cast<uint32_t>(text[i] - '0');
       }
     }
@@ -236,7 +230,10 @@ Status ParsePtxImage(const uint8_t* p, size_t limit, ModuleImage* image) {
 // Parses the EIATTR records of one `.nv.info.<kernel>` section.
 KernelLayout ParseKernelInfo(const uint8_t* p, size_t size) {
   KernelLayout layout;
-  struct Indexed { uint16_t ordinal; ParamSlot slot; };
+  struct Indexed {
+    uint16_t ordinal;
+    ParamSlot slot;
+  };
   std::vector<Indexed> params;
   size_t at = 0;
   while (at + 4 <= size) {
@@ -263,8 +260,7 @@ KernelLayout ParseKernelInfo(const uint8_t* p, size_t size) {
     }
     at += 4 + length;
   }
-  std::sort(params.begin(), params.end(),
-            [](const Indexed& a, const Indexed& b) { return a.ordinal < b.ordinal; });
+  std::sort(params.begin(), params.end(), [](const Indexed& a, const Indexed& b) { return a.ordinal < b.ordinal; });
   for (const Indexed& param : params) {
     layout.params.push_back(param.slot);
     layout.param_size = std::max(layout.param_size, param.slot.offset + param.slot.size);
@@ -284,8 +280,7 @@ Status ForEachElfSection(const uint8_t* elf, size_t size, const char* what, Visi
   auto header = Read<Elf64_Ehdr>(elf);
   if (header.e_shnum == 0) return Status::OK();
   // Every offset and size below comes from the file: compare without overflowing.
-  if (header.e_shstrndx >= header.e_shnum || header.e_shentsize < sizeof(Elf64_Shdr) ||
-      header.e_shoff > size ||
+  if (header.e_shstrndx >= header.e_shnum || header.e_shentsize < sizeof(Elf64_Shdr) || header.e_shoff > size ||
       uint64_t{header.e_shnum} * header.e_shentsize > size - header.e_shoff) {
     return Status::InvalidArgument(std::string(what) + " section table out of range");
   }
@@ -300,8 +295,7 @@ Status ForEachElfSection(const uint8_t* elf, size_t size, const char* what, Visi
     Elf64_Shdr section = section_at(i);
     if (section.sh_name >= names.sh_size) continue;
     const char* name = reinterpret_cast<const char*>(elf + names.sh_offset + section.sh_name);
-    GPUPOOL_RETURN_IF_ERROR(
-        visit(std::string_view(name, strnlen(name, names.sh_size - section.sh_name)), section));
+    GPUPOOL_RETURN_IF_ERROR(visit(std::string_view(name, strnlen(name, names.sh_size - section.sh_name)), section));
   }
   return Status::OK();
 }
@@ -311,20 +305,19 @@ Status ForEachElfSection(const uint8_t* elf, size_t size, const char* what, Visi
 Status ParseCubin(const uint8_t* elf, size_t size, std::map<std::string, KernelLayout>* kernels) {
   constexpr std::string_view kInfoPrefix = ".nv.info.";
   constexpr std::string_view kTextPrefix = ".text.";
-  return ForEachElfSection(
-      elf, size, "cubin", [&](std::string_view name, const Elf64_Shdr& section) {
-        if (section.sh_offset > size || section.sh_size > size - section.sh_offset) {
-          return Status::OK();  // out of the image's bounds: skipped, as it always was
-        }
-        if (name.substr(0, kInfoPrefix.size()) == kInfoPrefix) {
-          (*kernels)[std::string(name.substr(kInfoPrefix.size()))] =
-              ParseKernelInfo(elf + section.sh_offset, section.sh_size);
-        } else if (name.substr(0, kTextPrefix.size()) == kTextPrefix) {
-          // A kernel without parameters may have no .nv.info section of its own.
-          kernels->emplace(std::string(name.substr(kTextPrefix.size())), KernelLayout{});
-        }
-        return Status::OK();
-      });
+  return ForEachElfSection(elf, size, "cubin", [&](std::string_view name, const Elf64_Shdr& section) {
+    if (section.sh_offset > size || section.sh_size > size - section.sh_offset) {
+      return Status::OK();  // out of the image's bounds: skipped, as it always was
+    }
+    if (name.substr(0, kInfoPrefix.size()) == kInfoPrefix) {
+      (*kernels)[std::string(name.substr(kInfoPrefix.size()))] =
+          ParseKernelInfo(elf + section.sh_offset, section.sh_size);
+    } else if (name.substr(0, kTextPrefix.size()) == kTextPrefix) {
+      // A kernel without parameters may have no .nv.info section of its own.
+      kernels->emplace(std::string(name.substr(kTextPrefix.size())), KernelLayout{});
+    }
+    return Status::OK();
+  });
 }
 
 Result<ModuleImage> ParseModuleImage(const void* image_pointer) {
@@ -382,8 +375,7 @@ Result<ModuleImage> ParseModuleImageBytes(const void* image_pointer, size_t size
 
 Result<std::vector<uint8_t>> WithRelocatablePtx(const ModuleImage& image) {
   const auto* fatbin = static_cast<const uint8_t*>(image.bytes);
-  if (fatbin == nullptr || image.size < sizeof(FatbinHeader) ||
-      Read<FatbinHeader>(fatbin).magic != kFatbinMagic) {
+  if (fatbin == nullptr || image.size < sizeof(FatbinHeader) || Read<FatbinHeader>(fatbin).magic != kFatbinMagic) {
     return Status::InvalidArgument("not a fatbin");
   }
   std::vector<uint8_t> out(fatbin, fatbin + image.size);
@@ -436,8 +428,7 @@ std::vector<uint8_t> FatbinOfPtx(const std::vector<PtxEntry>& units) {
 }
 
 bool IsFatbin(const void* image, size_t size) {
-  return size >= sizeof(uint32_t) &&
-         Read<uint32_t>(static_cast<const uint8_t*>(image)) == kFatbinMagic;
+  return size >= sizeof(uint32_t) && Read<uint32_t>(static_cast<const uint8_t*>(image)) == kFatbinMagic;
 }
 
 bool PtxKeepsState(const std::vector<PtxEntry>& ptx) {
@@ -463,36 +454,32 @@ bool PtxKeepsState(const std::vector<PtxEntry>& ptx) {
 Result<std::vector<PtxEntry>> PtxOfHostObject(const uint8_t* elf, size_t size) {
   std::vector<PtxEntry> ptx;
   uint64_t decompressed = 0;
-  Status read = ForEachElfSection(
-      elf, size, "object file", [&](std::string_view name, const Elf64_Shdr& section) {
-        if (section.sh_type == SHT_NOBITS) return Status::OK();
-        if (name != ".nv_fatbin" && name != "__nv_relfatbin") return Status::OK();
-        if (section.sh_offset > size || section.sh_size > size - section.sh_offset) {
-          return Status::InvalidArgument("object file section " + std::string(name) +
-                                         " out of range");
-        }
-        // One or more fatbins back to back, each 8-byte aligned.
-        const uint8_t* fatbins = elf + section.sh_offset;
-        uint64_t at = 0;
-        while (section.sh_size - at >= sizeof(FatbinHeader) &&
-               Read<uint32_t>(fatbins + at) == kFatbinMagic) {
-          ModuleImage image;
-          image.decompressed_bytes = decompressed;  // one cap for the object's fatbins
-          GPUPOOL_RETURN_IF_ERROR(ParseFatbin(fatbins + at, section.sh_size - at, &image));
-          decompressed = image.decompressed_bytes;
-          for (PtxEntry& entry : image.ptx) ptx.push_back(std::move(entry));
-          at += (image.size + 7) & ~uint64_t{7};
-        }
-        return Status::OK();
-      });
+  Status read = ForEachElfSection(elf, size, "object file", [&](std::string_view name, const Elf64_Shdr& section) {
+    if (section.sh_type == SHT_NOBITS) return Status::OK();
+    if (name != ".nv_fatbin" && name != "__nv_relfatbin") return Status::OK();
+    if (section.sh_offset > size || section.sh_size > size - section.sh_offset) {
+      return Status::InvalidArgument("object file section " + std::string(name) + " out of range");
+    }
+    // One or more fatbins back to back, each 8-byte aligned.
+    const uint8_t* fatbins = elf + section.sh_offset;
+    uint64_t at = 0;
+    while (section.sh_size - at >= sizeof(FatbinHeader) && Read<uint32_t>(fatbins + at) == kFatbinMagic) {
+      ModuleImage image;
+      image.decompressed_bytes = decompressed;  // one cap for the object's fatbins
+      GPUPOOL_RETURN_IF_ERROR(ParseFatbin(fatbins + at, section.sh_size - at, &image));
+      decompressed = image.decompressed_bytes;
+      for (PtxEntry& entry : image.ptx) ptx.push_back(std::move(entry));
+      at += (image.size + 7) & ~uint64_t{7};
+    }
+    return Status::OK();
+  });
   if (!read.ok()) return read;
   return ptx;
 }
 
 Result<std::vector<PtxEntry>> PtxOfArchive(const uint8_t* bytes, size_t size) {
   constexpr std::string_view kMagic = "!<arch>\n";
-  constexpr size_t kMemberHeaderSize =
-      60;  // name[16] date[12] uid[6] gid[6] mode[8] size[10] "`\n"
+  constexpr size_t kMemberHeaderSize = 60;  // name[16] date[12] uid[6] gid[6] mode[8] size[10] "`\n"
   if (size >= 8 && std::memcmp(bytes, "!<thin>\n", 8) == 0) {
     return Status::InvalidArgument("a thin archive (its members are files elsewhere)");
   }
@@ -504,21 +491,18 @@ Result<std::vector<PtxEntry>> PtxOfArchive(const uint8_t* bytes, size_t size) {
   while (size - at >= kMemberHeaderSize) {
     const uint8_t* member = bytes + at;
     if (member[58] != '`' || member[59] != '\n') {
-      return Status::InvalidArgument("archive member header at byte " + std::to_string(at) +
-                                     " is malformed");
+      return Status::InvalidArgument("archive member header at byte " + std::to_string(at) + " is malformed");
     }
     uint64_t member_size = 0;
     for (int i = 48; i < 58 && member[i] != ' '; ++i) {
       if (member[i] < '0' || member[i] > '9') {
-        return Status::InvalidArgument("archive member size at byte " + std::to_string(at) +
-                                       " is not a number");
+        return Status::InvalidArgument("archive member size at byte " + std::to_string(at) + " is not a number");
       }
       member_size = member_size * 10 + (member[i] - '0');
     }
     at += kMemberHeaderSize;
     if (member_size > size - at) {
-      return Status::InvalidArgument("archive member at byte " + std::to_string(at) +
-                                     " runs past the archive");
+      return Status::InvalidArgument("archive member at byte " + std::to_string(at) + " runs past the archive");
     }
     if (member_size >= sizeof(Elf64_Ehdr) && IsElf(bytes + at)) {
       auto found = PtxOfHostObject(bytes + at, member_size);

@@ -54,11 +54,11 @@ const PtxEntry* ChoosePtx(const std::vector<PtxEntry>& ptx, uint32_t device_arch
 inline constexpr uint64_t kMaxDecompressedBytes = uint64_t{1} << 30;
 
 struct ModuleImage {
-  const void* bytes = nullptr;   // what the server loads (fatbin, cubin or PTX text)
+  const void* bytes = nullptr;  // what the server loads (fatbin, cubin or PTX text)
   size_t size = 0;
   std::map<std::string, KernelLayout> kernels;  // by mangled name
-  std::vector<PtxEntry> ptx;     // the PTX entries (decompressed), or the PTX text itself
-  bool has_sass = false;         // it holds at least one ELF (SASS) entry or is a cubin
+  std::vector<PtxEntry> ptx;                    // the PTX entries (decompressed), or the PTX text itself
+  bool has_sass = false;                        // it holds at least one ELF (SASS) entry or is a cubin
   // A fatbin wrapper of version 2 (nvcc -rdc=true: cudart's __cudaRegisterLinkedBinary)
   // also lists the relocatable fatbins of the program's translation units, whose PTX a
   // driver JIT-links when the linked image holds no code for the GPU: their addresses.

@@ -29,8 +29,7 @@ size_t SkipSpace(std::string_view text, size_t at) {
 }
 
 bool IsNameChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '.' ||
-         c == '%';
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '.' || c == '%';
 }
 
 std::string_view Word(std::string_view text, size_t* at) {
@@ -74,8 +73,7 @@ Result<std::map<std::string, KernelLayout>> ParsePtxSignatures(std::string_view 
       uint32_t offset = 0;
       while (true) {
         at = SkipSpace(ptx, at);
-        if (at >= ptx.size())
-          return Status::InvalidArgument("PTX: unterminated parameters of " + name);
+        if (at >= ptx.size()) return Status::InvalidArgument("PTX: unterminated parameters of " + name);
         if (ptx[at] == ')') {
           ++at;
           break;
@@ -93,8 +91,7 @@ Result<std::map<std::string, KernelLayout>> ParsePtxSignatures(std::string_view 
             at = SkipSpace(ptx, at);
             align = static_cast<uint32_t>(std::strtoul(ptx.data() + at, nullptr, 10));
             while (at < ptx.size() && std::isdigit(static_cast<unsigned char>(ptx[at]))) ++at;
-          } else if (word == ".ptr" || word == ".global" || word == ".const" || word == ".shared" ||
-                     word == ".local") {
+          } else if (word == ".ptr" || word == ".global" || word == ".const" || word == ".shared" || word == ".local") {
             // .ptr attributes of a pointer parameter
           } else if (ScalarSize(word) != 0) {
             size = ScalarSize(word);
@@ -102,8 +99,7 @@ Result<std::map<std::string, KernelLayout>> ParsePtxSignatures(std::string_view 
             size = 8;
           }
         }
-        if (word.empty() || size == 0)
-          return Status::InvalidArgument("PTX: bad parameter of " + name);
+        if (word.empty() || size == 0) return Status::InvalidArgument("PTX: bad parameter of " + name);
         uint64_t count = 1;
         at = SkipSpace(ptx, at);
         if (at < ptx.size() && ptx[at] == '[') {
@@ -118,8 +114,7 @@ Result<std::map<std::string, KernelLayout>> ParsePtxSignatures(std::string_view 
         // Checked in 64 bits: sizes and alignments come from a job's PTX, and a layout
         // that wrapped would pack parameters over each other. A kernel's parameters take
         // at most kMaxParamBytes (CUDA 12.1 on), so nothing here comes near wrapping.
-        if (!std::has_single_bit(align) || align > kMaxParamBytes ||
-            count > kMaxParamBytes / size) {
+        if (!std::has_single_bit(align) || align > kMaxParamBytes || count > kMaxParamBytes / size) {
           return Status::InvalidArgument("PTX: parameter of " + name + " too large or misaligned");
         }
         uint64_t start = (uint64_t{offset} + align - 1) / align * align;

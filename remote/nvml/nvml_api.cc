@@ -36,9 +36,7 @@ std::shared_mutex table_mu;
 PoolGpus* table = new PoolGpus();  // never destroyed: exit order is unknowable
 int init_count = 0;                // guarded by table_mu
 
-void LogError(const std::string& message) {
-  std::fprintf(stderr, "gpupool-nvml: %s\n", message.c_str());
-}
+void LogError(const std::string& message) { std::fprintf(stderr, "gpupool-nvml: %s\n", message.c_str()); }
 
 template <typename Body>
 nvmlReturn_t Guarded(Body body) noexcept {
@@ -105,9 +103,10 @@ nvmlReturn_t Init() {
   // A child of a process whose NVML or CUDA reached its GPUs: the parent's transport state
   // is not usable here (libcuda.so.1 answers such a child's cuInit the same way).
   if (forked_child && PoolGpus::TransportLoaded()) {
-    LogError("this process was forked from one whose NVML or CUDA had reached its pool "
-             "GPUs; it cannot reach them itself (use NVML in the parent, or in a process "
-             "started with exec)");
+    LogError(
+        "this process was forked from one whose NVML or CUDA had reached its pool "
+        "GPUs; it cannot reach them itself (use NVML in the parent, or in a process "
+        "started with exec)");
     return NVML_ERROR_NOT_SUPPORTED;
   }
   std::string why;
@@ -169,12 +168,11 @@ nvmlReturn_t HandleWhere(const void* key, nvmlDevice_t* device, Match matches) {
 }
 
 // "00000000:07:00.0" as NVML writes busId; "0000:07:00.0" as busIdLegacy (and CUDA).
-void BusIds(const PoolGpu& gpu, char* bus_id, size_t bus_id_size, char* legacy,
-            size_t legacy_size) {
-  std::snprintf(bus_id, bus_id_size, "%08X:%02X:%02X.0", gpu.pci_domain & 0xffffffffu,
-                gpu.pci_bus & 0xffu, gpu.pci_device & 0xffu);
-  std::snprintf(legacy, legacy_size, "%04X:%02X:%02X.0", gpu.pci_domain & 0xffffu,
-                gpu.pci_bus & 0xffu, gpu.pci_device & 0xffu);
+void BusIds(const PoolGpu& gpu, char* bus_id, size_t bus_id_size, char* legacy, size_t legacy_size) {
+  std::snprintf(bus_id, bus_id_size, "%08X:%02X:%02X.0", gpu.pci_domain & 0xffffffffu, gpu.pci_bus & 0xffu,
+                gpu.pci_device & 0xffu);
+  std::snprintf(legacy, legacy_size, "%04X:%02X:%02X.0", gpu.pci_domain & 0xffffu, gpu.pci_bus & 0xffu,
+                gpu.pci_device & 0xffu);
 }
 
 nvmlReturn_t PciInfo(nvmlDevice_t device, nvmlPciInfo_t* pci) {
@@ -213,11 +211,17 @@ nvmlReturn_t Memory(nvmlDevice_t device, unsigned long long* total, unsigned lon
 
 // ---- Initialisation -------------------------------------------------------------------
 
-NVML_API nvmlReturn_t nvmlInit_v2(void) { NVML_BODY({ return Init(); }); }
-NVML_API nvmlReturn_t nvmlInit(void) { NVML_BODY({ return Init(); }); }
+NVML_API nvmlReturn_t nvmlInit_v2(void) {
+  NVML_BODY({ return Init(); });
+}
+NVML_API nvmlReturn_t nvmlInit(void) {
+  NVML_BODY({ return Init(); });
+}
 // Flags (NVML_INIT_FLAG_NO_GPUS, NO_ATTACH) change nothing here: a pool GPU is reached
 // through its agent, never attached to.
-NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int /*flags*/) { NVML_BODY({ return Init(); }); }
+NVML_API nvmlReturn_t nvmlInitWithFlags(unsigned int /*flags*/) {
+  NVML_BODY({ return Init(); });
+}
 
 NVML_API nvmlReturn_t nvmlShutdown(void) {
   NVML_BODY({
@@ -230,31 +234,56 @@ NVML_API nvmlReturn_t nvmlShutdown(void) {
 
 NVML_API const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_ALREADY_INITIALIZED: return "Already Initialized";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_INSUFFICIENT_POWER: return "Insufficient External Power";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_TIMEOUT: return "Timeout";
-    case NVML_ERROR_IRQ_ISSUE: return "Interrupt Request Issue";
-    case NVML_ERROR_LIBRARY_NOT_FOUND: return "NVML Shared Library Not Found";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_CORRUPTED_INFOROM: return "Corrupted infoROM";
-    case NVML_ERROR_GPU_IS_LOST: return "GPU is lost";
-    case NVML_ERROR_RESET_REQUIRED: return "GPU requires restart";
-    case NVML_ERROR_OPERATING_SYSTEM: return "The operating system has blocked the request.";
-    case NVML_ERROR_LIB_RM_VERSION_MISMATCH: return "RM has detected an NVML/RM version mismatch.";
-    case NVML_ERROR_IN_USE: return "In use by another client";
-    case NVML_ERROR_MEMORY: return "Insufficient Memory";
-    case NVML_ERROR_NO_DATA: return "No data";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
-    case NVML_ERROR_NOT_READY: return "Not Ready";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_ALREADY_INITIALIZED:
+      return "Already Initialized";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_INSUFFICIENT_POWER:
+      return "Insufficient External Power";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_TIMEOUT:
+      return "Timeout";
+    case NVML_ERROR_IRQ_ISSUE:
+      return "Interrupt Request Issue";
+    case NVML_ERROR_LIBRARY_NOT_FOUND:
+      return "NVML Shared Library Not Found";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_CORRUPTED_INFOROM:
+      return "Corrupted infoROM";
+    case NVML_ERROR_GPU_IS_LOST:
+      return "GPU is lost";
+    case NVML_ERROR_RESET_REQUIRED:
+      return "GPU requires restart";
+    case NVML_ERROR_OPERATING_SYSTEM:
+      return "The operating system has blocked the request.";
+    case NVML_ERROR_LIB_RM_VERSION_MISMATCH:
+      return "RM has detected an NVML/RM version mismatch.";
+    case NVML_ERROR_IN_USE:
+      return "In use by another client";
+    case NVML_ERROR_MEMORY:
+      return "Insufficient Memory";
+    case NVML_ERROR_NO_DATA:
+      return "No data";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+      return "Argument version mismatch";
+    case NVML_ERROR_NOT_READY:
+      return "Not Ready";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -274,8 +303,12 @@ NVML_API nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* version) {
 
 // ---- Devices: which ---------------------------------------------------------------------
 
-NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) { NVML_BODY({ return Count(count); }); }
-NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) { NVML_BODY({ return Count(count); }); }
+NVML_API nvmlReturn_t nvmlDeviceGetCount_v2(unsigned int* count) {
+  NVML_BODY({ return Count(count); });
+}
+NVML_API nvmlReturn_t nvmlDeviceGetCount(unsigned int* count) {
+  NVML_BODY({ return Count(count); });
+}
 
 NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t* device) {
   NVML_BODY({ return HandleByIndex(index, device); });
@@ -285,25 +318,21 @@ NVML_API nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_
 }
 
 NVML_API nvmlReturn_t nvmlDeviceGetHandleByUUID(const char* uuid, nvmlDevice_t* device) {
-  NVML_BODY({
-    return HandleWhere(uuid, device, [&](const PoolGpu& gpu) { return gpu.uuid == uuid; });
-  });
+  NVML_BODY({ return HandleWhere(uuid, device, [&](const PoolGpu& gpu) { return gpu.uuid == uuid; }); });
 }
 
 // Matches NVML's forms: "00000000:07:00.0", "0000:07:00.0", "07:00.0"; any case.
 nvmlReturn_t HandleByPciBusId(const char* bus_id, nvmlDevice_t* device) {
   NVML_BODY({
     unsigned domain = 0, bus = 0, slot = 0, function = 0;
-    if (bus_id != nullptr &&
-        std::sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4) {
+    if (bus_id != nullptr && std::sscanf(bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &function) != 4) {
       domain = 0;
       if (std::sscanf(bus_id, "%x:%x.%x", &bus, &slot, &function) != 3) {
         return NVML_ERROR_INVALID_ARGUMENT;
       }
     }
     return HandleWhere(bus_id, device, [&](const PoolGpu& gpu) {
-      return gpu.pci_domain == domain && gpu.pci_bus == bus && gpu.pci_device == slot &&
-             function == 0;
+      return gpu.pci_domain == domain && gpu.pci_bus == bus && gpu.pci_device == slot && function == 0;
     });
   });
 }
@@ -384,8 +413,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory
   });
 }
 
-NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major,
-                                                         int* minor) {
+NVML_API nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int* major, int* minor) {
   NVML_BODY({
     if (major == nullptr || minor == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     std::shared_lock<std::shared_mutex> lock(table_mu);
@@ -410,8 +438,7 @@ NVML_API nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeM
 }
 
 // A pool GPU is leased whole: MIG is off, now and after a reset.
-NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current,
-                                           unsigned int* pending) {
+NVML_API nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current, unsigned int* pending) {
   NVML_BODY({
     if (current == nullptr || pending == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
     std::shared_lock<std::shared_mutex> lock(table_mu);

@@ -28,8 +28,7 @@ std::string TransportPath() {
   }
   std::string path = self.dli_fname;
   size_t slash = path.rfind('/');
-  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/" +
-         kGpupoolUcxModuleName;
+  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/" + kGpupoolUcxModuleName;
 }
 
 GpupoolUcxConnectFunction LoadTransport(std::string* why) {
@@ -62,8 +61,8 @@ OpenError OpenSession(GpupoolUcxConnectFunction connect, PoolGpu* gpu, std::stri
   if (session == nullptr) {
     std::string reason = error;
     if (reason.rfind(kRefusedPrefix, 0) == 0) {
-      *why = "GPU " + gpu->uuid + " at " + gpu->endpoint + " refused this process: " +
-             reason.substr(sizeof(kRefusedPrefix) - 1);
+      *why = "GPU " + gpu->uuid + " at " + gpu->endpoint +
+             " refused this process: " + reason.substr(sizeof(kRefusedPrefix) - 1);
       return OpenError::kRefused;
     }
     *why = "GPU " + gpu->uuid + " at " + gpu->endpoint + ": " + reason;
@@ -96,8 +95,8 @@ OpenError OpenSession(GpupoolUcxConnectFunction connect, PoolGpu* gpu, std::stri
   gpu->description.name[sizeof(gpu->description.name) - 1] = '\0';
   gpu->description.pci_bus_id[sizeof(gpu->description.pci_bus_id) - 1] = '\0';
   unsigned function = 0;
-  if (std::sscanf(gpu->description.pci_bus_id, "%x:%x:%x.%x", &gpu->pci_domain, &gpu->pci_bus,
-                  &gpu->pci_device, &function) != 4) {
+  if (std::sscanf(gpu->description.pci_bus_id, "%x:%x:%x.%x", &gpu->pci_domain, &gpu->pci_bus, &gpu->pci_device,
+                  &function) != 4) {
     gpu->pci_domain = gpu->pci_bus = gpu->pci_device = 0;
   }
   gpu->session = std::move(session);
@@ -110,8 +109,9 @@ bool VisibleGpus(const char* gpupool_gpus, const char* cuda_visible_devices,
                  std::vector<std::pair<std::string, std::string>>* visible, std::string* why) {
   visible->clear();
   if (gpupool_gpus == nullptr || gpupool_gpus[0] == '\0') {
-    *why = "GPUPOOL_GPUS is not set: this process has no leased GPUs "
-           "(run it in a job with --gpu-pool)";
+    *why =
+        "GPUPOOL_GPUS is not set: this process has no leased GPUs "
+        "(run it in a job with --gpu-pool)";
     return false;
   }
   std::vector<std::pair<std::string, std::string>> leased;
@@ -146,10 +146,8 @@ bool VisibleGpus(const char* gpupool_gpus, const char* cuda_visible_devices,
 OpenError PoolGpus::Open(std::string* why) {
   Close();
   std::vector<std::pair<std::string, std::string>> visible;
-  if (!VisibleGpus(std::getenv("GPUPOOL_GPUS"), std::getenv("CUDA_VISIBLE_DEVICES"), &visible,
-                   why)) {
-    return std::getenv("GPUPOOL_GPUS") == nullptr ? OpenError::kNoGpus
-                                                  : OpenError::kBadEnvironment;
+  if (!VisibleGpus(std::getenv("GPUPOOL_GPUS"), std::getenv("CUDA_VISIBLE_DEVICES"), &visible, why)) {
+    return std::getenv("GPUPOOL_GPUS") == nullptr ? OpenError::kNoGpus : OpenError::kBadEnvironment;
   }
   static GpupoolUcxConnectFunction connect = nullptr;
   static std::string load_error;

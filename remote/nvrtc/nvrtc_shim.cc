@@ -105,9 +105,8 @@ void LoadRealLibrary() {
     }
   }
   ConfDirectories("/etc/ld.so.conf", 0, &directories);
-  for (const char* directory :
-       {GPUPOOL_NVRTC_TOOLKIT_DIR, "/usr/local/cuda/lib64", "/usr/local/cuda/lib",
-        "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"}) {
+  for (const char* directory : {GPUPOOL_NVRTC_TOOLKIT_DIR, "/usr/local/cuda/lib64", "/usr/local/cuda/lib",
+                                "/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib"}) {
     directories.push_back(directory);
   }
   const std::string own = OwnDirectory();
@@ -171,8 +170,7 @@ uint64_t Hash(const void* bytes, size_t size) {  // FNV-1a
     return real != nullptr ? real args : NVRTC_ERROR_INTERNAL_ERROR;          \
   }
 
-extern "C" __attribute__((visibility("default"))) const char* nvrtcGetErrorString(
-    nvrtcResult result) {
+extern "C" __attribute__((visibility("default"))) const char* nvrtcGetErrorString(nvrtcResult result) {
   using Function = const char* (*)(nvrtcResult);
   static auto real = reinterpret_cast<Function>(Real("nvrtcGetErrorString"));
   if (real != nullptr) return real(result);
@@ -198,22 +196,18 @@ GPUPOOL_FORWARD(nvrtcGetOptiXIRSize, (nvrtcProgram program, size_t* size), (prog
 GPUPOOL_FORWARD(nvrtcGetOptiXIR, (nvrtcProgram program, char* ir), (program, ir))
 GPUPOOL_FORWARD(nvrtcGetProgramLogSize, (nvrtcProgram program, size_t* size), (program, size))
 GPUPOOL_FORWARD(nvrtcGetProgramLog, (nvrtcProgram program, char* log), (program, log))
-GPUPOOL_FORWARD(nvrtcAddNameExpression, (nvrtcProgram program, const char* const expression),
-                (program, expression))
-GPUPOOL_FORWARD(nvrtcGetLoweredName,
-                (nvrtcProgram program, const char* const expression, const char** lowered),
+GPUPOOL_FORWARD(nvrtcAddNameExpression, (nvrtcProgram program, const char* const expression), (program, expression))
+GPUPOOL_FORWARD(nvrtcGetLoweredName, (nvrtcProgram program, const char* const expression, const char** lowered),
                 (program, expression, lowered))
 GPUPOOL_FORWARD(nvrtcGetPCHHeapSize, (size_t * size), (size))
 GPUPOOL_FORWARD(nvrtcSetPCHHeapSize, (size_t size), (size))
 GPUPOOL_FORWARD(nvrtcGetPCHCreateStatus, (nvrtcProgram program), (program))
 GPUPOOL_FORWARD(nvrtcGetPCHHeapSizeRequired, (nvrtcProgram program, size_t* size), (program, size))
-GPUPOOL_FORWARD(nvrtcSetFlowCallback,
-                (nvrtcProgram program, int (*callback)(void*, void*), void* payload),
+GPUPOOL_FORWARD(nvrtcSetFlowCallback, (nvrtcProgram program, int (*callback)(void*, void*), void* payload),
                 (program, callback, payload))
 
 // The cubin, and its PTX remembered (a compile for sm_XX makes both).
-extern "C" __attribute__((visibility("default"))) nvrtcResult nvrtcGetCUBIN(nvrtcProgram program,
-                                                                            char* cubin) {
+extern "C" __attribute__((visibility("default"))) nvrtcResult nvrtcGetCUBIN(nvrtcProgram program, char* cubin) {
   using GetCubin = nvrtcResult (*)(nvrtcProgram, char*);
   static auto real = reinterpret_cast<GetCubin>(Real("nvrtcGetCUBIN"));
   if (real == nullptr) return NVRTC_ERROR_INTERNAL_ERROR;
@@ -234,10 +228,8 @@ extern "C" __attribute__((visibility("default"))) nvrtcResult nvrtcGetCUBIN(nvrt
   return result;
 }
 
-extern "C" __attribute__((visibility("default"))) size_t gpupool_nvrtc_ptx_for(const void* cubin,
-                                                                               size_t size,
-                                                                               char* buffer,
-                                                                               size_t capacity) {
+extern "C" __attribute__((visibility("default"))) size_t gpupool_nvrtc_ptx_for(const void* cubin, size_t size,
+                                                                               char* buffer, size_t capacity) {
   if (cubin == nullptr || size == 0) return 0;
   uint64_t hash = Hash(cubin, size);
   std::lock_guard<std::mutex> lock(remembered_mu);

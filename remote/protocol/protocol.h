@@ -51,14 +51,14 @@ enum Op : uint32_t {
   kOpMemAlloc,
   kOpMemFree,
   kOpMemGetInfo,
-  kOpMemcpyHtoD,   // payload: the bytes
-  kOpMemcpyDtoH,   // reply bulk: the bytes
+  kOpMemcpyHtoD,  // payload: the bytes
+  kOpMemcpyDtoH,  // reply bulk: the bytes
   kOpMemcpyDtoD,
   kOpMemset,
-  kOpModuleLoad,   // payload: ModuleImage (below)
+  kOpModuleLoad,  // payload: ModuleImage (below)
   kOpModuleUnload,
   kOpGetFunction,
-  kOpLaunch,       // payload: the packed kernel parameters
+  kOpLaunch,  // payload: the packed kernel parameters
   kOpStreamCreate,
   kOpStreamDestroy,
   kOpStreamSynchronize,
@@ -87,8 +87,7 @@ enum Op : uint32_t {
 // device-to-host copy): device printf text comes back in their replies, checkpoints are
 // taken at them, and managed memory is the host's again after them.
 inline bool Synchronises(uint32_t op) {
-  return op == kOpStreamSynchronize || op == kOpContextSynchronize ||
-         op == kOpEventSynchronize || op == kOpMemcpyDtoH;
+  return op == kOpStreamSynchronize || op == kOpContextSynchronize || op == kOpEventSynchronize || op == kOpMemcpyDtoH;
 }
 
 // Fixed-size strings are NUL-terminated and NUL-padded.
@@ -102,8 +101,8 @@ struct HelloArgs {
 
 // What the client needs to answer device queries (cuDeviceGetAttribute and friends).
 struct DeviceDescription {
-  char uuid[64] = {};     // "GPU-xxxxxxxx-xxxx-..."
-  char name[96] = {};     // e.g. "NVIDIA A100-SXM4-80GB"
+  char uuid[64] = {};  // "GPU-xxxxxxxx-xxxx-..."
+  char name[96] = {};  // e.g. "NVIDIA A100-SXM4-80GB"
   char pci_bus_id[32] = {};
   uint64_t total_memory = 0;
   int32_t cc_major = 0, cc_minor = 0;
@@ -112,16 +111,39 @@ struct DeviceDescription {
   char executor[16] = {};      // "sim" or "cuda"
 };
 
-struct MemAllocArgs { uint64_t size; uint64_t address = 0; };  // 0: the server chooses
-struct MemAllocResult { uint64_t dptr; };
-struct MemFreeArgs { uint64_t dptr; };
-struct MemInfoResult { uint64_t free; uint64_t total; };
-struct MemcpyHtoDArgs { uint64_t dst; uint64_t size; uint64_t stream; };
-struct MemcpyDtoHArgs { uint64_t src; uint64_t size; uint64_t stream; };
-struct MemcpyDtoDArgs { uint64_t dst; uint64_t src; uint64_t size; uint64_t stream; };
+struct MemAllocArgs {
+  uint64_t size;
+  uint64_t address = 0;
+};  // 0: the server chooses
+struct MemAllocResult {
+  uint64_t dptr;
+};
+struct MemFreeArgs {
+  uint64_t dptr;
+};
+struct MemInfoResult {
+  uint64_t free;
+  uint64_t total;
+};
+struct MemcpyHtoDArgs {
+  uint64_t dst;
+  uint64_t size;
+  uint64_t stream;
+};
+struct MemcpyDtoHArgs {
+  uint64_t src;
+  uint64_t size;
+  uint64_t stream;
+};
+struct MemcpyDtoDArgs {
+  uint64_t dst;
+  uint64_t src;
+  uint64_t size;
+  uint64_t stream;
+};
 struct MemsetArgs {
   uint64_t dst;
-  uint64_t count;         // elements
+  uint64_t count;  // elements
   uint32_t value;
   uint32_t element_size;  // 1, 2 or 4
   uint64_t stream;
@@ -138,11 +160,27 @@ struct ModuleLoadArgs {
 };
 // Where the module's variables are: one range (size 0: none, or the executor keeps them
 // apart, so the client cannot save them).
-struct ModuleLoadResult { uint64_t globals_base; uint64_t globals_size; };
-struct ModuleImageHeader { uint64_t image_size; uint32_t kernel_count; uint32_t reserved; };
-struct KernelEntry { uint32_t name_len; uint32_t param_size; };
-struct ModuleUnloadArgs { uint64_t module; };
-struct GetFunctionArgs { uint64_t module; uint64_t function; char name[512]; };
+struct ModuleLoadResult {
+  uint64_t globals_base;
+  uint64_t globals_size;
+};
+struct ModuleImageHeader {
+  uint64_t image_size;
+  uint32_t kernel_count;
+  uint32_t reserved;
+};
+struct KernelEntry {
+  uint32_t name_len;
+  uint32_t param_size;
+};
+struct ModuleUnloadArgs {
+  uint64_t module;
+};
+struct GetFunctionArgs {
+  uint64_t module;
+  uint64_t function;
+  char name[512];
+};
 // GetFunction's reply, when the executor can say (else empty): what the kernel was
 // compiled to need, for cuFuncGetAttribute and the occupancy calculators. Only about the
 // session's own module, as every request. 0: unknown (the library assumes its defaults).
@@ -167,16 +205,42 @@ struct LaunchArgs {
 };
 inline constexpr uint32_t kLaunchCooperative = 1;  // cuLaunchCooperativeKernel
 
-struct StreamArgs { uint64_t stream; uint32_t flags; int32_t priority; };
-struct EventArgs { uint64_t event; uint32_t flags; uint32_t reserved; };
-struct EventRecordArgs { uint64_t event; uint64_t stream; };
-struct StreamWaitEventArgs { uint64_t stream; uint64_t event; };
-struct EventElapsedArgs { uint64_t start; uint64_t end; };
-struct EventElapsedResult { float milliseconds; uint32_t reserved; };
+struct StreamArgs {
+  uint64_t stream;
+  uint32_t flags;
+  int32_t priority;
+};
+struct EventArgs {
+  uint64_t event;
+  uint32_t flags;
+  uint32_t reserved;
+};
+struct EventRecordArgs {
+  uint64_t event;
+  uint64_t stream;
+};
+struct StreamWaitEventArgs {
+  uint64_t stream;
+  uint64_t event;
+};
+struct EventElapsedArgs {
+  uint64_t start;
+  uint64_t end;
+};
+struct EventElapsedResult {
+  float milliseconds;
+  uint32_t reserved;
+};
 
 // cuModuleGetGlobal: a module variable's device address and size.
-struct ModuleGetGlobalArgs { uint64_t module; char name[512]; };
-struct ModuleGetGlobalResult { uint64_t dptr; uint64_t size; };
+struct ModuleGetGlobalArgs {
+  uint64_t module;
+  char name[512];
+};
+struct ModuleGetGlobalResult {
+  uint64_t dptr;
+  uint64_t size;
+};
 
 // After a recovery the client tells the replacement's agent (which tells gpupoold: a
 // "recovered" event). The agent attaches the session's own lease and GPU to it.
@@ -211,7 +275,10 @@ struct HandoffPullArgs {
   char ticket[kHandoffTicketSize];
   char reserved[7];
 };
-struct HandoffPullResult { uint64_t bytes; uint64_t ranges; };
+struct HandoffPullResult {
+  uint64_t bytes;
+  uint64_t ranges;
+};
 struct HandoffAttachArgs {
   uint32_t protocol_version = kProtocolVersion;
   uint32_t reserved = 0;
@@ -219,7 +286,10 @@ struct HandoffAttachArgs {
   char ticket[kHandoffTicketSize] = {};
   char padding[7] = {};
 };
-struct HandoffReadArgs { uint64_t src; uint64_t size; };
+struct HandoffReadArgs {
+  uint64_t src;
+  uint64_t size;
+};
 
 // Device printf: the reply's inline bytes (`out`) of kOpStreamSynchronize,
 // kOpContextSynchronize, kOpEventSynchronize and kOpMemcpyDtoH carry the text kernels

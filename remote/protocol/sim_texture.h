@@ -60,12 +60,7 @@ inline uint32_t SimTexelChannelBytes(uint32_t format) {
 }
 
 // CUaddress_mode's numbers.
-enum SimAddressMode : uint32_t {
-  kAddressWrap = 0,
-  kAddressClamp = 1,
-  kAddressMirror = 2,
-  kAddressBorder = 3
-};
+enum SimAddressMode : uint32_t { kAddressWrap = 0, kAddressClamp = 1, kAddressMirror = 2, kAddressBorder = 3 };
 
 // SimTextureDescriptor::flags
 inline constexpr uint32_t kSimTexLayered = 1;         // `layers` layers of width x height

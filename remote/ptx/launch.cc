@@ -28,9 +28,7 @@ constexpr uint64_t kMaxCtaBytes = uint64_t{1} << 30;
 
 }  // namespace
 
-uint32_t WorkersFor(uint64_t ctas) {
-  return ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1;
-}
+uint32_t WorkersFor(uint64_t ctas) { return ctas >= 4 && std::thread::hardware_concurrency() >= 2 ? kMaxWorkers : 1; }
 
 void RunOnWorkers(uint32_t workers, const std::function<void(uint32_t, bool)>& run) {
   std::vector<std::thread> threads_of_workers;
@@ -62,16 +60,13 @@ uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size
 // tier leaves to the interpreter (cooperative launches, dynamic shared memory). Under
 // GPUPOOL_PTX_JIT=auto the kernel is compiled in the background once it has run
 // kJitAfterThreads threads, and its launches run on the interpreter until the code is there.
-static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec,
-                                         uint64_t threads) {
+static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t threads) {
   const JitMode mode = CurrentJitMode();
-  if (mode == JitMode::kOff || kernel.source == nullptr || spec.cooperative ||
-      spec.dynamic_shared != 0) {
+  if (mode == JitMode::kOff || kernel.source == nullptr || spec.cooperative || spec.dynamic_shared != 0) {
     return nullptr;
   }
   JitSlot& slot = *kernel.jit;
-  if (mode == JitMode::kAuto &&
-      slot.threads_run.fetch_add(std::max(threads, kJitLaunchThreads)) < kJitAfterThreads) {
+  if (mode == JitMode::kAuto && slot.threads_run.fetch_add(std::max(threads, kJitLaunchThreads)) < kJitAfterThreads) {
     return nullptr;
   }
   std::lock_guard<std::mutex> lock(slot.mu);
@@ -80,8 +75,7 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
     if (mode == JitMode::kAuto) {
       CompileInBackground(kernel.jit, *kernel.source, kernel.shared_layout, kernel.param_size);
     } else {
-      slot.compiled =
-          CompileKernel(*kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
+      slot.compiled = CompileKernel(*kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
     }
   }
   return slot.compiled.get();
@@ -93,8 +87,7 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
     return kNotSupported;
   }
   if (spec.param_size < kernel.param_size) {
-    if (spec.error_detail)
-      *spec.error_detail = "parameter buffer smaller than the kernel's parameters";
+    if (spec.error_detail) *spec.error_detail = "parameter buffer smaller than the kernel's parameters";
     return kInvalidValue;
   }
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
@@ -102,8 +95,7 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
   if (kernel.max_threads != 0 && threads > kernel.max_threads) {
     // As a GPU refuses a block larger than the kernel's __launch_bounds__.
     if (spec.error_detail) {
-      *spec.error_detail = "kernel " + kernel.name + " was compiled for at most " +
-                           std::to_string(kernel.max_threads) +
+      *spec.error_detail = "kernel " + kernel.name + " was compiled for at most " + std::to_string(kernel.max_threads) +
                            " threads per block, launched with " + std::to_string(threads);
     }
     return kOutOfResources;
@@ -117,9 +109,8 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
     const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size);
     if (kernel.local_size > kMaxLocalPerThread || per_cta > kMaxCtaBytes) {
       if (spec.error_detail) {
-        *spec.error_detail = "kernel " + kernel.name + " needs " +
-                             std::to_string(kernel.local_size) + " bytes of local memory and " +
-                             std::to_string(kernel.slot_count) +
+        *spec.error_detail = "kernel " + kernel.name + " needs " + std::to_string(kernel.local_size) +
+                             " bytes of local memory and " + std::to_string(kernel.slot_count) +
                              " registers per thread: more than the sim GPU holds";
       }
       return kOutOfResources;

@@ -17,8 +17,7 @@ namespace gpupool::sim {
 // Of a launch's allocations (LaunchSpec::memory: sorted by start, not overlapping), the one
 // that starts last at or below `address`, the only one that may hold it; nullptr when all
 // start above it. Each caller checks the access's extent against it as its tier requires.
-inline const MemoryRange* AllocationAtOrBelow(const std::vector<MemoryRange>& ranges,
-                                              uint64_t address) {
+inline const MemoryRange* AllocationAtOrBelow(const std::vector<MemoryRange>& ranges, uint64_t address) {
   auto after = std::upper_bound(ranges.begin(), ranges.end(), address,
                                 [](uint64_t a, const MemoryRange& r) { return a < r.start; });
   if (after == ranges.begin()) return nullptr;
@@ -27,7 +26,6 @@ inline const MemoryRange* AllocationAtOrBelow(const std::vector<MemoryRange>& ra
 
 // The detail of a launch ended by a stray access (CUDA_ERROR_ILLEGAL_ADDRESS), the same from
 // either tier: "<what> of <size> bytes at 0x<address> (block <block>, warp <warp>)".
-std::string FaultText(const char* what, uint32_t size, uint64_t address, uint64_t block,
-                      uint32_t warp);
+std::string FaultText(const char* what, uint32_t size, uint64_t address, uint64_t block, uint32_t warp);
 
 }  // namespace gpupool::sim

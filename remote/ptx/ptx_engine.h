@@ -89,7 +89,7 @@ struct ModuleVariable {
   uint32_t align = 1;
   std::vector<uint8_t> init;            // initial bytes (shorter than size: the rest is zero)
   std::vector<Relocation> relocations;  // addresses within `init`, filled in at load
-  bool is_declaration = false;  // `.extern` without an initialiser: defined in another module
+  bool is_declaration = false;          // `.extern` without an initialiser: defined in another module
 };
 
 struct DecodedKernel;  // front/program.h
@@ -101,8 +101,7 @@ class PtxModule {
   // read.
   // `device_heap`: the bytes of its device malloc heap, if it calls malloc or free
   // (rounded up to 16; at most kMaxDeviceHeapBytes).
-  static Result<std::unique_ptr<PtxModule>> Parse(std::string_view text,
-                                                  uint64_t device_heap = kDeviceHeapBytes);
+  static Result<std::unique_ptr<PtxModule>> Parse(std::string_view text, uint64_t device_heap = kDeviceHeapBytes);
   // One module of the PTX of several translation units (nvcc -rdc=true), linked as a
   // driver JIT-links them: a declaration (`.extern`) takes another unit's definition, a
   // unit's own symbols (neither .visible, .weak nor .extern) that another unit also names
@@ -126,8 +125,7 @@ class PtxModule {
   // `addresses` gives the device address of every module variable. Fails with
   // NotFound for an unknown kernel and Unimplemented (message naming the
   // instruction) for what the engine cannot run, such as textures and surfaces.
-  Result<const DecodedKernel*> Decode(const std::string& name,
-                                      const std::map<std::string, uint64_t>& addresses);
+  Result<const DecodedKernel*> Decode(const std::string& name, const std::map<std::string, uint64_t>& addresses);
 
  private:
   PtxModule() = default;
@@ -173,9 +171,9 @@ struct LaunchSpec {
   size_t param_size = 0;
   std::vector<MemoryRange> memory;  // sorted by start, non-overlapping
   uint32_t sm_count = 108;
-  std::string* printf_out = nullptr;    // device printf text is appended here (AppendPrintf)
-  uint64_t* printf_dropped = nullptr;   // if set: increased by the bytes of text dropped
-  std::string* error_detail = nullptr;  // why a launch failed, for the agent's log
+  std::string* printf_out = nullptr;        // device printf text is appended here (AppendPrintf)
+  uint64_t* printf_dropped = nullptr;       // if set: increased by the bytes of text dropped
+  std::string* error_detail = nullptr;      // why a launch failed, for the agent's log
   uint64_t* thread_instructions = nullptr;  // if set: increased by the lanes executed
   // If set: increased by one for each block of threads run, while the kernel runs (the
   // agent's watchdog tells a long kernel from a hung GPU by it).
@@ -200,7 +198,6 @@ inline constexpr const char* kCancelledDetail = "the launch was cancelled: its s
 
 // Bytes of the grid workspace a cooperative launch needs (grid.sync() counts at +4).
 inline constexpr uint64_t kGridWorkspaceBytes = 256;
-
 
 // Appends device printf `text` to *out unless *out would then hold more than
 // kMaxPrintfBytes (a kernel printing in a loop cannot make the process allocate without

@@ -105,23 +105,22 @@ class AcceptorImpl : public HandshakeAcceptor {
         std::string peer = PeerAddress(fd);
         std::string host = HostOf(peer);
         if (handshaking.size() >= kMaxHandshaking) {
-          log_("handshake busy", "refusing " + peer + ": " + std::to_string(kMaxHandshaking) +
-                                     " handshakes already in progress");
+          log_("handshake busy",
+               "refusing " + peer + ": " + std::to_string(kMaxHandshaking) + " handshakes already in progress");
           close(fd);
           continue;
         }
         if (per_source[host] >= kMaxHandshakingPerSource) {
-          log_("handshake busy " + host,
-               "refusing " + peer + ": " + std::to_string(kMaxHandshakingPerSource) +
-                   " handshakes from " + host + " already in progress");
+          log_("handshake busy " + host, "refusing " + peer + ": " + std::to_string(kMaxHandshakingPerSource) +
+                                             " handshakes from " + host + " already in progress");
           close(fd);
           continue;
         }
         ++per_source[host];
         // The lane answers with blocking sends, bounded by the socket's timeouts.
         SetTimeouts(fd, kHandshakeTimeoutMs);
-        handshaking.push_back(Handshaking{fd, peer, host, std::string(),
-                                          now + std::chrono::milliseconds(kHandshakeTimeoutMs)});
+        handshaking.push_back(
+            Handshaking{fd, peer, host, std::string(), now + std::chrono::milliseconds(kHandshakeTimeoutMs)});
       }
     }
     for (const Handshaking& h : handshaking) close(h.fd);
@@ -142,8 +141,8 @@ std::string HostOf(const std::string& peer) {
   return colon == std::string::npos ? peer : peer.substr(0, colon);
 }
 
-Result<std::unique_ptr<HandshakeAcceptor>> HandshakeAcceptor::Start(const std::string& listen,
-                                                                    Sink sink, ServerLog log) {
+Result<std::unique_ptr<HandshakeAcceptor>> HandshakeAcceptor::Start(const std::string& listen, Sink sink,
+                                                                    ServerLog log) {
   auto acceptor = std::make_unique<AcceptorImpl>(std::move(sink), std::move(log));
   GPUPOOL_RETURN_IF_ERROR(acceptor->Listen(listen));
   return std::unique_ptr<HandshakeAcceptor>(std::move(acceptor));

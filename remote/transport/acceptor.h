@@ -40,8 +40,7 @@ class HandshakeAcceptor {
   using Sink = std::function<void(Handshaken client)>;
   // Listens on "HOST:PORT" (port 0: any free port) and starts the acceptor thread. `sink`
   // runs on that thread and must not block.
-  static Result<std::unique_ptr<HandshakeAcceptor>> Start(const std::string& listen, Sink sink,
-                                                          ServerLog log);
+  static Result<std::unique_ptr<HandshakeAcceptor>> Start(const std::string& listen, Sink sink, ServerLog log);
   virtual ~HandshakeAcceptor() = default;  // stops the thread, closes unfinished handshakes
   virtual int port() const = 0;
 };

@@ -32,8 +32,7 @@ Result<int> ListenTcp(const std::string& host_port, int* port) {
   if (fd < 0) return Status::Unavailable(Errno("socket"));
   int one = 1;
   setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address.value()), AddressLength(*address)) != 0 ||
-      listen(fd, 64) != 0) {
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address.value()), AddressLength(*address)) != 0 || listen(fd, 64) != 0) {
     std::string error = Errno("cannot listen on " + host_port);
     close(fd);
     return Status::Unavailable(error);
@@ -127,8 +126,7 @@ namespace {
 Status CheckMagic(uint32_t magic) {
   if (magic == kBootstrapMagic) return Status::OK();
   char text[96];
-  std::snprintf(text, sizeof(text), "bad magic 0x%08x (not gpupool, or another version of its wire)",
-                magic);
+  std::snprintf(text, sizeof(text), "bad magic 0x%08x (not gpupool, or another version of its wire)", magic);
   return Status::InvalidArgument(text);
 }
 

@@ -31,9 +31,9 @@ namespace gpupool::transport {
 inline constexpr uint32_t kBootstrapMagic = 0x67706235;  // "gpb5"
 inline constexpr size_t kMaxWorkerAddress = 64 * 1024;
 inline constexpr size_t kMaxLaneKey = 256;
-inline constexpr size_t kMaxLeaseId = 63;       // as HelloArgs::lease_id (protocol.h)
-inline constexpr size_t kMaxLeaseToken = 159;   // as HelloArgs::token
-inline constexpr size_t kMaxHandoffTicket = 64; // hex digits (protocol.h)
+inline constexpr size_t kMaxLeaseId = 63;        // as HelloArgs::lease_id (protocol.h)
+inline constexpr size_t kMaxLeaseToken = 159;    // as HelloArgs::token
+inline constexpr size_t kMaxHandoffTicket = 64;  // hex digits (protocol.h)
 inline constexpr size_t kMaxRefusal = 1024;
 
 // HelloFlags bits. kDetectsPeerFailure: the client can create its endpoint with UCX peer

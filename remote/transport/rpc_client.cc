@@ -45,9 +45,7 @@ struct RpcClient::Pending {
   // The reply's bulk data (if any) is in result_buffer, or its receive ended.
   bool bulk_done() const { return rndv_desc == nullptr && (receive == nullptr || receive->done); }
   // A receive that ended without all its bytes: a peer that died mid-transfer.
-  bool bulk_failed() const {
-    return receive != nullptr && receive->done && receive->status != UCS_OK;
-  }
+  bool bulk_failed() const { return receive != nullptr && receive->done && receive->status != UCS_OK; }
 
   uint64_t seq = 0;
   void* result_buffer = nullptr;
@@ -133,8 +131,7 @@ namespace {
 thread_local bool handshake_broke = false;
 }  // namespace
 
-Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoint,
-                                                      const std::string& lane_key,
+Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoint, const std::string& lane_key,
                                                       const Credential& credential) {
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(kHandshakeRetrySeconds);
   auto backoff = std::chrono::milliseconds(50);
@@ -145,16 +142,15 @@ Result<std::unique_ptr<RpcClient>> RpcClient::Connect(const std::string& endpoin
     auto connected = ConnectOnce(endpoint, lane_key, credential);
     if (connected.ok() || !handshake_broke) return connected;
     if (std::chrono::steady_clock::now() + backoff > give_up) {
-      return Status::Unavailable(connected.status().message() + " (" + std::to_string(tries) +
-                                 " tries in " + std::to_string(kHandshakeRetrySeconds) + " s)");
+      return Status::Unavailable(connected.status().message() + " (" + std::to_string(tries) + " tries in " +
+                                 std::to_string(kHandshakeRetrySeconds) + " s)");
     }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
 }
 
-Result<std::unique_ptr<RpcClient>> RpcClient::ConnectOnce(const std::string& endpoint,
-                                                          const std::string& lane_key,
+Result<std::unique_ptr<RpcClient>> RpcClient::ConnectOnce(const std::string& endpoint, const std::string& lane_key,
                                                           const Credential& credential) {
   std::unique_ptr<RpcClient> self(new RpcClient());
   self->endpoint_ = endpoint;
@@ -193,8 +189,7 @@ Result<std::unique_ptr<RpcClient>> RpcClient::ConnectOnce(const std::string& end
   self->connection_ = answer->connection;
   bool detect = (answer->flags & kDetectsPeerFailure) != 0;
   bool detecting = false;
-  auto ep = self->ucx_->Connect(answer->worker_address, &RpcClient::OnPeerError, self.get(),
-                                detect, &detecting);
+  auto ep = self->ucx_->Connect(answer->worker_address, &RpcClient::OnPeerError, self.get(), detect, &detecting);
   if (ep.ok() && detecting != detect) {
     // The server made its endpoint the other way: the two would not pair (bootstrap.h).
     self->ep_ = ep.value();  // closed by the destructor
@@ -238,8 +233,7 @@ RpcClient::~RpcClient() {
     ucs_status_ptr_t request = ucp_ep_close_nbx(ep_, &param);
     if (UCS_PTR_IS_PTR(request)) {
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      while (ucp_request_check_status(request) == UCS_INPROGRESS &&
-             std::chrono::steady_clock::now() < deadline) {
+      while (ucp_request_check_status(request) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline) {
         ucp_worker_progress(ucx_->worker());
       }
       ucp_request_free(request);
@@ -258,8 +252,8 @@ void RpcClient::OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   self->broken_ = "connection to " + self->endpoint_ + " lost: " + UcxError(status);
 }
 
-ucs_status_t RpcClient::OnReply(void* arg, const void* header, size_t header_len, void* data,
-                                size_t length, const ucp_am_recv_param_t* param) {
+ucs_status_t RpcClient::OnReply(void* arg, const void* header, size_t header_len, void* data, size_t length,
+                                const ucp_am_recv_param_t* param) {
   auto* self = static_cast<RpcClient*>(arg);  // mu_ held by the progressing thread
   ReplyHeader reply_header;
   if (!DecodeReplyHeader(header, header_len, &reply_header)) return UCS_OK;
@@ -271,8 +265,7 @@ ucs_status_t RpcClient::OnReply(void* arg, const void* header, size_t header_len
   pending->replied = true;
   pending->reply.status = reply_header.status;
   pending->reply.async_status = reply_header.async_status;
-  pending->reply.out.assign(static_cast<const char*>(header) + sizeof(ReplyHeader),
-                            reply_header.out_len);
+  pending->reply.out.assign(static_cast<const char*>(header) + sizeof(ReplyHeader), reply_header.out_len);
   size_t take = std::min(length, pending->result_capacity);
   pending->reply.bulk_received = take;
   if (length == 0) return UCS_OK;
@@ -290,9 +283,7 @@ ucs_status_t RpcClient::OnReply(void* arg, const void* header, size_t header_len
   return UCS_OK;
 }
 
-Status RpcClient::BrokenLocked() const {
-  return Status::Unavailable(broken_);
-}
+Status RpcClient::BrokenLocked() const { return Status::Unavailable(broken_); }
 
 Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t seq,
                              const std::function<bool()>* overlap) {
@@ -310,15 +301,13 @@ Status RpcClient::SendLocked(const Request& request, uint32_t flags, uint64_t se
   if (request.args_len > 0) {
     std::memcpy(send_header_.data() + sizeof(request_header), request.args, request.args_len);
   }
-  const uint32_t protocol =
-      SendsEagerly(eager_midsize_, request.payload_len) ? UCP_AM_SEND_FLAG_EAGER : 0;
-  return SendAmLocked(kRequestAmId, send_header_.data(), send_header_.size(), request.payload,
-                      request.payload_len, protocol, overlap);
+  const uint32_t protocol = SendsEagerly(eager_midsize_, request.payload_len) ? UCP_AM_SEND_FLAG_EAGER : 0;
+  return SendAmLocked(kRequestAmId, send_header_.data(), send_header_.size(), request.payload, request.payload_len,
+                      protocol, overlap);
 }
 
-Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_len, const void* data,
-                               size_t data_len, uint32_t send_flags,
-                               const std::function<bool()>* overlap) {
+Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_len, const void* data, size_t data_len,
+                               uint32_t send_flags, const std::function<bool()>* overlap) {
   // The overlapped work always runs to its end, whatever happens to the send.
   bool overlapping = overlap != nullptr;
   struct FinishOverlap {
@@ -331,8 +320,7 @@ Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_le
   if (!broken_.empty()) return BrokenLocked();
   Completion completion;
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                       UCP_OP_ATTR_FIELD_FLAGS;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = &OnSendDone;
   param.user_data = &completion;
   // Tells the server which endpoint the request came on: it accepts a request only on the
@@ -413,8 +401,8 @@ Status RpcClient::FlushLocked() {
   header.connection = connection_;
   header.bytes = static_cast<uint32_t>(batch_.size());
   // Eager: the server splits it inside its receive callback (wire.h).
-  Status status = SendAmLocked(kBatchAmId, &header, sizeof(header), batch_.data(), batch_.size(),
-                               UCP_AM_SEND_FLAG_EAGER, nullptr);
+  Status status =
+      SendAmLocked(kBatchAmId, &header, sizeof(header), batch_.data(), batch_.size(), UCP_AM_SEND_FLAG_EAGER, nullptr);
   batch_.clear();
   batch_items_ = 0;
   batch_open_ = false;
@@ -449,8 +437,7 @@ void RpcClient::FlusherLoop() {
       continue;
     }
     const uint64_t generation = batch_generation_;
-    const Clock::time_point due =
-        Clock::time_point(Clock::duration(batch_started_ns_.load())) + kBatchDelay;
+    const Clock::time_point due = Clock::time_point(Clock::duration(batch_started_ns_.load())) + kBatchDelay;
     if (Clock::now() < due) {
       flusher_wake_.wait_until(sleep, due);
       continue;
@@ -469,8 +456,7 @@ void RpcClient::FlusherLoop() {
 Status RpcClient::SendRawBatchForTesting(const BatchHeader& header, const std::string& data) {
   std::lock_guard<std::mutex> lock(mu_);
   GPUPOOL_RETURN_IF_ERROR(FlushLocked());
-  return SendAmLocked(kBatchAmId, &header, sizeof(header), data.data(), data.size(),
-                      UCP_AM_SEND_FLAG_EAGER, nullptr);
+  return SendAmLocked(kBatchAmId, &header, sizeof(header), data.data(), data.size(), UCP_AM_SEND_FLAG_EAGER, nullptr);
 }
 
 uint64_t RpcClient::batches_sent_for_testing() {
@@ -493,9 +479,8 @@ void RpcClient::StartBulkReceivesLocked() {
     pending->receive = new BulkReceive;
     param.cb.recv_am = &OnBulkReceived;
     param.user_data = pending->receive;
-    ucs_status_ptr_t received = ucp_am_recv_data_nbx(ucx_->worker(), desc,
-                                                     pending->result_buffer, pending->rndv_len,
-                                                     &param);
+    ucs_status_ptr_t received =
+        ucp_am_recv_data_nbx(ucx_->worker(), desc, pending->result_buffer, pending->rndv_len, &param);
     if (UCS_PTR_IS_PTR(received)) continue;  // OnBulkReceived ends it and frees the request
     pending->receive->done = true;
     pending->receive->status = UCS_PTR_STATUS(received);  // UCS_OK when it completed at once
@@ -509,15 +494,12 @@ bool RpcClient::BulkFailedLocked(Pending* pending) {
   if (!pending->bulk_failed()) return false;
   pending->reply.bulk_received = 0;
   if (broken_.empty()) {
-    broken_ =
-        "bulk data from " + endpoint_ + " stopped short: " + UcxError(pending->receive->status);
+    broken_ = "bulk data from " + endpoint_ + " stopped short: " + UcxError(pending->receive->status);
   }
   return true;
 }
 
-uint64_t RpcClient::next_sequence() {
-  return next_seq_.load(std::memory_order_relaxed);
-}
+uint64_t RpcClient::next_sequence() { return next_seq_.load(std::memory_order_relaxed); }
 
 void RpcClient::SetAbandonCheck(std::function<std::string()> check) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -592,8 +574,7 @@ void RpcClient::set_connection_id_for_testing(uint64_t id) {
   connection_ = id;
 }
 
-std::unique_ptr<RpcClient::Pending> RpcClient::NewPendingLocked(uint64_t seq,
-                                                                const Request& request) {
+std::unique_ptr<RpcClient::Pending> RpcClient::NewPendingLocked(uint64_t seq, const Request& request) {
   std::unique_ptr<Pending> pending = spare_ ? std::move(spare_) : std::make_unique<Pending>();
   pending->seq = seq;
   pending->result_buffer = request.result_buffer;
@@ -680,8 +661,7 @@ bool RpcClient::WindowFullLocked(const Request& request) {
   return unanswered_posts_ >= kMaxUnansweredPosts || unanswered_post_bytes_ >= kMaxUnansweredPostBytes;
 }
 
-Status RpcClient::PostAndWaitLocked(const Request& request, uint64_t seq,
-                                    const std::function<bool()>* step) {
+Status RpcClient::PostAndWaitLocked(const Request& request, uint64_t seq, const std::function<bool()>* step) {
   pending_.push_back(NewPendingLocked(seq, request));
   Status status = FlushLocked();
   if (status.ok()) status = SendLocked(request, 0, seq, step);

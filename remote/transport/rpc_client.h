@@ -46,7 +46,7 @@ namespace gpupool::transport {
 struct Reply {
   int32_t status = 0;
   int32_t async_status = 0;
-  std::string out;          // inline results
+  std::string out;           // inline results
   size_t bulk_received = 0;  // bytes written to the caller's bulk buffer
 };
 
@@ -108,8 +108,7 @@ class RpcClient : public ClientConnection {
     std::string token;
     std::string ticket;
   };
-  static Result<std::unique_ptr<RpcClient>> Connect(const std::string& endpoint,
-                                                    const std::string& lane_key = "",
+  static Result<std::unique_ptr<RpcClient>> Connect(const std::string& endpoint, const std::string& lane_key = "",
                                                     const Credential& credential = {});
   static constexpr int kHandshakeRetrySeconds = 10;
   ~RpcClient() override;
@@ -148,13 +147,12 @@ class RpcClient : public ClientConnection {
   void set_connection_id_for_testing(uint64_t id);
 
  private:
-  static Result<std::unique_ptr<RpcClient>> ConnectOnce(const std::string& endpoint,
-                                                        const std::string& lane_key,
+  static Result<std::unique_ptr<RpcClient>> ConnectOnce(const std::string& endpoint, const std::string& lane_key,
                                                         const Credential& credential);
   struct Pending;
   RpcClient() = default;
-  static ucs_status_t OnReply(void* arg, const void* header, size_t header_len, void* data,
-                              size_t length, const ucp_am_recv_param_t* param);
+  static ucs_status_t OnReply(void* arg, const void* header, size_t header_len, void* data, size_t length,
+                              const ucp_am_recv_param_t* param);
   static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   // REQUIRES: mu_ held (for all below).
@@ -164,8 +162,8 @@ class RpcClient : public ClientConnection {
                     const std::function<bool()>* overlap = nullptr);
   RequestHeader HeaderLocked(const Request& request, uint64_t seq, uint32_t flags) const;
   // Sends one active message and waits until its buffers may be reused.
-  Status SendAmLocked(unsigned id, const void* header, size_t header_len, const void* data,
-                      size_t data_len, uint32_t send_flags, const std::function<bool()>* overlap);
+  Status SendAmLocked(unsigned id, const void* header, size_t header_len, const void* data, size_t data_len,
+                      uint32_t send_flags, const std::function<bool()>* overlap);
   // Sends the batch, if any (before any other request goes out).
   Status FlushLocked();
   void AppendToBatchLocked(const Request& request, uint64_t seq);
@@ -176,7 +174,7 @@ class RpcClient : public ClientConnection {
   bool WindowFullLocked(const Request& request);
   // Sends a post two-way and waits for its answer (the window is full).
   Status PostAndWaitLocked(const Request& request, uint64_t seq, const std::function<bool()>* step);
-  Status WaitLocked(uint64_t seq);       // until reply `seq` and its bulk data are complete
+  Status WaitLocked(uint64_t seq);  // until reply `seq` and its bulk data are complete
   void StartBulkReceivesLocked();
   // Whether `pending`'s bulk data stopped short; if so, the connection is broken too.
   bool BulkFailedLocked(Pending* pending);
@@ -199,10 +197,10 @@ class RpcClient : public ClientConnection {
   // Written under mu_; atomic so that next_sequence() reads it without taking mu_ (the
   // failover asks before every request).
   std::atomic<uint64_t> next_seq_{1};
-  std::vector<char> send_header_;   // the AM header being sent; guarded by mu_
+  std::vector<char> send_header_;                 // the AM header being sent; guarded by mu_
   std::deque<std::unique_ptr<Pending>> pending_;  // in seq order; guarded by mu_
   std::unique_ptr<Pending> spare_;                // guarded by mu_
-  std::string broken_;  // non-empty once the connection failed; guarded by mu_
+  std::string broken_;                            // non-empty once the connection failed; guarded by mu_
   // One-way requests (and their bytes) sent since the last answered request (wire.h's
   // flow control); guarded by mu_.
   uint64_t unanswered_posts_ = 0;

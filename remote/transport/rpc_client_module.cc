@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <string>
 
-extern "C" __attribute__((visibility("default"))) gpupool::transport::ClientConnection*
-gpupool_ucx_connect(const char* endpoint, char* error, size_t error_size) {
+extern "C" __attribute__((visibility("default"))) gpupool::transport::ClientConnection* gpupool_ucx_connect(
+    const char* endpoint, char* error, size_t error_size) {
   try {
     std::string address = endpoint;
     std::string gpu;
@@ -21,8 +21,7 @@ gpupool_ucx_connect(const char* endpoint, char* error, size_t error_size) {
     auto client = gpupool::transport::RpcClient::Connect(address, gpu, credential);
     if (!client.ok()) {
       const bool refused = client.status().code() == gpupool::Status::Code::kPermissionDenied;
-      std::snprintf(error, error_size, "%s%s", refused ? kRefusedPrefix : "",
-                    client.status().message().c_str());
+      std::snprintf(error, error_size, "%s%s", refused ? kRefusedPrefix : "", client.status().message().c_str());
       return nullptr;
     }
     return client.value().release();

@@ -19,8 +19,7 @@
 // and writes a one-line reason to `error`; when the server refused the credential, the
 // reason starts with kRefusedPrefix.
 inline constexpr const char kRefusedPrefix[] = "refused: ";
-extern "C" gpupool::transport::ClientConnection* gpupool_ucx_connect(const char* endpoint,
-                                                                     char* error,
+extern "C" gpupool::transport::ClientConnection* gpupool_ucx_connect(const char* endpoint, char* error,
                                                                      size_t error_size);
 using GpupoolUcxConnectFunction = decltype(&gpupool_ucx_connect);
 inline constexpr const char* kGpupoolUcxModuleName = "libgpupool-ucx-client.so";

@@ -82,8 +82,8 @@ struct Incoming {
 };
 
 struct Connection {
-  ConnectionId id = 0;         // random: clients prove which connection they are on
-  int control_fd = -1;         // the bootstrap socket, open while the client lives
+  ConnectionId id = 0;  // random: clients prove which connection they are on
+  int control_fd = -1;  // the bootstrap socket, open while the client lives
   ucp_ep_h ep = nullptr;
   std::string peer;
   std::deque<Incoming> queue;  // received, not yet started
@@ -95,15 +95,14 @@ struct Connection {
   bool bulk_arrived = false;  // set by the receive callback; the loop then runs it
   Incoming current;
   void* current_payload = nullptr;
-  std::vector<char> temp;      // bulk data with no handler-given destination
+  std::vector<char> temp;         // bulk data with no handler-given destination
   std::vector<char> temp_header;  // the reply header, alive until its send completes
-  bool closing = false;        // close once idle (close_after, or the peer failed)
-  bool graceful_close = false; // flush before closing (close_after)
+  bool closing = false;           // close once idle (close_after, or the peer failed)
+  bool graceful_close = false;    // flush before closing (close_after)
   std::string close_reason;
   std::string transport_error;  // what UCX reported about the peer, if anything
   bool eager_midsize = false;   // replies up to kEagerPayloadMax go eagerly (wire.h)
 };
-
 
 // One lane: a thread, its UCX worker, its connections and its handler
 // (rpc_server.h).
@@ -192,10 +191,9 @@ class Lane {
     } while (connection->id == 0 || connections_.count(connection->id));
     // Peer failure detection only when both ends can have it (kDetectsPeerFailure).
     bool detecting = false;
-    auto ep = ucx_->Connect(
-        client.hello.worker_address, &Lane::OnPeerError, connection.get(),
-        (client.hello.flags & kDetectsPeerFailure) != 0 && UcxWorker::CanDetectPeerFailure(),
-        &detecting);
+    auto ep =
+        ucx_->Connect(client.hello.worker_address, &Lane::OnPeerError, connection.get(),
+                      (client.hello.flags & kDetectsPeerFailure) != 0 && UcxWorker::CanDetectPeerFailure(), &detecting);
     if (ep.ok()) connection->ep = ep.value();
     connection->eager_midsize = detecting;
     Status status = ep.ok() ? Status::OK() : ep.status();
@@ -255,8 +253,7 @@ class Lane {
   // client's endpoint, reaches nothing.
   Connection* SenderConnection(ConnectionId id, const ucp_am_recv_param_t* param) {
     auto found = connections_.find(id);
-    ucp_ep_h from =
-        (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+    ucp_ep_h from = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
     if (found == connections_.end() || from == nullptr || found->second->ep != from) {
       return nullptr;
     }
@@ -272,8 +269,8 @@ class Lane {
     const uint64_t max_bytes = g_max_queued_bytes.load(std::memory_order_relaxed);
     if (c->queue.size() >= max_requests || c->queued_bytes + bytes > max_bytes) {
       c->closing = true;
-      c->close_reason = "the client queued more than " + std::to_string(max_requests) +
-                        " requests or " + std::to_string(max_bytes >> 20) +
+      c->close_reason = "the client queued more than " + std::to_string(max_requests) + " requests or " +
+                        std::to_string(max_bytes >> 20) +
                         " MiB without waiting for an answer (the wire's flow control allows " +
                         std::to_string(kMaxUnansweredPosts) + ")";
       return false;
@@ -283,8 +280,8 @@ class Lane {
     return true;
   }
 
-  static ucs_status_t OnRequestAm(void* arg, const void* header, size_t header_len, void* data,
-                                  size_t length, const ucp_am_recv_param_t* param) {
+  static ucs_status_t OnRequestAm(void* arg, const void* header, size_t header_len, void* data, size_t length,
+                                  const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Lane*>(arg);
     RequestHeader request_header;
     // Not a request of this wire: dropped (rndv data too).
@@ -302,8 +299,7 @@ class Lane {
     if (request_header.args_len + eager_len > 0) {
       std::shared_ptr<std::string> bytes = self->TakeSpareBytes();
       bytes->reserve(request_header.args_len + eager_len);
-      bytes->append(static_cast<const char*>(header) + sizeof(request_header),
-                    request_header.args_len);
+      bytes->append(static_cast<const char*>(header) + sizeof(request_header), request_header.args_len);
       if (eager_len > 0) bytes->append(static_cast<const char*>(data), eager_len);
       incoming.args = std::string_view(bytes->data(), request_header.args_len);
       incoming.eager = std::string_view(bytes->data() + request_header.args_len, eager_len);
@@ -322,8 +318,8 @@ class Lane {
   // A batch of one-way requests (wire.h): queued in order as if they had come one by one,
   // once every item has passed the checks. A malformed batch on a client's own connection
   // closes it (the client no longer speaks this wire), with nothing of it run.
-  static ucs_status_t OnBatchAm(void* arg, const void* header, size_t header_len, void* data,
-                                size_t length, const ucp_am_recv_param_t* param) {
+  static ucs_status_t OnBatchAm(void* arg, const void* header, size_t header_len, void* data, size_t length,
+                                const ucp_am_recv_param_t* param) {
     auto* self = static_cast<Lane*>(arg);
     GPUPOOL_PROBE_SCOPE(probe, "agent.batch_receive");
     BatchHeader batch;
@@ -419,16 +415,15 @@ class Lane {
     std::memcpy(c->temp_header.data(), &header, sizeof(header));
     std::memcpy(c->temp_header.data() + sizeof(header), reply.out.data(), reply.out.size());
     ucp_request_param_t param{};
-    param.op_attr_mask =
-        UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = SendsEagerly(c->eager_midsize, reply.bulk_len) ? UCP_AM_SEND_FLAG_EAGER : 0;
     param.cb.send = &Lane::OnReplySent;
     param.user_data = c;
     ucs_status_ptr_t sent;
     {
       GPUPOOL_PROBE_SCOPE(probe, "agent.ucx_send");
-      sent = ucp_am_send_nbx(c->ep, kReplyAmId, c->temp_header.data(), c->temp_header.size(),
-                             reply.bulk, reply.bulk_len, &param);
+      sent = ucp_am_send_nbx(c->ep, kReplyAmId, c->temp_header.data(), c->temp_header.size(), reply.bulk,
+                             reply.bulk_len, &param);
     }
     static probe::Site request_to_reply{"agent.request_to_reply"};
     probe::AddSince(request_to_reply, c->current.arrived);
@@ -494,8 +489,7 @@ class Lane {
       }
       void* desc = c->current.rndv_desc;
       c->current.rndv_desc = nullptr;
-      void* destination = handler_->BulkDestination(c->id, c->current.header, c->current.args,
-                                                    c->current.rndv_len);
+      void* destination = handler_->BulkDestination(c->id, c->current.header, c->current.args, c->current.rndv_len);
       if (destination == nullptr) {
         c->temp.resize(c->current.rndv_len);
         destination = c->temp.data();
@@ -505,8 +499,7 @@ class Lane {
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
       param.cb.recv_am = &Lane::OnBulkArrived;
       param.user_data = c;
-      ucs_status_ptr_t received = ucp_am_recv_data_nbx(ucx_->worker(), desc, destination,
-                                                       c->current.rndv_len, &param);
+      ucs_status_ptr_t received = ucp_am_recv_data_nbx(ucx_->worker(), desc, destination, c->current.rndv_len, &param);
       if (UCS_PTR_IS_ERR(received)) {
         c->closing = true;
         c->close_reason = "bulk receive failed: " + UcxError(UCS_PTR_STATUS(received));
@@ -523,9 +516,8 @@ class Lane {
     if (c->close_reason.empty()) {
       // A client that exits closes its bootstrap socket before its endpoint: then the UCX
       // error is only the echo of that clean close.
-      c->close_reason = c->transport_error.empty() || PeerClosed(c->control_fd)
-                            ? "the client closed its connection"
-                            : c->transport_error;
+      c->close_reason = c->transport_error.empty() || PeerClosed(c->control_fd) ? "the client closed its connection"
+                                                                                : c->transport_error;
     }
     for (auto& incoming : c->queue) {
       if (incoming.rndv_desc != nullptr) ucp_am_data_release(ucx_->worker(), incoming.rndv_desc);
@@ -594,7 +586,7 @@ class Lane {
     auto last_activity = std::chrono::steady_clock::now();
     auto next_socket_poll = last_activity;
     unsigned idle_polls = 0;  // since the last work (wraps after 2^32: a multiple of 8)
-    bool yielding = false;  // idle past kSpinBeforeYield: every idle poll yields the CPU
+    bool yielding = false;    // idle past kSpinBeforeYield: every idle poll yields the CPU
     while (!stop_) {
       bool worked = false;
       // A plain load first: an exchange is a locked instruction even when nothing came.
@@ -664,7 +656,7 @@ class Lane {
   RpcHandler* handler_;
   std::unique_ptr<UcxWorker> ucx_;
   const ServerLog* log_;  // the server's
-  int epfd_ = -1;  // worker event fd, clients' sockets
+  int epfd_ = -1;         // worker event fd, clients' sockets
   std::string worker_address_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
@@ -688,14 +680,13 @@ class Lane {
   std::chrono::steady_clock::time_point next_tick_{};
   uint64_t dropped_ = 0;  // requests dropped by OnRequestAm and OnBatchAm
   std::vector<BatchItem> batch_items_ = std::vector<BatchItem>(kMaxBatchItems);  // OnBatchAm's
-  uint64_t dropped_reported_ = 0;  // ...of which the log has told
+  uint64_t dropped_reported_ = 0;                                                // ...of which the log has told
   std::chrono::steady_clock::time_point next_dropped_report_{};
 };
 
 class RpcServerImpl : public RpcServer {
  public:
-  RpcServerImpl(LanePicker pick_lane, ServerLog log)
-      : pick_lane_(std::move(pick_lane)), log_(std::move(log)) {
+  RpcServerImpl(LanePicker pick_lane, ServerLog log) : pick_lane_(std::move(pick_lane)), log_(std::move(log)) {
     if (!log_) log_ = [](const std::string&, const std::string& line) { log::Warning(line); };
   }
 
@@ -718,8 +709,7 @@ class RpcServerImpl : public RpcServer {
   Status StartLanes(const std::vector<RpcHandler*>& handlers) {
     if (handlers.empty()) return Status::InvalidArgument("rpc server: no lanes");
     for (size_t i = 0; i < handlers.size(); ++i) {
-      auto ucx =
-          UcxWorker::Create("gpupool-dataplane-lane" + std::to_string(i), UcxWorker::Threads::kOne);
+      auto ucx = UcxWorker::Create("gpupool-dataplane-lane" + std::to_string(i), UcxWorker::Threads::kOne);
       if (!ucx.ok()) return ucx.status();
       lanes_.push_back(std::make_unique<Lane>(handlers[i], std::move(ucx.value()), &log_));
     }
@@ -749,13 +739,11 @@ void SetQueueCapsForTesting(uint64_t requests, uint64_t bytes) {
   g_max_queued_bytes.store(bytes);
 }
 
-Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
-                                                    RpcHandler* handler) {
+Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen, RpcHandler* handler) {
   return Start(listen, std::vector<RpcHandler*>{handler}, nullptr, nullptr);
 }
 
-Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
-                                                    std::vector<RpcHandler*> lanes,
+Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen, std::vector<RpcHandler*> lanes,
                                                     LanePicker pick_lane, ServerLog log) {
   auto server = std::make_unique<RpcServerImpl>(std::move(pick_lane), std::move(log));
   GPUPOOL_RETURN_IF_ERROR(server->StartLanes(lanes));
@@ -763,8 +751,8 @@ Result<std::unique_ptr<RpcServer>> RpcServer::Start(const std::string& listen,
   return std::unique_ptr<RpcServer>(std::move(server));
 }
 
-Result<std::unique_ptr<RpcServer>> RpcServer::StartWithoutListening(
-    std::vector<RpcHandler*> lanes, LanePicker pick_lane, ServerLog log) {
+Result<std::unique_ptr<RpcServer>> RpcServer::StartWithoutListening(std::vector<RpcHandler*> lanes,
+                                                                    LanePicker pick_lane, ServerLog log) {
   auto server = std::make_unique<RpcServerImpl>(std::move(pick_lane), std::move(log));
   GPUPOOL_RETURN_IF_ERROR(server->StartLanes(lanes));
   return std::unique_ptr<RpcServer>(std::move(server));

@@ -49,11 +49,11 @@ using ConnectionId = uint64_t;
 struct ServerReply {
   int32_t status = 0;
   int32_t async_status = 0;
-  std::string out;              // small results, sent inline
-  const void* bulk = nullptr;   // bulk result; must stay valid until the next request
-  size_t bulk_len = 0;          //   of this connection starts (the server ensures that)
-  bool close_after = false;     // close the connection once the reply is sent
-  bool tick_soon = false;       // call OnTick right after this request (not a tick later)
+  std::string out;             // small results, sent inline
+  const void* bulk = nullptr;  // bulk result; must stay valid until the next request
+  size_t bulk_len = 0;         //   of this connection starts (the server ensures that)
+  bool close_after = false;    // close the connection once the reply is sent
+  bool tick_soon = false;      // call OnTick right after this request (not a tick later)
   // The handler answers later, through OnWake (the request's reply fields here
   // are ignored). The connection runs nothing else until then; the handler must
   // answer every deferred request exactly once.
@@ -68,11 +68,10 @@ class RpcHandler {
   virtual void OnConnect(ConnectionId id, const std::string& peer) = 0;
   // Where the `len` bulk bytes of this request should be received (e.g. straight into
   // device memory). nullptr: the server receives them into a temporary buffer.
-  virtual void* BulkDestination(ConnectionId id, const RequestHeader& header,
-                                std::string_view args, size_t len) = 0;
+  virtual void* BulkDestination(ConnectionId id, const RequestHeader& header, std::string_view args, size_t len) = 0;
   // Runs one request. For one-way requests (kFlagOneWay) the reply is not sent.
-  virtual void OnRequest(ConnectionId id, const RequestHeader& header, std::string_view args,
-                         const void* payload, size_t payload_len, ServerReply* reply) = 0;
+  virtual void OnRequest(ConnectionId id, const RequestHeader& header, std::string_view args, const void* payload,
+                         size_t payload_len, ServerReply* reply) = 0;
   // The connection is gone (peer closed, died, or close_after); free its resources.
   virtual void OnDisconnect(ConnectionId id, const std::string& reason) = 0;
   // Called about every kTickIntervalMs, busy or idle. Each connection the handler lists in
@@ -100,17 +99,14 @@ class RpcServer {
  public:
   // Listens on "HOST:PORT" (port 0: any free port, see port()). `handler` must outlive
   // the server.
-  static Result<std::unique_ptr<RpcServer>> Start(const std::string& listen,
-                                                  RpcHandler* handler);
+  static Result<std::unique_ptr<RpcServer>> Start(const std::string& listen, RpcHandler* handler);
   // One lane per handler (at least one); `pick_lane` places each new
   // connection.
-  static Result<std::unique_ptr<RpcServer>> Start(const std::string& listen,
-                                                  std::vector<RpcHandler*> lanes,
+  static Result<std::unique_ptr<RpcServer>> Start(const std::string& listen, std::vector<RpcHandler*> lanes,
                                                   LanePicker pick_lane, ServerLog log = nullptr);
   // The same lanes without a listening socket: clients arrive through Adopt (the agent's
   // session worker, whose clients the supervisor accepted and passed over).
-  static Result<std::unique_ptr<RpcServer>> StartWithoutListening(std::vector<RpcHandler*> lanes,
-                                                                  LanePicker pick_lane,
+  static Result<std::unique_ptr<RpcServer>> StartWithoutListening(std::vector<RpcHandler*> lanes, LanePicker pick_lane,
                                                                   ServerLog log = nullptr);
   virtual ~RpcServer() = default;  // stops the threads and closes every connection
   virtual int port() const = 0;    // 0 without a listening socket

@@ -25,8 +25,7 @@ bool SharedMemoryOnly() {
   while (start <= list.size()) {
     size_t end = list.find(',', start);
     std::string name = list.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    static const char* const kSharedMemory[] = {"posix", "sysv", "cma", "knem", "xpmem",
-                                                "self", "sm", "shm"};
+    static const char* const kSharedMemory[] = {"posix", "sysv", "cma", "knem", "xpmem", "self", "sm", "shm"};
     bool shared = false;
     for (const char* candidate : kSharedMemory) shared |= name == candidate;
     if (!shared && !name.empty()) return false;
@@ -91,8 +90,7 @@ Result<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& name, Th
 
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  worker_params.thread_mode =
-      threads == Threads::kOne ? UCS_THREAD_MODE_SINGLE : UCS_THREAD_MODE_SERIALIZED;
+  worker_params.thread_mode = threads == Threads::kOne ? UCS_THREAD_MODE_SINGLE : UCS_THREAD_MODE_SERIALIZED;
   status = ucp_worker_create(self->context_, &worker_params, &self->worker_);
   if (status != UCS_OK) return Status::Unavailable("UCX worker: " + UcxError(status));
   status = ucp_worker_get_efd(self->worker_, &self->efd_);
@@ -114,8 +112,8 @@ UcxWorker::~UcxWorker() {
 
 Status UcxWorker::SetAmHandler(unsigned id, ucp_am_recv_callback_t cb, void* arg) {
   ucp_am_handler_param_t param{};
-  param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                     UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  param.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB | UCP_AM_HANDLER_PARAM_FIELD_ARG |
+                     UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
   param.id = id;
   param.cb = cb;
   param.arg = arg;
@@ -137,11 +135,11 @@ Result<std::string> UcxWorker::Address() {
 
 bool UcxWorker::CanDetectPeerFailure() { return !SharedMemoryOnly(); }
 
-Result<ucp_ep_h> UcxWorker::Connect(const std::string& address, ucp_err_handler_cb_t on_error,
-                                    void* arg, bool detect_peer_failure, bool* detecting) {
+Result<ucp_ep_h> UcxWorker::Connect(const std::string& address, ucp_err_handler_cb_t on_error, void* arg,
+                                    bool detect_peer_failure, bool* detecting) {
   ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.field_mask =
+      UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
   params.address = reinterpret_cast<const ucp_address_t*>(address.data());
   params.err_mode = detect_peer_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
   params.err_handler.cb = on_error;

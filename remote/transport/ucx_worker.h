@@ -51,8 +51,8 @@ class UcxWorker {
   // reported to `on_error`; if UCX refuses that (no transport to the peer can report it),
   // the endpoint is made without and *detecting is false. The peer must then be told, so
   // that it creates its own endpoint the same way (see kDetectsPeerFailure).
-  Result<ucp_ep_h> Connect(const std::string& address, ucp_err_handler_cb_t on_error,
-                           void* arg, bool detect_peer_failure, bool* detecting = nullptr);
+  Result<ucp_ep_h> Connect(const std::string& address, ucp_err_handler_cb_t on_error, void* arg,
+                           bool detect_peer_failure, bool* detecting = nullptr);
 
   // Arms the worker's event fd; false when events are pending (progress first).
   bool Arm();
@@ -72,8 +72,8 @@ class UcxWorker {
   UcxWorker() = default;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
-  int efd_ = -1;    // the worker's event fd
-  int epfd_ = -1;   // epoll set holding efd_ (and an extra fd added on demand)
+  int efd_ = -1;   // the worker's event fd
+  int epfd_ = -1;  // epoll set holding efd_ (and an extra fd added on demand)
   int extra_in_epoll_ = -1;
 };
 

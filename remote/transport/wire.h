@@ -92,9 +92,7 @@ inline constexpr uint32_t kMaxBatchBytes = 64 << 10;
 inline constexpr size_t kEagerPayloadMax = 64 << 10;
 // Whether a payload of `payload_len` goes eagerly on a connection that does (`network`)
 // or does not detect peer failure: the one rule for requests and replies.
-inline bool SendsEagerly(bool network, size_t payload_len) {
-  return network && payload_len <= kEagerPayloadMax;
-}
+inline bool SendsEagerly(bool network, size_t payload_len) { return network && payload_len <= kEagerPayloadMax; }
 
 // One request of a batch, pointing into the batch's data.
 struct BatchItem {
@@ -126,16 +124,15 @@ inline bool DecodeReplyHeader(const void* am_header, size_t am_header_len, Reply
 inline bool DecodeBatchHeader(const void* am_header, size_t am_header_len, BatchHeader* out) {
   if (am_header == nullptr || am_header_len != sizeof(BatchHeader)) return false;
   std::memcpy(out, am_header, sizeof(BatchHeader));
-  return out->magic == kWireMagic && out->count >= 1 && out->count <= kMaxBatchItems &&
-         out->bytes <= kMaxBatchBytes;
+  return out->magic == kWireMagic && out->count >= 1 && out->count <= kMaxBatchItems && out->bytes <= kMaxBatchBytes;
 }
 
 // Splits a batch's data into its items: false, with *why, unless the data is exactly
 // `header.bytes` long and holds exactly `header.count` well-formed items, each one-way and
 // naming the batch's connection. Nothing is taken from a batch that fails. Pure:
 // tests/fuzz/wire_client.cc feeds it arbitrary bytes.
-inline bool DecodeBatch(const BatchHeader& header, const void* data, size_t length,
-                        BatchItem* items, const char** why) {
+inline bool DecodeBatch(const BatchHeader& header, const void* data, size_t length, BatchItem* items,
+                        const char** why) {
   if (length != header.bytes || (length > 0 && data == nullptr)) {
     *why = "its data is not the length its header says";
     return false;

@@ -92,8 +92,8 @@ Result<Message> Receive(int channel) {
   };
   if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) return reject("channel message cut short");
   message.body = nlohmann::json::parse(buffer.data(), buffer.data() + n, nullptr, false);
-  if (message.body.is_discarded() || !message.body.is_object() ||
-      !message.body.contains("type") || !message.body["type"].is_string()) {
+  if (message.body.is_discarded() || !message.body.is_object() || !message.body.contains("type") ||
+      !message.body["type"].is_string()) {
     return reject("channel message is not a JSON object with a type");
   }
   return message;

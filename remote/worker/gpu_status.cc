@@ -15,8 +15,7 @@ std::string Errno(const std::string& what) { return what + ": " + std::strerror(
 Result<SharedMapping> CreateSharedMapping(const char* name, size_t size) {
   int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Status::Internal(Errno("memfd_create"));
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0 ||
-      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     std::string error = Errno("sizing the shared page");
     close(fd);
     return Status::Internal(error);
@@ -41,8 +40,7 @@ Status SealAgainstWriting(int fd) {
 }
 
 Result<void*> MapShared(int fd, size_t size, bool writable) {
-  void* address = mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
-                       fd, 0);
+  void* address = mmap(nullptr, size, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   if (address == MAP_FAILED) return Status::Internal(Errno("mmap of a shared page"));
   return address;
 }

@@ -21,17 +21,17 @@
 namespace gpupool::worker {
 
 struct GpuState {
-  std::atomic<uint32_t> fault_mode{0};   // backend::FaultMode
-  std::atomic<uint32_t> failed{0};       // 1: FAILED (backend health or gpupoold's word)
-  std::atomic<uint64_t> fail_after{0};   // kFailAfter: operations that still succeed
-  std::atomic<uint32_t> generation{0};   // moves on every change (the worker re-reads)
-  char reason[256] = {};                 // why it failed (before `failed` is set)
+  std::atomic<uint32_t> fault_mode{0};  // backend::FaultMode
+  std::atomic<uint32_t> failed{0};      // 1: FAILED (backend health or gpupoold's word)
+  std::atomic<uint64_t> fail_after{0};  // kFailAfter: operations that still succeed
+  std::atomic<uint32_t> generation{0};  // moves on every change (the worker re-reads)
+  char reason[256] = {};                // why it failed (before `failed` is set)
 };
 
 struct GpuCounters {
-  std::atomic<uint64_t> operations{0};      // BeforeOperation calls of this worker
-  std::atomic<int64_t> busy_since_ns{0};    // steady_clock ns; 0: no operation running
-  std::atomic<uint64_t> progress{0};        // operations finished, and kernel blocks run
+  std::atomic<uint64_t> operations{0};    // BeforeOperation calls of this worker
+  std::atomic<int64_t> busy_since_ns{0};  // steady_clock ns; 0: no operation running
+  std::atomic<uint64_t> progress{0};      // operations finished, and kernel blocks run
 };
 
 static_assert(std::atomic<uint64_t>::is_always_lock_free);

@@ -94,9 +94,7 @@ Status InstallSeccompFilter() {
   const uint32_t self = static_cast<uint32_t>(getpid());
   std::vector<sock_filter> f;
   auto stmt = [&](uint16_t code, uint32_t k) { f.push_back(BPF_STMT(code, k)); };
-  auto jump = [&](uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) {
-    f.push_back(BPF_JUMP(code, k, jt, jf));
-  };
+  auto jump = [&](uint16_t code, uint32_t k, uint8_t jt, uint8_t jf) { f.push_back(BPF_JUMP(code, k, jt, jf)); };
   const uint32_t deny = SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA);
   const uint32_t nosys = SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA);
   // Wrong architecture: kill (a 32-bit entry would bypass the numbers below).
@@ -110,37 +108,82 @@ Status InstallSeccompFilter() {
   stmt(BPF_RET | BPF_K, deny);
 #endif
   const long denied[] = {
-      // process_vm_readv/writev stay allowed: UCX's cma transport moves shared-memory
-      // payloads with them, and the kernel lets them reach only what ptrace could (a
-      // worker of another uid, or any non-dumpable worker, is out of reach).
-      SYS_ptrace, SYS_kcmp,
+    // process_vm_readv/writev stay allowed: UCX's cma transport moves shared-memory
+    // payloads with them, and the kernel lets them reach only what ptrace could (a
+    // worker of another uid, or any non-dumpable worker, is out of reach).
+    SYS_ptrace,
+    SYS_kcmp,
 #ifdef SYS_pidfd_getfd
-      SYS_pidfd_getfd,
+    SYS_pidfd_getfd,
 #endif
 #ifdef SYS_pidfd_send_signal
-      SYS_pidfd_send_signal,
+    SYS_pidfd_send_signal,
 #endif
-      SYS_execve, SYS_execveat,
+    SYS_execve,
+    SYS_execveat,
 #ifdef SYS_fork
-      SYS_fork, SYS_vfork,
+    SYS_fork,
+    SYS_vfork,
 #endif
-      SYS_unshare, SYS_setns, SYS_mount, SYS_umount2, SYS_pivot_root, SYS_chroot,
+    SYS_unshare,
+    SYS_setns,
+    SYS_mount,
+    SYS_umount2,
+    SYS_pivot_root,
+    SYS_chroot,
 #ifdef SYS_open_tree
-      SYS_open_tree, SYS_move_mount, SYS_fsopen, SYS_fsconfig, SYS_fsmount, SYS_fspick,
+    SYS_open_tree,
+    SYS_move_mount,
+    SYS_fsopen,
+    SYS_fsconfig,
+    SYS_fsmount,
+    SYS_fspick,
 #endif
-      SYS_init_module, SYS_finit_module, SYS_delete_module, SYS_kexec_load,
+    SYS_init_module,
+    SYS_finit_module,
+    SYS_delete_module,
+    SYS_kexec_load,
 #ifdef SYS_kexec_file_load
-      SYS_kexec_file_load,
+    SYS_kexec_file_load,
 #endif
-      SYS_bpf, SYS_perf_event_open, SYS_keyctl, SYS_add_key, SYS_request_key, SYS_reboot,
-      SYS_swapon, SYS_swapoff, SYS_acct, SYS_settimeofday, SYS_clock_settime, SYS_adjtimex,
-      SYS_clock_adjtime, SYS_syslog, SYS_personality, SYS_userfaultfd, SYS_quotactl,
-      SYS_name_to_handle_at, SYS_open_by_handle_at, SYS_fanotify_init, SYS_vhangup,
+    SYS_bpf,
+    SYS_perf_event_open,
+    SYS_keyctl,
+    SYS_add_key,
+    SYS_request_key,
+    SYS_reboot,
+    SYS_swapon,
+    SYS_swapoff,
+    SYS_acct,
+    SYS_settimeofday,
+    SYS_clock_settime,
+    SYS_adjtimex,
+    SYS_clock_adjtime,
+    SYS_syslog,
+    SYS_personality,
+    SYS_userfaultfd,
+    SYS_quotactl,
+    SYS_name_to_handle_at,
+    SYS_open_by_handle_at,
+    SYS_fanotify_init,
+    SYS_vhangup,
 #if defined(__x86_64__)
-      SYS_iopl, SYS_ioperm, SYS_mknod, SYS_uselib,
+    SYS_iopl,
+    SYS_ioperm,
+    SYS_mknod,
+    SYS_uselib,
 #endif
-      SYS_mknodat, SYS_setuid, SYS_setgid, SYS_setreuid, SYS_setregid, SYS_setresuid,
-      SYS_setresgid, SYS_setgroups, SYS_setfsuid, SYS_setfsgid, SYS_capset,
+    SYS_mknodat,
+    SYS_setuid,
+    SYS_setgid,
+    SYS_setreuid,
+    SYS_setregid,
+    SYS_setresuid,
+    SYS_setresgid,
+    SYS_setgroups,
+    SYS_setfsuid,
+    SYS_setfsgid,
+    SYS_capset,
   };
   for (long nr : denied) {
     jump(BPF_JMP | BPF_JEQ | BPF_K, static_cast<uint32_t>(nr), 0, 1);

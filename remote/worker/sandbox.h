@@ -8,12 +8,11 @@
 // no new privileges (PR_SET_NO_NEW_PRIVS), then a seccomp filter. The filter is a deny
 // list: it refuses with EPERM what a worker never needs and another tenant's safety
 // depends on — tracing other processes (ptrace, kcmp, pidfd_getfd; process_vm_* stays,
-// for UCX's cma transport, under the kernel's ptrace access rules), signals to other processes (kill/tgkill/tkill only to itself), new
-// processes (fork, vfork, clone without CLONE_THREAD; clone3 answers ENOSYS so that the
-// C library falls back to clone), exec, namespaces and mounts, kernel modules, BPF,
-// perf, keyrings, reboot and clock changes. It is not an allow list: the LLVM JIT and UCX
-// use a wide set of ordinary calls, and an allow list that misses one breaks a tenant's
-// session in ways hard to tell from a bug; see docs/containment.md.
+// for UCX's cma transport, under the kernel's ptrace access rules), signals to other processes (kill/tgkill/tkill only
+// to itself), new processes (fork, vfork, clone without CLONE_THREAD; clone3 answers ENOSYS so that the C library falls
+// back to clone), exec, namespaces and mounts, kernel modules, BPF, perf, keyrings, reboot and clock changes. It is not
+// an allow list: the LLVM JIT and UCX use a wide set of ordinary calls, and an allow list that misses one breaks a
+// tenant's session in ways hard to tell from a bug; see docs/containment.md.
 #pragma once
 
 #include <cstdint>

@@ -42,8 +42,8 @@ int Fail(const std::string& why) {
 
 // A health probe on a fresh session: allocate, write, read back. The supervisor gives it
 // a deadline; an injected hang holds it in BeforeOperation past that.
-int RunProbe(int channel, const std::string& kind, const backend::GpuInfo& gpu,
-             const GpuState* state, GpuCounters* counters) {
+int RunProbe(int channel, const std::string& kind, const backend::GpuInfo& gpu, const GpuState* state,
+             GpuCounters* counters) {
   (void)Send(channel, {{"type", "ready"}});
   WorkerBackend backend(kind, gpu, state, counters, nullptr);
   auto answer = [channel](bool ok, const std::string& why) {
@@ -80,14 +80,12 @@ int RunSessionWorker(int argc, char** argv) {
       char* end = nullptr;
       long fd = std::strtol(argv[++i], &end, 10);
       if (*end == '\0' && fd > 2 && fd < 1024) channel = static_cast<int>(fd);
-    } else if ((std::strcmp(argv[i], "--lease") == 0 || std::strcmp(argv[i], "--gpu") == 0) &&
-               i + 1 < argc) {
+    } else if ((std::strcmp(argv[i], "--lease") == 0 || std::strcmp(argv[i], "--gpu") == 0) && i + 1 < argc) {
       ++i;  // for ps: the session comes from the channel
     }
   }
   if (channel < 0) {
-    std::fprintf(stderr,
-                 "gpupool-worker: started by gpupool-agentd only (usage: gpupool-worker --channel FD)\n");
+    std::fprintf(stderr, "gpupool-worker: started by gpupool-agentd only (usage: gpupool-worker --channel FD)\n");
     return kExitUsage;
   }
   // Nothing the agent had open reaches a tenant's process but the channel.
@@ -104,8 +102,8 @@ int RunSessionWorker(int argc, char** argv) {
   }
   transport::SetTimeouts(channel, 0);
   const int verbose = Get<int>(body, "verbose", 0);
-  log::SetLevel(static_cast<log::Level>(std::min(static_cast<int>(log::Level::kInfo) + verbose,
-                                                 static_cast<int>(log::Level::kDebug))));
+  log::SetLevel(static_cast<log::Level>(
+      std::min(static_cast<int>(log::Level::kInfo) + verbose, static_cast<int>(log::Level::kDebug))));
   backend::GpuInfo gpu;
   const nlohmann::json g = body.value("gpu", nlohmann::json::object());
   gpu.uuid = Get<std::string>(g, "uuid", "");
@@ -156,8 +154,7 @@ int RunSessionWorker(int argc, char** argv) {
   std::atomic<uint64_t> epoch{1};
   dataplane::ServerOptions options;
   options.backend = &backend;
-  options.authorize = [&](const std::string& lease, const std::string& presented,
-                          const std::string& uuid) {
+  options.authorize = [&](const std::string& lease, const std::string& presented, const std::string& uuid) {
     return !revoked.load() && EqualInConstantTime(lease, lease_id) && EqualInConstantTime(presented, token) &&
            uuid == gpu.uuid;
   };
@@ -165,16 +162,16 @@ int RunSessionWorker(int argc, char** argv) {
   options.handoff_window = std::chrono::milliseconds(Get<int64_t>(body, "handoff_window_ms", 30000));
   options.gpu_failed = [gpu_state](const std::string&) { return gpu_state->failed.load() != 0; };
   options.handoff_source = [handoff_source](const std::string&) { return handoff_source; };
-  options.on_recovered = [report](const std::string&, const std::string&, const std::string& from,
-                                  uint64_t pause_ms, uint64_t restored_bytes, uint64_t replayed,
-                                  uint64_t copied_bytes) {
-    report({{"type", "recovered"}, {"from", from}, {"pause_ms", pause_ms},
-            {"restored_bytes", restored_bytes}, {"replayed", replayed},
+  options.on_recovered = [report](const std::string&, const std::string&, const std::string& from, uint64_t pause_ms,
+                                  uint64_t restored_bytes, uint64_t replayed, uint64_t copied_bytes) {
+    report({{"type", "recovered"},
+            {"from", from},
+            {"pause_ms", pause_ms},
+            {"restored_bytes", restored_bytes},
+            {"replayed", replayed},
             {"copied_bytes", copied_bytes}});
   };
-  options.on_ticket = [report](const std::string& ticket) {
-    report({{"type", "ticket"}, {"ticket", ticket}});
-  };
+  options.on_ticket = [report](const std::string& ticket) { report({{"type", "ticket"}, {"ticket", ticket}}); };
   options.busy_since_ns = &gpu_counters->busy_since_ns;
   options.progress = &gpu_counters->progress;
   auto server = dataplane::Server::Start(std::move(options));
@@ -194,8 +191,7 @@ int RunSessionWorker(int argc, char** argv) {
       client.fd = message->fds[0];
       client.peer = Get<std::string>(message->body, "peer", "?");
       client.hello.flags = Get<uint32_t>(message->body, "flags", 0) & transport::kKnownHelloFlags;
-      if (!FromHex(Get<std::string>(message->body, "worker_address", ""),
-                   &client.hello.worker_address) ||
+      if (!FromHex(Get<std::string>(message->body, "worker_address", ""), &client.hello.worker_address) ||
           client.hello.worker_address.empty()) {
         close(client.fd);
         continue;

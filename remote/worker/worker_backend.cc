@@ -34,8 +34,8 @@ Status WorkerBackend::BeforeOperation(int index) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (stopping_) return Status::Unavailable("worker stopping");
-  if (static_cast<FaultMode>(state_->fault_mode.load()) == FaultMode::kFailAfter &&
-      state_->failed.load() == 0 && !failed_here_.load()) {
+  if (static_cast<FaultMode>(state_->fault_mode.load()) == FaultMode::kFailAfter && state_->failed.load() == 0 &&
+      !failed_here_.load()) {
     const uint32_t generation = state_->generation.load();
     if (generation != fail_after_generation_) {
       fail_after_generation_ = generation;
@@ -50,8 +50,7 @@ Status WorkerBackend::BeforeOperation(int index) {
   }
   backend::HealthState health = Health(index);
   if (health.health == backend::Health::kFailed) {
-    return Status::Unavailable("GPU " + std::to_string(index) + " (" + gpu_.uuid +
-                               ") has failed: " + health.reason);
+    return Status::Unavailable("GPU " + std::to_string(index) + " (" + gpu_.uuid + ") has failed: " + health.reason);
   }
   return Status::OK();
 }

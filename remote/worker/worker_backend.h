@@ -20,10 +20,9 @@ namespace gpupool::worker {
 
 class WorkerBackend : public backend::GpuBackend {
  public:
-  WorkerBackend(std::string kind, backend::GpuInfo gpu, const GpuState* state,
-                GpuCounters* counters, std::function<void(const std::string& reason)> report)
-      : kind_(std::move(kind)), gpu_(std::move(gpu)), state_(state), counters_(counters),
-        report_(std::move(report)) {}
+  WorkerBackend(std::string kind, backend::GpuInfo gpu, const GpuState* state, GpuCounters* counters,
+                std::function<void(const std::string& reason)> report)
+      : kind_(std::move(kind)), gpu_(std::move(gpu)), state_(state), counters_(counters), report_(std::move(report)) {}
 
   std::string name() const override { return kind_; }
   std::vector<backend::GpuInfo> Discover() override { return {gpu_}; }
@@ -44,7 +43,7 @@ class WorkerBackend : public backend::GpuBackend {
   GpuCounters* const counters_;
   const std::function<void(const std::string&)> report_;
   std::atomic<bool> stopping_{false};
-  std::atomic<bool> failed_here_{false};  // a fail_after ran out in this worker
+  std::atomic<bool> failed_here_{false};           // a fail_after ran out in this worker
   uint64_t fail_after_generation_ = ~uint64_t{0};  // the injection being counted down
   std::atomic<uint64_t> fail_after_left_{0};
 };

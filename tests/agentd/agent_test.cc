@@ -262,7 +262,7 @@ TEST_F(AgentTest, FetchesLeasesOftenWhileClientsAreAttached) {
   ASSERT_TRUE(Eventually([&] { return leases_.size() == 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   EXPECT_EQ(poold.heartbeats().size(), 1u);  // idle: the 60 s interval
-  in_use = true;  // a client attaches in the middle of the long wait
+  in_use = true;                             // a client attaches in the middle of the long wait
   uint64_t version = leases_.version();
   poold.SetLeases(nlohmann::json::array());  // released
   auto t0 = std::chrono::steady_clock::now();

@@ -53,9 +53,11 @@ class AgentdCliTest : public testing::Test {
   std::string Output() { return testing_env::ReadFile(dir_ + "/out"); }
 
   std::vector<std::string> ServerArgs(int control_port, int poold_port) {
-    return {"--server", "http://127.0.0.1:" + std::to_string(poold_port), "--host", "gpuhost1",
-            "--listen", "127.0.0.1:" + std::to_string(testing_env::FreePort()),
-            "--control", "127.0.0.1:" + std::to_string(control_port), "--backend", "sim",
+    return {"--server",   "http://127.0.0.1:" + std::to_string(poold_port),
+            "--host",     "gpuhost1",
+            "--listen",   "127.0.0.1:" + std::to_string(testing_env::FreePort()),
+            "--control",  "127.0.0.1:" + std::to_string(control_port),
+            "--backend",  "sim",
             "--sim-gpus", "A100-SXM4-80GB:80G:2"};
   }
 
@@ -150,7 +152,9 @@ TEST_F(AgentdCliTest, DetachesAndWritesPidFile) {
   // Not our child: wait for the pid file to go and the process to end.
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_TRUE(Eventually([&] { return access(pid_file.c_str(), F_OK) != 0; }, 3000));
-  std::cerr << "stop took " << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count() << " ms\n";
+  std::cerr << "stop took "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count()
+            << " ms\n";
   EXPECT_NE(access(pid_file.c_str(), F_OK), 0);
   std::ifstream log(dir_ + "/agentd.log");
   std::stringstream ss;

@@ -85,10 +85,10 @@ class IntegrationTest : public testing::Test {
     int control = testing_env::FreePort();
     int data = testing_env::FreePort();
     data_ports_[host] = data;
-    pids_[host] = testing_env::Spawn(
-        {GPUPOOL_AGENTD_BIN, "-D", "-f", conf_, "--host", host, "--rack", rack, "--listen",
-         "127.0.0.1:" + std::to_string(data), "--control", "127.0.0.1:" + std::to_string(control)},
-        dir_ + "/" + host + ".log");
+    pids_[host] =
+        testing_env::Spawn({GPUPOOL_AGENTD_BIN, "-D", "-f", conf_, "--host", host, "--rack", rack, "--listen",
+                            "127.0.0.1:" + std::to_string(data), "--control", "127.0.0.1:" + std::to_string(control)},
+                           dir_ + "/" + host + ".log");
     return control;
   }
 
@@ -168,10 +168,13 @@ TEST_F(IntegrationTest, RegisterFailRecoverLeaseAndUnreachable) {
 
   // Cleared on the agent and resumed by the admin, it is IDLE again.
   ASSERT_EQ(Call(control1, "POST", "/v1/faults", R"({"index":0,"mode":"clear"})").status, 200);
-  ASSERT_TRUE(Eventually([&] {
-    Result<nlohmann::json> r = client_->Post("/v1/gpus/update", {{"gpu", "gpuhost1:0"}, {"state", "resume"}});
-    return r.ok() && State("gpuhost1:0") == "IDLE";
-  }, 4000)) << Gpu("gpuhost1:0").dump();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        Result<nlohmann::json> r = client_->Post("/v1/gpus/update", {{"gpu", "gpuhost1:0"}, {"state", "resume"}});
+        return r.ok() && State("gpuhost1:0") == "IDLE";
+      },
+      4000))
+      << Gpu("gpuhost1:0").dump();
 
   // A lease on rack1 reaches the agent's lease table with the next heartbeat.
   Result<nlohmann::json> lease = client_->Post(
@@ -179,16 +182,16 @@ TEST_F(IntegrationTest, RegisterFailRecoverLeaseAndUnreachable) {
   ASSERT_TRUE(lease.ok()) << lease.status().message();
   std::string lease_id = (*lease)["lease"]["id"];
   int leased_index = (*lease)["lease"]["gpus"][0]["index"];
-  ASSERT_TRUE(Eventually([&] {
-    return Call(control1, "GET", "/v1/gpus").body["gpus"][leased_index]["lease"] == lease_id;
-  }, 4000)) << Call(control1, "GET", "/v1/gpus").body.dump();
+  ASSERT_TRUE(Eventually(
+      [&] { return Call(control1, "GET", "/v1/gpus").body["gpus"][leased_index]["lease"] == lease_id; }, 4000))
+      << Call(control1, "GET", "/v1/gpus").body.dump();
 
   // gpuhost2's agent dies: its GPUs become UNREACHABLE after unreachable_timeout (2 s).
   kill(pids_["gpuhost2"], SIGKILL);
   waitpid(pids_["gpuhost2"], nullptr, 0);
   pids_["gpuhost2"] = -1;
-  ASSERT_TRUE(Eventually([&] { return State("gpuhost2:0") == "UNREACHABLE" && State("gpuhost2:1") == "UNREACHABLE"; },
-                         8000))
+  ASSERT_TRUE(
+      Eventually([&] { return State("gpuhost2:0") == "UNREACHABLE" && State("gpuhost2:1") == "UNREACHABLE"; }, 8000))
       << Gpu("gpuhost2:0").dump();
   EXPECT_EQ(State("gpuhost1:1"), "IDLE");  // the live agent keeps its GPUs reachable
 }
@@ -197,12 +200,10 @@ TEST_F(IntegrationTest, RegisterFailRecoverLeaseAndUnreachable) {
 // credential, then requests.
 class DataClient {
  public:
-  DataClient(int port, const std::string& lease, const std::string& token,
-             const std::string& uuid) {
+  DataClient(int port, const std::string& lease, const std::string& token, const std::string& uuid) {
     // The credential goes with the handshake: the agent checks it there, before the
     // connection reaches the session's worker, and refuses it there too.
-    auto client = transport::RpcClient::Connect("127.0.0.1:" + std::to_string(port), uuid,
-                                                {lease, token, ""});
+    auto client = transport::RpcClient::Connect("127.0.0.1:" + std::to_string(port), uuid, {lease, token, ""});
     if (!client.ok() && client.status().code() == Status::Code::kPermissionDenied) {
       hello_status_ = dataplane::kCuNotPermitted;
       hello_answer_ = client.status().message();
@@ -231,9 +232,8 @@ class DataClient {
     payload.append(reinterpret_cast<const char*>(&entry), sizeof(entry));
     payload += kernel;
     transport::Reply reply;
-    Status status = client_->Call({dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(),
-                                   payload.size(), nullptr, 0},
-                                  &reply);
+    Status status = client_->Call(
+        {dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(), payload.size(), nullptr, 0}, &reply);
     if (!status.ok()) return -1;
     dataplane::GetFunctionArgs get{module, module + 1, {}};
     std::snprintf(get.name, sizeof(get.name), "%s", kernel.c_str());
@@ -297,12 +297,11 @@ TEST_F(IntegrationTest, DataPathSessionsEndWithTheirLease) {
   setenv("UCX_TLS", "tcp", 1);  // the agents inherit it
   setenv("UCX_NET_DEVICES", "lo", 1);
   int control = StartAgent("gpuhost1", "rack1");
-  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }))
-      << Logs();
+  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; })) << Logs();
   int port = data_ports_["gpuhost1"];
   auto acquire = [&](int job, int ttl) {
-    Result<nlohmann::json> lease = client_->Post(
-        "/v1/leases", {{"job_id", job}, {"request", {{{"pool", "a100"}, {"count", 1}}}}, {"ttl", ttl}});
+    Result<nlohmann::json> lease =
+        client_->Post("/v1/leases", {{"job_id", job}, {"request", {{{"pool", "a100"}, {"count", 1}}}}, {"ttl", ttl}});
     EXPECT_TRUE(lease.ok()) << lease.status().message();
     return lease.ok() ? (*lease)["lease"] : nlohmann::json();
   };
@@ -349,12 +348,15 @@ TEST_F(IntegrationTest, DataPathSessionsEndWithTheirLease) {
                 R"({"index":)" + std::to_string(index) + R"(,"mode":"fail","reason":"Xid 79"})");
   ASSERT_EQ(f.status, 200) << f.body.dump();
   std::string new_uuid;
-  ASSERT_TRUE(Eventually([&] {
-    Result<nlohmann::json> r = client_->Get("/v1/leases?id=" + id);
-    if (!r.ok() || (*r)["leases"].empty()) return false;
-    new_uuid = (*r)["leases"][0]["gpus"][0]["uuid"];
-    return new_uuid != uuid;
-  }, 5000)) << Logs();
+  ASSERT_TRUE(Eventually(
+      [&] {
+        Result<nlohmann::json> r = client_->Get("/v1/leases?id=" + id);
+        if (!r.ok() || (*r)["leases"].empty()) return false;
+        new_uuid = (*r)["leases"][0]["gpus"][0]["uuid"];
+        return new_uuid != uuid;
+      },
+      5000))
+      << Logs();
   ms = swapped.MillisecondsUntilRevoked(3000);
   std::printf("session closed %.0f ms after the swap was seen\n", ms);
   EXPECT_GE(ms, 0) << Logs();
@@ -376,9 +378,7 @@ TEST_F(IntegrationTest, AgentRegistersAgainWhenGpupooldLosesItsInventory) {
       << Logs();
   // gpupoold lists the GPUs as soon as it has handled the registration; the agent sets its flag
   // when the answer reaches it, a moment later.
-  EXPECT_TRUE(
-      Eventually([&] { return Call(control, "GET", "/v1/gpus").body["registered"] == true; }, 3000))
-      << Logs();
+  EXPECT_TRUE(Eventually([&] { return Call(control, "GET", "/v1/gpus").body["registered"] == true; }, 3000)) << Logs();
 }
 
 }  // namespace
@@ -458,8 +458,8 @@ TEST_F(IntegrationTest, EachSessionRunsInAnUnprivilegedWorkerOfItsOwn) {
   EXPECT_EQ(WorkersOf(pids_["gpuhost1"]).size(), 2u);
   // The worker holds no capability and cannot be traced by its own uid.
   pid_t one = workers.begin()->first;
-  std::string status = testing_env::Run("grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/" +
-                                        std::to_string(one) + "/status");
+  std::string status =
+      testing_env::Run("grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/" + std::to_string(one) + "/status");
   EXPECT_NE(status.find("CapEff:\t0000000000000000"), std::string::npos) << status;
   EXPECT_NE(status.find("NoNewPrivs:\t1"), std::string::npos) << status;
   EXPECT_NE(status.find("Seccomp:\t2"), std::string::npos) << status;
@@ -501,12 +501,10 @@ TEST_F(IntegrationTest, IdleConnectionsDoNotStarveAClientsHandshake) {
   }
   EXPECT_GE(idle.size(), 200u);
   auto started = std::chrono::steady_clock::now();
-  DataClient client(data_ports_["gpuhost1"], lease["id"], lease["token"],
-                    lease["gpus"][0]["uuid"]);
+  DataClient client(data_ports_["gpuhost1"], lease["id"], lease["token"], lease["gpus"][0]["uuid"]);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   for (int fd : idle) close(fd);
-  std::printf("a client's session started %.1f s into a crowd of %zu idle connections\n", seconds,
-              idle.size());
+  std::printf("a client's session started %.1f s into a crowd of %zu idle connections\n", seconds, idle.size());
   ASSERT_EQ(client.hello_status(), dataplane::kCuSuccess) << client.hello_answer() << Logs();
   EXPECT_EQ(client.Alloc(4096), dataplane::kCuSuccess);
   EXPECT_LT(seconds, 8.0);
@@ -526,19 +524,22 @@ TEST_F(IntegrationTest, AWorkerThatDiesIsATenantFaultNotAGpuFault) {
   auto workers = WorkersOf(pids_["gpuhost1"]);
   ASSERT_EQ(workers.size(), 1u);
   kill(workers.begin()->first, SIGKILL);
-  EXPECT_EQ(victim.Alloc(4096), -1);  // the connection went with the process
+  EXPECT_EQ(victim.Alloc(4096), -1);                     // the connection went with the process
   std::this_thread::sleep_for(std::chrono::seconds(3));  // a heartbeat or two
   EXPECT_EQ(State(gpu_id), "LEASED") << Gpu(gpu_id).dump();
   EXPECT_NE(Logs().find("the tenant's fault, the GPU stays healthy"), std::string::npos) << Logs();
   // gpupoold has it as an event of the lease, reported by the GPU's agent.
-  EXPECT_TRUE(Eventually([&] {
-    Result<nlohmann::json> events = client_->Get("/v1/events?job=51");
-    if (!events.ok()) return false;
-    for (const auto& e : (*events)["events"]) {
-      if (e["type"] == "tenant_fault") return true;
-    }
-    return false;
-  }, 5000)) << Logs();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        Result<nlohmann::json> events = client_->Get("/v1/events?job=51");
+        if (!events.ok()) return false;
+        for (const auto& e : (*events)["events"]) {
+          if (e["type"] == "tenant_fault") return true;
+        }
+        return false;
+      },
+      5000))
+      << Logs();
   DataClient next(data_ports_["gpuhost1"], id, token, uuid);
   ASSERT_EQ(next.hello_status(), dataplane::kCuSuccess) << next.hello_answer();
   EXPECT_EQ(next.Alloc(4096), dataplane::kCuSuccess);
@@ -551,11 +552,10 @@ TEST_F(IntegrationTest, AnEndlessKernelEndsWithItsLeaseAndFailsNoGpu) {
   setenv("UCX_TLS", "tcp", 1);
   setenv("UCX_NET_DEVICES", "lo", 1);
   StartAgent("gpuhost1", "rack1");
-  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; }))
-      << Logs();
+  ASSERT_TRUE(Eventually([&] { return State("gpuhost1:0") == "IDLE" && State("gpuhost1:1") == "IDLE"; })) << Logs();
   auto acquire = [&](int job) {
-    Result<nlohmann::json> lease = client_->Post(
-        "/v1/leases", {{"job_id", job}, {"request", {{{"pool", "a100"}, {"count", 2}}}}, {"ttl", 600}});
+    Result<nlohmann::json> lease =
+        client_->Post("/v1/leases", {{"job_id", job}, {"request", {{{"pool", "a100"}, {"count", 2}}}}, {"ttl", 600}});
     EXPECT_TRUE(lease.ok());
     return lease.ok() ? (*lease)["lease"] : nlohmann::json();
   };
@@ -616,8 +616,7 @@ TEST_F(IntegrationTest, ASlowModuleLoadIsNotAHungGpu) {
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("a module of %d entries loaded in %.1f s (hang_timeout 2 s)\n", kSlowModuleEntries, seconds);
   ASSERT_GT(seconds, 3.0) << "the load was too fast to stall the watchdog: raise kSlowModuleEntries";
-  EXPECT_TRUE(Eventually([&] { return Logs().find("a probe on a fresh session passed") != std::string::npos; },
-                         5000))
+  EXPECT_TRUE(Eventually([&] { return Logs().find("a probe on a fresh session passed") != std::string::npos; }, 5000))
       << Logs();
   std::this_thread::sleep_for(std::chrono::seconds(2));  // a heartbeat or two
   EXPECT_EQ(State(gpu_id), "LEASED") << Gpu(gpu_id).dump();
@@ -639,7 +638,7 @@ TEST_F(IntegrationTest, AHungGpuFailsItsProbeAndIsReportedFailed) {
   auto f = Call(control, "POST", "/v1/faults", R"({"index":)" + std::to_string(index) + R"(,"mode":"hang"})");
   ASSERT_EQ(f.status, 200) << f.body.dump();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the workers see the fault
-  std::thread blocked([&] { client.Alloc(4096); });  // waits on the hung GPU
+  std::thread blocked([&] { client.Alloc(4096); });             // waits on the hung GPU
   bool failed = Eventually([&] { return State(gpu_id) == "FAILED"; }, 15000);
   Call(control, "POST", "/v1/faults", R"({"index":)" + std::to_string(index) + R"(,"mode":"clear"})");
   blocked.join();
@@ -712,25 +711,29 @@ TEST_F(IntegrationTest, EachWorkerRunsInACgroupOfItsOwn) {
   // The worker goes with its lease (after the handoff window of an idle session: a new
   // lease on its GPU ends it at once), and its groups with it.
   ASSERT_TRUE(client_->Post("/v1/leases/release", {{"id", id}}).ok());
-  Result<nlohmann::json> next = client_->Post(
-      "/v1/leases", {{"job_id", 55}, {"request", {{{"pool", "a100"}, {"count", 2}}}}, {"ttl", 600}});
+  Result<nlohmann::json> next =
+      client_->Post("/v1/leases", {{"job_id", 55}, {"request", {{{"pool", "a100"}, {"count", 2}}}}, {"ttl", 600}});
   ASSERT_TRUE(next.ok()) << next.status().message();
   DataClient successor(data_ports_["gpuhost1"], (*next)["lease"]["id"], (*next)["lease"]["token"], uuid);
   ASSERT_EQ(successor.hello_status(), dataplane::kCuSuccess) << successor.hello_answer() << Logs();
   ASSERT_TRUE(Eventually([&] { return kill(worker, 0) != 0; }, 5000));
-  EXPECT_TRUE(Eventually([&] {
-    for (const std::string& dir : dirs) {
-      if (access(dir.c_str(), F_OK) == 0) return false;
-    }
-    return true;
-  }, 3000)) << dirs.front();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        for (const std::string& dir : dirs) {
+          if (access(dir.c_str(), F_OK) == 0) return false;
+        }
+        return true;
+      },
+      3000))
+      << dirs.front();
 }
 
 // A worker past its memory limit (its cgroup's) or its CPU time (RLIMIT_CPU) is ended by
 // the kernel: the tenant's fault, said so with the limit, and the GPU stays LEASED.
 TEST_F(IntegrationTest, AWorkerPastItsLimitsIsATenantFault) {
-  AddAgentSettings("  worker_cgroup = \"required\";\n  worker_memory = \"256M\";\n"
-                   "  worker_cpu_seconds = 3;\n");
+  AddAgentSettings(
+      "  worker_cgroup = \"required\";\n  worker_memory = \"256M\";\n"
+      "  worker_cpu_seconds = 3;\n");
   nlohmann::json lease = AgentAndLease(56, 2);
   ASSERT_FALSE(lease.is_null());
   std::string id = lease["id"], token = lease["token"];

@@ -47,8 +47,8 @@ TEST(LeaseTable, ReplaceRevokesAndCountsVersions) {
 }
 
 TEST(LeaseTable, ParsesHeartbeatAnswers) {
-  auto g = ParseLeaseGrants(nlohmann::json::parse(
-      R"({"ok":true,"leases":[{"gpu":"GPU-a","lease":"L7","token":"ab12","generation":4}]})"));
+  auto g = ParseLeaseGrants(
+      nlohmann::json::parse(R"({"ok":true,"leases":[{"gpu":"GPU-a","lease":"L7","token":"ab12","generation":4}]})"));
   ASSERT_TRUE(g.ok()) << g.status().message();
   ASSERT_EQ(g->size(), 1u);
   EXPECT_EQ((*g)[0].gpu_uuid, "GPU-a");
@@ -56,8 +56,8 @@ TEST(LeaseTable, ParsesHeartbeatAnswers) {
   EXPECT_EQ((*g)[0].token, "ab12");
   EXPECT_EQ((*g)[0].generation, 4u);
   EXPECT_EQ((*g)[0].moved_from, "");
-  auto moved = ParseLeaseGrants(nlohmann::json::parse(
-      R"({"leases":[{"gpu":"GPU-a","lease":"L7","token":"t","moved_from":"10.0.0.2:7000"}]})"));
+  auto moved = ParseLeaseGrants(
+      nlohmann::json::parse(R"({"leases":[{"gpu":"GPU-a","lease":"L7","token":"t","moved_from":"10.0.0.2:7000"}]})"));
   ASSERT_TRUE(moved.ok());
   LeaseTable table;
   table.Replace(moved.value());

@@ -75,9 +75,9 @@ TEST_F(OptionsTest, CommandLineOverridesConfig) {
   std::string conf = WriteConfig(
       "agent = { server = \"http://127.0.0.1:1\"; host = \"fromfile\"; rack = \"r9\"; backend = \"sim\";\n"
       "  heartbeat_interval = 7; sim = { gpus = ( { model = \"L4\"; memory = \"24G\"; count = 2; } ); }; };\n");
-  auto cl = Parse({"-D", "-vv", "-f", conf, "--host", "gpuhost1", "--listen=127.0.0.1:21010",
-                   "--control", "127.0.0.1:21011", "--sim-gpus", "A100-SXM4-80GB:80G:2,H100:81920M:1",
-                   "--fault", "1:fail-after=3", "--fault", "0:fail=Xid 79"});
+  auto cl = Parse({"-D", "-vv", "-f", conf, "--host", "gpuhost1", "--listen=127.0.0.1:21010", "--control",
+                   "127.0.0.1:21011", "--sim-gpus", "A100-SXM4-80GB:80G:2,H100:81920M:1", "--fault", "1:fail-after=3",
+                   "--fault", "0:fail=Xid 79"});
   ASSERT_TRUE(cl.ok()) << cl.status().message();
   auto s = ResolveSettings(cl.value());
   ASSERT_TRUE(s.ok()) << s.status().message();
@@ -112,7 +112,8 @@ TEST_F(OptionsTest, SimGpusFromConfigFile) {
 }
 
 TEST_F(OptionsTest, SimFaultsFromConfigFileComeBeforeTheCommandLine) {
-  std::string conf = WriteConfig("agent = { backend = \"sim\"; sim = { faults = [ \"0:fail=Xid 79\", \"2:hang\" ]; }; };\n");
+  std::string conf =
+      WriteConfig("agent = { backend = \"sim\"; sim = { faults = [ \"0:fail=Xid 79\", \"2:hang\" ]; }; };\n");
   auto s = ResolveSettings(Parse({"-f", conf, "--fault", "1:fail-after=3"}).value());
   ASSERT_TRUE(s.ok()) << s.status().message();
   ASSERT_EQ(s->faults.size(), 3u);

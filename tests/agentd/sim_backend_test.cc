@@ -118,7 +118,10 @@ TEST(SimBackend, FailNowMarksFailedAndNotifiesOnce) {
   auto sim = MakeSim("h", {{"A100", 1024, 2}});
   std::atomic<int> notified{0};
   std::atomic<int> last{-1};
-  sim->SetHealthListener([&](int i) { ++notified; last = i; });
+  sim->SetHealthListener([&](int i) {
+    ++notified;
+    last = i;
+  });
   ASSERT_TRUE(sim->InjectFault(1, Fault{FaultMode::kFail, 0, "Xid 79"}).ok());
   EXPECT_EQ(sim->Health(1).health, Health::kFailed);
   EXPECT_EQ(sim->Health(1).reason, "Xid 79");
@@ -276,8 +279,8 @@ TEST(FaultSpec, ParsesTheCommandLineForms) {
   EXPECT_EQ(f->ops, 12u);
   EXPECT_EQ(ParseFaultSpec("hang")->mode, FaultMode::kHang);
   EXPECT_EQ(ParseFaultSpec("clear")->mode, FaultMode::kNone);
-  for (const char* bad : {"", "boom", "fail-after", "fail-after=", "fail-after=-1", "fail-after=3x",
-                          "hang=5", "fail="}) {
+  for (const char* bad :
+       {"", "boom", "fail-after", "fail-after=", "fail-after=-1", "fail-after=3x", "hang=5", "fail="}) {
     EXPECT_FALSE(ParseFaultSpec(bad).ok()) << bad;
   }
 }

@@ -98,8 +98,7 @@ TEST_F(FakeCgroupTree, OnV2AGroupSharedWithOtherProcessesIsNotTaken) {
   EXPECT_EQ(Read("user.slice/session-1.scope/cgroup.procs"), Self() + "\n999999\n");
   auto required = WorkerCgroups::Open(CgroupMode::kRequired, root_, root_ + "/self");
   ASSERT_FALSE(required.ok());
-  EXPECT_NE(required.status().message().find("Delegate=yes"), std::string::npos)
-      << required.status().message();
+  EXPECT_NE(required.status().message().find("Delegate=yes"), std::string::npos) << required.status().message();
 }
 
 TEST_F(FakeCgroupTree, OnV1EachWorkerGetsAGroupInTheMemoryPidsAndCpuHierarchies) {

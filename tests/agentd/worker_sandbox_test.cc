@@ -42,7 +42,8 @@ int InChild(Body body) {
 }
 
 TEST(WorkerSandbox, ATenantCannotTraceSignalForkOrExecAfterEnteringIt) {
-  ASSERT_EQ(geteuid(), 0u) << "the sandbox drops from root to another user: run the tests as root, as scripts/test does";
+  ASSERT_EQ(geteuid(), 0u)
+      << "the sandbox drops from root to another user: run the tests as root, as scripts/test does";
   const pid_t parent = getpid();
   int status = InChild([parent] {
     SandboxOptions options;

@@ -70,7 +70,8 @@ agent = { server = "127.0.0.1:25010"; host = "h1"; rack = "r1"; listen = "127.0.
   control = "127.0.0.1:25030"; backend = "cuda"; heartbeat_interval = 1;
   sim = { gpus = ( { model = "H100"; memory = "1T"; count = 2; } ); }; };
 client = { server = "http://127.0.0.1:25010"; timeout = 9; };
-)", "x.conf");
+)",
+                                 "x.conf");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->munge_socket, "/tmp/c-munge/sock");
   EXPECT_EQ(r->poold.listen, "127.0.0.1:25010");
@@ -129,7 +130,8 @@ gpupoold = { state = "etcd"; etcd_endpoints = ["https://10.0.0.1:2379", "https:/
   etcd_ca_file = "/etc/gpupool/etcd-ca.pem"; etcd_cert_file = "/etc/gpupool/etcd-client.pem";
   etcd_key_file = "/etc/gpupool/etcd-client.key"; etcd_user = "gpupool";
   etcd_password_file = "/etc/gpupool/etcd.password"; };
-)", "x.conf");
+)",
+                                 "x.conf");
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_EQ(r->poold.etcd_endpoints.size(), 2u);
   EXPECT_EQ(r->poold.etcd_ca_file, "/etc/gpupool/etcd-ca.pem");
@@ -176,7 +178,8 @@ TEST(ConfigTest, BadValues) {
   ExpectError("agent = { backend = \"opencl\"; };\n", 1, "backend", "must be \"sim\" or \"cuda\"");
   ExpectError("agent = { worker_cgroup = \"yes\"; };\n", 1, "worker_cgroup",
               "must be \"auto\", \"required\" or \"off\"");
-  ExpectError("agent = { worker_memory = \"32M\"; };\n", 1, "worker_memory", "must be 0 (automatic) or at least 64 MiB");
+  ExpectError("agent = { worker_memory = \"32M\"; };\n", 1, "worker_memory",
+              "must be 0 (automatic) or at least 64 MiB");
   ExpectError("agent = { worker_cpu_seconds = -1; };\n", 1, "worker_cpu_seconds", "must be between");
   ExpectError("gpupoold = { state = \"zookeeper\"; };\n", 1, "state", "must be \"sqlite\" or \"etcd\"");
   ExpectError("gpupoold = { etcd_endpoints = []; };\n", 1, "etcd_endpoints", "must name at least one etcd endpoint");
@@ -205,8 +208,8 @@ TEST(ConfigTest, BadValues) {
 }
 
 TEST(ConfigTest, DuplicatePool) {
-  ExpectError("pools = (\n  { name = \"a100\"; },\n  { name = \"h100\"; },\n  { name = \"a100\"; }\n);\n", 4,
-              "name", "duplicate pool 'a100'");
+  ExpectError("pools = (\n  { name = \"a100\"; },\n  { name = \"h100\"; },\n  { name = \"a100\"; }\n);\n", 4, "name",
+              "duplicate pool 'a100'");
 }
 
 TEST(ConfigTest, DuplicateGpu) {

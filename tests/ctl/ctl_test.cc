@@ -148,8 +148,9 @@ TEST(CtlTest, HelpAndVersionNeedNoServer) {
 }
 
 TEST(CtlTest, ServerPrecedence) {
-  TempConfig conf("client = { server = \"http://127.0.0.1:25003\"; timeout = 2; };\n"
-                  "munge_socket = \"/tmp/c-munge/sock\";\n");
+  TempConfig conf(
+      "client = { server = \"http://127.0.0.1:25003\"; timeout = 2; };\n"
+      "munge_socket = \"/tmp/c-munge/sock\";\n");
   CtlEnv env = NoEnv();
   env.gpupool_conf = conf.path();
 
@@ -185,8 +186,7 @@ TEST(CtlTest, BadOrMissingConfigIsAnErrorNamingIt) {
   std::ostringstream out, err;
   int code = Main({"-f", bad.path(), "ping"}, NoEnv(), out, err);
   EXPECT_EQ(code, 1);
-  EXPECT_EQ(err.str().rfind("gpupoolctl: error: " + bad.path() + ":1: client.sever: unknown key", 0), 0u)
-      << err.str();
+  EXPECT_EQ(err.str().rfind("gpupoolctl: error: " + bad.path() + ":1: client.sever: unknown key", 0), 0u) << err.str();
 
   CtlEnv env = NoEnv();
   env.gpupool_conf = "/nonexistent/c-ctl-test/named.conf";

@@ -13,8 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static gpupool::fuzz::MemFile file;
   std::string text(gpupool::fuzz::AsText(data, size));
   gpupool::Result<gpupool::Config> config =
-      (size % 2 == 0) ? gpupool::LoadConfig(file.Write(text))
-                      : gpupool::ParseConfig(text, "fuzz.conf");
+      (size % 2 == 0) ? gpupool::LoadConfig(file.Write(text)) : gpupool::ParseConfig(text, "fuzz.conf");
   if (config.ok()) {
     // What the daemons do next with a loaded config: look pools up by name.
     for (const gpupool::PoolConfig& pool : config->pools) {

@@ -81,9 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 0) std::memcpy(image.get(), data, size);
 
   if (selector == 0xf0 || selector == 0xf1) {
-    gpupool::Result<std::vector<cl::PtxEntry>> ptx = selector == 0xf0
-                                                         ? cl::PtxOfHostObject(image.get(), size)
-                                                         : cl::PtxOfArchive(image.get(), size);
+    gpupool::Result<std::vector<cl::PtxEntry>> ptx =
+        selector == 0xf0 ? cl::PtxOfHostObject(image.get(), size) : cl::PtxOfArchive(image.get(), size);
     if (!ptx.ok() && ptx.status().message().empty()) __builtin_trap();
     return 0;
   }

@@ -14,9 +14,7 @@
 
 namespace gpupool::fuzz {
 
-inline std::string_view AsText(const uint8_t* data, size_t size) {
-  return {reinterpret_cast<const char*>(data), size};
-}
+inline std::string_view AsText(const uint8_t* data, size_t size) { return {reinterpret_cast<const char*>(data), size}; }
 
 // One argument per line: the seed files stay readable, and an argument with a newline
 // in it is of no interest to these parsers.

@@ -26,8 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   (void)sp::GpusVariable(*lease);
   (void)sp::VisibleDevices(lease->gpus.size());
-  sp::EnvList env = sp::BaseEnvironment(*lease, "http://127.0.0.1:6830",
-                                        sp::LeaseFilePath("/run/gpupool", lease->job_id));
+  sp::EnvList env =
+      sp::BaseEnvironment(*lease, "http://127.0.0.1:6830", sp::LeaseFilePath("/run/gpupool", lease->job_id));
   for (const auto& [name, value] : env) {
     if (name.empty()) __builtin_trap();
   }

@@ -70,9 +70,8 @@ static void CheckBatch(const uint8_t* data, size_t size) {
   for (uint32_t i = 0; i < header.count; ++i) {
     const tr::BatchItem& item = items[i];
     if (item.header.connection != header.connection || !(item.header.flags & tr::kFlagOneWay) ||
-        item.header.args_len > tr::kMaxArgsLen || item.args < begin ||
-        item.args + item.header.args_len > end || item.payload < begin ||
-        item.payload + item.payload_len > end) {
+        item.header.args_len > tr::kMaxArgsLen || item.args < begin || item.args + item.header.args_len > end ||
+        item.payload < begin || item.payload + item.payload_len > end) {
       __builtin_trap();
     }
     std::string args(item.args, item.header.args_len);  // what the server copies
@@ -108,20 +107,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   if (client) {
     gpupool::Result<tr::ServerHello> hello = tr::ReceiveServerHello(fds[0]);
-    if (hello.ok() && (hello->worker_address.empty() ||
-                       hello->worker_address.size() > tr::kMaxWorkerAddress ||
+    if (hello.ok() && (hello->worker_address.empty() || hello->worker_address.size() > tr::kMaxWorkerAddress ||
                        hello->connection == 0 || (hello->flags & ~tr::kKnownHelloFlags) != 0)) {
       __builtin_trap();
     }
     if (!hello.ok() && hello.status().message().empty()) __builtin_trap();
   } else {
     gpupool::Result<tr::ClientHello> hello = tr::ReceiveClientHello(fds[0]);
-    if (hello.ok() && (hello->worker_address.empty() ||
-                       hello->worker_address.size() > tr::kMaxWorkerAddress ||
-                       hello->lease_id.size() > tr::kMaxLeaseId ||
-                       hello->token.size() > tr::kMaxLeaseToken ||
-                       hello->ticket.size() > tr::kMaxHandoffTicket ||
-                       (hello->flags & ~tr::kKnownHelloFlags) != 0)) {
+    if (hello.ok() && (hello->worker_address.empty() || hello->worker_address.size() > tr::kMaxWorkerAddress ||
+                       hello->lease_id.size() > tr::kMaxLeaseId || hello->token.size() > tr::kMaxLeaseToken ||
+                       hello->ticket.size() > tr::kMaxHandoffTicket || (hello->flags & ~tr::kKnownHelloFlags) != 0)) {
       __builtin_trap();
     }
     if (!hello.ok() && hello.status().message().empty()) __builtin_trap();

@@ -9,17 +9,12 @@
 
 SPANK_PLUGIN(gpupool, 1);
 
-static int accept_option(int val, const char *optarg, int remote)
-{
-	return 0;
-}
+static int accept_option(int val, const char* optarg, int remote) { return 0; }
 
 static struct spank_option gpu_pool_option = {
-	"gpu-pool", "POOL:COUNT[,...]", "stub of spank_gpupool's --gpu-pool", 1, 0,
-	accept_option,
+    "gpu-pool", "POOL:COUNT[,...]", "stub of spank_gpupool's --gpu-pool", 1, 0, accept_option,
 };
 
-int slurm_spank_init(spank_t sp, int ac, char **av)
-{
-	return spank_option_register(sp, &gpu_pool_option) == ESPANK_SUCCESS ? 0 : -1;
+int slurm_spank_init(spank_t sp, int ac, char** av) {
+  return spank_option_register(sp, &gpu_pool_option) == ESPANK_SUCCESS ? 0 : -1;
 }

@@ -48,10 +48,12 @@ class ApiTest : public ::testing::Test {
     url_ = "http://127.0.0.1:" + std::to_string(daemon_->port());
     client_ = std::make_unique<ApiClient>(ApiClientOptions{url_, 5000, "", true});
     // Wait for the listener.
-    for (int i = 0; i < 100 && !client_->Get("/v1/pools").ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < 100 && !client_->Get("/v1/pools").ok(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     json reg = {{"host", "g1"}, {"rack", "r1"}, {"endpoint", "127.0.0.1:7000"}, {"gpus", json::array()}};
     for (int i = 0; i < 4; ++i) {
-      reg["gpus"].push_back({{"uuid", "GPU-" + std::to_string(i)}, {"index", i}, {"model", "A100"}, {"memory_mib", 81920}});
+      reg["gpus"].push_back(
+          {{"uuid", "GPU-" + std::to_string(i)}, {"index", i}, {"model", "A100"}, {"memory_mib", 81920}});
     }
     ASSERT_TRUE(client_->Post("/v1/agents/register", reg).ok());
   }
@@ -121,13 +123,13 @@ TEST_F(ApiTest, RolesAreEnforced) {
                  "MUNGE " + testing::CredentialAs(nobody));
   EXPECT_EQ(reg->status, 403);
   // Only admins move leases.
-  auto migrate = Raw("POST", "/v1/leases/migrate", R"({"lease":"L1"})",
-                     "MUNGE " + testing::CredentialAs(nobody));
+  auto migrate = Raw("POST", "/v1/leases/migrate", R"({"lease":"L1"})", "MUNGE " + testing::CredentialAs(nobody));
   EXPECT_EQ(migrate->status, 403);
   // Only agents report recoveries (with their heartbeat).
-  auto recovered = Raw("POST", "/v1/agents/heartbeat",
-                       R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0}]})",
-                       "MUNGE " + testing::CredentialAs(nobody));
+  auto recovered = Raw(
+      "POST", "/v1/agents/heartbeat",
+      R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0}]})",
+      "MUNGE " + testing::CredentialAs(nobody));
   EXPECT_EQ(recovered->status, 403);
   EXPECT_EQ(client_->Get("/v1/gpus?id=g1:0").value()["gpus"][0]["state"], "IDLE");
   // A user acquires for themselves; root sees it; the user cannot release root's lease.
@@ -158,7 +160,9 @@ TEST_F(ApiTest, RolesAreEnforced) {
 // another user's job.
 TEST_F(ApiTest, AnAgentUserIsNoAdmin) {
   auto as = [](uid_t uid) { return "MUNGE " + testing::CredentialAs(uid); };
-  json reg = {{"host", "a1"}, {"rack", "r1"}, {"endpoint", "127.0.0.1:7001"},
+  json reg = {{"host", "a1"},
+              {"rack", "r1"},
+              {"endpoint", "127.0.0.1:7001"},
               {"gpus", {{{"uuid", "GPU-a1-0"}, {"index", 0}, {"model", "A100"}, {"memory_mib", 81920}}}}};
   auto own = Raw("POST", "/v1/agents/register", reg.dump(), as(kAgentUid1));
   ASSERT_EQ(own->status, 200) << own->body;
@@ -187,8 +191,8 @@ TEST_F(ApiTest, AnAgentUserIsNoAdmin) {
   // Job 6 is root's: an agent user may not lease GPUs for it, nor name another owner.
   auto squat = Raw("POST", "/v1/leases", R"({"job_id":6,"request":[{"pool":"a100","count":1}]})", as(kAgentUid1));
   EXPECT_EQ(squat->status, 403) << squat->body;
-  auto owner = Raw("POST", "/v1/leases", R"({"job_id":5,"uid":65534,"request":[{"pool":"a100","count":1}]})",
-                   as(kAgentUid1));
+  auto owner =
+      Raw("POST", "/v1/leases", R"({"job_id":5,"uid":65534,"request":[{"pool":"a100","count":1}]})", as(kAgentUid1));
   EXPECT_EQ(owner->status, 403) << owner->body;
 
   // Nothing changed: every GPU idle, no lease.
@@ -206,7 +210,8 @@ TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {
   } cases[] = {
       {"/v1/leases", "{not json", 400, "malformed JSON"},
       {"/v1/leases", R"([1,2])", 400, "must be a JSON object"},
-      {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":1}],"colour":"red"})", 400, "unknown field 'colour'"},
+      {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":1}],"colour":"red"})", 400,
+       "unknown field 'colour'"},
       {"/v1/leases", R"({"job_id":"x","request":[{"pool":"a100","count":1}]})", 400, "'job_id' must be an integer"},
       {"/v1/leases", R"({"job_id":0,"request":[{"pool":"a100","count":1}]})", 400, "'job_id' must be between"},
       {"/v1/leases", R"({"job_id":1,"request":[{"pool":"a100","count":0}]})", 400, "must be at least 1"},
@@ -222,16 +227,25 @@ TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {
       {"/v1/leases/renew", R"({"job_id":77})", 404, "job 77 holds no lease"},
       {"/v1/gpus/update", R"({"gpu":"g1:0","state":"explode"})", 400, "bad state 'explode'"},
       {"/v1/gpus/update", R"({"gpu":"g9:9","state":"drain"})", 404, "no such GPU 'g9:9'"},
-      {"/v1/agents/register", R"({"host":"g2","rack":"r1","gpus":[{"uuid":"X","index":0,"model":"A100","memory_mib":1},{"uuid":"X","index":1,"model":"A100","memory_mib":1}]})", 400, "duplicate GPU uuid"},
+      {"/v1/agents/register",
+       R"({"host":"g2","rack":"r1","gpus":[{"uuid":"X","index":0,"model":"A100","memory_mib":1},{"uuid":"X","index":1,"model":"A100","memory_mib":1}]})",
+       400, "duplicate GPU uuid"},
       {"/v1/agents/heartbeat", R"({"host":"nobody"})", 404, "unknown host 'nobody'"},
-      {"/v1/agents/heartbeat", R"({"host":"g1","gpus":[{"uuid":"GPU-0","health":"SICK"}]})", 400, "must be OK or FAILED"},
+      {"/v1/agents/heartbeat", R"({"host":"g1","gpus":[{"uuid":"GPU-0","health":"SICK"}]})", 400,
+       "must be OK or FAILED"},
       {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":{}})", 400, "'recoveries' must be a list"},
       {"/v1/leases/migrate", R"({})", 400, "lease"},
       {"/v1/leases/migrate", R"({"lease":"L999"})", 404, "no such lease 'L999'"},
       {"/v1/leases/migrate", R"({"lease":"L1","colour":"red"})", 400, "unknown field 'colour'"},
-      {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":-5,"restored_bytes":0,"replayed":0}]})", 400, "'pause_ms' must be a non-negative integer"},
-      {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0,"extra":1}]})", 400, "unknown field 'extra'"},
-      {"/v1/agents/heartbeat", R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0,"copied_bytes":"lots"}]})", 400, "'copied_bytes' must be a non-negative integer"},
+      {"/v1/agents/heartbeat",
+       R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":-5,"restored_bytes":0,"replayed":0}]})",
+       400, "'pause_ms' must be a non-negative integer"},
+      {"/v1/agents/heartbeat",
+       R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0,"extra":1}]})",
+       400, "unknown field 'extra'"},
+      {"/v1/agents/heartbeat",
+       R"({"host":"g1","recoveries":[{"uuid":"GPU-0","lease":"L1","from":"GPU-9","pause_ms":1,"restored_bytes":0,"replayed":0,"copied_bytes":"lots"}]})",
+       400, "'copied_bytes' must be a non-negative integer"},
       {"/v1/nothing", R"({})", 404, "no such endpoint"},
   };
   for (const Case& c : cases) {
@@ -244,7 +258,8 @@ TEST_F(ApiTest, MalformedRequestsGetANamedErrorAndChangeNothing) {
   EXPECT_EQ(q->status, 400);
   EXPECT_NE(Error(q).find("'job' must be a number"), std::string::npos);
   std::string big(8192, ' ');
-  auto huge = Raw("POST", "/v1/leases", "{\"job_id\":1,\"x\":\"" + big + "\"}", "MUNGE " + auth::EncodeCredential("").value());
+  auto huge =
+      Raw("POST", "/v1/leases", "{\"job_id\":1,\"x\":\"" + big + "\"}", "MUNGE " + auth::EncodeCredential("").value());
   EXPECT_EQ(huge->status, 413);
   EXPECT_EQ(Leases(), 0u);
   EXPECT_EQ(client_->Get("/v1/pools").value()["pools"][0]["idle"], 4);
@@ -267,8 +282,7 @@ TEST_F(ApiTest, AFailedStateWriteStopsChangesAndTheDaemon) {
   EXPECT_NE(Error(drain).find("state not saved"), std::string::npos) << drain->body;
   sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
   sqlite3_close(db);
-  auto next = Raw("POST", "/v1/gpus/update", R"({"gpu":"g1:1","state":"drain"})",
-                  "MUNGE " + testing::CredentialAs(0));
+  auto next = Raw("POST", "/v1/gpus/update", R"({"gpu":"g1:1","state":"drain"})", "MUNGE " + testing::CredentialAs(0));
   EXPECT_EQ(next->status, 503) << next->body;
   EXPECT_NE(Error(next).find("refuses changes until it restarts"), std::string::npos);
   // The daemon stops by itself within a few seconds, saying why.
@@ -321,7 +335,9 @@ TEST_F(ApiTest, AForgedLeaderOutsideTheServerListIsIgnored) {
   auto redirect = [&](const httplib::Request&, httplib::Response& res) {
     res.status = 503;
     res.set_content(json{{"error", "this gpupoold is a follower; the leader is at " + forged_url},
-                         {"leader", forged_url}, {"retry", true}}.dump(),
+                         {"leader", forged_url},
+                         {"retry", true}}
+                        .dump(),
                     "application/json");
   };
   follower.Get(".*", redirect);
@@ -378,7 +394,8 @@ TEST(ApiLimitsTest, SlowHeadersAreCutAndASourceIsCapped) {
   // A source is an address and, on loopback, a uid: this test's own client shares them
   // with the flood, so it keeps one connection open from before (a keep-alive session).
   ApiClient client(ApiClientOptions{url, 5000, "", true});
-  for (int i = 0; i < 100 && !client.Get("/v1/pools").ok(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  for (int i = 0; i < 100 && !client.Get("/v1/pools").ok(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_TRUE(client.Get("/v1/pools").ok());
 
   auto connect_slow = [&] {

@@ -58,25 +58,28 @@ TEST(CrashTest, AcknowledgedLeasesSurviveKill9UnderLoad) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   int port = 20000 + getpid() % 5000;
-  std::ofstream(dir + "/gpupool.conf") << "gpupoold = { listen = \"127.0.0.1:" << port << "\"; state_dir = \"" << dir
-                                       << "/state\"; slurm_reap = false; enforce_licenses = false; durability = \"process\"; };\n"
-                                       << "pools = ( { name = \"a100\"; } );\n";
+  std::ofstream(dir + "/gpupool.conf")
+      << "gpupoold = { listen = \"127.0.0.1:" << port << "\"; state_dir = \"" << dir
+      << "/state\"; slurm_reap = false; enforce_licenses = false; durability = \"process\"; };\n"
+      << "pools = ( { name = \"a100\"; } );\n";
   Gpupoold daemon(dir, port);
   daemon.Start();
   ApiClient admin(ApiClientOptions{daemon.url(), 2000, "", true});
   for (int h = 0; h < 8; ++h) {
     json reg = {{"host", "g" + std::to_string(h)}, {"rack", "r" + std::to_string(h % 2)}, {"gpus", json::array()}};
     for (int i = 0; i < 8; ++i) {
-      reg["gpus"].push_back({{"uuid", "GPU-" + std::to_string(h) + "-" + std::to_string(i)}, {"index", i},
-                             {"model", "A100"}, {"memory_mib", 81920}});
+      reg["gpus"].push_back({{"uuid", "GPU-" + std::to_string(h) + "-" + std::to_string(i)},
+                             {"index", i},
+                             {"model", "A100"},
+                             {"memory_mib", 81920}});
     }
     ASSERT_TRUE(admin.Post("/v1/agents/register", reg).ok());
   }
 
   std::mutex mu;
-  std::map<int64_t, json> held;       // acknowledged and not released: job → gpus
-  std::set<int64_t> released;         // acknowledged releases
-  std::set<int64_t> uncertain;        // request in flight when the daemon died
+  std::map<int64_t, json> held;  // acknowledged and not released: job → gpus
+  std::set<int64_t> released;    // acknowledged releases
+  std::set<int64_t> uncertain;   // request in flight when the daemon died
   std::atomic<bool> dead{false};
   std::atomic<int> acks{0};
   std::vector<std::thread> clients;

@@ -447,8 +447,8 @@ TEST_F(EngineTest, FailedLeasedGpuIsSwappedInItsRack) {
   EXPECT_EQ(after["generation"], 2);
   EXPECT_EQ(after["state"], "ACTIVE");
   EXPECT_NE(after["gpus"][0]["id"], failed);
-  EXPECT_EQ(after["gpus"][0]["rack"], rack);                       // same rack first
-  EXPECT_EQ(after["gpus"][1]["id"], l.value()["gpus"][1]["id"]);   // device order kept
+  EXPECT_EQ(after["gpus"][0]["rack"], rack);                      // same rack first
+  EXPECT_EQ(after["gpus"][1]["id"], l.value()["gpus"][1]["id"]);  // device order kept
   EXPECT_EQ(Gpu(failed)["state"], "FAILED");
   EXPECT_EQ(Gpu(failed)["lease"], "");
   auto types = EventTypes(7);
@@ -483,7 +483,7 @@ TEST_F(EngineTest, DrainResumeLifecycle) {
   ASSERT_TRUE(l.ok());
   EXPECT_EQ(l.value()["gpus"][0]["id"], "g1:1");  // drained GPUs get no new lease
   ASSERT_TRUE(engine_->UpdateGpu("g1:1", "drain", "").ok());
-  EXPECT_EQ(Gpu("g1:1")["state"], "DRAINING");      // leased: finishes its job first
+  EXPECT_EQ(Gpu("g1:1")["state"], "DRAINING");  // leased: finishes its job first
   ASSERT_TRUE(engine_->Release(admin_, "", 1, "").ok());
   EXPECT_EQ(Gpu("g1:1")["state"], "DRAINED");
   ASSERT_TRUE(engine_->UpdateGpu("g1:1", "resume", "").ok());
@@ -610,8 +610,8 @@ TEST_F(EngineTest, RecoveredEventsNameTheirReporterAndAreRateLimited) {
   AddHost("g1", "r1", 1);
   auto l = Acquire(1, "a100", 1);
   ASSERT_TRUE(l.ok());
-  RecoveryReport report{l.value()["gpus"][0]["uuid"].get<std::string>(), l.value()["id"].get<std::string>(),
-                        "GPU-lost", 10, 1u << 20, 1};
+  RecoveryReport report{
+      l.value()["gpus"][0]["uuid"].get<std::string>(), l.value()["id"].get<std::string>(), "GPU-lost", 10, 1u << 20, 1};
   const AgentSender agent{"10.0.0.1", 900};
   for (int i = 0; i < PoolEngine::kRecoveriesPerMinute + 5; ++i) {
     ASSERT_TRUE(engine_->Heartbeat("g1", {}, {report}, agent).ok());
@@ -653,8 +653,7 @@ TEST_F(EngineTest, TenantFaultsAreEventsAndNeverChangeTheGpu) {
   f.job_id = 1;
   json last = engine_->ListEvents(admin_, f).value()["events"].back();
   EXPECT_EQ(last["type"], "tenant_fault");
-  EXPECT_NE(last["detail"].get<std::string>().find("killed by signal 11 (Segmentation fault)"),
-            std::string::npos);
+  EXPECT_NE(last["detail"].get<std::string>().find("killed by signal 11 (Segmentation fault)"), std::string::npos);
   json shown = engine_->ListGpus(gpu, "").value()["gpus"][0];
   EXPECT_EQ(shown["state"], "LEASED") << shown.dump();
   EXPECT_EQ(engine_->counters().failed, 0u);
@@ -674,10 +673,10 @@ TEST_F(EngineTest, RecoveriesReportedByTheGpusAgentAreRecorded) {
   std::string other = host == "g1" ? "g2" : "g1";
   std::string lease = l.value()["id"];
   RecoveryReport report{uuid, lease, "GPU-lost", 3719, 36u << 20, 30};
-  ASSERT_TRUE(engine_->Heartbeat(other, {}, {report}).ok());          // not its GPU
+  ASSERT_TRUE(engine_->Heartbeat(other, {}, {report}).ok());  // not its GPU
   RecoveryReport wrong_lease = report;
   wrong_lease.lease = "L999";
-  ASSERT_TRUE(engine_->Heartbeat(host, {}, {wrong_lease}).ok());     // not its lease
+  ASSERT_TRUE(engine_->Heartbeat(host, {}, {wrong_lease}).ok());  // not its lease
   EXPECT_EQ(engine_->counters().recovered, 0u);
   ASSERT_TRUE(engine_->Heartbeat(host, {}, {report}).ok());
   EXPECT_EQ(engine_->counters().recovered, 1u);
@@ -876,8 +875,7 @@ TEST_F(EngineTest, ConcurrentAcquireReleaseNeverDoubleLeases) {
         auto l = Acquire(job, "a100", count, rng() % 2 ? "pack" : "spread");
         if (l.ok()) {
           ++acquired;
-          if (rng() % 8 == 0 &&
-              !engine_->UpdateGpu(l.value()["gpus"][0]["id"], "fail", "chaos").ok()) {
+          if (rng() % 8 == 0 && !engine_->UpdateGpu(l.value()["gpus"][0]["id"], "fail", "chaos").ok()) {
             violation = true;
           }
           if (!engine_->CheckInvariants().ok()) violation = true;
@@ -900,7 +898,6 @@ TEST_F(EngineTest, ConcurrentAcquireReleaseNeverDoubleLeases) {
   EXPECT_TRUE(inv.ok()) << inv.message();
   EXPECT_EQ(engine_->lease_count(), 0u);
 }
-
 
 // ---------------------------------------------------------------- a client's lost agent
 
@@ -964,9 +961,10 @@ TEST_F(AgentLostTest, AnAgentThatDoesNotAnswerHasItsHostUnreachableAndItsGpusSwa
   json events = engine_->ListEvents(admin_, f).value()["events"];
   bool said = false;
   for (const json& e : events) {
-    said |= e["type"] == "unreachable" &&
-            e["detail"].get<std::string>().find("did not answer gpupoold's probe (Connection refused) after a "
-                                                "process of lease " + lease_) != std::string::npos;
+    said |= e["type"] == "unreachable" && e["detail"].get<std::string>().find(
+                                              "did not answer gpupoold's probe (Connection refused) after a "
+                                              "process of lease " +
+                                              lease_) != std::string::npos;
   }
   EXPECT_TRUE(said);
   EXPECT_TRUE(engine_->CheckInvariants().ok());
@@ -1006,7 +1004,8 @@ TEST_F(AgentLostTest, OnlyTheLeasesOwnTokenIsHeard) {
   // An unknown lease answers in the same words as a wrong token.
   auto unknown = engine_->AgentLost("L999", token_, uuid_);
   EXPECT_EQ(unknown.status().code(), Status::Code::kPermissionDenied);
-  EXPECT_EQ(unknown.status().message(), "the token is not lease 'L999''s: only the lease's own processes may report its agents");
+  EXPECT_EQ(unknown.status().message(),
+            "the token is not lease 'L999''s: only the lease's own processes may report its agents");
   EXPECT_EQ(engine_->AgentLost("1", token_, uuid_).status().code(), Status::Code::kInvalidArgument);
   // Another lease's GPU, with this lease's token: not this lease's to report.
   const std::string their_gpu = other.value()["gpus"][0]["uuid"];

@@ -86,12 +86,11 @@ extendedKeyUsage=serverAuth,clientAuth"
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       std::string log = d + "/etcd.log";
       if (freopen(log.c_str(), "a", stderr) == nullptr || freopen(log.c_str(), "a", stdout) == nullptr) _exit(126);
-      execlp("etcd", "etcd", "--name", "tls", "--data-dir", (d + "/data").c_str(), "--listen-client-urls",
-             url_.c_str(), "--advertise-client-urls", url_.c_str(), "--listen-peer-urls", peer_url.c_str(),
-             "--initial-advertise-peer-urls", peer_url.c_str(), "--initial-cluster",
-             ("tls=" + peer_url).c_str(), "--cert-file", (d + "/server.pem").c_str(), "--key-file",
-             (d + "/server-key.pem").c_str(), "--trusted-ca-file", (d + "/ca.pem").c_str(), "--client-cert-auth",
-             "--auth-token-ttl", "1", nullptr);
+      execlp("etcd", "etcd", "--name", "tls", "--data-dir", (d + "/data").c_str(), "--listen-client-urls", url_.c_str(),
+             "--advertise-client-urls", url_.c_str(), "--listen-peer-urls", peer_url.c_str(),
+             "--initial-advertise-peer-urls", peer_url.c_str(), "--initial-cluster", ("tls=" + peer_url).c_str(),
+             "--cert-file", (d + "/server.pem").c_str(), "--key-file", (d + "/server-key.pem").c_str(),
+             "--trusted-ca-file", (d + "/ca.pem").c_str(), "--client-cert-auth", "--auth-token-ttl", "1", nullptr);
       _exit(127);
     }
     // Users and roles as a site would make them, then auth on.
@@ -268,7 +267,8 @@ TEST_F(EtcdTlsTest, LoadEtcdAccessRefusesWhatCannotWorkNamingTheFile) {
 
   c = Config();
   c.etcd_cert_file = dir_ + "/missing.pem";
-  EXPECT_NE(LoadError(c).find("etcd_cert_file '" + c.etcd_cert_file + "': No such file"), std::string::npos) << LoadError(c);
+  EXPECT_NE(LoadError(c).find("etcd_cert_file '" + c.etcd_cert_file + "': No such file"), std::string::npos)
+      << LoadError(c);
 
   c = Config();
   chmod(c.etcd_password_file.c_str(), 0640);

@@ -74,8 +74,7 @@ class Process {
     for (int i = 0; i < ms / 10; ++i) {
       bool all = pid_ > 0;
       std::error_code error;
-      for (const auto& task :
-           std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/task", error)) {
+      for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid_) + "/task", error)) {
         std::ifstream stat(task.path() / "stat");
         std::string line((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
         size_t paren = line.rfind(')');
@@ -104,12 +103,12 @@ class HaTest : public ::testing::Test {
       cluster += (i ? "," : "") + std::string("e") + std::to_string(i) + "=" + PeerUrl(i);
     }
     for (int i = 0; i < 3; ++i) {
-      etcd_[i].Start({"etcd", "--name", "e" + std::to_string(i), "--data-dir", dir_ + "/e" + std::to_string(i),
-                      "--listen-client-urls", EtcdUrl(i), "--advertise-client-urls", EtcdUrl(i),
-                      "--listen-peer-urls", PeerUrl(i), "--initial-advertise-peer-urls", PeerUrl(i),
-                      "--initial-cluster", cluster, "--initial-cluster-state", "new", "--initial-cluster-token",
-                      "gpupool-ha-test-" + std::to_string(getpid())},
-                     dir_ + "/etcd" + std::to_string(i) + ".log");
+      etcd_[i].Start(
+          {"etcd", "--name", "e" + std::to_string(i), "--data-dir", dir_ + "/e" + std::to_string(i),
+           "--listen-client-urls", EtcdUrl(i), "--advertise-client-urls", EtcdUrl(i), "--listen-peer-urls", PeerUrl(i),
+           "--initial-advertise-peer-urls", PeerUrl(i), "--initial-cluster", cluster, "--initial-cluster-state", "new",
+           "--initial-cluster-token", "gpupool-ha-test-" + std::to_string(getpid())},
+          dir_ + "/etcd" + std::to_string(i) + ".log");
     }
     for (int r = 0; r < 2; ++r) {
       std::ofstream(dir_ + "/gpupool" + std::to_string(r) + ".conf")
@@ -155,8 +154,10 @@ class HaTest : public ::testing::Test {
     for (int h = 0; h < kHosts; ++h) {
       json reg = {{"host", "g" + std::to_string(h)}, {"rack", "r" + std::to_string(h % 2)}, {"gpus", json::array()}};
       for (int i = 0; i < kGpusPerHost; ++i) {
-        reg["gpus"].push_back({{"uuid", "GPU-" + std::to_string(h) + "-" + std::to_string(i)}, {"index", i},
-                               {"model", "A100"}, {"memory_mib", 81920}});
+        reg["gpus"].push_back({{"uuid", "GPU-" + std::to_string(h) + "-" + std::to_string(i)},
+                               {"index", i},
+                               {"model", "A100"},
+                               {"memory_mib", 81920}});
       }
       auto r = admin.Post("/v1/agents/register", reg);
       ASSERT_TRUE(r.ok()) << r.status().message();
@@ -294,7 +295,8 @@ TEST_F(HaTest, AcknowledgedLeasesSurviveKill9OfTheLeaderUnderLoad) {
     std::vector<std::thread>& threads;
     ~JoinAll() {
       stop = true;
-      for (auto& t : threads) if (t.joinable()) t.join();
+      for (auto& t : threads)
+        if (t.joinable()) t.join();
     }
   } join_all{stop, clients};
   for (int i = 0; i < 6000 && acks < 100; ++i) usleep(10000);

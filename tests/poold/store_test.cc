@@ -26,10 +26,11 @@ std::string OlderStateDir(const std::string& name, const char* sql) {
 
 TEST(StoreTest, OpensAnOlderSchemaAndKeepsItsEvents) {
   // Version 0: events had no uid.
-  std::string dir = OlderStateDir(
-      "events", "CREATE TABLE events (seq INTEGER PRIMARY KEY, time INTEGER NOT NULL, type TEXT NOT NULL,"
-                " gpu TEXT NOT NULL, job_id INTEGER NOT NULL, lease TEXT NOT NULL, detail TEXT NOT NULL);"
-                "INSERT INTO events VALUES (7, 1000, 'leased', '', 42, 'L3', 'g1:0');");
+  std::string dir =
+      OlderStateDir("events",
+                    "CREATE TABLE events (seq INTEGER PRIMARY KEY, time INTEGER NOT NULL, type TEXT NOT NULL,"
+                    " gpu TEXT NOT NULL, job_id INTEGER NOT NULL, lease TEXT NOT NULL, detail TEXT NOT NULL);"
+                    "INSERT INTO events VALUES (7, 1000, 'leased', '', 42, 'L3', 'g1:0');");
   auto store = Store::Open(dir, /*fsync=*/false);
   ASSERT_TRUE(store.ok()) << store.status().message();
   auto loaded = (*store)->Load(10);
@@ -54,15 +55,16 @@ TEST(StoreTest, OpensAnOlderSchemaAndKeepsItsEvents) {
 // Version 1 (leases without `movable`): the column is added, old leases are not movable,
 // and a movable lease round-trips.
 TEST(StoreTest, LeasesGainMovableInPlace) {
-  std::string dir = OlderStateDir(
-      "movable", "CREATE TABLE leases (number INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
-                 " uid INTEGER NOT NULL, user TEXT NOT NULL, request TEXT NOT NULL, place TEXT NOT NULL,"
-                 " min_memory_mib INTEGER NOT NULL, gpus TEXT NOT NULL, generation INTEGER NOT NULL,"
-                 " state TEXT NOT NULL, token TEXT NOT NULL, created INTEGER NOT NULL,"
-                 " renewed INTEGER NOT NULL, expires INTEGER NOT NULL, ttl INTEGER NOT NULL);"
-                 "INSERT INTO leases VALUES (3, 42, 1000, 'alice', '[]', 'pack', 0, '[]', 1, 'ACTIVE',"
-                 " 'ab', 1, 1, 100, 99);"
-                 "PRAGMA user_version = 1;");
+  std::string dir =
+      OlderStateDir("movable",
+                    "CREATE TABLE leases (number INTEGER PRIMARY KEY, job_id INTEGER NOT NULL,"
+                    " uid INTEGER NOT NULL, user TEXT NOT NULL, request TEXT NOT NULL, place TEXT NOT NULL,"
+                    " min_memory_mib INTEGER NOT NULL, gpus TEXT NOT NULL, generation INTEGER NOT NULL,"
+                    " state TEXT NOT NULL, token TEXT NOT NULL, created INTEGER NOT NULL,"
+                    " renewed INTEGER NOT NULL, expires INTEGER NOT NULL, ttl INTEGER NOT NULL);"
+                    "INSERT INTO leases VALUES (3, 42, 1000, 'alice', '[]', 'pack', 0, '[]', 1, 'ACTIVE',"
+                    " 'ab', 1, 1, 100, 99);"
+                    "PRAGMA user_version = 1;");
   auto store = Store::Open(dir, /*fsync=*/false);
   ASSERT_TRUE(store.ok()) << store.status().message();
   auto loaded = (*store)->Load(10);

@@ -31,7 +31,8 @@ inline std::string StartPrivateMunged() {
     setenv("MUNGE_SOCKET", s.c_str(), 1);
     std::atexit([] {
       std::string dir = "/tmp/gpupool-test-munge-" + std::to_string(getpid());
-      std::string stop = std::string(GPUPOOL_SOURCE_DIR) + "/tests/lib/private-munged stop " + dir + " && rm -rf " + dir;
+      std::string stop =
+          std::string(GPUPOOL_SOURCE_DIR) + "/tests/lib/private-munged stop " + dir + " && rm -rf " + dir;
       if (std::system(stop.c_str()) != 0) std::fprintf(stderr, "could not stop private munged\n");
     });
     return s;

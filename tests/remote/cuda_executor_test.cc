@@ -25,8 +25,7 @@ struct FakeDriver {
     EXPECT_NE(library, nullptr) << dlerror();
     if (library == nullptr) return;
     memory_calls = reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_cuda_memory_calls"));
-    live_allocations =
-        reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_cuda_live_allocations"));
+    live_allocations = reinterpret_cast<uint64_t (*)()>(dlsym(library, "fake_cuda_live_allocations"));
     live_vmm = reinterpret_cast<uint64_t (*)(int)>(dlsym(library, "fake_cuda_live_vmm"));
     control = reinterpret_cast<void (*)(int, int)>(dlsym(library, "fake_cuda_vmm_control"));
     EXPECT_NE(memory_calls, nullptr) << "libcuda.so.1 is not the test's fake driver";
@@ -107,7 +106,7 @@ TEST_F(CudaExecutorPlacement, CopiesAreCheckedAgainstTheAskedSizeNotTheGranule) 
   EXPECT_EQ(executor->Memset(kBase + 4096, 0, 4, 1024, 0), kCuInvalidValue);
   EXPECT_EQ(executor->CopyDeviceToDevice(kBase + size, kBase, 16, 0), kCuInvalidValue);
   EXPECT_EQ(executor->Free(kBase + 512), kCuInvalidValue);  // not a start
-  EXPECT_EQ(fake.memory_calls(), calls);  // none of it reached the driver
+  EXPECT_EQ(fake.memory_calls(), calls);                    // none of it reached the driver
 }
 
 TEST_F(CudaExecutorPlacement, PackedAllocationsShareTheirGranules) {
@@ -405,8 +404,7 @@ TEST(CudaExecutor, FatbinsOfPtxAloneAreJitCompiledAsText) {
   ASSERT_TRUE(made.ok()) << made.status().message();
   Executor& executor = *made.value();
   const uint64_t fatbins_before = fatbin_loads();
-  const std::string unit =
-      ".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry k() { ret; }\n";
+  const std::string unit = ".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry k() { ret; }\n";
   std::vector<uint8_t> two = image::FatbinOfPtx({{unit, 75}, {unit, 75}, {unit, 70}});
   ASSERT_EQ(executor.LoadModule(1, two.data(), two.size(), {}), kCuSuccess);
   EXPECT_EQ(links(0), 2u);  // the two units of the newest architecture

@@ -92,8 +92,7 @@ class DataplaneServerTest : public ::testing::Test {
     options.listen = "127.0.0.1:0";
     options.backend = &backend_;
     Grant("L7", "secret", 1);
-    options.authorize = [this](const std::string& lease, const std::string& token,
-                               const std::string& uuid) {
+    options.authorize = [this](const std::string& lease, const std::string& token, const std::string& uuid) {
       if (lease == "slow") {  // an authorizer waiting for gpupoold, then refusing
         slow_hellos_started_++;
         std::this_thread::sleep_for(std::chrono::milliseconds(1500));
@@ -101,8 +100,7 @@ class DataplaneServerTest : public ::testing::Test {
       }
       std::lock_guard<std::mutex> lock(mu_);
       auto found = grants_.find(uuid);
-      return found != grants_.end() && found->second.first == lease &&
-             found->second.second == token;
+      return found != grants_.end() && found->second.first == lease && found->second.second == token;
     };
     options.authorization_epoch = [this] { return epoch_.load(); };
     auto server = Server::Start(options);
@@ -115,8 +113,7 @@ class DataplaneServerTest : public ::testing::Test {
   // A connection for GPU `gpu` (the lane key the client names at the
   // handshake).
   std::unique_ptr<RpcClient> Connect(int gpu = 1) {
-    auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()),
-                                     testing::TestGpuUuid(gpu));
+    auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()), testing::TestGpuUuid(gpu));
     EXPECT_TRUE(client.ok()) << client.status().message();
     return client.ok() ? std::move(client.value()) : nullptr;
   }
@@ -174,13 +171,15 @@ class DataplaneServerTest : public ::testing::Test {
   int32_t Write(RpcClient* client, uint64_t dptr, const std::vector<char>& data) {
     MemcpyHtoDArgs args{dptr, data.size(), 0};
     Reply reply;
-    EXPECT_TRUE(client->Call(Request{kOpMemcpyHtoD, &args, sizeof(args), data.data(), data.size(), nullptr, 0}, &reply).ok());
+    EXPECT_TRUE(
+        client->Call(Request{kOpMemcpyHtoD, &args, sizeof(args), data.data(), data.size(), nullptr, 0}, &reply).ok());
     return reply.status;
   }
   int32_t Read(RpcClient* client, uint64_t dptr, std::vector<char>* data) {
     MemcpyDtoHArgs args{dptr, data->size(), 0};
     Reply reply;
-    EXPECT_TRUE(client->Call(Request{kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0, data->data(), data->size()}, &reply).ok());
+    EXPECT_TRUE(
+        client->Call(Request{kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0, data->data(), data->size()}, &reply).ok());
     return reply.status;
   }
 
@@ -227,8 +226,7 @@ TEST_F(DataplaneServerTest, ALaunchWithUnknownFlagsIsRefused) {
     args.flags = flags;
     args.reserved = reserved;
     Reply reply;
-    EXPECT_TRUE(client->Call(Request{kOpLaunch, &args, sizeof(args), nullptr, 0, nullptr, 0},
-                             &reply).ok());
+    EXPECT_TRUE(client->Call(Request{kOpLaunch, &args, sizeof(args), nullptr, 0, nullptr, 0}, &reply).ok());
     return reply.status;
   };
   EXPECT_EQ(launch(2, 0), kCuInvalidValue);
@@ -314,7 +312,8 @@ TEST_F(DataplaneServerTest, AClientReachesOnlyItsOwnMemory) {
     ASSERT_TRUE(intruder->Call(Request{kOpMemset, &memset, sizeof(memset), nullptr, 0, nullptr, 0}, &reply).ok());
     EXPECT_EQ(reply.status, kCuInvalidValue);
     MemFreeArgs free_args{secret};
-    ASSERT_TRUE(intruder->Call(Request{kOpMemFree, &free_args, sizeof(free_args), nullptr, 0, nullptr, 0}, &reply).ok());
+    ASSERT_TRUE(
+        intruder->Call(Request{kOpMemFree, &free_args, sizeof(free_args), nullptr, 0, nullptr, 0}, &reply).ok());
     EXPECT_EQ(reply.status, kCuInvalidValue);
   }
   std::vector<char> back(4096, 0);
@@ -372,15 +371,13 @@ TEST_F(DataplaneServerTest, ARevokedSessionIsClosedWithinASecond) {
 
   Ungrant(1);
   auto start = std::chrono::steady_clock::now();
-  while (server_->attached_sessions() != 0 &&
-         std::chrono::steady_clock::now() - start < std::chrono::seconds(3)) {
+  while (server_->attached_sessions() != 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(3)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(server_->attached_sessions(), 0u);
   EXPECT_LT(took, std::chrono::seconds(1));
-  std::printf("revoked session closed after %.0f ms\n",
-              std::chrono::duration<double, std::milli>(took).count());
+  std::printf("revoked session closed after %.0f ms\n", std::chrono::duration<double, std::milli>(took).count());
 
   // The connection is gone: the client's next call fails (or, had it raced the close,
   // would be refused as revoked).
@@ -476,9 +473,7 @@ TEST_F(DataplaneServerTest, AHelloForAnotherGpuThanTheConnectionsIsRefused) {
   auto client = Connect(0);
   Reply reply = Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1));
   EXPECT_EQ(reply.status, kCuInvalidValue);
-  EXPECT_NE(reply.out.find("connection was opened for GPU " + testing::TestGpuUuid(0)),
-            std::string::npos)
-      << reply.out;
+  EXPECT_NE(reply.out.find("connection was opened for GPU " + testing::TestGpuUuid(0)), std::string::npos) << reply.out;
   EXPECT_EQ(server_->attached_sessions(), 0u);
 }
 
@@ -496,36 +491,25 @@ ProgramRun RunProgram(RpcClient* client, int rounds) {
   for (int i = 0; i < rounds && run.ok; ++i) {
     MemAllocArgs alloc{1 << 16};
     Reply reply;
-    run.ok =
-        client->Call(Request{kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0}, &reply)
-            .ok() &&
-        reply.status == kCuSuccess;
+    run.ok = client->Call(Request{kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0}, &reply).ok() &&
+             reply.status == kCuSuccess;
     MemAllocResult result{};
     if (!run.ok || reply.out.size() != sizeof(result)) break;
     std::memcpy(&result, reply.out.data(), sizeof(result));
     std::vector<char> data(1 << 16, static_cast<char>('a' + i));
     MemcpyHtoDArgs put{result.dptr, data.size(), 0};
     run.ok =
-        client
-            ->Call(Request{kOpMemcpyHtoD, &put, sizeof(put), data.data(), data.size(), nullptr, 0},
-                   &reply)
-            .ok() &&
+        client->Call(Request{kOpMemcpyHtoD, &put, sizeof(put), data.data(), data.size(), nullptr, 0}, &reply).ok() &&
         reply.status == kCuSuccess;
     std::vector<char> back(data.size());
     MemcpyDtoHArgs get{result.dptr, back.size(), 0};
     run.ok =
         run.ok &&
-        client
-            ->Call(Request{kOpMemcpyDtoH, &get, sizeof(get), nullptr, 0, back.data(), back.size()},
-                   &reply)
-            .ok() &&
+        client->Call(Request{kOpMemcpyDtoH, &get, sizeof(get), nullptr, 0, back.data(), back.size()}, &reply).ok() &&
         reply.status == kCuSuccess && back == data;
     MemFreeArgs free_args{result.dptr};
     run.ok = run.ok &&
-             client
-                 ->Call(Request{kOpMemFree, &free_args, sizeof(free_args), nullptr, 0, nullptr, 0},
-                        &reply)
-                 .ok() &&
+             client->Call(Request{kOpMemFree, &free_args, sizeof(free_args), nullptr, 0, nullptr, 0}, &reply).ok() &&
              reply.status == kCuSuccess;
   }
   run.end = Clock::now();
@@ -558,9 +542,8 @@ TEST_F(DataplaneServerTest, TwoClientsOnTwoGpusRunAtTheSameTime) {
   EXPECT_TRUE(run_b.ok);
   // Their runs overlap in time, and their operations ran on the GPUs at the
   // same moment.
-  std::printf("client A %.0f..%.0f ms, client B %.0f..%.0f ms, together %.0f ms\n",
-              Ms(run_a.start - started), Ms(run_a.end - started), Ms(run_b.start - started),
-              Ms(run_b.end - started), Ms(elapsed));
+  std::printf("client A %.0f..%.0f ms, client B %.0f..%.0f ms, together %.0f ms\n", Ms(run_a.start - started),
+              Ms(run_a.end - started), Ms(run_b.start - started), Ms(run_b.end - started), Ms(elapsed));
   EXPECT_LT(run_a.start, run_b.end);
   EXPECT_LT(run_b.start, run_a.end);
   EXPECT_EQ(backend_.max_inside(), 2);
@@ -584,8 +567,7 @@ TEST_F(DataplaneServerTest, AHungGpuDelaysOnlyItsOwnClients) {
   std::thread stuck_thread([&] {
     MemAllocArgs alloc{1 << 20};
     Reply reply;
-    if (stuck->Call(Request{kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0}, &reply)
-            .ok()) {
+    if (stuck->Call(Request{kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0}, &reply).ok()) {
       stuck_status = reply.status;
     }
     stuck_returned = true;
@@ -597,8 +579,8 @@ TEST_F(DataplaneServerTest, AHungGpuDelaysOnlyItsOwnClients) {
 
   ProgramRun during = RunProgram(fine.get(), 20);
   EXPECT_TRUE(during.ok);
-  std::printf("program on GPU 1: %.1f ms alone, %.1f ms while GPU 0 hangs\n",
-              Ms(quick.end - quick.start), Ms(during.end - during.start));
+  std::printf("program on GPU 1: %.1f ms alone, %.1f ms while GPU 0 hangs\n", Ms(quick.end - quick.start),
+              Ms(during.end - during.start));
   EXPECT_LT(Ms(during.end - during.start), 5 * Ms(quick.end - quick.start) + 200.0);
   EXPECT_FALSE(stuck_returned.load()) << "GPU 0's client should still wait for its GPU";
 

@@ -56,14 +56,22 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
     const char* v = nullptr;
-    if (arg == "--listen" && (v = value())) listen = v;
-    else if (arg == "--lease" && (v = value())) lease = v;
-    else if (arg == "--token" && (v = value())) token = v;
-    else if (arg == "--gpus" && (v = value())) gpus = std::atoi(v);
-    else if (arg == "--memory-mib" && (v = value())) memory_mib = std::atol(v);
-    else if (arg == "--backend" && (v = value())) backend_name = v;
-    else if (arg == "--model" && (v = value())) model = v;
-    else return Usage(("unknown or incomplete option '" + arg + "'").c_str());
+    if (arg == "--listen" && (v = value()))
+      listen = v;
+    else if (arg == "--lease" && (v = value()))
+      lease = v;
+    else if (arg == "--token" && (v = value()))
+      token = v;
+    else if (arg == "--gpus" && (v = value()))
+      gpus = std::atoi(v);
+    else if (arg == "--memory-mib" && (v = value()))
+      memory_mib = std::atol(v);
+    else if (arg == "--backend" && (v = value()))
+      backend_name = v;
+    else if (arg == "--model" && (v = value()))
+      model = v;
+    else
+      return Usage(("unknown or incomplete option '" + arg + "'").c_str());
   }
   if (listen.empty() || lease.empty() || token.empty()) return Usage("--listen, --lease and --token are required");
   if (gpus < 1 || memory_mib < 1) return Usage("--gpus and --memory-mib must be positive");
@@ -74,8 +82,7 @@ int main(int argc, char** argv) {
   gpupool::worker::RegisterDeviceKinds();  // this server stands in for the agent
   std::unique_ptr<gpupool::backend::GpuBackend> backend;
   if (backend_name == "sim") {
-    backend = std::make_unique<gpupool::testing::TestBackend>(
-        gpus, static_cast<uint64_t>(memory_mib) << 20, model);
+    backend = std::make_unique<gpupool::testing::TestBackend>(gpus, static_cast<uint64_t>(memory_mib) << 20, model);
   } else {
     auto made = gpupool::device::OpenBackend("cuda", gpupool::AgentConfig{});
     if (!made.ok()) {
@@ -86,8 +93,7 @@ int main(int argc, char** argv) {
   }
   const std::vector<gpupool::backend::GpuInfo> inventory = backend->Discover();
   if (inventory.empty()) {
-    std::fprintf(stderr, "gpupool-dataplane-testd: the %s backend found no GPU\n",
-                 backend_name.c_str());
+    std::fprintf(stderr, "gpupool-dataplane-testd: the %s backend found no GPU\n", backend_name.c_str());
     return 1;
   }
   for (const auto& gpu : inventory) std::printf("gpu %d %s\n", gpu.index, gpu.uuid.c_str());

@@ -39,8 +39,7 @@ TEST(ExecutorFactory, RefusesAKindThisProcessDidNotRegister) {
   auto executor = factory.Create(backend.Discover()[0]);
   ASSERT_FALSE(executor.ok());
   EXPECT_EQ(executor.status().code(), Status::Code::kUnavailable);
-  EXPECT_NE(executor.status().message().find("no device kind 'tpu'"), std::string::npos)
-      << executor.status().message();
+  EXPECT_NE(executor.status().message().find("no device kind 'tpu'"), std::string::npos) << executor.status().message();
 }
 
 }  // namespace

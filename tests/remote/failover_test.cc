@@ -123,13 +123,11 @@ struct Agent {
     options.listen = "127.0.0.1:0";
     options.backend = &backend;
     options.hang_timeout = hang_timeout;
-    options.on_recovered = [this](const std::string& gpu_uuid, const std::string& lease,
-                                  const std::string& from, uint64_t pause_ms, uint64_t restored,
-                                  uint64_t, uint64_t copied) {
+    options.on_recovered = [this](const std::string& gpu_uuid, const std::string& lease, const std::string& from,
+                                  uint64_t pause_ms, uint64_t restored, uint64_t, uint64_t copied) {
       std::lock_guard<std::mutex> lock(reports_mu);
-      reports.push_back(gpu_uuid + " " + lease + " " + from + " " + std::to_string(pause_ms) +
-                        " " + std::to_string(restored) +
-                        (copied > 0 ? " copied " + std::to_string(copied) : ""));
+      reports.push_back(gpu_uuid + " " + lease + " " + from + " " + std::to_string(pause_ms) + " " +
+                        std::to_string(restored) + (copied > 0 ? " copied " + std::to_string(copied) : ""));
     };
     options.gpu_failed = [this](const std::string&) { return admin_failed.load(); };
     options.handoff_source = [this](const std::string&) {
@@ -137,8 +135,7 @@ struct Agent {
       return handoff_from;
     };
     // Lease L1 holds this GPU until the test moves it (holds = false).
-    options.authorize = [this](const std::string& lease, const std::string& token,
-                               const std::string&) {
+    options.authorize = [this](const std::string& lease, const std::string& token, const std::string&) {
       return lease == "L1" && token == "t1" && holds.load();
     };
     auto started = dp::Server::Start(options);
@@ -155,7 +152,7 @@ struct Agent {
   std::vector<std::string> reports;  // what clients reported with kOpRecovered
   std::atomic<bool> holds{true};
   std::atomic<bool> admin_failed{false};  // gpupoold holds the GPU FAILED (an admin's fail)
-  std::string handoff_from;  // where gpupoold says the lease moved from; guarded by reports_mu
+  std::string handoff_from;               // where gpupoold says the lease moved from; guarded by reports_mu
   void MovedFrom(const Agent& old) {
     std::lock_guard<std::mutex> lock(reports_mu);
     handoff_from = old.endpoint;
@@ -167,8 +164,8 @@ struct Agent {
 };
 
 std::unique_ptr<transport::ClientConnection> OpenSession(const GpuLocation& location,
-                                                         dp::DeviceDescription* description,
-                                                         std::string* why, int32_t* refusal) {
+                                                         dp::DeviceDescription* description, std::string* why,
+                                                         int32_t* refusal) {
   *refusal = 0;
   auto client = transport::RpcClient::Connect(location.endpoint, location.uuid);
   if (!client.ok()) {
@@ -180,8 +177,7 @@ std::unique_ptr<transport::ClientConnection> OpenSession(const GpuLocation& loca
   std::snprintf(hello.token, sizeof(hello.token), "t1");
   std::snprintf(hello.gpu_uuid, sizeof(hello.gpu_uuid), "%s", location.uuid.c_str());
   Reply reply;
-  Status status =
-      client.value()->Call({dp::kOpHello, &hello, sizeof(hello), nullptr, 0, nullptr, 0}, &reply);
+  Status status = client.value()->Call({dp::kOpHello, &hello, sizeof(hello), nullptr, 0, nullptr, 0}, &reply);
   if (!status.ok() || reply.status != 0 || reply.out.size() != sizeof(*description)) {
     *why = status.ok() ? "refused: " + reply.out : status.message();
     *refusal = reply.status;
@@ -216,8 +212,8 @@ class FailoverTest : public ::testing::Test {
   // new GPU.
   void NameInLease(const Agent& agent) {
     std::ofstream out(lease_file_ + ".tmp");
-    out << R"({"generation": 1, "gpus": [{"uuid": ")" << agent.uuid << R"(", "endpoint": ")"
-        << agent.endpoint << R"("}]})";
+    out << R"({"generation": 1, "gpus": [{"uuid": ")" << agent.uuid << R"(", "endpoint": ")" << agent.endpoint
+        << R"("}]})";
     out.close();
     ASSERT_EQ(std::rename((lease_file_ + ".tmp").c_str(), lease_file_.c_str()), 0);
   }
@@ -234,27 +230,23 @@ class FailoverTest : public ::testing::Test {
   // As Open(Replay()), through sessions whose process dies at a poisoned request.
   void OpenDying();
 
-  int32_t Call(uint32_t op, const void* args, size_t args_len, const void* payload = nullptr,
-               size_t payload_len = 0, void* result = nullptr, size_t capacity = 0,
-               std::string* out = nullptr) {
+  int32_t Call(uint32_t op, const void* args, size_t args_len, const void* payload = nullptr, size_t payload_len = 0,
+               void* result = nullptr, size_t capacity = 0, std::string* out = nullptr) {
     Reply reply;
     Status transport_error;
     bool moved = false;
-    int32_t status =
-        failover_->Deliver(&channel_, Failover::Delivery::kCall,
-                           {op, args, args_len, payload, payload_len, result, capacity}, &reply,
-                           &transport_error, &moved);
+    int32_t status = failover_->Deliver(&channel_, Failover::Delivery::kCall,
+                                        {op, args, args_len, payload, payload_len, result, capacity}, &reply,
+                                        &transport_error, &moved);
     if (out != nullptr) *out = reply.out;
     return status;
   }
-  int32_t Post(uint32_t op, const void* args, size_t args_len, const void* payload = nullptr,
-               size_t payload_len = 0) {
+  int32_t Post(uint32_t op, const void* args, size_t args_len, const void* payload = nullptr, size_t payload_len = 0) {
     Reply reply;
     Status transport_error;
     bool moved = false;
     return failover_->Deliver(&channel_, Failover::Delivery::kPost,
-                              {op, args, args_len, payload, payload_len, nullptr, 0}, &reply,
-                              &transport_error, &moved);
+                              {op, args, args_len, payload, payload_len, nullptr, 0}, &reply, &transport_error, &moved);
   }
 
   // Allocation, module, function, stream, and the initial data.
@@ -270,9 +262,7 @@ class FailoverTest : public ::testing::Test {
     std::memcpy(image.data(), &header, sizeof(header));
     image.insert(image.end(), kStepPtx, kStepPtx + sizeof(kStepPtx));
     dp::ModuleLoadArgs load{kModule, kGlobals};
-    ASSERT_EQ(
-        Call(dp::kOpModuleLoad, &load, sizeof(load), image.data(), image.size(), nullptr, 0, &out),
-        0);
+    ASSERT_EQ(Call(dp::kOpModuleLoad, &load, sizeof(load), image.data(), image.size(), nullptr, 0, &out), 0);
     dp::ModuleLoadResult loaded{};
     std::memcpy(&loaded, out.data(), sizeof(loaded));
     ASSERT_EQ(loaded.globals_base, kGlobals);
@@ -291,8 +281,7 @@ class FailoverTest : public ::testing::Test {
       uint64_t data;
       uint32_t n, k;
     } params{kData, kElements, k};
-    dp::LaunchArgs launch{kFunction, {kElements / 256, 1, 1}, {256, 1, 1},
-                          0,         sizeof(params),          kStream};
+    dp::LaunchArgs launch{kFunction, {kElements / 256, 1, 1}, {256, 1, 1}, 0, sizeof(params), kStream};
     ASSERT_EQ(Post(dp::kOpLaunch, &launch, sizeof(launch), &params, sizeof(params)), 0);
     for (uint32_t i = 0; i < kElements; ++i) reference_[i] = reference_[i] * 3 + k + i;
     ++launches_;
@@ -311,8 +300,7 @@ class FailoverTest : public ::testing::Test {
   void ExpectMatchesReference() {
     std::vector<uint32_t> data(kElements);
     dp::MemcpyDtoHArgs read{kData, kElements * 4, 0};
-    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, data.data(), kElements * 4),
-              0);
+    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, data.data(), kElements * 4), 0);
     size_t wrong = 0;
     for (uint32_t i = 0; i < kElements; ++i) wrong += data[i] != reference_[i];
     EXPECT_EQ(wrong, 0u);
@@ -365,8 +353,7 @@ TEST_F(FailoverTest, AGoneAgentIsReplacedAndTheStateGoesOn) {
 TEST_F(FailoverTest, AGoneAgentIsToldToGpupooldWhoseAnswerIsFollowedBeforeTheLeaseFile) {
   Open(Replay());
   std::vector<std::string> told;
-  failover_->SetLostReporter([&](const GpuLocation& lost, int slot, GpuLocation* named,
-                                 std::string*) {
+  failover_->SetLostReporter([&](const GpuLocation& lost, int slot, GpuLocation* named, std::string*) {
     told.push_back(lost.uuid + " slot " + std::to_string(slot));
     *named = {second_->uuid, second_->endpoint};
     return true;
@@ -396,14 +383,13 @@ TEST_F(FailoverTest, AGoneAgentIsToldToGpupooldWhoseAnswerIsFollowedBeforeTheLea
 TEST_F(FailoverTest, ACallWaitingOnASilentAgentAsksGpupooldAndGoesOnWhereItNames) {
   Open(Replay());
   std::vector<std::chrono::steady_clock::time_point> asked;
-  failover_->SetLostReporter([&](const GpuLocation& lost, int slot, GpuLocation* named,
-                                 std::string*) {
+  failover_->SetLostReporter([&](const GpuLocation& lost, int slot, GpuLocation* named, std::string*) {
     EXPECT_EQ(lost.uuid, first_->uuid);
     EXPECT_EQ(slot, 0);
     asked.push_back(std::chrono::steady_clock::now());
     // gpupoold's probe: the agent answered the first time, not the second.
-    *named = asked.size() == 1 ? GpuLocation{first_->uuid, first_->endpoint}
-                               : GpuLocation{second_->uuid, second_->endpoint};
+    *named =
+        asked.size() == 1 ? GpuLocation{first_->uuid, first_->endpoint} : GpuLocation{second_->uuid, second_->endpoint};
     return true;
   });
   Prepare();
@@ -437,8 +423,8 @@ TEST_F(FailoverTest, AfterALongAnsweredCallASilentWaitAsksLater) {
   std::vector<std::chrono::steady_clock::time_point> asked;
   failover_->SetLostReporter([&](const GpuLocation&, int, GpuLocation* named, std::string*) {
     asked.push_back(std::chrono::steady_clock::now());
-    *named = asked.size() <= 1 ? GpuLocation{first_->uuid, first_->endpoint}
-                               : GpuLocation{second_->uuid, second_->endpoint};
+    *named =
+        asked.size() <= 1 ? GpuLocation{first_->uuid, first_->endpoint} : GpuLocation{second_->uuid, second_->endpoint};
     return true;
   });
   Prepare();
@@ -512,10 +498,8 @@ TEST_F(FailoverTest, UnevenUnalignedUploadsComeBackByteForByte) {
   std::vector<char> want(kRangeBytes, 0);
   // (offset in the range, bytes, offset in the source): over the overlapped-copy threshold,
   // not multiples of 64, sources at odd addresses.
-  const std::vector<std::array<uint64_t, 3>> uploads = {{0, kRangeBytes, 0},
-                                                        {3, 65536 + 61, 5},
-                                                        {100000, 300001, 33},
-                                                        {kRangeBytes - 70001, 70001, 63}};
+  const std::vector<std::array<uint64_t, 3>> uploads = {
+      {0, kRangeBytes, 0}, {3, 65536 + 61, 5}, {100000, 300001, 33}, {kRangeBytes - 70001, 70001, 63}};
   for (size_t u = 0; u < uploads.size(); ++u) {
     const auto [at, bytes, from] = uploads[u];
     dp::MemcpyHtoDArgs copy{kRange + at, bytes, 0};
@@ -548,8 +532,7 @@ TEST_F(FailoverTest, AnUploadChangedAfterItsCallReplaysTheBytesTheGpuGot) {
   config.checkpoint_interval = std::chrono::hours(1);  // the log alone carries the uploads
   Open(config);
   constexpr uint64_t kBytes = uint64_t{1} << 20;
-  const uint64_t ranges[3] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20),
-                              kData + (uint64_t{12} << 20)};
+  const uint64_t ranges[3] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20), kData + (uint64_t{12} << 20)};
   for (uint64_t range : ranges) {
     dp::MemAllocArgs alloc{kBytes, range};
     ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
@@ -564,8 +547,7 @@ TEST_F(FailoverTest, AnUploadChangedAfterItsCallReplaysTheBytesTheGpuGot) {
     dp::MemcpyHtoDArgs copy{ranges[which], kBytes, 0};
     Request request{dp::kOpMemcpyHtoD, &copy, sizeof(copy), source.data(), kBytes, nullptr, 0};
     request.payload_held_until_sync = held;
-    return failover_->Deliver(&channel_, Failover::Delivery::kPost, request, &reply,
-                              &transport_error, &moved);
+    return failover_->Deliver(&channel_, Failover::Delivery::kPost, request, &reply, &transport_error, &moved);
   };
   std::vector<std::vector<char>> sent(3, std::vector<char>(kBytes));
   std::vector<std::vector<char>> source(3, std::vector<char>(kBytes));
@@ -615,9 +597,7 @@ TEST_F(FailoverTest, RecoveryReportsComeOnlyFromAttachedSessions) {
   ASSERT_TRUE(stranger.ok());
   dp::RecoveredArgs forged{1, 2, 3, "GPU-forged", 0};
   Reply reply;
-  ASSERT_TRUE(stranger.value()
-                  ->Call({dp::kOpRecovered, &forged, sizeof(forged), nullptr, 0, nullptr, 0}, &reply)
-                  .ok());
+  ASSERT_TRUE(stranger.value()->Call({dp::kOpRecovered, &forged, sizeof(forged), nullptr, 0, nullptr, 0}, &reply).ok());
   EXPECT_EQ(reply.status, dp::kCuNotPermitted);
   EXPECT_TRUE(second_->Reports().empty());
   GpuLocation location{second_->uuid, second_->endpoint};
@@ -691,7 +671,7 @@ TEST_F(FailoverTest, AFailureDuringACheckpointKeepsThePreviousOne) {
   for (uint32_t k = 4; k <= 6; ++k) Step(k);
   NameInLease(*second_);
   EXPECT_EQ(Synchronize(), 0);
-  EXPECT_EQ(failover_->checkpoints(), 1u);  // the failed one did not count
+  EXPECT_EQ(failover_->checkpoints(), 1u);       // the failed one did not count
   EXPECT_TRUE(failover_->recoveries().empty());  // the application's call had succeeded
   for (uint32_t k = 7; k <= 8; ++k) Step(k);
   EXPECT_EQ(Synchronize(), 0);
@@ -803,7 +783,7 @@ TEST_F(FailoverTest, UploadsOverwrittenBeforeAnyReadAreDroppedOrNotCheckpointed)
   for (auto& bytes : uploads) std::fill(bytes.begin(), bytes.end(), 0);
   ASSERT_EQ(Synchronize(), 0);
   ASSERT_EQ(failover_->checkpoints(), 1u);
-  EXPECT_EQ(failover_->overwritten_bytes(), kBig);  // upload 2, which the kernel kept
+  EXPECT_EQ(failover_->overwritten_bytes(), kBig);         // upload 2, which the kernel kept
   EXPECT_LT(failover_->readback_bytes(), uint64_t{kBig});  // the kernel's range alone
   // A later upload after the checkpoint, then the GPU goes.
   std::vector<char> last(kBig, 0x5a);
@@ -889,9 +869,7 @@ TEST_F(FailoverTest, OverTheMemoryCapTheProcessIsToldItIsNotProtected) {
   std::string logged = ::testing::internal::GetCapturedStderr();
   EXPECT_FALSE(failover_->protecting());
   EXPECT_NE(logged.find("not protected"), std::string::npos) << logged;
-  EXPECT_NE(logged.find("its device memory (16.0 KiB) is over checkpoint_mem (1.0 KiB)"),
-            std::string::npos)
-      << logged;
+  EXPECT_NE(logged.find("its device memory (16.0 KiB) is over checkpoint_mem (1.0 KiB)"), std::string::npos) << logged;
   first_->server.reset();
   NameInLease(*second_);
   EXPECT_EQ(Synchronize(), dp::kCuDeviceUnavailable);
@@ -1003,7 +981,7 @@ TEST_F(FailoverTest, APlannedMoveHandsTheMemoryOverAgentToAgent) {
   first_->holds = false;        // the lease moves (a drain)
   NameInLease(*second_);
   std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the agent's tick revokes
-  for (uint32_t k = 10; k <= 12; ++k) Step(k);  // refused there: six requests
+  for (uint32_t k = 10; k <= 12; ++k) Step(k);                  // refused there: six requests
   EXPECT_EQ(Synchronize(), 0);
   ExpectMatchesReference();
   ASSERT_EQ(failover_->recoveries().size(), 1u);
@@ -1088,10 +1066,8 @@ TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
   ASSERT_EQ(reply.status, 0);
   std::vector<char> secret(4096, 's');
   dp::MemcpyHtoDArgs write{kData, secret.size(), 0};
-  ASSERT_TRUE(owner->Call({dp::kOpMemcpyHtoD, &write, sizeof(write), secret.data(), secret.size(),
-                           nullptr, 0},
-                          &reply)
-                  .ok());
+  ASSERT_TRUE(
+      owner->Call({dp::kOpMemcpyHtoD, &write, sizeof(write), secret.data(), secret.size(), nullptr, 0}, &reply).ok());
   Request offer{dp::kOpHandoffOffer, nullptr, 0, nullptr, 0, nullptr, 0};
   // Its lease still holds the GPU: nothing to hand off.
   ASSERT_TRUE(owner->Call(offer, &reply).ok());
@@ -1104,11 +1080,11 @@ TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
   // Nor does it read or end a handoff without attaching with a ticket.
   dp::HandoffReadArgs unattached{kData, 4096};
   std::vector<char> stolen(4096);
-  ASSERT_TRUE(stranger.value()
-                  ->Call({dp::kOpHandoffRead, &unattached, sizeof(unattached), nullptr, 0,
-                          stolen.data(), stolen.size()},
-                         &reply)
-                  .ok());
+  ASSERT_TRUE(
+      stranger.value()
+          ->Call({dp::kOpHandoffRead, &unattached, sizeof(unattached), nullptr, 0, stolen.data(), stolen.size()},
+                 &reply)
+          .ok());
   EXPECT_EQ(reply.status, dp::kCuNotPermitted);
   EXPECT_EQ(reply.bulk_received, 0u);
   auto puller = transport::RpcClient::Connect(second_->endpoint, second_->uuid);
@@ -1138,10 +1114,8 @@ TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
     std::snprintf(attach.gpu_uuid, sizeof(attach.gpu_uuid), "%s", first_->uuid.c_str());
     std::snprintf(attach.ticket, sizeof(attach.ticket), "%s", ticket);
     Reply answer;
-    EXPECT_TRUE(reader.value()
-                    ->Call({dp::kOpHandoffAttach, &attach, sizeof(attach), nullptr, 0, nullptr, 0},
-                           &answer)
-                    .ok());
+    EXPECT_TRUE(
+        reader.value()->Call({dp::kOpHandoffAttach, &attach, sizeof(attach), nullptr, 0, nullptr, 0}, &answer).ok());
     return std::make_pair(std::move(reader.value()), answer.status);
   };
   std::string wrong = offered.ticket;
@@ -1152,25 +1126,19 @@ TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
   EXPECT_EQ(attach_with(offered.ticket).second, dp::kCuNotPermitted);  // used up
   std::vector<char> read(4096);
   dp::HandoffReadArgs inside{kData, read.size()};
-  ASSERT_TRUE(reader->Call({dp::kOpHandoffRead, &inside, sizeof(inside), nullptr, 0, read.data(),
-                            read.size()},
-                           &reply)
-                  .ok());
+  ASSERT_TRUE(
+      reader->Call({dp::kOpHandoffRead, &inside, sizeof(inside), nullptr, 0, read.data(), read.size()}, &reply).ok());
   ASSERT_EQ(reply.status, 0);
   EXPECT_EQ(read, secret);
   dp::HandoffReadArgs outside{kData + (uint64_t{1} << 30), 4096};
-  ASSERT_TRUE(reader->Call({dp::kOpHandoffRead, &outside, sizeof(outside), nullptr, 0,
-                            read.data(), read.size()},
-                           &reply)
-                  .ok());
+  ASSERT_TRUE(
+      reader->Call({dp::kOpHandoffRead, &outside, sizeof(outside), nullptr, 0, read.data(), read.size()}, &reply).ok());
   EXPECT_NE(reply.status, 0);
   // Anything but reading and ending closes the reader.
   ASSERT_TRUE(reader->Call({dp::kOpMemAlloc, &more, sizeof(more), nullptr, 0, nullptr, 0}, &reply).ok());
   EXPECT_EQ(reply.status, dp::kCuNotPermitted);
-  EXPECT_FALSE(reader->Call({dp::kOpHandoffRead, &inside, sizeof(inside), nullptr, 0, read.data(),
-                             read.size()},
-                            &reply)
-                   .ok());
+  EXPECT_FALSE(
+      reader->Call({dp::kOpHandoffRead, &inside, sizeof(inside), nullptr, 0, read.data(), read.size()}, &reply).ok());
 }
 
 // The new agent connects only to the agent gpupoold says the lease moved from: a client
@@ -1273,9 +1241,7 @@ class DyingSession : public transport::ClientConnection {
   }
   Status Start(const Request& request) override { return Dies(request) ? Gone() : real_->Start(request); }
   Status Drain(int32_t* first_error) override { return dead_ ? Gone() : real_->Drain(first_error); }
-  void SetAbandonCheck(std::function<std::string()> check) override {
-    real_->SetAbandonCheck(std::move(check));
-  }
+  void SetAbandonCheck(std::function<std::string()> check) override { real_->SetAbandonCheck(std::move(check)); }
   uint64_t next_sequence() override { return real_->next_sequence(); }
 
  private:
@@ -1294,8 +1260,8 @@ class DyingSession : public transport::ClientConnection {
 
 std::atomic<int> g_sessions_opened{0};
 std::unique_ptr<transport::ClientConnection> OpenDyingSession(const GpuLocation& location,
-                                                              dp::DeviceDescription* description,
-                                                              std::string* why, int32_t* refusal) {
+                                                              dp::DeviceDescription* description, std::string* why,
+                                                              int32_t* refusal) {
   ++g_sessions_opened;
   auto real = OpenSession(location, description, why, refusal);
   if (real == nullptr) return nullptr;
@@ -1359,9 +1325,8 @@ TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
   EXPECT_EQ(config.checkpoint_mem, uint64_t{4} << 30);
   EXPECT_EQ(config.checkpoint_interval, std::chrono::milliseconds(2500));
   EXPECT_TRUE(config.scope_all);
-  for (const char* name :
-       {"GPUPOOL_FAILOVER", "GPUPOOL_CHECKPOINT_MEM", "GPUPOOL_CHECKPOINT_INTERVAL",
-        "GPUPOOL_RECOVERY_DEADLINE", "GPUPOOL_CHECKPOINT_SCOPE"}) {
+  for (const char* name : {"GPUPOOL_FAILOVER", "GPUPOOL_CHECKPOINT_MEM", "GPUPOOL_CHECKPOINT_INTERVAL",
+                           "GPUPOOL_RECOVERY_DEADLINE", "GPUPOOL_CHECKPOINT_SCOPE"}) {
     unsetenv(name);
   }
   uint64_t bytes = 0;

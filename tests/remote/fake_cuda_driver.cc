@@ -31,7 +31,10 @@ constexpr CUresult kIllegalAddress = 700;
 constexpr uint64_t kGranularity = uint64_t{2} << 20;
 
 // cuda.h's layouts of the structures the VMM calls take.
-struct MemLocation { int type; int id; };  // CU_MEM_LOCATION_TYPE_DEVICE = 1
+struct MemLocation {
+  int type;
+  int id;
+};  // CU_MEM_LOCATION_TYPE_DEVICE = 1
 struct MemAllocationProp {
   int type;  // CU_MEM_ALLOCATION_TYPE_PINNED = 1
   int requested_handle_types;
@@ -39,7 +42,10 @@ struct MemAllocationProp {
   void* win32_metadata;
   unsigned char alloc_flags[8];
 };
-struct MemAccessDesc { MemLocation location; int flags; };  // READWRITE = 3
+struct MemAccessDesc {
+  MemLocation location;
+  int flags;
+};  // READWRITE = 3
 
 bool IsThisDevice(const MemLocation& location) { return location.type == 1 && location.id == 0; }
 
@@ -53,11 +59,15 @@ std::map<uint64_t, uint64_t> reservations;  // start -> size
 std::map<uint64_t, uint64_t> handles;       // handle -> size (created, not released)
 uint64_t next_handle = 1;
 uint64_t next_elsewhere = 0x600000000000ull;  // where hints that are not honoured go
-struct Mapping { uint64_t size; uint64_t handle; bool accessible; };
+struct Mapping {
+  uint64_t size;
+  uint64_t handle;
+  bool accessible;
+};
 std::map<uint64_t, Mapping> mappings;  // device address -> mapping; bytes in `blocks`
 // Test controls (fake_cuda_vmm_control).
 int vmm_supported = 1;
-int reserve_elsewhere = 0;  // this many reservations ignore their hint
+int reserve_elsewhere = 0;                                                // this many reservations ignore their hint
 int fail_create_after = -1, fail_map_after = -1, fail_access_after = -1;  // -1: never
 
 // Counts down a failure control: true when this call is to fail.
@@ -156,22 +166,41 @@ uint64_t fake_cuda_live_vmm(int what) {
 void fake_cuda_vmm_control(int what, int value) {
   std::lock_guard<std::mutex> lock(mu);
   switch (what) {
-    case 0: vmm_supported = value; break;
-    case 1: reserve_elsewhere = value; break;
-    case 2: fail_create_after = value; break;
-    case 3: fail_map_after = value; break;
-    case 4: fail_access_after = value; break;
+    case 0:
+      vmm_supported = value;
+      break;
+    case 1:
+      reserve_elsewhere = value;
+      break;
+    case 2:
+      fail_create_after = value;
+      break;
+    case 3:
+      fail_map_after = value;
+      break;
+    case 4:
+      fail_access_after = value;
+      break;
   }
 }
 
 CUresult cuInit(unsigned) { return kSuccess; }
-CUresult cuDeviceGetCount(int* count) { *count = 1; return kSuccess; }
-CUresult cuDeviceGet(int* device, int ordinal) { *device = ordinal; return ordinal == 0 ? kSuccess : kInvalidValue; }
+CUresult cuDeviceGetCount(int* count) {
+  *count = 1;
+  return kSuccess;
+}
+CUresult cuDeviceGet(int* device, int ordinal) {
+  *device = ordinal;
+  return ordinal == 0 ? kSuccess : kInvalidValue;
+}
 CUresult cuDeviceGetUuid(unsigned char* uuid, int) {
   for (int i = 0; i < 16; ++i) uuid[i] = static_cast<unsigned char>(i);
   return kSuccess;
 }
-CUresult cuDevicePrimaryCtxRetain(void** context, int) { *context = &stream_or_event; return kSuccess; }
+CUresult cuDevicePrimaryCtxRetain(void** context, int) {
+  *context = &stream_or_event;
+  return kSuccess;
+}
 CUresult cuDevicePrimaryCtxRelease_v2(int) { return kSuccess; }
 CUresult cuCtxSetCurrent(void*) { return kSuccess; }
 CUresult cuCtxSynchronize() { return kSuccess; }
@@ -213,13 +242,11 @@ CUresult cuMemGetAllocationGranularity(size_t* granularity, const MemAllocationP
   *granularity = kGranularity;
   return kSuccess;
 }
-CUresult cuMemAddressReserve(uint64_t* ptr, size_t size, size_t alignment, uint64_t addr,
-                             unsigned long long flags) {
+CUresult cuMemAddressReserve(uint64_t* ptr, size_t size, size_t alignment, uint64_t addr, unsigned long long flags) {
   std::lock_guard<std::mutex> lock(mu);
   if (size == 0 || size % kGranularity != 0 || flags != 0) return kInvalidValue;
   if (alignment != 0 && (alignment & (alignment - 1)) != 0) return kInvalidValue;
-  bool honoured = addr != 0 && addr % kGranularity == 0 && reserve_elsewhere == 0 &&
-                  !Meets(reservations, addr, size);
+  bool honoured = addr != 0 && addr % kGranularity == 0 && reserve_elsewhere == 0 && !Meets(reservations, addr, size);
   // Nor over cuMemAlloc's blocks (mapped blocks lie inside reservations).
   for (auto& [start, bytes] : blocks) {
     if (honoured && start < addr + size && start + bytes.size() > addr) honoured = false;
@@ -242,8 +269,7 @@ CUresult cuMemAddressFree(uint64_t ptr, size_t size) {
   reservations.erase(found);
   return kSuccess;
 }
-CUresult cuMemCreate(uint64_t* handle, size_t size, const MemAllocationProp* prop,
-                     unsigned long long flags) {
+CUresult cuMemCreate(uint64_t* handle, size_t size, const MemAllocationProp* prop, unsigned long long flags) {
   std::lock_guard<std::mutex> lock(mu);
   if (size == 0 || size % kGranularity != 0 || flags != 0 || prop == nullptr || prop->type != 1 ||
       !IsThisDevice(prop->location)) {
@@ -258,8 +284,7 @@ CUresult cuMemRelease(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mu);
   return handles.erase(handle) ? kSuccess : kInvalidValue;
 }
-CUresult cuMemMap(uint64_t ptr, size_t size, size_t offset, uint64_t handle,
-                  unsigned long long flags) {
+CUresult cuMemMap(uint64_t ptr, size_t size, size_t offset, uint64_t handle, unsigned long long flags) {
   std::lock_guard<std::mutex> lock(mu);
   auto created = handles.find(handle);
   if (created == handles.end() || created->second != size || offset != 0 || flags != 0) {
@@ -271,8 +296,7 @@ CUresult cuMemMap(uint64_t ptr, size_t size, size_t offset, uint64_t handle,
   if (ptr + size > reserved->first + reserved->second) return kInvalidValue;  // not inside one
   auto mapped = mappings.lower_bound(ptr);
   bool meets_after = mapped != mappings.end() && mapped->first < ptr + size;
-  bool meets_before = mapped != mappings.begin() &&
-                      std::prev(mapped)->first + std::prev(mapped)->second.size > ptr;
+  bool meets_before = mapped != mappings.begin() && std::prev(mapped)->first + std::prev(mapped)->second.size > ptr;
   if (meets_after || meets_before) return kInvalidValue;  // already mapped
   if (Fails(&fail_map_after)) return kOutOfMemory;
   mappings[ptr] = Mapping{size, handle, false};
@@ -362,8 +386,7 @@ CUresult cuLinkCreate_v2(unsigned, int*, void**, void** state) {
   ++live_links;
   return kSuccess;
 }
-CUresult cuLinkAddData_v2(void* state, int type, void* data, size_t size, const char*, unsigned,
-                          int*, void**) {
+CUresult cuLinkAddData_v2(void* state, int type, void* data, size_t size, const char*, unsigned, int*, void**) {
   if (type != 1 || data == nullptr || size == 0) return kInvalidValue;  // CU_JIT_INPUT_PTX
   if (static_cast<const char*>(data)[size - 1] != '\0') return kInvalidValue;
   ++static_cast<LinkState*>(state)->inputs;
@@ -385,7 +408,10 @@ CUresult cuLinkDestroy(void* state) {
   return kSuccess;
 }
 CUresult cuModuleUnload(void*) { return kSuccess; }
-CUresult cuModuleGetFunction(void** function, void*, const char*) { *function = &stream_or_event; return kSuccess; }
+CUresult cuModuleGetFunction(void** function, void*, const char*) {
+  *function = &stream_or_event;
+  return kSuccess;
+}
 // A compiled kernel's attributes, distinct per attribute number (cuda.h's CUfunction_attribute:
 // 0 max threads, 1 shared, 2 const, 3 local, 4 registers) so that a mix-up shows.
 CUresult cuFuncGetAttribute(int* value, int attribute, void* function) {
@@ -418,11 +444,10 @@ uint64_t fake_cuda_launches(int which) {
   std::lock_guard<std::mutex> lock(mu);
   return which >= 0 && which < 3 ? launches[which] : 0;
 }
-CUresult cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                        unsigned shared, void*, void**, void**) {
+CUresult cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned shared, void*,
+                        void**, void**) {
   std::lock_guard<std::mutex> lock(mu);
-  if (shared > static_cast<unsigned>(std::max(dynamic_shared_optin, 48 << 10)))
-    return kInvalidValue;
+  if (shared > static_cast<unsigned>(std::max(dynamic_shared_optin, 48 << 10))) return kInvalidValue;
   ++launches[0];
   return kSuccess;
 }
@@ -450,16 +475,25 @@ CUresult cuLaunchKernelEx(const FakeLaunchConfig* config, void*, void** params, 
   launches[2] = uint64_t{config->grid[0]} * config->grid[1] * config->grid[2];
   return kSuccess;
 }
-CUresult cuStreamCreateWithPriority(void** stream, unsigned, int) { *stream = &stream_or_event; return kSuccess; }
+CUresult cuStreamCreateWithPriority(void** stream, unsigned, int) {
+  *stream = &stream_or_event;
+  return kSuccess;
+}
 CUresult cuStreamDestroy_v2(void*) { return kSuccess; }
 CUresult cuStreamSynchronize(void*) { return kSuccess; }
 CUresult cuStreamQuery(void*) { return kSuccess; }
 CUresult cuStreamWaitEvent(void*, void*, unsigned) { return kSuccess; }
-CUresult cuEventCreate(void** event, unsigned) { *event = &stream_or_event; return kSuccess; }
+CUresult cuEventCreate(void** event, unsigned) {
+  *event = &stream_or_event;
+  return kSuccess;
+}
 CUresult cuEventDestroy_v2(void*) { return kSuccess; }
 CUresult cuEventRecord(void*, void*) { return kSuccess; }
 CUresult cuEventSynchronize(void*) { return kSuccess; }
 CUresult cuEventQuery(void*) { return kSuccess; }
-CUresult cuEventElapsedTime(float* ms, void*, void*) { *ms = 0; return kSuccess; }
+CUresult cuEventElapsedTime(float* ms, void*, void*) {
+  *ms = 0;
+  return kSuccess;
+}
 
 }  // extern "C"

@@ -155,8 +155,7 @@ TEST(Fatbin, ChoosesThePtxADriverWouldCompileForTheGpu) {
 constexpr char kUnitA[] =
     ".version 8.0\n.target sm_75\n.address_size 64\n"
     ".visible .entry first(.param .u64 p, .param .u32 n) { ret; }\n";
-constexpr char kUnitB[] =
-    ".version 8.0\n.target sm_75\n.address_size 64\n.visible .func helper() { ret; }\n";
+constexpr char kUnitB[] = ".version 8.0\n.target sm_75\n.address_size 64\n.visible .func helper() { ret; }\n";
 
 // An ELF host object with one section `section` holding `contents` (and the section names).
 std::vector<uint8_t> HostObject(const std::string& section, const std::vector<uint8_t>& contents) {
@@ -193,13 +192,12 @@ std::vector<uint8_t> HostObject(const std::string& section, const std::vector<ui
 }
 
 // An ar archive of `members` (name, bytes).
-std::vector<uint8_t> Archive(
-    const std::vector<std::pair<std::string, std::vector<uint8_t>>>& members) {
+std::vector<uint8_t> Archive(const std::vector<std::pair<std::string, std::vector<uint8_t>>>& members) {
   std::string out = "!<arch>\n";
   for (const auto& [name, bytes] : members) {
     char header[61];
-    std::snprintf(header, sizeof(header), "%-16s%-12d%-6d%-6d%-8s%-10zu`\n", name.c_str(), 0, 0, 0,
-                  "644", bytes.size());
+    std::snprintf(header, sizeof(header), "%-16s%-12d%-6d%-6d%-8s%-10zu`\n", name.c_str(), 0, 0, 0, "644",
+                  bytes.size());
     out.append(header, 60);
     out.append(bytes.begin(), bytes.end());
     if (bytes.size() % 2) out += '\n';
@@ -228,18 +226,14 @@ TEST(Fatbin, AFatbinOfPtxUnitsReadsBackAsItsUnits) {
 // module variables and device malloc's heap; printf's format strings do not count.
 TEST(Fatbin, TellsPtxThatKeepsStateOnTheGpu) {
   const std::string head = ".version 8.0\n.target sm_80\n.address_size 64\n";
-  const std::string kernel =
-      ".visible .entry k(.param .u64 p)\n{\n\t.reg .b64 %rd<2>;\n\tret;\n}\n";
+  const std::string kernel = ".visible .entry k(.param .u64 p)\n{\n\t.reg .b64 %rd<2>;\n\tret;\n}\n";
   EXPECT_FALSE(PtxKeepsState({{head + kernel, 80}}));
-  EXPECT_FALSE(
-      PtxKeepsState({{head + ".global .align 1 .b8 $str[4] = {104, 105, 10, 0};\n" + kernel, 80}}));
+  EXPECT_FALSE(PtxKeepsState({{head + ".global .align 1 .b8 $str[4] = {104, 105, 10, 0};\n" + kernel, 80}}));
   EXPECT_TRUE(PtxKeepsState({{head + ".visible .global .align 4 .u32 counter;\n" + kernel, 80}}));
   EXPECT_TRUE(PtxKeepsState({{head + ".const .align 4 .b8 c_coeffs[16];\n" + kernel, 80}}));
-  EXPECT_TRUE(
-      PtxKeepsState({{head + ".extern .global .align 8 .u64 shared_table;\n" + kernel, 80}}));
+  EXPECT_TRUE(PtxKeepsState({{head + ".extern .global .align 8 .u64 shared_table;\n" + kernel, 80}}));
   EXPECT_TRUE(PtxKeepsState(
-      {{head + ".extern .func (.param .b64 func_retval0) malloc\n(\n\t.param .b64 p\n);\n" + kernel,
-        80}}));
+      {{head + ".extern .func (.param .b64 func_retval0) malloc\n(\n\t.param .b64 p\n);\n" + kernel, 80}}));
   // Any unit of several.
   EXPECT_TRUE(PtxKeepsState({{head + kernel, 80}, {head + ".global .u32 x;\n", 80}}));
 }
@@ -277,18 +271,14 @@ TEST(Fatbin, FindsThePtxOfHostObjectsAndArchives) {
   ASSERT_EQ(ptx->size(), 3u);
   EXPECT_EQ((*ptx)[2].text, kUnitB);
   std::vector<uint8_t> truncated(archive.begin(), archive.end() - 10);
-  EXPECT_NE(PtxOfArchive(truncated.data(), truncated.size()).status().message().find("runs past"),
-            std::string::npos);
+  EXPECT_NE(PtxOfArchive(truncated.data(), truncated.size()).status().message().find("runs past"), std::string::npos);
   std::vector<uint8_t> bad_size = archive;
   bad_size[8 + 48] = 'x';  // the first member's size
-  EXPECT_NE(PtxOfArchive(bad_size.data(), bad_size.size()).status().message().find("not a number"),
-            std::string::npos);
+  EXPECT_NE(PtxOfArchive(bad_size.data(), bad_size.size()).status().message().find("not a number"), std::string::npos);
   const char thin[] = "!<thin>\n";
-  EXPECT_NE(PtxOfArchive(reinterpret_cast<const uint8_t*>(thin), 8).status().message().find("thin"),
-            std::string::npos);
+  EXPECT_NE(PtxOfArchive(reinterpret_cast<const uint8_t*>(thin), 8).status().message().find("thin"), std::string::npos);
   EXPECT_EQ(PtxOfArchive(text.data(), text.size()).status().message(), "not an ar archive");
 }
-
 
 // Compressed entries' decompressed sizes are untrusted: more than kMaxDecompressedBytes,
 // or more than an LZ4 payload can inflate to, is refused before any memory is taken.
@@ -318,8 +308,7 @@ TEST(Fatbin, RefusesDecompressedSizesOverTheCapOrBeyondThePayload) {
   bytes = compressed(kZstd, uint64_t{512} << 20);
   image = ParseModuleImageBytes(bytes.data(), bytes.size());
   ASSERT_FALSE(image.ok());
-  EXPECT_NE(image.status().message().find("zstd fatbin entry"), std::string::npos)
-      << image.status().message();
+  EXPECT_NE(image.status().message().find("zstd fatbin entry"), std::string::npos) << image.status().message();
 }
 
 // Kernel parameter layouts read from PTX are checked: sizes that wrapped 32 bits once
@@ -327,10 +316,8 @@ TEST(Fatbin, RefusesDecompressedSizesOverTheCapOrBeyondThePayload) {
 TEST(Fatbin, RefusesPtxParameterLayoutsThatWouldWrap) {
   const std::string head = ".version 8.0\n.target sm_80\n.address_size 64\n";
   for (const std::string params :
-       {".param .u64 a, .param .align 8 .b8 b[4294967296]",
-        ".param .align 8 .b8 a[4294967295], .param .u64 b",
-        ".param .align 8 .b8 a[32768]",
-        ".param .align 3 .b8 a[4]"}) {
+       {".param .u64 a, .param .align 8 .b8 b[4294967296]", ".param .align 8 .b8 a[4294967295], .param .u64 b",
+        ".param .align 8 .b8 a[32768]", ".param .align 3 .b8 a[4]"}) {
     SCOPED_TRACE(params);
     const std::string text = head + ".visible .entry k(" + params + ")\n{\n  ret;\n}\n";
     auto image = ParseModuleImageBytes(text.c_str(), text.size() + 1);

@@ -48,8 +48,7 @@ ChildResult RunInChild(const char* setting, Body body) {
   ChildResult result;
   char buffer[4096];
   ssize_t got;
-  while ((got = read(pipe_fds[0], buffer, sizeof(buffer))) > 0)
-    result.stderr_text.append(buffer, got);
+  while ((got = read(pipe_fds[0], buffer, sizeof(buffer))) > 0) result.stderr_text.append(buffer, got);
   close(pipe_fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
@@ -89,9 +88,8 @@ TEST(LatencyProbe, OnEverySpanCountsAndTheProcessReportsTheMeanAtExit) {
   });
   ASSERT_EQ(child.exit_code, 0) << child.stderr_text;
   std::smatch match;
-  ASSERT_TRUE(
-      std::regex_search(child.stderr_text, match,
-                        std::regex("gpupool-probe: Site=test\\.slept Spans=3 MeanNs=([0-9.]+)\n")))
+  ASSERT_TRUE(std::regex_search(child.stderr_text, match,
+                                std::regex("gpupool-probe: Site=test\\.slept Spans=3 MeanNs=([0-9.]+)\n")))
       << child.stderr_text;
   const double mean_ns = std::stod(match[1]);
   EXPECT_GE(mean_ns, 5e6);  // each span slept 5 ms
@@ -115,10 +113,8 @@ TEST(LatencyProbe, SpansOfSeveralThreadsAddUpInOneSite) {
     return shared.spans() == 40000 ? 0 : 5;
   });
   EXPECT_EQ(child.exit_code, 0) << child.stderr_text;
-  EXPECT_NE(child.stderr_text.find("Site=test.shared Spans=40000 "), std::string::npos)
-      << child.stderr_text;
-  EXPECT_NE(child.stderr_text.find("Site=test.macro Spans=40000 "), std::string::npos)
-      << child.stderr_text;
+  EXPECT_NE(child.stderr_text.find("Site=test.shared Spans=40000 "), std::string::npos) << child.stderr_text;
+  EXPECT_NE(child.stderr_text.find("Site=test.macro Spans=40000 "), std::string::npos) << child.stderr_text;
 }
 
 }  // namespace

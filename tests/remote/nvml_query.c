@@ -15,7 +15,7 @@
  *     NOT_SUPPORTED from its own nvmlInit; the parent goes on.
  * usage: nvml_query [GPU_UUID...]
  */
-#define _GNU_SOURCE  /* dladdr */
+#define _GNU_SOURCE /* dladdr */
 #include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,8 +45,7 @@ static void Check(const char* what, int ok) {
 }
 
 static void CheckReturn(const char* what, nvmlReturn_t got, nvmlReturn_t want) {
-  const char* (*error_string)(nvmlReturn_t) =
-      (const char* (*)(nvmlReturn_t))Need(nvml, "nvmlErrorString");
+  const char* (*error_string)(nvmlReturn_t) = (const char* (*)(nvmlReturn_t))Need(nvml, "nvmlErrorString");
   printf("Check_%s=%s (%s)\n", what, got == want ? "ok" : "FAILED", error_string(got));
   if (got != want) ++failures;
 }
@@ -85,8 +84,8 @@ int main(int argc, char** argv) {
   r = NVML(nvmlSystemGetCudaDriverVersion_v2)(&cuda_version);
   printf("CudaDriverVersion=%d\n", cuda_version);
   char text[128];
-  CheckReturn("DriverVersionNotSupported",
-              NVML(nvmlSystemGetDriverVersion)(text, (unsigned)sizeof text), NVML_ERROR_NOT_SUPPORTED);
+  CheckReturn("DriverVersionNotSupported", NVML(nvmlSystemGetDriverVersion)(text, (unsigned)sizeof text),
+              NVML_ERROR_NOT_SUPPORTED);
 
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (cuda == NULL) {
@@ -131,12 +130,12 @@ int main(int argc, char** argv) {
     unsigned mig = 9, mig_pending = 9, index = 99;
     NVML(nvmlDeviceGetMigMode)(device, &mig, &mig_pending);
     NVML(nvmlDeviceGetIndex)(device, &index);
-    printf("GPU%u_Name=%s\nGPU%u_UUID=%s\nGPU%u_BusId=%s\nGPU%u_BusIdLegacy=%s\n", i, name, i,
-           uuid, i, pci.busId, i, pci.busIdLegacy);
-    printf("GPU%u_MemoryTotal=%llu\nGPU%u_MemoryUsed=%llu\nGPU%u_MemoryFree=%llu\n", i,
-           memory.total, i, memory.used, i, memory.free);
-    printf("GPU%u_ComputeCapability=%d.%d\nGPU%u_ComputeMode=%d\nGPU%u_MigMode=%u/%u\n", i,
-           major, minor, i, (int)mode, i, mig, mig_pending);
+    printf("GPU%u_Name=%s\nGPU%u_UUID=%s\nGPU%u_BusId=%s\nGPU%u_BusIdLegacy=%s\n", i, name, i, uuid, i, pci.busId, i,
+           pci.busIdLegacy);
+    printf("GPU%u_MemoryTotal=%llu\nGPU%u_MemoryUsed=%llu\nGPU%u_MemoryFree=%llu\n", i, memory.total, i, memory.used, i,
+           memory.free);
+    printf("GPU%u_ComputeCapability=%d.%d\nGPU%u_ComputeMode=%d\nGPU%u_MigMode=%u/%u\n", i, major, minor, i, (int)mode,
+           i, mig, mig_pending);
     Check("MemoryAddsUp", memory.total > 0 && memory.used + memory.free == memory.total);
     Check("MemoryV2AgreesWithV1", memory2.total == memory.total);
     Check("Index", index == i);
@@ -146,20 +145,16 @@ int main(int argc, char** argv) {
     CheckReturn("UtilizationNotSupported", NVML(nvmlDeviceGetUtilizationRates)(device, &utilization),
                 NVML_ERROR_NOT_SUPPORTED);
     unsigned value = 0;
-    CheckReturn("TemperatureNotSupported", NVML(nvmlDeviceGetTemperature)(device, 0, &value),
-                NVML_ERROR_NOT_SUPPORTED);
-    CheckReturn("PowerNotSupported", NVML(nvmlDeviceGetPowerUsage)(device, &value),
-                NVML_ERROR_NOT_SUPPORTED);
+    CheckReturn("TemperatureNotSupported", NVML(nvmlDeviceGetTemperature)(device, 0, &value), NVML_ERROR_NOT_SUPPORTED);
+    CheckReturn("PowerNotSupported", NVML(nvmlDeviceGetPowerUsage)(device, &value), NVML_ERROR_NOT_SUPPORTED);
     unsigned processes = 0;
-    CheckReturn("ProcessesNotSupported",
-                NVML(nvmlDeviceGetComputeRunningProcesses_v3)(device, &processes, NULL),
+    CheckReturn("ProcessesNotSupported", NVML(nvmlDeviceGetComputeRunningProcesses_v3)(device, &processes, NULL),
                 NVML_ERROR_NOT_SUPPORTED);
     nvmlDevice_t again = NULL;
     CheckReturn("HandleByUUID", NVML(nvmlDeviceGetHandleByUUID)(uuid, &again), NVML_SUCCESS);
     Check("HandleByUUIDSame", again == device);
     again = NULL;
-    CheckReturn("HandleByPciBusId", NVML(nvmlDeviceGetHandleByPciBusId_v2)(pci.busId, &again),
-                NVML_SUCCESS);
+    CheckReturn("HandleByPciBusId", NVML(nvmlDeviceGetHandleByPciBusId_v2)(pci.busId, &again), NVML_SUCCESS);
     Check("HandleByPciBusIdSame", again == device);
     char small[4];
     CheckReturn("NameTooSmall", NVML(nvmlDeviceGetName)(device, small, (unsigned)sizeof small),
@@ -177,12 +172,11 @@ int main(int argc, char** argv) {
     ((CuDeviceGetPCIBusId)Need(cuda, "cuDeviceGetPCIBusId"))(cu_bus, (int)sizeof cu_bus, cu_device);
     char cu_uuid_text[64];
     snprintf(cu_uuid_text, sizeof cu_uuid_text,
-             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-             cu_uuid[0], cu_uuid[1], cu_uuid[2], cu_uuid[3], cu_uuid[4], cu_uuid[5], cu_uuid[6],
-             cu_uuid[7], cu_uuid[8], cu_uuid[9], cu_uuid[10], cu_uuid[11], cu_uuid[12],
-             cu_uuid[13], cu_uuid[14], cu_uuid[15]);
-    printf("CUDA%u_Name=%s\nCUDA%u_UUID=%s\nCUDA%u_BusId=%s\nCUDA%u_MemoryTotal=%zu\n", i, cu_name,
-           i, cu_uuid_text, i, cu_bus, i, cu_total);
+             "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", cu_uuid[0], cu_uuid[1],
+             cu_uuid[2], cu_uuid[3], cu_uuid[4], cu_uuid[5], cu_uuid[6], cu_uuid[7], cu_uuid[8], cu_uuid[9],
+             cu_uuid[10], cu_uuid[11], cu_uuid[12], cu_uuid[13], cu_uuid[14], cu_uuid[15]);
+    printf("CUDA%u_Name=%s\nCUDA%u_UUID=%s\nCUDA%u_BusId=%s\nCUDA%u_MemoryTotal=%zu\n", i, cu_name, i, cu_uuid_text, i,
+           cu_bus, i, cu_total);
     Check("NameMatchesCuda", strcmp(name, cu_name) == 0);
     Check("UUIDMatchesCuda", strcasecmp(uuid, cu_uuid_text) == 0);
     Check("BusIdMatchesCuda", strcasecmp(pci.busIdLegacy, cu_bus) == 0);
@@ -212,10 +206,8 @@ int main(int argc, char** argv) {
 
   /* Outside the lease: nothing is reached. */
   nvmlDevice_t device = NULL;
-  CheckReturn("IndexAtCount", NVML(nvmlDeviceGetHandleByIndex_v2)(count, &device),
-              NVML_ERROR_INVALID_ARGUMENT);
-  CheckReturn("IndexFarBeyond", NVML(nvmlDeviceGetHandleByIndex_v2)(0x7fffffffu, &device),
-              NVML_ERROR_INVALID_ARGUMENT);
+  CheckReturn("IndexAtCount", NVML(nvmlDeviceGetHandleByIndex_v2)(count, &device), NVML_ERROR_INVALID_ARGUMENT);
+  CheckReturn("IndexFarBeyond", NVML(nvmlDeviceGetHandleByIndex_v2)(0x7fffffffu, &device), NVML_ERROR_INVALID_ARGUMENT);
   /* Each UUID given that is not one of the job's own GPUs (or the made-up one). */
   for (int k = argc > 1 ? 1 : 0; k < (argc > 1 ? argc : 1); ++k) {
     const char* uuid = argc > 1 ? argv[k] : foreign;
@@ -229,16 +221,13 @@ int main(int argc, char** argv) {
   memset(fake_device, 0x41, sizeof fake_device);
   char name[128];
   nvmlMemory_t memory;
-  CheckReturn("ForgedHandleName",
-              NVML(nvmlDeviceGetName)((nvmlDevice_t)fake_device, name, (unsigned)sizeof name),
+  CheckReturn("ForgedHandleName", NVML(nvmlDeviceGetName)((nvmlDevice_t)fake_device, name, (unsigned)sizeof name),
               NVML_ERROR_INVALID_ARGUMENT);
   CheckReturn("ForgedHandleMemory", NVML(nvmlDeviceGetMemoryInfo)((nvmlDevice_t)0x1000, &memory),
               NVML_ERROR_INVALID_ARGUMENT);
-  CheckReturn("ShiftedHandle",
-              NVML(nvmlDeviceGetUUID)((nvmlDevice_t)((char*)first + 8), name, (unsigned)sizeof name),
+  CheckReturn("ShiftedHandle", NVML(nvmlDeviceGetUUID)((nvmlDevice_t)((char*)first + 8), name, (unsigned)sizeof name),
               NVML_ERROR_INVALID_ARGUMENT);
-  CheckReturn("NullHandle", NVML(nvmlDeviceGetName)(NULL, name, (unsigned)sizeof name),
-              NVML_ERROR_INVALID_ARGUMENT);
+  CheckReturn("NullHandle", NVML(nvmlDeviceGetName)(NULL, name, (unsigned)sizeof name), NVML_ERROR_INVALID_ARGUMENT);
   Check("UnknownEntryPointAbsent", dlsym(nvml, "nvmlDeviceGetGpupoolNoSuchThing") == NULL);
 
   /* A forked child: the parent's sessions are not its own, and it cannot open its own
@@ -249,8 +238,7 @@ int main(int argc, char** argv) {
   if (child == 0) {
     nvmlMemory_t child_memory = {0, 0, 0};
     int lost = NVML(nvmlDeviceGetMemoryInfo)(first, &child_memory) == NVML_ERROR_GPU_IS_LOST;
-    int refused = NVML(nvmlShutdown)() == NVML_SUCCESS &&
-                  NVML(nvmlInit_v2)() == NVML_ERROR_NOT_SUPPORTED;
+    int refused = NVML(nvmlShutdown)() == NVML_SUCCESS && NVML(nvmlInit_v2)() == NVML_ERROR_NOT_SUPPORTED;
     _exit(lost && refused ? 0 : 1);
   }
   int child_status = -1;

@@ -108,13 +108,13 @@ TEST(SimDeviceMemory, AccountsAndTranslatesWithinAllocations) {
   EXPECT_EQ(memory.Allocate(2 * kMiB, me, &c), kCuOutOfMemory);
   EXPECT_EQ(memory.Allocate(0, me, &c), kCuInvalidValue);
   EXPECT_NE(memory.Translate(a, kMiB, me), nullptr);
-  EXPECT_EQ(memory.Translate(a, kMiB + 1, me), nullptr);   // runs past the end
-  EXPECT_EQ(memory.Translate(a - 1, 1, me), nullptr);      // before the start
+  EXPECT_EQ(memory.Translate(a, kMiB + 1, me), nullptr);  // runs past the end
+  EXPECT_EQ(memory.Translate(a - 1, 1, me), nullptr);     // before the start
   EXPECT_EQ(memory.Translate(b + 2 * kMiB, 1, me), nullptr);
   EXPECT_EQ(memory.Translate(a, UINT64_MAX, me), nullptr);  // size that wraps around
-  EXPECT_EQ(memory.Release(a + 8, me), kCuInvalidValue);   // not an allocation's start
+  EXPECT_EQ(memory.Release(a + 8, me), kCuInvalidValue);    // not an allocation's start
   EXPECT_EQ(memory.Release(a, me), kCuSuccess);
-  EXPECT_EQ(memory.Translate(a, 1, me), nullptr);          // freed: no longer valid
+  EXPECT_EQ(memory.Translate(a, 1, me), nullptr);  // freed: no longer valid
   EXPECT_EQ(memory.used(), 2 * kMiB);
   // Device addresses are not where the client's host memory lives.
   EXPECT_GE(b, uint64_t{16} << 40);
@@ -211,7 +211,7 @@ TEST(SimExecutor, CopiesMemsetsAndRunsVecAdd) {
   ASSERT_EQ(executor.CopyToDevice(a, x.data(), n * 4, 0), kCuSuccess);
   ASSERT_EQ(executor.CopyToDevice(b, y.data(), n * 4, 0), kCuSuccess);
   ASSERT_EQ(LoadKernels(executor, 1), kCuSuccess);
-  EXPECT_EQ(executor.GetFunction(1, 10, "_Z5otherv"), kCuNotFound);  // not in the module
+  EXPECT_EQ(executor.GetFunction(1, 10, "_Z5otherv"), kCuNotFound);          // not in the module
   EXPECT_EQ(executor.GetFunction(2, 10, "_Z5scalePffi"), kCuInvalidHandle);  // no module 2
   ASSERT_EQ(executor.GetFunction(1, 10, "_Z6vecAddPKfS0_Pfi"), kCuSuccess);
   uint8_t params[28];
@@ -288,14 +288,12 @@ TEST(SimExecutor, StreamsAndEvents) {
   EXPECT_EQ(executor.QueryEvent(7), kCuInvalidHandle);
 }
 
-
 // A module's PTX from a job whose declaration sizes would wrap (issue 36, attack 1): the
 // sizes of `pad`, `pay` and `wrap` summed to 64 bytes, `pay`'s initialiser landed past the
 // module's allocation, in memory of another session. Each is refused, naming the
 // declaration; nothing of another session's changes; no size is reported wrapped.
 std::string VariablesModule(const std::string& declarations) {
-  return ".version 8.0\n.target sm_80\n.address_size 64\n" + declarations +
-         ".visible .entry k()\n{\n  ret;\n}\n";
+  return ".version 8.0\n.target sm_80\n.address_size 64\n" + declarations + ".visible .entry k()\n{\n  ret;\n}\n";
 }
 
 int32_t LoadText(SimExecutor& executor, uint64_t module, const std::string& text) {
@@ -361,8 +359,7 @@ TEST(SimExecutor, ModuleVariableSizesThatWouldWrapAreRefused) {
   // The same variables with sizes that fit load, each where and as large as declared,
   // initialised within its own place.
   ASSERT_EQ(LoadText(attacker, module,
-                     VariablesModule(".global .align 8 .b8 pad[4096];\n" + pay +
-                                     ".global .align 8 .b8 tail[8];\n")),
+                     VariablesModule(".global .align 8 .b8 pad[4096];\n" + pay + ".global .align 8 .b8 tail[8];\n")),
             kCuSuccess)
       << attacker.TakeErrorDetail();
   uint64_t pad = 0, pay_at = 0, tail = 0, size = 0;
@@ -397,8 +394,7 @@ TEST(SimExecutor, ASharedVariableLargerThanABlockHoldsIsRefusedAtLoad) {
     SimExecutor executor(&memory);
     EXPECT_EQ(LoadText(executor, 1, module_level), kCuInvalidPtx);
     std::string detail = executor.TakeErrorDetail();
-    EXPECT_NE(detail.find("the .shared variable big is 1099511627776 bytes"), std::string::npos)
-        << detail;
+    EXPECT_NE(detail.find("the .shared variable big is 1099511627776 bytes"), std::string::npos) << detail;
     EXPECT_EQ(LoadText(executor, 2, in_kernel), kCuInvalidPtx);
     detail = executor.TakeErrorDetail();
     EXPECT_NE(detail.find("huge"), std::string::npos) << detail;
@@ -444,21 +440,18 @@ LOOP:
 TEST(SimExecutor, DevicePrintfIsCappedBetweenSynchronisations) {
   SimDeviceMemory memory(0, 64 * kMiB);
   SimExecutor executor(&memory);
-  ASSERT_EQ(executor.LoadModule(1, kTalkPtx, sizeof(kTalkPtx), {}), kCuSuccess)
-      << executor.TakeErrorDetail();
+  ASSERT_EQ(executor.LoadModule(1, kTalkPtx, sizeof(kTalkPtx), {}), kCuSuccess) << executor.TakeErrorDetail();
   ASSERT_EQ(executor.GetFunction(1, 10, "talk"), kCuSuccess) << executor.TakeErrorDetail();
   LaunchConfig config;
   config.block[0] = 32;
   uint32_t lines = 4;
-  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess)
-      << executor.TakeErrorDetail();
+  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess) << executor.TakeErrorDetail();
   std::string text = executor.TakeOutput();
   EXPECT_EQ(text.size(), 4u * 32 * 3);
   EXPECT_EQ(text.substr(0, 6), "hi\nhi\n");
   // 32 threads x 12,000 lines x 3 bytes: 1,152,000 bytes, over the 1 MiB kept.
   lines = 12000;
-  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess)
-      << executor.TakeErrorDetail();
+  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess) << executor.TakeErrorDetail();
   text = executor.TakeOutput();
   EXPECT_LE(text.size(), sim::kMaxPrintfBytes + 200);
   EXPECT_GE(text.size(), sim::kMaxPrintfBytes - 3);
@@ -472,7 +465,6 @@ TEST(SimExecutor, DevicePrintfIsCappedBetweenSynchronisations) {
   ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess);
   EXPECT_EQ(executor.TakeOutput().size(), 32u * 3);
 }
-
 
 // A kernel that never ends (issue 36, attack 2: `loop: bra loop;`) ends once its session is
 // cancelled, from another thread, within a bounded time, on either tier; later launches
@@ -502,8 +494,7 @@ TEST(SimExecutor, CancelEndsAnEndlessKernelOnEitherTier) {
     const auto cancelled = std::chrono::steady_clock::now();
     executor.Cancel();
     launch.join();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - cancelled).count();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - cancelled).count();
     EXPECT_LT(seconds, 2.0);
     EXPECT_EQ(status.load(), 702);  // CUDA_ERROR_LAUNCH_TIMEOUT
     EXPECT_NE(executor.TakeErrorDetail().find("cancelled"), std::string::npos);
@@ -514,7 +505,6 @@ TEST(SimExecutor, CancelEndsAnEndlessKernelOnEitherTier) {
   }
   sim::SetJitMode(sim::JitMode::kAuto);
 }
-
 
 // No exception leaves the executor's entry points (the agent's request handler calls them):
 // a module whose parse runs out of host memory is CUDA_ERROR_OUT_OF_MEMORY with a detail,

@@ -36,15 +36,14 @@ class EchoHandler : public RpcHandler {
     std::lock_guard<std::mutex> lock(mu);
     ids.push_back(id);
   }
-  void* BulkDestination(ConnectionId, const RequestHeader& header, std::string_view,
-                        size_t len) override {
+  void* BulkDestination(ConnectionId, const RequestHeader& header, std::string_view, size_t len) override {
     ++bulk_destinations;  // asked only for a payload that comes by rendezvous
     if (header.op != kIntoBuffer) return nullptr;
     in_place.resize(len);
     return in_place.data();
   }
-  void OnRequest(ConnectionId id, const RequestHeader& header, std::string_view args,
-                 const void* payload, size_t payload_len, ServerReply* reply) override {
+  void OnRequest(ConnectionId id, const RequestHeader& header, std::string_view args, const void* payload,
+                 size_t payload_len, ServerReply* reply) override {
     {
       std::lock_guard<std::mutex> lock(mu);
       requests_of[id].emplace_back(args);
@@ -168,8 +167,7 @@ TEST(TransportPeerDeath, AReplyCutShortByTheServersDeathFailsTheCall) {
   if (!got_port || !client.ok()) {
     kill(server, SIGKILL);
     waitpid(server, nullptr, 0);
-    FAIL() << "the server process did not start: "
-           << (got_port ? client.status().message() : "no port");
+    FAIL() << "the server process did not start: " << (got_port ? client.status().message() : "no port");
   }
   std::vector<char> into(kBigReplyBytes, 0);
   std::atomic<bool> called{false}, streaming{false};
@@ -193,8 +191,7 @@ TEST(TransportPeerDeath, AReplyCutShortByTheServersDeathFailsTheCall) {
   ASSERT_TRUE(streaming) << "the reply was not streaming when the server was killed";
   size_t landed = 0;
   for (char byte : into) landed += byte == 0x5a;
-  ASSERT_FALSE(status.ok()) << "the call succeeded with " << landed << " of " << into.size()
-                            << " bytes";
+  ASSERT_FALSE(status.ok()) << "the call succeeded with " << landed << " of " << into.size() << " bytes";
   EXPECT_EQ(status.code(), Status::Code::kUnavailable);
   EXPECT_EQ(reply.bulk_received, 0u);
   // The connection stays broken: nothing more is taken from it.
@@ -252,8 +249,7 @@ TEST_F(TransportTest, OverTcpPayloadsUpTo64KiBGoEagerly) {
   ASSERT_TRUE(client_->Call(big_into, &reply).ok());
   EXPECT_EQ(reply.status, 0);
   EXPECT_EQ(handler_.bulk_destinations, 1);
-  Request big_echo{kEchoPayload,    nullptr,        0, big.data(), big.size(),
-                   big_back.data(), big_back.size()};
+  Request big_echo{kEchoPayload, nullptr, 0, big.data(), big.size(), big_back.data(), big_back.size()};
   ASSERT_TRUE(client_->Call(big_echo, &reply).ok());
   EXPECT_EQ(client_->rendezvous_replies_for_testing(), 1u);
   EXPECT_TRUE(big_back == big);
@@ -299,8 +295,7 @@ TEST_F(TransportTest, StartedRequestsCompleteByDrain) {
     backs.emplace_back(1 << 20, 0);
   }
   for (int i = 0; i < 3; ++i) {
-    Request request{kEchoPayload, nullptr, 0, outs[i].data(), outs[i].size(), backs[i].data(),
-                    backs[i].size()};
+    Request request{kEchoPayload, nullptr, 0, outs[i].data(), outs[i].size(), backs[i].data(), backs[i].size()};
     ASSERT_TRUE(client_->Start(request).ok());
   }
   int32_t first_error = -1;
@@ -375,8 +370,7 @@ TEST_F(TransportTest, ABurstOfOneWayRequestsGoesOutInBatchesInOrder) {
   const int kPosts = 1000;
   for (int i = 0; i < kPosts; ++i) {
     std::string args = std::to_string(i);
-    ASSERT_TRUE(
-        client_->Post(Request{kEchoArgs, args.data(), args.size(), nullptr, 0, nullptr, 0}).ok());
+    ASSERT_TRUE(client_->Post(Request{kEchoArgs, args.data(), args.size(), nullptr, 0, nullptr, 0}).ok());
     if (i == kPosts / 2) {
       ASSERT_TRUE(client_->Post(Request{kFail, "f", 1, nullptr, 0, nullptr, 0}).ok());
     }
@@ -410,29 +404,25 @@ TEST_F(TransportTest, ReusedBuffersGiveEveryRequestItsOwnBytes) {
   for (int round = 0; round < 300; ++round) {
     for (int k = 0; k < round % 4; ++k) {
       sent.push_back("post" + std::to_string(round) + "." + std::to_string(k));
-      ASSERT_TRUE(client_
-                      ->Post(Request{kEchoArgs, sent.back().data(), sent.back().size(), nullptr, 0,
-                                     nullptr, 0})
-                      .ok());
+      ASSERT_TRUE(
+          client_->Post(Request{kEchoArgs, sent.back().data(), sent.back().size(), nullptr, 0, nullptr, 0}).ok());
     }
     // Arguments of 1 to kMaxArgsLen bytes, up and down: a reused buffer once held more.
     std::string args(1 + (round * 37) % (kMaxArgsLen - 4), static_cast<char>('a' + round % 26));
     args += std::to_string(round);
     sent.push_back(args);
     Reply reply;
-    ASSERT_TRUE(
-        client_->Call(Request{kEchoArgs, args.data(), args.size(), nullptr, 0, nullptr, 0}, &reply)
-            .ok());
+    ASSERT_TRUE(client_->Call(Request{kEchoArgs, args.data(), args.size(), nullptr, 0, nullptr, 0}, &reply).ok());
     ASSERT_EQ(reply.out, args) << "round " << round;
     if (round % 10 == 0) {  // a bulk reply between, into the caller's buffer
       std::string payload(4096 + round, static_cast<char>('A' + round % 26));
       std::vector<char> back(payload.size());
       sent.push_back("");
-      ASSERT_TRUE(client_
-                      ->Call(Request{kEchoPayload, nullptr, 0, payload.data(), payload.size(),
-                                     back.data(), back.size()},
-                             &reply)
-                      .ok());
+      ASSERT_TRUE(
+          client_
+              ->Call(Request{kEchoPayload, nullptr, 0, payload.data(), payload.size(), back.data(), back.size()},
+                     &reply)
+              .ok());
       ASSERT_EQ(reply.bulk_received, payload.size());
       ASSERT_EQ(std::string(back.begin(), back.end()), payload) << "round " << round;
       ASSERT_TRUE(reply.out.empty()) << "round " << round;
@@ -507,24 +497,21 @@ TEST_F(TransportTest, ABatchCarriesOnlyItsSendersOwnOneWayRequests) {
       {true, true, kFlagOneWay, 0, ""},
       {false, true, kFlagOneWay, 0, "malformed request batch: an item names another connection"},
       {false, false, 0, 0, "malformed request batch: an item is not a one-way request"},
-      {false, false, kFlagOneWay, 1,
-       "malformed request batch: its data is not the length its header says"},
+      {false, false, kFlagOneWay, 1, "malformed request batch: its data is not the length its header says"},
   };
   for (const Forgery& forgery : forgeries) {
     const int disconnects = handler_.disconnects;
     auto attacker = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()));
     ASSERT_TRUE(attacker.ok()) << attacker.status().message();
     const uint64_t own = attacker.value()->connection_id_for_testing();
-    std::string data =
-        BatchItemBytes(own, kFlagOneWay, "forged-1") +
-        BatchItemBytes(forgery.item_names_victim ? victim : own, forgery.flags, "forged-2");
+    std::string data = BatchItemBytes(own, kFlagOneWay, "forged-1") +
+                       BatchItemBytes(forgery.item_names_victim ? victim : own, forgery.flags, "forged-2");
     BatchHeader header;
     header.count = 2;
     header.connection = forgery.batch_names_victim ? victim : own;
     header.bytes = static_cast<uint32_t>(data.size()) + forgery.extra_bytes;
     ASSERT_TRUE(attacker.value()->SendRawBatchForTesting(header, data).ok());
-    Status after =
-        attacker.value()->Call(Request{kEchoArgs, "own", 3, nullptr, 0, nullptr, 0}, &reply);
+    Status after = attacker.value()->Call(Request{kEchoArgs, "own", 3, nullptr, 0, nullptr, 0}, &reply);
     if (forgery.reason.empty()) {
       ASSERT_TRUE(after.ok()) << after.message();  // dropped; the attacker's own calls go on
       EXPECT_EQ(handler_.RequestsOf(own), (std::vector<std::string>{"own"}));
@@ -593,8 +580,7 @@ TEST_F(TransportTest, AClientPastTheQueueCapIsClosedWithTheReason) {
   {
     std::lock_guard<std::mutex> lock(handler_.mu);
     ASSERT_FALSE(handler_.disconnect_reasons.empty());
-    EXPECT_NE(handler_.disconnect_reasons.back().find("the client queued more than 4 requests"),
-              std::string::npos)
+    EXPECT_NE(handler_.disconnect_reasons.back().find("the client queued more than 4 requests"), std::string::npos)
         << handler_.disconnect_reasons.back();
   }
   ASSERT_TRUE(client_->Call(Request{kEchoArgs, "fine", 4, nullptr, 0, nullptr, 0}, &reply).ok());
@@ -732,9 +718,7 @@ TEST_F(TransportTest, ASilentClientDelaysNoOtherHandshake) {
   ASSERT_TRUE(other.ok()) << other.status().message();
   const char args[] = "x";
   Reply reply;
-  ASSERT_TRUE(other.value()
-                  ->Call(Request{kEchoArgs, args, sizeof(args), nullptr, 0, nullptr, 0}, &reply)
-                  .ok());
+  ASSERT_TRUE(other.value()->Call(Request{kEchoArgs, args, sizeof(args), nullptr, 0, nullptr, 0}, &reply).ok());
   auto took = std::chrono::steady_clock::now() - started;
   EXPECT_LT(took, std::chrono::milliseconds(1000)) << "waited behind the silent client";
   // The silent one is dropped once its 2 s are over: its socket reads end-of-file.
@@ -779,8 +763,8 @@ TEST(TransportHandshake, GpupooldsProbeIsClosedAtOnceWithoutAWarning) {
 // a bad magic is an error as soon as it is in.
 TEST(TransportHandshake, PartialHellosAreIncompleteUntilTheirLastByte) {
   auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
-  std::string good = u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(2) + "G1" + u32(2) +
-                     "L1" + u32(3) + "tok" + u32(0);
+  std::string good =
+      u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(2) + "G1" + u32(2) + "L1" + u32(3) + "tok" + u32(0);
   for (size_t n = 0; n < good.size(); ++n) {
     ClientHello hello;
     size_t used = 0;
@@ -801,8 +785,7 @@ TEST(TransportHandshake, PartialHellosAreIncompleteUntilTheirLastByte) {
   Result<bool> bad = ParseClientHello(u32(0x67706232), &hello, &used);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("bad magic"), std::string::npos);
-  Result<bool> huge =
-      ParseClientHello(u32(kBootstrapMagic) + u32(0) + u32(kMaxWorkerAddress + 1), &hello, &used);
+  Result<bool> huge = ParseClientHello(u32(kBootstrapMagic) + u32(0) + u32(kMaxWorkerAddress + 1), &hello, &used);
   ASSERT_FALSE(huge.ok());
   EXPECT_NE(huge.status().message().find("too large"), std::string::npos);
 }
@@ -821,8 +804,8 @@ TEST(TransportHandshake, BadHellosAreNamed) {
     return hello;
   };
   auto u32 = [](uint32_t v) { return std::string(reinterpret_cast<const char*>(&v), 4); };
-  auto good = hello_from(u32(kBootstrapMagic) + u32(kDetectsPeerFailure) + u32(3) + "abc" + u32(4) +
-                         "GPU1" + u32(0) + u32(0) + u32(0));
+  auto good = hello_from(u32(kBootstrapMagic) + u32(kDetectsPeerFailure) + u32(3) + "abc" + u32(4) + "GPU1" + u32(0) +
+                         u32(0) + u32(0));
   ASSERT_TRUE(good.ok()) << good.status().message();
   EXPECT_EQ(good->flags, kDetectsPeerFailure);
   EXPECT_EQ(good->worker_address, "abc");
@@ -831,9 +814,8 @@ TEST(TransportHandshake, BadHellosAreNamed) {
                              std::string(kMaxLaneKey + 1, 'k'));
   ASSERT_FALSE(huge_key.ok());
   EXPECT_NE(huge_key.status().message().find("too large"), std::string::npos);
-  auto huge_ticket = hello_from(u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(0) + u32(0) +
-                                u32(0) + u32(kMaxHandoffTicket + 1) +
-                                std::string(kMaxHandoffTicket + 1, 't'));
+  auto huge_ticket = hello_from(u32(kBootstrapMagic) + u32(0) + u32(3) + "abc" + u32(0) + u32(0) + u32(0) +
+                                u32(kMaxHandoffTicket + 1) + std::string(kMaxHandoffTicket + 1, 't'));
   ASSERT_FALSE(huge_ticket.ok());
   EXPECT_NE(huge_ticket.status().message().find("too large"), std::string::npos);
   auto bad_magic = hello_from(u32(0x67706232) + u32(0) + u32(3) + "abc");

@@ -24,9 +24,8 @@ TEST(JobRequest, ParsesSeveralPoolsInOrder) {
 }
 
 TEST(JobRequest, RejectsMalformedPoolValuesNamingTheOption) {
-  for (const char* bad : {"", "a100", "a100:", ":2", "a100:0", "a100:-1", "a100:x", "a100:2x",
-                          "a100:+2", "a100:2,", ",a100:2", "a100:2,a100:1", "a 100:1",
-                          "a100:99999", "a100:1:2", "a100:2,,h100:1", "a/b:1"}) {
+  for (const char* bad : {"", "a100", "a100:", ":2", "a100:0", "a100:-1", "a100:x", "a100:2x", "a100:+2", "a100:2,",
+                          ",a100:2", "a100:2,a100:1", "a 100:1", "a100:99999", "a100:1:2", "a100:2,,h100:1", "a/b:1"}) {
     auto p = ParsePoolOption(bad);
     EXPECT_FALSE(p.ok()) << "accepted '" << bad << "'";
     if (!p.ok()) {
@@ -42,7 +41,9 @@ TEST(JobRequest, Place) {
   for (const char* bad : {"", "packed", "rack:", "rack", "rack:a b", "Pack", "spread,pack"}) {
     auto p = ParsePlaceOption(bad);
     EXPECT_FALSE(p.ok()) << "accepted '" << bad << "'";
-    if (!p.ok()) { EXPECT_EQ(p.status().message().rfind("--gpu-pool-place: ", 0), 0u); }
+    if (!p.ok()) {
+      EXPECT_EQ(p.status().message().rfind("--gpu-pool-place: ", 0), 0u);
+    }
   }
 }
 
@@ -53,7 +54,9 @@ TEST(JobRequest, Memory) {
   for (const char* bad : {"", "0", "0G", "40X", "G", "-1G", "forty"}) {
     auto m = ParseMemOption(bad);
     EXPECT_FALSE(m.ok()) << "accepted '" << bad << "'";
-    if (!m.ok()) { EXPECT_EQ(m.status().message().rfind("--gpu-pool-mem: ", 0), 0u); }
+    if (!m.ok()) {
+      EXPECT_EQ(m.status().message().rfind("--gpu-pool-mem: ", 0), 0u);
+    }
   }
 }
 

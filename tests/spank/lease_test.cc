@@ -13,13 +13,17 @@ namespace gpupool::spank {
 namespace {
 
 nlohmann::json RawLease(int64_t generation) {
-  return {{"id", "L9"}, {"job_id", 77}, {"uid", 0}, {"generation", generation},
-          {"state", "ACTIVE"}, {"token", "feed"}, {"ttl", 600}, {"future_field", true},
+  return {{"id", "L9"},
+          {"job_id", 77},
+          {"uid", 0},
+          {"generation", generation},
+          {"state", "ACTIVE"},
+          {"token", "feed"},
+          {"ttl", 600},
+          {"future_field", true},
           {"gpus",
-           {{{"id", "h1:1"}, {"uuid", "GPU-1"}, {"host", "h1"}, {"index", 1},
-             {"endpoint", "127.0.0.1:7101"}},
-            {{"id", "h2:0"}, {"uuid", "GPU-2"}, {"host", "h2"}, {"index", 0},
-             {"endpoint", "127.0.0.1:7102"}}}}};
+           {{{"id", "h1:1"}, {"uuid", "GPU-1"}, {"host", "h1"}, {"index", 1}, {"endpoint", "127.0.0.1:7101"}},
+            {{"id", "h2:0"}, {"uuid", "GPU-2"}, {"host", "h2"}, {"index", 0}, {"endpoint", "127.0.0.1:7102"}}}}};
 }
 
 TEST(Lease, ParsesAndBuildsTheEnvironment) {
@@ -30,7 +34,8 @@ TEST(Lease, ParsesAndBuildsTheEnvironment) {
   EXPECT_EQ(GpusVariable(*lease), "GPU-1@127.0.0.1:7101,GPU-2@127.0.0.1:7102");
   EnvList env = BaseEnvironment(*lease, "http://s:1", "/d/job77.json");
   auto get = [&](const std::string& k) {
-    for (auto& [n, v] : env) if (n == k) return v;
+    for (auto& [n, v] : env)
+      if (n == k) return v;
     return std::string("<unset>");
   };
   EXPECT_EQ(get("GPUPOOL_LEASE_ID"), "L9");

@@ -18,10 +18,9 @@ TEST(PluginConfig, DefaultsWithoutArguments) {
 }
 
 TEST(PluginConfig, ReadsEveryKey) {
-  Result<PluginConfig> c = ParsePluginConfig(
-      {"server=http://10.0.0.1:7000", "timeout=3", "retry=0", "profile=rcuda", "profile_dir=/p",
-       "lib_dir=/l", "lease_dir=/d", "munge_socket=/m.sock", "ttl=60", "watch_interval=2",
-       "notify=no"});
+  Result<PluginConfig> c = ParsePluginConfig({"server=http://10.0.0.1:7000", "timeout=3", "retry=0", "profile=rcuda",
+                                              "profile_dir=/p", "lib_dir=/l", "lease_dir=/d", "munge_socket=/m.sock",
+                                              "ttl=60", "watch_interval=2", "notify=no"});
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->server, "http://10.0.0.1:7000");
   EXPECT_EQ(c->timeout_s, 3);
@@ -39,17 +38,27 @@ TEST(PluginConfig, ReadsEveryKey) {
 TEST(PluginConfig, UnknownKeyIsNamed) {
   Result<PluginConfig> c = ParsePluginConfig({"sever=http://x:1"});
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("unknown argument 'sever'"), std::string::npos)
-      << c.status().message();
+  EXPECT_NE(c.status().message().find("unknown argument 'sever'"), std::string::npos) << c.status().message();
   EXPECT_NE(c.status().message().find("server"), std::string::npos);
 }
 
 TEST(PluginConfig, RejectsMalformedArguments) {
-  const std::vector<std::vector<std::string>> bad = {
-      {"server"},           {"=x"},           {"timeout=0"},        {"timeout=abc"},
-      {"timeout=5s"},       {"timeout=301"},  {"retry=-1"},  {"retry=301"},  {"server="},          {"lease_dir=relative"},
-      {"profile_dir="},     {"notify=maybe"}, {"ttl=-1"},           {"watch_interval=0"},
-      {"timeout=1", "timeout=2"}, {"ttl=10", "watch_interval=6"}};
+  const std::vector<std::vector<std::string>> bad = {{"server"},
+                                                     {"=x"},
+                                                     {"timeout=0"},
+                                                     {"timeout=abc"},
+                                                     {"timeout=5s"},
+                                                     {"timeout=301"},
+                                                     {"retry=-1"},
+                                                     {"retry=301"},
+                                                     {"server="},
+                                                     {"lease_dir=relative"},
+                                                     {"profile_dir="},
+                                                     {"notify=maybe"},
+                                                     {"ttl=-1"},
+                                                     {"watch_interval=0"},
+                                                     {"timeout=1", "timeout=2"},
+                                                     {"ttl=10", "watch_interval=6"}};
   for (const auto& args : bad) {
     Result<PluginConfig> c = ParsePluginConfig(args);
     EXPECT_FALSE(c.ok()) << "accepted: " << args[0];

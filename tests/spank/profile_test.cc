@@ -11,13 +11,26 @@ namespace gpupool::spank {
 namespace {
 
 Lease TwoGpuLease() {
-  nlohmann::json raw = {
-      {"id", "L7"}, {"job_id", 42}, {"generation", 3}, {"state", "ACTIVE"}, {"token", "ab12"},
-      {"gpus",
-       {{{"id", "gpuhost1:0"}, {"uuid", "GPU-aaa"}, {"pool", "a100"}, {"rack", "rack1"},
-         {"host", "gpuhost1"}, {"index", 0}, {"endpoint", "10.0.0.5:7101"}},
-        {{"id", "gpuhost3:2"}, {"uuid", "GPU-bbb"}, {"pool", "a100"}, {"rack", "rack2"},
-         {"host", "gpuhost3"}, {"index", 2}, {"endpoint", "10.0.0.7:7103"}}}}};
+  nlohmann::json raw = {{"id", "L7"},
+                        {"job_id", 42},
+                        {"generation", 3},
+                        {"state", "ACTIVE"},
+                        {"token", "ab12"},
+                        {"gpus",
+                         {{{"id", "gpuhost1:0"},
+                           {"uuid", "GPU-aaa"},
+                           {"pool", "a100"},
+                           {"rack", "rack1"},
+                           {"host", "gpuhost1"},
+                           {"index", 0},
+                           {"endpoint", "10.0.0.5:7101"}},
+                          {{"id", "gpuhost3:2"},
+                           {"uuid", "GPU-bbb"},
+                           {"pool", "a100"},
+                           {"rack", "rack2"},
+                           {"host", "gpuhost3"},
+                           {"index", 2},
+                           {"endpoint", "10.0.0.7:7103"}}}}};
   Result<Lease> lease = ParseLease(raw);
   EXPECT_TRUE(lease.ok()) << lease.status().message();
   return lease.value();
@@ -25,7 +38,8 @@ Lease TwoGpuLease() {
 
 std::string Get(const EnvList& env, const std::string& name) {
   std::string value = "<unset>";
-  for (const auto& [k, v] : env) if (k == name) value = v;
+  for (const auto& [k, v] : env)
+    if (k == name) value = v;
   return value;
 }
 
@@ -45,13 +59,14 @@ Result<EnvList> Render(const std::string& text, const Lease& lease,
 
 TEST(Profile, SetPrependAppend) {
   Lease lease = TwoGpuLease();
-  auto env = Render("set A={count}/{lease_id}/{generation}/{job_id}\n"
-                    "prepend LD_LIBRARY_PATH={lib_dir}\n"
-                    "append PATH=/x  # trailing comment\n"
-                    "prepend EMPTY={lib_dir}\n",
-                    lease, [](const std::string& n) {
-                      return n == "LD_LIBRARY_PATH" ? "/usr/lib" : n == "PATH" ? "/bin" : "";
-                    });
+  auto env = Render(
+      "set A={count}/{lease_id}/{generation}/{job_id}\n"
+      "prepend LD_LIBRARY_PATH={lib_dir}\n"
+      "append PATH=/x  # trailing comment\n"
+      "prepend EMPTY={lib_dir}\n",
+      lease, [](const std::string& n) { return n == "LD_LIBRARY_PATH" ? "/usr/lib"
+                                               : n == "PATH"          ? "/bin"
+                                                                      : ""; });
   ASSERT_TRUE(env.ok()) << env.status().message();
   EXPECT_EQ(Get(*env, "A"), "2/L7/3/42");
   EXPECT_EQ(Get(*env, "LD_LIBRARY_PATH"), "/opt/gp/lib/gpupool:/usr/lib");
@@ -61,8 +76,10 @@ TEST(Profile, SetPrependAppend) {
 
 TEST(Profile, EachAndJoinArePerGpuInDeviceOrder) {
   Lease lease = TwoGpuLease();
-  auto env = Render("each DEV_{i}={addr}:{index}:{port}:{uuid}\njoin ALL={host}/{endpoint}\n"
-                    "set LITERAL={{x}}\n", lease);
+  auto env = Render(
+      "each DEV_{i}={addr}:{index}:{port}:{uuid}\njoin ALL={host}/{endpoint}\n"
+      "set LITERAL={{x}}\n",
+      lease);
   ASSERT_TRUE(env.ok()) << env.status().message();
   EXPECT_EQ(Get(*env, "DEV_0"), "10.0.0.5:0:7101:GPU-aaa");
   EXPECT_EQ(Get(*env, "DEV_1"), "10.0.0.7:2:7103:GPU-bbb");

@@ -70,10 +70,10 @@ CUresult RequireSim(const char* call) {
   Device* d = Runtime::Get().device(device);
   if (d == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (std::strncmp(d->description().executor, "sim", sizeof(d->description().executor)) != 0) {
-    return static_cast<CUresult>(ReportUnsupported(
-        call,
-        "CUDA arrays, texture and surface objects run on the sim GPU only (the cuda "
-        "executor does not forward them yet)"));
+    return static_cast<CUresult>(
+        ReportUnsupported(call,
+                          "CUDA arrays, texture and surface objects run on the sim GPU only (the cuda "
+                          "executor does not forward them yet)"));
   }
   return CUDA_SUCCESS;
 }
@@ -85,8 +85,7 @@ CUresult ElementBytes(const char* call, CUarray_format format, unsigned channels
   const uint32_t channel = dp::SimTexelChannelBytes(static_cast<uint32_t>(format));
   if (channel == 0) {
     // Real formats the sim does not sample (block-compressed, packed, UNORM vectors...).
-    LogError("%s: Format 0x%x is not supported on the sim GPU", call,
-             static_cast<unsigned>(format));
+    LogError("%s: Format 0x%x is not supported on the sim GPU", call, static_cast<unsigned>(format));
     return static_cast<CUresult>(ReportUnsupported(call, "that array format"));
   }
   if (channels != 1 && channels != 2 && channels != 4) {
@@ -102,19 +101,18 @@ const ArrayRecord* FindArray(CUarray array) {
 }
 
 // A GPU's limits (those of an A100, which every sim model shares for textures).
-constexpr size_t kMax1D = 131072, kMax2DWidth = 131072, kMax2DHeight = 65536, kMax3D = 16384,
-                 kMaxLayered = 32768, kMaxLayers = 2048;
+constexpr size_t kMax1D = 131072, kMax2DWidth = 131072, kMax2DHeight = 65536, kMax3D = 16384, kMaxLayered = 32768,
+                 kMaxLayers = 2048;
 
 CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   if (handle == nullptr || desc == nullptr) return Invalid(call, "a null argument");
   if (CUresult status = RequireSim(call); status != CUDA_SUCCESS) return status;
   size_t element = 0;
-  if (CUresult status = ElementBytes(call, desc->Format, desc->NumChannels, &element);
-      status != CUDA_SUCCESS) {
+  if (CUresult status = ElementBytes(call, desc->Format, desc->NumChannels, &element); status != CUDA_SUCCESS) {
     return status;
   }
-  const unsigned known = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP |
-                         CUDA_ARRAY3D_TEXTURE_GATHER;
+  const unsigned known =
+      CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER;
   if (desc->Flags & ~known) {
     LogError(
         "%s: Flags 0x%x: only LAYERED, SURFACE_LDST, CUBEMAP and TEXTURE_GATHER are "
@@ -155,8 +153,7 @@ CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCR
   record->rows = height == 0 ? 1 : height;
   record->slices = depth == 0 ? 1 : depth;
   size_t bytes = 0;
-  if (!Multiply(record->row_bytes, record->rows, &bytes) ||
-      !Multiply(bytes, record->slices, &bytes)) {
+  if (!Multiply(record->row_bytes, record->rows, &bytes) || !Multiply(bytes, record->slices, &bytes)) {
     return Invalid(call, "the array's size overflows");
   }
   if (CUresult status = cuMemAlloc_v2(&record->base, bytes); status != CUDA_SUCCESS) return status;
@@ -167,8 +164,7 @@ CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCR
 }
 
 // The descriptor of an object over `resource`, or an error naming the field.
-CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool surface,
-                  dp::SimTextureDescriptor* d) {
+CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool surface, dp::SimTextureDescriptor* d) {
   if (resource.flags != 0) return Invalid(call, "pResDesc->flags is not 0");
   size_t element = 0;
   switch (resource.resType) {
@@ -198,8 +194,7 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
     case CU_RESOURCE_TYPE_LINEAR: {
       if (surface) return Invalid(call, "a surface needs an array (pResDesc->resType)");
       const auto& l = resource.res.linear;
-      if (CUresult status = ElementBytes(call, l.format, l.numChannels, &element);
-          status != CUDA_SUCCESS) {
+      if (CUresult status = ElementBytes(call, l.format, l.numChannels, &element); status != CUDA_SUCCESS) {
         return status;
       }
       if (l.sizeInBytes < element) return Invalid(call, "res.linear.sizeInBytes under one element");
@@ -218,8 +213,7 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
     case CU_RESOURCE_TYPE_PITCH2D: {
       if (surface) return Invalid(call, "a surface needs an array (pResDesc->resType)");
       const auto& p = resource.res.pitch2D;
-      if (CUresult status = ElementBytes(call, p.format, p.numChannels, &element);
-          status != CUDA_SUCCESS) {
+      if (CUresult status = ElementBytes(call, p.format, p.numChannels, &element); status != CUDA_SUCCESS) {
         return status;
       }
       size_t row = 0, bytes = 0;
@@ -232,8 +226,7 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
                        "res.pitch2D.pitchInBytes is not a multiple of 32 (the texture "
                        "pitch alignment)");
       }
-      if (!Multiply(p.pitchInBytes, p.height - 1, &bytes) ||
-          __builtin_add_overflow(bytes, row, &bytes) ||
+      if (!Multiply(p.pitchInBytes, p.height - 1, &bytes) || __builtin_add_overflow(bytes, row, &bytes) ||
           !Runtime::Get().FindAllocation(p.devPtr, bytes, nullptr, nullptr)) {
         return Invalid(call, "res.pitch2D's rows are not inside one allocation");
       }
@@ -313,16 +306,15 @@ CUresult ArrayBacking(CUarray array, uintptr_t* base, size_t* row_bytes, size_t*
   return CUDA_SUCCESS;
 }
 
-CUresult CheckArrayRegion(CUmemorytype type, CUarray array, size_t x, size_t y, size_t z,
-                          size_t width, size_t height, size_t depth) {
+CUresult CheckArrayRegion(CUmemorytype type, CUarray array, size_t x, size_t y, size_t z, size_t width, size_t height,
+                          size_t depth) {
   if (type != CU_MEMORYTYPE_ARRAY) return CUDA_SUCCESS;
   std::lock_guard<std::mutex> lock(Mutex());
   const ArrayRecord* record = FindArray(array);
   if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   size_t end = 0;
-  if (__builtin_add_overflow(x, width, &end) || end > record->row_bytes ||
-      __builtin_add_overflow(y, height, &end) || end > record->rows ||
-      __builtin_add_overflow(z, depth, &end) || end > record->slices) {
+  if (__builtin_add_overflow(x, width, &end) || end > record->row_bytes || __builtin_add_overflow(y, height, &end) ||
+      end > record->rows || __builtin_add_overflow(z, depth, &end) || end > record->slices) {
     return Invalid("cuMemcpy2D/3D", "the region reaches outside the array");
   }
   return CUDA_SUCCESS;
@@ -334,13 +326,11 @@ using namespace gpupool::client;  // NOLINT
 
 // --- Arrays ------------------------------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuArray3DCreate_v2(CUarray* handle,
-                                                     const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuArray3DCreate_v2(CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   GPUPOOL_BODY({ return CreateArray("cuArray3DCreate", handle, desc); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayCreate_v2(CUarray* handle,
-                                                   const CUDA_ARRAY_DESCRIPTOR* desc) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayCreate_v2(CUarray* handle, const CUDA_ARRAY_DESCRIPTOR* desc) {
   GPUPOOL_BODY({
     if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
     CUDA_ARRAY3D_DESCRIPTOR full{};
@@ -352,8 +342,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayCreate_v2(CUarray* handle,
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* desc,
-                                                            CUarray array) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* desc, CUarray array) {
   GPUPOOL_BODY({
     if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
     std::lock_guard<std::mutex> lock(Mutex());
@@ -364,8 +353,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIP
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* desc,
-                                                          CUarray array) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* desc, CUarray array) {
   GPUPOOL_BODY({
     if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
     std::lock_guard<std::mutex> lock(Mutex());
@@ -396,8 +384,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayDestroy(CUarray array) {
 
 // Linear copies to and from an array's bytes (CUDA: for 1D arrays; any array here, by its
 // layout).
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dst, size_t offset, const void* src,
-                                                  size_t bytes) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dst, size_t offset, const void* src, size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
     if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
@@ -406,8 +393,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dst, size_t offset, co
     return cuMemcpyHtoD_v2(at, src, bytes);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dst, size_t offset, const void* src,
-                                                       size_t bytes, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dst, size_t offset, const void* src, size_t bytes,
+                                                       CUstream stream) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
     if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
@@ -416,8 +403,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dst, size_t offse
     return cuMemcpyHtoDAsync_v2(at, src, bytes, stream);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoH_v2(void* dst, CUarray src, size_t offset,
-                                                  size_t bytes) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoH_v2(void* dst, CUarray src, size_t offset, size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
     if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
@@ -426,8 +412,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoH_v2(void* dst, CUarray src, size_t
     return cuMemcpyDtoH_v2(dst, at, bytes);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void* dst, CUarray src, size_t offset,
-                                                       size_t bytes, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void* dst, CUarray src, size_t offset, size_t bytes,
+                                                       CUstream stream) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
     if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
@@ -436,8 +422,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void* dst, CUarray src, s
     return cuMemcpyDtoHAsync_v2(dst, at, bytes, stream);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dst, size_t offset, CUdeviceptr src,
-                                                  size_t bytes) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dst, size_t offset, CUdeviceptr src, size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
     if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
@@ -446,8 +431,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dst, size_t offset, CU
     return cuMemcpyDtoD_v2(at, src, bytes);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, size_t offset,
-                                                  size_t bytes) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, size_t offset, size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
     if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
@@ -456,8 +440,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, 
     return cuMemcpyDtoD_v2(dst, at, bytes);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dst, size_t dst_offset, CUarray src,
-                                                  size_t src_offset, size_t bytes) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dst, size_t dst_offset, CUarray src, size_t src_offset,
+                                                  size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr to = 0, from = 0;
     if (CUresult status = ArrayBytes(dst, dst_offset, bytes, &to); status != CUDA_SUCCESS) {
@@ -472,8 +456,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dst, size_t dst_offset
 
 // --- Texture and surface objects ----------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle,
-                                                    const CUDA_RESOURCE_DESC* resource,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle, const CUDA_RESOURCE_DESC* resource,
                                                     const CUDA_TEXTURE_DESC* texture,
                                                     const CUDA_RESOURCE_VIEW_DESC* view) {
   GPUPOOL_BODY({
@@ -490,8 +473,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle,
     }
     for (int i = 0; i < 3; ++i) {
       if (texture->addressMode[i] > CU_TR_ADDRESS_MODE_BORDER) {
-        return Invalid(call,
-                       "pTexDesc->addressMode[" + std::to_string(i) + "] is no CUaddress_mode");
+        return Invalid(call, "pTexDesc->addressMode[" + std::to_string(i) + "] is no CUaddress_mode");
       }
       d.address_mode[i] = texture->addressMode[i];
     }
@@ -525,8 +507,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectDestroy(CUtexObject handle) {
   GPUPOOL_BODY({ return DestroyObject(handle, false); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC* resource,
-                                                             CUtexObject handle) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC* resource, CUtexObject handle) {
   GPUPOOL_BODY({
     if (resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
     ObjectRecord record;
@@ -536,8 +517,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC*
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC* texture,
-                                                            CUtexObject handle) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC* texture, CUtexObject handle) {
   GPUPOOL_BODY({
     if (texture == nullptr) return CUDA_ERROR_INVALID_VALUE;
     ObjectRecord record;
@@ -547,8 +527,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC* t
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* handle,
-                                                     const CUDA_RESOURCE_DESC* resource) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* handle, const CUDA_RESOURCE_DESC* resource) {
   GPUPOOL_BODY({
     const char* call = "cuSurfObjectCreate";
     if (handle == nullptr || resource == nullptr) return Invalid(call, "a null argument");
@@ -582,8 +561,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectDestroy(CUsurfObject handle) {
   GPUPOOL_BODY({ return DestroyObject(handle, true); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC* resource,
-                                                              CUsurfObject handle) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC* resource, CUsurfObject handle) {
   GPUPOOL_BODY({
     if (resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
     ObjectRecord record;

@@ -35,8 +35,7 @@ CUresult CreateContext(CUcontext* result, unsigned flags, CUdevice ordinal) {
   context->flags = flags;
   PushContext(context);
   *result = reinterpret_cast<CUcontext>(context);
-  LogDebug("cuCtxCreate: context %llu on GPU %d", static_cast<unsigned long long>(context->id),
-           ordinal);
+  LogDebug("cuCtxCreate: context %llu on GPU %d", static_cast<unsigned long long>(context->id), ordinal);
   return CUDA_SUCCESS;
 }
 
@@ -45,8 +44,9 @@ CUresult DestroyContext(CUcontext handle) {
   Context* context = AsContext(handle);
   if (context == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   if (context->is_primary) {
-    LogError("cuCtxDestroy: a device's primary context is released with "
-             "cuDevicePrimaryCtxRelease, not destroyed");
+    LogError(
+        "cuCtxDestroy: a device's primary context is released with "
+        "cuDevicePrimaryCtxRelease, not destroyed");
     return CUDA_ERROR_INVALID_CONTEXT;
   }
   // Current on this thread: popped, as by cuCtxPopCurrent.
@@ -66,27 +66,23 @@ CUresult DestroyContext(CUcontext handle) {
 }
 
 CUresult ExecutionAffinityUnsupported(const char* call) {
-  return static_cast<CUresult>(
-      ReportUnsupported(call, "execution affinity: a share of the GPU's SMs for a context"));
+  return static_cast<CUresult>(ReportUnsupported(call, "execution affinity: a share of the GPU's SMs for a context"));
 }
 
 }  // namespace
 
 // --- Create and destroy ------------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate(CUcontext* context, unsigned int flags,
-                                              CUdevice device) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate(CUcontext* context, unsigned int flags, CUdevice device) {
   GPUPOOL_BODY({ return CreateContext(context, flags, device); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate_v2(CUcontext* context, unsigned int flags,
-                                                 CUdevice device) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate_v2(CUcontext* context, unsigned int flags, CUdevice device) {
   GPUPOOL_BODY({ return CreateContext(context, flags, device); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate_v3(CUcontext* context, CUexecAffinityParam* params,
-                                                 int param_count, unsigned int flags,
-                                                 CUdevice device) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate_v3(CUcontext* context, CUexecAffinityParam* params, int param_count,
+                                                 unsigned int flags, CUdevice device) {
   GPUPOOL_BODY({
     if (param_count < 0 || (param_count > 0 && params == nullptr)) return CUDA_ERROR_INVALID_VALUE;
     if (param_count > 0) return ExecutionAffinityUnsupported("cuCtxCreate_v3");
@@ -94,15 +90,15 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate_v3(CUcontext* context, CUexecAffin
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate_v4(CUcontext* context, CUctxCreateParams* params,
-                                                 unsigned int flags, CUdevice device) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxCreate_v4(CUcontext* context, CUctxCreateParams* params, unsigned int flags,
+                                                 CUdevice device) {
   GPUPOOL_BODY({
     if (params != nullptr) {
       if (params->numExecAffinityParams < 0) return CUDA_ERROR_INVALID_VALUE;
       if (params->numExecAffinityParams > 0) return ExecutionAffinityUnsupported("cuCtxCreate_v4");
       if (params->cigParams != nullptr) {
-        return static_cast<CUresult>(ReportUnsupported(
-            "cuCtxCreate_v4(cigParams)", "CUDA-in-graphics contexts need a local graphics API"));
+        return static_cast<CUresult>(
+            ReportUnsupported("cuCtxCreate_v4(cigParams)", "CUDA-in-graphics contexts need a local graphics API"));
       }
     }
     return CreateContext(context, flags, device);
@@ -117,13 +113,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext context) {
   GPUPOOL_BODY({ return DestroyContext(context); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxPushCurrent(CUcontext context) {
-  return cuCtxPushCurrent_v2(context);
-}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxPushCurrent(CUcontext context) { return cuCtxPushCurrent_v2(context); }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxPopCurrent(CUcontext* context) {
-  return cuCtxPopCurrent_v2(context);
-}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxPopCurrent(CUcontext* context) { return cuCtxPopCurrent_v2(context); }
 
 // --- Identity and settings -----------------------------------------------------------------
 
@@ -150,8 +142,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxGetSharedMemConfig(CUsharedconfig* config
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuCtxSetSharedMemConfig(CUsharedconfig config) {
   GPUPOOL_BODY({
-    if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE ||
-        config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) {
+    if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE || config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     int device = 0;

@@ -85,8 +85,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice device)
   return cuDeviceGetUuid_v2(uuid, device);
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute,
-                                                       CUdevice device) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attribute, CUdevice device) {
   GPUPOOL_BODY({
     if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -96,8 +95,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attr
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor,
-                                                            CUdevice device) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice device) {
   GPUPOOL_BODY({
     if (major == nullptr || minor == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -139,8 +137,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetByPCIBusId(CUdevice* device, const 
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceCanAccessPeer(int* can_access, CUdevice device,
-                                                        CUdevice peer) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceCanAccessPeer(int* can_access, CUdevice device, CUdevice peer) {
   GPUPOOL_BODY({
     if (can_access == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -150,9 +147,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceCanAccessPeer(int* can_access, CUdevic
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value,
-                                                          CUdevice_P2PAttribute attribute,
-                                                          CUdevice source, CUdevice destination) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetP2PAttribute(int* value, CUdevice_P2PAttribute attribute, CUdevice source,
+                                                          CUdevice destination) {
   GPUPOOL_BODY({
     if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -197,8 +193,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice device) {
   return cuDevicePrimaryCtxRelease_v2(device);
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice device, unsigned int* flags,
-                                                             int* active) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice device, unsigned int* flags, int* active) {
   GPUPOOL_BODY({
     if (flags == nullptr || active == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -211,8 +206,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice device, un
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice device,
-                                                                unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice device, unsigned int flags) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Device* d = GetDevice(device);

@@ -56,15 +56,21 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
   const gpupool::dataplane::FunctionResources known = KnownResources(*function, device->ordinal);
   std::lock_guard<std::mutex> lock(Runtime::Get().mu());
   switch (attribute) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = resources.max_threads_per_block; break;
-    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *value = resources.static_shared_bytes; break;
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *value = resources.max_threads_per_block;
+      break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES:
+      *value = resources.static_shared_bytes;
+      break;
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES:
       *value = std::max(known.const_bytes, 0);
       break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES:
       *value = std::max(known.local_bytes, 0);
       break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = resources.registers_per_thread; break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *value = resources.registers_per_thread;
+      break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION: {
       // The PTX a driver compiles for this GPU (the sim runs it): CUB and Thrust pick
       // their kernels' tuning by it, and refuse a version they were not compiled for.
@@ -76,12 +82,15 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
       *value = static_cast<int>(chosen != 0 ? chosen : arch);
       break;
     }
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = model.cc_major * 10 + model.cc_minor; break;
-    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *value = model.cc_major * 10 + model.cc_minor;
+      break;
+    case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
+      *value = 0;
+      break;
     case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
-      *value = function->max_dynamic_shared_bytes >= 0
-                   ? function->max_dynamic_shared_bytes
-                   : model.shared_per_block - resources.static_shared_bytes;
+      *value = function->max_dynamic_shared_bytes >= 0 ? function->max_dynamic_shared_bytes
+                                                       : model.shared_per_block - resources.static_shared_bytes;
       break;
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
       *value = function->preferred_shared_carveout;
@@ -94,7 +103,8 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
       *value = 0;  // no clusters: cluster launches are refused
       break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
@@ -122,8 +132,8 @@ CUresult SetFunctionAttribute(const void* handle, int attribute, int value, int 
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
       if (value > 1) {
-        return static_cast<CUresult>(ReportUnsupported("cuFuncSetAttribute(cluster dimension)",
-                                                       "thread block clusters"));
+        return static_cast<CUresult>(
+            ReportUnsupported("cuFuncSetAttribute(cluster dimension)", "thread block clusters"));
       }
       return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
@@ -165,8 +175,7 @@ CUresult ActiveBlocks(int* blocks, CUfunction function, int block_size, size_t d
 }
 
 CUresult PotentialBlockSize(int* min_grid_size, int* block_size, CUfunction function,
-                            CUoccupancyB2DSize shared_for_block_size, size_t dynamic_shared,
-                            int block_size_limit) {
+                            CUoccupancyB2DSize shared_for_block_size, size_t dynamic_shared, int block_size_limit) {
   if (min_grid_size == nullptr || block_size == nullptr || block_size_limit < 0) {
     return CUDA_ERROR_INVALID_VALUE;
   }
@@ -175,8 +184,8 @@ CUresult PotentialBlockSize(int* min_grid_size, int* block_size, CUfunction func
   if (CUresult status = OccupancyInputs(function, &model, &kernel); status != CUDA_SUCCESS) {
     return status;
   }
-  MaxPotentialBlockSize(model, kernel, shared_for_block_size, dynamic_shared, block_size_limit,
-                        min_grid_size, block_size);
+  MaxPotentialBlockSize(model, kernel, shared_for_block_size, dynamic_shared, block_size_limit, min_grid_size,
+                        block_size);
   return CUDA_SUCCESS;
 }
 
@@ -190,12 +199,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction fu
 GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel kernel) {
   GPUPOOL_BODY({ return Name(kernel, name); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction function, size_t index,
-                                                     size_t* offset, size_t* size) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction function, size_t index, size_t* offset, size_t* size) {
   GPUPOOL_BODY({ return ParamInfo(function, index, offset, size); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t index,
-                                                       size_t* offset, size_t* size) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetParamInfo(CUkernel kernel, size_t index, size_t* offset, size_t* size) {
   GPUPOOL_BODY({ return ParamInfo(kernel, index, offset, size); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetModule(CUmodule* module, CUfunction function) {
@@ -207,8 +214,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetModule(CUmodule* module, CUfunction f
     return CUDA_SUCCESS;
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState* state,
-                                                 CUfunction function) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncIsLoaded(CUfunctionLoadingState* state, CUfunction function) {
   GPUPOOL_BODY({
     if (state == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (AsFunction(function) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -222,35 +228,30 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncLoad(CUfunction function) {
 
 // --- Attributes and cache preferences ------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attribute,
-                                                     CUfunction function) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncGetAttribute(int* value, CUfunction_attribute attribute, CUfunction function) {
   GPUPOOL_BODY({ return FunctionAttribute(value, attribute, function, -1); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetAttribute(int* value, CUfunction_attribute attribute,
-                                                       CUkernel kernel, CUdevice device) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetAttribute(int* value, CUfunction_attribute attribute, CUkernel kernel,
+                                                       CUdevice device) {
   GPUPOOL_BODY({ return FunctionAttribute(value, attribute, kernel, device); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetAttribute(CUfunction function,
-                                                     CUfunction_attribute attribute, int value) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetAttribute(CUfunction function, CUfunction_attribute attribute, int value) {
   GPUPOOL_BODY({ return SetFunctionAttribute(function, attribute, value, -1); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attribute, int value,
-                                                       CUkernel kernel, CUdevice device) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelSetAttribute(CUfunction_attribute attribute, int value, CUkernel kernel,
+                                                       CUdevice device) {
   GPUPOOL_BODY({ return SetFunctionAttribute(kernel, attribute, value, device); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetCacheConfig(CUfunction function, CUfunc_cache config) {
   GPUPOOL_BODY({ return CacheConfig(function, config); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config,
-                                                         CUdevice) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelSetCacheConfig(CUkernel kernel, CUfunc_cache config, CUdevice) {
   GPUPOOL_BODY({ return CacheConfig(kernel, config); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction function,
-                                                           CUsharedconfig config) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction function, CUsharedconfig config) {
   GPUPOOL_BODY({
     if (AsFunction(function) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE ||
-        config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) {
+    if (config < CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE || config > CU_SHARED_MEM_CONFIG_EIGHT_BYTE_BANK_SIZE) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     return RequireInit();  // a bank-width hint GPUs since Maxwell ignore
@@ -259,8 +260,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuFuncSetSharedMemConfig(CUfunction function,
 
 // --- Occupancy -----------------------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(
-    int* blocks, CUfunction function, int block_size, size_t dynamic_shared, unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int* blocks, CUfunction function,
+                                                                                       int block_size,
+                                                                                       size_t dynamic_shared,
+                                                                                       unsigned int flags) {
   GPUPOOL_BODY({
     if (flags & ~static_cast<unsigned>(CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -269,37 +272,37 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessorWit
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(
-    int* blocks, CUfunction function, int block_size, size_t dynamic_shared) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, CUfunction function,
+                                                                              int block_size, size_t dynamic_shared) {
   GPUPOOL_BODY({ return ActiveBlocks(blocks, function, block_size, dynamic_shared); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(
-    int* min_grid_size, int* block_size, CUfunction function,
-    CUoccupancyB2DSize shared_for_block_size, size_t dynamic_shared, int block_size_limit) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxPotentialBlockSize(int* min_grid_size, int* block_size,
+                                                                   CUfunction function,
+                                                                   CUoccupancyB2DSize shared_for_block_size,
+                                                                   size_t dynamic_shared, int block_size_limit) {
   GPUPOOL_BODY({
-    return PotentialBlockSize(min_grid_size, block_size, function, shared_for_block_size,
-                              dynamic_shared, block_size_limit);
+    return PotentialBlockSize(min_grid_size, block_size, function, shared_for_block_size, dynamic_shared,
+                              block_size_limit);
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(
-    int* min_grid_size, int* block_size, CUfunction function,
-    CUoccupancyB2DSize shared_for_block_size, size_t dynamic_shared, int block_size_limit,
-    unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxPotentialBlockSizeWithFlags(int* min_grid_size, int* block_size,
+                                                                            CUfunction function,
+                                                                            CUoccupancyB2DSize shared_for_block_size,
+                                                                            size_t dynamic_shared, int block_size_limit,
+                                                                            unsigned int flags) {
   GPUPOOL_BODY({
     if (flags & ~static_cast<unsigned>(CU_OCCUPANCY_DISABLE_CACHING_OVERRIDE)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    return PotentialBlockSize(min_grid_size, block_size, function, shared_for_block_size,
-                              dynamic_shared, block_size_limit);
+    return PotentialBlockSize(min_grid_size, block_size, function, shared_for_block_size, dynamic_shared,
+                              block_size_limit);
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* dynamic_shared,
-                                                                         CUfunction function,
-                                                                         int blocks,
-                                                                         int block_size) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t* dynamic_shared, CUfunction function,
+                                                                          int blocks, int block_size) {
   GPUPOOL_BODY({
     if (dynamic_shared == nullptr || blocks <= 0 || block_size <= 0) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -314,9 +317,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int* cluster_size,
-                                                                    CUfunction function,
-                                                                    const CUlaunchConfig*) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int* cluster_size, CUfunction function,
+                                                                     const CUlaunchConfig*) {
   GPUPOOL_BODY({
     if (cluster_size == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (AsFunction(function) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -326,7 +328,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int* cluste
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CUfunction function,
-                                                              const CUlaunchConfig* config) {
+                                                               const CUlaunchConfig* config) {
   GPUPOOL_BODY({
     if (clusters == nullptr || config == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = CheckLaunchAttributes(*config); status != CUDA_SUCCESS) return status;
@@ -336,8 +338,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CU
       return status;
     }
     int block = static_cast<int>(config->blockDimX * config->blockDimY * config->blockDimZ);
-    *clusters = ActiveBlocksPerMultiprocessor(model, kernel, block, config->sharedMemBytes) *
-                model.multiprocessors;
+    *clusters = ActiveBlocksPerMultiprocessor(model, kernel, block, config->sharedMemBytes) * model.multiprocessors;
     return CUDA_SUCCESS;
   });
 }

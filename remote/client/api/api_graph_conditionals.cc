@@ -10,9 +10,8 @@
 using namespace gpupool::client;         // NOLINT
 using namespace gpupool::client::graph;  // NOLINT
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle* result,
-                                                                 CUgraph handle, CUcontext ctx,
-                                                                 unsigned int default_value,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditionalHandle* result, CUgraph handle,
+                                                                 CUcontext ctx, unsigned int default_value,
                                                                  unsigned int flags) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -25,14 +24,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditio
     if (context->magic == kDestroyedContextMagic) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     Device* device = Runtime::Get().device(context->device);
     if (device == nullptr || std::strcmp(device->description().executor, "sim") != 0) {
-      return static_cast<CUresult>(
-          ReportUnsupported("cuGraphConditionalHandleCreate",
-                            "conditional nodes on a GPU host's cuda backend (its kernels' "
-                            "cudaGraphSetConditional takes the driver's own handles)"));
+      return static_cast<CUresult>(ReportUnsupported("cuGraphConditionalHandleCreate",
+                                                     "conditional nodes on a GPU host's cuda backend (its kernels' "
+                                                     "cudaGraphSetConditional takes the driver's own handles)"));
     }
     auto condition = std::make_shared<ConditionalHandle>();
-    if (CUresult status =
-            AllocateOnDevice(context->device, context, sizeof(unsigned), &condition->slot);
+    if (CUresult status = AllocateOnDevice(context->device, context, sizeof(unsigned), &condition->slot);
         status != CUDA_SUCCESS) {
       condition->slot = 0;
       return status;
@@ -41,8 +38,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphConditionalHandleCreate(CUgraphConditio
     condition->assign_default = (flags & CU_GRAPH_COND_ASSIGN_DEFAULT) != 0;
     RegisterCondition(condition);
     // The first launch starts from the default value either way.
-    if (CUresult status = ops::Memset(condition->slot, default_value, 4, 1, nullptr);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = ops::Memset(condition->slot, default_value, 4, 1, nullptr); status != CUDA_SUCCESS) {
       return status;
     }
     graph->conditions.push_back(condition);

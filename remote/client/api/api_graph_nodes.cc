@@ -24,9 +24,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphCreate(CUgraph* result, unsigned int fl
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph graph,
-                                                          const CUgraphNode* deps, size_t count,
-                                                          const CUDA_KERNEL_NODE_PARAMS* params) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                          size_t count, const CUDA_KERNEL_NODE_PARAMS* params) {
   GPUPOOL_BODY({
     return Add(node, graph, deps, count, [&](Node* n) {
       return params == nullptr ? CUDA_ERROR_INVALID_VALUE : SetKernel(n, params, params->kern);
@@ -34,75 +33,60 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddKernelNode_v2(CUgraphNode* node, CUg
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode* node, CUgraph graph,
-                                                       const CUgraphNode* deps, size_t count,
-                                                       const CUDA_KERNEL_NODE_PARAMS_v1* params) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                       size_t count, const CUDA_KERNEL_NODE_PARAMS_v1* params) {
   GPUPOOL_BODY({
-    return Add(node, graph, deps, count,
-               [&](Node* n) { return SetKernel(n, params, static_cast<CUkernel>(nullptr)); });
+    return Add(node, graph, deps, count, [&](Node* n) { return SetKernel(n, params, static_cast<CUkernel>(nullptr)); });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph graph,
-                                                       const CUgraphNode* deps, size_t count,
-                                                       const CUDA_MEMCPY3D* copy, CUcontext) {
-  GPUPOOL_BODY(
-      { return Add(node, graph, deps, count, [&](Node* n) { return SetMemcpy(n, copy); }); });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemcpyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                       size_t count, const CUDA_MEMCPY3D* copy, CUcontext) {
+  GPUPOOL_BODY({ return Add(node, graph, deps, count, [&](Node* n) { return SetMemcpy(n, copy); }); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* node, CUgraph graph,
-                                                       const CUgraphNode* deps, size_t count,
-                                                       const CUDA_MEMSET_NODE_PARAMS* p,
-                                                       CUcontext) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemsetNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                       size_t count, const CUDA_MEMSET_NODE_PARAMS* p, CUcontext) {
   GPUPOOL_BODY({
     if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    return Add(node, graph, deps, count, [&](Node* n) {
-      return SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
-    });
+    return Add(node, graph, deps, count,
+               [&](Node* n) { return SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height); });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* node, CUgraph graph,
-                                                     const CUgraphNode* deps, size_t count,
-                                                     const CUDA_HOST_NODE_PARAMS* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddHostNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                     size_t count, const CUDA_HOST_NODE_PARAMS* p) {
   GPUPOOL_BODY({
     if (p == nullptr) return CUDA_ERROR_INVALID_VALUE;
     return Add(node, graph, deps, count, [&](Node* n) { return SetHost(n, p->fn, p->userData); });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph,
-                                                      const CUgraphNode* deps, size_t count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddEmptyNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                      size_t count) {
   GPUPOOL_BODY({ return Add(node, graph, deps, count, [](Node*) { return CUDA_SUCCESS; }); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph,
-                                                           const CUgraphNode* deps, size_t count,
-                                                           CUgraph child) {
-  GPUPOOL_BODY(
-      { return Add(node, graph, deps, count, [&](Node* n) { return SetChild(n, child); }); });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddChildGraphNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                           size_t count, CUgraph child) {
+  GPUPOOL_BODY({ return Add(node, graph, deps, count, [&](Node* n) { return SetChild(n, child); }); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* node, CUgraph graph,
-                                                            const CUgraphNode* deps, size_t count,
-                                                            CUevent event) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddEventRecordNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                            size_t count, CUevent event) {
   GPUPOOL_BODY({
-    return Add(node, graph, deps, count,
-               [&](Node* n) { return SetEvent(n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event); });
+    return Add(node, graph, deps, count, [&](Node* n) { return SetEvent(n, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event); });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* node, CUgraph graph,
-                                                          const CUgraphNode* deps, size_t count,
-                                                          CUevent event) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddEventWaitNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                          size_t count, CUevent event) {
   GPUPOOL_BODY({
-    return Add(node, graph, deps, count,
-               [&](Node* n) { return SetEvent(n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event); });
+    return Add(node, graph, deps, count, [&](Node* n) { return SetEvent(n, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event); });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph,
-                                                    const CUgraphNode* deps,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
                                                     const CUgraphEdgeData* edges, size_t count,
                                                     CUgraphNodeParams* params) {
   GPUPOOL_BODY({
@@ -114,32 +98,26 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddNode_v2(CUgraphNode* node, CUgraph g
       });
     }
     if (params != nullptr && params->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
-      return Add(node, graph, deps, count,
-                 [&](Node* n) { return SetConditional(n, &params->conditional); });
+      return Add(node, graph, deps, count, [&](Node* n) { return SetConditional(n, &params->conditional); });
     }
     if (params != nullptr && params->type == CU_GRAPH_NODE_TYPE_MEM_FREE) {
-      return Add(node, graph, deps, count,
-                 [&](Node* n) { return SetMemFree(n, graph, params->free.dptr); });
+      return Add(node, graph, deps, count, [&](Node* n) { return SetMemFree(n, graph, params->free.dptr); });
     }
     return Add(node, graph, deps, count, [&](Node* n) { return SetFromParams(n, params); });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph,
-                                                         const CUgraphNode* deps, size_t count,
-                                                         CUDA_MEM_ALLOC_NODE_PARAMS* params) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemAllocNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                         size_t count, CUDA_MEM_ALLOC_NODE_PARAMS* params) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     return Add(node, graph, deps, count, [&](Node* n) { return SetMemAlloc(n, params); });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph,
-                                                        const CUgraphNode* deps, size_t count,
-                                                        CUdeviceptr dptr) {
-  GPUPOOL_BODY({
-    return Add(node, graph, deps, count, [&](Node* n) { return SetMemFree(n, graph, dptr); });
-  });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddMemFreeNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps,
+                                                        size_t count, CUdeviceptr dptr) {
+  GPUPOOL_BODY({ return Add(node, graph, deps, count, [&](Node* n) { return SetMemFree(n, graph, dptr); }); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetType(CUgraphNode handle, CUgraphNodeType* type) {
@@ -168,8 +146,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDestroyNode(CUgraphNode handle) {
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetNodes(CUgraph handle, CUgraphNode* nodes,
-                                                  size_t* count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetNodes(CUgraph handle, CUgraphNode* nodes, size_t* count) {
   GPUPOOL_BODY({
     Graph* graph = AsGraph(handle);
     if (count == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -180,8 +157,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetNodes(CUgraph handle, CUgraphNode* n
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetRootNodes(CUgraph handle, CUgraphNode* nodes,
-                                                      size_t* count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetRootNodes(CUgraph handle, CUgraphNode* nodes, size_t* count) {
   GPUPOOL_BODY({
     Graph* graph = AsGraph(handle);
     if (count == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -196,57 +172,47 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetRootNodes(CUgraph handle, CUgraphNod
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph graph, CUgraphNode* from,
-                                                     CUgraphNode* to, CUgraphEdgeData* edges,
-                                                     size_t* count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetEdges_v2(CUgraph graph, CUgraphNode* from, CUgraphNode* to,
+                                                     CUgraphEdgeData* edges, size_t* count) {
   GPUPOOL_BODY({ return GetEdges(graph, from, to, edges, count); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetEdges(CUgraph graph, CUgraphNode* from, CUgraphNode* to,
-                                                  size_t* count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphGetEdges(CUgraph graph, CUgraphNode* from, CUgraphNode* to, size_t* count) {
   GPUPOOL_BODY({ return GetEdges(graph, from, to, nullptr, count); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependencies_v2(CUgraphNode node, CUgraphNode* deps,
-                                                                CUgraphEdgeData* edges,
-                                                                size_t* count) {
+                                                                CUgraphEdgeData* edges, size_t* count) {
   GPUPOOL_BODY({ return Dependencies(node, deps, edges, count); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode* deps,
-                                                             size_t* count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependencies(CUgraphNode node, CUgraphNode* deps, size_t* count) {
   GPUPOOL_BODY({ return Dependencies(node, deps, nullptr, count); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(CUgraphNode node,
-                                                                  CUgraphNode* dependents,
-                                                                  CUgraphEdgeData* edges,
-                                                                  size_t* count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependentNodes_v2(CUgraphNode node, CUgraphNode* dependents,
+                                                                  CUgraphEdgeData* edges, size_t* count) {
   GPUPOOL_BODY({ return Dependents(node, dependents, edges, count); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependentNodes(CUgraphNode node,
-                                                               CUgraphNode* dependents,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetDependentNodes(CUgraphNode node, CUgraphNode* dependents,
                                                                size_t* count) {
   GPUPOOL_BODY({ return Dependents(node, dependents, nullptr, count); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddDependencies_v2(CUgraph graph, const CUgraphNode* from,
-                                                            const CUgraphNode* to,
-                                                            const CUgraphEdgeData* edges,
+                                                            const CUgraphNode* to, const CUgraphEdgeData* edges,
                                                             size_t count) {
   GPUPOOL_BODY({ return ChangeEdges(graph, from, to, edges, count, true); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddDependencies(CUgraph graph, const CUgraphNode* from,
-                                                         const CUgraphNode* to, size_t count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphAddDependencies(CUgraph graph, const CUgraphNode* from, const CUgraphNode* to,
+                                                         size_t count) {
   GPUPOOL_BODY({ return ChangeEdges(graph, from, to, nullptr, count, true); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph graph,
-                                                               const CUgraphNode* from,
-                                                               const CUgraphNode* to,
-                                                               const CUgraphEdgeData* edges,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphRemoveDependencies_v2(CUgraph graph, const CUgraphNode* from,
+                                                               const CUgraphNode* to, const CUgraphEdgeData* edges,
                                                                size_t count) {
   GPUPOOL_BODY({ return ChangeEdges(graph, from, to, edges, count, false); });
 }
@@ -256,14 +222,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphRemoveDependencies(CUgraph graph, const
   GPUPOOL_BODY({ return ChangeEdges(graph, from, to, nullptr, count, false); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* result, CUgraphNode original,
-                                                         CUgraph clone) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeFindInClone(CUgraphNode* result, CUgraphNode original, CUgraph clone) {
   GPUPOOL_BODY({
     Graph* graph = AsGraph(clone);
     if (result == nullptr || graph == nullptr) return CUDA_ERROR_INVALID_VALUE;
     auto found = graph->clone_of.find(reinterpret_cast<const Node*>(original));
-    if (found == graph->clone_of.end() ||
-        AsNode(reinterpret_cast<CUgraphNode>(found->second)) == nullptr) {
+    if (found == graph->clone_of.end() || AsNode(reinterpret_cast<CUgraphNode>(found->second)) == nullptr) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     *result = reinterpret_cast<CUgraphNode>(found->second);
@@ -304,8 +268,7 @@ CUresult ChangeExecNode(CUgraphExec exec, CUgraphNode handle, CUgraphNodeType ty
 }
 
 auto SetKernelV2(const CUDA_KERNEL_NODE_PARAMS* p) {
-  return
-      [p](Node* n) { return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetKernel(n, p, p->kern); };
+  return [p](Node* n) { return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetKernel(n, p, p->kern); };
 }
 auto SetKernelV1(const CUDA_KERNEL_NODE_PARAMS_v1* p) {
   return [p](Node* n) { return SetKernel(n, p, static_cast<CUkernel>(nullptr)); };
@@ -315,15 +278,12 @@ auto SetMemcpyFrom(const CUDA_MEMCPY3D* p) {
 }
 auto SetMemsetFrom(const CUDA_MEMSET_NODE_PARAMS* p) {
   return [p](Node* n) {
-    return p == nullptr
-               ? CUDA_ERROR_INVALID_VALUE
-               : SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
+    return p == nullptr ? CUDA_ERROR_INVALID_VALUE
+                        : SetMemset(n, p->dst, p->pitch, p->value, p->elementSize, p->width, p->height);
   };
 }
 auto SetHostFrom(const CUDA_HOST_NODE_PARAMS* p) {
-  return [p](Node* n) {
-    return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetHost(n, p->fn, p->userData);
-  };
+  return [p](Node* n) { return p == nullptr ? CUDA_ERROR_INVALID_VALUE : SetHost(n, p->fn, p->userData); };
 }
 auto SetEventTo(CUgraphNodeType type, CUevent event) {
   return [type, event](Node* n) { return SetEvent(n, type, event); };
@@ -334,47 +294,41 @@ auto SetFrom(const CUgraphNodeParams* p) {
 
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode handle,
-                                                                CUDA_KERNEL_NODE_PARAMS* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetParams_v2(CUgraphNode handle, CUDA_KERNEL_NODE_PARAMS* p) {
   GPUPOOL_BODY({
-    return ReadNode(handle, CU_GRAPH_NODE_TYPE_KERNEL, p,
-                    [](Node* node, CUDA_KERNEL_NODE_PARAMS* out) {
-                      GetKernel(node, out);
-                      // Functions and kernels are one object here; the runtime maps a kernel back
-                      // to its host entry point.
-                      out->kern = reinterpret_cast<CUkernel>(node->function);
-                      out->ctx = nullptr;
-                    });
+    return ReadNode(handle, CU_GRAPH_NODE_TYPE_KERNEL, p, [](Node* node, CUDA_KERNEL_NODE_PARAMS* out) {
+      GetKernel(node, out);
+      // Functions and kernels are one object here; the runtime maps a kernel back
+      // to its host entry point.
+      out->kern = reinterpret_cast<CUkernel>(node->function);
+      out->ctx = nullptr;
+    });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode handle,
-                                                             CUDA_KERNEL_NODE_PARAMS_v1* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetParams(CUgraphNode handle, CUDA_KERNEL_NODE_PARAMS_v1* p) {
   GPUPOOL_BODY({
     return ReadNode(handle, CU_GRAPH_NODE_TYPE_KERNEL, p,
                     [](Node* node, CUDA_KERNEL_NODE_PARAMS_v1* out) { GetKernel(node, out); });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode handle,
-                                                                const CUDA_KERNEL_NODE_PARAMS* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams_v2(CUgraphNode handle, const CUDA_KERNEL_NODE_PARAMS* p) {
   GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_KERNEL, SetKernelV2(p)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode handle,
-                                                             const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode handle, const CUDA_KERNEL_NODE_PARAMS_v1* p) {
   GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_KERNEL, SetKernelV1(p)); });
 }
 
 // Kernel node attributes: the launch attributes cuLaunchKernelEx takes, checked the same
 // way (a cluster of more than one block, or a kernel-triggered event, is not supported).
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetAttribute(
-    CUgraphNode handle, CUkernelNodeAttrID attribute, const CUkernelNodeAttrValue* value) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode handle, CUkernelNodeAttrID attribute,
+                                                                const CUkernelNodeAttrValue* value) {
   GPUPOOL_BODY({
     Node* node = nullptr;
     if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node); status != CUDA_SUCCESS) {
       return status;
     }
     CUlaunchAttribute as_launch{};
@@ -389,14 +343,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetAttribute(
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode handle,
-                                                                CUkernelNodeAttrID attribute,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode handle, CUkernelNodeAttrID attribute,
                                                                 CUkernelNodeAttrValue* value) {
   GPUPOOL_BODY({
     Node* node = nullptr;
     if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = NodeOfType(handle, CU_GRAPH_NODE_TYPE_KERNEL, &node); status != CUDA_SUCCESS) {
       return status;
     }
     auto found = node->attributes.find(attribute);
@@ -405,16 +357,14 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeGetAttribute(CUgraphNode hand
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst,
-                                                                  CUgraphNode src) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode dst, CUgraphNode src) {
   GPUPOOL_BODY({
     Node* to = nullptr;
     Node* from = nullptr;
     if (CUresult status = NodeOfType(dst, CU_GRAPH_NODE_TYPE_KERNEL, &to); status != CUDA_SUCCESS) {
       return status;
     }
-    if (CUresult status = NodeOfType(src, CU_GRAPH_NODE_TYPE_KERNEL, &from);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = NodeOfType(src, CU_GRAPH_NODE_TYPE_KERNEL, &from); status != CUDA_SUCCESS) {
       return status;
     }
     to->attributes = from->attributes;
@@ -424,93 +374,76 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeCopyAttributes(CUgraphNode ds
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemcpyNodeGetParams(CUgraphNode handle, CUDA_MEMCPY3D* p) {
   GPUPOOL_BODY({
-    return ReadNode(handle, CU_GRAPH_NODE_TYPE_MEMCPY, p,
-                    [](Node* node, CUDA_MEMCPY3D* out) { *out = node->copy; });
+    return ReadNode(handle, CU_GRAPH_NODE_TYPE_MEMCPY, p, [](Node* node, CUDA_MEMCPY3D* out) { *out = node->copy; });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode handle,
-                                                             const CUDA_MEMCPY3D* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemcpyNodeSetParams(CUgraphNode handle, const CUDA_MEMCPY3D* p) {
   GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_MEMCPY, SetMemcpyFrom(p)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode handle,
-                                                             CUDA_MEMSET_NODE_PARAMS* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemsetNodeGetParams(CUgraphNode handle, CUDA_MEMSET_NODE_PARAMS* p) {
   GPUPOOL_BODY({
     return ReadNode(handle, CU_GRAPH_NODE_TYPE_MEMSET, p,
                     [](Node* node, CUDA_MEMSET_NODE_PARAMS* out) { *out = node->memset; });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode handle,
-                                                             const CUDA_MEMSET_NODE_PARAMS* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemsetNodeSetParams(CUgraphNode handle, const CUDA_MEMSET_NODE_PARAMS* p) {
   GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_MEMSET, SetMemsetFrom(p)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode handle,
-                                                           CUDA_HOST_NODE_PARAMS* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphHostNodeGetParams(CUgraphNode handle, CUDA_HOST_NODE_PARAMS* p) {
   GPUPOOL_BODY({
     return ReadNode(handle, CU_GRAPH_NODE_TYPE_HOST, p,
                     [](Node* node, CUDA_HOST_NODE_PARAMS* out) { *out = node->host; });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode handle,
-                                                           const CUDA_HOST_NODE_PARAMS* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphHostNodeSetParams(CUgraphNode handle, const CUDA_HOST_NODE_PARAMS* p) {
   GPUPOOL_BODY({ return ChangeNode(handle, CU_GRAPH_NODE_TYPE_HOST, SetHostFrom(p)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode handle,
-                                                                CUgraph* graph) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphChildGraphNodeGetGraph(CUgraphNode handle, CUgraph* graph) {
   GPUPOOL_BODY({
-    return ReadNode(handle, CU_GRAPH_NODE_TYPE_GRAPH, graph, [](Node* node, CUgraph* out) {
-      *out = reinterpret_cast<CUgraph>(node->child.get());
-    });
+    return ReadNode(handle, CU_GRAPH_NODE_TYPE_GRAPH, graph,
+                    [](Node* node, CUgraph* out) { *out = reinterpret_cast<CUgraph>(node->child.get()); });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventRecordNodeGetEvent(CUgraphNode node, CUevent* event) {
   GPUPOOL_BODY({
-    return ReadNode(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event,
-                    [](Node* n, CUevent* out) { *out = n->event; });
+    return ReadNode(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, event, [](Node* n, CUevent* out) { *out = n->event; });
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventRecordNodeSetEvent(CUgraphNode node, CUevent event) {
   GPUPOOL_BODY({
-    return ChangeNode(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD,
-                      SetEventTo(CU_GRAPH_NODE_TYPE_EVENT_RECORD, event));
+    return ChangeNode(node, CU_GRAPH_NODE_TYPE_EVENT_RECORD, SetEventTo(CU_GRAPH_NODE_TYPE_EVENT_RECORD, event));
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventWaitNodeGetEvent(CUgraphNode node, CUevent* event) {
-  GPUPOOL_BODY({
-    return ReadNode(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event,
-                    [](Node* n, CUevent* out) { *out = n->event; });
-  });
+  GPUPOOL_BODY(
+      { return ReadNode(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, event, [](Node* n, CUevent* out) { *out = n->event; }); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphEventWaitNodeSetEvent(CUgraphNode node, CUevent event) {
-  GPUPOOL_BODY({
-    return ChangeNode(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT,
-                      SetEventTo(CU_GRAPH_NODE_TYPE_WAIT_EVENT, event));
-  });
+  GPUPOOL_BODY(
+      { return ChangeNode(node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, SetEventTo(CU_GRAPH_NODE_TYPE_WAIT_EVENT, event)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode node,
-                                                               CUDA_MEM_ALLOC_NODE_PARAMS* out) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemAllocNodeGetParams(CUgraphNode node, CUDA_MEM_ALLOC_NODE_PARAMS* out) {
   GPUPOOL_BODY({
-    return ReadNode(node, CU_GRAPH_NODE_TYPE_MEM_ALLOC, out,
-                    [](Node* n, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
-                      *p = n->alloc;
-                      // Owned by the node, as the driver's are.
-                      p->accessDescs = n->access.empty() ? nullptr : n->access.data();
-                      p->accessDescCount = n->access.size();
-                    });
+    return ReadNode(node, CU_GRAPH_NODE_TYPE_MEM_ALLOC, out, [](Node* n, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
+      *p = n->alloc;
+      // Owned by the node, as the driver's are.
+      p->accessDescs = n->access.empty() ? nullptr : n->access.data();
+      p->accessDescCount = n->access.size();
+    });
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphMemFreeNodeGetParams(CUgraphNode node, CUdeviceptr* out) {
   GPUPOOL_BODY({
-    return ReadNode(node, CU_GRAPH_NODE_TYPE_MEM_FREE, out,
-                    [](Node* n, CUdeviceptr* dptr) { *dptr = n->alloc.dptr; });
+    return ReadNode(node, CU_GRAPH_NODE_TYPE_MEM_FREE, out, [](Node* n, CUdeviceptr* dptr) { *dptr = n->alloc.dptr; });
   });
 }
 
@@ -524,8 +457,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGraphMemTrim(CUdevice device) {
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device,
-                                                               CUgraphMem_attribute attr,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
                                                                void* value) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -534,11 +466,20 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device,
     const GraphMemoryUse use = GraphMemoryUseOf(device);
     cuuint64_t figure = 0;
     switch (attr) {
-      case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: figure = use.used; break;
-      case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: figure = use.used_high; break;
-      case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: figure = use.reserved; break;
-      case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: figure = use.reserved_high; break;
-      default: return CUDA_ERROR_INVALID_VALUE;
+      case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+        figure = use.used;
+        break;
+      case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+        figure = use.used_high;
+        break;
+      case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+        figure = use.reserved;
+        break;
+      case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+        figure = use.reserved_high;
+        break;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
     }
     *static_cast<cuuint64_t*>(value) = figure;
     return CUDA_SUCCESS;
@@ -547,8 +488,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceGetGraphMemAttribute(CUdevice device,
 
 // Only the high watermarks can be set, and only to zero (which resets them to the current
 // figure), as on a GPU.
-GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice device,
-                                                               CUgraphMem_attribute attr,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr,
                                                                void* value) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -559,14 +499,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceSetGraphMemAttribute(CUdevice device,
     if (attr != CU_GRAPH_MEM_ATTR_USED_MEM_HIGH && attr != CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    ResetGraphMemoryHigh(device, attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH,
-                         attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH);
+    ResetGraphMemoryHigh(device, attr == CU_GRAPH_MEM_ATTR_USED_MEM_HIGH, attr == CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH);
     return CUDA_SUCCESS;
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode handle,
-                                                       CUgraphNodeParams* params) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode handle, CUgraphNodeParams* params) {
   GPUPOOL_BODY({
     if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
     return ChangeNode(handle, params->type, SetFrom(params));
@@ -575,30 +513,24 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetParams(CUgraphNode handle,
 
 // --- Instantiated graphs -------------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(
-    CUgraphExec exec, CUgraphNode handle, const CUDA_KERNEL_NODE_PARAMS* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams_v2(CUgraphExec exec, CUgraphNode handle,
+                                                                    const CUDA_KERNEL_NODE_PARAMS* p) {
   GPUPOOL_BODY({ return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_KERNEL, SetKernelV2(p)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams(
-    CUgraphExec exec, CUgraphNode handle, const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode handle,
+                                                                 const CUDA_KERNEL_NODE_PARAMS_v1* p) {
   GPUPOOL_BODY({ return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_KERNEL, SetKernelV1(p)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec exec,
-                                                                 CUgraphNode handle,
-                                                                 const CUDA_MEMCPY3D* p,
-                                                                 CUcontext) {
-  GPUPOOL_BODY(
-      { return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_MEMCPY, SetMemcpyFrom(p)); });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecMemcpyNodeSetParams(CUgraphExec exec, CUgraphNode handle,
+                                                                 const CUDA_MEMCPY3D* p, CUcontext) {
+  GPUPOOL_BODY({ return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_MEMCPY, SetMemcpyFrom(p)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec exec,
-                                                                 CUgraphNode handle,
-                                                                 const CUDA_MEMSET_NODE_PARAMS* p,
-                                                                 CUcontext) {
-  GPUPOOL_BODY(
-      { return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_MEMSET, SetMemsetFrom(p)); });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecMemsetNodeSetParams(CUgraphExec exec, CUgraphNode handle,
+                                                                 const CUDA_MEMSET_NODE_PARAMS* p, CUcontext) {
+  GPUPOOL_BODY({ return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_MEMSET, SetMemsetFrom(p)); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec exec, CUgraphNode handle,
@@ -606,17 +538,14 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecHostNodeSetParams(CUgraphExec exec,
   GPUPOOL_BODY({ return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_HOST, SetHostFrom(p)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec exec,
-                                                                     CUgraphNode handle,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecChildGraphNodeSetParams(CUgraphExec exec, CUgraphNode handle,
                                                                      CUgraph child) {
   GPUPOOL_BODY({
-    return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_GRAPH,
-                          [child](Node* n) { return SetChild(n, child); });
+    return ChangeExecNode(exec, handle, CU_GRAPH_NODE_TYPE_GRAPH, [child](Node* n) { return SetChild(n, child); });
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec exec,
-                                                                     CUgraphNode node,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec exec, CUgraphNode node,
                                                                      CUevent event) {
   GPUPOOL_BODY({
     return ChangeExecNode(exec, node, CU_GRAPH_NODE_TYPE_EVENT_RECORD,
@@ -624,12 +553,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecEventRecordNodeSetEvent(CUgraphExec
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec exec,
-                                                                   CUgraphNode node,
-                                                                   CUevent event) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecEventWaitNodeSetEvent(CUgraphExec exec, CUgraphNode node, CUevent event) {
   GPUPOOL_BODY({
-    return ChangeExecNode(exec, node, CU_GRAPH_NODE_TYPE_WAIT_EVENT,
-                          SetEventTo(CU_GRAPH_NODE_TYPE_WAIT_EVENT, event));
+    return ChangeExecNode(exec, node, CU_GRAPH_NODE_TYPE_WAIT_EVENT, SetEventTo(CU_GRAPH_NODE_TYPE_WAIT_EVENT, event));
   });
 }
 
@@ -641,8 +567,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecNodeSetParams(CUgraphExec exec, CUg
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode handle,
-                                                        unsigned int enabled) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec exec, CUgraphNode handle, unsigned int enabled) {
   GPUPOOL_BODY({
     GraphExec* graph_exec = AsGraphExec(exec);
     if (graph_exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -659,8 +584,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeSetEnabled(CUgraphExec exec, CUgrap
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec exec, CUgraphNode handle,
-                                                        unsigned int* enabled) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphNodeGetEnabled(CUgraphExec exec, CUgraphNode handle, unsigned int* enabled) {
   GPUPOOL_BODY({
     GraphExec* graph_exec = AsGraphExec(exec);
     if (graph_exec == nullptr || enabled == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -676,8 +600,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecUpdate_v2(CUgraphExec exec, CUgraph
   GPUPOOL_BODY({ return Update(exec, graph, info); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec exec, CUgraph graph,
-                                                    CUgraphNode* error_node,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphNode* error_node,
                                                     CUgraphExecUpdateResult* result) {
   GPUPOOL_BODY({
     if (error_node == nullptr || result == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -700,8 +623,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphExecGetFlags(CUgraphExec exec, cuuint64
 
 // A DOT description: one vertex per node (its type, and the kernel's name), one arrow per
 // edge. The flags choose more detail on a GPU; here the description is always this one.
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph handle, const char* path,
-                                                       unsigned int) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph handle, const char* path, unsigned int) {
   GPUPOOL_BODY({
     Graph* graph = AsGraph(handle);
     if (graph == nullptr || path == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -713,8 +635,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphDebugDotPrint(CUgraph handle, const cha
     for (size_t i = 0; i < graph->nodes.size(); ++i) {
       const Node& node = *graph->nodes[i];
       Function* function = AsFunction(node.function);
-      std::fprintf(out, "  n%zu [label=\"%zu: %s%s%s\"];\n", i, i, TypeName(node.type),
-                   function != nullptr ? " " : "",
+      std::fprintf(out, "  n%zu [label=\"%zu: %s%s%s\"];\n", i, i, TypeName(node.type), function != nullptr ? " " : "",
                    function != nullptr ? function->name.c_str() : "");
     }
     for (size_t i = 0; i < graph->nodes.size(); ++i) {

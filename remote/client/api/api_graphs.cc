@@ -26,8 +26,8 @@ namespace {
 
 // Starts a capture on `stream` into `into` (the program's graph, after `deps`) or, when it
 // is nullptr, into a graph of the capture's own.
-CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, CUgraph into,
-                      const CUgraphNode* deps, size_t dep_count) {
+CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, CUgraph into, const CUgraphNode* deps,
+                      size_t dep_count) {
   if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       mode != CU_STREAM_CAPTURE_MODE_RELAXED) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -45,8 +45,7 @@ CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, CUgraph into,
     capture->graph = capture->owned.get();
   } else {
     capture->graph = AsGraph(into);
-    if (capture->graph == nullptr ||
-        !FrontierOf(capture->graph, deps, dep_count, &capture->frontier)) {
+    if (capture->graph == nullptr || !FrontierOf(capture->graph, deps, dep_count, &capture->frontier)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
   }
@@ -61,16 +60,13 @@ CUresult BeginCapture(CUstream stream, CUstreamCaptureMode mode, CUgraph into,
 
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream stream,
-                                                          CUstreamCaptureMode mode) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream stream, CUstreamCaptureMode mode) {
   GPUPOOL_BODY({ return BeginCapture(stream, mode, nullptr, nullptr, 0); });
 }
 
 // Captures into a graph the program has, after `deps`: a conditional node's body, say.
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph,
-                                                              const CUgraphNode* deps,
-                                                              const CUgraphEdgeData* edges,
-                                                              size_t dep_count,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream stream, CUgraph graph, const CUgraphNode* deps,
+                                                              const CUgraphEdgeData* edges, size_t dep_count,
                                                               CUstreamCaptureMode mode) {
   GPUPOOL_BODY({
     if (CUresult status = graph::CheckEdges(edges, dep_count); status != CUDA_SUCCESS) {
@@ -96,8 +92,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph* r
     captures.fetch_sub(1, std::memory_order_release);
     *result = nullptr;
     if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    *result = reinterpret_cast<CUgraph>(capture->owned != nullptr ? capture->owned.release()
-                                                                  : capture->graph);
+    *result = reinterpret_cast<CUgraph>(capture->owned != nullptr ? capture->owned.release() : capture->graph);
     return CUDA_SUCCESS;
   });
 }
@@ -121,22 +116,21 @@ CUresult CaptureStatus(CUstream stream, CUstreamCaptureStatus* status, cuuint64_
 
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamIsCapturing(CUstream stream,
-                                                      CUstreamCaptureStatus* status) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus* status) {
   GPUPOOL_BODY({ return CaptureStatus(stream, status, nullptr); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream stream,
-                                                         CUstreamCaptureStatus* status,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus* status,
                                                          cuuint64_t* id) {
   GPUPOOL_BODY({ return CaptureStatus(stream, status, id); });
 }
 
 // While `stream` captures: the graph being built and the nodes its next captured call
 // will run after (valid until the next call on the stream, as CUDA says).
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(
-    CUstream stream, CUstreamCaptureStatus* status, cuuint64_t* id, CUgraph* graph,
-    const CUgraphNode** dependencies, size_t* dependency_count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream stream, CUstreamCaptureStatus* status,
+                                                            cuuint64_t* id, CUgraph* graph,
+                                                            const CUgraphNode** dependencies,
+                                                            size_t* dependency_count) {
   GPUPOOL_BODY({
     if (graph) *graph = nullptr;
     if (dependencies) *dependencies = nullptr;
@@ -148,8 +142,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(
     std::shared_ptr<Capture> capture = CaptureOf(stream);
     if (capture == nullptr || capture->invalidated) return CUDA_SUCCESS;
     if (graph) *graph = reinterpret_cast<CUgraph>(capture->graph);
-    if (dependencies)
-      *dependencies = capture->frontier.empty() ? nullptr : capture->frontier.data();
+    if (dependencies) *dependencies = capture->frontier.empty() ? nullptr : capture->frontier.data();
     if (dependency_count) *dependency_count = capture->frontier.size();
     return CUDA_SUCCESS;
   });
@@ -158,15 +151,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(
 // Sets (CU_STREAM_SET_CAPTURE_DEPENDENCIES) or adds to (CU_STREAM_ADD_CAPTURE_DEPENDENCIES)
 // the nodes that the next call captured on `stream` runs after: nodes of the capture's
 // graph, such as one the program added to it while it captures.
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream stream,
-                                                                       CUgraphNode* nodes,
-                                                                       const CUgraphEdgeData* edges,
-                                                                       size_t count,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamUpdateCaptureDependencies_v2(CUstream stream, CUgraphNode* nodes,
+                                                                       const CUgraphEdgeData* edges, size_t count,
                                                                        unsigned int flags) {
   GPUPOOL_BODY({
     if (CUresult status = graph::CheckEdges(edges, count); status != CUDA_SUCCESS) return status;
-    if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES &&
-        flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
+    if (flags != CU_STREAM_ADD_CAPTURE_DEPENDENCIES && flags != CU_STREAM_SET_CAPTURE_DEPENDENCIES) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     int device = 0;
@@ -192,9 +182,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiateWithFlags(CUgraphExec* exec,
   GPUPOOL_BODY({ return Instantiate(exec, graph, flags); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph,
-                                                        CUgraphNode* error_node, char* log,
-                                                        size_t log_size) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node,
+                                                        char* log, size_t log_size) {
   GPUPOOL_BODY({
     if (error_node) *error_node = nullptr;
     if (log != nullptr && log_size > 0) log[0] = '\0';
@@ -202,14 +191,13 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgra
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiateWithParams(
-    CUgraphExec* exec, CUgraph graph, CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphInstantiateWithParams(CUgraphExec* exec, CUgraph graph,
+                                                               CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
   GPUPOOL_BODY({
     if (params == nullptr) return CUDA_ERROR_INVALID_VALUE;
     params->hErrNode_out = nullptr;
     CUresult status = Instantiate(exec, graph, params->flags);
-    params->result_out = status == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS
-                                                : CUDA_GRAPH_INSTANTIATE_ERROR;
+    params->result_out = status == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
     return status;
   });
 }

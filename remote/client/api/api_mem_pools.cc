@@ -20,14 +20,12 @@ CUresult LocationDevice(const CUmemLocation* location, CUmemAllocationType type,
   if (location == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   if (location->type != CU_MEM_LOCATION_TYPE_DEVICE) {
-    return static_cast<CUresult>(
-        ReportUnsupported("memory pools", "pools of host memory (only device pools are)"));
+    return static_cast<CUresult>(ReportUnsupported("memory pools", "pools of host memory (only device pools are)"));
   }
   if (!ValidDevice(location->id)) return CUDA_ERROR_INVALID_DEVICE;
   *device = location->id;
   return CUDA_SUCCESS;
 }
-
 
 // cuDeviceGetDefaultMemPool and cuDeviceGetMemPool.
 CUresult GetPool(CUmemoryPool* pool, CUdevice device, bool current) {
@@ -35,8 +33,7 @@ CUresult GetPool(CUmemoryPool* pool, CUdevice device, bool current) {
   if (pool == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (!ValidDevice(device)) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> lock(pools_mu);
-  *pool = reinterpret_cast<CUmemoryPool>(current ? CurrentPoolLocked(device)
-                                                 : DefaultPoolLocked(device));
+  *pool = reinterpret_cast<CUmemoryPool>(current ? CurrentPoolLocked(device) : DefaultPoolLocked(device));
   return CUDA_SUCCESS;
 }
 
@@ -76,26 +73,19 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuDeviceSetMemPool(CUdevice device, CUmemoryPo
   GPUPOOL_BODY({ return SetCurrentPool(device, handle); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetDefaultMemPool(CUmemoryPool* pool,
-                                                         CUmemLocation* location,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetDefaultMemPool(CUmemoryPool* pool, CUmemLocation* location,
                                                          CUmemAllocationType type) {
-  GPUPOOL_BODY({
-    return AtLocation(location, type, [&](int device) { return GetPool(pool, device, false); });
-  });
+  GPUPOOL_BODY({ return AtLocation(location, type, [&](int device) { return GetPool(pool, device, false); }); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetMemPool(CUmemoryPool* pool, CUmemLocation* location,
                                                   CUmemAllocationType type) {
-  GPUPOOL_BODY({
-    return AtLocation(location, type, [&](int device) { return GetPool(pool, device, true); });
-  });
+  GPUPOOL_BODY({ return AtLocation(location, type, [&](int device) { return GetPool(pool, device, true); }); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemSetMemPool(CUmemLocation* location, CUmemAllocationType type,
                                                   CUmemoryPool pool) {
-  GPUPOOL_BODY({
-    return AtLocation(location, type, [&](int device) { return SetCurrentPool(device, pool); });
-  });
+  GPUPOOL_BODY({ return AtLocation(location, type, [&](int device) { return SetCurrentPool(device, pool); }); });
 }
 
 // --- Pools ---------------------------------------------------------------------------------
@@ -140,8 +130,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolDestroy(CUmemoryPool handle) {
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool handle,
-                                                        CUmemPool_attribute attribute,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool handle, CUmemPool_attribute attribute,
                                                         void* value) {
   GPUPOOL_BODY({
     std::lock_guard<std::mutex> lock(pools_mu);
@@ -159,16 +148,15 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool handle,
       case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
       case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
         if (*static_cast<const cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
-        (attribute == CU_MEMPOOL_ATTR_USED_MEM_HIGH ? pool->used_high : pool->reserved_high) =
-            pool->used;
+        (attribute == CU_MEMPOOL_ATTR_USED_MEM_HIGH ? pool->used_high : pool->reserved_high) = pool->used;
         return CUDA_SUCCESS;
-      default: return CUDA_ERROR_INVALID_VALUE;  // read-only, or unknown
+      default:
+        return CUDA_ERROR_INVALID_VALUE;  // read-only, or unknown
     }
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool handle,
-                                                        CUmemPool_attribute attribute,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool handle, CUmemPool_attribute attribute,
                                                         void* value) {
   GPUPOOL_BODY({
     std::lock_guard<std::mutex> lock(pools_mu);
@@ -180,13 +168,24 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool handle,
     }
     auto* figure = static_cast<cuuint64_t*>(value);
     switch (attribute) {
-      case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *figure = pool->release_threshold; break;
+      case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        *figure = pool->release_threshold;
+        break;
       // No freed memory is kept: what is reserved is what is used.
-      case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *figure = pool->used; break;
-      case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *figure = pool->reserved_high; break;
-      case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *figure = pool->used; break;
-      case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *figure = pool->used_high; break;
-      default: return CUDA_ERROR_INVALID_VALUE;
+      case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+        *figure = pool->used;
+        break;
+      case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+        *figure = pool->reserved_high;
+        break;
+      case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+        *figure = pool->used;
+        break;
+      case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+        *figure = pool->used_high;
+        break;
+      default:
+        return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
   });
@@ -199,8 +198,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool handle, size_t) {
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool handle,
-                                                     const CUmemAccessDesc* descriptors,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool handle, const CUmemAccessDesc* descriptors,
                                                      size_t count) {
   GPUPOOL_BODY({
     std::lock_guard<std::mutex> lock(pools_mu);
@@ -209,19 +207,17 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool handle,
     for (size_t i = 0; i < count; ++i) {
       const CUmemAccessDesc& access = descriptors[i];
       if (access.location.type != CU_MEM_LOCATION_TYPE_DEVICE || !ValidDevice(access.location.id) ||
-          (access.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
-           access.flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+          (access.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && access.flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
            access.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)) {
         return CUDA_ERROR_INVALID_VALUE;
       }
       // The pool's own device keeps read-write access, as on a GPU.
-      if (access.location.id == pool->device &&
-          access.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
+      if (access.location.id == pool->device && access.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
         return CUDA_ERROR_INVALID_VALUE;
       }
       if (access.location.id != pool->device && access.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) {
-        return static_cast<CUresult>(ReportUnsupported(
-            "cuMemPoolSetAccess", "pool memory reachable from other GPUs (peer access)"));
+        return static_cast<CUresult>(
+            ReportUnsupported("cuMemPoolSetAccess", "pool memory reachable from other GPUs (peer access)"));
       }
     }
     return CUDA_SUCCESS;
@@ -239,16 +235,15 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags* flags, C
     if (location->type != CU_MEM_LOCATION_TYPE_DEVICE || !ValidDevice(location->id)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    *flags = location->id == pool->device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-                                          : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    *flags = location->id == pool->device ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
     return CUDA_SUCCESS;
   });
 }
 
 // --- Allocation ----------------------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size,
-                                                          CUmemoryPool handle, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t size, CUmemoryPool handle,
+                                                          CUstream stream) {
   GPUPOOL_BODY({
     if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
     int stream_device = 0;
@@ -270,7 +265,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, siz
     return AllocateFrom(pool, s != nullptr ? s->context : nullptr, size, dptr);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size,
-                                                               CUmemoryPool pool, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t size, CUmemoryPool pool,
+                                                               CUstream stream) {
   return cuMemAllocFromPoolAsync(dptr, size, pool, stream);
 }

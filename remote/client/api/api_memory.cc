@@ -52,8 +52,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
 
 // --- Managed memory (managed.cc) ------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t size,
-                                                     unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocManaged(CUdeviceptr* dptr, size_t size, unsigned int flags) {
   GPUPOOL_BODY({
     if (dptr == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
@@ -99,9 +98,7 @@ CUmemLocation LocationOfDevice(CUdevice device) {
                                  : CUmemLocation{CU_MEM_LOCATION_TYPE_DEVICE, device};
 }
 
-uint64_t AccessBit(int location) {
-  return location == CU_DEVICE_CPU ? uint64_t{1} << 63 : uint64_t{1} << location;
-}
+uint64_t AccessBit(int location) { return location == CU_DEVICE_CPU ? uint64_t{1} << 63 : uint64_t{1} << location; }
 
 // Prefetches and advice are recorded for cuMemRangeGetAttribute; the coherence of managed
 // memory does not depend on them (managed.cc).
@@ -109,16 +106,14 @@ CUresult Prefetch(CUdeviceptr ptr, size_t count, CUmemLocation location) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   const int where = LocationOf(location);
   if (where == CU_DEVICE_INVALID) return CUDA_ERROR_INVALID_DEVICE;
-  return Runtime::Get().AdviseManaged(
-      ptr, count, [where](ManagedPageAdvice* page) { page->last_prefetch = where; });
+  return Runtime::Get().AdviseManaged(ptr, count, [where](ManagedPageAdvice* page) { page->last_prefetch = where; });
 }
 
 CUresult Advise(CUdeviceptr ptr, size_t count, CUmem_advise advice, CUmemLocation location) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   const int where = LocationOf(location);
   const bool needs_location = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION ||
-                              advice == CU_MEM_ADVISE_SET_ACCESSED_BY ||
-                              advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY;
+                              advice == CU_MEM_ADVISE_SET_ACCESSED_BY || advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY;
   if (needs_location && where == CU_DEVICE_INVALID) return CUDA_ERROR_INVALID_DEVICE;
   std::function<void(ManagedPageAdvice*)> change;
   switch (advice) {
@@ -148,13 +143,11 @@ CUresult Advise(CUdeviceptr ptr, size_t count, CUmem_advise advice, CUmemLocatio
 
 // One attribute of [ptr, ptr + count), as cuMemRangeGetAttribute answers it: a setting
 // holds for the range when it holds for every page of it.
-CUresult RangeAttribute(void* data, size_t size, CUmem_range_attribute attribute, CUdeviceptr ptr,
-                        size_t count) {
+CUresult RangeAttribute(void* data, size_t size, CUmem_range_attribute attribute, CUdeviceptr ptr, size_t count) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<ManagedPageAdvice> pages;
-  if (CUresult status = Runtime::Get().ManagedAdviceOf(ptr, count, &pages);
-      status != CUDA_SUCCESS) {
+  if (CUresult status = Runtime::Get().ManagedAdviceOf(ptr, count, &pages); status != CUDA_SUCCESS) {
     return status;
   }
   // The one value every page has, else `otherwise`.
@@ -165,12 +158,8 @@ CUresult RangeAttribute(void* data, size_t size, CUmem_range_attribute attribute
     }
     return value;
   };
-  auto preferred = [&] {
-    return common([](const auto& p) { return p.preferred; }, CU_DEVICE_INVALID);
-  };
-  auto prefetched = [&] {
-    return common([](const auto& p) { return p.last_prefetch; }, CU_DEVICE_INVALID);
-  };
+  auto preferred = [&] { return common([](const auto& p) { return p.preferred; }, CU_DEVICE_INVALID); };
+  auto prefetched = [&] { return common([](const auto& p) { return p.last_prefetch; }, CU_DEVICE_INVALID); };
   auto type_of = [](int location) {
     return location == CU_DEVICE_CPU       ? CU_MEM_LOCATION_TYPE_HOST
            : location == CU_DEVICE_INVALID ? CU_MEM_LOCATION_TYPE_INVALID
@@ -224,14 +213,12 @@ CUresult RangeAttribute(void* data, size_t size, CUmem_range_attribute attribute
 
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count,
-                                                        CUmemLocation location, unsigned int,
-                                                        CUstream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count, CUmemLocation location,
+                                                        unsigned int, CUstream) {
   GPUPOOL_BODY({ return Prefetch(ptr, count, location); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice device,
-                                                     CUstream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemPrefetchAsync(CUdeviceptr ptr, size_t count, CUdevice device, CUstream) {
   GPUPOOL_BODY({ return Prefetch(ptr, count, LocationOfDevice(device)); });
 }
 
@@ -240,21 +227,17 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAdvise_v2(CUdeviceptr ptr, size_t count, 
   GPUPOOL_BODY({ return Advise(ptr, count, advice, location); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAdvise(CUdeviceptr ptr, size_t count, CUmem_advise advice,
-                                              CUdevice device) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAdvise(CUdeviceptr ptr, size_t count, CUmem_advise advice, CUdevice device) {
   GPUPOOL_BODY({ return Advise(ptr, count, advice, LocationOfDevice(device)); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRangeGetAttribute(void* data, size_t size,
-                                                         CUmem_range_attribute attribute,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRangeGetAttribute(void* data, size_t size, CUmem_range_attribute attribute,
                                                          CUdeviceptr ptr, size_t count) {
   GPUPOOL_BODY({ return RangeAttribute(data, size, attribute, ptr, count); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRangeGetAttributes(void** data, size_t* sizes,
-                                                          CUmem_range_attribute* attributes,
-                                                          size_t count_of_attributes,
-                                                          CUdeviceptr ptr, size_t count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRangeGetAttributes(void** data, size_t* sizes, CUmem_range_attribute* attributes,
+                                                          size_t count_of_attributes, CUdeviceptr ptr, size_t count) {
   GPUPOOL_BODY({
     if (data == nullptr || sizes == nullptr || attributes == nullptr || count_of_attributes == 0) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -267,8 +250,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRangeGetAttributes(void** data, size_t* s
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamAttachMemAsync(CUstream, CUdeviceptr ptr, size_t length,
-                                                          unsigned int) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamAttachMemAsync(CUstream, CUdeviceptr ptr, size_t length, unsigned int) {
   GPUPOOL_BODY({
     // length 0: the whole allocation.
     return CheckManagedRange(ptr, length == 0 ? 1 : length);
@@ -281,8 +263,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
     int device = 0;
     if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
     std::string out;
-    CUresult status = Runtime::Get().Call(device, dp::kOpMemGetInfo, nullptr, 0, nullptr, 0,
-                                          nullptr, 0, &out);
+    CUresult status = Runtime::Get().Call(device, dp::kOpMemGetInfo, nullptr, 0, nullptr, 0, nullptr, 0, &out);
     if (status != CUDA_SUCCESS) return status;
     dp::MemInfoResult result{};
     if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;
@@ -293,8 +274,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetInfo_v2(size_t* free, size_t* total) {
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size,
-                                                          CUdeviceptr dptr) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     uint64_t start = 0;
@@ -314,8 +294,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostAlloc(void** pointer, size_t size, un
   GPUPOOL_BODY({
     if (pointer == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    if (flags & ~static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED |
-                                       CU_MEMHOSTALLOC_DEVICEMAP)) {
+    if (flags &
+        ~static_cast<unsigned>(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED | CU_MEMHOSTALLOC_DEVICEMAP)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     if (flags & CU_MEMHOSTALLOC_DEVICEMAP) {
@@ -324,9 +304,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostAlloc(void** pointer, size_t size, un
       int device = 0;
       if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
       CUdeviceptr address = 0;
-      if (CUresult status =
-              Runtime::Get().AllocManaged(device, size, CurrentContext(), &address,
-                                          "cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)");
+      if (CUresult status = Runtime::Get().AllocManaged(device, size, CurrentContext(), &address,
+                                                        "cuMemHostAlloc(CU_MEMHOSTALLOC_DEVICEMAP)");
           status != CUDA_SUCCESS) {
         return status;
       }
@@ -354,8 +333,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeHost(void* pointer) {
     unsigned flags = 0;
     uintptr_t start = 0;
     size_t size = 0;
-    if (!Runtime::Get().FindHostRange(pointer, &flags, &start, &size) ||
-        !(flags & kOwnedHostMemory) || start != reinterpret_cast<uintptr_t>(pointer)) {
+    if (!Runtime::Get().FindHostRange(pointer, &flags, &start, &size) || !(flags & kOwnedHostMemory) ||
+        start != reinterpret_cast<uintptr_t>(pointer)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     if (flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) {
@@ -384,8 +363,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* p
     int device = 0;
     int can_map = 0;
     if ((found & kOwnedHostMemory) != 0 && CurrentDevice(&device) == CUDA_SUCCESS &&
-        cuDeviceGetAttribute(&can_map, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, device) ==
-            CUDA_SUCCESS &&
+        cuDeviceGetAttribute(&can_map, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, device) == CUDA_SUCCESS &&
         can_map != 0 && (found & CU_MEMHOSTALLOC_DEVICEMAP) == 0) {
       *flags = CU_MEMHOSTALLOC_DEVICEMAP;
     } else {
@@ -395,14 +373,13 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* p
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostRegister_v2(void* pointer, size_t size,
-                                                       unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostRegister_v2(void* pointer, size_t size, unsigned int flags) {
   GPUPOOL_BODY({
     if (pointer == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (flags & (CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY)) {
-      return static_cast<CUresult>(ReportUnsupported(
-          "cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP/IOMEMORY)", kZeroCopyWhy));
+      return static_cast<CUresult>(
+          ReportUnsupported("cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP/IOMEMORY)", kZeroCopyWhy));
     }
     if (flags & ~static_cast<unsigned>(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY)) {
       return CUDA_ERROR_INVALID_VALUE;
@@ -436,19 +413,16 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostUnregister(void* pointer) {
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t size) {
   GPUPOOL_BODY({ return CopyHtoD(dst, src, size, nullptr); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src,
-                                                       size_t size, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t size, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream,
-                    [=](CUstream s) { return CopyHtoD(dst, src, size, s, true); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyHtoD(dst, src, size, s, true); });
     return CopyHtoD(dst, src, size, stream, true);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t size) {
   GPUPOOL_BODY({ return CopyDtoH(dst, src, size, nullptr, false); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t size,
-                                                       CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t size, CUstream stream) {
   GPUPOOL_BODY({
     GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyDtoH(dst, src, size, s, true); });
     return CopyDtoH(dst, src, size, stream, true);
@@ -457,8 +431,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr sr
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t size) {
   GPUPOOL_BODY({ return CopyDtoD(dst, src, size, nullptr); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src,
-                                                       size_t size, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream) {
   GPUPOOL_BODY({
     GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyDtoD(dst, src, size, s); });
     return CopyDtoD(dst, src, size, stream);
@@ -467,8 +440,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdevice
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t size) {
   GPUPOOL_BODY({ return CopyAny(dst, src, size, nullptr, false); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size,
-                                                CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream) {
   GPUPOOL_BODY({
     GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyAny(dst, src, size, s, true); });
     return CopyAny(dst, src, size, stream, true);
@@ -481,9 +453,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src
 // meets every source access order. *fail_idx (the first version only): the copy that
 // failed, or SIZE_MAX when the error concerns the batch.
 namespace {
-CUresult CopyBatch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
-                   CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs,
-                   size_t* fail_idx, CUstream stream) {
+CUresult CopyBatch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs,
+                   size_t* attrs_idxs, size_t num_attrs, size_t* fail_idx, CUstream stream) {
   if (fail_idx != nullptr) *fail_idx = SIZE_MAX;
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (count == 0 || dsts == nullptr || srcs == nullptr || sizes == nullptr || attrs == nullptr ||
@@ -498,8 +469,7 @@ CUresult CopyBatch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t c
     const bool ordered = k == 0 ? attrs_idxs[0] == 0 : attrs_idxs[k] > attrs_idxs[k - 1];
     const CUmemcpySrcAccessOrder order = attrs[k].srcAccessOrder;
     if (!ordered || attrs_idxs[k] >= count ||
-        (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM &&
-         order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
+        (order != CU_MEMCPY_SRC_ACCESS_ORDER_STREAM && order != CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL &&
          order != CU_MEMCPY_SRC_ACCESS_ORDER_ANY) ||
         (attrs[k].flags & ~static_cast<unsigned>(CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))) {
       LogError(
@@ -511,8 +481,7 @@ CUresult CopyBatch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t c
     }
   }
   for (size_t i = 0; i < count; ++i) {
-    if (CUresult status = cuMemcpyAsync(dsts[i], srcs[i], sizes[i], stream);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = cuMemcpyAsync(dsts[i], srcs[i], sizes[i], stream); status != CUDA_SUCCESS) {
       if (fail_idx != nullptr) *fail_idx = i;
       return status;
     }
@@ -521,37 +490,25 @@ CUresult CopyBatch(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t c
 }
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs,
-                                                        size_t* sizes, size_t count,
-                                                        CUmemcpyAttributes* attrs,
-                                                        size_t* attrs_idxs, size_t num_attrs,
-                                                        CUstream stream) {
-  GPUPOOL_BODY({
-    return CopyBatch(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, nullptr, stream);
-  });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
+                                                        size_t count, CUmemcpyAttributes* attrs, size_t* attrs_idxs,
+                                                        size_t num_attrs, CUstream stream) {
+  GPUPOOL_BODY({ return CopyBatch(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, nullptr, stream); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs,
-                                                             size_t* sizes, size_t count,
-                                                             CUmemcpyAttributes* attrs,
-                                                             size_t* attrs_idxs, size_t num_attrs,
-                                                             CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
+                                                             size_t count, CUmemcpyAttributes* attrs,
+                                                             size_t* attrs_idxs, size_t num_attrs, CUstream stream) {
   return cuMemcpyBatchAsync_v2(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs,
                                stream == nullptr ? CU_STREAM_PER_THREAD : stream);
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs,
-                                                     size_t* sizes, size_t count,
-                                                     CUmemcpyAttributes* attrs, size_t* attrs_idxs,
-                                                     size_t num_attrs, size_t* fail_idx,
-                                                     CUstream stream) {
-  GPUPOOL_BODY({
-    return CopyBatch(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx, stream);
-  });
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                                     CUmemcpyAttributes* attrs, size_t* attrs_idxs, size_t num_attrs,
+                                                     size_t* fail_idx, CUstream stream) {
+  GPUPOOL_BODY({ return CopyBatch(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx, stream); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs,
-                                                          size_t* sizes, size_t count,
-                                                          CUmemcpyAttributes* attrs,
-                                                          size_t* attrs_idxs, size_t num_attrs,
-                                                          size_t* fail_idx, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes,
+                                                          size_t count, CUmemcpyAttributes* attrs, size_t* attrs_idxs,
+                                                          size_t num_attrs, size_t* fail_idx, CUstream stream) {
   return cuMemcpyBatchAsync(dsts, srcs, sizes, count, attrs, attrs_idxs, num_attrs, fail_idx,
                             stream == nullptr ? CU_STREAM_PER_THREAD : stream);
 }
@@ -567,22 +524,19 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD16_v2(CUdeviceptr dst, unsigned short
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t n) {
   GPUPOOL_BODY({ return Memset(dst, value, 4, n, nullptr); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n,
-                                                  CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t n, CUstream stream) {
   GPUPOOL_BODY({
     GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset(dst, value, 1, n, s); });
     return Memset(dst, value, 1, n, stream);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dst, unsigned short value,
-                                                   size_t n, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD16Async(CUdeviceptr dst, unsigned short value, size_t n, CUstream stream) {
   GPUPOOL_BODY({
     GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset(dst, value, 2, n, s); });
     return Memset(dst, value, 2, n, stream);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n,
-                                                   CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD32Async(CUdeviceptr dst, unsigned int value, size_t n, CUstream stream) {
   GPUPOOL_BODY({
     GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset(dst, value, 4, n, s); });
     return Memset(dst, value, 4, n, stream);
@@ -595,16 +549,14 @@ namespace {
 
 // Writes one attribute of `ptr`; CUDA_ERROR_INVALID_VALUE for pointers we do not know when
 // the attribute needs a known pointer.
-CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr,
-                          bool lenient) {
+CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr, bool lenient) {
   uint64_t start = 0;
   Allocation allocation{};
   bool device = Runtime::Get().FindAllocation(ptr, 1, &start, &allocation);
   unsigned host_flags = 0;
   bool host_range = Runtime::Get().FindHostRange(reinterpret_cast<void*>(ptr), &host_flags);
   // Mapped host memory is host memory with a device pointer (its own address).
-  bool mapped = device && host_range &&
-                (host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) &&
+  bool mapped = device && host_range && (host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) &&
                 (host_flags & kOwnedHostMemory);
   bool host = (!device && host_range) || mapped;
   if (!device && !host && !lenient) return CUDA_ERROR_INVALID_VALUE;
@@ -682,8 +634,7 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
 
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute,
-                                                        CUdeviceptr ptr) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr ptr) {
   GPUPOOL_BODY({
     if (data == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -691,8 +642,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuPointerGetAttribute(void* data, CUpointer_at
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int count,
-                                                         CUpointer_attribute* attributes,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int count, CUpointer_attribute* attributes,
                                                          void** data, CUdeviceptr ptr) {
   GPUPOOL_BODY({
     if (attributes == nullptr || data == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -708,23 +658,19 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuPointerGetAttributes(unsigned int count,
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* pointer,
-                                                               unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* pointer, unsigned int flags) {
   GPUPOOL_BODY({
     if (dptr == nullptr || pointer == nullptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     unsigned host_flags = 0;
     uintptr_t start = 0;
-    if (Runtime::Get().FindHostRange(pointer, &host_flags, &start) &&
-        (host_flags & kOwnedHostMemory)) {
-      if (!(host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) &&
-          Runtime::InPinnedWindow(start)) {
+    if (Runtime::Get().FindHostRange(pointer, &host_flags, &start) && (host_flags & kOwnedHostMemory)) {
+      if (!(host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) && Runtime::InPinnedWindow(start)) {
         // Page-locked memory is device-accessible under UVA: mapped now on the current
         // device, since its device pointer may reach kernels inside structures.
         int device = 0;
         if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
-        if (CUresult status = Runtime::Get().MapPinned(device, CurrentContext(),
-                                                       reinterpret_cast<uint64_t>(pointer));
+        if (CUresult status = Runtime::Get().MapPinned(device, CurrentContext(), reinterpret_cast<uint64_t>(pointer));
             status != CUDA_SUCCESS) {
           return status;
         }
@@ -748,8 +694,7 @@ constexpr size_t kPitchAlignment = 512;
 
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
-                                                     size_t width, size_t height,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                                      unsigned int element_size) {
   GPUPOOL_BODY({
     if (dptr == nullptr || pitch == nullptr || width == 0 || height == 0) {
@@ -768,9 +713,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2D_v2(const CUDA_MEMCPY2D* copy) {
   GPUPOOL_BODY({ return Copy2D(copy, nullptr); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* copy) {
-  return cuMemcpy2D_v2(copy);
-}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D* copy) { return cuMemcpy2D_v2(copy); }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D* copy) {
   GPUPOOL_BODY({ return Copy2D(copy, nullptr); });
 }
@@ -785,16 +728,13 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D* copy, 
     return Copy2D(copy, stream);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* copy,
-                                                          CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D* copy, CUstream stream) {
   return cuMemcpy2DAsync_v2(copy, stream);
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3D_v2(const CUDA_MEMCPY3D* copy) {
   GPUPOOL_BODY({ return Copy3D(copy, nullptr); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* copy) {
-  return cuMemcpy3D_v2(copy);
-}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D* copy) { return cuMemcpy3D_v2(copy); }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* copy, CUstream stream) {
   GPUPOOL_BODY({
     if (copy != nullptr) {
@@ -803,84 +743,76 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* copy, 
     return Copy3D(copy, stream);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* copy,
-                                                          CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D* copy, CUstream stream) {
   return cuMemcpy3DAsync_v2(copy, stream);
 }
 
 // --- 2D memset (ops/memset.cc) ----------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch,
-                                                  unsigned char value, size_t width,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D8_v2(CUdeviceptr dst, size_t pitch, unsigned char value, size_t width,
                                                   size_t height) {
   GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 1, width, height, nullptr); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr dst, size_t pitch,
-                                                   unsigned short value, size_t width,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D16_v2(CUdeviceptr dst, size_t pitch, unsigned short value, size_t width,
                                                    size_t height) {
   GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 2, width, height, nullptr); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch,
-                                                   unsigned int value, size_t width,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32_v2(CUdeviceptr dst, size_t pitch, unsigned int value, size_t width,
                                                    size_t height) {
   GPUPOOL_BODY({ return Memset2D(dst, pitch, value, 4, width, height, nullptr); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch,
-                                                    unsigned char value, size_t width,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D8Async(CUdeviceptr dst, size_t pitch, unsigned char value, size_t width,
                                                     size_t height, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 1, width, height, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream,
+                    [=](CUstream s) { return Memset2D(dst, pitch, value, 1, width, height, s); });
     return Memset2D(dst, pitch, value, 1, width, height, stream);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch,
-                                                     unsigned short value, size_t width,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D16Async(CUdeviceptr dst, size_t pitch, unsigned short value, size_t width,
                                                      size_t height, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 2, width, height, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream,
+                    [=](CUstream s) { return Memset2D(dst, pitch, value, 2, width, height, s); });
     return Memset2D(dst, pitch, value, 2, width, height, stream);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch,
-                                                     unsigned int value, size_t width,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemsetD2D32Async(CUdeviceptr dst, size_t pitch, unsigned int value, size_t width,
                                                      size_t height, CUstream stream) {
   GPUPOOL_BODY({
-    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream, [=](CUstream s) { return Memset2D(dst, pitch, value, 4, width, height, s); });
+    GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMSET, stream,
+                    [=](CUstream s) { return Memset2D(dst, pitch, value, 4, width, height, s); });
     return Memset2D(dst, pitch, value, 4, width, height, stream);
   });
 }
 
 // --- Peer copies and stream-ordered allocation -------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext, CUdeviceptr src,
-                                               CUcontext, size_t size) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t size) {
   // The pointers say which device each side is on (unified addressing); between two remote
   // GPUs the bytes go through this host.
   GPUPOOL_BODY({ return CopyDtoD(dst, src, size, nullptr); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_context,
-                                                    CUdeviceptr src, CUcontext src_context,
-                                                    size_t size) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeer_ptds(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src,
+                                                    CUcontext src_context, size_t size) {
   return cuMemcpyPeer(dst, dst_context, src, src_context, size);
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src,
-                                                    CUcontext, size_t size, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync(CUdeviceptr dst, CUcontext, CUdeviceptr src, CUcontext, size_t size,
+                                                    CUstream stream) {
   GPUPOOL_BODY({
     GPUPOOL_CAPTURE(CU_GRAPH_NODE_TYPE_MEMCPY, stream, [=](CUstream s) { return CopyDtoD(dst, src, size, s); });
     return CopyDtoD(dst, src, size, stream);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_context,
-                                                         CUdeviceptr src, CUcontext src_context,
-                                                         size_t size, CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyPeerAsync_ptsz(CUdeviceptr dst, CUcontext dst_context, CUdeviceptr src,
+                                                         CUcontext src_context, size_t size, CUstream stream) {
   return cuMemcpyPeerAsync(dst, dst_context, src, src_context, size, stream);
 }
 
 // Stream-ordered allocation (pools: mem_pools.cc): the memory is allocated at the call,
 // which is before the stream reaches it, and freed once the stream's earlier work is done,
 // which is when CUDA would free it.
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t size,
-                                                  CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t size, CUstream stream) {
   GPUPOOL_BODY({
     if (dptr == nullptr) return CUDA_ERROR_INVALID_VALUE;
     int device = 0;
@@ -895,8 +827,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr* dptr, size_t size
     return AllocateFromCurrentPool(device, s != nullptr ? s->context : nullptr, size, dptr);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size,
-                                                       CUstream stream) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t size, CUstream stream) {
   return cuMemAllocAsync(dptr, size, stream);
 }
 
@@ -915,8 +846,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stre
     if (CaptureGraphFree(stream, dptr, &captured)) return captured;
     if (graph::FreeGraphMemory(dptr, &captured)) return captured;
     dp::StreamArgs args{stream_id, 0, 0};
-    if (CUresult status =
-            Runtime::Get().Call(device, dp::kOpStreamSynchronize, &args, sizeof(args));
+    if (CUresult status = Runtime::Get().Call(device, dp::kOpStreamSynchronize, &args, sizeof(args));
         status != CUDA_SUCCESS) {
       return status;
     }

@@ -35,8 +35,7 @@ namespace dp = gpupool::dataplane;
 // The PTX NVRTC made with `cubin` in this process, from the NVRTC shim beside this library
 // (nvrtc_ptx.h), when the program uses it; empty otherwise.
 std::string NvrtcPtxOf(const void* cubin, size_t size) {
-  static auto ptx_for =
-      reinterpret_cast<GpupoolNvrtcPtxFor>(dlsym(RTLD_DEFAULT, GPUPOOL_NVRTC_PTX_FOR));
+  static auto ptx_for = reinterpret_cast<GpupoolNvrtcPtxFor>(dlsym(RTLD_DEFAULT, GPUPOOL_NVRTC_PTX_FOR));
   if (ptx_for == nullptr) return "";
   size_t needed = ptx_for(cubin, size, nullptr, 0);
   if (needed == 0) return "";
@@ -77,8 +76,7 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
       return CUDA_ERROR_INVALID_IMAGE;
     }
     module->image = std::move(*with_ptx);
-    auto reparsed =
-        gpupool::image::ParseModuleImageBytes(module->image.data(), module->image.size());
+    auto reparsed = gpupool::image::ParseModuleImageBytes(module->image.data(), module->image.size());
     if (reparsed.ok()) parsed->ptx = std::move(reparsed->ptx);
   }
   module->kernels = std::move(parsed->kernels);
@@ -92,8 +90,7 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
 // with the bytes written (its terminating NUL included, 0 for an empty string) back in the
 // size option; CU_JIT_WALL_TIME gets `wall_ms` (a float, in the option's value slot).
 // Options a driver reads only are left as they are.
-void WriteJitOutputs(unsigned count, CUjit_option* options, void** values, const char* error,
-                     float wall_ms) {
+void WriteJitOutputs(unsigned count, CUjit_option* options, void** values, const char* error, float wall_ms) {
   if (count == 0 || options == nullptr || values == nullptr) return;
   for (unsigned i = 0; i < count; ++i) {
     if (options[i] == CU_JIT_WALL_TIME) {
@@ -104,8 +101,7 @@ void WriteJitOutputs(unsigned count, CUjit_option* options, void** values, const
     const bool info = options[i] == CU_JIT_INFO_LOG_BUFFER;
     if (!info && options[i] != CU_JIT_ERROR_LOG_BUFFER) continue;
     const char* text = info || error == nullptr ? "" : error;
-    const CUjit_option size_option =
-        info ? CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES : CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
+    const CUjit_option size_option = info ? CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES : CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES;
     for (unsigned j = 0; j < count; ++j) {
       if (options[j] != size_option) continue;
       const size_t capacity = reinterpret_cast<uintptr_t>(values[j]);
@@ -128,8 +124,7 @@ CUresult LoadModuleForCurrentContext(CUmodule* handle, const void* image) {
   Module* module = nullptr;
   if (CUresult status = NewModule(image, false, &module); status != CUDA_SUCCESS) return status;
   uint64_t remote_id = 0;
-  if (CUresult status = Runtime::Get().EnsureModuleLoaded(module, device, &remote_id);
-      status != CUDA_SUCCESS) {
+  if (CUresult status = Runtime::Get().EnsureModuleLoaded(module, device, &remote_id); status != CUDA_SUCCESS) {
     delete module;
     return status;
   }
@@ -180,9 +175,8 @@ CUresult GetFunction(Module* module, const char* name, Function** result) {
 // `cooperative`: every block resident at once, so that blocks may wait for each other
 // (cuLaunchCooperativeKernel; cooperative groups' grid.sync()). Recorded as a kernel node
 // while `stream` captures; else ops/launch.cc launches it.
-CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[3],
-                unsigned shared_mem, CUstream stream, void** params, void** extra,
-                bool cooperative = false) {
+CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
+                CUstream stream, void** params, void** extra, bool cooperative = false) {
   if (AnyCapture()) {
     Function* function = nullptr;
     if (CUresult status = CheckLaunch(handle, grid, block, &function); status != CUDA_SUCCESS) {
@@ -194,8 +188,7 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
       return status;
     }
     CUresult captured = CUDA_SUCCESS;
-    if (CaptureKernel(stream, handle, grid, block, shared_mem, std::move(packed), cooperative,
-                      &captured)) {
+    if (CaptureKernel(stream, handle, grid, block, shared_mem, std::move(packed), cooperative, &captured)) {
       return captured;
     }
   }
@@ -213,8 +206,7 @@ CUresult LaunchEx(const CUlaunchConfig* config, CUfunction function, void** para
       cooperative = config->attrs[i].value.cooperative != 0;
     }
   }
-  return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra,
-                cooperative);
+  return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra, cooperative);
 }
 
 // cuModuleLoad / cuLibraryLoadFromFile: the file's bytes (a cubin, fatbin or PTX text;
@@ -233,8 +225,7 @@ CUresult ReadImageFile(const char* path, std::vector<char>* bytes) {
 
 // cuModuleGetGlobal / cuLibraryGetGlobal: the variable's address on the module's device
 // (`device`; -1: the current context's).
-CUresult GetGlobal(Module* module, const char* name, CUdeviceptr* dptr, size_t* bytes,
-                   int device = -1) {
+CUresult GetGlobal(Module* module, const char* name, CUdeviceptr* dptr, size_t* bytes, int device = -1) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (module == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   if (name == nullptr || std::strlen(name) >= sizeof(dp::ModuleGetGlobalArgs{}.name)) {
@@ -244,15 +235,14 @@ CUresult GetGlobal(Module* module, const char* name, CUdeviceptr* dptr, size_t* 
     if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
   }
   dp::ModuleGetGlobalArgs args{};
-  if (CUresult status = Runtime::Get().EnsureModuleLoaded(module, device, &args.module);
-      status != CUDA_SUCCESS) {
+  if (CUresult status = Runtime::Get().EnsureModuleLoaded(module, device, &args.module); status != CUDA_SUCCESS) {
     return status;
   }
   std::snprintf(args.name, sizeof(args.name), "%s", name);
   dp::ModuleGetGlobalResult result{};
   std::string out;
-  CUresult status = Runtime::Get().Call(device, dp::kOpModuleGetGlobal, &args, sizeof(args),
-                                        nullptr, 0, nullptr, 0, &out);
+  CUresult status =
+      Runtime::Get().Call(device, dp::kOpModuleGetGlobal, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
   if (status != CUDA_SUCCESS) return status;
   if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;
   std::memcpy(&result, out.data(), sizeof(result));
@@ -267,9 +257,7 @@ CUresult GetGlobal(Module* module, const char* name, CUdeviceptr* dptr, size_t* 
 
 namespace gpupool::client {
 
-uint64_t ForEachFunction(CUmodule handle,
-                         void (*visit)(void* opaque, void* function, uint64_t owner),
-                         void* opaque) {
+uint64_t ForEachFunction(CUmodule handle, void (*visit)(void* opaque, void* function, uint64_t owner), void* opaque) {
   Module* module = AsModule(handle);
   if (module == nullptr || visit == nullptr) return 0;
   std::vector<std::string> names;
@@ -300,13 +288,13 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoad(CUmodule* module, const char* pat
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes,
-                                                       CUmodule module, const char* name) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetGlobal_v2(CUdeviceptr* dptr, size_t* bytes, CUmodule module,
+                                                       const char* name) {
   GPUPOOL_BODY({ return GetGlobal(AsModule(module), name, dptr, bytes); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes,
-                                                     CUlibrary library, const char* name) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* bytes, CUlibrary library,
+                                                     const char* name) {
   GPUPOOL_BODY({ return GetGlobal(AsModule(library), name, dptr, bytes); });
 }
 
@@ -315,8 +303,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetGlobal(CUdeviceptr* dptr, size_t* 
 // The variable becomes a managed range (managed.cc), coherent at call boundaries like
 // cuMemAllocManaged memory. Like cudart, this does not check that the variable was
 // declared __managed__ (.attribute(.managed) in its PTX).
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr* dptr, size_t* bytes,
-                                                      CUlibrary library, const char* name) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr* dptr, size_t* bytes, CUlibrary library,
+                                                      const char* name) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Module* module = AsModule(library);
@@ -327,12 +315,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr* dptr, size_t*
     if (CurrentDevice(&device) != CUDA_SUCCESS) device = 0;
     CUdeviceptr address = 0;
     size_t size = 0;
-    if (CUresult status = GetGlobal(module, name, &address, &size, device);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = GetGlobal(module, name, &address, &size, device); status != CUDA_SUCCESS) {
       return status;
     }
-    if (CUresult status = Runtime::Get().AddManagedVariable(device, address, size);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = Runtime::Get().AddManagedVariable(device, address, size); status != CUDA_SUCCESS) {
       return status;
     }
     {
@@ -347,9 +333,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetManaged(CUdeviceptr* dptr, size_t*
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* path,
-                                                        CUjit_option*, void**, unsigned int,
-                                                        CUlibraryOption*, void**, unsigned int) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryLoadFromFile(CUlibrary* library, const char* path, CUjit_option*, void**,
+                                                        unsigned int, CUlibraryOption*, void**, unsigned int) {
   GPUPOOL_BODY({
     if (library == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -370,14 +355,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void*
 
 // The JIT options' outputs are written as a driver writes them (WriteJitOutputs): a load
 // that fails puts its error's name in the error log (the agent's log has the details).
-GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image,
-                                                     unsigned int count, CUjit_option* options,
-                                                     void** values) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int count,
+                                                     CUjit_option* options, void** values) {
   GPUPOOL_BODY({
     const auto start = std::chrono::steady_clock::now();
     CUresult status = LoadModuleForCurrentContext(module, image);
-    const float wall_ms =
-        std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const float wall_ms = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::string error;
     if (status != CUDA_SUCCESS) {
       const char* name = "CUDA_ERROR_UNKNOWN";
@@ -398,8 +381,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleUnload(CUmodule module) {
   GPUPOOL_BODY({ return UnloadModule(module); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetFunction(CUfunction* result, CUmodule handle,
-                                                      const char* name) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetFunction(CUfunction* result, CUmodule handle, const char* name) {
   GPUPOOL_BODY({
     if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -414,9 +396,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetFunction(CUfunction* result, CUmodu
 
 // --- Libraries (context-independent modules, what the CUDA 12+ runtime uses) ----------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code,
-                                                    CUjit_option*, void**, unsigned int,
-                                                    CUlibraryOption*, void**, unsigned int) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**,
+                                                    unsigned int, CUlibraryOption*, void**, unsigned int) {
   GPUPOOL_BODY({
     if (library == nullptr || code == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -431,8 +412,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
   GPUPOOL_BODY({ return UnloadModule(library); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetKernel(CUkernel* result, CUlibrary library,
-                                                     const char* name) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetKernel(CUkernel* result, CUlibrary library, const char* name) {
   GPUPOOL_BODY({
     if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -464,8 +444,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryGetKernelCount(unsigned int* count, C
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int count,
-                                                            CUlibrary library) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel* kernels, unsigned int count, CUlibrary library) {
   GPUPOOL_BODY({
     Module* module = AsModule(library);
     if (kernels == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -474,8 +453,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLibraryEnumerateKernels(CUkernel* kernels, u
     for (const auto& [name, layout] : module->kernels) names.push_back(name);
     for (unsigned i = 0; i < count && i < names.size(); ++i) {
       Function* function = nullptr;
-      if (CUresult status = GetFunction(module, names[i].c_str(), &function);
-          status != CUDA_SUCCESS) {
+      if (CUresult status = GetFunction(module, names[i].c_str(), &function); status != CUDA_SUCCESS) {
         return status;
       }
       kernels[i] = reinterpret_cast<CUkernel>(function);
@@ -489,10 +467,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleGetFunctionCount(unsigned int* count, 
   return cuLibraryGetKernelCount(count, reinterpret_cast<CUlibrary>(module));
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction* functions,
-                                                             unsigned int count, CUmodule module) {
-  return cuLibraryEnumerateKernels(reinterpret_cast<CUkernel*>(functions), count,
-                                   reinterpret_cast<CUlibrary>(module));
+GPUPOOL_CUDA_API CUresult CUDAAPI cuModuleEnumerateFunctions(CUfunction* functions, unsigned int count,
+                                                             CUmodule module) {
+  return cuLibraryEnumerateKernels(reinterpret_cast<CUkernel*>(functions), count, reinterpret_cast<CUlibrary>(module));
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetFunction(CUfunction* result, CUkernel kernel) {
@@ -508,10 +485,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuKernelGetFunction(CUfunction* result, CUkern
 
 // --- Launch --------------------------------------------------------------------------------
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy,
-                                                 unsigned int gz, unsigned int bx, unsigned int by,
-                                                 unsigned int bz, unsigned int shared_mem,
-                                                 CUstream stream, void** params, void** extra) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                                 unsigned int bx, unsigned int by, unsigned int bz,
+                                                 unsigned int shared_mem, CUstream stream, void** params,
+                                                 void** extra) {
   GPUPOOL_PROBE_SCOPE(probe, "libcuda.cuLaunchKernel");
   GPUPOOL_BODY({
     unsigned grid[3] = {gx, gy, gz};
@@ -520,21 +497,17 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned int gx, 
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx,
-                                                      unsigned int gy, unsigned int gz,
-                                                      unsigned int bx, unsigned int by,
-                                                      unsigned int bz, unsigned int shared_mem,
-                                                      CUstream stream, void** params,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                                                      unsigned int bx, unsigned int by, unsigned int bz,
+                                                      unsigned int shared_mem, CUstream stream, void** params,
                                                       void** extra) {
   return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra);
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx,
-                                                            unsigned int gy, unsigned int gz,
-                                                            unsigned int bx, unsigned int by,
-                                                            unsigned int bz,
-                                                            unsigned int shared_mem,
-                                                            CUstream stream, void** params) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy,
+                                                            unsigned int gz, unsigned int bx, unsigned int by,
+                                                            unsigned int bz, unsigned int shared_mem, CUstream stream,
+                                                            void** params) {
   GPUPOOL_BODY({
     unsigned grid[3] = {gx, gy, gz};
     unsigned block[3] = {bx, by, bz};
@@ -542,19 +515,19 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchCooperativeKernel(CUfunction f, unsign
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(
-    CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
-    unsigned int by, unsigned int bz, unsigned int shared_mem, CUstream stream, void** params) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
+                                                                 unsigned int gz, unsigned int bx, unsigned int by,
+                                                                 unsigned int bz, unsigned int shared_mem,
+                                                                 CUstream stream, void** params) {
   return cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params);
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f,
-                                                   void** params, void** extra) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction f, void** params,
+                                                   void** extra) {
   GPUPOOL_BODY({ return LaunchEx(config, f, params, extra); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config,
-                                                        CUfunction f, void** params,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* config, CUfunction f, void** params,
                                                         void** extra) {
   return cuLaunchKernelEx(config, f, params, extra);
 }
@@ -579,7 +552,7 @@ constexpr size_t kMaxLinkUnitBytes = size_t{1} << 30;
 
 struct LinkInput {
   CUjitInputType type;
-  std::vector<char> bytes;  // PTX with its terminating NUL; empty for objects and libraries
+  std::vector<char> bytes;                    // PTX with its terminating NUL; empty for objects and libraries
   std::vector<gpupool::image::PtxEntry> ptx;  // an object's or library's, read when added
 };
 
@@ -644,8 +617,8 @@ CUresult EmptyModuleImage(std::vector<char>* image) {
   const int arch = model.cc_major * 10 + model.cc_minor;
   // The oldest PTX ISA that has the target (sm_100: 8.6, sm_120: 8.7).
   const char* version = arch >= 120 ? "8.7" : arch >= 100 ? "8.6" : "8.0";
-  const std::string text = std::string(".version ") + version + "\n.target sm_" +
-                           std::to_string(arch) + "\n.address_size 64\n";
+  const std::string text =
+      std::string(".version ") + version + "\n.target sm_" + std::to_string(arch) + "\n.address_size 64\n";
   image->assign(text.begin(), text.end());
   image->push_back('\0');
   return CUDA_SUCCESS;
@@ -694,8 +667,7 @@ CUresult LinkInputs(LinkState* link) {
     for (auto& entry : *entries) {
       if (entry.arch != arch) continue;
       if (entry.text.size() >= kMaxLinkUnitBytes) {
-        LogError("cuLinkComplete: input %zu (%s) holds a PTX unit of 1 GiB or more", i + 1,
-                 LinkInputKind(input.type));
+        LogError("cuLinkComplete: input %zu (%s) holds a PTX unit of 1 GiB or more", i + 1, LinkInputKind(input.type));
         return CUDA_ERROR_INVALID_VALUE;
       }
       units.push_back(std::move(entry));
@@ -712,8 +684,8 @@ CUresult LinkInputs(LinkState* link) {
   for (auto& unit : units) unit.arch = arch;
   std::vector<uint8_t> fatbin = gpupool::image::FatbinOfPtx(units);
   link->image.assign(fatbin.begin(), fatbin.end());
-  LogDebug("cuLinkComplete: %zu input(s) linked as %zu PTX unit(s) for compute_%u",
-           link->inputs.size(), units.size(), arch);
+  LogDebug("cuLinkComplete: %zu input(s) linked as %zu PTX unit(s) for compute_%u", link->inputs.size(), units.size(),
+           arch);
   return CUDA_SUCCESS;
 }
 
@@ -729,7 +701,8 @@ CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char>
       bytes.push_back('\0');
       break;
     case CU_JIT_INPUT_CUBIN:
-    case CU_JIT_INPUT_FATBINARY: break;
+    case CU_JIT_INPUT_FATBINARY:
+      break;
     case CU_JIT_INPUT_OBJECT:
     case CU_JIT_INPUT_LIBRARY: {
       // Read now, as a driver reads an input when it is added: a bad one is refused here,
@@ -746,9 +719,9 @@ CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char>
       break;
     }
     case CU_JIT_INPUT_NVVM:
-      return static_cast<CUresult>(
-          ReportUnsupported("cuLinkAddData/cuLinkAddFile(NVVM input)", "device code linking"));
-    default: return CUDA_ERROR_INVALID_VALUE;
+      return static_cast<CUresult>(ReportUnsupported("cuLinkAddData/cuLinkAddFile(NVVM input)", "device code linking"));
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   if (link->inputs.size() >= kMaxLinkInputs) {
     LogError("cuLinkAddData/cuLinkAddFile: more than %zu inputs to one link", kMaxLinkInputs);
@@ -760,8 +733,8 @@ CUresult AddLinkInput(CUlinkState handle, CUjitInputType type, std::vector<char>
 
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkCreate_v2(unsigned int count, CUjit_option* options,
-                                                  void** values, CUlinkState* result) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkCreate_v2(unsigned int count, CUjit_option* options, void** values,
+                                                  CUlinkState* result) {
   GPUPOOL_BODY({
     if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -770,14 +743,13 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkCreate_v2(unsigned int count, CUjit_opti
     return CUDA_SUCCESS;
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkCreate(unsigned int count, CUjit_option* options,
-                                               void** values, CUlinkState* result) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkCreate(unsigned int count, CUjit_option* options, void** values,
+                                               CUlinkState* result) {
   return cuLinkCreate_v2(count, options, values, result);
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddData_v2(CUlinkState link, CUjitInputType type,
-                                                   void* data, size_t size, const char*,
-                                                   unsigned int count, CUjit_option* options,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddData_v2(CUlinkState link, CUjitInputType type, void* data, size_t size,
+                                                   const char*, unsigned int count, CUjit_option* options,
                                                    void** values) {
   GPUPOOL_BODY({
     if (data == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -786,16 +758,14 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddData_v2(CUlinkState link, CUjitInputT
     return AddLinkInput(link, type, std::vector<char>(bytes, bytes + size));
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddData(CUlinkState link, CUjitInputType type, void* data,
-                                                size_t size, const char* name,
-                                                unsigned int count, CUjit_option* options,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddData(CUlinkState link, CUjitInputType type, void* data, size_t size,
+                                                const char* name, unsigned int count, CUjit_option* options,
                                                 void** values) {
   return cuLinkAddData_v2(link, type, data, size, name, count, options, values);
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState link, CUjitInputType type,
-                                                   const char* path, unsigned int count,
-                                                   CUjit_option* options, void** values) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState link, CUjitInputType type, const char* path,
+                                                   unsigned int count, CUjit_option* options, void** values) {
   GPUPOOL_BODY({
     EmptyJitLogs(count, options, values);
     if (AsLink(link) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -805,14 +775,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddFile_v2(CUlinkState link, CUjitInputT
     return AddLinkInput(link, type, std::move(bytes));
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddFile(CUlinkState link, CUjitInputType type,
-                                                const char* path, unsigned int count,
-                                                CUjit_option* options, void** values) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkAddFile(CUlinkState link, CUjitInputType type, const char* path,
+                                                unsigned int count, CUjit_option* options, void** values) {
   return cuLinkAddFile_v2(link, type, path, count, options, values);
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkComplete(CUlinkState handle, void** image,
-                                                 size_t* size) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkComplete(CUlinkState handle, void** image, size_t* size) {
   GPUPOOL_BODY({
     LinkState* link = AsLink(handle);
     if (link == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -826,8 +794,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkComplete(CUlinkState handle, void** imag
       return CUDA_SUCCESS;
     }
     const LinkInput& first = link->inputs.front();
-    if (link->inputs.size() == 1 && first.type != CU_JIT_INPUT_OBJECT &&
-        first.type != CU_JIT_INPUT_LIBRARY) {
+    if (link->inputs.size() == 1 && first.type != CU_JIT_INPUT_OBJECT && first.type != CU_JIT_INPUT_LIBRARY) {
       link->image = first.bytes;  // one module image: loaded as it is (a GPU's driver too)
     } else if (CUresult status = LinkInputs(link); status != CUDA_SUCCESS) {
       return status;

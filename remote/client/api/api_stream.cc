@@ -31,8 +31,7 @@ CUresult CreateStream(CUstream* result, unsigned flags, int priority) {
   stream->flags = flags;
   stream->priority = priority;
   dp::StreamArgs args{stream->id, flags, priority};
-  if (CUresult status = Runtime::Get().Post(device, dp::kOpStreamCreate, &args, sizeof(args));
-      status != CUDA_SUCCESS) {
+  if (CUresult status = Runtime::Get().Post(device, dp::kOpStreamCreate, &args, sizeof(args)); status != CUDA_SUCCESS) {
     return status;
   }
   {
@@ -62,8 +61,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCreate(CUstream* stream, unsigned int 
   GPUPOOL_BODY({ return CreateStream(stream, flags, 0); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* stream, unsigned int flags,
-                                                             int priority) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCreateWithPriority(CUstream* stream, unsigned int flags, int priority) {
   GPUPOOL_BODY({ return CreateStream(stream, flags, priority); });
 }
 
@@ -77,32 +75,26 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream handle) {
       stream->context->streams.erase(stream);
     }
     dp::StreamArgs args{stream->id, 0, 0};
-    CUresult status = Runtime::Get().Post(stream->context->device, dp::kOpStreamDestroy, &args,
-                                          sizeof(args));
+    CUresult status = Runtime::Get().Post(stream->context->device, dp::kOpStreamDestroy, &args, sizeof(args));
     stream->magic = 0;
     delete stream;
     return status;
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamDestroy(CUstream stream) {
-  return cuStreamDestroy_v2(stream);
-}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamDestroy(CUstream stream) { return cuStreamDestroy_v2(stream); }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSynchronize(CUstream stream) {
   GPUPOOL_BODY({ return StreamCall(stream, dp::kOpStreamSynchronize); });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream stream) {
-  return cuStreamSynchronize(stream);
-}
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSynchronize_ptsz(CUstream stream) { return cuStreamSynchronize(stream); }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamQuery(CUstream stream) {
   GPUPOOL_BODY({ return StreamCall(stream, dp::kOpStreamQuery); });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamQuery_ptsz(CUstream stream) { return cuStreamQuery(stream); }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event,
-                                                    unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int flags) {
   GPUPOOL_BODY({
     if ((flags & ~CU_EVENT_WAIT_EXTERNAL) != 0) return CUDA_ERROR_INVALID_VALUE;
     CUresult captured = CUDA_SUCCESS;
@@ -114,8 +106,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent(CUstream stream, CUevent eve
     return WaitEvent(stream, event);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream stream, CUevent event,
-                                                         unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamWaitEvent_ptsz(CUstream stream, CUevent event, unsigned int flags) {
   return cuStreamWaitEvent(stream, event, flags);
 }
 
@@ -226,8 +217,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
       event->context->events.erase(event);
     }
     dp::EventArgs args{event->id, 0, 0};
-    CUresult status = Runtime::Get().Post(event->context->device, dp::kOpEventDestroy, &args,
-                                          sizeof(args));
+    CUresult status = Runtime::Get().Post(event->context->device, dp::kOpEventDestroy, &args, sizeof(args));
     event->magic = 0;
     delete event;
     return status;
@@ -242,15 +232,13 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord(CUevent event, CUstream stream) 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecord_ptsz(CUevent event, CUstream stream) {
   return cuEventRecord(event, stream);
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags(CUevent event, CUstream stream,
-                                                         unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags(CUevent event, CUstream stream, unsigned int flags) {
   GPUPOOL_BODY({
     if ((flags & ~CU_EVENT_RECORD_EXTERNAL) != 0) return CUDA_ERROR_INVALID_VALUE;
     return RecordOrCapture(event, stream, flags);
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream,
-                                                              unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventRecordWithFlags_ptsz(CUevent event, CUstream stream, unsigned int flags) {
   return cuEventRecordWithFlags(event, stream, flags);
 }
 
@@ -262,8 +250,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventSynchronize(CUevent event) {
   GPUPOOL_BODY({ return EventCall(event, dp::kOpEventSynchronize); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime_v2(float* milliseconds, CUevent start,
-                                                        CUevent end) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime_v2(float* milliseconds, CUevent start, CUevent end) {
   GPUPOOL_BODY({
     if (milliseconds == nullptr) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -273,8 +260,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime_v2(float* milliseconds, CUe
     if (first->context->device != second->context->device) return CUDA_ERROR_INVALID_HANDLE;
     dp::EventElapsedArgs args{first->id, second->id};
     std::string out;
-    CUresult status = Runtime::Get().Call(first->context->device, dp::kOpEventElapsed, &args,
-                                          sizeof(args), nullptr, 0, nullptr, 0, &out);
+    CUresult status = Runtime::Get().Call(first->context->device, dp::kOpEventElapsed, &args, sizeof(args), nullptr, 0,
+                                          nullptr, 0, &out);
     if (status != CUDA_SUCCESS) return status;
     dp::EventElapsedResult result{};
     if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;
@@ -284,8 +271,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime_v2(float* milliseconds, CUe
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime(float* milliseconds, CUevent start,
-                                                     CUevent end) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuEventElapsedTime(float* milliseconds, CUevent start, CUevent end) {
   return cuEventElapsedTime_v2(milliseconds, start, end);
 }
 
@@ -338,15 +324,14 @@ CUresult CheckStreamAttribute(CUstreamAttrID attribute, const CUstreamAttrValue&
         return property == CU_ACCESS_PROPERTY_NORMAL || property == CU_ACCESS_PROPERTY_STREAMING ||
                property == CU_ACCESS_PROPERTY_PERSISTING;
       };
-      if (window.num_bytes > kMaxAccessPolicyWindowBytes || !(window.hitRatio >= 0.0f) ||
-          window.hitRatio > 1.0f || !known(window.hitProp) || !known(window.missProp)) {
+      if (window.num_bytes > kMaxAccessPolicyWindowBytes || !(window.hitRatio >= 0.0f) || window.hitRatio > 1.0f ||
+          !known(window.hitProp) || !known(window.missProp)) {
         return CUDA_ERROR_INVALID_VALUE;
       }
       return CUDA_SUCCESS;
     }
     case CU_STREAM_ATTRIBUTE_SYNCHRONIZATION_POLICY:
-      return value.syncPolicy >= CU_SYNC_POLICY_AUTO &&
-                     value.syncPolicy <= CU_SYNC_POLICY_BLOCKING_SYNC
+      return value.syncPolicy >= CU_SYNC_POLICY_AUTO && value.syncPolicy <= CU_SYNC_POLICY_BLOCKING_SYNC
                  ? CUDA_SUCCESS
                  : CUDA_ERROR_INVALID_VALUE;
     case CU_STREAM_ATTRIBUTE_PRIORITY:
@@ -391,8 +376,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetAttribute(CUstream handle, CUstream
     return CUDA_SUCCESS;
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetAttribute_ptsz(CUstream handle,
-                                                            CUstreamAttrID attribute,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamGetAttribute_ptsz(CUstream handle, CUstreamAttrID attribute,
                                                             CUstreamAttrValue* value) {
   return cuStreamGetAttribute(handle, attribute, value);
 }
@@ -416,8 +400,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSetAttribute(CUstream handle, CUstream
     return CUDA_SUCCESS;
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSetAttribute_ptsz(CUstream handle,
-                                                            CUstreamAttrID attribute,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamSetAttribute_ptsz(CUstream handle, CUstreamAttrID attribute,
                                                             const CUstreamAttrValue* value) {
   return cuStreamSetAttribute(handle, attribute, value);
 }
@@ -438,7 +421,6 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCopyAttributes(CUstream destination, C
     return CUDA_SUCCESS;
   });
 }
-GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream destination,
-                                                              CUstream source) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamCopyAttributes_ptsz(CUstream destination, CUstream source) {
   return cuStreamCopyAttributes(destination, source);
 }

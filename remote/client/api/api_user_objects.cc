@@ -5,10 +5,8 @@
 
 namespace uo = gpupool::client::graph;
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuUserObjectCreate(CUuserObject* result, void* pointer,
-                                                     CUhostFn destroy,
-                                                     unsigned int initial_references,
-                                                     unsigned int flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuUserObjectCreate(CUuserObject* result, void* pointer, CUhostFn destroy,
+                                                     unsigned int initial_references, unsigned int flags) {
   GPUPOOL_BODY({
     if (result == nullptr || destroy == nullptr || !uo::ValidCount(initial_references) ||
         flags != CU_USER_OBJECT_NO_DESTRUCTOR_SYNC) {
@@ -42,8 +40,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuUserObjectRelease(CUuserObject handle, unsig
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphRetainUserObject(CUgraph handle,
-                                                          CUuserObject object_handle,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphRetainUserObject(CUgraph handle, CUuserObject object_handle,
                                                           unsigned int count, unsigned int flags) {
   GPUPOOL_BODY({
     uo::Graph* graph = uo::AsGraph(handle);
@@ -57,8 +54,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphRetainUserObject(CUgraph handle,
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphReleaseUserObject(CUgraph handle,
-                                                           CUuserObject object_handle,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphReleaseUserObject(CUgraph handle, CUuserObject object_handle,
                                                            unsigned int count) {
   GPUPOOL_BODY({
     uo::Graph* graph = uo::AsGraph(handle);

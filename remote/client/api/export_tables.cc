@@ -29,22 +29,22 @@ struct TableId {
   bool Matches(const CUuuid* id) const { return std::memcmp(bytes, id->bytes, 16) == 0; }
 };
 
-constexpr TableId kCudartInterface = {{0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89,
-                                       0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9}};
-constexpr TableId kToolsRuntimeCallbackHooks = {{0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74,
-                                                 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66}};
-constexpr TableId kToolsTls = {{0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98,
-                                0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc}};
-constexpr TableId kContextLocalStorage = {{0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8,
-                                           0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}};
-constexpr TableId kContextChecks = {{0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6,
-                                     0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}};
-constexpr TableId kIntegrityCheck = {{0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34,
-                                      0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}};
-constexpr TableId kContextIdentity = {{0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6,
-                                       0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}};
-constexpr TableId kModuleIterator = {{0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c,
-                                      0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}};
+constexpr TableId kCudartInterface = {
+    {0x6b, 0xd5, 0xfb, 0x6c, 0x5b, 0xf4, 0xe7, 0x4a, 0x89, 0x87, 0xd9, 0x39, 0x12, 0xfd, 0x9d, 0xf9}};
+constexpr TableId kToolsRuntimeCallbackHooks = {
+    {0xa0, 0x94, 0x79, 0x8c, 0x2e, 0x74, 0x2e, 0x74, 0x93, 0xf2, 0x08, 0x00, 0x20, 0x0c, 0x0a, 0x66}};
+constexpr TableId kToolsTls = {
+    {0x42, 0xd8, 0x5a, 0x81, 0x23, 0xf6, 0xcb, 0x47, 0x82, 0x98, 0xf6, 0xe7, 0x8a, 0x3a, 0xec, 0xdc}};
+constexpr TableId kContextLocalStorage = {
+    {0xc6, 0x93, 0x33, 0x6e, 0x11, 0x21, 0xdf, 0x11, 0xa8, 0xc3, 0x68, 0xf3, 0x55, 0xd8, 0x95, 0x93}};
+constexpr TableId kContextChecks = {
+    {0x26, 0x3e, 0x88, 0x60, 0x7c, 0xd2, 0x61, 0x43, 0x92, 0xf6, 0xbb, 0xd5, 0x00, 0x6d, 0xfa, 0x7e}};
+constexpr TableId kIntegrityCheck = {
+    {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}};
+constexpr TableId kContextIdentity = {
+    {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}};
+constexpr TableId kModuleIterator = {
+    {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}};
 
 CUresult CUDAAPI UnknownSlot() {
   return static_cast<CUresult>(ReportUnsupported("an undocumented driver export-table entry"));
@@ -59,10 +59,16 @@ CUresult CUDAAPI CudartGetPrimaryContext(CUcontext* context, CUdevice device) {
   return cuDevicePrimaryCtxRetain(context, device);
 }
 
-void* cudart_interface[10] = {
-    reinterpret_cast<void*>(sizeof(cudart_interface)), kUnknown,
-    reinterpret_cast<void*>(&CudartGetPrimaryContext), kUnknown, kUnknown, kUnknown, kUnknown,
-    kUnknown, kUnknown, kUnknown};
+void* cudart_interface[10] = {reinterpret_cast<void*>(sizeof(cudart_interface)),
+                              kUnknown,
+                              reinterpret_cast<void*>(&CudartGetPrimaryContext),
+                              kUnknown,
+                              kUnknown,
+                              kUnknown,
+                              kUnknown,
+                              kUnknown,
+                              kUnknown,
+                              kUnknown};
 
 // --- TOOLS_RUNTIME_CALLBACK_HOOKS: two scratch buffers the runtime's tool hooks use ------
 
@@ -78,10 +84,13 @@ void CUDAAPI HooksBuffer2(void** pointer, size_t* size) {
   *size = sizeof(hooks_buffer2) / sizeof(hooks_buffer2[0]);
 }
 
-void* tools_runtime_callback_hooks[7] = {
-    reinterpret_cast<void*>(sizeof(tools_runtime_callback_hooks)), kUnknown,
-    reinterpret_cast<void*>(&HooksBuffer1), kUnknown, kUnknown, kUnknown,
-    reinterpret_cast<void*>(&HooksBuffer2)};
+void* tools_runtime_callback_hooks[7] = {reinterpret_cast<void*>(sizeof(tools_runtime_callback_hooks)),
+                                         kUnknown,
+                                         reinterpret_cast<void*>(&HooksBuffer1),
+                                         kUnknown,
+                                         kUnknown,
+                                         kUnknown,
+                                         reinterpret_cast<void*>(&HooksBuffer2)};
 
 // --- TOOLS_TLS: slot 2 gives the calling thread's current context (cuBLASLt asks) ----------
 
@@ -104,8 +113,8 @@ void* context_identity[kSparseSlots] = {};
 // says whether the stream is the per-thread default stream.
 Context* ContextOrCurrent(CUcontext context);  // below
 
-CUresult CUDAAPI ExecutionContextOfStream(CUcontext context, CUstream stream,
-                                          CUcontext* execution_context, int per_thread) {
+CUresult CUDAAPI ExecutionContextOfStream(CUcontext context, CUstream stream, CUcontext* execution_context,
+                                          int per_thread) {
   (void)stream;
   (void)per_thread;
   if (execution_context == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -115,16 +124,15 @@ CUresult CUDAAPI ExecutionContextOfStream(CUcontext context, CUstream stream,
   return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI ExecutionContextId(CUcontext, CUcontext execution_context,
-                                    unsigned long long* id) {
+CUresult CUDAAPI ExecutionContextId(CUcontext, CUcontext execution_context, unsigned long long* id) {
   return cuCtxGetId(execution_context, id);
 }
 
 // --- MODULE_ITERATOR: slot 7 walks a module's functions (cuFFT finds its kernels so) --------
 // (context, module, visit(opaque, function, owner), opaque) -> how many were visited.
 
-uint64_t CUDAAPI IterateModuleFunctions(CUcontext, CUmodule module,
-                                        void (*visit)(void*, void*, uint64_t), void* opaque) {
+uint64_t CUDAAPI IterateModuleFunctions(CUcontext, CUmodule module, void (*visit)(void*, void*, uint64_t),
+                                        void* opaque) {
   return ForEachFunction(module, visit, opaque);
 }
 
@@ -146,12 +154,9 @@ struct SparseTablesFilled {
 
 // --- CONTEXT_LOCAL_STORAGE: per-context key/value slots of the runtime (no size slot) -------
 
-Context* ContextOrCurrent(CUcontext context) {
-  return context != nullptr ? AsContext(context) : CurrentContext();
-}
+Context* ContextOrCurrent(CUcontext context) { return context != nullptr ? AsContext(context) : CurrentContext(); }
 
-CUresult CUDAAPI StoragePut(CUcontext context, void* key, void* value,
-                            void (*destructor)(CUcontext, void*, void*)) {
+CUresult CUDAAPI StoragePut(CUcontext context, void* key, void* value, void (*destructor)(CUcontext, void*, void*)) {
   Context* c = ContextOrCurrent(context);
   if (c == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   std::lock_guard<std::mutex> lock(c->storage_mu);
@@ -177,8 +182,7 @@ CUresult CUDAAPI StorageGet(void** value, CUcontext context, void* key) {
   return CUDA_SUCCESS;
 }
 
-void* context_local_storage[4] = {reinterpret_cast<void*>(&StoragePut),
-                                  reinterpret_cast<void*>(&StorageDelete),
+void* context_local_storage[4] = {reinterpret_cast<void*>(&StoragePut), reinterpret_cast<void*>(&StorageDelete),
                                   reinterpret_cast<void*>(&StorageGet), kUnknown};
 
 // --- CONTEXT_CHECKS --------------------------------------------------------------------------
@@ -191,8 +195,7 @@ CUresult CUDAAPI ContextCheck(CUcontext, uint32_t* result, const void**) {
 uint32_t CUDAAPI ContextCheckFlags() { return 0; }
 
 void* context_checks[4] = {reinterpret_cast<void*>(sizeof(context_checks)), kUnknown,
-                           reinterpret_cast<void*>(&ContextCheck),
-                           reinterpret_cast<void*>(&ContextCheckFlags)};
+                           reinterpret_cast<void*>(&ContextCheck), reinterpret_cast<void*>(&ContextCheckFlags)};
 
 // --- INTEGRITY_CHECK -------------------------------------------------------------------------
 // The runtime checks it talks to a genuine driver: it asks for HMAC-MD2, under a fixed key,
@@ -203,8 +206,8 @@ constexpr uint8_t kIntegrityKey[16] = {0x14, 0x6a, 0xdd, 0xae, 0x53, 0xa9, 0xa7,
 
 CUresult CUDAAPI IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_t result[2]);
 
-void* integrity_check[3] = {reinterpret_cast<void*>(sizeof(integrity_check)),
-                            reinterpret_cast<void*>(&IntegrityCheck), kUnknown};
+void* integrity_check[3] = {reinterpret_cast<void*>(sizeof(integrity_check)), reinterpret_cast<void*>(&IntegrityCheck),
+                            kUnknown};
 
 struct IntegrityInput {
   uint32_t driver_version;
@@ -253,8 +256,7 @@ CUresult CUDAAPI IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_
   Runtime& runtime = Runtime::Get();
   for (int i = 0; i < runtime.device_count(); ++i) {
     Device* device = runtime.device(i);
-    DeviceIdentity identity{device->uuid_bytes, device->pci_domain, device->pci_bus,
-                            device->pci_device};
+    DeviceIdentity identity{device->uuid_bytes, device->pci_domain, device->pci_bus, device->pci_device};
     const auto* raw = reinterpret_cast<const uint8_t*>(&identity);
     message.insert(message.end(), raw, raw + sizeof(identity));
   }
@@ -268,12 +270,18 @@ CUresult CUDAAPI IntegrityCheck(uint32_t version, uint64_t unix_seconds, uint64_
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGetExportTable(const void** table, const CUuuid* id) {
   if (table == nullptr || id == nullptr) return CUDA_ERROR_INVALID_VALUE;
   const void* found = nullptr;
-  if (kCudartInterface.Matches(id)) found = cudart_interface;
-  else if (kToolsRuntimeCallbackHooks.Matches(id)) found = tools_runtime_callback_hooks;
-  else if (kToolsTls.Matches(id)) found = tools_tls;
-  else if (kContextLocalStorage.Matches(id)) found = context_local_storage;
-  else if (kContextChecks.Matches(id)) found = context_checks;
-  else if (kIntegrityCheck.Matches(id)) found = integrity_check;
+  if (kCudartInterface.Matches(id))
+    found = cudart_interface;
+  else if (kToolsRuntimeCallbackHooks.Matches(id))
+    found = tools_runtime_callback_hooks;
+  else if (kToolsTls.Matches(id))
+    found = tools_tls;
+  else if (kContextLocalStorage.Matches(id))
+    found = context_local_storage;
+  else if (kContextChecks.Matches(id))
+    found = context_checks;
+  else if (kIntegrityCheck.Matches(id))
+    found = integrity_check;
   else if (kContextIdentity.Matches(id))
     found = context_identity;
   else if (kModuleIterator.Matches(id))

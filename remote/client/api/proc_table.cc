@@ -55,13 +55,13 @@ struct Implementation {
   void* function;
 };
 
-#define IMPL(name, version, function) {name, version, reinterpret_cast<void*>(&function)}
+#define IMPL(name, version, function) \
+  { name, version, reinterpret_cast<void*>(&function) }
 
 extern "C" CUresult CUDAAPI cuGetProcAddress(const char*, void**, int, cuuint64_t);
 extern "C" CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec*, CUgraph, CUgraphNode*, char*,
                                                   size_t);  // graphs.cc; cuda.h hides it
-extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t,
-                                                CUdriverProcAddressQueryResult*);
+extern "C" CUresult CUDAAPI cuGetProcAddress_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 
 const Implementation kImplementations[] = {
     IMPL("cuInit", 2000, cuInit),
@@ -264,13 +264,11 @@ const Implementation kImplementations[] = {
     IMPL("cuFuncIsLoaded", 12040, cuFuncIsLoaded),
     IMPL("cuFuncLoad", 12040, cuFuncLoad),
     IMPL("cuOccupancyMaxPotentialBlockSize", 6050, cuOccupancyMaxPotentialBlockSize),
-    IMPL("cuOccupancyMaxPotentialBlockSizeWithFlags", 7000,
-         cuOccupancyMaxPotentialBlockSizeWithFlags),
+    IMPL("cuOccupancyMaxPotentialBlockSizeWithFlags", 7000, cuOccupancyMaxPotentialBlockSizeWithFlags),
     IMPL("cuOccupancyAvailableDynamicSMemPerBlock", 10020, cuOccupancyAvailableDynamicSMemPerBlock),
     IMPL("cuOccupancyMaxPotentialClusterSize", 11070, cuOccupancyMaxPotentialClusterSize),
     IMPL("cuOccupancyMaxActiveClusters", 11070, cuOccupancyMaxActiveClusters),
-    IMPL("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050,
-         cuOccupancyMaxActiveBlocksPerMultiprocessor),
+    IMPL("cuOccupancyMaxActiveBlocksPerMultiprocessor", 6050, cuOccupancyMaxActiveBlocksPerMultiprocessor),
     IMPL("cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags", 7000,
          cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags),
     IMPL("cuLaunchKernel", 4000, cuLaunchKernel),
@@ -450,8 +448,7 @@ std::array<void*, sizeof...(I)> MakeUnknownStubs(std::index_sequence<I...>) {
 }
 
 CUresult CUDAAPI UnknownEntryPoint() {
-  return static_cast<CUresult>(
-      ReportUnsupported("one of more than 64 unknown driver entry points"));
+  return static_cast<CUresult>(ReportUnsupported("one of more than 64 unknown driver entry points"));
 }
 
 // The stub for unknown `name`: the same one each time the name is asked for.
@@ -494,9 +491,10 @@ CUresult Lookup(const char* symbol, void** function, int version, cuuint64_t fla
   }
   for (size_t i = 0; i < kDriverNameCount; ++i) {
     if (name == kDriverNames[i]) {
-      LogDebug("cuGetProcAddress(%s, %d): not implemented: a stub answering "
-               "CUDA_ERROR_NOT_SUPPORTED",
-               symbol, version);
+      LogDebug(
+          "cuGetProcAddress(%s, %d): not implemented: a stub answering "
+          "CUDA_ERROR_NOT_SUPPORTED",
+          symbol, version);
       *function = Stubs()[i];
       if (result) *result = CU_GET_PROC_ADDRESS_SUCCESS;
       return CUDA_SUCCESS;
@@ -516,13 +514,11 @@ CUresult Lookup(const char* symbol, void** function, int version, cuuint64_t fla
 
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** function,
-                                                      int version, cuuint64_t flags,
-                                                      CUdriverProcAddressQueryResult* result) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** function, int version,
+                                                      cuuint64_t flags, CUdriverProcAddressQueryResult* result) {
   GPUPOOL_BODY({ return Lookup(symbol, function, version, flags, result); });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** function,
-                                                   int version, cuuint64_t flags) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** function, int version, cuuint64_t flags) {
   GPUPOOL_BODY({ return Lookup(symbol, function, version, flags, nullptr); });
 }

@@ -110,8 +110,7 @@ bool OverlapsMapping(State& s, uint64_t address, uint64_t size) {
 }
 
 bool RangeFree(State& s, uint64_t address, uint64_t size) {
-  if (address < kReserveWindow || address > kReserveWindowEnd ||
-      size > kReserveWindowEnd - address) {
+  if (address < kReserveWindow || address > kReserveWindowEnd || size > kReserveWindowEnd - address) {
     return false;
   }
   auto after = s.reservations.lower_bound(address);
@@ -153,8 +152,7 @@ CUresult FreeOnDevice(int device, uint64_t address) {
 CUresult PlaceOnDevice(int device, uint64_t address, uint64_t size) {
   dp::MemAllocArgs args{size, address};
   std::string out;
-  CUresult status = Runtime::Get().Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0,
-                                        nullptr, 0, &out);
+  CUresult status = Runtime::Get().Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
   if (status != CUDA_SUCCESS) return status;
   dp::MemAllocResult result{0};
   if (out.size() != sizeof(result)) return CUDA_ERROR_UNKNOWN;
@@ -180,8 +178,8 @@ CUresult EvictDetached(State& s, uint64_t address, uint64_t size) {
     }
     physical.saved.resize(physical.size);
     dp::MemcpyDtoHArgs args{physical.placed_at, physical.size, 0};
-    CUresult status = Runtime::Get().Call(physical.device, dp::kOpMemcpyDtoH, &args, sizeof(args),
-                                          nullptr, 0, physical.saved.data(), physical.size);
+    CUresult status = Runtime::Get().Call(physical.device, dp::kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0,
+                                          physical.saved.data(), physical.size);
     if (status != CUDA_SUCCESS) return status;
     if (status = FreeOnDevice(physical.device, physical.placed_at); status != CUDA_SUCCESS) {
       return status;
@@ -215,8 +213,7 @@ CUresult MakeAccessible(State& s, uint64_t address, Mapping& mapping) {
   if (CUresult status = EvictDetached(s, address, mapping.size); status != CUDA_SUCCESS) {
     return status;
   }
-  if (CUresult status = PlaceOnDevice(physical.device, address, physical.size);
-      status != CUDA_SUCCESS) {
+  if (CUresult status = PlaceOnDevice(physical.device, address, physical.size); status != CUDA_SUCCESS) {
     return status;
   }
   if (physical.placed_at != 0) {
@@ -264,13 +261,12 @@ CUresult CheckProp(const CUmemAllocationProp* prop) {
 
 }  // namespace
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAllocationGranularity(
-    size_t* granularity, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags option) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
+                                                                CUmemAllocationGranularity_flags option) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (granularity == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM &&
-        option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
+    if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     if (CUresult status = CheckProp(prop); status != CUDA_SUCCESS) return status;
@@ -279,8 +275,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAllocationGranularity(
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size,
-                                                      size_t alignment, CUdeviceptr addr,
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                                       unsigned long long flags) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
@@ -332,8 +327,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                                              const CUmemAllocationProp* prop,
-                                              unsigned long long flags) {
+                                              const CUmemAllocationProp* prop, unsigned long long flags) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (handle == nullptr || size == 0 || !Aligned(size) || flags != 0) {
@@ -346,8 +340,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* hand
                                                      "processes (no IPC)"));
     }
     if (!OffersVmmApi(prop->location.id)) {
-      return static_cast<CUresult>(ReportUnsupported(
-          "cuMemCreate", "the virtual memory API is offered on the sim's GPUs only"));
+      return static_cast<CUresult>(
+          ReportUnsupported("cuMemCreate", "the virtual memory API is offered on the sim's GPUs only"));
     }
     Device* device = Runtime::Get().device(prop->location.id);
     if (size > device->description().total_memory) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -379,12 +373,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle hand
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                                           CUmemGenericAllocationHandle handle,
-                                           unsigned long long flags) {
+                                           CUmemGenericAllocationHandle handle, unsigned long long flags) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    if (ptr == 0 || size == 0 || !Aligned(ptr) || !Aligned(size) || !Aligned(offset) ||
-        flags != 0) {
+    if (ptr == 0 || size == 0 || !Aligned(ptr) || !Aligned(size) || !Aligned(offset) || flags != 0) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     State& s = state();
@@ -400,14 +392,14 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t 
       return CUDA_ERROR_INVALID_VALUE;
     }
     if (offset != 0 || size != physical->second.size) {
-      return static_cast<CUresult>(ReportUnsupported(
-          "cuMemMap of part of a physical allocation",
-          "each mapping is one allocation on the GPU's agent; map whole allocations"));
+      return static_cast<CUresult>(
+          ReportUnsupported("cuMemMap of part of a physical allocation",
+                            "each mapping is one allocation on the GPU's agent; map whole allocations"));
     }
     if (physical->second.mapped_at != 0) {
-      return static_cast<CUresult>(ReportUnsupported(
-          "cuMemMap of a physical allocation that is mapped already",
-          "an allocation on a remote GPU has one address at a time; cuMemUnmap it first"));
+      return static_cast<CUresult>(
+          ReportUnsupported("cuMemMap of a physical allocation that is mapped already",
+                            "an allocation on a remote GPU has one address at a time; cuMemUnmap it first"));
     }
     physical->second.mapped_at = ptr;
     s.mappings[ptr] = Mapping{size, handle};
@@ -433,8 +425,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
       MakeInaccessible(at, mapping);
       s.mappings.erase(at);
       s.physicals.at(mapping.handle).mapped_at = 0;
-      if (CUresult status = MaybeFree(s, mapping.handle);
-          status != CUDA_SUCCESS && first_error == CUDA_SUCCESS) {
+      if (CUresult status = MaybeFree(s, mapping.handle); status != CUDA_SUCCESS && first_error == CUDA_SUCCESS) {
         first_error = status;
       }
     }
@@ -442,8 +433,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size) {
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size,
-                                                 const CUmemAccessDesc* desc, size_t count) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc,
+                                                 size_t count) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (ptr == 0 || size == 0 || desc == nullptr || count == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -456,8 +447,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size,
       const Physical& physical = s.physicals.at(s.mappings.at(at).handle);
       for (size_t i = 0; i < count; ++i) {
         if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;
-        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
-            desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+        if (desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
             desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE) {
           return CUDA_ERROR_INVALID_VALUE;
         }
@@ -468,9 +458,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size,
           return CUDA_ERROR_INVALID_DEVICE;
         }
         if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ) {
-          return static_cast<CUresult>(
-              ReportUnsupported("cuMemSetAccess with CU_MEM_ACCESS_FLAGS_PROT_READ",
-                                "remote GPU memory is read-write or not mapped"));
+          return static_cast<CUresult>(ReportUnsupported("cuMemSetAccess with CU_MEM_ACCESS_FLAGS_PROT_READ",
+                                                         "remote GPU memory is read-write or not mapped"));
         }
       }
     }
@@ -493,8 +482,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size,
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags,
-                                                 const CUmemLocation* location, CUdeviceptr ptr) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags, const CUmemLocation* location,
+                                                 CUdeviceptr ptr) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (flags == nullptr || location == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -505,14 +494,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAccess(unsigned long long* flags,
     auto found = MappingHolding(s, ptr);
     if (found == s.mappings.end()) return CUDA_ERROR_INVALID_VALUE;
     bool own = s.physicals.at(found->second.handle).device == location->id;
-    *flags =
-        own ? found->second.access : static_cast<unsigned long long>(CU_MEM_ACCESS_FLAGS_PROT_NONE);
+    *flags = own ? found->second.access : static_cast<unsigned long long>(CU_MEM_ACCESS_FLAGS_PROT_NONE);
     return CUDA_SUCCESS;
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle,
-                                                              void* addr) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (handle == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -527,8 +514,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAlloca
   });
 }
 
-GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(
-    CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop,
+                                                                         CUmemGenericAllocationHandle handle) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     if (prop == nullptr) return CUDA_ERROR_INVALID_VALUE;

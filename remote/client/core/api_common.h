@@ -47,5 +47,4 @@ inline CUresult CurrentDevice(int* device) {
 }  // namespace gpupool::client
 
 // Wraps a function body: GPUPOOL_BODY({ ...; return CUDA_SUCCESS; })
-#define GPUPOOL_BODY(...) \
-  return ::gpupool::client::Guard(__func__, [&]() -> CUresult __VA_ARGS__)
+#define GPUPOOL_BODY(...) return ::gpupool::client::Guard(__func__, [&]() -> CUresult __VA_ARGS__)

@@ -34,31 +34,81 @@ ModelProperties PropertiesOf(const Device& device) {
 CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
   const ModelProperties p = PropertiesOf(device);
   switch (attribute) {
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *value = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *value = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *value = 64; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *value = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *value = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *value = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *value = p.shared_per_block; break;
-    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: *value = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *value = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_PITCH: *value = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: *value = p.registers_per_block; break;
-    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: *value = p.clock_khz; break;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: *value = 512; break;
-    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT: *value = 32; break;
-    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *value = p.multiprocessors; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH: *value = 131072; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH: *value = 131072; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT: *value = 65536; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH: *value = 16384; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT: *value = 16384; break;
-    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH: *value = 16384; break;
-    case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT: *value = 512; break;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *value = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+      *value = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+      *value = 1024;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+      *value = 64;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+      *value = 2147483647;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+      *value = 65535;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+      *value = 65535;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+      *value = p.shared_per_block;
+      break;
+    case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY:
+      *value = 65536;
+      break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+      *value = 32;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_PITCH:
+      *value = 2147483647;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+      *value = p.registers_per_block;
+      break;
+    case CU_DEVICE_ATTRIBUTE_CLOCK_RATE:
+      *value = p.clock_khz;
+      break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT:
+      *value = 512;
+      break;
+    case CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT:
+      *value = 32;
+      break;
+    case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+      *value = p.multiprocessors;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH:
+      *value = 131072;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH:
+      *value = 131072;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT:
+      *value = 65536;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH:
+      *value = 16384;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT:
+      *value = 16384;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH:
+      *value = 16384;
+      break;
+    case CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT:
+      *value = 512;
+      break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+      *value = 1;
+      break;
     // Managed memory, coherent at call boundaries (managed.cc): not concurrently with
     // the host, nor by page faults; on executors that place memory at the process's
     // addresses (the sim).
@@ -70,23 +120,51 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
       *value = std::strcmp(device.description().executor, "sim") == 0 ? 1 : 0;
       break;
-    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *value = device.pci_bus; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = device.pci_device; break;
-    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *value = device.pci_domain; break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: *value = p.memory_clock_khz; break;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: *value = p.memory_bus_width; break;
-    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: *value = p.l2_cache_bytes; break;
+    case CU_DEVICE_ATTRIBUTE_ECC_ENABLED:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID:
+      *value = device.pci_bus;
+      break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID:
+      *value = device.pci_device;
+      break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID:
+      *value = device.pci_domain;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+      *value = p.memory_clock_khz;
+      break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+      *value = p.memory_bus_width;
+      break;
+    case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE:
+      *value = p.l2_cache_bytes;
+      break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
       *value = p.max_threads_per_multiprocessor;
       break;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *value = p.async_engines; break;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *value = p.cc_major; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *value = p.cc_minor; break;
-    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+      *value = p.async_engines;
+      break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+      *value = p.cc_major;
+      break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+      *value = p.cc_minor;
+      break;
+    case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED:
+      *value = 1;
+      break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
       *value = p.shared_per_multiprocessor;
       break;
@@ -96,16 +174,26 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     case CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO:
       *value = p.single_to_double_ratio;
       break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED:
+      *value = 1;
+      break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
       *value = p.shared_per_block_optin;
       break;
-    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED:
+      *value = 1;
+      break;
     // Stream-ordered pools (mem_pools.cc), with no exportable handle types (no IPC).
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+      *value = 1;
+      break;
+    case CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES:
+      *value = 0;
+      break;
     // Cooperative launches on one device (not across several).
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *value = 1; break;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+      *value = 1;
+      break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR:
       *value = p.max_blocks_per_multiprocessor;
       break;

@@ -4,7 +4,8 @@
 namespace gpupool::client {
 namespace {
 
-#define E(code, text) {code, #code, text}
+#define E(code, text) \
+  { code, #code, text }
 constexpr ErrorText kErrors[] = {
     E(CUDA_SUCCESS, "no error"),
     E(CUDA_ERROR_INVALID_VALUE, "invalid argument"),

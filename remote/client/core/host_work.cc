@@ -43,8 +43,10 @@ bool StreamOf(uint32_t op, const void* args, size_t args_len, uint64_t* stream) 
       return StreamField(args, args_len, &dp::MemcpyDtoHArgs::stream, stream);
     case dp::kOpMemcpyDtoD:
       return StreamField(args, args_len, &dp::MemcpyDtoDArgs::stream, stream);
-    case dp::kOpMemset: return StreamField(args, args_len, &dp::MemsetArgs::stream, stream);
-    case dp::kOpLaunch: return StreamField(args, args_len, &dp::LaunchArgs::stream, stream);
+    case dp::kOpMemset:
+      return StreamField(args, args_len, &dp::MemsetArgs::stream, stream);
+    case dp::kOpLaunch:
+      return StreamField(args, args_len, &dp::LaunchArgs::stream, stream);
     case dp::kOpStreamDestroy:
     case dp::kOpStreamSynchronize:
     case dp::kOpStreamQuery:
@@ -53,7 +55,8 @@ bool StreamOf(uint32_t op, const void* args, size_t args_len, uint64_t* stream) 
       return StreamField(args, args_len, &dp::StreamWaitEventArgs::stream, stream);
     case dp::kOpEventRecord:
       return StreamField(args, args_len, &dp::EventRecordArgs::stream, stream);
-    default: return false;
+    default:
+      return false;
   }
 }
 
@@ -73,9 +76,9 @@ uint64_t EventOf(const void* args, size_t args_len) {
 
 }  // namespace
 
-bool Runtime::DeferOrWait(int device, uint32_t op, const void* args, size_t args_len,
-                          const void* payload, size_t payload_len, Delivery delivery,
-                          void* result, size_t result_capacity, CUresult* answer) {
+bool Runtime::DeferOrWait(int device, uint32_t op, const void* args, size_t args_len, const void* payload,
+                          size_t payload_len, Delivery delivery, void* result, size_t result_capacity,
+                          CUresult* answer) {
   if (host_queue_count_.load() == 0) return false;  // the common case: no host work at all
   std::unique_lock<std::mutex> lock(host_mu_);
   uint64_t stream = 0;
@@ -171,12 +174,12 @@ bool Runtime::DeferOrWait(int device, uint32_t op, const void* args, size_t args
         return true;
       });
       return false;
-    default: return false;
+    default:
+      return false;
   }
 }
 
-CUresult Runtime::EnqueueHostFunction(int device, uint64_t stream,
-                                      std::function<void(CUresult)> work) {
+CUresult Runtime::EnqueueHostFunction(int device, uint64_t stream, std::function<void(CUresult)> work) {
   if (shut_down_) return CUDA_ERROR_DEINITIALIZED;
   if (this->device(device) == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   std::lock_guard<std::mutex> lock(host_mu_);
@@ -209,22 +212,20 @@ void Runtime::DrainHostQueue(int device, uint64_t stream) {
     }
     if (request.host_work) {
       dp::StreamArgs args{stream, 0, 0};
-      CUresult status = CallNow(device, dp::kOpStreamSynchronize, &args, sizeof(args), nullptr, 0,
-                                nullptr, 0, nullptr);
+      CUresult status = CallNow(device, dp::kOpStreamSynchronize, &args, sizeof(args), nullptr, 0, nullptr, 0, nullptr);
       request.host_work(status);
       continue;
     }
     CUresult status;
     if (request.reply_later) {
-      status = StartNow(device, request.op, request.args.data(), request.args.size(),
-                        request.result, request.result_capacity);
+      status = StartNow(device, request.op, request.args.data(), request.args.size(), request.result,
+                        request.result_capacity);
     } else if (request.pinned_payload != nullptr) {
-      status = PostNow(device, request.op, request.args.data(), request.args.size(),
-                       request.pinned_payload, request.pinned_payload_len);
+      status = PostNow(device, request.op, request.args.data(), request.args.size(), request.pinned_payload,
+                       request.pinned_payload_len);
     } else {
       status = PostNow(device, request.op, request.args.data(), request.args.size(),
-                       request.payload.empty() ? nullptr : request.payload.data(),
-                       request.payload.size());
+                       request.payload.empty() ? nullptr : request.payload.data(), request.payload.size());
     }
     if (status != CUDA_SUCCESS) {
       // Once: when the agent is gone every queued request fails the same way, and the

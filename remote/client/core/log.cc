@@ -58,8 +58,7 @@ int ReportUnsupported(const char* name, const char* why) {
     first = reported->insert(name).second;
   }
   if (first && why != nullptr) {
-    LogError("%s is not supported by remote GPUs (%s): returning CUDA_ERROR_NOT_SUPPORTED", name,
-             why);
+    LogError("%s is not supported by remote GPUs (%s): returning CUDA_ERROR_NOT_SUPPORTED", name, why);
   } else if (first) {
     LogError("%s is not supported by remote GPUs: returning CUDA_ERROR_NOT_SUPPORTED", name);
   }

@@ -60,8 +60,7 @@ bool ReachesDeviceMemory(uint32_t op) {
 
 }  // namespace
 
-CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr,
-                               const char* api) {
+CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr, const char* api) {
   const uint64_t mapped = RoundUp(size, kPage);
   const uint64_t reserved_size = mapped + kPage;  // room to align the start to a page
   const uint64_t reserved = ChooseAddress(reserved_size);
@@ -84,10 +83,10 @@ CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdevi
   if (status == CUDA_SUCCESS && result.dptr != address) {
     dp::MemFreeArgs free_args{result.dptr};
     (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
-    status = static_cast<CUresult>(ReportUnsupported(
-        api,
-        "managed and mapped host memory need a GPU whose executor places memory at "
-        "this process's addresses (the sim); this one does not"));
+    status = static_cast<CUresult>(
+        ReportUnsupported(api,
+                          "managed and mapped host memory need a GPU whose executor places memory at "
+                          "this process's addresses (the sim); this one does not"));
   }
   if (status != CUDA_SUCCESS) {
     munmap(host, mapped);
@@ -129,19 +128,17 @@ CUresult Runtime::AddManagedVariable(int device, uint64_t address, size_t size) 
     if (host != reinterpret_cast<void*>(page)) {
       if (host != MAP_FAILED) munmap(host, kPage);
       LogError("__managed__ variable at 0x%llx: cannot map host memory at 0x%llx: %s",
-               static_cast<unsigned long long>(address), static_cast<unsigned long long>(page),
-               std::strerror(errno));
+               static_cast<unsigned long long>(address), static_cast<unsigned long long>(page), std::strerror(errno));
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     managed_variable_pages_.insert(page);
   }
   // Its value (the initialiser, or what kernels wrote) once the device is idle.
-  CUresult status =
-      CallNow(device, dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0, nullptr);
+  CUresult status = CallNow(device, dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0, nullptr);
   if (status != CUDA_SUCCESS) return status;
   dp::MemcpyDtoHArgs args{address, size, 0};
-  status = CallNow(device, dp::kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0,
-                   reinterpret_cast<void*>(address), size, nullptr);
+  status = CallNow(device, dp::kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0, reinterpret_cast<void*>(address), size,
+                   nullptr);
   if (status != CUDA_SUCCESS) return status;
   // Host and device now agree on it, whatever the device's other managed ranges are.
   managed_[address] = ManagedRange{size, device, 0, 0, 0, {}};
@@ -173,8 +170,7 @@ bool ForEachManagedPage(Ranges& ranges, uint64_t ptr, size_t count, Visit visit)
 
 }  // namespace
 
-CUresult Runtime::AdviseManaged(uint64_t ptr, size_t count,
-                                const std::function<void(ManagedPageAdvice*)>& change) {
+CUresult Runtime::AdviseManaged(uint64_t ptr, size_t count, const std::function<void(ManagedPageAdvice*)>& change) {
   std::lock_guard<std::mutex> lock(managed_mu_);
   // Checked whole first: a range that is not managed throughout changes nothing.
   if (!ForEachManagedPage(managed_, ptr, count, [](auto&, uint64_t, uint64_t) {})) {
@@ -187,16 +183,14 @@ CUresult Runtime::AdviseManaged(uint64_t ptr, size_t count,
   return CUDA_SUCCESS;
 }
 
-CUresult Runtime::ManagedAdviceOf(uint64_t ptr, size_t count,
-                                  std::vector<ManagedPageAdvice>* pages) {
+CUresult Runtime::ManagedAdviceOf(uint64_t ptr, size_t count, std::vector<ManagedPageAdvice>* pages) {
   std::lock_guard<std::mutex> lock(managed_mu_);
   pages->clear();
-  bool covered = ForEachManagedPage(
-      managed_, ptr, count, [&](const ManagedRange& range, uint64_t first, uint64_t end) {
-        for (uint64_t page = first; page < end; ++page) {
-          pages->push_back(range.advice.empty() ? ManagedPageAdvice{} : range.advice[page]);
-        }
-      });
+  bool covered = ForEachManagedPage(managed_, ptr, count, [&](const ManagedRange& range, uint64_t first, uint64_t end) {
+    for (uint64_t page = first; page < end; ++page) {
+      pages->push_back(range.advice.empty() ? ManagedPageAdvice{} : range.advice[page]);
+    }
+  });
   return covered ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
@@ -267,8 +261,7 @@ void Runtime::ReleasePinnedAddress(uint64_t address, uint64_t size) {
   free_pinned_.emplace(size, address);
 }
 
-CUresult Runtime::MapPinnedArguments(int device, Context* context, const char* params,
-                                     size_t size) {
+CUresult Runtime::MapPinnedArguments(int device, Context* context, const char* params, size_t size) {
   if (!any_pinned_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
   for (size_t at = 0; at + sizeof(uint64_t) <= size; at += sizeof(uint64_t)) {
     uint64_t word;
@@ -294,17 +287,16 @@ CUresult Runtime::MapPinned(int device, Context* context, uint64_t address) {
   dp::MemAllocArgs args{size, start};
   dp::MemAllocResult result{0};
   std::string out;
-  CUresult status =
-      Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+  CUresult status = Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
   if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
   if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
   if (status == CUDA_SUCCESS && result.dptr != start) {
     dp::MemFreeArgs free_args{result.dptr};
     (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
-    return static_cast<CUresult>(ReportUnsupported(
-        "a kernel handed page-locked host memory",
-        "reaching page-locked host memory from a kernel needs a GPU whose executor places "
-        "memory at this process's addresses (the sim); this one does not"));
+    return static_cast<CUresult>(
+        ReportUnsupported("a kernel handed page-locked host memory",
+                          "reaching page-locked host memory from a kernel needs a GPU whose executor places "
+                          "memory at this process's addresses (the sim); this one does not"));
   }
   if (status != CUDA_SUCCESS) return status;
   AddContextAllocation(start, size, device, context);
@@ -318,8 +310,8 @@ CUresult Runtime::MapPinned(int device, Context* context, uint64_t address) {
       // The device's managed copies are current (another thread's work since the
       // synchronisation above): this one joins them now; else the next work uploads all.
       dp::MemcpyHtoDArgs upload{start, size, 0};
-      if (CUresult uploaded = PostNow(device, dp::kOpMemcpyHtoD, &upload, sizeof(upload),
-                                      reinterpret_cast<const void*>(start), size);
+      if (CUresult uploaded =
+              PostNow(device, dp::kOpMemcpyHtoD, &upload, sizeof(upload), reinterpret_cast<const void*>(start), size);
           uploaded != CUDA_SUCCESS) {
         return uploaded;
       }
@@ -339,8 +331,8 @@ CUresult Runtime::ManagedBefore(int device, uint32_t op) {
   for (const auto& [address, range] : managed_) {
     if (range.device != device) continue;
     dp::MemcpyHtoDArgs args{address, range.size, 0};
-    CUresult status = PostNow(device, dp::kOpMemcpyHtoD, &args, sizeof(args),
-                              reinterpret_cast<const void*>(address), range.size);
+    CUresult status =
+        PostNow(device, dp::kOpMemcpyHtoD, &args, sizeof(args), reinterpret_cast<const void*>(address), range.size);
     if (status != CUDA_SUCCESS) return status;
   }
   device_holds_managed_.insert(device);
@@ -353,8 +345,7 @@ CUresult Runtime::ManagedAfter(int device, uint32_t op) {
   if (device_holds_managed_.count(device) == 0) return CUDA_SUCCESS;
   if (op != dp::kOpContextSynchronize) {
     // Work on the device's other streams may still write managed memory.
-    CUresult idle = CallNow(device, dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr,
-                            0, nullptr);
+    CUresult idle = CallNow(device, dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0, nullptr);
     if (idle != CUDA_SUCCESS) return idle;
   }
   for (const auto& [address, range] : managed_) {

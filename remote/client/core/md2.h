@@ -22,8 +22,8 @@ class Md2 {
   void AddByte(uint8_t byte);
   void CompressBlock();
 
-  uint8_t state_[48];     // X: hash state (16) | block (16) | state xor block (16)
-  uint8_t checksum_[16];  // C
+  uint8_t state_[48];               // X: hash state (16) | block (16) | state xor block (16)
+  uint8_t checksum_[16];            // C
   uint8_t last_checksum_byte_ = 0;  // L
   size_t block_fill_ = 0;
 };

@@ -17,19 +17,19 @@ struct KernelResources {
 };
 
 // Resident blocks per SM (0 when one block does not fit).
-int ActiveBlocksPerMultiprocessor(const ModelProperties& model, const KernelResources& kernel,
-                                  int block_size, size_t dynamic_shared_bytes);
+int ActiveBlocksPerMultiprocessor(const ModelProperties& model, const KernelResources& kernel, int block_size,
+                                  size_t dynamic_shared_bytes);
 
 // The dynamic shared memory each of `blocks` resident blocks of `block_size` threads can
 // have (0 when that many blocks cannot be resident at all).
-size_t AvailableDynamicSharedPerBlock(const ModelProperties& model,
-                                      const KernelResources& kernel, int blocks, int block_size);
+size_t AvailableDynamicSharedPerBlock(const ModelProperties& model, const KernelResources& kernel, int blocks,
+                                      int block_size);
 
 // The block size with the highest occupancy and the grid size that fills every SM with it.
 // `shared_for_block_size` (nullable) gives the dynamic shared memory a block size needs;
 // else `dynamic_shared_bytes` is used for all. `block_size_limit` 0: no limit.
 void MaxPotentialBlockSize(const ModelProperties& model, const KernelResources& kernel,
-                           size_t (*shared_for_block_size)(int), size_t dynamic_shared_bytes,
-                           int block_size_limit, int* min_grid_size, int* block_size);
+                           size_t (*shared_for_block_size)(int), size_t dynamic_shared_bytes, int block_size_limit,
+                           int* min_grid_size, int* block_size);
 
 }  // namespace gpupool::client

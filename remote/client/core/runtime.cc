@@ -19,8 +19,7 @@
 namespace gpupool::client {
 
 // Device addresses grow up from kDeviceAddresses towards the page-locked window.
-static_assert(Runtime::kDeviceAddresses < Runtime::kPinnedWindow &&
-              Runtime::kPinnedWindow < Runtime::kPinnedWindowEnd);
+static_assert(Runtime::kDeviceAddresses < Runtime::kPinnedWindow && Runtime::kPinnedWindow < Runtime::kPinnedWindowEnd);
 // ThreadSanitizer's lowest application range on x86-64 ends at 512 GiB or above.
 static_assert(!GPUPOOL_THREAD_SANITIZER || Runtime::kPinnedWindowEnd <= (uint64_t{512} << 30));
 
@@ -61,9 +60,7 @@ CUuuid UuidBytes(const std::string& uuid) {
   return bytes;
 }
 
-void CopyString(char* to, size_t capacity, const std::string& from) {
-  std::snprintf(to, capacity, "%s", from.c_str());
-}
+void CopyString(char* to, size_t capacity, const std::string& from) { std::snprintf(to, capacity, "%s", from.c_str()); }
 
 // Loads the UCX transport module from the directory this library was loaded from.
 Result<GpupoolUcxConnectFunction> LoadTransport() {
@@ -73,8 +70,7 @@ Result<GpupoolUcxConnectFunction> LoadTransport() {
   }
   std::string path = self.dli_fname;
   size_t slash = path.rfind('/');
-  path = (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/" +
-         kGpupoolUcxModuleName;
+  path = (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/" + kGpupoolUcxModuleName;
   transport::SetInjectedLibraryUcxDefaults();
   void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (module == nullptr) return Status::Internal(std::string("cannot load ") + dlerror());
@@ -118,8 +114,10 @@ CUresult Runtime::Init(unsigned flags) {
     std::atexit([] {
       if (!forked_child) Runtime::Get().Shutdown();
       if (unsigned long calls = UnsupportedCallCount(); calls > 0 && !forked_child) {
-        LogError("%lu call(s) to unsupported driver entry points returned "
-                 "CUDA_ERROR_NOT_SUPPORTED", calls);
+        LogError(
+            "%lu call(s) to unsupported driver entry points returned "
+            "CUDA_ERROR_NOT_SUPPORTED",
+            calls);
       }
     });
     init_status_ = Connect();
@@ -130,8 +128,9 @@ CUresult Runtime::Init(unsigned flags) {
 CUresult Runtime::Connect() {
   const char* gpus = std::getenv("GPUPOOL_GPUS");
   if (gpus == nullptr || gpus[0] == '\0') {
-    LogError("GPUPOOL_GPUS is not set: this process has no leased GPUs "
-             "(run it in a job with --gpu-pool, or set GPUPOOL_GPUS=UUID@HOST:PORT,...)");
+    LogError(
+        "GPUPOOL_GPUS is not set: this process has no leased GPUs "
+        "(run it in a job with --gpu-pool, or set GPUPOOL_GPUS=UUID@HOST:PORT,...)");
     return CUDA_ERROR_NO_DEVICE;
   }
   std::vector<std::pair<std::string, std::string>> leased;
@@ -157,8 +156,8 @@ CUresult Runtime::Connect() {
     for (size_t i = 0; i < leased.size(); ++i) visible.push_back(static_cast<int>(i));
   }
   if (visible.empty()) {
-    LogError("CUDA_VISIBLE_DEVICES='%s' selects none of the %zu leased GPUs",
-             visible_env ? visible_env : "", leased.size());
+    LogError("CUDA_VISIBLE_DEVICES='%s' selects none of the %zu leased GPUs", visible_env ? visible_env : "",
+             leased.size());
     return CUDA_ERROR_NO_DEVICE;
   }
   std::vector<std::string> config_errors;
@@ -174,51 +173,49 @@ CUresult Runtime::Connect() {
     device->primary.is_primary = true;
     std::string why;
     int32_t refusal = 0;
-    device->channel.connection =
-        OpenSession(device->channel.location, &device->channel.description, &why, &refusal);
+    device->channel.connection = OpenSession(device->channel.location, &device->channel.description, &why, &refusal);
     if (device->channel.connection == nullptr) {
       LogError("%s", why.c_str());
-      return refusal == dataplane::kCuNotPermitted ? CUDA_ERROR_NOT_PERMITTED
-                                                   : CUDA_ERROR_NO_DEVICE;
+      return refusal == dataplane::kCuNotPermitted ? CUDA_ERROR_NOT_PERMITTED : CUDA_ERROR_NO_DEVICE;
     }
     DescribeDevice(device.get());
     device->failover = std::make_unique<Failover>(
         failover_config, device->ordinal, index, lease_file ? lease_file : "",
-        [this](const GpuLocation& location, DeviceDescription* description, std::string* why,
-               int32_t* refusal) { return OpenSession(location, description, why, refusal); });
+        [this](const GpuLocation& location, DeviceDescription* description, std::string* why, int32_t* refusal) {
+          return OpenSession(location, description, why, refusal);
+        });
     // A lost agent is told to gpupoold at once (failover_report.h), in a pooled job.
     LostAgentReporter reporter;
     if (LostAgentReporter::FromEnvironment(&reporter)) {
-      device->failover->SetLostReporter([reporter](const GpuLocation& lost, int slot,
-                                                   GpuLocation* named, std::string* why) {
-        nlohmann::json answer;
-        if (!reporter.Report(lost, &answer, why)) return false;
-        if (!LeaseSlot(answer.value("lease", nlohmann::json()), slot, named)) {
-          *why = "gpupoold's answer names no GPU for slot " + std::to_string(slot);
-          return false;
-        }
-        LogError("GPU %s: told gpupoold; its probe: %s", lost.uuid.c_str(),
-                 answer.value("probe", std::string("?")).c_str());
-        return true;
-      });
+      device->failover->SetLostReporter(
+          [reporter](const GpuLocation& lost, int slot, GpuLocation* named, std::string* why) {
+            nlohmann::json answer;
+            if (!reporter.Report(lost, &answer, why)) return false;
+            if (!LeaseSlot(answer.value("lease", nlohmann::json()), slot, named)) {
+              *why = "gpupoold's answer names no GPU for slot " + std::to_string(slot);
+              return false;
+            }
+            LogError("GPU %s: told gpupoold; its probe: %s", lost.uuid.c_str(),
+                     answer.value("probe", std::string("?")).c_str());
+            return true;
+          });
     }
-    LogDebug("device %d = %s (%s) at %s", device->ordinal, device->description().uuid,
-             device->description().name, device->endpoint().c_str());
+    LogDebug("device %d = %s (%s) at %s", device->ordinal, device->description().uuid, device->description().name,
+             device->endpoint().c_str());
     devices_.push_back(std::move(device));
   }
   return CUDA_SUCCESS;
 }
 
-std::unique_ptr<transport::ClientConnection> Runtime::OpenSession(
-    const GpuLocation& location, DeviceDescription* description, std::string* why,
-    int32_t* refusal) {
+std::unique_ptr<transport::ClientConnection> Runtime::OpenSession(const GpuLocation& location,
+                                                                  DeviceDescription* description, std::string* why,
+                                                                  int32_t* refusal) {
   *refusal = 0;
   auto rpc = ConnectTransport(location.uuid + "@" + location.endpoint);  // the GPU's thread
   if (!rpc.ok() && rpc.status().code() == Status::Code::kPermissionDenied) {
     // The agent checked the lease at the handshake (bootstrap.h), as it once did at hello.
     *refusal = dataplane::kCuNotPermitted;
-    *why = "GPU " + location.uuid + " at " + location.endpoint + " refused this process: " +
-           rpc.status().message();
+    *why = "GPU " + location.uuid + " at " + location.endpoint + " refused this process: " + rpc.status().message();
     return nullptr;
   }
   if (!rpc.ok()) {
@@ -243,8 +240,7 @@ std::unique_ptr<transport::ClientConnection> Runtime::OpenSession(
   }
   if (reply.status != CUDA_SUCCESS) {
     *refusal = reply.status;
-    *why = "GPU " + location.uuid + " at " + location.endpoint + " refused this process: " +
-           reply.out;
+    *why = "GPU " + location.uuid + " at " + location.endpoint + " refused this process: " + reply.out;
     return nullptr;
   }
   if (reply.out.size() != sizeof(DeviceDescription)) {
@@ -258,8 +254,7 @@ std::unique_ptr<transport::ClientConnection> Runtime::OpenSession(
 void Runtime::DescribeDevice(Device* device) {
   device->uuid_bytes = UuidBytes(device->description().uuid);
   unsigned domain = 0, bus = 0, slot = 0, function = 0;
-  if (std::sscanf(device->description().pci_bus_id, "%x:%x:%x.%x", &domain, &bus, &slot,
-                  &function) == 4) {
+  if (std::sscanf(device->description().pci_bus_id, "%x:%x:%x.%x", &domain, &bus, &slot, &function) == 4) {
     device->pci_domain = static_cast<int>(domain);
     device->pci_bus = static_cast<int>(bus);
     device->pci_device = static_cast<int>(slot);
@@ -281,9 +276,7 @@ Device* Runtime::Connected(int ordinal) {
 
 CUresult Runtime::Transport(const Status& status, int device) {
   static std::once_flag logged;
-  std::call_once(logged, [&] {
-    LogError("GPU %d unreachable: %s", device, status.message().c_str());
-  });
+  std::call_once(logged, [&] { LogError("GPU %d unreachable: %s", device, status.message().c_str()); });
   return CUDA_ERROR_DEVICE_UNAVAILABLE;
 }
 
@@ -305,26 +298,23 @@ CUresult Runtime::Admit(int device_ordinal, uint32_t op, const void* args, size_
   return ManagedBefore(device_ordinal, op);
 }
 
-CUresult Runtime::Call(int device_ordinal, uint32_t op, const void* args, size_t args_len,
-                       const void* payload, size_t payload_len, void* result,
-                       size_t result_capacity, std::string* out) {
+CUresult Runtime::Call(int device_ordinal, uint32_t op, const void* args, size_t args_len, const void* payload,
+                       size_t payload_len, void* result, size_t result_capacity, std::string* out) {
   InFlight in_flight(calls_in_flight_);
   if (CUresult refused = Admit(device_ordinal, op, args, args_len); refused != CUDA_SUCCESS) {
     return refused;
   }
   CUresult answer = CUDA_SUCCESS;
-  if (!DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len,
-                   Delivery::kWaitForReply, nullptr, 0, &answer)) {
-    answer = CallNow(device_ordinal, op, args, args_len, payload, payload_len, result,
-                     result_capacity, out);
+  if (!DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len, Delivery::kWaitForReply, nullptr, 0,
+                   &answer)) {
+    answer = CallNow(device_ordinal, op, args, args_len, payload, payload_len, result, result_capacity, out);
   }
   if (answer != CUDA_SUCCESS) return answer;
   return ManagedAfter(device_ordinal, op);
 }
 
-CUresult Runtime::CallNow(int device_ordinal, uint32_t op, const void* args, size_t args_len,
-                          const void* payload, size_t payload_len, void* result,
-                          size_t result_capacity, std::string* out) {
+CUresult Runtime::CallNow(int device_ordinal, uint32_t op, const void* args, size_t args_len, const void* payload,
+                          size_t payload_len, void* result, size_t result_capacity, std::string* out) {
   Device* d = Connected(device_ordinal);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, payload, payload_len, result, result_capacity};
@@ -345,30 +335,27 @@ CUresult Runtime::SendRequest(Device* d, Failover::Delivery how, const transport
   transport::Reply ignored;
   Status transport_error;
   bool moved = false;
-  int32_t status = d->failover->Deliver(&d->channel, how, request, reply ? reply : &ignored,
-                                        &transport_error, &moved);
+  int32_t status = d->failover->Deliver(&d->channel, how, request, reply ? reply : &ignored, &transport_error, &moved);
   if (moved) DescribeDevice(d);
   if (!transport_error.ok()) return Transport(transport_error, d->ordinal);
   return static_cast<CUresult>(status);
 }
 
-CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t args_len,
-                       const void* payload, size_t payload_len, bool payload_held_until_sync) {
+CUresult Runtime::Post(int device_ordinal, uint32_t op, const void* args, size_t args_len, const void* payload,
+                       size_t payload_len, bool payload_held_until_sync) {
   InFlight in_flight(calls_in_flight_);
   if (CUresult refused = Admit(device_ordinal, op, args, args_len); refused != CUDA_SUCCESS) {
     return refused;
   }
   CUresult answer = CUDA_SUCCESS;
-  if (DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len, Delivery::kOneWay,
-                  nullptr, 0, &answer)) {
+  if (DeferOrWait(device_ordinal, op, args, args_len, payload, payload_len, Delivery::kOneWay, nullptr, 0, &answer)) {
     return answer;
   }
-  return PostNow(device_ordinal, op, args, args_len, payload, payload_len,
-                 payload_held_until_sync);
+  return PostNow(device_ordinal, op, args, args_len, payload, payload_len, payload_held_until_sync);
 }
 
-CUresult Runtime::PostNow(int device_ordinal, uint32_t op, const void* args, size_t args_len,
-                          const void* payload, size_t payload_len, bool payload_held_until_sync) {
+CUresult Runtime::PostNow(int device_ordinal, uint32_t op, const void* args, size_t args_len, const void* payload,
+                          size_t payload_len, bool payload_held_until_sync) {
   Device* d = Connected(device_ordinal);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, payload, payload_len, nullptr, 0};
@@ -383,22 +370,22 @@ void Runtime::CaptureHeldUploads() {
   }
 }
 
-CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_t args_len,
-                        void* result, size_t result_capacity) {
+CUresult Runtime::Start(int device_ordinal, uint32_t op, const void* args, size_t args_len, void* result,
+                        size_t result_capacity) {
   InFlight in_flight(calls_in_flight_);
   if (CUresult refused = Admit(device_ordinal, op, args, args_len); refused != CUDA_SUCCESS) {
     return refused;
   }
   CUresult answer = CUDA_SUCCESS;
-  if (DeferOrWait(device_ordinal, op, args, args_len, nullptr, 0, Delivery::kReplyLater, result,
-                  result_capacity, &answer)) {
+  if (DeferOrWait(device_ordinal, op, args, args_len, nullptr, 0, Delivery::kReplyLater, result, result_capacity,
+                  &answer)) {
     return answer;
   }
   return StartNow(device_ordinal, op, args, args_len, result, result_capacity);
 }
 
-CUresult Runtime::StartNow(int device_ordinal, uint32_t op, const void* args, size_t args_len,
-                           void* result, size_t result_capacity) {
+CUresult Runtime::StartNow(int device_ordinal, uint32_t op, const void* args, size_t args_len, void* result,
+                           size_t result_capacity) {
   Device* d = Connected(device_ordinal);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   transport::Request request{op, args, args_len, nullptr, 0, result, result_capacity};
@@ -532,8 +519,7 @@ CUresult Runtime::ReleaseContextResources(Context* context) {
     ForgetManaged(dptr);
   }
   LogDebug("context %llu on GPU %d: freed %zu allocation(s), %zu stream(s), %zu event(s)",
-           static_cast<unsigned long long>(context->id), device, allocations.size(),
-           streams.size(), events.size());
+           static_cast<unsigned long long>(context->id), device, allocations.size(), streams.size(), events.size());
   return first_error;
 }
 
@@ -575,8 +561,7 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
   }
   // Payload: header, image, then the kernel table (names and parameter sizes).
   std::vector<char> payload(sizeof(dataplane::ModuleImageHeader));
-  dataplane::ModuleImageHeader header{module->image.size(),
-                                      static_cast<uint32_t>(module->kernels.size()), 0};
+  dataplane::ModuleImageHeader header{module->image.size(), static_cast<uint32_t>(module->kernels.size()), 0};
   std::memcpy(payload.data(), &header, sizeof(header));
   payload.insert(payload.end(), module->image.begin(), module->image.end());
   for (const auto& [name, layout] : module->kernels) {
@@ -601,8 +586,8 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
   }
   dataplane::ModuleLoadArgs args{NewId(), ChooseAddress(kModuleGlobalsWindow), device_heap};
   std::string out;
-  CUresult status = Call(device, dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(),
-                         payload.size(), nullptr, 0, &out);
+  CUresult status =
+      Call(device, dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(), payload.size(), nullptr, 0, &out);
   dataplane::ModuleLoadResult loaded{0, 0};
   if (status == CUDA_SUCCESS && out.size() == sizeof(loaded)) {
     std::memcpy(&loaded, out.data(), sizeof(loaded));
@@ -616,8 +601,7 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
   }
   if (status != CUDA_SUCCESS) return status;
   if (loaded.globals_size == 0 && device >= 0 && device < static_cast<int>(devices_.size()) &&
-      std::strcmp(devices_[device]->description().executor, "sim") != 0 &&
-      ModuleKeepsState(module->image)) {
+      std::strcmp(devices_[device]->description().executor, "sim") != 0 && ModuleKeepsState(module->image)) {
     // The cuda executor places allocations at this process's addresses, but the driver
     // places a module's variables and its device-malloc heap itself: on a replacement GPU
     // they would lose their values and move.
@@ -672,8 +656,7 @@ CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remot
   args.function = NewId();
   CopyString(args.name, sizeof(args.name), function->name);
   std::string out;
-  status =
-      Call(device, dataplane::kOpGetFunction, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+  status = Call(device, dataplane::kOpGetFunction, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
   if (status != CUDA_SUCCESS) {
     if (status == CUDA_ERROR_NOT_FOUND) {
       // Once per kernel and GPU: a program may retry the launch in a loop.
@@ -685,8 +668,8 @@ CUresult Runtime::EnsureFunction(Function* function, int device, uint64_t* remot
         first = reported->insert({function->name, device}).second;
       }
       if (first) {
-        LogError("kernel %s cannot run on GPU %d: the agent has no implementation of it",
-                 function->name.c_str(), device);
+        LogError("kernel %s cannot run on GPU %d: the agent has no implementation of it", function->name.c_str(),
+                 device);
       }
     }
     return status;

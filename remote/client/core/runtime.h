@@ -208,22 +208,18 @@ class Runtime {
 
   // Sends a synchronous request to `device`; returns the request's CUresult, or the first
   // earlier asynchronous error, or CUDA_ERROR_DEVICE_UNAVAILABLE when the agent is gone.
-  CUresult Call(int device, uint32_t op, const void* args, size_t args_len,
-                const void* payload = nullptr, size_t payload_len = 0,
-                void* result = nullptr, size_t result_capacity = 0,
-                std::string* out = nullptr);
+  CUresult Call(int device, uint32_t op, const void* args, size_t args_len, const void* payload = nullptr,
+                size_t payload_len = 0, void* result = nullptr, size_t result_capacity = 0, std::string* out = nullptr);
   // One-way request: errors show up at the next synchronising call. `payload_held_until_sync`:
   // an asynchronous copy from page-locked memory this library allocated, whose bytes the
   // failover journal may read as late as the next two-way request (transport::Request).
-  CUresult Post(int device, uint32_t op, const void* args, size_t args_len,
-                const void* payload = nullptr, size_t payload_len = 0,
-                bool payload_held_until_sync = false);
+  CUresult Post(int device, uint32_t op, const void* args, size_t args_len, const void* payload = nullptr,
+                size_t payload_len = 0, bool payload_held_until_sync = false);
   // Has every device's failover journal copy the uploads it holds by reference, before
   // the program may change or free their page-locked sources (cuMemFreeHost).
   void CaptureHeldUploads();
   // Request whose bulk reply lands in `result` by the next synchronising call.
-  CUresult Start(int device, uint32_t op, const void* args, size_t args_len, void* result,
-                 size_t result_capacity);
+  CUresult Start(int device, uint32_t op, const void* args, size_t args_len, void* result, size_t result_capacity);
 
   uint64_t NewId() { return next_id_.fetch_add(1); }
 
@@ -248,8 +244,7 @@ class Runtime {
   // Page-locked host memory we handed out (cuMemHostAlloc) or that was registered.
   void AddHostRange(const void* ptr, size_t size, unsigned flags);
   bool RemoveHostRange(const void* ptr);
-  bool FindHostRange(const void* ptr, unsigned* flags, uintptr_t* start = nullptr,
-                     size_t* size = nullptr);
+  bool FindHostRange(const void* ptr, unsigned* flags, uintptr_t* start = nullptr, size_t* size = nullptr);
   void AddHostRangeFlags(const void* start, unsigned flags);
 
   // Managed memory (managed.cc): the host's pages mapped at the device address, the two
@@ -264,8 +259,7 @@ class Runtime {
   // [ptr, ptr + count), which must be managed memory throughout (else
   // CUDA_ERROR_INVALID_VALUE); cuMemRangeGetAttribute reads it back (ManagedAdviceOf: one
   // entry per page of the range, in order).
-  CUresult AdviseManaged(uint64_t ptr, size_t count,
-                         const std::function<void(ManagedPageAdvice*)>& change);
+  CUresult AdviseManaged(uint64_t ptr, size_t count, const std::function<void(ManagedPageAdvice*)>& change);
   CUresult ManagedAdviceOf(uint64_t ptr, size_t count, std::vector<ManagedPageAdvice>* pages);
   // A module's __managed__ variable, [address, address + size) in the module's globals on
   // `device`, made a managed range: host pages mapped at its address (pages it shares
@@ -297,9 +291,7 @@ class Runtime {
   static constexpr uint64_t kPinnedWindow = uint64_t{64} << 40;
   static constexpr uint64_t kPinnedWindowEnd = uint64_t{96} << 40;
 #endif
-  static bool InPinnedWindow(uint64_t address) {
-    return address >= kPinnedWindow && address < kPinnedWindowEnd;
-  }
+  static bool InPinnedWindow(uint64_t address) { return address >= kPinnedWindow && address < kPinnedWindowEnd; }
   void* AllocPinned(size_t size);  // nullptr: out of memory
   void FreePinned(void* pointer, size_t size);
   // Maps the page-locked buffer holding `address` on `device`, once (success when there
@@ -337,12 +329,11 @@ class Runtime {
   // A connection to `location` that has said hello; nullptr with *why otherwise
   // (*refusal: the agent's answer when it said no).
   std::unique_ptr<transport::ClientConnection> OpenSession(const GpuLocation& location,
-                                                           dataplane::DeviceDescription* description,
-                                                           std::string* why, int32_t* refusal);
+                                                           dataplane::DeviceDescription* description, std::string* why,
+                                                           int32_t* refusal);
   void DescribeDevice(Device* device);  // the fields derived from its description
   // One request through `d`'s failover: recovery and a retry when the GPU is lost.
-  CUresult SendRequest(Device* d, Failover::Delivery how, const transport::Request& request,
-                       transport::Reply* reply);
+  CUresult SendRequest(Device* d, Failover::Delivery how, const transport::Request& request, transport::Reply* reply);
   CUresult Transport(const Status& status, int device);
   // Managed memory's coherence (managed.cc): before a request that reaches device memory,
   // and after a synchronising call.
@@ -355,20 +346,17 @@ class Runtime {
   // refusal of a request on a capturing stream; managed memory made coherent for it.
   CUresult Admit(int device, uint32_t op, const void* args, size_t args_len);
   // The transport calls, without the host-work ordering of Call/Post/Start.
-  CUresult CallNow(int device, uint32_t op, const void* args, size_t args_len,
-                   const void* payload, size_t payload_len, void* result,
-                   size_t result_capacity, std::string* out);
-  CUresult PostNow(int device, uint32_t op, const void* args, size_t args_len,
-                   const void* payload, size_t payload_len, bool payload_held_until_sync = false);
-  CUresult StartNow(int device, uint32_t op, const void* args, size_t args_len, void* result,
-                    size_t result_capacity);
+  CUresult CallNow(int device, uint32_t op, const void* args, size_t args_len, const void* payload, size_t payload_len,
+                   void* result, size_t result_capacity, std::string* out);
+  CUresult PostNow(int device, uint32_t op, const void* args, size_t args_len, const void* payload, size_t payload_len,
+                   bool payload_held_until_sync = false);
+  CUresult StartNow(int device, uint32_t op, const void* args, size_t args_len, void* result, size_t result_capacity);
   // Host-work ordering (host_work.cc). Before a request goes out: defers it behind the
   // stream's host work (true: queued, nothing to send now), or waits for the host work it
   // depends on, or answers for it (*answer: CUDA_ERROR_NOT_READY for a query).
   enum class Delivery { kWaitForReply, kOneWay, kReplyLater };  // Call, Post, Start
-  bool DeferOrWait(int device, uint32_t op, const void* args, size_t args_len,
-                   const void* payload, size_t payload_len, Delivery delivery, void* result,
-                   size_t result_capacity, CUresult* answer);
+  bool DeferOrWait(int device, uint32_t op, const void* args, size_t args_len, const void* payload, size_t payload_len,
+                   Delivery delivery, void* result, size_t result_capacity, CUresult* answer);
   void DrainHostQueue(int device, uint64_t stream);
   // Waits until `device` (-1: every device) has no host work left, at most `limit`;
   // false when some is left.
@@ -405,10 +393,13 @@ class Runtime {
   CUresult init_status_ = CUDA_ERROR_NOT_INITIALIZED;
   std::vector<std::unique_ptr<Device>> devices_;
   std::atomic<uint64_t> next_id_{1};
-  std::map<uint64_t, Allocation> allocations_;  // guarded by mu_
-  uint64_t next_address_ = kDeviceAddresses;    // device addresses we chose; guarded by mu_
+  std::map<uint64_t, Allocation> allocations_;        // guarded by mu_
+  uint64_t next_address_ = kDeviceAddresses;          // device addresses we chose; guarded by mu_
   std::multimap<uint64_t, uint64_t> free_addresses_;  // rounded size -> address; guarded by mu_
-  struct HostRange { size_t size; unsigned flags; };
+  struct HostRange {
+    size_t size;
+    unsigned flags;
+  };
   std::map<uintptr_t, HostRange> host_ranges_;  // guarded by mu_
   struct ManagedRange {
     size_t size;
@@ -418,12 +409,12 @@ class Runtime {
     // Advice and prefetches, per 4 KiB from the start (empty: none given yet).
     std::vector<ManagedPageAdvice> advice;
   };
-  std::mutex managed_mu_;  // taken before a device's connection, never after
-  std::map<uint64_t, ManagedRange> managed_;   // by start; guarded by managed_mu_
-  std::atomic<int> managed_count_{0};          // managed_.size(): the fast path's test
-  std::set<int> device_holds_managed_;         // devices whose copies are newer than the host's
-  std::set<uint64_t> managed_variable_pages_;  // host pages mapped for __managed__ variables
-  std::mutex pinned_mu_;  // serialises MapPinned; taken before managed_mu_, never after
+  std::mutex managed_mu_;                          // taken before a device's connection, never after
+  std::map<uint64_t, ManagedRange> managed_;       // by start; guarded by managed_mu_
+  std::atomic<int> managed_count_{0};              // managed_.size(): the fast path's test
+  std::set<int> device_holds_managed_;             // devices whose copies are newer than the host's
+  std::set<uint64_t> managed_variable_pages_;      // host pages mapped for __managed__ variables
+  std::mutex pinned_mu_;                           // serialises MapPinned; taken before managed_mu_, never after
   uint64_t next_pinned_ = kPinnedWindow;           // guarded by mu_
   std::multimap<uint64_t, uint64_t> free_pinned_;  // page-rounded size -> address; mu_
   std::atomic<bool> any_pinned_{false};            // the launch's fast path's test

@@ -44,8 +44,7 @@ bool Failover::Checkpoint(ClientConnection* connection) {
     // every request before has run (the device idle), which keeps only live resources.
     Reply idle;
     Request synchronise{dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0};
-    if (!connection->Call(synchronise, &idle).ok() || idle.status != 0 ||
-        idle.async_status != 0) {
+    if (!connection->Call(synchronise, &idle).ok() || idle.status != 0 || idle.async_status != 0) {
       return false;
     }
     ShowOutput(idle.out);
@@ -55,8 +54,7 @@ bool Failover::Checkpoint(ClientConnection* connection) {
   uint64_t total = 0;
   for (const auto& [start, size] : ranges_) total += size;
   if (total > config_.checkpoint_mem) {
-    Unprotect("its device memory (" + Size(total) + ") is over checkpoint_mem (" +
-              Size(config_.checkpoint_mem) + ")");
+    Unprotect("its device memory (" + Size(total) + ") is over checkpoint_mem (" + Size(config_.checkpoint_mem) + ")");
     return false;
   }
   // Idle: every stream's work has run, so the memory read below is the log's
@@ -95,8 +93,7 @@ bool Failover::Checkpoint(ClientConnection* connection) {
   }
   // The second pass only puts in the images what copies and memsets wrote: a log without
   // any (a stream of launches) has nothing to apply, and is walked once.
-  if (std::any_of(log_.begin(), log_.end(),
-                  [](const Entry& entry) { return WritesImages(entry.op); })) {
+  if (std::any_of(log_.begin(), log_.end(), [](const Entry& entry) { return WritesImages(entry.op); })) {
     std::set<uint64_t> unknown_again, made_again;
     ApplyLog(true, &unknown_again, &made_again);
   }
@@ -117,12 +114,11 @@ bool Failover::Checkpoint(ClientConnection* connection) {
 bool Failover::CreateCheckpointResources(ClientConnection* connection, std::string* why) {
   std::vector<const Resource*> resources;
   for (const auto& [key, resource] : base_) resources.push_back(&resource);
-  std::sort(resources.begin(), resources.end(),
-            [](const Resource* a, const Resource* b) { return a->seq < b->seq; });
+  std::sort(resources.begin(), resources.end(), [](const Resource* a, const Resource* b) { return a->seq < b->seq; });
   for (const Resource* resource : resources) {
     Entry creation = resource->creation;
-    creation.call = creation.call || creation.op == dp::kOpMemAlloc ||
-                    creation.op == dp::kOpModuleLoad || creation.op == dp::kOpGetFunction;
+    creation.call = creation.call || creation.op == dp::kOpMemAlloc || creation.op == dp::kOpModuleLoad ||
+                    creation.op == dp::kOpGetFunction;
     if (!Send(connection, creation, why, false)) return false;
   }
   return true;

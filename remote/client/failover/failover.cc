@@ -6,8 +6,7 @@
 
 namespace gpupool::client {
 
-Failover::Failover(FailoverConfig config, int device, int slot, std::string lease_file,
-                   OpenSession open_session)
+Failover::Failover(FailoverConfig config, int device, int slot, std::string lease_file, OpenSession open_session)
     : config_(config),
       device_(device),
       slot_(slot),
@@ -43,8 +42,8 @@ void Failover::Unprotect(const std::string& why) {
   }
 }
 
-int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request, Reply* reply,
-                          Status* transport_error, bool* moved) {
+int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request, Reply* reply, Status* transport_error,
+                          bool* moved) {
   std::lock_guard<std::mutex> wire(mu_);
   *moved = false;
   WatchLease(channel);
@@ -53,10 +52,9 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   if (how != Delivery::kPost && !held_.empty()) CaptureHeld();
   // An asynchronous upload from page-locked memory is logged by reference (Sent); another
   // large upload has its journal copy made while its bytes are in flight, not before.
-  const bool held = how == Delivery::kPost && request.payload_held_until_sync &&
-                    request.op == dp::kOpMemcpyHtoD;
-  const bool overlapped = how == Delivery::kPost && protecting_ && !held &&
-                          request.payload_len >= kOverlappedPayload && ChangesState(request.op);
+  const bool held = how == Delivery::kPost && request.payload_held_until_sync && request.op == dp::kOpMemcpyHtoD;
+  const bool overlapped = how == Delivery::kPost && protecting_ && !held && request.payload_len >= kOverlappedPayload &&
+                          ChangesState(request.op);
   // Made only for an overlapped upload: an Entry (also an empty std::optional<Entry>) costs
   // its zeroing on every call.
   std::unique_ptr<Entry> upload;
@@ -96,9 +94,10 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
     // third GPU is tried with it.
     const bool ended_twice = attempt > 0 && !sent.ok();
     if (ended_twice) {
-      LogError("GPU %d: request %u ended the new session on %s too: the program's own work "
-               "ends the sessions that run it; not recovering again",
-               device_, request.op, channel->location.uuid.c_str());
+      LogError(
+          "GPU %d: request %u ended the new session on %s too: the program's own work "
+          "ends the sessions that run it; not recovering again",
+          device_, request.op, channel->location.uuid.c_str());
     }
     if (status != dp::kCuSuccess && attempt < 4 && !ended_twice && Recoverable(status) &&
         Recover(&channel->connection, &channel->location, &channel->description, status)) {
@@ -128,8 +127,7 @@ bool Failover::Recoverable(int32_t status) const {
   if (!protecting_) return false;
   // With migrate, only a planned move (the session revoked, its memory kept) is followed.
   if (config_.mode == FailoverConfig::Mode::kMigrate) return status == dp::kCuNotPermitted;
-  return status == dp::kCuDeviceUnavailable || status == dp::kCuEccUncorrectable ||
-         status == dp::kCuNotPermitted;
+  return status == dp::kCuDeviceUnavailable || status == dp::kCuEccUncorrectable || status == dp::kCuNotPermitted;
 }
 
 }  // namespace gpupool::client

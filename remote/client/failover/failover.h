@@ -118,8 +118,7 @@ class Failover {
   // Opens a session (connection + hello) with the GPU at `location`; on success
   // fills the description. `why` says what went wrong otherwise.
   using OpenSession = std::function<std::unique_ptr<transport::ClientConnection>(
-      const GpuLocation& location, dataplane::DeviceDescription* description, std::string* why,
-      int32_t* refusal)>;
+      const GpuLocation& location, dataplane::DeviceDescription* description, std::string* why, int32_t* refusal)>;
 
   struct Recovery {
     GpuLocation from, to;
@@ -129,15 +128,13 @@ class Failover {
     size_t replayed = 0;
   };
 
-  Failover(FailoverConfig config, int device, int slot, std::string lease_file,
-           OpenSession open_session);
+  Failover(FailoverConfig config, int device, int slot, std::string lease_file, OpenSession open_session);
 
   // Tells gpupoold that the agent of `lost` is gone from this process's view, and fills
   // *named with the GPU gpupoold's answer puts in this slot of the lease (the same GPU
   // while gpupoold's own probe found its agent alive); false with *why when gpupoold did
   // not answer. See failover_report.h.
-  using ReportLost =
-      std::function<bool(const GpuLocation& lost, int slot, GpuLocation* named, std::string* why)>;
+  using ReportLost = std::function<bool(const GpuLocation& lost, int slot, GpuLocation* named, std::string* why)>;
   // Without one (no gpupoold: the default) a recovery waits for the lease file alone.
   // Call before the first Deliver.
   void SetLostReporter(ReportLost report) { report_lost_ = std::move(report); }
@@ -157,8 +154,8 @@ class Failover {
   // the request's CUresult (for Call, the reply's; a lost transport:
   // kCuDeviceUnavailable with *transport_error set). *moved: the channel now
   // reaches another GPU.
-  int32_t Deliver(Channel* channel, Delivery how, const transport::Request& request,
-                  transport::Reply* reply, Status* transport_error, bool* moved);
+  int32_t Deliver(Channel* channel, Delivery how, const transport::Request& request, transport::Reply* reply,
+                  Status* transport_error, bool* moved);
 
   std::mutex& mu() { return mu_; }
 
@@ -321,10 +318,9 @@ class Failover {
     uint64_t last_seq = 0;
   };
   bool OfferHandoff(transport::ClientConnection* old, Handoff* handoff);
-  bool RebuildMoved(transport::ClientConnection* connection, const Handoff& handoff,
-                    const GpuLocation& from, Recovery* recovery, std::string* why);
-  bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why,
-            bool show_output);
+  bool RebuildMoved(transport::ClientConnection* connection, const Handoff& handoff, const GpuLocation& from,
+                    Recovery* recovery, std::string* why);
+  bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why, bool show_output);
   bool Locate(const GpuLocation& failed, int32_t why, GpuLocation* next);
   // The abandon check of a call waiting on the agent (WatchLease): once a wait has gone
   // SilentThreshold() without an answer, asks gpupoold (report_lost_) whether the agent is
@@ -375,19 +371,19 @@ class Failover {
   bool unprotected_logged_ = false;
 
   uint64_t next_seq_ = 1;
-  std::map<Key, Resource> live_;                 // resources now
-  std::map<Key, Resource> base_;                 // resources at the last checkpoint
-  std::map<uint64_t, uint64_t> ranges_;          // live device ranges: start -> size
-  std::map<uint64_t, uint64_t> module_globals_;  // module id -> its variables' range start
-  std::map<uint64_t, JournalBytes> saved_;       // checkpointed contents, by range start
-  std::map<uint64_t, bool> written_;             // ranges written since the last checkpoint
+  std::map<Key, Resource> live_;                     // resources now
+  std::map<Key, Resource> base_;                     // resources at the last checkpoint
+  std::map<uint64_t, uint64_t> ranges_;              // live device ranges: start -> size
+  std::map<uint64_t, uint64_t> module_globals_;      // module id -> its variables' range start
+  std::map<uint64_t, JournalBytes> saved_;           // checkpointed contents, by range start
+  std::map<uint64_t, bool> written_;                 // ranges written since the last checkpoint
   std::multimap<uint64_t, uint64_t> write_through_;  // AddWriteThrough: via -> target
-  std::vector<Entry> log_;                       // state changes since the last checkpoint
-  std::map<uint64_t, size_t> last_upload_;       // range -> log index of its last whole upload
-                                                 // that nothing may have read since
-  std::vector<size_t> held_;                     // log indexes of held uploads (Entry::held)
-  std::atomic<bool> any_held_{false};            // !held_.empty(), read without mu_
-  std::multimap<size_t, JournalBytes> spare_;    // payload buffers for new entries, by capacity
+  std::vector<Entry> log_;                           // state changes since the last checkpoint
+  std::map<uint64_t, size_t> last_upload_;           // range -> log index of its last whole upload
+                                                     // that nothing may have read since
+  std::vector<size_t> held_;                         // log indexes of held uploads (Entry::held)
+  std::atomic<bool> any_held_{false};                // !held_.empty(), read without mu_
+  std::multimap<size_t, JournalBytes> spare_;        // payload buffers for new entries, by capacity
   size_t spare_bytes_ = 0;
   size_t log_bytes_ = 0;
   size_t printf_delivered_ = 0;          // log_[0, this) had their printf text shown

@@ -10,8 +10,8 @@ void Failover::Sent(const Request& request, bool started) {
   entry.op = request.op;
   entry.seq = sending_seq_;
   entry.args.assign(static_cast<const char*>(request.args), request.args_len);
-  const bool held = !started && request.payload_held_until_sync &&
-                    request.op == dp::kOpMemcpyHtoD && request.payload_len > 0;
+  const bool held =
+      !started && request.payload_held_until_sync && request.op == dp::kOpMemcpyHtoD && request.payload_len > 0;
   if (held) {
     entry.held = static_cast<const char*>(request.payload);
     // Append drops the upload this one overwrites: its buffer is kept for this one's bytes
@@ -34,8 +34,7 @@ void Failover::Sent(const Request& request, bool started) {
     return;
   }
   if (started) {
-    started_.push_back(
-        StartedRequest{std::move(entry), request.result_buffer, request.result_capacity});
+    started_.push_back(StartedRequest{std::move(entry), request.result_buffer, request.result_capacity});
     return;
   }
   if (!ChangesState(request.op)) return;
@@ -211,8 +210,7 @@ std::vector<bool> Failover::OverwrittenEntries() const {
       case dp::kOpMemset: {
         dp::MemsetArgs args{};
         uint64_t size = 0;
-        if (ReadStruct(entry.args, &args) &&
-            !__builtin_mul_overflow(args.count, args.element_size, &size)) {
+        if (ReadStruct(entry.args, &args) && !__builtin_mul_overflow(args.count, args.element_size, &size)) {
           write(index, args.dst, size);
         }
         break;

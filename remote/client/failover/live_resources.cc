@@ -162,8 +162,7 @@ void Failover::MayWrite(const Entry& launch, std::map<uint64_t, bool>* ranges) c
   }
   auto function = live_.find({kFunction, args.function});
   if (function == live_.end()) return;
-  if (auto globals = module_globals_.find(function->second.owner);
-      globals != module_globals_.end()) {
+  if (auto globals = module_globals_.find(function->second.owner); globals != module_globals_.end()) {
     (*ranges)[globals->second] = true;
   }
 }

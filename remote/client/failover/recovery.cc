@@ -135,8 +135,7 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
           break;
         }
         auto source_stream = stream_of.find(source);
-        if (!known(source) ||
-            (source_stream != stream_of.end() && source_stream->second != args.stream)) {
+        if (!known(source) || (source_stream != stream_of.end() && source_stream->second != args.stream)) {
           mark_unknown(args.dst);
           uint64_t start = 0;
           if (range_of(args.dst, args.size, &start)) stream_of[start] = args.stream;
@@ -165,8 +164,7 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
   }
 }
 
-bool Failover::Send(ClientConnection* connection, const Entry& entry, std::string* why,
-                    bool show_output) {
+bool Failover::Send(ClientConnection* connection, const Entry& entry, std::string* why, bool show_output) {
   Request request{entry.op,
                   entry.args.data(),
                   entry.args.size(),
@@ -197,8 +195,7 @@ bool Failover::Send(ClientConnection* connection, const Entry& entry, std::strin
   if (entry.op == dp::kOpMemAlloc) {
     dp::MemAllocArgs args{};
     dp::MemAllocResult result{};
-    if (!ReadStruct(entry.args, &args) || !ReadStruct(reply.out, &result) ||
-        result.dptr != args.address) {
+    if (!ReadStruct(entry.args, &args) || !ReadStruct(reply.out, &result) || result.dptr != args.address) {
       *why = "the new GPU did not place an allocation at its address";
       return false;
     }
@@ -236,12 +233,11 @@ bool Failover::OfferHandoff(ClientConnection* old, Handoff* handoff) {
 
 // Only device memory changes (the handoff brings their effect).
 static bool WritesMemoryOnly(uint32_t op) {
-  return op == dp::kOpMemcpyHtoD || op == dp::kOpMemcpyDtoD || op == dp::kOpMemset ||
-         op == dp::kOpLaunch;
+  return op == dp::kOpMemcpyHtoD || op == dp::kOpMemcpyDtoD || op == dp::kOpMemset || op == dp::kOpLaunch;
 }
 
-bool Failover::RebuildMoved(ClientConnection* connection, const Handoff& handoff,
-                            const GpuLocation& from, Recovery* recovery, std::string* why) {
+bool Failover::RebuildMoved(ClientConnection* connection, const Handoff& handoff, const GpuLocation& from,
+                            Recovery* recovery, std::string* why) {
   // 1. The resources as the old GPU had them after its last request: the checkpoint's, and
   //    what the log made and freed since (the log's memory writes are in the handoff).
   if (!CreateCheckpointResources(connection, why)) return false;
@@ -257,11 +253,10 @@ bool Failover::RebuildMoved(ClientConnection* connection, const Handoff& handoff
   std::snprintf(pull.gpu_uuid, sizeof(pull.gpu_uuid), "%s", from.uuid.c_str());
   std::snprintf(pull.ticket, sizeof(pull.ticket), "%s", handoff.ticket.c_str());
   Reply reply;
-  Status called =
-      connection->Call({dp::kOpHandoffPull, &pull, sizeof(pull), nullptr, 0, nullptr, 0}, &reply);
+  Status called = connection->Call({dp::kOpHandoffPull, &pull, sizeof(pull), nullptr, 0, nullptr, 0}, &reply);
   dp::HandoffPullResult pulled{};
   if (!called.ok() || reply.status != 0 || !ReadStruct(reply.out, &pulled)) {
-    *why = !called.ok() ? called.message()
+    *why = !called.ok()        ? called.message()
            : reply.out.empty() ? "the handoff gave CUDA error " + std::to_string(reply.status)
                                : reply.out;
     return false;
@@ -277,9 +272,8 @@ bool Failover::RebuildMoved(ClientConnection* connection, const Handoff& handoff
   // 4. Reads the old GPU did not run.
   for (const StartedRequest& started : started_) {
     if (started.entry.seq <= handoff.last_seq) continue;
-    Request request{
-        started.entry.op, started.entry.args.data(), started.entry.args.size(), nullptr, 0,
-        started.result,   started.capacity};
+    Request request{started.entry.op, started.entry.args.data(), started.entry.args.size(), nullptr, 0,
+                    started.result,   started.capacity};
     if (Status status = connection->Start(request); !status.ok()) {
       *why = status.message();
       return false;
@@ -313,8 +307,7 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
       Status status = connection->Call(synchronise, &discard);
       if (!status.ok() || discard.status != 0 || discard.async_status != 0) {
         *why = status.ok() ? "replay failed with CUDA error " +
-                                 std::to_string(discard.async_status ? discard.async_status
-                                                                     : discard.status)
+                                 std::to_string(discard.async_status ? discard.async_status : discard.status)
                            : status.message();
         return false;
       }
@@ -326,9 +319,8 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
   // 4. Reads the application started and has not collected: they land in its
   // buffers.
   for (const StartedRequest& started : started_) {
-    Request request{
-        started.entry.op, started.entry.args.data(), started.entry.args.size(), nullptr, 0,
-        started.result,   started.capacity};
+    Request request{started.entry.op, started.entry.args.data(), started.entry.args.size(), nullptr, 0,
+                    started.result,   started.capacity};
     Status status = connection->Start(request);
     if (!status.ok()) {
       *why = status.message();
@@ -354,16 +346,16 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
   Handoff handoff;
   bool handing_off = why == dp::kCuNotPermitted && OfferHandoff(connection->get(), &handoff);
   if (handing_off) {
-    LogError("GPU %d (%s): the lease moved to another GPU; moving there with its memory",
-             device_, failed.uuid.c_str());
+    LogError("GPU %d (%s): the lease moved to another GPU; moving there with its memory", device_, failed.uuid.c_str());
   } else if (config_.mode == FailoverConfig::Mode::kMigrate) {
-    LogError("GPU %d (%s) failed (CUDA error %d); GPUPOOL_FAILOVER=migrate follows planned "
-             "moves only",
-             device_, failed.uuid.c_str(), why);
+    LogError(
+        "GPU %d (%s) failed (CUDA error %d); GPUPOOL_FAILOVER=migrate follows planned "
+        "moves only",
+        device_, failed.uuid.c_str(), why);
     return false;
   } else {
-    LogError("GPU %d (%s) failed (CUDA error %d): recovering on the GPU the lease names next",
-             device_, failed.uuid.c_str(), why);
+    LogError("GPU %d (%s) failed (CUDA error %d): recovering on the GPU the lease names next", device_,
+             failed.uuid.c_str(), why);
   }
   // gpupoold may already have named the replacement while a call waited on a silent agent.
   server_named_ = std::exchange(silent_named_, GpuLocation());
@@ -377,8 +369,7 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
     if (Locate(failed, why, &next)) {
       dp::DeviceDescription fresh{};
       int32_t refusal = 0;
-      std::unique_ptr<ClientConnection> session =
-          open_session_(next, &fresh, &last_problem, &refusal);
+      std::unique_ptr<ClientConnection> session = open_session_(next, &fresh, &last_problem, &refusal);
       if (session != nullptr) {
         Recovery recovery;
         recovery.from = failed;
@@ -393,11 +384,13 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
           session.reset();
           *location = next;
           *description = fresh;
-          recovery.pause = std::chrono::duration_cast<std::chrono::milliseconds>(
-              std::chrono::steady_clock::now() - began);
+          recovery.pause =
+              std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - began);
           // The new agent tells gpupoold (a "recovered" event); best effort.
           dp::RecoveredArgs report{static_cast<uint64_t>(recovery.pause.count()),
-                                   recovery.restored_bytes, recovery.replayed, {},
+                                   recovery.restored_bytes,
+                                   recovery.replayed,
+                                   {},
                                    recovery.copied_bytes};
           std::snprintf(report.from, sizeof(report.from), "%s", failed.uuid.c_str());
           // What ran before now ran on this GPU (its seqs are another connection's).
@@ -408,41 +401,41 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
             LogError(
                 "GPU %d: moved to %s at %s in %lld ms (memory copied agent to agent: %s, "
                 "replayed %zu operation(s))",
-                device_, next.uuid.c_str(), next.endpoint.c_str(),
-                static_cast<long long>(recovery.pause.count()), Size(recovery.copied_bytes).c_str(),
-                recovery.replayed);
+                device_, next.uuid.c_str(), next.endpoint.c_str(), static_cast<long long>(recovery.pause.count()),
+                Size(recovery.copied_bytes).c_str(), recovery.replayed);
           } else {
             LogError(
                 "GPU %d: recovered on %s at %s in %lld ms (restored %s, "
                 "replayed %zu "
                 "operation(s))",
-                device_, next.uuid.c_str(), next.endpoint.c_str(),
-                static_cast<long long>(recovery.pause.count()), Size(recovery.restored_bytes).c_str(),
-                recovery.replayed);
+                device_, next.uuid.c_str(), next.endpoint.c_str(), static_cast<long long>(recovery.pause.count()),
+                Size(recovery.restored_bytes).c_str(), recovery.replayed);
           }
           recoveries_.push_back(recovery);
           return true;
         }
         if (moved && config_.mode == FailoverConfig::Mode::kMigrate) {
-          LogError("GPU %d: the handoff from %s failed (%s); GPUPOOL_FAILOVER=migrate keeps no "
-                   "checkpoint to recover from",
-                   device_, failed.uuid.c_str(), last_problem.c_str());
+          LogError(
+              "GPU %d: the handoff from %s failed (%s); GPUPOOL_FAILOVER=migrate keeps no "
+              "checkpoint to recover from",
+              device_, failed.uuid.c_str(), last_problem.c_str());
           return false;
         }
         if (replay_lost_transport_ && !moved) {
           // The new session's process ended while it replayed this process's own work: the
           // work ends whatever runs it (a tenant fault, never the GPU's), so no other GPU
           // is tried with it (gpupool-remote(7), FAILOVER).
-          LogError("GPU %d: replaying this process's work on %s ended that session too (%s): "
-                   "the program's own work ends the sessions that run it; not recovering "
-                   "again",
-                   device_, next.uuid.c_str(), last_problem.c_str());
+          LogError(
+              "GPU %d: replaying this process's work on %s ended that session too (%s): "
+              "the program's own work ends the sessions that run it; not recovering "
+              "again",
+              device_, next.uuid.c_str(), last_problem.c_str());
           return false;
         }
         if (moved) {
           // The checkpoint and the whole log still hold: recover from them on a fresh session.
-          LogError("GPU %d: the handoff from %s failed (%s); recovering from the checkpoint",
-                   device_, failed.uuid.c_str(), last_problem.c_str());
+          LogError("GPU %d: the handoff from %s failed (%s); recovering from the checkpoint", device_,
+                   failed.uuid.c_str(), last_problem.c_str());
           handing_off = false;
           continue;
         }
@@ -458,13 +451,11 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
           "GPU %d: still waiting for a replacement GPU (%s); giving up "
           "after %lld s",
           device_, last_problem.c_str(),
-          static_cast<long long>(
-              std::chrono::duration_cast<std::chrono::seconds>(config_.recovery_deadline).count()));
+          static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(config_.recovery_deadline).count()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  LogError("GPU %d: no replacement within the recovery deadline (%s)", device_,
-           last_problem.c_str());
+  LogError("GPU %d: no replacement within the recovery deadline (%s)", device_, last_problem.c_str());
   return false;
 }
 

@@ -43,20 +43,17 @@ FailoverConfig FailoverConfig::FromEnvironment(std::vector<std::string>* errors)
   }
   if (const char* v = std::getenv("GPUPOOL_CHECKPOINT_INTERVAL"); v != nullptr && *v != '\0') {
     if (!ParseSeconds(v, &config.checkpoint_interval)) {
-      errors->push_back(std::string("GPUPOOL_CHECKPOINT_INTERVAL='") + v +
-                        "' is not a number of seconds; using 1");
+      errors->push_back(std::string("GPUPOOL_CHECKPOINT_INTERVAL='") + v + "' is not a number of seconds; using 1");
     }
   }
   if (const char* v = std::getenv("GPUPOOL_CHECKPOINT_MEM"); v != nullptr && *v != '\0') {
     if (!ParseByteSize(v, &config.checkpoint_mem)) {
-      errors->push_back(std::string("GPUPOOL_CHECKPOINT_MEM='") + v +
-                        "' is not a size (e.g. 512M, 8G); using 4G");
+      errors->push_back(std::string("GPUPOOL_CHECKPOINT_MEM='") + v + "' is not a size (e.g. 512M, 8G); using 4G");
     }
   }
   if (const char* v = std::getenv("GPUPOOL_RECOVERY_DEADLINE"); v != nullptr && *v != '\0') {
     if (!ParseSeconds(v, &config.recovery_deadline)) {
-      errors->push_back(std::string("GPUPOOL_RECOVERY_DEADLINE='") + v +
-                        "' is not a number of seconds; using 300");
+      errors->push_back(std::string("GPUPOOL_RECOVERY_DEADLINE='") + v + "' is not a number of seconds; using 300");
     }
   }
   if (const char* v = std::getenv("GPUPOOL_CHECKPOINT_SCOPE"); v != nullptr && *v != '\0') {

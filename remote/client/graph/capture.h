@@ -51,8 +51,7 @@ std::shared_ptr<Capture> CaptureOf(CUstream stream);
 // frontier: so the calls form a chain in the order they were made.
 void Append(Capture& capture, Node node);
 // Checks that `nodes` are nodes of `graph` (none repeated) for a capture's frontier.
-bool FrontierOf(const Graph* graph, const CUgraphNode* nodes, size_t count,
-                std::vector<CUgraphNode>* frontier);
+bool FrontierOf(const Graph* graph, const CUgraphNode* nodes, size_t count, std::vector<CUgraphNode>* frontier);
 // Adds `stream` (already checked) to `capture`.
 void Join(const std::shared_ptr<Capture>& capture, CUstream stream, int device, uint64_t id);
 // A graph or an instantiated graph (nullptr: not a valid handle).

@@ -49,8 +49,7 @@ std::shared_ptr<ConditionalHandle> ConditionOf(CUgraphConditionalHandle handle) 
 
 // Waits for `stream` to reach this point and reads the condition.
 CUresult ReadCondition(const ConditionalHandle& condition, CUstream stream, unsigned* value) {
-  if (CUresult status = ops::CopyDtoH(value, condition.slot, sizeof(*value), stream, true);
-      status != CUDA_SUCCESS) {
+  if (CUresult status = ops::CopyDtoH(value, condition.slot, sizeof(*value), stream, true); status != CUDA_SUCCESS) {
     return status;
   }
   return ops::StreamCall(stream, dataplane::kOpStreamSynchronize);
@@ -151,8 +150,7 @@ CUresult RunConditional(const Node& node, CUstream stream) {
         if (CUresult status = RunGraph(*node.bodies[0], stream); status != CUDA_SUCCESS) {
           return status;
         }
-        if (CUresult status = ReadCondition(*node.condition, stream, &value);
-            status != CUDA_SUCCESS) {
+        if (CUresult status = ReadCondition(*node.condition, stream, &value); status != CUDA_SUCCESS) {
           return status;
         }
       }
@@ -164,8 +162,7 @@ CUresult RunConditional(const Node& node, CUstream stream) {
   }
 }
 
-void CollectDefaultConditions(const Graph& graph,
-                              std::vector<std::shared_ptr<ConditionalHandle>>* handles) {
+void CollectDefaultConditions(const Graph& graph, std::vector<std::shared_ptr<ConditionalHandle>>* handles) {
   for (const auto& node : graph.nodes) {
     if (node->condition != nullptr && node->condition->assign_default &&
         std::find(handles->begin(), handles->end(), node->condition) == handles->end()) {

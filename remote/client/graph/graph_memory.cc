@@ -111,8 +111,8 @@ Marked Mark(CUdeviceptr dptr, bool in_use) {
     if (found == Entries().end()) return Marked::kNotGraphMemory;
     if (!in_use && !found->second.in_use) return Marked::kNotInUse;
     if (found->second.in_use != in_use) {
-      AddUsed(found->second, in_use ? static_cast<int64_t>(found->second.bytes)
-                                    : -static_cast<int64_t>(found->second.bytes));
+      AddUsed(found->second,
+              in_use ? static_cast<int64_t>(found->second.bytes) : -static_cast<int64_t>(found->second.bytes));
       found->second.in_use = in_use;
     }
     free_now = ForgetIfUnheld(found);
@@ -123,9 +123,7 @@ Marked Mark(CUdeviceptr dptr, bool in_use) {
 
 }  // namespace
 
-bool SetGraphMemoryInUse(CUdeviceptr dptr, bool in_use) {
-  return Mark(dptr, in_use) == Marked::kDone;
-}
+bool SetGraphMemoryInUse(CUdeviceptr dptr, bool in_use) { return Mark(dptr, in_use) == Marked::kDone; }
 
 bool FreeGraphMemory(CUdeviceptr dptr, CUresult* status) {
   Marked marked = Mark(dptr, false);

@@ -160,8 +160,7 @@ struct Graph {
 
 // The conditionals that a launch of `graph` (its nodes, child graphs and bodies) sets to
 // their default value before its first node (CU_GRAPH_COND_ASSIGN_DEFAULT).
-void CollectDefaultConditions(const Graph& graph,
-                              std::vector<std::shared_ptr<ConditionalHandle>>* handles);
+void CollectDefaultConditions(const Graph& graph, std::vector<std::shared_ptr<ConditionalHandle>>* handles);
 
 // Makes `node` a conditional node from `params` (cuGraphAddNode): checks them, makes its
 // body graphs and gives their handles in params->phGraph_out.

@@ -60,16 +60,15 @@ CUresult AddNode(CUgraphNode* result, CUgraph handle, const CUgraphNode* deps, s
 
 // --- Node parameters: checked and copied into a node ---------------------------------------
 
-CUresult SetKernel(Node* node, CUfunction func, CUkernel kern, const unsigned grid[3],
-                   const unsigned block[3], unsigned shared_mem, void** params, void** extra) {
+CUresult SetKernel(Node* node, CUfunction func, CUkernel kern, const unsigned grid[3], const unsigned block[3],
+                   unsigned shared_mem, void** params, void** extra) {
   CUfunction function = func != nullptr ? func : reinterpret_cast<CUfunction>(kern);
   if (AsFunction(function) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   for (int i = 0; i < 3; ++i) {
     if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
   }
   std::vector<char> packed;
-  if (CUresult status = ops::PackKernelParams(function, params, extra, &packed);
-      status != CUDA_SUCCESS) {
+  if (CUresult status = ops::PackKernelParams(function, params, extra, &packed); status != CUDA_SUCCESS) {
     return status;
   }
   node->type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -94,8 +93,8 @@ CUresult SetMemcpy(Node* node, const CUDA_MEMCPY3D* copy) {
   return CUDA_SUCCESS;
 }
 
-CUresult SetMemset(Node* node, CUdeviceptr dst, size_t pitch, unsigned value, unsigned element_size,
-                   size_t width, size_t height) {
+CUresult SetMemset(Node* node, CUdeviceptr dst, size_t pitch, unsigned value, unsigned element_size, size_t width,
+                   size_t height) {
   if (dst == 0 || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
   if (element_size != 1 && element_size != 2 && element_size != 4) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -142,8 +141,7 @@ CUresult SetChild(Node* node, CUgraph child) {
 CUresult SetMemAlloc(Node* node, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
   if (p == nullptr || p->bytesize == 0) return CUDA_ERROR_INVALID_VALUE;
   const CUmemPoolProps& props = p->poolProps;
-  if (props.allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-      props.handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
+  if (props.allocType != CU_MEM_ALLOCATION_TYPE_PINNED || props.handleTypes != CU_MEM_HANDLE_TYPE_NONE) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (props.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
@@ -160,18 +158,16 @@ CUresult SetMemAlloc(Node* node, CUDA_MEM_ALLOC_NODE_PARAMS* p) {
     const CUmemAccessDesc& access = p->accessDescs[i];
     if (access.location.type != CU_MEM_LOCATION_TYPE_DEVICE || access.location.id < 0 ||
         access.location.id >= Runtime::Get().device_count() ||
-        (access.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE &&
-         access.flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
+        (access.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE && access.flags != CU_MEM_ACCESS_FLAGS_PROT_READ &&
          access.flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
     if (access.location.id != device && access.flags != CU_MEM_ACCESS_FLAGS_PROT_NONE) {
-      return static_cast<CUresult>(ReportUnsupported(
-          "cuGraphAddMemAllocNode", "graph memory reachable from other GPUs (peer access)"));
+      return static_cast<CUresult>(
+          ReportUnsupported("cuGraphAddMemAllocNode", "graph memory reachable from other GPUs (peer access)"));
     }
   }
-  if (CUresult status = NewGraphMemory(device, p->bytesize, &node->memory);
-      status != CUDA_SUCCESS) {
+  if (CUresult status = NewGraphMemory(device, p->bytesize, &node->memory); status != CUDA_SUCCESS) {
     return status;
   }
   node->type = CU_GRAPH_NODE_TYPE_MEM_ALLOC;
@@ -230,8 +226,7 @@ CUresult SetFromParams(Node* node, const CUgraphNodeParams* params) {
       // change.
       return CUDA_ERROR_NOT_SUPPORTED;
     default:
-      return static_cast<CUresult>(
-          ReportUnsupported("cuGraphAddNode", "semaphore and memory operation nodes"));
+      return static_cast<CUresult>(ReportUnsupported("cuGraphAddNode", "semaphore and memory operation nodes"));
   }
 }
 
@@ -250,8 +245,7 @@ CUresult NodeOfType(CUgraphNode handle, CUgraphNodeType type, Node** result) {
 }
 
 // The copy of graph node `handle` in `exec`, of the given type.
-CUresult ExecNodeOfType(CUgraphExec exec_handle, CUgraphNode handle, CUgraphNodeType type,
-                        Node** result) {
+CUresult ExecNodeOfType(CUgraphExec exec_handle, CUgraphNode handle, CUgraphNodeType type, Node** result) {
   GraphExec* exec = AsGraphExec(exec_handle);
   if (exec == nullptr) return CUDA_ERROR_INVALID_VALUE;
   auto found = exec->index.find(reinterpret_cast<const Node*>(handle));
@@ -266,8 +260,7 @@ void ZeroEdges(CUgraphEdgeData* edges, size_t count) {
   if (edges != nullptr) std::memset(edges, 0, count * sizeof(CUgraphEdgeData));
 }
 
-CUresult GetEdges(CUgraph handle, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edges,
-                  size_t* count) {
+CUresult GetEdges(CUgraph handle, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edges, size_t* count) {
   Graph* graph = AsGraph(handle);
   if (graph == nullptr || count == nullptr || (from == nullptr) != (to == nullptr)) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -287,8 +280,7 @@ CUresult GetEdges(CUgraph handle, CUgraphNode* from, CUgraphNode* to, CUgraphEdg
   return CUDA_SUCCESS;
 }
 
-CUresult Dependencies(CUgraphNode handle, CUgraphNode* deps, CUgraphEdgeData* edges,
-                      size_t* count) {
+CUresult Dependencies(CUgraphNode handle, CUgraphNode* deps, CUgraphEdgeData* edges, size_t* count) {
   Node* node = AsNode(handle);
   if (node == nullptr || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<CUgraphNode> list;
@@ -299,8 +291,7 @@ CUresult Dependencies(CUgraphNode handle, CUgraphNode* deps, CUgraphEdgeData* ed
   return CUDA_SUCCESS;
 }
 
-CUresult Dependents(CUgraphNode handle, CUgraphNode* dependents, CUgraphEdgeData* edges,
-                    size_t* count) {
+CUresult Dependents(CUgraphNode handle, CUgraphNode* dependents, CUgraphEdgeData* edges, size_t* count) {
   Node* node = AsNode(handle);
   if (node == nullptr || count == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<CUgraphNode> list;
@@ -316,8 +307,8 @@ CUresult Dependents(CUgraphNode handle, CUgraphNode* dependents, CUgraphEdgeData
 }
 
 // Adds (or removes) the edges from[i] -> to[i] of `handle`; all or nothing.
-CUresult ChangeEdges(CUgraph handle, const CUgraphNode* from, const CUgraphNode* to,
-                     const CUgraphEdgeData* edges, size_t count, bool add) {
+CUresult ChangeEdges(CUgraph handle, const CUgraphNode* from, const CUgraphNode* to, const CUgraphEdgeData* edges,
+                     size_t count, bool add) {
   Graph* graph = AsGraph(handle);
   if (graph == nullptr || (count > 0 && (from == nullptr || to == nullptr))) {
     return CUDA_ERROR_INVALID_VALUE;
@@ -328,12 +319,11 @@ CUresult ChangeEdges(CUgraph handle, const CUgraphNode* from, const CUgraphNode*
   for (size_t i = 0; i < count; ++i) {
     Node* source = AsNode(from[i]);
     Node* target = AsNode(to[i]);
-    if (source == nullptr || target == nullptr || source->owner != graph ||
-        target->owner != graph || source == target || !pairs.insert({source, target}).second) {
+    if (source == nullptr || target == nullptr || source->owner != graph || target->owner != graph ||
+        source == target || !pairs.insert({source, target}).second) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    bool present =
-        std::find(target->deps.begin(), target->deps.end(), source) != target->deps.end();
+    bool present = std::find(target->deps.begin(), target->deps.end(), source) != target->deps.end();
     if (present == add) return CUDA_ERROR_INVALID_VALUE;  // a duplicate, or no such edge
   }
   for (const auto& [source, target] : pairs) {
@@ -354,11 +344,9 @@ CUresult Update(CUgraphExec exec_handle, CUgraph handle, CUgraphExecUpdateResult
   std::vector<const Node*> order;
   if (!LaunchOrder(*graph, &order)) return CUDA_ERROR_INVALID_VALUE;
   // Memory nodes cannot be updated (their allocations are the graph's own), as on a GPU.
-  const bool exec_memory_nodes =
-      std::any_of(exec->nodes.begin(), exec->nodes.end(), [](const Node& node) {
-        return node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
-               node.type == CU_GRAPH_NODE_TYPE_MEM_FREE;
-      });
+  const bool exec_memory_nodes = std::any_of(exec->nodes.begin(), exec->nodes.end(), [](const Node& node) {
+    return node.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || node.type == CU_GRAPH_NODE_TYPE_MEM_FREE;
+  });
   if (exec_memory_nodes || HasMemoryNodes(*graph)) {
     info->result = CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED;
     return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
@@ -371,9 +359,8 @@ CUresult Update(CUgraphExec exec_handle, CUgraph handle, CUgraphExecUpdateResult
   }
   for (size_t i = 0; i < order.size(); ++i) {
     if (order[i]->type != exec->nodes[i].type || shape[i] != exec->shape[i]) {
-      info->result = order[i]->type != exec->nodes[i].type
-                         ? CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
-                         : CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+      info->result = order[i]->type != exec->nodes[i].type ? CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED
+                                                           : CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
       info->errorNode = reinterpret_cast<CUgraphNode>(const_cast<Node*>(order[i]));
       return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
     }
@@ -410,8 +397,10 @@ const char* TypeName(CUgraphNodeType type) {
       return "event_wait";
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
       return "event_record";
-    case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return "mem_alloc";
-    case CU_GRAPH_NODE_TYPE_MEM_FREE: return "mem_free";
+    case CU_GRAPH_NODE_TYPE_MEM_ALLOC:
+      return "mem_alloc";
+    case CU_GRAPH_NODE_TYPE_MEM_FREE:
+      return "mem_free";
     case CU_GRAPH_NODE_TYPE_CONDITIONAL:
       return "conditional";
     default:
@@ -423,8 +412,8 @@ CUresult CheckEdges(const CUgraphEdgeData* edges, size_t count) {
   if (edges == nullptr) return CUDA_SUCCESS;
   for (size_t i = 0; i < count; ++i) {
     if (edges[i].from_port != 0 || edges[i].to_port != 0 || edges[i].type != 0) {
-      return static_cast<CUresult>(ReportUnsupported(
-          "graph edge data", "edges other than full dependencies (programmatic launch)"));
+      return static_cast<CUresult>(
+          ReportUnsupported("graph edge data", "edges other than full dependencies (programmatic launch)"));
     }
   }
   return CUDA_SUCCESS;

@@ -83,8 +83,7 @@ void Append(Capture& capture, Node node) {
 }
 
 // Checks that `nodes` are nodes of `graph` (none repeated) for a capture's frontier.
-bool FrontierOf(const Graph* graph, const CUgraphNode* nodes, size_t count,
-                std::vector<CUgraphNode>* frontier) {
+bool FrontierOf(const Graph* graph, const CUgraphNode* nodes, size_t count, std::vector<CUgraphNode>* frontier) {
   if (count > 0 && nodes == nullptr) return false;
   for (size_t i = 0; i < count; ++i) {
     Node* node = graph::AsNode(nodes[i]);
@@ -112,8 +111,7 @@ CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
     return static_cast<CUresult>(
         ReportUnsupported("cuGraphInstantiate(device launch)", "graphs launched from kernels"));
   }
-  constexpr cuuint64_t kKnown = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
-                                CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+  constexpr cuuint64_t kKnown = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
                                 CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
   std::vector<const Node*> order;
@@ -154,8 +152,7 @@ CUresult Instantiate(CUgraphExec* result, CUgraph handle, cuuint64_t flags) {
 // CUDA_SUCCESS.
 std::shared_ptr<Capture> OpenCaptureOf(CUstream stream, CUresult* status) {
   std::shared_ptr<Capture> capture = CaptureOf(stream);
-  *status = capture != nullptr && capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-                                                       : CUDA_SUCCESS;
+  *status = capture != nullptr && capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
   return capture;
 }
 
@@ -183,9 +180,8 @@ bool CaptureWork(CUstream stream, CUgraphNodeType type, CapturedWork work, CUres
   return AddCaptured(stream, std::move(node), status);
 }
 
-bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3],
-                   const unsigned block[3], unsigned shared_mem, std::vector<char> params,
-                   bool cooperative, CUresult* status) {
+bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3], const unsigned block[3],
+                   unsigned shared_mem, std::vector<char> params, bool cooperative, CUresult* status) {
   Node node;
   node.type = CU_GRAPH_NODE_TYPE_KERNEL;
   if (cooperative) node.attributes[CU_LAUNCH_ATTRIBUTE_COOPERATIVE].cooperative = 1;
@@ -197,8 +193,7 @@ bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3],
   return AddCaptured(stream, std::move(node), status);
 }
 
-bool CaptureGraphAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* dptr,
-                       CUresult* status) {
+bool CaptureGraphAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* dptr, CUresult* status) {
   {
     std::lock_guard<std::mutex> lock(mu);
     if (OpenCaptureOf(stream, status) == nullptr) return false;
@@ -271,8 +266,7 @@ CUresult RefuseOnCapturingStream(int device, uint32_t op, const void* args, size
 
 namespace {
 // Every request passes it (Runtime::Admit) from the moment the library is loaded.
-[[maybe_unused]] const bool capture_check_installed =
-    (InstallCaptureCheck(&RefuseOnCapturingStream), true);
+[[maybe_unused]] const bool capture_check_installed = (InstallCaptureCheck(&RefuseOnCapturingStream), true);
 }  // namespace
 
 CUresult RefuseGraphLaunchInCapture(CUstream stream) {
@@ -287,8 +281,7 @@ CUresult RefuseGraphLaunchInCapture(CUstream stream) {
 // cuEventRecord on a capturing stream: recorded as a node when external, and the event
 // remembered so that a stream waiting for it joins the capture. Returns false when
 // `stream` is not capturing.
-bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedWork work,
-                        CUresult* status) {
+bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedWork work, CUresult* status) {
   std::lock_guard<std::mutex> lock(mu);
   std::shared_ptr<Capture> capture = OpenCaptureOf(stream, status);
   if (capture == nullptr) return false;
@@ -310,8 +303,7 @@ bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedW
 // capture (nothing to record: the order of the recorded calls already has the wait); a
 // capturing stream records a wait only when it is external (graphs.h). Returns false when
 // neither the stream nor the event takes part in a capture.
-bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWork work,
-                       CUresult* status) {
+bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWork work, CUresult* status) {
   int device = 0;
   uint64_t id = 0;
   if (ResolveDevice(stream, &device, &id) != CUDA_SUCCESS) return false;
@@ -448,9 +440,8 @@ CUresult RunNode(const Node& node, CUstream stream) {
   switch (node.type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       auto cooperative = node.attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
-      return ops::LaunchPacked(
-          node.function, node.grid, node.block, node.shared_mem, stream, node.params,
-          cooperative != node.attributes.end() && cooperative->second.cooperative);
+      return ops::LaunchPacked(node.function, node.grid, node.block, node.shared_mem, stream, node.params,
+                               cooperative != node.attributes.end() && cooperative->second.cooperative);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       return ops::Copy3D(&node.copy, stream);
@@ -459,11 +450,9 @@ CUresult RunNode(const Node& node, CUstream stream) {
       size_t pitch = m.height > 1 ? m.pitch : m.width * m.elementSize;
       switch (m.elementSize) {
         case 1:
-          return ops::Memset2D(m.dst, pitch, static_cast<unsigned char>(m.value), 1, m.width,
-                               m.height, stream);
+          return ops::Memset2D(m.dst, pitch, static_cast<unsigned char>(m.value), 1, m.width, m.height, stream);
         case 2:
-          return ops::Memset2D(m.dst, pitch, static_cast<unsigned short>(m.value), 2, m.width,
-                               m.height, stream);
+          return ops::Memset2D(m.dst, pitch, static_cast<unsigned short>(m.value), 2, m.width, m.height, stream);
         default:
           return ops::Memset2D(m.dst, pitch, m.value, 4, m.width, m.height, stream);
       }

@@ -25,16 +25,14 @@ bool CaptureWork(CUstream stream, CUgraphNodeType type, CapturedWork work, CUres
 // The same for a kernel launch, recorded as a kernel node with its arguments `params`
 // packed in the kernel's layout (so cuGraphKernelNodeGetParams and cuGraphExecUpdate see
 // them); a cooperative launch's node has the cooperative attribute.
-bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3],
-                   const unsigned block[3], unsigned shared_mem, std::vector<char> params,
-                   bool cooperative, CUresult* status);
+bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3], const unsigned block[3],
+                   unsigned shared_mem, std::vector<char> params, bool cooperative, CUresult* status);
 
 // cuMemAllocAsync and cuMemFreeAsync on a capturing stream: a memory allocation node
 // (its graph memory allocated now on `device`, the address in *dptr) or a free node (of
 // graph memory only: other memory gets CUDA_ERROR_INVALID_VALUE and invalidates the
 // capture). False when `stream` does not capture.
-bool CaptureGraphAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* dptr,
-                       CUresult* status);
+bool CaptureGraphAlloc(CUstream stream, int device, size_t bytes, CUdeviceptr* dptr, CUresult* status);
 bool CaptureGraphFree(CUstream stream, CUdeviceptr dptr, CUresult* status);
 
 // If `stream` is capturing: invalidates its capture (a call that cannot be captured was
@@ -58,10 +56,8 @@ CUresult RefuseGraphLaunchInCapture(CUstream stream);
 // otherwise they order work, and the captured graph, a chain in call order, has that order
 // already. A capture does not wait for an event from outside it unless the wait is
 // external (CUDA_ERROR_STREAM_CAPTURE_ISOLATION). False: nothing to do with a capture.
-bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedWork work,
-                        CUresult* status);
-bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWork work,
-                       CUresult* status);
+bool CaptureEventRecord(CUevent event, CUstream stream, bool external, CapturedWork work, CUresult* status);
+bool CaptureStreamWait(CUstream stream, CUevent event, bool external, CapturedWork work, CUresult* status);
 
 }  // namespace gpupool::client
 

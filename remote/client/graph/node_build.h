@@ -17,8 +17,8 @@ namespace gpupool::client::graph {
 CUresult AddNode(CUgraphNode* result, CUgraph handle, const CUgraphNode* deps, size_t count,
                  std::unique_ptr<Node> node);
 
-CUresult SetKernel(Node* node, CUfunction func, CUkernel kern, const unsigned grid[3],
-                   const unsigned block[3], unsigned shared_mem, void** params, void** extra);
+CUresult SetKernel(Node* node, CUfunction func, CUkernel kern, const unsigned grid[3], const unsigned block[3],
+                   unsigned shared_mem, void** params, void** extra);
 
 template <typename Params>
 CUresult SetKernel(Node* node, const Params* p, CUkernel kern) {
@@ -30,8 +30,8 @@ CUresult SetKernel(Node* node, const Params* p, CUkernel kern) {
 
 CUresult SetMemcpy(Node* node, const CUDA_MEMCPY3D* copy);
 
-CUresult SetMemset(Node* node, CUdeviceptr dst, size_t pitch, unsigned value, unsigned element_size,
-                   size_t width, size_t height);
+CUresult SetMemset(Node* node, CUdeviceptr dst, size_t pitch, unsigned value, unsigned element_size, size_t width,
+                   size_t height);
 
 CUresult SetHost(Node* node, CUhostFn fn, void* data);
 
@@ -62,8 +62,7 @@ CUresult Add(CUgraphNode* result, CUgraph graph, const CUgraphNode* deps, size_t
 CUresult NodeOfType(CUgraphNode handle, CUgraphNodeType type, Node** result);
 
 // The copy of graph node `handle` in `exec`, of the given type.
-CUresult ExecNodeOfType(CUgraphExec exec_handle, CUgraphNode handle, CUgraphNodeType type,
-                        Node** result);
+CUresult ExecNodeOfType(CUgraphExec exec_handle, CUgraphNode handle, CUgraphNodeType type, Node** result);
 
 // Sets a node (of a graph or an instantiated graph) from new parameters, keeping its place.
 template <typename Set>
@@ -91,8 +90,7 @@ void GetKernel(Node* node, Params* p) {
   node->param_pointers.clear();
   if (Function* function = AsFunction(node->function); function != nullptr) {
     for (const auto& slot : function->layout.params) {
-      node->param_pointers.push_back(
-          slot.offset < node->params.size() ? node->params.data() + slot.offset : nullptr);
+      node->param_pointers.push_back(slot.offset < node->params.size() ? node->params.data() + slot.offset : nullptr);
     }
   }
   p->kernelParams = node->param_pointers.empty() ? nullptr : node->param_pointers.data();
@@ -113,18 +111,15 @@ void FillList(const std::vector<T>& items, T* out, size_t* count) {
 
 void ZeroEdges(CUgraphEdgeData* edges, size_t count);
 
-CUresult GetEdges(CUgraph handle, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edges,
-                  size_t* count);
+CUresult GetEdges(CUgraph handle, CUgraphNode* from, CUgraphNode* to, CUgraphEdgeData* edges, size_t* count);
 
-CUresult Dependencies(CUgraphNode handle, CUgraphNode* deps, CUgraphEdgeData* edges,
-                      size_t* count);
+CUresult Dependencies(CUgraphNode handle, CUgraphNode* deps, CUgraphEdgeData* edges, size_t* count);
 
-CUresult Dependents(CUgraphNode handle, CUgraphNode* dependents, CUgraphEdgeData* edges,
-                    size_t* count);
+CUresult Dependents(CUgraphNode handle, CUgraphNode* dependents, CUgraphEdgeData* edges, size_t* count);
 
 // Adds (or removes) the edges from[i] -> to[i] of `handle`; all or nothing.
-CUresult ChangeEdges(CUgraph handle, const CUgraphNode* from, const CUgraphNode* to,
-                     const CUgraphEdgeData* edges, size_t count, bool add);
+CUresult ChangeEdges(CUgraph handle, const CUgraphNode* from, const CUgraphNode* to, const CUgraphEdgeData* edges,
+                     size_t count, bool add);
 
 CUresult Update(CUgraphExec exec_handle, CUgraph handle, CUgraphExecUpdateResultInfo* info);
 

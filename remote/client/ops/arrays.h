@@ -19,7 +19,7 @@ CUresult ArrayBacking(CUarray array, uintptr_t* base, size_t* row_bytes, size_t*
 // For a side of a 2D/3D copy of `type` (nothing to check unless CU_MEMORYTYPE_ARRAY): the
 // region (x bytes, y rows, z slices; width bytes, height rows, depth slices) must lie in
 // the array, else CUDA_ERROR_INVALID_VALUE.
-CUresult CheckArrayRegion(CUmemorytype type, CUarray array, size_t x, size_t y, size_t z,
-                          size_t width, size_t height, size_t depth);
+CUresult CheckArrayRegion(CUmemorytype type, CUarray array, size_t x, size_t y, size_t z, size_t width, size_t height,
+                          size_t depth);
 
 }  // namespace gpupool::client

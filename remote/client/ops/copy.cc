@@ -18,8 +18,7 @@ int DeviceOf(CUdeviceptr ptr, size_t size) {
   return allocation.device;
 }
 
-bool SpanPieces(CUdeviceptr ptr, size_t size, int* device,
-                std::vector<std::pair<size_t, size_t>>* pieces) {
+bool SpanPieces(CUdeviceptr ptr, size_t size, int* device, std::vector<std::pair<size_t, size_t>>* pieces) {
   pieces->clear();
   *device = -1;
   for (uint64_t at = ptr, end = ptr + size; at < end;) {
@@ -88,8 +87,7 @@ CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t size, CUstream stream
   int device = DeviceOf(dst, size);
   if (device < 0) {
     return ForEachPiece(dst, size, [&](size_t offset, size_t length) {
-      return CopyHtoD(dst + offset, static_cast<const char*>(src) + offset, length, stream,
-                      async);
+      return CopyHtoD(dst + offset, static_cast<const char*>(src) + offset, length, stream, async);
     });
   }
   dp::MemcpyHtoDArgs args{dst, size, 0};
@@ -109,8 +107,7 @@ CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t size, CUstream stream, bool
     // A blocking copy: the host reads dst once it returns, so this is a synchronisation,
     // after which managed.cc reads the GPU's copies back into the host's pages.
     dp::StreamArgs args{0, 0, 0};
-    return Runtime::Get().Call(DeviceOf(address, size), dp::kOpContextSynchronize, &args,
-                               sizeof(args));
+    return Runtime::Get().Call(DeviceOf(address, size), dp::kOpContextSynchronize, &args, sizeof(args));
   }
   int device = DeviceOf(src, size);
   if (device < 0) {
@@ -135,20 +132,17 @@ CUresult CopyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream
   int source_device = DeviceOf(src, size);
   // A side over adjacent allocations: piece by piece, each then within one on that side.
   if (device < 0) {
-    return ForEachPiece(dst, size, [&](size_t offset, size_t length) {
-      return CopyDtoD(dst + offset, src + offset, length, stream);
-    });
+    return ForEachPiece(
+        dst, size, [&](size_t offset, size_t length) { return CopyDtoD(dst + offset, src + offset, length, stream); });
   }
   if (source_device < 0) {
-    return ForEachPiece(src, size, [&](size_t offset, size_t length) {
-      return CopyDtoD(dst + offset, src + offset, length, stream);
-    });
+    return ForEachPiece(
+        src, size, [&](size_t offset, size_t length) { return CopyDtoD(dst + offset, src + offset, length, stream); });
   }
   if (device != source_device) {
     // Between two remote GPUs: through this host (there is no peer path).
     std::vector<char> staging(size);
-    if (CUresult status = CopyDtoH(staging.data(), src, size, stream, false);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = CopyDtoH(staging.data(), src, size, stream, false); status != CUDA_SUCCESS) {
       return status;
     }
     return CopyHtoD(dst, staging.data(), size, stream);
@@ -183,13 +177,11 @@ struct CopySide {
   uintptr_t base = 0;  // host address or device pointer
   size_t x = 0, y = 0, z = 0, pitch = 0, height = 0;
 
-  uintptr_t Row(size_t row, size_t slice) const {
-    return base + (z + slice) * pitch * height + (y + row) * pitch + x;
-  }
+  uintptr_t Row(size_t row, size_t slice) const { return base + (z + slice) * pitch * height + (y + row) * pitch + x; }
 };
 
-CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device_ptr, CUarray array,
-                     size_t x, size_t y, size_t z, size_t pitch, size_t height, CopySide* side) {
+CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device_ptr, CUarray array, size_t x, size_t y,
+                     size_t z, size_t pitch, size_t height, CopySide* side) {
   switch (type) {
     case CU_MEMORYTYPE_HOST:
       side->device = false;
@@ -205,14 +197,14 @@ CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device_ptr
       side->base = device_ptr;
       break;
     case CU_MEMORYTYPE_ARRAY: {  // an array is device memory of rows (ops/arrays.h)
-      if (CUresult status = ArrayBacking(array, &side->base, &pitch, &height);
-          status != CUDA_SUCCESS) {
+      if (CUresult status = ArrayBacking(array, &side->base, &pitch, &height); status != CUDA_SUCCESS) {
         return status;
       }
       side->device = true;
       break;
     }
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   if (side->base == 0) return CUDA_ERROR_INVALID_VALUE;
   side->x = x;
@@ -223,8 +215,8 @@ CUresult ResolveSide(CUmemorytype type, const void* host, CUdeviceptr device_ptr
   return CUDA_SUCCESS;
 }
 
-CUresult CopyRows(const CopySide& src, const CopySide& dst, size_t width, size_t height,
-                  size_t depth, CUstream stream) {
+CUresult CopyRows(const CopySide& src, const CopySide& dst, size_t width, size_t height, size_t depth,
+                  CUstream stream) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (width == 0 || height == 0 || depth == 0) return CUDA_SUCCESS;
   if ((height > 1 || depth > 1) && (src.pitch < width || dst.pitch < width)) {
@@ -246,14 +238,13 @@ CUresult CopyRows(const CopySide& src, const CopySide& dst, size_t width, size_t
     const size_t span = last - first;
     if (span <= 4 * width * rows && DeviceOf(first, span) >= 0) {
       std::vector<char> staging(span);
-      if (CUresult status = CopyDtoH(staging.data(), first, span, stream, false);
-          status != CUDA_SUCCESS) {
+      if (CUresult status = CopyDtoH(staging.data(), first, span, stream, false); status != CUDA_SUCCESS) {
         return status;
       }
       for (size_t slice = 0; slice < depth; ++slice) {
         for (size_t row = 0; row < height; ++row) {
-          std::memcpy(reinterpret_cast<void*>(dst.Row(row, slice)),
-                      staging.data() + (src.Row(row, slice) - first), width);
+          std::memcpy(reinterpret_cast<void*>(dst.Row(row, slice)), staging.data() + (src.Row(row, slice) - first),
+                      width);
         }
       }
       return CUDA_SUCCESS;
@@ -265,14 +256,12 @@ CUresult CopyRows(const CopySide& src, const CopySide& dst, size_t width, size_t
       if (src.device && dst.device) {
         status = CopyDtoD(dst.Row(row, slice), src.Row(row, slice), width, stream);
       } else if (dst.device) {
-        status = CopyHtoD(dst.Row(row, slice), reinterpret_cast<const void*>(src.Row(row, slice)),
-                          width, stream);
+        status = CopyHtoD(dst.Row(row, slice), reinterpret_cast<const void*>(src.Row(row, slice)), width, stream);
       } else if (src.device) {
-        status = CopyDtoH(reinterpret_cast<void*>(dst.Row(row, slice)), src.Row(row, slice),
-                          width, stream, false);
+        status = CopyDtoH(reinterpret_cast<void*>(dst.Row(row, slice)), src.Row(row, slice), width, stream, false);
       } else {
-        std::memmove(reinterpret_cast<void*>(dst.Row(row, slice)),
-                     reinterpret_cast<const void*>(src.Row(row, slice)), width);
+        std::memmove(reinterpret_cast<void*>(dst.Row(row, slice)), reinterpret_cast<const void*>(src.Row(row, slice)),
+                     width);
         status = CUDA_SUCCESS;
       }
       if (status != CUDA_SUCCESS) return status;
@@ -286,23 +275,21 @@ CUresult CopyRows(const CopySide& src, const CopySide& dst, size_t width, size_t
 CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream) {
   if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
   CopySide src, dst;
-  if (CUresult status = ResolveSide(copy->srcMemoryType, copy->srcHost, copy->srcDevice,
-                                    copy->srcArray, copy->srcXInBytes, copy->srcY, 0,
-                                    copy->srcPitch, 0, &src);
+  if (CUresult status = ResolveSide(copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcArray,
+                                    copy->srcXInBytes, copy->srcY, 0, copy->srcPitch, 0, &src);
       status != CUDA_SUCCESS) {
     return status;
   }
-  if (CUresult status = ResolveSide(copy->dstMemoryType, copy->dstHost, copy->dstDevice,
-                                    copy->dstArray, copy->dstXInBytes, copy->dstY, 0,
-                                    copy->dstPitch, 0, &dst);
+  if (CUresult status = ResolveSide(copy->dstMemoryType, copy->dstHost, copy->dstDevice, copy->dstArray,
+                                    copy->dstXInBytes, copy->dstY, 0, copy->dstPitch, 0, &dst);
       status != CUDA_SUCCESS) {
     return status;
   }
   for (CUresult status :  // arrays: the region inside (ops/arrays.h)
-       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY, 0,
-                         copy->WidthInBytes, copy->Height, 1),
-        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY, 0,
-                         copy->WidthInBytes, copy->Height, 1)}) {
+       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY, 0, copy->WidthInBytes,
+                         copy->Height, 1),
+        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY, 0, copy->WidthInBytes,
+                         copy->Height, 1)}) {
     if (status != CUDA_SUCCESS) return status;
   }
   return CopyRows(src, dst, copy->WidthInBytes, copy->Height, 1, stream);
@@ -310,28 +297,25 @@ CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream) {
 
 CUresult Copy3D(const CUDA_MEMCPY3D* copy, CUstream stream) {
   if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  if (copy->srcLOD != 0 || copy->dstLOD != 0 || copy->reserved0 != nullptr ||
-      copy->reserved1 != nullptr) {
+  if (copy->srcLOD != 0 || copy->dstLOD != 0 || copy->reserved0 != nullptr || copy->reserved1 != nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   CopySide src, dst;
-  if (CUresult status = ResolveSide(copy->srcMemoryType, copy->srcHost, copy->srcDevice,
-                                    copy->srcArray, copy->srcXInBytes, copy->srcY, copy->srcZ,
-                                    copy->srcPitch, copy->srcHeight, &src);
+  if (CUresult status = ResolveSide(copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcArray,
+                                    copy->srcXInBytes, copy->srcY, copy->srcZ, copy->srcPitch, copy->srcHeight, &src);
       status != CUDA_SUCCESS) {
     return status;
   }
-  if (CUresult status = ResolveSide(copy->dstMemoryType, copy->dstHost, copy->dstDevice,
-                                    copy->dstArray, copy->dstXInBytes, copy->dstY, copy->dstZ,
-                                    copy->dstPitch, copy->dstHeight, &dst);
+  if (CUresult status = ResolveSide(copy->dstMemoryType, copy->dstHost, copy->dstDevice, copy->dstArray,
+                                    copy->dstXInBytes, copy->dstY, copy->dstZ, copy->dstPitch, copy->dstHeight, &dst);
       status != CUDA_SUCCESS) {
     return status;
   }
   for (CUresult status :  // arrays: the region inside (ops/arrays.h)
-       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY,
-                         copy->srcZ, copy->WidthInBytes, copy->Height, copy->Depth),
-        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY,
-                         copy->dstZ, copy->WidthInBytes, copy->Height, copy->Depth)}) {
+       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY, copy->srcZ,
+                         copy->WidthInBytes, copy->Height, copy->Depth),
+        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY, copy->dstZ,
+                         copy->WidthInBytes, copy->Height, copy->Depth)}) {
     if (status != CUDA_SUCCESS) return status;
   }
   return CopyRows(src, dst, copy->WidthInBytes, copy->Height, copy->Depth, stream);

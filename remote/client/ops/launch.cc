@@ -19,8 +19,7 @@ constexpr int kAssumedRegistersPerThread = 32;
 gpupool::dataplane::FunctionResources KnownResources(const Function& function, int ordinal) {
   std::lock_guard<std::mutex> lock(Runtime::Get().mu());
   auto found = function.resources.find(ordinal);
-  return found == function.resources.end() ? gpupool::dataplane::FunctionResources{}
-                                           : found->second;
+  return found == function.resources.end() ? gpupool::dataplane::FunctionResources{} : found->second;
 }
 
 // What the calculator needs of `function` on device `ordinal`, resolving it there first
@@ -30,16 +29,14 @@ KernelResources ResourcesOf(Function& function, int ordinal) {
   (void)Runtime::Get().EnsureFunction(&function, ordinal, &remote);
   const gpupool::dataplane::FunctionResources known = KnownResources(function, ordinal);
   KernelResources resources;
-  resources.registers_per_thread =
-      known.registers > 0 ? known.registers : kAssumedRegistersPerThread;
+  resources.registers_per_thread = known.registers > 0 ? known.registers : kAssumedRegistersPerThread;
   resources.static_shared_bytes = std::max(known.static_shared_bytes, 0);
   resources.max_threads_per_block =
       known.max_threads_per_block > 0 ? std::min(known.max_threads_per_block, 1024) : 1024;
   return resources;
 }
 
-CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
-                              unsigned shared_bytes) {
+CUresult CheckLaunchResources(Function& function, int device, unsigned threads, unsigned shared_bytes) {
   Device* d = Runtime::Get().device(device);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   int static_shared;
@@ -51,8 +48,7 @@ CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
       static_shared = 0;
     } else {
       const gpupool::dataplane::FunctionResources& known = found->second;
-      if (known.max_threads_per_block > 0 &&
-          threads > static_cast<unsigned>(known.max_threads_per_block)) {
+      if (known.max_threads_per_block > 0 && threads > static_cast<unsigned>(known.max_threads_per_block)) {
         return CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
       }
       if (shared_bytes == 0) return CUDA_SUCCESS;  // within any limit (the common launch)
@@ -66,19 +62,18 @@ CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
     limit = function.max_dynamic_shared_bytes >= 0 ? function.max_dynamic_shared_bytes
                                                    : model.shared_per_block - static_shared;
   }
-  return shared_bytes > static_cast<unsigned>(std::max(limit, 0)) ? CUDA_ERROR_INVALID_VALUE
-                                                                   : CUDA_SUCCESS;
+  return shared_bytes > static_cast<unsigned>(std::max(limit, 0)) ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 }
 
-CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3],
-                              const unsigned block[3], unsigned shared_bytes) {
+CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3], const unsigned block[3],
+                              unsigned shared_bytes) {
   Device* d = Runtime::Get().device(device);
   if (d == nullptr) return CUDA_ERROR_INVALID_DEVICE;
   const ModelProperties model = PropertiesOf(*d);
   const int threads = static_cast<int>(block[0] * block[1] * block[2]);
-  const uint64_t resident = uint64_t(ActiveBlocksPerMultiprocessor(
-                                model, ResourcesOf(function, device), threads, shared_bytes)) *
-                            model.multiprocessors;
+  const uint64_t resident =
+      uint64_t(ActiveBlocksPerMultiprocessor(model, ResourcesOf(function, device), threads, shared_bytes)) *
+      model.multiprocessors;
   const uint64_t blocks = uint64_t{grid[0]} * grid[1] * grid[2];
   return blocks > resident ? CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE : CUDA_SUCCESS;
 }
@@ -93,16 +88,15 @@ CUresult CheckLaunchAttributes(const CUlaunchConfig& config) {
       case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
         const auto& dim = attribute.value.clusterDim;
         if (dim.x * dim.y * dim.z > 1) {
-          return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cluster dimension)",
-                                                         "thread block clusters"));
+          return static_cast<CUresult>(
+              ReportUnsupported("cuLaunchKernelEx(cluster dimension)", "thread block clusters"));
         }
         break;
       }
       case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
       case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
-        return static_cast<CUresult>(
-            ReportUnsupported("cuLaunchKernelEx(programmatic or launch-completion event)",
-                              "an event recorded from inside a running kernel"));
+        return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(programmatic or launch-completion event)",
+                                                       "an event recorded from inside a running kernel"));
       default:
         // Priorities, cache and sync-domain hints, programmatic serialization, preferred
         // cluster shapes: they tune how a GPU schedules, never what the kernel computes.
@@ -113,8 +107,7 @@ CUresult CheckLaunchAttributes(const CUlaunchConfig& config) {
 }
 
 // Packs kernel arguments into the layout the kernel expects.
-CUresult PackParams(const Function& function, void** params, void** extra,
-                    std::vector<char>* packed) {
+CUresult PackParams(const Function& function, void** params, void** extra, std::vector<char>* packed) {
   if (extra != nullptr) {
     // CU_LAUNCH_PARAM_BUFFER_POINTER, ptr, CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END
     const void* buffer = nullptr;
@@ -143,23 +136,20 @@ CUresult PackParams(const Function& function, void** params, void** extra,
   return CUDA_SUCCESS;
 }
 
-CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const unsigned block[3],
-                     Function** function) {
+CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const unsigned block[3], Function** function) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   *function = AsFunction(handle);
   if (*function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
-  if (threads == 0 || threads > 1024 || block[0] > 1024 || block[1] > 1024 || block[2] > 64 ||
-      grid[0] == 0 || grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u ||
-      grid[1] > 65535 || grid[2] > 65535) {
+  if (threads == 0 || threads > 1024 || block[0] > 1024 || block[1] > 1024 || block[2] > 64 || grid[0] == 0 ||
+      grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u || grid[1] > 65535 || grid[2] > 65535) {
     return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
 
-CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned block[3],
-                      unsigned shared_mem, CUstream stream, void** params, void** extra,
-                      bool cooperative) {
+CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
+                      CUstream stream, void** params, void** extra, bool cooperative) {
   Function* function = nullptr;
   if (CUresult status = CheckLaunch(handle, grid, block, &function); status != CUDA_SUCCESS) {
     return status;
@@ -170,18 +160,15 @@ CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned 
   if (CUresult status = ResolveDevice(stream, &device, &args.stream); status != CUDA_SUCCESS) {
     return status;
   }
-  if (CUresult status = Runtime::Get().EnsureFunction(function, device, &args.function);
-      status != CUDA_SUCCESS) {
+  if (CUresult status = Runtime::Get().EnsureFunction(function, device, &args.function); status != CUDA_SUCCESS) {
     return status;
   }
-  if (CUresult status =
-          CheckLaunchResources(*function, device, static_cast<unsigned>(threads), shared_mem);
+  if (CUresult status = CheckLaunchResources(*function, device, static_cast<unsigned>(threads), shared_mem);
       status != CUDA_SUCCESS) {
     return status;
   }
   if (cooperative) {
-    if (CUresult status = CheckCooperativeGrid(*function, device, grid, block, shared_mem);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = CheckCooperativeGrid(*function, device, grid, block, shared_mem); status != CUDA_SUCCESS) {
       return status;
     }
     args.flags = dp::kLaunchCooperative;
@@ -191,8 +178,7 @@ CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned 
   if (CUresult status = PackParams(*function, params, extra, &packed); status != CUDA_SUCCESS) {
     return status;
   }
-  if (CUresult status =
-          Runtime::Get().MapPinnedArguments(device, CurrentContext(), packed.data(), packed.size());
+  if (CUresult status = Runtime::Get().MapPinnedArguments(device, CurrentContext(), packed.data(), packed.size());
       status != CUDA_SUCCESS) {
     return status;
   }
@@ -200,23 +186,20 @@ CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned 
   std::memcpy(args.block, block, sizeof(args.block));
   args.shared_mem = shared_mem;
   args.param_size = static_cast<uint32_t>(packed.size());
-  return Runtime::Get().Post(device, dp::kOpLaunch, &args, sizeof(args), packed.data(),
-                             packed.size());
+  return Runtime::Get().Post(device, dp::kOpLaunch, &args, sizeof(args), packed.data(), packed.size());
 }
 
-CUresult PackKernelParams(CUfunction handle, void** params, void** extra,
-                          std::vector<char>* packed) {
+CUresult PackKernelParams(CUfunction handle, void** params, void** extra, std::vector<char>* packed) {
   Function* function = AsFunction(handle);
   if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
   return PackParams(*function, params, extra, packed);
 }
 
-CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3],
-                      unsigned shared_mem, CUstream stream, const std::vector<char>& params,
-                      bool cooperative) {
+CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
+                      CUstream stream, const std::vector<char>& params, bool cooperative) {
   size_t size = params.size();
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()),
-                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
   return LaunchKernel(function, grid, block, shared_mem, stream, nullptr, extra, cooperative);
 }
 

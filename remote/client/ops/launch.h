@@ -26,14 +26,13 @@ KernelResources ResourcesOf(Function& function, int ordinal);
 // allows: more threads than it was compiled for fail with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
 // more dynamic shared memory than its limit (48 KiB unless raised with cuFuncSetAttribute,
 // up to the model's opt-in limit) with CUDA_ERROR_INVALID_VALUE, as on a GPU.
-CUresult CheckLaunchResources(Function& function, int device, unsigned threads,
-                              unsigned shared_bytes);
+CUresult CheckLaunchResources(Function& function, int device, unsigned threads, unsigned shared_bytes);
 
 // CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE when a cooperative launch has more blocks than
 // `device`'s SMs hold at once (the occupancy calculator's blocks per SM times the SMs), as a
 // GPU answers.
-CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3],
-                              const unsigned block[3], unsigned shared_bytes);
+CUresult CheckCooperativeGrid(Function& function, int device, const unsigned grid[3], const unsigned block[3],
+                              unsigned shared_bytes);
 
 // Refuses cuLaunchKernelEx attributes that cannot work remotely (clusters,
 // kernel-triggered events) with CUDA_ERROR_NOT_SUPPORTED naming them; accepts the
@@ -41,25 +40,20 @@ CUresult CheckCooperativeGrid(Function& function, int device, const unsigned gri
 CUresult CheckLaunchAttributes(const CUlaunchConfig& config);
 
 // Packs kernel arguments (kernelParams or `extra`) into the layout `function` expects.
-CUresult PackParams(const Function& function, void** params, void** extra,
-                    std::vector<char>* packed);
-CUresult PackKernelParams(CUfunction function, void** params, void** extra,
-                          std::vector<char>* packed);
+CUresult PackParams(const Function& function, void** params, void** extra, std::vector<char>* packed);
+CUresult PackKernelParams(CUfunction function, void** params, void** extra, std::vector<char>* packed);
 
 // The checks every launch makes first, captured or not: initialised, `handle` a kernel
 // (*function), a block and a grid a GPU takes.
-CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const unsigned block[3],
-                     Function** function);
+CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const unsigned block[3], Function** function);
 
 // Launches `handle` on `stream`. `cooperative`: every block resident at once, so that
 // blocks may wait for each other (cuLaunchCooperativeKernel; grid.sync()).
-CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned block[3],
-                      unsigned shared_mem, CUstream stream, void** params, void** extra,
-                      bool cooperative);
+CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
+                      CUstream stream, void** params, void** extra, bool cooperative);
 
 // Launches `function` with arguments already packed in its layout, as a kernel node does.
-CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3],
-                      unsigned shared_mem, CUstream stream, const std::vector<char>& params,
-                      bool cooperative);
+CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
+                      CUstream stream, const std::vector<char>& params, bool cooperative);
 
 }  // namespace gpupool::client::ops

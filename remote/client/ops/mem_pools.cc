@@ -69,10 +69,12 @@ int* ReuseFlag(MemPool* pool, CUmemPool_attribute attribute) {
   switch (attribute) {
     case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
       return &pool->reuse_follow_event_dependencies;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: return &pool->reuse_allow_opportunistic;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      return &pool->reuse_allow_opportunistic;
     case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
       return &pool->reuse_allow_internal_dependencies;
-    default: return nullptr;
+    default:
+      return nullptr;
   }
 }
 
@@ -116,9 +118,7 @@ CUresult AllocateOnDevice(int device, Context* preferred, size_t bytes, CUdevice
     chosen = &owner->primary;
   }
   // Guarded as the exported cuMemAlloc was: the context pushed is popped whatever happens.
-  auto allocate = [&] {
-    return Guard("cuMemAlloc_v2", [&] { return ops::AllocDeviceMemory(dptr, bytes); });
-  };
+  auto allocate = [&] { return Guard("cuMemAlloc_v2", [&] { return ops::AllocDeviceMemory(dptr, bytes); }); };
   if (chosen == current) return allocate();
   PushContext(chosen);
   CUresult status = allocate();

@@ -19,8 +19,7 @@ CUresult AllocDeviceMemory(CUdeviceptr* dptr, size_t size) {
   dp::MemAllocArgs args{size, Runtime::Get().ChooseAddress(size)};
   dp::MemAllocResult result{0};
   std::string out;
-  CUresult status = Runtime::Get().Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0,
-                                        nullptr, 0, &out);
+  CUresult status = Runtime::Get().Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
   if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
   if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
   if (status != CUDA_SUCCESS || result.dptr != args.address) {

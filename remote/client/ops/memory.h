@@ -33,8 +33,7 @@ int DeviceOf(CUdeviceptr ptr, size_t size);
 // allocations that follow each other with no gap, on one device: adjacent mappings of the
 // virtual memory API (api/vmm.cc), each an allocation of its own on the agent. Pieces are
 // (offset, length); false when the range is not such a run of two or more.
-bool SpanPieces(CUdeviceptr ptr, size_t size, int* device,
-                std::vector<std::pair<size_t, size_t>>* pieces);
+bool SpanPieces(CUdeviceptr ptr, size_t size, int* device, std::vector<std::pair<size_t, size_t>>* pieces);
 
 // Runs `piece(offset, length)` for each piece of a run of adjacent allocations, in order;
 // CUDA_ERROR_INVALID_VALUE when [ptr, ptr+size) is not one.
@@ -57,8 +56,7 @@ CUresult StreamId(CUstream stream, uint64_t* id);
 // keeps a reference and copies the bytes by the next two-way request instead of at the call
 // (failover/failover.h); into page-locked memory, a device-to-host copy completes by the next
 // synchronisation instead of at once.
-CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t size, CUstream stream,
-                  bool async = false);
+CUresult CopyHtoD(CUdeviceptr dst, const void* src, size_t size, CUstream stream, bool async = false);
 CUresult CopyDtoH(void* dst, CUdeviceptr src, size_t size, CUstream stream, bool async);
 CUresult CopyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream);
 // Between any two pointers, each side device or host memory as unified addressing says.
@@ -69,10 +67,9 @@ CUresult Copy3D(const CUDA_MEMCPY3D* copy, CUstream stream);
 
 // `count` elements of `element_size` bytes (1, 2 or 4) set to `value` (ops/memset.cc), and
 // the same for `height` rows `pitch` bytes apart.
-CUresult Memset(CUdeviceptr dst, uint32_t value, uint32_t element_size, size_t count,
-                CUstream stream);
-CUresult Memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t element_size,
-                  size_t width, size_t height, CUstream stream);
+CUresult Memset(CUdeviceptr dst, uint32_t value, uint32_t element_size, size_t count, CUstream stream);
+CUresult Memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t element_size, size_t width, size_t height,
+                  CUstream stream);
 
 // cuMemAlloc in the current context, at an address this process chooses (ops/memory.cc).
 CUresult AllocDeviceMemory(CUdeviceptr* dptr, size_t size);

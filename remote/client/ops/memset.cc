@@ -6,8 +6,7 @@ namespace gpupool::client::ops {
 
 namespace dp = gpupool::dataplane;
 
-CUresult Memset(CUdeviceptr dst, uint32_t value, uint32_t element_size, size_t count,
-                CUstream stream) {
+CUresult Memset(CUdeviceptr dst, uint32_t value, uint32_t element_size, size_t count, CUstream stream) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (count == 0) return CUDA_SUCCESS;
   int device = DeviceOf(dst, count * element_size);
@@ -22,8 +21,8 @@ CUresult Memset(CUdeviceptr dst, uint32_t value, uint32_t element_size, size_t c
   return Runtime::Get().Post(device, dp::kOpMemset, &args, sizeof(args));
 }
 
-CUresult Memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t element_size,
-                  size_t width, size_t height, CUstream stream) {
+CUresult Memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t element_size, size_t width, size_t height,
+                  CUstream stream) {
   if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (height > 1 && pitch < width * element_size) return CUDA_ERROR_INVALID_VALUE;
@@ -31,8 +30,7 @@ CUresult Memset2D(CUdeviceptr dst, size_t pitch, uint32_t value, uint32_t elemen
     return Memset(dst, value, element_size, width * height, stream);
   }
   for (size_t row = 0; row < height; ++row) {
-    if (CUresult status = Memset(dst + row * pitch, value, element_size, width, stream);
-        status != CUDA_SUCCESS) {
+    if (CUresult status = Memset(dst + row * pitch, value, element_size, width, stream); status != CUDA_SUCCESS) {
       return status;
     }
   }

@@ -189,8 +189,8 @@ class CudaBackend : public GpuBackend {
     HealthState health;  // guarded by mu_
     std::atomic<uint64_t> operations{0};
     Gpu() = default;
-    Gpu(Gpu&& o) noexcept : info(std::move(o.info)), handle(o.handle), health(std::move(o.health)),
-                            operations(o.operations.load()) {}
+    Gpu(Gpu&& o) noexcept
+        : info(std::move(o.info)), handle(o.handle), health(std::move(o.health)), operations(o.operations.load()) {}
   };
 
   bool Valid(int index) const { return index >= 0 && static_cast<size_t>(index) < gpus_.size(); }
@@ -213,8 +213,7 @@ class CudaBackend : public GpuBackend {
     nvml::PciInfo pci{};
     if ((r = nvml_.get_pci(g->handle, &pci)) != nvml::kSuccess) return fail("nvmlDeviceGetPciInfo", r);
     char bus_id[32];
-    std::snprintf(bus_id, sizeof(bus_id), "%04x:%02x:%02x.0", pci.domain & 0xffff, pci.bus & 0xff,
-                  pci.device & 0x1f);
+    std::snprintf(bus_id, sizeof(bus_id), "%04x:%02x:%02x.0", pci.domain & 0xffff, pci.bus & 0xff, pci.device & 0x1f);
     g->info.pci_bus_id = bus_id;
     g->info.index = static_cast<int>(i);
     if (nvml_.get_cc(g->handle, &g->info.cc_major, &g->info.cc_minor) != nvml::kSuccess) {
@@ -263,8 +262,7 @@ class CudaBackend : public GpuBackend {
         if (index >= 0 && d.swap) {
           MarkFailed(index, DescribeXid(data.eventData));
         } else {
-          log::Warning("GPU " + std::to_string(index) + ": " + DescribeXid(data.eventData) +
-                       " (not a reason to swap)");
+          log::Warning("GPU " + std::to_string(index) + ": " + DescribeXid(data.eventData) + " (not a reason to swap)");
         }
       } else if (r != nvml::kSuccess && r != nvml::kErrorTimeout) {
         // Includes GPU_IS_LOST from the wait itself; the poll below finds which GPU.

@@ -49,8 +49,8 @@ struct CudaDriver {
   decltype(&::cuEventSynchronize) event_synchronize;
   decltype(&::cuEventQuery) event_query;
   decltype(&::cuEventElapsedTime) event_elapsed;
-  decltype(&::cuModuleGetGlobal) module_global = nullptr;  // optional
-  decltype(&::cuFuncGetAttribute) function_attribute = nullptr;  // optional
+  decltype(&::cuModuleGetGlobal) module_global = nullptr;            // optional
+  decltype(&::cuFuncGetAttribute) function_attribute = nullptr;      // optional
   decltype(&::cuFuncSetAttribute) function_set_attribute = nullptr;  // optional
   // Optional: the virtual memory management API, for AllocateAt.
   decltype(&::cuDeviceGetAttribute) device_attribute = nullptr;
@@ -72,8 +72,8 @@ struct CudaDriver {
   bool has_linker() const { return link_create && link_add_data && link_complete && link_destroy; }
 
   bool has_vmm() const {
-    return device_attribute && granularity && address_reserve && address_free && mem_create &&
-           mem_release && mem_map && mem_unmap && mem_set_access;
+    return device_attribute && granularity && address_reserve && address_free && mem_create && mem_release && mem_map &&
+           mem_unmap && mem_set_access;
   }
 };
 
@@ -91,50 +91,42 @@ Result<const CudaDriver*> LoadDriver() {
   std::call_once(once, [] {
     void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (library == nullptr) {
-      loaded = new Result<const CudaDriver*>(
-          Status::Unavailable(std::string("cannot load the CUDA driver: ") + dlerror()));
+      loaded =
+          new Result<const CudaDriver*>(Status::Unavailable(std::string("cannot load the CUDA driver: ") + dlerror()));
       return;
     }
     // Our own replacement driver must never serve as the agent's driver.
     if (dlsym(library, "cuGpupoolRemotingLibrary") != nullptr) {
-      loaded = new Result<const CudaDriver*>(Status::Unavailable(
-          "libcuda.so.1 found first is gpupool's remoting library, not a GPU driver "
-          "(check the agent's LD_LIBRARY_PATH)"));
+      loaded = new Result<const CudaDriver*>(
+          Status::Unavailable("libcuda.so.1 found first is gpupool's remoting library, not a GPU driver "
+                              "(check the agent's LD_LIBRARY_PATH)"));
       return;
     }
     auto* d = new CudaDriver();
-    bool ok = Resolve(library, "cuInit", &d->init) &&
-              Resolve(library, "cuDeviceGetCount", &d->device_count) &&
-              Resolve(library, "cuDeviceGet", &d->device_get) &&
-              Resolve(library, "cuDeviceGetUuid", &d->device_uuid) &&
-              Resolve(library, "cuDevicePrimaryCtxRetain", &d->primary_retain) &&
-              Resolve(library, "cuDevicePrimaryCtxRelease_v2", &d->primary_release) &&
-              Resolve(library, "cuCtxSetCurrent", &d->set_current) &&
-              Resolve(library, "cuCtxSynchronize", &d->synchronize) &&
-              Resolve(library, "cuMemAlloc_v2", &d->alloc) &&
-              Resolve(library, "cuMemFree_v2", &d->free) &&
-              Resolve(library, "cuMemGetInfo_v2", &d->info) &&
-              Resolve(library, "cuMemcpyHtoDAsync_v2", &d->htod) &&
-              Resolve(library, "cuMemcpyDtoHAsync_v2", &d->dtoh) &&
-              Resolve(library, "cuMemcpyDtoDAsync_v2", &d->dtod) &&
-              Resolve(library, "cuMemsetD8Async", &d->memset8) &&
-              Resolve(library, "cuMemsetD16Async", &d->memset16) &&
-              Resolve(library, "cuMemsetD32Async", &d->memset32) &&
-              Resolve(library, "cuModuleLoadData", &d->module_load) &&
-              Resolve(library, "cuModuleUnload", &d->module_unload) &&
-              Resolve(library, "cuModuleGetFunction", &d->module_function) &&
-              Resolve(library, "cuLaunchKernel", &d->launch) &&
-              Resolve(library, "cuStreamCreateWithPriority", &d->stream_create) &&
-              Resolve(library, "cuStreamDestroy_v2", &d->stream_destroy) &&
-              Resolve(library, "cuStreamSynchronize", &d->stream_synchronize) &&
-              Resolve(library, "cuStreamQuery", &d->stream_query) &&
-              Resolve(library, "cuStreamWaitEvent", &d->stream_wait_event) &&
-              Resolve(library, "cuEventCreate", &d->event_create) &&
-              Resolve(library, "cuEventDestroy_v2", &d->event_destroy) &&
-              Resolve(library, "cuEventRecord", &d->event_record) &&
-              Resolve(library, "cuEventSynchronize", &d->event_synchronize) &&
-              Resolve(library, "cuEventQuery", &d->event_query) &&
-              Resolve(library, "cuEventElapsedTime", &d->event_elapsed);
+    bool ok =
+        Resolve(library, "cuInit", &d->init) && Resolve(library, "cuDeviceGetCount", &d->device_count) &&
+        Resolve(library, "cuDeviceGet", &d->device_get) && Resolve(library, "cuDeviceGetUuid", &d->device_uuid) &&
+        Resolve(library, "cuDevicePrimaryCtxRetain", &d->primary_retain) &&
+        Resolve(library, "cuDevicePrimaryCtxRelease_v2", &d->primary_release) &&
+        Resolve(library, "cuCtxSetCurrent", &d->set_current) && Resolve(library, "cuCtxSynchronize", &d->synchronize) &&
+        Resolve(library, "cuMemAlloc_v2", &d->alloc) && Resolve(library, "cuMemFree_v2", &d->free) &&
+        Resolve(library, "cuMemGetInfo_v2", &d->info) && Resolve(library, "cuMemcpyHtoDAsync_v2", &d->htod) &&
+        Resolve(library, "cuMemcpyDtoHAsync_v2", &d->dtoh) && Resolve(library, "cuMemcpyDtoDAsync_v2", &d->dtod) &&
+        Resolve(library, "cuMemsetD8Async", &d->memset8) && Resolve(library, "cuMemsetD16Async", &d->memset16) &&
+        Resolve(library, "cuMemsetD32Async", &d->memset32) && Resolve(library, "cuModuleLoadData", &d->module_load) &&
+        Resolve(library, "cuModuleUnload", &d->module_unload) &&
+        Resolve(library, "cuModuleGetFunction", &d->module_function) &&
+        Resolve(library, "cuLaunchKernel", &d->launch) &&
+        Resolve(library, "cuStreamCreateWithPriority", &d->stream_create) &&
+        Resolve(library, "cuStreamDestroy_v2", &d->stream_destroy) &&
+        Resolve(library, "cuStreamSynchronize", &d->stream_synchronize) &&
+        Resolve(library, "cuStreamQuery", &d->stream_query) &&
+        Resolve(library, "cuStreamWaitEvent", &d->stream_wait_event) &&
+        Resolve(library, "cuEventCreate", &d->event_create) &&
+        Resolve(library, "cuEventDestroy_v2", &d->event_destroy) &&
+        Resolve(library, "cuEventRecord", &d->event_record) &&
+        Resolve(library, "cuEventSynchronize", &d->event_synchronize) &&
+        Resolve(library, "cuEventQuery", &d->event_query) && Resolve(library, "cuEventElapsedTime", &d->event_elapsed);
     Resolve(library, "cuModuleGetGlobal_v2", &d->module_global);
     Resolve(library, "cuFuncGetAttribute", &d->function_attribute);
     Resolve(library, "cuFuncSetAttribute", &d->function_set_attribute);
@@ -153,14 +145,14 @@ Result<const CudaDriver*> LoadDriver() {
     Resolve(library, "cuLinkComplete", &d->link_complete);
     Resolve(library, "cuLinkDestroy", &d->link_destroy);
     if (!ok) {
-      loaded = new Result<const CudaDriver*>(
-          Status::Unavailable("the CUDA driver lacks an entry point the agent needs"));
+      loaded =
+          new Result<const CudaDriver*>(Status::Unavailable("the CUDA driver lacks an entry point the agent needs"));
       return;
     }
     CUresult status = d->init(0);
     if (status != CUDA_SUCCESS) {
-      loaded = new Result<const CudaDriver*>(
-          Status::Unavailable("cuInit failed with CUDA error " + std::to_string(status)));
+      loaded =
+          new Result<const CudaDriver*>(Status::Unavailable("cuInit failed with CUDA error " + std::to_string(status)));
       return;
     }
     loaded = new Result<const CudaDriver*>(static_cast<const CudaDriver*>(d));
@@ -171,10 +163,8 @@ Result<const CudaDriver*> LoadDriver() {
 std::string FormatUuid(const CUuuid& uuid) {
   const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
   char text[64];
-  std::snprintf(text, sizeof(text),
-                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
-                b[13], b[14], b[15]);
+  std::snprintf(text, sizeof(text), "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
   return text;
 }
 
@@ -194,8 +184,8 @@ CUmemAllocationProp DeviceMemory(CUdevice device) {
 uint64_t VmmGranularity(const CudaDriver* d, CUdevice device) {
   if (!d->has_vmm()) return 0;
   int supported = 0;
-  if (d->device_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                          device) != CUDA_SUCCESS ||
+  if (d->device_attribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, device) !=
+          CUDA_SUCCESS ||
       supported == 0) {
     return 0;
   }
@@ -239,17 +229,15 @@ Result<std::unique_ptr<Executor>> CudaExecutor::Create(const std::string& gpu_uu
     CUcontext context = nullptr;
     CUresult status = d->primary_retain(&context, device);
     if (status != CUDA_SUCCESS) {
-      return Status::Unavailable("cannot retain the primary context of " + gpu_uuid +
-                                 ": CUDA error " + std::to_string(status));
+      return Status::Unavailable("cannot retain the primary context of " + gpu_uuid + ": CUDA error " +
+                                 std::to_string(status));
     }
-    return std::unique_ptr<Executor>(
-        new CudaExecutor(d, device, context, VmmGranularity(d, device)));
+    return std::unique_ptr<Executor>(new CudaExecutor(d, device, context, VmmGranularity(d, device)));
   }
   return Status::Unavailable("the CUDA driver has no GPU " + gpu_uuid);
 }
 
-CudaExecutor::CudaExecutor(const CudaDriver* driver, int device, void* context,
-                           uint64_t granularity)
+CudaExecutor::CudaExecutor(const CudaDriver* driver, int device, void* context, uint64_t granularity)
     : driver_(driver), device_(device), context_(context), granularity_(granularity) {}
 
 CudaExecutor::~CudaExecutor() {
@@ -268,17 +256,14 @@ CudaExecutor::~CudaExecutor() {
   driver_->primary_release(device_);
 }
 
-int32_t CudaExecutor::Enter() {
-  return driver_->set_current(static_cast<CUcontext>(context_));
-}
+int32_t CudaExecutor::Enter() { return driver_->set_current(static_cast<CUcontext>(context_)); }
 
 bool CudaExecutor::Owns(uint64_t dptr, uint64_t size) const {
   // Module variables (cuModuleGetGlobal) of this session's modules are reachable too.
   auto global = module_globals_.upper_bound(dptr);
   if (global != module_globals_.begin()) {
     --global;
-    if (dptr - global->first <= global->second.size &&
-        size <= global->second.size - (dptr - global->first)) {
+    if (dptr - global->first <= global->second.size && size <= global->second.size - (dptr - global->first)) {
       return true;
     }
   }
@@ -323,8 +308,7 @@ int32_t CudaExecutor::Allocate(uint64_t size, uint64_t* dptr) {
 int32_t CudaExecutor::AllocateAt(uint64_t address, uint64_t size) {
   if (size == 0 || address == 0 || size > UINT64_MAX - address) return CUDA_ERROR_INVALID_VALUE;
   if (Overlaps(address, size)) {
-    error_detail_ = Hex(address) + " (" + std::to_string(size) +
-                    " bytes) overlaps an allocation of this session";
+    error_detail_ = Hex(address) + " (" + std::to_string(size) + " bytes) overlaps an allocation of this session";
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (granularity_ == 0) return CUDA_ERROR_NOT_SUPPORTED;
@@ -388,10 +372,9 @@ int32_t CudaExecutor::ReserveWindow(uint64_t address) {
   // answers CUDA_ERROR_NOT_SUPPORTED like an executor that cannot place memory, so that the
   // session allocates with cuMemAlloc instead and the client, seeing another address, runs
   // on unprotected (it says so in its log) rather than failing its cuMemAlloc.
-  error_detail_ = "cuMemAddressReserve of the " + std::to_string(kAddressWindow >> 30) +
-                  " GiB window at " + Hex(base) +
-                  (status == CUDA_SUCCESS ? " granted " + Hex(granted)
-                                          : " failed: CUDA error " + std::to_string(status));
+  error_detail_ =
+      "cuMemAddressReserve of the " + std::to_string(kAddressWindow >> 30) + " GiB window at " + Hex(base) +
+      (status == CUDA_SUCCESS ? " granted " + Hex(granted) : " failed: CUDA error " + std::to_string(status));
   return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -419,8 +402,8 @@ int32_t CudaExecutor::MapRun(uint64_t start, uint64_t size) {
     driver_->mem_release(handle);
   }
   // Resource errors (out of memory above all) are the client's answer, as cuMemAlloc's are.
-  error_detail_ = std::string(step) + " of " + std::to_string(size) + " bytes at " + Hex(start) +
-                  " (AllocateAt) failed";
+  error_detail_ =
+      std::string(step) + " of " + std::to_string(size) + " bytes at " + Hex(start) + " (AllocateAt) failed";
   return status;
 }
 
@@ -474,8 +457,7 @@ int32_t CudaExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size,
   return status;
 }
 
-int32_t CudaExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
-                                     const void** data) {
+int32_t CudaExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream, const void** data) {
   void* s = nullptr;
   if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
   *data = nullptr;
@@ -489,8 +471,7 @@ int32_t CudaExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t strea
   return status;
 }
 
-int32_t CudaExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
-                                         uint64_t stream) {
+int32_t CudaExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size, uint64_t stream) {
   void* s = nullptr;
   if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (size == 0) return CUDA_SUCCESS;
@@ -499,8 +480,7 @@ int32_t CudaExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t si
   return driver_->dtod(Ptr(dst), Ptr(src), size, static_cast<CUstream>(s));
 }
 
-int32_t CudaExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
-                             uint64_t stream) {
+int32_t CudaExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count, uint64_t stream) {
   void* s = nullptr;
   if (!StreamFor(stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
   if (element_size != 1 && element_size != 2 && element_size != 4) return CUDA_ERROR_INVALID_VALUE;
@@ -511,10 +491,14 @@ int32_t CudaExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   auto cs = static_cast<CUstream>(s);
   switch (element_size) {
-    case 1: return driver_->memset8(Ptr(dst), static_cast<unsigned char>(value), count, cs);
-    case 2: return driver_->memset16(Ptr(dst), static_cast<unsigned short>(value), count, cs);
-    case 4: return driver_->memset32(Ptr(dst), value, count, cs);
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case 1:
+      return driver_->memset8(Ptr(dst), static_cast<unsigned char>(value), count, cs);
+    case 2:
+      return driver_->memset16(Ptr(dst), static_cast<unsigned short>(value), count, cs);
+    case 4:
+      return driver_->memset32(Ptr(dst), value, count, cs);
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
 }
 
@@ -527,8 +511,7 @@ int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t imag
   auto parsed = image::ParseModuleImageBytes(image, image_size);
   CUmodule loaded = nullptr;
   CUresult status = CUDA_SUCCESS;
-  if (parsed.ok() && image::IsFatbin(image, image_size) && !parsed->has_sass &&
-      !parsed->ptx.empty()) {
+  if (parsed.ok() && image::IsFatbin(image, image_size) && !parsed->has_sass && !parsed->ptx.empty()) {
     // A fatbin of PTX alone (nvcc -arch=compute_XX, or the client's cuLinkComplete of
     // several inputs: image::FatbinOfPtx): its PTX for this GPU goes to the JIT as text
     // rather than the fatbin to cuModuleLoadData. Driver 580 on an H100 crashed (SIGSEGV in
@@ -558,8 +541,7 @@ int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t imag
   return status;
 }
 
-int32_t CudaExecutor::JitPtx(const std::vector<image::PtxEntry>& ptx, void** loaded,
-                             size_t at_least) {
+int32_t CudaExecutor::JitPtx(const std::vector<image::PtxEntry>& ptx, void** loaded, size_t at_least) {
   int major = 0, minor = 0;
   if (driver_->device_attribute != nullptr) {
     driver_->device_attribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device_);
@@ -610,16 +592,14 @@ int32_t CudaExecutor::UnloadModule(uint64_t module) {
   return status;
 }
 
-int32_t CudaExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
-                                uint64_t* size) {
+int32_t CudaExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr, uint64_t* size) {
   auto found = modules_.find(module);
   if (found == modules_.end()) return CUDA_ERROR_INVALID_HANDLE;
   if (driver_->module_global == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   CUdeviceptr address = 0;
   size_t bytes = 0;
-  CUresult status = driver_->module_global(&address, &bytes, static_cast<CUmodule>(found->second),
-                                           name.c_str());
+  CUresult status = driver_->module_global(&address, &bytes, static_cast<CUmodule>(found->second), name.c_str());
   if (status != CUDA_SUCCESS) return status;
   module_globals_[address] = ModuleGlobal{bytes, module};
   *dptr = address;
@@ -657,8 +637,7 @@ bool CudaExecutor::Resources(uint64_t function, FunctionResources* resources) {
          get(CU_FUNC_ATTRIBUTE_NUM_REGS, &resources->registers);
 }
 
-int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params,
-                             size_t param_size) {
+int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) {
   auto found = functions_.find(function);
   if (found == functions_.end()) return CUDA_ERROR_INVALID_HANDLE;
   void* s = nullptr;
@@ -668,14 +647,14 @@ int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, cons
   // too. The client has checked the size against the attribute the program set (its
   // cuFuncSetAttribute stays in the client), so the launch opts in for what it asks.
   if (config.shared_mem > kDefaultDynamicSharedLimit && driver_->function_set_attribute) {
-    CUresult status = driver_->function_set_attribute(
-        static_cast<CUfunction>(found->second), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-        static_cast<int>(config.shared_mem));
+    CUresult status = driver_->function_set_attribute(static_cast<CUfunction>(found->second),
+                                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                      static_cast<int>(config.shared_mem));
     if (status != CUDA_SUCCESS) return status;
   }
   size_t size = param_size;
-  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(params),
-                   CU_LAUNCH_PARAM_BUFFER_SIZE, &size, CU_LAUNCH_PARAM_END};
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(params), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
   if (config.cooperative) {
     // cuLaunchCooperativeKernel takes no packed buffer; cuLaunchKernelEx does.
     if (driver_->launch_ex == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
@@ -696,10 +675,9 @@ int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, cons
     return driver_->launch_ex(&launch, static_cast<CUfunction>(found->second), nullptr,
                               param_size > 0 ? extra : nullptr);
   }
-  return driver_->launch(static_cast<CUfunction>(found->second), config.grid[0], config.grid[1],
-                         config.grid[2], config.block[0], config.block[1], config.block[2],
-                         config.shared_mem, static_cast<CUstream>(s), nullptr,
-                         param_size > 0 ? extra : nullptr);
+  return driver_->launch(static_cast<CUfunction>(found->second), config.grid[0], config.grid[1], config.grid[2],
+                         config.block[0], config.block[1], config.block[2], config.shared_mem, static_cast<CUstream>(s),
+                         nullptr, param_size > 0 ? extra : nullptr);
 }
 
 int32_t CudaExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) {

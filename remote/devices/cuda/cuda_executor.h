@@ -79,20 +79,15 @@ class CudaExecutor : public Executor {
   void MemoryInfo(uint64_t* free, uint64_t* total) override;
   void* HostView(uint64_t dptr, uint64_t size) override { return nullptr; }
   int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) override;
-  int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
-                         const void** data) override;
-  int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
-                             uint64_t stream) override;
-  int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
-                 uint64_t stream) override;
-  int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
-                     const std::vector<KernelInfo>& kernels, uint64_t globals_base = 0,
-                     uint64_t device_heap = 0) override;
+  int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream, const void** data) override;
+  int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size, uint64_t stream) override;
+  int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count, uint64_t stream) override;
+  int32_t LoadModule(uint64_t module, const void* image, size_t image_size, const std::vector<KernelInfo>& kernels,
+                     uint64_t globals_base = 0, uint64_t device_heap = 0) override;
   int32_t UnloadModule(uint64_t module) override;
   int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
   bool Resources(uint64_t function, FunctionResources* resources) override;
-  int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
-                 size_t param_size) override;
+  int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) override;
   int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) override;
   int32_t DestroyStream(uint64_t stream) override;
   int32_t SynchronizeStream(uint64_t stream) override;
@@ -104,8 +99,7 @@ class CudaExecutor : public Executor {
   int32_t SynchronizeEvent(uint64_t event) override;
   int32_t QueryEvent(uint64_t event) override;
   int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
-  int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
-                    uint64_t* size) override;
+  int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr, uint64_t* size) override;
   std::string TakeErrorDetail() override;
 
  private:
@@ -122,7 +116,7 @@ class CudaExecutor : public Executor {
 
   const CudaDriver* driver_;
   int device_;
-  void* context_;                           // CUcontext (primary)
+  void* context_;  // CUcontext (primary)
   // True when [dptr, dptr+size) lies inside one allocation of this session.
   bool Owns(uint64_t dptr, uint64_t size) const;
   // True when [dptr, dptr+size) meets an allocation of this session.
@@ -145,18 +139,21 @@ class CudaExecutor : public Executor {
   int32_t UnmapRun(uint64_t start, const VmmRun& run);
 
   const uint64_t granularity_;
-  std::map<uint64_t, uint64_t> allocations_;  // start -> size asked, this session's only
-  std::map<uint64_t, VmmRun> runs_;           // start -> run, this session's only
-  std::set<uint64_t> windows_;                // bases of this session's reserved windows
+  std::map<uint64_t, uint64_t> allocations_;          // start -> size asked, this session's only
+  std::map<uint64_t, VmmRun> runs_;                   // start -> run, this session's only
+  std::set<uint64_t> windows_;                        // bases of this session's reserved windows
   std::map<uint64_t, std::vector<uint64_t>> placed_;  // AllocateAt start -> its runs' starts
-  std::string error_detail_;                  // for TakeErrorDetail
-  std::map<uint64_t, void*> modules_;       // client id -> CUmodule
-  struct ModuleGlobal { uint64_t size; uint64_t module; };
+  std::string error_detail_;                          // for TakeErrorDetail
+  std::map<uint64_t, void*> modules_;                 // client id -> CUmodule
+  struct ModuleGlobal {
+    uint64_t size;
+    uint64_t module;
+  };
   std::map<uint64_t, ModuleGlobal> module_globals_;  // start -> variable of our modules
-  std::map<uint64_t, void*> functions_;     // client id -> CUfunction
-  std::map<uint64_t, void*> streams_;       // client id -> CUstream
-  std::map<uint64_t, void*> events_;        // client id -> CUevent
-  std::vector<char> staging_;               // device-to-host data waiting to be sent
+  std::map<uint64_t, void*> functions_;              // client id -> CUfunction
+  std::map<uint64_t, void*> streams_;                // client id -> CUstream
+  std::map<uint64_t, void*> events_;                 // client id -> CUevent
+  std::vector<char> staging_;                        // device-to-host data waiting to be sent
 };
 
 }  // namespace gpupool::dataplane

@@ -29,8 +29,7 @@ class CudaKind : public device::DeviceKind {
     return backend::OpenCudaBackend(config);
 #else
     (void)config;
-    return Status::InvalidArgument(
-        "backend 'cuda' is not built into this gpupool-agentd (no cuda.h at build time)");
+    return Status::InvalidArgument("backend 'cuda' is not built into this gpupool-agentd (no cuda.h at build time)");
 #endif
   }
 

@@ -48,20 +48,20 @@ constexpr unsigned kUuidBufferSize = 96;
 constexpr unsigned kNameBufferSize = 96;
 
 extern "C" {
-using InitFn = Return (*)();                                      // nvmlInit_v2
-using ShutdownFn = Return (*)();                                  // nvmlShutdown
-using ErrorStringFn = const char* (*)(Return);                    // nvmlErrorString
-using DeviceGetCountFn = Return (*)(unsigned int*);               // nvmlDeviceGetCount_v2
-using DeviceGetHandleByIndexFn = Return (*)(unsigned int, Device*);  // ..._v2
-using DeviceGetUuidFn = Return (*)(Device, char*, unsigned int);  // nvmlDeviceGetUUID
-using DeviceGetNameFn = Return (*)(Device, char*, unsigned int);  // nvmlDeviceGetName
-using DeviceGetMemoryInfoFn = Return (*)(Device, Memory*);        // nvmlDeviceGetMemoryInfo
-using DeviceGetPciInfoFn = Return (*)(Device, PciInfo*);          // nvmlDeviceGetPciInfo_v3
+using InitFn = Return (*)();                                          // nvmlInit_v2
+using ShutdownFn = Return (*)();                                      // nvmlShutdown
+using ErrorStringFn = const char* (*)(Return);                        // nvmlErrorString
+using DeviceGetCountFn = Return (*)(unsigned int*);                   // nvmlDeviceGetCount_v2
+using DeviceGetHandleByIndexFn = Return (*)(unsigned int, Device*);   // ..._v2
+using DeviceGetUuidFn = Return (*)(Device, char*, unsigned int);      // nvmlDeviceGetUUID
+using DeviceGetNameFn = Return (*)(Device, char*, unsigned int);      // nvmlDeviceGetName
+using DeviceGetMemoryInfoFn = Return (*)(Device, Memory*);            // nvmlDeviceGetMemoryInfo
+using DeviceGetPciInfoFn = Return (*)(Device, PciInfo*);              // nvmlDeviceGetPciInfo_v3
 using DeviceGetComputeCapabilityFn = Return (*)(Device, int*, int*);  // ...GetCudaComputeCapability
-using EventSetCreateFn = Return (*)(EventSet*);                   // nvmlEventSetCreate
+using EventSetCreateFn = Return (*)(EventSet*);                       // nvmlEventSetCreate
 using DeviceRegisterEventsFn = Return (*)(Device, unsigned long long, EventSet);
 using EventSetWaitFn = Return (*)(EventSet, EventData*, unsigned int);  // nvmlEventSetWait_v2
-using EventSetFreeFn = Return (*)(EventSet);                      // nvmlEventSetFree
+using EventSetFreeFn = Return (*)(EventSet);                            // nvmlEventSetFree
 }
 
 }  // namespace gpupool::backend::nvml

@@ -16,7 +16,7 @@
 namespace gpupool::backend {
 
 struct XidDecision {
-  bool swap = false;        // mark the GPU FAILED
+  bool swap = false;         // mark the GPU FAILED
   const char* meaning = "";  // short text for logs and the health reason
 };
 

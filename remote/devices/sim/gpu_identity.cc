@@ -24,13 +24,12 @@ std::string DeterministicGpuUuid(const std::string& host, int index) {
   const std::string key = host + '\0' + std::to_string(index);
   uint64_t hi = Fnv1a64(key, 0xcbf29ce484222325ULL);
   uint64_t lo = Fnv1a64(key, 0x84222325cbf29ce4ULL ^ hi);
-  hi = (hi & ~0xf000ULL) | 0x4000ULL;                                   // version 4
-  lo = (lo & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;           // RFC 4122 variant
+  hi = (hi & ~0xf000ULL) | 0x4000ULL;                         // version 4
+  lo = (lo & 0x3fffffffffffffffULL) | 0x8000000000000000ULL;  // RFC 4122 variant
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "GPU-%08x-%04x-%04x-%04x-%012llx",
-                static_cast<unsigned>(hi >> 32), static_cast<unsigned>((hi >> 16) & 0xffff),
-                static_cast<unsigned>(hi & 0xffff), static_cast<unsigned>(lo >> 48),
-                static_cast<unsigned long long>(lo & 0xffffffffffffULL));
+  std::snprintf(buf, sizeof(buf), "GPU-%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(hi >> 32),
+                static_cast<unsigned>((hi >> 16) & 0xffff), static_cast<unsigned>(hi & 0xffff),
+                static_cast<unsigned>(lo >> 48), static_cast<unsigned long long>(lo & 0xffffffffffffULL));
   return buf;
 }
 

@@ -5,8 +5,7 @@
 
 namespace gpupool::backend {
 
-Result<std::unique_ptr<SimBackend>> SimBackend::Create(const std::string& host,
-                                                       const std::vector<SimGpuConfig>& config,
+Result<std::unique_ptr<SimBackend>> SimBackend::Create(const std::string& host, const std::vector<SimGpuConfig>& config,
                                                        int numa_nodes) {
   std::vector<SimGpuConfig> entries = config;
   if (entries.empty()) entries.push_back(SimGpuConfig{"A100-SXM4-80GB", 81920, 4});
@@ -89,8 +88,8 @@ Status SimBackend::BeforeOperation(int index) {
       }
     }
     if (g.health.health == Health::kFailed) {
-      result = Status::Unavailable("GPU " + std::to_string(index) + " (" + g.info.uuid +
-                                   ") has failed: " + g.health.reason);
+      result =
+          Status::Unavailable("GPU " + std::to_string(index) + " (" + g.info.uuid + ") has failed: " + g.health.reason);
     }
   }
   if (changed) NotifyHealthChanged(index);

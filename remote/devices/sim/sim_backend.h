@@ -24,8 +24,7 @@ class SimBackend : public GpuBackend {
  public:
   // Fails (InvalidArgument naming the entry) on a count < 1, an empty model or zero memory.
   // An empty `gpus` list means the default inventory: 4 x A100-SXM4-80GB.
-  static Result<std::unique_ptr<SimBackend>> Create(const std::string& host,
-                                                    const std::vector<SimGpuConfig>& gpus,
+  static Result<std::unique_ptr<SimBackend>> Create(const std::string& host, const std::vector<SimGpuConfig>& gpus,
                                                     int numa_nodes);
   ~SimBackend() override;
 
@@ -61,9 +60,9 @@ class SimBackend : public GpuBackend {
 
   std::mutex mu_;
   std::condition_variable hang_released_;  // signalled on clear, fault change and Stop()
-  std::vector<Gpu> gpus_;                   // size fixed at construction; contents guarded by mu_
-  bool stopped_ = false;                    // guarded by mu_
-  std::function<void(int)> listener_;       // guarded by mu_; called without mu_
+  std::vector<Gpu> gpus_;                  // size fixed at construction; contents guarded by mu_
+  bool stopped_ = false;                   // guarded by mu_
+  std::function<void(int)> listener_;      // guarded by mu_; called without mu_
 };
 
 }  // namespace gpupool::backend

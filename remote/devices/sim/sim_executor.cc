@@ -22,8 +22,7 @@ constexpr uint64_t kMaxModuleVariableBytes = uint64_t{1} << 48;
 }  // namespace
 
 SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count, uint32_t arch)
-    : memory_(memory), owner_(memory->NewOwner()), sm_count_(sm_count ? sm_count : 1),
-      arch_(arch) {}
+    : memory_(memory), owner_(memory->NewOwner()), sm_count_(sm_count ? sm_count : 1), arch_(arch) {}
 
 SimExecutor::~SimExecutor() {
   for (auto& [dptr, size] : allocations_) memory_->Release(dptr, owner_);
@@ -104,13 +103,9 @@ void SimExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
   *free = *total - memory_->used();
 }
 
-void* SimExecutor::HostView(uint64_t dptr, uint64_t size) {
-  return memory_->Translate(dptr, size, owner_);
-}
+void* SimExecutor::HostView(uint64_t dptr, uint64_t size) { return memory_->Translate(dptr, size, owner_); }
 
-bool SimExecutor::KnownStream(uint64_t stream) const {
-  return stream == 0 || streams_.count(stream) > 0;
-}
+bool SimExecutor::KnownStream(uint64_t stream) const { return stream == 0 || streams_.count(stream) > 0; }
 
 // Large copies and memsets go in chunks, each counted as progress: on a loaded host a
 // 1 GiB copy (page faults included) can outlast the watchdog's timeout, and it is no hang.
@@ -136,8 +131,7 @@ int32_t SimExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, 
   return Failed("CopyToDevice", kCuUnknown);
 }
 
-int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
-                                    const void** data) try {
+int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream, const void** data) try {
   if (!KnownStream(stream)) return kCuInvalidHandle;
   *data = nullptr;
   if (size == 0) return kCuSuccess;
@@ -149,8 +143,7 @@ int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream
   return Failed("CopyFromDevice", kCuUnknown);
 }
 
-int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
-                                        uint64_t stream) try {
+int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size, uint64_t stream) try {
   if (!KnownStream(stream)) return kCuInvalidHandle;
   if (size == 0) return kCuSuccess;
   char* to = memory_->Translate(dst, size, owner_);
@@ -166,8 +159,7 @@ int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t siz
   return Failed("CopyDeviceToDevice", kCuUnknown);
 }
 
-int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
-                            uint64_t stream) try {
+int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count, uint64_t stream) try {
   if (!KnownStream(stream)) return kCuInvalidHandle;
   if (element_size != 1 && element_size != 2 && element_size != 4) return kCuInvalidValue;
   if (count == 0) return kCuSuccess;
@@ -183,8 +175,7 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
     // Byte copies: `dst` need not be aligned to the element (found by the wire_agent fuzz
     // target: a uint32_t store there is undefined behaviour).
     uint16_t value16 = static_cast<uint16_t>(value);
-    const void* element = element_size == 2 ? static_cast<const void*>(&value16)
-                                             : static_cast<const void*>(&value);
+    const void* element = element_size == 2 ? static_cast<const void*>(&value16) : static_cast<const void*>(&value);
     for (uint64_t i = 0; i < count; ++i) {
       std::memcpy(host + i * element_size, element, element_size);
       if (progress_ != nullptr && (i & 0x3ffff) == 0) {
@@ -226,8 +217,8 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
     uint32_t oldest = parsed->ptx.front().arch;
     for (const image::PtxEntry& entry : parsed->ptx) oldest = std::min(oldest, entry.arch);
     error_detail_ = "the module's PTX targets compute_" + std::to_string(oldest) +
-                    " or newer; this GPU is compute capability " + std::to_string(arch_ / 10) +
-                    "." + std::to_string(arch_ % 10);
+                    " or newer; this GPU is compute capability " + std::to_string(arch_ / 10) + "." +
+                    std::to_string(arch_ % 10);
     // PTX text given as it is goes to the JIT, which refuses a target newer than the GPU
     // (CUDA_ERROR_INVALID_PTX, as driver 580 answers on an H100); a fatbin just has no
     // binary for this GPU.
@@ -257,11 +248,9 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
     const uint64_t align = std::max<uint64_t>(variable.align, 8);
     const uint64_t size = std::max<uint64_t>(variable.size, 1);
-    if (align > sim::kMaxAlign || size > sim::kMaxDeclarationBytes ||
-        span > kMaxModuleVariableBytes - size - align) {
-      error_detail_ = "the module's variables up to " + variable.name + " (" +
-                      std::to_string(variable.size) + " bytes) take more than " +
-                      std::to_string(kMaxModuleVariableBytes) + " bytes";
+    if (align > sim::kMaxAlign || size > sim::kMaxDeclarationBytes || span > kMaxModuleVariableBytes - size - align) {
+      error_detail_ = "the module's variables up to " + variable.name + " (" + std::to_string(variable.size) +
+                      " bytes) take more than " + std::to_string(kMaxModuleVariableBytes) + " bytes";
       return kCuInvalidPtx;
     }
     span = (span + align - 1) / align * align;
@@ -350,9 +339,7 @@ bool SimExecutor::Resources(uint64_t function, dataplane::FunctionResources* res
   auto found = functions_.find(function);
   if (found == functions_.end()) return false;
   const sim::KernelNeeds needs = sim::NeedsOf(*found->second.kernel);
-  auto clamp = [](uint64_t value) {
-    return static_cast<int32_t>(std::min<uint64_t>(value, INT32_MAX));
-  };
+  auto clamp = [](uint64_t value) { return static_cast<int32_t>(std::min<uint64_t>(value, INT32_MAX)); };
   resources->max_threads_per_block = clamp(needs.max_threads);
   resources->static_shared_bytes = clamp(needs.static_shared);
   resources->const_bytes = clamp(needs.const_bytes);
@@ -361,8 +348,7 @@ bool SimExecutor::Resources(uint64_t function, dataplane::FunctionResources* res
   return true;
 }
 
-int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
-                               uint64_t* size) try {
+int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr, uint64_t* size) try {
   auto found = modules_.find(module);
   if (found == modules_.end()) return kCuInvalidHandle;
   auto global = found->second.globals.find(name);
@@ -374,8 +360,7 @@ int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_
   return Failed("GetGlobal", kCuUnknown);
 }
 
-int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params,
-                            size_t param_size) try {
+int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) try {
   auto found = functions_.find(function);
   if (found == functions_.end()) return kCuInvalidHandle;
   if (!KnownStream(config.stream)) return kCuInvalidHandle;
@@ -384,9 +369,8 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
     return kCuLaunchTimeout;
   }
   uint64_t threads = uint64_t{config.block[0]} * config.block[1] * config.block[2];
-  if (threads == 0 || threads > 1024 || config.block[2] > 64 || config.grid[0] == 0 ||
-      config.grid[1] == 0 || config.grid[2] == 0 || config.grid[1] > 65535 ||
-      config.grid[2] > 65535) {
+  if (threads == 0 || threads > 1024 || config.block[2] > 64 || config.grid[0] == 0 || config.grid[1] == 0 ||
+      config.grid[2] == 0 || config.grid[1] > 65535 || config.grid[2] > 65535) {
     return kCuInvalidValue;
   }
   sim::LaunchSpec spec;
@@ -426,18 +410,16 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
   // A cooperative launch gets a zeroed grid workspace of its own for as long as it runs
   // (grid.sync() counts the blocks that have arrived there).
   uint64_t workspace = 0;
-  if (int32_t status = memory_->Allocate(sim::kGridWorkspaceBytes, owner_, &workspace);
-      status != kCuSuccess) {
+  if (int32_t status = memory_->Allocate(sim::kGridWorkspaceBytes, owner_, &workspace); status != kCuSuccess) {
     return status;
   }
   char* host = memory_->Translate(workspace, sim::kGridWorkspaceBytes, owner_);
   std::memset(host, 0, sim::kGridWorkspaceBytes);
   sim::MemoryRange range{workspace, sim::kGridWorkspaceBytes, host};
-  spec.memory.insert(std::upper_bound(spec.memory.begin(), spec.memory.end(), range,
-                                      [](const sim::MemoryRange& a, const sim::MemoryRange& b) {
-                                        return a.start < b.start;
-                                      }),
-                     range);
+  spec.memory.insert(
+      std::upper_bound(spec.memory.begin(), spec.memory.end(), range,
+                       [](const sim::MemoryRange& a, const sim::MemoryRange& b) { return a.start < b.start; }),
+      range);
   spec.cooperative = true;
   spec.grid_workspace = workspace;
   // Released however the launch ends (an exception included: it is no allocation of the
@@ -467,13 +449,11 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
   auto found = modules_.find(module);
   if (found == modules_.end()) return kCuInvalidHandle;
   // Tail launches after the parent's other children, as the device runtime orders them.
-  std::stable_partition(queued.begin(), queued.end(),
-                        [](const sim::DeviceLaunch& launch) { return !launch.tail; });
+  std::stable_partition(queued.begin(), queued.end(), [](const sim::DeviceLaunch& launch) { return !launch.tail; });
   for (sim::DeviceLaunch& launch : queued) {
     auto kernel = found->second.ptx->Decode(launch.kernel, found->second.globals);
     if (!kernel.ok()) {
-      error_detail_ = "kernel " + launch.kernel +
-                      ", launched by a kernel: " + std::string(kernel.status().message());
+      error_detail_ = "kernel " + launch.kernel + ", launched by a kernel: " + std::string(kernel.status().message());
       return kCuLaunchFailed;
     }
     sim::LaunchSpec spec;
@@ -505,8 +485,7 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
 std::string SimExecutor::TakeOutput() {
   std::string output = std::exchange(output_, {});
   if (const uint64_t dropped = std::exchange(output_dropped_, 0); dropped != 0) {
-    output += "[gpupool: " + std::to_string(dropped) +
-              " bytes of device printf output dropped: more than " +
+    output += "[gpupool: " + std::to_string(dropped) + " bytes of device printf output dropped: more than " +
               std::to_string(sim::kMaxPrintfBytes) +
               " bytes between synchronisations, the size of CUDA's printf buffer]\n";
   }
@@ -522,13 +501,9 @@ int32_t SimExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t prior
   return Failed("CreateStream", kCuUnknown);
 }
 
-int32_t SimExecutor::DestroyStream(uint64_t stream) {
-  return streams_.erase(stream) ? kCuSuccess : kCuInvalidHandle;
-}
+int32_t SimExecutor::DestroyStream(uint64_t stream) { return streams_.erase(stream) ? kCuSuccess : kCuInvalidHandle; }
 
-int32_t SimExecutor::SynchronizeStream(uint64_t stream) {
-  return KnownStream(stream) ? kCuSuccess : kCuInvalidHandle;
-}
+int32_t SimExecutor::SynchronizeStream(uint64_t stream) { return KnownStream(stream) ? kCuSuccess : kCuInvalidHandle; }
 
 int32_t SimExecutor::QueryStream(uint64_t stream) { return SynchronizeStream(stream); }
 
@@ -545,9 +520,7 @@ int32_t SimExecutor::CreateEvent(uint64_t event, uint32_t flags) try {
   return Failed("CreateEvent", kCuUnknown);
 }
 
-int32_t SimExecutor::DestroyEvent(uint64_t event) {
-  return events_.erase(event) ? kCuSuccess : kCuInvalidHandle;
-}
+int32_t SimExecutor::DestroyEvent(uint64_t event) { return events_.erase(event) ? kCuSuccess : kCuInvalidHandle; }
 
 int32_t SimExecutor::RecordEvent(uint64_t event, uint64_t stream) try {
   auto found = events_.find(event);
@@ -559,9 +532,7 @@ int32_t SimExecutor::RecordEvent(uint64_t event, uint64_t stream) try {
   return Failed("RecordEvent", kCuUnknown);
 }
 
-int32_t SimExecutor::SynchronizeEvent(uint64_t event) {
-  return events_.count(event) ? kCuSuccess : kCuInvalidHandle;
-}
+int32_t SimExecutor::SynchronizeEvent(uint64_t event) { return events_.count(event) ? kCuSuccess : kCuInvalidHandle; }
 
 int32_t SimExecutor::QueryEvent(uint64_t event) { return SynchronizeEvent(event); }
 
@@ -573,8 +544,7 @@ int32_t SimExecutor::ElapsedTime(uint64_t start, uint64_t end, float* millisecon
     return kCuInvalidHandle;
   }
   if (!first->second.recorded || !second->second.recorded) return kCuInvalidHandle;
-  *milliseconds = std::chrono::duration<float, std::milli>(second->second.when -
-                                                           first->second.when).count();
+  *milliseconds = std::chrono::duration<float, std::milli>(second->second.when - first->second.when).count();
   return kCuSuccess;
 }
 

@@ -41,20 +41,15 @@ class SimExecutor : public Executor {
   }
   void* HostView(uint64_t dptr, uint64_t size) override;
   int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) override;
-  int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream,
-                         const void** data) override;
-  int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size,
-                             uint64_t stream) override;
-  int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count,
-                 uint64_t stream) override;
-  int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
-                     const std::vector<KernelInfo>& kernels, uint64_t globals_base = 0,
-                     uint64_t device_heap = 0) override;
+  int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream, const void** data) override;
+  int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size, uint64_t stream) override;
+  int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count, uint64_t stream) override;
+  int32_t LoadModule(uint64_t module, const void* image, size_t image_size, const std::vector<KernelInfo>& kernels,
+                     uint64_t globals_base = 0, uint64_t device_heap = 0) override;
   int32_t UnloadModule(uint64_t module) override;
   int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
   bool Resources(uint64_t function, dataplane::FunctionResources* resources) override;
-  int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params,
-                 size_t param_size) override;
+  int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) override;
   int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) override;
   int32_t DestroyStream(uint64_t stream) override;
   int32_t SynchronizeStream(uint64_t stream) override;
@@ -66,8 +61,7 @@ class SimExecutor : public Executor {
   int32_t SynchronizeEvent(uint64_t event) override;
   int32_t QueryEvent(uint64_t event) override;
   int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
-  int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr,
-                    uint64_t* size) override;
+  int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr, uint64_t* size) override;
   bool SetProgressCounter(std::atomic<uint64_t>* counter) override {
     progress_ = counter;
     return true;
@@ -106,8 +100,7 @@ class SimExecutor : public Executor {
   void ChunkedCopy(char* to, const char* from, uint64_t size);
   bool KnownStream(uint64_t stream) const;
   // Runs the grids launched by a grid (dynamic parallelism), each after its parent.
-  int32_t RunChildren(uint64_t module, const sim::LaunchSpec& parent,
-                      std::vector<sim::DeviceLaunch> queued);
+  int32_t RunChildren(uint64_t module, const sim::LaunchSpec& parent, std::vector<sim::DeviceLaunch> queued);
   void FreeModule(Module& module);
   // In a catch handler of an entry point: the exception as a CUresult (kCuOutOfMemory for
   // std::bad_alloc, else `otherwise`) with error_detail_ naming `call` and why. No
@@ -119,13 +112,13 @@ class SimExecutor : public Executor {
   const SimDeviceMemory::Owner owner_;  // tags this session's allocations in memory_
   const uint32_t sm_count_;
   const uint32_t arch_;
-  std::map<uint64_t, uint64_t> allocations_;  // start -> size: what this session must free
+  std::map<uint64_t, uint64_t> allocations_;     // start -> size: what this session must free
   std::vector<sim::MemoryRange> launch_memory_;  // allocations_ translated; empty: to make
   std::map<uint64_t, Module> modules_;
   std::map<uint64_t, Function> functions_;
-  std::string output_;        // device printf text not yet delivered (sim::AppendPrintf)
+  std::string output_;           // device printf text not yet delivered (sim::AppendPrintf)
   uint64_t output_dropped_ = 0;  // bytes of it dropped over kMaxPrintfBytes since then
-  std::string error_detail_;  // why the last call failed
+  std::string error_detail_;     // why the last call failed
   std::set<uint64_t> streams_;
   std::map<uint64_t, Event> events_;
 };

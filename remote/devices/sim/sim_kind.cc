@@ -45,8 +45,7 @@ class SimKind : public device::DeviceKind {
       host = buf;
     }
     int numa_nodes = backend::Topology::Load(/*with_pci=*/false)->NumaNodeCount();
-    Result<std::unique_ptr<backend::SimBackend>> sim =
-        backend::SimBackend::Create(host, config.sim_gpus, numa_nodes);
+    Result<std::unique_ptr<backend::SimBackend>> sim = backend::SimBackend::Create(host, config.sim_gpus, numa_nodes);
     if (!sim.ok()) return sim.status();
     return std::unique_ptr<backend::GpuBackend>(std::move(sim.value()));
   }

@@ -45,8 +45,7 @@ int32_t SimDeviceMemory::AllocateAt(uint64_t address, uint64_t size, Owner owner
   std::lock_guard<std::mutex> lock(mu_);
   // No overlap with the owner's allocation below or above.
   auto after = blocks_.lower_bound({owner, address});
-  if (after != blocks_.end() && after->first.first == owner &&
-      after->first.second < address + size) {
+  if (after != blocks_.end() && after->first.first == owner && after->first.second < address + size) {
     return kCuInvalidValue;
   }
   if (after != blocks_.begin()) {

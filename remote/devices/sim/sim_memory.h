@@ -55,9 +55,9 @@ class SimDeviceMemory {
   int32_t Place(uint64_t address, uint64_t size, Owner owner);  // mu_ held
 
   std::map<std::pair<Owner, uint64_t>, Block> blocks_;  // by owner, address; guarded by mu_
-  uint64_t next_address_;             // guarded by mu_
-  uint64_t used_ = 0;                 // guarded by mu_
-  Owner last_owner_ = 0;              // guarded by mu_
+  uint64_t next_address_;                               // guarded by mu_
+  uint64_t used_ = 0;                                   // guarded by mu_
+  Owner last_owner_ = 0;                                // guarded by mu_
 };
 
 }  // namespace gpupool::dataplane

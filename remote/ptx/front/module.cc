@@ -24,8 +24,7 @@ std::vector<std::string_view> SplitOpcode(std::string_view opcode) {
 uint64_t FunctionAddress(const ParsedModule& module, const std::string& name) {
   auto found = module.functions.find(name);
   if (found == module.functions.end() || !found->second.has_body) return 0;
-  return kCodeWindow +
-         16 * (static_cast<uint64_t>(std::distance(module.functions.begin(), found)) + 1);
+  return kCodeWindow + 16 * (static_cast<uint64_t>(std::distance(module.functions.begin(), found)) + 1);
 }
 
 PtxModule::~PtxModule() = default;
@@ -34,11 +33,11 @@ Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text, uint6
   return ParseLinked({text}, device_heap);
 }
 
-Result<std::unique_ptr<PtxModule>> PtxModule::ParseLinked(
-    const std::vector<std::string_view>& texts, uint64_t device_heap) {
+Result<std::unique_ptr<PtxModule>> PtxModule::ParseLinked(const std::vector<std::string_view>& texts,
+                                                          uint64_t device_heap) {
   if (device_heap == 0 || device_heap > kMaxDeviceHeapBytes) {
-    return Status::InvalidArgument("a device heap of " + std::to_string(device_heap) +
-                                   " bytes: must be 1 to " + std::to_string(kMaxDeviceHeapBytes));
+    return Status::InvalidArgument("a device heap of " + std::to_string(device_heap) + " bytes: must be 1 to " +
+                                   std::to_string(kMaxDeviceHeapBytes));
   }
   auto parsed = LinkPtxTexts(texts);
   if (!parsed.ok()) return parsed.status();
@@ -46,8 +45,8 @@ Result<std::unique_ptr<PtxModule>> PtxModule::ParseLinked(
   module->parsed_ = std::move(*parsed);
   // A module that calls device-side malloc or free, or the device runtime's launch or
   // allocation (its parameter buffers live there too), gets its heap as a variable of its own.
-  for (const char* name : {"malloc", "free", "__cudaCDP2GetParameterBufferV2",
-                           "__cudaCDP2LaunchDeviceV2", "__cudaCDP2Malloc", "__cudaCDP2Free"}) {
+  for (const char* name : {"malloc", "free", "__cudaCDP2GetParameterBufferV2", "__cudaCDP2LaunchDeviceV2",
+                           "__cudaCDP2Malloc", "__cudaCDP2Free"}) {
     auto found = module->parsed_->functions.find(name);
     if (found != module->parsed_->functions.end() && !found->second.has_body) {
       ModuleVariable heap;
@@ -63,8 +62,8 @@ Result<std::unique_ptr<PtxModule>> PtxModule::ParseLinked(
 
 const std::vector<ModuleVariable>& PtxModule::variables() const { return parsed_->variables; }
 
-Result<std::vector<uint8_t>> PtxModule::InitialBytes(
-    const ModuleVariable& variable, const std::map<std::string, uint64_t>& addresses) const {
+Result<std::vector<uint8_t>> PtxModule::InitialBytes(const ModuleVariable& variable,
+                                                     const std::map<std::string, uint64_t>& addresses) const {
   std::vector<uint8_t> bytes = variable.init;
   for (const Relocation& relocation : variable.relocations) {
     uint64_t address = FunctionAddress(*parsed_, relocation.symbol);
@@ -72,16 +71,14 @@ Result<std::vector<uint8_t>> PtxModule::InitialBytes(
       address = found->second;
     }
     if (address == 0) {
-      return Status::InvalidArgument("the initialiser of " + variable.name +
-                                     " holds the address of " + relocation.symbol +
-                                     ", which is no variable or function of the module");
+      return Status::InvalidArgument("the initialiser of " + variable.name + " holds the address of " +
+                                     relocation.symbol + ", which is no variable or function of the module");
     }
     uint64_t value = address + static_cast<uint64_t>(relocation.addend);
     if (relocation.mask != ~uint64_t{0}) {
       value = (value & relocation.mask) >> std::countr_zero(relocation.mask);
     }
-    if (relocation.size > 8 || relocation.offset > bytes.size() ||
-        relocation.size > bytes.size() - relocation.offset) {
+    if (relocation.size > 8 || relocation.offset > bytes.size() || relocation.size > bytes.size() - relocation.offset) {
       return Status::Internal("a relocation outside the initialiser of " + variable.name);
     }
     for (uint32_t k = 0; k < relocation.size; ++k) {

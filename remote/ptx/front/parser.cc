@@ -21,8 +21,7 @@ struct Token {
 };
 
 bool IsWordChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' ||
-         c == '.';
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$' || c == '%' || c == '.';
 }
 
 // Splits PTX into tokens; drops comments and the debug directives that have no
@@ -56,8 +55,8 @@ std::vector<Token> Tokenize(std::string_view text) {
       continue;
     }
     if (line_start && c == '.' &&
-        (text.substr(i, 5) == ".loc " || text.substr(i, 5) == ".loc\t" ||
-         text.substr(i, 6) == ".file " || text.substr(i, 6) == ".file\t")) {
+        (text.substr(i, 5) == ".loc " || text.substr(i, 5) == ".loc\t" || text.substr(i, 6) == ".file " ||
+         text.substr(i, 6) == ".file\t")) {
       while (i < text.size() && text[i] != '\n') ++i;
       continue;
     }
@@ -74,9 +73,8 @@ std::vector<Token> Tokenize(std::string_view text) {
       size_t end = i;
       while (end < text.size() &&
              (std::isalnum(static_cast<unsigned char>(text[end])) || text[end] == '.' ||
-              ((text[end] == '+' || text[end] == '-') && end > i &&
-               (text[end - 1] == 'e' || text[end - 1] == 'E') && text[i + 1] != 'x' &&
-               text[i + 1] != 'X' && text[i + 1] != 'f' && text[i + 1] != 'd'))) {
+              ((text[end] == '+' || text[end] == '-') && end > i && (text[end - 1] == 'e' || text[end - 1] == 'E') &&
+               text[i + 1] != 'x' && text[i + 1] != 'X' && text[i + 1] != 'f' && text[i + 1] != 'd'))) {
         ++end;
       }
       token.kind = Token::kNumber;
@@ -115,9 +113,9 @@ uint64_t TypeSize(const std::string& type) {
 }
 
 bool IsTypeName(const std::string& word) {
-  static const std::set<std::string> kTypes = {
-      ".b8",  ".b16", ".b32", ".b64",   ".u8",  ".u16", ".u32",  ".u64",  ".s8",     ".s16",
-      ".s32", ".s64", ".f16", ".f16x2", ".f32", ".f64", ".pred", ".bf16", ".bf16x2", ".b128"};
+  static const std::set<std::string> kTypes = {".b8",  ".b16", ".b32",  ".b64",  ".u8",     ".u16", ".u32",
+                                               ".u64", ".s8",  ".s16",  ".s32",  ".s64",    ".f16", ".f16x2",
+                                               ".f32", ".f64", ".pred", ".bf16", ".bf16x2", ".b128"};
   return kTypes.count(word) > 0;
 }
 
@@ -134,9 +132,7 @@ class Parser {
   }
 
  private:
-  const Token& Peek(size_t ahead = 0) const {
-    return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)];
-  }
+  const Token& Peek(size_t ahead = 0) const { return tokens_[std::min(pos_ + ahead, tokens_.size() - 1)]; }
   Token Next() {
     Token token = Peek();
     if (pos_ < tokens_.size() - 1) ++pos_;
@@ -150,8 +146,8 @@ class Parser {
     return false;
   }
   Status Error(const std::string& what) const {
-    return Status::InvalidArgument("PTX line " + std::to_string(Peek().line) + ": " + what +
-                                   " (at '" + std::string(Peek().text) + "')");
+    return Status::InvalidArgument("PTX line " + std::to_string(Peek().line) + ": " + what + " (at '" +
+                                   std::string(Peek().text) + "')");
   }
   Status Expect(const char* text) {
     if (!Accept(text)) return Error(std::string("expected '") + text + "'");
@@ -236,8 +232,7 @@ class Parser {
                        ": must be a power of two of at most " + std::to_string(kMaxAlign));
         }
         if (!pointee) decl.align = static_cast<uint32_t>(*value);
-      } else if (pointee &&
-                 (word == ".global" || word == ".const" || word == ".local" || word == ".shared")) {
+      } else if (pointee && (word == ".global" || word == ".const" || word == ".local" || word == ".shared")) {
         // the pointee's state space
       } else if (word == ".ptr") {
         pointee = true;
@@ -247,8 +242,8 @@ class Parser {
         decl.type = word;
       } else if (word == ".texref" || word == ".surfref" || word == ".samplerref") {
         decl.type = word;
-      } else if (word == ".volatile" || word == ".weak" || word == ".visible" ||
-                 word == ".extern" || word == ".common") {
+      } else if (word == ".volatile" || word == ".weak" || word == ".visible" || word == ".extern" ||
+                 word == ".common") {
         // attributes the engine does not need
       } else if (word == ".attribute") {
         // ".attribute(.managed)" (a __managed__ variable: the client keeps its host copy
@@ -291,8 +286,8 @@ class Parser {
       if (!value.ok()) return value.status();
       const uint64_t limit = kMaxDeclarationBytes / std::max<uint64_t>(element, 1);
       if (*value > limit || (*value != 0 && decl.count > limit / *value)) {
-        return Error("the declaration of " + decl.name + " is larger than " +
-                     std::to_string(kMaxDeclarationBytes) + " bytes");
+        return Error("the declaration of " + decl.name + " is larger than " + std::to_string(kMaxDeclarationBytes) +
+                     " bytes");
       }
       decl.count *= *value;
       GPUPOOL_RETURN_IF_ERROR(Expect("]"));
@@ -306,9 +301,7 @@ class Parser {
   }
 
   // Bounded by ParseDeclaration: at most kMaxDeclarationBytes.
-  uint64_t DeclarationSize(const Declaration& decl) const {
-    return TypeSize(decl.type) * decl.vector * decl.count;
-  }
+  uint64_t DeclarationSize(const Declaration& decl) const { return TypeSize(decl.type) * decl.vector * decl.count; }
 
   // A .shared variable no larger than a block's shared memory: a larger one could never
   // be placed, and is refused at load rather than when (and whichever tier) a kernel
@@ -316,9 +309,8 @@ class Parser {
   Status CheckShared(const Declaration& decl) const {
     const uint64_t size = DeclarationSize(decl);
     if (size > kMaxSharedBytes) {
-      return Error("the .shared variable " + decl.name + " is " + std::to_string(size) +
-                   " bytes: more than the " + std::to_string(kMaxSharedBytes) +
-                   " bytes of shared memory a block may have");
+      return Error("the .shared variable " + decl.name + " is " + std::to_string(size) + " bytes: more than the " +
+                   std::to_string(kMaxSharedBytes) + " bytes of shared memory a block may have");
     }
     return Status::OK();
   }
@@ -354,8 +346,8 @@ class Parser {
           return Error("expected a number after " + relocation.symbol + " in an initialiser");
         }
         // Wrapping, as the address arithmetic itself does.
-        relocation.addend = static_cast<int64_t>(static_cast<uint64_t>(relocation.addend) +
-                                                 (minus ? uint64_t{0} - value : value));
+        relocation.addend =
+            static_cast<int64_t>(static_cast<uint64_t>(relocation.addend) + (minus ? uint64_t{0} - value : value));
       }
       return Status::OK();
     };
@@ -364,16 +356,14 @@ class Parser {
     GPUPOOL_RETURN_IF_ERROR(addend());
     if (masked) GPUPOOL_RETURN_IF_ERROR(Expect(")"));
     if (!masked && element < 4) {
-      return Error("the address of " + relocation.symbol + " in a " + std::to_string(element * 8) +
-                   "-bit initialiser");
+      return Error("the address of " + relocation.symbol + " in a " + std::to_string(element * 8) + "-bit initialiser");
     }
     return relocation;
   }
 
   // Reads "= {1, 2, ...}" or "= 7" into bytes of the variable's element type; addresses
   // of variables and functions into `relocations`.
-  Status Initializer(const Declaration& decl, std::vector<uint8_t>* bytes,
-                     std::vector<Relocation>* relocations) {
+  Status Initializer(const Declaration& decl, std::vector<uint8_t>* bytes, std::vector<Relocation>* relocations) {
     uint64_t element = TypeSize(decl.type);
     bool is_float = decl.type[1] == 'f';
     std::vector<uint64_t> values;
@@ -393,10 +383,8 @@ class Parser {
       Token token = Next();
       if (token.kind != Token::kNumber) return Error("expected an initial value");
       uint64_t value = 0;
-      if (token.text.size() > 2 && (token.text[1] == 'f' || token.text[1] == 'F') &&
-          token.text[0] == '0') {
-        uint32_t bits =
-            static_cast<uint32_t>(std::strtoul(std::string(token.text).c_str() + 2, nullptr, 16));
+      if (token.text.size() > 2 && (token.text[1] == 'f' || token.text[1] == 'F') && token.text[0] == '0') {
+        uint32_t bits = static_cast<uint32_t>(std::strtoul(std::string(token.text).c_str() + 2, nullptr, 16));
         float f;
         std::memcpy(&f, &bits, 4);
         double d = negative ? -f : f;
@@ -408,8 +396,7 @@ class Parser {
           std::memcpy(&out, &narrowed, 4);
           value = out;
         }
-      } else if (token.text.size() > 2 && (token.text[1] == 'd' || token.text[1] == 'D') &&
-                 token.text[0] == '0') {
+      } else if (token.text.size() > 2 && (token.text[1] == 'd' || token.text[1] == 'D') && token.text[0] == '0') {
         value = std::strtoull(std::string(token.text).c_str() + 2, nullptr, 16);
         if (negative) value ^= 1ull << 63;
         if (element == 4) {
@@ -450,8 +437,7 @@ class Parser {
     } while (Accept(","));
     while (depth > 0 && Accept("}")) --depth;
     for (uint64_t value : values) {
-      for (uint64_t k = 0; k < element; ++k)
-        bytes->push_back(static_cast<uint8_t>(value >> (8 * k)));
+      for (uint64_t k = 0; k < element; ++k) bytes->push_back(static_cast<uint8_t>(value >> (8 * k)));
     }
     return Status::OK();
   }
@@ -464,14 +450,11 @@ class Parser {
       SkipStatement();
       return Status::OK();
     }
-    uint32_t align = decl->align
-                         ? decl->align
-                         : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
+    uint32_t align = decl->align ? decl->align : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
     if (!external_linkage_) module_->local_names.insert(decl->name);
     if (space == ".shared") {
       GPUPOOL_RETURN_IF_ERROR(CheckShared(*decl));
-      module_->shared.push_back(
-          SharedVariable{decl->name, DeclarationSize(*decl), align, is_extern || decl->unsized});
+      module_->shared.push_back(SharedVariable{decl->name, DeclarationSize(*decl), align, is_extern || decl->unsized});
       return Expect(";");
     }
     ModuleVariable variable;
@@ -479,18 +462,16 @@ class Parser {
     variable.is_const = space == ".const";
     variable.size = DeclarationSize(*decl);
     variable.align = align;
-    if (Accept("="))
-      GPUPOOL_RETURN_IF_ERROR(Initializer(*decl, &variable.init, &variable.relocations));
+    if (Accept("=")) GPUPOOL_RETURN_IF_ERROR(Initializer(*decl, &variable.init, &variable.relocations));
     // An initialiser fills its variable and no more (the executor copies it into the
     // variable's place among the module's others).
     if (variable.size != 0 && variable.init.size() > variable.size) {
-      return Error("the initialiser of " + variable.name + " has " +
-                   std::to_string(variable.init.size()) + " bytes, more than its " +
-                   std::to_string(variable.size));
+      return Error("the initialiser of " + variable.name + " has " + std::to_string(variable.init.size()) +
+                   " bytes, more than its " + std::to_string(variable.size));
     }
     if (variable.init.size() > kMaxDeclarationBytes) {
-      return Error("the initialiser of " + variable.name + " is larger than " +
-                   std::to_string(kMaxDeclarationBytes) + " bytes");
+      return Error("the initialiser of " + variable.name + " is larger than " + std::to_string(kMaxDeclarationBytes) +
+                   " bytes");
     }
     if (variable.size == 0) variable.size = std::max<uint64_t>(variable.init.size(), 1);
     if (is_extern && variable.init.empty()) {
@@ -512,9 +493,7 @@ class Parser {
       auto decl = ParseDeclaration();
       if (!decl.ok()) return decl.status();
       uint64_t size = DeclarationSize(*decl);
-      uint32_t align = decl->align
-                           ? decl->align
-                           : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
+      uint32_t align = decl->align ? decl->align : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
       params->push_back(RawParam{decl->name, size, align});
     } while (Accept(","));
     return Expect(")");
@@ -536,11 +515,9 @@ class Parser {
       while (Peek().kind == Token::kNumber || Peek().text == ",") {
         uint64_t value = 0;
         if (Peek().kind == Token::kNumber) {
-          if (!ParseInteger(Peek().text, &value))
-            return Error("bad number " + std::string(Peek().text));
+          if (!ParseInteger(Peek().text, &value)) return Error("bad number " + std::string(Peek().text));
           // Capped: a bound above 1024 threads bounds nothing.
-          threads =
-              std::min<uint64_t>(threads * std::clamp<uint64_t>(value, 1, 1u << 20), 1u << 20);
+          threads = std::min<uint64_t>(threads * std::clamp<uint64_t>(value, 1, 1u << 20), 1u << 20);
           any = true;
         }
         Next();
@@ -598,8 +575,7 @@ class Parser {
     const Token& first = Peek();
     int line = first.line;
     // A label is `name:`; `name::` begins an opcode's qualifier (st.shared::cta).
-    if (first.kind == Token::kWord && Peek(1).text == ":" && Peek(2).text != ":" &&
-        first.text[0] != '.') {
+    if (first.kind == Token::kWord && Peek(1).text == ":" && Peek(2).text != ":" && first.text[0] != '.') {
       RawStatement label;
       label.kind = RawStatement::kLabel;
       label.opcode = first.text;
@@ -611,27 +587,22 @@ class Parser {
     }
     if (first.kind == Token::kWord && first.text[0] == '.') {
       std::string directive(Next().text);
-      if (directive == ".reg" || directive == ".local" || directive == ".shared" ||
-          directive == ".param") {
+      if (directive == ".reg" || directive == ".local" || directive == ".shared" || directive == ".param") {
         auto decl = ParseDeclaration();
         if (!decl.ok()) return decl.status();
         RawStatement::Kind kind = directive == ".reg"      ? RawStatement::kRegister
                                   : directive == ".local"  ? RawStatement::kLocal
                                   : directive == ".shared" ? RawStatement::kShared
                                                            : RawStatement::kParam;
-        uint32_t align = decl->align
-                             ? decl->align
-                             : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
+        uint32_t align = decl->align ? decl->align : static_cast<uint32_t>(std::max<uint64_t>(1, TypeSize(decl->type)));
         if (kind == RawStatement::kRegister) {
           for (const std::string& base : decl->names) {
             if (decl->range > 0) {
               // %r<N>: %r0 .. %r(N-1), one scope entry for the family. The PTX comes from
               // a job: a bound on the names keeps %r<-3> (2^64 - 3) or a thousand %r<1000000>
               // from holding the agent's GPU thread and memory.
-              if (decl->range > kMaxRegisterNames ||
-                  declared_registers_ + decl->range > kMaxRegisterNames) {
-                return Error("more than " + std::to_string(kMaxRegisterNames) +
-                             " registers declared");
+              if (decl->range > kMaxRegisterNames || declared_registers_ + decl->range > kMaxRegisterNames) {
+                return Error("more than " + std::to_string(kMaxRegisterNames) + " registers declared");
               }
               declared_registers_ += decl->range;
               std::string unique = Declare(base);
@@ -712,8 +683,7 @@ class Parser {
       if (negative) operand.bits ^= 1ull << 63;
       return operand;
     }
-    if (text.find_first_of(".eE") != std::string::npos &&
-        text.find_first_of("xX") == std::string::npos) {
+    if (text.find_first_of(".eE") != std::string::npos && text.find_first_of("xX") == std::string::npos) {
       double d = std::strtod(text.c_str(), nullptr) * (negative ? -1 : 1);
       operand.kind = RawOperand::kF64;
       std::memcpy(&operand.bits, &d, 8);
@@ -912,8 +882,7 @@ void RenameSymbols(ParsedModule* module, const std::map<std::string, std::string
     for (const RawParam& param : function.params) own.insert(param.name);
     for (const RawParam& param : function.returns) own.insert(param.name);
     auto operand = [&](RawOperand& op, auto&& self) -> void {
-      if ((op.kind == RawOperand::kName || op.kind == RawOperand::kAddress) && !own.count(op.name))
-        rename(&op.name);
+      if ((op.kind == RawOperand::kName || op.kind == RawOperand::kAddress) && !own.count(op.name)) rename(&op.name);
       for (RawOperand& item : op.items) self(item, self);
     };
     for (RawStatement& statement : function.body) {
@@ -941,8 +910,7 @@ Result<std::unique_ptr<ParsedModule>> LinkPtxTexts(const std::vector<std::string
   if (units.empty()) return Status::InvalidArgument("no PTX to link");
   if (units.size() == 1) return ParsePtxText(units[0]);
   if (units.size() > kMaxLinkedUnits) {
-    return Status::InvalidArgument(std::to_string(units.size()) +
-                                   " translation units to link: more than " +
+    return Status::InvalidArgument(std::to_string(units.size()) + " translation units to link: more than " +
                                    std::to_string(kMaxLinkedUnits));
   }
   std::vector<std::unique_ptr<ParsedModule>> parsed;

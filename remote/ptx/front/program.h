@@ -173,7 +173,7 @@ struct DeviceRuntimeCall {
   Op op = kGetLastError;
   uint32_t args[4] = {0, 0, 0, 0};
   uint32_t result = 0;
-  uint32_t last_error = 0;  // local offset of the thread's last error and its CTA tag (8 bytes)
+  uint32_t last_error = 0;           // local offset of the thread's last error and its CTA tag (8 bytes)
   uint64_t heap = 0, heap_size = 0;  // 0: the module has none (ops that need it fail)
 };
 
@@ -250,17 +250,17 @@ struct DecodedKernel {
   uint64_t declared_shared = 0;
   uint64_t static_shared = 0;
   uint32_t dynamic_shared_align = 16;
-  uint32_t max_threads = 0;  // RawFunction::max_threads of the entry
-  uint64_t const_bytes = 0;  // of the module's .const variables (one bank per module)
-  uint64_t local_size = 0;   // bytes of local memory per thread
-  std::string unsupported;   // non-empty: why this kernel cannot run (at launch)
-  std::vector<WmmaOp> wmma;  // the operands of its wmma instructions (Inst::aux)
+  uint32_t max_threads = 0;                     // RawFunction::max_threads of the entry
+  uint64_t const_bytes = 0;                     // of the module's .const variables (one bank per module)
+  uint64_t local_size = 0;                      // bytes of local memory per thread
+  std::string unsupported;                      // non-empty: why this kernel cannot run (at launch)
+  std::vector<WmmaOp> wmma;                     // the operands of its wmma instructions (Inst::aux)
   std::vector<DeviceRuntimeCall> device_calls;  // Inst::aux of HDeviceRuntime
   std::vector<LaunchableEntry> entries;         // set when it calls the device runtime
   // The entry's parsed PTX (owned by its PtxModule), and its JIT tier (jit/jit.h): compiled
   // once the launches say it is worth it, or refused.
   const RawFunction* source = nullptr;
-  SharedLayout shared_layout;  // the .shared variables it names, for the JIT tier
+  SharedLayout shared_layout;    // the .shared variables it names, for the JIT tier
   std::shared_ptr<JitSlot> jit;  // made by PtxModule::Decode
 };
 

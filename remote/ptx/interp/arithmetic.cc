@@ -38,16 +38,27 @@ void HTestp(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   ForLanes(mask, [&](int l) {
     double v = in.width == 8 ? Get<double>(a[l]) : static_cast<double>(Get<float>(a[l]));
-    int cls =
-        in.width == 8 ? std::fpclassify(Get<double>(a[l])) : std::fpclassify(Get<float>(a[l]));
+    int cls = in.width == 8 ? std::fpclassify(Get<double>(a[l])) : std::fpclassify(Get<float>(a[l]));
     bool r = false;
     switch (in.mode) {
-      case 0: r = std::isfinite(v); break;
-      case 1: r = std::isinf(v); break;
-      case 2: r = !std::isnan(v); break;
-      case 3: r = std::isnan(v); break;
-      case 4: r = cls == FP_NORMAL; break;
-      case 5: r = cls == FP_SUBNORMAL; break;
+      case 0:
+        r = std::isfinite(v);
+        break;
+      case 1:
+        r = std::isinf(v);
+        break;
+      case 2:
+        r = !std::isnan(v);
+        break;
+      case 3:
+        r = std::isnan(v);
+        break;
+      case 4:
+        r = cls == FP_NORMAL;
+        break;
+      case 5:
+        r = cls == FP_SUBNORMAL;
+        break;
     }
     d[l] = r;
   });
@@ -59,8 +70,7 @@ void HPrmt(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
-    uint64_t bytes =
-        (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
+    uint64_t bytes = (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
     uint32_t selector = static_cast<uint32_t>(c[l]);
     uint32_t r = 0;
     if (in.mode == 0) {
@@ -109,12 +119,10 @@ void HShf(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
-    uint64_t both =
-        (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
+    uint64_t both = (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
     uint32_t n = static_cast<uint32_t>(c[l]);
     n = (in.mode2 == 0) ? (n & 31) : std::min<uint32_t>(n, 32);
-    d[l] =
-        in.mode == 0 ? static_cast<uint32_t>((both << n) >> 32) : static_cast<uint32_t>(both >> n);
+    d[l] = in.mode == 0 ? static_cast<uint32_t>((both << n) >> 32) : static_cast<uint32_t>(both >> n);
   });
 }
 
@@ -246,10 +254,18 @@ void HIsspacep(Warp& w, const Inst& in, uint32_t mask) {
     bool local = v >= kLocalWindow && v < kLocalWindow + kWindowSize;
     bool param = v >= kParamWindow && v < kParamWindow + kWindowSize;
     switch (static_cast<Space>(in.mode)) {
-      case Space::kShared: d[l] = shared; break;
-      case Space::kLocal: d[l] = local; break;
-      case Space::kParam: d[l] = param; break;
-      default: d[l] = !shared && !local && !param; break;
+      case Space::kShared:
+        d[l] = shared;
+        break;
+      case Space::kLocal:
+        d[l] = local;
+        break;
+      case Space::kParam:
+        d[l] = param;
+        break;
+      default:
+        d[l] = !shared && !local && !param;
+        break;
     }
   });
 }

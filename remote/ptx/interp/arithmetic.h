@@ -82,19 +82,14 @@ inline T Binary(T a, T b) {
     }
     if constexpr (op == kAddSat || op == kSubSat) {
       int64_t wide = op == kAddSat ? int64_t{a} + int64_t{b} : int64_t{a} - int64_t{b};
-      wide =
-          std::clamp<int64_t>(wide, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
+      wide = std::clamp<int64_t>(wide, std::numeric_limits<T>::min(), std::numeric_limits<T>::max());
       return static_cast<T>(wide);
     }
     if constexpr (op == kMul24 || op == kMul24Hi) {
-      int64_t x =
-          std::is_signed_v<T>
-              ? (static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(a) << 8)) >> 8)
-              : static_cast<int64_t>(static_cast<uint32_t>(a) & 0xffffff);
-      int64_t y =
-          std::is_signed_v<T>
-              ? (static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(b) << 8)) >> 8)
-              : static_cast<int64_t>(static_cast<uint32_t>(b) & 0xffffff);
+      int64_t x = std::is_signed_v<T> ? (static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(a) << 8)) >> 8)
+                                      : static_cast<int64_t>(static_cast<uint32_t>(a) & 0xffffff);
+      int64_t y = std::is_signed_v<T> ? (static_cast<int64_t>(static_cast<int32_t>(static_cast<uint32_t>(b) << 8)) >> 8)
+                                      : static_cast<int64_t>(static_cast<uint32_t>(b) & 0xffffff);
       int64_t p = x * y;
       return static_cast<T>(op == kMul24 ? p : (p >> 16));
     }
@@ -111,12 +106,10 @@ void HBinary(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   if (in.flags & (kFlagFtz | kFlagSat)) {
     ForLanesIndependent(mask, [&](int l) {
-      d[l] = Put<T>(FixFloat<T>(
-          Binary<T, op>(FtzOperand<T>(a[l], in.flags), FtzOperand<T>(b[l], in.flags)), in.flags));
+      d[l] = Put<T>(FixFloat<T>(Binary<T, op>(FtzOperand<T>(a[l], in.flags), FtzOperand<T>(b[l], in.flags)), in.flags));
     });
   } else {
-    ForLanesIndependent(mask,
-                        [&](int l) { d[l] = Put<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l]))); });
+    ForLanesIndependent(mask, [&](int l) { d[l] = Put<T>(Binary<T, op>(Get<T>(a[l]), Get<T>(b[l]))); });
   }
 }
 
@@ -239,9 +232,8 @@ void HUnary(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   if (in.flags & (kFlagFtz | kFlagSat)) {
-    ForLanesIndependent(mask, [&](int l) {
-      d[l] = Put<T>(FixFloat<T>(Unary<T, op>(FtzOperand<T>(a[l], in.flags)), in.flags));
-    });
+    ForLanesIndependent(
+        mask, [&](int l) { d[l] = Put<T>(FixFloat<T>(Unary<T, op>(FtzOperand<T>(a[l], in.flags)), in.flags)); });
   } else {
     ForLanesIndependent(mask, [&](int l) { d[l] = Put<T>(Unary<T, op>(Get<T>(a[l]))); });
   }
@@ -252,8 +244,7 @@ template <typename T, UnOp op>
 void HCount(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
-  ForLanesIndependent(mask,
-                      [&](int l) { d[l] = static_cast<uint32_t>(Unary<T, op>(Get<T>(a[l]))); });
+  ForLanesIndependent(mask, [&](int l) { d[l] = static_cast<uint32_t>(Unary<T, op>(Get<T>(a[l]))); });
 }
 
 // mad.lo / fma / mad (float).
@@ -265,8 +256,7 @@ void HMad(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
   ForLanesIndependent(mask, [&](int l) {
-    T x = FtzOperand<T>(a[l], in.flags), y = FtzOperand<T>(b[l], in.flags),
-      z = FtzOperand<T>(c[l], in.flags);
+    T x = FtzOperand<T>(a[l], in.flags), y = FtzOperand<T>(b[l], in.flags), z = FtzOperand<T>(c[l], in.flags);
     T r;
     if constexpr (kind == 0)
       r = WrapAdd(WrapMul(x, y), z);
@@ -296,13 +286,11 @@ __attribute__((target("avx2,fma"))) void HFmaHw(Warp& w, const Inst& in, uint32_
   };
   if (in.flags & (kFlagFtz | kFlagSat)) {
     ForLanesIndependent(mask, [&](int l) {
-      d[l] = Put<T>(FixFloat<T>(fma(FtzOperand<T>(a[l], in.flags), FtzOperand<T>(b[l], in.flags),
-                                    FtzOperand<T>(c[l], in.flags)),
-                                in.flags));
+      d[l] = Put<T>(FixFloat<T>(
+          fma(FtzOperand<T>(a[l], in.flags), FtzOperand<T>(b[l], in.flags), FtzOperand<T>(c[l], in.flags)), in.flags));
     });
   } else {
-    ForLanesIndependent(
-        mask, [&](int l) { d[l] = Put<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l]))); });
+    ForLanesIndependent(mask, [&](int l) { d[l] = Put<T>(fma(Get<T>(a[l]), Get<T>(b[l]), Get<T>(c[l]))); });
   }
 }
 
@@ -316,8 +304,7 @@ void HMad24(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
-    T p = in.mode ? Binary<T, kMul24Hi>(Get<T>(a[l]), Get<T>(b[l]))
-                  : Binary<T, kMul24>(Get<T>(a[l]), Get<T>(b[l]));
+    T p = in.mode ? Binary<T, kMul24Hi>(Get<T>(a[l]), Get<T>(b[l])) : Binary<T, kMul24>(Get<T>(a[l]), Get<T>(b[l]));
     d[l] = Put<T>(WrapAdd(p, Get<T>(c[l])));
   });
 }
@@ -357,30 +344,50 @@ inline bool Compare(uint8_t cmp, T a, T b) {
   if constexpr (std::is_floating_point_v<T>) {
     bool unordered = std::isnan(a) || std::isnan(b);
     switch (cmp) {
-      case kEq: return !unordered && a == b;
-      case kNe: return !unordered && a != b;
-      case kLt: return !unordered && a < b;
-      case kLe: return !unordered && a <= b;
-      case kGt: return !unordered && a > b;
-      case kGe: return !unordered && a >= b;
-      case kEqu: return unordered || a == b;
-      case kNeu: return unordered || a != b;
-      case kLtu: return unordered || a < b;
-      case kLeu: return unordered || a <= b;
-      case kGtu: return unordered || a > b;
-      case kGeu: return unordered || a >= b;
-      case kNum: return !unordered;
-      case kNan: return unordered;
+      case kEq:
+        return !unordered && a == b;
+      case kNe:
+        return !unordered && a != b;
+      case kLt:
+        return !unordered && a < b;
+      case kLe:
+        return !unordered && a <= b;
+      case kGt:
+        return !unordered && a > b;
+      case kGe:
+        return !unordered && a >= b;
+      case kEqu:
+        return unordered || a == b;
+      case kNeu:
+        return unordered || a != b;
+      case kLtu:
+        return unordered || a < b;
+      case kLeu:
+        return unordered || a <= b;
+      case kGtu:
+        return unordered || a > b;
+      case kGeu:
+        return unordered || a >= b;
+      case kNum:
+        return !unordered;
+      case kNan:
+        return unordered;
     }
     return false;
   } else {
     switch (cmp) {
-      case kEq: return a == b;
-      case kNe: return a != b;
-      case kLt: return a < b;
-      case kLe: return a <= b;
-      case kGt: return a > b;
-      case kGe: return a >= b;
+      case kEq:
+        return a == b;
+      case kNe:
+        return a != b;
+      case kLt:
+        return a < b;
+      case kLe:
+        return a <= b;
+      case kGt:
+        return a > b;
+      case kGe:
+        return a >= b;
     }
     return false;
   }
@@ -443,8 +450,7 @@ void HSetpPlain(Warp& w, const Inst& in, uint32_t mask) {
       q[l] = !t;
     });
   } else {
-    ForLanesIndependent(mask,
-                        [&](int l) { d[l] = Compare<T>(kCmp, operand(a[l]), operand(b[l])); });
+    ForLanesIndependent(mask, [&](int l) { d[l] = Compare<T>(kCmp, operand(a[l]), operand(b[l])); });
   }
 }
 
@@ -454,23 +460,35 @@ struct WSetpPlain {
     if constexpr (std::is_same_v<T, float>) {
       if (ftz) {
         switch (cmp) {
-          case kEq: return &HSetpPlain<T, kEq, true>;
-          case kNe: return &HSetpPlain<T, kNe, true>;
-          case kLt: return &HSetpPlain<T, kLt, true>;
-          case kLe: return &HSetpPlain<T, kLe, true>;
-          case kGt: return &HSetpPlain<T, kGt, true>;
-          case kGe: return &HSetpPlain<T, kGe, true>;
+          case kEq:
+            return &HSetpPlain<T, kEq, true>;
+          case kNe:
+            return &HSetpPlain<T, kNe, true>;
+          case kLt:
+            return &HSetpPlain<T, kLt, true>;
+          case kLe:
+            return &HSetpPlain<T, kLe, true>;
+          case kGt:
+            return &HSetpPlain<T, kGt, true>;
+          case kGe:
+            return &HSetpPlain<T, kGe, true>;
         }
         return nullptr;
       }
     }
     switch (cmp) {
-      case kEq: return &HSetpPlain<T, kEq>;
-      case kNe: return &HSetpPlain<T, kNe>;
-      case kLt: return &HSetpPlain<T, kLt>;
-      case kLe: return &HSetpPlain<T, kLe>;
-      case kGt: return &HSetpPlain<T, kGt>;
-      case kGe: return &HSetpPlain<T, kGe>;
+      case kEq:
+        return &HSetpPlain<T, kEq>;
+      case kNe:
+        return &HSetpPlain<T, kNe>;
+      case kLt:
+        return &HSetpPlain<T, kLt>;
+      case kLe:
+        return &HSetpPlain<T, kLe>;
+      case kGt:
+        return &HSetpPlain<T, kGt>;
+      case kGe:
+        return &HSetpPlain<T, kGe>;
     }
     return nullptr;
   }
@@ -479,9 +497,12 @@ struct WSetpPlain {
 // setp's and set's BoolOp (1 and, 2 or, 3 xor) of comparison t with predicate c.
 inline bool CombineWithPredicate(bool t, uint8_t bool_op, bool c) {
   switch (bool_op) {
-    case 1: return t && c;
-    case 2: return t || c;
-    case 3: return t != c;
+    case 1:
+      return t && c;
+    case 2:
+      return t || c;
+    case 3:
+      return t != c;
   }
   return t;
 }

@@ -10,8 +10,7 @@ uint16_t FloatToHalf(float f) {
   uint32_t sign = (x >> 16) & 0x8000;
   int32_t exponent = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
   uint32_t mantissa = x & 0x7fffff;
-  if (((x >> 23) & 0xff) == 0xff)
-    return static_cast<uint16_t>(sign | 0x7c00 | (mantissa ? 0x200 : 0));
+  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00 | (mantissa ? 0x200 : 0));
   if (exponent >= 31) return static_cast<uint16_t>(sign | 0x7c00);
   if (exponent <= 0) {
     if (exponent < -10) return static_cast<uint16_t>(sign);
@@ -56,8 +55,7 @@ float HalfToFloat(uint16_t h) {
 // bf16 nearest to f, ties to even; a NaN stays a (quiet) NaN.
 uint16_t FloatToBFloat16(float f) {
   uint32_t x = std::bit_cast<uint32_t>(f);
-  return static_cast<uint16_t>(std::isnan(f) ? ((x >> 16) | 0x40)
-                                             : ((x + 0x7fff + ((x >> 16) & 1)) >> 16));
+  return static_cast<uint16_t>(std::isnan(f) ? ((x >> 16) | 0x40) : ((x + 0x7fff + ((x >> 16) & 1)) >> 16));
 }
 
 // f to f16 or bf16 with .rz (rounding 1), .rm (2) or .rp (3), as __float2half_rz and
@@ -82,10 +80,14 @@ uint16_t FloatToHalfDirected(float f, int rounding, bool bf16) {
 // Rounding: 0 none/rn, 1 rz, 2 rm, 3 rp; integer rounding (rni...) 4..7.
 double RoundTo(double v, int rounding) {
   switch (rounding & 3) {
-    case 0: return std::nearbyint(v);  // round-half-even in the default mode
-    case 1: return std::trunc(v);
-    case 2: return std::floor(v);
-    default: return std::ceil(v);
+    case 0:
+      return std::nearbyint(v);  // round-half-even in the default mode
+    case 1:
+      return std::trunc(v);
+    case 2:
+      return std::floor(v);
+    default:
+      return std::ceil(v);
   }
 }
 
@@ -192,8 +194,7 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
           if (skind == kKindS)
             out = static_cast<uint64_t>(std::clamp(sv, lo, hi));
           else
-            out = static_cast<uint64_t>(uv > static_cast<uint64_t>(hi) ? hi
-                                                                       : static_cast<int64_t>(uv));
+            out = static_cast<uint64_t>(uv > static_cast<uint64_t>(hi) ? hi : static_cast<int64_t>(uv));
         } else {
           uint64_t hi = bits == 64 ? UINT64_MAX : (uint64_t{1} << bits) - 1;
           if (skind == kKindS)
@@ -232,10 +233,14 @@ template <typename S>
 Handler CvtIntTo(int kind, int size) {
   bool is_signed = kind == kKindS;
   switch (size) {
-    case 1: return is_signed ? &HCvtInt<S, int8_t> : &HCvtInt<S, uint8_t>;
-    case 2: return is_signed ? &HCvtInt<S, int16_t> : &HCvtInt<S, uint16_t>;
-    case 4: return is_signed ? &HCvtInt<S, int32_t> : &HCvtInt<S, uint32_t>;
-    case 8: return is_signed ? &HCvtInt<S, int64_t> : &HCvtInt<S, uint64_t>;
+    case 1:
+      return is_signed ? &HCvtInt<S, int8_t> : &HCvtInt<S, uint8_t>;
+    case 2:
+      return is_signed ? &HCvtInt<S, int16_t> : &HCvtInt<S, uint16_t>;
+    case 4:
+      return is_signed ? &HCvtInt<S, int32_t> : &HCvtInt<S, uint32_t>;
+    case 8:
+      return is_signed ? &HCvtInt<S, int64_t> : &HCvtInt<S, uint64_t>;
   }
   return nullptr;
 }
@@ -249,7 +254,9 @@ Handler CvtHandler(const Inst& in) {
   Handler h = nullptr;
   bool is_signed = skind == kKindS;
   switch (ssize) {
-    case 1: h = is_signed ? CvtIntTo<int8_t>(dkind, dsize) : CvtIntTo<uint8_t>(dkind, dsize); break;
+    case 1:
+      h = is_signed ? CvtIntTo<int8_t>(dkind, dsize) : CvtIntTo<uint8_t>(dkind, dsize);
+      break;
     case 2:
       h = is_signed ? CvtIntTo<int16_t>(dkind, dsize) : CvtIntTo<uint16_t>(dkind, dsize);
       break;

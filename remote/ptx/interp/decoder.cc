@@ -34,8 +34,7 @@ std::vector<std::string> Split(const std::string& opcode) {
 
 class Decoder {
  public:
-  Decoder(const ParsedModule& module, const std::map<std::string, uint64_t>& addresses,
-          DecodedKernel* kernel)
+  Decoder(const ParsedModule& module, const std::map<std::string, uint64_t>& addresses, DecodedKernel* kernel)
       : module_(module), addresses_(addresses), k_(kernel) {}
 
   // A kernel's parameters' offsets, by natural alignment; returns their bytes (what a
@@ -57,10 +56,8 @@ class Decoder {
     // CUDA 12.1 on allows 32,764 bytes of kernel parameters; more (a size from a job's
     // PTX) would not fit the 32 bits a launch carries them in.
     if (param_bytes > kMaxParamBytes) {
-      return Status::InvalidArgument("kernel " + entry.name + " declares " +
-                                     std::to_string(param_bytes) +
-                                     " bytes of parameters: more than " +
-                                     std::to_string(kMaxParamBytes));
+      return Status::InvalidArgument("kernel " + entry.name + " declares " + std::to_string(param_bytes) +
+                                     " bytes of parameters: more than " + std::to_string(kMaxParamBytes));
     }
     k_->param_size = static_cast<uint32_t>(param_bytes);
     for (size_t i = 0; i < entry.params.size(); ++i) {
@@ -80,8 +77,7 @@ class Decoder {
     // Device functions as values (mov.u64 %rd, f): their addresses.
     // Kernels too: a device-side launch names its kernel by address.
     for (const auto& [name, function] : module_.functions) {
-      if (function.has_body)
-        symbols_[name] = Symbol{Space::kGlobal, FunctionAddress(module_, name)};
+      if (function.has_body) symbols_[name] = Symbol{Space::kGlobal, FunctionAddress(module_, name)};
     }
     for (const std::string& name : module_.unsupported_symbols) unsupported_symbols_.insert(name);
     k_->carry_slot = NewSlot();
@@ -90,8 +86,7 @@ class Decoder {
     k_->declared_shared = shared_size_;
     // Dynamic shared memory starts after the static variables.
     shared_size_ = (shared_size_ + 15) / 16 * 16;
-    for (auto [slot, name] : dynamic_shared_constants_)
-      k_->constants.push_back({slot, shared_size_});
+    for (auto [slot, name] : dynamic_shared_constants_) k_->constants.push_back({slot, shared_size_});
     k_->static_shared = shared_size_;
     k_->local_size = (local_size_ + 15) / 16 * 16;
     // The layout the JIT tier takes as it is (jit/jit.h, SharedLayout).
@@ -228,10 +223,8 @@ class Decoder {
   Result<int32_t> Source(const Frame& frame, const RawOperand& op, Ty type, int line) {
     switch (op.kind) {
       case RawOperand::kInt: {
-        if (type == kF32)
-          return Constant(Put<float>(static_cast<float>(static_cast<int64_t>(op.bits))));
-        if (type == kF64)
-          return Constant(Put<double>(static_cast<double>(static_cast<int64_t>(op.bits))));
+        if (type == kF32) return Constant(Put<float>(static_cast<float>(static_cast<int64_t>(op.bits))));
+        if (type == kF64) return Constant(Put<double>(static_cast<double>(static_cast<int64_t>(op.bits))));
         return Constant(op.bits);
       }
       case RawOperand::kF32: {
@@ -249,8 +242,7 @@ class Decoder {
         if (!op.negated) break;  // sym+offset as a value
         Symbol symbol;
         if (!SymbolValue(frame, op.name, &symbol)) {
-          return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unknown symbol " +
-                                         op.name);
+          return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unknown symbol " + op.name);
         }
         return Constant(symbol.value + op.bits);
       }
@@ -280,7 +272,8 @@ class Decoder {
         // declarations).
         return RegisterSlot(frame, op.name);
       }
-      default: break;
+      default:
+        break;
     }
     return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unexpected operand");
   }
@@ -304,8 +297,7 @@ class Decoder {
 
   Result<int32_t> Dest(const Frame& frame, const RawOperand& op, int line) {
     if (op.kind != RawOperand::kName) {
-      return Status::InvalidArgument("PTX line " + std::to_string(line) +
-                                     ": destination must be a register");
+      return Status::InvalidArgument("PTX line " + std::to_string(line) + ": destination must be a register");
     }
     return RegisterSlot(frame, op.name);
   }
@@ -331,15 +323,21 @@ class Decoder {
       // Variables of call parameters live in local memory; the rest keep the
       // stated space (a generic access through a symbol needs the generic
       // address).
-      if (symbol.space == Space::kLocal &&
-          (inst->space == Space::kParam || inst->space == Space::kLocal)) {
+      if (symbol.space == Space::kLocal && (inst->space == Space::kParam || inst->space == Space::kLocal)) {
         inst->space = Space::kLocal;
       } else if (inst->space == Space::kGeneric) {
         switch (symbol.space) {
-          case Space::kShared: symbol.value += kSharedWindow; break;
-          case Space::kLocal: symbol.value += kLocalWindow; break;
-          case Space::kParam: symbol.value += kParamWindow; break;
-          default: break;
+          case Space::kShared:
+            symbol.value += kSharedWindow;
+            break;
+          case Space::kLocal:
+            symbol.value += kLocalWindow;
+            break;
+          case Space::kParam:
+            symbol.value += kParamWindow;
+            break;
+          default:
+            break;
         }
       }
       inst->a = Constant(symbol.value);
@@ -361,8 +359,7 @@ class Decoder {
       inst->a = zero_slot_;
       return Status::OK();
     }
-    return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unknown symbol " +
-                                   op.name);
+    return Status::InvalidArgument("PTX line " + std::to_string(line) + ": unknown symbol " + op.name);
   }
 
   static Space ParseSpace(const std::string& mod, bool* matched) {
@@ -376,8 +373,8 @@ class Decoder {
     return Space::kGeneric;
   }
 
-  Status Emit(const RawFunction& function, const std::string& prefix,
-              std::map<std::string, std::string> alias, int depth, int) {
+  Status Emit(const RawFunction& function, const std::string& prefix, std::map<std::string, std::string> alias,
+              int depth, int) {
     if (k_->code.size() > kMaxKernelInstructions) {
       return Status::InvalidArgument(
           "more than " + std::to_string(kMaxKernelInstructions) +
@@ -401,8 +398,7 @@ class Decoder {
             op.name.find('@') != std::string::npos) {
           frame.locals.insert(op.name);
         }
-        if (!op.pair.empty() && op.pair.find('@') != std::string::npos)
-          frame.locals.insert(op.pair);
+        if (!op.pair.empty() && op.pair.find('@') != std::string::npos) frame.locals.insert(op.pair);
         for (const RawOperand& item : op.items) self(item, self);
       };
       for (const RawOperand& op : statement.operands) note(op, note);
@@ -413,16 +409,17 @@ class Decoder {
         case RawStatement::kLabel:
           labels_[Local(frame, statement.opcode)] = static_cast<int32_t>(k_->code.size());
           break;
-        case RawStatement::kRegister: registers_.insert(Local(frame, statement.name)); break;
+        case RawStatement::kRegister:
+          registers_.insert(Local(frame, statement.name));
+          break;
         case RawStatement::kLocal:
         case RawStatement::kParam: {
           uint32_t align = std::max<uint32_t>(statement.align, 1);
           // Checked: declarations are bounded, but inlined calls add theirs up (a launch
           // refuses more than kMaxLocalPerThread, launch.cc; this keeps the sum from wrapping first).
           if (local_size_ > kMaxLocalSum) {
-            return Status::InvalidArgument("PTX line " + std::to_string(statement.line) +
-                                           ": more than " + std::to_string(kMaxLocalSum) +
-                                           " bytes of local memory per thread");
+            return Status::InvalidArgument("PTX line " + std::to_string(statement.line) + ": more than " +
+                                           std::to_string(kMaxLocalSum) + " bytes of local memory per thread");
           }
           local_size_ = (local_size_ + align - 1) / align * align;
           symbols_[Local(frame, statement.name)] = Symbol{Space::kLocal, local_size_};
@@ -441,8 +438,7 @@ class Decoder {
           break;
       }
     }
-    if (!frame.return_label.empty())
-      labels_[frame.return_label] = static_cast<int32_t>(k_->code.size());
+    if (!frame.return_label.empty()) labels_[frame.return_label] = static_cast<int32_t>(k_->code.size());
     return Status::OK();
   }
 
@@ -462,11 +458,8 @@ class Decoder {
       }
     }
     if (callee == nullptr)
-      return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
-                                     ": call without a target");
-    auto local_offset = [&](const RawOperand* list, size_t i) {
-      return ParamVariableOffset(frame, list, i);
-    };
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": call without a target");
+    auto local_offset = [&](const RawOperand* list, size_t i) { return ParamVariableOffset(frame, list, i); };
     if (callee->name == "vprintf") {
       inst.run = &HPrintf;
       int64_t format = local_offset(args, 0), arguments = local_offset(args, 1);
@@ -480,9 +473,9 @@ class Decoder {
       k_->code.push_back(inst);
       return Status::OK();
     }
-    if (auto declared = module_.functions.find(callee->name);
-        (callee->name == "malloc" || callee->name == "free") &&
-        declared != module_.functions.end() && !declared->second.has_body) {
+    if (auto declared = module_.functions.find(callee->name); (callee->name == "malloc" || callee->name == "free") &&
+                                                              declared != module_.functions.end() &&
+                                                              !declared->second.has_body) {
       // Device-side malloc/free on the module's heap variable (HMalloc).
       const bool is_malloc = callee->name == "malloc";
       int64_t argument = local_offset(args, 0), result = is_malloc ? local_offset(returns, 0) : 0;
@@ -491,8 +484,7 @@ class Decoder {
         return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + callee->name +
                                        " arguments must be .param variables");
       }
-      if (!SymbolValue(frame, kDeviceHeapVariable, &heap) || heap.space != Space::kGlobal ||
-          heap.value == 0) {
+      if (!SymbolValue(frame, kDeviceHeapVariable, &heap) || heap.space != Space::kGlobal || heap.value == 0) {
         return Status::Internal("PTX line " + std::to_string(s.line) + ": " + callee->name +
                                 " without the module's device heap");
       }
@@ -501,9 +493,8 @@ class Decoder {
         if (variable.name == kDeviceHeapVariable) heap_size = variable.size;
       }
       if (heap_size < 64 || heap_size % 16 != 0 || heap_size > kMaxDeviceHeapBytes) {
-        return Status::Internal("PTX line " + std::to_string(s.line) +
-                                ": the module's device heap has " + std::to_string(heap_size) +
-                                " bytes");
+        return Status::Internal("PTX line " + std::to_string(s.line) + ": the module's device heap has " +
+                                std::to_string(heap_size) + " bytes");
       }
       inst.aux = static_cast<uint32_t>(heap_size / 16);
       inst.run = is_malloc ? &HMalloc : &HFree;
@@ -513,9 +504,9 @@ class Decoder {
       k_->code.push_back(inst);
       return Status::OK();
     }
-    if (auto declared = module_.functions.find(callee->name);
-        callee->name == "cudaGraphSetConditional" && declared != module_.functions.end() &&
-        !declared->second.has_body) {
+    if (auto declared = module_.functions.find(callee->name); callee->name == "cudaGraphSetConditional" &&
+                                                              declared != module_.functions.end() &&
+                                                              !declared->second.has_body) {
       int64_t handle = local_offset(args, 0), value = local_offset(args, 1);
       if (handle < 0 || value < 0) {
         return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
@@ -531,15 +522,14 @@ class Decoder {
     if (auto declared = module_.functions.find(callee->name);
         declared != module_.functions.end() && !declared->second.has_body) {
       if (auto op = DeviceRuntimeOp(callee->name); op >= 0) {
-        return DeviceRuntime(frame, s, static_cast<DeviceRuntimeCall::Op>(op), callee->name,
-                             returns, args, inst);
+        return DeviceRuntime(frame, s, static_cast<DeviceRuntimeCall::Op>(op), callee->name, returns, args, inst);
       }
     }
     if (callee->name == "__assertfail" || callee->name == "__assert_fail") {
       inst.run = &HAssert;
       inst.flow = Flow::kAssert;
-      int64_t message = local_offset(args, 0), file = local_offset(args, 1),
-              line = local_offset(args, 2), function = local_offset(args, 3);
+      int64_t message = local_offset(args, 0), file = local_offset(args, 1), line = local_offset(args, 2),
+              function = local_offset(args, 3);
       if (message < 0 || file < 0 || line < 0 || function < 0) {
         return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
                                        ": __assertfail arguments must be .param variables");
@@ -582,8 +572,7 @@ class Decoder {
   int64_t ParamVariableOffset(const Frame& frame, const RawOperand* list, size_t i) {
     if (list == nullptr || i >= list->items.size()) return -1;
     Symbol symbol;
-    if (!SymbolValue(frame, list->items[i].name, &symbol) || symbol.space != Space::kLocal)
-      return -1;
+    if (!SymbolValue(frame, list->items[i].name, &symbol) || symbol.space != Space::kLocal) return -1;
     return static_cast<int64_t>(symbol.value);
   }
 
@@ -604,15 +593,12 @@ class Decoder {
   }
 
   // A call of the device runtime: HDeviceRuntime with its arguments' offsets.
-  Status DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceRuntimeCall::Op op,
-                       const std::string& name, const RawOperand* returns, const RawOperand* args,
-                       Inst inst) {
+  Status DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceRuntimeCall::Op op, const std::string& name,
+                       const RawOperand* returns, const RawOperand* args, Inst inst) {
     static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0};
     DeviceRuntimeCall call;
     call.op = op;
-    auto local_offset = [&](const RawOperand* list, size_t i) {
-      return ParamVariableOffset(frame, list, i);
-    };
+    auto local_offset = [&](const RawOperand* list, size_t i) { return ParamVariableOffset(frame, list, i); };
     for (size_t i = 0; i < kArgCount[op]; ++i) {
       const int64_t offset = local_offset(args, i);
       if (offset < 0) {
@@ -645,9 +631,8 @@ class Decoder {
     if (k_->entries.empty()) {
       for (const auto& [entry_name, function] : module_.functions) {
         if (!function.is_entry || !function.has_body) continue;
-        k_->entries.push_back(
-            LaunchableEntry{FunctionAddress(module_, entry_name), entry_name,
-                            static_cast<uint32_t>(ParamLayout(function, nullptr))});
+        k_->entries.push_back(LaunchableEntry{FunctionAddress(module_, entry_name), entry_name,
+                                              static_cast<uint32_t>(ParamLayout(function, nullptr))});
       }
     }
     inst.run = &HDeviceRuntime;
@@ -669,8 +654,8 @@ class Decoder {
 
   // The body of `target` inlined here, its parameters and results the call's variables.
   // Nested deeper than kMaxCallDepth: a trap where the call would run.
-  Status InlineCall(const Frame& frame, const RawStatement& s, const RawFunction& target,
-                    const RawOperand* returns, const RawOperand* args, int depth) {
+  Status InlineCall(const Frame& frame, const RawStatement& s, const RawFunction& target, const RawOperand* returns,
+                    const RawOperand* args, int depth) {
     if (std::max(depth, 0) + 1 > kMaxCallDepth) {
       EmitTrap(kTrapCallsTooDeep, s.line);
       return Status::OK();
@@ -678,8 +663,8 @@ class Decoder {
     std::map<std::string, std::string> alias;
     for (size_t i = 0; i < target.params.size(); ++i) {
       if (args == nullptr || i >= args->items.size() || args->items[i].kind != RawOperand::kName) {
-        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": call of " +
-                                       target.name + " with missing arguments");
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": call of " + target.name +
+                                       " with missing arguments");
       }
       alias[target.params[i].name] = Local(frame, args->items[i].name);
     }
@@ -690,8 +675,7 @@ class Decoder {
         std::string scratch = "ret$" + std::to_string(++call_count_);
         if (local_size_ > kMaxLocalSum) {
           return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": more than " +
-                                         std::to_string(kMaxLocalSum) +
-                                         " bytes of local memory per thread");
+                                         std::to_string(kMaxLocalSum) + " bytes of local memory per thread");
         }
         local_size_ = (local_size_ + 15) / 16 * 16;
         symbols_[scratch] = Symbol{Space::kLocal, local_size_};
@@ -715,11 +699,9 @@ class Decoder {
     }
     for (const auto& [name, function] : module_.functions) {
       for (const RawStatement& statement : function.body) {
-        if (statement.kind != RawStatement::kInstruction || statement.opcode.rfind("call", 0) == 0)
-          continue;
+        if (statement.kind != RawStatement::kInstruction || statement.opcode.rfind("call", 0) == 0) continue;
         for (const RawOperand& op : statement.operands) {
-          if (op.kind == RawOperand::kName || op.kind == RawOperand::kAddress)
-            names.insert(op.name);
+          if (op.kind == RawOperand::kName || op.kind == RawOperand::kAddress) names.insert(op.name);
         }
       }
     }
@@ -736,8 +718,8 @@ class Decoder {
   // results as the call passes) and run that function's body inlined; a lane whose %rd
   // is none of them traps with CUDA_ERROR_ILLEGAL_ADDRESS, as a GPU faults on a bad
   // function pointer. Lanes calling different functions diverge and reconverge after.
-  Status IndirectCall(const Frame& frame, const RawStatement& s, const RawOperand& callee,
-                      const RawOperand* returns, const RawOperand* args, int depth) {
+  Status IndirectCall(const Frame& frame, const RawStatement& s, const RawOperand& callee, const RawOperand* returns,
+                      const RawOperand* args, int depth) {
     const size_t arg_count = args == nullptr ? 0 : args->items.size();
     const size_t return_count = returns == nullptr ? 0 : returns->items.size();
     const std::string tag = "$icall" + std::to_string(++call_count_);
@@ -778,12 +760,10 @@ class Decoder {
   }
 
   // f16/bf16 arithmetic (scalar and x2): computed in float, rounded to nearest.
-  Status HalfInstruction(const Frame& frame, const RawStatement& s, Inst inst,
-                         const std::string& op, Ty type) {
+  Status HalfInstruction(const Frame& frame, const RawStatement& s, Inst inst, const std::string& op, Ty type) {
     static const std::map<std::string, std::pair<uint8_t, int>> kOps = {
-        {"add", {0, 2}}, {"sub", {1, 2}},  {"mul", {2, 2}}, {"fma", {3, 3}},
-        {"mad", {3, 3}}, {"neg", {4, 1}},  {"abs", {5, 1}}, {"min", {6, 2}},
-        {"max", {7, 2}}, {"tanh", {8, 1}}, {"ex2", {9, 1}}};
+        {"add", {0, 2}}, {"sub", {1, 2}}, {"mul", {2, 2}}, {"fma", {3, 3}},  {"mad", {3, 3}}, {"neg", {4, 1}},
+        {"abs", {5, 1}}, {"min", {6, 2}}, {"max", {7, 2}}, {"tanh", {8, 1}}, {"ex2", {9, 1}}};
     auto found = kOps.find(op);
     if (found == kOps.end()) {
       return Refuse("half-precision instruction '" + s.opcode + "' is not supported", s.line, inst);
@@ -794,16 +774,14 @@ class Decoder {
       if (part == "relu") inst.flags |= kFlagRelu;
       if (part == "NaN" && (op == "min" || op == "max")) inst.flags |= kFlagNaNOperand;
       if (part == "xorsign") {
-        return Refuse("half-precision instruction '" + s.opcode + "' is not supported", s.line,
-                      inst);
+        return Refuse("half-precision instruction '" + s.opcode + "' is not supported", s.line, inst);
       }
     }
     inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
     inst.mode2 = (type == kBF16 || type == kBF16x2) ? 1 : 0;
     const auto& ops = s.operands;
     if (ops.size() < static_cast<size_t>(arity) + 1) {
-      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
-                                     " has too few operands");
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + " has too few operands");
     }
     auto dest = Dest(frame, ops[0], s.line);
     if (!dest.ok()) return dest.status();
@@ -821,24 +799,20 @@ class Decoder {
 
   // InvalidArgument naming the instruction and its PTX line.
   static Status BadInstruction(const RawStatement& s, const std::string& why) {
-    return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + ": " +
-                                   why);
+    return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + ": " + why);
   }
 
   // Element types of wmma and mma.sync fragments, by their PTX names.
   inline static const std::map<std::string, WmmaType> kWmmaTypes = {
-      {"f16", WmmaType::kF16}, {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32},
-      {"f32", WmmaType::kF32}, {"f64", WmmaType::kF64},   {"s8", WmmaType::kS8},
-      {"u8", WmmaType::kU8},   {"s32", WmmaType::kS32}};
+      {"f16", WmmaType::kF16}, {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32}, {"f32", WmmaType::kF32},
+      {"f64", WmmaType::kF64}, {"s8", WmmaType::kS8},     {"u8", WmmaType::kU8},     {"s32", WmmaType::kS32}};
 
   // The registers of fragment operand `operand` ({%r1, ...}) of matrix `matrix` (a, b, c
   // or d) of `op`, into *slots: enough to hold the matrix across the warp (wmma, whose
   // fragments may hold copies), or exactly that many (exact: mma.sync).
-  Status Fragment(const Frame& frame, const RawStatement& s, const RawOperand& operand,
-                  const WmmaOp& op, char matrix, WmmaType type, bool exact,
-                  std::vector<int32_t>* slots) {
-    if (operand.kind != RawOperand::kVector)
-      return BadInstruction(s, "a fragment must be a {list}");
+  Status Fragment(const Frame& frame, const RawStatement& s, const RawOperand& operand, const WmmaOp& op, char matrix,
+                  WmmaType type, bool exact, std::vector<int32_t>* slots) {
+    if (operand.kind != RawOperand::kVector) return BadInstruction(s, "a fragment must be a {list}");
     for (const RawOperand& item : operand.items) {
       if (item.kind != RawOperand::kName) {
         return BadInstruction(s, "a fragment holds registers only");
@@ -849,9 +823,9 @@ class Decoder {
     WmmaShape(op, matrix, &rows, &cols);
     const uint64_t held = slots->size() * WmmaPerRegister(type) * 32;
     if (exact ? held != rows * cols : held < rows * cols) {
-      return BadInstruction(s, "fragment " + std::string(1, matrix) + " of " +
-                                   std::to_string(slots->size()) + " registers does not fit a " +
-                                   std::to_string(rows) + "x" + std::to_string(cols) + " matrix");
+      return BadInstruction(s, "fragment " + std::string(1, matrix) + " of " + std::to_string(slots->size()) +
+                                   " registers does not fit a " + std::to_string(rows) + "x" + std::to_string(cols) +
+                                   " matrix");
     }
     return Status::OK();
   }
@@ -859,8 +833,8 @@ class Decoder {
   // The modifiers of a wmma or mma.sync instruction: its shape (into op's m, n, k), its
   // element types and layouts (true: row) in order, and .satfinite. False when it names a
   // sub-byte type (s4, u4, b1), which the sim does not run.
-  static bool MatrixModifiers(const std::vector<std::string>& parts, WmmaOp* op,
-                              std::vector<WmmaType>* types, std::vector<bool>* row_layouts) {
+  static bool MatrixModifiers(const std::vector<std::string>& parts, WmmaOp* op, std::vector<WmmaType>* types,
+                              std::vector<bool>* row_layouts) {
     for (size_t i = 1; i < parts.size(); ++i) {
       const std::string& part = parts[i];
       unsigned m = 0, n = 0, k = 0;
@@ -884,23 +858,19 @@ class Decoder {
 
   // wmma.load / wmma.store / wmma.mma (HWmmaMemory, HWmmaMma). `inst` comes with
   // its guard and state space.
-  Status Wmma(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
-              Inst inst) {
+  Status Wmma(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
     auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
     WmmaOp op;
     std::vector<WmmaType> types;
     std::vector<bool> layouts;  // true: row
     if (!MatrixModifiers(parts, &op, &types, &layouts)) {
-      return Refuse(
-          "instruction '" + s.opcode + "' is not supported by the sim GPU (sub-byte wmma)", s.line,
-          inst);
+      return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (sub-byte wmma)", s.line, inst);
     }
     static const std::set<std::tuple<uint32_t, uint32_t, uint32_t>> kShapes = {
         {16, 16, 16}, {8, 32, 16}, {32, 8, 16}, {16, 16, 8}, {8, 8, 4}};
     if (!kShapes.count({op.m, op.n, op.k})) return invalid("unknown or missing shape");
     const std::string& what = parts.size() > 1 ? parts[1] : "";
-    auto fragment = [&](const RawOperand& operand, char matrix, WmmaType type,
-                        std::vector<int32_t>* slots) {
+    auto fragment = [&](const RawOperand& operand, char matrix, WmmaType type, std::vector<int32_t>* slots) {
       return Fragment(frame, s, operand, op, matrix, type, /*exact=*/false, slots);
     };
     const auto& ops = s.operands;
@@ -912,12 +882,10 @@ class Decoder {
         return invalid(store ? "only d is stored" : "loads a, b or c");
       }
       if (layouts.size() != 1 || types.size() != 1) return invalid("needs one layout and one type");
-      if (ops.size() != 2 && ops.size() != 3)
-        return invalid("needs a fragment, an address and an optional stride");
+      if (ops.size() != 2 && ops.size() != 3) return invalid("needs a fragment, an address and an optional stride");
       op.row_major = layouts[0];
       op.types[0] = types[0];
-      GPUPOOL_RETURN_IF_ERROR(
-          fragment(ops[store ? 1 : 0], op.matrix, op.types[0], &op.fragments[0]));
+      GPUPOOL_RETURN_IF_ERROR(fragment(ops[store ? 1 : 0], op.matrix, op.types[0], &op.fragments[0]));
       GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[store ? 0 : 1], &inst, s.line));
       if (ops.size() == 3) {
         auto stride = Source(frame, ops[2], kU32, s.line);
@@ -934,11 +902,10 @@ class Decoder {
       if (types.size() != 4 || ops.size() != 4) return invalid("needs d, a, b and c");
       for (int i = 0; i < 4; ++i) op.types[i] = types[i];
       const bool integer = types[1] == WmmaType::kS8 || types[1] == WmmaType::kU8;
-      const bool valid = integer ? types[0] == WmmaType::kS32 && types[3] == WmmaType::kS32
-                         : types[1] == WmmaType::kF64
-                             ? types[0] == WmmaType::kF64 && types[3] == WmmaType::kF64
-                             : (types[0] == WmmaType::kF32 || types[0] == WmmaType::kF16) &&
-                                   (types[3] == WmmaType::kF32 || types[3] == WmmaType::kF16);
+      const bool valid = integer                      ? types[0] == WmmaType::kS32 && types[3] == WmmaType::kS32
+                         : types[1] == WmmaType::kF64 ? types[0] == WmmaType::kF64 && types[3] == WmmaType::kF64
+                                                      : (types[0] == WmmaType::kF32 || types[0] == WmmaType::kF16) &&
+                                                            (types[3] == WmmaType::kF32 || types[3] == WmmaType::kF16);
       if (!valid) return invalid("unsupported combination of types");
       static const char kMatrices[4] = {'d', 'a', 'b', 'c'};
       for (int i = 0; i < 4; ++i) {
@@ -957,8 +924,7 @@ class Decoder {
   // cp.async (HCpAsync): the copy forms, cp.async.{ca,cg}.shared{::cta}.global
   // [dst], [src], cp-size{, src-size | ignore-src}, and commit_group, wait_group, wait_all,
   // which have nothing to wait for here. `inst` comes with its guard.
-  Status CpAsync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
-                 Inst inst) {
+  Status CpAsync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
     const std::string what = parts.size() > 2 ? parts[2] : "";
     if (what == "mbarrier") {
       // cp.async.mbarrier.arrive{.noinc}.shared.b64 [mbar]: an arrival once this thread's
@@ -985,8 +951,7 @@ class Decoder {
       return Status::OK();
     }
     auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
-    if (what != "ca" && what != "cg")
-      return invalid("expected .ca, .cg, commit_group or wait_group");
+    if (what != "ca" && what != "cg") return invalid("expected .ca, .cg, commit_group or wait_group");
     if (std::find(parts.begin(), parts.end(), "global") == parts.end() ||
         (std::find(parts.begin(), parts.end(), "shared") == parts.end() &&
          std::find(parts.begin(), parts.end(), "shared::cta") == parts.end())) {
@@ -996,8 +961,7 @@ class Decoder {
     const auto& ops = s.operands;
     const size_t plain = cache_hint ? 4 : 3;  // the operands without src-size / ignore-src
     if (ops.size() != plain && ops.size() != plain + 1) return invalid("wrong number of operands");
-    if (ops[2].kind != RawOperand::kInt ||
-        (ops[2].bits != 4 && ops[2].bits != 8 && ops[2].bits != 16)) {
+    if (ops[2].kind != RawOperand::kInt || (ops[2].bits != 4 && ops[2].bits != 8 && ops[2].bits != 16)) {
       return invalid("cp-size must be 4, 8 or 16");
     }
     if (what == "cg" && ops[2].bits != 16) return invalid(".cg copies 16 bytes");
@@ -1005,8 +969,7 @@ class Decoder {
     inst.space = Space::kGlobal;
     Inst source = inst;
     GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &source, s.line));
-    if (source.offset < INT32_MIN || source.offset > INT32_MAX)
-      return invalid("source offset too large");
+    if (source.offset < INT32_MIN || source.offset > INT32_MAX) return invalid("source offset too large");
     inst.b = source.a;
     inst.aux = static_cast<uint32_t>(static_cast<int32_t>(source.offset));
     inst.space = Space::kShared;
@@ -1014,8 +977,7 @@ class Decoder {
     if (ops.size() == plain + 1) {
       const RawOperand& extra = ops[3];
       // ignore-src is a predicate (nvcc names them %p), src-size an integer.
-      const bool predicate =
-          extra.kind == RawOperand::kName && (extra.negated || extra.name.rfind("%p", 0) == 0);
+      const bool predicate = extra.kind == RawOperand::kName && (extra.negated || extra.name.rfind("%p", 0) == 0);
       auto slot = Source(frame, extra, predicate ? kPred : kU32, s.line);
       if (!slot.ok()) return slot.status();
       inst.c = *slot;
@@ -1031,15 +993,11 @@ class Decoder {
 
   // mbarrier.{init,arrive,arrive_drop,test_wait,try_wait,inval,pending_count} (HMbarrier)
   // on the CTA's shared memory; the transaction-count forms (sm_90) are refused.
-  Status Mbarrier(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
-                  Inst inst) {
+  Status Mbarrier(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
     auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
-    auto has = [&](const char* part) {
-      return std::find(parts.begin(), parts.end(), part) != parts.end();
-    };
+    auto has = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
     if (has("expect_tx") || has("complete_tx") || has("shared::cluster")) {
-      return Refuse("instruction '" + s.opcode +
-                        "' is not supported by the sim GPU (transaction counts, clusters)",
+      return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (transaction counts, clusters)",
                     s.line, inst);
     }
     const std::string what = parts.size() > 1 ? parts[1] : "";
@@ -1069,8 +1027,7 @@ class Decoder {
       }
       inst.mode = what == "init" ? 0 : 5;
     } else if (what == "arrive" || what == "arrive_drop") {
-      if (ops.size() != 2 && ops.size() != 3)
-        return invalid("needs a state, an address and an optional count");
+      if (ops.size() != 2 && ops.size() != 3) return invalid("needs a state, an address and an optional count");
       if (!(ops[0].kind == RawOperand::kName && ops[0].name == "_")) {
         GPUPOOL_RETURN_IF_ERROR(destination());
       }
@@ -1093,8 +1050,7 @@ class Decoder {
       inst.b = *state;
       inst.mode = has("parity") ? 4 : 3;
     } else {
-      return invalid(
-          "expected init, arrive, arrive_drop, test_wait, try_wait, inval or pending_count");
+      return invalid("expected init, arrive, arrive_drop, test_wait, try_wait, inval or pending_count");
     }
     inst.run = &HMbarrier;
     k_->code.push_back(inst);
@@ -1104,8 +1060,7 @@ class Decoder {
   // mma.sync.aligned.shape.row.col.dtype.atype.btype.ctype d, a, b, c (HWmmaMma with the
   // lane layouts PTX defines): m16n8k16 and m16n8k8 of f16 and bf16 into f32 or f16 (f16
   // inputs only), m16n8k8 of tf32, m8n8k4 of f64. Other shapes and types are refused.
-  Status MmaSync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
-                 Inst inst) {
+  Status MmaSync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
     WmmaOp op;
     op.kind = WmmaOp::kMma;
     op.ptx_layout = true;
@@ -1117,17 +1072,14 @@ class Decoder {
     if (supported) {
       for (int i = 0; i < 4; ++i) op.types[i] = types[i];
       const WmmaType a = types[1], d = types[0], c = types[3];
-      const bool half_in =
-          (a == WmmaType::kF16 || a == WmmaType::kBF16) && types[2] == a &&
-          (shape == std::make_tuple(16u, 8u, 16u) || shape == std::make_tuple(16u, 8u, 8u));
+      const bool half_in = (a == WmmaType::kF16 || a == WmmaType::kBF16) && types[2] == a &&
+                           (shape == std::make_tuple(16u, 8u, 16u) || shape == std::make_tuple(16u, 8u, 8u));
       const bool half_out = d == WmmaType::kF16 || c == WmmaType::kF16;
-      supported =
-          (half_in && (d == WmmaType::kF32 || d == WmmaType::kF16) &&
-           (c == WmmaType::kF32 || c == WmmaType::kF16) && (!half_out || a == WmmaType::kF16)) ||
-          (a == WmmaType::kTF32 && types[2] == a && d == WmmaType::kF32 && c == WmmaType::kF32 &&
-           shape == std::make_tuple(16u, 8u, 8u)) ||
-          (a == WmmaType::kF64 && types[2] == a && d == a && c == a &&
-           shape == std::make_tuple(8u, 8u, 4u));
+      supported = (half_in && (d == WmmaType::kF32 || d == WmmaType::kF16) &&
+                   (c == WmmaType::kF32 || c == WmmaType::kF16) && (!half_out || a == WmmaType::kF16)) ||
+                  (a == WmmaType::kTF32 && types[2] == a && d == WmmaType::kF32 && c == WmmaType::kF32 &&
+                   shape == std::make_tuple(16u, 8u, 8u)) ||
+                  (a == WmmaType::kF64 && types[2] == a && d == a && c == a && shape == std::make_tuple(8u, 8u, 4u));
     }
     if (!supported) {
       return Refuse("instruction '" + s.opcode +
@@ -1150,8 +1102,7 @@ class Decoder {
   }
 
   // tex, tld4, txq, suld.b, sust.b, suq (HTexture).
-  Status Texture(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
-                 Inst inst) {
+  Status Texture(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
     texture::Op op;
     std::string why;
     if (!texture::ParseOpcode(parts, &op, &why)) return Refuse(why, s.line, inst);
@@ -1161,11 +1112,10 @@ class Decoder {
     if (ops.size() != 2) return Refuse(s.opcode + " with these operands", s.line, inst);
     const RawOperand& address = ops[store ? 0 : 1];
     const RawOperand& data = ops[store ? 1 : 0];
-    if (address.kind != RawOperand::kAddress || !IsRegister(frame, address.name) ||
-        address.bits != 0 || address.items.size() != (query ? 0u : 1u)) {
+    if (address.kind != RawOperand::kAddress || !IsRegister(frame, address.name) || address.bits != 0 ||
+        address.items.size() != (query ? 0u : 1u)) {
       // A .texref/.surfref name, or an explicit sampler: texture references.
-      return Refuse("texture references and samplers are not supported by the sim GPU",
-                    s.line, inst);
+      return Refuse("texture references and samplers are not supported by the sim GPU", s.line, inst);
     }
     inst.a = RegisterSlot(frame, address.name);
     int32_t* coordinate_slots[4] = {&inst.b, &inst.c, &inst.e, nullptr};
@@ -1174,16 +1124,13 @@ class Decoder {
     if (!query) {
       const RawOperand& coords = address.items[0];
       const std::vector<RawOperand> single = {coords};
-      const std::vector<RawOperand>& items =
-          coords.kind == RawOperand::kVector ? coords.items : single;
+      const std::vector<RawOperand>& items = coords.kind == RawOperand::kVector ? coords.items : single;
       if (static_cast<int>(items.size()) != texture::CoordinateCount(op)) {
-        return BadInstruction(s, "needs " + std::to_string(texture::CoordinateCount(op)) +
-                                     " coordinates");
+        return BadInstruction(s, "needs " + std::to_string(texture::CoordinateCount(op)) + " coordinates");
       }
       const bool surface = op.kind == texture::Kind::kSuld || store;
       for (size_t i = 0; i < items.size(); ++i) {
-        const bool integer =
-            surface || op.int_coords || static_cast<int>(i) == texture::LayerCoordinate(op);
+        const bool integer = surface || op.int_coords || static_cast<int>(i) == texture::LayerCoordinate(op);
         auto slot = Source(frame, items[i], integer ? kS32 : kF32, s.line);
         if (!slot.ok()) return slot.status();
         *coordinate_slots[i] = *slot;
@@ -1196,12 +1143,10 @@ class Decoder {
     if (values.size() != expected) {
       return BadInstruction(s, "needs " + std::to_string(expected) + " values");
     }
-    static const Ty kElement[9] = {kNoType, kU8,     kU16,    kNoType, kU32,
-                                   kNoType, kNoType, kNoType, kU64};
+    static const Ty kElement[9] = {kNoType, kU8, kU16, kNoType, kU32, kNoType, kNoType, kNoType, kU64};
     for (size_t i = 0; i < values.size(); ++i) {
       if (values[i].kind == RawOperand::kName && values[i].name == "_") continue;  // a sink
-      auto slot = store ? Source(frame, values[i], kElement[op.width], s.line)
-                        : Dest(frame, values[i], s.line);
+      auto slot = store ? Source(frame, values[i], kElement[op.width], s.line) : Dest(frame, values[i], s.line);
       if (!slot.ok()) return slot.status();
       inst.d[i] = *slot;
     }
@@ -1212,22 +1157,16 @@ class Decoder {
   }
 
   // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}{.shared{::cta}}.b16 (HLdmatrix).
-  Status Ldmatrix(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
-                  Inst inst) {
-    auto has = [&](const char* part) {
-      return std::find(parts.begin(), parts.end(), part) != parts.end();
-    };
+  Status Ldmatrix(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
+    auto has = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
     const int count = has("x1") ? 1 : has("x2") ? 2 : has("x4") ? 4 : 0;
     if (!has("m8n8") || !has("b16") || count == 0) {
-      return Refuse("instruction '" + s.opcode +
-                        "' is not supported by the sim GPU (ldmatrix runs m8n8 .b16)",
-                    s.line, inst);
+      return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (ldmatrix runs m8n8 .b16)", s.line,
+                    inst);
     }
     const auto& ops = s.operands;
-    if (ops.size() != 2 || ops[0].kind != RawOperand::kVector ||
-        ops[0].items.size() != static_cast<size_t>(count)) {
-      return BadInstruction(
-          s, "needs " + std::to_string(count) + " destination registers and an address");
+    if (ops.size() != 2 || ops[0].kind != RawOperand::kVector || ops[0].items.size() != static_cast<size_t>(count)) {
+      return BadInstruction(s, "needs " + std::to_string(count) + " destination registers and an address");
     }
     for (int j = 0; j < count; ++j) {
       auto slot = Dest(frame, ops[0].items[j], s.line);
@@ -1319,8 +1258,7 @@ class Decoder {
         inst.space = space;
         continue;
       }
-      if (parts[i].size() > 1 && parts[i][0] == 'v' &&
-          std::isdigit(static_cast<unsigned char>(parts[i][1]))) {
+      if (parts[i].size() > 1 && parts[i][0] == 'v' && std::isdigit(static_cast<unsigned char>(parts[i][1]))) {
         vec = std::atoi(parts[i].c_str() + 1);
         continue;
       }
@@ -1334,31 +1272,27 @@ class Decoder {
     if (mods.count("ftz")) inst.flags |= kFlagFtz;
     if (mods.count("sat")) inst.flags |= kFlagSat;
     Ty type = types.empty() ? kNoType : types.back();
-    if (mods.count("shared::cluster") ||
-        ((op == "bar" || op == "barrier") && mods.count("cluster")) ||
-        ((op == "ld" || op == "ldu" || op == "st" || op == "atom" || op == "red") &&
-         mods.count("async"))) {
+    if (mods.count("shared::cluster") || ((op == "bar" || op == "barrier") && mods.count("cluster")) ||
+        ((op == "ld" || op == "ldu" || op == "st" || op == "atom" || op == "red") && mods.count("async"))) {
       // st.async / red.async complete on an mbarrier of another CTA of the cluster, and
       // .shared::cluster addresses (ld, st, atom, cvta, isspacep) are another CTA's shared
       // memory: run as plain accesses to generic addresses they would go astray, so the
       // kernel is refused instead, as are cluster barriers (the sim launches no clusters).
-      return Refuse("instruction '" + s.opcode +
-                        "' is not supported by the sim GPU (clusters, asynchronous stores)",
+      return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (clusters, asynchronous stores)",
                     s.line, inst);
     }
 
     const auto& ops = s.operands;
     auto need = [&](size_t n) -> Status {
       if (ops.size() < n) {
-        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
-                                       " needs " + std::to_string(n) + " operands");
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + " needs " +
+                                       std::to_string(n) + " operands");
       }
       return Status::OK();
     };
     auto src = [&](size_t i, Ty t) -> Result<int32_t> { return Source(frame, ops[i], t, s.line); };
     auto bad_type = [&]() {
-      return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
-                                     ": unsupported type in " + s.opcode);
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": unsupported type in " + s.opcode);
     };
 #define GPUPOOL_SRC(field, index, ty)       \
   do {                                      \
@@ -1407,8 +1341,7 @@ class Decoder {
       return Texture(frame, s, parts, inst);
     }
     if (kUnsupported.count(op)) {
-      std::string what = (op == "tex" || op == "tld4" || op == "txq")
-                             ? "textures are not supported by the sim GPU"
+      std::string what = (op == "tex" || op == "tld4" || op == "txq") ? "textures are not supported by the sim GPU"
                          : (op[0] == 's' && op[1] == 'u')
                              ? "surfaces are not supported by the sim GPU"
                              : "instruction '" + s.opcode + "' is not supported by the sim GPU";
@@ -1473,17 +1406,15 @@ class Decoder {
       k_->code.push_back(inst);
       return Status::OK();
     }
-    if ((op == "membar" && !mods.count("cta")) ||
-        (op == "fence" && mods.count("sc") && !mods.count("cta"))) {
+    if ((op == "membar" && !mods.count("cta")) || (op == "fence" && mods.count("sc") && !mods.count("cta"))) {
       // membar.{gl,sys} is fence.sc.{gpu,sys}: see HFenceSc. At CTA scope (one thread runs
       // the whole CTA) and for acquire-release (the x86-64 order) nothing is needed.
       inst.run = &HFenceSc;
       k_->code.push_back(inst);
       return Status::OK();
     }
-    if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" ||
-        op == "prefetch" || op == "prefetchu" || op == "discard" || op == "applypriority" ||
-        op == "griddepcontrol") {
+    if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" || op == "prefetch" ||
+        op == "prefetchu" || op == "discard" || op == "applypriority" || op == "griddepcontrol") {
       inst.run = &HNop;
       k_->code.push_back(inst);
       return Status::OK();
@@ -1506,9 +1437,7 @@ class Decoder {
       if (type == kNoType || inst.width == 0) return bad_type();
       if (TySigned(type)) inst.flags |= kFlagSigned;
       inst.vec = static_cast<uint8_t>(vec);
-      if (vec > 4)
-        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
-                                       ": vectors wider than 4");
+      if (vec > 4) return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vectors wider than 4");
       GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, address, &inst, s.line));
       if (vec == 1) {
         if (is_store) {
@@ -1520,12 +1449,10 @@ class Decoder {
         }
       } else {
         if (data.kind != RawOperand::kVector || data.items.size() != static_cast<size_t>(vec)) {
-          return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
-                                         ": vector operand expected");
+          return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vector operand expected");
         }
         for (int i = 0; i < vec; ++i) {
-          auto slot = is_store ? Source(frame, data.items[i], type, s.line)
-                               : Dest(frame, data.items[i], s.line);
+          auto slot = is_store ? Source(frame, data.items[i], type, s.line) : Dest(frame, data.items[i], s.line);
           if (!slot.ok()) return slot.status();
           inst.d[i] = *slot;
         }
@@ -1541,9 +1468,8 @@ class Decoder {
       bool has_dest = op == "atom";
       GPUPOOL_RETURN_IF_ERROR(need(has_dest ? 3 : 2));
       static const std::map<std::string, AtomOp> kOps = {
-          {"add", kAtomAdd}, {"min", kAtomMin}, {"max", kAtomMax},   {"and", kAtomAnd},
-          {"or", kAtomOr},   {"xor", kAtomXor}, {"exch", kAtomExch}, {"cas", kAtomCas},
-          {"inc", kAtomInc}, {"dec", kAtomDec}};
+          {"add", kAtomAdd}, {"min", kAtomMin},   {"max", kAtomMax}, {"and", kAtomAnd}, {"or", kAtomOr},
+          {"xor", kAtomXor}, {"exch", kAtomExch}, {"cas", kAtomCas}, {"inc", kAtomInc}, {"dec", kAtomDec}};
       bool known = false;
       for (const auto& [name, value] : kOps) {
         if (mods.count(name)) {
@@ -1560,14 +1486,13 @@ class Decoder {
         GPUPOOL_RETURN_IF_ERROR(need(first + 3));
         GPUPOOL_SRC(c, first + 2, type);
       }
-      if ((type == kF32 || type == kF64) && !(inst.mode == kAtomAdd || inst.mode == kAtomMin ||
-                                              inst.mode == kAtomMax || inst.mode == kAtomExch)) {
+      if ((type == kF32 || type == kF64) &&
+          !(inst.mode == kAtomAdd || inst.mode == kAtomMin || inst.mode == kAtomMax || inst.mode == kAtomExch)) {
         return bad_type();
       }
       if (TyHalf(type) || type == kU16 || type == kS16) {
         const bool half = TyHalf(type);
-        if (half ? !(inst.mode == kAtomAdd || inst.mode == kAtomMin || inst.mode == kAtomMax ||
-                     inst.mode == kAtomExch)
+        if (half ? !(inst.mode == kAtomAdd || inst.mode == kAtomMin || inst.mode == kAtomMax || inst.mode == kAtomExch)
                  : !(inst.mode == kAtomCas || inst.mode == kAtomExch)) {
           return bad_type();
         }
@@ -1578,15 +1503,26 @@ class Decoder {
         return Status::OK();
       }
       switch (type) {
-        case kU32: inst.run = AtomHandlerOf<uint32_t>(inst.space); break;
-        case kS32: inst.run = AtomHandlerOf<int32_t>(inst.space); break;
-        case kU64: inst.run = AtomHandlerOf<uint64_t>(inst.space); break;
-        case kS64: inst.run = AtomHandlerOf<int64_t>(inst.space); break;
-        case kF32: inst.run = AtomHandlerOf<float>(inst.space); break;
-        case kF64: inst.run = AtomHandlerOf<double>(inst.space); break;
+        case kU32:
+          inst.run = AtomHandlerOf<uint32_t>(inst.space);
+          break;
+        case kS32:
+          inst.run = AtomHandlerOf<int32_t>(inst.space);
+          break;
+        case kU64:
+          inst.run = AtomHandlerOf<uint64_t>(inst.space);
+          break;
+        case kS64:
+          inst.run = AtomHandlerOf<int64_t>(inst.space);
+          break;
+        case kF32:
+          inst.run = AtomHandlerOf<float>(inst.space);
+          break;
+        case kF64:
+          inst.run = AtomHandlerOf<double>(inst.space);
+          break;
         default:
-          inst.run = ByType<WAtom>(
-              type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType : type);
+          inst.run = ByType<WAtom>(type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType : type);
       }
       if (inst.run == nullptr) return bad_type();
       k_->code.push_back(inst);
@@ -1646,10 +1582,18 @@ class Decoder {
       inst.mode = mods.count("to") ? 1 : 0;
       inst.width = static_cast<uint8_t>(TySize(type));
       switch (inst.space) {
-        case Space::kShared: inst.offset = static_cast<int64_t>(kSharedWindow); break;
-        case Space::kLocal: inst.offset = static_cast<int64_t>(kLocalWindow); break;
-        case Space::kParam: inst.offset = static_cast<int64_t>(kParamWindow); break;
-        default: inst.offset = 0; break;
+        case Space::kShared:
+          inst.offset = static_cast<int64_t>(kSharedWindow);
+          break;
+        case Space::kLocal:
+          inst.offset = static_cast<int64_t>(kLocalWindow);
+          break;
+        case Space::kParam:
+          inst.offset = static_cast<int64_t>(kParamWindow);
+          break;
+        default:
+          inst.offset = 0;
+          break;
       }
       inst.run = &HCvta;
       inst.pure = true;
@@ -1666,8 +1610,7 @@ class Decoder {
       return Status::OK();
     }
 
-    if (op == "cvt" && parts.size() > 2 &&
-        std::find(parts.begin(), parts.end(), "tf32") != parts.end()) {
+    if (op == "cvt" && parts.size() > 2 && std::find(parts.begin(), parts.end(), "tf32") != parts.end()) {
       // cvt.{rna,rn,rz}{.satfinite}.tf32.f32 (sm_80: wmma::__float_to_tf32).
       GPUPOOL_RETURN_IF_ERROR(need(2));
       if (types.size() != 1 || types[0] != kF32 || parts[parts.size() - 2] != "tf32") {
@@ -1675,8 +1618,7 @@ class Decoder {
       }
       inst.mode = mods.count("rna") ? 0 : mods.count("rn") ? 1 : mods.count("rz") ? 2 : 3;
       if (inst.mode == 3) {
-        return Status::InvalidArgument("PTX line " + std::to_string(s.line) +
-                                       ": cvt to tf32 needs .rna, .rn or .rz");
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": cvt to tf32 needs .rna, .rn or .rz");
       }
       GPUPOOL_DST(0);
       GPUPOOL_SRC(a, 1, kF32);
@@ -1746,8 +1688,7 @@ class Decoder {
       inst.mode2 = static_cast<uint8_t>(kind(source) | (TySize(source) << 2));
       // Float -> integer without an explicit mode rounds toward zero (as C
       // does).
-      if (TyFloat(source) && !TyFloat(dst) && rounding < 4)
-        rounding = rounding == 0 ? 5 : rounding + 4;
+      if (TyFloat(source) && !TyFloat(dst) && rounding < 4) rounding = rounding == 0 ? 5 : rounding + 4;
       inst.width = static_cast<uint8_t>(rounding);
       inst.run = CvtHandler(inst);
       inst.pure = true;
@@ -1768,13 +1709,22 @@ class Decoder {
             case kU16:
             case kS16:
             case kU32:
-            case kS32: inst.width = kTrueAllOnes; break;
+            case kS32:
+              inst.width = kTrueAllOnes;
+              break;
             case kF16:
-            case kF16x2: inst.width = kTrueF16; break;
+            case kF16x2:
+              inst.width = kTrueF16;
+              break;
             case kBF16:
-            case kBF16x2: inst.width = kTrueBF16; break;
-            case kF32: inst.width = kTrueF32; break;
-            default: return bad_type();
+            case kBF16x2:
+              inst.width = kTrueBF16;
+              break;
+            case kF32:
+              inst.width = kTrueF32;
+              break;
+            default:
+              return bad_type();
           }
         }
       }
@@ -1793,10 +1743,7 @@ class Decoder {
         }
       }
       if (!found) return bad_type();
-      const uint8_t bool_op = mods.count("and")   ? 1
-                              : mods.count("or")  ? 2
-                              : mods.count("xor") ? 3
-                                                  : 0;
+      const uint8_t bool_op = mods.count("and") ? 1 : mods.count("or") ? 2 : mods.count("xor") ? 3 : 0;
       GPUPOOL_DST(0);
       if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
       if (inst.run == &HHalfCompare) {
@@ -1826,13 +1773,26 @@ class Decoder {
           // Plain comparisons of the common types: no switch per lane.
           Handler plain = nullptr;
           switch (type) {
-            case kU32: plain = WSetpPlain<uint32_t>::For(inst.mode); break;
-            case kS32: plain = WSetpPlain<int32_t>::For(inst.mode); break;
-            case kU64: plain = WSetpPlain<uint64_t>::For(inst.mode); break;
-            case kS64: plain = WSetpPlain<int64_t>::For(inst.mode); break;
-            case kF32: plain = WSetpPlain<float>::For(inst.mode, inst.flags & kFlagFtz); break;
-            case kF64: plain = WSetpPlain<double>::For(inst.mode); break;
-            default: break;
+            case kU32:
+              plain = WSetpPlain<uint32_t>::For(inst.mode);
+              break;
+            case kS32:
+              plain = WSetpPlain<int32_t>::For(inst.mode);
+              break;
+            case kU64:
+              plain = WSetpPlain<uint64_t>::For(inst.mode);
+              break;
+            case kS64:
+              plain = WSetpPlain<int64_t>::For(inst.mode);
+              break;
+            case kF32:
+              plain = WSetpPlain<float>::For(inst.mode, inst.flags & kFlagFtz);
+              break;
+            case kF64:
+              plain = WSetpPlain<double>::For(inst.mode);
+              break;
+            default:
+              break;
           }
           if (plain != nullptr) inst.run = plain;
         }
@@ -1881,8 +1841,7 @@ class Decoder {
       GPUPOOL_RETURN_IF_ERROR(need(2));
       GPUPOOL_DST(0);
       GPUPOOL_SRC(a, 1, type);
-      static const char* kClasses[] = {"finite",     "infinite", "number",
-                                       "notanumber", "normal",   "subnormal"};
+      static const char* kClasses[] = {"finite", "infinite", "number", "notanumber", "normal", "subnormal"};
       for (int i = 0; i < 6; ++i) {
         if (mods.count(kClasses[i])) inst.mode = static_cast<uint8_t>(i);
       }
@@ -1938,8 +1897,7 @@ class Decoder {
         if (mods.count(name)) found = mode;
       }
       if (found < 0 || TySize(type) != 4 || TyFloat(type)) {
-        return Refuse("instruction '" + s.opcode +
-                          "' is not supported by the sim GPU (redux on 32-bit integers only)",
+        return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (redux on 32-bit integers only)",
                       s.line, inst);
       }
       GPUPOOL_DST(0);
@@ -1986,8 +1944,7 @@ class Decoder {
       }
       for (size_t i = 0; i < 4; ++i) {
         if (ops[i].kind == RawOperand::kName && ops[i].name.find('.') != std::string::npos) {
-          return Refuse("SIMD video selectors and masks ('" + ops[i].name +
-                            "') are not supported by the sim GPU",
+          return Refuse("SIMD video selectors and masks ('" + ops[i].name + "') are not supported by the sim GPU",
                         s.line, inst);
         }
       }
@@ -2007,9 +1964,8 @@ class Decoder {
     // A modifier the handlers below do not honour would be ignored and the kernel would
     // run with other results than a GPU's: such an instruction is refused instead.
     if (std::string unknown = UnhonouredModifier(op, mods); !unknown.empty()) {
-      return Refuse("instruction '" + s.opcode + "': modifier ." + unknown +
-                        " is not supported by the sim GPU",
-                    s.line, inst);
+      return Refuse("instruction '" + s.opcode + "': modifier ." + unknown + " is not supported by the sim GPU", s.line,
+                    inst);
     }
     Handler handler = nullptr;
     int arity = 2;
@@ -2063,8 +2019,7 @@ class Decoder {
       handler = ByType<WDiv>(type);
     } else if (op == "rem") {
       handler = ByIntType<WRem>(type);
-    } else if ((op == "min" || op == "max") &&
-               (mods.count("xorsign") || mods.count("relu") || ops.size() > 3)) {
+    } else if ((op == "min" || op == "max") && (mods.count("xorsign") || mods.count("relu") || ops.size() > 3)) {
       return Refuse("instruction '" + s.opcode + "' with " + std::to_string(ops.size() - 1) +
                         " sources is not supported by the sim GPU",
                     s.line, inst);
@@ -2155,8 +2110,7 @@ class Decoder {
       else if (op == "tanh" && is_float)
         handler = ByType<WTanh>(type);
       else {
-        return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU", s.line,
-                      inst);
+        return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU", s.line, inst);
       }
     }
     if (handler == nullptr) return bad_type();
@@ -2184,8 +2138,7 @@ class Decoder {
     inst.run = handler;
     const bool directed = mods.count("rz") || mods.count("rm") || mods.count("rp");
     if (directed && (type == kF32 || type == kF64)) {
-      static const std::set<std::string> kRounded = {"add", "sub", "mul",  "fma",
-                                                     "mad", "div", "sqrt", "rcp"};
+      static const std::set<std::string> kRounded = {"add", "sub", "mul", "fma", "mad", "div", "sqrt", "rcp"};
       if (!kRounded.count(op) || mods.count("approx") || mods.count("full")) return bad_type();
       inst.aux = static_cast<uint32_t>(k_->inner.size());
       k_->inner.push_back(handler);
@@ -2215,7 +2168,7 @@ class Decoder {
   std::vector<std::pair<int32_t, std::string>> dynamic_shared_constants_;
   std::set<std::string> unsupported_symbols_;
   std::map<std::string, const SharedVariable*> unplaced_shared_;  // not yet named
-  int64_t runtime_error_offset_ = -1;  // DeviceRuntimeCall::last_error, once reserved
+  int64_t runtime_error_offset_ = -1;                             // DeviceRuntimeCall::last_error, once reserved
   uint64_t shared_size_ = 0;
   uint64_t local_size_ = 0;
   int call_count_ = 0;

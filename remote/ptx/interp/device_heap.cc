@@ -29,8 +29,7 @@ std::mutex device_heap_mu;
 // A block at `at` that lies inside the used part, or nullptr.
 DeviceHeapBlock* HeapBlock(uint8_t* heap, uint64_t at) {
   const auto* header = reinterpret_cast<const DeviceHeapHeader*>(heap);
-  if (at < kHeapFirstBlock || at % 16 != 0 || at > header->top ||
-      header->top - at < kHeapBlockHeader) {
+  if (at < kHeapFirstBlock || at % 16 != 0 || at > header->top || header->top - at < kHeapBlockHeader) {
     return nullptr;
   }
   auto* block = reinterpret_cast<DeviceHeapBlock*>(heap + at);
@@ -57,8 +56,7 @@ uint64_t HeapAllocate(uint8_t* heap, uint64_t heap_size, uint64_t bytes) {
       uint64_t next = block->next;
       if (block->size - need >= kHeapBlockHeader + 16) {  // split: the rest stays free
         const uint64_t rest = at + kHeapBlockHeader + need;
-        *reinterpret_cast<DeviceHeapBlock*>(heap + rest) =
-            DeviceHeapBlock{block->size - need - kHeapBlockHeader, next};
+        *reinterpret_cast<DeviceHeapBlock*>(heap + rest) = DeviceHeapBlock{block->size - need - kHeapBlockHeader, next};
         next = rest;
         block->size = need;
       }
@@ -140,8 +138,8 @@ bool HeapFree(uint8_t* heap, uint64_t heap_size, uint64_t payload) {
 // 16-byte units), or nullptr after a fault.
 uint64_t DeviceHeapSize(const Inst& in) { return uint64_t{in.aux} * 16; }
 uint8_t* DeviceHeap(Warp& w, const Inst& in, int lane) {
-  uint8_t* heap = w.Address(Space::kGlobal, static_cast<uint64_t>(in.offset),
-                            static_cast<uint32_t>(DeviceHeapSize(in)), lane);
+  uint8_t* heap =
+      w.Address(Space::kGlobal, static_cast<uint64_t>(in.offset), static_cast<uint32_t>(DeviceHeapSize(in)), lane);
   if (heap == nullptr) w.Fault(static_cast<uint64_t>(in.offset), 16, "device heap");
   return heap;
 }

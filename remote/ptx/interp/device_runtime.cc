@@ -48,14 +48,12 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
   };
   uint8_t* heap = nullptr;
   const bool needs_heap = call.op == DeviceRuntimeCall::kGetParameterBuffer ||
-                          call.op == DeviceRuntimeCall::kLaunchDevice ||
-                          call.op == DeviceRuntimeCall::kMalloc ||
+                          call.op == DeviceRuntimeCall::kLaunchDevice || call.op == DeviceRuntimeCall::kMalloc ||
                           call.op == DeviceRuntimeCall::kFree;
   if (needs_heap) {
     heap = call.heap == 0
                ? nullptr
-               : w.Address(Space::kGlobal, call.heap, static_cast<uint32_t>(call.heap_size),
-                           std::countr_zero(mask));
+               : w.Address(Space::kGlobal, call.heap, static_cast<uint32_t>(call.heap_size), std::countr_zero(mask));
     if (heap == nullptr) {
       w.Fault(call.heap, 16, "device heap");
       return;
@@ -76,14 +74,12 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
         for (size_t i = 0; i < kernel.entries.size(); ++i) {
           // A kernel of more than 4 KiB of parameters gets none: queued launches' parameters
           // are held by the agent until they run.
-          if (kernel.entries[i].address != function ||
-              kernel.entries[i].param_size > kMaxDeviceLaunchParams) {
+          if (kernel.entries[i].address != function || kernel.entries[i].param_size > kMaxDeviceLaunchParams) {
             continue;
           }
           header.entry = static_cast<uint32_t>(i);
           header.param_size = kernel.entries[i].param_size;
-          const uint64_t offset =
-              HeapAllocate(heap, call.heap_size, sizeof(header) + header.param_size);
+          const uint64_t offset = HeapAllocate(heap, call.heap_size, sizeof(header) + header.param_size);
           if (offset != 0) {
             std::memcpy(heap + offset, &header, sizeof(header));
             buffer = call.heap + offset + sizeof(header);
@@ -115,8 +111,7 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
         std::memcpy(launch.block, header.block, sizeof(launch.block));
         launch.dynamic_shared = header.shared;
         launch.tail = stream == kCudaStreamTailLaunch;
-        launch.params.assign(heap + offset + sizeof(header),
-                             heap + offset + sizeof(header) + header.param_size);
+        launch.params.assign(heap + offset + sizeof(header), heap + offset + sizeof(header) + header.param_size);
         // The buffer is the device runtime's again once launched.
         std::memset(heap + offset, 0, sizeof(header));
         if (!HeapFree(heap, call.heap_size, offset)) {
@@ -124,9 +119,8 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
           return;
         }
         const uint64_t threads = uint64_t{launch.block[0]} * launch.block[1] * launch.block[2];
-        if (launch.grid[0] == 0 || launch.grid[1] == 0 || launch.grid[2] == 0 ||
-            launch.grid[1] > 65535 || launch.grid[2] > 65535 || threads == 0 || threads > 1024 ||
-            launch.block[2] > 64) {
+        if (launch.grid[0] == 0 || launch.grid[1] == 0 || launch.grid[2] == 0 || launch.grid[1] > 65535 ||
+            launch.grid[2] > 65535 || threads == 0 || threads > 1024 || launch.block[2] > 64) {
           result32(l, kCudaErrorInvalidConfiguration);
           return;
         }

@@ -53,9 +53,7 @@ void HAtom16(Warp& w, const Inst& in, uint32_t mask) {
       old_value = size == 4 ? old_word : (old_word >> shift) & 0xffffu;
       uint32_t result = 0;
       if (bits) {
-        result = in.mode == kAtomCas ? (old_value == (v & 0xffffu)
-                                            ? static_cast<uint32_t>(c[l]) & 0xffffu
-                                            : old_value)
+        result = in.mode == kAtomCas ? (old_value == (v & 0xffffu) ? static_cast<uint32_t>(c[l]) & 0xffffu : old_value)
                                      : v & 0xffffu;
       } else {
         for (int h = 0; h < in.vec; ++h) {
@@ -69,8 +67,7 @@ void HAtom16(Warp& w, const Inst& in, uint32_t mask) {
         }
       }
       uint32_t new_word = size == 4 ? result : (old_word & keep) | (result << shift);
-      if (__atomic_compare_exchange_n(word, &old_word, new_word, false, __ATOMIC_SEQ_CST,
-                                      __ATOMIC_RELAXED)) {
+      if (__atomic_compare_exchange_n(word, &old_word, new_word, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
         break;
       }
     }
@@ -89,21 +86,35 @@ void HHalf(Warp& w, const Inst& in, uint32_t mask) {
   ForLanes(mask, [&](int l) {
     uint64_t result = 0;
     for (int k = 0; k < in.vec; ++k) {
-      auto half = [&](const uint64_t* r) {
-        return HalfBitsToFloat(static_cast<uint16_t>(r[l] >> (16 * k)), bf16);
-      };
+      auto half = [&](const uint64_t* r) { return HalfBitsToFloat(static_cast<uint16_t>(r[l] >> (16 * k)), bf16); };
       float x = half(a);
       float y = b ? half(b) : 0.0f;
       float r = 0;
       switch (in.mode) {
-        case 0: r = x + y; break;
-        case 1: r = x - y; break;
-        case 2: r = x * y; break;
-        case 3: r = std::fma(x, y, half(c)); break;
-        case 4: r = -x; break;
-        case 5: r = std::fabs(x); break;
-        case 6: r = std::fmin(x, y); break;
-        case 7: r = std::fmax(x, y); break;
+        case 0:
+          r = x + y;
+          break;
+        case 1:
+          r = x - y;
+          break;
+        case 2:
+          r = x * y;
+          break;
+        case 3:
+          r = std::fma(x, y, half(c));
+          break;
+        case 4:
+          r = -x;
+          break;
+        case 5:
+          r = std::fabs(x);
+          break;
+        case 6:
+          r = std::fmin(x, y);
+          break;
+        case 7:
+          r = std::fmax(x, y);
+          break;
         case 8:
           r = std::tanh(x);
           break;  // tanh.approx: exact, then rounded
@@ -160,10 +171,18 @@ void HHalfCompare(Warp& w, const Inst& in, uint32_t mask) {
     for (int k = 0; k < in.vec; ++k) {
       if (!CombineWithPredicate(t[k], bool_op, pred)) continue;
       switch (in.width) {
-        case kTrueAllOnes: result |= (in.vec == 2 ? 0xffffull : 0xffffffffull) << (16 * k); break;
-        case kTrueF16: result |= uint64_t{0x3c00} << (16 * k); break;
-        case kTrueBF16: result |= uint64_t{0x3f80} << (16 * k); break;
-        case kTrueF32: result = std::bit_cast<uint32_t>(1.0f); break;
+        case kTrueAllOnes:
+          result |= (in.vec == 2 ? 0xffffull : 0xffffffffull) << (16 * k);
+          break;
+        case kTrueF16:
+          result |= uint64_t{0x3c00} << (16 * k);
+          break;
+        case kTrueBF16:
+          result |= uint64_t{0x3f80} << (16 * k);
+          break;
+        case kTrueF32:
+          result = std::bit_cast<uint32_t>(1.0f);
+          break;
       }
     }
     d[l] = result;

@@ -27,19 +27,26 @@ Ty ParseType(const std::string& t) {
 int TySize(Ty t) {
   switch (t) {
     case kU8:
-    case kS8: return 1;
+    case kS8:
+      return 1;
     case kU16:
     case kS16:
     case kF16:
-    case kBF16: return 2;
+    case kBF16:
+      return 2;
     case kF16x2:
-    case kBF16x2: return 4;
+    case kBF16x2:
+      return 4;
     case kU32:
     case kS32:
-    case kF32: return 4;
-    case kPred: return 1;
-    case kNoType: return 0;
-    default: return 8;
+    case kF32:
+      return 4;
+    case kPred:
+      return 1;
+    case kNoType:
+      return 0;
+    default:
+      return 8;
   }
 }
 bool TySigned(Ty t) { return t == kS8 || t == kS16 || t == kS32 || t == kS64; }
@@ -74,8 +81,8 @@ void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
       case 1:
       case 2:
         for (int i = 0; i < 2; ++i) {
-          acc += static_cast<uint32_t>(element(x, i, 16, a_signed) *
-                                       element(y, i + (in.mode == 2 ? 2 : 0), 8, b_signed));
+          acc +=
+              static_cast<uint32_t>(element(x, i, 16, a_signed) * element(y, i + (in.mode == 2 ? 2 : 0), 8, b_signed));
         }
         break;
       case 3:
@@ -88,8 +95,7 @@ void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
         break;
       case 4:
         for (int i = 0; i < 4; ++i)
-          acc += static_cast<uint32_t>(
-              std::abs(element(x, i, 8, a_signed) - element(y, i, 8, b_signed)));
+          acc += static_cast<uint32_t>(std::abs(element(x, i, 8, a_signed) - element(y, i, 8, b_signed)));
         break;
       case 5:
         acc = 0;
@@ -101,8 +107,7 @@ void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
         break;
       case 6:
         for (int i = 0; i < 2; ++i)
-          acc += static_cast<uint32_t>(
-              std::abs(element(x, i, 16, a_signed) - element(y, i, 16, b_signed)));
+          acc += static_cast<uint32_t>(std::abs(element(x, i, 16, a_signed) - element(y, i, 16, b_signed)));
         break;
     }
     d[l] = acc;

@@ -36,16 +36,26 @@ bool TyHalf(Ty t);
 template <template <typename> class H>
 Handler ByIntType(Ty t) {
   switch (t) {
-    case kU8: return &H<uint8_t>::run;
-    case kU16: return &H<uint16_t>::run;
-    case kU32: return &H<uint32_t>::run;
-    case kU64: return &H<uint64_t>::run;
-    case kS8: return &H<int8_t>::run;
-    case kS16: return &H<int16_t>::run;
-    case kS32: return &H<int32_t>::run;
-    case kS64: return &H<int64_t>::run;
-    case kPred: return &H<uint8_t>::run;
-    default: return nullptr;
+    case kU8:
+      return &H<uint8_t>::run;
+    case kU16:
+      return &H<uint16_t>::run;
+    case kU32:
+      return &H<uint32_t>::run;
+    case kU64:
+      return &H<uint64_t>::run;
+    case kS8:
+      return &H<int8_t>::run;
+    case kS16:
+      return &H<int16_t>::run;
+    case kS32:
+      return &H<int32_t>::run;
+    case kS64:
+      return &H<int64_t>::run;
+    case kPred:
+      return &H<uint8_t>::run;
+    default:
+      return nullptr;
   }
 }
 template <template <typename> class H>

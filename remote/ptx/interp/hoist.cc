@@ -47,8 +47,8 @@ void Hoist(DecodedKernel* k) {
     mark(k->ntid[axis]);
     mark(k->nctaid[axis]);
   }
-  for (int32_t slot : {k->laneid, k->warpid, k->nwarpid, k->nsmid, k->gridid, k->lanemask_eq,
-                       k->lanemask_lt, k->lanemask_le, k->lanemask_gt, k->lanemask_ge}) {
+  for (int32_t slot : {k->laneid, k->warpid, k->nwarpid, k->nsmid, k->gridid, k->lanemask_eq, k->lanemask_lt,
+                       k->lanemask_le, k->lanemask_gt, k->lanemask_ge}) {
     mark(slot);
   }
   for (int32_t slot : k->envreg) mark(slot);

@@ -117,11 +117,11 @@ struct alignas(64) LaunchState {
 struct Warp {
   uint64_t* regs = nullptr;  // slot_count * 32
   LaunchState* launch = nullptr;
-  uint32_t index = 0;    // warp index in its CTA
-  uint32_t live = 0;     // lanes that have not exited
-  uint32_t waiting = 0;  // lanes waiting at a barrier
+  uint32_t index = 0;        // warp index in its CTA
+  uint32_t live = 0;         // lanes that have not exited
+  uint32_t waiting = 0;      // lanes waiting at a barrier
   uint8_t wait_id[32] = {};  // the barrier each waiting lane waits at
-  bool uniform = true;   // every live lane is at `pc`
+  bool uniform = true;       // every live lane is at `pc`
   int32_t pc = 0;
   int32_t lane_pc[32] = {};
   // Forward progress for divergent lanes (independent thread scheduling, sm_70 on): the
@@ -180,7 +180,8 @@ struct Warp {
   uint8_t* Address(Space space, uint64_t address, uint32_t size, int lane) {
     switch (space) {
       case Space::kGlobal:
-      case Space::kConst: return Global(address, size);
+      case Space::kConst:
+        return Global(address, size);
       case Space::kShared:
         address &= 0xffffffffffffull;
         if (address > launch->shared_size || size > launch->shared_size - address) return nullptr;
@@ -296,8 +297,7 @@ template <typename T>
 inline T WrapMul(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
     using U = std::conditional_t<(sizeof(T) < 4), uint32_t, Unsigned<T>>;
-    return static_cast<T>(static_cast<U>(static_cast<Unsigned<T>>(a)) *
-                          static_cast<U>(static_cast<Unsigned<T>>(b)));
+    return static_cast<T>(static_cast<U>(static_cast<Unsigned<T>>(a)) * static_cast<U>(static_cast<Unsigned<T>>(b)));
   } else {
     return a * b;
   }
@@ -336,9 +336,7 @@ inline T MulHi(T a, T b) {
   return static_cast<T>((static_cast<W>(a) * static_cast<W>(b)) >> (8 * sizeof(T)));
 }
 
-inline float FlushF32(float v) {
-  return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v;
-}
+inline float FlushF32(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
 template <typename T>
 inline T Saturate01(T v) {
   if (std::isnan(v)) return T(0);

@@ -20,8 +20,7 @@ inline void LoadWhole(void* out, const uint8_t* p) {
   const uintptr_t address = reinterpret_cast<uintptr_t>(p);
   if constexpr (kBytes <= 8 && std::has_single_bit(kBytes)) {
     if (address % kBytes == 0) {
-      WordOf<kBytes> word =
-          __atomic_load_n(reinterpret_cast<const WordOf<kBytes>*>(p), __ATOMIC_RELAXED);
+      WordOf<kBytes> word = __atomic_load_n(reinterpret_cast<const WordOf<kBytes>*>(p), __ATOMIC_RELAXED);
       std::memcpy(out, &word, kBytes);
       return;
     }
@@ -42,11 +41,16 @@ inline void LoadWhole(void* out, const uint8_t* p) {
 // The same for a size known only at run time (the per-lane paths).
 inline void LoadWhole(void* out, const uint8_t* p, uint32_t bytes) {
   switch (bytes) {
-    case 1: return LoadWhole<1>(out, p);
-    case 2: return LoadWhole<2>(out, p);
-    case 4: return LoadWhole<4>(out, p);
-    case 8: return LoadWhole<8>(out, p);
-    case 16: return LoadWhole<16>(out, p);
+    case 1:
+      return LoadWhole<1>(out, p);
+    case 2:
+      return LoadWhole<2>(out, p);
+    case 4:
+      return LoadWhole<4>(out, p);
+    case 8:
+      return LoadWhole<8>(out, p);
+    case 16:
+      return LoadWhole<16>(out, p);
   }
   std::memcpy(out, p, bytes);
 }
@@ -217,10 +221,14 @@ void HStoreFast(Warp& w, const Inst& in, uint32_t mask) {
 template <Space S, typename T>
 Handler LoadStoreByVec(bool store, int vec) {
   switch (vec) {
-    case 1: return store ? &HStoreFast<S, T, 1> : &HLoadFast<S, T, 1>;
-    case 2: return store ? &HStoreFast<S, T, 2> : &HLoadFast<S, T, 2>;
-    case 4: return store ? &HStoreFast<S, T, 4> : &HLoadFast<S, T, 4>;
-    default: return nullptr;
+    case 1:
+      return store ? &HStoreFast<S, T, 1> : &HLoadFast<S, T, 1>;
+    case 2:
+      return store ? &HStoreFast<S, T, 2> : &HLoadFast<S, T, 2>;
+    case 4:
+      return store ? &HStoreFast<S, T, 4> : &HLoadFast<S, T, 4>;
+    default:
+      return nullptr;
   }
 }
 
@@ -228,16 +236,23 @@ template <Space S>
 Handler LoadStoreByType(bool store, int width, bool is_signed, int vec) {
   if (is_signed && !store) {
     switch (width) {
-      case 1: return LoadStoreByVec<S, int8_t>(store, vec);
-      case 2: return LoadStoreByVec<S, int16_t>(store, vec);
-      case 4: return LoadStoreByVec<S, int32_t>(store, vec);
+      case 1:
+        return LoadStoreByVec<S, int8_t>(store, vec);
+      case 2:
+        return LoadStoreByVec<S, int16_t>(store, vec);
+      case 4:
+        return LoadStoreByVec<S, int32_t>(store, vec);
     }
   }
   switch (width) {
-    case 1: return LoadStoreByVec<S, uint8_t>(store, vec);
-    case 2: return LoadStoreByVec<S, uint16_t>(store, vec);
-    case 4: return LoadStoreByVec<S, uint32_t>(store, vec);
-    case 8: return LoadStoreByVec<S, uint64_t>(store, vec);
+    case 1:
+      return LoadStoreByVec<S, uint8_t>(store, vec);
+    case 2:
+      return LoadStoreByVec<S, uint16_t>(store, vec);
+    case 4:
+      return LoadStoreByVec<S, uint32_t>(store, vec);
+    case 8:
+      return LoadStoreByVec<S, uint64_t>(store, vec);
   }
   return nullptr;
 }

@@ -8,9 +8,9 @@
 namespace gpupool::sim::interp {
 
 template <size_t kBytes>
-using WordOf = std::conditional_t<
-    kBytes == 1, uint8_t,
-    std::conditional_t<kBytes == 2, uint16_t, std::conditional_t<kBytes == 4, uint32_t, uint64_t>>>;
+using WordOf =
+    std::conditional_t<kBytes == 1, uint8_t,
+                       std::conditional_t<kBytes == 2, uint16_t, std::conditional_t<kBytes == 4, uint32_t, uint64_t>>>;
 
 template <size_t kBytes>
 inline void StoreWhole(uint8_t* p, const void* in) {
@@ -38,11 +38,16 @@ inline void StoreWhole(uint8_t* p, const void* in) {
 
 inline void StoreWhole(uint8_t* p, const void* in, uint32_t bytes) {
   switch (bytes) {
-    case 1: return StoreWhole<1>(p, in);
-    case 2: return StoreWhole<2>(p, in);
-    case 4: return StoreWhole<4>(p, in);
-    case 8: return StoreWhole<8>(p, in);
-    case 16: return StoreWhole<16>(p, in);
+    case 1:
+      return StoreWhole<1>(p, in);
+    case 2:
+      return StoreWhole<2>(p, in);
+    case 4:
+      return StoreWhole<4>(p, in);
+    case 8:
+      return StoreWhole<8>(p, in);
+    case 16:
+      return StoreWhole<16>(p, in);
   }
   std::memcpy(p, in, bytes);
 }
@@ -121,7 +126,8 @@ bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, Span* span)
       span->base = w.LocalOf(0);
       span->stride = size;
       break;
-    default: return false;
+    default:
+      return false;
   }
   if (bytes > size) return false;
   const uint64_t limit = size - bytes;
@@ -192,8 +198,7 @@ void HAtom(Warp& w, const Inst& in, uint32_t mask) {
       r = AtomicResult<T>(in.mode, old, v, c ? Get<T>(c[l]) : T(0));
       Bits new_bits;
       std::memcpy(&new_bits, &r, sizeof(T));
-      if (__atomic_compare_exchange_n(word, &old_bits, new_bits, false, __ATOMIC_SEQ_CST,
-                                      __ATOMIC_RELAXED)) {
+      if (__atomic_compare_exchange_n(word, &old_bits, new_bits, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
         break;
       }
     } while (true);
@@ -205,19 +210,39 @@ template <typename T>
 T AtomicResult(uint8_t mode, T old, T v, T compare_value) {
   T r = old;
   switch (mode) {
-    case kAtomAdd: r = WrapAdd(old, v); break;
-    case kAtomMin: r = std::min(old, v); break;
-    case kAtomMax: r = std::max(old, v); break;
-    case kAtomExch: r = v; break;
-    case kAtomCas: r = old == v ? compare_value : old; break;
+    case kAtomAdd:
+      r = WrapAdd(old, v);
+      break;
+    case kAtomMin:
+      r = std::min(old, v);
+      break;
+    case kAtomMax:
+      r = std::max(old, v);
+      break;
+    case kAtomExch:
+      r = v;
+      break;
+    case kAtomCas:
+      r = old == v ? compare_value : old;
+      break;
     default:
       if constexpr (std::is_integral_v<T>) {
         switch (mode) {
-          case kAtomAnd: r = old & v; break;
-          case kAtomOr: r = old | v; break;
-          case kAtomXor: r = old ^ v; break;
-          case kAtomInc: r = (old >= v) ? T(0) : T(old + 1); break;
-          case kAtomDec: r = (old == 0 || old > v) ? v : T(old - 1); break;
+          case kAtomAnd:
+            r = old & v;
+            break;
+          case kAtomOr:
+            r = old | v;
+            break;
+          case kAtomXor:
+            r = old ^ v;
+            break;
+          case kAtomInc:
+            r = (old >= v) ? T(0) : T(old + 1);
+            break;
+          case kAtomDec:
+            r = (old == 0 || old > v) ? v : T(old - 1);
+            break;
         }
       }
   }
@@ -280,8 +305,7 @@ void HAtomFast(Warp& w, const Inst& in, uint32_t mask) {
       T r = AtomicResult<T>(in.mode, old, v, c ? Get<T>(c[l]) : T(0));
       Bits new_bits;
       std::memcpy(&new_bits, &r, sizeof(T));
-      if (__atomic_compare_exchange_n(word, &old_bits, new_bits, false, __ATOMIC_SEQ_CST,
-                                      __ATOMIC_RELAXED)) {
+      if (__atomic_compare_exchange_n(word, &old_bits, new_bits, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
         break;
       }
     }
@@ -292,10 +316,14 @@ void HAtomFast(Warp& w, const Inst& in, uint32_t mask) {
 template <typename T>
 Handler AtomHandlerOf(Space space) {
   switch (space) {
-    case Space::kGlobal: return &HAtomFast<Space::kGlobal, T>;
-    case Space::kShared: return &HAtomFast<Space::kShared, T>;
-    case Space::kGeneric: return &HAtomFast<Space::kGeneric, T>;
-    default: return &HAtom<T>;
+    case Space::kGlobal:
+      return &HAtomFast<Space::kGlobal, T>;
+    case Space::kShared:
+      return &HAtomFast<Space::kShared, T>;
+    case Space::kGeneric:
+      return &HAtomFast<Space::kGeneric, T>;
+    default:
+      return &HAtom<T>;
   }
 }
 

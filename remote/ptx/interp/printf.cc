@@ -45,14 +45,12 @@ std::string FormatPrintf(Warp& w, const std::string& format, uint64_t args, int 
     }
     size_t start = i++;
     while (i < format.size() && std::strchr("-+ #0", format[i])) ++i;
-    while (i < format.size() &&
-           (std::isdigit(static_cast<unsigned char>(format[i])) || format[i] == '.'))
-      ++i;
+    while (i < format.size() && (std::isdigit(static_cast<unsigned char>(format[i])) || format[i] == '.')) ++i;
     int longs = 0;
     bool half = false;
     while (i < format.size() && std::strchr("hlLqjzt", format[i])) {
-      if (format[i] == 'l' || format[i] == 'q' || format[i] == 'j' || format[i] == 'z' ||
-          format[i] == 't' || format[i] == 'L')
+      if (format[i] == 'l' || format[i] == 'q' || format[i] == 'j' || format[i] == 'z' || format[i] == 't' ||
+          format[i] == 'L')
         ++longs;
       if (format[i] == 'h') half = true;
       ++i;
@@ -80,8 +78,7 @@ std::string FormatPrintf(Warp& w, const std::string& format, uint64_t args, int 
       case 'o': {
         uint64_t v = longs ? fetch(8) : static_cast<uint32_t>(fetch(4));
         if (half) v = static_cast<uint16_t>(v);
-        std::snprintf(buffer, sizeof(buffer), (flags + "ll" + conversion).c_str(),
-                      static_cast<unsigned long long>(v));
+        std::snprintf(buffer, sizeof(buffer), (flags + "ll" + conversion).c_str(), static_cast<unsigned long long>(v));
         break;
       }
       case 'c':
@@ -95,8 +92,7 @@ std::string FormatPrintf(Warp& w, const std::string& format, uint64_t args, int 
       case 'G':
       case 'a':
       case 'A':
-        std::snprintf(buffer, sizeof(buffer), (flags + conversion).c_str(),
-                      std::bit_cast<double>(fetch(8)));
+        std::snprintf(buffer, sizeof(buffer), (flags + conversion).c_str(), std::bit_cast<double>(fetch(8)));
         break;
       case 's': {
         std::string text = ReadString(w, fetch(8), lane);
@@ -106,7 +102,8 @@ std::string FormatPrintf(Warp& w, const std::string& format, uint64_t args, int 
       case 'p':
         std::snprintf(buffer, sizeof(buffer), "0x%llx", static_cast<unsigned long long>(fetch(8)));
         break;
-      default: std::snprintf(buffer, sizeof(buffer), "%s", spec.c_str());
+      default:
+        std::snprintf(buffer, sizeof(buffer), "%s", spec.c_str());
     }
     out += buffer;
   }
@@ -149,10 +146,9 @@ void HAssert(Warp& w, const Inst& in, uint32_t mask) {
   std::snprintf(text, sizeof(text),
                 "%s:%u: %s: block: [%u,%u,%u], thread: [%u,%u,%u] Assertion "
                 "`%s` failed.\n",
-                ReadString(w, file, lane).c_str(), line, ReadString(w, function, lane).c_str(),
-                launch.ctaid[0], launch.ctaid[1], launch.ctaid[2], tid % block[0],
-                (tid / block[0]) % block[1], tid / (block[0] * block[1]),
-                ReadString(w, message, lane).c_str());
+                ReadString(w, file, lane).c_str(), line, ReadString(w, function, lane).c_str(), launch.ctaid[0],
+                launch.ctaid[1], launch.ctaid[2], tid % block[0], (tid / block[0]) % block[1],
+                tid / (block[0] * block[1]), ReadString(w, message, lane).c_str());
   AppendPrintf(&w.launch->printf, text, &w.launch->printf_dropped);
 }
 

@@ -250,9 +250,8 @@ void RunWarp(Warp& w, const Inst* code) {
               break;
             case kTrapCallsTooDeep:
               launch.error = kLaunchFailed;
-              launch.detail = "device function calls nested deeper than " +
-                              std::to_string(kMaxCallDepth) + " (PTX line " +
-                              std::to_string(in.line) + "): recursion this deep is not run";
+              launch.detail = "device function calls nested deeper than " + std::to_string(kMaxCallDepth) +
+                              " (PTX line " + std::to_string(in.line) + "): recursion this deep is not run";
               break;
             default:
               launch.error = kLaunchFailed;
@@ -296,15 +295,13 @@ CtaContext* CallerContext() {
 
 void TrimCallerContext(CtaContext* context) {
   size_t held = context->shared.capacity() + context->local.capacity() +
-                context->registers.capacity() * sizeof(uint64_t) +
-                context->warps.capacity() * sizeof(Warp) +
+                context->registers.capacity() * sizeof(uint64_t) + context->warps.capacity() * sizeof(Warp) +
                 context->range_hints.capacity() * sizeof(uint32_t);
   if (held > kKeptScratchBytes) *context = CtaContext{};
 }
 
 // Makes `cta`'s memory and warps, with the registers that are the same in every CTA.
-void PrepareCta(const DecodedKernel& kernel, const LaunchSpec& spec, LaunchState* state,
-                CtaContext* cta) {
+void PrepareCta(const DecodedKernel& kernel, const LaunchSpec& spec, LaunchState* state, CtaContext* cta) {
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
   const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
   const uint32_t warps = (threads + 31) / 32;
@@ -386,8 +383,8 @@ void ResetBarrier(LaunchState& launch, int id) {
   launch.reduce_any[id] = false;
 }
 
-void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
-              LaunchState* state, CtaContext* context) {
+void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta, LaunchState* state,
+              CtaContext* context) {
   LaunchState& launch = *state;
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
   launch.ctaid[0] = static_cast<uint32_t>(cta % spec.grid[0]);
@@ -423,8 +420,7 @@ bool ReleaseBarriers(CtaContext* context, LaunchState* state, const Inst* code) 
   for (uint32_t active = launch.active_barriers; active != 0; active &= active - 1) {
     const int id = __builtin_ctz(active);
     const uint32_t expected = launch.barrier_expected[id];
-    bool complete =
-        expected != 0 ? launch.barrier_arrived[id] >= expected : launch.barrier_waiting[id] >= live;
+    bool complete = expected != 0 ? launch.barrier_arrived[id] >= expected : launch.barrier_waiting[id] >= live;
     if (!complete) continue;
     for (Warp& w : context->warps) ReleaseBarrier(w, code, id);
     ResetBarrier(launch, id);
@@ -439,17 +435,16 @@ bool ReleaseBarriers(CtaContext* context, LaunchState* state, const Inst* code) 
 std::string DeadlockDetail(const CtaContext& context, const LaunchState& launch) {
   uint32_t live = 0;
   for (const Warp& w : context.warps) live += __builtin_popcount(w.live);
-  std::string text = "deadlock: every running thread of block (" +
-                     std::to_string(launch.ctaid[0]) + "," + std::to_string(launch.ctaid[1]) +
-                     "," + std::to_string(launch.ctaid[2]) + ") waits at a barrier that cannot complete (";
+  std::string text = "deadlock: every running thread of block (" + std::to_string(launch.ctaid[0]) + "," +
+                     std::to_string(launch.ctaid[1]) + "," + std::to_string(launch.ctaid[2]) +
+                     ") waits at a barrier that cannot complete (";
   bool first = true;
   for (uint32_t active = launch.active_barriers; active != 0; active &= active - 1) {
     const int id = __builtin_ctz(active);
     if (launch.barrier_waiting[id] == 0) continue;
     if (!first) text += "; ";
     first = false;
-    text += "barrier " + std::to_string(id) + ": " + std::to_string(launch.barrier_waiting[id]) +
-            " threads waiting, ";
+    text += "barrier " + std::to_string(id) + ": " + std::to_string(launch.barrier_waiting[id]) + " threads waiting, ";
     text += launch.barrier_expected[id] != 0
                 ? std::to_string(launch.barrier_arrived[id]) + " of the " +
                       std::to_string(launch.barrier_expected[id]) + " its count names arrived"
@@ -502,8 +497,8 @@ uint64_t ResidentPerWorker(const DecodedKernel& kernel, const LaunchSpec& spec, 
   uint64_t per_sm = std::min<uint64_t>(32, std::max<uint64_t>(1, 2048 / (warps * 32)));
   if (shared > 0) per_sm = std::min<uint64_t>(per_sm, std::max<uint64_t>(1, 228 * 1024 / shared));
   // What PrepareCta allocates for one: registers, local and shared memory, range hints.
-  const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size) +
-                           shared + kernel.code.size() * sizeof(uint32_t) + 4096;
+  const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size) + shared +
+                           kernel.code.size() * sizeof(uint32_t) + 4096;
   uint64_t resident = uint64_t{std::max(spec.sm_count, 1u)} * per_sm;
   resident = std::min(resident, std::max<uint64_t>(1, kMaxCooperativeBytes / per_cta));
   return std::max<uint64_t>(1, (resident + workers - 1) / workers);
@@ -517,9 +512,8 @@ uint64_t ResidentPerWorker(const DecodedKernel& kernel, const LaunchSpec& spec, 
 // soon have them resident, while long CTAs that do finish stay few (their memory, and
 // the slices' switching, cost little). Their printf text, instruction counts and first
 // error end up in *state.
-void RunResident(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta, uint64_t stride,
-                 uint32_t workers, std::atomic<bool>* stop, LaunchState* state,
-                 CtaContext* context) {
+void RunResident(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta, uint64_t stride, uint32_t workers,
+                 std::atomic<bool>* stop, LaunchState* state, CtaContext* context) {
   const Inst* code = kernel.code.data();
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   const uint64_t limit = ResidentPerWorker(kernel, spec, workers);
@@ -587,8 +581,7 @@ void RunResident(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t c
     AppendPrintf(&state->printf, other.printf, &state->printf_dropped);
     state->printf_dropped += other.printf_dropped;
     state->thread_instructions += other.thread_instructions;
-    if (other.error != kSuccess &&
-        (state->error == kSuccess || other.cta_linear < state->cta_linear)) {
+    if (other.error != kSuccess && (state->error == kSuccess || other.cta_linear < state->cta_linear)) {
       state->error = other.error;
       state->detail = other.detail;
       state->cta_linear = other.cta_linear;
@@ -611,8 +604,7 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
     const uint64_t started = state->clock;
     while (StepCta(&context, state, code)) {
       if (state->clock - started > kResidentAfter && cta + stride < ctas) {
-        RunResident(kernel, spec, cta, stride, static_cast<uint32_t>(stride), stop, state,
-                    &context);
+        RunResident(kernel, spec, cta, stride, static_cast<uint32_t>(stride), stop, state, &context);
         return;
       }
     }
@@ -626,8 +618,7 @@ void RunCtas(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first
 // A cooperative launch: every CTA resident at once, each with a state of its own, taking
 // rounds on this thread until all have exited. A CTA spinning on memory that another
 // will write (grid.sync()) uses its slice and lets the others run.
-void RunCooperative(const DecodedKernel& kernel, const LaunchSpec& spec,
-                    std::vector<LaunchState>* states) {
+void RunCooperative(const DecodedKernel& kernel, const LaunchSpec& spec, std::vector<LaunchState>* states) {
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   states->resize(ctas);
   std::vector<CtaContext> contexts(ctas);
@@ -669,12 +660,12 @@ int32_t RunInterpreted(const DecodedKernel& kernel, const LaunchSpec& spec, uint
   if (spec.cooperative) {
     // All CTAs at once: their registers, local and shared memory together must fit.
     const uint64_t warps = (threads + 31) / 32;
-    const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size) +
-                             shared_size + sizeof(LaunchState);
+    const uint64_t per_cta =
+        warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size) + shared_size + sizeof(LaunchState);
     if (ctas > kMaxCooperativeCtas || per_cta * ctas > kMaxCooperativeBytes) {
       if (spec.error_detail) {
-        *spec.error_detail = "a cooperative launch of " + std::to_string(ctas) +
-                             " blocks does not fit the sim GPU at once";
+        *spec.error_detail =
+            "a cooperative launch of " + std::to_string(ctas) + " blocks does not fit the sim GPU at once";
       }
       return kCooperativeTooLarge;
     }

@@ -43,9 +43,8 @@ namespace {
 
 bool ParseGeometry(const std::string& word, Geometry* geometry) {
   static const std::pair<const char*, Geometry> kNames[] = {
-      {"1d", Geometry::k1d},      {"2d", Geometry::k2d},   {"3d", Geometry::k3d},
-      {"a1d", Geometry::kA1d},    {"a2d", Geometry::kA2d}, {"cube", Geometry::kCube},
-      {"acube", Geometry::kACube}};
+      {"1d", Geometry::k1d},   {"2d", Geometry::k2d},     {"3d", Geometry::k3d},      {"a1d", Geometry::kA1d},
+      {"a2d", Geometry::kA2d}, {"cube", Geometry::kCube}, {"acube", Geometry::kACube}};
   for (const auto& [name, value] : kNames) {
     if (word == name) {
       *geometry = value;
@@ -56,18 +55,17 @@ bool ParseGeometry(const std::string& word, Geometry* geometry) {
 }
 
 bool ParseQuery(const std::string& word, Query* query) {
-  static const std::pair<const char*, Query> kNames[] = {
-      {"width", Query::kWidth},
-      {"height", Query::kHeight},
-      {"depth", Query::kDepth},
-      {"array_size", Query::kArraySize},
-      {"normalized_coords", Query::kNormalizedCoords},
-      {"filter_mode", Query::kFilterMode},
-      {"addr_mode_0", Query::kAddrMode0},
-      {"addr_mode_1", Query::kAddrMode1},
-      {"addr_mode_2", Query::kAddrMode2},
-      {"num_mipmap_levels", Query::kNumMipmapLevels},
-      {"num_samples", Query::kNumSamples}};
+  static const std::pair<const char*, Query> kNames[] = {{"width", Query::kWidth},
+                                                         {"height", Query::kHeight},
+                                                         {"depth", Query::kDepth},
+                                                         {"array_size", Query::kArraySize},
+                                                         {"normalized_coords", Query::kNormalizedCoords},
+                                                         {"filter_mode", Query::kFilterMode},
+                                                         {"addr_mode_0", Query::kAddrMode0},
+                                                         {"addr_mode_1", Query::kAddrMode1},
+                                                         {"addr_mode_2", Query::kAddrMode2},
+                                                         {"num_mipmap_levels", Query::kNumMipmapLevels},
+                                                         {"num_samples", Query::kNumSamples}};
   for (const auto& [name, value] : kNames) {
     if (word == name) {
       *query = value;
@@ -78,8 +76,7 @@ bool ParseQuery(const std::string& word, Query* query) {
 }
 
 bool IsCacheHint(const std::string& word) {
-  return word == "ca" || word == "cg" || word == "cs" || word == "cv" || word == "wb" ||
-         word == "wt";
+  return word == "ca" || word == "cg" || word == "cs" || word == "cv" || word == "wb" || word == "wt";
 }
 
 }  // namespace
@@ -193,10 +190,7 @@ int CoordinateCount(const Op& op) {
 }
 
 int LayerCoordinate(const Op& op) {
-  return op.geometry == Geometry::kA1d || op.geometry == Geometry::kA2d ||
-                 op.geometry == Geometry::kACube
-             ? 0
-             : -1;
+  return op.geometry == Geometry::kA1d || op.geometry == Geometry::kA2d || op.geometry == Geometry::kACube ? 0 : -1;
 }
 
 namespace {
@@ -347,8 +341,7 @@ struct Sampler {
   bool Fetch(int64_t x, int64_t y, int64_t slice, Texel* texel) {
     const uint64_t element = uint64_t{dataplane::SimTexelChannelBytes(d.format)} * d.channels;
     const uint64_t address = d.base + static_cast<uint64_t>(slice) * d.slice_pitch +
-                             static_cast<uint64_t>(y) * d.pitch +
-                             static_cast<uint64_t>(x) * element;
+                             static_cast<uint64_t>(y) * d.pitch + static_cast<uint64_t>(x) * element;
     const uint8_t* p = memory.at(memory.context, address, static_cast<uint32_t>(element));
     if (p == nullptr) {
       *fault = {address, static_cast<uint32_t>(element), "texture fetch"};
@@ -407,8 +400,8 @@ void CubeFace(float x, float y, float z, int* face, float* u, float* v) {
   *v = (t / m + 1) / 2;
 }
 
-bool Sample(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
-            const uint64_t coords[4], uint64_t values[4], Fault* fault) {
+bool Sample(const Op& op, const SimTextureDescriptor& d, const Memory& memory, const uint64_t coords[4],
+            uint64_t values[4], Fault* fault) {
   Sampler sampler{d, memory, fault, {d.width, d.height, 1}};
   const bool cube = d.flags & dataplane::kSimTexCubemap;
   const bool normalized = (d.flags & dataplane::kSimTexNormalized) || cube;
@@ -444,8 +437,7 @@ bool Sample(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
   }
   if (op.geometry == Geometry::kCube || op.geometry == Geometry::kACube) {
     int face = 0;
-    CubeFace(AsFloat(coords[first]), AsFloat(coords[first + 1]), AsFloat(coords[first + 2]), &face,
-             &x, &y);
+    CubeFace(AsFloat(coords[first]), AsFloat(coords[first + 1]), AsFloat(coords[first + 2]), &face, &x, &y);
     slice_base += face;
     sampler.sizes[1] = d.height;
   } else {
@@ -479,8 +471,7 @@ bool Sample(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
         values[c] = std::bit_cast<uint32_t>(texel.f[c]);
       } else {
         values[c] =
-            (d.format == dataplane::kTexelS8 || d.format == dataplane::kTexelS16 ||
-             d.format == dataplane::kTexelS32)
+            (d.format == dataplane::kTexelS8 || d.format == dataplane::kTexelS16 || d.format == dataplane::kTexelS32)
                 ? static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(texel.i[c])))
                 : texel.i[c];
       }
@@ -511,8 +502,7 @@ bool Sample(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
   }
   if (!linear) {
     Texel texel;
-    if (!sampler.At(Floor(u[0]), dims > 1 ? Floor(u[1]) : 0, dims > 2 ? Floor(u[2]) : 0, slice_base,
-                    &texel)) {
+    if (!sampler.At(Floor(u[0]), dims > 1 ? Floor(u[1]) : 0, dims > 2 ? Floor(u[2]) : 0, slice_base, &texel)) {
       return false;
     }
     put(texel);
@@ -547,23 +537,21 @@ bool Sample(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
   return true;
 }
 
-bool Surface(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
-             const uint64_t coords[4], uint64_t values[4], Fault* fault) {
+bool Surface(const Op& op, const SimTextureDescriptor& d, const Memory& memory, const uint64_t coords[4],
+             uint64_t values[4], Fault* fault) {
   const uint32_t size = uint32_t{op.width} * op.vec;
   const int layer = LayerCoordinate(op);
   const int first = layer >= 0 ? 1 : 0;
   int64_t x = AsInt(coords[first]);  // bytes
   int64_t y = 0, z = 0;
-  if (op.geometry == Geometry::k2d || op.geometry == Geometry::kA2d ||
-      op.geometry == Geometry::k3d) {
+  if (op.geometry == Geometry::k2d || op.geometry == Geometry::kA2d || op.geometry == Geometry::k3d) {
     y = AsInt(coords[first + 1]);
   }
   if (op.geometry == Geometry::k3d) z = AsInt(coords[first + 2]);
   if (layer >= 0) z = AsInt(coords[0]);
   const uint64_t element = uint64_t{dataplane::SimTexelChannelBytes(d.format)} * d.channels;
   const int64_t row_bytes = static_cast<int64_t>(d.width * element);
-  const int64_t limits[3] = {row_bytes - size, static_cast<int64_t>(d.height) - 1,
-                             static_cast<int64_t>(d.depth) - 1};
+  const int64_t limits[3] = {row_bytes - size, static_cast<int64_t>(d.height) - 1, static_cast<int64_t>(d.depth) - 1};
   int64_t at[3] = {x, y, z};
   bool outside = false;
   for (int dim = 0; dim < 3; ++dim) outside |= at[dim] < 0 || at[dim] > limits[dim];
@@ -573,9 +561,7 @@ bool Surface(const Op& op, const SimTextureDescriptor& d, const Memory& memory,
       return true;
     }
     if (op.clamp == Clamp::kTrap || limits[0] < 0) {
-      *fault = {
-          d.base, size,
-          op.kind == Kind::kSuld ? "surface load out of bounds" : "surface store out of bounds"};
+      *fault = {d.base, size, op.kind == Kind::kSuld ? "surface load out of bounds" : "surface store out of bounds"};
       return false;
     }
     for (int dim = 0; dim < 3; ++dim) at[dim] = std::clamp<int64_t>(at[dim], 0, limits[dim]);
@@ -610,9 +596,7 @@ uint64_t QueryValue(const Op& op, const SimTextureDescriptor& d) {
     case Query::kDepth:
       return layered ? 1 : d.depth;
     case Query::kArraySize:
-      return (d.flags & dataplane::kSimTexCubemap)   ? d.depth / 6
-             : (d.flags & dataplane::kSimTexLayered) ? d.depth
-                                                     : 1;
+      return (d.flags & dataplane::kSimTexCubemap) ? d.depth / 6 : (d.flags & dataplane::kSimTexLayered) ? d.depth : 1;
     case Query::kNormalizedCoords:
       return (d.flags & dataplane::kSimTexNormalized) ? 1 : 0;
     case Query::kFilterMode:
@@ -637,19 +621,18 @@ uint64_t QueryValue(const Op& op, const SimTextureDescriptor& d) {
 // capped (far above any texture's) so that index arithmetic in int64 cannot overflow.
 constexpr uint64_t kMaxExtent = uint64_t{1} << 40;
 
-bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t coords[4],
-             uint64_t values[4], Fault* fault, DescriptorCache* cache) {
+bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t coords[4], uint64_t values[4],
+             Fault* fault, DescriptorCache* cache) {
   const bool surface = op.kind == Kind::kSuld || op.kind == Kind::kSust || op.kind == Kind::kSuq;
   if (!cache->valid || cache->handle != handle) {
-    const uint8_t* p =
-        memory.at(memory.context, handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)));
+    const uint8_t* p = memory.at(memory.context, handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)));
     SimTextureDescriptor& d = cache->descriptor;
     cache->valid = false;
     if (p != nullptr) std::memcpy(&d, p, sizeof(d));
     const uint32_t magic = surface ? dataplane::kSimSurfaceMagic : dataplane::kSimTextureMagic;
     const uint32_t channel = dataplane::SimTexelChannelBytes(d.format);
-    if (p == nullptr || d.magic != magic || channel == 0 || d.width == 0 || d.height == 0 ||
-        d.depth == 0 || d.width > kMaxExtent || d.height > kMaxExtent || d.depth > kMaxExtent ||
+    if (p == nullptr || d.magic != magic || channel == 0 || d.width == 0 || d.height == 0 || d.depth == 0 ||
+        d.width > kMaxExtent || d.height > kMaxExtent || d.depth > kMaxExtent ||
         (d.channels != 1 && d.channels != 2 && d.channels != 4)) {
       *fault = {handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)),
                 surface ? "surface object" : "texture object"};

@@ -93,7 +93,7 @@ struct DescriptorCache {
 // values (f32 bits or s32), `values` the data (sust: in; else out, the destination
 // registers' raw values). False with *fault when the lane faults (a handle that is no
 // descriptor of this kind, texels outside the session's memory, .trap out of bounds).
-bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t coords[4],
-             uint64_t values[4], Fault* fault, DescriptorCache* cache);
+bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t coords[4], uint64_t values[4],
+             Fault* fault, DescriptorCache* cache);
 
 }  // namespace gpupool::sim::texture

@@ -81,10 +81,18 @@ void HVote(Warp& w, const Inst& in, uint32_t mask) {
     const uint32_t votes = ballot & group;
     uint64_t r;
     switch (in.mode) {
-      case 0: r = votes == group; break;
-      case 1: r = votes != 0; break;
-      case 2: r = votes == 0 || votes == group; break;
-      default: r = votes; break;
+      case 0:
+        r = votes == group;
+        break;
+      case 1:
+        r = votes != 0;
+        break;
+      case 2:
+        r = votes == 0 || votes == group;
+        break;
+      default:
+        r = votes;
+        break;
     }
     ForLanes(lanes, [&](int l) { d[l] = r; });
   });
@@ -128,20 +136,26 @@ void HRedux(Warp& w, const Inst& in, uint32_t mask) {
     ForLanes(group, [&](int l) {
       uint32_t v = static_cast<uint32_t>(a[l]);
       switch (in.mode) {
-        case 0: acc += v; break;
+        case 0:
+          acc += v;
+          break;
         case 1:
-          acc = in.mode2 ? static_cast<uint32_t>(
-                               std::min(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+          acc = in.mode2 ? static_cast<uint32_t>(std::min(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
                          : std::min(acc, v);
           break;
         case 2:
-          acc = in.mode2 ? static_cast<uint32_t>(
-                               std::max(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+          acc = in.mode2 ? static_cast<uint32_t>(std::max(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
                          : std::max(acc, v);
           break;
-        case 3: acc &= v; break;
-        case 4: acc |= v; break;
-        default: acc ^= v; break;
+        case 3:
+          acc &= v;
+          break;
+        case 4:
+          acc |= v;
+          break;
+        default:
+          acc ^= v;
+          break;
       }
     });
     ForLanes(lanes, [&](int l) { d[l] = acc; });
@@ -162,9 +176,9 @@ void HClock(Warp& w, const Inst& in, uint32_t mask) {
     value = w.launch->clock * 4;  // about 4 cycles per warp instruction
     if (in.mode == 0) value &= 0xffffffffu;
   } else {
-    value = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                      std::chrono::system_clock::now().time_since_epoch())
-                                      .count());
+    value = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
     if (in.mode == 3) value &= 0xffffffffu;
     if (in.mode == 4) value >>= 32;
   }

@@ -18,11 +18,15 @@ namespace gpupool::sim::interp {
 uint32_t WmmaSize(WmmaType t) {
   switch (t) {
     case WmmaType::kF16:
-    case WmmaType::kBF16: return 2;
+    case WmmaType::kBF16:
+      return 2;
     case WmmaType::kS8:
-    case WmmaType::kU8: return 1;
-    case WmmaType::kF64: return 8;
-    default: return 4;
+    case WmmaType::kU8:
+      return 1;
+    case WmmaType::kF64:
+      return 8;
+    default:
+      return 4;
   }
 }
 // Elements in one register of a fragment (16- and 8-bit elements are packed in .b32).
@@ -42,8 +46,7 @@ uint64_t WmmaBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uin
   return (word >> ((e % per) * bits)) & ((uint64_t{1} << bits) - 1);
 }
 
-void WmmaSetBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l,
-                 uint64_t value) {
+void WmmaSetBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l, uint64_t value) {
   uint32_t per = WmmaPerRegister(t);
   uint64_t& word = w.R(fragment[e / per])[l];
   if (per == 1) {
@@ -58,15 +61,22 @@ void WmmaSetBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint
 
 double WmmaValue(uint64_t bits, WmmaType t) {
   switch (t) {
-    case WmmaType::kF16: return HalfToFloat(static_cast<uint16_t>(bits));
-    case WmmaType::kBF16: return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+    case WmmaType::kF16:
+      return HalfToFloat(static_cast<uint16_t>(bits));
+    case WmmaType::kBF16:
+      return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
     case WmmaType::kTF32:  // the low 13 mantissa bits take no part
       return std::bit_cast<float>(static_cast<uint32_t>(bits) & ~0x1fffu);
-    case WmmaType::kF32: return std::bit_cast<float>(static_cast<uint32_t>(bits));
-    case WmmaType::kF64: return std::bit_cast<double>(bits);
-    case WmmaType::kS8: return static_cast<int8_t>(bits);
-    case WmmaType::kU8: return static_cast<uint8_t>(bits);
-    case WmmaType::kS32: return static_cast<int32_t>(bits);
+    case WmmaType::kF32:
+      return std::bit_cast<float>(static_cast<uint32_t>(bits));
+    case WmmaType::kF64:
+      return std::bit_cast<double>(bits);
+    case WmmaType::kS8:
+      return static_cast<int8_t>(bits);
+    case WmmaType::kU8:
+      return static_cast<uint8_t>(bits);
+    case WmmaType::kS32:
+      return static_cast<int32_t>(bits);
   }
   return 0;
 }
@@ -118,8 +128,7 @@ void HWmmaMma(Warp& w, const Inst& in, uint32_t mask) {
   double a[512], b[512], c[256];
   auto gather = [&](int which, uint32_t count, double* out) {
     const WmmaType t = op.types[which];
-    const uint32_t elements =
-        static_cast<uint32_t>(op.fragments[which].size()) * WmmaPerRegister(t);
+    const uint32_t elements = static_cast<uint32_t>(op.fragments[which].size()) * WmmaPerRegister(t);
     for (int l = 0; l < 32; ++l) {
       for (uint32_t e = 0; e < elements; ++e) {
         uint32_t index = op.ptx_layout ? MmaIndex(op, which, e, static_cast<uint32_t>(l))
@@ -142,8 +151,7 @@ void HWmmaMma(Warp& w, const Inst& in, uint32_t mask) {
           sum += static_cast<int64_t>(a[i * k + q]) * static_cast<int64_t>(b[q * n + j]);
         }
         if (op.satfinite) {
-          sum = std::clamp<int64_t>(sum, std::numeric_limits<int32_t>::min(),
-                                    std::numeric_limits<int32_t>::max());
+          sum = std::clamp<int64_t>(sum, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
         }
         bits = static_cast<uint32_t>(static_cast<uint64_t>(sum));
       } else if (dt == WmmaType::kF64) {
@@ -156,8 +164,7 @@ void HWmmaMma(Warp& w, const Inst& in, uint32_t mask) {
           sum = std::fma(static_cast<float>(a[i * k + q]), static_cast<float>(b[q * n + j]), sum);
         }
         if (op.satfinite && std::isinf(sum)) {
-          sum = std::copysign(dt == WmmaType::kF16 ? 65504.0f : std::numeric_limits<float>::max(),
-                              sum);
+          sum = std::copysign(dt == WmmaType::kF16 ? 65504.0f : std::numeric_limits<float>::max(), sum);
         }
         bits = dt == WmmaType::kF16 ? FloatToHalf(sum) : std::bit_cast<uint32_t>(sum);
       }
@@ -201,13 +208,11 @@ void HCpAsync(Warp& w, const Inst& in, uint32_t mask) {
   ForLanes(mask, [&](int l) {
     uint32_t from_source = in.width;
     if (size != nullptr) {
-      from_source = (in.flags & kFlagSigned)
-                        ? ((size[l] & 1) != 0 ? 0u : in.width)
-                        : static_cast<uint32_t>(std::min<uint64_t>(size[l], in.width));
+      from_source = (in.flags & kFlagSigned) ? ((size[l] & 1) != 0 ? 0u : in.width)
+                                             : static_cast<uint32_t>(std::min<uint64_t>(size[l], in.width));
     }
     uint64_t to = dst[l] + static_cast<uint64_t>(in.offset);
-    uint64_t from =
-        src[l] + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(in.aux)));
+    uint64_t from = src[l] + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(in.aux)));
     uint8_t* target = w.Address(Space::kShared, to, in.width, l);
     if (target == nullptr) {
       w.Fault(to, in.width, "cp.async store");
@@ -267,17 +272,20 @@ void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
       case 2: {
         uint64_t count = b != nullptr ? b[l] & kMbarCount : 1;
         uint64_t left = pending > count ? pending - count : 0;
-        uint64_t keep = in.mode == 2 && expected > count ? expected - count
-                        : in.mode == 2                   ? 0
-                                                         : expected;
+        uint64_t keep = in.mode == 2 && expected > count ? expected - count : in.mode == 2 ? 0 : expected;
         if (d != nullptr) d[l] = phase | left;
-        object = left == 0 ? ((phase ^ kMbarPhase) | (keep << 32) | keep)
-                           : (phase | (keep << 32) | left);
+        object = left == 0 ? ((phase ^ kMbarPhase) | (keep << 32) | keep) : (phase | (keep << 32) | left);
         break;
       }
-      case 3: d[l] = (b[l] & kMbarPhase) != phase; return;
-      case 4: d[l] = ((b[l] & 1) != 0) != (phase != 0); return;
-      default: object = 0; break;
+      case 3:
+        d[l] = (b[l] & kMbarPhase) != phase;
+        return;
+      case 4:
+        d[l] = ((b[l] & 1) != 0) != (phase != 0);
+        return;
+      default:
+        object = 0;
+        break;
     }
     std::memcpy(p, &object, 8);
   });

@@ -11,8 +11,7 @@ uint32_t WmmaSize(WmmaType t);
 uint32_t WmmaPerRegister(WmmaType t);
 void WmmaShape(const WmmaOp& op, char matrix, uint32_t* rows, uint32_t* cols);
 uint64_t WmmaBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l);
-void WmmaSetBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l,
-                 uint64_t value);
+void WmmaSetBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l, uint64_t value);
 
 // wmma.load.{a,b,c} and wmma.store.d (kStore): a = address, b = stride slot (-1: the
 // leading dimension). Element by element, each through the address checks of its lane.

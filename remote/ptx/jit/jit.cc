@@ -94,9 +94,8 @@ struct Context {
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
 };
-constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24,
-                   kOffFaultAccess = 32, kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52,
-                   kOffProgress = 64, kOffCancel = 72;
+constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
+                   kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -134,8 +133,8 @@ char* Translate(Context* context, uint32_t access, uint64_t address) {
 
 // Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
 // point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).
-using CtaFunction = int32_t (*)(Context*, const uint8_t* params, uint32_t, uint32_t, uint32_t,
-                                uint8_t* shared, int32_t* resume, uint64_t* saved);
+using CtaFunction = int32_t (*)(Context*, const uint8_t* params, uint32_t, uint32_t, uint32_t, uint8_t* shared,
+                                int32_t* resume, uint64_t* saved);
 
 }  // namespace
 
@@ -161,21 +160,16 @@ struct Type {
   Kind kind = Kind::kNone;
   uint32_t bits = 0;
   bool ok() const { return kind != Kind::kNone; }
-  bool is_int() const {
-    return kind == Kind::kSigned || kind == Kind::kUnsigned || kind == Kind::kBits;
-  }
+  bool is_int() const { return kind == Kind::kSigned || kind == Kind::kUnsigned || kind == Kind::kBits; }
 };
 
 Type TypeOf(std::string_view suffix) {
   static const std::map<std::string_view, Type> kTypes = {
-      {"s8", {Kind::kSigned, 8}},     {"s16", {Kind::kSigned, 16}},
-      {"s32", {Kind::kSigned, 32}},   {"s64", {Kind::kSigned, 64}},
-      {"u8", {Kind::kUnsigned, 8}},   {"u16", {Kind::kUnsigned, 16}},
-      {"u32", {Kind::kUnsigned, 32}}, {"u64", {Kind::kUnsigned, 64}},
-      {"b8", {Kind::kBits, 8}},       {"b16", {Kind::kBits, 16}},
-      {"b32", {Kind::kBits, 32}},     {"b64", {Kind::kBits, 64}},
-      {"f32", {Kind::kFloat, 32}},    {"f64", {Kind::kFloat, 64}},
-      {"pred", {Kind::kPred, 1}},
+      {"s8", {Kind::kSigned, 8}},     {"s16", {Kind::kSigned, 16}},   {"s32", {Kind::kSigned, 32}},
+      {"s64", {Kind::kSigned, 64}},   {"u8", {Kind::kUnsigned, 8}},   {"u16", {Kind::kUnsigned, 16}},
+      {"u32", {Kind::kUnsigned, 32}}, {"u64", {Kind::kUnsigned, 64}}, {"b8", {Kind::kBits, 8}},
+      {"b16", {Kind::kBits, 16}},     {"b32", {Kind::kBits, 32}},     {"b64", {Kind::kBits, 64}},
+      {"f32", {Kind::kFloat, 32}},    {"f64", {Kind::kFloat, 64}},    {"pred", {Kind::kPred, 1}},
   };
   auto it = kTypes.find(suffix);
   return it == kTypes.end() ? Type{} : it->second;
@@ -192,8 +186,8 @@ bool IsCacheHint(std::string_view q) {
 
 class Emitter {
  public:
-  Emitter(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size,
-          llvm::LLVMContext& context, llvm::Module& module, uint32_t lanes)
+  Emitter(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size, llvm::LLVMContext& context,
+          llvm::Module& module, uint32_t lanes)
       : entry_(entry),
         param_size_(param_size),
         ctx_(context),
@@ -215,13 +209,12 @@ class Emitter {
     size_t instructions = 0;
     for (const RawStatement& s : entry_.body) {
       if (s.kind == RawStatement::kInstruction && ++instructions > kMaxInstructions) {
-        return Refuse("more than " + std::to_string(kMaxInstructions) + " instructions", s.line,
-                      refused);
+        return Refuse("more than " + std::to_string(kMaxInstructions) + " instructions", s.line, refused);
       }
       if (s.kind == RawStatement::kLocal || s.kind == RawStatement::kParam) {
-        return Refuse(std::string("it declares ") +
-                          (s.kind == RawStatement::kLocal ? ".local" : ".param") + " variables",
-                      s.line, refused);
+        return Refuse(
+            std::string("it declares ") + (s.kind == RawStatement::kLocal ? ".local" : ".param") + " variables", s.line,
+            refused);
       }
       if (s.kind != RawStatement::kInstruction) continue;
       if (s.opcode.rfind("bar.", 0) == 0 || s.opcode.rfind("barrier.", 0) == 0) ++barriers_;
@@ -270,10 +263,8 @@ class Emitter {
     i32_ = b_.getInt32Ty();
     i64_ = b_.getInt64Ty();
     ptr_ = b_.getPtrTy();
-    auto* type =
-        llvm::FunctionType::get(i32_, {ptr_, ptr_, i32_, i32_, i32_, ptr_, ptr_, ptr_}, false);
-    fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage,
-                                 lanes_ ? "cta_vector" : "cta", module_);
+    auto* type = llvm::FunctionType::get(i32_, {ptr_, ptr_, i32_, i32_, i32_, ptr_, ptr_, ptr_}, false);
+    fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, lanes_ ? "cta_vector" : "cta", module_);
     context_ = fn_->getArg(0);
     params_arg_ = fn_->getArg(1);
     for (int i = 0; i < 3; ++i) ctaid_[i] = fn_->getArg(2 + i);
@@ -351,9 +342,9 @@ class Emitter {
     for (const RawStatement& s : entry_.body) {
       if (s.kind == RawStatement::kLabel && lanes_) {
         // The lanes that branched here join the running ones.
-        b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_),
-                                   b_.CreateLoad(Lanes(i1_), pending_.at(s.opcode))),
-                       mask_slot_);
+        b_.CreateStore(
+            b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.CreateLoad(Lanes(i1_), pending_.at(s.opcode))),
+            mask_slot_);
         continue;
       }
       if (s.kind == RawStatement::kLabel) {
@@ -384,9 +375,8 @@ class Emitter {
         resume_switch->addCase(b_.getInt32(static_cast<uint32_t>(k + 1)), restore);
         b_.SetInsertPoint(restore);
         for (const std::string& name : resume_live_[k]) {
-          b_.CreateStore(
-              b_.CreateTrunc(b_.CreateLoad(i64_, SavedOf(SavedIndex(name))), StorageType(name)),
-              Register(name));
+          b_.CreateStore(b_.CreateTrunc(b_.CreateLoad(i64_, SavedOf(SavedIndex(name))), StorageType(name)),
+                         Register(name));
         }
         b_.CreateBr(resume_points_[k]);
       }
@@ -418,8 +408,7 @@ class Emitter {
     // waits at a barrier, else the count and success.
     b_.SetInsertPoint(next_block_);
     Tick();
-    llvm::Value* x =
-        b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[0]), b_.getInt32(lanes_ ? lanes_ : 1));
+    llvm::Value* x = b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[0]), b_.getInt32(lanes_ ? lanes_ : 1));
     auto* wrap_x = llvm::BasicBlock::Create(ctx_, "wrap_x", fn_);
     auto* wrap_y = llvm::BasicBlock::Create(ctx_, "wrap_y", fn_);
     auto* last = llvm::BasicBlock::Create(ctx_, "last", fn_);
@@ -503,8 +492,8 @@ class Emitter {
     for (size_t i = 0; i < n; ++i) {
       const RawStatement& s = *code[i];
       const std::string op = s.opcode.substr(0, s.opcode.find('.'));
-      const bool writes = !(op == "st" || op == "red" || op == "bra" || op == "ret" ||
-                            op == "exit" || op == "bar" || op == "barrier");
+      const bool writes =
+          !(op == "st" || op == "red" || op == "bra" || op == "ret" || op == "exit" || op == "bar" || op == "barrier");
       std::vector<std::string> read;
       for (size_t k = 0; k < s.operands.size(); ++k) {
         const RawOperand& o = s.operands[k];
@@ -534,18 +523,16 @@ class Emitter {
     // Each pass costs n x registers steps, and a pass may change one instruction only.
     const uint64_t pass_work = uint64_t{n} * std::max<size_t>(ids.size(), 1);
     if (pass_work > kMaxLivenessWork) {
-      *why = "compile work: " + std::to_string(n) + " instructions x " +
-             std::to_string(ids.size()) + " registers is more than " +
-             std::to_string(kMaxLivenessWork);
+      *why = "compile work: " + std::to_string(n) + " instructions x " + std::to_string(ids.size()) +
+             " registers is more than " + std::to_string(kMaxLivenessWork);
       return false;
     }
     uint64_t work = 0;
     std::vector<std::vector<bool>> live_in(n, std::vector<bool>(ids.size()));
     for (bool changed = true; changed;) {
       if ((work += pass_work) > kMaxLivenessWork) {
-        *why = "compile work: the liveness of " + std::to_string(ids.size()) + " registers over " +
-               std::to_string(n) + " instructions takes more than " +
-               std::to_string(kMaxLivenessWork) + " steps";
+        *why = "compile work: the liveness of " + std::to_string(ids.size()) + " registers over " + std::to_string(n) +
+               " instructions takes more than " + std::to_string(kMaxLivenessWork) + " steps";
         return false;
       }
       changed = false;
@@ -577,8 +564,8 @@ class Emitter {
       }
       // The code made grows with barriers x the registers live across each.
       if ((saves += barrier_live_[i].size()) > kMaxBarrierSaves) {
-        *why = "compile work: more than " + std::to_string(kMaxBarrierSaves) +
-               " registers saved at barriers (" + std::to_string(barriers_) + " barriers)";
+        *why = "compile work: more than " + std::to_string(kMaxBarrierSaves) + " registers saved at barriers (" +
+               std::to_string(barriers_) + " barriers)";
         return false;
       }
     }
@@ -589,13 +576,10 @@ class Emitter {
   llvm::Value* ThreadIndex() {
     return b_.CreateAdd(
         b_.CreateLoad(i32_, tid_slot_[0]),
-        b_.CreateMul(ntid_[0],
-                     b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[1]),
-                                  b_.CreateMul(ntid_[1], b_.CreateLoad(i32_, tid_slot_[2])))));
+        b_.CreateMul(ntid_[0], b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[1]),
+                                            b_.CreateMul(ntid_[1], b_.CreateLoad(i32_, tid_slot_[2])))));
   }
-  llvm::Value* ResumeOf() {
-    return b_.CreateGEP(i32_, resume_arg_, b_.CreateZExt(ThreadIndex(), i64_));
-  }
+  llvm::Value* ResumeOf() { return b_.CreateGEP(i32_, resume_arg_, b_.CreateZExt(ThreadIndex(), i64_)); }
   // A register's place among those any barrier saves.
   uint32_t SavedIndex(const std::string& name) {
     if (saved_index_.empty()) {
@@ -608,8 +592,7 @@ class Emitter {
   // Saved registers: thread-major, saved_index_.size() of them per thread (made once every
   // barrier is known).
   llvm::Value* SavedOf(uint32_t index) {
-    llvm::Value* base =
-        b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(saved_index_.size()));
+    llvm::Value* base = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(saved_index_.size()));
     return b_.CreateGEP(i64_, saved_arg_, b_.CreateAdd(base, b_.getInt64(index)));
   }
 
@@ -622,8 +605,8 @@ class Emitter {
     b_.CreateCondBr(b_.CreateICmpEQ(budget, b_.getInt64(0)), report, on,
                     llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
     b_.SetInsertPoint(report);
-    b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, b_.CreateLoad(ptr_, Field(kOffProgress)),
-                       b_.getInt64(1), llvm::MaybeAlign(8), llvm::AtomicOrdering::Monotonic);
+    b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, b_.CreateLoad(ptr_, Field(kOffProgress)), b_.getInt64(1),
+                       llvm::MaybeAlign(8), llvm::AtomicOrdering::Monotonic);
     b_.CreateStore(b_.getInt64(kProgressEvery), budget_slot_);
     // The launch's cancel flag (LaunchSpec::cancel), read as often as progress is told:
     // a kernel that never ends is ended here.
@@ -663,16 +646,10 @@ class Emitter {
     }
     return it == entry_.register_bits.end() ? 64 : it->second;
   }
-  llvm::Type* StorageType(const std::string& name) {
-    return Lanes(b_.getIntNTy(StorageBits(name)));
-  }
-  llvm::Value* LoadRegister(const std::string& name) {
-    return b_.CreateLoad(StorageType(name), Register(name));
-  }
+  llvm::Type* StorageType(const std::string& name) { return Lanes(b_.getIntNTy(StorageBits(name))); }
+  llvm::Value* LoadRegister(const std::string& name) { return b_.CreateLoad(StorageType(name), Register(name)); }
   // Its value as 64 bits, zero-extended (an address; what a barrier saves).
-  llvm::Value* LoadRegister64(const std::string& name) {
-    return b_.CreateZExt(LoadRegister(name), I64());
-  }
+  llvm::Value* LoadRegister64(const std::string& name) { return b_.CreateZExt(LoadRegister(name), I64()); }
 
   // A register: a stack slot of its declared width (i1 for a predicate, i32 for .b32...),
   // so that 32-bit work stays 32-bit (half the vector registers in vector code).
@@ -688,13 +665,9 @@ class Emitter {
   }
 
   // Types and constants of one thread (scalar) or of kLanes threads at once (vectors).
-  llvm::Type* Lanes(llvm::Type* scalar) {
-    return lanes_ ? llvm::FixedVectorType::get(scalar, lanes_) : scalar;
-  }
+  llvm::Type* Lanes(llvm::Type* scalar) { return lanes_ ? llvm::FixedVectorType::get(scalar, lanes_) : scalar; }
   llvm::Type* I64() { return Lanes(i64_); }
-  llvm::Value* Splat(llvm::Value* scalar) {
-    return lanes_ ? b_.CreateVectorSplat(lanes_, scalar) : scalar;
-  }
+  llvm::Value* Splat(llvm::Value* scalar) { return lanes_ ? b_.CreateVectorSplat(lanes_, scalar) : scalar; }
   llvm::Value* Int(uint32_t bits, uint64_t value) { return Splat(b_.getIntN(bits, value)); }
 
   llvm::Type* ScalarType(Type t) {
@@ -764,16 +737,13 @@ class Emitter {
 
   bool IsSpecialName(const std::string& name) {
     return name.size() > 1 && name[0] == '%' &&
-           (name.rfind("%tid", 0) == 0 || name.rfind("%ntid", 0) == 0 ||
-            name.rfind("%ctaid", 0) == 0 || name.rfind("%nctaid", 0) == 0 ||
-            name.rfind("%laneid", 0) == 0 || name.rfind("%warpid", 0) == 0 ||
-            name.rfind("%clock", 0) == 0 || name.rfind("%lanemask", 0) == 0 ||
-            name.rfind("%smid", 0) == 0 || name.rfind("%nsmid", 0) == 0 ||
-            name.rfind("%nwarpid", 0) == 0 || name.rfind("%gridid", 0) == 0 ||
-            name.rfind("%globaltimer", 0) == 0 || name.rfind("%envreg", 0) == 0 ||
-            name.rfind("%pm", 0) == 0 || name.rfind("%dynamic_smem", 0) == 0 ||
-            name.rfind("%total_smem", 0) == 0 || name.rfind("%cluster", 0) == 0 ||
-            name.rfind("%is_explicit", 0) == 0 || name.rfind("%aggr_smem", 0) == 0 ||
+           (name.rfind("%tid", 0) == 0 || name.rfind("%ntid", 0) == 0 || name.rfind("%ctaid", 0) == 0 ||
+            name.rfind("%nctaid", 0) == 0 || name.rfind("%laneid", 0) == 0 || name.rfind("%warpid", 0) == 0 ||
+            name.rfind("%clock", 0) == 0 || name.rfind("%lanemask", 0) == 0 || name.rfind("%smid", 0) == 0 ||
+            name.rfind("%nsmid", 0) == 0 || name.rfind("%nwarpid", 0) == 0 || name.rfind("%gridid", 0) == 0 ||
+            name.rfind("%globaltimer", 0) == 0 || name.rfind("%envreg", 0) == 0 || name.rfind("%pm", 0) == 0 ||
+            name.rfind("%dynamic_smem", 0) == 0 || name.rfind("%total_smem", 0) == 0 ||
+            name.rfind("%cluster", 0) == 0 || name.rfind("%is_explicit", 0) == 0 || name.rfind("%aggr_smem", 0) == 0 ||
             name.rfind("%reserved_smem", 0) == 0 || name.rfind("%current_graph", 0) == 0);
   }
 
@@ -819,8 +789,7 @@ class Emitter {
         float f;
         uint32_t bits = static_cast<uint32_t>(op.bits);
         std::memcpy(&f, &bits, 4);
-        if (t.kind == Kind::kFloat)
-          return llvm::ConstantFP::get(LlvmType(t), static_cast<double>(f));
+        if (t.kind == Kind::kFloat) return llvm::ConstantFP::get(LlvmType(t), static_cast<double>(f));
         if (t.is_int() && t.bits == 32) return Int(32, bits);
         break;
       }
@@ -842,8 +811,8 @@ class Emitter {
   }
 
   bool Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* why) {
-    if (op.kind != RawOperand::kName || op.name.empty() || op.name[0] != '%' ||
-        IsSpecialName(op.name) || !op.pair.empty()) {
+    if (op.kind != RawOperand::kName || op.name.empty() || op.name[0] != '%' || IsSpecialName(op.name) ||
+        !op.pair.empty()) {
       *why = "a destination it does not take";
       return false;
     }
@@ -880,8 +849,7 @@ class Emitter {
     llvm::Value* limit = b_.getInt64(shared_size_ >= size ? shared_size_ - size + 1 : 0);
     auto* fault = llvm::BasicBlock::Create(ctx_, "shared_fault", fn_);
     auto* join = llvm::BasicBlock::Create(ctx_, "shared_ok", fn_);
-    b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault,
-                    llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+    b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
     b_.SetInsertPoint(fault);
     Fault(b_.CreateAdd(offset, b_.getInt64(kSharedWindow)), access);
     b_.SetInsertPoint(join);
@@ -896,13 +864,11 @@ class Emitter {
     accesses_->push_back({size, what});
     llvm::IRBuilder<> at(alloca_point_);
     llvm::Value* hints = at.CreateLoad(ptr_, FieldAt(at, kOffHints));
-    llvm::Value* hint =
-        at.CreateConstGEP1_64(at.getInt8Ty(), hints, uint64_t{access} * sizeof(Hint));
+    llvm::Value* hint = at.CreateConstGEP1_64(at.getInt8Ty(), hints, uint64_t{access} * sizeof(Hint));
     std::array<llvm::AllocaInst*, 3>& slots = hint_slots_[access];
     for (int i = 0; i < 3; ++i) {
       slots[i] = at.CreateAlloca(i64_);
-      at.CreateStore(at.CreateLoad(i64_, at.CreateConstGEP1_64(at.getInt8Ty(), hint, 8 * i)),
-                     slots[i]);
+      at.CreateStore(at.CreateLoad(i64_, at.CreateConstGEP1_64(at.getInt8Ty(), hint, 8 * i)), slots[i]);
     }
     return access;
   }
@@ -927,18 +893,15 @@ class Emitter {
     b_.SetInsertPoint(slow);
     auto* translate_type = llvm::FunctionType::get(ptr_, {ptr_, i32_, i64_}, false);
     llvm::Value* translate = b_.CreateLoad(ptr_, Field(kOffTranslate));
-    llvm::Value* found =
-        b_.CreateCall(translate_type, translate, {context_, b_.getInt32(access), address});
+    llvm::Value* found = b_.CreateCall(translate_type, translate, {context_, b_.getInt32(access), address});
     auto* reload = llvm::BasicBlock::Create(ctx_, "reload", fn_);
     b_.CreateCondBr(b_.CreateIsNull(found), fault, reload);
     b_.SetInsertPoint(reload);
     {
       llvm::Value* hints = b_.CreateLoad(ptr_, Field(kOffHints));
-      llvm::Value* hint =
-          b_.CreateConstGEP1_64(b_.getInt8Ty(), hints, uint64_t{access} * sizeof(Hint));
+      llvm::Value* hint = b_.CreateConstGEP1_64(b_.getInt8Ty(), hints, uint64_t{access} * sizeof(Hint));
       for (int i = 0; i < 3; ++i) {
-        b_.CreateStore(b_.CreateLoad(i64_, b_.CreateConstGEP1_64(b_.getInt8Ty(), hint, 8 * i)),
-                       slots[i]);
+        b_.CreateStore(b_.CreateLoad(i64_, b_.CreateConstGEP1_64(b_.getInt8Ty(), hint, 8 * i)), slots[i]);
       }
     }
     b_.CreateBr(join);
@@ -954,8 +917,8 @@ class Emitter {
   // The host address of an access of `size` bytes through address operand `address` in
   // `space` (global, shared or generic), checked; nullptr with *why when the tier does not
   // take the operand.
-  llvm::Value* Address(const RawOperand& address, std::string_view space, uint32_t size,
-                       const char* what, std::string* why) {
+  llvm::Value* Address(const RawOperand& address, std::string_view space, uint32_t size, const char* what,
+                       std::string* why) {
     llvm::Value* base = nullptr;
     if (address.name.empty()) {
       *why = "an absolute address";
@@ -1014,8 +977,8 @@ class Emitter {
       std::string_view qual = parts[i];
       if (qual == "global" || qual == "shared") {
         space = qual;
-      } else if (qual == "relaxed" || qual == "acq_rel" || qual == "acquire" || qual == "release" ||
-                 qual == "gpu" || qual == "cta" || qual == "sys") {
+      } else if (qual == "relaxed" || qual == "acq_rel" || qual == "acquire" || qual == "release" || qual == "gpu" ||
+                 qual == "cta" || qual == "sys") {
         // One host thread runs a CTA; the host's atomics are sequentially consistent.
       } else if (operation.empty()) {
         operation = qual;
@@ -1032,13 +995,9 @@ class Emitter {
       if (!t.is_int() || t.kind == Kind::kBits) return (*why = "type", false);
       const bool sign = t.kind == Kind::kSigned;
       rmw = operation == "min" ? (sign ? Op::Min : Op::UMin) : (sign ? Op::Max : Op::UMax);
-    } else if (operation == "and" || operation == "or" || operation == "xor" ||
-               operation == "exch") {
+    } else if (operation == "and" || operation == "or" || operation == "xor" || operation == "exch") {
       if (!t.is_int()) return (*why = "type", false);
-      rmw = operation == "and"   ? Op::And
-            : operation == "or"  ? Op::Or
-            : operation == "xor" ? Op::Xor
-                                 : Op::Xchg;
+      rmw = operation == "and" ? Op::And : operation == "or" ? Op::Or : operation == "xor" ? Op::Xor : Op::Xchg;
     } else {
       return (*why = "atomic ." + std::string(operation), false);
     }
@@ -1060,8 +1019,7 @@ class Emitter {
     // Misaligned: a fault, as on a GPU (the interpreter's "misaligned atomic").
     // Aligned host atomics on global memory, which other CTAs (on the other worker) share;
     // shared memory belongs to this CTA alone, but an atomic there costs little more.
-    llvm::Value* misaligned =
-        b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(t.bits / 8 - 1));
+    llvm::Value* misaligned = b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(t.bits / 8 - 1));
     auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
     auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
     b_.CreateCondBr(b_.CreateICmpNE(misaligned, b_.getInt64(0)), fault, ok,
@@ -1069,32 +1027,27 @@ class Emitter {
     b_.SetInsertPoint(fault);
     const uint32_t access = static_cast<uint32_t>(accesses_->size());
     accesses_->push_back({t.bits / 8, "misaligned atomic"});
-    llvm::Value* device = address.name[0] == '%' ? b_.CreateAdd(LoadRegister64(address.name),
-                                                                b_.getInt64(address.bits))
-                                                 : b_.getInt64(0);
+    llvm::Value* device =
+        address.name[0] == '%' ? b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits)) : b_.getInt64(0);
     Fault(device, access);
     b_.SetInsertPoint(ok);
-    b_.CreateAtomicRMW(rmw, host, value, llvm::MaybeAlign(t.bits / 8),
-                       llvm::AtomicOrdering::Monotonic);
+    b_.CreateAtomicRMW(rmw, host, value, llvm::MaybeAlign(t.bits / 8), llvm::AtomicOrdering::Monotonic);
     return true;
   }
 
   // An instruction of vector code: branches and ends move lanes between the running mask
   // and the labels' waiting masks (no host branch); the rest runs on the running lanes its
   // guard keeps.
-  bool VectorInstruction(const RawStatement& s, const std::vector<std::string_view>& parts,
-                         llvm::Value* guard, std::string* refused) {
+  bool VectorInstruction(const RawStatement& s, const std::vector<std::string_view>& parts, llvm::Value* guard,
+                         std::string* refused) {
     const std::string_view op = parts[0];
-    auto refuse = [&](const std::string& text) {
-      return Refuse(s.opcode + ": " + text, s.line, refused);
-    };
+    auto refuse = [&](const std::string& text) { return Refuse(s.opcode + ": " + text, s.line, refused); };
     llvm::Value* running = b_.CreateLoad(Lanes(i1_), mask_slot_);
     llvm::Value* lanes = guard ? b_.CreateAnd(running, guard) : running;
     if (op == "bra") {
       auto pending = s.operands.size() == 1 ? pending_.find(s.operands[0].name) : pending_.end();
       if (pending == pending_.end()) return refuse("a branch target it does not take");
-      b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), pending->second), lanes),
-                     pending->second);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), pending->second), lanes), pending->second);
       b_.CreateStore(b_.CreateAnd(running, b_.CreateNot(lanes)), mask_slot_);
       return true;
     }
@@ -1114,8 +1067,8 @@ class Emitter {
   // addresses inside the allocation this access hit last: one vector access. Otherwise
   // each running lane on its own, checked as scalar code checks it (and remembering the
   // allocation it hits for the next time).
-  bool VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load,
-                    const RawOperand& value, std::string* why) {
+  bool VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load, const RawOperand& value,
+                    std::string* why) {
     if (space == "shared") return (*why = "shared memory in vector code", false);
     if (address.name.empty() || address.name[0] != '%' || IsSpecialName(address.name)) {
       return (*why = "an address that is not a register", false);
@@ -1131,15 +1084,13 @@ class Emitter {
     llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
     llvm::Value* first = b_.CreateExtractElement(addresses, uint64_t{0});
     llvm::Value* last = b_.CreateExtractElement(addresses, uint64_t{lanes_ - 1});
-    llvm::Value* consecutive =
-        b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(size))));
+    llvm::Value* consecutive = b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(size))));
     llvm::Value* mask = Mask();
     // first and last in the allocation: every lane between is (the allocation ends below
     // 2^48, so first + 7 * size cannot wrap into it).
-    llvm::Value* fast =
-        b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(mask)),
-                     b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
-                                  b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
+    llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(mask)),
+                                     b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
+                                                  b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
     auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
     auto* each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
     auto* join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
@@ -1204,14 +1155,11 @@ class Emitter {
     std::vector<std::string_view> parts = SplitOpcode(s.opcode);
     const std::string_view op = parts[0];
     std::string why;
-    auto refuse = [&](const std::string& text) {
-      return Refuse(s.opcode + ": " + text, s.line, refused);
-    };
+    auto refuse = [&](const std::string& text) { return Refuse(s.opcode + ": " + text, s.line, refused); };
     // Count it (each running thread), then run it under its guard.
     llvm::Value* counted = b_.getInt64(1);
     if (lanes_) {
-      llvm::Value* bits =
-          b_.CreateBitCast(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.getIntNTy(lanes_));
+      llvm::Value* bits = b_.CreateBitCast(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.getIntNTy(lanes_));
       counted = b_.CreateZExt(b_.CreateUnaryIntrinsic(llvm::Intrinsic::ctpop, bits), i64_);
     }
     b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, count_slot_), counted), count_slot_);
@@ -1223,8 +1171,7 @@ class Emitter {
     }
     if (lanes_) return VectorInstruction(s, parts, guard, refused);
     if (op == "bra") {
-      if (s.operands.size() != 1 || s.operands[0].kind != RawOperand::kName ||
-          !labels_.count(s.operands[0].name)) {
+      if (s.operands.size() != 1 || s.operands[0].kind != RawOperand::kName || !labels_.count(s.operands[0].name)) {
         return refuse("a branch target it does not take");
       }
       llvm::BasicBlock* target = labels_[s.operands[0].name];
@@ -1258,8 +1205,7 @@ class Emitter {
       // interpreter), nor one under a guard.
       const bool sync = parts.size() >= 2 && parts[1] == "sync" &&
                         (parts.size() == 2 || (parts.size() == 3 && parts[2] == "aligned"));
-      if (!sync || guard != nullptr || s.operands.size() != 1 ||
-          s.operands[0].kind != RawOperand::kInt) {
+      if (!sync || guard != nullptr || s.operands.size() != 1 || s.operands[0].kind != RawOperand::kInt) {
         return refuse("a barrier form the tier does not take");
       }
       auto* save = llvm::BasicBlock::Create(ctx_, "save", fn_);
@@ -1286,8 +1232,7 @@ class Emitter {
     return true;
   }
 
-  bool Operation(const RawStatement& s, const std::vector<std::string_view>& parts,
-                 std::string* why) {
+  bool Operation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
     const std::string_view op = parts[0];
     const Type t = TypeOf(parts.back());
     const std::vector<RawOperand>& o = s.operands;
@@ -1318,15 +1263,13 @@ class Emitter {
       if (space == "param") {
         // [param+offset]: bounds known now.
         auto it = params_.find(address.name);
-        if (op != "ld" || it == params_.end())
-          return (*why = "a .param access it does not take", false);
+        if (op != "ld" || it == params_.end()) return (*why = "a .param access it does not take", false);
         const int64_t off = static_cast<int64_t>(address.bits);
         if (off < 0 || static_cast<uint64_t>(off) + size > it->second.size ||
             it->second.offset + off + size > param_size_) {
           return (*why = "a .param access outside the parameter", false);
         }
-        llvm::Value* at =
-            b_.CreateConstGEP1_64(b_.getInt8Ty(), params_arg_, it->second.offset + off);
+        llvm::Value* at = b_.CreateConstGEP1_64(b_.getInt8Ty(), params_arg_, it->second.offset + off);
         llvm::Value* v = Splat(b_.CreateAlignedLoad(ScalarType(t), at, llvm::MaybeAlign(1)));
         return Dest(value, v, t, why);
       }
@@ -1364,9 +1307,7 @@ class Emitter {
       // As the interpreter: to generic adds the window to the (32-bit: zero-extended)
       // offset, from generic subtracts it; a 32-bit result keeps the low half.
       llvm::Value* wide = b_.CreateZExtOrTrunc(v, i64_);
-      if (!to)
-        return Dest(o[0], b_.CreateAdd(wide, b_.getInt64(kSharedWindow)), Type{Kind::kUnsigned, 64},
-                    why);
+      if (!to) return Dest(o[0], b_.CreateAdd(wide, b_.getInt64(kSharedWindow)), Type{Kind::kUnsigned, 64}, why);
       llvm::Value* r = b_.CreateSub(wide, b_.getInt64(kSharedWindow));
       return Dest(o[0], b_.CreateZExtOrTrunc(r, LlvmType(t)), t, why);
     }
@@ -1391,8 +1332,7 @@ class Emitter {
     return false;
   }
 
-  bool Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t,
-            std::string* why) {
+  bool Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t, std::string* why) {
     const std::vector<RawOperand>& o = s.operands;
     if (!t.ok() || t.kind == Kind::kPred || q.size() != 1 || o.size() != 3) {
       *why = "a form of setp the tier does not take";
@@ -1406,10 +1346,9 @@ class Emitter {
     if (t.kind == Kind::kFloat) {
       using P = llvm::CmpInst::Predicate;
       static const std::map<std::string_view, P> kFloat = {
-          {"eq", P::FCMP_OEQ},  {"ne", P::FCMP_ONE},  {"lt", P::FCMP_OLT},  {"le", P::FCMP_OLE},
-          {"gt", P::FCMP_OGT},  {"ge", P::FCMP_OGE},  {"equ", P::FCMP_UEQ}, {"neu", P::FCMP_UNE},
-          {"ltu", P::FCMP_ULT}, {"leu", P::FCMP_ULE}, {"gtu", P::FCMP_UGT}, {"geu", P::FCMP_UGE},
-          {"num", P::FCMP_ORD}, {"nan", P::FCMP_UNO}};
+          {"eq", P::FCMP_OEQ},  {"ne", P::FCMP_ONE},  {"lt", P::FCMP_OLT},  {"le", P::FCMP_OLE},  {"gt", P::FCMP_OGT},
+          {"ge", P::FCMP_OGE},  {"equ", P::FCMP_UEQ}, {"neu", P::FCMP_UNE}, {"ltu", P::FCMP_ULT}, {"leu", P::FCMP_ULE},
+          {"gtu", P::FCMP_UGT}, {"geu", P::FCMP_UGE}, {"num", P::FCMP_ORD}, {"nan", P::FCMP_UNO}};
       auto it = kFloat.find(cmp);
       if (it == kFloat.end()) return (*why = "comparison ." + std::string(cmp), false);
       r = b_.CreateFCmp(it->second, a, c);
@@ -1444,8 +1383,8 @@ class Emitter {
     std::string_view rounding;
     for (size_t i = 1; i + 2 < parts.size(); ++i) {
       std::string_view qual = parts[i];
-      if (qual == "rn" || qual == "rz" || qual == "rm" || qual == "rp" || qual == "rni" ||
-          qual == "rzi" || qual == "rmi" || qual == "rpi") {
+      if (qual == "rn" || qual == "rz" || qual == "rm" || qual == "rp" || qual == "rni" || qual == "rzi" ||
+          qual == "rmi" || qual == "rpi") {
         rounding = qual;
       } else {
         return (*why = "qualifier ." + std::string(qual), false);
@@ -1458,21 +1397,17 @@ class Emitter {
       if (!rounding.empty()) return (*why = "rounding of an integer conversion", false);
       // Integer to integer: truncate or extend by the source's signedness, then the
       // destination register holds the value as `to` says.
-      r = from.kind == Kind::kSigned ? b_.CreateSExtOrTrunc(a, LlvmType(to))
-                                     : b_.CreateZExtOrTrunc(a, LlvmType(to));
+      r = from.kind == Kind::kSigned ? b_.CreateSExtOrTrunc(a, LlvmType(to)) : b_.CreateZExtOrTrunc(a, LlvmType(to));
     } else if (to.kind == Kind::kFloat && from.is_int()) {
       // Only round-to-nearest (what sitofp/uitofp do); .rn is then required by PTX
       // unless exact.
-      if (!rounding.empty() && rounding != "rn")
-        return (*why = "rounding ." + std::string(rounding), false);
-      r = from.kind == Kind::kSigned ? b_.CreateSIToFP(a, LlvmType(to))
-                                     : b_.CreateUIToFP(a, LlvmType(to));
+      if (!rounding.empty() && rounding != "rn") return (*why = "rounding ." + std::string(rounding), false);
+      r = from.kind == Kind::kSigned ? b_.CreateSIToFP(a, LlvmType(to)) : b_.CreateUIToFP(a, LlvmType(to));
     } else if (to.is_int() && from.kind == Kind::kFloat) {
       // .rzi saturating, NaN to 0, as PTX says (the fptosi.sat intrinsics do exactly that).
       if (rounding != "rzi") return (*why = "rounding ." + std::string(rounding), false);
       if (to.bits < 32) return (*why = "a narrow integer", false);
-      auto id =
-          to.kind == Kind::kSigned ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
+      auto id = to.kind == Kind::kSigned ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
       r = b_.CreateIntrinsic(id, {LlvmType(to), LlvmType(from)}, {a});
     } else {
       // Float to float: widening is exact; narrowing with .rn only.
@@ -1489,8 +1424,8 @@ class Emitter {
     return Dest(o[0], r, to, why);
   }
 
-  bool Integer(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q,
-               Type t, std::string* why) {
+  bool Integer(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+               std::string* why) {
     const std::vector<RawOperand>& o = s.operands;
     auto src = [&](int i, Type type) { return Source(o[i], type, why); };
     auto done = [&](llvm::Value* v, Type type) { return v != nullptr && Dest(o[0], v, type, why); };
@@ -1505,10 +1440,7 @@ class Emitter {
       llvm::Value* a = src(1, t);
       llvm::Value* c = src(2, t);
       if (!a || !c) return false;
-      return done(op == "and"  ? b_.CreateAnd(a, c)
-                  : op == "or" ? b_.CreateOr(a, c)
-                               : b_.CreateXor(a, c),
-                  t);
+      return done(op == "and" ? b_.CreateAnd(a, c) : op == "or" ? b_.CreateOr(a, c) : b_.CreateXor(a, c), t);
     }
     if (op == "not" && q.empty() && o.size() == 2) {
       llvm::Value* a = src(1, t);
@@ -1534,8 +1466,7 @@ class Emitter {
       llvm::Value* n = src(2, Type{Kind::kUnsigned, 32});
       if (!a || !n) return false;
       llvm::Value* wide = b_.CreateICmpUGE(n, Int(32, t.bits));
-      llvm::Value* amount =
-          b_.CreateZExtOrTrunc(b_.CreateSelect(wide, Int(32, t.bits - 1), n), LlvmType(t));
+      llvm::Value* amount = b_.CreateZExtOrTrunc(b_.CreateSelect(wide, Int(32, t.bits - 1), n), LlvmType(t));
       llvm::Value* r;
       if (op == "shl") {
         r = b_.CreateSelect(wide, Int(t.bits, 0), b_.CreateShl(a, amount));
@@ -1562,10 +1493,8 @@ class Emitter {
       }
       if (q[0] == "wide" && t.bits <= 32) {
         Type wide{t.kind, t.bits * 2};
-        llvm::Value* wa =
-            sign ? b_.CreateSExt(a, LlvmType(wide)) : b_.CreateZExt(a, LlvmType(wide));
-        llvm::Value* wc =
-            sign ? b_.CreateSExt(c, LlvmType(wide)) : b_.CreateZExt(c, LlvmType(wide));
+        llvm::Value* wa = sign ? b_.CreateSExt(a, LlvmType(wide)) : b_.CreateZExt(a, LlvmType(wide));
+        llvm::Value* wc = sign ? b_.CreateSExt(c, LlvmType(wide)) : b_.CreateZExt(c, LlvmType(wide));
         llvm::Value* r = b_.CreateMul(wa, wc);
         if (op == "mad") {
           llvm::Value* e = src(3, wide);
@@ -1579,8 +1508,7 @@ class Emitter {
         llvm::Type* wt = Lanes(b_.getIntNTy(t.bits * 2));
         llvm::Value* wa = sign ? b_.CreateSExt(a, wt) : b_.CreateZExt(a, wt);
         llvm::Value* wc = sign ? b_.CreateSExt(c, wt) : b_.CreateZExt(c, wt);
-        llvm::Value* r = b_.CreateTrunc(
-            b_.CreateLShr(b_.CreateMul(wa, wc), Int(t.bits * 2, t.bits)), LlvmType(t));
+        llvm::Value* r = b_.CreateTrunc(b_.CreateLShr(b_.CreateMul(wa, wc), Int(t.bits * 2, t.bits)), LlvmType(t));
         if (op == "mad") {
           llvm::Value* e = src(3, t);
           if (!e) return false;
@@ -1594,8 +1522,8 @@ class Emitter {
     return false;
   }
 
-  bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q,
-             Type t, std::string* why) {
+  bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+             std::string* why) {
     const std::vector<RawOperand>& o = s.operands;
     // Round-to-nearest only (no .ftz, .sat, .approx or directed roundings), which is what
     // IEEE arithmetic on the host does.
@@ -1653,7 +1581,7 @@ class Emitter {
   std::map<std::string, ParamAt> params_;
   std::map<std::string, llvm::AllocaInst*> registers_;
   std::map<std::string, uint32_t> saved_index_;
-  std::map<std::string, uint32_t> uses_;  // operands naming each register, over the body
+  std::map<std::string, uint32_t> uses_;                   // operands naming each register, over the body
   const std::map<std::string, uint64_t>& shared_offsets_;  // the decoder's (SharedLayout)
   const uint64_t shared_size_;
   bool has_shared_ = false;
@@ -1666,10 +1594,10 @@ class Emitter {
   llvm::Value* op_mask_ = nullptr;  // while an instruction runs: its lanes (mask & guard)
   std::map<std::string, llvm::AllocaInst*> pending_;
   uint32_t barriers_ = 0;
-  std::vector<std::vector<std::string>> barrier_live_;  // per instruction: live after a barrier
-  size_t instruction_index_ = 0;                        // of the instruction being emitted
-  std::vector<std::vector<std::string>> resume_live_;   // per resume point: what to restore
-  std::vector<llvm::BasicBlock*> resume_points_;        // after barrier k + 1
+  std::vector<std::vector<std::string>> barrier_live_;        // per instruction: live after a barrier
+  size_t instruction_index_ = 0;                              // of the instruction being emitted
+  std::vector<std::vector<std::string>> resume_live_;         // per resume point: what to restore
+  std::vector<llvm::BasicBlock*> resume_points_;              // after barrier k + 1
   std::vector<std::pair<llvm::BasicBlock*, int32_t>> saves_;  // before it, and k + 1
   llvm::AllocaInst* waiting_slot_ = nullptr;
   llvm::AllocaInst* budget_slot_ = nullptr;  // back edges and thread ends to the next progress
@@ -1727,8 +1655,8 @@ void SetJitMode(JitMode mode) { Mode().store(mode); }
 
 namespace {
 
-std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLayout& shared,
-                                        uint32_t param_size, std::string* refused) {
+std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size,
+                                        std::string* refused) {
   InitializeLlvm();
   auto context = std::make_unique<llvm::LLVMContext>();
   auto module = std::make_unique<llvm::Module>("ptx_jit", *context);
@@ -1741,15 +1669,13 @@ std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLa
   }
   // And the vector code, where the kernel allows it.
   std::string no_vector;
-  bool vector = Emitter(entry, shared, param_size, *context, *module, kVectorLanes)
-                    .Emit(compiled.get(), &no_vector);
+  bool vector = Emitter(entry, shared, param_size, *context, *module, kVectorLanes).Emit(compiled.get(), &no_vector);
   if (llvm::Function* partial = module->getFunction("cta_vector"); !vector && partial) {
     partial->eraseFromParent();
   }
   if (dump) {
     llvm::errs() << "jit compiling " << entry.name
-                 << (vector ? " (and vector code)" : " (no vector code: " + no_vector + ")")
-                 << "\n";
+                 << (vector ? " (and vector code)" : " (no vector code: " + no_vector + ")") << "\n";
   }
 
   auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();
@@ -1782,8 +1708,7 @@ std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLa
     passes.registerFunctionAnalyses(fam);
     passes.registerLoopAnalyses(lam);
     passes.crossRegisterProxies(lam, fam, cgam, mam);
-    llvm::ModulePassManager pipeline =
-        passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
+    llvm::ModulePassManager pipeline = passes.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2);
     pipeline.run(*module, mam);
   }
   if (std::getenv("GPUPOOL_PTX_JIT_DUMP_IR")) module->print(llvm::errs(), nullptr);
@@ -1793,15 +1718,14 @@ std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLa
     return nullptr;
   }
   // fma and sqrt on a host without the instruction are calls into libm.
-  auto process = llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(
-      (*jit)->getDataLayout().getGlobalPrefix());
+  auto process =
+      llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess((*jit)->getDataLayout().getGlobalPrefix());
   if (!process) {
     *refused = "no process symbols: " + ErrorText(process.takeError());
     return nullptr;
   }
   (*jit)->getMainJITDylib().addGenerator(std::move(*process));
-  if (llvm::Error error =
-          (*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context)))) {
+  if (llvm::Error error = (*jit)->addIRModule(llvm::orc::ThreadSafeModule(std::move(module), std::move(context)))) {
     *refused = "compile failed: " + ErrorText(std::move(error));
     return nullptr;
   }
@@ -1825,8 +1749,8 @@ std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLa
 
 }  // namespace
 
-std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry, const SharedLayout& shared,
-                                              uint32_t param_size, std::string* refused) {
+std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size,
+                                              std::string* refused) {
   // The compile runs on a thread (the background compiler's, or a launch's) whose caller
   // expects no exception: out of memory or any other failure is a refusal, and the kernel
   // runs on the interpreter.
@@ -1893,8 +1817,8 @@ class BackgroundCompiler {
 
 }  // namespace
 
-void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry,
-                         const SharedLayout& shared, uint32_t param_size) {
+void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry, const SharedLayout& shared,
+                         uint32_t param_size) {
   slot->compiling = true;
   BackgroundCompiler::Get().Add([slot, entry = entry, shared = shared, param_size]() {
     std::string refused;
@@ -1922,8 +1846,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
   if (kernel.shared_bytes > kMaxSharedBytes || threads == 0 || threads > 1024) {
     if (spec.error_detail) {
       *spec.error_detail = "compiled kernel needs " + std::to_string(kernel.shared_bytes) +
-                           " bytes of shared memory: more than " +
-                           std::to_string(kMaxSharedBytes);
+                           " bytes of shared memory: more than " + std::to_string(kMaxSharedBytes);
     }
     return kLaunchOutOfResources;
   }
@@ -1964,8 +1887,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       if (!keep) return;
       kept_in_use = false;
       const size_t held = kept.hints.capacity() * sizeof(Hint) + kept.shared.capacity() +
-                          kept.resume.capacity() * sizeof(int32_t) +
-                          kept.saved.capacity() * sizeof(uint64_t);
+                          kept.resume.capacity() * sizeof(int32_t) + kept.saved.capacity() * sizeof(uint64_t);
       if (held > kKeptScratchBytes) {
         kept.hints = {};
         kept.shared = {};
@@ -1975,9 +1897,8 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     }
   } release{keep};
   std::atomic<bool> stop{false};
-  const CtaFunction run_cta = kernel.cta_vector != nullptr && spec.block[0] % kVectorLanes == 0
-                                  ? kernel.cta_vector
-                                  : kernel.cta;
+  const CtaFunction run_cta =
+      kernel.cta_vector != nullptr && spec.block[0] % kVectorLanes == 0 ? kernel.cta_vector : kernel.cta;
   auto run_or_fail = [&](uint32_t index) {
     Worker& worker = states[index];
     worker.hints.assign(kernel.accesses.size(), Hint{});
@@ -2008,8 +1929,8 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       const uint32_t y = static_cast<uint32_t>(cta / spec.grid[0] % spec.grid[1]);
       const uint32_t z = static_cast<uint32_t>(cta / spec.grid[0] / spec.grid[1]);
       if (kernel.barriers) std::fill(worker.resume.begin(), worker.resume.end(), 0);
-      int32_t error = run_cta(&context, spec.params, x, y, z, worker.shared.data(),
-                              worker.resume.data(), worker.saved.data());
+      int32_t error =
+          run_cta(&context, spec.params, x, y, z, worker.shared.data(), worker.resume.data(), worker.saved.data());
       if (error != 0) {
         worker.error = error;
         worker.failed_cta = cta;
@@ -2043,8 +1964,8 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       } else if (spec.error_detail) {
         const Context& c = worker.context;
         const MemoryAccess& access = kernel.accesses[c.fault_access];
-        *spec.error_detail = FaultText(access.what, access.size, c.fault_address,
-                                       worker.failed_cta, c.fault_thread / 32);
+        *spec.error_detail =
+            FaultText(access.what, access.size, c.fault_address, worker.failed_cta, c.fault_thread / 32);
       }
     }
   }

@@ -29,7 +29,7 @@
 
 namespace gpupool::sim {
 
-struct LaunchSpec;      // ptx_engine.h
+struct LaunchSpec;  // ptx_engine.h
 class CompiledKernel;
 
 // When kernels are compiled (environment variable GPUPOOL_PTX_JIT of the process that runs
@@ -66,14 +66,14 @@ inline constexpr uint64_t kMaxLivenessWork = uint64_t{1} << 28;
 // Compiles `entry` (an .entry of a parsed module, whose CTA's shared memory is `shared`)
 // if the tier can take it; otherwise returns nullptr and says why in *refused.
 // `param_size`: bytes of its parameters. Throws nothing (a failure is a refusal).
-std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry, const SharedLayout& shared,
-                                              uint32_t param_size, std::string* refused);
+std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size,
+                                              std::string* refused);
 
 // Compiles `entry` for `slot` on the background compiler's thread (GPUPOOL_PTX_JIT=auto);
 // the caller holds slot->mu and has set slot->tried. The entry and the layout are copied:
 // the module may be unloaded meanwhile.
-void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry,
-                         const SharedLayout& shared, uint32_t param_size);
+void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry, const SharedLayout& shared,
+                         uint32_t param_size);
 
 // Waits until no background compile of `slot` is pending (tests).
 void WaitForCompile(JitSlot& slot);

@@ -29,13 +29,13 @@
 #include <string>
 #include <vector>
 
-#define CHECK(call)                                                                     \
-  do {                                                                                  \
-    cudaError_t e_ = (call);                                                            \
-    if (e_ != cudaSuccess) {                                                            \
+#define CHECK(call)                                                                    \
+  do {                                                                                 \
+    cudaError_t e_ = (call);                                                           \
+    if (e_ != cudaSuccess) {                                                           \
       std::fprintf(stderr, "%s failed: %s (%d)\n", #call, cudaGetErrorString(e_), e_); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
+      std::exit(1);                                                                    \
+    }                                                                                  \
   } while (0)
 
 constexpr unsigned kInput = 1024;
@@ -89,14 +89,13 @@ static bool NameInLease(const char* lease_file, const char* uuid, const char* en
   std::string tmp = std::string(lease_file) + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "w");
   if (f == nullptr) return false;
-  std::fprintf(f, "{\"generation\": 2, \"gpus\": [{\"uuid\": \"%s\", \"endpoint\": \"%s\"}]}\n",
-               uuid, endpoint);
+  std::fprintf(f, "{\"generation\": 2, \"gpus\": [{\"uuid\": \"%s\", \"endpoint\": \"%s\"}]}\n", uuid, endpoint);
   std::fclose(f);
   return std::rename(tmp.c_str(), lease_file) == 0;
 }
 
-static int Recover(size_t mib, pid_t server, const char* lease_file, const char* uuid,
-                   const char* endpoint, bool planned) {
+static int Recover(size_t mib, pid_t server, const char* lease_file, const char* uuid, const char* endpoint,
+                   bool planned) {
   const size_t bytes = mib << 20;
   std::vector<unsigned char> host(bytes, 7);
   unsigned char* d = nullptr;
@@ -151,8 +150,7 @@ static int Recover(size_t mib, pid_t server, const char* lease_file, const char*
       return 1;
     }
   }
-  std::printf("RecoveryMs=%.1f RestoreCopyMs=%.1f ReplayedWorkMs=%.1f\n", recovery_ms, copy_ms,
-              work_ms);
+  std::printf("RecoveryMs=%.1f RestoreCopyMs=%.1f ReplayedWorkMs=%.1f\n", recovery_ms, copy_ms, work_ms);
   return 0;
 }
 
@@ -162,8 +160,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "usage: failover_bench recover|move MIB SERVER_PID LEASE_FILE UUID ENDPOINT\n");
       return 2;
     }
-    return Recover(std::strtoul(argv[2], nullptr, 10), static_cast<pid_t>(std::atoi(argv[3])),
-                   argv[4], argv[5], argv[6], std::strcmp(argv[1], "move") == 0);
+    return Recover(std::strtoul(argv[2], nullptr, 10), static_cast<pid_t>(std::atoi(argv[3])), argv[4], argv[5],
+                   argv[6], std::strcmp(argv[1], "move") == 0);
   }
   if (argc >= 2 && std::strcmp(argv[1], "steady") == 0) {
     argv[1] = argv[0];

@@ -29,13 +29,13 @@ static long long NowMs() {
   return static_cast<long long>(t.tv_sec) * 1000 + t.tv_nsec / 1000000;
 }
 
-#define CHECK(call)                                                                     \
-  do {                                                                                  \
-    cudaError_t e = (call);                                                             \
-    if (e != cudaSuccess) {                                                             \
-      std::printf("iterations: FAIL: %s: %s\n", #call, cudaGetErrorString(e));          \
-      return 1;                                                                         \
-    }                                                                                   \
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    cudaError_t e = (call);                                                    \
+    if (e != cudaSuccess) {                                                    \
+      std::printf("iterations: FAIL: %s: %s\n", #call, cudaGetErrorString(e)); \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 int main(int argc, char** argv) {

@@ -68,7 +68,8 @@ bool EtcdPair(httplib::Client& c, int64_t job) {
   auto g = c.Post("/v3/lease/grant", R"({"TTL":600})", "application/json");
   if (!g || g->status != 200) return false;
   std::string id = json::parse(g->body).value("ID", "");
-  json put = {{"key", Base64("/gpupool/leases/" + std::to_string(job))}, {"value", Base64("gpuhost1:0")}, {"lease", id}};
+  json put = {
+      {"key", Base64("/gpupool/leases/" + std::to_string(job))}, {"value", Base64("gpuhost1:0")}, {"lease", id}};
   auto p = c.Post("/v3/kv/put", put.dump(), "application/json");
   if (!p || p->status != 200) return false;
   auto r = c.Post("/v3/lease/revoke", json{{"ID", id}}.dump(), "application/json");
@@ -151,16 +152,26 @@ int main(int argc, char** argv) {
   std::string password_file;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
-    if (k == "--target") target = v;
-    else if (k == "--cacert") sec.cacert = v;
-    else if (k == "--cert") sec.cert = v;
-    else if (k == "--key") sec.key = v;
-    else if (k == "--user") sec.user = v;
-    else if (k == "--password-file") password_file = v;
-    else if (k == "--url") url = v;
-    else if (k == "--clients") clients = std::stoi(v);
-    else if (k == "--seconds") seconds = std::stod(v);
-    else if (k == "--pool") pool = v;
+    if (k == "--target")
+      target = v;
+    else if (k == "--cacert")
+      sec.cacert = v;
+    else if (k == "--cert")
+      sec.cert = v;
+    else if (k == "--key")
+      sec.key = v;
+    else if (k == "--user")
+      sec.user = v;
+    else if (k == "--password-file")
+      password_file = v;
+    else if (k == "--url")
+      url = v;
+    else if (k == "--clients")
+      clients = std::stoi(v);
+    else if (k == "--seconds")
+      seconds = std::stod(v);
+    else if (k == "--pool")
+      pool = v;
     else {
       std::fprintf(stderr,
                    "usage: gpupool-bench-lease --target gpupool|etcd|etcd-txn --url URL --clients N --seconds S\n"
@@ -217,8 +228,9 @@ int main(int argc, char** argv) {
       int64_t job = int64_t{t + 1} * 100000000 + 1;
       while (!stop) {
         auto start = Clock::now();
-        bool ok = api ? GpupoolPair(*api, job++, pool)
-                      : target == "etcd-txn" ? EtcdTxnPair(*http, fence, job++) : EtcdPair(*http, job++);
+        bool ok = api                    ? GpupoolPair(*api, job++, pool)
+                  : target == "etcd-txn" ? EtcdTxnPair(*http, fence, job++)
+                                         : EtcdPair(*http, job++);
         if (!ok) {
           ++errors;
           continue;
@@ -237,8 +249,12 @@ int main(int argc, char** argv) {
   std::vector<double> all;
   for (auto& v : latencies) all.insert(all.end(), v.begin(), v.end());
   std::sort(all.begin(), all.end());
-  auto pct = [&](double p) { return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * all.size()))]; };
-  std::printf("{\"target\":\"%s\",\"clients\":%d,\"pairs\":%zu,\"errors\":%d,\"pairs_per_s\":%.1f,\"p50_us\":%.0f,\"p99_us\":%.0f}\n",
-              target.c_str(), clients, all.size(), errors.load(), all.size() / elapsed, pct(0.50), pct(0.99));
+  auto pct = [&](double p) {
+    return all.empty() ? 0.0 : all[std::min(all.size() - 1, static_cast<size_t>(p * all.size()))];
+  };
+  std::printf(
+      "{\"target\":\"%s\",\"clients\":%d,\"pairs\":%zu,\"errors\":%d,\"pairs_per_s\":%.1f,\"p50_us\":%.0f,\"p99_us\":%."
+      "0f}\n",
+      target.c_str(), clients, all.size(), errors.load(), all.size() / elapsed, pct(0.50), pct(0.99));
   return errors > 0 && all.empty() ? 1 : 0;
 }

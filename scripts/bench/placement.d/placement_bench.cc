@@ -78,8 +78,13 @@ void BM_PlaceDecision(benchmark::State& state) {
   SetPercentiles(state, us);
 }
 // (count, spread?, min memory?)
-BENCHMARK(BM_PlaceDecision)->Args({1, 0, 0})->Args({4, 0, 0})->Args({8, 0, 0})->Args({8, 1, 0})
-    ->Args({64, 0, 0})->Args({8, 0, 1});
+BENCHMARK(BM_PlaceDecision)
+    ->Args({1, 0, 0})
+    ->Args({4, 0, 0})
+    ->Args({8, 0, 0})
+    ->Args({8, 1, 0})
+    ->Args({64, 0, 0})
+    ->Args({8, 0, 1});
 
 // Whole acquire + release through the engine, with persistence queued to a real Store.
 void BM_EngineAcquireRelease(benchmark::State& state) {
@@ -98,9 +103,11 @@ void BM_EngineAcquireRelease(benchmark::State& state) {
   if (Status s = engine.Recover(LoadedState{}); !s.ok()) return state.SkipWithError(s.message().c_str());
   for (int r = 0; r < kRacks; ++r) {
     for (int h = 0; h < kHostsPerRack; ++h) {
-      AgentRegistration reg{"gpuhost" + std::to_string(r) + "-" + std::to_string(h), "rack" + std::to_string(r), "", {}};
+      AgentRegistration reg{
+          "gpuhost" + std::to_string(r) + "-" + std::to_string(h), "rack" + std::to_string(r), "", {}};
       for (int g = 0; g < kGpusPerHost; ++g) {
-        reg.gpus.push_back(AgentGpu{"GPU-" + reg.host + "-" + std::to_string(g), "A100-SXM4-80GB", "", g, 0, 81920, false, ""});
+        reg.gpus.push_back(
+            AgentGpu{"GPU-" + reg.host + "-" + std::to_string(g), "A100-SXM4-80GB", "", g, 0, 81920, false, ""});
       }
       if (auto r = engine.Register(reg); !r.ok()) return state.SkipWithError(r.status().message().c_str());
     }
@@ -124,10 +131,12 @@ void BM_EngineAcquireRelease(benchmark::State& state) {
     if (!lease.ok()) state.SkipWithError(lease.status().message().c_str());
     if (auto r = engine.Release(admin, "", req.job_id, ""); !r.ok()) state.SkipWithError(r.status().message().c_str());
     // Keep the write queue bounded.
-    if (job % 1024 == 0 && !(*store)->WaitDurable((*store)->last_ticket()).ok()) state.SkipWithError("store write failed");
+    if (job % 1024 == 0 && !(*store)->WaitDurable((*store)->last_ticket()).ok())
+      state.SkipWithError("store write failed");
   }
   SetPercentiles(state, us);
-  state.counters["rss_bytes_per_gpu"] = static_cast<double>(rss_after - rss_before) / (kRacks * kHostsPerRack * kGpusPerHost);
+  state.counters["rss_bytes_per_gpu"] =
+      static_cast<double>(rss_after - rss_before) / (kRacks * kHostsPerRack * kGpusPerHost);
   state.counters["inventory_bytes_per_gpu"] =
       static_cast<double>(engine.inventory_bytes()) / (kRacks * kHostsPerRack * kGpusPerHost);
   if (!(*store)->WaitDurable((*store)->last_ticket()).ok()) state.SkipWithError("store write failed");

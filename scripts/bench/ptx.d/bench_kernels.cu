@@ -64,4 +64,3 @@ __global__ void bilinear(cudaTextureObject_t image, float* out, int w, int h) {
 }
 
 }  // extern "C"
-

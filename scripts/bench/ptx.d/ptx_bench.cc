@@ -47,8 +47,7 @@ struct Memory {
   uint64_t Add(std::vector<T>& data) {
     uint64_t address = next;
     next += (data.size() * sizeof(T) + 4095) / 4096 * 4096 + 4096;
-    ranges.push_back(
-        MemoryRange{address, data.size() * sizeof(T), reinterpret_cast<char*>(data.data())});
+    ranges.push_back(MemoryRange{address, data.size() * sizeof(T), reinterpret_cast<char*>(data.data())});
     return address;
   }
 };
@@ -100,8 +99,7 @@ void BM_Saxpy_Engine(benchmark::State& state, JitMode mode) {
   Launch(state, "saxpy", grid, block, params, memory, nullptr);  // compiles it (_Jit)
   for (auto _ : state) Launch(state, "saxpy", grid, block, params, memory, &instructions);
   state.SetItemsProcessed(state.iterations() * kElements);
-  state.counters["thread_instr/s"] =
-      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
 }
 
 void BM_Saxpy_Native(benchmark::State& state) {
@@ -128,8 +126,7 @@ void BM_Matmul_Engine(benchmark::State& state, JitMode mode) {
   for (auto _ : state) Launch(state, "matmul_tiled", grid, block, params, memory, &instructions);
   if (c[0] != kMatrix * 0.5f) state.SkipWithError("wrong product");
   state.SetItemsProcessed(state.iterations() * kMatrix * kMatrix * kMatrix);
-  state.counters["thread_instr/s"] =
-      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
 }
 
 void BM_Matmul_Native(benchmark::State& state) {
@@ -161,8 +158,7 @@ void BM_Histogram_Engine(benchmark::State& state, JitMode mode) {
   Launch(state, "histogram", grid, block, params, memory, nullptr);  // compiles it (_Jit)
   for (auto _ : state) Launch(state, "histogram", grid, block, params, memory, &instructions);
   state.SetItemsProcessed(state.iterations() * kElements);
-  state.counters["thread_instr/s"] =
-      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
 }
 
 void BM_Histogram_Native(benchmark::State& state) {
@@ -192,8 +188,7 @@ void BM_Scan_Engine(benchmark::State& state, JitMode mode) {
     state.SkipWithError("wrong scan");
   }
   state.SetItemsProcessed(state.iterations() * kElements);
-  state.counters["thread_instr/s"] =
-      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
 }
 
 void BM_Scan_Native(benchmark::State& state) {
@@ -260,8 +255,7 @@ void BM_Bilinear_Engine(benchmark::State& state, JitMode mode) {
     state.SkipWithError("wrong sample");
   }
   state.SetItemsProcessed(state.iterations() * kImage * kImage);
-  state.counters["thread_instr/s"] =
-      benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
 }
 
 void BM_Bilinear_Native(benchmark::State& state) {
@@ -278,39 +272,19 @@ void BM_Bilinear_Native(benchmark::State& state) {
 
 }  // namespace
 
-BENCHMARK_CAPTURE(BM_Bilinear_Engine, Jit, JitMode::kAlways)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_Bilinear_Engine, Interpreter, JitMode::kOff)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Bilinear_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Bilinear_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Bilinear_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Saxpy_Engine, Jit, JitMode::kAlways)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_Saxpy_Engine, Interpreter, JitMode::kOff)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Saxpy_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Saxpy_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Saxpy_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Matmul_Engine, Jit, JitMode::kAlways)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_Matmul_Engine, Interpreter, JitMode::kOff)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Matmul_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Matmul_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Matmul_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Histogram_Engine, Jit, JitMode::kAlways)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_Histogram_Engine, Interpreter, JitMode::kOff)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Histogram_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Histogram_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Histogram_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Scan_Engine, Jit, JitMode::kAlways)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_Scan_Engine, Interpreter, JitMode::kOff)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Scan_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Scan_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Scan_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

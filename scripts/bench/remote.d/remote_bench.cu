@@ -58,13 +58,11 @@ void HostToDeviceAsync(benchmark::State& state) {
   cudaStream_t stream = nullptr;
   Check(cudaStreamCreate(&stream), "cudaStreamCreate");
   for (int i = 0; i < 2; ++i) {  // warm-up, as HostToDevice's
-    Check(cudaMemcpyAsync(buffers.device, buffers.host, size, cudaMemcpyHostToDevice, stream),
-          "warm-up");
+    Check(cudaMemcpyAsync(buffers.device, buffers.host, size, cudaMemcpyHostToDevice, stream), "warm-up");
     Check(cudaStreamSynchronize(stream), "sync");
   }
   for (auto _ : state) {
-    Check(cudaMemcpyAsync(buffers.device, buffers.host, size, cudaMemcpyHostToDevice, stream),
-          "H2D async");
+    Check(cudaMemcpyAsync(buffers.device, buffers.host, size, cudaMemcpyHostToDevice, stream), "H2D async");
     Check(cudaStreamSynchronize(stream), "sync");
   }
   Check(cudaStreamDestroy(stream), "cudaStreamDestroy");

@@ -52,14 +52,12 @@ Served& Design(int which) {
   Served& s = designs[which];
   if (s.backend) return s;
   gpupool::device::RegisterDeviceKind(gpupool::devices::MakeSimKind());  // as the agent does
-  auto backend = gpupool::backend::SimBackend::Create(
-      "benchhost" + std::to_string(which), {gpupool::SimGpuConfig{"A100-SXM4-80GB", 81920, 1}}, 1);
+  auto backend = gpupool::backend::SimBackend::Create("benchhost" + std::to_string(which),
+                                                      {gpupool::SimGpuConfig{"A100-SXM4-80GB", 81920, 1}}, 1);
   if (!backend.ok()) std::abort();
   s.backend = std::move(backend.value());
   s.uuid = s.backend->Discover()[0].uuid;
-  auto anyone = [](const std::string&, const std::string& token, const std::string&) {
-    return token == "bench-token";
-  };
+  auto anyone = [](const std::string&, const std::string& token, const std::string&) { return token == "bench-token"; };
   if (which == 0) {
     dp::ServerOptions options;
     options.listen = "127.0.0.1:0";
@@ -112,8 +110,8 @@ std::unique_ptr<RpcClient> Open(Served& s, const std::string& lease) {
 uint64_t Alloc(RpcClient* c, uint64_t size) {
   dp::MemAllocArgs args{size};
   Reply reply;
-  if (!c->Call({dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0}, &reply).ok() ||
-      reply.status != 0 || reply.out.size() != sizeof(dp::MemAllocResult)) {
+  if (!c->Call({dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0}, &reply).ok() || reply.status != 0 ||
+      reply.out.size() != sizeof(dp::MemAllocResult)) {
     return 0;
   }
   dp::MemAllocResult result;
@@ -219,8 +217,7 @@ void Launch(benchmark::State& state) {
     }
     dp::GetFunctionArgs get{module, module + 1, {}};
     std::snprintf(get.name, sizeof(get.name), "empty");
-    if (!c->Call({dp::kOpGetFunction, &get, sizeof(get), nullptr, 0, nullptr, 0}, &reply).ok() ||
-        reply.status != 0) {
+    if (!c->Call({dp::kOpGetFunction, &get, sizeof(get), nullptr, 0, nullptr, 0}, &reply).ok() || reply.status != 0) {
       return state.SkipWithError("no kernel");
     }
     loaded[which] = true;

@@ -11,8 +11,7 @@ int main() {
   if (cuInit(0) != CUDA_SUCCESS) return 2;
   CUdevice device;
   CUcontext context;
-  if (cuDeviceGet(&device, 0) != CUDA_SUCCESS ||
-      cuDevicePrimaryCtxRetain(&context, device) != CUDA_SUCCESS ||
+  if (cuDeviceGet(&device, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&context, device) != CUDA_SUCCESS ||
       cuCtxSetCurrent(context) != CUDA_SUCCESS) {
     return 2;
   }
@@ -20,12 +19,12 @@ int main() {
   const std::string pay = ".global .align 8 .b8 pay[16] = {65,65,65,65,65,65,65,65,65,65,65,65,65,65,65,65};\n";
   const std::string variants[] = {
       head + ".global .align 8 .b8 pad[4096];\n" + pay + ".global .align 8 .b8 wrap[-4048];\n",
-      head + ".global .align 8 .b8 pad[140737488355328];\n" + pay +
-          ".global .align 8 .b8 wrap[-140737488355328];\n",
+      head + ".global .align 8 .b8 pad[140737488355328];\n" + pay + ".global .align 8 .b8 wrap[-140737488355328];\n",
       head + ".global .align 8 .b8 huge[18446744073709551615];\n",
       // Issue 36's JIT abort: a shared array of 1 TiB used only as a branch label.
-      head + ".visible .entry big()\n{\n  .shared .b8 big[1099511627776];\n"
-             "  bra.uni big;\nbig:\n  ret;\n}\n",
+      head +
+          ".visible .entry big()\n{\n  .shared .b8 big[1099511627776];\n"
+          "  bra.uni big;\nbig:\n  ret;\n}\n",
   };
   int index = 0;
   for (const std::string& ptx : variants) {

@@ -102,8 +102,8 @@ int main() {
       float4 want = in[from];
       if (from % 2) want.z = want.w = 0.0f;  // zero filled
       if (out[t].x != want.x || out[t].y != want.y || out[t].z != want.z || out[t].w != want.w) {
-        std::fprintf(stderr, "primitives[%d] = {%g %g %g %g}, want {%g %g %g %g}\n", t, out[t].x,
-                     out[t].y, out[t].z, out[t].w, want.x, want.y, want.z, want.w);
+        std::fprintf(stderr, "primitives[%d] = {%g %g %g %g}, want {%g %g %g %g}\n", t, out[t].x, out[t].y, out[t].z,
+                     out[t].w, want.x, want.y, want.z, want.w);
         ok = false;
         break;
       }
@@ -144,8 +144,7 @@ int main() {
       int from = kThreads - 1 - t;
       int2 want = {in[from].x + in[kThreads + from].x, in[from].y + in[kThreads + from].y};
       if (out[t].x != want.x || out[t].y != want.y) {
-        std::fprintf(stderr, "pipeline[%d] = {%d %d}, want {%d %d}\n", t, out[t].x, out[t].y,
-                     want.x, want.y);
+        std::fprintf(stderr, "pipeline[%d] = {%d %d}, want {%d %d}\n", t, out[t].x, out[t].y, want.x, want.y);
         here = false;
       }
     }

@@ -125,8 +125,7 @@ __global__ void NamedBarriersAndVotes(int* out, int* votes) {
 
 // Block b > 0 spins (with __nanosleep) until block b-1 published its value, then adds its
 // own: a chain through global memory, as a decoupled look-back does.
-__global__ void SpinOnPreviousBlock(volatile int* flags, volatile long long* values,
-                                    long long* out) {
+__global__ void SpinOnPreviousBlock(volatile int* flags, volatile long long* values, long long* out) {
   const int b = blockIdx.x;
   if (threadIdx.x == 0) {
     long long before = 0;
@@ -178,8 +177,8 @@ int main() {
       for (int round = 0; round < kRounds; ++round)
         want += static_cast<long long>(in[b * kThreads + (t + 1) % kThreads]) * (round + 1);
       if (out[b * kThreads + t] != want) {
-        std::fprintf(stderr, "FAIL: arrive_and_wait block %d thread %d: %lld, want %lld\n", b, t,
-                     out[b * kThreads + t], want);
+        std::fprintf(stderr, "FAIL: arrive_and_wait block %d thread %d: %lld, want %lld\n", b, t, out[b * kThreads + t],
+                     want);
         return 1;
       }
     }
@@ -197,8 +196,8 @@ int main() {
     for (int t = 0; t < kThreads; ++t) {
       const int want = SplitReference(t, kThreads);
       if (split[b * kThreads + t] != want) {
-        std::fprintf(stderr, "FAIL: split arrive/wait block %d thread %d: %d, want %d\n", b, t,
-                     split[b * kThreads + t], want);
+        std::fprintf(stderr, "FAIL: split arrive/wait block %d thread %d: %d, want %d\n", b, t, split[b * kThreads + t],
+                     want);
         return 1;
       }
     }
@@ -219,17 +218,15 @@ int main() {
       int want = 0;
       for (int round = 0; round < 16; ++round) want += i * 3 + round;
       if (named[b * 128 + i] != want) {
-        std::fprintf(stderr, "FAIL: named barriers block %d consumer %d: %d, want %d\n", b, i,
-                     named[b * 128 + i], want);
+        std::fprintf(stderr, "FAIL: named barriers block %d consumer %d: %d, want %d\n", b, i, named[b * 128 + i],
+                     want);
         return 1;
       }
     }
     const int want_count = (kThreads + 2) / 3;
-    if (votes[b * 4 + 0] != want_count || votes[b * 4 + 1] == 0 || votes[b * 4 + 2] == 0 ||
-        votes[b * 4 + 3] != 0) {
-      std::fprintf(stderr, "FAIL: block %d votes count=%d and=%d or=%d none=%d, want %d 1 1 0\n",
-                   b, votes[b * 4], votes[b * 4 + 1], votes[b * 4 + 2], votes[b * 4 + 3],
-                   want_count);
+    if (votes[b * 4 + 0] != want_count || votes[b * 4 + 1] == 0 || votes[b * 4 + 2] == 0 || votes[b * 4 + 3] != 0) {
+      std::fprintf(stderr, "FAIL: block %d votes count=%d and=%d or=%d none=%d, want %d 1 1 0\n", b, votes[b * 4],
+                   votes[b * 4 + 1], votes[b * 4 + 2], votes[b * 4 + 3], want_count);
       return 1;
     }
   }
@@ -265,8 +262,8 @@ int main() {
     WaitForThreadsThatExited<<<2, 128>>>(d_never);
     const cudaError_t deadlock = cudaDeviceSynchronize();
     if (deadlock != cudaErrorLaunchFailure) {
-      std::fprintf(stderr, "FAIL: a deadlocked barrier: %s, want %s\n",
-                   cudaGetErrorString(deadlock), cudaGetErrorString(cudaErrorLaunchFailure));
+      std::fprintf(stderr, "FAIL: a deadlocked barrier: %s, want %s\n", cudaGetErrorString(deadlock),
+                   cudaGetErrorString(cudaErrorLaunchFailure));
       return 1;
     }
   }

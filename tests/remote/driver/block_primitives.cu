@@ -97,9 +97,9 @@ __global__ void LibcuAtomics(int* counter, unsigned long long* maxv, int* flags,
     data[0] = 42;
     f.store(1, cuda::std::memory_order_release);
   }
-  int x = __funnelshift_l(0x12345678u, 0x9abcdef0u, 8) ^ __byte_perm(t, 0x1234, 0x3210) ^
-          __brev(t) ^ __ffs(t) ^ __clzll(t + 1ll) ^ __popcll(0xF0F0ull * t) ^
-          __umulhi(t, 0x9e3779b9u) ^ __sad(t, 7, 1) ^ __hadd(t, -5) ^ __rhadd(t, 6) ^ __mul24(t, 3);
+  int x = __funnelshift_l(0x12345678u, 0x9abcdef0u, 8) ^ __byte_perm(t, 0x1234, 0x3210) ^ __brev(t) ^ __ffs(t) ^
+          __clzll(t + 1ll) ^ __popcll(0xF0F0ull * t) ^ __umulhi(t, 0x9e3779b9u) ^ __sad(t, 7, 1) ^ __hadd(t, -5) ^
+          __rhadd(t, 6) ^ __mul24(t, 3);
   data[1 + t] = x + __ldg(&data[0]) * 0;
   cuda::std::complex<float> z(t, 1.f);
   z = z * z + cuda::std::complex<float>(0.5f, -0.25f);
@@ -126,10 +126,9 @@ static int HostX(int t) {
     return r;
   };
   auto ffs = [](int x) { return x == 0 ? 0 : __builtin_ctz(x) + 1; };
-  int x = funnel(0x12345678u, 0x9abcdef0u, 8) ^ perm(t, 0x1234, 0x3210) ^ brev(t) ^ ffs(t) ^
-          __builtin_clzll(t + 1ll) ^ __builtin_popcountll(0xF0F0ull * t) ^
-          (unsigned)(((unsigned long long)t * 0x9e3779b9u) >> 32) ^ (abs(t - 7) + 1) ^
-          ((t + -5) >> 1) ^ ((t + 6 + 1) >> 1) ^ (t * 3);
+  int x = funnel(0x12345678u, 0x9abcdef0u, 8) ^ perm(t, 0x1234, 0x3210) ^ brev(t) ^ ffs(t) ^ __builtin_clzll(t + 1ll) ^
+          __builtin_popcountll(0xF0F0ull * t) ^ (unsigned)(((unsigned long long)t * 0x9e3779b9u) >> 32) ^
+          (abs(t - 7) + 1) ^ ((t + -5) >> 1) ^ ((t + 6 + 1) >> 1) ^ (t * 3);
   std::complex<float> z(t, 1.f);
   z = z * z + std::complex<float>(0.5f, -0.25f);
   return x + (int)std::abs(z);

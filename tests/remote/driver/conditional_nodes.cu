@@ -27,8 +27,7 @@ __global__ void CountDown(cudaGraphConditionalHandle handle, int* left, int* ite
   }
 }
 
-cudaGraphNode_t AddKernel(cudaGraph_t graph, const cudaGraphNode_t* deps, size_t count,
-                          void* function, void** args) {
+cudaGraphNode_t AddKernel(cudaGraph_t graph, const cudaGraphNode_t* deps, size_t count, void* function, void** args) {
   cudaGraphNodeParams params = {};
   params.type = cudaGraphNodeTypeKernel;
   params.kernel.func = function;
@@ -47,8 +46,8 @@ void AddAdd(cudaGraph_t graph, int* total, int amount) {
 
 // Adds a conditional node of `type` with `size` bodies after `deps`; the bodies in *bodies.
 cudaGraphNode_t AddConditional(cudaGraph_t graph, const cudaGraphNode_t* deps, size_t count,
-                               cudaGraphConditionalHandle handle, cudaGraphConditionalNodeType type,
-                               unsigned size, cudaGraph_t** bodies) {
+                               cudaGraphConditionalHandle handle, cudaGraphConditionalNodeType type, unsigned size,
+                               cudaGraph_t** bodies) {
   cudaGraphNodeParams params = {};
   params.type = cudaGraphNodeTypeConditional;
   params.conditional.handle = handle;
@@ -72,8 +71,7 @@ Branch SetThenBranch(const unsigned* value, cudaGraphConditionalNodeType type, u
   CHECK(cudaGraphCreate(&branch.graph, 0));
   CHECK(cudaGraphConditionalHandleCreate(&branch.handle, branch.graph));
   void* args[] = {&branch.handle, &value};
-  cudaGraphNode_t set =
-      AddKernel(branch.graph, nullptr, 0, reinterpret_cast<void*>(SetCondition), args);
+  cudaGraphNode_t set = AddKernel(branch.graph, nullptr, 0, reinterpret_cast<void*>(SetCondition), args);
   AddConditional(branch.graph, &set, 1, branch.handle, type, size, &branch.bodies);
   return branch;
 }
@@ -102,9 +100,7 @@ int main() {
   CHECK(cudaMalloc(&left, sizeof(int)));
   CHECK(cudaMalloc(&iterations, sizeof(int)));
   CHECK(cudaMalloc(&value, sizeof(unsigned)));
-  auto set_value = [&](unsigned v) {
-    CHECK(cudaMemcpy(value, &v, sizeof(v), cudaMemcpyHostToDevice));
-  };
+  auto set_value = [&](unsigned v) { CHECK(cudaMemcpy(value, &v, sizeof(v), cudaMemcpyHostToDevice)); };
   CHECK(cudaMemset(total, 0, sizeof(int)));
 
   // If: the body runs when the kernel before it set a non-zero condition.
@@ -235,12 +231,9 @@ int main() {
     cudaGraphConditionalHandle handle;
     CHECK(cudaGraphConditionalHandleCreate(&handle, graph, 1, cudaGraphCondAssignDefault));
     cudaGraph_t* bodies;
-    cudaGraphNode_t conditional =
-        AddConditional(graph, deps, dep_count, handle, cudaGraphCondTypeWhile, 1, &bodies);
-    CHECK(cudaStreamUpdateCaptureDependencies(stream, &conditional, nullptr, 1,
-                                              cudaStreamSetCaptureDependencies));
-    CHECK(cudaStreamBeginCaptureToGraph(body_stream, bodies[0], nullptr, nullptr, 0,
-                                        cudaStreamCaptureModeGlobal));
+    cudaGraphNode_t conditional = AddConditional(graph, deps, dep_count, handle, cudaGraphCondTypeWhile, 1, &bodies);
+    CHECK(cudaStreamUpdateCaptureDependencies(stream, &conditional, nullptr, 1, cudaStreamSetCaptureDependencies));
+    CHECK(cudaStreamBeginCaptureToGraph(body_stream, bodies[0], nullptr, nullptr, 0, cudaStreamCaptureModeGlobal));
     Add<<<1, 1, 0, body_stream>>>(total, 10);
     CountDown<<<1, 32, 0, body_stream>>>(handle, left, iterations);
     cudaGraph_t captured_body;
@@ -283,11 +276,9 @@ int main() {
     cudaGraph_t* loop_bodies;
     AddConditional(graph, nullptr, 0, loop, cudaGraphCondTypeWhile, 1, &loop_bodies);
     void* count_args[] = {&loop, &left, &iterations};
-    cudaGraphNode_t count =
-        AddKernel(loop_bodies[0], nullptr, 0, reinterpret_cast<void*>(CountDown), count_args);
+    cudaGraphNode_t count = AddKernel(loop_bodies[0], nullptr, 0, reinterpret_cast<void*>(CountDown), count_args);
     void* set_args[] = {&choice, &left};  // the if runs while *left is non-zero
-    cudaGraphNode_t set =
-        AddKernel(loop_bodies[0], &count, 1, reinterpret_cast<void*>(SetCondition), set_args);
+    cudaGraphNode_t set = AddKernel(loop_bodies[0], &count, 1, reinterpret_cast<void*>(SetCondition), set_args);
     cudaGraph_t* if_bodies;
     AddConditional(loop_bodies[0], &set, 1, choice, cudaGraphCondTypeIf, 1, &if_bodies);
     AddAdd(if_bodies[0], total, 1);
@@ -340,12 +331,9 @@ int main() {
     CHECK(cudaGraphAddEmptyNode(&foreign, other, nullptr, 0));
     EXPECT(cudaStreamUpdateCaptureDependencies(stream, &foreign, nullptr, 1, 0) ==
            cudaErrorIllegalState);  // not capturing
-    CHECK(cudaStreamBeginCaptureToGraph(stream, graph, &conditional, nullptr, 1,
-                                        cudaStreamCaptureModeGlobal));
-    EXPECT(cudaStreamUpdateCaptureDependencies(stream, &foreign, nullptr, 1, 0) ==
-           cudaErrorInvalidValue);
-    EXPECT(cudaStreamUpdateCaptureDependencies(stream, &conditional, nullptr, 1, 7) ==
-           cudaErrorInvalidValue);
+    CHECK(cudaStreamBeginCaptureToGraph(stream, graph, &conditional, nullptr, 1, cudaStreamCaptureModeGlobal));
+    EXPECT(cudaStreamUpdateCaptureDependencies(stream, &foreign, nullptr, 1, 0) == cudaErrorInvalidValue);
+    EXPECT(cudaStreamUpdateCaptureDependencies(stream, &conditional, nullptr, 1, 7) == cudaErrorInvalidValue);
     Add<<<1, 1, 0, stream>>>(total, 1);
     cudaGraph_t ended;
     CHECK(cudaStreamEndCapture(stream, &ended));

@@ -20,8 +20,7 @@ namespace {
 // reading the previous round's values: two buffers and a grid-wide barrier between
 // rounds. Then every block sums its part of the result into partial[block], and block 0
 // adds the partial sums into *total after another barrier.
-__global__ void StencilThenSum(int* a, int* b, int n, int steps, int* partial, long long* total,
-                               int* valid) {
+__global__ void StencilThenSum(int* a, int* b, int n, int steps, int* partial, long long* total, int* valid) {
   cg::grid_group grid = cg::this_grid();
   cg::thread_block block = cg::this_thread_block();
   if (grid.thread_rank() == 0) *valid = grid.is_valid() ? 1 : 0;
@@ -99,8 +98,7 @@ int main() {
   int n_arg = n, steps_arg = steps;
   void* args[] = {&a, &b, &n_arg, &steps_arg, &partial, &total, &valid};
   CHECK(cudaMemcpy(a, host.data(), n * sizeof(int), cudaMemcpyHostToDevice));
-  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(StencilThenSum), blocks, threads, args,
-                                    0, nullptr));
+  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(StencilThenSum), blocks, threads, args, 0, nullptr));
   CHECK(cudaDeviceSynchronize());
   long long got = 0;
   int is_valid = 0;
@@ -171,8 +169,8 @@ int main() {
 
   // One block more than the device holds at once is refused, and nothing runs.
   CHECK(cudaMemset(total, 0, sizeof(long long)));
-  EXPECT(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(StencilThenSum), blocks + 1, threads,
-                                     args, 0, nullptr) == cudaErrorCooperativeLaunchTooLarge);
+  EXPECT(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(StencilThenSum), blocks + 1, threads, args, 0, nullptr) ==
+         cudaErrorCooperativeLaunchTooLarge);
   (void)cudaGetLastError();
   CHECK(cudaMemcpy(&got, total, sizeof(got), cudaMemcpyDeviceToHost));
   EXPECT(got == 0);
@@ -184,7 +182,6 @@ int main() {
     EXPECT(cudaDeviceSynchronize() != cudaSuccess);
   }
 
-  std::printf("cooperative groups: ok (%d blocks of %d threads, %d grid barriers)\n", blocks,
-              threads, steps + 1);
+  std::printf("cooperative groups: ok (%d blocks of %d threads, %d grid barriers)\n", blocks, threads, steps + 1);
   return 0;
 }

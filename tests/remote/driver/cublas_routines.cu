@@ -99,16 +99,14 @@ void LevelOne(cublasHandle_t blas) {
   BLAS_CHECK(cublasDdot(blas, kN, dxd, 1, dyd, 1, &gotd));
   std::printf("Ddot %.15g (CPU %.15g)\n", gotd, dotd);
   EXPECT(std::fabs(gotd - dotd) < 1e-12);
-  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dy), static_cast<void*>(dresult),
-                  static_cast<void*>(dxd), static_cast<void*>(dyd)}) {
+  for (void* p : {static_cast<void*>(dx), static_cast<void*>(dy), static_cast<void*>(dresult), static_cast<void*>(dxd),
+                  static_cast<void*>(dyd)}) {
     CHECK(cudaFree(p));
   }
 }
 
 // Column-major n x n helpers for the CPU side.
-double At(const std::vector<float>& m, int n, int row, int column) {
-  return m[row + static_cast<size_t>(column) * n];
-}
+double At(const std::vector<float>& m, int n, int row, int column) { return m[row + static_cast<size_t>(column) * n]; }
 
 void LevelTwo(cublasHandle_t blas) {
   const int n = 96;
@@ -118,8 +116,7 @@ void LevelTwo(cublasHandle_t blas) {
   // A lower-triangular, well-conditioned system for the solve.
   std::vector<float> lower(n * n, 0.0f);
   for (int c = 0; c < n; ++c) {
-    for (int r = c; r < n; ++r)
-      lower[r + c * n] = r == c ? 4.0f : 0.5f * std::sin(r + 2.0f * c) / n;
+    for (int r = c; r < n; ++r) lower[r + c * n] = r == c ? 4.0f : 0.5f * std::sin(r + 2.0f * c) / n;
   }
   float* da = ToDevice(a);
   float* dl = ToDevice(lower);
@@ -147,8 +144,7 @@ void LevelTwo(cublasHandle_t blas) {
   EXPECT(RelativeError(ToHost(dy, n), wanty) < 1e-5);
 
   // Triangular solve L z = x, checked by multiplying back on the CPU.
-  BLAS_CHECK(cublasStrsv(blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, dl, n,
-                         dx, 1));
+  BLAS_CHECK(cublasStrsv(blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, CUBLAS_DIAG_NON_UNIT, n, dl, n, dx, 1));
   std::vector<float> z = ToHost(dx, n);
   std::vector<double> back(n, 0.0), wantx(x.begin(), x.end());
   for (int r = 0; r < n; ++r) {
@@ -195,15 +191,14 @@ void MatrixProducts(cublasHandle_t blas) {
   float* dbs = ToDevice(bs);
   float* dcs = nullptr;
   CHECK(cudaMalloc(&dcs, as.size() * sizeof(float)));
-  BLAS_CHECK(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, das, m, m * m,
-                                       dbs, m, m * m, &zero, dcs, m, m * m, batch));
+  BLAS_CHECK(cublasSgemmStridedBatched(blas, CUBLAS_OP_N, CUBLAS_OP_N, m, m, m, &one, das, m, m * m, dbs, m, m * m,
+                                       &zero, dcs, m, m * m, batch));
   std::vector<double> want(as.size());
   for (int p = 0; p < batch; ++p) {
     for (int r = 0; r < m; ++r) {
       for (int c = 0; c < m; ++c) {
         double sum = 0;
-        for (int k = 0; k < m; ++k)
-          sum += double(as[p * m * m + r + k * m]) * bs[p * m * m + k + c * m];
+        for (int k = 0; k < m; ++k) sum += double(as[p * m * m + r + k * m]) * bs[p * m * m + k + c * m];
         want[p * m * m + r + c * m] = sum;
       }
     }
@@ -223,9 +218,8 @@ void MatrixProducts(cublasHandle_t blas) {
   want.resize(n * n);
   EXPECT(RelativeError(ToHost(dc, n * n), want) < 1e-6);
 
-  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc),
-                  static_cast<void*>(das), static_cast<void*>(dbs), static_cast<void*>(dcs),
-                  static_cast<void*>(dx)}) {
+  for (void* p : {static_cast<void*>(da), static_cast<void*>(db), static_cast<void*>(dc), static_cast<void*>(das),
+                  static_cast<void*>(dbs), static_cast<void*>(dcs), static_cast<void*>(dx)}) {
     CHECK(cudaFree(p));
   }
 }
@@ -261,8 +255,8 @@ void SassOnlyRoutineFailsCleanly(cublasHandle_t blas) {
 int main() {
   cudaDeviceProp properties;
   CHECK(cudaGetDeviceProperties(&properties, 0));
-  std::printf("%s, compute capability %d.%d, %d SMs\n", properties.name, properties.major,
-              properties.minor, properties.multiProcessorCount);
+  std::printf("%s, compute capability %d.%d, %d SMs\n", properties.name, properties.major, properties.minor,
+              properties.multiProcessorCount);
   if (OnTheSim()) {  // the model the test server was asked for (--model)
     EXPECT(std::strstr(properties.name, "RTX PRO 6000 Blackwell") != nullptr);
     EXPECT(properties.major == 12 && properties.minor == 0);

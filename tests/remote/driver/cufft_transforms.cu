@@ -110,8 +110,7 @@ void RealBatched() {
   CHECK(cudaMemcpy(real, signal.data(), n * batch * sizeof(float), cudaMemcpyHostToDevice));
   FFT_CHECK(cufftExecR2C(forward, real, spectrum));
   std::vector<cufftComplex> half((n / 2 + 1) * batch);
-  CHECK(cudaMemcpy(half.data(), spectrum, half.size() * sizeof(cufftComplex),
-                   cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(half.data(), spectrum, half.size() * sizeof(cufftComplex), cudaMemcpyDeviceToHost));
   for (int b = 0; b < batch; ++b) {
     std::vector<Complex> x(signal.begin() + b * n, signal.begin() + (b + 1) * n);
     std::vector<Complex> want = Dft(x, -1), got(n / 2 + 1);
@@ -146,17 +145,14 @@ void TwoDimensionsOnAStream() {
   FFT_CHECK(cufftSetStream(plan, stream));
   cufftComplex* data;
   CHECK(cudaMalloc(&data, n * sizeof(cufftComplex)));
-  CHECK(cudaMemcpyAsync(data, original.data(), n * sizeof(cufftComplex), cudaMemcpyHostToDevice,
-                        stream));
+  CHECK(cudaMemcpyAsync(data, original.data(), n * sizeof(cufftComplex), cudaMemcpyHostToDevice, stream));
   FFT_CHECK(cufftExecC2C(plan, data, data, CUFFT_FORWARD));
   FFT_CHECK(cufftExecC2C(plan, data, data, CUFFT_INVERSE));
-  CHECK(
-      cudaMemcpyAsync(host.data(), data, n * sizeof(cufftComplex), cudaMemcpyDeviceToHost, stream));
+  CHECK(cudaMemcpyAsync(host.data(), data, n * sizeof(cufftComplex), cudaMemcpyDeviceToHost, stream));
   CHECK(cudaStreamSynchronize(stream));
   double error = 0;
   for (int i = 0; i < n; ++i) {
-    error = std::fmax(
-        error, std::fabs(host[i].x / n - original[i].x) + std::fabs(host[i].y / n - original[i].y));
+    error = std::fmax(error, std::fabs(host[i].x / n - original[i].x) + std::fabs(host[i].y / n - original[i].y));
   }
   std::printf("2D %dx%d on a stream: round trip error %.3g\n", nx, ny, error);
   EXPECT(error < 1e-4);

@@ -13,8 +13,7 @@ __global__ void Setup(State* states, unsigned long long seed) {
   curand_init(seed, id, 0, &states[id]);
 }
 template <typename State>
-__global__ void Pi(State* states, int per_thread, unsigned* hits, float* normal_sum,
-                   float* normal_sq) {
+__global__ void Pi(State* states, int per_thread, unsigned* hits, float* normal_sum, float* normal_sq) {
   int id = blockIdx.x * blockDim.x + threadIdx.x;
   State local = states[id];
   unsigned count = 0;

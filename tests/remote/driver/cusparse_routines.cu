@@ -78,20 +78,18 @@ void MatrixVector(cusparseHandle_t sparse, const Csr& a, cudaDataType type, doub
   CHECK(cudaMalloc(&dy, n * sizeof(T)));
   cusparseSpMatDescr_t matrix;
   cusparseDnVecDescr_t vx, vy;
-  SPARSE_CHECK(cusparseCreateCsr(&matrix, n, n, static_cast<int64_t>(a.columns.size()), offsets,
-                                 columns, dvalues, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                 CUSPARSE_INDEX_BASE_ZERO, type));
+  SPARSE_CHECK(cusparseCreateCsr(&matrix, n, n, static_cast<int64_t>(a.columns.size()), offsets, columns, dvalues,
+                                 CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, type));
   SPARSE_CHECK(cusparseCreateDnVec(&vx, n, dx, type));
   SPARSE_CHECK(cusparseCreateDnVec(&vy, n, dy, type));
   const T one = 1, zero = 0;
   for (cusparseOperation_t op : {CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_TRANSPOSE}) {
     size_t workspace_size = 0;
-    SPARSE_CHECK(cusparseSpMV_bufferSize(sparse, op, &one, matrix, vx, &zero, vy, type,
-                                         CUSPARSE_SPMV_ALG_DEFAULT, &workspace_size));
+    SPARSE_CHECK(cusparseSpMV_bufferSize(sparse, op, &one, matrix, vx, &zero, vy, type, CUSPARSE_SPMV_ALG_DEFAULT,
+                                         &workspace_size));
     void* workspace = nullptr;
     CHECK(cudaMalloc(&workspace, workspace_size + 1));
-    SPARSE_CHECK(cusparseSpMV(sparse, op, &one, matrix, vx, &zero, vy, type,
-                              CUSPARSE_SPMV_ALG_DEFAULT, workspace));
+    SPARSE_CHECK(cusparseSpMV(sparse, op, &one, matrix, vx, &zero, vy, type, CUSPARSE_SPMV_ALG_DEFAULT, workspace));
     std::vector<double> want(n, 0.0);
     for (int r = 0; r < n; ++r) {
       for (int c = 0; c < n; ++c) {
@@ -107,8 +105,8 @@ void MatrixVector(cusparseHandle_t sparse, const Csr& a, cudaDataType type, doub
   SPARSE_CHECK(cusparseDestroySpMat(matrix));
   SPARSE_CHECK(cusparseDestroyDnVec(vx));
   SPARSE_CHECK(cusparseDestroyDnVec(vy));
-  for (void* p : {static_cast<void*>(offsets), static_cast<void*>(columns),
-                  static_cast<void*>(dvalues), static_cast<void*>(dx), static_cast<void*>(dy)}) {
+  for (void* p : {static_cast<void*>(offsets), static_cast<void*>(columns), static_cast<void*>(dvalues),
+                  static_cast<void*>(dx), static_cast<void*>(dy)}) {
     CHECK(cudaFree(p));
   }
 }
@@ -132,9 +130,8 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
   cusparseSpMatDescr_t matrix;
   cusparseDnMatDescr_t mb, mc, md;
   cusparseDnVecDescr_t vx, vz;
-  SPARSE_CHECK(cusparseCreateCsr(&matrix, n, n, static_cast<int64_t>(a.columns.size()), offsets,
-                                 columns, values, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I,
-                                 CUSPARSE_INDEX_BASE_ZERO, CUDA_R_64F));
+  SPARSE_CHECK(cusparseCreateCsr(&matrix, n, n, static_cast<int64_t>(a.columns.size()), offsets, columns, values,
+                                 CUSPARSE_INDEX_32I, CUSPARSE_INDEX_32I, CUSPARSE_INDEX_BASE_ZERO, CUDA_R_64F));
   SPARSE_CHECK(cusparseCreateDnMat(&mb, n, k, n, db, CUDA_R_64F, CUSPARSE_ORDER_COL));
   SPARSE_CHECK(cusparseCreateDnMat(&mc, n, k, n, dc, CUDA_R_64F, CUSPARSE_ORDER_COL));
   SPARSE_CHECK(cusparseCreateDnMat(&md, n, n, n, dense, CUDA_R_64F, CUSPARSE_ORDER_COL));
@@ -143,18 +140,15 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
   const double one = 1, zero = 0;
   void* workspace = nullptr;
   size_t size = 0, largest = 0;
-  SPARSE_CHECK(cusparseSpMM_bufferSize(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                                       CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, mb, &zero,
-                                       mc, CUDA_R_64F, CUSPARSE_SPMM_ALG_DEFAULT, &size));
+  SPARSE_CHECK(cusparseSpMM_bufferSize(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &one,
+                                       matrix, mb, &zero, mc, CUDA_R_64F, CUSPARSE_SPMM_ALG_DEFAULT, &size));
   largest = size;
-  SPARSE_CHECK(cusparseSparseToDense_bufferSize(sparse, matrix, md,
-                                                CUSPARSE_SPARSETODENSE_ALG_DEFAULT, &size));
+  SPARSE_CHECK(cusparseSparseToDense_bufferSize(sparse, matrix, md, CUSPARSE_SPARSETODENSE_ALG_DEFAULT, &size));
   largest = std::max(largest, size);
   CHECK(cudaMalloc(&workspace, largest + 1));
 
-  SPARSE_CHECK(cusparseSpMM(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE,
-                            CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, mb, &zero, mc,
-                            CUDA_R_64F, CUSPARSE_SPMM_ALG_DEFAULT, workspace));
+  SPARSE_CHECK(cusparseSpMM(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix,
+                            mb, &zero, mc, CUDA_R_64F, CUSPARSE_SPMM_ALG_DEFAULT, workspace));
   std::vector<double> want(n * k, 0.0);
   for (int c = 0; c < k; ++c) {
     for (int r = 0; r < n; ++r) {
@@ -167,8 +161,7 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
   std::printf("SpMM: max error %.3g\n", error);
   EXPECT(error < 1e-12);
 
-  SPARSE_CHECK(
-      cusparseSparseToDense(sparse, matrix, md, CUSPARSE_SPARSETODENSE_ALG_DEFAULT, workspace));
+  SPARSE_CHECK(cusparseSparseToDense(sparse, matrix, md, CUSPARSE_SPARSETODENSE_ALG_DEFAULT, workspace));
   std::vector<double> got = ToHost(dense, static_cast<size_t>(n) * n);
   for (int r = 0; r < n; ++r) {
     for (int c = 0; c < n; ++c) EXPECT(got[r + static_cast<size_t>(c) * n] == a.At(r, c));
@@ -179,17 +172,15 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
   cusparseFillMode_t fill = CUSPARSE_FILL_MODE_LOWER;
   cusparseDiagType_t diagonal = CUSPARSE_DIAG_TYPE_NON_UNIT;
   SPARSE_CHECK(cusparseSpMatSetAttribute(matrix, CUSPARSE_SPMAT_FILL_MODE, &fill, sizeof(fill)));
-  SPARSE_CHECK(
-      cusparseSpMatSetAttribute(matrix, CUSPARSE_SPMAT_DIAG_TYPE, &diagonal, sizeof(diagonal)));
-  SPARSE_CHECK(cusparseSpSV_bufferSize(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx,
-                                       vz, CUDA_R_64F, CUSPARSE_SPSV_ALG_DEFAULT, solve, &size));
+  SPARSE_CHECK(cusparseSpMatSetAttribute(matrix, CUSPARSE_SPMAT_DIAG_TYPE, &diagonal, sizeof(diagonal)));
+  SPARSE_CHECK(cusparseSpSV_bufferSize(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx, vz, CUDA_R_64F,
+                                       CUSPARSE_SPSV_ALG_DEFAULT, solve, &size));
   void* solve_workspace = nullptr;
   CHECK(cudaMalloc(&solve_workspace, size + 1));
-  SPARSE_CHECK(cusparseSpSV_analysis(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx, vz,
-                                     CUDA_R_64F, CUSPARSE_SPSV_ALG_DEFAULT, solve,
-                                     solve_workspace));
-  SPARSE_CHECK(cusparseSpSV_solve(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx, vz,
-                                  CUDA_R_64F, CUSPARSE_SPSV_ALG_DEFAULT, solve));
+  SPARSE_CHECK(cusparseSpSV_analysis(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx, vz, CUDA_R_64F,
+                                     CUSPARSE_SPSV_ALG_DEFAULT, solve, solve_workspace));
+  SPARSE_CHECK(cusparseSpSV_solve(sparse, CUSPARSE_OPERATION_NON_TRANSPOSE, &one, matrix, vx, vz, CUDA_R_64F,
+                                  CUSPARSE_SPSV_ALG_DEFAULT, solve));
   std::vector<double> z = ToHost(dz, n), back(n, 0.0);
   for (int r = 0; r < n; ++r) {
     for (int p = a.row_offsets[r]; p < a.row_offsets[r + 1]; ++p) {
@@ -204,10 +195,9 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
   SPARSE_CHECK(cusparseDestroySpMat(matrix));
   for (cusparseDnMatDescr_t m : {mb, mc, md}) SPARSE_CHECK(cusparseDestroyDnMat(m));
   for (cusparseDnVecDescr_t v : {vx, vz}) SPARSE_CHECK(cusparseDestroyDnVec(v));
-  for (void* p :
-       {static_cast<void*>(offsets), static_cast<void*>(columns), static_cast<void*>(values),
-        static_cast<void*>(db), static_cast<void*>(dx), static_cast<void*>(dc),
-        static_cast<void*>(dense), static_cast<void*>(dz), workspace, solve_workspace}) {
+  for (void* p : {static_cast<void*>(offsets), static_cast<void*>(columns), static_cast<void*>(values),
+                  static_cast<void*>(db), static_cast<void*>(dx), static_cast<void*>(dc), static_cast<void*>(dense),
+                  static_cast<void*>(dz), workspace, solve_workspace}) {
     CHECK(cudaFree(p));
   }
 }
@@ -217,8 +207,7 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
 int main() {
   cudaDeviceProp properties;
   CHECK(cudaGetDeviceProperties(&properties, 0));
-  std::printf("%s, compute capability %d.%d\n", properties.name, properties.major,
-              properties.minor);
+  std::printf("%s, compute capability %d.%d\n", properties.name, properties.major, properties.minor);
   if (OnTheSim()) EXPECT(properties.major == 12 && properties.minor == 0);  // its --model
   cusparseHandle_t sparse;
   SPARSE_CHECK(cusparseCreate(&sparse));

@@ -13,12 +13,11 @@ namespace gpupool::client {
 namespace {
 
 // A device as the agent describes it (the client reads a sim GPU's figures from its model).
-std::unique_ptr<Device> Described(const char* name, const char* executor, int cc_major = 8,
-                                  int cc_minor = 0, int sms = 108) {
+std::unique_ptr<Device> Described(const char* name, const char* executor, int cc_major = 8, int cc_minor = 0,
+                                  int sms = 108) {
   auto device = std::make_unique<Device>();
   std::snprintf(device->channel.description.name, sizeof(device->channel.description.name), "%s", name);
-  std::snprintf(device->channel.description.executor, sizeof(device->channel.description.executor), "%s",
-                executor);
+  std::snprintf(device->channel.description.executor, sizeof(device->channel.description.executor), "%s", executor);
   device->channel.description.cc_major = cc_major;
   device->channel.description.cc_minor = cc_minor;
   device->channel.description.multiprocessor_count = sms;
@@ -58,8 +57,7 @@ TEST(DeviceModel, SimModelsReportTheirOwnFigures) {
   EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR), 0);
   EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT), 188);
   EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR), 1536);
-  EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
-            99 * 1024);
+  EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN), 99 * 1024);
   EXPECT_EQ(Attribute(*blackwell, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE), 128 << 20);
 
   // "NVIDIA L4" is an L4, not an L40S or an L40, whose names hold its name.
@@ -94,13 +92,10 @@ TEST(DeviceModel, AttributesOutsideTheEnumAreRefused) {
   // call boundaries where the executor places memory at the process's addresses (sim).
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 1);
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS), 0);
-  EXPECT_EQ(Attribute(*Described("NVIDIA A100-SXM4-80GB", "cuda"), CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY),
-            0);
+  EXPECT_EQ(Attribute(*Described("NVIDIA A100-SXM4-80GB", "cuda"), CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY), 0);
   // Mapped host memory is made as managed memory is (api_memory.cc).
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 1);
-  EXPECT_EQ(Attribute(*Described("NVIDIA A100-SXM4-80GB", "cuda"),
-                      CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY),
-            0);
+  EXPECT_EQ(Attribute(*Described("NVIDIA A100-SXM4-80GB", "cuda"), CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY), 0);
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH), 0);
   // Cooperative launches on one device are offered (the agent gives them a workspace).
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH), 1);
@@ -135,8 +130,8 @@ TEST(Occupancy, PotentialBlockSizeAndAvailableSharedMemory) {
   KernelResources kernel;
   int grid = 0, block = 0;
   MaxPotentialBlockSize(a100, kernel, nullptr, 0, 0, &grid, &block);
-  EXPECT_EQ(block, 1024);      // 2 blocks fill the SM's 2048 threads
-  EXPECT_EQ(grid, 2 * 108);    // and every SM
+  EXPECT_EQ(block, 1024);    // 2 blocks fill the SM's 2048 threads
+  EXPECT_EQ(grid, 2 * 108);  // and every SM
   MaxPotentialBlockSize(a100, kernel, nullptr, 0, 200, &grid, &block);
   // Under a limit of 200: 192 fits 10 blocks (1920 threads), 128 fits 16 (all 2048).
   EXPECT_EQ(block, 128);

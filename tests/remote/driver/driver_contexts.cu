@@ -14,12 +14,12 @@
 
 #include "driver_check.h"
 
-#define EXPECT(condition)                                                              \
-  do {                                                                                 \
-    if (!(condition)) {                                                                \
-      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #condition);    \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+#define EXPECT(condition)                                                           \
+  do {                                                                              \
+    if (!(condition)) {                                                             \
+      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #condition); \
+      std::exit(1);                                                                 \
+    }                                                                               \
   } while (0)
 
 // Runs `body` with stderr captured; returns what was written.
@@ -72,8 +72,7 @@ int main() {
   EXPECT(greatest <= least);
   // Two scheduling policies at once are refused.
   CUcontext refused = nullptr;
-  EXPECT(cuCtxCreate(&refused, nullptr, CU_CTX_SCHED_SPIN | CU_CTX_SCHED_YIELD, device) ==
-         CUDA_ERROR_INVALID_VALUE);
+  EXPECT(cuCtxCreate(&refused, nullptr, CU_CTX_SCHED_SPIN | CU_CTX_SCHED_YIELD, device) == CUDA_ERROR_INVALID_VALUE);
 
   // Limits are per context and read back as set.
   size_t stack = 0;
@@ -153,8 +152,7 @@ int main() {
     EXPECT(free_after_destroy > free_after_alloc);
   }
   unsigned type = 0;
-  EXPECT(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, memory) ==
-         CUDA_ERROR_INVALID_VALUE);
+  EXPECT(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, memory) == CUDA_ERROR_INVALID_VALUE);
   EXPECT(cuCtxPushCurrent(second) == CUDA_ERROR_INVALID_CONTEXT);
   EXPECT(cuCtxDestroy(second) == CUDA_ERROR_INVALID_CONTEXT);
 
@@ -180,13 +178,10 @@ int main() {
   // An entry point from the future: a stub that answers NOT_SUPPORTED and names itself.
   void* future = nullptr;
   CUdriverProcAddressQueryResult found;
-  CU_CHECK(cuGetProcAddress("cuFrobnicateFromTheFuture", &future, CUDA_VERSION,
-                            CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  CU_CHECK(cuGetProcAddress("cuFrobnicateFromTheFuture", &future, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &found));
   EXPECT(future != nullptr && found == CU_GET_PROC_ADDRESS_SUCCESS);
   CUresult answer = CUDA_SUCCESS;
-  std::string message = CaptureStderr([&] {
-    answer = reinterpret_cast<CUresult (*)()>(future)();
-  });
+  std::string message = CaptureStderr([&] { answer = reinterpret_cast<CUresult (*)()>(future)(); });
   EXPECT(answer == CUDA_ERROR_NOT_SUPPORTED);
   EXPECT(message.find("cuFrobnicateFromTheFuture") != std::string::npos);
 
@@ -218,8 +213,7 @@ int main() {
   size_t first_line = refusals.find("cuMemHostGetDevicePointer");
   EXPECT(first_line != std::string::npos);
   EXPECT(refusals.find("cuMemHostGetDevicePointer", first_line + 1) == std::string::npos);
-  EXPECT(refusals.find("reach only page-locked host memory this library allocated") !=
-         std::string::npos);
+  EXPECT(refusals.find("reach only page-locked host memory this library allocated") != std::string::npos);
 
   CU_CHECK(cuMemFree(kept));
   CU_CHECK(cuCtxDestroy(first));

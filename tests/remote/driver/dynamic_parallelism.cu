@@ -106,8 +106,7 @@ int main() {
   CHECK(cudaMemcpy(statuses, status, sizeof(statuses), cudaMemcpyDeviceToHost));
   EXPECT(total == 4 * 100 + 0 + 1 + 2 + 3);
   EXPECT(statuses[0] == cudaSuccess && statuses[1] == cudaSuccess);
-  std::printf("bad device-side launch: %s\n",
-              cudaGetErrorName(static_cast<cudaError_t>(statuses[2])));
+  std::printf("bad device-side launch: %s\n", cudaGetErrorName(static_cast<cudaError_t>(statuses[2])));
   EXPECT(statuses[2] == cudaErrorInvalidConfiguration);
   EXPECT(statuses[3] == cudaSuccess && statuses[4] == 64 * 63 / 2 && statuses[5] == cudaSuccess);
 

@@ -52,22 +52,38 @@ float Host(int op, float x, float y, float z) {
   };
   volatile float vx = x, vy = y, vz = z;
   switch (op) {
-    case 0: return std::fma(x, y, z);
-    case 1: return in_mode(FE_TOWARDZERO, [&] { return vx + vy; });
-    case 2: return in_mode(FE_DOWNWARD, [&] { return vx + vy; });
-    case 3: return in_mode(FE_UPWARD, [&] { return vx + vy; });
-    case 4: return in_mode(FE_TOWARDZERO, [&] { return vx * vy; });
-    case 5: return in_mode(FE_DOWNWARD, [&] { return vx * vy; });
-    case 6: return in_mode(FE_UPWARD, [&] { return vx * vy; });
-    case 7: return in_mode(FE_TOWARDZERO, [&] { return std::fma(vx, vy, vz); });
-    case 8: return in_mode(FE_DOWNWARD, [&] { return std::fma(vx, vy, vz); });
-    case 9: return in_mode(FE_UPWARD, [&] { return std::fma(vx, vy, vz); });
-    case 10: return vx / vy;
-    case 11: return in_mode(FE_TOWARDZERO, [&] { return vx / vy; });
-    case 12: return std::sqrt(std::fabs(x));
-    case 13: return in_mode(FE_UPWARD, [&] { return std::sqrt(std::fabs(vx)); });
-    case 14: return 1.0f / vy;
-    case 15: return in_mode(FE_DOWNWARD, [&] { return 1.0f / vy; });
+    case 0:
+      return std::fma(x, y, z);
+    case 1:
+      return in_mode(FE_TOWARDZERO, [&] { return vx + vy; });
+    case 2:
+      return in_mode(FE_DOWNWARD, [&] { return vx + vy; });
+    case 3:
+      return in_mode(FE_UPWARD, [&] { return vx + vy; });
+    case 4:
+      return in_mode(FE_TOWARDZERO, [&] { return vx * vy; });
+    case 5:
+      return in_mode(FE_DOWNWARD, [&] { return vx * vy; });
+    case 6:
+      return in_mode(FE_UPWARD, [&] { return vx * vy; });
+    case 7:
+      return in_mode(FE_TOWARDZERO, [&] { return std::fma(vx, vy, vz); });
+    case 8:
+      return in_mode(FE_DOWNWARD, [&] { return std::fma(vx, vy, vz); });
+    case 9:
+      return in_mode(FE_UPWARD, [&] { return std::fma(vx, vy, vz); });
+    case 10:
+      return vx / vy;
+    case 11:
+      return in_mode(FE_TOWARDZERO, [&] { return vx / vy; });
+    case 12:
+      return std::sqrt(std::fabs(x));
+    case 13:
+      return in_mode(FE_UPWARD, [&] { return std::sqrt(std::fabs(vx)); });
+    case 14:
+      return 1.0f / vy;
+    case 15:
+      return in_mode(FE_DOWNWARD, [&] { return 1.0f / vy; });
     default: {
       const float scaled = x * 1000.0f;  // one rounding to nearest, as on the GPU
       int32_t floored = static_cast<int32_t>(std::floor(scaled));
@@ -81,8 +97,7 @@ float Host(int op, float x, float y, float z) {
 constexpr int kN = 256;
 
 // The dot-product loop of the failing program, one output per thread.
-__global__ void MatrixVector(const float* a, float* x1, float* x2, const float* y1,
-                             const float* y2) {
+__global__ void MatrixVector(const float* a, float* x1, float* x2, const float* y1, const float* y2) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < kN) {
     for (int j = 0; j < kN; j++) x1[i] += a[i * kN + j] * y1[j];
@@ -150,17 +165,15 @@ int main() {
   CHECK(cudaDeviceSynchronize());
   std::vector<float> out(static_cast<size_t>(n) * kOps);
   CHECK(cudaMemcpy(out.data(), dout, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
-  static const char* kNames[kOps] = {"fma.rn",    "add.rz",  "add.rm",  "add.rp",  "mul.rz",
-                                     "mul.rm",    "mul.rp",  "fma.rz",  "fma.rm",  "fma.rp",
-                                     "div.rn",    "div.rz",  "sqrt.rn", "sqrt.rp", "rcp.rn",
-                                     "rcp.rm",    "cvt.rmi.s32.f32"};
+  static const char* kNames[kOps] = {"fma.rn",  "add.rz",  "add.rm", "add.rp", "mul.rz",         "mul.rm",
+                                     "mul.rp",  "fma.rz",  "fma.rm", "fma.rp", "div.rn",         "div.rz",
+                                     "sqrt.rn", "sqrt.rp", "rcp.rn", "rcp.rm", "cvt.rmi.s32.f32"};
   int fused_differs = 0;
   for (int i = 0; i < n; ++i) {
     for (int op = 0; op < kOps; ++op) {
       const float got = out[static_cast<size_t>(i) * kOps + op], want = Host(op, a[i], b[i], c[i]);
       if (std::memcmp(&got, &want, 4) != 0 && !(std::isnan(got) && std::isnan(want))) {
-        std::fprintf(stderr, "FAIL: %s(%a, %a, %a) = %a, want %a\n", kNames[op], a[i], b[i], c[i],
-                     got, want);
+        std::fprintf(stderr, "FAIL: %s(%a, %a, %a) = %a, want %a\n", kNames[op], a[i], b[i], c[i], got, want);
         return 1;
       }
     }
@@ -197,8 +210,7 @@ int main() {
       x2[i] += m[j * kN + i] * y2[j];
     }
     if (!Close(g1[i], x1[i], 0.05f) || !Close(g2[i], x2[i], 0.05f)) {
-      std::fprintf(stderr, "FAIL: dot products %d: %g %g, want %g %g\n", i, g1[i], g2[i], x1[i],
-                   x2[i]);
+      std::fprintf(stderr, "FAIL: dot products %d: %g %g, want %g %g\n", i, g1[i], g2[i], x1[i], x2[i]);
       return 1;
     }
   }
@@ -225,8 +237,7 @@ int main() {
     for (int i = 0; i < rows; ++i) sum += data[i * cols + j];
     mean[j] = sum / rows;
     float square = 0;
-    for (int i = 0; i < rows; ++i)
-      square += (data[i * cols + j] - mean[j]) * (data[i * cols + j] - mean[j]);
+    for (int i = 0; i < rows; ++i) square += (data[i * cols + j] - mean[j]) * (data[i * cols + j] - mean[j]);
     stddev[j] = std::sqrt(square / rows);
     if (stddev[j] <= 0.005f) stddev[j] = 1.0f;
     for (int i = 0; i < rows; ++i)
@@ -237,13 +248,11 @@ int main() {
       float sum = 0;
       for (int i = 0; i < rows; ++i) sum += data[i * cols + j1] * data[i * cols + j2];
       if (!Close(corr[j1 * cols + j2], sum, 1.05f)) {
-        std::fprintf(stderr, "FAIL: correlation (%d, %d): %g, want %g\n", j1, j2,
-                     corr[j1 * cols + j2], sum);
+        std::fprintf(stderr, "FAIL: correlation (%d, %d): %g, want %g\n", j1, j2, corr[j1 * cols + j2], sum);
         return 1;
       }
     }
   }
-  std::printf("float semantics: ok (%d operands, %d operations each; dot products; correlation)\n",
-              n, kOps);
+  std::printf("float semantics: ok (%d operands, %d operations each; dot products; correlation)\n", n, kOps);
   return 0;
 }

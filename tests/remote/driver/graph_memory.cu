@@ -135,8 +135,7 @@ int main() {
   CHECK(cudaGraphAddMemAllocNode(&alloc_node, producer, nullptr, 0, &alloc));
   float* buffer = static_cast<float*>(alloc.dptr);
   EXPECT(buffer != nullptr);
-  CHECK(cudaGraphAddMemcpyNode1D(&upload, producer, &alloc_node, 1, buffer, in, bytes,
-                                 cudaMemcpyHostToDevice));
+  CHECK(cudaGraphAddMemcpyNode1D(&upload, producer, &alloc_node, 1, buffer, in, bytes, cudaMemcpyHostToDevice));
   void* twice_args[] = {&buffer, &buffer, const_cast<int*>(&n)};
   cudaKernelNodeParams kernel = {};
   kernel.func = reinterpret_cast<void*>(Twice);
@@ -168,8 +167,7 @@ int main() {
   CHECK(cudaGraphCreate(&consumer, 0));
   cudaGraphNode_t free_node = nullptr, duplicate = nullptr, stray = nullptr;
   CHECK(cudaGraphAddMemFreeNode(&free_node, consumer, nullptr, 0, buffer));
-  EXPECT(cudaGraphAddMemFreeNode(&duplicate, consumer, nullptr, 0, buffer) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaGraphAddMemFreeNode(&duplicate, consumer, nullptr, 0, buffer) == cudaErrorInvalidValue);
   EXPECT(cudaGraphAddMemFreeNode(&stray, consumer, nullptr, 0, d_in) == cudaErrorInvalidValue);
   cudaGraphExec_t consumer_exec = nullptr;
   CHECK(cudaGraphInstantiate(&consumer_exec, consumer, 0));
@@ -182,8 +180,7 @@ int main() {
 
   // Auto-free on launch: each launch frees what the one before left in use.
   CHECK(cudaGraphExecDestroy(producer_exec));
-  CHECK(cudaGraphInstantiateWithFlags(&producer_exec, producer,
-                                      cudaGraphInstantiateFlagAutoFreeOnLaunch));
+  CHECK(cudaGraphInstantiateWithFlags(&producer_exec, producer, cudaGraphInstantiateFlagAutoFreeOnLaunch));
   for (int round = 0; round < 3; ++round) {
     for (int i = 0; i < n; ++i) in[i] = static_cast<float>(i + round);
     CHECK(cudaGraphLaunch(producer_exec, stream));
@@ -208,10 +205,8 @@ int main() {
   unsigned long long zero = 0, one = 1;
   CHECK(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &zero));
   EXPECT(GraphMemory(cudaGraphMemAttrUsedMemHigh) == 0);
-  EXPECT(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &one) ==
-         cudaErrorInvalidValue);
-  EXPECT(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &zero) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemHigh, &one) == cudaErrorInvalidValue);
+  EXPECT(cudaDeviceSetGraphMemAttribute(0, cudaGraphMemAttrUsedMemCurrent, &zero) == cudaErrorInvalidValue);
   CHECK(cudaDeviceGraphMemTrim(0));
 
   // Bad parameters.

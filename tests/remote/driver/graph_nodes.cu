@@ -91,8 +91,7 @@ int main() {
   void* scale_args[] = {&a, &two, &n};
   cudaKernelNodeParams scale_params = KernelParams(reinterpret_cast<void*>(Scale), scale_args);
   CHECK(cudaGraphAddKernelNode(&scale_a, graph, &join, 1, &scale_params));
-  CHECK(
-      cudaGraphAddMemcpyNode1D(&down_a, graph, &scale_a, 1, out, a, bytes, cudaMemcpyDeviceToHost));
+  CHECK(cudaGraphAddMemcpyNode1D(&down_a, graph, &scale_a, 1, out, a, bytes, cudaMemcpyDeviceToHost));
   CHECK(cudaGraphAddMemcpyNode1D(&down_b, graph, &join, 1, out2, b, bytes, cudaMemcpyDeviceToHost));
   cudaHostNodeParams host_params{CountCall, nullptr};
   cudaGraphNode_t downs[] = {down_a, down_b};
@@ -355,8 +354,7 @@ int main() {
   EXPECT(cudaGraphAddEmptyNode(&refused, graph, &late_scale, 1) == cudaErrorInvalidValue);
   (void)cudaGetLastError();
   memset_params.elementSize = 3;
-  EXPECT(cudaGraphAddMemsetNode(&refused, graph, nullptr, 0, &memset_params) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaGraphAddMemsetNode(&refused, graph, nullptr, 0, &memset_params) == cudaErrorInvalidValue);
   (void)cudaGetLastError();
   cudaMemAllocNodeParams alloc{};
   alloc.poolProps.allocType = cudaMemAllocationTypePinned;

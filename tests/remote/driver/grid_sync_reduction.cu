@@ -33,8 +33,7 @@ __device__ unsigned long long BlockSum(cg::thread_block block, unsigned long lon
   return sum;
 }
 
-__global__ void ReduceScaleReduce(unsigned* data, size_t n, unsigned long long* partial,
-                                  unsigned long long* totals) {
+__global__ void ReduceScaleReduce(unsigned* data, size_t n, unsigned long long* partial, unsigned long long* totals) {
   cg::grid_group grid = cg::this_grid();
   cg::thread_block block = cg::this_thread_block();
   unsigned long long mine = 0;
@@ -89,14 +88,13 @@ int main() {
   CHECK(cudaMemcpy(data, host.data(), n * sizeof(unsigned), cudaMemcpyHostToDevice));
   size_t n_arg = n;
   void* args[] = {&data, &n_arg, &partial, &totals};
-  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(ReduceScaleReduce), blocks, kThreads,
-                                    args, 0, nullptr));
+  CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<void*>(ReduceScaleReduce), blocks, kThreads, args, 0, nullptr));
   CHECK(cudaDeviceSynchronize());
   unsigned long long got[2] = {0, 0};
   CHECK(cudaMemcpy(got, totals, sizeof(got), cudaMemcpyDeviceToHost));
   if (got[0] != want || got[1] != want * scale) {
-    std::fprintf(stderr, "FAIL: %d blocks: totals %llu %llu, want %llu %llu\n", blocks, got[0],
-                 got[1], want, want * scale);
+    std::fprintf(stderr, "FAIL: %d blocks: totals %llu %llu, want %llu %llu\n", blocks, got[0], got[1], want,
+                 want * scale);
     return 1;
   }
   // Spot-check the scaled data.
@@ -108,7 +106,6 @@ int main() {
       return 1;
     }
   }
-  std::printf("grid sync reduction: ok (2^25 elements, %d blocks of %d threads)\n", blocks,
-              kThreads);
+  std::printf("grid sync reduction: ok (2^25 elements, %d blocks of %d threads)\n", blocks, kThreads);
   return 0;
 }

@@ -184,8 +184,7 @@ int main() {
   cudaStreamAttrValue read{};
   CHECK(cudaStreamGetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &read));
   EXPECT(read.accessPolicyWindow.base_ptr == d && read.accessPolicyWindow.num_bytes == 4096 &&
-         read.accessPolicyWindow.hitRatio == 0.5f &&
-         read.accessPolicyWindow.hitProp == cudaAccessPropertyPersisting &&
+         read.accessPolicyWindow.hitRatio == 0.5f && read.accessPolicyWindow.hitProp == cudaAccessPropertyPersisting &&
          read.accessPolicyWindow.missProp == cudaAccessPropertyStreaming);
   cudaStream_t copy;
   CHECK(cudaStreamCreate(&copy));
@@ -199,12 +198,10 @@ int main() {
   CHECK(cudaDeviceGetAttribute(&max_window, cudaDevAttrMaxAccessPolicyWindowSize, 0));
   cudaStreamAttrValue too_much = policy;
   too_much.accessPolicyWindow.num_bytes = static_cast<size_t>(max_window) + 1;
-  EXPECT(cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &too_much) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &too_much) == cudaErrorInvalidValue);
   too_much = policy;
   too_much.accessPolicyWindow.hitRatio = 1.5f;
-  EXPECT(cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &too_much) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaStreamSetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &too_much) == cudaErrorInvalidValue);
   cudaGetLastError();
   CHECK(cudaStreamGetAttribute(stream, cudaStreamAttributeAccessPolicyWindow, &read));
   EXPECT(read.accessPolicyWindow.num_bytes == 4096);  // unchanged by the refusals

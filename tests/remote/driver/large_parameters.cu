@@ -27,9 +27,7 @@ __global__ void SumLarge(__grid_constant__ const Large large, long long* sum, in
   *last = large.values[kLargeInts - 1];
 }
 
-__global__ void PickSmall(Small small, int* out) {
-  out[threadIdx.x] = small.values[(threadIdx.x * 7) % kSmallInts];
-}
+__global__ void PickSmall(Small small, int* out) { out[threadIdx.x] = small.values[(threadIdx.x * 7) % kSmallInts]; }
 
 }  // namespace
 

@@ -46,8 +46,7 @@ int main() {
   CUdevice device;
   EXPECT(cuDeviceGet(&device, 0) == CUDA_SUCCESS);
   int major = 0;
-  EXPECT(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) ==
-         CUDA_SUCCESS);
+  EXPECT(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device) == CUDA_SUCCESS);
   if (major >= 12) {
     std::printf("PASS (a compute capability %d GPU runs the kernel: nothing to check)\n", major);
     return 0;
@@ -56,8 +55,7 @@ int main() {
   EXPECT(cuDevicePrimaryCtxRetain(&context, device) == CUDA_SUCCESS);
   EXPECT(cuCtxSetCurrent(context) == CUDA_SUCCESS);
   CUlibrary library;
-  EXPECT(cuLibraryLoadData(&library, kNewerPtx, nullptr, nullptr, 0, nullptr, nullptr, 0) ==
-         CUDA_SUCCESS);
+  EXPECT(cuLibraryLoadData(&library, kNewerPtx, nullptr, nullptr, 0, nullptr, nullptr, 0) == CUDA_SUCCESS);
   CUkernel kernel;
   EXPECT(cuLibraryGetKernel(&kernel, library, "newer_only") == CUDA_SUCCESS);
   CUdeviceptr out;
@@ -71,10 +69,8 @@ int main() {
   const int saved = dup(fileno(stderr));
   EXPECT(dup2(fileno(captured), fileno(stderr)) >= 0);
   void* args[] = {&out};
-  CUresult first = cuLaunchKernel(reinterpret_cast<CUfunction>(kernel), 1, 1, 1, 1, 1, 1, 0,
-                                  nullptr, args, nullptr);
-  CUresult second = cuLaunchKernel(reinterpret_cast<CUfunction>(kernel), 1, 1, 1, 1, 1, 1, 0,
-                                   nullptr, args, nullptr);
+  CUresult first = cuLaunchKernel(reinterpret_cast<CUfunction>(kernel), 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr);
+  CUresult second = cuLaunchKernel(reinterpret_cast<CUfunction>(kernel), 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr);
   std::fflush(stderr);
   EXPECT(dup2(saved, fileno(stderr)) >= 0);
   close(saved);

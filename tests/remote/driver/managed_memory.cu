@@ -125,50 +125,39 @@ int main() {
   int value = -7;
   CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeReadMostly, x, bytes));
   EXPECT(value == 1);
-  CHECK(cudaMemAdvise(x + n / 2, half, cudaMemAdviseUnsetReadMostly,
-                      cudaMemLocation{cudaMemLocationTypeDevice, device}));
+  CHECK(
+      cudaMemAdvise(x + n / 2, half, cudaMemAdviseUnsetReadMostly, cudaMemLocation{cudaMemLocationTypeDevice, device}));
   CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeReadMostly, x, bytes));
   EXPECT(value == 0);
   CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeReadMostly, x, half));
   EXPECT(value == 1);
-  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeLastPrefetchLocation,
-                                 x, bytes));
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeLastPrefetchLocation, x, bytes));
   EXPECT(value == device);
   CHECK(cudaMemPrefetchAsync(x, 4096, cudaMemLocation{cudaMemLocationTypeHost, 0}, 0, 0));
-  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeLastPrefetchLocation,
-                                 x, bytes));
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeLastPrefetchLocation, x, bytes));
   EXPECT(value == cudaInvalidDeviceId);  // the first page went to the host
-  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeLastPrefetchLocation,
-                                 x, 4096));
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeLastPrefetchLocation, x, 4096));
   EXPECT(value == cudaCpuDeviceId);
-  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributePreferredLocation, y,
-                                 bytes));
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributePreferredLocation, y, bytes));
   EXPECT(value == cudaInvalidDeviceId);  // never set
-  CHECK(cudaMemAdvise(y, bytes, cudaMemAdviseSetPreferredLocation,
-                      cudaMemLocation{cudaMemLocationTypeHost, 0}));
-  CHECK(cudaMemAdvise(y, bytes, cudaMemAdviseSetAccessedBy,
-                      cudaMemLocation{cudaMemLocationTypeDevice, device}));
+  CHECK(cudaMemAdvise(y, bytes, cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0}));
+  CHECK(cudaMemAdvise(y, bytes, cudaMemAdviseSetAccessedBy, cudaMemLocation{cudaMemLocationTypeDevice, device}));
   int accessed[3] = {9, 9, 9};
   void* data[] = {&value, accessed};
   size_t sizes[] = {sizeof(value), sizeof(accessed)};
-  cudaMemRangeAttribute asked[] = {cudaMemRangeAttributePreferredLocation,
-                                   cudaMemRangeAttributeAccessedBy};
+  cudaMemRangeAttribute asked[] = {cudaMemRangeAttributePreferredLocation, cudaMemRangeAttributeAccessedBy};
   CHECK(cudaMemRangeGetAttributes(data, sizes, asked, 2, y, bytes));
   EXPECT(value == cudaCpuDeviceId);
-  EXPECT(accessed[0] == device && accessed[1] == cudaInvalidDeviceId &&
-         accessed[2] == cudaInvalidDeviceId);
-  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributePreferredLocationType,
-                                 y, bytes));
+  EXPECT(accessed[0] == device && accessed[1] == cudaInvalidDeviceId && accessed[2] == cudaInvalidDeviceId);
+  CHECK(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributePreferredLocationType, y, bytes));
   EXPECT(value == cudaMemLocationTypeHost);
-  EXPECT(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeReadMostly,
-                                  device_buffer, 16) == cudaErrorInvalidValue);
-  EXPECT(cudaMemRangeGetAttribute(&value, 2, cudaMemRangeAttributeReadMostly, x, 16) ==
+  EXPECT(cudaMemRangeGetAttribute(&value, sizeof(value), cudaMemRangeAttributeReadMostly, device_buffer, 16) ==
          cudaErrorInvalidValue);
-  EXPECT(cudaMemAdvise(x, 16, static_cast<cudaMemoryAdvise>(99),
-                       cudaMemLocation{cudaMemLocationTypeDevice, device}) ==
+  EXPECT(cudaMemRangeGetAttribute(&value, 2, cudaMemRangeAttributeReadMostly, x, 16) == cudaErrorInvalidValue);
+  EXPECT(cudaMemAdvise(x, 16, static_cast<cudaMemoryAdvise>(99), cudaMemLocation{cudaMemLocationTypeDevice, device}) ==
          cudaErrorInvalidValue);
-  EXPECT(cudaMemAdvise(x, 16, cudaMemAdviseSetPreferredLocation,
-                       cudaMemLocation{cudaMemLocationTypeDevice, 57}) == cudaErrorInvalidDevice);
+  EXPECT(cudaMemAdvise(x, 16, cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeDevice, 57}) ==
+         cudaErrorInvalidDevice);
   cudaGetLastError();
 
   // A stream, synchronised by the stream and by an event.

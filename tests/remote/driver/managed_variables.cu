@@ -81,11 +81,9 @@ int main() {
   cudaPointerAttributes attributes{};
   CHECK(cudaPointerGetAttributes(&attributes, &counter));
   EXPECT(attributes.type == cudaMemoryTypeManaged);
-  CHECK(cudaMemPrefetchAsync(table, sizeof(table), cudaMemLocation{cudaMemLocationTypeDevice, 0}, 0,
-                             stream));
+  CHECK(cudaMemPrefetchAsync(table, sizeof(table), cudaMemLocation{cudaMemLocationTypeDevice, 0}, 0, stream));
   CHECK(cudaStreamSynchronize(stream));
   CHECK(cudaStreamDestroy(stream));
-  std::printf("managed_variables: OK (counter %d, table[1] %g, %d rounds)\n", counter, table[1],
-              stats.count);
+  std::printf("managed_variables: OK (counter %d, table[1] %g, %d rounds)\n", counter, table[1], stats.count);
   return 0;
 }

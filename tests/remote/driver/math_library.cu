@@ -333,11 +333,9 @@ int main() {
       }
       if (std::isnan(want) && std::isnan(got)) continue;
       float tol = 1e-5f * fmaxf(1.f, fabsf(want));
-      if (k == 28 || k == 29 || k == 20 || k == 21 || k == 3 || k == 5)
-        tol = 4e-6f * fmaxf(1.f, fabsf(want)) + 1e-5f;
+      if (k == 28 || k == 29 || k == 20 || k == 21 || k == 3 || k == 5) tol = 4e-6f * fmaxf(1.f, fabsf(want)) + 1e-5f;
       if (!(fabsf(want - got) <= tol)) {
-        if (badk++ < 3)
-          printf("f%d x=%.9g y=%.9g want %.9g got %.9g\n", k, hx[i], hy[i], want, got);
+        if (badk++ < 3) printf("f%d x=%.9g y=%.9g want %.9g got %.9g\n", k, hx[i], hy[i], want, got);
       }
     }
     bad += badk;
@@ -349,8 +347,7 @@ int main() {
       if (std::isnan(want) && std::isnan(got)) continue;
       double tol = 1e-13 * fmax(1.0, fabs(want));
       if (!(fabs(want - got) <= tol)) {
-        if (badk++ < 3)
-          printf("d%d x=%.17g y=%.17g want %.17g got %.17g\n", k, dx[i], dy[i], want, got);
+        if (badk++ < 3) printf("d%d x=%.17g y=%.17g want %.17g got %.17g\n", k, dx[i], dy[i], want, got);
       }
     }
     bad += badk;

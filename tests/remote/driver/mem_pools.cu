@@ -36,8 +36,8 @@ cudaMemPool_t PoolOf(const void* pointer) {
   CUmemoryPool handle = nullptr;
   // The runtime has no pointer attribute for the pool; the driver's is read as CUDA
   // programs do it.
-  EXPECT(cuPointerGetAttribute(&handle, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE,
-                               reinterpret_cast<CUdeviceptr>(pointer)) == CUDA_SUCCESS);
+  EXPECT(cuPointerGetAttribute(&handle, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, reinterpret_cast<CUdeviceptr>(pointer)) ==
+         CUDA_SUCCESS);
   pool = reinterpret_cast<cudaMemPool_t>(handle);
   return pool;
 }
@@ -57,15 +57,12 @@ int main() {
   // CUDA 13's location forms of the driver calls name the same pools.
   CUmemLocation device_zero = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
   CUmemoryPool driver_pool = nullptr;
-  EXPECT(cuMemGetDefaultMemPool(&driver_pool, &device_zero, CU_MEM_ALLOCATION_TYPE_PINNED) ==
-         CUDA_SUCCESS);
+  EXPECT(cuMemGetDefaultMemPool(&driver_pool, &device_zero, CU_MEM_ALLOCATION_TYPE_PINNED) == CUDA_SUCCESS);
   EXPECT(reinterpret_cast<cudaMemPool_t>(driver_pool) == default_pool);
-  EXPECT(cuMemGetMemPool(&driver_pool, &device_zero, CU_MEM_ALLOCATION_TYPE_PINNED) ==
-         CUDA_SUCCESS);
+  EXPECT(cuMemGetMemPool(&driver_pool, &device_zero, CU_MEM_ALLOCATION_TYPE_PINNED) == CUDA_SUCCESS);
   EXPECT(reinterpret_cast<cudaMemPool_t>(driver_pool) == default_pool);
   CUmemLocation device_nine = {CU_MEM_LOCATION_TYPE_DEVICE, 9};
-  EXPECT(cuMemGetMemPool(&driver_pool, &device_nine, CU_MEM_ALLOCATION_TYPE_PINNED) ==
-         CUDA_ERROR_INVALID_DEVICE);
+  EXPECT(cuMemGetMemPool(&driver_pool, &device_nine, CU_MEM_ALLOCATION_TYPE_PINNED) == CUDA_ERROR_INVALID_DEVICE);
   uint64_t threshold = UINT64_MAX;
   CHECK(cudaMemPoolSetAttribute(default_pool, cudaMemPoolAttrReleaseThreshold, &threshold));
   EXPECT(PoolFigure(default_pool, cudaMemPoolAttrReleaseThreshold) == UINT64_MAX);
@@ -108,10 +105,8 @@ int main() {
   uint64_t zero = 0, one = 1;
   CHECK(cudaMemPoolSetAttribute(default_pool, cudaMemPoolAttrUsedMemHigh, &zero));
   EXPECT(PoolFigure(default_pool, cudaMemPoolAttrUsedMemHigh) == 0);
-  EXPECT(cudaMemPoolSetAttribute(default_pool, cudaMemPoolAttrUsedMemHigh, &one) ==
-         cudaErrorInvalidValue);
-  EXPECT(cudaMemPoolSetAttribute(default_pool, cudaMemPoolAttrUsedMemCurrent, &zero) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaMemPoolSetAttribute(default_pool, cudaMemPoolAttrUsedMemHigh, &one) == cudaErrorInvalidValue);
+  EXPECT(cudaMemPoolSetAttribute(default_pool, cudaMemPoolAttrUsedMemCurrent, &zero) == cudaErrorInvalidValue);
   CHECK(cudaMemPoolTrimTo(default_pool, 0));
 
   // A pool of our own, of at most 1 MiB.

@@ -17,8 +17,7 @@
 namespace {
 
 __device__ uint32_t Pack(const half* p, int i0, int i1) {
-  return static_cast<uint32_t>(__half_as_ushort(p[i0])) |
-         (static_cast<uint32_t>(__half_as_ushort(p[i1])) << 16);
+  return static_cast<uint32_t>(__half_as_ushort(p[i0])) | (static_cast<uint32_t>(__half_as_ushort(p[i1])) << 16);
 }
 
 // m16n8k16, f16 into f32: A 16x16 row-major, bt = B transposed (8 rows of 16 k), C and D
@@ -40,8 +39,8 @@ __global__ void mma_m16n8k16(const half* a, const half* bt, const float* c, floa
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%10,%11,%12,%13};\n"
       : "=f"(rd[0]), "=f"(rd[1]), "=f"(rd[2]), "=f"(rd[3])
-      : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(rc[0]),
-        "f"(rc[1]), "f"(rc[2]), "f"(rc[3]));
+      : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(rb[0]), "r"(rb[1]), "f"(rc[0]), "f"(rc[1]), "f"(rc[2]),
+        "f"(rc[3]));
   for (int e = 0; e < 4; ++e) d[(g + 8 * (e >> 1)) * 8 + t * 2 + (e & 1)] = rd[e];
 }
 
@@ -67,9 +66,7 @@ __global__ void mma_ldmatrix(const half* a, const half* bt, const half* b, float
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(ra[0]), "=r"(ra[1]), "=r"(ra[2]), "=r"(ra[3])
                : "r"(a_addr));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-               : "=r"(rb[0]), "=r"(rb[1])
-               : "r"(bt_addr));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(rb[0]), "=r"(rb[1]) : "r"(bt_addr));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
                : "=r"(rbt[0]), "=r"(rbt[1])
                : "r"(b_addr));
@@ -80,15 +77,14 @@ __global__ void mma_ldmatrix(const half* a, const half* bt, const half* b, float
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%10,%10,%10,%10};\n"
         : "=f"(rd[0]), "=f"(rd[1]), "=f"(rd[2]), "=f"(rd[3])
-        : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(frag_b[0]), "r"(frag_b[1]),
-          "f"(0.0f));
+        : "r"(ra[0]), "r"(ra[1]), "r"(ra[2]), "r"(ra[3]), "r"(frag_b[0]), "r"(frag_b[1]), "f"(0.0f));
     for (int e = 0; e < 4; ++e) d[pass * 128 + (g + 8 * (e >> 1)) * 8 + t * 2 + (e & 1)] = rd[e];
   }
 }
 
 // m16n8k8 of tf32 (A 16x8 row-major, bt 8 rows of 8 k) and m8n8k4 of f64 (A 8x4, bt 8x4).
-__global__ void mma_tf32_f64(const float* a, const float* bt, float* d, const double* a64,
-                             const double* bt64, double* d64) {
+__global__ void mma_tf32_f64(const float* a, const float* bt, float* d, const double* a64, const double* bt64,
+                             double* d64) {
   const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
   uint32_t ra[4], rb[2];
   for (int e = 0; e < 4; ++e) {
@@ -114,8 +110,7 @@ __global__ void mma_tf32_f64(const float* a, const float* bt, float* d, const do
   d64[g * 8 + t * 2 + 1] = d1;
 }
 
-bool Check(const char* what, const std::vector<float>& got, const std::vector<double>& want,
-           double tolerance) {
+bool Check(const char* what, const std::vector<float>& got, const std::vector<double>& want, double tolerance) {
   for (size_t i = 0; i < want.size(); ++i) {
     if (std::fabs(got[i] - want[i]) > tolerance * (1 + std::fabs(want[i]))) {
       std::fprintf(stderr, "%s[%zu] = %.9g, want %.9g\n", what, i, got[i], want[i]);
@@ -168,10 +163,8 @@ int main() {
 
   mma_ldmatrix<<<1, 32>>>(da, dbt, db, dd);
   std::vector<float> both = ToHost(dd, 256);
-  bool here =
-      Check("ldmatrix.x4/.x2", std::vector<float>(both.begin(), both.begin() + 128), product,
-            1e-6) &&
-      Check("ldmatrix.x2.trans", std::vector<float>(both.begin() + 128, both.end()), product, 1e-6);
+  bool here = Check("ldmatrix.x4/.x2", std::vector<float>(both.begin(), both.begin() + 128), product, 1e-6) &&
+              Check("ldmatrix.x2.trans", std::vector<float>(both.begin() + 128, both.end()), product, 1e-6);
   std::printf("ldmatrix (x4, x2, x2.trans) into mma.sync: %s\n", here ? "ok" : "WRONG");
   ok &= here;
 

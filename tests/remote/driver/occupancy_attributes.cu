@@ -15,12 +15,11 @@
 namespace {
 
 // Resident blocks per SM, by the calculator's rules.
-int ReferenceBlocks(const cudaDeviceProp& prop, const cudaFuncAttributes& attributes,
-                    int block, size_t dynamic_shared) {
+int ReferenceBlocks(const cudaDeviceProp& prop, const cudaFuncAttributes& attributes, int block,
+                    size_t dynamic_shared) {
   if (block <= 0 || block > attributes.maxThreadsPerBlock) return 0;
   int warps = (block + prop.warpSize - 1) / prop.warpSize;
-  int limit = std::min(prop.maxBlocksPerMultiProcessor,
-                       prop.maxThreadsPerMultiProcessor / prop.warpSize / warps);
+  int limit = std::min(prop.maxBlocksPerMultiProcessor, prop.maxThreadsPerMultiProcessor / prop.warpSize / warps);
   if (attributes.numRegs > 0) {
     int per_warp = (attributes.numRegs * prop.warpSize + 255) / 256 * 256;
     if (per_warp * warps > prop.regsPerBlock) return 0;
@@ -47,8 +46,7 @@ __global__ void __launch_bounds__(128) TileTranspose(const float* in, float* out
   __syncthreads();
   x = blockIdx.y * 32 + threadIdx.x;
   y = blockIdx.x * 32 + threadIdx.y;
-  for (int j = 0; j < 32; j += blockDim.y)
-    out[(y + j) * n + x] = tile[threadIdx.x][threadIdx.y + j];
+  for (int j = 0; j < 32; j += blockDim.y) out[(y + j) * n + x] = tile[threadIdx.x][threadIdx.y + j];
 }
 
 // Another shared array (2048 bytes), constant memory, and an array indexed by data, which
@@ -62,8 +60,7 @@ __global__ void WeightedSum(const float* in, float* out, const int* picks, int n
   for (int k = 0; k < 4; ++k) sum += kWeights[scratch[picks[k] & 15] & 63] * (i < n ? in[i] : 0.0f);
   partial[threadIdx.x] = sum;
   __syncthreads();
-  if (i < n)
-    out[i] = static_cast<float>(partial[threadIdx.x] + partial[(threadIdx.x + 1) % blockDim.x]);
+  if (i < n) out[i] = static_cast<float>(partial[threadIdx.x] + partial[(threadIdx.x + 1) % blockDim.x]);
 }
 
 // What the compiled kernels declare, as a GPU's driver reports it: each kernel's own shared
@@ -81,8 +78,7 @@ void CheckCompiledKernelAttributes(const cudaDeviceProp& prop) {
   // The sim's figure is the PTX's local array; a GPU's compiler may keep it in registers.
   if (OnTheSim()) EXPECT(weighted.localSizeBytes >= 16 * sizeof(int));
   EXPECT(plain.sharedSizeBytes == 0 && plain.localSizeBytes == 0);
-  EXPECT(tile.maxDynamicSharedSizeBytes ==
-         static_cast<int>(prop.sharedMemPerBlock - tile.sharedSizeBytes));
+  EXPECT(tile.maxDynamicSharedSizeBytes == static_cast<int>(prop.sharedMemPerBlock - tile.sharedSizeBytes));
 
   // The calculator counts the tile; a block past the bound has no occupancy.
   int blocks = -1;
@@ -105,11 +101,9 @@ void CheckCompiledKernelAttributes(const cudaDeviceProp& prop) {
   TileTranspose<<<dim3(n / 32, n / 32), dim3(32, 8)>>>(in, out, n);
   EXPECT(cudaGetLastError() == cudaErrorLaunchOutOfResources);
   // Dynamic shared memory beyond what the tile leaves of the 48 KiB.
-  TileTranspose<<<dim3(n / 32, n / 32), dim3(32, 4),
-                  prop.sharedMemPerBlock - tile.sharedSizeBytes + 1>>>(in, out, n);
+  TileTranspose<<<dim3(n / 32, n / 32), dim3(32, 4), prop.sharedMemPerBlock - tile.sharedSizeBytes + 1>>>(in, out, n);
   EXPECT(cudaGetLastError() == cudaErrorInvalidValue);
-  TileTranspose<<<dim3(n / 32, n / 32), dim3(32, 4),
-                  prop.sharedMemPerBlock - tile.sharedSizeBytes>>>(in, out, n);
+  TileTranspose<<<dim3(n / 32, n / 32), dim3(32, 4), prop.sharedMemPerBlock - tile.sharedSizeBytes>>>(in, out, n);
   CHECK(cudaGetLastError());
   CHECK(cudaMemcpy(back.data(), out, n * n * sizeof(float), cudaMemcpyDeviceToHost));
   for (int r = 0; r < n; ++r) {
@@ -162,15 +156,14 @@ int main() {
       int blocks = -1;
       CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, vecAdd, block, shared));
       if (blocks != ReferenceBlocks(prop, attributes, block, shared)) {
-        std::fprintf(stderr, "block %d shared %zu: %d blocks, expected %d\n", block, shared,
-                     blocks, ReferenceBlocks(prop, attributes, block, shared));
+        std::fprintf(stderr, "block %d shared %zu: %d blocks, expected %d\n", block, shared, blocks,
+                     ReferenceBlocks(prop, attributes, block, shared));
         return 1;
       }
     }
   }
   int with_flags = -1;
-  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&with_flags, vecAdd, 128, 0,
-                                                               cudaOccupancyDefault));
+  CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(&with_flags, vecAdd, 128, 0, cudaOccupancyDefault));
   EXPECT(with_flags == ReferenceBlocks(prop, attributes, 128, 0));
 
   // The block size of highest occupancy: no other block size does better.
@@ -183,8 +176,7 @@ int main() {
   }
   EXPECT(min_grid == ReferenceBlocks(prop, attributes, best_block, 0) * prop.multiProcessorCount);
   // With shared memory that grows with the block.
-  CHECK(cudaOccupancyMaxPotentialBlockSizeVariableSMem(&min_grid, &best_block, vecAdd,
-                                                       SharedForBlock));
+  CHECK(cudaOccupancyMaxPotentialBlockSizeVariableSMem(&min_grid, &best_block, vecAdd, SharedForBlock));
   best = ReferenceBlocks(prop, attributes, best_block, SharedForBlock(best_block)) * best_block;
   for (int block = 32; block <= attributes.maxThreadsPerBlock; block += 32) {
     EXPECT(ReferenceBlocks(prop, attributes, block, SharedForBlock(block)) * block <= best);
@@ -212,8 +204,7 @@ int main() {
   CHECK(cudaFuncSetAttribute(vecAdd, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
   CHECK(cudaFuncGetAttributes(&attributes, vecAdd));
   EXPECT(attributes.maxDynamicSharedSizeBytes == optin);
-  EXPECT(cudaFuncSetAttribute(vecAdd, cudaFuncAttributeMaxDynamicSharedMemorySize, optin + 1) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaFuncSetAttribute(vecAdd, cudaFuncAttributeMaxDynamicSharedMemorySize, optin + 1) == cudaErrorInvalidValue);
   cudaGetLastError();
   CHECK(cudaFuncSetAttribute(scale, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
   scale<<<1, 256, optin>>>(scratch, 1.0f, 256);
@@ -242,16 +233,15 @@ int main() {
   CUdeviceptr start = 0;
   size_t range = 0;
   int managed = -1;
-  EXPECT(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                               reinterpret_cast<CUdeviceptr>(a + 100)) == CUDA_SUCCESS);
-  EXPECT(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                               reinterpret_cast<CUdeviceptr>(a + 100)) == CUDA_SUCCESS);
-  EXPECT(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-                               reinterpret_cast<CUdeviceptr>(a)) == CUDA_SUCCESS);
+  EXPECT(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, reinterpret_cast<CUdeviceptr>(a + 100)) ==
+         CUDA_SUCCESS);
+  EXPECT(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, reinterpret_cast<CUdeviceptr>(a + 100)) ==
+         CUDA_SUCCESS);
+  EXPECT(cuPointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, reinterpret_cast<CUdeviceptr>(a)) ==
+         CUDA_SUCCESS);
   EXPECT(start == reinterpret_cast<CUdeviceptr>(a) && range == n * sizeof(float) && managed == 0);
   CUcontext owner = nullptr, current = nullptr;
-  EXPECT(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT,
-                               reinterpret_cast<CUdeviceptr>(a)) == CUDA_SUCCESS);
+  EXPECT(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, reinterpret_cast<CUdeviceptr>(a)) == CUDA_SUCCESS);
   EXPECT(cuCtxGetCurrent(&current) == CUDA_SUCCESS && owner == current);
   float* pinned = nullptr;
   CHECK(cudaMallocHost(&pinned, 4096));
@@ -263,8 +253,7 @@ int main() {
   // Registered host memory: a page-locked range until unregistered; mapping it for the
   // device is refused with NOT_SUPPORTED.
   std::vector<float> registered(4096);
-  CHECK(cudaHostRegister(registered.data(), registered.size() * sizeof(float),
-                         cudaHostRegisterDefault));
+  CHECK(cudaHostRegister(registered.data(), registered.size() * sizeof(float), cudaHostRegisterDefault));
   unsigned host_flags = 99;
   CHECK(cudaHostGetFlags(&host_flags, registered.data()));
   EXPECT(host_flags == cudaHostRegisterDefault);
@@ -282,8 +271,8 @@ int main() {
   CHECK(cudaHostUnregister(registered.data()));
   EXPECT(cudaHostUnregister(registered.data()) == cudaErrorHostMemoryNotRegistered);
   cudaGetLastError();
-  EXPECT(cudaHostRegister(registered.data(), registered.size() * sizeof(float),
-                          cudaHostRegisterMapped) == cudaErrorNotSupported);
+  EXPECT(cudaHostRegister(registered.data(), registered.size() * sizeof(float), cudaHostRegisterMapped) ==
+         cudaErrorNotSupported);
   cudaGetLastError();
 
   // Limits read back as set.
@@ -334,7 +323,6 @@ int main() {
   CHECK(cudaFree(a));
   CHECK(cudaDeviceSynchronize());
   CheckCompiledKernelAttributes(prop);
-  std::printf("occupancy and attributes: ok (best block %d, %d SMs)\n", best_block,
-              prop.multiProcessorCount);
+  std::printf("occupancy and attributes: ok (best block %d, %d SMs)\n", best_block, prop.multiProcessorCount);
   return 0;
 }

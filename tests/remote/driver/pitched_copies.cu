@@ -48,33 +48,30 @@ int main() {
   cudaStream_t stream;
   CHECK(cudaStreamCreate(&stream));
   CHECK(cudaMemcpy2DAsync(static_cast<char*>(other) + y1 * other_pitch + x1, other_pitch,
-                          static_cast<char*>(pitched) + y0 * pitch + x0, pitch, w, h,
-                          cudaMemcpyDeviceToDevice, stream));
+                          static_cast<char*>(pitched) + y0 * pitch + x0, pitch, w, h, cudaMemcpyDeviceToDevice,
+                          stream));
   std::vector<uint8_t> expected(width * height, 0);
   for (size_t y = 0; y < h; ++y) {
     std::memcpy(&expected[(y1 + y) * width + x1], &image[(y0 + y) * width + x0], w);
   }
   std::vector<uint8_t> got(width * height);
-  CHECK(cudaMemcpy2DAsync(got.data(), width, other, other_pitch, width, height,
-                          cudaMemcpyDeviceToHost, stream));
+  CHECK(cudaMemcpy2DAsync(got.data(), width, other, other_pitch, width, height, cudaMemcpyDeviceToHost, stream));
   CHECK(cudaStreamSynchronize(stream));
   EXPECT(got == expected);
 
   // Host to device into a sub-rectangle with a host pitch wider than the copy.
   std::vector<uint8_t> patch(64 * 10);
   for (size_t i = 0; i < patch.size(); ++i) patch[i] = static_cast<uint8_t>(255 - i);
-  CHECK(cudaMemcpy2D(static_cast<char*>(other) + 30 * other_pitch + 500, other_pitch,
-                     patch.data() + 3, 64, 50, 7, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy2D(static_cast<char*>(other) + 30 * other_pitch + 500, other_pitch, patch.data() + 3, 64, 50, 7,
+                     cudaMemcpyHostToDevice));
   for (size_t y = 0; y < 7; ++y) std::memcpy(&expected[(30 + y) * width + 500], &patch[y * 64 + 3], 50);
-  CHECK(cudaMemcpy2D(got.data(), width, other, other_pitch, width, height,
-                     cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy2D(got.data(), width, other, other_pitch, width, height, cudaMemcpyDeviceToHost));
   EXPECT(got == expected);
 
   // 2D memset of a sub-rectangle.
   CHECK(cudaMemset2D(static_cast<char*>(other) + 1 * other_pitch + 7, other_pitch, 0x42, 9, 4));
   for (size_t y = 0; y < 4; ++y) std::memset(&expected[(1 + y) * width + 7], 0x42, 9);
-  CHECK(cudaMemcpy2D(got.data(), width, other, other_pitch, width, height,
-                     cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy2D(got.data(), width, other, other_pitch, width, height, cudaMemcpyDeviceToHost));
   EXPECT(got == expected);
 
   // 3D: a volume with a pitched layout, a box copied in at an offset and read back.
@@ -104,8 +101,8 @@ int main() {
   std::vector<uint8_t> volume_expected(dense.size(), 0);
   for (size_t z = 0; z < bd; ++z) {
     for (size_t y = 0; y < bh; ++y) {
-      std::memcpy(&volume_expected[((bz + z) * extent.height + by + y) * extent.width + bx],
-                  &box[(z * bh + y) * bw], bw);
+      std::memcpy(&volume_expected[((bz + z) * extent.height + by + y) * extent.width + bx], &box[(z * bh + y) * bw],
+                  bw);
     }
   }
   EXPECT(dense == volume_expected);
@@ -124,8 +121,7 @@ int main() {
   EXPECT(peer_back == image);
   CHECK(cudaStreamSynchronize(stream));
   cudaPointerAttributes freed{};
-  EXPECT(cudaPointerGetAttributes(&freed, ordered) != cudaSuccess ||
-         freed.type != cudaMemoryTypeDevice);
+  EXPECT(cudaPointerGetAttributes(&freed, ordered) != cudaSuccess || freed.type != cudaMemoryTypeDevice);
   cudaGetLastError();
   CHECK(cudaFree(peer));
 
@@ -163,13 +159,10 @@ int main() {
     const void* src3[] = {a};
     size_t size3[] = {bytes / 2};
     size_t bad_from[] = {1};  // the first attribute must apply from copy 0
-    EXPECT(cudaMemcpyBatchAsync(dst3, src3, size3, 1, attrs, bad_from, 1, stream) ==
-           cudaErrorInvalidValue);
+    EXPECT(cudaMemcpyBatchAsync(dst3, src3, size3, 1, attrs, bad_from, 1, stream) == cudaErrorInvalidValue);
     cudaMemcpyAttributes no_order = {};
-    EXPECT(cudaMemcpyBatchAsync(dst3, src3, size3, 1, &no_order, one, 1, stream) ==
-           cudaErrorInvalidValue);
-    EXPECT(cudaMemcpyBatchAsync(dst3, src3, size3, 1, attrs, one, 1, cudaStreamLegacy) ==
-           cudaErrorInvalidValue);
+    EXPECT(cudaMemcpyBatchAsync(dst3, src3, size3, 1, &no_order, one, 1, stream) == cudaErrorInvalidValue);
+    EXPECT(cudaMemcpyBatchAsync(dst3, src3, size3, 1, attrs, one, 1, cudaStreamLegacy) == cudaErrorInvalidValue);
     cudaGetLastError();
     CHECK(cudaStreamSynchronize(stream));
     EXPECT(back2 == untouched);

@@ -106,8 +106,7 @@ void RunKernels(const Compiled& compiled) {
   float a = 3.0f;
   int count = n;
   void* saxpy_args[] = {&a, &dx, &dy, &count};
-  CU_CHECK(
-      cuLaunchKernel(saxpy, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, saxpy_args, nullptr));
+  CU_CHECK(cuLaunchKernel(saxpy, (n + 127) / 128, 1, 1, 128, 1, 1, 0, nullptr, saxpy_args, nullptr));
   std::vector<float> result(n);
   CU_CHECK(cuMemcpyDtoH(result.data(), dy, n * sizeof(float)));
   for (int i = 0; i < n; ++i) EXPECT(result[i] == a * x[i] + y[i]);
@@ -156,8 +155,8 @@ int main() {
 
   // A compile error comes back with its log, naming the problem.
   nvrtcProgram broken;
-  NVRTC_CHECK(nvrtcCreateProgram(&broken, "__global__ void k() { undeclared_name = 1; }",
-                                 "broken.cu", 0, nullptr, nullptr));
+  NVRTC_CHECK(
+      nvrtcCreateProgram(&broken, "__global__ void k() { undeclared_name = 1; }", "broken.cu", 0, nullptr, nullptr));
   EXPECT(nvrtcCompileProgram(broken, 0, nullptr) == NVRTC_ERROR_COMPILATION);
   size_t log_size = 0;
   NVRTC_CHECK(nvrtcGetProgramLogSize(broken, &log_size));

@@ -24,8 +24,7 @@ constexpr int kM = 64, kN = 48,
 
 // One warp per 16x16 tile of D; A row-major, B column-major, C and D row-major. The tiles of
 // A and B go through shared memory (as cudaTensorCoreGemm stages them), with a padded stride.
-__global__ void gemm_f16(const half* a, const half* b, const float* c, float* d, float alpha,
-                         float beta) {
+__global__ void gemm_f16(const half* a, const half* b, const float* c, float* d, float alpha, float beta) {
   constexpr int kPad = 24;  // halves per staged row: 16 + 8, a multiple of 8 as wmma needs
   __shared__ half tile_a[4][16 * kPad];
   __shared__ half tile_b[4][16 * kPad];
@@ -138,8 +137,7 @@ int main() {
     std::vector<float> af(kM * kK), bf(kK * kN), c(kM * kN);
     std::vector<half> a(af.size()), b(bf.size());
     for (int i = 0; i < kM * kK; ++i) a[i] = __float2half(af[i] = (i % 13 - 6) * 0.25f);
-    for (int i = 0; i < kK * kN; ++i)
-      b[i] = __float2half(bf[i] = (i % 7 - 3) * 0.5f);  // column-major
+    for (int i = 0; i < kK * kN; ++i) b[i] = __float2half(bf[i] = (i % 7 - 3) * 0.5f);  // column-major
     for (int i = 0; i < kM * kN; ++i) c[i] = (i % 5) - 2.0f;
     half *da = ToDevice(a), *db = ToDevice(b);
     float* dc = ToDevice(c);

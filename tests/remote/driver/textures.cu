@@ -67,14 +67,14 @@ int main() {
   cudaChannelFormatDesc channel = cudaCreateChannelDesc<float>();
   cudaArray_t array = nullptr;
   CHECK(cudaMallocArray(&array, &channel, w, h));
-  CHECK(cudaMemcpy2DToArray(array, 0, 0, image.data(), w * sizeof(float), w * sizeof(float), h,
-                            cudaMemcpyHostToDevice));
+  CHECK(
+      cudaMemcpy2DToArray(array, 0, 0, image.data(), w * sizeof(float), w * sizeof(float), h, cudaMemcpyHostToDevice));
   cudaChannelFormatDesc got{};
   cudaExtent extent{};
   unsigned flags = 99;
   CHECK(cudaArrayGetInfo(&got, &extent, &flags, array));
-  EXPECT(got.x == 32 && got.f == cudaChannelFormatKindFloat && extent.width == w &&
-         extent.height == h && extent.depth == 0 && flags == 0);
+  EXPECT(got.x == 32 && got.f == cudaChannelFormatKindFloat && extent.width == w && extent.height == h &&
+         extent.depth == 0 && flags == 0);
   cudaResourceDesc resource{};
   resource.resType = cudaResourceTypeArray;
   resource.res.array.array = array;
@@ -93,8 +93,7 @@ int main() {
   Resample<<<dim3((ow + 15) / 16, (oh + 7) / 8), dim3(16, 8)>>>(object, out, ow, oh);
   CHECK(cudaGetLastError());
   std::vector<float> resampled(ow * oh);
-  CHECK(cudaMemcpy(resampled.data(), out, resampled.size() * sizeof(float),
-                   cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(resampled.data(), out, resampled.size() * sizeof(float), cudaMemcpyDeviceToHost));
   int wrong = 0;
   for (int y = 0; y < oh; ++y) {
     for (int x = 0; x < ow; ++x) {
@@ -110,13 +109,12 @@ int main() {
   CHECK(cudaMallocArray(&copy, &channel, w, h));
   CHECK(cudaMemcpy2DArrayToArray(copy, 0, 0, array, 0, 0, w * sizeof(float), h));
   std::vector<float> round_trip(w * h);
-  CHECK(cudaMemcpy2DFromArray(round_trip.data(), w * sizeof(float), copy, 0, 0, w * sizeof(float),
-                              h, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy2DFromArray(round_trip.data(), w * sizeof(float), copy, 0, 0, w * sizeof(float), h,
+                              cudaMemcpyDeviceToHost));
   EXPECT(round_trip == image);
   // A region past the array's end is refused.
-  EXPECT(cudaMemcpy2DFromArray(round_trip.data(), w * sizeof(float), copy, 4, 0,
-                               w * sizeof(float), h, cudaMemcpyDeviceToHost) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaMemcpy2DFromArray(round_trip.data(), w * sizeof(float), copy, 4, 0, w * sizeof(float), h,
+                               cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
   cudaGetLastError();
   CHECK(cudaFreeArray(copy));
   CHECK(cudaFreeArray(array));
@@ -146,8 +144,7 @@ int main() {
   CHECK(cudaMalloc(&volume_out, volume.size() * sizeof(float)));
   ReadVolume<<<vd, dim3(vw, vh)>>>(object, volume_out, vw, vh, vd);
   std::vector<float> volume_back(volume.size());
-  CHECK(cudaMemcpy(volume_back.data(), volume_out, volume_back.size() * sizeof(float),
-                   cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(volume_back.data(), volume_out, volume_back.size() * sizeof(float), cudaMemcpyDeviceToHost));
   wrong = 0;
   for (size_t i = 0; i < volume.size(); ++i) wrong += volume_back[i] != volume[i] / 255.0f;
   EXPECT(wrong == 0);
@@ -173,8 +170,7 @@ int main() {
   std::vector<float> layered(lw * layers);
   for (int i = 0; i < lw * layers; ++i) layered[i] = i * 0.5f;
   cudaArray_t layered_array = nullptr;
-  CHECK(cudaMalloc3DArray(&layered_array, &channel, make_cudaExtent(lw, 0, layers),
-                          cudaArrayLayered));
+  CHECK(cudaMalloc3DArray(&layered_array, &channel, make_cudaExtent(lw, 0, layers), cudaArrayLayered));
   cudaMemcpy3DParms layers_up{};
   layers_up.srcPtr = make_cudaPitchedPtr(layered.data(), lw * sizeof(float), lw, 1);
   layers_up.dstArray = layered_array;
@@ -189,8 +185,7 @@ int main() {
   CHECK(cudaMalloc(&layers_out, layered.size() * sizeof(float)));
   ReadLayers<<<layers, lw>>>(object, layers_out, lw, layers);
   std::vector<float> layers_back(layered.size());
-  CHECK(cudaMemcpy(layers_back.data(), layers_out, layers_back.size() * sizeof(float),
-                   cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(layers_back.data(), layers_out, layers_back.size() * sizeof(float), cudaMemcpyDeviceToHost));
   EXPECT(layers_back == layered);
   CHECK(cudaDestroyTextureObject(object));
   CHECK(cudaFreeArray(layered_array));
@@ -198,8 +193,7 @@ int main() {
   // --- A surface: written, doubled in place, copied back ---------------------------------
   const int sw = 24, sh = 9;
   cudaArray_t surface_array = nullptr;
-  CHECK(cudaMalloc3DArray(&surface_array, &channel, make_cudaExtent(sw, sh, 0),
-                          cudaArraySurfaceLoadStore));
+  CHECK(cudaMalloc3DArray(&surface_array, &channel, make_cudaExtent(sw, sh, 0), cudaArraySurfaceLoadStore));
   resource.res.array.array = surface_array;
   cudaSurfaceObject_t surface = 0;
   CHECK(cudaCreateSurfaceObject(&surface, &resource));
@@ -207,8 +201,8 @@ int main() {
   DoubleSurface<<<sh, sw>>>(surface, sw, sh);
   CHECK(cudaGetLastError());
   std::vector<float> surface_back(sw * sh);
-  CHECK(cudaMemcpy2DFromArray(surface_back.data(), sw * sizeof(float), surface_array, 0, 0,
-                              sw * sizeof(float), sh, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy2DFromArray(surface_back.data(), sw * sizeof(float), surface_array, 0, 0, sw * sizeof(float), sh,
+                              cudaMemcpyDeviceToHost));
   wrong = 0;
   for (int y = 0; y < sh; ++y)
     for (int x = 0; x < sw; ++x) wrong += surface_back[y * sw + x] != 2.0f * (x * 100 + y);
@@ -225,8 +219,7 @@ int main() {
 
   // --- A bad descriptor: a cubemap whose faces are not square ----------------------------
   cudaArray_t cube = nullptr;
-  EXPECT(cudaMalloc3DArray(&cube, &channel, make_cudaExtent(8, 4, 6), cudaArrayCubemap) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaMalloc3DArray(&cube, &channel, make_cudaExtent(8, 4, 6), cudaArrayCubemap) == cudaErrorInvalidValue);
   cudaGetLastError();
 
   CHECK(cudaDeviceSynchronize());

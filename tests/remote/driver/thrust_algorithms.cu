@@ -65,8 +65,7 @@ int main() {
   thrust::sort_by_key(keys.begin(), keys.end(), values.begin());
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return host_keys[a] < host_keys[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return host_keys[a] < host_keys[b]; });
   thrust::host_vector<int> got_values = values;
   EXPECT(std::equal(order.begin(), order.end(), got_values.begin()));
 

@@ -126,8 +126,7 @@ int main() {
   // Refused: no destructor-sync flag, no references, a graph releasing what it lacks.
   cudaUserObject_t bad;
   EXPECT(cudaUserObjectCreate(&bad, nullptr, Destroy, 1, 0) == cudaErrorInvalidValue);
-  EXPECT(cudaUserObjectCreate(&bad, nullptr, Destroy, 0, cudaUserObjectNoDestructorSync) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaUserObjectCreate(&bad, nullptr, Destroy, 0, cudaUserObjectNoDestructorSync) == cudaErrorInvalidValue);
   cudaUserObject_t kept = Make(5);
   cudaGraph_t empty;
   CHECK(cudaGraphCreate(&empty, 0));

@@ -50,15 +50,13 @@ int main() {
   CUdevice cu_device = 0;
   CU_CHECK(cuDeviceGet(&cu_device, device));
   int supported = 0;
-  CU_CHECK(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                                cu_device));
+  CU_CHECK(cuDeviceGetAttribute(&supported, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, cu_device));
   EXPECT(supported == 1);
 
   CUmemAllocationProp prop = DeviceProp(device);
   size_t granularity = 0, recommended = 0;
   CU_CHECK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-  CU_CHECK(
-      cuMemGetAllocationGranularity(&recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  CU_CHECK(cuMemGetAllocationGranularity(&recommended, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
   EXPECT(granularity > 0 && (granularity & (granularity - 1)) == 0);
   EXPECT(recommended % granularity == 0);
 
@@ -86,8 +84,7 @@ int main() {
   }
   CHECK(cudaMemcpy(reinterpret_cast<void*>(vectors[0]), a.data(), bytes, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(reinterpret_cast<void*>(vectors[1]), b.data(), bytes, cudaMemcpyHostToDevice));
-  VectorAdd<<<(n + 255) / 256, 256>>>(reinterpret_cast<float*>(vectors[0]),
-                                      reinterpret_cast<float*>(vectors[1]),
+  VectorAdd<<<(n + 255) / 256, 256>>>(reinterpret_cast<float*>(vectors[0]), reinterpret_cast<float*>(vectors[1]),
                                       reinterpret_cast<float*>(vectors[2]), n);
   CHECK(cudaGetLastError());
   CHECK(cudaMemcpy(c.data(), reinterpret_cast<void*>(vectors[2]), bytes, cudaMemcpyDeviceToHost));
@@ -109,20 +106,17 @@ int main() {
   CUmemAllocationProp retained_prop = {};
   CU_CHECK(cuMemGetAllocationPropertiesFromHandle(&retained_prop, retained));
   EXPECT(retained_prop.type == CU_MEM_ALLOCATION_TYPE_PINNED);
-  EXPECT(retained_prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE &&
-         retained_prop.location.id == device);
+  EXPECT(retained_prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && retained_prop.location.id == device);
   CU_CHECK(cuMemRelease(retained));
   std::vector<float> check(n);
-  CHECK(
-      cudaMemcpy(check.data(), reinterpret_cast<void*>(vectors[1]), bytes, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(check.data(), reinterpret_cast<void*>(vectors[1]), bytes, cudaMemcpyDeviceToHost));
   for (int i = 0; i < n; ++i) EXPECT(check[i] == b[i]);
   for (CUdeviceptr vector : vectors) {
     CU_CHECK(cuMemUnmap(vector, size));
     CU_CHECK(cuMemAddressFree(vector, size));
   }
   // Unmapped and released: no longer device memory.
-  EXPECT(cudaMemcpy(c.data(), reinterpret_cast<void*>(vectors[2]), 4, cudaMemcpyDeviceToHost) ==
-         cudaErrorInvalidValue);
+  EXPECT(cudaMemcpy(c.data(), reinterpret_cast<void*>(vectors[2]), 4, cudaMemcpyDeviceToHost) == cudaErrorInvalidValue);
 
   // A growing buffer: reserve more address space right after the first range (granted at
   // that address when it is free), map a second physical allocation there; each piece holds
@@ -150,28 +144,23 @@ int main() {
   both.insert(both.end(), second.begin(), second.end());
   CHECK(cudaMemset(reinterpret_cast<void*>(buffer + piece - 8), 0x7f, 16));
   std::vector<float> seam(4);
-  CHECK(cudaMemcpy(seam.data(), reinterpret_cast<void*>(buffer + piece - 8), 16,
-                   cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(seam.data(), reinterpret_cast<void*>(buffer + piece - 8), 16, cudaMemcpyDeviceToHost));
   for (float value : seam) EXPECT(std::memcmp(&value, "\x7f\x7f\x7f\x7f", 4) == 0);
-  CHECK(
-      cudaMemcpy(reinterpret_cast<void*>(buffer), both.data(), 2 * piece, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(reinterpret_cast<void*>(buffer), both.data(), 2 * piece, cudaMemcpyHostToDevice));
   Scale<<<(2 * piece_floats + 255) / 256, 256>>>(reinterpret_cast<float*>(buffer), 2.0f,
                                                  2 * piece_floats);  // across both pieces
   CHECK(cudaDeviceSynchronize());
   std::vector<float> doubled(2 * piece_floats);
-  CHECK(cudaMemcpy(doubled.data(), reinterpret_cast<void*>(buffer), 2 * piece,
-                   cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(doubled.data(), reinterpret_cast<void*>(buffer), 2 * piece, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < 2 * piece_floats; ++i) EXPECT(doubled[i] == 2.0f * both[i]);
   // Device to device, each side over the seam: 3 MiB from 2 MiB into the buffer to an
   // ordinary allocation, and back to 1 MiB further on.
   const size_t mib = size_t{1} << 20, from = piece - 2 * mib, to = piece - mib;
   void* plain = nullptr;
   CHECK(cudaMalloc(&plain, 3 * mib));
-  CHECK(
-      cudaMemcpy(plain, reinterpret_cast<void*>(buffer + from), 3 * mib, cudaMemcpyDeviceToDevice));
+  CHECK(cudaMemcpy(plain, reinterpret_cast<void*>(buffer + from), 3 * mib, cudaMemcpyDeviceToDevice));
   CHECK(cudaMemcpy(reinterpret_cast<void*>(buffer + to), plain, 3 * mib, cudaMemcpyDeviceToDevice));
-  CHECK(cudaMemcpy(doubled.data(), reinterpret_cast<void*>(buffer), 2 * piece,
-                   cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(doubled.data(), reinterpret_cast<void*>(buffer), 2 * piece, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < 2 * piece_floats; ++i) {
     const size_t byte = i * sizeof(float);
     const bool moved = byte >= to && byte < to + 3 * mib;
@@ -181,8 +170,7 @@ int main() {
   CHECK(cudaFree(plain));
   // Put the scaled contents back for the move below.
   for (size_t i = 0; i < 2 * piece_floats; ++i) doubled[i] = 2.0f * both[i];
-  CHECK(cudaMemcpy(reinterpret_cast<void*>(buffer), doubled.data(), 2 * piece,
-                   cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(reinterpret_cast<void*>(buffer), doubled.data(), 2 * piece, cudaMemcpyHostToDevice));
 
   // Moving to a larger reservation elsewhere: unmap, map the same physical allocations at
   // the new addresses; the contents come along.
@@ -196,8 +184,7 @@ int main() {
   std::vector<float> back(piece_floats);
   CHECK(cudaMemcpy(back.data(), reinterpret_cast<void*>(larger), piece, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < piece_floats; ++i) EXPECT(back[i] == 2.0f * first[i]);
-  CHECK(cudaMemcpy(back.data(), reinterpret_cast<void*>(larger + piece), piece,
-                   cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(back.data(), reinterpret_cast<void*>(larger + piece), piece, cudaMemcpyDeviceToHost));
   for (size_t i = 0; i < piece_floats; ++i) EXPECT(back[i] == 2.0f * second[i]);
 
   // Unmapped while the reservation is freed, then mapped again: still the same contents.
@@ -214,10 +201,9 @@ int main() {
   // What a GPU refuses.
   CUmemGenericAllocationHandle odd;
   EXPECT(cuMemCreate(&odd, granularity + 1, &prop, 0) == CUDA_ERROR_INVALID_VALUE);
-  EXPECT(cuMemMap(again, piece, 0, pieces[0], 0) == CUDA_ERROR_INVALID_VALUE);  // overlaps
-  EXPECT(cuMemMap(again + 64 * piece, piece, 0, pieces[0], 0) ==
-         CUDA_ERROR_INVALID_VALUE);                                        // not reserved
-  EXPECT(cuMemAddressFree(again, 2 * piece) == CUDA_ERROR_INVALID_VALUE);  // not its size
+  EXPECT(cuMemMap(again, piece, 0, pieces[0], 0) == CUDA_ERROR_INVALID_VALUE);               // overlaps
+  EXPECT(cuMemMap(again + 64 * piece, piece, 0, pieces[0], 0) == CUDA_ERROR_INVALID_VALUE);  // not reserved
+  EXPECT(cuMemAddressFree(again, 2 * piece) == CUDA_ERROR_INVALID_VALUE);                    // not its size
   CUmemAllocationProp elsewhere = DeviceProp(99);
   EXPECT(cuMemCreate(&odd, granularity, &elsewhere, 0) == CUDA_ERROR_INVALID_DEVICE);
   EXPECT(cuMemRelease(0x1234) == CUDA_ERROR_INVALID_VALUE);

@@ -6,14 +6,14 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CHECK(call)                                                                    \
-  do {                                                                                 \
-    cudaError_t check_error_ = (call);                                                 \
-    if (check_error_ != cudaSuccess) {                                                 \
-      std::fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call,   \
-                   cudaGetErrorString(check_error_), static_cast<int>(check_error_));  \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+#define CHECK(call)                                                                                                    \
+  do {                                                                                                                 \
+    cudaError_t check_error_ = (call);                                                                                 \
+    if (check_error_ != cudaSuccess) {                                                                                 \
+      std::fprintf(stderr, "%s:%d: %s failed: %s (%d)\n", __FILE__, __LINE__, #call, cudaGetErrorString(check_error_), \
+                   static_cast<int>(check_error_));                                                                    \
+      std::exit(1);                                                                                                    \
+    }                                                                                                                  \
   } while (0)
 
 // GPUPOOL_EXPECT_SIM (run_with_server.sh sets it when the test server runs the sim): the

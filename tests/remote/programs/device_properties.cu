@@ -50,8 +50,8 @@ int main() {
     CHECK(cudaMemset(p, 0, 1 << 20));
     CHECK(cudaDeviceSynchronize());
     CHECK(cudaFree(p));
-    std::printf("device %d: %s, cc %d.%d, %d SMs, %zu MiB, bus %s\n", d, prop.name, prop.major,
-                prop.minor, prop.multiProcessorCount, prop.totalGlobalMem >> 20, bus);
+    std::printf("device %d: %s, cc %d.%d, %d SMs, %zu MiB, bus %s\n", d, prop.name, prop.major, prop.minor,
+                prop.multiProcessorCount, prop.totalGlobalMem >> 20, bus);
   }
   return 0;
 }

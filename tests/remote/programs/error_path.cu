@@ -20,8 +20,7 @@ int main() {
   CHECK(cudaDeviceSynchronize());  // not sticky: the context still works
 
   float host[16] = {};
-  cudaError_t copy = cudaMemcpy(reinterpret_cast<float*>(0x1000), host, sizeof(host),
-                                cudaMemcpyHostToDevice);
+  cudaError_t copy = cudaMemcpy(reinterpret_cast<float*>(0x1000), host, sizeof(host), cudaMemcpyHostToDevice);
   std::printf("bad copy: %s\n", cudaGetErrorName(copy));
   EXPECT(copy == cudaErrorInvalidValue);
   cudaError_t free_error = cudaFree(reinterpret_cast<void*>(0x1000));

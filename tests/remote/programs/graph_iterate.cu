@@ -96,15 +96,12 @@ int main(int argc, char** argv) {
     for (unsigned j = 0; j < kInput; ++j) input[j] = static_cast<unsigned>(it * 31 + j * 17);
     CHECK(cudaGraphLaunch(step_exec, stream));
     // A value back every iteration, as an iterative solver reads its residual.
-    CHECK(cudaMemcpyAsync(&probe, d_state + (it % n), sizeof(unsigned), cudaMemcpyDeviceToHost,
-                          stream));
+    CHECK(cudaMemcpyAsync(&probe, d_state + (it % n), sizeof(unsigned), cudaMemcpyDeviceToHost, stream));
     CHECK(cudaStreamSynchronize(stream));
-    for (unsigned i = 0; i < n; ++i)
-      state[i] = state[i] * 1664525u + 1013904223u + input[i % kInput];
+    for (unsigned i = 0; i < n; ++i) state[i] = state[i] * 1664525u + 1013904223u + input[i % kInput];
     for (unsigned i = 0; i < n; ++i) mixed[i] ^= state[(i * 7u) % n];
     if (probe != state[it % n]) {
-      std::printf("iterate: FAIL at iteration %d: probe %u, expected %u\n", it, probe,
-                  state[it % n]);
+      std::printf("iterate: FAIL at iteration %d: probe %u, expected %u\n", it, probe, state[it % n]);
       return 1;
     }
     if (it == 10) std::printf("iterate: running\n");

@@ -122,7 +122,6 @@ int main(int argc, char** argv) {
     std::printf("iterate: FAIL: %zu of %zu words on the device heap wrong\n", wrong, got.size());
     return 1;
   }
-  std::printf("iterate: PASS (%d iterations, %u chunks of %u words on the device heap)\n",
-              iterations, kChunks, kWords);
+  std::printf("iterate: PASS (%d iterations, %u chunks of %u words on the device heap)\n", iterations, kChunks, kWords);
   return 0;
 }

@@ -76,15 +76,13 @@ int main(int argc, char** argv) {
     std::vector<unsigned> probe(devices, 0);
     for (int d = 0; d < devices; ++d) {
       CHECK(cudaSetDevice(d));
-      CHECK(cudaMemcpy(d_input[d], input.data(), kInput * sizeof(unsigned),
-                       cudaMemcpyHostToDevice));
+      CHECK(cudaMemcpy(d_input[d], input.data(), kInput * sizeof(unsigned), cudaMemcpyHostToDevice));
       evolve<<<blocks, 256>>>(d_state[d], n, d_input[d], static_cast<unsigned>(it));
       CHECK(cudaGetLastError());
       mix<<<blocks, 256>>>(d_mixed[d], d_state[d], n);
       CHECK(cudaGetLastError());
       // A value back every iteration, as an iterative solver reads its residual.
-      CHECK(cudaMemcpy(&probe[d], d_state[d] + (it % n), sizeof(unsigned),
-                       cudaMemcpyDeviceToHost));
+      CHECK(cudaMemcpy(&probe[d], d_state[d] + (it % n), sizeof(unsigned), cudaMemcpyDeviceToHost));
     }
     for (unsigned i = 0; i < n; ++i) {
       state[i] = state[i] * 1664525u + 1013904223u + input[i % kInput] + static_cast<unsigned>(it);
@@ -92,8 +90,8 @@ int main(int argc, char** argv) {
     for (unsigned i = 0; i < n; ++i) mixed[i] ^= state[(i * 7u) % n];
     for (int d = 0; d < devices; ++d) {
       if (probe[d] != state[it % n]) {
-        std::printf("iterate: FAIL at iteration %d on device %d: probe %u, expected %u\n", it, d,
-                    probe[d], state[it % n]);
+        std::printf("iterate: FAIL at iteration %d on device %d: probe %u, expected %u\n", it, d, probe[d],
+                    state[it % n]);
         return 1;
       }
     }
@@ -123,12 +121,13 @@ int main(int argc, char** argv) {
     CHECK(cudaFree(d_input[d]));
   }
   if (wrong != 0 || big_wrong != 0) {
-    std::printf("iterate: FAIL: %zu of %u state elements and %zu of %zu big elements wrong "
-                "(all devices)\n",
-                wrong, n, big_wrong, big_n);
+    std::printf(
+        "iterate: FAIL: %zu of %u state elements and %zu of %zu big elements wrong "
+        "(all devices)\n",
+        wrong, n, big_wrong, big_n);
     return 1;
   }
-  std::printf("iterate: PASS (%d iterations, %zu MiB state, %zu MiB written once, %d device(s))\n",
-              iterations, state_mib, big_mib, devices);
+  std::printf("iterate: PASS (%d iterations, %zu MiB state, %zu MiB written once, %d device(s))\n", iterations,
+              state_mib, big_mib, devices);
   return 0;
 }

@@ -49,8 +49,7 @@ int main(int argc, char** argv) {
     CHECK(cudaCreateTextureObject(&textures[i], &resource, &texture, nullptr));
     CHECK(cudaCreateSurfaceObject(&surfaces[i], &resource));
   }
-  CHECK(cudaMemcpy2DToArray(arrays[0], 0, 0, state.data(), kWidth * 4, kWidth * 4, kHeight,
-                            cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy2DToArray(arrays[0], 0, 0, state.data(), kWidth * 4, kWidth * 4, kHeight, cudaMemcpyHostToDevice));
   for (int it = 1; it <= iterations; ++it) {
     const int now = (it - 1) % 2;
     step<<<dim3((kWidth + 31) / 32, kHeight), 32>>>(textures[now], surfaces[1 - now], it);
@@ -58,8 +57,8 @@ int main(int argc, char** argv) {
     std::vector<unsigned> next(state.size());
     for (int y = 0; y < kHeight; ++y) {
       for (int x = 0; x < kWidth; ++x) {
-        next[y * kWidth + x] = state[y * kWidth + x] * 1664525u +
-                               state[y * kWidth + (x + 1) % kWidth] + static_cast<unsigned>(it);
+        next[y * kWidth + x] =
+            state[y * kWidth + x] * 1664525u + state[y * kWidth + (x + 1) % kWidth] + static_cast<unsigned>(it);
       }
     }
     state.swap(next);
@@ -67,8 +66,7 @@ int main(int argc, char** argv) {
     unsigned corner = 0;
     CHECK(cudaMemcpy2DFromArray(&corner, 4, arrays[1 - now], 0, 0, 4, 1, cudaMemcpyDeviceToHost));
     if (corner != state[0]) {
-      std::printf("iterate: FAIL at iteration %d: texel (0, 0) is %u, not %u\n", it, corner,
-                  state[0]);
+      std::printf("iterate: FAIL at iteration %d: texel (0, 0) is %u, not %u\n", it, corner, state[0]);
       return 1;
     }
     if (it == 10) std::printf("iterate: running\n");
@@ -77,8 +75,8 @@ int main(int argc, char** argv) {
     if (pause_ms > 0) usleep(pause_ms * 1000);
   }
   std::vector<unsigned> got(state.size());
-  CHECK(cudaMemcpy2DFromArray(got.data(), kWidth * 4, arrays[iterations % 2], 0, 0, kWidth * 4,
-                              kHeight, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy2DFromArray(got.data(), kWidth * 4, arrays[iterations % 2], 0, 0, kWidth * 4, kHeight,
+                              cudaMemcpyDeviceToHost));
   size_t wrong = 0;
   for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != state[i];
   for (int i = 0; i < 2; ++i) {
@@ -90,7 +88,7 @@ int main(int argc, char** argv) {
     std::printf("iterate: FAIL: %zu of %zu texels wrong\n", wrong, got.size());
     return 1;
   }
-  std::printf("iterate: PASS (%d iterations, two %dx%d arrays through textures and surfaces)\n",
-              iterations, kWidth, kHeight);
+  std::printf("iterate: PASS (%d iterations, two %dx%d arrays through textures and surfaces)\n", iterations, kWidth,
+              kHeight);
   return 0;
 }

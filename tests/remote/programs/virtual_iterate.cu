@@ -101,8 +101,7 @@ int main(int argc, char** argv) {
   build<<<blocks, 128>>>(d_world, d_failed);
   CHECK(cudaGetLastError());
 
-  unsigned (*const host_rules[4])(unsigned, unsigned) = {host::RuleAdd, host::RuleXor,
-                                                         host::RuleRotate, host::RuleMix};
+  unsigned (*const host_rules[4])(unsigned, unsigned) = {host::RuleAdd, host::RuleXor, host::RuleRotate, host::RuleMix};
   std::vector<unsigned> state(kObjects), velocity(kObjects), half(kObjects);
   for (unsigned i = 0; i < kObjects; ++i) {
     state[i] = i;
@@ -160,8 +159,7 @@ int main(int argc, char** argv) {
   std::vector<unsigned> got(kObjects);
   CHECK(cudaMemcpy(got.data(), d_out, kObjects * sizeof(unsigned), cudaMemcpyDeviceToHost));
   size_t wrong = 0;
-  for (unsigned i = 0; i < kObjects; ++i)
-    wrong += got[i] != (i % 3 == 1 ? state[i] ^ 0xffffu : state[i]);
+  for (unsigned i = 0; i < kObjects; ++i) wrong += got[i] != (i % 3 == 1 ? state[i] ^ 0xffffu : state[i]);
   CHECK(cudaFree(d_world));
   CHECK(cudaFree(d_failed));
   CHECK(cudaFree(d_inputs));
@@ -171,8 +169,7 @@ int main(int argc, char** argv) {
     std::printf("iterate: FAIL: %zu of %u objects wrong\n", wrong, kObjects);
     return 1;
   }
-  std::printf(
-      "iterate: PASS (%d iterations, %u objects with virtual methods and function pointers)\n",
-      iterations, kObjects);
+  std::printf("iterate: PASS (%d iterations, %u objects with virtual methods and function pointers)\n", iterations,
+              kObjects);
   return 0;
 }

@@ -21,24 +21,23 @@ namespace {
 
 int failures = 0;
 
-#define CHECK_CU(call, expected)                                                          \
-  do {                                                                                    \
-    CUresult got_ = (call);                                                               \
-    if (got_ != (expected)) {                                                             \
-      const char* name_ = nullptr;                                                        \
-      cuGetErrorName(got_, &name_);                                                       \
-      std::fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d\n", __FILE__, __LINE__, \
-                   #call, static_cast<int>(got_), name_ ? name_ : "?",                    \
-                   static_cast<int>(expected));                                           \
-      ++failures;                                                                         \
-    }                                                                                     \
+#define CHECK_CU(call, expected)                                                                   \
+  do {                                                                                             \
+    CUresult got_ = (call);                                                                        \
+    if (got_ != (expected)) {                                                                      \
+      const char* name_ = nullptr;                                                                 \
+      cuGetErrorName(got_, &name_);                                                                \
+      std::fprintf(stderr, "%s:%d: %s returned %d (%s), expected %d\n", __FILE__, __LINE__, #call, \
+                   static_cast<int>(got_), name_ ? name_ : "?", static_cast<int>(expected));       \
+      ++failures;                                                                                  \
+    }                                                                                              \
   } while (0)
-#define EXPECT_TRUE(cond)                                                          \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond);    \
-      ++failures;                                                                  \
-    }                                                                              \
+#define EXPECT_TRUE(cond)                                                      \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      std::fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 std::string ModulePath(const char* name) { return std::string(GPUPOOL_MODULE_DIR) + "/" + name; }
@@ -64,8 +63,7 @@ void RunKernels(CUmodule module, const char* what) {
     const char* name = nullptr;
     CHECK_CU(cuFuncGetName(&name, function), CUDA_SUCCESS);
     if (name == nullptr) continue;
-    named += std::strcmp(name, "poke") == 0 || std::strcmp(name, "calls") == 0 ||
-             std::strcmp(name, "hello") == 0;
+    named += std::strcmp(name, "poke") == 0 || std::strcmp(name, "calls") == 0 || std::strcmp(name, "hello") == 0;
   }
   EXPECT_TRUE(named == 3);
   if (poke == nullptr || calls == nullptr || hello == nullptr) return;
@@ -138,19 +136,15 @@ static void RunSeveralLinkInputs(bool sim) {
   auto link_all = [](bool with_object, CUmodule* module) {
     CUlinkState link = nullptr;
     CHECK_CU(cuLinkCreate(0, nullptr, nullptr, &link), CUDA_SUCCESS);
-    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, ModulePath("link_main.ptx").c_str(), 0, nullptr,
-                           nullptr),
+    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, ModulePath("link_main.ptx").c_str(), 0, nullptr, nullptr),
              CUDA_SUCCESS);
     if (with_object) {
-      CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_OBJECT, ModulePath("link_helper.o").c_str(), 0,
-                             nullptr, nullptr),
+      CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_OBJECT, ModulePath("link_helper.o").c_str(), 0, nullptr, nullptr),
                CUDA_SUCCESS);
     }
-    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_LIBRARY, ModulePath("liblink_library.a").c_str(), 0,
-                           nullptr, nullptr),
+    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_LIBRARY, ModulePath("liblink_library.a").c_str(), 0, nullptr, nullptr),
              CUDA_SUCCESS);
-    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_LIBRARY, GPUPOOL_CUDADEVRT, 0, nullptr, nullptr),
-             CUDA_SUCCESS);
+    CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_LIBRARY, GPUPOOL_CUDADEVRT, 0, nullptr, nullptr), CUDA_SUCCESS);
     void* image = nullptr;
     size_t size = 0;
     CHECK_CU(cuLinkComplete(link, &image, &size), CUDA_SUCCESS);
@@ -176,9 +170,9 @@ static void RunSeveralLinkInputs(bool sim) {
     CHECK_CU(cuMemAlloc(&scratch, 64), CUDA_SUCCESS);
     int one = 1;
     void* args[] = {&scratch, &scratch, &scratch, &one};
-    CUresult launched = calls_missing == nullptr ? CUDA_ERROR_INVALID_HANDLE
-                                                 : cuLaunchKernel(calls_missing, 1, 1, 1, 1, 1, 1,
-                                                                  0, nullptr, args, nullptr);
+    CUresult launched = calls_missing == nullptr
+                            ? CUDA_ERROR_INVALID_HANDLE
+                            : cuLaunchKernel(calls_missing, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr);
     if (launched == CUDA_SUCCESS) launched = cuCtxSynchronize();
     CHECK_CU(launched, CUDA_ERROR_NOT_SUPPORTED);
     CHECK_CU(cuMemFree(scratch), CUDA_SUCCESS);
@@ -248,14 +242,11 @@ int main() {
   // The cubin is SASS for nvcc's default target, sm_75: a GPU of another compute
   // capability has no binary in it either (an H100 answers CUDA_ERROR_NO_BINARY_FOR_GPU).
   int major = 0, minor = 0;
-  CHECK_CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-           CUDA_SUCCESS);
-  CHECK_CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-           CUDA_SUCCESS);
+  CHECK_CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device), CUDA_SUCCESS);
+  CHECK_CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device), CUDA_SUCCESS);
   CUmodule cubin = nullptr;
   if (sim || major != 7 || minor != 5) {
-    CHECK_CU(cuModuleLoad(&cubin, ModulePath("engine_kernels.cubin").c_str()),
-             CUDA_ERROR_NO_BINARY_FOR_GPU);
+    CHECK_CU(cuModuleLoad(&cubin, ModulePath("engine_kernels.cubin").c_str()), CUDA_ERROR_NO_BINARY_FOR_GPU);
   } else {
     CHECK_CU(cuModuleLoad(&cubin, ModulePath("engine_kernels.cubin").c_str()), CUDA_SUCCESS);
     if (cubin != nullptr) RunKernels(cubin, "engine_kernels.cubin");
@@ -270,18 +261,16 @@ int main() {
     std::string text;
     FILE* file = std::fopen(ModulePath("engine_kernels.ptx").c_str(), "rb");
     char chunk[4096];
-    for (size_t got; file != nullptr && (got = std::fread(chunk, 1, sizeof(chunk), file)) > 0;)
-      text.append(chunk, got);
+    for (size_t got; file != nullptr && (got = std::fread(chunk, 1, sizeof(chunk), file)) > 0;) text.append(chunk, got);
     if (file != nullptr) std::fclose(file);
     char info[64], error[128];
-    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-                              CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-                              CU_JIT_WALL_TIME};
+    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+                              CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_WALL_TIME};
     for (bool good : {true, false}) {
       std::memset(info, 'x', sizeof(info));
       std::memset(error, 'x', sizeof(error));
-      void* values[] = {info, reinterpret_cast<void*>(sizeof(info)), error,
-                        reinterpret_cast<void*>(sizeof(error)), reinterpret_cast<void*>(~0ull)};
+      void* values[] = {info, reinterpret_cast<void*>(sizeof(info)), error, reinterpret_cast<void*>(sizeof(error)),
+                        reinterpret_cast<void*>(~0ull)};
       const char* image = good ? text.c_str()
                                : "\x7f"
                                  "ELF, or so it says";
@@ -309,10 +298,9 @@ int main() {
   // library are refused when added, and an NVVM input is not supported.
   for (bool from_memory : {false, true}) {
     char info[64] = "unset", error[64] = "unset";
-    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-                              CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
-    void* values[] = {info, reinterpret_cast<void*>(sizeof(info)), error,
-                      reinterpret_cast<void*>(sizeof(error))};
+    CUjit_option options[] = {CU_JIT_INFO_LOG_BUFFER, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_ERROR_LOG_BUFFER,
+                              CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES};
+    void* values[] = {info, reinterpret_cast<void*>(sizeof(info)), error, reinterpret_cast<void*>(sizeof(error))};
     CUlinkState link = nullptr;
     CHECK_CU(cuLinkCreate(4, options, values, &link), CUDA_SUCCESS);
     EXPECT_TRUE(info[0] == '\0' && error[0] == '\0');
@@ -324,22 +312,17 @@ int main() {
       for (size_t got; file != nullptr && (got = std::fread(chunk, 1, sizeof(chunk), file)) > 0;)
         text.append(chunk, got);
       if (file != nullptr) std::fclose(file);
-      CHECK_CU(cuLinkAddData(link, CU_JIT_INPUT_PTX, text.data(), text.size(), "kernels", 0,
-                             nullptr, nullptr),
+      CHECK_CU(cuLinkAddData(link, CU_JIT_INPUT_PTX, text.data(), text.size(), "kernels", 0, nullptr, nullptr),
                CUDA_SUCCESS);
     } else {
-      CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, path.c_str(), 0, nullptr, nullptr),
-               CUDA_SUCCESS);
+      CHECK_CU(cuLinkAddFile(link, CU_JIT_INPUT_PTX, path.c_str(), 0, nullptr, nullptr), CUDA_SUCCESS);
     }
-    CHECK_CU(
-        cuLinkAddData(link, CU_JIT_INPUT_LIBRARY, info, sizeof(info), "lib", 0, nullptr, nullptr),
-        CUDA_ERROR_INVALID_IMAGE);
-    CHECK_CU(
-        cuLinkAddData(link, CU_JIT_INPUT_OBJECT, info, sizeof(info), "object", 0, nullptr, nullptr),
-        CUDA_ERROR_INVALID_IMAGE);
-    CHECK_CU(
-        cuLinkAddData(link, CU_JIT_INPUT_NVVM, info, sizeof(info), "nvvm", 0, nullptr, nullptr),
-        CUDA_ERROR_NOT_SUPPORTED);
+    CHECK_CU(cuLinkAddData(link, CU_JIT_INPUT_LIBRARY, info, sizeof(info), "lib", 0, nullptr, nullptr),
+             CUDA_ERROR_INVALID_IMAGE);
+    CHECK_CU(cuLinkAddData(link, CU_JIT_INPUT_OBJECT, info, sizeof(info), "object", 0, nullptr, nullptr),
+             CUDA_ERROR_INVALID_IMAGE);
+    CHECK_CU(cuLinkAddData(link, CU_JIT_INPUT_NVVM, info, sizeof(info), "nvvm", 0, nullptr, nullptr),
+             CUDA_ERROR_NOT_SUPPORTED);
     void* image = nullptr;
     size_t size = 0;
     CHECK_CU(cuLinkComplete(link, &image, &size), CUDA_SUCCESS);

@@ -106,8 +106,8 @@ __global__ void half_compares(const __half2* a, const __half2* b, unsigned* out)
 
 // Directed rounding of float and double arithmetic (__fadd_rz, __dmul_ru, ...: add.rz.f32,
 // mul.rp.f64 and so on), as interval arithmetic uses it.
-__global__ void directed_rounding(const float* a, const float* b, const double* x, const double* y,
-                                  float* f, double* d) {
+__global__ void directed_rounding(const float* a, const float* b, const double* x, const double* y, float* f,
+                                  double* d) {
   int i = threadIdx.x;
   float p = a[i], q = b[i];
   double u = x[i], v = y[i];
@@ -128,8 +128,8 @@ __global__ void directed_rounding(const float* a, const float* b, const double* 
 // Conversions into float types with directed rounding: integers to float and double
 // (cvt.rz.f32.s32, cvt.rm.f32.s64, cvt.rp.f64.u64...) and float to half and bfloat16
 // (cvt.rz.f16.f32, cvt.rm.bf16.f32...).
-__global__ void directed_conversions(const int* k, const long long* l, const float* x, float* f,
-                                     double* d, unsigned short* h) {
+__global__ void directed_conversions(const int* k, const long long* l, const float* x, float* f, double* d,
+                                     unsigned short* h) {
   int i = threadIdx.x;
   int p = k[i];
   long long q = l[i];
@@ -239,8 +239,7 @@ __global__ void local_array(const int* in, int* out, int n) {
 }
 
 // Atomics on global and shared memory.
-__global__ void atomics(int* counters, unsigned* ucounters, float* fsum, double* dsum,
-                        unsigned long long* u64) {
+__global__ void atomics(int* counters, unsigned* ucounters, float* fsum, double* dsum, unsigned long long* u64) {
   __shared__ int block_count;
   if (threadIdx.x == 0) block_count = 0;
   __syncthreads();
@@ -282,8 +281,14 @@ __global__ void warp_ops(int* out) {
   unsigned active = 0;
   if (lane & 1) active = __activemask();
   int* o = out + 8 * threadIdx.x;
-  o[0] = sum; o[1] = up; o[2] = down; o[3] = bcast; o[4] = all; o[5] = any;
-  o[6] = static_cast<int>(match); o[7] = static_cast<int>(active);
+  o[0] = sum;
+  o[1] = up;
+  o[2] = down;
+  o[3] = bcast;
+  o[4] = all;
+  o[5] = any;
+  o[6] = static_cast<int>(match);
+  o[7] = static_cast<int>(active);
 }
 
 // Special registers: lane and warp ids, SM ids in range, clocks that advance.
@@ -325,7 +330,7 @@ __global__ void int_ops(const int* a, const int* b, long long* out) {
   o[7] = __clz(x);
   o[8] = __brev(ux);
   o[9] = __byte_perm(ux, uy, 0x5140);
-  o[10] = (ux >> 3) & 0x1f;            // bfe
+  o[10] = (ux >> 3) & 0x1f;  // bfe
   o[11] = x >> (uy & 31);
   o[12] = ux >> (uy & 31);
   o[13] = __ffs(x);
@@ -334,8 +339,7 @@ __global__ void int_ops(const int* a, const int* b, long long* out) {
 }
 
 // Float and double math, including the fast approximations.
-__global__ void float_ops(const float* a, const float* b, const double* da, float* out,
-                          double* dout) {
+__global__ void float_ops(const float* a, const float* b, const double* da, float* out, double* dout) {
   int i = threadIdx.x;
   float x = a[i], y = b[i];
   double d = da[i];
@@ -404,8 +408,7 @@ __global__ void calls(const float* in, float* out) {
 
 // Device printf.
 __global__ void hello(int base) {
-  printf("hello from %d.%d value %d %5.2f %s\n", blockIdx.x, threadIdx.x, base + threadIdx.x,
-         1.5 * threadIdx.x, "ok");
+  printf("hello from %d.%d value %d %5.2f %s\n", blockIdx.x, threadIdx.x, base + threadIdx.x, 1.5 * threadIdx.x, "ok");
 }
 
 // Reads and writes a pointer given by the test: out of bounds gives an illegal address.
@@ -415,9 +418,7 @@ __global__ void poke(int* p, long long offset) { p[offset] = 1; }
 // cases that must take its per-lane path: a lane past the end, partial masks, lanes in two
 // allocations, generic pointers into shared and global memory, vectors, signed bytes.
 __global__ void warp_poke(int* p, long long offset) { p[threadIdx.x + offset] = threadIdx.x + 1; }
-__global__ void warp_peek(const int* in, int* out, long long offset) {
-  out[threadIdx.x] = in[threadIdx.x + offset];
-}
+__global__ void warp_peek(const int* in, int* out, long long offset) { out[threadIdx.x] = in[threadIdx.x + offset]; }
 __global__ void warp_poke_shared(long long offset, int* out) {
   extern __shared__ int dyn_ints[];
   dyn_ints[threadIdx.x] = 0;
@@ -427,8 +428,7 @@ __global__ void warp_poke_shared(long long offset, int* out) {
   out[threadIdx.x] = dyn_ints[threadIdx.x];
 }
 __device__ __noinline__ int generic_pair(const int* p, int i) { return p[i] + 2 * p[i + 1]; }
-__global__ void mem_paths(const int4* v, const signed char* s, const short* h, const int* a,
-                          const int* b, int2* out) {
+__global__ void mem_paths(const int4* v, const signed char* s, const short* h, const int* a, const int* b, int2* out) {
   __shared__ int tile[65];
   int t = threadIdx.x;
   tile[t] = a[t] * 3;
@@ -566,8 +566,7 @@ __global__ void half_approx(const unsigned* in, unsigned* out) {
   out[4 * threadIdx.x + 3] = eh;
 }
 // __fns: the n-th set bit from a base, up or down.
-__global__ void nth_set_bit(const unsigned* masks, const unsigned* bases, const int* offsets,
-                            unsigned* out) {
+__global__ void nth_set_bit(const unsigned* masks, const unsigned* bases, const int* offsets, unsigned* out) {
   const int i = threadIdx.x;
   out[i] = __fns(masks[i], bases[i], offsets[i]);
 }

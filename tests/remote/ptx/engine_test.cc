@@ -39,8 +39,7 @@ class Engine : public ::testing::Test {
     auto layouts = image::ParsePtxSignatures(ptx_);
     ASSERT_TRUE(layouts.ok()) << layouts.status().message();
     layouts_ = *layouts;
-    ASSERT_EQ(executor_.LoadModule(1, ptx_.c_str(), ptx_.size() + 1, {}), kCuSuccess)
-        << executor_.TakeErrorDetail();
+    ASSERT_EQ(executor_.LoadModule(1, ptx_.c_str(), ptx_.size() + 1, {}), kCuSuccess) << executor_.TakeErrorDetail();
   }
 
   template <typename T>
@@ -68,8 +67,8 @@ class Engine : public ::testing::Test {
   // Launches `kernel` with `args` packed by the layout of its .entry
   // declaration.
   template <typename... Args>
-  int32_t Run(const std::string& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
-              uint32_t shared, Args... args) {
+  int32_t Run(const std::string& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block, uint32_t shared,
+              Args... args) {
     auto layout = layouts_.find(kernel);
     EXPECT_NE(layout, layouts_.end()) << kernel;
     if (layout == layouts_.end()) return -1;
@@ -99,12 +98,10 @@ class Engine : public ::testing::Test {
   }
 
   // Loads hand-written PTX `text` as module `module` and kernel `name` of it as `function`.
-  void LoadKernel(uint64_t module, uint64_t function, const std::string& text,
-                  const std::string& name) {
+  void LoadKernel(uint64_t module, uint64_t function, const std::string& text, const std::string& name) {
     ASSERT_EQ(executor_.LoadModule(module, text.c_str(), text.size() + 1, {}), kCuSuccess)
         << executor_.TakeErrorDetail();
-    ASSERT_EQ(executor_.GetFunction(module, function, name), kCuSuccess)
-        << executor_.TakeErrorDetail();
+    ASSERT_EQ(executor_.GetFunction(module, function, name), kCuSuccess) << executor_.TakeErrorDetail();
   }
 
   SimDeviceMemory memory_{0, 4 * kGiB};
@@ -124,8 +121,7 @@ TEST_F(Engine, GridAndBlockDimensions) {
     const uint32_t threads = block[0] * block[1] * block[2];
     const uint32_t total = grid[0] * grid[1] * grid[2] * threads;
     uint64_t out = Zeros<uint32_t>(4 * total);
-    ASSERT_EQ(Run("dims", {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, 0, out),
-              kCuSuccess)
+    ASSERT_EQ(Run("dims", {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, 0, out), kCuSuccess)
         << last_detail_;
     auto got = Download<uint32_t>(out, 4 * total);
     std::vector<bool> seen(total);
@@ -164,8 +160,7 @@ TEST_F(Engine, DivergenceAndReconvergence) {
   }
   for (int i = 0; i < n; ++i) {
     uint32_t ballot = 0;
-    for (int lane = 0; lane < 32; ++lane)
-      ballot |= static_cast<uint32_t>(v[i / 32 * 32 + lane] > 10) << lane;
+    for (int lane = 0; lane < 32; ++lane) ballot |= static_cast<uint32_t>(v[i / 32 * 32 + lane] > 10) << lane;
     EXPECT_EQ(got[2 * i], v[i]) << i;
     EXPECT_EQ(static_cast<uint32_t>(got[2 * i + 1]), ballot) << i;
   }
@@ -176,8 +171,7 @@ TEST_F(Engine, StaticAndDynamicSharedMemoryWithBarriers) {
   std::vector<float> in(blocks * threads);
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>((i * 7) % 13);
   uint64_t din = Upload(in), reversed = Zeros<float>(in.size()), sums = Zeros<float>(blocks);
-  ASSERT_EQ(Run("shared_reduce", {blocks}, {threads}, threads * 4, din, reversed, sums), kCuSuccess)
-      << last_detail_;
+  ASSERT_EQ(Run("shared_reduce", {blocks}, {threads}, threads * 4, din, reversed, sums), kCuSuccess) << last_detail_;
   auto r = Download<float>(reversed, in.size());
   auto s = Download<float>(sums, blocks);
   for (int b = 0; b < blocks; ++b) {
@@ -276,9 +270,7 @@ TEST_F(Engine, PackedHalfComparisons) {
   uint64_t da = Upload(a), db = Upload(b), out = Zeros<uint32_t>(8 * n);
   ASSERT_EQ(Run("half_compares", {1}, {n}, 0, da, db, out), kCuSuccess) << last_detail_;
   auto got = Download<uint32_t>(out, 8 * n);
-  auto packed = [](bool lo, bool hi, uint32_t one) {
-    return (lo ? one : 0) | (hi ? one : 0) << 16;
-  };
+  auto packed = [](bool lo, bool hi, uint32_t one) { return (lo ? one : 0) | (hi ? one : 0) << 16; };
   for (int i = 0; i < n; ++i) {
     float x[2] = {value(i, 0), value(i, 1)}, y[2] = {value(i + 17, 1), value(i + 17, 2)};
     bool gt[2], lt[2], ge[2], nan[2], equ[2], ne[2];
@@ -358,8 +350,7 @@ TEST_F(Engine, HalfSetpPairsAndBoolOps) {
       float f;
     } params{out, x, y, f};
     LaunchConfig config;
-    ASSERT_EQ(executor_.Launch(97, config, &params, sizeof(params)), kCuSuccess)
-        << executor_.TakeErrorDetail();
+    ASSERT_EQ(executor_.Launch(97, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
     auto got = Download<uint32_t>(out, 8);
     const bool negative = f < 0;
     EXPECT_EQ(got[0], 1u) << f;                           // p: lower halves, 2 > 1
@@ -410,8 +401,7 @@ TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
   } params{0xa, out, 0xb, in, 0xc};
   static_assert(offsetof(decltype(params), in) == 24);
   LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(Download<uint32_t>(out, 4), (std::vector<uint32_t>{0xa, 0xb, 0xc, 7}));
 }
 
@@ -469,15 +459,14 @@ TEST_F(Engine, HalfReluAndNaNPropagation) {
     float f, g;
   } params{out, x, y, std::nanf(""), 1.5f};
   LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 6);
   EXPECT_EQ(got[0], 0x7fff0000u);                        // hi: NaN * 1 + 1 -> canonical NaN; lo 0
   EXPECT_EQ(got[1], 0x7fffu << 16 | ToHalf(2.0f));       // max.NaN: NaN in hi
   EXPECT_EQ(got[2], ToHalf(1.0f) << 16 | ToHalf(2.0f));  // plain max ignores the NaN
-  EXPECT_EQ(got[3], 0x7fffc200u);  // bf16 {NaN, 1.0} vs {y's bits: 1/128, -32}: NaN, -32
-  EXPECT_EQ(got[4], 0x7fffffffu);  // min.NaN.f32 with a NaN
-  EXPECT_EQ(got[5], 0x7fffffffu);  // max.NaN.f32 of NaN, NaN
+  EXPECT_EQ(got[3], 0x7fffc200u);                        // bf16 {NaN, 1.0} vs {y's bits: 1/128, -32}: NaN, -32
+  EXPECT_EQ(got[4], 0x7fffffffu);                        // min.NaN.f32 with a NaN
+  EXPECT_EQ(got[5], 0x7fffffffu);                        // max.NaN.f32 of NaN, NaN
   ASSERT_EQ(executor_.GetFunction(12, 99, "xorsign"), kCuSuccess) << executor_.TakeErrorDetail();
   struct {
     uint64_t out;
@@ -502,8 +491,7 @@ TEST_F(Engine, DirectedRounding) {
   }
   uint64_t da = Upload(a), db = Upload(b), dx = Upload(x), dy = Upload(y);
   uint64_t f = Zeros<float>(8 * n), d = Zeros<double>(4 * n);
-  ASSERT_EQ(Run("directed_rounding", {1}, {n}, 0, da, db, dx, dy, f, d), kCuSuccess)
-      << last_detail_;
+  ASSERT_EQ(Run("directed_rounding", {1}, {n}, 0, da, db, dx, dy, f, d), kCuSuccess) << last_detail_;
   auto gf = Download<float>(f, 8 * n);
   auto gd = Download<double>(d, 4 * n);
   const int saved = std::fegetround();
@@ -519,16 +507,12 @@ TEST_F(Engine, DirectedRounding) {
   for (int i = 0; i < n; ++i) {
     volatile float p = a[i], q = b[i];
     volatile double u = x[i], v = y[i];
-    const float want_f[8] = {in_mode(FE_TOWARDZERO, [&] { return p + q; }),
-                             in_mode(FE_UPWARD, [&] { return p + q; }),
-                             in_mode(FE_DOWNWARD, [&] { return p + q; }),
-                             in_mode(FE_DOWNWARD, [&] { return p * q; }),
-                             in_mode(FE_UPWARD, [&] { return p / q; }),
-                             in_mode(FE_DOWNWARD, [&] { return std::sqrt(std::fabs(p)); }),
-                             in_mode(FE_UPWARD, [&] { return 1.0f / q; }),
-                             in_mode(FE_TOWARDZERO, [&] { return std::fma(p, q, 1.0f); })};
-    const double want_d[4] = {in_mode(FE_UPWARD, [&] { return u + v; }),
-                              in_mode(FE_TOWARDZERO, [&] { return u * v; }),
+    const float want_f[8] = {
+        in_mode(FE_TOWARDZERO, [&] { return p + q; }), in_mode(FE_UPWARD, [&] { return p + q; }),
+        in_mode(FE_DOWNWARD, [&] { return p + q; }),   in_mode(FE_DOWNWARD, [&] { return p * q; }),
+        in_mode(FE_UPWARD, [&] { return p / q; }),     in_mode(FE_DOWNWARD, [&] { return std::sqrt(std::fabs(p)); }),
+        in_mode(FE_UPWARD, [&] { return 1.0f / q; }),  in_mode(FE_TOWARDZERO, [&] { return std::fma(p, q, 1.0f); })};
+    const double want_d[4] = {in_mode(FE_UPWARD, [&] { return u + v; }), in_mode(FE_TOWARDZERO, [&] { return u * v; }),
                               in_mode(FE_DOWNWARD, [&] { return u / v; }),
                               in_mode(FE_UPWARD, [&] { return std::sqrt(std::fabs(u)); })};
     for (int k = 0; k < 8; ++k) EXPECT_EQ(gf[8 * i + k], want_f[k]) << i << " op " << k;
@@ -557,8 +541,7 @@ TEST_F(Engine, DirectedRoundingConversions) {
   }
   uint64_t dk = Upload(k), dl = Upload(l), dx = Upload(x);
   uint64_t f = Zeros<float>(6 * n), d = Zeros<double>(3 * n), h = Zeros<uint16_t>(6 * n);
-  ASSERT_EQ(Run("directed_conversions", {1}, {n}, 0, dk, dl, dx, f, d, h), kCuSuccess)
-      << last_detail_;
+  ASSERT_EQ(Run("directed_conversions", {1}, {n}, 0, dk, dl, dx, f, d, h), kCuSuccess) << last_detail_;
   auto gf = Download<float>(f, 6 * n);
   auto gd = Download<double>(d, 3 * n);
   auto gh = Download<uint16_t>(h, 6 * n);
@@ -598,8 +581,7 @@ TEST_F(Engine, DirectedRoundingConversions) {
   } params{dx, b};
   LaunchConfig config;
   config.block[0] = n;
-  ASSERT_EQ(executor_.Launch(97, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(97, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto gb = Download<uint16_t>(b, 3 * n);
 
   const int saved = std::fegetround();
@@ -632,17 +614,15 @@ TEST_F(Engine, DirectedRoundingConversions) {
   for (int i = 0; i < n; ++i) {
     volatile int32_t p = k[i];
     volatile int64_t q = l[i];
-    const float want_f[6] = {
-        in_mode(FE_TOWARDZERO, [&] { return static_cast<float>(p); }),
-        in_mode(FE_UPWARD, [&] { return static_cast<float>(p); }),
-        in_mode(FE_DOWNWARD, [&] { return static_cast<float>(static_cast<uint32_t>(p)); }),
-        in_mode(FE_DOWNWARD, [&] { return static_cast<float>(q); }),
-        in_mode(FE_UPWARD, [&] { return static_cast<float>(static_cast<uint64_t>(q)); }),
-        in_mode(FE_TOWARDZERO, [&] { return static_cast<float>(q); })};
-    const double want_d[3] = {
-        in_mode(FE_TOWARDZERO, [&] { return static_cast<double>(q); }),
-        in_mode(FE_UPWARD, [&] { return static_cast<double>(static_cast<uint64_t>(q)); }),
-        in_mode(FE_DOWNWARD, [&] { return static_cast<double>(q); })};
+    const float want_f[6] = {in_mode(FE_TOWARDZERO, [&] { return static_cast<float>(p); }),
+                             in_mode(FE_UPWARD, [&] { return static_cast<float>(p); }),
+                             in_mode(FE_DOWNWARD, [&] { return static_cast<float>(static_cast<uint32_t>(p)); }),
+                             in_mode(FE_DOWNWARD, [&] { return static_cast<float>(q); }),
+                             in_mode(FE_UPWARD, [&] { return static_cast<float>(static_cast<uint64_t>(q)); }),
+                             in_mode(FE_TOWARDZERO, [&] { return static_cast<float>(q); })};
+    const double want_d[3] = {in_mode(FE_TOWARDZERO, [&] { return static_cast<double>(q); }),
+                              in_mode(FE_UPWARD, [&] { return static_cast<double>(static_cast<uint64_t>(q)); }),
+                              in_mode(FE_DOWNWARD, [&] { return static_cast<double>(q); })};
     for (int j = 0; j < 6; ++j) EXPECT_EQ(gf[6 * i + j], want_f[j]) << i << " float " << j;
     for (int j = 0; j < 3; ++j) EXPECT_EQ(gd[3 * i + j], want_d[j]) << i << " double " << j;
     const int modes[3] = {FE_TOWARDZERO, FE_DOWNWARD, FE_UPWARD};
@@ -697,8 +677,7 @@ TEST_F(Engine, DeviceMallocAndFree) {
 // fit in a 32 MiB heap and not in the default one; more than the sim's bound is refused
 // by name.
 TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
-  ASSERT_EQ(executor_.LoadModule(2, ptx_.c_str(), ptx_.size() + 1, {}, 0, uint64_t{32} << 20),
-            kCuSuccess)
+  ASSERT_EQ(executor_.LoadModule(2, ptx_.c_str(), ptx_.size() + 1, {}, 0, uint64_t{32} << 20), kCuSuccess)
       << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(2, 95, "heap_big"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t got = Zeros<uint64_t>(1);
@@ -706,15 +685,13 @@ TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
     uint64_t bytes, got;
   } params{uint64_t{24} << 20, got};
   LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_NE(Download<uint64_t>(got, 1)[0], 0u);
   ASSERT_EQ(Run("heap_big", {1}, {1}, 0, uint64_t{24} << 20, got), kCuSuccess) << last_detail_;
   EXPECT_EQ(Download<uint64_t>(got, 1)[0], 0u);  // module 1 has the default 8 MiB
 
-  EXPECT_EQ(
-      executor_.LoadModule(3, ptx_.c_str(), ptx_.size() + 1, {}, 0, sim::kMaxDeviceHeapBytes + 16),
-      kCuOutOfMemory);
+  EXPECT_EQ(executor_.LoadModule(3, ptx_.c_str(), ptx_.size() + 1, {}, 0, sim::kMaxDeviceHeapBytes + 16),
+            kCuOutOfMemory);
   EXPECT_NE(executor_.TakeErrorDetail().find("CU_LIMIT_MALLOC_HEAP_SIZE"), std::string::npos);
 }
 
@@ -788,8 +765,7 @@ TEST_F(Engine, SetConditionalStoresTheValueAtItsHandle) {
   std::memcpy(params + 8, &value, 4);
   LaunchConfig config;
   config.block[0] = 64;  // every thread stores the same value: no race to lose
-  ASSERT_EQ(executor_.Launch(92, config, params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(92, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(Download<uint32_t>(slot, 1)[0], 0xfeedu);
   const uint64_t stray = 8;  // no allocation there
   std::memcpy(params, &stray, 8);
@@ -843,14 +819,13 @@ TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
   uint64_t out = Zeros<uint32_t>(4 * 32);
   LaunchConfig config;
   config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(96, config, &out, sizeof(out)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(96, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 4 * 32);
   for (uint32_t lane = 0; lane < 32; ++lane) {
     const bool odd = lane % 2;
-    EXPECT_EQ(got[4 * lane], odd ? 0x0000aaaau : 0x00005555u) << lane;  // ballot: lane < 16
-    EXPECT_EQ(got[4 * lane + 1], odd ? 1u : 0u) << lane;                // all(odd or lane < 16)
-    EXPECT_EQ(got[4 * lane + 2], odd ? 256u : 240u) << lane;  // sum of the group's lane ids
+    EXPECT_EQ(got[4 * lane], odd ? 0x0000aaaau : 0x00005555u) << lane;              // ballot: lane < 16
+    EXPECT_EQ(got[4 * lane + 1], odd ? 1u : 0u) << lane;                            // all(odd or lane < 16)
+    EXPECT_EQ(got[4 * lane + 2], odd ? 256u : 240u) << lane;                        // sum of the group's lane ids
     EXPECT_EQ(got[4 * lane + 3], (odd ? 0xau : 0x5u) << (4 * (lane / 4))) << lane;  // lane / 4
   }
 }
@@ -891,8 +866,7 @@ TEST_F(Engine, FtzFlushesSubnormalInputs) {
     float x;
   } params{out, 1e-40f};
   LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<float>(out, 6);
   EXPECT_EQ(got[0], 0.0f);                   // mul.ftz
   EXPECT_NEAR(got[1], 1.0737e-31f, 1e-34f);  // plain mul keeps the subnormal
@@ -916,18 +890,13 @@ TEST_F(Engine, ByteDotProductsAndAbsoluteDifferences) {
   uint64_t da = Upload(a), db = Upload(b), out = Zeros<uint32_t>(10 * n);
   ASSERT_EQ(Run("byte_dots", {1}, {n}, 0, da, db, out), kCuSuccess) << last_detail_;
   auto got = Download<uint32_t>(out, 10 * n);
-  auto s8 = [](uint32_t w, int i) {
-    return static_cast<int32_t>(static_cast<int8_t>(w >> (8 * i)));
-  };
+  auto s8 = [](uint32_t w, int i) { return static_cast<int32_t>(static_cast<int8_t>(w >> (8 * i))); };
   auto u8 = [](uint32_t w, int i) { return static_cast<int32_t>((w >> (8 * i)) & 0xff); };
-  auto s16 = [](uint32_t w, int i) {
-    return static_cast<int32_t>(static_cast<int16_t>(w >> (16 * i)));
-  };
+  auto s16 = [](uint32_t w, int i) { return static_cast<int32_t>(static_cast<int16_t>(w >> (16 * i))); };
   auto u16 = [](uint32_t w, int i) { return static_cast<int32_t>((w >> (16 * i)) & 0xffff); };
   for (int i = 0; i < n; ++i) {
     const uint32_t x = a[i], y = b[i];
-    uint32_t want[10] = {static_cast<uint32_t>(-5), 9, 7, 3, 0, 0, 0,
-                         static_cast<uint32_t>(-1), 0, 0};
+    uint32_t want[10] = {static_cast<uint32_t>(-5), 9, 7, 3, 0, 0, 0, static_cast<uint32_t>(-1), 0, 0};
     for (int k = 0; k < 4; ++k) {
       want[0] += static_cast<uint32_t>(s8(x, k) * s8(y, k));
       want[1] += static_cast<uint32_t>(u8(x, k) * u8(y, k));
@@ -978,8 +947,7 @@ TEST_F(Engine, PackedHalfConversions) {
     float upper, lower;
   } params{out, 0.1f, -1.5f};
   LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(99, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(99, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 2);
   EXPECT_EQ(got[0], 0x2E66BE00u);  // half(0.1) = 0x2e66 (rounded), half(-1.5) = 0xbe00
   EXPECT_EQ(got[1], 0x3DCDBFC0u);  // bf16(0.1) = 0x3dcd (rounded up), bf16(-1.5) = 0xbfc0
@@ -1037,8 +1005,7 @@ TEST_F(Engine, WarpReductions) {
   } params{din, out};
   LaunchConfig config;
   config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 32 * 6);
   for (int lane : {0, 13, 31}) {
     EXPECT_EQ(static_cast<int32_t>(got[6 * lane]), add) << lane;
@@ -1083,8 +1050,7 @@ TEST_F(Engine, SixteenBitAtomics) {
   uint64_t out = Zeros<uint16_t>(8);
   LaunchConfig config;
   config.block[0] = 64;
-  ASSERT_EQ(executor_.Launch(97, config, &out, sizeof(out)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(97, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint16_t>(out, 8);
   EXPECT_EQ(got[0], ToHalf(64.0f));   // 64 x 1.0 into the lower half
   EXPECT_EQ(got[1], ToHalf(128.0f));  // 64 x 2.0 into the upper half
@@ -1148,8 +1114,7 @@ TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
   } params{Upload(a), Upload(b), Upload(c), Upload(d)};
   LaunchConfig config;
   config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(96, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(96, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<float>(params.d, 16 * 20);
   for (int i = 0; i < 16; ++i) {
     for (int j = 0; j < 20; ++j) {
@@ -1216,8 +1181,7 @@ TEST_F(Engine, WarpMatrixMultiplyOfIntegersSaturates) {
   } params{Upload(a), Upload(b), Upload(c)};
   LaunchConfig config;
   config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<int32_t>(params.c, 32 * 8);
   int clamped = 0;
   for (int i = 0; i < 32; ++i) {
@@ -1276,8 +1240,7 @@ TEST_F(Engine, AsyncCopiesToSharedMemory) {
   } params{Upload(in), Zeros<uint32_t>(4 * threads)};
   LaunchConfig config;
   config.block[0] = threads;
-  ASSERT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(params.out, 4 * threads);
   for (int t = 0; t < threads; ++t) {
     for (int i = 0; i < 4; ++i) {
@@ -1352,8 +1315,7 @@ DONE:
   uint64_t out = Zeros<uint32_t>(4 * 64);
   LaunchConfig config;
   config.block[0] = 64;
-  ASSERT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 4 * 64);
   std::vector<uint32_t> pending;
   for (int t = 0; t < 64; ++t) {
@@ -1479,12 +1441,11 @@ DONE:
       LaunchConfig config;
       config.grid[0] = 4;  // enough CTAs for two workers: CTA 0 on one, CTA 1 on the other
       config.block[0] = threads;
-      ASSERT_EQ(executor_.Launch(function, config, params, sizeof(params)), kCuSuccess)
-          << executor_.TakeErrorDetail();
+      ASSERT_EQ(executor_.Launch(function, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
       auto counts = Download<uint32_t>(torn, threads);
       for (uint32_t t = 0; t < threads; ++t) {
-        EXPECT_EQ(counts[t], 0u) << (function == 94 ? "v2" : "v4") << ", " << threads
-                                 << " threads: thread " << t << " saw torn vectors";
+        EXPECT_EQ(counts[t], 0u) << (function == 94 ? "v2" : "v4") << ", " << threads << " threads: thread " << t
+                                 << " saw torn vectors";
       }
     }
   }
@@ -1554,8 +1515,7 @@ DONE:
   std::memcpy(params + 16, &kRounds, 4);
   LaunchConfig config;
   config.grid[0] = 4;  // enough CTAs for two workers: CTA 0 on one, CTA 1 on the other
-  ASSERT_EQ(executor_.Launch(96, config, params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(96, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(seen, 2 * kRounds);
   uint32_t both_missed = 0;
   for (uint32_t r = 0; r < kRounds; ++r) {
@@ -1573,10 +1533,8 @@ TEST_F(Engine, OversizedDeclarationsAreRefused) {
   for (const char* registers : {"%r<-3>", "%r<2000000>", "%a<600000>, %b<600000>"}) {
     const std::string ptx = std::string(".version 7.0\n.target sm_80\n.address_size 64\n") +
                             ".visible .entry k()\n{\n  .reg .b32 " + registers + ";\n  ret;\n}\n";
-    EXPECT_EQ(executor_.LoadModule(20, ptx.c_str(), ptx.size() + 1, {}), kCuInvalidPtx)
-        << registers;
-    EXPECT_NE(executor_.TakeErrorDetail().find("registers declared"), std::string::npos)
-        << registers;
+    EXPECT_EQ(executor_.LoadModule(20, ptx.c_str(), ptx.size() + 1, {}), kCuInvalidPtx) << registers;
+    EXPECT_NE(executor_.TakeErrorDetail().find("registers declared"), std::string::npos) << registers;
   }
   const std::string big_local = R"(
 .version 7.0
@@ -1616,8 +1574,7 @@ TEST_F(Engine, MalformedMatrixInstructionsNameTheProblem) {
        "fragment a of 3 registers does not fit a 16x16 matrix"},
       {"wmma.load.a.sync.aligned.row.global.f16 {%r1,%r2,%r3,%r4,%r5,%r6,%r7,%r8}, [%rd1];",
        "unknown or missing shape"},
-      {"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1,%r2}, [%r3];",
-       "needs 4 destination registers"},
+      {"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r1,%r2}, [%r3];", "needs 4 destination registers"},
       {"cp.async.ca.shared.global [%r1], [%rd1], 12;", "cp-size must be 4, 8 or 16"},
       {"mbarrier.arrive.shared.b64 %rd1;", "needs a state, an address and an optional count"},
   };
@@ -1628,8 +1585,7 @@ TEST_F(Engine, MalformedMatrixInstructionsNameTheProblem) {
                             "  .reg .b64 %rd<2>;\n  " + c.body + "\n  ret;\n}\n";
     ++module;
     int32_t loaded = executor_.LoadModule(module, ptx.c_str(), ptx.size() + 1, {});
-    int32_t status =
-        loaded == kCuSuccess ? executor_.GetFunction(module, 90 + module, "k") : loaded;
+    int32_t status = loaded == kCuSuccess ? executor_.GetFunction(module, 90 + module, "k") : loaded;
     EXPECT_NE(status, kCuSuccess) << c.body;
     std::string detail = executor_.TakeErrorDetail();
     EXPECT_NE(detail.find(c.problem), std::string::npos) << c.body << ": " << detail;
@@ -1728,8 +1684,7 @@ TEST_F(Engine, SpecialRegistersAndClocks) {
 uint32_t BytePerm(uint32_t x, uint32_t y, uint32_t s) {
   uint64_t bytes = (uint64_t{y} << 32) | x;
   uint32_t r = 0;
-  for (int i = 0; i < 4; ++i)
-    r |= static_cast<uint32_t>((bytes >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  for (int i = 0; i < 4; ++i) r |= static_cast<uint32_t>((bytes >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
   return r;
 }
 
@@ -1769,12 +1724,9 @@ TEST_F(Engine, IntegerArithmeticAndBitOperations) {
     EXPECT_EQ(o[11], x >> (uy & 31)) << i;
     EXPECT_EQ(o[12], ux >> (uy & 31)) << i;
     EXPECT_EQ(o[13], __builtin_ffs(x)) << i;
-    EXPECT_EQ(static_cast<unsigned>(o[14]),
-              static_cast<unsigned>(std::abs(static_cast<long long>(x) - y)) + 5u)
-        << i;
-    EXPECT_EQ(static_cast<int>(o[15]),
-              static_cast<int>(static_cast<unsigned>(std::min(x, y)) + std::max(ux, uy) +
-                               static_cast<unsigned>(x == INT32_MIN ? x : std::abs(x))))
+    EXPECT_EQ(static_cast<unsigned>(o[14]), static_cast<unsigned>(std::abs(static_cast<long long>(x) - y)) + 5u) << i;
+    EXPECT_EQ(static_cast<int>(o[15]), static_cast<int>(static_cast<unsigned>(std::min(x, y)) + std::max(ux, uy) +
+                                                        static_cast<unsigned>(x == INT32_MIN ? x : std::abs(x))))
         << i;
   }
 }
@@ -1789,8 +1741,7 @@ TEST_F(Engine, FloatAndDoubleMath) {
     b[i] = (i % 5 + 1) * ((i & 1) ? -0.71f : 0.93f);
     da[i] = (i - 10) * 1.2345678901;
   }
-  uint64_t pa = Upload(a), pb = Upload(b), pd = Upload(da), out = Zeros<float>(16 * n),
-           dout = Zeros<double>(8 * n);
+  uint64_t pa = Upload(a), pb = Upload(b), pd = Upload(da), out = Zeros<float>(16 * n), dout = Zeros<double>(8 * n);
   ASSERT_EQ(Run("float_ops", {1}, {n}, 0, pa, pb, pd, out, dout), kCuSuccess) << last_detail_;
   auto f = Download<float>(out, 16 * n);
   auto d = Download<double>(dout, 8 * n);
@@ -1840,8 +1791,7 @@ TEST_F(Engine, Conversions) {
   ASSERT_EQ(Run("conversions", {1}, {n}, 0, din, out), kCuSuccess) << last_detail_;
   auto got = Download<int>(out, 12 * n);
   auto saturate = [](double v) {
-    return static_cast<int>(
-        std::clamp(v, static_cast<double>(INT32_MIN), static_cast<double>(INT32_MAX)));
+    return static_cast<int>(std::clamp(v, static_cast<double>(INT32_MIN), static_cast<double>(INT32_MAX)));
   };
   for (int i = 0; i < n; ++i) {
     float x = in[i];
@@ -1864,9 +1814,7 @@ TEST_F(Engine, Conversions) {
     float product = static_cast<float>(i * 1234567);
     std::memcpy(&bits, &product, 4);
     EXPECT_EQ(o[9], bits) << i;
-    EXPECT_EQ(o[10],
-              saturate(std::trunc(static_cast<float>(static_cast<double>(x) * 3.0) * 100.0f)))
-        << i;
+    EXPECT_EQ(o[10], saturate(std::trunc(static_cast<float>(static_cast<double>(x) * 3.0) * 100.0f))) << i;
     EXPECT_EQ(static_cast<unsigned>(o[11]),
               static_cast<unsigned>(std::min<double>(std::nearbyint(std::fabs(x)), 4294967295.0)))
         << i;
@@ -1919,8 +1867,7 @@ TEST_F(Engine, DevicePrintfIsKeptUntilTaken) {
   for (int b = 0; b < 2; ++b) {
     for (int t = 0; t < 3; ++t) {
       char line[128];
-      std::snprintf(line, sizeof(line), "hello from %d.%d value %d %5.2f ok\n", b, t, 10 + t,
-                    1.5 * t);
+      std::snprintf(line, sizeof(line), "hello from %d.%d value %d %5.2f ok\n", b, t, 10 + t, 1.5 * t);
       EXPECT_NE(text.find(line), std::string::npos) << line << " not in:\n" << text;
     }
   }
@@ -1959,20 +1906,17 @@ TEST_F(Engine, StrayLaneOfAWholeWarpFaults) {
   uint64_t fresh = Zeros<int>(32);
   EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, 2LL), kCuIllegalAddress);
   char expected[96];
-  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
-                static_cast<unsigned long long>(fresh + 128));
+  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx", static_cast<unsigned long long>(fresh + 128));
   EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
   got = Download<int>(fresh, 32);
   EXPECT_EQ(got[0], 0);
   EXPECT_EQ(got[1], 0);
   for (int i = 2; i < 32; ++i) EXPECT_EQ(got[i], i - 1) << i;
   EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, 1LL), kCuIllegalAddress);  // lane 31 only
-  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
-                static_cast<unsigned long long>(fresh + 128));
+  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx", static_cast<unsigned long long>(fresh + 128));
   EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
   EXPECT_EQ(Run("warp_poke", {1}, {32}, 0, fresh, -1LL), kCuIllegalAddress);
-  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx",
-                static_cast<unsigned long long>(fresh - 4));
+  std::snprintf(expected, sizeof(expected), "store of 4 bytes at 0x%llx", static_cast<unsigned long long>(fresh - 4));
   EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
 
   uint64_t in = Upload(std::vector<int>(32, 5));
@@ -1980,8 +1924,7 @@ TEST_F(Engine, StrayLaneOfAWholeWarpFaults) {
   ASSERT_EQ(Run("warp_peek", {1}, {32}, 0, in, out, 0LL), kCuSuccess) << last_detail_;
   EXPECT_EQ(Download<int>(out, 32), std::vector<int>(32, 5));
   EXPECT_EQ(Run("warp_peek", {1}, {32}, 0, in, out, 1LL), kCuIllegalAddress);
-  std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx",
-                static_cast<unsigned long long>(in + 128));
+  std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx", static_cast<unsigned long long>(in + 128));
   EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
 
   // Shared memory: 32 ints of dynamic shared memory; lane 31 one past the end.
@@ -2034,11 +1977,9 @@ TEST_F(Engine, LoadAndStorePathsAgree) {
 
 TEST_F(Engine, AtomicPathsReturnValuesAndFaults) {
   const int blocks = 4, threads = 96, n = blocks * threads;
-  uint64_t tickets = Zeros<int>(n + 2), shared_tickets = Zeros<int>(n),
-           generic_tickets = Zeros<int>(n), bins = Zeros<int>(8);
-  ASSERT_EQ(
-      Run("atomic_paths", {blocks}, {threads}, 0, tickets, shared_tickets, generic_tickets, bins),
-      kCuSuccess)
+  uint64_t tickets = Zeros<int>(n + 2), shared_tickets = Zeros<int>(n), generic_tickets = Zeros<int>(n),
+           bins = Zeros<int>(8);
+  ASSERT_EQ(Run("atomic_paths", {blocks}, {threads}, 0, tickets, shared_tickets, generic_tickets, bins), kCuSuccess)
       << last_detail_;
   auto t = Download<int>(tickets, n + 2);
   auto st = Download<int>(shared_tickets, n);
@@ -2077,8 +2018,7 @@ TEST_F(Engine, AtomicPathsReturnValuesAndFaults) {
   EXPECT_NE(last_detail_.find("misaligned atomic of 4 bytes"), std::string::npos) << last_detail_;
   EXPECT_EQ(Run("atomic_poke", {1}, {32}, 0, p, 4LL), kCuIllegalAddress);
   char expected[96];
-  std::snprintf(expected, sizeof(expected), "atomic of 4 bytes at 0x%llx",
-                static_cast<unsigned long long>(p + 128));
+  std::snprintf(expected, sizeof(expected), "atomic of 4 bytes at 0x%llx", static_cast<unsigned long long>(p + 128));
   EXPECT_NE(last_detail_.find(expected), std::string::npos) << last_detail_;
   auto after = Download<int>(p, 32);
   EXPECT_EQ(after[0], 1);
@@ -2109,8 +2049,7 @@ TEST_F(Engine, LoadIntoItsAddressRegister) {
   ret;
 }
 )";
-  ASSERT_EQ(executor_.LoadModule(2, ptx, sizeof(ptx), {}), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.LoadModule(2, ptx, sizeof(ptx), {}), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(2, 7, "chase"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t nodes = Zeros<uint64_t>(64), out = Zeros<uint64_t>(64);
   std::vector<uint64_t> init(64);
@@ -2122,8 +2061,7 @@ TEST_F(Engine, LoadIntoItsAddressRegister) {
   uint64_t params[2] = {nodes, out};
   LaunchConfig config;
   config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(7, config, params, sizeof(params)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(7, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint64_t>(out, 64);
   for (int t = 0; t < 32; ++t) {
     EXPECT_EQ(got[2 * t], 100u + t) << t;
@@ -2151,21 +2089,18 @@ TEST_F(Engine, TrapsAssertionsAndTextures) {
 TEST_F(Engine, HalfTanhAndExp2Approximations) {
   std::vector<uint32_t> in;
   for (int i = 0; i < 64; ++i) {
-    const float lo = -6.0f + 0.19f * static_cast<float>(i),
-                hi = 3.0f - 0.11f * static_cast<float>(i);
+    const float lo = -6.0f + 0.19f * static_cast<float>(i), hi = 3.0f - 0.11f * static_cast<float>(i);
     in.push_back(static_cast<uint32_t>(ToHalf(lo)) | static_cast<uint32_t>(ToHalf(hi)) << 16);
   }
   uint64_t din = Upload(in), out = Zeros<uint32_t>(4 * in.size());
-  ASSERT_EQ(Run("half_approx", {1}, {static_cast<uint32_t>(in.size())}, 0, din, out), kCuSuccess)
-      << last_detail_;
+  ASSERT_EQ(Run("half_approx", {1}, {static_cast<uint32_t>(in.size())}, 0, din, out), kCuSuccess) << last_detail_;
   auto got = Download<uint32_t>(out, 4 * in.size());
   auto near = [](uint16_t bits, double want) {
     // 2^-10 relative (the f16 forms' bound), and a little absolute room near 0.
     return std::fabs(FromHalf(bits) - want) <= std::ldexp(std::fabs(want), -10) + 1e-4;
   };
   for (size_t i = 0; i < in.size(); ++i) {
-    const float lo = FromHalf(static_cast<uint16_t>(in[i])),
-                hi = FromHalf(static_cast<uint16_t>(in[i] >> 16));
+    const float lo = FromHalf(static_cast<uint16_t>(in[i])), hi = FromHalf(static_cast<uint16_t>(in[i] >> 16));
     const uint32_t t = got[4 * i], e = got[4 * i + 1];
     EXPECT_TRUE(near(static_cast<uint16_t>(t), std::tanh(lo))) << lo;
     EXPECT_TRUE(near(static_cast<uint16_t>(t >> 16), std::tanh(hi))) << hi;
@@ -2185,9 +2120,7 @@ TEST_F(Engine, BitMasks) {
   const std::vector<uint32_t> clamp = {0xFF0, 0xF0000000, 0, 0xFFFFFFFF, 0, 0x80000000, 0};
   const std::vector<uint32_t> wrap = {0xFF0, 0xF0000000, 0xF00, 0, 0, 0x80000000, 0x1E};
   uint64_t a = Upload(positions), b = Upload(widths), out = Zeros<uint32_t>(2 * positions.size());
-  ASSERT_EQ(Run("bit_masks", {1}, {static_cast<uint32_t>(positions.size())}, 0, a, b, out),
-            kCuSuccess)
-      << last_detail_;
+  ASSERT_EQ(Run("bit_masks", {1}, {static_cast<uint32_t>(positions.size())}, 0, a, b, out), kCuSuccess) << last_detail_;
   auto got = Download<uint32_t>(out, 2 * positions.size());
   for (size_t i = 0; i < positions.size(); ++i) {
     EXPECT_EQ(got[2 * i], clamp[i]) << "clamp " << positions[i] << ", " << widths[i];
@@ -2296,8 +2229,7 @@ TEST_F(Engine, KernelsNeedTheirOwnSharedMemoryAndThreadBound) {
   LaunchConfig config;
   config.block[0] = 64;
   config.block[1] = 2;
-  EXPECT_EQ(executor_.Launch(91, config, &out, sizeof(out)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  EXPECT_EQ(executor_.Launch(91, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_GE(Download<uint32_t>(out, 1)[0], 7u);
   config.block[1] = 3;  // 192 threads
   EXPECT_EQ(executor_.Launch(91, config, &out, sizeof(out)), kCuLaunchOutOfResources);
@@ -2403,8 +2335,7 @@ $DONE:
     uint32_t depth;
   } deep{errors, 0};
   LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(95, config, &deep, sizeof(deep)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(95, config, &deep, sizeof(deep)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(errors, 32);
   for (int depth = 0; depth < 23; ++depth) EXPECT_EQ(got[depth], 0u) << depth;
   EXPECT_EQ(got[23], 65u);  // cudaErrorLaunchMaxDepthExceeded: no grid ran at depth 24
@@ -2418,8 +2349,7 @@ $DONE:
     struct {
       uint64_t out, buffer;
     } forge{out, buffer};
-    ASSERT_EQ(executor_.Launch(96, config, &forge, sizeof(forge)), kCuSuccess)
-        << executor_.TakeErrorDetail();
+    ASSERT_EQ(executor_.Launch(96, config, &forge, sizeof(forge)), kCuSuccess) << executor_.TakeErrorDetail();
     EXPECT_EQ(Download<uint32_t>(out, 1)[0], 1u);  // cudaErrorInvalidValue
   }
 }
@@ -2513,18 +2443,14 @@ TEST_F(Engine, TranslationUnitsAreLinked) {
 }
 )";
   const auto fatbin = PtxFatbin({unit1, unit2, unit1}, 75);
-  ASSERT_EQ(executor_.LoadModule(30, fatbin.data(), fatbin.size(), {}), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.LoadModule(30, fatbin.data(), fatbin.size(), {}), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(30, 130, "first"), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(30, 131, "second"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t out = Zeros<uint32_t>(2), second_out = out + 4;
   LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(130, config, &out, sizeof(out)), kCuSuccess)
-      << executor_.TakeErrorDetail();
-  ASSERT_EQ(executor_.Launch(131, config, &second_out, sizeof(second_out)), kCuSuccess)
-      << executor_.TakeErrorDetail();
-  EXPECT_EQ(Download<uint32_t>(out, 2),
-            (std::vector<uint32_t>{6 + 1000 + 'A', 8 + 2000 + 'B' + 5}));
+  ASSERT_EQ(executor_.Launch(130, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(131, config, &second_out, sizeof(second_out)), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(out, 2), (std::vector<uint32_t>{6 + 1000 + 'A', 8 + 2000 + 'B' + 5}));
   uint64_t counter = 0, size = 0;
   ASSERT_EQ(executor_.GetGlobal(30, "counter", &counter, &size), kCuSuccess);
   EXPECT_EQ(size, 4u);  // the definition's, not the declaration's
@@ -2630,18 +2556,15 @@ TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
 )";
   LoadKernel(13, 94, ptx, "saturating_mad24");
   if (HasFatalFailure()) return;
-  ASSERT_EQ(executor_.GetFunction(13, 95, "plain_mad24"), kCuSuccess)
-      << executor_.TakeErrorDetail();
-  ASSERT_EQ(executor_.GetFunction(13, 93, "cluster_store"), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(13, 95, "plain_mad24"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(13, 93, "cluster_store"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t out = Zeros<uint32_t>(1);
   LaunchConfig config;
   // Another CTA's shared memory (distributed shared memory) is not this CTA's.
   EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
   const std::string cluster_detail = executor_.TakeErrorDetail();
   EXPECT_NE(cluster_detail.find("st.shared::cluster.u32"), std::string::npos) << cluster_detail;
-  ASSERT_EQ(executor_.GetFunction(13, 92, "cluster_barrier"), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(13, 92, "cluster_barrier"), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(executor_.Launch(92, config, &out, sizeof(out)), kCuNotSupported);
   const std::string barrier_detail = executor_.TakeErrorDetail();
   EXPECT_NE(barrier_detail.find("barrier.cluster.arrive"), std::string::npos) << barrier_detail;
@@ -2649,8 +2572,7 @@ TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
   const std::string detail = executor_.TakeErrorDetail();
   EXPECT_NE(detail.find("mad24.hi.sat.s32': modifier .sat"), std::string::npos) << detail;
   EXPECT_EQ(Download<uint32_t>(out, 1)[0], 0u);
-  ASSERT_EQ(executor_.Launch(95, config, &out, sizeof(out)), kCuSuccess)
-      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(95, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(Download<uint32_t>(out, 1)[0], 1000007u);
 }
 
@@ -2708,12 +2630,10 @@ DONE:
   };
   EXPECT_EQ(launch(0, 3), kCuLaunchFailed);
   EXPECT_NE(last_detail_.find("deadlock"), std::string::npos) << last_detail_;
-  EXPECT_NE(last_detail_.find("barrier 1: 64 threads waiting, 64 of the 128"), std::string::npos)
-      << last_detail_;
+  EXPECT_NE(last_detail_.find("barrier 1: 64 threads waiting, 64 of the 128"), std::string::npos) << last_detail_;
   EXPECT_EQ(launch(1, 1), kCuLaunchFailed);
   EXPECT_NE(last_detail_.find("block (0,0,0)"), std::string::npos) << last_detail_;
-  EXPECT_NE(last_detail_.find("barrier 0: 32 threads waiting, all 64 running threads needed"),
-            std::string::npos)
+  EXPECT_NE(last_detail_.find("barrier 0: 32 threads waiting, all 64 running threads needed"), std::string::npos)
       << last_detail_;
   EXPECT_NE(last_detail_.find("barrier 1: 32 threads waiting"), std::string::npos) << last_detail_;
   ASSERT_EQ(launch(2, 2), kCuSuccess) << last_detail_;
@@ -2728,8 +2648,7 @@ TEST_F(Engine, CtasWaitingForOtherCtasOfTheirGridProgress) {
   const int blocks = 64, threads = 64;
   uint64_t counter = Zeros<int32_t>(1), values = Zeros<int32_t>(blocks);
   uint64_t out = Zeros<int32_t>(blocks * threads);
-  ASSERT_EQ(Run("software_grid_barrier", {blocks}, {threads}, 0, counter, values, out), kCuSuccess)
-      << last_detail_;
+  ASSERT_EQ(Run("software_grid_barrier", {blocks}, {threads}, 0, counter, values, out), kCuSuccess) << last_detail_;
   auto got = Download<int32_t>(out, blocks * threads);
   for (int b = 0; b < blocks; ++b) {
     for (int t = 0; t < threads; ++t) {
@@ -2847,8 +2766,7 @@ TEST_F(Engine, AddressInitialisersAndTheInliningBound) {
 .global .align 8 .u64 dangling[2] = {0, generic(nowhere)};
 .visible .entry nothing() { ret; }
 )";
-  EXPECT_EQ(executor_.LoadModule(21, unknown_ptx.c_str(), unknown_ptx.size() + 1, {}),
-            kCuInvalidPtx);
+  EXPECT_EQ(executor_.LoadModule(21, unknown_ptx.c_str(), unknown_ptx.size() + 1, {}), kCuInvalidPtx);
   const std::string detail = executor_.TakeErrorDetail();
   EXPECT_NE(detail.find("nowhere"), std::string::npos) << detail;
 
@@ -2883,13 +2801,11 @@ done:
   ret;
 }
 )";
-  ASSERT_EQ(executor_.LoadModule(22, branching_ptx.c_str(), branching_ptx.size() + 1, {}),
-            kCuSuccess)
+  ASSERT_EQ(executor_.LoadModule(22, branching_ptx.c_str(), branching_ptx.size() + 1, {}), kCuSuccess)
       << executor_.TakeErrorDetail();
   EXPECT_EQ(executor_.GetFunction(22, 121, "branching"), kCuInvalidPtx);
   const std::string bound = executor_.TakeErrorDetail();
-  EXPECT_NE(bound.find("instructions once its device functions are inlined"), std::string::npos)
-      << bound;
+  EXPECT_NE(bound.find("instructions once its device functions are inlined"), std::string::npos) << bound;
 }
 
 // Compressed fatbins (zstd and LZ4 entries) load and run; a cubin (SASS only)
@@ -3001,7 +2917,8 @@ DONE:
     std::string detail;
     ASSERT_EQ(launch(scale, &instructions, &detail), kCuSuccess) << detail;
     uint32_t step = 3 * scale, sum = 0;
-    do sum += step; while (sum < 40);
+    do sum += step;
+    while (sum < 40);
     for (uint32_t b = 0; b < blocks; ++b) {
       for (uint32_t t = 0; t < threads; ++t) {
         uint32_t i = b * threads + t;
@@ -3017,8 +2934,7 @@ DONE:
     // there (without hoisting, 7 more per thread).
     uint64_t rounds = sum / step;
     uint64_t storing = 2 + 1 + (3 * rounds - 1) + 1 + 1 + 5 + 1 + 1;
-    EXPECT_EQ(instructions, n * storing + blocks + (blocks * threads - n) * 4)
-        << "scale " << scale;
+    EXPECT_EQ(instructions, n * storing + blocks + (blocks * threads - n) * 4) << "scale " << scale;
     std::fill(out.begin(), out.end(), 0xdeadbeef);
   }
 }
@@ -3027,17 +2943,15 @@ DONE:
 // likewise. Both are ordinary device memory to the engine; an unterminated list is named.
 TEST(EngineParse, VariableAttributesAreReadAndAnUnterminatedOneIsNamed) {
   const std::string head = ".version 8.0\n.target sm_80\n.address_size 64\n";
-  auto module =
-      sim::PtxModule::Parse(head +
-                            ".global .attribute(.managed) .align 4 .u32 counter = 5;\n"
-                            ".global .attribute(.unified(0x1234, 0x5678)) .align 8 .b8 table[16];\n"
-                            ".visible .entry touch() { ret; }\n");
+  auto module = sim::PtxModule::Parse(head +
+                                      ".global .attribute(.managed) .align 4 .u32 counter = 5;\n"
+                                      ".global .attribute(.unified(0x1234, 0x5678)) .align 8 .b8 table[16];\n"
+                                      ".visible .entry touch() { ret; }\n");
   ASSERT_TRUE(module.ok()) << module.status().message();
   EXPECT_TRUE((*module)->Decode("touch", {}).ok());
   auto broken = sim::PtxModule::Parse(head + ".global .attribute(.managed .u32 counter;\n");
   ASSERT_FALSE(broken.ok());
-  EXPECT_NE(broken.status().message().find("unterminated .attribute"), std::string::npos)
-      << broken.status().message();
+  EXPECT_NE(broken.status().message().find("unterminated .attribute"), std::string::npos) << broken.status().message();
 }
 
 }  // namespace

@@ -320,8 +320,7 @@ struct Memory {
   uint64_t Add(std::vector<T>& data) {
     uint64_t address = next;
     next += (data.size() * sizeof(T) + 4095) / 4096 * 4096 + 4096;
-    ranges.push_back(
-        MemoryRange{address, data.size() * sizeof(T), reinterpret_cast<char*>(data.data())});
+    ranges.push_back(MemoryRange{address, data.size() * sizeof(T), reinterpret_cast<char*>(data.data())});
     return address;
   }
 };
@@ -355,9 +354,9 @@ class Jit : public ::testing::Test {
     return **kernel;
   }
 
-  int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid,
-                 std::vector<uint32_t> block, const std::vector<uint8_t>& params, Memory& memory,
-                 uint64_t* instructions = nullptr, std::string* detail = nullptr) {
+  int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
+                 const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions = nullptr,
+                 std::string* detail = nullptr) {
     LaunchSpec spec;
     for (int i = 0; i < 3; ++i) {
       spec.grid[i] = grid[i];
@@ -373,8 +372,7 @@ class Jit : public ::testing::Test {
 
   // Kernel "rotate" on `blocks` blocks of `threads` for `rounds` rounds, on the interpreter
   // (results[0]) and compiled (results[1]): each thread's last value.
-  void RunRotate(uint32_t blocks, uint32_t threads, uint32_t rounds,
-                 std::vector<uint32_t> results[2]) {
+  void RunRotate(uint32_t blocks, uint32_t threads, uint32_t rounds, std::vector<uint32_t> results[2]) {
     const DecodedKernel& kernel = Kernel("rotate");
     for (int compiled = 0; compiled < 2; ++compiled) {
       SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
@@ -397,15 +395,8 @@ struct MixInputs {
 MixInputs MakeInputs(int n) {
   const float kFloats[] = {1.5f,     -2.75f,    0.0f,   -0.0f, 3e9f,  -3e9f,      std::nanf(""),
                            INFINITY, -INFINITY, 1e-40f, 7.0f,  -0.5f, 123456.789f};
-  const int32_t kInts[] = {0,
-                           1,
-                           -1,
-                           7,
-                           -123456,
-                           std::numeric_limits<int32_t>::min(),
-                           std::numeric_limits<int32_t>::max(),
-                           0x12345678,
-                           -2};
+  const int32_t kInts[] = {
+      0, 1, -1, 7, -123456, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max(), 0x12345678, -2};
   const int8_t kBytes[] = {0, 1, -1, 127, -128, 42};
   MixInputs in;
   for (int k = 0; k < n; ++k) {
@@ -417,16 +408,15 @@ MixInputs MakeInputs(int n) {
 }
 
 // Runs `mix` on fresh copies of the inputs; returns the 16-word rows.
-std::vector<uint32_t> RunMix(Jit* test, const DecodedKernel& kernel, int n, uint32_t shift,
-                             int32_t* status, uint32_t blocks = 3, uint32_t threads = 64) {
+std::vector<uint32_t> RunMix(Jit* test, const DecodedKernel& kernel, int n, uint32_t shift, int32_t* status,
+                             uint32_t blocks = 3, uint32_t threads = 64) {
   MixInputs in = MakeInputs(n);
   std::vector<uint32_t> out(size_t(n) * 16, 0xdeadbeef);
   Memory memory;
   uint64_t df = memory.Add(in.f), di = memory.Add(in.i), db = memory.Add(in.b);
   uint64_t dout = memory.Add(out);
   // mix: 3 blocks of 64 threads over 1000 elements, every thread loops.
-  *status = test->Launch(kernel, {blocks, 1, 1}, {threads, 1, 1},
-                         Pack(df, di, db, dout, uint32_t(n), shift), memory);
+  *status = test->Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(df, di, db, dout, uint32_t(n), shift), memory);
   return out;
 }
 
@@ -457,14 +447,12 @@ TEST_P(JitBitForBit, CompiledKernelGivesTheInterpretersResultsBitForBit) {
     for (size_t k = 0; k < compiled.size(); ++k) {
       // Float words: a NaN is a NaN (LLVM may fold neg into a multiply, which on the host
       // keeps a NaN operand's sign; PTX does not fix NaN bits, and a GPU's are canonical).
-      const bool float_word =
-          k % 16 == 0 || k % 16 == 2 || k % 16 == 12 || k % 16 == 13 || k % 16 == 14;
+      const bool float_word = k % 16 == 0 || k % 16 == 2 || k % 16 == 12 || k % 16 == 13 || k % 16 == 14;
       if (float_word && std::isnan(std::bit_cast<float>(compiled[k])) &&
           std::isnan(std::bit_cast<float>(interpreted[k]))) {
         continue;
       }
-      ASSERT_EQ(compiled[k], interpreted[k])
-          << "element " << k / 16 << " word " << k % 16 << " with shift " << shift;
+      ASSERT_EQ(compiled[k], interpreted[k]) << "element " << k / 16 << " word " << k % 16 << " with shift " << shift;
     }
     // And against what PTX says, for the words where the host's C++ would differ.
     MixInputs in = MakeInputs(n);
@@ -478,8 +466,7 @@ TEST_P(JitBitForBit, CompiledKernelGivesTheInterpretersResultsBitForBit) {
                                           : static_cast<int32_t>(f);
       ASSERT_EQ(static_cast<int32_t>(row[1]), rzi) << "cvt.rzi.s32.f32 of " << f;
       ASSERT_EQ(row[3], shift >= 32 ? 0u : static_cast<uint32_t>(i) << shift) << "shl";
-      ASSERT_EQ(static_cast<int32_t>(row[4]), shift >= 32 ? (i < 0 ? -1 : 0) : i >> shift)
-          << "shr.s32";
+      ASSERT_EQ(static_cast<int32_t>(row[4]), shift >= 32 ? (i < 0 ? -1 : 0) : i >> shift) << "shr.s32";
       ASSERT_EQ(row[5], shift >= 32 ? 0u : static_cast<uint32_t>(i) >> shift) << "shr.u32";
       ASSERT_EQ(row[10], f < 0 ? 1u : 2u) << "setp.lt.f32 of " << f;
       ASSERT_EQ(row[11], (f < 0 || std::isnan(f)) ? 1u : 2u) << "setp.ltu.f32 of " << f;
@@ -499,9 +486,9 @@ TEST_F(Jit, ThreadsAndBlocksOfThreeDimensions) {
   Memory memory;
   uint64_t dout = memory.Add(out);
   uint64_t instructions = 0;
-  ASSERT_EQ(Launch(kernel, {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, Pack(dout),
-                   memory, &instructions),
-            0);
+  ASSERT_EQ(
+      Launch(kernel, {grid[0], grid[1], grid[2]}, {block[0], block[1], block[2]}, Pack(dout), memory, &instructions),
+      0);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
   for (uint32_t g = 0; g < threads; ++g) {
     const uint32_t per_block = 4 * 3 * 5;
@@ -546,20 +533,15 @@ TEST_F(Jit, AStrayAccessIsAnIllegalAddressAndStopsTheLaunch) {
   for (uint32_t v : data) ASSERT_EQ(v, 6u);
   // Blocks `width` threads wide, `blocks` of them: the launch reads past the allocation and
   // names the first thread that did; a null pointer and one below the allocation fault too.
-  auto expect_strays = [&](uint32_t blocks, uint32_t width, uint32_t shift, uint32_t block,
-                           uint32_t warp) {
+  auto expect_strays = [&](uint32_t blocks, uint32_t width, uint32_t shift, uint32_t block, uint32_t warp) {
     std::string detail;
-    EXPECT_EQ(
-        Launch(kernel, {blocks, 1, 1}, {width, 1, 1}, Pack(d, shift), memory, nullptr, &detail),
-        kIllegalAddress);
+    EXPECT_EQ(Launch(kernel, {blocks, 1, 1}, {width, 1, 1}, Pack(d, shift), memory, nullptr, &detail), kIllegalAddress);
     char expected[64];
     std::snprintf(expected, sizeof(expected), "load of 4 bytes at 0x%llx (block %u, warp %u)",
                   static_cast<unsigned long long>(d + 1024 * 4), block, warp);
     EXPECT_EQ(detail, expected) << width << " threads wide";
-    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {width, 1, 1}, Pack(uint64_t{0}, uint32_t{0}), memory),
-              kIllegalAddress);
-    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {width, 1, 1}, Pack(d - 4, uint32_t{0}), memory),
-              kIllegalAddress);
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {width, 1, 1}, Pack(uint64_t{0}, uint32_t{0}), memory), kIllegalAddress);
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {width, 1, 1}, Pack(d - 4, uint32_t{0}), memory), kIllegalAddress);
   };
   // Vector code, 4 words past the end: the last block's last threads read past it.
   expect_strays(8, 128, 4, 7, 3);
@@ -583,17 +565,13 @@ TEST_F(Jit, SmallLaunchesOnOneThreadEachStartAfresh) {
   uint64_t d = memory.Add(data);
   std::string detail;
   uint64_t faulted = 0;
-  ASSERT_EQ(
-      Launch(stray, {1, 1, 1}, {32, 1, 1}, Pack(d - 4, uint32_t{0}), memory, &faulted, &detail),
-      kIllegalAddress);
+  ASSERT_EQ(Launch(stray, {1, 1, 1}, {32, 1, 1}, Pack(d - 4, uint32_t{0}), memory, &faulted, &detail), kIllegalAddress);
   EXPECT_NE(detail, "");
   // The same kernel in bounds, on one block: as the first launch of a fresh thread.
   auto in_bounds = [&](uint32_t threads) {
     std::string again;
     uint64_t counted = 0;
-    EXPECT_EQ(
-        Launch(stray, {1, 1, 1}, {threads, 1, 1}, Pack(d, uint32_t{0}), memory, &counted, &again),
-        0);
+    EXPECT_EQ(Launch(stray, {1, 1, 1}, {threads, 1, 1}, Pack(d, uint32_t{0}), memory, &counted, &again), 0);
     EXPECT_EQ(again, "") << threads << " threads";
     return counted;
   };
@@ -663,8 +641,7 @@ TEST_F(Jit, AStrayAccessToSharedMemoryIsAnIllegalAddress) {
     SetJitMode(mode);
     EXPECT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d, uint32_t{7}), memory), 0);
     std::string detail;
-    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d, uint32_t{8}), memory, nullptr, &detail),
-              kIllegalAddress);
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d, uint32_t{8}), memory, nullptr, &detail), kIllegalAddress);
     EXPECT_NE(detail.find("load of 4 bytes"), std::string::npos) << detail;
   }
   EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
@@ -708,8 +685,7 @@ TEST_F(Jit, KernelsItCannotTakeRunOnTheInterpreter) {
   std::sort(sorted.begin(), sorted.end());
   for (uint32_t k = 0; k < 64; ++k) ASSERT_EQ(sorted[k], k);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
-  EXPECT_NE(kernel.jit->refused.find("an atomic whose result is read"), std::string::npos)
-      << kernel.jit->refused;
+  EXPECT_NE(kernel.jit->refused.find("an atomic whose result is read"), std::string::npos) << kernel.jit->refused;
 }
 
 TEST_F(Jit, AutoCompilesOnlyKernelsWhoseLaunchesAreWorthIt) {
@@ -754,7 +730,6 @@ TEST_F(Jit, AutoCompilesOnlyKernelsWhoseLaunchesAreWorthIt) {
   EXPECT_EQ(kernel.jit->jit_launches.load(), 1u);
   EXPECT_EQ(data[5], 8u);
 }
-
 
 // The tier takes the decoder's shared-memory layout: a module's .shared variable that the
 // kernel names only as a branch label is no shared memory of the kernel on either tier
@@ -850,7 +825,6 @@ TEST(JitLimits, CompileWorkOverTheBoundRunsOnTheInterpreter) {
   EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
   EXPECT_NE(kernel.jit->refused.find("compile work"), std::string::npos) << kernel.jit->refused;
 }
-
 
 // A branch to a label after the last instruction (`DONE: }`) ends the thread; with a
 // barrier, the tier's liveness analysis took the label for an instruction one past the

@@ -19,13 +19,11 @@ extern "C" __global__ void Sample3D(cudaTextureObject_t t, const float4* c, floa
   if (i < n) out[i] = tex3D<float4>(t, c[i].x, c[i].y, c[i].z);
 }
 // c.w: the layer.
-extern "C" __global__ void SampleLayered2D(cudaTextureObject_t t, const float4* c, float4* out,
-                                           int n) {
+extern "C" __global__ void SampleLayered2D(cudaTextureObject_t t, const float4* c, float4* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = tex2DLayered<float4>(t, c[i].x, c[i].y, static_cast<int>(c[i].w));
 }
-extern "C" __global__ void SampleLayered1D(cudaTextureObject_t t, const float2* c, float4* out,
-                                           int n) {
+extern "C" __global__ void SampleLayered1D(cudaTextureObject_t t, const float2* c, float4* out, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = tex1DLayered<float4>(t, c[i].x, static_cast<int>(c[i].y));
 }
@@ -57,14 +55,13 @@ extern "C" __global__ void Query(cudaTextureObject_t t, cudaSurfaceObject_t s, i
 }
 // Each lane reads the float at element (c.x, c.y) of surface `s` (x in bytes: 4 * c.x) and
 // writes it + 1 at the same place of `d`, under the boundary mode of its name.
-#define SURFACE_COPY(NAME, MODE)                                                          \
-  extern "C" __global__ void NAME(cudaSurfaceObject_t s, cudaSurfaceObject_t d,           \
-                                  const int2* c, float* out, int n) {                     \
-    int i = blockIdx.x * blockDim.x + threadIdx.x;                                        \
-    if (i >= n) return;                                                                   \
-    float v = surf2Dread<float>(s, c[i].x * 4, c[i].y, MODE);                             \
-    out[i] = v;                                                                           \
-    surf2Dwrite(v + 1, d, c[i].x * 4, c[i].y, MODE);                                      \
+#define SURFACE_COPY(NAME, MODE)                                                                                    \
+  extern "C" __global__ void NAME(cudaSurfaceObject_t s, cudaSurfaceObject_t d, const int2* c, float* out, int n) { \
+    int i = blockIdx.x * blockDim.x + threadIdx.x;                                                                  \
+    if (i >= n) return;                                                                                             \
+    float v = surf2Dread<float>(s, c[i].x * 4, c[i].y, MODE);                                                       \
+    out[i] = v;                                                                                                     \
+    surf2Dwrite(v + 1, d, c[i].x * 4, c[i].y, MODE);                                                                \
   }
 SURFACE_COPY(SurfaceClamp, cudaBoundaryModeClamp)
 SURFACE_COPY(SurfaceZero, cudaBoundaryModeZero)

@@ -38,8 +38,7 @@ class Texture : public ::testing::Test {
     std::ifstream file(std::string(GPUPOOL_PTX_MODULES) + "/texture_kernels.ptx");
     ptx_.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
     ASSERT_FALSE(ptx_.empty());
-    ASSERT_EQ(executor_.LoadModule(1, ptx_.c_str(), ptx_.size() + 1, {}), kCuSuccess)
-        << executor_.TakeErrorDetail();
+    ASSERT_EQ(executor_.LoadModule(1, ptx_.c_str(), ptx_.size() + 1, {}), kCuSuccess) << executor_.TakeErrorDetail();
   }
 
   template <typename T>
@@ -62,8 +61,8 @@ class Texture : public ::testing::Test {
 
   // A descriptor over texels `data` (packed rows) of width x height x depth.
   template <typename T>
-  SimTextureDescriptor Over(const std::vector<T>& data, uint32_t format, uint32_t channels,
-                            uint64_t width, uint64_t height, uint64_t depth, uint32_t dims) {
+  SimTextureDescriptor Over(const std::vector<T>& data, uint32_t format, uint32_t channels, uint64_t width,
+                            uint64_t height, uint64_t depth, uint32_t dims) {
     SimTextureDescriptor d;
     d.magic = kSimTextureMagic;
     d.format = format;
@@ -77,9 +76,7 @@ class Texture : public ::testing::Test {
     d.slice_pitch = d.pitch * height;
     return d;
   }
-  uint64_t Publish(const SimTextureDescriptor& d) {
-    return Upload(std::vector<SimTextureDescriptor>{d});
-  }
+  uint64_t Publish(const SimTextureDescriptor& d) { return Upload(std::vector<SimTextureDescriptor>{d}); }
 
   // Runs kernel `name`(handle, coords, out, n) on n lanes; the results.
   template <typename C, typename R = F4>
@@ -93,8 +90,8 @@ class Texture : public ::testing::Test {
     status_ = Launch(name, &params, 28, static_cast<uint32_t>(coords.size()));
     return Download<R>(out, coords.size());
   }
-  int32_t Launch(const std::string& name, const void* params, size_t size, uint32_t threads,
-                 uint32_t blocks = 1, uint32_t threads_y = 1) {
+  int32_t Launch(const std::string& name, const void* params, size_t size, uint32_t threads, uint32_t blocks = 1,
+                 uint32_t threads_y = 1) {
     const uint64_t function = ++next_function_;
     EXPECT_EQ(executor_.GetFunction(1, function, name), kCuSuccess) << executor_.TakeErrorDetail();
     LaunchConfig config;
@@ -147,13 +144,11 @@ double Texels(float x, long n, uint32_t mode, bool normalized) {
 }
 
 // A 2D float texture (one channel) sampled at (x, y) as the appendix says.
-float Reference2D(const std::vector<float>& texels, long w, long h, const SimTextureDescriptor& d,
-                  float x, float y) {
+float Reference2D(const std::vector<float>& texels, long w, long h, const SimTextureDescriptor& d, float x, float y) {
   const bool normalized = d.flags & kSimTexNormalized;
   auto at = [&](long i, long j) -> float {
     long a, b;
-    if (!Index(i, w, d.address_mode[0], normalized, &a) ||
-        !Index(j, h, d.address_mode[1], normalized, &b)) {
+    if (!Index(i, w, d.address_mode[0], normalized, &a) || !Index(j, h, d.address_mode[1], normalized, &b)) {
       return d.border[0];
     }
     return texels[b * w + a];
@@ -198,15 +193,14 @@ TEST_F(Texture, ModesAgainstTheAppendix) {
         d.flags = filter | (normalized ? kSimTexNormalized : 0);
         d.address_mode[0] = d.address_mode[1] = mode;
         d.border[0] = 42.5f;
-        std::vector<float2> c =
-            normalized ? Coordinates(-1.3f, 2.4f, 96) : Coordinates(-3.f, 17.f, 96);
+        std::vector<float2> c = normalized ? Coordinates(-1.3f, 2.4f, 96) : Coordinates(-3.f, 17.f, 96);
         std::vector<F4> out = Run("Sample2D", Publish(d), c);
         ASSERT_EQ(status_, kCuSuccess) << detail_;
         for (size_t k = 0; k < c.size(); ++k) {
           const float want = Reference2D(texels, w, h, d, c[k].x, c[k].y);
           EXPECT_NEAR(out[k].v[0], want, 1e-5f * (1 + std::fabs(want)))
-              << "filter " << filter << " normalized " << normalized << " mode " << mode << " at ("
-              << c[k].x << ", " << c[k].y << ")";
+              << "filter " << filter << " normalized " << normalized << " mode " << mode << " at (" << c[k].x << ", "
+              << c[k].y << ")";
         }
       }
     }
@@ -262,8 +256,8 @@ TEST_F(Texture, ThreeDimensionsLayersAndCubemaps) {
       for (long x = 0; x < n; ++x) volume[(z * n + y) * n + x] = x + 10 * y + 100 * z;
   SimTextureDescriptor d = Over(volume, kTexelF32, 1, n, n, n, 3);
   d.flags = kSimTexLinearFilter;
-  std::vector<F4> out = Run("Sample3D", Publish(d),
-                            std::vector<float4>{{1.5f, 2.5f, 3.5f, 0}, {2.0f, 1.75f, 1.25f, 0}});
+  std::vector<F4> out =
+      Run("Sample3D", Publish(d), std::vector<float4>{{1.5f, 2.5f, 3.5f, 0}, {2.0f, 1.75f, 1.25f, 0}});
   ASSERT_EQ(status_, kCuSuccess) << detail_;
   EXPECT_FLOAT_EQ(out[0].v[0], 1 + 20 + 300);
   EXPECT_FLOAT_EQ(out[1].v[0], 1.5f + 12.5f + 75.f);
@@ -273,8 +267,8 @@ TEST_F(Texture, ThreeDimensionsLayersAndCubemaps) {
     for (long i = 0; i < 10; ++i) layers[l * 10 + i] = 1000 * l + i % 5;
   SimTextureDescriptor ld = Over(layers, kTexelF32, 1, 5, 2, 3, 2);
   ld.flags = kSimTexLayered;
-  out = Run("SampleLayered2D", Publish(ld),
-            std::vector<float4>{{3.5f, 1.5f, 0, 2}, {0.2f, 0.2f, 0, 1}, {4.9f, 0, 0, 7}});
+  out =
+      Run("SampleLayered2D", Publish(ld), std::vector<float4>{{3.5f, 1.5f, 0, 2}, {0.2f, 0.2f, 0, 1}, {4.9f, 0, 0, 7}});
   ASSERT_EQ(status_, kCuSuccess) << detail_;
   EXPECT_EQ(out[0].v[0], 2003);
   EXPECT_EQ(out[1].v[0], 1000);
@@ -286,8 +280,7 @@ TEST_F(Texture, ThreeDimensionsLayersAndCubemaps) {
     for (int i = 0; i < 4; ++i) faces[f * 4 + i] = 10 * f + i;
   SimTextureDescriptor cd = Over(faces, kTexelF32, 1, 2, 2, 6, 2);
   cd.flags = kSimTexCubemap;
-  out = Run("SampleCube", Publish(cd),
-            std::vector<float4>{{1, 0, 0, 0}, {0, -1, 0.2f, 0}, {-0.3f, 0.1f, -1, 0}});
+  out = Run("SampleCube", Publish(cd), std::vector<float4>{{1, 0, 0, 0}, {0, -1, 0.2f, 0}, {-0.3f, 0.1f, -1, 0}});
   ASSERT_EQ(status_, kCuSuccess) << detail_;
   EXPECT_EQ(out[0].v[0], 3);  // face 0, (1, 1)
   // (0, -1, .2): face 3 (-y), s = x = 0 -> u .5 -> texel 1; t = -z = -.2 -> v .4 -> row 0.
@@ -363,8 +356,7 @@ TEST_F(Texture, SurfacesLoadStoreAndBoundaryModes) {
 
 TEST_F(Texture, LayeredSurfaceAndQueries) {
   const int w = 5, h = 3, layers = 2;
-  SimTextureDescriptor s =
-      Over(std::vector<uint8_t>(w * h * layers * 4), kTexelU8, 4, w, h, layers, 2);
+  SimTextureDescriptor s = Over(std::vector<uint8_t>(w * h * layers * 4), kTexelU8, 4, w, h, layers, 2);
   s.magic = kSimSurfaceMagic;
   s.flags = kSimTexLayered;
   const uint64_t out = Upload(std::vector<uint32_t>(w * h * layers));
