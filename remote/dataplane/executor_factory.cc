@@ -28,6 +28,15 @@ Result<std::unique_ptr<Executor>> ExecutorFactory::Create(const backend::GpuInfo
   return executors_->Create(gpu);
 }
 
+device::GpuActivity ExecutorFactory::Activity(const backend::GpuInfo& gpu) {
+  if (!executors_) {
+    device::GpuActivity none;
+    none.why_not = "no device kind '" + backend_->name() + "' in this process";
+    return none;
+  }
+  return executors_->Activity(gpu);
+}
+
 DeviceDescription ExecutorFactory::Describe(const backend::GpuInfo& gpu) const {
   DeviceDescription description;
   CopyString(description.uuid, sizeof(description.uuid), gpu.uuid);

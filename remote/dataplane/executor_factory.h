@@ -24,6 +24,8 @@ class ExecutorFactory {
   // this process.
   Result<std::unique_ptr<Executor>> Create(const backend::GpuInfo& gpu);
   DeviceDescription Describe(const backend::GpuInfo& gpu) const;
+  // The device's own figures for `gpu` (device_kind.h, ExecutorSource::Activity).
+  device::GpuActivity Activity(const backend::GpuInfo& gpu);
 
  private:
   backend::GpuBackend* backend_;

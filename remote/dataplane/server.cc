@@ -109,6 +109,8 @@ class GpuWorker : public transport::RpcHandler {
   // Closes `id`'s retained session (its memory goes), and forgets its tickets.
   void CloseRetained(transport::ConnectionId id, const std::string& why);
   void FinishHello(const HelloCheck& check, transport::ServerReply* reply);
+  // kOpGpuStatus (protocol.h): the session's own GPU, and its own lease's sessions on it.
+  void GpuStatus(Session* session, std::string_view args, transport::ServerReply* reply);
 
   ServerImpl* const server_;
   const size_t lane_;
@@ -353,6 +355,7 @@ void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHe
     reply->tick_soon = true;
   }
   if (header.op == kOpHandoffOffer) return HandoffOffer(id, session, reply);
+  if (header.op == kOpGpuStatus) return GpuStatus(session, args, reply);
   if (header.op == kOpHandoffPull && session->authorized()) {
     HandoffPull(session, args, reply);
     session->set_last_run_seq(header.seq);
@@ -500,6 +503,15 @@ void GpuWorker::Hello(transport::ConnectionId id, Session* session, std::string_
                       " (the GPU named at the transport handshake)",
                   reply);
   }
+  hello.client_host[sizeof(hello.client_host) - 1] = '\0';
+  std::string client_host = hello.client_host;
+  for (char& c : client_host) {
+    if (c < 0x21 || c > 0x7e) c = '?';  // shown back in tables and logs: printable only
+  }
+  if ((hello.flags & ~kHelloMonitorOnly) != 0 || hello.reserved != 0) {
+    return Refuse(session, kCuInvalidValue, "malformed hello: unknown flags", reply);
+  }
+  session->set_client(hello.client_pid, std::move(client_host), (hello.flags & kHelloMonitorOnly) != 0);
   HelloCheck check;
   check.id = id;
   check.lease_id = hello.lease_id;
@@ -554,6 +566,77 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   server_->sessions_log().Log(
       "attached " + session->peer() + " " + check.gpu_uuid + " " + check.lease_id,
       "client " + session->peer() + " attached to GPU " + check.gpu_uuid + " (lease " + check.lease_id + ")");
+}
+
+// Only an attached session asks, about its own GPU (this lane's); the processes are the
+// sessions of its own lease here. A worker process serves one lease, but a test server's
+// lane may hold several leases' connections: the lease is compared all the same.
+void GpuWorker::GpuStatus(Session* session, std::string_view args, transport::ServerReply* reply) {
+  GpuStatusArgs request;
+  if (args.size() != sizeof(request)) {
+    reply->status = kCuInvalidValue;
+    reply->out = "malformed GPU status request: " + std::to_string(args.size()) + " bytes, expected " +
+                 std::to_string(sizeof(request));
+    return;
+  }
+  std::memcpy(&request, args.data(), sizeof(request));
+  if (request.reserved != 0 || request.max_processes > kMaxGpuProcesses) {
+    reply->status = kCuInvalidValue;
+    reply->out = request.reserved != 0 ? std::string("malformed GPU status request: reserved bits set")
+                                       : "GPU status request for " + std::to_string(request.max_processes) +
+                                             " processes: at most " + std::to_string(kMaxGpuProcesses);
+    return;
+  }
+  if (!session->authorized() || gpu_ == nullptr || session->gpu_uuid() != gpu_->uuid) {
+    reply->status = kCuNotPermitted;
+    reply->out = session->revoked() ? "this session's lease no longer holds the GPU"
+                                    : "only a session attached to its GPU may ask for that GPU's status";
+    return;
+  }
+  const device::GpuActivity activity = server_->executors().Activity(*gpu_);
+  GpuStatusResult result;
+  if (activity.has_utilization) {
+    result.reported |= kGpuStatusUtilization;
+    result.gpu_percent = std::min<uint32_t>(activity.gpu_percent, 100);
+    result.memory_percent = std::min<uint32_t>(activity.memory_percent, 100);
+    result.sample_period_ms = activity.sample_period_ms;
+  }
+  if (activity.has_temperature) {
+    result.reported |= kGpuStatusTemperature;
+    result.temperature_c = activity.temperature_c;
+  }
+  if (activity.has_power) {
+    result.reported |= kGpuStatusPower;
+    result.power_mw = activity.power_mw;
+  }
+  if (!activity.driver_version.empty()) {
+    result.reported |= kGpuStatusDriverVersion;
+    std::snprintf(result.driver_version, sizeof(result.driver_version), "%s", activity.driver_version.c_str());
+  }
+  result.cuda_driver_version = activity.cuda_driver_version;
+  std::snprintf(result.why_not, sizeof(result.why_not), "%s", activity.why_not.c_str());
+  std::vector<GpuProcess> processes;
+  for (const auto& [other_id, other] : sessions_) {
+    if (!other->authorized() || other->monitor_only() || other->lease_id() != session->lease_id() ||
+        other->gpu_uuid() != session->gpu_uuid()) {
+      continue;
+    }
+    if (result.process_count == UINT32_MAX) break;
+    ++result.process_count;
+    if (processes.size() >= request.max_processes) continue;
+    GpuProcess process;
+    process.pid = other->client_pid();
+    uint64_t held = 0;
+    for (const auto& [start, size] : other->executor()->Ranges()) {
+      held = size > UINT64_MAX - held ? UINT64_MAX : held + size;  // saturates, never wraps
+    }
+    process.used_bytes = held;
+    std::snprintf(process.host, sizeof(process.host), "%s", other->client_host().c_str());
+    processes.push_back(process);
+  }
+  reply->out.assign(reinterpret_cast<const char*>(&result), sizeof(result));
+  reply->out.append(reinterpret_cast<const char*>(processes.data()),
+                    processes.size() * sizeof(GpuProcess));  // at most kMaxGpuProcesses
 }
 
 // The old GPU's side: the client of a retained session asks for a ticket. The session's

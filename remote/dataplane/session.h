@@ -70,6 +70,17 @@ class Session {
   const std::string& lease_id() const { return lease_id_; }
   const std::string& token() const { return token_; }
   const std::string& gpu_uuid() const { return gpu_.uuid; }
+  // The process that opened the session, as its hello said (protocol.h, HelloArgs): the
+  // client's word, shown back only to sessions of the same lease (kOpGpuStatus).
+  // `monitor_only`: the session only watches (kHelloMonitorOnly) and is not listed.
+  void set_client(uint32_t pid, std::string host, bool monitor_only) {
+    client_pid_ = pid;
+    client_host_ = std::move(host);
+    monitor_only_ = monitor_only;
+  }
+  bool monitor_only() const { return monitor_only_; }
+  uint32_t client_pid() const { return client_pid_; }
+  const std::string& client_host() const { return client_host_; }
   // The authorization epoch at which the credential was last found valid.
   uint64_t checked_epoch() const { return checked_epoch_; }
   void set_checked_epoch(uint64_t epoch) { checked_epoch_ = epoch; }
@@ -104,6 +115,9 @@ class Session {
   int32_t sticky_error_ = 0;    // GPU failed or a kernel faulted: the context is unusable
   bool said_unplaced_ = false;  // logged that an allocation could not go where asked
   std::vector<char> reply_bytes_;
+  uint32_t client_pid_ = 0;
+  std::string client_host_;
+  bool monitor_only_ = false;
 };
 
 }  // namespace gpupool::dataplane

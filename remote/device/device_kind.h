@@ -13,6 +13,7 @@
 
 #include "common/config.h"
 #include "common/status.h"
+#include "remote/device/activity.h"
 #include "remote/device/backend.h"
 #include "remote/device/executor.h"
 
@@ -26,6 +27,13 @@ class ExecutorSource {
   virtual ~ExecutorSource() = default;
   // An executor for a new session on `gpu`; an error (one line) when there cannot be one.
   virtual Result<std::unique_ptr<dataplane::Executor>> Create(const backend::GpuInfo& gpu) = 0;
+  // What `gpu`'s device reports about itself now (activity.h), for the job's NVML: the
+  // figures it cannot report are left unset and named in why_not.
+  virtual GpuActivity Activity(const backend::GpuInfo& /*gpu*/) {
+    GpuActivity activity;
+    activity.why_not = "this kind of device reports no utilisation, temperature or power";
+    return activity;
+  }
 };
 
 class DeviceKind {

@@ -89,17 +89,27 @@ typedef struct nvmlUtilization_st {
   unsigned int memory;
 } nvmlUtilization_t;
 
-// nvmlDeviceGetComputeRunningProcesses (no suffix) fills the v1 layout; _v2 and _v3 this.
+// nvmlDeviceGetComputeRunningProcesses (no suffix) fills the v1 layout; _v2 fills
+// nvmlProcessInfo_v2_t and _v3 nvmlProcessInfo_t, which have the same layout.
 typedef struct nvmlProcessInfo_v1_st {
   unsigned int pid;
   unsigned long long usedGpuMemory;
 } nvmlProcessInfo_v1_t;
-typedef struct nvmlProcessInfo_st {
+typedef struct nvmlProcessInfo_v2_st {
   unsigned int pid;
   unsigned long long usedGpuMemory;
   unsigned int gpuInstanceId;
   unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
+typedef struct nvmlProcessInfo_st {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;  // NVML_VALUE_NOT_AVAILABLE_UINT outside MIG
+  unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
+#define NVML_VALUE_NOT_AVAILABLE_UINT 0xFFFFFFFFu
+
+typedef enum nvmlTemperatureSensors_enum { NVML_TEMPERATURE_GPU = 0 } nvmlTemperatureSensors_t;
 
 typedef enum nvmlEnableState_enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 } nvmlEnableState_t;
 #define NVML_DEVICE_MIG_DISABLE 0x0

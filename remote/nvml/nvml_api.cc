@@ -19,6 +19,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <vector>
 
 #include "remote/nvml/nvml_abi.h"
 #include "remote/nvml/pool_gpus.h"
@@ -204,6 +205,50 @@ nvmlReturn_t Memory(nvmlDevice_t device, unsigned long long* total, unsigned lon
   if (free_bytes > total_bytes) free_bytes = total_bytes;  // used = total - free stays >= 0
   *total = total_bytes;
   *free = free_bytes;
+  return NVML_SUCCESS;
+}
+
+// The GPU's status from its agent (kOpGpuStatus), with up to `max_processes` processes.
+nvmlReturn_t GpuStatus(nvmlDevice_t device, uint32_t max_processes, gpupool::dataplane::GpuStatusResult* result,
+                       std::vector<gpupool::dataplane::GpuProcess>* processes) {
+  std::shared_lock<std::shared_mutex> lock(table_mu);
+  PoolGpu* gpu = nullptr;
+  if (nvmlReturn_t r = Lookup(device, &gpu); r != NVML_SUCCESS) return r;
+  std::string why;
+  if (!PoolGpus::GpuStatus(gpu, max_processes, result, processes, &why)) {
+    LogError("GPU " + gpu->uuid + ": " + why);
+    return NVML_ERROR_GPU_IS_LOST;
+  }
+  return NVML_SUCCESS;
+}
+
+// nvmlDeviceGetComputeRunningProcesses in each of its layouts: the sessions of the job's
+// own lease on the GPU, each with the pid its process had at hello (on its own host) and
+// the device memory it holds. NVML's sizing protocol: *count is the room in `infos`; with
+// too little, INSUFFICIENT_SIZE and *count the room needed; with none needed, SUCCESS.
+template <typename Info>
+nvmlReturn_t RunningProcesses(nvmlDevice_t device, unsigned int* count, Info* infos) {
+  if (count == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+  const uint32_t room = infos == nullptr ? 0 : *count;
+  gpupool::dataplane::GpuStatusResult status;
+  std::vector<gpupool::dataplane::GpuProcess> processes;
+  if (nvmlReturn_t r = GpuStatus(device, room, &status, &processes); r != NVML_SUCCESS) return r;
+  if (status.process_count > room || processes.size() < status.process_count) {
+    *count = status.process_count;
+    return NVML_ERROR_INSUFFICIENT_SIZE;
+  }
+  for (size_t i = 0; i < processes.size(); ++i) {
+    Info info;
+    std::memset(&info, 0, sizeof(info));
+    info.pid = processes[i].pid;
+    info.usedGpuMemory = processes[i].used_bytes;
+    if constexpr (sizeof(Info) > sizeof(nvmlProcessInfo_v1_t)) {
+      info.gpuInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;  // no MIG
+      info.computeInstanceId = NVML_VALUE_NOT_AVAILABLE_UINT;
+    }
+    infos[i] = info;
+  }
+  *count = static_cast<unsigned int>(processes.size());
   return NVML_SUCCESS;
 }
 
@@ -461,6 +506,92 @@ NVML_API nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned 
   });
 }
 
+// ---- Devices: activity (the agent's kOpGpuStatus) -----------------------------------------
+
+// The fraction of the agent's last sample period (about a second) that the GPU ran
+// kernels (gpu) and read or wrote device memory (memory), as its device measures them.
+NVML_API nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization) {
+  NVML_BODY({
+    if (utilization == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    gpupool::dataplane::GpuStatusResult status;
+    std::vector<gpupool::dataplane::GpuProcess> none;
+    if (nvmlReturn_t r = GpuStatus(device, 0, &status, &none); r != NVML_SUCCESS) return r;
+    if ((status.reported & gpupool::dataplane::kGpuStatusUtilization) == 0) {
+      return NVML_ERROR_NOT_SUPPORTED;
+    }
+    utilization->gpu = status.gpu_percent;
+    utilization->memory = status.memory_percent;
+    return NVML_SUCCESS;
+  });
+}
+
+// Only where the GPU's device reports it (a real GPU's agent; never the sim).
+NVML_API nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor,
+                                               unsigned int* temperature) {
+  NVML_BODY({
+    if (temperature == nullptr || sensor != NVML_TEMPERATURE_GPU) return NVML_ERROR_INVALID_ARGUMENT;
+    gpupool::dataplane::GpuStatusResult status;
+    std::vector<gpupool::dataplane::GpuProcess> none;
+    if (nvmlReturn_t r = GpuStatus(device, 0, &status, &none); r != NVML_SUCCESS) return r;
+    if ((status.reported & gpupool::dataplane::kGpuStatusTemperature) == 0) {
+      return NVML_ERROR_NOT_SUPPORTED;
+    }
+    *temperature = status.temperature_c;
+    return NVML_SUCCESS;
+  });
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* milliwatts) {
+  NVML_BODY({
+    if (milliwatts == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    gpupool::dataplane::GpuStatusResult status;
+    std::vector<gpupool::dataplane::GpuProcess> none;
+    if (nvmlReturn_t r = GpuStatus(device, 0, &status, &none); r != NVML_SUCCESS) return r;
+    if ((status.reported & gpupool::dataplane::kGpuStatusPower) == 0) return NVML_ERROR_NOT_SUPPORTED;
+    *milliwatts = status.power_mw;
+    return NVML_SUCCESS;
+  });
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
+                                                              nvmlProcessInfo_t* infos) {
+  NVML_BODY({ return RunningProcesses(device, count, infos); });
+}
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int* count,
+                                                              nvmlProcessInfo_v2_t* infos) {
+  NVML_BODY({ return RunningProcesses(device, count, infos); });
+}
+NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int* count,
+                                                           nvmlProcessInfo_v1_t* infos) {
+  NVML_BODY({ return RunningProcesses(device, count, infos); });
+}
+
+// The driver's version as the first GPU whose agent reports one says it: NVIDIA's driver
+// on that GPU's host ("580.65.06"), or "gpupool-sim VERSION" for a simulated GPU. The job's
+// GPUs may sit in hosts with different drivers; NVML has one answer, so it is device 0's
+// where it can be.
+NVML_API nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
+  NVML_BODY({
+    if (version == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
+    size_t count = 0;
+    {
+      std::shared_lock<std::shared_mutex> lock(table_mu);
+      if (init_count == 0) return NVML_ERROR_UNINITIALIZED;
+      count = table->count();
+    }
+    for (size_t i = 0; i < count; ++i) {
+      nvmlDevice_t device = nullptr;
+      if (HandleByIndex(static_cast<unsigned int>(i), &device) != NVML_SUCCESS) continue;
+      gpupool::dataplane::GpuStatusResult status;
+      std::vector<gpupool::dataplane::GpuProcess> none;
+      if (GpuStatus(device, 0, &status, &none) != NVML_SUCCESS) continue;
+      if ((status.reported & gpupool::dataplane::kGpuStatusDriverVersion) == 0) continue;
+      return CopyOut(status.driver_version, version, length);
+    }
+    return NVML_ERROR_NOT_SUPPORTED;
+  });
+}
+
 // ---- Refused entry points (nvml_unsupported.inc) ----------------------------------------
 
 #define GPUPOOL_NVML_UNSUPPORTED(name) \
@@ -477,4 +608,7 @@ static_assert(sizeof(nvmlPciInfo_t) == 68 && offsetof(nvmlPciInfo_t, domain) == 
               offsetof(nvmlPciInfo_t, pciSubSystemId) == 32 && offsetof(nvmlPciInfo_t, busId) == 36);
 static_assert(sizeof(nvmlUtilization_t) == 8);
 static_assert(sizeof(nvmlProcessInfo_v1_t) == 16 && sizeof(nvmlProcessInfo_t) == 24 &&
-              offsetof(nvmlProcessInfo_t, gpuInstanceId) == 16);
+              offsetof(nvmlProcessInfo_t, usedGpuMemory) == 8 && offsetof(nvmlProcessInfo_t, gpuInstanceId) == 16 &&
+              offsetof(nvmlProcessInfo_t, computeInstanceId) == 20);
+static_assert(sizeof(nvmlProcessInfo_v2_t) == sizeof(nvmlProcessInfo_t) &&
+              offsetof(nvmlProcessInfo_v2_t, computeInstanceId) == 20);

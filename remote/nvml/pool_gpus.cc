@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -72,6 +73,7 @@ OpenError OpenSession(GpupoolUcxConnectFunction connect, PoolGpu* gpu, std::stri
   CopyString(hello.lease_id, sizeof(hello.lease_id), std::getenv("GPUPOOL_LEASE_ID"));
   CopyString(hello.token, sizeof(hello.token), std::getenv("GPUPOOL_LEASE_TOKEN"));
   CopyString(hello.gpu_uuid, sizeof(hello.gpu_uuid), gpu->uuid.c_str());
+  hello.flags = dataplane::kHelloMonitorOnly;  // NVML watches: not one of the GPU's processes
   transport::Request request;
   request.op = dataplane::kOpHello;
   request.args = &hello;
@@ -220,6 +222,53 @@ bool PoolGpus::MemoryInfo(PoolGpu* gpu, uint64_t* free, uint64_t* total, std::st
   std::memcpy(&result, reply.out.data(), sizeof(result));
   *free = result.free;
   *total = result.total;
+  return true;
+}
+
+bool PoolGpus::GpuStatus(PoolGpu* gpu, uint32_t max_processes, dataplane::GpuStatusResult* result,
+                         std::vector<dataplane::GpuProcess>* processes, std::string* why) {
+  processes->clear();
+  std::lock_guard<std::mutex> lock(gpu->mu);
+  if (gpu->session == nullptr) {
+    *why = gpu->why_lost;
+    return false;
+  }
+  dataplane::GpuStatusArgs args;
+  args.max_processes = std::min(max_processes, dataplane::kMaxGpuProcesses);
+  transport::Request request;
+  request.op = dataplane::kOpGpuStatus;
+  request.args = &args;
+  request.args_len = sizeof(args);
+  transport::Reply reply;
+  ::gpupool::Status sent = gpu->session->Call(request, &reply);
+  if (!sent.ok()) {
+    *why = sent.message();
+    return false;
+  }
+  if (reply.status != dataplane::kCuSuccess) {
+    *why = gpu->endpoint + " answered CUDA error " + std::to_string(reply.status) + ": " + reply.out;
+    return false;
+  }
+  // The result, then whole process records, no more than were asked for.
+  const size_t records =
+      reply.out.size() >= sizeof(*result) ? (reply.out.size() - sizeof(*result)) / sizeof(dataplane::GpuProcess) : 0;
+  if (reply.out.size() < sizeof(*result) ||
+      reply.out.size() != sizeof(*result) + records * sizeof(dataplane::GpuProcess) || records > args.max_processes) {
+    *why = "malformed GPU status answer from " + gpu->endpoint;
+    return false;
+  }
+  std::memcpy(result, reply.out.data(), sizeof(*result));
+  result->driver_version[sizeof(result->driver_version) - 1] = '\0';
+  result->why_not[sizeof(result->why_not) - 1] = '\0';
+  if (records > result->process_count) {
+    *why = "malformed GPU status answer from " + gpu->endpoint;
+    return false;
+  }
+  processes->resize(records);
+  if (records > 0) {
+    std::memcpy(processes->data(), reply.out.data() + sizeof(*result), records * sizeof(dataplane::GpuProcess));
+  }
+  for (auto& process : *processes) process.host[sizeof(process.host) - 1] = '\0';
   return true;
 }
 

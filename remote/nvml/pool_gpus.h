@@ -70,6 +70,11 @@ class PoolGpus {
   // The agent's figures for the GPU's memory (kOpMemGetInfo). False when the session
   // broke; *why says how.
   static bool MemoryInfo(PoolGpu* gpu, uint64_t* free, uint64_t* total, std::string* why);
+  // The agent's figures for the GPU's activity, driver and the lease's processes on it
+  // (kOpGpuStatus), at most `max_processes` of them (the count is all of them). False when
+  // the session broke or the agent refused; *why says how.
+  static bool GpuStatus(PoolGpu* gpu, uint32_t max_processes, dataplane::GpuStatusResult* result,
+                        std::vector<dataplane::GpuProcess>* processes, std::string* why);
 
  private:
   std::vector<std::unique_ptr<PoolGpu>> gpus_;

@@ -12,11 +12,13 @@
 // Bump kProtocolVersion on any incompatible change: Hello refuses a mismatch.
 #pragma once
 
+#include <unistd.h>  // getpid, gethostname: who sends a hello (HelloArgs)
+
 #include <cstdint>
 
 namespace gpupool::dataplane {
 
-inline constexpr uint32_t kProtocolVersion = 5;
+inline constexpr uint32_t kProtocolVersion = 6;  // 6: HelloArgs says who sends it
 
 // CUresult values used by the server (same numbers as cuda.h).
 enum CuStatus : int32_t {
@@ -80,6 +82,8 @@ enum Op : uint32_t {
   kOpHandoffAttach,  // new agent -> old agent, a connection's first request: HandoffAttachArgs
   kOpHandoffRead,    // new agent -> old agent: HandoffReadArgs -> reply bulk: the bytes
   kOpHandoffDone,    // new agent -> old agent: the offered session is closed (memory freed)
+  // ---- NVML in the job (issue 41): the session's own GPU as its job may see it ----
+  kOpGpuStatus,  // GpuStatusArgs -> GpuStatusResult, then its GpuProcess records
   kOpCount,
 };
 
@@ -91,13 +95,28 @@ inline bool Synchronises(uint32_t op) {
 }
 
 // Fixed-size strings are NUL-terminated and NUL-padded.
+// client_pid and client_host say which process sent the hello, as its own host knows it
+// (getpid(), gethostname()). The constructor fills them, so that every client that builds
+// a hello (libcuda.so.1, libnvidia-ml.so.1, the tests) says so without code of its own.
+// They are the client's word: the agent only keeps them to show them back to processes
+// of the same lease (kOpGpuStatus, the processes nvidia-smi lists), never trusts them.
 struct HelloArgs {
+  HelloArgs() {
+    client_pid = static_cast<uint32_t>(::getpid());
+    if (::gethostname(client_host, sizeof(client_host) - 1) != 0) client_host[0] = '\0';
+  }
   uint32_t protocol_version = kProtocolVersion;
-  uint32_t reserved = 0;
+  uint32_t client_pid = 0;
   char lease_id[64] = {};
   char token[160] = {};
   char gpu_uuid[64] = {};
+  char client_host[64] = {};
+  uint32_t flags = 0;  // kHello* bits; a hello with others set is refused
+  uint32_t reserved = 0;
 };
+// The session only watches its GPU (libnvidia-ml.so.1, as nvidia-smi's NVML makes no
+// context): it is not one of the GPU's processes (kOpGpuStatus does not list it).
+inline constexpr uint32_t kHelloMonitorOnly = 1u << 0;
 
 // What the client needs to answer device queries (cuDeviceGetAttribute and friends).
 struct DeviceDescription {
@@ -289,6 +308,45 @@ struct HandoffAttachArgs {
 struct HandoffReadArgs {
   uint64_t src;
   uint64_t size;
+};
+
+// kOpGpuStatus (issue 41): what the replacement libnvidia-ml.so.1 answers for
+// nvmlDeviceGetUtilizationRates, nvmlSystemGetDriverVersion and
+// nvmlDeviceGetComputeRunningProcesses. Who may ask: a session attached to its GPU (its
+// lease holds it), about that GPU only; the processes listed are the sessions of the
+// asking session's own lease on that GPU, never another lease's. The reply's inline bytes
+// are a GpuStatusResult followed by min(process_count, max_processes) GpuProcess records.
+// A request of another size, reserved bits set or max_processes over kMaxGpuProcesses is
+// refused with CUDA_ERROR_INVALID_VALUE and why.
+inline constexpr uint32_t kMaxGpuProcesses = 1024;
+struct GpuStatusArgs {
+  uint32_t max_processes = 0;  // GpuProcess records wanted at most (0: only the count)
+  uint32_t reserved = 0;
+};
+// Which figures the GPU's device reports (GpuStatusResult::reported); a figure whose bit
+// is clear is unknown (NVML answers NOT_SUPPORTED for it).
+inline constexpr uint32_t kGpuStatusUtilization = 1u << 0;
+inline constexpr uint32_t kGpuStatusTemperature = 1u << 1;
+inline constexpr uint32_t kGpuStatusPower = 1u << 2;
+inline constexpr uint32_t kGpuStatusDriverVersion = 1u << 3;
+struct GpuStatusResult {
+  uint32_t reported = 0;          // kGpuStatus* bits
+  uint32_t gpu_percent = 0;       // of the sample period: kernels ran
+  uint32_t memory_percent = 0;    // of the sample period: device memory read or written
+  uint32_t sample_period_ms = 0;  // the period the two percentages cover
+  uint32_t temperature_c = 0;
+  uint32_t power_mw = 0;
+  uint32_t process_count = 0;       // the lease's sessions on this GPU (all of them)
+  int32_t cuda_driver_version = 0;  // cuDriverGetVersion's number on the GPU's host
+  char driver_version[80] = {};     // NVIDIA's driver ("580.65.06"), or "gpupool-sim 0.1"
+  char why_not[160] = {};           // what the device cannot report, and why
+};
+// One session of the lease on the GPU: the process that opened it as it said at hello.
+struct GpuProcess {
+  uint32_t pid = 0;
+  uint32_t reserved = 0;
+  uint64_t used_bytes = 0;  // device memory the session holds (allocations, module variables)
+  char host[64] = {};
 };
 
 // Device printf: the reply's inline bytes (`out`) of kOpStreamSynchronize,

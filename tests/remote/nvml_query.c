@@ -7,6 +7,10 @@
  *   - count, names, UUIDs, PCI bus ids and total memory: NVML's agree with CUDA's, device by
  *     device (the same order);
  *   - memory used/free add up to total; figures the agents lack answer NOT_SUPPORTED;
+ *   - utilisation: about 0 after a second idle, over 20% right after a second of busy
+ *     kernels (a PTX spin loop through libcuda.so.1); the driver version is answered;
+ *   - processes (v1, v2, v3 layouts, NVML's sizing protocol): this process, with the
+ *     device memory it holds, and no other pid (NVML's own sessions only watch);
  *   - a GPU outside the job cannot be reached: an index past the count, forged handles and
  *     every UUID given as an argument that is not one of the job's GPUs (with none given, a
  *     made-up one) are refused with INVALID_ARGUMENT or NOT_FOUND;
@@ -22,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "remote/nvml/nvml_abi.h"
@@ -59,6 +64,104 @@ typedef int (*CuDeviceGetUuid)(unsigned char*, int);
 typedef int (*CuDeviceTotalMem)(size_t*, int);
 typedef int (*CuDeviceGetPCIBusId)(char*, int, int);
 
+/* NVML's list of the GPU's processes in each layout: this process alone (NVML's own
+   sessions only watch; another job's processes are another lease's), holding at least
+   `held` bytes. */
+static void CheckProcesses(nvmlDevice_t device, unsigned long long held) {
+  unsigned count = 0;
+  CheckReturn("ProcessesSizing", NVML(nvmlDeviceGetComputeRunningProcesses_v3)(device, &count, NULL),
+              NVML_ERROR_INSUFFICIENT_SIZE);
+  printf("GPU0_ProcessCount=%u\n", count);
+  Check("ProcessCountOne", count == 1);
+  nvmlProcessInfo_t v3[8];
+  nvmlProcessInfo_v2_t v2[8];
+  nvmlProcessInfo_v1_t v1[8];
+  unsigned n3 = 8, n2 = 8, n1 = 8;
+  memset(v3, 0, sizeof v3);
+  CheckReturn("ProcessesV3", NVML(nvmlDeviceGetComputeRunningProcesses_v3)(device, &n3, v3), NVML_SUCCESS);
+  CheckReturn("ProcessesV2", NVML(nvmlDeviceGetComputeRunningProcesses_v2)(device, &n2, v2), NVML_SUCCESS);
+  CheckReturn("ProcessesV1", NVML(nvmlDeviceGetComputeRunningProcesses)(device, &n1, v1), NVML_SUCCESS);
+  int own = 0, others = 0;
+  for (unsigned k = 0; k < n3 && k < 8; ++k) {
+    printf("GPU0_Process=%u used=%llu gi=%u ci=%u\n", v3[k].pid, v3[k].usedGpuMemory, v3[k].gpuInstanceId,
+           v3[k].computeInstanceId);
+    if (v3[k].pid == (unsigned)getpid() && v3[k].usedGpuMemory >= held) ++own;
+    if (v3[k].pid != (unsigned)getpid()) ++others;
+  }
+  Check("OwnProcessWithItsMemory", own == 1);
+  Check("NoOtherProcess", others == 0);
+  Check("ProcessLayoutsAgree", n1 == n3 && n2 == n3 && n3 >= 1 && v1[0].pid == v3[0].pid &&
+                                   v1[0].usedGpuMemory == v3[0].usedGpuMemory && v2[0].pid == v3[0].pid &&
+                                   v2[0].usedGpuMemory == v3[0].usedGpuMemory &&
+                                   v3[0].gpuInstanceId == NVML_VALUE_NOT_AVAILABLE_UINT);
+  CheckReturn("ProcessesNullCount", NVML(nvmlDeviceGetComputeRunningProcesses_v3)(device, NULL, v3),
+              NVML_ERROR_INVALID_ARGUMENT);
+}
+
+/* A kernel that spins `n` times per thread (PTX: the sim runs it, a real GPU JIT-compiles). */
+static const char kSpinPtx[] =
+    ".version 7.0\n.target sm_50\n.address_size 64\n"
+    ".visible .entry spin(.param .u64 out, .param .u32 n)\n{\n"
+    "  .reg .u32 %r<4>;\n  .reg .u64 %rd<3>;\n  .reg .pred %p;\n"
+    "  ld.param.u64 %rd1, [out];\n  ld.param.u32 %r1, [n];\n"
+    "  mov.u32 %r2, 0;\n  mov.u32 %r3, 0;\n"
+    "LOOP:\n  add.u32 %r3, %r3, %r2;\n  add.u32 %r2, %r2, 1;\n"
+    "  setp.lt.u32 %p, %r2, %r1;\n  @%p bra LOOP;\n"
+    "  cvta.to.global.u64 %rd2, %rd1;\n  st.global.u32 [%rd2], %r3;\n  ret;\n}\n";
+
+static double Seconds(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (double)now.tv_sec + (double)now.tv_nsec / 1e9;
+}
+
+/* Utilisation after a second and a half idle, then right after a second of spin kernels
+   (each at least ~20 ms long, so that kernels, not round trips, fill the time). */
+static void UtilizationIdleThenBusy(void* cuda, nvmlDevice_t device) {
+  nvmlUtilization_t idle = {99, 99}, busy = {0, 0};
+  usleep(1500 * 1000);
+  CheckReturn("UtilizationIdleAnswered", NVML(nvmlDeviceGetUtilizationRates)(device, &idle), NVML_SUCCESS);
+  printf("GPU0_UtilizationIdle=%u%%\nGPU0_MemoryUtilizationIdle=%u%%\n", idle.gpu, idle.memory);
+  Check("UtilizationIdle", idle.gpu <= 5);
+  void* module = NULL;
+  void* function = NULL;
+  unsigned long long out = 0;
+  int ok = ((int (*)(void**, const void*))Need(cuda, "cuModuleLoadData"))(&module, kSpinPtx) == 0 &&
+           ((int (*)(void**, void*, const char*))Need(cuda, "cuModuleGetFunction"))(&function, module, "spin") == 0 &&
+           ((int (*)(unsigned long long*, size_t))Need(cuda, "cuMemAlloc_v2"))(&out, 4) == 0;
+  Check("SpinKernelLoaded", ok);
+  if (!ok) return;
+  typedef int (*Launch)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                        void**);
+  Launch launch = (Launch)Need(cuda, "cuLaunchKernel");
+  int (*sync)(void) = (int (*)(void))Need(cuda, "cuCtxSynchronize");
+  unsigned n = 1000;
+  void* params[] = {&out, &n};
+  /* Longer kernels until one takes 20 ms. */
+  for (;;) {
+    double start = Seconds();
+    if (launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL) != 0 || sync() != 0) {
+      Check("SpinKernelRan", 0);
+      return;
+    }
+    if (Seconds() - start >= 0.02 || n >= (1u << 30)) break;
+    n *= 2;
+  }
+  printf("SpinIterations=%u\n", n);
+  double until = Seconds() + 1.0;
+  int launches = 0;
+  while (Seconds() < until) {
+    if (launch(function, 1, 1, 1, 32, 1, 1, 0, NULL, params, NULL) != 0 || sync() != 0) break;
+    ++launches;
+  }
+  CheckReturn("UtilizationBusyAnswered", NVML(nvmlDeviceGetUtilizationRates)(device, &busy), NVML_SUCCESS);
+  printf("SpinLaunches=%d\nGPU0_UtilizationBusy=%u%%\nGPU0_MemoryUtilizationBusy=%u%%\n", launches, busy.gpu,
+         busy.memory);
+  Check("UtilizationBusy", busy.gpu >= 20 && busy.gpu <= 100);
+  ((int (*)(unsigned long long))Need(cuda, "cuMemFree_v2"))(out);
+  ((int (*)(void*))Need(cuda, "cuModuleUnload"))(module);
+}
+
 int main(int argc, char** argv) {
   const char* foreign = "GPU-00000000-0000-0000-0000-000000000000";
   static char own_uuids[64][NVML_DEVICE_UUID_V2_BUFFER_SIZE];
@@ -83,9 +186,11 @@ int main(int argc, char** argv) {
   int cuda_version = 0;
   r = NVML(nvmlSystemGetCudaDriverVersion_v2)(&cuda_version);
   printf("CudaDriverVersion=%d\n", cuda_version);
-  char text[128];
-  CheckReturn("DriverVersionNotSupported", NVML(nvmlSystemGetDriverVersion)(text, (unsigned)sizeof text),
-              NVML_ERROR_NOT_SUPPORTED);
+  char text[128] = "";
+  CheckReturn("DriverVersion", NVML(nvmlSystemGetDriverVersion)(text, (unsigned)sizeof text), NVML_SUCCESS);
+  printf("DriverVersion=%s\n", text);
+  Check("DriverVersionNamed", text[0] != '\0');
+  CheckReturn("DriverVersionTooSmall", NVML(nvmlSystemGetDriverVersion)(text, 2), NVML_ERROR_INSUFFICIENT_SIZE);
 
   void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (cuda == NULL) {
@@ -141,15 +246,17 @@ int main(int argc, char** argv) {
     Check("Index", index == i);
     Check("ComputeModeDefault", mode == NVML_COMPUTEMODE_DEFAULT);
     Check("MigOff", mig == NVML_DEVICE_MIG_DISABLE && mig_pending == NVML_DEVICE_MIG_DISABLE);
-    nvmlUtilization_t utilization;
-    CheckReturn("UtilizationNotSupported", NVML(nvmlDeviceGetUtilizationRates)(device, &utilization),
-                NVML_ERROR_NOT_SUPPORTED);
+    nvmlUtilization_t utilization = {0, 0};
+    CheckReturn("Utilization", NVML(nvmlDeviceGetUtilizationRates)(device, &utilization), NVML_SUCCESS);
+    /* Where the device reports no temperature or power (the sim), NOT_SUPPORTED. */
     unsigned value = 0;
-    CheckReturn("TemperatureNotSupported", NVML(nvmlDeviceGetTemperature)(device, 0, &value), NVML_ERROR_NOT_SUPPORTED);
-    CheckReturn("PowerNotSupported", NVML(nvmlDeviceGetPowerUsage)(device, &value), NVML_ERROR_NOT_SUPPORTED);
-    unsigned processes = 0;
-    CheckReturn("ProcessesNotSupported", NVML(nvmlDeviceGetComputeRunningProcesses_v3)(device, &processes, NULL),
-                NVML_ERROR_NOT_SUPPORTED);
+    nvmlReturn_t temperature = NVML(nvmlDeviceGetTemperature)(device, 0, &value);
+    printf("GPU%u_Temperature=%s%u\n", i, temperature == NVML_SUCCESS ? "" : "N/A ", value);
+    Check("TemperatureAnsweredOrNotSupported", temperature == NVML_SUCCESS || temperature == NVML_ERROR_NOT_SUPPORTED);
+    CheckReturn("TemperatureOtherSensor", NVML(nvmlDeviceGetTemperature)(device, 7, &value),
+                NVML_ERROR_INVALID_ARGUMENT);
+    nvmlReturn_t power = NVML(nvmlDeviceGetPowerUsage)(device, &value);
+    Check("PowerAnsweredOrNotSupported", power == NVML_SUCCESS || power == NVML_ERROR_NOT_SUPPORTED);
     nvmlDevice_t again = NULL;
     CheckReturn("HandleByUUID", NVML(nvmlDeviceGetHandleByUUID)(uuid, &again), NVML_SUCCESS);
     Check("HandleByUUIDSame", again == device);
@@ -198,6 +305,8 @@ int main(int argc, char** argv) {
     nvmlMemory_t before = {0, 0, 0}, after = {0, 0, 0};
     NVML(nvmlDeviceGetHandleByIndex_v2)(0, &device);
     NVML(nvmlDeviceGetMemoryInfo)(device, &after);
+    CheckProcesses(device, kBytes);
+    UtilizationIdleThenBusy(cuda, device);
     ((int (*)(unsigned long long))Need(cuda, "cuMemFree_v2"))(allocation);
     NVML(nvmlDeviceGetMemoryInfo)(device, &before);
     printf("GPU0_MemoryUsedWithAllocation=%llu\nGPU0_MemoryUsedAfterFree=%llu\n", after.used, before.used);

@@ -58,8 +58,38 @@ nvml_matches_gpupoold() {
   [ "$(grep -c '^Check_ForeignUUID=ok' <<<"$out")" -eq "$(( $(all_gpu_uuids | wc -w) - 2 ))" ]
   # Memory the job's CUDA allocated showed as used on its GPU.
   grep -qx 'Check_AllocationShowsAsUsed=ok' <<<"$out"
+  # The agents' figures: the sim's driver, utilisation idle and busy, and the job's own
+  # process with the memory it holds.
+  grep -qx 'DriverVersion=gpupool-sim [0-9.]*' <<<"$out"
+  grep -qx 'Check_UtilizationIdle=ok' <<<"$out"
+  grep -qx 'Check_UtilizationBusy=ok' <<<"$out"
+  grep -qx 'Check_OwnProcessWithItsMemory=ok' <<<"$out"
   agent_saw_client "$lease" "$uuid0"
   wait_until 15 job_has_no_lease "$id"
+  no_node_drained
+}
+
+@test "another job's CUDA process is not among the job's GPU processes" {
+  local other other_pid id
+  # The other job holds 1 GiB on its GPU until it is cancelled, and says its pid.
+  other=$(submit_on tcp --gpu-pool=a100:1 "$JOB_SCRIPT" sh -c \
+    'echo OTHER_PID=$$; exec "$0"' "$PROGRAMS/memory_hold")
+  [[ -n $other ]]
+  wait_until 90 grep -qx ready "$OUT/$other.out"
+  other_pid=$(sed -n 's/^OTHER_PID=//p' "$OUT/$other.out")
+  [[ -n $other_pid ]]
+  id=$(submit_on tcp --gpu-pool=a100:1 "$JOB_SCRIPT" "$PROGRAMS/nvml_query")
+  [[ -n $id ]]
+  wait_job_end "$id" 180
+  scancel "$other"
+  out=$(cat "$OUT/$id.out")
+  echo "$out" >&2
+  job_completed_ok "$id"
+  grep -qx 'Failures=0' <<<"$out"
+  grep -qx 'GPU0_ProcessCount=1' <<<"$out"
+  grep -qx 'Check_NoOtherProcess=ok' <<<"$out"
+  ! grep -q "^GPU0_Process=$other_pid " <<<"$out"
+  wait_job_end "$other" 60
   no_node_drained
 }
 

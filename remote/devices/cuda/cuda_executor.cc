@@ -213,6 +213,21 @@ std::string Hex(uint64_t value) {
 
 }  // namespace
 
+int32_t CudaExecutor::DriverVersion() {
+  auto driver = LoadDriver();
+  if (!driver.ok()) return 0;
+  // The library LoadDriver opened (RTLD_NOLOAD: only if it is loaded already).
+  void* library = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (library == nullptr) return 0;
+  int version = 0;
+  int (*get_version)(int*) = nullptr;
+  if (!Resolve(library, "cuDriverGetVersion", &get_version) || get_version(&version) != 0) {
+    version = 0;
+  }
+  dlclose(library);  // drops the reference RTLD_NOLOAD took
+  return version;
+}
+
 Result<std::unique_ptr<Executor>> CudaExecutor::Create(const std::string& gpu_uuid) {
   auto driver = LoadDriver();
   if (!driver.ok()) return driver.status();

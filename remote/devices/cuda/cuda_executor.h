@@ -63,6 +63,9 @@ class CudaExecutor : public Executor {
   // Loads the driver (once per process) and retains the primary context of the GPU whose
   // UUID is `gpu_uuid`. Unavailable when there is no driver or no such GPU.
   static Result<std::unique_ptr<Executor>> Create(const std::string& gpu_uuid);
+  // The GPU host's CUDA driver version (cuDriverGetVersion, e.g. 13000) once a session
+  // loaded the driver in this process; 0 before, or when the driver cannot say.
+  static int32_t DriverVersion();
   ~CudaExecutor() override;
 
   int32_t Allocate(uint64_t size, uint64_t* dptr) override;

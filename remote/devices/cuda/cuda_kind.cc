@@ -18,6 +18,20 @@ class CudaExecutors : public device::ExecutorSource {
     return Status::Unavailable("this agent was built without the cuda executor");
 #endif
   }
+
+  // The driver API answers the driver's CUDA version, and nothing of utilisation,
+  // temperature or power; the GPU host's NVML would, but this executor does not ask it
+  // yet: those figures stay unknown (the job's NVML answers NOT_SUPPORTED), never guessed.
+  device::GpuActivity Activity(const backend::GpuInfo& /*gpu*/) override {
+    device::GpuActivity activity;
+#ifdef GPUPOOL_HAVE_CUDA_DEVICE
+    activity.cuda_driver_version = dataplane::CudaExecutor::DriverVersion();
+#endif
+    activity.why_not =
+        "the cuda executor reads no utilisation, temperature, power or driver version "
+        "string: the driver API has none, and the GPU host's NVML is not asked yet";
+    return activity;
+  }
 };
 
 class CudaKind : public device::DeviceKind {

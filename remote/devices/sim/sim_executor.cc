@@ -21,8 +21,8 @@ constexpr uint64_t kMaxModuleVariableBytes = uint64_t{1} << 48;
 
 }  // namespace
 
-SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count, uint32_t arch)
-    : memory_(memory), owner_(memory->NewOwner()), sm_count_(sm_count ? sm_count : 1), arch_(arch) {}
+SimExecutor::SimExecutor(SimDeviceMemory* memory, uint32_t sm_count, uint32_t arch, device::BusyMeter* meter)
+    : meter_(meter), memory_(memory), owner_(memory->NewOwner()), sm_count_(sm_count ? sm_count : 1), arch_(arch) {}
 
 SimExecutor::~SimExecutor() {
   for (auto& [dptr, size] : allocations_) memory_->Release(dptr, owner_);
@@ -125,7 +125,10 @@ int32_t SimExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, 
   if (size == 0) return kCuSuccess;
   char* host = memory_->Translate(dst, size, owner_);
   if (host == nullptr) return kCuInvalidValue;
-  if (host != src) ChunkedCopy(host, static_cast<const char*>(src), size);  // or received in place
+  if (host != src) {  // else received in place: the transport moved the bytes, not the engine
+    device::BusyMeter::Span busy(meter_, device::BusyMeter::kCopies);
+    ChunkedCopy(host, static_cast<const char*>(src), size);
+  }
   return kCuSuccess;
 } catch (...) {
   return Failed("CopyToDevice", kCuUnknown);
@@ -149,6 +152,7 @@ int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t siz
   char* to = memory_->Translate(dst, size, owner_);
   char* from = memory_->Translate(src, size, owner_);
   if (to == nullptr || from == nullptr) return kCuInvalidValue;
+  device::BusyMeter::Span busy(meter_, device::BusyMeter::kCopies);
   if (to < from || to >= from + size) {
     ChunkedCopy(to, from, size);  // forward chunks are safe unless `to` starts inside `from`
   } else {
@@ -166,6 +170,7 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
   if (count > UINT64_MAX / element_size) return kCuInvalidValue;
   char* host = memory_->Translate(dst, count * element_size, owner_);
   if (host == nullptr) return kCuInvalidValue;
+  device::BusyMeter::Span busy(meter_, device::BusyMeter::kCopies);
   if (element_size == 1) {
     for (uint64_t done = 0; done < count; done += kProgressChunk) {
       std::memset(host + done, static_cast<int>(value & 0xff), std::min(kProgressChunk, count - done));
@@ -373,6 +378,7 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
       config.grid[2] == 0 || config.grid[1] > 65535 || config.grid[2] > 65535) {
     return kCuInvalidValue;
   }
+  device::BusyMeter::Span busy(meter_, device::BusyMeter::kKernels);  // its children too
   sim::LaunchSpec spec;
   std::memcpy(spec.grid, config.grid, sizeof(spec.grid));
   std::memcpy(spec.block, config.block, sizeof(spec.block));

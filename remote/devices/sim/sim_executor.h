@@ -17,6 +17,7 @@
 #include <set>
 #include <string>
 
+#include "remote/device/activity.h"
 #include "remote/device/executor.h"
 #include "remote/devices/sim/sim_memory.h"
 #include "remote/ptx/ptx_engine.h"
@@ -28,7 +29,10 @@ class SimExecutor : public Executor {
   // `memory` is the GPU's shared device memory; it must outlive the executor.
   // `arch`: the GPU's compute capability (e.g. 80), which decides the PTX a module runs
   // (image::ChoosePtx); 0: the newest PTX.
-  explicit SimExecutor(SimDeviceMemory* memory, uint32_t sm_count = 108, uint32_t arch = 0);
+  // `meter` (may be null; must outlive the executor): the GPU's, told each span of wall
+  // time this session's kernels, copies and memsets ran, for the GPU's utilisation.
+  explicit SimExecutor(SimDeviceMemory* memory, uint32_t sm_count = 108, uint32_t arch = 0,
+                       device::BusyMeter* meter = nullptr);
   ~SimExecutor() override;
 
   int32_t Allocate(uint64_t size, uint64_t* dptr) override;
@@ -96,6 +100,7 @@ class SimExecutor : public Executor {
     const sim::DecodedKernel* kernel = nullptr;
   };
   std::atomic<uint64_t>* progress_ = nullptr;  // the watchdog's (SetProgressCounter)
+  device::BusyMeter* meter_ = nullptr;         // the GPU's utilisation (may be null)
   std::atomic<bool> cancelled_{false};         // set by Cancel(), from any thread
   void ChunkedCopy(char* to, const char* from, uint64_t size);
   bool KnownStream(uint64_t stream) const;

@@ -10,6 +10,11 @@
 #include "remote/devices/sim/sim_executor.h"
 #include "remote/devices/sim/sim_memory.h"
 
+// The version the sim reports as its driver's (the build's, set by CMake).
+#ifndef GPUPOOL_SIM_VERSION
+#define GPUPOOL_SIM_VERSION "unknown"
+#endif
+
 namespace gpupool::devices {
 namespace {
 
@@ -24,12 +29,39 @@ class SimExecutors : public device::ExecutorSource {
     auto& memory = memory_[gpu.index];
     if (!memory) memory = std::make_unique<dataplane::SimDeviceMemory>(gpu.index, gpu.memory_bytes);
     return std::unique_ptr<dataplane::Executor>(std::make_unique<dataplane::SimExecutor>(
-        memory.get(), gpu.multiprocessor_count, gpu.cc_major * 10 + gpu.cc_minor));
+        memory.get(), gpu.multiprocessor_count, gpu.cc_major * 10 + gpu.cc_minor, MeterLocked(gpu.index)));
+  }
+
+  // Utilisation as the sim measures it: the fraction of the last second its engine ran
+  // this GPU's kernels (gpu) and copies and memsets (memory), over every session of the
+  // GPU in this process. A sim has no temperature or power, and no NVIDIA driver: its
+  // "driver" is gpupool's own.
+  device::GpuActivity Activity(const backend::GpuInfo& gpu) override {
+    device::GpuActivity activity;
+    const device::BusyMeter::Reading reading = MeterOf(gpu.index)->Read(device::BusyMeter::NowNs());
+    activity.has_utilization = true;
+    activity.gpu_percent = reading.kernels_percent;
+    activity.memory_percent = reading.copies_percent;
+    activity.sample_period_ms = static_cast<uint32_t>(reading.window_ns / 1'000'000);
+    activity.driver_version = std::string("gpupool-sim ") + GPUPOOL_SIM_VERSION;
+    activity.why_not = "a simulated GPU has no temperature or power";
+    return activity;
   }
 
  private:
+  device::BusyMeter* MeterOf(int index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return MeterLocked(index);
+  }
+  device::BusyMeter* MeterLocked(int index) {  // REQUIRES: mu_ held
+    auto& meter = meters_[index];
+    if (!meter) meter = std::make_unique<device::BusyMeter>();
+    return meter.get();
+  }
+
   std::mutex mu_;
   std::map<int, std::unique_ptr<dataplane::SimDeviceMemory>> memory_;  // by GPU index; mu_
+  std::map<int, std::unique_ptr<device::BusyMeter>> meters_;           // by GPU index; mu_ (the map)
 };
 
 class SimKind : public device::DeviceKind {
