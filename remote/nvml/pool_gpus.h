@@ -3,7 +3,7 @@
 //
 // Which GPUs: GPUPOOL_GPUS (UUID@HOST:PORT,..., set by spank_gpupool), filtered and
 // ordered by CUDA_VISIBLE_DEVICES exactly as the replacement libcuda.so.1 does
-// (remote/client/runtime.cc, Runtime::Connect: an index list; parsing stops at the first
+// (remote/client/core/runtime.cc, Runtime::Connect: an index list; parsing stops at the first
 // item that is not a leased index), so NVML device i is CUDA device i. Each GPU is reached
 // through its own data-path session, opened with the job's lease (GPUPOOL_LEASE_ID,
 // GPUPOOL_LEASE_TOKEN): the agent answers only for GPUs that lease holds, so a job sees

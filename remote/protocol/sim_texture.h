@@ -1,5 +1,5 @@
 // How the sim GPU keeps CUDA arrays, texture objects and surface objects: in the session's
-// own device memory, laid out by the replacement libcuda.so.1 (remote/client/api_array.cc)
+// own device memory, laid out by the replacement libcuda.so.1 (remote/client/api/api_array.cc)
 // and read by the PTX engine's texture and surface instructions (remote/ptx/interp/texture.h).
 //
 //  - A CUDA array is one ordinary device allocation: its texels row after row (a row is

@@ -162,7 +162,7 @@ void HMalloc(Warp& w, const Inst& in, uint32_t mask) {
 
 // cudaGraphSetConditional(handle, value): in.printf_fmt/printf_args = the local offsets of
 // its parameters. The remoting library's conditional handle is the device address of the
-// condition's 4-byte slot (remote/client/graph_conditionals.cc), so the call is a store
+// condition's 4-byte slot (remote/client/graph/graph_conditionals.cc), so the call is a store
 // of the value there, bounds-checked as any global store: a handle that is not one faults
 // the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
 void HSetConditional(Warp& w, const Inst& in, uint32_t mask) {
