@@ -59,7 +59,10 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   // its zeroing on every call.
   std::unique_ptr<Entry> upload;
   sending_seq_ = protecting_ ? channel->connection->next_sequence() : 0;
-  const auto delivered_at = std::chrono::steady_clock::now();
+  // Only a call's wait is timed (SilentThreshold): posts, every kernel launch among them,
+  // read no clock.
+  const auto delivered_at =
+      how == Delivery::kCall ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (overlapped) {
     upload = std::make_unique<Entry>(StartOverlappedEntry(request));
   } else if (how != Delivery::kCall) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "remote/devices/sim/sim_executor.h"
+#include "tests/remote/ptx/device_buffers.h"
 #include "remote/image/ptx_signature.h"
 #include "remote/protocol/protocol.h"
 #include "remote/ptx/ptx_engine.h"
@@ -44,12 +45,7 @@ class Engine : public ::testing::Test {
 
   template <typename T>
   uint64_t Upload(const std::vector<T>& data) {
-    uint64_t dptr = 0;
-    EXPECT_EQ(executor_.Allocate(std::max<size_t>(data.size() * sizeof(T), 1), &dptr), kCuSuccess);
-    if (!data.empty()) {
-      EXPECT_EQ(executor_.CopyToDevice(dptr, data.data(), data.size() * sizeof(T), 0), kCuSuccess);
-    }
-    return dptr;
+    return ptx_test::UploadTo(executor_, data);
   }
   template <typename T>
   uint64_t Zeros(size_t count) {
@@ -57,11 +53,7 @@ class Engine : public ::testing::Test {
   }
   template <typename T>
   std::vector<T> Download(uint64_t dptr, size_t count) {
-    const void* data = nullptr;
-    EXPECT_EQ(executor_.CopyFromDevice(dptr, count * sizeof(T), 0, &data), kCuSuccess);
-    std::vector<T> out(count);
-    if (data != nullptr) std::memcpy(out.data(), data, count * sizeof(T));
-    return out;
+    return ptx_test::DownloadFrom<T>(executor_, dptr, count);
   }
 
   // Launches `kernel` with `args` packed by the layout of its .entry
