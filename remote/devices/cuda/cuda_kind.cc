@@ -1,5 +1,7 @@
 #include "remote/devices/cuda/cuda_kind.h"
 
+#include "remote/devices/cuda/nvml_activity.h"
+
 #ifdef GPUPOOL_HAVE_CUDA_DEVICE
 #include "remote/devices/cuda/cuda_backend.h"
 #include "remote/devices/cuda/cuda_executor.h"
@@ -19,19 +21,20 @@ class CudaExecutors : public device::ExecutorSource {
 #endif
   }
 
-  // The driver API answers the driver's CUDA version, and nothing of utilisation,
-  // temperature or power; the GPU host's NVML would, but this executor does not ask it
-  // yet: those figures stay unknown (the job's NVML answers NOT_SUPPORTED), never guessed.
-  device::GpuActivity Activity(const backend::GpuInfo& /*gpu*/) override {
+  // The driver API answers the driver's CUDA version; utilisation, temperature, power and
+  // NVIDIA's driver version string come from the GPU host's NVML (nvml_activity.h), and
+  // what it does not answer stays unknown (the job's NVML answers NOT_SUPPORTED).
+  device::GpuActivity Activity(const backend::GpuInfo& gpu) override {
     device::GpuActivity activity;
 #ifdef GPUPOOL_HAVE_CUDA_DEVICE
     activity.cuda_driver_version = dataplane::CudaExecutor::DriverVersion();
 #endif
-    activity.why_not =
-        "the cuda executor reads no utilisation, temperature, power or driver version "
-        "string: the driver API has none, and the GPU host's NVML is not asked yet";
+    nvml_.Read(gpu.uuid, &activity);
     return activity;
   }
+
+ private:
+  NvmlActivity nvml_;
 };
 
 class CudaKind : public device::DeviceKind {

@@ -44,6 +44,14 @@ struct PciInfo {  // nvmlPciInfo_t (as filled by nvmlDeviceGetPciInfo_v3)
   char busId[32];
 };
 
+struct Utilization {    // nvmlUtilization_t
+  unsigned int gpu;     // percent of the sample period a kernel ran
+  unsigned int memory;  // percent of the sample period device memory was read or written
+};
+
+constexpr unsigned kTemperatureGpu = 0;                  // NVML_TEMPERATURE_GPU
+constexpr unsigned kSystemDriverVersionBufferSize = 80;  // NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
+
 constexpr unsigned kUuidBufferSize = 96;
 constexpr unsigned kNameBufferSize = 96;
 
@@ -60,8 +68,13 @@ using DeviceGetPciInfoFn = Return (*)(Device, PciInfo*);              // nvmlDev
 using DeviceGetComputeCapabilityFn = Return (*)(Device, int*, int*);  // ...GetCudaComputeCapability
 using EventSetCreateFn = Return (*)(EventSet*);                       // nvmlEventSetCreate
 using DeviceRegisterEventsFn = Return (*)(Device, unsigned long long, EventSet);
-using EventSetWaitFn = Return (*)(EventSet, EventData*, unsigned int);  // nvmlEventSetWait_v2
-using EventSetFreeFn = Return (*)(EventSet);                            // nvmlEventSetFree
+using EventSetWaitFn = Return (*)(EventSet, EventData*, unsigned int);           // nvmlEventSetWait_v2
+using EventSetFreeFn = Return (*)(EventSet);                                     // nvmlEventSetFree
+using DeviceGetHandleByUuidFn = Return (*)(const char*, Device*);                // nvmlDeviceGetHandleByUUID
+using DeviceGetUtilizationRatesFn = Return (*)(Device, Utilization*);            // ...GetUtilizationRates
+using DeviceGetTemperatureFn = Return (*)(Device, unsigned int, unsigned int*);  // ...GetTemperature
+using DeviceGetPowerUsageFn = Return (*)(Device, unsigned int*);                 // nvmlDeviceGetPowerUsage (mW)
+using SystemGetDriverVersionFn = Return (*)(char*, unsigned int);                // nvmlSystemGetDriverVersion
 }
 
 }  // namespace gpupool::backend::nvml
