@@ -144,13 +144,15 @@ struct MemoryRange {
 // A grid launched by a kernel (dynamic parallelism: the device runtime's
 // __cudaCDP2LaunchDeviceV2, what `kernel<<<...>>>` in device code compiles to with
 // -rdc=true). Queued while its parent runs; the executor runs it after the parent grid,
-// as CUDA 12's device runtime allows (a parent cannot wait for its children).
+// as CUDA 12's device runtime allows (a parent cannot wait for its children); a tail
+// launch after the parent's other children, at the parent's depth
+// (interp/device_runtime.cc says how the streams are run).
 struct DeviceLaunch {
   std::string kernel;  // the entry's name in the parent's module
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared = 0;
-  bool tail = false;  // into cudaStreamTailLaunch: after the parent's other children
+  bool tail = false;  // into cudaStreamTailLaunch: after the parent's other children, in its place
   std::vector<uint8_t> params;
 };
 struct DeviceLaunches {

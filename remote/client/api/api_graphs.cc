@@ -77,11 +77,14 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream stream, C
   });
 }
 
+// `result` may be NULL for a capture into the program's graph (the graph is the program's
+// already, as graphConditionalNodes-style programs end a conditional body's capture); a
+// capture into a graph of its own needs somewhere to put it.
 GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph* result) {
   GPUPOOL_BODY({
-    if (result == nullptr) return CUDA_ERROR_INVALID_VALUE;
     std::lock_guard<std::mutex> lock(mu);
     std::shared_ptr<Capture> capture = CaptureOf(stream);
+    if (result == nullptr && (capture == nullptr || capture->owned != nullptr)) return CUDA_ERROR_INVALID_VALUE;
     if (capture == nullptr) return CUDA_ERROR_ILLEGAL_STATE;
     if (capture->origin != stream) return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
     for (CUstream joined : capture->streams) by_stream.erase(joined);
@@ -90,9 +93,10 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamEndCapture(CUstream stream, CUgraph* r
       if (found != by_event.end() && found->second == capture) by_event.erase(found);
     }
     captures.fetch_sub(1, std::memory_order_release);
-    *result = nullptr;
+    if (result != nullptr) *result = nullptr;
     if (capture->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    *result = reinterpret_cast<CUgraph>(capture->owned != nullptr ? capture->owned.release() : capture->graph);
+    CUgraph graph = reinterpret_cast<CUgraph>(capture->owned != nullptr ? capture->owned.release() : capture->graph);
+    if (result != nullptr) *result = graph;
     return CUDA_SUCCESS;
   });
 }

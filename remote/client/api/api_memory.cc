@@ -26,11 +26,11 @@ namespace {
 
 namespace dp = gpupool::dataplane;
 
-// Why host memory other than the page-locked memory this library allocates cannot be mapped.
+// Why host memory other than page-locked memory cannot be mapped.
 constexpr const char* kZeroCopyWhy =
-    "a remote GPU's kernels reach only page-locked host memory this library allocated "
-    "(cuMemHostAlloc, cuMemAllocHost, cudaHostAlloc, cudaMallocHost), which is kept coherent "
-    "at CUDA calls; copy instead";
+    "a remote GPU's kernels reach only page-locked host memory (cuMemHostAlloc, "
+    "cudaHostAlloc, cudaMallocHost, or memory registered with cuMemHostRegister), which is "
+    "kept coherent at CUDA calls; register it or copy instead";
 
 }  // namespace
 
@@ -373,19 +373,46 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* p
   });
 }
 
+// Registers the program's memory. DEVICEMAP maps it for the current device at once
+// (Runtime::MapRegistered: coherent at call boundaries, as mapped memory from
+// cuMemHostAlloc is); without it, under unified addressing, the registration is mapped
+// when its device pointer is first asked for (cuMemHostGetDevicePointer).
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostRegister_v2(void* pointer, size_t size, unsigned int flags) {
   GPUPOOL_BODY({
     if (pointer == nullptr || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (reinterpret_cast<uintptr_t>(pointer) > UINTPTR_MAX - size) return CUDA_ERROR_INVALID_VALUE;
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-    if (flags & (CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_IOMEMORY)) {
-      return static_cast<CUresult>(
-          ReportUnsupported("cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP/IOMEMORY)", kZeroCopyWhy));
-    }
-    if (flags & ~static_cast<unsigned>(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY)) {
+    if (flags & ~static_cast<unsigned>(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
+                                       CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)) {
       return CUDA_ERROR_INVALID_VALUE;
     }
-    if (Runtime::Get().FindHostRange(pointer, nullptr)) {
-      return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    if (flags & CU_MEMHOSTREGISTER_IOMEMORY) {
+      // What the driver answers where it cannot map I/O memory.
+      return static_cast<CUresult>(ReportUnsupported(
+          "cuMemHostRegister(CU_MEMHOSTREGISTER_IOMEMORY)",
+          "the I/O memory of a device in this computer cannot be reached by a GPU across the network"));
+    }
+    int device = 0;
+    if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+    if (flags & CU_MEMHOSTREGISTER_READ_ONLY) {
+      // As the driver documents: NOT_SUPPORTED on a device without the attribute.
+      int read_only = 0;
+      if (CUresult status =
+              cuDeviceGetAttribute(&read_only, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, device);
+          status != CUDA_SUCCESS) {
+        return status;
+      }
+      if (read_only == 0) return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (Runtime::Get().OverlapsHostRange(pointer, size)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    const auto start = reinterpret_cast<uintptr_t>(pointer);
+    if (flags & CU_MEMHOSTREGISTER_DEVICEMAP) {
+      CUresult status = Runtime::Get().MapRegistered(device, CurrentContext(), start, size,
+                                                     (flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0);
+      // Device memory is placed over whole pages: one that another mapped registration
+      // holds is registered already.
+      if (status == CUDA_ERROR_INVALID_VALUE) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+      if (status != CUDA_SUCCESS) return status;
     }
     Runtime::Get().AddHostRange(pointer, size, flags);
     return CUDA_SUCCESS;
@@ -396,12 +423,19 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostRegister(void* pointer, size_t size, 
   return cuMemHostRegister_v2(pointer, size, flags);
 }
 
+// `pointer` must be where a registration starts; a mapped one is read back (what kernels
+// wrote) and its device memory freed.
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostUnregister(void* pointer) {
   GPUPOOL_BODY({
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     unsigned flags = 0;
-    if (!Runtime::Get().FindHostRange(pointer, &flags) || (flags & kOwnedHostMemory)) {
+    uintptr_t start = 0;
+    if (!Runtime::Get().FindHostRange(pointer, &flags, &start) || (flags & kOwnedHostMemory) ||
+        start != reinterpret_cast<uintptr_t>(pointer)) {
       return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    }
+    if (flags & (CU_MEMHOSTREGISTER_DEVICEMAP | kHostMappedOnUse)) {
+      if (CUresult status = Runtime::Get().UnmapRegistered(start); status != CUDA_SUCCESS) return status;
     }
     Runtime::Get().RemoveHostRange(pointer);
     return CUDA_SUCCESS;
@@ -555,9 +589,9 @@ CUresult PointerAttribute(void* data, CUpointer_attribute attribute, CUdeviceptr
   bool device = Runtime::Get().FindAllocation(ptr, 1, &start, &allocation);
   unsigned host_flags = 0;
   bool host_range = Runtime::Get().FindHostRange(reinterpret_cast<void*>(ptr), &host_flags);
-  // Mapped host memory is host memory with a device pointer (its own address).
-  bool mapped = device && host_range && (host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse)) &&
-                (host_flags & kOwnedHostMemory);
+  // Mapped host memory (allocated or registered) is host memory with a device pointer
+  // (its own address).
+  bool mapped = device && host_range && (host_flags & (CU_MEMHOSTALLOC_DEVICEMAP | kHostMappedOnUse));
   bool host = (!device && host_range) || mapped;
   if (!device && !host && !lenient) return CUDA_ERROR_INVALID_VALUE;
   Device* d = device ? Runtime::Get().device(allocation.device) : nullptr;
@@ -680,6 +714,23 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr
         *dptr = reinterpret_cast<CUdeviceptr>(pointer);  // one address for both, as under UVA
         return CUDA_SUCCESS;
       }
+    }
+    size_t size = 0;
+    if (Runtime::Get().FindHostRange(pointer, &host_flags, &start, &size) && !(host_flags & kOwnedHostMemory)) {
+      // Registered memory: mapped already (DEVICEMAP), or now, as every registration is
+      // mapped under unified addressing.
+      if (!(host_flags & (CU_MEMHOSTREGISTER_DEVICEMAP | kHostMappedOnUse))) {
+        int device = 0;
+        if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+        if (CUresult status = Runtime::Get().MapRegistered(device, CurrentContext(), start, size,
+                                                           (host_flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0);
+            status != CUDA_SUCCESS) {
+          return status == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED : status;
+        }
+        Runtime::Get().AddHostRangeFlags(reinterpret_cast<const void*>(start), kHostMappedOnUse);
+      }
+      *dptr = reinterpret_cast<CUdeviceptr>(pointer);
+      return CUDA_SUCCESS;
     }
     return static_cast<CUresult>(ReportUnsupported("cuMemHostGetDevicePointer", kZeroCopyWhy));
   });

@@ -70,6 +70,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuStreamDestroy_v2(CUstream handle) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Stream* stream = AsStream(handle);
     if (stream == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    if (CUresult status = LeaveCaptureForDestroy(handle, stream->context->device, stream->id); status != CUDA_SUCCESS) {
+      return status;
+    }
     {
       std::lock_guard<std::mutex> lock(Runtime::Get().mu());
       stream->context->streams.erase(stream);
@@ -212,6 +215,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuEventDestroy_v2(CUevent handle) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     Event* event = AsEvent(handle);
     if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    ForgetCapturedEvent(handle);
     {
       std::lock_guard<std::mutex> lock(Runtime::Get().mu());
       event->context->events.erase(event);

@@ -112,11 +112,14 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     // Managed memory, coherent at call boundaries (managed.cc): not concurrently with
     // the host, nor by page faults; on executors that place memory at the process's
     // addresses (the sim).
-    // Mapped host memory is made the same way (api_memory.cc, cuMemHostAlloc).
+    // Mapped host memory is made the same way (api_memory.cc, cuMemHostAlloc), and so is
+    // registered host memory, read-only too, at its own addresses (cuMemHostRegister).
     // Also the virtual memory management API (vmm.cc), whose mappings are memory placed at
     // the process's addresses.
     case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY:
     case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+    case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM:
+    case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
       *value = std::strcmp(device.description().executor, "sim") == 0 ? 1 : 0;
       break;

@@ -21,6 +21,10 @@
 // CUDA function, does not see the kernel's writes (on a GPU it would).
 // A module's __managed__ variables (cuLibraryGetManaged) are managed ranges too, their
 // host pages mapped at the variable's address among the module's globals.
+// Registered host memory mapped for a device (cuMemHostRegister with DEVICEMAP) is the
+// program's own pages: device memory is placed over them at their addresses
+// (MapRegistered), and only the registered bytes are copied either way, so bytes that
+// share its first or last page stay the program's alone.
 // Needs an executor that places memory at the process's addresses (the sim); on
 // another, cuMemAllocManaged answers CUDA_ERROR_NOT_SUPPORTED and logs why.
 #include <sys/mman.h>
@@ -199,12 +203,20 @@ bool Runtime::ForgetManaged(uint64_t address) {
   {
     std::lock_guard<std::mutex> lock(managed_mu_);
     auto found = managed_.find(address);
+    if (found == managed_.end()) {
+      // A registered range's device memory starts at its first page, before the range
+      // when the program registered an unaligned pointer.
+      found = std::find_if(managed_.begin(), managed_.end(), [address](const auto& entry) {
+        return entry.second.registered && entry.second.reserved == address;
+      });
+    }
     if (found == managed_.end()) return false;
     range = std::move(found->second);  // its advice too, not copied
     managed_.erase(found);
     managed_count_.store(static_cast<int>(managed_.size()));
   }
-  // A __managed__ variable (no pages or addresses of its own): its module's pages stay.
+  // A __managed__ variable (no pages or addresses of its own): its module's pages stay;
+  // registered memory: the program's pages and host range stay (it unregisters them).
   if (range.mapped == 0) return true;
   // Mapped host memory (cuMemHostAlloc with DEVICEMAP) is a managed range too: its pages
   // go, and with them the host range (a context's destruction frees it this way).
@@ -324,6 +336,66 @@ CUresult Runtime::MapPinned(int device, Context* context, uint64_t address) {
   return CUDA_SUCCESS;
 }
 
+CUresult Runtime::MapRegistered(int device, Context* context, uintptr_t start, size_t size, bool read_only) {
+  const uint64_t first_page = start / kPage * kPage;
+  const uint64_t pages = RoundUp(start + size, kPage) - first_page;  // the caller checked start + size
+  dp::MemAllocArgs args{pages, first_page};
+  dp::MemAllocResult result{0};
+  std::string out;
+  CUresult status = Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+  if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
+  if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
+  if (status == CUDA_SUCCESS && result.dptr != first_page) {
+    dp::MemFreeArgs free_args{result.dptr};
+    (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
+    return static_cast<CUresult>(
+        ReportUnsupported("cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP)",
+                          "mapping registered host memory needs a GPU whose executor places memory at this "
+                          "process's addresses (the sim); this one does not"));
+  }
+  if (status != CUDA_SUCCESS) return status;
+  AddContextAllocation(first_page, pages, device, context);
+  std::lock_guard<std::mutex> lock(managed_mu_);
+  ManagedRange range{size, device, first_page, pages, 0, {}};
+  range.registered = true;
+  range.read_only = read_only;
+  managed_[start] = std::move(range);
+  managed_count_.store(static_cast<int>(managed_.size()));
+  if (device_holds_managed_.count(device) != 0) {
+    // The device's managed copies are current: this one joins them now (as MapPinned).
+    dp::MemcpyHtoDArgs upload{start, size, 0};
+    return PostNow(device, dp::kOpMemcpyHtoD, &upload, sizeof(upload), reinterpret_cast<const void*>(start), size);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult Runtime::UnmapRegistered(uintptr_t start) {
+  ManagedRange range{};
+  {
+    std::lock_guard<std::mutex> lock(managed_mu_);
+    auto found = managed_.find(start);
+    // None: never mapped, or its context freed the device memory already.
+    if (found == managed_.end() || !found->second.registered) return CUDA_SUCCESS;
+    range = found->second;  // kept there until it is read back
+    if (device_holds_managed_.count(range.device) != 0 && !range.read_only) {
+      // What kernels wrote, once the device is idle: the program's bytes from now on.
+      CUresult status = CallNow(range.device, dp::kOpContextSynchronize, nullptr, 0, nullptr, 0, nullptr, 0, nullptr);
+      dp::MemcpyDtoHArgs args{start, range.size, 0};
+      if (status == CUDA_SUCCESS) {
+        status = CallNow(range.device, dp::kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0,
+                         reinterpret_cast<void*>(start), range.size, nullptr);
+      }
+      if (status != CUDA_SUCCESS) return status;
+    }
+    managed_.erase(found);
+    managed_count_.store(static_cast<int>(managed_.size()));
+  }
+  int device = 0;
+  if (!RemoveAllocation(range.reserved, &device)) return CUDA_SUCCESS;
+  dp::MemFreeArgs args{range.reserved};
+  return Call(device, dp::kOpMemFree, &args, sizeof(args));
+}
+
 CUresult Runtime::ManagedBefore(int device, uint32_t op) {
   if (managed_count_.load() == 0 || !ReachesDeviceMemory(op)) return CUDA_SUCCESS;
   std::lock_guard<std::mutex> lock(managed_mu_);
@@ -349,7 +421,7 @@ CUresult Runtime::ManagedAfter(int device, uint32_t op) {
     if (idle != CUDA_SUCCESS) return idle;
   }
   for (const auto& [address, range] : managed_) {
-    if (range.device != device) continue;
+    if (range.device != device || range.read_only) continue;
     dp::MemcpyDtoHArgs args{address, range.size, 0};
     CUresult status = CallNow(device, dp::kOpMemcpyDtoH, &args, sizeof(args), nullptr, 0,
                               reinterpret_cast<void*>(address), range.size, nullptr);

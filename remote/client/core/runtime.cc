@@ -462,6 +462,16 @@ bool Runtime::RemoveHostRange(const void* ptr) {
   return host_ranges_.erase(reinterpret_cast<uintptr_t>(ptr)) > 0;
 }
 
+bool Runtime::OverlapsHostRange(const void* ptr, size_t size) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  auto after = host_ranges_.upper_bound(address);
+  if (after != host_ranges_.end() && after->first - address < size) return true;  // one starts inside
+  if (after == host_ranges_.begin()) return false;
+  auto& [begin, range] = *std::prev(after);
+  return address - begin < range.size;  // one holds the start
+}
+
 bool Runtime::FindHostRange(const void* ptr, unsigned* flags, uintptr_t* start, size_t* size) {
   std::lock_guard<std::mutex> lock(mu_);
   auto address = reinterpret_cast<uintptr_t>(ptr);

@@ -245,6 +245,8 @@ class Runtime {
   void AddHostRange(const void* ptr, size_t size, unsigned flags);
   bool RemoveHostRange(const void* ptr);
   bool FindHostRange(const void* ptr, unsigned* flags, uintptr_t* start = nullptr, size_t* size = nullptr);
+  // Whether any host range shares a byte with [ptr, ptr + size).
+  bool OverlapsHostRange(const void* ptr, size_t size);
   void AddHostRangeFlags(const void* start, unsigned flags);
 
   // Managed memory (managed.cc): the host's pages mapped at the device address, the two
@@ -300,6 +302,19 @@ class Runtime {
   CUresult MapPinned(int device, Context* context, uint64_t address);
   // MapPinned for every 8-byte parameter word of a launch that lies in the window.
   CUresult MapPinnedArguments(int device, Context* context, const char* params, size_t size);
+  // Registered host memory mapped on `device` (cuMemHostRegister with DEVICEMAP, or a
+  // registration whose device pointer was asked for): device memory placed over the
+  // range's whole pages at their own addresses (so the host pointer is the device
+  // pointer, as under UVA), and the range's own bytes [start, start + size) kept coherent
+  // at call boundaries as mapped memory is (bytes of those pages outside it are never
+  // copied either way). read_only: never read back (CU_MEMHOSTREGISTER_READ_ONLY: the
+  // device does not write it). CUDA_ERROR_INVALID_VALUE when device memory cannot be
+  // placed there (a page another mapped registration holds); CUDA_ERROR_NOT_SUPPORTED,
+  // logged, where the GPU's executor cannot place memory at this process's addresses.
+  CUresult MapRegistered(int device, Context* context, uintptr_t start, size_t size, bool read_only);
+  // Ends MapRegistered's mapping of the range starting at `start`, if it has one: the
+  // device's newer bytes are read back first, then its device memory is freed.
+  CUresult UnmapRegistered(uintptr_t start);
 
   // Loads `module` into `device` if needed; returns the server's module id.
   CUresult EnsureModuleLoaded(Module* module, int device, uint64_t* remote_id);
@@ -408,6 +423,10 @@ class Runtime {
     uint64_t mapped;                   // bytes of host pages mapped at the start
     // Advice and prefetches, per 4 KiB from the start (empty: none given yet).
     std::vector<ManagedPageAdvice> advice;
+    // Registered host memory (MapRegistered): the program's pages, its device memory
+    // from `reserved` for `reserved_size` bytes; read_only: never read back.
+    bool registered = false;
+    bool read_only = false;
   };
   std::mutex managed_mu_;                          // taken before a device's connection, never after
   std::map<uint64_t, ManagedRange> managed_;       // by start; guarded by managed_mu_

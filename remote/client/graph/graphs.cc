@@ -269,6 +269,30 @@ namespace {
 [[maybe_unused]] const bool capture_check_installed = (InstallCaptureCheck(&RefuseOnCapturingStream), true);
 }  // namespace
 
+CUresult LeaveCaptureForDestroy(CUstream stream, int device, uint64_t id) {
+  if (!AnyCapture()) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(mu);
+  std::shared_ptr<Capture> capture = CaptureOf(stream);
+  if (capture == nullptr) return CUDA_SUCCESS;
+  if (capture->origin == stream) {
+    capture->invalidated = true;
+    return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  }
+  capture->streams.erase(stream);
+  capture->on_agent.erase({device, id});
+  by_stream.erase(stream);
+  return CUDA_SUCCESS;
+}
+
+void ForgetCapturedEvent(CUevent event) {
+  if (!AnyCapture()) return;
+  std::lock_guard<std::mutex> lock(mu);
+  auto found = by_event.find(event);
+  if (found == by_event.end()) return;
+  found->second->events.erase(event);
+  by_event.erase(found);
+}
+
 CUresult RefuseGraphLaunchInCapture(CUstream stream) {
   if (!AnyCapture()) return CUDA_SUCCESS;
   std::lock_guard<std::mutex> lock(mu);

@@ -46,6 +46,15 @@ bool InvalidateCapture(CUstream stream);
 // synchronisation, say); else CUDA_SUCCESS.
 CUresult RefuseOnCapturingStream(int device, uint32_t op, const void* args, size_t args_len);
 
+// cuStreamDestroy and cuEventDestroy during a capture. A stream that joined a capture
+// (it waited for an event recorded in it) leaves it, its work captured already, and may be
+// destroyed, as graphMemoryNodes-style programs do with a helper stream before the capture
+// ends; the stream the capture began on cannot be: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+// and the capture invalidated. An event the capture recorded is forgotten by it.
+// CUDA_SUCCESS when `stream` does not capture.
+CUresult LeaveCaptureForDestroy(CUstream stream, int device, uint64_t id);
+void ForgetCapturedEvent(CUevent event);
+
 // cuGraphLaunch on a capturing stream: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, and the
 // capture invalidated, as a GPU's driver answers (driver 580 on an H100); else CUDA_SUCCESS.
 CUresult RefuseGraphLaunchInCapture(CUstream stream);

@@ -1,6 +1,8 @@
 #include "remote/devices/sim/sim_executor.h"
 
 #include <algorithm>
+#include <deque>
+#include <iterator>
 
 #include <cstring>
 #include <new>
@@ -454,36 +456,67 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
                                  std::vector<sim::DeviceLaunch> queued) {
   auto found = modules_.find(module);
   if (found == modules_.end()) return kCuInvalidHandle;
-  // Tail launches after the parent's other children, as the device runtime orders them.
-  std::stable_partition(queued.begin(), queued.end(), [](const sim::DeviceLaunch& launch) { return !launch.tail; });
-  for (sim::DeviceLaunch& launch : queued) {
+  // Runs one queued grid at `depth`; what it launches lands in *children.
+  auto run = [&](sim::DeviceLaunch& launch, uint32_t depth, sim::LaunchSpec* spec,
+                 sim::DeviceLaunches* children) -> int32_t {
     auto kernel = found->second.ptx->Decode(launch.kernel, found->second.globals);
     if (!kernel.ok()) {
       error_detail_ = "kernel " + launch.kernel + ", launched by a kernel: " + std::string(kernel.status().message());
       return kCuLaunchFailed;
     }
+    std::memcpy(spec->grid, launch.grid, sizeof(spec->grid));
+    std::memcpy(spec->block, launch.block, sizeof(spec->block));
+    spec->dynamic_shared = launch.dynamic_shared;
+    spec->params = launch.params.data();
+    spec->param_size = launch.params.size();
+    spec->memory = parent.memory;
+    spec->sm_count = parent.sm_count;
+    spec->progress = parent.progress;
+    spec->printf_out = parent.printf_out;
+    spec->printf_dropped = parent.printf_dropped;
+    spec->cancel = parent.cancel;
+    spec->error_detail = parent.error_detail;
+    spec->depth = depth;
+    spec->device_launches = children;
+    return sim::RunKernel(**kernel, *spec);
+  };
+  // The grid's other children first, in launch order, each with what it launches (nested
+  // one deeper: bounded by kMaxLaunchDepth); then its tail launches in order, each in the
+  // grid's place at its depth, each complete (its own tail launches run) before the next.
+  // Tail launches are taken from a queue, not by recursion: a chain of them may be long.
+  std::deque<sim::DeviceLaunch> tails;
+  std::vector<sim::DeviceLaunch> others;
+  for (sim::DeviceLaunch& launch : queued) {
+    if (launch.tail) {
+      tails.push_back(std::move(launch));
+    } else {
+      others.push_back(std::move(launch));
+    }
+  }
+  for (sim::DeviceLaunch& launch : others) {
     sim::LaunchSpec spec;
-    std::memcpy(spec.grid, launch.grid, sizeof(spec.grid));
-    std::memcpy(spec.block, launch.block, sizeof(spec.block));
-    spec.dynamic_shared = launch.dynamic_shared;
-    spec.params = launch.params.data();
-    spec.param_size = launch.params.size();
-    spec.memory = parent.memory;
-    spec.sm_count = parent.sm_count;
-    spec.progress = parent.progress;
-    spec.printf_out = parent.printf_out;
-    spec.printf_dropped = parent.printf_dropped;
-    spec.cancel = parent.cancel;
-    spec.error_detail = parent.error_detail;
-    spec.depth = parent.depth + 1;
     sim::DeviceLaunches children;
-    spec.device_launches = &children;
-    // Each grid after its parent, and after its earlier siblings with their own children.
-    int32_t status = sim::RunKernel(**kernel, spec);
+    int32_t status = run(launch, parent.depth + 1, &spec, &children);
     if (status == kCuSuccess && !children.queued.empty()) {
       status = RunChildren(module, spec, std::move(children.queued));
     }
     if (status != kCuSuccess) return status;
+  }
+  while (!tails.empty()) {
+    sim::DeviceLaunch launch = std::move(tails.front());
+    tails.pop_front();
+    sim::LaunchSpec spec;
+    sim::DeviceLaunches children;
+    if (int32_t status = run(launch, parent.depth, &spec, &children); status != kCuSuccess) return status;
+    std::vector<sim::DeviceLaunch> its_tails;
+    std::vector<sim::DeviceLaunch> its_others;
+    for (sim::DeviceLaunch& child : children.queued) {
+      (child.tail ? its_tails : its_others).push_back(std::move(child));
+    }
+    if (!its_others.empty()) {
+      if (int32_t status = RunChildren(module, spec, std::move(its_others)); status != kCuSuccess) return status;
+    }
+    tails.insert(tails.begin(), std::make_move_iterator(its_tails.begin()), std::make_move_iterator(its_tails.end()));
   }
   return kCuSuccess;
 }

@@ -104,7 +104,8 @@ class SimExecutor : public Executor {
   std::atomic<bool> cancelled_{false};         // set by Cancel(), from any thread
   void ChunkedCopy(char* to, const char* from, uint64_t size);
   bool KnownStream(uint64_t stream) const;
-  // Runs the grids launched by a grid (dynamic parallelism), each after its parent.
+  // Runs the grids launched by a grid (dynamic parallelism), each after its parent; tail
+  // launches after the others, in the parent's place.
   int32_t RunChildren(uint64_t module, const sim::LaunchSpec& parent, std::vector<sim::DeviceLaunch> queued);
   void FreeModule(Module& module);
   // In a catch handler of an entry point: the exception as a CUresult (kCuOutOfMemory for

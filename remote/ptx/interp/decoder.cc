@@ -581,6 +581,7 @@ class Decoder {
     static const std::map<std::string, DeviceRuntimeCall::Op> ops = {
         {"__cudaCDP2GetParameterBufferV2", DeviceRuntimeCall::kGetParameterBuffer},
         {"__cudaCDP2LaunchDeviceV2", DeviceRuntimeCall::kLaunchDevice},
+        {"__cudaCDP2LaunchDeviceV2_ptsz", DeviceRuntimeCall::kLaunchDevice},  // --default-stream per-thread
         {"__cudaCDP2GetLastError", DeviceRuntimeCall::kGetLastError},
         {"__cudaCDP2PeekAtLastError", DeviceRuntimeCall::kPeekAtLastError},
         {"__cudaCDP2StreamCreateWithFlags", DeviceRuntimeCall::kStreamCreate},

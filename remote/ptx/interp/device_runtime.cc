@@ -1,6 +1,15 @@
-// The interpreter's The device runtime for dynamic parallelism (CDP2): parameter buffers,
+// The interpreter's device runtime for dynamic parallelism (CDP2): parameter buffers,
 // device launches queued on the launch, streams and last errors. Private interface:
 // device_runtime.h and internal.h.
+//
+// The named streams of CUDA 12's device runtime, as the executor runs the queued grids
+// (SimExecutor::RunChildren): a grid launched into the NULL stream, a stream the kernel
+// created or cudaStreamFireAndForget runs after its parent grid, and is complete before
+// the parent is; one launched into cudaStreamTailLaunch runs after the parent grid and
+// all of those, in the order tail launches were made, at the parent's nesting depth (a
+// chain of tail launches does not nest), and the parent is complete when its tail
+// launches are. Per-thread default stream builds (--default-stream per-thread) call the
+// same entry points with a _ptsz suffix.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/device_runtime.h"
 
@@ -128,7 +137,9 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
           result32(l, kCudaErrorNotSupported);
           return;
         }
-        if (spec.depth + 1 >= kMaxLaunchDepth) {
+        // A tail launch takes the place of the grid that made it (it runs once that grid is
+        // complete, at its depth); any other grid nests one deeper.
+        if ((launch.tail ? spec.depth : spec.depth + 1) >= kMaxLaunchDepth) {
           result32(l, kCudaErrorLaunchMaxDepthExceeded);
           return;
         }

@@ -161,6 +161,21 @@ void RunWarp(Warp& w, const Inst* code) {
         w.deferred = 0;
         continue;
       }
+      // The same for member lanes that are behind it at a higher address: a loop whose
+      // back edge leads to a block placed before the loop's head sends the lanes that
+      // skipped the body's last block around first, to a vote.sync or shfl.sync of the
+      // next iteration that the lanes still in that block must reach too. Those lanes run
+      // first, unless they wait at a warp-synchronous instruction of their own.
+      if (const uint32_t behind = SyncLanes(w, code[pc], mask) & candidates & ~mask; behind != 0) {
+        int32_t other = std::numeric_limits<int32_t>::max();
+        ForLanes(behind, [&](int l) { other = std::min(other, w.lane_pc[l]); });
+        uint32_t other_mask = 0;
+        ForLanes(candidates, [&](int l) { other_mask |= static_cast<uint32_t>(w.lane_pc[l] == other) << l; });
+        if ((SyncLanes(w, code[other], other_mask) & candidates & ~other_mask) == 0) {
+          pc = other;
+          mask = other_mask;
+        }
+      }
     }
     const Inst& in = code[pc];
     uint32_t exec = mask;
