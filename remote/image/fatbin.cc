@@ -21,6 +21,11 @@ constexpr uint16_t kEntryKindElf = 2;
 // Entry flags of compressed payloads.
 constexpr uint64_t kEntryLz4 = 0x2000;   // an LZ4 block (no frame)
 constexpr uint64_t kEntryZstd = 0x8000;  // a zstd frame
+// Entry flag of arch-specific SASS (sm_90a, sm_100a), which runs only on its own architecture.
+constexpr uint64_t kEntryArchSpecific = 0x100000;
+// A cubin's ELF OS ABI byte from CUDA 12.8 on (its architecture in e_flags bits 8..15;
+// before, ELFOSABI_CUDA 0x33 and bits 0..7).
+constexpr uint8_t kElfOsAbiCudaV2 = 0x41;
 // Offset of the decompressed size in entry headers of compressed entries.
 constexpr size_t kDecompressedSizeOffset = 56;
 
@@ -89,6 +94,15 @@ size_t ElfSize(const uint8_t* elf) {
 }
 
 bool IsElf(const uint8_t* p) { return std::memcmp(p, ELFMAG, SELFMAG) == 0 && p[EI_CLASS] == ELFCLASS64; }
+
+// The architecture a bare cubin (an ELF of at least a header) was built for, from its
+// e_flags. Whether it is arch-specific is not read: a cubin has no PTX to choose.
+SassTarget CubinTarget(const uint8_t* elf) {
+  const auto header = Read<Elf64_Ehdr>(elf);
+  const uint32_t arch =
+      header.e_ident[EI_OSABI] == kElfOsAbiCudaV2 ? (header.e_flags >> 8) & 0xff : header.e_flags & 0xff;
+  return SassTarget{arch, false};
+}
 
 // Inflates a compressed entry payload into *out. `*total`: bytes the image's entries
 // inflated to so far, which this one's must not take over kMaxDecompressedBytes. The size
@@ -174,6 +188,7 @@ Status ParseFatbin(const uint8_t* fatbin, size_t limit, ModuleImage* image) {
     }
     if (entry.kind == kEntryKindElf && payload_size >= sizeof(Elf64_Ehdr) && IsElf(payload)) {
       image->has_sass = true;
+      image->sass.push_back(SassTarget{entry.sm_version, (entry.flags & kEntryArchSpecific) != 0});
       GPUPOOL_RETURN_IF_ERROR(ParseCubin(payload, payload_size, &image->kernels));
     } else if (entry.kind == kEntryKindPtx) {
       const char* text = reinterpret_cast<const char*>(payload);
@@ -342,6 +357,7 @@ Result<ModuleImage> ParseModuleImage(const void* image_pointer) {
     image.bytes = p;
     image.size = ElfSize(p);
     image.has_sass = true;
+    image.sass.push_back(CubinTarget(p));
     GPUPOOL_RETURN_IF_ERROR(ParseCubin(p, image.size, &image.kernels));
   } else if (LooksLikePtx(p, SIZE_MAX)) {
     GPUPOOL_RETURN_IF_ERROR(ParsePtxImage(p, SIZE_MAX, &image));
@@ -364,6 +380,7 @@ Result<ModuleImage> ParseModuleImageBytes(const void* image_pointer, size_t size
     image.bytes = p;
     image.size = size;
     image.has_sass = true;
+    image.sass.push_back(CubinTarget(p));
     GPUPOOL_RETURN_IF_ERROR(ParseCubin(p, size, &image.kernels));
   } else if (LooksLikePtx(p, size)) {
     GPUPOOL_RETURN_IF_ERROR(ParsePtxImage(p, size, &image));
@@ -525,6 +542,32 @@ const PtxEntry* ChoosePtx(const std::vector<PtxEntry>& ptx, uint32_t device_arch
     if (chosen == nullptr || entry.arch > chosen->arch) chosen = &entry;
   }
   return chosen;
+}
+
+bool RunsSass(const SassTarget& target, uint32_t device_arch) {
+  if (target.arch_specific) return target.arch == device_arch;
+  return target.arch / 10 == device_arch / 10 && target.arch <= device_arch;
+}
+
+CodeChoice ChooseCode(const std::vector<uint32_t>& ptx_archs, const std::vector<SassTarget>& sass,
+                      uint32_t device_arch) {
+  CodeChoice choice;
+  for (const SassTarget& target : sass) {
+    if (device_arch != 0 && RunsSass(target, device_arch)) choice.sass_arch = std::max(choice.sass_arch, target.arch);
+  }
+  for (uint32_t arch : ptx_archs) {
+    if (device_arch != 0 && arch > device_arch) continue;
+    if (!choice.found || arch > choice.ptx_arch) choice.ptx_arch = arch;
+    choice.found = true;
+  }
+  if (choice.found || choice.sass_arch == 0) return choice;
+  // The GPU runs the image's SASS; the sim runs the PTX nearest to it in its place.
+  for (uint32_t arch : ptx_archs) {
+    if (!choice.found || arch < choice.ptx_arch) choice.ptx_arch = arch;
+    choice.found = true;
+  }
+  choice.in_place_of_sass = choice.found;
+  return choice;
 }
 
 }  // namespace gpupool::image

@@ -1,5 +1,6 @@
 // Module images: finds the kernels in a CUDA module image, their parameter layouts, and
-// the PTX the image carries (what the sim GPU runs).
+// the PTX the image carries (what the sim GPU runs) and the targets of its SASS (which
+// decide what a real GPU of a model would run: ChooseCode).
 //
 // cuLaunchKernel hands the driver an array of pointers to the arguments with no sizes;
 // a remoting driver must know each parameter's offset and size to pack them. On a GPU host
@@ -42,11 +43,44 @@ struct PtxEntry {
   uint32_t arch = 0;  // the compute capability it targets, e.g. 75 (0: not known)
 };
 
+// The target of one SASS (ELF) entry: the fatbin entry header's architecture and whether
+// it is arch-specific (sm_90a, sm_100a: entry flag 0x100000), or a bare cubin's e_flags.
+struct SassTarget {
+  uint32_t arch = 0;           // e.g. 80 for sm_80
+  bool arch_specific = false;  // runs only on that very architecture
+};
+
+// True when a real GPU of compute capability `device_arch` runs SASS built for `target`:
+// SASS is binary-compatible within a major version with GPUs of the same or a later minor
+// one (sm_80 runs on 8.0, 8.6 and 8.9, not on 9.0), arch-specific SASS only on its own.
+bool RunsSass(const SassTarget& target, uint32_t device_arch);
+
 // The PTX a driver would compile for a GPU of compute capability `device_arch` (e.g. 80):
 // the newest entry not newer than the GPU (an entry of unknown target counts as any).
 // nullptr when every entry targets a newer GPU (CUDA_ERROR_NO_BINARY_FOR_GPU on a real
 // driver). `device_arch` 0: the newest entry.
 const PtxEntry* ChoosePtx(const std::vector<PtxEntry>& ptx, uint32_t device_arch);
+
+// What a sim GPU of compute capability `device_arch` runs of an image whose PTX entries
+// target `ptx_archs` and whose SASS entries `sass`: the code a real GPU of that model would
+// run, in the PTX form the sim can execute.
+//   - PTX not newer than the GPU: the newest such (what the driver JITs, or the source of
+//     the SASS it runs), as ChoosePtx.
+//   - Otherwise, where the image holds SASS the GPU runs (RunsSass) but PTX only for newer
+//     GPUs (cuBLAS, cuSPARSE and cuRAND ship sm_80 SASS and compute_120 PTX): the oldest
+//     newer PTX, the same kernels' source, which the sim runs in place of the SASS. A
+//     driver would refuse that PTX; it never sees it, as it runs the SASS.
+//   - Neither: nothing (found false: CUDA_ERROR_NO_BINARY_FOR_GPU for a fatbin, the JIT's
+//     CUDA_ERROR_INVALID_PTX for PTX text, which has no SASS to prove it was built for
+//     this GPU).
+struct CodeChoice {
+  bool found = false;
+  uint32_t ptx_arch = 0;          // the PTX entries to run: those targeting this architecture
+  uint32_t sass_arch = 0;         // the SASS a real GPU would run (0: none; it would JIT the PTX)
+  bool in_place_of_sass = false;  // ptx_arch is newer than the GPU (the second case above)
+};
+CodeChoice ChooseCode(const std::vector<uint32_t>& ptx_archs, const std::vector<SassTarget>& sass,
+                      uint32_t device_arch);
 
 // The compressed entries of one image (or of one host object's fatbins) decompress to at
 // most this many bytes together; an image whose headers say more is refused with
@@ -59,6 +93,7 @@ struct ModuleImage {
   std::map<std::string, KernelLayout> kernels;  // by mangled name
   std::vector<PtxEntry> ptx;                    // the PTX entries (decompressed), or the PTX text itself
   bool has_sass = false;                        // it holds at least one ELF (SASS) entry or is a cubin
+  std::vector<SassTarget> sass;                 // the targets of its SASS entries, in order
   // A fatbin wrapper of version 2 (nvcc -rdc=true: cudart's __cudaRegisterLinkedBinary)
   // also lists the relocatable fatbins of the program's translation units, whose PTX a
   // driver JIT-links when the linked image holds no code for the GPU: their addresses.

@@ -3,6 +3,7 @@
 #include <elf.h>
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -10,6 +11,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "tests/remote/test_fatbin.h"
 
 namespace gpupool::image {
 namespace {
@@ -150,6 +153,92 @@ TEST(Fatbin, ChoosesThePtxADriverWouldCompileForTheGpu) {
   EXPECT_EQ(ChoosePtx(ptx, 70), nullptr);   // every entry is for a newer GPU
   EXPECT_EQ(ChoosePtx({{"any", 0}}, 70)->text, "any");
   EXPECT_EQ(ChoosePtx({}, 80), nullptr);
+}
+
+// SASS is binary-compatible within a major version, towards later minor versions;
+// arch-specific SASS (sm_90a) runs on its own architecture only.
+TEST(Fatbin, TellsWhichGpusRunSass) {
+  EXPECT_TRUE(RunsSass({80, false}, 80));
+  EXPECT_TRUE(RunsSass({80, false}, 86));
+  EXPECT_TRUE(RunsSass({80, false}, 89));
+  EXPECT_FALSE(RunsSass({86, false}, 80));
+  EXPECT_FALSE(RunsSass({80, false}, 90));
+  EXPECT_FALSE(RunsSass({75, false}, 80));
+  EXPECT_TRUE(RunsSass({90, true}, 90));
+  EXPECT_FALSE(RunsSass({100, true}, 103));
+  EXPECT_TRUE(RunsSass({100, false}, 103));
+  EXPECT_FALSE(RunsSass({120, false}, 100));
+}
+
+// The sim runs what a real GPU of its model runs. PTX not newer than the GPU: the newest
+// such. SASS the GPU runs with PTX only for newer GPUs (cuBLAS: sm_75..sm_120 SASS,
+// compute_120 PTX): the oldest newer PTX in the SASS's place. Neither: nothing.
+TEST(Fatbin, RunsNewerPtxOnlyInPlaceOfSassTheGpuWouldRun) {
+  const std::vector<SassTarget> libraries = {{75, false}, {80, false}, {86, false}, {90, false}, {120, false}};
+  CodeChoice a100 = ChooseCode({120}, libraries, 80);
+  EXPECT_TRUE(a100.found);
+  EXPECT_TRUE(a100.in_place_of_sass);
+  EXPECT_EQ(a100.ptx_arch, 120u);
+  EXPECT_EQ(a100.sass_arch, 80u);
+  CodeChoice l4 = ChooseCode({120}, libraries, 89);  // an 8.9 GPU runs the sm_86 SASS
+  EXPECT_TRUE(l4.found);
+  EXPECT_EQ(l4.sass_arch, 86u);
+  CodeChoice blackwell = ChooseCode({120}, libraries, 120);
+  EXPECT_TRUE(blackwell.found);
+  EXPECT_FALSE(blackwell.in_place_of_sass);
+  EXPECT_EQ(blackwell.sass_arch, 120u);
+  // A Volta has no SASS here and PTX only for newer GPUs: no binary, as on a real one.
+  EXPECT_FALSE(ChooseCode({120}, libraries, 70).found);
+  // Arch-specific SASS proves it only for its own architecture.
+  EXPECT_TRUE(ChooseCode({120}, {{90, true}}, 90).found);
+  EXPECT_FALSE(ChooseCode({120}, {{100, true}}, 103).found);
+  // No SASS at all (PTX only): newer PTX is never run.
+  EXPECT_FALSE(ChooseCode({90, 120}, {}, 80).found);
+  // Of several newer PTX entries, the nearest to the GPU.
+  EXPECT_EQ(ChooseCode({120, 90, 100}, {{80, false}}, 86).ptx_arch, 90u);
+  // PTX the GPU could JIT wins over newer PTX, even beside SASS.
+  CodeChoice jit = ChooseCode({75, 120}, {{80, false}}, 80);
+  EXPECT_FALSE(jit.in_place_of_sass);
+  EXPECT_EQ(jit.ptx_arch, 75u);
+  EXPECT_EQ(jit.sass_arch, 80u);
+  // An unknown GPU (0): the newest PTX, as ChoosePtx.
+  EXPECT_EQ(ChooseCode({75, 120}, {}, 0).ptx_arch, 120u);
+}
+
+// The SASS targets come from the fatbin's entry headers (arch-specific: flag 0x100000),
+// or from a bare cubin's e_flags.
+TEST(Fatbin, ReadsTheTargetsOfSassEntries) {
+  const std::vector<uint8_t> elf = MakeElf({{".text.k", {0, 0, 0, 0}}});
+  const std::string ptx = ".version 8.7\n.target sm_120\n.address_size 64\n.visible .entry k() { ret; }\n";
+  std::vector<uint8_t> fatbin = fatbin_testing::FatbinOf(
+      {{2, 80, 0x11, elf}, {2, 90, 0x100011, elf}, {1, 120, 0x11, fatbin_testing::PtxBytes(ptx)}});
+  auto image = ParseModuleImageBytes(fatbin.data(), fatbin.size());
+  ASSERT_TRUE(image.ok()) << image.status().message();
+  ASSERT_EQ(image->sass.size(), 2u);
+  EXPECT_EQ(image->sass[0].arch, 80u);
+  EXPECT_FALSE(image->sass[0].arch_specific);
+  EXPECT_EQ(image->sass[1].arch, 90u);
+  EXPECT_TRUE(image->sass[1].arch_specific);
+  ASSERT_EQ(image->ptx.size(), 1u);
+  EXPECT_EQ(image->ptx[0].arch, 120u);
+  EXPECT_TRUE(image->kernels.count("k"));
+
+  // A bare cubin: CUDA 12.8's ELF ABI (OS ABI 0x41) keeps the architecture in e_flags bits
+  // 8..15, the earlier one (0x33) in bits 0..7.
+  std::vector<uint8_t> cubin = elf;
+  cubin[EI_OSABI] = 0x41;
+  const uint32_t flags_v2 = 0x6005004;  // as nvcc 13 writes for sm_80
+  std::memcpy(cubin.data() + offsetof(Elf64_Ehdr, e_flags), &flags_v2, 4);
+  auto bare = ParseModuleImageBytes(cubin.data(), cubin.size());
+  ASSERT_TRUE(bare.ok()) << bare.status().message();
+  ASSERT_EQ(bare->sass.size(), 1u);
+  EXPECT_EQ(bare->sass[0].arch, 80u);
+  cubin[EI_OSABI] = 0x33;
+  const uint32_t flags_v1 = 0x500556;  // sm_86 in bits 0..7
+  std::memcpy(cubin.data() + offsetof(Elf64_Ehdr, e_flags), &flags_v1, 4);
+  bare = ParseModuleImageBytes(cubin.data(), cubin.size());
+  ASSERT_TRUE(bare.ok()) << bare.status().message();
+  EXPECT_EQ(bare->sass[0].arch, 86u);
 }
 
 constexpr char kUnitA[] =

@@ -15,6 +15,7 @@
 
 #include "remote/protocol/protocol.h"
 #include "remote/ptx/jit/jit.h"
+#include "tests/remote/test_fatbin.h"
 
 namespace gpupool::dataplane {
 namespace {
@@ -245,6 +246,57 @@ TEST(SimExecutor, CopiesMemsetsAndRunsVecAdd) {
   EXPECT_EQ(executor.Launch(10, config, params, sizeof(params)), kCuIllegalAddress);
   EXPECT_EQ(executor.CopyToDevice(wild, x.data(), 4, 0), kCuInvalidValue);
   EXPECT_EQ(executor.Free(wild), kCuInvalidValue);
+}
+
+// A model runs what a real GPU of it runs: an image with SASS for the model's architecture
+// and PTX only for a newer one (the math libraries' shape) runs that PTX; without the SASS,
+// or for an older GPU than the SASS, there is no binary for the GPU; PTX text for a newer
+// target is the JIT's INVALID_PTX.
+TEST(SimExecutor, RunsNewerPtxOnlyWhereTheModelWouldRunTheImagesSass) {
+  std::string newer(kKernelsPtx);
+  newer.replace(newer.find(".version 9.0\n.target sm_75"), 26, ".version 9.0\n.target sm_120");
+  std::vector<uint8_t> elf(64, 0);  // an ELF header without sections: SASS whose code is not read
+  std::memcpy(elf.data(),
+              "\x7f"
+              "ELF",
+              4);
+  elf[4] = 2;  // ELFCLASS64
+  using fatbin_testing::FatbinOf;
+  using fatbin_testing::PtxBytes;
+  const std::vector<uint8_t> library = FatbinOf({{2, 80, 0x11, elf}, {1, 120, 0x11, PtxBytes(newer)}});
+  const std::vector<uint8_t> ptx_only = FatbinOf({{1, 120, 0x11, PtxBytes(newer)}});
+  SimDeviceMemory memory(0, 64 * kMiB);
+  {
+    SimExecutor a100(&memory, 108, 80);
+    ASSERT_EQ(a100.LoadModule(1, library.data(), library.size(), {}), kCuSuccess) << a100.TakeErrorDetail();
+    ASSERT_EQ(a100.GetFunction(1, 10, "_Z5scalePffi"), kCuSuccess);
+    const int n = 64;
+    uint64_t data = 0;
+    ASSERT_EQ(a100.Allocate(n * 4, &data), kCuSuccess);
+    std::vector<float> values(n, 2.0f);
+    ASSERT_EQ(a100.CopyToDevice(data, values.data(), n * 4, 0), kCuSuccess);
+    uint8_t params[16] = {};
+    const float factor = 3.0f;
+    std::memcpy(params, &data, 8);
+    std::memcpy(params + 8, &factor, 4);
+    std::memcpy(params + 12, &n, 4);
+    LaunchConfig config;
+    config.block[0] = n;
+    ASSERT_EQ(a100.Launch(10, config, params, sizeof(params)), kCuSuccess) << a100.TakeErrorDetail();
+    const void* out = nullptr;
+    ASSERT_EQ(a100.CopyFromDevice(data, n * 4, 0, &out), kCuSuccess);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(static_cast<const float*>(out)[i], 6.0f) << i;
+
+    EXPECT_EQ(a100.LoadModule(2, ptx_only.data(), ptx_only.size(), {}), kCuNoBinaryForGpu);
+    EXPECT_EQ(a100.LoadModule(3, newer.c_str(), newer.size() + 1, {}), kCuInvalidPtx);
+  }
+  for (uint32_t arch : {70u, 90u}) {  // a Volta; a Hopper, which sm_80 SASS does not run on
+    SimExecutor other(&memory, 108, arch);
+    EXPECT_EQ(other.LoadModule(1, library.data(), library.size(), {}), kCuNoBinaryForGpu) << arch;
+    EXPECT_NE(other.TakeErrorDetail().find("its SASS is for other GPUs"), std::string::npos) << arch;
+  }
+  SimExecutor l4(&memory, 58, 89);  // sm_80 SASS runs on 8.9
+  EXPECT_EQ(l4.LoadModule(1, library.data(), library.size(), {}), kCuSuccess) << l4.TakeErrorDetail();
 }
 
 TEST(SimExecutor, FreesEverythingWhenDestroyed) {

@@ -71,20 +71,24 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
     case CU_FUNC_ATTRIBUTE_NUM_REGS:
       *value = resources.registers_per_thread;
       break;
-    case CU_FUNC_ATTRIBUTE_PTX_VERSION: {
-      // The PTX a driver compiles for this GPU (the sim runs it): CUB and Thrust pick
-      // their kernels' tuning by it, and refuse a version they were not compiled for.
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION:
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: {
+      // What the GPU runs (image::ChooseCode, as the sim chooses it). PTX_VERSION: the
+      // PTX the sim runs, also where a real GPU would run SASS of an older architecture in
+      // its place (and say that SASS's version): CUB and Thrust pick their host-side
+      // tuning by it, which must match the device code that runs, and refuse a version
+      // they were not compiled for. BINARY_VERSION: the SASS a real GPU would run, or the
+      // GPU's own architecture where it would JIT the PTX.
       const uint32_t arch = static_cast<uint32_t>(model.cc_major * 10 + model.cc_minor);
-      uint32_t chosen = 0;
-      for (uint32_t ptx : function->module->ptx_archs) {
-        if (ptx <= arch && ptx > chosen) chosen = ptx;
+      const gpupool::image::CodeChoice chosen =
+          gpupool::image::ChooseCode(function->module->ptx_archs, function->module->sass, arch);
+      if (attribute == CU_FUNC_ATTRIBUTE_PTX_VERSION) {
+        *value = static_cast<int>(chosen.found && chosen.ptx_arch != 0 ? chosen.ptx_arch : arch);
+      } else {
+        *value = static_cast<int>(chosen.sass_arch != 0 ? chosen.sass_arch : arch);
       }
-      *value = static_cast<int>(chosen != 0 ? chosen : arch);
       break;
     }
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
-      *value = model.cc_major * 10 + model.cc_minor;
-      break;
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:
       *value = 0;
       break;

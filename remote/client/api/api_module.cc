@@ -81,6 +81,12 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   }
   module->kernels = std::move(parsed->kernels);
   for (const auto& ptx : parsed->ptx) module->ptx_archs.push_back(ptx.arch);
+  module->sass = std::move(parsed->sass);
+  for (const auto& ptx : parsed->ptx) {
+    // %cluster_*, %nclusterid, %is_explicit_cluster, barrier.cluster, .shared::cluster (mapa,
+    // getctarank): all spell it.
+    if (ptx.text.find("cluster") != std::string::npos) module->ptx_names_clusters = true;
+  }
   *result = module.release();
   return CUDA_SUCCESS;
 }
@@ -195,8 +201,83 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
   return LaunchKernel(handle, grid, block, shared_mem, stream, params, extra, cooperative);
 }
 
-CUresult LaunchEx(const CUlaunchConfig* config, CUfunction function, void** params, void** extra) {
-  if (config == nullptr) return CUDA_ERROR_INVALID_VALUE;
+// The most blocks a cluster may have without CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+// (which the library does not keep: cuFuncGetAttribute answers 0).
+constexpr unsigned kPortableClusterBlocks = 8;
+
+// A cluster launch (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION of more than one block), checked
+// as a driver checks it, then run as a plain launch where that computes the same: on the
+// sim (which runs no clusters) a kernel whose PTX names no cluster state cannot tell its
+// blocks were grouped, as cuBLAS's norms, whose kernels are cluster-launched on GPUs of
+// compute capability 9.0 and later. *plain: `config`'s attributes without the cluster
+// dimension. A GPU older than 9.0 has no clusters (CUDA_ERROR_NOT_SUPPORTED, as it reports
+// CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0); a kernel that names its cluster, or a real GPU
+// (whose SASS the library cannot read), is refused with CUDA_ERROR_NOT_SUPPORTED, never
+// run as if its cluster were one block.
+CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle,
+                                 std::vector<CUlaunchAttribute>* plain) {
+  if (config.numAttrs > 0 && config.attrs == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  const CUlaunchAttribute* cluster = nullptr;
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    if (config.attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      cluster = &config.attrs[i];
+    } else {
+      plain->push_back(config.attrs[i]);
+    }
+  }
+  if (cluster == nullptr) return CUDA_SUCCESS;
+  const auto& dim = cluster->value.clusterDim;
+  const unsigned grid[3] = {config.gridDimX, config.gridDimY, config.gridDimZ};
+  const unsigned shape[3] = {dim.x, dim.y, dim.z};
+  uint64_t blocks = 1;
+  for (int axis = 0; axis < 3; ++axis) {
+    if (shape[axis] == 0) return CUDA_ERROR_INVALID_VALUE;
+    blocks *= shape[axis];
+  }
+  if (blocks == 1) return CUDA_SUCCESS;  // one block: a plain launch
+  Function* function = AsFunction(handle);
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  int ordinal = 0;
+  uint64_t stream = 0;
+  if (CUresult status = ResolveDevice(config.hStream, &ordinal, &stream); status != CUDA_SUCCESS) return status;
+  const Device* device = Runtime::Get().device(ordinal);
+  if (device == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  const ModelProperties model = PropertiesOf(*device);
+  if (model.cc_major < 9) {
+    LogError(
+        "cuLaunchKernelEx(%s): a cluster of %llu blocks on a GPU of compute capability %d.%d, which has no "
+        "thread block clusters",
+        function->name.c_str(), static_cast<unsigned long long>(blocks), model.cc_major, model.cc_minor);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  for (int axis = 0; axis < 3; ++axis) {
+    if (grid[axis] % shape[axis] != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
+  if (blocks > kPortableClusterBlocks) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  if (std::strcmp(device->description().executor, "sim") != 0) {
+    return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cluster dimension)",
+                                                   "thread block clusters on a real GPU (not forwarded)"));
+  }
+  if (function->module->ptx_names_clusters) {
+    LogError(
+        "cuLaunchKernelEx(%s): a cluster of %llu blocks, and the kernel's module names its cluster (%%cluster_*, "
+        "barrier.cluster, .shared::cluster): the sim GPU runs no clusters of more than one block",
+        function->name.c_str(), static_cast<unsigned long long>(blocks));
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult LaunchEx(const CUlaunchConfig* given, CUfunction function, void** params, void** extra) {
+  if (given == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  std::vector<CUlaunchAttribute> attributes;
+  if (CUresult status = WithoutClusterDimension(*given, function, &attributes); status != CUDA_SUCCESS) {
+    return status;
+  }
+  CUlaunchConfig plain = *given;
+  plain.attrs = attributes.data();
+  plain.numAttrs = static_cast<unsigned>(attributes.size());
+  const CUlaunchConfig* config = &plain;
   if (CUresult status = CheckLaunchAttributes(*config); status != CUDA_SUCCESS) return status;
   unsigned grid[3] = {config->gridDimX, config->gridDimY, config->gridDimZ};
   unsigned block[3] = {config->blockDimX, config->blockDimY, config->blockDimZ};

@@ -143,7 +143,11 @@ struct Module {
   bool is_library = false;
   std::vector<uint8_t> image;  // our copy of the image bytes
   std::map<std::string, KernelLayout> kernels;
-  std::vector<uint32_t> ptx_archs;     // targets of the image's PTX entries (0: unknown)
+  std::vector<uint32_t> ptx_archs;               // targets of the image's PTX entries (0: unknown)
+  std::vector<gpupool::image::SassTarget> sass;  // targets of its SASS entries (image::ChooseCode)
+  // Its PTX names a thread block cluster (special registers, cluster barriers, another
+  // block's shared memory): its kernels may tell a cluster launch from a plain one.
+  bool ptx_names_clusters = false;
   std::map<int, uint64_t> remote_ids;  // device -> server module id
   std::map<std::string, std::unique_ptr<Function>> functions;
   bool load_failure_told = false;  // a failed load was logged (Runtime::EnsureFunction); mu_

@@ -218,14 +218,18 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
                                      : "the module holds no PTX";
     return parsed->has_sass ? kCuNoBinaryForGpu : kCuInvalidImage;
   }
-  // What a driver would JIT for this GPU: the newest PTX not newer than it.
-  const image::PtxEntry* chosen = image::ChoosePtx(parsed->ptx, arch_);
-  if (chosen == nullptr) {
+  // What a real GPU of this model would run (image::ChooseCode): the PTX its driver would
+  // JIT, or, where it would run the image's SASS and the PTX is all for newer GPUs, that
+  // PTX in the SASS's place.
+  std::vector<uint32_t> ptx_archs;
+  for (const image::PtxEntry& entry : parsed->ptx) ptx_archs.push_back(entry.arch);
+  const image::CodeChoice chosen = image::ChooseCode(ptx_archs, parsed->sass, arch_);
+  if (!chosen.found) {
     uint32_t oldest = parsed->ptx.front().arch;
     for (const image::PtxEntry& entry : parsed->ptx) oldest = std::min(oldest, entry.arch);
-    error_detail_ = "the module's PTX targets compute_" + std::to_string(oldest) +
-                    " or newer; this GPU is compute capability " + std::to_string(arch_ / 10) + "." +
-                    std::to_string(arch_ % 10);
+    error_detail_ = "the module's PTX targets compute_" + std::to_string(oldest) + " or newer" +
+                    (parsed->has_sass ? " and its SASS is for other GPUs" : "") + "; this GPU is compute capability " +
+                    std::to_string(arch_ / 10) + "." + std::to_string(arch_ % 10);
     // PTX text given as it is goes to the JIT, which refuses a target newer than the GPU
     // (CUDA_ERROR_INVALID_PTX, as driver 580 answers on an H100); a fatbin just has no
     // binary for this GPU.
@@ -236,7 +240,7 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   // a driver JIT-links them.
   std::vector<std::string_view> units;
   for (const image::PtxEntry& entry : parsed->ptx) {
-    if (entry.arch == chosen->arch) units.push_back(entry.text);
+    if (entry.arch == chosen.ptx_arch) units.push_back(entry.text);
   }
   auto ptx = sim::PtxModule::ParseLinked(units, device_heap);
   if (!ptx.ok()) {

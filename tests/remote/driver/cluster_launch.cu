@@ -1,0 +1,106 @@
+// Launches with a thread block cluster dimension (cudaLaunchKernelEx, as cuBLAS launches its
+// norms on GPUs of compute capability 9.0 and later), on the sim GPU of the model ctest
+// names. On 9.0 and later a kernel that never looks at its cluster runs, with the answer of
+// a plain launch; the cluster's shape is checked as a driver checks it (the grid a multiple
+// of it, at most 8 blocks); a kernel that reads its cluster (%cluster_ctarank) is refused
+// with CUDA_ERROR_NOT_SUPPORTED, never run as if its cluster were one block. Older GPUs
+// have no clusters: the launch is refused, and a cluster of one block is a plain launch.
+#include <cuda.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "../programs/check.h"
+
+// The kernel's name and PTX do not name clusters (the library tells by its module's PTX).
+__global__ void IndexTimesThree(int* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = i * 3 + static_cast<int>(blockIdx.x);
+}
+
+// Each block writes its rank in its cluster: what a plain launch would get wrong.
+constexpr char kRankPtx[] =
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry rank_of_block(.param .u64 out)\n{\n"
+    "  .reg .b32 %r<3>;\n  .reg .b64 %rd<4>;\n"
+    "  ld.param.u64 %rd1, [out];\n  cvta.to.global.u64 %rd2, %rd1;\n"
+    "  mov.u32 %r1, %cluster_ctarank;\n  mov.u32 %r2, %ctaid.x;\n"
+    "  mul.wide.u32 %rd3, %r2, 4;\n  add.s64 %rd2, %rd2, %rd3;\n"
+    "  st.global.u32 [%rd2], %r1;\n  ret;\n}\n";
+
+cudaError_t LaunchInClusters(int* out, int n, unsigned blocks, unsigned cluster) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(64);
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, IndexTimesThree, out, n);
+}
+
+int main() {
+  cudaDeviceProp properties;
+  CHECK(cudaGetDeviceProperties(&properties, 0));
+  std::printf("%s, compute capability %d.%d\n", properties.name, properties.major, properties.minor);
+  const char* model = std::getenv("GPUPOOL_EXPECT_MODEL");
+  if (OnTheSim() && model != nullptr) EXPECT(std::strstr(properties.name, model) != nullptr);
+  const int n = 8 * 64;
+  int* out = nullptr;
+  CHECK(cudaMalloc(&out, n * sizeof(int)));
+  CHECK(cudaMemset(out, 0xff, n * sizeof(int)));
+  std::vector<int> got(n);
+
+  // A cluster of one block is a plain launch, on any GPU.
+  CHECK(LaunchInClusters(out, n, 8, 1));
+  CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
+
+  if (properties.major < 9) {
+    const cudaError_t refused = LaunchInClusters(out, n, 8, 2);
+    std::printf("clusters of 2 on %d.%d: %s\n", properties.major, properties.minor, cudaGetErrorName(refused));
+    EXPECT(refused != cudaSuccess);
+    if (OnTheSim()) EXPECT(refused == cudaErrorNotSupported);
+    CHECK(cudaDeviceSynchronize());  // nothing sticky
+  } else if (OnTheSim()) {
+    CHECK(cudaMemset(out, 0, n * sizeof(int)));
+    CHECK(LaunchInClusters(out, n, 8, 2));
+    CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
+    // As a driver checks the shape: the grid a multiple of the cluster, at most 8 blocks.
+    EXPECT(LaunchInClusters(out, n, 7, 2) == cudaErrorInvalidClusterSize);
+    EXPECT(LaunchInClusters(out, n, 16, 16) == cudaErrorInvalidClusterSize);
+    CHECK(cudaDeviceSynchronize());
+
+    // A kernel that reads its cluster: refused, not run as if each block were a cluster.
+    CUmodule module;
+    CUfunction rank;
+    EXPECT(cuModuleLoadData(&module, kRankPtx) == CUDA_SUCCESS);
+    EXPECT(cuModuleGetFunction(&rank, module, "rank_of_block") == CUDA_SUCCESS);
+    CUdeviceptr pointer = reinterpret_cast<CUdeviceptr>(out);
+    void* params[] = {&pointer};
+    CUlaunchAttribute attribute = {};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim.x = 2;
+    attribute.value.clusterDim.y = 1;
+    attribute.value.clusterDim.z = 1;
+    CUlaunchConfig config = {};
+    config.gridDimX = 8, config.gridDimY = 1, config.gridDimZ = 1;
+    config.blockDimX = 32, config.blockDimY = 1, config.blockDimZ = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    const CUresult refused = cuLaunchKernelEx(&config, rank, params, nullptr);
+    std::printf("a kernel that reads its cluster: %d\n", static_cast<int>(refused));
+    EXPECT(refused == CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT(cuModuleUnload(module) == CUDA_SUCCESS);
+    CHECK(cudaDeviceSynchronize());
+  }
+  CHECK(cudaFree(out));
+  std::printf("PASS\n");
+  return 0;
+}
