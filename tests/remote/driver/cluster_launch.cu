@@ -61,13 +61,34 @@ int main() {
   CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
   for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
 
+  // What the occupancy calculator says of clusters of 2 (cuBLAS asks before it launches).
+  cudaLaunchConfig_t query = {};
+  query.gridDim = dim3(8);
+  query.blockDim = dim3(64);
+  cudaLaunchAttribute pair;
+  pair.id = cudaLaunchAttributeClusterDimension;
+  pair.val.clusterDim.x = 2;
+  pair.val.clusterDim.y = 1;
+  pair.val.clusterDim.z = 1;
+  query.attrs = &pair;
+  query.numAttrs = 1;
+  int active_clusters = -1, potential = -1;
+  const cudaError_t active = cudaOccupancyMaxActiveClusters(&active_clusters, IndexTimesThree, &query);
+  CHECK(cudaOccupancyMaxPotentialClusterSize(&potential, IndexTimesThree, &query));
+  std::printf("clusters of 2: %s, %d at once; largest cluster %d\n", cudaGetErrorName(active), active_clusters,
+              potential);
+
   if (properties.major < 9) {
+    if (OnTheSim()) EXPECT(active == cudaErrorNotSupported && potential == 1);
     const cudaError_t refused = LaunchInClusters(out, n, 8, 2);
     std::printf("clusters of 2 on %d.%d: %s\n", properties.major, properties.minor, cudaGetErrorName(refused));
     EXPECT(refused != cudaSuccess);
     if (OnTheSim()) EXPECT(refused == cudaErrorNotSupported);
     CHECK(cudaDeviceSynchronize());  // nothing sticky
   } else if (OnTheSim()) {
+    // 32 blocks of 64 threads per SM (by threads: 2048), in pairs.
+    EXPECT(active == cudaSuccess && active_clusters == 16 * properties.multiProcessorCount);
+    EXPECT(potential == 8);
     CHECK(cudaMemset(out, 0, n * sizeof(int)));
     CHECK(LaunchInClusters(out, n, 8, 2));
     CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
