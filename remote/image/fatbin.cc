@@ -468,6 +468,20 @@ bool PtxKeepsState(const std::vector<PtxEntry>& ptx) {
   return false;
 }
 
+bool PtxNamesClusters(const std::vector<PtxEntry>& ptx) {
+  constexpr std::string_view kWord = "cluster";
+  for (const PtxEntry& entry : ptx) {
+    const std::string_view text = entry.text;
+    for (size_t at = text.find(kWord); at != std::string_view::npos; at = text.find(kWord, at + kWord.size())) {
+      const std::string_view before = text.substr(0, at);
+      for (std::string_view prefix : {"%", "%n", "%is_explicit_", "barrier.", "::"}) {
+        if (before.size() >= prefix.size() && before.substr(before.size() - prefix.size()) == prefix) return true;
+      }
+    }
+  }
+  return false;
+}
+
 Result<std::vector<PtxEntry>> PtxOfHostObject(const uint8_t* elf, size_t size) {
   std::vector<PtxEntry> ptx;
   uint64_t decompressed = 0;

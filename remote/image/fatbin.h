@@ -129,6 +129,14 @@ std::vector<uint8_t> FatbinOfPtx(const std::vector<PtxEntry>& units);
 // the program left it.
 bool PtxKeepsState(const std::vector<PtxEntry>& ptx);
 
+// True when PTX names a thread block cluster's state: its special registers (%clusterid,
+// %nclusterid, %cluster_ctarank, %is_explicit_cluster, ...), cluster barriers
+// (barrier.cluster) or another block's shared memory (.shared::cluster: ld, st, atom, mapa,
+// getctarank). A kernel of PTX that names none computes the same in a cluster launch and
+// in a plain one. A .cluster scope alone (fence, atom, red) does not count: in a plain
+// launch it is the block's own.
+bool PtxNamesClusters(const std::vector<PtxEntry>& ptx);
+
 // The PTX entries of the fatbins a host object file embeds (what `nvcc -c` and `nvcc -dc`
 // write: sections `.nv_fatbin` and `__nv_relfatbin`), in order: what cuLinkAddData's
 // CU_JIT_INPUT_OBJECT gives. An ELF object without such sections has none. Fails with

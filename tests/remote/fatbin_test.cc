@@ -327,6 +327,24 @@ TEST(Fatbin, TellsPtxThatKeepsStateOnTheGpu) {
   EXPECT_TRUE(PtxKeepsState({{head + kernel, 80}, {head + ".global .u32 x;\n", 80}}));
 }
 
+// A kernel of PTX that names no cluster state cannot tell a cluster launch from a plain
+// one; names and .cluster scopes are not cluster state.
+TEST(Fatbin, TellsPtxThatNamesItsCluster) {
+  const std::string head = ".version 8.0\n.target sm_90\n.address_size 64\n";
+  for (const char* named :
+       {"mov.u32 %r1, %cluster_ctarank;", "mov.u32 %r1, %clusterid.x;", "mov.u32 %r1, %nclusterid.y;",
+        "mov.pred %p1, %is_explicit_cluster;", "barrier.cluster.arrive;", "mapa.shared::cluster.u32 %r2, %r1, 1;",
+        "ld.shared::cluster.u32 %r2, [%r1];"}) {
+    EXPECT_TRUE(PtxNamesClusters({{head + named + "\n", 90}})) << named;
+  }
+  for (const char* plain : {".visible .entry kmeans_cluster_step() { ret; }", "fence.acq_rel.cluster;",
+                            "red.release.cluster.global.add.u32 [%rd1], 1;", "// clusters"}) {
+    EXPECT_FALSE(PtxNamesClusters({{head + plain + "\n", 90}})) << plain;
+  }
+  EXPECT_TRUE(PtxNamesClusters({{head, 80}, {head + "barrier.cluster.wait;\n", 90}}));
+  EXPECT_FALSE(PtxNamesClusters({}));
+}
+
 TEST(Fatbin, FindsThePtxOfHostObjectsAndArchives) {
   std::vector<uint8_t> two = FatbinOfPtx({{kUnitA, 75}});
   std::vector<uint8_t> b = FatbinOfPtx({{kUnitB, 80}});

@@ -83,11 +83,7 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   module->kernels = std::move(parsed->kernels);
   for (const auto& ptx : parsed->ptx) module->ptx_archs.push_back(ptx.arch);
   module->sass = std::move(parsed->sass);
-  for (const auto& ptx : parsed->ptx) {
-    // %cluster_*, %nclusterid, %is_explicit_cluster, barrier.cluster, .shared::cluster (mapa,
-    // getctarank): all spell it.
-    if (ptx.text.find("cluster") != std::string::npos) module->ptx_names_clusters = true;
-  }
+  module->ptx_names_clusters = gpupool::image::PtxNamesClusters(parsed->ptx);
   *result = module.release();
   return CUDA_SUCCESS;
 }
