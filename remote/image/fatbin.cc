@@ -187,7 +187,6 @@ Status ParseFatbin(const uint8_t* fatbin, size_t limit, ModuleImage* image) {
       payload_size = inflated.size();
     }
     if (entry.kind == kEntryKindElf && payload_size >= sizeof(Elf64_Ehdr) && IsElf(payload)) {
-      image->has_sass = true;
       image->sass.push_back(SassTarget{entry.sm_version, (entry.flags & kEntryArchSpecific) != 0});
       GPUPOOL_RETURN_IF_ERROR(ParseCubin(payload, payload_size, &image->kernels));
     } else if (entry.kind == kEntryKindPtx) {
@@ -356,7 +355,6 @@ Result<ModuleImage> ParseModuleImage(const void* image_pointer) {
   } else if (IsElf(p)) {
     image.bytes = p;
     image.size = ElfSize(p);
-    image.has_sass = true;
     image.sass.push_back(CubinTarget(p));
     GPUPOOL_RETURN_IF_ERROR(ParseCubin(p, image.size, &image.kernels));
   } else if (LooksLikePtx(p, SIZE_MAX)) {
@@ -379,7 +377,6 @@ Result<ModuleImage> ParseModuleImageBytes(const void* image_pointer, size_t size
   } else if (size >= sizeof(Elf64_Ehdr) && IsElf(p)) {
     image.bytes = p;
     image.size = size;
-    image.has_sass = true;
     image.sass.push_back(CubinTarget(p));
     GPUPOOL_RETURN_IF_ERROR(ParseCubin(p, size, &image.kernels));
   } else if (LooksLikePtx(p, size)) {

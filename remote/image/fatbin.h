@@ -92,13 +92,15 @@ struct ModuleImage {
   size_t size = 0;
   std::map<std::string, KernelLayout> kernels;  // by mangled name
   std::vector<PtxEntry> ptx;                    // the PTX entries (decompressed), or the PTX text itself
-  bool has_sass = false;                        // it holds at least one ELF (SASS) entry or is a cubin
-  std::vector<SassTarget> sass;                 // the targets of its SASS entries, in order
+  std::vector<SassTarget> sass;                 // the targets of its SASS (ELF) entries, or the cubin's
   // A fatbin wrapper of version 2 (nvcc -rdc=true: cudart's __cudaRegisterLinkedBinary)
   // also lists the relocatable fatbins of the program's translation units, whose PTX a
   // driver JIT-links when the linked image holds no code for the GPU: their addresses.
   std::vector<const uint8_t*> relocatable;
   uint64_t decompressed_bytes = 0;  // what its compressed entries inflated to, together
+
+  // It holds at least one ELF (SASS) entry or is a cubin.
+  bool has_sass() const { return !sass.empty(); }
 };
 
 // Parses an image given as an untyped pointer (its size is implied by its headers).

@@ -134,7 +134,7 @@ TEST(Fatbin, ReadsParameterLayoutsFromPtx) {
   EXPECT_EQ(image->size, sizeof(ptx));  // with its NUL
   ASSERT_EQ(image->ptx.size(), 1u);
   EXPECT_EQ(image->ptx[0].arch, 80u);  // from .target
-  EXPECT_FALSE(image->has_sass);
+  EXPECT_FALSE(image->has_sass());
   // A broken declaration is named.
   auto bad = ParseModuleImage(".version 8.0\n.entry k3(.param .u64 a, .param x)\n{ret;}\n");
   ASSERT_FALSE(bad.ok());
@@ -303,7 +303,7 @@ TEST(Fatbin, AFatbinOfPtxUnitsReadsBackAsItsUnits) {
   EXPECT_EQ(image->ptx[0].text, kUnitA);
   EXPECT_EQ(image->ptx[1].text, kUnitB);
   EXPECT_EQ(image->ptx[1].arch, 75u);
-  EXPECT_FALSE(image->has_sass);
+  EXPECT_FALSE(image->has_sass());
   ASSERT_TRUE(image->kernels.count("first"));
   EXPECT_EQ(image->kernels["first"].param_size, 12u);
   EXPECT_EQ(image->size, fatbin.size());

@@ -55,7 +55,7 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   module->is_library = is_library;
   const auto* bytes = static_cast<const uint8_t*>(parsed->bytes);
   module->image.assign(bytes, bytes + parsed->size);
-  if (parsed->ptx.empty() && parsed->relocatable.empty() && parsed->has_sass) {
+  if (parsed->ptx.empty() && parsed->relocatable.empty() && parsed->has_sass()) {
     // A cubin NVRTC compiled for a real architecture: its PTX, which every GPU (and the
     // sim) can run, in its place.
     if (std::string ptx = NvrtcPtxOf(parsed->bytes, parsed->size); !ptx.empty()) {
@@ -657,7 +657,7 @@ gpupool::Result<std::vector<gpupool::image::PtxEntry>> PtxOfLinkInput(const Link
   const auto* bytes = reinterpret_cast<const uint8_t*>(input.bytes.data());
   auto parsed = gpupool::image::ParseModuleImageBytes(bytes, input.bytes.size());
   if (!parsed.ok()) return parsed.status();
-  if (parsed->ptx.empty() && parsed->has_sass) {
+  if (parsed->ptx.empty() && parsed->has_sass()) {
     // A cubin NVRTC made in this process: the PTX it came from.
     std::string ptx = NvrtcPtxOf(bytes, input.bytes.size());
     if (!ptx.empty()) {
