@@ -187,7 +187,6 @@ Status ParseFatbin(const uint8_t* fatbin, size_t limit, ModuleImage* image) {
       payload_size = inflated.size();
     }
     if (entry.kind == kEntryKindElf && payload_size >= sizeof(Elf64_Ehdr) && IsElf(payload)) {
-      image->has_sass = true;
       image->sass.push_back(SassTarget{entry.sm_version, (entry.flags & kEntryArchSpecific) != 0});
       GPUPOOL_RETURN_IF_ERROR(ParseCubin(payload, payload_size, &image->kernels));
     } else if (entry.kind == kEntryKindPtx) {
@@ -356,7 +355,6 @@ Result<ModuleImage> ParseModuleImage(const void* image_pointer) {
   } else if (IsElf(p)) {
     image.bytes = p;
     image.size = ElfSize(p);
-    image.has_sass = true;
     image.sass.push_back(CubinTarget(p));
     GPUPOOL_RETURN_IF_ERROR(ParseCubin(p, image.size, &image.kernels));
   } else if (LooksLikePtx(p, SIZE_MAX)) {
@@ -379,7 +377,6 @@ Result<ModuleImage> ParseModuleImageBytes(const void* image_pointer, size_t size
   } else if (size >= sizeof(Elf64_Ehdr) && IsElf(p)) {
     image.bytes = p;
     image.size = size;
-    image.has_sass = true;
     image.sass.push_back(CubinTarget(p));
     GPUPOOL_RETURN_IF_ERROR(ParseCubin(p, size, &image.kernels));
   } else if (LooksLikePtx(p, size)) {
@@ -463,6 +460,20 @@ bool PtxKeepsState(const std::vector<PtxEntry>& ptx) {
       const bool variable = text.substr(0, 8) == ".global " || text.substr(0, 7) == ".const ";
       if (variable && text.find(" $str") == std::string_view::npos) return true;
       if (text.find("malloc") != std::string_view::npos) return true;  // the device heap
+    }
+  }
+  return false;
+}
+
+bool PtxNamesClusters(const std::vector<PtxEntry>& ptx) {
+  constexpr std::string_view kWord = "cluster";
+  for (const PtxEntry& entry : ptx) {
+    const std::string_view text = entry.text;
+    for (size_t at = text.find(kWord); at != std::string_view::npos; at = text.find(kWord, at + kWord.size())) {
+      const std::string_view before = text.substr(0, at);
+      for (std::string_view prefix : {"%", "%n", "%is_explicit_", "barrier.", "::"}) {
+        if (before.size() >= prefix.size() && before.substr(before.size() - prefix.size()) == prefix) return true;
+      }
     }
   }
   return false;

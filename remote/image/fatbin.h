@@ -92,13 +92,15 @@ struct ModuleImage {
   size_t size = 0;
   std::map<std::string, KernelLayout> kernels;  // by mangled name
   std::vector<PtxEntry> ptx;                    // the PTX entries (decompressed), or the PTX text itself
-  bool has_sass = false;                        // it holds at least one ELF (SASS) entry or is a cubin
-  std::vector<SassTarget> sass;                 // the targets of its SASS entries, in order
+  std::vector<SassTarget> sass;                 // the targets of its SASS (ELF) entries, or the cubin's
   // A fatbin wrapper of version 2 (nvcc -rdc=true: cudart's __cudaRegisterLinkedBinary)
   // also lists the relocatable fatbins of the program's translation units, whose PTX a
   // driver JIT-links when the linked image holds no code for the GPU: their addresses.
   std::vector<const uint8_t*> relocatable;
   uint64_t decompressed_bytes = 0;  // what its compressed entries inflated to, together
+
+  // It holds at least one ELF (SASS) entry or is a cubin.
+  bool has_sass() const { return !sass.empty(); }
 };
 
 // Parses an image given as an untyped pointer (its size is implied by its headers).
@@ -128,6 +130,14 @@ std::vector<uint8_t> FatbinOfPtx(const std::vector<PtxEntry>& units);
 // that a GPU's driver places itself, so a module reloaded elsewhere would not have it where
 // the program left it.
 bool PtxKeepsState(const std::vector<PtxEntry>& ptx);
+
+// True when PTX names a thread block cluster's state: its special registers (%clusterid,
+// %nclusterid, %cluster_ctarank, %is_explicit_cluster, ...), cluster barriers
+// (barrier.cluster) or another block's shared memory (.shared::cluster: ld, st, atom, mapa,
+// getctarank). A kernel of PTX that names none computes the same in a cluster launch and
+// in a plain one. A .cluster scope alone (fence, atom, red) does not count: in a plain
+// launch it is the block's own.
+bool PtxNamesClusters(const std::vector<PtxEntry>& ptx);
 
 // The PTX entries of the fatbins a host object file embeds (what `nvcc -c` and `nvcc -dc`
 // write: sections `.nv_fatbin` and `__nv_relfatbin`), in order: what cuLinkAddData's

@@ -134,7 +134,7 @@ TEST(Fatbin, ReadsParameterLayoutsFromPtx) {
   EXPECT_EQ(image->size, sizeof(ptx));  // with its NUL
   ASSERT_EQ(image->ptx.size(), 1u);
   EXPECT_EQ(image->ptx[0].arch, 80u);  // from .target
-  EXPECT_FALSE(image->has_sass);
+  EXPECT_FALSE(image->has_sass());
   // A broken declaration is named.
   auto bad = ParseModuleImage(".version 8.0\n.entry k3(.param .u64 a, .param x)\n{ret;}\n");
   ASSERT_FALSE(bad.ok());
@@ -303,7 +303,7 @@ TEST(Fatbin, AFatbinOfPtxUnitsReadsBackAsItsUnits) {
   EXPECT_EQ(image->ptx[0].text, kUnitA);
   EXPECT_EQ(image->ptx[1].text, kUnitB);
   EXPECT_EQ(image->ptx[1].arch, 75u);
-  EXPECT_FALSE(image->has_sass);
+  EXPECT_FALSE(image->has_sass());
   ASSERT_TRUE(image->kernels.count("first"));
   EXPECT_EQ(image->kernels["first"].param_size, 12u);
   EXPECT_EQ(image->size, fatbin.size());
@@ -325,6 +325,24 @@ TEST(Fatbin, TellsPtxThatKeepsStateOnTheGpu) {
       {{head + ".extern .func (.param .b64 func_retval0) malloc\n(\n\t.param .b64 p\n);\n" + kernel, 80}}));
   // Any unit of several.
   EXPECT_TRUE(PtxKeepsState({{head + kernel, 80}, {head + ".global .u32 x;\n", 80}}));
+}
+
+// A kernel of PTX that names no cluster state cannot tell a cluster launch from a plain
+// one; names and .cluster scopes are not cluster state.
+TEST(Fatbin, TellsPtxThatNamesItsCluster) {
+  const std::string head = ".version 8.0\n.target sm_90\n.address_size 64\n";
+  for (const char* named :
+       {"mov.u32 %r1, %cluster_ctarank;", "mov.u32 %r1, %clusterid.x;", "mov.u32 %r1, %nclusterid.y;",
+        "mov.pred %p1, %is_explicit_cluster;", "barrier.cluster.arrive;", "mapa.shared::cluster.u32 %r2, %r1, 1;",
+        "ld.shared::cluster.u32 %r2, [%r1];"}) {
+    EXPECT_TRUE(PtxNamesClusters({{head + named + "\n", 90}})) << named;
+  }
+  for (const char* plain : {".visible .entry kmeans_cluster_step() { ret; }", "fence.acq_rel.cluster;",
+                            "red.release.cluster.global.add.u32 [%rd1], 1;", "// clusters"}) {
+    EXPECT_FALSE(PtxNamesClusters({{head + plain + "\n", 90}})) << plain;
+  }
+  EXPECT_TRUE(PtxNamesClusters({{head, 80}, {head + "barrier.cluster.wait;\n", 90}}));
+  EXPECT_FALSE(PtxNamesClusters({}));
 }
 
 TEST(Fatbin, FindsThePtxOfHostObjectsAndArchives) {

@@ -7,7 +7,9 @@
 // says so in the reply that resolves the kernel there. Where it cannot (the sim allocates
 // no registers) the library assumes 32 registers per thread.
 #include <algorithm>
+#include <vector>
 
+#include "remote/client/api/clusters.h"
 #include "remote/client/core/api_common.h"
 #include "remote/client/core/device_attributes.h"
 #include "remote/client/core/occupancy.h"
@@ -322,12 +324,17 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyAvailableDynamicSMemPerBlock(size_t
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int* cluster_size, CUfunction function,
-                                                                     const CUlaunchConfig*) {
+                                                                     const CUlaunchConfig* config) {
   GPUPOOL_BODY({
     if (cluster_size == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (AsFunction(function) == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    *cluster_size = 1;  // clusters are not supported: one block is the only "cluster"
-    return RequireInit();
+    Function* kernel = AsFunction(function);
+    if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+    Device* device = nullptr;
+    if (CUresult status = QueryDevice(-1, &device); status != CUDA_SUCCESS) return status;
+    // The portable size where the sim runs cluster launches of the kernel (clusters.h), else
+    // one block, the only "cluster" it runs.
+    *cluster_size = RunsClusterLaunches(*device, *kernel) ? static_cast<int>(kPortableClusterBlocks) : 1;
+    return CUDA_SUCCESS;
   });
 }
 
@@ -335,14 +342,27 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CU
                                                                const CUlaunchConfig* config) {
   GPUPOOL_BODY({
     if (clusters == nullptr || config == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    if (CUresult status = CheckLaunchAttributes(*config); status != CUDA_SUCCESS) return status;
+    unsigned cluster_blocks = 1;
+    std::vector<CUlaunchAttribute> others;
+    if (CUresult status = ClusterBlocks(*config, &cluster_blocks, &others); status != CUDA_SUCCESS) return status;
+    if (cluster_blocks == 0) return CUDA_ERROR_INVALID_VALUE;
+    CUlaunchConfig plain = *config;
+    plain.attrs = others.data();
+    plain.numAttrs = static_cast<unsigned>(others.size());
+    if (CUresult status = CheckLaunchAttributes(plain); status != CUDA_SUCCESS) return status;
     ModelProperties model{};
     KernelResources kernel;
     if (CUresult status = OccupancyInputs(function, &model, &kernel); status != CUDA_SUCCESS) {
       return status;
     }
+    // As the launch checks it (api_module.cc): no clusters before 9.0, at most 8 blocks.
+    if (cluster_blocks > 1 && model.cc_major < 9) return CUDA_ERROR_NOT_SUPPORTED;
+    if (cluster_blocks > kPortableClusterBlocks) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
     int block = static_cast<int>(config->blockDimX * config->blockDimY * config->blockDimZ);
-    *clusters = ActiveBlocksPerMultiprocessor(model, kernel, block, config->sharedMemBytes) * model.multiprocessors;
+    // The clusters the GPU's resident blocks make (a GPU keeps a cluster within one of its
+    // GPCs, which this does not model).
+    *clusters = ActiveBlocksPerMultiprocessor(model, kernel, block, config->sharedMemBytes) * model.multiprocessors /
+                static_cast<int>(cluster_blocks);
     return CUDA_SUCCESS;
   });
 }

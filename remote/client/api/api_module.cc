@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "common/latency_probe.h"
+#include "remote/client/api/clusters.h"
 #include "remote/client/api/module_functions.h"
 #include "remote/client/core/api_common.h"
 #include "remote/client/core/device_attributes.h"
@@ -54,7 +55,7 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   module->is_library = is_library;
   const auto* bytes = static_cast<const uint8_t*>(parsed->bytes);
   module->image.assign(bytes, bytes + parsed->size);
-  if (parsed->ptx.empty() && parsed->relocatable.empty() && parsed->has_sass) {
+  if (parsed->ptx.empty() && parsed->relocatable.empty() && parsed->has_sass()) {
     // A cubin NVRTC compiled for a real architecture: its PTX, which every GPU (and the
     // sim) can run, in its place.
     if (std::string ptx = NvrtcPtxOf(parsed->bytes, parsed->size); !ptx.empty()) {
@@ -82,11 +83,7 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   module->kernels = std::move(parsed->kernels);
   for (const auto& ptx : parsed->ptx) module->ptx_archs.push_back(ptx.arch);
   module->sass = std::move(parsed->sass);
-  for (const auto& ptx : parsed->ptx) {
-    // %cluster_*, %nclusterid, %is_explicit_cluster, barrier.cluster, .shared::cluster (mapa,
-    // getctarank): all spell it.
-    if (ptx.text.find("cluster") != std::string::npos) module->ptx_names_clusters = true;
-  }
+  module->ptx_names_clusters = gpupool::image::PtxNamesClusters(parsed->ptx);
   *result = module.release();
   return CUDA_SUCCESS;
 }
@@ -201,39 +198,19 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
   return LaunchKernel(handle, grid, block, shared_mem, stream, params, extra, cooperative);
 }
 
-// The most blocks a cluster may have without CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-// (which the library does not keep: cuFuncGetAttribute answers 0).
-constexpr unsigned kPortableClusterBlocks = 8;
-
 // A cluster launch (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION of more than one block), checked
-// as a driver checks it, then run as a plain launch where that computes the same: on the
-// sim (which runs no clusters) a kernel whose PTX names no cluster state cannot tell its
-// blocks were grouped, as cuBLAS's norms, whose kernels are cluster-launched on GPUs of
-// compute capability 9.0 and later. *plain: `config`'s attributes without the cluster
+// as a driver checks it, then run as a plain launch where that computes the same
+// (RunsClusterLaunches), as for cuBLAS's norms, whose kernels are cluster-launched on GPUs
+// of compute capability 9.0 and later. *plain: `config`'s attributes without the cluster
 // dimension. A GPU older than 9.0 has no clusters (CUDA_ERROR_NOT_SUPPORTED, as it reports
 // CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0); a kernel that names its cluster, or a real GPU
 // (whose SASS the library cannot read), is refused with CUDA_ERROR_NOT_SUPPORTED, never
 // run as if its cluster were one block.
 CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle,
                                  std::vector<CUlaunchAttribute>* plain) {
-  if (config.numAttrs > 0 && config.attrs == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  const CUlaunchAttribute* cluster = nullptr;
-  for (unsigned i = 0; i < config.numAttrs; ++i) {
-    if (config.attrs[i].id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
-      cluster = &config.attrs[i];
-    } else {
-      plain->push_back(config.attrs[i]);
-    }
-  }
-  if (cluster == nullptr) return CUDA_SUCCESS;
-  const auto& dim = cluster->value.clusterDim;
-  const unsigned grid[3] = {config.gridDimX, config.gridDimY, config.gridDimZ};
-  const unsigned shape[3] = {dim.x, dim.y, dim.z};
-  uint64_t blocks = 1;
-  for (int axis = 0; axis < 3; ++axis) {
-    if (shape[axis] == 0) return CUDA_ERROR_INVALID_VALUE;
-    blocks *= shape[axis];
-  }
+  unsigned blocks = 1;
+  if (CUresult status = ClusterBlocks(config, &blocks, plain); status != CUDA_SUCCESS) return status;
+  if (blocks == 0) return CUDA_ERROR_INVALID_VALUE;
   if (blocks == 1) return CUDA_SUCCESS;  // one block: a plain launch
   Function* function = AsFunction(handle);
   if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
@@ -245,24 +222,27 @@ CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle
   const ModelProperties model = PropertiesOf(*device);
   if (model.cc_major < 9) {
     LogError(
-        "cuLaunchKernelEx(%s): a cluster of %llu blocks on a GPU of compute capability %d.%d, which has no "
+        "cuLaunchKernelEx(%s): a cluster of %u blocks on a GPU of compute capability %d.%d, which has no "
         "thread block clusters",
-        function->name.c_str(), static_cast<unsigned long long>(blocks), model.cc_major, model.cc_minor);
+        function->name.c_str(), blocks, model.cc_major, model.cc_minor);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  for (int axis = 0; axis < 3; ++axis) {
-    if (grid[axis] % shape[axis] != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  const unsigned grid[3] = {config.gridDimX, config.gridDimY, config.gridDimZ};
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    if (config.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
+    const auto& dim = config.attrs[i].value.clusterDim;
+    if (grid[0] % dim.x != 0 || grid[1] % dim.y != 0 || grid[2] % dim.z != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   }
   if (blocks > kPortableClusterBlocks) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   if (std::strcmp(device->description().executor, "sim") != 0) {
     return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cluster dimension)",
                                                    "thread block clusters on a real GPU (not forwarded)"));
   }
-  if (function->module->ptx_names_clusters) {
+  if (!RunsClusterLaunches(*device, *function)) {
     LogError(
-        "cuLaunchKernelEx(%s): a cluster of %llu blocks, and the kernel's module names its cluster (%%cluster_*, "
+        "cuLaunchKernelEx(%s): a cluster of %u blocks, and the kernel's module names its cluster (%%cluster_*, "
         "barrier.cluster, .shared::cluster): the sim GPU runs no clusters of more than one block",
-        function->name.c_str(), static_cast<unsigned long long>(blocks));
+        function->name.c_str(), blocks);
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   return CUDA_SUCCESS;
@@ -677,7 +657,7 @@ gpupool::Result<std::vector<gpupool::image::PtxEntry>> PtxOfLinkInput(const Link
   const auto* bytes = reinterpret_cast<const uint8_t*>(input.bytes.data());
   auto parsed = gpupool::image::ParseModuleImageBytes(bytes, input.bytes.size());
   if (!parsed.ok()) return parsed.status();
-  if (parsed->ptx.empty() && parsed->has_sass) {
+  if (parsed->ptx.empty() && parsed->has_sass()) {
     // A cubin NVRTC made in this process: the PTX it came from.
     std::string ptx = NvrtcPtxOf(bytes, input.bytes.size());
     if (!ptx.empty()) {
@@ -895,3 +875,29 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuLinkDestroy(CUlinkState handle) {
     return CUDA_SUCCESS;
   });
 }
+
+namespace gpupool::client {
+
+CUresult ClusterBlocks(const CUlaunchConfig& config, unsigned* blocks, std::vector<CUlaunchAttribute>* others) {
+  if (config.numAttrs > 0 && config.attrs == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  *blocks = 1;
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    const CUlaunchAttribute& attribute = config.attrs[i];
+    if (attribute.id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      if (others != nullptr) others->push_back(attribute);
+      continue;
+    }
+    // Each dimension is at most 2^32 - 1; their product is checked before it is taken.
+    uint64_t product = uint64_t{attribute.value.clusterDim.x} * attribute.value.clusterDim.y;
+    product = product > UINT32_MAX ? UINT32_MAX : product * attribute.value.clusterDim.z;
+    *blocks = product > UINT32_MAX ? UINT32_MAX : static_cast<unsigned>(product);
+  }
+  return CUDA_SUCCESS;
+}
+
+bool RunsClusterLaunches(const Device& device, const Function& function) {
+  return std::strcmp(device.description().executor, "sim") == 0 && PropertiesOf(device).cc_major >= 9 &&
+         function.module != nullptr && !function.module->ptx_names_clusters;
+}
+
+}  // namespace gpupool::client

@@ -526,7 +526,7 @@ int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t imag
   auto parsed = image::ParseModuleImageBytes(image, image_size);
   CUmodule loaded = nullptr;
   CUresult status = CUDA_SUCCESS;
-  if (parsed.ok() && image::IsFatbin(image, image_size) && !parsed->has_sass && !parsed->ptx.empty()) {
+  if (parsed.ok() && image::IsFatbin(image, image_size) && !parsed->has_sass() && !parsed->ptx.empty()) {
     // A fatbin of PTX alone (nvcc -arch=compute_XX, or the client's cuLinkComplete of
     // several inputs: image::FatbinOfPtx): its PTX for this GPU goes to the JIT as text
     // rather than the fatbin to cuModuleLoadData. Driver 580 on an H100 crashed (SIGSEGV in

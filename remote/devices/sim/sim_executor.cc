@@ -213,10 +213,10 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   }
   if (parsed->ptx.empty()) {
     // Only SASS: machine code for a real GPU, which the sim cannot execute.
-    error_detail_ = parsed->has_sass ? "the module holds only SASS (a cubin) "
-                                       "and no PTX: the sim GPU runs PTX only"
-                                     : "the module holds no PTX";
-    return parsed->has_sass ? kCuNoBinaryForGpu : kCuInvalidImage;
+    error_detail_ = parsed->has_sass() ? "the module holds only SASS (a cubin) "
+                                         "and no PTX: the sim GPU runs PTX only"
+                                       : "the module holds no PTX";
+    return parsed->has_sass() ? kCuNoBinaryForGpu : kCuInvalidImage;
   }
   // What a real GPU of this model would run (image::ChooseCode): the PTX its driver would
   // JIT, or, where it would run the image's SASS and the PTX is all for newer GPUs, that
@@ -228,8 +228,8 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
     uint32_t oldest = parsed->ptx.front().arch;
     for (const image::PtxEntry& entry : parsed->ptx) oldest = std::min(oldest, entry.arch);
     error_detail_ = "the module's PTX targets compute_" + std::to_string(oldest) + " or newer" +
-                    (parsed->has_sass ? " and its SASS is for other GPUs" : "") + "; this GPU is compute capability " +
-                    std::to_string(arch_ / 10) + "." + std::to_string(arch_ % 10);
+                    (parsed->has_sass() ? " and its SASS is for other GPUs" : "") +
+                    "; this GPU is compute capability " + std::to_string(arch_ / 10) + "." + std::to_string(arch_ % 10);
     // PTX text given as it is goes to the JIT, which refuses a target newer than the GPU
     // (CUDA_ERROR_INVALID_PTX, as driver 580 answers on an H100); a fatbin just has no
     // binary for this GPU.

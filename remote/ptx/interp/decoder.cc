@@ -158,7 +158,15 @@ class Decoder {
       if (name == "%ntid" + axis) return Ensure(&k_->ntid[i]);
       if (name == "%ctaid" + axis) return Ensure(&k_->ctaid[i]);
       if (name == "%nctaid" + axis) return Ensure(&k_->nctaid[i]);
+      // The sim runs every launch as clusters of one block (the client refuses larger ones
+      // for a kernel that names its cluster): each block is its own cluster.
+      if (name == "%clusterid" + axis) return Ensure(&k_->ctaid[i]);
+      if (name == "%nclusterid" + axis) return Ensure(&k_->nctaid[i]);
+      if (name == "%cluster_ctaid" + axis) return Constant(0);
+      if (name == "%cluster_nctaid" + axis) return Constant(1);
     }
+    if (name == "%cluster_ctarank" || name == "%is_explicit_cluster") return Constant(0);
+    if (name == "%cluster_nctarank") return Constant(1);
     if (name == "%laneid") return Ensure(&k_->laneid);
     if (name == "%warpid") return Ensure(&k_->warpid);
     if (name == "%nwarpid") return Ensure(&k_->nwarpid);

@@ -3,8 +3,9 @@
 // names. On 9.0 and later a kernel that never looks at its cluster runs, with the answer of
 // a plain launch; the cluster's shape is checked as a driver checks it (the grid a multiple
 // of it, at most 8 blocks); a kernel that reads its cluster (%cluster_ctarank) is refused
-// with CUDA_ERROR_NOT_SUPPORTED, never run as if its cluster were one block. Older GPUs
-// have no clusters: the launch is refused, and a cluster of one block is a plain launch.
+// with CUDA_ERROR_NOT_SUPPORTED, never run as if its cluster were one block; in a plain
+// launch it reads the cluster of one block each block is. Older GPUs have no clusters: the
+// launch is refused, and a cluster of one block is a plain launch.
 #include <cuda.h>
 
 #include <cstdio>
@@ -28,7 +29,19 @@ constexpr char kRankPtx[] =
     "  ld.param.u64 %rd1, [out];\n  cvta.to.global.u64 %rd2, %rd1;\n"
     "  mov.u32 %r1, %cluster_ctarank;\n  mov.u32 %r2, %ctaid.x;\n"
     "  mul.wide.u32 %rd3, %r2, 4;\n  add.s64 %rd2, %rd2, %rd3;\n"
-    "  st.global.u32 [%rd2], %r1;\n  ret;\n}\n";
+    "  st.global.u32 [%rd2], %r1;\n  ret;\n}\n"
+    // What each block of a plain launch reads of its cluster (itself): rank 0 of 1, the
+    // cluster's place and count in the grid being the block's.
+    ".visible .entry cluster_shape(.param .u64 out)\n{\n"
+    "  .reg .b32 %r<8>;\n  .reg .b64 %rd<4>;\n"
+    "  ld.param.u64 %rd1, [out];\n  cvta.to.global.u64 %rd2, %rd1;\n"
+    "  mov.u32 %r7, %ctaid.x;\n  mul.wide.u32 %rd3, %r7, 24;\n  add.s64 %rd2, %rd2, %rd3;\n"
+    "  mov.u32 %r1, %cluster_ctarank;\n  mov.u32 %r2, %cluster_nctarank;\n"
+    "  mov.u32 %r3, %clusterid.x;\n  mov.u32 %r4, %nclusterid.x;\n"
+    "  mov.u32 %r5, %cluster_ctaid.x;\n  mov.u32 %r6, %cluster_nctaid.x;\n"
+    "  st.global.u32 [%rd2], %r1;\n  st.global.u32 [%rd2+4], %r2;\n  st.global.u32 [%rd2+8], %r3;\n"
+    "  st.global.u32 [%rd2+12], %r4;\n  st.global.u32 [%rd2+16], %r5;\n  st.global.u32 [%rd2+20], %r6;\n"
+    "  ret;\n}\n";
 
 cudaError_t LaunchInClusters(int* out, int n, unsigned blocks, unsigned cluster) {
   cudaLaunchConfig_t config = {};
@@ -61,13 +74,34 @@ int main() {
   CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
   for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
 
+  // What the occupancy calculator says of clusters of 2 (cuBLAS asks before it launches).
+  cudaLaunchConfig_t query = {};
+  query.gridDim = dim3(8);
+  query.blockDim = dim3(64);
+  cudaLaunchAttribute pair;
+  pair.id = cudaLaunchAttributeClusterDimension;
+  pair.val.clusterDim.x = 2;
+  pair.val.clusterDim.y = 1;
+  pair.val.clusterDim.z = 1;
+  query.attrs = &pair;
+  query.numAttrs = 1;
+  int active_clusters = -1, potential = -1;
+  const cudaError_t active = cudaOccupancyMaxActiveClusters(&active_clusters, IndexTimesThree, &query);
+  CHECK(cudaOccupancyMaxPotentialClusterSize(&potential, IndexTimesThree, &query));
+  std::printf("clusters of 2: %s, %d at once; largest cluster %d\n", cudaGetErrorName(active), active_clusters,
+              potential);
+
   if (properties.major < 9) {
+    if (OnTheSim()) EXPECT(active == cudaErrorNotSupported && potential == 1);
     const cudaError_t refused = LaunchInClusters(out, n, 8, 2);
     std::printf("clusters of 2 on %d.%d: %s\n", properties.major, properties.minor, cudaGetErrorName(refused));
     EXPECT(refused != cudaSuccess);
     if (OnTheSim()) EXPECT(refused == cudaErrorNotSupported);
     CHECK(cudaDeviceSynchronize());  // nothing sticky
   } else if (OnTheSim()) {
+    // 32 blocks of 64 threads per SM (by threads: 2048), in pairs.
+    EXPECT(active == cudaSuccess && active_clusters == 16 * properties.multiProcessorCount);
+    EXPECT(potential == 8);
     CHECK(cudaMemset(out, 0, n * sizeof(int)));
     CHECK(LaunchInClusters(out, n, 8, 2));
     CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
@@ -97,6 +131,18 @@ int main() {
     const CUresult refused = cuLaunchKernelEx(&config, rank, params, nullptr);
     std::printf("a kernel that reads its cluster: %d\n", static_cast<int>(refused));
     EXPECT(refused == CUDA_ERROR_NOT_SUPPORTED);
+    // A plain launch of a kernel that reads its cluster: each block is its own.
+    CUfunction shape;
+    EXPECT(cuModuleGetFunction(&shape, module, "cluster_shape") == CUDA_SUCCESS);
+    EXPECT(cuLaunchKernel(shape, 3, 1, 1, 32, 1, 1, 0, nullptr, params, nullptr) == CUDA_SUCCESS);
+    unsigned read[3][6];
+    CHECK(cudaMemcpy(read, out, sizeof(read), cudaMemcpyDeviceToHost));
+    for (unsigned block = 0; block < 3; ++block) {
+      const unsigned want[6] = {0, 1, block, 3, 0, 1};
+      for (int i = 0; i < 6; ++i) EXPECT(read[block][i] == want[i]);
+    }
+    std::printf("block 2 of a plain launch: rank %u of %u, cluster %u of %u\n", read[2][0], read[2][1], read[2][2],
+                read[2][3]);
     EXPECT(cuModuleUnload(module) == CUDA_SUCCESS);
     CHECK(cudaDeviceSynchronize());
   }
