@@ -116,7 +116,7 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
     }
     base = b_.getInt64(static_cast<uint64_t>(offset) + (space == "shared" ? 0 : kSharedWindow));
   } else {
-    if (IsSpecialName(address.name)) {
+    if (IsSpecialRegisterName(address.name)) {
       *why = "an address in " + address.name;
       return nullptr;
     }
@@ -224,7 +224,7 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
 bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load,
                            const RawOperand& value, std::string* why) {
   if (space == "shared") return (*why = "shared memory in vector code", false);
-  if (address.name.empty() || address.name[0] != '%' || IsSpecialName(address.name)) {
+  if (address.name.empty() || address.name[0] != '%' || IsSpecialRegisterName(address.name)) {
     return (*why = "an address that is not a register", false);
   }
   const uint32_t size = t.bits / 8;

@@ -8,15 +8,8 @@
 namespace gpupool::sim::jit {
 
 Type TypeOf(std::string_view suffix) {
-  static const std::map<std::string_view, Type> kTypes = {
-      {"s8", {Kind::kSigned, 8}},     {"s16", {Kind::kSigned, 16}},   {"s32", {Kind::kSigned, 32}},
-      {"s64", {Kind::kSigned, 64}},   {"u8", {Kind::kUnsigned, 8}},   {"u16", {Kind::kUnsigned, 16}},
-      {"u32", {Kind::kUnsigned, 32}}, {"u64", {Kind::kUnsigned, 64}}, {"b8", {Kind::kBits, 8}},
-      {"b16", {Kind::kBits, 16}},     {"b32", {Kind::kBits, 32}},     {"b64", {Kind::kBits, 64}},
-      {"f32", {Kind::kFloat, 32}},    {"f64", {Kind::kFloat, 64}},    {"pred", {Kind::kPred, 1}},
-  };
-  auto it = kTypes.find(suffix);
-  return it == kTypes.end() ? Type{} : it->second;
+  const PtxType type = ParsePtxType(suffix);
+  return type.kind == PtxKind::kHalf || type.kind == PtxKind::kBFloat ? PtxType{} : type;
 }
 
 bool IsCacheHint(std::string_view q) {
@@ -104,38 +97,30 @@ llvm::Value* Emitter::ToStorage(llvm::Value* v, Type t, uint32_t width) {
 
 // Special registers this tier knows: %tid, %ntid, %ctaid, %nctaid (u32).
 llvm::Value* Emitter::Special(const std::string& name) {
-  static const char* kAxes = "xyz";
-  for (int i = 0; i < 3; ++i) {
-    std::string axis = std::string(".") + kAxes[i];
-    if (name == "%tid" + axis) {
-      llvm::Value* tid = Splat(b_.CreateLoad(i32_, tid_slot_[i]));
-      if (lanes_ && i == 0) tid = b_.CreateAdd(tid, LaneNumbers());  // lanes are x, x+1, ...
+  const SpecialRegisterName special = DecodeSpecialRegister(name);
+  const uint32_t axis = special.index;
+  switch (special.reg) {
+    case SpecialRegister::kTid: {
+      llvm::Value* tid = Splat(b_.CreateLoad(i32_, tid_slot_[axis]));
+      if (lanes_ && axis == 0) tid = b_.CreateAdd(tid, LaneNumbers());  // lanes are x, x+1, ...
       return tid;
     }
-    if (name == "%ntid" + axis) return Splat(ntid_[i]);
-    if (name == "%ctaid" + axis) return Splat(ctaid_[i]);
-    if (name == "%nctaid" + axis) return Splat(nctaid_[i]);
+    case SpecialRegister::kNtid:
+      return Splat(ntid_[axis]);
+    case SpecialRegister::kCtaid:
+      return Splat(ctaid_[axis]);
+    case SpecialRegister::kNctaid:
+      return Splat(nctaid_[axis]);
+    default:
+      return nullptr;
   }
-  return nullptr;
-}
-
-bool Emitter::IsSpecialName(const std::string& name) {
-  return name.size() > 1 && name[0] == '%' &&
-         (name.rfind("%tid", 0) == 0 || name.rfind("%ntid", 0) == 0 || name.rfind("%ctaid", 0) == 0 ||
-          name.rfind("%nctaid", 0) == 0 || name.rfind("%laneid", 0) == 0 || name.rfind("%warpid", 0) == 0 ||
-          name.rfind("%clock", 0) == 0 || name.rfind("%lanemask", 0) == 0 || name.rfind("%smid", 0) == 0 ||
-          name.rfind("%nsmid", 0) == 0 || name.rfind("%nwarpid", 0) == 0 || name.rfind("%gridid", 0) == 0 ||
-          name.rfind("%globaltimer", 0) == 0 || name.rfind("%envreg", 0) == 0 || name.rfind("%pm", 0) == 0 ||
-          name.rfind("%dynamic_smem", 0) == 0 || name.rfind("%total_smem", 0) == 0 || name.rfind("%cluster", 0) == 0 ||
-          name.rfind("%is_explicit", 0) == 0 || name.rfind("%aggr_smem", 0) == 0 ||
-          name.rfind("%reserved_smem", 0) == 0 || name.rfind("%current_graph", 0) == 0);
 }
 
 // A source operand as type t; nullptr with *why when the tier does not take it.
 llvm::Value* Emitter::Source(const RawOperand& op, Type t, std::string* why) {
   switch (op.kind) {
     case RawOperand::kName: {
-      if (IsSpecialName(op.name)) {
+      if (IsSpecialRegisterName(op.name)) {
         llvm::Value* v = Special(op.name);
         if (v == nullptr) {
           *why = "it reads " + op.name;
@@ -195,7 +180,7 @@ llvm::Value* Emitter::Source(const RawOperand& op, Type t, std::string* why) {
 }
 
 bool Emitter::Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* why) {
-  if (op.kind != RawOperand::kName || op.name.empty() || op.name[0] != '%' || IsSpecialName(op.name) ||
+  if (op.kind != RawOperand::kName || op.name.empty() || op.name[0] != '%' || IsSpecialRegisterName(op.name) ||
       !op.pair.empty()) {
     *why = "a destination it does not take";
     return false;

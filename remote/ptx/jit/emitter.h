@@ -24,21 +24,20 @@
 #include <vector>
 
 #include "remote/ptx/front/program.h"
+#include "remote/ptx/front/special_registers.h"
+#include "remote/ptx/front/types.h"
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
 
 namespace gpupool::sim::jit {
 
-// ---- Types of PTX instructions
+// ---- Types of PTX instructions: the front end's (front/types.h)
 
-enum class Kind : uint8_t { kNone, kSigned, kUnsigned, kBits, kFloat, kPred };
-struct Type {
-  Kind kind = Kind::kNone;
-  uint32_t bits = 0;
-  bool ok() const { return kind != Kind::kNone; }
-  bool is_int() const { return kind == Kind::kSigned || kind == Kind::kUnsigned || kind == Kind::kBits; }
-};
+using Kind = PtxKind;
+using Type = PtxType;
 
+// The front end's type of an opcode's suffix, or none (kNone) for one the tier does not
+// compute in: .f16, .bf16 and their pairs (a kernel using them runs on the interpreter).
 Type TypeOf(std::string_view suffix);
 
 // Qualifiers of ld/st that change nothing for one thread on the host: cache hints. Not
@@ -111,7 +110,6 @@ class Emitter {
   llvm::Value* FromStorage(llvm::Value* bits, uint32_t width, Type t);
   llvm::Value* ToStorage(llvm::Value* v, Type t, uint32_t width);
   llvm::Value* Special(const std::string& name);
-  bool IsSpecialName(const std::string& name);
   llvm::Value* Source(const RawOperand& op, Type t, std::string* why);
   bool Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* why);
 
