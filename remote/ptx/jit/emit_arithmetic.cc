@@ -157,40 +157,22 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
     llvm::Value* a = src(1, t);
     llvm::Value* c = src(2, t);
     if (!a || !c) return false;
-    if (q[0] == "lo") {
-      llvm::Value* r = b_.CreateMul(a, c);
-      if (op == "mad") {
-        llvm::Value* e = src(3, t);
-        if (!e) return false;
-        r = b_.CreateAdd(r, e);
-      }
-      return done(r, t);
-    }
-    if (q[0] == "wide" && t.bits <= 32) {
-      Type wide{t.kind, t.bits * 2};
-      llvm::Value* wa = sign ? b_.CreateSExt(a, LlvmType(wide)) : b_.CreateZExt(a, LlvmType(wide));
-      llvm::Value* wc = sign ? b_.CreateSExt(c, LlvmType(wide)) : b_.CreateZExt(c, LlvmType(wide));
-      llvm::Value* r = b_.CreateMul(wa, wc);
-      if (op == "mad") {
-        llvm::Value* e = src(3, wide);
-        if (!e) return false;
-        r = b_.CreateAdd(r, e);
-      }
-      return done(r, wide);
-    }
+    // mad adds its third operand, of the product's type (nullptr when it cannot be read).
+    auto plus_addend = [&](llvm::Value* product, Type type) -> llvm::Value* {
+      if (op != "mad") return product;
+      llvm::Value* e = src(3, type);
+      return e ? b_.CreateAdd(product, e) : nullptr;
+    };
+    // The operands at twice their width, extended by the type's signedness.
+    const Type wide{t.kind, t.bits * 2};
+    auto widen = [&](llvm::Value* v) {
+      return sign ? b_.CreateSExt(v, LlvmType(wide)) : b_.CreateZExt(v, LlvmType(wide));
+    };
+    if (q[0] == "lo") return done(plus_addend(b_.CreateMul(a, c), t), t);
+    if (q[0] == "wide" && t.bits <= 32) return done(plus_addend(b_.CreateMul(widen(a), widen(c)), wide), wide);
     if (q[0] == "hi") {
-      Type wide{t.kind, t.bits * 2};
-      llvm::Type* wt = Lanes(b_.getIntNTy(t.bits * 2));
-      llvm::Value* wa = sign ? b_.CreateSExt(a, wt) : b_.CreateZExt(a, wt);
-      llvm::Value* wc = sign ? b_.CreateSExt(c, wt) : b_.CreateZExt(c, wt);
-      llvm::Value* r = b_.CreateTrunc(b_.CreateLShr(b_.CreateMul(wa, wc), Int(t.bits * 2, t.bits)), LlvmType(t));
-      if (op == "mad") {
-        llvm::Value* e = src(3, t);
-        if (!e) return false;
-        r = b_.CreateAdd(r, e);
-      }
-      (void)wide;
-      return done(r, t);
+      llvm::Value* high = b_.CreateLShr(b_.CreateMul(widen(a), widen(c)), Int(wide.bits, t.bits));
+      return done(plus_addend(b_.CreateTrunc(high, LlvmType(t)), t), t);
     }
   }
   *why = "an integer instruction the tier does not take";

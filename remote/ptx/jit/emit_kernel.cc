@@ -212,34 +212,26 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   out->shared_bytes = shared_size_;
   out->barriers = barriers_ > 0;
 
-  // next: the following thread, x fastest; after the last, another phase if a thread
-  // waits at a barrier, else the count and success.
+  // next: the following thread, x fastest (a chunk of lanes at once in vector code): past
+  // the block's x extent x wraps to 0 and y steps, past its y extent z; after the last,
+  // another phase if a thread waits at a barrier, else the count and success.
   b_.SetInsertPoint(next_block_);
   Tick();
-  llvm::Value* x = b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[0]), b_.getInt32(lanes_ ? lanes_ : 1));
-  auto* wrap_x = llvm::BasicBlock::Create(ctx_, "wrap_x", fn_);
-  auto* wrap_y = llvm::BasicBlock::Create(ctx_, "wrap_y", fn_);
   auto* last = llvm::BasicBlock::Create(ctx_, "last", fn_);
   auto* done = llvm::BasicBlock::Create(ctx_, "done", fn_);
-  auto* store_x = llvm::BasicBlock::Create(ctx_, "store_x", fn_);
-  b_.CreateCondBr(b_.CreateICmpULT(x, ntid_[0]), store_x, wrap_x);
-  b_.SetInsertPoint(store_x);
-  b_.CreateStore(x, tid_slot_[0]);
-  b_.CreateBr(thread_block_);
-  b_.SetInsertPoint(wrap_x);
-  b_.CreateStore(b_.getInt32(0), tid_slot_[0]);
-  llvm::Value* y = b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[1]), b_.getInt32(1));
-  auto* store_y = llvm::BasicBlock::Create(ctx_, "store_y", fn_);
-  b_.CreateCondBr(b_.CreateICmpULT(y, ntid_[1]), store_y, wrap_y);
-  b_.SetInsertPoint(store_y);
-  b_.CreateStore(y, tid_slot_[1]);
-  b_.CreateBr(thread_block_);
-  b_.SetInsertPoint(wrap_y);
-  b_.CreateStore(b_.getInt32(0), tid_slot_[1]);
-  llvm::Value* z = b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[2]), b_.getInt32(1));
-  b_.CreateStore(z, tid_slot_[2]);
-  b_.CreateCondBr(b_.CreateICmpULT(z, ntid_[2]), thread_block_, last);
-  b_.SetInsertPoint(last);
+  static const char* const kAxes[] = {"x", "y", "z"};
+  for (int axis = 0; axis < 3; ++axis) {
+    const uint32_t step = axis == 0 && lanes_ ? lanes_ : 1;
+    llvm::Value* index = b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[axis]), b_.getInt32(step));
+    auto* store = llvm::BasicBlock::Create(ctx_, std::string("store_") + kAxes[axis], fn_);
+    auto* wrap = axis == 2 ? last : llvm::BasicBlock::Create(ctx_, std::string("wrap_") + kAxes[axis], fn_);
+    b_.CreateCondBr(b_.CreateICmpULT(index, ntid_[axis]), store, wrap);
+    b_.SetInsertPoint(store);
+    b_.CreateStore(index, tid_slot_[axis]);
+    b_.CreateBr(thread_block_);
+    b_.SetInsertPoint(wrap);
+    if (axis < 2) b_.CreateStore(b_.getInt32(0), tid_slot_[axis]);
+  }
   if (barriers_ > 0) {
     b_.CreateCondBr(b_.CreateLoad(i1_, waiting_slot_), phase_block, done);
   } else {
