@@ -3,17 +3,17 @@
 // waits at) to its next barrier or its end; when threads wait at a barrier, another such
 // phase. PTX registers are stack slots of their declared width (promoted to SSA values by
 // LLVM); across a barrier a thread keeps the registers live after it in `saved`.
+#include "remote/ptx/front/param_layout.h"
 #include "remote/ptx/jit/emitter.h"
 
 namespace gpupool::sim::jit {
 
 bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   accesses_ = &out->accesses;
-  uint64_t offset = 0;
-  for (const RawParam& param : entry_.params) {
-    offset = (offset + param.align - 1) / param.align * param.align;
-    params_[param.name] = {offset, param.size};
-    offset += param.size;
+  std::vector<uint64_t> offsets;
+  LayOutParams(entry_, &offsets);
+  for (size_t i = 0; i < entry_.params.size(); ++i) {
+    params_[entry_.params[i].name] = {offsets[i], entry_.params[i].size};
   }
   size_t instructions = 0;
   for (const RawStatement& s : entry_.body) {

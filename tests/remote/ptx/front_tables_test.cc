@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
+#include "remote/ptx/front/param_layout.h"
 #include "remote/ptx/front/special_registers.h"
 #include "remote/ptx/front/types.h"
 
@@ -119,6 +121,27 @@ TEST(SpecialRegisters, TakesTheKernelsOwnRegistersForNoSpecialRegister) {
     EXPECT_EQ(DecodeSpecialRegister(name).reg, SpecialRegister::kNone) << name;
     EXPECT_FALSE(IsSpecialRegisterName(name)) << name;
   }
+}
+
+TEST(ParamLayout, PlacesEachParameterAtItsAlignmentInDeclarationOrder) {
+  RawFunction entry;
+  auto add = [&](const char* name, uint64_t size, uint32_t align) {
+    RawParam param;
+    param.name = name;
+    param.size = size;
+    param.align = align;
+    entry.params.push_back(param);
+  };
+  add("flag", 1, 1);
+  add("pointer", 8, 8);
+  add("count", 4, 4);
+  add("array", 12, 4);  // .align 4 .b8 array[12]
+  add("wide", 16, 16);
+  std::vector<uint64_t> offsets;
+  EXPECT_EQ(LayOutParams(entry, &offsets), 48u);
+  EXPECT_EQ(offsets, (std::vector<uint64_t>{0, 8, 16, 20, 32}));
+  EXPECT_EQ(LayOutParams(entry, nullptr), 48u);
+  EXPECT_EQ(LayOutParams(RawFunction{}, &offsets), 0u);
 }
 
 }  // namespace
