@@ -3,6 +3,7 @@
 // names that are neither.
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -71,28 +72,18 @@ TEST(SpecialRegisters, DecodesTheFourAxialFamiliesWithTheirAxis) {
 }
 
 TEST(SpecialRegisters, DecodesLaneWarpClockAndTimerRegisters) {
-  const std::pair<const char*, SpecialRegister> known[] = {
-      {"%laneid", SpecialRegister::kLaneid},
-      {"%warpid", SpecialRegister::kWarpid},
-      {"%nwarpid", SpecialRegister::kNwarpid},
-      {"%smid", SpecialRegister::kSmid},
-      {"%nsmid", SpecialRegister::kNsmid},
-      {"%gridid", SpecialRegister::kGridid},
-      {"%lanemask_eq", SpecialRegister::kLanemaskEq},
-      {"%lanemask_lt", SpecialRegister::kLanemaskLt},
-      {"%lanemask_le", SpecialRegister::kLanemaskLe},
-      {"%lanemask_gt", SpecialRegister::kLanemaskGt},
-      {"%lanemask_ge", SpecialRegister::kLanemaskGe},
-      {"%clock", SpecialRegister::kClock},
-      {"%clock64", SpecialRegister::kClock64},
-      {"%globaltimer", SpecialRegister::kGlobaltimer},
-      {"%globaltimer_lo", SpecialRegister::kGlobaltimerLo},
-      {"%globaltimer_hi", SpecialRegister::kGlobaltimerHi},
-  };
-  for (const auto& [name, reg] : known) {
-    EXPECT_EQ(DecodeSpecialRegister(name).reg, reg) << name;
-    EXPECT_TRUE(IsSpecialRegisterName(name)) << name;
+  // In SpecialRegister's order, from kLaneid to kGlobaltimerHi.
+  const char* const names[] = {"%laneid",      "%warpid",      "%nwarpid",        "%smid",
+                               "%nsmid",       "%gridid",      "%lanemask_eq",    "%lanemask_lt",
+                               "%lanemask_le", "%lanemask_gt", "%lanemask_ge",    "%clock",
+                               "%clock64",     "%globaltimer", "%globaltimer_lo", "%globaltimer_hi"};
+  for (size_t i = 0; i < std::size(names); ++i) {
+    const auto expected = static_cast<SpecialRegister>(static_cast<size_t>(SpecialRegister::kLaneid) + i);
+    EXPECT_EQ(DecodeSpecialRegister(names[i]).reg, expected) << names[i];
+    EXPECT_TRUE(IsSpecialRegisterName(names[i])) << names[i];
   }
+  EXPECT_EQ(static_cast<size_t>(SpecialRegister::kGlobaltimerHi) - static_cast<size_t>(SpecialRegister::kLaneid) + 1,
+            std::size(names));
 }
 
 TEST(SpecialRegisters, DecodesEnvregZeroToThirtyOneOnly) {
