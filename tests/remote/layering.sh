@@ -18,7 +18,7 @@ declare -A allowed=(
   # files both tiers share (launch.h, memory.h), and launch.cc above both, choosing the tier.
   [remote/ptx/front]="remote/ptx/ptx_engine.h remote/protocol"
   [remote/ptx/interp]="remote/ptx/front remote/ptx/launch.h remote/ptx/memory.h remote/ptx/ptx_engine.h remote/protocol"
-  [remote/ptx/jit]="remote/ptx/front remote/ptx/launch.h remote/ptx/memory.h remote/ptx/ptx_engine.h remote/protocol"
+  [remote/ptx/jit]="remote/ptx/front remote/ptx/ir remote/ptx/launch.h remote/ptx/memory.h remote/ptx/ptx_engine.h remote/protocol"
   [remote/ptx/launch.h]="remote/ptx/ptx_engine.h"
   [remote/ptx/memory.h]="remote/ptx/ptx_engine.h"
   [remote/ptx/memory.cc]="remote/ptx/memory.h remote/ptx/ptx_engine.h"
@@ -40,6 +40,14 @@ for room in "${!allowed[@]}"; do
     fi
   done < <(grep -rn --include='*.h' --include='*.cc' '^#include "remote/' "$room" /dev/null || true)
 done
+# jit/'s private headers (internal.h: the Context ABI and CompiledKernel; emitter.h) are
+# included only inside jit/: the tier's interface is jit.h.
+if grep -rn --include='*.h' --include='*.cc' --include='*.cu' \
+  '^#include "remote/ptx/jit/\(internal\|emitter\)\.h"' remote tests scripts 2>/dev/null |
+  grep -v '^remote/ptx/jit/'; then
+  echo "jit/internal.h and jit/emitter.h are private to remote/ptx/jit/ (include jit/jit.h)"
+  bad=1
+fi
 # The dataplane reaches a device kind only through remote/device/device_kind.h.
 if grep -rn 'name() == "cuda"\|name() == "sim"' remote/dataplane remote/device; then
   echo "the executor is chosen by comparing a backend's name, not through its device kind"

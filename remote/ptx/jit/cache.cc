@@ -1,0 +1,116 @@
+// When the JIT tier compiles a kernel (jit.h: JitMode, from GPUPOOL_PTX_JIT) and the
+// background compiler that fills a kernel's JitSlot (launch.h) for GPUPOOL_PTX_JIT=auto:
+// one low-priority thread per process, so that no launch waits for LLVM.
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "remote/ptx/jit/jit.h"
+#include "remote/ptx/launch.h"
+
+namespace gpupool::sim {
+
+namespace {
+
+JitMode ModeFromEnvironment() {
+  const char* value = std::getenv("GPUPOOL_PTX_JIT");
+  if (value == nullptr || *value == '\0' || std::strcmp(value, "auto") == 0) return JitMode::kAuto;
+  if (std::strcmp(value, "off") == 0) return JitMode::kOff;
+  if (std::strcmp(value, "always") == 0) return JitMode::kAlways;
+  std::fprintf(stderr, "GPUPOOL_PTX_JIT='%s': expected off, auto or always; using auto\n", value);
+  return JitMode::kAuto;
+}
+
+std::atomic<JitMode>& Mode() {
+  static std::atomic<JitMode> mode{ModeFromEnvironment()};
+  return mode;
+}
+
+}  // namespace
+
+JitMode CurrentJitMode() { return Mode().load(std::memory_order_relaxed); }
+void SetJitMode(JitMode mode) { Mode().store(mode); }
+
+namespace {
+
+// One thread that compiles kernels for GPUPOOL_PTX_JIT=auto, in the order asked. At exit
+// it finishes the compile at hand and drops the rest.
+class BackgroundCompiler {
+ public:
+  static BackgroundCompiler& Get() {
+    static BackgroundCompiler compiler;
+    return compiler;
+  }
+  void Add(std::function<void()> job) {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+    wake_.notify_one();
+  }
+  ~BackgroundCompiler() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    // Compiling is worth less than the work it would speed up: the launches running on
+    // the interpreter meanwhile, and every other process of the host (on Linux, nice
+    // applies to the calling thread).
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+    while (true) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry, const SharedLayout& shared,
+                         uint32_t param_size) {
+  slot->compiling = true;
+  BackgroundCompiler::Get().Add([slot, entry = entry, shared = shared, param_size]() {
+    std::string refused;
+    std::shared_ptr<CompiledKernel> compiled = CompileKernel(entry, shared, param_size, &refused);
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->compiled = std::move(compiled);
+    slot->refused = std::move(refused);
+    slot->compiling = false;
+    slot->compiled_cv.notify_all();
+  });
+}
+
+void WaitForCompile(JitSlot& slot) {
+  std::unique_lock<std::mutex> lock(slot.mu);
+  slot.compiled_cv.wait(lock, [&] { return !slot.compiling; });
+}
+
+}  // namespace gpupool::sim

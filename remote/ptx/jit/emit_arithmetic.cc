@@ -1,0 +1,227 @@
+// setp, cvt, and integer and float arithmetic (emitter.h).
+#include <llvm/IR/Intrinsics.h>
+
+#include <map>
+
+#include "remote/ptx/jit/emitter.h"
+
+namespace gpupool::sim::jit {
+
+bool Emitter::Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t, std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  if (!t.ok() || t.kind == Kind::kPred || q.size() != 1 || o.size() != 3) {
+    *why = "a form of setp the tier does not take";
+    return false;
+  }
+  llvm::Value* a = Source(o[1], t, why);
+  llvm::Value* c = Source(o[2], t, why);
+  if (!a || !c) return false;
+  const std::string_view cmp = q[0];
+  llvm::Value* r = nullptr;
+  if (t.kind == Kind::kFloat) {
+    using P = llvm::CmpInst::Predicate;
+    static const std::map<std::string_view, P> kFloat = {
+        {"eq", P::FCMP_OEQ},  {"ne", P::FCMP_ONE},  {"lt", P::FCMP_OLT},  {"le", P::FCMP_OLE},  {"gt", P::FCMP_OGT},
+        {"ge", P::FCMP_OGE},  {"equ", P::FCMP_UEQ}, {"neu", P::FCMP_UNE}, {"ltu", P::FCMP_ULT}, {"leu", P::FCMP_ULE},
+        {"gtu", P::FCMP_UGT}, {"geu", P::FCMP_UGE}, {"num", P::FCMP_ORD}, {"nan", P::FCMP_UNO}};
+    auto it = kFloat.find(cmp);
+    if (it == kFloat.end()) return (*why = "comparison ." + std::string(cmp), false);
+    r = b_.CreateFCmp(it->second, a, c);
+  } else {
+    using P = llvm::CmpInst::Predicate;
+    const bool sign = t.kind == Kind::kSigned;
+    std::map<std::string_view, P> kInt = {{"eq", P::ICMP_EQ},
+                                          {"ne", P::ICMP_NE},
+                                          {"lt", sign ? P::ICMP_SLT : P::ICMP_ULT},
+                                          {"le", sign ? P::ICMP_SLE : P::ICMP_ULE},
+                                          {"gt", sign ? P::ICMP_SGT : P::ICMP_UGT},
+                                          {"ge", sign ? P::ICMP_SGE : P::ICMP_UGE},
+                                          {"lo", P::ICMP_ULT},
+                                          {"ls", P::ICMP_ULE},
+                                          {"hi", P::ICMP_UGT},
+                                          {"hs", P::ICMP_UGE}};
+    auto it = kInt.find(cmp);
+    if (it == kInt.end()) return (*why = "comparison ." + std::string(cmp), false);
+    r = b_.CreateICmp(it->second, a, c);
+  }
+  return Dest(o[0], r, Type{Kind::kPred, 1}, why);
+}
+
+bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  if (parts.size() < 3 || o.size() != 2) return (*why = "form", false);
+  const Type to = TypeOf(parts[parts.size() - 2]);
+  const Type from = TypeOf(parts.back());
+  if (!to.ok() || !from.ok() || to.kind == Kind::kPred || from.kind == Kind::kPred) {
+    return (*why = "types", false);
+  }
+  std::string_view rounding;
+  for (size_t i = 1; i + 2 < parts.size(); ++i) {
+    std::string_view qual = parts[i];
+    if (qual == "rn" || qual == "rz" || qual == "rm" || qual == "rp" || qual == "rni" || qual == "rzi" ||
+        qual == "rmi" || qual == "rpi") {
+      rounding = qual;
+    } else {
+      return (*why = "qualifier ." + std::string(qual), false);
+    }
+  }
+  llvm::Value* a = Source(o[1], from, why);
+  if (a == nullptr) return false;
+  llvm::Value* r = nullptr;
+  if (to.is_int() && from.is_int()) {
+    if (!rounding.empty()) return (*why = "rounding of an integer conversion", false);
+    // Integer to integer: truncate or extend by the source's signedness, then the
+    // destination register holds the value as `to` says.
+    r = from.kind == Kind::kSigned ? b_.CreateSExtOrTrunc(a, LlvmType(to)) : b_.CreateZExtOrTrunc(a, LlvmType(to));
+  } else if (to.kind == Kind::kFloat && from.is_int()) {
+    // Only round-to-nearest (what sitofp/uitofp do); .rn is then required by PTX
+    // unless exact.
+    if (!rounding.empty() && rounding != "rn") return (*why = "rounding ." + std::string(rounding), false);
+    r = from.kind == Kind::kSigned ? b_.CreateSIToFP(a, LlvmType(to)) : b_.CreateUIToFP(a, LlvmType(to));
+  } else if (to.is_int() && from.kind == Kind::kFloat) {
+    // .rzi saturating, NaN to 0, as PTX says (the fptosi.sat intrinsics do exactly that).
+    if (rounding != "rzi") return (*why = "rounding ." + std::string(rounding), false);
+    if (to.bits < 32) return (*why = "a narrow integer", false);
+    auto id = to.kind == Kind::kSigned ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
+    r = b_.CreateIntrinsic(id, {LlvmType(to), LlvmType(from)}, {a});
+  } else {
+    // Float to float: widening is exact; narrowing with .rn only.
+    if (to.bits > from.bits) {
+      if (!rounding.empty()) return (*why = "rounding of a widening conversion", false);
+      r = b_.CreateFPExt(a, LlvmType(to));
+    } else if (to.bits < from.bits) {
+      if (rounding != "rn") return (*why = "rounding ." + std::string(rounding), false);
+      r = b_.CreateFPTrunc(a, LlvmType(to));
+    } else {
+      return (*why = "a float conversion to its own type", false);
+    }
+  }
+  return Dest(o[0], r, to, why);
+}
+
+bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                      std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  auto src = [&](int i, Type type) { return Source(o[i], type, why); };
+  auto done = [&](llvm::Value* v, Type type) { return v != nullptr && Dest(o[0], v, type, why); };
+  const bool sign = t.kind == Kind::kSigned;
+  if ((op == "add" || op == "sub") && q.empty() && o.size() == 3) {
+    llvm::Value* a = src(1, t);
+    llvm::Value* c = src(2, t);
+    if (!a || !c) return false;
+    return done(op == "add" ? b_.CreateAdd(a, c) : b_.CreateSub(a, c), t);
+  }
+  if ((op == "and" || op == "or" || op == "xor") && q.empty() && o.size() == 3) {
+    llvm::Value* a = src(1, t);
+    llvm::Value* c = src(2, t);
+    if (!a || !c) return false;
+    return done(op == "and" ? b_.CreateAnd(a, c) : op == "or" ? b_.CreateOr(a, c) : b_.CreateXor(a, c), t);
+  }
+  if (op == "not" && q.empty() && o.size() == 2) {
+    llvm::Value* a = src(1, t);
+    return a != nullptr && done(b_.CreateNot(a), t);
+  }
+  if (t.kind == Kind::kPred) return (*why = "form", false);
+  if ((op == "neg" || op == "abs") && q.empty() && o.size() == 2 && t.kind == Kind::kSigned) {
+    llvm::Value* a = src(1, t);
+    if (!a) return false;
+    if (op == "neg") return done(b_.CreateNeg(a), t);
+    return done(b_.CreateSelect(b_.CreateICmpSLT(a, Int(t.bits, 0)), b_.CreateNeg(a), a), t);
+  }
+  if ((op == "min" || op == "max") && q.empty() && o.size() == 3 && t.kind != Kind::kBits) {
+    llvm::Value* a = src(1, t);
+    llvm::Value* c = src(2, t);
+    if (!a || !c) return false;
+    llvm::Value* less = sign ? b_.CreateICmpSLT(a, c) : b_.CreateICmpULT(a, c);
+    return done(op == "min" ? b_.CreateSelect(less, a, c) : b_.CreateSelect(less, c, a), t);
+  }
+  if ((op == "shl" || op == "shr") && q.empty() && o.size() == 3) {
+    // The shift amount is a u32; amounts past the width clamp to it (PTX).
+    llvm::Value* a = src(1, t);
+    llvm::Value* n = src(2, Type{Kind::kUnsigned, 32});
+    if (!a || !n) return false;
+    llvm::Value* wide = b_.CreateICmpUGE(n, Int(32, t.bits));
+    llvm::Value* amount = b_.CreateZExtOrTrunc(b_.CreateSelect(wide, Int(32, t.bits - 1), n), LlvmType(t));
+    llvm::Value* r;
+    if (op == "shl") {
+      r = b_.CreateSelect(wide, Int(t.bits, 0), b_.CreateShl(a, amount));
+    } else if (sign) {
+      r = b_.CreateAShr(a, amount);  // past the width: the sign fills it, as a shift by N-1
+    } else {
+      r = b_.CreateSelect(wide, Int(t.bits, 0), b_.CreateLShr(a, amount));
+    }
+    return done(r, t);
+  }
+  // mul.lo / mad.lo (any int type), mul.wide / mad.wide (16 and 32 bits), mul.hi / mad.hi.
+  if ((op == "mul" || op == "mad") && q.size() == 1 && o.size() == (op == "mul" ? 3u : 4u)) {
+    llvm::Value* a = src(1, t);
+    llvm::Value* c = src(2, t);
+    if (!a || !c) return false;
+    // mad adds its third operand, of the product's type (nullptr when it cannot be read).
+    auto plus_addend = [&](llvm::Value* product, Type type) -> llvm::Value* {
+      if (op != "mad") return product;
+      llvm::Value* e = src(3, type);
+      return e ? b_.CreateAdd(product, e) : nullptr;
+    };
+    // The operands at twice their width, extended by the type's signedness.
+    const Type wide{t.kind, t.bits * 2};
+    auto widen = [&](llvm::Value* v) {
+      return sign ? b_.CreateSExt(v, LlvmType(wide)) : b_.CreateZExt(v, LlvmType(wide));
+    };
+    if (q[0] == "lo") return done(plus_addend(b_.CreateMul(a, c), t), t);
+    if (q[0] == "wide" && t.bits <= 32) return done(plus_addend(b_.CreateMul(widen(a), widen(c)), wide), wide);
+    if (q[0] == "hi") {
+      llvm::Value* high = b_.CreateLShr(b_.CreateMul(widen(a), widen(c)), Int(wide.bits, t.bits));
+      return done(plus_addend(b_.CreateTrunc(high, LlvmType(t)), t), t);
+    }
+  }
+  *why = "an integer instruction the tier does not take";
+  return false;
+}
+
+bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                    std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  // Round-to-nearest only (no .ftz, .sat, .approx or directed roundings), which is what
+  // IEEE arithmetic on the host does.
+  for (std::string_view qual : q) {
+    if (qual != "rn") return (*why = "qualifier ." + std::string(qual), false);
+  }
+  auto src = [&](int i) { return Source(o[i], t, why); };
+  auto done = [&](llvm::Value* v) { return v != nullptr && Dest(o[0], v, t, why); };
+  if ((op == "add" || op == "sub" || op == "mul" || op == "div") && o.size() == 3) {
+    // div without .rn is .approx (f32) or refused by ptxas (f64): only div.rn here.
+    if (op == "div" && q.empty()) return (*why = "div without .rn", false);
+    llvm::Value* a = src(1);
+    llvm::Value* c = src(2);
+    if (!a || !c) return false;
+    // An unrounded add/sub/mul may be fused with a later one by ptxas; .rn forbids it.
+    // Both run here as separate IEEE operations, as the interpreter runs them.
+    if (op == "add") return done(b_.CreateFAdd(a, c));
+    if (op == "sub") return done(b_.CreateFSub(a, c));
+    if (op == "mul") return done(b_.CreateFMul(a, c));
+    return done(b_.CreateFDiv(a, c));
+  }
+  if ((op == "fma" || op == "mad") && o.size() == 4 && q.size() == 1) {
+    llvm::Value* a = src(1);
+    llvm::Value* c = src(2);
+    llvm::Value* e = src(3);
+    if (!a || !c || !e) return false;
+    return done(b_.CreateIntrinsic(llvm::Intrinsic::fma, {LlvmType(t)}, {a, c, e}));
+  }
+  if ((op == "neg" || op == "abs") && o.size() == 2 && q.empty()) {
+    llvm::Value* a = src(1);
+    if (!a) return false;
+    if (op == "neg") return done(b_.CreateFNeg(a));
+    return done(b_.CreateIntrinsic(llvm::Intrinsic::fabs, {LlvmType(t)}, {a}));
+  }
+  if (op == "sqrt" && o.size() == 2 && q.size() == 1) {
+    llvm::Value* a = src(1);
+    if (!a) return false;
+    return done(b_.CreateIntrinsic(llvm::Intrinsic::sqrt, {LlvmType(t)}, {a}));
+  }
+  *why = "a float instruction the tier does not take";
+  return false;
+}
+
+}  // namespace gpupool::sim::jit

@@ -1,0 +1,254 @@
+// An instruction under its guard (emitter.h): branches, thread ends and barriers (in scalar
+// and in vector code), the watchdog's progress at back edges, and the dispatch of the rest
+// by opcode.
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/MDBuilder.h>
+
+#include <algorithm>
+
+#include "remote/ptx/jit/emitter.h"
+#include "remote/ptx/ptx_engine.h"
+
+namespace gpupool::sim::jit {
+
+// One step of the watchdog's budget; when it runs out, progress.
+void Emitter::Tick() {
+  llvm::Value* budget = b_.CreateSub(b_.CreateLoad(i64_, budget_slot_), b_.getInt64(1));
+  b_.CreateStore(budget, budget_slot_);
+  auto* report = llvm::BasicBlock::Create(ctx_, "progress", fn_);
+  auto* on = llvm::BasicBlock::Create(ctx_, "ticked", fn_);
+  b_.CreateCondBr(b_.CreateICmpEQ(budget, b_.getInt64(0)), report, on,
+                  llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+  b_.SetInsertPoint(report);
+  b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, b_.CreateLoad(ptr_, Field(kOffProgress)), b_.getInt64(1),
+                     llvm::MaybeAlign(8), llvm::AtomicOrdering::Monotonic);
+  b_.CreateStore(b_.getInt64(kProgressEvery), budget_slot_);
+  // The launch's cancel flag (LaunchSpec::cancel), read as often as progress is told:
+  // a kernel that never ends is ended here.
+  auto* cancelled = llvm::BasicBlock::Create(ctx_, "cancelled", fn_);
+  llvm::LoadInst* flag = b_.CreateLoad(b_.getInt8Ty(), b_.CreateLoad(ptr_, Field(kOffCancel)));
+  flag->setAtomic(llvm::AtomicOrdering::Monotonic);
+  flag->setAlignment(llvm::Align(1));
+  b_.CreateCondBr(b_.CreateICmpNE(flag, b_.getInt8(0)), cancelled, on,
+                  llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+  b_.SetInsertPoint(cancelled);
+  b_.CreateRet(b_.getInt32(kLaunchTimeout));
+  b_.SetInsertPoint(on);
+}
+
+// ret/exit: the thread ends (with barriers: it no longer takes part in them).
+void Emitter::Exit() {
+  if (barriers_ > 0) b_.CreateStore(b_.getInt32(-1), ResumeOf());
+  b_.CreateBr(next_block_);
+}
+
+// An instruction of vector code: branches and ends move lanes between the running mask
+// and the labels' waiting masks (no host branch); the rest runs on the running lanes its
+// guard keeps.
+bool Emitter::VectorInstruction(const RawStatement& s, const std::vector<std::string_view>& parts, llvm::Value* guard,
+                                std::string* refused) {
+  const std::string_view op = parts[0];
+  auto refuse = [&](const std::string& text) { return Refuse(s.opcode + ": " + text, s.line, refused); };
+  llvm::Value* running = b_.CreateLoad(Lanes(i1_), mask_slot_);
+  llvm::Value* lanes = guard ? b_.CreateAnd(running, guard) : running;
+  if (op == "bra") {
+    auto pending = s.operands.size() == 1 ? pending_.find(s.operands[0].name) : pending_.end();
+    if (pending == pending_.end()) return refuse("a branch target it does not take");
+    b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), pending->second), lanes), pending->second);
+    b_.CreateStore(b_.CreateAnd(running, b_.CreateNot(lanes)), mask_slot_);
+    return true;
+  }
+  if (op == "ret" || op == "exit") {
+    b_.CreateStore(b_.CreateAnd(running, b_.CreateNot(lanes)), mask_slot_);
+    return true;
+  }
+  if (op == "bar" || op == "barrier") return refuse("a barrier in vector code");
+  std::string why;
+  op_mask_ = lanes;
+  const bool done = Operation(s, parts, &why);
+  op_mask_ = nullptr;
+  return done || refuse(why);
+}
+
+bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
+  std::vector<std::string_view> parts = SplitOpcode(s.opcode);
+  const std::string_view op = parts[0];
+  std::string why;
+  auto refuse = [&](const std::string& text) { return Refuse(s.opcode + ": " + text, s.line, refused); };
+  // Count it (each running thread), then run it under its guard.
+  llvm::Value* counted = b_.getInt64(1);
+  if (lanes_) {
+    llvm::Value* bits = b_.CreateBitCast(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.getIntNTy(lanes_));
+    counted = b_.CreateZExt(b_.CreateUnaryIntrinsic(llvm::Intrinsic::ctpop, bits), i64_);
+  }
+  b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, count_slot_), counted), count_slot_);
+  llvm::Value* guard = nullptr;
+  if (!s.guard.empty()) {
+    if (IsSpecialRegisterName(s.guard) || s.guard[0] != '%') return refuse("guard " + s.guard);
+    guard = FromStorage(LoadRegister(s.guard), StorageBits(s.guard), Type{Kind::kPred, 1});
+    if (s.guard_negated) guard = b_.CreateNot(guard);
+  }
+  if (lanes_) return VectorInstruction(s, parts, guard, refused);
+  if (op == "bra") {
+    if (s.operands.size() != 1 || s.operands[0].kind != RawOperand::kName || !labels_.count(s.operands[0].name)) {
+      return refuse("a branch target it does not take");
+    }
+    llvm::BasicBlock* target = labels_[s.operands[0].name];
+    // A loop's back edge: a thread may spin here for long.
+    if (seen_labels_.count(s.operands[0].name)) Tick();
+    if (guard == nullptr) {
+      b_.CreateBr(target);
+    } else {
+      auto* fall = llvm::BasicBlock::Create(ctx_, "fall", fn_);
+      b_.CreateCondBr(guard, target, fall);
+      b_.SetInsertPoint(fall);
+    }
+    return true;
+  }
+  if (op == "ret" || op == "exit") {
+    if (guard == nullptr) {
+      Exit();
+    } else {
+      auto* fall = llvm::BasicBlock::Create(ctx_, "fall", fn_);
+      auto* leave = llvm::BasicBlock::Create(ctx_, "leave", fn_);
+      b_.CreateCondBr(guard, leave, fall);
+      b_.SetInsertPoint(leave);
+      Exit();
+      b_.SetInsertPoint(fall);
+    }
+    return true;
+  }
+  if (op == "bar" || op == "barrier") {
+    // bar.sync / barrier.sync (.aligned) ID: a barrier of every thread of the CTA. Not a
+    // count of threads, arrive or red (producer-consumer patterns, left to the
+    // interpreter), nor one under a guard.
+    const bool sync =
+        parts.size() >= 2 && parts[1] == "sync" && (parts.size() == 2 || (parts.size() == 3 && parts[2] == "aligned"));
+    if (!sync || guard != nullptr || s.operands.size() != 1 || s.operands[0].kind != RawOperand::kInt) {
+      return refuse("a barrier form the tier does not take");
+    }
+    auto* save = llvm::BasicBlock::Create(ctx_, "save", fn_);
+    auto* resume = llvm::BasicBlock::Create(ctx_, "resume", fn_);
+    resume_points_.push_back(resume);
+    resume_live_.push_back(barrier_live_.at(instruction_index_));
+    saves_.push_back({save, static_cast<int32_t>(resume_points_.size())});
+    b_.CreateBr(save);
+    b_.SetInsertPoint(resume);
+    return true;
+  }
+  llvm::BasicBlock* after = nullptr;
+  if (guard != nullptr) {
+    auto* run = llvm::BasicBlock::Create(ctx_, "guarded", fn_);
+    after = llvm::BasicBlock::Create(ctx_, "after", fn_);
+    b_.CreateCondBr(guard, run, after);
+    b_.SetInsertPoint(run);
+  }
+  if (!Operation(s, parts, &why)) return refuse(why);
+  if (after != nullptr) {
+    b_.CreateBr(after);
+    b_.SetInsertPoint(after);
+  }
+  return true;
+}
+
+bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
+  const std::string_view op = parts[0];
+  const Type t = TypeOf(parts.back());
+  const std::vector<RawOperand>& o = s.operands;
+  auto need = [&](size_t n) {
+    if (o.size() == n) return true;
+    *why = "expected " + std::to_string(n) + " operands";
+    return false;
+  };
+  // Qualifiers between the opcode and the type.
+  std::vector<std::string_view> q(parts.begin() + 1, parts.end() - (parts.size() > 1 ? 1 : 0));
+
+  if (op == "ld" || op == "st") {
+    if (!t.ok() || t.kind == Kind::kPred) return (*why = "type", false);
+    std::string_view space = "generic";
+    for (std::string_view qual : q) {
+      if (qual == "global" || qual == "param" || qual == "shared") {
+        space = qual;
+      } else if (!IsCacheHint(qual)) {
+        *why = "qualifier ." + std::string(qual);
+        return false;
+      }
+    }
+    if (!need(2)) return false;
+    const RawOperand& address = op == "ld" ? o[1] : o[0];
+    const RawOperand& value = op == "ld" ? o[0] : o[1];
+    if (address.kind != RawOperand::kAddress) return (*why = "address operand", false);
+    const uint32_t size = t.bits / 8;
+    if (space == "param") {
+      // [param+offset]: bounds known now.
+      auto it = params_.find(address.name);
+      if (op != "ld" || it == params_.end()) return (*why = "a .param access it does not take", false);
+      const int64_t off = static_cast<int64_t>(address.bits);
+      if (off < 0 || static_cast<uint64_t>(off) + size > it->second.size ||
+          it->second.offset + off + size > param_size_) {
+        return (*why = "a .param access outside the parameter", false);
+      }
+      llvm::Value* at = b_.CreateConstGEP1_64(b_.getInt8Ty(), params_arg_, it->second.offset + off);
+      llvm::Value* v = Splat(b_.CreateAlignedLoad(ScalarType(t), at, llvm::MaybeAlign(1)));
+      return Dest(value, v, t, why);
+    }
+    if (lanes_) return VectorMemory(address, space, t, op == "ld", value, why);
+    llvm::Value* host = Address(address, space, size, op == "ld" ? "load" : "store", why);
+    if (host == nullptr) return false;
+    if (op == "ld") {
+      llvm::LoadInst* v = b_.CreateAlignedLoad(LlvmType(t), host, llvm::MaybeAlign(1));
+      return Dest(value, v, t, why);
+    }
+    llvm::Value* v = Source(value, t, why);
+    if (v == nullptr) return false;
+    b_.CreateAlignedStore(v, host, llvm::MaybeAlign(1));
+    return true;
+  }
+  if (op == "atom" || op == "red") return Atomic(s, parts, why);
+  if (op == "mov") {
+    if (!t.ok() || !need(2) || !q.empty()) return (*why = why->empty() ? "form" : *why, false);
+    llvm::Value* v = Source(o[1], t, why);
+    return v != nullptr && Dest(o[0], v, t, why);
+  }
+  if (op == "cvta") {
+    // cvta.to.global / cvta.global: global addresses are generic ones.
+    if (!need(2) || !t.is_int() || (t.bits != 64 && t.bits != 32)) return (*why = "form", false);
+    const bool to = std::find(q.begin(), q.end(), "to") != q.end();
+    llvm::Value* v = Source(o[1], t, why);
+    if (v == nullptr) return false;
+    if (std::find(q.begin(), q.end(), "global") != q.end()) {
+      if (t.bits != 64) return (*why = "a 32-bit global address", false);
+      return Dest(o[0], v, t, why);
+    }
+    if (std::find(q.begin(), q.end(), "shared") == q.end()) {
+      return (*why = "a window other than global or shared", false);
+    }
+    // As the interpreter: to generic adds the window to the (32-bit: zero-extended)
+    // offset, from generic subtracts it; a 32-bit result keeps the low half.
+    llvm::Value* wide = b_.CreateZExtOrTrunc(v, i64_);
+    if (!to) return Dest(o[0], b_.CreateAdd(wide, b_.getInt64(kSharedWindow)), Type{Kind::kUnsigned, 64}, why);
+    llvm::Value* r = b_.CreateSub(wide, b_.getInt64(kSharedWindow));
+    return Dest(o[0], b_.CreateZExtOrTrunc(r, LlvmType(t)), t, why);
+  }
+  if (op == "setp") {
+    return Setp(s, q, t, why);
+  }
+  if (op == "selp") {
+    if (!t.ok() || !need(4)) return false;
+    llvm::Value* a = Source(o[1], t, why);
+    llvm::Value* c = Source(o[2], t, why);
+    llvm::Value* p = Source(o[3], Type{Kind::kPred, 1}, why);
+    if (!a || !c || !p) return false;
+    return Dest(o[0], b_.CreateSelect(p, a, c), t, why);
+  }
+  if (op == "cvt") return Cvt(s, parts, why);
+  if (t.is_int()) return Integer(s, op, q, t, why);
+  if (t.kind == Kind::kFloat) return Float(s, op, q, t, why);
+  if (t.kind == Kind::kPred && (op == "and" || op == "or" || op == "xor" || op == "not")) {
+    return Integer(s, op, q, t, why);
+  }
+  *why = "an instruction the tier does not take";
+  return false;
+}
+
+}  // namespace gpupool::sim::jit

@@ -1,0 +1,290 @@
+// The emitter's frame (emitter.h): the CTA function of a kernel, `cta` (CtaFunction), runs
+// one CTA: its threads one after another, x fastest, each from its start (or the barrier it
+// waits at) to its next barrier or its end; when threads wait at a barrier, another such
+// phase. PTX registers are stack slots of their declared width (promoted to SSA values by
+// LLVM); across a barrier a thread keeps the registers live after it in `saved`.
+#include "remote/ptx/front/param_layout.h"
+#include "remote/ptx/jit/emitter.h"
+
+namespace gpupool::sim::jit {
+
+bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
+  accesses_ = &out->accesses;
+  std::vector<uint64_t> offsets;
+  LayOutParams(entry_, &offsets);
+  for (size_t i = 0; i < entry_.params.size(); ++i) {
+    params_[entry_.params[i].name] = {offsets[i], entry_.params[i].size};
+  }
+  size_t instructions = 0;
+  for (const RawStatement& s : entry_.body) {
+    if (s.kind == RawStatement::kInstruction && ++instructions > kMaxInstructions) {
+      return Refuse("more than " + std::to_string(kMaxInstructions) + " instructions", s.line, refused);
+    }
+    if (s.kind == RawStatement::kLocal || s.kind == RawStatement::kParam) {
+      return Refuse(std::string("it declares ") + (s.kind == RawStatement::kLocal ? ".local" : ".param") + " variables",
+                    s.line, refused);
+    }
+    if (s.kind != RawStatement::kInstruction) continue;
+    if (s.opcode.rfind("bar.", 0) == 0 || s.opcode.rfind("barrier.", 0) == 0) ++barriers_;
+    for (const RawOperand& o : s.operands) CountUses(o);
+    if (!s.guard.empty()) ++uses_[s.guard];
+  }
+  // The decoder's layout (SharedLayout): every .shared variable the kernel names has its
+  // place, and the CTA's shared size is known before any access is checked against it.
+  has_shared_ = !shared_offsets_.empty();
+  if (shared_size_ > kMaxSharedBytes) {
+    return Refuse(std::to_string(shared_size_) + " bytes of shared memory", 0, refused);
+  }
+  if (uses_.size() > kMaxRegisters) {
+    return Refuse("more than " + std::to_string(kMaxRegisters) + " names",
+                  entry_.body.empty() ? 0 : entry_.body.front().line, refused);
+  }
+  if (lanes_ > 0) {
+    // Vector code takes straight code and forward branches only, without barriers,
+    // shared memory or atomics (the scalar code runs those).
+    if (barriers_ > 0 || has_shared_) {
+      return Refuse("vector code: barriers or shared memory", 0, refused);
+    }
+    std::map<std::string, size_t> label_at;
+    size_t index = 0;
+    for (const RawStatement& s : entry_.body) {
+      if (s.kind == RawStatement::kLabel) label_at[s.opcode] = index;
+      if (s.kind == RawStatement::kInstruction) ++index;
+    }
+    index = 0;
+    for (const RawStatement& s : entry_.body) {
+      if (s.kind != RawStatement::kInstruction) continue;
+      if (s.opcode.rfind("bra", 0) == 0 && !s.operands.empty()) {
+        auto it = label_at.find(s.operands[0].name);
+        if (it == label_at.end() || it->second <= index) {
+          return Refuse("vector code: a backward branch", s.line, refused);
+        }
+      }
+      ++index;
+    }
+  }
+  if (barriers_ > 0) {
+    std::string why;
+    if (!ComputeLiveness(&why)) return Refuse(why, 0, refused);
+  }
+  i1_ = b_.getInt1Ty();
+  i32_ = b_.getInt32Ty();
+  i64_ = b_.getInt64Ty();
+  ptr_ = b_.getPtrTy();
+  auto* type = llvm::FunctionType::get(i32_, {ptr_, ptr_, i32_, i32_, i32_, ptr_, ptr_, ptr_}, false);
+  fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, lanes_ ? "cta_vector" : "cta", module_);
+  context_ = fn_->getArg(0);
+  params_arg_ = fn_->getArg(1);
+  for (int i = 0; i < 3; ++i) ctaid_[i] = fn_->getArg(2 + i);
+  shared_arg_ = fn_->getArg(5);
+  resume_arg_ = fn_->getArg(6);
+  saved_arg_ = fn_->getArg(7);
+  // Neither the context, the parameters, the CTA's shared memory nor its threads' saved
+  // state are reachable through a device address (all are the engine's own host memory,
+  // no allocation's), and the kernel never writes its parameters: LLVM may keep what it
+  // reads of them in registers across threads.
+  for (unsigned i : {0u, 1u, 5u, 6u, 7u}) fn_->addParamAttr(i, llvm::Attribute::NoAlias);
+  fn_->addParamAttr(1, llvm::Attribute::ReadOnly);
+  // RunKernel checks the buffer holds the kernel's parameters: loads of them may move.
+  if (param_size_ > 0) {
+    fn_->addParamAttr(1, llvm::Attribute::getWithDereferenceableBytes(ctx_, param_size_));
+  }
+
+  auto* entry_block = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+  auto* phase_block = llvm::BasicBlock::Create(ctx_, "phase", fn_);
+  thread_block_ = llvm::BasicBlock::Create(ctx_, "thread", fn_);
+  next_block_ = llvm::BasicBlock::Create(ctx_, "next", fn_);
+  auto* start_block = llvm::BasicBlock::Create(ctx_, "start", fn_);
+  b_.SetInsertPoint(entry_block);
+  for (int i = 0; i < 3; ++i) {
+    tid_slot_[i] = b_.CreateAlloca(i32_);
+    ntid_[i] = b_.CreateLoad(i32_, Field(kOffNtid + 4 * i));
+    nctaid_[i] = b_.CreateLoad(i32_, Field(kOffNctaid + 4 * i));
+  }
+  count_slot_ = b_.CreateAlloca(i64_);
+  waiting_slot_ = b_.CreateAlloca(i1_);
+  b_.CreateStore(b_.getInt64(0), count_slot_);
+  if (lanes_) mask_slot_ = b_.CreateAlloca(Lanes(i1_));
+  budget_slot_ = b_.CreateAlloca(i64_);
+  b_.CreateStore(b_.getInt64(kProgressEvery), budget_slot_);
+  alloca_point_ = b_.CreateBr(phase_block);
+
+  // phase: every thread from its start or its barrier to its next barrier or its end.
+  b_.SetInsertPoint(phase_block);
+  for (int i = 0; i < 3; ++i) b_.CreateStore(b_.getInt32(0), tid_slot_[i]);
+  b_.CreateStore(b_.getInt1(false), waiting_slot_);
+  b_.CreateBr(thread_block_);
+
+  // thread: where this thread is (kernels with barriers), then its code.
+  b_.SetInsertPoint(thread_block_);
+  llvm::BasicBlock* restore_block = nullptr;
+  if (barriers_ > 0) {
+    llvm::Value* resume = b_.CreateLoad(i32_, ResumeOf());
+    auto* started = llvm::BasicBlock::Create(ctx_, "started", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(resume, b_.getInt32(0)), start_block, started);
+    b_.SetInsertPoint(started);
+    restore_block = llvm::BasicBlock::Create(ctx_, "restore", fn_);
+    b_.CreateCondBr(b_.CreateICmpSLT(resume, b_.getInt32(0)), next_block_, restore_block);
+    b_.SetInsertPoint(restore_block);
+    // Filled once every barrier is known (after the body).
+  } else {
+    b_.CreateBr(start_block);
+  }
+
+  // Labels first, so that branches forward find their blocks.
+  for (const RawStatement& s : entry_.body) {
+    if (s.kind == RawStatement::kLabel && !lanes_) {
+      labels_[s.opcode] = llvm::BasicBlock::Create(ctx_, s.opcode, fn_);
+    }
+    if (s.kind == RawStatement::kLabel && lanes_) {
+      llvm::IRBuilder<> at(alloca_point_);
+      pending_[s.opcode] = at.CreateAlloca(Lanes(i1_));
+    }
+  }
+  b_.SetInsertPoint(start_block);
+  if (lanes_) {
+    // Every lane runs; no lane waits at any label.
+    b_.CreateStore(Int(1, 1), mask_slot_);
+    for (auto& [label, slot] : pending_) b_.CreateStore(Int(1, 0), slot);
+  }
+  for (const RawStatement& s : entry_.body) {
+    if (s.kind == RawStatement::kLabel && lanes_) {
+      // The lanes that branched here join the running ones.
+      b_.CreateStore(
+          b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.CreateLoad(Lanes(i1_), pending_.at(s.opcode))),
+          mask_slot_);
+      continue;
+    }
+    if (s.kind == RawStatement::kLabel) {
+      seen_labels_.insert(s.opcode);
+      llvm::BasicBlock* block = labels_[s.opcode];
+      if (!b_.GetInsertBlock()->getTerminator()) b_.CreateBr(block);
+      b_.SetInsertPoint(block);
+      continue;
+    }
+    if (s.kind != RawStatement::kInstruction) continue;
+    if (b_.GetInsertBlock()->getTerminator()) {
+      // Code after an unconditional branch that no label reaches.
+      b_.SetInsertPoint(llvm::BasicBlock::Create(ctx_, "dead", fn_));
+    }
+    if (!Instruction(s, refused)) return false;
+    ++instruction_index_;
+  }
+  if (!b_.GetInsertBlock()->getTerminator()) Exit();
+
+  if (barriers_ > 0) {
+    // restore: the registers live after the barrier the thread waits at, as it left
+    // them, then on after it.
+    b_.SetInsertPoint(restore_block);
+    llvm::Value* resume = b_.CreateLoad(i32_, ResumeOf());
+    llvm::SwitchInst* resume_switch = b_.CreateSwitch(resume, next_block_, resume_points_.size());
+    for (size_t k = 0; k < resume_points_.size(); ++k) {
+      auto* restore = llvm::BasicBlock::Create(ctx_, "restore_point", fn_);
+      resume_switch->addCase(b_.getInt32(static_cast<uint32_t>(k + 1)), restore);
+      b_.SetInsertPoint(restore);
+      for (const std::string& name : resume_live_[k]) {
+        b_.CreateStore(b_.CreateTrunc(b_.CreateLoad(i64_, SavedOf(SavedIndex(name))), StorageType(name)),
+                       Register(name));
+      }
+      b_.CreateBr(resume_points_[k]);
+    }
+    // The barriers' saves: what is live after each.
+    for (auto& [block, point] : saves_) {
+      b_.SetInsertPoint(block);
+      for (const std::string& name : resume_live_[point - 1]) {
+        b_.CreateStore(LoadRegister64(name), SavedOf(SavedIndex(name)));
+      }
+      b_.CreateStore(b_.getInt32(point), ResumeOf());
+      b_.CreateStore(b_.getInt1(true), waiting_slot_);
+      b_.CreateBr(next_block_);
+    }
+  }
+  if (lanes_) {
+    // Each chunk's registers start at 0: what an earlier chunk (other threads) left is
+    // nothing to keep for lanes that do not write them, and LLVM then carries no vector
+    // registers from one chunk to the next.
+    llvm::IRBuilder<> at(start_block, start_block->getFirstInsertionPt());
+    for (auto& [name, slot] : registers_) {
+      at.CreateStore(llvm::Constant::getNullValue(slot->getAllocatedType()), slot);
+    }
+  }
+  out->registers = static_cast<uint32_t>(saved_index_.size());
+  out->shared_bytes = shared_size_;
+  out->barriers = barriers_ > 0;
+
+  // next: the following thread, x fastest (a chunk of lanes at once in vector code): past
+  // the block's x extent x wraps to 0 and y steps, past its y extent z; after the last,
+  // another phase if a thread waits at a barrier, else the count and success.
+  b_.SetInsertPoint(next_block_);
+  Tick();
+  auto* last = llvm::BasicBlock::Create(ctx_, "last", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "done", fn_);
+  static const char* const kAxes[] = {"x", "y", "z"};
+  for (int axis = 0; axis < 3; ++axis) {
+    const uint32_t step = axis == 0 && lanes_ ? lanes_ : 1;
+    llvm::Value* index = b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[axis]), b_.getInt32(step));
+    auto* store = llvm::BasicBlock::Create(ctx_, std::string("store_") + kAxes[axis], fn_);
+    auto* wrap = axis == 2 ? last : llvm::BasicBlock::Create(ctx_, std::string("wrap_") + kAxes[axis], fn_);
+    b_.CreateCondBr(b_.CreateICmpULT(index, ntid_[axis]), store, wrap);
+    b_.SetInsertPoint(store);
+    b_.CreateStore(index, tid_slot_[axis]);
+    b_.CreateBr(thread_block_);
+    b_.SetInsertPoint(wrap);
+    if (axis < 2) b_.CreateStore(b_.getInt32(0), tid_slot_[axis]);
+  }
+  if (barriers_ > 0) {
+    b_.CreateCondBr(b_.CreateLoad(i1_, waiting_slot_), phase_block, done);
+  } else {
+    b_.CreateBr(done);
+  }
+  b_.SetInsertPoint(done);
+  FlushCount();
+  b_.CreateRet(b_.getInt32(0));
+  return true;
+}
+
+bool Emitter::Refuse(const std::string& why, int line, std::string* refused) {
+  *refused = why + " (PTX line " + std::to_string(line) + ")";
+  return false;
+}
+
+void Emitter::CountUses(const RawOperand& o) {
+  if (!o.name.empty()) ++uses_[o.name];
+  if (!o.pair.empty()) ++uses_[o.pair];
+  for (const RawOperand& item : o.items) CountUses(item);
+}
+
+// This thread's index in its block, and its resume point and saved registers.
+llvm::Value* Emitter::ThreadIndex() {
+  return b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[0]),
+                      b_.CreateMul(ntid_[0], b_.CreateAdd(b_.CreateLoad(i32_, tid_slot_[1]),
+                                                          b_.CreateMul(ntid_[1], b_.CreateLoad(i32_, tid_slot_[2])))));
+}
+
+// A register's place among those any barrier saves.
+uint32_t Emitter::SavedIndex(const std::string& name) {
+  if (saved_index_.empty()) {
+    for (const std::vector<std::string>& names : resume_live_) {
+      for (const std::string& n : names) saved_index_.emplace(n, saved_index_.size());
+    }
+  }
+  return saved_index_.at(name);
+}
+
+// Saved registers: thread-major, saved_index_.size() of them per thread (made once every
+// barrier is known).
+llvm::Value* Emitter::SavedOf(uint32_t index) {
+  llvm::Value* base = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(saved_index_.size()));
+  return b_.CreateGEP(i64_, saved_arg_, b_.CreateAdd(base, b_.getInt64(index)));
+}
+
+llvm::Value* Emitter::FieldAt(llvm::IRBuilder<>& at, uint64_t offset) {
+  return at.CreateConstGEP1_64(at.getInt8Ty(), context_, offset);
+}
+
+void Emitter::FlushCount() {
+  llvm::Value* at = Field(kOffInstructions);
+  b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, at), b_.CreateLoad(i64_, count_slot_)), at);
+}
+
+}  // namespace gpupool::sim::jit

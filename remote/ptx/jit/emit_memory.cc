@@ -1,0 +1,308 @@
+// Memory (emitter.h): each global access checks its address against the allocation it last
+// hit (a per-instruction hint, one compare) and calls back into the engine (Translate,
+// run.cc) otherwise; shared accesses are checked against the CTA's shared size: no address
+// reaches memory unchecked. Atomics, and vector code's loads and stores.
+#include <llvm/IR/MDBuilder.h>
+
+#include "remote/ptx/jit/emitter.h"
+#include "remote/ptx/ptx_engine.h"
+
+namespace gpupool::sim::jit {
+
+// Ends the launch with CUDA_ERROR_ILLEGAL_ADDRESS for `access` at `address`.
+void Emitter::Fault(llvm::Value* address, uint32_t access, llvm::Value* lane) {
+  b_.CreateStore(address, Field(kOffFaultAddress));
+  b_.CreateStore(b_.getInt32(access), Field(kOffFaultAccess));
+  llvm::Value* thread = ThreadIndex();
+  if (lane != nullptr) thread = b_.CreateAdd(thread, lane);
+  b_.CreateStore(thread, Field(kOffFaultThread));
+  FlushCount();
+  b_.CreateRet(b_.getInt32(kIllegalAddress));
+}
+
+// The host address of an access of `size` bytes at `offset` in the CTA's shared memory
+// (the low 48 bits of a window address, as the interpreter takes them); a fault past it.
+llvm::Value* Emitter::CheckedShared(llvm::Value* offset, uint32_t size, const char* what) {
+  const uint32_t access = static_cast<uint32_t>(accesses_->size());
+  accesses_->push_back({size, what});
+  offset = b_.CreateAnd(offset, b_.getInt64(0xffffffffffffull));
+  // The shared size is final: the pre-pass placed every variable the kernel names.
+  llvm::Value* limit = b_.getInt64(shared_size_ >= size ? shared_size_ - size + 1 : 0);
+  auto* fault = llvm::BasicBlock::Create(ctx_, "shared_fault", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "shared_ok", fn_);
+  b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  b_.SetInsertPoint(fault);
+  Fault(b_.CreateAdd(offset, b_.getInt64(kSharedWindow)), access);
+  b_.SetInsertPoint(join);
+  return b_.CreateGEP(b_.getInt8Ty(), shared_arg_, offset);
+}
+
+// A new global access of `size` bytes: its number (its hint's) and stack slots holding
+// the hint for the CTA (registers, once promoted: a store of the kernel's cannot change
+// them), loaded at its start and again after each slow path.
+uint32_t Emitter::NewAccess(uint32_t size, const char* what) {
+  const uint32_t access = static_cast<uint32_t>(accesses_->size());
+  accesses_->push_back({size, what});
+  llvm::IRBuilder<> at(alloca_point_);
+  llvm::Value* hints = at.CreateLoad(ptr_, FieldAt(at, kOffHints));
+  llvm::Value* hint = at.CreateConstGEP1_64(at.getInt8Ty(), hints, uint64_t{access} * sizeof(Hint));
+  std::array<llvm::AllocaInst*, 3>& slots = hint_slots_[access];
+  for (int i = 0; i < 3; ++i) {
+    slots[i] = at.CreateAlloca(i64_);
+    at.CreateStore(at.CreateLoad(i64_, at.CreateConstGEP1_64(at.getInt8Ty(), hint, 8 * i)), slots[i]);
+  }
+  return access;
+}
+
+// The host address of global access `access` (NewAccess) of one thread (lane `lane` of the
+// vector code) at `address`, checked; a stray one ends the launch.
+llvm::Value* Emitter::Checked(llvm::Value* address, uint32_t size, const char* what) {
+  return CheckedAccess(address, NewAccess(size, what), nullptr);
+}
+
+llvm::Value* Emitter::CheckedAccess(llvm::Value* address, uint32_t access, llvm::Value* lane) {
+  const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(access);
+  llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
+  llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
+  llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
+  llvm::Value* hit = b_.CreateICmpULT(b_.CreateSub(address, start), limit);
+  llvm::BasicBlock* before = b_.GetInsertBlock();
+  auto* slow = llvm::BasicBlock::Create(ctx_, "slow", fn_);
+  auto* fault = llvm::BasicBlock::Create(ctx_, "fault", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "join", fn_);
+  llvm::Value* fast = b_.CreateIntToPtr(b_.CreateAdd(address, delta), ptr_);
+  b_.CreateCondBr(hit, join, slow, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  b_.SetInsertPoint(slow);
+  auto* translate_type = llvm::FunctionType::get(ptr_, {ptr_, i32_, i64_}, false);
+  llvm::Value* translate = b_.CreateLoad(ptr_, Field(kOffTranslate));
+  llvm::Value* found = b_.CreateCall(translate_type, translate, {context_, b_.getInt32(access), address});
+  auto* reload = llvm::BasicBlock::Create(ctx_, "reload", fn_);
+  b_.CreateCondBr(b_.CreateIsNull(found), fault, reload);
+  b_.SetInsertPoint(reload);
+  {
+    llvm::Value* hints = b_.CreateLoad(ptr_, Field(kOffHints));
+    llvm::Value* hint = b_.CreateConstGEP1_64(b_.getInt8Ty(), hints, uint64_t{access} * sizeof(Hint));
+    for (int i = 0; i < 3; ++i) {
+      b_.CreateStore(b_.CreateLoad(i64_, b_.CreateConstGEP1_64(b_.getInt8Ty(), hint, 8 * i)), slots[i]);
+    }
+  }
+  b_.CreateBr(join);
+  b_.SetInsertPoint(fault);
+  Fault(address, access, lane);
+  b_.SetInsertPoint(join);
+  llvm::PHINode* host = b_.CreatePHI(ptr_, 2);
+  host->addIncoming(fast, before);
+  host->addIncoming(found, reload);
+  return host;
+}
+
+// The host address of an access of `size` bytes through address operand `address` in
+// `space` (global, shared or generic), checked; nullptr with *why when the tier does not
+// take the operand.
+llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space, uint32_t size, const char* what,
+                              std::string* why) {
+  llvm::Value* base = nullptr;
+  if (address.name.empty()) {
+    *why = "an absolute address";
+    return nullptr;
+  }
+  if (address.name[0] != '%') {
+    // [symbol+offset]: a .shared variable, as an offset (.shared) or its window address
+    // (generic), as the interpreter resolves it.
+    const int64_t offset = SharedSymbol(address.name);
+    if (offset < 0 || space == "global") {
+      *why = "an access to " + address.name;
+      return nullptr;
+    }
+    base = b_.getInt64(static_cast<uint64_t>(offset) + (space == "shared" ? 0 : kSharedWindow));
+  } else {
+    if (IsSpecialRegisterName(address.name)) {
+      *why = "an address in " + address.name;
+      return nullptr;
+    }
+    base = LoadRegister64(address.name);
+  }
+  llvm::Value* at = b_.CreateAdd(base, b_.getInt64(address.bits));
+  if (space == "shared") return CheckedShared(at, size, what);
+  if (space == "global" || !has_shared_) return Checked(at, size, what);
+  // Generic: the shared window or global memory (a kernel of this tier has no local
+  // memory, and an address in another window finds no allocation).
+  llvm::Value* offset = b_.CreateSub(at, b_.getInt64(kSharedWindow));
+  auto* shared = llvm::BasicBlock::Create(ctx_, "generic_shared", fn_);
+  auto* global = llvm::BasicBlock::Create(ctx_, "generic_global", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "generic", fn_);
+  b_.CreateCondBr(b_.CreateICmpULT(offset, b_.getInt64(kWindowSize)), shared, global);
+  b_.SetInsertPoint(shared);
+  llvm::Value* shared_host = CheckedShared(offset, size, what);
+  llvm::BasicBlock* shared_end = b_.GetInsertBlock();
+  b_.CreateBr(join);
+  b_.SetInsertPoint(global);
+  llvm::Value* global_host = Checked(at, size, what);
+  llvm::BasicBlock* global_end = b_.GetInsertBlock();
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
+  llvm::PHINode* host = b_.CreatePHI(ptr_, 2);
+  host->addIncoming(shared_host, shared_end);
+  host->addIncoming(global_host, global_end);
+  return host;
+}
+
+// atom / red on global or shared memory, whose result no instruction reads: a thread
+// that used it might wait in a loop for what another thread does, and here each thread
+// runs to a barrier or its end before the next one starts.
+bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  if (lanes_) return (*why = "an atomic in vector code", false);
+  const bool red = parts[0] == "red";
+  std::string_view space = "generic", operation;
+  for (size_t i = 1; i + 1 < parts.size(); ++i) {
+    std::string_view qual = parts[i];
+    if (qual == "global" || qual == "shared") {
+      space = qual;
+    } else if (qual == "relaxed" || qual == "acq_rel" || qual == "acquire" || qual == "release" || qual == "gpu" ||
+               qual == "cta" || qual == "sys") {
+      // One host thread runs a CTA; the host's atomics are sequentially consistent.
+    } else if (operation.empty()) {
+      operation = qual;
+    } else {
+      return (*why = "qualifier ." + std::string(qual), false);
+    }
+  }
+  const Type t = TypeOf(parts.back());
+  using Op = llvm::AtomicRMWInst::BinOp;
+  Op rmw;
+  if (operation == "add") {
+    rmw = t.kind == Kind::kFloat ? Op::FAdd : Op::Add;
+  } else if (operation == "min" || operation == "max") {
+    if (!t.is_int() || t.kind == Kind::kBits) return (*why = "type", false);
+    const bool sign = t.kind == Kind::kSigned;
+    rmw = operation == "min" ? (sign ? Op::Min : Op::UMin) : (sign ? Op::Max : Op::UMax);
+  } else if (operation == "and" || operation == "or" || operation == "xor" || operation == "exch") {
+    if (!t.is_int()) return (*why = "type", false);
+    rmw = operation == "and" ? Op::And : operation == "or" ? Op::Or : operation == "xor" ? Op::Xor : Op::Xchg;
+  } else {
+    return (*why = "atomic ." + std::string(operation), false);
+  }
+  if (!t.ok() || t.kind == Kind::kPred || (t.bits != 32 && t.bits != 64)) {
+    return (*why = "type", false);
+  }
+  if (o.size() != (red ? 2u : 3u)) return (*why = "operands", false);
+  if (!red) {
+    if (o[0].kind != RawOperand::kName || uses_[o[0].name] != 1) {
+      return (*why = "an atomic whose result is read", false);
+    }
+  }
+  const RawOperand& address = red ? o[0] : o[1];
+  if (address.kind != RawOperand::kAddress) return (*why = "address operand", false);
+  llvm::Value* value = Source(red ? o[1] : o[2], t, why);
+  if (value == nullptr) return false;
+  llvm::Value* host = Address(address, space, t.bits / 8, "atomic", why);
+  if (host == nullptr) return false;
+  // Misaligned: a fault, as on a GPU (the interpreter's "misaligned atomic").
+  // Aligned host atomics on global memory, which other CTAs (on the other worker) share;
+  // shared memory belongs to this CTA alone, but an atomic there costs little more.
+  llvm::Value* misaligned = b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(t.bits / 8 - 1));
+  auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
+  auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
+  b_.CreateCondBr(b_.CreateICmpNE(misaligned, b_.getInt64(0)), fault, ok,
+                  llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+  b_.SetInsertPoint(fault);
+  const uint32_t access = static_cast<uint32_t>(accesses_->size());
+  accesses_->push_back({t.bits / 8, "misaligned atomic"});
+  llvm::Value* device =
+      address.name[0] == '%' ? b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits)) : b_.getInt64(0);
+  Fault(device, access);
+  b_.SetInsertPoint(ok);
+  b_.CreateAtomicRMW(rmw, host, value, llvm::MaybeAlign(t.bits / 8), llvm::AtomicOrdering::Monotonic);
+  return true;
+}
+
+// ld/st of global (or generic) memory in vector code. Lanes that all run, at consecutive
+// addresses inside the allocation this access hit last: one vector access. Otherwise
+// each running lane on its own, checked as scalar code checks it (and remembering the
+// allocation it hits for the next time).
+bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load,
+                           const RawOperand& value, std::string* why) {
+  if (space == "shared") return (*why = "shared memory in vector code", false);
+  if (address.name.empty() || address.name[0] != '%' || IsSpecialRegisterName(address.name)) {
+    return (*why = "an address that is not a register", false);
+  }
+  const uint32_t size = t.bits / 8;
+  llvm::Value* stored = nullptr;
+  if (!load && (stored = Source(value, t, why)) == nullptr) return false;
+  llvm::Value* addresses = b_.CreateAdd(LoadRegister64(address.name), Int(64, address.bits));
+  const uint32_t access = NewAccess(size, load ? "load" : "store");
+  const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(access);
+  llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
+  llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
+  llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
+  llvm::Value* first = b_.CreateExtractElement(addresses, uint64_t{0});
+  llvm::Value* last = b_.CreateExtractElement(addresses, uint64_t{lanes_ - 1});
+  llvm::Value* consecutive = b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(size))));
+  llvm::Value* mask = Mask();
+  // first and last in the allocation: every lane between is (the allocation ends below
+  // 2^48, so first + 7 * size cannot wrap into it).
+  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(mask)),
+                                   b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
+                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
+  auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
+  auto* each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
+  b_.CreateCondBr(fast, whole, each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  b_.SetInsertPoint(whole);
+  llvm::Value* host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
+  llvm::Value* whole_value = nullptr;
+  if (load) {
+    whole_value = b_.CreateAlignedLoad(LlvmType(t), host, llvm::MaybeAlign(1));
+  } else {
+    b_.CreateAlignedStore(stored, host, llvm::MaybeAlign(1));
+  }
+  b_.CreateBr(join);
+  b_.SetInsertPoint(each);
+  // A loop over the lanes (a lane's thread is the chunk's x + k).
+  llvm::BasicBlock* entered = b_.GetInsertBlock();
+  auto* head = llvm::BasicBlock::Create(ctx_, "lane_head", fn_);
+  auto* lane = llvm::BasicBlock::Create(ctx_, "lane", fn_);
+  auto* next = llvm::BasicBlock::Create(ctx_, "lane_next", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "lanes_done", fn_);
+  b_.CreateBr(head);
+  b_.SetInsertPoint(head);
+  llvm::PHINode* k = b_.CreatePHI(i32_, 2);
+  llvm::PHINode* lanes_value = load ? b_.CreatePHI(LlvmType(t), 2) : nullptr;
+  k->addIncoming(b_.getInt32(0), entered);
+  if (load) lanes_value->addIncoming(llvm::Constant::getNullValue(LlvmType(t)), entered);
+  b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
+  b_.SetInsertPoint(lane);
+  llvm::Value* lane_host = CheckedAccess(b_.CreateExtractElement(addresses, k), access, k);
+  llvm::Value* with_lane = lanes_value;
+  if (load) {
+    llvm::Value* element = b_.CreateAlignedLoad(ScalarType(t), lane_host, llvm::MaybeAlign(1));
+    with_lane = b_.CreateInsertElement(lanes_value, element, k);
+  } else {
+    b_.CreateAlignedStore(b_.CreateExtractElement(stored, k), lane_host, llvm::MaybeAlign(1));
+  }
+  llvm::BasicBlock* ran = b_.GetInsertBlock();
+  b_.CreateBr(next);
+  b_.SetInsertPoint(next);
+  llvm::PHINode* merged = nullptr;
+  if (load) {
+    merged = b_.CreatePHI(LlvmType(t), 2);
+    merged->addIncoming(lanes_value, head);
+    merged->addIncoming(with_lane, ran);
+    lanes_value->addIncoming(merged, next);
+  }
+  llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(1));
+  k->addIncoming(k_next, next);
+  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), head, done);
+  b_.SetInsertPoint(done);
+  llvm::BasicBlock* each_end = b_.GetInsertBlock();
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
+  if (!load) return true;
+  llvm::PHINode* loaded = b_.CreatePHI(LlvmType(t), 2);
+  loaded->addIncoming(whole_value, whole);
+  loaded->addIncoming(merged, each_end);
+  return Dest(value, loaded, t, why);
+}
+
+}  // namespace gpupool::sim::jit

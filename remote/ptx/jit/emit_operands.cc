@@ -1,0 +1,200 @@
+// Registers, types, special registers and an instruction's operands (emitter.h): an
+// instruction reads a register as its type (truncating) and writes the value extended to
+// the register's width as its type says, as the interpreter keeps them.
+#include <cstring>
+
+#include "remote/ptx/jit/emitter.h"
+
+namespace gpupool::sim::jit {
+
+Type TypeOf(std::string_view suffix) {
+  const PtxType type = ParsePtxType(suffix);
+  return type.kind == PtxKind::kHalf || type.kind == PtxKind::kBFloat ? PtxType{} : type;
+}
+
+bool IsCacheHint(std::string_view q) {
+  return q == "ca" || q == "cs" || q == "lu" || q == "nc" || q == "wb" || q == "wt";
+}
+
+// The shared offset of symbol `name`, or -1 when it is no .shared variable the decoder
+// placed (or an extern one, dynamic shared memory, which the tier leaves to the
+// interpreter).
+int64_t Emitter::SharedSymbol(const std::string& name) const {
+  auto it = shared_offsets_.find(name);
+  return it == shared_offsets_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
+// A register's width as declared (64 for one used undeclared, as inline asm may).
+uint32_t Emitter::StorageBits(const std::string& name) {
+  auto it = entry_.register_bits.find(name);
+  if (it == entry_.register_bits.end()) {
+    const size_t at = name.rfind('@');
+    if (at != std::string::npos) it = entry_.register_bits.find(name.substr(0, at));
+  }
+  return it == entry_.register_bits.end() ? 64 : it->second;
+}
+
+// A register: a stack slot of its declared width (i1 for a predicate, i32 for .b32...),
+// so that 32-bit work stays 32-bit (half the vector registers in vector code).
+llvm::AllocaInst* Emitter::Register(const std::string& name) {
+  auto it = registers_.find(name);
+  if (it != registers_.end()) return it->second;
+  llvm::IRBuilder<> at(alloca_point_);
+  llvm::Type* type = StorageType(name);
+  llvm::AllocaInst* slot = at.CreateAlloca(type, nullptr, name);
+  at.CreateStore(llvm::Constant::getNullValue(type), slot);
+  registers_[name] = slot;
+  return slot;
+}
+
+llvm::Type* Emitter::ScalarType(Type t) {
+  if (t.kind == Kind::kPred) return i1_;
+  if (t.kind == Kind::kFloat) return t.bits == 32 ? b_.getFloatTy() : b_.getDoubleTy();
+  return b_.getIntNTy(t.bits);
+}
+
+// <0, 1, 2, ...> times `step`, 64-bit.
+llvm::Value* Emitter::Steps(uint64_t step) {
+  std::vector<llvm::Constant*> steps;
+  for (uint32_t k = 0; k < lanes_; ++k) steps.push_back(b_.getInt64(k * step));
+  return llvm::ConstantVector::get(steps);
+}
+
+llvm::Value* Emitter::LaneNumbers() {
+  std::vector<llvm::Constant*> lanes;
+  for (uint32_t k = 0; k < lanes_; ++k) lanes.push_back(b_.getInt32(k));
+  return llvm::ConstantVector::get(lanes);
+}
+
+llvm::Type* Emitter::LlvmType(Type t) {
+  if (t.kind == Kind::kPred) return Lanes(i1_);
+  if (t.kind == Kind::kFloat) return Lanes(t.bits == 32 ? b_.getFloatTy() : b_.getDoubleTy());
+  return Lanes(b_.getIntNTy(t.bits));
+}
+
+// A register's value (its declared width) -> a value of type t; nullptr when t is wider
+// than the register (PTX allows only narrower or equal types).
+llvm::Value* Emitter::FromStorage(llvm::Value* bits, uint32_t width, Type t) {
+  if (t.kind == Kind::kPred) {
+    return width == 1 ? bits : b_.CreateICmpNE(bits, Int(width, 0));
+  }
+  if (width == 1 || t.bits > width) return nullptr;
+  if (t.bits < width) bits = b_.CreateTrunc(bits, Lanes(b_.getIntNTy(t.bits)));
+  if (t.kind == Kind::kFloat) bits = b_.CreateBitCast(bits, LlvmType(t));
+  return bits;
+}
+
+// A value of type t -> a register of `width` bits (signed types sign-extended, as the
+// interpreter keeps them); nullptr when t is wider.
+llvm::Value* Emitter::ToStorage(llvm::Value* v, Type t, uint32_t width) {
+  if (t.kind == Kind::kPred) return width == 1 ? v : b_.CreateZExt(v, Lanes(b_.getIntNTy(width)));
+  if (width == 1 || t.bits > width) return nullptr;
+  if (t.kind == Kind::kFloat) v = b_.CreateBitCast(v, Lanes(b_.getIntNTy(t.bits)));
+  if (t.bits == width) return v;
+  llvm::Type* type = Lanes(b_.getIntNTy(width));
+  return t.kind == Kind::kSigned ? b_.CreateSExt(v, type) : b_.CreateZExt(v, type);
+}
+
+// Special registers this tier knows: %tid, %ntid, %ctaid, %nctaid (u32).
+llvm::Value* Emitter::Special(const std::string& name) {
+  const SpecialRegisterName special = DecodeSpecialRegister(name);
+  const uint32_t axis = special.index;
+  switch (special.reg) {
+    case SpecialRegister::kTid: {
+      llvm::Value* tid = Splat(b_.CreateLoad(i32_, tid_slot_[axis]));
+      if (lanes_ && axis == 0) tid = b_.CreateAdd(tid, LaneNumbers());  // lanes are x, x+1, ...
+      return tid;
+    }
+    case SpecialRegister::kNtid:
+      return Splat(ntid_[axis]);
+    case SpecialRegister::kCtaid:
+      return Splat(ctaid_[axis]);
+    case SpecialRegister::kNctaid:
+      return Splat(nctaid_[axis]);
+    default:
+      return nullptr;
+  }
+}
+
+// A source operand as type t; nullptr with *why when the tier does not take it.
+llvm::Value* Emitter::Source(const RawOperand& op, Type t, std::string* why) {
+  switch (op.kind) {
+    case RawOperand::kName: {
+      if (IsSpecialRegisterName(op.name)) {
+        llvm::Value* v = Special(op.name);
+        if (v == nullptr) {
+          *why = "it reads " + op.name;
+          return nullptr;
+        }
+        if (!t.is_int()) {
+          *why = "it reads " + op.name + " as a non-integer";
+          return nullptr;
+        }
+        return b_.CreateZExtOrTrunc(v, LlvmType(t));
+      }
+      if (!op.name.empty() && op.name[0] != '%' && !op.negated && t.is_int()) {
+        // A .shared variable's name: its offset in the CTA's shared memory.
+        if (int64_t offset = SharedSymbol(op.name); offset >= 0) {
+          return Int(t.bits, static_cast<uint64_t>(offset));
+        }
+      }
+      if (op.name.empty() || op.name[0] != '%' || op.negated) {
+        *why = "it names " + (op.name.empty() ? std::string("an operand") : op.name);
+        return nullptr;
+      }
+      llvm::Value* v = FromStorage(LoadRegister(op.name), StorageBits(op.name), t);
+      if (v == nullptr) *why = "it reads " + op.name + " as a type wider than the register";
+      return v;
+    }
+    case RawOperand::kInt:
+      if (t.kind == Kind::kFloat) {
+        // An integer literal of a float instruction holds the value, as ptxas reads it.
+        double value = static_cast<double>(static_cast<int64_t>(op.bits));
+        return llvm::ConstantFP::get(LlvmType(t), value);
+      }
+      if (t.kind == Kind::kPred) return Int(1, op.bits != 0);
+      return Int(t.bits, op.bits);
+    case RawOperand::kF32: {
+      float f;
+      uint32_t bits = static_cast<uint32_t>(op.bits);
+      std::memcpy(&f, &bits, 4);
+      if (t.kind == Kind::kFloat) return llvm::ConstantFP::get(LlvmType(t), static_cast<double>(f));
+      if (t.is_int() && t.bits == 32) return Int(32, bits);
+      break;
+    }
+    case RawOperand::kF64: {
+      double d;
+      std::memcpy(&d, &op.bits, 8);
+      if (t.kind == Kind::kFloat) {
+        if (t.bits == 64) return llvm::ConstantFP::get(LlvmType(t), d);
+        return llvm::ConstantFP::get(LlvmType(t), static_cast<double>(static_cast<float>(d)));
+      }
+      if (t.is_int() && t.bits == 64) return Int(64, op.bits);
+      break;
+    }
+    default:
+      break;
+  }
+  *why = "an operand it does not take";
+  return nullptr;
+}
+
+bool Emitter::Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* why) {
+  if (op.kind != RawOperand::kName || op.name.empty() || op.name[0] != '%' || IsSpecialRegisterName(op.name) ||
+      !op.pair.empty()) {
+    *why = "a destination it does not take";
+    return false;
+  }
+  llvm::Value* bits = ToStorage(v, t, StorageBits(op.name));
+  if (bits == nullptr) {
+    *why = "it writes " + op.name + " with a type wider than the register";
+    return false;
+  }
+  llvm::AllocaInst* slot = Register(op.name);
+  // Lanes outside the mask keep their value.
+  if (lanes_) bits = b_.CreateSelect(Mask(), bits, b_.CreateLoad(StorageType(op.name), slot));
+  b_.CreateStore(bits, slot);
+  return true;
+}
+
+}  // namespace gpupool::sim::jit

@@ -1,0 +1,189 @@
+// Private to jit/: the emitter, which makes the LLVM IR of a kernel's CTA function from its
+// parsed PTX (one Emitter per function made: scalar code, or vector code over kVectorLanes
+// threads). Its parts by family, one file each:
+//   emit_kernel.cc      the CTA function's frame: its phases, threads, barriers' saves;
+//   liveness.cc         which registers are live after each barrier;
+//   emit_control.cc     an instruction under its guard: branches, ends, barriers, and the
+//                       dispatch of the rest by opcode (ld/st, mov, cvta, selp inline);
+//   emit_operands.cc    registers, types, special registers, an instruction's operands;
+//   emit_memory.cc      checked global and shared accesses, atomics, vector code's ld/st;
+//   emit_arithmetic.cc  setp, cvt, integer and float arithmetic.
+#pragma once
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "remote/ptx/front/program.h"
+#include "remote/ptx/front/special_registers.h"
+#include "remote/ptx/front/types.h"
+#include "remote/ptx/jit/internal.h"
+#include "remote/ptx/jit/jit.h"
+
+namespace gpupool::sim::jit {
+
+// ---- Types of PTX instructions: the front end's (front/types.h)
+
+using Kind = PtxKind;
+using Type = PtxType;
+
+// The front end's type of an opcode's suffix, or none (kNone) for one the tier does not
+// compute in: .f16, .bf16 and their pairs (a kernel using them runs on the interpreter).
+Type TypeOf(std::string_view suffix);
+
+// Qualifiers of ld/st that change nothing for one thread on the host: cache hints. Not
+// .volatile, .relaxed, .acquire, nor .cg and .cv (a load past the L1, which polling code
+// uses): a thread may spin on such a load until another thread stores, and here a thread
+// runs to its end or its next barrier before the next one starts (the interpreter lets the
+// others run).
+bool IsCacheHint(std::string_view q);
+
+class Emitter {
+ public:
+  Emitter(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size, llvm::LLVMContext& context,
+          llvm::Module& module, uint32_t lanes)
+      : entry_(entry),
+        param_size_(param_size),
+        ctx_(context),
+        module_(module),
+        b_(context),
+        shared_offsets_(shared.offsets),
+        shared_size_(shared.size),
+        lanes_(lanes) {}
+
+  // Emits `cta`; false (and *refused) when the kernel has what the tier does not take.
+  bool Emit(CompiledKernel* out, std::string* refused);
+
+ private:
+  // emit_kernel.cc
+  bool Refuse(const std::string& why, int line, std::string* refused);
+  void CountUses(const RawOperand& o);
+  // This thread's index in its block, and its resume point and saved registers.
+  llvm::Value* ThreadIndex();
+  llvm::Value* ResumeOf() { return b_.CreateGEP(i32_, resume_arg_, b_.CreateZExt(ThreadIndex(), i64_)); }
+  uint32_t SavedIndex(const std::string& name);
+  llvm::Value* SavedOf(uint32_t index);
+  llvm::Value* Field(uint64_t offset) { return FieldAt(b_, offset); }
+  llvm::Value* FieldAt(llvm::IRBuilder<>& at, uint64_t offset);
+  void FlushCount();
+
+  // liveness.cc
+  void ReadNames(const RawOperand& o, std::vector<std::string>* names);
+  bool ComputeLiveness(std::string* why);
+
+  // emit_control.cc
+  void Tick();
+  void Exit();
+  bool VectorInstruction(const RawStatement& s, const std::vector<std::string_view>& parts, llvm::Value* guard,
+                         std::string* refused);
+  bool Instruction(const RawStatement& s, std::string* refused);
+  bool Operation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+
+  // emit_operands.cc
+  int64_t SharedSymbol(const std::string& name) const;
+  uint32_t StorageBits(const std::string& name);
+  llvm::Type* StorageType(const std::string& name) { return Lanes(b_.getIntNTy(StorageBits(name))); }
+  llvm::Value* LoadRegister(const std::string& name) { return b_.CreateLoad(StorageType(name), Register(name)); }
+  // Its value as 64 bits, zero-extended (an address; what a barrier saves).
+  llvm::Value* LoadRegister64(const std::string& name) { return b_.CreateZExt(LoadRegister(name), I64()); }
+  llvm::AllocaInst* Register(const std::string& name);
+  // Types and constants of one thread (scalar) or of kLanes threads at once (vectors).
+  llvm::Type* Lanes(llvm::Type* scalar) { return lanes_ ? llvm::FixedVectorType::get(scalar, lanes_) : scalar; }
+  llvm::Type* I64() { return Lanes(i64_); }
+  llvm::Value* Splat(llvm::Value* scalar) { return lanes_ ? b_.CreateVectorSplat(lanes_, scalar) : scalar; }
+  llvm::Value* Int(uint32_t bits, uint64_t value) { return Splat(b_.getIntN(bits, value)); }
+  llvm::Type* ScalarType(Type t);
+  llvm::Value* Steps(uint64_t step);
+  llvm::Value* LaneNumbers();
+  // The lanes an instruction of vector code runs on.
+  llvm::Value* Mask() { return op_mask_ ? op_mask_ : b_.CreateLoad(Lanes(i1_), mask_slot_); }
+  llvm::Type* LlvmType(Type t);
+  llvm::Value* FromStorage(llvm::Value* bits, uint32_t width, Type t);
+  llvm::Value* ToStorage(llvm::Value* v, Type t, uint32_t width);
+  llvm::Value* Special(const std::string& name);
+  llvm::Value* Source(const RawOperand& op, Type t, std::string* why);
+  bool Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* why);
+
+  // emit_memory.cc
+  void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);
+  llvm::Value* CheckedShared(llvm::Value* offset, uint32_t size, const char* what);
+  uint32_t NewAccess(uint32_t size, const char* what);
+  llvm::Value* Checked(llvm::Value* address, uint32_t size, const char* what);
+  llvm::Value* CheckedAccess(llvm::Value* address, uint32_t access, llvm::Value* lane);
+  llvm::Value* Address(const RawOperand& address, std::string_view space, uint32_t size, const char* what,
+                       std::string* why);
+  bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load, const RawOperand& value,
+                    std::string* why);
+
+  // emit_arithmetic.cc
+  bool Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t, std::string* why);
+  bool Cvt(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool Integer(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+               std::string* why);
+  bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+             std::string* why);
+
+  struct ParamAt {
+    uint64_t offset = 0;
+    uint64_t size = 0;
+  };
+
+  const RawFunction& entry_;
+  const uint32_t param_size_;
+  llvm::LLVMContext& ctx_;
+  llvm::Module& module_;
+  llvm::IRBuilder<> b_;
+  std::vector<MemoryAccess>* accesses_ = nullptr;
+  std::map<std::string, ParamAt> params_;
+  std::map<std::string, llvm::AllocaInst*> registers_;
+  std::map<std::string, uint32_t> saved_index_;
+  std::map<std::string, uint32_t> uses_;                   // operands naming each register, over the body
+  const std::map<std::string, uint64_t>& shared_offsets_;  // the decoder's (SharedLayout)
+  const uint64_t shared_size_;
+  bool has_shared_ = false;
+  std::map<uint32_t, std::array<llvm::AllocaInst*, 3>> hint_slots_;  // per access: its hint
+  // Vector code (lanes_ > 0): kVectorLanes threads of a row at once, x, x + 1, ...; the
+  // lanes still running (not branched away, not ended), and the per-label lanes waiting
+  // there (PTX branches of vector code go forward only: a label merges them back).
+  uint32_t lanes_ = 0;
+  llvm::AllocaInst* mask_slot_ = nullptr;
+  llvm::Value* op_mask_ = nullptr;  // while an instruction runs: its lanes (mask & guard)
+  std::map<std::string, llvm::AllocaInst*> pending_;
+  uint32_t barriers_ = 0;
+  std::vector<std::vector<std::string>> barrier_live_;        // per instruction: live after a barrier
+  size_t instruction_index_ = 0;                              // of the instruction being emitted
+  std::vector<std::vector<std::string>> resume_live_;         // per resume point: what to restore
+  std::vector<llvm::BasicBlock*> resume_points_;              // after barrier k + 1
+  std::vector<std::pair<llvm::BasicBlock*, int32_t>> saves_;  // before it, and k + 1
+  llvm::AllocaInst* waiting_slot_ = nullptr;
+  llvm::AllocaInst* budget_slot_ = nullptr;  // back edges and thread ends to the next progress
+  std::set<std::string> seen_labels_;        // a thread of this phase waits at a barrier
+  llvm::Value* shared_arg_ = nullptr;
+  llvm::Value* resume_arg_ = nullptr;
+  llvm::Value* saved_arg_ = nullptr;
+  std::map<std::string, llvm::BasicBlock*> labels_;
+  llvm::Type *i1_ = nullptr, *i32_ = nullptr, *i64_ = nullptr, *ptr_ = nullptr;
+  llvm::Function* fn_ = nullptr;
+  llvm::Value* context_ = nullptr;
+  llvm::Value* params_arg_ = nullptr;
+  llvm::Value* ctaid_[3] = {};
+  llvm::Value* ntid_[3] = {};
+  llvm::Value* nctaid_[3] = {};
+  llvm::AllocaInst* tid_slot_[3] = {};
+  llvm::AllocaInst* count_slot_ = nullptr;
+  llvm::Instruction* alloca_point_ = nullptr;
+  llvm::BasicBlock* thread_block_ = nullptr;
+  llvm::BasicBlock* next_block_ = nullptr;
+};
+
+}  // namespace gpupool::sim::jit

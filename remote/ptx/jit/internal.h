@@ -1,0 +1,99 @@
+// Private to jit/: what the emitter, the compiler and the code that runs compiled kernels
+// share (jit.h is the tier's interface). The function made for a kernel, its Context (the
+// ABI between compiled code and the engine: offsets fixed for the IR) and CompiledKernel.
+#pragma once
+
+#include <llvm/ExecutionEngine/Orc/LLJIT.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "remote/protocol/protocol.h"
+#include "remote/ptx/ptx_engine.h"
+
+namespace gpupool::sim {
+
+namespace jit {
+
+// The CUresult values a launch ends with: the protocol's (remote/protocol/protocol.h).
+constexpr int32_t kIllegalAddress = dataplane::kCuIllegalAddress;
+constexpr int32_t kLaunchOutOfResources = dataplane::kCuLaunchOutOfResources;
+constexpr int32_t kLaunchTimeout = dataplane::kCuLaunchTimeout;  // cancelled
+// Kernels larger than this are left to the interpreter: LLVM's time grows faster than the
+// code, and a launch waits for its compile.
+constexpr size_t kMaxInstructions = 16384;
+constexpr size_t kMaxRegisters = 4096;
+// Threads vector code runs at once (8 floats fill an AVX register).
+constexpr uint32_t kVectorLanes = 8;
+
+// The allocation a memory instruction hit last: an address a of `size` bytes is in it when
+// a - start < limit (limit = allocation size - size + 1; 0 matches nothing).
+struct Hint {
+  uint64_t start = 0;
+  uint64_t limit = 0;
+  int64_t delta = 0;  // host address - device address
+};
+
+struct MemoryAccess {
+  uint32_t size = 0;
+  const char* what = "load";  // load, store, atomic: as the interpreter names a fault
+};
+
+// What compiled code reads and writes besides the kernel's memory; offsets are fixed for
+// the IR (kOff* below).
+struct Context {
+  Hint* hints = nullptr;                                       // +0
+  char* (*translate)(Context*, uint32_t, uint64_t) = nullptr;  // +8
+  uint64_t instructions = 0;                                   // +16
+  uint64_t fault_address = 0;                                  // +24
+  uint32_t fault_access = 0;                                   // +32
+  uint32_t fault_thread = 0;                                   // +36
+  uint32_t ntid[3] = {1, 1, 1};                                // +40
+  uint32_t nctaid[3] = {1, 1, 1};                              // +52
+  std::atomic<uint64_t>* progress = nullptr;                   // +64, never null
+  const std::atomic<bool>* cancel = nullptr;                   // +72, never null
+  // Not read by compiled code.
+  const LaunchSpec* spec = nullptr;
+  const std::vector<MemoryAccess>* accesses = nullptr;
+};
+constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
+                   kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72;
+// Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
+// kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
+// this many backward branches and ended threads.
+constexpr int64_t kProgressEvery = int64_t{1} << 16;
+static_assert(offsetof(Context, hints) == kOffHints);
+static_assert(offsetof(Context, translate) == kOffTranslate);
+static_assert(offsetof(Context, instructions) == kOffInstructions);
+static_assert(offsetof(Context, fault_address) == kOffFaultAddress);
+static_assert(offsetof(Context, fault_access) == kOffFaultAccess);
+static_assert(offsetof(Context, fault_thread) == kOffFaultThread);
+static_assert(offsetof(Context, ntid) == kOffNtid);
+static_assert(offsetof(Context, nctaid) == kOffNctaid);
+static_assert(offsetof(Context, progress) == kOffProgress);
+static_assert(offsetof(Context, cancel) == kOffCancel);
+
+// Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
+// point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).
+using CtaFunction = int32_t (*)(Context*, const uint8_t* params, uint32_t, uint32_t, uint32_t, uint8_t* shared,
+                                int32_t* resume, uint64_t* saved);
+
+}  // namespace jit
+
+class CompiledKernel {
+ public:
+  std::unique_ptr<llvm::orc::LLJIT> jit;
+  jit::CtaFunction cta = nullptr;
+  // The same over kVectorLanes threads of a row at once, for blocks whose x extent is a
+  // multiple of it; nullptr where the kernel has what vector code does not take.
+  jit::CtaFunction cta_vector = nullptr;
+  std::vector<jit::MemoryAccess> accesses;
+  uint32_t registers = 0;     // saved at a barrier, per thread
+  uint64_t shared_bytes = 0;  // of the CTA's .shared variables
+  bool barriers = false;
+};
+
+}  // namespace gpupool::sim

@@ -1,0 +1,118 @@
+// Which registers are live after each barrier (emitter.h), so that a thread of compiled
+// code saves and restores only those across it.
+#include <algorithm>
+
+#include "remote/ptx/jit/emitter.h"
+
+namespace gpupool::sim::jit {
+
+// Registers an operand reads (a destination's name is not read).
+void Emitter::ReadNames(const RawOperand& o, std::vector<std::string>* names) {
+  if (!o.name.empty() && o.name[0] == '%' && !IsSpecialRegisterName(o.name)) names->push_back(o.name);
+  for (const RawOperand& item : o.items) ReadNames(item, names);
+}
+
+// Which registers are live after each barrier, so that a thread saves and restores only
+// those (a backward dataflow over the kernel's instructions; a guarded write does not
+// end a register's life, and a destination of st/red is an address, read).
+// False (and *why) when the work would exceed the compile's bounds (kMaxLivenessWork,
+// kMaxBarrierSaves): the kernel then runs on the interpreter.
+bool Emitter::ComputeLiveness(std::string* why) {
+  std::vector<const RawStatement*> code;
+  std::map<std::string, size_t> label_at;
+  for (const RawStatement& s : entry_.body) {
+    if (s.kind == RawStatement::kLabel) label_at[s.opcode] = code.size();
+    if (s.kind == RawStatement::kInstruction) code.push_back(&s);
+  }
+  std::map<std::string, uint32_t> ids;
+  auto id = [&](const std::string& name) {
+    auto [it, added] = ids.emplace(name, static_cast<uint32_t>(ids.size()));
+    return it->second;
+  };
+  const size_t n = code.size();
+  std::vector<std::vector<uint32_t>> uses(n), defs(n);
+  std::vector<std::vector<size_t>> next(n);
+  for (size_t i = 0; i < n; ++i) {
+    const RawStatement& s = *code[i];
+    const std::string op = s.opcode.substr(0, s.opcode.find('.'));
+    const bool writes =
+        !(op == "st" || op == "red" || op == "bra" || op == "ret" || op == "exit" || op == "bar" || op == "barrier");
+    std::vector<std::string> read;
+    for (size_t k = 0; k < s.operands.size(); ++k) {
+      const RawOperand& o = s.operands[k];
+      if (k == 0 && writes && o.kind == RawOperand::kName) {
+        if (!o.name.empty() && o.name[0] == '%' && !IsSpecialRegisterName(o.name)) {
+          (s.guard.empty() ? defs[i] : uses[i]).push_back(id(o.name));
+        }
+        if (!o.pair.empty()) (s.guard.empty() ? defs[i] : uses[i]).push_back(id(o.pair));
+        continue;
+      }
+      ReadNames(o, &read);
+    }
+    if (!s.guard.empty()) read.push_back(s.guard);
+    for (const std::string& name : read) uses[i].push_back(id(name));
+    const bool ends = op == "ret" || op == "exit";
+    if (op == "bra" && !s.operands.empty()) {
+      // A label after the last instruction (`DONE: }`) ends the thread: no successor
+      // (found by the ptx_jit fuzz target: it indexed one past the instructions).
+      if (auto it = label_at.find(s.operands[0].name); it != label_at.end() && it->second < n) {
+        next[i].push_back(it->second);
+      }
+      if (!s.guard.empty() && i + 1 < n) next[i].push_back(i + 1);
+    } else if (!ends || !s.guard.empty()) {
+      if (i + 1 < n) next[i].push_back(i + 1);
+    }
+  }
+  // Each pass costs n x registers steps, and a pass may change one instruction only.
+  const uint64_t pass_work = uint64_t{n} * std::max<size_t>(ids.size(), 1);
+  if (pass_work > kMaxLivenessWork) {
+    *why = "compile work: " + std::to_string(n) + " instructions x " + std::to_string(ids.size()) +
+           " registers is more than " + std::to_string(kMaxLivenessWork);
+    return false;
+  }
+  uint64_t work = 0;
+  std::vector<std::vector<bool>> live_in(n, std::vector<bool>(ids.size()));
+  for (bool changed = true; changed;) {
+    if ((work += pass_work) > kMaxLivenessWork) {
+      *why = "compile work: the liveness of " + std::to_string(ids.size()) + " registers over " + std::to_string(n) +
+             " instructions takes more than " + std::to_string(kMaxLivenessWork) + " steps";
+      return false;
+    }
+    changed = false;
+    for (size_t i = n; i-- > 0;) {
+      std::vector<bool> live(ids.size());
+      for (size_t j : next[i]) {
+        for (size_t r = 0; r < live.size(); ++r) live[r] = live[r] || live_in[j][r];
+      }
+      for (uint32_t r : defs[i]) live[r] = false;
+      for (uint32_t r : uses[i]) live[r] = true;
+      if (live != live_in[i]) {
+        live_in[i] = std::move(live);
+        changed = true;
+      }
+    }
+  }
+  // A last pass with the fixed point: what is live after each barrier.
+  barrier_live_.assign(n, {});
+  uint64_t saves = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const std::string op = code[i]->opcode.substr(0, code[i]->opcode.find('.'));
+    if (op != "bar" && op != "barrier") continue;
+    std::vector<bool> live(ids.size());
+    for (size_t j : next[i]) {
+      for (size_t r = 0; r < live.size(); ++r) live[r] = live[r] || live_in[j][r];
+    }
+    for (const auto& [name, r] : ids) {
+      if (live[r]) barrier_live_[i].push_back(name);
+    }
+    // The code made grows with barriers x the registers live across each.
+    if ((saves += barrier_live_[i].size()) > kMaxBarrierSaves) {
+      *why = "compile work: more than " + std::to_string(kMaxBarrierSaves) + " registers saved at barriers (" +
+             std::to_string(barriers_) + " barriers)";
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace gpupool::sim::jit
