@@ -108,6 +108,17 @@ devices_are_the_leased_gpus() {
   grep -q '^fault: cudaErrorIllegalAddress$' <<<"$out"
 }
 
+# Issue 41's programs (tests/remote/driver, built beside these): dynamic parallelism's tail
+# launches and a quadtree built by recursive launches, stream capture as NVIDIA's graph
+# samples use it, registered host memory mapped for kernels. Each checks its own results.
+@test "dynamic parallelism, capture and registered memory programs over tcp" {
+  local program
+  for program in cdp_tail_launch cdp_quadtree capture_fidelity registered_memory; do
+    run_in_job tcp 1 "../driver/cuda/$program"
+    grep -qE '^(tail launch|quadtree|capture fidelity|registered memory): PASS$' <<<"$out"
+  done
+}
+
 # srun as the whole job (no batch script): the same environment reaches an interactive step.
 srun_job_on() {
   local transport=$1 line lease uuid

@@ -28,9 +28,10 @@ namespace dp = gpupool::dataplane;
 
 // Why host memory other than page-locked memory cannot be mapped.
 constexpr const char* kZeroCopyWhy =
-    "a remote GPU's kernels reach only page-locked host memory (cuMemHostAlloc, "
-    "cudaHostAlloc, cudaMallocHost, or memory registered with cuMemHostRegister), which is "
-    "kept coherent at CUDA calls; register it or copy instead";
+    "a remote GPU's kernels reach only page-locked host memory this library allocated "
+    "(cuMemHostAlloc, cuMemAllocHost, cudaHostAlloc, cudaMallocHost) or the program "
+    "registered (cuMemHostRegister, cudaHostRegister), which is kept coherent at CUDA calls; "
+    "register it or copy instead";
 
 }  // namespace
 
@@ -367,7 +368,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* p
         can_map != 0 && (found & CU_MEMHOSTALLOC_DEVICEMAP) == 0) {
       *flags = CU_MEMHOSTALLOC_DEVICEMAP;
     } else {
-      *flags = found & ~(kOwnedHostMemory | kHostMappedOnUse);
+      *flags = found & ~(kOwnedHostMemory | kHostMappedOnUse | kRegisteredHostMemory);
     }
     return CUDA_SUCCESS;
   });
@@ -414,7 +415,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostRegister_v2(void* pointer, size_t siz
       if (status == CUDA_ERROR_INVALID_VALUE) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
       if (status != CUDA_SUCCESS) return status;
     }
-    Runtime::Get().AddHostRange(pointer, size, flags);
+    Runtime::Get().AddHostRange(pointer, size, flags | kRegisteredHostMemory);
     return CUDA_SUCCESS;
   });
 }
@@ -430,7 +431,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostUnregister(void* pointer) {
     if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
     unsigned flags = 0;
     uintptr_t start = 0;
-    if (!Runtime::Get().FindHostRange(pointer, &flags, &start) || (flags & kOwnedHostMemory) ||
+    if (!Runtime::Get().FindHostRange(pointer, &flags, &start) || !(flags & kRegisteredHostMemory) ||
         start != reinterpret_cast<uintptr_t>(pointer)) {
       return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     }
@@ -715,19 +716,15 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr
         return CUDA_SUCCESS;
       }
     }
-    size_t size = 0;
-    if (Runtime::Get().FindHostRange(pointer, &host_flags, &start, &size) && !(host_flags & kOwnedHostMemory)) {
+    if (Runtime::Get().FindHostRange(pointer, &host_flags) && (host_flags & kRegisteredHostMemory)) {
       // Registered memory: mapped already (DEVICEMAP), or now, as every registration is
       // mapped under unified addressing.
-      if (!(host_flags & (CU_MEMHOSTREGISTER_DEVICEMAP | kHostMappedOnUse))) {
-        int device = 0;
-        if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
-        if (CUresult status = Runtime::Get().MapRegistered(device, CurrentContext(), start, size,
-                                                           (host_flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0);
-            status != CUDA_SUCCESS) {
-          return status == CUDA_ERROR_INVALID_VALUE ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED : status;
-        }
-        Runtime::Get().AddHostRangeFlags(reinterpret_cast<const void*>(start), kHostMappedOnUse);
+      int device = 0;
+      if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
+      if (CUresult status =
+              Runtime::Get().MapRegisteredOnUse(device, CurrentContext(), reinterpret_cast<uint64_t>(pointer));
+          status != CUDA_SUCCESS) {
+        return status;
       }
       *dptr = reinterpret_cast<CUdeviceptr>(pointer);
       return CUDA_SUCCESS;

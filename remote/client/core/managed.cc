@@ -64,6 +64,21 @@ bool ReachesDeviceMemory(uint32_t op) {
 
 }  // namespace
 
+CUresult Runtime::AllocateAtOwnAddress(int device, uint64_t address, uint64_t size, const char* api, const char* why) {
+  dp::MemAllocArgs args{size, address};
+  dp::MemAllocResult result{0};
+  std::string out;
+  CUresult status = Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+  if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
+  if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
+  if (status == CUDA_SUCCESS && result.dptr != address) {
+    dp::MemFreeArgs free_args{result.dptr};
+    (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
+    return static_cast<CUresult>(ReportUnsupported(api, why));
+  }
+  return status;
+}
+
 CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdeviceptr* dptr, const char* api) {
   const uint64_t mapped = RoundUp(size, kPage);
   const uint64_t reserved_size = mapped + kPage;  // room to align the start to a page
@@ -78,20 +93,9 @@ CUresult Runtime::AllocManaged(int device, size_t size, Context* context, CUdevi
              static_cast<unsigned long long>(address), std::strerror(errno));
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
-  dp::MemAllocArgs args{size, address};
-  dp::MemAllocResult result{0};
-  std::string out;
-  CUresult status = Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
-  if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
-  if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
-  if (status == CUDA_SUCCESS && result.dptr != address) {
-    dp::MemFreeArgs free_args{result.dptr};
-    (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
-    status = static_cast<CUresult>(
-        ReportUnsupported(api,
-                          "managed and mapped host memory need a GPU whose executor places memory at "
-                          "this process's addresses (the sim); this one does not"));
-  }
+  CUresult status = AllocateAtOwnAddress(device, address, size, api,
+                                         "managed and mapped host memory need a GPU whose executor places "
+                                         "memory at this process's addresses (the sim); this one does not");
   if (status != CUDA_SUCCESS) {
     munmap(host, mapped);
     ReleaseAddress(reserved, reserved_size);
@@ -274,13 +278,38 @@ void Runtime::ReleasePinnedAddress(uint64_t address, uint64_t size) {
 }
 
 CUresult Runtime::MapPinnedArguments(int device, Context* context, const char* params, size_t size) {
-  if (!any_pinned_.load(std::memory_order_relaxed)) return CUDA_SUCCESS;
+  const bool pinned = any_pinned_.load(std::memory_order_relaxed);
+  const bool registered = any_registered_.load(std::memory_order_relaxed);
+  if (!pinned && !registered) return CUDA_SUCCESS;
   for (size_t at = 0; at + sizeof(uint64_t) <= size; at += sizeof(uint64_t)) {
     uint64_t word;
     std::memcpy(&word, params + at, sizeof(word));
-    if (!InPinnedWindow(word)) continue;
-    if (CUresult status = MapPinned(device, context, word); status != CUDA_SUCCESS) return status;
+    CUresult status = CUDA_SUCCESS;
+    if (pinned && InPinnedWindow(word)) status = MapPinned(device, context, word);
+    // The program's heap may lie in the window too (it is only where ours are placed).
+    if (status == CUDA_SUCCESS && registered && word != 0) status = MapRegisteredOnUse(device, context, word);
+    if (status != CUDA_SUCCESS) return status;
   }
+  return CUDA_SUCCESS;
+}
+
+CUresult Runtime::MapRegisteredOnUse(int device, Context* context, uint64_t address) {
+  unsigned flags = 0;
+  uintptr_t start = 0;
+  size_t size = 0;
+  auto unmapped = [&] {
+    return FindHostRange(reinterpret_cast<const void*>(address), &flags, &start, &size) &&
+           (flags & kRegisteredHostMemory) != 0 && (flags & (CU_MEMHOSTREGISTER_DEVICEMAP | kHostMappedOnUse)) == 0;
+  };
+  if (!unmapped()) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(pinned_mu_);  // one mapping however many threads ask
+  if (!unmapped()) return CUDA_SUCCESS;
+  CUresult status = MapRegistered(device, context, start, size, (flags & CU_MEMHOSTREGISTER_READ_ONLY) != 0);
+  if (status == CUDA_ERROR_INVALID_VALUE) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (status != CUDA_SUCCESS) return status;
+  AddHostRangeFlags(reinterpret_cast<const void*>(start), kHostMappedOnUse);
+  LogDebug("registered host memory 0x%llx (%zu bytes) mapped on GPU %d, coherent at CUDA calls from now on",
+           static_cast<unsigned long long>(start), size, device);
   return CUDA_SUCCESS;
 }
 
@@ -296,21 +325,13 @@ CUresult Runtime::MapPinned(int device, Context* context, uint64_t address) {
   // The allocation is a synchronous call: the replies of asynchronous copies into the
   // buffer sent before it come first on the connection, so they have landed in its pages
   // before its bytes go to the device (mapped_memory.cu copies into one just before).
-  dp::MemAllocArgs args{size, start};
-  dp::MemAllocResult result{0};
-  std::string out;
-  CUresult status = Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
-  if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
-  if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
-  if (status == CUDA_SUCCESS && result.dptr != start) {
-    dp::MemFreeArgs free_args{result.dptr};
-    (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
-    return static_cast<CUresult>(
-        ReportUnsupported("a kernel handed page-locked host memory",
-                          "reaching page-locked host memory from a kernel needs a GPU whose executor places "
-                          "memory at this process's addresses (the sim); this one does not"));
+  if (CUresult status = AllocateAtOwnAddress(
+          device, start, size, "a kernel handed page-locked host memory",
+          "reaching page-locked host memory from a kernel needs a GPU whose executor places memory at this "
+          "process's addresses (the sim); this one does not");
+      status != CUDA_SUCCESS) {
+    return status;
   }
-  if (status != CUDA_SUCCESS) return status;
   AddContextAllocation(start, size, device, context);
   AddHostRangeFlags(reinterpret_cast<const void*>(start), kHostMappedOnUse);
   {
@@ -339,21 +360,13 @@ CUresult Runtime::MapPinned(int device, Context* context, uint64_t address) {
 CUresult Runtime::MapRegistered(int device, Context* context, uintptr_t start, size_t size, bool read_only) {
   const uint64_t first_page = start / kPage * kPage;
   const uint64_t pages = RoundUp(start + size, kPage) - first_page;  // the caller checked start + size
-  dp::MemAllocArgs args{pages, first_page};
-  dp::MemAllocResult result{0};
-  std::string out;
-  CUresult status = Call(device, dp::kOpMemAlloc, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
-  if (status == CUDA_SUCCESS && out.size() != sizeof(result)) status = CUDA_ERROR_UNKNOWN;
-  if (status == CUDA_SUCCESS) std::memcpy(&result, out.data(), sizeof(result));
-  if (status == CUDA_SUCCESS && result.dptr != first_page) {
-    dp::MemFreeArgs free_args{result.dptr};
-    (void)Call(device, dp::kOpMemFree, &free_args, sizeof(free_args));
-    return static_cast<CUresult>(
-        ReportUnsupported("cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP)",
-                          "mapping registered host memory needs a GPU whose executor places memory at this "
-                          "process's addresses (the sim); this one does not"));
+  if (CUresult status = AllocateAtOwnAddress(
+          device, first_page, pages, "cuMemHostRegister(CU_MEMHOSTREGISTER_DEVICEMAP)",
+          "mapping registered host memory needs a GPU whose executor places memory at this process's addresses "
+          "(the sim); this one does not");
+      status != CUDA_SUCCESS) {
+    return status;
   }
-  if (status != CUDA_SUCCESS) return status;
   AddContextAllocation(first_page, pages, device, context);
   std::lock_guard<std::mutex> lock(managed_mu_);
   ManagedRange range{size, device, first_page, pages, 0, {}};

@@ -447,6 +447,7 @@ bool Runtime::FindAllocation(uint64_t ptr, uint64_t size, uint64_t* start, Alloc
 }
 
 void Runtime::AddHostRange(const void* ptr, size_t size, unsigned flags) {
+  if (flags & kRegisteredHostMemory) any_registered_.store(true);
   std::lock_guard<std::mutex> lock(mu_);
   host_ranges_[reinterpret_cast<uintptr_t>(ptr)] = HostRange{size, flags};
 }

@@ -304,7 +304,8 @@ class Runtime {
   // is none, or it is mapped already). CUDA_ERROR_NOT_SUPPORTED, logged, where the GPU's
   // executor cannot place memory at this process's addresses.
   CUresult MapPinned(int device, Context* context, uint64_t address);
-  // MapPinned for every 8-byte parameter word of a launch that lies in the window.
+  // MapPinned for every 8-byte parameter word of a launch that lies in the window, and
+  // MapRegisteredOnUse for every one once the program has registered memory.
   CUresult MapPinnedArguments(int device, Context* context, const char* params, size_t size);
   // Registered host memory mapped on `device` (cuMemHostRegister with DEVICEMAP, or a
   // registration whose device pointer was asked for): device memory placed over the
@@ -319,6 +320,12 @@ class Runtime {
   // Ends MapRegistered's mapping of the range starting at `start`, if it has one: the
   // device's newer bytes are read back first, then its device memory is freed.
   CUresult UnmapRegistered(uintptr_t start);
+  // The registration holding `address` (kRegisteredHostMemory), mapped on `device` if it
+  // is not yet (every registration is mapped under unified addressing): when its device
+  // pointer is asked for, or a launch's parameters point into it. Success when `address`
+  // is in no registration; CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED when its pages are
+  // another mapped registration's.
+  CUresult MapRegisteredOnUse(int device, Context* context, uint64_t address);
 
   // Loads `module` into `device` if needed; returns the server's module id.
   CUresult EnsureModuleLoaded(Module* module, int device, uint64_t* remote_id);
@@ -354,6 +361,10 @@ class Runtime {
   // One request through `d`'s failover: recovery and a retry when the GPU is lost.
   CUresult SendRequest(Device* d, Failover::Delivery how, const transport::Request& request, transport::Reply* reply);
   CUresult Transport(const Status& status, int device);
+  // Device memory of `size` bytes on `device` at `address` (the process's own address);
+  // where the executor places it elsewhere, it is freed and CUDA_ERROR_NOT_SUPPORTED
+  // reported for `api` with `why` (managed.cc: managed, mapped and registered memory).
+  CUresult AllocateAtOwnAddress(int device, uint64_t address, uint64_t size, const char* api, const char* why);
   // Managed memory's coherence (managed.cc): before a request that reaches device memory,
   // and after a synchronising call.
   CUresult ManagedBefore(int device, uint32_t op);
@@ -441,12 +452,16 @@ class Runtime {
   uint64_t next_pinned_ = kPinnedWindow;           // guarded by mu_
   std::multimap<uint64_t, uint64_t> free_pinned_;  // page-rounded size -> address; mu_
   std::atomic<bool> any_pinned_{false};            // the launch's fast path's test
+  std::atomic<bool> any_registered_{false};        // the same for registered memory
   void ReleasePinnedAddress(uint64_t address, uint64_t size);
 };
 
 // A host range's flag (besides cuMemHostAlloc's): a page-locked buffer mapped on a device
-// since a kernel was handed it (Runtime::MapPinned).
+// since a kernel was handed it (Runtime::MapPinned), or a registration mapped since its
+// device pointer was asked for or a kernel was handed it (Runtime::MapRegisteredOnUse).
 inline constexpr unsigned kHostMappedOnUse = 0x40000000u;
+// A host range's flag: the program's memory, registered (cuMemHostRegister).
+inline constexpr unsigned kRegisteredHostMemory = 0x20000000u;
 
 // The check every request passes (Runtime::Admit) against stream capture: it answers
 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (and invalidates the capture) for a request ordered

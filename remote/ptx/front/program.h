@@ -169,6 +169,8 @@ struct DeviceRuntimeCall {
     kMalloc,              // (pointer*, size) -> error
     kFree,                // (pointer) -> error
     kPeekAtLastError,     // () -> error
+    kEventCreate,         // (event*, flags) -> error
+    kEventOrder,          // cudaEventRecord (event, stream), cudaStreamWaitEvent, cudaEventDestroy -> error
   };
   Op op = kGetLastError;
   uint32_t args[4] = {0, 0, 0, 0};

@@ -596,6 +596,14 @@ class Decoder {
         {"__cudaCDP2StreamDestroy", DeviceRuntimeCall::kStreamDestroy},
         {"__cudaCDP2Malloc", DeviceRuntimeCall::kMalloc},
         {"__cudaCDP2Free", DeviceRuntimeCall::kFree},
+        {"__cudaCDP2EventCreateWithFlags", DeviceRuntimeCall::kEventCreate},
+        {"__cudaCDP2EventRecord", DeviceRuntimeCall::kEventOrder},
+        {"__cudaCDP2EventRecord_ptsz", DeviceRuntimeCall::kEventOrder},
+        {"__cudaCDP2EventRecordWithFlags", DeviceRuntimeCall::kEventOrder},
+        {"__cudaCDP2EventRecordWithFlags_ptsz", DeviceRuntimeCall::kEventOrder},
+        {"__cudaCDP2StreamWaitEvent", DeviceRuntimeCall::kEventOrder},
+        {"__cudaCDP2StreamWaitEvent_ptsz", DeviceRuntimeCall::kEventOrder},
+        {"__cudaCDP2EventDestroy", DeviceRuntimeCall::kEventOrder},
     };
     auto found = ops.find(name);
     return found == ops.end() ? -1 : found->second;
@@ -604,7 +612,7 @@ class Decoder {
   // A call of the device runtime: HDeviceRuntime with its arguments' offsets.
   Status DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceRuntimeCall::Op op, const std::string& name,
                        const RawOperand* returns, const RawOperand* args, Inst inst) {
-    static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0};
+    static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0, 2, 0};  // by Op (kEventOrder reads none)
     DeviceRuntimeCall call;
     call.op = op;
     auto local_offset = [&](const RawOperand* list, size_t i) { return ParamVariableOffset(frame, list, i); };

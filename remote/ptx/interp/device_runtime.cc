@@ -9,7 +9,9 @@
 // all of those, in the order tail launches were made, at the parent's nesting depth (a
 // chain of tail launches does not nest), and the parent is complete when its tail
 // launches are. Per-thread default stream builds (--default-stream per-thread) call the
-// same entry points with a _ptsz suffix.
+// same entry points with a _ptsz suffix. Events (cudaEventCreateWithFlags, Record,
+// RecordWithFlags, cudaStreamWaitEvent, cudaEventDestroy) are handles whose order the
+// launch order keeps already.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/device_runtime.h"
 
@@ -177,6 +179,25 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
         break;
       }
       case DeviceRuntimeCall::kStreamDestroy:
+        result32(l, kSuccess);
+        break;
+      case DeviceRuntimeCall::kEventCreate: {
+        // An event of the device runtime: a handle only (kEventOrder).
+        const uint64_t where = arg64(l, 0);
+        const uint64_t handle = 0x200 + (static_cast<uint64_t>(w.launch->cta_linear) << 5) + l;
+        uint8_t* target = w.Address(Space::kGeneric, where, 8, l);
+        if (target == nullptr) {
+          w.Fault(where, 8, "cudaEventCreateWithFlags' event");
+          return;
+        }
+        std::memcpy(target, &handle, 8);
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kEventOrder:
+        // cudaEventRecord, cudaStreamWaitEvent, cudaEventDestroy: the grids a grid launches
+        // run one after another in launch order, so work launched after a wait already
+        // runs after the work recorded before it.
         result32(l, kSuccess);
         break;
       case DeviceRuntimeCall::kMalloc: {

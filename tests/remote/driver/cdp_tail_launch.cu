@@ -9,6 +9,8 @@
 //   - tail launches run in the order made, and one made by a tail-launched grid runs
 //     before the next tail launch of the grid above (a grid is complete when its tail is);
 //   - fire-and-forget grids finish before their parent's grid is complete to the host;
+//   - a grid in one device-side stream waits for one in another through an event
+//     (cudaEventCreateWithFlags, cudaEventRecord, cudaStreamWaitEvent, cudaEventDestroy);
 //   - ordinary nesting stops at the driver's limit with cudaErrorLaunchMaxDepthExceeded,
 //     said to the launching thread, and the host's synchronisation still succeeds.
 #include <cstdio>
@@ -82,6 +84,24 @@ __global__ void Ordered(int* log) {
   Noted<<<1, 1>>>(log, 4, false);
   Noted<<<1, 1, 0, cudaStreamTailLaunch>>>(log, 3, false);
   Noted<<<1, 1, 0, cudaStreamFireAndForget>>>(log, 5, false);
+}
+
+__global__ void CopySlot(const int* from, int* to) { *to = *from; }
+
+// A grid in one stream waits, through an event, for a grid in another.
+__global__ void Handoff(int* cell, int* copy, int* status) {
+  cudaStream_t first, second;
+  cudaEvent_t written;
+  status[0] = static_cast<int>(cudaStreamCreateWithFlags(&first, cudaStreamNonBlocking));
+  status[1] = static_cast<int>(cudaStreamCreateWithFlags(&second, cudaStreamNonBlocking));
+  status[2] = static_cast<int>(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+  WriteSlot<<<1, 32, 0, first>>>(cell, 0, 77);
+  status[3] = static_cast<int>(cudaEventRecord(written, first));
+  status[4] = static_cast<int>(cudaStreamWaitEvent(second, written, 0));
+  CopySlot<<<1, 1, 0, second>>>(cell, copy);
+  status[5] = static_cast<int>(cudaEventDestroy(written));
+  cudaStreamDestroy(first);
+  cudaStreamDestroy(second);
 }
 
 // Nests ordinary launches until the device runtime refuses one; records where and why.
@@ -166,6 +186,22 @@ int main() {
   EXPECT((order[2] == 4 && order[3] == 5) || (order[2] == 5 && order[3] == 4));
   EXPECT(order[4] == 1 && order[5] == 11 && order[6] == 2 && order[7] == 3);
 
+  // Events between device-side streams.
+  int *cell = nullptr, *copy = nullptr, *handoff = nullptr;
+  CHECK(cudaMalloc(&cell, sizeof(int)));
+  CHECK(cudaMalloc(&copy, sizeof(int)));
+  CHECK(cudaMalloc(&handoff, 6 * sizeof(int)));
+  CHECK(cudaMemset(cell, 0, sizeof(int)));
+  CHECK(cudaMemset(copy, 0, sizeof(int)));
+  CHECK(cudaMemset(handoff, 0xff, 6 * sizeof(int)));
+  Handoff<<<1, 1>>>(cell, copy, handoff);
+  CHECK(cudaDeviceSynchronize());
+  int copied = 0, handoff_status[6];
+  CHECK(cudaMemcpy(&copied, copy, sizeof(int), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(handoff_status, handoff, sizeof(handoff_status), cudaMemcpyDeviceToHost));
+  EXPECT(copied == 77);
+  for (int status_value : handoff_status) EXPECT(status_value == cudaSuccess);
+
   // The nesting limit.
   int *deepest = nullptr, *refused_at = nullptr, *refusal = nullptr;
   CHECK(cudaMalloc(&deepest, sizeof(int)));
@@ -195,6 +231,9 @@ int main() {
   CHECK(cudaFree(deepest));
   CHECK(cudaFree(refused_at));
   CHECK(cudaFree(refusal));
+  CHECK(cudaFree(cell));
+  CHECK(cudaFree(copy));
+  CHECK(cudaFree(handoff));
   std::printf("tail launch: PASS\n");
   return 0;
 }

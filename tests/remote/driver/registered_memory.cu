@@ -3,9 +3,10 @@
 // device pointer cudaHostGetDevicePointer gives, its writes seen by the host after a
 // synchronisation and the host's writes seen by the next kernel; copies into and out of
 // it; an unaligned registration whose page neighbours stay the program's alone; a
-// registration without the flag mapped when its device pointer is asked for (unified
-// addressing); a read-only one; and the driver's errors: overlapping, zero-size and null
-// registrations, unregistering where no registration starts, I/O memory.
+// registration without the flag mapped when its device pointer is asked for or a kernel
+// is handed it (unified addressing); a read-only one; and the driver's errors:
+// overlapping, zero-size and null registrations, unregistering where no registration
+// starts, I/O memory.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -140,6 +141,16 @@ int main() {
   CHECK(cudaDeviceSynchronize());
   for (int i = 0; i < 4096; ++i) EXPECT(later[i] == 4.5f);
   CHECK(cudaHostUnregister(later));
+  if (same_pointer) {
+    // Handed to a kernel as it is, as unified addressing allows.
+    for (int i = 0; i < 4096; ++i) later[i] = 2.f;
+    CHECK(cudaHostRegister(later, 4096 * sizeof(float), cudaHostRegisterDefault));
+    Affine<<<16, 256>>>(later, 4096, 3.f, 0.f);
+    CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < 4096; ++i) EXPECT(later[i] == 6.f);
+    CHECK(cudaHostUnregister(later));
+    for (int i = 0; i < 4096; ++i) later[i] = 4.5f;
+  }
 
   // Read-only, where the device supports it: kernels read it.
   int read_only = 0;

@@ -822,6 +822,67 @@ TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
   }
 }
 
+// A loop whose back edge leads to a block placed before its head, as nvcc lays out a
+// warp's ballot-and-scatter loop: even lanes go around at once, odd lanes after one more
+// block placed after the branch. The next iteration's vote.sync waits for the odd lanes,
+// though they stand at a higher PC: every lane sees the whole warp's ballot each time.
+TEST_F(Engine, WarpVoteWaitsForLanesStillInTheLoopsLastBlock) {
+  const std::string ptx = R"(
+.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry late_lanes(.param .u64 out_param)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [out_param];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, 0;
+  mov.u32 %r5, 0;
+  mov.u32 %r9, -1;
+  bra.uni $HEAD;
+$TAIL:
+  add.u32 %r2, %r2, 1;
+$HEAD:
+  setp.lt.u32 %p1, %r2, 3;
+  @!%p1 bra $DONE;
+  add.u32 %r6, %r2, 1;
+  shl.b32 %r6, %r6, 3;
+  setp.lt.u32 %p2, %r1, %r6;
+  vote.sync.ballot.b32 %r3, %p2, %r9;
+  mad.lo.u32 %r8, %r1, 4, %r2;
+  mul.wide.u32 %rd2, %r8, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r3;
+  and.b32 %r7, %r1, 1;
+  setp.eq.u32 %p3, %r7, 0;
+  @%p3 bra $TAIL;
+  add.u32 %r5, %r5, 1;
+  bra.uni $TAIL;
+$DONE:
+  mad.lo.u32 %r8, %r1, 4, 3;
+  mul.wide.u32 %rd2, %r8, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r5;
+  ret;
+}
+)";
+  LoadKernel(15, 97, ptx, "late_lanes");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<uint32_t>(4 * 32);
+  LaunchConfig config;
+  config.block[0] = 32;
+  ASSERT_EQ(executor_.Launch(97, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(out, 4 * 32);
+  for (uint32_t lane = 0; lane < 32; ++lane) {
+    EXPECT_EQ(got[4 * lane], 0x000000ffu) << lane;
+    EXPECT_EQ(got[4 * lane + 1], 0x0000ffffu) << lane;
+    EXPECT_EQ(got[4 * lane + 2], 0x00ffffffu) << lane;
+    EXPECT_EQ(got[4 * lane + 3], lane % 2 ? 3u : 0u) << lane;
+  }
+}
+
 // .ftz flushes subnormal f32 inputs as well as results, as --use_fast_math code expects:
 // a subnormal times 2^30 is 0, not 1e-31, and it compares equal to 0.
 TEST_F(Engine, FtzFlushesSubnormalInputs) {
