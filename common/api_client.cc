@@ -268,11 +268,4 @@ Result<nlohmann::json> ApiClient::Post(const std::string& path, const nlohmann::
   return ParseAnswer(reply->first, reply->second);
 }
 
-Result<std::string> ApiClient::GetText(const std::string& path) {
-  Result<std::pair<int, std::string>> reply = impl_->Send(options_, "GET", path, nullptr);
-  if (!reply.ok()) return reply.status();
-  if (reply->first != 200) return Status::FromHttp(reply->first, "HTTP " + std::to_string(reply->first));
-  return reply->second;
-}
-
 }  // namespace gpupool

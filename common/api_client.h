@@ -41,9 +41,6 @@ class ApiClient {
   Result<nlohmann::json> Get(const std::string& path);
   Result<nlohmann::json> Post(const std::string& path, const nlohmann::json& body);
 
-  // Raw text GET (for /metrics).
-  Result<std::string> GetText(const std::string& path);
-
   const ApiClientOptions& options() const { return options_; }
 
  private:

@@ -4,10 +4,18 @@
 //
 // BusyMeter is how a device that runs its work itself (the sim) measures utilisation:
 // the executor tells it each span of wall time its engine ran kernels or copies, and
-// Read answers the fraction of the last period each engine was busy. Nothing is
-// estimated: a span counts for the time it took, split over 10 ms buckets, so a long
-// kernel that began before the period counts only for its part inside it.
+// Read answers the fraction of the last period each engine was busy. A span counts for
+// the time it took, split over 10 ms buckets, so a long kernel that began before the
+// period counts only for its part inside it.
 // Thread-safe.
+//
+// A Span (one per kernel launch, copy or memset) reads the kernel's coarse monotonic clock
+// (CLOCK_MONOTONIC_COARSE: the same clock as steady_clock, advanced once a timer tick of
+// 1-4 ms) at its start and end: a few ns where the exact clock costs ~30 ns twice, on a
+// launch path of ~150 ns. A span counts for the ticks it crosses: a long one within a
+// tick of its length, and one shorter than a tick a whole tick in the proportion of its
+// length to the tick, so the many short launches of a busy engine add up to their time
+// (an idle engine reads 0: a span that crosses no tick adds nothing, and costs no lock).
 #pragma once
 
 #include <array>
@@ -15,6 +23,8 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+
+#include <time.h>
 
 namespace gpupool::device {
 
@@ -45,6 +55,12 @@ class BusyMeter {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
+  // The same clock as NowNs, to the last timer tick (see above): what a Span reads.
+  static int64_t CoarseNowNs() {
+    timespec now{};
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
+    return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+  }
 
   // `engine` was busy from start_ns to end_ns (steady clock).
   void Add(Engine engine, int64_t start_ns, int64_t end_ns);
@@ -58,14 +74,17 @@ class BusyMeter {
   // up to `now_ns`, rounded to whole percents, at most 100.
   Reading Read(int64_t now_ns, int64_t period_ns = kPeriodNs);
 
-  // Marks a span for its whole scope: Add(engine, construction, destruction).
+  // Marks a span for its whole scope: Add(engine, construction, destruction) on the
+  // coarse clock; nothing to add (no call, no lock) while no tick passed.
   class Span {
    public:
     Span(BusyMeter* meter, Engine engine) : meter_(meter), engine_(engine) {
-      if (meter_ != nullptr) start_ns_ = NowNs();
+      if (meter_ != nullptr) start_ns_ = CoarseNowNs();
     }
     ~Span() {
-      if (meter_ != nullptr) meter_->Add(engine_, start_ns_, NowNs());
+      if (meter_ == nullptr) return;
+      const int64_t end_ns = CoarseNowNs();
+      if (end_ns != start_ns_) meter_->Add(engine_, start_ns_, end_ns);
     }
     Span(const Span&) = delete;
     Span& operator=(const Span&) = delete;

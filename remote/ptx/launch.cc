@@ -54,8 +54,6 @@ KernelNeeds NeedsOf(const DecodedKernel& kernel) {
   return needs;
 }
 
-uint32_t KernelParamSize(const DecodedKernel& kernel) { return kernel.param_size; }
-
 // The kernel's compiled form when this launch should run it (jit/jit.h): not for what the
 // tier leaves to the interpreter (cooperative launches, dynamic shared memory). Under
 // GPUPOOL_PTX_JIT=auto the kernel is compiled in the background once it has run

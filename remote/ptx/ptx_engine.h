@@ -212,9 +212,6 @@ void AppendPrintf(std::string* out, std::string_view text, uint64_t* dropped);
 // kCuLaunchOutOfResources.
 int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec);
 
-// Bytes of kernel parameters the decoded kernel reads (its .entry signature).
-uint32_t KernelParamSize(const DecodedKernel& kernel);
-
 // What a kernel needs, as a driver reports it of a compiled kernel (cuFuncGetAttribute).
 struct KernelNeeds {
   uint32_t max_threads = 1024;  // per block: .maxntid / .reqntid, else the device's 1024

@@ -290,9 +290,3 @@ TEST_F(AgentTest, StopsPromptlyWhileRetrying) {
 
 }  // namespace
 }  // namespace gpupool::agentd
-
-int main(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
-  testing::AddGlobalTestEnvironment(new gpupool::agentd::testing_env::PrivateMunged);
-  return RUN_ALL_TESTS();
-}

@@ -20,9 +20,8 @@ using testing_env::Eventually;
 class AgentdCliTest : public testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gpupool-agentd-cli.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = testing_env::MakeTempDir("gpupool-agentd-cli");
+    ASSERT_FALSE(dir_.empty());
     setenv("GPUPOOL_CONF", (dir_ + "/absent.conf").c_str(), 1);  // never the machine's config
   }
   void TearDown() override {
@@ -164,9 +163,3 @@ TEST_F(AgentdCliTest, DetachesAndWritesPidFile) {
 
 }  // namespace
 }  // namespace gpupool::agentd
-
-int main(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
-  testing::AddGlobalTestEnvironment(new gpupool::agentd::testing_env::PrivateMunged);
-  return RUN_ALL_TESTS();
-}

@@ -189,9 +189,3 @@ TEST(ControlServerStart, RefusesNonLoopbackAddresses) {
 
 }  // namespace
 }  // namespace gpupool::agentd
-
-int main(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
-  testing::AddGlobalTestEnvironment(new gpupool::agentd::testing_env::PrivateMunged);
-  return RUN_ALL_TESTS();
-}

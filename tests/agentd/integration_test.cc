@@ -29,9 +29,8 @@ using testing_env::Eventually;
 class IntegrationTest : public testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gpupool-agentd-it.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = testing_env::MakeTempDir("gpupool-agentd-it");
+    ASSERT_FALSE(dir_.empty());
     poold_port_ = testing_env::FreePort();
     conf_ = dir_ + "/gpupool.conf";
     std::ofstream(conf_) << "gpupoold = {\n"
@@ -383,12 +382,6 @@ TEST_F(IntegrationTest, AgentRegistersAgainWhenGpupooldLosesItsInventory) {
 
 }  // namespace
 }  // namespace gpupool::agentd
-
-int main(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
-  testing::AddGlobalTestEnvironment(new gpupool::agentd::testing_env::PrivateMunged);
-  return RUN_ALL_TESTS();
-}
 
 namespace gpupool::agentd {
 namespace {

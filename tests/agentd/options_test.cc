@@ -1,6 +1,7 @@
 // gpupool-agentd's command line and its merge with gpupool.conf: every bad input is one
 // line naming the option.
 #include "remote/agentd/options.h"
+#include "tests/agentd/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -24,9 +25,8 @@ void ExpectError(std::vector<std::string> args, const std::string& must_contain)
 class OptionsTest : public testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gpupool-agentd-options.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = testing_env::MakeTempDir("gpupool-agentd-options");
+    ASSERT_FALSE(dir_.empty());
     // Never read the machine's /etc/gpupool/gpupool.conf.
     setenv("GPUPOOL_CONF", (dir_ + "/absent.conf").c_str(), 1);
   }

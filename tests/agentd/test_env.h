@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/auth.h"
+#include "tests/agentd/temp_dir.h"
 #include "tests/lib/credentials.h"
 
 extern char** environ;
@@ -45,9 +46,8 @@ inline std::string Run(const std::string& cmd, int* status = nullptr) {
 class PrivateMunged : public ::testing::Environment {
  public:
   void SetUp() override {
-    char tmpl[] = "/tmp/gpupool-agentd-munge.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = MakeTempDir("gpupool-agentd-munge");
+    ASSERT_FALSE(dir_.empty());
     int st = 0;
     std::string socket = Run(std::string(GPUPOOL_AGENTD_MUNGED_SH) + " start " + dir_, &st);
     ASSERT_EQ(st, 0) << "private-munged start failed";

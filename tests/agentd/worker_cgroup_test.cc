@@ -3,6 +3,7 @@
 // made here first): which hierarchy it picks, what it writes where, and what it refuses.
 // The real kernel's side is in agentd.integration_test (EachWorkerRunsInACgroupOfItsOwn).
 #include "remote/agentd/worker_cgroup.h"
+#include "tests/agentd/temp_dir.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -20,9 +21,8 @@ namespace fs = std::filesystem;
 class FakeCgroupTree : public testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gpupool-cgroup-test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    root_ = tmpl;
+    root_ = testing_env::MakeTempDir("gpupool-cgroup-test");
+    ASSERT_FALSE(root_.empty());
   }
   void TearDown() override { fs::remove_all(root_); }
 

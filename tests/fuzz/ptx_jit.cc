@@ -123,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!kernel.ok()) continue;
     const DecodedKernel& decoded = **kernel;
     // Parameters: every 8 bytes the scratch buffer's address.
-    std::vector<uint8_t> params((KernelParamSize(decoded) + 7) / 8 * 8 + 8, 0);
+    std::vector<uint8_t> params((decoded.param_size + 7) / 8 * 8 + 8, 0);
     for (size_t at = 0; at + 8 <= params.size(); at += 8) std::memcpy(&params[at], &scratch, 8);
     // Interpreted, then compiled at its first launch (GPUPOOL_PTX_JIT=always): what the
     // tier refuses runs interpreted again.

@@ -20,6 +20,17 @@ namespace {
 
 using nlohmann::json;
 
+// A gpupoold of these tests: on a loopback port of its own, its state in `dir`, one pool
+// of A100s, no Slurm reaper.
+Config LocalConfig(const std::string& dir) {
+  Config c;
+  c.poold.listen = "127.0.0.1:0";
+  c.poold.state_dir = dir;
+  c.poold.slurm_reap = false;
+  c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
+  return c;
+}
+
 class ApiTest : public ::testing::Test {
  protected:
   static constexpr uid_t kAgentUid1 = 64001, kAgentUid2 = 64002;
@@ -28,14 +39,10 @@ class ApiTest : public ::testing::Test {
   void SetUp() override {
     dir_ = "/tmp/gpupool-api-test-" + std::to_string(getpid());
     std::filesystem::remove_all(dir_);
-    Config c;
-    c.poold.listen = "127.0.0.1:0";
-    c.poold.state_dir = dir_;
-    c.poold.slurm_reap = false;
+    Config c = LocalConfig(dir_);
     c.poold.max_request_bytes = 4096;
     // Two agents that do not run as root (AnAgentUserIsNoAdmin).
     c.poold.agent_users = {std::to_string(kAgentUid1), std::to_string(kAgentUid2)};
-    c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
     // Slurm's view of jobs, as the tests need it: job 5 is nobody's, every other job root's;
     // each holds more gpupool_a100 licences than the pool has GPUs.
     daemon_ = std::make_unique<Daemon>(c, [](int64_t job) -> Result<SlurmJobOwner> {
@@ -291,12 +298,7 @@ TEST_F(ApiTest, AFailedStateWriteStopsChangesAndTheDaemon) {
   client_.reset();
   daemon_.reset();
   // Restarted from disk: neither unacknowledged drain happened.
-  Config c;
-  c.poold.listen = "127.0.0.1:0";
-  c.poold.state_dir = dir_;
-  c.poold.slurm_reap = false;
-  c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
-  daemon_ = std::make_unique<Daemon>(c);
+  daemon_ = std::make_unique<Daemon>(LocalConfig(dir_));
   ASSERT_TRUE(daemon_->Start().ok());
   server_ = std::thread([this] { daemon_->Run(); });
   for (const char* id : {"g1:0", "g1:1"}) {
@@ -379,14 +381,10 @@ TEST(ApiLimitsTest, SlowHeadersAreCutAndASourceIsCapped) {
   testing::StartPrivateMunged();
   std::string dir = "/tmp/gpupool-api-limits-" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
-  Config c;
-  c.poold.listen = "127.0.0.1:0";
-  c.poold.state_dir = dir;
-  c.poold.slurm_reap = false;
+  Config c = LocalConfig(dir);
   c.poold.header_timeout = 1;
   c.poold.connections_per_source = 20;
   c.poold.threads = 2;
-  c.pools = {PoolConfig{"a100", {"A100*"}, {}, {}, 0}};
   Daemon daemon(c, [](int64_t) -> Result<SlurmJobOwner> { return SlurmJobOwner{0, true, "gpupool_a100:1"}; });
   ASSERT_TRUE(daemon.Start().ok());
   std::thread server([&] { daemon.Run(); });
@@ -432,7 +430,13 @@ TEST(ApiLimitsTest, SlowHeadersAreCutAndASourceIsCapped) {
     close(fd);
   }
   EXPECT_EQ(closed, 40);
-  std::string metrics = client.GetText("/metrics").value();
+  // The server closed every slow connection (each read its end above), so this source
+  // holds only the client's: a connection of its own is under the cap again.
+  httplib::Client http("127.0.0.1", daemon.port());
+  httplib::Result scraped = http.Get("/metrics");
+  ASSERT_TRUE(scraped) << httplib::to_string(scraped.error());
+  ASSERT_EQ(scraped->status, 200) << scraped->body;
+  const std::string metrics = scraped->body;
   auto metric = [&](const std::string& name) {
     size_t at = metrics.find("\n" + name + " ");
     return at == std::string::npos ? -1 : std::stoll(metrics.substr(at + name.size() + 2));

@@ -8,23 +8,21 @@
 # usage: failover_agent.sh --server BIN --lib DIR --transport tcp|shm --port PORT
 #            [--failover replay|off] -- PROGRAM [ARGS...]
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/test_server.sh"
 server="" lib="" transport="" port="" failover=replay
 while [ $# -gt 0 ]; do
+  if test_server_option "$@"; then shift 2; continue; fi
   case "$1" in
-    --server) server=$2; shift 2 ;;
-    --lib) lib=$2; shift 2 ;;
-    --transport) transport=$2; shift 2 ;;
-    --port) port=$2; shift 2 ;;
     --failover) failover=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "failover_agent.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
 (($# > 0)) || { echo "failover_agent.sh: no program given" >&2; exit 2; }
-here=$(cd "$(dirname "$0")" && pwd)
 . "$here/transport_env.sh" "$transport" || exit 2
 
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+token=$(new_token)
 workdir=$(mktemp -d "/tmp/gpupool-failover-test.XXXXXX")
 pids=()
 cleanup() {
@@ -41,13 +39,7 @@ start_server() {
     --backend "${GPUPOOL_TEST_BACKEND:-sim}" >"$workdir/$1.out" 2>"$workdir/$1.err" &
   pids+=($!)
   eval "$1_pid=$!"
-  for _ in $(seq 1 100); do
-    grep -q "^listening on" "$workdir/$1.out" 2>/dev/null && return 0
-    sleep 0.05
-  done
-  echo "test server $1 did not start:" >&2
-  cat "$workdir/$1.err" >&2
-  exit 1
+  wait_listening "$!" "$workdir/$1.out" "$workdir/$1.err" "$1"
 }
 start_server a "$port" 1
 start_server b "$((port + 1))" 2

@@ -6,20 +6,18 @@
 # usage: kill_client.sh --server BIN --lib DIR --transport tcp|shm --port PORT
 #            --hold PROGRAM --check PROGRAM
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/test_server.sh"
 while [ $# -gt 0 ]; do
+  if test_server_option "$@"; then shift 2; continue; fi
   case "$1" in
-    --server) server=$2; shift 2 ;;
-    --lib) lib=$2; shift 2 ;;
-    --transport) transport=$2; shift 2 ;;
-    --port) port=$2; shift 2 ;;
     --hold) hold=$2; shift 2 ;;
     --check) check=$2; shift 2 ;;
     *) echo "kill_client.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
-here=$(cd "$(dirname "$0")" && pwd)
 . "$here/transport_env.sh" "$transport" || exit 2
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+token=$(new_token)
 workdir=$(mktemp -d "/tmp/r2-remote-kill.XXXXXX")
 holder_pid=""
 trap 'kill -9 $holder_pid 2>/dev/null; kill "$server_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$workdir"' EXIT
@@ -28,8 +26,7 @@ trap 'kill -9 $holder_pid 2>/dev/null; kill "$server_pid" 2>/dev/null; wait 2>/d
 "$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" \
   --backend "${GPUPOOL_TEST_BACKEND:-sim}" > "$workdir/server.out" 2> "$workdir/server.err" &
 server_pid=$!
-for _ in $(seq 1 100); do grep -q "^listening on" "$workdir/server.out" 2>/dev/null && break; sleep 0.05; done
-grep -q "^listening on" "$workdir/server.out" || { echo "test server did not start:" >&2; cat "$workdir/server.err" >&2; exit 1; }
+wait_listening "$server_pid" "$workdir/server.out" "$workdir/server.err"
 export GPUPOOL_GPUS="$(awk '$1 == "gpu" { print $3; exit }' "$workdir/server.out")@127.0.0.1:$port"
 export GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN=$token CUDA_VISIBLE_DEVICES=0
 # Failover off: this is about the agent freeing a killed client's memory, and a checkpoint

@@ -65,6 +65,34 @@ TEST(BusyMeterTest, CountsOnlyThePartOfEachSpanInsideThePeriod) {
   EXPECT_EQ(young.Read(t0 + 100 * kMs).copies_percent, 50u);
 }
 
+// Spans read the coarse clock (a tick of 1-4 ms): launches far shorter than a tick, half
+// of the wall time, still read as about half (each crossing of a tick counts a whole tick),
+// and the coarse clock is steady_clock's, behind it by at most a tick.
+TEST(BusyMeterTest, ShortSpansOnTheCoarseClockAddUpToTheirTime) {
+  const int64_t exact = BusyMeter::NowNs();
+  const int64_t coarse = BusyMeter::CoarseNowNs();
+  EXPECT_LE(coarse, BusyMeter::NowNs());
+  EXPECT_GT(coarse, exact - 50 * kMs);
+  BusyMeter meter;
+  auto spin = [](int64_t ns) {
+    for (const int64_t until = BusyMeter::NowNs() + ns; BusyMeter::NowNs() < until;) {
+    }
+  };
+  int spans = 0;
+  for (const int64_t until = BusyMeter::NowNs() + 400 * kMs; BusyMeter::NowNs() < until; ++spans) {
+    {
+      BusyMeter::Span busy(&meter, BusyMeter::kKernels);
+      spin(20'000);  // 20 us busy
+    }
+    spin(20'000);  // 20 us idle
+  }
+  const BusyMeter::Reading reading = meter.Read(BusyMeter::NowNs());
+  EXPECT_GT(spans, 100);
+  EXPECT_GE(reading.kernels_percent, 25u) << spans << " spans";
+  EXPECT_LE(reading.kernels_percent, 75u) << spans << " spans";
+  EXPECT_EQ(reading.copies_percent, 0u);
+}
+
 class GpuStatusTest : public ::testing::Test {
  protected:
   void SetUp() override {

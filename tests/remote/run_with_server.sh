@@ -11,15 +11,14 @@
 #   --timeout   seconds the program may run (default 120)
 #   --model     the simulated GPUs' model (the server's default: an A100)
 set -u
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/test_server.sh"
 server="" lib="" transport="" server_transport="" port="" gpus=1 client_token="" expect_refused=0
 program_timeout=120 model=""
 while [ $# -gt 0 ]; do
+  if test_server_option "$@"; then shift 2; continue; fi
   case "$1" in
-    --server) server=$2; shift 2 ;;
-    --lib) lib=$2; shift 2 ;;
-    --transport) transport=$2; shift 2 ;;
     --server-transport) server_transport=$2; shift 2 ;;
-    --port) port=$2; shift 2 ;;
     --gpus) gpus=$2; shift 2 ;;
     --client-token) client_token=$2; shift 2 ;;
     --expect-refused) expect_refused=1; shift ;;
@@ -30,10 +29,9 @@ while [ $# -gt 0 ]; do
   esac
 done
 program=${1:?run_with_server.sh: no program given}
-here=$(cd "$(dirname "$0")" && pwd)
 . "$here/transport_env.sh" "${server_transport:-$transport}" || exit 2
 
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+token=$(new_token)
 workdir=$(mktemp -d "/tmp/r2-remote-test.XXXXXX")
 trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; rm -rf "$workdir"' EXIT
 
@@ -42,14 +40,7 @@ trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; rm -rf "$w
   --backend "${GPUPOOL_TEST_BACKEND:-sim}" ${model:+--model "$model"} > "$workdir/server.out" 2> "$workdir/server.err" &
 server_pid=$!
 . "$here/transport_env.sh" "$transport" || exit 2
-for _ in $(seq 1 100); do
-  grep -q "^listening on" "$workdir/server.out" 2>/dev/null && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.05
-done
-if ! grep -q "^listening on" "$workdir/server.out"; then
-  echo "test server did not start:" >&2; cat "$workdir/server.err" >&2; exit 1
-fi
+wait_listening "$server_pid" "$workdir/server.out" "$workdir/server.err"
 
 # The GPUs as the server names them ("gpu INDEX UUID"): the first `gpus` of them.
 gpu_list=""

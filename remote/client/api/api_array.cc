@@ -10,52 +10,20 @@
 // unit reads neither layout): there these calls answer CUDA_ERROR_NOT_SUPPORTED, naming
 // themselves. Not supported anywhere: mipmapped arrays, resource views, sRGB reads, texture
 // and surface references (cuTexRef*, cuSurfRef*), sparse arrays.
-#include "remote/client/ops/arrays.h"
-
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "remote/client/core/api_common.h"
+#include "remote/client/ops/arrays.h"
 #include "remote/protocol/sim_texture.h"
 
 namespace gpupool::client {
 namespace {
 
 namespace dp = gpupool::dataplane;
-
-constexpr uint32_t kArrayMagic = 0x41525259;  // "ARRY"
-
-struct ArrayRecord {
-  uint32_t magic = kArrayMagic;
-  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
-  CUdeviceptr base = 0;
-  size_t row_bytes = 0;  // Width * element bytes
-  size_t rows = 1;       // rows of a slice (Height, at least 1)
-  size_t slices = 1;     // Depth: 3D depth, layers, or cubemap faces (at least 1)
-};
-
-struct ObjectRecord {
-  bool surface = false;
-  CUDA_RESOURCE_DESC resource{};
-  CUDA_TEXTURE_DESC texture{};
-};
-
-std::mutex& Mutex() {
-  static std::mutex mu;
-  return mu;
-}
-// Live arrays, and objects by handle. GUARDED_BY(Mutex())
-std::set<const ArrayRecord*>& Arrays() {
-  static auto* arrays = new std::set<const ArrayRecord*>;
-  return *arrays;
-}
-std::map<uint64_t, ObjectRecord>& Objects() {
-  static auto* objects = new std::map<uint64_t, ObjectRecord>;
-  return *objects;
-}
+using ops::ArrayInfo;
+using ops::FindArray;
+using ops::NewArray;
 
 // A bad argument: logged with the field it names, CUDA_ERROR_INVALID_VALUE.
 CUresult Invalid(const char* call, const std::string& what) {
@@ -93,11 +61,6 @@ CUresult ElementBytes(const char* call, CUarray_format format, unsigned channels
   }
   *bytes = size_t{channel} * channels;
   return CUDA_SUCCESS;
-}
-
-const ArrayRecord* FindArray(CUarray array) {
-  auto* record = reinterpret_cast<const ArrayRecord*>(array);
-  return Arrays().count(record) ? record : nullptr;
 }
 
 // A GPU's limits (those of an A100, which every sim model shares for textures).
@@ -147,20 +110,16 @@ CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCR
   } else if (width > kMax1D) {
     return Invalid(call, "1D array Width over 131072");
   }
-  auto record = std::make_unique<ArrayRecord>();
-  record->descriptor = *desc;
-  record->row_bytes = width * element;  // under 2^17 * 16: no overflow
-  record->rows = height == 0 ? 1 : height;
-  record->slices = depth == 0 ? 1 : depth;
+  ArrayInfo info;
+  info.descriptor = *desc;
+  info.row_bytes = width * element;  // under 2^17 * 16: no overflow
+  info.rows = height == 0 ? 1 : height;
+  info.slices = depth == 0 ? 1 : depth;
   size_t bytes = 0;
-  if (!Multiply(record->row_bytes, record->rows, &bytes) || !Multiply(bytes, record->slices, &bytes)) {
+  if (!Multiply(info.row_bytes, info.rows, &bytes) || !Multiply(bytes, info.slices, &bytes)) {
     return Invalid(call, "the array's size overflows");
   }
-  if (CUresult status = cuMemAlloc_v2(&record->base, bytes); status != CUDA_SUCCESS) return status;
-  std::lock_guard<std::mutex> lock(Mutex());
-  *handle = reinterpret_cast<CUarray>(record.get());
-  Arrays().insert(record.release());
-  return CUDA_SUCCESS;
+  return NewArray(info, bytes, handle);
 }
 
 // The descriptor of an object over `resource`, or an error naming the field.
@@ -169,21 +128,22 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
   size_t element = 0;
   switch (resource.resType) {
     case CU_RESOURCE_TYPE_ARRAY: {
-      std::lock_guard<std::mutex> lock(Mutex());
-      const ArrayRecord* array = FindArray(resource.res.array.hArray);
-      if (array == nullptr) return Invalid(call, "pResDesc->res.array.hArray is no array");
-      const CUDA_ARRAY3D_DESCRIPTOR& a = array->descriptor;
+      ArrayInfo array;
+      if (FindArray(resource.res.array.hArray, &array) != CUDA_SUCCESS) {
+        return Invalid(call, "pResDesc->res.array.hArray is no array");
+      }
+      const CUDA_ARRAY3D_DESCRIPTOR& a = array.descriptor;
       if (surface && !(a.Flags & CUDA_ARRAY3D_SURFACE_LDST)) {
         return Invalid(call, "the array was not created with CUDA_ARRAY3D_SURFACE_LDST");
       }
       d->format = a.Format;
       d->channels = a.NumChannels;
-      d->base = array->base;
+      d->base = array.base;
       d->width = a.Width;
-      d->height = array->rows;
-      d->depth = array->slices;
-      d->pitch = array->row_bytes;
-      d->slice_pitch = array->row_bytes * array->rows;
+      d->height = array.rows;
+      d->depth = array.slices;
+      d->pitch = array.row_bytes;
+      d->slice_pitch = array.row_bytes * array.rows;
       const bool layered = a.Flags & CUDA_ARRAY3D_LAYERED;
       const bool cubemap = a.Flags & CUDA_ARRAY3D_CUBEMAP;
       d->dims = cubemap ? 2 : layered ? (a.Height ? 2 : 1) : a.Depth ? 3 : a.Height ? 2 : 1;
@@ -247,82 +207,20 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
   }
 }
 
-// Writes `d` into a new allocation: the object's handle.
-CUresult Publish(const dp::SimTextureDescriptor& d, const ObjectRecord& record, uint64_t* handle) {
-  CUdeviceptr at = 0;
-  if (CUresult status = cuMemAlloc_v2(&at, sizeof(d)); status != CUDA_SUCCESS) return status;
-  if (CUresult status = cuMemcpyHtoD_v2(at, &d, sizeof(d)); status != CUDA_SUCCESS) {
-    cuMemFree_v2(at);
-    return status;
-  }
-  std::lock_guard<std::mutex> lock(Mutex());
-  Objects()[at] = record;
-  *handle = at;
-  return CUDA_SUCCESS;
-}
-
-CUresult DestroyObject(uint64_t handle, bool surface) {
-  {
-    std::lock_guard<std::mutex> lock(Mutex());
-    auto found = Objects().find(handle);
-    if (found == Objects().end() || found->second.surface != surface) {
-      return CUDA_ERROR_INVALID_VALUE;
-    }
-    Objects().erase(found);
-  }
-  return cuMemFree_v2(handle);
-}
-
-CUresult FindObject(uint64_t handle, bool surface, ObjectRecord* out) {
-  std::lock_guard<std::mutex> lock(Mutex());
-  auto found = Objects().find(handle);
-  if (found == Objects().end() || found->second.surface != surface) return CUDA_ERROR_INVALID_VALUE;
-  *out = found->second;
-  return CUDA_SUCCESS;
-}
-
-// [offset, offset + bytes) of `array`'s bytes, as a device address.
-CUresult ArrayBytes(CUarray array, size_t offset, size_t bytes, CUdeviceptr* at) {
-  std::lock_guard<std::mutex> lock(Mutex());
-  const ArrayRecord* record = FindArray(array);
-  if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  // The product was checked when the array was made.
-  const size_t size = record->row_bytes * record->rows * record->slices;
-  size_t end = 0;
-  if (__builtin_add_overflow(offset, bytes, &end) || end > size) return CUDA_ERROR_INVALID_VALUE;
-  *at = record->base + offset;
+// What cu{Tex,Surf}ObjectGetResourceDesc answer: the resource the object was made from.
+CUresult ObjectResource(uint64_t handle, bool surface, CUDA_RESOURCE_DESC* resource) {
+  if (resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  ops::ObjectRecord record;
+  if (CUresult status = ops::FindObject(handle, surface, &record); status != CUDA_SUCCESS) return status;
+  *resource = record.resource;
   return CUDA_SUCCESS;
 }
 
 }  // namespace
-
-CUresult ArrayBacking(CUarray array, uintptr_t* base, size_t* row_bytes, size_t* rows) {
-  std::lock_guard<std::mutex> lock(Mutex());
-  const ArrayRecord* record = FindArray(array);
-  if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  *base = record->base;
-  *row_bytes = record->row_bytes;
-  *rows = record->rows;
-  return CUDA_SUCCESS;
-}
-
-CUresult CheckArrayRegion(CUmemorytype type, CUarray array, size_t x, size_t y, size_t z, size_t width, size_t height,
-                          size_t depth) {
-  if (type != CU_MEMORYTYPE_ARRAY) return CUDA_SUCCESS;
-  std::lock_guard<std::mutex> lock(Mutex());
-  const ArrayRecord* record = FindArray(array);
-  if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  size_t end = 0;
-  if (__builtin_add_overflow(x, width, &end) || end > record->row_bytes || __builtin_add_overflow(y, height, &end) ||
-      end > record->rows || __builtin_add_overflow(z, depth, &end) || end > record->slices) {
-    return Invalid("cuMemcpy2D/3D", "the region reaches outside the array");
-  }
-  return CUDA_SUCCESS;
-}
-
 }  // namespace gpupool::client
 
-using namespace gpupool::client;  // NOLINT
+using namespace gpupool::client;       // NOLINT
+using namespace gpupool::client::ops;  // NOLINT
 
 // --- Arrays ------------------------------------------------------------------------------------
 
@@ -345,10 +243,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayCreate_v2(CUarray* handle, const CUDA_A
 GPUPOOL_CUDA_API CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* desc, CUarray array) {
   GPUPOOL_BODY({
     if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    std::lock_guard<std::mutex> lock(Mutex());
-    const ArrayRecord* record = FindArray(array);
-    if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    *desc = record->descriptor;
+    ArrayInfo info;
+    if (CUresult status = FindArray(array, &info); status != CUDA_SUCCESS) return status;
+    *desc = info.descriptor;
     return CUDA_SUCCESS;
   });
 }
@@ -356,30 +253,18 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIP
 GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR* desc, CUarray array) {
   GPUPOOL_BODY({
     if (desc == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    std::lock_guard<std::mutex> lock(Mutex());
-    const ArrayRecord* record = FindArray(array);
-    if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-    desc->Width = record->descriptor.Width;
-    desc->Height = record->descriptor.Height;
-    desc->Format = record->descriptor.Format;
-    desc->NumChannels = record->descriptor.NumChannels;
+    ArrayInfo info;
+    if (CUresult status = FindArray(array, &info); status != CUDA_SUCCESS) return status;
+    desc->Width = info.descriptor.Width;
+    desc->Height = info.descriptor.Height;
+    desc->Format = info.descriptor.Format;
+    desc->NumChannels = info.descriptor.NumChannels;
     return CUDA_SUCCESS;
   });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayDestroy(CUarray array) {
-  GPUPOOL_BODY({
-    CUdeviceptr base = 0;
-    {
-      std::lock_guard<std::mutex> lock(Mutex());
-      const ArrayRecord* record = FindArray(array);
-      if (record == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-      base = record->base;
-      Arrays().erase(record);
-      delete record;
-    }
-    return cuMemFree_v2(base);
-  });
+  GPUPOOL_BODY({ return DestroyArray(array); });
 }
 
 // Linear copies to and from an array's bytes (CUDA: for 1D arrays; any array here, by its
@@ -497,7 +382,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle, const C
     record.resource = *resource;
     record.texture = *texture;
     uint64_t at = 0;
-    if (CUresult status = Publish(d, record, &at); status != CUDA_SUCCESS) return status;
+    if (CUresult status = PublishObject(d, record, &at); status != CUDA_SUCCESS) return status;
     *handle = at;
     return CUDA_SUCCESS;
   });
@@ -508,13 +393,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectDestroy(CUtexObject handle) {
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetResourceDesc(CUDA_RESOURCE_DESC* resource, CUtexObject handle) {
-  GPUPOOL_BODY({
-    if (resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    ObjectRecord record;
-    if (CUresult status = FindObject(handle, false, &record); status != CUDA_SUCCESS) return status;
-    *resource = record.resource;
-    return CUDA_SUCCESS;
-  });
+  GPUPOOL_BODY({ return ObjectResource(handle, false, resource); });
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectGetTextureDesc(CUDA_TEXTURE_DESC* texture, CUtexObject handle) {
@@ -544,7 +423,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* handle, const
     record.surface = true;
     record.resource = *resource;
     uint64_t at = 0;
-    if (CUresult status = Publish(d, record, &at); status != CUDA_SUCCESS) return status;
+    if (CUresult status = PublishObject(d, record, &at); status != CUDA_SUCCESS) return status;
     // Kernels given the handle write the array: failover's checkpoints must read it back.
     int device = 0;
     if (CurrentDevice(&device) == CUDA_SUCCESS) {
@@ -562,11 +441,5 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectDestroy(CUsurfObject handle) {
 }
 
 GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectGetResourceDesc(CUDA_RESOURCE_DESC* resource, CUsurfObject handle) {
-  GPUPOOL_BODY({
-    if (resource == nullptr) return CUDA_ERROR_INVALID_VALUE;
-    ObjectRecord record;
-    if (CUresult status = FindObject(handle, true, &record); status != CUDA_SUCCESS) return status;
-    *resource = record.resource;
-    return CUDA_SUCCESS;
-  });
+  GPUPOOL_BODY({ return ObjectResource(handle, true, resource); });
 }

@@ -30,6 +30,13 @@ CUresult QueryDevice(int ordinal, Device** device) {
   return *device == nullptr ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
 }
 
+// A kernel and the device a query about it is for (QueryDevice), both resolved.
+CUresult QueryFunction(const void* handle, int ordinal, Function** function, Device** device) {
+  *function = AsFunction(handle);
+  if (*function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return QueryDevice(ordinal, device);
+}
+
 CUresult Name(const void* handle, const char** name) {
   Function* function = AsFunction(handle);
   if (name == nullptr) return CUDA_ERROR_INVALID_VALUE;
@@ -49,10 +56,9 @@ CUresult ParamInfo(const void* handle, size_t index, size_t* offset, size_t* siz
 
 CUresult FunctionAttribute(int* value, int attribute, const void* handle, int ordinal) {
   if (value == nullptr) return CUDA_ERROR_INVALID_VALUE;
-  Function* function = AsFunction(handle);
-  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Function* function = nullptr;
   Device* device = nullptr;
-  if (CUresult status = QueryDevice(ordinal, &device); status != CUDA_SUCCESS) return status;
+  if (CUresult status = QueryFunction(handle, ordinal, &function, &device); status != CUDA_SUCCESS) return status;
   const ModelProperties model = PropertiesOf(*device);
   const KernelResources resources = ResourcesOf(*function, device->ordinal);
   const gpupool::dataplane::FunctionResources known = KnownResources(*function, device->ordinal);
@@ -116,10 +122,9 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
 }
 
 CUresult SetFunctionAttribute(const void* handle, int attribute, int value, int ordinal) {
-  Function* function = AsFunction(handle);
-  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Function* function = nullptr;
   Device* device = nullptr;
-  if (CUresult status = QueryDevice(ordinal, &device); status != CUDA_SUCCESS) return status;
+  if (CUresult status = QueryFunction(handle, ordinal, &function, &device); status != CUDA_SUCCESS) return status;
   const ModelProperties model = PropertiesOf(*device);
   const KernelResources resources = ResourcesOf(*function, device->ordinal);
   std::lock_guard<std::mutex> lock(Runtime::Get().mu());

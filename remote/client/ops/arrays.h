@@ -1,8 +1,10 @@
-// CUDA arrays as the replacement libcuda.so.1 keeps them: one device allocation each, laid
-// out as remote/protocol/sim_texture.h says, so that 2D/3D copies to and from an array are
-// the row copies of ops/copy.cc over that allocation. What ops/ asks of an array; the
-// table of arrays is defined beside the cuArray* entry points (api/api_array.cc) for now:
-// moving it into ops/ is a next step of the client's layering (docs/architecture.md).
+// CUDA arrays and texture and surface objects as the replacement libcuda.so.1 keeps them:
+// the tables of live ones. An array is one device allocation, laid out as
+// remote/protocol/sim_texture.h says, so that 2D/3D copies to and from an array are the row
+// copies of ops/copy.cc over that allocation; a texture or surface object is a descriptor
+// written into an allocation of its own, whose address is its handle. The exported
+// cuArray*, cuTexObject* and cuSurfObject* functions (api/api_array.cc) check their
+// arguments and call these. Thread-safe: one lock for both tables.
 #pragma once
 
 #include <cuda.h>
@@ -10,7 +12,30 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace gpupool::client {
+#include "remote/protocol/sim_texture.h"
+
+namespace gpupool::client::ops {
+
+// An array as made: its descriptor and where its bytes lie.
+struct ArrayInfo {
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  CUdeviceptr base = 0;
+  size_t row_bytes = 0;  // Width * element bytes
+  size_t rows = 1;       // rows of a slice (Height, at least 1)
+  size_t slices = 1;     // Depth: 3D depth, layers, or cubemap faces (at least 1)
+};
+
+// Allocates `bytes` (row_bytes * rows * slices, checked by the caller) of device memory
+// for an array described by `info` (its base is filled in) and lists it: *handle.
+CUresult NewArray(const ArrayInfo& info, size_t bytes, CUarray* handle);
+// A copy of the live `array`'s record; CUDA_ERROR_INVALID_HANDLE for a handle that is none.
+CUresult FindArray(CUarray array, ArrayInfo* info);
+// Unlists `array` and frees its memory; CUDA_ERROR_INVALID_HANDLE for a handle that is none.
+CUresult DestroyArray(CUarray array);
+
+// [offset, offset + bytes) of `array`'s bytes as a device address (*at);
+// CUDA_ERROR_INVALID_VALUE when the range leaves the array.
+CUresult ArrayBytes(CUarray array, size_t offset, size_t bytes, CUdeviceptr* at);
 
 // The device memory behind `array`: its first texel's address, the bytes of a row, and the
 // rows of a slice. CUDA_ERROR_INVALID_HANDLE for a handle that is no live array.
@@ -22,4 +47,18 @@ CUresult ArrayBacking(CUarray array, uintptr_t* base, size_t* row_bytes, size_t*
 CUresult CheckArrayRegion(CUmemorytype type, CUarray array, size_t x, size_t y, size_t z, size_t width, size_t height,
                           size_t depth);
 
-}  // namespace gpupool::client
+// What a texture or surface object was made from, for cu*GetResourceDesc/GetTextureDesc.
+struct ObjectRecord {
+  bool surface = false;
+  CUDA_RESOURCE_DESC resource{};
+  CUDA_TEXTURE_DESC texture{};
+};
+
+// Writes `descriptor` into a new allocation, whose address is the object's handle.
+CUresult PublishObject(const dataplane::SimTextureDescriptor& descriptor, const ObjectRecord& record, uint64_t* handle);
+// The live object `handle` of its kind (`surface`), or CUDA_ERROR_INVALID_VALUE.
+CUresult FindObject(uint64_t handle, bool surface, ObjectRecord* record);
+// Unlists the object and frees its descriptor; CUDA_ERROR_INVALID_VALUE when none.
+CUresult DestroyObject(uint64_t handle, bool surface);
+
+}  // namespace gpupool::client::ops

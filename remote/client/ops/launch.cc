@@ -136,18 +136,6 @@ CUresult PackParams(const Function& function, void** params, void** extra, std::
   return CUDA_SUCCESS;
 }
 
-CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const unsigned block[3], Function** function) {
-  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
-  *function = AsFunction(handle);
-  if (*function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
-  if (threads == 0 || threads > 1024 || block[0] > 1024 || block[1] > 1024 || block[2] > 64 || grid[0] == 0 ||
-      grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u || grid[1] > 65535 || grid[2] > 65535) {
-    return CUDA_ERROR_INVALID_VALUE;
-  }
-  return CUDA_SUCCESS;
-}
-
 CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
                       CUstream stream, void** params, void** extra, bool cooperative) {
   Function* function = nullptr;

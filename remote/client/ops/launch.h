@@ -9,6 +9,7 @@
 
 #include <vector>
 
+#include "remote/client/core/api_common.h"
 #include "remote/client/core/occupancy.h"
 #include "remote/client/core/runtime.h"
 
@@ -44,8 +45,19 @@ CUresult PackParams(const Function& function, void** params, void** extra, std::
 CUresult PackKernelParams(CUfunction function, void** params, void** extra, std::vector<char>* packed);
 
 // The checks every launch makes first, captured or not: initialised, `handle` a kernel
-// (*function), a block and a grid a GPU takes.
-CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const unsigned block[3], Function** function);
+// (*function), a block and a grid a GPU takes. Inline: it is the first step of every
+// launch (LaunchKernel) and of every captured one (api/).
+inline CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const unsigned block[3], Function** function) {
+  if (CUresult status = RequireInit(); status != CUDA_SUCCESS) return status;
+  *function = AsFunction(handle);
+  if (*function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  uint64_t threads = uint64_t{block[0]} * block[1] * block[2];
+  if (threads == 0 || threads > 1024 || block[0] > 1024 || block[1] > 1024 || block[2] > 64 || grid[0] == 0 ||
+      grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u || grid[1] > 65535 || grid[2] > 65535) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
 
 // Launches `handle` on `stream`. `cooperative`: every block resident at once, so that
 // blocks may wait for each other (cuLaunchCooperativeKernel; grid.sync()).

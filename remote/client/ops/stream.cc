@@ -9,6 +9,17 @@ namespace gpupool::client::ops {
 
 namespace dp = gpupool::dataplane;
 
+namespace {
+
+// An event and a stream given together (record, wait): both resolved, or the error.
+CUresult EventAndStream(CUevent handle, CUstream stream, Event** event, int* device, uint64_t* stream_id) {
+  *event = AsEvent(handle);
+  if (*event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  return ResolveDevice(stream, device, stream_id);
+}
+
+}  // namespace
+
 CUresult StreamCall(CUstream stream, uint32_t op) {
   int device = 0;
   uint64_t id = 0;
@@ -18,11 +29,10 @@ CUresult StreamCall(CUstream stream, uint32_t op) {
 }
 
 CUresult RecordEvent(CUevent handle, CUstream stream) {
-  Event* event = AsEvent(handle);
-  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Event* event = nullptr;
   int device = 0;
   uint64_t stream_id = 0;
-  if (CUresult status = ResolveDevice(stream, &device, &stream_id); status != CUDA_SUCCESS) {
+  if (CUresult status = EventAndStream(handle, stream, &event, &device, &stream_id); status != CUDA_SUCCESS) {
     return status;
   }
   if (device != event->context->device) return CUDA_ERROR_INVALID_HANDLE;
@@ -39,11 +49,10 @@ CUresult EventCall(CUevent handle, uint32_t op) {
 }
 
 CUresult WaitEvent(CUstream stream, CUevent handle) {
-  Event* event = AsEvent(handle);
-  if (event == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  Event* event = nullptr;
   int device = 0;
   uint64_t stream_id = 0;
-  if (CUresult status = ResolveDevice(stream, &device, &stream_id); status != CUDA_SUCCESS) {
+  if (CUresult status = EventAndStream(handle, stream, &event, &device, &stream_id); status != CUDA_SUCCESS) {
     return status;
   }
   if (event->context->device != device) {

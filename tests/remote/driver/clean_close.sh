@@ -12,35 +12,26 @@
 # usage: clean_close.sh --server BIN --lib DIR --transport tcp|shm --port PORT --programs DIR
 #   DIR holds exit_modes (static cudart) and cudart_shared (-cudart shared).
 set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+. "$here/test_server.sh"
 server="" lib="" transport="" port="" programs=""
 while [ $# -gt 0 ]; do
+  if test_server_option "$@"; then shift 2; continue; fi
   case "$1" in
-    --server) server=$2; shift 2 ;;
-    --lib) lib=$2; shift 2 ;;
-    --transport) transport=$2; shift 2 ;;
-    --port) port=$2; shift 2 ;;
     --programs) programs=$2; shift 2 ;;
     *) echo "clean_close.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
-here=$(cd "$(dirname "$0")/.." && pwd)
 . "$here/transport_env.sh" "$transport" || exit 2
 
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+token=$(new_token)
 workdir=$(mktemp -d "/tmp/r2-clean-close.XXXXXX")
 trap 'kill "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; rm -rf "$workdir"' EXIT
 # GPUPOOL_TEST_BACKEND=cuda (scripts/test --gpu): the server serves this machine's GPUs.
 "$server" --listen "127.0.0.1:$port" --lease L1 --token "$token" --gpus 1 \
   --backend "${GPUPOOL_TEST_BACKEND:-sim}" > "$workdir/server.out" 2> "$workdir/server.err" &
 server_pid=$!
-for _ in $(seq 1 100); do
-  grep -q "^listening on" "$workdir/server.out" 2>/dev/null && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.05
-done
-if ! grep -q "^listening on" "$workdir/server.out"; then
-  echo "test server did not start:" >&2; cat "$workdir/server.err" >&2; exit 1
-fi
+wait_listening "$server_pid" "$workdir/server.out" "$workdir/server.err"
 export GPUPOOL_GPUS="$(awk '$1 == "gpu" { print $3; exit }' "$workdir/server.out")@127.0.0.1:$port"
 export GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN="$token" CUDA_VISIBLE_DEVICES=0
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"

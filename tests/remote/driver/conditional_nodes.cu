@@ -344,10 +344,7 @@ int main() {
     CHECK(cudaGraphDestroy(graph));
   }
 
-  CHECK(cudaFree(value));
-  CHECK(cudaFree(iterations));
-  CHECK(cudaFree(left));
-  CHECK(cudaFree(total));
+  CHECK_FREE(value, iterations, left, total);
   CHECK(cudaStreamDestroy(stream));
   std::printf("conditional_nodes: ok\n");
   return 0;

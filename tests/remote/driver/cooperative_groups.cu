@@ -137,11 +137,7 @@ int main() {
   CHECK(cudaMemset(total, 0, sizeof(long long)));
   cudaGraph_t graph = nullptr;
   CHECK(cudaGraphCreate(&graph, 0));
-  cudaKernelNodeParams node_params{};
-  node_params.func = reinterpret_cast<void*>(StencilThenSum);
-  node_params.gridDim = dim3(blocks);
-  node_params.blockDim = dim3(threads);
-  node_params.kernelParams = args;
+  cudaKernelNodeParams node_params = KernelNodeParams(reinterpret_cast<void*>(StencilThenSum), blocks, threads, args);
   cudaGraphNode_t node;
   CHECK(cudaGraphAddKernelNode(&node, graph, nullptr, 0, &node_params));
   cudaKernelNodeAttrValue value{};

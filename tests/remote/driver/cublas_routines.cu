@@ -20,15 +20,7 @@
 #include "../programs/check.h"
 #include "device_copies.h"
 
-#define BLAS_CHECK(call)                                                        \
-  do {                                                                          \
-    cublasStatus_t blas_check_status_ = (call);                                 \
-    if (blas_check_status_ != CUBLAS_STATUS_SUCCESS) {                          \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
-                   cublasGetStatusName(blas_check_status_));                    \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
+#define BLAS_CHECK(call) LIBRARY_CHECK(call, CUBLAS_STATUS_SUCCESS, cublasGetStatusName)
 
 namespace {
 

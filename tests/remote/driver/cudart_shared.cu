@@ -33,9 +33,7 @@ int main() {
   void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   EXPECT(driver != nullptr);
   EXPECT(dlsym(driver, "cuGpupoolRemotingLibrary") != nullptr);
-  CHECK(cudaFree(da));
-  CHECK(cudaFree(db));
-  CHECK(cudaFree(dc));
+  CHECK_FREE(da, db, dc);
   std::printf("cudart shared (runtime %d): ok\n", runtime);
   return 0;
 }

@@ -12,15 +12,13 @@
 
 #include "../programs/check.h"
 
-#define FFT_CHECK(call)                                                                     \
-  do {                                                                                      \
-    cufftResult fft_check_error_ = (call);                                                  \
-    if (fft_check_error_ != CUFFT_SUCCESS) {                                                \
-      std::fprintf(stderr, "%s:%d: %s failed: cufftResult %d\n", __FILE__, __LINE__, #call, \
-                   static_cast<int>(fft_check_error_));                                     \
-      std::exit(1);                                                                         \
-    }                                                                                       \
-  } while (0)
+// cuFFT names no results: the number, as cufft.h lists them.
+inline const char* FftResultText(cufftResult result) {
+  static thread_local char text[32];
+  std::snprintf(text, sizeof(text), "cufftResult %d", static_cast<int>(result));
+  return text;
+}
+#define FFT_CHECK(call) LIBRARY_CHECK(call, CUFFT_SUCCESS, FftResultText)
 
 namespace {
 
@@ -129,8 +127,7 @@ void RealBatched() {
   EXPECT(error < 1e-4);
   FFT_CHECK(cufftDestroy(forward));
   FFT_CHECK(cufftDestroy(inverse));
-  CHECK(cudaFree(real));
-  CHECK(cudaFree(spectrum));
+  CHECK_FREE(real, spectrum);
 }
 
 // A 2D transform on a stream of the program's, forward and inverse: n times the input.

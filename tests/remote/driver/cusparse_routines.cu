@@ -17,15 +17,7 @@
 #include "../programs/check.h"
 #include "device_copies.h"
 
-#define SPARSE_CHECK(call)                                                      \
-  do {                                                                          \
-    cusparseStatus_t sparse_check_status_ = (call);                             \
-    if (sparse_check_status_ != CUSPARSE_STATUS_SUCCESS) {                      \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
-                   cusparseGetErrorString(sparse_check_status_));               \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
+#define SPARSE_CHECK(call) LIBRARY_CHECK(call, CUSPARSE_STATUS_SUCCESS, cusparseGetErrorString)
 
 namespace {
 

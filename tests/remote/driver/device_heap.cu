@@ -86,9 +86,7 @@ int main() {
     EXPECT(ok[0] == 1);
   }
 
-  CHECK(cudaFree(ok));
-  CHECK(cudaFree(particles));
-  CHECK(cudaFree(x));
+  CHECK_FREE(ok, particles, x);
   std::printf("device heap: PASS\n");
   return 0;
 }

@@ -110,12 +110,7 @@ int main() {
   EXPECT(statuses[2] == cudaErrorInvalidConfiguration);
   EXPECT(statuses[3] == cudaSuccess && statuses[4] == 64 * 63 / 2 && statuses[5] == cudaSuccess);
 
-  CHECK(cudaFree(out));
-  CHECK(cudaFree(errors));
-  CHECK(cudaFree(per_level));
-  CHECK(cudaFree(slots));
-  CHECK(cudaFree(sum));
-  CHECK(cudaFree(status));
+  CHECK_FREE(out, errors, per_level, slots, sum, status);
   std::printf("dynamic parallelism: PASS\n");
   return 0;
 }

@@ -137,11 +137,7 @@ int main() {
   EXPECT(buffer != nullptr);
   CHECK(cudaGraphAddMemcpyNode1D(&upload, producer, &alloc_node, 1, buffer, in, bytes, cudaMemcpyHostToDevice));
   void* twice_args[] = {&buffer, &buffer, const_cast<int*>(&n)};
-  cudaKernelNodeParams kernel = {};
-  kernel.func = reinterpret_cast<void*>(Twice);
-  kernel.gridDim = dim3(blocks);
-  kernel.blockDim = dim3(256);
-  kernel.kernelParams = twice_args;
+  cudaKernelNodeParams kernel = KernelNodeParams(reinterpret_cast<void*>(Twice), blocks, 256, twice_args);
   CHECK(cudaGraphAddKernelNode(&twice, producer, &upload, 1, &kernel));
   cudaGraphExec_t producer_exec = nullptr;
   CHECK(cudaGraphInstantiate(&producer_exec, producer, 0));
@@ -230,8 +226,7 @@ int main() {
   // d_in is still allocated and usable.
   CHECK(cudaMemcpy(d_in, in, bytes, cudaMemcpyHostToDevice));
 
-  CHECK(cudaFree(d_in));
-  CHECK(cudaFree(d_out));
+  CHECK_FREE(d_in, d_out);
   CHECK(cudaStreamDestroy(stream));
   std::printf("graph_memory: ok\n");
   return 0;

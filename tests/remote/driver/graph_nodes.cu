@@ -30,14 +30,7 @@ void CUDART_CB CountCall(void*) { ++host_calls; }
 constexpr int kN = 1000;
 constexpr unsigned kBlocks = (kN + 255) / 256;
 
-cudaKernelNodeParams KernelParams(void* kernel, void** args) {
-  cudaKernelNodeParams p{};
-  p.func = kernel;
-  p.gridDim = dim3(kBlocks);
-  p.blockDim = dim3(256);
-  p.kernelParams = args;
-  return p;
-}
+cudaKernelNodeParams KernelParams(void* kernel, void** args) { return KernelNodeParams(kernel, kBlocks, 256, args); }
 
 // Checks out[i] == want(i) for every i, naming the first difference.
 template <typename Want>
@@ -380,11 +373,8 @@ int main() {
     CHECK(cudaGraphDestroy(g));
   }
   CHECK(cudaEventDestroy(event));
-  CHECK(cudaFree(a));
-  CHECK(cudaFree(b));
-  CHECK(cudaFreeHost(in));
-  CHECK(cudaFreeHost(out));
-  CHECK(cudaFreeHost(out2));
+  CHECK_FREE(a, b);
+  CHECK_FREE_HOST(in, out, out2);
   std::printf("graph nodes: ok\n");
   return 0;
 }

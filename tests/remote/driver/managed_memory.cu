@@ -185,8 +185,7 @@ int main() {
   EXPECT(*sum == 5050);
 
   // Freed and allocated again.
-  CHECK(cudaFree(nodes));
-  CHECK(cudaFree(sum));
+  CHECK_FREE(nodes, sum);
   CHECK(cudaMallocManaged(&sum, sizeof(int), cudaMemAttachHost));
   *sum = 0;
   SumList<<<1, 1>>>(nullptr, sum);
@@ -195,10 +194,7 @@ int main() {
   int* refused = nullptr;
   EXPECT(cudaMallocManaged(&refused, 16, 7) == cudaErrorInvalidValue);  // no such flags
 
-  CHECK(cudaFree(sum));
-  CHECK(cudaFree(x));
-  CHECK(cudaFree(y));
-  CHECK(cudaFree(device_buffer));
+  CHECK_FREE(sum, x, y, device_buffer);
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaEventDestroy(done));
   std::printf("managed memory: PASS\n");

@@ -145,13 +145,9 @@ int main() {
   CHECK(cudaMemcpy(written, source, m * sizeof(float), cudaMemcpyDeviceToHost));
   EXPECT(written[77] == values[77]);
   CHECK(cudaFree(source));
-  CHECK(cudaFreeHost(staged));
-  CHECK(cudaFreeHost(written));
-  CHECK(cudaFreeHost(through));
+  CHECK_FREE_HOST(staged, written, through);
 
-  CHECK(cudaFreeHost(a));
-  CHECK(cudaFreeHost(b));
-  CHECK(cudaFreeHost(c));
+  CHECK_FREE_HOST(a, b, c);
   CHECK(cudaFree(device_buffer));
   CHECK(cudaStreamDestroy(stream));
   std::printf("mapped memory: PASS\n");

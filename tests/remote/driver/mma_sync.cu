@@ -13,6 +13,7 @@
 
 #include "../programs/check.h"
 #include "device_copies.h"
+#include "tf32.h"
 
 namespace {
 
@@ -118,14 +119,6 @@ bool Check(const char* what, const std::vector<float>& got, const std::vector<do
     }
   }
   return true;
-}
-
-float Tf32(float x) {
-  uint32_t bits;
-  std::memcpy(&bits, &x, 4);
-  bits = (bits + 0x1000u) & ~0x1fffu;
-  std::memcpy(&x, &bits, 4);
-  return x;
 }
 
 }  // namespace

@@ -127,9 +127,7 @@ void CheckCompiledKernelAttributes(const cudaDeviceProp& prop) {
     int neighbour = i / 256 * 256 + (i % 256 + 1) % 256;
     EXPECT(back[i] == static_cast<float>(factor * host[i] + factor * host[neighbour]));
   }
-  CHECK(cudaFree(device_picks));
-  CHECK(cudaFree(in));
-  CHECK(cudaFree(out));
+  CHECK_FREE(device_picks, in, out);
 }
 
 }  // namespace

@@ -166,15 +166,12 @@ int main() {
     cudaGetLastError();
     CHECK(cudaStreamSynchronize(stream));
     EXPECT(back2 == untouched);
-    CHECK(cudaFree(a));
-    CHECK(cudaFree(b));
-    CHECK(cudaFree(c));
+    CHECK_FREE(a, b, c);
   }
 
   CHECK(cudaStreamDestroy(stream));
   CHECK(cudaFree(volume.ptr));
-  CHECK(cudaFree(other));
-  CHECK(cudaFree(pitched));
+  CHECK_FREE(other, pitched);
   std::printf("pitched copies: ok (pitch %zu)\n", pitch);
   return 0;
 }

@@ -14,15 +14,7 @@
 #include "../programs/check.h"
 #include "driver_check.h"
 
-#define NVRTC_CHECK(call)                                                       \
-  do {                                                                          \
-    nvrtcResult nvrtc_check_error_ = (call);                                    \
-    if (nvrtc_check_error_ != NVRTC_SUCCESS) {                                  \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, \
-                   nvrtcGetErrorString(nvrtc_check_error_));                    \
-      std::exit(1);                                                             \
-    }                                                                           \
-  } while (0)
+#define NVRTC_CHECK(call) LIBRARY_CHECK(call, NVRTC_SUCCESS, nvrtcGetErrorString)
 
 namespace {
 

@@ -175,10 +175,8 @@ int main() {
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(clone));
   CHECK(cudaGraphDestroy(graph));
-  CHECK(cudaFree(a));
-  CHECK(cudaFree(b));
-  CHECK(cudaFreeHost(in));
-  CHECK(cudaFreeHost(out));
+  CHECK_FREE(a, b);
+  CHECK_FREE_HOST(in, out);
   std::printf("stream graphs: ok\n");
   return 0;
 }

@@ -14,6 +14,7 @@
 
 #include "../programs/check.h"
 #include "device_copies.h"
+#include "tf32.h"
 
 using namespace nvcuda;
 
@@ -117,15 +118,6 @@ bool Near(double got, double want, double tolerance, const char* what, int index
   if (std::fabs(got - want) <= tolerance * (1 + std::fabs(want))) return true;
   std::fprintf(stderr, "%s[%d] = %.9g, want %.9g\n", what, index, got, want);
   return false;
-}
-
-// The value TF32 keeps of x: 10 mantissa bits, rounded to nearest, ties away from zero.
-float Tf32(float x) {
-  unsigned bits;
-  std::memcpy(&bits, &x, 4);
-  bits = (bits + 0x1000u) & ~0x1fffu;
-  std::memcpy(&x, &bits, 4);
-  return x;
 }
 
 }  // namespace

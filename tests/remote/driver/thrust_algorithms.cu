@@ -83,9 +83,7 @@ int main() {
   int cub_sum = 0;
   CHECK(cudaMemcpy(&cub_sum, device_out, sizeof(int), cudaMemcpyDeviceToHost));
   EXPECT(cub_sum == static_cast<int>(std::accumulate(host.begin(), host.end(), 0LL)));
-  CHECK(cudaFree(temp));
-  CHECK(cudaFree(device_in));
-  CHECK(cudaFree(device_out));
+  CHECK_FREE(temp, device_in, device_out);
   std::printf("thrust and cub: PASS\n");
   return 0;
 }

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 
 #define CHECK(call)                                                                                                    \
   do {                                                                                                                 \
@@ -15,6 +16,45 @@
       std::exit(1);                                                                                                    \
     }                                                                                                                  \
   } while (0)
+
+// LIBRARY_CHECK(call, ok, describe): CHECK for a CUDA library's own status type (cuBLAS,
+// cuSPARSE, NVRTC, cuFFT): when `call` returns other than `ok`, prints the failing call and
+// describe(status) (a string), then exits 1.
+#define LIBRARY_CHECK(call, ok, describe)                                                                         \
+  do {                                                                                                            \
+    auto library_check_status_ = (call);                                                                          \
+    if (library_check_status_ != (ok)) {                                                                          \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, describe(library_check_status_)); \
+      std::exit(1);                                                                                               \
+    }                                                                                                             \
+  } while (0)
+
+// CHECK_FREE(a, b, c): CHECK(cudaFree(a)), CHECK(cudaFree(b)), ... in that order, as a
+// program ends; CHECK_FREE_HOST the same with cudaFreeHost.
+inline void CheckEachFreed(const char* file, int line, const char* call, cudaError_t (*release)(void*),
+                           std::initializer_list<void*> pointers) {
+  for (void* pointer : pointers) {
+    cudaError_t error = release(pointer);
+    if (error != cudaSuccess) {
+      std::fprintf(stderr, "%s:%d: %s(%p) failed: %s (%d)\n", file, line, call, pointer, cudaGetErrorString(error),
+                   static_cast<int>(error));
+      std::exit(1);
+    }
+  }
+}
+#define CHECK_FREE(...) CheckEachFreed(__FILE__, __LINE__, "cudaFree", cudaFree, {__VA_ARGS__})
+#define CHECK_FREE_HOST(...) CheckEachFreed(__FILE__, __LINE__, "cudaFreeHost", cudaFreeHost, {__VA_ARGS__})
+
+// The parameters of a graph's kernel node: `kernel` on `grid` blocks of `block` threads,
+// no dynamic shared memory, `args` as a launch takes them.
+inline cudaKernelNodeParams KernelNodeParams(const void* kernel, dim3 grid, dim3 block, void** args) {
+  cudaKernelNodeParams params{};
+  params.func = const_cast<void*>(kernel);
+  params.gridDim = grid;
+  params.blockDim = block;
+  params.kernelParams = args;
+  return params;
+}
 
 // GPUPOOL_EXPECT_SIM (run_with_server.sh sets it when the test server runs the sim): the
 // GPU is the sim, so what only the sim does (a model chosen with --model, kernels it lacks)

@@ -43,7 +43,6 @@ int main() {
   for (size_t i = fill; i < fill + 1024; ++i) EXPECT(back[i] == 0xabababab);
 
   CHECK(cudaFreeHost(pinned));
-  CHECK(cudaFree(d1));
-  CHECK(cudaFree(d2));
+  CHECK_FREE(d1, d2);
   return 0;
 }

@@ -59,11 +59,7 @@ int main(int argc, char** argv) {
   CHECK(cudaGraphAddMemAllocNode(&alloc_node, setup, nullptr, 0, &alloc));
   unsigned* d_state = static_cast<unsigned*>(alloc.dptr);
   void* init_args[] = {&d_state, const_cast<unsigned*>(&n)};
-  cudaKernelNodeParams init = {};
-  init.func = reinterpret_cast<void*>(count_up);
-  init.gridDim = dim3(blocks);
-  init.blockDim = dim3(256);
-  init.kernelParams = init_args;
+  cudaKernelNodeParams init = KernelNodeParams(reinterpret_cast<void*>(count_up), blocks, 256, init_args);
   CHECK(cudaGraphAddKernelNode(&init_node, setup, &alloc_node, 1, &init));
   cudaGraphExec_t setup_exec = nullptr;
   CHECK(cudaGraphInstantiate(&setup_exec, setup, 0));

@@ -115,9 +115,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(got.data(), d_out, got.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
   size_t wrong = 0;
   for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != state[i];
-  CHECK(cudaFree(d_chunks));
-  CHECK(cudaFree(d_failed));
-  CHECK(cudaFree(d_out));
+  CHECK_FREE(d_chunks, d_failed, d_out);
   if (wrong != 0) {
     std::printf("iterate: FAIL: %zu of %zu words on the device heap wrong\n", wrong, got.size());
     return 1;

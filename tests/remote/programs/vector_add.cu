@@ -23,9 +23,7 @@ int main() {
   CHECK(cudaMemcpy(c.data(), dc, n * sizeof(float), cudaMemcpyDeviceToHost));
   int wrong = 0;
   for (int i = 0; i < n; ++i) wrong += c[i] != a[i] + b[i];
-  CHECK(cudaFree(da));
-  CHECK(cudaFree(db));
-  CHECK(cudaFree(dc));
+  CHECK_FREE(da, db, dc);
   std::printf("vector_add: %d elements, %d wrong\n", n, wrong);
   return wrong == 0 ? 0 : 1;
 }

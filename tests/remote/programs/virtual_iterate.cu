@@ -160,11 +160,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(got.data(), d_out, kObjects * sizeof(unsigned), cudaMemcpyDeviceToHost));
   size_t wrong = 0;
   for (unsigned i = 0; i < kObjects; ++i) wrong += got[i] != (i % 3 == 1 ? state[i] ^ 0xffffu : state[i]);
-  CHECK(cudaFree(d_world));
-  CHECK(cudaFree(d_failed));
-  CHECK(cudaFree(d_inputs));
-  CHECK(cudaFree(d_sum));
-  CHECK(cudaFree(d_out));
+  CHECK_FREE(d_world, d_failed, d_inputs, d_sum, d_out);
   if (wrong != 0) {
     std::printf("iterate: FAIL: %zu of %u objects wrong\n", wrong, kObjects);
     return 1;
