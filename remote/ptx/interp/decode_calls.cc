@@ -311,4 +311,11 @@ Status Decoder::IndirectCall(const Frame& frame, const RawStatement& s, const Ra
   return Status::OK();
 }
 
+// call: Call (decode_calls.cc).
+Status Decoder::DecodeCall(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  return Call(frame, s, inst, depth);
+}
+
 }  // namespace gpupool::sim::interp

@@ -177,4 +177,25 @@ Status Decoder::Ldmatrix(const Frame& frame, const RawStatement& s, const std::v
   return Status::OK();
 }
 
+// wmma: Wmma.
+Status Decoder::DecodeWmma(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  return Wmma(frame, s, parts, inst);
+}
+
+// mma: MmaSync.
+Status Decoder::DecodeMmaSync(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  return MmaSync(frame, s, parts, inst);
+}
+
+// ldmatrix: Ldmatrix.
+Status Decoder::DecodeLdmatrix(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  return Ldmatrix(frame, s, parts, inst);
+}
+
 }  // namespace gpupool::sim::interp

@@ -1,6 +1,7 @@
 // The decoder (decoder.h): asynchronous copies, mbarrier and textures/surfaces.
 #include "remote/ptx/interp/decoder.h"
 
+#include "remote/ptx/interp/half.h"
 #include "remote/ptx/interp/texture.h"
 #include "remote/ptx/interp/texture_ops.h"
 #include "remote/ptx/interp/warp_ops.h"
@@ -191,6 +192,181 @@ Status Decoder::Texture(const Frame& frame, const RawStatement& s, const std::ve
   inst.run = &HTexture;
   k_->code.push_back(inst);
   return Status::OK();
+}
+
+// ld, ldu, st, atom, red, cvta, isspacep, createpolicy.
+Status Decoder::DecodeMemory(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  if (op == "createpolicy") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 1));
+    GPUPOOL_DST(0);
+    inst.run = &HZero;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  if (op == "ld" || op == "ldu" || op == "st") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    bool is_store = op == "st";
+    const RawOperand& data = is_store ? ops[1] : ops[0];
+    const RawOperand& address = is_store ? ops[0] : ops[1];
+    inst.width = static_cast<uint8_t>(TySize(type));
+    if (type == kNoType || inst.width == 0) return BadType(d);
+    if (TySigned(type)) inst.flags |= kFlagSigned;
+    inst.vec = static_cast<uint8_t>(vec);
+    if (vec > 4) return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vectors wider than 4");
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, address, &inst, s.line));
+    if (vec == 1) {
+      if (is_store) {
+        GPUPOOL_SRC(d[0], is_store ? 1 : 0, type);
+      } else {
+        auto slot = Dest(frame, data, s.line);
+        if (!slot.ok()) return slot.status();
+        inst.d[0] = *slot;
+      }
+    } else {
+      if (data.kind != RawOperand::kVector || data.items.size() != static_cast<size_t>(vec)) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vector operand expected");
+      }
+      for (int i = 0; i < vec; ++i) {
+        auto slot = is_store ? Source(frame, data.items[i], type, s.line) : Dest(frame, data.items[i], s.line);
+        if (!slot.ok()) return slot.status();
+        inst.d[i] = *slot;
+      }
+    }
+    inst.run = LoadStoreHandler(inst, is_store);
+    // A kernel parameter at a fixed address (Hoist checks it is inside the parameters).
+    inst.pure = !is_store && inst.space == Space::kParam && inst.uniform_address;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  if (op == "atom" || op == "red") {
+    bool has_dest = op == "atom";
+    GPUPOOL_RETURN_IF_ERROR(Need(d, has_dest ? 3 : 2));
+    static const std::map<std::string, AtomOp> kOps = {
+        {"add", kAtomAdd}, {"min", kAtomMin},   {"max", kAtomMax}, {"and", kAtomAnd}, {"or", kAtomOr},
+        {"xor", kAtomXor}, {"exch", kAtomExch}, {"cas", kAtomCas}, {"inc", kAtomInc}, {"dec", kAtomDec}};
+    bool known = false;
+    for (const auto& [name, value] : kOps) {
+      if (mods.count(name)) {
+        inst.mode = value;
+        known = true;
+      }
+    }
+    if (!known || vec != 1) return BadType(d);
+    size_t first = has_dest ? 1 : 0;
+    if (has_dest) GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[first], &inst, s.line));
+    GPUPOOL_SRC(b, first + 1, type);
+    if (inst.mode == kAtomCas) {
+      GPUPOOL_RETURN_IF_ERROR(Need(d, first + 3));
+      GPUPOOL_SRC(c, first + 2, type);
+    }
+    if ((type == kF32 || type == kF64) &&
+        !(inst.mode == kAtomAdd || inst.mode == kAtomMin || inst.mode == kAtomMax || inst.mode == kAtomExch)) {
+      return BadType(d);
+    }
+    if (TyHalf(type) || type == kU16 || type == kS16) {
+      const bool half = TyHalf(type);
+      if (half ? !(inst.mode == kAtomAdd || inst.mode == kAtomMin || inst.mode == kAtomMax || inst.mode == kAtomExch)
+               : !(inst.mode == kAtomCas || inst.mode == kAtomExch)) {
+        return BadType(d);
+      }
+      inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
+      inst.mode2 = !half ? 2 : (type == kBF16 || type == kBF16x2) ? 1 : 0;
+      inst.run = &HAtom16;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    switch (type) {
+      case kU32:
+        inst.run = AtomHandlerOf<uint32_t>(inst.space);
+        break;
+      case kS32:
+        inst.run = AtomHandlerOf<int32_t>(inst.space);
+        break;
+      case kU64:
+        inst.run = AtomHandlerOf<uint64_t>(inst.space);
+        break;
+      case kS64:
+        inst.run = AtomHandlerOf<int64_t>(inst.space);
+        break;
+      case kF32:
+        inst.run = AtomHandlerOf<float>(inst.space);
+        break;
+      case kF64:
+        inst.run = AtomHandlerOf<double>(inst.space);
+        break;
+      default:
+        inst.run = ByType<WAtom>(type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType : type);
+    }
+    if (inst.run == nullptr) return BadType(d);
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  if (op == "cvta") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    GPUPOOL_DST(0);
+    GPUPOOL_SRC(a, 1, type);
+    inst.mode = mods.count("to") ? 1 : 0;
+    inst.width = static_cast<uint8_t>(TySize(type));
+    switch (inst.space) {
+      case Space::kShared:
+        inst.offset = static_cast<int64_t>(kSharedWindow);
+        break;
+      case Space::kLocal:
+        inst.offset = static_cast<int64_t>(kLocalWindow);
+        break;
+      case Space::kParam:
+        inst.offset = static_cast<int64_t>(kParamWindow);
+        break;
+      default:
+        inst.offset = 0;
+        break;
+    }
+    inst.run = &HCvta;
+    inst.pure = true;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  if (op == "isspacep") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    GPUPOOL_DST(0);
+    GPUPOOL_SRC(a, 1, kU64);
+    inst.mode = static_cast<uint8_t>(inst.space);
+    inst.run = &HIsspacep;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
+}
+
+// cp.async (not .bulk): CpAsync; any other cp is refused.
+Status Decoder::DecodeAsyncCopy(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  if (op == "cp" && parts.size() > 1 && parts[1] == "async") {
+    const bool bulk = std::find(parts.begin(), parts.end(), "bulk") != parts.end();
+    if (!bulk) return CpAsync(frame, s, parts, inst);
+  }
+  return DecodeUnsupported(d);
+}
+
+// mbarrier: Mbarrier.
+Status Decoder::DecodeMbarrier(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  return Mbarrier(frame, s, parts, inst);
+}
+
+// tex, tld4, txq, suld, sust, suq: Texture.
+Status Decoder::DecodeTexture(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  return Texture(frame, s, parts, inst);
 }
 
 }  // namespace gpupool::sim::interp

@@ -23,6 +23,22 @@ struct Symbol {
 // SplitOpcode (front/program.h), as strings: the decoder keeps and compares its parts.
 std::vector<std::string> Split(const std::string& opcode);
 
+// Operand `index` of the statement into slot field `field` of its Inst (a source, read as
+// type `ty`) or into d[0] (a destination); returns the error from the enclosing
+// Decoder::Decode<family>(Decoding& d) if the operand is not one.
+#define GPUPOOL_SRC(field, index, ty)                         \
+  do {                                                        \
+    auto value = Source(d.frame, d.ops[index], ty, d.s.line); \
+    if (!value.ok()) return value.status();                   \
+    d.inst.field = *value;                                    \
+  } while (0)
+#define GPUPOOL_DST(index)                              \
+  do {                                                  \
+    auto value = Dest(d.frame, d.ops[index], d.s.line); \
+    if (!value.ok()) return value.status();             \
+    d.inst.d[0] = *value;                               \
+  } while (0)
+
 class Decoder {
  public:
   Decoder(const ParsedModule& module, const std::map<std::string, uint64_t>& addresses, DecodedKernel* kernel)
@@ -159,6 +175,45 @@ class Decoder {
   // are computed at least as exactly as the ISA bounds them.
   static std::string UnhonouredModifier(const std::string& op, const std::set<std::string>& mods);
   Status InstructionBody(const Frame& frame, const RawStatement& s, int depth);
+
+  // One statement as InstructionBody has read it (its guard, state space, types, vector
+  // width and other modifiers), handed to the Decode<family> member that ir/opcodes.def
+  // names for its opcode; that fills in `inst` and appends it (or several) to the code.
+  struct Decoding {
+    const Frame& frame;
+    const RawStatement& s;
+    int depth;
+    std::vector<std::string> parts;  // the opcode's (Split): parts[0] is the opcode
+    const std::vector<RawOperand>& ops;
+    Inst inst{};
+    std::vector<Ty> types{};  // in order
+    std::set<std::string> mods{};
+    int vec = 1;
+    Ty type = kNoType;  // the last of `types`
+  };
+  using FamilyDecoder = Status (Decoder::*)(Decoding& d);
+  // Decode<family> of `op` (ir/opcodes.def); DecodeArithmetic for an opcode not there.
+  static FamilyDecoder FamilyOf(const std::string& op);
+  // InvalidArgument unless the statement has `n` operands.
+  static Status Need(const Decoding& d, size_t n);
+  // InvalidArgument: the statement's type is not one its opcode takes.
+  static Status BadType(const Decoding& d);
+  // The families of ir/opcodes.def, each in the file it names.
+  Status DecodeControl(Decoding& d);
+  Status DecodeCall(Decoding& d);
+  Status DecodeMemory(Decoding& d);
+  Status DecodeAsyncCopy(Decoding& d);
+  Status DecodeMbarrier(Decoding& d);
+  Status DecodeTexture(Decoding& d);
+  Status DecodeConversion(Decoding& d);
+  Status DecodeCompare(Decoding& d);
+  Status DecodeVideo(Decoding& d);
+  Status DecodeArithmetic(Decoding& d);
+  Status DecodeWarp(Decoding& d);
+  Status DecodeWmma(Decoding& d);
+  Status DecodeMmaSync(Decoding& d);
+  Status DecodeLdmatrix(Decoding& d);
+  Status DecodeUnsupported(Decoding& d);
   const ParsedModule& module_;
   const std::map<std::string, uint64_t>& addresses_;
   DecodedKernel* k_;
