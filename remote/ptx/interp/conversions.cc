@@ -91,13 +91,13 @@ double RoundTo(double v, int rounding) {
   }
 }
 
-// cvt: mode = destination kind | size << 2 (bytes), mode2 = source, e =
-// rounding, flags.
+// cvt: mode = the destination (CvtOperand: kind and bytes), mode2 = the source, width =
+// the rounding (CvtRounding), flags.
 void HCvt(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
-  int dkind = in.mode & 3, dsize = in.mode >> 2;
-  int skind = in.mode2 & 3, ssize = in.mode2 >> 2;
+  int dkind = CvtKindOf(in.mode), dsize = CvtBytesOf(in.mode);
+  int skind = CvtKindOf(in.mode2), ssize = CvtBytesOf(in.mode2);
   int rounding = in.width;  // 0..3 float rounding, 4..7 integer rounding (+4)
   bool sat = in.flags & kFlagSat;
   // .rz/.rm/.rp into a float type (__int2float_rz, __ll2double_rd, __double2float_ru,
@@ -247,8 +247,8 @@ Handler CvtIntTo(int kind, int size) {
 
 // The handler of a decoded cvt: HCvtInt for integer-to-integer without .sat, else HCvt.
 Handler CvtHandler(const Inst& in) {
-  int dkind = in.mode & 3, dsize = in.mode >> 2;
-  int skind = in.mode2 & 3, ssize = in.mode2 >> 2;
+  int dkind = CvtKindOf(in.mode), dsize = CvtBytesOf(in.mode);
+  int skind = CvtKindOf(in.mode2), ssize = CvtBytesOf(in.mode2);
   bool ints = (dkind == kKindS || dkind == kKindU) && (skind == kKindS || skind == kKindU);
   if (!ints || (in.flags & kFlagSat)) return &HCvt;
   Handler h = nullptr;

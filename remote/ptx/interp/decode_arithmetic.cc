@@ -6,9 +6,10 @@
 namespace gpupool::sim::interp {
 
 Status Decoder::HalfInstruction(const Frame& frame, const RawStatement& s, Inst inst, const std::string& op, Ty type) {
-  static const std::map<std::string, std::pair<uint8_t, int>> kOps = {
-      {"add", {0, 2}}, {"sub", {1, 2}}, {"mul", {2, 2}}, {"fma", {3, 3}},  {"mad", {3, 3}}, {"neg", {4, 1}},
-      {"abs", {5, 1}}, {"min", {6, 2}}, {"max", {7, 2}}, {"tanh", {8, 1}}, {"ex2", {9, 1}}};
+  static const std::map<std::string, std::pair<HalfOp, int>> kOps = {
+      {"add", {kHalfAdd, 2}}, {"sub", {kHalfSub, 2}},   {"mul", {kHalfMul, 2}}, {"fma", {kHalfFma, 3}},
+      {"mad", {kHalfFma, 3}}, {"neg", {kHalfNeg, 1}},   {"abs", {kHalfAbs, 1}}, {"min", {kHalfMin, 2}},
+      {"max", {kHalfMax, 2}}, {"tanh", {kHalfTanh, 1}}, {"ex2", {kHalfEx2, 1}}};
   auto found = kOps.find(op);
   if (found == kOps.end()) {
     return Refuse("half-precision instruction '" + s.opcode + "' is not supported", s.line, inst);
@@ -23,7 +24,7 @@ Status Decoder::HalfInstruction(const Frame& frame, const RawStatement& s, Inst 
     }
   }
   inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
-  inst.mode2 = (type == kBF16 || type == kBF16x2) ? 1 : 0;
+  inst.mode2 = (type == kBF16 || type == kBF16x2) ? kHalfBF16 : kHalfF16;
   const auto& ops = s.operands;
   if (ops.size() < static_cast<size_t>(arity) + 1) {
     return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode + " has too few operands");
@@ -85,7 +86,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
       // Half sources (HHalfCompare): the destination type, for set, before the source's.
       inst.run = &HHalfCompare;
       inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
-      inst.mode2 = (type == kBF16 || type == kBF16x2) ? 1 : 0;
+      inst.mode2 = (type == kBF16 || type == kBF16x2) ? kHalfBF16 : kHalfF16;
       inst.width = kTruePredicate;
       if (op == "set") {
         switch (types.size() >= 2 ? types[types.size() - 2] : kNoType) {
@@ -126,7 +127,10 @@ Status Decoder::DecodeCompare(Decoding& d) {
       }
     }
     if (!found) return BadType(d);
-    const uint8_t bool_op = mods.count("and") ? 1 : mods.count("or") ? 2 : mods.count("xor") ? 3 : 0;
+    const BoolOp bool_op = mods.count("and")   ? kBoolAnd
+                           : mods.count("or")  ? kBoolOr
+                           : mods.count("xor") ? kBoolXor
+                                               : kBoolNone;
     GPUPOOL_DST(0);
     if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
     if (inst.run == &HHalfCompare) {
@@ -136,7 +140,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
         GPUPOOL_SRC(c, 3, kPred);
         if (ops[3].negated) inst.flags |= kFlagSigned;
       }
-      if ((bool_op != 0) != (inst.c >= 0)) {
+      if ((bool_op != kBoolNone) != (inst.c >= 0)) {
         return BadInstruction(s, "a BoolOp (.and/.or/.xor) goes with a fourth operand, {!}c");
       }
       inst.mode2 |= bool_op << 1;
@@ -152,7 +156,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
         if (ops[3].negated) inst.flags |= kFlagSigned;
       }
       inst.run = ByType<WSetp>(type);
-      if (inst.c < 0 && inst.mode2 == 0) {
+      if (inst.c < 0 && inst.mode2 == kBoolNone) {
         // Plain comparisons of the common types: no switch per lane.
         Handler plain = nullptr;
         switch (type) {
@@ -180,15 +184,18 @@ Status Decoder::DecodeCompare(Decoding& d) {
         if (plain != nullptr) inst.run = plain;
       }
     } else {
-      // mode2: bits 0-1 what true writes (0 all ones, 1 1.0f, 2 f16 1.0, 3 bf16 1.0),
-      // bits 2-3 the BoolOp with c.
+      // mode2: bits 0-1 what true writes (SetTrue), bits 2-3 the BoolOp with c.
       Ty dst = types.size() >= 2 ? types[types.size() - 2] : kU32;
-      inst.mode2 = (dst == kF32 ? 1 : dst == kF16 ? 2 : dst == kBF16 ? 3 : 0) | bool_op << 2;
+      const SetTrue if_true = dst == kF32    ? kSetTrueF32
+                              : dst == kF16  ? kSetTrueF16
+                              : dst == kBF16 ? kSetTrueBF16
+                                             : kSetTrueAllOnes;
+      inst.mode2 = static_cast<uint8_t>(if_true | bool_op << 2);
       if (ops.size() >= 4) {
         GPUPOOL_SRC(c, 3, kPred);
         if (ops[3].negated) inst.flags |= kFlagSigned;
       }
-      if ((bool_op != 0) != (inst.c >= 0)) {
+      if ((bool_op != kBoolNone) != (inst.c >= 0)) {
         return BadInstruction(s, "a BoolOp (.and/.or/.xor) goes with a fourth operand, {!}c");
       }
       inst.run = ByType<WSet>(type);
@@ -215,7 +222,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
     GPUPOOL_SRC(a, 1, dst);
     GPUPOOL_SRC(b, 2, dst);
     GPUPOOL_SRC(c, 3, type);
-    inst.mode = type == kF32 ? 1 : 0;
+    inst.mode = type == kF32 ? kSlctF32 : kSlctS32;
     inst.run = &HSlct;
     k_->code.push_back(inst);
     return Status::OK();
@@ -224,9 +231,11 @@ Status Decoder::DecodeCompare(Decoding& d) {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
     GPUPOOL_DST(0);
     GPUPOOL_SRC(a, 1, type);
-    static const char* kClasses[] = {"finite", "infinite", "number", "notanumber", "normal", "subnormal"};
-    for (int i = 0; i < 6; ++i) {
-      if (mods.count(kClasses[i])) inst.mode = static_cast<uint8_t>(i);
+    static const std::pair<const char*, TestpClass> kClasses[] = {
+        {"finite", kTestpFinite},         {"infinite", kTestpInfinite}, {"number", kTestpNumber},
+        {"notanumber", kTestpNotANumber}, {"normal", kTestpNormal},     {"subnormal", kTestpSubnormal}};
+    for (const auto& [name, tested] : kClasses) {
+      if (mods.count(name)) inst.mode = tested;
     }
     inst.width = static_cast<uint8_t>(TySize(type));
     inst.run = &HTestp;
@@ -249,18 +258,19 @@ Status Decoder::DecodeVideo(Decoding& d) {
       if (t != kU32 && t != kS32) return BadType(d);
     }
     const Ty a_type = types[types.size() - 2], b_type = types.back();
-    inst.mode2 = (a_type == kS32 ? 1 : 0) | (b_type == kS32 ? 2 : 0);
+    inst.mode2 = (a_type == kS32 ? kByteDotSignedA : 0) | (b_type == kS32 ? kByteDotSignedB : 0);
     if (op == "dp4a") {
-      inst.mode = 0;
+      inst.mode = kDp4a;
     } else if (op == "dp2a") {
       if (mods.count("lo") == mods.count("hi")) {
         return BadInstruction(s, "dp2a needs one of .lo and .hi");
       }
-      inst.mode = mods.count("hi") ? 2 : 1;
+      inst.mode = mods.count("hi") ? kDp2aHi : kDp2aLo;
     } else {
       if (types.size() != 3) return BadType(d);
-      inst.mode = op == "vabsdiff4" ? (mods.count("add") ? 4 : 3) : (mods.count("add") ? 6 : 5);
-      if (mods.count("sat") && types[0] == kS32) inst.mode2 |= 4;
+      inst.mode = op == "vabsdiff4" ? (mods.count("add") ? kVabsdiff4Add : kVabsdiff4)
+                                    : (mods.count("add") ? kVabsdiff2Add : kVabsdiff2);
+      if (mods.count("sat") && types[0] == kS32) inst.mode2 |= kByteDotSaturate;
     }
     for (size_t i = 0; i < 4; ++i) {
       if (ops[i].kind == RawOperand::kName && ops[i].name.find('.') != std::string::npos) {
@@ -298,7 +308,7 @@ Status Decoder::DecodeArithmetic(Decoding& d) {
     bool carry = op == "addc" || op == "subc" || mods.count("cc");
     if (carry) {
       handler = ByIntType<WCarry>(type);
-      inst.mode = (op == "sub" || op == "subc") ? 1 : 0;
+      inst.mode = (op == "sub" || op == "subc") ? kCarrySub : kCarryAdd;
       if (op == "addc" || op == "subc") inst.flags |= kFlagCarryIn;
       if (mods.count("cc")) inst.flags |= kFlagCarryOut;
     } else if (mods.count("sat") && type == kS32) {
@@ -318,7 +328,7 @@ Status Decoder::DecodeArithmetic(Decoding& d) {
     handler = mods.count("hi") ? ByIntType<WMul24Hi>(type) : ByIntType<WMul24>(type);
   } else if (op == "mad24") {
     handler = ByIntType<WMad24>(type);
-    inst.mode = mods.count("hi") ? 1 : 0;
+    inst.mode = mods.count("hi") ? kMad24Hi : kMad24Lo;
     arity = 3;
   } else if (op == "mad" || op == "madc" || op == "fma") {
     arity = 3;
@@ -330,7 +340,7 @@ Status Decoder::DecodeArithmetic(Decoding& d) {
 #endif
     } else if (op == "madc" || mods.count("cc")) {
       handler = ByIntType<WCarry>(type);
-      inst.mode = mods.count("hi") ? 3 : 2;
+      inst.mode = mods.count("hi") ? kCarryMadHi : kCarryMadLo;
       if (op == "madc") inst.flags |= kFlagCarryIn;
       if (mods.count("cc")) inst.flags |= kFlagCarryOut;
     } else if (mods.count("wide")) {
@@ -379,15 +389,17 @@ Status Decoder::DecodeArithmetic(Decoding& d) {
   } else if (op == "prmt") {
     handler = &HPrmt;
     arity = 3;
-    static const char* kModes[] = {"", "f4e", "b4e", "rc8", "ecl", "ecr", "rc16"};
-    for (int i = 1; i < 7; ++i) {
-      if (mods.count(kModes[i])) inst.mode = static_cast<uint8_t>(i);
+    static const std::pair<const char*, PrmtMode> kModes[] = {{"f4e", kPrmtF4e}, {"b4e", kPrmtB4e},
+                                                              {"rc8", kPrmtRc8}, {"ecl", kPrmtEcl},
+                                                              {"ecr", kPrmtEcr}, {"rc16", kPrmtRc16}};
+    for (const auto& [name, permutation] : kModes) {
+      if (mods.count(name)) inst.mode = permutation;
     }
   } else if (op == "shf") {
     handler = &HShf;
     arity = 3;
-    inst.mode = mods.count("r") ? 1 : 0;
-    inst.mode2 = mods.count("clamp") ? 1 : 0;
+    inst.mode = mods.count("r") ? kShfRight : kShfLeft;
+    inst.mode2 = mods.count("clamp") ? kShiftClamp : kShiftWrap;
   } else if (op == "lop3") {
     handler = &HLop3;
     arity = 4;
@@ -399,7 +411,7 @@ Status Decoder::DecodeArithmetic(Decoding& d) {
     if (type != kU32) return BadType(d);
     handler = &HBmsk;
     arity = 2;
-    inst.mode = mods.count("clamp") ? 1 : 0;
+    inst.mode = mods.count("clamp") ? kShiftClamp : kShiftWrap;
   } else {
     arity = 1;
     if (op == "neg")

@@ -205,7 +205,7 @@ Status Decoder::DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceR
   return Status::OK();
 }
 
-void Decoder::EmitTrap(uint8_t kind, int line) {
+void Decoder::EmitTrap(TrapKind kind, int line) {
   Inst trap;
   trap.run = &HNop;
   trap.flow = Flow::kTrap;

@@ -40,7 +40,7 @@ Status Decoder::DecodeControl(Decoding& d) {
     } else if (mods.count("red")) {
       // __syncthreads_count/and/or: bar.red.{popc.u32,and.pred,or.pred} d, b, [n,] {!}p
       GPUPOOL_RETURN_IF_ERROR(Need(d, 3));
-      inst.mode = mods.count("popc") ? 1 : mods.count("and") ? 2 : 3;
+      inst.mode = mods.count("popc") ? kBarrierReducePopc : mods.count("and") ? kBarrierReduceAnd : kBarrierReduceOr;
       GPUPOOL_DST(0);
       GPUPOOL_SRC(b, 1, kU32);
       if (ops.size() > 3) GPUPOOL_SRC(c, 2, kU32);
@@ -50,12 +50,12 @@ Status Decoder::DecodeControl(Decoding& d) {
       inst.flow = Flow::kBarrier;
     } else {
       // bar.sync ID{, COUNT} (__syncthreads is bar.sync 0) and bar.arrive ID, COUNT
-      // (mode2 1: arrives without waiting). IDs and counts may be registers.
+      // (mode2 kBarrierArrive: arrives without waiting). IDs and counts may be registers.
       bool arrive = mods.count("arrive");
       GPUPOOL_RETURN_IF_ERROR(Need(d, arrive ? 2 : 1));
       GPUPOOL_SRC(b, 0, kU32);
       if (ops.size() > 1) GPUPOOL_SRC(c, 1, kU32);
-      inst.mode2 = arrive ? 1 : 0;
+      inst.mode2 = arrive ? kBarrierArrive : kBarrierSync;
       inst.run = &HNop;
       inst.flow = Flow::kBarrier;
     }

@@ -15,7 +15,7 @@ Status Decoder::DecodeConversion(Decoding& d) {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
     if (ops[1].kind == RawOperand::kName && ClockMode(ops[1].name) >= 0) {
       GPUPOOL_DST(0);
-      inst.mode = static_cast<uint8_t>(ClockMode(ops[1].name));
+      inst.mode = static_cast<ClockRegister>(ClockMode(ops[1].name));
       inst.run = &HClock;
       k_->code.push_back(inst);
       return Status::OK();
@@ -63,8 +63,11 @@ Status Decoder::DecodeConversion(Decoding& d) {
     if (types.size() != 1 || types[0] != kF32 || parts[parts.size() - 2] != "tf32") {
       return BadType(d);
     }
-    inst.mode = mods.count("rna") ? 0 : mods.count("rn") ? 1 : mods.count("rz") ? 2 : 3;
-    if (inst.mode == 3) {
+    inst.mode = mods.count("rna")  ? kTf32RoundAway
+                : mods.count("rn") ? kTf32RoundNearest
+                : mods.count("rz") ? kTf32RoundZero
+                                   : kTf32NoRounding;
+    if (inst.mode == kTf32NoRounding) {
       return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": cvt to tf32 needs .rna, .rn or .rz");
     }
     GPUPOOL_DST(0);
@@ -78,20 +81,20 @@ Status Decoder::DecodeConversion(Decoding& d) {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
     if (types.size() < 2) return BadType(d);
     Ty dst = types[types.size() - 2], source = types.back();
-    auto kind = [](Ty t) -> int {
+    auto kind = [](Ty t) -> CvtKind {
       if (t == kBF16) return kKindB;
       if (TyFloat(t)) return kKindF;
       if (TySigned(t)) return kKindS;
       return kKindU;
     };
-    int rounding = 0;
-    if (mods.count("rz")) rounding = 1;
-    if (mods.count("rm")) rounding = 2;
-    if (mods.count("rp")) rounding = 3;
-    if (mods.count("rni")) rounding = 4;
-    if (mods.count("rzi")) rounding = 5;
-    if (mods.count("rmi")) rounding = 6;
-    if (mods.count("rpi")) rounding = 7;
+    CvtRounding rounding = kCvtRoundNearest;
+    if (mods.count("rz")) rounding = kCvtRoundZero;
+    if (mods.count("rm")) rounding = kCvtRoundDown;
+    if (mods.count("rp")) rounding = kCvtRoundUp;
+    if (mods.count("rni")) rounding = kCvtRoundNearestInteger;
+    if (mods.count("rzi")) rounding = kCvtRoundZeroInteger;
+    if (mods.count("rmi")) rounding = kCvtRoundDownInteger;
+    if (mods.count("rpi")) rounding = kCvtRoundUpInteger;
     if ((dst == kF16x2 || dst == kBF16x2) && source == kF32 && ops.size() == 3) {
       // cvt.f16x2.f32 d, a, b (sm_80, as __floats2half2_rn compiles): d's upper half is
       // a converted, its lower half b. Two conversions into slots of their own, then a
@@ -110,9 +113,9 @@ Status Decoder::DecodeConversion(Decoding& d) {
         auto value = Source(frame, ops[i == 0 ? 2 : 1], source, s.line);
         if (!value.ok()) return value.status();
         part.a = *value;
-        part.mode = static_cast<uint8_t>(kind(half) | (TySize(half) << 2));
-        part.mode2 = static_cast<uint8_t>(kind(source) | (TySize(source) << 2));
-        part.width = static_cast<uint8_t>(rounding);
+        part.mode = CvtOperand(kind(half), TySize(half));
+        part.mode2 = CvtOperand(kind(source), TySize(source));
+        part.width = rounding;
         part.run = CvtHandler(part);
         part.pure = true;
         k_->code.push_back(part);
@@ -131,12 +134,15 @@ Status Decoder::DecodeConversion(Decoding& d) {
     }
     GPUPOOL_DST(0);
     GPUPOOL_SRC(a, 1, source);
-    inst.mode = static_cast<uint8_t>(kind(dst) | (TySize(dst) << 2));
-    inst.mode2 = static_cast<uint8_t>(kind(source) | (TySize(source) << 2));
+    inst.mode = CvtOperand(kind(dst), TySize(dst));
+    inst.mode2 = CvtOperand(kind(source), TySize(source));
     // Float -> integer without an explicit mode rounds toward zero (as C
     // does).
-    if (TyFloat(source) && !TyFloat(dst) && rounding < 4) rounding = rounding == 0 ? 5 : rounding + 4;
-    inst.width = static_cast<uint8_t>(rounding);
+    if (TyFloat(source) && !TyFloat(dst) && rounding < kCvtRoundNearestInteger) {
+      rounding = rounding == kCvtRoundNearest ? kCvtRoundZeroInteger
+                                              : static_cast<CvtRounding>(rounding + kCvtRoundNearestInteger);
+    }
+    inst.width = rounding;
     inst.run = CvtHandler(inst);
     inst.pure = true;
     k_->code.push_back(inst);

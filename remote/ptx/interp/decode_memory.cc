@@ -25,7 +25,7 @@ Status Decoder::CpAsync(const Frame& frame, const RawStatement& s, const std::ve
     }
     if (inst.space != Space::kShared) inst.space = Space::kGeneric;
     GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, s.operands[0], &inst, s.line));
-    inst.mode = 1;
+    inst.mode = kMbarrierArrive;
     inst.run = &HMbarrier;
     k_->code.push_back(inst);
     return Status::OK();
@@ -99,7 +99,7 @@ Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::v
     auto state = Source(frame, ops[1], kU64, s.line);
     if (!state.ok()) return state.status();
     inst.b = *state;
-    inst.mode = 6;
+    inst.mode = kMbarrierPendingCount;
   } else if (what == "init" || what == "inval") {
     if (ops.size() != (what == "init" ? 2u : 1u)) return invalid("wrong number of operands");
     GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[0], &inst, s.line));
@@ -108,7 +108,7 @@ Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::v
       if (!count.ok()) return count.status();
       inst.b = *count;
     }
-    inst.mode = what == "init" ? 0 : 5;
+    inst.mode = what == "init" ? kMbarrierInit : kMbarrierInval;
   } else if (what == "arrive" || what == "arrive_drop") {
     if (ops.size() != 2 && ops.size() != 3) return invalid("needs a state, an address and an optional count");
     if (!(ops[0].kind == RawOperand::kName && ops[0].name == "_")) {
@@ -120,7 +120,7 @@ Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::v
       if (!count.ok()) return count.status();
       inst.b = *count;
     }
-    inst.mode = what == "arrive" ? 1 : 2;
+    inst.mode = what == "arrive" ? kMbarrierArrive : kMbarrierArriveDrop;
   } else if (what == "test_wait" || what == "try_wait") {
     // try_wait may take a suspend-time hint as a fourth operand: nothing waits here.
     if (ops.size() != 3 && !(what == "try_wait" && ops.size() == 4)) {
@@ -131,7 +131,7 @@ Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::v
     auto state = Source(frame, ops[2], kU64, s.line);
     if (!state.ok()) return state.status();
     inst.b = *state;
-    inst.mode = has("parity") ? 4 : 3;
+    inst.mode = has("parity") ? kMbarrierTestParity : kMbarrierTestWait;
   } else {
     return invalid("expected init, arrive, arrive_drop, test_wait, try_wait, inval or pending_count");
   }
@@ -275,7 +275,7 @@ Status Decoder::DecodeMemory(Decoding& d) {
         return BadType(d);
       }
       inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
-      inst.mode2 = !half ? 2 : (type == kBF16 || type == kBF16x2) ? 1 : 0;
+      inst.mode2 = !half ? kHalfBits : (type == kBF16 || type == kBF16x2) ? kHalfBF16 : kHalfF16;
       inst.run = &HAtom16;
       k_->code.push_back(inst);
       return Status::OK();
@@ -311,7 +311,7 @@ Status Decoder::DecodeMemory(Decoding& d) {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
     GPUPOOL_DST(0);
     GPUPOOL_SRC(a, 1, type);
-    inst.mode = mods.count("to") ? 1 : 0;
+    inst.mode = mods.count("to") ? kCvtaToSpace : kCvtaToGeneric;
     inst.width = static_cast<uint8_t>(TySize(type));
     switch (inst.space) {
       case Space::kShared:

@@ -17,7 +17,7 @@ Status Decoder::DecodeWarp(Decoding& d) {
     GPUPOOL_SRC(b, 2, kU32);
     GPUPOOL_SRC(c, 3, kU32);
     if (ops.size() > 4) GPUPOOL_SRC(e, 4, kU32);  // membermask (.sync): see RunWarp
-    inst.mode = mods.count("up") ? 0 : mods.count("down") ? 1 : mods.count("bfly") ? 2 : 3;
+    inst.mode = mods.count("up") ? kShflUp : mods.count("down") ? kShflDown : mods.count("bfly") ? kShflBfly : kShflIdx;
     inst.run = &HShfl;
     k_->code.push_back(inst);
     return Status::OK();
@@ -28,7 +28,10 @@ Status Decoder::DecodeWarp(Decoding& d) {
     GPUPOOL_SRC(a, 1, kPred);
     if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask (.sync)
     if (ops[1].negated) inst.flags |= kFlagSigned;
-    inst.mode = mods.count("all") ? 0 : mods.count("any") ? 1 : mods.count("uni") ? 2 : 3;
+    inst.mode = mods.count("all")   ? kVoteAll
+                : mods.count("any") ? kVoteAny
+                : mods.count("uni") ? kVoteUni
+                                    : kVoteBallot;
     inst.run = &HVote;
     k_->code.push_back(inst);
     return Status::OK();
@@ -39,7 +42,7 @@ Status Decoder::DecodeWarp(Decoding& d) {
     if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
     GPUPOOL_SRC(a, 1, type);
     if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask
-    inst.mode = mods.count("all") ? 1 : 0;
+    inst.mode = mods.count("all") ? kMatchAll : kMatchAny;
     inst.width = static_cast<uint8_t>(TySize(type));
     inst.run = &HMatch;
     k_->code.push_back(inst);
@@ -47,8 +50,8 @@ Status Decoder::DecodeWarp(Decoding& d) {
   }
   if (op == "redux") {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    static const std::map<std::string, uint8_t> kOps = {{"add", 0}, {"min", 1}, {"max", 2},
-                                                        {"and", 3}, {"or", 4},  {"xor", 5}};
+    static const std::map<std::string, ReduxOp> kOps = {{"add", kReduxAdd}, {"min", kReduxMin}, {"max", kReduxMax},
+                                                        {"and", kReduxAnd}, {"or", kReduxOr},   {"xor", kReduxXor}};
     int found = -1;
     for (const auto& [name, mode] : kOps) {
       if (mods.count(name)) found = mode;

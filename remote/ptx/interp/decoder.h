@@ -101,7 +101,7 @@ class Decoder {
                        const RawOperand* returns, const RawOperand* args, Inst inst);
 
   // A trap of `kind` (kTrap...): the launch fails where a lane reaches it.
-  void EmitTrap(uint8_t kind, int line);
+  void EmitTrap(TrapKind kind, int line);
 
   // The body of `target` inlined here, its parameters and results the call's variables.
   // Nested deeper than kMaxCallDepth: a trap where the call would run.
