@@ -6,6 +6,7 @@ namespace gpupool::dataplane {
 namespace {
 
 using ptx_test::Engine;
+using ptx_test::KernelText;
 
 // Float and double arithmetic with .rz/.rm/.rp rounds in that direction: checked against
 // the host's own operations in that rounding mode (operands chosen so that most results
@@ -56,31 +57,7 @@ TEST_F(Engine, DirectedRounding) {
 // .ftz flushes subnormal f32 inputs as well as results, as --use_fast_math code expects:
 // a subnormal times 2^30 is 0, not 1e-31, and it compares equal to 0.
 TEST_F(Engine, FtzFlushesSubnormalInputs) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_75
-.address_size 64
-.visible .entry ftz_inputs(.param .u64 out_param, .param .f32 x_param)
-{
-  .reg .pred %p<3>;
-  .reg .f32 %f<8>;
-  .reg .b32 %r<3>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out_param];
-  ld.param.f32 %f1, [x_param];
-  mul.ftz.f32 %f2, %f1, 0f4E800000;
-  mul.f32 %f3, %f1, 0f4E800000;
-  fma.rn.ftz.f32 %f4, %f1, 0f4E800000, 0f00000000;
-  setp.gt.ftz.f32 %p1, %f1, 0f00000000;
-  selp.f32 %f5, 0f3F800000, 0f00000000, %p1;
-  setp.gt.f32 %p2, %f1, 0f00000000;
-  selp.f32 %f6, 0f3F800000, 0f00000000, %p2;
-  sub.ftz.f32 %f7, 0f00000000, %f1;
-  st.global.v4.f32 [%rd1], {%f2, %f3, %f4, %f5};
-  st.global.v2.f32 [%rd1+16], {%f6, %f7};
-  ret;
-}
-)";
+  const std::string ptx = KernelText("FtzFlushesSubnormalInputs.ptx");
   LoadKernel(15, 94, ptx, "ftz_inputs");
   if (HasFatalFailure()) return;
   uint64_t out = Zeros<float>(6);
@@ -298,45 +275,7 @@ TEST_F(Engine, NthSetBit) {
 // into the CTA's own shared memory through a generic address. The same module's kernel
 // without such a modifier runs.
 TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry saturating_mad24(.param .u64 out_param)
-{
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out_param];
-  mov.u32 %r1, 8388607;
-  mad24.hi.sat.s32 %r2, %r1, %r1, 2147483647;
-  st.global.u32 [%rd1], %r2;
-  ret;
-}
-.visible .entry cluster_store(.param .u64 out_param)
-{
-  .reg .b32 %r<2>;
-  .shared .align 4 .u32 slot;
-  mov.u32 %r1, slot;
-  st.shared::cluster.u32 [%r1], 5;
-  ret;
-}
-.visible .entry cluster_barrier(.param .u64 out_param)
-{
-  barrier.cluster.arrive;
-  barrier.cluster.wait;
-  ret;
-}
-.visible .entry plain_mad24(.param .u64 out_param)
-{
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out_param];
-  mov.u32 %r1, 1000;
-  mad24.lo.s32 %r2, %r1, %r1, 7;
-  st.global.u32 [%rd1], %r2;
-  ret;
-}
-)";
+  const std::string ptx = KernelText("UnimplementedModifiersAreRefusedNotIgnored.ptx");
   LoadKernel(13, 94, ptx, "saturating_mad24");
   if (HasFatalFailure()) return;
   ASSERT_EQ(executor_.GetFunction(13, 95, "plain_mad24"), kCuSuccess) << executor_.TakeErrorDetail();

@@ -6,6 +6,7 @@ namespace gpupool::dataplane {
 namespace {
 
 using ptx_test::Engine;
+using ptx_test::KernelText;
 
 TEST_F(Engine, DeviceFunctionCallsAndModuleGlobals) {
   const int n = 32;
@@ -120,14 +121,7 @@ TEST_F(Engine, RecursionRunsToSixteenCallsAndDeeperFailsByName) {
 // fails by name), and recursion that branches three ways (the decode stops at its bound
 // instead of growing without end).
 TEST_F(Engine, AddressInitialisersAndTheInliningBound) {
-  const std::string bytes_ptx = R"(
-.version 7.0
-.target sm_75
-.address_size 64
-.global .align 8 .u64 target_var = 5;
-.global .align 1 .b8 packed[10] = {1, 0xFF(generic(target_var)+2), 0xFF00(generic(target_var)+2), 0xFF0000(generic(target_var)+2), 0xFF000000(generic(target_var)+2), 0xFF00000000(generic(target_var)+2), 0xFF0000000000(generic(target_var)+2), 0xFF000000000000(generic(target_var)+2), 0xFF00000000000000(generic(target_var)+2), 9};
-.visible .entry nothing() { ret; }
-)";
+  const std::string bytes_ptx = KernelText("AddressInitialisersAndTheInliningBound_bytes_ptx.ptx");
   LoadKernel(20, 120, bytes_ptx, "nothing");
   if (HasFatalFailure()) return;
   uint64_t target = 0, packed = 0, size = 0;
@@ -140,48 +134,12 @@ TEST_F(Engine, AddressInitialisersAndTheInliningBound) {
   EXPECT_EQ(address, target + 2);
   EXPECT_EQ(raw[9], 9);
 
-  const std::string unknown_ptx = R"(
-.version 7.0
-.target sm_75
-.address_size 64
-.global .align 8 .u64 dangling[2] = {0, generic(nowhere)};
-.visible .entry nothing() { ret; }
-)";
+  const std::string unknown_ptx = KernelText("AddressInitialisersAndTheInliningBound_unknown_ptx.ptx");
   EXPECT_EQ(executor_.LoadModule(21, unknown_ptx.c_str(), unknown_ptx.size() + 1, {}), kCuInvalidPtx);
   const std::string detail = executor_.TakeErrorDetail();
   EXPECT_NE(detail.find("nowhere"), std::string::npos) << detail;
 
-  const std::string branching_ptx = R"(
-.version 7.0
-.target sm_75
-.address_size 64
-.func (.param .b32 r) tri(.param .b32 n)
-{
-  .reg .b32 %r<8>;
-  .reg .pred %p<2>;
-  ld.param.b32 %r1, [n];
-  setp.lt.s32 %p1, %r1, 1;
-  @%p1 bra done;
-  add.s32 %r2, %r1, -1;
-  { .param .b32 a; st.param.b32 [a], %r2; .param .b32 b; call.uni (b), tri, (a); ld.param.b32 %r3, [b]; }
-  { .param .b32 a; st.param.b32 [a], %r2; .param .b32 b; call.uni (b), tri, (a); ld.param.b32 %r4, [b]; }
-  { .param .b32 a; st.param.b32 [a], %r2; .param .b32 b; call.uni (b), tri, (a); ld.param.b32 %r5, [b]; }
-  add.s32 %r1, %r3, %r4;
-  add.s32 %r1, %r1, %r5;
-done:
-  st.param.b32 [r], %r1;
-  ret;
-}
-.visible .entry branching(.param .u64 out)
-{
-  .reg .b32 %r<3>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out];
-  { .param .b32 a; st.param.b32 [a], 12; .param .b32 b; call.uni (b), tri, (a); ld.param.b32 %r1, [b]; }
-  st.global.b32 [%rd1], %r1;
-  ret;
-}
-)";
+  const std::string branching_ptx = KernelText("AddressInitialisersAndTheInliningBound_branching_ptx.ptx");
   ASSERT_EQ(executor_.LoadModule(22, branching_ptx.c_str(), branching_ptx.size() + 1, {}), kCuSuccess)
       << executor_.TakeErrorDetail();
   EXPECT_EQ(executor_.GetFunction(22, 121, "branching"), kCuInvalidPtx);

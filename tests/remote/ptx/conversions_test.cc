@@ -7,6 +7,7 @@ namespace {
 
 using ptx_test::Engine;
 using ptx_test::FromHalf;
+using ptx_test::KernelText;
 
 // cvt into float types with .rz/.rm/.rp rounds in that direction: integers to float and
 // double against the host's conversions in that mode, float to half and bfloat16 against
@@ -32,33 +33,7 @@ TEST_F(Engine, DirectedRoundingConversions) {
   auto gd = Download<double>(d, 3 * n);
   auto gh = Download<uint16_t>(h, 6 * n);
 
-  const std::string ptx = R"(
-.version 7.8
-.target sm_90
-.address_size 64
-.visible .entry bf16_directed(.param .u64 x_param, .param .u64 out_param)
-{
-  .reg .b16 %rs<4>;
-  .reg .b32 %r<2>;
-  .reg .f32 %f<2>;
-  .reg .b64 %rd<7>;
-  ld.param.u64 %rd1, [x_param];
-  ld.param.u64 %rd2, [out_param];
-  mov.u32 %r1, %tid.x;
-  mul.wide.u32 %rd3, %r1, 4;
-  add.s64 %rd4, %rd1, %rd3;
-  ld.global.f32 %f1, [%rd4];
-  mul.wide.u32 %rd5, %r1, 6;
-  add.s64 %rd6, %rd2, %rd5;
-  cvt.rz.bf16.f32 %rs1, %f1;
-  cvt.rm.bf16.f32 %rs2, %f1;
-  cvt.rp.bf16.f32 %rs3, %f1;
-  st.global.u16 [%rd6], %rs1;
-  st.global.u16 [%rd6+2], %rs2;
-  st.global.u16 [%rd6+4], %rs3;
-  ret;
-}
-)";
+  const std::string ptx = KernelText("DirectedRoundingConversions.ptx");
   LoadKernel(13, 97, ptx, "bf16_directed");
   if (HasFatalFailure()) return;
   uint64_t b = Zeros<uint16_t>(3 * n);

@@ -6,6 +6,7 @@ namespace gpupool::dataplane {
 namespace {
 
 using ptx_test::Engine;
+using ptx_test::KernelText;
 
 // Device-side malloc and free: buffers of each thread's own, aligned to 16 bytes, kept
 // from one launch to the next; freed memory is used again (the whole heap can be had
@@ -67,25 +68,7 @@ TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
 // A call of malloc the module never declared is refused like any unknown function (the
 // decoder once looked the declaration up unchecked).
 TEST_F(Engine, UndeclaredMallocIsRefused) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_75
-.address_size 64
-.visible .entry undeclared(.param .u64 out_param)
-{
-  .reg .b64 %rd<3>;
-  ld.param.u64 %rd1, [out_param];
-  {
-  .param .b64 param0;
-  st.param.b64 [param0], 16;
-  .param .b64 retval0;
-  call.uni (retval0), malloc, (param0);
-  ld.param.b64 %rd2, [retval0];
-  }
-  st.global.u64 [%rd1], %rd2;
-  ret;
-}
-)";
+  const std::string ptx = KernelText("UndeclaredMallocIsRefused.ptx");
   LoadKernel(16, 93, ptx, "undeclared");
   if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint64_t>(1);
@@ -99,32 +82,7 @@ TEST_F(Engine, UndeclaredMallocIsRefused) {
 // value lands there; a handle that is no allocation fails the launch with
 // CUDA_ERROR_ILLEGAL_ADDRESS, naming the call.
 TEST_F(Engine, SetConditionalStoresTheValueAtItsHandle) {
-  const std::string ptx = R"(
-.version 8.4
-.target sm_80
-.address_size 64
-.extern .func cudaGraphSetConditional
-(
-  .param .b64 cudaGraphSetConditional_param_0,
-  .param .b32 cudaGraphSetConditional_param_1
-)
-;
-.visible .entry set_conditional(.param .u64 handle_param, .param .u32 value_param)
-{
-  .reg .b32 %r<2>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [handle_param];
-  ld.param.u32 %r1, [value_param];
-  {
-  .param .b64 param0;
-  st.param.b64 [param0], %rd1;
-  .param .b32 param1;
-  st.param.b32 [param1], %r1;
-  call.uni cudaGraphSetConditional, (param0, param1);
-  }
-  ret;
-}
-)";
+  const std::string ptx = KernelText("SetConditionalStoresTheValueAtItsHandle.ptx");
   LoadKernel(17, 92, ptx, "set_conditional");
   if (HasFatalFailure()) return;
   uint64_t slot = Zeros<uint32_t>(1);
@@ -169,90 +127,7 @@ TEST_F(Engine, DevicePrintfIsKeptUntilTaken) {
 // parameter buffers it handed out (a pointer to other memory, or NULL, is
 // cudaErrorInvalidValue, and nothing runs).
 TEST_F(Engine, DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.extern .func (.param .b64 func_retval0) __cudaCDP2GetParameterBufferV2
-(
-  .param .b64 p0,
-  .param .align 4 .b8 p1[12],
-  .param .align 4 .b8 p2[12],
-  .param .b32 p3
-)
-;
-.extern .func (.param .b32 func_retval0) __cudaCDP2LaunchDeviceV2
-(
-  .param .b64 p0,
-  .param .b64 p1
-)
-;
-.visible .entry deep(.param .u64 deep_errors, .param .u32 deep_depth)
-{
-  .reg .pred %p<3>;
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [deep_errors];
-  ld.param.u32 %r1, [deep_depth];
-  setp.ge.u32 %p1, %r1, 30;
-  @%p1 bra $DONE;
-  mov.u64 %rd2, deep;
-  {
-  .param .b64 param0;
-  st.param.b64 [param0+0], %rd2;
-  .param .align 4 .b8 param1[12];
-  st.param.b32 [param1+0], 1;
-  st.param.b32 [param1+4], 1;
-  st.param.b32 [param1+8], 1;
-  .param .align 4 .b8 param2[12];
-  st.param.b32 [param2+0], 1;
-  st.param.b32 [param2+4], 1;
-  st.param.b32 [param2+8], 1;
-  .param .b32 param3;
-  st.param.b32 [param3+0], 0;
-  .param .b64 retval0;
-  call.uni (retval0), __cudaCDP2GetParameterBufferV2, (param0, param1, param2, param3);
-  ld.param.b64 %rd3, [retval0+0];
-  }
-  setp.eq.s64 %p2, %rd3, 0;
-  @%p2 bra $DONE;
-  add.u32 %r2, %r1, 1;
-  st.u64 [%rd3], %rd1;
-  st.u32 [%rd3+8], %r2;
-  {
-  .param .b64 param0;
-  st.param.b64 [param0+0], %rd3;
-  .param .b64 param1;
-  st.param.b64 [param1+0], 0;
-  .param .b32 retval0;
-  call.uni (retval0), __cudaCDP2LaunchDeviceV2, (param0, param1);
-  ld.param.b32 %r3, [retval0+0];
-  }
-  mul.wide.u32 %rd4, %r1, 4;
-  add.s64 %rd5, %rd1, %rd4;
-  st.global.u32 [%rd5], %r3;
-$DONE:
-  ret;
-}
-.visible .entry forge(.param .u64 forge_out, .param .u64 forge_buffer)
-{
-  .reg .b32 %r<2>;
-  .reg .b64 %rd<3>;
-  ld.param.u64 %rd1, [forge_out];
-  ld.param.u64 %rd2, [forge_buffer];
-  {
-  .param .b64 param0;
-  st.param.b64 [param0+0], %rd2;
-  .param .b64 param1;
-  st.param.b64 [param1+0], 0;
-  .param .b32 retval0;
-  call.uni (retval0), __cudaCDP2LaunchDeviceV2, (param0, param1);
-  ld.param.b32 %r1, [retval0+0];
-  }
-  st.global.u32 [%rd1], %r1;
-  ret;
-}
-)";
+  const std::string ptx = KernelText("DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers.ptx");
   LoadKernel(14, 95, ptx, "deep");
   if (HasFatalFailure()) return;
   ASSERT_EQ(executor_.GetFunction(14, 96, "forge"), kCuSuccess) << executor_.TakeErrorDetail();

@@ -7,6 +7,7 @@ namespace {
 
 using ptx_test::Engine;
 using ptx_test::FromHalf;
+using ptx_test::KernelText;
 using ptx_test::ToHalf;
 
 TEST_F(Engine, HalfPrecision) {
@@ -84,40 +85,7 @@ TEST_F(Engine, PackedHalfComparisons) {
 // with a BoolOp each is combined with c. set with a BoolOp combines too, and writes 1.0
 // in the destination's format (f16 here) when true.
 TEST_F(Engine, HalfSetpPairsAndBoolOps) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry half_setp(.param .u64 out_param, .param .b32 x_param, .param .b32 y_param,
-                          .param .f32 f_param)
-{
-  .reg .pred %p<8>;
-  .reg .b16 %h<2>;
-  .reg .b32 %r<12>;
-  .reg .f32 %f<2>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out_param];
-  ld.param.b32 %r1, [x_param];
-  ld.param.b32 %r2, [y_param];
-  ld.param.f32 %f1, [f_param];
-  setp.gt.f16x2 %p1|%p2, %r1, %r2;
-  selp.u32 %r3, 1, 0, %p1;
-  selp.u32 %r4, 1, 0, %p2;
-  setp.lt.f32 %p3, %f1, 0f00000000;
-  setp.gt.or.f16x2 %p4|%p5, %r1, %r2, %p3;
-  selp.u32 %r5, 1, 0, %p4;
-  selp.u32 %r6, 1, 0, %p5;
-  setp.gt.and.f16x2 %p6|%p7, %r1, %r2, !%p3;
-  selp.u32 %r7, 1, 0, %p6;
-  selp.u32 %r8, 1, 0, %p7;
-  set.gt.and.f16.f32 %h1, %f1, 0fBF800000, %p3;
-  mov.b32 %r9, {%h1, %h1};
-  set.ne.xor.u32.f32 %r10, %f1, %f1, %p3;
-  st.global.v4.u32 [%rd1], {%r3, %r4, %r5, %r6};
-  st.global.v4.u32 [%rd1+16], {%r7, %r8, %r9, %r10};
-  ret;
-}
-)";
+  const std::string ptx = KernelText("HalfSetpPairsAndBoolOps.ptx");
   LoadKernel(11, 97, ptx, "half_setp");
   if (HasFatalFailure()) return;
   // x = {lo 2.0, hi -1.0}, y = {lo 1.0, hi 0.5}: lo greater, hi not.
@@ -148,45 +116,7 @@ TEST_F(Engine, HalfSetpPairsAndBoolOps) {
 // (__hmax_nan, __hmin_nan, and on f32) give the canonical NaN when an operand is NaN,
 // where plain max gives the other operand; max.xorsign.abs is refused, not mis-run.
 TEST_F(Engine, HalfReluAndNaNPropagation) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_86
-.address_size 64
-.visible .entry relu_nan(.param .u64 out_param, .param .b32 x_param, .param .b32 y_param,
-                         .param .f32 f_param, .param .f32 g_param)
-{
-  .reg .b32 %r<12>;
-  .reg .f32 %f<6>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out_param];
-  ld.param.b32 %r1, [x_param];
-  ld.param.b32 %r2, [y_param];
-  ld.param.f32 %f1, [f_param];
-  ld.param.f32 %f2, [g_param];
-  fma.rn.relu.f16x2 %r3, %r1, %r2, %r2;
-  max.NaN.f16x2 %r4, %r1, %r2;
-  max.f16x2 %r5, %r1, %r2;
-  mov.b32 %r9, 0x7FC03F80;
-  min.NaN.bf16x2 %r6, %r9, %r2;
-  min.NaN.f32 %f3, %f1, %f2;
-  max.NaN.f32 %f4, %f1, %f1;
-  mov.b32 %r7, %f3;
-  mov.b32 %r8, %f4;
-  st.global.v4.u32 [%rd1], {%r3, %r4, %r5, %r6};
-  st.global.v2.u32 [%rd1+16], {%r7, %r8};
-  ret;
-}
-.visible .entry xorsign(.param .u64 out_param, .param .f32 f_param)
-{
-  .reg .f32 %f<3>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out_param];
-  ld.param.f32 %f1, [f_param];
-  max.xorsign.abs.f32 %f2, %f1, %f1;
-  st.global.f32 [%rd1], %f2;
-  ret;
-}
-)";
+  const std::string ptx = KernelText("HalfReluAndNaNPropagation.ptx");
   LoadKernel(12, 98, ptx, "relu_nan");
   if (HasFatalFailure()) return;
   // x = {lo 2.0, hi NaN}, y = {lo -3.0, hi 1.0}: fma lo 2 * -3 - 3 = -9 -> 0.
@@ -219,26 +149,7 @@ TEST_F(Engine, HalfReluAndNaNPropagation) {
 // first): a rounds into d's upper half, b into its lower half. Hand-written, since the suite
 // is compiled for an earlier target.
 TEST_F(Engine, PackedHalfConversions) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry pack_halves(.param .u64 out_param, .param .f32 upper_param,
-                            .param .f32 lower_param)
-{
-  .reg .f32 %f<3>;
-  .reg .b32 %r<3>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out_param];
-  ld.param.f32 %f1, [upper_param];
-  ld.param.f32 %f2, [lower_param];
-  cvt.rn.f16x2.f32 %r1, %f1, %f2;
-  cvt.rn.bf16x2.f32 %r2, %f1, %f2;
-  st.global.u32 [%rd1], %r1;
-  st.global.u32 [%rd1+4], %r2;
-  ret;
-}
-)";
+  const std::string ptx = KernelText("PackedHalfConversions.ptx");
   LoadKernel(2, 99, ptx, "pack_halves");
   if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint32_t>(2);

@@ -6,6 +6,7 @@ namespace gpupool::dataplane {
 namespace {
 
 using ptx_test::Engine;
+using ptx_test::KernelText;
 using ptx_test::ToHalf;
 
 // A parameter's ".ptr [.space] .align N" (as the toolkit's libraries write their pointer
@@ -13,26 +14,7 @@ using ptx_test::ToHalf;
 // parameters after it are where the host packed them. cuBLAS's reductions read their
 // pointer mode 4 bytes early, and faulted, when ".align 1" was taken for the parameter's.
 TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
-  const std::string ptx = R"(
-.version 9.0
-.target sm_80
-.address_size 64
-.visible .entry ptr_params(.param .u32 a_param, .param .u64 .ptr .align 1 out_param,
-                           .param .u32 b_param, .param .u64 .ptr .global .align 16 in_param,
-                           .param .u32 c_param)
-{
-  .reg .b32 %r<5>;
-  .reg .b64 %rd<3>;
-  ld.param.u32 %r1, [a_param];
-  ld.param.u64 %rd1, [out_param];
-  ld.param.u32 %r2, [b_param];
-  ld.param.u64 %rd2, [in_param];
-  ld.param.u32 %r3, [c_param];
-  ld.global.u32 %r4, [%rd2];
-  st.global.v4.u32 [%rd1], {%r1, %r2, %r3, %r4};
-  ret;
-}
-)";
+  const std::string ptx = KernelText("PointerParameterAlignmentIsThePointees.ptx");
   LoadKernel(11, 98, ptx, "ptr_params");
   if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint32_t>(4), in = Upload(std::vector<uint32_t>{7});
@@ -53,30 +35,7 @@ TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
 // unsigned short): 64 threads add into neighbouring halves of one word, so a wrong word
 // update would spill into the neighbour. Hand-written, like the tests above.
 TEST_F(Engine, SixteenBitAtomics) {
-  const std::string ptx = R"(
-.version 7.8
-.target sm_90
-.address_size 64
-.visible .entry atomics16(.param .u64 out_param)
-{
-  .reg .b16 %h<4>;
-  .reg .b32 %r<6>;
-  .reg .b64 %rd<2>;
-  ld.param.u64 %rd1, [out_param];
-  mov.b32 %r1, 0x40003C00;
-  atom.global.add.noftz.f16x2 %r2, [%rd1], %r1;
-  mov.b16 %h1, 0x3800;
-  atom.global.add.noftz.f16 %h2, [%rd1+4], %h1;
-  mov.b16 %h1, 0x3F80;
-  atom.global.add.noftz.bf16 %h2, [%rd1+6], %h1;
-  mov.u32 %r3, %tid.x;
-  cvt.u16.u32 %h1, %r3;
-  add.u32 %r4, %r3, 1;
-  cvt.u16.u32 %h3, %r4;
-  atom.global.cas.b16 %h2, [%rd1+10], %h1, %h3;
-  ret;
-}
-)";
+  const std::string ptx = KernelText("SixteenBitAtomics.ptx");
   LoadKernel(4, 97, ptx, "atomics16");
   if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint16_t>(8);
@@ -97,36 +56,7 @@ TEST_F(Engine, SixteenBitAtomics) {
 // tests/remote/driver/async_copies.cu) zero fills instead of reading, a source offset
 // applies, and a source past the end of its allocation faults like any load.
 TEST_F(Engine, AsyncCopiesToSharedMemory) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry copy_async(.param .u64 in_param, .param .u64 out_param)
-{
-  .shared .align 16 .b8 staged[1024];
-  .reg .pred %p<2>;
-  .reg .b32 %r<8>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [in_param];
-  ld.param.u64 %rd2, [out_param];
-  mov.u32 %r1, %tid.x;
-  mul.wide.u32 %rd3, %r1, 16;
-  add.s64 %rd4, %rd1, %rd3;
-  mov.u32 %r2, staged;
-  mul.lo.u32 %r3, %r1, 16;
-  add.u32 %r4, %r2, %r3;
-  and.b32 %r5, %r1, 3;
-  setp.eq.u32 %p1, %r5, 3;
-  cp.async.cg.shared.global [%r4], [%rd4+16], 16, %p1;
-  cp.async.commit_group;
-  cp.async.wait_all;
-  bar.sync 0;
-  ld.shared.v4.u32 {%r2, %r3, %r5, %r6}, [%r4];
-  add.s64 %rd5, %rd2, %rd3;
-  st.global.v4.u32 [%rd5], {%r2, %r3, %r5, %r6};
-  ret;
-}
-)";
+  const std::string ptx = KernelText("AsyncCopiesToSharedMemory.ptx");
   LoadKernel(7, 94, ptx, "copy_async");
   if (HasFatalFailure()) return;
   const int threads = 32;
@@ -158,55 +88,7 @@ TEST_F(Engine, AsyncCopiesToSharedMemory) {
 // (arrive_drop), so phase 2 completes with the first warp's 32 arrivals alone, which each
 // thread checks with test_wait on its own state.
 TEST_F(Engine, MemoryBarriers) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry mbar(.param .u64 out_param)
-{
-  .shared .align 8 .b64 bar;
-  .reg .pred %p<4>;
-  .reg .b32 %r<8>;
-  .reg .b64 %rd<8>;
-  ld.param.u64 %rd1, [out_param];
-  mov.u32 %r1, %tid.x;
-  mul.wide.u32 %rd2, %r1, 16;
-  add.s64 %rd3, %rd1, %rd2;
-  setp.ne.u32 %p1, %r1, 0;
-  @%p1 bra INITED;
-  mbarrier.init.shared.b64 [bar], 64;
-INITED:
-  bar.sync 0;
-  mbarrier.arrive.shared.b64 %rd4, [bar];
-  mbarrier.pending_count.b64 %r2, %rd4;
-WAIT0:
-  mbarrier.try_wait.parity.shared.b64 %p2, [bar], 0;
-  @!%p2 bra WAIT0;
-  mbarrier.test_wait.parity.shared.b64 %p3, [bar], 1;
-  selp.u32 %r3, 1, 0, %p3;
-  mov.u32 %r4, 2;
-  mov.u32 %r5, 2;
-  shr.u32 %r6, %r1, 5;
-  setp.eq.u32 %p1, %r6, 1;
-  @%p1 bra DROP;
-  mbarrier.arrive.shared.b64 %rd5, [bar];
-  bra.uni JOINED;
-DROP:
-  mbarrier.arrive_drop.shared.b64 _, [bar];
-JOINED:
-  bar.sync 0;
-  @%p1 bra DONE;
-  mbarrier.test_wait.shared.b64 %p2, [bar], %rd5;
-  selp.u32 %r4, 1, 0, %p2;
-  mbarrier.arrive.shared.b64 %rd6, [bar];
-  bar.warp.sync -1;
-  mbarrier.test_wait.shared.b64 %p2, [bar], %rd6;
-  selp.u32 %r5, 1, 0, %p2;
-DONE:
-  st.global.v4.u32 [%rd3], {%r2, %r3, %r4, %r5};
-  ret;
-}
-)";
+  const std::string ptx = KernelText("MemoryBarriers.ptx");
   LoadKernel(8, 93, ptx, "mbar");
   if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint32_t>(4 * 64);
@@ -234,95 +116,7 @@ DONE:
 // (a new status with an old value). Blocks of 32 (a whole warp: coalesced accesses) and
 // of 1 (a lone lane) take the engine's two paths.
 TEST_F(Engine, VectorAccessesAreWholeAcrossCtas) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry publish2(.param .u64 slots_param, .param .u64 torn_param, .param .u32 rounds_param)
-{
-  .reg .pred %p<4>;
-  .reg .b32 %r<12>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [slots_param];
-  ld.param.u64 %rd2, [torn_param];
-  ld.param.u32 %r1, [rounds_param];
-  mov.u32 %r10, %tid.x;
-  mul.wide.u32 %rd3, %r10, 8;
-  add.s64 %rd1, %rd1, %rd3;
-  mov.u32 %r2, %ctaid.x;
-  setp.eq.u32 %p1, %r2, 0;
-  @%p1 bra WRITER;
-  setp.ne.u32 %p1, %r2, 1;
-  @%p1 bra DONE;
-  mov.u32 %r9, 0;
-READ:
-  ld.relaxed.gpu.global.v2.u32 {%r3, %r4}, [%rd1];
-  mul.lo.u32 %r5, %r3, 3;
-  setp.ne.u32 %p2, %r4, %r5;
-  selp.u32 %r6, 1, 0, %p2;
-  add.u32 %r9, %r9, %r6;
-  setp.lt.u32 %p3, %r3, %r1;
-  @%p3 bra READ;
-  mul.wide.u32 %rd4, %r10, 4;
-  add.s64 %rd2, %rd2, %rd4;
-  st.global.u32 [%rd2], %r9;
-  bra.uni DONE;
-WRITER:
-  mov.u32 %r3, 1;
-WRITE:
-  mul.lo.u32 %r4, %r3, 3;
-  st.relaxed.gpu.global.v2.u32 [%rd1], {%r3, %r4};
-  add.u32 %r3, %r3, 1;
-  setp.le.u32 %p3, %r3, %r1;
-  @%p3 bra WRITE;
-DONE:
-  ret;
-}
-.visible .entry publish4(.param .u64 slots_param, .param .u64 torn_param, .param .u32 rounds_param)
-{
-  .reg .pred %p<4>;
-  .reg .b32 %r<16>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [slots_param];
-  ld.param.u64 %rd2, [torn_param];
-  ld.param.u32 %r1, [rounds_param];
-  mov.u32 %r10, %tid.x;
-  mul.wide.u32 %rd3, %r10, 16;
-  add.s64 %rd1, %rd1, %rd3;
-  mov.u32 %r2, %ctaid.x;
-  setp.eq.u32 %p1, %r2, 0;
-  @%p1 bra WRITER;
-  setp.ne.u32 %p1, %r2, 1;
-  @%p1 bra DONE;
-  mov.u32 %r9, 0;
-READ:
-  ld.relaxed.gpu.global.v4.u32 {%r3, %r4, %r5, %r6}, [%rd1];
-  mul.lo.u32 %r7, %r3, 7;
-  setp.ne.u32 %p2, %r6, %r7;
-  mul.lo.u32 %r7, %r3, 3;
-  setp.ne.or.u32 %p2, %r4, %r7, %p2;
-  selp.u32 %r8, 1, 0, %p2;
-  add.u32 %r9, %r9, %r8;
-  setp.lt.u32 %p3, %r3, %r1;
-  @%p3 bra READ;
-  mul.wide.u32 %rd4, %r10, 4;
-  add.s64 %rd2, %rd2, %rd4;
-  st.global.u32 [%rd2], %r9;
-  bra.uni DONE;
-WRITER:
-  mov.u32 %r3, 1;
-WRITE:
-  mul.lo.u32 %r4, %r3, 3;
-  mul.lo.u32 %r5, %r3, 5;
-  mul.lo.u32 %r6, %r3, 7;
-  st.relaxed.gpu.global.v4.u32 [%rd1], {%r3, %r4, %r5, %r6};
-  add.u32 %r3, %r3, 1;
-  setp.le.u32 %p3, %r3, %r1;
-  @%p3 bra WRITE;
-DONE:
-  ret;
-}
-)";
+  const std::string ptx = KernelText("VectorAccessesAreWholeAcrossCtas.ptx");
   LoadKernel(9, 94, ptx, "publish2");
   if (HasFatalFailure()) return;
   ASSERT_EQ(executor_.GetFunction(9, 95, "publish4"), kCuSuccess) << executor_.TakeErrorDetail();
@@ -356,51 +150,7 @@ DONE:
 TEST_F(Engine, FencesOrderStoresBeforeLoadsAcrossCtas) {
   // One worker runs CTA 0 to its end before CTA 1 begins: CTA 0 would wait for ever.
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two worker threads";
-  const std::string ptx = R"(
-.version 7.0
-.target sm_70
-.address_size 64
-.visible .entry litmus(.param .u64 cells_param, .param .u64 seen_param, .param .u32 rounds_param)
-{
-  .reg .pred %p<4>;
-  .reg .b32 %r<12>;
-  .reg .b64 %rd<12>;
-  ld.param.u64 %rd1, [cells_param];
-  ld.param.u64 %rd2, [seen_param];
-  ld.param.u32 %r1, [rounds_param];
-  mov.u32 %r2, %ctaid.x;
-  setp.gt.u32 %p1, %r2, 1;
-  @%p1 bra DONE;
-  // mine: cells[ctaid], theirs: cells[1 - ctaid]; my round counter: cells[2 + ctaid]
-  mul.wide.u32 %rd3, %r2, 4;
-  add.s64 %rd4, %rd1, %rd3;
-  sub.u32 %r3, 1, %r2;
-  mul.wide.u32 %rd5, %r3, 4;
-  add.s64 %rd6, %rd1, %rd5;
-  add.s64 %rd7, %rd4, 8;
-  add.s64 %rd8, %rd6, 8;
-  mul.lo.u32 %r4, %r2, %r1;
-  mul.wide.u32 %rd9, %r4, 4;
-  add.s64 %rd10, %rd2, %rd9;
-  mov.u32 %r5, 1;
-ROUND:
-  st.volatile.global.u32 [%rd4], %r5;
-  membar.gl;
-  ld.volatile.global.u32 %r6, [%rd6];
-  st.global.u32 [%rd10], %r6;
-  add.s64 %rd10, %rd10, 4;
-  st.volatile.global.u32 [%rd7], %r5;
-WAIT:
-  ld.volatile.global.u32 %r7, [%rd8];
-  setp.lt.u32 %p2, %r7, %r5;
-  @%p2 bra WAIT;
-  add.u32 %r5, %r5, 1;
-  setp.le.u32 %p3, %r5, %r1;
-  @%p3 bra ROUND;
-DONE:
-  ret;
-}
-)";
+  const std::string ptx = KernelText("FencesOrderStoresBeforeLoadsAcrossCtas.ptx");
   LoadKernel(10, 96, ptx, "litmus");
   if (HasFatalFailure()) return;
   constexpr uint32_t kRounds = 200000;

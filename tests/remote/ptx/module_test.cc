@@ -6,6 +6,7 @@ namespace gpupool::dataplane {
 namespace {
 
 using ptx_test::Engine;
+using ptx_test::KernelText;
 using ptx_test::kGiB;
 using ptx_test::ReadFile;
 
@@ -21,23 +22,7 @@ TEST_F(Engine, OversizedDeclarationsAreRefused) {
     EXPECT_EQ(executor_.LoadModule(20, ptx.c_str(), ptx.size() + 1, {}), kCuInvalidPtx) << registers;
     EXPECT_NE(executor_.TakeErrorDetail().find("registers declared"), std::string::npos) << registers;
   }
-  const std::string big_local = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry big_local(.param .u64 out_param)
-{
-  .local .align 4 .b8 scratch[1048576];
-  .reg .b32 %r<2>;
-  .reg .b64 %rd<3>;
-  ld.param.u64 %rd1, [out_param];
-  mov.u64 %rd2, scratch;
-  st.local.u32 [%rd2+1048572], 7;
-  ld.local.u32 %r1, [%rd2+1048572];
-  st.global.u32 [%rd1], %r1;
-  ret;
-}
-)";
+  const std::string big_local = KernelText("OversizedDeclarationsAreRefused_big_local.ptx");
   LoadKernel(21, 92, big_local, "big_local");
   if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint32_t>(1);

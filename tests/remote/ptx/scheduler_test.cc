@@ -6,6 +6,7 @@ namespace gpupool::dataplane {
 namespace {
 
 using ptx_test::Engine;
+using ptx_test::KernelText;
 
 TEST_F(Engine, GridAndBlockDimensions) {
   // One warp per block; then blocks of several warps whose warps start inside a row and
@@ -144,46 +145,7 @@ TEST_F(Engine, TrapsAssertionsAndTextures) {
 // kernel's 8192), its .maxntid bound (a bigger block fails with
 // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), the module's .const bytes, its local memory.
 TEST_F(Engine, KernelsNeedTheirOwnSharedMemoryAndThreadBound) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.const .align 4 .b8 weights[96];
-.shared .align 4 .b8 big_tile[8192];
-.shared .align 8 .b8 own_tile[1024];
-.shared .align 16 .b8 callee_tile[64];
-.func touch()
-{
-  .reg .b32 %r<2>;
-  mov.u32 %r1, 7;
-  st.shared.u32 [callee_tile], %r1;
-  ret;
-}
-.entry bounded(.param .u64 out)
-.maxntid 64, 2, 1
-{
-  .local .align 4 .b8 __local_depot0[40];
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<4>;
-  ld.param.u64 %rd1, [out];
-  mov.u32 %r1, %tid.x;
-  st.shared.u32 [own_tile], %r1;
-  call touch, ();
-  bar.sync 0;
-  ld.shared.u32 %r2, [callee_tile];
-  ld.shared.u32 %r3, [own_tile];
-  add.u32 %r2, %r2, %r3;
-  st.global.u32 [%rd1], %r2;
-  ret;
-}
-.entry other()
-{
-  .reg .b32 %r<2>;
-  mov.u32 %r1, 1;
-  st.shared.u32 [big_tile+8188], %r1;
-  ret;
-}
-)";
+  const std::string ptx = KernelText("KernelsNeedTheirOwnSharedMemoryAndThreadBound.ptx");
   LoadKernel(13, 91, ptx, "bounded");
   if (HasFatalFailure()) return;
   FunctionResources resources;
@@ -264,36 +226,7 @@ TEST_F(Engine, NamedBarriersCountTheirOwnThreads) {
 // warp 1 at barrier 1, each for every thread. Mode 2: the same barrier with counts that
 // complete runs to the end. The executor serves the next launch as before.
 TEST_F(Engine, BarrierDeadlockFailsTheLaunchNamingIt) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry barrier_deadlock(.param .u64 out_param, .param .u32 mode_param)
-{
-  .reg .pred %p<4>;
-  .reg .b32 %r<6>;
-  .reg .b64 %rd<4>;
-  ld.param.u64 %rd1, [out_param];
-  ld.param.u32 %r1, [mode_param];
-  mov.u32 %r2, %tid.x;
-  setp.eq.u32 %p1, %r1, 1;
-  @%p1 bra SPLIT;
-  setp.ge.u32 %p2, %r2, 64;
-  @%p2 bra DONE;
-  setp.eq.u32 %p3, %r1, 2;
-  selp.u32 %r3, 64, 128, %p3;
-  bar.sync 1, %r3;
-  bra.uni DONE;
-SPLIT:
-  shr.u32 %r4, %r2, 5;
-  bar.sync %r4;
-DONE:
-  mul.wide.u32 %rd2, %r2, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  st.global.u32 [%rd3], 1;
-  ret;
-}
-)";
+  const std::string ptx = KernelText("BarrierDeadlockFailsTheLaunchNamingIt.ptx");
   LoadKernel(12, 96, ptx, "barrier_deadlock");
   if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint32_t>(128);

@@ -6,41 +6,14 @@ namespace gpupool::dataplane {
 namespace {
 
 using ptx_test::Engine;
+using ptx_test::KernelText;
 
 // vote, match and redux .sync over each lane's own membermask: the lanes of one warp run
 // converged, even lanes naming the even lanes and odd lanes the odd ones (as
 // cooperative_groups' labeled_partition and its reduce, ballot and all do). Each group
 // gets its own answer, not the warp's.
 TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry member_groups(.param .u64 out_param)
-{
-  .reg .pred %p<5>;
-  .reg .b32 %r<12>;
-  .reg .b64 %rd<4>;
-  ld.param.u64 %rd1, [out_param];
-  mov.u32 %r1, %tid.x;
-  and.b32 %r2, %r1, 1;
-  setp.eq.u32 %p1, %r2, 0;
-  selp.b32 %r3, 0x55555555, 0xAAAAAAAA, %p1;
-  setp.lt.u32 %p2, %r1, 16;
-  vote.sync.ballot.b32 %r4, %p2, %r3;
-  not.pred %p3, %p1;
-  or.pred %p3, %p3, %p2;
-  vote.sync.all.pred %p4, %p3, %r3;
-  selp.u32 %r5, 1, 0, %p4;
-  redux.sync.add.u32 %r6, %r1, %r3;
-  shr.u32 %r7, %r1, 2;
-  match.any.sync.b32 %r8, %r7, %r3;
-  mul.wide.u32 %rd2, %r1, 16;
-  add.s64 %rd3, %rd1, %rd2;
-  st.global.v4.u32 [%rd3], {%r4, %r5, %r6, %r8};
-  ret;
-}
-)";
+  const std::string ptx = KernelText("WarpCollectivesFollowEachLanesMembermask.ptx");
   LoadKernel(14, 96, ptx, "member_groups");
   if (HasFatalFailure()) return;
   uint64_t out = Zeros<uint32_t>(4 * 32);
@@ -61,34 +34,7 @@ TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
 // lane gets the warp's add, signed min, unsigned max, and, or and xor. Hand-written, like
 // the test above.
 TEST_F(Engine, WarpReductions) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry reduce_warp(.param .u64 in_param, .param .u64 out_param)
-{
-  .reg .b32 %r<10>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [in_param];
-  ld.param.u64 %rd2, [out_param];
-  mov.u32 %r1, %tid.x;
-  mul.wide.u32 %rd3, %r1, 4;
-  add.s64 %rd4, %rd1, %rd3;
-  ld.global.u32 %r2, [%rd4];
-  redux.sync.add.s32 %r3, %r2, -1;
-  redux.sync.min.s32 %r4, %r2, -1;
-  redux.sync.max.u32 %r5, %r2, -1;
-  redux.sync.and.b32 %r6, %r2, -1;
-  redux.sync.or.b32 %r7, %r2, -1;
-  redux.sync.xor.b32 %r8, %r2, -1;
-  mul.wide.u32 %rd3, %r1, 24;
-  add.s64 %rd5, %rd2, %rd3;
-  st.global.v2.u32 [%rd5], {%r3, %r4};
-  st.global.v2.u32 [%rd5+8], {%r5, %r6};
-  st.global.v2.u32 [%rd5+16], {%r7, %r8};
-  ret;
-}
-)";
+  const std::string ptx = KernelText("WarpReductions.ptx");
   LoadKernel(3, 98, ptx, "reduce_warp");
   if (HasFatalFailure()) return;
   std::vector<int32_t> in(32);

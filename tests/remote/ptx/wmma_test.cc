@@ -6,6 +6,7 @@ namespace gpupool::dataplane {
 namespace {
 
 using ptx_test::Engine;
+using ptx_test::KernelText;
 using ptx_test::ToHalf;
 
 // wmma (tensor cores, sm_70+): a 16x16x16 multiply of halves into f32 with A row-major in
@@ -95,25 +96,7 @@ TEST_F(Engine, WarpMatrixLoadOutOfBoundsIsIllegalAddress) {
 // Integer wmma (sm_72+): s8 x s8 into s32 on the 32x8x16 shape, with .satfinite clamping
 // sums beyond the int32 range instead of wrapping them.
 TEST_F(Engine, WarpMatrixMultiplyOfIntegersSaturates) {
-  const std::string ptx = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry wmma_s8(.param .u64 a_param, .param .u64 b_param, .param .u64 c_param)
-{
-  .reg .b32 %r<24>;
-  .reg .b64 %rd<4>;
-  ld.param.u64 %rd1, [a_param];
-  ld.param.u64 %rd2, [b_param];
-  ld.param.u64 %rd3, [c_param];
-  wmma.load.c.sync.aligned.row.m32n8k16.global.s32 {%r1, %r2, %r3, %r4, %r5, %r6, %r7, %r8}, [%rd3];
-  wmma.load.a.sync.aligned.row.m32n8k16.global.s8 {%r9, %r10, %r11, %r12}, [%rd1];
-  wmma.load.b.sync.aligned.col.m32n8k16.global.s8 {%r13}, [%rd2];
-  wmma.mma.sync.aligned.row.col.m32n8k16.s32.s8.s8.s32.satfinite {%r14, %r15, %r16, %r17, %r18, %r19, %r20, %r21}, {%r9, %r10, %r11, %r12}, {%r13}, {%r1, %r2, %r3, %r4, %r5, %r6, %r7, %r8};
-  wmma.store.d.sync.aligned.row.m32n8k16.global.s32 [%rd3], {%r14, %r15, %r16, %r17, %r18, %r19, %r20, %r21};
-  ret;
-}
-)";
+  const std::string ptx = KernelText("WarpMatrixMultiplyOfIntegersSaturates.ptx");
   LoadKernel(6, 95, ptx, "wmma_s8");
   if (HasFatalFailure()) return;
   std::vector<int8_t> a(32 * 16), b(16 * 8);
