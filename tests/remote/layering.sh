@@ -17,7 +17,9 @@ declare -A allowed=(
   # Inside the PTX engine (docs/architecture.md): one front end both tiers consume, the
   # files both tiers share (launch.h, memory.h), and launch.cc above both, choosing the tier.
   [remote/ptx/front]="remote/ptx/ptx_engine.h remote/protocol"
-  [remote/ptx/interp]="remote/ptx/front remote/ptx/launch.h remote/ptx/memory.h remote/ptx/ptx_engine.h remote/protocol"
+  # ir/ (the decoded kernel, its modes and opcode table) sits on the front end alone.
+  [remote/ptx/ir]="remote/ptx/front"
+  [remote/ptx/interp]="remote/ptx/ir remote/ptx/front remote/ptx/launch.h remote/ptx/memory.h remote/ptx/ptx_engine.h remote/protocol"
   [remote/ptx/jit]="remote/ptx/front remote/ptx/ir remote/ptx/launch.h remote/ptx/memory.h remote/ptx/ptx_engine.h remote/protocol"
   [remote/ptx/launch.h]="remote/ptx/ptx_engine.h"
   [remote/ptx/memory.h]="remote/ptx/ptx_engine.h"
@@ -51,6 +53,12 @@ fi
 # The dataplane reaches a device kind only through remote/device/device_kind.h.
 if grep -rn 'name() == "cuda"\|name() == "sim"' remote/dataplane remote/device; then
   echo "the executor is chosen by comparing a backend's name, not through its device kind"
+  bad=1
+fi
+# The decoded kernel is the engine's own: no room outside remote/ptx/ includes remote/ptx/ir/
+# (remote/devices/sim may use the engine, through ptx_engine.h).
+if grep -rn --include='*.h' --include='*.cc' '^#include "remote/ptx/ir/' remote | grep -v '^remote/ptx/'; then
+  echo "remote/ptx/ir/ is included from outside the PTX engine"
   bad=1
 fi
 (( bad == 0 )) && echo "remote/: every include points down"

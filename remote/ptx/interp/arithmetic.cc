@@ -28,7 +28,7 @@ void HSlct(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
-    bool pick_a = in.mode ? Get<float>(c[l]) >= 0.0f : Get<int32_t>(c[l]) >= 0;
+    bool pick_a = in.mode == kSlctF32 ? Get<float>(c[l]) >= 0.0f : Get<int32_t>(c[l]) >= 0;
     d[l] = pick_a ? a[l] : b[l];
   });
 }
@@ -41,22 +41,22 @@ void HTestp(Warp& w, const Inst& in, uint32_t mask) {
     int cls = in.width == 8 ? std::fpclassify(Get<double>(a[l])) : std::fpclassify(Get<float>(a[l]));
     bool r = false;
     switch (in.mode) {
-      case 0:
+      case kTestpFinite:
         r = std::isfinite(v);
         break;
-      case 1:
+      case kTestpInfinite:
         r = std::isinf(v);
         break;
-      case 2:
+      case kTestpNumber:
         r = !std::isnan(v);
         break;
-      case 3:
+      case kTestpNotANumber:
         r = std::isnan(v);
         break;
-      case 4:
+      case kTestpNormal:
         r = cls == FP_NORMAL;
         break;
-      case 5:
+      case kTestpSubnormal:
         r = cls == FP_SUBNORMAL;
         break;
     }
@@ -73,7 +73,7 @@ void HPrmt(Warp& w, const Inst& in, uint32_t mask) {
     uint64_t bytes = (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
     uint32_t selector = static_cast<uint32_t>(c[l]);
     uint32_t r = 0;
-    if (in.mode == 0) {
+    if (in.mode == kPrmtDefault) {
       for (int i = 0; i < 4; ++i) {
         uint32_t s = (selector >> (4 * i)) & 0xf;
         uint32_t byte = (bytes >> (8 * (s & 7))) & 0xff;
@@ -87,19 +87,19 @@ void HPrmt(Warp& w, const Inst& in, uint32_t mask) {
       for (int i = 0; i < 8; ++i) bs[i] = (bytes >> (8 * i)) & 0xff;
       uint8_t out[4];
       switch (in.mode) {
-        case 1:
+        case kPrmtF4e:
           for (int i = 0; i < 4; ++i) out[i] = bs[(s + i) & 7];
           break;  // f4e
-        case 2:
+        case kPrmtB4e:
           for (int i = 0; i < 4; ++i) out[i] = bs[(s - i + 8) & 7];
           break;  // b4e
-        case 3:
+        case kPrmtRc8:
           for (int i = 0; i < 4; ++i) out[i] = bs[s];
           break;  // rc8
-        case 4:
+        case kPrmtEcl:
           for (int i = 0; i < 4; ++i) out[i] = bs[std::min<uint32_t>(i, s)];
           break;  // ecl
-        case 5:
+        case kPrmtEcr:
           for (int i = 0; i < 4; ++i) out[i] = bs[std::max<uint32_t>(i, s)];
           break;  // ecr
         default:
@@ -121,12 +121,12 @@ void HShf(Warp& w, const Inst& in, uint32_t mask) {
   ForLanes(mask, [&](int l) {
     uint64_t both = (static_cast<uint64_t>(static_cast<uint32_t>(b[l])) << 32) | static_cast<uint32_t>(a[l]);
     uint32_t n = static_cast<uint32_t>(c[l]);
-    n = (in.mode2 == 0) ? (n & 31) : std::min<uint32_t>(n, 32);
-    d[l] = in.mode == 0 ? static_cast<uint32_t>((both << n) >> 32) : static_cast<uint32_t>(both >> n);
+    n = (in.mode2 == kShiftWrap) ? (n & 31) : std::min<uint32_t>(n, 32);
+    d[l] = in.mode == kShfLeft ? static_cast<uint32_t>((both << n) >> 32) : static_cast<uint32_t>(both >> n);
   });
 }
 
-// bmsk.{clamp,wrap}.b32 d, a, b: a mask of b bits from bit a (mode 1: clamp; wrap takes
+// bmsk.{clamp,wrap}.b32 d, a, b: a mask of b bits from bit a (mode kShiftClamp; wrap takes
 // a and b modulo 32), as the PTX ISA defines it: cut at bit 31, 0 when a >= 32 (clamp)
 // or b is 0, all bits from a up when b >= 32 (clamp).
 // fns.b32 d, mask, base, offset (__fns): the position of the |offset|-th set bit of mask
@@ -167,7 +167,7 @@ void HBmsk(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
-  const bool clamp = in.mode == 1;
+  const bool clamp = in.mode == kShiftClamp;
   ForLanes(mask, [&](int l) {
     const uint32_t position = static_cast<uint32_t>(a[l]), width = static_cast<uint32_t>(b[l]);
     const uint32_t a1 = position & 0x1f, b1 = width & 0x1f, sum = a1 + b1;
@@ -231,13 +231,13 @@ void HUnpack(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
-// cvta / cvta.to: mode 0 to generic (add window), 1 from generic (subtract).
+// cvta / cvta.to: mode kCvtaToGeneric (add the window) or kCvtaToSpace (subtract it).
 void HCvta(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   uint64_t window = static_cast<uint64_t>(in.offset);
   uint64_t keep = in.width == 4 ? 0xffffffffull : ~0ull;
-  if (in.mode == 0) {
+  if (in.mode == kCvtaToGeneric) {
     ForLanesIndependent(mask, [&](int l) { d[l] = (a[l] & keep) + window; });
   } else {
     ForLanesIndependent(mask, [&](int l) { d[l] = (a[l] - window) & keep; });

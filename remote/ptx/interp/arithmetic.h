@@ -144,13 +144,13 @@ void HCarry(Warp& w, const Inst& in, uint32_t mask) {
     unsigned __int128 y = static_cast<U>(b[l]);
     unsigned __int128 carry_in = (in.flags & kFlagCarryIn) ? (cc[l] & 1) : 0;
     unsigned __int128 r;
-    if (in.mode == 0) {  // add
+    if (in.mode == kCarryAdd) {
       r = x + y + carry_in;
-    } else if (in.mode == 1) {  // sub: a - b - borrow
+    } else if (in.mode == kCarrySub) {  // a - b - borrow
       r = x - y - carry_in;
     } else {  // mad.lo / mad.hi with carry
       unsigned __int128 p = x * y;
-      if (in.mode == 3) p >>= kBits;
+      if (in.mode == kCarryMadHi) p >>= kBits;
       p &= (static_cast<unsigned __int128>(1) << kBits) - 1;
       r = p + static_cast<U>(c[l]) + carry_in;
     }
@@ -304,7 +304,8 @@ void HMad24(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
-    T p = in.mode ? Binary<T, kMul24Hi>(Get<T>(a[l]), Get<T>(b[l])) : Binary<T, kMul24>(Get<T>(a[l]), Get<T>(b[l]));
+    T p = in.mode == kMad24Hi ? Binary<T, kMul24Hi>(Get<T>(a[l]), Get<T>(b[l]))
+                              : Binary<T, kMul24>(Get<T>(a[l]), Get<T>(b[l]));
     d[l] = Put<T>(WrapAdd(p, Get<T>(c[l])));
   });
 }
@@ -321,23 +322,6 @@ void HSad(Warp& w, const Inst& in, uint32_t mask) {
     d[l] = Put<T>(WrapAdd(diff, Get<T>(c[l])));
   });
 }
-
-enum Cmp : uint8_t {
-  kEq,
-  kNe,
-  kLt,
-  kLe,
-  kGt,
-  kGe,
-  kEqu,
-  kNeu,
-  kLtu,
-  kLeu,
-  kGtu,
-  kGeu,
-  kNum,
-  kNan,
-};
 
 template <typename T>
 inline bool Compare(uint8_t cmp, T a, T b) {
@@ -393,8 +377,7 @@ inline bool Compare(uint8_t cmp, T a, T b) {
   }
 }
 
-// setp / set: mode = comparison, mode2 = bool op (0 none, 1 and, 2 or, 3 xor)
-// with c.
+// setp / set: mode = the comparison (Cmp), mode2 = how it combines with c (BoolOp).
 template <typename T>
 void HSetp(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
@@ -409,15 +392,15 @@ void HSetp(Warp& w, const Inst& in, uint32_t mask) {
     if (c) {
       bool p = (c[l] & 1) != negate_c;
       switch (in.mode2) {
-        case 1:
+        case kBoolAnd:
           t = t && p;
           f = f && p;
           break;
-        case 2:
+        case kBoolOr:
           t = t || p;
           f = f || p;
           break;
-        case 3:
+        case kBoolXor:
           t = t != p;
           f = f != p;
           break;
@@ -497,20 +480,21 @@ struct WSetpPlain {
 // setp's and set's BoolOp (1 and, 2 or, 3 xor) of comparison t with predicate c.
 inline bool CombineWithPredicate(bool t, uint8_t bool_op, bool c) {
   switch (bool_op) {
-    case 1:
+    case kBoolAnd:
       return t && c;
-    case 2:
+    case kBoolOr:
       return t || c;
-    case 3:
+    case kBoolXor:
       return t != c;
   }
   return t;
 }
 
 // set.cmp{.boolop}.dtype.stype d, a, b{, {!}c}: when true, all ones, or 1.0 as f32, f16 or
-// bf16 (mode2, as the decoder sets it); else 0.
+// bf16 (bits 0-1 of mode2: SetTrue); else 0.
 template <typename T>
 void HSet(Warp& w, const Inst& in, uint32_t mask) {
+  // By SetTrue: all ones, 1.0f, f16 1.0, bf16 1.0.
   static constexpr uint32_t kTrue[4] = {0xffffffffu, 0x3f800000u, 0x3c00u, 0x3f80u};
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);

@@ -58,57 +58,58 @@ uint16_t FloatToBFloat16(float f) {
   return static_cast<uint16_t>(std::isnan(f) ? ((x >> 16) | 0x40) : ((x + 0x7fff + ((x >> 16) & 1)) >> 16));
 }
 
-// f to f16 or bf16 with .rz (rounding 1), .rm (2) or .rp (3), as __float2half_rz and
+// f to f16 or bf16 with .rz, .rm or .rp (CvtRounding), as __float2half_rz and
 // __float2bfloat16_rd compile: the nearest value, moved one step when it lies on the wrong
 // side of f. Stepping a 16-bit pattern by one moves its magnitude by one unit in the last
 // place, from the largest finite value to infinity and from infinity back.
-uint16_t FloatToHalfDirected(float f, int rounding, bool bf16) {
+uint16_t FloatToHalfDirected(float f, CvtRounding rounding, bool bf16) {
   uint16_t h = bf16 ? FloatToBFloat16(f) : FloatToHalf(f);
   if (std::isnan(f)) return h;
   const float back = bf16 ? std::bit_cast<float>(static_cast<uint32_t>(h) << 16) : HalfToFloat(h);
   const bool negative = h & 0x8000;
   const bool above = back > f, below = back < f;
-  if ((rounding == 1 && std::fabs(back) > std::fabs(f)) || (rounding == 2 && above && !negative) ||
-      (rounding == 3 && below && negative)) {
+  if ((rounding == kCvtRoundZero && std::fabs(back) > std::fabs(f)) ||
+      (rounding == kCvtRoundDown && above && !negative) || (rounding == kCvtRoundUp && below && negative)) {
     --h;  // towards zero
-  } else if ((rounding == 2 && above && negative) || (rounding == 3 && below && !negative)) {
+  } else if ((rounding == kCvtRoundDown && above && negative) || (rounding == kCvtRoundUp && below && !negative)) {
     ++h;  // away from zero
   }
   return h;
 }
 
-// Rounding: 0 none/rn, 1 rz, 2 rm, 3 rp; integer rounding (rni...) 4..7.
-double RoundTo(double v, int rounding) {
+// `rounding` (CvtRounding): an integer rounding (.rni, ...) rounds as the float rounding
+// four places before it (.rn, ...).
+double RoundTo(double v, CvtRounding rounding) {
   switch (rounding & 3) {
-    case 0:
+    case kCvtRoundNearest:
       return std::nearbyint(v);  // round-half-even in the default mode
-    case 1:
+    case kCvtRoundZero:
       return std::trunc(v);
-    case 2:
+    case kCvtRoundDown:
       return std::floor(v);
     default:
       return std::ceil(v);
   }
 }
 
-// cvt: mode = destination kind | size << 2 (bytes), mode2 = source, e =
-// rounding, flags.
+// cvt: mode = the destination (CvtOperand: kind and bytes), mode2 = the source, width =
+// the rounding (CvtRounding), flags.
 void HCvt(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
-  int dkind = in.mode & 3, dsize = in.mode >> 2;
-  int skind = in.mode2 & 3, ssize = in.mode2 >> 2;
-  int rounding = in.width;  // 0..3 float rounding, 4..7 integer rounding (+4)
+  int dkind = CvtKindOf(in.mode), dsize = CvtBytesOf(in.mode);
+  int skind = CvtKindOf(in.mode2), ssize = CvtBytesOf(in.mode2);
+  const auto rounding = static_cast<CvtRounding>(in.width);
   bool sat = in.flags & kFlagSat;
   // .rz/.rm/.rp into a float type (__int2float_rz, __ll2double_rd, __double2float_ru,
   // __float2half_rz...): the host converts in that rounding mode, set around the lanes
   // (the loads come after the first call and the stores before the second, as in
   // HDirectedRounding). Rounding in one direction twice (to double or float, then to a
   // half) gives the same as rounding once.
-  const bool directed = (dkind == kKindF || dkind == kKindB) && rounding >= 1 && rounding <= 3;
+  const bool directed = (dkind == kKindF || dkind == kKindB) && rounding >= kCvtRoundZero && rounding <= kCvtRoundUp;
   const int saved_rounding = std::fegetround();
   if (directed) {
-    std::fesetround(rounding == 1 ? FE_TOWARDZERO : rounding == 2 ? FE_DOWNWARD : FE_UPWARD);
+    std::fesetround(rounding == kCvtRoundZero ? FE_TOWARDZERO : rounding == kCvtRoundDown ? FE_DOWNWARD : FE_UPWARD);
   }
   ForLanes(mask, [&](int l) {
     uint64_t raw = a[l];
@@ -138,7 +139,7 @@ void HCvt(Warp& w, const Inst& in, uint32_t mask) {
       double r;
       if (is_float) {
         r = fv;
-        if (rounding >= 4) r = RoundTo(r, rounding);
+        if (rounding >= kCvtRoundNearestInteger) r = RoundTo(r, rounding);
       } else {
         r = skind == kKindS ? static_cast<double>(sv) : static_cast<double>(uv);
       }
@@ -247,8 +248,8 @@ Handler CvtIntTo(int kind, int size) {
 
 // The handler of a decoded cvt: HCvtInt for integer-to-integer without .sat, else HCvt.
 Handler CvtHandler(const Inst& in) {
-  int dkind = in.mode & 3, dsize = in.mode >> 2;
-  int skind = in.mode2 & 3, ssize = in.mode2 >> 2;
+  int dkind = CvtKindOf(in.mode), dsize = CvtBytesOf(in.mode);
+  int skind = CvtKindOf(in.mode2), ssize = CvtBytesOf(in.mode2);
   bool ints = (dkind == kKindS || dkind == kKindU) && (skind == kKindS || skind == kKindU);
   if (!ints || (in.flags & kFlagSat)) return &HCvt;
   Handler h = nullptr;

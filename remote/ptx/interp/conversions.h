@@ -5,8 +5,6 @@
 
 namespace gpupool::sim::interp {
 
-enum Kind : uint8_t { kKindU, kKindS, kKindF, kKindB };
-
 uint16_t FloatToHalf(float f);
 float HalfToFloat(uint16_t h);
 Handler CvtHandler(const Inst& in);

@@ -7,8 +7,8 @@
 
 namespace gpupool::sim::interp {
 
-// f16/bf16 arithmetic: mode 0 add, 1 sub, 2 mul, 3 fma, 4 neg, 5 abs, 6 min, 7 max,
-// 8 setp (width = comparison); vec = halves per register; mode2 = 1 for bf16.
+// f16/bf16 arithmetic: mode the operation (HalfOp); vec = halves per register; mode2
+// kHalfBF16 for bf16.
 float HalfBitsToFloat(uint16_t bits, bool bf16) {
   return bf16 ? std::bit_cast<float>(static_cast<uint32_t>(bits) << 16) : HalfToFloat(bits);
 }
@@ -23,14 +23,14 @@ uint16_t FloatToHalfBits(float value, bool bf16) {
 // atom/red on 16-bit values and half pairs: .add (and .min, .max, .exch) of f16, f16x2,
 // bf16, bf16x2, and .cas/.exch of b16 (atomicCAS on an unsigned short). A compare-and-swap
 // on the aligned 32-bit word that holds the value (CTAs may run on two threads). vec: 16-bit
-// values (1 or 2); mode2 1: bf16; mode2 2: plain bits (cas, exch).
+// values (1 or 2); mode2 what they are (HalfFormat: kHalfBits for cas, exch).
 void HAtom16(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
   uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
   const uint32_t size = in.vec * 2u;
-  const bool bf16 = in.mode2 == 1, bits = in.mode2 == 2;
+  const bool bf16 = in.mode2 == kHalfBF16, bits = in.mode2 == kHalfBits;
   ForLanes(mask, [&](int l) {
     uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
     uint8_t* p = w.Address(in.space, address, size, l);
@@ -82,7 +82,7 @@ void HHalf(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = in.b >= 0 ? w.R(in.b) : nullptr;
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
-  bool bf16 = in.mode2 == 1;
+  bool bf16 = in.mode2 == kHalfBF16;
   ForLanes(mask, [&](int l) {
     uint64_t result = 0;
     for (int k = 0; k < in.vec; ++k) {
@@ -91,34 +91,34 @@ void HHalf(Warp& w, const Inst& in, uint32_t mask) {
       float y = b ? half(b) : 0.0f;
       float r = 0;
       switch (in.mode) {
-        case 0:
+        case kHalfAdd:
           r = x + y;
           break;
-        case 1:
+        case kHalfSub:
           r = x - y;
           break;
-        case 2:
+        case kHalfMul:
           r = x * y;
           break;
-        case 3:
+        case kHalfFma:
           r = std::fma(x, y, half(c));
           break;
-        case 4:
+        case kHalfNeg:
           r = -x;
           break;
-        case 5:
+        case kHalfAbs:
           r = std::fabs(x);
           break;
-        case 6:
+        case kHalfMin:
           r = std::fmin(x, y);
           break;
-        case 7:
+        case kHalfMax:
           r = std::fmax(x, y);
           break;
-        case 8:
+        case kHalfTanh:
           r = std::tanh(x);
           break;  // tanh.approx: exact, then rounded
-        case 9:
+        case kHalfEx2:
           r = std::exp2(x);
           break;  // ex2.approx
       }
@@ -146,8 +146,8 @@ void HHalfCompare(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
-  const bool bf16 = in.mode2 & 1;
-  const uint8_t bool_op = (in.mode2 >> 1) & 3;
+  const bool bf16 = (in.mode2 & 1) == kHalfBF16;
+  const auto bool_op = static_cast<BoolOp>((in.mode2 >> 1) & 3);
   const bool negate_c = in.flags & kFlagSigned;
   ForLanes(mask, [&](int l) {
     const bool pred = c != nullptr && ((c[l] != 0) != negate_c);

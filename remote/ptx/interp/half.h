@@ -15,8 +15,6 @@ void HHalf(Warp& w, const Inst& in, uint32_t mask);
 // width: what a true result writes (HalfTrue). setp.x2 writes the lower half's result to
 // p (d[0]) and the upper's to q (d[1]); scalar setp writes to q the negated comparison,
 // combined with c the same way.
-enum HalfTrue : uint8_t { kTruePredicate, kTrueAllOnes, kTrueF16, kTrueBF16, kTrueF32 };
-
 void HHalfCompare(Warp& w, const Inst& in, uint32_t mask);
 
 }  // namespace gpupool::sim::interp

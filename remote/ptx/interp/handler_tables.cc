@@ -54,17 +54,18 @@ bool TyFloat(Ty t) { return t == kF16 || t == kF32 || t == kF64 || t == kBF16; }
 bool TyHalf(Ty t) { return t == kF16 || t == kF16x2 || t == kBF16 || t == kBF16x2; }
 
 // Integer dot products and SIMD absolute differences on bytes (sm_61 __dp4a, __dp2a_lo/hi;
-// __vabsdiffu4 and __vsads4 through vabsdiff4, __vsadu2 through vabsdiff2). mode: 0 dp4a,
-// 1 dp2a.lo, 2 dp2a.hi, 3 vabsdiff4 (per-byte |a - b| in d's bytes), 4 vabsdiff4.add (c +
-// their sum), 5 vabsdiff2 (per-halfword, in d's halves), 6 vabsdiff2.add; mode2: bit 0
-// a's elements signed, bit 1 b's, bit 2 .sat into a signed d (an element over its signed
-// maximum, 127 or 32767, becomes that maximum).
+// __vabsdiffu4 and __vsads4 through vabsdiff4, __vsadu2 through vabsdiff2). mode (ByteDotOp):
+// dp4a, dp2a.lo, dp2a.hi, vabsdiff4 (per-byte |a - b| in d's bytes), vabsdiff4.add (c +
+// their sum), vabsdiff2 (per-halfword, in d's halves), vabsdiff2.add; mode2:
+// kByteDotSignedA a's elements signed, kByteDotSignedB b's, kByteDotSaturate .sat into a signed d (an element over its
+// signed maximum, 127 or 32767, becomes that maximum).
 void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
-  const bool a_signed = in.mode2 & 1, b_signed = in.mode2 & 2, saturate = in.mode2 & 4;
+  const bool a_signed = in.mode2 & kByteDotSignedA, b_signed = in.mode2 & kByteDotSignedB,
+             saturate = in.mode2 & kByteDotSaturate;
   auto element = [](uint32_t word, int index, int bits, bool is_signed) -> int32_t {
     uint32_t v = (word >> (index * bits)) & ((1u << bits) - 1);
     if (is_signed && (v >> (bits - 1))) return static_cast<int32_t>(v) - (1 << bits);
@@ -74,18 +75,18 @@ void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
     const uint32_t x = static_cast<uint32_t>(a[l]), y = static_cast<uint32_t>(b[l]);
     uint32_t acc = static_cast<uint32_t>(c[l]);
     switch (in.mode) {
-      case 0:
+      case kDp4a:
         for (int i = 0; i < 4; ++i)
           acc += static_cast<uint32_t>(element(x, i, 8, a_signed) * element(y, i, 8, b_signed));
         break;
-      case 1:
-      case 2:
+      case kDp2aLo:
+      case kDp2aHi:
         for (int i = 0; i < 2; ++i) {
-          acc +=
-              static_cast<uint32_t>(element(x, i, 16, a_signed) * element(y, i + (in.mode == 2 ? 2 : 0), 8, b_signed));
+          acc += static_cast<uint32_t>(element(x, i, 16, a_signed) *
+                                       element(y, i + (in.mode == kDp2aHi ? 2 : 0), 8, b_signed));
         }
         break;
-      case 3:
+      case kVabsdiff4:
         acc = 0;
         for (int i = 0; i < 4; ++i) {
           int32_t diff = std::abs(element(x, i, 8, a_signed) - element(y, i, 8, b_signed));
@@ -93,11 +94,11 @@ void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
           acc |= static_cast<uint32_t>(diff & 0xff) << (8 * i);
         }
         break;
-      case 4:
+      case kVabsdiff4Add:
         for (int i = 0; i < 4; ++i)
           acc += static_cast<uint32_t>(std::abs(element(x, i, 8, a_signed) - element(y, i, 8, b_signed)));
         break;
-      case 5:
+      case kVabsdiff2:
         acc = 0;
         for (int i = 0; i < 2; ++i) {
           int32_t diff = std::abs(element(x, i, 16, a_signed) - element(y, i, 16, b_signed));
@@ -105,7 +106,7 @@ void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
           acc |= static_cast<uint32_t>(diff & 0xffff) << (16 * i);
         }
         break;
-      case 6:
+      case kVabsdiff2Add:
         for (int i = 0; i < 2; ++i)
           acc += static_cast<uint32_t>(std::abs(element(x, i, 16, a_signed) - element(y, i, 16, b_signed)));
         break;

@@ -1,7 +1,6 @@
-// The interpreter's private interface (remote/ptx/interp/): the limits and trap kinds of a
-// launch, the per-worker LaunchState and the Warp (registers, PCs, memory windows), lane
-// loops and value helpers that every instruction family's handlers use. Included only by
-// interp/*.cc and the family headers beside it. Design notes: docs/ptx-engine.md.
+// The interpreter's private interface (remote/ptx/interp/): the limits of a launch, the per-worker LaunchState and the
+// Warp (registers, PCs, memory windows), lane loops and value helpers that every instruction family's handlers use.
+// Included only by interp/*.cc and the family headers beside it. Design notes: docs/ptx-engine.md.
 #pragma once
 
 #include <algorithm>
@@ -25,7 +24,7 @@
 #endif
 
 #include "remote/protocol/protocol.h"
-#include "remote/ptx/front/program.h"
+#include "remote/ptx/ir/kernel.h"
 #include "remote/ptx/launch.h"
 #include "remote/ptx/memory.h"
 
@@ -48,23 +47,6 @@ constexpr uint32_t kFullMask = 0xffffffffu;
 // CTAs and bytes (the client refuses a grid larger than the model's SMs hold, well below).
 constexpr uint64_t kMaxCooperativeCtas = 1u << 16;
 constexpr uint64_t kMaxCooperativeBytes = uint64_t{2} << 30;
-// What the decoder sums local declarations up to before it refuses the kernel: far above
-// what a launch allows, far below where a sum of declarations (each at most
-// kMaxDeclarationBytes) could wrap.
-constexpr uint64_t kMaxLocalSum = uint64_t{1} << 48;
-// Bytes of an entry's parameters (CUDA 12.1 and later).
-constexpr uint64_t kMaxParamBytes = 32764;
-// Device functions are inlined at their call sites: calls nested deeper than this are a
-// trap where they would run (recursion deeper than this, or a virtual call that could
-// reach itself), and a kernel of more instructions than kMaxKernelInstructions once
-// inlined (deep or branching recursion, or PTX made to be large) is refused at decode,
-// so that no job's PTX holds the agent's memory.
-constexpr int kMaxCallDepth = 16;
-constexpr size_t kMaxKernelInstructions = size_t{1} << 17;
-// Trap kinds (Inst::mode of a Flow::kTrap).
-constexpr uint8_t kTrapInstruction = 0;   // trap, brkpt
-constexpr uint8_t kTrapBadFunction = 1;   // an indirect call to no function of the module
-constexpr uint8_t kTrapCallsTooDeep = 2;  // calls nested deeper than kMaxCallDepth
 // A warp runs at most this many instructions before the next warp of its CTA
 // gets a turn, so that warps spinning on each other's shared-memory flags make
 // progress.

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "remote/ptx/front/program.h"
+#include "remote/ptx/ir/kernel.h"
 #include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::sim {

@@ -154,19 +154,6 @@ bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, Span* span)
 
 Handler LoadStoreHandler(const Inst& in, bool store);
 
-enum AtomOp : uint8_t {
-  kAtomAdd,
-  kAtomMin,
-  kAtomMax,
-  kAtomAnd,
-  kAtomOr,
-  kAtomXor,
-  kAtomExch,
-  kAtomCas,
-  kAtomInc,
-  kAtomDec
-};
-
 template <typename T>
 T AtomicResult(uint8_t mode, T old, T v, T compare_value);
 

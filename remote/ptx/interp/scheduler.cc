@@ -62,11 +62,11 @@ void ReleaseBarrier(Warp& w, const Inst* code, int id) {
   const LaunchState& launch = *w.launch;
   ForLanes(waiting, [&](int l) {
     const Inst& in = code[w.uniform ? w.pc : w.lane_pc[l]];
-    if (in.mode == 0 || in.d[0] < 0) return;
+    if (in.mode == kBarrierNoReduction || in.d[0] < 0) return;
     int b = w.wait_id[l];
-    w.R(in.d[0])[l] = in.mode == 1   ? launch.reduce_count[b]
-                      : in.mode == 2 ? launch.reduce_all[b]
-                                     : launch.reduce_any[b];
+    w.R(in.d[0])[l] = in.mode == kBarrierReducePopc  ? launch.reduce_count[b]
+                      : in.mode == kBarrierReduceAnd ? launch.reduce_all[b]
+                                                     : launch.reduce_any[b];
   });
   if (w.uniform && waiting == w.live) {
     ++w.pc;
@@ -235,11 +235,11 @@ void RunWarp(Warp& w, const Inst* code) {
         launch.active_barriers |= 1u << id;
         launch.barrier_arrived[id] += threads;
         if (count != 0) launch.barrier_expected[id] = count;
-        if (in.mode2 == 1) {  // bar.arrive: on without waiting
+        if (in.mode2 == kBarrierArrive) {  // bar.arrive: on without waiting
           MoveLanes(w, mask, pc + 1);
           break;
         }
-        if (in.mode != 0) {
+        if (in.mode != kBarrierNoReduction) {
           const uint64_t* p = w.R(in.a);
           bool negate = in.flags & kFlagSigned;
           ForLanes(exec, [&](int l) {

@@ -5,7 +5,7 @@
 
 namespace gpupool::sim::interp {
 
-// shfl.sync.mode.b32 d[|p], a, b, c, membermask
+// shfl.sync.mode.b32 d[|p], a, b, c, membermask (mode: ShflMode)
 void HShfl(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   uint64_t* p = in.d[1] >= 0 ? w.R(in.d[1]) : nullptr;
@@ -23,15 +23,15 @@ void HShfl(Warp& w, const Inst& in, uint32_t mask) {
     int j = lane;
     bool ok = false;
     switch (in.mode) {
-      case 0:
+      case kShflUp:
         j = lane - static_cast<int>(bval);
         ok = j >= max_lane;
         break;  // up
-      case 1:
+      case kShflDown:
         j = lane + static_cast<int>(bval);
         ok = j <= max_lane;
         break;  // down
-      case 2:
+      case kShflBfly:
         j = lane ^ static_cast<int>(bval);
         ok = j <= max_lane;
         break;  // bfly
@@ -69,7 +69,7 @@ void ForMemberGroups(Warp& w, const Inst& in, uint32_t mask, Each each) {
   }
 }
 
-// vote.sync.{all,any,uni,ballot} d, a, membermask: mode 0 all, 1 any, 2 uni, 3 ballot;
+// vote.sync.{all,any,uni,ballot} d, a, membermask: mode VoteMode;
 // flag: !a. Over the lanes of each lane's membermask (a ballot has 0 for the others).
 void HVote(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
@@ -81,13 +81,13 @@ void HVote(Warp& w, const Inst& in, uint32_t mask) {
     const uint32_t votes = ballot & group;
     uint64_t r;
     switch (in.mode) {
-      case 0:
+      case kVoteAll:
         r = votes == group;
         break;
-      case 1:
+      case kVoteAny:
         r = votes != 0;
         break;
-      case 2:
+      case kVoteUni:
         r = votes == 0 || votes == group;
         break;
       default:
@@ -111,7 +111,7 @@ void HMatch(Warp& w, const Inst& in, uint32_t mask) {
     uint32_t first = group ? static_cast<uint32_t>(std::countr_zero(group)) : 0;
     ForLanes(group, [&](int l) { all_same &= values[l] == values[first]; });
     ForLanes(lanes, [&](int l) {
-      if (in.mode == 0) {
+      if (in.mode == kMatchAny) {
         uint32_t same = 0;
         ForLanes(group, [&](int k) { same |= static_cast<uint32_t>(values[k] == values[l]) << k; });
         d[l] = same;
@@ -124,33 +124,33 @@ void HMatch(Warp& w, const Inst& in, uint32_t mask) {
 }
 
 // redux.sync (sm_80): every lane gets the reduction over the lanes of its membermask of the
-// 32-bit values: mode 0 add, 1 min, 2 max, 3 and, 4 or, 5 xor; mode2 1: signed min/max.
+// 32-bit values: mode the operation (ReduxOp); mode2 1: signed min/max.
 void HRedux(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   ForMemberGroups(w, in, mask, [&](uint32_t group, uint32_t lanes) {
-    uint32_t acc = in.mode == 1   ? (in.mode2 ? 0x7fffffffu : 0xffffffffu)
-                   : in.mode == 2 ? (in.mode2 ? 0x80000000u : 0u)
-                   : in.mode == 3 ? 0xffffffffu
-                                  : 0u;
+    uint32_t acc = in.mode == kReduxMin   ? (in.mode2 ? 0x7fffffffu : 0xffffffffu)
+                   : in.mode == kReduxMax ? (in.mode2 ? 0x80000000u : 0u)
+                   : in.mode == kReduxAnd ? 0xffffffffu
+                                          : 0u;
     ForLanes(group, [&](int l) {
       uint32_t v = static_cast<uint32_t>(a[l]);
       switch (in.mode) {
-        case 0:
+        case kReduxAdd:
           acc += v;
           break;
-        case 1:
+        case kReduxMin:
           acc = in.mode2 ? static_cast<uint32_t>(std::min(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
                          : std::min(acc, v);
           break;
-        case 2:
+        case kReduxMax:
           acc = in.mode2 ? static_cast<uint32_t>(std::max(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
                          : std::max(acc, v);
           break;
-        case 3:
+        case kReduxAnd:
           acc &= v;
           break;
-        case 4:
+        case kReduxOr:
           acc |= v;
           break;
         default:
@@ -167,20 +167,19 @@ void HActivemask(Warp& w, const Inst& in, uint32_t mask) {
   ForLanes(mask, [&](int l) { d[l] = mask; });
 }
 
-// mode: 0 %clock, 1 %clock64, 2 %globaltimer, 3 %globaltimer_lo, 4
-// %globaltimer_hi
+// mode: the register (ClockRegister).
 void HClock(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   uint64_t value;
-  if (in.mode <= 1) {
+  if (in.mode == kClock || in.mode == kClock64) {
     value = w.launch->clock * 4;  // about 4 cycles per warp instruction
-    if (in.mode == 0) value &= 0xffffffffu;
+    if (in.mode == kClock) value &= 0xffffffffu;
   } else {
     value = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
             .count());
-    if (in.mode == 3) value &= 0xffffffffu;
-    if (in.mode == 4) value >>= 32;
+    if (in.mode == kGlobalTimerLo) value &= 0xffffffffu;
+    if (in.mode == kGlobalTimerHi) value >>= 32;
   }
   ForLanes(mask, [&](int l) { d[l] = value; });
 }

@@ -182,15 +182,15 @@ void HWmmaMma(Warp& w, const Inst& in, uint32_t mask) {
 }
 
 // cvt.rna.tf32.f32 (and .rn, .rz): f32 to TF32 (10 mantissa bits), kept in a .b32 with
-// the low 13 bits clear. mode 0 rna (ties away from zero), 1 rn (ties to even), 2 rz.
+// the low 13 bits clear. mode the rounding (Tf32Rounding).
 void HCvtTf32(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   ForLanesIndependent(mask, [&](int l) {
     uint32_t x = static_cast<uint32_t>(a[l]);
     if ((x & 0x7f800000u) != 0x7f800000u) {  // NaN and infinity pass unchanged
-      if (in.mode == 0) x += 0x1000u;
-      if (in.mode == 1) x += 0xfffu + ((x >> 13) & 1);
+      if (in.mode == kTf32RoundAway) x += 0x1000u;
+      if (in.mode == kTf32RoundNearest) x += 0xfffu + ((x >> 13) & 1);
     }
     d[l] = (x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu) ? x : x & ~0x1fffu;
   });
@@ -233,10 +233,10 @@ void HCpAsync(Warp& w, const Inst& in, uint32_t mask) {
 // mbarrier (sm_80: cuda::barrier, memcpy_async with a barrier): the 8-byte object in shared
 // memory holds the arrivals still pending in bits 0-31, the expected count in bits 32-62
 // and the phase in bit 63; PTX leaves the layout to the implementation. A CTA's warps run
-// on one thread, so the operations need no atomics. mode: 0 init [a], b; 1 arrive d, [a],
-// b (count); 2 arrive_drop (the same, and the expected count drops by b too); 3 test_wait
-// d, [a], b (a state from arrive); 4 test_wait.parity d, [a], b (a phase parity); 5 inval
-// [a]; 6 pending_count d, b (from a state). A state is the object as the arrival left it,
+// on one thread, so the operations need no atomics. mode (MbarrierOp): init [a], b; arrive d, [a],
+// b (count); arrive_drop (the same, and the expected count drops by b too); test_wait
+// d, [a], b (a state from arrive); test_wait.parity d, [a], b (a phase parity); inval
+// [a]; pending_count d, b (from a state). A state is the object as the arrival left it,
 // with the phase the arrival was made in. try_wait runs as test_wait: a warp that waits
 // loops, and the CTA's other warps get their turns.
 constexpr uint64_t kMbarPhase = uint64_t{1} << 63;
@@ -247,7 +247,7 @@ void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* b = in.b >= 0 ? w.R(in.b) : nullptr;
   uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
   ForLanes(mask, [&](int l) {
-    if (in.mode == 6) {
+    if (in.mode == kMbarrierPendingCount) {
       d[l] = b[l] & kMbarCount;
       return;
     }
@@ -263,24 +263,26 @@ void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
     const uint64_t pending = object & kMbarCount;
     const uint64_t expected = (object >> 32) & kMbarCount;
     switch (in.mode) {
-      case 0: {
+      case kMbarrierInit: {
         uint64_t count = b[l] & kMbarCount;
         object = (count << 32) | count;
         break;
       }
-      case 1:
-      case 2: {
+      case kMbarrierArrive:
+      case kMbarrierArriveDrop: {
         uint64_t count = b != nullptr ? b[l] & kMbarCount : 1;
         uint64_t left = pending > count ? pending - count : 0;
-        uint64_t keep = in.mode == 2 && expected > count ? expected - count : in.mode == 2 ? 0 : expected;
+        uint64_t keep = in.mode == kMbarrierArriveDrop && expected > count ? expected - count
+                        : in.mode == kMbarrierArriveDrop                   ? 0
+                                                                           : expected;
         if (d != nullptr) d[l] = phase | left;
         object = left == 0 ? ((phase ^ kMbarPhase) | (keep << 32) | keep) : (phase | (keep << 32) | left);
         break;
       }
-      case 3:
+      case kMbarrierTestWait:
         d[l] = (b[l] & kMbarPhase) != phase;
         return;
-      case 4:
+      case kMbarrierTestParity:
         d[l] = ((b[l] & 1) != 0) != (phase != 0);
         return;
       default:

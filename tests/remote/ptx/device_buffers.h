@@ -1,5 +1,5 @@
 // Device buffers for the PTX engine's tests: a vector uploaded to a sim executor's device
-// memory and read back (engine_test.cc, texture_test.cc). Failures are test failures
+// memory and read back (the engine tests, engine_fixture.h, and texture_test.cc). Failures are test failures
 // (EXPECT), not exceptions.
 #pragma once
 

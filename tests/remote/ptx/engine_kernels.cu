@@ -1,4 +1,4 @@
-// Kernels for the PTX engine's unit suite (engine_test.cc): each covers one feature of
+// Kernels for the PTX engine's unit suite (tests/remote/ptx/*_test.cc): each covers one feature of
 // the engine; the test checks every output against a CPU reference. Compiled to PTX
 // (nvcc -ptx) at build time. extern "C" so the test finds them by plain names.
 #include <cstdio>

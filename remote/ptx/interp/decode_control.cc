@@ -1,0 +1,87 @@
+// The decoder (decoder.h): control flow, barriers, traps and fences.
+#include "remote/ptx/interp/decoder.h"
+
+#include "remote/ptx/interp/warp_ops.h"
+
+namespace gpupool::sim::interp {
+
+// bra, brx, ret, exit, bar, barrier, trap, brkpt, membar, fence and the instructions that
+// do nothing here (nanosleep, prefetch, ...).
+Status Decoder::DecodeControl(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  if (op == "bra" || op == "brx") {
+    if (op == "brx") {
+      Unsupported("brx.idx is not supported", s.line);
+    }
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 1));
+    inst.flow = Flow::kBranch;
+    inst.run = &HNop;
+    fixups_.push_back({static_cast<int32_t>(k_->code.size()), Local(frame, ops[0].name)});
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  if (op == "ret" || op == "exit") {
+    inst.run = &HNop;
+    if (op == "ret" && !frame.return_label.empty()) {
+      inst.flow = Flow::kBranch;
+      fixups_.push_back({static_cast<int32_t>(k_->code.size()), frame.return_label});
+    } else {
+      inst.flow = Flow::kExit;
+    }
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  if (op == "bar" || op == "barrier") {
+    bool warp_only = mods.count("warp");
+    if (warp_only) {
+      inst.run = &HNop;                           // bar.warp.sync: warps run in lockstep here
+      if (!ops.empty()) GPUPOOL_SRC(e, 0, kU32);  // membermask: see RunWarp
+    } else if (mods.count("red")) {
+      // __syncthreads_count/and/or: bar.red.{popc.u32,and.pred,or.pred} d, b, [n,] {!}p
+      GPUPOOL_RETURN_IF_ERROR(Need(d, 3));
+      inst.mode = mods.count("popc") ? kBarrierReducePopc : mods.count("and") ? kBarrierReduceAnd : kBarrierReduceOr;
+      GPUPOOL_DST(0);
+      GPUPOOL_SRC(b, 1, kU32);
+      if (ops.size() > 3) GPUPOOL_SRC(c, 2, kU32);
+      GPUPOOL_SRC(a, ops.size() - 1, kPred);
+      if (ops.back().negated) inst.flags |= kFlagSigned;
+      inst.run = &HNop;
+      inst.flow = Flow::kBarrier;
+    } else {
+      // bar.sync ID{, COUNT} (__syncthreads is bar.sync 0) and bar.arrive ID, COUNT
+      // (mode2 kBarrierArrive: arrives without waiting). IDs and counts may be registers.
+      bool arrive = mods.count("arrive");
+      GPUPOOL_RETURN_IF_ERROR(Need(d, arrive ? 2 : 1));
+      GPUPOOL_SRC(b, 0, kU32);
+      if (ops.size() > 1) GPUPOOL_SRC(c, 1, kU32);
+      inst.mode2 = arrive ? kBarrierArrive : kBarrierSync;
+      inst.run = &HNop;
+      inst.flow = Flow::kBarrier;
+    }
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  if (op == "trap" || op == "brkpt") {
+    inst.run = &HNop;
+    inst.flow = Flow::kTrap;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  if ((op == "membar" && !mods.count("cta")) || (op == "fence" && mods.count("sc") && !mods.count("cta"))) {
+    // membar.{gl,sys} is fence.sc.{gpu,sys}: see HFenceSc. At CTA scope (one thread runs
+    // the whole CTA) and for acquire-release (the x86-64 order) nothing is needed.
+    inst.run = &HFenceSc;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" || op == "prefetch" ||
+      op == "prefetchu" || op == "discard" || op == "applypriority" || op == "griddepcontrol") {
+    inst.run = &HNop;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
+}
+
+}  // namespace gpupool::sim::interp

@@ -1,0 +1,154 @@
+// The decoder (decoder.h): moves and conversions.
+#include "remote/ptx/interp/decoder.h"
+
+#include "remote/ptx/interp/conversions.h"
+#include "remote/ptx/interp/warp_ops.h"
+#include "remote/ptx/interp/wmma.h"
+
+namespace gpupool::sim::interp {
+
+// mov (values, packing, clocks) and cvt.
+Status Decoder::DecodeConversion(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  if (op == "mov") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    if (ops[1].kind == RawOperand::kName && ClockMode(ops[1].name) >= 0) {
+      GPUPOOL_DST(0);
+      inst.mode = static_cast<ClockRegister>(ClockMode(ops[1].name));
+      inst.run = &HClock;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (ops[1].kind == RawOperand::kVector) {  // pack
+      GPUPOOL_DST(0);
+      inst.vec = static_cast<uint8_t>(ops[1].items.size());
+      if (inst.vec < 2 || inst.vec > 4) return BadType(d);
+      inst.width = static_cast<uint8_t>(TySize(type) / inst.vec);
+      int32_t* sources[4] = {&inst.a, &inst.b, &inst.c, &inst.e};
+      for (size_t i = 0; i < ops[1].items.size(); ++i) {
+        auto slot = Source(frame, ops[1].items[i], kNoType, s.line);
+        if (!slot.ok()) return slot.status();
+        *sources[i] = *slot;
+      }
+      inst.run = &HPack;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (ops[0].kind == RawOperand::kVector) {  // unpack
+      inst.vec = static_cast<uint8_t>(ops[0].items.size());
+      if (inst.vec < 2 || inst.vec > 4) return BadType(d);
+      inst.width = static_cast<uint8_t>(TySize(type) / inst.vec);
+      for (size_t i = 0; i < ops[0].items.size(); ++i) {
+        auto slot = Dest(frame, ops[0].items[i], s.line);
+        if (!slot.ok()) return slot.status();
+        inst.d[i] = *slot;
+      }
+      GPUPOOL_SRC(a, 1, type);
+      inst.run = &HUnpack;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    GPUPOOL_DST(0);
+    GPUPOOL_SRC(a, 1, type);
+    inst.run = &WMov<uint64_t>::run;
+    inst.pure = true;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  if (op == "cvt" && parts.size() > 2 && std::find(parts.begin(), parts.end(), "tf32") != parts.end()) {
+    // cvt.{rna,rn,rz}{.satfinite}.tf32.f32 (sm_80: wmma::__float_to_tf32).
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    if (types.size() != 1 || types[0] != kF32 || parts[parts.size() - 2] != "tf32") {
+      return BadType(d);
+    }
+    inst.mode = mods.count("rna")  ? kTf32RoundAway
+                : mods.count("rn") ? kTf32RoundNearest
+                : mods.count("rz") ? kTf32RoundZero
+                                   : kTf32NoRounding;
+    if (inst.mode == kTf32NoRounding) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": cvt to tf32 needs .rna, .rn or .rz");
+    }
+    GPUPOOL_DST(0);
+    GPUPOOL_SRC(a, 1, kF32);
+    inst.run = &HCvtTf32;
+    inst.pure = true;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  if (op == "cvt") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    if (types.size() < 2) return BadType(d);
+    Ty dst = types[types.size() - 2], source = types.back();
+    auto kind = [](Ty t) -> CvtKind {
+      if (t == kBF16) return kKindB;
+      if (TyFloat(t)) return kKindF;
+      if (TySigned(t)) return kKindS;
+      return kKindU;
+    };
+    CvtRounding rounding = kCvtRoundNearest;
+    if (mods.count("rz")) rounding = kCvtRoundZero;
+    if (mods.count("rm")) rounding = kCvtRoundDown;
+    if (mods.count("rp")) rounding = kCvtRoundUp;
+    if (mods.count("rni")) rounding = kCvtRoundNearestInteger;
+    if (mods.count("rzi")) rounding = kCvtRoundZeroInteger;
+    if (mods.count("rmi")) rounding = kCvtRoundDownInteger;
+    if (mods.count("rpi")) rounding = kCvtRoundUpInteger;
+    if ((dst == kF16x2 || dst == kBF16x2) && source == kF32 && ops.size() == 3) {
+      // cvt.f16x2.f32 d, a, b (sm_80, as __floats2half2_rn compiles): d's upper half is
+      // a converted, its lower half b. Two conversions into slots of their own, then a
+      // pack.
+      if (mods.count("relu") || mods.count("satfinite")) {
+        return Refuse("cvt." + std::string(mods.count("relu") ? "relu" : "satfinite") +
+                          " to a packed type is not supported by the sim GPU",
+                      s.line, inst);
+      }
+      const Ty half = dst == kF16x2 ? kF16 : kBF16;
+      int32_t halves[2];  // lower, upper
+      for (int i = 0; i < 2; ++i) {
+        Inst part = inst;
+        halves[i] = NewSlot();
+        part.d[0] = halves[i];
+        auto value = Source(frame, ops[i == 0 ? 2 : 1], source, s.line);
+        if (!value.ok()) return value.status();
+        part.a = *value;
+        part.mode = CvtOperand(kind(half), TySize(half));
+        part.mode2 = CvtOperand(kind(source), TySize(source));
+        part.width = rounding;
+        part.run = CvtHandler(part);
+        part.pure = true;
+        k_->code.push_back(part);
+      }
+      GPUPOOL_DST(0);
+      inst.a = halves[0];
+      inst.b = halves[1];
+      inst.vec = 2;
+      inst.width = 2;
+      inst.run = &HPack;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (ops[0].kind == RawOperand::kVector || ops[1].kind == RawOperand::kVector) {
+      return Refuse("packed conversions (cvt with vectors) are not supported", s.line, inst);
+    }
+    GPUPOOL_DST(0);
+    GPUPOOL_SRC(a, 1, source);
+    inst.mode = CvtOperand(kind(dst), TySize(dst));
+    inst.mode2 = CvtOperand(kind(source), TySize(source));
+    // Float -> integer without an explicit mode rounds toward zero (as C
+    // does).
+    if (TyFloat(source) && !TyFloat(dst) && rounding < kCvtRoundNearestInteger) {
+      rounding = rounding == kCvtRoundNearest ? kCvtRoundZeroInteger
+                                              : static_cast<CvtRounding>(rounding + kCvtRoundNearestInteger);
+    }
+    inst.width = rounding;
+    inst.run = CvtHandler(inst);
+    inst.pure = true;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
+}
+
+}  // namespace gpupool::sim::interp

@@ -1,0 +1,372 @@
+// The decoder (decoder.h): asynchronous copies, mbarrier and textures/surfaces.
+#include "remote/ptx/interp/decoder.h"
+
+#include "remote/ptx/interp/half.h"
+#include "remote/ptx/interp/texture.h"
+#include "remote/ptx/interp/texture_ops.h"
+#include "remote/ptx/interp/warp_ops.h"
+#include "remote/ptx/interp/wmma.h"
+
+namespace gpupool::sim::interp {
+
+Status Decoder::CpAsync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
+  const std::string what = parts.size() > 2 ? parts[2] : "";
+  if (what == "mbarrier") {
+    // cp.async.mbarrier.arrive{.noinc}.shared.b64 [mbar]: an arrival once this thread's
+    // copies are done, which they are. Without .noinc the pending count is raised by one
+    // first, so the two cancel out.
+    if (parts.size() < 4 || parts[3] != "arrive" || s.operands.size() != 1) {
+      return BadInstruction(s, "expected cp.async.mbarrier.arrive [mbar]");
+    }
+    if (std::find(parts.begin(), parts.end(), "noinc") == parts.end()) {
+      inst.run = &HNop;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    if (inst.space != Space::kShared) inst.space = Space::kGeneric;
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, s.operands[0], &inst, s.line));
+    inst.mode = kMbarrierArrive;
+    inst.run = &HMbarrier;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  if (what == "commit_group" || what == "wait_group" || what == "wait_all") {
+    inst.run = &HNop;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
+  if (what != "ca" && what != "cg") return invalid("expected .ca, .cg, commit_group or wait_group");
+  if (std::find(parts.begin(), parts.end(), "global") == parts.end() ||
+      (std::find(parts.begin(), parts.end(), "shared") == parts.end() &&
+       std::find(parts.begin(), parts.end(), "shared::cta") == parts.end())) {
+    return invalid("copies from .global to .shared");
+  }
+  const bool cache_hint = std::find(parts.begin(), parts.end(), "L2::cache_hint") != parts.end();
+  const auto& ops = s.operands;
+  const size_t plain = cache_hint ? 4 : 3;  // the operands without src-size / ignore-src
+  if (ops.size() != plain && ops.size() != plain + 1) return invalid("wrong number of operands");
+  if (ops[2].kind != RawOperand::kInt || (ops[2].bits != 4 && ops[2].bits != 8 && ops[2].bits != 16)) {
+    return invalid("cp-size must be 4, 8 or 16");
+  }
+  if (what == "cg" && ops[2].bits != 16) return invalid(".cg copies 16 bytes");
+  inst.width = static_cast<uint8_t>(ops[2].bits);
+  inst.space = Space::kGlobal;
+  Inst source = inst;
+  GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &source, s.line));
+  if (source.offset < INT32_MIN || source.offset > INT32_MAX) return invalid("source offset too large");
+  inst.b = source.a;
+  inst.aux = static_cast<uint32_t>(static_cast<int32_t>(source.offset));
+  inst.space = Space::kShared;
+  GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[0], &inst, s.line));
+  if (ops.size() == plain + 1) {
+    const RawOperand& extra = ops[3];
+    // ignore-src is a predicate (nvcc names them %p), src-size an integer.
+    const bool predicate = extra.kind == RawOperand::kName && (extra.negated || extra.name.rfind("%p", 0) == 0);
+    auto slot = Source(frame, extra, predicate ? kPred : kU32, s.line);
+    if (!slot.ok()) return slot.status();
+    inst.c = *slot;
+    if (predicate) {
+      if (extra.negated) return invalid("a negated ignore-src is not supported");
+      inst.flags |= kFlagSigned;
+    }
+  }
+  inst.run = &HCpAsync;
+  k_->code.push_back(inst);
+  return Status::OK();
+}
+
+Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
+  auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
+  auto has = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
+  if (has("expect_tx") || has("complete_tx") || has("shared::cluster")) {
+    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (transaction counts, clusters)",
+                  s.line, inst);
+  }
+  const std::string what = parts.size() > 1 ? parts[1] : "";
+  const auto& ops = s.operands;
+  auto destination = [&]() -> Status {
+    auto slot = Dest(frame, ops[0], s.line);
+    if (!slot.ok()) return slot.status();
+    inst.d[0] = *slot;
+    return Status::OK();
+  };
+  // Generic addresses (a shared-memory barrier reached through a pointer) or shared ones.
+  if (inst.space != Space::kShared) inst.space = Space::kGeneric;
+  if (what == "pending_count") {
+    if (ops.size() != 2) return invalid("needs a destination and a state");
+    GPUPOOL_RETURN_IF_ERROR(destination());
+    auto state = Source(frame, ops[1], kU64, s.line);
+    if (!state.ok()) return state.status();
+    inst.b = *state;
+    inst.mode = kMbarrierPendingCount;
+  } else if (what == "init" || what == "inval") {
+    if (ops.size() != (what == "init" ? 2u : 1u)) return invalid("wrong number of operands");
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[0], &inst, s.line));
+    if (what == "init") {
+      auto count = Source(frame, ops[1], kU32, s.line);
+      if (!count.ok()) return count.status();
+      inst.b = *count;
+    }
+    inst.mode = what == "init" ? kMbarrierInit : kMbarrierInval;
+  } else if (what == "arrive" || what == "arrive_drop") {
+    if (ops.size() != 2 && ops.size() != 3) return invalid("needs a state, an address and an optional count");
+    if (!(ops[0].kind == RawOperand::kName && ops[0].name == "_")) {
+      GPUPOOL_RETURN_IF_ERROR(destination());
+    }
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &inst, s.line));
+    if (ops.size() == 3) {
+      auto count = Source(frame, ops[2], kU32, s.line);
+      if (!count.ok()) return count.status();
+      inst.b = *count;
+    }
+    inst.mode = what == "arrive" ? kMbarrierArrive : kMbarrierArriveDrop;
+  } else if (what == "test_wait" || what == "try_wait") {
+    // try_wait may take a suspend-time hint as a fourth operand: nothing waits here.
+    if (ops.size() != 3 && !(what == "try_wait" && ops.size() == 4)) {
+      return invalid("needs a predicate, an address and a state or parity");
+    }
+    GPUPOOL_RETURN_IF_ERROR(destination());
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &inst, s.line));
+    auto state = Source(frame, ops[2], kU64, s.line);
+    if (!state.ok()) return state.status();
+    inst.b = *state;
+    inst.mode = has("parity") ? kMbarrierTestParity : kMbarrierTestWait;
+  } else {
+    return invalid("expected init, arrive, arrive_drop, test_wait, try_wait, inval or pending_count");
+  }
+  inst.run = &HMbarrier;
+  k_->code.push_back(inst);
+  return Status::OK();
+}
+
+Status Decoder::Texture(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
+  texture::Op op;
+  std::string why;
+  if (!texture::ParseOpcode(parts, &op, &why)) return Refuse(why, s.line, inst);
+  const auto& ops = s.operands;
+  const bool store = op.kind == texture::Kind::kSust;
+  const bool query = op.kind == texture::Kind::kTxq || op.kind == texture::Kind::kSuq;
+  if (ops.size() != 2) return Refuse(s.opcode + " with these operands", s.line, inst);
+  const RawOperand& address = ops[store ? 0 : 1];
+  const RawOperand& data = ops[store ? 1 : 0];
+  if (address.kind != RawOperand::kAddress || !IsRegister(frame, address.name) || address.bits != 0 ||
+      address.items.size() != (query ? 0u : 1u)) {
+    // A .texref/.surfref name, or an explicit sampler: texture references.
+    return Refuse("texture references and samplers are not supported by the sim GPU", s.line, inst);
+  }
+  inst.a = RegisterSlot(frame, address.name);
+  int32_t* coordinate_slots[4] = {&inst.b, &inst.c, &inst.e, nullptr};
+  int32_t fourth = -1;
+  coordinate_slots[3] = &fourth;
+  if (!query) {
+    const RawOperand& coords = address.items[0];
+    const std::vector<RawOperand> single = {coords};
+    const std::vector<RawOperand>& items = coords.kind == RawOperand::kVector ? coords.items : single;
+    if (static_cast<int>(items.size()) != texture::CoordinateCount(op)) {
+      return BadInstruction(s, "needs " + std::to_string(texture::CoordinateCount(op)) + " coordinates");
+    }
+    const bool surface = op.kind == texture::Kind::kSuld || store;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const bool integer = surface || op.int_coords || static_cast<int>(i) == texture::LayerCoordinate(op);
+      auto slot = Source(frame, items[i], integer ? kS32 : kF32, s.line);
+      if (!slot.ok()) return slot.status();
+      *coordinate_slots[i] = *slot;
+    }
+  }
+  inst.offset = fourth;
+  const std::vector<RawOperand> single = {data};
+  const std::vector<RawOperand>& values = data.kind == RawOperand::kVector ? data.items : single;
+  const size_t expected = query ? 1 : (op.kind == texture::Kind::kSuld || store) ? op.vec : 4;
+  if (values.size() != expected) {
+    return BadInstruction(s, "needs " + std::to_string(expected) + " values");
+  }
+  static const Ty kElement[9] = {kNoType, kU8, kU16, kNoType, kU32, kNoType, kNoType, kNoType, kU64};
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (values[i].kind == RawOperand::kName && values[i].name == "_") continue;  // a sink
+    auto slot = store ? Source(frame, values[i], kElement[op.width], s.line) : Dest(frame, values[i], s.line);
+    if (!slot.ok()) return slot.status();
+    inst.d[i] = *slot;
+  }
+  inst.aux = texture::Pack(op);
+  inst.run = &HTexture;
+  k_->code.push_back(inst);
+  return Status::OK();
+}
+
+// ld, ldu, st, atom, red, cvta, isspacep, createpolicy.
+Status Decoder::DecodeMemory(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  if (op == "createpolicy") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 1));
+    GPUPOOL_DST(0);
+    inst.run = &HZero;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  if (op == "ld" || op == "ldu" || op == "st") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    bool is_store = op == "st";
+    const RawOperand& data = is_store ? ops[1] : ops[0];
+    const RawOperand& address = is_store ? ops[0] : ops[1];
+    inst.width = static_cast<uint8_t>(TySize(type));
+    if (type == kNoType || inst.width == 0) return BadType(d);
+    if (TySigned(type)) inst.flags |= kFlagSigned;
+    inst.vec = static_cast<uint8_t>(vec);
+    if (vec > 4) return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vectors wider than 4");
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, address, &inst, s.line));
+    if (vec == 1) {
+      if (is_store) {
+        GPUPOOL_SRC(d[0], is_store ? 1 : 0, type);
+      } else {
+        auto slot = Dest(frame, data, s.line);
+        if (!slot.ok()) return slot.status();
+        inst.d[0] = *slot;
+      }
+    } else {
+      if (data.kind != RawOperand::kVector || data.items.size() != static_cast<size_t>(vec)) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vector operand expected");
+      }
+      for (int i = 0; i < vec; ++i) {
+        auto slot = is_store ? Source(frame, data.items[i], type, s.line) : Dest(frame, data.items[i], s.line);
+        if (!slot.ok()) return slot.status();
+        inst.d[i] = *slot;
+      }
+    }
+    inst.run = LoadStoreHandler(inst, is_store);
+    // A kernel parameter at a fixed address (Hoist checks it is inside the parameters).
+    inst.pure = !is_store && inst.space == Space::kParam && inst.uniform_address;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  if (op == "atom" || op == "red") {
+    bool has_dest = op == "atom";
+    GPUPOOL_RETURN_IF_ERROR(Need(d, has_dest ? 3 : 2));
+    static const std::map<std::string, AtomOp> kOps = {
+        {"add", kAtomAdd}, {"min", kAtomMin},   {"max", kAtomMax}, {"and", kAtomAnd}, {"or", kAtomOr},
+        {"xor", kAtomXor}, {"exch", kAtomExch}, {"cas", kAtomCas}, {"inc", kAtomInc}, {"dec", kAtomDec}};
+    bool known = false;
+    for (const auto& [name, value] : kOps) {
+      if (mods.count(name)) {
+        inst.mode = value;
+        known = true;
+      }
+    }
+    if (!known || vec != 1) return BadType(d);
+    size_t first = has_dest ? 1 : 0;
+    if (has_dest) GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[first], &inst, s.line));
+    GPUPOOL_SRC(b, first + 1, type);
+    if (inst.mode == kAtomCas) {
+      GPUPOOL_RETURN_IF_ERROR(Need(d, first + 3));
+      GPUPOOL_SRC(c, first + 2, type);
+    }
+    if ((type == kF32 || type == kF64) &&
+        !(inst.mode == kAtomAdd || inst.mode == kAtomMin || inst.mode == kAtomMax || inst.mode == kAtomExch)) {
+      return BadType(d);
+    }
+    if (TyHalf(type) || type == kU16 || type == kS16) {
+      const bool half = TyHalf(type);
+      if (half ? !(inst.mode == kAtomAdd || inst.mode == kAtomMin || inst.mode == kAtomMax || inst.mode == kAtomExch)
+               : !(inst.mode == kAtomCas || inst.mode == kAtomExch)) {
+        return BadType(d);
+      }
+      inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
+      inst.mode2 = !half ? kHalfBits : (type == kBF16 || type == kBF16x2) ? kHalfBF16 : kHalfF16;
+      inst.run = &HAtom16;
+      k_->code.push_back(inst);
+      return Status::OK();
+    }
+    switch (type) {
+      case kU32:
+        inst.run = AtomHandlerOf<uint32_t>(inst.space);
+        break;
+      case kS32:
+        inst.run = AtomHandlerOf<int32_t>(inst.space);
+        break;
+      case kU64:
+        inst.run = AtomHandlerOf<uint64_t>(inst.space);
+        break;
+      case kS64:
+        inst.run = AtomHandlerOf<int64_t>(inst.space);
+        break;
+      case kF32:
+        inst.run = AtomHandlerOf<float>(inst.space);
+        break;
+      case kF64:
+        inst.run = AtomHandlerOf<double>(inst.space);
+        break;
+      default:
+        inst.run = ByType<WAtom>(type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType : type);
+    }
+    if (inst.run == nullptr) return BadType(d);
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+
+  if (op == "cvta") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    GPUPOOL_DST(0);
+    GPUPOOL_SRC(a, 1, type);
+    inst.mode = mods.count("to") ? kCvtaToSpace : kCvtaToGeneric;
+    inst.width = static_cast<uint8_t>(TySize(type));
+    switch (inst.space) {
+      case Space::kShared:
+        inst.offset = static_cast<int64_t>(kSharedWindow);
+        break;
+      case Space::kLocal:
+        inst.offset = static_cast<int64_t>(kLocalWindow);
+        break;
+      case Space::kParam:
+        inst.offset = static_cast<int64_t>(kParamWindow);
+        break;
+      default:
+        inst.offset = 0;
+        break;
+    }
+    inst.run = &HCvta;
+    inst.pure = true;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  if (op == "isspacep") {
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    GPUPOOL_DST(0);
+    GPUPOOL_SRC(a, 1, kU64);
+    inst.mode = static_cast<uint8_t>(inst.space);
+    inst.run = &HIsspacep;
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
+}
+
+// cp.async (not .bulk): CpAsync; any other cp is refused.
+Status Decoder::DecodeAsyncCopy(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  if (op == "cp" && parts.size() > 1 && parts[1] == "async") {
+    const bool bulk = std::find(parts.begin(), parts.end(), "bulk") != parts.end();
+    if (!bulk) return CpAsync(frame, s, parts, inst);
+  }
+  return DecodeUnsupported(d);
+}
+
+// mbarrier: Mbarrier.
+Status Decoder::DecodeMbarrier(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  return Mbarrier(frame, s, parts, inst);
+}
+
+// tex, tld4, txq, suld, sust, suq: Texture.
+Status Decoder::DecodeTexture(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  [[maybe_unused]] const std::string& op = parts[0];
+  return Texture(frame, s, parts, inst);
+}
+
+}  // namespace gpupool::sim::interp

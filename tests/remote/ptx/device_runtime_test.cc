@@ -1,0 +1,160 @@
+// The PTX engine's tests: device malloc and free, device printf and device-side launches (interp/device_heap.cc,
+// printf.cc, device_runtime.cc). The fixture and helpers: engine_fixture.h.
+#include "tests/remote/ptx/engine_fixture.h"
+
+namespace gpupool::dataplane {
+namespace {
+
+using ptx_test::Engine;
+using ptx_test::KernelText;
+
+// Device-side malloc and free: buffers of each thread's own, aligned to 16 bytes, kept
+// from one launch to the next; freed memory is used again (the whole heap can be had
+// again once all is freed); a request larger than the heap gives NULL; a double free
+// fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
+TEST_F(Engine, DeviceMallocAndFree) {
+  const int blocks = 8, threads = 64, n = blocks * threads;
+  uint64_t out = Zeros<int32_t>(n), kept = Zeros<uint64_t>(n), got = Zeros<uint64_t>(1);
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_EQ(Run("heap_sums", {blocks}, {threads}, 0, out, kept), kCuSuccess) << last_detail_;
+    auto sums = Download<int32_t>(out, n);
+    for (int t = 0; t < n; ++t) {
+      const int count = 1 + t % 37;
+      EXPECT_EQ(sums[t], count * t + count * (count - 1) / 2) << "thread " << t;
+    }
+    ASSERT_EQ(Run("heap_free_kept", {blocks}, {threads}, 0, kept, out), kCuSuccess) << last_detail_;
+    auto firsts = Download<int32_t>(out, n);
+    for (int t = 0; t < n; t += 2) EXPECT_EQ(firsts[t], t) << "thread " << t;
+  }
+  // All freed, the whole heap is one block again: its largest payload (8 MiB less the
+  // heap's 32-byte header and the block's 16), twice; 16 bytes more, or 9 MiB, do not fit.
+  const uint64_t largest = (uint64_t{8} << 20) - 48;
+  for (uint64_t bytes : {largest, largest, largest + 1, uint64_t{9} << 20}) {
+    ASSERT_EQ(Run("heap_big", {1}, {1}, 0, bytes, got), kCuSuccess) << last_detail_;
+    const uint64_t address = Download<uint64_t>(got, 1)[0];
+    if (bytes <= largest) {
+      EXPECT_NE(address, 0u) << bytes;
+      EXPECT_EQ(address % 16, 0u);
+    } else {
+      EXPECT_EQ(address, 0u);
+    }
+  }
+  EXPECT_EQ(Run("heap_double_free", {1}, {1}, 0), kCuIllegalAddress);
+  EXPECT_NE(last_detail_.find("free of a pointer"), std::string::npos) << last_detail_;
+}
+
+// The heap is as large as the load asks (the context's CU_LIMIT_MALLOC_HEAP_SIZE): 24 MiB
+// fit in a 32 MiB heap and not in the default one; more than the sim's bound is refused
+// by name.
+TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
+  ASSERT_EQ(executor_.LoadModule(2, ptx_.c_str(), ptx_.size() + 1, {}, 0, uint64_t{32} << 20), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(2, 95, "heap_big"), kCuSuccess) << executor_.TakeErrorDetail();
+  uint64_t got = Zeros<uint64_t>(1);
+  struct {
+    uint64_t bytes, got;
+  } params{uint64_t{24} << 20, got};
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_NE(Download<uint64_t>(got, 1)[0], 0u);
+  ASSERT_EQ(Run("heap_big", {1}, {1}, 0, uint64_t{24} << 20, got), kCuSuccess) << last_detail_;
+  EXPECT_EQ(Download<uint64_t>(got, 1)[0], 0u);  // module 1 has the default 8 MiB
+
+  EXPECT_EQ(executor_.LoadModule(3, ptx_.c_str(), ptx_.size() + 1, {}, 0, sim::kMaxDeviceHeapBytes + 16),
+            kCuOutOfMemory);
+  EXPECT_NE(executor_.TakeErrorDetail().find("CU_LIMIT_MALLOC_HEAP_SIZE"), std::string::npos);
+}
+
+// A call of malloc the module never declared is refused like any unknown function (the
+// decoder once looked the declaration up unchecked).
+TEST_F(Engine, UndeclaredMallocIsRefused) {
+  const std::string ptx = KernelText("UndeclaredMallocIsRefused.ptx");
+  LoadKernel(16, 93, ptx, "undeclared");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<uint64_t>(1);
+  LaunchConfig config;
+  EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
+  EXPECT_NE(executor_.TakeErrorDetail().find("malloc"), std::string::npos);
+}
+
+// cudaGraphSetConditional, as nvcc emits it (an extern function the driver provides):
+// the remoting library's handle is the address of the condition's 4-byte slot, so the
+// value lands there; a handle that is no allocation fails the launch with
+// CUDA_ERROR_ILLEGAL_ADDRESS, naming the call.
+TEST_F(Engine, SetConditionalStoresTheValueAtItsHandle) {
+  const std::string ptx = KernelText("SetConditionalStoresTheValueAtItsHandle.ptx");
+  LoadKernel(17, 92, ptx, "set_conditional");
+  if (HasFatalFailure()) return;
+  uint64_t slot = Zeros<uint32_t>(1);
+  uint8_t params[12];  // the kernel's parameter layout: u64 handle, u32 value
+  const uint32_t value = 0xfeed;
+  std::memcpy(params, &slot, 8);
+  std::memcpy(params + 8, &value, 4);
+  LaunchConfig config;
+  config.block[0] = 64;  // every thread stores the same value: no race to lose
+  ASSERT_EQ(executor_.Launch(92, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(slot, 1)[0], 0xfeedu);
+  const uint64_t stray = 8;  // no allocation there
+  std::memcpy(params, &stray, 8);
+  EXPECT_EQ(executor_.Launch(92, config, params, sizeof(params)), kCuIllegalAddress);
+  EXPECT_NE(executor_.TakeErrorDetail().find("cudaGraphSetConditional"), std::string::npos);
+}
+
+TEST_F(Engine, DeviceHeapBookkeepingOverwrittenFailsTheLaunch) {
+  uint64_t got = Zeros<uint64_t>(1);
+  EXPECT_EQ(Run("heap_scribble", {1}, {1}, 0, got), kCuIllegalAddress);
+  EXPECT_NE(last_detail_.find("free of a pointer"), std::string::npos) << last_detail_;
+  EXPECT_NE(Download<uint64_t>(got, 1)[0], 0u);
+}
+
+TEST_F(Engine, DevicePrintfIsKeptUntilTaken) {
+  ASSERT_EQ(Run("hello", {2}, {3}, 0, 10), kCuSuccess) << last_detail_;
+  std::string text = executor_.TakeOutput();
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 0; t < 3; ++t) {
+      char line[128];
+      std::snprintf(line, sizeof(line), "hello from %d.%d value %d %5.2f ok\n", b, t, 10 + t, 1.5 * t);
+      EXPECT_NE(text.find(line), std::string::npos) << line << " not in:\n" << text;
+    }
+  }
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 6);
+  EXPECT_EQ(executor_.TakeOutput(), "");
+}
+
+// Dynamic parallelism: a kernel that launches itself one level deeper each time gets
+// cudaSuccess from its launches down to CUDA's 24 levels and
+// cudaErrorLaunchMaxDepthExceeded (65) there; the device runtime launches only the
+// parameter buffers it handed out (a pointer to other memory, or NULL, is
+// cudaErrorInvalidValue, and nothing runs).
+TEST_F(Engine, DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers) {
+  const std::string ptx = KernelText("DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers.ptx");
+  LoadKernel(14, 95, ptx, "deep");
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(executor_.GetFunction(14, 96, "forge"), kCuSuccess) << executor_.TakeErrorDetail();
+  uint64_t errors = Upload(std::vector<uint32_t>(32, 0xffffffffu));
+  struct {
+    uint64_t errors;
+    uint32_t depth;
+  } deep{errors, 0};
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(95, config, &deep, sizeof(deep)), kCuSuccess) << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(errors, 32);
+  for (int depth = 0; depth < 23; ++depth) EXPECT_EQ(got[depth], 0u) << depth;
+  EXPECT_EQ(got[23], 65u);  // cudaErrorLaunchMaxDepthExceeded: no grid ran at depth 24
+  for (int depth = 24; depth < 32; ++depth) EXPECT_EQ(got[depth], 0xffffffffu) << depth;
+
+  // A header-shaped block of the session's own memory, and NULL: not the runtime's buffers.
+  std::vector<uint64_t> fake(16, 0);
+  fake[0] = 0x6370646275666672ull;
+  uint64_t forged = Upload(fake), out = Zeros<uint32_t>(1);
+  for (uint64_t buffer : {forged + 48, uint64_t{0}}) {
+    struct {
+      uint64_t out, buffer;
+    } forge{out, buffer};
+    ASSERT_EQ(executor_.Launch(96, config, &forge, sizeof(forge)), kCuSuccess) << executor_.TakeErrorDetail();
+    EXPECT_EQ(Download<uint32_t>(out, 1)[0], 1u);  // cudaErrorInvalidValue
+  }
+}
+
+}  // namespace
+}  // namespace gpupool::dataplane

@@ -1,0 +1,290 @@
+// The PTX engine's tests: modules: declarations refused, translation units linked, images, hoisting, parsing (front/,
+// the decoder, hoist.cc). The fixture and helpers: engine_fixture.h.
+#include "tests/remote/ptx/engine_fixture.h"
+
+namespace gpupool::dataplane {
+namespace {
+
+using ptx_test::Engine;
+using ptx_test::KernelText;
+using ptx_test::kGiB;
+using ptx_test::ReadFile;
+
+// PTX comes from jobs: declarations that would make the agent loop or allocate without end
+// are refused. A register range of 2^64 - 3 (found by the ptx fuzz target, which hung on
+// it) and more register names than the module bound fail to load, naming why; a kernel
+// needing more local memory per thread than CUDA allows fails its launch with
+// CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES instead of allocating gigabytes per block.
+TEST_F(Engine, OversizedDeclarationsAreRefused) {
+  for (const char* registers : {"%r<-3>", "%r<2000000>", "%a<600000>, %b<600000>"}) {
+    const std::string ptx = std::string(".version 7.0\n.target sm_80\n.address_size 64\n") +
+                            ".visible .entry k()\n{\n  .reg .b32 " + registers + ";\n  ret;\n}\n";
+    EXPECT_EQ(executor_.LoadModule(20, ptx.c_str(), ptx.size() + 1, {}), kCuInvalidPtx) << registers;
+    EXPECT_NE(executor_.TakeErrorDetail().find("registers declared"), std::string::npos) << registers;
+  }
+  const std::string big_local = KernelText("OversizedDeclarationsAreRefused_big_local.ptx");
+  LoadKernel(21, 92, big_local, "big_local");
+  if (HasFatalFailure()) return;
+  uint64_t out = Zeros<uint32_t>(1);
+  LaunchConfig config;
+  config.block[0] = 32;
+  EXPECT_EQ(executor_.Launch(92, config, &out, sizeof(out)), kCuLaunchOutOfResources);
+  std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("local memory"), std::string::npos) << detail;
+}
+
+// A fatbin of uncompressed PTX entries, each for `arch` (what the library ships for a
+// program built with -rdc=true: the translation units' PTX beside the linked SASS).
+std::vector<uint8_t> PtxFatbin(const std::vector<std::string>& texts, uint32_t arch) {
+  std::vector<uint8_t> out(16, 0);
+  auto put = [&](size_t at, auto value) { std::memcpy(out.data() + at, &value, sizeof(value)); };
+  for (const std::string& text : texts) {
+    const size_t at = out.size(), padded = (text.size() + 1 + 7) / 8 * 8;
+    out.resize(at + 64 + padded, 0);
+    put(at, uint16_t{1});                                  // kind: PTX
+    put(at + 2, uint16_t{0x101});                          // version
+    put(at + 4, uint32_t{64});                             // header size
+    put(at + 8, static_cast<uint32_t>(padded));            // padded payload size
+    put(at + 16, static_cast<uint32_t>(text.size() + 1));  // payload size
+    put(at + 28, arch);                                    // sm_version
+    std::memcpy(out.data() + at + 64, text.data(), text.size());
+  }
+  put(0, uint32_t{0xBA55ED50});
+  put(4, uint16_t{1});
+  put(6, uint16_t{16});
+  put(16 - 8, static_cast<uint64_t>(out.size() - 16));
+  return out;
+}
+
+// The translation units of one module are linked as a driver JIT-links relocatable PTX: a
+// declaration takes the other unit's definition, each unit's own `g` and `$str` stay
+// apart, an identical unit counts once, and a unit that is not PTX fails the load naming
+// it.
+TEST_F(Engine, TranslationUnitsAreLinked) {
+  const std::string head = ".version 7.0\n.target sm_75\n.address_size 64\n";
+  const std::string unit1 = head + R"(
+.visible .global .align 4 .u32 counter = 5;
+.global .align 1 .b8 $str[2] = {65, 0};
+.visible .func (.param .b32 r) twice(.param .b32 x)
+{
+  .reg .b32 %r<3>;
+  ld.param.b32 %r1, [x];
+  add.s32 %r2, %r1, %r1;
+  st.param.b32 [r], %r2;
+  ret;
+}
+.func (.param .b32 r) g()
+{
+  .reg .b32 %r<2>;
+  mov.u32 %r1, 1000;
+  st.param.b32 [r], %r1;
+  ret;
+}
+.visible .entry first(.param .u64 out)
+{
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out];
+  { .param .b32 a; st.param.b32 [a], 3; .param .b32 b; call.uni (b), twice, (a); ld.param.b32 %r1, [b]; }
+  { .param .b32 b; call.uni (b), g, (); ld.param.b32 %r2, [b]; }
+  ld.global.u8 %r3, [$str];
+  add.s32 %r4, %r1, %r2;
+  add.s32 %r4, %r4, %r3;
+  st.global.u32 [%rd1], %r4;
+  ret;
+}
+)";
+  const std::string unit2 = head + R"(
+.extern .global .align 4 .u32 counter;
+.global .align 1 .b8 $str[2] = {66, 0};
+.extern .func (.param .b32 r) twice(.param .b32 x);
+.func (.param .b32 r) g()
+{
+  .reg .b32 %r<2>;
+  mov.u32 %r1, 2000;
+  st.param.b32 [r], %r1;
+  ret;
+}
+.visible .entry second(.param .u64 out)
+{
+  .reg .b32 %r<7>;
+  .reg .b64 %rd<3>;
+  ld.param.u64 %rd1, [out];
+  { .param .b32 a; st.param.b32 [a], 4; .param .b32 b; call.uni (b), twice, (a); ld.param.b32 %r1, [b]; }
+  { .param .b32 b; call.uni (b), g, (); ld.param.b32 %r2, [b]; }
+  ld.global.u8 %r3, [$str];
+  ld.global.u32 %r5, [counter];
+  add.s32 %r4, %r1, %r2;
+  add.s32 %r4, %r4, %r3;
+  add.s32 %r4, %r4, %r5;
+  st.global.u32 [%rd1], %r4;
+  ret;
+}
+)";
+  const auto fatbin = PtxFatbin({unit1, unit2, unit1}, 75);
+  ASSERT_EQ(executor_.LoadModule(30, fatbin.data(), fatbin.size(), {}), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(30, 130, "first"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(30, 131, "second"), kCuSuccess) << executor_.TakeErrorDetail();
+  uint64_t out = Zeros<uint32_t>(2), second_out = out + 4;
+  LaunchConfig config;
+  ASSERT_EQ(executor_.Launch(130, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.Launch(131, config, &second_out, sizeof(second_out)), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(out, 2), (std::vector<uint32_t>{6 + 1000 + 'A', 8 + 2000 + 'B' + 5}));
+  uint64_t counter = 0, size = 0;
+  ASSERT_EQ(executor_.GetGlobal(30, "counter", &counter, &size), kCuSuccess);
+  EXPECT_EQ(size, 4u);  // the definition's, not the declaration's
+
+  const auto broken = PtxFatbin({unit1, head + ".visible .entry third( {"}, 75);
+  EXPECT_EQ(executor_.LoadModule(31, broken.data(), broken.size(), {}), kCuInvalidPtx);
+  const std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("translation unit 2 of 2"), std::string::npos) << detail;
+}
+
+// Compressed fatbins (zstd and LZ4 entries) load and run; a cubin (SASS only)
+// does not.
+TEST(EngineImages, CompressedFatbinsRunAndCubinsAreRefused) {
+  SimDeviceMemory memory(0, kGiB);
+  for (const char* name : {"engine_kernels_zstd.fatbin", "engine_kernels_lz4.fatbin"}) {
+    SimExecutor executor(&memory);
+    std::string fatbin = ReadFile(name);
+    ASSERT_GT(fatbin.size(), 16u) << name;
+    ASSERT_EQ(executor.LoadModule(1, fatbin.data(), fatbin.size(), {}), kCuSuccess)
+        << name << ": " << executor.TakeErrorDetail();
+    ASSERT_EQ(executor.GetFunction(1, 2, "poke"), kCuSuccess) << name;
+    uint64_t p = 0;
+    ASSERT_EQ(executor.Allocate(64, &p), kCuSuccess);
+    uint8_t params[16];
+    int64_t offset = 3;
+    std::memcpy(params, &p, 8);
+    std::memcpy(params + 8, &offset, 8);
+    LaunchConfig config;
+    ASSERT_EQ(executor.Launch(2, config, params, sizeof(params)), kCuSuccess) << name;
+    const void* data = nullptr;
+    ASSERT_EQ(executor.CopyFromDevice(p + 12, 4, 0, &data), kCuSuccess);
+    EXPECT_EQ(*static_cast<const int*>(data), 1) << name;
+  }
+  SimExecutor executor(&memory);
+  std::string cubin = ReadFile("engine_kernels.cubin");
+  ASSERT_GT(cubin.size(), 64u);
+  EXPECT_EQ(executor.LoadModule(1, cubin.data(), cubin.size(), {}), kCuNoBinaryForGpu);
+  EXPECT_NE(executor.TakeErrorDetail().find("PTX only"), std::string::npos);
+  const char junk[] =
+      "\x7f"
+      "ELF but not really";
+  EXPECT_EQ(executor.LoadModule(2, junk, sizeof(junk), {}), kCuInvalidImage);
+  const char bad_ptx[] = ".version 8.0\n.target sm_80\n.visible .entry k() { ret }\n";
+  EXPECT_EQ(executor.LoadModule(3, bad_ptx, sizeof(bad_ptx), {}), kCuInvalidPtx);
+}
+
+// Instructions whose value is the same in every block (parameters, %ntid, %tid and what
+// is computed from them alone) run once per warp before the blocks, and copies of special
+// registers are read in place (Hoist in interp/hoist.cc). What must stay does stay: a
+// register written twice (the loop counter), a guarded instruction, anything of %ctaid,
+// and a parameter load past the parameters, which faults only if it runs.
+TEST(EngineHoisting, InvariantsRunOncePerWarpAndTheRestStays) {
+  const char ptx[] = R"(
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry hoist(.param .u32 n, .param .u64 out, .param .u32 scale) {
+  .reg .pred %p<5>;
+  .reg .b32 %r<12>;
+  .reg .b64 %rd<4>;
+  ld.param.u32 %r1, [n];
+  ld.param.u64 %rd1, [out];
+  ld.param.u32 %r2, [scale];
+  mov.u32 %r3, %ctaid.x;
+  mov.u32 %r4, %ntid.x;
+  mov.u32 %r5, %tid.x;
+  mul.lo.u32 %r6, %r2, 3;
+  mad.lo.u32 %r7, %r3, %r4, %r5;
+  setp.ge.u32 %p1, %r7, %r1;
+  @%p1 bra DONE;
+  mov.u32 %r8, 0;
+LOOP:
+  add.u32 %r8, %r8, %r6;
+  setp.lt.u32 %p2, %r8, 40;
+  @%p2 bra LOOP;
+  setp.eq.u32 %p3, %r5, 1;
+  @%p3 mul.lo.u32 %r9, %r2, 1000;
+  setp.eq.u32 %p4, %r1, 0;
+  @%p4 bra FAR;
+  add.u32 %r10, %r8, %r9;
+  add.u32 %r10, %r10, %r3;
+  mul.wide.u32 %rd2, %r7, 4;
+  add.s64 %rd3, %rd1, %rd2;
+  st.global.u32 [%rd3], %r10;
+  bra DONE;
+FAR:
+  ld.param.u32 %r11, [n+64];
+DONE:
+  ret;
+}
+)";
+  auto module = sim::PtxModule::Parse(ptx);
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto kernel = (*module)->Decode("hoist", {});
+  ASSERT_TRUE(kernel.ok()) << kernel.status().message();
+  const uint32_t blocks = 5, threads = 64, n = 300;
+  std::vector<uint32_t> out(blocks * threads, 0xdeadbeef);
+  const uint64_t address = 1ull << 44;
+  // Parameters by natural alignment: n at 0, out at 8, scale at 16.
+  auto launch = [&](uint32_t scale, uint64_t* instructions, std::string* detail) {
+    std::vector<uint8_t> params(20);
+    std::memcpy(params.data(), &n, 4);
+    std::memcpy(params.data() + 8, &address, 8);
+    std::memcpy(params.data() + 16, &scale, 4);
+    sim::LaunchSpec spec;
+    spec.grid[0] = blocks;
+    spec.block[0] = threads;
+    spec.params = params.data();
+    spec.param_size = params.size();
+    spec.memory = {sim::MemoryRange{address, out.size() * 4, reinterpret_cast<char*>(out.data())}};
+    spec.thread_instructions = instructions;
+    spec.error_detail = detail;
+    return sim::RunKernel(**kernel, spec);
+  };
+  for (uint32_t scale : {2u, 5u}) {
+    uint64_t instructions = 0;
+    std::string detail;
+    ASSERT_EQ(launch(scale, &instructions, &detail), kCuSuccess) << detail;
+    uint32_t step = 3 * scale, sum = 0;
+    do sum += step;
+    while (sum < 40);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      for (uint32_t t = 0; t < threads; ++t) {
+        uint32_t i = b * threads + t;
+        uint32_t want = i < n ? sum + (t == 1 ? 1000 * scale : 0) + b : 0xdeadbeef;
+        ASSERT_EQ(out[i], want) << "scale " << scale << " block " << b << " thread " << t;
+      }
+    }
+    // Counted per lane that runs an instruction (a guard false or a branch not taken
+    // counts nothing). A thread that stores: mad, setp; mov; per round add, setp and the
+    // branch back but in the last; setp; setp; add, add, mul.wide, add, st; bra; ret; and
+    // thread 1 of a block its guarded mul. A thread past n: mad, setp, bra, ret. The
+    // three ld.param, the three copies of special registers and the mul by 3 are not
+    // there (without hoisting, 7 more per thread).
+    uint64_t rounds = sum / step;
+    uint64_t storing = 2 + 1 + (3 * rounds - 1) + 1 + 1 + 5 + 1 + 1;
+    EXPECT_EQ(instructions, n * storing + blocks + (blocks * threads - n) * 4) << "scale " << scale;
+    std::fill(out.begin(), out.end(), 0xdeadbeef);
+  }
+}
+
+// __managed__ variables are declared ".global .attribute(.managed)"; ".attribute(.unified(..))"
+// likewise. Both are ordinary device memory to the engine; an unterminated list is named.
+TEST(EngineParse, VariableAttributesAreReadAndAnUnterminatedOneIsNamed) {
+  const std::string head = ".version 8.0\n.target sm_80\n.address_size 64\n";
+  auto module = sim::PtxModule::Parse(head +
+                                      ".global .attribute(.managed) .align 4 .u32 counter = 5;\n"
+                                      ".global .attribute(.unified(0x1234, 0x5678)) .align 8 .b8 table[16];\n"
+                                      ".visible .entry touch() { ret; }\n");
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  EXPECT_TRUE((*module)->Decode("touch", {}).ok());
+  auto broken = sim::PtxModule::Parse(head + ".global .attribute(.managed .u32 counter;\n");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.status().message().find("unterminated .attribute"), std::string::npos) << broken.status().message();
+}
+
+}  // namespace
+}  // namespace gpupool::dataplane
