@@ -171,8 +171,5 @@ int main() {
     std::printf("cuda::barrier with memcpy_async, three phases: %s\n", here ? "ok" : "WRONG");
     ok &= here;
   }
-  CHECK(cudaGetLastError());
-  CHECK(cudaDeviceSynchronize());
-  std::printf("async_copies: %s\n", ok ? "PASS" : "FAIL");
-  return ok ? 0 : 1;
+  return FinishProgram("async_copies", ok);
 }

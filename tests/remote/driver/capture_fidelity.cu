@@ -205,12 +205,8 @@ int main() {
     CHECK(cudaStreamDestroy(pointless));
   }
 
-  CHECK(cudaFree(counter));
-  CHECK(cudaFree(runs));
-  CHECK(cudaFree(done));
-  CHECK(cudaFreeHost(input));
-  CHECK(cudaFreeHost(squares));
-  CHECK(cudaFreeHost(negated));
+  CHECK_FREE(counter, runs, done);
+  CHECK_FREE_HOST(input, squares, negated);
   std::printf("capture fidelity: PASS\n");
   return 0;
 }

@@ -222,18 +222,7 @@ int main() {
   EXPECT(deepest_value == refused_value);
   if (OnTheSim()) EXPECT(deepest_value == kMaxDepth - 1);
 
-  CHECK(cudaFree(chain));
-  CHECK(cudaFree(chain_errors));
-  CHECK(cudaFree(slots));
-  CHECK(cudaFree(sum));
-  CHECK(cudaFree(status));
-  CHECK(cudaFree(log));
-  CHECK(cudaFree(deepest));
-  CHECK(cudaFree(refused_at));
-  CHECK(cudaFree(refusal));
-  CHECK(cudaFree(cell));
-  CHECK(cudaFree(copy));
-  CHECK(cudaFree(handoff));
+  CHECK_FREE(chain, chain_errors, slots, sum, status, log, deepest, refused_at, refusal, cell, copy, handoff);
   std::printf("tail launch: PASS\n");
   return 0;
 }

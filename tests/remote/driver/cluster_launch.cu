@@ -58,11 +58,7 @@ cudaError_t LaunchInClusters(int* out, int n, unsigned blocks, unsigned cluster)
 }
 
 int main() {
-  cudaDeviceProp properties;
-  CHECK(cudaGetDeviceProperties(&properties, 0));
-  std::printf("%s, compute capability %d.%d\n", properties.name, properties.major, properties.minor);
-  const char* model = std::getenv("GPUPOOL_EXPECT_MODEL");
-  if (OnTheSim() && model != nullptr) EXPECT(std::strstr(properties.name, model) != nullptr);
+  const cudaDeviceProp properties = DescribeDeviceExpectingModel();
   const int n = 8 * 64;
   int* out = nullptr;
   CHECK(cudaMalloc(&out, n * sizeof(int)));

@@ -6,25 +6,24 @@
 
 #include "../programs/check.h"
 #include "../programs/kernels.cuh"
+#include "device_copies.h"
 
 int main() {
   int runtime = 0;
   CHECK(cudaRuntimeGetVersion(&runtime));
   const int n = 100000;
-  std::vector<float> a(n), b(n), c(n);
+  std::vector<float> a(n), b(n);
   for (int i = 0; i < n; ++i) {
     a[i] = static_cast<float>(i);
     b[i] = 2.0f * i;
   }
-  float *da, *db, *dc;
-  CHECK(cudaMalloc(&da, n * sizeof(float)));
-  CHECK(cudaMalloc(&db, n * sizeof(float)));
+  float* da = ToDevice(a);
+  float* db = ToDevice(b);
+  float* dc = nullptr;
   CHECK(cudaMalloc(&dc, n * sizeof(float)));
-  CHECK(cudaMemcpy(da, a.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(db, b.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   vecAdd<<<(n + 255) / 256, 256>>>(da, db, dc, n);
   CHECK(cudaGetLastError());
-  CHECK(cudaMemcpy(c.data(), dc, n * sizeof(float), cudaMemcpyDeviceToHost));
+  const std::vector<float> c = ToHost(dc, n);
   for (int i = 0; i < n; ++i) EXPECT(c[i] == 3.0f * i);
 
   // Both libraries are loaded now; the driver is ours, the runtime the shared one.

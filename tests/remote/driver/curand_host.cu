@@ -90,12 +90,7 @@ void Uniform(const Kind& kind) {
 }  // namespace
 
 int main() {
-  cudaDeviceProp properties;
-  CHECK(cudaGetDeviceProperties(&properties, 0));
-  std::printf("%s, compute capability %d.%d\n", properties.name, properties.major, properties.minor);
-  // The model the test server was asked for (--model; GPUPOOL_EXPECT_MODEL from ctest).
-  const char* model = std::getenv("GPUPOOL_EXPECT_MODEL");
-  if (OnTheSim() && model != nullptr) EXPECT(std::strstr(properties.name, model) != nullptr);
+  const cudaDeviceProp properties = DescribeDeviceExpectingModel();
   const Kind kinds[] = {{CURAND_RNG_PSEUDO_XORWOW, "XORWOW"},
                         {CURAND_RNG_PSEUDO_PHILOX4_32_10, "Philox4x32-10"},
                         {CURAND_RNG_PSEUDO_MRG32K3A, "MRG32k3a"},

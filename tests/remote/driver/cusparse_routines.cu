@@ -200,12 +200,7 @@ void MatrixMatrixDenseAndSolve(cusparseHandle_t sparse, const Csr& a) {
 }  // namespace
 
 int main() {
-  cudaDeviceProp properties;
-  CHECK(cudaGetDeviceProperties(&properties, 0));
-  std::printf("%s, compute capability %d.%d\n", properties.name, properties.major, properties.minor);
-  // The model the test server was asked for (--model; GPUPOOL_EXPECT_MODEL from ctest).
-  const char* model = std::getenv("GPUPOOL_EXPECT_MODEL");
-  if (OnTheSim() && model != nullptr) EXPECT(std::strstr(properties.name, model) != nullptr);
+  const cudaDeviceProp properties = DescribeDeviceExpectingModel();
   cusparseHandle_t sparse;
   SPARSE_CHECK(cusparseCreate(&sparse));
   const Csr a = Banded(400);

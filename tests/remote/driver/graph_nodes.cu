@@ -11,21 +11,9 @@
 #include <vector>
 
 #include "../programs/check.h"
+#include "graph_kernels.cuh"
 
 namespace {
-
-__global__ void AddScalar(float* x, float value, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) x[i] += value;
-}
-
-__global__ void Scale(float* x, float factor, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) x[i] *= factor;
-}
-
-int host_calls = 0;
-void CUDART_CB CountCall(void*) { ++host_calls; }
 
 constexpr int kN = 1000;
 constexpr unsigned kBlocks = (kN + 255) / 256;

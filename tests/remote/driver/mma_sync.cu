@@ -198,8 +198,5 @@ int main() {
   std::printf("mma.sync m16n8k8 tf32 and m8n8k4 f64: %s\n", here ? "ok" : "WRONG");
   ok &= here;
 
-  CHECK(cudaGetLastError());
-  CHECK(cudaDeviceSynchronize());
-  std::printf("mma_sync: %s\n", ok ? "PASS" : "FAIL");
-  return ok ? 0 : 1;
+  return FinishProgram("mma_sync", ok);
 }

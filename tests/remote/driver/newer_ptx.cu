@@ -21,11 +21,7 @@ __global__ void WhichCode(int* out, int n) {
 }
 
 int main() {
-  cudaDeviceProp properties;
-  CHECK(cudaGetDeviceProperties(&properties, 0));
-  std::printf("%s, compute capability %d.%d\n", properties.name, properties.major, properties.minor);
-  const char* model = std::getenv("GPUPOOL_EXPECT_MODEL");
-  if (OnTheSim() && model != nullptr) EXPECT(std::strstr(properties.name, model) != nullptr);
+  const cudaDeviceProp properties = DescribeDeviceExpectingModel();
   const int arch = properties.major * 10 + properties.minor;
 
   cudaFuncAttributes attributes;

@@ -7,23 +7,7 @@
 #include <vector>
 
 #include "../programs/check.h"
-
-namespace {
-
-__global__ void AddScalar(float* x, float value, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) x[i] += value;
-}
-
-__global__ void Scale(float* x, float factor, int n) {
-  int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) x[i] *= factor;
-}
-
-int host_calls = 0;
-void CUDART_CB CountCall(void*) { ++host_calls; }
-
-}  // namespace
+#include "graph_kernels.cuh"
 
 int main() {
   const int n = 1000;

@@ -261,7 +261,5 @@ int main() {
     std::printf("u8 16x16x16: %s\n", here ? "ok" : "WRONG");
     ok &= here;
   }
-  CHECK(cudaDeviceSynchronize());
-  std::printf("tensor_cores: %s\n", ok ? "PASS" : "FAIL");
-  return ok ? 0 : 1;
+  return FinishProgram("tensor_cores", ok);
 }

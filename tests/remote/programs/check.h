@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 
 #define CHECK(call)                                                                                                    \
@@ -85,3 +86,24 @@ inline void ExpectFailed(const char* file, int line, const char* condition) {
   do {                                                              \
     if (!(condition)) ExpectFailed(__FILE__, __LINE__, #condition); \
   } while (0)
+
+// Device 0's properties, after printing its name and compute capability as the program's
+// first line; on the sim, expects the model the test server was asked for (--model;
+// GPUPOOL_EXPECT_MODEL from ctest) in the name.
+inline cudaDeviceProp DescribeDeviceExpectingModel() {
+  cudaDeviceProp properties;
+  CHECK(cudaGetDeviceProperties(&properties, 0));
+  std::printf("%s, compute capability %d.%d\n", properties.name, properties.major, properties.minor);
+  const char* model = std::getenv("GPUPOOL_EXPECT_MODEL");
+  if (OnTheSim() && model != nullptr) EXPECT(std::strstr(properties.name, model) != nullptr);
+  return properties;
+}
+
+// The last lines of a program that gathers its checks in `ok`: no launch left an error and
+// the device is idle, then "NAME: PASS" or "NAME: FAIL"; returns the exit code.
+inline int FinishProgram(const char* name, bool ok) {
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  std::printf("%s: %s\n", name, ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
