@@ -15,6 +15,9 @@
 #include <unistd.h>  // getpid, gethostname: who sends a hello (HelloArgs)
 
 #include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
 
 namespace gpupool::dataplane {
 
@@ -192,6 +195,25 @@ struct KernelEntry {
   uint32_t name_len;
   uint32_t param_size;
 };
+// A kernel of a ModuleLoad payload: its name and the bytes of its parameters.
+struct ModuleKernel {
+  std::string_view name;
+  uint32_t param_size;
+};
+// The ModuleLoad payload of `image` and `kernels`, for the tests and benchmarks that load a
+// module by hand (the client's runtime builds its own from its module table). Names are
+// kernel names, far below 4 GiB.
+inline std::string ModuleLoadPayload(std::string_view image, std::initializer_list<ModuleKernel> kernels = {}) {
+  ModuleImageHeader header{image.size(), static_cast<uint32_t>(kernels.size()), 0};
+  std::string payload(reinterpret_cast<const char*>(&header), sizeof(header));
+  payload.append(image);
+  for (const ModuleKernel& kernel : kernels) {
+    KernelEntry entry{static_cast<uint32_t>(kernel.name.size()), kernel.param_size};
+    payload.append(reinterpret_cast<const char*>(&entry), sizeof(entry));
+    payload.append(kernel.name);
+  }
+  return payload;
+}
 struct ModuleUnloadArgs {
   uint64_t module;
 };

@@ -223,13 +223,7 @@ class DataClient {
   // A module of PTX text (the sim runs it) with one kernel taking no parameters.
   int32_t LoadPtx(uint64_t module, const std::string& ptx, const std::string& kernel) {
     dataplane::ModuleLoadArgs args{module};
-    std::string payload;
-    dataplane::ModuleImageHeader header{ptx.size() + 1, 1, 0};
-    payload.append(reinterpret_cast<const char*>(&header), sizeof(header));
-    payload.append(ptx.c_str(), ptx.size() + 1);
-    dataplane::KernelEntry entry{static_cast<uint32_t>(kernel.size()), 0};
-    payload.append(reinterpret_cast<const char*>(&entry), sizeof(entry));
-    payload += kernel;
+    const std::string payload = dataplane::ModuleLoadPayload({ptx.c_str(), ptx.size() + 1}, {{kernel, 0}});
     transport::Reply reply;
     Status status = client_->Call(
         {dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(), payload.size(), nullptr, 0}, &reply);

@@ -218,6 +218,18 @@ class FailoverTest : public ::testing::Test {
     ASSERT_EQ(std::rename((lease_file_ + ".tmp").c_str(), lease_file_.c_str()), 0);
   }
 
+  // A session of its own with `agent`, as a client opens one (nullptr, with a failure, where
+  // none opens).
+  std::unique_ptr<transport::ClientConnection> SessionWith(const Agent& agent) {
+    GpuLocation location{agent.uuid, agent.endpoint};
+    dp::DeviceDescription description{};
+    std::string why;
+    int32_t refusal = 0;
+    auto session = OpenSession(location, &description, &why, &refusal);
+    EXPECT_NE(session, nullptr) << why;
+    return session;
+  }
+
   void Open(FailoverConfig config) {
     failover_ = std::make_unique<Failover>(config, 0, 0, lease_file_, OpenSession);
     channel_.location = {first_->uuid, first_->endpoint};
@@ -257,12 +269,9 @@ class FailoverTest : public ::testing::Test {
     dp::MemAllocResult allocated{};
     std::memcpy(&allocated, out.data(), sizeof(allocated));
     ASSERT_EQ(allocated.dptr, kData);
-    std::vector<char> image(sizeof(dp::ModuleImageHeader));
-    dp::ModuleImageHeader header{sizeof(kStepPtx), 0, 0};
-    std::memcpy(image.data(), &header, sizeof(header));
-    image.insert(image.end(), kStepPtx, kStepPtx + sizeof(kStepPtx));
+    const std::string payload = dp::ModuleLoadPayload({kStepPtx, sizeof(kStepPtx)});
     dp::ModuleLoadArgs load{kModule, kGlobals};
-    ASSERT_EQ(Call(dp::kOpModuleLoad, &load, sizeof(load), image.data(), image.size(), nullptr, 0, &out), 0);
+    ASSERT_EQ(Call(dp::kOpModuleLoad, &load, sizeof(load), payload.data(), payload.size(), nullptr, 0, &out), 0);
     dp::ModuleLoadResult loaded{};
     std::memcpy(&loaded, out.data(), sizeof(loaded));
     ASSERT_EQ(loaded.globals_base, kGlobals);
@@ -600,12 +609,8 @@ TEST_F(FailoverTest, RecoveryReportsComeOnlyFromAttachedSessions) {
   ASSERT_TRUE(stranger.value()->Call({dp::kOpRecovered, &forged, sizeof(forged), nullptr, 0, nullptr, 0}, &reply).ok());
   EXPECT_EQ(reply.status, dp::kCuNotPermitted);
   EXPECT_TRUE(second_->Reports().empty());
-  GpuLocation location{second_->uuid, second_->endpoint};
-  dp::DeviceDescription description{};
-  std::string why;
-  int32_t refusal = 0;
-  auto attached = OpenSession(location, &description, &why, &refusal);
-  ASSERT_NE(attached, nullptr) << why;
+  auto attached = SessionWith(*second_);
+  ASSERT_NE(attached, nullptr);
   dp::RecoveredArgs odd{5, 6, 7, "GPU-\x01\xff", 0};
   ASSERT_TRUE(attached->Call({dp::kOpRecovered, &odd, sizeof(odd), nullptr, 0, nullptr, 0}, &reply).ok());
   EXPECT_EQ(reply.status, 0);
@@ -935,12 +940,9 @@ TEST_F(FailoverTest, ALongKernelIsNotAHang) {
   first_ = std::make_unique<Agent>(0, std::chrono::milliseconds(300));
   NameInLease(*first_);
   Open(Replay());
-  std::vector<char> image(sizeof(dp::ModuleImageHeader));
-  dp::ModuleImageHeader header{sizeof(kSpinPtx), 0, 0};
-  std::memcpy(image.data(), &header, sizeof(header));
-  image.insert(image.end(), kSpinPtx, kSpinPtx + sizeof(kSpinPtx));
+  const std::string payload = dp::ModuleLoadPayload({kSpinPtx, sizeof(kSpinPtx)});
   dp::ModuleLoadArgs load{kModule, kGlobals};
-  ASSERT_EQ(Call(dp::kOpModuleLoad, &load, sizeof(load), image.data(), image.size()), 0);
+  ASSERT_EQ(Call(dp::kOpModuleLoad, &load, sizeof(load), payload.data(), payload.size()), 0);
   dp::GetFunctionArgs function{kModule, kFunction, "spin"};
   ASSERT_EQ(Call(dp::kOpGetFunction, &function, sizeof(function)), 0);
   // One block: the watchdog must see progress inside a CTA (a grid-stride loop over a big
@@ -1054,12 +1056,8 @@ TEST_F(FailoverTest, APlannedMoveRunsNothingTwice) {
 // Who may take part in a handoff: only a session whose lease moved off a healthy GPU
 // offers, once; only a connection with its ticket reads, once, and only that memory.
 TEST_F(FailoverTest, AHandoffIsOnlyForTheOfferedMemoryAndItsTicketOnlyOnce) {
-  GpuLocation location{first_->uuid, first_->endpoint};
-  dp::DeviceDescription description{};
-  std::string why;
-  int32_t refusal = 0;
-  auto owner = OpenSession(location, &description, &why, &refusal);
-  ASSERT_NE(owner, nullptr) << why;
+  auto owner = SessionWith(*first_);
+  ASSERT_NE(owner, nullptr);
   Reply reply;
   dp::MemAllocArgs alloc{4096, kData};
   ASSERT_TRUE(owner->Call({dp::kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0}, &reply).ok());

@@ -203,14 +203,9 @@ void Launch(benchmark::State& state) {
   const uint64_t module = 100;
   Reply reply;
   if (!loaded[which]) {
-    std::string ptx = kEmptyKernel, kernel = "empty", payload;
+    const std::string ptx = kEmptyKernel;
     dp::ModuleLoadArgs args{module};
-    dp::ModuleImageHeader header{ptx.size() + 1, 1, 0};
-    payload.append(reinterpret_cast<const char*>(&header), sizeof(header));
-    payload.append(ptx.c_str(), ptx.size() + 1);
-    dp::KernelEntry entry{static_cast<uint32_t>(kernel.size()), 0};
-    payload.append(reinterpret_cast<const char*>(&entry), sizeof(entry));
-    payload += kernel;
+    const std::string payload = dp::ModuleLoadPayload({ptx.c_str(), ptx.size() + 1}, {{"empty", 0}});
     if (!c->Call({dp::kOpModuleLoad, &args, sizeof(args), payload.data(), payload.size(), nullptr, 0}, &reply).ok() ||
         reply.status != 0) {
       return state.SkipWithError("module load failed");
