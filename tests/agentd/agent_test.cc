@@ -126,6 +126,14 @@ class AgentTest : public testing::Test {
     if (agent_) agent_->Stop();
     sim_->Stop();
   }
+  // The fake gpupoold on port_, answering with `leases` where given, started.
+  FakePoold& StartFakePoold(const nlohmann::json& leases = nullptr) {
+    poold_ = std::make_unique<FakePoold>(port_);
+    if (!leases.is_null()) poold_->SetLeases(leases);
+    poold_->Start();
+    return *poold_;
+  }
+
   void StartAgent() {
     agent_ = std::make_unique<Agent>(options_, sim_.get(), &leases_);
     agent_->Start();
@@ -142,9 +150,7 @@ class AgentTest : public testing::Test {
 };
 
 TEST_F(AgentTest, RegistersThenHeartbeatsWithHealth) {
-  poold_ = std::make_unique<FakePoold>(port_);
-  FakePoold& poold = *poold_;
-  poold.Start();
+  FakePoold& poold = StartFakePoold();
   StartAgent();
   ASSERT_TRUE(Eventually([&] { return poold.heartbeats().size() >= 2; }));
   EXPECT_EQ(poold.unauthenticated(), 0);
@@ -171,9 +177,7 @@ TEST_F(AgentTest, RegistersThenHeartbeatsWithHealth) {
 
 TEST_F(AgentTest, HealthChangeHeartbeatsAtOnce) {
   options_.config.heartbeat_interval = 60;  // only an immediate heartbeat can arrive in time
-  poold_ = std::make_unique<FakePoold>(port_);
-  FakePoold& poold = *poold_;
-  poold.Start();
+  FakePoold& poold = StartFakePoold();
   StartAgent();
   ASSERT_TRUE(Eventually([&] { return poold.heartbeats().size() == 1; }));  // right after registering
   ASSERT_TRUE(sim_->InjectFault(1, backend::Fault{backend::FaultMode::kFail, 0, "Xid 79"}).ok());
@@ -188,18 +192,14 @@ TEST_F(AgentTest, RetriesUntilGpupooldIsUp) {
   StartAgent();
   std::this_thread::sleep_for(std::chrono::milliseconds(400));  // several refused attempts
   EXPECT_FALSE(agent_->registered());
-  poold_ = std::make_unique<FakePoold>(port_);
-  FakePoold& poold = *poold_;
-  poold.Start();
+  FakePoold& poold = StartFakePoold();
   ASSERT_TRUE(Eventually([&] { return agent_->registered(); }));
   EXPECT_EQ(poold.registers().size(), 1u);
   EXPECT_EQ(agent_->registrations(), 1u);
 }
 
 TEST_F(AgentTest, RegistersAgainAfter404) {
-  poold_ = std::make_unique<FakePoold>(port_);
-  FakePoold& poold = *poold_;
-  poold.Start();
+  FakePoold& poold = StartFakePoold();
   StartAgent();
   ASSERT_TRUE(Eventually([&] { return poold.heartbeats().size() >= 1; }));
   poold.Forget();
@@ -210,11 +210,8 @@ TEST_F(AgentTest, RegistersAgainAfter404) {
 }
 
 TEST_F(AgentTest, KeepsLeasesFromHeartbeats) {
-  poold_ = std::make_unique<FakePoold>(port_);
-  FakePoold& poold = *poold_;
   std::string uuid0 = sim_->Discover()[0].uuid;
-  poold.SetLeases({{{"gpu", uuid0}, {"lease", "L3"}, {"token", "feedbeef"}, {"generation", 2}}});
-  poold.Start();
+  FakePoold& poold = StartFakePoold({{{"gpu", uuid0}, {"lease", "L3"}, {"token", "feedbeef"}, {"generation", 2}}});
   StartAgent();
   ASSERT_TRUE(Eventually([&] { return leases_.size() == 1; }));
   uint64_t gen = 0;
@@ -229,9 +226,7 @@ TEST_F(AgentTest, KeepsLeasesFromHeartbeats) {
 // before the next periodic heartbeat): RefreshLeases() fetches it at once.
 TEST_F(AgentTest, RefreshLeasesFetchesANewLeaseAtOnce) {
   options_.config.heartbeat_interval = 60;  // no periodic heartbeat during the test
-  poold_ = std::make_unique<FakePoold>(port_);
-  FakePoold& poold = *poold_;
-  poold.Start();
+  FakePoold& poold = StartFakePoold();
   StartAgent();
   ASSERT_TRUE(Eventually([&] { return poold.heartbeats().size() == 1; }));  // right after registering
   std::string uuid0 = sim_->Discover()[0].uuid;
@@ -253,11 +248,8 @@ TEST_F(AgentTest, FetchesLeasesOftenWhileClientsAreAttached) {
   options_.config.heartbeat_interval = 60;
   std::atomic<bool> in_use{false};
   options_.leases_in_use = [&in_use] { return in_use.load(); };
-  poold_ = std::make_unique<FakePoold>(port_);
-  FakePoold& poold = *poold_;
   std::string uuid0 = sim_->Discover()[0].uuid;
-  poold.SetLeases({{{"gpu", uuid0}, {"lease", "L4"}, {"token", "abcd"}, {"generation", 1}}});
-  poold.Start();
+  FakePoold& poold = StartFakePoold({{{"gpu", uuid0}, {"lease", "L4"}, {"token", "abcd"}, {"generation", 1}}});
   StartAgent();
   ASSERT_TRUE(Eventually([&] { return leases_.size() == 1; }));
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));

@@ -28,14 +28,20 @@ extern char** environ;
 
 namespace gpupool::agentd::testing_env {
 
+// Everything left to read from `stream`.
+inline std::string ReadToEnd(FILE* stream) {
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), stream)) > 0) out.append(buf, n);
+  return out;
+}
+
 // Runs a shell command, returns its stdout (trailing newline removed) or "" on failure.
 inline std::string Run(const std::string& cmd, int* status = nullptr) {
-  std::string out;
   FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[512];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  if (p == nullptr) return "";
+  std::string out = ReadToEnd(p);
   int st = pclose(p);
   if (status != nullptr) *status = st;
   while (!out.empty() && out.back() == '\n') out.pop_back();
@@ -130,12 +136,9 @@ inline pid_t Spawn(std::vector<std::string> args, const std::string& output_path
 }
 
 inline std::string ReadFile(const std::string& path) {
-  std::string out;
   FILE* f = fopen(path.c_str(), "r");
-  if (f == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+  if (f == nullptr) return "";
+  std::string out = ReadToEnd(f);
   fclose(f);
   return out;
 }

@@ -131,18 +131,10 @@ TEST(CrashTest, AcknowledgedLeasesSurviveKill9UnderLoad) {
 
   daemon.Start();
   ApiClient after(ApiClientOptions{daemon.url(), 5000, "", true});
-  auto leases = after.Get("/v1/leases");
-  ASSERT_TRUE(leases.ok()) << leases.status().message();
-  std::map<int64_t, json> found;
-  std::map<std::string, int64_t> gpu_owner;
-  for (const json& l : leases.value()["leases"]) {
-    int64_t job = l["job_id"];
-    found[job] = l["gpus"];
-    for (const json& g : l["gpus"]) {
-      auto [it, fresh] = gpu_owner.emplace(g["id"].get<std::string>(), job);
-      EXPECT_TRUE(fresh) << g["id"] << " is in the leases of jobs " << it->second << " and " << job;
-    }
-  }
+  testing::HeldLeases now;
+  ASSERT_TRUE(testing::ReadHeldLeases(after, &now));
+  std::map<int64_t, json>& found = now.gpus_by_job;
+  const std::map<std::string, int64_t>& gpu_owner = now.job_by_gpu;
   for (const auto& [job, gpus] : held) {
     if (uncertain.count(job)) continue;
     ASSERT_TRUE(found.count(job)) << "acknowledged lease of job " << job << " was lost";

@@ -136,6 +136,12 @@ class HaTest : public ::testing::Test {
     ApiClient c(ApiClientOptions{PooldUrl(r), 500, "", false});
     for (int i = 0; i < 300 && !c.Get("/v1/ping").ok(); ++i) usleep(20000);
   }
+  // Replica 0, once it leads, and replica 1 following it.
+  void StartLeaderAndFollower() {
+    StartPoold(0);
+    ASSERT_EQ(Leader(10000), 0);
+    StartPoold(1);
+  }
   // The replica whose ping says it leads (-1: none within `ms`).
   int Leader(int ms) {
     for (auto end = Clock::now() + std::chrono::milliseconds(ms); Clock::now() < end; usleep(50000)) {
@@ -227,9 +233,7 @@ TEST_F(HaTest, AFollowerNamesTheLeaderAndClientsFollowIt) {
 }
 
 TEST_F(HaTest, AcknowledgedLeasesSurviveKill9OfTheLeaderUnderLoad) {
-  StartPoold(0);
-  ASSERT_EQ(Leader(10000), 0);
-  StartPoold(1);
+  ASSERT_NO_FATAL_FAILURE(StartLeaderAndFollower());
   ApiClient admin(ApiClientOptions{Both(), 3000, "", true});
   ASSERT_NO_FATAL_FAILURE(RegisterGpus(admin));
 
@@ -322,18 +326,10 @@ TEST_F(HaTest, AcknowledgedLeasesSurviveKill9OfTheLeaderUnderLoad) {
   EXPECT_EQ(Leader(1000), 1);
 
   ApiClient after(ApiClientOptions{Both(), 5000, "", true});
-  auto leases = after.Get("/v1/leases");
-  ASSERT_TRUE(leases.ok()) << leases.status().message();
-  std::map<int64_t, json> found;
-  std::map<std::string, int64_t> gpu_owner;
-  for (const json& l : leases.value()["leases"]) {
-    int64_t job = l["job_id"];
-    found[job] = l["gpus"];
-    for (const json& g : l["gpus"]) {
-      auto [it, fresh] = gpu_owner.emplace(g["id"].get<std::string>(), job);
-      EXPECT_TRUE(fresh) << g["id"] << " is in the leases of jobs " << it->second << " and " << job;
-    }
-  }
+  testing::HeldLeases now;
+  ASSERT_TRUE(testing::ReadHeldLeases(after, &now));
+  std::map<int64_t, json>& found = now.gpus_by_job;
+  const std::map<std::string, int64_t>& gpu_owner = now.job_by_gpu;
   for (const auto& [job, gpus] : held) {
     if (uncertain.count(job)) continue;
     ASSERT_TRUE(found.count(job)) << "acknowledged lease of job " << job << " was lost in the failover";
@@ -354,9 +350,7 @@ TEST_F(HaTest, AcknowledgedLeasesSurviveKill9OfTheLeaderUnderLoad) {
 }
 
 TEST_F(HaTest, APausedLeaderWritesNothingAfterItsLeaseLapses) {
-  StartPoold(0);
-  ASSERT_EQ(Leader(10000), 0);
-  StartPoold(1);
+  ASSERT_NO_FATAL_FAILURE(StartLeaderAndFollower());
   ApiClient admin(ApiClientOptions{Both(), 3000, "", true});
   ASSERT_NO_FATAL_FAILURE(RegisterGpus(admin));
   // Authenticate to the old leader now: once paused, it cannot answer a session request.

@@ -1,5 +1,5 @@
-// Helpers shared by gpupoold's tests: a private munged, credentials of other users, and
-// raw HTTP calls.
+// Helpers shared by gpupoold's tests: a private munged, credentials of other users, raw
+// HTTP calls, and the leases a gpupoold holds.
 #pragma once
 
 #include <sys/types.h>
@@ -8,10 +8,15 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <string>
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <nlohmann/json.hpp>
+
+#include "common/api_client.h"
 #include "common/auth.h"
 #include "tests/lib/credentials.h"
 
@@ -41,5 +46,29 @@ inline std::string StartPrivateMunged() {
 }
 
 using test_lib::CredentialAs;
+
+// The leases a gpupoold holds now: each job's GPUs (its lease's "gpus") and each leased
+// GPU's job.
+struct HeldLeases {
+  std::map<int64_t, nlohmann::json> gpus_by_job;
+  std::map<std::string, int64_t> job_by_gpu;
+};
+
+// The leases read through `client` (GET /v1/leases) into `held`; false (and a test failure)
+// where the read fails, a test failure where a GPU is in the leases of two jobs.
+inline bool ReadHeldLeases(ApiClient& client, HeldLeases* held) {
+  auto leases = client.Get("/v1/leases");
+  EXPECT_TRUE(leases.ok()) << leases.status().message();
+  if (!leases.ok()) return false;
+  for (const nlohmann::json& lease : leases.value()["leases"]) {
+    int64_t job = lease["job_id"];
+    held->gpus_by_job[job] = lease["gpus"];
+    for (const nlohmann::json& gpu : lease["gpus"]) {
+      auto [it, fresh] = held->job_by_gpu.emplace(gpu["id"].get<std::string>(), job);
+      EXPECT_TRUE(fresh) << gpu["id"] << " is in the leases of jobs " << it->second << " and " << job;
+    }
+  }
+  return true;
+}
 
 }  // namespace gpupool::testing

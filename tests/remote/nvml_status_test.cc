@@ -140,13 +140,19 @@ class GpuStatusTest : public ::testing::Test {
     hello.client_pid = pid;
     hello.flags = flags;
     std::snprintf(hello.client_host, sizeof(hello.client_host), "%s", host);
+    Reply reply = SayHello(client.get(), hello, lease, token, gpu);
+    EXPECT_EQ(reply.status, kCuSuccess) << reply.out;
+    return reply.status == kCuSuccess ? std::move(client) : nullptr;
+  }
+
+  // The answer to `hello` with the credential of `lease` (`token`) for `gpu`, on `client`.
+  Reply SayHello(RpcClient* client, HelloArgs hello, const char* lease, const char* token, int gpu) {
     std::snprintf(hello.lease_id, sizeof(hello.lease_id), "%s", lease);
     std::snprintf(hello.token, sizeof(hello.token), "%s", token);
     std::snprintf(hello.gpu_uuid, sizeof(hello.gpu_uuid), "%s", testing::TestGpuUuid(gpu).c_str());
     Reply reply;
     EXPECT_TRUE(client->Call(Request{kOpHello, &hello, sizeof(hello), nullptr, 0, nullptr, 0}, &reply).ok());
-    EXPECT_EQ(reply.status, kCuSuccess) << reply.out;
-    return reply.status == kCuSuccess ? std::move(client) : nullptr;
+    return reply;
   }
 
   uint64_t Alloc(RpcClient* client, uint64_t size) {
@@ -286,13 +292,7 @@ TEST_F(GpuStatusTest, OnlyAnAttachedSessionMayAsk) {
   // learns nothing either.
   auto forged = Connect(2);
   ASSERT_TRUE(forged);
-  HelloArgs hello;
-  std::snprintf(hello.lease_id, sizeof(hello.lease_id), "lease-a");
-  std::snprintf(hello.token, sizeof(hello.token), "token-a");
-  std::snprintf(hello.gpu_uuid, sizeof(hello.gpu_uuid), "%s", testing::TestGpuUuid(2).c_str());
-  Reply reply;
-  ASSERT_TRUE(forged->Call(Request{kOpHello, &hello, sizeof(hello), nullptr, 0, nullptr, 0}, &reply).ok());
-  EXPECT_EQ(reply.status, kCuNotPermitted);
+  EXPECT_EQ(SayHello(forged.get(), HelloArgs{}, "lease-a", "token-a", 2).status, kCuNotPermitted);
 }
 
 TEST_F(GpuStatusTest, MalformedRequestsAreRefusedByName) {
@@ -315,13 +315,9 @@ TEST_F(GpuStatusTest, MalformedRequestsAreRefusedByName) {
   // A hello with flags this server does not know is refused, naming them.
   auto odd = Connect(1);
   ASSERT_TRUE(odd);
-  HelloArgs hello;
-  hello.flags = 0x80;
-  std::snprintf(hello.lease_id, sizeof(hello.lease_id), "lease-a");
-  std::snprintf(hello.token, sizeof(hello.token), "token-a");
-  std::snprintf(hello.gpu_uuid, sizeof(hello.gpu_uuid), "%s", testing::TestGpuUuid(1).c_str());
-  Reply reply;
-  ASSERT_TRUE(odd->Call(Request{kOpHello, &hello, sizeof(hello), nullptr, 0, nullptr, 0}, &reply).ok());
+  HelloArgs unknown_flags;
+  unknown_flags.flags = 0x80;
+  Reply reply = SayHello(odd.get(), unknown_flags, "lease-a", "token-a", 1);
   EXPECT_EQ(reply.status, kCuInvalidValue);
   EXPECT_NE(reply.out.find("unknown flags"), std::string::npos) << reply.out;
   // The session goes on.

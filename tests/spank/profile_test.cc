@@ -57,6 +57,18 @@ Result<EnvList> Render(const std::string& text, const Lease& lease,
   return RenderProfile(*p, ctx);
 }
 
+// What the shipped etc/profiles/NAME.profile sets for a job of TwoGpuLease(), with gpupool's
+// libraries in `lib_dir`.
+Result<EnvList> RenderShipped(const std::string& name, const std::string& lib_dir = "") {
+  Result<Profile> p = LoadProfile(std::string(GPUPOOL_SOURCE_DIR) + "/etc/profiles/" + name + ".profile");
+  if (!p.ok()) return p.status();
+  Lease lease = TwoGpuLease();
+  ProfileContext ctx;
+  ctx.lease = &lease;
+  ctx.lib_dir = lib_dir;
+  return RenderProfile(*p, ctx);
+}
+
 TEST(Profile, SetPrependAppend) {
   Lease lease = TwoGpuLease();
   auto env = Render(
@@ -109,38 +121,22 @@ TEST(Profile, RejectsBadProfilesWithFileAndLine) {
 }
 
 TEST(Profile, ShippedGpupoolProfile) {
-  Result<Profile> p = LoadProfile(std::string(GPUPOOL_SOURCE_DIR) + "/etc/profiles/gpupool.profile");
-  ASSERT_TRUE(p.ok()) << p.status().message();
-  Lease lease = TwoGpuLease();
-  ProfileContext ctx;
-  ctx.lease = &lease;
-  ctx.lib_dir = "/opt/gp/lib/gpupool";
-  auto env = RenderProfile(*p, ctx);
-  ASSERT_TRUE(env.ok());
+  Result<EnvList> env = RenderShipped("gpupool", "/opt/gp/lib/gpupool");
+  ASSERT_TRUE(env.ok()) << env.status().message();
   EXPECT_EQ(Get(*env, "LD_LIBRARY_PATH"), "/opt/gp/lib/gpupool");
 }
 
 TEST(Profile, ShippedRcudaProfile) {
-  Result<Profile> p = LoadProfile(std::string(GPUPOOL_SOURCE_DIR) + "/etc/profiles/rcuda.profile");
-  ASSERT_TRUE(p.ok()) << p.status().message();
-  Lease lease = TwoGpuLease();
-  ProfileContext ctx;
-  ctx.lease = &lease;
-  auto env = RenderProfile(*p, ctx);
-  ASSERT_TRUE(env.ok());
+  Result<EnvList> env = RenderShipped("rcuda");
+  ASSERT_TRUE(env.ok()) << env.status().message();
   EXPECT_EQ(Get(*env, "RCUDA_DEVICE_COUNT"), "2");
   EXPECT_EQ(Get(*env, "RCUDA_DEVICE_0"), "10.0.0.5:0");
   EXPECT_EQ(Get(*env, "RCUDA_DEVICE_1"), "10.0.0.7:2");
 }
 
 TEST(Profile, ShippedLupineProfile) {
-  Result<Profile> p = LoadProfile(std::string(GPUPOOL_SOURCE_DIR) + "/etc/profiles/lupine.profile");
-  ASSERT_TRUE(p.ok()) << p.status().message();
-  Lease lease = TwoGpuLease();
-  ProfileContext ctx;
-  ctx.lease = &lease;
-  auto env = RenderProfile(*p, ctx);
-  ASSERT_TRUE(env.ok());
+  Result<EnvList> env = RenderShipped("lupine");
+  ASSERT_TRUE(env.ok()) << env.status().message();
   EXPECT_EQ(Get(*env, "LUPINE_SERVER"), "10.0.0.5:14833,10.0.0.7:14833");
 }
 
