@@ -38,9 +38,7 @@ Status Decoder::HalfInstruction(const Frame& frame, const RawStatement& s, Inst 
     if (!slot.ok()) return slot.status();
     *sources[i] = *slot;
   }
-  inst.run = &HHalf;
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst, &HHalf);
 }
 
 std::string Decoder::UnhonouredModifier(const std::string& op, const std::set<std::string>& mods) {
@@ -144,8 +142,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
         return BadInstruction(s, "a BoolOp (.and/.or/.xor) goes with a fourth operand, {!}c");
       }
       inst.mode2 |= bool_op << 1;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Append(inst);
     }
     inst.mode2 = bool_op;
     GPUPOOL_SRC(a, 1, type);
@@ -201,8 +198,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
       inst.run = ByType<WSet>(type);
     }
     if (inst.run == nullptr) return BadType(d);
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
 
   if (op == "selp") {
@@ -211,9 +207,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
     GPUPOOL_SRC(a, 1, type);
     GPUPOOL_SRC(b, 2, type);
     GPUPOOL_SRC(c, 3, kPred);
-    inst.run = &HSelp;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HSelp);
   }
   if (op == "slct") {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 4));
@@ -223,9 +217,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
     GPUPOOL_SRC(b, 2, dst);
     GPUPOOL_SRC(c, 3, type);
     inst.mode = type == kF32 ? kSlctF32 : kSlctS32;
-    inst.run = &HSlct;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HSlct);
   }
   if (op == "testp") {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
@@ -238,9 +230,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
       if (mods.count(name)) inst.mode = tested;
     }
     inst.width = static_cast<uint8_t>(TySize(type));
-    inst.run = &HTestp;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HTestp);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }
@@ -282,10 +272,8 @@ Status Decoder::DecodeVideo(Decoding& d) {
     GPUPOOL_SRC(a, 1, kU32);
     GPUPOOL_SRC(b, 2, kU32);
     GPUPOOL_SRC(c, 3, kU32);
-    inst.run = &HByteDot;
     inst.pure = true;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HByteDot);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }
@@ -485,8 +473,7 @@ Status Decoder::DecodeArithmetic(Decoding& d) {
   }
   // Integer division by zero would trap on the host; carries touch the carry slot.
   inst.pure = op != "div" && op != "rem" && (inst.flags & (kFlagCarryIn | kFlagCarryOut)) == 0;
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst);
 }
 
 }  // namespace gpupool::sim::interp

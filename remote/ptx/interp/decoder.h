@@ -196,6 +196,16 @@ class Decoder {
   static FamilyDecoder FamilyOf(const std::string& op);
   // InvalidArgument unless the statement has `n` operands.
   static Status Need(const Decoding& d, size_t n);
+  // Appends the decoded `inst` to the kernel's code, the last step of most opcodes'
+  // decoding; the overload with `run` sets its handler first.
+  Status Append(const Inst& inst) {
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  Status Append(Inst& inst, Handler run) {
+    inst.run = run;
+    return Append(inst);
+  }
   // InvalidArgument: the statement's type is not one its opcode takes.
   static Status BadType(const Decoding& d);
   // The families of ir/opcodes.def, each in the file it names.
