@@ -24,6 +24,7 @@
 
 #include "remote/devices/sim/sim_executor.h"
 #include "tests/remote/ptx/device_buffers.h"
+#include "tests/remote/ptx/kernel_text.h"
 #include "remote/image/ptx_signature.h"
 #include "remote/protocol/protocol.h"
 #include "remote/ptx/ptx_engine.h"
@@ -34,15 +35,6 @@ constexpr uint64_t kGiB = 1ull << 30;
 inline std::string ReadFile(const std::string& name) {
   std::ifstream file(std::string(GPUPOOL_PTX_MODULES) + "/" + name, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
-// The hand-written PTX module tests/remote/ptx/kernels/`name` (a test's own kernel, kept as
-// the .ptx file it is rather than a string in the test); a test failure if it cannot be read.
-inline std::string KernelText(const std::string& name) {
-  std::ifstream file(std::string(GPUPOOL_PTX_SOURCES) + "/" + name, std::ios::binary);
-  std::string text(std::istreambuf_iterator<char>(file), (std::istreambuf_iterator<char>()));
-  EXPECT_FALSE(text.empty()) << "no PTX in tests/remote/ptx/kernels/" << name;
-  return text;
 }
 
 class Engine : public ::testing::Test {

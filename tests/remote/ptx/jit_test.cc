@@ -9,7 +9,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -21,21 +20,18 @@
 #include "remote/ptx/front/program.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/ptx_engine.h"
+#include "tests/remote/ptx/kernel_text.h"
 
 namespace gpupool::sim {
 namespace {
 
 constexpr int32_t kIllegalAddress = 700;
 
+using dataplane::ptx_test::KernelText;
+
 // A kernel of many instructions the tier takes, each result in its own word of a 16-word
-// row per element (a grid-stride loop): tests/remote/ptx/kernels/JitMix.ptx; a test failure
-// if it cannot be read.
-std::string MixKernelText() {
-  std::ifstream file(std::string(GPUPOOL_PTX_SOURCES) + "/JitMix.ptx", std::ios::binary);
-  std::string text(std::istreambuf_iterator<char>(file), (std::istreambuf_iterator<char>()));
-  EXPECT_FALSE(text.empty()) << "no PTX in tests/remote/ptx/kernels/JitMix.ptx";
-  return text;
-}
+// row per element (a grid-stride loop).
+std::string MixKernelText() { return KernelText("JitMix.ptx"); }
 
 // JitMix.ptx and `mix_once`: mix without its loop (one element per thread, forward branches only),
 // which the tier also compiles to vector code.
@@ -472,27 +468,7 @@ TEST_F(Jit, AutoCompilesOnlyKernelsWhoseLaunchesAreWorthIt) {
 // kernel names only as a branch label is no shared memory of the kernel on either tier
 // (the tier once placed it, and ran with more shared memory than the interpreter allowed).
 TEST(JitLimits, SharedMemoryIsLaidOutAsTheDecoderLaysItOut) {
-  const char* text = R"(
-.version 8.0
-.target sm_80
-.address_size 64
-.shared .align 4 .b8 lbl[1024];
-.visible .entry labelled(.param .u64 out, .param .u32 at)
-{
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<2>;
-  .shared .align 4 .b32 words[4];
-  ld.param.u64 %rd1, [out];
-  ld.param.u32 %r1, [at];
-  mov.u32 %r2, words;
-  add.s32 %r2, %r2, %r1;
-  ld.shared.u32 %r3, [%r2];
-  bra lbl;
-lbl:
-  st.global.u32 [%rd1], %r3;
-  ret;
-}
-)";
+  const std::string text = KernelText("SharedMemoryIsLaidOutAsTheDecoderLaysItOut.ptx");
   auto module = PtxModule::Parse(text);
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto decoded = (*module)->Decode("labelled", {});
@@ -567,28 +543,7 @@ TEST(JitLimits, CompileWorkOverTheBoundRunsOnTheInterpreter) {
 // barrier, the tier's liveness analysis took the label for an instruction one past the
 // end (found by the ptx_jit fuzz target, under AddressSanitizer).
 TEST(JitLimits, ABranchToALabelAfterTheLastInstructionEndsTheThread) {
-  const char* text = R"(
-.version 8.0
-.target sm_80
-.address_size 64
-.visible .entry tail(.param .u64 out)
-{
-  .reg .pred %p<2>;
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<4>;
-  ld.param.u64 %rd1, [out];
-  mov.u32 %r1, %tid.x;
-  mul.wide.u32 %rd2, %r1, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  mov.u32 %r2, 7;
-  bar.sync 0;
-  setp.ge.u32 %p1, %r1, 2;
-  @%p1 bra DONE;
-  add.u32 %r2, %r2, %r1;
-  st.global.u32 [%rd3], %r2;
-DONE:
-}
-)";
+  const std::string text = KernelText("ABranchToALabelAfterTheLastInstructionEndsTheThread.ptx");
   auto module = PtxModule::Parse(text);
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto decoded = (*module)->Decode("tail", {});

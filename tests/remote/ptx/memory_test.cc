@@ -372,28 +372,8 @@ TEST_F(Engine, AtomicPathsReturnValuesAndFaults) {
 // Loads whose destination is their own address register (pointer chasing), whole warp
 // and under a guard: each lane reads its address before its destination is written.
 TEST_F(Engine, LoadIntoItsAddressRegister) {
-  const char ptx[] = R"(
-.version 8.0
-.target sm_80
-.address_size 64
-.visible .entry chase(.param .u64 nodes, .param .u64 out) {
-  .reg .pred %p<2>;
-  .reg .b32 %r<2>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [nodes];
-  ld.param.u64 %rd2, [out];
-  mov.u32 %r1, %tid.x;
-  mul.wide.u32 %rd4, %r1, 16;
-  add.s64 %rd1, %rd1, %rd4;
-  ld.global.v2.u64 {%rd1, %rd3}, [%rd1];
-  setp.lt.u32 %p1, %r1, 20;
-  @%p1 ld.global.u64 %rd1, [%rd1];
-  add.s64 %rd5, %rd2, %rd4;
-  st.global.v2.u64 [%rd5], {%rd3, %rd1};
-  ret;
-}
-)";
-  ASSERT_EQ(executor_.LoadModule(2, ptx, sizeof(ptx), {}), kCuSuccess) << executor_.TakeErrorDetail();
+  const std::string ptx = KernelText("LoadIntoItsAddressRegister.ptx");
+  ASSERT_EQ(executor_.LoadModule(2, ptx.c_str(), ptx.size() + 1, {}), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(2, 7, "chase"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t nodes = Zeros<uint64_t>(64), out = Zeros<uint64_t>(64);
   std::vector<uint64_t> init(64);

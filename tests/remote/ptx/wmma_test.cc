@@ -13,42 +13,11 @@ using ptx_test::ToHalf;
 // a wider array (stride 24), B column-major and C column-major at their default strides,
 // every accumulator element doubled in registers, D stored row-major with stride 20, so
 // any disagreement between load, mma, the element-wise step and store shows. Hand-written,
-// like the tests above (nvcc's own wmma code runs in tests/remote/driver/tensor_cores.cu).
-const char kWmmaF16[] = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry wmma_f16(.param .u64 a_param, .param .u64 b_param, .param .u64 c_param,
-                         .param .u64 d_param)
-{
-  .reg .b32 %r<20>;
-  .reg .f32 %f<20>;
-  .reg .b64 %rd<5>;
-  ld.param.u64 %rd1, [a_param];
-  ld.param.u64 %rd2, [b_param];
-  ld.param.u64 %rd3, [c_param];
-  ld.param.u64 %rd4, [d_param];
-  mov.u32 %r1, 24;
-  wmma.load.a.sync.aligned.row.m16n16k16.global.f16 {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}, [%rd1], %r1;
-  wmma.load.b.sync.aligned.col.m16n16k16.global.f16 {%r10, %r11, %r12, %r13, %r14, %r15, %r16, %r17}, [%rd2];
-  wmma.load.c.sync.aligned.col.m16n16k16.global.f32 {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, [%rd3];
-  wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 {%f9, %f10, %f11, %f12, %f13, %f14, %f15, %f16}, {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}, {%r10, %r11, %r12, %r13, %r14, %r15, %r16, %r17}, {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8};
-  mul.f32 %f9, %f9, 0f40000000;
-  mul.f32 %f10, %f10, 0f40000000;
-  mul.f32 %f11, %f11, 0f40000000;
-  mul.f32 %f12, %f12, 0f40000000;
-  mul.f32 %f13, %f13, 0f40000000;
-  mul.f32 %f14, %f14, 0f40000000;
-  mul.f32 %f15, %f15, 0f40000000;
-  mul.f32 %f16, %f16, 0f40000000;
-  mov.u32 %r18, 20;
-  wmma.store.d.sync.aligned.row.m16n16k16.global.f32 [%rd4], {%f9, %f10, %f11, %f12, %f13, %f14, %f15, %f16}, %r18;
-  ret;
-}
-)";
+// like the tests above (nvcc's own wmma code runs in tests/remote/driver/tensor_cores.cu):
+// kernels/WarpMatrixMultiplyF16.ptx.
 
 TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
-  LoadKernel(5, 96, kWmmaF16, "wmma_f16");
+  LoadKernel(5, 96, KernelText("WarpMatrixMultiplyF16.ptx"), "wmma_f16");
   if (HasFatalFailure()) return;
   std::vector<float> af(16 * 24), bf(16 * 16), c(16 * 16), d(16 * 20, -1.0f);
   std::vector<uint16_t> a(af.size()), b(bf.size());
@@ -80,7 +49,7 @@ TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
 
 // A wmma load whose rows run past the end of the allocation faults like any load.
 TEST_F(Engine, WarpMatrixLoadOutOfBoundsIsIllegalAddress) {
-  LoadKernel(5, 96, kWmmaF16, "wmma_f16");
+  LoadKernel(5, 96, KernelText("WarpMatrixMultiplyF16.ptx"), "wmma_f16");
   if (HasFatalFailure()) return;
   std::vector<uint16_t> a(15 * 24 + 8), b(16 * 16);  // the last row needs 15 * 24 + 16
   std::vector<float> c(16 * 16), d(16 * 20);
