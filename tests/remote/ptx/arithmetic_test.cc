@@ -57,9 +57,7 @@ TEST_F(Engine, DirectedRounding) {
 // .ftz flushes subnormal f32 inputs as well as results, as --use_fast_math code expects:
 // a subnormal times 2^30 is 0, not 1e-31, and it compares equal to 0.
 TEST_F(Engine, FtzFlushesSubnormalInputs) {
-  const std::string ptx = KernelText("FtzFlushesSubnormalInputs.ptx");
-  LoadKernel(15, 94, ptx, "ftz_inputs");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(15, 94, "FtzFlushesSubnormalInputs.ptx", "ftz_inputs"));
   uint64_t out = Zeros<float>(6);
   struct {
     uint64_t out;
@@ -275,9 +273,7 @@ TEST_F(Engine, NthSetBit) {
 // into the CTA's own shared memory through a generic address. The same module's kernel
 // without such a modifier runs.
 TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
-  const std::string ptx = KernelText("UnimplementedModifiersAreRefusedNotIgnored.ptx");
-  LoadKernel(13, 94, ptx, "saturating_mad24");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(13, 94, "UnimplementedModifiersAreRefusedNotIgnored.ptx", "saturating_mad24"));
   ASSERT_EQ(executor_.GetFunction(13, 95, "plain_mad24"), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(13, 93, "cluster_store"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t out = Zeros<uint32_t>(1);

@@ -33,9 +33,7 @@ TEST_F(Engine, DirectedRoundingConversions) {
   auto gd = Download<double>(d, 3 * n);
   auto gh = Download<uint16_t>(h, 6 * n);
 
-  const std::string ptx = KernelText("DirectedRoundingConversions.ptx");
-  LoadKernel(13, 97, ptx, "bf16_directed");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(13, 97, "DirectedRoundingConversions.ptx", "bf16_directed"));
   uint64_t b = Zeros<uint16_t>(3 * n);
   struct {
     uint64_t x, out;

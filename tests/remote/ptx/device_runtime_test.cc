@@ -68,9 +68,7 @@ TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
 // A call of malloc the module never declared is refused like any unknown function (the
 // decoder once looked the declaration up unchecked).
 TEST_F(Engine, UndeclaredMallocIsRefused) {
-  const std::string ptx = KernelText("UndeclaredMallocIsRefused.ptx");
-  LoadKernel(16, 93, ptx, "undeclared");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(16, 93, "UndeclaredMallocIsRefused.ptx", "undeclared"));
   uint64_t out = Zeros<uint64_t>(1);
   LaunchConfig config;
   EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
@@ -82,9 +80,7 @@ TEST_F(Engine, UndeclaredMallocIsRefused) {
 // value lands there; a handle that is no allocation fails the launch with
 // CUDA_ERROR_ILLEGAL_ADDRESS, naming the call.
 TEST_F(Engine, SetConditionalStoresTheValueAtItsHandle) {
-  const std::string ptx = KernelText("SetConditionalStoresTheValueAtItsHandle.ptx");
-  LoadKernel(17, 92, ptx, "set_conditional");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(17, 92, "SetConditionalStoresTheValueAtItsHandle.ptx", "set_conditional"));
   uint64_t slot = Zeros<uint32_t>(1);
   uint8_t params[12];  // the kernel's parameter layout: u64 handle, u32 value
   const uint32_t value = 0xfeed;
@@ -127,9 +123,8 @@ TEST_F(Engine, DevicePrintfIsKeptUntilTaken) {
 // parameter buffers it handed out (a pointer to other memory, or NULL, is
 // cudaErrorInvalidValue, and nothing runs).
 TEST_F(Engine, DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers) {
-  const std::string ptx = KernelText("DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers.ptx");
-  LoadKernel(14, 95, ptx, "deep");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(
+      LoadKernelFile(14, 95, "DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers.ptx", "deep"));
   ASSERT_EQ(executor_.GetFunction(14, 96, "forge"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t errors = Upload(std::vector<uint32_t>(32, 0xffffffffu));
   struct {

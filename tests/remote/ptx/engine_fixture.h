@@ -100,6 +100,10 @@ class Engine : public ::testing::Test {
         << executor_.TakeErrorDetail();
     ASSERT_EQ(executor_.GetFunction(module, function, name), kCuSuccess) << executor_.TakeErrorDetail();
   }
+  // LoadKernel of tests/remote/ptx/kernels/`file`.
+  void LoadKernelFile(uint64_t module, uint64_t function, const std::string& file, const std::string& name) {
+    LoadKernel(module, function, KernelText(file), name);
+  }
 
   SimDeviceMemory memory_{0, 4 * kGiB};
   SimExecutor executor_{&memory_};

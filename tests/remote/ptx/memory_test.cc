@@ -14,9 +14,7 @@ using ptx_test::ToHalf;
 // parameters after it are where the host packed them. cuBLAS's reductions read their
 // pointer mode 4 bytes early, and faulted, when ".align 1" was taken for the parameter's.
 TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
-  const std::string ptx = KernelText("PointerParameterAlignmentIsThePointees.ptx");
-  LoadKernel(11, 98, ptx, "ptr_params");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(11, 98, "PointerParameterAlignmentIsThePointees.ptx", "ptr_params"));
   uint64_t out = Zeros<uint32_t>(4), in = Upload(std::vector<uint32_t>{7});
   struct {
     uint32_t a;
@@ -35,9 +33,7 @@ TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
 // unsigned short): 64 threads add into neighbouring halves of one word, so a wrong word
 // update would spill into the neighbour. Hand-written, like the tests above.
 TEST_F(Engine, SixteenBitAtomics) {
-  const std::string ptx = KernelText("SixteenBitAtomics.ptx");
-  LoadKernel(4, 97, ptx, "atomics16");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(4, 97, "SixteenBitAtomics.ptx", "atomics16"));
   uint64_t out = Zeros<uint16_t>(8);
   LaunchConfig config;
   config.block[0] = 64;
@@ -56,9 +52,7 @@ TEST_F(Engine, SixteenBitAtomics) {
 // tests/remote/driver/async_copies.cu) zero fills instead of reading, a source offset
 // applies, and a source past the end of its allocation faults like any load.
 TEST_F(Engine, AsyncCopiesToSharedMemory) {
-  const std::string ptx = KernelText("AsyncCopiesToSharedMemory.ptx");
-  LoadKernel(7, 94, ptx, "copy_async");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(7, 94, "AsyncCopiesToSharedMemory.ptx", "copy_async"));
   const int threads = 32;
   std::vector<uint32_t> in(4 * (threads + 1));
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint32_t>(i * 7 + 1);
@@ -88,9 +82,7 @@ TEST_F(Engine, AsyncCopiesToSharedMemory) {
 // (arrive_drop), so phase 2 completes with the first warp's 32 arrivals alone, which each
 // thread checks with test_wait on its own state.
 TEST_F(Engine, MemoryBarriers) {
-  const std::string ptx = KernelText("MemoryBarriers.ptx");
-  LoadKernel(8, 93, ptx, "mbar");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(8, 93, "MemoryBarriers.ptx", "mbar"));
   uint64_t out = Zeros<uint32_t>(4 * 64);
   LaunchConfig config;
   config.block[0] = 64;
@@ -116,9 +108,7 @@ TEST_F(Engine, MemoryBarriers) {
 // (a new status with an old value). Blocks of 32 (a whole warp: coalesced accesses) and
 // of 1 (a lone lane) take the engine's two paths.
 TEST_F(Engine, VectorAccessesAreWholeAcrossCtas) {
-  const std::string ptx = KernelText("VectorAccessesAreWholeAcrossCtas.ptx");
-  LoadKernel(9, 94, ptx, "publish2");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(9, 94, "VectorAccessesAreWholeAcrossCtas.ptx", "publish2"));
   ASSERT_EQ(executor_.GetFunction(9, 95, "publish4"), kCuSuccess) << executor_.TakeErrorDetail();
   constexpr uint32_t kRounds = 20000;
   for (uint64_t function : {94, 95}) {
@@ -150,9 +140,7 @@ TEST_F(Engine, VectorAccessesAreWholeAcrossCtas) {
 TEST_F(Engine, FencesOrderStoresBeforeLoadsAcrossCtas) {
   // One worker runs CTA 0 to its end before CTA 1 begins: CTA 0 would wait for ever.
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two worker threads";
-  const std::string ptx = KernelText("FencesOrderStoresBeforeLoadsAcrossCtas.ptx");
-  LoadKernel(10, 96, ptx, "litmus");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(10, 96, "FencesOrderStoresBeforeLoadsAcrossCtas.ptx", "litmus"));
   constexpr uint32_t kRounds = 200000;
   uint64_t cells = Zeros<uint32_t>(4);
   uint64_t seen = Zeros<uint32_t>(2 * kRounds);

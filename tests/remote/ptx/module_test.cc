@@ -22,9 +22,7 @@ TEST_F(Engine, OversizedDeclarationsAreRefused) {
     EXPECT_EQ(executor_.LoadModule(20, ptx.c_str(), ptx.size() + 1, {}), kCuInvalidPtx) << registers;
     EXPECT_NE(executor_.TakeErrorDetail().find("registers declared"), std::string::npos) << registers;
   }
-  const std::string big_local = KernelText("OversizedDeclarationsAreRefused_big_local.ptx");
-  LoadKernel(21, 92, big_local, "big_local");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(21, 92, "OversizedDeclarationsAreRefused_big_local.ptx", "big_local"));
   uint64_t out = Zeros<uint32_t>(1);
   LaunchConfig config;
   config.block[0] = 32;

@@ -13,9 +13,7 @@ using ptx_test::KernelText;
 // cooperative_groups' labeled_partition and its reduce, ballot and all do). Each group
 // gets its own answer, not the warp's.
 TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
-  const std::string ptx = KernelText("WarpCollectivesFollowEachLanesMembermask.ptx");
-  LoadKernel(14, 96, ptx, "member_groups");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(14, 96, "WarpCollectivesFollowEachLanesMembermask.ptx", "member_groups"));
   uint64_t out = Zeros<uint32_t>(4 * 32);
   LaunchConfig config;
   config.block[0] = 32;
@@ -35,9 +33,7 @@ TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
 // block placed after the branch. The next iteration's vote.sync waits for the odd lanes,
 // though they stand at a higher PC: every lane sees the whole warp's ballot each time.
 TEST_F(Engine, WarpVoteWaitsForLanesStillInTheLoopsLastBlock) {
-  const std::string ptx = KernelText("WarpVoteWaitsForLanesStillInTheLoopsLastBlock.ptx");
-  LoadKernel(15, 97, ptx, "late_lanes");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(15, 97, "WarpVoteWaitsForLanesStillInTheLoopsLastBlock.ptx", "late_lanes"));
   uint64_t out = Zeros<uint32_t>(4 * 32);
   LaunchConfig config;
   config.block[0] = 32;
@@ -55,9 +51,7 @@ TEST_F(Engine, WarpVoteWaitsForLanesStillInTheLoopsLastBlock) {
 // lane gets the warp's add, signed min, unsigned max, and, or and xor. Hand-written, like
 // the test above.
 TEST_F(Engine, WarpReductions) {
-  const std::string ptx = KernelText("WarpReductions.ptx");
-  LoadKernel(3, 98, ptx, "reduce_warp");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(3, 98, "WarpReductions.ptx", "reduce_warp"));
   std::vector<int32_t> in(32);
   int32_t add = 0, min = INT32_MAX;
   uint32_t max = 0, all = ~0u, any = 0, x = 0;

@@ -17,8 +17,7 @@ using ptx_test::ToHalf;
 // kernels/WarpMatrixMultiplyF16.ptx.
 
 TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
-  LoadKernel(5, 96, KernelText("WarpMatrixMultiplyF16.ptx"), "wmma_f16");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(5, 96, "WarpMatrixMultiplyF16.ptx", "wmma_f16"));
   std::vector<float> af(16 * 24), bf(16 * 16), c(16 * 16), d(16 * 20, -1.0f);
   std::vector<uint16_t> a(af.size()), b(bf.size());
   for (size_t i = 0; i < af.size(); ++i) a[i] = ToHalf(af[i] = static_cast<float>(i % 7) - 3);
@@ -49,8 +48,7 @@ TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
 
 // A wmma load whose rows run past the end of the allocation faults like any load.
 TEST_F(Engine, WarpMatrixLoadOutOfBoundsIsIllegalAddress) {
-  LoadKernel(5, 96, KernelText("WarpMatrixMultiplyF16.ptx"), "wmma_f16");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(5, 96, "WarpMatrixMultiplyF16.ptx", "wmma_f16"));
   std::vector<uint16_t> a(15 * 24 + 8), b(16 * 16);  // the last row needs 15 * 24 + 16
   std::vector<float> c(16 * 16), d(16 * 20);
   struct {
@@ -65,9 +63,7 @@ TEST_F(Engine, WarpMatrixLoadOutOfBoundsIsIllegalAddress) {
 // Integer wmma (sm_72+): s8 x s8 into s32 on the 32x8x16 shape, with .satfinite clamping
 // sums beyond the int32 range instead of wrapping them.
 TEST_F(Engine, WarpMatrixMultiplyOfIntegersSaturates) {
-  const std::string ptx = KernelText("WarpMatrixMultiplyOfIntegersSaturates.ptx");
-  LoadKernel(6, 95, ptx, "wmma_s8");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(6, 95, "WarpMatrixMultiplyOfIntegersSaturates.ptx", "wmma_s8"));
   std::vector<int8_t> a(32 * 16), b(16 * 8);
   std::vector<int32_t> c(32 * 8);
   for (int i = 0; i < 32 * 16; ++i) a[i] = static_cast<int8_t>(i % 2 ? -128 + i % 9 : 127 - i % 13);
