@@ -63,8 +63,7 @@ TEST_F(Engine, FtzFlushesSubnormalInputs) {
     uint64_t out;
     float x;
   } params{out, 1e-40f};
-  LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(94, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<float>(out, 6);
   EXPECT_EQ(got[0], 0.0f);                   // mul.ftz
   EXPECT_NEAR(got[1], 1.0737e-31f, 1e-34f);  // plain mul keeps the subnormal

@@ -38,9 +38,7 @@ TEST_F(Engine, DirectedRoundingConversions) {
   struct {
     uint64_t x, out;
   } params{dx, b};
-  LaunchConfig config;
-  config.block[0] = n;
-  ASSERT_EQ(executor_.Launch(97, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(97, 1, n, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto gb = Download<uint16_t>(b, 3 * n);
 
   const int saved = std::fegetround();

@@ -54,8 +54,7 @@ TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
   struct {
     uint64_t bytes, got;
   } params{uint64_t{24} << 20, got};
-  LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(95, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_NE(Download<uint64_t>(got, 1)[0], 0u);
   ASSERT_EQ(Run("heap_big", {1}, {1}, 0, uint64_t{24} << 20, got), kCuSuccess) << last_detail_;
   EXPECT_EQ(Download<uint64_t>(got, 1)[0], 0u);  // module 1 has the default 8 MiB
@@ -70,8 +69,7 @@ TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
 TEST_F(Engine, UndeclaredMallocIsRefused) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(16, 93, "UndeclaredMallocIsRefused.ptx", "undeclared"));
   uint64_t out = Zeros<uint64_t>(1);
-  LaunchConfig config;
-  EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
+  EXPECT_EQ(LaunchLoaded(93, 1, 1, out), kCuNotSupported);
   EXPECT_NE(executor_.TakeErrorDetail().find("malloc"), std::string::npos);
 }
 

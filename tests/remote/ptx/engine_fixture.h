@@ -100,6 +100,15 @@ class Engine : public ::testing::Test {
         << executor_.TakeErrorDetail();
     ASSERT_EQ(executor_.GetFunction(module, function, name), kCuSuccess) << executor_.TakeErrorDetail();
   }
+  // Launches `function` (of LoadKernel) over `grid` CTAs of `block` threads, `params` the
+  // bytes of the kernel's parameters as it declares them; the launch's CUresult.
+  template <typename Params>
+  int32_t LaunchLoaded(uint64_t function, uint32_t grid, uint32_t block, const Params& params) {
+    LaunchConfig config;
+    config.grid[0] = grid;
+    config.block[0] = block;
+    return executor_.Launch(function, config, &params, sizeof(params));
+  }
   // LoadKernel of tests/remote/ptx/kernels/`file`.
   void LoadKernelFile(uint64_t module, uint64_t function, const std::string& file, const std::string& name) {
     LoadKernel(module, function, KernelText(file), name);

@@ -95,8 +95,7 @@ TEST_F(Engine, HalfSetpPairsAndBoolOps) {
       uint32_t x, y;
       float f;
     } params{out, x, y, f};
-    LaunchConfig config;
-    ASSERT_EQ(executor_.Launch(97, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+    ASSERT_EQ(LaunchLoaded(97, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
     auto got = Download<uint32_t>(out, 8);
     const bool negative = f < 0;
     EXPECT_EQ(got[0], 1u) << f;                           // p: lower halves, 2 > 1
@@ -151,8 +150,7 @@ TEST_F(Engine, PackedHalfConversions) {
     uint64_t out;
     float upper, lower;
   } params{out, 0.1f, -1.5f};
-  LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(99, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(99, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 2);
   EXPECT_EQ(got[0], 0x2E66BE00u);  // half(0.1) = 0x2e66 (rounded), half(-1.5) = 0xbe00
   EXPECT_EQ(got[1], 0x3DCDBFC0u);  // bf16(0.1) = 0x3dcd (rounded up), bf16(-1.5) = 0xbfc0

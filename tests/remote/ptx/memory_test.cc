@@ -24,8 +24,7 @@ TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
     uint32_t c;    // at 32
   } params{0xa, out, 0xb, in, 0xc};
   static_assert(offsetof(decltype(params), in) == 24);
-  LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(98, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(Download<uint32_t>(out, 4), (std::vector<uint32_t>{0xa, 0xb, 0xc, 7}));
 }
 
@@ -35,9 +34,7 @@ TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
 TEST_F(Engine, SixteenBitAtomics) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(4, 97, "SixteenBitAtomics.ptx", "atomics16"));
   uint64_t out = Zeros<uint16_t>(8);
-  LaunchConfig config;
-  config.block[0] = 64;
-  ASSERT_EQ(executor_.Launch(97, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(97, 1, 64, out), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint16_t>(out, 8);
   EXPECT_EQ(got[0], ToHalf(64.0f));   // 64 x 1.0 into the lower half
   EXPECT_EQ(got[1], ToHalf(128.0f));  // 64 x 2.0 into the upper half
@@ -84,9 +81,7 @@ TEST_F(Engine, AsyncCopiesToSharedMemory) {
 TEST_F(Engine, MemoryBarriers) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(8, 93, "MemoryBarriers.ptx", "mbar"));
   uint64_t out = Zeros<uint32_t>(4 * 64);
-  LaunchConfig config;
-  config.block[0] = 64;
-  ASSERT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(93, 1, 64, out), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 4 * 64);
   std::vector<uint32_t> pending;
   for (int t = 0; t < 64; ++t) {
@@ -371,9 +366,7 @@ TEST_F(Engine, LoadIntoItsAddressRegister) {
   }
   ASSERT_EQ(executor_.CopyToDevice(nodes, init.data(), init.size() * 8, 0), kCuSuccess);
   uint64_t params[2] = {nodes, out};
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(7, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(7, 1, 32, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint64_t>(out, 64);
   for (int t = 0; t < 32; ++t) {
     EXPECT_EQ(got[2 * t], 100u + t) << t;

@@ -24,9 +24,7 @@ TEST_F(Engine, OversizedDeclarationsAreRefused) {
   }
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(21, 92, "OversizedDeclarationsAreRefused_big_local.ptx", "big_local"));
   uint64_t out = Zeros<uint32_t>(1);
-  LaunchConfig config;
-  config.block[0] = 32;
-  EXPECT_EQ(executor_.Launch(92, config, &out, sizeof(out)), kCuLaunchOutOfResources);
+  EXPECT_EQ(LaunchLoaded(92, 1, 32, out), kCuLaunchOutOfResources);
   std::string detail = executor_.TakeErrorDetail();
   EXPECT_NE(detail.find("local memory"), std::string::npos) << detail;
 }

@@ -15,9 +15,7 @@ using ptx_test::KernelText;
 TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(14, 96, "WarpCollectivesFollowEachLanesMembermask.ptx", "member_groups"));
   uint64_t out = Zeros<uint32_t>(4 * 32);
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(96, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(96, 1, 32, out), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 4 * 32);
   for (uint32_t lane = 0; lane < 32; ++lane) {
     const bool odd = lane % 2;
@@ -35,9 +33,7 @@ TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
 TEST_F(Engine, WarpVoteWaitsForLanesStillInTheLoopsLastBlock) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(15, 97, "WarpVoteWaitsForLanesStillInTheLoopsLastBlock.ptx", "late_lanes"));
   uint64_t out = Zeros<uint32_t>(4 * 32);
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(97, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(97, 1, 32, out), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 4 * 32);
   for (uint32_t lane = 0; lane < 32; ++lane) {
     EXPECT_EQ(got[4 * lane], 0x000000ffu) << lane;
@@ -68,9 +64,7 @@ TEST_F(Engine, WarpReductions) {
   struct {
     uint64_t in, out;
   } params{din, out};
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(98, 1, 32, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 32 * 6);
   for (int lane : {0, 13, 31}) {
     EXPECT_EQ(static_cast<int32_t>(got[6 * lane]), add) << lane;

@@ -28,9 +28,7 @@ TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
   struct {
     uint64_t a, b, c, d;
   } params{Upload(a), Upload(b), Upload(c), Upload(d)};
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(96, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(96, 1, 32, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<float>(params.d, 16 * 20);
   for (int i = 0; i < 16; ++i) {
     for (int j = 0; j < 20; ++j) {
@@ -54,9 +52,7 @@ TEST_F(Engine, WarpMatrixLoadOutOfBoundsIsIllegalAddress) {
   struct {
     uint64_t a, b, c, d;
   } params{Upload(a), Upload(b), Upload(c), Upload(d)};
-  LaunchConfig config;
-  config.block[0] = 32;
-  EXPECT_EQ(executor_.Launch(96, config, &params, sizeof(params)), kCuIllegalAddress);
+  EXPECT_EQ(LaunchLoaded(96, 1, 32, params), kCuIllegalAddress);
   EXPECT_NE(executor_.TakeErrorDetail().find("wmma load"), std::string::npos);
 }
 
@@ -74,9 +70,7 @@ TEST_F(Engine, WarpMatrixMultiplyOfIntegersSaturates) {
   struct {
     uint64_t a, b, c;
   } params{Upload(a), Upload(b), Upload(c)};
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(95, 1, 32, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<int32_t>(params.c, 32 * 8);
   int clamped = 0;
   for (int i = 0; i < 32; ++i) {
