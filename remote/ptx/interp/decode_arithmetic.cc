@@ -197,13 +197,11 @@ Status Decoder::DecodeCompare(Decoding& d) {
       }
       inst.run = ByType<WSet>(type);
     }
-    if (inst.run == nullptr) return BadType(d);
-    return Append(inst);
+    return AppendIfTyped(d);
   }
 
   if (op == "selp") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 4));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 4));
     GPUPOOL_SRC(a, 1, type);
     GPUPOOL_SRC(b, 2, type);
     GPUPOOL_SRC(c, 3, kPred);
@@ -220,8 +218,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
     return Append(inst, &HSlct);
   }
   if (op == "testp") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     GPUPOOL_SRC(a, 1, type);
     static const std::pair<const char*, TestpClass> kClasses[] = {
         {"finite", kTestpFinite},         {"infinite", kTestpInfinite}, {"number", kTestpNumber},

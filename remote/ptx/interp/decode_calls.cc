@@ -2,6 +2,7 @@
 // the device runtime), and traps where a call cannot go.
 #include "remote/ptx/interp/decoder.h"
 
+#include "remote/ptx/front/param_layout.h"
 #include "remote/ptx/interp/device_heap.h"
 #include "remote/ptx/interp/device_runtime.h"
 #include "remote/ptx/interp/printf.h"
@@ -200,7 +201,7 @@ Status Decoder::DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceR
     for (const auto& [entry_name, function] : module_.functions) {
       if (!function.is_entry || !function.has_body) continue;
       k_->entries.push_back(LaunchableEntry{FunctionAddress(module_, entry_name), entry_name,
-                                            static_cast<uint32_t>(ParamLayout(function, nullptr))});
+                                            static_cast<uint32_t>(LayOutParams(function, nullptr))});
     }
   }
   inst.run = &HDeviceRuntime;

@@ -187,8 +187,7 @@ Status Decoder::DecodeMemory(Decoding& d) {
   [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
   [[maybe_unused]] const std::string& op = parts[0];
   if (op == "createpolicy") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 1));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 1));
     return Append(inst, &HZero);
   }
 
@@ -285,13 +284,11 @@ Status Decoder::DecodeMemory(Decoding& d) {
       default:
         inst.run = ByType<WAtom>(type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType : type);
     }
-    if (inst.run == nullptr) return BadType(d);
-    return Append(inst);
+    return AppendIfTyped(d);
   }
 
   if (op == "cvta") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     GPUPOOL_SRC(a, 1, type);
     inst.mode = mods.count("to") ? kCvtaToSpace : kCvtaToGeneric;
     inst.width = static_cast<uint8_t>(TySize(type));
@@ -313,8 +310,7 @@ Status Decoder::DecodeMemory(Decoding& d) {
     return Append(inst, &HCvta);
   }
   if (op == "isspacep") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     GPUPOOL_SRC(a, 1, kU64);
     inst.mode = static_cast<uint8_t>(inst.space);
     return Append(inst, &HIsspacep);

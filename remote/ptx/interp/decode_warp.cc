@@ -10,8 +10,7 @@ Status Decoder::DecodeWarp(Decoding& d) {
   [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
   [[maybe_unused]] const std::string& op = parts[0];
   if (op == "shfl") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 4));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 4));
     if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
     GPUPOOL_SRC(a, 1, kU32);
     GPUPOOL_SRC(b, 2, kU32);
@@ -21,8 +20,7 @@ Status Decoder::DecodeWarp(Decoding& d) {
     return Append(inst, &HShfl);
   }
   if (op == "vote") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     GPUPOOL_SRC(a, 1, kPred);
     if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask (.sync)
     if (ops[1].negated) inst.flags |= kFlagSigned;
@@ -33,8 +31,7 @@ Status Decoder::DecodeWarp(Decoding& d) {
     return Append(inst, &HVote);
   }
   if (op == "match") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
     GPUPOOL_SRC(a, 1, type);
     if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask
@@ -62,8 +59,7 @@ Status Decoder::DecodeWarp(Decoding& d) {
     return Append(inst, &HRedux);
   }
   if (op == "activemask") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 1));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 1));
     return Append(inst, &HActivemask);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above

@@ -72,6 +72,25 @@ std::vector<uint8_t> Pack(Args... args) {
   return bytes;
 }
 
+// Runs `kernel` over `grid` x `block` with the packed `params` on `memory`; its CUresult
+// (the threads' instructions counted into *instructions, the failure's text into *detail,
+// where not null).
+int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
+               const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions = nullptr,
+               std::string* detail = nullptr) {
+  LaunchSpec spec;
+  for (int i = 0; i < 3; ++i) {
+    spec.grid[i] = grid[i];
+    spec.block[i] = block[i];
+  }
+  spec.params = params.data();
+  spec.param_size = params.size();
+  spec.memory = memory.ranges;
+  spec.thread_instructions = instructions;
+  spec.error_detail = detail;
+  return RunKernel(kernel, spec);
+}
+
 class Jit : public ::testing::Test {
  public:
   void SetUp() override {
@@ -85,22 +104,6 @@ class Jit : public ::testing::Test {
     auto kernel = module_->Decode(name, {});
     EXPECT_TRUE(kernel.ok()) << kernel.status().message();
     return **kernel;
-  }
-
-  int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
-                 const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions = nullptr,
-                 std::string* detail = nullptr) {
-    LaunchSpec spec;
-    for (int i = 0; i < 3; ++i) {
-      spec.grid[i] = grid[i];
-      spec.block[i] = block[i];
-    }
-    spec.params = params.data();
-    spec.param_size = params.size();
-    spec.memory = memory.ranges;
-    spec.thread_instructions = instructions;
-    spec.error_detail = detail;
-    return RunKernel(kernel, spec);
   }
 
   // Kernel "rotate" on `blocks` blocks of `threads` for `rounds` rounds, on the interpreter
@@ -149,7 +152,7 @@ std::vector<uint32_t> RunMix(Jit* test, const DecodedKernel& kernel, int n, uint
   uint64_t df = memory.Add(in.f), di = memory.Add(in.i), db = memory.Add(in.b);
   uint64_t dout = memory.Add(out);
   // mix: 3 blocks of 64 threads over 1000 elements, every thread loops.
-  *status = test->Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(df, di, db, dout, uint32_t(n), shift), memory);
+  *status = Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(df, di, db, dout, uint32_t(n), shift), memory);
   return out;
 }
 
@@ -482,18 +485,11 @@ TEST(JitLimits, SharedMemoryIsLaidOutAsTheDecoderLaysItOut) {
   const uint64_t d = memory.Add(out);
   for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
     SetJitMode(mode);
-    LaunchSpec spec;
     std::string detail;
-    spec.memory = memory.ranges;
-    spec.error_detail = &detail;
-    std::vector<uint8_t> params = Pack(d, uint32_t{12});
-    spec.params = params.data();
-    spec.param_size = params.size();
-    EXPECT_EQ(RunKernel(kernel, spec), 0) << detail;
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d, uint32_t{12}), memory, nullptr, &detail), 0) << detail;
     // Past the 16 bytes of `words`: where `lbl` would have been.
-    params = Pack(d, uint32_t{16});
-    spec.params = params.data();
-    EXPECT_EQ(RunKernel(kernel, spec), kIllegalAddress) << "mode " << static_cast<int>(mode);
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d, uint32_t{16}), memory), kIllegalAddress)
+        << "mode " << static_cast<int>(mode);
   }
   SetJitMode(JitMode::kAuto);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
@@ -526,13 +522,7 @@ TEST(JitLimits, CompileWorkOverTheBoundRunsOnTheInterpreter) {
   std::vector<uint32_t> out(1, 0);
   Memory memory;
   const uint64_t d = memory.Add(out);
-  LaunchSpec spec;
-  spec.block[0] = 4;
-  spec.memory = memory.ranges;
-  std::vector<uint8_t> params = Pack(d);
-  spec.params = params.data();
-  spec.param_size = params.size();
-  EXPECT_EQ(RunKernel(kernel, spec), 0);
+  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {4, 1, 1}, Pack(d), memory), 0);
   SetJitMode(JitMode::kAuto);
   EXPECT_EQ(out[0], static_cast<uint32_t>(registers * (registers + 1) / 2));
   EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
@@ -553,13 +543,7 @@ TEST(JitLimits, ABranchToALabelAfterTheLastInstructionEndsTheThread) {
     std::vector<uint32_t> out(4, 0);
     Memory memory;
     const uint64_t d = memory.Add(out);
-    LaunchSpec spec;
-    spec.block[0] = 4;
-    spec.memory = memory.ranges;
-    std::vector<uint8_t> params = Pack(d);
-    spec.params = params.data();
-    spec.param_size = params.size();
-    EXPECT_EQ(RunKernel(**decoded, spec), 0);
+    EXPECT_EQ(Launch(**decoded, {1, 1, 1}, {4, 1, 1}, Pack(d), memory), 0);
     EXPECT_EQ(out, (std::vector<uint32_t>{7, 8, 0, 0})) << "mode " << static_cast<int>(mode);
   }
   SetJitMode(JitMode::kAuto);
