@@ -109,6 +109,16 @@ class Engine : public ::testing::Test {
     config.block[0] = block;
     return executor_.Launch(function, config, &params, sizeof(params));
   }
+  // LaunchLoaded with one parameter, an output of `count` T set to zero first: what the
+  // kernel wrote there; empty (and a test failure) if the launch failed.
+  template <typename T>
+  std::vector<T> LaunchForOutput(uint64_t function, uint32_t grid, uint32_t block, size_t count) {
+    const uint64_t out = Zeros<T>(count);
+    const int32_t result = LaunchLoaded(function, grid, block, out);
+    EXPECT_EQ(result, kCuSuccess) << executor_.TakeErrorDetail();
+    if (result != kCuSuccess) return {};
+    return Download<T>(out, count);
+  }
   // LoadKernel of tests/remote/ptx/kernels/`file`.
   void LoadKernelFile(uint64_t module, uint64_t function, const std::string& file, const std::string& name) {
     LoadKernel(module, function, KernelText(file), name);
@@ -121,6 +131,18 @@ class Engine : public ::testing::Test {
   uint64_t next_function_ = 100;
   std::string last_detail_;
 };
+
+// op() computed in rounding mode `mode` (FE_UPWARD, ...), the mode set back after. The
+// result goes through a volatile before the mode is set back: without -frounding-math the
+// compiler may otherwise compute it after the second call.
+template <typename Op>
+auto InRoundingMode(int mode, Op op) {
+  const int saved = std::fegetround();
+  std::fesetround(mode);
+  volatile auto r = op();
+  std::fesetround(saved);
+  return static_cast<decltype(op())>(r);
+}
 
 // Half-precision values in 16-bit storage: exact for these inputs (normal numbers, zero,
 // NaN).

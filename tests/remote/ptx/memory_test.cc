@@ -33,9 +33,8 @@ TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
 // update would spill into the neighbour. Hand-written, like the tests above.
 TEST_F(Engine, SixteenBitAtomics) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(4, 97, "SixteenBitAtomics.ptx", "atomics16"));
-  uint64_t out = Zeros<uint16_t>(8);
-  ASSERT_EQ(LaunchLoaded(97, 1, 64, out), kCuSuccess) << executor_.TakeErrorDetail();
-  auto got = Download<uint16_t>(out, 8);
+  const auto got = LaunchForOutput<uint16_t>(97, 1, 64, 8);
+  ASSERT_FALSE(got.empty());
   EXPECT_EQ(got[0], ToHalf(64.0f));   // 64 x 1.0 into the lower half
   EXPECT_EQ(got[1], ToHalf(128.0f));  // 64 x 2.0 into the upper half
   EXPECT_EQ(got[2], ToHalf(32.0f));   // 64 x 0.5
@@ -80,9 +79,8 @@ TEST_F(Engine, AsyncCopiesToSharedMemory) {
 // thread checks with test_wait on its own state.
 TEST_F(Engine, MemoryBarriers) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(8, 93, "MemoryBarriers.ptx", "mbar"));
-  uint64_t out = Zeros<uint32_t>(4 * 64);
-  ASSERT_EQ(LaunchLoaded(93, 1, 64, out), kCuSuccess) << executor_.TakeErrorDetail();
-  auto got = Download<uint32_t>(out, 4 * 64);
+  const auto got = LaunchForOutput<uint32_t>(93, 1, 64, 4 * 64);
+  ASSERT_FALSE(got.empty());
   std::vector<uint32_t> pending;
   for (int t = 0; t < 64; ++t) {
     pending.push_back(got[4 * t]);

@@ -14,9 +14,8 @@ using ptx_test::KernelText;
 // gets its own answer, not the warp's.
 TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(14, 96, "WarpCollectivesFollowEachLanesMembermask.ptx", "member_groups"));
-  uint64_t out = Zeros<uint32_t>(4 * 32);
-  ASSERT_EQ(LaunchLoaded(96, 1, 32, out), kCuSuccess) << executor_.TakeErrorDetail();
-  auto got = Download<uint32_t>(out, 4 * 32);
+  const auto got = LaunchForOutput<uint32_t>(96, 1, 32, 4 * 32);
+  ASSERT_FALSE(got.empty());
   for (uint32_t lane = 0; lane < 32; ++lane) {
     const bool odd = lane % 2;
     EXPECT_EQ(got[4 * lane], odd ? 0x0000aaaau : 0x00005555u) << lane;              // ballot: lane < 16
@@ -32,9 +31,8 @@ TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
 // though they stand at a higher PC: every lane sees the whole warp's ballot each time.
 TEST_F(Engine, WarpVoteWaitsForLanesStillInTheLoopsLastBlock) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(15, 97, "WarpVoteWaitsForLanesStillInTheLoopsLastBlock.ptx", "late_lanes"));
-  uint64_t out = Zeros<uint32_t>(4 * 32);
-  ASSERT_EQ(LaunchLoaded(97, 1, 32, out), kCuSuccess) << executor_.TakeErrorDetail();
-  auto got = Download<uint32_t>(out, 4 * 32);
+  const auto got = LaunchForOutput<uint32_t>(97, 1, 32, 4 * 32);
+  ASSERT_FALSE(got.empty());
   for (uint32_t lane = 0; lane < 32; ++lane) {
     EXPECT_EQ(got[4 * lane], 0x000000ffu) << lane;
     EXPECT_EQ(got[4 * lane + 1], 0x0000ffffu) << lane;
