@@ -246,6 +246,12 @@ Handler CvtIntTo(int kind, int size) {
   return nullptr;
 }
 
+// CvtIntTo of a source integer of U's size, signed or not.
+template <typename U>
+Handler CvtIntFrom(bool is_signed, int kind, int size) {
+  return is_signed ? CvtIntTo<std::make_signed_t<U>>(kind, size) : CvtIntTo<U>(kind, size);
+}
+
 // The handler of a decoded cvt: HCvtInt for integer-to-integer without .sat, else HCvt.
 Handler CvtHandler(const Inst& in) {
   int dkind = CvtKindOf(in.mode), dsize = CvtBytesOf(in.mode);
@@ -256,16 +262,16 @@ Handler CvtHandler(const Inst& in) {
   bool is_signed = skind == kKindS;
   switch (ssize) {
     case 1:
-      h = is_signed ? CvtIntTo<int8_t>(dkind, dsize) : CvtIntTo<uint8_t>(dkind, dsize);
+      h = CvtIntFrom<uint8_t>(is_signed, dkind, dsize);
       break;
     case 2:
-      h = is_signed ? CvtIntTo<int16_t>(dkind, dsize) : CvtIntTo<uint16_t>(dkind, dsize);
+      h = CvtIntFrom<uint16_t>(is_signed, dkind, dsize);
       break;
     case 4:
-      h = is_signed ? CvtIntTo<int32_t>(dkind, dsize) : CvtIntTo<uint32_t>(dkind, dsize);
+      h = CvtIntFrom<uint32_t>(is_signed, dkind, dsize);
       break;
     case 8:
-      h = is_signed ? CvtIntTo<int64_t>(dkind, dsize) : CvtIntTo<uint64_t>(dkind, dsize);
+      h = CvtIntFrom<uint64_t>(is_signed, dkind, dsize);
       break;
   }
   return h != nullptr ? h : &HCvt;

@@ -38,9 +38,7 @@ Status Decoder::HalfInstruction(const Frame& frame, const RawStatement& s, Inst 
     if (!slot.ok()) return slot.status();
     *sources[i] = *slot;
   }
-  inst.run = &HHalf;
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst, &HHalf);
 }
 
 std::string Decoder::UnhonouredModifier(const std::string& op, const std::set<std::string>& mods) {
@@ -144,8 +142,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
         return BadInstruction(s, "a BoolOp (.and/.or/.xor) goes with a fourth operand, {!}c");
       }
       inst.mode2 |= bool_op << 1;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Append(inst);
     }
     inst.mode2 = bool_op;
     GPUPOOL_SRC(a, 1, type);
@@ -200,20 +197,15 @@ Status Decoder::DecodeCompare(Decoding& d) {
       }
       inst.run = ByType<WSet>(type);
     }
-    if (inst.run == nullptr) return BadType(d);
-    k_->code.push_back(inst);
-    return Status::OK();
+    return AppendIfTyped(d);
   }
 
   if (op == "selp") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 4));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 4));
     GPUPOOL_SRC(a, 1, type);
     GPUPOOL_SRC(b, 2, type);
     GPUPOOL_SRC(c, 3, kPred);
-    inst.run = &HSelp;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HSelp);
   }
   if (op == "slct") {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 4));
@@ -223,13 +215,10 @@ Status Decoder::DecodeCompare(Decoding& d) {
     GPUPOOL_SRC(b, 2, dst);
     GPUPOOL_SRC(c, 3, type);
     inst.mode = type == kF32 ? kSlctF32 : kSlctS32;
-    inst.run = &HSlct;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HSlct);
   }
   if (op == "testp") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     GPUPOOL_SRC(a, 1, type);
     static const std::pair<const char*, TestpClass> kClasses[] = {
         {"finite", kTestpFinite},         {"infinite", kTestpInfinite}, {"number", kTestpNumber},
@@ -238,9 +227,7 @@ Status Decoder::DecodeCompare(Decoding& d) {
       if (mods.count(name)) inst.mode = tested;
     }
     inst.width = static_cast<uint8_t>(TySize(type));
-    inst.run = &HTestp;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HTestp);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }
@@ -282,10 +269,8 @@ Status Decoder::DecodeVideo(Decoding& d) {
     GPUPOOL_SRC(a, 1, kU32);
     GPUPOOL_SRC(b, 2, kU32);
     GPUPOOL_SRC(c, 3, kU32);
-    inst.run = &HByteDot;
     inst.pure = true;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HByteDot);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }
@@ -485,8 +470,7 @@ Status Decoder::DecodeArithmetic(Decoding& d) {
   }
   // Integer division by zero would trap on the host; carries touch the carry slot.
   inst.pure = op != "div" && op != "rem" && (inst.flags & (kFlagCarryIn | kFlagCarryOut)) == 0;
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst);
 }
 
 }  // namespace gpupool::sim::interp

@@ -2,6 +2,7 @@
 // the device runtime), and traps where a call cannot go.
 #include "remote/ptx/interp/decoder.h"
 
+#include "remote/ptx/front/param_layout.h"
 #include "remote/ptx/interp/device_heap.h"
 #include "remote/ptx/interp/device_runtime.h"
 #include "remote/ptx/interp/printf.h"
@@ -38,8 +39,7 @@ Status Decoder::Call(const Frame& frame, const RawStatement& s, Inst inst, int d
     inst.printf_fmt = static_cast<uint32_t>(format);
     inst.printf_args = static_cast<uint32_t>(arguments);
     inst.offset = local_offset(returns, 0);
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
   if (auto declared = module_.functions.find(callee->name); (callee->name == "malloc" || callee->name == "free") &&
                                                             declared != module_.functions.end() &&
@@ -69,8 +69,7 @@ Status Decoder::Call(const Frame& frame, const RawStatement& s, Inst inst, int d
     inst.printf_fmt = static_cast<uint32_t>(argument);
     inst.printf_args = static_cast<uint32_t>(result);
     inst.offset = static_cast<int64_t>(heap.value);
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
   if (auto declared = module_.functions.find(callee->name);
       callee->name == "cudaGraphSetConditional" && declared != module_.functions.end() && !declared->second.has_body) {
@@ -83,8 +82,7 @@ Status Decoder::Call(const Frame& frame, const RawStatement& s, Inst inst, int d
     inst.run = &HSetConditional;
     inst.printf_fmt = static_cast<uint32_t>(handle);
     inst.printf_args = static_cast<uint32_t>(value);
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
   if (auto declared = module_.functions.find(callee->name);
       declared != module_.functions.end() && !declared->second.has_body) {
@@ -105,8 +103,7 @@ Status Decoder::Call(const Frame& frame, const RawStatement& s, Inst inst, int d
     inst.printf_args = static_cast<uint32_t>(file);
     inst.offset = line;
     inst.aux = static_cast<uint32_t>(function);  // not e: a source slot, renamed by Optimize
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
   const bool indirect = IsRegister(frame, callee->name);
   auto found = module_.functions.find(callee->name);
@@ -204,14 +201,13 @@ Status Decoder::DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceR
     for (const auto& [entry_name, function] : module_.functions) {
       if (!function.is_entry || !function.has_body) continue;
       k_->entries.push_back(LaunchableEntry{FunctionAddress(module_, entry_name), entry_name,
-                                            static_cast<uint32_t>(ParamLayout(function, nullptr))});
+                                            static_cast<uint32_t>(LayOutParams(function, nullptr))});
     }
   }
   inst.run = &HDeviceRuntime;
   inst.aux = static_cast<uint32_t>(k_->device_calls.size());
   k_->device_calls.push_back(call);
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst);
 }
 
 void Decoder::EmitTrap(TrapKind kind, int line) {

@@ -18,8 +18,7 @@ Status Decoder::DecodeControl(Decoding& d) {
     inst.flow = Flow::kBranch;
     inst.run = &HNop;
     fixups_.push_back({static_cast<int32_t>(k_->code.size()), Local(frame, ops[0].name)});
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
   if (op == "ret" || op == "exit") {
     inst.run = &HNop;
@@ -29,8 +28,7 @@ Status Decoder::DecodeControl(Decoding& d) {
     } else {
       inst.flow = Flow::kExit;
     }
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
   if (op == "bar" || op == "barrier") {
     bool warp_only = mods.count("warp");
@@ -59,27 +57,21 @@ Status Decoder::DecodeControl(Decoding& d) {
       inst.run = &HNop;
       inst.flow = Flow::kBarrier;
     }
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
   if (op == "trap" || op == "brkpt") {
     inst.run = &HNop;
     inst.flow = Flow::kTrap;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
   if ((op == "membar" && !mods.count("cta")) || (op == "fence" && mods.count("sc") && !mods.count("cta"))) {
     // membar.{gl,sys} is fence.sc.{gpu,sys}: see HFenceSc. At CTA scope (one thread runs
     // the whole CTA) and for acquire-release (the x86-64 order) nothing is needed.
-    inst.run = &HFenceSc;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HFenceSc);
   }
   if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" || op == "prefetch" ||
       op == "prefetchu" || op == "discard" || op == "applypriority" || op == "griddepcontrol") {
-    inst.run = &HNop;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HNop);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }

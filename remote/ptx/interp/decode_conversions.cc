@@ -16,9 +16,7 @@ Status Decoder::DecodeConversion(Decoding& d) {
     if (ops[1].kind == RawOperand::kName && ClockMode(ops[1].name) >= 0) {
       GPUPOOL_DST(0);
       inst.mode = static_cast<ClockRegister>(ClockMode(ops[1].name));
-      inst.run = &HClock;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Append(inst, &HClock);
     }
     if (ops[1].kind == RawOperand::kVector) {  // pack
       GPUPOOL_DST(0);
@@ -31,9 +29,7 @@ Status Decoder::DecodeConversion(Decoding& d) {
         if (!slot.ok()) return slot.status();
         *sources[i] = *slot;
       }
-      inst.run = &HPack;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Append(inst, &HPack);
     }
     if (ops[0].kind == RawOperand::kVector) {  // unpack
       inst.vec = static_cast<uint8_t>(ops[0].items.size());
@@ -45,16 +41,12 @@ Status Decoder::DecodeConversion(Decoding& d) {
         inst.d[i] = *slot;
       }
       GPUPOOL_SRC(a, 1, type);
-      inst.run = &HUnpack;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Append(inst, &HUnpack);
     }
     GPUPOOL_DST(0);
     GPUPOOL_SRC(a, 1, type);
-    inst.run = &WMov<uint64_t>::run;
     inst.pure = true;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &WMov<uint64_t>::run);
   }
 
   if (op == "cvt" && parts.size() > 2 && std::find(parts.begin(), parts.end(), "tf32") != parts.end()) {
@@ -72,10 +64,8 @@ Status Decoder::DecodeConversion(Decoding& d) {
     }
     GPUPOOL_DST(0);
     GPUPOOL_SRC(a, 1, kF32);
-    inst.run = &HCvtTf32;
     inst.pure = true;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HCvtTf32);
   }
   if (op == "cvt") {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
@@ -125,9 +115,7 @@ Status Decoder::DecodeConversion(Decoding& d) {
       inst.b = halves[1];
       inst.vec = 2;
       inst.width = 2;
-      inst.run = &HPack;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Append(inst, &HPack);
     }
     if (ops[0].kind == RawOperand::kVector || ops[1].kind == RawOperand::kVector) {
       return Refuse("packed conversions (cvt with vectors) are not supported", s.line, inst);
@@ -143,10 +131,8 @@ Status Decoder::DecodeConversion(Decoding& d) {
                                               : static_cast<CvtRounding>(rounding + kCvtRoundNearestInteger);
     }
     inst.width = rounding;
-    inst.run = CvtHandler(inst);
     inst.pure = true;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, CvtHandler(inst));
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }

@@ -107,8 +107,7 @@ Status Decoder::Wmma(const Frame& frame, const RawStatement& s, const std::vecto
   }
   inst.aux = static_cast<uint32_t>(k_->wmma.size());
   k_->wmma.push_back(std::move(op));
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst);
 }
 
 Status Decoder::MmaSync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
@@ -148,8 +147,7 @@ Status Decoder::MmaSync(const Frame& frame, const RawStatement& s, const std::ve
   inst.run = &HWmmaMma;
   inst.aux = static_cast<uint32_t>(k_->wmma.size());
   k_->wmma.push_back(std::move(op));
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst);
 }
 
 Status Decoder::Ldmatrix(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
@@ -172,30 +170,16 @@ Status Decoder::Ldmatrix(const Frame& frame, const RawStatement& s, const std::v
   GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &inst, s.line));
   inst.vec = static_cast<uint8_t>(count);
   if (has("trans")) inst.flags |= kFlagSigned;
-  inst.run = &HLdmatrix;
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst, &HLdmatrix);
 }
 
 // wmma: Wmma.
-Status Decoder::DecodeWmma(Decoding& d) {
-  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
-  [[maybe_unused]] const std::string& op = parts[0];
-  return Wmma(frame, s, parts, inst);
-}
+Status Decoder::DecodeWmma(Decoding& d) { return Wmma(d.frame, d.s, d.parts, d.inst); }
 
 // mma: MmaSync.
-Status Decoder::DecodeMmaSync(Decoding& d) {
-  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
-  [[maybe_unused]] const std::string& op = parts[0];
-  return MmaSync(frame, s, parts, inst);
-}
+Status Decoder::DecodeMmaSync(Decoding& d) { return MmaSync(d.frame, d.s, d.parts, d.inst); }
 
 // ldmatrix: Ldmatrix.
-Status Decoder::DecodeLdmatrix(Decoding& d) {
-  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
-  [[maybe_unused]] const std::string& op = parts[0];
-  return Ldmatrix(frame, s, parts, inst);
-}
+Status Decoder::DecodeLdmatrix(Decoding& d) { return Ldmatrix(d.frame, d.s, d.parts, d.inst); }
 
 }  // namespace gpupool::sim::interp

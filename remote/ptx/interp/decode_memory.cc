@@ -19,21 +19,15 @@ Status Decoder::CpAsync(const Frame& frame, const RawStatement& s, const std::ve
       return BadInstruction(s, "expected cp.async.mbarrier.arrive [mbar]");
     }
     if (std::find(parts.begin(), parts.end(), "noinc") == parts.end()) {
-      inst.run = &HNop;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Append(inst, &HNop);
     }
     if (inst.space != Space::kShared) inst.space = Space::kGeneric;
     GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, s.operands[0], &inst, s.line));
     inst.mode = kMbarrierArrive;
-    inst.run = &HMbarrier;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HMbarrier);
   }
   if (what == "commit_group" || what == "wait_group" || what == "wait_all") {
-    inst.run = &HNop;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HNop);
   }
   auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
   if (what != "ca" && what != "cg") return invalid("expected .ca, .cg, commit_group or wait_group");
@@ -71,9 +65,7 @@ Status Decoder::CpAsync(const Frame& frame, const RawStatement& s, const std::ve
       inst.flags |= kFlagSigned;
     }
   }
-  inst.run = &HCpAsync;
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst, &HCpAsync);
 }
 
 Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
@@ -135,9 +127,7 @@ Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::v
   } else {
     return invalid("expected init, arrive, arrive_drop, test_wait, try_wait, inval or pending_count");
   }
-  inst.run = &HMbarrier;
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst, &HMbarrier);
 }
 
 Status Decoder::Texture(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
@@ -189,9 +179,7 @@ Status Decoder::Texture(const Frame& frame, const RawStatement& s, const std::ve
     inst.d[i] = *slot;
   }
   inst.aux = texture::Pack(op);
-  inst.run = &HTexture;
-  k_->code.push_back(inst);
-  return Status::OK();
+  return Append(inst, &HTexture);
 }
 
 // ld, ldu, st, atom, red, cvta, isspacep, createpolicy.
@@ -199,11 +187,8 @@ Status Decoder::DecodeMemory(Decoding& d) {
   [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
   [[maybe_unused]] const std::string& op = parts[0];
   if (op == "createpolicy") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 1));
-    GPUPOOL_DST(0);
-    inst.run = &HZero;
-    k_->code.push_back(inst);
-    return Status::OK();
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 1));
+    return Append(inst, &HZero);
   }
 
   if (op == "ld" || op == "ldu" || op == "st") {
@@ -238,8 +223,7 @@ Status Decoder::DecodeMemory(Decoding& d) {
     inst.run = LoadStoreHandler(inst, is_store);
     // A kernel parameter at a fixed address (Hoist checks it is inside the parameters).
     inst.pure = !is_store && inst.space == Space::kParam && inst.uniform_address;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst);
   }
 
   if (op == "atom" || op == "red") {
@@ -276,9 +260,7 @@ Status Decoder::DecodeMemory(Decoding& d) {
       }
       inst.vec = (type == kF16x2 || type == kBF16x2) ? 2 : 1;
       inst.mode2 = !half ? kHalfBits : (type == kBF16 || type == kBF16x2) ? kHalfBF16 : kHalfF16;
-      inst.run = &HAtom16;
-      k_->code.push_back(inst);
-      return Status::OK();
+      return Append(inst, &HAtom16);
     }
     switch (type) {
       case kU32:
@@ -302,14 +284,11 @@ Status Decoder::DecodeMemory(Decoding& d) {
       default:
         inst.run = ByType<WAtom>(type == kU8 || type == kU16 || type == kS8 || type == kS16 ? kNoType : type);
     }
-    if (inst.run == nullptr) return BadType(d);
-    k_->code.push_back(inst);
-    return Status::OK();
+    return AppendIfTyped(d);
   }
 
   if (op == "cvta") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     GPUPOOL_SRC(a, 1, type);
     inst.mode = mods.count("to") ? kCvtaToSpace : kCvtaToGeneric;
     inst.width = static_cast<uint8_t>(TySize(type));
@@ -327,19 +306,14 @@ Status Decoder::DecodeMemory(Decoding& d) {
         inst.offset = 0;
         break;
     }
-    inst.run = &HCvta;
     inst.pure = true;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HCvta);
   }
   if (op == "isspacep") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     GPUPOOL_SRC(a, 1, kU64);
     inst.mode = static_cast<uint8_t>(inst.space);
-    inst.run = &HIsspacep;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HIsspacep);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }
@@ -356,17 +330,9 @@ Status Decoder::DecodeAsyncCopy(Decoding& d) {
 }
 
 // mbarrier: Mbarrier.
-Status Decoder::DecodeMbarrier(Decoding& d) {
-  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
-  [[maybe_unused]] const std::string& op = parts[0];
-  return Mbarrier(frame, s, parts, inst);
-}
+Status Decoder::DecodeMbarrier(Decoding& d) { return Mbarrier(d.frame, d.s, d.parts, d.inst); }
 
 // tex, tld4, txq, suld, sust, suq: Texture.
-Status Decoder::DecodeTexture(Decoding& d) {
-  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
-  [[maybe_unused]] const std::string& op = parts[0];
-  return Texture(frame, s, parts, inst);
-}
+Status Decoder::DecodeTexture(Decoding& d) { return Texture(d.frame, d.s, d.parts, d.inst); }
 
 }  // namespace gpupool::sim::interp

@@ -10,21 +10,17 @@ Status Decoder::DecodeWarp(Decoding& d) {
   [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
   [[maybe_unused]] const std::string& op = parts[0];
   if (op == "shfl") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 4));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 4));
     if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
     GPUPOOL_SRC(a, 1, kU32);
     GPUPOOL_SRC(b, 2, kU32);
     GPUPOOL_SRC(c, 3, kU32);
     if (ops.size() > 4) GPUPOOL_SRC(e, 4, kU32);  // membermask (.sync): see RunWarp
     inst.mode = mods.count("up") ? kShflUp : mods.count("down") ? kShflDown : mods.count("bfly") ? kShflBfly : kShflIdx;
-    inst.run = &HShfl;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HShfl);
   }
   if (op == "vote") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     GPUPOOL_SRC(a, 1, kPred);
     if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask (.sync)
     if (ops[1].negated) inst.flags |= kFlagSigned;
@@ -32,21 +28,16 @@ Status Decoder::DecodeWarp(Decoding& d) {
                 : mods.count("any") ? kVoteAny
                 : mods.count("uni") ? kVoteUni
                                     : kVoteBallot;
-    inst.run = &HVote;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HVote);
   }
   if (op == "match") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    GPUPOOL_DST(0);
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     if (!ops[0].pair.empty()) inst.d[1] = RegisterSlot(frame, ops[0].pair);
     GPUPOOL_SRC(a, 1, type);
     if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask
     inst.mode = mods.count("all") ? kMatchAll : kMatchAny;
     inst.width = static_cast<uint8_t>(TySize(type));
-    inst.run = &HMatch;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HMatch);
   }
   if (op == "redux") {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
@@ -65,16 +56,11 @@ Status Decoder::DecodeWarp(Decoding& d) {
     if (ops.size() > 2) GPUPOOL_SRC(b, 2, kU32);  // membermask
     inst.mode = static_cast<uint8_t>(found);
     inst.mode2 = TySigned(type) ? 1 : 0;
-    inst.run = &HRedux;
-    k_->code.push_back(inst);
-    return Status::OK();
+    return Append(inst, &HRedux);
   }
   if (op == "activemask") {
-    GPUPOOL_RETURN_IF_ERROR(Need(d, 1));
-    GPUPOOL_DST(0);
-    inst.run = &HActivemask;
-    k_->code.push_back(inst);
-    return Status::OK();
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 1));
+    return Append(inst, &HActivemask);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }

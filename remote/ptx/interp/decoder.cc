@@ -5,6 +5,7 @@
 // decode_<family>.cc.
 #include "remote/ptx/interp/decoder.h"
 
+#include "remote/ptx/front/param_layout.h"
 #include "remote/ptx/interp/conversions.h"
 #include "remote/ptx/interp/half.h"
 #include "remote/ptx/interp/hoist.h"
@@ -18,20 +19,10 @@ std::vector<std::string> Split(const std::string& opcode) {
   return std::vector<std::string>(views.begin(), views.end());
 }
 
-uint64_t Decoder::ParamLayout(const RawFunction& entry, std::vector<uint64_t>* offsets) {
-  uint64_t offset = 0;
-  for (const RawParam& param : entry.params) {
-    offset = (offset + param.align - 1) / param.align * param.align;
-    if (offsets != nullptr) offsets->push_back(offset);
-    offset += param.size;
-  }
-  return offset;
-}
-
 Status Decoder::Run(const RawFunction& entry) {
   k_->name = entry.name;
   std::vector<uint64_t> offsets;
-  const uint64_t param_bytes = ParamLayout(entry, &offsets);
+  const uint64_t param_bytes = LayOutParams(entry, &offsets);
   // CUDA 12.1 on allows 32,764 bytes of kernel parameters; more (a size from a job's
   // PTX) would not fit the 32 bits a launch carries them in.
   if (param_bytes > kMaxParamBytes) {
@@ -497,6 +488,12 @@ Status Decoder::Need(const Decoding& d, size_t n) {
     return Status::InvalidArgument("PTX line " + std::to_string(d.s.line) + ": " + d.s.opcode + " needs " +
                                    std::to_string(n) + " operands");
   }
+  return Status::OK();
+}
+
+Status Decoder::NeedWithDest(Decoding& d, size_t n) {
+  GPUPOOL_RETURN_IF_ERROR(Need(d, n));
+  GPUPOOL_DST(0);
   return Status::OK();
 }
 

@@ -44,9 +44,6 @@ class Decoder {
   Decoder(const ParsedModule& module, const std::map<std::string, uint64_t>& addresses, DecodedKernel* kernel)
       : module_(module), addresses_(addresses), k_(kernel) {}
 
-  // A kernel's parameters' offsets, by natural alignment; returns their bytes (what a
-  // launch of it, from the host or from a kernel, passes).
-  static uint64_t ParamLayout(const RawFunction& entry, std::vector<uint64_t>* offsets);
   Status Run(const RawFunction& entry);
 
  private:
@@ -196,8 +193,25 @@ class Decoder {
   static FamilyDecoder FamilyOf(const std::string& op);
   // InvalidArgument unless the statement has `n` operands.
   static Status Need(const Decoding& d, size_t n);
+  // Appends the decoded `inst` to the kernel's code, the last step of most opcodes'
+  // decoding; the overload with `run` sets its handler first.
+  Status Append(const Inst& inst) {
+    k_->code.push_back(inst);
+    return Status::OK();
+  }
+  Status Append(Inst& inst, Handler run) {
+    inst.run = run;
+    return Append(inst);
+  }
   // InvalidArgument: the statement's type is not one its opcode takes.
   static Status BadType(const Decoding& d);
+  // Need(d, n), then operand 0 as the destination, d.inst.d[0].
+  Status NeedWithDest(Decoding& d, size_t n);
+  // Appends d.inst if its type gave it a handler; BadType if it did not.
+  Status AppendIfTyped(Decoding& d) {
+    if (d.inst.run == nullptr) return BadType(d);
+    return Append(d.inst);
+  }
   // The families of ir/opcodes.def, each in the file it names.
   Status DecodeControl(Decoding& d);
   Status DecodeCall(Decoding& d);

@@ -6,6 +6,7 @@ namespace gpupool::dataplane {
 namespace {
 
 using ptx_test::Engine;
+using ptx_test::InRoundingMode;
 using ptx_test::KernelText;
 
 // Float and double arithmetic with .rz/.rm/.rp rounds in that direction: checked against
@@ -26,27 +27,22 @@ TEST_F(Engine, DirectedRounding) {
   ASSERT_EQ(Run("directed_rounding", {1}, {n}, 0, da, db, dx, dy, f, d), kCuSuccess) << last_detail_;
   auto gf = Download<float>(f, 8 * n);
   auto gd = Download<double>(d, 4 * n);
-  const int saved = std::fegetround();
-  // The result goes through a volatile before the mode is set back: without
-  // -frounding-math the compiler may otherwise compute it after the second call.
-  auto in_mode = [&](int mode, auto op) {
-    std::fesetround(mode);
-    volatile auto r = op();
-    std::fesetround(saved);
-    return static_cast<decltype(op())>(r);
-  };
   int differs_from_nearest = 0;
   for (int i = 0; i < n; ++i) {
     volatile float p = a[i], q = b[i];
     volatile double u = x[i], v = y[i];
-    const float want_f[8] = {
-        in_mode(FE_TOWARDZERO, [&] { return p + q; }), in_mode(FE_UPWARD, [&] { return p + q; }),
-        in_mode(FE_DOWNWARD, [&] { return p + q; }),   in_mode(FE_DOWNWARD, [&] { return p * q; }),
-        in_mode(FE_UPWARD, [&] { return p / q; }),     in_mode(FE_DOWNWARD, [&] { return std::sqrt(std::fabs(p)); }),
-        in_mode(FE_UPWARD, [&] { return 1.0f / q; }),  in_mode(FE_TOWARDZERO, [&] { return std::fma(p, q, 1.0f); })};
-    const double want_d[4] = {in_mode(FE_UPWARD, [&] { return u + v; }), in_mode(FE_TOWARDZERO, [&] { return u * v; }),
-                              in_mode(FE_DOWNWARD, [&] { return u / v; }),
-                              in_mode(FE_UPWARD, [&] { return std::sqrt(std::fabs(u)); })};
+    const float want_f[8] = {InRoundingMode(FE_TOWARDZERO, [&] { return p + q; }),
+                             InRoundingMode(FE_UPWARD, [&] { return p + q; }),
+                             InRoundingMode(FE_DOWNWARD, [&] { return p + q; }),
+                             InRoundingMode(FE_DOWNWARD, [&] { return p * q; }),
+                             InRoundingMode(FE_UPWARD, [&] { return p / q; }),
+                             InRoundingMode(FE_DOWNWARD, [&] { return std::sqrt(std::fabs(p)); }),
+                             InRoundingMode(FE_UPWARD, [&] { return 1.0f / q; }),
+                             InRoundingMode(FE_TOWARDZERO, [&] { return std::fma(p, q, 1.0f); })};
+    const double want_d[4] = {InRoundingMode(FE_UPWARD, [&] { return u + v; }),
+                              InRoundingMode(FE_TOWARDZERO, [&] { return u * v; }),
+                              InRoundingMode(FE_DOWNWARD, [&] { return u / v; }),
+                              InRoundingMode(FE_UPWARD, [&] { return std::sqrt(std::fabs(u)); })};
     for (int k = 0; k < 8; ++k) EXPECT_EQ(gf[8 * i + k], want_f[k]) << i << " op " << k;
     for (int k = 0; k < 4; ++k) EXPECT_EQ(gd[4 * i + k], want_d[k]) << i << " op " << k;
     differs_from_nearest += gf[8 * i + 4] != p / q;
@@ -57,16 +53,13 @@ TEST_F(Engine, DirectedRounding) {
 // .ftz flushes subnormal f32 inputs as well as results, as --use_fast_math code expects:
 // a subnormal times 2^30 is 0, not 1e-31, and it compares equal to 0.
 TEST_F(Engine, FtzFlushesSubnormalInputs) {
-  const std::string ptx = KernelText("FtzFlushesSubnormalInputs.ptx");
-  LoadKernel(15, 94, ptx, "ftz_inputs");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(15, 94, "FtzFlushesSubnormalInputs.ptx", "ftz_inputs"));
   uint64_t out = Zeros<float>(6);
   struct {
     uint64_t out;
     float x;
   } params{out, 1e-40f};
-  LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(94, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<float>(out, 6);
   EXPECT_EQ(got[0], 0.0f);                   // mul.ftz
   EXPECT_NEAR(got[1], 1.0737e-31f, 1e-34f);  // plain mul keeps the subnormal
@@ -275,9 +268,7 @@ TEST_F(Engine, NthSetBit) {
 // into the CTA's own shared memory through a generic address. The same module's kernel
 // without such a modifier runs.
 TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
-  const std::string ptx = KernelText("UnimplementedModifiersAreRefusedNotIgnored.ptx");
-  LoadKernel(13, 94, ptx, "saturating_mad24");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(13, 94, "UnimplementedModifiersAreRefusedNotIgnored.ptx", "saturating_mad24"));
   ASSERT_EQ(executor_.GetFunction(13, 95, "plain_mad24"), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(13, 93, "cluster_store"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t out = Zeros<uint32_t>(1);

@@ -121,9 +121,7 @@ TEST_F(Engine, RecursionRunsToSixteenCallsAndDeeperFailsByName) {
 // fails by name), and recursion that branches three ways (the decode stops at its bound
 // instead of growing without end).
 TEST_F(Engine, AddressInitialisersAndTheInliningBound) {
-  const std::string bytes_ptx = KernelText("AddressInitialisersAndTheInliningBound_bytes_ptx.ptx");
-  LoadKernel(20, 120, bytes_ptx, "nothing");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(20, 120, "AddressInitialisersAndTheInliningBound_bytes_ptx.ptx", "nothing"));
   uint64_t target = 0, packed = 0, size = 0;
   ASSERT_EQ(executor_.GetGlobal(20, "target_var", &target, &size), kCuSuccess);
   ASSERT_EQ(executor_.GetGlobal(20, "packed", &packed, &size), kCuSuccess);

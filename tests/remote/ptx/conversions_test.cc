@@ -7,6 +7,7 @@ namespace {
 
 using ptx_test::Engine;
 using ptx_test::FromHalf;
+using ptx_test::InRoundingMode;
 using ptx_test::KernelText;
 
 // cvt into float types with .rz/.rm/.rp rounds in that direction: integers to float and
@@ -33,25 +34,14 @@ TEST_F(Engine, DirectedRoundingConversions) {
   auto gd = Download<double>(d, 3 * n);
   auto gh = Download<uint16_t>(h, 6 * n);
 
-  const std::string ptx = KernelText("DirectedRoundingConversions.ptx");
-  LoadKernel(13, 97, ptx, "bf16_directed");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(13, 97, "DirectedRoundingConversions.ptx", "bf16_directed"));
   uint64_t b = Zeros<uint16_t>(3 * n);
   struct {
     uint64_t x, out;
   } params{dx, b};
-  LaunchConfig config;
-  config.block[0] = n;
-  ASSERT_EQ(executor_.Launch(97, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(97, 1, n, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto gb = Download<uint16_t>(b, 3 * n);
 
-  const int saved = std::fegetround();
-  auto in_mode = [&](int mode, auto op) {
-    std::fesetround(mode);
-    volatile auto r = op();
-    std::fesetround(saved);
-    return static_cast<decltype(op())>(r);
-  };
   // The 16-bit value rounding v down (mode FE_DOWNWARD), up, or towards zero: the nearest
   // one on that side, found among all of them (v is never zero here).
   auto search = [](float v, int mode, float (*decode)(uint16_t)) {
@@ -75,15 +65,15 @@ TEST_F(Engine, DirectedRoundingConversions) {
   for (int i = 0; i < n; ++i) {
     volatile int32_t p = k[i];
     volatile int64_t q = l[i];
-    const float want_f[6] = {in_mode(FE_TOWARDZERO, [&] { return static_cast<float>(p); }),
-                             in_mode(FE_UPWARD, [&] { return static_cast<float>(p); }),
-                             in_mode(FE_DOWNWARD, [&] { return static_cast<float>(static_cast<uint32_t>(p)); }),
-                             in_mode(FE_DOWNWARD, [&] { return static_cast<float>(q); }),
-                             in_mode(FE_UPWARD, [&] { return static_cast<float>(static_cast<uint64_t>(q)); }),
-                             in_mode(FE_TOWARDZERO, [&] { return static_cast<float>(q); })};
-    const double want_d[3] = {in_mode(FE_TOWARDZERO, [&] { return static_cast<double>(q); }),
-                              in_mode(FE_UPWARD, [&] { return static_cast<double>(static_cast<uint64_t>(q)); }),
-                              in_mode(FE_DOWNWARD, [&] { return static_cast<double>(q); })};
+    const float want_f[6] = {InRoundingMode(FE_TOWARDZERO, [&] { return static_cast<float>(p); }),
+                             InRoundingMode(FE_UPWARD, [&] { return static_cast<float>(p); }),
+                             InRoundingMode(FE_DOWNWARD, [&] { return static_cast<float>(static_cast<uint32_t>(p)); }),
+                             InRoundingMode(FE_DOWNWARD, [&] { return static_cast<float>(q); }),
+                             InRoundingMode(FE_UPWARD, [&] { return static_cast<float>(static_cast<uint64_t>(q)); }),
+                             InRoundingMode(FE_TOWARDZERO, [&] { return static_cast<float>(q); })};
+    const double want_d[3] = {InRoundingMode(FE_TOWARDZERO, [&] { return static_cast<double>(q); }),
+                              InRoundingMode(FE_UPWARD, [&] { return static_cast<double>(static_cast<uint64_t>(q)); }),
+                              InRoundingMode(FE_DOWNWARD, [&] { return static_cast<double>(q); })};
     for (int j = 0; j < 6; ++j) EXPECT_EQ(gf[6 * i + j], want_f[j]) << i << " float " << j;
     for (int j = 0; j < 3; ++j) EXPECT_EQ(gd[3 * i + j], want_d[j]) << i << " double " << j;
     const int modes[3] = {FE_TOWARDZERO, FE_DOWNWARD, FE_UPWARD};

@@ -54,8 +54,7 @@ TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
   struct {
     uint64_t bytes, got;
   } params{uint64_t{24} << 20, got};
-  LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(95, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_NE(Download<uint64_t>(got, 1)[0], 0u);
   ASSERT_EQ(Run("heap_big", {1}, {1}, 0, uint64_t{24} << 20, got), kCuSuccess) << last_detail_;
   EXPECT_EQ(Download<uint64_t>(got, 1)[0], 0u);  // module 1 has the default 8 MiB
@@ -68,12 +67,9 @@ TEST_F(Engine, DeviceHeapSizeFollowsTheLoadAndIsBounded) {
 // A call of malloc the module never declared is refused like any unknown function (the
 // decoder once looked the declaration up unchecked).
 TEST_F(Engine, UndeclaredMallocIsRefused) {
-  const std::string ptx = KernelText("UndeclaredMallocIsRefused.ptx");
-  LoadKernel(16, 93, ptx, "undeclared");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(16, 93, "UndeclaredMallocIsRefused.ptx", "undeclared"));
   uint64_t out = Zeros<uint64_t>(1);
-  LaunchConfig config;
-  EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
+  EXPECT_EQ(LaunchLoaded(93, 1, 1, out), kCuNotSupported);
   EXPECT_NE(executor_.TakeErrorDetail().find("malloc"), std::string::npos);
 }
 
@@ -82,9 +78,7 @@ TEST_F(Engine, UndeclaredMallocIsRefused) {
 // value lands there; a handle that is no allocation fails the launch with
 // CUDA_ERROR_ILLEGAL_ADDRESS, naming the call.
 TEST_F(Engine, SetConditionalStoresTheValueAtItsHandle) {
-  const std::string ptx = KernelText("SetConditionalStoresTheValueAtItsHandle.ptx");
-  LoadKernel(17, 92, ptx, "set_conditional");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(17, 92, "SetConditionalStoresTheValueAtItsHandle.ptx", "set_conditional"));
   uint64_t slot = Zeros<uint32_t>(1);
   uint8_t params[12];  // the kernel's parameter layout: u64 handle, u32 value
   const uint32_t value = 0xfeed;
@@ -127,9 +121,8 @@ TEST_F(Engine, DevicePrintfIsKeptUntilTaken) {
 // parameter buffers it handed out (a pointer to other memory, or NULL, is
 // cudaErrorInvalidValue, and nothing runs).
 TEST_F(Engine, DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers) {
-  const std::string ptx = KernelText("DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers.ptx");
-  LoadKernel(14, 95, ptx, "deep");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(
+      LoadKernelFile(14, 95, "DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers.ptx", "deep"));
   ASSERT_EQ(executor_.GetFunction(14, 96, "forge"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t errors = Upload(std::vector<uint32_t>(32, 0xffffffffu));
   struct {

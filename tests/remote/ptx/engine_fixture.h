@@ -24,6 +24,7 @@
 
 #include "remote/devices/sim/sim_executor.h"
 #include "tests/remote/ptx/device_buffers.h"
+#include "tests/remote/ptx/kernel_text.h"
 #include "remote/image/ptx_signature.h"
 #include "remote/protocol/protocol.h"
 #include "remote/ptx/ptx_engine.h"
@@ -34,15 +35,6 @@ constexpr uint64_t kGiB = 1ull << 30;
 inline std::string ReadFile(const std::string& name) {
   std::ifstream file(std::string(GPUPOOL_PTX_MODULES) + "/" + name, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
-}
-
-// The hand-written PTX module tests/remote/ptx/kernels/`name` (a test's own kernel, kept as
-// the .ptx file it is rather than a string in the test); a test failure if it cannot be read.
-inline std::string KernelText(const std::string& name) {
-  std::ifstream file(std::string(GPUPOOL_PTX_SOURCES) + "/" + name, std::ios::binary);
-  std::string text(std::istreambuf_iterator<char>(file), (std::istreambuf_iterator<char>()));
-  EXPECT_FALSE(text.empty()) << "no PTX in tests/remote/ptx/kernels/" << name;
-  return text;
 }
 
 class Engine : public ::testing::Test {
@@ -108,6 +100,29 @@ class Engine : public ::testing::Test {
         << executor_.TakeErrorDetail();
     ASSERT_EQ(executor_.GetFunction(module, function, name), kCuSuccess) << executor_.TakeErrorDetail();
   }
+  // Launches `function` (of LoadKernel) over `grid` CTAs of `block` threads, `params` the
+  // bytes of the kernel's parameters as it declares them; the launch's CUresult.
+  template <typename Params>
+  int32_t LaunchLoaded(uint64_t function, uint32_t grid, uint32_t block, const Params& params) {
+    LaunchConfig config;
+    config.grid[0] = grid;
+    config.block[0] = block;
+    return executor_.Launch(function, config, &params, sizeof(params));
+  }
+  // LaunchLoaded with one parameter, an output of `count` T set to zero first: what the
+  // kernel wrote there; empty (and a test failure) if the launch failed.
+  template <typename T>
+  std::vector<T> LaunchForOutput(uint64_t function, uint32_t grid, uint32_t block, size_t count) {
+    const uint64_t out = Zeros<T>(count);
+    const int32_t result = LaunchLoaded(function, grid, block, out);
+    EXPECT_EQ(result, kCuSuccess) << executor_.TakeErrorDetail();
+    if (result != kCuSuccess) return {};
+    return Download<T>(out, count);
+  }
+  // LoadKernel of tests/remote/ptx/kernels/`file`.
+  void LoadKernelFile(uint64_t module, uint64_t function, const std::string& file, const std::string& name) {
+    LoadKernel(module, function, KernelText(file), name);
+  }
 
   SimDeviceMemory memory_{0, 4 * kGiB};
   SimExecutor executor_{&memory_};
@@ -116,6 +131,18 @@ class Engine : public ::testing::Test {
   uint64_t next_function_ = 100;
   std::string last_detail_;
 };
+
+// op() computed in rounding mode `mode` (FE_UPWARD, ...), the mode set back after. The
+// result goes through a volatile before the mode is set back: without -frounding-math the
+// compiler may otherwise compute it after the second call.
+template <typename Op>
+auto InRoundingMode(int mode, Op op) {
+  const int saved = std::fegetround();
+  std::fesetround(mode);
+  volatile auto r = op();
+  std::fesetround(saved);
+  return static_cast<decltype(op())>(r);
+}
 
 // Half-precision values in 16-bit storage: exact for these inputs (normal numbers, zero,
 // NaN).

@@ -85,9 +85,7 @@ TEST_F(Engine, PackedHalfComparisons) {
 // with a BoolOp each is combined with c. set with a BoolOp combines too, and writes 1.0
 // in the destination's format (f16 here) when true.
 TEST_F(Engine, HalfSetpPairsAndBoolOps) {
-  const std::string ptx = KernelText("HalfSetpPairsAndBoolOps.ptx");
-  LoadKernel(11, 97, ptx, "half_setp");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(11, 97, "HalfSetpPairsAndBoolOps.ptx", "half_setp"));
   // x = {lo 2.0, hi -1.0}, y = {lo 1.0, hi 0.5}: lo greater, hi not.
   const uint32_t x = ToHalf(2.0f) | ToHalf(-1.0f) << 16, y = ToHalf(1.0f) | ToHalf(0.5f) << 16;
   for (float f : {-0.5f, 3.0f}) {
@@ -97,8 +95,7 @@ TEST_F(Engine, HalfSetpPairsAndBoolOps) {
       uint32_t x, y;
       float f;
     } params{out, x, y, f};
-    LaunchConfig config;
-    ASSERT_EQ(executor_.Launch(97, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+    ASSERT_EQ(LaunchLoaded(97, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
     auto got = Download<uint32_t>(out, 8);
     const bool negative = f < 0;
     EXPECT_EQ(got[0], 1u) << f;                           // p: lower halves, 2 > 1
@@ -116,9 +113,7 @@ TEST_F(Engine, HalfSetpPairsAndBoolOps) {
 // (__hmax_nan, __hmin_nan, and on f32) give the canonical NaN when an operand is NaN,
 // where plain max gives the other operand; max.xorsign.abs is refused, not mis-run.
 TEST_F(Engine, HalfReluAndNaNPropagation) {
-  const std::string ptx = KernelText("HalfReluAndNaNPropagation.ptx");
-  LoadKernel(12, 98, ptx, "relu_nan");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(12, 98, "HalfReluAndNaNPropagation.ptx", "relu_nan"));
   // x = {lo 2.0, hi NaN}, y = {lo -3.0, hi 1.0}: fma lo 2 * -3 - 3 = -9 -> 0.
   const uint32_t x = ToHalf(2.0f) | 0x7e00u << 16, y = ToHalf(-3.0f) | ToHalf(1.0f) << 16;
   uint64_t out = Zeros<uint32_t>(6);
@@ -149,16 +144,13 @@ TEST_F(Engine, HalfReluAndNaNPropagation) {
 // first): a rounds into d's upper half, b into its lower half. Hand-written, since the suite
 // is compiled for an earlier target.
 TEST_F(Engine, PackedHalfConversions) {
-  const std::string ptx = KernelText("PackedHalfConversions.ptx");
-  LoadKernel(2, 99, ptx, "pack_halves");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(2, 99, "PackedHalfConversions.ptx", "pack_halves"));
   uint64_t out = Zeros<uint32_t>(2);
   struct {
     uint64_t out;
     float upper, lower;
   } params{out, 0.1f, -1.5f};
-  LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(99, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(99, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 2);
   EXPECT_EQ(got[0], 0x2E66BE00u);  // half(0.1) = 0x2e66 (rounded), half(-1.5) = 0xbe00
   EXPECT_EQ(got[1], 0x3DCDBFC0u);  // bf16(0.1) = 0x3dcd (rounded up), bf16(-1.5) = 0xbfc0

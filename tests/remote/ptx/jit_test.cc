@@ -20,290 +20,23 @@
 #include "remote/ptx/front/program.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/ptx_engine.h"
+#include "tests/remote/ptx/kernel_text.h"
 
 namespace gpupool::sim {
 namespace {
 
 constexpr int32_t kIllegalAddress = 700;
 
+using dataplane::ptx_test::KernelText;
+
 // A kernel of many instructions the tier takes, each result in its own word of a 16-word
 // row per element (a grid-stride loop).
-constexpr const char* kMix = R"(
-.version 8.0
-.target sm_80
-.address_size 64
+std::string MixKernelText() { return KernelText("JitMix.ptx"); }
 
-.visible .entry mix(.param .u64 in_f, .param .u64 in_i, .param .u64 in_b, .param .u64 out,
-                    .param .u32 n, .param .u32 shift)
-{
-  .reg .pred %p<4>;
-  .reg .b32 %r<40>;
-  .reg .b64 %rd<40>;
-  .reg .f32 %f<20>;
-  .reg .f64 %fd<10>;
-
-  ld.param.u64 %rd1, [in_f];
-  ld.param.u64 %rd2, [in_i];
-  ld.param.u64 %rd3, [in_b];
-  ld.param.u64 %rd4, [out];
-  ld.param.u32 %r1, [n];
-  ld.param.u32 %r2, [shift];
-  cvta.to.global.u64 %rd1, %rd1;
-  cvta.to.global.u64 %rd4, %rd4;
-  mov.u32 %r3, %ctaid.x;
-  mov.u32 %r4, %ntid.x;
-  mov.u32 %r5, %tid.x;
-  mad.lo.s32 %r6, %r3, %r4, %r5;
-  mov.u32 %r7, %nctaid.x;
-  mul.lo.s32 %r8, %r7, %r4;
-LOOP:
-  setp.ge.s32 %p1, %r6, %r1;
-  @%p1 bra DONE;
-  mul.wide.s32 %rd5, %r6, 4;
-  add.s64 %rd6, %rd1, %rd5;
-  ld.global.f32 %f1, [%rd6];
-  add.s64 %rd7, %rd2, %rd5;
-  ld.global.nc.s32 %r9, [%rd7];
-  cvt.s64.s32 %rd8, %r6;
-  add.s64 %rd9, %rd3, %rd8;
-  ld.global.s8 %r10, [%rd9];
-  mul.wide.s32 %rd10, %r6, 64;
-  add.s64 %rd11, %rd4, %rd10;
-  fma.rn.f32 %f2, %f1, 0f40000000, 0f3F800000;
-  st.global.f32 [%rd11], %f2;
-  cvt.rzi.s32.f32 %r11, %f1;
-  st.global.u32 [%rd11+4], %r11;
-  cvt.rn.f32.s32 %f3, %r9;
-  st.global.f32 [%rd11+8], %f3;
-  shl.b32 %r12, %r9, %r2;
-  st.global.u32 [%rd11+12], %r12;
-  shr.s32 %r13, %r9, %r2;
-  st.global.u32 [%rd11+16], %r13;
-  shr.u32 %r14, %r9, %r2;
-  st.global.u32 [%rd11+20], %r14;
-  min.s32 %r15, %r9, %r10;
-  st.global.u32 [%rd11+24], %r15;
-  max.u32 %r16, %r9, %r10;
-  st.global.u32 [%rd11+28], %r16;
-  mul.hi.s32 %r17, %r9, 1000003;
-  st.global.u32 [%rd11+32], %r17;
-  mul.hi.u32 %r18, %r9, 1000003;
-  st.global.u32 [%rd11+36], %r18;
-  setp.lt.f32 %p2, %f1, 0f00000000;
-  selp.b32 %r19, 1, 2, %p2;
-  st.global.u32 [%rd11+40], %r19;
-  setp.ltu.f32 %p3, %f1, 0f00000000;
-  selp.b32 %r20, 1, 2, %p3;
-  st.global.u32 [%rd11+44], %r20;
-  div.rn.f32 %f4, %f1, 0f40400000;
-  st.global.f32 [%rd11+48], %f4;
-  abs.f32 %f5, %f1;
-  sqrt.rn.f32 %f6, %f5;
-  st.global.f32 [%rd11+52], %f6;
-  cvt.f64.f32 %fd1, %f1;
-  mul.rn.f64 %fd2, %fd1, 0d3FF8000000000000;
-  neg.f64 %fd3, %fd2;
-  cvt.rn.f32.f64 %f7, %fd3;
-  st.global.f32 [%rd11+56], %f7;
-  xor.b32 %r21, %r10, %r9;
-  not.b32 %r22, %r21;
-  and.b32 %r23, %r22, 0xFFFF00FF;
-  @%p2 add.s32 %r23, %r23, 7;
-  st.global.u32 [%rd11+60], %r23;
-  add.s32 %r6, %r6, %r8;
-  bra LOOP;
-DONE:
-  ret;
-}
-
-.visible .entry dims(.param .u64 out)
-{
-  .reg .b32 %r<20>;
-  .reg .b64 %rd<5>;
-  ld.param.u64 %rd1, [out];
-  mov.u32 %r1, %tid.x;
-  mov.u32 %r2, %tid.y;
-  mov.u32 %r3, %tid.z;
-  mov.u32 %r4, %ntid.x;
-  mov.u32 %r5, %ntid.y;
-  mov.u32 %r6, %ntid.z;
-  mov.u32 %r7, %ctaid.x;
-  mov.u32 %r8, %ctaid.y;
-  mov.u32 %r9, %ctaid.z;
-  mov.u32 %r10, %nctaid.x;
-  mov.u32 %r11, %nctaid.y;
-  mad.lo.s32 %r12, %r9, %r11, %r8;
-  mad.lo.s32 %r12, %r12, %r10, %r7;
-  mad.lo.s32 %r13, %r3, %r5, %r2;
-  mad.lo.s32 %r13, %r13, %r4, %r1;
-  mul.lo.s32 %r14, %r4, %r5;
-  mul.lo.s32 %r14, %r14, %r6;
-  mad.lo.s32 %r15, %r12, %r14, %r13;
-  shl.b32 %r16, %r12, 16;
-  or.b32 %r16, %r16, %r13;
-  mul.wide.u32 %rd2, %r15, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  st.global.u32 [%rd3], %r16;
-  ret;
-}
-
-.visible .entry stray(.param .u64 data, .param .u32 shift)
-{
-  .reg .b32 %r<6>;
-  .reg .b64 %rd<5>;
-  ld.param.u64 %rd1, [data];
-  ld.param.u32 %r1, [shift];
-  mov.u32 %r2, %tid.x;
-  mov.u32 %r3, %ctaid.x;
-  mov.u32 %r4, %ntid.x;
-  mad.lo.s32 %r2, %r3, %r4, %r2;
-  add.s32 %r2, %r2, %r1;
-  mul.wide.u32 %rd2, %r2, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  ld.global.u32 %r5, [%rd3];
-  add.s32 %r5, %r5, 1;
-  st.global.u32 [%rd3], %r5;
-  ret;
-}
-
-.visible .entry rotate(.param .u64 out, .param .u32 rounds)
-{
-  .reg .pred %p<3>;
-  .reg .b32 %r<20>;
-  .reg .b64 %rd<5>;
-  .shared .align 4 .b32 ring[128];
-  ld.param.u64 %rd1, [out];
-  ld.param.u32 %r1, [rounds];
-  mov.u32 %r2, %tid.x;
-  mov.u32 %r3, %ntid.x;
-  mov.u32 %r4, 0;
-  mov.u32 %r5, %r2;
-  mov.u32 %r6, ring;
-  shl.b32 %r7, %r2, 2;
-  add.s32 %r8, %r6, %r7;
-  add.s32 %r9, %r2, 1;
-  setp.eq.u32 %p1, %r9, %r3;
-  selp.b32 %r9, 0, %r9, %p1;
-  shl.b32 %r10, %r9, 2;
-  add.s32 %r11, %r6, %r10;
-LOOP:
-  setp.ge.u32 %p2, %r4, %r1;
-  @%p2 bra END;
-  st.shared.u32 [%r8], %r5;
-  bar.sync 0;
-  ld.shared.u32 %r12, [%r11];
-  mad.lo.s32 %r5, %r12, 3, %r4;
-  barrier.sync 0;
-  add.s32 %r4, %r4, 1;
-  bra LOOP;
-END:
-  mov.u32 %r13, %ctaid.x;
-  mad.lo.s32 %r14, %r13, %r3, %r2;
-  mul.wide.u32 %rd2, %r14, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  st.global.u32 [%rd3], %r5;
-  ret;
-}
-
-.visible .entry hist(.param .u64 in, .param .u32 n, .param .u64 bins)
-{
-  .reg .pred %p<4>;
-  .reg .b16 %rs<2>;
-  .reg .b32 %r<20>;
-  .reg .b64 %rd<8>;
-  .shared .align 4 .b32 local[16];
-  ld.param.u64 %rd1, [in];
-  ld.param.u32 %r1, [n];
-  ld.param.u64 %rd2, [bins];
-  mov.u32 %r2, %tid.x;
-  setp.ge.u32 %p1, %r2, 16;
-  @%p1 bra ZEROED;
-  shl.b32 %r3, %r2, 2;
-  mov.u32 %r4, local;
-  add.s32 %r5, %r4, %r3;
-  mov.u32 %r6, 0;
-  st.shared.u32 [%r5], %r6;
-ZEROED:
-  bar.sync 0;
-  mov.u32 %r7, %ctaid.x;
-  mov.u32 %r8, %ntid.x;
-  mad.lo.s32 %r9, %r7, %r8, %r2;
-  setp.ge.u32 %p2, %r9, %r1;
-  @%p2 bra COUNTED;
-  cvt.u64.u32 %rd3, %r9;
-  add.s64 %rd4, %rd1, %rd3;
-  ld.global.u8 %rs1, [%rd4];
-  cvt.u32.u16 %r10, %rs1;
-  and.b32 %r10, %r10, 15;
-  shl.b32 %r11, %r10, 2;
-  mov.u32 %r12, local;
-  add.s32 %r13, %r12, %r11;
-  atom.shared.add.u32 %r14, [%r13], 1;
-COUNTED:
-  bar.sync 0;
-  @%p1 bra DONE;
-  ld.shared.u32 %r15, [%r5];
-  mul.wide.u32 %rd5, %r2, 4;
-  add.s64 %rd6, %rd2, %rd5;
-  red.global.add.u32 [%rd6], %r15;
-DONE:
-  ret;
-}
-
-.visible .entry peek(.param .u64 out, .param .u32 index)
-{
-  .reg .b32 %r<6>;
-  .reg .b64 %rd<3>;
-  .shared .align 4 .b32 cells[8];
-  ld.param.u64 %rd1, [out];
-  ld.param.u32 %r1, [index];
-  mov.u32 %r2, cells;
-  shl.b32 %r3, %r1, 2;
-  add.s32 %r4, %r2, %r3;
-  ld.shared.u32 %r5, [%r4];
-  st.global.u32 [%rd1], %r5;
-  ret;
-}
-
-.visible .entry ticket(.param .u64 counter, .param .u64 out)
-{
-  .reg .b32 %r<5>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [counter];
-  ld.param.u64 %rd2, [out];
-  atom.global.add.u32 %r1, [%rd1], 1;
-  mul.wide.u32 %rd3, %r1, 4;
-  add.s64 %rd4, %rd2, %rd3;
-  mov.u32 %r2, %tid.x;
-  st.global.u32 [%rd4], %r2;
-  ret;
-}
-.visible .entry spin(.param .u64 out, .param .u32 n)
-{
-  .reg .pred %p<2>;
-  .reg .b32 %r<6>;
-  .reg .b64 %rd<4>;
-  ld.param.u64 %rd1, [out];
-  ld.param.u32 %r1, [n];
-  mov.u32 %r2, 0;
-  mov.u32 %r4, %tid.x;
-SPIN:
-  mad.lo.s32 %r4, %r4, 1664525, 1013904223;
-  add.s32 %r2, %r2, 1;
-  setp.lt.u32 %p1, %r2, %r1;
-  @%p1 bra SPIN;
-  mov.u32 %r3, %tid.x;
-  mul.wide.u32 %rd2, %r3, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  st.global.u32 [%rd3], %r4;
-  ret;
-}
-)";
-
-// kMix and `mix_once`: mix without its loop (one element per thread, forward branches only),
+// JitMix.ptx and `mix_once`: mix without its loop (one element per thread, forward branches only),
 // which the tier also compiles to vector code.
 std::string ModuleText() {
-  std::string text(kMix);
+  std::string text = MixKernelText();
   const size_t begin = text.find(".visible .entry mix(");
   std::string once = text.substr(begin, text.find("\n}\n", begin) + 3 - begin);
   once.replace(once.find("entry mix("), 10, "entry mix_once(");
@@ -339,6 +72,25 @@ std::vector<uint8_t> Pack(Args... args) {
   return bytes;
 }
 
+// Runs `kernel` over `grid` x `block` with the packed `params` on `memory`; its CUresult
+// (the threads' instructions counted into *instructions, the failure's text into *detail,
+// where not null).
+int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
+               const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions = nullptr,
+               std::string* detail = nullptr) {
+  LaunchSpec spec;
+  for (int i = 0; i < 3; ++i) {
+    spec.grid[i] = grid[i];
+    spec.block[i] = block[i];
+  }
+  spec.params = params.data();
+  spec.param_size = params.size();
+  spec.memory = memory.ranges;
+  spec.thread_instructions = instructions;
+  spec.error_detail = detail;
+  return RunKernel(kernel, spec);
+}
+
 class Jit : public ::testing::Test {
  public:
   void SetUp() override {
@@ -352,22 +104,6 @@ class Jit : public ::testing::Test {
     auto kernel = module_->Decode(name, {});
     EXPECT_TRUE(kernel.ok()) << kernel.status().message();
     return **kernel;
-  }
-
-  int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
-                 const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions = nullptr,
-                 std::string* detail = nullptr) {
-    LaunchSpec spec;
-    for (int i = 0; i < 3; ++i) {
-      spec.grid[i] = grid[i];
-      spec.block[i] = block[i];
-    }
-    spec.params = params.data();
-    spec.param_size = params.size();
-    spec.memory = memory.ranges;
-    spec.thread_instructions = instructions;
-    spec.error_detail = detail;
-    return RunKernel(kernel, spec);
   }
 
   // Kernel "rotate" on `blocks` blocks of `threads` for `rounds` rounds, on the interpreter
@@ -416,7 +152,7 @@ std::vector<uint32_t> RunMix(Jit* test, const DecodedKernel& kernel, int n, uint
   uint64_t df = memory.Add(in.f), di = memory.Add(in.i), db = memory.Add(in.b);
   uint64_t dout = memory.Add(out);
   // mix: 3 blocks of 64 threads over 1000 elements, every thread loops.
-  *status = test->Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(df, di, db, dout, uint32_t(n), shift), memory);
+  *status = Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(df, di, db, dout, uint32_t(n), shift), memory);
   return out;
 }
 
@@ -495,7 +231,7 @@ TEST_F(Jit, ThreadsAndBlocksOfThreeDimensions) {
     ASSERT_EQ(out[g], (g / per_block) << 16 | (g % per_block)) << "thread " << g;
   }
   // Every thread runs each of the kernel's instructions once: count them in the text.
-  std::string text(kMix);
+  std::string text = MixKernelText();
   std::string body = text.substr(text.find(".entry dims"));
   body = body.substr(body.find('{'), body.find('}') - body.find('{'));
   std::istringstream lines(body);
@@ -735,27 +471,7 @@ TEST_F(Jit, AutoCompilesOnlyKernelsWhoseLaunchesAreWorthIt) {
 // kernel names only as a branch label is no shared memory of the kernel on either tier
 // (the tier once placed it, and ran with more shared memory than the interpreter allowed).
 TEST(JitLimits, SharedMemoryIsLaidOutAsTheDecoderLaysItOut) {
-  const char* text = R"(
-.version 8.0
-.target sm_80
-.address_size 64
-.shared .align 4 .b8 lbl[1024];
-.visible .entry labelled(.param .u64 out, .param .u32 at)
-{
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<2>;
-  .shared .align 4 .b32 words[4];
-  ld.param.u64 %rd1, [out];
-  ld.param.u32 %r1, [at];
-  mov.u32 %r2, words;
-  add.s32 %r2, %r2, %r1;
-  ld.shared.u32 %r3, [%r2];
-  bra lbl;
-lbl:
-  st.global.u32 [%rd1], %r3;
-  ret;
-}
-)";
+  const std::string text = KernelText("SharedMemoryIsLaidOutAsTheDecoderLaysItOut.ptx");
   auto module = PtxModule::Parse(text);
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto decoded = (*module)->Decode("labelled", {});
@@ -769,18 +485,11 @@ lbl:
   const uint64_t d = memory.Add(out);
   for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
     SetJitMode(mode);
-    LaunchSpec spec;
     std::string detail;
-    spec.memory = memory.ranges;
-    spec.error_detail = &detail;
-    std::vector<uint8_t> params = Pack(d, uint32_t{12});
-    spec.params = params.data();
-    spec.param_size = params.size();
-    EXPECT_EQ(RunKernel(kernel, spec), 0) << detail;
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d, uint32_t{12}), memory, nullptr, &detail), 0) << detail;
     // Past the 16 bytes of `words`: where `lbl` would have been.
-    params = Pack(d, uint32_t{16});
-    spec.params = params.data();
-    EXPECT_EQ(RunKernel(kernel, spec), kIllegalAddress) << "mode " << static_cast<int>(mode);
+    EXPECT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d, uint32_t{16}), memory), kIllegalAddress)
+        << "mode " << static_cast<int>(mode);
   }
   SetJitMode(JitMode::kAuto);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
@@ -813,13 +522,7 @@ TEST(JitLimits, CompileWorkOverTheBoundRunsOnTheInterpreter) {
   std::vector<uint32_t> out(1, 0);
   Memory memory;
   const uint64_t d = memory.Add(out);
-  LaunchSpec spec;
-  spec.block[0] = 4;
-  spec.memory = memory.ranges;
-  std::vector<uint8_t> params = Pack(d);
-  spec.params = params.data();
-  spec.param_size = params.size();
-  EXPECT_EQ(RunKernel(kernel, spec), 0);
+  EXPECT_EQ(Launch(kernel, {1, 1, 1}, {4, 1, 1}, Pack(d), memory), 0);
   SetJitMode(JitMode::kAuto);
   EXPECT_EQ(out[0], static_cast<uint32_t>(registers * (registers + 1) / 2));
   EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
@@ -830,28 +533,7 @@ TEST(JitLimits, CompileWorkOverTheBoundRunsOnTheInterpreter) {
 // barrier, the tier's liveness analysis took the label for an instruction one past the
 // end (found by the ptx_jit fuzz target, under AddressSanitizer).
 TEST(JitLimits, ABranchToALabelAfterTheLastInstructionEndsTheThread) {
-  const char* text = R"(
-.version 8.0
-.target sm_80
-.address_size 64
-.visible .entry tail(.param .u64 out)
-{
-  .reg .pred %p<2>;
-  .reg .b32 %r<4>;
-  .reg .b64 %rd<4>;
-  ld.param.u64 %rd1, [out];
-  mov.u32 %r1, %tid.x;
-  mul.wide.u32 %rd2, %r1, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  mov.u32 %r2, 7;
-  bar.sync 0;
-  setp.ge.u32 %p1, %r1, 2;
-  @%p1 bra DONE;
-  add.u32 %r2, %r2, %r1;
-  st.global.u32 [%rd3], %r2;
-DONE:
-}
-)";
+  const std::string text = KernelText("ABranchToALabelAfterTheLastInstructionEndsTheThread.ptx");
   auto module = PtxModule::Parse(text);
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto decoded = (*module)->Decode("tail", {});
@@ -861,13 +543,7 @@ DONE:
     std::vector<uint32_t> out(4, 0);
     Memory memory;
     const uint64_t d = memory.Add(out);
-    LaunchSpec spec;
-    spec.block[0] = 4;
-    spec.memory = memory.ranges;
-    std::vector<uint8_t> params = Pack(d);
-    spec.params = params.data();
-    spec.param_size = params.size();
-    EXPECT_EQ(RunKernel(**decoded, spec), 0);
+    EXPECT_EQ(Launch(**decoded, {1, 1, 1}, {4, 1, 1}, Pack(d), memory), 0);
     EXPECT_EQ(out, (std::vector<uint32_t>{7, 8, 0, 0})) << "mode " << static_cast<int>(mode);
   }
   SetJitMode(JitMode::kAuto);

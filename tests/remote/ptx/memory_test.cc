@@ -14,9 +14,7 @@ using ptx_test::ToHalf;
 // parameters after it are where the host packed them. cuBLAS's reductions read their
 // pointer mode 4 bytes early, and faulted, when ".align 1" was taken for the parameter's.
 TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
-  const std::string ptx = KernelText("PointerParameterAlignmentIsThePointees.ptx");
-  LoadKernel(11, 98, ptx, "ptr_params");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(11, 98, "PointerParameterAlignmentIsThePointees.ptx", "ptr_params"));
   uint64_t out = Zeros<uint32_t>(4), in = Upload(std::vector<uint32_t>{7});
   struct {
     uint32_t a;
@@ -26,8 +24,7 @@ TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
     uint32_t c;    // at 32
   } params{0xa, out, 0xb, in, 0xc};
   static_assert(offsetof(decltype(params), in) == 24);
-  LaunchConfig config;
-  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(98, 1, 1, params), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(Download<uint32_t>(out, 4), (std::vector<uint32_t>{0xa, 0xb, 0xc, 7}));
 }
 
@@ -35,14 +32,9 @@ TEST_F(Engine, PointerParameterAlignmentIsThePointees) {
 // unsigned short): 64 threads add into neighbouring halves of one word, so a wrong word
 // update would spill into the neighbour. Hand-written, like the tests above.
 TEST_F(Engine, SixteenBitAtomics) {
-  const std::string ptx = KernelText("SixteenBitAtomics.ptx");
-  LoadKernel(4, 97, ptx, "atomics16");
-  if (HasFatalFailure()) return;
-  uint64_t out = Zeros<uint16_t>(8);
-  LaunchConfig config;
-  config.block[0] = 64;
-  ASSERT_EQ(executor_.Launch(97, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
-  auto got = Download<uint16_t>(out, 8);
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(4, 97, "SixteenBitAtomics.ptx", "atomics16"));
+  const auto got = LaunchForOutput<uint16_t>(97, 1, 64, 8);
+  ASSERT_FALSE(got.empty());
   EXPECT_EQ(got[0], ToHalf(64.0f));   // 64 x 1.0 into the lower half
   EXPECT_EQ(got[1], ToHalf(128.0f));  // 64 x 2.0 into the upper half
   EXPECT_EQ(got[2], ToHalf(32.0f));   // 64 x 0.5
@@ -56,9 +48,7 @@ TEST_F(Engine, SixteenBitAtomics) {
 // tests/remote/driver/async_copies.cu) zero fills instead of reading, a source offset
 // applies, and a source past the end of its allocation faults like any load.
 TEST_F(Engine, AsyncCopiesToSharedMemory) {
-  const std::string ptx = KernelText("AsyncCopiesToSharedMemory.ptx");
-  LoadKernel(7, 94, ptx, "copy_async");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(7, 94, "AsyncCopiesToSharedMemory.ptx", "copy_async"));
   const int threads = 32;
   std::vector<uint32_t> in(4 * (threads + 1));
   for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint32_t>(i * 7 + 1);
@@ -88,14 +78,9 @@ TEST_F(Engine, AsyncCopiesToSharedMemory) {
 // (arrive_drop), so phase 2 completes with the first warp's 32 arrivals alone, which each
 // thread checks with test_wait on its own state.
 TEST_F(Engine, MemoryBarriers) {
-  const std::string ptx = KernelText("MemoryBarriers.ptx");
-  LoadKernel(8, 93, ptx, "mbar");
-  if (HasFatalFailure()) return;
-  uint64_t out = Zeros<uint32_t>(4 * 64);
-  LaunchConfig config;
-  config.block[0] = 64;
-  ASSERT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
-  auto got = Download<uint32_t>(out, 4 * 64);
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(8, 93, "MemoryBarriers.ptx", "mbar"));
+  const auto got = LaunchForOutput<uint32_t>(93, 1, 64, 4 * 64);
+  ASSERT_FALSE(got.empty());
   std::vector<uint32_t> pending;
   for (int t = 0; t < 64; ++t) {
     pending.push_back(got[4 * t]);
@@ -116,9 +101,7 @@ TEST_F(Engine, MemoryBarriers) {
 // (a new status with an old value). Blocks of 32 (a whole warp: coalesced accesses) and
 // of 1 (a lone lane) take the engine's two paths.
 TEST_F(Engine, VectorAccessesAreWholeAcrossCtas) {
-  const std::string ptx = KernelText("VectorAccessesAreWholeAcrossCtas.ptx");
-  LoadKernel(9, 94, ptx, "publish2");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(9, 94, "VectorAccessesAreWholeAcrossCtas.ptx", "publish2"));
   ASSERT_EQ(executor_.GetFunction(9, 95, "publish4"), kCuSuccess) << executor_.TakeErrorDetail();
   constexpr uint32_t kRounds = 20000;
   for (uint64_t function : {94, 95}) {
@@ -150,9 +133,7 @@ TEST_F(Engine, VectorAccessesAreWholeAcrossCtas) {
 TEST_F(Engine, FencesOrderStoresBeforeLoadsAcrossCtas) {
   // One worker runs CTA 0 to its end before CTA 1 begins: CTA 0 would wait for ever.
   if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs two worker threads";
-  const std::string ptx = KernelText("FencesOrderStoresBeforeLoadsAcrossCtas.ptx");
-  LoadKernel(10, 96, ptx, "litmus");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(10, 96, "FencesOrderStoresBeforeLoadsAcrossCtas.ptx", "litmus"));
   constexpr uint32_t kRounds = 200000;
   uint64_t cells = Zeros<uint32_t>(4);
   uint64_t seen = Zeros<uint32_t>(2 * kRounds);
@@ -372,28 +353,8 @@ TEST_F(Engine, AtomicPathsReturnValuesAndFaults) {
 // Loads whose destination is their own address register (pointer chasing), whole warp
 // and under a guard: each lane reads its address before its destination is written.
 TEST_F(Engine, LoadIntoItsAddressRegister) {
-  const char ptx[] = R"(
-.version 8.0
-.target sm_80
-.address_size 64
-.visible .entry chase(.param .u64 nodes, .param .u64 out) {
-  .reg .pred %p<2>;
-  .reg .b32 %r<2>;
-  .reg .b64 %rd<6>;
-  ld.param.u64 %rd1, [nodes];
-  ld.param.u64 %rd2, [out];
-  mov.u32 %r1, %tid.x;
-  mul.wide.u32 %rd4, %r1, 16;
-  add.s64 %rd1, %rd1, %rd4;
-  ld.global.v2.u64 {%rd1, %rd3}, [%rd1];
-  setp.lt.u32 %p1, %r1, 20;
-  @%p1 ld.global.u64 %rd1, [%rd1];
-  add.s64 %rd5, %rd2, %rd4;
-  st.global.v2.u64 [%rd5], {%rd3, %rd1};
-  ret;
-}
-)";
-  ASSERT_EQ(executor_.LoadModule(2, ptx, sizeof(ptx), {}), kCuSuccess) << executor_.TakeErrorDetail();
+  const std::string ptx = KernelText("LoadIntoItsAddressRegister.ptx");
+  ASSERT_EQ(executor_.LoadModule(2, ptx.c_str(), ptx.size() + 1, {}), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(2, 7, "chase"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t nodes = Zeros<uint64_t>(64), out = Zeros<uint64_t>(64);
   std::vector<uint64_t> init(64);
@@ -403,9 +364,7 @@ TEST_F(Engine, LoadIntoItsAddressRegister) {
   }
   ASSERT_EQ(executor_.CopyToDevice(nodes, init.data(), init.size() * 8, 0), kCuSuccess);
   uint64_t params[2] = {nodes, out};
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(7, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(7, 1, 32, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint64_t>(out, 64);
   for (int t = 0; t < 32; ++t) {
     EXPECT_EQ(got[2 * t], 100u + t) << t;

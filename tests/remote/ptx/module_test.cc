@@ -22,13 +22,9 @@ TEST_F(Engine, OversizedDeclarationsAreRefused) {
     EXPECT_EQ(executor_.LoadModule(20, ptx.c_str(), ptx.size() + 1, {}), kCuInvalidPtx) << registers;
     EXPECT_NE(executor_.TakeErrorDetail().find("registers declared"), std::string::npos) << registers;
   }
-  const std::string big_local = KernelText("OversizedDeclarationsAreRefused_big_local.ptx");
-  LoadKernel(21, 92, big_local, "big_local");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(21, 92, "OversizedDeclarationsAreRefused_big_local.ptx", "big_local"));
   uint64_t out = Zeros<uint32_t>(1);
-  LaunchConfig config;
-  config.block[0] = 32;
-  EXPECT_EQ(executor_.Launch(92, config, &out, sizeof(out)), kCuLaunchOutOfResources);
+  EXPECT_EQ(LaunchLoaded(92, 1, 32, out), kCuLaunchOutOfResources);
   std::string detail = executor_.TakeErrorDetail();
   EXPECT_NE(detail.find("local memory"), std::string::npos) << detail;
 }
@@ -62,65 +58,8 @@ std::vector<uint8_t> PtxFatbin(const std::vector<std::string>& texts, uint32_t a
 // it.
 TEST_F(Engine, TranslationUnitsAreLinked) {
   const std::string head = ".version 7.0\n.target sm_75\n.address_size 64\n";
-  const std::string unit1 = head + R"(
-.visible .global .align 4 .u32 counter = 5;
-.global .align 1 .b8 $str[2] = {65, 0};
-.visible .func (.param .b32 r) twice(.param .b32 x)
-{
-  .reg .b32 %r<3>;
-  ld.param.b32 %r1, [x];
-  add.s32 %r2, %r1, %r1;
-  st.param.b32 [r], %r2;
-  ret;
-}
-.func (.param .b32 r) g()
-{
-  .reg .b32 %r<2>;
-  mov.u32 %r1, 1000;
-  st.param.b32 [r], %r1;
-  ret;
-}
-.visible .entry first(.param .u64 out)
-{
-  .reg .b32 %r<6>;
-  .reg .b64 %rd<3>;
-  ld.param.u64 %rd1, [out];
-  { .param .b32 a; st.param.b32 [a], 3; .param .b32 b; call.uni (b), twice, (a); ld.param.b32 %r1, [b]; }
-  { .param .b32 b; call.uni (b), g, (); ld.param.b32 %r2, [b]; }
-  ld.global.u8 %r3, [$str];
-  add.s32 %r4, %r1, %r2;
-  add.s32 %r4, %r4, %r3;
-  st.global.u32 [%rd1], %r4;
-  ret;
-}
-)";
-  const std::string unit2 = head + R"(
-.extern .global .align 4 .u32 counter;
-.global .align 1 .b8 $str[2] = {66, 0};
-.extern .func (.param .b32 r) twice(.param .b32 x);
-.func (.param .b32 r) g()
-{
-  .reg .b32 %r<2>;
-  mov.u32 %r1, 2000;
-  st.param.b32 [r], %r1;
-  ret;
-}
-.visible .entry second(.param .u64 out)
-{
-  .reg .b32 %r<7>;
-  .reg .b64 %rd<3>;
-  ld.param.u64 %rd1, [out];
-  { .param .b32 a; st.param.b32 [a], 4; .param .b32 b; call.uni (b), twice, (a); ld.param.b32 %r1, [b]; }
-  { .param .b32 b; call.uni (b), g, (); ld.param.b32 %r2, [b]; }
-  ld.global.u8 %r3, [$str];
-  ld.global.u32 %r5, [counter];
-  add.s32 %r4, %r1, %r2;
-  add.s32 %r4, %r4, %r3;
-  add.s32 %r4, %r4, %r5;
-  st.global.u32 [%rd1], %r4;
-  ret;
-}
-)";
+  const std::string unit1 = KernelText("TranslationUnitsAreLinked_unit1.ptx");
+  const std::string unit2 = KernelText("TranslationUnitsAreLinked_unit2.ptx");
   const auto fatbin = PtxFatbin({unit1, unit2, unit1}, 75);
   ASSERT_EQ(executor_.LoadModule(30, fatbin.data(), fatbin.size(), {}), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(30, 130, "first"), kCuSuccess) << executor_.TakeErrorDetail();
@@ -182,45 +121,7 @@ TEST(EngineImages, CompressedFatbinsRunAndCubinsAreRefused) {
 // register written twice (the loop counter), a guarded instruction, anything of %ctaid,
 // and a parameter load past the parameters, which faults only if it runs.
 TEST(EngineHoisting, InvariantsRunOncePerWarpAndTheRestStays) {
-  const char ptx[] = R"(
-.version 8.0
-.target sm_80
-.address_size 64
-.visible .entry hoist(.param .u32 n, .param .u64 out, .param .u32 scale) {
-  .reg .pred %p<5>;
-  .reg .b32 %r<12>;
-  .reg .b64 %rd<4>;
-  ld.param.u32 %r1, [n];
-  ld.param.u64 %rd1, [out];
-  ld.param.u32 %r2, [scale];
-  mov.u32 %r3, %ctaid.x;
-  mov.u32 %r4, %ntid.x;
-  mov.u32 %r5, %tid.x;
-  mul.lo.u32 %r6, %r2, 3;
-  mad.lo.u32 %r7, %r3, %r4, %r5;
-  setp.ge.u32 %p1, %r7, %r1;
-  @%p1 bra DONE;
-  mov.u32 %r8, 0;
-LOOP:
-  add.u32 %r8, %r8, %r6;
-  setp.lt.u32 %p2, %r8, 40;
-  @%p2 bra LOOP;
-  setp.eq.u32 %p3, %r5, 1;
-  @%p3 mul.lo.u32 %r9, %r2, 1000;
-  setp.eq.u32 %p4, %r1, 0;
-  @%p4 bra FAR;
-  add.u32 %r10, %r8, %r9;
-  add.u32 %r10, %r10, %r3;
-  mul.wide.u32 %rd2, %r7, 4;
-  add.s64 %rd3, %rd1, %rd2;
-  st.global.u32 [%rd3], %r10;
-  bra DONE;
-FAR:
-  ld.param.u32 %r11, [n+64];
-DONE:
-  ret;
-}
-)";
+  const std::string ptx = KernelText("InvariantsRunOncePerWarpAndTheRestStays.ptx");
   auto module = sim::PtxModule::Parse(ptx);
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto kernel = (*module)->Decode("hoist", {});

@@ -145,9 +145,7 @@ TEST_F(Engine, TrapsAssertionsAndTextures) {
 // kernel's 8192), its .maxntid bound (a bigger block fails with
 // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES), the module's .const bytes, its local memory.
 TEST_F(Engine, KernelsNeedTheirOwnSharedMemoryAndThreadBound) {
-  const std::string ptx = KernelText("KernelsNeedTheirOwnSharedMemoryAndThreadBound.ptx");
-  LoadKernel(13, 91, ptx, "bounded");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(13, 91, "KernelsNeedTheirOwnSharedMemoryAndThreadBound.ptx", "bounded"));
   FunctionResources resources;
   ASSERT_TRUE(executor_.Resources(91, &resources));
   EXPECT_EQ(resources.static_shared_bytes, 1024 + 64);
@@ -226,9 +224,7 @@ TEST_F(Engine, NamedBarriersCountTheirOwnThreads) {
 // warp 1 at barrier 1, each for every thread. Mode 2: the same barrier with counts that
 // complete runs to the end. The executor serves the next launch as before.
 TEST_F(Engine, BarrierDeadlockFailsTheLaunchNamingIt) {
-  const std::string ptx = KernelText("BarrierDeadlockFailsTheLaunchNamingIt.ptx");
-  LoadKernel(12, 96, ptx, "barrier_deadlock");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(12, 96, "BarrierDeadlockFailsTheLaunchNamingIt.ptx", "barrier_deadlock"));
   uint64_t out = Zeros<uint32_t>(128);
   auto launch = [&](uint32_t mode, uint32_t blocks) {
     struct {

@@ -13,14 +13,9 @@ using ptx_test::KernelText;
 // cooperative_groups' labeled_partition and its reduce, ballot and all do). Each group
 // gets its own answer, not the warp's.
 TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
-  const std::string ptx = KernelText("WarpCollectivesFollowEachLanesMembermask.ptx");
-  LoadKernel(14, 96, ptx, "member_groups");
-  if (HasFatalFailure()) return;
-  uint64_t out = Zeros<uint32_t>(4 * 32);
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(96, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
-  auto got = Download<uint32_t>(out, 4 * 32);
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(14, 96, "WarpCollectivesFollowEachLanesMembermask.ptx", "member_groups"));
+  const auto got = LaunchForOutput<uint32_t>(96, 1, 32, 4 * 32);
+  ASSERT_FALSE(got.empty());
   for (uint32_t lane = 0; lane < 32; ++lane) {
     const bool odd = lane % 2;
     EXPECT_EQ(got[4 * lane], odd ? 0x0000aaaau : 0x00005555u) << lane;              // ballot: lane < 16
@@ -35,14 +30,9 @@ TEST_F(Engine, WarpCollectivesFollowEachLanesMembermask) {
 // block placed after the branch. The next iteration's vote.sync waits for the odd lanes,
 // though they stand at a higher PC: every lane sees the whole warp's ballot each time.
 TEST_F(Engine, WarpVoteWaitsForLanesStillInTheLoopsLastBlock) {
-  const std::string ptx = KernelText("WarpVoteWaitsForLanesStillInTheLoopsLastBlock.ptx");
-  LoadKernel(15, 97, ptx, "late_lanes");
-  if (HasFatalFailure()) return;
-  uint64_t out = Zeros<uint32_t>(4 * 32);
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(97, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
-  auto got = Download<uint32_t>(out, 4 * 32);
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(15, 97, "WarpVoteWaitsForLanesStillInTheLoopsLastBlock.ptx", "late_lanes"));
+  const auto got = LaunchForOutput<uint32_t>(97, 1, 32, 4 * 32);
+  ASSERT_FALSE(got.empty());
   for (uint32_t lane = 0; lane < 32; ++lane) {
     EXPECT_EQ(got[4 * lane], 0x000000ffu) << lane;
     EXPECT_EQ(got[4 * lane + 1], 0x0000ffffu) << lane;
@@ -55,9 +45,7 @@ TEST_F(Engine, WarpVoteWaitsForLanesStillInTheLoopsLastBlock) {
 // lane gets the warp's add, signed min, unsigned max, and, or and xor. Hand-written, like
 // the test above.
 TEST_F(Engine, WarpReductions) {
-  const std::string ptx = KernelText("WarpReductions.ptx");
-  LoadKernel(3, 98, ptx, "reduce_warp");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(3, 98, "WarpReductions.ptx", "reduce_warp"));
   std::vector<int32_t> in(32);
   int32_t add = 0, min = INT32_MAX;
   uint32_t max = 0, all = ~0u, any = 0, x = 0;
@@ -74,9 +62,7 @@ TEST_F(Engine, WarpReductions) {
   struct {
     uint64_t in, out;
   } params{din, out};
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(98, 1, 32, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 32 * 6);
   for (int lane : {0, 13, 31}) {
     EXPECT_EQ(static_cast<int32_t>(got[6 * lane]), add) << lane;

@@ -13,43 +13,11 @@ using ptx_test::ToHalf;
 // a wider array (stride 24), B column-major and C column-major at their default strides,
 // every accumulator element doubled in registers, D stored row-major with stride 20, so
 // any disagreement between load, mma, the element-wise step and store shows. Hand-written,
-// like the tests above (nvcc's own wmma code runs in tests/remote/driver/tensor_cores.cu).
-const char kWmmaF16[] = R"(
-.version 7.0
-.target sm_80
-.address_size 64
-.visible .entry wmma_f16(.param .u64 a_param, .param .u64 b_param, .param .u64 c_param,
-                         .param .u64 d_param)
-{
-  .reg .b32 %r<20>;
-  .reg .f32 %f<20>;
-  .reg .b64 %rd<5>;
-  ld.param.u64 %rd1, [a_param];
-  ld.param.u64 %rd2, [b_param];
-  ld.param.u64 %rd3, [c_param];
-  ld.param.u64 %rd4, [d_param];
-  mov.u32 %r1, 24;
-  wmma.load.a.sync.aligned.row.m16n16k16.global.f16 {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}, [%rd1], %r1;
-  wmma.load.b.sync.aligned.col.m16n16k16.global.f16 {%r10, %r11, %r12, %r13, %r14, %r15, %r16, %r17}, [%rd2];
-  wmma.load.c.sync.aligned.col.m16n16k16.global.f32 {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8}, [%rd3];
-  wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 {%f9, %f10, %f11, %f12, %f13, %f14, %f15, %f16}, {%r2, %r3, %r4, %r5, %r6, %r7, %r8, %r9}, {%r10, %r11, %r12, %r13, %r14, %r15, %r16, %r17}, {%f1, %f2, %f3, %f4, %f5, %f6, %f7, %f8};
-  mul.f32 %f9, %f9, 0f40000000;
-  mul.f32 %f10, %f10, 0f40000000;
-  mul.f32 %f11, %f11, 0f40000000;
-  mul.f32 %f12, %f12, 0f40000000;
-  mul.f32 %f13, %f13, 0f40000000;
-  mul.f32 %f14, %f14, 0f40000000;
-  mul.f32 %f15, %f15, 0f40000000;
-  mul.f32 %f16, %f16, 0f40000000;
-  mov.u32 %r18, 20;
-  wmma.store.d.sync.aligned.row.m16n16k16.global.f32 [%rd4], {%f9, %f10, %f11, %f12, %f13, %f14, %f15, %f16}, %r18;
-  ret;
-}
-)";
+// like the tests above (nvcc's own wmma code runs in tests/remote/driver/tensor_cores.cu):
+// kernels/WarpMatrixMultiplyF16.ptx.
 
 TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
-  LoadKernel(5, 96, kWmmaF16, "wmma_f16");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(5, 96, "WarpMatrixMultiplyF16.ptx", "wmma_f16"));
   std::vector<float> af(16 * 24), bf(16 * 16), c(16 * 16), d(16 * 20, -1.0f);
   std::vector<uint16_t> a(af.size()), b(bf.size());
   for (size_t i = 0; i < af.size(); ++i) a[i] = ToHalf(af[i] = static_cast<float>(i % 7) - 3);
@@ -60,9 +28,7 @@ TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
   struct {
     uint64_t a, b, c, d;
   } params{Upload(a), Upload(b), Upload(c), Upload(d)};
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(96, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(96, 1, 32, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<float>(params.d, 16 * 20);
   for (int i = 0; i < 16; ++i) {
     for (int j = 0; j < 20; ++j) {
@@ -80,25 +46,20 @@ TEST_F(Engine, WarpMatrixMultiplyOfHalves) {
 
 // A wmma load whose rows run past the end of the allocation faults like any load.
 TEST_F(Engine, WarpMatrixLoadOutOfBoundsIsIllegalAddress) {
-  LoadKernel(5, 96, kWmmaF16, "wmma_f16");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(5, 96, "WarpMatrixMultiplyF16.ptx", "wmma_f16"));
   std::vector<uint16_t> a(15 * 24 + 8), b(16 * 16);  // the last row needs 15 * 24 + 16
   std::vector<float> c(16 * 16), d(16 * 20);
   struct {
     uint64_t a, b, c, d;
   } params{Upload(a), Upload(b), Upload(c), Upload(d)};
-  LaunchConfig config;
-  config.block[0] = 32;
-  EXPECT_EQ(executor_.Launch(96, config, &params, sizeof(params)), kCuIllegalAddress);
+  EXPECT_EQ(LaunchLoaded(96, 1, 32, params), kCuIllegalAddress);
   EXPECT_NE(executor_.TakeErrorDetail().find("wmma load"), std::string::npos);
 }
 
 // Integer wmma (sm_72+): s8 x s8 into s32 on the 32x8x16 shape, with .satfinite clamping
 // sums beyond the int32 range instead of wrapping them.
 TEST_F(Engine, WarpMatrixMultiplyOfIntegersSaturates) {
-  const std::string ptx = KernelText("WarpMatrixMultiplyOfIntegersSaturates.ptx");
-  LoadKernel(6, 95, ptx, "wmma_s8");
-  if (HasFatalFailure()) return;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(6, 95, "WarpMatrixMultiplyOfIntegersSaturates.ptx", "wmma_s8"));
   std::vector<int8_t> a(32 * 16), b(16 * 8);
   std::vector<int32_t> c(32 * 8);
   for (int i = 0; i < 32 * 16; ++i) a[i] = static_cast<int8_t>(i % 2 ? -128 + i % 9 : 127 - i % 13);
@@ -109,9 +70,7 @@ TEST_F(Engine, WarpMatrixMultiplyOfIntegersSaturates) {
   struct {
     uint64_t a, b, c;
   } params{Upload(a), Upload(b), Upload(c)};
-  LaunchConfig config;
-  config.block[0] = 32;
-  ASSERT_EQ(executor_.Launch(95, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(95, 1, 32, params), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<int32_t>(params.c, 32 * 8);
   int clamped = 0;
   for (int i = 0; i < 32; ++i) {
