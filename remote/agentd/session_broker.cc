@@ -639,6 +639,8 @@ class BrokerImpl : public SessionBroker {
         for (int fd : answer->fds) close(fd);
         ok = answer->body.value("ok", false);
         *why = answer->body.value("why", std::string());
+      } else {
+        *why = "the probe's worker ended without an answer (" + answer.status().message() + ")";
       }
     } else {
       *why = "the probe did not finish within " + std::to_string(timeout.count()) + " ms";
@@ -779,6 +781,12 @@ class BrokerImpl : public SessionBroker {
     bool any = false;
     for (size_t i = workers_.size(); i-- > 0;) {
       WorkerProcess* w = workers_[i].get();
+      // A probe's worker exits once it has sent its answer; the thread that waits for that
+      // answer (Probe) reads it, then marks the worker ending. Reaped before that, its
+      // channel would be closed under the reader (the answer lost, the GPU declared FAILED
+      // with no reason) and the WorkerProcess freed while Probe still holds it. Until then
+      // it stays a zombie, so its pid cannot be reused by another process.
+      if (w->probe && !w->ending) continue;
       int status = 0;
       pid_t done = waitpid(w->pid, &status, WNOHANG);
       if (done != w->pid) continue;
