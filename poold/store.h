@@ -80,8 +80,9 @@ class Store {
   // Queues one change; returns its ticket. REQUIRES: callers serialise (see above).
   uint64_t Enqueue(Op op);
   // Held by one operation that queues several changes (PoolEngine holds one for as long as
-  // it holds its lock): the committer waits for it to end, at most a millisecond, so that
-  // one request's rows go in one transaction rather than two (an etcd round trip each).
+  // it holds its lock): the committer takes the changes queued under a Hold only once it
+  // has ended, so that one request's rows go in one transaction (all or none, and one etcd
+  // round trip). It never waits for a Hold: what was queued before it is written at once.
   class Hold {
    public:
     explicit Hold(Store* store);
@@ -131,6 +132,10 @@ class Store {
   Status failure_;                      // GUARDED_BY(mu_): sticky commit error
   bool stopping_ = false;               // GUARDED_BY(mu_)
   int held_ = 0;                        // GUARDED_BY(mu_): Holds alive
+  // GUARDED_BY(mu_): ticket of the last op that no live Hold covers: the committer takes
+  // the queue up to it. Callers serialise, so the ops after it are one operation's.
+  uint64_t complete_ = 0;
+  uint64_t taken_ = 0;  // GUARDED_BY(mu_): ticket of the last op the committer took
   std::thread committer_;
 };
 
