@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "remote/protocol/protocol.h"
-#include "remote/ptx/front/program.h"
+#include "remote/ptx/ir/kernel.h"
 #include "remote/ptx/interp/interpreter.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/ptx_engine.h"

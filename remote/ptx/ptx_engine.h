@@ -92,7 +92,7 @@ struct ModuleVariable {
   bool is_declaration = false;          // `.extern` without an initialiser: defined in another module
 };
 
-struct DecodedKernel;  // front/program.h
+struct DecodedKernel;  // ir/kernel.h
 struct ParsedModule;   // front/program.h
 
 class PtxModule {
@@ -128,7 +128,9 @@ class PtxModule {
   Result<const DecodedKernel*> Decode(const std::string& name, const std::map<std::string, uint64_t>& addresses);
 
  private:
-  PtxModule() = default;
+  // Made and destroyed where DecodedKernel is complete (ir/kernel.cc): the map of decoded
+  // kernels is built and torn down there.
+  PtxModule();
   std::unique_ptr<ParsedModule> parsed_;
   std::map<std::string, std::unique_ptr<DecodedKernel>> decoded_;
   std::map<std::string, Status> failed_;

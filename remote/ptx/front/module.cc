@@ -27,8 +27,6 @@ uint64_t FunctionAddress(const ParsedModule& module, const std::string& name) {
   return kCodeWindow + 16 * (static_cast<uint64_t>(std::distance(module.functions.begin(), found)) + 1);
 }
 
-PtxModule::~PtxModule() = default;
-
 Result<std::unique_ptr<PtxModule>> PtxModule::Parse(std::string_view text, uint64_t device_heap) {
   return ParseLinked({text}, device_heap);
 }

@@ -1,7 +1,7 @@
-// Internal representation of the PTX engine (ptx_engine.h): the parsed module and the
-// decoded kernel program. Built by front/ (parser.cc and module.cc, the parsed module) and
-// interp/decoder.cc (DecodedKernel); consumed by both tiers, interp/ and jit/. It includes
-// neither tier (tests/remote/layering.sh).
+// The parsed module of the PTX engine (ptx_engine.h): what parser.cc and module.cc make of
+// PTX text, and what both tiers start from (the decoder in interp/, the JIT in jit/). The
+// decoded kernel the decoder makes of it is in ir/kernel.h, above this header: the front
+// end includes neither tier nor ir/ (tests/remote/layering.sh).
 #pragma once
 
 #include <cstdint>
@@ -15,20 +15,6 @@
 #include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::sim {
-
-struct JitSlot;  // launch.h
-
-// The CTA's static shared memory as the decoder laid it out (DecodedKernel): the JIT tier
-// takes it as it is, so that both tiers place, size and check shared memory alike and a
-// launch's limits (RunKernel) hold for compiled code too. A name not here is no .shared
-// variable of the kernel (one the decoder never placed, say a label of the same name).
-struct SharedLayout {
-  std::map<std::string, uint64_t> offsets;  // .shared variable -> offset in the CTA's
-  uint64_t size = 0;                        // bytes (DecodedKernel::static_shared)
-};
-
-// --- Parsed module
-// -------------------------------------------------------------------------
 
 struct RawOperand {
   enum Kind : uint8_t { kNone, kName, kInt, kF32, kF64, kAddress, kVector, kList };
@@ -105,165 +91,5 @@ Result<std::unique_ptr<ParsedModule>> LinkPtxTexts(const std::vector<std::string
 // tables hold it): in kCodeWindow, by the function's place among the module's functions,
 // so the same PTX gives the same addresses on any GPU. 0: no function of that name.
 uint64_t FunctionAddress(const ParsedModule& module, const std::string& name);
-
-// --- Decoded kernel
-// ------------------------------------------------------------------------
-
-struct Warp;
-struct LaunchState;
-struct Inst;
-using Handler = void (*)(Warp& warp, const Inst& inst, uint32_t mask);
-
-enum class Flow : uint8_t {
-  kNext,     // every other instruction: the lanes move on
-  kBranch,   // bra: executing lanes go to `target`
-  kExit,     // ret/exit at kernel level: executing lanes end
-  kBarrier,  // bar.sync: executing lanes wait for the CTA
-  kTrap,     // trap/brkpt: the launch fails
-  kAssert,   // __assertfail: the launch fails with CUDA_ERROR_ASSERT
-};
-
-enum class Space : uint8_t { kGeneric, kGlobal, kShared, kLocal, kParam, kConst };
-
-struct Inst {
-  Handler run = nullptr;
-  Flow flow = Flow::kNext;
-  Space space = Space::kGeneric;
-  uint8_t width = 0;   // bytes per element (memory, some conversions)
-  uint8_t vec = 1;     // elements of a vector access
-  uint8_t mode = 0;    // op-specific: comparison, rounding, atomic op, shuffle mode...
-  uint8_t mode2 = 0;   // op-specific: setp's bool op, cvt's source kind...
-  uint8_t flags = 0;   // kFtz, kSat, ...
-  int32_t guard = -1;  // predicate slot, -1: none
-  bool guard_negated = false;
-  bool uniform_address = false;  // memory: the address operand is a constant slot (same in
-                                 // every lane and warp)
-  // A lane function of sources a, b, c, e into d[0] (d[1]) that cannot fault or touch
-  // anything else (mov, cvt, cvta, arithmetic but div/rem and carries, ld.param at a fixed
-  // address): the decoder may run it once per warp before the CTAs (Hoist).
-  bool pure = false;
-  // A warp-synchronous instruction, which on a GPU waits for lanes (RunWarp lets lanes it
-  // held back, so that spinning lanes let others progress, run again before it): kSyncNone,
-  // kSyncWarp (wmma, mma, ldmatrix: the whole warp), kSyncMaskB (vote, match, redux,
-  // bar.warp: the membermask in slot b), kSyncMaskE (shfl: in slot e).
-  uint8_t collective = 0;
-  int32_t d[4] = {-1, -1, -1, -1};         // destination slots
-  int32_t a = -1, b = -1, c = -1, e = -1;  // source slots
-  int32_t target = -1;                     // branch target
-  int64_t offset = 0;                      // address offset
-  uint32_t printf_args = 0;                // local offsets for vprintf (format, args)
-  uint32_t printf_fmt = 0;
-  int line = 0;      // PTX source line, for error messages
-  uint32_t aux = 0;  // wmma: its WmmaOp in DecodedKernel::wmma; cp.async: the source offset
-};
-
-// A call of the device runtime (dynamic parallelism, CUDA 12's CDP2 entry points), run by
-// HDeviceRuntime: its arguments' and result's offsets in local memory, and the module's heap.
-struct DeviceRuntimeCall {
-  enum Op : uint8_t {
-    kGetParameterBuffer,  // (func, grid[12], block[12], shared) -> buffer
-    kLaunchDevice,        // (buffer, stream) -> error
-    kGetLastError,        // () -> error, which it resets
-    kStreamCreate,        // (stream*, flags) -> error
-    kStreamDestroy,       // (stream) -> error
-    kMalloc,              // (pointer*, size) -> error
-    kFree,                // (pointer) -> error
-    kPeekAtLastError,     // () -> error
-    kEventCreate,         // (event*, flags) -> error
-    kEventOrder,          // cudaEventRecord (event, stream), cudaStreamWaitEvent, cudaEventDestroy -> error
-  };
-  Op op = kGetLastError;
-  uint32_t args[4] = {0, 0, 0, 0};
-  uint32_t result = 0;
-  uint32_t last_error = 0;           // local offset of the thread's last error and its CTA tag (8 bytes)
-  uint64_t heap = 0, heap_size = 0;  // 0: the module has none (ops that need it fail)
-};
-
-// A kernel of the module a device-side launch may name: its address (a function pointer's
-// value) and the bytes of its parameters.
-struct LaunchableEntry {
-  uint64_t address = 0;
-  std::string name;
-  uint32_t param_size = 0;
-};
-
-// Element types of wmma fragments.
-enum class WmmaType : uint8_t { kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32 };
-
-// One wmma.load, wmma.store or wmma.mma (warp-wide matrix operations: a fragment is a
-// list of registers in every lane, whose element layout PTX leaves to the implementation;
-// the engine's is in docs/ptx-engine.md).
-struct WmmaOp {
-  enum Kind : uint8_t { kLoad, kStore, kMma };
-  Kind kind = kLoad;
-  char matrix = 'a';      // load/store: a, b, c or d
-  bool row_major = true;  // load/store: the layout in memory
-  uint32_t m = 0, n = 0, k = 0;
-  // load/store: types[0] the element type; mma: d, a, b, c.
-  WmmaType types[4] = {};
-  bool satfinite = false;
-  // mma.sync (not wmma): the fragments follow the lane layout PTX defines for its shape.
-  bool ptx_layout = false;
-  // load/store: fragments[0]; mma: d, a, b, c. Register slots, in order.
-  std::vector<int32_t> fragments[4];
-};
-
-inline constexpr uint8_t kSyncNone = 0;
-inline constexpr uint8_t kSyncWarp = 1;
-inline constexpr uint8_t kSyncMaskB = 2;
-inline constexpr uint8_t kSyncMaskE = 3;
-
-inline constexpr uint8_t kFlagFtz = 1;
-inline constexpr uint8_t kFlagSat = 2;
-inline constexpr uint8_t kFlagCarryIn = 4;   // addc/subc/madc
-inline constexpr uint8_t kFlagCarryOut = 8;  // .cc
-inline constexpr uint8_t kFlagSigned = 16;
-// Half arithmetic's .relu: a negative result becomes 0, a NaN the canonical NaN.
-inline constexpr uint8_t kFlagRelu = 32;
-// min/max.NaN: a NaN operand makes the result the canonical NaN.
-inline constexpr uint8_t kFlagNaNOperand = 64;
-
-struct DecodedKernel {
-  std::string name;
-  std::vector<Inst> code;
-  // Handlers that a wrapper runs (Inst::aux indexes them): float arithmetic with a
-  // directed rounding (.rz/.rm/.rp) runs its round-to-nearest handler in that mode.
-  std::vector<Handler> inner;
-  // Run once per warp (all 32 lanes) when a worker sets up its warps, after the special
-  // registers: the instructions whose value is the same in every CTA (Hoist).
-  std::vector<Inst> prologue;
-  uint32_t slot_count = 0;
-  // Slots whose value is the same in every lane and every warp (immediates,
-  // symbol addresses), set when a warp starts: {slot, value}.
-  std::vector<std::pair<int32_t, uint64_t>> constants;
-  // Special-register slots, set per lane / per warp when a warp starts.
-  int32_t tid[3] = {-1, -1, -1}, ntid[3] = {-1, -1, -1};
-  int32_t ctaid[3] = {-1, -1, -1}, nctaid[3] = {-1, -1, -1};
-  int32_t laneid = -1, warpid = -1, nwarpid = -1, smid = -1, nsmid = -1, gridid = -1;
-  int32_t lanemask_eq = -1, lanemask_lt = -1, lanemask_le = -1, lanemask_gt = -1, lanemask_ge = -1;
-  // %envreg0..31: 0, except %envreg1/%envreg2, the high and low halves of a cooperative
-  // launch's grid workspace (what cooperative groups' grid.sync() counts on).
-  int32_t envreg[32] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
-                        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-  int32_t carry_slot = -1;  // the .cc carry flag
-  uint32_t param_size = 0;  // bytes of .entry parameters
-  // Bytes of the .shared variables the kernel and its callees name: as declared, and
-  // rounded up to 16 (where dynamic shared memory starts).
-  uint64_t declared_shared = 0;
-  uint64_t static_shared = 0;
-  uint32_t dynamic_shared_align = 16;
-  uint32_t max_threads = 0;                     // RawFunction::max_threads of the entry
-  uint64_t const_bytes = 0;                     // of the module's .const variables (one bank per module)
-  uint64_t local_size = 0;                      // bytes of local memory per thread
-  std::string unsupported;                      // non-empty: why this kernel cannot run (at launch)
-  std::vector<WmmaOp> wmma;                     // the operands of its wmma instructions (Inst::aux)
-  std::vector<DeviceRuntimeCall> device_calls;  // Inst::aux of HDeviceRuntime
-  std::vector<LaunchableEntry> entries;         // set when it calls the device runtime
-  // The entry's parsed PTX (owned by its PtxModule), and its JIT tier (jit/jit.h): compiled
-  // once the launches say it is worth it, or refused.
-  const RawFunction* source = nullptr;
-  SharedLayout shared_layout;    // the .shared variables it names, for the JIT tier
-  std::shared_ptr<JitSlot> jit;  // made by PtxModule::Decode
-};
 
 }  // namespace gpupool::sim

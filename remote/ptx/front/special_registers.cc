@@ -8,11 +8,15 @@ namespace gpupool::sim {
 
 SpecialRegisterName DecodeSpecialRegister(std::string_view name) {
   using R = SpecialRegister;
-  static constexpr std::array<std::pair<std::string_view, R>, 4> kAxial = {{
+  static constexpr std::array<std::pair<std::string_view, R>, 8> kAxial = {{
       {"%tid.", R::kTid},
       {"%ntid.", R::kNtid},
       {"%ctaid.", R::kCtaid},
       {"%nctaid.", R::kNctaid},
+      {"%clusterid.", R::kClusterid},
+      {"%nclusterid.", R::kNclusterid},
+      {"%cluster_ctaid.", R::kClusterCtaid},
+      {"%cluster_nctaid.", R::kClusterNctaid},
   }};
   for (const auto& [prefix, reg] : kAxial) {
     if (name.size() == prefix.size() + 1 && name.substr(0, prefix.size()) == prefix) {
@@ -21,7 +25,7 @@ SpecialRegisterName DecodeSpecialRegister(std::string_view name) {
       return {};
     }
   }
-  static constexpr std::array<std::pair<std::string_view, R>, 16> kScalar = {{
+  static constexpr std::array<std::pair<std::string_view, R>, 19> kScalar = {{
       {"%laneid", R::kLaneid},
       {"%warpid", R::kWarpid},
       {"%nwarpid", R::kNwarpid},
@@ -38,6 +42,9 @@ SpecialRegisterName DecodeSpecialRegister(std::string_view name) {
       {"%globaltimer", R::kGlobaltimer},
       {"%globaltimer_lo", R::kGlobaltimerLo},
       {"%globaltimer_hi", R::kGlobaltimerHi},
+      {"%cluster_ctarank", R::kClusterCtarank},
+      {"%cluster_nctarank", R::kClusterNctarank},
+      {"%is_explicit_cluster", R::kIsExplicitCluster},
   }};
   for (const auto& [known, reg] : kScalar) {
     if (name == known) return {reg, 0};
@@ -57,12 +64,11 @@ SpecialRegisterName DecodeSpecialRegister(std::string_view name) {
 
 bool IsSpecialRegisterName(std::string_view name) {
   // The families of PTX ISA 8's special registers, by prefix.
-  static constexpr std::array<std::string_view, 22> kFamilies = {
-      "%tid",           "%ntid",          "%ctaid",       "%nctaid",      "%laneid",
-      "%warpid",        "%clock",         "%lanemask",    "%smid",        "%nsmid",
-      "%nwarpid",       "%gridid",        "%globaltimer", "%envreg",      "%pm",
-      "%dynamic_smem",  "%total_smem",    "%cluster",     "%is_explicit", "%aggr_smem",
-      "%reserved_smem", "%current_graph",
+  static constexpr std::array<std::string_view, 23> kFamilies = {
+      "%tid",         "%ntid",        "%ctaid",     "%nctaid",        "%laneid",        "%warpid",
+      "%clock",       "%lanemask",    "%smid",      "%nsmid",         "%nwarpid",       "%gridid",
+      "%globaltimer", "%envreg",      "%pm",        "%dynamic_smem",  "%total_smem",    "%cluster",
+      "%ncluster",    "%is_explicit", "%aggr_smem", "%reserved_smem", "%current_graph",
   };
   if (name.size() <= 1) return false;
   for (std::string_view family : kFamilies) {

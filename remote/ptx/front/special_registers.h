@@ -34,6 +34,15 @@ enum class SpecialRegister : uint8_t {
   kGlobaltimerLo,
   kGlobaltimerHi,
   kEnvreg,  // %envreg0 ... %envreg31: index 0 ... 31
+  // Clusters (sm_90): the interpreter runs each block as a cluster of one; the JIT tier
+  // computes none of them. .x .y .z: index 0, 1, 2
+  kClusterid,
+  kNclusterid,
+  kClusterCtaid,
+  kClusterNctaid,
+  kClusterCtarank,
+  kClusterNctarank,
+  kIsExplicitCluster,
 };
 
 struct SpecialRegisterName {

@@ -16,7 +16,7 @@ Status Decoder::HalfInstruction(const Frame& frame, const RawStatement& s, Inst 
   }
   inst.mode = found->second.first;
   int arity = found->second.second;
-  for (const std::string& part : Split(s.opcode)) {
+  for (std::string_view part : SplitOpcode(s.opcode)) {
     if (part == "relu") inst.flags |= kFlagRelu;
     if (part == "NaN" && (op == "min" || op == "max")) inst.flags |= kFlagNaNOperand;
     if (part == "xorsign") {

@@ -1,11 +1,40 @@
 // The decoder (decoder.h): moves and conversions.
 #include "remote/ptx/interp/decoder.h"
 
+#include "remote/ptx/front/special_registers.h"
 #include "remote/ptx/interp/conversions.h"
 #include "remote/ptx/interp/warp_ops.h"
 #include "remote/ptx/interp/wmma.h"
 
 namespace gpupool::sim::interp {
+
+namespace {
+
+// The clock or timer special register `name` is, which mov reads with HClock (Inst::mode);
+// false for any other name.
+bool ClockOf(const std::string& name, ClockRegister* clock) {
+  switch (DecodeSpecialRegister(name).reg) {
+    case SpecialRegister::kClock:
+      *clock = kClock;
+      return true;
+    case SpecialRegister::kClock64:
+      *clock = kClock64;
+      return true;
+    case SpecialRegister::kGlobaltimer:
+      *clock = kGlobalTimer;
+      return true;
+    case SpecialRegister::kGlobaltimerLo:
+      *clock = kGlobalTimerLo;
+      return true;
+    case SpecialRegister::kGlobaltimerHi:
+      *clock = kGlobalTimerHi;
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
 
 // mov (values, packing, clocks) and cvt.
 Status Decoder::DecodeConversion(Decoding& d) {
@@ -13,9 +42,9 @@ Status Decoder::DecodeConversion(Decoding& d) {
   [[maybe_unused]] const std::string& op = parts[0];
   if (op == "mov") {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
-    if (ops[1].kind == RawOperand::kName && ClockMode(ops[1].name) >= 0) {
+    if (ClockRegister clock; ops[1].kind == RawOperand::kName && ClockOf(ops[1].name, &clock)) {
       GPUPOOL_DST(0);
-      inst.mode = static_cast<ClockRegister>(ClockMode(ops[1].name));
+      inst.mode = clock;
       return Append(inst, &HClock);
     }
     if (ops[1].kind == RawOperand::kVector) {  // pack

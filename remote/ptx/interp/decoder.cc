@@ -6,6 +6,7 @@
 #include "remote/ptx/interp/decoder.h"
 
 #include "remote/ptx/front/param_layout.h"
+#include "remote/ptx/front/special_registers.h"
 #include "remote/ptx/interp/conversions.h"
 #include "remote/ptx/interp/half.h"
 #include "remote/ptx/interp/hoist.h"
@@ -110,40 +111,63 @@ Status Decoder::Refuse(const std::string& why, int line, Inst inst) {
 }
 
 int32_t Decoder::Special(const std::string& name) {
-  static const char* kAxes = "xyz";
-  for (int i = 0; i < 3; ++i) {
-    std::string axis = std::string(".") + kAxes[i];
-    if (name == "%tid" + axis) return Ensure(&k_->tid[i]);
-    if (name == "%ntid" + axis) return Ensure(&k_->ntid[i]);
-    if (name == "%ctaid" + axis) return Ensure(&k_->ctaid[i]);
-    if (name == "%nctaid" + axis) return Ensure(&k_->nctaid[i]);
+  using R = SpecialRegister;
+  const SpecialRegisterName special = DecodeSpecialRegister(name);
+  const uint32_t i = special.index;
+  switch (special.reg) {
+    case R::kTid:
+      return Ensure(&k_->tid[i]);
+    case R::kNtid:
+      return Ensure(&k_->ntid[i]);
+    case R::kCtaid:
+      return Ensure(&k_->ctaid[i]);
+    case R::kNctaid:
+      return Ensure(&k_->nctaid[i]);
     // The sim runs every launch as clusters of one block (the client refuses larger ones
     // for a kernel that names its cluster): each block is its own cluster.
-    if (name == "%clusterid" + axis) return Ensure(&k_->ctaid[i]);
-    if (name == "%nclusterid" + axis) return Ensure(&k_->nctaid[i]);
-    if (name == "%cluster_ctaid" + axis) return Constant(0);
-    if (name == "%cluster_nctaid" + axis) return Constant(1);
-  }
-  if (name == "%cluster_ctarank" || name == "%is_explicit_cluster") return Constant(0);
-  if (name == "%cluster_nctarank") return Constant(1);
-  if (name == "%laneid") return Ensure(&k_->laneid);
-  if (name == "%warpid") return Ensure(&k_->warpid);
-  if (name == "%nwarpid") return Ensure(&k_->nwarpid);
-  if (name == "%smid") return Ensure(&k_->smid);
-  if (name == "%nsmid") return Ensure(&k_->nsmid);
-  if (name == "%gridid") return Ensure(&k_->gridid);
-  if (name == "%lanemask_eq") return Ensure(&k_->lanemask_eq);
-  if (name == "%lanemask_lt") return Ensure(&k_->lanemask_lt);
-  if (name == "%lanemask_le") return Ensure(&k_->lanemask_le);
-  if (name == "%lanemask_gt") return Ensure(&k_->lanemask_gt);
-  if (name == "%lanemask_ge") return Ensure(&k_->lanemask_ge);
-  if (name.rfind("%envreg", 0) == 0 && name.size() > 7 && name.size() <= 9) {
-    int n = 0;
-    for (size_t i = 7; i < name.size(); ++i) {
-      if (name[i] < '0' || name[i] > '9') return -1;
-      n = n * 10 + (name[i] - '0');
-    }
-    if (n < 32) return Ensure(&k_->envreg[n]);
+    case R::kClusterid:
+      return Ensure(&k_->ctaid[i]);
+    case R::kNclusterid:
+      return Ensure(&k_->nctaid[i]);
+    case R::kClusterCtaid:
+    case R::kClusterCtarank:
+    case R::kIsExplicitCluster:
+      return Constant(0);
+    case R::kClusterNctaid:
+    case R::kClusterNctarank:
+      return Constant(1);
+    case R::kLaneid:
+      return Ensure(&k_->laneid);
+    case R::kWarpid:
+      return Ensure(&k_->warpid);
+    case R::kNwarpid:
+      return Ensure(&k_->nwarpid);
+    case R::kSmid:
+      return Ensure(&k_->smid);
+    case R::kNsmid:
+      return Ensure(&k_->nsmid);
+    case R::kGridid:
+      return Ensure(&k_->gridid);
+    case R::kLanemaskEq:
+      return Ensure(&k_->lanemask_eq);
+    case R::kLanemaskLt:
+      return Ensure(&k_->lanemask_lt);
+    case R::kLanemaskLe:
+      return Ensure(&k_->lanemask_le);
+    case R::kLanemaskGt:
+      return Ensure(&k_->lanemask_gt);
+    case R::kLanemaskGe:
+      return Ensure(&k_->lanemask_ge);
+    case R::kEnvreg:
+      return Ensure(&k_->envreg[i]);
+    // Clocks and timers have no slot: mov reads them (HClock, DecodeConversion).
+    case R::kClock:
+    case R::kClock64:
+    case R::kGlobaltimer:
+    case R::kGlobaltimerLo:
+    case R::kGlobaltimerHi:
+    case R::kNone:
+      return -1;
   }
   return -1;
 }
@@ -151,15 +175,6 @@ int32_t Decoder::Special(const std::string& name) {
 int32_t Decoder::Ensure(int32_t* slot) {
   if (*slot < 0) *slot = NewSlot();
   return *slot;
-}
-
-int Decoder::ClockMode(const std::string& name) {
-  if (name == "%clock") return 0;
-  if (name == "%clock64") return 1;
-  if (name == "%globaltimer") return 2;
-  if (name == "%globaltimer_lo") return 3;
-  if (name == "%globaltimer_hi") return 4;
-  return -1;
 }
 
 bool Decoder::IsRegister(const Frame& frame, const std::string& name) const {

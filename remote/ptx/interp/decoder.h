@@ -20,7 +20,8 @@ struct Symbol {
   uint64_t value;  // address in its own space
 };
 
-// SplitOpcode (front/program.h), as strings: the decoder keeps and compares its parts.
+// SplitOpcode (front/program.h), as strings: Decoding keeps the parts, and the family
+// decoders join them into messages and look them up in tables keyed by std::string.
 std::vector<std::string> Split(const std::string& opcode);
 
 // Operand `index` of the statement into slot field `field` of its Inst (a source, read as
@@ -62,10 +63,10 @@ class Decoder {
   // CUDA_ERROR_NOT_SUPPORTED) and puts a trap where `inst` would have gone.
   Status Refuse(const std::string& why, int line, Inst inst);
 
-  // Slot of a special register, or -1.
+  // Slot of a special register (front/special_registers.h), or -1: for any other name,
+  // and for the clocks and timers, which only mov reads (DecodeConversion).
   int32_t Special(const std::string& name);
   int32_t Ensure(int32_t* slot);
-  static int ClockMode(const std::string& name);
   bool IsRegister(const Frame& frame, const std::string& name) const;
 
   // Value of a symbol as an operand (its address in its own space).

@@ -1,27 +1,45 @@
-// The interpreter's The decoder's handler tables: PTX types (Ty), handlers chosen by type
-// (ByType, ByIntType), and the wrappers that give each operation and type one function.
+// The decoder's handler tables: PTX types (Ty, from the front end's type table), handlers
+// chosen by type (ByType, ByIntType), and the wrappers that give each operation and type
+// one function.
 // Private interface: handler_tables.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/handler_tables.h"
 
+#include "remote/ptx/front/types.h"
+
 namespace gpupool::sim::interp {
 
-Ty ParseType(const std::string& t) {
-  if (t == "u8" || t == "b8") return kU8;
-  if (t == "u16" || t == "b16") return kU16;
-  if (t == "u32" || t == "b32") return kU32;
-  if (t == "u64" || t == "b64") return kU64;
-  if (t == "s8") return kS8;
-  if (t == "s16") return kS16;
-  if (t == "s32") return kS32;
-  if (t == "s64") return kS64;
-  if (t == "f16") return kF16;
-  if (t == "bf16") return kBF16;
-  if (t == "f16x2") return kF16x2;
-  if (t == "bf16x2") return kBF16x2;
-  if (t == "f32") return kF32;
-  if (t == "f64") return kF64;
-  if (t == "pred") return kPred;
+Ty ParseType(std::string_view suffix) {
+  const PtxType t = ParsePtxType(suffix);
+  auto by_width = [&](Ty t8, Ty t16, Ty t32, Ty t64) {
+    switch (t.bits) {
+      case 8:
+        return t8;
+      case 16:
+        return t16;
+      case 32:
+        return t32;
+      default:
+        return t64;
+    }
+  };
+  switch (t.kind) {
+    case PtxKind::kSigned:
+      return by_width(kS8, kS16, kS32, kS64);
+    case PtxKind::kUnsigned:
+    case PtxKind::kBits:  // untyped bits compute as unsigned
+      return by_width(kU8, kU16, kU32, kU64);
+    case PtxKind::kFloat:
+      return t.bits == 32 ? kF32 : kF64;
+    case PtxKind::kHalf:
+      return t.elements == 2 ? kF16x2 : kF16;
+    case PtxKind::kBFloat:
+      return t.elements == 2 ? kBF16x2 : kBF16;
+    case PtxKind::kPred:
+      return kPred;
+    case PtxKind::kNone:
+      return kNoType;
+  }
   return kNoType;
 }
 int TySize(Ty t) {

@@ -2,6 +2,8 @@
 // Templates: instantiated where the decoder names them.
 #pragma once
 
+#include <string_view>
+
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/arithmetic.h"
 #include "remote/ptx/interp/memory.h"
@@ -27,7 +29,9 @@ enum Ty : uint8_t {
   kNoType
 };
 
-Ty ParseType(const std::string& t);
+// The interpreter's type of a type suffix (front/types.h's table; .bN as .uN); kNoType for
+// a word that is none.
+Ty ParseType(std::string_view suffix);
 int TySize(Ty t);
 bool TySigned(Ty t);
 bool TyFloat(Ty t);

@@ -3,7 +3,7 @@
 // sets a mode and the handler that reads it name the same thing.
 //
 // Plain enums on uint8_t, stored in Inst's uint8_t fields as they are: Inst keeps its layout
-// (front/program.h; read by every handler on every instruction), a handler
+// (ir/kernel.h; read by every handler on every instruction), a handler
 // compares or switches on the field with no cast, and one field holds the mode of whatever
 // family its opcode belongs to. Their enumerators carry their family's prefix, since plain
 // enums share their namespace.

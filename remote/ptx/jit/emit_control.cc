@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "remote/ptx/ir/opcodes.h"
 #include "remote/ptx/jit/emitter.h"
 #include "remote/ptx/ptx_engine.h"
 
@@ -75,6 +76,9 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
   const std::string_view op = parts[0];
   std::string why;
   auto refuse = [&](const std::string& text) { return Refuse(s.opcode + ": " + text, s.line, refused); };
+  // The opcode table's jit column is this dispatch's list: an opcode it does not mark is
+  // left to the interpreter here, whatever branch below might match its name.
+  if (!JitHasEmitter(op)) return refuse("an opcode the tier has no emitter for (ir/opcodes.def)");
   // Count it (each running thread), then run it under its guard.
   llvm::Value* counted = b_.getInt64(1);
   if (lanes_) {

@@ -26,6 +26,7 @@
 #include "remote/ptx/front/program.h"
 #include "remote/ptx/front/special_registers.h"
 #include "remote/ptx/front/types.h"
+#include "remote/ptx/ir/kernel.h"
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
 

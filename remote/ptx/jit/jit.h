@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "remote/ptx/front/program.h"
+#include "remote/ptx/ir/kernel.h"
 #include "remote/ptx/launch.h"
 
 namespace gpupool::sim {

@@ -72,7 +72,8 @@ class Engine : public ::testing::Test {
     std::vector<uint8_t> params(layout->second.param_size);
     size_t index = 0;
     bool sizes_ok = true;
-    auto put = [&](auto value) {
+    // Unused where the kernel takes no arguments (the fold below is then empty).
+    [[maybe_unused]] auto put = [&](auto value) {
       const image::ParamSlot& slot = layout->second.params.at(index++);
       sizes_ok &= slot.size == sizeof(value);
       std::memcpy(params.data() + slot.offset, &value, sizeof(value));

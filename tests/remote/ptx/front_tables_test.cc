@@ -86,6 +86,25 @@ TEST(SpecialRegisters, DecodesLaneWarpClockAndTimerRegisters) {
             std::size(names));
 }
 
+// The interpreter computes these (a block is a cluster of one); the JIT tier refuses them.
+TEST(SpecialRegisters, DecodesTheClusterRegisters) {
+  const char axes[] = "xyz";
+  for (auto [family, reg] :
+       {std::pair{"%clusterid.", SpecialRegister::kClusterid}, std::pair{"%nclusterid.", SpecialRegister::kNclusterid},
+        std::pair{"%cluster_ctaid.", SpecialRegister::kClusterCtaid},
+        std::pair{"%cluster_nctaid.", SpecialRegister::kClusterNctaid}}) {
+    for (uint32_t axis = 0; axis < 3; ++axis) {
+      const std::string name = family + std::string(1, axes[axis]);
+      EXPECT_EQ(DecodeSpecialRegister(name).reg, reg) << name;
+      EXPECT_EQ(DecodeSpecialRegister(name).index, axis) << name;
+      EXPECT_TRUE(IsSpecialRegisterName(name)) << name;
+    }
+  }
+  EXPECT_EQ(DecodeSpecialRegister("%cluster_ctarank").reg, SpecialRegister::kClusterCtarank);
+  EXPECT_EQ(DecodeSpecialRegister("%cluster_nctarank").reg, SpecialRegister::kClusterNctarank);
+  EXPECT_EQ(DecodeSpecialRegister("%is_explicit_cluster").reg, SpecialRegister::kIsExplicitCluster);
+}
+
 TEST(SpecialRegisters, DecodesEnvregZeroToThirtyOneOnly) {
   EXPECT_EQ(DecodeSpecialRegister("%envreg0").reg, SpecialRegister::kEnvreg);
   EXPECT_EQ(DecodeSpecialRegister("%envreg0").index, 0u);
@@ -99,9 +118,9 @@ TEST(SpecialRegisters, DecodesEnvregZeroToThirtyOneOnly) {
 }
 
 TEST(SpecialRegisters, KeepsNamesNeitherTierComputesOutOfTheKernelsRegisters) {
-  for (const char* name :
-       {"%pm0", "%dynamic_smem_size", "%total_smem_size", "%clusterid.x", "%cluster_ctarank", "%is_explicit_cluster",
-        "%aggr_smem_size", "%reserved_smem_offset_begin", "%current_graph_exec", "%tid"}) {
+  for (const char* name : {"%pm0", "%dynamic_smem_size", "%total_smem_size", "%clusterid", "%nclusterid",
+                           "%cluster_ctaid.w", "%clusterid.x.y", "%cluster_rank", "%aggr_smem_size",
+                           "%reserved_smem_offset_begin", "%current_graph_exec", "%tid"}) {
     EXPECT_EQ(DecodeSpecialRegister(name).reg, SpecialRegister::kNone) << name;
     EXPECT_TRUE(IsSpecialRegisterName(name)) << name;
   }

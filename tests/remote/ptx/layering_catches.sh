@@ -1,7 +1,8 @@
 #!/bin/bash
 # tests/remote/layering.sh fails, naming file and line, on a copy of remote/ given a breach
-# of each rule the PTX engine's rooms add: ir/ including the interpreter above it, and a
-# room outside remote/ptx/ (the sim device) including the decoded kernel (ir/).
+# of each rule the PTX engine's rooms add: ir/ including the interpreter above it, the
+# front end including the decoded kernel (ir/) above it, and a room outside remote/ptx/
+# (the sim device) including the decoded kernel.
 # Usage: layering_catches.sh SOURCE_DIR
 set -euo pipefail
 root=${1:?usage: layering_catches.sh SOURCE_DIR}
@@ -9,18 +10,20 @@ copy=$(mktemp -d)
 trap 'rm -rf "$copy"' EXIT
 cp -r "$root/remote" "$copy/"
 sed -i '1i #include "remote/ptx/interp/internal.h"' "$copy/remote/ptx/ir/modes.h"
+sed -i '1i #include "remote/ptx/ir/kernel.h"' "$copy/remote/ptx/front/module.cc"
 sim_file=$(cd "$copy" && ls remote/devices/sim/*.cc | head -n 1)
 sed -i '1i #include "remote/ptx/ir/kernel.h"' "$copy/$sim_file"
 
 # layering.sh must fail, and name each breach.
 if out=$("$root/tests/remote/layering.sh" "$copy" 2>&1); then
   echo "$out"
-  echo "FAIL: layering.sh passed a tree with two breaches"
+  echo "FAIL: layering.sh passed a tree with three breaches"
   exit 1
 fi
 echo "$out"
 missing=0
 for line in "remote/ptx/ir/modes.h:1: remote/ptx/ir includes remote/ptx/interp/internal.h, which is not below it" \
+  "remote/ptx/front/module.cc:1: remote/ptx/front includes remote/ptx/ir/kernel.h, which is not below it" \
   "$sim_file:1:#include \"remote/ptx/ir/kernel.h\"" "remote/ptx/ir/ is included from outside the PTX engine"; do
   grep -qF -- "$line" <<<"$out" || { echo "FAIL: expected: $line"; missing=1; }
 done

@@ -1,0 +1,129 @@
+// The JIT column of the opcode table (remote/ptx/ir/opcodes.def) against the JIT tier
+// itself: every opcode it marks true compiles (in one form the tier takes), every opcode it
+// marks false is refused by the tier's dispatch, naming the table.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "remote/ptx/front/param_layout.h"
+#include "remote/ptx/front/program.h"
+#include "remote/ptx/ir/opcodes.h"
+#include "remote/ptx/jit/jit.h"
+
+namespace gpupool::sim {
+namespace {
+
+// One form of each opcode marked true, written over the probe kernel's registers (%r1,
+// %f1, %rd1 are set before it; %r2, %f2, %rd2, %p1 are free). A sample may set up what it
+// reads first.
+const std::map<std::string_view, std::string_view> kSamples = {
+    {"bra", "bra DONE;"},
+    {"ret", "ret;"},
+    {"exit", "exit;"},
+    {"bar", "bar.sync 0;"},
+    {"barrier", "barrier.sync 0;"},
+    {"ld", "ld.global.u32 %r2, [%rd1];"},
+    {"st", "st.global.u32 [%rd1+4], %r1;"},
+    {"atom", "atom.global.add.u32 %r2, [%rd1], 1;"},
+    {"red", "red.global.add.u32 [%rd1], 1;"},
+    {"cvta", "cvta.to.global.u64 %rd2, %rd1;"},
+    {"mov", "mov.u32 %r2, %r1;"},
+    {"cvt", "cvt.rzi.s32.f32 %r2, %f1;"},
+    {"setp", "setp.lt.u32 %p1, %r1, 5;"},
+    {"selp", "setp.lt.u32 %p1, %r1, 5;\n  selp.b32 %r2, 1, 2, %p1;"},
+    {"add", "add.s32 %r2, %r1, 3;"},
+    {"sub", "sub.s32 %r2, %r1, 3;"},
+    {"mul", "mul.lo.s32 %r2, %r1, 3;"},
+    {"mad", "mad.lo.s32 %r2, %r1, 3, %r1;"},
+    {"fma", "fma.rn.f32 %f2, %f1, %f1, %f1;"},
+    {"div", "div.rn.f32 %f2, %f1, 0f40400000;"},
+    {"min", "min.s32 %r2, %r1, 3;"},
+    {"max", "max.u32 %r2, %r1, 3;"},
+    {"and", "and.b32 %r2, %r1, 3;"},
+    {"or", "or.b32 %r2, %r1, 3;"},
+    {"xor", "xor.b32 %r2, %r1, 3;"},
+    {"not", "not.b32 %r2, %r1;"},
+    {"shl", "shl.b32 %r2, %r1, 3;"},
+    {"shr", "shr.u32 %r2, %r1, 3;"},
+    {"neg", "neg.s32 %r2, %r1;"},
+    {"abs", "abs.f32 %f2, %f1;"},
+    {"sqrt", "sqrt.rn.f32 %f2, %f1;"},
+};
+
+// A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around
+// `body`.
+std::string ProbeKernel(std::string_view body) {
+  return std::string(R"(.version 8.0
+.target sm_80
+.address_size 64
+
+.visible .entry probe(.param .u64 out)
+{
+  .reg .pred %p<4>;
+  .reg .b32 %r<8>;
+  .reg .b64 %rd<8>;
+  .reg .f32 %f<8>;
+
+  ld.param.u64 %rd1, [out];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %tid.x;
+  cvt.rn.f32.u32 %f1, %r1;
+  )") + std::string(body) +
+         R"(
+  st.global.u32 [%rd1], %r1;
+DONE:
+  ret;
+}
+)";
+}
+
+// CompileKernel on the probe kernel around `body`: whether it compiled, and if not, why.
+bool Compiles(std::string_view body, std::string* refused) {
+  auto parsed = LinkPtxTexts({ProbeKernel(body)});
+  if (!parsed.ok()) {
+    *refused = "not parsed: " + parsed.status().message();
+    return false;
+  }
+  const RawFunction& entry = (*parsed)->functions.at("probe");
+  const uint32_t param_size = static_cast<uint32_t>(LayOutParams(entry, nullptr));
+  return CompileKernel(entry, SharedLayout{}, param_size, refused) != nullptr;
+}
+
+TEST(JitOpcodeColumn, EveryOpcodeMarkedTrueCompiles) {
+  int marked = 0;
+  for (const OpcodeRow& row : kOpcodeTable) {
+    if (!row.jit) continue;
+    ++marked;
+    auto sample = kSamples.find(row.name);
+    ASSERT_NE(sample, kSamples.end()) << row.name << " is marked true in ir/opcodes.def: give it a sample here";
+    std::string refused;
+    EXPECT_TRUE(Compiles(sample->second, &refused)) << row.name << ": " << refused;
+  }
+  // A sample of an opcode the table does not mark (or no longer holds) is a stale one.
+  EXPECT_EQ(marked, static_cast<int>(kSamples.size()));
+  for (const auto& [name, body] : kSamples) EXPECT_TRUE(JitHasEmitter(name)) << name;
+}
+
+TEST(JitOpcodeColumn, EveryOpcodeMarkedFalseIsRefusedByTheTable) {
+  for (const OpcodeRow& row : kOpcodeTable) {
+    if (row.jit) continue;
+    // Any operands: the dispatch refuses by the opcode's name before it reads them.
+    std::string refused;
+    EXPECT_FALSE(Compiles(std::string(row.name) + ".b32 %r2, %r1;", &refused)) << row.name;
+    EXPECT_NE(refused.find("ir/opcodes.def"), std::string::npos) << row.name << ": " << refused;
+  }
+}
+
+TEST(JitOpcodeColumn, AnOpcodeOutsideTheTableIsRefused) {
+  EXPECT_FALSE(JitHasEmitter("frobnicate"));
+  EXPECT_FALSE(JitHasEmitter(""));
+  std::string refused;
+  EXPECT_FALSE(Compiles("frobnicate.u32 %r2, %r1, 3;", &refused));
+  EXPECT_NE(refused.find("ir/opcodes.def"), std::string::npos) << refused;
+}
+
+}  // namespace
+}  // namespace gpupool::sim
