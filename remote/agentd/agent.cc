@@ -8,7 +8,7 @@
 
 namespace gpupool::agentd {
 
-Agent::Agent(AgentOptions options, backend::GpuBackend* backend, LeaseTable* leases)
+Agent::Agent(AgentOptions options, device::GpuBackend* backend, LeaseTable* leases)
     : options_(std::move(options)), backend_(backend), leases_(leases) {}
 
 Agent::~Agent() { Stop(); }
@@ -93,15 +93,15 @@ bool Agent::Wait(int ms) {
 
 nlohmann::json Agent::RegisterBody() const {
   nlohmann::json gpus = nlohmann::json::array();
-  for (const backend::GpuInfo& g : backend_->Discover()) {
-    backend::HealthState h = backend_->Health(g.index);
+  for (const device::GpuInfo& g : backend_->Discover()) {
+    device::HealthState h = backend_->Health(g.index);
     gpus.push_back({{"uuid", g.uuid},
                     {"index", g.index},
                     {"model", g.model},
                     {"memory_mib", g.memory_bytes / (1024 * 1024)},
                     {"pci_bus_id", g.pci_bus_id},
                     {"numa_node", g.numa_node},
-                    {"health", backend::HealthName(h.health)}});
+                    {"health", device::HealthName(h.health)}});
   }
   return {{"host", options_.config.host},
           {"rack", options_.config.rack},
@@ -111,9 +111,9 @@ nlohmann::json Agent::RegisterBody() const {
 
 nlohmann::json Agent::HeartbeatBody() const {
   nlohmann::json gpus = nlohmann::json::array();
-  for (const backend::GpuInfo& g : backend_->Discover()) {
-    backend::HealthState h = backend_->Health(g.index);
-    nlohmann::json gpu = {{"uuid", g.uuid}, {"health", backend::HealthName(h.health)}};
+  for (const device::GpuInfo& g : backend_->Discover()) {
+    device::HealthState h = backend_->Health(g.index);
+    nlohmann::json gpu = {{"uuid", g.uuid}, {"health", device::HealthName(h.health)}};
     if (!h.reason.empty()) gpu["reason"] = h.reason;
     gpus.push_back(gpu);
   }

@@ -41,7 +41,7 @@ struct AgentOptions {
 class Agent {
  public:
   // `backend` and `leases` must outlive the Agent.
-  Agent(AgentOptions options, backend::GpuBackend* backend, LeaseTable* leases);
+  Agent(AgentOptions options, device::GpuBackend* backend, LeaseTable* leases);
   ~Agent();  // Stop()s
   Agent(const Agent&) = delete;
   Agent& operator=(const Agent&) = delete;
@@ -100,7 +100,7 @@ class Agent {
   };
 
   const AgentOptions options_;
-  backend::GpuBackend* const backend_;
+  device::GpuBackend* const backend_;
   LeaseTable* const leases_;
   const std::shared_ptr<Wake> wake_ = std::make_shared<Wake>();
   std::thread thread_;

@@ -144,16 +144,16 @@ int RunAgentd(const std::vector<std::string>& args) {
 
   StartReport report(settings->foreground ? -1 : Detach(), !settings->log_file.empty());
 
-  Result<std::unique_ptr<backend::GpuBackend>> made = device::OpenBackend(config.backend, config);
+  Result<std::unique_ptr<device::GpuBackend>> made = device::OpenBackend(config.backend, config);
   if (!made.ok()) {
     return report.Fail(kExitFailure, "cannot start backend '" + config.backend + "': " + made.status().message());
   }
-  std::unique_ptr<backend::GpuBackend> gpu_backend = std::move(made.value());
-  std::vector<backend::GpuInfo> gpus = gpu_backend->Discover();
+  std::unique_ptr<device::GpuBackend> gpu_backend = std::move(made.value());
+  std::vector<device::GpuInfo> gpus = gpu_backend->Discover();
   for (const auto& [index, fault] : settings->faults) {
     Status s = gpu_backend->InjectFault(index, fault);
     if (!s.ok()) return report.Fail(kExitUsage, "--fault: " + s.message());
-    log::Info("GPU " + std::to_string(index) + ": injected fault " + backend::FaultModeName(fault.mode));
+    log::Info("GPU " + std::to_string(index) + ": injected fault " + device::FaultModeName(fault.mode));
   }
 
   LeaseTable leases;

@@ -44,20 +44,20 @@ ControlServer::~ControlServer() {
 
 int ControlServer::port() const { return impl_->port; }
 
-nlohmann::json ControlServer::GpuView(const backend::GpuInfo& info) const {
-  backend::GpuBackend* b = impl_->options.backend;
-  backend::HealthState h = b->Health(info.index);
-  backend::Fault f = b->CurrentFault(info.index);
-  nlohmann::json fault = {{"mode", backend::FaultModeName(f.mode)}};
-  if (f.mode == backend::FaultMode::kFailAfter) fault["ops"] = f.ops;
-  if (f.mode == backend::FaultMode::kFail || f.mode == backend::FaultMode::kFailAfter) fault["reason"] = f.reason;
+nlohmann::json ControlServer::GpuView(const device::GpuInfo& info) const {
+  device::GpuBackend* b = impl_->options.backend;
+  device::HealthState h = b->Health(info.index);
+  device::Fault f = b->CurrentFault(info.index);
+  nlohmann::json fault = {{"mode", device::FaultModeName(f.mode)}};
+  if (f.mode == device::FaultMode::kFailAfter) fault["ops"] = f.ops;
+  if (f.mode == device::FaultMode::kFail || f.mode == device::FaultMode::kFailAfter) fault["reason"] = f.reason;
   nlohmann::json view = {{"index", info.index},
                          {"uuid", info.uuid},
                          {"model", info.model},
                          {"memory_mib", info.memory_bytes / (1024 * 1024)},
                          {"pci_bus_id", info.pci_bus_id},
                          {"numa_node", info.numa_node},
-                         {"health", backend::HealthName(h.health)},
+                         {"health", device::HealthName(h.health)},
                          {"reason", h.reason},
                          {"fault", fault},
                          {"operations", b->OperationCount(info.index)},
@@ -72,7 +72,7 @@ nlohmann::json ControlServer::GpuView(const backend::GpuInfo& info) const {
 
 int ControlServer::HandleGetGpus(nlohmann::json* answer) const {
   nlohmann::json gpus = nlohmann::json::array();
-  for (const backend::GpuInfo& info : impl_->options.backend->Discover()) gpus.push_back(GpuView(info));
+  for (const device::GpuInfo& info : impl_->options.backend->Discover()) gpus.push_back(GpuView(info));
   *answer = {{"host", impl_->options.host},
              {"backend", impl_->options.backend->name()},
              {"registered", impl_->options.agent != nullptr && impl_->options.agent->registered()},
@@ -90,23 +90,23 @@ int ControlServer::HandlePostFault(const std::string& body, nlohmann::json* answ
   if (!(s = json_fields::GetInt(req.value(), "index", true, 0, 1 << 20, &index)).ok()) return ErrorAnswer(s, answer);
   if (!(s = json_fields::GetString(req.value(), "mode", true, &mode_name)).ok()) return ErrorAnswer(s, answer);
   if (!(s = json_fields::GetString(req.value(), "reason", false, &reason)).ok()) return ErrorAnswer(s, answer);
-  Result<backend::FaultMode> mode = backend::ParseFaultMode(mode_name);
+  Result<device::FaultMode> mode = device::ParseFaultMode(mode_name);
   if (!mode.ok()) return ErrorAnswer(Status::InvalidArgument("field 'mode': " + mode.status().message()), answer);
-  backend::Fault fault;
+  device::Fault fault;
   fault.mode = mode.value();
   fault.reason = reason;
   bool has_ops = req->contains("ops");
-  if (fault.mode == backend::FaultMode::kFailAfter) {
+  if (fault.mode == device::FaultMode::kFailAfter) {
     int64_t ops = 0;
     if (!(s = json_fields::GetInt(req.value(), "ops", true, 0, INT64_MAX, &ops)).ok()) return ErrorAnswer(s, answer);
     fault.ops = static_cast<uint64_t>(ops);
   } else if (has_ops) {
     return ErrorAnswer(Status::InvalidArgument("field 'ops' is only for mode fail_after"), answer);
   }
-  if (!reason.empty() && fault.mode != backend::FaultMode::kFail && fault.mode != backend::FaultMode::kFailAfter) {
+  if (!reason.empty() && fault.mode != device::FaultMode::kFail && fault.mode != device::FaultMode::kFailAfter) {
     return ErrorAnswer(Status::InvalidArgument("field 'reason' is only for modes fail and fail_after"), answer);
   }
-  std::vector<backend::GpuInfo> gpus = impl_->options.backend->Discover();
+  std::vector<device::GpuInfo> gpus = impl_->options.backend->Discover();
   if (index >= static_cast<int64_t>(gpus.size())) {
     return ErrorAnswer(Status::NotFound("no GPU with index " + std::to_string(index) + " (this host has " +
                                         std::to_string(gpus.size()) + ")"),
@@ -114,8 +114,8 @@ int ControlServer::HandlePostFault(const std::string& body, nlohmann::json* answ
   }
   s = impl_->options.backend->InjectFault(static_cast<int>(index), fault);
   if (!s.ok()) return ErrorAnswer(s, answer);
-  log::Info("control API: GPU " + std::to_string(index) + " fault set to " + backend::FaultModeName(fault.mode) +
-            (fault.mode == backend::FaultMode::kFailAfter ? "=" + std::to_string(fault.ops) : "") +
+  log::Info("control API: GPU " + std::to_string(index) + " fault set to " + device::FaultModeName(fault.mode) +
+            (fault.mode == device::FaultMode::kFailAfter ? "=" + std::to_string(fault.ops) : "") +
             (reason.empty() ? "" : " (" + reason + ")"));
   *answer = {{"gpu", GpuView(gpus[index])}};
   return 200;

@@ -25,12 +25,12 @@
 namespace gpupool::agentd {
 
 struct ControlServerOptions {
-  std::string listen;                      // "127.0.0.1:PORT"; port 0 picks a free one
-  std::string host;                        // this agent's host name (shown in answers)
-  backend::GpuBackend* backend = nullptr;  // required
-  const LeaseTable* leases = nullptr;      // optional
-  const Agent* agent = nullptr;            // optional (for "registered")
-  ControlAuthorizer authorize;             // required
+  std::string listen;                     // "127.0.0.1:PORT"; port 0 picks a free one
+  std::string host;                       // this agent's host name (shown in answers)
+  device::GpuBackend* backend = nullptr;  // required
+  const LeaseTable* leases = nullptr;     // optional
+  const Agent* agent = nullptr;           // optional (for "registered")
+  ControlAuthorizer authorize;            // required
   size_t max_request_bytes = 65536;
 };
 
@@ -53,7 +53,7 @@ class ControlServer {
  private:
   struct Impl;
   explicit ControlServer(std::unique_ptr<Impl> impl);
-  nlohmann::json GpuView(const backend::GpuInfo& info) const;
+  nlohmann::json GpuView(const device::GpuInfo& info) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -88,7 +88,7 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
       if (!gpus.ok()) return OptionError(name, *value, gpus.status());
       cl.sim_gpus = gpus.value();
     } else if (name == "--fault") {
-      Result<std::pair<int, backend::Fault>> fault = ParseFaultOption(*value);
+      Result<std::pair<int, device::Fault>> fault = ParseFaultOption(*value);
       if (!fault.ok()) return OptionError(name, *value, fault.status());
       cl.faults.push_back(fault.value());
     } else {
@@ -126,14 +126,14 @@ Result<std::vector<SimGpuConfig>> ParseSimGpuSpec(const std::string& spec) {
   return out;
 }
 
-Result<std::pair<int, backend::Fault>> ParseFaultOption(const std::string& text) {
+Result<std::pair<int, device::Fault>> ParseFaultOption(const std::string& text) {
   size_t colon = text.find(':');
   if (colon == std::string::npos) {
     return Status::InvalidArgument("expected GPU_INDEX:fail|fail-after=N|hang");
   }
   Result<int> index = ParseInt(text.substr(0, colon), 0, 1023);
   if (!index.ok()) return Status::InvalidArgument("GPU index " + index.status().message());
-  Result<backend::Fault> fault = backend::ParseFaultSpec(text.substr(colon + 1));
+  Result<device::Fault> fault = device::ParseFaultSpec(text.substr(colon + 1));
   if (!fault.ok()) return fault.status();
   return std::make_pair(index.value(), fault.value());
 }
@@ -236,7 +236,7 @@ Result<Settings> ResolveSettings(const CommandLine& cl) {
   s.pid_file = cl.pid_file.value_or("");
   // Faults from the config come first; the command line's are applied after them.
   for (const std::string& text : a.sim_faults) {
-    Result<std::pair<int, backend::Fault>> fault = ParseFaultOption(text);
+    Result<std::pair<int, device::Fault>> fault = ParseFaultOption(text);
     if (!fault.ok()) return Status::InvalidArgument("agent.sim.faults: " + fault.status().message());
     s.faults.push_back(fault.value());
   }

@@ -27,7 +27,7 @@ struct CommandLine {
   // Overrides of AgentConfig.
   std::optional<std::string> server, host, rack, listen, control, backend;
   std::optional<std::vector<SimGpuConfig>> sim_gpus;
-  std::vector<std::pair<int, backend::Fault>> faults;  // --fault INDEX:SPEC, in order
+  std::vector<std::pair<int, device::Fault>> faults;  // --fault INDEX:SPEC, in order
 };
 
 // Parses argv[1..] (`args` excludes the program name). Accepts "--opt VALUE" and
@@ -44,7 +44,7 @@ struct Settings {
   int verbose = 0;
   std::string log_file;
   std::string pid_file;
-  std::vector<std::pair<int, backend::Fault>> faults;
+  std::vector<std::pair<int, device::Fault>> faults;
 };
 
 // Loads the config (-f, else DefaultConfigPath(); a missing default file means built-in
@@ -58,8 +58,8 @@ Result<Settings> ResolveSettings(const CommandLine& cl);
 // "MODEL:MEM:COUNT[,MODEL:MEM:COUNT...]" with MEM like 80G or 81920M.
 Result<std::vector<SimGpuConfig>> ParseSimGpuSpec(const std::string& spec);
 
-// "INDEX:SPEC" (SPEC as backend::ParseFaultSpec).
-Result<std::pair<int, backend::Fault>> ParseFaultOption(const std::string& text);
+// "INDEX:SPEC" (SPEC as device::ParseFaultSpec).
+Result<std::pair<int, device::Fault>> ParseFaultOption(const std::string& text);
 
 struct HostPort {
   std::string host;

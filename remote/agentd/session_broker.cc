@@ -131,7 +131,7 @@ int64_t LocalPeerUid(int fd) {
   return uid;
 }
 
-nlohmann::json GpuJson(const backend::GpuInfo& gpu) {
+nlohmann::json GpuJson(const device::GpuInfo& gpu) {
   return {{"uuid", gpu.uuid},
           {"index", gpu.index},
           {"model", gpu.model},
@@ -248,7 +248,7 @@ class BrokerImpl : public SessionBroker {
   worker::GpuState* State(size_t gpu) { return static_cast<worker::GpuState*>(states_[gpu].address); }
 
   // A worker's memory limit (its cgroup's).
-  uint64_t MemoryLimit(const backend::GpuInfo& info) const {
+  uint64_t MemoryLimit(const device::GpuInfo& info) const {
     if (options_.worker_memory_bytes > 0) return options_.worker_memory_bytes;
     return options_.backend->name() == "sim" ? info.memory_bytes + kSimMemoryMargin : 0;
   }
@@ -256,7 +256,7 @@ class BrokerImpl : public SessionBroker {
   bool Healthy(size_t gpu) {
     const auto& info = gpus_[gpu];
     if (options_.gpu_failed && options_.gpu_failed(info.uuid)) return false;
-    return options_.backend->Health(info.index).health == backend::Health::kOk;
+    return options_.backend->Health(info.index).health == device::Health::kOk;
   }
 
   // The supervisor's word on each GPU, into the pages its workers read. The monitor runs
@@ -267,10 +267,9 @@ class BrokerImpl : public SessionBroker {
     std::lock_guard<std::mutex> lock(sync_mu_);
     for (size_t i = 0; i < gpus_.size(); ++i) {
       worker::GpuState* state = State(i);
-      backend::HealthState health = options_.backend->Health(gpus_[i].index);
-      backend::Fault fault = options_.backend->CurrentFault(gpus_[i].index);
-      bool failed =
-          health.health != backend::Health::kOk || (options_.gpu_failed && options_.gpu_failed(gpus_[i].uuid));
+      device::HealthState health = options_.backend->Health(gpus_[i].index);
+      device::Fault fault = options_.backend->CurrentFault(gpus_[i].index);
+      bool failed = health.health != device::Health::kOk || (options_.gpu_failed && options_.gpu_failed(gpus_[i].uuid));
       uint32_t mode = static_cast<uint32_t>(fault.mode);
       if (state->fault_mode.load() == mode && state->failed.load() == (failed ? 1u : 0u) &&
           state->fail_after.load() == fault.ops) {
@@ -456,7 +455,7 @@ class BrokerImpl : public SessionBroker {
       return Status::Internal("cannot start " + program + ": " + std::strerror(rc));
     }
     // Into its cgroup before it reads its start message: no tenant byte runs outside it.
-    const backend::GpuInfo& info = gpus_[gpu];
+    const device::GpuInfo& info = gpus_[gpu];
     const bool sim = options_.backend->name() == "sim";
     if (Status placed = cgroups_->Place(pid, {MemoryLimit(info), kWorkerTasks}); !placed.ok()) {
       kill(pid, SIGKILL);
@@ -733,8 +732,8 @@ class BrokerImpl : public SessionBroker {
                             body.value("pause_ms", uint64_t{0}), body.value("restored_bytes", uint64_t{0}),
                             body.value("replayed", uint64_t{0}), body.value("copied_bytes", uint64_t{0}));
     } else if (type == "failed") {
-      backend::Fault fault = options_.backend->CurrentFault(info.index);
-      if (body.value("reason", std::string()) == "fail_after" && fault.mode == backend::FaultMode::kFailAfter) {
+      device::Fault fault = options_.backend->CurrentFault(info.index);
+      if (body.value("reason", std::string()) == "fail_after" && fault.mode == device::FaultMode::kFailAfter) {
         options_.backend->ReportFailure(info.index,
                                         fault.reason.empty() ? "injected: failed after operations" : fault.reason);
         return;
@@ -816,7 +815,7 @@ class BrokerImpl : public SessionBroker {
   }
 
   SessionBrokerOptions options_;
-  std::vector<backend::GpuInfo> gpus_;
+  std::vector<device::GpuInfo> gpus_;
   std::vector<worker::SharedMapping> states_;  // one per GPU, sealed against workers' writes
   dataplane::LogLimiter log_;
   std::unique_ptr<transport::HandshakeAcceptor> acceptor_;

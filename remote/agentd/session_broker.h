@@ -52,7 +52,7 @@ using CredentialCheck =
 
 struct SessionBrokerOptions {
   std::string listen;  // "HOST:PORT"
-  backend::GpuBackend* backend = nullptr;
+  device::GpuBackend* backend = nullptr;
   CredentialCheck authorize;         // may block briefly (asks gpupoold once)
   CredentialCheck still_authorized;  // must not block
   std::function<uint64_t()> authorization_epoch;

@@ -13,14 +13,14 @@ void CopyString(char* to, size_t capacity, const std::string& from) { std::snpri
 
 }  // namespace
 
-ExecutorFactory::ExecutorFactory(backend::GpuBackend* backend) : backend_(backend) {
+ExecutorFactory::ExecutorFactory(device::GpuBackend* backend) : backend_(backend) {
   if (backend_ == nullptr) return;  // the server refuses to start without one
   if (const device::DeviceKind* kind = device::FindDeviceKind(backend_->name())) {
     executors_ = kind->NewExecutorSource();
   }
 }
 
-Result<std::unique_ptr<Executor>> ExecutorFactory::Create(const backend::GpuInfo& gpu) {
+Result<std::unique_ptr<device::Executor>> ExecutorFactory::Create(const device::GpuInfo& gpu) {
   if (!executors_) {
     return Status::Unavailable("no device kind '" + backend_->name() +
                                "' in this process (there are: " + device::DeviceKindNames() + ")");
@@ -28,7 +28,7 @@ Result<std::unique_ptr<Executor>> ExecutorFactory::Create(const backend::GpuInfo
   return executors_->Create(gpu);
 }
 
-device::GpuActivity ExecutorFactory::Activity(const backend::GpuInfo& gpu) {
+device::GpuActivity ExecutorFactory::Activity(const device::GpuInfo& gpu) {
   if (!executors_) {
     device::GpuActivity none;
     none.why_not = "no device kind '" + backend_->name() + "' in this process";
@@ -37,7 +37,7 @@ device::GpuActivity ExecutorFactory::Activity(const backend::GpuInfo& gpu) {
   return executors_->Activity(gpu);
 }
 
-DeviceDescription ExecutorFactory::Describe(const backend::GpuInfo& gpu) const {
+DeviceDescription ExecutorFactory::Describe(const device::GpuInfo& gpu) const {
   DeviceDescription description;
   CopyString(description.uuid, sizeof(description.uuid), gpu.uuid);
   std::string name = gpu.model.rfind("NVIDIA", 0) == 0 ? gpu.model : "NVIDIA " + gpu.model;

@@ -18,17 +18,17 @@ namespace gpupool::dataplane {
 class ExecutorFactory {
  public:
   // The kind is looked up once, here: it must be registered before (the agent's main).
-  explicit ExecutorFactory(backend::GpuBackend* backend);
+  explicit ExecutorFactory(device::GpuBackend* backend);
 
   // Unavailable, naming the kinds there are, when the backend's kind is not registered in
   // this process.
-  Result<std::unique_ptr<Executor>> Create(const backend::GpuInfo& gpu);
-  DeviceDescription Describe(const backend::GpuInfo& gpu) const;
+  Result<std::unique_ptr<device::Executor>> Create(const device::GpuInfo& gpu);
+  DeviceDescription Describe(const device::GpuInfo& gpu) const;
   // The device's own figures for `gpu` (device_kind.h, ExecutorSource::Activity).
-  device::GpuActivity Activity(const backend::GpuInfo& gpu);
+  device::GpuActivity Activity(const device::GpuInfo& gpu);
 
  private:
-  backend::GpuBackend* backend_;
+  device::GpuBackend* backend_;
   std::unique_ptr<device::ExecutorSource> executors_;  // null: no such kind registered
 };
 

@@ -55,7 +55,7 @@ std::string PeerHost(const std::string& peer) {
 class GpuWorker : public transport::RpcHandler {
  public:
   // `gpu`: nullptr when the host has no GPU (every hello is then refused).
-  GpuWorker(ServerImpl* server, size_t lane, const backend::GpuInfo* gpu) : server_(server), lane_(lane), gpu_(gpu) {}
+  GpuWorker(ServerImpl* server, size_t lane, const device::GpuInfo* gpu) : server_(server), lane_(lane), gpu_(gpu) {}
 
   size_t attached() const { return attached_.load(); }
 
@@ -69,7 +69,7 @@ class GpuWorker : public transport::RpcHandler {
     progress_ = progress;
   }
   size_t connections() const { return connections_.load(); }
-  const backend::GpuInfo* gpu() const { return gpu_; }
+  const device::GpuInfo* gpu() const { return gpu_; }
 
   // Any thread (the authorizer): a hello's verdict; the lane is woken to finish
   // it.
@@ -114,7 +114,7 @@ class GpuWorker : public transport::RpcHandler {
 
   ServerImpl* const server_;
   const size_t lane_;
-  const backend::GpuInfo* const gpu_;
+  const device::GpuInfo* const gpu_;
   std::mutex checked_mu_;
   std::vector<HelloCheck> checked_;  // verdicts not yet delivered; guarded by checked_mu_
   // Everything below is used by the lane's thread only.
@@ -235,7 +235,7 @@ class ServerImpl : public Server {
   ExecutorFactory& executors() { return executors_; }
   LogLimiter& log() { return log_; }
   LogLimiter& sessions_log() { return sessions_log_; }
-  const backend::GpuInfo* FindGpu(const std::string& uuid) const {
+  const device::GpuInfo* FindGpu(const std::string& uuid) const {
     for (const auto& gpu : gpus_) {
       if (gpu.uuid == uuid) return &gpu;
     }
@@ -291,7 +291,7 @@ class ServerImpl : public Server {
 
   ServerOptions options_;
   ExecutorFactory executors_;  // thread-safe
-  std::vector<backend::GpuInfo> gpus_;
+  std::vector<device::GpuInfo> gpus_;
   LogLimiter log_;  // thread-safe; warnings
   // Comings and goings of sessions (informational), also rate-limited.
   LogLimiter sessions_log_{std::chrono::seconds(10), [](const std::string& line) { log::Info(line); }};
@@ -460,9 +460,9 @@ void GpuWorker::CloseRetained(transport::ConnectionId id, const std::string& why
 bool GpuWorker::Healthy() const {
   if (gpu_ == nullptr) return false;
   if (server_->options().gpu_failed && server_->options().gpu_failed(gpu_->uuid)) return false;
-  backend::GpuBackend* backend = server_->options().backend;
-  return backend->Health(gpu_->index).health == backend::Health::kOk &&
-         backend->CurrentFault(gpu_->index).mode == backend::FaultMode::kNone;
+  device::GpuBackend* backend = server_->options().backend;
+  return backend->Health(gpu_->index).health == device::Health::kOk &&
+         backend->CurrentFault(gpu_->index).mode == device::FaultMode::kNone;
 }
 
 void GpuWorker::Refuse(Session* session, int32_t status, const std::string& why, transport::ServerReply* reply) {
@@ -657,7 +657,7 @@ void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session, trans
     reply->tick_soon = true;
     return;
   }
-  Executor* executor = session->executor();
+  device::Executor* executor = session->executor();
   int32_t status = executor->SynchronizeStream(0);
   if (status != kCuSuccess) {
     reply->status = status;
@@ -797,7 +797,7 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args, transport::
       return;
     }
   }
-  Executor* executor = session->executor();
+  device::Executor* executor = session->executor();
   const auto ranges = executor->Ranges();
   uint64_t total = 0;
   for (const auto& [start, size] : ranges) total += size;

@@ -59,7 +59,7 @@ using RecoveryListener =
 struct ServerOptions {
   std::string listen;  // "HOST:PORT" (port 0: any free port); empty: clients come by Adopt
 
-  backend::GpuBackend* backend = nullptr;
+  device::GpuBackend* backend = nullptr;
   // Checks a hello's credential; may block briefly to learn new leases. Runs on
   // the authorizer thread only (one hello at a time).
   Authorizer authorize;

@@ -33,8 +33,8 @@ bool IsGpuFailure(int32_t status) {
 
 }  // namespace
 
-void Session::Authorize(const std::string& lease_id, const std::string& token, const backend::GpuInfo& gpu,
-                        backend::GpuBackend* backend, std::unique_ptr<Executor> executor, uint64_t epoch) {
+void Session::Authorize(const std::string& lease_id, const std::string& token, const device::GpuInfo& gpu,
+                        device::GpuBackend* backend, std::unique_ptr<device::Executor> executor, uint64_t epoch) {
   lease_id_ = lease_id;
   token_ = token;
   gpu_ = gpu;
@@ -113,14 +113,14 @@ int32_t Session::LoadModule(std::string_view args, const void* payload, size_t p
   if (header.image_size > static_cast<uint64_t>(end - p)) return kCuInvalidImage;
   const char* image = p;
   p += header.image_size;
-  std::vector<KernelInfo> kernels;
+  std::vector<device::KernelInfo> kernels;
   for (uint32_t i = 0; i < header.kernel_count; ++i) {
     KernelEntry entry;
     if (static_cast<size_t>(end - p) < sizeof(entry)) return kCuInvalidImage;
     std::memcpy(&entry, p, sizeof(entry));
     p += sizeof(entry);
     if (entry.name_len > static_cast<size_t>(end - p)) return kCuInvalidImage;
-    kernels.push_back(KernelInfo{std::string(p, entry.name_len), entry.param_size});
+    kernels.push_back(device::KernelInfo{std::string(p, entry.name_len), entry.param_size});
     p += entry.name_len;
   }
   int32_t status =
@@ -135,7 +135,7 @@ int32_t Session::LoadModule(std::string_view args, const void* payload, size_t p
 
 int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payload, size_t payload_len,
                           transport::ServerReply* reply) {
-  Executor& ex = *executor_;
+  device::Executor& ex = *executor_;
   switch (op) {
     case kOpMemAlloc: {
       MemAllocArgs a;
@@ -236,7 +236,7 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       LaunchArgs a;
       if (!Decode(args, &a) || a.param_size != payload_len) return kCuInvalidValue;
       if ((a.flags & ~kLaunchCooperative) != 0 || a.reserved != 0) return kCuInvalidValue;
-      LaunchConfig config;
+      device::LaunchConfig config;
       std::memcpy(config.grid, a.grid, sizeof(config.grid));
       std::memcpy(config.block, a.block, sizeof(config.block));
       config.shared_mem = a.shared_mem;

@@ -30,8 +30,8 @@ class Session {
   Session(std::string peer, LogLimiter* log) : peer_(std::move(peer)), log_(log) {}
 
   // `epoch`: the authorization epoch the credential was checked at (server.h).
-  void Authorize(const std::string& lease_id, const std::string& token, const backend::GpuInfo& gpu,
-                 backend::GpuBackend* backend, std::unique_ptr<Executor> executor, uint64_t epoch);
+  void Authorize(const std::string& lease_id, const std::string& token, const device::GpuInfo& gpu,
+                 device::GpuBackend* backend, std::unique_ptr<device::Executor> executor, uint64_t epoch);
   // Later requests are refused with `why`. `retain_until_ns` nonzero: the lease moved away
   // from a healthy GPU, so the session's memory is kept until then for a handoff (the
   // connection stays open, and the session may offer its memory once).
@@ -56,8 +56,8 @@ class Session {
   // session they were copied from may close while the reply is still on its way.
   std::vector<char>& reply_bytes() { return reply_bytes_; }
   // The executor of an attached or retained session (nullptr otherwise).
-  Executor* executor() const { return executor_.get(); }
-  const backend::GpuInfo& gpu() const { return gpu_; }
+  device::Executor* executor() const { return executor_.get(); }
+  const device::GpuInfo& gpu() const { return gpu_; }
   // Attached to a GPU, and not revoked.
   bool authorized() const { return executor_ != nullptr && revoked_.empty(); }
   // Whether the server's watchdog follows this session's operations.
@@ -106,9 +106,9 @@ class Session {
   bool offered_ = false;
   uint64_t last_run_seq_ = 0;
   uint64_t handoff_of_ = 0;
-  backend::GpuInfo gpu_;
-  backend::GpuBackend* backend_ = nullptr;
-  std::unique_ptr<Executor> executor_;
+  device::GpuInfo gpu_;
+  device::GpuBackend* backend_ = nullptr;
+  std::unique_ptr<device::Executor> executor_;
   bool watched_ = false;
   decltype(ServerOptions::on_recovered) on_recovered_;
   int32_t async_error_ = 0;     // first error of a one-way request not yet reported

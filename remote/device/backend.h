@@ -19,7 +19,7 @@
 #include "common/status.h"
 #include "remote/device/fault.h"
 
-namespace gpupool::backend {
+namespace gpupool::device {
 
 struct GpuInfo {
   std::string uuid;   // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
@@ -89,4 +89,4 @@ class GpuBackend {
   virtual void Stop() {}
 };
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::device

@@ -45,7 +45,7 @@ std::string DeviceKindNames() {
   return names;
 }
 
-Result<std::unique_ptr<backend::GpuBackend>> OpenBackend(const std::string& name, const AgentConfig& config) {
+Result<std::unique_ptr<GpuBackend>> OpenBackend(const std::string& name, const AgentConfig& config) {
   const DeviceKind* kind = FindDeviceKind(name);
   if (kind == nullptr) {
     return Status::InvalidArgument("unknown backend '" + name + "' (expected " + DeviceKindNames() + ")");

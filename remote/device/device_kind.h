@@ -26,10 +26,10 @@ class ExecutorSource {
  public:
   virtual ~ExecutorSource() = default;
   // An executor for a new session on `gpu`; an error (one line) when there cannot be one.
-  virtual Result<std::unique_ptr<dataplane::Executor>> Create(const backend::GpuInfo& gpu) = 0;
+  virtual Result<std::unique_ptr<Executor>> Create(const GpuInfo& gpu) = 0;
   // What `gpu`'s device reports about itself now (activity.h), for the job's NVML: the
   // figures it cannot report are left unset and named in why_not.
-  virtual GpuActivity Activity(const backend::GpuInfo& /*gpu*/) {
+  virtual GpuActivity Activity(const GpuInfo& /*gpu*/) {
     GpuActivity activity;
     activity.why_not = "this kind of device reports no utilisation, temperature or power";
     return activity;
@@ -43,7 +43,7 @@ class DeviceKind {
   virtual std::string name() const = 0;
   // This host's devices of this kind. Errors are one line (a bad sim inventory, or why
   // the cuda backend cannot start here).
-  virtual Result<std::unique_ptr<backend::GpuBackend>> OpenBackend(const AgentConfig& config) const = 0;
+  virtual Result<std::unique_ptr<GpuBackend>> OpenBackend(const AgentConfig& config) const = 0;
   virtual std::unique_ptr<ExecutorSource> NewExecutorSource() const = 0;
 };
 
@@ -57,6 +57,6 @@ std::string DeviceKindNames();
 
 // The backend of kind `name`: InvalidArgument "unknown backend 'x' (expected sim or cuda)"
 // when no kind of that name is registered, else the kind's OpenBackend.
-Result<std::unique_ptr<backend::GpuBackend>> OpenBackend(const std::string& name, const AgentConfig& config);
+Result<std::unique_ptr<GpuBackend>> OpenBackend(const std::string& name, const AgentConfig& config);
 
 }  // namespace gpupool::device

@@ -19,7 +19,7 @@
 
 #include "remote/protocol/protocol.h"
 
-namespace gpupool::dataplane {
+namespace gpupool::device {
 
 struct KernelInfo {
   std::string name;         // mangled name, e.g. "_Z6vecAddPKfS0_Pfi"
@@ -43,7 +43,7 @@ class Executor {
   // when it moves to another GPU (gpupool-remote(7), FAILOVER). kCuNotSupported where the
   // executor cannot place memory there (the cuda executor without the driver's VMM API, or
   // when the driver grants another address): the session then allocates with Allocate.
-  virtual int32_t AllocateAt(uint64_t /*address*/, uint64_t /*size*/) { return kCuNotSupported; }
+  virtual int32_t AllocateAt(uint64_t /*address*/, uint64_t /*size*/) { return dataplane::kCuNotSupported; }
   virtual int32_t Free(uint64_t dptr) = 0;
   // Every device range this session owns (start, size): its allocations and its modules'
   // variables; what a handoff copies (protocol.h). Empty where the executor cannot say.
@@ -76,7 +76,7 @@ class Executor {
   virtual int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) = 0;
   // What a function GetFunction made needs (protocol.h); false when the executor cannot
   // say (then the library assumes its defaults).
-  virtual bool Resources(uint64_t /*function*/, FunctionResources* /*resources*/) { return false; }
+  virtual bool Resources(uint64_t /*function*/, dataplane::FunctionResources* /*resources*/) { return false; }
   virtual int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) = 0;
 
   virtual int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) = 0;
@@ -105,4 +105,4 @@ class Executor {
   virtual std::string TakeErrorDetail() { return {}; }
 };
 
-}  // namespace gpupool::dataplane
+}  // namespace gpupool::device

@@ -2,7 +2,7 @@
 
 #include <charconv>
 
-namespace gpupool::backend {
+namespace gpupool::device {
 
 const char* FaultModeName(FaultMode mode) {
   switch (mode) {
@@ -63,4 +63,4 @@ Result<Fault> ParseFaultSpec(const std::string& text) {
   return fault;
 }
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::device

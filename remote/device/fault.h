@@ -12,7 +12,7 @@
 
 #include "common/status.h"
 
-namespace gpupool::backend {
+namespace gpupool::device {
 
 enum class FaultMode { kNone, kFail, kFailAfter, kHang };
 
@@ -31,4 +31,4 @@ Result<FaultMode> ParseFaultMode(const std::string& name);
 // "clear". Errors name the text and what is wrong.
 Result<Fault> ParseFaultSpec(const std::string& text);
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::device

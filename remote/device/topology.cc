@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-namespace gpupool::backend {
+namespace gpupool::device {
 
 struct Topology::Impl {
   hwloc_topology_t topo = nullptr;
@@ -58,4 +58,4 @@ int SimNumaNode(int index, int gpu_count, int numa_nodes) {
   return static_cast<int>(static_cast<long long>(index) * numa_nodes / gpu_count);
 }
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::device

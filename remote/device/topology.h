@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-namespace gpupool::backend {
+namespace gpupool::device {
 
 class Topology {
  public:
@@ -34,4 +34,4 @@ class Topology {
 // nodes: consecutive blocks, as on a 2-socket 8-GPU server (0-3 → node 0, 4-7 → node 1).
 int SimNumaNode(int index, int gpu_count, int numa_nodes);
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::device

@@ -21,7 +21,7 @@
 namespace gpupool::worker {
 
 struct GpuState {
-  std::atomic<uint32_t> fault_mode{0};  // backend::FaultMode
+  std::atomic<uint32_t> fault_mode{0};  // device::FaultMode
   std::atomic<uint32_t> failed{0};      // 1: FAILED (backend health or gpupoold's word)
   std::atomic<uint64_t> fail_after{0};  // kFailAfter: operations that still succeed
   std::atomic<uint32_t> generation{0};  // moves on every change (the worker re-reads)

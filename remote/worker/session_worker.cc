@@ -42,7 +42,7 @@ int Fail(const std::string& why) {
 
 // A health probe on a fresh session: allocate, write, read back. The supervisor gives it
 // a deadline; an injected hang holds it in BeforeOperation past that.
-int RunProbe(int channel, const std::string& kind, const backend::GpuInfo& gpu, const GpuState* state,
+int RunProbe(int channel, const std::string& kind, const device::GpuInfo& gpu, const GpuState* state,
              GpuCounters* counters) {
   (void)Send(channel, {{"type", "ready"}});
   WorkerBackend backend(kind, gpu, state, counters, nullptr);
@@ -104,7 +104,7 @@ int RunSessionWorker(int argc, char** argv) {
   const int verbose = Get<int>(body, "verbose", 0);
   log::SetLevel(static_cast<log::Level>(
       std::min(static_cast<int>(log::Level::kInfo) + verbose, static_cast<int>(log::Level::kDebug))));
-  backend::GpuInfo gpu;
+  device::GpuInfo gpu;
   const nlohmann::json g = body.value("gpu", nlohmann::json::object());
   gpu.uuid = Get<std::string>(g, "uuid", "");
   gpu.index = Get<int>(g, "index", 0);

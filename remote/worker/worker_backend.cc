@@ -5,21 +5,21 @@
 
 namespace gpupool::worker {
 
-using backend::FaultMode;
+using device::FaultMode;
 
 std::string WorkerBackend::Reason() const {
   return std::string(state_->reason, strnlen(state_->reason, sizeof(state_->reason)));
 }
 
-backend::HealthState WorkerBackend::Health(int index) {
-  if (index != gpu_.index) return {backend::Health::kFailed, "no such GPU"};
-  if (state_->failed.load() != 0) return {backend::Health::kFailed, Reason()};
-  if (failed_here_.load()) return {backend::Health::kFailed, "injected: failed after operations"};
+device::HealthState WorkerBackend::Health(int index) {
+  if (index != gpu_.index) return {device::Health::kFailed, "no such GPU"};
+  if (state_->failed.load() != 0) return {device::Health::kFailed, Reason()};
+  if (failed_here_.load()) return {device::Health::kFailed, "injected: failed after operations"};
   return {};
 }
 
-backend::Fault WorkerBackend::CurrentFault(int index) {
-  backend::Fault fault;
+device::Fault WorkerBackend::CurrentFault(int index) {
+  device::Fault fault;
   if (index != gpu_.index) return fault;
   fault.mode = static_cast<FaultMode>(state_->fault_mode.load());
   fault.ops = state_->fail_after.load();
@@ -48,8 +48,8 @@ Status WorkerBackend::BeforeOperation(int index) {
       fail_after_left_.fetch_sub(1);
     }
   }
-  backend::HealthState health = Health(index);
-  if (health.health == backend::Health::kFailed) {
+  device::HealthState health = Health(index);
+  if (health.health == device::Health::kFailed) {
     return Status::Unavailable("GPU " + std::to_string(index) + " (" + gpu_.uuid + ") has failed: " + health.reason);
   }
   return Status::OK();

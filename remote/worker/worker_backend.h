@@ -18,19 +18,19 @@
 
 namespace gpupool::worker {
 
-class WorkerBackend : public backend::GpuBackend {
+class WorkerBackend : public device::GpuBackend {
  public:
-  WorkerBackend(std::string kind, backend::GpuInfo gpu, const GpuState* state, GpuCounters* counters,
+  WorkerBackend(std::string kind, device::GpuInfo gpu, const GpuState* state, GpuCounters* counters,
                 std::function<void(const std::string& reason)> report)
       : kind_(std::move(kind)), gpu_(std::move(gpu)), state_(state), counters_(counters), report_(std::move(report)) {}
 
   std::string name() const override { return kind_; }
-  std::vector<backend::GpuInfo> Discover() override { return {gpu_}; }
-  backend::HealthState Health(int index) override;
+  std::vector<device::GpuInfo> Discover() override { return {gpu_}; }
+  device::HealthState Health(int index) override;
   Status BeforeOperation(int index) override;
   void ReportFailure(int index, const std::string& reason) override;
   void SetHealthListener(std::function<void(int index)>) override {}
-  backend::Fault CurrentFault(int index) override;
+  device::Fault CurrentFault(int index) override;
   uint64_t OperationCount(int) override { return counters_->operations.load(); }
   void Stop() override { stopping_ = true; }
 
@@ -38,7 +38,7 @@ class WorkerBackend : public backend::GpuBackend {
   std::string Reason() const;
 
   const std::string kind_;
-  const backend::GpuInfo gpu_;
+  const device::GpuInfo gpu_;
   const GpuState* const state_;
   GpuCounters* const counters_;
   const std::function<void(const std::string&)> report_;

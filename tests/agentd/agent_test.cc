@@ -111,7 +111,7 @@ class AgentTest : public testing::Test {
   void SetUp() override {
     port_ = testing_env::FreePort();
     ASSERT_GT(port_, 0);
-    auto sim = backend::SimBackend::Create("gpuhost1", {{"A100-SXM4-80GB", 81920, 2}}, 1);
+    auto sim = devices::SimBackend::Create("gpuhost1", {{"A100-SXM4-80GB", 81920, 2}}, 1);
     ASSERT_TRUE(sim.ok());
     sim_ = std::move(sim.value());
     options_.config.server = "http://127.0.0.1:" + std::to_string(port_);
@@ -143,7 +143,7 @@ class AgentTest : public testing::Test {
   // Declared before agent_ so that it outlives the agent: stopping the agent closes its
   // keep-alive connection, which the server would otherwise wait for.
   std::unique_ptr<FakePoold> poold_;
-  std::unique_ptr<backend::SimBackend> sim_;
+  std::unique_ptr<devices::SimBackend> sim_;
   LeaseTable leases_;
   AgentOptions options_;
   std::unique_ptr<Agent> agent_;
@@ -180,7 +180,7 @@ TEST_F(AgentTest, HealthChangeHeartbeatsAtOnce) {
   FakePoold& poold = StartFakePoold();
   StartAgent();
   ASSERT_TRUE(Eventually([&] { return poold.heartbeats().size() == 1; }));  // right after registering
-  ASSERT_TRUE(sim_->InjectFault(1, backend::Fault{backend::FaultMode::kFail, 0, "Xid 79"}).ok());
+  ASSERT_TRUE(sim_->InjectFault(1, device::Fault{device::FaultMode::kFail, 0, "Xid 79"}).ok());
   ASSERT_TRUE(Eventually([&] { return poold.heartbeats().size() >= 2; }, 3000));
   nlohmann::json hb = poold.heartbeats().back();
   EXPECT_EQ(hb["gpus"][0]["health"], "OK");

@@ -16,7 +16,7 @@ using testing_env::Call;
 class ControlServerTest : public testing::Test {
  protected:
   void SetUp() override {
-    auto sim = backend::SimBackend::Create("gpuhost1", {{"A100-SXM4-80GB", 81920, 4}}, 1);
+    auto sim = devices::SimBackend::Create("gpuhost1", {{"A100-SXM4-80GB", 81920, 4}}, 1);
     ASSERT_TRUE(sim.ok());
     sim_ = std::move(sim.value());
     leases_.Replace({{sim_->Discover()[2].uuid, "L7", "secret-token", 3}});
@@ -40,14 +40,14 @@ class ControlServerTest : public testing::Test {
   // Every GPU healthy and without fault: what a rejected request must leave behind.
   void ExpectUntouched() {
     for (int i = 0; i < 4; ++i) {
-      EXPECT_EQ(sim_->Health(i).health, backend::Health::kOk) << "GPU " << i;
-      EXPECT_EQ(sim_->CurrentFault(i).mode, backend::FaultMode::kNone) << "GPU " << i;
+      EXPECT_EQ(sim_->Health(i).health, device::Health::kOk) << "GPU " << i;
+      EXPECT_EQ(sim_->CurrentFault(i).mode, device::FaultMode::kNone) << "GPU " << i;
     }
   }
 
   testing_env::Answer PostFault(const std::string& body) { return Call(port_, "POST", "/v1/faults", body); }
 
-  std::unique_ptr<backend::SimBackend> sim_;
+  std::unique_ptr<devices::SimBackend> sim_;
   LeaseTable leases_;
   std::unique_ptr<ControlServer> server_;
   int port_ = 0;
@@ -76,7 +76,7 @@ TEST_F(ControlServerTest, FailThenClear) {
   ASSERT_EQ(a.status, 200) << a.body.dump();
   EXPECT_EQ(a.body["gpu"]["health"], "FAILED");
   EXPECT_EQ(a.body["gpu"]["reason"], "Xid 79");
-  EXPECT_EQ(sim_->Health(1).health, backend::Health::kFailed);
+  EXPECT_EQ(sim_->Health(1).health, device::Health::kFailed);
   auto list = Call(port_, "GET", "/v1/gpus");
   EXPECT_EQ(list.body["gpus"][1]["health"], "FAILED");
   EXPECT_EQ(list.body["gpus"][1]["fault"]["mode"], "fail");
@@ -176,7 +176,7 @@ TEST(ControlPolicy, WhoMayControl) {
 }
 
 TEST(ControlServerStart, RefusesNonLoopbackAddresses) {
-  auto sim = backend::SimBackend::Create("h", {}, 1);
+  auto sim = devices::SimBackend::Create("h", {}, 1);
   ASSERT_TRUE(sim.ok());
   ControlServerOptions o;
   o.listen = "0.0.0.0:0";

@@ -97,7 +97,7 @@ TEST_F(OptionsTest, CommandLineOverridesConfig) {
   EXPECT_EQ(a.sim_gpus[1].memory_mib, 81920u);
   ASSERT_EQ(s->faults.size(), 2u);
   EXPECT_EQ(s->faults[0].first, 1);
-  EXPECT_EQ(s->faults[0].second.mode, backend::FaultMode::kFailAfter);
+  EXPECT_EQ(s->faults[0].second.mode, device::FaultMode::kFailAfter);
   EXPECT_EQ(s->faults[0].second.ops, 3u);
   EXPECT_EQ(s->faults[1].second.reason, "Xid 79");
 }

@@ -15,7 +15,7 @@
 #include "remote/devices/sim/sim_kind.h"
 #include "remote/worker/device_kinds.h"
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 namespace {
 
 std::unique_ptr<SimBackend> MakeSim(const std::string& host, std::vector<SimGpuConfig> gpus, int numa = 1) {
@@ -36,7 +36,7 @@ bool Eventually(Pred pred) {
 
 TEST(SimBackend, DiscoversConfiguredInventoryInOrder) {
   auto sim = MakeSim("gpuhost1", {{"A100-SXM4-80GB", 81920, 2}, {"H100-SXM5-80GB", 81920, 1}, {"L4", 23034, 1}});
-  std::vector<GpuInfo> gpus = sim->Discover();
+  std::vector<device::GpuInfo> gpus = sim->Discover();
   ASSERT_EQ(gpus.size(), 4u);
   EXPECT_EQ(gpus[0].model, "A100-SXM4-80GB");
   EXPECT_EQ(gpus[1].model, "A100-SXM4-80GB");
@@ -49,7 +49,7 @@ TEST(SimBackend, DiscoversConfiguredInventoryInOrder) {
     EXPECT_TRUE(LooksLikeGpuUuid(gpus[i].uuid)) << gpus[i].uuid;
     uuids.insert(gpus[i].uuid);
     buses.insert(gpus[i].pci_bus_id);
-    EXPECT_EQ(sim->Health(i).health, Health::kOk);
+    EXPECT_EQ(sim->Health(i).health, device::Health::kOk);
   }
   EXPECT_EQ(uuids.size(), 4u);
   EXPECT_EQ(buses.size(), 4u);
@@ -64,7 +64,7 @@ TEST(SimBackend, KnownModelsSimulateTheirComputeCapability) {
                            {"H100-SXM5-80GB", 81920, 1},
                            {"RTX PRO 6000 Blackwell Server Edition", 97887, 1},
                            {"Mystery-GPU", 1024, 1}});
-  std::vector<GpuInfo> gpus = sim->Discover();
+  std::vector<device::GpuInfo> gpus = sim->Discover();
   ASSERT_EQ(gpus.size(), 4u);
   const int want[4][3] = {{8, 0, 108}, {9, 0, 132}, {12, 0, 188}, {8, 0, 108}};
   for (int i = 0; i < 4; ++i) {
@@ -76,7 +76,7 @@ TEST(SimBackend, KnownModelsSimulateTheirComputeCapability) {
 
 TEST(SimBackend, EmptyInventoryMeansFourA100) {
   auto sim = MakeSim("h", {});
-  std::vector<GpuInfo> gpus = sim->Discover();
+  std::vector<device::GpuInfo> gpus = sim->Discover();
   ASSERT_EQ(gpus.size(), 4u);
   EXPECT_EQ(gpus[0].model, "A100-SXM4-80GB");
   EXPECT_EQ(gpus[0].memory_bytes, 81920ULL * 1024 * 1024);
@@ -107,11 +107,11 @@ TEST(SimBackend, RejectsBadInventory) {
 
 TEST(SimBackend, SpreadsGpusOverNumaNodes) {
   auto sim = MakeSim("h", {{"A100", 1024, 8}}, /*numa=*/2);
-  std::vector<GpuInfo> gpus = sim->Discover();
+  std::vector<device::GpuInfo> gpus = sim->Discover();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(gpus[i].numa_node, 0);
   for (int i = 4; i < 8; ++i) EXPECT_EQ(gpus[i].numa_node, 1);
-  EXPECT_EQ(SimNumaNode(3, 4, 1), 0);
-  EXPECT_GE(Topology::Load(false)->NumaNodeCount(), 1);
+  EXPECT_EQ(device::SimNumaNode(3, 4, 1), 0);
+  EXPECT_GE(device::Topology::Load(false)->NumaNodeCount(), 1);
 }
 
 TEST(SimBackend, FailNowMarksFailedAndNotifiesOnce) {
@@ -122,10 +122,10 @@ TEST(SimBackend, FailNowMarksFailedAndNotifiesOnce) {
     ++notified;
     last = i;
   });
-  ASSERT_TRUE(sim->InjectFault(1, Fault{FaultMode::kFail, 0, "Xid 79"}).ok());
-  EXPECT_EQ(sim->Health(1).health, Health::kFailed);
+  ASSERT_TRUE(sim->InjectFault(1, device::Fault{device::FaultMode::kFail, 0, "Xid 79"}).ok());
+  EXPECT_EQ(sim->Health(1).health, device::Health::kFailed);
   EXPECT_EQ(sim->Health(1).reason, "Xid 79");
-  EXPECT_EQ(sim->Health(0).health, Health::kOk);
+  EXPECT_EQ(sim->Health(0).health, device::Health::kOk);
   EXPECT_EQ(notified.load(), 1);
   EXPECT_EQ(last.load(), 1);
   Status s = sim->BeforeOperation(1);
@@ -133,7 +133,7 @@ TEST(SimBackend, FailNowMarksFailedAndNotifiesOnce) {
   EXPECT_NE(s.message().find("Xid 79"), std::string::npos);
   EXPECT_TRUE(sim->BeforeOperation(0).ok());
   // Failing an already failed GPU is not a new health change.
-  ASSERT_TRUE(sim->InjectFault(1, Fault{FaultMode::kFail, 0, "again"}).ok());
+  ASSERT_TRUE(sim->InjectFault(1, device::Fault{device::FaultMode::kFail, 0, "again"}).ok());
   EXPECT_EQ(notified.load(), 1);
 }
 
@@ -142,14 +142,14 @@ TEST(SimBackend, FailAfterCountsExactlyN) {
     auto sim = MakeSim("h", {{"A100", 1024, 1}});
     std::atomic<int> notified{0};
     sim->SetHealthListener([&](int) { ++notified; });
-    ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kFailAfter, n, ""}).ok());
+    ASSERT_TRUE(sim->InjectFault(0, device::Fault{device::FaultMode::kFailAfter, n, ""}).ok());
     for (uint64_t i = 0; i < n; ++i) {
       ASSERT_TRUE(sim->BeforeOperation(0).ok()) << "operation " << i + 1 << " of " << n;
-      EXPECT_EQ(sim->Health(0).health, Health::kOk);
+      EXPECT_EQ(sim->Health(0).health, device::Health::kOk);
     }
     EXPECT_EQ(notified.load(), 0);
     EXPECT_FALSE(sim->BeforeOperation(0).ok()) << "operation " << n + 1 << " should fail";
-    EXPECT_EQ(sim->Health(0).health, Health::kFailed);
+    EXPECT_EQ(sim->Health(0).health, device::Health::kFailed);
     EXPECT_NE(sim->Health(0).reason.find("after " + std::to_string(n)), std::string::npos);
     EXPECT_EQ(notified.load(), 1);
     EXPECT_FALSE(sim->BeforeOperation(0).ok());
@@ -159,24 +159,24 @@ TEST(SimBackend, FailAfterCountsExactlyN) {
 
 TEST(SimBackend, HangBlocksUntilCleared) {
   auto sim = MakeSim("h", {{"A100", 1024, 2}});
-  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kHang, 0, ""}).ok());
+  ASSERT_TRUE(sim->InjectFault(0, device::Fault{device::FaultMode::kHang, 0, ""}).ok());
   auto op = std::async(std::launch::async, [&] { return sim->BeforeOperation(0); });
   ASSERT_TRUE(Eventually([&] { return sim->HungCalls(0) == 1; }));
   EXPECT_EQ(op.wait_for(std::chrono::milliseconds(50)), std::future_status::timeout);
   EXPECT_TRUE(sim->BeforeOperation(1).ok());  // other GPUs are not affected
-  ASSERT_TRUE(sim->InjectFault(0, Fault{}).ok());
+  ASSERT_TRUE(sim->InjectFault(0, device::Fault{}).ok());
   ASSERT_EQ(op.wait_for(std::chrono::seconds(2)), std::future_status::ready);
   EXPECT_TRUE(op.get().ok());
   EXPECT_EQ(sim->HungCalls(0), 0);
-  EXPECT_EQ(sim->CurrentFault(0).mode, FaultMode::kNone);
+  EXPECT_EQ(sim->CurrentFault(0).mode, device::FaultMode::kNone);
 }
 
 TEST(SimBackend, HangThenFailReturnsTheFailure) {
   auto sim = MakeSim("h", {{"A100", 1024, 1}});
-  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kHang, 0, ""}).ok());
+  ASSERT_TRUE(sim->InjectFault(0, device::Fault{device::FaultMode::kHang, 0, ""}).ok());
   auto op = std::async(std::launch::async, [&] { return sim->BeforeOperation(0); });
   ASSERT_TRUE(Eventually([&] { return sim->HungCalls(0) == 1; }));
-  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kFail, 0, "Xid 119"}).ok());
+  ASSERT_TRUE(sim->InjectFault(0, device::Fault{device::FaultMode::kFail, 0, "Xid 119"}).ok());
   ASSERT_EQ(op.wait_for(std::chrono::seconds(2)), std::future_status::ready);
   Status s = op.get();
   EXPECT_FALSE(s.ok());
@@ -185,7 +185,7 @@ TEST(SimBackend, HangThenFailReturnsTheFailure) {
 
 TEST(SimBackend, StopReleasesHungCalls) {
   auto sim = MakeSim("h", {{"A100", 1024, 1}});
-  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kHang, 0, ""}).ok());
+  ASSERT_TRUE(sim->InjectFault(0, device::Fault{device::FaultMode::kHang, 0, ""}).ok());
   auto op = std::async(std::launch::async, [&] { return sim->BeforeOperation(0); });
   ASSERT_TRUE(Eventually([&] { return sim->HungCalls(0) == 1; }));
   sim->Stop();
@@ -199,26 +199,26 @@ TEST(SimBackend, ClearRecoversAFailedGpu) {
   std::atomic<int> notified{0};
   sim->SetHealthListener([&](int) { ++notified; });
   sim->ReportFailure(0, "CUDA error 214");
-  EXPECT_EQ(sim->Health(0).health, Health::kFailed);
+  EXPECT_EQ(sim->Health(0).health, device::Health::kFailed);
   EXPECT_EQ(sim->Health(0).reason, "CUDA error 214");
-  ASSERT_TRUE(sim->InjectFault(0, Fault{}).ok());
-  EXPECT_EQ(sim->Health(0).health, Health::kOk);
+  ASSERT_TRUE(sim->InjectFault(0, device::Fault{}).ok());
+  EXPECT_EQ(sim->Health(0).health, device::Health::kOk);
   EXPECT_TRUE(sim->BeforeOperation(0).ok());
   EXPECT_EQ(notified.load(), 2);  // failed, then recovered
 }
 
 TEST(SimBackend, BadIndexIsAnError) {
   auto sim = MakeSim("h", {{"A100", 1024, 2}});
-  EXPECT_EQ(sim->InjectFault(2, Fault{FaultMode::kFail, 0, ""}).code(), Status::Code::kNotFound);
-  EXPECT_EQ(sim->InjectFault(-1, Fault{FaultMode::kFail, 0, ""}).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sim->InjectFault(2, device::Fault{device::FaultMode::kFail, 0, ""}).code(), Status::Code::kNotFound);
+  EXPECT_EQ(sim->InjectFault(-1, device::Fault{device::FaultMode::kFail, 0, ""}).code(), Status::Code::kNotFound);
   EXPECT_FALSE(sim->BeforeOperation(7).ok());
-  EXPECT_EQ(sim->Health(0).health, Health::kOk);
-  EXPECT_EQ(sim->Health(1).health, Health::kOk);
+  EXPECT_EQ(sim->Health(0).health, device::Health::kOk);
+  EXPECT_EQ(sim->Health(1).health, device::Health::kOk);
 }
 
 TEST(SimBackend, ConcurrentOperationsAreCountedExactly) {
   auto sim = MakeSim("h", {{"A100", 1024, 1}});
-  ASSERT_TRUE(sim->InjectFault(0, Fault{FaultMode::kFailAfter, 1000, ""}).ok());
+  ASSERT_TRUE(sim->InjectFault(0, device::Fault{device::FaultMode::kFailAfter, 1000, ""}).ok());
   std::atomic<int> ok{0}, failed{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -259,31 +259,31 @@ TEST(Factory, AKindRegisteredTwiceKeepsTheFirst) {
   worker::RegisterDeviceKinds();
   const device::DeviceKind* sim = device::FindDeviceKind("sim");
   ASSERT_NE(sim, nullptr);
-  EXPECT_FALSE(device::RegisterDeviceKind(devices::MakeSimKind()));
+  EXPECT_FALSE(device::RegisterDeviceKind(MakeSimKind()));
   worker::RegisterDeviceKinds();
   EXPECT_EQ(device::FindDeviceKind("sim"), sim);  // what was handed out stays valid
   EXPECT_EQ(device::DeviceKindNames(), "sim or cuda");
 }
 
 TEST(FaultSpec, ParsesTheCommandLineForms) {
-  auto f = ParseFaultSpec("fail");
+  auto f = device::ParseFaultSpec("fail");
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->mode, FaultMode::kFail);
+  EXPECT_EQ(f->mode, device::FaultMode::kFail);
   EXPECT_EQ(f->reason, "injected");
-  f = ParseFaultSpec("fail=Xid 79");
+  f = device::ParseFaultSpec("fail=Xid 79");
   ASSERT_TRUE(f.ok());
   EXPECT_EQ(f->reason, "Xid 79");
-  f = ParseFaultSpec("fail-after=12");
+  f = device::ParseFaultSpec("fail-after=12");
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(f->mode, FaultMode::kFailAfter);
+  EXPECT_EQ(f->mode, device::FaultMode::kFailAfter);
   EXPECT_EQ(f->ops, 12u);
-  EXPECT_EQ(ParseFaultSpec("hang")->mode, FaultMode::kHang);
-  EXPECT_EQ(ParseFaultSpec("clear")->mode, FaultMode::kNone);
+  EXPECT_EQ(device::ParseFaultSpec("hang")->mode, device::FaultMode::kHang);
+  EXPECT_EQ(device::ParseFaultSpec("clear")->mode, device::FaultMode::kNone);
   for (const char* bad :
        {"", "boom", "fail-after", "fail-after=", "fail-after=-1", "fail-after=3x", "hang=5", "fail="}) {
-    EXPECT_FALSE(ParseFaultSpec(bad).ok()) << bad;
+    EXPECT_FALSE(device::ParseFaultSpec(bad).ok()) << bad;
   }
 }
 
 }  // namespace
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 namespace {
 
 TEST(Xid, HardwareFaultsSwap) {
@@ -36,4 +36,4 @@ TEST(Xid, InBandCudaErrorsThatMeanTheGpuFailed) {
 }
 
 }  // namespace
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

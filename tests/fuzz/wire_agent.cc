@@ -28,14 +28,12 @@
 
 namespace {
 
-namespace be = gpupool::backend;
-
 // A healthy simulated GPU that never fails on its own.
-class QuietBackend : public be::GpuBackend {
+class QuietBackend : public gpupool::device::GpuBackend {
  public:
   std::string name() const override { return "sim"; }
-  std::vector<be::GpuInfo> Discover() override { return {}; }
-  be::HealthState Health(int) override { return {}; }
+  std::vector<gpupool::device::GpuInfo> Discover() override { return {}; }
+  gpupool::device::HealthState Health(int) override { return {}; }
   gpupool::Status BeforeOperation(int) override { return gpupool::Status::OK(); }
   void ReportFailure(int, const std::string&) override {}
   void SetHealthListener(std::function<void(int)>) override {}
@@ -70,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool registered =  // once, as the agent's main does
       gpupool::device::RegisterDeviceKind(gpupool::devices::MakeSimKind());
   (void)registered;
-  be::GpuInfo gpu;
+  gpupool::device::GpuInfo gpu;
   gpu.uuid = "GPU-fuzz";
   gpu.index = 0;
   gpu.model = "A100-SXM4-80GB";

@@ -13,7 +13,7 @@
 #include "remote/image/fatbin.h"
 #include "remote/protocol/protocol.h"
 
-namespace gpupool::dataplane {
+namespace gpupool::devices {
 namespace {
 
 constexpr char kFakeUuid[] = "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f";
@@ -72,132 +72,132 @@ class CudaExecutorPlacement : public ::testing::Test {
   }
   std::string Read(uint64_t dptr, uint64_t size) {
     const void* out = nullptr;
-    EXPECT_EQ(executor->CopyFromDevice(dptr, size, 0, &out), kCuSuccess);
+    EXPECT_EQ(executor->CopyFromDevice(dptr, size, 0, &out), dataplane::kCuSuccess);
     return out == nullptr ? std::string() : std::string(static_cast<const char*>(out), size);
   }
 
   FakeDriver fake;
-  std::unique_ptr<Executor> executor;
+  std::unique_ptr<device::Executor> executor;
 };
 
 TEST_F(CudaExecutorPlacement, AnAllocationLandsAtTheAskedAddress) {
   const uint64_t size = 5000;
-  ASSERT_EQ(executor->AllocateAt(kBase, size), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(kBase, size), dataplane::kCuSuccess);
   EXPECT_EQ(fake.reservations(), 1u);
   EXPECT_EQ(fake.handles(), 1u);
   EXPECT_EQ(fake.mappings(), 1u);
   std::string data(size, 'd');
-  ASSERT_EQ(executor->CopyToDevice(kBase, data.data(), size, 0), kCuSuccess);
-  EXPECT_EQ(executor->Memset(kBase + 8, 0x41, 1, 4, 0), kCuSuccess);
-  EXPECT_EQ(executor->CopyDeviceToDevice(kBase + 16, kBase + 8, 4, 0), kCuSuccess);
+  ASSERT_EQ(executor->CopyToDevice(kBase, data.data(), size, 0), dataplane::kCuSuccess);
+  EXPECT_EQ(executor->Memset(kBase + 8, 0x41, 1, 4, 0), dataplane::kCuSuccess);
+  EXPECT_EQ(executor->CopyDeviceToDevice(kBase + 16, kBase + 8, 4, 0), dataplane::kCuSuccess);
   EXPECT_EQ(Read(kBase, 24), "ddddddddAAAAddddAAAAdddd");
   EXPECT_EQ(Read(kBase + size - 4, 4), "dddd");
 }
 
 TEST_F(CudaExecutorPlacement, CopiesAreCheckedAgainstTheAskedSizeNotTheGranule) {
   const uint64_t size = 5000;  // the driver maps a whole granule behind it
-  ASSERT_EQ(executor->AllocateAt(kBase, size), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(kBase, size), dataplane::kCuSuccess);
   const uint64_t calls = fake.memory_calls();
   const void* out = nullptr;
   char byte = 'x';
-  EXPECT_EQ(executor->CopyToDevice(kBase + size, &byte, 1, 0), kCuInvalidValue);
-  EXPECT_EQ(executor->CopyFromDevice(kBase, size + 1, 0, &out), kCuInvalidValue);
-  EXPECT_EQ(executor->CopyFromDevice(kBase + kGranule - 8, 8, 0, &out), kCuInvalidValue);
-  EXPECT_EQ(executor->Memset(kBase + 4096, 0, 4, 1024, 0), kCuInvalidValue);
-  EXPECT_EQ(executor->CopyDeviceToDevice(kBase + size, kBase, 16, 0), kCuInvalidValue);
-  EXPECT_EQ(executor->Free(kBase + 512), kCuInvalidValue);  // not a start
-  EXPECT_EQ(fake.memory_calls(), calls);                    // none of it reached the driver
+  EXPECT_EQ(executor->CopyToDevice(kBase + size, &byte, 1, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor->CopyFromDevice(kBase, size + 1, 0, &out), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor->CopyFromDevice(kBase + kGranule - 8, 8, 0, &out), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor->Memset(kBase + 4096, 0, 4, 1024, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor->CopyDeviceToDevice(kBase + size, kBase, 16, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor->Free(kBase + 512), dataplane::kCuInvalidValue);  // not a start
+  EXPECT_EQ(fake.memory_calls(), calls);                               // none of it reached the driver
 }
 
 TEST_F(CudaExecutorPlacement, PackedAllocationsShareTheirGranules) {
   // As the client chooses them: 512 bytes apart, the third across a granule boundary.
   const uint64_t a = kBase, b = kBase + 4608, c = kBase + kGranule - 1024;
-  ASSERT_EQ(executor->AllocateAt(a, 4096), kCuSuccess);
-  ASSERT_EQ(executor->AllocateAt(b, 4096), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(a, 4096), dataplane::kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(b, 4096), dataplane::kCuSuccess);
   EXPECT_EQ(fake.mappings(), 1u);
-  ASSERT_EQ(executor->AllocateAt(c, 4096), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(c, 4096), dataplane::kCuSuccess);
   EXPECT_EQ(fake.mappings(), 2u);      // the second granule only
   EXPECT_EQ(fake.reservations(), 1u);  // all in the session's one window
   std::string data(4096, 'b');
-  ASSERT_EQ(executor->CopyToDevice(b, data.data(), data.size(), 0), kCuSuccess);
-  ASSERT_EQ(executor->CopyToDevice(c, data.data(), data.size(), 0), kCuSuccess);
+  ASSERT_EQ(executor->CopyToDevice(b, data.data(), data.size(), 0), dataplane::kCuSuccess);
+  ASSERT_EQ(executor->CopyToDevice(c, data.data(), data.size(), 0), dataplane::kCuSuccess);
 
-  EXPECT_EQ(executor->Free(a), kCuSuccess);
-  EXPECT_EQ(executor->Free(b), kCuSuccess);
+  EXPECT_EQ(executor->Free(a), dataplane::kCuSuccess);
+  EXPECT_EQ(executor->Free(b), dataplane::kCuSuccess);
   EXPECT_EQ(fake.mappings(), 2u);  // c still uses the first granule
   EXPECT_EQ(Read(c, 4096), data);
   // Freed addresses are reused by the client: they map again.
-  ASSERT_EQ(executor->AllocateAt(a, 512), kCuSuccess);
-  EXPECT_EQ(executor->Free(c), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(a, 512), dataplane::kCuSuccess);
+  EXPECT_EQ(executor->Free(c), dataplane::kCuSuccess);
   EXPECT_EQ(fake.mappings(), 1u);
-  EXPECT_EQ(executor->Free(a), kCuSuccess);
+  EXPECT_EQ(executor->Free(a), dataplane::kCuSuccess);
   EXPECT_EQ(fake.handles(), 0u);
   EXPECT_EQ(fake.mappings(), 0u);
   EXPECT_EQ(fake.reservations(), 1u);  // the window stays until the session ends
 
   // The granule mapped already may be the last one an allocation touches, too.
   const uint64_t later = kBase + kGranule + 1024, before = kBase + kGranule - 512;
-  ASSERT_EQ(executor->AllocateAt(later, 512), kCuSuccess);
-  ASSERT_EQ(executor->AllocateAt(before, 1024), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(later, 512), dataplane::kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(before, 1024), dataplane::kCuSuccess);
   EXPECT_EQ(fake.mappings(), 2u);
   std::string across(1024, 'c');
-  ASSERT_EQ(executor->CopyToDevice(before, across.data(), across.size(), 0), kCuSuccess);
+  ASSERT_EQ(executor->CopyToDevice(before, across.data(), across.size(), 0), dataplane::kCuSuccess);
   EXPECT_EQ(Read(before, 1024), across);
 
   // Or the middle of a run that an earlier, larger allocation mapped.
   const uint64_t large = kBase + 4 * kGranule, tail = large + 3 * kGranule - 512;
-  ASSERT_EQ(executor->AllocateAt(large, 3 * kGranule - 1024), kCuSuccess);
-  ASSERT_EQ(executor->AllocateAt(tail, 1024), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(large, 3 * kGranule - 1024), dataplane::kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(tail, 1024), dataplane::kCuSuccess);
   EXPECT_EQ(fake.mappings(), 4u);
   // A run ends at its window's end: an allocation across two windows maps one run in
   // each, in two reservations.
   const uint64_t across_windows = kBase + kWindow - kGranule;
-  ASSERT_EQ(executor->AllocateAt(across_windows, 2 * kGranule), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(across_windows, 2 * kGranule), dataplane::kCuSuccess);
   EXPECT_EQ(fake.mappings(), 6u);
   EXPECT_EQ(fake.reservations(), 2u);
   std::string spans(2 * kGranule, 's');
-  ASSERT_EQ(executor->CopyToDevice(across_windows, spans.data(), spans.size(), 0), kCuSuccess);
+  ASSERT_EQ(executor->CopyToDevice(across_windows, spans.data(), spans.size(), 0), dataplane::kCuSuccess);
   EXPECT_EQ(Read(across_windows, spans.size()), spans);
-  ASSERT_EQ(executor->CopyToDevice(tail, across.data(), across.size(), 0), kCuSuccess);
+  ASSERT_EQ(executor->CopyToDevice(tail, across.data(), across.size(), 0), dataplane::kCuSuccess);
   EXPECT_EQ(Read(tail, 1024), across);
 }
 
 TEST_F(CudaExecutorPlacement, OverlappingItsOwnAllocationIsInvalid) {
-  ASSERT_EQ(executor->AllocateAt(kBase, 4096), kCuSuccess);
-  EXPECT_EQ(executor->AllocateAt(kBase + 1024, 16), kCuInvalidValue);
-  EXPECT_EQ(executor->AllocateAt(kBase - 512, 1024), kCuInvalidValue);
-  EXPECT_EQ(executor->AllocateAt(kBase, 0), kCuInvalidValue);
-  EXPECT_EQ(executor->AllocateAt(UINT64_MAX - 100, 4096), kCuInvalidValue);
+  ASSERT_EQ(executor->AllocateAt(kBase, 4096), dataplane::kCuSuccess);
+  EXPECT_EQ(executor->AllocateAt(kBase + 1024, 16), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor->AllocateAt(kBase - 512, 1024), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor->AllocateAt(kBase, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor->AllocateAt(UINT64_MAX - 100, 4096), dataplane::kCuInvalidValue);
   EXPECT_EQ(fake.reservations(), 1u);
 }
 
 TEST_F(CudaExecutorPlacement, AnotherGrantedAddressIsRefusedAndUndone) {
   fake.control(kReserveElsewhere, 1);
-  EXPECT_EQ(executor->AllocateAt(kBase, 4096), kCuNotSupported);
+  EXPECT_EQ(executor->AllocateAt(kBase, 4096), dataplane::kCuNotSupported);
   EXPECT_EQ(fake.reservations(), 0u);
   EXPECT_EQ(fake.handles(), 0u);
   EXPECT_EQ(fake.mappings(), 0u);
   char byte = 'x';
-  EXPECT_EQ(executor->CopyToDevice(kBase, &byte, 1, 0), kCuInvalidValue);  // not ours
-  EXPECT_EQ(executor->Free(kBase), kCuInvalidValue);
+  EXPECT_EQ(executor->CopyToDevice(kBase, &byte, 1, 0), dataplane::kCuInvalidValue);  // not ours
+  EXPECT_EQ(executor->Free(kBase), dataplane::kCuInvalidValue);
   // The session's fallback, cuMemAlloc, still serves it.
   uint64_t dptr = 0;
-  ASSERT_EQ(executor->Allocate(4096, &dptr), kCuSuccess);
-  EXPECT_EQ(executor->CopyToDevice(dptr, &byte, 1, 0), kCuSuccess);
-  EXPECT_EQ(executor->Free(dptr), kCuSuccess);
+  ASSERT_EQ(executor->Allocate(4096, &dptr), dataplane::kCuSuccess);
+  EXPECT_EQ(executor->CopyToDevice(dptr, &byte, 1, 0), dataplane::kCuSuccess);
+  EXPECT_EQ(executor->Free(dptr), dataplane::kCuSuccess);
   EXPECT_EQ(fake.live_allocations(), 0u);
 }
 
 TEST_F(CudaExecutorPlacement, AnAddressAnotherSessionHoldsIsRefused) {
   auto made = CudaExecutor::Create(kFakeUuid);
   ASSERT_TRUE(made.ok());
-  Executor& other = *made.value();
-  ASSERT_EQ(executor->AllocateAt(kBase, 4096), kCuSuccess);
+  device::Executor& other = *made.value();
+  ASSERT_EQ(executor->AllocateAt(kBase, 4096), dataplane::kCuSuccess);
   // Another granule of the same window: the driver moves the hint, the executor refuses.
-  EXPECT_EQ(other.AllocateAt(kBase + kGranule, 4096), kCuNotSupported);
+  EXPECT_EQ(other.AllocateAt(kBase + kGranule, 4096), dataplane::kCuNotSupported);
   EXPECT_NE(other.TakeErrorDetail().find("granted"), std::string::npos);
   EXPECT_EQ(fake.reservations(), 1u);
-  EXPECT_EQ(other.AllocateAt(kBase + kWindow, 4096), kCuSuccess);  // a free window
+  EXPECT_EQ(other.AllocateAt(kBase + kWindow, 4096), dataplane::kCuSuccess);  // a free window
   EXPECT_EQ(fake.reservations(), 2u);
   made.value().reset();
   EXPECT_EQ(fake.reservations(), 1u);
@@ -205,44 +205,44 @@ TEST_F(CudaExecutorPlacement, AnAddressAnotherSessionHoldsIsRefused) {
 
 TEST_F(CudaExecutorPlacement, AFailureMidwayReleasesEverything) {
   fake.control(kFailCreate, 0);
-  EXPECT_EQ(executor->AllocateAt(kBase, 4096), kCuOutOfMemory);
+  EXPECT_EQ(executor->AllocateAt(kBase, 4096), dataplane::kCuOutOfMemory);
   EXPECT_NE(executor->TakeErrorDetail().find("cuMemCreate"), std::string::npos);
   fake.control(kFailMap, 0);
-  EXPECT_NE(executor->AllocateAt(kBase, 4096), kCuSuccess);
+  EXPECT_NE(executor->AllocateAt(kBase, 4096), dataplane::kCuSuccess);
   fake.control(kFailAccess, 0);
-  EXPECT_NE(executor->AllocateAt(kBase, 4096), kCuSuccess);
+  EXPECT_NE(executor->AllocateAt(kBase, 4096), dataplane::kCuSuccess);
   EXPECT_NE(executor->TakeErrorDetail().find("cuMemSetAccess"), std::string::npos);
   EXPECT_EQ(fake.reservations(), 1u);  // the session's window, until it ends
   EXPECT_EQ(fake.handles(), 0u);
   EXPECT_EQ(fake.mappings(), 0u);
   char byte = 'x';
-  EXPECT_EQ(executor->CopyToDevice(kBase, &byte, 1, 0), kCuInvalidValue);
+  EXPECT_EQ(executor->CopyToDevice(kBase, &byte, 1, 0), dataplane::kCuInvalidValue);
 
   // Midway through an allocation that shares a granule already mapped: the new granule
   // goes, the shared one stays with only its earlier user.
   const uint64_t earlier = kBase + kGranule - 1024;
-  ASSERT_EQ(executor->AllocateAt(earlier, 512), kCuSuccess);
-  ASSERT_EQ(executor->CopyToDevice(earlier, &byte, 1, 0), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(earlier, 512), dataplane::kCuSuccess);
+  ASSERT_EQ(executor->CopyToDevice(earlier, &byte, 1, 0), dataplane::kCuSuccess);
   fake.control(kFailCreate, 0);
-  EXPECT_EQ(executor->AllocateAt(earlier + 512, 4096), kCuOutOfMemory);
+  EXPECT_EQ(executor->AllocateAt(earlier + 512, 4096), dataplane::kCuOutOfMemory);
   EXPECT_EQ(fake.handles(), 1u);
   EXPECT_EQ(fake.mappings(), 1u);
   EXPECT_EQ(Read(earlier, 1), "x");
-  EXPECT_EQ(executor->Free(earlier), kCuSuccess);
+  EXPECT_EQ(executor->Free(earlier), dataplane::kCuSuccess);
   EXPECT_EQ(fake.mappings(), 0u);  // it did not count the failed allocation as a user
 }
 
 TEST_F(CudaExecutorPlacement, FreeAndSessionEndUnmapAndRelease) {
-  ASSERT_EQ(executor->AllocateAt(kBase, 3 * kGranule), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(kBase, 3 * kGranule), dataplane::kCuSuccess);
   EXPECT_EQ(fake.mappings(), 1u);
-  EXPECT_EQ(executor->Free(kBase), kCuSuccess);
+  EXPECT_EQ(executor->Free(kBase), dataplane::kCuSuccess);
   EXPECT_EQ(fake.handles(), 0u);
   EXPECT_EQ(fake.mappings(), 0u);
-  EXPECT_EQ(executor->Free(kBase), kCuInvalidValue);  // once only
+  EXPECT_EQ(executor->Free(kBase), dataplane::kCuInvalidValue);  // once only
   // A departing session's placed memory goes with it, as its cuMemAlloc memory does.
   uint64_t plain = 0;
-  ASSERT_EQ(executor->AllocateAt(kBase, 4096), kCuSuccess);
-  ASSERT_EQ(executor->Allocate(4096, &plain), kCuSuccess);
+  ASSERT_EQ(executor->AllocateAt(kBase, 4096), dataplane::kCuSuccess);
+  ASSERT_EQ(executor->Allocate(4096, &plain), dataplane::kCuSuccess);
   executor.reset();
   EXPECT_EQ(fake.reservations(), 0u);
   EXPECT_EQ(fake.live_allocations(), 0u);
@@ -252,7 +252,7 @@ TEST_F(CudaExecutorPlacement, WithoutVmmSupportNothingIsPlaced) {
   fake.control(kVmmSupported, 0);
   auto made = CudaExecutor::Create(kFakeUuid);  // the attribute is read here
   ASSERT_TRUE(made.ok());
-  EXPECT_EQ(made.value()->AllocateAt(kBase, 4096), kCuNotSupported);
+  EXPECT_EQ(made.value()->AllocateAt(kBase, 4096), dataplane::kCuNotSupported);
   EXPECT_EQ(fake.reservations(), 0u);
 }
 
@@ -263,39 +263,39 @@ TEST(CudaExecutor, ASessionCannotTouchAnotherSessionsMemory) {
   auto made_intruder = CudaExecutor::Create(kFakeUuid);
   ASSERT_TRUE(made_owner.ok()) << made_owner.status().message();
   ASSERT_TRUE(made_intruder.ok()) << made_intruder.status().message();
-  Executor& owner = *made_owner.value();
-  Executor& intruder = *made_intruder.value();
+  device::Executor& owner = *made_owner.value();
+  device::Executor& intruder = *made_intruder.value();
 
   const uint64_t size = 4096;
   uint64_t secret = 0, own = 0;
-  ASSERT_EQ(owner.Allocate(size, &secret), kCuSuccess);
-  ASSERT_EQ(intruder.Allocate(size, &own), kCuSuccess);
+  ASSERT_EQ(owner.Allocate(size, &secret), dataplane::kCuSuccess);
+  ASSERT_EQ(intruder.Allocate(size, &own), dataplane::kCuSuccess);
   std::vector<char> data(size, 's');
-  ASSERT_EQ(owner.CopyToDevice(secret, data.data(), size, 0), kCuSuccess);
+  ASSERT_EQ(owner.CopyToDevice(secret, data.data(), size, 0), dataplane::kCuSuccess);
 
   const uint64_t calls = fake.memory_calls();
   const void* out = nullptr;
   std::vector<char> junk(size, 'j');
-  EXPECT_EQ(intruder.CopyFromDevice(secret, size, 0, &out), kCuInvalidValue);
-  EXPECT_EQ(intruder.CopyFromDevice(secret + 100, 8, 0, &out), kCuInvalidValue);
-  EXPECT_EQ(intruder.CopyToDevice(secret, junk.data(), size, 0), kCuInvalidValue);
-  EXPECT_EQ(intruder.CopyDeviceToDevice(own, secret, size, 0), kCuInvalidValue);
-  EXPECT_EQ(intruder.CopyDeviceToDevice(secret, own, size, 0), kCuInvalidValue);
-  EXPECT_EQ(intruder.Memset(secret, 0, 4, size / 4, 0), kCuInvalidValue);
-  EXPECT_EQ(intruder.Free(secret), kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyFromDevice(secret, size, 0, &out), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyFromDevice(secret + 100, 8, 0, &out), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyToDevice(secret, junk.data(), size, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyDeviceToDevice(own, secret, size, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyDeviceToDevice(secret, own, size, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.Memset(secret, 0, 4, size / 4, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.Free(secret), dataplane::kCuInvalidValue);
   // Its own allocation, but past its end (or a count that wraps around).
-  EXPECT_EQ(intruder.CopyFromDevice(own, size + 1, 0, &out), kCuInvalidValue);
-  EXPECT_EQ(intruder.CopyToDevice(own + size, junk.data(), 1, 0), kCuInvalidValue);
-  EXPECT_EQ(intruder.Memset(own, 0, 4, UINT64_MAX / 2, 0), kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyFromDevice(own, size + 1, 0, &out), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyToDevice(own + size, junk.data(), 1, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.Memset(own, 0, 4, UINT64_MAX / 2, 0), dataplane::kCuInvalidValue);
   EXPECT_EQ(fake.memory_calls(), calls);  // none of it reached the driver
 
   // Its own memory works as before.
-  EXPECT_EQ(intruder.CopyToDevice(own, junk.data(), size, 0), kCuSuccess);
-  EXPECT_EQ(intruder.Memset(own + 8, 0x41, 1, 8, 0), kCuSuccess);
-  ASSERT_EQ(intruder.CopyFromDevice(own, 16, 0, &out), kCuSuccess);
+  EXPECT_EQ(intruder.CopyToDevice(own, junk.data(), size, 0), dataplane::kCuSuccess);
+  EXPECT_EQ(intruder.Memset(own + 8, 0x41, 1, 8, 0), dataplane::kCuSuccess);
+  ASSERT_EQ(intruder.CopyFromDevice(own, 16, 0, &out), dataplane::kCuSuccess);
   EXPECT_EQ(std::string(static_cast<const char*>(out), 16), "jjjjjjjjAAAAAAAA");
 
-  ASSERT_EQ(owner.CopyFromDevice(secret, size, 0, &out), kCuSuccess);
+  ASSERT_EQ(owner.CopyFromDevice(secret, size, 0, &out), dataplane::kCuSuccess);
   EXPECT_EQ(std::memcmp(out, data.data(), size), 0);
 
   made_intruder.value().reset();  // a departing session frees what it had
@@ -314,15 +314,15 @@ Function FakeEntry(const char* name) {
 }
 
 // An executor of the fake GPU with module 1 loaded and its kernel as function 2.
-std::unique_ptr<Executor> ExecutorWithAKernel() {
+std::unique_ptr<device::Executor> ExecutorWithAKernel() {
   auto made = CudaExecutor::Create(kFakeUuid);
   if (!made.ok()) {
     ADD_FAILURE() << made.status().message();
     return nullptr;
   }
   const char image[] = "fake image";
-  EXPECT_EQ(made.value()->LoadModule(1, image, sizeof(image), {}), kCuSuccess);
-  EXPECT_EQ(made.value()->GetFunction(1, 2, "kernel"), kCuSuccess);
+  EXPECT_EQ(made.value()->LoadModule(1, image, sizeof(image), {}), dataplane::kCuSuccess);
+  EXPECT_EQ(made.value()->GetFunction(1, 2, "kernel"), dataplane::kCuSuccess);
   return std::move(made.value());
 }
 
@@ -331,19 +331,19 @@ std::unique_ptr<Executor> ExecutorWithAKernel() {
 // cuLaunchKernel.
 TEST(CudaExecutor, CooperativeLaunchesGoThroughLaunchKernelEx) {
   auto launches = FakeEntry<uint64_t (*)(int)>("fake_cuda_launches");
-  std::unique_ptr<Executor> made = ExecutorWithAKernel();
+  std::unique_ptr<device::Executor> made = ExecutorWithAKernel();
   ASSERT_TRUE(launches != nullptr && made != nullptr);
-  Executor& executor = *made;
+  device::Executor& executor = *made;
   const uint64_t plain = launches(0), cooperative = launches(1);
   uint32_t params[2] = {7, 8};
-  LaunchConfig config;
+  device::LaunchConfig config;
   config.grid[0] = 6;
   config.grid[1] = 2;
-  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), kCuSuccess);
+  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), dataplane::kCuSuccess);
   EXPECT_EQ(launches(0), plain + 1);
   EXPECT_EQ(launches(1), cooperative);
   config.cooperative = true;
-  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), kCuSuccess);
+  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), dataplane::kCuSuccess);
   EXPECT_EQ(launches(0), plain + 1);
   EXPECT_EQ(launches(1), cooperative + 1);
   EXPECT_EQ(launches(2), 12u);
@@ -355,21 +355,21 @@ TEST(CudaExecutor, CooperativeLaunchesGoThroughLaunchKernelEx) {
 TEST(CudaExecutor, LargeDynamicSharedMemoryOptsTheFunctionIn) {
   auto launches = FakeEntry<uint64_t (*)(int)>("fake_cuda_launches");
   auto optin = FakeEntry<int (*)()>("fake_cuda_dynamic_shared_optin");
-  std::unique_ptr<Executor> made = ExecutorWithAKernel();
+  std::unique_ptr<device::Executor> made = ExecutorWithAKernel();
   ASSERT_TRUE(launches != nullptr && optin != nullptr && made != nullptr);
-  Executor& executor = *made;
+  device::Executor& executor = *made;
   const int before = optin();
   const uint64_t plain = launches(0);
-  LaunchConfig config;
+  device::LaunchConfig config;
   config.shared_mem = 16 << 10;  // within the default: nothing to opt in
-  EXPECT_EQ(executor.Launch(2, config, nullptr, 0), kCuSuccess);
+  EXPECT_EQ(executor.Launch(2, config, nullptr, 0), dataplane::kCuSuccess);
   EXPECT_EQ(optin(), before);
   config.shared_mem = 100 << 10;
-  EXPECT_EQ(executor.Launch(2, config, nullptr, 0), kCuSuccess);
+  EXPECT_EQ(executor.Launch(2, config, nullptr, 0), dataplane::kCuSuccess);
   EXPECT_EQ(optin(), 100 << 10);
   EXPECT_EQ(launches(0), plain + 2);
   config.shared_mem = 300 << 10;  // past what the driver allows: its refusal is the answer
-  EXPECT_EQ(executor.Launch(2, config, nullptr, 0), kCuInvalidValue);
+  EXPECT_EQ(executor.Launch(2, config, nullptr, 0), dataplane::kCuInvalidValue);
   EXPECT_EQ(launches(0), plain + 2);
 }
 
@@ -378,11 +378,11 @@ TEST(CudaExecutor, LargeDynamicSharedMemoryOptsTheFunctionIn) {
 TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {
   auto made = CudaExecutor::Create(kFakeUuid);
   ASSERT_TRUE(made.ok()) << made.status().message();
-  Executor& executor = *made.value();
+  device::Executor& executor = *made.value();
   const char image[] = "fake image";
-  ASSERT_EQ(executor.LoadModule(1, image, sizeof(image), {}), kCuSuccess);
-  ASSERT_EQ(executor.GetFunction(1, 2, "kernel"), kCuSuccess);
-  FunctionResources resources;
+  ASSERT_EQ(executor.LoadModule(1, image, sizeof(image), {}), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.GetFunction(1, 2, "kernel"), dataplane::kCuSuccess);
+  dataplane::FunctionResources resources;
   ASSERT_TRUE(executor.Resources(2, &resources));
   EXPECT_EQ(resources.max_threads_per_block, 384);
   EXPECT_EQ(resources.static_shared_bytes, 4224);
@@ -402,18 +402,18 @@ TEST(CudaExecutor, FatbinsOfPtxAloneAreJitCompiledAsText) {
   ASSERT_TRUE(links != nullptr && fatbin_loads != nullptr);
   auto made = CudaExecutor::Create(kFakeUuid);
   ASSERT_TRUE(made.ok()) << made.status().message();
-  Executor& executor = *made.value();
+  device::Executor& executor = *made.value();
   const uint64_t fatbins_before = fatbin_loads();
   const std::string unit = ".version 8.0\n.target sm_75\n.address_size 64\n.visible .entry k() { ret; }\n";
   std::vector<uint8_t> two = image::FatbinOfPtx({{unit, 75}, {unit, 75}, {unit, 70}});
-  ASSERT_EQ(executor.LoadModule(1, two.data(), two.size(), {}), kCuSuccess);
+  ASSERT_EQ(executor.LoadModule(1, two.data(), two.size(), {}), dataplane::kCuSuccess);
   EXPECT_EQ(links(0), 2u);  // the two units of the newest architecture
   EXPECT_EQ(links(1), 0u);  // the link state is destroyed
-  EXPECT_EQ(executor.GetFunction(1, 2, "k"), kCuSuccess);
+  EXPECT_EQ(executor.GetFunction(1, 2, "k"), dataplane::kCuSuccess);
   std::vector<uint8_t> one = image::FatbinOfPtx({{unit, 75}});
-  EXPECT_EQ(executor.LoadModule(3, one.data(), one.size(), {}), kCuSuccess);
+  EXPECT_EQ(executor.LoadModule(3, one.data(), one.size(), {}), dataplane::kCuSuccess);
   EXPECT_EQ(links(0), 2u);  // not linked: loaded as text
-  EXPECT_EQ(executor.GetFunction(3, 4, "k"), kCuSuccess);
+  EXPECT_EQ(executor.GetFunction(3, 4, "k"), dataplane::kCuSuccess);
   // PTX only for newer GPUs than the fake's (compute capability 7.5): no binary for it.
   std::vector<uint8_t> newer = image::FatbinOfPtx({{unit, 90}});
   EXPECT_EQ(executor.LoadModule(5, newer.data(), newer.size(), {}), 209);
@@ -421,4 +421,4 @@ TEST(CudaExecutor, FatbinsOfPtxAloneAreJitCompiledAsText) {
 }
 
 }  // namespace
-}  // namespace gpupool::dataplane
+}  // namespace gpupool::devices

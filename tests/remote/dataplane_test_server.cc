@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
   }
 
   gpupool::worker::RegisterDeviceKinds();  // this server stands in for the agent
-  std::unique_ptr<gpupool::backend::GpuBackend> backend;
+  std::unique_ptr<gpupool::device::GpuBackend> backend;
   if (backend_name == "sim") {
     backend = std::make_unique<gpupool::testing::TestBackend>(gpus, static_cast<uint64_t>(memory_mib) << 20, model);
   } else {
@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     }
     backend = std::move(made.value());
   }
-  const std::vector<gpupool::backend::GpuInfo> inventory = backend->Discover();
+  const std::vector<gpupool::device::GpuInfo> inventory = backend->Discover();
   if (inventory.empty()) {
     std::fprintf(stderr, "gpupool-dataplane-testd: the %s backend found no GPU\n", backend_name.c_str());
     return 1;

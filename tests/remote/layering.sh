@@ -14,6 +14,10 @@ declare -A allowed=(
   [remote/devices/cuda]="remote/device remote/protocol remote/image"
   [remote/dataplane]="remote/device remote/protocol remote/transport"
   [remote/nvml]="remote/protocol remote/transport"
+  # The replacement libcuda.so.1 is loaded into applications: it speaks the wire contract
+  # over the transport's client end and links nothing of the GPU host's end (no dataplane,
+  # device or worker code); of the NVRTC shim it knows only the symbol it looks up.
+  [remote/client]="remote/protocol remote/transport remote/image remote/nvrtc/nvrtc_ptx.h"
   # Inside the PTX engine (docs/architecture.md): one front end both tiers consume, the
   # files both tiers share (launch.h, memory.h), and launch.cc above both, choosing the tier.
   [remote/ptx/front]="remote/ptx/ptx_engine.h remote/protocol"

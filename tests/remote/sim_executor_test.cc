@@ -17,7 +17,7 @@
 #include "remote/ptx/jit/jit.h"
 #include "tests/remote/test_fatbin.h"
 
-namespace gpupool::dataplane {
+namespace gpupool::devices {
 namespace {
 
 constexpr uint64_t kMiB = 1 << 20;
@@ -95,7 +95,7 @@ const char kKernelsPtx[] =
 
 int32_t LoadKernels(SimExecutor& executor, uint64_t module) {
   int32_t status = executor.LoadModule(module, kKernelsPtx, sizeof(kKernelsPtx), {});
-  EXPECT_EQ(status, kCuSuccess) << executor.TakeErrorDetail();
+  EXPECT_EQ(status, dataplane::kCuSuccess) << executor.TakeErrorDetail();
   return status;
 }
 
@@ -103,18 +103,18 @@ TEST(SimDeviceMemory, AccountsAndTranslatesWithinAllocations) {
   SimDeviceMemory memory(0, 4 * kMiB);
   const SimDeviceMemory::Owner me = memory.NewOwner();
   uint64_t a = 0, b = 0, c = 0;
-  ASSERT_EQ(memory.Allocate(kMiB, me, &a), kCuSuccess);
-  ASSERT_EQ(memory.Allocate(2 * kMiB, me, &b), kCuSuccess);
+  ASSERT_EQ(memory.Allocate(kMiB, me, &a), dataplane::kCuSuccess);
+  ASSERT_EQ(memory.Allocate(2 * kMiB, me, &b), dataplane::kCuSuccess);
   EXPECT_EQ(memory.used(), 3 * kMiB);
-  EXPECT_EQ(memory.Allocate(2 * kMiB, me, &c), kCuOutOfMemory);
-  EXPECT_EQ(memory.Allocate(0, me, &c), kCuInvalidValue);
+  EXPECT_EQ(memory.Allocate(2 * kMiB, me, &c), dataplane::kCuOutOfMemory);
+  EXPECT_EQ(memory.Allocate(0, me, &c), dataplane::kCuInvalidValue);
   EXPECT_NE(memory.Translate(a, kMiB, me), nullptr);
   EXPECT_EQ(memory.Translate(a, kMiB + 1, me), nullptr);  // runs past the end
   EXPECT_EQ(memory.Translate(a - 1, 1, me), nullptr);     // before the start
   EXPECT_EQ(memory.Translate(b + 2 * kMiB, 1, me), nullptr);
-  EXPECT_EQ(memory.Translate(a, UINT64_MAX, me), nullptr);  // size that wraps around
-  EXPECT_EQ(memory.Release(a + 8, me), kCuInvalidValue);    // not an allocation's start
-  EXPECT_EQ(memory.Release(a, me), kCuSuccess);
+  EXPECT_EQ(memory.Translate(a, UINT64_MAX, me), nullptr);           // size that wraps around
+  EXPECT_EQ(memory.Release(a + 8, me), dataplane::kCuInvalidValue);  // not an allocation's start
+  EXPECT_EQ(memory.Release(a, me), dataplane::kCuSuccess);
   EXPECT_EQ(memory.Translate(a, 1, me), nullptr);  // freed: no longer valid
   EXPECT_EQ(memory.used(), 2 * kMiB);
   // Device addresses are not where the client's host memory lives.
@@ -127,13 +127,13 @@ TEST(SimDeviceMemory, AnOwnerReachesOnlyItsOwnAllocations) {
   const SimDeviceMemory::Owner second = memory.NewOwner();
   ASSERT_NE(first, second);
   uint64_t mine = 0;
-  ASSERT_EQ(memory.Allocate(kMiB, first, &mine), kCuSuccess);
+  ASSERT_EQ(memory.Allocate(kMiB, first, &mine), dataplane::kCuSuccess);
   EXPECT_NE(memory.Translate(mine, kMiB, first), nullptr);
   EXPECT_EQ(memory.Translate(mine, 1, second), nullptr);
   EXPECT_EQ(memory.Translate(mine + 4096, 16, second), nullptr);
-  EXPECT_EQ(memory.Release(mine, second), kCuInvalidValue);
+  EXPECT_EQ(memory.Release(mine, second), dataplane::kCuInvalidValue);
   EXPECT_EQ(memory.used(), kMiB);  // the failed release changed nothing
-  EXPECT_EQ(memory.Release(mine, first), kCuSuccess);
+  EXPECT_EQ(memory.Release(mine, first), dataplane::kCuSuccess);
 }
 
 // Two sessions of one GPU (e.g. two clients, or a lease's successor): the second cannot
@@ -144,27 +144,27 @@ TEST(SimExecutor, ASessionCannotTouchAnotherSessionsMemory) {
   SimExecutor intruder(&memory);
   const uint32_t n = 256;
   uint64_t secret = 0, own = 0;
-  ASSERT_EQ(owner.Allocate(n * 4, &secret), kCuSuccess);
-  ASSERT_EQ(intruder.Allocate(n * 4, &own), kCuSuccess);
+  ASSERT_EQ(owner.Allocate(n * 4, &secret), dataplane::kCuSuccess);
+  ASSERT_EQ(intruder.Allocate(n * 4, &own), dataplane::kCuSuccess);
   std::vector<uint32_t> data(n, 0x5ec2e7u);
-  ASSERT_EQ(owner.CopyToDevice(secret, data.data(), n * 4, 0), kCuSuccess);
+  ASSERT_EQ(owner.CopyToDevice(secret, data.data(), n * 4, 0), dataplane::kCuSuccess);
 
   const void* out = nullptr;
-  EXPECT_EQ(intruder.CopyFromDevice(secret, n * 4, 0, &out), kCuInvalidValue);
-  EXPECT_EQ(intruder.CopyFromDevice(secret + 64, 4, 0, &out), kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyFromDevice(secret, n * 4, 0, &out), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyFromDevice(secret + 64, 4, 0, &out), dataplane::kCuInvalidValue);
   EXPECT_EQ(intruder.HostView(secret, n * 4), nullptr);  // no in-place receive either
   std::vector<uint32_t> junk(n, 0xbad);
-  EXPECT_EQ(intruder.CopyToDevice(secret, junk.data(), n * 4, 0), kCuInvalidValue);
-  EXPECT_EQ(intruder.CopyDeviceToDevice(own, secret, n * 4, 0), kCuInvalidValue);  // read
-  EXPECT_EQ(intruder.CopyDeviceToDevice(secret, own, n * 4, 0), kCuInvalidValue);  // write
-  EXPECT_EQ(intruder.Memset(secret, 0, 4, n, 0), kCuInvalidValue);
-  EXPECT_EQ(intruder.Free(secret), kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyToDevice(secret, junk.data(), n * 4, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.CopyDeviceToDevice(own, secret, n * 4, 0), dataplane::kCuInvalidValue);  // read
+  EXPECT_EQ(intruder.CopyDeviceToDevice(secret, own, n * 4, 0), dataplane::kCuInvalidValue);  // write
+  EXPECT_EQ(intruder.Memset(secret, 0, 4, n, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(intruder.Free(secret), dataplane::kCuInvalidValue);
 
   // Kernels: scale(secret) and vecAdd(own, own, secret) fault instead of touching it.
-  ASSERT_EQ(LoadKernels(intruder, 1), kCuSuccess);
-  ASSERT_EQ(intruder.GetFunction(1, 10, "_Z5scalePffi"), kCuSuccess);
-  ASSERT_EQ(intruder.GetFunction(1, 11, "_Z6vecAddPKfS0_Pfi"), kCuSuccess);
-  LaunchConfig config;
+  ASSERT_EQ(LoadKernels(intruder, 1), dataplane::kCuSuccess);
+  ASSERT_EQ(intruder.GetFunction(1, 10, "_Z5scalePffi"), dataplane::kCuSuccess);
+  ASSERT_EQ(intruder.GetFunction(1, 11, "_Z6vecAddPKfS0_Pfi"), dataplane::kCuSuccess);
+  device::LaunchConfig config;
   config.block[0] = n;
   uint8_t scale[16];
   float factor = 0.0f;
@@ -172,27 +172,27 @@ TEST(SimExecutor, ASessionCannotTouchAnotherSessionsMemory) {
   std::memcpy(scale, &secret, 8);
   std::memcpy(scale + 8, &factor, 4);
   std::memcpy(scale + 12, &count, 4);
-  EXPECT_EQ(intruder.Launch(10, config, scale, sizeof(scale)), kCuIllegalAddress);
+  EXPECT_EQ(intruder.Launch(10, config, scale, sizeof(scale)), dataplane::kCuIllegalAddress);
   uint8_t add[28];
   std::memcpy(add, &own, 8);
   std::memcpy(add + 8, &own, 8);
   std::memcpy(add + 16, &secret, 8);
   std::memcpy(add + 24, &count, 4);
-  EXPECT_EQ(intruder.Launch(11, config, add, sizeof(add)), kCuIllegalAddress);
+  EXPECT_EQ(intruder.Launch(11, config, add, sizeof(add)), dataplane::kCuIllegalAddress);
   std::memcpy(add, &secret, 8);  // reading it as an input
   std::memcpy(add + 16, &own, 8);
-  EXPECT_EQ(intruder.Launch(11, config, add, sizeof(add)), kCuIllegalAddress);
+  EXPECT_EQ(intruder.Launch(11, config, add, sizeof(add)), dataplane::kCuIllegalAddress);
 
   // What the owner's kernels need is the owner's to ask: another session's function ids
   // name nothing in the intruder's session.
-  ASSERT_EQ(LoadKernels(owner, 1), kCuSuccess);
-  ASSERT_EQ(owner.GetFunction(1, 20, "_Z5scalePffi"), kCuSuccess);
-  FunctionResources resources;
+  ASSERT_EQ(LoadKernels(owner, 1), dataplane::kCuSuccess);
+  ASSERT_EQ(owner.GetFunction(1, 20, "_Z5scalePffi"), dataplane::kCuSuccess);
+  dataplane::FunctionResources resources;
   EXPECT_TRUE(owner.Resources(20, &resources));
   EXPECT_FALSE(intruder.Resources(20, &resources));
 
   // The owner's data is intact.
-  ASSERT_EQ(owner.CopyFromDevice(secret, n * 4, 0, &out), kCuSuccess);
+  ASSERT_EQ(owner.CopyFromDevice(secret, n * 4, 0, &out), dataplane::kCuSuccess);
   EXPECT_EQ(std::memcmp(out, data.data(), n * 4), 0);
 }
 
@@ -201,51 +201,51 @@ TEST(SimExecutor, CopiesMemsetsAndRunsVecAdd) {
   SimExecutor executor(&memory);
   const int n = 1000;
   uint64_t a, b, c;
-  ASSERT_EQ(executor.Allocate(n * 4, &a), kCuSuccess);
-  ASSERT_EQ(executor.Allocate(n * 4, &b), kCuSuccess);
-  ASSERT_EQ(executor.Allocate(n * 4, &c), kCuSuccess);
+  ASSERT_EQ(executor.Allocate(n * 4, &a), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.Allocate(n * 4, &b), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.Allocate(n * 4, &c), dataplane::kCuSuccess);
   std::vector<float> x(n), y(n);
   for (int i = 0; i < n; ++i) {
     x[i] = static_cast<float>(i);
     y[i] = 1.5f;
   }
-  ASSERT_EQ(executor.CopyToDevice(a, x.data(), n * 4, 0), kCuSuccess);
-  ASSERT_EQ(executor.CopyToDevice(b, y.data(), n * 4, 0), kCuSuccess);
-  ASSERT_EQ(LoadKernels(executor, 1), kCuSuccess);
-  EXPECT_EQ(executor.GetFunction(1, 10, "_Z5otherv"), kCuNotFound);          // not in the module
-  EXPECT_EQ(executor.GetFunction(2, 10, "_Z5scalePffi"), kCuInvalidHandle);  // no module 2
-  ASSERT_EQ(executor.GetFunction(1, 10, "_Z6vecAddPKfS0_Pfi"), kCuSuccess);
+  ASSERT_EQ(executor.CopyToDevice(a, x.data(), n * 4, 0), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.CopyToDevice(b, y.data(), n * 4, 0), dataplane::kCuSuccess);
+  ASSERT_EQ(LoadKernels(executor, 1), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.GetFunction(1, 10, "_Z5otherv"), dataplane::kCuNotFound);          // not in the module
+  EXPECT_EQ(executor.GetFunction(2, 10, "_Z5scalePffi"), dataplane::kCuInvalidHandle);  // no module 2
+  ASSERT_EQ(executor.GetFunction(1, 10, "_Z6vecAddPKfS0_Pfi"), dataplane::kCuSuccess);
   uint8_t params[28];
   std::memcpy(params, &a, 8);
   std::memcpy(params + 8, &b, 8);
   std::memcpy(params + 16, &c, 8);
   std::memcpy(params + 24, &n, 4);
-  LaunchConfig config;
+  device::LaunchConfig config;
   config.grid[0] = (n + 255) / 256;
   config.block[0] = 256;
-  ASSERT_EQ(executor.Launch(10, config, params, sizeof(params)), kCuSuccess);
+  ASSERT_EQ(executor.Launch(10, config, params, sizeof(params)), dataplane::kCuSuccess);
   const void* out = nullptr;
-  ASSERT_EQ(executor.CopyFromDevice(c, n * 4, 0, &out), kCuSuccess);
+  ASSERT_EQ(executor.CopyFromDevice(c, n * 4, 0, &out), dataplane::kCuSuccess);
   const float* sum = static_cast<const float*>(out);
   for (int i = 0; i < n; ++i) ASSERT_EQ(sum[i], x[i] + 1.5f) << i;
 
-  ASSERT_EQ(executor.Memset(c, 0x01020304, 4, n, 0), kCuSuccess);
-  ASSERT_EQ(executor.CopyFromDevice(c, 4, 0, &out), kCuSuccess);
+  ASSERT_EQ(executor.Memset(c, 0x01020304, 4, n, 0), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.CopyFromDevice(c, 4, 0, &out), dataplane::kCuSuccess);
   EXPECT_EQ(*static_cast<const uint32_t*>(out), 0x01020304u);
-  ASSERT_EQ(executor.CopyDeviceToDevice(a, c, n * 4, 0), kCuSuccess);
-  ASSERT_EQ(executor.CopyFromDevice(a + 4 * (n - 1), 4, 0, &out), kCuSuccess);
+  ASSERT_EQ(executor.CopyDeviceToDevice(a, c, n * 4, 0), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.CopyFromDevice(a + 4 * (n - 1), 4, 0, &out), dataplane::kCuSuccess);
   EXPECT_EQ(*static_cast<const uint32_t*>(out), 0x01020304u);
 
   // Errors: too many threads, short parameters, a pointer outside any allocation.
   config.block[0] = 2048;
-  EXPECT_EQ(executor.Launch(10, config, params, sizeof(params)), kCuInvalidValue);
+  EXPECT_EQ(executor.Launch(10, config, params, sizeof(params)), dataplane::kCuInvalidValue);
   config.block[0] = 256;
-  EXPECT_EQ(executor.Launch(10, config, params, 20), kCuInvalidValue);
+  EXPECT_EQ(executor.Launch(10, config, params, 20), dataplane::kCuInvalidValue);
   uint64_t wild = c + (uint64_t{1} << 36);
   std::memcpy(params + 16, &wild, 8);
-  EXPECT_EQ(executor.Launch(10, config, params, sizeof(params)), kCuIllegalAddress);
-  EXPECT_EQ(executor.CopyToDevice(wild, x.data(), 4, 0), kCuInvalidValue);
-  EXPECT_EQ(executor.Free(wild), kCuInvalidValue);
+  EXPECT_EQ(executor.Launch(10, config, params, sizeof(params)), dataplane::kCuIllegalAddress);
+  EXPECT_EQ(executor.CopyToDevice(wild, x.data(), 4, 0), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor.Free(wild), dataplane::kCuInvalidValue);
 }
 
 // A model runs what a real GPU of it runs: an image with SASS for the model's architecture
@@ -268,35 +268,35 @@ TEST(SimExecutor, RunsNewerPtxOnlyWhereTheModelWouldRunTheImagesSass) {
   SimDeviceMemory memory(0, 64 * kMiB);
   {
     SimExecutor a100(&memory, 108, 80);
-    ASSERT_EQ(a100.LoadModule(1, library.data(), library.size(), {}), kCuSuccess) << a100.TakeErrorDetail();
-    ASSERT_EQ(a100.GetFunction(1, 10, "_Z5scalePffi"), kCuSuccess);
+    ASSERT_EQ(a100.LoadModule(1, library.data(), library.size(), {}), dataplane::kCuSuccess) << a100.TakeErrorDetail();
+    ASSERT_EQ(a100.GetFunction(1, 10, "_Z5scalePffi"), dataplane::kCuSuccess);
     const int n = 64;
     uint64_t data = 0;
-    ASSERT_EQ(a100.Allocate(n * 4, &data), kCuSuccess);
+    ASSERT_EQ(a100.Allocate(n * 4, &data), dataplane::kCuSuccess);
     std::vector<float> values(n, 2.0f);
-    ASSERT_EQ(a100.CopyToDevice(data, values.data(), n * 4, 0), kCuSuccess);
+    ASSERT_EQ(a100.CopyToDevice(data, values.data(), n * 4, 0), dataplane::kCuSuccess);
     uint8_t params[16] = {};
     const float factor = 3.0f;
     std::memcpy(params, &data, 8);
     std::memcpy(params + 8, &factor, 4);
     std::memcpy(params + 12, &n, 4);
-    LaunchConfig config;
+    device::LaunchConfig config;
     config.block[0] = n;
-    ASSERT_EQ(a100.Launch(10, config, params, sizeof(params)), kCuSuccess) << a100.TakeErrorDetail();
+    ASSERT_EQ(a100.Launch(10, config, params, sizeof(params)), dataplane::kCuSuccess) << a100.TakeErrorDetail();
     const void* out = nullptr;
-    ASSERT_EQ(a100.CopyFromDevice(data, n * 4, 0, &out), kCuSuccess);
+    ASSERT_EQ(a100.CopyFromDevice(data, n * 4, 0, &out), dataplane::kCuSuccess);
     for (int i = 0; i < n; ++i) ASSERT_EQ(static_cast<const float*>(out)[i], 6.0f) << i;
 
-    EXPECT_EQ(a100.LoadModule(2, ptx_only.data(), ptx_only.size(), {}), kCuNoBinaryForGpu);
-    EXPECT_EQ(a100.LoadModule(3, newer.c_str(), newer.size() + 1, {}), kCuInvalidPtx);
+    EXPECT_EQ(a100.LoadModule(2, ptx_only.data(), ptx_only.size(), {}), dataplane::kCuNoBinaryForGpu);
+    EXPECT_EQ(a100.LoadModule(3, newer.c_str(), newer.size() + 1, {}), dataplane::kCuInvalidPtx);
   }
   for (uint32_t arch : {70u, 90u}) {  // a Volta; a Hopper, which sm_80 SASS does not run on
     SimExecutor other(&memory, 108, arch);
-    EXPECT_EQ(other.LoadModule(1, library.data(), library.size(), {}), kCuNoBinaryForGpu) << arch;
+    EXPECT_EQ(other.LoadModule(1, library.data(), library.size(), {}), dataplane::kCuNoBinaryForGpu) << arch;
     EXPECT_NE(other.TakeErrorDetail().find("its SASS is for other GPUs"), std::string::npos) << arch;
   }
   SimExecutor l4(&memory, 58, 89);  // sm_80 SASS runs on 8.9
-  EXPECT_EQ(l4.LoadModule(1, library.data(), library.size(), {}), kCuSuccess) << l4.TakeErrorDetail();
+  EXPECT_EQ(l4.LoadModule(1, library.data(), library.size(), {}), dataplane::kCuSuccess) << l4.TakeErrorDetail();
 }
 
 TEST(SimExecutor, FreesEverythingWhenDestroyed) {
@@ -304,8 +304,8 @@ TEST(SimExecutor, FreesEverythingWhenDestroyed) {
   {
     SimExecutor executor(&memory);
     uint64_t p;
-    ASSERT_EQ(executor.Allocate(8 * kMiB, &p), kCuSuccess);
-    ASSERT_EQ(executor.Allocate(kMiB, &p), kCuSuccess);
+    ASSERT_EQ(executor.Allocate(8 * kMiB, &p), dataplane::kCuSuccess);
+    ASSERT_EQ(executor.Allocate(kMiB, &p), dataplane::kCuSuccess);
     EXPECT_EQ(memory.used(), 9 * kMiB);
     uint64_t free_bytes = 0, total = 0;
     executor.MemoryInfo(&free_bytes, &total);
@@ -318,26 +318,26 @@ TEST(SimExecutor, FreesEverythingWhenDestroyed) {
 TEST(SimExecutor, StreamsAndEvents) {
   SimDeviceMemory memory(0, kMiB);
   SimExecutor executor(&memory);
-  EXPECT_EQ(executor.CreateStream(5, 0, 0), kCuSuccess);
-  EXPECT_EQ(executor.CreateStream(5, 0, 0), kCuInvalidValue);  // id taken
-  EXPECT_EQ(executor.CreateEvent(7, 0), kCuSuccess);
-  EXPECT_EQ(executor.CreateEvent(8, 0), kCuSuccess);
-  EXPECT_EQ(executor.CreateEvent(9, 0x2 /* disable timing */), kCuSuccess);
+  EXPECT_EQ(executor.CreateStream(5, 0, 0), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.CreateStream(5, 0, 0), dataplane::kCuInvalidValue);  // id taken
+  EXPECT_EQ(executor.CreateEvent(7, 0), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.CreateEvent(8, 0), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.CreateEvent(9, 0x2 /* disable timing */), dataplane::kCuSuccess);
   float ms = -1;
-  EXPECT_EQ(executor.ElapsedTime(7, 8, &ms), kCuInvalidHandle);  // not recorded yet
-  EXPECT_EQ(executor.RecordEvent(7, 5), kCuSuccess);
-  EXPECT_EQ(executor.RecordEvent(8, 0), kCuSuccess);
-  EXPECT_EQ(executor.RecordEvent(9, 0), kCuSuccess);
-  EXPECT_EQ(executor.RecordEvent(8, 99), kCuInvalidHandle);  // unknown stream
-  EXPECT_EQ(executor.ElapsedTime(7, 8, &ms), kCuSuccess);
+  EXPECT_EQ(executor.ElapsedTime(7, 8, &ms), dataplane::kCuInvalidHandle);  // not recorded yet
+  EXPECT_EQ(executor.RecordEvent(7, 5), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.RecordEvent(8, 0), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.RecordEvent(9, 0), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.RecordEvent(8, 99), dataplane::kCuInvalidHandle);  // unknown stream
+  EXPECT_EQ(executor.ElapsedTime(7, 8, &ms), dataplane::kCuSuccess);
   EXPECT_GE(ms, 0.0f);
-  EXPECT_EQ(executor.ElapsedTime(7, 9, &ms), kCuInvalidHandle);
-  EXPECT_EQ(executor.StreamWaitEvent(5, 8), kCuSuccess);
-  EXPECT_EQ(executor.SynchronizeStream(5), kCuSuccess);
-  EXPECT_EQ(executor.DestroyStream(5), kCuSuccess);
-  EXPECT_EQ(executor.SynchronizeStream(5), kCuInvalidHandle);
-  EXPECT_EQ(executor.DestroyEvent(7), kCuSuccess);
-  EXPECT_EQ(executor.QueryEvent(7), kCuInvalidHandle);
+  EXPECT_EQ(executor.ElapsedTime(7, 9, &ms), dataplane::kCuInvalidHandle);
+  EXPECT_EQ(executor.StreamWaitEvent(5, 8), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.SynchronizeStream(5), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.DestroyStream(5), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.SynchronizeStream(5), dataplane::kCuInvalidHandle);
+  EXPECT_EQ(executor.DestroyEvent(7), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.QueryEvent(7), dataplane::kCuInvalidHandle);
 }
 
 // A module's PTX from a job whose declaration sizes would wrap (issue 36, attack 1): the
@@ -357,9 +357,9 @@ TEST(SimExecutor, ModuleVariableSizesThatWouldWrapAreRefused) {
   SimExecutor victim(&memory);
   SimExecutor attacker(&memory);
   uint64_t secret = 0;
-  ASSERT_EQ(victim.Allocate(kMiB, &secret), kCuSuccess);
+  ASSERT_EQ(victim.Allocate(kMiB, &secret), dataplane::kCuSuccess);
   std::vector<uint8_t> zeros(kMiB, 0);
-  ASSERT_EQ(victim.CopyToDevice(secret, zeros.data(), kMiB, 0), kCuSuccess);
+  ASSERT_EQ(victim.CopyToDevice(secret, zeros.data(), kMiB, 0), dataplane::kCuSuccess);
 
   const std::string pay =
       ".global .align 8 .b8 pay[16] = {65, 65, 65, 65, 65, 65, 65, 65, 65, 65, 65, 65, 65, 65, "
@@ -388,11 +388,11 @@ TEST(SimExecutor, ModuleVariableSizesThatWouldWrapAreRefused) {
   uint64_t module = 1;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.declarations);
-    EXPECT_EQ(LoadText(attacker, module, VariablesModule(c.declarations)), kCuInvalidPtx);
+    EXPECT_EQ(LoadText(attacker, module, VariablesModule(c.declarations)), dataplane::kCuInvalidPtx);
     const std::string detail = attacker.TakeErrorDetail();
     EXPECT_NE(detail.find(c.detail), std::string::npos) << detail;
     uint64_t dptr = 0, size = 0;
-    EXPECT_EQ(attacker.GetGlobal(module, "wrap", &dptr, &size), kCuInvalidHandle);
+    EXPECT_EQ(attacker.GetGlobal(module, "wrap", &dptr, &size), dataplane::kCuInvalidHandle);
     ++module;
   }
   // A module of many large variables: their sum is checked too (each is at most 2^40
@@ -401,28 +401,28 @@ TEST(SimExecutor, ModuleVariableSizesThatWouldWrapAreRefused) {
   for (int k = 0; k < 64; ++k) {
     many += ".global .align 65536 .b8 v" + std::to_string(k) + "[1099511627776];\n";
   }
-  EXPECT_NE(LoadText(attacker, module++, VariablesModule(many)), kCuSuccess);
+  EXPECT_NE(LoadText(attacker, module++, VariablesModule(many)), dataplane::kCuSuccess);
   attacker.TakeErrorDetail();
 
   const void* out = nullptr;
-  ASSERT_EQ(victim.CopyFromDevice(secret, kMiB, 0, &out), kCuSuccess);
+  ASSERT_EQ(victim.CopyFromDevice(secret, kMiB, 0, &out), dataplane::kCuSuccess);
   EXPECT_EQ(std::memcmp(out, zeros.data(), kMiB), 0) << "another session's memory changed";
 
   // The same variables with sizes that fit load, each where and as large as declared,
   // initialised within its own place.
   ASSERT_EQ(LoadText(attacker, module,
                      VariablesModule(".global .align 8 .b8 pad[4096];\n" + pay + ".global .align 8 .b8 tail[8];\n")),
-            kCuSuccess)
+            dataplane::kCuSuccess)
       << attacker.TakeErrorDetail();
   uint64_t pad = 0, pay_at = 0, tail = 0, size = 0;
-  ASSERT_EQ(attacker.GetGlobal(module, "pad", &pad, &size), kCuSuccess);
+  ASSERT_EQ(attacker.GetGlobal(module, "pad", &pad, &size), dataplane::kCuSuccess);
   EXPECT_EQ(size, 4096u);
-  ASSERT_EQ(attacker.GetGlobal(module, "pay", &pay_at, &size), kCuSuccess);
+  ASSERT_EQ(attacker.GetGlobal(module, "pay", &pay_at, &size), dataplane::kCuSuccess);
   EXPECT_EQ(size, 16u);
   EXPECT_EQ(pay_at, pad + 4096);
-  ASSERT_EQ(attacker.GetGlobal(module, "tail", &tail, &size), kCuSuccess);
+  ASSERT_EQ(attacker.GetGlobal(module, "tail", &tail, &size), dataplane::kCuSuccess);
   EXPECT_EQ(size, 8u);
-  ASSERT_EQ(attacker.CopyFromDevice(pay_at, 24, 0, &out), kCuSuccess);
+  ASSERT_EQ(attacker.CopyFromDevice(pay_at, 24, 0, &out), dataplane::kCuSuccess);
   const uint8_t* bytes = static_cast<const uint8_t*>(out);
   for (int k = 0; k < 16; ++k) EXPECT_EQ(bytes[k], 65) << k;
   for (int k = 16; k < 24; ++k) EXPECT_EQ(bytes[k], 0) << k;
@@ -444,13 +444,13 @@ TEST(SimExecutor, ASharedVariableLargerThanABlockHoldsIsRefusedAtLoad) {
     sim::SetJitMode(mode);
     SimDeviceMemory memory(0, 64 * kMiB);
     SimExecutor executor(&memory);
-    EXPECT_EQ(LoadText(executor, 1, module_level), kCuInvalidPtx);
+    EXPECT_EQ(LoadText(executor, 1, module_level), dataplane::kCuInvalidPtx);
     std::string detail = executor.TakeErrorDetail();
     EXPECT_NE(detail.find("the .shared variable big is 1099511627776 bytes"), std::string::npos) << detail;
-    EXPECT_EQ(LoadText(executor, 2, in_kernel), kCuInvalidPtx);
+    EXPECT_EQ(LoadText(executor, 2, in_kernel), dataplane::kCuInvalidPtx);
     detail = executor.TakeErrorDetail();
     EXPECT_NE(detail.find("huge"), std::string::npos) << detail;
-    EXPECT_EQ(executor.GetFunction(1, 10, "k"), kCuInvalidHandle);
+    EXPECT_EQ(executor.GetFunction(1, 10, "k"), dataplane::kCuInvalidHandle);
   }
   sim::SetJitMode(sim::JitMode::kAuto);
 }
@@ -492,18 +492,19 @@ LOOP:
 TEST(SimExecutor, DevicePrintfIsCappedBetweenSynchronisations) {
   SimDeviceMemory memory(0, 64 * kMiB);
   SimExecutor executor(&memory);
-  ASSERT_EQ(executor.LoadModule(1, kTalkPtx, sizeof(kTalkPtx), {}), kCuSuccess) << executor.TakeErrorDetail();
-  ASSERT_EQ(executor.GetFunction(1, 10, "talk"), kCuSuccess) << executor.TakeErrorDetail();
-  LaunchConfig config;
+  ASSERT_EQ(executor.LoadModule(1, kTalkPtx, sizeof(kTalkPtx), {}), dataplane::kCuSuccess)
+      << executor.TakeErrorDetail();
+  ASSERT_EQ(executor.GetFunction(1, 10, "talk"), dataplane::kCuSuccess) << executor.TakeErrorDetail();
+  device::LaunchConfig config;
   config.block[0] = 32;
   uint32_t lines = 4;
-  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess) << executor.TakeErrorDetail();
+  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), dataplane::kCuSuccess) << executor.TakeErrorDetail();
   std::string text = executor.TakeOutput();
   EXPECT_EQ(text.size(), 4u * 32 * 3);
   EXPECT_EQ(text.substr(0, 6), "hi\nhi\n");
   // 32 threads x 12,000 lines x 3 bytes: 1,152,000 bytes, over the 1 MiB kept.
   lines = 12000;
-  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess) << executor.TakeErrorDetail();
+  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), dataplane::kCuSuccess) << executor.TakeErrorDetail();
   text = executor.TakeOutput();
   EXPECT_LE(text.size(), sim::kMaxPrintfBytes + 200);
   EXPECT_GE(text.size(), sim::kMaxPrintfBytes - 3);
@@ -514,7 +515,7 @@ TEST(SimExecutor, DevicePrintfIsCappedBetweenSynchronisations) {
   EXPECT_EQ(kept + dropped, 32u * 12000 * 3);
   // The next synchronisation starts afresh.
   lines = 1;
-  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), kCuSuccess);
+  ASSERT_EQ(executor.Launch(10, config, &lines, sizeof(lines)), dataplane::kCuSuccess);
   EXPECT_EQ(executor.TakeOutput().size(), 32u * 3);
 }
 
@@ -530,9 +531,9 @@ TEST(SimExecutor, CancelEndsAnEndlessKernelOnEitherTier) {
     sim::SetJitMode(mode);
     SimDeviceMemory memory(0, 64 * kMiB);
     SimExecutor executor(&memory);
-    ASSERT_EQ(LoadText(executor, 1, text), kCuSuccess) << executor.TakeErrorDetail();
-    ASSERT_EQ(executor.GetFunction(1, 10, "forever"), kCuSuccess);
-    LaunchConfig config;
+    ASSERT_EQ(LoadText(executor, 1, text), dataplane::kCuSuccess) << executor.TakeErrorDetail();
+    ASSERT_EQ(executor.GetFunction(1, 10, "forever"), dataplane::kCuSuccess);
+    device::LaunchConfig config;
     config.grid[0] = 8;
     config.block[0] = 64;
     std::atomic<int32_t> status{-1};
@@ -552,8 +553,8 @@ TEST(SimExecutor, CancelEndsAnEndlessKernelOnEitherTier) {
     EXPECT_NE(executor.TakeErrorDetail().find("cancelled"), std::string::npos);
     EXPECT_EQ(executor.Launch(10, config, nullptr, 0), 702);
     uint64_t dptr = 0;  // the session's other calls still work: its memory can be freed
-    EXPECT_EQ(executor.Allocate(4096, &dptr), kCuSuccess);
-    EXPECT_EQ(executor.Free(dptr), kCuSuccess);
+    EXPECT_EQ(executor.Allocate(4096, &dptr), dataplane::kCuSuccess);
+    EXPECT_EQ(executor.Free(dptr), dataplane::kCuSuccess);
   }
   sim::SetJitMode(sim::JitMode::kAuto);
 }
@@ -577,7 +578,7 @@ TEST(SimExecutor, CancelEndsAnEndlessKernelOnEitherTier) {
   const int32_t result = LoadText(executor, 1, text);
   const std::string detail = executor.TakeErrorDetail();
   const bool named = detail.find("LoadModule: out of host memory") != std::string::npos;
-  std::_Exit(result == kCuOutOfMemory && named ? 0 : 1);
+  std::_Exit(result == dataplane::kCuOutOfMemory && named ? 0 : 1);
 }
 
 TEST(SimExecutorDeathTest, OutOfHostMemoryIsAnErrorNotAnException) {
@@ -586,4 +587,4 @@ TEST(SimExecutorDeathTest, OutOfHostMemoryIsAnErrorNotAnException) {
 }
 
 }  // namespace
-}  // namespace gpupool::dataplane
+}  // namespace gpupool::devices

@@ -19,22 +19,22 @@ inline std::string TestGpuUuid(int index) {
   return uuid;
 }
 
-class TestBackend : public backend::GpuBackend {
+class TestBackend : public device::GpuBackend {
  public:
   // `model`: the device name's model part; a known model gives the GPUs its compute
-  // capability and SM count (backend::SimulateKnownModel), as the sim backend does.
+  // capability and SM count (device::SimulateKnownModel), as the sim backend does.
   TestBackend(int count, uint64_t memory_bytes, std::string model = "A100-SXM4-80GB")
       : count_(count), memory_bytes_(memory_bytes), model_(std::move(model)) {}
 
   std::string name() const override { return "sim"; }
-  std::vector<backend::GpuInfo> Discover() override {
-    std::vector<backend::GpuInfo> gpus;
+  std::vector<device::GpuInfo> Discover() override {
+    std::vector<device::GpuInfo> gpus;
     for (int i = 0; i < count_; ++i) {
-      backend::GpuInfo gpu;
+      device::GpuInfo gpu;
       gpu.uuid = TestGpuUuid(i);
       gpu.index = i;
       gpu.model = model_;
-      backend::SimulateKnownModel(&gpu);
+      device::SimulateKnownModel(&gpu);
       gpu.memory_bytes = memory_bytes_;
       char bus[32];
       std::snprintf(bus, sizeof(bus), "0000:%02x:00.0", 7 + i);
@@ -43,9 +43,9 @@ class TestBackend : public backend::GpuBackend {
     }
     return gpus;
   }
-  backend::HealthState Health(int index) override {
-    backend::HealthState state;
-    if (failed_) state.health = backend::Health::kFailed;
+  device::HealthState Health(int index) override {
+    device::HealthState state;
+    if (failed_) state.health = device::Health::kFailed;
     return state;
   }
   Status BeforeOperation(int index) override {

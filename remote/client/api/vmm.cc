@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "remote/client/core/api_common.h"
-#include "remote/dataplane/protocol.h"
+#include "remote/protocol/protocol.h"
 
 namespace dp = gpupool::dataplane;
 using namespace gpupool::client;  // NOLINT

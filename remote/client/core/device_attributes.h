@@ -15,7 +15,7 @@ using ModelProperties = GpuModel;
 
 // The properties of `device`'s model. On the sim, everything comes from the model's
 // table entry (the sim backend took its compute capability and SM count from the same
-// entry, backend::SimulateKnownModel); on a GPU host, compute capability
+// entry, device::SimulateKnownModel); on a GPU host, compute capability
 // and SM count come from the GPU itself and the rest from the entry for its model, or for
 // its generation when the model is not in the table.
 ModelProperties PropertiesOf(const Device& device);

@@ -32,7 +32,7 @@
 
 #include "remote/client/failover/failover.h"
 #include "remote/image/fatbin.h"
-#include "remote/dataplane/protocol.h"
+#include "remote/protocol/protocol.h"
 #include "remote/transport/rpc_client.h"
 
 // Whether this is a ThreadSanitizer build (GCC defines __SANITIZE_THREAD__, clang has the

@@ -54,7 +54,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "remote/dataplane/protocol.h"
+#include "remote/protocol/protocol.h"
 #include "remote/transport/rpc_client.h"
 
 namespace gpupool::client {

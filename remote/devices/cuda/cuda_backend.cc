@@ -14,7 +14,7 @@
 #include "remote/devices/cuda/nvml_api.h"
 #include "remote/devices/cuda/xid.h"
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 namespace {
 
 constexpr unsigned kEventWaitMs = 500;  // also bounds how long Stop() waits for the thread
@@ -97,7 +97,7 @@ Status LoadCuda(CudaApi* api) {
   return Status::OK();
 }
 
-class CudaBackend : public GpuBackend {
+class CudaBackend : public device::GpuBackend {
  public:
   CudaBackend(NvmlApi nvml, CudaApi cuda) : nvml_(nvml), cuda_(cuda) {}
   ~CudaBackend() override {
@@ -116,7 +116,7 @@ class CudaBackend : public GpuBackend {
     if ((r = nvml_.get_count(&count)) != nvml::kSuccess) {
       return Status::Unavailable("nvmlDeviceGetCount failed: " + nvml_.Error(r));
     }
-    auto topology = Topology::Load(/*with_pci=*/true);
+    auto topology = device::Topology::Load(/*with_pci=*/true);
     for (unsigned i = 0; i < count; ++i) {
       Gpu g;
       GPUPOOL_RETURN_IF_ERROR(Describe(i, *topology, &g));
@@ -140,14 +140,14 @@ class CudaBackend : public GpuBackend {
 
   std::string name() const override { return "cuda"; }
 
-  std::vector<GpuInfo> Discover() override {
-    std::vector<GpuInfo> out;
+  std::vector<device::GpuInfo> Discover() override {
+    std::vector<device::GpuInfo> out;
     for (const Gpu& g : gpus_) out.push_back(g.info);
     return out;
   }
 
-  HealthState Health(int index) override {
-    if (!Valid(index)) return HealthState{Health::kFailed, "no such GPU"};
+  device::HealthState Health(int index) override {
+    if (!Valid(index)) return device::HealthState{device::Health::kFailed, "no such GPU"};
     std::lock_guard<std::mutex> l(mu_);
     return gpus_[index].health;
   }
@@ -156,8 +156,8 @@ class CudaBackend : public GpuBackend {
     if (!Valid(index)) return Status::NotFound("no GPU with index " + std::to_string(index));
     gpus_[index].operations.fetch_add(1, std::memory_order_relaxed);
     std::lock_guard<std::mutex> l(mu_);
-    const HealthState& h = gpus_[index].health;
-    if (h.health == Health::kFailed) {
+    const device::HealthState& h = gpus_[index].health;
+    if (h.health == device::Health::kFailed) {
       return Status::Unavailable("GPU " + std::to_string(index) + " (" + gpus_[index].info.uuid +
                                  ") has failed: " + h.reason);
     }
@@ -184,9 +184,9 @@ class CudaBackend : public GpuBackend {
 
  private:
   struct Gpu {
-    GpuInfo info;
+    device::GpuInfo info;
     nvml::Device handle = nullptr;
-    HealthState health;  // guarded by mu_
+    device::HealthState health;  // guarded by mu_
     std::atomic<uint64_t> operations{0};
     Gpu() = default;
     Gpu(Gpu&& o) noexcept
@@ -195,7 +195,7 @@ class CudaBackend : public GpuBackend {
 
   bool Valid(int index) const { return index >= 0 && static_cast<size_t>(index) < gpus_.size(); }
 
-  Status Describe(unsigned i, const Topology& topology, Gpu* g) {
+  Status Describe(unsigned i, const device::Topology& topology, Gpu* g) {
     auto fail = [&](const char* what, nvml::Return r) {
       return Status::Unavailable("GPU " + std::to_string(i) + ": " + what + " failed: " + nvml_.Error(r));
     };
@@ -234,9 +234,9 @@ class CudaBackend : public GpuBackend {
     std::function<void(int)> listener;
     {
       std::lock_guard<std::mutex> l(mu_);
-      HealthState& h = gpus_[index].health;
-      if (h.health == Health::kFailed) return;
-      h = HealthState{Health::kFailed, reason};
+      device::HealthState& h = gpus_[index].health;
+      if (h.health == device::Health::kFailed) return;
+      h = device::HealthState{device::Health::kFailed, reason};
       listener = listener_;
     }
     log::Error("GPU " + std::to_string(index) + " (" + gpus_[index].info.uuid + ") failed: " + reason);
@@ -293,14 +293,14 @@ class CudaBackend : public GpuBackend {
 
 }  // namespace
 
-Result<std::unique_ptr<GpuBackend>> OpenCudaBackend(const AgentConfig& config) {
+Result<std::unique_ptr<device::GpuBackend>> OpenCudaBackend(const AgentConfig& config) {
   NvmlApi nvml;
   GPUPOOL_RETURN_IF_ERROR(LoadNvml(&nvml));
   CudaApi cuda;
   GPUPOOL_RETURN_IF_ERROR(LoadCuda(&cuda));
   auto backend = std::make_unique<CudaBackend>(nvml, cuda);
   GPUPOOL_RETURN_IF_ERROR(backend->Init());
-  return std::unique_ptr<GpuBackend>(std::move(backend));
+  return std::unique_ptr<device::GpuBackend>(std::move(backend));
 }
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

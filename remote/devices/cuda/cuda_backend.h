@@ -17,9 +17,9 @@
 #include "common/config.h"
 #include "remote/device/backend.h"
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 
 // Loads NVML and the CUDA driver, discovers the GPUs and starts the health thread.
-Result<std::unique_ptr<GpuBackend>> OpenCudaBackend(const AgentConfig& config);
+Result<std::unique_ptr<device::GpuBackend>> OpenCudaBackend(const AgentConfig& config);
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

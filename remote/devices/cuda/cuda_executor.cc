@@ -13,7 +13,7 @@
 #include "remote/image/fatbin.h"
 #include "remote/protocol/protocol.h"
 
-namespace gpupool::dataplane {
+namespace gpupool::devices {
 
 // The driver entry points the executor uses, by their versioned symbol names.
 struct CudaDriver {
@@ -228,7 +228,7 @@ int32_t CudaExecutor::DriverVersion() {
   return version;
 }
 
-Result<std::unique_ptr<Executor>> CudaExecutor::Create(const std::string& gpu_uuid) {
+Result<std::unique_ptr<device::Executor>> CudaExecutor::Create(const std::string& gpu_uuid) {
   auto driver = LoadDriver();
   if (!driver.ok()) return driver.status();
   const CudaDriver* d = driver.value();
@@ -247,7 +247,7 @@ Result<std::unique_ptr<Executor>> CudaExecutor::Create(const std::string& gpu_uu
       return Status::Unavailable("cannot retain the primary context of " + gpu_uuid + ": CUDA error " +
                                  std::to_string(status));
     }
-    return std::unique_ptr<Executor>(new CudaExecutor(d, device, context, VmmGranularity(d, device)));
+    return std::unique_ptr<device::Executor>(new CudaExecutor(d, device, context, VmmGranularity(d, device)));
   }
   return Status::Unavailable("the CUDA driver has no GPU " + gpu_uuid);
 }
@@ -518,7 +518,7 @@ int32_t CudaExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size
 }
 
 int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
-                                 const std::vector<KernelInfo>& kernels,
+                                 const std::vector<device::KernelInfo>& kernels,
                                  uint64_t /*globals_base: the driver places them*/,
                                  uint64_t /*device_heap: the driver's own heap*/) {
   if (modules_.count(module)) return CUDA_ERROR_INVALID_VALUE;
@@ -634,7 +634,7 @@ int32_t CudaExecutor::GetFunction(uint64_t module, uint64_t function, const std:
   return status;
 }
 
-bool CudaExecutor::Resources(uint64_t function, FunctionResources* resources) {
+bool CudaExecutor::Resources(uint64_t function, dataplane::FunctionResources* resources) {
   auto found = functions_.find(function);
   if (found == functions_.end() || driver_->function_attribute == nullptr) return false;
   if (Enter() != CUDA_SUCCESS) return false;
@@ -652,7 +652,8 @@ bool CudaExecutor::Resources(uint64_t function, FunctionResources* resources) {
          get(CU_FUNC_ATTRIBUTE_NUM_REGS, &resources->registers);
 }
 
-int32_t CudaExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) {
+int32_t CudaExecutor::Launch(uint64_t function, const device::LaunchConfig& config, const void* params,
+                             size_t param_size) {
   auto found = functions_.find(function);
   if (found == functions_.end()) return CUDA_ERROR_INVALID_HANDLE;
   void* s = nullptr;
@@ -785,4 +786,4 @@ int32_t CudaExecutor::ElapsedTime(uint64_t start, uint64_t end, float* milliseco
                                 static_cast<CUevent>(second->second));
 }
 
-}  // namespace gpupool::dataplane
+}  // namespace gpupool::devices

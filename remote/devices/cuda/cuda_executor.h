@@ -54,15 +54,15 @@
 #include "remote/device/executor.h"
 #include "remote/image/fatbin.h"
 
-namespace gpupool::dataplane {
+namespace gpupool::devices {
 
 struct CudaDriver;  // the driver entry points, resolved with dlsym
 
-class CudaExecutor : public Executor {
+class CudaExecutor : public device::Executor {
  public:
   // Loads the driver (once per process) and retains the primary context of the GPU whose
   // UUID is `gpu_uuid`. Unavailable when there is no driver or no such GPU.
-  static Result<std::unique_ptr<Executor>> Create(const std::string& gpu_uuid);
+  static Result<std::unique_ptr<device::Executor>> Create(const std::string& gpu_uuid);
   // The GPU host's CUDA driver version (cuDriverGetVersion, e.g. 13000) once a session
   // loaded the driver in this process; 0 before, or when the driver cannot say.
   static int32_t DriverVersion();
@@ -85,12 +85,13 @@ class CudaExecutor : public Executor {
   int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream, const void** data) override;
   int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size, uint64_t stream) override;
   int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count, uint64_t stream) override;
-  int32_t LoadModule(uint64_t module, const void* image, size_t image_size, const std::vector<KernelInfo>& kernels,
-                     uint64_t globals_base = 0, uint64_t device_heap = 0) override;
+  int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
+                     const std::vector<device::KernelInfo>& kernels, uint64_t globals_base = 0,
+                     uint64_t device_heap = 0) override;
   int32_t UnloadModule(uint64_t module) override;
   int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
-  bool Resources(uint64_t function, FunctionResources* resources) override;
-  int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) override;
+  bool Resources(uint64_t function, dataplane::FunctionResources* resources) override;
+  int32_t Launch(uint64_t function, const device::LaunchConfig& config, const void* params, size_t param_size) override;
   int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) override;
   int32_t DestroyStream(uint64_t stream) override;
   int32_t SynchronizeStream(uint64_t stream) override;
@@ -159,4 +160,4 @@ class CudaExecutor : public Executor {
   std::vector<char> staging_;                        // device-to-host data waiting to be sent
 };
 
-}  // namespace gpupool::dataplane
+}  // namespace gpupool::devices

@@ -12,9 +12,9 @@ namespace {
 
 class CudaExecutors : public device::ExecutorSource {
  public:
-  Result<std::unique_ptr<dataplane::Executor>> Create(const backend::GpuInfo& gpu) override {
+  Result<std::unique_ptr<device::Executor>> Create(const device::GpuInfo& gpu) override {
 #ifdef GPUPOOL_HAVE_CUDA_DEVICE
-    return dataplane::CudaExecutor::Create(gpu.uuid);
+    return CudaExecutor::Create(gpu.uuid);
 #else
     (void)gpu;
     return Status::Unavailable("this agent was built without the cuda executor");
@@ -24,10 +24,10 @@ class CudaExecutors : public device::ExecutorSource {
   // The driver API answers the driver's CUDA version; utilisation, temperature, power and
   // NVIDIA's driver version string come from the GPU host's NVML (nvml_activity.h), and
   // what it does not answer stays unknown (the job's NVML answers NOT_SUPPORTED).
-  device::GpuActivity Activity(const backend::GpuInfo& gpu) override {
+  device::GpuActivity Activity(const device::GpuInfo& gpu) override {
     device::GpuActivity activity;
 #ifdef GPUPOOL_HAVE_CUDA_DEVICE
-    activity.cuda_driver_version = dataplane::CudaExecutor::DriverVersion();
+    activity.cuda_driver_version = CudaExecutor::DriverVersion();
 #endif
     nvml_.Read(gpu.uuid, &activity);
     return activity;
@@ -41,9 +41,9 @@ class CudaKind : public device::DeviceKind {
  public:
   std::string name() const override { return "cuda"; }
 
-  Result<std::unique_ptr<backend::GpuBackend>> OpenBackend(const AgentConfig& config) const override {
+  Result<std::unique_ptr<device::GpuBackend>> OpenBackend(const AgentConfig& config) const override {
 #ifdef GPUPOOL_HAVE_CUDA_DEVICE
-    return backend::OpenCudaBackend(config);
+    return OpenCudaBackend(config);
 #else
     (void)config;
     return Status::InvalidArgument("backend 'cuda' is not built into this gpupool-agentd (no cuda.h at build time)");

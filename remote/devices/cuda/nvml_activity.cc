@@ -8,8 +8,6 @@
 
 namespace gpupool::devices {
 
-namespace nvml = backend::nvml;
-
 struct NvmlActivity::Api {
   void* lib = nullptr;
   nvml::InitFn init = nullptr;

@@ -5,7 +5,7 @@
 // libnvidia-ml.so.1 at run time.
 #pragma once
 
-namespace gpupool::backend::nvml {
+namespace gpupool::devices::nvml {
 
 using Return = int;  // nvmlReturn_t
 constexpr Return kSuccess = 0;
@@ -77,4 +77,4 @@ using DeviceGetPowerUsageFn = Return (*)(Device, unsigned int*);                
 using SystemGetDriverVersionFn = Return (*)(char*, unsigned int);                // nvmlSystemGetDriverVersion
 }
 
-}  // namespace gpupool::backend::nvml
+}  // namespace gpupool::devices::nvml

@@ -1,6 +1,6 @@
 #include "remote/devices/cuda/xid.h"
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 
 XidDecision ClassifyXid(uint64_t xid) {
   switch (xid) {
@@ -40,4 +40,4 @@ std::string DescribeXid(uint64_t xid) {
 
 bool CudaErrorMeansGpuFailed(int cuda_result) { return cuda_result == 214 || cuda_result == 46 || cuda_result == 999; }
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 
 struct XidDecision {
   bool swap = false;         // mark the GPU FAILED
@@ -29,4 +29,4 @@ std::string DescribeXid(uint64_t xid);
 // CUDA_ERROR_ECC_UNCORRECTABLE, 46 CUDA_ERROR_DEVICES_UNAVAILABLE, 999 CUDA_ERROR_UNKNOWN).
 bool CudaErrorMeansGpuFailed(int cuda_result);
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

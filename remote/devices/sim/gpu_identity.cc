@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <cstdio>
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 namespace {
 
 // 64-bit FNV-1a; two differently seeded passes make the 128 bits of a UUID. Not
@@ -54,4 +54,4 @@ bool LooksLikeGpuUuid(const std::string& text) {
   return true;
 }
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

@@ -5,7 +5,7 @@
 
 #include <string>
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lower-case hex, as nvidia-smi prints them),
 // derived from a 128-bit FNV-1a hash of host and index. The version nibble says 4 and the
@@ -18,4 +18,4 @@ std::string SimPciBusId(int index);
 // True when `text` has the shape of a GPU UUID ("GPU-" + 8-4-4-4-12 hex digits).
 bool LooksLikeGpuUuid(const std::string& text);
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

@@ -3,7 +3,7 @@
 #include "remote/device/topology.h"
 #include "remote/devices/sim/gpu_identity.h"
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 
 Result<std::unique_ptr<SimBackend>> SimBackend::Create(const std::string& host, const std::vector<SimGpuConfig>& config,
                                                        int numa_nodes) {
@@ -31,10 +31,10 @@ Result<std::unique_ptr<SimBackend>> SimBackend::Create(const std::string& host, 
       g.info.index = static_cast<int>(gpus.size());
       g.info.uuid = DeterministicGpuUuid(host, g.info.index);
       g.info.model = e.model;
-      SimulateKnownModel(&g.info);
+      device::SimulateKnownModel(&g.info);
       g.info.memory_bytes = e.memory_mib * 1024ULL * 1024ULL;
       g.info.pci_bus_id = SimPciBusId(g.info.index);
-      g.info.numa_node = SimNumaNode(g.info.index, total, numa_nodes);
+      g.info.numa_node = device::SimNumaNode(g.info.index, total, numa_nodes);
       gpus.push_back(std::move(g));
     }
   }
@@ -53,15 +53,15 @@ Status SimBackend::CheckIndex(int index) const {
   return Status::OK();
 }
 
-std::vector<GpuInfo> SimBackend::Discover() {
+std::vector<device::GpuInfo> SimBackend::Discover() {
   std::lock_guard<std::mutex> l(mu_);
-  std::vector<GpuInfo> out;
+  std::vector<device::GpuInfo> out;
   for (const Gpu& g : gpus_) out.push_back(g.info);
   return out;
 }
 
-HealthState SimBackend::Health(int index) {
-  if (!CheckIndex(index).ok()) return HealthState{Health::kFailed, "no such GPU"};
+device::HealthState SimBackend::Health(int index) {
+  if (!CheckIndex(index).ok()) return device::HealthState{device::Health::kFailed, "no such GPU"};
   std::lock_guard<std::mutex> l(mu_);
   return gpus_[index].health;
 }
@@ -74,20 +74,20 @@ Status SimBackend::BeforeOperation(int index) {
     std::unique_lock<std::mutex> l(mu_);
     Gpu& g = gpus_[index];
     ++g.operations;
-    while (g.fault.mode == FaultMode::kHang && !stopped_) {
+    while (g.fault.mode == device::FaultMode::kHang && !stopped_) {
       ++g.hung_calls;
       hang_released_.wait(l);
       --g.hung_calls;
     }
     if (stopped_) return Status::Unavailable("agent stopping");
-    if (g.fault.mode == FaultMode::kFailAfter && g.health.health == Health::kOk) {
+    if (g.fault.mode == device::FaultMode::kFailAfter && g.health.health == device::Health::kOk) {
       if (g.fault.ops == 0) {
         changed = MarkFailedLocked(index, g.fault.reason);
       } else {
         --g.fault.ops;
       }
     }
-    if (g.health.health == Health::kFailed) {
+    if (g.health.health == device::Health::kFailed) {
       result =
           Status::Unavailable("GPU " + std::to_string(index) + " (" + g.info.uuid + ") has failed: " + g.health.reason);
     }
@@ -108,8 +108,8 @@ void SimBackend::ReportFailure(int index, const std::string& reason) {
 
 bool SimBackend::MarkFailedLocked(int index, const std::string& reason) {
   Gpu& g = gpus_[index];
-  if (g.health.health == Health::kFailed) return false;
-  g.health = HealthState{Health::kFailed, reason};
+  if (g.health.health == device::Health::kFailed) return false;
+  g.health = device::HealthState{device::Health::kFailed, reason};
   return true;
 }
 
@@ -127,7 +127,7 @@ void SimBackend::NotifyHealthChanged(int index) {
   if (listener) listener(index);
 }
 
-Status SimBackend::InjectFault(int index, const Fault& fault) {
+Status SimBackend::InjectFault(int index, const device::Fault& fault) {
   GPUPOOL_RETURN_IF_ERROR(CheckIndex(index));
   bool changed = false;
   {
@@ -135,20 +135,20 @@ Status SimBackend::InjectFault(int index, const Fault& fault) {
     Gpu& g = gpus_[index];
     g.fault = fault;
     switch (fault.mode) {
-      case FaultMode::kNone:
-        changed = g.health.health != Health::kOk;
-        g.health = HealthState{};
+      case device::FaultMode::kNone:
+        changed = g.health.health != device::Health::kOk;
+        g.health = device::HealthState{};
         break;
-      case FaultMode::kFail:
+      case device::FaultMode::kFail:
         g.fault.reason = fault.reason.empty() ? "injected" : fault.reason;
         changed = MarkFailedLocked(index, g.fault.reason);
         break;
-      case FaultMode::kFailAfter:
+      case device::FaultMode::kFailAfter:
         if (g.fault.reason.empty()) {
           g.fault.reason = "injected: failed after " + std::to_string(fault.ops) + " operations";
         }
         break;
-      case FaultMode::kHang:
+      case device::FaultMode::kHang:
         break;
     }
   }
@@ -159,8 +159,8 @@ Status SimBackend::InjectFault(int index, const Fault& fault) {
   return Status::OK();
 }
 
-Fault SimBackend::CurrentFault(int index) {
-  if (!CheckIndex(index).ok()) return Fault{};
+device::Fault SimBackend::CurrentFault(int index) {
+  if (!CheckIndex(index).ok()) return device::Fault{};
   std::lock_guard<std::mutex> l(mu_);
   return gpus_[index].fault;
 }
@@ -185,4 +185,4 @@ void SimBackend::Stop() {
   hang_released_.notify_all();
 }
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

@@ -18,9 +18,9 @@
 #include "common/config.h"
 #include "remote/device/backend.h"
 
-namespace gpupool::backend {
+namespace gpupool::devices {
 
-class SimBackend : public GpuBackend {
+class SimBackend : public device::GpuBackend {
  public:
   // Fails (InvalidArgument naming the entry) on a count < 1, an empty model or zero memory.
   // An empty `gpus` list means the default inventory: 4 x A100-SXM4-80GB.
@@ -29,14 +29,14 @@ class SimBackend : public GpuBackend {
   ~SimBackend() override;
 
   std::string name() const override { return "sim"; }
-  std::vector<GpuInfo> Discover() override;
-  HealthState Health(int index) override;
+  std::vector<device::GpuInfo> Discover() override;
+  device::HealthState Health(int index) override;
   Status BeforeOperation(int index) override;
   void ReportFailure(int index, const std::string& reason) override;
   void SetHealthListener(std::function<void(int index)> listener) override;
 
-  Status InjectFault(int index, const Fault& fault) override;
-  Fault CurrentFault(int index) override;
+  Status InjectFault(int index, const device::Fault& fault) override;
+  device::Fault CurrentFault(int index) override;
   uint64_t OperationCount(int index) override;
   void Stop() override;
 
@@ -45,9 +45,9 @@ class SimBackend : public GpuBackend {
 
  private:
   struct Gpu {
-    GpuInfo info;
-    HealthState health;
-    Fault fault;
+    device::GpuInfo info;
+    device::HealthState health;
+    device::Fault fault;
     uint64_t operations = 0;
     int hung_calls = 0;
   };
@@ -65,4 +65,4 @@ class SimBackend : public GpuBackend {
   std::function<void(int)> listener_;      // guarded by mu_; called without mu_
 };
 
-}  // namespace gpupool::backend
+}  // namespace gpupool::devices

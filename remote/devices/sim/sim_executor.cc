@@ -11,7 +11,7 @@
 #include "remote/image/fatbin.h"
 #include "remote/protocol/protocol.h"
 
-namespace gpupool::dataplane {
+namespace gpupool::devices {
 namespace {
 
 // CUDA_EVENT_DISABLE_TIMING: elapsed time on such events is CUDA_ERROR_INVALID_HANDLE.
@@ -36,7 +36,7 @@ int32_t SimExecutor::Failed(const char* call, int32_t otherwise) noexcept {
   try {
     throw;
   } catch (const std::bad_alloc&) {
-    status = kCuOutOfMemory;
+    status = dataplane::kCuOutOfMemory;
     why = "out of host memory";
   } catch (const std::exception& error) {
     why = error.what();
@@ -53,7 +53,7 @@ int32_t SimExecutor::Failed(const char* call, int32_t otherwise) noexcept {
 
 int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) try {
   int32_t status = memory_->Allocate(size, owner_, dptr);
-  if (status == kCuSuccess) {
+  if (status == dataplane::kCuSuccess) {
     try {
       allocations_[*dptr] = size;
     } catch (...) {
@@ -64,12 +64,12 @@ int32_t SimExecutor::Allocate(uint64_t size, uint64_t* dptr) try {
   }
   return status;
 } catch (...) {
-  return Failed("Allocate", kCuOutOfMemory);
+  return Failed("Allocate", dataplane::kCuOutOfMemory);
 }
 
 int32_t SimExecutor::AllocateAt(uint64_t address, uint64_t size) try {
   int32_t status = memory_->AllocateAt(address, size, owner_);
-  if (status == kCuSuccess) {
+  if (status == dataplane::kCuSuccess) {
     try {
       allocations_[address] = size;
     } catch (...) {
@@ -80,7 +80,7 @@ int32_t SimExecutor::AllocateAt(uint64_t address, uint64_t size) try {
   }
   return status;
 } catch (...) {
-  return Failed("AllocateAt", kCuOutOfMemory);
+  return Failed("AllocateAt", dataplane::kCuOutOfMemory);
 }
 
 bool SimExecutor::GlobalsRange(uint64_t module, uint64_t* base, uint64_t* size) {
@@ -92,12 +92,12 @@ bool SimExecutor::GlobalsRange(uint64_t module, uint64_t* base, uint64_t* size) 
 }
 
 int32_t SimExecutor::Free(uint64_t dptr) try {
-  if (dptr == 0) return kCuSuccess;
-  if (allocations_.erase(dptr) == 0) return kCuInvalidValue;  // not ours (or not a start)
+  if (dptr == 0) return dataplane::kCuSuccess;
+  if (allocations_.erase(dptr) == 0) return dataplane::kCuInvalidValue;  // not ours (or not a start)
   launch_memory_.clear();
   return memory_->Release(dptr, owner_);
 } catch (...) {
-  return Failed("Free", kCuUnknown);
+  return Failed("Free", dataplane::kCuUnknown);
 }
 
 void SimExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
@@ -123,55 +123,55 @@ void SimExecutor::ChunkedCopy(char* to, const char* from, uint64_t size) {
 }
 
 int32_t SimExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) try {
-  if (!KnownStream(stream)) return kCuInvalidHandle;
-  if (size == 0) return kCuSuccess;
+  if (!KnownStream(stream)) return dataplane::kCuInvalidHandle;
+  if (size == 0) return dataplane::kCuSuccess;
   char* host = memory_->Translate(dst, size, owner_);
-  if (host == nullptr) return kCuInvalidValue;
+  if (host == nullptr) return dataplane::kCuInvalidValue;
   if (host != src) {  // else received in place: the transport moved the bytes, not the engine
     device::BusyMeter::Span busy(meter_, device::BusyMeter::kCopies);
     ChunkedCopy(host, static_cast<const char*>(src), size);
   }
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("CopyToDevice", kCuUnknown);
+  return Failed("CopyToDevice", dataplane::kCuUnknown);
 }
 
 int32_t SimExecutor::CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream, const void** data) try {
-  if (!KnownStream(stream)) return kCuInvalidHandle;
+  if (!KnownStream(stream)) return dataplane::kCuInvalidHandle;
   *data = nullptr;
-  if (size == 0) return kCuSuccess;
+  if (size == 0) return dataplane::kCuSuccess;
   char* host = memory_->Translate(src, size, owner_);
-  if (host == nullptr) return kCuInvalidValue;
+  if (host == nullptr) return dataplane::kCuInvalidValue;
   *data = host;  // sent in place; the server finishes sending before the next request
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("CopyFromDevice", kCuUnknown);
+  return Failed("CopyFromDevice", dataplane::kCuUnknown);
 }
 
 int32_t SimExecutor::CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size, uint64_t stream) try {
-  if (!KnownStream(stream)) return kCuInvalidHandle;
-  if (size == 0) return kCuSuccess;
+  if (!KnownStream(stream)) return dataplane::kCuInvalidHandle;
+  if (size == 0) return dataplane::kCuSuccess;
   char* to = memory_->Translate(dst, size, owner_);
   char* from = memory_->Translate(src, size, owner_);
-  if (to == nullptr || from == nullptr) return kCuInvalidValue;
+  if (to == nullptr || from == nullptr) return dataplane::kCuInvalidValue;
   device::BusyMeter::Span busy(meter_, device::BusyMeter::kCopies);
   if (to < from || to >= from + size) {
     ChunkedCopy(to, from, size);  // forward chunks are safe unless `to` starts inside `from`
   } else {
     std::memmove(to, from, size);
   }
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("CopyDeviceToDevice", kCuUnknown);
+  return Failed("CopyDeviceToDevice", dataplane::kCuUnknown);
 }
 
 int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count, uint64_t stream) try {
-  if (!KnownStream(stream)) return kCuInvalidHandle;
-  if (element_size != 1 && element_size != 2 && element_size != 4) return kCuInvalidValue;
-  if (count == 0) return kCuSuccess;
-  if (count > UINT64_MAX / element_size) return kCuInvalidValue;
+  if (!KnownStream(stream)) return dataplane::kCuInvalidHandle;
+  if (element_size != 1 && element_size != 2 && element_size != 4) return dataplane::kCuInvalidValue;
+  if (count == 0) return dataplane::kCuSuccess;
+  if (count > UINT64_MAX / element_size) return dataplane::kCuInvalidValue;
   char* host = memory_->Translate(dst, count * element_size, owner_);
-  if (host == nullptr) return kCuInvalidValue;
+  if (host == nullptr) return dataplane::kCuInvalidValue;
   device::BusyMeter::Span busy(meter_, device::BusyMeter::kCopies);
   if (element_size == 1) {
     for (uint64_t done = 0; done < count; done += kProgressChunk) {
@@ -190,33 +190,33 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
       }
     }
   }
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("Memset", kCuUnknown);
+  return Failed("Memset", dataplane::kCuUnknown);
 }
 
 int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
-                                const std::vector<KernelInfo>& kernels, uint64_t globals_base,
+                                const std::vector<device::KernelInfo>& kernels, uint64_t globals_base,
                                 uint64_t device_heap) try {
-  if (modules_.count(module)) return kCuInvalidValue;
+  if (modules_.count(module)) return dataplane::kCuInvalidValue;
   if (device_heap == 0) device_heap = sim::kDeviceHeapBytes;
   if (device_heap > sim::kMaxDeviceHeapBytes) {
     error_detail_ = "a device malloc heap of " + std::to_string(device_heap) +
                     " bytes (CU_LIMIT_MALLOC_HEAP_SIZE) is more than the sim's " +
                     std::to_string(sim::kMaxDeviceHeapBytes >> 20) + " MiB";
-    return kCuOutOfMemory;
+    return dataplane::kCuOutOfMemory;
   }
   auto parsed = image::ParseModuleImageBytes(image, image_size);
   if (!parsed.ok()) {
     error_detail_ = "module image: " + parsed.status().message();
-    return kCuInvalidImage;
+    return dataplane::kCuInvalidImage;
   }
   if (parsed->ptx.empty()) {
     // Only SASS: machine code for a real GPU, which the sim cannot execute.
     error_detail_ = parsed->has_sass() ? "the module holds only SASS (a cubin) "
                                          "and no PTX: the sim GPU runs PTX only"
                                        : "the module holds no PTX";
-    return parsed->has_sass() ? kCuNoBinaryForGpu : kCuInvalidImage;
+    return parsed->has_sass() ? dataplane::kCuNoBinaryForGpu : dataplane::kCuInvalidImage;
   }
   // What a real GPU of this model would run (image::ChooseCode): the PTX its driver would
   // JIT, or, where it would run the image's SASS and the PTX is all for newer GPUs, that
@@ -233,7 +233,7 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
     // PTX text given as it is goes to the JIT, which refuses a target newer than the GPU
     // (CUDA_ERROR_INVALID_PTX, as driver 580 answers on an H100); a fatbin just has no
     // binary for this GPU.
-    return image::IsFatbin(image, image_size) ? kCuNoBinaryForGpu : kCuInvalidPtx;
+    return image::IsFatbin(image, image_size) ? dataplane::kCuNoBinaryForGpu : dataplane::kCuInvalidPtx;
   }
   // Several entries for that architecture are the translation units of a program built
   // with -rdc=true (the client adds them, image::WithRelocatablePtx): linked into one, as
@@ -245,7 +245,7 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   auto ptx = sim::PtxModule::ParseLinked(units, device_heap);
   if (!ptx.ok()) {
     error_detail_ = ptx.status().message();
-    return kCuInvalidPtx;
+    return dataplane::kCuInvalidPtx;
   }
   Module loaded;
   loaded.ptx = std::move(*ptx);
@@ -262,7 +262,7 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
     if (align > sim::kMaxAlign || size > sim::kMaxDeclarationBytes || span > kMaxModuleVariableBytes - size - align) {
       error_detail_ = "the module's variables up to " + variable.name + " (" + std::to_string(variable.size) +
                       " bytes) take more than " + std::to_string(kMaxModuleVariableBytes) + " bytes";
-      return kCuInvalidPtx;
+      return dataplane::kCuInvalidPtx;
     }
     span = (span + align - 1) / align * align;
     offsets[variable.name] = span;
@@ -271,14 +271,14 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   if (!offsets.empty()) {
     uint64_t base = globals_base;
     int32_t status = globals_base != 0 ? AllocateAt(globals_base, span) : Allocate(span, &base);
-    if (status != kCuSuccess) return status;
+    if (status != dataplane::kCuSuccess) return status;
     loaded.globals_base = base;
     loaded.globals_size = span;
     char* host = memory_->Translate(base, span, owner_);
     if (host == nullptr) {
       error_detail_ = "the module's variables' memory cannot be reached";
       Free(base);
-      return kCuOutOfMemory;
+      return dataplane::kCuOutOfMemory;
     }
     for (const sim::ModuleVariable& variable : loaded.ptx->variables()) {
       loaded.globals[variable.name] = base + offsets[variable.name];
@@ -291,7 +291,7 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
       if (!init.ok()) {
         error_detail_ = init.status().message();
         Free(base);
-        return kCuInvalidPtx;
+        return dataplane::kCuInvalidPtx;
       }
       // Within the variable's place, and so within the allocation (the parser refuses an
       // initialiser longer than its variable; checked again where the bytes are written).
@@ -300,15 +300,15 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
       if (offset > span || bytes > span - offset) {
         error_detail_ = "the initialiser of " + variable.name + " lies outside the module's memory";
         Free(base);
-        return kCuInvalidPtx;
+        return dataplane::kCuInvalidPtx;
       }
       if (bytes != 0) std::memcpy(host + offset, init->data(), bytes);
     }
   }
   modules_[module] = std::move(loaded);
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("LoadModule", kCuInvalidImage);
+  return Failed("LoadModule", dataplane::kCuInvalidImage);
 }
 
 void SimExecutor::FreeModule(Module& module) {
@@ -319,31 +319,31 @@ void SimExecutor::FreeModule(Module& module) {
 
 int32_t SimExecutor::UnloadModule(uint64_t module) try {
   auto found = modules_.find(module);
-  if (found == modules_.end()) return kCuInvalidHandle;
+  if (found == modules_.end()) return dataplane::kCuInvalidHandle;
   for (auto it = functions_.begin(); it != functions_.end();) {
     it = it->second.module == module ? functions_.erase(it) : std::next(it);
   }
   FreeModule(found->second);
   modules_.erase(found);
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("UnloadModule", kCuUnknown);
+  return Failed("UnloadModule", dataplane::kCuUnknown);
 }
 
 int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function, const std::string& name) try {
   auto found = modules_.find(module);
-  if (found == modules_.end()) return kCuInvalidHandle;
+  if (found == modules_.end()) return dataplane::kCuInvalidHandle;
   Module& loaded = found->second;
-  if (!loaded.ptx->HasKernel(name)) return kCuNotFound;
+  if (!loaded.ptx->HasKernel(name)) return dataplane::kCuNotFound;
   auto kernel = loaded.ptx->Decode(name, loaded.globals);
   if (!kernel.ok()) {
     error_detail_ = "kernel " + name + ": " + kernel.status().message();
-    return kCuInvalidPtx;
+    return dataplane::kCuInvalidPtx;
   }
   functions_[function] = Function{module, *kernel};
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("GetFunction", kCuInvalidPtx);
+  return Failed("GetFunction", dataplane::kCuInvalidPtx);
 }
 
 bool SimExecutor::Resources(uint64_t function, dataplane::FunctionResources* resources) {
@@ -361,28 +361,29 @@ bool SimExecutor::Resources(uint64_t function, dataplane::FunctionResources* res
 
 int32_t SimExecutor::GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr, uint64_t* size) try {
   auto found = modules_.find(module);
-  if (found == modules_.end()) return kCuInvalidHandle;
+  if (found == modules_.end()) return dataplane::kCuInvalidHandle;
   auto global = found->second.globals.find(name);
-  if (global == found->second.globals.end()) return kCuNotFound;
+  if (global == found->second.globals.end()) return dataplane::kCuNotFound;
   *dptr = global->second;
   *size = found->second.global_sizes[name];
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("GetGlobal", kCuUnknown);
+  return Failed("GetGlobal", dataplane::kCuUnknown);
 }
 
-int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) try {
+int32_t SimExecutor::Launch(uint64_t function, const device::LaunchConfig& config, const void* params,
+                            size_t param_size) try {
   auto found = functions_.find(function);
-  if (found == functions_.end()) return kCuInvalidHandle;
-  if (!KnownStream(config.stream)) return kCuInvalidHandle;
+  if (found == functions_.end()) return dataplane::kCuInvalidHandle;
+  if (!KnownStream(config.stream)) return dataplane::kCuInvalidHandle;
   if (cancelled_.load(std::memory_order_relaxed)) {
     error_detail_ = sim::kCancelledDetail;
-    return kCuLaunchTimeout;
+    return dataplane::kCuLaunchTimeout;
   }
   uint64_t threads = uint64_t{config.block[0]} * config.block[1] * config.block[2];
   if (threads == 0 || threads > 1024 || config.block[2] > 64 || config.grid[0] == 0 || config.grid[1] == 0 ||
       config.grid[2] == 0 || config.grid[1] > 65535 || config.grid[2] > 65535) {
-    return kCuInvalidValue;
+    return dataplane::kCuInvalidValue;
   }
   device::BusyMeter::Span busy(meter_, device::BusyMeter::kKernels);  // its children too
   sim::LaunchSpec spec;
@@ -412,7 +413,7 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
     // Lent to the launch, not copied: an allocation per launch otherwise.
     spec.memory.swap(launch_memory_);
     int32_t status = sim::RunKernel(*found->second.kernel, spec);
-    if (status == kCuSuccess && !children.queued.empty()) {
+    if (status == dataplane::kCuSuccess && !children.queued.empty()) {
       status = RunChildren(found->second.module, spec, std::move(children.queued));
     }
     spec.memory.swap(launch_memory_);
@@ -422,7 +423,8 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
   // A cooperative launch gets a zeroed grid workspace of its own for as long as it runs
   // (grid.sync() counts the blocks that have arrived there).
   uint64_t workspace = 0;
-  if (int32_t status = memory_->Allocate(sim::kGridWorkspaceBytes, owner_, &workspace); status != kCuSuccess) {
+  if (int32_t status = memory_->Allocate(sim::kGridWorkspaceBytes, owner_, &workspace);
+      status != dataplane::kCuSuccess) {
     return status;
   }
   char* host = memory_->Translate(workspace, sim::kGridWorkspaceBytes, owner_);
@@ -446,27 +448,27 @@ int32_t SimExecutor::Launch(uint64_t function, const LaunchConfig& config, const
   } release{memory_, owner_, workspace};
   int32_t status = sim::RunKernel(*found->second.kernel, spec);
   memory_->Release(std::exchange(release.address, 0), owner_);
-  if (status == kCuSuccess && !children.queued.empty()) {
+  if (status == dataplane::kCuSuccess && !children.queued.empty()) {
     spec.memory = launch_memory_;
     spec.cooperative = false;
     status = RunChildren(found->second.module, spec, std::move(children.queued));
   }
   return status;
 } catch (...) {
-  return Failed("Launch", kCuLaunchFailed);
+  return Failed("Launch", dataplane::kCuLaunchFailed);
 }
 
 int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
                                  std::vector<sim::DeviceLaunch> queued) {
   auto found = modules_.find(module);
-  if (found == modules_.end()) return kCuInvalidHandle;
+  if (found == modules_.end()) return dataplane::kCuInvalidHandle;
   // Runs one queued grid at `depth`; what it launches lands in *children.
   auto run = [&](sim::DeviceLaunch& launch, uint32_t depth, sim::LaunchSpec* spec,
                  sim::DeviceLaunches* children) -> int32_t {
     auto kernel = found->second.ptx->Decode(launch.kernel, found->second.globals);
     if (!kernel.ok()) {
       error_detail_ = "kernel " + launch.kernel + ", launched by a kernel: " + std::string(kernel.status().message());
-      return kCuLaunchFailed;
+      return dataplane::kCuLaunchFailed;
     }
     std::memcpy(spec->grid, launch.grid, sizeof(spec->grid));
     std::memcpy(spec->block, launch.block, sizeof(spec->block));
@@ -501,28 +503,29 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
     sim::LaunchSpec spec;
     sim::DeviceLaunches children;
     int32_t status = run(launch, parent.depth + 1, &spec, &children);
-    if (status == kCuSuccess && !children.queued.empty()) {
+    if (status == dataplane::kCuSuccess && !children.queued.empty()) {
       status = RunChildren(module, spec, std::move(children.queued));
     }
-    if (status != kCuSuccess) return status;
+    if (status != dataplane::kCuSuccess) return status;
   }
   while (!tails.empty()) {
     sim::DeviceLaunch launch = std::move(tails.front());
     tails.pop_front();
     sim::LaunchSpec spec;
     sim::DeviceLaunches children;
-    if (int32_t status = run(launch, parent.depth, &spec, &children); status != kCuSuccess) return status;
+    if (int32_t status = run(launch, parent.depth, &spec, &children); status != dataplane::kCuSuccess) return status;
     std::vector<sim::DeviceLaunch> its_tails;
     std::vector<sim::DeviceLaunch> its_others;
     for (sim::DeviceLaunch& child : children.queued) {
       (child.tail ? its_tails : its_others).push_back(std::move(child));
     }
     if (!its_others.empty()) {
-      if (int32_t status = RunChildren(module, spec, std::move(its_others)); status != kCuSuccess) return status;
+      if (int32_t status = RunChildren(module, spec, std::move(its_others)); status != dataplane::kCuSuccess)
+        return status;
     }
     tails.insert(tails.begin(), std::make_move_iterator(its_tails.begin()), std::make_move_iterator(its_tails.end()));
   }
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 }
 
 std::string SimExecutor::TakeOutput() {
@@ -538,57 +541,65 @@ std::string SimExecutor::TakeOutput() {
 std::string SimExecutor::TakeErrorDetail() { return std::exchange(error_detail_, {}); }
 
 int32_t SimExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) try {
-  if (stream == 0 || !streams_.insert(stream).second) return kCuInvalidValue;
-  return kCuSuccess;
+  if (stream == 0 || !streams_.insert(stream).second) return dataplane::kCuInvalidValue;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("CreateStream", kCuUnknown);
+  return Failed("CreateStream", dataplane::kCuUnknown);
 }
 
-int32_t SimExecutor::DestroyStream(uint64_t stream) { return streams_.erase(stream) ? kCuSuccess : kCuInvalidHandle; }
+int32_t SimExecutor::DestroyStream(uint64_t stream) {
+  return streams_.erase(stream) ? dataplane::kCuSuccess : dataplane::kCuInvalidHandle;
+}
 
-int32_t SimExecutor::SynchronizeStream(uint64_t stream) { return KnownStream(stream) ? kCuSuccess : kCuInvalidHandle; }
+int32_t SimExecutor::SynchronizeStream(uint64_t stream) {
+  return KnownStream(stream) ? dataplane::kCuSuccess : dataplane::kCuInvalidHandle;
+}
 
 int32_t SimExecutor::QueryStream(uint64_t stream) { return SynchronizeStream(stream); }
 
 int32_t SimExecutor::StreamWaitEvent(uint64_t stream, uint64_t event) {
-  if (!KnownStream(stream) || !events_.count(event)) return kCuInvalidHandle;
-  return kCuSuccess;  // everything before the event already ran
+  if (!KnownStream(stream) || !events_.count(event)) return dataplane::kCuInvalidHandle;
+  return dataplane::kCuSuccess;  // everything before the event already ran
 }
 
 int32_t SimExecutor::CreateEvent(uint64_t event, uint32_t flags) try {
-  if (event == 0 || events_.count(event)) return kCuInvalidValue;
+  if (event == 0 || events_.count(event)) return dataplane::kCuInvalidValue;
   events_[event].flags = flags;
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("CreateEvent", kCuUnknown);
+  return Failed("CreateEvent", dataplane::kCuUnknown);
 }
 
-int32_t SimExecutor::DestroyEvent(uint64_t event) { return events_.erase(event) ? kCuSuccess : kCuInvalidHandle; }
+int32_t SimExecutor::DestroyEvent(uint64_t event) {
+  return events_.erase(event) ? dataplane::kCuSuccess : dataplane::kCuInvalidHandle;
+}
 
 int32_t SimExecutor::RecordEvent(uint64_t event, uint64_t stream) try {
   auto found = events_.find(event);
-  if (found == events_.end() || !KnownStream(stream)) return kCuInvalidHandle;
+  if (found == events_.end() || !KnownStream(stream)) return dataplane::kCuInvalidHandle;
   found->second.recorded = true;
   found->second.when = std::chrono::steady_clock::now();
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 } catch (...) {
-  return Failed("RecordEvent", kCuUnknown);
+  return Failed("RecordEvent", dataplane::kCuUnknown);
 }
 
-int32_t SimExecutor::SynchronizeEvent(uint64_t event) { return events_.count(event) ? kCuSuccess : kCuInvalidHandle; }
+int32_t SimExecutor::SynchronizeEvent(uint64_t event) {
+  return events_.count(event) ? dataplane::kCuSuccess : dataplane::kCuInvalidHandle;
+}
 
 int32_t SimExecutor::QueryEvent(uint64_t event) { return SynchronizeEvent(event); }
 
 int32_t SimExecutor::ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) {
   auto first = events_.find(start);
   auto second = events_.find(end);
-  if (first == events_.end() || second == events_.end()) return kCuInvalidHandle;
+  if (first == events_.end() || second == events_.end()) return dataplane::kCuInvalidHandle;
   if ((first->second.flags | second->second.flags) & kEventDisableTiming) {
-    return kCuInvalidHandle;
+    return dataplane::kCuInvalidHandle;
   }
-  if (!first->second.recorded || !second->second.recorded) return kCuInvalidHandle;
+  if (!first->second.recorded || !second->second.recorded) return dataplane::kCuInvalidHandle;
   *milliseconds = std::chrono::duration<float, std::milli>(second->second.when - first->second.when).count();
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 }
 
-}  // namespace gpupool::dataplane
+}  // namespace gpupool::devices

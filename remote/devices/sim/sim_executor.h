@@ -22,9 +22,9 @@
 #include "remote/devices/sim/sim_memory.h"
 #include "remote/ptx/ptx_engine.h"
 
-namespace gpupool::dataplane {
+namespace gpupool::devices {
 
-class SimExecutor : public Executor {
+class SimExecutor : public device::Executor {
  public:
   // `memory` is the GPU's shared device memory; it must outlive the executor.
   // `arch`: the GPU's compute capability (e.g. 80), which decides the PTX a module runs
@@ -48,12 +48,13 @@ class SimExecutor : public Executor {
   int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream, const void** data) override;
   int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size, uint64_t stream) override;
   int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count, uint64_t stream) override;
-  int32_t LoadModule(uint64_t module, const void* image, size_t image_size, const std::vector<KernelInfo>& kernels,
-                     uint64_t globals_base = 0, uint64_t device_heap = 0) override;
+  int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
+                     const std::vector<device::KernelInfo>& kernels, uint64_t globals_base = 0,
+                     uint64_t device_heap = 0) override;
   int32_t UnloadModule(uint64_t module) override;
   int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
   bool Resources(uint64_t function, dataplane::FunctionResources* resources) override;
-  int32_t Launch(uint64_t function, const LaunchConfig& config, const void* params, size_t param_size) override;
+  int32_t Launch(uint64_t function, const device::LaunchConfig& config, const void* params, size_t param_size) override;
   int32_t CreateStream(uint64_t stream, uint32_t flags, int32_t priority) override;
   int32_t DestroyStream(uint64_t stream) override;
   int32_t SynchronizeStream(uint64_t stream) override;
@@ -129,4 +130,4 @@ class SimExecutor : public Executor {
   std::map<uint64_t, Event> events_;
 };
 
-}  // namespace gpupool::dataplane
+}  // namespace gpupool::devices

@@ -22,13 +22,13 @@ namespace {
 // is per GPU, as on a real one), made when the GPU's first session starts.
 class SimExecutors : public device::ExecutorSource {
  public:
-  Result<std::unique_ptr<dataplane::Executor>> Create(const backend::GpuInfo& gpu) override {
+  Result<std::unique_ptr<device::Executor>> Create(const device::GpuInfo& gpu) override {
     // One GPU's memory is used by that GPU's thread only (SimDeviceMemory's sessions are);
     // the map itself is shared.
     std::lock_guard<std::mutex> lock(mu_);
     auto& memory = memory_[gpu.index];
-    if (!memory) memory = std::make_unique<dataplane::SimDeviceMemory>(gpu.index, gpu.memory_bytes);
-    return std::unique_ptr<dataplane::Executor>(std::make_unique<dataplane::SimExecutor>(
+    if (!memory) memory = std::make_unique<SimDeviceMemory>(gpu.index, gpu.memory_bytes);
+    return std::unique_ptr<device::Executor>(std::make_unique<SimExecutor>(
         memory.get(), gpu.multiprocessor_count, gpu.cc_major * 10 + gpu.cc_minor, MeterLocked(gpu.index)));
   }
 
@@ -36,7 +36,7 @@ class SimExecutors : public device::ExecutorSource {
   // this GPU's kernels (gpu) and copies and memsets (memory), over every session of the
   // GPU in this process. A sim has no temperature or power, and no NVIDIA driver: its
   // "driver" is gpupool's own.
-  device::GpuActivity Activity(const backend::GpuInfo& gpu) override {
+  device::GpuActivity Activity(const device::GpuInfo& gpu) override {
     device::GpuActivity activity;
     const device::BusyMeter::Reading reading = MeterOf(gpu.index)->Read(device::BusyMeter::NowNs());
     activity.has_utilization = true;
@@ -60,8 +60,8 @@ class SimExecutors : public device::ExecutorSource {
   }
 
   std::mutex mu_;
-  std::map<int, std::unique_ptr<dataplane::SimDeviceMemory>> memory_;  // by GPU index; mu_
-  std::map<int, std::unique_ptr<device::BusyMeter>> meters_;           // by GPU index; mu_ (the map)
+  std::map<int, std::unique_ptr<SimDeviceMemory>> memory_;    // by GPU index; mu_
+  std::map<int, std::unique_ptr<device::BusyMeter>> meters_;  // by GPU index; mu_ (the map)
 };
 
 class SimKind : public device::DeviceKind {
@@ -69,17 +69,17 @@ class SimKind : public device::DeviceKind {
   std::string name() const override { return "sim"; }
 
   // `config.host` seeds the GPUs' UUIDs (gethostname() when empty).
-  Result<std::unique_ptr<backend::GpuBackend>> OpenBackend(const AgentConfig& config) const override {
+  Result<std::unique_ptr<device::GpuBackend>> OpenBackend(const AgentConfig& config) const override {
     std::string host = config.host;
     if (host.empty()) {
       char buf[256] = {};
       gethostname(buf, sizeof(buf) - 1);
       host = buf;
     }
-    int numa_nodes = backend::Topology::Load(/*with_pci=*/false)->NumaNodeCount();
-    Result<std::unique_ptr<backend::SimBackend>> sim = backend::SimBackend::Create(host, config.sim_gpus, numa_nodes);
+    int numa_nodes = device::Topology::Load(/*with_pci=*/false)->NumaNodeCount();
+    Result<std::unique_ptr<SimBackend>> sim = SimBackend::Create(host, config.sim_gpus, numa_nodes);
     if (!sim.ok()) return sim.status();
-    return std::unique_ptr<backend::GpuBackend>(std::move(sim.value()));
+    return std::unique_ptr<device::GpuBackend>(std::move(sim.value()));
   }
 
   std::unique_ptr<device::ExecutorSource> NewExecutorSource() const override {

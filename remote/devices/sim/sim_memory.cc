@@ -4,7 +4,7 @@
 
 #include "remote/protocol/protocol.h"
 
-namespace gpupool::dataplane {
+namespace gpupool::devices {
 namespace {
 
 // Device addresses of GPU i start at (16 + i) TiB: far from where Linux puts a process's
@@ -29,52 +29,52 @@ SimDeviceMemory::Owner SimDeviceMemory::NewOwner() {
 }
 
 int32_t SimDeviceMemory::Allocate(uint64_t size, Owner owner, uint64_t* dptr) {
-  if (size == 0) return kCuInvalidValue;
+  if (size == 0) return dataplane::kCuInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t address = next_address_;
   int32_t status = Place(address, size, owner);
-  if (status != kCuSuccess) return status;
+  if (status != dataplane::kCuSuccess) return status;
   next_address_ += (size + kAlignment - 1) / kAlignment * kAlignment + kAlignment;
   *dptr = address;
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 }
 
 int32_t SimDeviceMemory::AllocateAt(uint64_t address, uint64_t size, Owner owner) {
-  if (size == 0 || address == 0 || address % 256 != 0) return kCuInvalidValue;
-  if (address > kMaxAddress || size > kMaxAddress - address) return kCuInvalidValue;
+  if (size == 0 || address == 0 || address % 256 != 0) return dataplane::kCuInvalidValue;
+  if (address > kMaxAddress || size > kMaxAddress - address) return dataplane::kCuInvalidValue;
   std::lock_guard<std::mutex> lock(mu_);
   // No overlap with the owner's allocation below or above.
   auto after = blocks_.lower_bound({owner, address});
   if (after != blocks_.end() && after->first.first == owner && after->first.second < address + size) {
-    return kCuInvalidValue;
+    return dataplane::kCuInvalidValue;
   }
   if (after != blocks_.begin()) {
     auto before = std::prev(after);
     if (before->first.first == owner && before->first.second + before->second.size > address) {
-      return kCuInvalidValue;
+      return dataplane::kCuInvalidValue;
     }
   }
   return Place(address, size, owner);
 }
 
 int32_t SimDeviceMemory::Place(uint64_t address, uint64_t size, Owner owner) {
-  if (size > capacity_ - used_) return kCuOutOfMemory;
+  if (size > capacity_ - used_) return dataplane::kCuOutOfMemory;
   // mmap: zero pages that cost nothing until touched, returned to the OS on release.
   void* host = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (host == MAP_FAILED) return kCuOutOfMemory;
+  if (host == MAP_FAILED) return dataplane::kCuOutOfMemory;
   blocks_[{owner, address}] = Block{static_cast<char*>(host), size, owner};
   used_ += size;
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 }
 
 int32_t SimDeviceMemory::Release(uint64_t dptr, Owner owner) {
   std::lock_guard<std::mutex> lock(mu_);
   auto found = blocks_.find({owner, dptr});
-  if (found == blocks_.end()) return kCuInvalidValue;
+  if (found == blocks_.end()) return dataplane::kCuInvalidValue;
   munmap(found->second.host, found->second.size);
   used_ -= found->second.size;
   blocks_.erase(found);
-  return kCuSuccess;
+  return dataplane::kCuSuccess;
 }
 
 char* SimDeviceMemory::Translate(uint64_t dptr, uint64_t size, Owner owner) {
@@ -93,4 +93,4 @@ uint64_t SimDeviceMemory::used() {
   return used_;
 }
 
-}  // namespace gpupool::dataplane
+}  // namespace gpupool::devices

@@ -16,7 +16,7 @@
 #include <map>
 #include <mutex>
 
-namespace gpupool::dataplane {
+namespace gpupool::devices {
 
 class SimDeviceMemory {
  public:
@@ -60,4 +60,4 @@ class SimDeviceMemory {
   Owner last_owner_ = 0;                                // guarded by mu_
 };
 
-}  // namespace gpupool::dataplane
+}  // namespace gpupool::devices

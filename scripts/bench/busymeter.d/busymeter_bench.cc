@@ -14,17 +14,16 @@
 
 namespace {
 
-namespace dp = gpupool::dataplane;
 using gpupool::device::BusyMeter;
 constexpr uint64_t kBytes = 4096;
 
 struct Setup {
-  dp::SimDeviceMemory memory{0, uint64_t{1} << 30};
+  gpupool::devices::SimDeviceMemory memory{0, uint64_t{1} << 30};
   BusyMeter meter;
-  std::unique_ptr<dp::SimExecutor> executor;
+  std::unique_ptr<gpupool::devices::SimExecutor> executor;
   uint64_t a = 0, b = 0;
   explicit Setup(bool metered) {
-    executor = std::make_unique<dp::SimExecutor>(&memory, 108, 80, metered ? &meter : nullptr);
+    executor = std::make_unique<gpupool::devices::SimExecutor>(&memory, 108, 80, metered ? &meter : nullptr);
     if (executor->Allocate(kBytes, &a) != 0 || executor->Allocate(kBytes, &b) != 0) std::abort();
   }
 };

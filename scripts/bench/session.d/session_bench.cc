@@ -40,7 +40,7 @@ using gpupool::transport::RpcClient;
 std::string g_worker;  // --worker=PATH
 
 struct Served {
-  std::unique_ptr<gpupool::backend::SimBackend> backend;
+  std::unique_ptr<gpupool::devices::SimBackend> backend;
   std::unique_ptr<dp::Server> in_process;
   std::unique_ptr<gpupool::agentd::SessionBroker> broker;
   std::string endpoint;
@@ -52,7 +52,7 @@ Served& Design(int which) {
   Served& s = designs[which];
   if (s.backend) return s;
   gpupool::device::RegisterDeviceKind(gpupool::devices::MakeSimKind());  // as the agent does
-  auto backend = gpupool::backend::SimBackend::Create("benchhost" + std::to_string(which),
+  auto backend = gpupool::devices::SimBackend::Create("benchhost" + std::to_string(which),
                                                       {gpupool::SimGpuConfig{"A100-SXM4-80GB", 81920, 1}}, 1);
   if (!backend.ok()) std::abort();
   s.backend = std::move(backend.value());

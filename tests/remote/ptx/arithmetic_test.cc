@@ -272,7 +272,7 @@ TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
   ASSERT_EQ(executor_.GetFunction(13, 95, "plain_mad24"), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(13, 93, "cluster_store"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t out = Zeros<uint32_t>(1);
-  LaunchConfig config;
+  device::LaunchConfig config;
   // Another CTA's shared memory (distributed shared memory) is not this CTA's.
   EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
   const std::string cluster_detail = executor_.TakeErrorDetail();

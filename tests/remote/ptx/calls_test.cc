@@ -26,7 +26,7 @@ TEST_F(Engine, DeviceFunctionCallsAndModuleGlobals) {
   EXPECT_EQ(size, 24u);
   EXPECT_EQ(executor_.GetGlobal(1, "no_such_variable", &counter, &size), kCuNotFound);
   // Another session of the GPU cannot name this session's module.
-  SimExecutor other(&memory_);
+  devices::SimExecutor other(&memory_);
   uint64_t stolen = 0;
   EXPECT_EQ(other.GetGlobal(1, "d_counter", &stolen, &size), kCuInvalidHandle);
   EXPECT_EQ(stolen, 0u);

@@ -18,7 +18,7 @@ namespace gpupool::dataplane::ptx_test {
 // A device allocation holding `data` (at least one byte, so that an empty vector still
 // has an address); its device pointer.
 template <typename T>
-uint64_t UploadTo(SimExecutor& executor, const std::vector<T>& data) {
+uint64_t UploadTo(devices::SimExecutor& executor, const std::vector<T>& data) {
   uint64_t dptr = 0;
   EXPECT_EQ(executor.Allocate(std::max<size_t>(data.size() * sizeof(T), 1), &dptr), kCuSuccess);
   if (!data.empty()) {
@@ -29,7 +29,7 @@ uint64_t UploadTo(SimExecutor& executor, const std::vector<T>& data) {
 
 // `count` elements of device memory at `dptr`.
 template <typename T>
-std::vector<T> DownloadFrom(SimExecutor& executor, uint64_t dptr, size_t count) {
+std::vector<T> DownloadFrom(devices::SimExecutor& executor, uint64_t dptr, size_t count) {
   const void* data = nullptr;
   EXPECT_EQ(executor.CopyFromDevice(dptr, count * sizeof(T), 0, &data), kCuSuccess);
   std::vector<T> out(count);

@@ -84,7 +84,7 @@ TEST_F(Engine, SetConditionalStoresTheValueAtItsHandle) {
   const uint32_t value = 0xfeed;
   std::memcpy(params, &slot, 8);
   std::memcpy(params + 8, &value, 4);
-  LaunchConfig config;
+  device::LaunchConfig config;
   config.block[0] = 64;  // every thread stores the same value: no race to lose
   ASSERT_EQ(executor_.Launch(92, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(Download<uint32_t>(slot, 1)[0], 0xfeedu);
@@ -129,7 +129,7 @@ TEST_F(Engine, DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers) {
     uint64_t errors;
     uint32_t depth;
   } deep{errors, 0};
-  LaunchConfig config;
+  device::LaunchConfig config;
   ASSERT_EQ(executor_.Launch(95, config, &deep, sizeof(deep)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(errors, 32);
   for (int depth = 0; depth < 23; ++depth) EXPECT_EQ(got[depth], 0u) << depth;

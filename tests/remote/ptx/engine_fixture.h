@@ -84,7 +84,7 @@ class Engine : public ::testing::Test {
     uint64_t function = ++next_function_;
     int32_t status = executor_.GetFunction(1, function, kernel);
     EXPECT_EQ(status, kCuSuccess) << executor_.TakeErrorDetail();
-    LaunchConfig config;
+    device::LaunchConfig config;
     for (int i = 0; i < 3; ++i) {
       config.grid[i] = i < static_cast<int>(grid.size()) ? grid[i] : 1;
       config.block[i] = i < static_cast<int>(block.size()) ? block[i] : 1;
@@ -105,7 +105,7 @@ class Engine : public ::testing::Test {
   // bytes of the kernel's parameters as it declares them; the launch's CUresult.
   template <typename Params>
   int32_t LaunchLoaded(uint64_t function, uint32_t grid, uint32_t block, const Params& params) {
-    LaunchConfig config;
+    device::LaunchConfig config;
     config.grid[0] = grid;
     config.block[0] = block;
     return executor_.Launch(function, config, &params, sizeof(params));
@@ -125,8 +125,8 @@ class Engine : public ::testing::Test {
     LoadKernel(module, function, KernelText(file), name);
   }
 
-  SimDeviceMemory memory_{0, 4 * kGiB};
-  SimExecutor executor_{&memory_};
+  devices::SimDeviceMemory memory_{0, 4 * kGiB};
+  devices::SimExecutor executor_{&memory_};
   std::string ptx_;
   std::map<std::string, image::KernelLayout> layouts_;
   uint64_t next_function_ = 100;

@@ -122,7 +122,7 @@ TEST_F(Engine, HalfReluAndNaNPropagation) {
     uint32_t x, y;
     float f, g;
   } params{out, x, y, std::nanf(""), 1.5f};
-  LaunchConfig config;
+  device::LaunchConfig config;
   ASSERT_EQ(executor_.Launch(98, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(out, 6);
   EXPECT_EQ(got[0], 0x7fff0000u);                        // hi: NaN * 1 + 1 -> canonical NaN; lo 0

@@ -55,7 +55,7 @@ TEST_F(Engine, AsyncCopiesToSharedMemory) {
   struct {
     uint64_t in, out;
   } params{Upload(in), Zeros<uint32_t>(4 * threads)};
-  LaunchConfig config;
+  device::LaunchConfig config;
   config.block[0] = threads;
   ASSERT_EQ(executor_.Launch(94, config, &params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(params.out, 4 * threads);
@@ -112,7 +112,7 @@ TEST_F(Engine, VectorAccessesAreWholeAcrossCtas) {
       std::memcpy(params, &slots, 8);
       std::memcpy(params + 8, &torn, 8);
       std::memcpy(params + 16, &kRounds, 4);
-      LaunchConfig config;
+      device::LaunchConfig config;
       config.grid[0] = 4;  // enough CTAs for two workers: CTA 0 on one, CTA 1 on the other
       config.block[0] = threads;
       ASSERT_EQ(executor_.Launch(function, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
@@ -141,7 +141,7 @@ TEST_F(Engine, FencesOrderStoresBeforeLoadsAcrossCtas) {
   std::memcpy(params, &cells, 8);
   std::memcpy(params + 8, &seen, 8);
   std::memcpy(params + 16, &kRounds, 4);
-  LaunchConfig config;
+  device::LaunchConfig config;
   config.grid[0] = 4;  // enough CTAs for two workers: CTA 0 on one, CTA 1 on the other
   ASSERT_EQ(executor_.Launch(96, config, params, sizeof(params)), kCuSuccess) << executor_.TakeErrorDetail();
   auto got = Download<uint32_t>(seen, 2 * kRounds);
@@ -211,7 +211,7 @@ TEST_F(Engine, StrayAccessesAreIllegalAddresses) {
   EXPECT_EQ(Run("poke", {1}, {1}, 0, uint64_t{0}, 0LL),
             kCuIllegalAddress);  // null
   // Another session's memory of the same GPU is not reachable.
-  SimExecutor other(&memory_);
+  devices::SimExecutor other(&memory_);
   uint64_t theirs = 0;
   ASSERT_EQ(other.Allocate(64, &theirs), kCuSuccess);
   EXPECT_EQ(Run("poke", {1}, {1}, 0, theirs, 0LL), kCuIllegalAddress);

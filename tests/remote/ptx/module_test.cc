@@ -65,7 +65,7 @@ TEST_F(Engine, TranslationUnitsAreLinked) {
   ASSERT_EQ(executor_.GetFunction(30, 130, "first"), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.GetFunction(30, 131, "second"), kCuSuccess) << executor_.TakeErrorDetail();
   uint64_t out = Zeros<uint32_t>(2), second_out = out + 4;
-  LaunchConfig config;
+  device::LaunchConfig config;
   ASSERT_EQ(executor_.Launch(130, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
   ASSERT_EQ(executor_.Launch(131, config, &second_out, sizeof(second_out)), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(Download<uint32_t>(out, 2), (std::vector<uint32_t>{6 + 1000 + 'A', 8 + 2000 + 'B' + 5}));
@@ -82,9 +82,9 @@ TEST_F(Engine, TranslationUnitsAreLinked) {
 // Compressed fatbins (zstd and LZ4 entries) load and run; a cubin (SASS only)
 // does not.
 TEST(EngineImages, CompressedFatbinsRunAndCubinsAreRefused) {
-  SimDeviceMemory memory(0, kGiB);
+  devices::SimDeviceMemory memory(0, kGiB);
   for (const char* name : {"engine_kernels_zstd.fatbin", "engine_kernels_lz4.fatbin"}) {
-    SimExecutor executor(&memory);
+    devices::SimExecutor executor(&memory);
     std::string fatbin = ReadFile(name);
     ASSERT_GT(fatbin.size(), 16u) << name;
     ASSERT_EQ(executor.LoadModule(1, fatbin.data(), fatbin.size(), {}), kCuSuccess)
@@ -96,13 +96,13 @@ TEST(EngineImages, CompressedFatbinsRunAndCubinsAreRefused) {
     int64_t offset = 3;
     std::memcpy(params, &p, 8);
     std::memcpy(params + 8, &offset, 8);
-    LaunchConfig config;
+    device::LaunchConfig config;
     ASSERT_EQ(executor.Launch(2, config, params, sizeof(params)), kCuSuccess) << name;
     const void* data = nullptr;
     ASSERT_EQ(executor.CopyFromDevice(p + 12, 4, 0, &data), kCuSuccess);
     EXPECT_EQ(*static_cast<const int*>(data), 1) << name;
   }
-  SimExecutor executor(&memory);
+  devices::SimExecutor executor(&memory);
   std::string cubin = ReadFile("engine_kernels.cubin");
   ASSERT_GT(cubin.size(), 64u);
   EXPECT_EQ(executor.LoadModule(1, cubin.data(), cubin.size(), {}), kCuNoBinaryForGpu);

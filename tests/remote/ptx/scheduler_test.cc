@@ -159,7 +159,7 @@ TEST_F(Engine, KernelsNeedTheirOwnSharedMemoryAndThreadBound) {
   EXPECT_FALSE(executor_.Resources(93, &resources));  // no such function
 
   uint64_t out = Zeros<uint32_t>(1);
-  LaunchConfig config;
+  device::LaunchConfig config;
   config.block[0] = 64;
   config.block[1] = 2;
   EXPECT_EQ(executor_.Launch(91, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
@@ -231,7 +231,7 @@ TEST_F(Engine, BarrierDeadlockFailsTheLaunchNamingIt) {
       uint64_t out;
       uint32_t mode;
     } params{out, mode};
-    LaunchConfig config;
+    device::LaunchConfig config;
     config.grid[0] = blocks;
     config.block[0] = mode == 1 ? 64 : 128;
     int32_t status = executor_.Launch(96, config, &params, sizeof(params));

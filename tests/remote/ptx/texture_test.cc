@@ -86,7 +86,7 @@ class Texture : public ::testing::Test {
                  uint32_t threads_y = 1) {
     const uint64_t function = ++next_function_;
     EXPECT_EQ(executor_.GetFunction(1, function, name), kCuSuccess) << executor_.TakeErrorDetail();
-    LaunchConfig config;
+    device::LaunchConfig config;
     config.grid[0] = blocks;
     config.block[0] = threads;
     config.block[1] = threads_y;
@@ -95,8 +95,8 @@ class Texture : public ::testing::Test {
     return status;
   }
 
-  SimDeviceMemory memory_{0, uint64_t{1} << 30};
-  SimExecutor executor_{&memory_};
+  devices::SimDeviceMemory memory_{0, uint64_t{1} << 30};
+  devices::SimExecutor executor_{&memory_};
   std::string ptx_;
   uint64_t next_function_ = 100;
   int32_t status_ = -1;
