@@ -123,8 +123,8 @@ int32_t Session::LoadModule(std::string_view args, const void* payload, size_t p
     kernels.push_back(device::KernelInfo{std::string(p, entry.name_len), entry.param_size});
     p += entry.name_len;
   }
-  int32_t status =
-      executor_->LoadModule(load.module, image, header.image_size, kernels, load.globals_base, load.device_heap);
+  int32_t status = executor_->LoadModule(load.module, image, header.image_size, kernels, load.globals_base,
+                                         load.device_heap, load.pending_launches, load.device_ordinal);
   ModuleLoadResult result{0, 0};
   if (status == kCuSuccess && !executor_->GlobalsRange(load.module, &result.globals_base, &result.globals_size)) {
     result = {0, 0};

@@ -21,7 +21,7 @@
 
 namespace gpupool::dataplane {
 
-inline constexpr uint32_t kProtocolVersion = 6;  // 6: HelloArgs says who sends it
+inline constexpr uint32_t kProtocolVersion = 7;  // 7: ModuleLoadArgs carries the device runtime's settings
 
 // CUresult values used by the server (same numbers as cuda.h).
 enum CuStatus : int32_t {
@@ -175,10 +175,14 @@ struct MemsetArgs {
 // got it), then `kernel_count` KernelEntry records each followed by its name bytes.
 // globals_base 0: the server chooses. device_heap: the bytes of the heap of device-side
 // malloc for a module that calls it (the context's CU_LIMIT_MALLOC_HEAP_SIZE; 0: 8 MiB).
+// pending_launches: the context's CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT (0: 2048);
+// device_ordinal: the client's device, which cudaGetDevice says in device code.
 struct ModuleLoadArgs {
   uint64_t module;
   uint64_t globals_base = 0;
   uint64_t device_heap = 0;
+  uint32_t pending_launches = 0;
+  int32_t device_ordinal = 0;
 };
 // Where the module's variables are: one range (size 0: none, or the executor keeps them
 // apart, so the client cannot save them).

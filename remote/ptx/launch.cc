@@ -1,6 +1,8 @@
 #include "remote/ptx/launch.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <thread>
@@ -10,6 +12,7 @@
 #include "remote/ptx/ir/kernel.h"
 #include "remote/ptx/interp/interpreter.h"
 #include "remote/ptx/jit/jit.h"
+#include "remote/ptx/memory.h"
 #include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::sim {
@@ -121,6 +124,72 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
     return RunCompiled(*compiled, spec, workers);
   }
   return RunInterpreted(kernel, spec, workers);
+}
+
+namespace {
+
+// The host bytes of [address, address + bytes), where one allocation of `memory` holds them
+// all; nullptr otherwise (the arithmetic checked: every value is the tenant's).
+char* HostSpan(const std::vector<MemoryRange>& memory, uint64_t address, uint64_t bytes) {
+  const MemoryRange* range = AllocationAtOrBelow(memory, address);
+  if (range == nullptr) return nullptr;
+  const uint64_t offset = address - range->start;
+  if (offset > range->size || bytes > range->size - offset) return nullptr;
+  return range->host + offset;
+}
+
+// The bytes from a pitched region's first byte to past its last: (height - 1) * pitch +
+// width, with height >= 1; false where that does not fit in 64 bits.
+bool PitchedSpan(uint64_t pitch, uint64_t width, uint64_t height, uint64_t* span) {
+  uint64_t rows = 0;
+  return !__builtin_mul_overflow(height - 1, pitch, &rows) && !__builtin_add_overflow(rows, width, span);
+}
+
+}  // namespace
+
+int32_t RunDeviceCopy(const DeviceLaunch& copy, const LaunchSpec& spec) {
+  if (copy.width == 0 || copy.height == 0) return dataplane::kCuSuccess;
+  uint64_t dst_span = 0, src_span = 0;
+  char* dst = PitchedSpan(copy.dst_pitch, copy.width, copy.height, &dst_span)
+                  ? HostSpan(spec.memory, copy.dst, dst_span)
+                  : nullptr;
+  const char* src = nullptr;
+  if (copy.kind == DeviceLaunch::kCopy && PitchedSpan(copy.src_pitch, copy.width, copy.height, &src_span)) {
+    src = HostSpan(spec.memory, copy.src, src_span);
+  }
+  if (dst == nullptr || (copy.kind == DeviceLaunch::kCopy && src == nullptr)) {
+    if (spec.error_detail != nullptr) {
+      char text[320];
+      const char* call = copy.kind == DeviceLaunch::kCopy ? (copy.pitched ? "cudaMemcpy2DAsync" : "cudaMemcpyAsync")
+                                                          : (copy.pitched ? "cudaMemset2DAsync" : "cudaMemsetAsync");
+      const char* outside = dst == nullptr ? "its destination" : "its source";
+      if (copy.kind == DeviceLaunch::kCopy) {
+        std::snprintf(text, sizeof(text),
+                      "%s in device code (kernel %.100s): %llu row(s) of %llu bytes from 0x%llx to 0x%llx: %s is "
+                      "not within one allocation of the session",
+                      call, copy.kernel.c_str(), static_cast<unsigned long long>(copy.height),
+                      static_cast<unsigned long long>(copy.width), static_cast<unsigned long long>(copy.src),
+                      static_cast<unsigned long long>(copy.dst), outside);
+      } else {
+        std::snprintf(text, sizeof(text),
+                      "%s in device code (kernel %.100s): %llu row(s) of %llu bytes at 0x%llx: %s is not within "
+                      "one allocation of the session",
+                      call, copy.kernel.c_str(), static_cast<unsigned long long>(copy.height),
+                      static_cast<unsigned long long>(copy.width), static_cast<unsigned long long>(copy.dst), outside);
+      }
+      *spec.error_detail = text;
+    }
+    return dataplane::kCuIllegalAddress;
+  }
+  for (uint64_t row = 0; row < copy.height; ++row) {
+    // memmove: ranges that overlap (undefined in CUDA) still copy only the checked bytes.
+    if (copy.kind == DeviceLaunch::kCopy) {
+      std::memmove(dst + row * copy.dst_pitch, src + row * copy.src_pitch, copy.width);
+    } else {
+      std::memset(dst + row * copy.dst_pitch, copy.value, copy.width);
+    }
+  }
+  return dataplane::kCuSuccess;
 }
 
 }  // namespace gpupool::sim

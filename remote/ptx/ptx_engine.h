@@ -149,13 +149,23 @@ struct MemoryRange {
 // as CUDA 12's device runtime allows (a parent cannot wait for its children); a tail
 // launch after the parent's other children, at the parent's depth
 // (interp/device_runtime.cc says how the streams are run).
+// A copy or memset the kernel queued (cudaMemcpyAsync, cudaMemsetAsync and their 2D forms
+// in device code) is one too, in the same stream order as the grids: the device runtime
+// runs them as grids of its own. The executor runs them with RunDeviceCopy.
 struct DeviceLaunch {
-  std::string kernel;  // the entry's name in the parent's module
+  enum Kind : uint8_t { kGrid, kCopy, kSet };
+  Kind kind = kGrid;
+  std::string kernel;  // kGrid: the entry's name in the parent's module; else the kernel that queued it
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
   uint32_t dynamic_shared = 0;
   bool tail = false;  // into cudaStreamTailLaunch: after the parent's other children, in its place
   std::vector<uint8_t> params;
+  // kCopy and kSet: `height` rows of `width` bytes, `pitch` apart (a 1D one is one row);
+  // kSet writes `value`. Checked by the device runtime: width <= each pitch where height > 1.
+  uint64_t dst = 0, dst_pitch = 0, src = 0, src_pitch = 0, width = 0, height = 0;
+  uint8_t value = 0;
+  bool pitched = false;  // queued by cudaMemcpy2DAsync or cudaMemset2DAsync
 };
 struct DeviceLaunches {
   std::mutex mu;
@@ -166,6 +176,9 @@ struct DeviceLaunches {
 // cudaErrorLaunchPendingCountExceeded beyond).
 inline constexpr uint32_t kMaxLaunchDepth = 24;
 inline constexpr size_t kMaxPendingLaunches = 2048;
+// The most a grid queues whatever the limit is set to: each queued launch holds up to 4 KiB
+// of parameters in the agent until it runs, 24 grids deep.
+inline constexpr size_t kMaxPendingLaunchLimit = 16384;
 
 struct LaunchSpec {
   uint32_t grid[3] = {1, 1, 1};
@@ -191,6 +204,10 @@ struct LaunchSpec {
   // (the device runtime returns an error to the kernel).
   DeviceLaunches* device_launches = nullptr;
   uint32_t depth = 0;  // of nesting: 0 for a grid the host launched
+  // The device runtime's limit on launches, copies and memsets queued by one grid
+  // (cudaLimitDevRuntimePendingLaunchCount), and what cudaGetDevice says in device code.
+  size_t pending_launch_limit = kMaxPendingLaunches;
+  int32_t device_ordinal = 0;
   // If set: once true, the launch ends within a bounded time (the interpreter reads it
   // every round of a block's warps, compiled code every 2^16 backward branches and between
   // blocks) with CUDA_ERROR_LAUNCH_TIMEOUT and kCancelledDetail. Any thread may set it.
@@ -213,6 +230,12 @@ void AppendPrintf(std::string* out, std::string_view text, uint64_t* dropped);
 // parameter buffer too small or too much shared memory),
 // kCuLaunchOutOfResources.
 int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec);
+
+// Runs a queued copy or memset (DeviceLaunch::kCopy, kSet) on `spec.memory`. Its span (first
+// row to last) must lie within one allocation of the launch: otherwise nothing is written
+// and it returns kCuIllegalAddress, with *spec.error_detail naming the call, its extent and
+// the kernel that queued it. A tenant's fault: the executor fails the host's launch.
+int32_t RunDeviceCopy(const DeviceLaunch& copy, const LaunchSpec& spec);
 
 // What a kernel needs, as a driver reports it of a compiled kernel (cuFuncGetAttribute).
 struct KernelNeeds {

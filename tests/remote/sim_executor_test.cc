@@ -559,6 +559,65 @@ TEST(SimExecutor, CancelEndsAnEndlessKernelOnEitherTier) {
   sim::SetJitMode(sim::JitMode::kAuto);
 }
 
+// The number of threads of this process (its tasks).
+size_t ThreadCount() {
+  size_t count = 0;
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Threads:", 0) == 0) count = std::stoul(line.substr(8));
+  }
+  return count;
+}
+
+// A kernel spinning on a flag that no thread sets (`while (*flag == 0) {}`, a volatile load,
+// as the endless_kernel program has it), over more CTAs than run one after another, so that
+// the engine makes them resident on its worker threads: what it does today. It is not
+// detected: it runs, reporting progress (the watchdog does not take it for a hung GPU),
+// until its session is cancelled; then it ends with CUDA_ERROR_LAUNCH_TIMEOUT, and no
+// engine thread is left behind. On either tier (the JIT leaves a volatile load to the
+// interpreter).
+TEST(SimExecutor, ASpinOnAFlagNobodySetsRunsUntilCancelledAndLeavesNoThread) {
+  const std::string text =
+      ".version 8.0\n.target sm_80\n.address_size 64\n"
+      ".visible .entry spin_on_flag(.param .u64 spin_on_flag_flag)\n{\n"
+      "  .reg .pred %p<2>;\n  .reg .b32 %r<2>;\n  .reg .b64 %rd<2>;\n"
+      "  ld.param.u64 %rd1, [spin_on_flag_flag];\n"
+      "$SPIN:\n  ld.volatile.global.u32 %r1, [%rd1];\n  setp.eq.u32 %p1, %r1, 0;\n  @%p1 bra $SPIN;\n"
+      "  ret;\n}\n";
+  for (sim::JitMode mode : {sim::JitMode::kOff, sim::JitMode::kAlways}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    sim::SetJitMode(mode);
+    SimDeviceMemory memory(0, 64 * kMiB);
+    SimExecutor executor(&memory);
+    std::atomic<uint64_t> progress{0};
+    executor.SetProgressCounter(&progress);
+    ASSERT_EQ(LoadText(executor, 1, text), kCuSuccess) << executor.TakeErrorDetail();
+    ASSERT_EQ(executor.GetFunction(1, 10, "spin_on_flag"), kCuSuccess);
+    uint64_t flag = 0;
+    ASSERT_EQ(executor.Allocate(4, &flag), kCuSuccess);
+    ASSERT_EQ(executor.Memset(flag, 0, 4, 1, 0), kCuSuccess);
+    LaunchConfig config;
+    config.grid[0] = 64;
+    config.block[0] = 128;
+    const size_t threads_before = ThreadCount();
+    std::atomic<int32_t> status{-1};
+    std::atomic<bool> ended{false};
+    std::thread launch([&] {
+      status = executor.Launch(10, config, &flag, sizeof(flag));
+      ended = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    EXPECT_FALSE(ended.load()) << "the spin ended by itself";
+    EXPECT_GT(progress.load(), 0u);  // the watchdog sees progress: no GPU failure
+    executor.Cancel();
+    launch.join();
+    EXPECT_EQ(status.load(), 702);  // CUDA_ERROR_LAUNCH_TIMEOUT
+    EXPECT_NE(executor.TakeErrorDetail().find("cancelled"), std::string::npos);
+    EXPECT_EQ(ThreadCount(), threads_before);
+  }
+  sim::SetJitMode(sim::JitMode::kAuto);
+}
+
 // No exception leaves the executor's entry points (the agent's request handler calls them):
 // a module whose parse runs out of host memory is CUDA_ERROR_OUT_OF_MEMORY with a detail,
 // in a child whose address space is limited, not std::bad_alloc ending the process.

@@ -584,18 +584,25 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
   // Its variables go in a window of our address range (the same on a replacement GPU).
   // The heap of device-side malloc, where the executor makes one per module (the sim), is
   // as large as the current context's limit says now, as a GPU sizes its heap when first
-  // used.
+  // used. So is its device runtime's pool of pending launches.
   uint64_t device_heap = 0;
+  uint64_t pending_launches = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Context* context = CurrentContext();
+    const size_t* limits = nullptr;
     if (context != nullptr && context->device == device) {
-      device_heap = context->limits[CU_LIMIT_MALLOC_HEAP_SIZE];
+      limits = context->limits;
     } else if (device >= 0 && device < static_cast<int>(devices_.size())) {
-      device_heap = devices_[device]->primary.limits[CU_LIMIT_MALLOC_HEAP_SIZE];
+      limits = devices_[device]->primary.limits;
+    }
+    if (limits != nullptr) {
+      device_heap = limits[CU_LIMIT_MALLOC_HEAP_SIZE];
+      pending_launches = limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT];
     }
   }
-  dataplane::ModuleLoadArgs args{NewId(), ChooseAddress(kModuleGlobalsWindow), device_heap};
+  dataplane::ModuleLoadArgs args{NewId(), ChooseAddress(kModuleGlobalsWindow), device_heap,
+                                 static_cast<uint32_t>(std::min<uint64_t>(pending_launches, UINT32_MAX)), device};
   std::string out;
   CUresult status =
       Call(device, dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(), payload.size(), nullptr, 0, &out);

@@ -197,7 +197,7 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
 
 int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
                                 const std::vector<device::KernelInfo>& kernels, uint64_t globals_base,
-                                uint64_t device_heap) try {
+                                uint64_t device_heap, uint32_t pending_launches, int32_t device_ordinal) try {
   if (modules_.count(module)) return dataplane::kCuInvalidValue;
   if (device_heap == 0) device_heap = sim::kDeviceHeapBytes;
   if (device_heap > sim::kMaxDeviceHeapBytes) {
@@ -249,6 +249,8 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   }
   Module loaded;
   loaded.ptx = std::move(*ptx);
+  loaded.pending_launches = pending_launches == 0 ? sim::kMaxPendingLaunches : pending_launches;
+  loaded.device_ordinal = device_ordinal;
   // Module variables: one allocation of this session holds them all, in declaration order
   // (the same image at the same base gives the same addresses on any GPU), initialised
   // from the PTX.
@@ -398,6 +400,10 @@ int32_t SimExecutor::Launch(uint64_t function, const device::LaunchConfig& confi
   spec.printf_dropped = &output_dropped_;
   spec.cancel = &cancelled_;
   spec.error_detail = &error_detail_;
+  if (auto module = modules_.find(found->second.module); module != modules_.end()) {
+    spec.pending_launch_limit = module->second.pending_launches;
+    spec.device_ordinal = module->second.device_ordinal;
+  }
   if (launch_memory_.empty() && !allocations_.empty()) {
     // What kernels may reach, made again only when this session's allocations change (a
     // block's host memory stays where it is while it lives).
@@ -465,6 +471,9 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
   // Runs one queued grid at `depth`; what it launches lands in *children.
   auto run = [&](sim::DeviceLaunch& launch, uint32_t depth, sim::LaunchSpec* spec,
                  sim::DeviceLaunches* children) -> int32_t {
+    spec->memory = parent.memory;
+    spec->error_detail = parent.error_detail;
+    if (launch.kind != sim::DeviceLaunch::kGrid) return sim::RunDeviceCopy(launch, *spec);
     auto kernel = found->second.ptx->Decode(launch.kernel, found->second.globals);
     if (!kernel.ok()) {
       error_detail_ = "kernel " + launch.kernel + ", launched by a kernel: " + std::string(kernel.status().message());
@@ -475,14 +484,14 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
     spec->dynamic_shared = launch.dynamic_shared;
     spec->params = launch.params.data();
     spec->param_size = launch.params.size();
-    spec->memory = parent.memory;
     spec->sm_count = parent.sm_count;
     spec->progress = parent.progress;
     spec->printf_out = parent.printf_out;
     spec->printf_dropped = parent.printf_dropped;
     spec->cancel = parent.cancel;
-    spec->error_detail = parent.error_detail;
     spec->depth = depth;
+    spec->pending_launch_limit = parent.pending_launch_limit;
+    spec->device_ordinal = parent.device_ordinal;
     spec->device_launches = children;
     return sim::RunKernel(**kernel, *spec);
   };

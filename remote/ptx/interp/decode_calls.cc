@@ -157,6 +157,15 @@ int Decoder::DeviceRuntimeOp(const std::string& name) {
       {"__cudaCDP2StreamWaitEvent", DeviceRuntimeCall::kEventOrder},
       {"__cudaCDP2StreamWaitEvent_ptsz", DeviceRuntimeCall::kEventOrder},
       {"__cudaCDP2EventDestroy", DeviceRuntimeCall::kEventOrder},
+      {"__cudaCDP2MemcpyAsync", DeviceRuntimeCall::kMemcpyAsync},
+      {"__cudaCDP2MemcpyAsync_ptsz", DeviceRuntimeCall::kMemcpyAsync},
+      {"__cudaCDP2Memcpy2DAsync", DeviceRuntimeCall::kMemcpy2DAsync},
+      {"__cudaCDP2Memcpy2DAsync_ptsz", DeviceRuntimeCall::kMemcpy2DAsync},
+      {"__cudaCDP2MemsetAsync", DeviceRuntimeCall::kMemsetAsync},
+      {"__cudaCDP2MemsetAsync_ptsz", DeviceRuntimeCall::kMemsetAsync},
+      {"__cudaCDP2Memset2DAsync", DeviceRuntimeCall::kMemset2DAsync},
+      {"__cudaCDP2Memset2DAsync_ptsz", DeviceRuntimeCall::kMemset2DAsync},
+      {"__cudaCDP2GetDevice", DeviceRuntimeCall::kGetDevice},
   };
   auto found = ops.find(name);
   return found == ops.end() ? -1 : found->second;
@@ -164,7 +173,10 @@ int Decoder::DeviceRuntimeOp(const std::string& name) {
 
 Status Decoder::DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceRuntimeCall::Op op,
                               const std::string& name, const RawOperand* returns, const RawOperand* args, Inst inst) {
-  static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0, 2, 0};  // by Op (kEventOrder reads none)
+  // By Op (kEventOrder reads none).
+  static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0, 2, 0, 5, 8, 4, 6, 1};
+  static_assert(std::size(kArgCount) == DeviceRuntimeCall::kGetDevice + 1);
+  static_assert(*std::max_element(std::begin(kArgCount), std::end(kArgCount)) <= std::size(DeviceRuntimeCall{}.args));
   DeviceRuntimeCall call;
   call.op = op;
   auto local_offset = [&](const RawOperand* list, size_t i) { return ParamVariableOffset(frame, list, i); };

@@ -15,6 +15,8 @@
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/device_runtime.h"
 
+#include <functional>
+
 namespace gpupool::sim::interp {
 
 // A parameter buffer is a block of the module's heap: this header, then the kernel's
@@ -33,11 +35,76 @@ constexpr uint64_t kParamBufferMagic = 0x6370646275666672ull;
 // The device runtime's error numbers (driver_types.h).
 constexpr uint32_t kCudaErrorMemoryAllocation = 2;
 constexpr uint32_t kCudaErrorInvalidConfiguration = 9;
+constexpr uint32_t kCudaErrorInvalidPitchValue = 12;
+constexpr uint32_t kCudaErrorInvalidMemcpyDirection = 21;
 constexpr uint32_t kCudaErrorLaunchMaxDepthExceeded = 65;
 constexpr uint32_t kCudaErrorLaunchPendingCountExceeded = 69;
 constexpr uint32_t kCudaErrorNotSupported = 801;
 constexpr uint64_t kCudaStreamTailLaunch = 3;
+constexpr uint32_t kCudaMemcpyDeviceToDevice = 3;
+constexpr uint32_t kCudaMemcpyDefault = 4;
 constexpr uint32_t kMaxDeviceLaunchParams = 4096;
+
+// Queues a grid, copy or memset the kernel launched; the device runtime's error, if any.
+uint32_t Queue(const LaunchSpec& spec, DeviceLaunch launch) {
+  if (spec.device_launches == nullptr) return kCudaErrorNotSupported;
+  std::lock_guard<std::mutex> lock(spec.device_launches->mu);
+  // Bounded, as the device runtime's pool of pending launches is: a kernel that launches
+  // without end fails its launches instead of holding the agent's memory.
+  if (spec.device_launches->queued.size() >= std::min(spec.pending_launch_limit, kMaxPendingLaunchLimit)) {
+    return kCudaErrorLaunchPendingCountExceeded;
+  }
+  spec.device_launches->queued.push_back(std::move(launch));
+  return kSuccess;
+}
+
+// cudaMemcpyAsync, cudaMemcpy2DAsync, cudaMemsetAsync, cudaMemset2DAsync in device code
+// (`arg(i, bytes)`: the call's i-th argument, of 8 or 4 bytes): queued
+// in stream order with the grids the kernel launches, as the device runtime runs them as
+// grids of its own. Bad arguments are the runtime's errors, returned to the thread; where
+// the bytes are is checked when the copy runs (RunDeviceCopy), as a GPU faults then.
+uint32_t QueueCopy(const DeviceRuntimeCall& call, const std::string& parent, const LaunchSpec& spec,
+                   const std::function<uint64_t(int, int)>& arg) {
+  DeviceLaunch copy;
+  copy.kernel = parent;
+  copy.height = 1;
+  uint64_t stream = 0;
+  uint32_t kind = kCudaMemcpyDeviceToDevice;
+  switch (call.op) {
+    case DeviceRuntimeCall::kMemcpyAsync:  // (dst, src, bytes, kind, stream)
+      copy.kind = DeviceLaunch::kCopy;
+      copy.dst = arg(0, 8), copy.src = arg(1, 8), copy.width = arg(2, 8);
+      kind = static_cast<uint32_t>(arg(3, 4));
+      stream = arg(4, 8);
+      break;
+    case DeviceRuntimeCall::kMemcpy2DAsync:  // (dst, dpitch, src, spitch, width, height, kind, stream)
+      copy.kind = DeviceLaunch::kCopy;
+      copy.pitched = true;
+      copy.dst = arg(0, 8), copy.dst_pitch = arg(1, 8), copy.src = arg(2, 8), copy.src_pitch = arg(3, 8);
+      copy.width = arg(4, 8), copy.height = arg(5, 8);
+      kind = static_cast<uint32_t>(arg(6, 4));
+      stream = arg(7, 8);
+      if (copy.width > copy.dst_pitch || copy.width > copy.src_pitch) return kCudaErrorInvalidPitchValue;
+      break;
+    case DeviceRuntimeCall::kMemsetAsync:  // (dst, value, bytes, stream)
+      copy.kind = DeviceLaunch::kSet;
+      copy.dst = arg(0, 8), copy.value = static_cast<uint8_t>(arg(1, 4)), copy.width = arg(2, 8);
+      stream = arg(3, 8);
+      break;
+    default:  // kMemset2DAsync: (dst, pitch, value, width, height, stream)
+      copy.kind = DeviceLaunch::kSet;
+      copy.pitched = true;
+      copy.dst = arg(0, 8), copy.dst_pitch = arg(1, 8), copy.value = static_cast<uint8_t>(arg(2, 4));
+      copy.width = arg(3, 8), copy.height = arg(4, 8);
+      stream = arg(5, 8);
+      if (copy.width > copy.dst_pitch) return kCudaErrorInvalidPitchValue;
+      break;
+  }
+  // Device code reaches device memory only (the programming guide: device-to-device copies).
+  if (kind != kCudaMemcpyDeviceToDevice && kind != kCudaMemcpyDefault) return kCudaErrorInvalidMemcpyDirection;
+  copy.tail = stream == kCudaStreamTailLaunch;
+  return Queue(spec, std::move(copy));
+}
 
 // One device-runtime call (DeviceRuntimeCall, by in.aux) for each lane, in lane order.
 void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
@@ -135,22 +202,33 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
           result32(l, kCudaErrorInvalidConfiguration);
           return;
         }
-        if (spec.device_launches == nullptr) {
-          result32(l, kCudaErrorNotSupported);
-          return;
-        }
         // A tail launch takes the place of the grid that made it (it runs once that grid is
         // complete, at its depth); any other grid nests one deeper.
         if ((launch.tail ? spec.depth : spec.depth + 1) >= kMaxLaunchDepth) {
           result32(l, kCudaErrorLaunchMaxDepthExceeded);
           return;
         }
-        std::lock_guard<std::mutex> lock(spec.device_launches->mu);
-        if (spec.device_launches->queued.size() >= kMaxPendingLaunches) {
-          result32(l, kCudaErrorLaunchPendingCountExceeded);
+        result32(l, Queue(spec, std::move(launch)));
+        break;
+      }
+      case DeviceRuntimeCall::kMemcpyAsync:
+      case DeviceRuntimeCall::kMemcpy2DAsync:
+      case DeviceRuntimeCall::kMemsetAsync:
+      case DeviceRuntimeCall::kMemset2DAsync:
+        result32(l, QueueCopy(call, kernel.name, spec, [&](int i, int bytes) {
+                   uint64_t value = 0;
+                   std::memcpy(&value, w.LocalOf(l) + call.args[i], bytes);
+                   return value;
+                 }));
+        break;
+      case DeviceRuntimeCall::kGetDevice: {
+        const uint64_t where = arg64(l, 0);
+        uint8_t* target = w.Address(Space::kGeneric, where, 4, l);
+        if (target == nullptr) {
+          w.Fault(where, 4, "cudaGetDevice's device");
           return;
         }
-        spec.device_launches->queued.push_back(std::move(launch));
+        std::memcpy(target, &spec.device_ordinal, 4);
         result32(l, kSuccess);
         break;
       }

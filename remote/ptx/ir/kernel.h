@@ -113,9 +113,14 @@ struct DeviceRuntimeCall {
     kPeekAtLastError,     // () -> error
     kEventCreate,         // (event*, flags) -> error
     kEventOrder,          // cudaEventRecord (event, stream), cudaStreamWaitEvent, cudaEventDestroy -> error
+    kMemcpyAsync,         // (dst, src, bytes, kind, stream) -> error
+    kMemcpy2DAsync,       // (dst, dpitch, src, spitch, width, height, kind, stream) -> error
+    kMemsetAsync,         // (dst, value, bytes, stream) -> error
+    kMemset2DAsync,       // (dst, pitch, value, width, height, stream) -> error
+    kGetDevice,           // (device*) -> error
   };
   Op op = kGetLastError;
-  uint32_t args[4] = {0, 0, 0, 0};
+  uint32_t args[8] = {};  // local offsets of the call's .param arguments
   uint32_t result = 0;
   uint32_t last_error = 0;           // local offset of the thread's last error and its CTA tag (8 bytes)
   uint64_t heap = 0, heap_size = 0;  // 0: the module has none (ops that need it fail)

@@ -149,5 +149,62 @@ TEST_F(Engine, DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers) {
   }
 }
 
+// cudaMemsetAsync and cudaMemcpyAsync in device code run after the grid, in the order
+// queued (the copy sees the memset); a grid queues at most the module's pending-launch
+// limit (2048 by default, as the load says otherwise), the calls beyond it return
+// cudaErrorLaunchPendingCountExceeded (69) and what was queued still runs in order;
+// cudaGetDevice says the device the load names; a memset onto no allocation fails the
+// host's launch with CUDA_ERROR_ILLEGAL_ADDRESS, naming the call.
+TEST_F(Engine, DeviceSideCopiesRunInStreamOrderAndAreBounded) {
+  const std::string text = KernelText("DeviceSideCopiesRunInStreamOrderAndAreBounded.ptx");
+  ASSERT_NO_FATAL_FAILURE(LoadKernel(20, 90, text, "set_then_copy"));
+  ASSERT_EQ(executor_.GetFunction(20, 91, "set_flood"), kCuSuccess) << executor_.TakeErrorDetail();
+  const uint64_t buffer = Upload(std::vector<uint8_t>(128, 0xee));
+  ASSERT_EQ(LaunchLoaded(90, 1, 1, buffer), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint8_t>(buffer, 128), std::vector<uint8_t>(128, 7));
+
+  struct Flood {
+    uint64_t target;
+    uint32_t count;
+    uint64_t status;
+  };
+  const uint32_t count = 2100;
+  const uint64_t target = Zeros<uint32_t>(1), status = Zeros<uint32_t>(count);
+  ASSERT_EQ(LaunchLoaded(91, 1, 1, Flood{target, count, status}), kCuSuccess) << executor_.TakeErrorDetail();
+  auto got = Download<uint32_t>(status, count);
+  for (uint32_t i = 0; i < count; ++i) EXPECT_EQ(got[i], i < 2048 ? 0u : 69u) << i;
+  EXPECT_EQ(Download<uint32_t>(target, 1)[0], 0xffffffffu);  // the 2048th memset (of 255) ran last
+
+  // A module loaded with a limit of 16, for the client's device 3.
+  ASSERT_EQ(executor_.LoadModule(21, text.c_str(), text.size() + 1, {}, 0, 0, 16, 3), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(21, 92, "set_flood"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(21, 93, "get_device"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(20, 94, "get_device"), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(LaunchForOutput<uint32_t>(93, 1, 1, 2), (std::vector<uint32_t>{0, 3}));
+  EXPECT_EQ(LaunchForOutput<uint32_t>(94, 1, 1, 2), (std::vector<uint32_t>{0, 0}));
+  ASSERT_EQ(LaunchLoaded(92, 1, 1, Flood{target, 40, status}), kCuSuccess) << executor_.TakeErrorDetail();
+  got = Download<uint32_t>(status, 40);
+  for (uint32_t i = 0; i < 40; ++i) EXPECT_EQ(got[i], i < 16 ? 0u : 69u) << i;
+  EXPECT_EQ(Download<uint32_t>(target, 1)[0], 0x0f0f0f0fu);
+
+  // Set higher than the sim holds, it queues kMaxPendingLaunchLimit.
+  ASSERT_EQ(executor_.LoadModule(22, text.c_str(), text.size() + 1, {}, 0, 0, 4000000000u), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(22, 95, "set_flood"), kCuSuccess) << executor_.TakeErrorDetail();
+  const uint32_t many = sim::kMaxPendingLaunchLimit + 10;
+  const uint64_t many_status = Zeros<uint32_t>(many);
+  ASSERT_EQ(LaunchLoaded(95, 1, 1, Flood{target, many, many_status}), kCuSuccess) << executor_.TakeErrorDetail();
+  got = Download<uint32_t>(many_status, many);
+  EXPECT_EQ(static_cast<size_t>(std::count(got.begin(), got.end(), 0u)), sim::kMaxPendingLaunchLimit);
+  EXPECT_EQ(got[sim::kMaxPendingLaunchLimit], 69u);
+
+  const uint64_t stray = uint64_t{1} << 40;  // no allocation there
+  EXPECT_EQ(LaunchLoaded(91, 1, 1, Flood{stray, 1, status}), kCuIllegalAddress);
+  const std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("cudaMemsetAsync in device code (kernel set_flood)"), std::string::npos) << detail;
+  EXPECT_NE(detail.find("not within one allocation"), std::string::npos) << detail;
+}
+
 }  // namespace
 }  // namespace gpupool::dataplane
