@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <memory>
 #include <thread>
 
 #include "poold/store.h"
@@ -87,82 +88,93 @@ TEST(StoreTest, LeasesGainMovableInPlace) {
   std::filesystem::remove_all(dir);
 }
 
+// A store in a fresh state directory of its own, closed and removed when the test ends.
+class ScratchStore {
+ public:
+  explicit ScratchStore(const std::string& name)
+      : dir_("/tmp/gpupool-store-test-" + name + "-" + std::to_string(getpid())) {
+    std::filesystem::remove_all(dir_);
+    auto opened = Store::Open(dir_, /*fsync=*/false);
+    EXPECT_TRUE(opened.ok()) << opened.status().message();
+    if (opened.ok()) store_ = std::move(opened.value());
+  }
+  ~ScratchStore() {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  bool ok() const { return store_ != nullptr; }
+  Store* get() const { return store_.get(); }
+  Store* operator->() const { return store_.get(); }
+
+ private:
+  const std::string dir_;
+  std::unique_ptr<Store> store_;
+};
+
 // Changes queued under one Store::Hold are written in one transaction, however long the
 // operation takes between them (here 3 ms, with the committer awake in between).
 TEST(StoreTest, AHeldOperationIsOneTransaction) {
-  std::string dir = "/tmp/gpupool-store-test-hold-" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  auto store = Store::Open(dir, /*fsync=*/false);
-  ASSERT_TRUE(store.ok()) << store.status().message();
+  ScratchStore store("hold");
+  ASSERT_TRUE(store.ok());
   int whole = 0;
   constexpr int kTrials = 10;
   for (int trial = 0; trial < kTrials; ++trial) {
-    const uint64_t before = (*store)->commits();
+    const uint64_t before = store->commits();
     {
-      Store::Hold hold(store->get());
+      Store::Hold hold(store.get());
       EventRow first, second;
       first.seq = 2 * trial + 1;
       second.seq = 2 * trial + 2;
-      (*store)->Enqueue(first);
+      store->Enqueue(first);
       std::this_thread::sleep_for(std::chrono::milliseconds(3));
-      (*store)->Enqueue(second);
+      store->Enqueue(second);
     }
-    ASSERT_TRUE((*store)->WaitDurable((*store)->last_ticket()).ok());
-    whole += (*store)->commits() - before == 1;
+    ASSERT_TRUE(store->WaitDurable(store->last_ticket()).ok());
+    whole += store->commits() - before == 1;
   }
   EXPECT_EQ(whole, kTrials);
-  store->reset();
-  std::filesystem::remove_all(dir);
 }
 
 // What was queued before an operation took its Hold is written at once: the committer never
 // waits for the operation to end (under load there is never a gap between operations).
 TEST(StoreTest, ChangesBeforeAHoldDoNotWaitForIt) {
-  std::string dir = "/tmp/gpupool-store-test-before-hold-" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  auto store = Store::Open(dir, /*fsync=*/false);
-  ASSERT_TRUE(store.ok()) << store.status().message();
+  ScratchStore store("before-hold");
+  ASSERT_TRUE(store.ok());
   EventRow alone, held;
   alone.seq = 1;
   held.seq = 2;
-  const uint64_t alone_ticket = (*store)->Enqueue(alone);
+  const uint64_t alone_ticket = store->Enqueue(alone);
   {
-    Store::Hold hold(store->get());
-    const uint64_t held_ticket = (*store)->Enqueue(held);
+    Store::Hold hold(store.get());
+    const uint64_t held_ticket = store->Enqueue(held);
     // The change queued before the Hold is committed while the Hold lives on; the held one
     // is not, however long we wait.
-    ASSERT_TRUE((*store)->WaitDurable(alone_ticket).ok());
+    ASSERT_TRUE(store->WaitDurable(alone_ticket).ok());
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    EXPECT_EQ((*store)->commits(), 1u);
+    EXPECT_EQ(store->commits(), 1u);
     EXPECT_GT(held_ticket, alone_ticket);
   }
-  ASSERT_TRUE((*store)->WaitDurable((*store)->last_ticket()).ok());
-  EXPECT_EQ((*store)->commits(), 2u);
-  store->reset();
-  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(store->WaitDurable(store->last_ticket()).ok());
+  EXPECT_EQ(store->commits(), 2u);
 }
 
 // Events past the retention go with the batch that pushed them out, so the table never holds
 // more than the retention after a commit.
 TEST(StoreTest, OldEventsLeaveWithEachBatch) {
-  std::string dir = "/tmp/gpupool-store-test-retention-" + std::to_string(getpid());
-  std::filesystem::remove_all(dir);
-  auto store = Store::Open(dir, /*fsync=*/false);
-  ASSERT_TRUE(store.ok()) << store.status().message();
-  (*store)->set_event_retention(100);
+  ScratchStore store("retention");
+  ASSERT_TRUE(store.ok());
+  store->set_event_retention(100);
   for (uint64_t seq = 1; seq <= 250; ++seq) {
     EventRow e;
     e.seq = seq;
     e.type = "leased";
-    ASSERT_TRUE((*store)->WaitDurable((*store)->Enqueue(e)).ok());
+    ASSERT_TRUE(store->WaitDurable(store->Enqueue(e)).ok());
   }
-  auto loaded = (*store)->Load(1000);
+  auto loaded = store->Load(1000);
   ASSERT_TRUE(loaded.ok());
   ASSERT_EQ(loaded->recent_events.size(), 100u);
   EXPECT_EQ(loaded->recent_events.front().seq, 151u);
   EXPECT_EQ(loaded->next_event, 251u);
-  store->reset();
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -591,12 +591,12 @@ TEST(SimExecutor, ASpinOnAFlagNobodySetsRunsUntilCancelledAndLeavesNoThread) {
     SimExecutor executor(&memory);
     std::atomic<uint64_t> progress{0};
     executor.SetProgressCounter(&progress);
-    ASSERT_EQ(LoadText(executor, 1, text), kCuSuccess) << executor.TakeErrorDetail();
-    ASSERT_EQ(executor.GetFunction(1, 10, "spin_on_flag"), kCuSuccess);
+    ASSERT_EQ(LoadText(executor, 1, text), dataplane::kCuSuccess) << executor.TakeErrorDetail();
+    ASSERT_EQ(executor.GetFunction(1, 10, "spin_on_flag"), dataplane::kCuSuccess);
     uint64_t flag = 0;
-    ASSERT_EQ(executor.Allocate(4, &flag), kCuSuccess);
-    ASSERT_EQ(executor.Memset(flag, 0, 4, 1, 0), kCuSuccess);
-    LaunchConfig config;
+    ASSERT_EQ(executor.Allocate(4, &flag), dataplane::kCuSuccess);
+    ASSERT_EQ(executor.Memset(flag, 0, 4, 1, 0), dataplane::kCuSuccess);
+    device::LaunchConfig config;
     config.grid[0] = 64;
     config.block[0] = 128;
     const size_t threads_before = ThreadCount();
