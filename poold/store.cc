@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "common/log.h"
@@ -322,17 +321,17 @@ void Store::CommitterLoop() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       // Only whole operations: the ops an operation still holding a Hold has queued wait
-      // for its end (which wakes us), while everything before them is written now. Waiting
-      // for a gap between operations instead (as this loop once did, up to a millisecond)
-      // found none under load, and every commit waited the full millisecond.
-      work_cv_.wait(lock, [&] { return stopping_ || complete_ > taken_; });
+      // for its end (which wakes us), while everything before them is written now, with no
+      // wait for a gap between operations (under load there need not be one).
+      // The queue holds the tickets after enqueued_ - queue_.size().
+      auto taken = [&] { return enqueued_ - queue_.size(); };
+      work_cv_.wait(lock, [&] { return stopping_ || complete_ > taken(); });
       if (queue_.empty() && stopping_) return;
       // At a stop every op is taken: no operation runs once the store is being destroyed.
       const uint64_t upto = stopping_ ? enqueued_ : complete_;
-      const size_t count = static_cast<size_t>(upto - taken_);
+      const size_t count = static_cast<size_t>(upto - taken());
       batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + count));
       queue_.erase(queue_.begin(), queue_.begin() + count);
-      taken_ = upto;
       last = upto;
     }
     Status s = WriteBatch(batch);

@@ -135,7 +135,6 @@ class Store {
   // GUARDED_BY(mu_): ticket of the last op that no live Hold covers: the committer takes
   // the queue up to it. Callers serialise, so the ops after it are one operation's.
   uint64_t complete_ = 0;
-  uint64_t taken_ = 0;  // GUARDED_BY(mu_): ticket of the last op the committer took
   std::thread committer_;
 };
 

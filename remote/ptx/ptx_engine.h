@@ -175,7 +175,7 @@ struct DeviceLaunches {
 // and a grid's children queued at once (cudaLimitDevRuntimePendingLaunchCount's default;
 // cudaErrorLaunchPendingCountExceeded beyond).
 inline constexpr uint32_t kMaxLaunchDepth = 24;
-inline constexpr size_t kMaxPendingLaunches = 2048;
+inline constexpr size_t kDefaultPendingLaunches = 2048;
 // The most a grid queues whatever the limit is set to: each queued launch holds up to 4 KiB
 // of parameters in the agent until it runs, 24 grids deep.
 inline constexpr size_t kMaxPendingLaunchLimit = 16384;
@@ -206,7 +206,7 @@ struct LaunchSpec {
   uint32_t depth = 0;  // of nesting: 0 for a grid the host launched
   // The device runtime's limit on launches, copies and memsets queued by one grid
   // (cudaLimitDevRuntimePendingLaunchCount), and what cudaGetDevice says in device code.
-  size_t pending_launch_limit = kMaxPendingLaunches;
+  size_t pending_launch_limit = kDefaultPendingLaunches;
   int32_t device_ordinal = 0;
   // If set: once true, the launch ends within a bounded time (the interpreter reads it
   // every round of a block's warps, compiled code every 2^16 backward branches and between

@@ -249,7 +249,7 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   }
   Module loaded;
   loaded.ptx = std::move(*ptx);
-  loaded.pending_launches = pending_launches == 0 ? sim::kMaxPendingLaunches : pending_launches;
+  loaded.pending_launches = pending_launches == 0 ? sim::kDefaultPendingLaunches : pending_launches;
   loaded.device_ordinal = device_ordinal;
   // Module variables: one allocation of this session holds them all, in declaration order
   // (the same image at the same base gives the same addresses on any GPU), initialised

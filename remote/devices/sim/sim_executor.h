@@ -96,7 +96,7 @@ class SimExecutor : public device::Executor {
     uint64_t globals_base = 0;  // the one allocation holding every variable (0: none)
     uint64_t globals_size = 0;
     // The device runtime's settings when it was loaded (LoadModule).
-    size_t pending_launches = sim::kMaxPendingLaunches;
+    size_t pending_launches = sim::kDefaultPendingLaunches;
     int32_t device_ordinal = 0;
   };
   struct Function {
