@@ -45,13 +45,25 @@ ApiServer::ApiServer(const Config& config, PoolEngine* engine, Store* store)
 
 ApiServer::~ApiServer() = default;
 
+nlohmann::json ApiServer::StateNotSaved(const Status& failure) {
+  return nlohmann::json{{"error", "state not saved: " + failure.message()}};
+}
+
 Status ApiServer::Bind(const std::string& listen_override) {
   GPUPOOL_RETURN_IF_ERROR(http_->Bind(listen_override.empty() ? config_.poold.listen : listen_override));
   port_ = http_->port();
   return Status::OK();
 }
 
-void ApiServer::Serve() { http_->Serve(); }
+void ApiServer::Serve() {
+  // Answers wait for their changes to be durable in the HTTP server, not in a worker each:
+  // the committer's report releases them (see Answer).
+  store_->SetDurableListener([this](uint64_t durable, const Status& health) {
+    http_->NotifyDurable(durable, health.ok() ? std::string() : StateNotSaved(health).dump());
+  });
+  http_->Serve();
+  store_->SetDurableListener(nullptr);
+}
 
 void ApiServer::Stop() { http_->Stop(); }
 
@@ -86,12 +98,16 @@ Status ApiServer::AuthenticateMunge(const httplib::Request& req, Caller* caller)
 
 void ApiServer::Answer(httplib::Response& res, const Result<json>& result, int ok_code) {
   if (result.ok()) {
-    // Nothing is reported before it is on disk.
-    Status durable = store_->WaitDurable(store_->last_ticket());
-    if (!durable.ok()) {
-      res.status = 500;
-      res.set_content(json{{"error", "state not saved: " + durable.message()}}.dump(), "application/json");
-      return;
+    // Nothing is reported before it is on disk: the server holds the answer until then
+    // (500 if it cannot be saved), or, outside its handlers, this thread waits.
+    const uint64_t ticket = store_->last_ticket();
+    if (!HttpServer::HoldAnswerUntil(ticket)) {
+      Status durable = store_->WaitDurable(ticket);
+      if (!durable.ok()) {
+        res.status = 500;
+        res.set_content(StateNotSaved(durable).dump(), "application/json");
+        return;
+      }
     }
     res.status = ok_code;
     res.set_content(result.value().dump(), "application/json");

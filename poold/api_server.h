@@ -53,6 +53,7 @@ class ApiServer {
   // A MUNGE credential only (for POST /v1/session).
   Status AuthenticateMunge(const httplib::Request& req, Caller* caller);
   void Answer(httplib::Response& res, const Result<nlohmann::json>& result, int ok_code = 200);
+  static nlohmann::json StateNotSaved(const Status& failure);
   std::string Metrics();
 
   const Config config_;

@@ -166,7 +166,8 @@ bool IsLoopback(const sockaddr_storage& a) {
 }  // namespace
 
 struct HttpServer::Conn {
-  enum class Phase { kIdle, kHeaders, kBody };
+  // kWriting: the loop sends a released held answer (out) as the socket takes it.
+  enum class Phase { kIdle, kHeaders, kBody, kWriting };
   int fd = -1;
   std::string source;   // what the per-source cap counts: address (and uid on loopback)
   std::string address;  // the peer's address
@@ -182,6 +183,10 @@ struct HttpServer::Conn {
   bool priority = false;
   int error_status = 0;  // the server answers this itself, then closes
   bool closing = false;  // handed back by a worker to be closed
+  // A held answer (HttpServer::HoldAnswerUntil): sent once held_ticket is durable.
+  uint64_t held_ticket = 0;
+  std::string out;
+  size_t out_sent = 0;
 
   ~Conn() {
     if (fd >= 0) close(fd);
@@ -275,9 +280,14 @@ void HttpServer::Serve() {
   std::vector<std::shared_ptr<Conn>> open;
   for (const auto& [fd, c] : conns_) open.push_back(c);
   {
+    std::lock_guard<std::mutex> held(durable_mu_);
+    for (auto& [ticket, c] : held_) open.push_back(c);
+    held_.clear();
     std::lock_guard<std::mutex> lock(mu_);
     open.insert(open.end(), rearm_.begin(), rearm_.end());
+    open.insert(open.end(), released_.begin(), released_.end());
     rearm_.clear();
+    released_.clear();
   }
   for (const std::shared_ptr<Conn>& c : open) Close(c);
   close(listen_fd_);
@@ -334,15 +344,21 @@ void HttpServer::Loop() {
         }
       } else if (auto it = conns_.find(fd); it != conns_.end()) {
         std::shared_ptr<Conn> c = it->second;
-        OnReadable(c);
+        if (c->phase == Conn::Phase::kWriting) {
+          OnWritable(c);
+        } else {
+          OnReadable(c);
+        }
       }
     }
-    std::vector<std::shared_ptr<Conn>> back;
+    std::vector<std::shared_ptr<Conn>> back, released;
     {
       std::lock_guard<std::mutex> lock(mu_);
       back.swap(rearm_);
+      released.swap(released_);
     }
     for (const std::shared_ptr<Conn>& c : back) Rearm(c);
+    for (const std::shared_ptr<Conn>& c : released) SendReleased(c);
     if (now - last_tick >= std::chrono::milliseconds(kTickMs)) {
       last_tick = now;
       std::vector<std::shared_ptr<Conn>> late;
@@ -590,17 +606,38 @@ void HttpServer::Worker(bool priority) {
       job = std::move(queue.front());
       queue.pop_front();
     }
-    Serve(*job.conn);
+    bool held = Serve(*job.conn);
     // An agent's request that took more than a second from arrival to answer: gpupoold was
     // too busy to hear agents in time.
     if (priority && Clock::now() - job.queued > std::chrono::seconds(1)) NoteStall();
+    if (held) {
+      Park(std::move(job.conn));
+      continue;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     rearm_.push_back(std::move(job.conn));
     Wake();
   }
 }
 
-void HttpServer::Serve(Conn& c) {
+namespace {
+
+// The request a worker thread is serving, for HoldAnswerUntil.
+struct HoldSlot {
+  bool can_hold = false;
+  uint64_t ticket = 0;
+};
+thread_local HoldSlot* current_hold = nullptr;
+
+}  // namespace
+
+bool HttpServer::HoldAnswerUntil(uint64_t ticket) {
+  if (current_hold == nullptr || !current_hold->can_hold) return false;
+  current_hold->ticket = std::max(current_hold->ticket, ticket);
+  return true;
+}
+
+bool HttpServer::Serve(Conn& c) {
   httplib::Response res;
   if (c.error_status != 0) {
     res.status = c.error_status;
@@ -622,7 +659,7 @@ void HttpServer::Serve(Conn& c) {
         dropped += static_cast<size_t>(n);
       }
     }
-    return;
+    return false;
   }
   auto route = routes_.find(c.req.path);
   const Route* r = nullptr;
@@ -636,20 +673,36 @@ void HttpServer::Serve(Conn& c) {
   if (r == nullptr) {
     if (error_handler_) error_handler_(c.req, res);
     Answer(c, res, c.keep_alive);
-    return;
+    return false;
   }
+  HoldSlot hold;
+  {
+    std::lock_guard<std::mutex> lock(durable_mu_);
+    hold.can_hold = durable_known_;
+  }
+  current_hold = &hold;
   try {
     r->handler(c.req, res);
   } catch (...) {
     res = httplib::Response();
     res.status = 500;
+    hold.ticket = 0;
     if (exception_handler_) exception_handler_(c.req, res, std::current_exception());
   }
+  current_hold = nullptr;
   if (res.status == -1) res.status = 200;
+  if (hold.ticket > 0) {
+    c.held_ticket = hold.ticket;
+    c.out = Format(res, c.keep_alive);
+    c.out_sent = 0;
+    if (!c.keep_alive) c.closing = true;
+    return true;
+  }
   Answer(c, res, c.keep_alive);
+  return false;
 }
 
-void HttpServer::Answer(Conn& c, httplib::Response& res, bool keep_alive) {
+std::string HttpServer::Format(httplib::Response& res, bool keep_alive) {
   std::string out = "HTTP/1.1 " + std::to_string(res.status) + " " + Reason(res.status) + "\r\n";
   for (const auto& [k, v] : res.headers) {
     if (EqualsNoCase(k, "Content-Length") || EqualsNoCase(k, "Connection")) continue;
@@ -658,7 +711,110 @@ void HttpServer::Answer(Conn& c, httplib::Response& res, bool keep_alive) {
   out += "Content-Length: " + std::to_string(res.body.size()) + "\r\n";
   out += keep_alive ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
   out += res.body;
-  if (!WriteAll(c.fd, out) || !keep_alive) c.closing = true;
+  return out;
+}
+
+void HttpServer::Answer(Conn& c, httplib::Response& res, bool keep_alive) {
+  if (!WriteAll(c.fd, Format(res, keep_alive)) || !keep_alive) c.closing = true;
+}
+
+// The answer of a request whose change could not be saved.
+std::string HttpServer::FailureAnswer(const std::string& body, bool keep_alive) {
+  httplib::Response res;
+  res.status = 500;
+  res.set_content(body, "application/json");
+  return HttpServer::Format(res, keep_alive);
+}
+
+void HttpServer::Park(std::shared_ptr<Conn> c) {
+  {
+    std::lock_guard<std::mutex> lock(durable_mu_);
+    if (c->held_ticket > durable_) {
+      if (failure_body_.empty()) {
+        held_.emplace(c->held_ticket, std::move(c));
+        return;
+      }
+      c->out = FailureAnswer(failure_body_, !c->closing);
+    }
+  }
+  // Durable already (or never to be): the loop sends it with the others.
+  std::lock_guard<std::mutex> lock(mu_);
+  released_.push_back(std::move(c));
+  Wake();
+}
+
+void HttpServer::NotifyDurable(uint64_t durable, const std::string& failure_body) {
+  std::vector<std::shared_ptr<Conn>> ready;
+  {
+    std::lock_guard<std::mutex> lock(durable_mu_);
+    durable_known_ = true;
+    durable_ = std::max(durable_, durable);
+    if (failure_body_.empty()) failure_body_ = failure_body;
+    auto end = failure_body_.empty() ? held_.upper_bound(durable_) : held_.end();
+    for (auto it = held_.begin(); it != end; ++it) {
+      if (it->first > durable_) it->second->out = FailureAnswer(failure_body_, !it->second->closing);
+      ready.push_back(std::move(it->second));
+    }
+    held_.erase(held_.begin(), end);
+  }
+  if (ready.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  released_.insert(released_.end(), std::make_move_iterator(ready.begin()), std::make_move_iterator(ready.end()));
+  Wake();
+}
+
+int HttpServer::Flush(Conn& c) {
+  while (c.out_sent < c.out.size()) {
+    ssize_t n = send(c.fd, c.out.data() + c.out_sent, c.out.size() - c.out_sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      c.out_sent += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      return 0;
+    } else {
+      return -1;
+    }
+  }
+  c.out.clear();
+  c.out_sent = 0;
+  c.held_ticket = 0;
+  return 1;
+}
+
+void HttpServer::SendReleased(const std::shared_ptr<Conn>& c) {
+  if (stop_) {
+    Close(c);
+    return;
+  }
+  int sent = Flush(*c);
+  if (sent < 0) {
+    Close(c);
+  } else if (sent > 0) {
+    Rearm(c);
+  } else {
+    // The client does not read its answer now: wait until it does, within the write timeout.
+    c->phase = Conn::Phase::kWriting;
+    c->deadline = Clock::now() + std::chrono::milliseconds(limits_.write_timeout_ms);
+    conns_[c->fd] = c;
+    epoll_event ev{};
+    ev.events = EPOLLOUT | EPOLLRDHUP;
+    ev.data.fd = c->fd;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev);
+  }
+}
+
+void HttpServer::OnWritable(const std::shared_ptr<Conn>& c) {
+  int sent = Flush(*c);
+  if (sent == 0) return;
+  if (sent < 0) {
+    Close(c);
+    return;
+  }
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+  conns_.erase(c->fd);
+  c->phase = Conn::Phase::kIdle;
+  Rearm(c);
 }
 
 bool HttpServer::WriteAll(int fd, const std::string& data) {

@@ -90,6 +90,18 @@ class HttpServer {
   bool Stalled(int seconds) const;
   HttpCounters counters() const;
 
+  // Answers that wait for durability without a thread waiting with them. From a handler:
+  // the answer it makes is sent only once NotifyDurable has reported `ticket` durable; the
+  // worker goes on to the next request, and the event loop sends the answer then (answers
+  // of one commit together, with one wake of the loop). Returns false where it cannot hold
+  // the answer: not called from a handler of a server that NotifyDurable has been called on
+  // (the caller must then wait itself). A handler that throws is answered 500 at once.
+  static bool HoldAnswerUntil(uint64_t ticket);
+  // What is durable, from any thread (values may come out of order: the largest counts).
+  // `failure_body` non-empty: the state can no longer be saved; every held answer beyond
+  // `durable`, and every one held later, becomes 500 with this JSON body.
+  void NotifyDurable(uint64_t durable, const std::string& failure_body);
+
  private:
   struct Conn;
   struct Route {
@@ -111,8 +123,19 @@ class HttpServer {
   void Close(const std::shared_ptr<Conn>& c);
   void Rearm(const std::shared_ptr<Conn>& c);
   void Worker(bool priority);
-  void Serve(Conn& c);
+  // Serves c's request; true when its answer is held (c->held_ticket, c->out).
+  bool Serve(Conn& c);
   void Answer(Conn& c, httplib::Response& res, bool keep_alive);
+  static std::string Format(httplib::Response& res, bool keep_alive);
+  static std::string FailureAnswer(const std::string& body, bool keep_alive);
+  // A worker's held answer: parked until durable, or sent now if it already is.
+  void Park(std::shared_ptr<Conn> c);
+  // The loop: sends c->out (a released held answer) without blocking, then reads c again;
+  // what the socket does not take now is sent as it becomes writable.
+  void SendReleased(const std::shared_ptr<Conn>& c);
+  void OnWritable(const std::shared_ptr<Conn>& c);
+  // Sends what is left of c->out; 1 all sent, 0 the socket is full, -1 failed.
+  int Flush(Conn& c);
   bool WriteAll(int fd, const std::string& data);
   void Wake();
   void NoteStall();
@@ -136,9 +159,17 @@ class HttpServer {
 
   mutable std::mutex mu_;  // guards the queues, rearm_, counters_
   std::condition_variable work_cv_, priority_cv_;
-  std::deque<Job> work_, priority_work_;      // GUARDED_BY(mu_)
-  std::vector<std::shared_ptr<Conn>> rearm_;  // GUARDED_BY(mu_): served; back to the loop
-  HttpCounters counters_;                     // GUARDED_BY(mu_)
+  std::deque<Job> work_, priority_work_;         // GUARDED_BY(mu_)
+  std::vector<std::shared_ptr<Conn>> rearm_;     // GUARDED_BY(mu_): served; back to the loop
+  std::vector<std::shared_ptr<Conn>> released_;  // GUARDED_BY(mu_): held answers to send
+  HttpCounters counters_;                        // GUARDED_BY(mu_)
+
+  // Held answers (HoldAnswerUntil), by ticket. Taken before mu_ where both are held.
+  std::mutex durable_mu_;
+  bool durable_known_ = false;                           // GUARDED_BY(durable_mu_)
+  uint64_t durable_ = 0;                                 // GUARDED_BY(durable_mu_)
+  std::string failure_body_;                             // GUARDED_BY(durable_mu_)
+  std::multimap<uint64_t, std::shared_ptr<Conn>> held_;  // GUARDED_BY(durable_mu_)
 };
 
 }  // namespace gpupool::poold

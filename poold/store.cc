@@ -303,6 +303,20 @@ Status Store::WaitDurable(uint64_t ticket) {
   return failure_;
 }
 
+void Store::SetDurableListener(DurableListener listener) {
+  std::lock_guard<std::mutex> calls(listener_mu_);
+  listener_ = std::move(listener);
+  if (!listener_) return;
+  uint64_t durable;
+  Status health;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    durable = durable_;
+    health = failure_;
+  }
+  listener_(durable, health);
+}
+
 uint64_t Store::last_ticket() const {
   std::lock_guard<std::mutex> lock(mu_);
   return enqueued_;
@@ -342,6 +356,8 @@ void Store::CommitterLoop() {
       Status trimmed = TrimEvents(event_retention_);
       if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
     }
+    uint64_t durable;
+    Status health;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (s.ok()) {
@@ -351,8 +367,12 @@ void Store::CommitterLoop() {
         log::Error("cannot write state: " + s.message());
         failure_ = s;
       }
+      durable = durable_;
+      health = failure_;
     }
     durable_cv_.notify_all();
+    std::lock_guard<std::mutex> calls(listener_mu_);
+    if (listener_) listener_(durable, health);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -96,6 +97,15 @@ class Store {
   // Blocks until every change up to `ticket` is committed. Returns the commit error if the
   // write failed (then the daemon must stop: memory is ahead of disk).
   Status WaitDurable(uint64_t ticket);
+  // Called by the committer after each commit, and once from this call, with the ticket of
+  // the last committed op and the store's health (a failure is sticky: every later call
+  // carries it). Lets an answer wait for its ticket without a thread blocked on it (the
+  // HTTP server holds answers until then). Values may arrive out of order when a call from
+  // here overlaps a commit's: the listener keeps the largest. Set or replaced
+  // at any time (an empty listener removes it: once this returns, no call to the old one is
+  // running or will come). The listener must not call into the store.
+  using DurableListener = std::function<void(uint64_t durable, const Status& health)>;
+  void SetDurableListener(DurableListener listener);
   uint64_t last_ticket() const;
   // OK, or the write error that stopped the store. Once failed, it stays failed: memory is
   // ahead of disk, and only a restart that reloads the disk makes them agree again.
@@ -135,6 +145,10 @@ class Store {
   // GUARDED_BY(mu_): ticket of the last op that no live Hold covers: the committer takes
   // the queue up to it. Callers serialise, so the ops after it are one operation's.
   uint64_t complete_ = 0;
+  // Calls to the listener and its replacement are serialised by listener_mu_ (taken before
+  // mu_ where both are held), so that a removed listener is never called again.
+  std::mutex listener_mu_;
+  DurableListener listener_;  // GUARDED_BY(listener_mu_)
   std::thread committer_;
 };
 

@@ -308,6 +308,63 @@ TEST_F(ApiTest, AFailedStateWriteStopsChangesAndTheDaemon) {
   }
 }
 
+// Issue 37: a request waiting for its change to reach the disk holds no worker. With one
+// worker, while a drain's commit waits on a locked database, other requests are answered
+// at once (here: a refused credential, which waits for nothing); before, the one worker
+// waited in the drain's commit for the 5 s busy timeout.
+TEST(ApiWorkersTest, ARequestWaitingForTheDiskHoldsNoWorker) {
+  testing::StartPrivateMunged();
+  std::string dir = "/tmp/gpupool-api-workers-" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  Config c = LocalConfig(dir);
+  c.poold.threads = 1;
+  Daemon daemon(c, [](int64_t) -> Result<SlurmJobOwner> { return SlurmJobOwner{0, true, "gpupool_a100:1"}; });
+  ASSERT_TRUE(daemon.Start().ok());
+  std::thread server([&] { daemon.Run(); });
+  ApiClient client(ApiClientOptions{"http://127.0.0.1:" + std::to_string(daemon.port()), 5000, "", true});
+  for (int i = 0; i < 100 && !client.Get("/v1/pools").ok(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  json reg = {{"host", "g1"}, {"rack", "r1"}, {"endpoint", "127.0.0.1:7000"}, {"gpus", json::array()}};
+  reg["gpus"].push_back({{"uuid", "GPU-0"}, {"index", 0}, {"model", "A100"}, {"memory_mib", 81920}});
+  ASSERT_TRUE(client.Post("/v1/agents/register", reg).ok());
+
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/gpupoold.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr), SQLITE_OK);
+  std::atomic<int> drain_status{0};
+  std::thread drain([&] {
+    httplib::Client http("127.0.0.1", daemon.port());
+    http.set_read_timeout(30, 0);
+    auto r = http.Post("/v1/gpus/update", {{"Authorization", "MUNGE " + testing::CredentialAs(0)}},
+                       R"({"gpu":"g1:0","state":"drain"})", "application/json");
+    drain_status = r ? r->status : -1;
+  });
+  // Once the engine shows the drain, it is in memory and its commit waits on the lock; then
+  // the one worker is asked again, with a bad credential.
+  for (int i = 0; i < 200; ++i) {
+    auto gpus = daemon.engine()->ListGpus("g1:0", "");
+    if (gpus.ok() && gpus.value()["gpus"][0]["state"] != "IDLE") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto start = std::chrono::steady_clock::now();
+  httplib::Client http("127.0.0.1", daemon.port());
+  auto refused = http.Post("/v1/gpus/update", {{"Authorization", "MUNGE not-a-credential"}},
+                           R"({"gpu":"g1:0","state":"resume"})", "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 401) << refused->body;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_EQ(drain_status, 0) << "the drain was answered before its commit";
+  sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+  sqlite3_close(db);
+  drain.join();
+  // The lock went within the busy timeout: the drain committed and was answered then.
+  EXPECT_EQ(drain_status, 200);
+  daemon.Stop();
+  server.join();
+  EXPECT_TRUE(daemon.fatal().ok()) << daemon.fatal().message();
+  std::filesystem::remove_all(dir);
+}
+
 TEST_F(ApiTest, ClientReportsUnreachableDaemonByAddress) {
   ApiClient dead(ApiClientOptions{"http://127.0.0.1:1", 500, "", true});
   auto r = dead.Get("/v1/pools");

@@ -1,0 +1,202 @@
+// HttpServer's held answers (issue 37): an answer that waits for its change to be durable
+// holds no worker, is sent when NotifyDurable reports its ticket, in request order on its
+// connection, becomes 500 when the state cannot be saved, and reaches a slow reader (or
+// times out) without blocking anyone.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <string>
+#include <thread>
+
+#include "poold/http_server.h"
+
+namespace gpupool::poold {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+class HeldAnswerTest : public ::testing::Test {
+ protected:
+  void Start(HttpLimits limits) {
+    server_ = std::make_unique<HttpServer>(limits);
+    // POST /hold?ticket=N: holds its answer until N is durable. ?bytes=K: a body of K bytes.
+    server_->Handle("POST", "/hold", [this](const httplib::Request& req, httplib::Response& res) {
+      uint64_t ticket = std::stoull(req.get_param_value("ticket"));
+      held_ok_ = HttpServer::HoldAnswerUntil(ticket);
+      size_t bytes = req.has_param("bytes") ? std::stoull(req.get_param_value("bytes")) : 0;
+      res.set_content(bytes > 0 ? std::string(bytes, 'x') : "held " + std::to_string(ticket), "text/plain");
+      ++handled_;
+    });
+    server_->Handle("GET", "/now",
+                    [](const httplib::Request&, httplib::Response& res) { res.set_content("now", "text/plain"); });
+    ASSERT_TRUE(server_->Bind("127.0.0.1", 0).ok());
+    thread_ = std::thread([this] { server_->Serve(); });
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  std::future<httplib::Result> PostAsync(const std::string& target) {
+    return std::async(std::launch::async, [this, target] {
+      httplib::Client http("127.0.0.1", server_->port());
+      http.set_read_timeout(10, 0);
+      return http.Post(target.c_str(), "", "text/plain");
+    });
+  }
+  void WaitHandled(int n) {
+    for (int i = 0; i < 500 && handled_ < n; ++i) std::this_thread::sleep_for(10ms);
+    ASSERT_EQ(handled_, n);
+  }
+  // A raw loopback connection to the server.
+  int Connect() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+    return fd;
+  }
+  // Reads what arrives on fd within `wait`.
+  static std::string ReadFor(int fd, std::chrono::milliseconds wait) {
+    std::string got;
+    Clock::time_point until = Clock::now() + wait;
+    char buf[65536];
+    while (Clock::now() < until) {
+      ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n > 0) {
+        got.append(buf, static_cast<size_t>(n));
+      } else if (n == 0) {
+        break;
+      } else {
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+    return got;
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  std::thread thread_;
+  std::atomic<int> handled_{0};
+  std::atomic<bool> held_ok_{false};
+};
+
+TEST_F(HeldAnswerTest, AnAnswerWaitsForItsTicketWithoutHoldingAWorker) {
+  HttpLimits limits;
+  limits.workers = 1;
+  Start(limits);
+  // Before the server knows what is durable, a handler cannot hold: it must wait itself.
+  auto early = PostAsync("/hold?ticket=1");
+  ASSERT_TRUE(early.get());
+  EXPECT_FALSE(held_ok_);
+
+  server_->NotifyDurable(0, "");
+  auto held = PostAsync("/hold?ticket=5");
+  WaitHandled(2);
+  EXPECT_TRUE(held_ok_);
+  // The one worker is free: another request is answered while ticket 5 is not durable.
+  httplib::Client http("127.0.0.1", server_->port());
+  auto now = http.Get("/now");
+  ASSERT_TRUE(now);
+  EXPECT_EQ(now->body, "now");
+  server_->NotifyDurable(4, "");
+  EXPECT_EQ(held.wait_for(300ms), std::future_status::timeout) << "answered before its ticket was durable";
+  server_->NotifyDurable(5, "");
+  ASSERT_EQ(held.wait_for(5s), std::future_status::ready);
+  httplib::Result r = held.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "held 5");
+  // A ticket already durable is answered at once; a report out of order changes nothing.
+  server_->NotifyDurable(3, "");
+  auto done = PostAsync("/hold?ticket=5");
+  ASSERT_EQ(done.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(done.get()->body, "held 5");
+}
+
+TEST_F(HeldAnswerTest, AStateThatCannotBeSavedAnswersEveryLaterHold500) {
+  Start(HttpLimits{});
+  server_->NotifyDurable(0, "");
+  auto held = PostAsync("/hold?ticket=7");
+  WaitHandled(1);
+  server_->NotifyDurable(6, R"({"error":"state not saved: disk gone"})");
+  ASSERT_EQ(held.wait_for(5s), std::future_status::ready);
+  httplib::Result r = held.get();
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+  EXPECT_EQ(r->body, R"({"error":"state not saved: disk gone"})");
+  // Held after the failure: 500 at once. Durable before it (6): answered as made.
+  auto later = PostAsync("/hold?ticket=8");
+  ASSERT_EQ(later.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(later.get()->status, 500);
+  auto before = PostAsync("/hold?ticket=6");
+  ASSERT_EQ(before.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(before.get()->status, 200);
+}
+
+TEST_F(HeldAnswerTest, PipelinedRequestsAreAnsweredInOrder) {
+  Start(HttpLimits{});
+  server_->NotifyDurable(0, "");
+  int fd = Connect();
+  const std::string two =
+      "POST /hold?ticket=9 HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+      "GET /now HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(send(fd, two.data(), two.size(), MSG_NOSIGNAL), static_cast<ssize_t>(two.size()));
+  WaitHandled(1);
+  // The second request is not answered ahead of the first, which waits for ticket 9.
+  EXPECT_EQ(ReadFor(fd, 300ms), "");
+  server_->NotifyDurable(9, "");
+  std::string got;
+  for (int i = 0; i < 50 && got.find("now") == std::string::npos; ++i) got += ReadFor(fd, 100ms);
+  size_t first = got.find("held 9"), second = got.find("\r\n\r\nnow");
+  ASSERT_NE(first, std::string::npos) << got;
+  ASSERT_NE(second, std::string::npos) << got;
+  EXPECT_LT(first, second) << got;
+  close(fd);
+}
+
+TEST_F(HeldAnswerTest, ASlowReaderGetsItsWholeAnswerAndOneThatNeverReadsTimesOut) {
+  HttpLimits limits;
+  limits.write_timeout_ms = 1000;
+  limits.max_connections = 64;
+  Start(limits);
+  server_->NotifyDurable(0, "");
+  constexpr size_t kBytes = 32 << 20;  // more than loopback's socket buffers take
+  const std::string req =
+      "POST /hold?ticket=2&bytes=" + std::to_string(kBytes) + " HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+  int slow = Connect(), never = Connect();
+  ASSERT_GT(send(slow, req.data(), req.size(), MSG_NOSIGNAL), 0);
+  ASSERT_GT(send(never, req.data(), req.size(), MSG_NOSIGNAL), 0);
+  WaitHandled(2);
+  server_->NotifyDurable(2, "");
+  // The server is not blocked by either: another client is answered at once.
+  httplib::Client http("127.0.0.1", server_->port());
+  auto now = http.Get("/now");
+  ASSERT_TRUE(now);
+  // The slow reader reads, a little late, all of it, and its connection serves another.
+  std::this_thread::sleep_for(200ms);
+  std::string got;
+  for (int i = 0; i < 100 && got.size() < kBytes; ++i) got += ReadFor(slow, 50ms);
+  EXPECT_GT(got.size(), kBytes);
+  EXPECT_EQ(got.substr(got.size() - 3), "xxx");
+  const std::string get = "GET /now HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_GT(send(slow, get.data(), get.size(), MSG_NOSIGNAL), 0);
+  std::string again = ReadFor(slow, 500ms);
+  EXPECT_NE(again.find("\r\n\r\nnow"), std::string::npos) << again;
+  close(slow);
+  // The one that never read was closed at the write timeout (1 s), and counted.
+  std::this_thread::sleep_for(1500ms);
+  EXPECT_EQ(server_->counters().timed_out, 1u);
+  close(never);
+}
+
+}  // namespace
+}  // namespace gpupool::poold
