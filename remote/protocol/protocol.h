@@ -200,7 +200,7 @@ struct ModuleLoadArgs {
   uint64_t device_heap = 0;
   uint32_t pending_launches = 0;
   int32_t device_ordinal = 0;
-  DeviceRuntimeFacts facts;
+  DeviceRuntimeFacts facts = {};
 };
 // Where the module's variables are: one range (size 0: none, or the executor keeps them
 // apart, so the client cannot save them).
