@@ -8,7 +8,10 @@
 //   - cudaMemcpy3DAsync in device code, its parameters on the thread's stack, copies a box
 //     between two cudaMalloc3D allocations at the positions given, and from one into linear
 //     memory, touching nothing else; a row past its pitch, and a copy from the host, are
-//     the runtime's errors and copy nothing (on the sim, a CUDA array too).
+//     the runtime's errors and copy nothing (on the sim, a CUDA array too);
+//   - a grid launched by a kernel asks the same and is answered the same.
+// The errors are the sim's numbers; on a GPU only that they are errors is checked (not run
+// on one yet).
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -56,6 +59,25 @@ __global__ void Ask(AttributeList list, int device, int* values, int* status, si
   }
   size_t none = 0;
   status[kAttributeCount + 2 + kLimitCount] = static_cast<int>(cudaDeviceGetLimit(&none, static_cast<cudaLimit>(99)));
+}
+
+// What a grid launched from device code is told.
+struct ChildAnswers {
+  int status[2];
+  int multiprocessors;
+  size_t stack;
+};
+
+__global__ void AskAsAChild(int device, ChildAnswers* answers) {
+  answers->status[0] =
+      static_cast<int>(cudaDeviceGetAttribute(&answers->multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  answers->status[1] = static_cast<int>(cudaDeviceGetLimit(&answers->stack, cudaLimitStackSize));
+}
+
+__global__ void Parent(int device, ChildAnswers* answers, int* status) {
+  if (threadIdx.x != 0) return;
+  AskAsAChild<<<1, 1>>>(device, answers);
+  status[0] = static_cast<int>(cudaGetLastError());
 }
 
 constexpr size_t kWidth = 20, kHeight = 6, kDepth = 4;  // the allocations: bytes, rows, slices
@@ -170,6 +192,22 @@ int main() {
   EXPECT(statuses[kAttributeCount + 2 + kLimitCount] == cudaErrorUnsupportedLimit);
   static_assert(kStatuses <= 64);
 
+  ChildAnswers* answers = nullptr;
+  CHECK(cudaMalloc(&answers, sizeof(ChildAnswers)));
+  CHECK(cudaMemset(answers, 0xff, sizeof(ChildAnswers)));
+  CHECK(cudaMemset(status, 0xff, 64 * sizeof(int)));
+  Parent<<<1, 32>>>(device, answers, status);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  ChildAnswers child{};
+  CHECK(cudaMemcpy(&child, answers, sizeof(child), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(statuses, status, sizeof(statuses), cudaMemcpyDeviceToHost));
+  std::printf("a child grid: %d SMs, stack %zu (statuses %d %d, launch %d)\n", child.multiprocessors, child.stack,
+              child.status[0], child.status[1], statuses[0]);
+  EXPECT(statuses[0] == cudaSuccess && child.status[0] == cudaSuccess && child.status[1] == cudaSuccess);
+  EXPECT(child.multiprocessors == host_values[5]);
+  EXPECT(child.stack == host_limits[cudaLimitStackSize]);
+
   // 3D copies between pitched allocations, and into linear memory.
   const cudaExtent extent = make_cudaExtent(kWidth, kHeight, kDepth);
   cudaPitchedPtr from{}, to{};
@@ -227,6 +265,6 @@ int main() {
   }
   for (unsigned char byte : copied) EXPECT(byte == 0x33);  // nothing was queued
 
-  CHECK_FREE(values, status, limits, from.ptr, to.ptr, packed);
+  CHECK_FREE(values, status, limits, answers, from.ptr, to.ptr, packed);
   return FinishProgram("cdp_device_queries", true);
 }
