@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "remote/protocol/protocol.h"
+#include "remote/transport/wire.h"
 
 namespace gpupool::dataplane {
 namespace {
@@ -101,6 +102,9 @@ void Session::Run(const transport::RequestHeader& header, std::string_view args,
   async_error_ = 0;
 }
 
+// A module load's arguments travel in the request header with the device's attributes.
+static_assert(sizeof(ModuleLoadArgs) <= transport::kMaxArgsLen);
+
 int32_t Session::LoadModule(std::string_view args, const void* payload, size_t payload_len, std::string* out) {
   ModuleLoadArgs load;
   if (!Decode(args, &load)) return kCuInvalidValue;
@@ -124,7 +128,7 @@ int32_t Session::LoadModule(std::string_view args, const void* payload, size_t p
     p += entry.name_len;
   }
   int32_t status = executor_->LoadModule(load.module, image, header.image_size, kernels, load.globals_base,
-                                         load.device_heap, load.pending_launches, load.device_ordinal);
+                                         load.device_heap, load.pending_launches, load.device_ordinal, &load.facts);
   ModuleLoadResult result{0, 0};
   if (status == kCuSuccess && !executor_->GlobalsRange(load.module, &result.globals_base, &result.globals_size)) {
     result = {0, 0};

@@ -67,11 +67,13 @@ class Executor {
   // `device_heap`: the size of the heap of device-side malloc (0: 8 MiB, CUDA's default),
   // for executors that make one per module (the sim); a GPU's driver keeps its own.
   // `pending_launches` (0: 2048, CUDA's default) and `device_ordinal`: the device runtime's
-  // pending-launch limit and what its cudaGetDevice says, for executors that provide the
+  // pending-launch limit and what its cudaGetDevice says, and `facts` (null: none) what its
+  // cudaDeviceGetAttribute and cudaDeviceGetLimit say, for executors that provide the
   // device runtime themselves (the sim).
   virtual int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
                              const std::vector<KernelInfo>& kernels, uint64_t globals_base = 0,
-                             uint64_t device_heap = 0, uint32_t pending_launches = 0, int32_t device_ordinal = 0) = 0;
+                             uint64_t device_heap = 0, uint32_t pending_launches = 0, int32_t device_ordinal = 0,
+                             const dataplane::DeviceRuntimeFacts* facts = nullptr) = 0;
   // The one range that holds a loaded module's variables; false when the executor does not
   // keep them in one range (then the client cannot save them for failover).
   virtual bool GlobalsRange(uint64_t /*module*/, uint64_t* /*base*/, uint64_t* /*size*/) { return false; }

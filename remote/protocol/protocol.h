@@ -21,7 +21,7 @@
 
 namespace gpupool::dataplane {
 
-inline constexpr uint32_t kProtocolVersion = 7;  // 7: ModuleLoadArgs carries the device runtime's settings
+inline constexpr uint32_t kProtocolVersion = 8;  // 8: ModuleLoadArgs carries the device's attributes and limits
 
 // CUresult values used by the server (same numbers as cuda.h).
 enum CuStatus : int32_t {
@@ -171,18 +171,36 @@ struct MemsetArgs {
   uint64_t stream;
 };
 
+// What the device runtime says of its device in device code (cudaDeviceGetAttribute,
+// cudaDeviceGetLimit), for executors that run the device runtime themselves (the sim): the
+// client's own answers (cuDeviceGetAttribute, cuCtxGetLimit) for the module's device and
+// context when the client loaded the module. Numbers as in cuda.h (CUdevice_attribute and
+// cudaDeviceAttr are the same numbers, and so are CUlimit's first and cudaLimit).
+inline constexpr uint32_t kDeviceAttributeSlots = 192;  // CU_DEVICE_ATTRIBUTE_MAX is 148 in CUDA 13.0
+inline constexpr uint32_t kDeviceLimitCount = 7;        // cudaLimitStackSize .. cudaLimitPersistingL2CacheSize
+struct DeviceRuntimeFacts {
+  uint64_t limits[kDeviceLimitCount] = {};  // by cudaLimit
+  // attributes[a] for 0 < a < attribute_count (the client's CU_DEVICE_ATTRIBUTE_MAX);
+  // 0: the client sent none.
+  uint32_t attribute_count = 0;
+  int32_t attributes[kDeviceAttributeSlots] = {};
+  uint32_t reserved = 0;
+};
+
 // ModuleLoad payload: ModuleImageHeader, the image bytes (fatbin or cubin as the client
 // got it), then `kernel_count` KernelEntry records each followed by its name bytes.
 // globals_base 0: the server chooses. device_heap: the bytes of the heap of device-side
 // malloc for a module that calls it (the context's CU_LIMIT_MALLOC_HEAP_SIZE; 0: 8 MiB).
 // pending_launches: the context's CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT (0: 2048);
-// device_ordinal: the client's device, which cudaGetDevice says in device code.
+// device_ordinal: the client's device, which cudaGetDevice says in device code; facts:
+// what cudaDeviceGetAttribute and cudaDeviceGetLimit say there.
 struct ModuleLoadArgs {
   uint64_t module;
   uint64_t globals_base = 0;
   uint64_t device_heap = 0;
   uint32_t pending_launches = 0;
   int32_t device_ordinal = 0;
+  DeviceRuntimeFacts facts = {};
 };
 // Where the module's variables are: one range (size 0: none, or the executor keeps them
 // apart, so the client cannot save them).

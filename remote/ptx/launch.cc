@@ -138,55 +138,73 @@ char* HostSpan(const std::vector<MemoryRange>& memory, uint64_t address, uint64_
   return range->host + offset;
 }
 
-// The bytes from a pitched region's first byte to past its last: (height - 1) * pitch +
-// width, with height >= 1; false where that does not fit in 64 bits.
-bool PitchedSpan(uint64_t pitch, uint64_t width, uint64_t height, uint64_t* span) {
-  uint64_t rows = 0;
-  return !__builtin_mul_overflow(height - 1, pitch, &rows) && !__builtin_add_overflow(rows, width, span);
+// The bytes from a pitched region's first byte to past its last: (depth - 1) * slice_pitch
+// + (height - 1) * pitch + width, with height and depth >= 1; false where that does not
+// fit in 64 bits.
+bool PitchedSpan(uint64_t slice_pitch, uint64_t depth, uint64_t pitch, uint64_t width, uint64_t height,
+                 uint64_t* span) {
+  uint64_t slices = 0, rows = 0, both = 0;
+  return !__builtin_mul_overflow(depth - 1, slice_pitch, &slices) &&
+         !__builtin_mul_overflow(height - 1, pitch, &rows) && !__builtin_add_overflow(slices, rows, &both) &&
+         !__builtin_add_overflow(both, width, span);
 }
 
 }  // namespace
 
 int32_t RunDeviceCopy(const DeviceLaunch& copy, const LaunchSpec& spec) {
-  if (copy.width == 0 || copy.height == 0) return dataplane::kCuSuccess;
+  if (copy.width == 0 || copy.height == 0 || copy.depth == 0) return dataplane::kCuSuccess;
   uint64_t dst_span = 0, src_span = 0;
-  char* dst = PitchedSpan(copy.dst_pitch, copy.width, copy.height, &dst_span)
+  char* dst = PitchedSpan(copy.dst_slice_pitch, copy.depth, copy.dst_pitch, copy.width, copy.height, &dst_span)
                   ? HostSpan(spec.memory, copy.dst, dst_span)
                   : nullptr;
   const char* src = nullptr;
-  if (copy.kind == DeviceLaunch::kCopy && PitchedSpan(copy.src_pitch, copy.width, copy.height, &src_span)) {
+  if (copy.kind == DeviceLaunch::kCopy &&
+      PitchedSpan(copy.src_slice_pitch, copy.depth, copy.src_pitch, copy.width, copy.height, &src_span)) {
     src = HostSpan(spec.memory, copy.src, src_span);
   }
   if (dst == nullptr || (copy.kind == DeviceLaunch::kCopy && src == nullptr)) {
     if (spec.error_detail != nullptr) {
-      char text[320];
-      const char* call = copy.kind == DeviceLaunch::kCopy ? (copy.pitched ? "cudaMemcpy2DAsync" : "cudaMemcpyAsync")
-                                                          : (copy.pitched ? "cudaMemset2DAsync" : "cudaMemsetAsync");
+      static constexpr const char* kCopies[] = {"cudaMemcpyAsync", "cudaMemcpy2DAsync", "cudaMemcpy3DAsync"};
+      static constexpr const char* kSets[] = {"cudaMemsetAsync", "cudaMemset2DAsync", "cudaMemset3DAsync"};
+      const int dimensions = std::clamp<int>(copy.dimensions, 1, 3) - 1;
+      const char* call = copy.kind == DeviceLaunch::kCopy ? kCopies[dimensions] : kSets[dimensions];
       const char* outside = dst == nullptr ? "its destination" : "its source";
+      char extent[96];
+      if (copy.dimensions == 3) {
+        std::snprintf(extent, sizeof(extent), "%llu slice(s) of %llu row(s) of %llu bytes",
+                      static_cast<unsigned long long>(copy.depth), static_cast<unsigned long long>(copy.height),
+                      static_cast<unsigned long long>(copy.width));
+      } else {
+        std::snprintf(extent, sizeof(extent), "%llu row(s) of %llu bytes", static_cast<unsigned long long>(copy.height),
+                      static_cast<unsigned long long>(copy.width));
+      }
+      char text[384];
       if (copy.kind == DeviceLaunch::kCopy) {
         std::snprintf(text, sizeof(text),
-                      "%s in device code (kernel %.100s): %llu row(s) of %llu bytes from 0x%llx to 0x%llx: %s is "
-                      "not within one allocation of the session",
-                      call, copy.kernel.c_str(), static_cast<unsigned long long>(copy.height),
-                      static_cast<unsigned long long>(copy.width), static_cast<unsigned long long>(copy.src),
+                      "%s in device code (kernel %.100s): %s from 0x%llx to 0x%llx: %s is not within one allocation "
+                      "of the session",
+                      call, copy.kernel.c_str(), extent, static_cast<unsigned long long>(copy.src),
                       static_cast<unsigned long long>(copy.dst), outside);
       } else {
         std::snprintf(text, sizeof(text),
-                      "%s in device code (kernel %.100s): %llu row(s) of %llu bytes at 0x%llx: %s is not within "
-                      "one allocation of the session",
-                      call, copy.kernel.c_str(), static_cast<unsigned long long>(copy.height),
-                      static_cast<unsigned long long>(copy.width), static_cast<unsigned long long>(copy.dst), outside);
+                      "%s in device code (kernel %.100s): %s at 0x%llx: %s is not within one allocation of the "
+                      "session",
+                      call, copy.kernel.c_str(), extent, static_cast<unsigned long long>(copy.dst), outside);
       }
       *spec.error_detail = text;
     }
     return dataplane::kCuIllegalAddress;
   }
-  for (uint64_t row = 0; row < copy.height; ++row) {
-    // memmove: ranges that overlap (undefined in CUDA) still copy only the checked bytes.
-    if (copy.kind == DeviceLaunch::kCopy) {
-      std::memmove(dst + row * copy.dst_pitch, src + row * copy.src_pitch, copy.width);
-    } else {
-      std::memset(dst + row * copy.dst_pitch, copy.value, copy.width);
+  // Within the spans checked above: no offset below can wrap.
+  for (uint64_t slice = 0; slice < copy.depth; ++slice) {
+    for (uint64_t row = 0; row < copy.height; ++row) {
+      const uint64_t to = slice * copy.dst_slice_pitch + row * copy.dst_pitch;
+      // memmove: ranges that overlap (undefined in CUDA) still copy only the checked bytes.
+      if (copy.kind == DeviceLaunch::kCopy) {
+        std::memmove(dst + to, src + slice * copy.src_slice_pitch + row * copy.src_pitch, copy.width);
+      } else {
+        std::memset(dst + to, copy.value, copy.width);
+      }
     }
   }
   return dataplane::kCuSuccess;

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "remote/protocol/protocol.h"
 
 namespace gpupool::sim {
 
@@ -149,9 +150,9 @@ struct MemoryRange {
 // as CUDA 12's device runtime allows (a parent cannot wait for its children); a tail
 // launch after the parent's other children, at the parent's depth
 // (interp/device_runtime.cc says how the streams are run).
-// A copy or memset the kernel queued (cudaMemcpyAsync, cudaMemsetAsync and their 2D forms
-// in device code) is one too, in the same stream order as the grids: the device runtime
-// runs them as grids of its own. The executor runs them with RunDeviceCopy.
+// A copy or memset the kernel queued (cudaMemcpyAsync, cudaMemsetAsync, their 2D forms and
+// cudaMemcpy3DAsync in device code) is one too, in the same stream order as the grids: the
+// device runtime runs them as grids of its own. The executor runs them with RunDeviceCopy.
 struct DeviceLaunch {
   enum Kind : uint8_t { kGrid, kCopy, kSet };
   Kind kind = kGrid;
@@ -161,11 +162,13 @@ struct DeviceLaunch {
   uint32_t dynamic_shared = 0;
   bool tail = false;  // into cudaStreamTailLaunch: after the parent's other children, in its place
   std::vector<uint8_t> params;
-  // kCopy and kSet: `height` rows of `width` bytes, `pitch` apart (a 1D one is one row);
-  // kSet writes `value`. Checked by the device runtime: width <= each pitch where height > 1.
+  // kCopy and kSet: `depth` slices, `slice_pitch` apart, of `height` rows of `width` bytes,
+  // `pitch` apart (a 1D one is one row, a 2D one one slice); kSet writes `value`. Checked
+  // by the device runtime: width <= each pitch, and for 3D rows * pitch <= slice pitch.
   uint64_t dst = 0, dst_pitch = 0, src = 0, src_pitch = 0, width = 0, height = 0;
+  uint64_t depth = 1, dst_slice_pitch = 0, src_slice_pitch = 0;
   uint8_t value = 0;
-  bool pitched = false;  // queued by cudaMemcpy2DAsync or cudaMemset2DAsync
+  uint8_t dimensions = 1;  // queued by the 1D, 2D (cudaMemcpy2DAsync...) or 3D call
 };
 struct DeviceLaunches {
   std::mutex mu;
@@ -179,6 +182,9 @@ inline constexpr size_t kDefaultPendingLaunches = 2048;
 // The most a grid queues whatever the limit is set to: each queued launch holds up to 4 KiB
 // of parameters in the agent until it runs, 24 grids deep.
 inline constexpr size_t kMaxPendingLaunchLimit = 16384;
+// A context's limits as CUDA sets them at first (by cudaLimit; the remoting library's too).
+inline constexpr uint64_t kDefaultDeviceLimits[dataplane::kDeviceLimitCount] = {
+    1024, uint64_t{1} << 20, kDeviceHeapBytes, 2, kDefaultPendingLaunches, 64, 0};
 
 struct LaunchSpec {
   uint32_t grid[3] = {1, 1, 1};
@@ -208,6 +214,11 @@ struct LaunchSpec {
   // (cudaLimitDevRuntimePendingLaunchCount), and what cudaGetDevice says in device code.
   size_t pending_launch_limit = kDefaultPendingLaunches;
   int32_t device_ordinal = 0;
+  // What cudaDeviceGetAttribute and cudaDeviceGetLimit say in device code (the executor's,
+  // which outlive the launch); null: the defaults of kDefaultDeviceLimits and no attributes
+  // (cudaDeviceGetAttribute is cudaErrorNotSupported). Its pending-launch limit is read from
+  // pending_launch_limit, not from here.
+  const dataplane::DeviceRuntimeFacts* device_facts = nullptr;
   // If set: once true, the launch ends within a bounded time (the interpreter reads it
   // every round of a block's warps, compiled code every 2^16 backward branches and between
   // blocks) with CUDA_ERROR_LAUNCH_TIMEOUT and kCancelledDetail. Any thread may set it.

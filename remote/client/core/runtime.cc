@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/split.h"
+#include "remote/client/core/device_attributes.h"
 #include "remote/client/core/errors.h"
 #include "remote/client/failover/failover_report.h"
 #include "remote/client/core/log.h"
@@ -584,9 +585,12 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
   // Its variables go in a window of our address range (the same on a replacement GPU).
   // The heap of device-side malloc, where the executor makes one per module (the sim), is
   // as large as the current context's limit says now, as a GPU sizes its heap when first
-  // used. So is its device runtime's pool of pending launches.
+  // used. So is its device runtime's pool of pending launches. What the device runtime
+  // says of its device (cudaDeviceGetAttribute, cudaDeviceGetLimit in device code) is what
+  // we say of it on the host.
   uint64_t device_heap = 0;
   uint64_t pending_launches = 0;
+  dataplane::DeviceRuntimeFacts facts;
   {
     std::lock_guard<std::mutex> lock(mu_);
     Context* context = CurrentContext();
@@ -599,10 +603,19 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
     if (limits != nullptr) {
       device_heap = limits[CU_LIMIT_MALLOC_HEAP_SIZE];
       pending_launches = limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT];
+      static_assert(dataplane::kDeviceLimitCount == CU_LIMIT_PERSISTING_L2_CACHE_SIZE + 1);
+      for (uint32_t limit = 0; limit < dataplane::kDeviceLimitCount; ++limit) facts.limits[limit] = limits[limit];
+    }
+    if (device >= 0 && device < static_cast<int>(devices_.size())) {
+      static_assert(CU_DEVICE_ATTRIBUTE_MAX <= dataplane::kDeviceAttributeSlots);
+      facts.attribute_count = CU_DEVICE_ATTRIBUTE_MAX;
+      for (int attribute = 1; attribute < CU_DEVICE_ATTRIBUTE_MAX; ++attribute) {
+        DeviceAttribute(*devices_[device], attribute, &facts.attributes[attribute]);
+      }
     }
   }
-  dataplane::ModuleLoadArgs args{NewId(), ChooseAddress(kModuleGlobalsWindow), device_heap,
-                                 static_cast<uint32_t>(std::min<uint64_t>(pending_launches, UINT32_MAX)), device};
+  const auto pending = static_cast<uint32_t>(std::min<uint64_t>(pending_launches, UINT32_MAX));
+  dataplane::ModuleLoadArgs args{NewId(), ChooseAddress(kModuleGlobalsWindow), device_heap, pending, device, facts};
   std::string out;
   CUresult status =
       Call(device, dataplane::kOpModuleLoad, &args, sizeof(args), payload.data(), payload.size(), nullptr, 0, &out);

@@ -521,7 +521,8 @@ int32_t CudaExecutor::LoadModule(uint64_t module, const void* image, size_t imag
                                  const std::vector<device::KernelInfo>& kernels,
                                  uint64_t /*globals_base: the driver places them*/,
                                  uint64_t /*device_heap: the driver's own heap*/,
-                                 uint32_t /*pending_launches, device_ordinal: the driver's own*/, int32_t) {
+                                 uint32_t /*pending_launches, device_ordinal, facts: the driver's own*/, int32_t,
+                                 const dataplane::DeviceRuntimeFacts*) {
   if (modules_.count(module)) return CUDA_ERROR_INVALID_VALUE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   auto parsed = image::ParseModuleImageBytes(image, image_size);

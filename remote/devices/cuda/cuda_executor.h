@@ -87,7 +87,8 @@ class CudaExecutor : public device::Executor {
   int32_t Memset(uint64_t dst, uint32_t value, uint32_t element_size, uint64_t count, uint64_t stream) override;
   int32_t LoadModule(uint64_t module, const void* image, size_t image_size,
                      const std::vector<device::KernelInfo>& kernels, uint64_t globals_base = 0,
-                     uint64_t device_heap = 0, uint32_t pending_launches = 0, int32_t device_ordinal = 0) override;
+                     uint64_t device_heap = 0, uint32_t pending_launches = 0, int32_t device_ordinal = 0,
+                     const dataplane::DeviceRuntimeFacts* facts = nullptr) override;
   int32_t UnloadModule(uint64_t module) override;
   int32_t GetFunction(uint64_t module, uint64_t function, const std::string& name) override;
   bool Resources(uint64_t function, dataplane::FunctionResources* resources) override;

@@ -197,7 +197,8 @@ int32_t SimExecutor::Memset(uint64_t dst, uint32_t value, uint32_t element_size,
 
 int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image_size,
                                 const std::vector<device::KernelInfo>& kernels, uint64_t globals_base,
-                                uint64_t device_heap, uint32_t pending_launches, int32_t device_ordinal) try {
+                                uint64_t device_heap, uint32_t pending_launches, int32_t device_ordinal,
+                                const dataplane::DeviceRuntimeFacts* facts) try {
   if (modules_.count(module)) return dataplane::kCuInvalidValue;
   if (device_heap == 0) device_heap = sim::kDeviceHeapBytes;
   if (device_heap > sim::kMaxDeviceHeapBytes) {
@@ -251,6 +252,13 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
   loaded.ptx = std::move(*ptx);
   loaded.pending_launches = pending_launches == 0 ? sim::kDefaultPendingLaunches : pending_launches;
   loaded.device_ordinal = device_ordinal;
+  if (facts != nullptr) {
+    loaded.facts = *facts;
+  } else {
+    std::copy(std::begin(sim::kDefaultDeviceLimits), std::end(sim::kDefaultDeviceLimits), loaded.facts.limits);
+  }
+  loaded.facts.attribute_count = std::min(loaded.facts.attribute_count, dataplane::kDeviceAttributeSlots);
+  loaded.facts.limits[2] = device_heap;  // cudaLimitMallocHeapSize: the heap it has
   // Module variables: one allocation of this session holds them all, in declaration order
   // (the same image at the same base gives the same addresses on any GPU), initialised
   // from the PTX.
@@ -403,6 +411,7 @@ int32_t SimExecutor::Launch(uint64_t function, const device::LaunchConfig& confi
   if (auto module = modules_.find(found->second.module); module != modules_.end()) {
     spec.pending_launch_limit = module->second.pending_launches;
     spec.device_ordinal = module->second.device_ordinal;
+    spec.device_facts = &module->second.facts;
   }
   if (launch_memory_.empty() && !allocations_.empty()) {
     // What kernels may reach, made again only when this session's allocations change (a
@@ -492,6 +501,7 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
     spec->depth = depth;
     spec->pending_launch_limit = parent.pending_launch_limit;
     spec->device_ordinal = parent.device_ordinal;
+    spec->device_facts = parent.device_facts;
     spec->device_launches = children;
     return sim::RunKernel(**kernel, *spec);
   };

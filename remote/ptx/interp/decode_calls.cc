@@ -166,6 +166,10 @@ int Decoder::DeviceRuntimeOp(const std::string& name) {
       {"__cudaCDP2Memset2DAsync", DeviceRuntimeCall::kMemset2DAsync},
       {"__cudaCDP2Memset2DAsync_ptsz", DeviceRuntimeCall::kMemset2DAsync},
       {"__cudaCDP2GetDevice", DeviceRuntimeCall::kGetDevice},
+      {"__cudaCDP2DeviceGetAttribute", DeviceRuntimeCall::kDeviceGetAttribute},
+      {"__cudaCDP2DeviceGetLimit", DeviceRuntimeCall::kDeviceGetLimit},
+      {"__cudaCDP2Memcpy3DAsync", DeviceRuntimeCall::kMemcpy3DAsync},
+      {"__cudaCDP2Memcpy3DAsync_ptsz", DeviceRuntimeCall::kMemcpy3DAsync},
   };
   auto found = ops.find(name);
   return found == ops.end() ? -1 : found->second;
@@ -174,8 +178,8 @@ int Decoder::DeviceRuntimeOp(const std::string& name) {
 Status Decoder::DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceRuntimeCall::Op op,
                               const std::string& name, const RawOperand* returns, const RawOperand* args, Inst inst) {
   // By Op (kEventOrder reads none).
-  static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0, 2, 0, 5, 8, 4, 6, 1};
-  static_assert(std::size(kArgCount) == DeviceRuntimeCall::kGetDevice + 1);
+  static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0, 2, 0, 5, 8, 4, 6, 1, 3, 2, 2};
+  static_assert(std::size(kArgCount) == DeviceRuntimeCall::kMemcpy3DAsync + 1);
   static_assert(*std::max_element(std::begin(kArgCount), std::end(kArgCount)) <= std::size(DeviceRuntimeCall{}.args));
   DeviceRuntimeCall call;
   call.op = op;

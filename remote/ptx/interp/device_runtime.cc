@@ -11,7 +11,9 @@
 // launches are. Per-thread default stream builds (--default-stream per-thread) call the
 // same entry points with a _ptsz suffix. Events (cudaEventCreateWithFlags, Record,
 // RecordWithFlags, cudaStreamWaitEvent, cudaEventDestroy) are handles whose order the
-// launch order keeps already.
+// launch order keeps already. cudaGetDevice, cudaDeviceGetAttribute and cudaDeviceGetLimit
+// answer what the remoting library answers on the host for the module's device and context
+// (LaunchSpec::device_ordinal, device_facts).
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/device_runtime.h"
 
@@ -39,11 +41,14 @@ constexpr uint32_t kCudaErrorInvalidPitchValue = 12;
 constexpr uint32_t kCudaErrorInvalidMemcpyDirection = 21;
 constexpr uint32_t kCudaErrorLaunchMaxDepthExceeded = 65;
 constexpr uint32_t kCudaErrorLaunchPendingCountExceeded = 69;
+constexpr uint32_t kCudaErrorInvalidDevice = 101;
+constexpr uint32_t kCudaErrorUnsupportedLimit = 215;
 constexpr uint32_t kCudaErrorNotSupported = 801;
 constexpr uint64_t kCudaStreamTailLaunch = 3;
 constexpr uint32_t kCudaMemcpyDeviceToDevice = 3;
 constexpr uint32_t kCudaMemcpyDefault = 4;
 constexpr uint32_t kMaxDeviceLaunchParams = 4096;
+constexpr uint32_t kCudaLimitDevRuntimePendingLaunchCount = 4;
 
 // Queues a grid, copy or memset the kernel launched; the device runtime's error, if any.
 uint32_t Queue(const LaunchSpec& spec, DeviceLaunch launch) {
@@ -79,7 +84,7 @@ uint32_t QueueCopy(const DeviceRuntimeCall& call, const std::string& parent, con
       break;
     case DeviceRuntimeCall::kMemcpy2DAsync:  // (dst, dpitch, src, spitch, width, height, kind, stream)
       copy.kind = DeviceLaunch::kCopy;
-      copy.pitched = true;
+      copy.dimensions = 2;
       copy.dst = arg(0, 8), copy.dst_pitch = arg(1, 8), copy.src = arg(2, 8), copy.src_pitch = arg(3, 8);
       copy.width = arg(4, 8), copy.height = arg(5, 8);
       kind = static_cast<uint32_t>(arg(6, 4));
@@ -93,7 +98,7 @@ uint32_t QueueCopy(const DeviceRuntimeCall& call, const std::string& parent, con
       break;
     default:  // kMemset2DAsync: (dst, pitch, value, width, height, stream)
       copy.kind = DeviceLaunch::kSet;
-      copy.pitched = true;
+      copy.dimensions = 2;
       copy.dst = arg(0, 8), copy.dst_pitch = arg(1, 8), copy.value = static_cast<uint8_t>(arg(2, 4));
       copy.width = arg(3, 8), copy.height = arg(4, 8);
       stream = arg(5, 8);
@@ -102,6 +107,68 @@ uint32_t QueueCopy(const DeviceRuntimeCall& call, const std::string& parent, con
   }
   // Device code reaches device memory only (the programming guide: device-to-device copies).
   if (kind != kCudaMemcpyDeviceToDevice && kind != kCudaMemcpyDefault) return kCudaErrorInvalidMemcpyDirection;
+  copy.tail = stream == kCudaStreamTailLaunch;
+  return Queue(spec, std::move(copy));
+}
+
+// cudaMemcpy3DParms (driver_types.h) as a 64-bit device holds it.
+struct Memcpy3DParms {
+  struct Side {
+    uint64_t array;
+    uint64_t x, y, z;                   // cudaPos: bytes, rows, slices
+    uint64_t ptr, pitch, xsize, ysize;  // cudaPitchedPtr
+  };
+  Side src, dst;
+  uint64_t width, height, depth;  // cudaExtent: bytes, rows, slices (no arrays here)
+  uint32_t kind;
+  uint32_t padding;
+};
+static_assert(sizeof(Memcpy3DParms) == 160);
+
+// One side of a 3D copy: its first byte, row pitch and slice pitch (0 where slices do not
+// count) into *address, *pitch and *slice_pitch; the device runtime's error otherwise. The
+// arithmetic is checked (every value is the tenant's), as RunDeviceCopy's is.
+uint32_t Place3D(const Memcpy3DParms::Side& side, const Memcpy3DParms& p, uint64_t* address, uint64_t* pitch,
+                 uint64_t* slice_pitch) {
+  uint64_t row_end = 0;
+  if (__builtin_add_overflow(side.x, p.width, &row_end) || row_end > side.pitch) return kCudaErrorInvalidPitchValue;
+  // Slices are ysize rows apart: where they count (more than one, or a slice past the
+  // first), the rows copied must lie within one.
+  uint64_t slice = 0, rows_end = 0;
+  if (p.depth > 1 || side.z > 0) {
+    if (__builtin_mul_overflow(side.pitch, side.ysize, &slice) || __builtin_add_overflow(side.y, p.height, &rows_end) ||
+        rows_end > side.ysize) {
+      return kInvalidValue;
+    }
+  }
+  uint64_t z_offset = 0, y_offset = 0, offset = 0;
+  if (__builtin_mul_overflow(side.z, slice, &z_offset) || __builtin_mul_overflow(side.y, side.pitch, &y_offset) ||
+      __builtin_add_overflow(z_offset, y_offset, &offset) || __builtin_add_overflow(offset, side.x, &offset) ||
+      __builtin_add_overflow(side.ptr, offset, address)) {
+    return kInvalidValue;
+  }
+  *pitch = side.pitch;
+  *slice_pitch = slice;
+  return kSuccess;
+}
+
+// cudaMemcpy3DAsync in device code: between pitched or linear device memory, queued as
+// the 1D and 2D copies are (QueueCopy). CUDA arrays are cudaErrorInvalidValue (the device
+// runtime has none to name).
+uint32_t QueueCopy3D(const Memcpy3DParms& p, uint64_t stream, const std::string& parent, const LaunchSpec& spec) {
+  if (p.src.array != 0 || p.dst.array != 0) return kInvalidValue;
+  if (p.kind != kCudaMemcpyDeviceToDevice && p.kind != kCudaMemcpyDefault) return kCudaErrorInvalidMemcpyDirection;
+  DeviceLaunch copy;
+  copy.kind = DeviceLaunch::kCopy;
+  copy.kernel = parent;
+  copy.dimensions = 3;
+  copy.width = p.width, copy.height = p.height, copy.depth = p.depth;
+  if (uint32_t error = Place3D(p.dst, p, &copy.dst, &copy.dst_pitch, &copy.dst_slice_pitch); error != kSuccess) {
+    return error;
+  }
+  if (uint32_t error = Place3D(p.src, p, &copy.src, &copy.src_pitch, &copy.src_slice_pitch); error != kSuccess) {
+    return error;
+  }
   copy.tail = stream == kCudaStreamTailLaunch;
   return Queue(spec, std::move(copy));
 }
@@ -230,6 +297,68 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
         }
         std::memcpy(target, &spec.device_ordinal, 4);
         result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kDeviceGetAttribute: {
+        // (value*, attribute, device): only the current device is known here.
+        const uint64_t where = arg64(l, 0);
+        uint32_t attribute = 0;
+        int32_t device = 0;
+        std::memcpy(&attribute, w.LocalOf(l) + call.args[1], 4);
+        std::memcpy(&device, w.LocalOf(l) + call.args[2], 4);
+        const dataplane::DeviceRuntimeFacts* facts = spec.device_facts;
+        if (device != spec.device_ordinal) {
+          result32(l, kCudaErrorInvalidDevice);
+          return;
+        }
+        if (facts == nullptr || facts->attribute_count == 0) {
+          result32(l, kCudaErrorNotSupported);  // loaded with no attributes (not by the client)
+          return;
+        }
+        if (attribute == 0 || attribute >= facts->attribute_count) {
+          result32(l, kInvalidValue);
+          return;
+        }
+        uint8_t* target = w.Address(Space::kGeneric, where, 4, l);
+        if (target == nullptr) {
+          w.Fault(where, 4, "cudaDeviceGetAttribute's value");
+          return;
+        }
+        std::memcpy(target, &facts->attributes[attribute], 4);
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kDeviceGetLimit: {
+        // (value*, limit): the context's limits at the load, the module's heap and the
+        // launch's pending-launch limit as they are.
+        const uint64_t where = arg64(l, 0);
+        uint32_t limit = 0;
+        std::memcpy(&limit, w.LocalOf(l) + call.args[1], 4);
+        if (limit >= dataplane::kDeviceLimitCount) {
+          result32(l, kCudaErrorUnsupportedLimit);
+          return;
+        }
+        uint8_t* target = w.Address(Space::kGeneric, where, 8, l);
+        if (target == nullptr) {
+          w.Fault(where, 8, "cudaDeviceGetLimit's value");
+          return;
+        }
+        uint64_t value = spec.device_facts != nullptr ? spec.device_facts->limits[limit] : kDefaultDeviceLimits[limit];
+        if (limit == kCudaLimitDevRuntimePendingLaunchCount) value = spec.pending_launch_limit;
+        std::memcpy(target, &value, 8);
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kMemcpy3DAsync: {
+        const uint64_t where = arg64(l, 0), stream = arg64(l, 1);
+        const uint8_t* bytes = w.Address(Space::kGeneric, where, sizeof(Memcpy3DParms), l);
+        if (bytes == nullptr) {
+          w.Fault(where, sizeof(Memcpy3DParms), "cudaMemcpy3DAsync's parameters");
+          return;
+        }
+        Memcpy3DParms parms;
+        std::memcpy(&parms, bytes, sizeof(parms));
+        result32(l, QueueCopy3D(parms, stream, kernel.name, spec));
         break;
       }
       case DeviceRuntimeCall::kGetLastError:

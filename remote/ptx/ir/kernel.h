@@ -118,6 +118,9 @@ struct DeviceRuntimeCall {
     kMemsetAsync,         // (dst, value, bytes, stream) -> error
     kMemset2DAsync,       // (dst, pitch, value, width, height, stream) -> error
     kGetDevice,           // (device*) -> error
+    kDeviceGetAttribute,  // (value*, attribute, device) -> error
+    kDeviceGetLimit,      // (value*, limit) -> error
+    kMemcpy3DAsync,       // (const cudaMemcpy3DParms*, stream) -> error
   };
   Op op = kGetLastError;
   uint32_t args[8] = {};  // local offsets of the call's .param arguments

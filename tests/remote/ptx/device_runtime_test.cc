@@ -206,5 +206,207 @@ TEST_F(Engine, DeviceSideCopiesRunInStreamOrderAndAreBounded) {
   EXPECT_NE(detail.find("not within one allocation"), std::string::npos) << detail;
 }
 
+// What the client sends with a module's load for device 2 (DeviceRuntimeFacts): its
+// attributes, and limits of a context that set them.
+DeviceRuntimeFacts ClientFacts() {
+  DeviceRuntimeFacts facts;
+  facts.attribute_count = 148;  // CUDA 13.0's CU_DEVICE_ATTRIBUTE_MAX
+  facts.attributes[16] = 132;   // cudaDevAttrMultiProcessorCount
+  facts.attributes[75] = 9;     // cudaDevAttrComputeCapabilityMajor
+  facts.attributes[147] = -7;   // the last there is
+  const uint64_t limits[kDeviceLimitCount] = {2048, 4u << 20, 1, 5, 1, 32, 0};
+  std::copy(std::begin(limits), std::end(limits), facts.limits);
+  return facts;
+}
+
+struct AttributeQuery {
+  uint64_t status, value;
+  uint32_t attribute;
+  int32_t device;
+};
+
+// cudaDeviceGetAttribute in device code says what the client sent with the load for the
+// load's device: any other device is cudaErrorInvalidDevice (101), an attribute outside
+// [1, CU_DEVICE_ATTRIBUTE_MAX) cudaErrorInvalidValue (1), and a module loaded with none
+// (not by the client) cudaErrorNotSupported (801); an out-pointer that is no memory of
+// the thread fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS, naming the call.
+TEST_F(Engine, DeviceGetAttributeSaysWhatTheClientSent) {
+  const std::string text = KernelText("DeviceQueriesAndThreeDimensionalCopies.ptx");
+  const DeviceRuntimeFacts facts = ClientFacts();
+  ASSERT_EQ(executor_.LoadModule(30, text.c_str(), text.size() + 1, {}, 0, 0, 0, 2, &facts), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(30, 80, "get_attribute"), kCuSuccess) << executor_.TakeErrorDetail();
+  const uint64_t status = Zeros<uint32_t>(1), value = Zeros<int32_t>(1);
+  auto query = [&](uint32_t attribute, int32_t device, uint64_t where) {
+    EXPECT_EQ(LaunchLoaded(80, 1, 1, AttributeQuery{status, where, attribute, device}), kCuSuccess)
+        << executor_.TakeErrorDetail();
+    return Download<uint32_t>(status, 1)[0];
+  };
+  for (auto [attribute, want] : std::vector<std::pair<uint32_t, int32_t>>{{16, 132}, {75, 9}, {147, -7}, {1, 0}}) {
+    EXPECT_EQ(query(attribute, 2, value), 0u) << attribute;
+    EXPECT_EQ(Download<int32_t>(value, 1)[0], want) << attribute;
+  }
+  const int32_t unchanged = 12345;
+  ASSERT_EQ(executor_.CopyToDevice(value, &unchanged, 4, 0), kCuSuccess);
+  for (uint32_t attribute : {0u, 148u, 0xffffffffu}) EXPECT_EQ(query(attribute, 2, value), 1u) << attribute;
+  for (int32_t device : {0, 3, -1}) EXPECT_EQ(query(16, device, value), 101u) << device;
+  EXPECT_EQ(Download<int32_t>(value, 1)[0], unchanged);
+
+  ASSERT_NO_FATAL_FAILURE(LoadKernel(31, 81, text, "get_attribute"));  // no facts
+  EXPECT_EQ(LaunchLoaded(81, 1, 1, AttributeQuery{status, value, 16, 0}), kCuSuccess);
+  EXPECT_EQ(Download<uint32_t>(status, 1)[0], 801u);
+
+  const uint64_t stray = uint64_t{1} << 40;  // no allocation there
+  EXPECT_EQ(LaunchLoaded(80, 1, 1, AttributeQuery{status, stray, 16, 2}), kCuIllegalAddress);
+  const std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("cudaDeviceGetAttribute's value"), std::string::npos) << detail;
+}
+
+struct LimitQuery {
+  uint64_t status, value;
+  uint32_t limit, unused;
+};
+
+// cudaDeviceGetLimit in device code: the context's limits the client sent with the load,
+// but the malloc heap and the pending-launch limit as the module has them (the sizes the
+// load gave; CUDA's defaults for a load that gave none); a limit that is no cudaLimit is
+// cudaErrorUnsupportedLimit (215); an out-pointer that is no memory of the thread fails the
+// launch with CUDA_ERROR_ILLEGAL_ADDRESS, naming the call.
+TEST_F(Engine, DeviceGetLimitSaysTheContextsAndTheModulesLimits) {
+  const std::string text = KernelText("DeviceQueriesAndThreeDimensionalCopies.ptx");
+  const DeviceRuntimeFacts facts = ClientFacts();
+  ASSERT_EQ(executor_.LoadModule(32, text.c_str(), text.size() + 1, {}, 0, uint64_t{16} << 20, 100, 2, &facts),
+            kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(32, 82, "get_limit"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_NO_FATAL_FAILURE(LoadKernel(33, 83, text, "get_limit"));  // no facts
+  const uint64_t status = Zeros<uint32_t>(1), value = Zeros<uint64_t>(1);
+  auto limits = [&](uint64_t function) {
+    std::vector<uint64_t> got;
+    for (uint32_t limit = 0; limit < kDeviceLimitCount; ++limit) {
+      EXPECT_EQ(LaunchLoaded(function, 1, 1, LimitQuery{status, value, limit, 0}), kCuSuccess)
+          << executor_.TakeErrorDetail();
+      EXPECT_EQ(Download<uint32_t>(status, 1)[0], 0u) << limit;
+      got.push_back(Download<uint64_t>(value, 1)[0]);
+    }
+    return got;
+  };
+  EXPECT_EQ(limits(82), (std::vector<uint64_t>{2048, 4u << 20, 16u << 20, 5, 100, 32, 0}));
+  EXPECT_EQ(limits(83), (std::vector<uint64_t>{1024, 1u << 20, 8u << 20, 2, 2048, 64, 0}));
+  for (uint32_t limit : {7u, 0x7fffffffu}) {
+    ASSERT_EQ(LaunchLoaded(82, 1, 1, LimitQuery{status, value, limit, 0}), kCuSuccess);
+    EXPECT_EQ(Download<uint32_t>(status, 1)[0], 215u) << limit;
+  }
+  const uint64_t stray = uint64_t{1} << 40;
+  EXPECT_EQ(LaunchLoaded(82, 1, 1, LimitQuery{status, stray, 0, 0}), kCuIllegalAddress);
+  const std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("cudaDeviceGetLimit's value"), std::string::npos) << detail;
+}
+
+// cudaMemcpy3DParms as a 64-bit device holds it (driver_types.h).
+struct Memcpy3DParms {
+  struct Side {
+    uint64_t array = 0;
+    uint64_t x = 0, y = 0, z = 0;
+    uint64_t ptr = 0, pitch = 0, xsize = 0, ysize = 0;
+  };
+  Side src, dst;
+  uint64_t width = 0, height = 0, depth = 0;
+  uint32_t kind = 3;  // cudaMemcpyDeviceToDevice
+  uint32_t padding = 0;
+};
+static_assert(sizeof(Memcpy3DParms) == 160);
+
+// cudaMemcpy3DAsync in device code copies a box between pitched memory (slices ysize rows
+// of pitch bytes apart) at the positions given, after the grid; CUDA arrays are
+// cudaErrorInvalidValue (1), as are rows past a slice's ysize and arithmetic that
+// overflows; a row past its pitch is cudaErrorInvalidPitchValue (12), a copy from or to
+// the host cudaErrorInvalidMemcpyDirection (21), and nothing is queued; a box that is not
+// within one allocation fails the host's launch with CUDA_ERROR_ILLEGAL_ADDRESS, naming the
+// call and its extent, and so does a cudaMemcpy3DParms* that is no memory of the thread.
+TEST_F(Engine, DeviceSide3DCopiesAreBoundedAndRefuseArrays) {
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(34, 84, "DeviceQueriesAndThreeDimensionalCopies.ptx", "copy_3d"));
+  constexpr uint64_t kPitch = 32, kRows = 4, kSlices = 3, kBytes = kPitch * kRows * kSlices;
+  std::vector<uint8_t> source(kBytes);
+  for (uint64_t i = 0; i < kBytes; ++i) source[i] = static_cast<uint8_t>(i * 7 + 1);
+  const uint64_t from = Upload(source), to = Upload(std::vector<uint8_t>(kBytes, 0x11));
+  const uint64_t status = Zeros<uint32_t>(1);
+  Memcpy3DParms box;
+  box.src = {0, 4, 1, 1, from, kPitch, kPitch, kRows};
+  box.dst = {0, 8, 2, 0, to, kPitch, kPitch, kRows};
+  box.width = 10, box.height = 2, box.depth = 2;
+  auto copy = [&](const Memcpy3DParms& parms) {
+    const uint64_t where = Upload(std::vector<Memcpy3DParms>{parms});
+    struct {
+      uint64_t status, parms;
+    } params{status, where};
+    const int32_t result = LaunchLoaded(84, 1, 1, params);
+    return result == kCuSuccess ? static_cast<int32_t>(Download<uint32_t>(status, 1)[0]) : -result;
+  };
+  ASSERT_EQ(copy(box), 0) << executor_.TakeErrorDetail();
+  std::vector<uint8_t> want(kBytes, 0x11);
+  for (uint64_t z = 0; z < 2; ++z) {
+    for (uint64_t y = 0; y < 2; ++y) {
+      for (uint64_t x = 0; x < 10; ++x) {
+        want[z * kPitch * kRows + (2 + y) * kPitch + 8 + x] =
+            source[(1 + z) * kPitch * kRows + (1 + y) * kPitch + 4 + x];
+      }
+    }
+  }
+  EXPECT_EQ(Download<uint8_t>(to, kBytes), want);
+
+  // Linear memory as one row of one slice (no ysize needed), and an empty box.
+  Memcpy3DParms line;
+  line.src = {0, 0, 0, 0, from, 64, 64, 0};
+  line.dst = {0, 0, 0, 0, to, 64, 64, 0};
+  line.width = 64, line.height = 1, line.depth = 1;
+  ASSERT_EQ(copy(line), 0) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint8_t>(to, 64), std::vector<uint8_t>(source.begin(), source.begin() + 64));
+  Memcpy3DParms empty = box;
+  empty.depth = 0;
+  EXPECT_EQ(copy(empty), 0);
+
+  Memcpy3DParms refused = box;
+  refused.src.array = 0x1000;  // a cudaArray_t
+  EXPECT_EQ(copy(refused), 1);
+  refused = box;
+  refused.dst.array = 0x1000;
+  EXPECT_EQ(copy(refused), 1);
+  refused = box;
+  refused.kind = 1;  // cudaMemcpyHostToDevice
+  EXPECT_EQ(copy(refused), 21);
+  refused = box;
+  refused.dst.x = kPitch - 9;  // x + width > pitch
+  EXPECT_EQ(copy(refused), 12);
+  refused = box;
+  refused.src.y = 3;  // rows 3 and 4 of a 4-row slice
+  EXPECT_EQ(copy(refused), 1);
+  refused = box;
+  refused.src.pitch = uint64_t{1} << 62, refused.src.ysize = 8;  // pitch * ysize overflows
+  EXPECT_EQ(copy(refused), 1);
+  refused = box;
+  refused.dst.z = uint64_t{1} << 60;  // z * slice pitch overflows
+  EXPECT_EQ(copy(refused), 1);
+  EXPECT_EQ(Download<uint8_t>(to, 64), std::vector<uint8_t>(source.begin(), source.begin() + 64));  // none ran
+
+  // A box one slice deeper than the destination holds: the launch fails, nothing is written.
+  Memcpy3DParms deep = box;
+  deep.src.z = 0, deep.dst.z = 1, deep.depth = 3;
+  EXPECT_EQ(copy(deep), -kCuIllegalAddress);
+  std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("cudaMemcpy3DAsync in device code (kernel copy_3d): 3 slice(s) of 2 row(s) of 10 bytes"),
+            std::string::npos)
+      << detail;
+  EXPECT_NE(detail.find("its destination is not within one allocation"), std::string::npos) << detail;
+  EXPECT_EQ(Download<uint8_t>(to, 64), std::vector<uint8_t>(source.begin(), source.begin() + 64));
+
+  struct {
+    uint64_t status, parms;
+  } stray{status, uint64_t{1} << 40};
+  EXPECT_EQ(LaunchLoaded(84, 1, 1, stray), kCuIllegalAddress);
+  detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("cudaMemcpy3DAsync's parameters"), std::string::npos) << detail;
+}
+
 }  // namespace
 }  // namespace gpupool::dataplane
