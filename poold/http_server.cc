@@ -737,10 +737,10 @@ void HttpServer::Park(std::shared_ptr<Conn> c) {
       c->out = FailureAnswer(failure_body_, !c->closing);
     }
   }
-  // Durable already (or never to be): the loop sends it with the others.
-  std::lock_guard<std::mutex> lock(mu_);
-  released_.push_back(std::move(c));
-  Wake();
+  // Durable already (or never to be): sent now, from this worker.
+  std::vector<std::shared_ptr<Conn>> ready;
+  ready.push_back(std::move(c));
+  Deliver(std::move(ready));
 }
 
 void HttpServer::NotifyDurable(uint64_t durable, const std::string& failure_body) {
@@ -757,9 +757,22 @@ void HttpServer::NotifyDurable(uint64_t durable, const std::string& failure_body
     }
     held_.erase(held_.begin(), end);
   }
-  if (ready.empty()) return;
+  if (!ready.empty()) Deliver(std::move(ready));
+}
+
+void HttpServer::Deliver(std::vector<std::shared_ptr<Conn>> ready) {
+  std::vector<std::shared_ptr<Conn>> sent, rest;
+  for (std::shared_ptr<Conn>& c : ready) {
+    // Each connection is this thread's alone until it goes back to the loop below.
+    if (!stop_ && Flush(*c) > 0) {
+      sent.push_back(std::move(c));
+    } else {
+      rest.push_back(std::move(c));  // the socket is full or failed, or the server stops
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  released_.insert(released_.end(), std::make_move_iterator(ready.begin()), std::make_move_iterator(ready.end()));
+  rearm_.insert(rearm_.end(), std::make_move_iterator(sent.begin()), std::make_move_iterator(sent.end()));
+  released_.insert(released_.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
   Wake();
 }
 

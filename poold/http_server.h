@@ -92,8 +92,9 @@ class HttpServer {
 
   // Answers that wait for durability without a thread waiting with them. From a handler:
   // the answer it makes is sent only once NotifyDurable has reported `ticket` durable; the
-  // worker goes on to the next request, and the event loop sends the answer then (answers
-  // of one commit together, with one wake of the loop). Returns false where it cannot hold
+  // worker goes on to the next request, and the thread that calls NotifyDurable sends the
+  // answer then, as far as its socket takes it at once (the event loop sends the rest, and
+  // is woken once per commit to read those connections again). Returns false where it cannot hold
   // the answer: not called from a handler of a server that NotifyDurable has been called on
   // (the caller must then wait itself). A handler that throws is answered 500 at once.
   static bool HoldAnswerUntil(uint64_t ticket);
@@ -130,6 +131,11 @@ class HttpServer {
   static std::string FailureAnswer(const std::string& body, bool keep_alive);
   // A worker's held answer: parked until durable, or sent now if it already is.
   void Park(std::shared_ptr<Conn> c);
+  // Sends released held answers from the thread that released them (the store's committer,
+  // or a worker whose answer was durable already), without blocking: a client has its
+  // answer without waiting for the event loop to wake. The loop then reads each connection
+  // again, and sends what a socket could not take at once (SendReleased).
+  void Deliver(std::vector<std::shared_ptr<Conn>> ready);
   // The loop: sends c->out (a released held answer) without blocking, then reads c again;
   // what the socket does not take now is sent as it becomes writable.
   void SendReleased(const std::shared_ptr<Conn>& c);
