@@ -401,6 +401,9 @@ std::string ApiServer::Metrics() {
   std::snprintf(line, sizeof(line), "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n",
                 store_->commits());
   out += line;
+  store_->commit_duration().Render(
+      "gpupool_store_commit_duration_seconds",
+      "Time to write one transaction of state: SQLite with its sync, or an etcd transaction.", &out);
   HttpCounters http = http_->counters();
   std::snprintf(line, sizeof(line),
                 "# TYPE gpupool_http_refused_total counter\ngpupool_http_refused_total %lu\n"

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "common/log.h"
@@ -348,7 +349,10 @@ void Store::CommitterLoop() {
       queue_.erase(queue_.begin(), queue_.begin() + count);
       last = upto;
     }
+    const auto began = std::chrono::steady_clock::now();
     Status s = WriteBatch(batch);
+    if (s.ok())
+      commit_duration_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
     since_trim += batch.size();
     if (s.ok() && since_trim > 10000) {
       since_trim = 0;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "poold/metrics.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -114,6 +115,9 @@ class Store {
   // Events older than the newest `keep` are deleted by the committer from time to time.
   void set_event_retention(uint64_t keep) { event_retention_ = keep; }
   uint64_t commits() const;  // transactions written so far (for metrics)
+  // How long each of them took to write, its fsync included (for metrics: a slow disk shows
+  // here before it shows in every request's latency).
+  const LatencyHistogram& commit_duration() const { return commit_duration_; }
 
  protected:
   Store() = default;
@@ -139,6 +143,7 @@ class Store {
   uint64_t enqueued_ = 0;               // GUARDED_BY(mu_): ticket of the last queued op
   uint64_t durable_ = 0;                // GUARDED_BY(mu_): ticket of the last committed op
   uint64_t commits_ = 0;                // GUARDED_BY(mu_)
+  LatencyHistogram commit_duration_;    // written by the committer, read by anyone
   Status failure_;                      // GUARDED_BY(mu_): sticky commit error
   bool stopping_ = false;               // GUARDED_BY(mu_)
   int held_ = 0;                        // GUARDED_BY(mu_): Holds alive

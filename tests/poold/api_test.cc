@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -97,6 +98,37 @@ TEST_F(ApiTest, PingAndMetricsNeedNoCredential) {
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("gpupool_gpus{pool=\"a100\",state=\"IDLE\"} 4"), std::string::npos);
   EXPECT_NE(m->body.find("gpupool_request_duration_seconds_bucket"), std::string::npos);
+}
+
+// The commit histogram counts every transaction the store wrote, the lease's among them, so
+// that a slow disk can be told apart from a busy daemon.
+TEST_F(ApiTest, EveryCommitIsTimedInTheMetrics) {
+  // {commits_total, the histogram's count, its +Inf bucket}, once the two counts agree (the
+  // committer times a commit just before it counts it).
+  auto scrape = [&]() -> std::array<long long, 3> {
+    std::array<long long, 3> v{-1, -2, -3};
+    for (int i = 0; i < 50 && v[0] != v[1]; ++i) {
+      auto m = Raw("GET", "/metrics", "", "");
+      if (!m) continue;
+      auto metric = [&](const std::string& name) -> long long {
+        size_t at = m->body.find("\n" + name + " ");
+        return at == std::string::npos ? -1 : std::stoll(m->body.substr(at + name.size() + 2));
+      };
+      v = {metric("gpupool_store_commits_total"), metric("gpupool_store_commit_duration_seconds_count"),
+           metric("gpupool_store_commit_duration_seconds_bucket{le=\"+Inf\"}")};
+      if (v[0] != v[1]) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return v;
+  };
+  const auto before = scrape();
+  EXPECT_GE(before[0], 1);  // the agent's registration
+  EXPECT_EQ(before[1], before[0]);
+  EXPECT_EQ(before[2], before[1]);
+  ASSERT_TRUE(client_->Post("/v1/leases", json::parse(R"({"job_id":7,"request":[{"pool":"a100","count":1}]})")).ok());
+  const auto after = scrape();
+  EXPECT_GT(after[0], before[0]);
+  EXPECT_EQ(after[1], after[0]);
+  EXPECT_EQ(after[2], after[1]);
 }
 
 TEST_F(ApiTest, MissingForgedAndReplayedCredentialsChangeNothing) {
