@@ -21,7 +21,7 @@
 
 namespace gpupool::dataplane {
 
-inline constexpr uint32_t kProtocolVersion = 8;  // 8: ModuleLoadArgs carries the device's attributes and limits
+inline constexpr uint32_t kProtocolVersion = 9;  // 9: DeviceRuntimeFacts carries the device count and cache config
 
 // CUresult values used by the server (same numbers as cuda.h).
 enum CuStatus : int32_t {
@@ -184,6 +184,10 @@ struct DeviceRuntimeFacts {
   // 0: the client sent none.
   uint32_t attribute_count = 0;
   int32_t attributes[kDeviceAttributeSlots] = {};
+  // cudaGetDeviceCount (0: the client sent none) and cudaDeviceGetCacheConfig (the
+  // context's CUfunc_cache) in device code.
+  int32_t device_count = 0;
+  uint32_t cache_config = 0;
   uint32_t reserved = 0;
 };
 
