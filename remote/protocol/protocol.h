@@ -172,9 +172,11 @@ struct MemsetArgs {
 };
 
 // What the device runtime says of its device in device code (cudaDeviceGetAttribute,
-// cudaDeviceGetLimit), for executors that run the device runtime themselves (the sim): the
-// client's own answers (cuDeviceGetAttribute, cuCtxGetLimit) for the module's device and
-// context when the client loaded the module. Numbers as in cuda.h (CUdevice_attribute and
+// cudaDeviceGetLimit, cudaGetDeviceCount, cudaDeviceGetCacheConfig; the occupancy
+// calculator reads the attributes), for executors that run the device runtime themselves
+// (the sim): the client's own answers (cuDeviceGetAttribute, cuCtxGetLimit,
+// cuDeviceGetCount, cuCtxGetCacheConfig) for the module's device and context when the
+// client loaded the module. Numbers as in cuda.h (CUdevice_attribute and
 // cudaDeviceAttr are the same numbers, and so are CUlimit's first and cudaLimit).
 inline constexpr uint32_t kDeviceAttributeSlots = 192;  // CU_DEVICE_ATTRIBUTE_MAX is 148 in CUDA 13.0
 inline constexpr uint32_t kDeviceLimitCount = 7;        // cudaLimitStackSize .. cudaLimitPersistingL2CacheSize
