@@ -190,7 +190,10 @@ struct DeviceRuntimeFacts {
   // context's CUfunc_cache) in device code.
   int32_t device_count = 0;
   uint32_t cache_config = 0;
-  uint32_t reserved = 0;
+  // cudaFuncGetAttributes' binaryVersion for the module's kernels: what the client says on
+  // the host (the SASS of the image a GPU of the device's model would run, else its
+  // architecture); 0: none sent.
+  int32_t binary_version = 0;
 };
 
 // ModuleLoad payload: ModuleImageHeader, the image bytes (fatbin or cubin as the client

@@ -612,6 +612,11 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
       static_assert(CU_DEVICE_ATTRIBUTE_MAX <= dataplane::kDeviceAttributeSlots);
       facts.attribute_count = CU_DEVICE_ATTRIBUTE_MAX;
       facts.device_count = static_cast<int32_t>(devices_.size());
+      // As cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_BINARY_VERSION) says it (api_function.cc).
+      const ModelProperties model = PropertiesOf(*devices_[device]);
+      const uint32_t arch = static_cast<uint32_t>(model.cc_major * 10 + model.cc_minor);
+      const image::CodeChoice chosen = image::ChooseCode(module->ptx_archs, module->sass, arch);
+      facts.binary_version = static_cast<int32_t>(chosen.sass_arch != 0 ? chosen.sass_arch : arch);
       for (int attribute = 1; attribute < CU_DEVICE_ATTRIBUTE_MAX; ++attribute) {
         DeviceAttribute(*devices_[device], attribute, &facts.attributes[attribute]);
       }

@@ -542,11 +542,14 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
         attributes.local_size_bytes = needs.local_bytes;
         attributes.max_threads_per_block = clamp(needs.max_threads);
         attributes.num_regs = kModelRegistersPerThread;
-        // The PTX the sim runs, and what a GPU of the device's architecture runs: its own
-        // (the library's choice on the host where the image has SASS for it, or PTX).
+        // The PTX the sim runs, and what a GPU of the device's model would run: the SASS
+        // the client chose from the image (the host's answer), else the device's
+        // architecture, else (no facts) the PTX's.
         attributes.ptx_version = static_cast<int32_t>(entry->target_arch);
-        attributes.binary_version =
-            known ? model.cc_major * 10 + model.cc_minor : static_cast<int32_t>(entry->target_arch);
+        attributes.binary_version = spec.device_facts != nullptr && spec.device_facts->binary_version > 0
+                                        ? spec.device_facts->binary_version
+                                    : known ? model.cc_major * 10 + model.cc_minor
+                                            : static_cast<int32_t>(entry->target_arch);
         attributes.max_dynamic_shared_size_bytes =
             known ? std::max(model.shared_per_block - clamp(needs.static_shared), 0) : 0;
         attributes.preferred_shmem_carveout = -1;  // none set (a host-side setting is not seen here)

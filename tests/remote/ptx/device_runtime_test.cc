@@ -482,11 +482,11 @@ struct FuncQuery {
 
 // cudaFuncGetAttributes in device code says of a kernel of the module what the executor
 // says of it on the host (Resources: its static shared memory, .maxntid, .const bank and
-// local memory), the model's 32 registers, its PTX target and the device's architecture,
-// and the shared memory left it per block; a device function, NULL or any other address is
-// cudaErrorInvalidDeviceFunction (98) and writes nothing; a module loaded without the
-// client's facts still answers but for what the device's attributes give; an out-pointer
-// that is no memory of the thread fails the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
+// local memory), the model's 32 registers, its PTX target and the binary the client chose
+// for the device (else the device's architecture), and the shared memory left it per block; a device function, NULL or
+// any other address is cudaErrorInvalidDeviceFunction (98) and writes nothing; a module loaded without the client's
+// facts still answers but for what the device's attributes give; an out-pointer that is no memory of the thread fails
+// the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
 TEST_F(Engine, FuncGetAttributesSaysWhatTheHostSays) {
   const std::string text = KernelText(kQueriesFile);
   const DeviceRuntimeFacts facts = ModelFacts();
@@ -524,6 +524,15 @@ TEST_F(Engine, FuncGetAttributesSaysWhatTheHostSays) {
     EXPECT_EQ(Download<uint32_t>(status, 1)[0], 98u) << which;
   }
   EXPECT_EQ(Download<uint8_t>(untouched, marked.size()), marked);
+
+  // The SASS the client chose from the image for the device (sm_80 on an sm_86 GPU, say).
+  DeviceRuntimeFacts chosen = facts;
+  chosen.binary_version = 80;
+  ASSERT_EQ(executor_.LoadModule(48, text.c_str(), text.size() + 1, {}, 0, 0, 0, 2, &chosen), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(48, 99, "func_attributes"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(99, 1, 1, FuncQuery{status, where, 0}), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<FuncAttributes>(where, 1)[0].binary_version, 80);
 
   ASSERT_NO_FATAL_FAILURE(LoadKernel(43, 94, text, "func_attributes"));  // no facts
   ASSERT_EQ(LaunchLoaded(94, 1, 1, FuncQuery{status, where, 0}), kCuSuccess) << executor_.TakeErrorDetail();
