@@ -21,7 +21,7 @@
 
 namespace gpupool::dataplane {
 
-inline constexpr uint32_t kProtocolVersion = 8;  // 8: ModuleLoadArgs carries the device's attributes and limits
+inline constexpr uint32_t kProtocolVersion = 9;  // 9: DeviceRuntimeFacts carries the device count and cache config
 
 // CUresult values used by the server (same numbers as cuda.h).
 enum CuStatus : int32_t {
@@ -172,9 +172,11 @@ struct MemsetArgs {
 };
 
 // What the device runtime says of its device in device code (cudaDeviceGetAttribute,
-// cudaDeviceGetLimit), for executors that run the device runtime themselves (the sim): the
-// client's own answers (cuDeviceGetAttribute, cuCtxGetLimit) for the module's device and
-// context when the client loaded the module. Numbers as in cuda.h (CUdevice_attribute and
+// cudaDeviceGetLimit, cudaGetDeviceCount, cudaDeviceGetCacheConfig; the occupancy
+// calculator reads the attributes), for executors that run the device runtime themselves
+// (the sim): the client's own answers (cuDeviceGetAttribute, cuCtxGetLimit,
+// cuDeviceGetCount, cuCtxGetCacheConfig) for the module's device and context when the
+// client loaded the module. Numbers as in cuda.h (CUdevice_attribute and
 // cudaDeviceAttr are the same numbers, and so are CUlimit's first and cudaLimit).
 inline constexpr uint32_t kDeviceAttributeSlots = 192;  // CU_DEVICE_ATTRIBUTE_MAX is 148 in CUDA 13.0
 inline constexpr uint32_t kDeviceLimitCount = 7;        // cudaLimitStackSize .. cudaLimitPersistingL2CacheSize
@@ -184,7 +186,14 @@ struct DeviceRuntimeFacts {
   // 0: the client sent none.
   uint32_t attribute_count = 0;
   int32_t attributes[kDeviceAttributeSlots] = {};
-  uint32_t reserved = 0;
+  // cudaGetDeviceCount (0: the client sent none) and cudaDeviceGetCacheConfig (the
+  // context's CUfunc_cache) in device code.
+  int32_t device_count = 0;
+  uint32_t cache_config = 0;
+  // cudaFuncGetAttributes' binaryVersion for the module's kernels: what the client says on
+  // the host (the SASS of the image a GPU of the device's model would run, else its
+  // architecture); 0: none sent.
+  int32_t binary_version = 0;
 };
 
 // ModuleLoad payload: ModuleImageHeader, the image bytes (fatbin or cubin as the client

@@ -27,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -71,6 +72,11 @@ inline constexpr uint64_t kMaxPrintfBytes = uint64_t{1} << 20;
 inline constexpr const char* kDeviceHeapVariable = "$gpupool_device_heap";
 inline constexpr uint64_t kDeviceHeapBytes = uint64_t{8} << 20;
 inline constexpr uint64_t kMaxDeviceHeapBytes = uint64_t{2} << 30;
+// A module that calls cudaGetErrorName or cudaGetErrorString in device code gets a variable
+// of this name holding CUDA's error names and texts (front/error_strings.h), as nvcc puts
+// string literals in .global variables: the pointer those calls return is into it. The
+// kernel may read it; it is the module's, as the device runtime's own strings are on a GPU.
+inline constexpr const char* kErrorStringsVariable = "$gpupool_error_strings";
 
 // An address in a variable's initialiser (`= {generic(x), f, 0xFF00(generic(s)+8)}`):
 // `size` bytes at `offset` hold ((address of `symbol`) + addend) & mask, shifted down by the
@@ -186,6 +192,8 @@ inline constexpr size_t kMaxPendingLaunchLimit = 16384;
 inline constexpr uint64_t kDefaultDeviceLimits[dataplane::kDeviceLimitCount] = {
     1024, uint64_t{1} << 20, kDeviceHeapBytes, 2, kDefaultPendingLaunches, 64, 0};
 
+struct KernelNeeds;  // below
+
 struct LaunchSpec {
   uint32_t grid[3] = {1, 1, 1};
   uint32_t block[3] = {1, 1, 1};
@@ -219,6 +227,11 @@ struct LaunchSpec {
   // (cudaDeviceGetAttribute is cudaErrorNotSupported). Its pending-launch limit is read from
   // pending_launch_limit, not from here.
   const dataplane::DeviceRuntimeFacts* device_facts = nullptr;
+  // What the module's kernel `name` needs (NeedsOf), for cudaFuncGetAttributes and the
+  // occupancy calculator in device code; false where it does not decode. Called from the
+  // launch's worker threads at once (the executor's, thread-safe, outliving the launch);
+  // null: those calls say cudaErrorNotSupported.
+  const std::function<bool(const std::string& name, KernelNeeds* needs)>* entry_needs = nullptr;
   // If set: once true, the launch ends within a bounded time (the interpreter reads it
   // every round of a block's warps, compiled code every 2^16 backward branches and between
   // blocks) with CUDA_ERROR_LAUNCH_TIMEOUT and kCancelledDetail. Any thread may set it.

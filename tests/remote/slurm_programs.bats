@@ -111,14 +111,15 @@ devices_are_the_leased_gpus() {
 # Issue 41's programs (tests/remote/driver, built beside these): dynamic parallelism's tail
 # launches, a quadtree built by recursive launches, copies and memsets from device code and
 # the pending-launch limit, device attributes, limits and 3D copies asked from device code,
-# stream capture as NVIDIA's graph samples use it, registered host
-# memory mapped for kernels. Each checks its own results.
+# the rest of the device runtime's queries and 3D memsets from device code, stream capture
+# as NVIDIA's graph samples use it, registered host memory mapped for kernels. Each checks
+# its own results.
 @test "dynamic parallelism, capture and registered memory programs over tcp" {
   local program
   for program in cdp_tail_launch cdp_quadtree cdp_device_copies cdp_pending_launches cdp_device_queries \
-    capture_fidelity registered_memory; do
+    cdp_runtime_queries capture_fidelity registered_memory; do
     run_in_job tcp 1 "../driver/cuda/$program"
-    grep -qE '^(tail launch|quadtree|cdp_device_copies|cdp_pending_launches|cdp_device_queries|capture fidelity|registered memory): PASS$' <<<"$out"
+    grep -qE '^(tail launch|quadtree|cdp_device_copies|cdp_pending_launches|cdp_device_queries|cdp_runtime_queries|capture fidelity|registered memory): PASS$' <<<"$out"
   done
 }
 

@@ -1,35 +1,15 @@
-// The occupancy calculator (cuOccupancy*): how many blocks of a kernel fit on one SM of a
-// GPU model, by the same rules as NVIDIA's calculator: warps, blocks, registers and shared
-// memory per SM, each with its allocation granularity.
+// The occupancy calculator (cuOccupancy*), shared with the sim's device runtime:
+// common/occupancy.h.
 #pragma once
 
-#include <cstddef>
-
+#include "common/occupancy.h"
 #include "remote/client/core/device_attributes.h"
 
 namespace gpupool::client {
 
-// What the calculator needs to know about a kernel.
-struct KernelResources {
-  int registers_per_thread = 32;
-  int static_shared_bytes = 0;
-  int max_threads_per_block = 1024;
-};
-
-// Resident blocks per SM (0 when one block does not fit).
-int ActiveBlocksPerMultiprocessor(const ModelProperties& model, const KernelResources& kernel, int block_size,
-                                  size_t dynamic_shared_bytes);
-
-// The dynamic shared memory each of `blocks` resident blocks of `block_size` threads can
-// have (0 when that many blocks cannot be resident at all).
-size_t AvailableDynamicSharedPerBlock(const ModelProperties& model, const KernelResources& kernel, int blocks,
-                                      int block_size);
-
-// The block size with the highest occupancy and the grid size that fills every SM with it.
-// `shared_for_block_size` (nullable) gives the dynamic shared memory a block size needs;
-// else `dynamic_shared_bytes` is used for all. `block_size_limit` 0: no limit.
-void MaxPotentialBlockSize(const ModelProperties& model, const KernelResources& kernel,
-                           size_t (*shared_for_block_size)(int), size_t dynamic_shared_bytes, int block_size_limit,
-                           int* min_grid_size, int* block_size);
+using gpupool::ActiveBlocksPerMultiprocessor;
+using gpupool::AvailableDynamicSharedPerBlock;
+using gpupool::KernelResources;
+using gpupool::MaxPotentialBlockSize;
 
 }  // namespace gpupool::client

@@ -586,8 +586,8 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
   // The heap of device-side malloc, where the executor makes one per module (the sim), is
   // as large as the current context's limit says now, as a GPU sizes its heap when first
   // used. So is its device runtime's pool of pending launches. What the device runtime
-  // says of its device (cudaDeviceGetAttribute, cudaDeviceGetLimit in device code) is what
-  // we say of it on the host.
+  // says of its device (cudaDeviceGetAttribute, cudaDeviceGetLimit, cudaGetDeviceCount,
+  // cudaDeviceGetCacheConfig in device code) is what we say of it on the host.
   uint64_t device_heap = 0;
   uint64_t pending_launches = 0;
   dataplane::DeviceRuntimeFacts facts;
@@ -597,8 +597,10 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
     const size_t* limits = nullptr;
     if (context != nullptr && context->device == device) {
       limits = context->limits;
+      facts.cache_config = static_cast<uint32_t>(context->cache_config);
     } else if (device >= 0 && device < static_cast<int>(devices_.size())) {
       limits = devices_[device]->primary.limits;
+      facts.cache_config = static_cast<uint32_t>(devices_[device]->primary.cache_config);
     }
     if (limits != nullptr) {
       device_heap = limits[CU_LIMIT_MALLOC_HEAP_SIZE];
@@ -609,6 +611,12 @@ CUresult Runtime::EnsureModuleLoaded(Module* module, int device, uint64_t* remot
     if (device >= 0 && device < static_cast<int>(devices_.size())) {
       static_assert(CU_DEVICE_ATTRIBUTE_MAX <= dataplane::kDeviceAttributeSlots);
       facts.attribute_count = CU_DEVICE_ATTRIBUTE_MAX;
+      facts.device_count = static_cast<int32_t>(devices_.size());
+      // As cuFuncGetAttribute(CU_FUNC_ATTRIBUTE_BINARY_VERSION) says it (api_function.cc).
+      const ModelProperties model = PropertiesOf(*devices_[device]);
+      const uint32_t arch = static_cast<uint32_t>(model.cc_major * 10 + model.cc_minor);
+      const image::CodeChoice chosen = image::ChooseCode(module->ptx_archs, module->sass, arch);
+      facts.binary_version = static_cast<int32_t>(chosen.sass_arch != 0 ? chosen.sass_arch : arch);
       for (int attribute = 1; attribute < CU_DEVICE_ATTRIBUTE_MAX; ++attribute) {
         DeviceAttribute(*devices_[device], attribute, &facts.attributes[attribute]);
       }

@@ -315,7 +315,18 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
       if (bytes != 0) std::memcpy(host + offset, init->data(), bytes);
     }
   }
-  modules_[module] = std::move(loaded);
+  Module& placed = modules_[module] = std::move(loaded);
+  placed.entry_needs = [&placed](const std::string& name, sim::KernelNeeds* needs) {
+    try {
+      std::lock_guard<std::mutex> lock(*placed.decode_mu);
+      auto kernel = placed.ptx->Decode(name, placed.globals);
+      if (!kernel.ok()) return false;
+      *needs = sim::NeedsOf(**kernel);
+      return true;
+    } catch (...) {
+      return false;  // out of memory: the kernel cannot be told
+    }
+  };
   return dataplane::kCuSuccess;
 } catch (...) {
   return Failed("LoadModule", dataplane::kCuInvalidImage);
@@ -412,6 +423,7 @@ int32_t SimExecutor::Launch(uint64_t function, const device::LaunchConfig& confi
     spec.pending_launch_limit = module->second.pending_launches;
     spec.device_ordinal = module->second.device_ordinal;
     spec.device_facts = &module->second.facts;
+    spec.entry_needs = &module->second.entry_needs;
   }
   if (launch_memory_.empty() && !allocations_.empty()) {
     // What kernels may reach, made again only when this session's allocations change (a
@@ -502,6 +514,7 @@ int32_t SimExecutor::RunChildren(uint64_t module, const sim::LaunchSpec& parent,
     spec->pending_launch_limit = parent.pending_launch_limit;
     spec->device_ordinal = parent.device_ordinal;
     spec->device_facts = parent.device_facts;
+    spec->entry_needs = parent.entry_needs;
     spec->device_launches = children;
     return sim::RunKernel(**kernel, *spec);
   };

@@ -12,8 +12,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -102,6 +104,11 @@ class SimExecutor : public device::Executor {
     size_t pending_launches = sim::kDefaultPendingLaunches;
     int32_t device_ordinal = 0;
     dataplane::DeviceRuntimeFacts facts;
+    // What a kernel of the module needs (LaunchSpec::entry_needs), decoding it under
+    // *decode_mu: the launch's worker threads ask at once. Made once the module is in
+    // modules_ (it names the module's place there).
+    std::unique_ptr<std::mutex> decode_mu = std::make_unique<std::mutex>();
+    std::function<bool(const std::string&, sim::KernelNeeds*)> entry_needs;
   };
   struct Function {
     uint64_t module = 0;

@@ -5,6 +5,7 @@
 #include <bit>
 #include <iterator>
 
+#include "remote/ptx/front/error_strings.h"
 #include "remote/ptx/front/program.h"
 
 namespace gpupool::sim {
@@ -52,6 +53,18 @@ Result<std::unique_ptr<PtxModule>> PtxModule::ParseLinked(const std::vector<std:
       heap.size = std::max<uint64_t>((device_heap + 15) / 16 * 16, 64);
       heap.align = 16;
       module->parsed_->variables.push_back(std::move(heap));
+      break;
+    }
+  }
+  for (const char* name : {"__cudaCDP2GetErrorString", "__cudaCDP2GetErrorName"}) {
+    auto found = module->parsed_->functions.find(name);
+    if (found != module->parsed_->functions.end() && !found->second.has_body) {
+      ModuleVariable strings;
+      strings.name = kErrorStringsVariable;
+      strings.init = ErrorStringsImage();
+      strings.size = strings.init.size();
+      strings.align = 8;
+      module->parsed_->variables.push_back(std::move(strings));
       break;
     }
   }

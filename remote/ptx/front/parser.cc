@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cctype>
+#include <cstdio>
 #include <cstring>
 #include <set>
 
@@ -502,6 +503,8 @@ class Parser {
   Status FunctionDecl(bool is_entry) {
     RawFunction function;
     function.is_entry = is_entry;
+    function.ptx_version = ptx_version_;
+    function.target_arch = target_arch_;
     if (!is_entry && Peek().text == "(") GPUPOOL_RETURN_IF_ERROR(ParamList(&function.returns));
     if (Peek().kind != Token::kWord) return Error("expected a function name");
     function.name = Next().text;
@@ -785,6 +788,20 @@ class Parser {
       if (word == ".version" || word == ".target" || word == ".address_size") {
         int line = token.line;
         Next();
+        // The PTX ISA version ("9.0": 90) and the target ("sm_80", "sm_90a": 80, 90) of
+        // the functions that follow (what cudaFuncGetAttributes and cudaRuntimeGetVersion
+        // say in device code).
+        if (Peek().line == line) {
+          const std::string_view value = Peek().text;
+          unsigned major = 0, minor = 0;
+          if (word == ".version" && std::sscanf(std::string(value).c_str(), "%u.%u", &major, &minor) == 2 &&
+              major < 100 && minor < 10) {
+            ptx_version_ = major * 10 + minor;
+          } else if (word == ".target" && value.substr(0, 3) == "sm_" &&
+                     std::sscanf(std::string(value.substr(3)).c_str(), "%u", &major) == 1 && major < 1000) {
+            target_arch_ = major;
+          }
+        }
         while (Peek().kind != Token::kEnd && Peek().line == line) Next();
         return Status::OK();
       }
@@ -838,6 +855,7 @@ class Parser {
   uint64_t declared_registers_ = 0;
   int unique_ = 0;
   bool external_linkage_ = false;  // the declaration being read is .visible/.weak/.extern
+  uint32_t ptx_version_ = 0, target_arch_ = 0;  // of .version and .target (0: none yet)
 };
 
 }  // namespace

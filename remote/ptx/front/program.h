@@ -54,6 +54,9 @@ struct RawFunction {
   // Threads per block the kernel was compiled for at most (.maxntid, or .reqntid: the
   // product of its dimensions); 0: no bound given (the device's 1024).
   uint32_t max_threads = 0;
+  // Its translation unit's .version (major * 10 + minor) and .target (sm_80: 80); 0: none.
+  uint32_t ptx_version = 0;
+  uint32_t target_arch = 0;
   std::vector<RawParam> params;
   std::vector<RawParam> returns;
   std::vector<RawStatement> body;

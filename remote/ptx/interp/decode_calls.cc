@@ -170,6 +170,17 @@ int Decoder::DeviceRuntimeOp(const std::string& name) {
       {"__cudaCDP2DeviceGetLimit", DeviceRuntimeCall::kDeviceGetLimit},
       {"__cudaCDP2Memcpy3DAsync", DeviceRuntimeCall::kMemcpy3DAsync},
       {"__cudaCDP2Memcpy3DAsync_ptsz", DeviceRuntimeCall::kMemcpy3DAsync},
+      {"__cudaCDP2Memset3DAsync", DeviceRuntimeCall::kMemset3DAsync},
+      {"__cudaCDP2Memset3DAsync_ptsz", DeviceRuntimeCall::kMemset3DAsync},
+      {"__cudaCDP2GetDeviceCount", DeviceRuntimeCall::kGetDeviceCount},
+      {"__cudaCDP2FuncGetAttributes", DeviceRuntimeCall::kFuncGetAttributes},
+      {"__cudaCDP2OccupancyMaxActiveBlocksPerMultiprocessor", DeviceRuntimeCall::kOccupancy},
+      {"__cudaCDP2OccupancyMaxActiveBlocksPerMultiprocessorWithFlags", DeviceRuntimeCall::kOccupancyWithFlags},
+      {"__cudaCDP2DeviceGetCacheConfig", DeviceRuntimeCall::kDeviceGetCacheConfig},
+      {"__cudaCDP2DeviceGetSharedMemConfig", DeviceRuntimeCall::kDeviceGetSharedMemConfig},
+      {"__cudaCDP2RuntimeGetVersion", DeviceRuntimeCall::kRuntimeGetVersion},
+      {"__cudaCDP2GetErrorString", DeviceRuntimeCall::kGetErrorString},
+      {"__cudaCDP2GetErrorName", DeviceRuntimeCall::kGetErrorName},
   };
   auto found = ops.find(name);
   return found == ops.end() ? -1 : found->second;
@@ -178,8 +189,9 @@ int Decoder::DeviceRuntimeOp(const std::string& name) {
 Status Decoder::DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceRuntimeCall::Op op,
                               const std::string& name, const RawOperand* returns, const RawOperand* args, Inst inst) {
   // By Op (kEventOrder reads none).
-  static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0, 2, 0, 5, 8, 4, 6, 1, 3, 2, 2};
-  static_assert(std::size(kArgCount) == DeviceRuntimeCall::kMemcpy3DAsync + 1);
+  static constexpr size_t kArgCount[] = {4, 2, 0, 2, 1, 2, 1, 0, 2, 0, 5, 8, 4, 6,
+                                         1, 3, 2, 2, 4, 1, 2, 4, 5, 1, 1, 1, 1, 1};
+  static_assert(std::size(kArgCount) == DeviceRuntimeCall::kGetErrorName + 1);
   static_assert(*std::max_element(std::begin(kArgCount), std::end(kArgCount)) <= std::size(DeviceRuntimeCall{}.args));
   DeviceRuntimeCall call;
   call.op = op;
@@ -213,11 +225,16 @@ Status Decoder::DeviceRuntime(const Frame& frame, const RawStatement& s, DeviceR
       if (variable.name == kDeviceHeapVariable) call.heap_size = variable.size;
     }
   }
+  Symbol strings;
+  if (SymbolValue(frame, kErrorStringsVariable, &strings) && strings.space == Space::kGlobal) {
+    call.strings = strings.value;
+  }
   if (k_->entries.empty()) {
     for (const auto& [entry_name, function] : module_.functions) {
       if (!function.is_entry || !function.has_body) continue;
       k_->entries.push_back(LaunchableEntry{FunctionAddress(module_, entry_name), entry_name,
-                                            static_cast<uint32_t>(LayOutParams(function, nullptr))});
+                                            static_cast<uint32_t>(LayOutParams(function, nullptr)),
+                                            function.ptx_version, function.target_arch});
     }
   }
   inst.run = &HDeviceRuntime;

@@ -13,11 +13,23 @@
 // RecordWithFlags, cudaStreamWaitEvent, cudaEventDestroy) are handles whose order the
 // launch order keeps already. cudaGetDevice, cudaDeviceGetAttribute and cudaDeviceGetLimit
 // answer what the remoting library answers on the host for the module's device and context
-// (LaunchSpec::device_ordinal, device_facts).
+// (LaunchSpec::device_ordinal, device_facts), and so do cudaGetDeviceCount and
+// cudaDeviceGetCacheConfig; cudaDeviceGetSharedMemConfig says four-byte banks, as the library
+// does. cudaFuncGetAttributes and the occupancy calculator
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor[WithFlags]) take a kernel's needs from the
+// executor (LaunchSpec::entry_needs, what its host-side queries say too) and the device's
+// figures from its attributes, with the calculator the library uses (common/occupancy.h).
+// cudaRuntimeGetVersion says the CUDA release of the kernel's PTX ISA version;
+// cudaGetErrorName and cudaGetErrorString point into the module's kErrorStringsVariable.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/device_runtime.h"
 
+#include <climits>
+#include <cstddef>
 #include <functional>
+
+#include "common/occupancy.h"
+#include "remote/ptx/front/error_strings.h"
 
 namespace gpupool::sim::interp {
 
@@ -41,6 +53,7 @@ constexpr uint32_t kCudaErrorInvalidPitchValue = 12;
 constexpr uint32_t kCudaErrorInvalidMemcpyDirection = 21;
 constexpr uint32_t kCudaErrorLaunchMaxDepthExceeded = 65;
 constexpr uint32_t kCudaErrorLaunchPendingCountExceeded = 69;
+constexpr uint32_t kCudaErrorInvalidDeviceFunction = 98;
 constexpr uint32_t kCudaErrorInvalidDevice = 101;
 constexpr uint32_t kCudaErrorUnsupportedLimit = 215;
 constexpr uint32_t kCudaErrorNotSupported = 801;
@@ -49,6 +62,11 @@ constexpr uint32_t kCudaMemcpyDeviceToDevice = 3;
 constexpr uint32_t kCudaMemcpyDefault = 4;
 constexpr uint32_t kMaxDeviceLaunchParams = 4096;
 constexpr uint32_t kCudaLimitDevRuntimePendingLaunchCount = 4;
+constexpr uint32_t kCudaOccupancyDisableCachingOverride = 1;
+constexpr uint32_t kCudaSharedMemBankSizeFourByte = 1;
+// Registers per thread the sim says a kernel has (it allocates none): what the remoting
+// library assumes on the host too (cudaFuncGetAttributes' numRegs, the occupancy).
+constexpr int kModelRegistersPerThread = 32;
 
 // Queues a grid, copy or memset the kernel launched; the device runtime's error, if any.
 uint32_t Queue(const LaunchSpec& spec, DeviceLaunch launch) {
@@ -171,6 +189,75 @@ uint32_t QueueCopy3D(const Memcpy3DParms& p, uint64_t stream, const std::string&
   }
   copy.tail = stream == kCudaStreamTailLaunch;
   return Queue(spec, std::move(copy));
+}
+
+// cudaMemset3DAsync in device code: `extent` (bytes, rows, slices) of `pitched` (its
+// ptr, pitch, xsize, ysize; slices ysize rows apart) set to `value`, queued as the 1D and
+// 2D memsets are, with Place3D's checks of a 3D copy's side.
+uint32_t QueueSet3D(const Memcpy3DParms::Side& pitched, uint8_t value, uint64_t width, uint64_t height, uint64_t depth,
+                    uint64_t stream, const std::string& parent, const LaunchSpec& spec) {
+  Memcpy3DParms p{};
+  p.dst = pitched;
+  p.width = width, p.height = height, p.depth = depth;
+  DeviceLaunch set;
+  set.kind = DeviceLaunch::kSet;
+  set.kernel = parent;
+  set.dimensions = 3;
+  set.value = value;
+  set.width = width, set.height = height, set.depth = depth;
+  if (uint32_t error = Place3D(p.dst, p, &set.dst, &set.dst_pitch, &set.dst_slice_pitch); error != kSuccess) {
+    return error;
+  }
+  set.tail = stream == kCudaStreamTailLaunch;
+  return Queue(spec, std::move(set));
+}
+
+// cudaFuncAttributes (driver_types.h, CUDA 12 and 13) as a 64-bit device holds it.
+struct FuncAttributes {
+  uint64_t shared_size_bytes, const_size_bytes, local_size_bytes;
+  int32_t max_threads_per_block, num_regs, ptx_version, binary_version, cache_mode_ca;
+  int32_t max_dynamic_shared_size_bytes, preferred_shmem_carveout, cluster_dim_must_be_set;
+  int32_t required_cluster_width, required_cluster_height, required_cluster_depth;
+  int32_t cluster_scheduling_policy_preference, non_portable_cluster_size_allowed;
+  int32_t reserved[16];
+};
+static_assert(sizeof(FuncAttributes) == 144 && offsetof(FuncAttributes, reserved) == 76);
+
+// The kernel of the module at device address `function` (a kernel's address as device code
+// takes it), or null: another function, or none.
+const LaunchableEntry* EntryAt(const DecodedKernel& kernel, uint64_t function) {
+  for (const LaunchableEntry& entry : kernel.entries) {
+    if (entry.address == function) return &entry;
+  }
+  return nullptr;
+}
+
+// The device's figures the occupancy calculator reads, from its attributes as the client
+// sent them (the same the library's calculator reads on the host); false: none sent.
+bool ModelOf(const dataplane::DeviceRuntimeFacts* facts, GpuModel* model) {
+  constexpr uint32_t kReservedSharedPerBlock = 111;  // the highest attribute read here
+  if (facts == nullptr || facts->attribute_count <= kReservedSharedPerBlock) return false;
+  const int32_t* a = facts->attributes;
+  *model = GpuModel{};
+  model->cc_major = a[75], model->cc_minor = a[76];
+  model->multiprocessors = a[16];
+  model->shared_per_block = a[8], model->shared_per_block_optin = a[97], model->shared_per_multiprocessor = a[81];
+  model->reserved_shared_per_block = a[kReservedSharedPerBlock];
+  model->registers_per_block = a[12], model->registers_per_multiprocessor = a[82];
+  model->max_threads_per_multiprocessor = a[39], model->max_blocks_per_multiprocessor = a[106];
+  return true;
+}
+
+// The CUDA release (cudaRuntimeGetVersion's 1000 * major + 10 * minor) whose nvcc writes
+// PTX ISA `isa` (major * 10 + minor, .version): CUDA 11.x wrote 7.x, 12.0-12.4 wrote
+// 8.0-8.4, 12.5 and 12.6 both 8.5 (12.5 said here), 12.7-12.9 wrote 8.6-8.8, 13.x 9.x.
+// 0: older than 7.0 (no CUDA 12 device runtime), or none.
+uint32_t RuntimeVersionOf(uint32_t isa) {
+  const uint32_t major = isa / 10, minor = isa % 10;
+  if (major == 7) return 11000 + minor * 10;
+  if (major == 8) return minor <= 5 ? 12000 + minor * 10 : 12010 + minor * 10;
+  if (major >= 9 && major < 100) return (major + 4) * 1000 + minor * 10;
+  return 0;
 }
 
 // One device-runtime call (DeviceRuntimeCall, by in.aux) for each lane, in lane order.
@@ -359,6 +446,167 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
         Memcpy3DParms parms;
         std::memcpy(&parms, bytes, sizeof(parms));
         result32(l, QueueCopy3D(parms, stream, kernel.name, spec));
+        break;
+      }
+      case DeviceRuntimeCall::kMemset3DAsync: {
+        // (cudaPitchedPtr {ptr, pitch, xsize, ysize}, value, cudaExtent {width, height, depth}, stream)
+        uint64_t pitched[4], extent[3];
+        uint32_t value = 0;
+        std::memcpy(pitched, w.LocalOf(l) + call.args[0], sizeof(pitched));
+        std::memcpy(&value, w.LocalOf(l) + call.args[1], 4);
+        std::memcpy(extent, w.LocalOf(l) + call.args[2], sizeof(extent));
+        Memcpy3DParms::Side side{};
+        side.ptr = pitched[0], side.pitch = pitched[1], side.xsize = pitched[2], side.ysize = pitched[3];
+        result32(l, QueueSet3D(side, static_cast<uint8_t>(value), extent[0], extent[1], extent[2], arg64(l, 3),
+                               kernel.name, spec));
+        break;
+      }
+      case DeviceRuntimeCall::kGetDeviceCount: {
+        const uint64_t where = arg64(l, 0);
+        if (spec.device_facts == nullptr || spec.device_facts->device_count <= 0) {
+          result32(l, kCudaErrorNotSupported);  // loaded with no facts (not by the client)
+          return;
+        }
+        uint8_t* target = w.Address(Space::kGeneric, where, 4, l);
+        if (target == nullptr) {
+          w.Fault(where, 4, "cudaGetDeviceCount's count");
+          return;
+        }
+        std::memcpy(target, &spec.device_facts->device_count, 4);
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kDeviceGetCacheConfig:
+      case DeviceRuntimeCall::kDeviceGetSharedMemConfig:
+      case DeviceRuntimeCall::kRuntimeGetVersion: {
+        const uint64_t where = arg64(l, 0);
+        uint32_t value = 0;
+        const char* what = nullptr;
+        if (call.op == DeviceRuntimeCall::kDeviceGetCacheConfig) {
+          // The context's preference when the module was loaded (cudaFuncCachePreferNone
+          // where the client sent none).
+          value = spec.device_facts != nullptr ? spec.device_facts->cache_config : 0;
+          what = "cudaDeviceGetCacheConfig's config";
+        } else if (call.op == DeviceRuntimeCall::kDeviceGetSharedMemConfig) {
+          value = kCudaSharedMemBankSizeFourByte;  // what GPUs since Maxwell say, and the library
+          what = "cudaDeviceGetSharedMemConfig's config";
+        } else {
+          const LaunchableEntry* self = nullptr;
+          for (const LaunchableEntry& entry : kernel.entries) {
+            if (entry.name == kernel.name) self = &entry;
+          }
+          value = self != nullptr ? RuntimeVersionOf(self->ptx_version) : 0;
+          if (value == 0) {
+            result32(l, kCudaErrorNotSupported);  // no .version we know
+            return;
+          }
+          what = "cudaRuntimeGetVersion's version";
+        }
+        uint8_t* target = w.Address(Space::kGeneric, where, 4, l);
+        if (target == nullptr) {
+          w.Fault(where, 4, what);
+          return;
+        }
+        std::memcpy(target, &value, 4);
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kFuncGetAttributes: {
+        // (cudaFuncAttributes*, func): what the library says of the kernel on the host.
+        const uint64_t where = arg64(l, 0), function = arg64(l, 1);
+        const LaunchableEntry* entry = EntryAt(kernel, function);
+        KernelNeeds needs;
+        if (entry == nullptr) {
+          result32(l, kCudaErrorInvalidDeviceFunction);
+          return;
+        }
+        if (spec.entry_needs == nullptr) {
+          result32(l, kCudaErrorNotSupported);
+          return;
+        }
+        if (!(*spec.entry_needs)(entry->name, &needs)) {
+          result32(l, kCudaErrorInvalidDeviceFunction);  // a kernel the engine cannot run
+          return;
+        }
+        uint8_t* target = w.Address(Space::kGeneric, where, sizeof(FuncAttributes), l);
+        if (target == nullptr) {
+          w.Fault(where, sizeof(FuncAttributes), "cudaFuncGetAttributes' attributes");
+          return;
+        }
+        auto clamp = [](uint64_t value) { return static_cast<int32_t>(std::min<uint64_t>(value, INT32_MAX)); };
+        GpuModel model{};
+        const bool known = ModelOf(spec.device_facts, &model);
+        FuncAttributes attributes{};
+        attributes.shared_size_bytes = needs.static_shared;
+        attributes.const_size_bytes = needs.const_bytes;
+        attributes.local_size_bytes = needs.local_bytes;
+        attributes.max_threads_per_block = clamp(needs.max_threads);
+        attributes.num_regs = kModelRegistersPerThread;
+        // The PTX the sim runs, and what a GPU of the device's model would run: the SASS
+        // the client chose from the image (the host's answer), else the device's
+        // architecture, else (no facts) the PTX's.
+        attributes.ptx_version = static_cast<int32_t>(entry->target_arch);
+        attributes.binary_version = spec.device_facts != nullptr && spec.device_facts->binary_version > 0
+                                        ? spec.device_facts->binary_version
+                                    : known ? model.cc_major * 10 + model.cc_minor
+                                            : static_cast<int32_t>(entry->target_arch);
+        attributes.max_dynamic_shared_size_bytes =
+            known ? std::max(model.shared_per_block - clamp(needs.static_shared), 0) : 0;
+        attributes.preferred_shmem_carveout = -1;  // none set (a host-side setting is not seen here)
+        std::memcpy(target, &attributes, sizeof(attributes));
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kOccupancy:
+      case DeviceRuntimeCall::kOccupancyWithFlags: {
+        // (blocks*, func, block size, dynamic shared[, flags])
+        const uint64_t where = arg64(l, 0), function = arg64(l, 1), dynamic_shared = arg64(l, 3);
+        int32_t block_size = 0;
+        uint32_t flags = 0;
+        std::memcpy(&block_size, w.LocalOf(l) + call.args[2], 4);
+        if (call.op == DeviceRuntimeCall::kOccupancyWithFlags) std::memcpy(&flags, w.LocalOf(l) + call.args[4], 4);
+        const LaunchableEntry* entry = EntryAt(kernel, function);
+        if (entry == nullptr) {
+          result32(l, kCudaErrorInvalidDeviceFunction);
+          return;
+        }
+        if ((flags & ~kCudaOccupancyDisableCachingOverride) != 0 || block_size <= 0) {
+          result32(l, kInvalidValue);
+          return;
+        }
+        GpuModel model{};
+        KernelNeeds needs;
+        if (spec.entry_needs == nullptr || !ModelOf(spec.device_facts, &model)) {
+          result32(l, kCudaErrorNotSupported);
+          return;
+        }
+        if (!(*spec.entry_needs)(entry->name, &needs)) {
+          result32(l, kCudaErrorInvalidDeviceFunction);
+          return;
+        }
+        uint8_t* target = w.Address(Space::kGeneric, where, 4, l);
+        if (target == nullptr) {
+          w.Fault(where, 4, "cudaOccupancyMaxActiveBlocksPerMultiprocessor's blocks");
+          return;
+        }
+        KernelResources resources;
+        resources.registers_per_thread = kModelRegistersPerThread;
+        resources.static_shared_bytes = static_cast<int>(std::min<uint64_t>(needs.static_shared, INT_MAX));
+        resources.max_threads_per_block = static_cast<int>(std::min<uint64_t>(needs.max_threads, 1024));
+        const int32_t blocks = ActiveBlocksPerMultiprocessor(model, resources, block_size, dynamic_shared);
+        std::memcpy(target, &blocks, 4);
+        result32(l, kSuccess);
+        break;
+      }
+      case DeviceRuntimeCall::kGetErrorString:
+      case DeviceRuntimeCall::kGetErrorName: {
+        // A pointer into the module's table (any number: "unrecognized error code").
+        uint32_t error = 0;
+        std::memcpy(&error, w.LocalOf(l) + call.args[0], 4);
+        const uint64_t text =
+            call.strings == 0 ? 0
+                              : call.strings + ErrorStringOffset(error, call.op == DeviceRuntimeCall::kGetErrorName);
+        std::memcpy(w.LocalOf(l) + call.result, &text, 8);
         break;
       }
       case DeviceRuntimeCall::kGetLastError:

@@ -103,30 +103,41 @@ struct Inst {
 // HDeviceRuntime: its arguments' and result's offsets in local memory, and the module's heap.
 struct DeviceRuntimeCall {
   enum Op : uint8_t {
-    kGetParameterBuffer,  // (func, grid[12], block[12], shared) -> buffer
-    kLaunchDevice,        // (buffer, stream) -> error
-    kGetLastError,        // () -> error, which it resets
-    kStreamCreate,        // (stream*, flags) -> error
-    kStreamDestroy,       // (stream) -> error
-    kMalloc,              // (pointer*, size) -> error
-    kFree,                // (pointer) -> error
-    kPeekAtLastError,     // () -> error
-    kEventCreate,         // (event*, flags) -> error
-    kEventOrder,          // cudaEventRecord (event, stream), cudaStreamWaitEvent, cudaEventDestroy -> error
-    kMemcpyAsync,         // (dst, src, bytes, kind, stream) -> error
-    kMemcpy2DAsync,       // (dst, dpitch, src, spitch, width, height, kind, stream) -> error
-    kMemsetAsync,         // (dst, value, bytes, stream) -> error
-    kMemset2DAsync,       // (dst, pitch, value, width, height, stream) -> error
-    kGetDevice,           // (device*) -> error
-    kDeviceGetAttribute,  // (value*, attribute, device) -> error
-    kDeviceGetLimit,      // (value*, limit) -> error
-    kMemcpy3DAsync,       // (const cudaMemcpy3DParms*, stream) -> error
+    kGetParameterBuffer,        // (func, grid[12], block[12], shared) -> buffer
+    kLaunchDevice,              // (buffer, stream) -> error
+    kGetLastError,              // () -> error, which it resets
+    kStreamCreate,              // (stream*, flags) -> error
+    kStreamDestroy,             // (stream) -> error
+    kMalloc,                    // (pointer*, size) -> error
+    kFree,                      // (pointer) -> error
+    kPeekAtLastError,           // () -> error
+    kEventCreate,               // (event*, flags) -> error
+    kEventOrder,                // cudaEventRecord (event, stream), cudaStreamWaitEvent, cudaEventDestroy -> error
+    kMemcpyAsync,               // (dst, src, bytes, kind, stream) -> error
+    kMemcpy2DAsync,             // (dst, dpitch, src, spitch, width, height, kind, stream) -> error
+    kMemsetAsync,               // (dst, value, bytes, stream) -> error
+    kMemset2DAsync,             // (dst, pitch, value, width, height, stream) -> error
+    kGetDevice,                 // (device*) -> error
+    kDeviceGetAttribute,        // (value*, attribute, device) -> error
+    kDeviceGetLimit,            // (value*, limit) -> error
+    kMemcpy3DAsync,             // (const cudaMemcpy3DParms*, stream) -> error
+    kMemset3DAsync,             // (cudaPitchedPtr, value, cudaExtent, stream) -> error
+    kGetDeviceCount,            // (count*) -> error
+    kFuncGetAttributes,         // (cudaFuncAttributes*, func) -> error
+    kOccupancy,                 // (blocks*, func, block size, dynamic shared) -> error
+    kOccupancyWithFlags,        // (blocks*, func, block size, dynamic shared, flags) -> error
+    kDeviceGetCacheConfig,      // (cudaFuncCache*) -> error
+    kDeviceGetSharedMemConfig,  // (cudaSharedMemConfig*) -> error
+    kRuntimeGetVersion,         // (version*) -> error
+    kGetErrorString,            // (error) -> const char*
+    kGetErrorName,              // (error) -> const char*
   };
   Op op = kGetLastError;
   uint32_t args[8] = {};  // local offsets of the call's .param arguments
   uint32_t result = 0;
   uint32_t last_error = 0;           // local offset of the thread's last error and its CTA tag (8 bytes)
   uint64_t heap = 0, heap_size = 0;  // 0: the module has none (ops that need it fail)
+  uint64_t strings = 0;              // kGetErrorString, kGetErrorName: kErrorStringsVariable's address (0: none)
 };
 
 // A kernel of the module a device-side launch may name: its address (a function pointer's
@@ -135,6 +146,8 @@ struct LaunchableEntry {
   uint64_t address = 0;
   std::string name;
   uint32_t param_size = 0;
+  uint32_t ptx_version = 0;  // its RawFunction's (cudaFuncGetAttributes, cudaRuntimeGetVersion)
+  uint32_t target_arch = 0;
 };
 
 // Element types of wmma fragments.

@@ -1,5 +1,10 @@
-// The PTX engine's tests: device malloc and free, device printf and device-side launches (interp/device_heap.cc,
-// printf.cc, device_runtime.cc). The fixture and helpers: engine_fixture.h.
+// The PTX engine's tests: device malloc and free, device printf, device-side launches and the device
+// runtime's queries (interp/device_heap.cc, printf.cc, device_runtime.cc). The fixture and helpers: engine_fixture.h.
+#include <array>
+#include <tuple>
+
+#include "common/occupancy.h"
+#include "remote/ptx/front/error_strings.h"
 #include "tests/remote/ptx/engine_fixture.h"
 
 namespace gpupool::dataplane {
@@ -406,6 +411,299 @@ TEST_F(Engine, DeviceSide3DCopiesAreBoundedAndRefuseArrays) {
   EXPECT_EQ(LaunchLoaded(84, 1, 1, stray), kCuIllegalAddress);
   detail = executor_.TakeErrorDetail();
   EXPECT_NE(detail.find("cudaMemcpy3DAsync's parameters"), std::string::npos) << detail;
+}
+
+constexpr const char* kQueriesFile = "DeviceRuntimeQueriesMemsetsAndErrorStrings.ptx";
+
+// ClientFacts with the figures of an H100 SXM the occupancy calculator reads, three
+// devices, and a context that prefers L1 (cudaFuncCachePreferL1, 2).
+DeviceRuntimeFacts ModelFacts() {
+  DeviceRuntimeFacts facts = ClientFacts();
+  const std::pair<int, int32_t> figures[] = {{8, 49152},   {12, 65536}, {16, 132},    {39, 2048}, {75, 9},    {76, 0},
+                                             {81, 233472}, {82, 65536}, {97, 232448}, {106, 32},  {111, 1024}};
+  for (auto [attribute, value] : figures) facts.attributes[attribute] = value;
+  facts.device_count = 3;
+  facts.cache_config = 2;
+  return facts;
+}
+
+struct SimpleQueries {
+  uint64_t status, count, cache, banks, version;
+};
+
+// cudaGetDeviceCount, cudaDeviceGetCacheConfig, cudaDeviceGetSharedMemConfig and
+// cudaRuntimeGetVersion in device code: the client's device count and the context's cache
+// preference at the load (a load without them: cudaErrorNotSupported, 801, for the count,
+// cudaFuncCachePreferNone for the preference), four-byte banks, and the CUDA release of the
+// kernel's PTX (.version 9.0: 13000); an out-pointer that is no memory of the thread fails
+// the launch with CUDA_ERROR_ILLEGAL_ADDRESS, naming the call.
+TEST_F(Engine, DeviceCountCacheConfigBanksAndRuntimeVersion) {
+  const std::string text = KernelText(kQueriesFile);
+  const DeviceRuntimeFacts facts = ModelFacts();
+  ASSERT_EQ(executor_.LoadModule(40, text.c_str(), text.size() + 1, {}, 0, 0, 0, 2, &facts), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(40, 90, "simple_queries"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_NO_FATAL_FAILURE(LoadKernel(41, 91, text, "simple_queries"));  // no facts
+  const uint64_t status = Zeros<uint32_t>(4), values = Zeros<int32_t>(4);
+  const SimpleQueries queries{status, values, values + 4, values + 8, values + 12};
+  ASSERT_EQ(LaunchLoaded(90, 1, 1, queries), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(status, 4), (std::vector<uint32_t>{0, 0, 0, 0}));
+  EXPECT_EQ(Download<int32_t>(values, 4), (std::vector<int32_t>{3, 2, 1, 13000}));
+  ASSERT_EQ(LaunchLoaded(91, 1, 1, queries), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(status, 4), (std::vector<uint32_t>{801, 0, 0, 0}));
+  EXPECT_EQ(Download<int32_t>(values, 4), (std::vector<int32_t>{3, 0, 1, 13000}));
+
+  const uint64_t stray = uint64_t{1} << 40;  // no allocation there
+  const char* calls[] = {"cudaGetDeviceCount's count", "cudaDeviceGetCacheConfig's config",
+                         "cudaDeviceGetSharedMemConfig's config", "cudaRuntimeGetVersion's version"};
+  for (int i = 0; i < 4; ++i) {
+    SimpleQueries bad = queries;
+    (&bad.count)[i] = stray;
+    EXPECT_EQ(LaunchLoaded(90, 1, 1, bad), kCuIllegalAddress) << i;
+    const std::string detail = executor_.TakeErrorDetail();
+    EXPECT_NE(detail.find(calls[i]), std::string::npos) << detail;
+  }
+}
+
+// cudaFuncAttributes as a 64-bit device holds it (driver_types.h).
+struct FuncAttributes {
+  uint64_t shared_size_bytes, const_size_bytes, local_size_bytes;
+  int32_t max_threads_per_block, num_regs, ptx_version, binary_version, cache_mode_ca;
+  int32_t max_dynamic_shared_size_bytes, preferred_shmem_carveout, cluster_dim_must_be_set;
+  int32_t cluster[6];
+  int32_t reserved[16];
+};
+static_assert(sizeof(FuncAttributes) == 144);
+
+struct FuncQuery {
+  uint64_t status, attributes;
+  uint32_t which;  // the kernel `target`, a device function, NULL, or target's address + 1
+};
+
+// cudaFuncGetAttributes in device code says of a kernel of the module what the executor
+// says of it on the host (Resources: its static shared memory, .maxntid, .const bank and
+// local memory), the model's 32 registers, its PTX target and the binary the client chose
+// for the device (else the device's architecture), and the shared memory left it per block; a device function, NULL or
+// any other address is cudaErrorInvalidDeviceFunction (98) and writes nothing; a module loaded without the client's
+// facts still answers but for what the device's attributes give; an out-pointer that is no memory of the thread fails
+// the launch with CUDA_ERROR_ILLEGAL_ADDRESS.
+TEST_F(Engine, FuncGetAttributesSaysWhatTheHostSays) {
+  const std::string text = KernelText(kQueriesFile);
+  const DeviceRuntimeFacts facts = ModelFacts();
+  ASSERT_EQ(executor_.LoadModule(42, text.c_str(), text.size() + 1, {}, 0, 0, 0, 2, &facts), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(42, 92, "func_attributes"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(42, 93, "target"), kCuSuccess) << executor_.TakeErrorDetail();
+  FunctionResources host;
+  ASSERT_TRUE(executor_.Resources(93, &host));
+  EXPECT_EQ(host.static_shared_bytes, 200);
+  EXPECT_EQ(host.max_threads_per_block, 256);
+  EXPECT_EQ(host.const_bytes, 48);
+  EXPECT_GE(host.local_bytes, 64);
+
+  const uint64_t status = Zeros<uint32_t>(1), where = Zeros<FuncAttributes>(1);
+  ASSERT_EQ(LaunchLoaded(92, 1, 1, FuncQuery{status, where, 0}), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(status, 1)[0], 0u);
+  const FuncAttributes got = Download<FuncAttributes>(where, 1)[0];
+  EXPECT_EQ(got.shared_size_bytes, static_cast<uint64_t>(host.static_shared_bytes));
+  EXPECT_EQ(got.const_size_bytes, static_cast<uint64_t>(host.const_bytes));
+  EXPECT_EQ(got.local_size_bytes, static_cast<uint64_t>(host.local_bytes));
+  EXPECT_EQ(got.max_threads_per_block, host.max_threads_per_block);
+  EXPECT_EQ(got.num_regs, 32);
+  EXPECT_EQ(got.ptx_version, 80);
+  EXPECT_EQ(got.binary_version, 90);
+  EXPECT_EQ(got.max_dynamic_shared_size_bytes, 49152 - 200);
+  EXPECT_EQ(got.preferred_shmem_carveout, -1);
+  EXPECT_EQ(got.cache_mode_ca, 0);
+  EXPECT_EQ(got.cluster_dim_must_be_set, 0);
+
+  const std::vector<uint8_t> marked(sizeof(FuncAttributes), 0x5a);
+  const uint64_t untouched = Upload(marked);
+  for (uint32_t which : {1u, 2u, 3u}) {
+    ASSERT_EQ(LaunchLoaded(92, 1, 1, FuncQuery{status, untouched, which}), kCuSuccess) << which;
+    EXPECT_EQ(Download<uint32_t>(status, 1)[0], 98u) << which;
+  }
+  EXPECT_EQ(Download<uint8_t>(untouched, marked.size()), marked);
+
+  // The SASS the client chose from the image for the device (sm_80 on an sm_86 GPU, say).
+  DeviceRuntimeFacts chosen = facts;
+  chosen.binary_version = 80;
+  ASSERT_EQ(executor_.LoadModule(48, text.c_str(), text.size() + 1, {}, 0, 0, 0, 2, &chosen), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(48, 99, "func_attributes"), kCuSuccess) << executor_.TakeErrorDetail();
+  ASSERT_EQ(LaunchLoaded(99, 1, 1, FuncQuery{status, where, 0}), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<FuncAttributes>(where, 1)[0].binary_version, 80);
+
+  ASSERT_NO_FATAL_FAILURE(LoadKernel(43, 94, text, "func_attributes"));  // no facts
+  ASSERT_EQ(LaunchLoaded(94, 1, 1, FuncQuery{status, where, 0}), kCuSuccess) << executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint32_t>(status, 1)[0], 0u);
+  const FuncAttributes bare = Download<FuncAttributes>(where, 1)[0];
+  EXPECT_EQ(bare.shared_size_bytes, 200u);
+  EXPECT_EQ(bare.binary_version, 80);  // the PTX's target: no device architecture known
+
+  EXPECT_EQ(LaunchLoaded(92, 1, 1, FuncQuery{status, uint64_t{1} << 40, 0}), kCuIllegalAddress);
+  const std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("cudaFuncGetAttributes' attributes"), std::string::npos) << detail;
+}
+
+struct OccupancyQuery {
+  uint64_t status, blocks, shared;
+  uint32_t which, block_size, flags, with_flags;
+};
+
+// The occupancy calculator in device code is the host's (common/occupancy.h) on the
+// device's attributes and the kernel's needs: 16 blocks of 128 threads of `target` on an
+// H100 (threads and registers bound it), 4 with 48 KiB of dynamic shared memory each, none
+// of more threads than its .maxntid; WithFlags takes cudaOccupancyDisableCachingOverride
+// (1) and no other flag; a block size of 0 or less and another flag are
+// cudaErrorInvalidValue (1), a function that is no kernel of the module
+// cudaErrorInvalidDeviceFunction (98), a module loaded without the device's attributes
+// cudaErrorNotSupported (801); an out-pointer that is no memory of the thread fails the
+// launch with CUDA_ERROR_ILLEGAL_ADDRESS.
+TEST_F(Engine, OccupancyInDeviceCodeIsTheHostsCalculator) {
+  const std::string text = KernelText(kQueriesFile);
+  const DeviceRuntimeFacts facts = ModelFacts();
+  ASSERT_EQ(executor_.LoadModule(44, text.c_str(), text.size() + 1, {}, 0, 0, 0, 2, &facts), kCuSuccess)
+      << executor_.TakeErrorDetail();
+  ASSERT_EQ(executor_.GetFunction(44, 95, "occupancy"), kCuSuccess) << executor_.TakeErrorDetail();
+  const uint64_t status = Zeros<uint32_t>(1), blocks = Zeros<int32_t>(1);
+  auto ask = [&](uint64_t function, uint32_t which, int32_t block_size, uint64_t shared, uint32_t flags,
+                 bool with_flags) {
+    const OccupancyQuery query{status, blocks, shared, which, static_cast<uint32_t>(block_size), flags, with_flags};
+    EXPECT_EQ(LaunchLoaded(function, 1, 1, query), kCuSuccess) << executor_.TakeErrorDetail();
+    return std::make_pair(Download<uint32_t>(status, 1)[0], Download<int32_t>(blocks, 1)[0]);
+  };
+  GpuModel h100{};
+  h100.shared_per_block = 49152, h100.shared_per_block_optin = 232448, h100.shared_per_multiprocessor = 233472;
+  h100.reserved_shared_per_block = 1024, h100.registers_per_block = 65536, h100.registers_per_multiprocessor = 65536;
+  h100.max_threads_per_multiprocessor = 2048, h100.max_blocks_per_multiprocessor = 32;
+  const KernelResources target{32, 200, 256};
+  for (auto [block_size, shared] :
+       std::vector<std::pair<int, uint64_t>>{{128, 0}, {128, 48 << 10}, {256, 0}, {32, 100000}, {1024, 0}, {1, 0}}) {
+    const int want = ActiveBlocksPerMultiprocessor(h100, target, block_size, shared);
+    EXPECT_EQ(ask(95, 0, block_size, shared, 0, false), std::make_pair(0u, want)) << block_size << " " << shared;
+    EXPECT_EQ(ask(95, 0, block_size, shared, 1, true), std::make_pair(0u, want)) << block_size << " " << shared;
+  }
+  EXPECT_EQ(ask(95, 0, 128, 0, 0, false).second, 16);
+  EXPECT_EQ(ask(95, 0, 128, 48 << 10, 0, false).second, 4);
+  EXPECT_EQ(ask(95, 0, 512, 0, 0, false).second, 0);
+
+  EXPECT_EQ(ask(95, 0, 0, 0, 0, false).first, 1u);
+  EXPECT_EQ(ask(95, 0, -32, 0, 0, true).first, 1u);
+  EXPECT_EQ(ask(95, 0, 128, 0, 2, true).first, 1u);
+  for (uint32_t which : {1u, 2u, 3u}) EXPECT_EQ(ask(95, which, 128, 0, 0, false).first, 98u) << which;
+
+  ASSERT_NO_FATAL_FAILURE(LoadKernel(45, 96, text, "occupancy"));  // no facts
+  EXPECT_EQ(ask(96, 0, 128, 0, 0, false).first, 801u);
+
+  const OccupancyQuery stray{status, uint64_t{1} << 40, 0, 0, 128, 0, 0};
+  EXPECT_EQ(LaunchLoaded(95, 1, 1, stray), kCuIllegalAddress);
+  const std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("cudaOccupancyMaxActiveBlocksPerMultiprocessor's blocks"), std::string::npos) << detail;
+}
+
+struct Memset3D {
+  uint64_t status, ptr, pitch, xsize, ysize, width, height, depth;
+  uint32_t value, unused;
+};
+
+// cudaMemset3DAsync in device code sets a box of pitched memory (slices ysize rows of pitch
+// bytes apart) after the grid; a row wider than the pitch is cudaErrorInvalidPitchValue
+// (12), rows past a slice's ysize and arithmetic that overflows cudaErrorInvalidValue (1),
+// and nothing is queued; an empty extent sets nothing; a box that is not within one
+// allocation fails the host's launch with CUDA_ERROR_ILLEGAL_ADDRESS, naming the call and
+// its extent, and writes nothing.
+TEST_F(Engine, DeviceSide3DMemsetsAreBounded) {
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(46, 97, kQueriesFile, "memset_3d"));
+  constexpr uint64_t kPitch = 32, kRows = 4, kSlices = 3, kBytes = kPitch * kRows * kSlices;
+  const uint64_t to = Upload(std::vector<uint8_t>(kBytes, 0x11)), status = Zeros<uint32_t>(1);
+  auto set = [&](const Memset3D& m) {
+    const int32_t result = LaunchLoaded(97, 1, 1, m);
+    return result == kCuSuccess ? static_cast<int32_t>(Download<uint32_t>(status, 1)[0]) : -result;
+  };
+  const Memset3D box{status, to + kPitch + 4, kPitch, 20, kRows, 10, 2, 3, 0x1abu, 0};
+  ASSERT_EQ(set(box), 0) << executor_.TakeErrorDetail();
+  std::vector<uint8_t> want(kBytes, 0x11);
+  for (uint64_t z = 0; z < 3; ++z) {
+    for (uint64_t y = 0; y < 2; ++y) {
+      for (uint64_t x = 0; x < 10; ++x) want[z * kPitch * kRows + (1 + y) * kPitch + 4 + x] = 0xab;
+    }
+  }
+  EXPECT_EQ(Download<uint8_t>(to, kBytes), want);
+
+  for (auto [width, height, depth] : std::vector<std::array<uint64_t, 3>>{{0, 2, 3}, {10, 0, 3}, {10, 2, 0}}) {
+    Memset3D empty = box;
+    empty.width = width, empty.height = height, empty.depth = depth, empty.value = 0x77;
+    EXPECT_EQ(set(empty), 0);
+  }
+  Memset3D refused = box;
+  refused.width = kPitch + 1;
+  EXPECT_EQ(set(refused), 12);
+  refused = box;
+  refused.height = kRows + 1;  // more rows than a slice has
+  EXPECT_EQ(set(refused), 1);
+  refused = box;
+  refused.pitch = uint64_t{1} << 62, refused.ysize = 8;  // pitch * ysize overflows
+  EXPECT_EQ(set(refused), 1);
+  EXPECT_EQ(Download<uint8_t>(to, kBytes), want);  // none ran
+
+  Memset3D deep = box;
+  deep.ptr = to, deep.depth = 4;  // a slice past the allocation
+  EXPECT_EQ(set(deep), -kCuIllegalAddress);
+  const std::string detail = executor_.TakeErrorDetail();
+  EXPECT_NE(detail.find("cudaMemset3DAsync in device code (kernel memset_3d): 4 slice(s) of 2 row(s) of 10 bytes"),
+            std::string::npos)
+      << detail;
+  EXPECT_NE(detail.find("its destination is not within one allocation"), std::string::npos) << detail;
+  EXPECT_EQ(Download<uint8_t>(to, kBytes), want);
+  Memset3D huge = box;
+  huge.depth = uint64_t{1} << 62;  // the span overflows: refused when it runs
+  EXPECT_EQ(set(huge), -kCuIllegalAddress);
+  executor_.TakeErrorDetail();
+  EXPECT_EQ(Download<uint8_t>(to, kBytes), want);
+}
+
+struct ErrorStrings {
+  uint64_t pointers, texts;
+  uint32_t error, unused;
+};
+
+// cudaGetErrorString and cudaGetErrorName in device code return pointers into the module's
+// memory that the kernel reads: CUDA's texts and names (those of CUDA 13.0's runtime), and
+// "unrecognized error code" for a number CUDA does not define; a module that calls neither
+// has no such variable.
+TEST_F(Engine, ErrorStringsAreCudasAndReadableByTheKernel) {
+  const std::string text = KernelText(kQueriesFile);
+  ASSERT_NO_FATAL_FAILURE(LoadKernel(47, 98, text, "error_strings"));
+  const uint64_t pointers = Zeros<uint64_t>(2), texts = Zeros<char>(256);
+  const std::vector<std::tuple<uint32_t, std::string, std::string>> cases = {
+      {0, "no error", "cudaSuccess"},
+      {1, "invalid argument", "cudaErrorInvalidValue"},
+      {98, "invalid device function", "cudaErrorInvalidDeviceFunction"},
+      {801, "operation not supported", "cudaErrorNotSupported"},
+      {999, "unknown error", "cudaErrorUnknown"},
+      {10, "unrecognized error code", "unrecognized error code"},  // none of CUDA 13.0
+      {0xffffffffu, "unrecognized error code", "unrecognized error code"}};
+  for (const auto& [error, message, name] : cases) {
+    ASSERT_EQ(LaunchLoaded(98, 1, 1, ErrorStrings{pointers, texts, error, 0}), kCuSuccess)
+        << executor_.TakeErrorDetail();
+    const std::vector<char> read = Download<char>(texts, 256);
+    EXPECT_EQ(std::string(read.data()), message) << error;
+    EXPECT_EQ(std::string(read.data() + 128), name) << error;
+    const std::vector<uint64_t> at = Download<uint64_t>(pointers, 2);
+    EXPECT_NE(at[0], 0u);
+    EXPECT_NE(at[1], 0u);
+  }
+  EXPECT_EQ(sim::ErrorStringOffset(10, false), 0u);
+  const std::vector<uint8_t>& image = sim::ErrorStringsImage();
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(image.data() + sim::ErrorStringOffset(2, true))),
+            "cudaErrorMemoryAllocation");
+
+  auto parsed = sim::PtxModule::Parse(KernelText("DeviceQueriesAndThreeDimensionalCopies.ptx"));
+  ASSERT_TRUE(parsed.ok());
+  for (const sim::ModuleVariable& variable : (*parsed)->variables()) {
+    EXPECT_NE(variable.name, sim::kErrorStringsVariable);
+  }
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-#include "remote/client/core/occupancy.h"
+#include "common/occupancy.h"
 
 #include <algorithm>
 
-namespace gpupool::client {
+namespace gpupool {
 namespace {
 
 constexpr int kWarpSize = 32;
@@ -13,7 +13,7 @@ int RoundUp(int value, int unit) { return (value + unit - 1) / unit * unit; }
 
 }  // namespace
 
-int ActiveBlocksPerMultiprocessor(const ModelProperties& model, const KernelResources& kernel, int block_size,
+int ActiveBlocksPerMultiprocessor(const GpuModel& model, const KernelResources& kernel, int block_size,
                                   size_t dynamic_shared_bytes) {
   if (block_size <= 0 || block_size > kernel.max_threads_per_block) return 0;
   const int warps_per_block = (block_size + kWarpSize - 1) / kWarpSize;
@@ -35,7 +35,7 @@ int ActiveBlocksPerMultiprocessor(const ModelProperties& model, const KernelReso
   return std::max(blocks, 0);
 }
 
-size_t AvailableDynamicSharedPerBlock(const ModelProperties& model, const KernelResources& kernel, int blocks,
+size_t AvailableDynamicSharedPerBlock(const GpuModel& model, const KernelResources& kernel, int blocks,
                                       int block_size) {
   if (blocks <= 0 || ActiveBlocksPerMultiprocessor(model, kernel, block_size, 0) < blocks) {
     return 0;
@@ -46,9 +46,8 @@ size_t AvailableDynamicSharedPerBlock(const ModelProperties& model, const Kernel
   return per_block > 0 ? static_cast<size_t>(per_block) : 0;
 }
 
-void MaxPotentialBlockSize(const ModelProperties& model, const KernelResources& kernel,
-                           size_t (*shared_for_block_size)(int), size_t dynamic_shared_bytes, int block_size_limit,
-                           int* min_grid_size, int* block_size) {
+void MaxPotentialBlockSize(const GpuModel& model, const KernelResources& kernel, size_t (*shared_for_block_size)(int),
+                           size_t dynamic_shared_bytes, int block_size_limit, int* min_grid_size, int* block_size) {
   int limit = std::min(kernel.max_threads_per_block, 1024);
   if (block_size_limit > 0) limit = std::min(limit, block_size_limit);
   int best_threads = 0, best_size = 0, best_blocks = 0;
@@ -73,4 +72,4 @@ void MaxPotentialBlockSize(const ModelProperties& model, const KernelResources& 
   *min_grid_size = best_blocks * model.multiprocessors;
 }
 
-}  // namespace gpupool::client
+}  // namespace gpupool
