@@ -854,7 +854,7 @@ class Parser {
   static constexpr uint64_t kMaxRegisterNames = uint64_t{1} << 20;
   uint64_t declared_registers_ = 0;
   int unique_ = 0;
-  bool external_linkage_ = false;  // the declaration being read is .visible/.weak/.extern
+  bool external_linkage_ = false;               // the declaration being read is .visible/.weak/.extern
   uint32_t ptx_version_ = 0, target_arch_ = 0;  // of .version and .target (0: none yet)
 };
 
