@@ -285,12 +285,17 @@ bool Emitter::AsyncCopy(const RawStatement& s, const std::vector<std::string_vie
     b_.CreateCondBr(ignore, zeros, whole);
     if (!copy(zeros, 0) || !copy(whole, width)) return false;
   } else {
-    llvm::Value* size = Source(extra, Type{Kind::kUnsigned, 32}, why);
+    // Read at the register's width, as the interpreter reads it (a 64-bit src-size of
+    // 2^32 is no 0).
+    const bool wide = extra.kind == RawOperand::kName && !extra.name.empty() && extra.name[0] == '%' &&
+                      !IsSpecialRegisterName(extra.name) && StorageBits(extra.name) > 32;
+    const uint32_t bits = wide ? 64 : 32;
+    llvm::Value* size = Source(extra, Type{Kind::kUnsigned, bits}, why);
     if (size == nullptr) return false;
     llvm::SwitchInst* sizes = b_.CreateSwitch(size, whole, width);  // width or more: whole
     for (uint32_t from_source = 0; from_source < width; ++from_source) {
       auto* part = llvm::BasicBlock::Create(ctx_, "copy_part", fn_);
-      sizes->addCase(b_.getInt32(from_source), part);
+      sizes->addCase(b_.getIntN(bits, from_source), part);
       if (!copy(part, from_source)) return false;
     }
     if (!copy(whole, width)) return false;

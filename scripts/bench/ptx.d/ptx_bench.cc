@@ -169,7 +169,7 @@ void BM_MatmulCpAsync_Engine(benchmark::State& state, JitMode mode) {
   if (c[0] != n * 0.5f || c[n * n - 1] != n * 0.5f) state.SkipWithError("wrong product");
   state.SetItemsProcessed(state.iterations() * int64_t{n} * n * n);
   state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
-  state.counters["n"] = n;
+  state.SetLabel("n=" + std::to_string(n));
 }
 
 void BM_MatmulCpAsync_Native(benchmark::State& state) {
@@ -187,7 +187,7 @@ void BM_MatmulCpAsync_Native(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * int64_t{n} * n * n);
-  state.counters["n"] = n;
+  state.SetLabel("n=" + std::to_string(n));
 }
 
 void BM_Histogram_Engine(benchmark::State& state, JitMode mode) {

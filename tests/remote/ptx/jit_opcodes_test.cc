@@ -128,6 +128,7 @@ TEST(JitOpcodeColumn, TheFormsOfAsyncCopiesFencesAndHintsItTakes) {
       "cp.async.cg.shared::cta.global.L2::128B [%r1], [%rd1], 16;",
       "cp.async.cg.shared.global [%r1], [%rd1], 16, %r1;",
       "cp.async.ca.shared.global [%r1], [%rd1], 4, 2;",
+      "cp.async.ca.shared.global [%r1], [%rd1], 8, %rd1;",
       "setp.lt.u32 %p1, %r1, 5;\n  cp.async.cg.shared.global [%r1], [%rd1], 16, %p1;",
       "cp.async.wait_all;",
       "membar.cta;",
