@@ -619,6 +619,38 @@ TEST_F(JitAsyncCopy, ATiledMatrixMultiplyGivesTheInterpretersResults) {
   }
 }
 
+// Double buffering with CUDA's pipeline primitives (nvcc's: the next tiles' copies issued
+// before the current ones are read, cp.async.wait_group 1): the interpreter's results, and
+// the product.
+TEST_F(JitAsyncCopy, ADoubleBufferedPipelineGivesTheInterpretersResults) {
+  const DecodedKernel& kernel = Kernel("mm_pipe");
+  const int n = 64;
+  std::vector<float> a(n * n), b(n * n);
+  for (int k = 0; k < n * n; ++k) {
+    a[k] = static_cast<float>(k % 11) - 5;
+    b[k] = static_cast<float>(k % 3) * 0.25f;
+  }
+  std::vector<float> c[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    c[compiled].assign(n * n, -1.0f);
+    Memory memory;
+    const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[compiled]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {n / 16, n / 16, 1}, {16, 16, 1}, Pack(da, db, dc, n), memory, nullptr, &detail), 0)
+        << detail;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
+      ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
+      ASSERT_EQ(std::bit_cast<uint32_t>(c[1][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j])) << i << ", " << j;
+    }
+  }
+}
+
 // Every size of source a 16-byte copy may have (src-size 0 to 16 and more), and
 // ignore-src: the bytes not from the source are zeros, on both tiers.
 TEST_F(JitAsyncCopy, SrcSizeAndIgnoreSrcFillWithZeros) {
