@@ -167,7 +167,15 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
   // Qualifiers between the opcode and the type.
   std::vector<std::string_view> q(parts.begin() + 1, parts.end() - (parts.size() > 1 ? 1 : 0));
 
-  if (op == "ld" || op == "st") {
+  if (op == "cp") return AsyncCopy(s, parts, why);
+  if (op == "membar" || op == "fence") return Fence(parts, why);
+  if (op == "prefetch" || op == "prefetchu" || op == "discard" || op == "applypriority") {
+    // Cache hints: the sim has no caches, and the interpreter checks no address of theirs.
+    return true;
+  }
+  if (op == "ld" || op == "ldu" || op == "st") {
+    // ldu: a load of memory no thread writes during the kernel, which ld reads as well.
+    const bool load = op != "st";
     if (!t.ok() || t.kind == Kind::kPred) return (*why = "type", false);
     std::string_view space = "generic";
     for (std::string_view qual : q) {
@@ -179,14 +187,14 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
       }
     }
     if (!need(2)) return false;
-    const RawOperand& address = op == "ld" ? o[1] : o[0];
-    const RawOperand& value = op == "ld" ? o[0] : o[1];
+    const RawOperand& address = load ? o[1] : o[0];
+    const RawOperand& value = load ? o[0] : o[1];
     if (address.kind != RawOperand::kAddress) return (*why = "address operand", false);
     const uint32_t size = t.bits / 8;
     if (space == "param") {
       // [param+offset]: bounds known now.
       auto it = params_.find(address.name);
-      if (op != "ld" || it == params_.end()) return (*why = "a .param access it does not take", false);
+      if (!load || it == params_.end()) return (*why = "a .param access it does not take", false);
       const int64_t off = static_cast<int64_t>(address.bits);
       if (off < 0 || static_cast<uint64_t>(off) + size > it->second.size ||
           it->second.offset + off + size > param_size_) {
@@ -196,10 +204,10 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
       llvm::Value* v = Splat(b_.CreateAlignedLoad(ScalarType(t), at, llvm::MaybeAlign(1)));
       return Dest(value, v, t, why);
     }
-    if (lanes_) return VectorMemory(address, space, t, op == "ld", value, why);
-    llvm::Value* host = Address(address, space, size, op == "ld" ? "load" : "store", why);
+    if (lanes_) return VectorMemory(address, space, t, load, value, why);
+    llvm::Value* host = Address(address, space, size, load ? "load" : "store", why);
     if (host == nullptr) return false;
-    if (op == "ld") {
+    if (load) {
       llvm::LoadInst* v = b_.CreateAlignedLoad(LlvmType(t), host, llvm::MaybeAlign(1));
       return Dest(value, v, t, why);
     }
@@ -253,6 +261,31 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
   }
   *why = "an instruction the tier does not take";
   return false;
+}
+
+// membar.{cta,gl,sys}, fence{.sc,.acq_rel}.{cta,gpu,sys}: the CTAs of a launch run on two
+// host threads at once, so that a fence beyond the CTA is a host fence: sequentially
+// consistent where PTX's is (.sc, membar; the interpreter's HFenceSc), else acquire-release
+// (nothing on x86-64, but LLVM moves no access across it). Not the proxy and mbarrier
+// fences (fence.proxy.*, fence.mbarrier_init).
+bool Emitter::Fence(const std::vector<std::string_view>& parts, std::string* why) {
+  const bool membar = parts[0] == "membar";
+  std::string_view sem = membar ? "sc" : "acq_rel", scope;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    std::string_view qual = parts[i];
+    if (!membar && i == 1 && (qual == "sc" || qual == "acq_rel") && parts.size() == 3) {
+      sem = qual;
+    } else if (i + 1 == parts.size() && (membar ? qual == "cta" || qual == "gl" || qual == "sys"
+                                                : qual == "cta" || qual == "gpu" || qual == "sys")) {
+      scope = qual;
+    } else {
+      return (*why = "a fence form the tier does not take", false);
+    }
+  }
+  if (scope.empty()) return (*why = "a fence without a scope", false);
+  const bool sc = sem == "sc" && scope != "cta";
+  b_.CreateFence(sc ? llvm::AtomicOrdering::SequentiallyConsistent : llvm::AtomicOrdering::AcquireRelease);
+  return true;
 }
 
 }  // namespace gpupool::sim::jit

@@ -1,8 +1,10 @@
 // Memory (emitter.h): each global access checks its address against the allocation it last
 // hit (a per-instruction hint, one compare) and calls back into the engine (Translate,
 // run.cc) otherwise; shared accesses are checked against the CTA's shared size: no address
-// reaches memory unchecked. Atomics, and vector code's loads and stores.
+// reaches memory unchecked. Atomics, cp.async, and vector code's loads and stores.
 #include <llvm/IR/MDBuilder.h>
+
+#include <algorithm>
 
 #include "remote/ptx/jit/emitter.h"
 #include "remote/ptx/ptx_engine.h"
@@ -214,6 +216,106 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   Fault(device, access);
   b_.SetInsertPoint(ok);
   b_.CreateAtomicRMW(rmw, host, value, llvm::MaybeAlign(t.bits / 8), llvm::AtomicOrdering::Monotonic);
+  return true;
+}
+
+// cp.async.{ca,cg}.shared{::cta}.global [target], [source], width{, src-size | ignore-src}
+// {, cache-policy}, as the interpreter runs it (HCpAsync, interp/wmma.cc): the copy is done
+// at issue, so that each thread's copies are complete before its next instruction (one
+// order PTX allows), and cp.async.commit_group, wait_group and wait_all wait for nothing.
+// The target is checked for the whole width first, then the first from_source bytes of
+// the source as a global access of that size (a fault names what the interpreter's names);
+// the rest of the target is zeros. Not cp.async.mbarrier.arrive nor the bulk copies (left
+// to the interpreter), nor in vector code (which takes no shared memory).
+bool Emitter::AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  if (parts.size() < 3 || parts[1] != "async") return (*why = "a cp other than cp.async", false);
+  const std::string_view what = parts[2];
+  if (what == "commit_group" || what == "wait_group" || what == "wait_all") return true;
+  if (what != "ca" && what != "cg") return (*why = "cp.async." + std::string(what), false);
+  if (lanes_) return (*why = "cp.async in vector code", false);
+  bool global = false, shared = false, cache_hint = false;
+  for (size_t i = 3; i < parts.size(); ++i) {
+    if (parts[i] == "global") {
+      global = true;
+    } else if (parts[i] == "shared" || parts[i] == "shared::cta") {
+      shared = true;
+    } else if (parts[i] == "L2::cache_hint") {
+      cache_hint = true;
+    } else if (parts[i].rfind("L2::", 0) != 0) {  // L2::64B, ...: prefetch sizes, hints
+      return (*why = "qualifier ." + std::string(parts[i]), false);
+    }
+  }
+  if (!global || !shared) return (*why = "a cp.async other than from .global to .shared", false);
+  const size_t plain = cache_hint ? 4 : 3;  // the operands without src-size / ignore-src
+  if (o.size() != plain && o.size() != plain + 1) return (*why = "operands", false);
+  if (o[0].kind != RawOperand::kAddress || o[1].kind != RawOperand::kAddress) {
+    return (*why = "address operand", false);
+  }
+  if (o[2].kind != RawOperand::kInt || (o[2].bits != 4 && o[2].bits != 8 && o[2].bits != 16) ||
+      (what == "cg" && o[2].bits != 16)) {
+    return (*why = "cp-size", false);
+  }
+  const uint32_t width = static_cast<uint32_t>(o[2].bits);
+  llvm::Value* target = Address(o[0], "shared", width, "cp.async store", why);
+  if (target == nullptr) return false;
+  if (o.size() == plain) return CopyToShared(target, o[1], width, width, why);
+  const RawOperand& extra = o[3];
+  if (extra.kind == RawOperand::kInt) {
+    return CopyToShared(target, o[1], static_cast<uint32_t>(std::min<uint64_t>(extra.bits, width)), width, why);
+  }
+  // ignore-src is a predicate (nvcc names them %p), src-size an integer: as the decoder
+  // tells them apart.
+  const bool predicate = extra.kind == RawOperand::kName && (extra.negated || extra.name.rfind("%p", 0) == 0);
+  if (extra.negated) return (*why = "a negated ignore-src", false);
+  auto* join = llvm::BasicBlock::Create(ctx_, "copied", fn_);
+  // Each size the source may have (0 to width bytes) its own copy, and its own checked
+  // access: a fault names the size the interpreter's names.
+  auto copy = [&](llvm::BasicBlock* block, uint32_t from_source) {
+    b_.SetInsertPoint(block);
+    if (!CopyToShared(target, o[1], from_source, width, why)) return false;
+    b_.CreateBr(join);
+    return true;
+  };
+  auto* whole = llvm::BasicBlock::Create(ctx_, "copy_whole", fn_);
+  if (predicate) {
+    llvm::Value* ignore = Source(extra, Type{Kind::kPred, 1}, why);
+    if (ignore == nullptr) return false;
+    auto* zeros = llvm::BasicBlock::Create(ctx_, "copy_zeros", fn_);
+    b_.CreateCondBr(ignore, zeros, whole);
+    if (!copy(zeros, 0) || !copy(whole, width)) return false;
+  } else {
+    // Read at the register's width, as the interpreter reads it (a 64-bit src-size of
+    // 2^32 is no 0).
+    const bool wide = extra.kind == RawOperand::kName && !extra.name.empty() && extra.name[0] == '%' &&
+                      !IsSpecialRegisterName(extra.name) && StorageBits(extra.name) > 32;
+    const uint32_t bits = wide ? 64 : 32;
+    llvm::Value* size = Source(extra, Type{Kind::kUnsigned, bits}, why);
+    if (size == nullptr) return false;
+    llvm::SwitchInst* sizes = b_.CreateSwitch(size, whole, width);  // width or more: whole
+    for (uint32_t from_source = 0; from_source < width; ++from_source) {
+      auto* part = llvm::BasicBlock::Create(ctx_, "copy_part", fn_);
+      sizes->addCase(b_.getIntN(bits, from_source), part);
+      if (!copy(part, from_source)) return false;
+    }
+    if (!copy(whole, width)) return false;
+  }
+  b_.SetInsertPoint(join);
+  return true;
+}
+
+// The copy of one cp.async whose source gives `from_source` of its `width` bytes.
+bool Emitter::CopyToShared(llvm::Value* target, const RawOperand& source, uint32_t from_source, uint32_t width,
+                           std::string* why) {
+  if (from_source > 0) {
+    llvm::Value* host = Address(source, "global", from_source, "cp.async load", why);
+    if (host == nullptr) return false;
+    b_.CreateMemCpy(target, llvm::MaybeAlign(1), host, llvm::MaybeAlign(1), from_source);
+  }
+  if (from_source < width) {
+    b_.CreateMemSet(b_.CreateConstGEP1_64(b_.getInt8Ty(), target, from_source), b_.getInt8(0), width - from_source,
+                    llvm::MaybeAlign(1));
+  }
   return true;
 }
 

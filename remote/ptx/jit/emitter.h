@@ -3,10 +3,12 @@
 // threads). Its parts by family, one file each:
 //   emit_kernel.cc      the CTA function's frame: its phases, threads, barriers' saves;
 //   liveness.cc         which registers are live after each barrier;
-//   emit_control.cc     an instruction under its guard: branches, ends, barriers, and the
-//                       dispatch of the rest by opcode (ld/st, mov, cvta, selp inline);
+//   emit_control.cc     an instruction under its guard: branches, ends, barriers, fences,
+//                       and the dispatch of the rest by opcode (ld/st, mov, cvta, selp
+//                       inline);
 //   emit_operands.cc    registers, types, special registers, an instruction's operands;
-//   emit_memory.cc      checked global and shared accesses, atomics, vector code's ld/st;
+//   emit_memory.cc      checked global and shared accesses, atomics, cp.async, vector
+//                       code's ld/st;
 //   emit_arithmetic.cc  setp, cvt, integer and float arithmetic.
 #pragma once
 
@@ -88,6 +90,7 @@ class Emitter {
                          std::string* refused);
   bool Instruction(const RawStatement& s, std::string* refused);
   bool Operation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool Fence(const std::vector<std::string_view>& parts, std::string* why);
 
   // emit_operands.cc
   int64_t SharedSymbol(const std::string& name) const;
@@ -123,6 +126,9 @@ class Emitter {
   llvm::Value* Address(const RawOperand& address, std::string_view space, uint32_t size, const char* what,
                        std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool CopyToShared(llvm::Value* target, const RawOperand& source, uint32_t from_source, uint32_t width,
+                    std::string* why);
   bool VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load, const RawOperand& value,
                     std::string* why);
 

@@ -1,6 +1,6 @@
 // Kernels of the PTX engine benchmark (scripts/bench/ptx): element-wise, shared-memory
-// tiled matrix multiply, atomics, a barrier-heavy block scan and bilinear texture sampling.
-// extern "C" for plain names.
+// tiled matrix multiply (plain loads, and cp.async), atomics, a barrier-heavy block scan and
+// bilinear texture sampling. extern "C" for plain names; sm_80 for cp.async.
 constexpr int kTile = 16;
 
 extern "C" {
@@ -25,6 +25,35 @@ __global__ void matmul_tiled(const float* a, const float* b, float* c, int n) {
     __syncthreads();
   }
   c[row * n + col] = sum;
+}
+
+// 4 bytes from global to shared memory by cp.async, src_bytes (0 or 4) of them from the
+// source, the rest zeros (as a tiled kernel pads its edge tiles).
+__device__ __forceinline__ void CopyAsync4(float* to, const float* from, int src_bytes) {
+  unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(shared), "l"(from), "r"(src_bytes));
+}
+
+// matmul_tiled with its tiles staged by cp.async (issue 41's kind of kernel): commit, wait
+// for the group, then the barrier.
+__global__ void matmul_cp_async(const float* a, const float* b, float* c, int n) {
+  __shared__ float ta[kTile][kTile];
+  __shared__ float tb[kTile][kTile];
+  int row = blockIdx.y * kTile + threadIdx.y;
+  int col = blockIdx.x * kTile + threadIdx.x;
+  float sum = 0;
+  for (int t = 0; t < n; t += kTile) {
+    bool a_in = row < n && t + threadIdx.x < n;
+    bool b_in = t + threadIdx.y < n && col < n;
+    CopyAsync4(&ta[threadIdx.y][threadIdx.x], a + (a_in ? row * n + t + threadIdx.x : 0), a_in ? 4 : 0);
+    CopyAsync4(&tb[threadIdx.y][threadIdx.x], b + (b_in ? (t + threadIdx.y) * n + col : 0), b_in ? 4 : 0);
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads();
+    for (int k = 0; k < kTile; ++k) sum += ta[threadIdx.y][k] * tb[k][threadIdx.x];
+    __syncthreads();
+  }
+  if (row < n && col < n) c[row * n + col] = sum;
 }
 
 // 256-bin histogram of bytes: shared-memory bins, then one global atomic per bin.

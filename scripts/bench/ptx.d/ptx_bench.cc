@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -143,6 +144,50 @@ void BM_Matmul_Native(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.SetItemsProcessed(state.iterations() * kMatrix * kMatrix * kMatrix);
+}
+
+// matmul_cp_async (its tiles staged by cp.async) on n x n matrices: kMatrix, or
+// GPUPOOL_BENCH_MATMUL_N (a larger one, measured on its own: scripts/bench/ptx's table is
+// kMatrix's).
+int CpAsyncMatrix() {
+  const char* n = std::getenv("GPUPOOL_BENCH_MATMUL_N");
+  return n != nullptr && std::atoi(n) > 0 ? std::atoi(n) : kMatrix;
+}
+
+void BM_MatmulCpAsync_Engine(benchmark::State& state, JitMode mode) {
+  const int n = CpAsyncMatrix();
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
+  Memory memory;
+  uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c);
+  auto params = Pack(da, db, dc, n);
+  uint32_t grid[3] = {static_cast<uint32_t>((n + 15) / 16), static_cast<uint32_t>((n + 15) / 16), 1};
+  uint32_t block[3] = {16, 16, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "matmul_cp_async", grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "matmul_cp_async", grid, block, params, memory, &instructions);
+  if (c[0] != n * 0.5f || c[n * n - 1] != n * 0.5f) state.SkipWithError("wrong product");
+  state.SetItemsProcessed(state.iterations() * int64_t{n} * n * n);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+  state.SetLabel("n=" + std::to_string(n));
+}
+
+void BM_MatmulCpAsync_Native(benchmark::State& state) {
+  const int n = CpAsyncMatrix();
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
+  for (auto _ : state) {
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        float sum = 0;
+        for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
+        c[i * n + j] = sum;
+      }
+    }
+    benchmark::DoNotOptimize(c.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * int64_t{n} * n * n);
+  state.SetLabel("n=" + std::to_string(n));
 }
 
 void BM_Histogram_Engine(benchmark::State& state, JitMode mode) {
@@ -281,6 +326,9 @@ BENCHMARK(BM_Saxpy_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Matmul_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Matmul_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MatmulCpAsync_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MatmulCpAsync_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MatmulCpAsync_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Histogram_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Histogram_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Histogram_Native)->Unit(benchmark::kMillisecond)->UseRealTime();

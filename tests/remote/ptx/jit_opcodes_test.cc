@@ -25,7 +25,15 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"exit", "exit;"},
     {"bar", "bar.sync 0;"},
     {"barrier", "barrier.sync 0;"},
+    {"membar", "membar.gl;"},
+    {"fence", "fence.sc.gpu;"},
+    {"prefetch", "prefetch.global.L2 [%rd1];"},
+    {"prefetchu", "prefetchu.L1 [%rd1];"},
+    {"discard", "discard.global.L2 [%rd1], 128;"},
+    {"applypriority", "applypriority.global.L2::evict_normal [%rd1], 128;"},
     {"ld", "ld.global.u32 %r2, [%rd1];"},
+    {"ldu", "ldu.global.u32 %r2, [%rd1];"},
+    {"cp", "cp.async.ca.shared.global [%r1], [%rd1], 4;\n  cp.async.commit_group;\n  cp.async.wait_group 0;"},
     {"st", "st.global.u32 [%rd1+4], %r1;"},
     {"atom", "atom.global.add.u32 %r2, [%rd1], 1;"},
     {"red", "red.global.add.u32 [%rd1], 1;"},
@@ -105,6 +113,57 @@ TEST(JitOpcodeColumn, EveryOpcodeMarkedTrueCompiles) {
   // A sample of an opcode the table does not mark (or no longer holds) is a stale one.
   EXPECT_EQ(marked, static_cast<int>(kSamples.size()));
   for (const auto& [name, body] : kSamples) EXPECT_TRUE(JitHasEmitter(name)) << name;
+}
+
+// The other forms of the opcodes marked true for cp.async, fences and cache hints that the
+// tier takes, and those of the same opcodes it leaves to the interpreter: what a thread may
+// wait for another thread with (volatile, relaxed, acquire and .cg loads: here a thread
+// runs to its next barrier before the next one starts), the mbarrier arrival, bulk copies
+// and the proxy fences.
+TEST(JitOpcodeColumn, TheFormsOfAsyncCopiesFencesAndHintsItTakes) {
+  const char* const kTaken[] = {
+      "cp.async.ca.shared.global [%r1], [%rd1], 8;",
+      "cp.async.ca.shared.global [%r1+8], [%rd1+4], 16;",
+      "cp.async.cg.shared.global [%r1], [%rd1], 16;",
+      "cp.async.cg.shared::cta.global.L2::128B [%r1], [%rd1], 16;",
+      "cp.async.cg.shared.global [%r1], [%rd1], 16, %r1;",
+      "cp.async.ca.shared.global [%r1], [%rd1], 4, 2;",
+      "cp.async.ca.shared.global [%r1], [%rd1], 8, %rd1;",
+      "setp.lt.u32 %p1, %r1, 5;\n  cp.async.cg.shared.global [%r1], [%rd1], 16, %p1;",
+      "cp.async.wait_all;",
+      "membar.cta;",
+      "membar.sys;",
+      "fence.acq_rel.cta;",
+      "fence.sc.sys;",
+      "fence.gpu;",
+      "prefetch.L1 [%rd1];",
+      "ldu.global.f32 %f2, [%rd1+4];",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "ld.volatile.global.u32 %r2, [%rd1];",
+      "ld.relaxed.gpu.global.u32 %r2, [%rd1];",
+      "ld.acquire.gpu.global.u32 %r2, [%rd1];",
+      "ld.global.cg.u32 %r2, [%rd1];",
+      "ld.global.cv.u32 %r2, [%rd1];",
+      "nanosleep.u32 100;",
+      "cp.async.mbarrier.arrive.noinc.shared.b64 [%r1];",
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1], 16, [%r1];",
+      "cp.async.ca.shared.global [%r1], [%rd1], 2;",
+      "cp.async.cg.shared.global [%r1], [%rd1], 8;",
+      "fence.proxy.async;",
+      "fence.mbarrier_init.release.cluster;",
+      "fence.sc.cluster;",
+      "membar.gpu;",
+      "ldu.global.v2.u32 {%r2, %r3}, [%rd1];",  // a vector of registers, as ld.v2
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
 }
 
 TEST(JitOpcodeColumn, EveryOpcodeMarkedFalseIsRefusedByTheTable) {

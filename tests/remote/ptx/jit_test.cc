@@ -550,5 +550,173 @@ TEST(JitLimits, ABranchToALabelAfterTheLastInstructionEndsTheThread) {
   EXPECT_EQ((*decoded)->jit->jit_launches.load(), 1u) << (*decoded)->jit->refused;
 }
 
+// cp.async (JitCpAsync.ptx): the tier copies at issue, as the interpreter does, with the
+// same zero-fill (src-size, ignore-src) and the same faults.
+class JitAsyncCopy : public ::testing::Test {
+ public:
+  void SetUp() override { Parse(KernelText("JitCpAsync.ptx")); }
+  void TearDown() override { SetJitMode(JitMode::kAuto); }
+
+  void Parse(const std::string& text) {
+    auto parsed = PtxModule::Parse(text);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    module_ = std::move(*parsed);
+  }
+  const DecodedKernel& Kernel(const std::string& name) {
+    auto kernel = module_->Decode(name, {});
+    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
+    return **kernel;
+  }
+
+  // `stage` on 64 threads from an input of `in_size` bytes at `shift` bytes, to `target`
+  // bytes past each thread's place in shared memory, in `mode`: its CUresult, *out and
+  // *detail.
+  int32_t Stage(JitMode mode, uint32_t shift, uint32_t target, std::vector<uint8_t>* out, std::string* detail,
+                uint64_t* in_address = nullptr, size_t in_size = 1024) {
+    SetJitMode(mode);
+    std::vector<uint8_t> in(in_size);
+    for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint8_t>(k * 7 + 1);
+    out->assign(1024, 0xee);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(*out);
+    if (in_address != nullptr) *in_address = din;
+    return Launch(Kernel("stage"), {1, 1, 1}, {64, 1, 1}, Pack(din, dout, shift, target), memory, nullptr, detail);
+  }
+
+  std::unique_ptr<PtxModule> module_;
+};
+
+// nvcc's tiled matrix multiply of cp.async copies (4 bytes each, src-size and ignore-src
+// zero-filling the tiles past the matrix's edge): the interpreter's results bit for bit,
+// and the product.
+TEST_F(JitAsyncCopy, ATiledMatrixMultiplyGivesTheInterpretersResults) {
+  const DecodedKernel& kernel = Kernel("matmul_cp_async");
+  const int n = 37;  // not a multiple of the tile: the last tiles are partly zeros
+  std::vector<float> a(n * n), b(n * n);
+  for (int k = 0; k < n * n; ++k) {
+    a[k] = static_cast<float>(k % 7) - 3;
+    b[k] = static_cast<float>(k % 5) * 0.5f;
+  }
+  std::vector<float> c[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    c[compiled].assign(n * n, -1.0f);
+    Memory memory;
+    const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[compiled]);
+    std::string detail;
+    const uint32_t tiles = (n + 15) / 16;
+    ASSERT_EQ(Launch(kernel, {tiles, tiles, 1}, {16, 16, 1}, Pack(da, db, dc, n), memory, nullptr, &detail), 0)
+        << detail;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float sum = 0;  // small integers and halves: exact in any order
+      for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
+      ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
+      ASSERT_EQ(std::bit_cast<uint32_t>(c[1][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j])) << i << ", " << j;
+    }
+  }
+}
+
+// Double buffering with CUDA's pipeline primitives (nvcc's: the next tiles' copies issued
+// before the current ones are read, cp.async.wait_group 1): the interpreter's results, and
+// the product.
+TEST_F(JitAsyncCopy, ADoubleBufferedPipelineGivesTheInterpretersResults) {
+  const DecodedKernel& kernel = Kernel("mm_pipe");
+  const int n = 64;
+  std::vector<float> a(n * n), b(n * n);
+  for (int k = 0; k < n * n; ++k) {
+    a[k] = static_cast<float>(k % 11) - 5;
+    b[k] = static_cast<float>(k % 3) * 0.25f;
+  }
+  std::vector<float> c[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    c[compiled].assign(n * n, -1.0f);
+    Memory memory;
+    const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[compiled]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {n / 16, n / 16, 1}, {16, 16, 1}, Pack(da, db, dc, n), memory, nullptr, &detail), 0)
+        << detail;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
+      ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
+      ASSERT_EQ(std::bit_cast<uint32_t>(c[1][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j])) << i << ", " << j;
+    }
+  }
+}
+
+// Every size of source a 16-byte copy may have (src-size 0 to 16 and more), and
+// ignore-src: the bytes not from the source are zeros, on both tiers.
+TEST_F(JitAsyncCopy, SrcSizeAndIgnoreSrcFillWithZeros) {
+  for (uint32_t shift : {0u, 4u}) {
+    std::vector<uint8_t> out[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      std::string detail;
+      const JitMode mode = compiled ? JitMode::kAlways : JitMode::kOff;
+      ASSERT_EQ(Stage(mode, shift, 0, &out[compiled], &detail, nullptr, 1024 + shift), 0) << detail;
+    }
+    for (uint32_t t = 0; t < 64; ++t) {
+      const uint32_t from_source = std::min(t % 32, 16u);
+      for (uint32_t k = 0; k < 16; ++k) {
+        const uint32_t at = 16 * t + shift + k;
+        uint8_t expected = k < from_source ? static_cast<uint8_t>(at * 7 + 1) : 0;
+        if (k >= 12) expected = (t & 4) ? 0 : static_cast<uint8_t>(at * 7 + 1);
+        ASSERT_EQ(out[0][16 * t + k], expected) << "thread " << t << ", byte " << k << ", shift " << shift;
+        ASSERT_EQ(out[1][16 * t + k], out[0][16 * t + k]) << "thread " << t << ", byte " << k << ", shift " << shift;
+      }
+    }
+  }
+  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 2u) << Kernel("stage").jit->refused;
+}
+
+// A copy from past the source's allocation, or to past the CTA's shared memory, fails the
+// launch on both tiers with the same error and the same text (a source of 13 of the 16
+// bytes: a fault of 13 bytes); a copy of no bytes from the source reads nothing.
+TEST_F(JitAsyncCopy, AStrayCopyFailsTheLaunchAsOnTheInterpreter) {
+  for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+    std::vector<uint8_t> out;
+    std::string detail;
+    uint64_t in = 0;
+    char expected[96];
+    // Thread 45 (warp 1) copies 13 bytes from 1012 of the 1024: one past the end.
+    EXPECT_EQ(Stage(mode, 292, 0, &out, &detail, &in), kIllegalAddress);
+    std::snprintf(expected, sizeof(expected), "cp.async load of 13 bytes at 0x%llx (block 0, warp 1)",
+                  static_cast<unsigned long long>(in + 16 * 45 + 292));
+    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+    // Thread 63 copies all 16 from 1024 on.
+    EXPECT_EQ(Stage(mode, 16, 0, &out, &detail, &in), kIllegalAddress);
+    std::snprintf(expected, sizeof(expected), "cp.async load of 16 bytes at 0x%llx (block 0, warp 1)",
+                  static_cast<unsigned long long>(in + 1024));
+    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+    // Thread 63's target ends 16 bytes past the 1024 of `staged`.
+    EXPECT_EQ(Stage(mode, 0, 16, &out, &detail), kIllegalAddress);
+    EXPECT_NE(detail.find("cp.async store of 16 bytes"), std::string::npos) << detail;
+    EXPECT_NE(detail.find("(block 0, warp 1)"), std::string::npos) << detail;
+  }
+  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 3u) << Kernel("stage").jit->refused;
+}
+
+// A kernel that copies with cp.async and reads what another thread wrote with a load a
+// thread could spin on (ld.volatile) stays interpreted: each thread here runs to its next
+// barrier before the next one starts, and only the interpreter lets the others run.
+TEST_F(JitAsyncCopy, AKernelThatMayWaitForAnotherThreadStaysInterpreted) {
+  std::string text = KernelText("JitCpAsync.ptx");
+  const std::string load = "ld.shared.u32 %r12, [%r4];";
+  text.replace(text.find(load), load.size(), "ld.volatile.shared.u32 %r12, [%r4];");
+  Parse(text);
+  std::vector<uint8_t> out;
+  std::string detail;
+  ASSERT_EQ(Stage(JitMode::kAlways, 0, 0, &out, &detail), 0) << detail;
+  EXPECT_EQ(out[16 * 20 + 1], static_cast<uint8_t>((16 * 20 + 1) * 7 + 1));
+  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 0u);
+  EXPECT_NE(Kernel("stage").jit->refused.find("volatile"), std::string::npos) << Kernel("stage").jit->refused;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
