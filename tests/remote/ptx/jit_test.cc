@@ -9,6 +9,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -568,6 +569,39 @@ class JitAsyncCopy : public ::testing::Test {
     return **kernel;
   }
 
+  // C = A * B (n x n, A[k] = a_at(k), B[k] = b_at(k)) by `name` on tiles x tiles blocks of
+  // 16 x 16 threads, interpreted and compiled: the product (small integers and fractions of
+  // a power of two, exact in any order), and the compiled result bit for bit the
+  // interpreter's; the compiled launch must have been the JIT's.
+  void MultiplyOnBothTiers(const std::string& name, int n, uint32_t tiles, const std::function<float(int)>& a_at,
+                           const std::function<float(int)>& b_at) {
+    const DecodedKernel& kernel = Kernel(name);
+    std::vector<float> a(n * n), b(n * n);
+    for (int k = 0; k < n * n; ++k) {
+      a[k] = a_at(k);
+      b[k] = b_at(k);
+    }
+    std::vector<float> c[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      c[compiled].assign(n * n, -1.0f);
+      Memory memory;
+      const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[compiled]);
+      std::string detail;
+      ASSERT_EQ(Launch(kernel, {tiles, tiles, 1}, {16, 16, 1}, Pack(da, db, dc, n), memory, nullptr, &detail), 0)
+          << detail;
+    }
+    EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        float sum = 0;
+        for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
+        ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
+        ASSERT_EQ(std::bit_cast<uint32_t>(c[1][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j])) << i << ", " << j;
+      }
+    }
+  }
+
   // `stage` on 64 threads from an input of `in_size` bytes at `shift` bytes, to `target`
   // bytes past each thread's place in shared memory, in `mode`: its CUresult, *out and
   // *detail.
@@ -590,65 +624,20 @@ class JitAsyncCopy : public ::testing::Test {
 // zero-filling the tiles past the matrix's edge): the interpreter's results bit for bit,
 // and the product.
 TEST_F(JitAsyncCopy, ATiledMatrixMultiplyGivesTheInterpretersResults) {
-  const DecodedKernel& kernel = Kernel("matmul_cp_async");
   const int n = 37;  // not a multiple of the tile: the last tiles are partly zeros
-  std::vector<float> a(n * n), b(n * n);
-  for (int k = 0; k < n * n; ++k) {
-    a[k] = static_cast<float>(k % 7) - 3;
-    b[k] = static_cast<float>(k % 5) * 0.5f;
-  }
-  std::vector<float> c[2];
-  for (int compiled = 0; compiled < 2; ++compiled) {
-    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
-    c[compiled].assign(n * n, -1.0f);
-    Memory memory;
-    const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[compiled]);
-    std::string detail;
-    const uint32_t tiles = (n + 15) / 16;
-    ASSERT_EQ(Launch(kernel, {tiles, tiles, 1}, {16, 16, 1}, Pack(da, db, dc, n), memory, nullptr, &detail), 0)
-        << detail;
-  }
-  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) {
-      float sum = 0;  // small integers and halves: exact in any order
-      for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
-      ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
-      ASSERT_EQ(std::bit_cast<uint32_t>(c[1][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j])) << i << ", " << j;
-    }
-  }
+  MultiplyOnBothTiers(
+      "matmul_cp_async", n, (n + 15) / 16, [](int k) { return static_cast<float>(k % 7) - 3; },
+      [](int k) { return static_cast<float>(k % 5) * 0.5f; });
 }
 
 // Double buffering with CUDA's pipeline primitives (nvcc's: the next tiles' copies issued
 // before the current ones are read, cp.async.wait_group 1): the interpreter's results, and
 // the product.
 TEST_F(JitAsyncCopy, ADoubleBufferedPipelineGivesTheInterpretersResults) {
-  const DecodedKernel& kernel = Kernel("mm_pipe");
   const int n = 64;
-  std::vector<float> a(n * n), b(n * n);
-  for (int k = 0; k < n * n; ++k) {
-    a[k] = static_cast<float>(k % 11) - 5;
-    b[k] = static_cast<float>(k % 3) * 0.25f;
-  }
-  std::vector<float> c[2];
-  for (int compiled = 0; compiled < 2; ++compiled) {
-    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
-    c[compiled].assign(n * n, -1.0f);
-    Memory memory;
-    const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[compiled]);
-    std::string detail;
-    ASSERT_EQ(Launch(kernel, {n / 16, n / 16, 1}, {16, 16, 1}, Pack(da, db, dc, n), memory, nullptr, &detail), 0)
-        << detail;
-  }
-  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < n; ++j) {
-      float sum = 0;
-      for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
-      ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
-      ASSERT_EQ(std::bit_cast<uint32_t>(c[1][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j])) << i << ", " << j;
-    }
-  }
+  MultiplyOnBothTiers(
+      "mm_pipe", n, n / 16, [](int k) { return static_cast<float>(k % 11) - 5; },
+      [](int k) { return static_cast<float>(k % 3) * 0.25f; });
 }
 
 // Every size of source a 16-byte copy may have (src-size 0 to 16 and more), and
