@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
@@ -326,6 +327,8 @@ HttpCounters HttpServer::counters() const {
 }
 
 void HttpServer::Loop() {
+  // Named, as the workers below, so that `top -H` and `ps -L` tell gpupoold's threads apart.
+  pthread_setname_np(pthread_self(), "gpupoold-loop");
   epoll_event events[64];
   constexpr int kTickMs = 200;
   Clock::time_point last_tick = Clock::now();
@@ -595,6 +598,7 @@ void HttpServer::Close(const std::shared_ptr<Conn>& c) {
 }
 
 void HttpServer::Worker(bool priority) {
+  pthread_setname_np(pthread_self(), priority ? "gpupoold-prio" : "gpupoold-work");
   std::deque<Job>& queue = priority ? priority_work_ : work_;
   std::condition_variable& cv = priority ? priority_cv_ : work_cv_;
   for (;;) {

@@ -1,5 +1,6 @@
 #include "poold/store.h"
 
+#include <pthread.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 
@@ -329,6 +330,7 @@ uint64_t Store::commits() const {
 }
 
 void Store::CommitterLoop() {
+  pthread_setname_np(pthread_self(), "gpupoold-commit");
   uint64_t since_trim = 0;
   for (;;) {
     std::vector<Op> batch;

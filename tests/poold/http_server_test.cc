@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <chrono>
 #include <future>
 #include <string>
@@ -196,6 +199,26 @@ TEST_F(HeldAnswerTest, ASlowReaderGetsItsWholeAnswerAndOneThatNeverReadsTimesOut
   std::this_thread::sleep_for(1500ms);
   EXPECT_EQ(server_->counters().timed_out, 1u);
   close(never);
+}
+
+// Admins tell gpupoold's threads apart in `top -H` and `ps -L` by name.
+TEST_F(HeldAnswerTest, TheLoopAndWorkerThreadsAreNamed) {
+  HttpLimits limits;
+  limits.workers = 3;
+  limits.priority_workers = 2;
+  Start(limits);
+  httplib::Client http("127.0.0.1", server_->port());
+  ASSERT_TRUE(http.Get("/now"));  // the loop runs (and named itself) once it answers
+  std::map<std::string, int> named;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    ++named[name];
+  }
+  EXPECT_EQ(named["gpupoold-loop"], 1);
+  EXPECT_EQ(named["gpupoold-work"], 3);
+  EXPECT_EQ(named["gpupoold-prio"], 2);
 }
 
 }  // namespace

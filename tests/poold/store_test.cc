@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -113,6 +114,26 @@ class ScratchStore {
 
 // Changes queued under one Store::Hold are written in one transaction, however long the
 // operation takes between them (here 3 ms, with the committer awake in between).
+// The committer is named, so that `top -H` shows how much of gpupoold's time is the store's.
+TEST(StoreTest, TheCommitterThreadIsNamed) {
+  auto count = [] {
+    int named = 0;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      named += name == "gpupoold-commit";
+    }
+    return named;
+  };
+  const int before = count();
+  ScratchStore store("named");
+  ASSERT_TRUE(store.ok());
+  store->Enqueue(EventRow{});
+  ASSERT_TRUE(store->WaitDurable(store->last_ticket()).ok());  // the committer has run
+  EXPECT_EQ(count(), before + 1);
+}
+
 TEST(StoreTest, AHeldOperationIsOneTransaction) {
   ScratchStore store("hold");
   ASSERT_TRUE(store.ok());
