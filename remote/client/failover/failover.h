@@ -406,6 +406,8 @@ class Failover {
   // Whether `channel`'s connection is known broken; on one to `lost`'s endpoint, waits up
   // to kPeerGoneGrace for it (mu() held in *wire at each look, released between).
   bool ConnectionGone(Channel* channel, const GpuLocation& lost, std::unique_lock<std::mutex>* wire);
+  // Takes mu() into *wire unless StopBackground is called first (then false).
+  bool LockUnlessStopped(std::unique_lock<std::mutex>* wire);
 
   const FailoverConfig config_;
   const int device_;

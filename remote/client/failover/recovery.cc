@@ -484,10 +484,11 @@ void Failover::RecoverInBackground(Channel* channel, const GpuLocation& lost) {
 
 void Failover::RunBackgroundRecovery(Channel* channel, GpuLocation lost) {
   {
-    std::unique_lock<std::mutex> wire(mu_);
+    std::unique_lock<std::mutex> wire(mu_, std::defer_lock);
+    LockUnlessStopped(&wire);
     // Checked once the connection is known broken: the program's own call may have
     // recovered it meanwhile (its connection is then a new one, open).
-    if (ConnectionGone(channel, lost, &wire) && protecting_ && recovered_ == nullptr &&
+    if (wire.owns_lock() && ConnectionGone(channel, lost, &wire) && protecting_ && recovered_ == nullptr &&
         channel->connection.get() != abandoned_) {
       ++background_started_;
       GpuLocation location = channel->location;
@@ -517,8 +518,18 @@ bool Failover::ConnectionGone(Channel* channel, const GpuLocation& lost, std::un
     if (!same_agent || std::chrono::steady_clock::now() >= until || stop_background_.load()) return false;
     wire->unlock();
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    wire->lock();
+    if (!LockUnlessStopped(wire)) return false;
   }
+}
+
+bool Failover::LockUnlessStopped(std::unique_lock<std::mutex>* wire) {
+  // mu() is held by a call of the program's to this GPU, if any (which may then recover the
+  // GPU itself): waited for in steps, so that StopBackground never waits on that call.
+  while (!wire->try_lock()) {
+    if (stop_background_.load()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 void Failover::StopBackground() {
