@@ -190,8 +190,8 @@ class Failover {
   };
 
   // Called (with mu() held) when this GPU starts a recovery because its agent is gone:
-  // `lost` is where it was. The runtime's calls RecoverInBackground on the process's other
-  // GPUs. Call before the first Deliver.
+  // `lost` is where it was. The runtime's hook calls RecoverInBackground on the process's
+  // other GPUs. Set before the first Deliver.
   using AgentLostHook = std::function<void(const GpuLocation& lost)>;
   void SetAgentLostHook(AgentLostHook hook) { agent_lost_ = std::move(hook); }
   // Another GPU of the process found its agent `lost`: recovers `channel` (this GPU's, as
