@@ -11,9 +11,14 @@
 #   --mode separate: device 0 on server A, device 1 on server C (N=2); A is killed and the
 #     lease names B for slot 0 only. Device 1 must be untouched: no recovery of it, and C
 #     attached the program once (the same session throughout, nothing replayed there).
+#   --mode exit: both GPUs on A (N=2), the program exit_while_recovering; A is killed and
+#     the lease names B for slot 0 only, so device 1's background recovery still waits for
+#     a replacement (GPUPOOL_RECOVERY_DEADLINE=120) when the program, done with device 0,
+#     exits: the exit must stop that wait (logged), within seconds, and exit 0.
 #
 # usage: failover_together.sh --server BIN --lib DIR --transport tcp|shm --port PORT
-#            --gpus N --mode shared|separate -- PROGRAM [ARGS...]
+#            --gpus N --mode shared|separate|exit -- PROGRAM [ARGS...]
+# The program prints "...: running" once it is under way, and "...: PASS".
 # Uses ports PORT, PORT+1 and PORT+2.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,8 +34,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 (($# > 0)) || { echo "failover_together.sh: no program given" >&2; exit 2; }
-[[ $mode == shared || ($mode == separate && $gpus == 2) ]] ||
-  { echo "failover_together.sh: --mode shared, or separate with --gpus 2" >&2; exit 2; }
+[[ $mode == shared || ($mode =~ ^(separate|exit)$ && $gpus == 2) ]] ||
+  { echo "failover_together.sh: --mode shared, or separate or exit with --gpus 2" >&2; exit 2; }
 . "$here/transport_env.sh" "$transport" || exit 2
 
 token=$(new_token)
@@ -65,7 +70,7 @@ name_in_lease() {
 start_server a "$port" "$gpus"
 start_server b "$((port + 1))" "$((2 * gpus))"
 before=() after=()
-if [[ $mode == shared ]]; then
+if [[ $mode != separate ]]; then
   for ((d = 0; d < gpus; ++d)); do
     before+=("$(uuid_of a "$d")@$port")
     after+=("$(uuid_of b "$((gpus + d))")@$((port + 1))")
@@ -75,39 +80,51 @@ else
   before=("$(uuid_of a 0)@$port" "$(uuid_of c 1)@$((port + 2))")
   after=("$(uuid_of b 3)@$((port + 1))" "${before[1]}")
 fi
+[[ $mode == exit ]] && after[1]=${before[1]}  # slot 1 never moves
 name_in_lease 1 "${before[@]}"
 
-export GPUPOOL_GPUS=$(IFS=,; echo "${before[*]/@/@127.0.0.1:}")
+GPUPOOL_GPUS=$(IFS=,; echo "${before[*]/@/@127.0.0.1:}")
+export GPUPOOL_GPUS
 export GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN="$token" GPUPOOL_LEASE_FILE="$workdir/lease.json"
 export GPUPOOL_FAILOVER=replay GPUPOOL_RECOVERY_DEADLINE=30
+[[ $mode == exit ]] && export GPUPOOL_RECOVERY_DEADLINE=120
 unset CUDA_VISIBLE_DEVICES
 export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 timeout 240 "$@" >"$workdir/program.out" 2>"$workdir/program.err" &
 program_pid=$!
 
 for _ in $(seq 1 600); do
-  grep -q "^iterate: running" "$workdir/program.out" 2>/dev/null && break
+  grep -q ": running$" "$workdir/program.out" 2>/dev/null && break
   kill -0 "$program_pid" 2>/dev/null || break
   sleep 0.1
 done
-if ! grep -q "^iterate: running" "$workdir/program.out"; then
+if ! grep -q ": running$" "$workdir/program.out"; then
   echo "FAIL: the program did not get going" >&2
   cat "$workdir/program.out" "$workdir/program.err" >&2
   exit 1
 fi
 kill -9 "$a_pid"
 wait "$a_pid" 2>/dev/null
+killed_at=$SECONDS
 name_in_lease 2 "${after[@]}"
 wait "$program_pid"
 rc=$?
+seconds=$((SECONDS - killed_at))
 cat "$workdir/program.out"
 cat "$workdir/program.err" >&2
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ $rc -eq 0 ]] || fail "the program exited $rc"
-grep -q "^iterate: PASS" "$workdir/program.out" || fail "no PASS"
+grep -q ": PASS" "$workdir/program.out" || fail "no PASS"
 err="$workdir/program.err"
-if [[ $mode == shared ]]; then
+if [[ $mode == exit ]]; then
+  grep -q "GPU 0: recovered on ${after[0]%@*} at 127.0.0.1:$((port + 1))" "$err" || fail "GPU 0 did not recover"
+  grep -q "GPU 1 (.*): its connection is lost too" "$err" || fail "GPU 1's recovery did not start"
+  grep -q "GPU 1: recovery stopped: the process is shutting down" "$err" ||
+    fail "the exit did not stop GPU 1's recovery"
+  ((seconds < 30)) || fail "the program took ${seconds} s to end after the failure"
+  echo "exited ${seconds} s after the failure, GPU 1's recovery stopped"
+elif [[ $mode == shared ]]; then
   for ((d = 0; d < gpus; ++d)); do
     n=$(grep -c "GPU $d: recovered on ${after[d]%@*} at 127.0.0.1:$((port + 1))" "$err")
     [[ $n -eq 1 ]] || fail "GPU $d recovered $n time(s), not once"
