@@ -501,6 +501,11 @@ bool RpcClient::BulkFailedLocked(Pending* pending) {
 
 uint64_t RpcClient::next_sequence() { return next_seq_.load(std::memory_order_relaxed); }
 
+bool RpcClient::PeerGone() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return !broken_.empty() || (control_fd_ >= 0 && PeerClosed(control_fd_));
+}
+
 void RpcClient::SetAbandonCheck(std::function<std::string()> check) {
   std::lock_guard<std::mutex> lock(mu_);
   abandon_ = std::move(check);

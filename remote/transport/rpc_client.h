@@ -91,6 +91,10 @@ class ClientConnection {
   // The transport seq the next request will carry (the server knows which seqs it ran:
   // a handoff tells the client which of its requests the old GPU ran).
   virtual uint64_t next_sequence() = 0;
+  // Whether the connection is known broken without sending anything: a request already
+  // failed on it, or the server closed its socket (its process ended). Does not wait. The
+  // failover asks it of a process's other GPUs when one's agent is found gone (failover.h).
+  virtual bool PeerGone() { return false; }
 };
 
 class RpcClient : public ClientConnection {
@@ -120,6 +124,7 @@ class RpcClient : public ClientConnection {
   Status Drain(int32_t* first_error) override;
   void SetAbandonCheck(std::function<std::string()> check) override;
   uint64_t next_sequence() override;
+  bool PeerGone() override;
 
   const std::string& endpoint() const { return endpoint_; }
 

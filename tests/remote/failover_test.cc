@@ -890,6 +890,195 @@ TEST_F(FailoverTest, NoReplacementWithinTheDeadlineGivesTheOriginalError) {
   EXPECT_EQ(Synchronize(), dp::kCuEccUncorrectable);
 }
 
+// Recovering together (failover.h): a second GPU of the process (slot 1) on the same agent
+// as the first. When the agent goes away, the recovery of the GPU whose call found it starts
+// the other's at once, on a thread of its own; the program's next call to the other GPU
+// waits for it and takes the recovered session up.
+class TogetherTest : public FailoverTest {
+ protected:
+  static constexpr uint64_t kOtherData = kData + (uint64_t{1} << 20);
+
+  // The lease file naming `slot0` and `slot1`.
+  void NameBoth(const Agent& slot0, const Agent& slot1) {
+    std::ofstream out(lease_file_ + ".tmp");
+    out << R"({"generation": 2, "gpus": [{"uuid": ")" << slot0.uuid << R"(", "endpoint": ")" << slot0.endpoint
+        << R"("}, {"uuid": ")" << slot1.uuid << R"(", "endpoint": ")" << slot1.endpoint << R"("}]})";
+    out.close();
+    ASSERT_EQ(std::rename((lease_file_ + ".tmp").c_str(), lease_file_.c_str()), 0);
+  }
+
+  // Both GPUs on the first agent; the first one's lost agent starts the other's recovery,
+  // as the runtime wires them.
+  void OpenBoth(FailoverConfig config, FailoverConfig other_config) {
+    NameBoth(*first_, *first_);
+    Open(config);
+    other_ = std::make_unique<Failover>(other_config, 1, 1, lease_file_, OpenSession);
+    other_channel_.location = {first_->uuid, first_->endpoint};
+    std::string why;
+    int32_t refusal = 0;
+    other_channel_.connection = OpenSession(other_channel_.location, &other_channel_.description, &why, &refusal);
+    ASSERT_NE(other_channel_.connection, nullptr) << why;
+    failover_->SetAgentLostHook(
+        [this](const GpuLocation& lost) { other_->RecoverInBackground(&other_channel_, lost); });
+  }
+
+  int32_t OtherCall(uint32_t op, const void* args, size_t args_len, const void* payload = nullptr,
+                    size_t payload_len = 0, void* result = nullptr, size_t capacity = 0) {
+    Reply reply;
+    Status transport_error;
+    other_moved_ = false;
+    return other_->Deliver(&other_channel_, Failover::Delivery::kCall,
+                           {op, args, args_len, payload, payload_len, result, capacity}, &reply, &transport_error,
+                           &other_moved_);
+  }
+
+  // The other GPU's state: a range, uploaded and checkpointed, then written again (in the
+  // log only).
+  void PrepareOther() {
+    other_reference_.assign(kElements, 0);
+    for (uint32_t i = 0; i < kElements; ++i) other_reference_[i] = i * 11 + 5;
+    dp::MemAllocArgs alloc{kElements * 4, kOtherData};
+    ASSERT_EQ(OtherCall(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+    dp::MemcpyHtoDArgs copy{kOtherData, kElements * 4, 0};
+    ASSERT_EQ(OtherCall(dp::kOpMemcpyHtoD, &copy, sizeof(copy), other_reference_.data(), kElements * 4), 0);
+    ASSERT_EQ(OtherCall(dp::kOpContextSynchronize, nullptr, 0), 0);  // a checkpoint
+    other_reference_[3] = 12345;
+    dp::MemcpyHtoDArgs one{kOtherData + 12, 4, 0};
+    ASSERT_EQ(OtherCall(dp::kOpMemcpyHtoD, &one, sizeof(one), &other_reference_[3], 4), 0);
+  }
+
+  void ExpectOtherMatches() {
+    std::vector<uint32_t> data(kElements);
+    dp::MemcpyDtoHArgs read{kOtherData, kElements * 4, 0};
+    ASSERT_EQ(OtherCall(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, data.data(), kElements * 4), 0);
+    EXPECT_EQ(data, other_reference_);
+  }
+
+  size_t BackgroundRecoveries() {
+    std::lock_guard<std::mutex> wire(other_->mu());  // waits for one under way
+    return other_->background_recoveries();
+  }
+
+  std::unique_ptr<Failover> other_;
+  Failover::Channel other_channel_;
+  std::vector<uint32_t> other_reference_;
+  bool other_moved_ = false;
+};
+
+TEST_F(TogetherTest, TheOtherGpuOfALostAgentRecoversBeforeTheProgramCallsIt) {
+  OpenBoth(Replay(), Replay());
+  Prepare();
+  PrepareOther();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  Step(4);
+  first_->server.reset();  // the agent of both goes away
+  NameBoth(*second_, *second_);
+  EXPECT_EQ(Synchronize(), 0);  // the first GPU's recovery, which starts the other's
+  // The other GPU recovered with no call of its own.
+  EXPECT_EQ(BackgroundRecoveries(), 1u);
+  ASSERT_EQ(other_->recoveries().size(), 1u);
+  EXPECT_EQ(other_->recoveries()[0].to.uuid, second_->uuid);
+  EXPECT_EQ(other_channel_.location.uuid, first_->uuid);  // taken up at its next call
+  ExpectOtherMatches();
+  EXPECT_TRUE(other_moved_);
+  EXPECT_EQ(other_channel_.location.uuid, second_->uuid);
+  EXPECT_STREQ(other_channel_.description.uuid, second_->uuid.c_str());
+  EXPECT_EQ(other_->recoveries().size(), 1u);  // not a second time
+  ExpectMatchesReference();
+  EXPECT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(second_->Reports().size(), 2u);
+}
+
+TEST_F(TogetherTest, WithRecoverTogetherOffEachGpuRecoversAtItsOwnCall) {
+  FailoverConfig off = Replay();
+  off.recover_together = false;
+  OpenBoth(off, off);
+  Prepare();
+  PrepareOther();
+  first_->server.reset();
+  NameBoth(*second_, *second_);
+  EXPECT_EQ(Synchronize(), 0);
+  EXPECT_EQ(BackgroundRecoveries(), 0u);
+  EXPECT_TRUE(other_->recoveries().empty());
+  ExpectOtherMatches();  // recovers now, at its own call
+  EXPECT_EQ(other_->recoveries().size(), 1u);
+}
+
+// The other GPU's background recovery finds no replacement: its next call gets the error a
+// recovery of its own would have given, logged once, without waiting the deadline again.
+TEST_F(TogetherTest, AFailedBackgroundRecoveryGivesTheNextCallItsError) {
+  FailoverConfig other_config = Replay();
+  other_config.recovery_deadline = std::chrono::milliseconds(800);
+  OpenBoth(Replay(), other_config);
+  Prepare();
+  PrepareOther();
+  ::testing::internal::CaptureStderr();
+  first_->server.reset();
+  NameBoth(*second_, *first_);  // the other GPU's slot never moves
+  EXPECT_EQ(Synchronize(), 0);
+  EXPECT_EQ(BackgroundRecoveries(), 1u);
+  const auto before = std::chrono::steady_clock::now();
+  EXPECT_EQ(OtherCall(dp::kOpContextSynchronize, nullptr, 0), dp::kCuDeviceUnavailable);
+  EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::milliseconds(700));
+  std::string logged = ::testing::internal::GetCapturedStderr();
+  const std::string deadline = "GPU 1: no replacement within the recovery deadline";
+  const size_t at = logged.find(deadline);
+  EXPECT_NE(at, std::string::npos) << logged;
+  EXPECT_EQ(logged.find(deadline, at + 1), std::string::npos) << logged;
+  EXPECT_TRUE(other_->recoveries().empty());
+  // A later call tries again, as after a failed recovery of its own (the lease moves now).
+  NameBoth(*second_, *second_);
+  EXPECT_EQ(OtherCall(dp::kOpContextSynchronize, nullptr, 0), 0);
+  EXPECT_EQ(other_->recoveries().size(), 1u);
+}
+
+// The process exits while the other GPU's background recovery waits for the lease: the
+// wait ends at once and the thread is joined (no hang until the deadline).
+TEST_F(TogetherTest, StoppingABackgroundRecoveryEndsItsWait) {
+  OpenBoth(Replay(), Replay());  // a deadline of 20 s
+  Prepare();
+  PrepareOther();
+  ::testing::internal::CaptureStderr();
+  first_->server.reset();
+  NameBoth(*second_, *first_);
+  EXPECT_EQ(Synchronize(), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // waiting for the lease now
+  const auto before = std::chrono::steady_clock::now();
+  other_->StopBackground();
+  EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::seconds(2));
+  std::string logged = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(logged.find("GPU 1: recovery stopped: the process is shutting down"), std::string::npos) << logged;
+  EXPECT_TRUE(other_->recoveries().empty());
+  other_.reset();
+}
+
+// The other GPU is on an agent that stays: it is not touched.
+TEST_F(TogetherTest, AGpuWhoseAgentIsHealthyIsNotTouched) {
+  NameBoth(*first_, *second_);
+  Open(Replay());
+  other_ = std::make_unique<Failover>(Replay(), 1, 1, lease_file_, OpenSession);
+  other_channel_.location = {second_->uuid, second_->endpoint};
+  std::string why;
+  int32_t refusal = 0;
+  other_channel_.connection = OpenSession(other_channel_.location, &other_channel_.description, &why, &refusal);
+  ASSERT_NE(other_channel_.connection, nullptr) << why;
+  failover_->SetAgentLostHook([this](const GpuLocation& lost) { other_->RecoverInBackground(&other_channel_, lost); });
+  Prepare();
+  PrepareOther();
+  const transport::ClientConnection* session = other_channel_.connection.get();
+  Agent third(2);
+  first_->server.reset();
+  NameBoth(third, *second_);
+  EXPECT_EQ(Synchronize(), 0);
+  EXPECT_EQ(BackgroundRecoveries(), 0u);
+  ExpectOtherMatches();
+  EXPECT_FALSE(other_moved_);
+  EXPECT_EQ(other_channel_.connection.get(), session);
+  EXPECT_TRUE(other_->recoveries().empty());
+  other_.reset();  // before `third`, which its session does not reach
+}
+
 TEST_F(FailoverTest, AHungGpuIsReportedByTheWatchdogAndTheWaitingCallGoesOnElsewhere) {
   first_ = std::make_unique<Agent>(0, std::chrono::milliseconds(500));
   NameInLease(*first_);
@@ -1337,6 +1526,14 @@ TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
   EXPECT_TRUE(errors.empty());
   unsetenv("GPUPOOL_FAILOVER");
   EXPECT_FALSE(ParseByteSize("", &bytes));
+  EXPECT_TRUE(FailoverConfig::FromEnvironment(&errors).recover_together);
+  setenv("GPUPOOL_RECOVER_TOGETHER", "off", 1);
+  EXPECT_FALSE(FailoverConfig::FromEnvironment(&errors).recover_together);
+  setenv("GPUPOOL_RECOVER_TOGETHER", "maybe", 1);
+  EXPECT_TRUE(FailoverConfig::FromEnvironment(&errors).recover_together);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("GPUPOOL_RECOVER_TOGETHER='maybe'"), std::string::npos);
+  unsetenv("GPUPOOL_RECOVER_TOGETHER");
 }
 
 }  // namespace

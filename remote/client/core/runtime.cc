@@ -205,6 +205,18 @@ CUresult Runtime::Connect() {
              device->endpoint().c_str());
     devices_.push_back(std::move(device));
   }
+  // A recovery from a lost agent starts those of the other GPUs whose connections broke with
+  // it, each on its own thread (failover.h: recovering together). devices_ is complete now
+  // and never changes again.
+  if (devices_.size() > 1) {
+    for (const auto& device : devices_) {
+      device->failover->SetAgentLostHook([this, ordinal = device->ordinal](const GpuLocation& lost) {
+        for (const auto& other : devices_) {
+          if (other->ordinal != ordinal) other->failover->RecoverInBackground(&other->channel, lost);
+        }
+      });
+    }
+  }
   return CUDA_SUCCESS;
 }
 
@@ -550,6 +562,9 @@ void Runtime::Shutdown() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   const bool idle = calls_in_flight_.load() == 0;
+  // A background recovery stops waiting for a replacement and its thread is joined before
+  // the connections close (failover.h: recovering together).
+  for (auto& device : devices_) device->failover->StopBackground();
   for (auto& device : devices_) {
     if (device->channel.connection == nullptr) continue;
     int32_t first_error = 0;

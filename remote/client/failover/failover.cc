@@ -15,6 +15,8 @@ Failover::Failover(FailoverConfig config, int device, int slot, std::string leas
   protecting_ = config_.mode != FailoverConfig::Mode::kOff;
 }
 
+Failover::~Failover() { StopBackground(); }
+
 void Failover::Unprotect(const std::string& why) {
   if (!protecting_) return;
   protecting_ = false;
@@ -46,6 +48,15 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
                           bool* moved) {
   std::lock_guard<std::mutex> wire(mu_);
   *moved = false;
+  if (recovered_ != nullptr) {
+    // A background recovery replaced the GPU while the program was busy elsewhere; the old,
+    // broken connection closes here.
+    channel->connection.swap(recovered_);
+    channel->location = recovered_location_;
+    channel->description = recovered_description_;
+    recovered_.reset();
+    *moved = true;
+  }
   WatchLease(channel);
   // Any two-way request may tell the program that its asynchronous copies are done (a
   // synchronisation, a query, an event), after which it may change their sources.
@@ -102,7 +113,11 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
           "ends the sessions that run it; not recovering again",
           device_, request.op, channel->location.uuid.c_str());
     }
-    if (status != dp::kCuSuccess && attempt < 4 && !ended_twice && Recoverable(status) &&
+    // A background recovery already failed for this connection (its error logged): this
+    // request returns that error, as the request that ran the recovery would have.
+    const bool abandoned = status != dp::kCuSuccess && abandoned_ != nullptr && abandoned_ == channel->connection.get();
+    if (abandoned) abandoned_ = nullptr;
+    if (status != dp::kCuSuccess && attempt < 4 && !ended_twice && !abandoned && Recoverable(status) &&
         Recover(&channel->connection, &channel->location, &channel->description, status)) {
       *moved = true;
       if (how != Delivery::kCall) return dp::kCuSuccess;

@@ -38,8 +38,44 @@
 // heap the driver places itself (the cuda executor: Runtime::EnsureModuleLoaded),
 // failover=off.
 //
+// Recovering together: a process's GPUs often share an agent (one host serving several of
+// them), and a program drives them in turn (cudaSetDevice(0), work, cudaSetDevice(1), ...).
+// Each Failover recovers only when a request to its own GPU fails, so without more the
+// program would pay one recovery after the other (the detection, the wait for the lease
+// file, the restore and the replay of each). So when a Failover starts a recovery because
+// its agent is gone (a lost connection; not a failed GPU, a revoked session or a planned
+// move, which leave the agent serving the others), it calls the hook the runtime set
+// (SetAgentLostHook), and the runtime calls RecoverInBackground on every other GPU of the
+// process. That returns at once (it takes no mu(): the caller holds its own, and the other
+// GPU's program thread may be recovering and calling back) and starts a thread of that
+// Failover's own (one at a time), which:
+//  - takes mu(): the program's next call to that GPU waits in Deliver for the recovery in
+//    progress, and no second one starts;
+//  - goes on only when the channel's connection is known broken (ClientConnection::PeerGone:
+//    a request already failed on it, or the server closed its socket; nothing is sent). On a
+//    connection to the lost agent's endpoint it looks again for up to kPeerGoneGrace, mu()
+//    released in between (a killed server's sockets close together, not at one instant).
+//    A GPU whose agent is healthy is not touched, nor one that a call of its own recovered
+//    first (its connection is then new and open);
+//  - runs the Recover a failed request would, into a connection of its own: the channel is
+//    written only by the program's thread, in Deliver (the runtime reads it unlocked). The
+//    result waits in recovered_ until the next Deliver puts it in the channel (and sets
+//    *moved, as for a recovery of its own). A recovery that fails logs what a failed one
+//    does, and the next request that fails on the old connection returns its error without
+//    recovering again (abandoned_), as the call that had run the recovery would have; a
+//    later one tries again, as after any failed recovery.
+// Deliver's cost on every request: one null test of recovered_ under the mu() it already
+// holds (and, only when a request failed, a pointer compare with abandoned_).
+// StopBackground (the runtime's Shutdown at process exit; the destructor) makes a
+// background recovery give up its wait for a replacement at once and joins its thread (a
+// restore under way runs to its end). A call to the GPU meanwhile (a cuCtxDestroy's frees)
+// waits for the recovery as any call to a recovering GPU does, then goes to the new GPU.
+// Nothing changes with one GPU, with failover off or migrate, or with
+// GPUPOOL_RECOVER_TOGETHER=off (each GPU recovers at its own next failed request).
+//
 // Thread safety: Deliver and CaptureHeldUploads may be called from any thread (they
-// hold mu()); the other methods with mu() held.
+// hold mu()); RecoverInBackground and StopBackground too (they take no mu() of the
+// caller's); the other methods with mu() held.
 #pragma once
 
 #include <atomic>
@@ -51,6 +87,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/status.h"
@@ -92,10 +129,14 @@ struct FailoverConfig {
   uint64_t checkpoint_mem = uint64_t{4} << 30;
   std::chrono::milliseconds recovery_deadline{300'000};
   bool scope_all = false;  // a launch may write every range (programs that chase pointers)
+  // A recovery from a lost agent starts those of the process's other GPUs whose
+  // connections are broken too (failover.h's header comment).
+  bool recover_together = true;
 
   // From GPUPOOL_FAILOVER, GPUPOOL_CHECKPOINT_INTERVAL (seconds),
   // GPUPOOL_CHECKPOINT_MEM (bytes, K/M/G suffixes), GPUPOOL_RECOVERY_DEADLINE
-  // (seconds), GPUPOOL_CHECKPOINT_SCOPE (arguments|all). A bad value is named
+  // (seconds), GPUPOOL_CHECKPOINT_SCOPE (arguments|all), GPUPOOL_RECOVER_TOGETHER
+  // (on|off). A bad value is named
   // in *errors and its default kept.
   static FailoverConfig FromEnvironment(std::vector<std::string>* errors);
 };
@@ -129,6 +170,7 @@ class Failover {
   };
 
   Failover(FailoverConfig config, int device, int slot, std::string lease_file, OpenSession open_session);
+  ~Failover();  // StopBackground
 
   // Tells gpupoold that the agent of `lost` is gone from this process's view, and fills
   // *named with the GPU gpupoold's answer puts in this slot of the lease (the same GPU
@@ -146,6 +188,22 @@ class Failover {
     GpuLocation location;
     dataplane::DeviceDescription description{};
   };
+
+  // Called (with mu() held) when this GPU starts a recovery because its agent is gone:
+  // `lost` is where it was. The runtime's hook calls RecoverInBackground on the process's
+  // other GPUs. Set before the first Deliver.
+  using AgentLostHook = std::function<void(const GpuLocation& lost)>;
+  void SetAgentLostHook(AgentLostHook hook) { agent_lost_ = std::move(hook); }
+  // Another GPU of the process found its agent `lost`: recovers `channel` (this GPU's, as
+  // Deliver is given it) on a thread of its own when its connection is broken too, unless
+  // one runs already. Returns at once; takes no mu(). See the header comment.
+  void RecoverInBackground(Channel* channel, const GpuLocation& lost);
+  // Makes a background recovery stop waiting for a replacement, joins its thread and
+  // starts no other; closes a session it recovered that no call took up.
+  void StopBackground();
+  // For tests: the background recoveries this GPU ran (mu() held).
+  size_t background_recoveries() const { return background_started_; }
+  static constexpr std::chrono::milliseconds kPeerGoneGrace{500};
   enum class Delivery { kCall, kPost, kStart };  // as ClientConnection's methods
 
   // Sends one request on `channel` in wire order with the journal: when the GPU
@@ -343,6 +401,13 @@ class Failover {
   // true).
   bool MaybeReportLost(const GpuLocation& failed);
   void WatchLease(Channel* channel);
+  // The background recovery's thread (RecoverInBackground).
+  void RunBackgroundRecovery(Channel* channel, GpuLocation lost);
+  // Whether `channel`'s connection is known broken; on one to `lost`'s endpoint, waits up
+  // to kPeerGoneGrace for it (mu() held in *wire at each look, released between).
+  bool ConnectionGone(Channel* channel, const GpuLocation& lost, std::unique_lock<std::mutex>* wire);
+  // Takes mu() into *wire unless StopBackground is called first (then false).
+  bool LockUnlessStopped(std::unique_lock<std::mutex>* wire);
 
   const FailoverConfig config_;
   const int device_;
@@ -399,6 +464,23 @@ class Failover {
   // Set when a replay lost its connection (the new session's process ended under it).
   bool replay_lost_transport_ = false;
   const transport::ClientConnection* watched_ = nullptr;  // has the lease check (WatchLease)
+
+  // Recovering together (the header comment). Under mu(): a background recovery's new
+  // session and where it is, for Deliver to put in the channel; the connection whose
+  // background recovery failed (its next failure is not recovered again).
+  AgentLostHook agent_lost_;
+  std::unique_ptr<transport::ClientConnection> recovered_;
+  GpuLocation recovered_location_;
+  dataplane::DeviceDescription recovered_description_{};
+  const transport::ClientConnection* abandoned_ = nullptr;
+  bool in_background_ = false;  // the Recover under way is a background one
+  size_t background_started_ = 0;
+  // The thread and whether one runs (background_mu_); stop_background_: StopBackground
+  // was called (read in Recover's wait without a lock).
+  std::mutex background_mu_;
+  std::thread background_;
+  bool background_running_ = false;
+  std::atomic<bool> stop_background_{false};
 };
 
 }  // namespace gpupool::client

@@ -353,15 +353,24 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
         "moves only",
         device_, failed.uuid.c_str(), why);
     return false;
+  } else if (in_background_) {
+    LogError(
+        "GPU %d (%s): its connection is lost too (another GPU's agent went away): recovering in the "
+        "background on the GPU the lease names next",
+        device_, failed.uuid.c_str());
   } else {
     LogError("GPU %d (%s) failed (CUDA error %d): recovering on the GPU the lease names next", device_,
              failed.uuid.c_str(), why);
+    // The agent gone: the process's other GPUs it served start recovering now, alongside.
+    if (why == dp::kCuDeviceUnavailable && agent_lost_ && config_.recover_together) agent_lost_(failed);
   }
   // gpupoold may already have named the replacement while a call waited on a silent agent.
   server_named_ = std::exchange(silent_named_, GpuLocation());
   next_report_ = began;
   report_backoff_ = std::chrono::milliseconds(0);
-  while (std::chrono::steady_clock::now() < deadline) {
+  // A background recovery gives its wait up when the process shuts down (StopBackground).
+  auto stopped = [this] { return in_background_ && stop_background_.load(std::memory_order_relaxed); };
+  while (std::chrono::steady_clock::now() < deadline && !stopped()) {
     GpuLocation next;
     // A lost connection may be the session's worker alone (its agent then opens a new
     // session at once): gpupoold hears of it only once the agent itself did not answer.
@@ -412,6 +421,7 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
                 Size(recovery.restored_bytes).c_str(), recovery.replayed);
           }
           recoveries_.push_back(recovery);
+          abandoned_ = nullptr;
           return true;
         }
         if (moved && config_.mode == FailoverConfig::Mode::kMigrate) {
@@ -455,8 +465,85 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
+  if (stopped()) {
+    LogError("GPU %d: recovery stopped: the process is shutting down", device_);
+    return false;
+  }
   LogError("GPU %d: no replacement within the recovery deadline (%s)", device_, last_problem.c_str());
   return false;
+}
+
+void Failover::RecoverInBackground(Channel* channel, const GpuLocation& lost) {
+  if (config_.mode != FailoverConfig::Mode::kReplay || !config_.recover_together) return;
+  std::lock_guard<std::mutex> lock(background_mu_);
+  if (background_running_ || stop_background_.load()) return;
+  if (background_.joinable()) background_.join();  // the last one's, ended
+  background_running_ = true;
+  background_ = std::thread(&Failover::RunBackgroundRecovery, this, channel, lost);
+}
+
+void Failover::RunBackgroundRecovery(Channel* channel, GpuLocation lost) {
+  {
+    std::unique_lock<std::mutex> wire(mu_, std::defer_lock);
+    LockUnlessStopped(&wire);
+    // Checked once the connection is known broken: the program's own call may have
+    // recovered it meanwhile (its connection is then a new one, open).
+    if (wire.owns_lock() && ConnectionGone(channel, lost, &wire) && protecting_ && recovered_ == nullptr &&
+        channel->connection.get() != abandoned_) {
+      ++background_started_;
+      GpuLocation location = channel->location;
+      dp::DeviceDescription description = channel->description;
+      std::unique_ptr<ClientConnection> session;  // Recover swaps the new session in
+      in_background_ = true;
+      const bool recovered = Recover(&session, &location, &description, dp::kCuDeviceUnavailable);
+      in_background_ = false;
+      if (recovered) {
+        recovered_ = std::move(session);
+        recovered_location_ = location;
+        recovered_description_ = description;
+      } else {
+        abandoned_ = channel->connection.get();
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(background_mu_);
+  background_running_ = false;
+}
+
+bool Failover::ConnectionGone(Channel* channel, const GpuLocation& lost, std::unique_lock<std::mutex>* wire) {
+  const bool same_agent = channel->location.endpoint == lost.endpoint;
+  const auto until = std::chrono::steady_clock::now() + kPeerGoneGrace;
+  for (;;) {
+    if (channel->connection != nullptr && channel->connection->PeerGone()) return true;
+    if (!same_agent || std::chrono::steady_clock::now() >= until || stop_background_.load()) return false;
+    wire->unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!LockUnlessStopped(wire)) return false;
+  }
+}
+
+bool Failover::LockUnlessStopped(std::unique_lock<std::mutex>* wire) {
+  // mu() is held by a call of the program's to this GPU, if any (which may then recover the
+  // GPU itself): waited for in steps, so that StopBackground never waits on that call.
+  while (!wire->try_lock()) {
+    if (stop_background_.load()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+void Failover::StopBackground() {
+  std::thread thread;
+  {
+    std::lock_guard<std::mutex> lock(background_mu_);
+    stop_background_.store(true);
+    thread = std::move(background_);
+  }
+  if (thread.joinable()) thread.join();
+  // A session recovered that no call took up: closed cleanly, as Shutdown closes the
+  // others (a call that holds mu() now takes it up itself).
+  std::unique_lock<std::mutex> wire(mu_, std::try_to_lock);
+  if (wire.owns_lock()) recovered_.reset();
 }
 
 }  // namespace gpupool::client

@@ -64,6 +64,13 @@ FailoverConfig FailoverConfig::FromEnvironment(std::vector<std::string>* errors)
                         "' is not one of arguments, all; using arguments");
     }
   }
+  if (const char* v = std::getenv("GPUPOOL_RECOVER_TOGETHER"); v != nullptr && *v != '\0') {
+    if (std::strcmp(v, "off") == 0) {
+      config.recover_together = false;
+    } else if (std::strcmp(v, "on") != 0) {
+      errors->push_back(std::string("GPUPOOL_RECOVER_TOGETHER='") + v + "' is not one of on, off; using on");
+    }
+  }
   return config;
 }
 

@@ -17,6 +17,12 @@
 //       the lease file names UUID@ENDPOINT first, then the old server revokes the session
 //       (SIGUSR1, as an agent does when gpupoold moves the lease), and the time the next
 //       call then takes is the pause.
+//   failover_bench recover2 MIB SERVER_PID LEASE_FILE UUID0 UUID1 ENDPOINT
+//       Two GPUs of one server (GPUPOOL_GPUS names both), MIB of state and ten kernels to
+//       replay on each, as `recover`; then the server is killed, the lease file names
+//       UUID0 and UUID1 at ENDPOINT, and the program calls device 0, then device 1 (as a
+//       program that drives its GPUs in turn). Prints "RecoveryMs=" (the failure to device
+//       1's answer: both GPUs' recovery) and "FirstMs=" (to device 0's).
 #include <signal.h>
 #include <unistd.h>
 
@@ -94,6 +100,63 @@ static bool NameInLease(const char* lease_file, const char* uuid, const char* en
   return std::rename(tmp.c_str(), lease_file) == 0;
 }
 
+// Names UUID0 and UUID1 at ENDPOINT in the lease file, atomically.
+static bool NameBothInLease(const char* lease_file, const char* uuid0, const char* uuid1, const char* endpoint) {
+  std::string tmp = std::string(lease_file) + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  std::fprintf(f,
+               "{\"generation\": 2, \"gpus\": [{\"uuid\": \"%s\", \"endpoint\": \"%s\"}, "
+               "{\"uuid\": \"%s\", \"endpoint\": \"%s\"}]}\n",
+               uuid0, endpoint, uuid1, endpoint);
+  std::fclose(f);
+  return std::rename(tmp.c_str(), lease_file) == 0;
+}
+
+static int RecoverTwo(size_t mib, pid_t server, const char* lease_file, const char* uuid0, const char* uuid1,
+                      const char* endpoint) {
+  const size_t bytes = mib << 20;
+  std::vector<unsigned char> host(bytes, 7);
+  unsigned char* d[2] = {nullptr, nullptr};
+  unsigned* small[2] = {nullptr, nullptr};
+  for (int device = 0; device < 2; ++device) {
+    CHECK(cudaSetDevice(device));
+    CHECK(cudaMalloc(&d[device], bytes));
+    CHECK(cudaMalloc(&small[device], 1 << 20));
+    CHECK(cudaMemset(small[device], 0, 1 << 20));
+    CHECK(cudaMemcpy(d[device], host.data(), bytes, cudaMemcpyHostToDevice));
+    touch<<<static_cast<unsigned>((bytes / 4096 + 255) / 256), 256>>>(d[device], bytes / 4096);
+    CHECK(cudaDeviceSynchronize());  // a checkpoint (GPUPOOL_CHECKPOINT_INTERVAL=0)
+    for (int i = 0; i < 10; ++i) {   // in the log: replayed
+      evolve<<<(1 << 18) / 256, 256>>>(small[device], 1 << 18, small[device], static_cast<unsigned>(i));
+    }
+  }
+  kill(server, SIGKILL);
+  const Clock::time_point failed = Clock::now();
+  if (!NameBothInLease(lease_file, uuid0, uuid1, endpoint)) return 1;
+  unsigned probe = 0;
+  CHECK(cudaSetDevice(0));
+  CHECK(cudaMemcpy(&probe, small[0], 4, cudaMemcpyDeviceToHost));
+  const double first_ms = Ms(Clock::now() - failed);
+  CHECK(cudaSetDevice(1));
+  CHECK(cudaMemcpy(&probe, small[1], 4, cudaMemcpyDeviceToHost));
+  const double recovery_ms = Ms(Clock::now() - failed);
+  std::vector<unsigned char> back(bytes);
+  for (int device = 0; device < 2; ++device) {
+    CHECK(cudaSetDevice(device));
+    CHECK(cudaMemcpy(back.data(), d[device], bytes, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < bytes; ++i) {
+      unsigned char want = i % 4096 == 0 ? 8 : 7;
+      if (back[i] != want) {
+        std::fprintf(stderr, "device %d: byte %zu is %u after the recovery, expected %u\n", device, i, back[i], want);
+        return 1;
+      }
+    }
+  }
+  std::printf("RecoveryMs=%.1f FirstMs=%.1f\n", recovery_ms, first_ms);
+  return 0;
+}
+
 static int Recover(size_t mib, pid_t server, const char* lease_file, const char* uuid, const char* endpoint,
                    bool planned) {
   const size_t bytes = mib << 20;
@@ -155,6 +218,14 @@ static int Recover(size_t mib, pid_t server, const char* lease_file, const char*
 }
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "recover2") == 0) {
+    if (argc != 8) {
+      std::fprintf(stderr, "usage: failover_bench recover2 MIB SERVER_PID LEASE_FILE UUID0 UUID1 ENDPOINT\n");
+      return 2;
+    }
+    return RecoverTwo(std::strtoul(argv[2], nullptr, 10), static_cast<pid_t>(std::atoi(argv[3])), argv[4], argv[5],
+                      argv[6], argv[7]);
+  }
   if (argc >= 2 && (std::strcmp(argv[1], "recover") == 0 || std::strcmp(argv[1], "move") == 0)) {
     if (argc != 7) {
       std::fprintf(stderr, "usage: failover_bench recover|move MIB SERVER_PID LEASE_FILE UUID ENDPOINT\n");
