@@ -23,8 +23,10 @@ void Emitter::Fault(llvm::Value* address, uint32_t access, llvm::Value* lane) {
 }
 
 // The host address of an access of `size` bytes at `offset` in the CTA's shared memory
-// (the low 48 bits of a window address, as the interpreter takes them); a fault past it.
-llvm::Value* Emitter::CheckedShared(llvm::Value* offset, uint32_t size, const char* what) {
+// (the low 48 bits of a window address, as the interpreter takes them); a fault past it,
+// naming `device`: the address as the instruction made it, as the interpreter names it
+// (a .shared address as it is, a generic one in the window).
+llvm::Value* Emitter::CheckedShared(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what) {
   const uint32_t access = static_cast<uint32_t>(accesses_->size());
   accesses_->push_back({size, what});
   offset = b_.CreateAnd(offset, b_.getInt64(0xffffffffffffull));
@@ -34,7 +36,7 @@ llvm::Value* Emitter::CheckedShared(llvm::Value* offset, uint32_t size, const ch
   auto* join = llvm::BasicBlock::Create(ctx_, "shared_ok", fn_);
   b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
   b_.SetInsertPoint(fault);
-  Fault(b_.CreateAdd(offset, b_.getInt64(kSharedWindow)), access);
+  Fault(device, access);
   b_.SetInsertPoint(join);
   return b_.CreateGEP(b_.getInt8Ty(), shared_arg_, offset);
 }
@@ -125,7 +127,7 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
     base = LoadRegister64(address.name);
   }
   llvm::Value* at = b_.CreateAdd(base, b_.getInt64(address.bits));
-  if (space == "shared") return CheckedShared(at, size, what);
+  if (space == "shared") return CheckedShared(at, at, size, what);
   if (space == "global" || !has_shared_) return Checked(at, size, what);
   // Generic: the shared window or global memory (a kernel of this tier has no local
   // memory, and an address in another window finds no allocation).
@@ -135,7 +137,7 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
   auto* join = llvm::BasicBlock::Create(ctx_, "generic", fn_);
   b_.CreateCondBr(b_.CreateICmpULT(offset, b_.getInt64(kWindowSize)), shared, global);
   b_.SetInsertPoint(shared);
-  llvm::Value* shared_host = CheckedShared(offset, size, what);
+  llvm::Value* shared_host = CheckedShared(offset, at, size, what);
   llvm::BasicBlock* shared_end = b_.GetInsertBlock();
   b_.CreateBr(join);
   b_.SetInsertPoint(global);
@@ -147,6 +149,63 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
   host->addIncoming(shared_host, shared_end);
   host->addIncoming(global_host, global_end);
   return host;
+}
+
+// The host address of a load of `size` bytes at [param+offset], checked now: its bounds are
+// known at compile time. nullptr with *why for a store, another base or bytes outside the
+// parameter.
+llvm::Value* Emitter::ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why) {
+  auto it = params_.find(address.name);
+  if (!load || it == params_.end()) return (*why = "a .param access it does not take", nullptr);
+  const int64_t off = static_cast<int64_t>(address.bits);
+  if (off < 0 || static_cast<uint64_t>(off) + size > it->second.size || it->second.offset + off + size > param_size_) {
+    return (*why = "a .param access outside the parameter", nullptr);
+  }
+  return b_.CreateConstGEP1_64(b_.getInt8Ty(), params_arg_, it->second.offset + off);
+}
+
+// ld/st.v2/.v4 {a, b, ...}: one access of all the elements' bytes, checked once as the
+// interpreter checks it (HLoad/HStore: a stray one faults naming the whole size at the first
+// element's address), then element by element into or from the registers (`_` reads
+// nothing). Parameters in scalar and in vector code; the other spaces in scalar code only.
+bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
+                           const RawOperand& value, std::string* why) {
+  if (value.kind != RawOperand::kVector || value.items.size() != vec) return (*why = "vector operand", false);
+  const uint32_t width = t.bits / 8;
+  auto sink = [](const RawOperand& item) { return item.kind == RawOperand::kName && item.name == "_"; };
+  if (space == "param") {
+    llvm::Value* at = ParamAddress(address, width * vec, load, why);
+    if (at == nullptr) return false;
+    for (uint32_t i = 0; i < vec; ++i) {
+      if (sink(value.items[i])) continue;
+      llvm::Value* element = b_.CreateConstGEP1_64(b_.getInt8Ty(), at, uint64_t{i} * width);
+      llvm::Value* v = Splat(b_.CreateAlignedLoad(ScalarType(t), element, llvm::MaybeAlign(1)));
+      if (!Dest(value.items[i], v, t, why)) return false;
+    }
+    return true;
+  }
+  if (lanes_) return (*why = "a vector access in vector code", false);
+  llvm::Type* type = llvm::FixedVectorType::get(ScalarType(t), vec);
+  llvm::Value* stored = llvm::Constant::getNullValue(type);
+  if (!load) {
+    for (uint32_t i = 0; i < vec; ++i) {
+      llvm::Value* v = Source(value.items[i], t, why);
+      if (v == nullptr) return false;
+      stored = b_.CreateInsertElement(stored, v, uint64_t{i});
+    }
+  }
+  llvm::Value* host = Address(address, space, width * vec, load ? "load" : "store", why);
+  if (host == nullptr) return false;
+  if (!load) {
+    b_.CreateAlignedStore(stored, host, llvm::MaybeAlign(1));
+    return true;
+  }
+  llvm::Value* loaded = b_.CreateAlignedLoad(type, host, llvm::MaybeAlign(1));
+  for (uint32_t i = 0; i < vec; ++i) {
+    if (sink(value.items[i])) continue;
+    if (!Dest(value.items[i], b_.CreateExtractElement(loaded, uint64_t{i}), t, why)) return false;
+  }
+  return true;
 }
 
 // atom / red on global or shared memory, whose result no instruction reads: a thread

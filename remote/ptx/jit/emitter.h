@@ -119,12 +119,15 @@ class Emitter {
 
   // emit_memory.cc
   void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);
-  llvm::Value* CheckedShared(llvm::Value* offset, uint32_t size, const char* what);
+  llvm::Value* CheckedShared(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what);
   uint32_t NewAccess(uint32_t size, const char* what);
   llvm::Value* Checked(llvm::Value* address, uint32_t size, const char* what);
   llvm::Value* CheckedAccess(llvm::Value* address, uint32_t access, llvm::Value* lane);
   llvm::Value* Address(const RawOperand& address, std::string_view space, uint32_t size, const char* what,
                        std::string* why);
+  llvm::Value* ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why);
+  bool VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
+                    const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool CopyToShared(llvm::Value* target, const RawOperand& source, uint32_t from_source, uint32_t width,

@@ -143,6 +143,28 @@ TEST(JitOpcodeColumn, TheFormsOfAsyncCopiesFencesAndHintsItTakes) {
     std::string refused;
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
+}
+
+// Vector accesses (ld/st .v2/.v4) of global, shared, generic and parameter memory, one
+// checked access of all the elements' bytes; `_` elements of a load read nothing.
+TEST(JitOpcodeColumn, TheVectorAccessesItTakes) {
+  const char* const kTaken[] = {
+      "ld.global.v4.u32 {%r2, %r3, %r4, %r5}, [%rd1];",
+      "ld.global.nc.v2.f32 {%f2, %f3}, [%rd1+8];",
+      "ld.v2.u64 {%rd2, %rd3}, [%rd1];",
+      "ldu.global.v2.u32 {%r2, %r3}, [%rd1];",
+      "ld.shared.v4.f32 {%f2, %f3, %f4, %f5}, [%r1];",
+      "ld.shared.v2.s16 {%r2, %r3}, [%r1+4];",
+      "ld.global.v4.u32 {%r2, _, %r3, _}, [%rd1];",
+      "st.global.v4.f32 [%rd1], {%f1, %f1, %f1, %f1};",
+      "st.shared.v2.u32 [%r1], {%r1, 0};",
+      "st.v2.b64 [%rd1], {%rd1, %rd1};",
+      "ld.param.v2.u32 {%r2, %r3}, [out];",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
   const char* const kLeft[] = {
       "ld.volatile.global.u32 %r2, [%rd1];",
       "ld.relaxed.gpu.global.u32 %r2, [%rd1];",
@@ -158,7 +180,11 @@ TEST(JitOpcodeColumn, TheFormsOfAsyncCopiesFencesAndHintsItTakes) {
       "fence.mbarrier_init.release.cluster;",
       "fence.sc.cluster;",
       "membar.gpu;",
-      "ldu.global.v2.u32 {%r2, %r3}, [%rd1];",  // a vector of registers, as ld.v2
+      "ld.volatile.global.v2.u32 {%r2, %r3}, [%rd1];",
+      "ld.global.v8.u32 {%r2, %r3, %r4, %r5, %r6, %r7, %r2, %r3}, [%rd1];",
+      "ld.global.v2.u32 %r2, [%rd1];",  // not a vector of registers
+      "st.param.v2.u32 [out], {%r1, %r1};",
+      "ld.param.v4.u32 {%r2, %r3, %r4, %r5}, [out];",  // past the 8 bytes of `out`
   };
   for (const char* body : kLeft) {
     std::string refused;

@@ -73,12 +73,12 @@ std::vector<uint8_t> Pack(Args... args) {
   return bytes;
 }
 
-// Runs `kernel` over `grid` x `block` with the packed `params` on `memory`; its CUresult
-// (the threads' instructions counted into *instructions, the failure's text into *detail,
-// where not null).
+// Runs `kernel` over `grid` x `block` with the packed `params` on `memory` (and
+// `dynamic_shared` bytes of dynamic shared memory); its CUresult (the threads' instructions
+// counted into *instructions, the failure's text into *detail, where not null).
 int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
                const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions = nullptr,
-               std::string* detail = nullptr) {
+               std::string* detail = nullptr, uint32_t dynamic_shared = 0) {
   LaunchSpec spec;
   for (int i = 0; i < 3; ++i) {
     spec.grid[i] = grid[i];
@@ -89,6 +89,7 @@ int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vec
   spec.memory = memory.ranges;
   spec.thread_instructions = instructions;
   spec.error_detail = detail;
+  spec.dynamic_shared = dynamic_shared;
   return RunKernel(kernel, spec);
 }
 
@@ -705,6 +706,107 @@ TEST_F(JitAsyncCopy, AKernelThatMayWaitForAnotherThreadStaysInterpreted) {
   EXPECT_EQ(out[16 * 20 + 1], static_cast<uint8_t>((16 * 20 + 1) * 7 + 1));
   EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 0u);
   EXPECT_NE(Kernel("stage").jit->refused.find("volatile"), std::string::npos) << Kernel("stage").jit->refused;
+}
+
+// Vector accesses (ld/st .v2/.v4) and dynamic shared memory (JitVectorAccess.ptx): the
+// interpreter's results bit for bit, and its faults with the same text.
+class JitVectorAccess : public ::testing::Test {
+ public:
+  void SetUp() override {
+    auto parsed = PtxModule::Parse(KernelText("JitVectorAccess.ptx"));
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    module_ = std::move(*parsed);
+  }
+  void TearDown() override { SetJitMode(JitMode::kAuto); }
+
+  const DecodedKernel& Kernel(const std::string& name) {
+    auto kernel = module_->Decode(name, {});
+    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
+    return **kernel;
+  }
+
+  // `stray_vector` on 48 threads with `in_words` words of input and `out_words` of output,
+  // its stores to shared memory `shift` bytes on, in `mode`: its CUresult, *out, *detail
+  // and the buffers' device addresses.
+  int32_t Stray(JitMode mode, uint32_t shift, size_t in_words, size_t out_words, std::vector<uint32_t>* out,
+                std::string* detail, uint64_t* in_address, uint64_t* out_address) {
+    SetJitMode(mode);
+    std::vector<uint32_t> in(in_words);
+    for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k * 1000);
+    out->assign(out_words, 0xeeeeeeee);
+    Memory memory;
+    *in_address = memory.Add(in);
+    *out_address = memory.Add(*out);
+    return Launch(Kernel("stray_vector"), {1, 1, 1}, {48, 1, 1}, Pack(*in_address, *out_address, shift), memory,
+                  nullptr, detail);
+  }
+
+  std::unique_ptr<PtxModule> module_;
+};
+
+// nvcc's tiled matrix multiply of float4 loads and stores (ld.global.nc.v4, st.shared.v4,
+// ld.shared.v4, st.global.v4): the interpreter's results bit for bit, and the product.
+TEST_F(JitVectorAccess, AFloat4TiledMatrixMultiplyGivesTheInterpretersResults) {
+  const int n = 64;
+  const DecodedKernel& kernel = Kernel("matmul_float4");
+  std::vector<float> a(n * n), b(n * n);
+  for (int k = 0; k < n * n; ++k) {
+    a[k] = static_cast<float>(k % 7) - 3;
+    b[k] = static_cast<float>(k % 5) * 0.5f;
+  }
+  std::vector<float> c[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    c[compiled].assign(n * n, -1.0f);
+    Memory memory;
+    const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[compiled]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {n / 32, n / 32, 1}, {8, 32, 1}, Pack(da, db, dc, n), memory, nullptr, &detail), 0)
+        << detail;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
+      ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
+      ASSERT_EQ(std::bit_cast<uint32_t>(c[1][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j])) << i << ", " << j;
+    }
+  }
+}
+
+// A vector access past shared memory or past its allocation fails the launch on both tiers
+// with the same error and text: the whole access's size at its first element's address.
+TEST_F(JitVectorAccess, AStrayVectorAccessFailsTheLaunchAsOnTheInterpreter) {
+  std::vector<uint32_t> out[2], scratch;
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    const JitMode mode = compiled ? JitMode::kAlways : JitMode::kOff;
+    std::string detail;
+    uint64_t in = 0, dout = 0;
+    char expected[96];
+    ASSERT_EQ(Stray(mode, 0, 96, 192, &out[compiled], &detail, &in, &dout), 0) << detail;
+    // Thread 47 (warp 1) stores 16 bytes at 756 of the 768 bytes of `tile`.
+    EXPECT_EQ(Stray(mode, 4, 96, 192, &scratch, &detail, &in, &dout), kIllegalAddress);
+    EXPECT_EQ(detail, "store of 16 bytes at 0x2f4 (block 0, warp 1)") << "mode " << static_cast<int>(mode);
+    // Thread 47 loads 8 bytes past the 94 words of `in`.
+    EXPECT_EQ(Stray(mode, 0, 94, 192, &scratch, &detail, &in, &dout), kIllegalAddress);
+    std::snprintf(expected, sizeof(expected), "load of 8 bytes at 0x%llx (block 0, warp 1)",
+                  static_cast<unsigned long long>(in + 8 * 47));
+    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+    // Thread 47 stores 16 bytes of which the last 4 are past the 191 words of `out`.
+    EXPECT_EQ(Stray(mode, 0, 96, 191, &scratch, &detail, &in, &dout), kIllegalAddress);
+    std::snprintf(expected, sizeof(expected), "store of 16 bytes at 0x%llx (block 0, warp 1)",
+                  static_cast<unsigned long long>(dout + 16 * 47));
+    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+  }
+  EXPECT_EQ(Kernel("stray_vector").jit->jit_launches.load(), 4u) << Kernel("stray_vector").jit->refused;
+  for (uint32_t t = 0; t < 48; ++t) {
+    EXPECT_EQ(out[0][4 * t], t + 2 * t * 1000) << t;
+    EXPECT_EQ(out[0][4 * t + 1], t + (2 * t + 1) * 1000) << t;
+    EXPECT_EQ(out[0][4 * t + 2], t) << t;
+    EXPECT_EQ(out[0][4 * t + 3], t) << t;
+  }
+  EXPECT_EQ(out[1], out[0]);
 }
 
 }  // namespace
