@@ -30,8 +30,11 @@ llvm::Value* Emitter::CheckedShared(llvm::Value* offset, llvm::Value* device, ui
   const uint32_t access = static_cast<uint32_t>(accesses_->size());
   accesses_->push_back({size, what});
   offset = b_.CreateAnd(offset, b_.getInt64(0xffffffffffffull));
-  // The shared size is final: the pre-pass placed every variable the kernel names.
-  llvm::Value* limit = b_.getInt64(shared_size_ >= size ? shared_size_ - size + 1 : 0);
+  // The launch's size (static and dynamic bytes, at most kMaxSharedBytes: no wrap), as the
+  // interpreter checks against it: offset + size <= bytes.
+  llvm::Value* limit =
+      b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(size)),
+                      b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(size)), b_.getInt64(1)), b_.getInt64(0));
   auto* fault = llvm::BasicBlock::Create(ctx_, "shared_fault", fn_);
   auto* join = llvm::BasicBlock::Create(ctx_, "shared_ok", fn_);
   b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));

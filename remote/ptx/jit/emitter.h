@@ -60,6 +60,7 @@ class Emitter {
         module_(module),
         b_(context),
         shared_offsets_(shared.offsets),
+        shared_dynamic_(shared.dynamic),
         shared_size_(shared.size),
         lanes_(lanes) {}
 
@@ -159,7 +160,9 @@ class Emitter {
   std::map<std::string, uint32_t> saved_index_;
   std::map<std::string, uint32_t> uses_;                   // operands naming each register, over the body
   const std::map<std::string, uint64_t>& shared_offsets_;  // the decoder's (SharedLayout)
-  const uint64_t shared_size_;
+  const std::set<std::string>& shared_dynamic_;            // .extern .shared, at shared_size_
+  const uint64_t shared_size_;                             // static; the launch's total: shared_bytes_
+  llvm::Value* shared_bytes_ = nullptr;                    // static + the launch's dynamic (Context)
   bool has_shared_ = false;
   std::map<uint32_t, std::array<llvm::AllocaInst*, 3>> hint_slots_;  // per access: its hint
   // Vector code (lanes_ > 0): kVectorLanes threads of a row at once, x, x + 1, ...; the

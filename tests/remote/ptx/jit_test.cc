@@ -809,5 +809,83 @@ TEST_F(JitVectorAccess, AStrayVectorAccessFailsTheLaunchAsOnTheInterpreter) {
   EXPECT_EQ(out[1], out[0]);
 }
 
+// `reduce_dynamic` (JitVectorAccess.ptx) over n inputs (input k is k % 7) on blocks of 64
+// threads with `dynamic_shared` bytes of dynamic shared memory, in `mode`: its CUresult,
+// *out (each block's sum, then each block's first 3 threads') and *detail.
+int32_t ReduceDynamic(const DecodedKernel& kernel, JitMode mode, uint32_t n, uint32_t dynamic_shared,
+                      std::vector<float>* out, std::string* detail) {
+  SetJitMode(mode);
+  const uint32_t blocks = (n + 127) / 128;
+  std::vector<float> in(n);
+  for (uint32_t k = 0; k < n; ++k) in[k] = static_cast<float>(k % 7);
+  out->assign(2 * blocks, -1.0f);
+  Memory memory;
+  const uint64_t din = memory.Add(in), dout = memory.Add(*out);
+  return Launch(kernel, {blocks, 1, 1}, {64, 1, 1}, Pack(din, dout, n), memory, nullptr, detail, dynamic_shared);
+}
+
+// Dynamic shared memory (`extern __shared__`) after 12 bytes of static (at 16, as the
+// decoder places it), the launch's bytes: the interpreter's results bit for bit, with as
+// many bytes as the threads use and with more.
+TEST_F(JitVectorAccess, ADynamicSharedMemoryReductionGivesTheInterpretersResults) {
+  const DecodedKernel& kernel = Kernel("reduce_dynamic");
+  const uint32_t n = 1000;  // the last block's second half partly past the end
+  for (uint32_t dynamic_shared : {256u, 4096u}) {
+    std::vector<float> out[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      std::string detail;
+      ASSERT_EQ(ReduceDynamic(kernel, compiled ? JitMode::kAlways : JitMode::kOff, n, dynamic_shared, &out[compiled],
+                              &detail),
+                0)
+          << detail;
+    }
+    const uint32_t blocks = (n + 127) / 128;
+    for (uint32_t block = 0; block < blocks; ++block) {
+      float sum = 0, first = 0;
+      for (uint32_t k = block * 128; k < std::min(n, block * 128 + 128); ++k) {
+        sum += static_cast<float>(k % 7);
+        if (k % 64 < 3) first += static_cast<float>(k % 7);
+      }
+      EXPECT_EQ(out[0][block], sum) << block;
+      EXPECT_EQ(out[0][blocks + block], first) << block;
+    }
+    for (size_t k = 0; k < out[0].size(); ++k) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[1][k]), std::bit_cast<uint32_t>(out[0][k])) << k;
+    }
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+}
+
+// An access past the launch's dynamic shared memory fails the launch on both tiers with
+// the same error and text: 128 bytes hold 32 threads' partial sums (thread 32, warp 1,
+// stores at 16 + 128), none hold thread 0's.
+TEST_F(JitVectorAccess, AStrayDynamicSharedAccessFailsTheLaunchAsOnTheInterpreter) {
+  const DecodedKernel& kernel = Kernel("reduce_dynamic");
+  for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+    std::vector<float> out;
+    std::string detail;
+    EXPECT_EQ(ReduceDynamic(kernel, mode, 256, 128, &out, &detail), kIllegalAddress);
+    EXPECT_EQ(detail, "store of 4 bytes at 0x90 (block 0, warp 1)") << "mode " << static_cast<int>(mode);
+    EXPECT_EQ(ReduceDynamic(kernel, mode, 256, 0, &out, &detail), kIllegalAddress);
+    EXPECT_EQ(detail, "store of 4 bytes at 0x10 (block 0, warp 0)") << "mode " << static_cast<int>(mode);
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+}
+
+// A kernel that names no shared variable, launched with dynamic shared memory, runs on the
+// interpreter (its compiled code would take a generic address in the shared window for a
+// global one); without, compiled.
+TEST_F(Jit, DynamicSharedMemoryForAKernelNamingNoSharedVariableIsInterpreted) {
+  SetJitMode(JitMode::kAlways);
+  const DecodedKernel& kernel = Kernel("dims");
+  std::vector<uint32_t> out(1, 0);
+  Memory memory;
+  const uint64_t d = memory.Add(out);
+  ASSERT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d), memory, nullptr, nullptr, 64), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
+  ASSERT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d), memory), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
