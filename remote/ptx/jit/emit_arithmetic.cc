@@ -152,6 +152,31 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
     }
     return done(r, t);
   }
+  // div / rem of .u and .s types, as the interpreter's (interp/arithmetic.h, Binary): by
+  // zero, div gives all ones and rem the dividend; signed by -1, div the negation (the
+  // minimum stays itself) and rem 0. The host division runs on a divisor that is neither 0
+  // nor, signed, -1 (no trap, no LLVM poison), and its result is chosen only where that
+  // divisor is the operand.
+  if ((op == "div" || op == "rem") && q.empty() && o.size() == 3 && t.kind != Kind::kBits) {
+    llvm::Value* a = src(1, t);
+    llvm::Value* c = src(2, t);
+    if (!a || !c) return false;
+    llvm::Value* zero = b_.CreateICmpEQ(c, Int(t.bits, 0));
+    llvm::Value* minus_one = sign ? b_.CreateICmpEQ(c, Int(t.bits, ~uint64_t{0})) : nullptr;
+    llvm::Value* odd = sign ? b_.CreateOr(zero, minus_one) : zero;
+    llvm::Value* divisor = b_.CreateSelect(odd, Int(t.bits, 1), c);
+    llvm::Value* r;
+    if (op == "div") {
+      r = sign ? b_.CreateSDiv(a, divisor) : b_.CreateUDiv(a, divisor);
+      if (sign) r = b_.CreateSelect(minus_one, b_.CreateSub(Int(t.bits, 0), a), r);
+      r = b_.CreateSelect(zero, Int(t.bits, ~uint64_t{0}), r);
+    } else {
+      r = sign ? b_.CreateSRem(a, divisor) : b_.CreateURem(a, divisor);
+      if (sign) r = b_.CreateSelect(minus_one, Int(t.bits, 0), r);
+      r = b_.CreateSelect(zero, a, r);
+    }
+    return done(r, t);
+  }
   // mul.lo / mad.lo (any int type), mul.wide / mad.wide (16 and 32 bits), mul.hi / mad.hi.
   if ((op == "mul" || op == "mad") && q.size() == 1 && o.size() == (op == "mul" ? 3u : 4u)) {
     llvm::Value* a = src(1, t);

@@ -48,6 +48,7 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"mad", "mad.lo.s32 %r2, %r1, 3, %r1;"},
     {"fma", "fma.rn.f32 %f2, %f1, %f1, %f1;"},
     {"div", "div.rn.f32 %f2, %f1, 0f40400000;"},
+    {"rem", "rem.u32 %r2, %r1, 3;"},
     {"min", "min.s32 %r2, %r1, 3;"},
     {"max", "max.u32 %r2, %r1, 3;"},
     {"and", "and.b32 %r2, %r1, 3;"},

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "remote/ptx/front/program.h"
@@ -885,6 +886,85 @@ TEST_F(Jit, DynamicSharedMemoryForAKernelNamingNoSharedVariableIsInterpreted) {
   EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
   ASSERT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d), memory), 0);
   EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+}
+
+// The interpreter's div and rem (interp/arithmetic.h): by zero, div gives all ones and rem
+// the dividend; signed by -1, div the negation (the minimum itself) and rem 0.
+template <typename T>
+T Quotient(T a, T b) {
+  if (b == 0) return static_cast<T>(-1);
+  if constexpr (std::is_signed_v<T>) {
+    if (b == -1) return static_cast<T>(0 - static_cast<std::make_unsigned_t<T>>(a));
+  }
+  return static_cast<T>(a / b);
+}
+template <typename T>
+T Remainder(T a, T b) {
+  if (b == 0) return a;
+  if constexpr (std::is_signed_v<T>) {
+    if (b == -1) return 0;
+  }
+  return static_cast<T>(a % b);
+}
+
+// Integer div and rem (JitIntegerDivision.ptx) by zero, by -1, of the minimum, of mixed
+// signs and of 64-bit values: the interpreter's results bit for bit in vector code (a
+// block of 64 threads in x) and in scalar code (64 in y), and the interpreter's rules.
+TEST(JitIntegerDivision, DivAndRemGiveTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitIntegerDivision.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("divide", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint64_t values[8] = {
+      0, 1, ~uint64_t{0}, 7, static_cast<uint64_t>(-7), 0x80000000u, uint64_t{1} << 63, 0x123456789abcdefull};
+  std::vector<uint64_t> in;
+  for (uint64_t a : values) {
+    for (uint64_t b : values) {
+      in.push_back(a);
+      in.push_back(b == 0x123456789abcdefull ? 3 : b);
+    }
+  }
+  struct Result {
+    int32_t div_s32;
+    uint32_t div_u32;
+    int32_t rem_s32;
+    uint32_t rem_u32;
+    int64_t div_s64;
+    uint64_t div_u64;
+    int64_t rem_s64;
+    uint64_t rem_u64;
+  };
+  static_assert(sizeof(Result) == 48);
+  std::vector<Result> out[3];
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(64, Result{});
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t a = in[2 * i], b = in[2 * i + 1];
+    const Result& r = out[0][i];
+    EXPECT_EQ(r.div_s32, Quotient<int32_t>(static_cast<int32_t>(a), static_cast<int32_t>(b))) << i;
+    EXPECT_EQ(r.div_u32, Quotient<uint32_t>(static_cast<uint32_t>(a), static_cast<uint32_t>(b))) << i;
+    EXPECT_EQ(r.rem_s32, Remainder<int32_t>(static_cast<int32_t>(a), static_cast<int32_t>(b))) << i;
+    EXPECT_EQ(r.rem_u32, Remainder<uint32_t>(static_cast<uint32_t>(a), static_cast<uint32_t>(b))) << i;
+    EXPECT_EQ(r.div_s64, Quotient<int64_t>(static_cast<int64_t>(a), static_cast<int64_t>(b))) << i;
+    EXPECT_EQ(r.div_u64, Quotient<uint64_t>(a, b)) << i;
+    EXPECT_EQ(r.rem_s64, Remainder<int64_t>(static_cast<int64_t>(a), static_cast<int64_t>(b))) << i;
+    EXPECT_EQ(r.rem_u64, Remainder<uint64_t>(a, b)) << i;
+    for (int run = 1; run < 3; ++run) {
+      EXPECT_EQ(std::memcmp(&out[run][i], &r, sizeof(Result)), 0) << "pair " << i << ", run " << run;
+    }
+  }
 }
 
 }  // namespace
