@@ -1,6 +1,7 @@
 // setp, cvt, and integer and float arithmetic (emitter.h).
 #include <llvm/IR/Intrinsics.h>
 
+#include <cmath>
 #include <map>
 
 #include "remote/ptx/jit/emitter.h"
@@ -207,6 +208,7 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
 bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
                     std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
+  if (op == "sin" || op == "cos" || op == "lg2" || op == "ex2" || op == "tanh") return HostFunction(s, op, q, t, why);
   // Round-to-nearest only (no .ftz, .sat, .approx or directed roundings), which is what
   // IEEE arithmetic on the host does.
   for (std::string_view qual : q) {
@@ -247,6 +249,41 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
   }
   *why = "a float instruction the tier does not take";
   return false;
+}
+
+// sin, cos, lg2, ex2, tanh .approx.f32 (not .ftz): the C library's function the
+// interpreter runs (interp/arithmetic.h, Unary: std::sin of a float is sinf...), called
+// through its address, so that LLVM neither folds it (its constant folding computes in
+// double) nor replaces it, and the result is the interpreter's bit for bit. Vector code
+// calls it lane by lane.
+bool Emitter::HostFunction(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                           std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  if (q.size() != 1 || q[0] != "approx" || t.kind != Kind::kFloat || t.bits != 32 || o.size() != 2) {
+    return (*why = "a form the tier does not take", false);
+  }
+  using Function = float (*)(float);
+  const Function function = op == "sin"   ? static_cast<Function>(&::sinf)
+                            : op == "cos" ? static_cast<Function>(&::cosf)
+                            : op == "lg2" ? static_cast<Function>(&::log2f)
+                            : op == "ex2" ? static_cast<Function>(&::exp2f)
+                                          : static_cast<Function>(&::tanhf);
+  llvm::Value* a = Source(o[1], t, why);
+  if (a == nullptr) return false;
+  llvm::Type* f32 = b_.getFloatTy();
+  auto* type = llvm::FunctionType::get(f32, {f32}, false);
+  llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(function)), ptr_);
+  llvm::Value* r;
+  if (!lanes_) {
+    r = b_.CreateCall(type, callee, {a});
+  } else {
+    r = llvm::Constant::getNullValue(LlvmType(t));
+    for (uint32_t k = 0; k < lanes_; ++k) {
+      r = b_.CreateInsertElement(r, b_.CreateCall(type, callee, {b_.CreateExtractElement(a, uint64_t{k})}),
+                                 uint64_t{k});
+    }
+  }
+  return Dest(o[0], r, t, why);
 }
 
 }  // namespace gpupool::sim::jit

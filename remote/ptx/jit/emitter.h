@@ -143,6 +143,8 @@ class Emitter {
                std::string* why);
   bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
              std::string* why);
+  bool HostFunction(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                    std::string* why);
 
   struct ParamAt {
     uint64_t offset = 0;

@@ -60,6 +60,11 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"neg", "neg.s32 %r2, %r1;"},
     {"abs", "abs.f32 %f2, %f1;"},
     {"sqrt", "sqrt.rn.f32 %f2, %f1;"},
+    {"sin", "sin.approx.f32 %f2, %f1;"},
+    {"cos", "cos.approx.f32 %f2, %f1;"},
+    {"lg2", "lg2.approx.f32 %f2, %f1;"},
+    {"ex2", "ex2.approx.f32 %f2, %f1;"},
+    {"tanh", "tanh.approx.f32 %f2, %f1;"},
 };
 
 // A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around
@@ -186,6 +191,21 @@ TEST(JitOpcodeColumn, TheVectorAccessesItTakes) {
       "ld.global.v2.u32 %r2, [%rd1];",  // not a vector of registers
       "st.param.v2.u32 [out], {%r1, %r1};",
       "ld.param.v4.u32 {%r2, %r3, %r4, %r5}, [out];",  // past the 8 bytes of `out`
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
+// sin, cos, lg2, ex2 and tanh: .approx.f32 only (the C library's function the interpreter
+// runs); not .ftz (flushing subnormals), nor other types.
+TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
+  const char* const kLeft[] = {
+      "sin.approx.ftz.f32 %f2, %f1;",
+      "ex2.approx.ftz.f32 %f2, %f1;",
+      "tanh.approx.f16 %f2, %f1;",
+      "lg2.f32 %f2, %f1;",
   };
   for (const char* body : kLeft) {
     std::string refused;

@@ -967,5 +967,60 @@ TEST(JitIntegerDivision, DivAndRemGiveTheInterpretersResults) {
   }
 }
 
+// sin, cos, lg2, ex2 and tanh .approx.f32 (JitApproxFunctions.ptx) of zeros, infinities,
+// NaN, subnormals, large and small values: the interpreter's results bit for bit in vector
+// code (64 threads in x) and in scalar code (64 in y), the C library's functions.
+TEST(JitApproxFunctions, GiveTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitApproxFunctions.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("approx", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  std::vector<float> in = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -1.0f,
+                           0.5f,
+                           3.14159265f,
+                           -100.25f,
+                           1e30f,
+                           -1e30f,
+                           88.7f,
+                           128.5f,
+                           -150.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::denorm_min(),
+                           -std::numeric_limits<float>::denorm_min(),
+                           std::numeric_limits<float>::min()};
+  for (int k = 0; in.size() < 64; ++k) in.push_back(std::ldexp(static_cast<float>(k % 13) - 6.3f, k % 17 - 8));
+  std::vector<float> out[3];
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(5 * 64, -1.0f);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  for (int i = 0; i < 64; ++i) {
+    const float expected[5] = {std::sin(in[i]), std::cos(in[i]), std::log2(in[i]), std::exp2(in[i]), std::tanh(in[i])};
+    for (int f = 0; f < 5; ++f) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[0][5 * i + f]), std::bit_cast<uint32_t>(expected[f]))
+          << "input " << in[i] << ", function " << f;
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(out[run][5 * i + f]), std::bit_cast<uint32_t>(out[0][5 * i + f]))
+            << "input " << in[i] << ", function " << f << ", run " << run;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::sim
