@@ -251,6 +251,39 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
   return false;
 }
 
+// mov of a vector of 2 or 4 elements to one register (pack) or of one register to its
+// elements (unpack), the first element the lowest bits, as the interpreter's HPack and
+// HUnpack: an element is the low bits of its register or constant, and an unpacked one is
+// written zero-extended (`_` takes nothing). Registers narrower than an element are left to
+// the interpreter (it reads their 64-bit slot).
+bool Emitter::MovPair(const std::vector<RawOperand>& o, Type t, std::string* why) {
+  const bool pack = o[1].kind == RawOperand::kVector;
+  const RawOperand& items = pack ? o[1] : o[0];
+  const uint32_t n = static_cast<uint32_t>(items.items.size());
+  if ((pack && o[0].kind == RawOperand::kVector) || (n != 2 && n != 4) || t.kind == Kind::kPred || t.bits % n != 0) {
+    return (*why = "a vector mov the tier does not take", false);
+  }
+  const Type whole{Kind::kBits, t.bits};
+  const Type element{Kind::kBits, t.bits / n};
+  if (pack) {
+    llvm::Value* r = Int(t.bits, 0);
+    for (uint32_t i = 0; i < n; ++i) {
+      llvm::Value* v = Source(items.items[i], element, why);
+      if (v == nullptr) return false;
+      r = b_.CreateOr(r, b_.CreateShl(b_.CreateZExt(v, LlvmType(whole)), Int(t.bits, uint64_t{element.bits} * i)));
+    }
+    return Dest(o[0], r, whole, why);
+  }
+  llvm::Value* v = Source(o[1], whole, why);
+  if (v == nullptr) return false;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (items.items[i].kind == RawOperand::kName && items.items[i].name == "_") continue;
+    llvm::Value* part = b_.CreateTrunc(b_.CreateLShr(v, Int(t.bits, uint64_t{element.bits} * i)), LlvmType(element));
+    if (!Dest(items.items[i], part, element, why)) return false;
+  }
+  return true;
+}
+
 // sin, cos, lg2, ex2, tanh .approx.f32 (not .ftz): the C library's function the
 // interpreter runs (interp/arithmetic.h, Unary: std::sin of a float is sinf...), called
 // through its address, so that LLVM neither folds it (its constant folding computes in

@@ -216,6 +216,7 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
   if (op == "atom" || op == "red") return Atomic(s, parts, why);
   if (op == "mov") {
     if (!t.ok() || !need(2) || !q.empty()) return (*why = why->empty() ? "form" : *why, false);
+    if (o[0].kind == RawOperand::kVector || o[1].kind == RawOperand::kVector) return MovPair(o, t, why);
     llvm::Value* v = Source(o[1], t, why);
     return v != nullptr && Dest(o[0], v, t, why);
   }

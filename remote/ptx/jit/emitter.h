@@ -143,6 +143,7 @@ class Emitter {
                std::string* why);
   bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
              std::string* why);
+  bool MovPair(const std::vector<RawOperand>& o, Type t, std::string* why);
   bool HostFunction(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
                     std::string* why);
 

@@ -213,6 +213,30 @@ TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
   }
 }
 
+// mov to and from vectors of 2 or 4 elements (wider registers: their low bits); not of
+// elements or a whole wider than their registers.
+TEST(JitOpcodeColumn, TheVectorMovsItTakes) {
+  const char* const kTaken[] = {
+      "mov.b64 {%r2, %r3}, %rd1;",
+      "mov.b64 %rd2, {%r1, %r1};",
+      "mov.b64 {%r2, _}, %rd1;",
+      "mov.b32 %r2, {%r1, 5};",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "mov.b64 {%r2, %r3, %r4}, %rd1;",
+      "mov.b64 {%r2, %r3}, %f1;",  // a 32-bit register as 64 bits
+      "setp.lt.u32 %p1, %r1, 5;\n  mov.b64 %rd2, {%p1, %p1};",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
 TEST(JitOpcodeColumn, EveryOpcodeMarkedFalseIsRefusedByTheTable) {
   for (const OpcodeRow& row : kOpcodeTable) {
     if (row.jit) continue;

@@ -1022,5 +1022,51 @@ TEST(JitApproxFunctions, GiveTheInterpretersResultsBitForBit) {
   }
 }
 
+// mov to and from vectors of elements (JitMovPairs.ptx): the interpreter's results bit for
+// bit in vector code (64 threads in x) and in scalar code (64 in y), and the layout PTX
+// gives them (the first element the lowest bits).
+TEST(JitMovPairs, PackAndUnpackGiveTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitMovPairs.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("pairs", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  std::vector<uint64_t> in(64);
+  for (uint64_t k = 0; k < in.size(); ++k) in[k] = (k + 1) * 0x9e3779b97f4a7c15ull;
+  struct Result {
+    uint64_t swapped, reversed;
+    uint32_t halves_swapped, low, low_half_and_7, lowest;
+  };
+  static_assert(sizeof(Result) == 32);
+  std::vector<Result> out[3];
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(64, Result{});
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t v = in[i];
+    const Result& r = out[0][i];
+    EXPECT_EQ(r.swapped, (v << 32) | (v >> 32)) << i;
+    EXPECT_EQ(r.reversed, ((v & 0xffff) << 48) | ((v >> 16 & 0xffff) << 32) | ((v >> 32 & 0xffff) << 16) | (v >> 48))
+        << i;
+    EXPECT_EQ(r.halves_swapped, static_cast<uint32_t>((v & 0xffff) << 16 | (v >> 16 & 0xffff))) << i;
+    EXPECT_EQ(r.low, static_cast<uint32_t>(v)) << i;
+    EXPECT_EQ(r.low_half_and_7, static_cast<uint32_t>((v & 0xffff) | 7u << 16)) << i;
+    EXPECT_EQ(r.lowest, static_cast<uint32_t>(v & 0xffff)) << i;
+    for (int run = 1; run < 3; ++run) {
+      EXPECT_EQ(std::memcmp(&out[run][i], &r, sizeof(Result)), 0) << "value " << i << ", run " << run;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::sim
