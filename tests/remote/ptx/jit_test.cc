@@ -670,6 +670,7 @@ TEST_F(JitAsyncCopy, SrcSizeAndIgnoreSrcFillWithZeros) {
 // launch on both tiers with the same error and the same text (a source of 13 of the 16
 // bytes: a fault of 13 bytes); a copy of no bytes from the source reads nothing.
 TEST_F(JitAsyncCopy, AStrayCopyFailsTheLaunchAsOnTheInterpreter) {
+  std::string store_detail[2];
   for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
     std::vector<uint8_t> out;
     std::string detail;
@@ -689,7 +690,10 @@ TEST_F(JitAsyncCopy, AStrayCopyFailsTheLaunchAsOnTheInterpreter) {
     EXPECT_EQ(Stage(mode, 0, 16, &out, &detail), kIllegalAddress);
     EXPECT_NE(detail.find("cp.async store of 16 bytes"), std::string::npos) << detail;
     EXPECT_NE(detail.find("(block 0, warp 1)"), std::string::npos) << detail;
+    store_detail[mode == JitMode::kAlways] = detail;
   }
+  // The target's address as the instruction made it (a .shared one), on both tiers.
+  EXPECT_EQ(store_detail[1], store_detail[0]);
   EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 3u) << Kernel("stage").jit->refused;
 }
 
