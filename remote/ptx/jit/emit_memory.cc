@@ -170,7 +170,8 @@ llvm::Value* Emitter::ParamAddress(const RawOperand& address, uint32_t size, boo
 // ld/st.v2/.v4 {a, b, ...}: one access of all the elements' bytes, checked once as the
 // interpreter checks it (HLoad/HStore: a stray one faults naming the whole size at the first
 // element's address), then element by element into or from the registers (`_` reads
-// nothing). Parameters in scalar and in vector code; the other spaces in scalar code only.
+// nothing). Parameters here in scalar and in vector code; in vector code the other spaces
+// go to VectorLanesAccess.
 bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                            const RawOperand& value, std::string* why) {
   if (value.kind != RawOperand::kVector || value.items.size() != vec) return (*why = "vector operand", false);
@@ -187,7 +188,7 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
     }
     return true;
   }
-  if (lanes_) return (*why = "a vector access in vector code", false);
+  if (lanes_) return VectorLanesAccess(address, space, t, vec, load, value, why);
   llvm::Type* type = llvm::FixedVectorType::get(ScalarType(t), vec);
   llvm::Value* stored = llvm::Constant::getNullValue(type);
   if (!load) {
@@ -207,6 +208,108 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
   for (uint32_t i = 0; i < vec; ++i) {
     if (sink(value.items[i])) continue;
     if (!Dest(value.items[i], b_.CreateExtractElement(loaded, uint64_t{i}), t, why)) return false;
+  }
+  return true;
+}
+
+// ld/st.v2/.v4 of global (or generic) memory in vector code: as VectorMemory, lanes that
+// all run at consecutive accesses inside the allocation this access hit last are one host
+// access of all their elements; otherwise each running lane's access (all its elements'
+// bytes) is checked on its own, in lane order, as scalar code checks it, so that a stray
+// lane faults with its own thread's detail. Elements travel through stack slots (promoted
+// to registers), one vector of the lanes per element.
+bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
+                                const RawOperand& value, std::string* why) {
+  if (space == "shared") return (*why = "shared memory in vector code", false);
+  if (address.name.empty() || address.name[0] != '%' || IsSpecialRegisterName(address.name)) {
+    return (*why = "an address that is not a register", false);
+  }
+  const uint32_t width = t.bits / 8, bytes = width * vec;
+  llvm::Type* element = ScalarType(t);
+  std::vector<llvm::Value*> stored(vec, nullptr);
+  if (!load) {
+    for (uint32_t i = 0; i < vec; ++i) {
+      if ((stored[i] = Source(value.items[i], t, why)) == nullptr) return false;
+    }
+  }
+  std::vector<llvm::AllocaInst*> loaded(vec, nullptr);
+  if (load) {
+    llvm::IRBuilder<> at(alloca_point_);
+    for (uint32_t i = 0; i < vec; ++i) {
+      loaded[i] = at.CreateAlloca(LlvmType(t));
+      b_.CreateStore(llvm::Constant::getNullValue(LlvmType(t)), loaded[i]);
+    }
+  }
+  llvm::Value* addresses = b_.CreateAdd(LoadRegister64(address.name), Int(64, address.bits));
+  const uint32_t access = NewAccess(bytes, load ? "load" : "store");
+  const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(access);
+  llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
+  llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
+  llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
+  llvm::Value* first = b_.CreateExtractElement(addresses, uint64_t{0});
+  llvm::Value* last = b_.CreateExtractElement(addresses, uint64_t{lanes_ - 1});
+  llvm::Value* consecutive = b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
+  llvm::Value* mask = Mask();
+  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(mask)),
+                                   b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
+                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
+  auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
+  auto* each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
+  b_.CreateCondBr(fast, whole, each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  // All lanes at once: lane k's element i is element k * vec + i of one wide access.
+  b_.SetInsertPoint(whole);
+  llvm::Type* wide = llvm::FixedVectorType::get(element, lanes_ * vec);
+  llvm::Value* host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
+  if (load) {
+    llvm::Value* all = b_.CreateAlignedLoad(wide, host, llvm::MaybeAlign(1));
+    for (uint32_t i = 0; i < vec; ++i) {
+      std::vector<int> picks;
+      for (uint32_t k = 0; k < lanes_; ++k) picks.push_back(static_cast<int>(k * vec + i));
+      b_.CreateStore(b_.CreateShuffleVector(all, picks), loaded[i]);
+    }
+  } else {
+    llvm::Value* all = llvm::Constant::getNullValue(wide);
+    for (uint32_t k = 0; k < lanes_; ++k) {
+      for (uint32_t i = 0; i < vec; ++i) {
+        all = b_.CreateInsertElement(all, b_.CreateExtractElement(stored[i], uint64_t{k}), uint64_t{k * vec + i});
+      }
+    }
+    b_.CreateAlignedStore(all, host, llvm::MaybeAlign(1));
+  }
+  b_.CreateBr(join);
+  // Lane by lane (unrolled): a running lane's whole access checked, then its elements.
+  b_.SetInsertPoint(each);
+  llvm::Type* one = llvm::FixedVectorType::get(element, vec);
+  for (uint32_t k = 0; k < lanes_; ++k) {
+    auto* lane = llvm::BasicBlock::Create(ctx_, "lane", fn_);
+    auto* next = llvm::BasicBlock::Create(ctx_, "lane_next", fn_);
+    b_.CreateCondBr(b_.CreateExtractElement(mask, uint64_t{k}), lane, next);
+    b_.SetInsertPoint(lane);
+    llvm::Value* lane_host = CheckedAccess(b_.CreateExtractElement(addresses, uint64_t{k}), access, b_.getInt32(k));
+    if (load) {
+      llvm::Value* elements = b_.CreateAlignedLoad(one, lane_host, llvm::MaybeAlign(1));
+      for (uint32_t i = 0; i < vec; ++i) {
+        llvm::Value* lanes_value = b_.CreateLoad(LlvmType(t), loaded[i]);
+        b_.CreateStore(b_.CreateInsertElement(lanes_value, b_.CreateExtractElement(elements, uint64_t{i}), uint64_t{k}),
+                       loaded[i]);
+      }
+    } else {
+      llvm::Value* elements = llvm::Constant::getNullValue(one);
+      for (uint32_t i = 0; i < vec; ++i) {
+        elements = b_.CreateInsertElement(elements, b_.CreateExtractElement(stored[i], uint64_t{k}), uint64_t{i});
+      }
+      b_.CreateAlignedStore(elements, lane_host, llvm::MaybeAlign(1));
+    }
+    b_.CreateBr(next);
+    b_.SetInsertPoint(next);
+  }
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
+  if (!load) return true;
+  for (uint32_t i = 0; i < vec; ++i) {
+    if (value.items[i].kind == RawOperand::kName && value.items[i].name == "_") continue;
+    if (!Dest(value.items[i], b_.CreateLoad(LlvmType(t), loaded[i]), t, why)) return false;
   }
   return true;
 }

@@ -129,6 +129,8 @@ class Emitter {
   llvm::Value* ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why);
   bool VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                     const RawOperand& value, std::string* why);
+  bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
+                         const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool CopyToShared(llvm::Value* target, const RawOperand& source, uint32_t from_source, uint32_t width,

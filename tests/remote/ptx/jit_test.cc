@@ -814,6 +814,56 @@ TEST_F(JitVectorAccess, AStrayVectorAccessFailsTheLaunchAsOnTheInterpreter) {
   EXPECT_EQ(out[1], out[0]);
 }
 
+// nvcc's saxpy of float4 (ld.global.v4, st.global.v4) in vector code (blocks of 64: 8
+// lanes at once; the last block partly past n, so its lanes go one by one) and in scalar
+// code (blocks of 60): the interpreter's results bit for bit; x shorter than n * 4 floats
+// fails both tiers with the same detail, in vector code the first stray lane's.
+TEST_F(JitVectorAccess, AVectorAccessInVectorCodeGivesTheInterpretersResults) {
+  const DecodedKernel& kernel = Kernel("saxpy4");
+  const int n = 1000;
+  std::vector<float> x(4 * n);
+  for (int k = 0; k < 4 * n; ++k) x[k] = static_cast<float>(k % 9) * 0.25f - 1.0f;
+  for (uint32_t block : {64u, 60u}) {
+    std::vector<float> y[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      y[compiled].assign(4 * n + 4, 0);
+      for (int k = 0; k < 4 * n + 4; ++k) y[compiled][k] = static_cast<float>(k % 5);
+      Memory memory;
+      const uint64_t dx = memory.Add(x), dy = memory.Add(y[compiled]);
+      std::string detail;
+      ASSERT_EQ(Launch(kernel, {(n + block - 1) / block, 1, 1}, {block, 1, 1}, Pack(n, 1.5f, dx, dy), memory, nullptr,
+                       &detail),
+                0)
+          << detail;
+    }
+    for (int k = 0; k < 4 * n + 4; ++k) {
+      const float expected = k < 4 * n ? std::fma(x[k], 1.5f, static_cast<float>(k % 5)) : static_cast<float>(k % 5);
+      ASSERT_EQ(y[0][k], expected) << k;
+      ASSERT_EQ(std::bit_cast<uint32_t>(y[1][k]), std::bit_cast<uint32_t>(y[0][k])) << k;
+    }
+  }
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  // x of 4 * 1000 - 2 floats: thread 999 (block 15, warp 1) reads 16 bytes from 8 bytes
+  // before its end.
+  std::vector<float> short_x(4 * n - 2, 1.0f);
+  std::string details[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    std::vector<float> y(4 * n, 0);
+    Memory memory;
+    const uint64_t dx = memory.Add(short_x), dy = memory.Add(y);
+    EXPECT_EQ(Launch(kernel, {16, 1, 1}, {64, 1, 1}, Pack(n, 1.5f, dx, dy), memory, nullptr, &details[compiled]),
+              kIllegalAddress);
+    char expected[96];
+    std::snprintf(expected, sizeof(expected), "load of 16 bytes at 0x%llx (block 15, warp 1)",
+                  static_cast<unsigned long long>(dx + 16 * 999));
+    EXPECT_EQ(details[compiled], expected) << "compiled " << compiled;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 3u) << kernel.jit->refused;
+}
+
 // `reduce_dynamic` (JitVectorAccess.ptx) over n inputs (input k is k % 7) on blocks of 64
 // threads with `dynamic_shared` bytes of dynamic shared memory, in `mode`: its CUresult,
 // *out (each block's sum, then each block's first 3 threads') and *detail.
