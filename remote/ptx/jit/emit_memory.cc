@@ -1,7 +1,8 @@
 // Memory (emitter.h): each global access checks its address against the allocation it last
 // hit (a per-instruction hint, one compare) and calls back into the engine (Translate,
-// run.cc) otherwise; shared accesses are checked against the CTA's shared size: no address
-// reaches memory unchecked. Atomics, cp.async, and vector code's loads and stores.
+// run.cc) otherwise; shared accesses are checked against the CTA's shared size (static and
+// the launch's dynamic bytes): no address reaches memory unchecked. Vector accesses
+// (ld/st .v2/.v4), atomics, cp.async, and vector code's loads and stores.
 #include <llvm/IR/MDBuilder.h>
 
 #include <algorithm>

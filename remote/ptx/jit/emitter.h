@@ -7,9 +7,10 @@
 //                       and the dispatch of the rest by opcode (ld/st, mov, cvta, selp
 //                       inline);
 //   emit_operands.cc    registers, types, special registers, an instruction's operands;
-//   emit_memory.cc      checked global and shared accesses, atomics, cp.async, vector
-//                       code's ld/st;
-//   emit_arithmetic.cc  setp, cvt, integer and float arithmetic.
+//   emit_memory.cc      checked global and shared accesses, ld/st .v2/.v4, atomics,
+//                       cp.async, vector code's ld/st;
+//   emit_arithmetic.cc  setp, cvt, integer and float arithmetic, mov of vectors of
+//                       elements, the C library's approximate functions.
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
