@@ -58,12 +58,16 @@ KernelNeeds NeedsOf(const DecodedKernel& kernel) {
 }
 
 // The kernel's compiled form when this launch should run it (jit/jit.h): not for what the
-// tier leaves to the interpreter (cooperative launches, dynamic shared memory). Under
-// GPUPOOL_PTX_JIT=auto the kernel is compiled in the background once it has run
-// kJitAfterThreads threads, and its launches run on the interpreter until the code is there.
+// tier leaves to the interpreter (cooperative launches; dynamic shared memory for a kernel
+// that names no shared variable, whose compiled code takes no generic address for a shared
+// one). Under GPUPOOL_PTX_JIT=auto the kernel is compiled in the background once it has
+// run kJitAfterThreads threads, and its launches run on the interpreter until the code is
+// there.
 static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t threads) {
   const JitMode mode = CurrentJitMode();
-  if (mode == JitMode::kOff || kernel.source == nullptr || spec.cooperative || spec.dynamic_shared != 0) {
+  const bool names_shared = !kernel.shared_layout.offsets.empty() || !kernel.shared_layout.dynamic.empty();
+  if (mode == JitMode::kOff || kernel.source == nullptr || spec.cooperative ||
+      (spec.dynamic_shared != 0 && !names_shared)) {
     return nullptr;
   }
   JitSlot& slot = *kernel.jit;

@@ -65,6 +65,7 @@ Status Decoder::Run(const RawFunction& entry) {
     if (symbol.space == Space::kShared) k_->shared_layout.offsets[name] = symbol.value;
   }
   k_->shared_layout.size = k_->static_shared;
+  for (const auto& [slot, name] : dynamic_shared_constants_) k_->shared_layout.dynamic.insert(name);
   for (auto& [index, label] : fixups_) {
     auto found = labels_.find(label);
     if (found == labels_.end()) return Status::InvalidArgument("PTX: unknown label " + label);

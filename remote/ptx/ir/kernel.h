@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,9 +47,12 @@ inline constexpr size_t kMaxKernelInstructions = size_t{1} << 17;
 // takes it as it is, so that both tiers place, size and check shared memory alike and a
 // launch's limits (RunKernel) hold for compiled code too. A name not here is no .shared
 // variable of the kernel (one the decoder never placed, say a label of the same name).
+// Dynamic shared memory (the launch's bytes) follows at `size`, where both tiers place the
+// `.extern .shared` variables the kernel names.
 struct SharedLayout {
   std::map<std::string, uint64_t> offsets;  // .shared variable -> offset in the CTA's
   uint64_t size = 0;                        // bytes (DecodedKernel::static_shared)
+  std::set<std::string> dynamic;            // .extern .shared variables it names, at `size`
 };
 
 struct Warp;

@@ -1,6 +1,7 @@
 // setp, cvt, and integer and float arithmetic (emitter.h).
 #include <llvm/IR/Intrinsics.h>
 
+#include <cmath>
 #include <map>
 
 #include "remote/ptx/jit/emitter.h"
@@ -152,6 +153,31 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
     }
     return done(r, t);
   }
+  // div / rem of .u and .s types, as the interpreter's (interp/arithmetic.h, Binary): by
+  // zero, div gives all ones and rem the dividend; signed by -1, div the negation (the
+  // minimum stays itself) and rem 0. The host division runs on a divisor that is neither 0
+  // nor, signed, -1 (no trap, no LLVM poison), and its result is chosen only where that
+  // divisor is the operand.
+  if ((op == "div" || op == "rem") && q.empty() && o.size() == 3 && t.kind != Kind::kBits) {
+    llvm::Value* a = src(1, t);
+    llvm::Value* c = src(2, t);
+    if (!a || !c) return false;
+    llvm::Value* zero = b_.CreateICmpEQ(c, Int(t.bits, 0));
+    llvm::Value* minus_one = sign ? b_.CreateICmpEQ(c, Int(t.bits, ~uint64_t{0})) : nullptr;
+    llvm::Value* odd = sign ? b_.CreateOr(zero, minus_one) : zero;
+    llvm::Value* divisor = b_.CreateSelect(odd, Int(t.bits, 1), c);
+    llvm::Value* r;
+    if (op == "div") {
+      r = sign ? b_.CreateSDiv(a, divisor) : b_.CreateUDiv(a, divisor);
+      if (sign) r = b_.CreateSelect(minus_one, b_.CreateSub(Int(t.bits, 0), a), r);
+      r = b_.CreateSelect(zero, Int(t.bits, ~uint64_t{0}), r);
+    } else {
+      r = sign ? b_.CreateSRem(a, divisor) : b_.CreateURem(a, divisor);
+      if (sign) r = b_.CreateSelect(minus_one, Int(t.bits, 0), r);
+      r = b_.CreateSelect(zero, a, r);
+    }
+    return done(r, t);
+  }
   // mul.lo / mad.lo (any int type), mul.wide / mad.wide (16 and 32 bits), mul.hi / mad.hi.
   if ((op == "mul" || op == "mad") && q.size() == 1 && o.size() == (op == "mul" ? 3u : 4u)) {
     llvm::Value* a = src(1, t);
@@ -182,6 +208,7 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
 bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
                     std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
+  if (op == "sin" || op == "cos" || op == "lg2" || op == "ex2" || op == "tanh") return HostFunction(s, op, q, t, why);
   // Round-to-nearest only (no .ftz, .sat, .approx or directed roundings), which is what
   // IEEE arithmetic on the host does.
   for (std::string_view qual : q) {
@@ -222,6 +249,74 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
   }
   *why = "a float instruction the tier does not take";
   return false;
+}
+
+// mov of a vector of 2 or 4 elements to one register (pack) or of one register to its
+// elements (unpack), the first element the lowest bits, as the interpreter's HPack and
+// HUnpack: an element is the low bits of its register or constant, and an unpacked one is
+// written zero-extended (`_` takes nothing). Registers narrower than an element are left to
+// the interpreter (it reads their 64-bit slot).
+bool Emitter::MovPair(const std::vector<RawOperand>& o, Type t, std::string* why) {
+  const bool pack = o[1].kind == RawOperand::kVector;
+  const RawOperand& items = pack ? o[1] : o[0];
+  const uint32_t n = static_cast<uint32_t>(items.items.size());
+  if ((pack && o[0].kind == RawOperand::kVector) || (n != 2 && n != 4) || t.kind == Kind::kPred || t.bits % n != 0) {
+    return (*why = "a vector mov the tier does not take", false);
+  }
+  const Type whole{Kind::kBits, t.bits};
+  const Type element{Kind::kBits, t.bits / n};
+  if (pack) {
+    llvm::Value* r = Int(t.bits, 0);
+    for (uint32_t i = 0; i < n; ++i) {
+      llvm::Value* v = Source(items.items[i], element, why);
+      if (v == nullptr) return false;
+      r = b_.CreateOr(r, b_.CreateShl(b_.CreateZExt(v, LlvmType(whole)), Int(t.bits, uint64_t{element.bits} * i)));
+    }
+    return Dest(o[0], r, whole, why);
+  }
+  llvm::Value* v = Source(o[1], whole, why);
+  if (v == nullptr) return false;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (items.items[i].kind == RawOperand::kName && items.items[i].name == "_") continue;
+    llvm::Value* part = b_.CreateTrunc(b_.CreateLShr(v, Int(t.bits, uint64_t{element.bits} * i)), LlvmType(element));
+    if (!Dest(items.items[i], part, element, why)) return false;
+  }
+  return true;
+}
+
+// sin, cos, lg2, ex2, tanh .approx.f32 (not .ftz): the C library's function the
+// interpreter runs (interp/arithmetic.h, Unary: std::sin of a float is sinf...), called
+// through its address, so that LLVM neither folds it (its constant folding computes in
+// double) nor replaces it, and the result is the interpreter's bit for bit. Vector code
+// calls it lane by lane.
+bool Emitter::HostFunction(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                           std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  if (q.size() != 1 || q[0] != "approx" || t.kind != Kind::kFloat || t.bits != 32 || o.size() != 2) {
+    return (*why = "a form the tier does not take", false);
+  }
+  using Function = float (*)(float);
+  const Function function = op == "sin"   ? static_cast<Function>(&::sinf)
+                            : op == "cos" ? static_cast<Function>(&::cosf)
+                            : op == "lg2" ? static_cast<Function>(&::log2f)
+                            : op == "ex2" ? static_cast<Function>(&::exp2f)
+                                          : static_cast<Function>(&::tanhf);
+  llvm::Value* a = Source(o[1], t, why);
+  if (a == nullptr) return false;
+  llvm::Type* f32 = b_.getFloatTy();
+  auto* type = llvm::FunctionType::get(f32, {f32}, false);
+  llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(function)), ptr_);
+  llvm::Value* r;
+  if (!lanes_) {
+    r = b_.CreateCall(type, callee, {a});
+  } else {
+    r = llvm::Constant::getNullValue(LlvmType(t));
+    for (uint32_t k = 0; k < lanes_; ++k) {
+      r = b_.CreateInsertElement(r, b_.CreateCall(type, callee, {b_.CreateExtractElement(a, uint64_t{k})}),
+                                 uint64_t{k});
+    }
+  }
+  return Dest(o[0], r, t, why);
 }
 
 }  // namespace gpupool::sim::jit

@@ -178,9 +178,12 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     const bool load = op != "st";
     if (!t.ok() || t.kind == Kind::kPred) return (*why = "type", false);
     std::string_view space = "generic";
+    uint32_t vec = 1;
     for (std::string_view qual : q) {
       if (qual == "global" || qual == "param" || qual == "shared") {
         space = qual;
+      } else if (qual == "v2" || qual == "v4") {
+        vec = qual == "v2" ? 2 : 4;
       } else if (!IsCacheHint(qual)) {
         *why = "qualifier ." + std::string(qual);
         return false;
@@ -190,17 +193,11 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     const RawOperand& address = load ? o[1] : o[0];
     const RawOperand& value = load ? o[0] : o[1];
     if (address.kind != RawOperand::kAddress) return (*why = "address operand", false);
+    if (vec > 1) return VectorAccess(address, space, t, vec, load, value, why);
     const uint32_t size = t.bits / 8;
     if (space == "param") {
-      // [param+offset]: bounds known now.
-      auto it = params_.find(address.name);
-      if (!load || it == params_.end()) return (*why = "a .param access it does not take", false);
-      const int64_t off = static_cast<int64_t>(address.bits);
-      if (off < 0 || static_cast<uint64_t>(off) + size > it->second.size ||
-          it->second.offset + off + size > param_size_) {
-        return (*why = "a .param access outside the parameter", false);
-      }
-      llvm::Value* at = b_.CreateConstGEP1_64(b_.getInt8Ty(), params_arg_, it->second.offset + off);
+      llvm::Value* at = ParamAddress(address, size, load, why);
+      if (at == nullptr) return false;
       llvm::Value* v = Splat(b_.CreateAlignedLoad(ScalarType(t), at, llvm::MaybeAlign(1)));
       return Dest(value, v, t, why);
     }
@@ -219,6 +216,7 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
   if (op == "atom" || op == "red") return Atomic(s, parts, why);
   if (op == "mov") {
     if (!t.ok() || !need(2) || !q.empty()) return (*why = why->empty() ? "form" : *why, false);
+    if (o[0].kind == RawOperand::kVector || o[1].kind == RawOperand::kVector) return MovPair(o, t, why);
     llvm::Value* v = Source(o[1], t, why);
     return v != nullptr && Dest(o[0], v, t, why);
   }

@@ -31,7 +31,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   }
   // The decoder's layout (SharedLayout): every .shared variable the kernel names has its
   // place, and the CTA's shared size is known before any access is checked against it.
-  has_shared_ = !shared_offsets_.empty();
+  has_shared_ = !shared_offsets_.empty() || !shared_dynamic_.empty();
   if (shared_size_ > kMaxSharedBytes) {
     return Refuse(std::to_string(shared_size_) + " bytes of shared memory", 0, refused);
   }
@@ -101,6 +101,8 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     ntid_[i] = b_.CreateLoad(i32_, Field(kOffNtid + 4 * i));
     nctaid_[i] = b_.CreateLoad(i32_, Field(kOffNctaid + 4 * i));
   }
+  // The CTA's shared bytes: the static ones and the launch's dynamic ones (RunCompiled).
+  shared_bytes_ = b_.CreateLoad(i64_, Field(kOffSharedSize));
   count_slot_ = b_.CreateAlloca(i64_);
   waiting_slot_ = b_.CreateAlloca(i1_);
   b_.CreateStore(b_.getInt64(0), count_slot_);

@@ -1,7 +1,8 @@
 // Memory (emitter.h): each global access checks its address against the allocation it last
 // hit (a per-instruction hint, one compare) and calls back into the engine (Translate,
-// run.cc) otherwise; shared accesses are checked against the CTA's shared size: no address
-// reaches memory unchecked. Atomics, cp.async, and vector code's loads and stores.
+// run.cc) otherwise; shared accesses are checked against the CTA's shared size (static and
+// the launch's dynamic bytes): no address reaches memory unchecked. Vector accesses
+// (ld/st .v2/.v4), atomics, cp.async, and vector code's loads and stores.
 #include <llvm/IR/MDBuilder.h>
 
 #include <algorithm>
@@ -23,18 +24,23 @@ void Emitter::Fault(llvm::Value* address, uint32_t access, llvm::Value* lane) {
 }
 
 // The host address of an access of `size` bytes at `offset` in the CTA's shared memory
-// (the low 48 bits of a window address, as the interpreter takes them); a fault past it.
-llvm::Value* Emitter::CheckedShared(llvm::Value* offset, uint32_t size, const char* what) {
+// (the low 48 bits of a window address, as the interpreter takes them); a fault past it,
+// naming `device`: the address as the instruction made it, as the interpreter names it
+// (a .shared address as it is, a generic one in the window).
+llvm::Value* Emitter::CheckedShared(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what) {
   const uint32_t access = static_cast<uint32_t>(accesses_->size());
   accesses_->push_back({size, what});
   offset = b_.CreateAnd(offset, b_.getInt64(0xffffffffffffull));
-  // The shared size is final: the pre-pass placed every variable the kernel names.
-  llvm::Value* limit = b_.getInt64(shared_size_ >= size ? shared_size_ - size + 1 : 0);
+  // The launch's size (static and dynamic bytes, at most kMaxSharedBytes: no wrap), as the
+  // interpreter checks against it: offset + size <= bytes.
+  llvm::Value* limit =
+      b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(size)),
+                      b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(size)), b_.getInt64(1)), b_.getInt64(0));
   auto* fault = llvm::BasicBlock::Create(ctx_, "shared_fault", fn_);
   auto* join = llvm::BasicBlock::Create(ctx_, "shared_ok", fn_);
   b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
   b_.SetInsertPoint(fault);
-  Fault(b_.CreateAdd(offset, b_.getInt64(kSharedWindow)), access);
+  Fault(device, access);
   b_.SetInsertPoint(join);
   return b_.CreateGEP(b_.getInt8Ty(), shared_arg_, offset);
 }
@@ -125,7 +131,7 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
     base = LoadRegister64(address.name);
   }
   llvm::Value* at = b_.CreateAdd(base, b_.getInt64(address.bits));
-  if (space == "shared") return CheckedShared(at, size, what);
+  if (space == "shared") return CheckedShared(at, at, size, what);
   if (space == "global" || !has_shared_) return Checked(at, size, what);
   // Generic: the shared window or global memory (a kernel of this tier has no local
   // memory, and an address in another window finds no allocation).
@@ -135,7 +141,7 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
   auto* join = llvm::BasicBlock::Create(ctx_, "generic", fn_);
   b_.CreateCondBr(b_.CreateICmpULT(offset, b_.getInt64(kWindowSize)), shared, global);
   b_.SetInsertPoint(shared);
-  llvm::Value* shared_host = CheckedShared(offset, size, what);
+  llvm::Value* shared_host = CheckedShared(offset, at, size, what);
   llvm::BasicBlock* shared_end = b_.GetInsertBlock();
   b_.CreateBr(join);
   b_.SetInsertPoint(global);
@@ -147,6 +153,166 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
   host->addIncoming(shared_host, shared_end);
   host->addIncoming(global_host, global_end);
   return host;
+}
+
+// The host address of a load of `size` bytes at [param+offset], checked now: its bounds are
+// known at compile time. nullptr with *why for a store, another base or bytes outside the
+// parameter.
+llvm::Value* Emitter::ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why) {
+  auto it = params_.find(address.name);
+  if (!load || it == params_.end()) return (*why = "a .param access it does not take", nullptr);
+  const int64_t off = static_cast<int64_t>(address.bits);
+  if (off < 0 || static_cast<uint64_t>(off) + size > it->second.size || it->second.offset + off + size > param_size_) {
+    return (*why = "a .param access outside the parameter", nullptr);
+  }
+  return b_.CreateConstGEP1_64(b_.getInt8Ty(), params_arg_, it->second.offset + off);
+}
+
+// ld/st.v2/.v4 {a, b, ...}: one access of all the elements' bytes, checked once as the
+// interpreter checks it (HLoad/HStore: a stray one faults naming the whole size at the first
+// element's address), then element by element into or from the registers (`_` reads
+// nothing). Parameters here in scalar and in vector code; in vector code the other spaces
+// go to VectorLanesAccess.
+bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
+                           const RawOperand& value, std::string* why) {
+  if (value.kind != RawOperand::kVector || value.items.size() != vec) return (*why = "vector operand", false);
+  const uint32_t width = t.bits / 8;
+  auto sink = [](const RawOperand& item) { return item.kind == RawOperand::kName && item.name == "_"; };
+  if (space == "param") {
+    llvm::Value* at = ParamAddress(address, width * vec, load, why);
+    if (at == nullptr) return false;
+    for (uint32_t i = 0; i < vec; ++i) {
+      if (sink(value.items[i])) continue;
+      llvm::Value* element = b_.CreateConstGEP1_64(b_.getInt8Ty(), at, uint64_t{i} * width);
+      llvm::Value* v = Splat(b_.CreateAlignedLoad(ScalarType(t), element, llvm::MaybeAlign(1)));
+      if (!Dest(value.items[i], v, t, why)) return false;
+    }
+    return true;
+  }
+  if (lanes_) return VectorLanesAccess(address, space, t, vec, load, value, why);
+  llvm::Type* type = llvm::FixedVectorType::get(ScalarType(t), vec);
+  llvm::Value* stored = llvm::Constant::getNullValue(type);
+  if (!load) {
+    for (uint32_t i = 0; i < vec; ++i) {
+      llvm::Value* v = Source(value.items[i], t, why);
+      if (v == nullptr) return false;
+      stored = b_.CreateInsertElement(stored, v, uint64_t{i});
+    }
+  }
+  llvm::Value* host = Address(address, space, width * vec, load ? "load" : "store", why);
+  if (host == nullptr) return false;
+  if (!load) {
+    b_.CreateAlignedStore(stored, host, llvm::MaybeAlign(1));
+    return true;
+  }
+  llvm::Value* loaded = b_.CreateAlignedLoad(type, host, llvm::MaybeAlign(1));
+  for (uint32_t i = 0; i < vec; ++i) {
+    if (sink(value.items[i])) continue;
+    if (!Dest(value.items[i], b_.CreateExtractElement(loaded, uint64_t{i}), t, why)) return false;
+  }
+  return true;
+}
+
+// ld/st.v2/.v4 of global (or generic) memory in vector code: as VectorMemory, lanes that
+// all run at consecutive accesses inside the allocation this access hit last are one host
+// access of all their elements; otherwise each running lane's access (all its elements'
+// bytes) is checked on its own, in lane order, as scalar code checks it, so that a stray
+// lane faults with its own thread's detail. Elements travel through stack slots (promoted
+// to registers), one vector of the lanes per element.
+bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
+                                const RawOperand& value, std::string* why) {
+  if (space == "shared") return (*why = "shared memory in vector code", false);
+  if (address.name.empty() || address.name[0] != '%' || IsSpecialRegisterName(address.name)) {
+    return (*why = "an address that is not a register", false);
+  }
+  const uint32_t width = t.bits / 8, bytes = width * vec;
+  llvm::Type* element = ScalarType(t);
+  std::vector<llvm::Value*> stored(vec, nullptr);
+  if (!load) {
+    for (uint32_t i = 0; i < vec; ++i) {
+      if ((stored[i] = Source(value.items[i], t, why)) == nullptr) return false;
+    }
+  }
+  std::vector<llvm::AllocaInst*> loaded(vec, nullptr);
+  if (load) {
+    llvm::IRBuilder<> at(alloca_point_);
+    for (uint32_t i = 0; i < vec; ++i) {
+      loaded[i] = at.CreateAlloca(LlvmType(t));
+      b_.CreateStore(llvm::Constant::getNullValue(LlvmType(t)), loaded[i]);
+    }
+  }
+  llvm::Value* addresses = b_.CreateAdd(LoadRegister64(address.name), Int(64, address.bits));
+  const uint32_t access = NewAccess(bytes, load ? "load" : "store");
+  const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(access);
+  llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
+  llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
+  llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
+  llvm::Value* first = b_.CreateExtractElement(addresses, uint64_t{0});
+  llvm::Value* last = b_.CreateExtractElement(addresses, uint64_t{lanes_ - 1});
+  llvm::Value* consecutive = b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
+  llvm::Value* mask = Mask();
+  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(mask)),
+                                   b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
+                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
+  auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
+  auto* each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
+  b_.CreateCondBr(fast, whole, each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  // All lanes at once: lane k's element i is element k * vec + i of one wide access.
+  b_.SetInsertPoint(whole);
+  llvm::Type* wide = llvm::FixedVectorType::get(element, lanes_ * vec);
+  llvm::Value* host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
+  if (load) {
+    llvm::Value* all = b_.CreateAlignedLoad(wide, host, llvm::MaybeAlign(1));
+    for (uint32_t i = 0; i < vec; ++i) {
+      std::vector<int> picks;
+      for (uint32_t k = 0; k < lanes_; ++k) picks.push_back(static_cast<int>(k * vec + i));
+      b_.CreateStore(b_.CreateShuffleVector(all, picks), loaded[i]);
+    }
+  } else {
+    llvm::Value* all = llvm::Constant::getNullValue(wide);
+    for (uint32_t k = 0; k < lanes_; ++k) {
+      for (uint32_t i = 0; i < vec; ++i) {
+        all = b_.CreateInsertElement(all, b_.CreateExtractElement(stored[i], uint64_t{k}), uint64_t{k * vec + i});
+      }
+    }
+    b_.CreateAlignedStore(all, host, llvm::MaybeAlign(1));
+  }
+  b_.CreateBr(join);
+  // Lane by lane (unrolled): a running lane's whole access checked, then its elements.
+  b_.SetInsertPoint(each);
+  llvm::Type* one = llvm::FixedVectorType::get(element, vec);
+  for (uint32_t k = 0; k < lanes_; ++k) {
+    auto* lane = llvm::BasicBlock::Create(ctx_, "lane", fn_);
+    auto* next = llvm::BasicBlock::Create(ctx_, "lane_next", fn_);
+    b_.CreateCondBr(b_.CreateExtractElement(mask, uint64_t{k}), lane, next);
+    b_.SetInsertPoint(lane);
+    llvm::Value* lane_host = CheckedAccess(b_.CreateExtractElement(addresses, uint64_t{k}), access, b_.getInt32(k));
+    if (load) {
+      llvm::Value* elements = b_.CreateAlignedLoad(one, lane_host, llvm::MaybeAlign(1));
+      for (uint32_t i = 0; i < vec; ++i) {
+        llvm::Value* lanes_value = b_.CreateLoad(LlvmType(t), loaded[i]);
+        b_.CreateStore(b_.CreateInsertElement(lanes_value, b_.CreateExtractElement(elements, uint64_t{i}), uint64_t{k}),
+                       loaded[i]);
+      }
+    } else {
+      llvm::Value* elements = llvm::Constant::getNullValue(one);
+      for (uint32_t i = 0; i < vec; ++i) {
+        elements = b_.CreateInsertElement(elements, b_.CreateExtractElement(stored[i], uint64_t{k}), uint64_t{i});
+      }
+      b_.CreateAlignedStore(elements, lane_host, llvm::MaybeAlign(1));
+    }
+    b_.CreateBr(next);
+    b_.SetInsertPoint(next);
+  }
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
+  if (!load) return true;
+  for (uint32_t i = 0; i < vec; ++i) {
+    if (value.items[i].kind == RawOperand::kName && value.items[i].name == "_") continue;
+    if (!Dest(value.items[i], b_.CreateLoad(LlvmType(t), loaded[i]), t, why)) return false;
+  }
+  return true;
 }
 
 // atom / red on global or shared memory, whose result no instruction reads: a thread

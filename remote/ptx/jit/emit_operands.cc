@@ -17,9 +17,10 @@ bool IsCacheHint(std::string_view q) {
 }
 
 // The shared offset of symbol `name`, or -1 when it is no .shared variable the decoder
-// placed (or an extern one, dynamic shared memory, which the tier leaves to the
-// interpreter).
+// placed: an extern one (dynamic shared memory) starts after the static ones, as the
+// decoder places it.
 int64_t Emitter::SharedSymbol(const std::string& name) const {
+  if (shared_dynamic_.count(name)) return static_cast<int64_t>(shared_size_);
   auto it = shared_offsets_.find(name);
   return it == shared_offsets_.end() ? -1 : static_cast<int64_t>(it->second);
 }

@@ -7,9 +7,10 @@
 //                       and the dispatch of the rest by opcode (ld/st, mov, cvta, selp
 //                       inline);
 //   emit_operands.cc    registers, types, special registers, an instruction's operands;
-//   emit_memory.cc      checked global and shared accesses, atomics, cp.async, vector
-//                       code's ld/st;
-//   emit_arithmetic.cc  setp, cvt, integer and float arithmetic.
+//   emit_memory.cc      checked global and shared accesses, ld/st .v2/.v4, atomics,
+//                       cp.async, vector code's ld/st;
+//   emit_arithmetic.cc  setp, cvt, integer and float arithmetic, mov of vectors of
+//                       elements, the C library's approximate functions.
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
@@ -60,6 +61,7 @@ class Emitter {
         module_(module),
         b_(context),
         shared_offsets_(shared.offsets),
+        shared_dynamic_(shared.dynamic),
         shared_size_(shared.size),
         lanes_(lanes) {}
 
@@ -119,12 +121,17 @@ class Emitter {
 
   // emit_memory.cc
   void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);
-  llvm::Value* CheckedShared(llvm::Value* offset, uint32_t size, const char* what);
+  llvm::Value* CheckedShared(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what);
   uint32_t NewAccess(uint32_t size, const char* what);
   llvm::Value* Checked(llvm::Value* address, uint32_t size, const char* what);
   llvm::Value* CheckedAccess(llvm::Value* address, uint32_t access, llvm::Value* lane);
   llvm::Value* Address(const RawOperand& address, std::string_view space, uint32_t size, const char* what,
                        std::string* why);
+  llvm::Value* ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why);
+  bool VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
+                    const RawOperand& value, std::string* why);
+  bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
+                         const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool CopyToShared(llvm::Value* target, const RawOperand& source, uint32_t from_source, uint32_t width,
@@ -139,6 +146,9 @@ class Emitter {
                std::string* why);
   bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
              std::string* why);
+  bool MovPair(const std::vector<RawOperand>& o, Type t, std::string* why);
+  bool HostFunction(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                    std::string* why);
 
   struct ParamAt {
     uint64_t offset = 0;
@@ -156,7 +166,9 @@ class Emitter {
   std::map<std::string, uint32_t> saved_index_;
   std::map<std::string, uint32_t> uses_;                   // operands naming each register, over the body
   const std::map<std::string, uint64_t>& shared_offsets_;  // the decoder's (SharedLayout)
-  const uint64_t shared_size_;
+  const std::set<std::string>& shared_dynamic_;            // .extern .shared, at shared_size_
+  const uint64_t shared_size_;                             // static; the launch's total: shared_bytes_
+  llvm::Value* shared_bytes_ = nullptr;                    // static + the launch's dynamic (Context)
   bool has_shared_ = false;
   std::map<uint32_t, std::array<llvm::AllocaInst*, 3>> hint_slots_;  // per access: its hint
   // Vector code (lanes_ > 0): kVectorLanes threads of a row at once, x, x + 1, ...; the

@@ -55,12 +55,14 @@ struct Context {
   uint32_t nctaid[3] = {1, 1, 1};                              // +52
   std::atomic<uint64_t>* progress = nullptr;                   // +64, never null
   const std::atomic<bool>* cancel = nullptr;                   // +72, never null
+  uint64_t shared_size = 0;                                    // +80: static + dynamic bytes
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
 };
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
-                   kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72;
+                   kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
+                   kOffSharedSize = 80;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -75,6 +77,7 @@ static_assert(offsetof(Context, ntid) == kOffNtid);
 static_assert(offsetof(Context, nctaid) == kOffNctaid);
 static_assert(offsetof(Context, progress) == kOffProgress);
 static_assert(offsetof(Context, cancel) == kOffCancel);
+static_assert(offsetof(Context, shared_size) == kOffSharedSize);
 
 // Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
 // point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).
@@ -92,7 +95,7 @@ class CompiledKernel {
   jit::CtaFunction cta_vector = nullptr;
   std::vector<jit::MemoryAccess> accesses;
   uint32_t registers = 0;     // saved at a barrier, per thread
-  uint64_t shared_bytes = 0;  // of the CTA's .shared variables
+  uint64_t shared_bytes = 0;  // of the CTA's static .shared variables (the launch adds its dynamic)
   bool barriers = false;
 };
 

@@ -56,11 +56,13 @@ bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != n
 int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
-  // RunKernel checked the decoder's layout, which the tier takes: checked again, so that
-  // no launch of compiled code allocates what a launch of the interpreter may not.
-  if (kernel.shared_bytes > kMaxSharedBytes || threads == 0 || threads > 1024) {
+  // RunKernel checked the decoder's layout, which the tier takes, with the launch's dynamic
+  // shared bytes: checked again, so that no launch of compiled code allocates what a launch
+  // of the interpreter may not (a 64-bit sum of a 32-bit size: no wrap).
+  const uint64_t shared_size = kernel.shared_bytes + spec.dynamic_shared;
+  if (shared_size > kMaxSharedBytes || threads == 0 || threads > 1024) {
     if (spec.error_detail) {
-      *spec.error_detail = "compiled kernel needs " + std::to_string(kernel.shared_bytes) +
+      *spec.error_detail = "compiled kernel needs " + std::to_string(shared_size) +
                            " bytes of shared memory: more than " + std::to_string(kMaxSharedBytes);
     }
     return kLaunchOutOfResources;
@@ -117,7 +119,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
   auto run_or_fail = [&](uint32_t index) {
     Worker& worker = states[index];
     worker.hints.assign(kernel.accesses.size(), Hint{});
-    worker.shared.assign(std::max<uint64_t>(kernel.shared_bytes, 1), 0);
+    worker.shared.assign(std::max<uint64_t>(shared_size, 1), 0);
     worker.resume.assign(threads, 0);
     if (kernel.barriers) worker.saved.assign(uint64_t{threads} * std::max(kernel.registers, 1u), 0);
     Context& context = worker.context;
@@ -127,6 +129,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     context.cancel = spec.cancel != nullptr ? spec.cancel : &kNeverCancelled;
     context.spec = &spec;
     context.accesses = &kernel.accesses;
+    context.shared_size = shared_size;
     for (int i = 0; i < 3; ++i) {
       context.ntid[i] = spec.block[i];
       context.nctaid[i] = spec.grid[i];

@@ -56,6 +56,38 @@ __global__ void matmul_cp_async(const float* a, const float* b, float* c, int n)
   if (row < n && col < n) c[row * n + col] = sum;
 }
 
+// matmul_tiled as samples write it for wider tiles: 32 x 32 tiles of float4 (each thread 4
+// columns of a row, blocks of 8 x 32) in dynamic shared memory (extern __shared__, the
+// launch's 2 * 32 * 32 floats), float4 loads and stores (ld/st .v4); n a multiple of 32.
+__global__ void matmul_float4_dynamic(const float* a, const float* b, float* c, int n) {
+  extern __shared__ float4 tiles[];
+  float4* ta = tiles;           // [32][8]
+  float4* tb = tiles + 32 * 8;  // [32][8]
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int row = blockIdx.y * 32 + ty;
+  const int col4 = blockIdx.x * 8 + tx;
+  float4 acc = make_float4(0, 0, 0, 0);
+  for (int t = 0; t < n; t += 32) {
+    ta[ty * 8 + tx] = reinterpret_cast<const float4*>(a + row * n + t)[tx];
+    tb[ty * 8 + tx] = reinterpret_cast<const float4*>(b + (t + ty) * n)[col4];
+    __syncthreads();
+    for (int k4 = 0; k4 < 8; ++k4) {
+      const float4 av = ta[ty * 8 + k4];
+      const float x[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float4 bv = tb[(k4 * 4 + j) * 8 + tx];
+        acc.x += x[j] * bv.x;
+        acc.y += x[j] * bv.y;
+        acc.z += x[j] * bv.z;
+        acc.w += x[j] * bv.w;
+      }
+    }
+    __syncthreads();
+  }
+  reinterpret_cast<float4*>(c + row * n)[col4] = acc;
+}
+
 // 256-bin histogram of bytes: shared-memory bins, then one global atomic per bin.
 __global__ void histogram(const unsigned char* data, int n, unsigned* bins) {
   __shared__ unsigned local[256];

@@ -68,7 +68,7 @@ std::vector<uint8_t> Pack(Args... args) {
 }
 
 void Launch(benchmark::State& state, const char* name, uint32_t grid[3], uint32_t block[3],
-            const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions) {
+            const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions, uint32_t dynamic_shared = 0) {
   auto kernel = Module().Decode(name, {});
   if (!kernel.ok()) throw std::runtime_error(kernel.status().message());
   LaunchSpec spec;
@@ -80,6 +80,7 @@ void Launch(benchmark::State& state, const char* name, uint32_t grid[3], uint32_
   spec.param_size = params.size();
   spec.memory = memory.ranges;
   spec.thread_instructions = instructions;
+  spec.dynamic_shared = dynamic_shared;
   std::string detail;
   spec.error_detail = &detail;
   if (int32_t status = gpupool::sim::RunKernel(**kernel, spec); status != 0) {
@@ -189,6 +190,26 @@ void BM_MatmulCpAsync_Native(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * int64_t{n} * n * n);
   state.SetLabel("n=" + std::to_string(n));
 }
+
+// matmul_float4_dynamic (float4 tiles in dynamic shared memory) on kMatrix x kMatrix.
+void BM_MatmulFloat4_Engine(benchmark::State& state, JitMode mode) {
+  std::vector<float> a(kMatrix * kMatrix, 1.0f), b(kMatrix * kMatrix, 0.5f), c(kMatrix * kMatrix);
+  Memory memory;
+  uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c);
+  auto params = Pack(da, db, dc, kMatrix);
+  uint32_t grid[3] = {kMatrix / 32, kMatrix / 32, 1}, block[3] = {8, 32, 1};
+  const uint32_t tiles = 2 * 32 * 32 * sizeof(float);
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "matmul_float4_dynamic", grid, block, params, memory, nullptr, tiles);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "matmul_float4_dynamic", grid, block, params, memory, &instructions, tiles);
+  if (c[0] != kMatrix * 0.5f || c[kMatrix * kMatrix - 1] != kMatrix * 0.5f) state.SkipWithError("wrong product");
+  state.SetItemsProcessed(state.iterations() * kMatrix * kMatrix * kMatrix);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+// The same work as matmul_tiled's: the same loop.
+void BM_MatmulFloat4_Native(benchmark::State& state) { BM_Matmul_Native(state); }
 
 void BM_Histogram_Engine(benchmark::State& state, JitMode mode) {
   std::vector<unsigned char> data(kElements);
@@ -329,6 +350,9 @@ BENCHMARK(BM_Matmul_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_MatmulCpAsync_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_MatmulCpAsync_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MatmulCpAsync_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MatmulFloat4_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MatmulFloat4_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MatmulFloat4_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Histogram_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Histogram_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Histogram_Native)->Unit(benchmark::kMillisecond)->UseRealTime();

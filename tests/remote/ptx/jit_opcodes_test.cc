@@ -48,6 +48,7 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"mad", "mad.lo.s32 %r2, %r1, 3, %r1;"},
     {"fma", "fma.rn.f32 %f2, %f1, %f1, %f1;"},
     {"div", "div.rn.f32 %f2, %f1, 0f40400000;"},
+    {"rem", "rem.u32 %r2, %r1, 3;"},
     {"min", "min.s32 %r2, %r1, 3;"},
     {"max", "max.u32 %r2, %r1, 3;"},
     {"and", "and.b32 %r2, %r1, 3;"},
@@ -59,6 +60,11 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"neg", "neg.s32 %r2, %r1;"},
     {"abs", "abs.f32 %f2, %f1;"},
     {"sqrt", "sqrt.rn.f32 %f2, %f1;"},
+    {"sin", "sin.approx.f32 %f2, %f1;"},
+    {"cos", "cos.approx.f32 %f2, %f1;"},
+    {"lg2", "lg2.approx.f32 %f2, %f1;"},
+    {"ex2", "ex2.approx.f32 %f2, %f1;"},
+    {"tanh", "tanh.approx.f32 %f2, %f1;"},
 };
 
 // A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around
@@ -143,6 +149,28 @@ TEST(JitOpcodeColumn, TheFormsOfAsyncCopiesFencesAndHintsItTakes) {
     std::string refused;
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
+}
+
+// Vector accesses (ld/st .v2/.v4) of global, shared, generic and parameter memory, one
+// checked access of all the elements' bytes; `_` elements of a load read nothing.
+TEST(JitOpcodeColumn, TheVectorAccessesItTakes) {
+  const char* const kTaken[] = {
+      "ld.global.v4.u32 {%r2, %r3, %r4, %r5}, [%rd1];",
+      "ld.global.nc.v2.f32 {%f2, %f3}, [%rd1+8];",
+      "ld.v2.u64 {%rd2, %rd3}, [%rd1];",
+      "ldu.global.v2.u32 {%r2, %r3}, [%rd1];",
+      "ld.shared.v4.f32 {%f2, %f3, %f4, %f5}, [%r1];",
+      "ld.shared.v2.s16 {%r2, %r3}, [%r1+4];",
+      "ld.global.v4.u32 {%r2, _, %r3, _}, [%rd1];",
+      "st.global.v4.f32 [%rd1], {%f1, %f1, %f1, %f1};",
+      "st.shared.v2.u32 [%r1], {%r1, 0};",
+      "st.v2.b64 [%rd1], {%rd1, %rd1};",
+      "ld.param.v2.u32 {%r2, %r3}, [out];",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
   const char* const kLeft[] = {
       "ld.volatile.global.u32 %r2, [%rd1];",
       "ld.relaxed.gpu.global.u32 %r2, [%rd1];",
@@ -158,7 +186,50 @@ TEST(JitOpcodeColumn, TheFormsOfAsyncCopiesFencesAndHintsItTakes) {
       "fence.mbarrier_init.release.cluster;",
       "fence.sc.cluster;",
       "membar.gpu;",
-      "ldu.global.v2.u32 {%r2, %r3}, [%rd1];",  // a vector of registers, as ld.v2
+      "ld.volatile.global.v2.u32 {%r2, %r3}, [%rd1];",
+      "ld.global.v8.u32 {%r2, %r3, %r4, %r5, %r6, %r7, %r2, %r3}, [%rd1];",
+      "ld.global.v2.u32 %r2, [%rd1];",  // not a vector of registers
+      "st.param.v2.u32 [out], {%r1, %r1};",
+      "ld.param.v4.u32 {%r2, %r3, %r4, %r5}, [out];",  // past the 8 bytes of `out`
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
+// sin, cos, lg2, ex2 and tanh: .approx.f32 only (the C library's function the interpreter
+// runs); not .ftz (flushing subnormals), nor other types.
+TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
+  const char* const kLeft[] = {
+      "sin.approx.ftz.f32 %f2, %f1;",
+      "ex2.approx.ftz.f32 %f2, %f1;",
+      "tanh.approx.f16 %f2, %f1;",
+      "lg2.f32 %f2, %f1;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
+// mov to and from vectors of 2 or 4 elements (wider registers: their low bits); not of
+// elements or a whole wider than their registers.
+TEST(JitOpcodeColumn, TheVectorMovsItTakes) {
+  const char* const kTaken[] = {
+      "mov.b64 {%r2, %r3}, %rd1;",
+      "mov.b64 %rd2, {%r1, %r1};",
+      "mov.b64 {%r2, _}, %rd1;",
+      "mov.b32 %r2, {%r1, 5};",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "mov.b64 {%r2, %r3, %r4}, %rd1;",
+      "mov.b64 {%r2, %r3}, %f1;",  // a 32-bit register as 64 bits
+      "setp.lt.u32 %p1, %r1, 5;\n  mov.b64 %rd2, {%p1, %p1};",
   };
   for (const char* body : kLeft) {
     std::string refused;

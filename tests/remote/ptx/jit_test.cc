@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "remote/ptx/front/program.h"
@@ -73,12 +74,12 @@ std::vector<uint8_t> Pack(Args... args) {
   return bytes;
 }
 
-// Runs `kernel` over `grid` x `block` with the packed `params` on `memory`; its CUresult
-// (the threads' instructions counted into *instructions, the failure's text into *detail,
-// where not null).
+// Runs `kernel` over `grid` x `block` with the packed `params` on `memory` (and
+// `dynamic_shared` bytes of dynamic shared memory); its CUresult (the threads' instructions
+// counted into *instructions, the failure's text into *detail, where not null).
 int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
                const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions = nullptr,
-               std::string* detail = nullptr) {
+               std::string* detail = nullptr, uint32_t dynamic_shared = 0) {
   LaunchSpec spec;
   for (int i = 0; i < 3; ++i) {
     spec.grid[i] = grid[i];
@@ -89,6 +90,7 @@ int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vec
   spec.memory = memory.ranges;
   spec.thread_instructions = instructions;
   spec.error_detail = detail;
+  spec.dynamic_shared = dynamic_shared;
   return RunKernel(kernel, spec);
 }
 
@@ -668,6 +670,7 @@ TEST_F(JitAsyncCopy, SrcSizeAndIgnoreSrcFillWithZeros) {
 // launch on both tiers with the same error and the same text (a source of 13 of the 16
 // bytes: a fault of 13 bytes); a copy of no bytes from the source reads nothing.
 TEST_F(JitAsyncCopy, AStrayCopyFailsTheLaunchAsOnTheInterpreter) {
+  std::string store_detail[2];
   for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
     std::vector<uint8_t> out;
     std::string detail;
@@ -687,7 +690,10 @@ TEST_F(JitAsyncCopy, AStrayCopyFailsTheLaunchAsOnTheInterpreter) {
     EXPECT_EQ(Stage(mode, 0, 16, &out, &detail), kIllegalAddress);
     EXPECT_NE(detail.find("cp.async store of 16 bytes"), std::string::npos) << detail;
     EXPECT_NE(detail.find("(block 0, warp 1)"), std::string::npos) << detail;
+    store_detail[mode == JitMode::kAlways] = detail;
   }
+  // The target's address as the instruction made it (a .shared one), on both tiers.
+  EXPECT_EQ(store_detail[1], store_detail[0]);
   EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 3u) << Kernel("stage").jit->refused;
 }
 
@@ -705,6 +711,415 @@ TEST_F(JitAsyncCopy, AKernelThatMayWaitForAnotherThreadStaysInterpreted) {
   EXPECT_EQ(out[16 * 20 + 1], static_cast<uint8_t>((16 * 20 + 1) * 7 + 1));
   EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 0u);
   EXPECT_NE(Kernel("stage").jit->refused.find("volatile"), std::string::npos) << Kernel("stage").jit->refused;
+}
+
+// Vector accesses (ld/st .v2/.v4) and dynamic shared memory (JitVectorAccess.ptx): the
+// interpreter's results bit for bit, and its faults with the same text.
+class JitVectorAccess : public ::testing::Test {
+ public:
+  void SetUp() override {
+    auto parsed = PtxModule::Parse(KernelText("JitVectorAccess.ptx"));
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    module_ = std::move(*parsed);
+  }
+  void TearDown() override { SetJitMode(JitMode::kAuto); }
+
+  const DecodedKernel& Kernel(const std::string& name) {
+    auto kernel = module_->Decode(name, {});
+    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
+    return **kernel;
+  }
+
+  // `stray_vector` on 48 threads with `in_words` words of input and `out_words` of output,
+  // its stores to shared memory `shift` bytes on, in `mode`: its CUresult, *out, *detail
+  // and the buffers' device addresses.
+  int32_t Stray(JitMode mode, uint32_t shift, size_t in_words, size_t out_words, std::vector<uint32_t>* out,
+                std::string* detail, uint64_t* in_address, uint64_t* out_address) {
+    SetJitMode(mode);
+    std::vector<uint32_t> in(in_words);
+    for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k * 1000);
+    out->assign(out_words, 0xeeeeeeee);
+    Memory memory;
+    *in_address = memory.Add(in);
+    *out_address = memory.Add(*out);
+    return Launch(Kernel("stray_vector"), {1, 1, 1}, {48, 1, 1}, Pack(*in_address, *out_address, shift), memory,
+                  nullptr, detail);
+  }
+
+  std::unique_ptr<PtxModule> module_;
+};
+
+// nvcc's tiled matrix multiply of float4 loads and stores (ld.global.nc.v4, st.shared.v4,
+// ld.shared.v4, st.global.v4): the interpreter's results bit for bit, and the product.
+TEST_F(JitVectorAccess, AFloat4TiledMatrixMultiplyGivesTheInterpretersResults) {
+  const int n = 64;
+  const DecodedKernel& kernel = Kernel("matmul_float4");
+  std::vector<float> a(n * n), b(n * n);
+  for (int k = 0; k < n * n; ++k) {
+    a[k] = static_cast<float>(k % 7) - 3;
+    b[k] = static_cast<float>(k % 5) * 0.5f;
+  }
+  std::vector<float> c[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    c[compiled].assign(n * n, -1.0f);
+    Memory memory;
+    const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[compiled]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {n / 32, n / 32, 1}, {8, 32, 1}, Pack(da, db, dc, n), memory, nullptr, &detail), 0)
+        << detail;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < n; ++j) {
+      float sum = 0;
+      for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
+      ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
+      ASSERT_EQ(std::bit_cast<uint32_t>(c[1][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j])) << i << ", " << j;
+    }
+  }
+}
+
+// A vector access past shared memory or past its allocation fails the launch on both tiers
+// with the same error and text: the whole access's size at its first element's address.
+TEST_F(JitVectorAccess, AStrayVectorAccessFailsTheLaunchAsOnTheInterpreter) {
+  std::vector<uint32_t> out[2], scratch;
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    const JitMode mode = compiled ? JitMode::kAlways : JitMode::kOff;
+    std::string detail;
+    uint64_t in = 0, dout = 0;
+    char expected[96];
+    ASSERT_EQ(Stray(mode, 0, 96, 192, &out[compiled], &detail, &in, &dout), 0) << detail;
+    // Thread 47 (warp 1) stores 16 bytes at 756 of the 768 bytes of `tile`.
+    EXPECT_EQ(Stray(mode, 4, 96, 192, &scratch, &detail, &in, &dout), kIllegalAddress);
+    EXPECT_EQ(detail, "store of 16 bytes at 0x2f4 (block 0, warp 1)") << "mode " << static_cast<int>(mode);
+    // Thread 47 loads 8 bytes past the 94 words of `in`.
+    EXPECT_EQ(Stray(mode, 0, 94, 192, &scratch, &detail, &in, &dout), kIllegalAddress);
+    std::snprintf(expected, sizeof(expected), "load of 8 bytes at 0x%llx (block 0, warp 1)",
+                  static_cast<unsigned long long>(in + 8 * 47));
+    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+    // Thread 47 stores 16 bytes of which the last 4 are past the 191 words of `out`.
+    EXPECT_EQ(Stray(mode, 0, 96, 191, &scratch, &detail, &in, &dout), kIllegalAddress);
+    std::snprintf(expected, sizeof(expected), "store of 16 bytes at 0x%llx (block 0, warp 1)",
+                  static_cast<unsigned long long>(dout + 16 * 47));
+    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+  }
+  EXPECT_EQ(Kernel("stray_vector").jit->jit_launches.load(), 4u) << Kernel("stray_vector").jit->refused;
+  for (uint32_t t = 0; t < 48; ++t) {
+    EXPECT_EQ(out[0][4 * t], t + 2 * t * 1000) << t;
+    EXPECT_EQ(out[0][4 * t + 1], t + (2 * t + 1) * 1000) << t;
+    EXPECT_EQ(out[0][4 * t + 2], t) << t;
+    EXPECT_EQ(out[0][4 * t + 3], t) << t;
+  }
+  EXPECT_EQ(out[1], out[0]);
+}
+
+// nvcc's saxpy of float4 (ld.global.v4, st.global.v4) in vector code (blocks of 64: 8
+// lanes at once; the last block partly past n, so its lanes go one by one) and in scalar
+// code (blocks of 60): the interpreter's results bit for bit; x shorter than n * 4 floats
+// fails both tiers with the same detail, in vector code the first stray lane's.
+TEST_F(JitVectorAccess, AVectorAccessInVectorCodeGivesTheInterpretersResults) {
+  const DecodedKernel& kernel = Kernel("saxpy4");
+  const int n = 1000;
+  std::vector<float> x(4 * n);
+  for (int k = 0; k < 4 * n; ++k) x[k] = static_cast<float>(k % 9) * 0.25f - 1.0f;
+  for (uint32_t block : {64u, 60u}) {
+    std::vector<float> y[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      y[compiled].assign(4 * n + 4, 0);
+      for (int k = 0; k < 4 * n + 4; ++k) y[compiled][k] = static_cast<float>(k % 5);
+      Memory memory;
+      const uint64_t dx = memory.Add(x), dy = memory.Add(y[compiled]);
+      std::string detail;
+      ASSERT_EQ(Launch(kernel, {(n + block - 1) / block, 1, 1}, {block, 1, 1}, Pack(n, 1.5f, dx, dy), memory, nullptr,
+                       &detail),
+                0)
+          << detail;
+    }
+    for (int k = 0; k < 4 * n + 4; ++k) {
+      const float expected = k < 4 * n ? std::fma(x[k], 1.5f, static_cast<float>(k % 5)) : static_cast<float>(k % 5);
+      ASSERT_EQ(y[0][k], expected) << k;
+      ASSERT_EQ(std::bit_cast<uint32_t>(y[1][k]), std::bit_cast<uint32_t>(y[0][k])) << k;
+    }
+  }
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  // x of 4 * 1000 - 2 floats: thread 999 (block 15, warp 1) reads 16 bytes from 8 bytes
+  // before its end.
+  std::vector<float> short_x(4 * n - 2, 1.0f);
+  std::string details[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    std::vector<float> y(4 * n, 0);
+    Memory memory;
+    const uint64_t dx = memory.Add(short_x), dy = memory.Add(y);
+    EXPECT_EQ(Launch(kernel, {16, 1, 1}, {64, 1, 1}, Pack(n, 1.5f, dx, dy), memory, nullptr, &details[compiled]),
+              kIllegalAddress);
+    char expected[96];
+    std::snprintf(expected, sizeof(expected), "load of 16 bytes at 0x%llx (block 15, warp 1)",
+                  static_cast<unsigned long long>(dx + 16 * 999));
+    EXPECT_EQ(details[compiled], expected) << "compiled " << compiled;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 3u) << kernel.jit->refused;
+}
+
+// `reduce_dynamic` (JitVectorAccess.ptx) over n inputs (input k is k % 7) on blocks of 64
+// threads with `dynamic_shared` bytes of dynamic shared memory, in `mode`: its CUresult,
+// *out (each block's sum, then each block's first 3 threads') and *detail.
+int32_t ReduceDynamic(const DecodedKernel& kernel, JitMode mode, uint32_t n, uint32_t dynamic_shared,
+                      std::vector<float>* out, std::string* detail) {
+  SetJitMode(mode);
+  const uint32_t blocks = (n + 127) / 128;
+  std::vector<float> in(n);
+  for (uint32_t k = 0; k < n; ++k) in[k] = static_cast<float>(k % 7);
+  out->assign(2 * blocks, -1.0f);
+  Memory memory;
+  const uint64_t din = memory.Add(in), dout = memory.Add(*out);
+  return Launch(kernel, {blocks, 1, 1}, {64, 1, 1}, Pack(din, dout, n), memory, nullptr, detail, dynamic_shared);
+}
+
+// Dynamic shared memory (`extern __shared__`) after 12 bytes of static (at 16, as the
+// decoder places it), the launch's bytes: the interpreter's results bit for bit, with as
+// many bytes as the threads use and with more.
+TEST_F(JitVectorAccess, ADynamicSharedMemoryReductionGivesTheInterpretersResults) {
+  const DecodedKernel& kernel = Kernel("reduce_dynamic");
+  const uint32_t n = 1000;  // the last block's second half partly past the end
+  for (uint32_t dynamic_shared : {256u, 4096u}) {
+    std::vector<float> out[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      std::string detail;
+      ASSERT_EQ(ReduceDynamic(kernel, compiled ? JitMode::kAlways : JitMode::kOff, n, dynamic_shared, &out[compiled],
+                              &detail),
+                0)
+          << detail;
+    }
+    const uint32_t blocks = (n + 127) / 128;
+    for (uint32_t block = 0; block < blocks; ++block) {
+      float sum = 0, first = 0;
+      for (uint32_t k = block * 128; k < std::min(n, block * 128 + 128); ++k) {
+        sum += static_cast<float>(k % 7);
+        if (k % 64 < 3) first += static_cast<float>(k % 7);
+      }
+      EXPECT_EQ(out[0][block], sum) << block;
+      EXPECT_EQ(out[0][blocks + block], first) << block;
+    }
+    for (size_t k = 0; k < out[0].size(); ++k) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[1][k]), std::bit_cast<uint32_t>(out[0][k])) << k;
+    }
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+}
+
+// An access past the launch's dynamic shared memory fails the launch on both tiers with
+// the same error and text: 128 bytes hold 32 threads' partial sums (thread 32, warp 1,
+// stores at 16 + 128), none hold thread 0's.
+TEST_F(JitVectorAccess, AStrayDynamicSharedAccessFailsTheLaunchAsOnTheInterpreter) {
+  const DecodedKernel& kernel = Kernel("reduce_dynamic");
+  for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+    std::vector<float> out;
+    std::string detail;
+    EXPECT_EQ(ReduceDynamic(kernel, mode, 256, 128, &out, &detail), kIllegalAddress);
+    EXPECT_EQ(detail, "store of 4 bytes at 0x90 (block 0, warp 1)") << "mode " << static_cast<int>(mode);
+    EXPECT_EQ(ReduceDynamic(kernel, mode, 256, 0, &out, &detail), kIllegalAddress);
+    EXPECT_EQ(detail, "store of 4 bytes at 0x10 (block 0, warp 0)") << "mode " << static_cast<int>(mode);
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+}
+
+// A kernel that names no shared variable, launched with dynamic shared memory, runs on the
+// interpreter (its compiled code would take a generic address in the shared window for a
+// global one); without, compiled.
+TEST_F(Jit, DynamicSharedMemoryForAKernelNamingNoSharedVariableIsInterpreted) {
+  SetJitMode(JitMode::kAlways);
+  const DecodedKernel& kernel = Kernel("dims");
+  std::vector<uint32_t> out(1, 0);
+  Memory memory;
+  const uint64_t d = memory.Add(out);
+  ASSERT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d), memory, nullptr, nullptr, 64), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
+  ASSERT_EQ(Launch(kernel, {1, 1, 1}, {1, 1, 1}, Pack(d), memory), 0);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+}
+
+// The interpreter's div and rem (interp/arithmetic.h): by zero, div gives all ones and rem
+// the dividend; signed by -1, div the negation (the minimum itself) and rem 0.
+template <typename T>
+T Quotient(T a, T b) {
+  if (b == 0) return static_cast<T>(-1);
+  if constexpr (std::is_signed_v<T>) {
+    if (b == -1) return static_cast<T>(0 - static_cast<std::make_unsigned_t<T>>(a));
+  }
+  return static_cast<T>(a / b);
+}
+template <typename T>
+T Remainder(T a, T b) {
+  if (b == 0) return a;
+  if constexpr (std::is_signed_v<T>) {
+    if (b == -1) return 0;
+  }
+  return static_cast<T>(a % b);
+}
+
+// Integer div and rem (JitIntegerDivision.ptx) by zero, by -1, of the minimum, of mixed
+// signs and of 64-bit values: the interpreter's results bit for bit in vector code (a
+// block of 64 threads in x) and in scalar code (64 in y), and the interpreter's rules.
+TEST(JitIntegerDivision, DivAndRemGiveTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitIntegerDivision.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("divide", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint64_t values[8] = {
+      0, 1, ~uint64_t{0}, 7, static_cast<uint64_t>(-7), 0x80000000u, uint64_t{1} << 63, 0x123456789abcdefull};
+  std::vector<uint64_t> in;
+  for (uint64_t a : values) {
+    for (uint64_t b : values) {
+      in.push_back(a);
+      in.push_back(b == 0x123456789abcdefull ? 3 : b);
+    }
+  }
+  struct Result {
+    int32_t div_s32;
+    uint32_t div_u32;
+    int32_t rem_s32;
+    uint32_t rem_u32;
+    int64_t div_s64;
+    uint64_t div_u64;
+    int64_t rem_s64;
+    uint64_t rem_u64;
+  };
+  static_assert(sizeof(Result) == 48);
+  std::vector<Result> out[3];
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(64, Result{});
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t a = in[2 * i], b = in[2 * i + 1];
+    const Result& r = out[0][i];
+    EXPECT_EQ(r.div_s32, Quotient<int32_t>(static_cast<int32_t>(a), static_cast<int32_t>(b))) << i;
+    EXPECT_EQ(r.div_u32, Quotient<uint32_t>(static_cast<uint32_t>(a), static_cast<uint32_t>(b))) << i;
+    EXPECT_EQ(r.rem_s32, Remainder<int32_t>(static_cast<int32_t>(a), static_cast<int32_t>(b))) << i;
+    EXPECT_EQ(r.rem_u32, Remainder<uint32_t>(static_cast<uint32_t>(a), static_cast<uint32_t>(b))) << i;
+    EXPECT_EQ(r.div_s64, Quotient<int64_t>(static_cast<int64_t>(a), static_cast<int64_t>(b))) << i;
+    EXPECT_EQ(r.div_u64, Quotient<uint64_t>(a, b)) << i;
+    EXPECT_EQ(r.rem_s64, Remainder<int64_t>(static_cast<int64_t>(a), static_cast<int64_t>(b))) << i;
+    EXPECT_EQ(r.rem_u64, Remainder<uint64_t>(a, b)) << i;
+    for (int run = 1; run < 3; ++run) {
+      EXPECT_EQ(std::memcmp(&out[run][i], &r, sizeof(Result)), 0) << "pair " << i << ", run " << run;
+    }
+  }
+}
+
+// sin, cos, lg2, ex2 and tanh .approx.f32 (JitApproxFunctions.ptx) of zeros, infinities,
+// NaN, subnormals, large and small values: the interpreter's results bit for bit in vector
+// code (64 threads in x) and in scalar code (64 in y), the C library's functions.
+TEST(JitApproxFunctions, GiveTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitApproxFunctions.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("approx", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  std::vector<float> in = {0.0f,
+                           -0.0f,
+                           1.0f,
+                           -1.0f,
+                           0.5f,
+                           3.14159265f,
+                           -100.25f,
+                           1e30f,
+                           -1e30f,
+                           88.7f,
+                           128.5f,
+                           -150.0f,
+                           std::numeric_limits<float>::infinity(),
+                           -std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN(),
+                           std::numeric_limits<float>::denorm_min(),
+                           -std::numeric_limits<float>::denorm_min(),
+                           std::numeric_limits<float>::min()};
+  for (int k = 0; in.size() < 64; ++k) in.push_back(std::ldexp(static_cast<float>(k % 13) - 6.3f, k % 17 - 8));
+  std::vector<float> out[3];
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(5 * 64, -1.0f);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  for (int i = 0; i < 64; ++i) {
+    const float expected[5] = {std::sin(in[i]), std::cos(in[i]), std::log2(in[i]), std::exp2(in[i]), std::tanh(in[i])};
+    for (int f = 0; f < 5; ++f) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(out[0][5 * i + f]), std::bit_cast<uint32_t>(expected[f]))
+          << "input " << in[i] << ", function " << f;
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(out[run][5 * i + f]), std::bit_cast<uint32_t>(out[0][5 * i + f]))
+            << "input " << in[i] << ", function " << f << ", run " << run;
+      }
+    }
+  }
+}
+
+// mov to and from vectors of elements (JitMovPairs.ptx): the interpreter's results bit for
+// bit in vector code (64 threads in x) and in scalar code (64 in y), and the layout PTX
+// gives them (the first element the lowest bits).
+TEST(JitMovPairs, PackAndUnpackGiveTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitMovPairs.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("pairs", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  std::vector<uint64_t> in(64);
+  for (uint64_t k = 0; k < in.size(); ++k) in[k] = (k + 1) * 0x9e3779b97f4a7c15ull;
+  struct Result {
+    uint64_t swapped, reversed;
+    uint32_t halves_swapped, low, low_half_and_7, lowest;
+  };
+  static_assert(sizeof(Result) == 32);
+  std::vector<Result> out[3];
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(64, Result{});
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t v = in[i];
+    const Result& r = out[0][i];
+    EXPECT_EQ(r.swapped, (v << 32) | (v >> 32)) << i;
+    EXPECT_EQ(r.reversed, ((v & 0xffff) << 48) | ((v >> 16 & 0xffff) << 32) | ((v >> 32 & 0xffff) << 16) | (v >> 48))
+        << i;
+    EXPECT_EQ(r.halves_swapped, static_cast<uint32_t>((v & 0xffff) << 16 | (v >> 16 & 0xffff))) << i;
+    EXPECT_EQ(r.low, static_cast<uint32_t>(v)) << i;
+    EXPECT_EQ(r.low_half_and_7, static_cast<uint32_t>((v & 0xffff) | 7u << 16)) << i;
+    EXPECT_EQ(r.lowest, static_cast<uint32_t>(v & 0xffff)) << i;
+    for (int run = 1; run < 3; ++run) {
+      EXPECT_EQ(std::memcmp(&out[run][i], &r, sizeof(Result)), 0) << "value " << i << ", run " << run;
+    }
+  }
 }
 
 }  // namespace
