@@ -180,7 +180,7 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     std::string_view space = "generic";
     uint32_t vec = 1;
     for (std::string_view qual : q) {
-      if (qual == "global" || qual == "param" || qual == "shared") {
+      if (qual == "global" || qual == "param" || qual == "shared" || qual == "local") {
         space = qual;
       } else if (qual == "v2" || qual == "v4") {
         vec = qual == "v2" ? 2 : 4;
@@ -193,6 +193,7 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     const RawOperand& address = load ? o[1] : o[0];
     const RawOperand& value = load ? o[0] : o[1];
     if (address.kind != RawOperand::kAddress) return (*why = "address operand", false);
+    if (lanes_ && space == "local") return (*why = "local memory in vector code", false);
     if (vec > 1) return VectorAccess(address, space, t, vec, load, value, why);
     const uint32_t size = t.bits / 8;
     if (space == "param") {
@@ -230,14 +231,16 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
       if (t.bits != 64) return (*why = "a 32-bit global address", false);
       return Dest(o[0], v, t, why);
     }
-    if (std::find(q.begin(), q.end(), "shared") == q.end()) {
-      return (*why = "a window other than global or shared", false);
+    const bool local = std::find(q.begin(), q.end(), "local") != q.end();
+    if (!local && std::find(q.begin(), q.end(), "shared") == q.end()) {
+      return (*why = "a window other than global, shared or local", false);
     }
     // As the interpreter: to generic adds the window to the (32-bit: zero-extended)
     // offset, from generic subtracts it; a 32-bit result keeps the low half.
+    const uint64_t start = local ? kLocalWindow : kSharedWindow;
     llvm::Value* wide = b_.CreateZExtOrTrunc(v, i64_);
-    if (!to) return Dest(o[0], b_.CreateAdd(wide, b_.getInt64(kSharedWindow)), Type{Kind::kUnsigned, 64}, why);
-    llvm::Value* r = b_.CreateSub(wide, b_.getInt64(kSharedWindow));
+    if (!to) return Dest(o[0], b_.CreateAdd(wide, b_.getInt64(start)), Type{Kind::kUnsigned, 64}, why);
+    llvm::Value* r = b_.CreateSub(wide, b_.getInt64(start));
     return Dest(o[0], b_.CreateZExtOrTrunc(r, LlvmType(t)), t, why);
   }
   if (op == "setp") {

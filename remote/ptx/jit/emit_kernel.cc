@@ -3,6 +3,8 @@
 // waits at) to its next barrier or its end; when threads wait at a barrier, another such
 // phase. PTX registers are stack slots of their declared width (promoted to SSA values by
 // LLVM); across a barrier a thread keeps the registers live after it in `saved`.
+#include <algorithm>
+
 #include "remote/ptx/front/param_layout.h"
 #include "remote/ptx/jit/emitter.h"
 
@@ -20,9 +22,18 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     if (s.kind == RawStatement::kInstruction && ++instructions > kMaxInstructions) {
       return Refuse("more than " + std::to_string(kMaxInstructions) + " instructions", s.line, refused);
     }
-    if (s.kind == RawStatement::kLocal || s.kind == RawStatement::kParam) {
-      return Refuse(std::string("it declares ") + (s.kind == RawStatement::kLocal ? ".local" : ".param") + " variables",
-                    s.line, refused);
+    if (s.kind == RawStatement::kParam) return Refuse("it declares .param variables", s.line, refused);
+    if (s.kind == RawStatement::kLocal) {
+      // As the decoder places them (a kernel of this tier has no calls, whose arguments
+      // and scratch it also places in local memory); bounded first, so that no sum wraps.
+      if (s.size > kMaxLocalPerThread || local_size_ > kMaxLocalPerThread) {
+        return Refuse("more than " + std::to_string(kMaxLocalPerThread) + " bytes of local memory", s.line, refused);
+      }
+      const uint64_t align = std::max<uint64_t>(s.align, 1);
+      local_size_ = (local_size_ + align - 1) / align * align;
+      local_offsets_[s.name] = local_size_;
+      local_size_ += std::max<uint64_t>(s.size, 1);
+      continue;
     }
     if (s.kind != RawStatement::kInstruction) continue;
     if (s.opcode.rfind("bar.", 0) == 0 || s.opcode.rfind("barrier.", 0) == 0) ++barriers_;
@@ -32,6 +43,11 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   // The decoder's layout (SharedLayout): every .shared variable the kernel names has its
   // place, and the CTA's shared size is known before any access is checked against it.
   has_shared_ = !shared_offsets_.empty() || !shared_dynamic_.empty();
+  local_size_ = (local_size_ + 15) / 16 * 16;
+  if (local_size_ > kMaxLocalPerThread) {
+    return Refuse("more than " + std::to_string(kMaxLocalPerThread) + " bytes of local memory", 0, refused);
+  }
+  out->local_bytes = local_size_;
   if (shared_size_ > kMaxSharedBytes) {
     return Refuse(std::to_string(shared_size_) + " bytes of shared memory", 0, refused);
   }
@@ -41,9 +57,9 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   }
   if (lanes_ > 0) {
     // Vector code takes straight code and forward branches only, without barriers,
-    // shared memory or atomics (the scalar code runs those).
-    if (barriers_ > 0 || has_shared_) {
-      return Refuse("vector code: barriers or shared memory", 0, refused);
+    // shared or local memory or atomics (the scalar code runs those).
+    if (barriers_ > 0 || has_shared_ || local_size_ > 0) {
+      return Refuse("vector code: barriers, shared or local memory", 0, refused);
     }
     std::map<std::string, size_t> label_at;
     size_t index = 0;
@@ -103,6 +119,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   }
   // The CTA's shared bytes: the static ones and the launch's dynamic ones (RunCompiled).
   shared_bytes_ = b_.CreateLoad(i64_, Field(kOffSharedSize));
+  local_arg_ = b_.CreateLoad(ptr_, Field(kOffLocal));
   count_slot_ = b_.CreateAlloca(i64_);
   waiting_slot_ = b_.CreateAlloca(i1_);
   b_.CreateStore(b_.getInt64(0), count_slot_);

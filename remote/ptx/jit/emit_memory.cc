@@ -1,7 +1,8 @@
 // Memory (emitter.h): each global access checks its address against the allocation it last
 // hit (a per-instruction hint, one compare) and calls back into the engine (Translate,
 // run.cc) otherwise; shared accesses are checked against the CTA's shared size (static and
-// the launch's dynamic bytes): no address reaches memory unchecked. Vector accesses
+// the launch's dynamic bytes), local ones against the thread's local size: no address
+// reaches memory unchecked. Vector accesses
 // (ld/st .v2/.v4), atomics, cp.async, and vector code's loads and stores.
 #include <llvm/IR/MDBuilder.h>
 
@@ -43,6 +44,28 @@ llvm::Value* Emitter::CheckedShared(llvm::Value* offset, llvm::Value* device, ui
   Fault(device, access);
   b_.SetInsertPoint(join);
   return b_.CreateGEP(b_.getInt8Ty(), shared_arg_, offset);
+}
+
+// The host address of an access of `size` bytes at `offset` in this thread's local memory
+// (the low 48 bits of a window address, as the interpreter takes them): its slice of the
+// CTA's (Context::local, local_size_ bytes per thread, by its index in the CTA), and no
+// other thread's; a fault past it, naming `device` (the address as the instruction made it,
+// as the interpreter names it).
+llvm::Value* Emitter::CheckedLocal(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what) {
+  const uint32_t access = static_cast<uint32_t>(accesses_->size());
+  accesses_->push_back({size, what});
+  offset = b_.CreateAnd(offset, b_.getInt64(0xffffffffffffull));
+  // offset + size <= local_size_, as the interpreter checks (both known here: a constant).
+  const uint64_t limit = local_size_ >= size ? local_size_ - size + 1 : 0;
+  auto* fault = llvm::BasicBlock::Create(ctx_, "local_fault", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "local_ok", fn_);
+  b_.CreateCondBr(b_.CreateICmpULT(offset, b_.getInt64(limit)), join, fault,
+                  llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  b_.SetInsertPoint(fault);
+  Fault(device, access);
+  b_.SetInsertPoint(join);
+  llvm::Value* slice = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(local_size_));
+  return b_.CreateGEP(b_.getInt8Ty(), local_arg_, b_.CreateAdd(slice, offset));
 }
 
 // A new global access of `size` bytes: its number (its hint's) and stack slots holding
@@ -105,7 +128,7 @@ llvm::Value* Emitter::CheckedAccess(llvm::Value* address, uint32_t access, llvm:
 }
 
 // The host address of an access of `size` bytes through address operand `address` in
-// `space` (global, shared or generic), checked; nullptr with *why when the tier does not
+// `space` (global, shared, local or generic), checked; nullptr with *why when the tier does not
 // take the operand.
 llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space, uint32_t size, const char* what,
                               std::string* why) {
@@ -115,14 +138,17 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
     return nullptr;
   }
   if (address.name[0] != '%') {
-    // [symbol+offset]: a .shared variable, as an offset (.shared) or its window address
-    // (generic), as the interpreter resolves it.
-    const int64_t offset = SharedSymbol(address.name);
-    if (offset < 0 || space == "global") {
+    // [symbol+offset]: a .shared (.local) variable, as an offset (.shared, .local) or its
+    // window address (generic), as the interpreter resolves it.
+    const int64_t shared = SharedSymbol(address.name), local = LocalSymbol(address.name);
+    if (shared >= 0 && (space == "shared" || space == "generic")) {
+      base = b_.getInt64(static_cast<uint64_t>(shared) + (space == "shared" ? 0 : kSharedWindow));
+    } else if (local >= 0 && (space == "local" || space == "generic")) {
+      base = b_.getInt64(static_cast<uint64_t>(local) + (space == "local" ? 0 : kLocalWindow));
+    } else {
       *why = "an access to " + address.name;
       return nullptr;
     }
-    base = b_.getInt64(static_cast<uint64_t>(offset) + (space == "shared" ? 0 : kSharedWindow));
   } else {
     if (IsSpecialRegisterName(address.name)) {
       *why = "an address in " + address.name;
@@ -132,26 +158,33 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
   }
   llvm::Value* at = b_.CreateAdd(base, b_.getInt64(address.bits));
   if (space == "shared") return CheckedShared(at, at, size, what);
-  if (space == "global" || !has_shared_) return Checked(at, size, what);
-  // Generic: the shared window or global memory (a kernel of this tier has no local
-  // memory, and an address in another window finds no allocation).
-  llvm::Value* offset = b_.CreateSub(at, b_.getInt64(kSharedWindow));
-  auto* shared = llvm::BasicBlock::Create(ctx_, "generic_shared", fn_);
-  auto* global = llvm::BasicBlock::Create(ctx_, "generic_global", fn_);
+  if (space == "local") return CheckedLocal(at, at, size, what);
+  const bool local = local_size_ > 0;
+  if (space == "global" || (!has_shared_ && !local)) return Checked(at, size, what);
+  // Generic: the shared window, the local window (of a kernel with local memory) or global
+  // memory, as the interpreter tells them apart (an address in another window finds no
+  // allocation).
   auto* join = llvm::BasicBlock::Create(ctx_, "generic", fn_);
-  b_.CreateCondBr(b_.CreateICmpULT(offset, b_.getInt64(kWindowSize)), shared, global);
-  b_.SetInsertPoint(shared);
-  llvm::Value* shared_host = CheckedShared(offset, at, size, what);
-  llvm::BasicBlock* shared_end = b_.GetInsertBlock();
-  b_.CreateBr(join);
-  b_.SetInsertPoint(global);
+  std::vector<std::pair<llvm::Value*, llvm::BasicBlock*>> hosts;
+  auto window = [&](uint64_t start, bool is_local) {
+    llvm::Value* offset = b_.CreateSub(at, b_.getInt64(start));
+    auto* inside = llvm::BasicBlock::Create(ctx_, is_local ? "generic_local" : "generic_shared", fn_);
+    auto* outside = llvm::BasicBlock::Create(ctx_, "generic_other", fn_);
+    b_.CreateCondBr(b_.CreateICmpULT(offset, b_.getInt64(kWindowSize)), inside, outside);
+    b_.SetInsertPoint(inside);
+    llvm::Value* host = is_local ? CheckedLocal(offset, at, size, what) : CheckedShared(offset, at, size, what);
+    hosts.emplace_back(host, b_.GetInsertBlock());
+    b_.CreateBr(join);
+    b_.SetInsertPoint(outside);
+  };
+  if (has_shared_) window(kSharedWindow, false);
+  if (local) window(kLocalWindow, true);
   llvm::Value* global_host = Checked(at, size, what);
-  llvm::BasicBlock* global_end = b_.GetInsertBlock();
+  hosts.emplace_back(global_host, b_.GetInsertBlock());
   b_.CreateBr(join);
   b_.SetInsertPoint(join);
-  llvm::PHINode* host = b_.CreatePHI(ptr_, 2);
-  host->addIncoming(shared_host, shared_end);
-  host->addIncoming(global_host, global_end);
+  llvm::PHINode* host = b_.CreatePHI(ptr_, static_cast<unsigned>(hosts.size()));
+  for (auto& [value, block] : hosts) host->addIncoming(value, block);
   return host;
 }
 

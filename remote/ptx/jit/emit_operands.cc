@@ -25,6 +25,12 @@ int64_t Emitter::SharedSymbol(const std::string& name) const {
   return it == shared_offsets_.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
+// The local offset of symbol `name`, or -1 when it is no .local variable of the kernel.
+int64_t Emitter::LocalSymbol(const std::string& name) const {
+  auto it = local_offsets_.find(name);
+  return it == local_offsets_.end() ? -1 : static_cast<int64_t>(it->second);
+}
+
 // A register's width as declared (64 for one used undeclared, as inline asm may).
 uint32_t Emitter::StorageBits(const std::string& name) {
   auto it = entry_.register_bits.find(name);
@@ -136,6 +142,11 @@ llvm::Value* Emitter::Source(const RawOperand& op, Type t, std::string* why) {
       if (!op.name.empty() && op.name[0] != '%' && !op.negated && t.is_int()) {
         // A .shared variable's name: its offset in the CTA's shared memory.
         if (int64_t offset = SharedSymbol(op.name); offset >= 0) {
+          return Int(t.bits, static_cast<uint64_t>(offset));
+        }
+        // A .local variable's: its offset in the thread's local memory (the decoder's value
+        // of the symbol; cvta.local makes it generic).
+        if (int64_t offset = LocalSymbol(op.name); offset >= 0) {
           return Int(t.bits, static_cast<uint64_t>(offset));
         }
       }

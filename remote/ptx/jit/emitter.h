@@ -7,7 +7,7 @@
 //                       and the dispatch of the rest by opcode (ld/st, mov, cvta, selp
 //                       inline);
 //   emit_operands.cc    registers, types, special registers, an instruction's operands;
-//   emit_memory.cc      checked global and shared accesses, ld/st .v2/.v4, atomics,
+//   emit_memory.cc      checked global, shared and local accesses, ld/st .v2/.v4, atomics,
 //                       cp.async, vector code's ld/st;
 //   emit_arithmetic.cc  setp, cvt, integer and float arithmetic, mov of vectors of
 //                       elements, the C library's approximate functions.
@@ -96,6 +96,7 @@ class Emitter {
 
   // emit_operands.cc
   int64_t SharedSymbol(const std::string& name) const;
+  int64_t LocalSymbol(const std::string& name) const;
   uint32_t StorageBits(const std::string& name);
   llvm::Type* StorageType(const std::string& name) { return Lanes(b_.getIntNTy(StorageBits(name))); }
   llvm::Value* LoadRegister(const std::string& name) { return b_.CreateLoad(StorageType(name), Register(name)); }
@@ -122,6 +123,7 @@ class Emitter {
   // emit_memory.cc
   void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);
   llvm::Value* CheckedShared(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what);
+  llvm::Value* CheckedLocal(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what);
   uint32_t NewAccess(uint32_t size, const char* what);
   llvm::Value* Checked(llvm::Value* address, uint32_t size, const char* what);
   llvm::Value* CheckedAccess(llvm::Value* address, uint32_t access, llvm::Value* lane);
@@ -170,6 +172,11 @@ class Emitter {
   const uint64_t shared_size_;                             // static; the launch's total: shared_bytes_
   llvm::Value* shared_bytes_ = nullptr;                    // static + the launch's dynamic (Context)
   bool has_shared_ = false;
+  // Local memory: the .local variables' offsets, laid out as the decoder lays them out
+  // (each at its alignment, in order; the total rounded up to 16), and each thread's bytes.
+  std::map<std::string, uint64_t> local_offsets_;
+  uint64_t local_size_ = 0;
+  llvm::Value* local_arg_ = nullptr;                                 // the CTA's local memory (Context::local)
   std::map<uint32_t, std::array<llvm::AllocaInst*, 3>> hint_slots_;  // per access: its hint
   // Vector code (lanes_ > 0): kVectorLanes threads of a row at once, x, x + 1, ...; the
   // lanes still running (not branched away, not ended), and the per-label lanes waiting

@@ -28,6 +28,11 @@ constexpr size_t kMaxInstructions = 16384;
 constexpr size_t kMaxRegisters = 4096;
 // Threads vector code runs at once (8 floats fill an AVX register).
 constexpr uint32_t kVectorLanes = 8;
+// Local memory: what a launch allows per thread (RunKernel's kMaxLocalPerThread, CUDA's
+// limit) and per CTA (its threads' slices together; RunKernel bounds a CTA's registers and
+// local memory together by the same 1 GiB).
+constexpr uint64_t kMaxLocalPerThread = 512 * 1024;
+constexpr uint64_t kMaxLocalPerCta = uint64_t{1} << 30;
 
 // The allocation a memory instruction hit last: an address a of `size` bytes is in it when
 // a - start < limit (limit = allocation size - size + 1; 0 matches nothing).
@@ -56,13 +61,14 @@ struct Context {
   std::atomic<uint64_t>* progress = nullptr;                   // +64, never null
   const std::atomic<bool>* cancel = nullptr;                   // +72, never null
   uint64_t shared_size = 0;                                    // +80: static + dynamic bytes
+  uint8_t* local = nullptr;                                    // +88: local_bytes per thread of the CTA
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
 };
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
                    kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
-                   kOffSharedSize = 80;
+                   kOffSharedSize = 80, kOffLocal = 88;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -78,6 +84,7 @@ static_assert(offsetof(Context, nctaid) == kOffNctaid);
 static_assert(offsetof(Context, progress) == kOffProgress);
 static_assert(offsetof(Context, cancel) == kOffCancel);
 static_assert(offsetof(Context, shared_size) == kOffSharedSize);
+static_assert(offsetof(Context, local) == kOffLocal);
 
 // Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
 // point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).
@@ -96,6 +103,7 @@ class CompiledKernel {
   std::vector<jit::MemoryAccess> accesses;
   uint32_t registers = 0;     // saved at a barrier, per thread
   uint64_t shared_bytes = 0;  // of the CTA's static .shared variables (the launch adds its dynamic)
+  uint64_t local_bytes = 0;   // of local memory per thread (the decoder's local_size)
   bool barriers = false;
 };
 

@@ -3,12 +3,12 @@
 //
 // The interpreter (interp/) runs every kernel a warp at a time, 32 lanes in
 // step. A kernel whose threads exchange data only across __syncthreads() (no warp-level
-// operation, no load or atomic another thread could be waited for through, no local
-// memory or call) gives the same results whatever order its threads run in between
-// barriers, so it may run one thread after another in compiled code. This tier compiles
-// those kernels, from their parsed PTX, into one host function per kernel that runs a CTA.
-// Every global and shared access is checked as the interpreter checks it: a stray one ends
-// the launch with CUDA_ERROR_ILLEGAL_ADDRESS and the same kind of detail.
+// operation, no load or atomic another thread could be waited for through, no call) gives
+// the same results whatever order its threads run in between barriers, so it may run one
+// thread after another in compiled code. This tier compiles those kernels, from their
+// parsed PTX, into one host function per kernel that runs a CTA. Every global, shared and
+// local access is checked as the interpreter checks it: a stray one ends the launch with
+// CUDA_ERROR_ILLEGAL_ADDRESS and the same kind of detail.
 //
 // A kernel the tier cannot take (an instruction outside its list, say) runs on the
 // interpreter; `JitMode` says when the tier is tried at all.
@@ -79,8 +79,8 @@ void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry
 void WaitForCompile(JitSlot& slot);
 
 // Whether `kernel` also has vector code (kernels of straight code and forward branches,
-// without barriers, shared memory or atomics: 8 threads of a row at once), which launches
-// whose blocks' x extent is a multiple of 8 run.
+// without barriers, shared or local memory or atomics: 8 threads of a row at once), which
+// launches whose blocks' x extent is a multiple of 8 run.
 bool HasVectorCode(const CompiledKernel& kernel);
 
 // Runs a launch of a compiled kernel: its blocks split over `workers` threads as the

@@ -67,10 +67,23 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     }
     return kLaunchOutOfResources;
   }
+  // Each thread's local memory, its slice of the worker's (kept from barrier to barrier,
+  // as its saved registers): the decoder's size per thread, which RunKernel bounded, checked
+  // again here with the CTA's threads (no product wraps).
+  uint64_t local_size = 0;
+  if (__builtin_mul_overflow(kernel.local_bytes, uint64_t{threads}, &local_size) ||
+      kernel.local_bytes > jit::kMaxLocalPerThread || local_size > jit::kMaxLocalPerCta) {
+    if (spec.error_detail) {
+      *spec.error_detail = "compiled kernel needs " + std::to_string(kernel.local_bytes) +
+                           " bytes of local memory per thread: more than the sim GPU holds";
+    }
+    return kLaunchOutOfResources;
+  }
   struct alignas(64) Worker {
     Context context;
     std::vector<Hint> hints;
     std::vector<uint8_t> shared;
+    std::vector<uint8_t> local;
     std::vector<int32_t> resume;
     std::vector<uint64_t> saved;
     std::atomic<uint64_t> unwatched{0};  // progress of a launch nobody watches
@@ -103,11 +116,12 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     ~Release() {
       if (!keep) return;
       kept_in_use = false;
-      const size_t held = kept.hints.capacity() * sizeof(Hint) + kept.shared.capacity() +
+      const size_t held = kept.hints.capacity() * sizeof(Hint) + kept.shared.capacity() + kept.local.capacity() +
                           kept.resume.capacity() * sizeof(int32_t) + kept.saved.capacity() * sizeof(uint64_t);
       if (held > kKeptScratchBytes) {
         kept.hints = {};
         kept.shared = {};
+        kept.local = {};
         kept.resume = {};
         kept.saved = {};
       }
@@ -121,6 +135,9 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     worker.hints.assign(kernel.accesses.size(), Hint{});
     worker.shared.assign(std::max<uint64_t>(shared_size, 1), 0);
     worker.resume.assign(threads, 0);
+    // Zeroed once per launch and worker, then left from CTA to CTA, as the interpreter
+    // leaves its CTA context's (PrepareCta).
+    worker.local.assign(std::max<uint64_t>(local_size, 1), 0);
     if (kernel.barriers) worker.saved.assign(uint64_t{threads} * std::max(kernel.registers, 1u), 0);
     Context& context = worker.context;
     context.hints = worker.hints.data();
@@ -130,6 +147,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     context.spec = &spec;
     context.accesses = &kernel.accesses;
     context.shared_size = shared_size;
+    context.local = worker.local.data();
     for (int i = 0; i < 3; ++i) {
       context.ntid[i] = spec.block[i];
       context.nctaid[i] = spec.grid[i];

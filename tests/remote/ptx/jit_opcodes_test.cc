@@ -255,5 +255,37 @@ TEST(JitOpcodeColumn, AnOpcodeOutsideTheTableIsRefused) {
   EXPECT_NE(refused.find("ir/opcodes.def"), std::string::npos) << refused;
 }
 
+// Local memory (a .local variable `depot` of 32 bytes per thread): ld/st .local through a
+// register or the symbol, vector accesses, cvta.local and cvta.to.local, and generic
+// accesses through the symbol or a register in the local window, in scalar code; not the
+// symbol as a global or shared address, atomics on it, nor more than 512 KiB per thread.
+TEST(JitOpcodeColumn, TheLocalMemoryFormsItTakes) {
+  const std::string depot = ".local .align 8 .b8 depot[32];\n  ";
+  const char* const kTaken[] = {
+      "mov.u64 %rd2, depot;\n  st.local.u32 [%rd2], %r1;\n  ld.local.u32 %r2, [%rd2+4];",
+      "ld.local.f32 %f2, [depot+28];",
+      "st.local.v4.u32 [depot+16], {%r1, %r1, %r1, %r1};\n  ld.local.v2.f32 {%f2, %f3}, [depot];",
+      "mov.u64 %rd2, depot;\n  cvta.local.u64 %rd3, %rd2;\n  ld.u32 %r2, [%rd3+4];\n  st.u8 [%rd3], %r1;",
+      "mov.u64 %rd2, depot;\n  cvta.local.u64 %rd3, %rd2;\n  cvta.to.local.u64 %rd4, %rd3;",
+      "ld.u64 %rd2, [depot+8];",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(depot + body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "ld.global.u32 %r2, [depot];",
+      "ld.shared.u32 %r2, [depot];",
+      "mov.u64 %rd2, depot;\n  atom.local.add.u32 %r2, [%rd2], 1;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(depot + body, &refused)) << body;
+  }
+  std::string refused;
+  EXPECT_TRUE(Compiles(".local .align 8 .b8 big[524288];\n  ld.local.u32 %r2, [big];", &refused)) << refused;
+  EXPECT_FALSE(Compiles(".local .align 8 .b8 big[524289];\n  ld.local.u32 %r2, [big];", &refused));
+}
+
 }  // namespace
 }  // namespace gpupool::sim

@@ -1122,5 +1122,159 @@ TEST(JitMovPairs, PackAndUnpackGiveTheInterpretersResults) {
   }
 }
 
+// Local memory (JitLocalMemory.ptx: nvcc's per-thread arrays, .local): compiled in scalar
+// code only, each thread's array in its own slice of the CTA's, the interpreter's results
+// bit for bit, and a stray local access failing both tiers with the same detail.
+class JitLocalMemory : public ::testing::Test {
+ public:
+  void SetUp() override {
+    auto parsed = PtxModule::Parse(KernelText("JitLocalMemory.ptx"));
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    module_ = std::move(*parsed);
+  }
+  void TearDown() override { SetJitMode(JitMode::kAuto); }
+
+  const DecodedKernel& Kernel(const std::string& name) {
+    auto kernel = module_->Decode(name, {});
+    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
+    return **kernel;
+  }
+
+  // `local_array` over `blocks` blocks of `threads` with `seed` and `stray`, in `mode`: its
+  // CUresult, *out and *detail.
+  int32_t LocalArray(JitMode mode, uint32_t blocks, uint32_t threads, int32_t seed, int32_t stray,
+                     std::vector<float>* out, std::string* detail) {
+    SetJitMode(mode);
+    std::vector<float> in(blocks * threads * 16);
+    for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>(static_cast<int>(k % 23) - 11);
+    out->assign(blocks * threads, -1.0f);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(*out);
+    return Launch(Kernel("local_array"), {blocks, 1, 1}, {threads, 1, 1}, Pack(din, dout, seed, stray), memory, nullptr,
+                  detail);
+  }
+
+  std::unique_ptr<PtxModule> module_;
+};
+
+// A float[16] indexed by a runtime value (ld.local at a computed offset, st.local.v4): on 4
+// blocks of 96 threads (two workers, blocks whose x extent vector code would take), the
+// interpreter's sums bit for bit, and the sums.
+TEST_F(JitLocalMemory, APerThreadArrayIndexedAtRunTimeGivesTheInterpretersResults) {
+  const uint32_t blocks = 4, threads = 96;
+  std::vector<float> out[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    std::string detail;
+    ASSERT_EQ(LocalArray(compiled ? JitMode::kAlways : JitMode::kOff, blocks, threads, 7, 0, &out[compiled], &detail),
+              0)
+        << detail;
+  }
+  const DecodedKernel& kernel = Kernel("local_array");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_FALSE(HasVectorCode(*kernel.jit->compiled));
+  for (uint32_t t = 0; t < blocks * threads; ++t) {
+    float a[16], sum = 0;
+    for (int k = 0; k < 16; ++k) a[k] = static_cast<float>(static_cast<int>((t * 16 + k) % 23) - 11) * (k + 1);
+    for (int k = 0; k < 8; ++k) sum += a[(7 + t * 3 + k * 5) % 16];
+    ASSERT_EQ(out[0][t], sum) << t;
+    ASSERT_EQ(std::bit_cast<uint32_t>(out[1][t]), std::bit_cast<uint32_t>(out[0][t])) << t;
+  }
+}
+
+// Each thread's int[12] written before three barriers and read after them (its slice of
+// the CTA's local memory kept while the other threads run their phases): the
+// interpreter's results, and the values.
+TEST_F(JitLocalMemory, LocalMemorySurvivesBarriers) {
+  const DecodedKernel& kernel = Kernel("local_barrier");
+  const uint32_t blocks = 4, threads = 128;
+  const int seed = 5;
+  std::vector<int32_t> in(blocks * threads);
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<int32_t>(k * 13 % 101) - 50;
+  std::vector<int32_t> out[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    out[compiled].assign(in.size(), 0);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[compiled]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(din, dout, seed), memory, nullptr, &detail), 0)
+        << detail;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (uint32_t b = 0; b < blocks; ++b) {
+    auto a = [&](uint32_t t, uint32_t k) { return in[b * threads + t] * 31 + static_cast<int32_t>(k) * seed; };
+    std::vector<int32_t> tile(threads), other(threads);
+    for (uint32_t t = 0; t < threads; ++t) tile[t] = a(t, (t + seed) % 12);
+    for (uint32_t t = 0; t < threads; ++t) other[t] = tile[(t + 1) % threads];
+    for (uint32_t t = 0; t < threads; ++t) tile[t] = other[t] + a(t, (t * 7 + seed) % 12);
+    for (uint32_t t = 0; t < threads; ++t) {
+      ASSERT_EQ(out[0][b * threads + t], tile[threads - 1 - t] + a(t, (seed + t) % 12) * 3) << b << ", " << t;
+    }
+  }
+  EXPECT_EQ(out[1], out[0]);
+}
+
+// A generic pointer (cvta.local, then selp with a global one) that odd threads aim at their
+// local array and even threads at global memory: generic loads and stores reach the
+// thread's own local memory through the local window, the interpreter's results.
+TEST_F(JitLocalMemory, AGenericPointerIntoALocalArrayReachesTheThreadsOwn) {
+  const DecodedKernel& kernel = Kernel("local_pointer");
+  const uint32_t blocks = 4, threads = 64;
+  const int n = 11;
+  std::vector<int32_t> data[2], out[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    data[compiled].assign(blocks * threads * 16, 0);
+    for (size_t k = 0; k < data[compiled].size(); ++k) data[compiled][k] = static_cast<int32_t>(k * 3 + 1);
+    out[compiled].assign(blocks * threads, 0);
+    Memory memory;
+    const uint64_t ddata = memory.Add(data[compiled]), dout = memory.Add(out[compiled]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, Pack(ddata, dout, n), memory, nullptr, &detail), 0)
+        << detail;
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (int32_t t = 0; t < static_cast<int32_t>(blocks * threads); ++t) {
+    int32_t p[16];
+    for (int32_t k = 0; k < 16; ++k) p[k] = t & 1 ? t * 100 + k : (t * 16 + k) * 3 + 1;
+    p[(t * 5) % 16] = -t;
+    int32_t s = 0;
+    for (int32_t k = 0; k < n; ++k) s += p[(k * 7 + t) % 16] * (k + 1);
+    ASSERT_EQ(out[0][t], s) << t;
+    if (t % 2 == 0) {
+      ASSERT_EQ(data[0][t * 16 + (t * 5) % 16], -t) << t;
+    }
+  }
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(data[1], data[0]);
+}
+
+// Reads past the 64 bytes of each thread's local memory (just past: where the next thread's
+// slice starts on the host; far past; before it) fail the launch on both tiers with the
+// same error and detail: thread 0's first read, at the address the instruction made.
+TEST_F(JitLocalMemory, AStrayLocalAccessFailsTheLaunchAsOnTheInterpreter) {
+  struct Case {
+    int32_t stray;
+    const char* detail;
+  };
+  const Case kCases[] = {
+      {16, "load of 4 bytes at 0x40 (block 0, warp 0)"},
+      {1 << 20, "load of 4 bytes at 0x400000 (block 0, warp 0)"},
+      {-20, "load of 4 bytes at 0xffffffffffffffb0 (block 0, warp 0)"},
+  };
+  for (const Case& c : kCases) {
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      std::vector<float> out;
+      std::string detail;
+      EXPECT_EQ(LocalArray(compiled ? JitMode::kAlways : JitMode::kOff, 1, 64, 0, c.stray, &out, &detail),
+                kIllegalAddress)
+          << c.stray;
+      EXPECT_EQ(detail, c.detail) << "stray " << c.stray << ", compiled " << compiled;
+    }
+  }
+  EXPECT_EQ(Kernel("local_array").jit->jit_launches.load(), 3u) << Kernel("local_array").jit->refused;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
