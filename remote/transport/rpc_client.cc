@@ -221,7 +221,7 @@ RpcClient::~RpcClient() {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (flusher_pid_ == 0 || flusher_pid_ == getpid()) {
-    (void)FlushLocked();  // the last launches too; a failure has no one left to tell
+    (void)FlushLocked();  // the last launches too (none once abandoned); a failure has no one left to tell
   }
   // The bootstrap socket goes first: the server then reads the endpoint close that follows
   // as this clean exit, not as a failed peer.
@@ -317,6 +317,7 @@ Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_le
       while (*more) *more = (*step)();
     }
   } finish{overlap, &overlapping};
+  if (abandoned_.load() && broken_.empty()) broken_ = "the connection to " + endpoint_ + " was given up";
   if (!broken_.empty()) return BrokenLocked();
   Completion completion;
   ucp_request_param_t param{};
@@ -356,6 +357,8 @@ Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_le
       if (idle > kSpinBeforeSleep) {
         ucx_->WaitForEvents(100, control_fd_);
         if (PeerClosed(control_fd_)) broken_ = "the server at " + endpoint_ + " closed the connection";
+        // A silent server reads nothing: the send would wait for room forever.
+        if (abandoned_.load() && broken_.empty()) broken_ = "the connection to " + endpoint_ + " was given up";
       }
       if (!broken_.empty()) break;
     }

@@ -95,6 +95,11 @@ class ClientConnection {
   // failed on it, or the server closed its socket (its process ended). Does not wait. The
   // failover asks it of a process's other GPUs when one's agent is found gone (failover.h).
   virtual bool PeerGone() { return false; }
+  // Nothing more is to be sent on the connection: its peer is known gone, perhaps silent (a
+  // stopped host reads nothing and closes nothing, so a send waiting for room would wait
+  // forever). A send under way or to come fails, and closing the connection sends nothing.
+  // Takes no lock and does not wait (a send may hold the connection's lock).
+  virtual void Abandon() {}
 };
 
 class RpcClient : public ClientConnection {
@@ -125,6 +130,7 @@ class RpcClient : public ClientConnection {
   void SetAbandonCheck(std::function<std::string()> check) override;
   uint64_t next_sequence() override;
   bool PeerGone() override;
+  void Abandon() override { abandoned_.store(true); }
 
   const std::string& endpoint() const { return endpoint_; }
 
@@ -211,6 +217,7 @@ class RpcClient : public ClientConnection {
   uint64_t unanswered_posts_ = 0;
   uint64_t unanswered_post_bytes_ = 0;
   std::function<std::string()> abandon_;  // guarded by mu_
+  std::atomic<bool> abandoned_{false};    // Abandon: read without mu_ by a waiting send
 
   // Batching (see the top of this file); guarded by mu_ but where said.
   std::vector<char> batch_;  // the items of the batch not yet sent

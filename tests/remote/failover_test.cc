@@ -898,6 +898,10 @@ class TogetherTest : public FailoverTest {
  protected:
   static constexpr uint64_t kOtherData = kData + (uint64_t{1} << 20);
 
+  // A background recovery's thread reads other_channel_ (declared after other_, so
+  // destroyed first): it is joined before.
+  ~TogetherTest() override { other_.reset(); }
+
   // The lease file naming `slot0` and `slot1`.
   void NameBoth(const Agent& slot0, const Agent& slot1) {
     std::ofstream out(lease_file_ + ".tmp");
@@ -918,8 +922,9 @@ class TogetherTest : public FailoverTest {
     int32_t refusal = 0;
     other_channel_.connection = OpenSession(other_channel_.location, &other_channel_.description, &why, &refusal);
     ASSERT_NE(other_channel_.connection, nullptr) << why;
-    failover_->SetAgentLostHook(
-        [this](const GpuLocation& lost) { other_->RecoverInBackground(&other_channel_, lost); });
+    failover_->SetAgentLostHook([this](const GpuLocation& lost, bool confirmed) {
+      other_->RecoverInBackground(&other_channel_, lost, confirmed);
+    });
   }
 
   int32_t OtherCall(uint32_t op, const void* args, size_t args_len, const void* payload = nullptr,
@@ -1053,6 +1058,77 @@ TEST_F(TogetherTest, StoppingABackgroundRecoveryEndsItsWait) {
   other_.reset();
 }
 
+// The agent of both falls silent (its host stopped: its connections stay open, and nothing
+// on the other GPU's fails, so PeerGone never says it is gone). gpupoold's word, which ended
+// the first GPU's waiting call, starts the other's recovery too: it asks gpupoold about its
+// own slot and recovers there before the program calls it, which then waits on nothing.
+TEST_F(TogetherTest, TheOtherGpuOfASilentAgentRecoversOnGpupooldsWord) {
+  OpenBoth(Replay(), Replay());
+  std::mutex told_mu;
+  std::vector<std::string> told;
+  auto gpupoold = [&](const GpuLocation& lost, int slot, GpuLocation* named, std::string*) {
+    std::lock_guard<std::mutex> lock(told_mu);
+    told.push_back(lost.uuid + " slot " + std::to_string(slot));
+    *named = {second_->uuid, second_->endpoint};  // its probe got no answer
+    return true;
+  };
+  failover_->SetLostReporter(gpupoold);
+  other_->SetLostReporter(gpupoold);
+  Prepare();
+  PrepareOther();
+  for (uint32_t k = 1; k <= 3; ++k) Step(k);
+  ASSERT_EQ(Synchronize(), 0);
+  first_->backend.Hang();  // silent: nothing answers, nothing closes
+  Step(4);
+  EXPECT_EQ(Synchronize(), 0);  // asks gpupoold, recovers, starts the other's recovery
+  // No ASSERT before Release and the last report: gpupoold's stand-in holds this frame's
+  // variables.
+  EXPECT_EQ(BackgroundRecoveries(), 1u);
+  EXPECT_EQ(other_->recoveries().size(), 1u);
+  if (!other_->recoveries().empty()) EXPECT_EQ(other_->recoveries()[0].to.uuid, second_->uuid);
+  EXPECT_EQ(other_channel_.location.uuid, first_->uuid);  // taken up at its next call
+  const auto before = std::chrono::steady_clock::now();
+  ExpectOtherMatches();
+  EXPECT_LT(std::chrono::steady_clock::now() - before, std::chrono::milliseconds(300))
+      << "the call waited on the silent agent";
+  EXPECT_TRUE(other_moved_);
+  EXPECT_EQ(other_channel_.location.uuid, second_->uuid);
+  EXPECT_EQ(other_->recoveries().size(), 1u);
+  first_->backend.Release();
+  ExpectMatchesReference();
+  std::lock_guard<std::mutex> lock(told_mu);
+  EXPECT_EQ(told, (std::vector<std::string>{first_->uuid + " slot 0", first_->uuid + " slot 1"}));
+  failover_->SetLostReporter(nullptr);
+  other_->SetLostReporter(nullptr);
+}
+
+// The agent of both is silent only to the first GPU's waiting call (its GPU's lane hangs),
+// and gpupoold's probe finds the agent answering for the other's slot: the other GPU is not
+// touched. A client's own view never fails a GPU.
+TEST_F(TogetherTest, AnAgentGpupooldFindsAnsweringIsNotLeftByTheOtherGpu) {
+  OpenBoth(Replay(), Replay());
+  failover_->SetLostReporter([&](const GpuLocation&, int, GpuLocation* named, std::string*) {
+    *named = {second_->uuid, second_->endpoint};
+    return true;
+  });
+  other_->SetLostReporter([&](const GpuLocation&, int, GpuLocation* named, std::string*) {
+    *named = {first_->uuid, first_->endpoint};  // the agent answered gpupoold's probe
+    return true;
+  });
+  Prepare();
+  PrepareOther();
+  const transport::ClientConnection* session = other_channel_.connection.get();
+  first_->backend.Hang();
+  Step(1);
+  EXPECT_EQ(Synchronize(), 0);
+  first_->backend.Release();
+  EXPECT_EQ(BackgroundRecoveries(), 0u);
+  ExpectOtherMatches();
+  EXPECT_FALSE(other_moved_);
+  EXPECT_EQ(other_channel_.connection.get(), session);
+  EXPECT_TRUE(other_->recoveries().empty());
+}
+
 // The other GPU is on an agent that stays: it is not touched.
 TEST_F(TogetherTest, AGpuWhoseAgentIsHealthyIsNotTouched) {
   NameBoth(*first_, *second_);
@@ -1063,7 +1139,9 @@ TEST_F(TogetherTest, AGpuWhoseAgentIsHealthyIsNotTouched) {
   int32_t refusal = 0;
   other_channel_.connection = OpenSession(other_channel_.location, &other_channel_.description, &why, &refusal);
   ASSERT_NE(other_channel_.connection, nullptr) << why;
-  failover_->SetAgentLostHook([this](const GpuLocation& lost) { other_->RecoverInBackground(&other_channel_, lost); });
+  failover_->SetAgentLostHook([this](const GpuLocation& lost, bool confirmed) {
+    other_->RecoverInBackground(&other_channel_, lost, confirmed);
+  });
   Prepare();
   PrepareOther();
   const transport::ClientConnection* session = other_channel_.connection.get();

@@ -15,9 +15,15 @@
 #     the lease names B for slot 0 only, so device 1's background recovery still waits for
 #     a replacement (GPUPOOL_RECOVERY_DEADLINE=120) when the program, done with device 0,
 #     exits: the exit must stop that wait (logged), within seconds, and exit 0.
+#   --mode silent: both GPUs on A (N=2), over TCP; A is stopped with SIGSTOP (a silent host:
+#     its sockets stay open, nothing on them fails) and the lease file never changes. A
+#     stand-in for gpupoold (GPUPOOL_SERVER, on PORT+2) answers a report about A's GPUs
+#     with the lease naming B's once A is stopped (its probe got no answer). The GPU whose
+#     call waited on A asks it; the other must recover in the background on its word, before
+#     the program's first call to it, each GPU once, PASS.
 #
 # usage: failover_together.sh --server BIN --lib DIR --transport tcp|shm --port PORT
-#            --gpus N --mode shared|separate|exit -- PROGRAM [ARGS...]
+#            --gpus N --mode shared|separate|exit|silent -- PROGRAM [ARGS...]
 # The program prints "...: running" once it is under way, and "...: PASS".
 # Uses ports PORT, PORT+1 and PORT+2.
 set -u
@@ -34,8 +40,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 (($# > 0)) || { echo "failover_together.sh: no program given" >&2; exit 2; }
-[[ $mode == shared || ($mode =~ ^(separate|exit)$ && $gpus == 2) ]] ||
-  { echo "failover_together.sh: --mode shared, or separate or exit with --gpus 2" >&2; exit 2; }
+[[ $mode == shared || ($mode =~ ^(separate|exit|silent)$ && $gpus == 2) ]] ||
+  { echo "failover_together.sh: --mode shared, or separate, exit or silent with --gpus 2" >&2; exit 2; }
 . "$here/transport_env.sh" "$transport" || exit 2
 
 token=$(new_token)
@@ -83,6 +89,49 @@ fi
 [[ $mode == exit ]] && after[1]=${before[1]}  # slot 1 never moves
 name_in_lease 1 "${before[@]}"
 
+if [[ $mode == silent ]]; then
+  # gpupoold's stand-in: POST /v1/leases/agent-lost answers with the lease in
+  # $workdir/poold.json (A's GPUs until A is stopped: its probe got an answer), and logs
+  # which GPU each report named.
+  lease_json() {  # UUID@PORT...
+    local entries="" entry
+    for entry in "$@"; do
+      entries+="${entries:+, }{\"uuid\": \"${entry%@*}\", \"endpoint\": \"127.0.0.1:${entry#*@}\"}"
+    done
+    printf '{"gpus": [%s]}\n' "$entries" >"$workdir/poold.json.tmp"
+    mv "$workdir/poold.json.tmp" "$workdir/poold.json"
+  }
+  lease_json "${before[@]}"
+  python3 - "$((port + 2))" "$workdir" <<'PY' >"$workdir/poold.out" 2>"$workdir/poold.err" &
+import http.server, json, sys
+port, workdir = int(sys.argv[1]), sys.argv[2]
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+        with open(workdir + "/poold.json") as f:
+            lease = json.load(f)
+        lost = all(g["uuid"] != body.get("gpu") for g in lease["gpus"])
+        with open(workdir + "/poold.log", "a") as f:
+            f.write("report %s\n" % body.get("gpu"))
+        answer = json.dumps({"probe": "stand-in", "agent_lost": lost, "lease": lease}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(answer)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+PY
+  pids+=($!)
+  for _ in $(seq 1 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$((port + 2))") 2>/dev/null && break
+    sleep 0.05
+  done
+  export GPUPOOL_SERVER="http://127.0.0.1:$((port + 2))"
+fi
+
 GPUPOOL_GPUS=$(IFS=,; echo "${before[*]/@/@127.0.0.1:}")
 export GPUPOOL_GPUS
 export GPUPOOL_LEASE_ID=L1 GPUPOOL_LEASE_TOKEN="$token" GPUPOOL_LEASE_FILE="$workdir/lease.json"
@@ -103,12 +152,22 @@ if ! grep -q ": running$" "$workdir/program.out"; then
   cat "$workdir/program.out" "$workdir/program.err" >&2
   exit 1
 fi
-kill -9 "$a_pid"
-wait "$a_pid" 2>/dev/null
-killed_at=$SECONDS
-name_in_lease 2 "${after[@]}"
+if [[ $mode == silent ]]; then
+  kill -STOP "$a_pid"
+  killed_at=$SECONDS
+  : >"$workdir/poold.log"  # the reports about the silent host only
+  lease_json "${after[@]}"  # gpupoold's probe of A gets no answer now
+else
+  kill -9 "$a_pid"
+  wait "$a_pid" 2>/dev/null
+  killed_at=$SECONDS
+  name_in_lease 2 "${after[@]}"
+fi
 wait "$program_pid"
 rc=$?
+# The stopped server ends with SIGKILL (at SIGTERM and SIGCONT, its shutdown waits on the
+# sessions it lost meanwhile).
+[[ $mode == silent ]] && { kill -9 "$a_pid"; wait "$a_pid" 2>/dev/null; }
 seconds=$((SECONDS - killed_at))
 cat "$workdir/program.out"
 cat "$workdir/program.err" >&2
@@ -124,6 +183,20 @@ if [[ $mode == exit ]]; then
     fail "the exit did not stop GPU 1's recovery"
   ((seconds < 30)) || fail "the program took ${seconds} s to end after the failure"
   echo "exited ${seconds} s after the failure, GPU 1's recovery stopped"
+elif [[ $mode == silent ]]; then
+  for ((d = 0; d < gpus; ++d)); do
+    n=$(grep -c "GPU $d: recovered on ${after[d]%@*} at 127.0.0.1:$((port + 1))" "$err")
+    [[ $n -eq 1 ]] || fail "GPU $d recovered $n time(s), not once"
+  done
+  # One GPU's call waited on A and asked gpupoold; the other was started by its recovery,
+  # on gpupoold's word about its own slot (the lease file never moved).
+  foreground=$(grep -c "failed (CUDA error 46): recovering on the GPU the lease names next" "$err")
+  background=$(grep -c "its agent is silent too (gpupoold found it gone for another GPU): recovering in the background" "$err")
+  [[ $foreground -eq 1 ]] || fail "$foreground recoveries started by a failed call, expected 1"
+  [[ $background -eq 1 ]] || fail "$background recoveries started in the background, expected 1"
+  n=$(grep -c "^report " "$workdir/poold.log")
+  [[ $n -eq 2 ]] || fail "gpupoold was told $n time(s), expected twice (each GPU's slot once)"
+  echo "a silent host: recovered together on gpupoold's word, $background in the background"
 elif [[ $mode == shared ]]; then
   for ((d = 0; d < gpus; ++d)); do
     n=$(grep -c "GPU $d: recovered on ${after[d]%@*} at 127.0.0.1:$((port + 1))" "$err")

@@ -210,9 +210,9 @@ CUresult Runtime::Connect() {
   // and never changes again.
   if (devices_.size() > 1) {
     for (const auto& device : devices_) {
-      device->failover->SetAgentLostHook([this, ordinal = device->ordinal](const GpuLocation& lost) {
+      device->failover->SetAgentLostHook([this, ordinal = device->ordinal](const GpuLocation& lost, bool confirmed) {
         for (const auto& other : devices_) {
-          if (other->ordinal != ordinal) other->failover->RecoverInBackground(&other->channel, lost);
+          if (other->ordinal != ordinal) other->failover->RecoverInBackground(&other->channel, lost, confirmed);
         }
       });
     }

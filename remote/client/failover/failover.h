@@ -56,7 +56,18 @@
 //    connection to the lost agent's endpoint it looks again for up to kPeerGoneGrace, mu()
 //    released in between (a killed server's sockets close together, not at one instant).
 //    A GPU whose agent is healthy is not touched, nor one that a call of its own recovered
-//    first (its connection is then new and open);
+//    first (its connection is then new and open). A silent agent (its host stopped, or cut
+//    off without a reset) closes nothing, so PeerGone never says it is gone: when the
+//    recovery that calls the hook began on gpupoold's word (a call waited on the agent and
+//    gpupoold, having probed it, named a replacement: AskAboutSilentAgent), the hook says
+//    so (`confirmed`), and a GPU on the same endpoint asks gpupoold about its own slot at
+//    once instead (SilentAgentReplaced; gpupoold holds the host unreachable by then, so it
+//    answers without a second probe) and goes on when that names another GPU, which is
+//    where it recovers. The word is gpupoold's, never this process's: a client cannot fail
+//    a GPU;
+//  - marks the old connection abandoned (ClientConnection::Abandon: nothing more is sent
+//    on it), so that neither a send nor its close at the handover waits on a silent agent,
+//    and a failed recovery's next request gets its error at once;
 //  - runs the Recover a failed request would, into a connection of its own: the channel is
 //    written only by the program's thread, in Deliver (the runtime reads it unlocked). The
 //    result waits in recovered_ until the next Deliver puts it in the channel (and sets
@@ -190,14 +201,16 @@ class Failover {
   };
 
   // Called (with mu() held) when this GPU starts a recovery because its agent is gone:
-  // `lost` is where it was. The runtime's hook calls RecoverInBackground on the process's
-  // other GPUs. Set before the first Deliver.
-  using AgentLostHook = std::function<void(const GpuLocation& lost)>;
+  // `lost` is where it was; `confirmed`: gpupoold probed that agent and named a replacement
+  // (a silent agent: AskAboutSilentAgent), not only this process's view. The runtime's hook
+  // calls RecoverInBackground on the process's other GPUs. Set before the first Deliver.
+  using AgentLostHook = std::function<void(const GpuLocation& lost, bool confirmed)>;
   void SetAgentLostHook(AgentLostHook hook) { agent_lost_ = std::move(hook); }
   // Another GPU of the process found its agent `lost`: recovers `channel` (this GPU's, as
-  // Deliver is given it) on a thread of its own when its connection is broken too, unless
-  // one runs already. Returns at once; takes no mu(). See the header comment.
-  void RecoverInBackground(Channel* channel, const GpuLocation& lost);
+  // Deliver is given it) on a thread of its own when its connection is broken too, or, with
+  // `confirmed`, when it goes to the same agent and gpupoold names another GPU for this
+  // slot; unless one runs already. Returns at once; takes no mu(). See the header comment.
+  void RecoverInBackground(Channel* channel, const GpuLocation& lost, bool confirmed = false);
   // Makes a background recovery stop waiting for a replacement, joins its thread and
   // starts no other; closes a session it recovered that no call took up.
   void StopBackground();
@@ -402,10 +415,15 @@ class Failover {
   bool MaybeReportLost(const GpuLocation& failed);
   void WatchLease(Channel* channel);
   // The background recovery's thread (RecoverInBackground).
-  void RunBackgroundRecovery(Channel* channel, GpuLocation lost);
+  void RunBackgroundRecovery(Channel* channel, GpuLocation lost, bool confirmed);
   // Whether `channel`'s connection is known broken; on one to `lost`'s endpoint, waits up
-  // to kPeerGoneGrace for it (mu() held in *wire at each look, released between).
-  bool ConnectionGone(Channel* channel, const GpuLocation& lost, std::unique_lock<std::mutex>* wire);
+  // to kPeerGoneGrace for it (mu() held in *wire at each look, released between), or, with
+  // `confirmed`, asks gpupoold about this slot at once (SilentAgentReplaced).
+  bool ConnectionGone(Channel* channel, const GpuLocation& lost, bool confirmed, std::unique_lock<std::mutex>* wire);
+  // Asks gpupoold (report_lost_) about this slot's GPU `at`, whose agent gpupoold found
+  // silent for another GPU: true when it names another GPU (silent_named_, where the
+  // recovery goes); false when it names `at` (its agent answers) or does not answer.
+  bool SilentAgentReplaced(const GpuLocation& at);
   // Takes mu() into *wire unless StopBackground is called first (then false).
   bool LockUnlessStopped(std::unique_lock<std::mutex>* wire);
 
@@ -473,7 +491,8 @@ class Failover {
   GpuLocation recovered_location_;
   dataplane::DeviceDescription recovered_description_{};
   const transport::ClientConnection* abandoned_ = nullptr;
-  bool in_background_ = false;  // the Recover under way is a background one
+  bool in_background_ = false;      // the Recover under way is a background one
+  bool background_silent_ = false;  // ...started on gpupoold's word that its agent is silent
   size_t background_started_ = 0;
   // The thread and whether one runs (background_mu_); stop_background_: StopBackground
   // was called (read in Recover's wait without a lock).

@@ -353,6 +353,11 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
         "moves only",
         device_, failed.uuid.c_str(), why);
     return false;
+  } else if (in_background_ && background_silent_) {
+    LogError(
+        "GPU %d (%s): its agent is silent too (gpupoold found it gone for another GPU): recovering in the "
+        "background on the GPU gpupoold names",
+        device_, failed.uuid.c_str());
   } else if (in_background_) {
     LogError(
         "GPU %d (%s): its connection is lost too (another GPU's agent went away): recovering in the "
@@ -362,7 +367,11 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
     LogError("GPU %d (%s) failed (CUDA error %d): recovering on the GPU the lease names next", device_,
              failed.uuid.c_str(), why);
     // The agent gone: the process's other GPUs it served start recovering now, alongside.
-    if (why == dp::kCuDeviceUnavailable && agent_lost_ && config_.recover_together) agent_lost_(failed);
+    // gpupoold named a replacement for a silent agent (silent_named_): its own probe found
+    // the agent gone, and the other GPUs' connections to it will never say so themselves.
+    if (why == dp::kCuDeviceUnavailable && agent_lost_ && config_.recover_together) {
+      agent_lost_(failed, !silent_named_.uuid.empty());
+    }
   }
   // gpupoold may already have named the replacement while a call waited on a silent agent.
   server_named_ = std::exchange(silent_named_, GpuLocation());
@@ -473,30 +482,36 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
   return false;
 }
 
-void Failover::RecoverInBackground(Channel* channel, const GpuLocation& lost) {
+void Failover::RecoverInBackground(Channel* channel, const GpuLocation& lost, bool confirmed) {
   if (config_.mode != FailoverConfig::Mode::kReplay || !config_.recover_together) return;
   std::lock_guard<std::mutex> lock(background_mu_);
   if (background_running_ || stop_background_.load()) return;
   if (background_.joinable()) background_.join();  // the last one's, ended
   background_running_ = true;
-  background_ = std::thread(&Failover::RunBackgroundRecovery, this, channel, lost);
+  background_ = std::thread(&Failover::RunBackgroundRecovery, this, channel, lost, confirmed);
 }
 
-void Failover::RunBackgroundRecovery(Channel* channel, GpuLocation lost) {
+void Failover::RunBackgroundRecovery(Channel* channel, GpuLocation lost, bool confirmed) {
   {
     std::unique_lock<std::mutex> wire(mu_, std::defer_lock);
     LockUnlessStopped(&wire);
     // Checked once the connection is known broken: the program's own call may have
     // recovered it meanwhile (its connection is then a new one, open).
-    if (wire.owns_lock() && ConnectionGone(channel, lost, &wire) && protecting_ && recovered_ == nullptr &&
-        channel->connection.get() != abandoned_) {
+    const bool gone = wire.owns_lock() && ConnectionGone(channel, lost, confirmed, &wire);
+    if (gone && protecting_ && recovered_ == nullptr && channel->connection.get() != abandoned_) {
       ++background_started_;
       GpuLocation location = channel->location;
       dp::DeviceDescription description = channel->description;
       std::unique_ptr<ClientConnection> session;  // Recover swaps the new session in
+      // Nothing more goes to the old agent: a silent one would hold a send, or the close at
+      // the handover (Deliver), forever. A failed recovery leaves it so: the next request
+      // gets the error at once (abandoned_), not after a wait of its own on a silent agent.
+      if (channel->connection != nullptr) channel->connection->Abandon();
       in_background_ = true;
+      background_silent_ = !silent_named_.uuid.empty();
       const bool recovered = Recover(&session, &location, &description, dp::kCuDeviceUnavailable);
       in_background_ = false;
+      background_silent_ = false;
       if (recovered) {
         recovered_ = std::move(session);
         recovered_location_ = location;
@@ -504,14 +519,23 @@ void Failover::RunBackgroundRecovery(Channel* channel, GpuLocation lost) {
       } else {
         abandoned_ = channel->connection.get();
       }
+    } else if (gone) {
+      silent_named_ = GpuLocation();  // gpupoold's answer, for a recovery that does not run
     }
   }
   std::lock_guard<std::mutex> lock(background_mu_);
   background_running_ = false;
 }
 
-bool Failover::ConnectionGone(Channel* channel, const GpuLocation& lost, std::unique_lock<std::mutex>* wire) {
+bool Failover::ConnectionGone(Channel* channel, const GpuLocation& lost, bool confirmed,
+                              std::unique_lock<std::mutex>* wire) {
   const bool same_agent = channel->location.endpoint == lost.endpoint;
+  if (same_agent && confirmed && channel->connection != nullptr) {
+    // A silent agent (its host stopped, or cut off without a reset) closes no socket: its
+    // connections never say it is gone. gpupoold's word does, asked about this slot (at
+    // once: it holds that host unreachable now), never this process's own view.
+    return channel->connection->PeerGone() || SilentAgentReplaced(channel->location);
+  }
   const auto until = std::chrono::steady_clock::now() + kPeerGoneGrace;
   for (;;) {
     if (channel->connection != nullptr && channel->connection->PeerGone()) return true;
@@ -520,6 +544,20 @@ bool Failover::ConnectionGone(Channel* channel, const GpuLocation& lost, std::un
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     if (!LockUnlessStopped(wire)) return false;
   }
+}
+
+bool Failover::SilentAgentReplaced(const GpuLocation& at) {
+  if (!report_lost_) return false;
+  GpuLocation named;
+  std::string problem;
+  if (!report_lost_(at, slot_, &named, &problem)) {
+    LogDebug("GPU %d (%s): could not ask gpupoold about its silent agent (%s)", device_, at.uuid.c_str(),
+             problem.c_str());
+    return false;
+  }
+  if (named.uuid.empty() || named.uuid == at.uuid) return false;  // its agent answered
+  silent_named_ = named;
+  return true;
 }
 
 bool Failover::LockUnlessStopped(std::unique_lock<std::mutex>* wire) {
