@@ -144,9 +144,8 @@ void ApiServer::Route() {
       }
       {
         // This worker commits its request's change itself once done (unless a commit is
-        // running, which takes it): no hop to the committer thread and back. Not the last
-        // idle worker: a slow disk must not leave requests waiting for one.
-        Store::Lead lead(store_, HttpServer::HasSpareWorker());
+        // running, which takes it): no hop to the committer thread and back.
+        Store::Lead lead(store_);
         Answer(res, s.ok() ? h(req, caller) : Result<json>(s));
       }
       metrics_.Observe(res.status, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

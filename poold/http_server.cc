@@ -279,10 +279,7 @@ void HttpServer::Serve() {
   // port (SO_REUSEPORT): a socket left listening here would be handed connections that no
   // one accepts, and a kept-alive client would wait on a connection no one reads.
   std::vector<std::shared_ptr<Conn>> open;
-  {
-    std::lock_guard<std::mutex> conns(conns_mu_);
-    for (const auto& [fd, c] : conns_) open.push_back(c);
-  }
+  for (const auto& [fd, c] : conns_) open.push_back(c);
   {
     std::lock_guard<std::mutex> held(durable_mu_);
     for (auto& [ticket, c] : held_) open.push_back(c);
@@ -348,7 +345,8 @@ void HttpServer::Loop() {
         uint64_t v;
         while (read(wake_fd_, &v, sizeof(v)) > 0) {
         }
-      } else if (std::shared_ptr<Conn> c = Find(fd)) {
+      } else if (auto it = conns_.find(fd); it != conns_.end()) {
+        std::shared_ptr<Conn> c = it->second;
         if (c->phase == Conn::Phase::kWriting) {
           OnWritable(c);
         } else {
@@ -367,11 +365,8 @@ void HttpServer::Loop() {
     if (now - last_tick >= std::chrono::milliseconds(kTickMs)) {
       last_tick = now;
       std::vector<std::shared_ptr<Conn>> late;
-      {
-        std::lock_guard<std::mutex> conns(conns_mu_);
-        for (const auto& [fd, c] : conns_) {
-          if (now > c->deadline) late.push_back(c);
-        }
+      for (const auto& [fd, c] : conns_) {
+        if (now > c->deadline) late.push_back(c);
       }
       for (const std::shared_ptr<Conn>& c : late) {
         if (c->phase != Conn::Phase::kIdle) {
@@ -447,7 +442,7 @@ void HttpServer::Accept() {
     c->address = host;
     c->source_port = port;
     c->deadline = Clock::now() + std::chrono::milliseconds(limits_.idle_timeout_ms);
-    Insert(c);
+    conns_[fd] = c;
     epoll_event ev{};
     ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.fd = fd;
@@ -486,7 +481,7 @@ bool HttpServer::TryParse(const std::shared_ptr<Conn>& c) {
     c->keep_alive = false;
     c->priority = false;
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
-    Erase(c->fd);
+    conns_.erase(c->fd);
     std::lock_guard<std::mutex> lock(mu_);
     work_.push_back(Job{c, Clock::now()});
     work_cv_.notify_one();
@@ -571,7 +566,7 @@ bool HttpServer::TryParse(const std::shared_ptr<Conn>& c) {
     if (m != route->second.end()) c->priority = m->second.priority;
   }
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
-  Erase(c->fd);
+  conns_.erase(c->fd);
   std::lock_guard<std::mutex> lock(mu_);
   (c->priority ? priority_work_ : work_).push_back(Job{c, Clock::now()});
   (c->priority ? priority_cv_ : work_cv_).notify_one();
@@ -583,8 +578,8 @@ void HttpServer::Rearm(const std::shared_ptr<Conn>& c) {
     Close(c);
     return;
   }
+  conns_[c->fd] = c;
   c->deadline = Clock::now() + std::chrono::milliseconds(limits_.idle_timeout_ms);
-  Insert(c);
   epoll_event ev{};
   ev.events = EPOLLIN | EPOLLRDHUP;
   ev.data.fd = c->fd;
@@ -595,44 +590,11 @@ void HttpServer::Rearm(const std::shared_ptr<Conn>& c) {
 void HttpServer::Close(const std::shared_ptr<Conn>& c) {
   if (c->fd < 0) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
-  Erase(c->fd);
+  conns_.erase(c->fd);
   close(c->fd);
   c->fd = -1;
   auto it = per_source_.find(c->source);
   if (it != per_source_.end() && --it->second <= 0) per_source_.erase(it);
-}
-
-std::shared_ptr<HttpServer::Conn> HttpServer::Find(int fd) {
-  std::lock_guard<std::mutex> conns(conns_mu_);
-  auto it = conns_.find(fd);
-  return it == conns_.end() ? nullptr : it->second;
-}
-
-void HttpServer::Insert(const std::shared_ptr<Conn>& c) {
-  std::lock_guard<std::mutex> conns(conns_mu_);
-  conns_[c->fd] = c;
-}
-
-void HttpServer::Erase(int fd) {
-  std::lock_guard<std::mutex> conns(conns_mu_);
-  conns_.erase(fd);
-}
-
-// A served connection waits for its next request: put back into epoll by the thread that
-// served it, so that the loop is not woken to do it (one wake-up less per request). Only
-// a plain one: a connection to close (per_source_ is the loop's) or with a pipelined
-// request already read (the loop parses it) goes back through the loop. Once in epoll the
-// connection is the loop's again: this thread touches it no more.
-bool HttpServer::RearmHere(const std::shared_ptr<Conn>& c) {
-  if (c->closing || !c->buf.empty() || stop_) return false;
-  c->deadline = Clock::now() + std::chrono::milliseconds(limits_.idle_timeout_ms);
-  Insert(c);  // before epoll can report it to the loop
-  epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.fd = c->fd;
-  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev) == 0) return true;
-  Erase(c->fd);
-  return false;
 }
 
 void HttpServer::Worker(bool priority) {
@@ -643,9 +605,7 @@ void HttpServer::Worker(bool priority) {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      ++idle_workers_[priority];
       cv.wait(lock, [&] { return stop_ || !queue.empty(); });
-      --idle_workers_[priority];
       if (stop_) return;
       job = std::move(queue.front());
       queue.pop_front();
@@ -658,7 +618,6 @@ void HttpServer::Worker(bool priority) {
       Park(std::move(job.conn));
       continue;
     }
-    if (RearmHere(job.conn)) continue;
     std::lock_guard<std::mutex> lock(mu_);
     rearm_.push_back(std::move(job.conn));
     Wake();
@@ -667,20 +626,14 @@ void HttpServer::Worker(bool priority) {
 
 namespace {
 
-// The request a worker thread is serving, for HoldAnswerUntil and HasSpareWorker.
+// The request a worker thread is serving, for HoldAnswerUntil.
 struct HoldSlot {
   bool can_hold = false;
   uint64_t ticket = 0;
-  const std::atomic<int>* idle_workers = nullptr;  // of the serving worker's kind
 };
 thread_local HoldSlot* current_hold = nullptr;
 
 }  // namespace
-
-bool HttpServer::HasSpareWorker() {
-  return current_hold != nullptr && current_hold->idle_workers != nullptr &&
-         current_hold->idle_workers->load(std::memory_order_relaxed) > 0;
-}
 
 bool HttpServer::HoldAnswerUntil(uint64_t ticket) {
   if (current_hold == nullptr || !current_hold->can_hold) return false;
@@ -731,7 +684,6 @@ bool HttpServer::Serve(Conn& c) {
     std::lock_guard<std::mutex> lock(durable_mu_);
     hold.can_hold = durable_known_;
   }
-  hold.idle_workers = &idle_workers_[c.priority ? 1 : 0];
   current_hold = &hold;
   try {
     r->handler(c.req, res);
@@ -817,12 +769,11 @@ void HttpServer::Deliver(std::vector<std::shared_ptr<Conn>> ready) {
   for (std::shared_ptr<Conn>& c : ready) {
     // Each connection is this thread's alone until it goes back to the loop below.
     if (!stop_ && Flush(*c) > 0) {
-      if (!RearmHere(c)) sent.push_back(std::move(c));
+      sent.push_back(std::move(c));
     } else {
       rest.push_back(std::move(c));  // the socket is full or failed, or the server stops
     }
   }
-  if (sent.empty() && rest.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
   rearm_.insert(rearm_.end(), std::make_move_iterator(sent.begin()), std::make_move_iterator(sent.end()));
   released_.insert(released_.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
@@ -862,7 +813,7 @@ void HttpServer::SendReleased(const std::shared_ptr<Conn>& c) {
     // The client does not read its answer now: wait until it does, within the write timeout.
     c->phase = Conn::Phase::kWriting;
     c->deadline = Clock::now() + std::chrono::milliseconds(limits_.write_timeout_ms);
-    Insert(c);
+    conns_[c->fd] = c;
     epoll_event ev{};
     ev.events = EPOLLOUT | EPOLLRDHUP;
     ev.data.fd = c->fd;
@@ -878,7 +829,7 @@ void HttpServer::OnWritable(const std::shared_ptr<Conn>& c) {
     return;
   }
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
-  Erase(c->fd);
+  conns_.erase(c->fd);
   c->phase = Conn::Phase::kIdle;
   Rearm(c);
 }

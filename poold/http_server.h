@@ -98,10 +98,6 @@ class HttpServer {
   // the answer: not called from a handler of a server that NotifyDurable has been called on
   // (the caller must then wait itself). A handler that throws is answered 500 at once.
   static bool HoldAnswerUntil(uint64_t ticket);
-  // From a handler: whether another worker of its kind is idle, so that this one may spend
-  // a moment on other work (a commit: Store::Lead) without leaving requests waiting. False
-  // outside a worker.
-  static bool HasSpareWorker();
   // What is durable, from any thread (values may come out of order: the largest counts).
   // `failure_body` non-empty: the state can no longer be saved; every held answer beyond
   // `durable`, and every one held later, becomes 500 with this JSON body.
@@ -149,10 +145,6 @@ class HttpServer {
   bool WriteAll(int fd, const std::string& data);
   void Wake();
   void NoteStall();
-  std::shared_ptr<Conn> Find(int fd);
-  void Insert(const std::shared_ptr<Conn>& c);
-  void Erase(int fd);
-  bool RearmHere(const std::shared_ptr<Conn>& c);
 
   const HttpLimits limits_;
   std::map<std::string, std::map<std::string, Route>> routes_;  // path → method → route
@@ -166,12 +158,9 @@ class HttpServer {
   std::atomic<bool> serving_{false};        // Serve() began (or Stop() came first)
   std::atomic<int64_t> last_stall_ms_{-1};  // steady ms of the last stall; -1: never
   std::vector<std::thread> workers_;
-  std::atomic<int> idle_workers_[2] = {0, 0};  // waiting for a request: ordinary, priority
 
-  // The connections in epoll, by fd: put there by the loop or by a worker that served one
-  // (RearmHere); taken out and closed by the loop only.
-  std::mutex conns_mu_;
-  std::map<int, std::shared_ptr<Conn>> conns_;  // GUARDED_BY(conns_mu_)
+  // The event loop's connections, by fd (only the loop touches it).
+  std::map<int, std::shared_ptr<Conn>> conns_;
   std::map<std::string, int> per_source_;
 
   mutable std::mutex mu_;  // guards the queues, rearm_, counters_

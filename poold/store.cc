@@ -399,13 +399,9 @@ void Store::CommitTaken(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-Store::Lead::Lead(Store* store, bool commit_here)
-    : store_(store), active_(commit_here), outer_(commit_here ? current_lead : nullptr) {
-  if (active_) current_lead = this;
-}
+Store::Lead::Lead(Store* store) : store_(store), outer_(current_lead) { current_lead = this; }
 
 Store::Lead::~Lead() {
-  if (!active_) return;
   current_lead = outer_;
   if (!changed_) return;  // nothing of this thread's to write (a read, say)
   // An outer Lead of the same store commits for both.

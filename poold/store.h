@@ -101,14 +101,10 @@ class Store {
   // saves the hop to the committer thread and back on a request's path: at one client a
   // pair of requests waited for two such wake-ups. The thread is held for one commit at
   // most; what is queued meanwhile goes to the committer thread (LevelDB's writers do the
-  // same: the first waiting writer writes the group). A slow disk thus holds one such
-  // thread at a time, and the API takes a Lead only while another worker is idle
-  // (HttpServer::HasSpareWorker), so that no request waits for a worker because of it.
+  // same: the first waiting writer writes the group).
   class Lead {
    public:
-    // `commit_here` false: an inert Lead (the committer thread writes, as without one), for
-    // a thread that must not wait for the disk now (the last idle API worker, say).
-    explicit Lead(Store* store, bool commit_here = true);
+    explicit Lead(Store* store);
     ~Lead();
     Lead(const Lead&) = delete;
     Lead& operator=(const Lead&) = delete;
@@ -117,7 +113,6 @@ class Store {
    private:
     friend class Store;
     Store* const store_;
-    const bool active_;
     Lead* const outer_;
     bool changed_ = false;  // this thread queued a change under it
   };
