@@ -142,11 +142,10 @@ void ApiServer::Route() {
                                   "); it refuses changes until it restarts from disk");
         }
       }
-      {
-        // This worker commits its request's change itself once done (unless a commit is
-        // running, which takes it): no hop to the committer thread and back.
-        Store::Lead lead(store_);
-        Answer(res, s.ok() ? h(req, caller) : Result<json>(s));
+      if (s.ok()) {
+        Answer(res, h(req, caller));
+      } else {
+        Answer(res, Result<json>(s));
       }
       metrics_.Observe(res.status, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     };

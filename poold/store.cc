@@ -269,14 +269,6 @@ Result<LoadedState> SqliteStore::Load(size_t recent_events) {
   return st;
 }
 
-namespace {
-// The innermost Lead this thread holds (Store::Lead), if any.
-thread_local Store::Lead* current_lead = nullptr;
-}  // namespace
-
-// Whether this thread holds a Lead of `store` (then the Lead's end commits).
-static bool Leading(const Store* store) { return current_lead != nullptr && current_lead->store() == store; }
-
 uint64_t Store::Enqueue(Op op) {
   uint64_t ticket;
   bool wake;
@@ -289,12 +281,7 @@ uint64_t Store::Enqueue(Op op) {
     wake = held_ == 0;
     if (wake) complete_ = ticket;
   }
-  // Under a Lead, its end commits (or the running commit takes it).
-  if (Leading(this)) {
-    current_lead->changed_ = true;
-  } else if (wake) {
-    work_cv_.notify_one();
-  }
+  if (wake) work_cv_.notify_one();
   return ticket;
 }
 
@@ -309,12 +296,10 @@ Store::Hold::~Hold() {
     if (--store_->held_ > 0 || store_->complete_ == store_->enqueued_) return;
     store_->complete_ = store_->enqueued_;
   }
-  if (!Leading(store_)) store_->work_cv_.notify_one();
+  store_->work_cv_.notify_one();
 }
 
 Status Store::WaitDurable(uint64_t ticket) {
-  // This thread's own changes woke no committer: it writes them before it waits.
-  if (Leading(this)) CommitAsLead();
   std::unique_lock<std::mutex> lock(mu_);
   durable_cv_.wait(lock, [&] { return durable_ >= ticket || !failure_.ok(); });
   return failure_;
@@ -346,87 +331,55 @@ uint64_t Store::commits() const {
 
 void Store::CommitterLoop() {
   pthread_setname_np(pthread_self(), "gpupoold-commit");
-  std::unique_lock<std::mutex> lock(mu_);
+  uint64_t since_trim = 0;
   for (;;) {
-    // Only whole operations: the ops an operation still holding a Hold has queued wait
-    // for its end (which wakes us), while everything before them is written now, with no
-    // wait for a gap between operations (under load there need not be one). A Lead's
-    // thread may be writing a batch: the next one waits for it.
-    // The queue holds the tickets after enqueued_ - queue_.size().
-    work_cv_.wait(lock, [&] { return !committing_ && (stopping_ || complete_ > enqueued_ - queue_.size()); });
-    if (queue_.empty() && stopping_) return;
-    committing_ = true;
-    CommitTaken(lock);
-    committing_ = false;
-  }
-}
-
-void Store::CommitTaken(std::unique_lock<std::mutex>& lock) {
-  // At a stop every op is taken: no operation runs once the store is being destroyed.
-  const uint64_t upto = stopping_ ? enqueued_ : complete_;
-  const size_t count = static_cast<size_t>(upto - (enqueued_ - queue_.size()));
-  std::vector<Op> batch(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + count));
-  queue_.erase(queue_.begin(), queue_.begin() + count);
-  lock.unlock();
-  const auto began = std::chrono::steady_clock::now();
-  Status s = WriteBatch(batch);
-  if (s.ok()) commit_duration_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
-  since_trim_ += batch.size();
-  if (s.ok() && since_trim_ > 10000) {
-    since_trim_ = 0;
-    // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
-    Status trimmed = TrimEvents(event_retention_);
-    if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
-  }
-  uint64_t durable;
-  Status health;
-  lock.lock();
-  if (s.ok()) {
-    durable_ = upto;
-    ++commits_;
-  } else {
-    log::Error("cannot write state: " + s.message());
-    failure_ = s;
-  }
-  durable = durable_;
-  health = failure_;
-  lock.unlock();
-  durable_cv_.notify_all();
-  {
+    std::vector<Op> batch;
+    uint64_t last;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      // Only whole operations: the ops an operation still holding a Hold has queued wait
+      // for its end (which wakes us), while everything before them is written now, with no
+      // wait for a gap between operations (under load there need not be one).
+      // The queue holds the tickets after enqueued_ - queue_.size().
+      auto taken = [&] { return enqueued_ - queue_.size(); };
+      work_cv_.wait(lock, [&] { return stopping_ || complete_ > taken(); });
+      if (queue_.empty() && stopping_) return;
+      // At a stop every op is taken: no operation runs once the store is being destroyed.
+      const uint64_t upto = stopping_ ? enqueued_ : complete_;
+      const size_t count = static_cast<size_t>(upto - taken());
+      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + count));
+      queue_.erase(queue_.begin(), queue_.begin() + count);
+      last = upto;
+    }
+    const auto began = std::chrono::steady_clock::now();
+    Status s = WriteBatch(batch);
+    if (s.ok())
+      commit_duration_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+    since_trim += batch.size();
+    if (s.ok() && since_trim > 10000) {
+      since_trim = 0;
+      // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
+      Status trimmed = TrimEvents(event_retention_);
+      if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
+    }
+    uint64_t durable;
+    Status health;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (s.ok()) {
+        durable_ = last;
+        ++commits_;
+      } else {
+        log::Error("cannot write state: " + s.message());
+        failure_ = s;
+      }
+      durable = durable_;
+      health = failure_;
+    }
+    durable_cv_.notify_all();
     std::lock_guard<std::mutex> calls(listener_mu_);
     if (listener_) listener_(durable, health);
   }
-  lock.lock();
-}
-
-Store::Lead::Lead(Store* store) : store_(store), outer_(current_lead) { current_lead = this; }
-
-Store::Lead::~Lead() {
-  current_lead = outer_;
-  if (!changed_) return;  // nothing of this thread's to write (a read, say)
-  // An outer Lead of the same store commits for both.
-  if (outer_ != nullptr && outer_->store_ == store_) {
-    outer_->changed_ = true;
-    return;
-  }
-  store_->CommitAsLead();
-}
-
-void Store::CommitAsLead() {
-  std::unique_lock<std::mutex> lock(mu_);
-  // A running commit takes what is complete next; at a stop the committer takes it all.
-  if (committing_ || stopping_ || complete_ <= enqueued_ - queue_.size()) {
-    if (stopping_) work_cv_.notify_one();
-    return;
-  }
-  committing_ = true;
-  CommitTaken(lock);
-  committing_ = false;
-  // What was completed meanwhile is the committer thread's: this thread has its answer
-  // to send.
-  const bool more = stopping_ || complete_ > enqueued_ - queue_.size();
-  lock.unlock();
-  if (more) work_cv_.notify_one();
 }
 
 // Ends a failed batch. The batch's error is the one to report; a failed ROLLBACK (the

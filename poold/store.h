@@ -95,28 +95,6 @@ class Store {
    private:
     Store* const store_;
   };
-  // Held by a thread that will be done with its changes soon (an API worker, for one
-  // request): its changes wake no committer, and at the Lead's end this thread commits what
-  // is queued itself, unless a commit is running already (that one takes them next). This
-  // saves the hop to the committer thread and back on a request's path: at one client a
-  // pair of requests waited for two such wake-ups. The thread is held for one commit at
-  // most; what is queued meanwhile goes to the committer thread (LevelDB's writers do the
-  // same: the first waiting writer writes the group).
-  class Lead {
-   public:
-    explicit Lead(Store* store);
-    ~Lead();
-    Lead(const Lead&) = delete;
-    Lead& operator=(const Lead&) = delete;
-    const Store* store() const { return store_; }
-
-   private:
-    friend class Store;
-    Store* const store_;
-    Lead* const outer_;
-    bool changed_ = false;  // this thread queued a change under it
-  };
-
   // Blocks until every change up to `ticket` is committed. Returns the commit error if the
   // write failed (then the daemon must stop: memory is ahead of disk).
   Status WaitDurable(uint64_t ticket);
@@ -147,8 +125,7 @@ class Store {
   // before what WriteBatch uses goes away.
   void StartCommitter();
   void StopCommitter();
-  // Writes `ops` atomically (all or none), in order. Called by one committing thread at a
-  // time (the committer or a Lead's), never two at once.
+  // Writes `ops` atomically (all or none), in order. Called by the committer thread only.
   virtual Status WriteBatch(const std::vector<Op>& ops) = 0;
   // Deletes events older than the newest `keep`, every 10,000 changes. Housekeeping: a
   // failure is only logged. A backend that trims inside its batches (SQLite) keeps this.
@@ -157,11 +134,6 @@ class Store {
 
  private:
   void CommitterLoop();
-  // Writes the complete ops as one batch and reports them durable. REQUIRES: `lock` holds
-  // mu_ and this thread set committing_; returns with mu_ held again.
-  void CommitTaken(std::unique_lock<std::mutex>& lock);
-  // A Lead's end (or a wait on its thread): commits what is complete, unless a commit runs.
-  void CommitAsLead();
 
   uint64_t event_retention_ = 1000000;
   mutable std::mutex mu_;
@@ -174,8 +146,6 @@ class Store {
   LatencyHistogram commit_duration_;    // written by the committer, read by anyone
   Status failure_;                      // GUARDED_BY(mu_): sticky commit error
   bool stopping_ = false;               // GUARDED_BY(mu_)
-  bool committing_ = false;             // GUARDED_BY(mu_): a batch is being written
-  uint64_t since_trim_ = 0;             // by the committing thread: changes since a trim
   int held_ = 0;                        // GUARDED_BY(mu_): Holds alive
   // GUARDED_BY(mu_): ticket of the last op that no live Hold covers: the committer takes
   // the queue up to it. Callers serialise, so the ops after it are one operation's.
@@ -205,7 +175,7 @@ class SqliteStore final : public Store {
   Status Step(sqlite3_stmt* cached);
 
   sqlite3* db_ = nullptr;
-  // Prepared once, used by one committing thread at a time (Store::CommitTaken).
+  // Prepared once, used only by the committer thread.
   sqlite3_stmt* put_gpu_ = nullptr;
   sqlite3_stmt* put_lease_ = nullptr;
   sqlite3_stmt* delete_lease_ = nullptr;

@@ -7,9 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <thread>
-#include <vector>
 
 #include "poold/store.h"
 
@@ -113,66 +111,6 @@ class ScratchStore {
   const std::string dir_;
   std::unique_ptr<Store> store_;
 };
-
-// A Lead's thread commits its own changes when the Lead ends: no committer thread is woken
-// for them, and they are durable before the Lead's scope is left.
-TEST(StoreTest, ALeadCommitsItsChangesOnItsOwnThread) {
-  ScratchStore store("lead");
-  ASSERT_TRUE(store.ok());
-  // Once this is written the committer thread sleeps until it is woken.
-  store->Enqueue(EventRow{});
-  ASSERT_TRUE(store->WaitDurable(store->last_ticket()).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // back in its wait
-  for (int trial = 0; trial < 5; ++trial) {
-    const uint64_t before = store->commits();
-    {
-      Store::Lead lead(store.get());
-      EventRow event;
-      event.seq = trial + 2;
-      store->Enqueue(event);
-      // Nothing woke the committer: the change waits for the Lead's end.
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      EXPECT_EQ(store->commits(), before) << "trial " << trial;
-    }
-    EXPECT_EQ(store->commits(), before + 1) << "trial " << trial;
-  }
-  // A wait inside a Lead writes the Lead's changes first (else it would wait forever).
-  Store::Lead lead(store.get());
-  store->Enqueue(EventRow{});
-  ASSERT_TRUE(store->WaitDurable(store->last_ticket()).ok());
-}
-
-// Many Leads at once: one commits while the others' changes wait for it, and every change is
-// written (the one that commits hands what came meanwhile to the committer thread), in
-// fewer transactions than operations.
-TEST(StoreTest, ConcurrentLeadsLoseNoChange) {
-  ScratchStore store("leads");
-  ASSERT_TRUE(store.ok());
-  std::mutex engine;  // callers serialise their Enqueues, as PoolEngine does
-  constexpr int kThreads = 8, kOperations = 200;
-  const uint64_t before = store->commits();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < kOperations; ++i) {
-        uint64_t ticket;
-        {
-          Store::Lead lead(store.get());
-          std::lock_guard<std::mutex> lock(engine);
-          Store::Hold hold(store.get());
-          EventRow event;
-          event.seq = static_cast<uint64_t>(t * kOperations + i + 1);
-          store->Enqueue(event);
-          ticket = store->Enqueue(event);
-        }
-        EXPECT_TRUE(store->WaitDurable(ticket).ok());
-      }
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
-  EXPECT_EQ(store->last_ticket(), uint64_t{2 * kThreads * kOperations});
-  EXPECT_LT(store->commits() - before, uint64_t{kThreads * kOperations});
-}
 
 // Changes queued under one Store::Hold are written in one transaction, however long the
 // operation takes between them (here 3 ms, with the committer awake in between).
