@@ -911,13 +911,15 @@ class TogetherTest : public FailoverTest {
     ASSERT_EQ(std::rename((lease_file_ + ".tmp").c_str(), lease_file_.c_str()), 0);
   }
 
-  // Both GPUs on the first agent; the first one's lost agent starts the other's recovery,
-  // as the runtime wires them.
-  void OpenBoth(FailoverConfig config, FailoverConfig other_config) {
-    NameBoth(*first_, *first_);
+  // The first GPU on the first agent and the other on `other_agent` (the first agent too,
+  // by default); the first one's lost agent starts the other's recovery, as the runtime
+  // wires them.
+  void OpenBoth(FailoverConfig config, FailoverConfig other_config, const Agent* other_agent = nullptr) {
+    const Agent& other = other_agent != nullptr ? *other_agent : *first_;
+    NameBoth(*first_, other);
     Open(config);
     other_ = std::make_unique<Failover>(other_config, 1, 1, lease_file_, OpenSession);
-    other_channel_.location = {first_->uuid, first_->endpoint};
+    other_channel_.location = {other.uuid, other.endpoint};
     std::string why;
     int32_t refusal = 0;
     other_channel_.connection = OpenSession(other_channel_.location, &other_channel_.description, &why, &refusal);
@@ -1085,7 +1087,9 @@ TEST_F(TogetherTest, TheOtherGpuOfASilentAgentRecoversOnGpupooldsWord) {
   // variables.
   EXPECT_EQ(BackgroundRecoveries(), 1u);
   EXPECT_EQ(other_->recoveries().size(), 1u);
-  if (!other_->recoveries().empty()) EXPECT_EQ(other_->recoveries()[0].to.uuid, second_->uuid);
+  if (!other_->recoveries().empty()) {
+    EXPECT_EQ(other_->recoveries()[0].to.uuid, second_->uuid);
+  }
   EXPECT_EQ(other_channel_.location.uuid, first_->uuid);  // taken up at its next call
   const auto before = std::chrono::steady_clock::now();
   ExpectOtherMatches();
@@ -1131,17 +1135,7 @@ TEST_F(TogetherTest, AnAgentGpupooldFindsAnsweringIsNotLeftByTheOtherGpu) {
 
 // The other GPU is on an agent that stays: it is not touched.
 TEST_F(TogetherTest, AGpuWhoseAgentIsHealthyIsNotTouched) {
-  NameBoth(*first_, *second_);
-  Open(Replay());
-  other_ = std::make_unique<Failover>(Replay(), 1, 1, lease_file_, OpenSession);
-  other_channel_.location = {second_->uuid, second_->endpoint};
-  std::string why;
-  int32_t refusal = 0;
-  other_channel_.connection = OpenSession(other_channel_.location, &other_channel_.description, &why, &refusal);
-  ASSERT_NE(other_channel_.connection, nullptr) << why;
-  failover_->SetAgentLostHook([this](const GpuLocation& lost, bool confirmed) {
-    other_->RecoverInBackground(&other_channel_, lost, confirmed);
-  });
+  OpenBoth(Replay(), Replay(), second_.get());
   Prepare();
   PrepareOther();
   const transport::ClientConnection* session = other_channel_.connection.get();

@@ -176,6 +176,19 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 [[ $rc -eq 0 ]] || fail "the program exited $rc"
 grep -q ": PASS" "$workdir/program.out" || fail "no PASS"
 err="$workdir/program.err"
+# recovered_together LINE: every GPU recovered once, on the second server; one recovery was
+# started by a failed call and the others (their log says LINE) by that recovery.
+recovered_together() {
+  for ((d = 0; d < gpus; ++d)); do
+    n=$(grep -c "GPU $d: recovered on ${after[d]%@*} at 127.0.0.1:$((port + 1))" "$err")
+    [[ $n -eq 1 ]] || fail "GPU $d recovered $n time(s), not once"
+  done
+  foreground=$(grep -c "failed (CUDA error 46): recovering on the GPU the lease names next" "$err")
+  background=$(grep -c "$1" "$err")
+  [[ $foreground -eq 1 ]] || fail "$foreground recoveries started by a failed call, expected 1"
+  [[ $background -eq $((gpus - 1)) ]] || fail "$background recoveries started in the background, expected $((gpus - 1))"
+}
+
 if [[ $mode == exit ]]; then
   grep -q "GPU 0: recovered on ${after[0]%@*} at 127.0.0.1:$((port + 1))" "$err" || fail "GPU 0 did not recover"
   grep -q "GPU 1 (.*): its connection is lost too" "$err" || fail "GPU 1's recovery did not start"
@@ -184,29 +197,15 @@ if [[ $mode == exit ]]; then
   ((seconds < 30)) || fail "the program took ${seconds} s to end after the failure"
   echo "exited ${seconds} s after the failure, GPU 1's recovery stopped"
 elif [[ $mode == silent ]]; then
-  for ((d = 0; d < gpus; ++d)); do
-    n=$(grep -c "GPU $d: recovered on ${after[d]%@*} at 127.0.0.1:$((port + 1))" "$err")
-    [[ $n -eq 1 ]] || fail "GPU $d recovered $n time(s), not once"
-  done
   # One GPU's call waited on A and asked gpupoold; the other was started by its recovery,
   # on gpupoold's word about its own slot (the lease file never moved).
-  foreground=$(grep -c "failed (CUDA error 46): recovering on the GPU the lease names next" "$err")
-  background=$(grep -c "its agent is silent too (gpupoold found it gone for another GPU): recovering in the background" "$err")
-  [[ $foreground -eq 1 ]] || fail "$foreground recoveries started by a failed call, expected 1"
-  [[ $background -eq 1 ]] || fail "$background recoveries started in the background, expected 1"
+  recovered_together "its agent is silent too (gpupoold found it gone for another GPU): recovering in the background"
   n=$(grep -c "^report " "$workdir/poold.log")
   [[ $n -eq 2 ]] || fail "gpupoold was told $n time(s), expected twice (each GPU's slot once)"
   echo "a silent host: recovered together on gpupoold's word, $background in the background"
 elif [[ $mode == shared ]]; then
-  for ((d = 0; d < gpus; ++d)); do
-    n=$(grep -c "GPU $d: recovered on ${after[d]%@*} at 127.0.0.1:$((port + 1))" "$err")
-    [[ $n -eq 1 ]] || fail "GPU $d recovered $n time(s), not once"
-  done
   # One GPU's call found the failure; the others were started by its recovery.
-  foreground=$(grep -c "failed (CUDA error 46): recovering on the GPU the lease names next" "$err")
-  background=$(grep -c "its connection is lost too (another GPU's agent went away): recovering in the background" "$err")
-  [[ $foreground -eq 1 ]] || fail "$foreground recoveries started by a failed call, expected 1"
-  [[ $background -eq $((gpus - 1)) ]] || fail "$background recoveries started in the background, expected $((gpus - 1))"
+  recovered_together "its connection is lost too (another GPU's agent went away): recovering in the background"
   echo "recovered together: $gpus GPUs, $background in the background"
 else
   grep -q "GPU 0: recovered on ${after[0]%@*} at 127.0.0.1:$((port + 1))" "$err" || fail "GPU 0 did not recover"

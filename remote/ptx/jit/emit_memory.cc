@@ -246,6 +246,37 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
   return true;
 }
 
+// The split every global access of vector code makes: the lanes' addresses (a register
+// plus the instruction's offset), a new access of `bytes` per lane, and a branch to `each`
+// unless all 8 lanes run at consecutive accesses inside the allocation this access hit
+// last (its hint): the first and the last lane inside it, so every lane between is (the
+// allocation ends below 2^48: first + 7 * bytes cannot wrap into it). The builder is left
+// in the whole-lanes block, whose host address is `host`.
+Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t bytes, bool load) {
+  LanesSplit split;
+  split.addresses = b_.CreateAdd(LoadRegister64(address.name), Int(64, address.bits));
+  split.access = NewAccess(bytes, load ? "load" : "store");
+  const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(split.access);
+  llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
+  llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
+  llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
+  llvm::Value* first = b_.CreateExtractElement(split.addresses, uint64_t{0});
+  llvm::Value* last = b_.CreateExtractElement(split.addresses, uint64_t{lanes_ - 1});
+  llvm::Value* consecutive =
+      b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
+  split.mask = Mask();
+  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(split.mask)),
+                                   b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
+                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
+  auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
+  split.each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
+  split.join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
+  b_.CreateCondBr(fast, whole, split.each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  b_.SetInsertPoint(whole);
+  split.host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
+  return split;
+}
+
 // ld/st.v2/.v4 of global (or generic) memory in vector code: as VectorMemory, lanes that
 // all run at consecutive accesses inside the allocation this access hit last are one host
 // access of all their elements; otherwise each running lane's access (all its elements'
@@ -274,27 +305,14 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
       b_.CreateStore(llvm::Constant::getNullValue(LlvmType(t)), loaded[i]);
     }
   }
-  llvm::Value* addresses = b_.CreateAdd(LoadRegister64(address.name), Int(64, address.bits));
-  const uint32_t access = NewAccess(bytes, load ? "load" : "store");
-  const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(access);
-  llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
-  llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
-  llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
-  llvm::Value* first = b_.CreateExtractElement(addresses, uint64_t{0});
-  llvm::Value* last = b_.CreateExtractElement(addresses, uint64_t{lanes_ - 1});
-  llvm::Value* consecutive = b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
-  llvm::Value* mask = Mask();
-  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(mask)),
-                                   b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
-                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
-  auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
-  auto* each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
-  auto* join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
-  b_.CreateCondBr(fast, whole, each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  const LanesSplit split = SplitLanes(address, bytes, load);
+  llvm::Value* addresses = split.addresses;
+  llvm::Value* mask = split.mask;
+  const uint32_t access = split.access;
+  llvm::BasicBlock *each = split.each, *join = split.join;
   // All lanes at once: lane k's element i is element k * vec + i of one wide access.
-  b_.SetInsertPoint(whole);
   llvm::Type* wide = llvm::FixedVectorType::get(element, lanes_ * vec);
-  llvm::Value* host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
+  llvm::Value* host = split.host;
   if (load) {
     llvm::Value* all = b_.CreateAlignedLoad(wide, host, llvm::MaybeAlign(1));
     for (uint32_t i = 0; i < vec; ++i) {
@@ -531,33 +549,19 @@ bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Ty
   const uint32_t size = t.bits / 8;
   llvm::Value* stored = nullptr;
   if (!load && (stored = Source(value, t, why)) == nullptr) return false;
-  llvm::Value* addresses = b_.CreateAdd(LoadRegister64(address.name), Int(64, address.bits));
-  const uint32_t access = NewAccess(size, load ? "load" : "store");
-  const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(access);
-  llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
-  llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
-  llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
-  llvm::Value* first = b_.CreateExtractElement(addresses, uint64_t{0});
-  llvm::Value* last = b_.CreateExtractElement(addresses, uint64_t{lanes_ - 1});
-  llvm::Value* consecutive = b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(size))));
-  llvm::Value* mask = Mask();
-  // first and last in the allocation: every lane between is (the allocation ends below
-  // 2^48, so first + 7 * size cannot wrap into it).
-  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(mask)),
-                                   b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
-                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
-  auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
-  auto* each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
-  auto* join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
-  b_.CreateCondBr(fast, whole, each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
-  b_.SetInsertPoint(whole);
-  llvm::Value* host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
+  const LanesSplit split = SplitLanes(address, size, load);
+  llvm::Value* addresses = split.addresses;
+  llvm::Value* mask = split.mask;
+  const uint32_t access = split.access;
+  llvm::BasicBlock *each = split.each, *join = split.join;
+  llvm::Value* host = split.host;
   llvm::Value* whole_value = nullptr;
   if (load) {
     whole_value = b_.CreateAlignedLoad(LlvmType(t), host, llvm::MaybeAlign(1));
   } else {
     b_.CreateAlignedStore(stored, host, llvm::MaybeAlign(1));
   }
+  llvm::BasicBlock* whole = b_.GetInsertBlock();
   b_.CreateBr(join);
   b_.SetInsertPoint(each);
   // A loop over the lanes (a lane's thread is the chunk's x + k).

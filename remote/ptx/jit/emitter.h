@@ -132,6 +132,15 @@ class Emitter {
   llvm::Value* ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why);
   bool VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                     const RawOperand& value, std::string* why);
+  struct LanesSplit {
+    llvm::Value* addresses = nullptr;  // the 8 lanes' device addresses
+    llvm::Value* mask = nullptr;       // the running lanes
+    uint32_t access = 0;
+    llvm::Value* host = nullptr;       // the first lane's host address, in the whole-lanes block
+    llvm::BasicBlock* each = nullptr;  // lane by lane
+    llvm::BasicBlock* join = nullptr;
+  };
+  LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load);
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                          const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);

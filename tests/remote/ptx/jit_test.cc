@@ -961,6 +961,28 @@ T Remainder(T a, T b) {
   return static_cast<T>(a % b);
 }
 
+// Runs `kernel` (its parameters: the input's and the output's device addresses) once on
+// the interpreter, then compiled on a row of 64 threads (vector code) and on a column of 64
+// (scalar code), each into its own out[run] of `count` elements set to `fill` first; checks
+// that both compiled launches ran compiled code, vector code among it.
+template <typename In, typename Out>
+void RunInterpretedThenCompiled(const DecodedKernel& kernel, std::vector<In>& in, std::vector<Out> (&out)[3],
+                                size_t count, const Out& fill) {
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(count, fill);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
 // Integer div and rem (JitIntegerDivision.ptx) by zero, by -1, of the minimum, of mixed
 // signs and of 64-bit values: the interpreter's results bit for bit in vector code (a
 // block of 64 threads in x) and in scalar code (64 in y), and the interpreter's rules.
@@ -991,19 +1013,7 @@ TEST(JitIntegerDivision, DivAndRemGiveTheInterpretersResults) {
   };
   static_assert(sizeof(Result) == 48);
   std::vector<Result> out[3];
-  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
-  for (int run = 0; run < 3; ++run) {
-    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
-    out[run].assign(64, Result{});
-    Memory memory;
-    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
-    std::string detail;
-    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
-  }
-  SetJitMode(JitMode::kAuto);
-  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
-  ASSERT_NE(kernel.jit->compiled, nullptr);
-  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 64, Result{}));
   for (int i = 0; i < 64; ++i) {
     const uint64_t a = in[2 * i], b = in[2 * i + 1];
     const Result& r = out[0][i];
@@ -1050,19 +1060,7 @@ TEST(JitApproxFunctions, GiveTheInterpretersResultsBitForBit) {
                            std::numeric_limits<float>::min()};
   for (int k = 0; in.size() < 64; ++k) in.push_back(std::ldexp(static_cast<float>(k % 13) - 6.3f, k % 17 - 8));
   std::vector<float> out[3];
-  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
-  for (int run = 0; run < 3; ++run) {
-    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
-    out[run].assign(5 * 64, -1.0f);
-    Memory memory;
-    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
-    std::string detail;
-    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
-  }
-  SetJitMode(JitMode::kAuto);
-  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
-  ASSERT_NE(kernel.jit->compiled, nullptr);
-  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 5 * 64, -1.0f));
   for (int i = 0; i < 64; ++i) {
     const float expected[5] = {std::sin(in[i]), std::cos(in[i]), std::log2(in[i]), std::exp2(in[i]), std::tanh(in[i])};
     for (int f = 0; f < 5; ++f) {
@@ -1093,19 +1091,7 @@ TEST(JitMovPairs, PackAndUnpackGiveTheInterpretersResults) {
   };
   static_assert(sizeof(Result) == 32);
   std::vector<Result> out[3];
-  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
-  for (int run = 0; run < 3; ++run) {
-    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
-    out[run].assign(64, Result{});
-    Memory memory;
-    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
-    std::string detail;
-    ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(din, dout), memory, nullptr, &detail), 0) << detail;
-  }
-  SetJitMode(JitMode::kAuto);
-  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
-  ASSERT_NE(kernel.jit->compiled, nullptr);
-  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 64, Result{}));
   for (int i = 0; i < 64; ++i) {
     const uint64_t v = in[i];
     const Result& r = out[0][i];
