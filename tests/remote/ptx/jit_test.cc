@@ -555,9 +555,12 @@ TEST(JitLimits, ABranchToALabelAfterTheLastInstructionEndsTheThread) {
 
 // cp.async (JitCpAsync.ptx): the tier copies at issue, as the interpreter does, with the
 // same zero-fill (src-size, ignore-src) and the same faults.
-class JitAsyncCopy : public ::testing::Test {
+// The fixtures over one file of kernels/: its module parsed at SetUp, its kernels decoded
+// by name, and the JIT mode back to auto at TearDown.
+class KernelFileTest : public ::testing::Test {
  public:
-  void SetUp() override { Parse(KernelText("JitCpAsync.ptx")); }
+  explicit KernelFileTest(const char* file) : file_(file) {}
+  void SetUp() override { Parse(KernelText(file_)); }
   void TearDown() override { SetJitMode(JitMode::kAuto); }
 
   void Parse(const std::string& text) {
@@ -570,6 +573,16 @@ class JitAsyncCopy : public ::testing::Test {
     EXPECT_TRUE(kernel.ok()) << kernel.status().message();
     return **kernel;
   }
+
+  std::unique_ptr<PtxModule> module_;
+
+ private:
+  const char* const file_;
+};
+
+class JitAsyncCopy : public KernelFileTest {
+ public:
+  JitAsyncCopy() : KernelFileTest("JitCpAsync.ptx") {}
 
   // C = A * B (n x n, A[k] = a_at(k), B[k] = b_at(k)) by `name` on tiles x tiles blocks of
   // 16 x 16 threads, interpreted and compiled: the product (small integers and fractions of
@@ -618,8 +631,6 @@ class JitAsyncCopy : public ::testing::Test {
     if (in_address != nullptr) *in_address = din;
     return Launch(Kernel("stage"), {1, 1, 1}, {64, 1, 1}, Pack(din, dout, shift, target), memory, nullptr, detail);
   }
-
-  std::unique_ptr<PtxModule> module_;
 };
 
 // nvcc's tiled matrix multiply of cp.async copies (4 bytes each, src-size and ignore-src
@@ -715,20 +726,9 @@ TEST_F(JitAsyncCopy, AKernelThatMayWaitForAnotherThreadStaysInterpreted) {
 
 // Vector accesses (ld/st .v2/.v4) and dynamic shared memory (JitVectorAccess.ptx): the
 // interpreter's results bit for bit, and its faults with the same text.
-class JitVectorAccess : public ::testing::Test {
+class JitVectorAccess : public KernelFileTest {
  public:
-  void SetUp() override {
-    auto parsed = PtxModule::Parse(KernelText("JitVectorAccess.ptx"));
-    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-    module_ = std::move(*parsed);
-  }
-  void TearDown() override { SetJitMode(JitMode::kAuto); }
-
-  const DecodedKernel& Kernel(const std::string& name) {
-    auto kernel = module_->Decode(name, {});
-    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
-    return **kernel;
-  }
+  JitVectorAccess() : KernelFileTest("JitVectorAccess.ptx") {}
 
   // `stray_vector` on 48 threads with `in_words` words of input and `out_words` of output,
   // its stores to shared memory `shift` bytes on, in `mode`: its CUresult, *out, *detail
@@ -745,8 +745,6 @@ class JitVectorAccess : public ::testing::Test {
     return Launch(Kernel("stray_vector"), {1, 1, 1}, {48, 1, 1}, Pack(*in_address, *out_address, shift), memory,
                   nullptr, detail);
   }
-
-  std::unique_ptr<PtxModule> module_;
 };
 
 // nvcc's tiled matrix multiply of float4 loads and stores (ld.global.nc.v4, st.shared.v4,
@@ -1111,20 +1109,9 @@ TEST(JitMovPairs, PackAndUnpackGiveTheInterpretersResults) {
 // Local memory (JitLocalMemory.ptx: nvcc's per-thread arrays, .local): compiled in scalar
 // code only, each thread's array in its own slice of the CTA's, the interpreter's results
 // bit for bit, and a stray local access failing both tiers with the same detail.
-class JitLocalMemory : public ::testing::Test {
+class JitLocalMemory : public KernelFileTest {
  public:
-  void SetUp() override {
-    auto parsed = PtxModule::Parse(KernelText("JitLocalMemory.ptx"));
-    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-    module_ = std::move(*parsed);
-  }
-  void TearDown() override { SetJitMode(JitMode::kAuto); }
-
-  const DecodedKernel& Kernel(const std::string& name) {
-    auto kernel = module_->Decode(name, {});
-    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
-    return **kernel;
-  }
+  JitLocalMemory() : KernelFileTest("JitLocalMemory.ptx") {}
 
   // `local_array` over `blocks` blocks of `threads` with `seed` and `stray`, in `mode`: its
   // CUresult, *out and *detail.
@@ -1139,8 +1126,6 @@ class JitLocalMemory : public ::testing::Test {
     return Launch(Kernel("local_array"), {blocks, 1, 1}, {threads, 1, 1}, Pack(din, dout, seed, stray), memory, nullptr,
                   detail);
   }
-
-  std::unique_ptr<PtxModule> module_;
 };
 
 // A float[16] indexed by a runtime value (ld.local at a computed offset, st.local.v4): on 4
