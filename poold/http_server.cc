@@ -327,8 +327,6 @@ HttpCounters HttpServer::counters() const {
 }
 
 void HttpServer::Loop() {
-  // Named, as the workers below, so that `top -H` and `ps -L` tell gpupoold's threads apart.
-  pthread_setname_np(pthread_self(), "gpupoold-loop");
   epoll_event events[64];
   constexpr int kTickMs = 200;
   Clock::time_point last_tick = Clock::now();
@@ -598,6 +596,8 @@ void HttpServer::Close(const std::shared_ptr<Conn>& c) {
 }
 
 void HttpServer::Worker(bool priority) {
+  // Named, so that `top -H` and `ps -L` tell gpupoold's threads apart. Not the event loop:
+  // it runs on the main thread, whose name is the process's (`killall gpupoold`).
   pthread_setname_np(pthread_self(), priority ? "gpupoold-prio" : "gpupoold-work");
   std::deque<Job>& queue = priority ? priority_work_ : work_;
   std::condition_variable& cv = priority ? priority_cv_ : work_cv_;
