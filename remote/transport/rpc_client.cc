@@ -317,7 +317,7 @@ Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_le
       while (*more) *more = (*step)();
     }
   } finish{overlap, &overlapping};
-  if (abandoned_.load() && broken_.empty()) broken_ = "the connection to " + endpoint_ + " was given up";
+  NoteAbandonedLocked();
   if (!broken_.empty()) return BrokenLocked();
   Completion completion;
   ucp_request_param_t param{};
@@ -358,7 +358,7 @@ Status RpcClient::SendAmLocked(unsigned id, const void* header, size_t header_le
         ucx_->WaitForEvents(100, control_fd_);
         if (PeerClosed(control_fd_)) broken_ = "the server at " + endpoint_ + " closed the connection";
         // A silent server reads nothing: the send would wait for room forever.
-        if (abandoned_.load() && broken_.empty()) broken_ = "the connection to " + endpoint_ + " was given up";
+        NoteAbandonedLocked();
       }
       if (!broken_.empty()) break;
     }
@@ -503,6 +503,10 @@ bool RpcClient::BulkFailedLocked(Pending* pending) {
 }
 
 uint64_t RpcClient::next_sequence() { return next_seq_.load(std::memory_order_relaxed); }
+
+void RpcClient::NoteAbandonedLocked() {
+  if (abandoned_.load() && broken_.empty()) broken_ = "the connection to " + endpoint_ + " was given up";
+}
 
 bool RpcClient::PeerGone() {
   std::lock_guard<std::mutex> lock(mu_);

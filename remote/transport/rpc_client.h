@@ -218,6 +218,7 @@ class RpcClient : public ClientConnection {
   uint64_t unanswered_post_bytes_ = 0;
   std::function<std::string()> abandon_;  // guarded by mu_
   std::atomic<bool> abandoned_{false};    // Abandon: read without mu_ by a waiting send
+  void NoteAbandonedLocked();             // an Abandon becomes broken_ (mu_ held)
 
   // Batching (see the top of this file); guarded by mu_ but where said.
   std::vector<char> batch_;  // the items of the batch not yet sent

@@ -491,8 +491,7 @@ class Failover {
   GpuLocation recovered_location_;
   dataplane::DeviceDescription recovered_description_{};
   const transport::ClientConnection* abandoned_ = nullptr;
-  bool in_background_ = false;      // the Recover under way is a background one
-  bool background_silent_ = false;  // ...started on gpupoold's word that its agent is silent
+  bool in_background_ = false;  // the Recover under way is a background one
   size_t background_started_ = 0;
   // The thread and whether one runs (background_mu_); stop_background_: StopBackground
   // was called (read in Recover's wait without a lock).

@@ -353,7 +353,7 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
         "moves only",
         device_, failed.uuid.c_str(), why);
     return false;
-  } else if (in_background_ && background_silent_) {
+  } else if (in_background_ && !silent_named_.uuid.empty()) {  // gpupoold's word about a silent agent
     LogError(
         "GPU %d (%s): its agent is silent too (gpupoold found it gone for another GPU): recovering in the "
         "background on the GPU gpupoold names",
@@ -508,10 +508,8 @@ void Failover::RunBackgroundRecovery(Channel* channel, GpuLocation lost, bool co
       // gets the error at once (abandoned_), not after a wait of its own on a silent agent.
       if (channel->connection != nullptr) channel->connection->Abandon();
       in_background_ = true;
-      background_silent_ = !silent_named_.uuid.empty();
       const bool recovered = Recover(&session, &location, &description, dp::kCuDeviceUnavailable);
       in_background_ = false;
-      background_silent_ = false;
       if (recovered) {
         recovered_ = std::move(session);
         recovered_location_ = location;
