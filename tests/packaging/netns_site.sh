@@ -465,7 +465,13 @@ fi
 if ((installed)); then
   # Section 7's order: the publisher (its licences file) before slurmctld, then slurmd.
   start_unit head gpupool-capacity-publisher head "/var/lib/gpupool-publisher=$work/head/publisher"
-  for _ in $(seq 100); do [[ -s $work/head/publisher/gpupool_pools ]] && break; sleep 0.1; done
+  # The publisher writes gpupool_pools, then licenses.conf: wait for the file slurm.conf
+  # includes, not the first one (a loaded machine runs between the two writes).
+  for _ in $(seq 300); do
+    grep -qx 'Licenses=gpupool_a100:4' "$work/head/publisher/licenses.conf" 2>/dev/null && break
+    sleep 0.1
+  done
+  [[ -s $work/head/publisher/gpupool_pools ]] || fail "the publisher wrote no gpupool_pools"
   grep -qx 'Licenses=gpupool_a100:4' "$work/head/publisher/licenses.conf" 2>/dev/null ||
     fail "the publisher wrote no Licenses=gpupool_a100:4: $(cat "$work/head/publisher/licenses.conf" 2>&1)"
   ip netns exec "$(ns head)" unshare --uts sh -c 'hostname head && exec slurmctld -D' \
