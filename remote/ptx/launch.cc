@@ -66,7 +66,7 @@ KernelNeeds NeedsOf(const DecodedKernel& kernel) {
 static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t threads) {
   const JitMode mode = CurrentJitMode();
   const bool names_shared = !kernel.shared_layout.offsets.empty() || !kernel.shared_layout.dynamic.empty();
-  if (mode == JitMode::kOff || kernel.source == nullptr || spec.cooperative ||
+  if (mode == JitMode::kOff || kernel.source == nullptr || kernel.module == nullptr || spec.cooperative ||
       (spec.dynamic_shared != 0 && !names_shared)) {
     return nullptr;
   }
@@ -78,9 +78,10 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
   if (!slot.tried) {
     slot.tried = true;
     if (mode == JitMode::kAuto) {
-      CompileInBackground(kernel.jit, *kernel.source, kernel.shared_layout, kernel.param_size);
+      CompileInBackground(kernel.jit, *kernel.module, *kernel.source, kernel.shared_layout, kernel.param_size);
     } else {
-      slot.compiled = CompileKernel(*kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
+      slot.compiled =
+          CompileKernel(*kernel.module, *kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
     }
   }
   return slot.compiled.get();

@@ -547,6 +547,7 @@ Result<const DecodedKernel*> PtxModule::Decode(const std::string& name,
     return status;
   }
   kernel->source = &parsed_->functions.at(name);
+  kernel->module = parsed_.get();
   kernel->jit = std::make_shared<JitSlot>();
   const DecodedKernel* result = kernel.get();
   decoded_[name] = std::move(kernel);

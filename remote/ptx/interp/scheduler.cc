@@ -270,8 +270,7 @@ void RunWarp(Warp& w, const Inst* code) {
               break;
             case kTrapCallsTooDeep:
               launch.error = kLaunchFailed;
-              launch.detail = "device function calls nested deeper than " + std::to_string(kMaxCallDepth) +
-                              " (PTX line " + std::to_string(in.line) + "): recursion this deep is not run";
+              launch.detail = CallsTooDeepDetail(in.line);
               break;
             default:
               launch.error = kLaunchFailed;

@@ -42,6 +42,11 @@ inline constexpr uint64_t kMaxParamBytes = 32764;
 // so that no job's PTX holds the agent's memory.
 inline constexpr int kMaxCallDepth = 16;
 inline constexpr size_t kMaxKernelInstructions = size_t{1} << 17;
+// The failure's text where such a trap runs (CUDA_ERROR_LAUNCH_FAILED), on either tier.
+inline std::string CallsTooDeepDetail(int line) {
+  return "device function calls nested deeper than " + std::to_string(kMaxCallDepth) + " (PTX line " +
+         std::to_string(line) + "): recursion this deep is not run";
+}
 
 // The CTA's static shared memory as the decoder laid it out (DecodedKernel): the JIT tier
 // takes it as it is, so that both tiers place, size and check shared memory alike and a
@@ -229,8 +234,9 @@ struct DecodedKernel {
   // The entry's parsed PTX (owned by its PtxModule), and its JIT tier (jit/jit.h): compiled
   // once the launches say it is worth it, or refused.
   const RawFunction* source = nullptr;
-  SharedLayout shared_layout;    // the .shared variables it names, for the JIT tier
-  std::shared_ptr<JitSlot> jit;  // made by PtxModule::Decode
+  const ParsedModule* module = nullptr;  // the module it is of (its device functions, for the JIT)
+  SharedLayout shared_layout;            // the .shared variables it names, for the JIT tier
+  std::shared_ptr<JitSlot> jit;          // made by PtxModule::Decode
 };
 
 }  // namespace gpupool::sim

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/launch.h"
 
@@ -94,12 +95,21 @@ class BackgroundCompiler {
 
 }  // namespace
 
-void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry, const SharedLayout& shared,
-                         uint32_t param_size) {
+void CompileInBackground(std::shared_ptr<JitSlot> slot, const ParsedModule& module, const RawFunction& entry,
+                         const SharedLayout& shared, uint32_t param_size) {
+  // Inlined here, while the module is there (bounded by the tier's instructions: cheap).
+  RawFunction storage;
+  const RawFunction* inlined = nullptr;
+  try {
+    inlined = jit::InlineCalls(module, entry, &storage, &slot->refused);
+  } catch (const std::bad_alloc&) {
+    slot->refused = "compile failed: out of memory";
+  }
+  if (inlined == nullptr) return;
   slot->compiling = true;
-  BackgroundCompiler::Get().Add([slot, entry = entry, shared = shared, param_size]() {
+  BackgroundCompiler::Get().Add([slot, entry = *inlined, shared = shared, param_size]() {
     std::string refused;
-    std::shared_ptr<CompiledKernel> compiled = CompileKernel(entry, shared, param_size, &refused);
+    std::shared_ptr<CompiledKernel> compiled = jit::CompileInlined(entry, shared, param_size, &refused);
     std::lock_guard<std::mutex> lock(slot->mu);
     slot->compiled = std::move(compiled);
     slot->refused = std::move(refused);

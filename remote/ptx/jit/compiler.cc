@@ -133,8 +133,20 @@ std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLa
 
 }  // namespace
 
-std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size,
-                                              std::string* refused) {
+std::shared_ptr<CompiledKernel> CompileKernel(const ParsedModule& module, const RawFunction& entry,
+                                              const SharedLayout& shared, uint32_t param_size, std::string* refused) {
+  try {
+    RawFunction storage;
+    const RawFunction* inlined = jit::InlineCalls(module, entry, &storage, refused);
+    return inlined == nullptr ? nullptr : jit::CompileInlined(*inlined, shared, param_size, refused);
+  } catch (const std::bad_alloc&) {
+    *refused = "compile failed: out of memory";
+  }
+  return nullptr;
+}
+
+std::shared_ptr<CompiledKernel> jit::CompileInlined(const RawFunction& entry, const SharedLayout& shared,
+                                                    uint32_t param_size, std::string* refused) {
   // The compile runs on a thread (the background compiler's, or a launch's) whose caller
   // expects no exception: out of memory or any other failure is a refusal, and the kernel
   // runs on the interpreter.

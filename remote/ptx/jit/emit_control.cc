@@ -78,7 +78,8 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
   auto refuse = [&](const std::string& text) { return Refuse(s.opcode + ": " + text, s.line, refused); };
   // The opcode table's jit column is this dispatch's list: an opcode it does not mark is
   // left to the interpreter here, whatever branch below might match its name.
-  if (!JitHasEmitter(op)) return refuse("an opcode the tier has no emitter for (ir/opcodes.def)");
+  const bool too_deep = s.opcode == kCallsTooDeepOpcode;
+  if (!too_deep && !JitHasEmitter(op)) return refuse("an opcode the tier has no emitter for (ir/opcodes.def)");
   // Count it (each running thread), then run it under its guard.
   llvm::Value* counted = b_.getInt64(1);
   if (lanes_) {
@@ -91,6 +92,15 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
     if (IsSpecialRegisterName(s.guard) || s.guard[0] != '%') return refuse("guard " + s.guard);
     guard = FromStorage(LoadRegister(s.guard), StorageBits(s.guard), Type{Kind::kPred, 1});
     if (s.guard_negated) guard = b_.CreateNot(guard);
+  }
+  if (too_deep) {
+    // A call nested deeper than kMaxCallDepth (InlineCalls): the launch fails here, as the
+    // decoder's trap fails it (CallsTooDeepDetail, with this line).
+    if (lanes_) return refuse("a call nested too deep, in vector code");
+    b_.CreateStore(b_.getInt32(static_cast<uint32_t>(s.line)), Field(kOffTrapLine));
+    FlushCount();
+    b_.CreateRet(b_.getInt32(kLaunchFailed));
+    return true;
   }
   if (lanes_) return VectorInstruction(s, parts, guard, refused);
   if (op == "bra") {
@@ -193,6 +203,9 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     const RawOperand& address = load ? o[1] : o[0];
     const RawOperand& value = load ? o[0] : o[1];
     if (address.kind != RawOperand::kAddress) return (*why = "address operand", false);
+    // A .param variable a function declares (a call's argument or result) is the
+    // thread's local memory, as the decoder places it: ld/st.param of it are local accesses.
+    if (space == "param" && !address.name.empty() && LocalSymbol(address.name) >= 0) space = "local";
     if (lanes_ && space == "local") return (*why = "local memory in vector code", false);
     if (vec > 1) return VectorAccess(address, space, t, vec, load, value, why);
     const uint32_t size = t.bits / 8;

@@ -22,10 +22,10 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     if (s.kind == RawStatement::kInstruction && ++instructions > kMaxInstructions) {
       return Refuse("more than " + std::to_string(kMaxInstructions) + " instructions", s.line, refused);
     }
-    if (s.kind == RawStatement::kParam) return Refuse("it declares .param variables", s.line, refused);
-    if (s.kind == RawStatement::kLocal) {
-      // As the decoder places them (a kernel of this tier has no calls, whose arguments
-      // and scratch it also places in local memory); bounded first, so that no sum wraps.
+    if (s.kind == RawStatement::kLocal || s.kind == RawStatement::kParam) {
+      // As the decoder places them, .local and .param variables alike (a call's arguments
+      // and results; InlineCalls adds the scratch of a result the call site leaves), each
+      // thread's own in local memory; bounded first, so that no sum wraps.
       if (s.size > kMaxLocalPerThread || local_size_ > kMaxLocalPerThread) {
         return Refuse("more than " + std::to_string(kMaxLocalPerThread) + " bytes of local memory", s.line, refused);
       }
@@ -34,6 +34,11 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
       local_offsets_[s.name] = local_size_;
       local_size_ += std::max<uint64_t>(s.size, 1);
       continue;
+    }
+    if (s.kind == RawStatement::kShared && SharedSymbol(s.name) < 0) {
+      // Every one the decoder placed is in its layout, an inlined copy's by the decoder's
+      // name for it (InlineCalls): one that is not would be another variable.
+      return Refuse("a .shared variable the decoder's layout does not hold", s.line, refused);
     }
     if (s.kind != RawStatement::kInstruction) continue;
     if (s.opcode.rfind("bar.", 0) == 0 || s.opcode.rfind("barrier.", 0) == 0) ++barriers_;

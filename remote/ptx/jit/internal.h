@@ -9,12 +9,18 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "remote/protocol/protocol.h"
+#include "remote/ptx/front/program.h"
+#include "remote/ptx/ir/kernel.h"
 #include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::sim {
+
+class CompiledKernel;
 
 namespace jit {
 
@@ -22,6 +28,7 @@ namespace jit {
 constexpr int32_t kIllegalAddress = dataplane::kCuIllegalAddress;
 constexpr int32_t kLaunchOutOfResources = dataplane::kCuLaunchOutOfResources;
 constexpr int32_t kLaunchTimeout = dataplane::kCuLaunchTimeout;  // cancelled
+constexpr int32_t kLaunchFailed = dataplane::kCuLaunchFailed;    // calls nested too deep
 // Kernels larger than this are left to the interpreter: LLVM's time grows faster than the
 // code, and a launch waits for its compile.
 constexpr size_t kMaxInstructions = 16384;
@@ -62,13 +69,14 @@ struct Context {
   const std::atomic<bool>* cancel = nullptr;                   // +72, never null
   uint64_t shared_size = 0;                                    // +80: static + dynamic bytes
   uint8_t* local = nullptr;                                    // +88: local_bytes per thread of the CTA
+  int32_t trap_line = 0;                                       // +96: of a call nested too deep
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
 };
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
                    kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
-                   kOffSharedSize = 80, kOffLocal = 88;
+                   kOffSharedSize = 80, kOffLocal = 88, kOffTrapLine = 96;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -85,6 +93,21 @@ static_assert(offsetof(Context, progress) == kOffProgress);
 static_assert(offsetof(Context, cancel) == kOffCancel);
 static_assert(offsetof(Context, shared_size) == kOffSharedSize);
 static_assert(offsetof(Context, local) == kOffLocal);
+static_assert(offsetof(Context, trap_line) == kOffTrapLine);
+
+// `entry` with the calls of device functions of `module` inlined (inline.cc), as the decoder
+// inlines them: itself when it calls none, else the inlined function in *storage; nullptr
+// with *refused saying why for a call the tier leaves to the interpreter (printf, assert,
+// the device runtime, external functions, indirect calls) or a kernel too large once
+// inlined. A call nested deeper than kMaxCallDepth becomes the statement
+// kCallsTooDeepOpcode (no PTX opcode starts with $), which fails the launch where it runs
+// as the decoder's trap does.
+const RawFunction* InlineCalls(const ParsedModule& module, const RawFunction& entry, RawFunction* storage,
+                               std::string* refused);
+inline constexpr std::string_view kCallsTooDeepOpcode = "$calls_too_deep";
+// CompileKernel of an entry InlineCalls made (one that calls nothing).
+std::shared_ptr<CompiledKernel> CompileInlined(const RawFunction& entry, const SharedLayout& shared,
+                                               uint32_t param_size, std::string* refused);
 
 // Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
 // point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).

@@ -3,12 +3,13 @@
 //
 // The interpreter (interp/) runs every kernel a warp at a time, 32 lanes in
 // step. A kernel whose threads exchange data only across __syncthreads() (no warp-level
-// operation, no load or atomic another thread could be waited for through, no call) gives
+// operation, no load or atomic another thread could be waited for through) gives
 // the same results whatever order its threads run in between barriers, so it may run one
 // thread after another in compiled code. This tier compiles those kernels, from their
 // parsed PTX, into one host function per kernel that runs a CTA. Every global, shared and
 // local access is checked as the interpreter checks it: a stray one ends the launch with
-// CUDA_ERROR_ILLEGAL_ADDRESS and the same kind of detail.
+// CUDA_ERROR_ILLEGAL_ADDRESS and the same kind of detail. Calls of the module's device
+// functions are inlined first, as the decoder inlines them (jit/inline.cc).
 //
 // A kernel the tier cannot take (an instruction outside its list, say) runs on the
 // interpreter; `JitMode` says when the tier is tried at all.
@@ -63,17 +64,18 @@ inline constexpr uint64_t kJitLaunchThreads = 16;
 inline constexpr uint64_t kMaxBarrierSaves = uint64_t{1} << 15;
 inline constexpr uint64_t kMaxLivenessWork = uint64_t{1} << 28;
 
-// Compiles `entry` (an .entry of a parsed module, whose CTA's shared memory is `shared`)
-// if the tier can take it; otherwise returns nullptr and says why in *refused.
-// `param_size`: bytes of its parameters. Throws nothing (a failure is a refusal).
-std::shared_ptr<CompiledKernel> CompileKernel(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size,
-                                              std::string* refused);
+// Compiles `entry` (an .entry of parsed module `module`, whose device functions it may
+// call, and whose CTA's shared memory is `shared`) if the tier can take it; otherwise
+// returns nullptr and says why in *refused. `param_size`: bytes of its parameters. Throws
+// nothing (a failure is a refusal).
+std::shared_ptr<CompiledKernel> CompileKernel(const ParsedModule& module, const RawFunction& entry,
+                                              const SharedLayout& shared, uint32_t param_size, std::string* refused);
 
 // Compiles `entry` for `slot` on the background compiler's thread (GPUPOOL_PTX_JIT=auto);
-// the caller holds slot->mu and has set slot->tried. The entry and the layout are copied:
-// the module may be unloaded meanwhile.
-void CompileInBackground(std::shared_ptr<JitSlot> slot, const RawFunction& entry, const SharedLayout& shared,
-                         uint32_t param_size);
+// the caller holds slot->mu and has set slot->tried. The entry (its calls inlined here, on
+// the caller's thread) and the layout are copied: the module may be unloaded meanwhile.
+void CompileInBackground(std::shared_ptr<JitSlot> slot, const ParsedModule& module, const RawFunction& entry,
+                         const SharedLayout& shared, uint32_t param_size);
 
 // Waits until no background compile of `slot` is pending (tests).
 void WaitForCompile(JitSlot& slot);

@@ -197,6 +197,8 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
         *spec.error_detail = "the launch ran out of host memory";
       } else if (spec.error_detail && error == kLaunchTimeout) {
         *spec.error_detail = kCancelledDetail;
+      } else if (spec.error_detail && error == jit::kLaunchFailed) {
+        *spec.error_detail = CallsTooDeepDetail(worker.context.trap_line);
       } else if (spec.error_detail) {
         const Context& c = worker.context;
         const MemoryAccess& access = kernel.accesses[c.fault_access];

@@ -1,6 +1,6 @@
 // Kernels of the PTX engine benchmark (scripts/bench/ptx): element-wise, shared-memory
-// tiled matrix multiply (plain loads, and cp.async), atomics, a barrier-heavy block scan and
-// bilinear texture sampling. extern "C" for plain names; sm_80 for cp.async.
+// tiled matrix multiply (plain loads, and cp.async), calls of a device function, atomics,
+// a barrier-heavy block scan and bilinear texture sampling. extern "C" for plain names; sm_80 for cp.async.
 constexpr int kTile = 16;
 
 extern "C" {
@@ -86,6 +86,19 @@ __global__ void matmul_float4_dynamic(const float* a, const float* b, float* c, 
     __syncthreads();
   }
   reinterpret_cast<float4*>(c + row * n)[col4] = acc;
+}
+
+// A polynomial by Horner's rule in a device function nvcc keeps as a call (__noinline__:
+// its arguments and result in .param variables), called twice per element.
+__device__ __noinline__ float horner(const float* coeffs, int degree, float x) {
+  float r = 0;
+  for (int k = degree; k >= 0; --k) r = r * x + coeffs[k];
+  return r;
+}
+
+__global__ void poly_call(int n, const float* coeffs, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = horner(coeffs, 8, x[i]) - horner(coeffs + 9, 4, x[i]);
 }
 
 // 256-bin histogram of bytes: shared-memory bins, then one global atomic per bin.

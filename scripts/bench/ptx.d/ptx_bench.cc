@@ -239,6 +239,44 @@ void BM_Histogram_Native(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kElements);
 }
 
+// A degree-8 and a degree-4 polynomial of each of 2^20 floats, each by a call of a device
+// function (horner: .param arguments and result, which the JIT inlines).
+float Horner(const float* coeffs, int degree, float x) {
+  float r = 0;
+  for (int k = degree; k >= 0; --k) r = r * x + coeffs[k];
+  return r;
+}
+
+void BM_Calls_Engine(benchmark::State& state, JitMode mode) {
+  std::vector<float> coeffs(14), x(kElements), y(kElements);
+  for (int k = 0; k < 14; ++k) coeffs[k] = 1.0f / (k + 1);
+  for (int i = 0; i < kElements; ++i) x[i] = static_cast<float>(i % 1000) / 1000;
+  Memory memory;
+  uint64_t dc = memory.Add(coeffs), dx = memory.Add(x), dy = memory.Add(y);
+  auto params = Pack(kElements, dc, dx, dy);
+  uint32_t grid[3] = {kElements / 256, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "poly_call", grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "poly_call", grid, block, params, memory, &instructions);
+  const float want = Horner(coeffs.data(), 8, x[777]) - Horner(coeffs.data() + 9, 4, x[777]);
+  if (std::fabs(y[777] - want) > 1e-5f) state.SkipWithError("wrong polynomial");
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_Calls_Native(benchmark::State& state) {
+  std::vector<float> coeffs(14), x(kElements), y(kElements);
+  for (int k = 0; k < 14; ++k) coeffs[k] = 1.0f / (k + 1);
+  for (int i = 0; i < kElements; ++i) x[i] = static_cast<float>(i % 1000) / 1000;
+  for (auto _ : state) {
+    for (int i = 0; i < kElements; ++i) y[i] = Horner(coeffs.data(), 8, x[i]) - Horner(coeffs.data() + 9, 4, x[i]);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+
 // Block scans of 2^20 elements, 256 per block: 17 barriers per thread.
 void BM_Scan_Engine(benchmark::State& state, JitMode mode) {
   std::vector<unsigned> in(kElements, 1), out(kElements);
@@ -356,6 +394,9 @@ BENCHMARK(BM_MatmulFloat4_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Histogram_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Histogram_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Histogram_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Calls_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Calls_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Calls_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Scan_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Scan_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Scan_Native)->Unit(benchmark::kMillisecond)->UseRealTime();

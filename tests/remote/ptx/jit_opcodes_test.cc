@@ -22,6 +22,9 @@ namespace {
 const std::map<std::string_view, std::string_view> kSamples = {
     {"bra", "bra DONE;"},
     {"ret", "ret;"},
+    {"call",
+     "{\n  .param .b32 arg;\n  st.param.b32 [arg], %r1;\n  .param .b32 res;\n"
+     "  call.uni (res), probe_fn, (arg);\n  ld.param.b32 %r2, [res];\n  }"},
     {"exit", "exit;"},
     {"bar", "bar.sync 0;"},
     {"barrier", "barrier.sync 0;"},
@@ -68,11 +71,25 @@ const std::map<std::string_view, std::string_view> kSamples = {
 };
 
 // A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around
-// `body`.
+// `body`, a device function `probe_fn` it may call (int probe_fn(int)), and two it may
+// call that the module does not define (vprintf and int ext_fn(int)).
 std::string ProbeKernel(std::string_view body) {
   return std::string(R"(.version 8.0
 .target sm_80
 .address_size 64
+
+.extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);
+.extern .func (.param .b32 ext_ret) ext_fn(.param .b32 ext_arg);
+
+.func (.param .b32 probe_ret) probe_fn(.param .b32 probe_arg)
+{
+  .reg .b32 %r<3>;
+
+  ld.param.b32 %r1, [probe_arg];
+  add.s32 %r2, %r1, 1;
+  st.param.b32 [probe_ret], %r2;
+  ret;
+}
 
 .visible .entry probe(.param .u64 out)
 {
@@ -103,7 +120,7 @@ bool Compiles(std::string_view body, std::string* refused) {
   }
   const RawFunction& entry = (*parsed)->functions.at("probe");
   const uint32_t param_size = static_cast<uint32_t>(LayOutParams(entry, nullptr));
-  return CompileKernel(entry, SharedLayout{}, param_size, refused) != nullptr;
+  return CompileKernel(**parsed, entry, SharedLayout{}, param_size, refused) != nullptr;
 }
 
 TEST(JitOpcodeColumn, EveryOpcodeMarkedTrueCompiles) {
@@ -285,6 +302,35 @@ TEST(JitOpcodeColumn, TheLocalMemoryFormsItTakes) {
   std::string refused;
   EXPECT_TRUE(Compiles(".local .align 8 .b8 big[524288];\n  ld.local.u32 %r2, [big];", &refused)) << refused;
   EXPECT_FALSE(Compiles(".local .align 8 .b8 big[524289];\n  ld.local.u32 %r2, [big];", &refused));
+}
+
+// Calls: of a device function of the module, with its argument and result in .param
+// variables, also under a guard, leaving its result, or passing a register; not of vprintf,
+// of a function the module only declares, nor through a register.
+TEST(JitOpcodeColumn, TheCallsItTakes) {
+  const std::string args = "{\n  .param .b32 arg;\n  st.param.b32 [arg], %r1;\n  .param .b32 res;\n  ";
+  const std::string result = "\n  ld.param.b32 %r2, [res];\n  }";
+  const std::string kTaken[] = {
+      args + "call.uni (res), probe_fn, (arg);" + result,
+      args + "setp.lt.u32 %p1, %r1, 5;\n  @%p1 call.uni (res), probe_fn, (arg);" + result,
+      args + "call.uni probe_fn, (arg);" + result,
+  };
+  for (const std::string& body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const std::string kLeft[] = {
+      args + "call.uni (res), ext_fn, (arg);" + result,
+      args + "mov.u64 %rd2, probe_fn;\n  call.uni (res), %rd2, (arg);" + result,
+      "{\n  .param .b64 fmt;\n  .param .b64 list;\n  .param .b32 res;\n  st.param.b64 [fmt], %rd1;\n"
+      "  st.param.b64 [list], 0;\n  call.uni (res), vprintf, (fmt, list);\n  }",
+      "{\n  .param .b32 res;\n  call.uni (res), probe_fn, (%r1);\n  }",
+  };
+  for (const std::string& body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+    EXPECT_NE(refused.find("call"), std::string::npos) << body << ": " << refused;
+  }
 }
 
 }  // namespace

@@ -1247,5 +1247,180 @@ TEST_F(JitLocalMemory, AStrayLocalAccessFailsTheLaunchAsOnTheInterpreter) {
   EXPECT_EQ(Kernel("local_array").jit->jit_launches.load(), 3u) << Kernel("local_array").jit->refused;
 }
 
+// Calls of device functions (JitCalls.ptx: nvcc's __noinline__ functions, .param arguments
+// and results): inlined by the tier as the decoder inlines them, so that compiled code
+// gives the interpreter's results, faults and failures bit for bit.
+class JitCalls : public KernelFileTest {
+ public:
+  JitCalls() : KernelFileTest("JitCalls.ptx") {}
+
+  struct Run {
+    int32_t status = -1;
+    std::string detail;
+    std::vector<uint32_t> out;
+  };
+
+  // `name` over `blocks` blocks of `threads`, its parameters the `inputs` (device copies),
+  // then an output of a word per thread (0xdeadbeef first), then the `scalars`: on the
+  // interpreter (runs[0]), then compiled (runs[1]), which must have run compiled and given
+  // the same CUresult, detail and (where the launch succeeded) output.
+  void RunBoth(const std::string& name, uint32_t blocks, uint32_t threads, std::vector<std::vector<uint32_t>> inputs,
+               const std::vector<int32_t>& scalars, Run runs[2]) {
+    const DecodedKernel& kernel = Kernel(name);
+    const uint64_t before = kernel.jit->jit_launches.load();
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      std::vector<std::vector<uint32_t>> copies = inputs;
+      Run& run = runs[compiled];
+      run.out.assign(size_t{blocks} * threads, 0xdeadbeef);
+      Memory memory;
+      std::vector<uint8_t> params;
+      auto put = [&](const void* value, size_t size) {
+        params.resize((params.size() + size - 1) / size * size);
+        params.insert(params.end(), static_cast<const uint8_t*>(value), static_cast<const uint8_t*>(value) + size);
+      };
+      for (std::vector<uint32_t>& copy : copies) {
+        const uint64_t address = memory.Add(copy);
+        put(&address, 8);
+      }
+      const uint64_t out = memory.Add(run.out);
+      put(&out, 8);
+      for (int32_t scalar : scalars) put(&scalar, 4);
+      run.status = Launch(kernel, {blocks, 1, 1}, {threads, 1, 1}, params, memory, nullptr, &run.detail);
+    }
+    ASSERT_NE(kernel.jit->compiled, nullptr) << name << ": " << kernel.jit->refused;
+    EXPECT_EQ(kernel.jit->jit_launches.load(), before + 1) << name;
+    EXPECT_FALSE(HasVectorCode(*kernel.jit->compiled)) << name;
+    EXPECT_EQ(runs[1].status, runs[0].status) << name;
+    EXPECT_EQ(runs[1].detail, runs[0].detail) << name;
+    // What a failed launch left in memory is the tiers' own (threads run in another order).
+    if (runs[0].status == 0) EXPECT_EQ(runs[1].out, runs[0].out) << name;
+  }
+};
+
+std::vector<uint32_t> Words(size_t n, const std::function<uint32_t(uint32_t)>& at) {
+  std::vector<uint32_t> words(n);
+  for (size_t k = 0; k < n; ++k) words[k] = at(static_cast<uint32_t>(k));
+  return words;
+}
+
+// combine(float, int, double, const float*, unsigned char): five arguments of five types
+// (.param .b32, .b64, a byte in a .b32) and a float result, called by the threads below n.
+TEST_F(JitCalls, ACallWithSeveralArgumentsAndAResult) {
+  const uint32_t blocks = 3, threads = 64;
+  const int n = 170;
+  std::vector<uint32_t> in = Words(blocks * threads, [](uint32_t k) { return std::bit_cast<uint32_t>(k * 0.75f - 9); });
+  Run runs[2];
+  RunBoth("call_args", blocks, threads, {in}, {n}, runs);
+  ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+  for (int t = 0; t < static_cast<int>(blocks * threads); ++t) {
+    if (t >= n) {
+      ASSERT_EQ(runs[0].out[t], 0xdeadbeef) << t;
+      continue;
+    }
+    const int b = t % 13 - 6;
+    const float want = std::bit_cast<float>(in[t]) * b + static_cast<float>(t * 0.25 / 3.0) +
+                       std::bit_cast<float>(in[b & 7]) - static_cast<unsigned char>(t * 7);
+    ASSERT_NEAR(std::bit_cast<float>(runs[0].out[t]), want, 1e-3) << t;
+  }
+}
+
+uint32_t Inner(uint32_t x, uint32_t y) { return x * 31 + y; }
+uint32_t Middle(uint32_t x) { return Inner(x, static_cast<uint32_t>(static_cast<int32_t>(x) >> 2)) ^ Inner(x + 1, 7); }
+uint32_t Outer(uint32_t x, uint32_t y) { return Middle(x) + Middle(y) * 3; }
+
+// outer -> middle (twice) -> inner (twice each): seven copies three deep, each its own
+// registers and .param variables.
+TEST_F(JitCalls, NestedCalls) {
+  const uint32_t blocks = 2, threads = 96;
+  std::vector<uint32_t> in = Words(blocks * threads, [](uint32_t k) { return k * 2654435761u; });
+  Run runs[2];
+  RunBoth("call_nested", blocks, threads, {in}, {}, runs);
+  ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+  for (uint32_t t = 0; t < blocks * threads; ++t) ASSERT_EQ(runs[0].out[t], Outer(in[t], t)) << t;
+}
+
+// local_sum, called twice, with a float[16] of its own (its local depot, one per copy after
+// the call sites' .param variables, as the decoder lays them out); its reads moved past the
+// array fail both tiers alike, at the same local address.
+TEST_F(JitCalls, ACalleeWithItsOwnLocalArray) {
+  const uint32_t blocks = 4, threads = 64;
+  const int seed = 7;
+  std::vector<uint32_t> in =
+      Words(blocks * threads * 16, [](uint32_t k) { return std::bit_cast<uint32_t>(static_cast<float>(k % 23) - 11); });
+  Run runs[2];
+  RunBoth("call_local", blocks, threads, {in}, {seed, 0}, runs);
+  ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+  auto local_sum = [&](uint32_t t, int s) {
+    float a[16], sum = 0;
+    for (int k = 0; k < 16; ++k) a[k] = std::bit_cast<float>(in[t * 16 + k]) * (k + 1);
+    for (int k = 0; k < 8; ++k) sum += a[(s + t * 3 + k * 5) % 16];
+    return sum;
+  };
+  for (uint32_t t = 0; t < blocks * threads; ++t) {
+    ASSERT_EQ(std::bit_cast<float>(runs[0].out[t]), local_sum(t, seed) - local_sum(t, seed + 1)) << t;
+  }
+  for (int stray : {1 << 20, -100}) {
+    RunBoth("call_local", 1, threads, {in}, {seed, stray}, runs);
+    EXPECT_EQ(runs[0].status, kIllegalAddress) << stray;
+    EXPECT_NE(runs[0].detail.find("load of 4 bytes at"), std::string::npos) << runs[0].detail;
+  }
+}
+
+// Calls under branches that some threads of each warp take and others skip (outer in one,
+// inner and middle in the other, neither in the third).
+TEST_F(JitCalls, CallsFromDivergentCode) {
+  const uint32_t blocks = 2, threads = 96;
+  std::vector<uint32_t> in = Words(blocks * threads, [](uint32_t k) { return k * 7 % 11 + k / 5; });
+  Run runs[2];
+  RunBoth("call_divergent", blocks, threads, {in}, {}, runs);
+  ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+  for (uint32_t t = 0; t < blocks * threads; ++t) {
+    const uint32_t v = in[t];
+    const uint32_t want = v % 3 == 0 ? Outer(v, t) : v % 3 == 1 ? Inner(v, 2) + Middle(t) : v;
+    ASSERT_EQ(runs[0].out[t], want) << t;
+  }
+}
+
+// exchange() waits at two barriers and swaps values through the kernel's __shared__ tile,
+// which nvcc declares in exchange: each inlined copy its own tile, as the decoder places it.
+TEST_F(JitCalls, ACalleeWithBarriers) {
+  const uint32_t blocks = 4, threads = 128;
+  std::vector<uint32_t> in = Words(blocks * threads, [](uint32_t k) { return k * 13 % 101; });
+  Run runs[2];
+  RunBoth("call_barrier", blocks, threads, {in}, {}, runs);
+  ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+  EXPECT_EQ(Kernel("call_barrier").static_shared, 2048u);
+  for (uint32_t b = 0; b < blocks; ++b) {
+    auto next = [&](uint32_t t) { return b * threads + (t + 1) % threads; };
+    for (uint32_t t = 0; t < threads; ++t) {
+      ASSERT_EQ(runs[0].out[b * threads + t], (in[next(next(t))]) * 2 + 1 - (b * threads + t)) << b << ", " << t;
+    }
+  }
+}
+
+uint32_t Walk(const std::vector<uint32_t>& in, int n, uint32_t acc) {
+  if (n <= 0) return acc;
+  return Walk(in, n - 1, acc * 3 + in[n & 15]) ^ static_cast<uint32_t>(n * 7);
+}
+
+// walk() recursing depth[t] times: within the decoder's 16 levels of inlined calls the
+// interpreter's results; one thread a level deeper fails the launch on both tiers with
+// CUDA_ERROR_LAUNCH_FAILED and the same detail.
+TEST_F(JitCalls, RecursionWithinTheDepthAndPastIt) {
+  const uint32_t blocks = 2, threads = 64;
+  std::vector<uint32_t> in = Words(16, [](uint32_t k) { return k * 5 + 1; });
+  std::vector<uint32_t> depth = Words(blocks * threads, [](uint32_t k) { return k % 16; });
+  Run runs[2];
+  RunBoth("call_recursive", blocks, threads, {in, depth}, {}, runs);
+  ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+  for (uint32_t t = 0; t < blocks * threads; ++t) ASSERT_EQ(runs[0].out[t], Walk(in, depth[t], t)) << t;
+  depth[blocks * threads - 5] = 16;
+  RunBoth("call_recursive", blocks, threads, {in, depth}, {}, runs);
+  EXPECT_EQ(runs[0].status, 719);  // CUDA_ERROR_LAUNCH_FAILED
+  EXPECT_NE(runs[0].detail.find("device function calls nested deeper than 16 (PTX line "), std::string::npos)
+      << runs[0].detail;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
