@@ -34,6 +34,12 @@ class Inliner {
       if (s.kind != RawStatement::kInstruction) frame.locals.insert(s.kind == RawStatement::kLabel ? s.opcode : s.name);
     }
     if (depth >= 0) {
+      // Bounded as the statements are: a copy of a function declaring many register
+      // families and running few instructions costs its declarations too.
+      if (out_->register_bits.size() + function.register_bits.size() > max_statements_) {
+        return Refuse("more than " + std::to_string(max_statements_) + " registers once its calls are inlined",
+                      function.body.empty() ? 0 : function.body.front().line, refused);
+      }
       for (const auto& [name, bits] : function.register_bits) out_->register_bits[Rename(frame, name)] = bits;
     }
     const std::string return_label = tag + "#return";  // no PTX name starts with #

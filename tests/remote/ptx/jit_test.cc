@@ -1422,5 +1422,59 @@ TEST_F(JitCalls, RecursionWithinTheDepthAndPastIt) {
       << runs[0].detail;
 }
 
+// A call under a guard (nvcc branches around its calls; PTX may guard them): odd threads
+// call twice(), even ones keep 7, on both tiers.
+TEST_F(JitCalls, AGuardedCallRunsWhereItsGuardHolds) {
+  Parse(R"(.version 8.0
+.target sm_80
+.address_size 64
+
+.func (.param .b32 twice_ret) twice(.param .b32 twice_arg)
+{
+  .reg .b32 %r<3>;
+
+  ld.param.b32 %r1, [twice_arg];
+  shl.b32 %r2, %r1, 1;
+  st.param.b32 [twice_ret], %r2;
+  ret;
+}
+
+.visible .entry guarded_call(.param .u64 in, .param .u64 out)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<6>;
+  .reg .b64 %rd<6>;
+
+  ld.param.u64 %rd1, [in];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  ld.global.u32 %r2, [%rd4];
+  mov.u32 %r3, 7;
+  and.b32 %r4, %r1, 1;
+  setp.eq.u32 %p1, %r4, 1;
+  {
+  .param .b32 arg;
+  st.param.b32 [arg], %r2;
+  .param .b32 res;
+  @%p1 call.uni (res), twice, (arg);
+  @%p1 ld.param.b32 %r3, [res];
+  }
+  ld.param.u64 %rd2, [out];
+  cvta.to.global.u64 %rd2, %rd2;
+  add.s64 %rd5, %rd2, %rd3;
+  st.global.u32 [%rd5], %r3;
+  ret;
+}
+)");
+  const uint32_t threads = 64;
+  std::vector<uint32_t> in = Words(threads, [](uint32_t k) { return k * 3 + 100; });
+  Run runs[2];
+  RunBoth("guarded_call", 1, threads, {in}, {}, runs);
+  ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+  for (uint32_t t = 0; t < threads; ++t) ASSERT_EQ(runs[0].out[t], t % 2 ? in[t] * 2 : 7u) << t;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
