@@ -1476,5 +1476,71 @@ TEST_F(JitCalls, AGuardedCallRunsWhereItsGuardHolds) {
   for (uint32_t t = 0; t < threads; ++t) ASSERT_EQ(runs[0].out[t], t % 2 ? in[t] * 2 : 7u) << t;
 }
 
+// 40 calls of a function of 500 instructions: 20,000 instructions once inlined, which the
+// decoder takes (at most 2^17) and the tier does not (at most 16384): the kernel runs on
+// the interpreter, with its results, and the tier says why.
+TEST_F(JitCalls, AKernelLargerThanTheTierOnceInlinedStaysInterpreted) {
+  std::string text = R"(.version 8.0
+.target sm_80
+.address_size 64
+
+.func (.param .b32 bump_ret) bump(.param .b32 bump_arg)
+{
+  .reg .b32 %r<2>;
+
+  ld.param.b32 %r1, [bump_arg];
+)";
+  for (int k = 0; k < 500; ++k) text += "  add.s32 %r1, %r1, " + std::to_string(k % 7) + ";\n";
+  text += R"(  st.param.b32 [bump_ret], %r1;
+  ret;
+}
+
+.visible .entry many_calls(.param .u64 in, .param .u64 out)
+{
+  .reg .b32 %r<3>;
+  .reg .b64 %rd<6>;
+
+  ld.param.u64 %rd1, [in];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  ld.global.u32 %r2, [%rd4];
+)";
+  for (int k = 0; k < 40; ++k) {
+    text +=
+        "  {\n  .param .b32 arg;\n  st.param.b32 [arg], %r2;\n  .param .b32 res;\n"
+        "  call.uni (res), bump, (arg);\n  ld.param.b32 %r2, [res];\n  }\n";
+  }
+  text += R"(  ld.param.u64 %rd2, [out];
+  cvta.to.global.u64 %rd2, %rd2;
+  add.s64 %rd5, %rd2, %rd3;
+  st.global.u32 [%rd5], %r2;
+  ret;
+}
+)";
+  Parse(text);
+  const DecodedKernel& kernel = Kernel("many_calls");
+  const uint32_t threads = 32;
+  std::vector<uint32_t> in = Words(threads, [](uint32_t k) { return k * 11; });
+  std::vector<uint32_t> out[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    out[compiled].assign(threads, 0);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[compiled]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, {threads, 1, 1}, Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  EXPECT_EQ(kernel.jit->compiled, nullptr);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
+  EXPECT_NE(kernel.jit->refused.find("instructions once its calls are inlined"), std::string::npos)
+      << kernel.jit->refused;
+  uint32_t per_call = 0;
+  for (int k = 0; k < 500; ++k) per_call += k % 7;
+  for (uint32_t t = 0; t < threads; ++t) ASSERT_EQ(out[0][t], in[t] + 40 * per_call) << t;
+  EXPECT_EQ(out[1], out[0]);
+}
+
 }  // namespace
 }  // namespace gpupool::sim
