@@ -1542,5 +1542,23 @@ TEST_F(JitCalls, AKernelLargerThanTheTierOnceInlinedStaysInterpreted) {
   EXPECT_EQ(out[1], out[0]);
 }
 
+// The background compile (GPUPOOL_PTX_JIT=auto) inlines the calls on the caller's thread,
+// while the module is there: the module may be gone before the compile runs.
+TEST_F(JitCalls, TheBackgroundCompileInlinesWhileTheModuleIsThere) {
+  auto parsed = LinkPtxTexts({KernelText("JitCalls.ptx")});
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  std::unique_ptr<ParsedModule> module = std::move(*parsed);
+  auto slot = std::make_shared<JitSlot>();
+  {
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->tried = true;
+    CompileInBackground(slot, *module, module->functions.at("call_nested"), SharedLayout{}, 16);
+  }
+  module.reset();
+  WaitForCompile(*slot);
+  std::lock_guard<std::mutex> lock(slot->mu);
+  EXPECT_NE(slot->compiled, nullptr) << slot->refused;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
