@@ -11,8 +11,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <mutex>
+#include <new>
+#include <string>
 #include <thread>
 
 #include "remote/ptx/jit/internal.h"
@@ -104,6 +107,8 @@ void CompileInBackground(std::shared_ptr<JitSlot> slot, const ParsedModule& modu
     inlined = jit::InlineCalls(module, entry, &storage, &slot->refused);
   } catch (const std::bad_alloc&) {
     slot->refused = "compile failed: out of memory";
+  } catch (const std::exception& error) {
+    slot->refused = std::string("compile failed: ") + error.what();
   }
   if (inlined == nullptr) return;
   slot->compiling = true;

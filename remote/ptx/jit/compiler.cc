@@ -141,6 +141,8 @@ std::shared_ptr<CompiledKernel> CompileKernel(const ParsedModule& module, const 
     return inlined == nullptr ? nullptr : jit::CompileInlined(*inlined, shared, param_size, refused);
   } catch (const std::bad_alloc&) {
     *refused = "compile failed: out of memory";
+  } catch (const std::exception& error) {
+    *refused = std::string("compile failed: ") + error.what();
   }
   return nullptr;
 }
