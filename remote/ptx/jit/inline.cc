@@ -52,6 +52,10 @@ class Inliner {
         if (s.kind == RawStatement::kRegister) registers_.insert(s.name);
         if (s.kind == RawStatement::kParam) params_.insert(s.name);
       } else {
+        if (s.opcode == kCallsTooDeepOpcode) {
+          // The job's own (which the decoder refuses too): only InlineCalls makes it.
+          return Refuse("instruction " + s.opcode, s.line, refused);
+        }
         if (!s.guard.empty()) s.guard = Local(frame, s.guard);
         for (RawOperand& o : s.operands) RenameOperand(frame, &o);
         if (s.opcode == "call" || s.opcode.rfind("call.", 0) == 0) {
@@ -229,9 +233,12 @@ class Inliner {
   int skips_ = 0;
 };
 
-bool HasCalls(const RawFunction& entry) {
+// Whether `entry` calls anything, or names the statement only InlineCalls may make (then
+// the inliner refuses it).
+bool NeedsInlining(const RawFunction& entry) {
   for (const RawStatement& s : entry.body) {
-    if (s.kind == RawStatement::kInstruction && (s.opcode == "call" || s.opcode.rfind("call.", 0) == 0)) return true;
+    if (s.kind != RawStatement::kInstruction) continue;
+    if (s.opcode == "call" || s.opcode.rfind("call.", 0) == 0 || s.opcode == kCallsTooDeepOpcode) return true;
   }
   return false;
 }
@@ -240,7 +247,7 @@ bool HasCalls(const RawFunction& entry) {
 
 const RawFunction* InlineCalls(const ParsedModule& module, const RawFunction& entry, RawFunction* storage,
                                std::string* refused) {
-  if (!HasCalls(entry)) return &entry;
+  if (!NeedsInlining(entry)) return &entry;
   RawFunction& out = *storage;
   out.name = entry.name;
   out.is_entry = entry.is_entry;
