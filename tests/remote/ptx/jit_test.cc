@@ -13,6 +13,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -1245,6 +1246,69 @@ TEST_F(JitLocalMemory, AStrayLocalAccessFailsTheLaunchAsOnTheInterpreter) {
     }
   }
   EXPECT_EQ(Kernel("local_array").jit->jit_launches.load(), 3u) << Kernel("local_array").jit->refused;
+}
+
+// Warp-level operations and a thread's place in its warp (JitWarp.ptx): compiled, the
+// interpreter's results bit for bit.
+class JitWarp : public KernelFileTest {
+ public:
+  JitWarp() : KernelFileTest("JitWarp.ptx") {}
+
+  // `name` over `blocks` blocks of `block` threads, with parameters (`in`, when not empty),
+  // an output of `out_words` words, and `extra` (when given), in `mode`: the output (the
+  // launch must succeed).
+  std::vector<uint32_t> Run(JitMode mode, const std::string& name, uint32_t blocks, std::vector<uint32_t> block,
+                            std::vector<uint32_t> in, size_t out_words, std::optional<int32_t> extra) {
+    SetJitMode(mode);
+    std::vector<uint32_t> out(out_words, 0xdeadbeefu);
+    Memory memory;
+    const uint64_t din = in.empty() ? 0 : memory.Add(in);
+    const uint64_t dout = memory.Add(out);
+    std::vector<uint8_t> params = in.empty() ? Pack(dout) : extra ? Pack(din, dout, *extra) : Pack(din, dout);
+    std::string detail;
+    EXPECT_EQ(Launch(Kernel(name), {blocks, 1, 1}, block, params, memory, nullptr, &detail), 0)
+        << name << ": " << detail;
+    return out;
+  }
+
+  // The same interpreted, then compiled: the interpreter's output, which the compiled one
+  // must equal bit for bit, from the JIT's launch.
+  std::vector<uint32_t> Both(const std::string& name, uint32_t blocks, std::vector<uint32_t> block,
+                             const std::vector<uint32_t>& in, size_t out_words, std::optional<int32_t> extra = {}) {
+    std::vector<uint32_t> interpreted = Run(JitMode::kOff, name, blocks, block, in, out_words, extra);
+    const DecodedKernel& kernel = Kernel(name);
+    const uint64_t launches = kernel.jit->jit_launches.load();
+    std::vector<uint32_t> compiled = Run(JitMode::kAlways, name, blocks, block, in, out_words, extra);
+    EXPECT_NE(kernel.jit->compiled, nullptr) << name << ": " << kernel.jit->refused;
+    EXPECT_EQ(kernel.jit->jit_launches.load(), launches + 1) << name << ": " << kernel.jit->refused;
+    for (size_t k = 0; k < out_words; ++k) {
+      EXPECT_EQ(compiled[k], interpreted[k]) << name << ", word " << k;
+      if (compiled[k] != interpreted[k]) break;
+    }
+    return interpreted;
+  }
+};
+
+// %laneid, the lane masks, %warpid and %nwarpid on blocks of 24 x 3 threads (warps that
+// span rows, a last warp of 8 threads) and of 64 x 2 (vector code's rows): the interpreter's
+// values, and the values.
+TEST_F(JitWarp, LaneAndWarpRegistersAreTheInterpreters) {
+  for (std::vector<uint32_t> block : {std::vector<uint32_t>{24, 3, 1}, std::vector<uint32_t>{64, 2, 1}}) {
+    const uint32_t threads = block[0] * block[1], blocks = 3;
+    std::vector<uint32_t> out = Both("lane_ids", blocks, block, {}, blocks * threads * 8);
+    for (uint32_t t = 0; t < blocks * threads; ++t) {
+      const uint32_t index = t % threads, lane = index % 32;
+      const uint32_t* w = &out[t * 8];
+      ASSERT_EQ(w[0], lane) << t;
+      ASSERT_EQ(w[1], (1u << lane) - 1) << t;
+      ASSERT_EQ(w[2], (2u << lane) - 1) << t;
+      ASSERT_EQ(w[3], ~((2u << lane) - 1)) << t;
+      ASSERT_EQ(w[4], ~((1u << lane) - 1)) << t;
+      ASSERT_EQ(w[5], 1u << lane) << t;
+      ASSERT_EQ(w[6], index / 32) << t;
+      ASSERT_EQ(w[7], 64u) << t;
+    }
+  }
 }
 
 }  // namespace
