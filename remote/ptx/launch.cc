@@ -83,6 +83,9 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
       slot.compiled = CompileKernel(*kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
     }
   }
+  // Compiled code slower than the interpreter (CompiledKernel::auto_interpreted): auto
+  // leaves its launches there.
+  if (mode == JitMode::kAuto && slot.compiled != nullptr && AutoInterpreted(*slot.compiled)) return nullptr;
   return slot.compiled.get();
 }
 

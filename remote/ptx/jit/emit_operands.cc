@@ -232,6 +232,10 @@ bool Emitter::Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* wh
   // Lanes outside the mask keep their value.
   if (lanes_) bits = b_.CreateSelect(Mask(), bits, b_.CreateLoad(StorageType(op.name), slot));
   b_.CreateStore(bits, slot);
+  // A register shuffles read: its lane's shadow too (emit_warp.cc).
+  if (auto it = shadow_index_.find(op.name); it != shadow_index_.end()) {
+    b_.CreateStore(b_.CreateZExt(bits, i64_), ShadowOf(it->second));
+  }
   return true;
 }
 

@@ -16,6 +16,8 @@
 
 namespace gpupool::sim {
 
+class CompiledKernel;
+
 namespace jit {
 
 // The CUresult values a launch ends with: the protocol's (remote/protocol/protocol.h).
@@ -47,8 +49,32 @@ struct MemoryAccess {
   const char* what = "load";  // load, store, atomic: as the interpreter names a fault
 };
 
+// Kernels with warp-level operations (shfl.sync, vote.sync, activemask, bar.warp.sync):
+// a thread stops at each as at a barrier, its operands in its warp slots (kWarpSlots words
+// per thread, Context::slots), and Settle (run.cc) runs the operation for the lanes the interpreter would
+// run it with, writing each lane's results into its slots, before those lanes go on.
+// A stopped thread's resume point carries kStopped until Settle lets it go on.
+constexpr int32_t kStopped = 0x40000000;
+enum WarpSlot : uint32_t { kSlotB, kSlotC, kSlotMember, kSlotPredicate, kSlotResult, kSlotResultPredicate, kWarpSlots };
+
+// What stops a thread at resume point k (WarpOps()[k - 1]).
+struct WarpOp {
+  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp };
+  Kind kind = kBarrier;
+  uint8_t mode = 0;     // shfl: 0 idx, 1 up, 2 down, 3 bfly; vote: 0 all, 1 any, 2 uni, 3 ballot
+  bool member = false;  // a membermask in kSlotMember
+  int32_t source = -1;  // shfl: the shadow index of its source register; -1: `value`
+  uint64_t value = 0;   // shfl: its immediate source
+  uint32_t pc = 0;      // the instruction's index in the kernel
+};
+
 // What compiled code reads and writes besides the kernel's memory; offsets are fixed for
 // the IR (kOff* below).
+struct Context;
+// Runs the warp-level operations of a CTA whose threads all stopped (resume, saved: the
+// CTA function's): 1 when some thread may go on, 0 when all ended.
+using SettleFunction = int32_t (*)(Context*, int32_t* resume, uint64_t* saved);
+
 struct Context {
   Hint* hints = nullptr;                                       // +0
   char* (*translate)(Context*, uint32_t, uint64_t) = nullptr;  // +8
@@ -62,13 +88,19 @@ struct Context {
   const std::atomic<bool>* cancel = nullptr;                   // +72, never null
   uint64_t shared_size = 0;                                    // +80: static + dynamic bytes
   uint8_t* local = nullptr;                                    // +88: local_bytes per thread of the CTA
+  // +96: the shadows of the registers shuffles read, per lane of the CTA's warps (its
+  // last value, kept from CTA to CTA as the interpreter keeps a warp's registers).
+  uint64_t* shadow = nullptr;
+  SettleFunction settle = nullptr;  // +104
+  uint64_t* slots = nullptr;        // +112: kWarpSlots per thread of the CTA
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
+  const CompiledKernel* kernel = nullptr;
 };
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
                    kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
-                   kOffSharedSize = 80, kOffLocal = 88;
+                   kOffSharedSize = 80, kOffLocal = 88, kOffShadow = 96, kOffSettle = 104, kOffSlots = 112;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -85,6 +117,9 @@ static_assert(offsetof(Context, progress) == kOffProgress);
 static_assert(offsetof(Context, cancel) == kOffCancel);
 static_assert(offsetof(Context, shared_size) == kOffSharedSize);
 static_assert(offsetof(Context, local) == kOffLocal);
+static_assert(offsetof(Context, shadow) == kOffShadow);
+static_assert(offsetof(Context, settle) == kOffSettle);
+static_assert(offsetof(Context, slots) == kOffSlots);
 
 // Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
 // point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).
@@ -105,6 +140,15 @@ class CompiledKernel {
   uint64_t shared_bytes = 0;  // of the CTA's static .shared variables (the launch adds its dynamic)
   uint64_t local_bytes = 0;   // of local memory per thread (the decoder's local_size)
   bool barriers = false;
+  // Kernels with warp-level operations (warp_level): what stops a thread at each resume
+  // point, and how many registers shuffles read (shadowed per lane).
+  bool warp_level = false;
+  std::vector<jit::WarpOp> warp_ops;
+  uint32_t shadows = 0;
+  // Under GPUPOOL_PTX_JIT=auto, launches run on the interpreter: a kernel with warp-level
+  // operations and no loop free of them, whose threads stop so often that compiled code is
+  // slower (scripts/bench/ptx: WarpScan 2.7x slower compiled, WarpSum 2.1x faster).
+  bool auto_interpreted = false;
 };
 
 }  // namespace gpupool::sim

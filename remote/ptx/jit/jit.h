@@ -83,6 +83,11 @@ void WaitForCompile(JitSlot& slot);
 // launches whose blocks' x extent is a multiple of 8 run.
 bool HasVectorCode(const CompiledKernel& kernel);
 
+// Whether GPUPOOL_PTX_JIT=auto leaves the launches of `kernel` on the interpreter, its
+// compiled code being slower: kernels with warp-level operations and no loop free of them
+// (each thread stops at every shuffle or vote; scripts/bench/ptx's WarpScan).
+bool AutoInterpreted(const CompiledKernel& kernel);
+
 // Runs a launch of a compiled kernel: its blocks split over `workers` threads as the
 // interpreter splits them. Returns a CUresult as RunKernel does (success, or
 // CUDA_ERROR_ILLEGAL_ADDRESS with spec.error_detail saying where).
