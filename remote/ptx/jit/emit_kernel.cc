@@ -83,7 +83,8 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   if (barriers_ > 0) {
     std::string why;
     if (!ComputeLiveness(&why)) return Refuse(why, 0, refused);
-    if (warp_ops_ > 0 && !CheckWarpOperations(&why)) return Refuse(why, 0, refused);
+    int line = 0;
+    if (warp_ops_ > 0 && !CheckWarpOperations(&why, &line)) return Refuse(why, line, refused);
   }
   warp_table_ = &out->warp_ops;
   i1_ = b_.getInt1Ty();
@@ -248,6 +249,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   out->barriers = barriers_ > 0;
   out->warp_level = warp_ops_ > 0;
   out->auto_interpreted = warp_ops_ > 0 && !loop_without_stops_;
+  out->whole_warps = whole_warps_;
   out->shadows = static_cast<uint32_t>(shadow_index_.size());
 
   // next: the following thread, x fastest (a chunk of lanes at once in vector code): past

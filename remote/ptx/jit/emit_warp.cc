@@ -12,6 +12,7 @@
 // whatever it last held): the registers shuffles read are kept per lane in Context::shadow,
 // written with every write of the register.
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 
 #include "remote/ptx/jit/emitter.h"
@@ -46,6 +47,27 @@ bool InvariantSpecial(const std::string& name) {
   }
 }
 
+// The registers `s` writes: its first operand's (and its pair's, or a vector's elements).
+std::vector<std::string> Written(const RawStatement& s) {
+  const std::string_view op = OpcodeName(s);
+  std::vector<std::string> names;
+  if (s.operands.empty() || op == "st" || op == "red" || op == "bra" || op == "ret" || op == "exit" || op == "bar" ||
+      op == "barrier") {
+    return names;
+  }
+  auto add = [&](const std::string& name) {
+    if (!name.empty() && name[0] == '%' && !IsSpecialRegisterName(name)) names.push_back(name);
+  };
+  const RawOperand& d = s.operands[0];
+  if (d.kind == RawOperand::kName) {
+    add(d.name);
+    add(d.pair);
+  } else if (d.kind == RawOperand::kVector) {
+    for (const RawOperand& item : d.items) add(item.name);
+  }
+  return names;
+}
+
 }  // namespace
 
 bool IsWarpOperation(const RawStatement& s) {
@@ -69,16 +91,28 @@ bool IsCtaBarrier(const RawStatement& s) {
 //    others wait is set aside by the interpreter after 1024 rounds, and the others run
 //    ahead through what does not wait for it;
 //  - a shuffle of a register the interpreter may compute once per warp before the CTA
-//    runs (hoist.cc: its value is then in lanes that never ran its instruction), or not of
-//    a 32-bit register or an immediate.
+//    runs (hoist.cc: its value is then in lanes that never ran its instruction), unless
+//    every thread runs its instruction first (the kernel is then compiled for launches of
+//    whole warps only), or not of a 32-bit register or an immediate.
 // Gives each register a shuffle reads its shadow index, and notes whether a loop (placed
 // between a backward branch and its target) holds no warp-level operation.
-bool Emitter::CheckWarpOperations(std::string* why) {
+bool Emitter::CheckWarpOperations(std::string* why, int* line) {
   std::vector<const RawStatement*> code;
   std::map<std::string, size_t> label_at;
+  // The instructions every thread runs first, in order (before the first label, branch,
+  // end or stop).
+  size_t straight = SIZE_MAX;
   for (const RawStatement& s : entry_.body) {
-    if (s.kind == RawStatement::kLabel) label_at[s.opcode] = code.size();
-    if (s.kind == RawStatement::kInstruction) code.push_back(&s);
+    if (s.kind == RawStatement::kLabel) {
+      label_at[s.opcode] = code.size();
+      straight = std::min(straight, code.size());
+    }
+    if (s.kind != RawStatement::kInstruction) continue;
+    const std::string_view op = OpcodeName(s);
+    if (op == "bra" || op == "ret" || op == "exit" || IsWarpOperation(s) || IsCtaBarrier(s)) {
+      straight = std::min(straight, code.size());
+    }
+    code.push_back(&s);
   }
   const size_t n = code.size();
   std::vector<std::vector<size_t>> previous(n);
@@ -102,14 +136,8 @@ bool Emitter::CheckWarpOperations(std::string* why) {
     } else if ((!ends || !s.guard.empty()) && i + 1 < n) {
       previous[i + 1].push_back(i);
     }
-    const bool writes = !(op == "st" || op == "red" || op == "bra" || ends || op == "bar" || op == "barrier");
-    if (writes && !s.operands.empty() && s.operands[0].kind == RawOperand::kName) {
-      const RawOperand& d = s.operands[0];
-      if (!d.name.empty() && d.name[0] == '%') defs[d.name].push_back(i);
-      if (!d.pair.empty()) defs[d.pair].push_back(i);
-    }
+    for (const std::string& d : Written(s)) defs[d].push_back(i);
   }
-  auto line = [&](size_t i) { return " (PTX line " + std::to_string(code[i]->line) + ")"; };
   // Registers the interpreter may compute before the CTA runs: written once, unguarded, by
   // a mov of no register, or by an instruction without memory or warp-level effects whose
   // sources are such registers, invariant special registers or no registers at all
@@ -120,10 +148,8 @@ bool Emitter::CheckWarpOperations(std::string* why) {
     for (size_t i = 0; i < n; ++i) {
       const RawStatement& s = *code[i];
       const std::string_view op = OpcodeName(s);
-      if (!s.guard.empty() || s.operands.empty() || s.operands[0].kind != RawOperand::kName) continue;
-      const RawOperand& d = s.operands[0];
-      if (d.name.empty() || d.name[0] != '%' || once.count(d.name) || defs[d.name].size() != 1) continue;
-      if (!d.pair.empty()) continue;
+      const std::vector<std::string> written = Written(s);
+      if (!s.guard.empty() || written.empty()) continue;
       const bool param = s.opcode.find(".param") != std::string::npos;
       if (op == "bra" || op == "st" || op == "red" || op == "atom" || op == "bar" || op == "barrier" || op == "ret" ||
           op == "exit" || op == "cp" || op == "membar" || op == "fence" || IsWarpOperation(s) ||
@@ -140,9 +166,9 @@ bool Emitter::CheckWarpOperations(std::string* why) {
         }
       }
       for (const std::string& r : read) invariant = invariant && once.count(r) > 0;
-      if (invariant) {
-        once.insert(d.name);
-        changed = true;
+      if (!invariant) continue;
+      for (const std::string& d : written) {
+        if (defs[d].size() == 1 && once.insert(d).second) changed = true;
       }
     }
   }
@@ -166,7 +192,8 @@ bool Emitter::CheckWarpOperations(std::string* why) {
   for (size_t i = 0; i < n; ++i) {
     const RawStatement& s = *code[i];
     if (!IsWarpOperation(s)) continue;
-    if (!s.guard.empty()) return (*why = "a warp-level operation under a guard" + line(i), false);
+    *line = s.line;
+    if (!s.guard.empty()) return (*why = "a warp-level operation under a guard", false);
     // Back from it to the stops before it: every instruction on the way is placed before it.
     std::vector<bool> seen(n, false);
     std::deque<size_t> todo = {i};
@@ -175,8 +202,9 @@ bool Emitter::CheckWarpOperations(std::string* why) {
       todo.pop_front();
       for (size_t p : previous[at]) {
         if (p >= i) {
-          *why = "a warp-level operation reached from code placed after it" + line(i) +
-                 ": the interpreter's lanes may meet it at other times";
+          *why =
+              "a warp-level operation reached from code placed after it (the interpreter's lanes may meet it at "
+              "other times)";
           return false;
         }
         if (seen[p]) continue;
@@ -188,7 +216,7 @@ bool Emitter::CheckWarpOperations(std::string* why) {
     if (backward) {
       const size_t member = op == "shfl" ? 4 : op == "vote" ? 2 : 0;
       if (op == "activemask" || s.operands.size() <= member || !full(s.operands[member])) {
-        *why = "a warp-level operation without a membermask of all lanes in a kernel with loops" + line(i);
+        *why = "a warp-level operation without a membermask of all lanes in a kernel with loops";
         return false;
       }
     }
@@ -197,11 +225,17 @@ bool Emitter::CheckWarpOperations(std::string* why) {
       if (a.kind == RawOperand::kInt) continue;
       if (a.kind != RawOperand::kName || a.name.empty() || a.name[0] != '%' || IsSpecialRegisterName(a.name) ||
           a.negated || StorageBits(a.name) != 32) {
-        return (*why = "a shuffle of other than a 32-bit register or an immediate" + line(i), false);
+        return (*why = "a shuffle of other than a 32-bit register or an immediate", false);
       }
       if (once.count(a.name)) {
-        *why = "a shuffle of " + a.name + ", which the interpreter may compute once per warp" + line(i);
-        return false;
+        // Its value is in every lane before the CTA runs; here in each lane's shadow once
+        // the thread ran its instruction: before any shuffle where every thread runs it
+        // first, and in launches of whole warps (no lane past the CTA's last thread).
+        if (defs[a.name].front() >= straight) {
+          *why = "a shuffle of " + a.name + ", which the interpreter may compute once per warp";
+          return false;
+        }
+        whole_warps_ = true;
       }
       shadow_index_.emplace(a.name, static_cast<uint32_t>(shadow_index_.size()));
     }

@@ -126,7 +126,7 @@ class Emitter {
   bool Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* why);
 
   // emit_warp.cc
-  bool CheckWarpOperations(std::string* why);
+  bool CheckWarpOperations(std::string* why, int* line);
   llvm::Value* SlotOf(uint32_t slot);
   llvm::Value* ShadowOf(uint32_t index);
   void Stop(WarpOp op);
@@ -214,6 +214,7 @@ class Emitter {
   std::vector<WarpOp>* warp_table_ = nullptr;
   std::map<std::string, uint32_t> shadow_index_;
   bool loop_without_stops_ = false;  // a backward branch over no warp-level operation
+  bool whole_warps_ = false;         // CompiledKernel::whole_warps
   llvm::Value* slots_arg_ = nullptr;
   llvm::Value* shadow_arg_ = nullptr;
   std::vector<std::vector<std::string>> barrier_live_;        // per instruction: live after a barrier

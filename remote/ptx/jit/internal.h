@@ -149,6 +149,10 @@ class CompiledKernel {
   // operations and no loop free of them, whose threads stop so often that compiled code is
   // slower (scripts/bench/ptx: WarpScan 2.7x slower compiled, WarpSum 2.1x faster).
   bool auto_interpreted = false;
+  // Launches whose blocks are not whole warps run on the interpreter: a shuffle reads a
+  // register the interpreter computes in every lane before the CTA runs, lanes past the
+  // CTA's last thread included (emit_warp.cc).
+  bool whole_warps = false;
 };
 
 }  // namespace gpupool::sim

@@ -212,6 +212,8 @@ bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != n
 
 bool AutoInterpreted(const CompiledKernel& kernel) { return kernel.auto_interpreted; }
 
+bool TakesBlock(const CompiledKernel& kernel, uint32_t threads) { return !kernel.whole_warps || threads % 32 == 0; }
+
 int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];

@@ -168,6 +168,8 @@ TEST(JitOpcodeColumn, TheWarpLevelFormsItTakes) {
       "activemask.b32 %r2;\n  vote.sync.any.pred %p2, %p1, %r2;",
       "bar.warp.sync -1;",
       "bar.warp.sync %r1;",
+      // %r1 is %tid.x, set before anything else (launches of whole warps only).
+      "shfl.sync.down.b32 %r2, %r1, 1, 31, -1;",
       // After a loop, a membermask of all lanes (an immediate, a register set to it).
       "LOOP:\n  add.s32 %r1, %r1, 1;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 bra LOOP;\n  mov.b32 %r3, -1;\n"
       "  vote.sync.all.pred %p2, %p1, %r3;\n  bar.warp.sync -1;",
@@ -180,8 +182,9 @@ TEST(JitOpcodeColumn, TheWarpLevelFormsItTakes) {
       "ld.global.u32 %r3, [%rd1];\n  shfl.down.b32 %r2, %r3, 1, 31;",
       "setp.lt.u32 %p1, %r1, 5;\n  vote.any.pred %p2, %p1;",
       "setp.lt.u32 %p1, %r1, 5;\n  @%p1 activemask.b32 %r2;",
-      // %r1 is %tid.x: the interpreter has it in every lane before the CTA runs.
-      "shfl.sync.down.b32 %r2, %r1, 1, 31, -1;",
+      // %r3 is %tid.y, set after a label: the interpreter has it in every lane before the
+      // CTA runs, a lane that has not run its mov yet too.
+      "bra.uni NEXT;\nNEXT:\n  mov.u32 %r3, %tid.y;\n  shfl.sync.down.b32 %r2, %r3, 1, 31, -1;",
       "ld.global.u64 %rd3, [%rd1];\n  shfl.sync.down.b32 %r2, %rd3, 1, 31, -1;",
       // After a loop: only membermasks of all lanes.
       "LOOP:\n  add.s32 %r1, %r1, 1;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 bra LOOP;\n  activemask.b32 %r2;",

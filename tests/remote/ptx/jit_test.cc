@@ -1468,6 +1468,22 @@ TEST_F(JitWarp, VotesOfANegatedPredicateAndUni) {
   }
 }
 
+// A shuffle of a register computed from %tid alone (rotate), which the interpreter computes
+// in every lane before the block runs: compiled for blocks of whole warps, the
+// interpreter's results; a block with a last warp of 16 threads (whose lane 15 reads lane
+// 16, past the block, which has a value there) runs on the interpreter.
+TEST_F(JitWarp, AShuffleOfAValueOfTheThreadIndexAloneTakesWholeWarpsOnly) {
+  std::vector<uint32_t> out = Both("rotate", 2, {64, 1, 1}, {}, 128);
+  for (uint32_t t = 0; t < 128; ++t) ASSERT_EQ(out[t], (t % 64 / 32 * 32 + (t + 1) % 32) * 3 + 1) << t;
+  SetJitMode(JitMode::kAlways);
+  const DecodedKernel& kernel = Kernel("rotate");
+  const uint64_t launches = kernel.jit->jit_launches.load();
+  std::vector<uint32_t> partial = Run(JitMode::kAlways, "rotate", 1, {48, 1, 1}, {}, 48, {});
+  EXPECT_EQ(kernel.jit->jit_launches.load(), launches);
+  // Lane 16 of warp 1, past the block: the interpreter's coordinates wrap there (%tid.x 0).
+  EXPECT_EQ(partial[47], 1u);
+}
+
 // GPUPOOL_PTX_JIT=auto: a kernel whose threads stop at shuffles more than they run between
 // them (warp_scan: no loop) stays on the interpreter once compiled; one with a loop free of
 // them (warp_sum's grid-stride loop) runs compiled.
