@@ -1,5 +1,5 @@
-// Warp-level operations in scalar code (emitter.h): shfl.sync, vote.sync, activemask and
-// bar.warp.sync. A thread stops at one as at a barrier (its live registers saved, its
+// Warp-level operations in scalar code (emitter.h): shfl.sync, vote.sync, redux.sync,
+// activemask and bar.warp.sync. A thread stops at one as at a barrier (its live registers saved, its
 // operands in its warp slots); once every thread of the CTA stopped, Settle (run.cc) runs
 // the operation for the lanes the interpreter runs it with and writes each lane's results
 // into its slots, and those threads go on from there, the results in their registers.
@@ -72,7 +72,7 @@ std::vector<std::string> Written(const RawStatement& s) {
 
 bool IsWarpOperation(const RawStatement& s) {
   const std::string_view op = OpcodeName(s);
-  return op == "shfl" || op == "vote" || op == "activemask" || s.opcode.rfind("bar.warp", 0) == 0;
+  return op == "shfl" || op == "vote" || op == "redux" || op == "activemask" || s.opcode.rfind("bar.warp", 0) == 0;
 }
 
 bool IsCtaBarrier(const RawStatement& s) {
@@ -214,7 +214,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
     }
     const std::string_view op = OpcodeName(s);
     if (backward) {
-      const size_t member = op == "shfl" ? 4 : op == "vote" ? 2 : 0;
+      const size_t member = op == "shfl" ? 4 : op == "vote" || op == "redux" ? 2 : 0;
       if (op == "activemask" || s.operands.size() <= member || !full(s.operands[member])) {
         *why = "a warp-level operation without a membermask of all lanes in a kernel with loops";
         return false;
@@ -269,7 +269,8 @@ void Emitter::Stop(WarpOp op) {
 
 // shfl.sync.{idx,up,down,bfly}.b32 d[|p], a, b, c, membermask; vote.sync.{all,any,uni}.pred
 // d, [!]a, membermask; vote.sync.ballot.b32 d, [!]a, membermask; activemask.b32 d;
-// bar.warp.sync membermask. Not the forms without .sync (before sm_70).
+// redux.sync (below); bar.warp.sync membermask. Not the forms without .sync (before
+// sm_70).
 bool Emitter::WarpOperation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
   const std::string_view name = parts[0];
@@ -314,6 +315,22 @@ bool Emitter::WarpOperation(const RawStatement& s, const std::vector<std::string
     llvm::Value* m = Source(o[2], u32, why);
     if (v == nullptr || m == nullptr) return false;
     if (o[1].negated) v = b_.CreateNot(v);
+    slots.push_back({kSlotPredicate, v});
+    slots.push_back({kSlotMember, m});
+  } else if (name == "redux") {
+    // redux.sync.{add,min,max}.{u32,s32} and redux.sync.{and,or,xor}.b32 d, a, membermask:
+    // the interpreter's 32-bit integer forms.
+    static const char* const kModes[] = {"add", "min", "max", "and", "or", "xor"};
+    auto mode = parts.size() == 4 ? std::find(std::begin(kModes), std::end(kModes), parts[2]) : std::end(kModes);
+    if (!sync || mode == std::end(kModes) || o.size() != 3) return form();
+    const bool arithmetic = mode - std::begin(kModes) < 3;
+    if (arithmetic ? parts[3] != "u32" && parts[3] != "s32" : parts[3] != "b32") return form();
+    op.kind = WarpOp::kRedux;
+    op.mode = static_cast<uint8_t>((mode - std::begin(kModes)) + (parts[3] == "s32" ? 8 : 0));
+    op.member = true;
+    llvm::Value* v = Source(o[1], u32, why);
+    llvm::Value* m = Source(o[2], u32, why);
+    if (v == nullptr || m == nullptr) return false;
     slots.push_back({kSlotPredicate, v});
     slots.push_back({kSlotMember, m});
   } else if (name == "activemask") {

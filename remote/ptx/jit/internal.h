@@ -55,13 +55,16 @@ struct MemoryAccess {
 // run it with, writing each lane's results into its slots, before those lanes go on.
 // A stopped thread's resume point carries kStopped until Settle lets it go on.
 constexpr int32_t kStopped = 0x40000000;
+// kSlotPredicate: a vote's predicate, a redux's value.
 enum WarpSlot : uint32_t { kSlotB, kSlotC, kSlotMember, kSlotPredicate, kSlotResult, kSlotResultPredicate, kWarpSlots };
 
 // What stops a thread at resume point k (WarpOps()[k - 1]).
 struct WarpOp {
-  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp };
+  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp, kRedux };
   Kind kind = kBarrier;
-  uint8_t mode = 0;     // shfl: 0 idx, 1 up, 2 down, 3 bfly; vote: 0 all, 1 any, 2 uni, 3 ballot
+  // shfl: 0 idx, 1 up, 2 down, 3 bfly; vote: 0 all, 1 any, 2 uni, 3 ballot; redux: 0 add,
+  // 1 min, 2 max, 3 and, 4 or, 5 xor, + 8 for signed min and max
+  uint8_t mode = 0;
   bool member = false;  // a membermask in kSlotMember
   int32_t source = -1;  // shfl: the shadow index of its source register; -1: `value`
   uint64_t value = 0;   // shfl: its immediate source

@@ -135,6 +135,53 @@ void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, u
       }
       break;
     }
+    case jit::WarpOp::kRedux: {
+      // Over the 32-bit values of each lane's membermask among the lanes running (interp:
+      // HRedux).
+      const uint32_t mode = op.mode & 7;
+      const bool is_signed = op.mode & 8;
+      uint32_t left = lanes;
+      while (left != 0) {
+        const uint32_t group =
+            static_cast<uint32_t>(slot(static_cast<uint32_t>(std::countr_zero(left)), jit::kSlotMember)) & lanes;
+        uint32_t same = 0;
+        each(left, [&](uint32_t lane) {
+          if ((static_cast<uint32_t>(slot(lane, jit::kSlotMember)) & lanes) == group) same |= 1u << lane;
+        });
+        uint32_t acc = mode == 1   ? (is_signed ? 0x7fffffffu : 0xffffffffu)
+                       : mode == 2 ? (is_signed ? 0x80000000u : 0u)
+                       : mode == 3 ? 0xffffffffu
+                                   : 0u;
+        each(group, [&](uint32_t lane) {
+          const uint32_t v = static_cast<uint32_t>(slot(lane, jit::kSlotPredicate));
+          switch (mode) {
+            case 0:
+              acc += v;
+              break;
+            case 1:
+              acc = is_signed ? static_cast<uint32_t>(std::min(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+                              : std::min(acc, v);
+              break;
+            case 2:
+              acc = is_signed ? static_cast<uint32_t>(std::max(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+                              : std::max(acc, v);
+              break;
+            case 3:
+              acc &= v;
+              break;
+            case 4:
+              acc |= v;
+              break;
+            default:
+              acc ^= v;
+              break;
+          }
+        });
+        each(same, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = acc; });
+        left &= ~same;
+      }
+      break;
+    }
     case jit::WarpOp::kActivemask:
       each(lanes, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = lanes; });
       break;

@@ -68,6 +68,7 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"shfl", "ld.global.u32 %r3, [%rd1];\n  shfl.sync.down.b32 %r2|%p1, %r3, 1, 31, -1;"},
     {"vote", "setp.lt.u32 %p1, %r1, 5;\n  vote.sync.ballot.b32 %r2, %p1, -1;"},
     {"activemask", "activemask.b32 %r2;"},
+    {"redux", "ld.global.u32 %r3, [%rd1];\n  redux.sync.add.s32 %r2, %r3, -1;"},
 };
 
 // A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around

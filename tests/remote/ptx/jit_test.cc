@@ -1484,6 +1484,42 @@ TEST_F(JitWarp, AShuffleOfAValueOfTheThreadIndexAloneTakesWholeWarpsOnly) {
   EXPECT_EQ(partial[47], 1u);
 }
 
+// __reduce_{add,min,max,and,or,xor}_sync (reductions: redux.sync over the whole warp, and
+// over the lanes of a branch part of the warp takes, with negative values for the signed
+// minimum and maximum): the interpreter's, and the values.
+TEST_F(JitWarp, WarpReductionsOverTheWarpAndOverABranchsLanes) {
+  const uint32_t blocks = 2, threads = 64;
+  std::vector<uint32_t> in(blocks * threads);
+  for (uint32_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(static_cast<int32_t>(k * 37 % 71) - 20);
+  std::vector<uint32_t> out = Both("reductions", blocks, {threads, 1, 1}, in, in.size() * 7);
+  for (uint32_t w = 0; w < in.size() / 32; ++w) {
+    uint32_t add = 0, and_ = ~0u, or_ = 0, xor_ = 0, umax = 0;
+    int32_t min = INT32_MAX, max = INT32_MIN;
+    for (uint32_t l = 0; l < 32; ++l) {
+      const int32_t x = static_cast<int32_t>(in[w * 32 + l]);
+      add += static_cast<uint32_t>(x);
+      min = std::min(min, x);
+      if (x >= 40) continue;
+      max = std::max(max, x);
+      umax = std::max(umax, static_cast<uint32_t>(x));
+      and_ &= static_cast<uint32_t>(x) | 0x100u;
+      or_ |= static_cast<uint32_t>(x);
+      xor_ ^= static_cast<uint32_t>(x);
+    }
+    for (uint32_t l = 0; l < 32; ++l) {
+      const uint32_t* r = &out[(w * 32 + l) * 7];
+      const bool in_branch = static_cast<int32_t>(in[w * 32 + l]) < 40;
+      ASSERT_EQ(r[0], add) << w << ", " << l;
+      ASSERT_EQ(r[1], static_cast<uint32_t>(min)) << w << ", " << l;
+      ASSERT_EQ(r[2], in_branch ? static_cast<uint32_t>(max) : 0u) << w << ", " << l;
+      ASSERT_EQ(r[3], in_branch ? umax : 0u) << w << ", " << l;
+      ASSERT_EQ(r[4], in_branch ? and_ : 0u) << w << ", " << l;
+      ASSERT_EQ(r[5], in_branch ? or_ : 0u) << w << ", " << l;
+      ASSERT_EQ(r[6], in_branch ? xor_ : 0u) << w << ", " << l;
+    }
+  }
+}
+
 // GPUPOOL_PTX_JIT=auto: a kernel whose threads stop at shuffles more than they run between
 // them (warp_scan: no loop) stays on the interpreter once compiled; one with a loop free of
 // them (warp_sum's grid-stride loop) runs compiled.
