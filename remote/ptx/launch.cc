@@ -84,6 +84,11 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
           CompileKernel(*kernel.module, *kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
     }
   }
+  // Compiled code slower than the interpreter (CompiledKernel::auto_interpreted): auto
+  // leaves its launches there.
+  if (mode == JitMode::kAuto && slot.compiled != nullptr && AutoInterpreted(*slot.compiled)) return nullptr;
+  const uint32_t block = spec.block[0] * spec.block[1] * spec.block[2];
+  if (slot.compiled != nullptr && !TakesBlock(*slot.compiled, block)) return nullptr;
   return slot.compiled.get();
 }
 

@@ -64,6 +64,7 @@ bool Emitter::VectorInstruction(const RawStatement& s, const std::vector<std::st
     return true;
   }
   if (op == "bar" || op == "barrier") return refuse("a barrier in vector code");
+  if (IsWarpOperation(s)) return refuse("a warp-level operation in vector code");
   std::string why;
   op_mask_ = lanes;
   const bool done = Operation(s, parts, &why);
@@ -132,6 +133,10 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
     }
     return true;
   }
+  if (IsWarpOperation(s)) {
+    if (guard != nullptr) return refuse("a warp-level operation under a guard");
+    return WarpOperation(s, parts, &why) || refuse(why);
+  }
   if (op == "bar" || op == "barrier") {
     // bar.sync / barrier.sync (.aligned) ID: a barrier of every thread of the CTA. Not a
     // count of threads, arrive or red (producer-consumer patterns, left to the
@@ -141,13 +146,7 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
     if (!sync || guard != nullptr || s.operands.size() != 1 || s.operands[0].kind != RawOperand::kInt) {
       return refuse("a barrier form the tier does not take");
     }
-    auto* save = llvm::BasicBlock::Create(ctx_, "save", fn_);
-    auto* resume = llvm::BasicBlock::Create(ctx_, "resume", fn_);
-    resume_points_.push_back(resume);
-    resume_live_.push_back(barrier_live_.at(instruction_index_));
-    saves_.push_back({save, static_cast<int32_t>(resume_points_.size())});
-    b_.CreateBr(save);
-    b_.SetInsertPoint(resume);
+    Stop(WarpOp{});
     return true;
   }
   llvm::BasicBlock* after = nullptr;

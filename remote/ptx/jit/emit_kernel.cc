@@ -41,7 +41,8 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
       return Refuse("a .shared variable the decoder's layout does not hold", s.line, refused);
     }
     if (s.kind != RawStatement::kInstruction) continue;
-    if (s.opcode.rfind("bar.", 0) == 0 || s.opcode.rfind("barrier.", 0) == 0) ++barriers_;
+    if (IsCtaBarrier(s) || IsWarpOperation(s)) ++barriers_;
+    if (IsWarpOperation(s)) ++warp_ops_;
     for (const RawOperand& o : s.operands) CountUses(o);
     if (!s.guard.empty()) ++uses_[s.guard];
   }
@@ -87,7 +88,10 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   if (barriers_ > 0) {
     std::string why;
     if (!ComputeLiveness(&why)) return Refuse(why, 0, refused);
+    int line = 0;
+    if (warp_ops_ > 0 && !CheckWarpOperations(&why, &line)) return Refuse(why, line, refused);
   }
+  warp_table_ = &out->warp_ops;
   i1_ = b_.getInt1Ty();
   i32_ = b_.getInt32Ty();
   i64_ = b_.getInt64Ty();
@@ -125,6 +129,10 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   // The CTA's shared bytes: the static ones and the launch's dynamic ones (RunCompiled).
   shared_bytes_ = b_.CreateLoad(i64_, Field(kOffSharedSize));
   local_arg_ = b_.CreateLoad(ptr_, Field(kOffLocal));
+  if (warp_ops_ > 0) {
+    slots_arg_ = b_.CreateLoad(ptr_, Field(kOffSlots));
+    shadow_arg_ = b_.CreateLoad(ptr_, Field(kOffShadow));
+  }
   count_slot_ = b_.CreateAlloca(i64_);
   waiting_slot_ = b_.CreateAlloca(i1_);
   b_.CreateStore(b_.getInt64(0), count_slot_);
@@ -148,7 +156,16 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     b_.CreateCondBr(b_.CreateICmpEQ(resume, b_.getInt32(0)), start_block, started);
     b_.SetInsertPoint(started);
     restore_block = llvm::BasicBlock::Create(ctx_, "restore", fn_);
-    b_.CreateCondBr(b_.CreateICmpSLT(resume, b_.getInt32(0)), next_block_, restore_block);
+    if (warp_ops_ > 0) {
+      // A thread stopped at a barrier or a warp-level operation waits for Settle.
+      auto* go = llvm::BasicBlock::Create(ctx_, "go", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLT(resume, b_.getInt32(0)), next_block_, go);
+      b_.SetInsertPoint(go);
+      b_.CreateCondBr(b_.CreateICmpNE(b_.CreateAnd(resume, b_.getInt32(kStopped)), b_.getInt32(0)), next_block_,
+                      restore_block);
+    } else {
+      b_.CreateCondBr(b_.CreateICmpSLT(resume, b_.getInt32(0)), next_block_, restore_block);
+    }
     b_.SetInsertPoint(restore_block);
     // Filled once every barrier is known (after the body).
   } else {
@@ -218,7 +235,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
       for (const std::string& name : resume_live_[point - 1]) {
         b_.CreateStore(LoadRegister64(name), SavedOf(SavedIndex(name)));
       }
-      b_.CreateStore(b_.getInt32(point), ResumeOf());
+      b_.CreateStore(b_.getInt32(warp_ops_ > 0 ? point | kStopped : point), ResumeOf());
       b_.CreateStore(b_.getInt1(true), waiting_slot_);
       b_.CreateBr(next_block_);
     }
@@ -235,6 +252,10 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   out->registers = static_cast<uint32_t>(saved_index_.size());
   out->shared_bytes = shared_size_;
   out->barriers = barriers_ > 0;
+  out->warp_level = warp_ops_ > 0;
+  out->auto_interpreted = warp_ops_ > 0 && !loop_without_stops_;
+  out->whole_warps = whole_warps_;
+  out->shadows = static_cast<uint32_t>(shadow_index_.size());
 
   // next: the following thread, x fastest (a chunk of lanes at once in vector code): past
   // the block's x extent x wraps to 0 and y steps, past its y extent z; after the last,
@@ -256,7 +277,14 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     b_.SetInsertPoint(wrap);
     if (axis < 2) b_.CreateStore(b_.getInt32(0), tid_slot_[axis]);
   }
-  if (barriers_ > 0) {
+  if (warp_ops_ > 0) {
+    // Every thread stopped or ended: Settle runs the warp-level operations the threads
+    // stopped at (or releases the barrier), and the threads it lets go on run again.
+    llvm::Value* settle = b_.CreateLoad(ptr_, Field(kOffSettle));
+    auto* type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false);
+    llvm::Value* more = b_.CreateCall(type, settle, {context_, resume_arg_, saved_arg_});
+    b_.CreateCondBr(b_.CreateICmpNE(more, b_.getInt32(0)), phase_block, done);
+  } else if (barriers_ > 0) {
     b_.CreateCondBr(b_.CreateLoad(i1_, waiting_slot_), phase_block, done);
   } else {
     b_.CreateBr(done);

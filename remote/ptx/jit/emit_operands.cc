@@ -102,11 +102,37 @@ llvm::Value* Emitter::ToStorage(llvm::Value* v, Type t, uint32_t width) {
   return t.kind == Kind::kSigned ? b_.CreateSExt(v, type) : b_.CreateZExt(v, type);
 }
 
-// Special registers this tier knows: %tid, %ntid, %ctaid, %nctaid (u32).
+// Special registers this tier knows: %tid, %ntid, %ctaid, %nctaid, and those of the
+// thread's place in its warp (u32), with the interpreter's values: a CTA's warp w holds
+// its threads 32w ... 32w + 31 in linear order (x fastest), %warpid is w, %nwarpid 64.
 llvm::Value* Emitter::Special(const std::string& name) {
   const SpecialRegisterName special = DecodeSpecialRegister(name);
   const uint32_t axis = special.index;
+  // The thread's linear index in its CTA (vector code: its lanes', x, x + 1, ..., which
+  // share a row since a row's extent is a multiple of the lanes), and its lane.
+  auto linear = [&] {
+    llvm::Value* index = Splat(ThreadIndex());
+    return lanes_ ? b_.CreateAdd(index, LaneNumbers()) : index;
+  };
+  auto lane = [&] { return b_.CreateAnd(linear(), Int(32, 31)); };
+  auto bit = [&] { return b_.CreateShl(Int(32, 1), lane()); };
   switch (special.reg) {
+    case SpecialRegister::kLaneid:
+      return lane();
+    case SpecialRegister::kWarpid:
+      return b_.CreateLShr(linear(), Int(32, 5));
+    case SpecialRegister::kNwarpid:
+      return Int(32, 64);
+    case SpecialRegister::kLanemaskEq:
+      return bit();
+    case SpecialRegister::kLanemaskLt:
+      return b_.CreateSub(bit(), Int(32, 1));
+    case SpecialRegister::kLanemaskLe:
+      return b_.CreateOr(b_.CreateSub(bit(), Int(32, 1)), bit());
+    case SpecialRegister::kLanemaskGt:
+      return b_.CreateNot(b_.CreateOr(b_.CreateSub(bit(), Int(32, 1)), bit()));
+    case SpecialRegister::kLanemaskGe:
+      return b_.CreateNot(b_.CreateSub(bit(), Int(32, 1)));
     case SpecialRegister::kTid: {
       llvm::Value* tid = Splat(b_.CreateLoad(i32_, tid_slot_[axis]));
       if (lanes_ && axis == 0) tid = b_.CreateAdd(tid, LaneNumbers());  // lanes are x, x+1, ...
@@ -206,6 +232,10 @@ bool Emitter::Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* wh
   // Lanes outside the mask keep their value.
   if (lanes_) bits = b_.CreateSelect(Mask(), bits, b_.CreateLoad(StorageType(op.name), slot));
   b_.CreateStore(bits, slot);
+  // A register shuffles read: its lane's shadow too (emit_warp.cc).
+  if (auto it = shadow_index_.find(op.name); it != shadow_index_.end()) {
+    b_.CreateStore(b_.CreateZExt(bits, i64_), ShadowOf(it->second));
+  }
   return true;
 }
 

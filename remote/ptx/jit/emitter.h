@@ -51,6 +51,11 @@ Type TypeOf(std::string_view suffix);
 // others run).
 bool IsCacheHint(std::string_view q);
 
+// Warp-level operations (emit_warp.cc): shfl, vote, activemask, bar.warp; and barriers of
+// the whole CTA (bar, barrier, not bar.warp).
+bool IsWarpOperation(const RawStatement& s);
+bool IsCtaBarrier(const RawStatement& s);
+
 class Emitter {
  public:
   Emitter(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size, llvm::LLVMContext& context,
@@ -119,6 +124,13 @@ class Emitter {
   llvm::Value* Special(const std::string& name);
   llvm::Value* Source(const RawOperand& op, Type t, std::string* why);
   bool Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* why);
+
+  // emit_warp.cc
+  bool CheckWarpOperations(std::string* why, int* line);
+  llvm::Value* SlotOf(uint32_t slot);
+  llvm::Value* ShadowOf(uint32_t index);
+  void Stop(WarpOp op);
+  bool WarpOperation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
 
   // emit_memory.cc
   void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);
@@ -194,7 +206,17 @@ class Emitter {
   llvm::AllocaInst* mask_slot_ = nullptr;
   llvm::Value* op_mask_ = nullptr;  // while an instruction runs: its lanes (mask & guard)
   std::map<std::string, llvm::AllocaInst*> pending_;
-  uint32_t barriers_ = 0;
+  uint32_t barriers_ = 0;  // stops: barriers and warp-level operations
+  // Kernels with warp-level operations: how many, what stops a thread at each resume point
+  // (CompiledKernel::warp_ops), the registers shuffles read (their shadows' indices), and
+  // the CTA's warp slots and shadows (Context).
+  uint32_t warp_ops_ = 0;
+  std::vector<WarpOp>* warp_table_ = nullptr;
+  std::map<std::string, uint32_t> shadow_index_;
+  bool loop_without_stops_ = false;  // a backward branch over no warp-level operation
+  bool whole_warps_ = false;         // CompiledKernel::whole_warps
+  llvm::Value* slots_arg_ = nullptr;
+  llvm::Value* shadow_arg_ = nullptr;
   std::vector<std::vector<std::string>> barrier_live_;        // per instruction: live after a barrier
   size_t instruction_index_ = 0;                              // of the instruction being emitted
   std::vector<std::vector<std::string>> resume_live_;         // per resume point: what to restore

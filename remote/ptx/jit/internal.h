@@ -54,8 +54,35 @@ struct MemoryAccess {
   const char* what = "load";  // load, store, atomic: as the interpreter names a fault
 };
 
+// Kernels with warp-level operations (shfl.sync, vote.sync, activemask, bar.warp.sync):
+// a thread stops at each as at a barrier, its operands in its warp slots (kWarpSlots words
+// per thread, Context::slots), and Settle (run.cc) runs the operation for the lanes the interpreter would
+// run it with, writing each lane's results into its slots, before those lanes go on.
+// A stopped thread's resume point carries kStopped until Settle lets it go on.
+constexpr int32_t kStopped = 0x40000000;
+// kSlotPredicate: a vote's predicate, a redux's value.
+enum WarpSlot : uint32_t { kSlotB, kSlotC, kSlotMember, kSlotPredicate, kSlotResult, kSlotResultPredicate, kWarpSlots };
+
+// What stops a thread at resume point k (WarpOps()[k - 1]).
+struct WarpOp {
+  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp, kRedux };
+  Kind kind = kBarrier;
+  // shfl: 0 idx, 1 up, 2 down, 3 bfly; vote: 0 all, 1 any, 2 uni, 3 ballot; redux: 0 add,
+  // 1 min, 2 max, 3 and, 4 or, 5 xor, + 8 for signed min and max
+  uint8_t mode = 0;
+  bool member = false;  // a membermask in kSlotMember
+  int32_t source = -1;  // shfl: the shadow index of its source register; -1: `value`
+  uint64_t value = 0;   // shfl: its immediate source
+  uint32_t pc = 0;      // the instruction's index in the kernel
+};
+
 // What compiled code reads and writes besides the kernel's memory; offsets are fixed for
 // the IR (kOff* below).
+struct Context;
+// Runs the warp-level operations of a CTA whose threads all stopped (resume, saved: the
+// CTA function's): 1 when some thread may go on, 0 when all ended.
+using SettleFunction = int32_t (*)(Context*, int32_t* resume, uint64_t* saved);
+
 struct Context {
   Hint* hints = nullptr;                                       // +0
   char* (*translate)(Context*, uint32_t, uint64_t) = nullptr;  // +8
@@ -70,13 +97,20 @@ struct Context {
   uint64_t shared_size = 0;                                    // +80: static + dynamic bytes
   uint8_t* local = nullptr;                                    // +88: local_bytes per thread of the CTA
   int32_t trap_line = 0;                                       // +96: of a call nested too deep
+  // +104: the shadows of the registers shuffles read, per lane of the CTA's warps (its
+  // last value, kept from CTA to CTA as the interpreter keeps a warp's registers).
+  uint64_t* shadow = nullptr;
+  SettleFunction settle = nullptr;  // +112
+  uint64_t* slots = nullptr;        // +120: kWarpSlots per thread of the CTA
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
+  const CompiledKernel* kernel = nullptr;
 };
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
                    kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
-                   kOffSharedSize = 80, kOffLocal = 88, kOffTrapLine = 96;
+                   kOffSharedSize = 80, kOffLocal = 88, kOffTrapLine = 96, kOffShadow = 104, kOffSettle = 112,
+                   kOffSlots = 120;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -94,6 +128,9 @@ static_assert(offsetof(Context, cancel) == kOffCancel);
 static_assert(offsetof(Context, shared_size) == kOffSharedSize);
 static_assert(offsetof(Context, local) == kOffLocal);
 static_assert(offsetof(Context, trap_line) == kOffTrapLine);
+static_assert(offsetof(Context, shadow) == kOffShadow);
+static_assert(offsetof(Context, settle) == kOffSettle);
+static_assert(offsetof(Context, slots) == kOffSlots);
 
 // `entry` with the calls of device functions of `module` inlined (inline.cc), as the decoder
 // inlines them: itself when it calls none, else the inlined function in *storage; nullptr
@@ -128,6 +165,19 @@ class CompiledKernel {
   uint64_t shared_bytes = 0;  // of the CTA's static .shared variables (the launch adds its dynamic)
   uint64_t local_bytes = 0;   // of local memory per thread (the decoder's local_size)
   bool barriers = false;
+  // Kernels with warp-level operations (warp_level): what stops a thread at each resume
+  // point, and how many registers shuffles read (shadowed per lane).
+  bool warp_level = false;
+  std::vector<jit::WarpOp> warp_ops;
+  uint32_t shadows = 0;
+  // Under GPUPOOL_PTX_JIT=auto, launches run on the interpreter: a kernel with warp-level
+  // operations and no loop free of them, whose threads stop so often that compiled code is
+  // slower (scripts/bench/ptx: WarpScan 2.7x slower compiled, WarpSum 2.1x faster).
+  bool auto_interpreted = false;
+  // Launches whose blocks are not whole warps run on the interpreter: a shuffle reads a
+  // register the interpreter computes in every lane before the CTA runs, lanes past the
+  // CTA's last thread included (emit_warp.cc).
+  bool whole_warps = false;
 };
 
 }  // namespace gpupool::sim

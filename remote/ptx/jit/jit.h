@@ -1,11 +1,12 @@
-// The PTX engine's second tier: kernels whose threads meet only at barriers, compiled to
-// host code with LLVM (docs/ptx-engine.md, Design, "Compile").
+// The PTX engine's second tier: kernels whose threads meet only at barriers and warp-level
+// operations, compiled to host code with LLVM (docs/ptx-engine.md, Design, "Compile").
 //
 // The interpreter (interp/) runs every kernel a warp at a time, 32 lanes in
-// step. A kernel whose threads exchange data only across __syncthreads() (no warp-level
-// operation, no load or atomic another thread could be waited for through) gives
-// the same results whatever order its threads run in between barriers, so it may run one
-// thread after another in compiled code. This tier compiles those kernels, from their
+// step. A kernel whose threads exchange data only across __syncthreads() (no load or
+// atomic another thread could be waited for through) gives the same results whatever
+// order its threads run in between barriers, so it may run one thread after another in
+// compiled code; a warp-level operation is a stop like a barrier, run for the lanes the
+// interpreter runs it with (jit/emit_warp.cc). This tier compiles those kernels, from their
 // parsed PTX, into one host function per kernel that runs a CTA. Every global, shared and
 // local access is checked as the interpreter checks it: a stray one ends the launch with
 // CUDA_ERROR_ILLEGAL_ADDRESS and the same kind of detail. Calls of the module's device
@@ -84,6 +85,15 @@ void WaitForCompile(JitSlot& slot);
 // without barriers, shared or local memory or atomics: 8 threads of a row at once), which
 // launches whose blocks' x extent is a multiple of 8 run.
 bool HasVectorCode(const CompiledKernel& kernel);
+
+// Whether GPUPOOL_PTX_JIT=auto leaves the launches of `kernel` on the interpreter, its
+// compiled code being slower: kernels with warp-level operations and no loop free of them
+// (each thread stops at every shuffle or vote; scripts/bench/ptx's WarpScan).
+bool AutoInterpreted(const CompiledKernel& kernel);
+
+// Whether compiled code runs launches of `threads` threads a block (a kernel whose
+// shuffles read registers the interpreter computes before the CTA runs: whole warps only).
+bool TakesBlock(const CompiledKernel& kernel, uint32_t threads);
 
 // Runs a launch of a compiled kernel: its blocks split over `workers` threads as the
 // interpreter splits them. Returns a CUresult as RunKernel does (success, or

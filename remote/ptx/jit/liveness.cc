@@ -96,8 +96,8 @@ bool Emitter::ComputeLiveness(std::string* why) {
   barrier_live_.assign(n, {});
   uint64_t saves = 0;
   for (size_t i = 0; i < n; ++i) {
-    const std::string op = code[i]->opcode.substr(0, code[i]->opcode.find('.'));
-    if (op != "bar" && op != "barrier") continue;
+    // Barriers and warp-level operations: a thread stops at each.
+    if (!IsCtaBarrier(*code[i]) && !IsWarpOperation(*code[i])) continue;
     std::vector<bool> live(ids.size());
     for (size_t j : next[i]) {
       for (size_t r = 0; r < live.size(); ++r) live[r] = live[r] || live_in[j][r];

@@ -5,6 +5,7 @@
 // with the interpreter's fault text (memory.h).
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -49,9 +50,216 @@ char* Translate(Context* context, uint32_t access, uint64_t address) {
   return range.host + (address - range.start);
 }
 
+// Warp-level operations (internal.h: WarpOp), as the interpreter runs them
+// (interp/warp_ops.cc), for the lanes it runs them with (interp/scheduler.cc: RunWarp).
+
+// The lanes `op`, run by `lanes` of warp `w`, waits for (the interpreter's SyncLanes): the
+// union of their membermasks.
+uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t w, uint32_t lanes) {
+  if (!op.member) return 0;
+  uint32_t sync = 0;
+  for (uint32_t left = lanes; left != 0; left &= left - 1) {
+    const uint32_t t = w * 32 + static_cast<uint32_t>(std::countr_zero(left));
+    sync |= static_cast<uint32_t>(slots[t * jit::kWarpSlots + jit::kSlotMember]);
+  }
+  return sync;
+}
+
+// Runs `op` for `lanes` of warp `w`: each lane's results in its slots.
+void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, uint32_t w, uint32_t lanes) {
+  auto slot = [&](uint32_t lane, uint32_t which) -> uint64_t& {
+    return slots[(w * 32 + lane) * jit::kWarpSlots + which];
+  };
+  auto each = [&](uint32_t mask, auto f) {
+    for (uint32_t left = mask; left != 0; left &= left - 1) f(static_cast<uint32_t>(std::countr_zero(left)));
+  };
+  switch (op.kind) {
+    case jit::WarpOp::kShfl: {
+      // A lane reads its source lane's register as that lane last wrote it, whether or not
+      // it runs the shuffle (its shadow).
+      const uint32_t shadows = context.kernel->shadows;
+      each(lanes, [&](uint32_t lane) {
+        const uint64_t b = slot(lane, jit::kSlotB), c = slot(lane, jit::kSlotC);
+        const uint32_t bval = b & 0x1f, cval = c & 0x1f, segmask = (c >> 8) & 0x1f;
+        const int max_lane = static_cast<int>((lane & segmask) | (cval & ~segmask));
+        const int min_lane = static_cast<int>(lane & segmask);
+        int j = static_cast<int>(lane);
+        bool ok = false;
+        switch (op.mode) {
+          case 1:
+            j = static_cast<int>(lane) - static_cast<int>(bval);
+            ok = j >= max_lane;
+            break;
+          case 2:
+            j = static_cast<int>(lane) + static_cast<int>(bval);
+            ok = j <= max_lane;
+            break;
+          case 3:
+            j = static_cast<int>(lane) ^ static_cast<int>(bval);
+            ok = j <= max_lane;
+            break;
+          default:
+            j = min_lane | static_cast<int>(bval & ~segmask);
+            ok = j <= max_lane;
+            break;
+        }
+        if (!ok || j < 0 || j > 31) j = static_cast<int>(lane);
+        slot(lane, jit::kSlotResult) =
+            op.source < 0
+                ? op.value
+                : context
+                      .shadow[uint64_t{w * 32 + static_cast<uint32_t>(j)} * shadows + static_cast<uint32_t>(op.source)];
+        slot(lane, jit::kSlotResultPredicate) = ok;
+      });
+      break;
+    }
+    case jit::WarpOp::kVote: {
+      uint32_t ballot = 0;
+      each(lanes, [&](uint32_t lane) { ballot |= static_cast<uint32_t>(slot(lane, jit::kSlotPredicate) & 1) << lane; });
+      // Over the lanes of each lane's membermask among those running (interp: ForMemberGroups).
+      uint32_t left = lanes;
+      while (left != 0) {
+        const uint32_t group =
+            static_cast<uint32_t>(slot(static_cast<uint32_t>(std::countr_zero(left)), jit::kSlotMember)) & lanes;
+        uint32_t same = 0;
+        each(left, [&](uint32_t lane) {
+          if ((static_cast<uint32_t>(slot(lane, jit::kSlotMember)) & lanes) == group) same |= 1u << lane;
+        });
+        const uint32_t votes = ballot & group;
+        const uint64_t r = op.mode == 0   ? votes == group
+                           : op.mode == 1 ? votes != 0
+                           : op.mode == 2 ? votes == 0 || votes == group
+                                          : votes;
+        each(same, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = r; });
+        left &= ~same;
+      }
+      break;
+    }
+    case jit::WarpOp::kRedux: {
+      // Over the 32-bit values of each lane's membermask among the lanes running (interp:
+      // HRedux).
+      const uint32_t mode = op.mode & 7;
+      const bool is_signed = op.mode & 8;
+      uint32_t left = lanes;
+      while (left != 0) {
+        const uint32_t group =
+            static_cast<uint32_t>(slot(static_cast<uint32_t>(std::countr_zero(left)), jit::kSlotMember)) & lanes;
+        uint32_t same = 0;
+        each(left, [&](uint32_t lane) {
+          if ((static_cast<uint32_t>(slot(lane, jit::kSlotMember)) & lanes) == group) same |= 1u << lane;
+        });
+        uint32_t acc = mode == 1   ? (is_signed ? 0x7fffffffu : 0xffffffffu)
+                       : mode == 2 ? (is_signed ? 0x80000000u : 0u)
+                       : mode == 3 ? 0xffffffffu
+                                   : 0u;
+        each(group, [&](uint32_t lane) {
+          const uint32_t v = static_cast<uint32_t>(slot(lane, jit::kSlotPredicate));
+          switch (mode) {
+            case 0:
+              acc += v;
+              break;
+            case 1:
+              acc = is_signed ? static_cast<uint32_t>(std::min(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+                              : std::min(acc, v);
+              break;
+            case 2:
+              acc = is_signed ? static_cast<uint32_t>(std::max(static_cast<int32_t>(acc), static_cast<int32_t>(v)))
+                              : std::max(acc, v);
+              break;
+            case 3:
+              acc &= v;
+              break;
+            case 4:
+              acc |= v;
+              break;
+            default:
+              acc ^= v;
+              break;
+          }
+        });
+        each(same, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = acc; });
+        left &= ~same;
+      }
+      break;
+    }
+    case jit::WarpOp::kActivemask:
+      each(lanes, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = lanes; });
+      break;
+    default:
+      break;
+  }
+}
+
+// Context::settle: every thread of the CTA stopped (at a barrier or a warp-level operation)
+// or ended. In each warp with lanes at warp-level operations, runs one as the interpreter
+// picks it: the one placed first, for the lanes stopped there; but where its membermasks
+// name lanes stopped at another, that one first if the lowest placed of those waits for no
+// lane outside it (RunWarp: lanes "behind"). Else, with threads at the barrier, releases it.
+int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
+  const std::vector<jit::WarpOp>& ops = context->kernel->warp_ops;
+  const uint32_t threads = context->ntid[0] * context->ntid[1] * context->ntid[2];
+  uint64_t* slots = context->slots;
+  // Lane l of a warp: at which op (index into ops), or -1 (ended, or at the barrier).
+  auto op_of = [&](uint32_t t) -> int32_t {
+    if (t >= threads || resume[t] < 0) return -1;
+    const int32_t k = (resume[t] & ~jit::kStopped) - 1;
+    return ops[k].kind == jit::WarpOp::kBarrier ? -1 : k;
+  };
+  bool ran = false;
+  for (uint32_t w = 0; w * 32 < threads; ++w) {
+    int32_t at[32];
+    uint32_t ready = 0;
+    for (uint32_t l = 0; l < 32; ++l) {
+      at[l] = op_of(w * 32 + l);
+      if (at[l] >= 0) ready |= 1u << l;
+    }
+    if (ready == 0) continue;
+    // The lowest placed operation among `among`, and the lanes (of `ready`) stopped there.
+    auto lowest = [&](uint32_t among, uint32_t* lanes) {
+      int32_t k = -1;
+      for (uint32_t left = among; left != 0; left &= left - 1) {
+        const int32_t o = at[std::countr_zero(left)];
+        if (k < 0 || ops[o].pc < ops[k].pc) k = o;
+      }
+      *lanes = 0;
+      for (uint32_t l = 0; l < 32; ++l) *lanes |= static_cast<uint32_t>(at[l] == k) << l;
+      return k;
+    };
+    uint32_t lanes = 0;
+    int32_t k = lowest(ready, &lanes);
+    if (const uint32_t behind = SyncLanes(ops[k], slots, w, lanes) & ready & ~lanes; behind != 0) {
+      uint32_t other_lanes = 0;
+      const int32_t other = lowest(behind, &other_lanes);
+      if ((SyncLanes(ops[other], slots, w, other_lanes) & ready & ~other_lanes) == 0) {
+        k = other;
+        lanes = other_lanes;
+      }
+    }
+    RunWarpOp(ops[k], *context, slots, w, lanes);
+    for (uint32_t left = lanes; left != 0; left &= left - 1) {
+      resume[w * 32 + static_cast<uint32_t>(std::countr_zero(left))] &= ~jit::kStopped;
+    }
+    ran = true;
+  }
+  if (ran) return 1;
+  // Every thread at the barrier or ended: the barrier releases them.
+  bool waiting = false;
+  for (uint32_t t = 0; t < threads; ++t) {
+    if (resume[t] > 0) {
+      resume[t] &= ~jit::kStopped;
+      waiting = true;
+    }
+  }
+  return waiting ? 1 : 0;
+}
+
 }  // namespace
 
 bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != nullptr; }
+
+bool AutoInterpreted(const CompiledKernel& kernel) { return kernel.auto_interpreted; }
+
+bool TakesBlock(const CompiledKernel& kernel, uint32_t threads) { return !kernel.whole_warps || threads % 32 == 0; }
 
 int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
@@ -86,6 +294,8 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     std::vector<uint8_t> local;
     std::vector<int32_t> resume;
     std::vector<uint64_t> saved;
+    std::vector<uint64_t> slots;         // warp-level operations' (kWarpSlots per thread)
+    std::vector<uint64_t> shadow;        // the shuffled registers' (per lane of the CTA's warps)
     std::atomic<uint64_t> unwatched{0};  // progress of a launch nobody watches
     int32_t error = 0;
     uint64_t failed_cta = 0;
@@ -117,13 +327,16 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       if (!keep) return;
       kept_in_use = false;
       const size_t held = kept.hints.capacity() * sizeof(Hint) + kept.shared.capacity() + kept.local.capacity() +
-                          kept.resume.capacity() * sizeof(int32_t) + kept.saved.capacity() * sizeof(uint64_t);
+                          kept.resume.capacity() * sizeof(int32_t) +
+                          (kept.saved.capacity() + kept.slots.capacity() + kept.shadow.capacity()) * sizeof(uint64_t);
       if (held > kKeptScratchBytes) {
         kept.hints = {};
         kept.shared = {};
         kept.local = {};
         kept.resume = {};
         kept.saved = {};
+        kept.slots = {};
+        kept.shadow = {};
       }
     }
   } release{keep};
@@ -139,6 +352,13 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     // leaves its CTA context's (PrepareCta).
     worker.local.assign(std::max<uint64_t>(local_size, 1), 0);
     if (kernel.barriers) worker.saved.assign(uint64_t{threads} * std::max(kernel.registers, 1u), 0);
+    if (kernel.warp_level) {
+      // The shadows start at 0 per launch and stay from CTA to CTA, as the interpreter's
+      // registers do (its lanes past the CTA's last thread included).
+      const uint64_t lanes = (uint64_t{threads} + 31) / 32 * 32;
+      worker.slots.assign(uint64_t{threads} * jit::kWarpSlots, 0);
+      worker.shadow.assign(lanes * std::max(kernel.shadows, 1u), 0);
+    }
     Context& context = worker.context;
     context.hints = worker.hints.data();
     context.translate = &Translate;
@@ -148,6 +368,10 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     context.accesses = &kernel.accesses;
     context.shared_size = shared_size;
     context.local = worker.local.data();
+    context.kernel = &kernel;
+    context.settle = &Settle;
+    context.slots = worker.slots.data();
+    context.shadow = worker.shadow.data();
     for (int i = 0; i < 3; ++i) {
       context.ntid[i] = spec.block[i];
       context.nctaid[i] = spec.grid[i];

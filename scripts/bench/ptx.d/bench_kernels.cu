@@ -130,6 +130,43 @@ __global__ void block_scan(const unsigned* in, unsigned* out) {
   out[i] = buffer[t];
 }
 
+// The same scan by warp shuffles: each warp's inclusive scan by five __shfl_up_sync, the
+// warps' totals scanned by warp 0 the same way, added after a barrier (2 barriers per
+// thread, 5 shuffles per thread and 5 more in warp 0).
+__global__ void warp_scan(const unsigned* in, unsigned* out) {
+  __shared__ unsigned totals[8];
+  const int t = threadIdx.x, lane = t % 32, warp = t / 32;
+  const int i = blockIdx.x * 256 + t;
+  unsigned v = in[i];
+#pragma unroll
+  for (int offset = 1; offset < 32; offset *= 2) {
+    const unsigned up = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += up;
+  }
+  if (lane == 31) totals[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    unsigned s = lane < 8 ? totals[lane] : 0;
+#pragma unroll
+    for (int offset = 1; offset < 8; offset *= 2) {
+      const unsigned up = __shfl_up_sync(0xffffffffu, s, offset);
+      if (lane >= offset) s += up;
+    }
+    if (lane < 8) totals[lane] = s;
+  }
+  __syncthreads();
+  out[i] = warp > 0 ? v + totals[warp - 1] : v;
+}
+
+// A grid-stride sum of n floats reduced in each warp by five __shfl_down_sync; lane 0 of
+// each warp writes its warp's sum (a loop of loads and adds per thread, then the shuffles).
+__global__ void warp_sum(const float* in, float* out, int n) {
+  float v = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v += in[i];
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffffu, v, offset);
+  if (threadIdx.x % 32 == 0) out[(blockIdx.x * blockDim.x + threadIdx.x) / 32] = v;
+}
+
 // out[y][x] = the bilinear sample of a w x h float texture (unnormalised coordinates,
 // clamped) at (x + 0.3, y + 0.7): one tex.2d with linear filtering per thread.
 __global__ void bilinear(cudaTextureObject_t image, float* out, int w, int h) {

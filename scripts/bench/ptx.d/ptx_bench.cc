@@ -295,12 +295,67 @@ void BM_Scan_Engine(benchmark::State& state, JitMode mode) {
   state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
 }
 
+// The same scans by warp shuffles (warp_scan): 2 barriers and 5 to 8 shuffles per thread.
+void BM_WarpScan_Engine(benchmark::State& state, JitMode mode) {
+  std::vector<unsigned> in(kElements, 1), out(kElements);
+  Memory memory;
+  uint64_t din = memory.Add(in), dout = memory.Add(out);
+  auto params = Pack(din, dout);
+  uint32_t grid[3] = {kElements / 256, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "warp_scan", grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "warp_scan", grid, block, params, memory, &instructions);
+  if (out[255] != 256 || out[256] != 1 || out[kElements - 1] != 256) {
+    state.SkipWithError("wrong scan");
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
 void BM_Scan_Native(benchmark::State& state) {
   std::vector<unsigned> in(kElements, 1), out(kElements);
   for (auto _ : state) {
     for (int b = 0; b < kElements; b += 256) {
       unsigned sum = 0;
       for (int t = 0; t < 256; ++t) out[b + t] = sum += in[b + t];
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+
+void BM_WarpScan_Native(benchmark::State& state) { BM_Scan_Native(state); }
+
+// A grid-stride sum of 2^20 floats by 64 blocks of 256 threads (64 elements a thread),
+// then five shuffles per thread (warp_sum).
+void BM_WarpSum_Engine(benchmark::State& state, JitMode mode) {
+  std::vector<float> in(kElements, 1.0f), out(64 * 256 / 32);
+  Memory memory;
+  uint64_t din = memory.Add(in), dout = memory.Add(out);
+  auto params = Pack(din, dout, kElements);
+  uint32_t grid[3] = {64, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "warp_sum", grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "warp_sum", grid, block, params, memory, &instructions);
+  if (out[0] != 2048 || out.back() != 2048) state.SkipWithError("wrong sum");
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_WarpSum_Native(benchmark::State& state) {
+  std::vector<float> in(kElements, 1.0f), out(64 * 256 / 32);
+  for (auto _ : state) {
+    for (int w = 0; w < 64 * 256 / 32; ++w) {
+      float sum = 0;
+      for (int t = w * 32; t < w * 32 + 32; ++t) {
+        float v = 0;
+        for (int i = t; i < kElements; i += 64 * 256) v += in[i];
+        sum += v;
+      }
+      out[w] = sum;
     }
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
@@ -400,4 +455,10 @@ BENCHMARK(BM_Calls_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Scan_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Scan_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Scan_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_WarpScan_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_WarpScan_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_WarpScan_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_WarpSum_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_WarpSum_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_WarpSum_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -68,6 +68,10 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"lg2", "lg2.approx.f32 %f2, %f1;"},
     {"ex2", "ex2.approx.f32 %f2, %f1;"},
     {"tanh", "tanh.approx.f32 %f2, %f1;"},
+    {"shfl", "ld.global.u32 %r3, [%rd1];\n  shfl.sync.down.b32 %r2|%p1, %r3, 1, 31, -1;"},
+    {"vote", "setp.lt.u32 %p1, %r1, 5;\n  vote.sync.ballot.b32 %r2, %p1, -1;"},
+    {"activemask", "activemask.b32 %r2;"},
+    {"redux", "ld.global.u32 %r3, [%rd1];\n  redux.sync.add.s32 %r2, %r3, -1;"},
 };
 
 // A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around
@@ -165,6 +169,53 @@ TEST(JitOpcodeColumn, TheFormsOfAsyncCopiesFencesAndHintsItTakes) {
   for (const char* body : kTaken) {
     std::string refused;
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+}
+
+// Warp-level operations: the .sync forms, unguarded, a shuffle of a register the
+// interpreter keeps per lane; not the forms before sm_70, nor what the interpreter's lanes
+// may meet at other times than compiled code's (emit_warp.cc).
+TEST(JitOpcodeColumn, TheWarpLevelFormsItTakes) {
+  const char* const kTaken[] = {
+      "ld.global.u32 %r3, [%rd1];\n  shfl.sync.idx.b32 %r2, %r3, %r1, 0x1f, -1;",
+      "ld.global.u32 %r3, [%rd1];\n  shfl.sync.up.b32 %r2|%p1, %r3, 2, 0, %r1;",
+      "ld.global.f32 %f3, [%rd1];\n  shfl.sync.bfly.b32 %f2, %f3, 4, 0x1f, -1;",
+      "shfl.sync.idx.b32 %r2, 7, 0, 0x1f, -1;",
+      "setp.lt.u32 %p1, %r1, 5;\n  vote.sync.all.pred %p2, !%p1, -1;",
+      "setp.lt.u32 %p1, %r1, 5;\n  vote.sync.uni.pred %p2, %p1, %r1;",
+      "activemask.b32 %r2;\n  vote.sync.any.pred %p2, %p1, %r2;",
+      "bar.warp.sync -1;",
+      "bar.warp.sync %r1;",
+      // %r1 is %tid.x, set before anything else (launches of whole warps only).
+      "shfl.sync.down.b32 %r2, %r1, 1, 31, -1;",
+      // After a loop, a membermask of all lanes (an immediate, a register set to it).
+      "LOOP:\n  add.s32 %r1, %r1, 1;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 bra LOOP;\n  mov.b32 %r3, -1;\n"
+      "  vote.sync.all.pred %p2, %p1, %r3;\n  bar.warp.sync -1;",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "ld.global.u32 %r3, [%rd1];\n  shfl.down.b32 %r2, %r3, 1, 31;",
+      "setp.lt.u32 %p1, %r1, 5;\n  vote.any.pred %p2, %p1;",
+      "setp.lt.u32 %p1, %r1, 5;\n  @%p1 activemask.b32 %r2;",
+      // %r3 is %tid.y, set after a label: the interpreter has it in every lane before the
+      // CTA runs, a lane that has not run its mov yet too.
+      "bra.uni NEXT;\nNEXT:\n  mov.u32 %r3, %tid.y;\n  shfl.sync.down.b32 %r2, %r3, 1, 31, -1;",
+      "ld.global.u64 %rd3, [%rd1];\n  shfl.sync.down.b32 %r2, %rd3, 1, 31, -1;",
+      // After a loop: only membermasks of all lanes.
+      "LOOP:\n  add.s32 %r1, %r1, 1;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 bra LOOP;\n  activemask.b32 %r2;",
+      "LOOP:\n  add.s32 %r1, %r1, 1;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 bra LOOP;\n"
+      "  ld.global.u32 %r3, [%rd1];\n  vote.sync.ballot.b32 %r2, %p1, %r3;",
+      // In a loop: not reached from code placed after it, however its membermask.
+      "LOOP:\n  activemask.b32 %r2;\n  setp.lt.u32 %p1, %r2, 5;\n  @%p1 bra LOOP;",
+      // Reached from code placed after it.
+      "bra.uni SKIP;\nBACK:\n  bar.warp.sync -1;\n  bra.uni DONE;\nSKIP:\n  bra.uni BACK;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
   }
 }
 

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -1558,6 +1559,299 @@ TEST_F(JitCalls, TheBackgroundCompileInlinesWhileTheModuleIsThere) {
   WaitForCompile(*slot);
   std::lock_guard<std::mutex> lock(slot->mu);
   EXPECT_NE(slot->compiled, nullptr) << slot->refused;
+}
+
+// Warp-level operations and a thread's place in its warp (JitWarp.ptx): compiled, the
+// interpreter's results bit for bit.
+class JitWarp : public KernelFileTest {
+ public:
+  JitWarp() : KernelFileTest("JitWarp.ptx") {}
+
+  // `name` over `blocks` blocks of `block` threads, with parameters (`in`, when not empty),
+  // an output of `out_words` words, and `extra` (when given), in `mode`: the output (the
+  // launch must succeed).
+  std::vector<uint32_t> Run(JitMode mode, const std::string& name, uint32_t blocks, std::vector<uint32_t> block,
+                            std::vector<uint32_t> in, size_t out_words, std::optional<int32_t> extra) {
+    SetJitMode(mode);
+    std::vector<uint32_t> out(out_words, 0xdeadbeefu);
+    Memory memory;
+    const uint64_t din = in.empty() ? 0 : memory.Add(in);
+    const uint64_t dout = memory.Add(out);
+    std::vector<uint8_t> params = in.empty() ? Pack(dout) : extra ? Pack(din, dout, *extra) : Pack(din, dout);
+    std::string detail;
+    EXPECT_EQ(Launch(Kernel(name), {blocks, 1, 1}, block, params, memory, nullptr, &detail), 0)
+        << name << ": " << detail;
+    return out;
+  }
+
+  // The same interpreted, then compiled: the interpreter's output, which the compiled one
+  // must equal bit for bit, from the JIT's launch.
+  std::vector<uint32_t> Both(const std::string& name, uint32_t blocks, std::vector<uint32_t> block,
+                             const std::vector<uint32_t>& in, size_t out_words, std::optional<int32_t> extra = {}) {
+    std::vector<uint32_t> interpreted = Run(JitMode::kOff, name, blocks, block, in, out_words, extra);
+    const DecodedKernel& kernel = Kernel(name);
+    const uint64_t launches = kernel.jit->jit_launches.load();
+    std::vector<uint32_t> compiled = Run(JitMode::kAlways, name, blocks, block, in, out_words, extra);
+    EXPECT_NE(kernel.jit->compiled, nullptr) << name << ": " << kernel.jit->refused;
+    EXPECT_EQ(kernel.jit->jit_launches.load(), launches + 1) << name << ": " << kernel.jit->refused;
+    for (size_t k = 0; k < out_words; ++k) {
+      EXPECT_EQ(compiled[k], interpreted[k]) << name << ", word " << k;
+      if (compiled[k] != interpreted[k]) break;
+    }
+    return interpreted;
+  }
+};
+
+// %laneid, the lane masks, %warpid and %nwarpid on blocks of 24 x 3 threads (warps that
+// span rows, a last warp of 8 threads) and of 64 x 2 (vector code's rows): the interpreter's
+// values, and the values.
+TEST_F(JitWarp, LaneAndWarpRegistersAreTheInterpreters) {
+  for (std::vector<uint32_t> block : {std::vector<uint32_t>{24, 3, 1}, std::vector<uint32_t>{64, 2, 1}}) {
+    const uint32_t threads = block[0] * block[1], blocks = 3;
+    std::vector<uint32_t> out = Both("lane_ids", blocks, block, {}, blocks * threads * 8);
+    for (uint32_t t = 0; t < blocks * threads; ++t) {
+      const uint32_t index = t % threads, lane = index % 32;
+      const uint32_t* w = &out[t * 8];
+      ASSERT_EQ(w[0], lane) << t;
+      ASSERT_EQ(w[1], (1u << lane) - 1) << t;
+      ASSERT_EQ(w[2], (2u << lane) - 1) << t;
+      ASSERT_EQ(w[3], ~((2u << lane) - 1)) << t;
+      ASSERT_EQ(w[4], ~((1u << lane) - 1)) << t;
+      ASSERT_EQ(w[5], 1u << lane) << t;
+      ASSERT_EQ(w[6], index / 32) << t;
+      ASSERT_EQ(w[7], 64u) << t;
+    }
+  }
+}
+
+// A grid-stride sum reduced in each warp by five __shfl_down_sync (warp_sum; the loop's last
+// round run by part of each warp): each warp's sum, bit for bit the interpreter's.
+TEST_F(JitWarp, AShuffleDownReductionGivesEachWarpsSum) {
+  const uint32_t blocks = 5, threads = 128, n = 5000;
+  std::vector<uint32_t> in(n);
+  for (uint32_t k = 0; k < n; ++k) in[k] = std::bit_cast<uint32_t>(static_cast<float>(static_cast<int>(k % 17) - 8));
+  std::vector<uint32_t> out = Both("warp_sum", blocks, {threads, 1, 1}, in, blocks * threads / 32, int32_t{n});
+  for (uint32_t w = 0; w < blocks * threads / 32; ++w) {
+    float sum = 0;
+    for (uint32_t t = w * 32; t < w * 32 + 32; ++t) {
+      for (uint32_t i = t; i < n; i += blocks * threads) sum += std::bit_cast<float>(in[i]);
+    }
+    ASSERT_EQ(std::bit_cast<float>(out[w]), sum) << w;
+  }
+}
+
+// A block reduction whose last round only warp 0 runs (block_sum: divergent by warp, after
+// a barrier), on blocks of 256 threads and of 80 (a last warp of 16 threads, whose shuffles
+// read the lanes past it): each block's sum, bit for bit the interpreter's.
+TEST_F(JitWarp, OnlyWarpZeroShufflesTheBlocksLastRound) {
+  for (uint32_t threads : {256u, 80u}) {
+    const uint32_t blocks = 6;
+    std::vector<uint32_t> in(blocks * threads);
+    for (uint32_t k = 0; k < in.size(); ++k) in[k] = k * 7 % 101;
+    std::vector<uint32_t> out = Both("block_sum", blocks, {threads, 1, 1}, in, blocks);
+    for (uint32_t b = 0; b < blocks; ++b) {
+      uint32_t sum = 0;
+      for (uint32_t t = 0; t < threads; ++t) sum += in[b * threads + t];
+      ASSERT_EQ(out[b], sum) << threads << ", block " << b;
+    }
+  }
+}
+
+// __activemask, __ballot_sync, __all_sync and __any_sync in a branch that the lanes with an
+// odd value take (votes): the branch's lanes and their votes, the interpreter's.
+TEST_F(JitWarp, VotesInABranchTakenByPartOfTheWarp) {
+  const uint32_t blocks = 3, threads = 96;
+  std::vector<uint32_t> in(blocks * threads);
+  for (uint32_t k = 0; k < in.size(); ++k) in[k] = (k * 37 + k / 32) % 29;
+  std::vector<uint32_t> out = Both("votes", blocks, {threads, 1, 1}, in, in.size() * 5);
+  for (uint32_t w = 0; w < in.size() / 32; ++w) {
+    uint32_t active = 0, big = 0, all = 1, any = 0, third = 0;
+    for (uint32_t l = 0; l < 32; ++l) {
+      const uint32_t x = in[w * 32 + l];
+      if (x % 2 == 0) continue;
+      active |= 1u << l;
+      big |= static_cast<uint32_t>(x > 10) << l;
+      all &= x > 0;
+      any |= x > 20;
+      third |= static_cast<uint32_t>(x % 3 == 0) << l;
+    }
+    for (uint32_t l = 0; l < 32; ++l) {
+      const uint32_t* r = &out[(w * 32 + l) * 5];
+      const bool odd = in[w * 32 + l] % 2 != 0;
+      ASSERT_EQ(r[0], odd ? active : 0) << w << ", " << l;
+      ASSERT_EQ(r[1], odd ? big : 0) << w << ", " << l;
+      ASSERT_EQ(r[2], odd ? all : 0) << w << ", " << l;
+      ASSERT_EQ(r[3], odd ? any : 0) << w << ", " << l;
+      ASSERT_EQ(r[4], odd ? third : 0) << w << ", " << l;
+    }
+  }
+}
+
+// __shfl_sync with widths 8 and 16, __shfl_xor_sync within 16 and __shfl_up_sync within 8
+// (shuffle_width: the segment masks of c), for several source lanes: the interpreter's.
+TEST_F(JitWarp, ShufflesWithinSegmentsNarrowerThanTheWarp) {
+  const uint32_t blocks = 2, threads = 64;
+  std::vector<uint32_t> in(blocks * threads);
+  for (uint32_t k = 0; k < in.size(); ++k) in[k] = k * 1000 + 1;
+  for (int32_t src : {0, 3, 9, 31}) {
+    std::vector<uint32_t> out = Both("shuffle_width", blocks, {threads, 1, 1}, in, in.size() * 4, src);
+    for (uint32_t t = 0; t < in.size(); ++t) {
+      const uint32_t lane = t % 32, base = t - lane, x = t % threads;
+      ASSERT_EQ(out[t * 4], in[base + (lane & ~7u) + (src & 7)]) << src << ", " << t;
+      ASSERT_EQ(out[t * 4 + 1], in[base + (lane & ~15u) + ((src + x) & 15)]) << src << ", " << t;
+      ASSERT_EQ(out[t * 4 + 2], in[base + (lane ^ 5)]) << src << ", " << t;
+      ASSERT_EQ(out[t * 4 + 3], in[(lane & 7) >= 3 ? t - 3 : t]) << src << ", " << t;
+    }
+  }
+}
+
+// An inclusive scan by __shfl_up_sync in each warp, then of the warps' totals by warp 0
+// with __syncwarp (warp_scan), over 3000 elements on blocks of 256: each block's prefix
+// sums, bit for bit the interpreter's.
+TEST_F(JitWarp, AnInclusiveWarpScan) {
+  const uint32_t threads = 256, n = 3000, blocks = (n + threads - 1) / threads;
+  std::vector<uint32_t> in(n);
+  for (uint32_t k = 0; k < n; ++k) in[k] = k % 13 + 1;
+  std::vector<uint32_t> out = Both("warp_scan", blocks, {threads, 1, 1}, in, n, int32_t{n});
+  uint32_t sum = 0;
+  for (uint32_t k = 0; k < n; ++k) {
+    sum = k % threads == 0 ? in[k] : sum + in[k];
+    ASSERT_EQ(out[k], sum) << k;
+  }
+}
+
+// shfl.sync's predicate (shuffle_predicate: up and down within segments of 16 by several
+// deltas, each lane's value and whether its source lane was in the segment): the
+// interpreter's.
+TEST_F(JitWarp, AShufflesPredicateSaysWhetherItsSourceLaneWasInRange) {
+  const uint32_t blocks = 2, threads = 64;
+  std::vector<uint32_t> in(blocks * threads);
+  for (uint32_t k = 0; k < in.size(); ++k) in[k] = k * 3 + 5;
+  for (int32_t delta : {0, 1, 5, 15, 16}) {
+    std::vector<uint32_t> out = Both("shuffle_predicate", blocks, {threads, 1, 1}, in, in.size() * 4, delta);
+    for (uint32_t t = 0; t < in.size(); ++t) {
+      const uint32_t lane = t % 16;
+      const bool up = static_cast<int32_t>(lane) - delta >= 0, down = lane + delta <= 15;
+      ASSERT_EQ(out[t * 4], in[up ? t - delta : t]) << delta << ", " << t;
+      ASSERT_EQ(out[t * 4 + 1], up ? 1u : 0u) << delta << ", " << t;
+      ASSERT_EQ(out[t * 4 + 2], in[down ? t + delta : t]) << delta << ", " << t;
+      ASSERT_EQ(out[t * 4 + 3], down ? 1u : 0u) << delta << ", " << t;
+    }
+  }
+}
+
+// Lanes meeting at different warp-level operations (meet: the odd lanes at a __ballot_sync
+// naming all 32, the even ones at an __activemask placed before it, then all at an
+// __activemask after both): the interpreter runs the even lanes through the last one
+// before the odd lanes' ballot, which names them; so does compiled code, each lane's
+// masks the interpreter's.
+TEST_F(JitWarp, LanesAtOtherOperationsThatAMembermaskNamesRunFirst) {
+  const uint32_t blocks = 2, threads = 64;
+  std::vector<uint32_t> in(blocks * threads);
+  for (uint32_t k = 0; k < in.size(); ++k) in[k] = (k * 7 + k / 5) % 23;
+  std::vector<uint32_t> out = Both("meet", blocks, {threads, 1, 1}, in, in.size() * 2);
+  for (uint32_t w = 0; w < in.size() / 32; ++w) {
+    uint32_t odd = 0, big = 0;
+    for (uint32_t l = 0; l < 32; ++l) {
+      odd |= (in[w * 32 + l] & 1) << l;
+      big |= static_cast<uint32_t>((in[w * 32 + l] & 1) && in[w * 32 + l] > 10) << l;
+    }
+    for (uint32_t l = 0; l < 32; ++l) {
+      const bool is_odd = (odd >> l) & 1;
+      ASSERT_EQ(out[(w * 32 + l) * 2], is_odd ? big : ~odd) << w << ", " << l;
+      ASSERT_EQ(out[(w * 32 + l) * 2 + 1], is_odd ? odd : ~odd) << w << ", " << l;
+    }
+  }
+}
+
+// A ballot of a negated predicate and vote.sync.uni (vote_negated), on warps whose lanes
+// all agree, all disagree and differ: the interpreter's.
+TEST_F(JitWarp, VotesOfANegatedPredicateAndUni) {
+  const uint32_t blocks = 1, threads = 96;
+  std::vector<uint32_t> in(blocks * threads);
+  for (uint32_t k = 0; k < in.size(); ++k) in[k] = k < 32 ? 3 : k < 64 ? 12 : k % 20;
+  std::vector<uint32_t> out = Both("vote_negated", blocks, {threads, 1, 1}, in, in.size() * 2);
+  for (uint32_t w = 0; w < in.size() / 32; ++w) {
+    uint32_t big = 0;
+    for (uint32_t l = 0; l < 32; ++l) big |= static_cast<uint32_t>(in[w * 32 + l] >= 10) << l;
+    for (uint32_t l = 0; l < 32; ++l) {
+      ASSERT_EQ(out[(w * 32 + l) * 2], big) << w << ", " << l;
+      ASSERT_EQ(out[(w * 32 + l) * 2 + 1], big == 0 || big == ~0u ? 1u : 0u) << w << ", " << l;
+    }
+  }
+}
+
+// A shuffle of a register computed from %tid alone (rotate), which the interpreter computes
+// in every lane before the block runs: compiled for blocks of whole warps, the
+// interpreter's results; a block with a last warp of 16 threads (whose lane 15 reads lane
+// 16, past the block, which has a value there) runs on the interpreter.
+TEST_F(JitWarp, AShuffleOfAValueOfTheThreadIndexAloneTakesWholeWarpsOnly) {
+  std::vector<uint32_t> out = Both("rotate", 2, {64, 1, 1}, {}, 128);
+  for (uint32_t t = 0; t < 128; ++t) ASSERT_EQ(out[t], (t % 64 / 32 * 32 + (t + 1) % 32) * 3 + 1) << t;
+  SetJitMode(JitMode::kAlways);
+  const DecodedKernel& kernel = Kernel("rotate");
+  const uint64_t launches = kernel.jit->jit_launches.load();
+  std::vector<uint32_t> partial = Run(JitMode::kAlways, "rotate", 1, {48, 1, 1}, {}, 48, {});
+  EXPECT_EQ(kernel.jit->jit_launches.load(), launches);
+  // Lane 16 of warp 1, past the block: the interpreter's coordinates wrap there (%tid.x 0).
+  EXPECT_EQ(partial[47], 1u);
+}
+
+// __reduce_{add,min,max,and,or,xor}_sync (reductions: redux.sync over the whole warp, and
+// over the lanes of a branch part of the warp takes, with negative values for the signed
+// minimum and maximum): the interpreter's, and the values.
+TEST_F(JitWarp, WarpReductionsOverTheWarpAndOverABranchsLanes) {
+  const uint32_t blocks = 2, threads = 64;
+  std::vector<uint32_t> in(blocks * threads);
+  for (uint32_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(static_cast<int32_t>(k * 37 % 71) - 20);
+  std::vector<uint32_t> out = Both("reductions", blocks, {threads, 1, 1}, in, in.size() * 7);
+  for (uint32_t w = 0; w < in.size() / 32; ++w) {
+    uint32_t add = 0, and_ = ~0u, or_ = 0, xor_ = 0, umax = 0;
+    int32_t min = INT32_MAX, max = INT32_MIN;
+    for (uint32_t l = 0; l < 32; ++l) {
+      const int32_t x = static_cast<int32_t>(in[w * 32 + l]);
+      add += static_cast<uint32_t>(x);
+      min = std::min(min, x);
+      if (x >= 40) continue;
+      max = std::max(max, x);
+      umax = std::max(umax, static_cast<uint32_t>(x));
+      and_ &= static_cast<uint32_t>(x) | 0x100u;
+      or_ |= static_cast<uint32_t>(x);
+      xor_ ^= static_cast<uint32_t>(x);
+    }
+    for (uint32_t l = 0; l < 32; ++l) {
+      const uint32_t* r = &out[(w * 32 + l) * 7];
+      const bool in_branch = static_cast<int32_t>(in[w * 32 + l]) < 40;
+      ASSERT_EQ(r[0], add) << w << ", " << l;
+      ASSERT_EQ(r[1], static_cast<uint32_t>(min)) << w << ", " << l;
+      ASSERT_EQ(r[2], in_branch ? static_cast<uint32_t>(max) : 0u) << w << ", " << l;
+      ASSERT_EQ(r[3], in_branch ? umax : 0u) << w << ", " << l;
+      ASSERT_EQ(r[4], in_branch ? and_ : 0u) << w << ", " << l;
+      ASSERT_EQ(r[5], in_branch ? or_ : 0u) << w << ", " << l;
+      ASSERT_EQ(r[6], in_branch ? xor_ : 0u) << w << ", " << l;
+    }
+  }
+}
+
+// GPUPOOL_PTX_JIT=auto: a kernel whose threads stop at shuffles more than they run between
+// them (warp_scan: no loop) stays on the interpreter once compiled; one with a loop free of
+// them (warp_sum's grid-stride loop) runs compiled.
+TEST_F(JitWarp, AutoLeavesKernelsOfShufflesWithoutLoopsToTheInterpreter) {
+  SetJitMode(JitMode::kAuto);
+  const uint32_t n = uint32_t{1} << 20;
+  std::vector<uint32_t> in(n, 1), out(n);
+  Memory memory;
+  const uint64_t din = memory.Add(in), dout = memory.Add(out);
+  for (const char* name : {"warp_scan", "warp_sum"}) {
+    const DecodedKernel& kernel = Kernel(name);
+    for (int k = 0; k < 2; ++k) {
+      ASSERT_EQ(Launch(kernel, {n / 256, 1, 1}, {256, 1, 1}, Pack(din, dout, int32_t{1} << 20), memory), 0) << name;
+    }
+    WaitForCompile(*kernel.jit);
+    ASSERT_NE(kernel.jit->compiled, nullptr) << name << ": " << kernel.jit->refused;
+    ASSERT_EQ(Launch(kernel, {n / 256, 1, 1}, {256, 1, 1}, Pack(din, dout, int32_t{1} << 20), memory), 0) << name;
+    EXPECT_EQ(kernel.jit->jit_launches.load(), std::string(name) == "warp_sum" ? 1u : 0u) << name;
+  }
 }
 
 }  // namespace
