@@ -68,6 +68,12 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"lg2", "lg2.approx.f32 %f2, %f1;"},
     {"ex2", "ex2.approx.f32 %f2, %f1;"},
     {"tanh", "tanh.approx.f32 %f2, %f1;"},
+    {"tex", "tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}];"},
+    {"tld4", "tld4.r.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}];"},
+    {"txq", "txq.width.b32 %r2, [%rd1];"},
+    {"suld", "suld.b.2d.b32.trap {%r2}, [%rd1, {%r1, %r1}];"},
+    {"sust", "sust.b.2d.b32.trap [%rd1, {%r1, %r1}], {%r1};"},
+    {"suq", "suq.width.b32 %r2, [%rd1];"},
 };
 
 // A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around
