@@ -70,14 +70,10 @@ bool Emitter::Texture(const RawStatement& s, const std::vector<std::string_view>
     llvm::Value* v = b_.getInt64(0);
     // sust: the low `width` bytes of each value's register are stored.
     if (store && i < static_cast<int>(values.size())) {
-      if (is_sink(values[i])) {
-        v = b_.getInt64(0);
-      } else {
-        if (!is_register(values[i])) return (*why = "a value the tier does not take", false);
-        llvm::Value* element = Source(values[i], Type{Kind::kBits, 8u * op.width}, why);
-        if (element == nullptr) return false;
-        v = b_.CreateZExt(element, i64_);
-      }
+      if (!is_register(values[i])) return (*why = "a value the tier does not take", false);
+      llvm::Value* element = Source(values[i], Type{Kind::kBits, 8u * op.width}, why);
+      if (element == nullptr) return false;
+      v = b_.CreateZExt(element, i64_);
     }
     b_.CreateStore(v, word(values_slot, i));
   }
