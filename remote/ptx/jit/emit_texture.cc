@@ -3,7 +3,7 @@
 // for one lane (texture::RunLane) over the launch's bounds-checked memory: the handle, the
 // descriptor it names and the coordinates come from the job, and are checked there as the
 // interpreter checks them. The forms and operands the tier takes are the decoder's
-// (interp/decode_memory.cc, Decoder::Texture); vector code refuses them.
+// (interp/decode_memory.cc, Decoder::Texture); vector code calls it lane by lane.
 #include <llvm/IR/MDBuilder.h>
 
 #include <string>
@@ -15,7 +15,6 @@
 namespace gpupool::sim::jit {
 
 bool Emitter::Texture(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
-  if (lanes_) return (*why = "a texture or surface instruction in vector code", false);
   // The interpreter's forms: what its decoder refuses, the tier refuses.
   texture::Op op;
   if (!texture::ParseOpcode(std::vector<std::string>(parts.begin(), parts.end()), &op, why)) return false;
@@ -51,62 +50,96 @@ bool Emitter::Texture(const RawStatement& s, const std::vector<std::string_view>
   };
   auto is_sink = [](const RawOperand& r) { return r.kind == RawOperand::kName && r.name == "_"; };
 
-  llvm::IRBuilder<> at(alloca_point_);
-  llvm::Type* words = llvm::ArrayType::get(i64_, 4);
-  llvm::AllocaInst* coords_slot = at.CreateAlloca(words);
-  llvm::AllocaInst* values_slot = at.CreateAlloca(words);
-  auto word = [&](llvm::AllocaInst* slot, int i) { return b_.CreateConstGEP2_32(words, slot, 0, i); };
-  for (int i = 0; i < 4; ++i) {
-    llvm::Value* v = b_.getInt64(0);
-    if (i < static_cast<int>(coordinates.size())) {
-      if (!is_register(coordinates[i])) return (*why = "a coordinate the tier does not take", false);
-      llvm::Value* low = Source(coordinates[i], Type{Kind::kBits, 32}, why);
-      if (low == nullptr) return false;
-      v = b_.CreateZExt(low, i64_);
-    }
-    b_.CreateStore(v, word(coords_slot, i));
+  // The inputs, zero-extended to 64 bits (vectors of the lanes in vector code).
+  std::vector<llvm::Value*> inputs[2] = {std::vector<llvm::Value*>(4), std::vector<llvm::Value*>(4)};
+  for (size_t i = 0; i < coordinates.size(); ++i) {
+    if (!is_register(coordinates[i])) return (*why = "a coordinate the tier does not take", false);
+    llvm::Value* low = Source(coordinates[i], Type{Kind::kBits, 32}, why);
+    if (low == nullptr) return false;
+    inputs[0][i] = b_.CreateZExt(low, I64());
   }
-  for (int i = 0; i < 4; ++i) {
-    llvm::Value* v = b_.getInt64(0);
-    // sust: the low `width` bytes of each value's register are stored.
-    if (store && i < static_cast<int>(values.size())) {
-      if (!is_register(values[i])) return (*why = "a value the tier does not take", false);
-      llvm::Value* element = Source(values[i], Type{Kind::kBits, 8u * op.width}, why);
-      if (element == nullptr) return false;
-      v = b_.CreateZExt(element, i64_);
-    }
-    b_.CreateStore(v, word(values_slot, i));
+  // sust: the low `width` bytes of each value's register are stored.
+  for (size_t i = 0; store && i < values.size(); ++i) {
+    if (!is_register(values[i])) return (*why = "a value the tier does not take", false);
+    llvm::Value* element = Source(values[i], Type{Kind::kBits, 8u * op.width}, why);
+    if (element == nullptr) return false;
+    inputs[1][i] = b_.CreateZExt(element, I64());
   }
   RawOperand handle_register;
   handle_register.kind = RawOperand::kName;
   handle_register.name = address.name;
   llvm::Value* handle = Source(handle_register, Type{Kind::kBits, 64}, why);
   if (handle == nullptr) return false;
+  for (size_t i = 0; !store && i < values.size(); ++i) {
+    if (is_sink(values[i])) continue;
+    if (!is_register(values[i])) return (*why = "a destination the tier does not take", false);
+    if (StorageBits(values[i].name) == 1) return (*why = "a predicate destination", false);
+  }
 
+  llvm::IRBuilder<> at(alloca_point_);
+  llvm::Type* words = llvm::ArrayType::get(i64_, 4);
+  llvm::AllocaInst* slots[2] = {at.CreateAlloca(words), at.CreateAlloca(words)};  // coordinates, values
+  auto word = [&](llvm::AllocaInst* slot, int i) { return b_.CreateConstGEP2_32(words, slot, 0, i); };
+  // The results of the lanes (vector code): one vector per value.
+  std::vector<llvm::AllocaInst*> results(4, nullptr);
+  if (lanes_ && !store) {
+    for (int i = 0; i < 4; ++i) {
+      results[i] = at.CreateAlloca(I64());
+      b_.CreateStore(llvm::Constant::getNullValue(I64()), results[i]);
+    }
+  }
   auto* type = llvm::FunctionType::get(i32_, {ptr_, i32_, i64_, ptr_, ptr_}, false);
   llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(&TextureLane)), ptr_);
-  llvm::Value* failed = b_.CreateCall(
-      type, callee, {context_, b_.getInt32(texture::Pack(op)), handle, word(coords_slot, 0), word(values_slot, 0)});
-  auto* fault = llvm::BasicBlock::Create(ctx_, "texture_fault", fn_);
-  auto* join = llvm::BasicBlock::Create(ctx_, "texture_ok", fn_);
-  b_.CreateCondBr(b_.CreateICmpNE(failed, b_.getInt32(0)), fault, join,
-                  llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
-  // TextureLane set the fault's address, size and name; the thread is this one.
-  b_.SetInsertPoint(fault);
-  b_.CreateStore(ThreadIndex(), Field(kOffFaultThread));
-  FlushCount();
-  b_.CreateRet(b_.getInt32(kIllegalAddress));
-  b_.SetInsertPoint(join);
+  // One thread's instruction (lane k of vector code): its inputs into the slots, the call,
+  // and on a fault the end of the launch (TextureLane set the fault's address, size and
+  // name; the thread is this one).
+  auto lane = [&](uint32_t k) {
+    auto pick = [&](llvm::Value* v) { return lanes_ ? b_.CreateExtractElement(v, uint64_t{k}) : v; };
+    for (int slot = 0; slot < 2; ++slot) {
+      for (int i = 0; i < 4; ++i) {
+        b_.CreateStore(inputs[slot][i] ? pick(inputs[slot][i]) : b_.getInt64(0), word(slots[slot], i));
+      }
+    }
+    llvm::Value* failed = b_.CreateCall(
+        type, callee, {context_, b_.getInt32(texture::Pack(op)), pick(handle), word(slots[0], 0), word(slots[1], 0)});
+    auto* fault = llvm::BasicBlock::Create(ctx_, "texture_fault", fn_);
+    auto* join = llvm::BasicBlock::Create(ctx_, "texture_ok", fn_);
+    b_.CreateCondBr(b_.CreateICmpNE(failed, b_.getInt32(0)), fault, join,
+                    llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+    b_.SetInsertPoint(fault);
+    b_.CreateStore(b_.CreateAdd(ThreadIndex(), b_.getInt32(k)), Field(kOffFaultThread));
+    FlushCount();
+    b_.CreateRet(b_.getInt32(kIllegalAddress));
+    b_.SetInsertPoint(join);
+    for (int i = 0; lanes_ && !store && i < 4; ++i) {
+      llvm::Value* v = b_.CreateLoad(i64_, word(slots[1], i));
+      b_.CreateStore(b_.CreateInsertElement(b_.CreateLoad(I64(), results[i]), v, uint64_t{k}), results[i]);
+    }
+  };
+  if (!lanes_) {
+    lane(0);
+  } else {
+    // Vector code: each running lane in lane order, as scalar code runs its threads.
+    llvm::Value* mask = Mask();
+    for (uint32_t k = 0; k < lanes_; ++k) {
+      auto* run = llvm::BasicBlock::Create(ctx_, "texture_lane", fn_);
+      auto* next = llvm::BasicBlock::Create(ctx_, "texture_next", fn_);
+      b_.CreateCondBr(b_.CreateExtractElement(mask, uint64_t{k}), run, next);
+      b_.SetInsertPoint(run);
+      lane(k);
+      b_.CreateBr(next);
+      b_.SetInsertPoint(next);
+    }
+  }
   if (store) return true;
   // The destinations, in order, as the interpreter writes them (a sink `_` takes nothing):
   // each register keeps the low bits of its declared width.
   for (size_t i = 0; i < values.size(); ++i) {
     if (is_sink(values[i])) continue;
-    if (!is_register(values[i])) return (*why = "a destination the tier does not take", false);
     const uint32_t bits = StorageBits(values[i].name);
-    if (bits == 1) return (*why = "a predicate destination", false);
-    llvm::Value* v = b_.CreateLoad(i64_, word(values_slot, static_cast<int>(i)));
-    if (!Dest(values[i], b_.CreateTrunc(v, b_.getIntNTy(bits)), Type{Kind::kBits, bits}, why)) return false;
+    llvm::Value* v =
+        lanes_ ? b_.CreateLoad(I64(), results[i]) : b_.CreateLoad(i64_, word(slots[1], static_cast<int>(i)));
+    if (!Dest(values[i], b_.CreateTrunc(v, Lanes(b_.getIntNTy(bits))), Type{Kind::kBits, bits}, why)) return false;
   }
   return true;
 }

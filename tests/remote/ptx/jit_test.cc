@@ -1563,8 +1563,10 @@ TEST_F(JitCalls, TheBackgroundCompileInlinesWhileTheModuleIsThere) {
 
 // Texture and surface instructions (JitTextures.ptx: nvcc's tex1D, tex2D, tex3D,
 // tex2DLayered, tex1Dfetch, tex2Dgather, surf2Dread/write, surf3Dread/write and txq/suq of
-// texture and surface objects): compiled in scalar code as calls of the interpreter's own
-// per-lane code, so that results, faults and their details are the interpreter's bit for bit.
+// texture and surface objects): compiled as calls of the interpreter's own per-lane code
+// (vector code: lane by lane), so that results, faults and their details are the
+// interpreter's bit for bit. Each test runs blocks whose x extent is a multiple of 8 (vector
+// code) and blocks whose is not (scalar code).
 class JitTextures : public KernelFileTest {
  public:
   JitTextures() : KernelFileTest("JitTextures.ptx") {}
@@ -1591,8 +1593,9 @@ class JitTextures : public KernelFileTest {
   using Setup = std::function<std::vector<uint8_t>(Buffers&)>;
 
   // `name` over `blocks` blocks of threads x threads_y on the interpreter (runs[0]), then
-  // compiled (runs[1]), which must have run compiled (scalar code) and given the same
-  // CUresult, detail and (where the launch succeeded) memory.
+  // compiled (runs[1]), which must have run compiled (vector code where threads is a
+  // multiple of 8) and given the same CUresult, detail and (where the launch succeeded)
+  // memory.
   void RunBoth(const std::string& name, uint32_t blocks, uint32_t threads, uint32_t threads_y, const Setup& setup,
                Run runs[2]) {
     const DecodedKernel& kernel = Kernel(name);
@@ -1609,7 +1612,7 @@ class JitTextures : public KernelFileTest {
     }
     ASSERT_NE(kernel.jit->compiled, nullptr) << name << ": " << kernel.jit->refused;
     EXPECT_EQ(kernel.jit->jit_launches.load(), before + 1) << name;
-    EXPECT_FALSE(HasVectorCode(*kernel.jit->compiled)) << name;
+    EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled)) << name;
     EXPECT_EQ(runs[1].status, runs[0].status) << name;
     EXPECT_EQ(runs[1].detail, runs[0].detail) << name;
     // What a failed launch left in memory is the tiers' own (threads run in another order).
@@ -1666,12 +1669,18 @@ class JitTextures : public KernelFileTest {
     return c;
   }
 
-  // `name`(handle, coordinates, out, n) over 2 blocks of 64 threads, a descriptor over
-  // `texels` as `make` makes it and `scale`d coordinates: the results (16 bytes a thread).
+  // `name`(handle, coordinates, out, n) over 2 blocks of 64 threads (vector code), then of
+  // 60 (scalar code), a descriptor over `texels` as `make` makes it and `scale`d
+  // coordinates: the results (16 bytes a thread).
   template <typename T>
   void Sample(const std::string& name, const std::vector<T>& texels,
               const std::function<dataplane::SimTextureDescriptor(uint64_t)>& make, float scale) {
-    const uint32_t blocks = 2, threads = 64;
+    for (uint32_t threads : {64u, 60u}) Sample(name, texels, make, scale, threads);
+  }
+  template <typename T>
+  void Sample(const std::string& name, const std::vector<T>& texels,
+              const std::function<dataplane::SimTextureDescriptor(uint64_t)>& make, float scale, uint32_t threads) {
+    const uint32_t blocks = 2;
     Run runs[2];
     RunBoth(
         name, blocks, threads, 1,
@@ -1785,86 +1794,91 @@ TEST_F(JitTextures, Tld4GathersTheFourTexelsOfAChannel) {
 
 // txq (width, height, depth, array size, normalised, filter, address modes) and suq.
 TEST_F(JitTextures, TxqAndSuqAnswerAsTheInterpreter) {
-  const uint32_t threads = 40;
-  Run runs[2];
-  RunBoth(
-      "query", 1, threads, 1,
-      [&](Buffers& b) {
-        const uint64_t at = b.Add(FloatTexels(16 * 12 * 3));
-        dataplane::SimTextureDescriptor t =
-            Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 3, dataplane::kSimTexLayered | dataplane::kSimTexNormalized,
-                       dataplane::kAddressMirror);
-        t.address_mode[1] = dataplane::kAddressBorder;
-        dataplane::SimTextureDescriptor s = Descriptor(at, dataplane::kTexelF32, 1, 48, 12, 3);
-        s.magic = dataplane::kSimSurfaceMagic;
-        const uint64_t texture = b.Add(std::vector<dataplane::SimTextureDescriptor>{t});
-        const uint64_t surface = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
-        const uint64_t out = b.Add(std::vector<int32_t>(threads * 12, -1));
-        return Pack(texture, surface, out, static_cast<int32_t>(threads));
-      },
-      runs);
-  ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
-  std::vector<int32_t> out(threads * 12);
-  std::memcpy(out.data(), runs[1].buffers.back().data(), out.size() * 4);
-  const std::vector<int32_t> want = {16, 12, 1, 3, 1, 0, dataplane::kAddressMirror, dataplane::kAddressBorder,
-                                     48, 12, 3, 5};
-  EXPECT_EQ(std::vector<int32_t>(out.begin() + 60, out.begin() + 72), want);
+  for (uint32_t threads : {40u, 37u}) {
+    Run runs[2];
+    RunBoth(
+        "query", 1, threads, 1,
+        [&](Buffers& b) {
+          const uint64_t at = b.Add(FloatTexels(16 * 12 * 3));
+          dataplane::SimTextureDescriptor t =
+              Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 3,
+                         dataplane::kSimTexLayered | dataplane::kSimTexNormalized, dataplane::kAddressMirror);
+          t.address_mode[1] = dataplane::kAddressBorder;
+          dataplane::SimTextureDescriptor s = Descriptor(at, dataplane::kTexelF32, 1, 48, 12, 3);
+          s.magic = dataplane::kSimSurfaceMagic;
+          const uint64_t texture = b.Add(std::vector<dataplane::SimTextureDescriptor>{t});
+          const uint64_t surface = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
+          const uint64_t out = b.Add(std::vector<int32_t>(threads * 12, -1));
+          return Pack(texture, surface, out, static_cast<int32_t>(threads));
+        },
+        runs);
+    ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+    std::vector<int32_t> out(threads * 12);
+    std::memcpy(out.data(), runs[1].buffers.back().data(), out.size() * 4);
+    const std::vector<int32_t> want = {16, 12, 1, 3, 1, 0, dataplane::kAddressMirror, dataplane::kAddressBorder,
+                                       48, 12, 3, 5};
+    EXPECT_EQ(std::vector<int32_t>(out.begin() + 60, out.begin() + 72), want);
+  }
 }
 
 // surf2Dread / surf2Dwrite (suld.b.2d.b32, sust.b.2d.b32) under .trap, .clamp and .zero:
 // each thread reads an element and writes it back changed into another surface; under
 // .clamp and .zero coordinates past the edges too.
 TEST_F(JitTextures, SurfaceLoadsAndStoresRoundTrip) {
-  const uint32_t blocks = 2, threads = 64, w = 24, h = 10;
-  for (const char* name : {"surface_trap", "surface_clamp", "surface_zero"}) {
-    const bool inside = std::string(name) == "surface_trap";
-    Run runs[2];
-    RunBoth(
-        name, blocks, threads, 1,
-        [&](Buffers& b) {
-          std::vector<float> source(w * h);
-          for (size_t k = 0; k < source.size(); ++k) source[k] = static_cast<float>(k) * 0.5f - 7;
-          dataplane::SimTextureDescriptor s = Descriptor(b.Add(source), dataplane::kTexelF32, 1, w, h, 1);
-          s.magic = dataplane::kSimSurfaceMagic;
-          dataplane::SimTextureDescriptor d = s;
-          d.base = b.Add(std::vector<float>(w * h, -1.0f));
-          const uint64_t sh = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
-          const uint64_t dh = b.Add(std::vector<dataplane::SimTextureDescriptor>{d});
-          std::vector<int32_t> c(blocks * threads * 2);
-          for (uint32_t t = 0; t < blocks * threads; ++t) {
-            c[2 * t] = inside ? static_cast<int32_t>(t * 7 % w) : static_cast<int32_t>(t * 7 % (w + 8)) - 4;
-            c[2 * t + 1] = inside ? static_cast<int32_t>(t % h) : static_cast<int32_t>(t % (h + 4)) - 2;
-          }
-          const uint64_t dc = b.Add(c);
-          const uint64_t out = b.Add(std::vector<float>(blocks * threads, 99.0f));
-          return Pack(sh, dh, dc, out, static_cast<int32_t>(blocks * threads - 5));
-        },
-        runs);
-    ASSERT_EQ(runs[0].status, 0) << name << ": " << runs[0].detail;
-    // The destination surface's elements were written.
-    EXPECT_NE(runs[0].buffers[1], std::vector<uint8_t>(runs[0].buffers[1].size(), 0)) << name;
+  const uint32_t blocks = 2, w = 24, h = 10;
+  for (uint32_t threads : {64u, 60u}) {
+    for (const char* name : {"surface_trap", "surface_clamp", "surface_zero"}) {
+      const bool inside = std::string(name) == "surface_trap";
+      Run runs[2];
+      RunBoth(
+          name, blocks, threads, 1,
+          [&](Buffers& b) {
+            std::vector<float> source(w * h);
+            for (size_t k = 0; k < source.size(); ++k) source[k] = static_cast<float>(k) * 0.5f - 7;
+            dataplane::SimTextureDescriptor s = Descriptor(b.Add(source), dataplane::kTexelF32, 1, w, h, 1);
+            s.magic = dataplane::kSimSurfaceMagic;
+            dataplane::SimTextureDescriptor d = s;
+            d.base = b.Add(std::vector<float>(w * h, -1.0f));
+            const uint64_t sh = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
+            const uint64_t dh = b.Add(std::vector<dataplane::SimTextureDescriptor>{d});
+            std::vector<int32_t> c(blocks * threads * 2);
+            for (uint32_t t = 0; t < blocks * threads; ++t) {
+              c[2 * t] = inside ? static_cast<int32_t>(t * 7 % w) : static_cast<int32_t>(t * 7 % (w + 8)) - 4;
+              c[2 * t + 1] = inside ? static_cast<int32_t>(t % h) : static_cast<int32_t>(t % (h + 4)) - 2;
+            }
+            const uint64_t dc = b.Add(c);
+            const uint64_t out = b.Add(std::vector<float>(blocks * threads, 99.0f));
+            return Pack(sh, dh, dc, out, static_cast<int32_t>(blocks * threads - 5));
+          },
+          runs);
+      ASSERT_EQ(runs[0].status, 0) << name << ": " << runs[0].detail;
+      // The destination surface's elements were written.
+      EXPECT_NE(runs[0].buffers[1], std::vector<uint8_t>(runs[0].buffers[1].size(), 0)) << name;
+    }
   }
 }
 
 // surf3Dwrite / surf3Dread of uchar4 (sust.b.3d.v4.b8 of 16-bit registers, suld.b.3d.v4.b8).
 TEST_F(JitTextures, AThreeDimensionalSurfaceOfBytes) {
-  const uint32_t w = 8, h = 6, d = 3;
-  Run runs[2];
-  RunBoth(
-      "surface_3d", d, w, h,
-      [&](Buffers& b) {
-        dataplane::SimTextureDescriptor s =
-            Descriptor(b.Add(std::vector<uint8_t>(w * h * d * 4, 0)), dataplane::kTexelU8, 4, w, h, d);
-        s.magic = dataplane::kSimSurfaceMagic;
-        const uint64_t handle = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
-        const uint64_t out = b.Add(std::vector<uint32_t>(w * h * d, 0xdeadbeef));
-        return Pack(handle, out, static_cast<int32_t>(w), static_cast<int32_t>(h));
-      },
-      runs);
-  ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
-  uint32_t last;
-  std::memcpy(&last, runs[1].buffers.back().data() + (w * h * d - 1) * 4, 4);
-  EXPECT_EQ(last, (w - 1) | (h - 1) << 8 | (d - 1) << 16 | 7u << 24);
+  for (uint32_t w : {8u, 7u}) {
+    const uint32_t h = 6, d = 3;
+    Run runs[2];
+    RunBoth(
+        "surface_3d", d, w, h,
+        [&](Buffers& b) {
+          dataplane::SimTextureDescriptor s =
+              Descriptor(b.Add(std::vector<uint8_t>(w * h * d * 4, 0)), dataplane::kTexelU8, 4, w, h, d);
+          s.magic = dataplane::kSimSurfaceMagic;
+          const uint64_t handle = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
+          const uint64_t out = b.Add(std::vector<uint32_t>(w * h * d, 0xdeadbeef));
+          return Pack(handle, out, static_cast<int32_t>(w), static_cast<int32_t>(h));
+        },
+        runs);
+    ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+    uint32_t last;
+    std::memcpy(&last, runs[1].buffers.back().data() + (w * h * d - 1) * 4, 4);
+    EXPECT_EQ(last, (w - 1) | (h - 1) << 8 | (d - 1) << 16 | 7u << 24);
+  }
 }
 
 // Faults end the launch with the interpreter's error and detail: a handle that names no
@@ -1872,48 +1886,49 @@ TEST_F(JitTextures, AThreeDimensionalSurfaceOfBytes) {
 // tex), texels outside the session's memory, and a .trap surface access past the edge by
 // one thread of the second warp.
 TEST_F(JitTextures, BadHandlesAndStrayAccessesFaultAsOnTheInterpreter) {
-  const uint32_t threads = 64;
-  enum Case { kNotADescriptor, kOutside, kSurfaceAsTexture, kTexelsOutside };
-  for (Case c : {kNotADescriptor, kOutside, kSurfaceAsTexture, kTexelsOutside}) {
+  for (uint32_t threads : {64u, 60u}) {
+    enum Case { kNotADescriptor, kOutside, kSurfaceAsTexture, kTexelsOutside };
+    for (Case c : {kNotADescriptor, kOutside, kSurfaceAsTexture, kTexelsOutside}) {
+      Run runs[2];
+      RunBoth(
+          "tex2d", 1, threads, 1,
+          [&](Buffers& b) {
+            const uint64_t at = b.Add(FloatTexels(16 * 12));
+            dataplane::SimTextureDescriptor t = Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 1);
+            if (c == kSurfaceAsTexture) t.magic = dataplane::kSimSurfaceMagic;
+            if (c == kTexelsOutside) t.base = uint64_t{1} << 40;
+            uint64_t handle = b.Add(std::vector<dataplane::SimTextureDescriptor>{t});
+            if (c == kNotADescriptor) handle = at;
+            if (c == kOutside) handle = 0x1000;
+            const uint64_t coords = b.Add(Coordinates(threads, 1.0f));
+            const uint64_t out = b.Add(std::vector<uint32_t>(threads * 4, 0xdeadbeef));
+            return Pack(handle, coords, out, static_cast<int32_t>(threads));
+          },
+          runs);
+      EXPECT_EQ(runs[0].status, kIllegalAddress) << c;
+      EXPECT_NE(runs[0].detail.find(c == kTexelsOutside ? "texture fetch" : "texture object"), std::string::npos)
+          << runs[0].detail;
+    }
+    const uint32_t w = 24, h = 10;
     Run runs[2];
     RunBoth(
-        "tex2d", 1, threads, 1,
+        "surface_trap", 1, threads, 1,
         [&](Buffers& b) {
-          const uint64_t at = b.Add(FloatTexels(16 * 12));
-          dataplane::SimTextureDescriptor t = Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 1);
-          if (c == kSurfaceAsTexture) t.magic = dataplane::kSimSurfaceMagic;
-          if (c == kTexelsOutside) t.base = uint64_t{1} << 40;
-          uint64_t handle = b.Add(std::vector<dataplane::SimTextureDescriptor>{t});
-          if (c == kNotADescriptor) handle = at;
-          if (c == kOutside) handle = 0x1000;
-          const uint64_t coords = b.Add(Coordinates(threads, 1.0f));
-          const uint64_t out = b.Add(std::vector<uint32_t>(threads * 4, 0xdeadbeef));
-          return Pack(handle, coords, out, static_cast<int32_t>(threads));
+          dataplane::SimTextureDescriptor s =
+              Descriptor(b.Add(std::vector<float>(w * h, 1.0f)), dataplane::kTexelF32, 1, w, h, 1);
+          s.magic = dataplane::kSimSurfaceMagic;
+          const uint64_t sh = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
+          std::vector<int32_t> c(threads * 2, 1);
+          c[2 * 45] = static_cast<int32_t>(w);  // thread 45 (warp 1): one element past the row
+          const uint64_t dc = b.Add(c);
+          const uint64_t out = b.Add(std::vector<float>(threads, 99.0f));
+          return Pack(sh, sh, dc, out, static_cast<int32_t>(threads));
         },
         runs);
-    EXPECT_EQ(runs[0].status, kIllegalAddress) << c;
-    EXPECT_NE(runs[0].detail.find(c == kTexelsOutside ? "texture fetch" : "texture object"), std::string::npos)
-        << runs[0].detail;
+    EXPECT_EQ(runs[0].status, kIllegalAddress);
+    EXPECT_NE(runs[0].detail.find("surface load out of bounds of 4 bytes"), std::string::npos) << runs[0].detail;
+    EXPECT_NE(runs[0].detail.find("warp 1"), std::string::npos) << runs[0].detail;
   }
-  const uint32_t w = 24, h = 10;
-  Run runs[2];
-  RunBoth(
-      "surface_trap", 1, threads, 1,
-      [&](Buffers& b) {
-        dataplane::SimTextureDescriptor s =
-            Descriptor(b.Add(std::vector<float>(w * h, 1.0f)), dataplane::kTexelF32, 1, w, h, 1);
-        s.magic = dataplane::kSimSurfaceMagic;
-        const uint64_t sh = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
-        std::vector<int32_t> c(threads * 2, 1);
-        c[2 * 45] = static_cast<int32_t>(w);  // thread 45 (warp 1): one element past the row
-        const uint64_t dc = b.Add(c);
-        const uint64_t out = b.Add(std::vector<float>(threads, 99.0f));
-        return Pack(sh, sh, dc, out, static_cast<int32_t>(threads));
-      },
-      runs);
-  EXPECT_EQ(runs[0].status, kIllegalAddress);
-  EXPECT_NE(runs[0].detail.find("surface load out of bounds of 4 bytes"), std::string::npos) << runs[0].detail;
-  EXPECT_NE(runs[0].detail.find("warp 1"), std::string::npos) << runs[0].detail;
 }
 
 }  // namespace
