@@ -1,5 +1,5 @@
-// Texture and surface instructions (emitter.h): tex, tld4, txq, suld.b, sust.b and suq of
-// scalar code, each a call of TextureLane (run.cc), which runs the interpreter's own code
+// Texture and surface instructions (emitter.h): tex, tld4, txq, suld.b, sust.b and suq,
+// each thread's a call of TextureLane (run.cc), which runs the interpreter's own code
 // for one lane (texture::RunLane) over the launch's bounds-checked memory: the handle, the
 // descriptor it names and the coordinates come from the job, and are checked there as the
 // interpreter checks them. The forms and operands the tier takes are the decoder's

@@ -309,10 +309,9 @@ void BM_Scan_Native(benchmark::State& state) {
 }
 
 // Bilinear texture sampling (tex.2d, linear filter, clamp) of a 1024x1024 float image, one
-// sample per output pixel; the JIT row runs scalar code (its vector code refuses texture
-// instructions) calling the interpreter's per-lane sampling, so that both engine rows
-// spend most of their time in the same code. Native: the same arithmetic (9-bit weights)
-// in a loop.
+// sample per output pixel; the JIT row's code calls the interpreter's per-lane sampling
+// (vector code: lane by lane), so that both engine rows spend most of their time in the
+// same code. Native: the same arithmetic (9-bit weights) in a loop.
 constexpr int kImage = 1024;
 
 float Bilinear(const std::vector<float>& image, float fx, float fy) {
