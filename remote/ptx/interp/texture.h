@@ -9,7 +9,8 @@
 // texture-fetching appendix: nearest-point and linear filtering (the weights in 9-bit
 // fixed point with 8 fractional bits, as GPUs compute them), wrap, clamp, mirror and border
 // addressing, normalised coordinates, and 8/16-bit integer texels read as normalised floats
-// unless the object reads them as integers. The JIT tier refuses kernels that use them.
+// unless the object reads them as integers. The JIT tier runs them through RunLane too
+// (jit/emit_texture.cc), one thread at a time.
 //
 // Thread safety: pure functions; RunLane touches only the memory it is given.
 #pragma once

@@ -227,6 +227,9 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     return true;
   }
   if (op == "atom" || op == "red") return Atomic(s, parts, why);
+  if (op == "tex" || op == "tld4" || op == "txq" || op == "suld" || op == "sust" || op == "suq") {
+    return Texture(s, parts, why);
+  }
   if (op == "mov") {
     if (!t.ok() || !need(2) || !q.empty()) return (*why = why->empty() ? "form" : *why, false);
     if (o[0].kind == RawOperand::kVector || o[1].kind == RawOperand::kVector) return MovPair(o, t, why);

@@ -9,6 +9,8 @@
 //   emit_operands.cc    registers, types, special registers, an instruction's operands;
 //   emit_memory.cc      checked global, shared and local accesses, ld/st .v2/.v4, atomics,
 //                       cp.async, vector code's ld/st;
+//   emit_texture.cc     tex, tld4, txq, suld, sust, suq: calls of the interpreter's code
+//                       for one lane;
 //   emit_arithmetic.cc  setp, cvt, integer and float arithmetic, mov of vectors of
 //                       elements, the C library's approximate functions.
 #pragma once
@@ -161,6 +163,9 @@ class Emitter {
                     std::string* why);
   bool VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load, const RawOperand& value,
                     std::string* why);
+
+  // emit_texture.cc
+  bool Texture(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
 
   // emit_arithmetic.cc
   bool Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t, std::string* why);

@@ -106,6 +106,11 @@ struct Context {
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
   const CompiledKernel* kernel = nullptr;
+  // A fault of a texture or surface instruction (TextureLane): its size and name, which
+  // depend on the object (no MemoryAccess holds them); nullptr for the others' faults.
+  const char* fault_what = nullptr;
+  uint32_t fault_size = 0;
+  size_t texture_range = 0;  // TextureLane's last allocation among spec->memory (tried first)
 };
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
                    kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
@@ -145,6 +150,14 @@ inline constexpr std::string_view kCallsTooDeepOpcode = "$calls_too_deep";
 // CompileKernel of an entry InlineCalls made (one that calls nothing).
 std::shared_ptr<CompiledKernel> CompileInlined(const RawFunction& entry, const SharedLayout& shared,
                                                uint32_t param_size, std::string* refused);
+
+// A texture or surface instruction (tex, tld4, txq, suld.b, sust.b, suq) of one thread,
+// called by compiled code: texture::RunLane, the interpreter's own per-lane code (interp/
+// texture.h), over the launch's memory as the interpreter's handler gives it, so that the
+// results are the interpreter's bit for bit. `op` the packed texture::Op, `coords` the four
+// coordinate registers' values, `values` the data (sust: in; else out). Nonzero on a fault,
+// with context->fault_address, fault_size and fault_what set.
+int32_t TextureLane(Context* context, uint32_t op, uint64_t handle, const uint64_t* coords, uint64_t* values);
 
 // Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
 // point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).

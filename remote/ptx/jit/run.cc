@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "remote/ptx/interp/texture.h"
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/launch.h"
@@ -253,7 +254,45 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
   return waiting ? 1 : 0;
 }
 
+// The host address of [address, address + size) inside one allocation of the launch,
+// nullptr if none holds it: the interpreter's global memory (Warp::Global), which its
+// texture handler reads descriptors and texels through.
+uint8_t* TextureMemory(void* opaque, uint64_t address, uint32_t size) {
+  Context* context = static_cast<Context*>(opaque);
+  const std::vector<MemoryRange>& ranges = context->spec->memory;
+  // The allocation holding `address` (allocations do not overlap): the last one found, else
+  // the search's.
+  const size_t hint = context->texture_range;
+  const MemoryRange* range = hint < ranges.size() && address - ranges[hint].start < ranges[hint].size
+                                 ? &ranges[hint]
+                                 : AllocationAtOrBelow(ranges, address);
+  if (range == nullptr) return nullptr;
+  const uint64_t offset = address - range->start;
+  if (offset > range->size || size > range->size - offset) return nullptr;
+  context->texture_range = static_cast<size_t>(range - ranges.data());
+  return reinterpret_cast<uint8_t*>(range->host) + offset;
+}
+
 }  // namespace
+
+namespace jit {
+
+int32_t TextureLane(Context* context, uint32_t op, uint64_t handle, const uint64_t* coords, uint64_t* values) {
+  // A fresh descriptor cache per call, as the interpreter's handler starts one per
+  // instruction: the descriptor is read again, as another thread's store may have changed it.
+  texture::DescriptorCache cache;
+  texture::Fault fault;
+  if (texture::RunLane(texture::Unpack(op), texture::Memory{context, &TextureMemory}, handle, coords, values, &fault,
+                       &cache)) {
+    return 0;
+  }
+  context->fault_address = fault.address;
+  context->fault_size = fault.size;
+  context->fault_what = fault.what;
+  return 1;
+}
+
+}  // namespace jit
 
 bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != nullptr; }
 
@@ -425,9 +464,14 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
         *spec.error_detail = CallsTooDeepDetail(worker.context.trap_line);
       } else if (spec.error_detail) {
         const Context& c = worker.context;
-        const MemoryAccess& access = kernel.accesses[c.fault_access];
-        *spec.error_detail =
-            FaultText(access.what, access.size, c.fault_address, worker.failed_cta, c.fault_thread / 32);
+        if (c.fault_what != nullptr) {
+          *spec.error_detail =
+              FaultText(c.fault_what, c.fault_size, c.fault_address, worker.failed_cta, c.fault_thread / 32);
+        } else {
+          const MemoryAccess& access = kernel.accesses[c.fault_access];
+          *spec.error_detail =
+              FaultText(access.what, access.size, c.fault_address, worker.failed_cta, c.fault_thread / 32);
+        }
       }
     }
   }

@@ -72,6 +72,12 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"vote", "setp.lt.u32 %p1, %r1, 5;\n  vote.sync.ballot.b32 %r2, %p1, -1;"},
     {"activemask", "activemask.b32 %r2;"},
     {"redux", "ld.global.u32 %r3, [%rd1];\n  redux.sync.add.s32 %r2, %r3, -1;"},
+    {"tex", "tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}];"},
+    {"tld4", "tld4.r.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}];"},
+    {"txq", "txq.width.b32 %r2, [%rd1];"},
+    {"suld", "suld.b.2d.b32.trap {%r2}, [%rd1, {%r1, %r1}];"},
+    {"sust", "sust.b.2d.b32.trap [%rd1, {%r1, %r1}], {%r1};"},
+    {"suq", "suq.width.b32 %r2, [%rd1];"},
 };
 
 // A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around
@@ -353,6 +359,40 @@ TEST(JitOpcodeColumn, TheLocalMemoryFormsItTakes) {
   std::string refused;
   EXPECT_TRUE(Compiles(".local .align 8 .b8 big[524288];\n  ld.local.u32 %r2, [big];", &refused)) << refused;
   EXPECT_FALSE(Compiles(".local .align 8 .b8 big[524289];\n  ld.local.u32 %r2, [big];", &refused));
+}
+
+// Texture and surface instructions: the forms the interpreter runs, with a 64-bit handle
+// register and register coordinates and values (`_` destinations too, and under a guard);
+// not the forms the interpreter refuses (.level, integer tld4 coordinates, sust.p), a
+// .texref name, a 32-bit handle register, nor a constant coordinate.
+TEST(JitOpcodeColumn, TheTextureFormsItTakes) {
+  const char* const kTaken[] = {
+      "tex.1d.v4.f32.s32 {%f2, %f3, %f4, %f5}, [%rd1, {%r1}];",
+      "tex.a2d.v4.s32.f32 {%r2, %r3, %r4, %r5}, [%rd1, {%r1, %f1, %f1, %f1}];",
+      "tex.3d.v4.u32.s32 {%r2, %r3, _, %r5}, [%rd1, {%r1, %r1, %r1, %r1}];",
+      "tex.cube.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1, %f1, %f1}];",
+      "setp.lt.u32 %p1, %r1, 5;\n  @%p1 tld4.a.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}];",
+      "suld.b.a1d.v4.b32.zero {%r2, %r3, %r4, %r5}, [%rd1, {%r1, %r1}];",
+      "sust.b.1d.v2.b16.clamp [%rd1, {%r1}], {%r1, %r1};",
+      "suld.b.3d.b64.trap {%rd2}, [%rd1, {%r1, %r1, %r1, %r1}];",
+      "suq.depth.b32 %r2, [%rd1];",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "tex.level.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}], %f1;",
+      "tld4.r.2d.v4.f32.s32 {%f2, %f3, %f4, %f5}, [%rd1, {%r1, %r1}];",
+      "sust.p.2d.b32.trap [%rd1, {%r1, %r1}], {%r1};",
+      "tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [tref, {%f1, %f1}];",
+      "txq.width.b32 %r2, [%r1];",
+      "tex.1d.v4.f32.s32 {%f2, %f3, %f4, %f5}, [%rd1, {3}];",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
 }
 
 // Calls: of a device function of the module, with its argument and result in .param

@@ -22,6 +22,7 @@
 
 #include "remote/ptx/front/program.h"
 #include "remote/ptx/jit/jit.h"
+#include "remote/protocol/sim_texture.h"
 #include "remote/ptx/ptx_engine.h"
 #include "tests/remote/ptx/kernel_text.h"
 
@@ -1851,6 +1852,376 @@ TEST_F(JitWarp, AutoLeavesKernelsOfShufflesWithoutLoopsToTheInterpreter) {
     ASSERT_NE(kernel.jit->compiled, nullptr) << name << ": " << kernel.jit->refused;
     ASSERT_EQ(Launch(kernel, {n / 256, 1, 1}, {256, 1, 1}, Pack(din, dout, int32_t{1} << 20), memory), 0) << name;
     EXPECT_EQ(kernel.jit->jit_launches.load(), std::string(name) == "warp_sum" ? 1u : 0u) << name;
+  }
+}
+
+// Texture and surface instructions (JitTextures.ptx: nvcc's tex1D, tex2D, tex3D,
+// tex2DLayered, tex1Dfetch, tex2Dgather, surf2Dread/write, surf3Dread/write and txq/suq of
+// texture and surface objects): compiled as calls of the interpreter's own per-lane code
+// (vector code: lane by lane), so that results, faults and their details are the
+// interpreter's bit for bit. Each test runs blocks whose x extent is a multiple of 8 (vector
+// code) and blocks whose is not (scalar code).
+class JitTextures : public KernelFileTest {
+ public:
+  JitTextures() : KernelFileTest("JitTextures.ptx") {}
+
+  // A launch's buffers, each a device allocation at the address Memory gives it: the same
+  // addresses on both tiers, as they are added in the same order.
+  struct Buffers {
+    Memory memory;
+    std::vector<std::unique_ptr<std::vector<uint8_t>>> data;
+    template <typename T>
+    uint64_t Add(const std::vector<T>& values) {
+      auto bytes = std::make_unique<std::vector<uint8_t>>(values.size() * sizeof(T));
+      if (!values.empty()) std::memcpy(bytes->data(), values.data(), bytes->size());
+      data.push_back(std::move(bytes));
+      return memory.Add(*data.back());
+    }
+  };
+  struct Run {
+    int32_t status = -1;
+    std::string detail;
+    std::vector<std::vector<uint8_t>> buffers;
+  };
+  // Makes a launch's buffers and returns its parameters.
+  using Setup = std::function<std::vector<uint8_t>(Buffers&)>;
+
+  // `name` over `blocks` blocks of threads x threads_y on the interpreter (runs[0]), then
+  // compiled (runs[1]), which must have run compiled (vector code where threads is a
+  // multiple of 8) and given the same CUresult, detail and (where the launch succeeded)
+  // memory.
+  void RunBoth(const std::string& name, uint32_t blocks, uint32_t threads, uint32_t threads_y, const Setup& setup,
+               Run runs[2]) {
+    const DecodedKernel& kernel = Kernel(name);
+    const uint64_t before = kernel.jit->jit_launches.load();
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      Buffers buffers;
+      const std::vector<uint8_t> params = setup(buffers);
+      Run& run = runs[compiled];
+      run.status =
+          Launch(kernel, {blocks, 1, 1}, {threads, threads_y, 1}, params, buffers.memory, nullptr, &run.detail);
+      run.buffers.clear();
+      for (const auto& data : buffers.data) run.buffers.push_back(*data);
+    }
+    ASSERT_NE(kernel.jit->compiled, nullptr) << name << ": " << kernel.jit->refused;
+    EXPECT_EQ(kernel.jit->jit_launches.load(), before + 1) << name;
+    EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled)) << name;
+    EXPECT_EQ(runs[1].status, runs[0].status) << name;
+    EXPECT_EQ(runs[1].detail, runs[0].detail) << name;
+    // What a failed launch left in memory is the tiers' own (threads run in another order).
+    if (runs[0].status == 0) {
+      for (size_t k = 0; k < runs[0].buffers.size(); ++k) {
+        EXPECT_EQ(runs[1].buffers[k], runs[0].buffers[k]) << name << ": buffer " << k;
+      }
+    }
+  }
+
+  // A descriptor over `texels` (its address) of `format` x `channels`, w x h x d.
+  static dataplane::SimTextureDescriptor Descriptor(uint64_t texels, uint32_t format, uint32_t channels, uint64_t w,
+                                                    uint64_t h, uint64_t d, uint32_t flags = 0,
+                                                    uint32_t mode = dataplane::kAddressClamp) {
+    dataplane::SimTextureDescriptor desc;
+    desc.magic = dataplane::kSimTextureMagic;
+    desc.format = format;
+    desc.channels = channels;
+    desc.dims = d > 1 && !(flags & dataplane::kSimTexLayered) ? 3 : h > 1 ? 2 : 1;
+    desc.base = texels;
+    desc.width = w;
+    desc.height = h;
+    desc.depth = d;
+    desc.pitch = w * dataplane::SimTexelChannelBytes(format) * channels;
+    desc.slice_pitch = desc.pitch * h;
+    desc.flags = flags;
+    for (uint32_t& m : desc.address_mode) m = mode;
+    desc.border[0] = 0.25f;
+    desc.border[1] = -3.0f;
+    desc.border[2] = 7.5f;
+    desc.border[3] = 1.0f;
+    return desc;
+  }
+
+  // Float texels of 4 channels, each of its own value.
+  static std::vector<float> FloatTexels(size_t n) {
+    std::vector<float> texels(n * 4);
+    for (size_t k = 0; k < texels.size(); ++k) texels[k] = static_cast<float>((k * 37) % 101) * 0.375f - 11.0f;
+    return texels;
+  }
+
+  // Coordinates (x, y, z, w) for `threads` threads: inside, on and past the edges, negative,
+  // NaN and infinite, scaled by `scale` (1: texels; 1/size: normalised).
+  static std::vector<float> Coordinates(uint32_t threads, float scale) {
+    const float kSpecial[] = {-0.0f, -1.25f, 1e9f, std::nanf(""), INFINITY, -INFINITY, 0.5f, 15.999f};
+    std::vector<float> c(threads * 4);
+    for (uint32_t t = 0; t < threads; ++t) {
+      for (uint32_t i = 0; i < 4; ++i) {
+        const uint32_t k = t * 4 + i;
+        c[k] = k % 11 == 10 ? kSpecial[k / 11 % std::size(kSpecial)]
+                            : (static_cast<float>((k * 53) % 97) * 0.23f - 3.1f) * scale;
+      }
+    }
+    return c;
+  }
+
+  // `name`(handle, coordinates, out, n) over 2 blocks of 64 threads (vector code), then of
+  // 60 (scalar code), a descriptor over `texels` as `make` makes it and `scale`d
+  // coordinates: the results (16 bytes a thread).
+  template <typename T>
+  void Sample(const std::string& name, const std::vector<T>& texels,
+              const std::function<dataplane::SimTextureDescriptor(uint64_t)>& make, float scale) {
+    for (uint32_t threads : {64u, 60u}) Sample(name, texels, make, scale, threads);
+  }
+  template <typename T>
+  void Sample(const std::string& name, const std::vector<T>& texels,
+              const std::function<dataplane::SimTextureDescriptor(uint64_t)>& make, float scale, uint32_t threads) {
+    const uint32_t blocks = 2;
+    Run runs[2];
+    RunBoth(
+        name, blocks, threads, 1,
+        [&](Buffers& b) {
+          const uint64_t at = b.Add(texels);
+          const uint64_t handle = b.Add(std::vector<dataplane::SimTextureDescriptor>{make(at)});
+          const uint64_t coords = b.Add(Coordinates(blocks * threads, scale));
+          const uint64_t out = b.Add(std::vector<uint32_t>(blocks * threads * 4, 0xdeadbeef));
+          return Pack(handle, coords, out, static_cast<int32_t>(blocks * threads - 3));
+        },
+        runs);
+    ASSERT_EQ(runs[0].status, 0) << name << ": " << runs[0].detail;
+    // The interpreter sampled something: not every result is a zero or the fill.
+    const std::vector<uint8_t>& out = runs[0].buffers.back();
+    size_t written = 0;
+    for (size_t k = 0; k + 4 <= out.size(); k += 4) {
+      uint32_t word;
+      std::memcpy(&word, &out[k], 4);
+      written += word != 0 && word != 0xdeadbeef;
+    }
+    EXPECT_GT(written, out.size() / 16) << name;
+  }
+};
+
+// tex.2d of a float texture of 4 channels, 16 x 12: point and linear filtering, each
+// addressing mode, texel and normalised coordinates.
+TEST_F(JitTextures, Tex2dFilteringAddressingAndNormalisedCoordinates) {
+  const std::vector<float> texels = FloatTexels(16 * 12);
+  for (uint32_t filter : {0u, dataplane::kSimTexLinearFilter}) {
+    for (uint32_t mode :
+         {dataplane::kAddressWrap, dataplane::kAddressClamp, dataplane::kAddressMirror, dataplane::kAddressBorder}) {
+      for (bool normalized : {false, true}) {
+        SCOPED_TRACE("filter " + std::to_string(filter) + ", mode " + std::to_string(mode) + ", normalised " +
+                     std::to_string(normalized));
+        Sample(
+            "tex2d", texels,
+            [&](uint64_t at) {
+              return Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 1,
+                                filter | (normalized ? dataplane::kSimTexNormalized : 0), mode);
+            },
+            normalized ? 1.0f / 8 : 1.0f);
+      }
+    }
+  }
+}
+
+// 8-bit texels read as normalised floats (linear), and 16-bit signed ones read as
+// integers (tex.2d.v4.s32: sign-extended).
+TEST_F(JitTextures, Tex2dOfIntegerTexels) {
+  std::vector<uint8_t> bytes(16 * 12 * 4);
+  for (size_t k = 0; k < bytes.size(); ++k) bytes[k] = static_cast<uint8_t>(k * 29 + 3);
+  Sample(
+      "tex2d", bytes,
+      [](uint64_t at) {
+        return Descriptor(at, dataplane::kTexelU8, 4, 16, 12, 1, dataplane::kSimTexLinearFilter,
+                          dataplane::kAddressBorder);
+      },
+      1.0f);
+  std::vector<int16_t> shorts(16 * 12 * 2);
+  for (size_t k = 0; k < shorts.size(); ++k) shorts[k] = static_cast<int16_t>(k * 977 - 30000);
+  Sample(
+      "tex2d_int", shorts,
+      [](uint64_t at) {
+        return Descriptor(at, dataplane::kTexelS16, 2, 16, 12, 1, dataplane::kSimTexReadAsInteger,
+                          dataplane::kAddressWrap);
+      },
+      1.0f);
+}
+
+// tex.1d (linear, normalised, wrap), tex.1d.s32 of linear memory (tex1Dfetch), tex.3d
+// (linear, border) and tex.a2d (a layered texture, mirror).
+TEST_F(JitTextures, OneDimensionalThreeDimensionalAndLayeredFetches) {
+  const std::vector<float> texels = FloatTexels(16 * 12 * 3);
+  Sample(
+      "tex1d", texels,
+      [](uint64_t at) {
+        return Descriptor(at, dataplane::kTexelF32, 4, 40, 1, 1,
+                          dataplane::kSimTexLinearFilter | dataplane::kSimTexNormalized, dataplane::kAddressWrap);
+      },
+      1.0f / 16);
+  Sample(
+      "fetch1d", texels,
+      [](uint64_t at) { return Descriptor(at, dataplane::kTexelF32, 4, 40, 1, 1, dataplane::kSimTexLinearMemory); },
+      4.0f);
+  Sample(
+      "tex3d", texels,
+      [](uint64_t at) {
+        return Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 3, dataplane::kSimTexLinearFilter,
+                          dataplane::kAddressBorder);
+      },
+      1.0f);
+  Sample(
+      "tex2d_layered", texels,
+      [](uint64_t at) {
+        return Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 3,
+                          dataplane::kSimTexLayered | dataplane::kSimTexNormalized | dataplane::kSimTexLinearFilter,
+                          dataplane::kAddressMirror);
+      },
+      1.0f / 4);
+}
+
+// tld4.g (tex2Dgather of the second channel), point and border.
+TEST_F(JitTextures, Tld4GathersTheFourTexelsOfAChannel) {
+  const std::vector<float> texels = FloatTexels(16 * 12);
+  for (uint32_t mode : {dataplane::kAddressClamp, dataplane::kAddressBorder}) {
+    Sample(
+        "gather2d", texels, [&](uint64_t at) { return Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 1, 0, mode); },
+        1.0f);
+  }
+}
+
+// txq (width, height, depth, array size, normalised, filter, address modes) and suq.
+TEST_F(JitTextures, TxqAndSuqAnswerAsTheInterpreter) {
+  for (uint32_t threads : {40u, 37u}) {
+    Run runs[2];
+    RunBoth(
+        "query", 1, threads, 1,
+        [&](Buffers& b) {
+          const uint64_t at = b.Add(FloatTexels(16 * 12 * 3));
+          dataplane::SimTextureDescriptor t =
+              Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 3,
+                         dataplane::kSimTexLayered | dataplane::kSimTexNormalized, dataplane::kAddressMirror);
+          t.address_mode[1] = dataplane::kAddressBorder;
+          dataplane::SimTextureDescriptor s = Descriptor(at, dataplane::kTexelF32, 1, 48, 12, 3);
+          s.magic = dataplane::kSimSurfaceMagic;
+          const uint64_t texture = b.Add(std::vector<dataplane::SimTextureDescriptor>{t});
+          const uint64_t surface = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
+          const uint64_t out = b.Add(std::vector<int32_t>(threads * 12, -1));
+          return Pack(texture, surface, out, static_cast<int32_t>(threads));
+        },
+        runs);
+    ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+    std::vector<int32_t> out(threads * 12);
+    std::memcpy(out.data(), runs[1].buffers.back().data(), out.size() * 4);
+    const std::vector<int32_t> want = {16, 12, 1, 3, 1, 0, dataplane::kAddressMirror, dataplane::kAddressBorder,
+                                       48, 12, 3, 5};
+    EXPECT_EQ(std::vector<int32_t>(out.begin() + 60, out.begin() + 72), want);
+  }
+}
+
+// surf2Dread / surf2Dwrite (suld.b.2d.b32, sust.b.2d.b32) under .trap, .clamp and .zero:
+// each thread reads an element and writes it back changed into another surface; under
+// .clamp and .zero coordinates past the edges too.
+TEST_F(JitTextures, SurfaceLoadsAndStoresRoundTrip) {
+  const uint32_t blocks = 2, w = 24, h = 10;
+  for (uint32_t threads : {64u, 60u}) {
+    for (const char* name : {"surface_trap", "surface_clamp", "surface_zero"}) {
+      const bool inside = std::string(name) == "surface_trap";
+      Run runs[2];
+      RunBoth(
+          name, blocks, threads, 1,
+          [&](Buffers& b) {
+            std::vector<float> source(w * h);
+            for (size_t k = 0; k < source.size(); ++k) source[k] = static_cast<float>(k) * 0.5f - 7;
+            dataplane::SimTextureDescriptor s = Descriptor(b.Add(source), dataplane::kTexelF32, 1, w, h, 1);
+            s.magic = dataplane::kSimSurfaceMagic;
+            dataplane::SimTextureDescriptor d = s;
+            d.base = b.Add(std::vector<float>(w * h, -1.0f));
+            const uint64_t sh = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
+            const uint64_t dh = b.Add(std::vector<dataplane::SimTextureDescriptor>{d});
+            std::vector<int32_t> c(blocks * threads * 2);
+            for (uint32_t t = 0; t < blocks * threads; ++t) {
+              c[2 * t] = inside ? static_cast<int32_t>(t * 7 % w) : static_cast<int32_t>(t * 7 % (w + 8)) - 4;
+              c[2 * t + 1] = inside ? static_cast<int32_t>(t % h) : static_cast<int32_t>(t % (h + 4)) - 2;
+            }
+            const uint64_t dc = b.Add(c);
+            const uint64_t out = b.Add(std::vector<float>(blocks * threads, 99.0f));
+            return Pack(sh, dh, dc, out, static_cast<int32_t>(blocks * threads - 5));
+          },
+          runs);
+      ASSERT_EQ(runs[0].status, 0) << name << ": " << runs[0].detail;
+      // The destination surface's elements were written.
+      EXPECT_NE(runs[0].buffers[1], std::vector<uint8_t>(runs[0].buffers[1].size(), 0)) << name;
+    }
+  }
+}
+
+// surf3Dwrite / surf3Dread of uchar4 (sust.b.3d.v4.b8 of 16-bit registers, suld.b.3d.v4.b8).
+TEST_F(JitTextures, AThreeDimensionalSurfaceOfBytes) {
+  for (uint32_t w : {8u, 7u}) {
+    const uint32_t h = 6, d = 3;
+    Run runs[2];
+    RunBoth(
+        "surface_3d", d, w, h,
+        [&](Buffers& b) {
+          dataplane::SimTextureDescriptor s =
+              Descriptor(b.Add(std::vector<uint8_t>(w * h * d * 4, 0)), dataplane::kTexelU8, 4, w, h, d);
+          s.magic = dataplane::kSimSurfaceMagic;
+          const uint64_t handle = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
+          const uint64_t out = b.Add(std::vector<uint32_t>(w * h * d, 0xdeadbeef));
+          return Pack(handle, out, static_cast<int32_t>(w), static_cast<int32_t>(h));
+        },
+        runs);
+    ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+    uint32_t last;
+    std::memcpy(&last, runs[1].buffers.back().data() + (w * h * d - 1) * 4, 4);
+    EXPECT_EQ(last, (w - 1) | (h - 1) << 8 | (d - 1) << 16 | 7u << 24);
+  }
+}
+
+// Faults end the launch with the interpreter's error and detail: a handle that names no
+// descriptor (another buffer, memory outside the session's, a surface's handle given to
+// tex), texels outside the session's memory, and a .trap surface access past the edge by
+// one thread of the second warp.
+TEST_F(JitTextures, BadHandlesAndStrayAccessesFaultAsOnTheInterpreter) {
+  for (uint32_t threads : {64u, 60u}) {
+    enum Case { kNotADescriptor, kOutside, kSurfaceAsTexture, kTexelsOutside };
+    for (Case c : {kNotADescriptor, kOutside, kSurfaceAsTexture, kTexelsOutside}) {
+      Run runs[2];
+      RunBoth(
+          "tex2d", 1, threads, 1,
+          [&](Buffers& b) {
+            const uint64_t at = b.Add(FloatTexels(16 * 12));
+            dataplane::SimTextureDescriptor t = Descriptor(at, dataplane::kTexelF32, 4, 16, 12, 1);
+            if (c == kSurfaceAsTexture) t.magic = dataplane::kSimSurfaceMagic;
+            if (c == kTexelsOutside) t.base = uint64_t{1} << 40;
+            uint64_t handle = b.Add(std::vector<dataplane::SimTextureDescriptor>{t});
+            if (c == kNotADescriptor) handle = at;
+            if (c == kOutside) handle = 0x1000;
+            const uint64_t coords = b.Add(Coordinates(threads, 1.0f));
+            const uint64_t out = b.Add(std::vector<uint32_t>(threads * 4, 0xdeadbeef));
+            return Pack(handle, coords, out, static_cast<int32_t>(threads));
+          },
+          runs);
+      EXPECT_EQ(runs[0].status, kIllegalAddress) << c;
+      EXPECT_NE(runs[0].detail.find(c == kTexelsOutside ? "texture fetch" : "texture object"), std::string::npos)
+          << runs[0].detail;
+    }
+    const uint32_t w = 24, h = 10;
+    Run runs[2];
+    RunBoth(
+        "surface_trap", 1, threads, 1,
+        [&](Buffers& b) {
+          dataplane::SimTextureDescriptor s =
+              Descriptor(b.Add(std::vector<float>(w * h, 1.0f)), dataplane::kTexelF32, 1, w, h, 1);
+          s.magic = dataplane::kSimSurfaceMagic;
+          const uint64_t sh = b.Add(std::vector<dataplane::SimTextureDescriptor>{s});
+          std::vector<int32_t> c(threads * 2, 1);
+          c[2 * 45] = static_cast<int32_t>(w);  // thread 45 (warp 1): one element past the row
+          const uint64_t dc = b.Add(c);
+          const uint64_t out = b.Add(std::vector<float>(threads, 99.0f));
+          return Pack(sh, sh, dc, out, static_cast<int32_t>(threads));
+        },
+        runs);
+    EXPECT_EQ(runs[0].status, kIllegalAddress);
+    EXPECT_NE(runs[0].detail.find("surface load out of bounds of 4 bytes"), std::string::npos) << runs[0].detail;
+    EXPECT_NE(runs[0].detail.find("warp 1"), std::string::npos) << runs[0].detail;
   }
 }
 
