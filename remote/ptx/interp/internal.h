@@ -145,8 +145,9 @@ struct Warp {
   uint8_t* Global(uint64_t address, uint32_t size) {
     const std::vector<MemoryRange>& ranges = launch->spec->memory;
     size_t hint = launch->range_hint;
-    if (hint < ranges.size() && address >= ranges[hint].start &&
-        address - ranges[hint].start + size <= ranges[hint].size) {
+    // No sum that could wrap: an address near 2^64 in an allocation starting below `size`.
+    if (hint < ranges.size() && address >= ranges[hint].start && size <= ranges[hint].size &&
+        address - ranges[hint].start <= ranges[hint].size - size) {
       return reinterpret_cast<uint8_t*>(ranges[hint].host) + (address - ranges[hint].start);
     }
     const MemoryRange* range = AllocationAtOrBelow(ranges, address);
