@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "remote/ptx/interp/conversions.h"
 #include "remote/ptx/jit/emitter.h"
 
 namespace gpupool::sim::jit {
@@ -80,11 +81,18 @@ bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& pa
     if (!rounding.empty() && rounding != "rn") return (*why = "rounding ." + std::string(rounding), false);
     r = from.kind == Kind::kSigned ? b_.CreateSIToFP(a, LlvmType(to)) : b_.CreateUIToFP(a, LlvmType(to));
   } else if (to.is_int() && from.kind == Kind::kFloat) {
-    // .rzi saturating, NaN to 0, as PTX says (the fptosi.sat intrinsics do exactly that).
-    if (rounding != "rzi") return (*why = "rounding ." + std::string(rounding), false);
+    // Rounded to an integer in double as the interpreter rounds, then saturating, NaN to 0,
+    // as PTX says (the fptosi.sat intrinsics do exactly that, as the interpreter's clamps).
     if (to.bits < 32) return (*why = "a narrow integer", false);
+    llvm::Value* whole = RoundToInteger(a, from, rounding);
+    if (whole == nullptr) return (*why = "rounding ." + std::string(rounding), false);
     auto id = to.kind == Kind::kSigned ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
-    r = b_.CreateIntrinsic(id, {LlvmType(to), LlvmType(from)}, {a});
+    r = b_.CreateIntrinsic(id, {LlvmType(to), LlvmType(Type{Kind::kFloat, 64})}, {whole});
+  } else if (llvm::Value* whole = RoundToInteger(a, from, rounding); whole != nullptr) {
+    // Float to float rounded to an integer (floorf compiles to cvt.rmi.f32.f32): rounded in
+    // double as the interpreter rounds, then converted to the destination (round to
+    // nearest, as its static_cast).
+    r = to.bits == 64 ? whole : b_.CreateFPTrunc(whole, LlvmType(to));
   } else {
     // Float to float: widening is exact; narrowing with .rn only.
     if (to.bits > from.bits) {
@@ -98,6 +106,44 @@ bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& pa
     }
   }
   return Dest(o[0], r, to, why);
+}
+
+// Float `a` (of `from`) rounded to an integer as cvt's `rounding` says (.rni, .rzi, .rmi,
+// .rpi), as a double; nullptr for another rounding. The interpreter's own RoundTo on the
+// value widened to double (which quiets a float's signalling NaN), called through its
+// address: how it rounds is compiled code's choice (a double's signalling NaN comes out
+// quieted or not), which LLVM's intrinsics need not share, and LLVM neither folds nor
+// replaces the call. Vector code calls it lane by lane.
+llvm::Value* Emitter::RoundToInteger(llvm::Value* a, Type from, std::string_view rounding) {
+  CvtRounding mode;
+  if (rounding == "rni") {
+    mode = kCvtRoundNearestInteger;
+  } else if (rounding == "rzi") {
+    mode = kCvtRoundZeroInteger;
+  } else if (rounding == "rmi") {
+    mode = kCvtRoundDownInteger;
+  } else if (rounding == "rpi") {
+    mode = kCvtRoundUpInteger;
+  } else {
+    return nullptr;
+  }
+  llvm::Type* f64 = b_.getDoubleTy();
+  if (from.bits != 64) a = b_.CreateFPExt(a, Lanes(f64));
+  using Function = double (*)(double, CvtRounding);
+  const Function function = &interp::RoundTo;
+  auto* type = llvm::FunctionType::get(f64, {f64, b_.getInt8Ty()}, false);
+  llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(function)), ptr_);
+  auto call = [&](llvm::Value* v) {
+    llvm::CallInst* c = b_.CreateCall(type, callee, {v, b_.getInt8(mode)});
+    c->addParamAttr(1, llvm::Attribute::ZExt);  // a uint8_t argument, as the C++ ABI passes it
+    return c;
+  };
+  if (!lanes_) return call(a);
+  llvm::Value* r = llvm::Constant::getNullValue(Lanes(f64));
+  for (uint32_t k = 0; k < lanes_; ++k) {
+    r = b_.CreateInsertElement(r, call(b_.CreateExtractElement(a, uint64_t{k})), uint64_t{k});
+  }
+  return r;
 }
 
 bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,

@@ -102,9 +102,10 @@ llvm::Value* Emitter::ToStorage(llvm::Value* v, Type t, uint32_t width) {
   return t.kind == Kind::kSigned ? b_.CreateSExt(v, type) : b_.CreateZExt(v, type);
 }
 
-// Special registers this tier knows: %tid, %ntid, %ctaid, %nctaid, and those of the
-// thread's place in its warp (u32), with the interpreter's values: a CTA's warp w holds
-// its threads 32w ... 32w + 31 in linear order (x fastest), %warpid is w, %nwarpid 64.
+// Special registers this tier knows: %tid, %ntid, %ctaid, %nctaid, %smid, %nsmid, and
+// those of the thread's place in its warp (u32), with the interpreter's values: a CTA's
+// warp w holds its threads 32w ... 32w + 31 in linear order (x fastest), %warpid is w,
+// %nwarpid 64.
 llvm::Value* Emitter::Special(const std::string& name) {
   const SpecialRegisterName special = DecodeSpecialRegister(name);
   const uint32_t axis = special.index;
@@ -144,6 +145,19 @@ llvm::Value* Emitter::Special(const std::string& name) {
       return Splat(ctaid_[axis]);
     case SpecialRegister::kNctaid:
       return Splat(nctaid_[axis]);
+    case SpecialRegister::kNsmid:
+      return Splat(b_.CreateLoad(i32_, Field(kOffSmCount)));
+    case SpecialRegister::kSmid: {
+      // The CTA's linear index (x fastest, below 2^64) modulo the SMs, as the interpreter's
+      // StartCta: the same whichever worker runs the CTA.
+      auto wide = [&](llvm::Value* v) { return b_.CreateZExt(v, i64_); };
+      llvm::Value* cta =
+          b_.CreateAdd(wide(ctaid_[0]),
+                       b_.CreateMul(wide(nctaid_[0]),
+                                    b_.CreateAdd(wide(ctaid_[1]), b_.CreateMul(wide(nctaid_[1]), wide(ctaid_[2])))));
+      llvm::Value* sms = wide(b_.CreateLoad(i32_, Field(kOffSmCount)));
+      return Splat(b_.CreateTrunc(b_.CreateURem(cta, sms), i32_));
+    }
     default:
       return nullptr;
   }

@@ -170,6 +170,7 @@ class Emitter {
   // emit_arithmetic.cc
   bool Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t, std::string* why);
   bool Cvt(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  llvm::Value* RoundToInteger(llvm::Value* a, Type from, std::string_view rounding);
   bool Integer(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
                std::string* why);
   bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,

@@ -102,6 +102,9 @@ struct Context {
   uint64_t* shadow = nullptr;
   SettleFunction settle = nullptr;  // +112
   uint64_t* slots = nullptr;        // +120: kWarpSlots per thread of the CTA
+  // +128: the launch's SMs (%nsmid; %smid is the CTA's linear index modulo it, as the
+  // interpreter's StartCta sets it). At least 1: the sim executor's count is.
+  uint32_t sm_count = 1;
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
@@ -115,7 +118,7 @@ struct Context {
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
                    kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
                    kOffSharedSize = 80, kOffLocal = 88, kOffTrapLine = 96, kOffShadow = 104, kOffSettle = 112,
-                   kOffSlots = 120;
+                   kOffSlots = 120, kOffSmCount = 128;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -136,6 +139,7 @@ static_assert(offsetof(Context, trap_line) == kOffTrapLine);
 static_assert(offsetof(Context, shadow) == kOffShadow);
 static_assert(offsetof(Context, settle) == kOffSettle);
 static_assert(offsetof(Context, slots) == kOffSlots);
+static_assert(offsetof(Context, sm_count) == kOffSmCount);
 
 // `entry` with the calls of device functions of `module` inlined (inline.cc), as the decoder
 // inlines them: itself when it calls none, else the inlined function in *storage; nullptr

@@ -1108,6 +1108,119 @@ TEST(JitMovPairs, PackAndUnpackGiveTheInterpretersResults) {
   }
 }
 
+// cvt's integer roundings of floats (JitIntegerRounding.ptx: .rni, .rmi, .rpi, .rzi into
+// integers and floats) of halves, ties, values past each integer's range, infinities,
+// quiet and signalling NaNs with payloads and subnormals: the interpreter's results bit for
+// bit in vector code (64 threads in x) and in scalar code (64 in y), and a few by hand.
+TEST(JitIntegerRounding, ConversionsGiveTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitIntegerRounding.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("round", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  constexpr int kConversions = 19;
+  const double values[] = {0.0,
+                           -0.0,
+                           0.5,
+                           1.5,
+                           2.5,
+                           -0.5,
+                           -1.5,
+                           -2.5,
+                           0.49999997,
+                           -1.0000001,
+                           8388607.5,
+                           4503599627370495.5,
+                           2147483647.5,
+                           -2147483648.5,
+                           4294967295.5,
+                           4294967296.0,
+                           -1e10,
+                           9.2233720368547758e18,
+                           -9.2233720368547758e18,
+                           1.8446744073709552e19,
+                           1e300,
+                           std::numeric_limits<double>::infinity(),
+                           -std::numeric_limits<double>::infinity(),
+                           std::numeric_limits<double>::quiet_NaN(),
+                           std::numeric_limits<double>::denorm_min(),
+                           -std::numeric_limits<double>::denorm_min()};
+  // Each thread's float and double (16 bytes): the values, NaNs with payloads (a signalling
+  // one too), float subnormals, then more of every sign and size.
+  std::vector<uint64_t> in;
+  auto add = [&](float f, double d) {
+    in.push_back(std::bit_cast<uint32_t>(f));
+    in.push_back(std::bit_cast<uint64_t>(d));
+  };
+  for (double v : values) add(static_cast<float>(v), v);
+  add(std::bit_cast<float>(0x7f800001u), std::bit_cast<double>(0x7ff0000000000001ull));
+  add(std::bit_cast<float>(0xffc12345u), std::bit_cast<double>(0xfff8000000012345ull));
+  add(std::numeric_limits<float>::denorm_min(), -1e-310);
+  add(-std::numeric_limits<float>::denorm_min(), 1e-310);
+  for (int k = 0; in.size() < 2 * 64; ++k) {
+    const double v = std::ldexp(static_cast<double>(k % 11) - 5.25, k % 29 - 6);
+    add(static_cast<float>(-v * 1.375), v);
+  }
+  std::vector<uint64_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(
+      RunInterpretedThenCompiled(kernel, in, out, kConversions * 64, uint64_t{0xababababababababull}));
+  // By hand: the first conversions of 2.5 and -2.5 (thread 4 and 7).
+  EXPECT_EQ(static_cast<int32_t>(out[0][4 * kConversions + 0]), 2);       // cvt.rni.s32.f32
+  EXPECT_EQ(static_cast<int32_t>(out[0][7 * kConversions + 1]), -3);      // cvt.rmi.s32.f32
+  EXPECT_EQ(static_cast<int32_t>(out[0][7 * kConversions + 2]), -2);      // cvt.rpi.s32.f32
+  EXPECT_EQ(std::bit_cast<double>(out[0][7 * kConversions + 14]), -3.0);  // cvt.rmi.f64.f64
+  for (int i = 0; i < 64; ++i) {
+    for (int c = 0; c < kConversions; ++c) {
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(out[run][i * kConversions + c], out[0][i * kConversions + c])
+            << "thread " << i << ", conversion " << c << ", run " << run;
+      }
+    }
+  }
+}
+
+// %smid and %nsmid (JitSmid.ptx) on 105 CTAs of a launch on 13 SMs: the interpreter's
+// values (the CTA's linear index modulo the SMs, and the SMs) in vector code (8 threads in
+// x) and in scalar code (8 in y).
+TEST(JitSmid, SmidAndNsmidAreTheInterpreters) {
+  auto module = PtxModule::Parse(KernelText("JitSmid.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("smid", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t blocks[3][3] = {{8, 1, 1}, {8, 1, 1}, {1, 8, 1}};
+  std::vector<uint32_t> out[3];
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(2 * 105 * 8, 0xabababab);
+    Memory memory;
+    const std::vector<uint8_t> params = Pack(memory.Add(out[run]));
+    LaunchSpec spec;
+    const uint32_t grid[3] = {7, 5, 3};
+    for (int i = 0; i < 3; ++i) {
+      spec.grid[i] = grid[i];
+      spec.block[i] = blocks[run][i];
+    }
+    spec.params = params.data();
+    spec.param_size = params.size();
+    spec.memory = memory.ranges;
+    spec.sm_count = 13;
+    ASSERT_EQ(RunKernel(kernel, spec), 0) << run;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr);
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+  for (uint32_t t = 0; t < 105 * 8; ++t) {
+    EXPECT_EQ(out[0][2 * t], t / 8 % 13) << "thread " << t;
+    EXPECT_EQ(out[0][2 * t + 1], 13u) << "thread " << t;
+    for (int run = 1; run < 3; ++run) {
+      EXPECT_EQ(out[run][2 * t], out[0][2 * t]) << "thread " << t << ", run " << run;
+      EXPECT_EQ(out[run][2 * t + 1], out[0][2 * t + 1]) << "thread " << t << ", run " << run;
+    }
+  }
+}
+
 // Local memory (JitLocalMemory.ptx: nvcc's per-thread arrays, .local): compiled in scalar
 // code only, each thread's array in its own slice of the CTA's, the interpreter's results
 // bit for bit, and a stray local access failing both tiers with the same detail.
