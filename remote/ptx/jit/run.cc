@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "remote/ptx/interp/texture.h"
+#include "remote/ptx/texture.h"
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/launch.h"
