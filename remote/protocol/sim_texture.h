@@ -1,6 +1,6 @@
 // How the sim GPU keeps CUDA arrays, texture objects and surface objects: in the session's
 // own device memory, laid out by the replacement libcuda.so.1 (remote/client/api/api_array.cc)
-// and read by the PTX engine's texture and surface instructions (remote/ptx/interp/texture.h).
+// and read by the PTX engine's texture and surface instructions (remote/ptx/texture.h).
 //
 //  - A CUDA array is one ordinary device allocation: its texels row after row (a row is
 //    width * element bytes, no padding), rows of a slice after each other, then the next

@@ -6,7 +6,7 @@
 #include "remote/ptx/interp/device_heap.h"
 #include "remote/ptx/interp/device_runtime.h"
 #include "remote/ptx/interp/printf.h"
-#include "remote/ptx/interp/texture.h"
+#include "remote/ptx/texture.h"
 #include "remote/ptx/interp/warp_ops.h"
 
 namespace gpupool::sim::interp {

@@ -2,7 +2,7 @@
 #include "remote/ptx/interp/decoder.h"
 
 #include "remote/ptx/interp/half.h"
-#include "remote/ptx/interp/texture.h"
+#include "remote/ptx/texture.h"
 #include "remote/ptx/interp/texture_ops.h"
 #include "remote/ptx/interp/warp_ops.h"
 #include "remote/ptx/interp/wmma.h"

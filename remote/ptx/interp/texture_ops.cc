@@ -2,7 +2,7 @@
 // lanes' registers around texture.h's sampling. Private interface: texture_ops.h.
 #include "remote/ptx/interp/texture_ops.h"
 
-#include "remote/ptx/interp/texture.h"
+#include "remote/ptx/texture.h"
 
 namespace gpupool::sim::interp {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "remote/ptx/interp/texture.h"
+#include "remote/ptx/texture.h"
 #include "remote/ptx/jit/emitter.h"
 
 namespace gpupool::sim::jit {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "remote/ptx/interp/texture.h"
+#include "remote/ptx/texture.h"
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/launch.h"
@@ -74,6 +74,21 @@ void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, u
   auto each = [&](uint32_t mask, auto f) {
     for (uint32_t left = mask; left != 0; left &= left - 1) f(static_cast<uint32_t>(std::countr_zero(left)));
   };
+  // f(group, same) for each lane's membermask among the lanes running (`group`) and the
+  // lanes whose membermask names that group (`same`), as the interpreter's ForMemberGroups.
+  auto member_groups = [&](auto f) {
+    uint32_t left = lanes;
+    while (left != 0) {
+      const uint32_t group =
+          static_cast<uint32_t>(slot(static_cast<uint32_t>(std::countr_zero(left)), jit::kSlotMember)) & lanes;
+      uint32_t same = 0;
+      each(left, [&](uint32_t lane) {
+        if ((static_cast<uint32_t>(slot(lane, jit::kSlotMember)) & lanes) == group) same |= 1u << lane;
+      });
+      f(group, same);
+      left &= ~same;
+    }
+  };
   switch (op.kind) {
     case jit::WarpOp::kShfl: {
       // A lane reads its source lane's register as that lane last wrote it, whether or not
@@ -117,23 +132,15 @@ void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, u
     case jit::WarpOp::kVote: {
       uint32_t ballot = 0;
       each(lanes, [&](uint32_t lane) { ballot |= static_cast<uint32_t>(slot(lane, jit::kSlotPredicate) & 1) << lane; });
-      // Over the lanes of each lane's membermask among those running (interp: ForMemberGroups).
-      uint32_t left = lanes;
-      while (left != 0) {
-        const uint32_t group =
-            static_cast<uint32_t>(slot(static_cast<uint32_t>(std::countr_zero(left)), jit::kSlotMember)) & lanes;
-        uint32_t same = 0;
-        each(left, [&](uint32_t lane) {
-          if ((static_cast<uint32_t>(slot(lane, jit::kSlotMember)) & lanes) == group) same |= 1u << lane;
-        });
+      // Over the lanes of each lane's membermask among those running.
+      member_groups([&](uint32_t group, uint32_t same) {
         const uint32_t votes = ballot & group;
         const uint64_t r = op.mode == 0   ? votes == group
                            : op.mode == 1 ? votes != 0
                            : op.mode == 2 ? votes == 0 || votes == group
                                           : votes;
         each(same, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = r; });
-        left &= ~same;
-      }
+      });
       break;
     }
     case jit::WarpOp::kRedux: {
@@ -141,14 +148,7 @@ void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, u
       // HRedux).
       const uint32_t mode = op.mode & 7;
       const bool is_signed = op.mode & 8;
-      uint32_t left = lanes;
-      while (left != 0) {
-        const uint32_t group =
-            static_cast<uint32_t>(slot(static_cast<uint32_t>(std::countr_zero(left)), jit::kSlotMember)) & lanes;
-        uint32_t same = 0;
-        each(left, [&](uint32_t lane) {
-          if ((static_cast<uint32_t>(slot(lane, jit::kSlotMember)) & lanes) == group) same |= 1u << lane;
-        });
+      member_groups([&](uint32_t group, uint32_t same) {
         uint32_t acc = mode == 1   ? (is_signed ? 0x7fffffffu : 0xffffffffu)
                        : mode == 2 ? (is_signed ? 0x80000000u : 0u)
                        : mode == 3 ? 0xffffffffu
@@ -179,8 +179,7 @@ void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, u
           }
         });
         each(same, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = acc; });
-        left &= ~same;
-      }
+      });
       break;
     }
     case jit::WarpOp::kActivemask:

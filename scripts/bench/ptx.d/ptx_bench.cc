@@ -277,8 +277,8 @@ void BM_Calls_Native(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kElements);
 }
 
-// Block scans of 2^20 elements, 256 per block: 17 barriers per thread.
-void BM_Scan_Engine(benchmark::State& state, JitMode mode) {
+// Block scans of 2^20 ones, 256 per block, by `kernel`: each block's 1..256.
+void ScanBlocks(benchmark::State& state, JitMode mode, const char* kernel) {
   std::vector<unsigned> in(kElements, 1), out(kElements);
   Memory memory;
   uint64_t din = memory.Add(in), dout = memory.Add(out);
@@ -286,8 +286,8 @@ void BM_Scan_Engine(benchmark::State& state, JitMode mode) {
   uint32_t grid[3] = {kElements / 256, 1, 1}, block[3] = {256, 1, 1};
   uint64_t instructions = 0;
   gpupool::sim::SetJitMode(mode);
-  Launch(state, "block_scan", grid, block, params, memory, nullptr);  // compiles it (_Jit)
-  for (auto _ : state) Launch(state, "block_scan", grid, block, params, memory, &instructions);
+  Launch(state, kernel, grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, kernel, grid, block, params, memory, &instructions);
   if (out[255] != 256 || out[256] != 1 || out[kElements - 1] != 256) {
     state.SkipWithError("wrong scan");
   }
@@ -295,23 +295,11 @@ void BM_Scan_Engine(benchmark::State& state, JitMode mode) {
   state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
 }
 
+// block_scan: 17 barriers per thread.
+void BM_Scan_Engine(benchmark::State& state, JitMode mode) { ScanBlocks(state, mode, "block_scan"); }
+
 // The same scans by warp shuffles (warp_scan): 2 barriers and 5 to 8 shuffles per thread.
-void BM_WarpScan_Engine(benchmark::State& state, JitMode mode) {
-  std::vector<unsigned> in(kElements, 1), out(kElements);
-  Memory memory;
-  uint64_t din = memory.Add(in), dout = memory.Add(out);
-  auto params = Pack(din, dout);
-  uint32_t grid[3] = {kElements / 256, 1, 1}, block[3] = {256, 1, 1};
-  uint64_t instructions = 0;
-  gpupool::sim::SetJitMode(mode);
-  Launch(state, "warp_scan", grid, block, params, memory, nullptr);  // compiles it (_Jit)
-  for (auto _ : state) Launch(state, "warp_scan", grid, block, params, memory, &instructions);
-  if (out[255] != 256 || out[256] != 1 || out[kElements - 1] != 256) {
-    state.SkipWithError("wrong scan");
-  }
-  state.SetItemsProcessed(state.iterations() * kElements);
-  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
-}
+void BM_WarpScan_Engine(benchmark::State& state, JitMode mode) { ScanBlocks(state, mode, "warp_scan"); }
 
 void BM_Scan_Native(benchmark::State& state) {
   std::vector<unsigned> in(kElements, 1), out(kElements);

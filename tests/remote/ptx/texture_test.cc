@@ -1,4 +1,4 @@
-// Texture and surface instructions of the PTX engine (remote/ptx/interp/texture.h) through
+// Texture and surface instructions of the PTX engine (remote/ptx/texture.h) through
 // the sim executor: texture_kernels.cu's kernels sample objects whose descriptors
 // (remote/protocol/sim_texture.h) the test writes into device memory as libcuda.so.1 does,
 // and each answer is checked against a CPU reference computed as the CUDA programming

@@ -1,5 +1,5 @@
 // Texture and surface instructions (texture.h): opcode parsing and per-lane sampling.
-#include "remote/ptx/interp/texture.h"
+#include "remote/ptx/texture.h"
 
 #include <algorithm>
 #include <bit>
