@@ -2,6 +2,7 @@
 // and flush-to-zero. Private interface: conversions.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/conversions.h"
+#include "remote/ptx/rounding.h"
 
 namespace gpupool::sim::interp {
 
@@ -75,21 +76,6 @@ uint16_t FloatToHalfDirected(float f, CvtRounding rounding, bool bf16) {
     ++h;  // away from zero
   }
   return h;
-}
-
-// `rounding` (CvtRounding): an integer rounding (.rni, ...) rounds as the float rounding
-// four places before it (.rn, ...).
-double RoundTo(double v, CvtRounding rounding) {
-  switch (rounding & 3) {
-    case kCvtRoundNearest:
-      return std::nearbyint(v);  // round-half-even in the default mode
-    case kCvtRoundZero:
-      return std::trunc(v);
-    case kCvtRoundDown:
-      return std::floor(v);
-    default:
-      return std::ceil(v);
-  }
 }
 
 // cvt: mode = the destination (CvtOperand: kind and bytes), mode2 = the source, width =

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <map>
 
-#include "remote/ptx/interp/conversions.h"
+#include "remote/ptx/rounding.h"
 #include "remote/ptx/jit/emitter.h"
 
 namespace gpupool::sim::jit {
@@ -130,7 +130,7 @@ llvm::Value* Emitter::RoundToInteger(llvm::Value* a, Type from, std::string_view
   llvm::Type* f64 = b_.getDoubleTy();
   if (from.bits != 64) a = b_.CreateFPExt(a, Lanes(f64));
   using Function = double (*)(double, CvtRounding);
-  const Function function = &interp::RoundTo;
+  const Function function = &RoundTo;
   auto* type = llvm::FunctionType::get(f64, {f64, b_.getInt8Ty()}, false);
   llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(function)), ptr_);
   auto call = [&](llvm::Value* v) {
