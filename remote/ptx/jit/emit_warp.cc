@@ -196,10 +196,10 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
     if (!s.guard.empty()) return (*why = "a warp-level operation under a guard", false);
     // Back from it to the stops before it: every instruction on the way is placed before it.
     std::vector<bool> seen(n, false);
-    std::deque<size_t> todo = {i};
-    while (!todo.empty()) {
-      const size_t at = todo.front();
-      todo.pop_front();
+    std::deque<size_t> frontier = {i};
+    while (!frontier.empty()) {
+      const size_t at = frontier.front();
+      frontier.pop_front();
       for (size_t p : previous[at]) {
         if (p >= i) {
           *why =
@@ -209,7 +209,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
         }
         if (seen[p]) continue;
         seen[p] = true;
-        if (!IsWarpOperation(*code[p]) && !IsCtaBarrier(*code[p])) todo.push_back(p);
+        if (!IsWarpOperation(*code[p]) && !IsCtaBarrier(*code[p])) frontier.push_back(p);
       }
     }
     const std::string_view op = OpcodeName(s);
