@@ -264,8 +264,17 @@ Status HttpServer::Bind(const std::string& listen) {
 
 void HttpServer::Serve() {
   if (serving_.exchange(true) || stop_ || listen_fd_ < 0) return;
-  for (int i = 0; i < limits_.workers; ++i) workers_.emplace_back(&HttpServer::Worker, this, false);
-  for (int i = 0; i < limits_.priority_workers; ++i) workers_.emplace_back(&HttpServer::Worker, this, true);
+  // Named here, by the thread that starts them, so that each has its name by the time the
+  // server answers (`top -H` and `ps -L` tell gpupoold's threads apart). Not the event loop:
+  // it runs on the main thread, whose name is the process's (`killall gpupoold`).
+  for (int i = 0; i < limits_.workers; ++i) {
+    workers_.emplace_back(&HttpServer::Worker, this, false);
+    pthread_setname_np(workers_.back().native_handle(), "gpupoold-work");
+  }
+  for (int i = 0; i < limits_.priority_workers; ++i) {
+    workers_.emplace_back(&HttpServer::Worker, this, true);
+    pthread_setname_np(workers_.back().native_handle(), "gpupoold-prio");
+  }
   Loop();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -596,9 +605,6 @@ void HttpServer::Close(const std::shared_ptr<Conn>& c) {
 }
 
 void HttpServer::Worker(bool priority) {
-  // Named, so that `top -H` and `ps -L` tell gpupoold's threads apart. Not the event loop:
-  // it runs on the main thread, whose name is the process's (`killall gpupoold`).
-  pthread_setname_np(pthread_self(), priority ? "gpupoold-prio" : "gpupoold-work");
   std::deque<Job>& queue = priority ? priority_work_ : work_;
   std::condition_variable& cv = priority ? priority_cv_ : work_cv_;
   for (;;) {

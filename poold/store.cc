@@ -113,7 +113,11 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fs
 
 Store::~Store() { StopCommitter(); }
 
-void Store::StartCommitter() { committer_ = std::thread(&Store::CommitterLoop, this); }
+void Store::StartCommitter() {
+  committer_ = std::thread(&Store::CommitterLoop, this);
+  // Named by its starter, so that it has its name as soon as it exists (`top -H`).
+  pthread_setname_np(committer_.native_handle(), "gpupoold-commit");
+}
 
 void Store::StopCommitter() {
   {
@@ -330,7 +334,6 @@ uint64_t Store::commits() const {
 }
 
 void Store::CommitterLoop() {
-  pthread_setname_np(pthread_self(), "gpupoold-commit");
   uint64_t since_trim = 0;
   for (;;) {
     std::vector<Op> batch;
