@@ -141,10 +141,17 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
     // [symbol+offset]: a .shared (.local) variable, as an offset (.shared, .local) or its
     // window address (generic), as the interpreter resolves it.
     const int64_t shared = SharedSymbol(address.name), local = LocalSymbol(address.name);
+    uint64_t global = 0;
     if (shared >= 0 && (space == "shared" || space == "generic")) {
       base = b_.getInt64(static_cast<uint64_t>(shared) + (space == "shared" ? 0 : kSharedWindow));
     } else if (local >= 0 && (space == "local" || space == "generic")) {
       base = b_.getInt64(static_cast<uint64_t>(local) + (space == "local" ? 0 : kLocalWindow));
+    } else if (shared < 0 && local < 0 && GlobalSymbol(address.name, &global) &&
+               (space == "global" || space == "generic")) {
+      // A module variable (.global or .const: ld.const is a global access here): its
+      // device address, checked below as any global address is, as the interpreter checks
+      // [name+offset] (a constant address, then Global).
+      base = b_.getInt64(global);
     } else {
       *why = "an access to " + address.name;
       return nullptr;
@@ -246,6 +253,15 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
   return true;
 }
 
+// Whether vector code's global access takes `address`: a register, or a module variable
+// (SharedLayout::globals) that names no shared or local variable.
+bool Emitter::LanesAddressable(const RawOperand& address) const {
+  if (address.name.empty()) return false;
+  if (address.name[0] == '%') return !IsSpecialRegisterName(address.name);
+  uint64_t global = 0;
+  return SharedSymbol(address.name) < 0 && LocalSymbol(address.name) < 0 && GlobalSymbol(address.name, &global);
+}
+
 // The split every global access of vector code makes: the lanes' addresses (a register
 // plus the instruction's offset), a new access of `bytes` per lane, and a branch to `each`
 // unless all 8 lanes run at consecutive accesses inside the allocation this access hit
@@ -254,7 +270,15 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
 // in the whole-lanes block, whose host address is `host`.
 Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t bytes, bool load) {
   LanesSplit split;
-  split.addresses = b_.CreateAdd(LoadRegister64(address.name), Int(64, address.bits));
+  // A register's lanes, or a module variable's address in every lane (the lanes then run
+  // one by one, each checked as scalar code checks it).
+  llvm::Value* base = nullptr;
+  if (uint64_t global = 0; address.name[0] != '%' && GlobalSymbol(address.name, &global)) {
+    base = Int(64, global);
+  } else {
+    base = LoadRegister64(address.name);
+  }
+  split.addresses = b_.CreateAdd(base, Int(64, address.bits));
   split.access = NewAccess(bytes, load ? "load" : "store");
   const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(split.access);
   llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
@@ -286,9 +310,7 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
 bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                                 const RawOperand& value, std::string* why) {
   if (space == "shared") return (*why = "shared memory in vector code", false);
-  if (address.name.empty() || address.name[0] != '%' || IsSpecialRegisterName(address.name)) {
-    return (*why = "an address that is not a register", false);
-  }
+  if (!LanesAddressable(address)) return (*why = "an address that is neither a register nor a module variable", false);
   const uint32_t width = t.bits / 8, bytes = width * vec;
   llvm::Type* element = ScalarType(t);
   std::vector<llvm::Value*> stored(vec, nullptr);
@@ -543,9 +565,7 @@ bool Emitter::CopyToShared(llvm::Value* target, const RawOperand& source, uint32
 bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load,
                            const RawOperand& value, std::string* why) {
   if (space == "shared") return (*why = "shared memory in vector code", false);
-  if (address.name.empty() || address.name[0] != '%' || IsSpecialRegisterName(address.name)) {
-    return (*why = "an address that is not a register", false);
-  }
+  if (!LanesAddressable(address)) return (*why = "an address that is neither a register nor a module variable", false);
   const uint32_t size = t.bits / 8;
   llvm::Value* stored = nullptr;
   if (!load && (stored = Source(value, t, why)) == nullptr) return false;

@@ -70,6 +70,7 @@ class Emitter {
         shared_offsets_(shared.offsets),
         shared_dynamic_(shared.dynamic),
         shared_size_(shared.size),
+        globals_(shared.globals),
         lanes_(lanes) {}
 
   // Emits `cta`; false (and *refused) when the kernel has what the tier does not take.
@@ -104,6 +105,7 @@ class Emitter {
   // emit_operands.cc
   int64_t SharedSymbol(const std::string& name) const;
   int64_t LocalSymbol(const std::string& name) const;
+  bool GlobalSymbol(const std::string& name, uint64_t* address) const;
   uint32_t StorageBits(const std::string& name);
   llvm::Type* StorageType(const std::string& name) { return Lanes(b_.getIntNTy(StorageBits(name))); }
   llvm::Value* LoadRegister(const std::string& name) { return b_.CreateLoad(StorageType(name), Register(name)); }
@@ -154,6 +156,7 @@ class Emitter {
     llvm::BasicBlock* each = nullptr;  // lane by lane
     llvm::BasicBlock* join = nullptr;
   };
+  bool LanesAddressable(const RawOperand& address) const;
   LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load);
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                          const RawOperand& value, std::string* why);
@@ -198,6 +201,7 @@ class Emitter {
   const std::set<std::string>& shared_dynamic_;            // .extern .shared, at shared_size_
   const uint64_t shared_size_;                             // static; the launch's total: shared_bytes_
   llvm::Value* shared_bytes_ = nullptr;                    // static + the launch's dynamic (Context)
+  const std::map<std::string, uint64_t>& globals_;         // module variables' addresses (SharedLayout)
   bool has_shared_ = false;
   // Local memory: the .local variables' offsets, laid out as the decoder lays them out
   // (each at its alignment, in order; the total rounded up to 16), and each thread's bytes.
