@@ -196,9 +196,31 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
 }
 
 // The host address of a load of `size` bytes at [param+offset], checked now: its bounds are
-// known at compile time. nullptr with *why for a store, another base or bytes outside the
-// parameter.
+// known at compile time; or at [register+offset] in scalar code (a parameter's address,
+// mov of its name, and an offset: nvcc's for a by-value array indexed at run time),
+// checked as the interpreter checks it (Address, Space::kParam): the low 48 bits within the
+// launch's parameter bytes (Context::param_size), a fault naming the address as made.
+// nullptr with *why for a store, another base or bytes outside the parameter.
 llvm::Value* Emitter::ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why) {
+  if (load && !address.name.empty() && address.name[0] == '%' && !IsSpecialRegisterName(address.name)) {
+    if (lanes_) return (*why = "a .param access through a register in vector code", nullptr);
+    const uint32_t access = static_cast<uint32_t>(accesses_->size());
+    accesses_->push_back({size, "load"});
+    llvm::Value* at = b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits));
+    llvm::Value* offset = b_.CreateAnd(at, b_.getInt64(0xffffffffffffull));
+    // offset + size <= the launch's bytes (below 2^32: no wrap), as CheckedShared.
+    llvm::Value* bytes = b_.CreateLoad(i64_, Field(kOffParamSize));
+    llvm::Value* limit =
+        b_.CreateSelect(b_.CreateICmpUGE(bytes, b_.getInt64(size)),
+                        b_.CreateAdd(b_.CreateSub(bytes, b_.getInt64(size)), b_.getInt64(1)), b_.getInt64(0));
+    auto* fault = llvm::BasicBlock::Create(ctx_, "param_fault", fn_);
+    auto* join = llvm::BasicBlock::Create(ctx_, "param_ok", fn_);
+    b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+    b_.SetInsertPoint(fault);
+    Fault(at, access);
+    b_.SetInsertPoint(join);
+    return b_.CreateGEP(b_.getInt8Ty(), params_arg_, offset);
+  }
   auto it = params_.find(address.name);
   if (!load || it == params_.end()) return (*why = "a .param access it does not take", nullptr);
   const int64_t off = static_cast<int64_t>(address.bits);

@@ -201,6 +201,9 @@ llvm::Value* Emitter::Source(const RawOperand& op, Type t, std::string* why) {
         // A module variable's or function's: its device address, a constant of the load
         // (the decoder's, SharedLayout::globals), cvta.global making it generic as it is.
         if (uint64_t address; GlobalSymbol(op.name, &address)) return Int(t.bits, address);
+        // A kernel parameter's: its offset in the parameters (the decoder's value of the
+        // symbol), which ld.param through a register reads (ParamAddress).
+        if (auto it = params_.find(op.name); it != params_.end()) return Int(t.bits, it->second.offset);
       }
       if (op.name.empty() || op.name[0] != '%' || op.negated) {
         *why = "it names " + (op.name.empty() ? std::string("an operand") : op.name);

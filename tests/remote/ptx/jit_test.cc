@@ -2488,5 +2488,57 @@ TEST_F(JitModuleVariables, EachLoadsCompiledKernelReadsItsOwnVariables) {
   }
 }
 
+// A by-value array parameter indexed at run time (JitParamAddress.ptx: mov of the
+// parameter's name, ld.param through a register), on blocks of 64 threads and of 36: the
+// interpreter's words, and the same fault and detail where thread 70 reads past the
+// launch's parameter bytes (which may be more than the kernel's: 20 here, read as they are).
+class JitParamAddress : public KernelFileTest {
+ public:
+  JitParamAddress() : KernelFileTest("JitParamAddress.ptx") {}
+};
+
+TEST_F(JitParamAddress, AParametersAddressReadsTheLaunchsParameterBytes) {
+  const DecodedKernel& kernel = Kernel("pick");
+  for (uint32_t threads : {64u, 36u}) {
+    for (int32_t far : {0, 45, 49, 50, -1, 1 << 20}) {
+      int32_t status[2];
+      std::string detail[2];
+      std::vector<int32_t> out[2];
+      const uint64_t before = kernel.jit->jit_launches.load();
+      for (int compiled = 0; compiled < 2; ++compiled) {
+        SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+        out[compiled].assign(3 * threads, -7);
+        Memory memory;
+        const uint64_t dout = memory.Add(out[compiled]);
+        std::vector<uint8_t> params(200);
+        for (int k = 0; k < 40; ++k) {
+          const int32_t v = k * k - 300;
+          std::memcpy(params.data() + 4 * k, &v, 4);
+        }
+        const int32_t scalars[3] = {static_cast<int32_t>(3 * threads), 70, far};
+        std::memcpy(params.data() + 160, &dout, 8);
+        std::memcpy(params.data() + 168, scalars, 12);
+        for (int k = 180; k < 200; ++k) params[k] = static_cast<uint8_t>(0xa0 + k);
+        status[compiled] = Launch(kernel, {3, 1, 1}, {threads, 1, 1}, params, memory, nullptr, &detail[compiled]);
+      }
+      ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+      EXPECT_FALSE(HasVectorCode(*kernel.jit->compiled));
+      EXPECT_EQ(kernel.jit->jit_launches.load(), before + 1);
+      EXPECT_EQ(status[1], status[0]) << far;
+      EXPECT_EQ(detail[1], detail[0]) << far;
+      if (far >= 50 || far < 0) {
+        EXPECT_EQ(status[0], kIllegalAddress) << far;
+        EXPECT_NE(detail[0].find("load of 4 bytes"), std::string::npos) << detail[0];
+        continue;
+      }
+      ASSERT_EQ(status[0], 0) << detail[0];
+      EXPECT_EQ(out[1], out[0]) << far;
+      for (int i = 0; i < static_cast<int>(3 * threads); ++i) {
+        if (i != 70) EXPECT_EQ(out[0][i], (i * 7 % 40) * (i * 7 % 40) - 300) << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::sim
