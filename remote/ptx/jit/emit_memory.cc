@@ -290,8 +290,12 @@ bool Emitter::LanesAddressable(const RawOperand& address) const {
 // last (its hint): the first and the last lane inside it, so every lane between is (the
 // allocation ends below 2^48: first + 7 * bytes cannot wrap into it). The builder is left
 // in the whole-lanes block, whose host address is `host`.
-Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t bytes, bool load) {
+Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok) {
   LanesSplit split;
+  // A module variable's address is every lane's: with `uniform_ok` (a load of one element
+  // a lane), lanes that all run inside the allocation this access hit last read it once
+  // (the whole-lanes block then loads one element for all).
+  split.uniform = uniform_ok && address.name[0] != '%';
   // A register's lanes, or a module variable's address in every lane (the lanes then run
   // one by one, each checked as scalar code checks it).
   llvm::Value* base = nullptr;
@@ -309,7 +313,8 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
   llvm::Value* first = b_.CreateExtractElement(split.addresses, uint64_t{0});
   llvm::Value* last = b_.CreateExtractElement(split.addresses, uint64_t{lanes_ - 1});
   llvm::Value* consecutive =
-      b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
+      split.uniform ? static_cast<llvm::Value*>(b_.getTrue())
+                    : b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
   split.mask = Mask();
   llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(split.mask)),
                                    b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
@@ -591,14 +596,16 @@ bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Ty
   const uint32_t size = t.bits / 8;
   llvm::Value* stored = nullptr;
   if (!load && (stored = Source(value, t, why)) == nullptr) return false;
-  const LanesSplit split = SplitLanes(address, size, load);
+  const LanesSplit split = SplitLanes(address, size, load, load);
   llvm::Value* addresses = split.addresses;
   llvm::Value* mask = split.mask;
   const uint32_t access = split.access;
   llvm::BasicBlock *each = split.each, *join = split.join;
   llvm::Value* host = split.host;
   llvm::Value* whole_value = nullptr;
-  if (load) {
+  if (load && split.uniform) {
+    whole_value = Splat(b_.CreateAlignedLoad(ScalarType(t), host, llvm::MaybeAlign(1)));
+  } else if (load) {
     whole_value = b_.CreateAlignedLoad(LlvmType(t), host, llvm::MaybeAlign(1));
   } else {
     b_.CreateAlignedStore(stored, host, llvm::MaybeAlign(1));

@@ -80,6 +80,7 @@ class Emitter {
   // emit_kernel.cc
   bool Refuse(const std::string& why, int line, std::string* refused);
   void CountUses(const RawOperand& o);
+  bool CheckVariableStores(std::string* why, int* line);
   // This thread's index in its block, and its resume point and saved registers.
   llvm::Value* ThreadIndex();
   llvm::Value* ResumeOf() { return b_.CreateGEP(i32_, resume_arg_, b_.CreateZExt(ThreadIndex(), i64_)); }
@@ -153,11 +154,12 @@ class Emitter {
     llvm::Value* mask = nullptr;       // the running lanes
     uint32_t access = 0;
     llvm::Value* host = nullptr;       // the first lane's host address, in the whole-lanes block
+    bool uniform = false;              // one address for every lane (a module variable's)
     llvm::BasicBlock* each = nullptr;  // lane by lane
     llvm::BasicBlock* join = nullptr;
   };
   bool LanesAddressable(const RawOperand& address) const;
-  LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load);
+  LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok = false);
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                          const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
