@@ -296,8 +296,8 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
   // a lane), lanes that all run inside the allocation this access hit last read it once
   // (the whole-lanes block then loads one element for all).
   split.uniform = uniform_ok && address.name[0] != '%';
-  // A register's lanes, or a module variable's address in every lane (the lanes then run
-  // one by one, each checked as scalar code checks it).
+  // A register's lanes, or a module variable's address in every lane (then, but for a
+  // uniform load, the lanes run one by one, each checked as scalar code checks it).
   llvm::Value* base = nullptr;
   if (uint64_t global = 0; address.name[0] != '%' && GlobalSymbol(address.name, &global)) {
     base = Int(64, global);
