@@ -63,6 +63,7 @@ Status Decoder::Run(const RawFunction& entry) {
   // The layout the JIT tier takes as it is (jit/jit.h, SharedLayout).
   for (const auto& [name, symbol] : symbols_) {
     if (symbol.space == Space::kShared) k_->shared_layout.offsets[name] = symbol.value;
+    if (symbol.space == Space::kGlobal) k_->shared_layout.globals[name] = symbol.value;
   }
   k_->shared_layout.size = k_->static_shared;
   for (const auto& [slot, name] : dynamic_shared_constants_) k_->shared_layout.dynamic.insert(name);

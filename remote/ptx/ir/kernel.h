@@ -58,6 +58,12 @@ struct SharedLayout {
   std::map<std::string, uint64_t> offsets;  // .shared variable -> offset in the CTA's
   uint64_t size = 0;                        // bytes (DecodedKernel::static_shared)
   std::set<std::string> dynamic;            // .extern .shared variables it names, at `size`
+  // The module's .global and .const variables and its functions, by name, at the device
+  // addresses the decoder gave them (PtxModule::Decode's `addresses`, those of the module's
+  // load: a variable they do not name is at 0), which both tiers take as constants. A
+  // kernel's JitSlot belongs to its DecodedKernel, one per load, so that no load's compiled
+  // code holds another's addresses.
+  std::map<std::string, uint64_t> globals;
 };
 
 struct Warp;

@@ -191,6 +191,11 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     for (std::string_view qual : q) {
       if (qual == "global" || qual == "param" || qual == "shared" || qual == "local") {
         space = qual;
+      } else if (qual == "const" && load) {
+        // Constant memory is module variables in global memory: the interpreter reads
+        // ld.const as a global load (Address, Space::kConst), checked against the same
+        // allocations. (st.const always faults there: left to it.)
+        space = "global";
       } else if (qual == "v2" || qual == "v4") {
         vec = qual == "v2" ? 2 : 4;
       } else if (!IsCacheHint(qual)) {

@@ -4,6 +4,8 @@
 // phase. PTX registers are stack slots of their declared width (promoted to SSA values by
 // LLVM); across a barrier a thread keeps the registers live after it in `saved`.
 #include <algorithm>
+#include <set>
+#include <string_view>
 
 #include "remote/ptx/front/param_layout.h"
 #include "remote/ptx/jit/emitter.h"
@@ -84,6 +86,11 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
       }
       ++index;
     }
+  }
+  if (!globals_.empty()) {
+    std::string why;
+    int line = 0;
+    if (!CheckVariableStores(&why, &line)) return Refuse(why, line, refused);
   }
   if (barriers_ > 0) {
     std::string why;
@@ -337,6 +344,63 @@ llvm::Value* Emitter::FieldAt(llvm::IRBuilder<>& at, uint64_t offset) {
 void Emitter::FlushCount() {
   llvm::Value* at = Field(kOffInstructions);
   b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, at), b_.CreateLoad(i64_, count_slot_)), at);
+}
+
+// Whether no plain store reaches a module variable's memory: at [name+offset], or through a
+// register holding what is made from a variable's address or read through it (mov of its
+// name, arithmetic on it, a load from it: a flow-insensitive closure over the body).
+// Module variables hold what the threads share (counters, tables: `table[i % 3] += 1`),
+// and threads that load and store one word, run one after another here, would each see
+// the others' stores, where the interpreter's lanes of a warp load together and then store
+// together, as a GPU's do. Such kernels stay on the interpreter; loads of the variables and
+// atomics on them (whose sums no order changes) are taken.
+bool Emitter::CheckVariableStores(std::string* why, int* line) {
+  auto variable = [&](const std::string& name) {
+    uint64_t address = 0;
+    return !name.empty() && name[0] != '%' && SharedSymbol(name) < 0 && LocalSymbol(name) < 0 &&
+           GlobalSymbol(name, &address);
+  };
+  std::set<std::string> derived;
+  auto reaches = [&](const RawOperand& o) {
+    return (o.kind == RawOperand::kName || o.kind == RawOperand::kAddress) &&
+           (derived.count(o.name) > 0 || variable(o.name));
+  };
+  auto opcode = [](const RawStatement& s) { return std::string_view(s.opcode).substr(0, s.opcode.find('.')); };
+  // Each pass adds a register or ends; a chain longer than this is refused rather than
+  // followed (bounded work per compile).
+  constexpr int kMaxPasses = 64;
+  bool changed = true;
+  for (int pass = 0; changed; ++pass) {
+    if (pass == kMaxPasses) return (*why = "addresses of module variables through a long chain of registers", false);
+    changed = false;
+    for (const RawStatement& s : entry_.body) {
+      if (s.kind != RawStatement::kInstruction || s.operands.empty()) continue;
+      const std::string_view op = opcode(s);
+      if (op == "st" || op == "red" || op == "bra" || op == "call") continue;
+      const RawOperand& dest = s.operands[0];
+      if (dest.kind != RawOperand::kName || dest.name.empty() || dest.name[0] != '%' || derived.count(dest.name)) {
+        continue;
+      }
+      for (size_t i = 1; i < s.operands.size(); ++i) {
+        if (reaches(s.operands[i])) {
+          derived.insert(dest.name);
+          changed = true;
+          break;
+        }
+      }
+    }
+  }
+  for (const RawStatement& s : entry_.body) {
+    if (s.kind != RawStatement::kInstruction || s.operands.empty() || opcode(s) != "st") continue;
+    if (s.operands[0].kind == RawOperand::kAddress && reaches(s.operands[0])) {
+      *line = s.line;
+      *why =
+          "a store to a module variable's memory (threads that load and store one word would see each "
+          "other's stores, where a warp's lanes load together)";
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace gpupool::sim::jit

@@ -141,10 +141,17 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
     // [symbol+offset]: a .shared (.local) variable, as an offset (.shared, .local) or its
     // window address (generic), as the interpreter resolves it.
     const int64_t shared = SharedSymbol(address.name), local = LocalSymbol(address.name);
+    uint64_t global = 0;
     if (shared >= 0 && (space == "shared" || space == "generic")) {
       base = b_.getInt64(static_cast<uint64_t>(shared) + (space == "shared" ? 0 : kSharedWindow));
     } else if (local >= 0 && (space == "local" || space == "generic")) {
       base = b_.getInt64(static_cast<uint64_t>(local) + (space == "local" ? 0 : kLocalWindow));
+    } else if (shared < 0 && local < 0 && GlobalSymbol(address.name, &global) &&
+               (space == "global" || space == "generic")) {
+      // A module variable (.global or .const: ld.const is a global access here): its
+      // device address, checked below as any global address is, as the interpreter checks
+      // [name+offset] (a constant address, then Global).
+      base = b_.getInt64(global);
     } else {
       *why = "an access to " + address.name;
       return nullptr;
@@ -189,9 +196,31 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
 }
 
 // The host address of a load of `size` bytes at [param+offset], checked now: its bounds are
-// known at compile time. nullptr with *why for a store, another base or bytes outside the
-// parameter.
+// known at compile time; or at [register+offset] in scalar code (a parameter's address,
+// mov of its name, and an offset: nvcc's for a by-value array indexed at run time),
+// checked as the interpreter checks it (Address, Space::kParam): the low 48 bits within the
+// launch's parameter bytes (Context::param_size), a fault naming the address as made.
+// nullptr with *why for a store, another base or bytes outside the parameter.
 llvm::Value* Emitter::ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why) {
+  if (load && !address.name.empty() && address.name[0] == '%' && !IsSpecialRegisterName(address.name)) {
+    if (lanes_) return (*why = "a .param access through a register in vector code", nullptr);
+    const uint32_t access = static_cast<uint32_t>(accesses_->size());
+    accesses_->push_back({size, "load"});
+    llvm::Value* at = b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits));
+    llvm::Value* offset = b_.CreateAnd(at, b_.getInt64(0xffffffffffffull));
+    // offset + size <= the launch's bytes (below 2^32: no wrap), as CheckedShared.
+    llvm::Value* bytes = b_.CreateLoad(i64_, Field(kOffParamSize));
+    llvm::Value* limit =
+        b_.CreateSelect(b_.CreateICmpUGE(bytes, b_.getInt64(size)),
+                        b_.CreateAdd(b_.CreateSub(bytes, b_.getInt64(size)), b_.getInt64(1)), b_.getInt64(0));
+    auto* fault = llvm::BasicBlock::Create(ctx_, "param_fault", fn_);
+    auto* join = llvm::BasicBlock::Create(ctx_, "param_ok", fn_);
+    b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+    b_.SetInsertPoint(fault);
+    Fault(at, access);
+    b_.SetInsertPoint(join);
+    return b_.CreateGEP(b_.getInt8Ty(), params_arg_, offset);
+  }
   auto it = params_.find(address.name);
   if (!load || it == params_.end()) return (*why = "a .param access it does not take", nullptr);
   const int64_t off = static_cast<int64_t>(address.bits);
@@ -246,15 +275,36 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
   return true;
 }
 
+// Whether vector code's global access takes `address`: a register, or a module variable
+// (SharedLayout::globals) that names no shared or local variable.
+bool Emitter::LanesAddressable(const RawOperand& address) const {
+  if (address.name.empty()) return false;
+  if (address.name[0] == '%') return !IsSpecialRegisterName(address.name);
+  uint64_t global = 0;
+  return SharedSymbol(address.name) < 0 && LocalSymbol(address.name) < 0 && GlobalSymbol(address.name, &global);
+}
+
 // The split every global access of vector code makes: the lanes' addresses (a register
 // plus the instruction's offset), a new access of `bytes` per lane, and a branch to `each`
 // unless all 8 lanes run at consecutive accesses inside the allocation this access hit
 // last (its hint): the first and the last lane inside it, so every lane between is (the
 // allocation ends below 2^48: first + 7 * bytes cannot wrap into it). The builder is left
 // in the whole-lanes block, whose host address is `host`.
-Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t bytes, bool load) {
+Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok) {
   LanesSplit split;
-  split.addresses = b_.CreateAdd(LoadRegister64(address.name), Int(64, address.bits));
+  // A module variable's address is every lane's: with `uniform_ok` (a load of one element
+  // a lane), lanes that all run inside the allocation this access hit last read it once
+  // (the whole-lanes block then loads one element for all).
+  split.uniform = uniform_ok && address.name[0] != '%';
+  // A register's lanes, or a module variable's address in every lane (then, but for a
+  // uniform load, the lanes run one by one, each checked as scalar code checks it).
+  llvm::Value* base = nullptr;
+  if (uint64_t global = 0; address.name[0] != '%' && GlobalSymbol(address.name, &global)) {
+    base = Int(64, global);
+  } else {
+    base = LoadRegister64(address.name);
+  }
+  split.addresses = b_.CreateAdd(base, Int(64, address.bits));
   split.access = NewAccess(bytes, load ? "load" : "store");
   const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(split.access);
   llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
@@ -263,7 +313,8 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
   llvm::Value* first = b_.CreateExtractElement(split.addresses, uint64_t{0});
   llvm::Value* last = b_.CreateExtractElement(split.addresses, uint64_t{lanes_ - 1});
   llvm::Value* consecutive =
-      b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
+      split.uniform ? static_cast<llvm::Value*>(b_.getTrue())
+                    : b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
   split.mask = Mask();
   llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(split.mask)),
                                    b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
@@ -286,9 +337,7 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
 bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                                 const RawOperand& value, std::string* why) {
   if (space == "shared") return (*why = "shared memory in vector code", false);
-  if (address.name.empty() || address.name[0] != '%' || IsSpecialRegisterName(address.name)) {
-    return (*why = "an address that is not a register", false);
-  }
+  if (!LanesAddressable(address)) return (*why = "an address that is neither a register nor a module variable", false);
   const uint32_t width = t.bits / 8, bytes = width * vec;
   llvm::Type* element = ScalarType(t);
   std::vector<llvm::Value*> stored(vec, nullptr);
@@ -543,20 +592,20 @@ bool Emitter::CopyToShared(llvm::Value* target, const RawOperand& source, uint32
 bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load,
                            const RawOperand& value, std::string* why) {
   if (space == "shared") return (*why = "shared memory in vector code", false);
-  if (address.name.empty() || address.name[0] != '%' || IsSpecialRegisterName(address.name)) {
-    return (*why = "an address that is not a register", false);
-  }
+  if (!LanesAddressable(address)) return (*why = "an address that is neither a register nor a module variable", false);
   const uint32_t size = t.bits / 8;
   llvm::Value* stored = nullptr;
   if (!load && (stored = Source(value, t, why)) == nullptr) return false;
-  const LanesSplit split = SplitLanes(address, size, load);
+  const LanesSplit split = SplitLanes(address, size, load, load);
   llvm::Value* addresses = split.addresses;
   llvm::Value* mask = split.mask;
   const uint32_t access = split.access;
   llvm::BasicBlock *each = split.each, *join = split.join;
   llvm::Value* host = split.host;
   llvm::Value* whole_value = nullptr;
-  if (load) {
+  if (load && split.uniform) {
+    whole_value = Splat(b_.CreateAlignedLoad(ScalarType(t), host, llvm::MaybeAlign(1)));
+  } else if (load) {
     whole_value = b_.CreateAlignedLoad(LlvmType(t), host, llvm::MaybeAlign(1));
   } else {
     b_.CreateAlignedStore(stored, host, llvm::MaybeAlign(1));

@@ -31,6 +31,15 @@ int64_t Emitter::LocalSymbol(const std::string& name) const {
   return it == local_offsets_.end() ? -1 : static_cast<int64_t>(it->second);
 }
 
+// Whether `name` is a module variable or function (the decoder's symbol of global space,
+// SharedLayout::globals), and its device address.
+bool Emitter::GlobalSymbol(const std::string& name, uint64_t* address) const {
+  auto it = globals_.find(name);
+  if (it == globals_.end()) return false;
+  *address = it->second;
+  return true;
+}
+
 // A register's width as declared (64 for one used undeclared, as inline asm may).
 uint32_t Emitter::StorageBits(const std::string& name) {
   auto it = entry_.register_bits.find(name);
@@ -189,6 +198,12 @@ llvm::Value* Emitter::Source(const RawOperand& op, Type t, std::string* why) {
         if (int64_t offset = LocalSymbol(op.name); offset >= 0) {
           return Int(t.bits, static_cast<uint64_t>(offset));
         }
+        // A module variable's or function's: its device address, a constant of the load
+        // (the decoder's, SharedLayout::globals), cvta.global making it generic as it is.
+        if (uint64_t address; GlobalSymbol(op.name, &address)) return Int(t.bits, address);
+        // A kernel parameter's: its offset in the parameters (the decoder's value of the
+        // symbol), which ld.param through a register reads (ParamAddress).
+        if (auto it = params_.find(op.name); it != params_.end()) return Int(t.bits, it->second.offset);
       }
       if (op.name.empty() || op.name[0] != '%' || op.negated) {
         *why = "it names " + (op.name.empty() ? std::string("an operand") : op.name);

@@ -70,6 +70,7 @@ class Emitter {
         shared_offsets_(shared.offsets),
         shared_dynamic_(shared.dynamic),
         shared_size_(shared.size),
+        globals_(shared.globals),
         lanes_(lanes) {}
 
   // Emits `cta`; false (and *refused) when the kernel has what the tier does not take.
@@ -79,6 +80,7 @@ class Emitter {
   // emit_kernel.cc
   bool Refuse(const std::string& why, int line, std::string* refused);
   void CountUses(const RawOperand& o);
+  bool CheckVariableStores(std::string* why, int* line);
   // This thread's index in its block, and its resume point and saved registers.
   llvm::Value* ThreadIndex();
   llvm::Value* ResumeOf() { return b_.CreateGEP(i32_, resume_arg_, b_.CreateZExt(ThreadIndex(), i64_)); }
@@ -104,6 +106,7 @@ class Emitter {
   // emit_operands.cc
   int64_t SharedSymbol(const std::string& name) const;
   int64_t LocalSymbol(const std::string& name) const;
+  bool GlobalSymbol(const std::string& name, uint64_t* address) const;
   uint32_t StorageBits(const std::string& name);
   llvm::Type* StorageType(const std::string& name) { return Lanes(b_.getIntNTy(StorageBits(name))); }
   llvm::Value* LoadRegister(const std::string& name) { return b_.CreateLoad(StorageType(name), Register(name)); }
@@ -151,10 +154,12 @@ class Emitter {
     llvm::Value* mask = nullptr;       // the running lanes
     uint32_t access = 0;
     llvm::Value* host = nullptr;       // the first lane's host address, in the whole-lanes block
+    bool uniform = false;              // one address for every lane (a module variable's)
     llvm::BasicBlock* each = nullptr;  // lane by lane
     llvm::BasicBlock* join = nullptr;
   };
-  LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load);
+  bool LanesAddressable(const RawOperand& address) const;
+  LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok = false);
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                          const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
@@ -198,6 +203,7 @@ class Emitter {
   const std::set<std::string>& shared_dynamic_;            // .extern .shared, at shared_size_
   const uint64_t shared_size_;                             // static; the launch's total: shared_bytes_
   llvm::Value* shared_bytes_ = nullptr;                    // static + the launch's dynamic (Context)
+  const std::map<std::string, uint64_t>& globals_;         // module variables' addresses (SharedLayout)
   bool has_shared_ = false;
   // Local memory: the .local variables' offsets, laid out as the decoder lays them out
   // (each at its alignment, in order; the total rounded up to 16), and each thread's bytes.

@@ -105,6 +105,9 @@ struct Context {
   // +128: the launch's SMs (%nsmid; %smid is the CTA's linear index modulo it, as the
   // interpreter's StartCta sets it). At least 1: the sim executor's count is.
   uint32_t sm_count = 1;
+  // +136: the launch's parameter bytes (LaunchSpec::param_size, at least the kernel's),
+  // which ld.param through a register is checked against, as the interpreter checks it.
+  uint64_t param_size = 0;
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
@@ -118,7 +121,7 @@ struct Context {
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
                    kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
                    kOffSharedSize = 80, kOffLocal = 88, kOffTrapLine = 96, kOffShadow = 104, kOffSettle = 112,
-                   kOffSlots = 120, kOffSmCount = 128;
+                   kOffSlots = 120, kOffSmCount = 128, kOffParamSize = 136;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -140,6 +143,7 @@ static_assert(offsetof(Context, shadow) == kOffShadow);
 static_assert(offsetof(Context, settle) == kOffSettle);
 static_assert(offsetof(Context, slots) == kOffSlots);
 static_assert(offsetof(Context, sm_count) == kOffSmCount);
+static_assert(offsetof(Context, param_size) == kOffParamSize);
 
 // `entry` with the calls of device functions of `module` inlined (inline.cc), as the decoder
 // inlines them: itself when it calls none, else the inlined function in *storage; nullptr

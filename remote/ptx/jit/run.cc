@@ -411,6 +411,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     context.slots = worker.slots.data();
     context.shadow = worker.shadow.data();
     context.sm_count = std::max<uint32_t>(spec.sm_count, 1);
+    context.param_size = spec.param_size;
     for (int i = 0; i < 3; ++i) {
       context.ntid[i] = spec.block[i];
       context.nctaid[i] = spec.grid[i];

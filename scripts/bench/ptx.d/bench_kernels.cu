@@ -1,6 +1,7 @@
 // Kernels of the PTX engine benchmark (scripts/bench/ptx): element-wise, shared-memory
 // tiled matrix multiply (plain loads, and cp.async), calls of a device function, atomics,
-// a barrier-heavy block scan and bilinear texture sampling. extern "C" for plain names; sm_80 for cp.async.
+// a barrier-heavy block scan, bilinear texture sampling and a filter of __constant__ taps.
+// extern "C" for plain names; sm_80 for cp.async.
 constexpr int kTile = 16;
 
 extern "C" {
@@ -172,6 +173,19 @@ __global__ void warp_sum(const float* in, float* out, int n) {
 __global__ void bilinear(cudaTextureObject_t image, float* out, int w, int h) {
   int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y;
   if (x < w && y < h) out[y * w + x] = tex2D<float>(image, x + 0.3f, y + 0.7f);
+}
+
+// y[i] = the 16 taps of fir_taps (constant memory: ld.const at [fir_taps+4k]) over
+// x[i..i+15], clamped to the last element.
+__constant__ float fir_taps[16] = {0.01f, -0.02f, 0.03f, -0.04f, 0.05f,  0.1f,  0.2f,   0.3f,
+                                   0.3f,  0.2f,   0.1f,  0.05f,  -0.04f, 0.03f, -0.02f, 0.01f};
+__global__ void fir_constant(int n, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float s = 0;
+#pragma unroll
+  for (int k = 0; k < 16; ++k) s += fir_taps[k] * x[min(i + k, n - 1)];
+  y[i] = s;
 }
 
 }  // extern "C"

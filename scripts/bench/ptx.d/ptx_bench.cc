@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -67,9 +68,42 @@ std::vector<uint8_t> Pack(Args... args) {
   return bytes;
 }
 
+// The module's variables (fir_constant's __constant__ taps), placed once as the sim executor
+// places them (each at its alignment, at least 8, initialised from the PTX) in one
+// allocation below the benchmarks' buffers, which every launch may reach.
+struct Variables {
+  std::map<std::string, uint64_t> addresses;
+  std::vector<uint8_t> bytes;
+  MemoryRange range;
+};
+Variables& ModuleVariables() {
+  static Variables variables = [] {
+    constexpr uint64_t kBase = 1ull << 43;
+    Variables v;
+    std::map<std::string, uint64_t> offsets;
+    uint64_t span = 0;
+    for (const gpupool::sim::ModuleVariable& variable : Module().variables()) {
+      const uint64_t align = std::max<uint64_t>(variable.align, 8);
+      span = (span + align - 1) / align * align;
+      offsets[variable.name] = span;
+      v.addresses[variable.name] = kBase + span;
+      span += std::max<uint64_t>(variable.size, 1);
+    }
+    v.bytes.assign(std::max<uint64_t>(span, 1), 0);
+    for (const gpupool::sim::ModuleVariable& variable : Module().variables()) {
+      auto init = Module().InitialBytes(variable, v.addresses);
+      if (!init.ok()) throw std::runtime_error(init.status().message());
+      std::copy(init->begin(), init->end(), v.bytes.begin() + offsets[variable.name]);
+    }
+    v.range = MemoryRange{kBase, v.bytes.size(), reinterpret_cast<char*>(v.bytes.data())};
+    return v;
+  }();
+  return variables;
+}
+
 void Launch(benchmark::State& state, const char* name, uint32_t grid[3], uint32_t block[3],
             const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions, uint32_t dynamic_shared = 0) {
-  auto kernel = Module().Decode(name, {});
+  auto kernel = Module().Decode(name, ModuleVariables().addresses);
   if (!kernel.ok()) throw std::runtime_error(kernel.status().message());
   LaunchSpec spec;
   for (int i = 0; i < 3; ++i) {
@@ -79,6 +113,7 @@ void Launch(benchmark::State& state, const char* name, uint32_t grid[3], uint32_
   spec.params = params.data();
   spec.param_size = params.size();
   spec.memory = memory.ranges;
+  spec.memory.insert(spec.memory.begin(), ModuleVariables().range);
   spec.thread_instructions = instructions;
   spec.dynamic_shared = dynamic_shared;
   std::string detail;
@@ -102,6 +137,43 @@ void BM_Saxpy_Engine(benchmark::State& state, JitMode mode) {
   for (auto _ : state) Launch(state, "saxpy", grid, block, params, memory, &instructions);
   state.SetItemsProcessed(state.iterations() * kElements);
   state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+// fir_constant: 16 taps from constant memory (a module variable) over 2^20 floats.
+constexpr float kFirTaps[16] = {0.01f, -0.02f, 0.03f, -0.04f, 0.05f,  0.1f,  0.2f,   0.3f,
+                                0.3f,  0.2f,   0.1f,  0.05f,  -0.04f, 0.03f, -0.02f, 0.01f};
+
+void BM_FirConstant_Engine(benchmark::State& state, JitMode mode) {
+  std::vector<float> x(kElements), y(kElements);
+  for (int i = 0; i < kElements; ++i) x[i] = static_cast<float>(i % 97) * 0.25f;
+  Memory memory;
+  uint64_t dx = memory.Add(x), dy = memory.Add(y);
+  auto params = Pack(kElements, dx, dy);
+  uint32_t grid[3] = {kElements / 256, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "fir_constant", grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "fir_constant", grid, block, params, memory, &instructions);
+  float first = 0;
+  for (int k = 0; k < 16; ++k) first = std::fma(kFirTaps[k], x[k], first);
+  if (y[0] != first) state.SkipWithError("wrong filter");
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_FirConstant_Native(benchmark::State& state) {
+  std::vector<float> x(kElements), y(kElements);
+  for (int i = 0; i < kElements; ++i) x[i] = static_cast<float>(i % 97) * 0.25f;
+  for (auto _ : state) {
+    for (int i = 0; i < kElements; ++i) {
+      float s = 0;
+      for (int k = 0; k < 16; ++k) s += kFirTaps[k] * x[std::min(i + k, kElements - 1)];
+      y[i] = s;
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
 }
 
 void BM_Saxpy_Native(benchmark::State& state) {
@@ -420,6 +492,9 @@ void BM_Bilinear_Native(benchmark::State& state) {
 
 }  // namespace
 
+BENCHMARK_CAPTURE(BM_FirConstant_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_FirConstant_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_FirConstant_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Bilinear_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Bilinear_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Bilinear_Native)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -361,6 +361,52 @@ TEST(JitOpcodeColumn, TheLocalMemoryFormsItTakes) {
   EXPECT_FALSE(Compiles(".local .align 8 .b8 big[524289];\n  ld.local.u32 %r2, [big];", &refused));
 }
 
+// Module variables (`table`, .global, and `coeffs`, .const, at the addresses the decoder's
+// layout gives them) and the kernel parameter `out`'s address: mov of their names, ld.const
+// and ld.global or generic at [name+offset] and through registers, atomics on them, ld.param
+// through a register (scalar code); not a plain store to a variable's memory (at its name,
+// or through what is made of its address or read through it), st.const, a variable as a
+// shared or local address, a name the layout does not hold, nor st.param through a register.
+TEST(JitOpcodeColumn, TheModuleVariableFormsItTakes) {
+  SharedLayout layout;
+  layout.globals = {{"table", uint64_t{1} << 44}, {"coeffs", (uint64_t{1} << 44) + 64}};
+  auto compiles = [&](std::string_view body, std::string* refused) {
+    auto parsed = LinkPtxTexts({ProbeKernel(body)});
+    if (!parsed.ok()) return (*refused = "not parsed: " + parsed.status().message(), false);
+    const RawFunction& entry = (*parsed)->functions.at("probe");
+    const uint32_t param_size = static_cast<uint32_t>(LayOutParams(entry, nullptr));
+    return CompileKernel(**parsed, entry, layout, param_size, refused) != nullptr;
+  };
+  const char* const kTaken[] = {
+      "mov.u64 %rd2, table;\n  ld.global.u32 %r2, [%rd2+4];\n  st.global.u32 [%rd1], %r2;",
+      "mov.u64 %rd2, table;\n  cvta.global.u64 %rd3, %rd2;\n  ld.u32 %r2, [%rd3+60];",
+      "ld.global.u32 %r2, [table+8];\n  ld.u32 %r3, [table];\n  ld.global.v2.u32 {%r4, %r5}, [table+8];",
+      "ld.const.f32 %f2, [coeffs+4];\n  mov.u64 %rd2, coeffs;\n  ld.const.v2.f32 {%f3, %f4}, [%rd2+8];",
+      "red.global.add.u32 [table+4], %r1;\n  mov.u64 %rd2, table;\n  red.global.add.u32 [%rd2], 1;",
+      "mov.u64 %rd2, out;\n  ld.param.u32 %r2, [%rd2+4];\n  ld.param.v2.u32 {%r3, %r4}, [%rd2];",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "st.global.u32 [table+4], %r1;",
+      "mov.u64 %rd2, table;\n  add.s64 %rd3, %rd2, 8;\n  cvta.global.u64 %rd4, %rd3;\n  st.u32 [%rd4], %r1;",
+      "ld.global.u64 %rd2, [table];\n  st.global.v2.u32 [%rd2], {%r1, %r1};",
+      "st.const.f32 [coeffs], %f1;",
+      "mov.u64 %rd2, coeffs;\n  st.const.f32 [%rd2], %f1;",
+      "ld.shared.u32 %r2, [table];",
+      "ld.local.u32 %r2, [table];",
+      "mov.u64 %rd2, elsewhere;",
+      "ld.global.u32 %r2, [elsewhere];",
+      "mov.u64 %rd2, out;\n  st.param.u32 [%rd2], %r1;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(compiles(body, &refused)) << body;
+  }
+}
+
 // Texture and surface instructions: the forms the interpreter runs, with a 64-bit handle
 // register and register coordinates and values (`_` destinations too, and under a guard);
 // not the forms the interpreter refuses (.level, integer tld4 coordinates, sust.p), a

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -2335,6 +2336,204 @@ TEST_F(JitTextures, BadHandlesAndStrayAccessesFaultAsOnTheInterpreter) {
     EXPECT_EQ(runs[0].status, kIllegalAddress);
     EXPECT_NE(runs[0].detail.find("surface load out of bounds of 4 bytes"), std::string::npos) << runs[0].detail;
     EXPECT_NE(runs[0].detail.find("warp 1"), std::string::npos) << runs[0].detail;
+  }
+}
+
+// Module variables (JitModuleVariables.ptx): .global and .const variables placed as the sim
+// executor places them (one allocation, each at its alignment and at least 8, initialised
+// from the PTX) and the kernel decoded with their addresses; `fir` reads them through mov
+// of their names, ld.const and ld.global at [name+offset] and through registers. Compiled
+// code gives the interpreter's results and faults bit for bit.
+class JitModuleVariables : public ::testing::Test {
+ public:
+  void TearDown() override { SetJitMode(JitMode::kAuto); }
+
+  // One load of the module: its parse, where its variables are, their initial bytes.
+  struct Load {
+    std::unique_ptr<PtxModule> module;
+    uint64_t base = 0;
+    std::map<std::string, uint64_t> addresses;
+    std::vector<uint8_t> image;
+  };
+  // Parses the module and places its variables at `base`.
+  static void Place(uint64_t base, Load* load) {
+    auto parsed = PtxModule::Parse(KernelText("JitModuleVariables.ptx"));
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    load->module = std::move(*parsed);
+    load->base = base;
+    std::map<std::string, uint64_t> offsets;
+    uint64_t span = 0;
+    for (const ModuleVariable& variable : load->module->variables()) {
+      const uint64_t align = std::max<uint64_t>(variable.align, 8);
+      span = (span + align - 1) / align * align;
+      offsets[variable.name] = span;
+      load->addresses[variable.name] = base + span;
+      span += std::max<uint64_t>(variable.size, 1);
+    }
+    load->image.assign(span, 0);
+    for (const ModuleVariable& variable : load->module->variables()) {
+      auto init = load->module->InitialBytes(variable, load->addresses);
+      ASSERT_TRUE(init.ok()) << init.status().message();
+      std::copy(init->begin(), init->end(), load->image.begin() + offsets[variable.name]);
+    }
+  }
+  const DecodedKernel& Fir(Load& load) {
+    auto kernel = load.module->Decode("fir", load.addresses);
+    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
+    return **kernel;
+  }
+
+  struct Run {
+    int32_t status = -1;
+    std::string detail;
+    std::vector<float> out;
+    std::vector<uint8_t> variables;
+  };
+  // `fir` of `load` in `mode` on `blocks` blocks of `threads`, its variables fresh.
+  Run RunFir(Load& load, JitMode mode, uint32_t blocks, uint32_t threads, int32_t n, int32_t stray, int32_t far) {
+    SetJitMode(mode);
+    Run run;
+    run.variables = load.image;
+    run.out.assign(size_t{blocks} * threads, -1.0f);
+    Memory memory;
+    memory.next = load.base;
+    EXPECT_EQ(memory.Add(run.variables), load.base);
+    const uint64_t out = memory.Add(run.out);
+    run.status =
+        Launch(Fir(load), {blocks, 1, 1}, {threads, 1, 1}, Pack(out, n, stray, far), memory, nullptr, &run.detail);
+    return run;
+  }
+
+  // Both tiers on the same launch: the same CUresult and detail, and where it succeeded the
+  // same output and variables; the compiled one was the JIT's.
+  void RunBoth(Load& load, uint32_t blocks, uint32_t threads, int32_t n, int32_t stray, int32_t far, Run runs[2]) {
+    const DecodedKernel& kernel = Fir(load);
+    const uint64_t before = kernel.jit->jit_launches.load();
+    runs[0] = RunFir(load, JitMode::kOff, blocks, threads, n, stray, far);
+    runs[1] = RunFir(load, JitMode::kAlways, blocks, threads, n, stray, far);
+    ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+    EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+    EXPECT_EQ(kernel.jit->jit_launches.load(), before + 1);
+    EXPECT_EQ(runs[1].status, runs[0].status);
+    EXPECT_EQ(runs[1].detail, runs[0].detail);
+    if (runs[0].status != 0) return;
+    EXPECT_EQ(std::memcmp(runs[1].out.data(), runs[0].out.data(), runs[0].out.size() * sizeof(float)), 0);
+    EXPECT_EQ(runs[1].variables, runs[0].variables);
+  }
+
+  // What `fir` gives thread i with the module's initial variables (fma and sums in its order).
+  static float Expected(int i) {
+    const float c[4] = {0.5f, -1.25f, 2.0f, 0.125f};
+    const uint32_t table[16] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+    float s = 0.0f;
+    for (int k = 0; k < 4; ++k) s = std::fma(c[k], static_cast<float>(table[(i + k) & 15]), s);
+    s = s + (static_cast<float>(table[3]) + static_cast<float>(table[i & 15]));
+    return c[0] + s;
+  }
+};
+
+// Blocks of 64 threads (vector code) and of 36 (scalar code), the last threads past n: the
+// sums over the variables, bit for bit the interpreter's.
+TEST_F(JitModuleVariables, ReadsGiveTheInterpretersResults) {
+  Load load;
+  ASSERT_NO_FATAL_FAILURE(Place(uint64_t{1} << 44, &load));
+  for (uint32_t threads : {64u, 36u}) {
+    const uint32_t blocks = 3;
+    const int32_t n = static_cast<int32_t>(blocks * threads) - 5;
+    Run runs[2];
+    RunBoth(load, blocks, threads, n, -10, 0, runs);
+    ASSERT_EQ(runs[0].status, 0) << runs[0].detail;
+    for (int i = 0; i < n; ++i) EXPECT_EQ(runs[0].out[i], Expected(i)) << "thread " << i;
+    EXPECT_EQ(runs[0].out[n], -1.0f);
+  }
+}
+
+// Thread 70 reads table[far], or (stray 69) c_coeffs[far]: past the variables' allocation,
+// far past it and before it, an illegal address on both tiers with the same detail (its
+// block and warp).
+TEST_F(JitModuleVariables, StrayReadsThroughAVariablesAddressFaultAsOnTheInterpreter) {
+  Load load;
+  ASSERT_NO_FATAL_FAILURE(Place(uint64_t{1} << 44, &load));
+  for (uint32_t threads : {64u, 36u}) {
+    for (int32_t stray : {70, 69}) {
+      for (int32_t far : {21, 1 << 20, -5}) {
+        Run runs[2];
+        RunBoth(load, 3, threads, 3 * threads, stray, far, runs);
+        EXPECT_EQ(runs[0].status, kIllegalAddress) << stray << " " << far;
+        const std::string where =
+            "(block " + std::to_string(70 / threads) + ", warp " + std::to_string(70 % threads / 32) + ")";
+        EXPECT_NE(runs[0].detail.find(where), std::string::npos) << runs[0].detail;
+      }
+    }
+  }
+}
+
+// Two loads of the module, their variables at other addresses and table's words different:
+// each load's compiled kernel reads its own (a JitSlot is its DecodedKernel's, one per load).
+TEST_F(JitModuleVariables, EachLoadsCompiledKernelReadsItsOwnVariables) {
+  Load loads[2];
+  ASSERT_NO_FATAL_FAILURE(Place(uint64_t{1} << 44, &loads[0]));
+  ASSERT_NO_FATAL_FAILURE(Place(uint64_t{1} << 45, &loads[1]));
+  const uint64_t table = loads[1].addresses.at("table") - loads[1].base;
+  for (int k = 0; k < 16; ++k) loads[1].image[table + 4 * k] += 10;
+  Run runs[2][2];
+  for (int l = 0; l < 2; ++l) RunBoth(loads[l], 2, 64, 128, -10, 0, runs[l]);
+  for (int l = 0; l < 2; ++l) ASSERT_EQ(runs[l][1].status, 0) << runs[l][1].detail;
+  for (int i = 0; i < 128; ++i) {
+    EXPECT_EQ(runs[0][1].out[i], Expected(i)) << "thread " << i;
+    EXPECT_NE(runs[1][1].out[i], runs[0][1].out[i]) << "thread " << i;
+  }
+}
+
+// A by-value array parameter indexed at run time (JitParamAddress.ptx: mov of the
+// parameter's name, ld.param through a register), on blocks of 64 threads and of 36: the
+// interpreter's words, and the same fault and detail where thread 70 reads past the
+// launch's parameter bytes (which may be more than the kernel's: 20 here, read as they are).
+class JitParamAddress : public KernelFileTest {
+ public:
+  JitParamAddress() : KernelFileTest("JitParamAddress.ptx") {}
+};
+
+TEST_F(JitParamAddress, AParametersAddressReadsTheLaunchsParameterBytes) {
+  const DecodedKernel& kernel = Kernel("pick");
+  for (uint32_t threads : {64u, 36u}) {
+    for (int32_t far : {0, 45, 49, 50, -1, 1 << 20}) {
+      int32_t status[2];
+      std::string detail[2];
+      std::vector<int32_t> out[2];
+      const uint64_t before = kernel.jit->jit_launches.load();
+      for (int compiled = 0; compiled < 2; ++compiled) {
+        SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+        out[compiled].assign(3 * threads, -7);
+        Memory memory;
+        const uint64_t dout = memory.Add(out[compiled]);
+        std::vector<uint8_t> params(200);
+        for (int k = 0; k < 40; ++k) {
+          const int32_t v = k * k - 300;
+          std::memcpy(params.data() + 4 * k, &v, 4);
+        }
+        const int32_t scalars[3] = {static_cast<int32_t>(3 * threads), 70, far};
+        std::memcpy(params.data() + 160, &dout, 8);
+        std::memcpy(params.data() + 168, scalars, 12);
+        for (int k = 180; k < 200; ++k) params[k] = static_cast<uint8_t>(0xa0 + k);
+        status[compiled] = Launch(kernel, {3, 1, 1}, {threads, 1, 1}, params, memory, nullptr, &detail[compiled]);
+      }
+      ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+      EXPECT_FALSE(HasVectorCode(*kernel.jit->compiled));
+      EXPECT_EQ(kernel.jit->jit_launches.load(), before + 1);
+      EXPECT_EQ(status[1], status[0]) << far;
+      EXPECT_EQ(detail[1], detail[0]) << far;
+      if (far >= 50 || far < 0) {
+        EXPECT_EQ(status[0], kIllegalAddress) << far;
+        EXPECT_NE(detail[0].find("load of 4 bytes"), std::string::npos) << detail[0];
+        continue;
+      }
+      ASSERT_EQ(status[0], 0) << detail[0];
+      EXPECT_EQ(out[1], out[0]) << far;
+      for (int i = 0; i < static_cast<int>(3 * threads); ++i) {
+        if (i != 70) EXPECT_EQ(out[0][i], (i * 7 % 40) * (i * 7 % 40) - 300) << i;
+      }
+    }
   }
 }
 
