@@ -29,21 +29,30 @@ void Emitter::Fault(llvm::Value* address, uint32_t access, llvm::Value* lane) {
 // naming `device`: the address as the instruction made it, as the interpreter names it
 // (a .shared address as it is, a generic one in the window).
 llvm::Value* Emitter::CheckedShared(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what) {
+  // The launch's size (static and dynamic bytes, at most kMaxSharedBytes: no wrap), as the
+  // interpreter checks against it.
+  return CheckedWithin(offset, device, shared_bytes_, shared_arg_, size, what, "shared");
+}
+
+// The host address `base + offset` of an access of `size` bytes at `offset` (its low 48
+// bits, as the interpreter takes them) in a space of `bytes` bytes, known only when the
+// kernel runs and below 2^32 (no wrap): offset + size <= bytes, as the interpreter checks;
+// a fault past it naming `device`, the address as the instruction made it.
+llvm::Value* Emitter::CheckedWithin(llvm::Value* offset, llvm::Value* device, llvm::Value* bytes, llvm::Value* base,
+                                    uint32_t size, const char* what, const char* space) {
   const uint32_t access = static_cast<uint32_t>(accesses_->size());
   accesses_->push_back({size, what});
   offset = b_.CreateAnd(offset, b_.getInt64(0xffffffffffffull));
-  // The launch's size (static and dynamic bytes, at most kMaxSharedBytes: no wrap), as the
-  // interpreter checks against it: offset + size <= bytes.
   llvm::Value* limit =
-      b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(size)),
-                      b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(size)), b_.getInt64(1)), b_.getInt64(0));
-  auto* fault = llvm::BasicBlock::Create(ctx_, "shared_fault", fn_);
-  auto* join = llvm::BasicBlock::Create(ctx_, "shared_ok", fn_);
+      b_.CreateSelect(b_.CreateICmpUGE(bytes, b_.getInt64(size)),
+                      b_.CreateAdd(b_.CreateSub(bytes, b_.getInt64(size)), b_.getInt64(1)), b_.getInt64(0));
+  auto* fault = llvm::BasicBlock::Create(ctx_, std::string(space) + "_fault", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, std::string(space) + "_ok", fn_);
   b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
   b_.SetInsertPoint(fault);
   Fault(device, access);
   b_.SetInsertPoint(join);
-  return b_.CreateGEP(b_.getInt8Ty(), shared_arg_, offset);
+  return b_.CreateGEP(b_.getInt8Ty(), base, offset);
 }
 
 // The host address of an access of `size` bytes at `offset` in this thread's local memory
@@ -204,22 +213,9 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
 llvm::Value* Emitter::ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why) {
   if (load && !address.name.empty() && address.name[0] == '%' && !IsSpecialRegisterName(address.name)) {
     if (lanes_) return (*why = "a .param access through a register in vector code", nullptr);
-    const uint32_t access = static_cast<uint32_t>(accesses_->size());
-    accesses_->push_back({size, "load"});
     llvm::Value* at = b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits));
-    llvm::Value* offset = b_.CreateAnd(at, b_.getInt64(0xffffffffffffull));
-    // offset + size <= the launch's bytes (below 2^32: no wrap), as CheckedShared.
-    llvm::Value* bytes = b_.CreateLoad(i64_, Field(kOffParamSize));
-    llvm::Value* limit =
-        b_.CreateSelect(b_.CreateICmpUGE(bytes, b_.getInt64(size)),
-                        b_.CreateAdd(b_.CreateSub(bytes, b_.getInt64(size)), b_.getInt64(1)), b_.getInt64(0));
-    auto* fault = llvm::BasicBlock::Create(ctx_, "param_fault", fn_);
-    auto* join = llvm::BasicBlock::Create(ctx_, "param_ok", fn_);
-    b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
-    b_.SetInsertPoint(fault);
-    Fault(at, access);
-    b_.SetInsertPoint(join);
-    return b_.CreateGEP(b_.getInt8Ty(), params_arg_, offset);
+    // Within the launch's parameter bytes (below 2^32).
+    return CheckedWithin(at, at, b_.CreateLoad(i64_, Field(kOffParamSize)), params_arg_, size, "load", "param");
   }
   auto it = params_.find(address.name);
   if (!load || it == params_.end()) return (*why = "a .param access it does not take", nullptr);

@@ -140,6 +140,8 @@ class Emitter {
   // emit_memory.cc
   void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);
   llvm::Value* CheckedShared(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what);
+  llvm::Value* CheckedWithin(llvm::Value* offset, llvm::Value* device, llvm::Value* bytes, llvm::Value* base,
+                             uint32_t size, const char* what, const char* space);
   llvm::Value* CheckedLocal(llvm::Value* offset, llvm::Value* device, uint32_t size, const char* what);
   uint32_t NewAccess(uint32_t size, const char* what);
   llvm::Value* Checked(llvm::Value* address, uint32_t size, const char* what);
