@@ -303,6 +303,23 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
     mask1 = b_.CreateSelect(overflow, Int(32, 0), b_.CreateSelect(b_.CreateICmpEQ(b1, Int(32, 0)), ones, mask1));
     return done(b_.CreateAnd(mask0, b_.CreateNot(mask1)), t);
   }
+  // shf.l/.r .wrap/.clamp.b32 d, a, b, c: the funnel shift of b:a as the interpreter's HShf,
+  // the amount (at most 32) below the 64 bits shifted.
+  if (op == "shf" && q.size() == 2 && (q[0] == "l" || q[0] == "r") && (q[1] == "wrap" || q[1] == "clamp") &&
+      o.size() == 4 && t.bits == 32) {
+    const Type u32{Kind::kUnsigned, 32};
+    llvm::Value* a = src(1, u32);
+    llvm::Value* c = src(2, u32);
+    llvm::Value* amount = src(3, u32);
+    if (!a || !c || !amount) return false;
+    llvm::Type* i64 = LlvmType(Type{Kind::kUnsigned, 64});
+    llvm::Value* both = b_.CreateOr(b_.CreateShl(b_.CreateZExt(c, i64), Int(64, 32)), b_.CreateZExt(a, i64));
+    llvm::Value* n = q[1] == "wrap" ? b_.CreateAnd(amount, Int(32, 31))
+                                    : b_.CreateSelect(b_.CreateICmpULT(amount, Int(32, 32)), amount, Int(32, 32));
+    n = b_.CreateZExt(n, i64);
+    llvm::Value* r = q[0] == "l" ? b_.CreateLShr(b_.CreateShl(both, n), Int(64, 32)) : b_.CreateLShr(both, n);
+    return done(b_.CreateTrunc(r, LlvmType(u32)), t);
+  }
   // fns.b32 d, mask, base, offset: the interpreter's own FindNthSet (remote/ptx/bits.h),
   // called through its address lane by lane.
   if (op == "fns" && q.empty() && o.size() == 4 && t.bits == 32) {
@@ -386,6 +403,17 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
     if (!a) return false;
     if (op == "neg") return done(b_.CreateFNeg(a));
     return done(b_.CreateIntrinsic(llvm::Intrinsic::fabs, {LlvmType(t)}, {a}));
+  }
+  // copysign: the sign of a on b, bits alone, as std::copysign.
+  if (op == "copysign" && o.size() == 3 && q.empty()) {
+    llvm::Value* a = src(1);
+    llvm::Value* c = src(2);
+    if (!a || !c) return false;
+    llvm::Type* bits = LlvmType(Type{Kind::kBits, t.bits});
+    const uint64_t sign = uint64_t{1} << (t.bits - 1);
+    llvm::Value* r = b_.CreateOr(b_.CreateAnd(b_.CreateBitCast(c, bits), Int(t.bits, ~sign)),
+                                 b_.CreateAnd(b_.CreateBitCast(a, bits), Int(t.bits, sign)));
+    return done(b_.CreateBitCast(r, LlvmType(t)));
   }
   // sqrt (.rn or .approx), rsqrt.approx and rcp (.rn or .approx): the interpreter's
   // std::sqrt(a), T(1) / std::sqrt(a) and T(1) / a (interp/arithmetic.h, Unary), each an

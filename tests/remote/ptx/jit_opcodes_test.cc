@@ -71,6 +71,8 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"bfi", "bfi.b32 %r2, %r1, %r1, 3, 5;"},
     {"bmsk", "bmsk.clamp.b32 %r2, %r1, 3;"},
     {"fns", "fns.b32 %r2, %r1, 3, -2;"},
+    {"shf", "shf.l.wrap.b32 %r2, %r1, %r1, 3;"},
+    {"copysign", "copysign.f32 %f2, %f1, %f1;"},
     {"sin", "sin.approx.f32 %f2, %f1;"},
     {"cos", "cos.approx.f32 %f2, %f1;"},
     {"lg2", "lg2.approx.f32 %f2, %f1;"},
@@ -302,13 +304,15 @@ TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
 }
 
 // Float arithmetic with .ftz and .sat (f32 flushed as the interpreter flushes), div.approx
-// and div.full, rsqrt.approx and rcp (.rn, .approx) of f32 and f64; not the directed
-// roundings (.rz, .rm, .rp), nor .sat where PTX has none.
+// and div.full, rsqrt.approx and rcp (.rn, .approx); not the directed roundings (.rz, .rm,
+// .rp), nor .sat where PTX has none, nor min and max (the interpreter's std::fmin/fmax).
 TEST(JitOpcodeColumn, TheFloatFormsItTakes) {
   const char* const kTaken[] = {
       "add.ftz.sat.f32 %f2, %f1, %f1;", "mul.rn.ftz.f32 %f2, %f1, %f1;",          "div.approx.ftz.f32 %f2, %f1, %f1;",
       "div.full.f32 %f2, %f1, %f1;",    "fma.rn.ftz.sat.f32 %f2, %f1, %f1, %f1;", "neg.ftz.f32 %f2, %f1;",
-      "sqrt.approx.ftz.f32 %f2, %f1;",  "rsqrt.approx.ftz.f32 %f2, %f1;",         "rcp.approx.ftz.f32 %f2, %f1;",
+      "sqrt.approx.ftz.f32 %f2, %f1;",
+
+      "rsqrt.approx.ftz.f32 %f2, %f1;", "rcp.approx.ftz.f32 %f2, %f1;",
   };
   for (const char* body : kTaken) {
     std::string refused;
@@ -317,7 +321,7 @@ TEST(JitOpcodeColumn, TheFloatFormsItTakes) {
   const char* const kLeft[] = {
       "add.rz.f32 %f2, %f1, %f1;", "mul.rm.f32 %f2, %f1, %f1;",     "fma.rp.f32 %f2, %f1, %f1, %f1;",
       "rcp.rz.f32 %f2, %f1;",      "add.approx.f32 %f2, %f1, %f1;", "div.f32 %f2, %f1, %f1;",
-      "abs.sat.f32 %f2, %f1;",
+      "abs.sat.f32 %f2, %f1;",     "min.f32 %f2, %f1, %f1;",
   };
   for (const char* body : kLeft) {
     std::string refused;
@@ -342,6 +346,7 @@ TEST(JitOpcodeColumn, TheBitFormsItTakes) {
   }
   const char* const kLeft[] = {
       "bmsk.b32 %r2, %r1, %r1;",
+      "shf.l.b32 %r2, %r1, %r1, %r1;",
       "popc.b16 %r2, %r1;",
   };
   for (const char* body : kLeft) {

@@ -1075,9 +1075,9 @@ TEST(JitApproxFunctions, GiveTheInterpretersResultsBitForBit) {
   }
 }
 
-// popc, clz, brev, bfi, bmsk and fns (JitBitOps.ptx) of zeros, all ones, single bits and
+// popc, clz, brev, bfi, bmsk, fns and shf (JitBitOps.ptx) of zeros, all ones, single bits and
 // mixed words, at positions and lengths past the width (bfi's low 8 bits; bmsk's clamp and
-// wrap) and fns offsets up, down and 0 from bases past 31: the interpreter's results bit
+// wrap), fns offsets up, down and 0 from bases past 31 and shift amounts past 32: the interpreter's results bit
 // for bit in vector code (64 threads in x) and in scalar code (64 in y).
 TEST(JitBitOps, GiveTheInterpretersResultsBitForBit) {
   auto module = PtxModule::Parse(KernelText("JitBitOps.ptx"));
@@ -1099,20 +1099,20 @@ TEST(JitBitOps, GiveTheInterpretersResultsBitForBit) {
                   longs[i % std::size(longs)], longs[(i / 6) % std::size(longs)]});
   }
   std::vector<uint32_t> out[3];
-  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 16 * 64, 0xdeadbeefu));
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 20 * 64, 0xdeadbeefu));
   for (int i = 0; i < 64; ++i) {
-    EXPECT_EQ(out[0][16 * i], static_cast<uint32_t>(std::popcount(in[i].a))) << i;
-    EXPECT_EQ(out[0][16 * i + 4], static_cast<uint32_t>(std::countl_zero(in[i].x))) << i;
+    EXPECT_EQ(out[0][20 * i], static_cast<uint32_t>(std::popcount(in[i].a))) << i;
+    EXPECT_EQ(out[0][20 * i + 4], static_cast<uint32_t>(std::countl_zero(in[i].x))) << i;
     for (int run = 1; run < 3; ++run) {
-      for (int k = 0; k < 16; ++k) {
-        EXPECT_EQ(out[run][16 * i + k], out[0][16 * i + k]) << "input " << i << ", word " << k << ", run " << run;
+      for (int k = 0; k < 20; ++k) {
+        EXPECT_EQ(out[run][20 * i + k], out[0][20 * i + k]) << "input " << i << ", word " << k << ", run " << run;
       }
     }
   }
 }
 
-// .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt and rcp of f32 and f64
-// (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
+// .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt, rcp and copysign of f32
+// and f64 (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
 // signalling, negative) and ordinary values: the interpreter's results bit for bit in
 // vector code (64 threads in x) and in scalar code (64 in y).
 TEST(JitFloatForms, GiveTheInterpretersResultsBitForBit) {
@@ -1150,17 +1150,17 @@ TEST(JitFloatForms, GiveTheInterpretersResultsBitForBit) {
                   doubles[(i * 5 + 1) % std::size(doubles)]});
   }
   std::vector<uint32_t> out[3];
-  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 32 * 64, 0xdeadbeefu));
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 40 * 64, 0xdeadbeefu));
   for (int i = 0; i < 64; ++i) {
     // A subnormal under .ftz is a zero of its sign; .sat makes NaN +0.
     const float a = std::bit_cast<float>(in[i].a);
     if (std::fpclassify(a) == FP_SUBNORMAL) {
-      EXPECT_EQ(out[0][32 * i + 7], std::signbit(a) ? 0u : 0x80000000u) << i;  // neg.ftz
+      EXPECT_EQ(out[0][40 * i + 7], std::signbit(a) ? 0u : 0x80000000u) << i;  // neg.ftz
     }
-    if (std::isnan(a)) EXPECT_EQ(out[0][32 * i + 16], 0u) << i;  // add.sat
+    if (std::isnan(a)) EXPECT_EQ(out[0][40 * i + 16], 0u) << i;  // add.sat
     for (int run = 1; run < 3; ++run) {
-      for (int k = 0; k < 32; ++k) {
-        EXPECT_EQ(out[run][32 * i + k], out[0][32 * i + k]) << "input " << i << ", word " << k << ", run " << run;
+      for (int k = 0; k < 40; ++k) {
+        EXPECT_EQ(out[run][40 * i + k], out[0][40 * i + k]) << "input " << i << ", word " << k << ", run " << run;
       }
     }
   }
