@@ -1,6 +1,7 @@
 // The interpreter's integer, floating-point and bit arithmetic: add ... mad, min/max,
 // setp/set/selp/slct, bfe/bfi, prmt, shf, lop3, popc/clz/bfind, cvta and isspacep. Private
 // interface: arithmetic.h and internal.h.
+#include "remote/ptx/bits.h"
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/arithmetic.h"
 
@@ -126,43 +127,21 @@ void HShf(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
-// bmsk.{clamp,wrap}.b32 d, a, b: a mask of b bits from bit a (mode kShiftClamp; wrap takes
-// a and b modulo 32), as the PTX ISA defines it: cut at bit 31, 0 when a >= 32 (clamp)
-// or b is 0, all bits from a up when b >= 32 (clamp).
-// fns.b32 d, mask, base, offset (__fns): the position of the |offset|-th set bit of mask
-// counting from bit base up (offset > 0) or down (offset < 0); offset 0 asks whether bit
-// base itself is set; 0xffffffff when there is none (the PTX ISA's semantics). A base
-// above 31, undefined there, finds nothing here.
+// fns.b32 d, mask, base, offset (__fns): FindNthSet (remote/ptx/bits.h), which compiled
+// code calls too.
 void HFns(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   const uint64_t* c = w.R(in.c);
   ForLanes(mask, [&](int l) {
-    const uint32_t bits = static_cast<uint32_t>(a[l]), base = static_cast<uint32_t>(b[l]);
-    const int64_t offset = static_cast<int32_t>(c[l]);
-    uint32_t found = 0xffffffffu;
-    if (base < 32 && offset == 0) {
-      if ((bits >> base) & 1) found = base;
-    } else if (base < 32 && offset > 0) {
-      uint32_t from = bits & (~0u << base);  // the bits at or above base
-      const int64_t skip = offset - 1;
-      if (std::popcount(from) > skip) {
-        for (int64_t i = 0; i < skip; ++i) from &= from - 1;
-        found = static_cast<uint32_t>(std::countr_zero(from));
-      }
-    } else if (base < 32) {
-      uint32_t from = bits & ((2u << base) - 1);  // the bits at or below base
-      const int64_t skip = -offset - 1;
-      if (std::popcount(from) > skip) {
-        for (int64_t i = 0; i < skip; ++i) from &= ~(0x80000000u >> std::countl_zero(from));
-        found = 31u - static_cast<uint32_t>(std::countl_zero(from));
-      }
-    }
-    d[l] = found;
+    d[l] = FindNthSet(static_cast<uint32_t>(a[l]), static_cast<uint32_t>(b[l]), static_cast<int32_t>(c[l]));
   });
 }
 
+// bmsk.{clamp,wrap}.b32 d, a, b: a mask of b bits from bit a (mode kShiftClamp; wrap takes
+// a and b modulo 32), as the PTX ISA defines it: cut at bit 31, 0 when a >= 32 (clamp)
+// or b is 0, all bits from a up when b >= 32 (clamp).
 void HBmsk(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);

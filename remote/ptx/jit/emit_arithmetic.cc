@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "remote/ptx/bits.h"
 #include "remote/ptx/rounding.h"
 #include "remote/ptx/jit/emitter.h"
 
@@ -247,6 +248,104 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
       return done(plus_addend(b_.CreateTrunc(high, LlvmType(t)), t), t);
     }
   }
+  // popc, clz (a .u32 count, as the interpreter's HCount) and brev of .b32/.b64.
+  if ((op == "popc" || op == "clz" || op == "brev") && q.empty() && o.size() == 2 && t.bits >= 32) {
+    llvm::Value* a = src(1, t);
+    if (!a) return false;
+    if (op == "brev") return done(b_.CreateIntrinsic(llvm::Intrinsic::bitreverse, {LlvmType(t)}, {a}), t);
+    // ctlz of 0 is the width (its second operand false: no poison).
+    llvm::Value* n = op == "popc" ? b_.CreateIntrinsic(llvm::Intrinsic::ctpop, {LlvmType(t)}, {a})
+                                  : b_.CreateIntrinsic(llvm::Intrinsic::ctlz, {LlvmType(t)}, {a, b_.getFalse()});
+    const Type count{Kind::kUnsigned, 32};
+    return done(b_.CreateZExtOrTrunc(n, LlvmType(count)), count);
+  }
+  // bfi.b32/.b64 d, a, b, pos, len: b with the len low bits of a at pos, as the interpreter's
+  // HBfi: pos and len are the low 8 bits of their .u32 operands, and bits past the width
+  // are not written. Shift amounts are chosen below the width (no LLVM poison).
+  if (op == "bfi" && q.empty() && o.size() == 5 && t.bits >= 32) {
+    const Type u32{Kind::kUnsigned, 32};
+    llvm::Value* a = src(1, t);
+    llvm::Value* c = src(2, t);
+    llvm::Value* position = src(3, u32);
+    llvm::Value* length = src(4, u32);
+    if (!a || !c || !position || !length) return false;
+    auto byte = [&](llvm::Value* v) { return b_.CreateZExtOrTrunc(b_.CreateAnd(v, Int(32, 0xff)), LlvmType(t)); };
+    llvm::Value* pos = byte(position);
+    llvm::Value* len = byte(length);
+    llvm::Value* inside = b_.CreateICmpULT(pos, Int(t.bits, t.bits));
+    llvm::Value* at = b_.CreateSelect(inside, pos, Int(t.bits, 0));
+    llvm::Value* room = b_.CreateSub(Int(t.bits, t.bits), at);
+    llvm::Value* n = b_.CreateSelect(inside, b_.CreateSelect(b_.CreateICmpULT(len, room), len, room), Int(t.bits, 0));
+    llvm::Value* whole = b_.CreateICmpUGE(n, Int(t.bits, t.bits));
+    llvm::Value* low =
+        b_.CreateSub(b_.CreateShl(Int(t.bits, 1), b_.CreateSelect(whole, Int(t.bits, 0), n)), Int(t.bits, 1));
+    llvm::Value* field = b_.CreateShl(b_.CreateSelect(whole, Int(t.bits, ~uint64_t{0}), low), at);
+    llvm::Value* r = b_.CreateOr(b_.CreateAnd(c, b_.CreateNot(field)), b_.CreateAnd(b_.CreateShl(a, at), field));
+    return done(r, t);
+  }
+  // bmsk.clamp/.wrap.b32 d, a, b: as the interpreter's HBmsk, step by step.
+  if (op == "bmsk" && q.size() == 1 && (q[0] == "clamp" || q[0] == "wrap") && o.size() == 3 && t.bits == 32) {
+    llvm::Value* position = src(1, t);
+    llvm::Value* width = src(2, t);
+    if (!position || !width) return false;
+    llvm::Value* ones = Int(32, ~uint64_t{0});
+    llvm::Value* a1 = b_.CreateAnd(position, Int(32, 0x1f));
+    llvm::Value* b1 = b_.CreateAnd(width, Int(32, 0x1f));
+    llvm::Value* sum = b_.CreateAdd(a1, b1);
+    llvm::Value* mask0 = b_.CreateShl(ones, a1);
+    llvm::Value* mask1 = b_.CreateShl(ones, b_.CreateAnd(sum, Int(32, 0x1f)));  // chosen below sum >= 32
+    llvm::Value* overflow = b_.CreateICmpUGE(sum, Int(32, 32));
+    if (q[0] == "clamp") {
+      llvm::Value* far = b_.CreateICmpUGE(position, Int(32, 32));
+      mask0 = b_.CreateSelect(far, Int(32, 0), mask0);
+      overflow = b_.CreateOr(overflow, b_.CreateOr(far, b_.CreateICmpUGE(width, Int(32, 32))));
+    }
+    mask1 = b_.CreateSelect(overflow, Int(32, 0), b_.CreateSelect(b_.CreateICmpEQ(b1, Int(32, 0)), ones, mask1));
+    return done(b_.CreateAnd(mask0, b_.CreateNot(mask1)), t);
+  }
+  // shf.l/.r .wrap/.clamp.b32 d, a, b, c: the funnel shift of b:a as the interpreter's HShf,
+  // the amount (at most 32) below the 64 bits shifted.
+  if (op == "shf" && q.size() == 2 && (q[0] == "l" || q[0] == "r") && (q[1] == "wrap" || q[1] == "clamp") &&
+      o.size() == 4 && t.bits == 32) {
+    const Type u32{Kind::kUnsigned, 32};
+    llvm::Value* a = src(1, u32);
+    llvm::Value* c = src(2, u32);
+    llvm::Value* amount = src(3, u32);
+    if (!a || !c || !amount) return false;
+    llvm::Type* i64 = LlvmType(Type{Kind::kUnsigned, 64});
+    llvm::Value* both = b_.CreateOr(b_.CreateShl(b_.CreateZExt(c, i64), Int(64, 32)), b_.CreateZExt(a, i64));
+    llvm::Value* n = q[1] == "wrap" ? b_.CreateAnd(amount, Int(32, 31))
+                                    : b_.CreateSelect(b_.CreateICmpULT(amount, Int(32, 32)), amount, Int(32, 32));
+    n = b_.CreateZExt(n, i64);
+    llvm::Value* r = q[0] == "l" ? b_.CreateLShr(b_.CreateShl(both, n), Int(64, 32)) : b_.CreateLShr(both, n);
+    return done(b_.CreateTrunc(r, LlvmType(u32)), t);
+  }
+  // fns.b32 d, mask, base, offset: the interpreter's own FindNthSet (remote/ptx/bits.h),
+  // called through its address lane by lane.
+  if (op == "fns" && q.empty() && o.size() == 4 && t.bits == 32) {
+    const Type u32{Kind::kUnsigned, 32};
+    llvm::Value* bits = src(1, u32);
+    llvm::Value* base = src(2, u32);
+    llvm::Value* offset = src(3, u32);
+    if (!bits || !base || !offset) return false;
+    using Function = uint32_t (*)(uint32_t, uint32_t, int32_t);
+    const Function function = &FindNthSet;
+    llvm::Type* i32 = b_.getInt32Ty();
+    auto* type = llvm::FunctionType::get(i32, {i32, i32, i32}, false);
+    llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(function)), ptr_);
+    auto call = [&](llvm::Value* x, llvm::Value* y, llvm::Value* z) {
+      llvm::CallInst* c = b_.CreateCall(type, callee, {x, y, z});
+      c->addParamAttr(2, llvm::Attribute::SExt);  // an int32_t argument
+      return c;
+    };
+    if (!lanes_) return done(call(bits, base, offset), u32);
+    llvm::Value* r = Int(32, 0);
+    for (uint32_t k = 0; k < lanes_; ++k) {
+      auto lane = [&](llvm::Value* v) { return b_.CreateExtractElement(v, uint64_t{k}); };
+      r = b_.CreateInsertElement(r, call(lane(bits), lane(base), lane(offset)), uint64_t{k});
+    }
+    return done(r, u32);
+  }
   *why = "an integer instruction the tier does not take";
   return false;
 }
@@ -255,16 +354,33 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
                     std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
   if (op == "sin" || op == "cos" || op == "lg2" || op == "ex2" || op == "tanh") return HostFunction(s, op, q, t, why);
-  // Round-to-nearest only (no .ftz, .sat, .approx or directed roundings), which is what
-  // IEEE arithmetic on the host does.
+  // Round-to-nearest only (no directed roundings), which is what IEEE arithmetic on the
+  // host does; .ftz and .sat as the interpreter applies them (FloatOperand, FloatResult).
+  // .approx and .full compute as the interpreter's handlers do: exactly rounded.
+  bool rn = false, approx = false, ftz = false, sat = false;
   for (std::string_view qual : q) {
-    if (qual != "rn") return (*why = "qualifier ." + std::string(qual), false);
+    if (qual == "rn") {
+      rn = true;
+    } else if (qual == "approx" || qual == "full") {
+      approx = true;
+    } else if (qual == "ftz") {
+      ftz = true;
+    } else if (qual == "sat") {
+      sat = true;
+    } else {
+      return (*why = "qualifier ." + std::string(qual), false);
+    }
   }
-  auto src = [&](int i) { return Source(o[i], t, why); };
-  auto done = [&](llvm::Value* v) { return v != nullptr && Dest(o[0], v, t, why); };
+  auto src = [&](int i) {
+    llvm::Value* v = Source(o[i], t, why);
+    return v != nullptr && ftz ? FloatOperand(v, t) : v;
+  };
+  auto done = [&](llvm::Value* v) { return v != nullptr && Dest(o[0], FloatResult(v, t, ftz, sat), t, why); };
   if ((op == "add" || op == "sub" || op == "mul" || op == "div") && o.size() == 3) {
-    // div without .rn is .approx (f32) or refused by ptxas (f64): only div.rn here.
-    if (op == "div" && q.empty()) return (*why = "div without .rn", false);
+    // div.approx and div.full of f32 are a/b in the interpreter (interp/arithmetic.h,
+    // Binary), as div.rn; add/sub/mul take no .approx.
+    if (op == "div" && !rn && !approx) return (*why = "div without a rounding", false);
+    if (op != "div" && approx) return (*why = "qualifier .approx", false);
     llvm::Value* a = src(1);
     llvm::Value* c = src(2);
     if (!a || !c) return false;
@@ -275,26 +391,67 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
     if (op == "mul") return done(b_.CreateFMul(a, c));
     return done(b_.CreateFDiv(a, c));
   }
-  if ((op == "fma" || op == "mad") && o.size() == 4 && q.size() == 1) {
+  if ((op == "fma" || op == "mad") && o.size() == 4 && rn && !approx) {
     llvm::Value* a = src(1);
     llvm::Value* c = src(2);
     llvm::Value* e = src(3);
     if (!a || !c || !e) return false;
     return done(b_.CreateIntrinsic(llvm::Intrinsic::fma, {LlvmType(t)}, {a, c, e}));
   }
-  if ((op == "neg" || op == "abs") && o.size() == 2 && q.empty()) {
+  if ((op == "neg" || op == "abs") && o.size() == 2 && !rn && !approx && !sat) {
     llvm::Value* a = src(1);
     if (!a) return false;
     if (op == "neg") return done(b_.CreateFNeg(a));
     return done(b_.CreateIntrinsic(llvm::Intrinsic::fabs, {LlvmType(t)}, {a}));
   }
-  if (op == "sqrt" && o.size() == 2 && q.size() == 1) {
+  // copysign: the sign of a on b, bits alone, as std::copysign.
+  if (op == "copysign" && o.size() == 3 && q.empty()) {
+    llvm::Value* a = src(1);
+    llvm::Value* c = src(2);
+    if (!a || !c) return false;
+    llvm::Type* bits = LlvmType(Type{Kind::kBits, t.bits});
+    const uint64_t sign = uint64_t{1} << (t.bits - 1);
+    llvm::Value* r = b_.CreateOr(b_.CreateAnd(b_.CreateBitCast(c, bits), Int(t.bits, ~sign)),
+                                 b_.CreateAnd(b_.CreateBitCast(a, bits), Int(t.bits, sign)));
+    return done(b_.CreateBitCast(r, LlvmType(t)));
+  }
+  // sqrt (.rn or .approx), rsqrt.approx and rcp (.rn or .approx): the interpreter's
+  // std::sqrt(a), T(1) / std::sqrt(a) and T(1) / a (interp/arithmetic.h, Unary), each an
+  // exactly rounded IEEE operation, as LLVM's sqrt and fdiv are.
+  if ((op == "sqrt" || op == "rsqrt" || op == "rcp") && o.size() == 2 && (rn || approx) && !sat) {
+    if (op == "rsqrt" && !approx) return (*why = "rsqrt without .approx", false);
     llvm::Value* a = src(1);
     if (!a) return false;
-    return done(b_.CreateIntrinsic(llvm::Intrinsic::sqrt, {LlvmType(t)}, {a}));
+    llvm::Value* one = llvm::ConstantFP::get(LlvmType(t), 1.0);
+    if (op == "rcp") return done(b_.CreateFDiv(one, a));
+    llvm::Value* root = b_.CreateIntrinsic(llvm::Intrinsic::sqrt, {LlvmType(t)}, {a});
+    return done(op == "sqrt" ? root : b_.CreateFDiv(one, root));
   }
   *why = "a float instruction the tier does not take";
   return false;
+}
+
+// A float operand under .ftz, as the interpreter's FtzOperand: a subnormal f32 is a zero of
+// its sign (chosen on its bits: NaNs and all else pass unchanged); f64 is not flushed.
+llvm::Value* Emitter::FloatOperand(llvm::Value* v, Type t) {
+  if (t.bits != 32) return v;
+  llvm::Type* i32 = LlvmType(Type{Kind::kBits, 32});
+  llvm::Value* bits = b_.CreateBitCast(v, i32);
+  llvm::Value* zero_exponent = b_.CreateICmpEQ(b_.CreateAnd(bits, Int(32, 0x7f800000)), Int(32, 0));
+  llvm::Value* fraction = b_.CreateICmpNE(b_.CreateAnd(bits, Int(32, 0x007fffff)), Int(32, 0));
+  llvm::Value* sign_only = b_.CreateBitCast(b_.CreateAnd(bits, Int(32, 0x80000000)), LlvmType(t));
+  return b_.CreateSelect(b_.CreateAnd(zero_exponent, fraction), sign_only, v);
+}
+
+// A float result with .ftz (flushed as an operand) and .sat as the interpreter's FixFloat:
+// Saturate01 is min(1, max(0, v)) as std::min/max compare, NaN and -0 to +0.
+llvm::Value* Emitter::FloatResult(llvm::Value* v, Type t, bool ftz, bool sat) {
+  if (ftz) v = FloatOperand(v, t);
+  if (!sat) return v;
+  llvm::Value* zero = llvm::ConstantFP::get(LlvmType(t), 0.0);
+  llvm::Value* one = llvm::ConstantFP::get(LlvmType(t), 1.0);
+  llvm::Value* low = b_.CreateSelect(b_.CreateFCmpOLT(zero, v), v, zero);
+  return b_.CreateSelect(b_.CreateFCmpOLT(low, one), low, one);
 }
 
 // mov of a vector of 2 or 4 elements to one register (pack) or of one register to its
@@ -330,15 +487,17 @@ bool Emitter::MovPair(const std::vector<RawOperand>& o, Type t, std::string* why
   return true;
 }
 
-// sin, cos, lg2, ex2, tanh .approx.f32 (not .ftz): the C library's function the
-// interpreter runs (interp/arithmetic.h, Unary: std::sin of a float is sinf...), called
-// through its address, so that LLVM neither folds it (its constant folding computes in
-// double) nor replaces it, and the result is the interpreter's bit for bit. Vector code
-// calls it lane by lane.
+// sin, cos, lg2, ex2, tanh .approx(.ftz).f32: the C library's function the interpreter
+// runs (interp/arithmetic.h, Unary: std::sin of a float is sinf...), called through its
+// address, so that LLVM neither folds it (its constant folding computes in double) nor
+// replaces it, and the result is the interpreter's bit for bit; under .ftz on and to values
+// flushed as its FtzOperand and FixFloat flush them. Vector code calls it lane by lane.
 bool Emitter::HostFunction(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
                            std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
-  if (q.size() != 1 || q[0] != "approx" || t.kind != Kind::kFloat || t.bits != 32 || o.size() != 2) {
+  const bool ftz = q.size() == 2 && q[1] == "ftz";
+  if (q.empty() || q[0] != "approx" || q.size() != (ftz ? 2u : 1u) || t.kind != Kind::kFloat || t.bits != 32 ||
+      o.size() != 2) {
     return (*why = "a form the tier does not take", false);
   }
   using Function = float (*)(float);
@@ -349,6 +508,7 @@ bool Emitter::HostFunction(const RawStatement& s, std::string_view op, const std
                                           : static_cast<Function>(&::tanhf);
   llvm::Value* a = Source(o[1], t, why);
   if (a == nullptr) return false;
+  if (ftz) a = FloatOperand(a, t);
   llvm::Type* f32 = b_.getFloatTy();
   auto* type = llvm::FunctionType::get(f32, {f32}, false);
   llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(function)), ptr_);
@@ -362,7 +522,7 @@ bool Emitter::HostFunction(const RawStatement& s, std::string_view op, const std
                                  uint64_t{k});
     }
   }
-  return Dest(o[0], r, t, why);
+  return Dest(o[0], FloatResult(r, t, ftz, false), t, why);
 }
 
 }  // namespace gpupool::sim::jit

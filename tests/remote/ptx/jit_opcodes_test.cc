@@ -63,6 +63,16 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"neg", "neg.s32 %r2, %r1;"},
     {"abs", "abs.f32 %f2, %f1;"},
     {"sqrt", "sqrt.rn.f32 %f2, %f1;"},
+    {"rsqrt", "rsqrt.approx.f32 %f2, %f1;"},
+    {"rcp", "rcp.rn.f32 %f2, %f1;"},
+    {"popc", "popc.b32 %r2, %r1;"},
+    {"clz", "clz.b32 %r2, %r1;"},
+    {"brev", "brev.b32 %r2, %r1;"},
+    {"bfi", "bfi.b32 %r2, %r1, %r1, 3, 5;"},
+    {"bmsk", "bmsk.clamp.b32 %r2, %r1, 3;"},
+    {"fns", "fns.b32 %r2, %r1, 3, -2;"},
+    {"shf", "shf.l.wrap.b32 %r2, %r1, %r1, 3;"},
+    {"copysign", "copysign.f32 %f2, %f1, %f1;"},
     {"sin", "sin.approx.f32 %f2, %f1;"},
     {"cos", "cos.approx.f32 %f2, %f1;"},
     {"lg2", "lg2.approx.f32 %f2, %f1;"},
@@ -272,14 +282,72 @@ TEST(JitOpcodeColumn, TheVectorAccessesItTakes) {
   }
 }
 
-// sin, cos, lg2, ex2 and tanh: .approx.f32 only (the C library's function the interpreter
-// runs); not .ftz (flushing subnormals), nor other types.
+// sin, cos, lg2, ex2 and tanh: .approx(.ftz).f32 only (the C library's function the
+// interpreter runs), nor other types.
 TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
-  const char* const kLeft[] = {
+  const char* const kTaken[] = {
       "sin.approx.ftz.f32 %f2, %f1;",
       "ex2.approx.ftz.f32 %f2, %f1;",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
       "tanh.approx.f16 %f2, %f1;",
       "lg2.f32 %f2, %f1;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
+// Float arithmetic with .ftz and .sat (f32 flushed as the interpreter flushes), div.approx
+// and div.full, rsqrt.approx and rcp (.rn, .approx); not the directed roundings (.rz, .rm,
+// .rp), nor .sat where PTX has none, nor min and max (the interpreter's std::fmin/fmax).
+TEST(JitOpcodeColumn, TheFloatFormsItTakes) {
+  const char* const kTaken[] = {
+      "add.ftz.sat.f32 %f2, %f1, %f1;", "mul.rn.ftz.f32 %f2, %f1, %f1;",          "div.approx.ftz.f32 %f2, %f1, %f1;",
+      "div.full.f32 %f2, %f1, %f1;",    "fma.rn.ftz.sat.f32 %f2, %f1, %f1, %f1;", "neg.ftz.f32 %f2, %f1;",
+      "sqrt.approx.ftz.f32 %f2, %f1;",
+
+      "rsqrt.approx.ftz.f32 %f2, %f1;", "rcp.approx.ftz.f32 %f2, %f1;",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "add.rz.f32 %f2, %f1, %f1;", "mul.rm.f32 %f2, %f1, %f1;",     "fma.rp.f32 %f2, %f1, %f1, %f1;",
+      "rcp.rz.f32 %f2, %f1;",      "add.approx.f32 %f2, %f1, %f1;", "div.f32 %f2, %f1, %f1;",
+      "abs.sat.f32 %f2, %f1;",     "min.f32 %f2, %f1, %f1;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
+// popc, clz, brev and bfi of 32 and 64 bits, bmsk with .clamp or .wrap and fns of .b32;
+// not narrower types, nor bmsk without its mode.
+TEST(JitOpcodeColumn, TheBitFormsItTakes) {
+  const char* const kTaken[] = {
+      "popc.b32 %r2, %r1;",
+      "cvt.u64.u32 %rd2, %r1;\n  clz.b64 %r2, %rd2;",
+      "cvt.u64.u32 %rd2, %r1;\n  brev.b64 %rd3, %rd2;",
+      "cvt.u64.u32 %rd2, %r1;\n  bfi.b64 %rd3, %rd2, %rd2, %r1, %r1;",
+      "bmsk.wrap.b32 %r2, %r1, %r1;",
+      "fns.b32 %r2, %r1, %r1, %r1;",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "bmsk.b32 %r2, %r1, %r1;",
+      "shf.l.b32 %r2, %r1, %r1, %r1;",
+      "popc.b16 %r2, %r1;",
   };
   for (const char* body : kLeft) {
     std::string refused;

@@ -1075,6 +1075,97 @@ TEST(JitApproxFunctions, GiveTheInterpretersResultsBitForBit) {
   }
 }
 
+// popc, clz, brev, bfi, bmsk, fns and shf (JitBitOps.ptx) of zeros, all ones, single bits and
+// mixed words, at positions and lengths past the width (bfi's low 8 bits; bmsk's clamp and
+// wrap), fns offsets up, down and 0 from bases past 31 and shift amounts past 32: the interpreter's results bit
+// for bit in vector code (64 threads in x) and in scalar code (64 in y).
+TEST(JitBitOps, GiveTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitBitOps.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("bits", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t words[] = {0, 1, ~0u, 0x80000000u, 0x12345678u, 0xf0f00f0fu, 5, 31, 32, 33, 0x100, 0x1ff};
+  const uint32_t amounts[] = {0, 1, 3, 8, 17, 31, 32, 33, 63, 64, 65, 255, 256, 0x123, ~0u, static_cast<uint32_t>(-3)};
+  const uint64_t longs[] = {0, 1, ~uint64_t{0}, uint64_t{1} << 63, 0x0123456789abcdefull, 0xffff0000ffffull};
+  struct Input {
+    uint32_t a, b, c, e;
+    uint64_t x, y;
+  };
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    in.push_back({words[i % std::size(words)], i < 32 ? amounts[i % std::size(amounts)] : words[(i * 5) % 12],
+                  amounts[(i * 7 + 3) % std::size(amounts)], amounts[(i * 11 + 5) % std::size(amounts)],
+                  longs[i % std::size(longs)], longs[(i / 6) % std::size(longs)]});
+  }
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 20 * 64, 0xdeadbeefu));
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(out[0][20 * i], static_cast<uint32_t>(std::popcount(in[i].a))) << i;
+    EXPECT_EQ(out[0][20 * i + 4], static_cast<uint32_t>(std::countl_zero(in[i].x))) << i;
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < 20; ++k) {
+        EXPECT_EQ(out[run][20 * i + k], out[0][20 * i + k]) << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+}
+
+// .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt, rcp and copysign of f32
+// and f64 (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
+// signalling, negative) and ordinary values: the interpreter's results bit for bit in
+// vector code (64 threads in x) and in scalar code (64 in y).
+TEST(JitFloatForms, GiveTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitFloatForms.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("forms", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t floats[] = {0x00000000, 0x80000000, 0x3f800000, 0xbf800000, 0x00000001, 0x80000001,
+                             0x00800000, 0x000116c2, 0x807fffff, 0x7f800000, 0xff800000, 0x7fc00000,
+                             0x7fc12345, 0x7f812345, 0xffc00001, 0x3f000000, 0x40800000, 0x7149f2ca,
+                             0x406ccccd, 0xbe99999a, 0x1e3ce508, 0x3f7fffff, 0x3f800001, 0x7f7fffff};
+  const uint64_t doubles[] = {0,
+                              uint64_t{1} << 63,
+                              0x3ff0000000000000ull,
+                              0xbff0000000000000ull,
+                              1,
+                              0x000b8157268fdaf0ull,
+                              0x7ff0000000000000ull,
+                              0xfff0000000000000ull,
+                              0x7ff8000000000000ull,
+                              0x7ff8000000012345ull,
+                              0x7ff0000000012345ull,
+                              0x4010000000000000ull,
+                              0x7e37e43c8800759cull,
+                              0xc004000000000000ull};
+  struct Input {
+    uint32_t a, b, c, pad;
+    uint64_t x, y;
+  };
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    in.push_back({floats[i % std::size(floats)], floats[(i * 7 + 3) % std::size(floats)],
+                  floats[(i * 13 + 5) % std::size(floats)], 0, doubles[i % std::size(doubles)],
+                  doubles[(i * 5 + 1) % std::size(doubles)]});
+  }
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 40 * 64, 0xdeadbeefu));
+  for (int i = 0; i < 64; ++i) {
+    // A subnormal under .ftz is a zero of its sign; .sat makes NaN +0.
+    const float a = std::bit_cast<float>(in[i].a);
+    if (std::fpclassify(a) == FP_SUBNORMAL) {
+      EXPECT_EQ(out[0][40 * i + 7], std::signbit(a) ? 0u : 0x80000000u) << i;  // neg.ftz
+    }
+    if (std::isnan(a)) EXPECT_EQ(out[0][40 * i + 16], 0u) << i;  // add.sat
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < 40; ++k) {
+        EXPECT_EQ(out[run][40 * i + k], out[0][40 * i + k]) << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+}
+
 // mov to and from vectors of elements (JitMovPairs.ptx): the interpreter's results bit for
 // bit in vector code (64 threads in x) and in scalar code (64 in y), and the layout PTX
 // gives them (the first element the lowest bits).
