@@ -184,6 +184,19 @@ struct HttpServer::Conn {
   bool priority = false;
   int error_status = 0;  // the server answers this itself, then closes
   bool closing = false;  // handed back by a worker to be closed
+  // Registration with the loop's epoll set. Every connection is registered EPOLLONESHOT: an
+  // event disarms it, so a connection a worker or the committer holds (in_service) is never
+  // read by the loop meanwhile, and whoever finishes its answer re-arms it (HandBack).
+  bool registered = false;  // loop only; constant while in service
+  bool armed = false;       // loop only
+  bool in_service = false;  // loop only: handed to a worker, not yet known to be back
+  // Set by the thread that finished the answer, just before it re-armed the connection: the
+  // loop takes it back as idle at its next event or tick (without being woken for it).
+  std::atomic<bool> handed_back{false};
+  // Held by HandBack from setting handed_back until its epoll_ctl has returned, and taken by
+  // the loop when it takes the connection back: so nothing the loop does with the
+  // connection next (a close, say) can come before that epoll_ctl.
+  std::mutex handback_mu;
   // A held answer (HttpServer::HoldAnswerUntil): sent once held_ticket is durable.
   uint64_t held_ticket = 0;
   std::string out;
@@ -318,6 +331,7 @@ void HttpServer::Stop() {
 
 void HttpServer::Wake() {
   if (wake_fd_ < 0) return;
+  loop_wakes_.fetch_add(1, std::memory_order_relaxed);
   uint64_t one = 1;
   ssize_t n = write(wake_fd_, &one, sizeof(one));
   (void)n;  // a full counter already wakes the loop
@@ -332,7 +346,9 @@ bool HttpServer::Stalled(int seconds) const {
 
 HttpCounters HttpServer::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return counters_;
+  HttpCounters counters = counters_;
+  counters.loop_wakes = loop_wakes_.load(std::memory_order_relaxed);
+  return counters;
 }
 
 void HttpServer::Loop() {
@@ -354,10 +370,16 @@ void HttpServer::Loop() {
         }
       } else if (auto it = conns_.find(fd); it != conns_.end()) {
         std::shared_ptr<Conn> c = it->second;
+        if (c->in_service && !TakeBack(*c)) continue;
+        c->armed = false;  // EPOLLONESHOT: this event disarmed it
         if (c->phase == Conn::Phase::kWriting) {
           OnWritable(c);
         } else {
           OnReadable(c);
+        }
+        // Still the loop's, and waiting for more bytes (or room to write): wait on.
+        if (c->fd >= 0 && !c->in_service && !c->armed) {
+          Arm(*c, c->phase == Conn::Phase::kWriting ? EPOLLOUT : EPOLLIN);
         }
       }
     }
@@ -373,6 +395,8 @@ void HttpServer::Loop() {
       last_tick = now;
       std::vector<std::shared_ptr<Conn>> late;
       for (const auto& [fd, c] : conns_) {
+        // A worker's connection has no deadline of the loop's until it is handed back.
+        if (c->in_service && !TakeBack(*c)) continue;
         if (now > c->deadline) late.push_back(c);
       }
       for (const std::shared_ptr<Conn>& c : late) {
@@ -450,10 +474,7 @@ void HttpServer::Accept() {
     c->source_port = port;
     c->deadline = Clock::now() + std::chrono::milliseconds(limits_.idle_timeout_ms);
     conns_[fd] = c;
-    epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLRDHUP;
-    ev.data.fd = fd;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+    Arm(*c, EPOLLIN);
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.accepted;
   }
@@ -487,8 +508,8 @@ bool HttpServer::TryParse(const std::shared_ptr<Conn>& c) {
     c->error_status = status;
     c->keep_alive = false;
     c->priority = false;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
-    conns_.erase(c->fd);
+    Disarm(*c);
+    c->in_service = true;
     std::lock_guard<std::mutex> lock(mu_);
     work_.push_back(Job{c, Clock::now()});
     work_cv_.notify_one();
@@ -572,8 +593,9 @@ bool HttpServer::TryParse(const std::shared_ptr<Conn>& c) {
     auto m = route->second.find(c->req.method);
     if (m != route->second.end()) c->priority = m->second.priority;
   }
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
-  conns_.erase(c->fd);
+  // Armed only when a pipelined request was parsed without an event (Rearm).
+  Disarm(*c);
+  c->in_service = true;
   std::lock_guard<std::mutex> lock(mu_);
   (c->priority ? priority_work_ : work_).push_back(Job{c, Clock::now()});
   (c->priority ? priority_cv_ : work_cv_).notify_one();
@@ -581,22 +603,75 @@ bool HttpServer::TryParse(const std::shared_ptr<Conn>& c) {
 }
 
 void HttpServer::Rearm(const std::shared_ptr<Conn>& c) {
+  c->in_service = false;
+  c->handed_back.store(false, std::memory_order_relaxed);
   if (c->closing || stop_) {
     Close(c);
     return;
   }
   conns_[c->fd] = c;
+  c->phase = Conn::Phase::kIdle;
   c->deadline = Clock::now() + std::chrono::milliseconds(limits_.idle_timeout_ms);
+  if (!TryParse(c) && c->fd >= 0 && !c->in_service) Arm(*c, EPOLLIN);  // a pipelined request may be in buf
+}
+
+void HttpServer::Arm(Conn& c, uint32_t events) {
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLRDHUP;
-  ev.data.fd = c->fd;
-  epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev);
-  TryParse(c);  // a pipelined request may already be in the buffer
+  ev.events = events | EPOLLRDHUP | EPOLLONESHOT;
+  ev.data.fd = c.fd;
+  epoll_ctl(epoll_fd_, c.registered ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c.fd, &ev);
+  c.registered = true;
+  c.armed = true;
+}
+
+void HttpServer::Disarm(Conn& c) {
+  if (!c.armed) return;
+  // EPOLL_CTL_MOD always adds EPOLLERR and EPOLLHUP: ONESHOT, so that a hang-up while a
+  // worker holds c is reported once (and ignored), not in every loop iteration.
+  epoll_event ev{};
+  ev.events = EPOLLONESHOT;
+  ev.data.fd = c.fd;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+  c.armed = false;
+}
+
+bool HttpServer::TakeBack(Conn& c) {
+  if (!c.handed_back.load(std::memory_order_acquire)) return false;
+  { std::lock_guard<std::mutex> done(c.handback_mu); }  // HandBack's epoll_ctl has returned
+  c.handed_back.store(false, std::memory_order_relaxed);
+  // Its answer is sent and HandBack armed it for the next request.
+  c.in_service = false;
+  c.armed = true;
+  c.phase = Conn::Phase::kIdle;
+  c.deadline = Clock::now() + std::chrono::milliseconds(limits_.idle_timeout_ms);
+  return true;
+}
+
+void HttpServer::HandBack(std::shared_ptr<Conn> c) {
+  // The common case goes back without the loop: armed here, taken back by the loop at its
+  // next event. What needs the loop (a close, a pipelined request already read, a stop) is
+  // queued for it, and it is woken.
+  if (!stop_ && !c->closing && c->buf.empty() && c->registered) {
+    const int fd = c->fd;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+    ev.data.fd = fd;
+    std::lock_guard<std::mutex> arming(c->handback_mu);
+    c->handed_back.store(true, std::memory_order_release);
+    // From here the loop may take c (once this unlocks): only the copies above are used.
+    epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  rearm_.push_back(std::move(c));
+  Wake();
 }
 
 void HttpServer::Close(const std::shared_ptr<Conn>& c) {
   if (c->fd < 0) return;
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+  c->registered = false;
+  c->armed = false;
   conns_.erase(c->fd);
   close(c->fd);
   c->fd = -1;
@@ -624,9 +699,7 @@ void HttpServer::Worker(bool priority) {
       Park(std::move(job.conn));
       continue;
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    rearm_.push_back(std::move(job.conn));
-    Wake();
+    HandBack(std::move(job.conn));
   }
 }
 
@@ -771,17 +844,17 @@ void HttpServer::NotifyDurable(uint64_t durable, const std::string& failure_body
 }
 
 void HttpServer::Deliver(std::vector<std::shared_ptr<Conn>> ready) {
-  std::vector<std::shared_ptr<Conn>> sent, rest;
+  std::vector<std::shared_ptr<Conn>> rest;
   for (std::shared_ptr<Conn>& c : ready) {
-    // Each connection is this thread's alone until it goes back to the loop below.
+    // Each connection is this thread's alone until it goes back to the loop.
     if (!stop_ && Flush(*c) > 0) {
-      sent.push_back(std::move(c));
+      HandBack(std::move(c));
     } else {
       rest.push_back(std::move(c));  // the socket is full or failed, or the server stops
     }
   }
+  if (rest.empty()) return;
   std::lock_guard<std::mutex> lock(mu_);
-  rearm_.insert(rearm_.end(), std::make_move_iterator(sent.begin()), std::make_move_iterator(sent.end()));
   released_.insert(released_.end(), std::make_move_iterator(rest.begin()), std::make_move_iterator(rest.end()));
   Wake();
 }
@@ -817,13 +890,12 @@ void HttpServer::SendReleased(const std::shared_ptr<Conn>& c) {
     Rearm(c);
   } else {
     // The client does not read its answer now: wait until it does, within the write timeout.
+    c->in_service = false;
+    c->handed_back.store(false, std::memory_order_relaxed);
     c->phase = Conn::Phase::kWriting;
     c->deadline = Clock::now() + std::chrono::milliseconds(limits_.write_timeout_ms);
     conns_[c->fd] = c;
-    epoll_event ev{};
-    ev.events = EPOLLOUT | EPOLLRDHUP;
-    ev.data.fd = c->fd;
-    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c->fd, &ev);
+    Arm(*c, EPOLLOUT);
   }
 }
 
@@ -834,8 +906,6 @@ void HttpServer::OnWritable(const std::shared_ptr<Conn>& c) {
     Close(c);
     return;
   }
-  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
-  conns_.erase(c->fd);
   c->phase = Conn::Phase::kIdle;
   Rearm(c);
 }

@@ -57,6 +57,9 @@ struct HttpCounters {
   uint64_t refused_per_source = 0;  // closed at accept: the source had per_source open
   uint64_t refused_full = 0;        // closed at accept: max_connections open
   uint64_t timed_out = 0;           // closed: headers, body or write past their deadline
+  // Times another thread woke the event loop. A connection whose answer went out whole goes
+  // back to the loop without one (HttpServer::HandBack).
+  uint64_t loop_wakes = 0;
 };
 
 class HttpServer {
@@ -93,8 +96,8 @@ class HttpServer {
   // Answers that wait for durability without a thread waiting with them. From a handler:
   // the answer it makes is sent only once NotifyDurable has reported `ticket` durable; the
   // worker goes on to the next request, and the thread that calls NotifyDurable sends the
-  // answer then, as far as its socket takes it at once (the event loop sends the rest, and
-  // is woken once per commit to read those connections again). Returns false where it cannot hold
+  // answer then, as far as its socket takes it at once (the event loop sends the rest), and
+  // hands the connection back to the loop (HandBack). Returns false where it cannot hold
   // the answer: not called from a handler of a server that NotifyDurable has been called on
   // (the caller must then wait itself). A handler that throws is answered 500 at once.
   static bool HoldAnswerUntil(uint64_t ticket);
@@ -122,7 +125,18 @@ class HttpServer {
   // more is needed; closes c on a bad request (after answering it).
   bool TryParse(const std::shared_ptr<Conn>& c);
   void Close(const std::shared_ptr<Conn>& c);
+  // The loop takes c back (from rearm_, or after writing it out): idle, and armed unless a
+  // pipelined request in its buffer went to a worker.
   void Rearm(const std::shared_ptr<Conn>& c);
+  // The loop's epoll registration of c (EPOLLONESHOT): Arm for `events`, Disarm while a
+  // worker holds it.
+  void Arm(Conn& c, uint32_t events);
+  void Disarm(Conn& c);
+  // The loop: whether c, in service, was handed back (then it is idle and armed again).
+  bool TakeBack(Conn& c);
+  // A worker or the committer, once c's answer is sent: back to the loop, re-armed from this
+  // thread where the loop need not act (no wake), else through rearm_.
+  void HandBack(std::shared_ptr<Conn> c);
   void Worker(bool priority);
   // Serves c's request; true when its answer is held (c->held_ticket, c->out).
   bool Serve(Conn& c);
@@ -133,8 +147,9 @@ class HttpServer {
   void Park(std::shared_ptr<Conn> c);
   // Sends released held answers from the thread that released them (the store's committer,
   // or a worker whose answer was durable already), without blocking: a client has its
-  // answer without waiting for the event loop to wake. The loop then reads each connection
-  // again, and sends what a socket could not take at once (SendReleased).
+  // answer without waiting for the event loop to wake. Each connection whose answer went
+  // out whole is re-armed here for its next request (HandBack); the loop is woken only for
+  // what a socket could not take at once (SendReleased).
   void Deliver(std::vector<std::shared_ptr<Conn>> ready);
   // The loop: sends c->out (a released held answer) without blocking, then reads c again;
   // what the socket does not take now is sent as it becomes writable.
@@ -152,11 +167,12 @@ class HttpServer {
   ExceptionHandler exception_handler_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
-  int wake_fd_ = -1;  // eventfd: Stop() and re-armed connections
+  int wake_fd_ = -1;  // eventfd: Stop() and connections handed back through rearm_ or released_
   int port_ = 0;
   std::atomic<bool> stop_{false};
   std::atomic<bool> serving_{false};        // Serve() began (or Stop() came first)
   std::atomic<int64_t> last_stall_ms_{-1};  // steady ms of the last stall; -1: never
+  std::atomic<uint64_t> loop_wakes_{0};
   std::vector<std::thread> workers_;
 
   // The event loop's connections, by fd (only the loop touches it).
@@ -166,7 +182,7 @@ class HttpServer {
   mutable std::mutex mu_;  // guards the queues, rearm_, counters_
   std::condition_variable work_cv_, priority_cv_;
   std::deque<Job> work_, priority_work_;         // GUARDED_BY(mu_)
-  std::vector<std::shared_ptr<Conn>> rearm_;     // GUARDED_BY(mu_): served; back to the loop
+  std::vector<std::shared_ptr<Conn>> rearm_;     // GUARDED_BY(mu_): served; back to the loop (HandBack)
   std::vector<std::shared_ptr<Conn>> released_;  // GUARDED_BY(mu_): held answers to send
   HttpCounters counters_;                        // GUARDED_BY(mu_)
 

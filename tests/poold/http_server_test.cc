@@ -166,6 +166,67 @@ TEST_F(HeldAnswerTest, PipelinedRequestsAreAnsweredInOrder) {
   close(fd);
 }
 
+// A served connection goes back to the event loop from the thread that sent its answer (a
+// worker, or whoever reports durability), re-armed there: the loop is not woken for it.
+TEST_F(HeldAnswerTest, AnsweredConnectionsGoBackToTheLoopWithoutWakingIt) {
+  Start(HttpLimits{});
+  server_->NotifyDurable(0, "");
+  httplib::Client http("127.0.0.1", server_->port());
+  http.set_keep_alive(true);
+  ASSERT_TRUE(http.Get("/now"));  // connected, and the first request served
+  const uint64_t wakes = server_->counters().loop_wakes;
+  for (int i = 0; i < 20; ++i) {
+    auto now = http.Get("/now");  // answered by the worker itself
+    ASSERT_TRUE(now);
+    EXPECT_EQ(now->body, "now");
+  }
+  for (uint64_t ticket = 1; ticket <= 10; ++ticket) {
+    // Held: answered by this thread's NotifyDurable, on the same connection.
+    auto held = std::async(std::launch::async, [&http, ticket] {
+      return http.Post(("/hold?ticket=" + std::to_string(ticket)).c_str(), "", "text/plain");
+    });
+    WaitHandled(static_cast<int>(ticket));
+    server_->NotifyDurable(ticket, "");
+    ASSERT_EQ(held.wait_for(5s), std::future_status::ready);
+    httplib::Result r = held.get();
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->body, "held " + std::to_string(ticket));
+  }
+  EXPECT_EQ(server_->counters().loop_wakes, wakes) << "the loop was woken to take served connections back";
+}
+
+// A client that hangs up while a worker holds its connection: the hang-up is reported to the
+// loop once (ignored while the worker holds the connection), and the connection is closed
+// when it comes back. The server goes on serving, its source's share freed.
+TEST_F(HeldAnswerTest, AClientThatHangsUpWhileServedIsClosedWhenItsAnswerIsSent) {
+  HttpLimits limits;
+  limits.per_source = 2;
+  Start(limits);
+  server_->NotifyDurable(0, "");
+  for (int round = 0; round < 4; ++round) {
+    const uint64_t ticket = 100 + static_cast<uint64_t>(round);
+    int fd = Connect();
+    const std::string hold =
+        "POST /hold?ticket=" + std::to_string(ticket) + " HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n";
+    ASSERT_EQ(send(fd, hold.data(), hold.size(), MSG_NOSIGNAL), static_cast<ssize_t>(hold.size()));
+    WaitHandled(round + 1);
+    close(fd);  // gone while its answer is held
+    std::this_thread::sleep_for(50ms);
+    server_->NotifyDurable(ticket, "");
+  }
+  // With per_source = 2, four connections that were never closed would leave this source
+  // refused (503).
+  httplib::Client http("127.0.0.1", server_->port());
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    if (i > 0) std::this_thread::sleep_for(20ms);
+    httplib::Result now = http.Get("/now");
+    status = now ? now->status : -1;
+  }
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(server_->counters().refused_per_source, 0u);
+}
+
 TEST_F(HeldAnswerTest, ASlowReaderGetsItsWholeAnswerAndOneThatNeverReadsTimesOut) {
   HttpLimits limits;
   limits.write_timeout_ms = 1000;
