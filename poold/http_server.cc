@@ -488,6 +488,10 @@ void HttpServer::OnReadable(const std::shared_ptr<Conn>& c) {
     if (n > 0) {
       c->buf.append(chunk, static_cast<size_t>(n));
       if (c->buf.size() > cap) break;  // TryParse refuses it
+      // A short read took what the socket held: no second recv just to see EAGAIN. Bytes
+      // that come later are reported again (the registration is level-triggered), once the
+      // connection is re-armed.
+      if (static_cast<size_t>(n) < sizeof(chunk)) break;
       continue;
     }
     if (n == 0) {
