@@ -2,6 +2,7 @@
 #include <llvm/IR/Intrinsics.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "remote/ptx/bits.h"
@@ -346,8 +347,134 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
     }
     return done(r, u32);
   }
+  if (op == "lop3" || op == "bfe" || op == "bfind") return BitField(s, op, q, t, why);
   *why = "an integer instruction the tier does not take";
   return false;
+}
+
+// prmt, lop3, bfe and bfind, as the interpreter's HPrmt, HLop3, HBfe and HCount compute
+// them: every shift amount is chosen below the width (no LLVM poison), so that vector code
+// computes each lane as scalar code does.
+bool Emitter::BitField(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                       std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  const Type u32{Kind::kUnsigned, 32};
+  auto src = [&](int i, Type type) { return Source(o[i], type, why); };
+  auto done = [&](llvm::Value* v, Type type) { return Dest(o[0], v, type, why); };
+  // prmt.b32{.mode} d, a, b, c: four bytes of the eight of b:a (a the low ones), each
+  // picked by c: by its own nibble (the default; a nibble's bit 3 replicates the byte's
+  // sign), or by c's low 2 bits through the mode's table.
+  if (op == "prmt" && q.size() <= 1 && o.size() == 4 && t.kind == Kind::kBits && t.bits == 32) {
+    llvm::Value* a = src(1, u32);
+    llvm::Value* c = src(2, u32);
+    llvm::Value* selector = src(3, u32);
+    if (!a || !c || !selector) return false;
+    llvm::Type* i64 = LlvmType(Type{Kind::kUnsigned, 64});
+    llvm::Value* bytes = b_.CreateOr(b_.CreateShl(b_.CreateZExt(c, i64), Int(64, 32)), b_.CreateZExt(a, i64));
+    // The source byte (0..7) of d's byte i, as a u32, and whether to replicate its sign.
+    std::function<llvm::Value*(uint32_t)> index;
+    llvm::Value* s2 = b_.CreateAnd(selector, Int(32, 3));
+    auto low = [&](llvm::Value* v) { return b_.CreateAnd(v, Int(32, 7)); };
+    if (q.empty()) {
+      index = [&](uint32_t i) { return low(b_.CreateLShr(selector, Int(32, 4 * i))); };
+    } else if (q[0] == "f4e") {
+      index = [&](uint32_t i) { return low(b_.CreateAdd(s2, Int(32, i))); };
+    } else if (q[0] == "b4e") {
+      index = [&](uint32_t i) { return low(b_.CreateSub(b_.CreateAdd(s2, Int(32, 8)), Int(32, i))); };
+    } else if (q[0] == "rc8") {
+      index = [&](uint32_t) { return s2; };
+    } else if (q[0] == "ecl" || q[0] == "ecr") {
+      // ecl: byte i from max(i, s), so the top bytes stay; ecr: from min(i, s).
+      const bool left = q[0] == "ecl";
+      index = [&, left](uint32_t i) {
+        llvm::Value* above = b_.CreateICmpUGT(s2, Int(32, i));
+        return left ? b_.CreateSelect(above, s2, Int(32, i)) : b_.CreateSelect(above, Int(32, i), s2);
+      };
+    } else if (q[0] == "rc16") {
+      index = [&](uint32_t i) {
+        return b_.CreateOr(b_.CreateShl(b_.CreateAnd(s2, Int(32, 1)), Int(32, 1)), Int(32, i & 1));
+      };
+    } else {
+      return (*why = "prmt mode ." + std::string(q[0]), false);
+    }
+    llvm::Value* r = Int(32, 0);
+    for (uint32_t i = 0; i < 4; ++i) {
+      llvm::Value* at = b_.CreateShl(b_.CreateZExt(index(i), i64), Int(64, 3));
+      llvm::Value* byte = b_.CreateAnd(b_.CreateTrunc(b_.CreateLShr(bytes, at), LlvmType(u32)), Int(32, 0xff));
+      if (q.empty()) {
+        llvm::Value* sign_mode = b_.CreateICmpNE(b_.CreateAnd(selector, Int(32, uint64_t{8} << (4 * i))), Int(32, 0));
+        llvm::Value* negative = b_.CreateICmpNE(b_.CreateAnd(byte, Int(32, 0x80)), Int(32, 0));
+        byte = b_.CreateSelect(sign_mode, b_.CreateSelect(negative, Int(32, 0xff), Int(32, 0)), byte);
+      }
+      r = b_.CreateOr(r, b_.CreateShl(byte, Int(32, 8 * i)));
+    }
+    return done(r, u32);
+  }
+  // lop3.b32 d, a, b, c, lut: the union of the minterms whose bit the lut's low 8 bits set
+  // (bit i: a if i & 4, b if i & 2, c if i & 1, each else complemented).
+  if (op == "lop3" && q.empty() && o.size() == 5 && t.bits == 32) {
+    llvm::Value* a = src(1, u32);
+    llvm::Value* c = src(2, u32);
+    llvm::Value* e = src(3, u32);
+    llvm::Value* lut = src(4, u32);
+    if (!a || !c || !e || !lut) return false;
+    llvm::Value* r = Int(32, 0);
+    for (uint32_t i = 0; i < 8; ++i) {
+      llvm::Value* term = b_.CreateAnd(b_.CreateAnd((i & 4) ? a : b_.CreateNot(a), (i & 2) ? c : b_.CreateNot(c)),
+                                       (i & 1) ? e : b_.CreateNot(e));
+      // All ones where the lut's bit i is set.
+      llvm::Value* chosen = b_.CreateSub(Int(32, 0), b_.CreateAnd(b_.CreateLShr(lut, Int(32, i)), Int(32, 1)));
+      r = b_.CreateOr(r, b_.CreateAnd(term, chosen));
+    }
+    return done(r, t);
+  }
+  // bfe.{u32,s32,u64,s64} d, a, pos, len: the n = min(len, width - pos) bits of a from pos
+  // (none when pos is past the width), the bits above them the sign bit: for .s types
+  // a's bit min(pos + len - 1, width - 1) when len is not 0, else 0. pos and len are the
+  // low 8 bits of their .u32 operands.
+  if (op == "bfe" && q.empty() && o.size() == 4 && t.bits >= 32 && t.kind != Kind::kBits) {
+    const uint32_t w = t.bits;
+    llvm::Value* a = src(1, t);
+    llvm::Value* position = src(2, u32);
+    llvm::Value* length = src(3, u32);
+    if (!a || !position || !length) return false;
+    auto byte = [&](llvm::Value* v) { return b_.CreateZExtOrTrunc(b_.CreateAnd(v, Int(32, 0xff)), LlvmType(t)); };
+    llvm::Value* pos = byte(position);
+    llvm::Value* len = byte(length);
+    llvm::Value* inside = b_.CreateICmpULT(pos, Int(w, w));
+    llvm::Value* room = b_.CreateSub(Int(w, w), b_.CreateSelect(inside, pos, Int(w, w)));
+    llvm::Value* n = b_.CreateSelect(b_.CreateICmpULT(len, room), len, room);
+    llvm::Value* whole = b_.CreateICmpUGE(n, Int(w, w));
+    llvm::Value* ones = Int(w, ~uint64_t{0});
+    llvm::Value* mask = b_.CreateSelect(
+        whole, ones, b_.CreateSub(b_.CreateShl(Int(w, 1), b_.CreateSelect(whole, Int(w, 0), n)), Int(w, 1)));
+    llvm::Value* field = b_.CreateAnd(b_.CreateLShr(a, b_.CreateSelect(inside, pos, Int(w, 0))), mask);
+    field = b_.CreateSelect(inside, field, Int(w, 0));
+    if (t.kind == Kind::kSigned) {
+      llvm::Value* end = b_.CreateAdd(pos, len);  // at most 510: no wrap
+      llvm::Value* top = b_.CreateSub(b_.CreateSelect(b_.CreateICmpULT(end, Int(w, w)), end, Int(w, w)), Int(w, 1));
+      llvm::Value* bit = b_.CreateTrunc(b_.CreateLShr(a, b_.CreateAnd(top, Int(w, w - 1))), Lanes(i1_));
+      llvm::Value* sign = b_.CreateAnd(bit, b_.CreateICmpNE(len, Int(w, 0)));
+      field = b_.CreateOr(field, b_.CreateSelect(sign, b_.CreateNot(mask), Int(w, 0)));
+    }
+    return done(field, t);
+  }
+  // bfind{.shiftamt}.{u32,s32,u64,s64} d, a: the position of a's most significant bit (for
+  // a negative .s value, of its most significant 0), or with .shiftamt the left shift that
+  // brings it to the top; 0xffffffff when there is none. A .u32.
+  if (op == "bfind" && (q.empty() || (q.size() == 1 && q[0] == "shiftamt")) && o.size() == 2 && t.bits >= 32 &&
+      t.kind != Kind::kBits) {
+    const uint32_t w = t.bits;
+    llvm::Value* a = src(1, t);
+    if (!a) return false;
+    llvm::Value* v = a;
+    if (t.kind == Kind::kSigned) v = b_.CreateSelect(b_.CreateICmpSLT(a, Int(w, 0)), b_.CreateNot(a), a);
+    llvm::Value* zeros = b_.CreateIntrinsic(llvm::Intrinsic::ctlz, {LlvmType(t)}, {v, b_.getFalse()});
+    llvm::Value* r = q.empty() ? b_.CreateSub(Int(w, w - 1), zeros) : zeros;
+    r = b_.CreateSelect(b_.CreateICmpEQ(v, Int(w, 0)), Int(w, ~uint64_t{0}), r);
+    return done(b_.CreateTrunc(r, LlvmType(u32)), u32);
+  }
+  return (*why = "a form of " + std::string(op) + " the tier does not take", false);
 }
 
 bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,

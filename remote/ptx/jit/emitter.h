@@ -180,6 +180,8 @@ class Emitter {
   llvm::Value* RoundToInteger(llvm::Value* a, Type from, std::string_view rounding);
   bool Integer(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
                std::string* why);
+  bool BitField(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                std::string* why);
   bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
              std::string* why);
   bool MovPair(const std::vector<RawOperand>& o, Type t, std::string* why);

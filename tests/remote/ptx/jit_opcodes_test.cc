@@ -72,6 +72,10 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"bmsk", "bmsk.clamp.b32 %r2, %r1, 3;"},
     {"fns", "fns.b32 %r2, %r1, 3, -2;"},
     {"shf", "shf.l.wrap.b32 %r2, %r1, %r1, 3;"},
+    {"prmt", "prmt.b32 %r2, %r1, %r1, 0x8123;"},
+    {"lop3", "lop3.b32 %r2, %r1, %r1, 7, 0x96;"},
+    {"bfe", "bfe.s32 %r2, %r1, 3, 5;"},
+    {"bfind", "bfind.shiftamt.u32 %r2, %r1;"},
     {"copysign", "copysign.f32 %f2, %f1, %f1;"},
     {"sin", "sin.approx.f32 %f2, %f1;"},
     {"cos", "cos.approx.f32 %f2, %f1;"},
@@ -339,15 +343,21 @@ TEST(JitOpcodeColumn, TheBitFormsItTakes) {
       "cvt.u64.u32 %rd2, %r1;\n  bfi.b64 %rd3, %rd2, %rd2, %r1, %r1;",
       "bmsk.wrap.b32 %r2, %r1, %r1;",
       "fns.b32 %r2, %r1, %r1, %r1;",
+      "prmt.b32.rc16 %r2, %r1, %r1, %r1;",
+      "prmt.b32.ecl %r2, %r1, 7, 1;",
+      "lop3.b32 %r2, %r1, %r1, %r1, %r1;",
+      "bfe.u32 %r2, %r1, %r1, %r1;",
+      "cvt.u64.u32 %rd2, %r1;\n  bfe.s64 %rd3, %rd2, %r1, 9;",
+      "bfind.s32 %r2, %r1;",
+      "cvt.u64.u32 %rd2, %r1;\n  bfind.shiftamt.s64 %r2, %rd2;",
   };
   for (const char* body : kTaken) {
     std::string refused;
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
   const char* const kLeft[] = {
-      "bmsk.b32 %r2, %r1, %r1;",
-      "shf.l.b32 %r2, %r1, %r1, %r1;",
-      "popc.b16 %r2, %r1;",
+      "bmsk.b32 %r2, %r1, %r1;", "shf.l.b32 %r2, %r1, %r1, %r1;", "popc.b16 %r2, %r1;",
+      "bfe.b32 %r2, %r1, 3, 5;", "bfind.b32 %r2, %r1;",
   };
   for (const char* body : kLeft) {
     std::string refused;

@@ -1111,6 +1111,124 @@ TEST(JitBitOps, GiveTheInterpretersResultsBitForBit) {
   }
 }
 
+// prmt as the PTX ISA defines it: d's byte i is byte ctl[i] of b:a, by c's nibble i (its
+// bit 3 replicating the byte's sign) or, with a mode, by the ISA's table at c's low 2 bits
+// (rows f4e, b4e, rc8, ecl, ecr, rc16; each entry d's bytes 3 2 1 0 as a selector).
+uint32_t PermuteBytes(uint32_t a, uint32_t b, uint32_t c, int mode) {
+  static const uint16_t kTable[6][4] = {{0x3210, 0x4321, 0x5432, 0x6543}, {0x5670, 0x6701, 0x7012, 0x0123},
+                                        {0x0000, 0x1111, 0x2222, 0x3333}, {0x3210, 0x3211, 0x3222, 0x3333},
+                                        {0x0000, 0x1110, 0x2210, 0x3210}, {0x1010, 0x3232, 0x1010, 0x3232}};
+  const uint64_t bytes = (uint64_t{b} << 32) | a;
+  const uint32_t selector = mode == 0 ? c : kTable[mode - 1][c & 3];
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (selector >> (4 * i)) & 0xf;
+    uint32_t byte = (bytes >> (8 * (s & 7))) & 0xff;
+    if (mode == 0 && (s & 8)) byte = (byte & 0x80) ? 0xff : 0;
+    r |= byte << (8 * i);
+  }
+  return r;
+}
+
+// bfe as the PTX ISA defines it: bit i of d is a's bit pos + i while i < len and that is
+// inside the width, else the sign bit (a's bit min(pos + len - 1, msb) for .s types and
+// len > 0, else 0).
+template <typename T>
+T ExtractBits(T a, uint32_t b, uint32_t c) {
+  using U = std::make_unsigned_t<T>;
+  constexpr uint32_t msb = 8 * sizeof(T) - 1;
+  const uint32_t pos = b & 0xff, len = c & 0xff;
+  const U value = static_cast<U>(a);
+  const bool sbit = std::is_signed_v<T> && len != 0 && ((value >> std::min(pos + len - 1, msb)) & 1);
+  U d = 0;
+  for (uint32_t i = 0; i <= msb; ++i) {
+    const bool bit = i < len && pos + i <= msb ? (value >> (pos + i)) & 1 : sbit;
+    d |= static_cast<U>(bit) << i;
+  }
+  return static_cast<T>(d);
+}
+
+// bfind as the PTX ISA defines it: the most significant 1 (of a negative .s value, the most
+// significant 0), or with .shiftamt the left shift bringing it to the top; -1 for none.
+template <typename T>
+uint32_t FindMsb(T a, bool shift) {
+  using U = std::make_unsigned_t<T>;
+  constexpr int msb = 8 * sizeof(T) - 1;
+  for (int i = msb; i >= 0; --i) {
+    const bool bit = (static_cast<U>(a) >> i) & 1;
+    if (bit != (std::is_signed_v<T> && a < 0)) return static_cast<uint32_t>(shift ? msb - i : i);
+  }
+  return ~0u;
+}
+
+// prmt in every mode, lop3, bfe and bfind of 32 and 64 bits (JitBitFields.ptx) of zeros,
+// all ones, single bits, minimums and mixed words, selectors with sign bits, positions and
+// lengths past the width and past 255: the PTX ISA's results (the interpreter's) and, bit
+// for bit, the same compiled in vector code (64 threads in x) and in scalar code (64 in y).
+TEST(JitBitFields, GiveThePtxIsasAndTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitBitFields.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("fields", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t words[] = {0,  1,  ~0u, 0x80000000u, 0x7fffffffu, 0x12345678u, 0xf0f00f0fu, 0x8899aabbu, 5,
+                            31, 32, 33,  0x100,       0x1ff,       0x8123u,     0xfedcba98u, 0xffu,       0x7f80u};
+  const uint32_t amounts[] = {0, 1, 3, 8, 17, 31, 32, 33, 63, 64, 65, 255, 256, 0x123, ~0u, 2, 0x1f1f, 0x3f20};
+  const uint64_t longs[] = {0,
+                            1,
+                            ~uint64_t{0},
+                            uint64_t{1} << 63,
+                            0x0123456789abcdefull,
+                            0xffff0000ffffull,
+                            0x8000000000000001ull,
+                            0x7fffffffffffffffull};
+  struct Input {
+    uint32_t a, b, c, e;
+    uint64_t x, y;
+  };
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t c = i % 3 == 0 ? words[(i * 7 + 1) % std::size(words)] : amounts[(i * 7 + 3) % std::size(amounts)];
+    in.push_back({words[i % std::size(words)], i < 32 ? amounts[i % std::size(amounts)] : words[(i * 5) % 18], c,
+                  words[(i * 11 + 5) % std::size(words)], longs[i % std::size(longs)],
+                  longs[(i / 8) % std::size(longs)]});
+  }
+  constexpr int kWords = 26;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  const uint8_t kLuts[5] = {0x96, 0xe8, 0x01, 0xfe, 0xca};
+  for (int i = 0; i < 64; ++i) {
+    const Input& v = in[i];
+    const uint32_t* r = &out[0][kWords * i];
+    for (int mode = 0; mode < 7; ++mode) {
+      EXPECT_EQ(r[mode], PermuteBytes(v.a, v.b, v.c, mode)) << "input " << i << ", prmt mode " << mode;
+    }
+    for (int k = 0; k < 5; ++k) {
+      uint32_t lop = 0;
+      for (int m = 0; m < 8; ++m) {
+        if ((kLuts[k] >> m) & 1) lop |= ((m & 4) ? v.a : ~v.a) & ((m & 2) ? v.b : ~v.b) & ((m & 1) ? v.e : ~v.e);
+      }
+      EXPECT_EQ(r[7 + k], lop) << "input " << i << ", lut " << int{kLuts[k]};
+    }
+    EXPECT_EQ(r[12], ExtractBits<uint32_t>(v.a, v.b, v.c)) << i;
+    EXPECT_EQ(r[13], static_cast<uint32_t>(ExtractBits<int32_t>(static_cast<int32_t>(v.a), v.b, v.c))) << i;
+    const uint32_t finds[8] = {FindMsb<uint32_t>(v.a, false), FindMsb<int32_t>(static_cast<int32_t>(v.a), false),
+                               FindMsb<uint32_t>(v.a, true),  FindMsb<int32_t>(static_cast<int32_t>(v.a), true),
+                               FindMsb<uint64_t>(v.x, false), FindMsb<int64_t>(static_cast<int64_t>(v.x), false),
+                               FindMsb<uint64_t>(v.x, true),  FindMsb<int64_t>(static_cast<int64_t>(v.x), true)};
+    for (int k = 0; k < 8; ++k) EXPECT_EQ(r[14 + k], finds[k]) << "input " << i << ", bfind " << k;
+    uint64_t wide[2];
+    std::memcpy(wide, &r[22], sizeof(wide));
+    EXPECT_EQ(wide[0], ExtractBits<uint64_t>(v.x, v.b, v.c)) << i;
+    EXPECT_EQ(wide[1], static_cast<uint64_t>(ExtractBits<int64_t>(static_cast<int64_t>(v.x), v.b, v.c))) << i;
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < kWords; ++k) {
+        EXPECT_EQ(out[run][kWords * i + k], r[k]) << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+}
+
 // .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt, rcp and copysign of f32
 // and f64 (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
 // signalling, negative) and ordinary values: the interpreter's results bit for bit in
