@@ -348,6 +348,38 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
     return done(r, u32);
   }
   if (op == "lop3" || op == "bfe" || op == "bfind") return BitField(s, op, q, t, why);
+  // dp4a.atype.btype d, a, b, c: c plus the products of a's and b's four bytes; dp2a.lo/.hi:
+  // c plus the products of a's two 16-bit halves and b's bytes 0 and 1 (.lo) or 2 and 3
+  // (.hi). Each element is signed or not as its type says; the sum wraps at 32 bits, as the
+  // interpreter's HByteDot adds.
+  if ((op == "dp4a" || op == "dp2a") && o.size() == 4 && t.bits == 32 && t.kind != Kind::kBits) {
+    const bool pair = op == "dp2a";
+    const size_t n = pair ? 2 : 1;
+    if (q.size() != n || (pair && q[0] != "lo" && q[0] != "hi")) return (*why = "a form of " + std::string(op), false);
+    const Type a_type = TypeOf(q[n - 1]);
+    if (a_type.bits != 32 || (a_type.kind != Kind::kSigned && a_type.kind != Kind::kUnsigned)) {
+      return (*why = "a form of " + std::string(op), false);
+    }
+    const Type u32{Kind::kUnsigned, 32};
+    llvm::Value* a = src(1, u32);
+    llvm::Value* c = src(2, u32);
+    llvm::Value* e = src(3, u32);
+    if (!a || !c || !e) return false;
+    llvm::Type* i32 = LlvmType(u32);
+    // Element `index` of `bits` bits of `word`, as a 32-bit integer.
+    auto element = [&](llvm::Value* word, uint32_t index, uint32_t bits, bool is_signed) {
+      llvm::Value* v = b_.CreateTrunc(b_.CreateLShr(word, Int(32, index * bits)), Lanes(b_.getIntNTy(bits)));
+      return is_signed ? b_.CreateSExt(v, i32) : b_.CreateZExt(v, i32);
+    };
+    const bool a_signed = a_type.kind == Kind::kSigned, b_signed = t.kind == Kind::kSigned;
+    llvm::Value* r = e;
+    for (uint32_t i = 0; i < (pair ? 2u : 4u); ++i) {
+      llvm::Value* x = pair ? element(a, i, 16, a_signed) : element(a, i, 8, a_signed);
+      llvm::Value* y = element(c, pair && q[0] == "hi" ? i + 2 : i, 8, b_signed);
+      r = b_.CreateAdd(r, b_.CreateMul(x, y));
+    }
+    return done(r, t);
+  }
   *why = "an integer instruction the tier does not take";
   return false;
 }

@@ -76,6 +76,8 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"lop3", "lop3.b32 %r2, %r1, %r1, 7, 0x96;"},
     {"bfe", "bfe.s32 %r2, %r1, 3, 5;"},
     {"bfind", "bfind.shiftamt.u32 %r2, %r1;"},
+    {"dp4a", "dp4a.s32.u32 %r2, %r1, %r1, 7;"},
+    {"dp2a", "dp2a.hi.u32.s32 %r2, %r1, %r1, %r1;"},
     {"copysign", "copysign.f32 %f2, %f1, %f1;"},
     {"sin", "sin.approx.f32 %f2, %f1;"},
     {"cos", "cos.approx.f32 %f2, %f1;"},

@@ -1229,6 +1229,53 @@ TEST(JitBitFields, GiveThePtxIsasAndTheInterpretersResults) {
   }
 }
 
+// dp4a and dp2a (JitByteDots.ptx) of bytes and halves at their extremes (0, 0x7f, 0x80,
+// 0xff; 0x7fff, 0x8000, 0xffff), accumulators that wrap (INT_MIN, INT_MAX, -1), in every
+// signedness of a and b: the PTX ISA's results (the interpreter's) and, bit for bit, the
+// same compiled in vector code (64 threads in x) and in scalar code (64 in y).
+TEST(JitByteDots, GiveThePtxIsasAndTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitByteDots.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("dots", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t words[] = {0,           1,           ~0u,         0x80000000u, 0x7fffffffu, 0x807f80ffu, 0x7f7f7f7fu,
+                            0x80808080u, 0xffffffffu, 0x12345678u, 0x8000ffffu, 0x7fff0001u, 0xfedcba98u, 0x00ff00ffu};
+  struct Input {
+    uint32_t a, b, c, pad;
+  };
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    in.push_back({words[i % std::size(words)], words[(i * 5 + 3) % std::size(words)],
+                  words[(i * 11 + 7) % std::size(words)], 0});
+  }
+  constexpr int kWords = 12;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  // Element k of `bits` bits of `word`, signed or not, as PTX extends it.
+  auto element = [](uint32_t word, int k, int bits, bool is_signed) {
+    const int64_t v = (word >> (k * bits)) & ((uint32_t{1} << bits) - 1);
+    return is_signed && (v >> (bits - 1)) ? v - (int64_t{1} << bits) : v;
+  };
+  for (int i = 0; i < 64; ++i) {
+    const Input& v = in[i];
+    for (int form = 0; form < kWords; ++form) {
+      const int op = form / 4;  // dp4a, dp2a.lo, dp2a.hi
+      const bool a_signed = form & 2, b_signed = form & 1;
+      int64_t sum = v.c;
+      for (int k = 0; k < (op == 0 ? 4 : 2); ++k) {
+        sum += op == 0 ? element(v.a, k, 8, a_signed) * element(v.b, k, 8, b_signed)
+                       : element(v.a, k, 16, a_signed) * element(v.b, k + (op == 2 ? 2 : 0), 8, b_signed);
+      }
+      EXPECT_EQ(out[0][kWords * i + form], static_cast<uint32_t>(sum)) << "input " << i << ", form " << form;
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(out[run][kWords * i + form], out[0][kWords * i + form])
+            << "input " << i << ", form " << form << ", run " << run;
+      }
+    }
+  }
+}
+
 // .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt, rcp and copysign of f32
 // and f64 (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
 // signalling, negative) and ordinary values: the interpreter's results bit for bit in
