@@ -60,54 +60,146 @@ bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& pa
     return (*why = "types", false);
   }
   std::string_view rounding;
+  bool ftz = false, sat = false;
   for (size_t i = 1; i + 2 < parts.size(); ++i) {
     std::string_view qual = parts[i];
     if (qual == "rn" || qual == "rz" || qual == "rm" || qual == "rp" || qual == "rni" || qual == "rzi" ||
         qual == "rmi" || qual == "rpi") {
       rounding = qual;
+    } else if (qual == "ftz") {
+      ftz = true;
+    } else if (qual == "sat") {
+      sat = true;
     } else {
       return (*why = "qualifier ." + std::string(qual), false);
     }
   }
+  // .rz, .rm and .rp into a float: the interpreter's HCvt converts with the host's rounding
+  // mode set; compiled code calls the same conversion (rounding.h) where it is inexact.
+  const CvtRounding directed = rounding == "rz"   ? kCvtRoundZero
+                               : rounding == "rm" ? kCvtRoundDown
+                               : rounding == "rp" ? kCvtRoundUp
+                                                  : kCvtRoundNearest;
   llvm::Value* a = Source(o[1], from, why);
   if (a == nullptr) return false;
   llvm::Value* r = nullptr;
   if (to.is_int() && from.is_int()) {
-    if (!rounding.empty()) return (*why = "rounding of an integer conversion", false);
+    if (!rounding.empty() || ftz) return (*why = "rounding of an integer conversion", false);
     // Integer to integer: truncate or extend by the source's signedness, then the
-    // destination register holds the value as `to` says.
-    r = from.kind == Kind::kSigned ? b_.CreateSExtOrTrunc(a, LlvmType(to)) : b_.CreateZExtOrTrunc(a, LlvmType(to));
+    // destination register holds the value as `to` says; with .sat clamped to the
+    // destination's range first, as the interpreter's HCvt clamps.
+    const bool from_signed = from.kind == Kind::kSigned;
+    if (sat && to.kind != Kind::kBits && from.kind != Kind::kBits) {
+      // The source's value in 64 bits, and the destination's bounds there.
+      llvm::Value* v = from_signed ? b_.CreateSExtOrTrunc(a, I64()) : b_.CreateZExtOrTrunc(a, I64());
+      const bool to_signed = to.kind == Kind::kSigned;
+      const uint64_t high = ~uint64_t{0} >> (64 - to.bits + (to_signed ? 1 : 0));
+      if (from_signed) {
+        const uint64_t low = to_signed ? ~uint64_t{0} << (to.bits - 1) : 0;
+        v = b_.CreateSelect(b_.CreateICmpSLT(v, Int(64, low)), Int(64, low), v);
+      }
+      // At or above the low bound: an unsigned destination's bound compares unsigned.
+      llvm::Value* over =
+          to_signed && from_signed ? b_.CreateICmpSGT(v, Int(64, high)) : b_.CreateICmpUGT(v, Int(64, high));
+      r = b_.CreateTrunc(b_.CreateSelect(over, Int(64, high), v), LlvmType(to));
+    } else if (sat) {
+      return (*why = "a saturating conversion of bits", false);
+    } else {
+      r = from_signed ? b_.CreateSExtOrTrunc(a, LlvmType(to)) : b_.CreateZExtOrTrunc(a, LlvmType(to));
+    }
   } else if (to.kind == Kind::kFloat && from.is_int()) {
-    // Only round-to-nearest (what sitofp/uitofp do); .rn is then required by PTX
-    // unless exact.
-    if (!rounding.empty() && rounding != "rn") return (*why = "rounding ." + std::string(rounding), false);
-    r = from.kind == Kind::kSigned ? b_.CreateSIToFP(a, LlvmType(to)) : b_.CreateUIToFP(a, LlvmType(to));
+    // Round-to-nearest is what sitofp/uitofp do (.rn is then required by PTX unless
+    // exact); an integer of up to 32 bits is exact in a double, so to f64 in any rounding.
+    if (!rounding.empty() && rounding != "rn" && directed == kCvtRoundNearest) {
+      return (*why = "rounding ." + std::string(rounding), false);
+    }
+    const bool from_signed = from.kind == Kind::kSigned;
+    auto convert = [&](Type type) {
+      return from_signed ? b_.CreateSIToFP(a, LlvmType(type)) : b_.CreateUIToFP(a, LlvmType(type));
+    };
+    const Type f64{Kind::kFloat, 64};
+    if (directed == kCvtRoundNearest || (to.bits == 64 && from.bits <= 32)) {
+      r = convert(to);
+    } else if (from.bits <= 32) {
+      r = CallHost(reinterpret_cast<uint64_t>(&DirectedToF32), LlvmType(to), {convert(f64), b_.getInt8(directed)});
+    } else if (to.bits == 32) {
+      r = CallHost(
+          from_signed ? reinterpret_cast<uint64_t>(&DirectedS64ToF32) : reinterpret_cast<uint64_t>(&DirectedU64ToF32),
+          LlvmType(to), {a, b_.getInt8(directed)});
+    } else {
+      r = CallHost(
+          from_signed ? reinterpret_cast<uint64_t>(&DirectedS64ToF64) : reinterpret_cast<uint64_t>(&DirectedU64ToF64),
+          LlvmType(to), {a, b_.getInt8(directed)});
+    }
+    r = FloatResult(r, to, ftz, sat);
   } else if (to.is_int() && from.kind == Kind::kFloat) {
     // Rounded to an integer in double as the interpreter rounds, then saturating, NaN to 0,
-    // as PTX says (the fptosi.sat intrinsics do exactly that, as the interpreter's clamps).
+    // as PTX says (the fptosi.sat intrinsics do exactly that, as the interpreter's clamps);
+    // .ftz flushes an f32 source first (a subnormal .rpi is then 0, not 1).
     if (to.bits < 32) return (*why = "a narrow integer", false);
+    if (ftz) a = FloatOperand(a, from);
     llvm::Value* whole = RoundToInteger(a, from, rounding);
     if (whole == nullptr) return (*why = "rounding ." + std::string(rounding), false);
     auto id = to.kind == Kind::kSigned ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
     r = b_.CreateIntrinsic(id, {LlvmType(to), LlvmType(Type{Kind::kFloat, 64})}, {whole});
-  } else if (llvm::Value* whole = RoundToInteger(a, from, rounding); whole != nullptr) {
-    // Float to float rounded to an integer (floorf compiles to cvt.rmi.f32.f32): rounded in
-    // double as the interpreter rounds, then converted to the destination (round to
-    // nearest, as its static_cast).
-    r = to.bits == 64 ? whole : b_.CreateFPTrunc(whole, LlvmType(to));
   } else {
-    // Float to float: widening is exact; narrowing with .rn only.
-    if (to.bits > from.bits) {
-      if (!rounding.empty()) return (*why = "rounding of a widening conversion", false);
-      r = b_.CreateFPExt(a, LlvmType(to));
+    // Float to float, as the interpreter's HCvt: an f32 source flushed under .ftz, then
+    // rounded to an integer (.rni...) or not, converted, the f32 result flushed under .ftz
+    // and saturated under .sat.
+    if (ftz) a = FloatOperand(a, from);
+    if (llvm::Value* whole = RoundToInteger(a, from, rounding); whole != nullptr) {
+      // Rounded in double as the interpreter rounds (floorf compiles to cvt.rmi.f32.f32),
+      // then converted to the destination (round to nearest, as its static_cast).
+      r = to.bits == 64 ? whole : b_.CreateFPTrunc(whole, LlvmType(to));
+    } else if (to.bits > from.bits) {
+      r = b_.CreateFPExt(a, LlvmType(to));  // exact, in any rounding
     } else if (to.bits < from.bits) {
-      if (rounding != "rn") return (*why = "rounding ." + std::string(rounding), false);
-      r = b_.CreateFPTrunc(a, LlvmType(to));
+      if (directed != kCvtRoundNearest) {
+        r = CallHost(reinterpret_cast<uint64_t>(&DirectedToF32), LlvmType(to), {a, b_.getInt8(directed)});
+      } else {
+        r = b_.CreateFPTrunc(a, LlvmType(to));  // .rn, or none: the interpreter's nearest
+      }
+    } else if (to.bits == 32) {
+      // f32 to f32 (cvt.sat.f32.f32 is __saturatef): exact, but the interpreter takes the
+      // value through a double, which quiets a signalling NaN. Set its quiet bit on the bits
+      // (LLVM would fold an fpext and fptrunc back into nothing).
+      llvm::Type* bits = LlvmType(Type{Kind::kBits, 32});
+      llvm::Value* quiet = b_.CreateBitCast(b_.CreateOr(b_.CreateBitCast(a, bits), Int(32, 0x00400000)), LlvmType(to));
+      r = b_.CreateSelect(b_.CreateFCmpUNO(a, a), quiet, a);
     } else {
-      return (*why = "a float conversion to its own type", false);
+      r = a;  // f64 to f64: the interpreter's value as read
     }
+    r = FloatResult(r, to, ftz, sat);
   }
   return Dest(o[0], r, to, why);
+}
+
+// Calls the host function at `address` (of C linkage types: the LLVM types of `args` and
+// `result`; an i8 argument zero-extended, as the C++ ABI passes a uint8_t) through its
+// address, so that LLVM neither folds nor replaces it; in vector code once per lane, an
+// argument of vector type giving each call its lane's element.
+llvm::Value* Emitter::CallHost(uint64_t address, llvm::Type* result, const std::vector<llvm::Value*>& args) {
+  std::vector<llvm::Type*> types;
+  for (llvm::Value* v : args) types.push_back(v->getType()->getScalarType());
+  llvm::Type* scalar_result = result->getScalarType();
+  auto* type = llvm::FunctionType::get(scalar_result, types, false);
+  llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(address), ptr_);
+  auto call = [&](const std::vector<llvm::Value*>& values) {
+    llvm::CallInst* c = b_.CreateCall(type, callee, values);
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (types[i]->isIntegerTy(8)) c->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ZExt);
+    }
+    return c;
+  };
+  if (!lanes_) return call(args);
+  llvm::Value* r = llvm::Constant::getNullValue(Lanes(scalar_result));
+  for (uint32_t k = 0; k < lanes_; ++k) {
+    std::vector<llvm::Value*> lane;
+    for (llvm::Value* v : args)
+      lane.push_back(v->getType()->isVectorTy() ? b_.CreateExtractElement(v, uint64_t{k}) : v);
+    r = b_.CreateInsertElement(r, call(lane), uint64_t{k});
+  }
+  return r;
 }
 
 // Float `a` (of `from`) rounded to an integer as cvt's `rounding` says (.rni, .rzi, .rmi,
@@ -513,12 +605,18 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
                     std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
   if (op == "sin" || op == "cos" || op == "lg2" || op == "ex2" || op == "tanh") return HostFunction(s, op, q, t, why);
-  // Round-to-nearest only (no directed roundings), which is what IEEE arithmetic on the
-  // host does; .ftz and .sat as the interpreter applies them (FloatOperand, FloatResult).
-  // .approx and .full compute as the interpreter's handlers do: exactly rounded.
+  // Round-to-nearest, which is what IEEE arithmetic on the host does; .ftz and .sat as the
+  // interpreter applies them (FloatOperand, FloatResult). .approx and .full compute as the
+  // interpreter's handlers do: exactly rounded. A directed rounding (.rz, .rm, .rp) of
+  // add, sub, mul, fma, div, sqrt and rcp calls the interpreter's operation in that
+  // rounding (DirectedF32/F64, rounding.h), lane by lane in vector code.
   bool rn = false, approx = false, ftz = false, sat = false;
+  CvtRounding directed = kCvtRoundNearest;
   for (std::string_view qual : q) {
-    if (qual == "rn") {
+    if (qual == "rz" || qual == "rm" || qual == "rp") {
+      if (directed != kCvtRoundNearest) return (*why = "two roundings", false);
+      directed = qual == "rz" ? kCvtRoundZero : qual == "rm" ? kCvtRoundDown : kCvtRoundUp;
+    } else if (qual == "rn") {
       rn = true;
     } else if (qual == "approx" || qual == "full") {
       approx = true;
@@ -535,6 +633,25 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
     return v != nullptr && ftz ? FloatOperand(v, t) : v;
   };
   auto done = [&](llvm::Value* v) { return v != nullptr && Dest(o[0], FloatResult(v, t, ftz, sat), t, why); };
+  if (directed != kCvtRoundNearest) {
+    static const std::map<std::string_view, std::pair<DirectedOp, size_t>> kDirected = {
+        {"add", {kDirectedAdd, 3}},   {"sub", {kDirectedSub, 3}}, {"mul", {kDirectedMul, 3}},
+        {"fma", {kDirectedFma, 4}},   {"mad", {kDirectedFma, 4}}, {"div", {kDirectedDiv, 3}},
+        {"sqrt", {kDirectedSqrt, 2}}, {"rcp", {kDirectedRcp, 2}}};
+    auto it = kDirected.find(op);
+    if (it == kDirected.end() || o.size() != it->second.second || rn || approx) {
+      return (*why = "a directed rounding of this form", false);
+    }
+    std::vector<llvm::Value*> args = {b_.getInt8(it->second.first), b_.getInt8(directed)};
+    for (size_t i = 1; i < 4; ++i) {
+      llvm::Value* v = i < o.size() ? src(static_cast<int>(i)) : llvm::ConstantFP::get(LlvmType(t), 0.0);
+      if (v == nullptr) return false;
+      args.push_back(v);
+    }
+    const uint64_t function =
+        t.bits == 32 ? reinterpret_cast<uint64_t>(&DirectedF32) : reinterpret_cast<uint64_t>(&DirectedF64);
+    return done(CallHost(function, LlvmType(t), args));
+  }
   if ((op == "add" || op == "sub" || op == "mul" || op == "div") && o.size() == 3) {
     // div.approx and div.full of f32 are a/b in the interpreter (interp/arithmetic.h,
     // Binary), as div.rn; add/sub/mul take no .approx.

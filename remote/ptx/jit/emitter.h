@@ -185,6 +185,7 @@ class Emitter {
   bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
              std::string* why);
   bool MovPair(const std::vector<RawOperand>& o, Type t, std::string* why);
+  llvm::Value* CallHost(uint64_t address, llvm::Type* result, const std::vector<llvm::Value*>& args);
   llvm::Value* FloatOperand(llvm::Value* v, Type t);
   llvm::Value* FloatResult(llvm::Value* v, Type t, bool ftz, bool sat);
   bool HostFunction(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,

@@ -123,6 +123,7 @@ std::string ProbeKernel(std::string_view body) {
   .reg .b32 %r<8>;
   .reg .b64 %rd<8>;
   .reg .f32 %f<8>;
+  .reg .f64 %fd<8>;
 
   ld.param.u64 %rd1, [out];
   cvta.to.global.u64 %rd1, %rd1;
@@ -310,24 +311,42 @@ TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
 }
 
 // Float arithmetic with .ftz and .sat (f32 flushed as the interpreter flushes), div.approx
-// and div.full, rsqrt.approx and rcp (.rn, .approx); not the directed roundings (.rz, .rm,
-// .rp), nor .sat where PTX has none, nor min and max (the interpreter's std::fmin/fmax).
+// and div.full, rsqrt.approx and rcp (.rn, .approx), the directed roundings (.rz, .rm, .rp)
+// of add, sub, mul, fma, div, sqrt and rcp, and cvt with .ftz, .sat and directed roundings
+// into floats; not .sat where PTX has none, nor a directed rounding with .approx, nor min
+// and max (the interpreter's std::fmin/fmax).
 TEST(JitOpcodeColumn, TheFloatFormsItTakes) {
   const char* const kTaken[] = {
-      "add.ftz.sat.f32 %f2, %f1, %f1;", "mul.rn.ftz.f32 %f2, %f1, %f1;",          "div.approx.ftz.f32 %f2, %f1, %f1;",
-      "div.full.f32 %f2, %f1, %f1;",    "fma.rn.ftz.sat.f32 %f2, %f1, %f1, %f1;", "neg.ftz.f32 %f2, %f1;",
+      "add.ftz.sat.f32 %f2, %f1, %f1;",
+      "mul.rn.ftz.f32 %f2, %f1, %f1;",
+      "div.approx.ftz.f32 %f2, %f1, %f1;",
+      "div.full.f32 %f2, %f1, %f1;",
+      "fma.rn.ftz.sat.f32 %f2, %f1, %f1, %f1;",
+      "neg.ftz.f32 %f2, %f1;",
       "sqrt.approx.ftz.f32 %f2, %f1;",
-
-      "rsqrt.approx.ftz.f32 %f2, %f1;", "rcp.approx.ftz.f32 %f2, %f1;",
+      "rsqrt.approx.ftz.f32 %f2, %f1;",
+      "rcp.approx.ftz.f32 %f2, %f1;",
+      "add.rz.f32 %f2, %f1, %f1;",
+      "mul.rm.ftz.sat.f32 %f2, %f1, %f1;",
+      "fma.rp.f32 %f2, %f1, %f1, %f1;",
+      "rcp.rz.f32 %f2, %f1;",
+      "cvt.f64.f32 %fd1, %f1;\n  sub.rm.f64 %fd2, %fd1, %fd1;",
+      "cvt.sat.f32.f32 %f2, %f1;",
+      "cvt.rz.f32.s32 %f2, %r1;",
+      "cvt.rpi.ftz.s32.f32 %r2, %f1;",
+      "cvt.rmi.ftz.sat.f32.f32 %f2, %f1;",
+      "cvt.sat.s8.s32 %r2, %r1;",
+      "cvt.f64.f32 %fd1, %f1;\n  cvt.rm.ftz.f32.f64 %f2, %fd1;",
+      "cvt.u64.u32 %rd2, %r1;\n  cvt.rp.f64.u64 %fd1, %rd2;",
   };
   for (const char* body : kTaken) {
     std::string refused;
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
   const char* const kLeft[] = {
-      "add.rz.f32 %f2, %f1, %f1;", "mul.rm.f32 %f2, %f1, %f1;",     "fma.rp.f32 %f2, %f1, %f1, %f1;",
-      "rcp.rz.f32 %f2, %f1;",      "add.approx.f32 %f2, %f1, %f1;", "div.f32 %f2, %f1, %f1;",
-      "abs.sat.f32 %f2, %f1;",     "min.f32 %f2, %f1, %f1;",
+      "add.approx.f32 %f2, %f1, %f1;", "div.f32 %f2, %f1, %f1;",           "abs.sat.f32 %f2, %f1;",
+      "min.f32 %f2, %f1, %f1;",        "div.rz.approx.f32 %f2, %f1, %f1;", "neg.rz.f32 %f2, %f1;",
+      "cvt.rz.s32.f32 %r2, %f1;",      "cvt.sat.b32.s16 %r2, %r1;",
   };
   for (const char* body : kLeft) {
     std::string refused;

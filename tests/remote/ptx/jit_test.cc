@@ -1276,6 +1276,111 @@ TEST(JitByteDots, GiveThePtxIsasAndTheInterpretersResults) {
   }
 }
 
+// Directed roundings (.rz, .rm, .rp) of f32 and f64 add, sub, mul, fma, mad, div, sqrt and
+// rcp and of cvt into floats (from f64 and from 32- and 64-bit integers), and cvt with .ftz
+// and .sat of floats and integers (JitRoundings.ptx), of inexact sums and products, exact
+// zeros of both signs (x - x is -0 rounding down), overflow, underflow to subnormals,
+// subnormals under .ftz, infinities, NaNs with payloads, integers past a float's 24 and a
+// double's 53 bits and at every integer type's bounds: the interpreter's results bit for bit
+// in vector code (64 threads in x) and in scalar code (64 in y), and a few by hand.
+TEST(JitRoundings, DirectedRoundingsFtzAndSatGiveTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitRoundings.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("roundings", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  constexpr int kForms = 95;
+  const float kMax = std::numeric_limits<float>::max(), kMin = std::numeric_limits<float>::min();
+  const float kDenorm = std::numeric_limits<float>::denorm_min(), kNaN = std::bit_cast<float>(0x7fc12345u);
+  const float kSignalling = std::bit_cast<float>(0x7f812345u), kInf = std::numeric_limits<float>::infinity();
+  // f32 a, b, c; the doubles are these widened, scaled or made inexact below.
+  const float triples[][3] = {
+      {1.0f, 1e-8f, 3.0f},    {1.0f, -1e-8f, -3.0f},     {0.1f, 0.2f, 0.3f},        {-0.1f, 0.7f, -1e-30f},
+      {2.5f, -2.5f, 0.0f},    {-0.0f, 0.0f, -0.0f},      {-0.0f, -0.0f, 0.0f},      {kMax, kMax, -kMax},
+      {-kMax, 3.0f, 1.0f},    {kMin, 0.5f, kDenorm},     {kDenorm, -0.75f, kMin},   {-kDenorm, 3.0f, -kDenorm},
+      {1e-40f, 1e-40f, 1.0f}, {kInf, -kInf, 1.0f},       {kNaN, 1.0f, kSignalling}, {kSignalling, kNaN, 2.0f},
+      {7.0f, 3.0f, -2.0f},    {16777217.0f, 1.0f, 0.5f}, {-1.0f, 3.0f, 1e30f},      {2.0f, 0.0f, -0.0f}};
+  const int32_t ints[] = {0,
+                          1,
+                          -1,
+                          16777217,
+                          -16777219,
+                          0x7fffffbf,
+                          std::numeric_limits<int32_t>::min(),
+                          std::numeric_limits<int32_t>::max(),
+                          300,
+                          -300,
+                          65535,
+                          65536,
+                          127,
+                          -129};
+  const int64_t longs[] = {0,
+                           -1,
+                           (int64_t{1} << 53) + 1,
+                           -(int64_t{1} << 60) - 3,
+                           std::numeric_limits<int64_t>::min(),
+                           std::numeric_limits<int64_t>::max(),
+                           0x7fffff7fffffffffll,
+                           4294967296ll,
+                           -129,
+                           255};
+  struct Input {
+    float a, b, c;
+    int32_t i;
+    double x, y, z;
+    int64_t l;
+    uint64_t ul;
+    uint32_t u, pad;
+  };
+  static_assert(sizeof(Input) == 64);
+  std::vector<Input> in;
+  for (int k = 0; k < 64; ++k) {
+    const float* t = triples[k % std::size(triples)];
+    Input v{};
+    v.a = t[0];
+    v.b = t[1];
+    v.c = t[2];
+    v.i = ints[k % std::size(ints)];
+    // The doubles: the floats, and past the first rows inexact sums, tiny and huge values.
+    const double scale = k < 20 ? 1.0 : k < 40 ? 1.0 / 3.0 : 1e300;
+    v.x = t[0] * scale;
+    v.y = k % 7 == 0 ? 1e-320 : t[1] * (k < 40 ? scale : 1e-300);
+    v.z = t[2] + (k % 3 == 1 ? 1e-17 : 0.0);
+    v.l = longs[k % std::size(longs)];
+    v.ul = static_cast<uint64_t>(longs[(k + 3) % std::size(longs)]) ^ (k >= 32 ? uint64_t{1} << 63 : 0);
+    v.u = static_cast<uint32_t>(ints[(k + 5) % std::size(ints)]);
+    in.push_back(v);
+  }
+  std::vector<uint64_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kForms * 64, uint64_t{0xababababababababull}));
+  auto f32 = [&](int thread, int form) {
+    return std::bit_cast<float>(static_cast<uint32_t>(out[0][thread * kForms + form]));
+  };
+  auto bits = [&](int thread, int form) { return static_cast<uint32_t>(out[0][thread * kForms + form]); };
+  // By hand (forms as JitRoundings.ptx lists them): 1 + 1e-8 (thread 0) is 1 rounding
+  // towards zero or down and the next float up rounding up; 2.5 + -2.5 (thread 4) is +0,
+  // but -0 rounding down; 16777217 (thread 3) is no float: 2^24 towards zero, 2^24 + 2 up;
+  // .sat makes a NaN (thread 14) +0 and clamps 300 and -300 (threads 8, 9) into an s8.
+  EXPECT_EQ(f32(0, 0), 1.0f);                        // add.rz.f32
+  EXPECT_EQ(f32(0, 1), 1.0f);                        // add.rm.f32
+  EXPECT_EQ(f32(0, 2), std::nextafter(1.0f, 2.0f));  // add.rp.f32
+  EXPECT_EQ(bits(4, 0), 0u);                         // add.rz.f32
+  EXPECT_EQ(bits(4, 1), 0x80000000u);                // add.rm.f32
+  EXPECT_EQ(f32(3, 47), 16777216.0f);                // cvt.rz.f32.s32
+  EXPECT_EQ(f32(3, 61), 16777218.0f);                // cvt.rp.f32.s32
+  EXPECT_EQ(bits(14, 72), 0u);                       // cvt.sat.f32.f32
+  EXPECT_EQ(bits(8, 85), 127u);                      // cvt.sat.s8.s32
+  EXPECT_EQ(bits(9, 85), 0xffffff80u);               // cvt.sat.s8.s32
+  for (int i = 0; i < 64; ++i) {
+    for (int form = 0; form < kForms; ++form) {
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(out[run][i * kForms + form], out[0][i * kForms + form])
+            << "thread " << i << ", form " << form << ", run " << run;
+      }
+    }
+  }
+}
+
 // .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt, rcp and copysign of f32
 // and f64 (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
 // signalling, negative) and ordinary values: the interpreter's results bit for bit in
