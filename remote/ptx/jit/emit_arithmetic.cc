@@ -610,7 +610,7 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
   // interpreter's handlers do: exactly rounded. A directed rounding (.rz, .rm, .rp) of
   // add, sub, mul, fma, div, sqrt and rcp calls the interpreter's operation in that
   // rounding (DirectedF32/F64, rounding.h), lane by lane in vector code.
-  bool rn = false, approx = false, ftz = false, sat = false;
+  bool rn = false, approx = false, ftz = false, sat = false, nan = false;
   CvtRounding directed = kCvtRoundNearest;
   for (std::string_view qual : q) {
     if (qual == "rz" || qual == "rm" || qual == "rp") {
@@ -624,10 +624,45 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
       ftz = true;
     } else if (qual == "sat") {
       sat = true;
+    } else if (qual == "NaN" && (op == "min" || op == "max") && t.bits == 32) {
+      nan = true;
     } else {
       return (*why = "qualifier ." + std::string(qual), false);
     }
   }
+  // min{.ftz}{.NaN}.f32, max likewise, and min/max.f64 of two operands: the PTX ISA's choice
+  // as the interpreter's PtxMinMax (min_max.h) makes it, in selects: a NaN operand gives
+  // the other; both, or either with .NaN, the canonical NaN; else the lesser (greater),
+  // -0 below +0. Under .ftz the operands are flushed (not with .NaN, as the interpreter's
+  // HMinMaxNaN: the same choice) and the result.
+  if ((op == "min" || op == "max") && o.size() == 3 && !rn && !approx && !sat && directed == kCvtRoundNearest) {
+    const bool max = op == "max";
+    llvm::Value* a = Source(o[1], t, why);
+    llvm::Value* c = Source(o[2], t, why);
+    if (!a || !c) return false;
+    if (ftz && !nan) {
+      a = FloatOperand(a, t);
+      c = FloatOperand(c, t);
+    }
+    llvm::Type* bits = LlvmType(Type{Kind::kBits, t.bits});
+    const uint64_t sign = uint64_t{1} << (t.bits - 1);
+    llvm::Value* a_negative =
+        b_.CreateICmpNE(b_.CreateAnd(b_.CreateBitCast(a, bits), Int(t.bits, sign)), Int(t.bits, 0));
+    llvm::Value* beyond = max ? b_.CreateFCmpOGT(a, c) : b_.CreateFCmpOLT(a, c);
+    // Equal (or +0 and -0): a where its sign is the one that wins, -0 for min.
+    llvm::Value* zero_wins = max ? b_.CreateNot(a_negative) : a_negative;
+    llvm::Value* pick_a = b_.CreateOr(beyond, b_.CreateAnd(b_.CreateFCmpOEQ(a, c), zero_wins));
+    llvm::Value* a_nan = b_.CreateFCmpUNO(a, a);
+    llvm::Value* c_nan = b_.CreateFCmpUNO(c, c);
+    llvm::Value* r = b_.CreateSelect(pick_a, a, c);
+    r = b_.CreateSelect(c_nan, a, r);
+    r = b_.CreateSelect(a_nan, c, r);
+    llvm::Value* canonical = b_.CreateBitCast(Int(t.bits, ~sign), LlvmType(t));
+    llvm::Value* to_canonical = nan ? b_.CreateOr(a_nan, c_nan) : b_.CreateAnd(a_nan, c_nan);
+    r = b_.CreateSelect(to_canonical, canonical, r);
+    return Dest(o[0], FloatResult(r, t, ftz, false), t, why);
+  }
+  if (nan) return (*why = "qualifier .NaN", false);
   auto src = [&](int i) {
     llvm::Value* v = Source(o[i], t, why);
     return v != nullptr && ftz ? FloatOperand(v, t) : v;

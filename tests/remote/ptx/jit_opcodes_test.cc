@@ -313,8 +313,8 @@ TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
 // Float arithmetic with .ftz and .sat (f32 flushed as the interpreter flushes), div.approx
 // and div.full, rsqrt.approx and rcp (.rn, .approx), the directed roundings (.rz, .rm, .rp)
 // of add, sub, mul, fma, div, sqrt and rcp, and cvt with .ftz, .sat and directed roundings
-// into floats; not .sat where PTX has none, nor a directed rounding with .approx, nor min
-// and max (the interpreter's std::fmin/fmax).
+// into floats, min and max (.ftz, .NaN); not .sat where PTX has none, nor a directed
+// rounding with .approx, nor min and max of three operands or with .xorsign.
 TEST(JitOpcodeColumn, TheFloatFormsItTakes) {
   const char* const kTaken[] = {
       "add.ftz.sat.f32 %f2, %f1, %f1;",
@@ -338,15 +338,19 @@ TEST(JitOpcodeColumn, TheFloatFormsItTakes) {
       "cvt.sat.s8.s32 %r2, %r1;",
       "cvt.f64.f32 %fd1, %f1;\n  cvt.rm.ftz.f32.f64 %f2, %fd1;",
       "cvt.u64.u32 %rd2, %r1;\n  cvt.rp.f64.u64 %fd1, %rd2;",
+      "min.f32 %f2, %f1, %f1;",
+      "max.ftz.NaN.f32 %f2, %f1, 0f3F800000;",
+      "cvt.f64.f32 %fd1, %f1;\n  min.f64 %fd2, %fd1, %fd1;",
   };
   for (const char* body : kTaken) {
     std::string refused;
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
   const char* const kLeft[] = {
-      "add.approx.f32 %f2, %f1, %f1;", "div.f32 %f2, %f1, %f1;",           "abs.sat.f32 %f2, %f1;",
-      "min.f32 %f2, %f1, %f1;",        "div.rz.approx.f32 %f2, %f1, %f1;", "neg.rz.f32 %f2, %f1;",
-      "cvt.rz.s32.f32 %r2, %f1;",      "cvt.sat.b32.s16 %r2, %r1;",
+      "add.approx.f32 %f2, %f1, %f1;",      "div.f32 %f2, %f1, %f1;",           "abs.sat.f32 %f2, %f1;",
+      "min.xorsign.abs.f32 %f2, %f1, %f1;", "div.rz.approx.f32 %f2, %f1, %f1;", "neg.rz.f32 %f2, %f1;",
+      "max.f32 %f2, %f1, %f1, %f1;",        "add.NaN.f32 %f2, %f1, %f1;",       "cvt.rz.s32.f32 %r2, %f1;",
+      "cvt.sat.b32.s16 %r2, %r1;",
   };
   for (const char* body : kLeft) {
     std::string refused;

@@ -1381,6 +1381,92 @@ TEST(JitRoundings, DirectedRoundingsFtzAndSatGiveTheInterpretersResultsBitForBit
   }
 }
 
+// min and max as the PTX ISA defines them: a NaN operand gives the other (both NaN, or
+// either with .NaN: a NaN); otherwise the lesser (greater), -0 below +0.
+template <typename T>
+T IsaMinMax(T a, T b, bool max, bool nan) {
+  if ((std::isnan(a) && std::isnan(b)) || (nan && (std::isnan(a) || std::isnan(b)))) {
+    return std::numeric_limits<T>::quiet_NaN();
+  }
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  if (a == b) return std::signbit(a) != max ? a : b;
+  return (a < b) != max ? a : b;
+}
+
+// min and max of f32 (.ftz, .NaN) and f64 (JitMinMax.ptx) of zeros of both signs in either
+// order, equal values, NaNs with payloads (quiet, signalling, negative) on either side and
+// both, infinities and subnormals (flushed under .ftz): the PTX ISA's results (the
+// interpreter's, -0 below +0; two NaNs give the canonical NaN) and, bit for bit, the same
+// compiled in vector code (64 threads in x) and in scalar code (64 in y).
+TEST(JitMinMax, GiveThePtxIsasAndTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitMinMax.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("minmax", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t floats[] = {0x00000000, 0x80000000, 0x3f800000, 0xbf800000, 0x00000001, 0x80000001,
+                             0x007fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0x7fc12345, 0x7f812345,
+                             0xffc00001, 0x3f800000, 0x00800000, 0x80800000};
+  const uint64_t doubles[] = {0,
+                              uint64_t{1} << 63,
+                              0x3ff0000000000000ull,
+                              0xbff0000000000000ull,
+                              1,
+                              0x8000000000000001ull,
+                              0x7ff0000000000000ull,
+                              0xfff0000000000000ull,
+                              0x7ff8000000000000ull,
+                              0x7ff8000000012345ull,
+                              0x7ff0000000012345ull,
+                              0xfff8000000000001ull,
+                              0x3ff0000000000000ull};
+  struct Input {
+    uint32_t a, b;
+    uint64_t pad, x, y;
+  };
+  std::vector<Input> in;
+  // Every pair of the first 8 floats (zeros, ones, subnormals) and of the first 8 doubles,
+  // then pairs across all of them, NaNs included.
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t j = i < 32 ? i / 8 * 2 + (i % 8 >= 4) : i;
+    in.push_back({i < 32 ? floats[(i % 8)] : floats[i % std::size(floats)],
+                  i < 32 ? floats[(i / 8 + i) % 8] : floats[(i * 7 + 3) % std::size(floats)], 0,
+                  i < 32 ? doubles[i % 8] : doubles[j % std::size(doubles)],
+                  i < 32 ? doubles[(i / 8 + i) % 8] : doubles[(i * 5 + 1) % std::size(doubles)]});
+  }
+  constexpr int kWords = 12;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  auto flush = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; };
+  for (int i = 0; i < 64; ++i) {
+    const float a = std::bit_cast<float>(in[i].a), b = std::bit_cast<float>(in[i].b);
+    const double x = std::bit_cast<double>(in[i].x), y = std::bit_cast<double>(in[i].y);
+    const uint32_t* r = &out[0][kWords * i];
+    for (int k = 0; k < 8; ++k) {
+      const bool max = k % 2, ftz = k == 2 || k == 3 || k >= 6, nan = k >= 4;
+      const float expected = ftz ? flush(IsaMinMax(flush(a), flush(b), max, nan)) : IsaMinMax(a, b, max, nan);
+      if (std::isnan(expected)) {
+        EXPECT_EQ(r[k], 0x7fffffffu) << "input " << i << ", form " << k;  // the canonical NaN
+      } else {
+        EXPECT_EQ(r[k], std::bit_cast<uint32_t>(expected)) << "input " << i << ", form " << k;
+      }
+    }
+    uint64_t wide[2];
+    std::memcpy(wide, &r[8], sizeof(wide));
+    for (int k = 0; k < 2; ++k) {
+      const double expected = IsaMinMax(x, y, k == 1, false);
+      EXPECT_EQ(wide[k], std::isnan(expected) ? 0x7fffffffffffffffull : std::bit_cast<uint64_t>(expected))
+          << "input " << i << ", f64 form " << k;
+    }
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < kWords; ++k) {
+        EXPECT_EQ(out[run][kWords * i + k], r[k]) << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+}
+
 // .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt, rcp and copysign of f32
 // and f64 (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
 // signalling, negative) and ordinary values: the interpreter's results bit for bit in
