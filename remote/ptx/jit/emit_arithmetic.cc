@@ -13,13 +13,20 @@ namespace gpupool::sim::jit {
 
 bool Emitter::Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
-  if (!t.ok() || t.kind == Kind::kPred || q.size() != 1 || o.size() != 3) {
+  // setp.cmp{.ftz}.type p, a, b: .ftz (of f32) compares the operands flushed, as the
+  // interpreter's HSetp reads them (FtzOperand).
+  const bool ftz = q.size() == 2 && q[1] == "ftz" && t.kind == Kind::kFloat;
+  if (!t.ok() || t.kind == Kind::kPred || q.size() != (ftz ? 2u : 1u) || o.size() != 3) {
     *why = "a form of setp the tier does not take";
     return false;
   }
   llvm::Value* a = Source(o[1], t, why);
   llvm::Value* c = Source(o[2], t, why);
   if (!a || !c) return false;
+  if (ftz) {
+    a = FloatOperand(a, t);
+    c = FloatOperand(c, t);
+  }
   const std::string_view cmp = q[0];
   llvm::Value* r = nullptr;
   if (t.kind == Kind::kFloat) {
@@ -440,6 +447,15 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
     return done(r, u32);
   }
   if (op == "lop3" || op == "bfe" || op == "bfind") return BitField(s, op, q, t, why);
+  // sad d, a, b, c: c plus |a - b|, wrapping at the width, as the interpreter's HSad.
+  if (op == "sad" && q.empty() && o.size() == 4 && t.kind != Kind::kBits) {
+    llvm::Value* a = src(1, t);
+    llvm::Value* c = src(2, t);
+    llvm::Value* e = src(3, t);
+    if (!a || !c || !e) return false;
+    llvm::Value* greater = sign ? b_.CreateICmpSGT(a, c) : b_.CreateICmpUGT(a, c);
+    return done(b_.CreateAdd(b_.CreateSelect(greater, b_.CreateSub(a, c), b_.CreateSub(c, a)), e), t);
+  }
   // dp4a.atype.btype d, a, b, c: c plus the products of a's and b's four bytes; dp2a.lo/.hi:
   // c plus the products of a's two 16-bit halves and b's bytes 0 and 1 (.lo) or 2 and 3
   // (.hi). Each element is signed or not as its type says; the sum wraps at 32 bits, as the
@@ -599,6 +615,64 @@ bool Emitter::BitField(const RawStatement& s, std::string_view op, const std::ve
     return done(b_.CreateTrunc(r, LlvmType(u32)), u32);
   }
   return (*why = "a form of " + std::string(op) + " the tier does not take", false);
+}
+
+// vabsdiff4 and vabsdiff2 .dtype.atype.btype{.sat}{.add} d, a, b, c (the types and
+// qualifiers in `parts`, after the opcode), as the interpreter's HByteDot: the absolute
+// differences of a's and b's bytes (halves), each element signed or not as its type says;
+// without .add each in its own byte (half) of d, with .sat (of an .s32 d) at most 127
+// (32767); with .add c plus their sum, wrapping at 32 bits. No selectors or masks on the
+// operands (the decoder refuses them).
+bool Emitter::AbsoluteDifferences(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  std::vector<Type> types;
+  bool sat = false, add = false;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const Type type = TypeOf(parts[i]);
+    if (type.ok()) {
+      if (type.bits != 32 || (type.kind != Kind::kSigned && type.kind != Kind::kUnsigned)) {
+        return (*why = "types", false);
+      }
+      types.push_back(type);
+    } else if (parts[i] == "sat") {
+      sat = true;
+    } else if (parts[i] == "add") {
+      add = true;
+    } else {
+      return (*why = "qualifier ." + std::string(parts[i]), false);
+    }
+  }
+  if (types.size() != 3 || o.size() != 4) return (*why = "form", false);
+  const Type u32{Kind::kUnsigned, 32};
+  llvm::Value* a = Source(o[1], u32, why);
+  llvm::Value* c = Source(o[2], u32, why);
+  llvm::Value* e = Source(o[3], u32, why);
+  if (!a || !c || !e) return false;
+  const uint32_t bits = parts[0] == "vabsdiff4" ? 8 : 16;
+  const bool a_signed = types[1].kind == Kind::kSigned, b_signed = types[2].kind == Kind::kSigned;
+  const bool saturate = sat && types[0].kind == Kind::kSigned;
+  llvm::Type* i32 = LlvmType(u32);
+  auto element = [&](llvm::Value* word, uint32_t index, bool is_signed) {
+    llvm::Value* v = b_.CreateTrunc(b_.CreateLShr(word, Int(32, index * bits)), Lanes(b_.getIntNTy(bits)));
+    return is_signed ? b_.CreateSExt(v, i32) : b_.CreateZExt(v, i32);
+  };
+  llvm::Value* r = add ? e : Int(32, 0);
+  for (uint32_t i = 0; i < 32 / bits; ++i) {
+    llvm::Value* difference = b_.CreateSub(element(a, i, a_signed), element(c, i, b_signed));
+    // |difference|: it lies within +-65535, so negating it does not wrap.
+    difference = b_.CreateSelect(b_.CreateICmpSLT(difference, Int(32, 0)), b_.CreateNeg(difference), difference);
+    if (add) {
+      r = b_.CreateAdd(r, difference);
+      continue;
+    }
+    if (saturate) {
+      llvm::Value* most = Int(32, bits == 8 ? 127 : 32767);
+      difference = b_.CreateSelect(b_.CreateICmpSGT(difference, most), most, difference);
+    }
+    const uint64_t field = bits == 8 ? 0xff : 0xffff;
+    r = b_.CreateOr(r, b_.CreateShl(b_.CreateAnd(difference, Int(32, field)), Int(32, i * bits)));
+  }
+  return Dest(o[0], r, types[0], why);
 }
 
 bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,

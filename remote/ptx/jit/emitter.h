@@ -182,6 +182,7 @@ class Emitter {
                std::string* why);
   bool BitField(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
                 std::string* why);
+  bool AbsoluteDifferences(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
              std::string* why);
   bool MovPair(const std::vector<RawOperand>& o, Type t, std::string* why);

@@ -1229,11 +1229,12 @@ TEST(JitBitFields, GiveThePtxIsasAndTheInterpretersResults) {
   }
 }
 
-// dp4a and dp2a (JitByteDots.ptx) of bytes and halves at their extremes (0, 0x7f, 0x80,
-// 0xff; 0x7fff, 0x8000, 0xffff), accumulators that wrap (INT_MIN, INT_MAX, -1), in every
-// signedness of a and b: the PTX ISA's results (the interpreter's) and, bit for bit, the
-// same compiled in vector code (64 threads in x) and in scalar code (64 in y).
-TEST(JitByteDots, GiveThePtxIsasAndTheInterpretersResults) {
+// dp4a and dp2a, vabsdiff4, vabsdiff2 (.sat, .add) and sad (JitByteDots.ptx) of bytes and
+// halves at their extremes (0, 0x7f, 0x80, 0xff; 0x7fff, 0x8000, 0xffff), accumulators that
+// wrap (INT_MIN, INT_MAX, -1), in every signedness of a and b: the PTX ISA's results (the
+// interpreter's) and, bit for bit, the same compiled in vector code (64 threads in x) and
+// in scalar code (64 in y).
+TEST(JitByteDots, DotsAndDifferencesGiveThePtxIsasAndTheInterpretersResults) {
   auto module = PtxModule::Parse(KernelText("JitByteDots.ptx"));
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto decoded = (*module)->Decode("dots", {});
@@ -1249,7 +1250,7 @@ TEST(JitByteDots, GiveThePtxIsasAndTheInterpretersResults) {
     in.push_back({words[i % std::size(words)], words[(i * 5 + 3) % std::size(words)],
                   words[(i * 11 + 7) % std::size(words)], 0});
   }
-  constexpr int kWords = 12;
+  constexpr int kWords = 21;
   std::vector<uint32_t> out[3];
   ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
   // Element k of `bits` bits of `word`, signed or not, as PTX extends it.
@@ -1259,7 +1260,32 @@ TEST(JitByteDots, GiveThePtxIsasAndTheInterpretersResults) {
   };
   for (int i = 0; i < 64; ++i) {
     const Input& v = in[i];
+    // vabsdiff: {bits, d signed and .sat, a signed, b signed, .add} per form 12..18.
+    const int kDifferences[7][5] = {{8, 0, 0, 0, 0},  {8, 1, 1, 1, 0},  {8, 0, 0, 1, 0}, {8, 0, 1, 0, 1},
+                                    {16, 0, 0, 0, 0}, {16, 1, 1, 1, 0}, {16, 0, 1, 0, 1}};
+    for (int f = 0; f < 7; ++f) {
+      const auto [bits, sat, a_signed, b_signed, add] = kDifferences[f];
+      int64_t sum = add ? v.c : 0;
+      uint32_t fields = 0;
+      for (int k = 0; k < 32 / bits; ++k) {
+        int64_t difference = std::abs(element(v.a, k, bits, a_signed) - element(v.b, k, bits, b_signed));
+        sum += difference;
+        if (sat) difference = std::min<int64_t>(difference, bits == 8 ? 127 : 32767);
+        fields |= static_cast<uint32_t>(difference & ((int64_t{1} << bits) - 1)) << (k * bits);
+      }
+      EXPECT_EQ(out[0][kWords * i + 12 + f], add ? static_cast<uint32_t>(sum) : fields)
+          << "input " << i << ", vabsdiff " << f;
+    }
+    EXPECT_EQ(out[0][kWords * i + 19], (v.a > v.b ? v.a - v.b : v.b - v.a) + v.c) << i;  // sad.u32
+    const int32_t sa = static_cast<int32_t>(v.a), sb = static_cast<int32_t>(v.b);
+    EXPECT_EQ(out[0][kWords * i + 20],
+              (sa > sb ? v.a - v.b : v.b - v.a) + v.c) << i;  // sad.s32: |a - b| wrapping
     for (int form = 0; form < kWords; ++form) {
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(out[run][kWords * i + form], out[0][kWords * i + form])
+            << "input " << i << ", form " << form << ", run " << run;
+      }
+      if (form >= 12) continue;
       const int op = form / 4;  // dp4a, dp2a.lo, dp2a.hi
       const bool a_signed = form & 2, b_signed = form & 1;
       int64_t sum = v.c;
@@ -1268,10 +1294,6 @@ TEST(JitByteDots, GiveThePtxIsasAndTheInterpretersResults) {
                        : element(v.a, k, 16, a_signed) * element(v.b, k + (op == 2 ? 2 : 0), 8, b_signed);
       }
       EXPECT_EQ(out[0][kWords * i + form], static_cast<uint32_t>(sum)) << "input " << i << ", form " << form;
-      for (int run = 1; run < 3; ++run) {
-        EXPECT_EQ(out[run][kWords * i + form], out[0][kWords * i + form])
-            << "input " << i << ", form " << form << ", run " << run;
-      }
     }
   }
 }
@@ -1394,8 +1416,8 @@ T IsaMinMax(T a, T b, bool max, bool nan) {
   return (a < b) != max ? a : b;
 }
 
-// min and max of f32 (.ftz, .NaN) and f64 (JitMinMax.ptx) of zeros of both signs in either
-// order, equal values, NaNs with payloads (quiet, signalling, negative) on either side and
+// min and max of f32 (.ftz, .NaN) and f64, and setp.ftz (JitMinMax.ptx) of zeros of both
+// signs in either order, equal values, NaNs with payloads (quiet, signalling, negative) on either side and
 // both, infinities and subnormals (flushed under .ftz): the PTX ISA's results (the
 // interpreter's, -0 below +0; two NaNs give the canonical NaN) and, bit for bit, the same
 // compiled in vector code (64 threads in x) and in scalar code (64 in y).
@@ -1435,7 +1457,7 @@ TEST(JitMinMax, GiveThePtxIsasAndTheInterpretersResults) {
                   i < 32 ? doubles[i % 8] : doubles[j % std::size(doubles)],
                   i < 32 ? doubles[(i / 8 + i) % 8] : doubles[(i * 5 + 1) % std::size(doubles)]});
   }
-  constexpr int kWords = 12;
+  constexpr int kWords = 16;
   std::vector<uint32_t> out[3];
   ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
   auto flush = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; };
@@ -1452,6 +1474,11 @@ TEST(JitMinMax, GiveThePtxIsasAndTheInterpretersResults) {
         EXPECT_EQ(r[k], std::bit_cast<uint32_t>(expected)) << "input " << i << ", form " << k;
       }
     }
+    // setp.lt.ftz, setp.eq.ftz and setp.ltu.ftz of a, b: compared flushed.
+    const float fa = flush(a), fb = flush(b);
+    EXPECT_EQ(r[12], fa < fb ? 1u : 0u) << i;
+    EXPECT_EQ(r[13], fa == fb ? 1u : 0u) << i;
+    EXPECT_EQ(r[14], !(fa >= fb) ? 1u : 0u) << i;
     uint64_t wide[2];
     std::memcpy(wide, &r[8], sizeof(wide));
     for (int k = 0; k < 2; ++k) {
