@@ -11,8 +11,9 @@
 //                       cp.async, vector code's ld/st;
 //   emit_texture.cc     tex, tld4, txq, suld, sust, suq: calls of the interpreter's code
 //                       for one lane;
-//   emit_arithmetic.cc  setp, cvt, integer and float arithmetic, mov of vectors of
-//                       elements, the C library's approximate functions.
+//   emit_arithmetic.cc  setp, cvt, integer and float arithmetic (bit fields, byte dot
+//                       products, directed roundings by call, min/max as selects), mov of
+//                       vectors of elements, the C library's approximate functions.
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
