@@ -91,7 +91,8 @@ bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& pa
   if (a == nullptr) return false;
   llvm::Value* r = nullptr;
   if (to.is_int() && from.is_int()) {
-    if (!rounding.empty() || ftz) return (*why = "rounding of an integer conversion", false);
+    if (!rounding.empty()) return (*why = "rounding of an integer conversion", false);
+    if (ftz) return (*why = ".ftz on an integer conversion", false);
     // Integer to integer: truncate or extend by the source's signedness, then the
     // destination register holds the value as `to` says; with .sat clamped to the
     // destination's range first, as the interpreter's HCvt clamps.
