@@ -98,11 +98,14 @@ void HPrmt(Warp& w, const Inst& in, uint32_t mask) {
           for (int i = 0; i < 4; ++i) out[i] = bs[s];
           break;  // rc8
         case kPrmtEcl:
-          for (int i = 0; i < 4; ++i) out[i] = bs[std::min<uint32_t>(i, s)];
-          break;  // ecl
-        case kPrmtEcr:
+          // Edge clamp left: d's bytes 3 2 1 0 from 3 2 1 0, 3 2 1 1, 3 2 2 2, 3 3 3 3
+          // (the PTX ISA's table).
           for (int i = 0; i < 4; ++i) out[i] = bs[std::max<uint32_t>(i, s)];
-          break;  // ecr
+          break;
+        case kPrmtEcr:
+          // Edge clamp right: from 0 0 0 0, 1 1 1 0, 2 2 1 0, 3 2 1 0.
+          for (int i = 0; i < 4; ++i) out[i] = bs[std::min<uint32_t>(i, s)];
+          break;
         default:
           for (int i = 0; i < 4; ++i) out[i] = bs[(s & 1) * 2 + (i & 1)];
           break;  // rc16

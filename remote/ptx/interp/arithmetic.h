@@ -3,6 +3,7 @@
 #pragma once
 
 #include "remote/ptx/interp/internal.h"
+#include "remote/ptx/min_max.h"
 
 namespace gpupool::sim::interp {
 
@@ -59,11 +60,11 @@ inline T Binary(T a, T b) {
     }
   }
   if constexpr (op == kMin) {
-    if constexpr (std::is_floating_point_v<T>) return std::fmin(a, b);
+    if constexpr (std::is_floating_point_v<T>) return PtxMinMax<T, false>(a, b, false);
     return std::min(a, b);
   }
   if constexpr (op == kMax) {
-    if constexpr (std::is_floating_point_v<T>) return std::fmax(a, b);
+    if constexpr (std::is_floating_point_v<T>) return PtxMinMax<T, true>(a, b, false);
     return std::max(a, b);
   }
   if constexpr (std::is_integral_v<T>) {

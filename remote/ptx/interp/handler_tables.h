@@ -105,12 +105,12 @@ void HMinMaxNaN(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = w.R(in.b);
   ForLanes(mask, [&](int l) {
-    float x = Get<float>(a[l]), y = Get<float>(b[l]);
+    const float x = Get<float>(a[l]), y = Get<float>(b[l]);
     if (std::isnan(x) || std::isnan(y)) {
       d[l] = 0x7fffffffu;
       return;
     }
-    d[l] = Put<float>(FixFloat(kIsMax ? std::fmax(x, y) : std::fmin(x, y), in.flags));
+    d[l] = Put<float>(FixFloat(PtxMinMax<float, kIsMax>(x, y, true), in.flags));
   });
 }
 GPUPOOL_WRAP_BIN(WAnd, kAnd)

@@ -2,6 +2,7 @@
 #include <llvm/IR/Intrinsics.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 
 #include "remote/ptx/bits.h"
@@ -12,13 +13,20 @@ namespace gpupool::sim::jit {
 
 bool Emitter::Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
-  if (!t.ok() || t.kind == Kind::kPred || q.size() != 1 || o.size() != 3) {
+  // setp.cmp{.ftz}.type p, a, b: .ftz (of f32) compares the operands flushed, as the
+  // interpreter's HSetp reads them (FtzOperand).
+  const bool ftz = q.size() == 2 && q[1] == "ftz" && t.kind == Kind::kFloat;
+  if (!t.ok() || t.kind == Kind::kPred || q.size() != (ftz ? 2u : 1u) || o.size() != 3) {
     *why = "a form of setp the tier does not take";
     return false;
   }
   llvm::Value* a = Source(o[1], t, why);
   llvm::Value* c = Source(o[2], t, why);
   if (!a || !c) return false;
+  if (ftz) {
+    a = FloatOperand(a, t);
+    c = FloatOperand(c, t);
+  }
   const std::string_view cmp = q[0];
   llvm::Value* r = nullptr;
   if (t.kind == Kind::kFloat) {
@@ -59,54 +67,147 @@ bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& pa
     return (*why = "types", false);
   }
   std::string_view rounding;
+  bool ftz = false, sat = false;
   for (size_t i = 1; i + 2 < parts.size(); ++i) {
     std::string_view qual = parts[i];
     if (qual == "rn" || qual == "rz" || qual == "rm" || qual == "rp" || qual == "rni" || qual == "rzi" ||
         qual == "rmi" || qual == "rpi") {
       rounding = qual;
+    } else if (qual == "ftz") {
+      ftz = true;
+    } else if (qual == "sat") {
+      sat = true;
     } else {
       return (*why = "qualifier ." + std::string(qual), false);
     }
   }
+  // .rz, .rm and .rp into a float: the interpreter's HCvt converts with the host's rounding
+  // mode set; compiled code calls the same conversion (rounding.h) where it is inexact.
+  const CvtRounding directed = rounding == "rz"   ? kCvtRoundZero
+                               : rounding == "rm" ? kCvtRoundDown
+                               : rounding == "rp" ? kCvtRoundUp
+                                                  : kCvtRoundNearest;
   llvm::Value* a = Source(o[1], from, why);
   if (a == nullptr) return false;
   llvm::Value* r = nullptr;
   if (to.is_int() && from.is_int()) {
     if (!rounding.empty()) return (*why = "rounding of an integer conversion", false);
+    if (ftz) return (*why = ".ftz on an integer conversion", false);
     // Integer to integer: truncate or extend by the source's signedness, then the
-    // destination register holds the value as `to` says.
-    r = from.kind == Kind::kSigned ? b_.CreateSExtOrTrunc(a, LlvmType(to)) : b_.CreateZExtOrTrunc(a, LlvmType(to));
+    // destination register holds the value as `to` says; with .sat clamped to the
+    // destination's range first, as the interpreter's HCvt clamps.
+    const bool from_signed = from.kind == Kind::kSigned;
+    if (sat && to.kind != Kind::kBits && from.kind != Kind::kBits) {
+      // The source's value in 64 bits, and the destination's bounds there.
+      llvm::Value* v = from_signed ? b_.CreateSExtOrTrunc(a, I64()) : b_.CreateZExtOrTrunc(a, I64());
+      const bool to_signed = to.kind == Kind::kSigned;
+      const uint64_t high = ~uint64_t{0} >> (64 - to.bits + (to_signed ? 1 : 0));
+      if (from_signed) {
+        const uint64_t low = to_signed ? ~uint64_t{0} << (to.bits - 1) : 0;
+        v = b_.CreateSelect(b_.CreateICmpSLT(v, Int(64, low)), Int(64, low), v);
+      }
+      // At or above the low bound: an unsigned destination's bound compares unsigned.
+      llvm::Value* over =
+          to_signed && from_signed ? b_.CreateICmpSGT(v, Int(64, high)) : b_.CreateICmpUGT(v, Int(64, high));
+      r = b_.CreateTrunc(b_.CreateSelect(over, Int(64, high), v), LlvmType(to));
+    } else if (sat) {
+      return (*why = "a saturating conversion of bits", false);
+    } else {
+      r = from_signed ? b_.CreateSExtOrTrunc(a, LlvmType(to)) : b_.CreateZExtOrTrunc(a, LlvmType(to));
+    }
   } else if (to.kind == Kind::kFloat && from.is_int()) {
-    // Only round-to-nearest (what sitofp/uitofp do); .rn is then required by PTX
-    // unless exact.
-    if (!rounding.empty() && rounding != "rn") return (*why = "rounding ." + std::string(rounding), false);
-    r = from.kind == Kind::kSigned ? b_.CreateSIToFP(a, LlvmType(to)) : b_.CreateUIToFP(a, LlvmType(to));
+    // Round-to-nearest is what sitofp/uitofp do (.rn is then required by PTX unless
+    // exact); an integer of up to 32 bits is exact in a double, so to f64 in any rounding.
+    if (!rounding.empty() && rounding != "rn" && directed == kCvtRoundNearest) {
+      return (*why = "rounding ." + std::string(rounding), false);
+    }
+    const bool from_signed = from.kind == Kind::kSigned;
+    auto convert = [&](Type type) {
+      return from_signed ? b_.CreateSIToFP(a, LlvmType(type)) : b_.CreateUIToFP(a, LlvmType(type));
+    };
+    const Type f64{Kind::kFloat, 64};
+    if (directed == kCvtRoundNearest || (to.bits == 64 && from.bits <= 32)) {
+      r = convert(to);
+    } else if (from.bits <= 32) {
+      r = CallHost(reinterpret_cast<uint64_t>(&DirectedToF32), LlvmType(to), {convert(f64), b_.getInt8(directed)});
+    } else if (to.bits == 32) {
+      r = CallHost(
+          from_signed ? reinterpret_cast<uint64_t>(&DirectedS64ToF32) : reinterpret_cast<uint64_t>(&DirectedU64ToF32),
+          LlvmType(to), {a, b_.getInt8(directed)});
+    } else {
+      r = CallHost(
+          from_signed ? reinterpret_cast<uint64_t>(&DirectedS64ToF64) : reinterpret_cast<uint64_t>(&DirectedU64ToF64),
+          LlvmType(to), {a, b_.getInt8(directed)});
+    }
+    r = FloatResult(r, to, ftz, sat);
   } else if (to.is_int() && from.kind == Kind::kFloat) {
     // Rounded to an integer in double as the interpreter rounds, then saturating, NaN to 0,
-    // as PTX says (the fptosi.sat intrinsics do exactly that, as the interpreter's clamps).
+    // as PTX says (the fptosi.sat intrinsics do exactly that, as the interpreter's clamps);
+    // .ftz flushes an f32 source first (a subnormal .rpi is then 0, not 1).
     if (to.bits < 32) return (*why = "a narrow integer", false);
+    if (ftz) a = FloatOperand(a, from);
     llvm::Value* whole = RoundToInteger(a, from, rounding);
     if (whole == nullptr) return (*why = "rounding ." + std::string(rounding), false);
     auto id = to.kind == Kind::kSigned ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat;
     r = b_.CreateIntrinsic(id, {LlvmType(to), LlvmType(Type{Kind::kFloat, 64})}, {whole});
-  } else if (llvm::Value* whole = RoundToInteger(a, from, rounding); whole != nullptr) {
-    // Float to float rounded to an integer (floorf compiles to cvt.rmi.f32.f32): rounded in
-    // double as the interpreter rounds, then converted to the destination (round to
-    // nearest, as its static_cast).
-    r = to.bits == 64 ? whole : b_.CreateFPTrunc(whole, LlvmType(to));
   } else {
-    // Float to float: widening is exact; narrowing with .rn only.
-    if (to.bits > from.bits) {
-      if (!rounding.empty()) return (*why = "rounding of a widening conversion", false);
-      r = b_.CreateFPExt(a, LlvmType(to));
+    // Float to float, as the interpreter's HCvt: an f32 source flushed under .ftz, then
+    // rounded to an integer (.rni...) or not, converted, the f32 result flushed under .ftz
+    // and saturated under .sat.
+    if (ftz) a = FloatOperand(a, from);
+    if (llvm::Value* whole = RoundToInteger(a, from, rounding); whole != nullptr) {
+      // Rounded in double as the interpreter rounds (floorf compiles to cvt.rmi.f32.f32),
+      // then converted to the destination (round to nearest, as its static_cast).
+      r = to.bits == 64 ? whole : b_.CreateFPTrunc(whole, LlvmType(to));
+    } else if (to.bits > from.bits) {
+      r = b_.CreateFPExt(a, LlvmType(to));  // exact, in any rounding
     } else if (to.bits < from.bits) {
-      if (rounding != "rn") return (*why = "rounding ." + std::string(rounding), false);
-      r = b_.CreateFPTrunc(a, LlvmType(to));
+      if (directed != kCvtRoundNearest) {
+        r = CallHost(reinterpret_cast<uint64_t>(&DirectedToF32), LlvmType(to), {a, b_.getInt8(directed)});
+      } else {
+        r = b_.CreateFPTrunc(a, LlvmType(to));  // .rn, or none: the interpreter's nearest
+      }
+    } else if (to.bits == 32) {
+      // f32 to f32 (cvt.sat.f32.f32 is __saturatef): exact, but the interpreter takes the
+      // value through a double, which quiets a signalling NaN. Set its quiet bit on the bits
+      // (LLVM would fold an fpext and fptrunc back into nothing).
+      llvm::Type* bits = LlvmType(Type{Kind::kBits, 32});
+      llvm::Value* quiet = b_.CreateBitCast(b_.CreateOr(b_.CreateBitCast(a, bits), Int(32, 0x00400000)), LlvmType(to));
+      r = b_.CreateSelect(b_.CreateFCmpUNO(a, a), quiet, a);
     } else {
-      return (*why = "a float conversion to its own type", false);
+      r = a;  // f64 to f64: the interpreter's value as read
     }
+    r = FloatResult(r, to, ftz, sat);
   }
   return Dest(o[0], r, to, why);
+}
+
+// Calls the host function at `address` (of C linkage types: the LLVM types of `args` and
+// `result`; an i8 argument zero-extended, as the C++ ABI passes a uint8_t) through its
+// address, so that LLVM neither folds nor replaces it; in vector code once per lane, an
+// argument of vector type giving each call its lane's element.
+llvm::Value* Emitter::CallHost(uint64_t address, llvm::Type* result, const std::vector<llvm::Value*>& args) {
+  std::vector<llvm::Type*> types;
+  for (llvm::Value* v : args) types.push_back(v->getType()->getScalarType());
+  llvm::Type* scalar_result = result->getScalarType();
+  auto* type = llvm::FunctionType::get(scalar_result, types, false);
+  llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(address), ptr_);
+  auto call = [&](const std::vector<llvm::Value*>& values) {
+    llvm::CallInst* c = b_.CreateCall(type, callee, values);
+    for (size_t i = 0; i < values.size(); ++i) {
+      if (types[i]->isIntegerTy(8)) c->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ZExt);
+    }
+    return c;
+  };
+  if (!lanes_) return call(args);
+  llvm::Value* r = llvm::Constant::getNullValue(Lanes(scalar_result));
+  for (uint32_t k = 0; k < lanes_; ++k) {
+    std::vector<llvm::Value*> lane;
+    for (llvm::Value* v : args)
+      lane.push_back(v->getType()->isVectorTy() ? b_.CreateExtractElement(v, uint64_t{k}) : v);
+    r = b_.CreateInsertElement(r, call(lane), uint64_t{k});
+  }
+  return r;
 }
 
 // Float `a` (of `from`) rounded to an integer as cvt's `rounding` says (.rni, .rzi, .rmi,
@@ -346,20 +447,251 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
     }
     return done(r, u32);
   }
+  if (op == "lop3" || op == "bfe" || op == "bfind") return BitField(s, op, q, t, why);
+  // sad d, a, b, c: c plus |a - b|, wrapping at the width, as the interpreter's HSad.
+  if (op == "sad" && q.empty() && o.size() == 4 && t.kind != Kind::kBits) {
+    llvm::Value* a = src(1, t);
+    llvm::Value* c = src(2, t);
+    llvm::Value* e = src(3, t);
+    if (!a || !c || !e) return false;
+    llvm::Value* greater = sign ? b_.CreateICmpSGT(a, c) : b_.CreateICmpUGT(a, c);
+    return done(b_.CreateAdd(b_.CreateSelect(greater, b_.CreateSub(a, c), b_.CreateSub(c, a)), e), t);
+  }
+  // dp4a.atype.btype d, a, b, c: c plus the products of a's and b's four bytes; dp2a.lo/.hi:
+  // c plus the products of a's two 16-bit halves and b's bytes 0 and 1 (.lo) or 2 and 3
+  // (.hi). Each element is signed or not as its type says; the sum wraps at 32 bits, as the
+  // interpreter's HByteDot adds.
+  if ((op == "dp4a" || op == "dp2a") && o.size() == 4 && t.bits == 32 && t.kind != Kind::kBits) {
+    const bool pair = op == "dp2a";
+    const size_t n = pair ? 2 : 1;
+    if (q.size() != n || (pair && q[0] != "lo" && q[0] != "hi")) return (*why = "a form of " + std::string(op), false);
+    const Type a_type = TypeOf(q[n - 1]);
+    if (a_type.bits != 32 || (a_type.kind != Kind::kSigned && a_type.kind != Kind::kUnsigned)) {
+      return (*why = "a form of " + std::string(op), false);
+    }
+    const Type u32{Kind::kUnsigned, 32};
+    llvm::Value* a = src(1, u32);
+    llvm::Value* c = src(2, u32);
+    llvm::Value* e = src(3, u32);
+    if (!a || !c || !e) return false;
+    llvm::Type* i32 = LlvmType(u32);
+    // Element `index` of `bits` bits of `word`, as a 32-bit integer.
+    auto element = [&](llvm::Value* word, uint32_t index, uint32_t bits, bool is_signed) {
+      llvm::Value* v = b_.CreateTrunc(b_.CreateLShr(word, Int(32, index * bits)), Lanes(b_.getIntNTy(bits)));
+      return is_signed ? b_.CreateSExt(v, i32) : b_.CreateZExt(v, i32);
+    };
+    const bool a_signed = a_type.kind == Kind::kSigned, b_signed = t.kind == Kind::kSigned;
+    llvm::Value* r = e;
+    for (uint32_t i = 0; i < (pair ? 2u : 4u); ++i) {
+      llvm::Value* x = pair ? element(a, i, 16, a_signed) : element(a, i, 8, a_signed);
+      llvm::Value* y = element(c, pair && q[0] == "hi" ? i + 2 : i, 8, b_signed);
+      r = b_.CreateAdd(r, b_.CreateMul(x, y));
+    }
+    return done(r, t);
+  }
   *why = "an integer instruction the tier does not take";
   return false;
+}
+
+// prmt, lop3, bfe and bfind, as the interpreter's HPrmt, HLop3, HBfe and HCount compute
+// them: every shift amount is chosen below the width (no LLVM poison), so that vector code
+// computes each lane as scalar code does.
+bool Emitter::BitField(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                       std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  const Type u32{Kind::kUnsigned, 32};
+  auto src = [&](int i, Type type) { return Source(o[i], type, why); };
+  auto done = [&](llvm::Value* v, Type type) { return Dest(o[0], v, type, why); };
+  // prmt.b32{.mode} d, a, b, c: four bytes of the eight of b:a (a the low ones), each
+  // picked by c: by its own nibble (the default; a nibble's bit 3 replicates the byte's
+  // sign), or by c's low 2 bits through the mode's table.
+  if (op == "prmt" && q.size() <= 1 && o.size() == 4 && t.kind == Kind::kBits && t.bits == 32) {
+    llvm::Value* a = src(1, u32);
+    llvm::Value* c = src(2, u32);
+    llvm::Value* selector = src(3, u32);
+    if (!a || !c || !selector) return false;
+    llvm::Type* i64 = LlvmType(Type{Kind::kUnsigned, 64});
+    llvm::Value* bytes = b_.CreateOr(b_.CreateShl(b_.CreateZExt(c, i64), Int(64, 32)), b_.CreateZExt(a, i64));
+    // The source byte (0..7) of d's byte i, as a u32, and whether to replicate its sign.
+    std::function<llvm::Value*(uint32_t)> index;
+    llvm::Value* s2 = b_.CreateAnd(selector, Int(32, 3));
+    auto low = [&](llvm::Value* v) { return b_.CreateAnd(v, Int(32, 7)); };
+    if (q.empty()) {
+      index = [&](uint32_t i) { return low(b_.CreateLShr(selector, Int(32, 4 * i))); };
+    } else if (q[0] == "f4e") {
+      index = [&](uint32_t i) { return low(b_.CreateAdd(s2, Int(32, i))); };
+    } else if (q[0] == "b4e") {
+      index = [&](uint32_t i) { return low(b_.CreateSub(b_.CreateAdd(s2, Int(32, 8)), Int(32, i))); };
+    } else if (q[0] == "rc8") {
+      index = [&](uint32_t) { return s2; };
+    } else if (q[0] == "ecl" || q[0] == "ecr") {
+      // ecl: byte i from max(i, s), so the top bytes stay; ecr: from min(i, s).
+      const bool left = q[0] == "ecl";
+      index = [&, left](uint32_t i) {
+        llvm::Value* above = b_.CreateICmpUGT(s2, Int(32, i));
+        return left ? b_.CreateSelect(above, s2, Int(32, i)) : b_.CreateSelect(above, Int(32, i), s2);
+      };
+    } else if (q[0] == "rc16") {
+      index = [&](uint32_t i) {
+        return b_.CreateOr(b_.CreateShl(b_.CreateAnd(s2, Int(32, 1)), Int(32, 1)), Int(32, i & 1));
+      };
+    } else {
+      return (*why = "prmt mode ." + std::string(q[0]), false);
+    }
+    llvm::Value* r = Int(32, 0);
+    for (uint32_t i = 0; i < 4; ++i) {
+      llvm::Value* at = b_.CreateShl(b_.CreateZExt(index(i), i64), Int(64, 3));
+      llvm::Value* byte = b_.CreateAnd(b_.CreateTrunc(b_.CreateLShr(bytes, at), LlvmType(u32)), Int(32, 0xff));
+      if (q.empty()) {
+        llvm::Value* sign_mode = b_.CreateICmpNE(b_.CreateAnd(selector, Int(32, uint64_t{8} << (4 * i))), Int(32, 0));
+        llvm::Value* negative = b_.CreateICmpNE(b_.CreateAnd(byte, Int(32, 0x80)), Int(32, 0));
+        byte = b_.CreateSelect(sign_mode, b_.CreateSelect(negative, Int(32, 0xff), Int(32, 0)), byte);
+      }
+      r = b_.CreateOr(r, b_.CreateShl(byte, Int(32, 8 * i)));
+    }
+    return done(r, u32);
+  }
+  // lop3.b32 d, a, b, c, lut: the union of the minterms whose bit the lut's low 8 bits set
+  // (bit i: a if i & 4, b if i & 2, c if i & 1, each else complemented).
+  if (op == "lop3" && q.empty() && o.size() == 5 && t.bits == 32) {
+    llvm::Value* a = src(1, u32);
+    llvm::Value* c = src(2, u32);
+    llvm::Value* e = src(3, u32);
+    llvm::Value* lut = src(4, u32);
+    if (!a || !c || !e || !lut) return false;
+    llvm::Value* r = Int(32, 0);
+    for (uint32_t i = 0; i < 8; ++i) {
+      llvm::Value* term = b_.CreateAnd(b_.CreateAnd((i & 4) ? a : b_.CreateNot(a), (i & 2) ? c : b_.CreateNot(c)),
+                                       (i & 1) ? e : b_.CreateNot(e));
+      // All ones where the lut's bit i is set.
+      llvm::Value* chosen = b_.CreateSub(Int(32, 0), b_.CreateAnd(b_.CreateLShr(lut, Int(32, i)), Int(32, 1)));
+      r = b_.CreateOr(r, b_.CreateAnd(term, chosen));
+    }
+    return done(r, t);
+  }
+  // bfe.{u32,s32,u64,s64} d, a, pos, len: the n = min(len, width - pos) bits of a from pos
+  // (none when pos is past the width), the bits above them the sign bit: for .s types
+  // a's bit min(pos + len - 1, width - 1) when len is not 0, else 0. pos and len are the
+  // low 8 bits of their .u32 operands.
+  if (op == "bfe" && q.empty() && o.size() == 4 && t.bits >= 32 && t.kind != Kind::kBits) {
+    const uint32_t w = t.bits;
+    llvm::Value* a = src(1, t);
+    llvm::Value* position = src(2, u32);
+    llvm::Value* length = src(3, u32);
+    if (!a || !position || !length) return false;
+    auto byte = [&](llvm::Value* v) { return b_.CreateZExtOrTrunc(b_.CreateAnd(v, Int(32, 0xff)), LlvmType(t)); };
+    llvm::Value* pos = byte(position);
+    llvm::Value* len = byte(length);
+    llvm::Value* inside = b_.CreateICmpULT(pos, Int(w, w));
+    llvm::Value* room = b_.CreateSub(Int(w, w), b_.CreateSelect(inside, pos, Int(w, w)));
+    llvm::Value* n = b_.CreateSelect(b_.CreateICmpULT(len, room), len, room);
+    llvm::Value* whole = b_.CreateICmpUGE(n, Int(w, w));
+    llvm::Value* ones = Int(w, ~uint64_t{0});
+    llvm::Value* mask = b_.CreateSelect(
+        whole, ones, b_.CreateSub(b_.CreateShl(Int(w, 1), b_.CreateSelect(whole, Int(w, 0), n)), Int(w, 1)));
+    llvm::Value* field = b_.CreateAnd(b_.CreateLShr(a, b_.CreateSelect(inside, pos, Int(w, 0))), mask);
+    field = b_.CreateSelect(inside, field, Int(w, 0));
+    if (t.kind == Kind::kSigned) {
+      llvm::Value* end = b_.CreateAdd(pos, len);  // at most 510: no wrap
+      llvm::Value* top = b_.CreateSub(b_.CreateSelect(b_.CreateICmpULT(end, Int(w, w)), end, Int(w, w)), Int(w, 1));
+      llvm::Value* bit = b_.CreateTrunc(b_.CreateLShr(a, b_.CreateAnd(top, Int(w, w - 1))), Lanes(i1_));
+      llvm::Value* sign = b_.CreateAnd(bit, b_.CreateICmpNE(len, Int(w, 0)));
+      field = b_.CreateOr(field, b_.CreateSelect(sign, b_.CreateNot(mask), Int(w, 0)));
+    }
+    return done(field, t);
+  }
+  // bfind{.shiftamt}.{u32,s32,u64,s64} d, a: the position of a's most significant bit (for
+  // a negative .s value, of its most significant 0), or with .shiftamt the left shift that
+  // brings it to the top; 0xffffffff when there is none. A .u32.
+  if (op == "bfind" && (q.empty() || (q.size() == 1 && q[0] == "shiftamt")) && o.size() == 2 && t.bits >= 32 &&
+      t.kind != Kind::kBits) {
+    const uint32_t w = t.bits;
+    llvm::Value* a = src(1, t);
+    if (!a) return false;
+    llvm::Value* v = a;
+    if (t.kind == Kind::kSigned) v = b_.CreateSelect(b_.CreateICmpSLT(a, Int(w, 0)), b_.CreateNot(a), a);
+    llvm::Value* zeros = b_.CreateIntrinsic(llvm::Intrinsic::ctlz, {LlvmType(t)}, {v, b_.getFalse()});
+    llvm::Value* r = q.empty() ? b_.CreateSub(Int(w, w - 1), zeros) : zeros;
+    r = b_.CreateSelect(b_.CreateICmpEQ(v, Int(w, 0)), Int(w, ~uint64_t{0}), r);
+    return done(b_.CreateTrunc(r, LlvmType(u32)), u32);
+  }
+  return (*why = "a form of " + std::string(op) + " the tier does not take", false);
+}
+
+// vabsdiff4 and vabsdiff2 .dtype.atype.btype{.sat}{.add} d, a, b, c (the types and
+// qualifiers in `parts`, after the opcode), as the interpreter's HByteDot: the absolute
+// differences of a's and b's bytes (halves), each element signed or not as its type says;
+// without .add each in its own byte (half) of d, with .sat (of an .s32 d) at most 127
+// (32767); with .add c plus their sum, wrapping at 32 bits. No selectors or masks on the
+// operands (the decoder refuses them).
+bool Emitter::AbsoluteDifferences(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  std::vector<Type> types;
+  bool sat = false, add = false;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const Type type = TypeOf(parts[i]);
+    if (type.ok()) {
+      if (type.bits != 32 || (type.kind != Kind::kSigned && type.kind != Kind::kUnsigned)) {
+        return (*why = "types", false);
+      }
+      types.push_back(type);
+    } else if (parts[i] == "sat") {
+      sat = true;
+    } else if (parts[i] == "add") {
+      add = true;
+    } else {
+      return (*why = "qualifier ." + std::string(parts[i]), false);
+    }
+  }
+  if (types.size() != 3 || o.size() != 4) return (*why = "form", false);
+  const Type u32{Kind::kUnsigned, 32};
+  llvm::Value* a = Source(o[1], u32, why);
+  llvm::Value* c = Source(o[2], u32, why);
+  llvm::Value* e = Source(o[3], u32, why);
+  if (!a || !c || !e) return false;
+  const uint32_t bits = parts[0] == "vabsdiff4" ? 8 : 16;
+  const bool a_signed = types[1].kind == Kind::kSigned, b_signed = types[2].kind == Kind::kSigned;
+  const bool saturate = sat && types[0].kind == Kind::kSigned;
+  llvm::Type* i32 = LlvmType(u32);
+  auto element = [&](llvm::Value* word, uint32_t index, bool is_signed) {
+    llvm::Value* v = b_.CreateTrunc(b_.CreateLShr(word, Int(32, index * bits)), Lanes(b_.getIntNTy(bits)));
+    return is_signed ? b_.CreateSExt(v, i32) : b_.CreateZExt(v, i32);
+  };
+  llvm::Value* r = add ? e : Int(32, 0);
+  for (uint32_t i = 0; i < 32 / bits; ++i) {
+    llvm::Value* difference = b_.CreateSub(element(a, i, a_signed), element(c, i, b_signed));
+    // |difference|: it lies within +-65535, so negating it does not wrap.
+    difference = b_.CreateSelect(b_.CreateICmpSLT(difference, Int(32, 0)), b_.CreateNeg(difference), difference);
+    if (add) {
+      r = b_.CreateAdd(r, difference);
+      continue;
+    }
+    if (saturate) {
+      llvm::Value* most = Int(32, bits == 8 ? 127 : 32767);
+      difference = b_.CreateSelect(b_.CreateICmpSGT(difference, most), most, difference);
+    }
+    const uint64_t field = bits == 8 ? 0xff : 0xffff;
+    r = b_.CreateOr(r, b_.CreateShl(b_.CreateAnd(difference, Int(32, field)), Int(32, i * bits)));
+  }
+  return Dest(o[0], r, types[0], why);
 }
 
 bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
                     std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
   if (op == "sin" || op == "cos" || op == "lg2" || op == "ex2" || op == "tanh") return HostFunction(s, op, q, t, why);
-  // Round-to-nearest only (no directed roundings), which is what IEEE arithmetic on the
-  // host does; .ftz and .sat as the interpreter applies them (FloatOperand, FloatResult).
-  // .approx and .full compute as the interpreter's handlers do: exactly rounded.
-  bool rn = false, approx = false, ftz = false, sat = false;
+  // Round-to-nearest, which is what IEEE arithmetic on the host does; .ftz and .sat as the
+  // interpreter applies them (FloatOperand, FloatResult). .approx and .full compute as the
+  // interpreter's handlers do: exactly rounded. A directed rounding (.rz, .rm, .rp) of
+  // add, sub, mul, fma, div, sqrt and rcp calls the interpreter's operation in that
+  // rounding (DirectedF32/F64, rounding.h), lane by lane in vector code.
+  bool rn = false, approx = false, ftz = false, sat = false, nan = false;
+  CvtRounding directed = kCvtRoundNearest;
   for (std::string_view qual : q) {
-    if (qual == "rn") {
+    if (qual == "rz" || qual == "rm" || qual == "rp") {
+      if (directed != kCvtRoundNearest) return (*why = "two roundings", false);
+      directed = qual == "rz" ? kCvtRoundZero : qual == "rm" ? kCvtRoundDown : kCvtRoundUp;
+    } else if (qual == "rn") {
       rn = true;
     } else if (qual == "approx" || qual == "full") {
       approx = true;
@@ -367,15 +699,69 @@ bool Emitter::Float(const RawStatement& s, std::string_view op, const std::vecto
       ftz = true;
     } else if (qual == "sat") {
       sat = true;
+    } else if (qual == "NaN" && (op == "min" || op == "max") && t.bits == 32) {
+      nan = true;
     } else {
       return (*why = "qualifier ." + std::string(qual), false);
     }
   }
+  // min{.ftz}{.NaN}.f32, max likewise, and min/max.f64 of two operands: the PTX ISA's choice
+  // as the interpreter's PtxMinMax (min_max.h) makes it, in selects: a NaN operand gives
+  // the other; both, or either with .NaN, the canonical NaN; else the lesser (greater),
+  // -0 below +0. Under .ftz the operands are flushed (not with .NaN, as the interpreter's
+  // HMinMaxNaN: the same choice) and the result.
+  if ((op == "min" || op == "max") && o.size() == 3 && !rn && !approx && !sat && directed == kCvtRoundNearest) {
+    const bool max = op == "max";
+    llvm::Value* a = Source(o[1], t, why);
+    llvm::Value* c = Source(o[2], t, why);
+    if (!a || !c) return false;
+    if (ftz && !nan) {
+      a = FloatOperand(a, t);
+      c = FloatOperand(c, t);
+    }
+    llvm::Type* bits = LlvmType(Type{Kind::kBits, t.bits});
+    const uint64_t sign = uint64_t{1} << (t.bits - 1);
+    llvm::Value* a_negative =
+        b_.CreateICmpNE(b_.CreateAnd(b_.CreateBitCast(a, bits), Int(t.bits, sign)), Int(t.bits, 0));
+    llvm::Value* beyond = max ? b_.CreateFCmpOGT(a, c) : b_.CreateFCmpOLT(a, c);
+    // Equal (or +0 and -0): a where its sign is the one that wins, -0 for min.
+    llvm::Value* zero_wins = max ? b_.CreateNot(a_negative) : a_negative;
+    llvm::Value* pick_a = b_.CreateOr(beyond, b_.CreateAnd(b_.CreateFCmpOEQ(a, c), zero_wins));
+    llvm::Value* a_nan = b_.CreateFCmpUNO(a, a);
+    llvm::Value* c_nan = b_.CreateFCmpUNO(c, c);
+    llvm::Value* r = b_.CreateSelect(pick_a, a, c);
+    r = b_.CreateSelect(c_nan, a, r);
+    r = b_.CreateSelect(a_nan, c, r);
+    llvm::Value* canonical = b_.CreateBitCast(Int(t.bits, ~sign), LlvmType(t));
+    llvm::Value* to_canonical = nan ? b_.CreateOr(a_nan, c_nan) : b_.CreateAnd(a_nan, c_nan);
+    r = b_.CreateSelect(to_canonical, canonical, r);
+    return Dest(o[0], FloatResult(r, t, ftz, false), t, why);
+  }
+  if (nan) return (*why = "qualifier .NaN", false);
   auto src = [&](int i) {
     llvm::Value* v = Source(o[i], t, why);
     return v != nullptr && ftz ? FloatOperand(v, t) : v;
   };
   auto done = [&](llvm::Value* v) { return v != nullptr && Dest(o[0], FloatResult(v, t, ftz, sat), t, why); };
+  if (directed != kCvtRoundNearest) {
+    static const std::map<std::string_view, std::pair<DirectedOp, size_t>> kDirected = {
+        {"add", {kDirectedAdd, 3}},   {"sub", {kDirectedSub, 3}}, {"mul", {kDirectedMul, 3}},
+        {"fma", {kDirectedFma, 4}},   {"mad", {kDirectedFma, 4}}, {"div", {kDirectedDiv, 3}},
+        {"sqrt", {kDirectedSqrt, 2}}, {"rcp", {kDirectedRcp, 2}}};
+    auto it = kDirected.find(op);
+    if (it == kDirected.end() || o.size() != it->second.second || rn || approx) {
+      return (*why = "a directed rounding of this form", false);
+    }
+    std::vector<llvm::Value*> args = {b_.getInt8(it->second.first), b_.getInt8(directed)};
+    for (size_t i = 1; i < 4; ++i) {
+      llvm::Value* v = i < o.size() ? src(static_cast<int>(i)) : llvm::ConstantFP::get(LlvmType(t), 0.0);
+      if (v == nullptr) return false;
+      args.push_back(v);
+    }
+    const uint64_t function =
+        t.bits == 32 ? reinterpret_cast<uint64_t>(&DirectedF32) : reinterpret_cast<uint64_t>(&DirectedF64);
+    return done(CallHost(function, LlvmType(t), args));
+  }
   if ((op == "add" || op == "sub" || op == "mul" || op == "div") && o.size() == 3) {
     // div.approx and div.full of f32 are a/b in the interpreter (interp/arithmetic.h,
     // Binary), as div.rn; add/sub/mul take no .approx.

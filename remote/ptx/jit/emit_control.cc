@@ -275,6 +275,12 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     return Dest(o[0], b_.CreateSelect(p, a, c), t, why);
   }
   if (op == "cvt") return Cvt(s, parts, why);
+  if (op == "vabsdiff4" || op == "vabsdiff2") return AbsoluteDifferences(s, parts, why);
+  if (op == "prmt") {
+    // prmt.b32{.mode}: the mode follows the type.
+    std::vector<std::string_view> modes(parts.begin() + std::min<size_t>(parts.size(), 2), parts.end());
+    return BitField(s, op, modes, parts.size() >= 2 ? TypeOf(parts[1]) : Type{}, why);
+  }
   if (t.is_int()) return Integer(s, op, q, t, why);
   if (t.kind == Kind::kFloat) return Float(s, op, q, t, why);
   if (t.kind == Kind::kPred && (op == "and" || op == "or" || op == "xor" || op == "not")) {

@@ -11,8 +11,9 @@
 //                       cp.async, vector code's ld/st;
 //   emit_texture.cc     tex, tld4, txq, suld, sust, suq: calls of the interpreter's code
 //                       for one lane;
-//   emit_arithmetic.cc  setp, cvt, integer and float arithmetic, mov of vectors of
-//                       elements, the C library's approximate functions.
+//   emit_arithmetic.cc  setp, cvt, integer and float arithmetic (bit fields, byte dot
+//                       products, directed roundings by call, min/max as selects), mov of
+//                       vectors of elements, the C library's approximate functions.
 #pragma once
 
 #include <llvm/IR/IRBuilder.h>
@@ -180,9 +181,13 @@ class Emitter {
   llvm::Value* RoundToInteger(llvm::Value* a, Type from, std::string_view rounding);
   bool Integer(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
                std::string* why);
+  bool BitField(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+                std::string* why);
+  bool AbsoluteDifferences(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool Float(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
              std::string* why);
   bool MovPair(const std::vector<RawOperand>& o, Type t, std::string* why);
+  llvm::Value* CallHost(uint64_t address, llvm::Type* result, const std::vector<llvm::Value*>& args);
   llvm::Value* FloatOperand(llvm::Value* v, Type t);
   llvm::Value* FloatResult(llvm::Value* v, Type t, bool ftz, bool sat);
   bool HostFunction(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,

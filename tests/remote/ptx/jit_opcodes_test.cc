@@ -72,6 +72,15 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"bmsk", "bmsk.clamp.b32 %r2, %r1, 3;"},
     {"fns", "fns.b32 %r2, %r1, 3, -2;"},
     {"shf", "shf.l.wrap.b32 %r2, %r1, %r1, 3;"},
+    {"prmt", "prmt.b32 %r2, %r1, %r1, 0x8123;"},
+    {"lop3", "lop3.b32 %r2, %r1, %r1, 7, 0x96;"},
+    {"bfe", "bfe.s32 %r2, %r1, 3, 5;"},
+    {"bfind", "bfind.shiftamt.u32 %r2, %r1;"},
+    {"dp4a", "dp4a.s32.u32 %r2, %r1, %r1, 7;"},
+    {"dp2a", "dp2a.hi.u32.s32 %r2, %r1, %r1, %r1;"},
+    {"vabsdiff4", "vabsdiff4.u32.u32.u32.add %r2, %r1, %r1, %r1;"},
+    {"vabsdiff2", "vabsdiff2.s32.s32.s32.sat %r2, %r1, %r1, %r1;"},
+    {"sad", "sad.u32 %r2, %r1, %r1, 7;"},
     {"copysign", "copysign.f32 %f2, %f1, %f1;"},
     {"sin", "sin.approx.f32 %f2, %f1;"},
     {"cos", "cos.approx.f32 %f2, %f1;"},
@@ -117,6 +126,7 @@ std::string ProbeKernel(std::string_view body) {
   .reg .b32 %r<8>;
   .reg .b64 %rd<8>;
   .reg .f32 %f<8>;
+  .reg .f64 %fd<8>;
 
   ld.param.u64 %rd1, [out];
   cvta.to.global.u64 %rd1, %rd1;
@@ -304,24 +314,46 @@ TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
 }
 
 // Float arithmetic with .ftz and .sat (f32 flushed as the interpreter flushes), div.approx
-// and div.full, rsqrt.approx and rcp (.rn, .approx); not the directed roundings (.rz, .rm,
-// .rp), nor .sat where PTX has none, nor min and max (the interpreter's std::fmin/fmax).
+// and div.full, rsqrt.approx and rcp (.rn, .approx), the directed roundings (.rz, .rm, .rp)
+// of add, sub, mul, fma, div, sqrt and rcp, and cvt with .ftz, .sat and directed roundings
+// into floats, min and max (.ftz, .NaN); not .sat where PTX has none, nor a directed
+// rounding with .approx, nor min and max of three operands or with .xorsign.
 TEST(JitOpcodeColumn, TheFloatFormsItTakes) {
   const char* const kTaken[] = {
-      "add.ftz.sat.f32 %f2, %f1, %f1;", "mul.rn.ftz.f32 %f2, %f1, %f1;",          "div.approx.ftz.f32 %f2, %f1, %f1;",
-      "div.full.f32 %f2, %f1, %f1;",    "fma.rn.ftz.sat.f32 %f2, %f1, %f1, %f1;", "neg.ftz.f32 %f2, %f1;",
+      "add.ftz.sat.f32 %f2, %f1, %f1;",
+      "mul.rn.ftz.f32 %f2, %f1, %f1;",
+      "div.approx.ftz.f32 %f2, %f1, %f1;",
+      "div.full.f32 %f2, %f1, %f1;",
+      "fma.rn.ftz.sat.f32 %f2, %f1, %f1, %f1;",
+      "neg.ftz.f32 %f2, %f1;",
       "sqrt.approx.ftz.f32 %f2, %f1;",
-
-      "rsqrt.approx.ftz.f32 %f2, %f1;", "rcp.approx.ftz.f32 %f2, %f1;",
+      "rsqrt.approx.ftz.f32 %f2, %f1;",
+      "rcp.approx.ftz.f32 %f2, %f1;",
+      "add.rz.f32 %f2, %f1, %f1;",
+      "mul.rm.ftz.sat.f32 %f2, %f1, %f1;",
+      "fma.rp.f32 %f2, %f1, %f1, %f1;",
+      "rcp.rz.f32 %f2, %f1;",
+      "cvt.f64.f32 %fd1, %f1;\n  sub.rm.f64 %fd2, %fd1, %fd1;",
+      "cvt.sat.f32.f32 %f2, %f1;",
+      "cvt.rz.f32.s32 %f2, %r1;",
+      "cvt.rpi.ftz.s32.f32 %r2, %f1;",
+      "cvt.rmi.ftz.sat.f32.f32 %f2, %f1;",
+      "cvt.sat.s8.s32 %r2, %r1;",
+      "cvt.f64.f32 %fd1, %f1;\n  cvt.rm.ftz.f32.f64 %f2, %fd1;",
+      "cvt.u64.u32 %rd2, %r1;\n  cvt.rp.f64.u64 %fd1, %rd2;",
+      "min.f32 %f2, %f1, %f1;",
+      "max.ftz.NaN.f32 %f2, %f1, 0f3F800000;",
+      "cvt.f64.f32 %fd1, %f1;\n  min.f64 %fd2, %fd1, %fd1;",
   };
   for (const char* body : kTaken) {
     std::string refused;
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
   const char* const kLeft[] = {
-      "add.rz.f32 %f2, %f1, %f1;", "mul.rm.f32 %f2, %f1, %f1;",     "fma.rp.f32 %f2, %f1, %f1, %f1;",
-      "rcp.rz.f32 %f2, %f1;",      "add.approx.f32 %f2, %f1, %f1;", "div.f32 %f2, %f1, %f1;",
-      "abs.sat.f32 %f2, %f1;",     "min.f32 %f2, %f1, %f1;",
+      "add.approx.f32 %f2, %f1, %f1;",      "div.f32 %f2, %f1, %f1;",           "abs.sat.f32 %f2, %f1;",
+      "min.xorsign.abs.f32 %f2, %f1, %f1;", "div.rz.approx.f32 %f2, %f1, %f1;", "neg.rz.f32 %f2, %f1;",
+      "max.f32 %f2, %f1, %f1, %f1;",        "add.NaN.f32 %f2, %f1, %f1;",       "cvt.rz.s32.f32 %r2, %f1;",
+      "cvt.sat.b32.s16 %r2, %r1;",
   };
   for (const char* body : kLeft) {
     std::string refused;
@@ -339,15 +371,21 @@ TEST(JitOpcodeColumn, TheBitFormsItTakes) {
       "cvt.u64.u32 %rd2, %r1;\n  bfi.b64 %rd3, %rd2, %rd2, %r1, %r1;",
       "bmsk.wrap.b32 %r2, %r1, %r1;",
       "fns.b32 %r2, %r1, %r1, %r1;",
+      "prmt.b32.rc16 %r2, %r1, %r1, %r1;",
+      "prmt.b32.ecl %r2, %r1, 7, 1;",
+      "lop3.b32 %r2, %r1, %r1, %r1, %r1;",
+      "bfe.u32 %r2, %r1, %r1, %r1;",
+      "cvt.u64.u32 %rd2, %r1;\n  bfe.s64 %rd3, %rd2, %r1, 9;",
+      "bfind.s32 %r2, %r1;",
+      "cvt.u64.u32 %rd2, %r1;\n  bfind.shiftamt.s64 %r2, %rd2;",
   };
   for (const char* body : kTaken) {
     std::string refused;
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
   const char* const kLeft[] = {
-      "bmsk.b32 %r2, %r1, %r1;",
-      "shf.l.b32 %r2, %r1, %r1, %r1;",
-      "popc.b16 %r2, %r1;",
+      "bmsk.b32 %r2, %r1, %r1;", "shf.l.b32 %r2, %r1, %r1, %r1;", "popc.b16 %r2, %r1;",
+      "bfe.b32 %r2, %r1, 3, 5;", "bfind.b32 %r2, %r1;",
   };
   for (const char* body : kLeft) {
     std::string refused;

@@ -1111,6 +1111,389 @@ TEST(JitBitOps, GiveTheInterpretersResultsBitForBit) {
   }
 }
 
+// prmt as the PTX ISA defines it: d's byte i is byte ctl[i] of b:a, by c's nibble i (its
+// bit 3 replicating the byte's sign) or, with a mode, by the ISA's table at c's low 2 bits
+// (rows f4e, b4e, rc8, ecl, ecr, rc16; each entry d's bytes 3 2 1 0 as a selector).
+uint32_t PermuteBytes(uint32_t a, uint32_t b, uint32_t c, int mode) {
+  static const uint16_t kTable[6][4] = {{0x3210, 0x4321, 0x5432, 0x6543}, {0x5670, 0x6701, 0x7012, 0x0123},
+                                        {0x0000, 0x1111, 0x2222, 0x3333}, {0x3210, 0x3211, 0x3222, 0x3333},
+                                        {0x0000, 0x1110, 0x2210, 0x3210}, {0x1010, 0x3232, 0x1010, 0x3232}};
+  const uint64_t bytes = (uint64_t{b} << 32) | a;
+  const uint32_t selector = mode == 0 ? c : kTable[mode - 1][c & 3];
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t s = (selector >> (4 * i)) & 0xf;
+    uint32_t byte = (bytes >> (8 * (s & 7))) & 0xff;
+    if (mode == 0 && (s & 8)) byte = (byte & 0x80) ? 0xff : 0;
+    r |= byte << (8 * i);
+  }
+  return r;
+}
+
+// bfe as the PTX ISA defines it: bit i of d is a's bit pos + i while i < len and that is
+// inside the width, else the sign bit (a's bit min(pos + len - 1, msb) for .s types and
+// len > 0, else 0).
+template <typename T>
+T ExtractBits(T a, uint32_t b, uint32_t c) {
+  using U = std::make_unsigned_t<T>;
+  constexpr uint32_t msb = 8 * sizeof(T) - 1;
+  const uint32_t pos = b & 0xff, len = c & 0xff;
+  const U value = static_cast<U>(a);
+  const bool sbit = std::is_signed_v<T> && len != 0 && ((value >> std::min(pos + len - 1, msb)) & 1);
+  U d = 0;
+  for (uint32_t i = 0; i <= msb; ++i) {
+    const bool bit = i < len && pos + i <= msb ? (value >> (pos + i)) & 1 : sbit;
+    d |= static_cast<U>(bit) << i;
+  }
+  return static_cast<T>(d);
+}
+
+// bfind as the PTX ISA defines it: the most significant 1 (of a negative .s value, the most
+// significant 0), or with .shiftamt the left shift bringing it to the top; -1 for none.
+template <typename T>
+uint32_t FindMsb(T a, bool shift) {
+  using U = std::make_unsigned_t<T>;
+  constexpr int msb = 8 * sizeof(T) - 1;
+  for (int i = msb; i >= 0; --i) {
+    const bool bit = (static_cast<U>(a) >> i) & 1;
+    if (bit != (std::is_signed_v<T> && a < 0)) return static_cast<uint32_t>(shift ? msb - i : i);
+  }
+  return ~0u;
+}
+
+// prmt in every mode, lop3, bfe and bfind of 32 and 64 bits (JitBitFields.ptx) of zeros,
+// all ones, single bits, minimums and mixed words, selectors with sign bits, positions and
+// lengths past the width and past 255: the PTX ISA's results (the interpreter's) and, bit
+// for bit, the same compiled in vector code (64 threads in x) and in scalar code (64 in y).
+TEST(JitBitFields, GiveThePtxIsasAndTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitBitFields.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("fields", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t words[] = {0,  1,  ~0u, 0x80000000u, 0x7fffffffu, 0x12345678u, 0xf0f00f0fu, 0x8899aabbu, 5,
+                            31, 32, 33,  0x100,       0x1ff,       0x8123u,     0xfedcba98u, 0xffu,       0x7f80u};
+  const uint32_t amounts[] = {0, 1, 3, 8, 17, 31, 32, 33, 63, 64, 65, 255, 256, 0x123, ~0u, 2, 0x1f1f, 0x3f20};
+  const uint64_t longs[] = {0,
+                            1,
+                            ~uint64_t{0},
+                            uint64_t{1} << 63,
+                            0x0123456789abcdefull,
+                            0xffff0000ffffull,
+                            0x8000000000000001ull,
+                            0x7fffffffffffffffull};
+  struct Input {
+    uint32_t a, b, c, e;
+    uint64_t x, y;
+  };
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t c = i % 3 == 0 ? words[(i * 7 + 1) % std::size(words)] : amounts[(i * 7 + 3) % std::size(amounts)];
+    in.push_back({words[i % std::size(words)], i < 32 ? amounts[i % std::size(amounts)] : words[(i * 5) % 18], c,
+                  words[(i * 11 + 5) % std::size(words)], longs[i % std::size(longs)],
+                  longs[(i / 8) % std::size(longs)]});
+  }
+  constexpr int kWords = 26;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  const uint8_t kLuts[5] = {0x96, 0xe8, 0x01, 0xfe, 0xca};
+  for (int i = 0; i < 64; ++i) {
+    const Input& v = in[i];
+    const uint32_t* r = &out[0][kWords * i];
+    for (int mode = 0; mode < 7; ++mode) {
+      EXPECT_EQ(r[mode], PermuteBytes(v.a, v.b, v.c, mode)) << "input " << i << ", prmt mode " << mode;
+    }
+    for (int k = 0; k < 5; ++k) {
+      uint32_t lop = 0;
+      for (int m = 0; m < 8; ++m) {
+        if ((kLuts[k] >> m) & 1) lop |= ((m & 4) ? v.a : ~v.a) & ((m & 2) ? v.b : ~v.b) & ((m & 1) ? v.e : ~v.e);
+      }
+      EXPECT_EQ(r[7 + k], lop) << "input " << i << ", lut " << int{kLuts[k]};
+    }
+    EXPECT_EQ(r[12], ExtractBits<uint32_t>(v.a, v.b, v.c)) << i;
+    EXPECT_EQ(r[13], static_cast<uint32_t>(ExtractBits<int32_t>(static_cast<int32_t>(v.a), v.b, v.c))) << i;
+    const uint32_t finds[8] = {FindMsb<uint32_t>(v.a, false), FindMsb<int32_t>(static_cast<int32_t>(v.a), false),
+                               FindMsb<uint32_t>(v.a, true),  FindMsb<int32_t>(static_cast<int32_t>(v.a), true),
+                               FindMsb<uint64_t>(v.x, false), FindMsb<int64_t>(static_cast<int64_t>(v.x), false),
+                               FindMsb<uint64_t>(v.x, true),  FindMsb<int64_t>(static_cast<int64_t>(v.x), true)};
+    for (int k = 0; k < 8; ++k) EXPECT_EQ(r[14 + k], finds[k]) << "input " << i << ", bfind " << k;
+    uint64_t wide[2];
+    std::memcpy(wide, &r[22], sizeof(wide));
+    EXPECT_EQ(wide[0], ExtractBits<uint64_t>(v.x, v.b, v.c)) << i;
+    EXPECT_EQ(wide[1], static_cast<uint64_t>(ExtractBits<int64_t>(static_cast<int64_t>(v.x), v.b, v.c))) << i;
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < kWords; ++k) {
+        EXPECT_EQ(out[run][kWords * i + k], r[k]) << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+}
+
+// dp4a and dp2a, vabsdiff4, vabsdiff2 (.sat, .add) and sad (JitByteDots.ptx) of bytes and
+// halves at their extremes (0, 0x7f, 0x80, 0xff; 0x7fff, 0x8000, 0xffff), accumulators that
+// wrap (INT_MIN, INT_MAX, -1), in every signedness of a and b: the PTX ISA's results (the
+// interpreter's) and, bit for bit, the same compiled in vector code (64 threads in x) and
+// in scalar code (64 in y).
+TEST(JitByteDots, DotsAndDifferencesGiveThePtxIsasAndTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitByteDots.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("dots", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t words[] = {0,           1,           ~0u,         0x80000000u, 0x7fffffffu, 0x807f80ffu, 0x7f7f7f7fu,
+                            0x80808080u, 0xffffffffu, 0x12345678u, 0x8000ffffu, 0x7fff0001u, 0xfedcba98u, 0x00ff00ffu};
+  struct Input {
+    uint32_t a, b, c, pad;
+  };
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    in.push_back({words[i % std::size(words)], words[(i * 5 + 3) % std::size(words)],
+                  words[(i * 11 + 7) % std::size(words)], 0});
+  }
+  constexpr int kWords = 21;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  // Element k of `bits` bits of `word`, signed or not, as PTX extends it.
+  auto element = [](uint32_t word, int k, int bits, bool is_signed) {
+    const int64_t v = (word >> (k * bits)) & ((uint32_t{1} << bits) - 1);
+    return is_signed && (v >> (bits - 1)) ? v - (int64_t{1} << bits) : v;
+  };
+  for (int i = 0; i < 64; ++i) {
+    const Input& v = in[i];
+    // vabsdiff: {bits, d signed and .sat, a signed, b signed, .add} per form 12..18.
+    const int kDifferences[7][5] = {{8, 0, 0, 0, 0},  {8, 1, 1, 1, 0},  {8, 0, 0, 1, 0}, {8, 0, 1, 0, 1},
+                                    {16, 0, 0, 0, 0}, {16, 1, 1, 1, 0}, {16, 0, 1, 0, 1}};
+    for (int f = 0; f < 7; ++f) {
+      const auto [bits, sat, a_signed, b_signed, add] = kDifferences[f];
+      int64_t sum = add ? v.c : 0;
+      uint32_t fields = 0;
+      for (int k = 0; k < 32 / bits; ++k) {
+        int64_t difference = std::abs(element(v.a, k, bits, a_signed) - element(v.b, k, bits, b_signed));
+        sum += difference;
+        if (sat) difference = std::min<int64_t>(difference, bits == 8 ? 127 : 32767);
+        fields |= static_cast<uint32_t>(difference & ((int64_t{1} << bits) - 1)) << (k * bits);
+      }
+      EXPECT_EQ(out[0][kWords * i + 12 + f], add ? static_cast<uint32_t>(sum) : fields)
+          << "input " << i << ", vabsdiff " << f;
+    }
+    EXPECT_EQ(out[0][kWords * i + 19], (v.a > v.b ? v.a - v.b : v.b - v.a) + v.c) << i;  // sad.u32
+    const int32_t sa = static_cast<int32_t>(v.a), sb = static_cast<int32_t>(v.b);
+    EXPECT_EQ(out[0][kWords * i + 20],
+              (sa > sb ? v.a - v.b : v.b - v.a) + v.c) << i;  // sad.s32: |a - b| wrapping
+    for (int form = 0; form < kWords; ++form) {
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(out[run][kWords * i + form], out[0][kWords * i + form])
+            << "input " << i << ", form " << form << ", run " << run;
+      }
+      if (form >= 12) continue;
+      const int op = form / 4;  // dp4a, dp2a.lo, dp2a.hi
+      const bool a_signed = form & 2, b_signed = form & 1;
+      int64_t sum = v.c;
+      for (int k = 0; k < (op == 0 ? 4 : 2); ++k) {
+        sum += op == 0 ? element(v.a, k, 8, a_signed) * element(v.b, k, 8, b_signed)
+                       : element(v.a, k, 16, a_signed) * element(v.b, k + (op == 2 ? 2 : 0), 8, b_signed);
+      }
+      EXPECT_EQ(out[0][kWords * i + form], static_cast<uint32_t>(sum)) << "input " << i << ", form " << form;
+    }
+  }
+}
+
+// Directed roundings (.rz, .rm, .rp) of f32 and f64 add, sub, mul, fma, mad, div, sqrt and
+// rcp and of cvt into floats (from f64 and from 32- and 64-bit integers), and cvt with .ftz
+// and .sat of floats and integers (JitRoundings.ptx), of inexact sums and products, exact
+// zeros of both signs (x - x is -0 rounding down), overflow, underflow to subnormals,
+// subnormals under .ftz, infinities, NaNs with payloads, integers past a float's 24 and a
+// double's 53 bits and at every integer type's bounds: the interpreter's results bit for bit
+// in vector code (64 threads in x) and in scalar code (64 in y), and a few by hand.
+TEST(JitRoundings, DirectedRoundingsFtzAndSatGiveTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitRoundings.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("roundings", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  constexpr int kForms = 95;
+  const float kMax = std::numeric_limits<float>::max(), kMin = std::numeric_limits<float>::min();
+  const float kDenorm = std::numeric_limits<float>::denorm_min(), kNaN = std::bit_cast<float>(0x7fc12345u);
+  const float kSignalling = std::bit_cast<float>(0x7f812345u), kInf = std::numeric_limits<float>::infinity();
+  // f32 a, b, c; the doubles are these widened, scaled or made inexact below.
+  const float triples[][3] = {
+      {1.0f, 1e-8f, 3.0f},    {1.0f, -1e-8f, -3.0f},     {0.1f, 0.2f, 0.3f},        {-0.1f, 0.7f, -1e-30f},
+      {2.5f, -2.5f, 0.0f},    {-0.0f, 0.0f, -0.0f},      {-0.0f, -0.0f, 0.0f},      {kMax, kMax, -kMax},
+      {-kMax, 3.0f, 1.0f},    {kMin, 0.5f, kDenorm},     {kDenorm, -0.75f, kMin},   {-kDenorm, 3.0f, -kDenorm},
+      {1e-40f, 1e-40f, 1.0f}, {kInf, -kInf, 1.0f},       {kNaN, 1.0f, kSignalling}, {kSignalling, kNaN, 2.0f},
+      {7.0f, 3.0f, -2.0f},    {16777217.0f, 1.0f, 0.5f}, {-1.0f, 3.0f, 1e30f},      {2.0f, 0.0f, -0.0f}};
+  const int32_t ints[] = {0,
+                          1,
+                          -1,
+                          16777217,
+                          -16777219,
+                          0x7fffffbf,
+                          std::numeric_limits<int32_t>::min(),
+                          std::numeric_limits<int32_t>::max(),
+                          300,
+                          -300,
+                          65535,
+                          65536,
+                          127,
+                          -129};
+  const int64_t longs[] = {0,
+                           -1,
+                           (int64_t{1} << 53) + 1,
+                           -(int64_t{1} << 60) - 3,
+                           std::numeric_limits<int64_t>::min(),
+                           std::numeric_limits<int64_t>::max(),
+                           0x7fffff7fffffffffll,
+                           4294967296ll,
+                           -129,
+                           255};
+  struct Input {
+    float a, b, c;
+    int32_t i;
+    double x, y, z;
+    int64_t l;
+    uint64_t ul;
+    uint32_t u, pad;
+  };
+  static_assert(sizeof(Input) == 64);
+  std::vector<Input> in;
+  for (int k = 0; k < 64; ++k) {
+    const float* t = triples[k % std::size(triples)];
+    Input v{};
+    v.a = t[0];
+    v.b = t[1];
+    v.c = t[2];
+    v.i = ints[k % std::size(ints)];
+    // The doubles: the floats, and past the first rows inexact sums, tiny and huge values.
+    const double scale = k < 20 ? 1.0 : k < 40 ? 1.0 / 3.0 : 1e300;
+    v.x = t[0] * scale;
+    v.y = k % 7 == 0 ? 1e-320 : t[1] * (k < 40 ? scale : 1e-300);
+    v.z = t[2] + (k % 3 == 1 ? 1e-17 : 0.0);
+    v.l = longs[k % std::size(longs)];
+    v.ul = static_cast<uint64_t>(longs[(k + 3) % std::size(longs)]) ^ (k >= 32 ? uint64_t{1} << 63 : 0);
+    v.u = static_cast<uint32_t>(ints[(k + 5) % std::size(ints)]);
+    in.push_back(v);
+  }
+  std::vector<uint64_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kForms * 64, uint64_t{0xababababababababull}));
+  auto f32 = [&](int thread, int form) {
+    return std::bit_cast<float>(static_cast<uint32_t>(out[0][thread * kForms + form]));
+  };
+  auto bits = [&](int thread, int form) { return static_cast<uint32_t>(out[0][thread * kForms + form]); };
+  // By hand (forms as JitRoundings.ptx lists them): 1 + 1e-8 (thread 0) is 1 rounding
+  // towards zero or down and the next float up rounding up; 2.5 + -2.5 (thread 4) is +0,
+  // but -0 rounding down; 16777217 (thread 3) is no float: 2^24 towards zero, 2^24 + 2 up;
+  // .sat makes a NaN (thread 14) +0 and clamps 300 and -300 (threads 8, 9) into an s8.
+  EXPECT_EQ(f32(0, 0), 1.0f);                        // add.rz.f32
+  EXPECT_EQ(f32(0, 1), 1.0f);                        // add.rm.f32
+  EXPECT_EQ(f32(0, 2), std::nextafter(1.0f, 2.0f));  // add.rp.f32
+  EXPECT_EQ(bits(4, 0), 0u);                         // add.rz.f32
+  EXPECT_EQ(bits(4, 1), 0x80000000u);                // add.rm.f32
+  EXPECT_EQ(f32(3, 47), 16777216.0f);                // cvt.rz.f32.s32
+  EXPECT_EQ(f32(3, 61), 16777218.0f);                // cvt.rp.f32.s32
+  EXPECT_EQ(bits(14, 72), 0u);                       // cvt.sat.f32.f32
+  EXPECT_EQ(bits(8, 85), 127u);                      // cvt.sat.s8.s32
+  EXPECT_EQ(bits(9, 85), 0xffffff80u);               // cvt.sat.s8.s32
+  for (int i = 0; i < 64; ++i) {
+    for (int form = 0; form < kForms; ++form) {
+      for (int run = 1; run < 3; ++run) {
+        EXPECT_EQ(out[run][i * kForms + form], out[0][i * kForms + form])
+            << "thread " << i << ", form " << form << ", run " << run;
+      }
+    }
+  }
+}
+
+// min and max as the PTX ISA defines them: a NaN operand gives the other (both NaN, or
+// either with .NaN: a NaN); otherwise the lesser (greater), -0 below +0.
+template <typename T>
+T IsaMinMax(T a, T b, bool max, bool nan) {
+  if ((std::isnan(a) && std::isnan(b)) || (nan && (std::isnan(a) || std::isnan(b)))) {
+    return std::numeric_limits<T>::quiet_NaN();
+  }
+  if (std::isnan(a)) return b;
+  if (std::isnan(b)) return a;
+  if (a == b) return std::signbit(a) != max ? a : b;
+  return (a < b) != max ? a : b;
+}
+
+// min and max of f32 (.ftz, .NaN) and f64, and setp.ftz (JitMinMax.ptx) of zeros of both
+// signs in either order, equal values, NaNs with payloads (quiet, signalling, negative) on either side and
+// both, infinities and subnormals (flushed under .ftz): the PTX ISA's results (the
+// interpreter's, -0 below +0; two NaNs give the canonical NaN) and, bit for bit, the same
+// compiled in vector code (64 threads in x) and in scalar code (64 in y).
+TEST(JitMinMax, GiveThePtxIsasAndTheInterpretersResults) {
+  auto module = PtxModule::Parse(KernelText("JitMinMax.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("minmax", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t floats[] = {0x00000000, 0x80000000, 0x3f800000, 0xbf800000, 0x00000001, 0x80000001,
+                             0x007fffff, 0x7f800000, 0xff800000, 0x7fc00000, 0x7fc12345, 0x7f812345,
+                             0xffc00001, 0x3f800000, 0x00800000, 0x80800000};
+  const uint64_t doubles[] = {0,
+                              uint64_t{1} << 63,
+                              0x3ff0000000000000ull,
+                              0xbff0000000000000ull,
+                              1,
+                              0x8000000000000001ull,
+                              0x7ff0000000000000ull,
+                              0xfff0000000000000ull,
+                              0x7ff8000000000000ull,
+                              0x7ff8000000012345ull,
+                              0x7ff0000000012345ull,
+                              0xfff8000000000001ull,
+                              0x3ff0000000000000ull};
+  struct Input {
+    uint32_t a, b;
+    uint64_t pad, x, y;
+  };
+  std::vector<Input> in;
+  // Every pair of the first 8 floats (zeros, ones, subnormals) and of the first 8 doubles,
+  // then pairs across all of them, NaNs included.
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t j = i < 32 ? i / 8 * 2 + (i % 8 >= 4) : i;
+    in.push_back({i < 32 ? floats[(i % 8)] : floats[i % std::size(floats)],
+                  i < 32 ? floats[(i / 8 + i) % 8] : floats[(i * 7 + 3) % std::size(floats)], 0,
+                  i < 32 ? doubles[i % 8] : doubles[j % std::size(doubles)],
+                  i < 32 ? doubles[(i / 8 + i) % 8] : doubles[(i * 5 + 1) % std::size(doubles)]});
+  }
+  constexpr int kWords = 16;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  auto flush = [](float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; };
+  for (int i = 0; i < 64; ++i) {
+    const float a = std::bit_cast<float>(in[i].a), b = std::bit_cast<float>(in[i].b);
+    const double x = std::bit_cast<double>(in[i].x), y = std::bit_cast<double>(in[i].y);
+    const uint32_t* r = &out[0][kWords * i];
+    for (int k = 0; k < 8; ++k) {
+      const bool max = k % 2, ftz = k == 2 || k == 3 || k >= 6, nan = k >= 4;
+      const float expected = ftz ? flush(IsaMinMax(flush(a), flush(b), max, nan)) : IsaMinMax(a, b, max, nan);
+      if (std::isnan(expected)) {
+        EXPECT_EQ(r[k], 0x7fffffffu) << "input " << i << ", form " << k;  // the canonical NaN
+      } else {
+        EXPECT_EQ(r[k], std::bit_cast<uint32_t>(expected)) << "input " << i << ", form " << k;
+      }
+    }
+    // setp.lt.ftz, setp.eq.ftz and setp.ltu.ftz of a, b: compared flushed.
+    const float fa = flush(a), fb = flush(b);
+    EXPECT_EQ(r[12], fa < fb ? 1u : 0u) << i;
+    EXPECT_EQ(r[13], fa == fb ? 1u : 0u) << i;
+    EXPECT_EQ(r[14], !(fa >= fb) ? 1u : 0u) << i;
+    uint64_t wide[2];
+    std::memcpy(wide, &r[8], sizeof(wide));
+    for (int k = 0; k < 2; ++k) {
+      const double expected = IsaMinMax(x, y, k == 1, false);
+      EXPECT_EQ(wide[k], std::isnan(expected) ? 0x7fffffffffffffffull : std::bit_cast<uint64_t>(expected))
+          << "input " << i << ", f64 form " << k;
+    }
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < kWords; ++k) {
+        EXPECT_EQ(out[run][kWords * i + k], r[k]) << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+}
+
 // .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt, rcp and copysign of f32
 // and f64 (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
 // signalling, negative) and ordinary values: the interpreter's results bit for bit in
