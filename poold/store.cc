@@ -71,7 +71,15 @@ class Stmt {
   bool owned_;
 };
 
-constexpr char kPutGpu[] = "INSERT OR REPLACE INTO gpus VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)";
+// An upsert, not INSERT OR REPLACE: a replace deletes the row and inserts it again under a
+// new rowid, at the table's end, and so rewrites two table pages and the uuid index's page
+// in every commit that changes a GPU; an update in place rewrites the one page the row is on.
+constexpr char kPutGpu[] =
+    "INSERT INTO gpus VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT(uuid) DO UPDATE SET host = excluded.host,"
+    " idx = excluded.idx, rack = excluded.rack, model = excluded.model, memory_mib = excluded.memory_mib,"
+    " pci_bus_id = excluded.pci_bus_id, numa_node = excluded.numa_node, endpoint = excluded.endpoint,"
+    " state = excluded.state, reason = excluded.reason, admin_drain = excluded.admin_drain,"
+    " admin_fail = excluded.admin_fail";
 constexpr char kPutLease[] = "INSERT OR REPLACE INTO leases VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
 constexpr char kDeleteLease[] = "DELETE FROM leases WHERE number = ?";
 constexpr char kPutEvent[] = "INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?,?)";

@@ -103,6 +103,7 @@ class ScratchStore {
     store_.reset();
     std::filesystem::remove_all(dir_);
   }
+  const std::string& dir() const { return dir_; }
   bool ok() const { return store_ != nullptr; }
   Store* get() const { return store_.get(); }
   Store* operator->() const { return store_.get(); }
@@ -181,6 +182,68 @@ TEST(StoreTest, ChangesBeforeAHoldDoNotWaitForIt) {
 
 // Events past the retention go with the batch that pushed them out, so the table never holds
 // more than the retention after a commit.
+// A GPU written again (its state changes at every lease) is updated where it is: every
+// field as written last, one row, and the same rowid (an INSERT OR REPLACE moved the row to
+// the table's end, writing two more pages in each commit).
+TEST(StoreTest, AGpuWrittenAgainIsUpdatedInPlace) {
+  ScratchStore store("gpu-upsert");
+  ASSERT_TRUE(store.ok());
+  GpuRow gpu;
+  gpu.uuid = "GPU-1";
+  gpu.host = "g1";
+  gpu.rack = "r1";
+  gpu.model = "A100";
+  gpu.pci_bus_id = "0000:01:00.0";
+  gpu.endpoint = "g1:7000";
+  gpu.state = "IDLE";
+  gpu.memory_mib = 81920;
+  GpuRow other = gpu;
+  other.uuid = "GPU-2";
+  other.index = 1;
+  ASSERT_TRUE(store->Enqueue(gpu) > 0);
+  ASSERT_TRUE(store->WaitDurable(store->Enqueue(other)).ok());
+  GpuRow changed;
+  changed.uuid = "GPU-1";
+  changed.host = "g9";
+  changed.rack = "r9";
+  changed.model = "H100";
+  changed.pci_bus_id = "0000:09:00.0";
+  changed.endpoint = "g9:7009";
+  changed.state = "FAILED";
+  changed.reason = "xid 79";
+  changed.index = 7;
+  changed.numa_node = 3;
+  changed.memory_mib = 94208;
+  changed.admin_drain = true;
+  changed.admin_fail = true;
+  ASSERT_TRUE(store->WaitDurable(store->Enqueue(changed)).ok());
+  auto loaded = store->Load(10);
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->gpus.size(), 2u);
+  const GpuRow& got = loaded->gpus[0].uuid == "GPU-1" ? loaded->gpus[0] : loaded->gpus[1];
+  EXPECT_EQ(got.uuid, "GPU-1");
+  EXPECT_EQ(got.host, "g9");
+  EXPECT_EQ(got.rack, "r9");
+  EXPECT_EQ(got.model, "H100");
+  EXPECT_EQ(got.pci_bus_id, "0000:09:00.0");
+  EXPECT_EQ(got.endpoint, "g9:7009");
+  EXPECT_EQ(got.state, "FAILED");
+  EXPECT_EQ(got.reason, "xid 79");
+  EXPECT_EQ(got.index, 7);
+  EXPECT_EQ(got.numa_node, 3);
+  EXPECT_EQ(got.memory_mib, 94208u);
+  EXPECT_TRUE(got.admin_drain);
+  EXPECT_TRUE(got.admin_fail);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2((store.dir() + "/gpupoold.db").c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+  sqlite3_stmt* rowid = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT rowid FROM gpus WHERE uuid = 'GPU-1'", -1, &rowid, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(rowid), SQLITE_ROW);
+  EXPECT_EQ(sqlite3_column_int64(rowid, 0), 1) << "the row moved: it was deleted and inserted again";
+  sqlite3_finalize(rowid);
+  sqlite3_close(db);
+}
+
 TEST(StoreTest, OldEventsLeaveWithEachBatch) {
   ScratchStore store("retention");
   ASSERT_TRUE(store.ok());
