@@ -263,6 +263,14 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     llvm::Value* r = b_.CreateSub(wide, b_.getInt64(start));
     return Dest(o[0], b_.CreateZExtOrTrunc(r, LlvmType(t)), t, why);
   }
+  if (const PtxType whole = ParsePtxType(parts.back());
+      whole.kind == PtxKind::kHalf || whole.kind == PtxKind::kBFloat) {
+    // f16/bf16 and their pairs (emit_half.cc); set, atom and the rest stay refused.
+    if (op == "setp") return HalfSetp(s, q, whole, why);
+    if (op != "cvt" && op != "mov" && op != "ld" && op != "st" && op != "atom" && op != "red" && op != "set") {
+      return HalfArithmetic(s, op, q, whole, why);
+    }
+  }
   if (op == "setp") {
     return Setp(s, q, t, why);
   }

@@ -304,8 +304,56 @@ TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
   const char* const kLeft[] = {
-      "tanh.approx.f16 %f2, %f1;",
+      "cvt.f64.f32 %fd1, %f1;\n  tanh.approx.f64 %fd2, %fd1;",
       "lg2.f32 %f2, %f1;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
+// f16/bf16 arithmetic and setp (halves in the low bits of .b32 registers here), cvt into
+// and out of halves in every rounding, to narrow integers and to tf32, and the cvt forms
+// the interpreter reads its own way (a float rounding to an integer as the integer
+// rounding, an integer rounding or .ftz on integers); not setp with a
+// BoolOp or .ftz on halves, set, a rounding other than .rn on half arithmetic, cvt with
+// .relu or .satfinite, nor .xorsign.
+TEST(JitOpcodeColumn, TheHalfFormsItTakes) {
+  const char* const kTaken[] = {
+      "cvt.rn.f16.f32 %r2, %f1;\n  add.f16 %r3, %r2, %r2;",
+      "sub.ftz.sat.f16 %r2, %r1, %r1;",
+      "fma.rn.relu.bf16x2 %r2, %r1, %r1, %r1;",
+      "min.NaN.f16x2 %r2, %r1, %r1;",
+      "neg.bf16 %r2, %r1;",
+      "tanh.approx.f16 %r2, %r1;",
+      "setp.lt.f16x2 %p1|%p2, %r1, %r1;",
+      "setp.nan.bf16 %p1, %r1, %r1;",
+      "cvt.rz.bf16.f32 %r2, %f1;",
+      "cvt.rp.f16.f64 %r2, %fd1;",
+      "cvt.f32.f16 %f2, %r1;",
+      "cvt.rni.s32.bf16 %r2, %r1;",
+      "cvt.rn.f16x2.f32 %r2, %f1, %f1;",
+      "cvt.rzi.u8.f32 %r2, %f1;",
+      "cvt.rni.sat.s16.f32 %r2, %f1;",
+      "cvt.rna.tf32.f32 %r2, %f1;",
+      "cvt.rz.s32.f32 %r2, %f1;",
+      "cvt.sat.b32.s16 %r2, %r1;",
+      "cvt.rni.f32.s32 %f2, %r1;",
+      "cvt.ftz.s32.s16 %r2, %r1;",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "setp.lt.and.f16x2 %p1|%p2, %r1, %r1, %p3;",
+      "setp.lt.ftz.f16 %p1, %r1, %r1;",
+      "set.gt.f16x2.f16x2 %r2, %r1, %r1;",
+      "add.rz.f16 %r2, %r1, %r1;",
+      "cvt.rn.relu.f16.f32 %r2, %f1;",
+      "cvt.rna.satfinite.tf32.f32 %r2, %f1;",
+      "min.xorsign.abs.f16 %r2, %r1, %r1;",
   };
   for (const char* body : kLeft) {
     std::string refused;
@@ -352,8 +400,7 @@ TEST(JitOpcodeColumn, TheFloatFormsItTakes) {
   const char* const kLeft[] = {
       "add.approx.f32 %f2, %f1, %f1;",      "div.f32 %f2, %f1, %f1;",           "abs.sat.f32 %f2, %f1;",
       "min.xorsign.abs.f32 %f2, %f1, %f1;", "div.rz.approx.f32 %f2, %f1, %f1;", "neg.rz.f32 %f2, %f1;",
-      "max.f32 %f2, %f1, %f1, %f1;",        "add.NaN.f32 %f2, %f1, %f1;",       "cvt.rz.s32.f32 %r2, %f1;",
-      "cvt.sat.b32.s16 %r2, %r1;",
+      "max.f32 %f2, %f1, %f1, %f1;",        "add.NaN.f32 %f2, %f1, %f1;",
   };
   for (const char* body : kLeft) {
     std::string refused;

@@ -1494,6 +1494,115 @@ TEST(JitMinMax, GiveThePtxIsasAndTheInterpretersResults) {
   }
 }
 
+// f16/bf16 arithmetic (.ftz, .sat, .relu, .NaN, pairs), setp of halves, cvt into and out
+// of f16/bf16 in every rounding, to narrow integers and to tf32, and cvt in a float
+// rounding to integers (as .rzi...), .sat of bits and an integer rounding of an integer
+// (JitHalves.ptx) of zeros of
+// both signs, subnormals, infinities, NaNs with payloads (quiet, signalling, negative), the
+// largest finite values and values on rounding ties: the interpreter's results bit for bit
+// in vector code (64 threads in x) and in scalar code (64 in y); and, by hand, the PTX ISA's
+// min/max of halves (-0 below +0, two NaNs the canonical 0x7fff), .ftz and tf32 roundings.
+TEST(JitHalves, GiveThePtxIsasAndTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitHalves.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("halves", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint16_t halves[] = {0x0000, 0x8000, 0x3c00, 0xbc00, 0x0001, 0x8001, 0x03ff, 0x7c00,
+                             0xfc00, 0x7e00, 0x7d00, 0xfe01, 0x7bff, 0x3555, 0x0400, 0xc200};
+  const uint16_t bf16s[] = {0x0000, 0x8000, 0x3f80, 0xbf80, 0x0001, 0x7f80,
+                            0xff80, 0x7fc0, 0x7f81, 0xffc1, 0x7f7f, 0x3eab};
+  const uint32_t floats[] = {0x00000000, 0x80000000, 0x3f800000, 0x3f801000, 0x477fe000, 0x477ff000,
+                             0x33800000, 0x2edbe6ff, 0x7fc12345, 0x7f812345, 0xff800000, 0x43960000,
+                             0xc2ff0000, 0x471c4080, 0xbfc00000, 0x3f802001};
+  const double doubles[] = {
+      0.0, -0.0, 1.0 + std::ldexp(1.0, -11), 65504.0, -128.5, 127.9, 1e-30, std::numeric_limits<double>::quiet_NaN()};
+  struct Input {
+    uint32_t a, b, c, e;
+    uint32_t x, y;
+    double z;
+  };
+  static_assert(sizeof(Input) == 32);
+  auto pair = [](uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16; };
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    // The first 16 threads: +0 against every half in the low halves, -0 in the high; the
+    // last 16 each half against the one 8 places on (the largest subnormal and the least
+    // normal among them).
+    const uint16_t lo_a = halves[i % 16];
+    const uint16_t lo_b = i < 16 ? halves[i / 16] : halves[i < 48 ? (i * 5 + 3) % 16 : (i + 8) % 16];
+    in.push_back({pair(lo_a, i < 16 ? 0x8000 : halves[(i * 3 + 1) % 16]),
+                  pair(i < 16 ? halves[i % 16 == 0 ? 1 : 0] : lo_b, i < 16 ? halves[i] : halves[(i * 7 + 2) % 16]),
+                  pair(halves[(i * 11 + 5) % 16], halves[(i + 9) % 16]), pair(bf16s[i % 12], bf16s[(i * 5 + 1) % 12]),
+                  floats[i % 16], floats[(i * 3 + 2) % 16], doubles[i % 8]});
+  }
+  constexpr int kWords = 52;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  for (int i = 0; i < 64; ++i) {
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < kWords; ++k) {
+        EXPECT_EQ(out[run][kWords * i + k], out[0][kWords * i + k])
+            << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+  // By hand: min.f16 and max.f16 (words 6, 7) and min.f16x2 (word 15) as the PTX ISA.
+  auto half_value = [](uint16_t h) {
+    const int exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+    const double magnitude = exponent == 0    ? std::ldexp(fraction, -24)
+                             : exponent == 31 ? (fraction ? std::numeric_limits<double>::quiet_NaN()
+                                                          : std::numeric_limits<double>::infinity())
+                                              : std::ldexp(fraction + 1024, exponent - 25);
+    return (h & 0x8000) ? -magnitude : magnitude;
+  };
+  auto isa = [&](uint16_t a, uint16_t b, bool max) -> uint16_t {
+    const double x = half_value(a), y = half_value(b);
+    if (std::isnan(x) && std::isnan(y)) return 0x7fff;
+    if (std::isnan(x)) return b;
+    if (std::isnan(y)) return a;
+    if (x == y) return ((a & 0x8000) != 0) != max ? a : b;  // -0 below +0
+    return (x < y) != max ? a : b;
+  };
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t* r = &out[0][kWords * i];
+    const auto a = static_cast<uint16_t>(in[i].a), b = static_cast<uint16_t>(in[i].b);
+    EXPECT_EQ(r[6] & 0xffff, isa(a, b, false)) << "min, input " << i;
+    EXPECT_EQ(r[7] & 0xffff, isa(a, b, true)) << "max, input " << i;
+    EXPECT_EQ(r[15], pair(isa(a, b, false),
+                          isa(static_cast<uint16_t>(in[i].a >> 16), static_cast<uint16_t>(in[i].b >> 16), false)))
+        << "min.f16x2, input " << i;
+  }
+  // Thread 1: a = -0, b = +0 (low halves): min -0, max +0; thread 27: two NaNs (0xfe01,
+  // 0x7d00): the canonical NaN.
+  EXPECT_EQ(out[0][kWords * 1 + 6] & 0xffff, 0x8000u);
+  EXPECT_EQ(out[0][kWords * 1 + 7] & 0xffff, 0x0000u);
+  EXPECT_EQ(out[0][kWords * 27 + 6] & 0xffff, 0x7fffu);
+  // Thread 20: the least subnormal 0x0001 times infinity is infinity (mul, word 2), but
+  // under .ftz (word 11) 0 times infinity, a NaN.
+  EXPECT_EQ(out[0][kWords * 20 + 2] & 0xffff, 0x7c00u);
+  EXPECT_EQ(out[0][kWords * 20 + 11] & 0x7c00, 0x7c00u);
+  EXPECT_NE(out[0][kWords * 20 + 11] & 0x3ff, 0u);
+  // cvt.rn.f16.f32 (word 28) of 1.0 (thread 2) and of 65520 (thread 5: rounds to infinity),
+  // cvt.rz.f16.f32 (word 29) of 65520: the largest finite; tf32 (words 45-47) of
+  // 0x3f801000 (thread 3, a tie): .rna away, .rn to even, .rz down.
+  EXPECT_EQ(out[0][kWords * 2 + 28] & 0xffff, 0x3c00u);
+  EXPECT_EQ(out[0][kWords * 5 + 28] & 0xffff, 0x7c00u);
+  EXPECT_EQ(out[0][kWords * 5 + 29] & 0xffff, 0x7bffu);
+  EXPECT_EQ(out[0][kWords * 3 + 45], 0x3f802000u);
+  EXPECT_EQ(out[0][kWords * 3 + 46], 0x3f800000u);
+  EXPECT_EQ(out[0][kWords * 3 + 47], 0x3f800000u);
+  // cvt.rzi.u8.f32 (word 42) of 300 (thread 11) saturates to 255; cvt.rni.s16.f32 (word 41)
+  // of 40000.5 (thread 13) to 32767, of -1.5 (thread 14) to -2.
+  EXPECT_EQ(out[0][kWords * 11 + 42] & 0xffff, 255u);
+  EXPECT_EQ(out[0][kWords * 13 + 41], 32767u);
+  EXPECT_EQ(out[0][kWords * 14 + 41], static_cast<uint32_t>(-2));
+  // cvt.rz.s32.f32 (word 48) rounds as .rzi: -1.5 (thread 14) to -1; cvt.rp.u32.f64 (word
+  // 51) as .rpi: 127.9 (thread 5) to 128.
+  EXPECT_EQ(out[0][kWords * 14 + 48], static_cast<uint32_t>(-1));
+  EXPECT_EQ(out[0][kWords * 5 + 51], 128u);
+}
+
 // .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt, rcp and copysign of f32
 // and f64 (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
 // signalling, negative) and ordinary values: the interpreter's results bit for bit in
