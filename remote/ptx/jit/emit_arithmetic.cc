@@ -1,6 +1,7 @@
 // setp, cvt, and integer and float arithmetic (emitter.h).
 #include <llvm/IR/Intrinsics.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -278,6 +279,11 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
   auto src = [&](int i, Type type) { return Source(o[i], type, why); };
   auto done = [&](llvm::Value* v, Type type) { return v != nullptr && Dest(o[0], v, type, why); };
   const bool sign = t.kind == Kind::kSigned;
+  if (op == "addc" || op == "subc" || op == "madc" ||
+      ((op == "add" || op == "sub" || op == "mad") && std::find(q.begin(), q.end(), "cc") != q.end())) {
+    return Carry(s, op, q, t, why);
+  }
+  if (op == "mul24" || op == "mad24") return Mul24(s, op, q, t, why);
   if ((op == "add" || op == "sub") && q.empty() && o.size() == 3) {
     llvm::Value* a = src(1, t);
     llvm::Value* c = src(2, t);

@@ -190,6 +190,12 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     }
   }
   b_.SetInsertPoint(start_block);
+  // The carry flag of a kernel that uses it starts at 0, as the interpreter's carry slot
+  // (the register's slot is the previous thread's otherwise).
+  if (std::any_of(entry_.body.begin(), entry_.body.end(),
+                  [](const RawStatement& s) { return s.kind == RawStatement::kInstruction && UsesCarry(s); })) {
+    b_.CreateStore(llvm::Constant::getNullValue(StorageType(kCarryFlag)), Register(kCarryFlag));
+  }
   if (lanes_) {
     // Every lane runs; no lane waits at any label.
     b_.CreateStore(Int(1, 1), mask_slot_);

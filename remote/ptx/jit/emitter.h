@@ -9,6 +9,7 @@
 //   emit_operands.cc    registers, types, special registers, an instruction's operands;
 //   emit_memory.cc      checked global, shared and local accesses, ld/st .v2/.v4, atomics,
 //                       cp.async, vector code's ld/st;
+//   emit_carries.cc     add.cc/addc, sub.cc/subc, mad.cc/madc (the carry flag), mul24, mad24;
 //   emit_half.cc        f16/bf16 arithmetic, setp and cvt (calls of half_float.h's lane
 //                       functions), cvt to tf32;
 //   emit_texture.cc     tex, tld4, txq, suld, sust, suq: calls of the interpreter's code
@@ -48,6 +49,13 @@ using Type = PtxType;
 // The front end's type of an opcode's suffix, or none (kNone) for one the tier does not
 // compute in: .f16, .bf16 and their pairs (a kernel using them runs on the interpreter).
 Type TypeOf(std::string_view suffix);
+
+// The carry flag's register (emit_carries.cc), and whether an instruction uses, reads or
+// writes it (addc/subc/madc read it, .cc writes it).
+extern const char* const kCarryFlag;
+bool UsesCarry(const RawStatement& s);
+bool ReadsCarry(const RawStatement& s);
+bool WritesCarry(const RawStatement& s);
 
 // Whether a cvt from `from` to `to` is one the tier computes by the interpreter's
 // ConvertLane (emit_half.cc): to or from f16/bf16, or a float to an integer narrower than
@@ -181,6 +189,12 @@ class Emitter {
 
   // emit_texture.cc
   bool Texture(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+
+  // emit_carries.cc
+  bool Carry(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+             std::string* why);
+  bool Mul24(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+             std::string* why);
 
   // emit_half.cc
   llvm::Value* HalfToF32(llvm::Value* bits16, bool bf16);

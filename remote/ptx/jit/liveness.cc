@@ -50,6 +50,10 @@ bool Emitter::ComputeLiveness(std::string* why) {
       ReadNames(o, &read);
     }
     if (!s.guard.empty()) read.push_back(s.guard);
+    // The carry flag: written by .cc (a guarded write does not end its life), read by
+    // addc, subc and madc.
+    if (WritesCarry(s)) (s.guard.empty() ? defs[i] : uses[i]).push_back(id(kCarryFlag));
+    if (ReadsCarry(s)) read.push_back(kCarryFlag);
     for (const std::string& name : read) uses[i].push_back(id(name));
     const bool ends = op == "ret" || op == "exit";
     if (op == "bra" && !s.operands.empty()) {

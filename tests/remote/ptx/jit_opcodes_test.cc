@@ -49,6 +49,11 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"sub", "sub.s32 %r2, %r1, 3;"},
     {"mul", "mul.lo.s32 %r2, %r1, 3;"},
     {"mad", "mad.lo.s32 %r2, %r1, 3, %r1;"},
+    {"addc", "add.cc.u32 %r2, %r1, %r1;\n  addc.u32 %r3, %r1, 0;"},
+    {"subc", "sub.cc.u32 %r2, %r1, 1;\n  subc.cc.u32 %r3, %r1, 0;"},
+    {"madc", "mad.lo.cc.u32 %r2, %r1, %r1, 1;\n  madc.hi.u32 %r3, %r1, %r1, 0;"},
+    {"mul24", "mul24.hi.s32 %r2, %r1, 3;"},
+    {"mad24", "mad24.lo.u32 %r2, %r1, 3, %r1;"},
     {"fma", "fma.rn.f32 %f2, %f1, %f1, %f1;"},
     {"div", "div.rn.f32 %f2, %f1, 0f40400000;"},
     {"rem", "rem.u32 %r2, %r1, 3;"},
@@ -306,6 +311,33 @@ TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
   const char* const kLeft[] = {
       "cvt.f64.f32 %fd1, %f1;\n  tanh.approx.f64 %fd2, %fd1;",
       "lg2.f32 %f2, %f1;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
+// The carry flag's forms of 32 and 64 bits (add.cc, addc{.cc}, sub.cc, subc{.cc},
+// mad{.lo,.hi}.cc, madc{.lo,.hi}{.cc}) and mul24/mad24 of .u32 and .s32; not mad24.sat
+// (which the interpreter refuses too), 16-bit carries or a carry of floats.
+TEST(JitOpcodeColumn, TheCarryFormsItTakes) {
+  const char* const kTaken[] = {
+      "cvt.u64.u32 %rd2, %r1;\n  add.cc.s64 %rd3, %rd2, %rd2;\n  addc.cc.u64 %rd4, %rd2, 1;",
+      "sub.cc.s32 %r2, %r1, 7;\n  subc.s32 %r3, %r1, %r1;",
+      "mad.hi.cc.u32 %r2, %r1, %r1, %r1;\n  madc.lo.cc.u32 %r3, %r1, 3, %r1;",
+      "mul24.lo.u32 %r2, %r1, %r1;",
+      "mad24.hi.s32 %r2, %r1, %r1, %r1;",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "mad24.hi.sat.s32 %r2, %r1, %r1, %r1;",
+      "cvt.u64.u32 %rd2, %r1;\n  mul24.lo.u64 %rd3, %rd2, %rd2;",
+      "add.cc.f32 %f2, %f1, %f1;",
+      "mad.cc.u32 %r2, %r1, %r1, %r1;",
   };
   for (const char* body : kLeft) {
     std::string refused;

@@ -1494,6 +1494,77 @@ TEST(JitMinMax, GiveThePtxIsasAndTheInterpretersResults) {
   }
 }
 
+// The carry flag (add.cc, addc, sub.cc, subc, mad.cc, madc of 32 and 64 bits) and mul24,
+// mad24 (JitCarries.ptx) of 0, 1, the extremes of 24 and 32 bits and sums that carry and
+// borrow: the interpreter's results bit for bit in vector code (64 threads in x) and in
+// scalar code (64 in y), where each thread's flag starts at 0 though the thread before
+// left it set; and, by hand, the carries and products as the PTX ISA defines them.
+TEST(JitCarries, CarriesAndTwentyFourBitProductsGiveTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitCarries.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("carries", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t words[] = {0,          1,          0xffffffff, 0x80000000, 0x7fffffff, 0x00ffffff,
+                            0x00800000, 0xff800000, 12345678,   0xfffffffe, 0x01000001, 0x007fffff};
+  const uint64_t wides[] = {
+      0, ~uint64_t{0}, uint64_t{1} << 63, (uint64_t{1} << 63) - 1, 0xffffffff, 0x123456789abcdef0ull, 1};
+  struct Input {
+    uint32_t a, b, c, pad;
+    uint64_t x, y;
+  };
+  static_assert(sizeof(Input) == 32);
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    in.push_back({words[i % 12], words[(i / 12 + i * 5) % 12], words[(i * 7 + 1) % 12], 0, wides[i % 7],
+                  wides[(i / 7 + i) % 7]});
+  }
+  constexpr int kWords = 32;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  for (int i = 0; i < 64; ++i) {
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < kWords; ++k) {
+        EXPECT_EQ(out[run][kWords * i + k], out[0][kWords * i + k])
+            << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+  auto s24 = [](uint32_t v) { return static_cast<int64_t>(static_cast<int32_t>(v << 8) >> 8); };
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t* r = &out[0][kWords * i];
+    const uint64_t a = in[i].a, b = in[i].b, c = in[i].c;
+    EXPECT_EQ(r[0], static_cast<uint32_t>(a + b)) << i;  // the flag starts at 0
+    // {a, b, c} + {b, c, a}, little end first.
+    const uint64_t s0 = a + b, s1 = b + c + (s0 >> 32), s2 = c + a + (s1 >> 32);
+    EXPECT_EQ(r[1], static_cast<uint32_t>(s0)) << i;
+    EXPECT_EQ(r[2], static_cast<uint32_t>(s1)) << i;
+    EXPECT_EQ(r[3], static_cast<uint32_t>(s2)) << i;
+    EXPECT_EQ(r[4], static_cast<uint32_t>(s2 >> 32)) << i;
+    // {a, b, c} - {b, c, a}: a borrow sets the flag; subc.u32 0, 0 then is -1.
+    const uint64_t d0 = a - b, d1 = b - c - ((d0 >> 32) & 1), d2 = c - a - ((d1 >> 32) & 1);
+    EXPECT_EQ(r[5], static_cast<uint32_t>(d0)) << i;
+    EXPECT_EQ(r[6], static_cast<uint32_t>(d1)) << i;
+    EXPECT_EQ(r[7], static_cast<uint32_t>(d2)) << i;
+    EXPECT_EQ(r[8], (d2 >> 32) & 1 ? 0xffffffffu : 0u) << i;
+    // mad.lo.cc a*b + c, madc.hi a*b + a + carry.
+    const uint64_t ab = a * b, lo = (ab & 0xffffffff) + c;
+    EXPECT_EQ(r[9], static_cast<uint32_t>(lo)) << i;
+    EXPECT_EQ(r[10], static_cast<uint32_t>((ab >> 32) + a + (lo >> 32))) << i;
+    // 128-bit x + y (words 15-18).
+    const unsigned __int128 x = in[i].x, y = in[i].y, sum = x + y;
+    const uint64_t high = static_cast<uint64_t>(y + x + static_cast<uint64_t>(sum >> 64));
+    EXPECT_EQ(r[15] | uint64_t{r[16]} << 32, static_cast<uint64_t>(sum)) << i;
+    EXPECT_EQ(r[17] | uint64_t{r[18]} << 32, high) << i;
+    // mul24 and mad24.
+    EXPECT_EQ(r[22], static_cast<uint32_t>(s24(in[i].a) * s24(in[i].b))) << i;
+    EXPECT_EQ(r[23], static_cast<uint32_t>((s24(in[i].a) * s24(in[i].b)) >> 16)) << i;
+    EXPECT_EQ(r[24], static_cast<uint32_t>(((a & 0xffffff) * (b & 0xffffff)) >> 16)) << i;
+    EXPECT_EQ(r[25], static_cast<uint32_t>((a & 0xffffff) * (b & 0xffffff))) << i;
+    EXPECT_EQ(r[26], static_cast<uint32_t>((a & 0xffffff) * (b & 0xffffff) + c)) << i;
+  }
+}
+
 // f16/bf16 arithmetic (.ftz, .sat, .relu, .NaN, pairs), setp of halves, cvt into and out
 // of f16/bf16 in every rounding, to narrow integers and to tf32, and cvt in a float
 // rounding to integers (as .rzi...), .sat of bits and an integer rounding of an integer
