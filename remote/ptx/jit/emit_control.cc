@@ -90,7 +90,7 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
   b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, count_slot_), counted), count_slot_);
   llvm::Value* guard = nullptr;
   if (!s.guard.empty()) {
-    if (IsSpecialRegisterName(s.guard) || s.guard[0] != '%') return refuse("guard " + s.guard);
+    if (IsSpecialRegisterName(s.guard) || !NamesRegister(s.guard)) return refuse("guard " + s.guard);
     guard = FromStorage(LoadRegister(s.guard), StorageBits(s.guard), Type{Kind::kPred, 1});
     if (s.guard_negated) guard = b_.CreateNot(guard);
   }

@@ -363,7 +363,7 @@ void Emitter::FlushCount() {
 bool Emitter::CheckVariableStores(std::string* why, int* line) {
   auto variable = [&](const std::string& name) {
     uint64_t address = 0;
-    return !name.empty() && name[0] != '%' && SharedSymbol(name) < 0 && LocalSymbol(name) < 0 &&
+    return !name.empty() && !NamesRegister(name) && SharedSymbol(name) < 0 && LocalSymbol(name) < 0 &&
            GlobalSymbol(name, &address);
   };
   std::set<std::string> derived;
@@ -384,7 +384,8 @@ bool Emitter::CheckVariableStores(std::string* why, int* line) {
       const std::string_view op = opcode(s);
       if (op == "st" || op == "red" || op == "bra" || op == "call") continue;
       const RawOperand& dest = s.operands[0];
-      if (dest.kind != RawOperand::kName || dest.name.empty() || dest.name[0] != '%' || derived.count(dest.name)) {
+      if (dest.kind != RawOperand::kName || dest.name.empty() || !NamesRegister(dest.name) ||
+          derived.count(dest.name)) {
         continue;
       }
       for (size_t i = 1; i < s.operands.size(); ++i) {

@@ -120,6 +120,12 @@ class Emitter {
   bool Fence(const std::vector<std::string_view>& parts, std::string* why);
 
   // emit_operands.cc
+  // Whether `name` names a register: a %name (special registers too), or a register of
+  // inline assembly's scope (`{ .reg .u32 lo; ... }`), which the parser names uniquely
+  // (lo#12) and declares in the function's register_bits as any other.
+  bool NamesRegister(const std::string& name) const {
+    return !name.empty() && (name[0] == '%' || entry_.register_bits.count(name) > 0);
+  }
   int64_t SharedSymbol(const std::string& name) const;
   int64_t LocalSymbol(const std::string& name) const;
   bool GlobalSymbol(const std::string& name, uint64_t* address) const;

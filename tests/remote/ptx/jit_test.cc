@@ -1494,6 +1494,39 @@ TEST(JitMinMax, GiveThePtxIsasAndTheInterpretersResults) {
   }
 }
 
+// Registers of a block's scope, as inline assembly declares them (JitScopedRegisters.ptx:
+// a pair, a predicate guarding an add, a .b16 and a .b32 of one name in two scopes): the
+// interpreter's results and the compiled ones alike in vector code (64 threads in x) and in
+// scalar code (64 in y), as computed by hand.
+TEST(JitScopedRegisters, InlineAssemblysRegistersAreRegisters) {
+  auto module = PtxModule::Parse(KernelText("JitScopedRegisters.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("scoped", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  std::vector<uint64_t> in;
+  for (uint64_t i = 0; i < 64; ++i) in.push_back((i * 0x9e3779b97f4a7c15ull) ^ (i << 10 | 0x3c00u * (i % 3 == 0)));
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 4 * 64, 0xdeadbeefu));
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t lo = static_cast<uint32_t>(in[i]), hi = static_cast<uint32_t>(in[i] >> 32);
+    const uint16_t h = static_cast<uint16_t>(in[i]);
+    const int exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+    for (int run = 0; run < 3; ++run) {
+      const uint32_t* r = &out[run][4 * i];
+      EXPECT_EQ(r[0], hi + lo) << i << ", run " << run;
+      EXPECT_EQ(r[1], hi + (lo & 1)) << i << ", run " << run;
+      if (exponent != 31) {
+        const double value = exponent == 0 ? std::ldexp(fraction, -24) : std::ldexp(fraction + 1024, exponent - 25);
+        EXPECT_EQ(std::bit_cast<float>(r[2]), static_cast<float>((h & 0x8000) ? -value : value))
+            << i << ", run " << run;
+      }
+      EXPECT_EQ(r[2], out[0][4 * i + 2]) << i << ", run " << run;
+      EXPECT_EQ(r[3], hi + 1) << i << ", run " << run;
+    }
+  }
+}
+
 // The carry flag (add.cc, addc, sub.cc, subc, mad.cc, madc of 32 and 64 bits) and mul24,
 // mad24 (JitCarries.ptx) of 0, 1, the extremes of 24 and 32 bits and sums that carry and
 // borrow: the interpreter's results bit for bit in vector code (64 threads in x) and in
