@@ -265,8 +265,9 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
   }
   if (const PtxType whole = ParsePtxType(parts.back());
       whole.kind == PtxKind::kHalf || whole.kind == PtxKind::kBFloat) {
-    // f16/bf16 and their pairs (emit_half.cc); set, atom and the rest stay refused.
+    // f16/bf16 and their pairs (emit_half.cc); atom and the rest stay refused.
     if (op == "setp") return HalfSetp(s, q, whole, why);
+    if (op == "set") return HalfSet(s, q, whole, why);
     if (op != "cvt" && op != "mov" && op != "ld" && op != "st" && op != "atom" && op != "red" && op != "set") {
       return HalfArithmetic(s, op, q, whole, why);
     }

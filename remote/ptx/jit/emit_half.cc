@@ -4,6 +4,8 @@
 // addresses (lane by lane in vector code), so that each result is the interpreter's bit for
 // bit; setp of halves compares their exact values in float, inline; cvt to tf32 is inline
 // integer arithmetic, as the interpreter's HCvtTf32.
+#include <algorithm>
+
 #include "remote/ptx/half_float.h"
 #include "remote/ptx/ir/kernel.h"
 #include "remote/ptx/jit/emitter.h"
@@ -86,6 +88,49 @@ bool Emitter::HalfSetp(const RawStatement& s, const std::vector<std::string_view
   RawOperand second = p;
   second.name = o[0].pair;
   return Dest(second, upper, pred, why);
+}
+
+// set.cmp.dtype.{f16,bf16}{x2} d, a, b as HHalfCompare without a BoolOp: each half's
+// comparison as HalfSetp's; a true one writes, as the destination type says, 1.0 in its
+// half (f16, bf16), all ones in its half (an integer type: all 32 bits of one half's), or
+// 1.0f for any (f32); a false one 0.
+bool Emitter::HalfSet(const RawStatement& s, const std::vector<std::string_view>& q, PtxType t, std::string* why) {
+  const std::vector<RawOperand>& o = s.operands;
+  if (q.size() != 2 || o.size() != 3) return (*why = "a form of set on halves the tier does not take", false);
+  const PtxType to = ParsePtxType(q[1]);
+  const Type bits{Kind::kBits, t.bits};
+  llvm::Value* a = Source(o[1], bits, why);
+  llvm::Value* c = Source(o[2], bits, why);
+  if (!a || !c) return false;
+  const bool bf16 = t.kind == PtxKind::kBFloat;
+  llvm::Type* i16 = Lanes(b_.getInt16Ty());
+  llvm::Value* r = Int(32, 0);
+  llvm::Value* any = Int(1, 0);
+  for (uint32_t k = 0; k < t.elements; ++k) {
+    auto half = [&](llvm::Value* v) {
+      return HalfToF32(b_.CreateTrunc(b_.CreateLShr(v, Int(t.bits, 16 * k)), i16), bf16);
+    };
+    llvm::Value* truth = FloatCompare(q[0], half(a), half(c), why);
+    if (truth == nullptr) return false;
+    any = b_.CreateOr(any, truth);
+    uint64_t when_true = 0;
+    if (to.kind == PtxKind::kHalf) {
+      when_true = uint64_t{0x3c00} << (16 * k);
+    } else if (to.kind == PtxKind::kBFloat) {
+      when_true = uint64_t{0x3f80} << (16 * k);
+    } else if (to.is_int() && to.elements == 1) {
+      when_true = t.elements == 2 ? uint64_t{0xffff} << (16 * k) : 0xffffffff;
+    } else if (!(to.kind == PtxKind::kFloat && to.bits == 32)) {
+      return (*why = "a destination type of set the tier does not take", false);
+    }
+    r = b_.CreateOr(r, b_.CreateSelect(truth, Int(32, when_true), Int(32, 0)));
+  }
+  if (to.kind == PtxKind::kFloat) r = b_.CreateSelect(any, Int(32, 0x3f800000), Int(32, 0));
+  // The interpreter's slot holds the 32 bits; a narrower register keeps its low ones.
+  if (o[0].kind != RawOperand::kName) return (*why = "a destination it does not take", false);
+  const uint32_t width = std::min<uint32_t>(32, StorageBits(o[0].name));
+  const Type out{Kind::kBits, width};
+  return Dest(o[0], b_.CreateTrunc(r, LlvmType(out)), out, why);
 }
 
 // add, sub, mul, fma/mad, neg, abs, min, max, tanh.approx, ex2.approx of .f16, .bf16 and

@@ -205,6 +205,7 @@ class Emitter {
   // emit_half.cc
   llvm::Value* HalfToF32(llvm::Value* bits16, bool bf16);
   bool HalfSetp(const RawStatement& s, const std::vector<std::string_view>& q, PtxType t, std::string* why);
+  bool HalfSet(const RawStatement& s, const std::vector<std::string_view>& q, PtxType t, std::string* why);
   bool HalfArithmetic(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, PtxType t,
                       std::string* why);
   bool LaneConversion(const RawStatement& s, const std::vector<std::string_view>& parts, PtxType to, PtxType from,

@@ -44,6 +44,7 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"mov", "mov.u32 %r2, %r1;"},
     {"cvt", "cvt.rzi.s32.f32 %r2, %f1;"},
     {"setp", "setp.lt.u32 %p1, %r1, 5;"},
+    {"set", "set.gt.u32.f16x2 %r2, %r1, %r1;"},
     {"selp", "setp.lt.u32 %p1, %r1, 5;\n  selp.b32 %r2, 1, 2, %p1;"},
     {"add", "add.s32 %r2, %r1, 3;"},
     {"sub", "sub.s32 %r2, %r1, 3;"},
@@ -349,8 +350,8 @@ TEST(JitOpcodeColumn, TheCarryFormsItTakes) {
 // and out of halves in every rounding, to narrow integers and to tf32, and the cvt forms
 // the interpreter reads its own way (a float rounding to an integer as the integer
 // rounding, an integer rounding or .ftz on integers); not setp with a
-// BoolOp or .ftz on halves, set, a rounding other than .rn on half arithmetic, cvt with
-// .relu or .satfinite, nor .xorsign.
+// BoolOp or .ftz on halves, set with a BoolOp or of other sources, a rounding other than .rn on half arithmetic, cvt
+// with .relu or .satfinite, nor .xorsign.
 TEST(JitOpcodeColumn, TheHalfFormsItTakes) {
   const char* const kTaken[] = {
       "cvt.rn.f16.f32 %r2, %f1;\n  add.f16 %r3, %r2, %r2;",
@@ -361,6 +362,8 @@ TEST(JitOpcodeColumn, TheHalfFormsItTakes) {
       "tanh.approx.f16 %r2, %r1;",
       "setp.lt.f16x2 %p1|%p2, %r1, %r1;",
       "setp.nan.bf16 %p1, %r1, %r1;",
+      "set.gt.f16x2.f16x2 %r2, %r1, %r1;",
+      "set.equ.f32.bf16 %r2, %r1, %r1;",
       "cvt.rz.bf16.f32 %r2, %f1;",
       "cvt.rp.f16.f64 %r2, %fd1;",
       "cvt.f32.f16 %f2, %r1;",
@@ -381,7 +384,8 @@ TEST(JitOpcodeColumn, TheHalfFormsItTakes) {
   const char* const kLeft[] = {
       "setp.lt.and.f16x2 %p1|%p2, %r1, %r1, %p3;",
       "setp.lt.ftz.f16 %p1, %r1, %r1;",
-      "set.gt.f16x2.f16x2 %r2, %r1, %r1;",
+      "set.gt.and.f16x2.f16x2 %r2, %r1, %r1, %p1;",
+      "set.gt.u32.f32 %r2, %f1, %f1;",
       "add.rz.f16 %r2, %r1, %r1;",
       "cvt.rn.relu.f16.f32 %r2, %f1;",
       "cvt.rna.satfinite.tf32.f32 %r2, %f1;",

@@ -1495,7 +1495,8 @@ TEST(JitMinMax, GiveThePtxIsasAndTheInterpretersResults) {
 }
 
 // Registers of a block's scope, as inline assembly declares them (JitScopedRegisters.ptx:
-// a pair, a predicate guarding an add, a .b16 and a .b32 of one name in two scopes): the
+// a pair, a predicate guarding an add, a .b16 and a .b32 of one name in two scopes, one
+// declared `.reg.b32`): the
 // interpreter's results and the compiled ones alike in vector code (64 threads in x) and in
 // scalar code (64 in y), as computed by hand.
 TEST(JitScopedRegisters, InlineAssemblysRegistersAreRegisters) {
@@ -1507,13 +1508,13 @@ TEST(JitScopedRegisters, InlineAssemblysRegistersAreRegisters) {
   std::vector<uint64_t> in;
   for (uint64_t i = 0; i < 64; ++i) in.push_back((i * 0x9e3779b97f4a7c15ull) ^ (i << 10 | 0x3c00u * (i % 3 == 0)));
   std::vector<uint32_t> out[3];
-  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 4 * 64, 0xdeadbeefu));
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 5 * 64, 0xdeadbeefu));
   for (int i = 0; i < 64; ++i) {
     const uint32_t lo = static_cast<uint32_t>(in[i]), hi = static_cast<uint32_t>(in[i] >> 32);
     const uint16_t h = static_cast<uint16_t>(in[i]);
     const int exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
     for (int run = 0; run < 3; ++run) {
-      const uint32_t* r = &out[run][4 * i];
+      const uint32_t* r = &out[run][5 * i];
       EXPECT_EQ(r[0], hi + lo) << i << ", run " << run;
       EXPECT_EQ(r[1], hi + (lo & 1)) << i << ", run " << run;
       if (exponent != 31) {
@@ -1521,8 +1522,9 @@ TEST(JitScopedRegisters, InlineAssemblysRegistersAreRegisters) {
         EXPECT_EQ(std::bit_cast<float>(r[2]), static_cast<float>((h & 0x8000) ? -value : value))
             << i << ", run " << run;
       }
-      EXPECT_EQ(r[2], out[0][4 * i + 2]) << i << ", run " << run;
+      EXPECT_EQ(r[2], out[0][5 * i + 2]) << i << ", run " << run;
       EXPECT_EQ(r[3], hi + 1) << i << ", run " << run;
+      EXPECT_EQ(r[4], hi + lo + 7) << i << ", run " << run;
     }
   }
 }
@@ -1599,7 +1601,7 @@ TEST(JitCarries, CarriesAndTwentyFourBitProductsGiveTheInterpretersResultsBitFor
 }
 
 // f16/bf16 arithmetic (.ftz, .sat, .relu, .NaN, pairs), setp of halves, cvt into and out
-// of f16/bf16 in every rounding, to narrow integers and to tf32, and cvt in a float
+// of f16/bf16 in every rounding, to narrow integers and to tf32, set of halves, and cvt in a float
 // rounding to integers (as .rzi...), .sat of bits and an integer rounding of an integer
 // (JitHalves.ptx) of zeros of
 // both signs, subnormals, infinities, NaNs with payloads (quiet, signalling, negative), the
@@ -1640,7 +1642,7 @@ TEST(JitHalves, GiveThePtxIsasAndTheInterpretersResultsBitForBit) {
                   pair(halves[(i * 11 + 5) % 16], halves[(i + 9) % 16]), pair(bf16s[i % 12], bf16s[(i * 5 + 1) % 12]),
                   floats[i % 16], floats[(i * 3 + 2) % 16], doubles[i % 8]});
   }
-  constexpr int kWords = 52;
+  constexpr int kWords = 56;
   std::vector<uint32_t> out[3];
   ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
   for (int i = 0; i < 64; ++i) {
@@ -1676,6 +1678,15 @@ TEST(JitHalves, GiveThePtxIsasAndTheInterpretersResultsBitForBit) {
     EXPECT_EQ(r[15], pair(isa(a, b, false),
                           isa(static_cast<uint16_t>(in[i].a >> 16), static_cast<uint16_t>(in[i].b >> 16), false)))
         << "min.f16x2, input " << i;
+    // set.gt.f16x2.f16x2 (word 52): 1.0 in each half where a's is greater than b's;
+    // set.lt.u32.f16x2 (word 53): all ones in each half where a's is less.
+    const auto a_hi = static_cast<uint16_t>(in[i].a >> 16), b_hi = static_cast<uint16_t>(in[i].b >> 16);
+    EXPECT_EQ(r[52],
+              (half_value(a) > half_value(b) ? 0x3c00u : 0u) | (half_value(a_hi) > half_value(b_hi) ? 0x3c000000u : 0u))
+        << "set.gt, input " << i;
+    EXPECT_EQ(r[53],
+              (half_value(a) < half_value(b) ? 0xffffu : 0u) | (half_value(a_hi) < half_value(b_hi) ? 0xffff0000u : 0u))
+        << "set.lt.u32, input " << i;
   }
   // Thread 1: a = -0, b = +0 (low halves): min -0, max +0; thread 27: two NaNs (0xfe01,
   // 0x7d00): the canonical NaN.
