@@ -1600,6 +1600,38 @@ TEST(JitCarries, CarriesAndTwentyFourBitProductsGiveTheInterpretersResultsBitFor
   }
 }
 
+// The carry flag set before a barrier and read after it (JitCarryAcrossBarrier.ptx), in a
+// block whose threads alternate carrying and not: compiled (scalar code, one thread after
+// another, the flag saved and restored at the barrier) as interpreted, each thread its own.
+TEST(JitCarries, TheFlagLivesAcrossABarrier) {
+  auto module = PtxModule::Parse(KernelText("JitCarryAcrossBarrier.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("carry_barrier", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  std::vector<uint32_t> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    in.push_back(i % 2 ? 0xffffffffu : 1u);
+    in.push_back(i % 3 ? 1u : 0u);
+  }
+  std::vector<uint32_t> out[2];
+  for (int run = 0; run < 2; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(64, 0xdeadbeefu);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, {64, 1, 1}, Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t carry = (uint64_t{in[2 * i]} + in[2 * i + 1]) >> 32;
+    EXPECT_EQ(out[0][i], carry) << i;
+    EXPECT_EQ(out[1][i], carry) << i;
+  }
+}
+
 // f16/bf16 arithmetic (.ftz, .sat, .relu, .NaN, pairs), setp of halves, cvt into and out
 // of f16/bf16 in every rounding, to narrow integers and to tf32, set of halves, and cvt in a float
 // rounding to integers (as .rzi...), .sat of bits and an integer rounding of an integer
