@@ -215,14 +215,23 @@ class Parser {
     return static_cast<uint32_t>(TypeSize(decl.type) * 8);
   }
 
-  Result<Declaration> ParseDeclaration() {
+  // `attached`: the qualifiers written against the directive (".b16" of ".reg.b16", as
+  // nvcc's inline assembly writes them), read before the ones that follow it.
+  Result<Declaration> ParseDeclaration(std::string_view attached = {}) {
     Declaration decl;
+    std::vector<std::string> words;
+    for (size_t at = 0; at < attached.size();) {
+      const size_t next = std::min(attached.find('.', at + 1), attached.size());
+      words.emplace_back(attached.substr(at, next - at));
+      at = next;
+    }
+    size_t taken = 0;
     // A kernel parameter's ".ptr [.space] [.align N]" describes what the pointer points to:
     // that alignment is the pointee's, not the parameter's ("u64 .ptr .align 1" is still
     // 8-aligned in the parameter buffer).
     bool pointee = false;
-    while (Peek().kind == Token::kWord && Peek().text[0] == '.') {
-      std::string word(Next().text);
+    while (taken < words.size() || (Peek().kind == Token::kWord && Peek().text[0] == '.')) {
+      std::string word = taken < words.size() ? words[taken++] : std::string(Next().text);
       if (word == ".align") {
         auto value = Integer();
         if (!value.ok()) return value.status();
@@ -590,8 +599,17 @@ class Parser {
     }
     if (first.kind == Token::kWord && first.text[0] == '.') {
       std::string directive(Next().text);
+      // ".reg.b32 f;" (inline assembly's spelling): the directive, then its type.
+      std::string attached;
+      for (const char* space : {".reg", ".local", ".shared", ".param"}) {
+        const std::string prefix = std::string(space) + ".";
+        if (directive.size() > prefix.size() && directive.compare(0, prefix.size(), prefix) == 0) {
+          attached = directive.substr(prefix.size() - 1);
+          directive = space;
+        }
+      }
       if (directive == ".reg" || directive == ".local" || directive == ".shared" || directive == ".param") {
-        auto decl = ParseDeclaration();
+        auto decl = ParseDeclaration(attached);
         if (!decl.ok()) return decl.status();
         RawStatement::Kind kind = directive == ".reg"      ? RawStatement::kRegister
                                   : directive == ".local"  ? RawStatement::kLocal

@@ -4,21 +4,10 @@
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/half.h"
 #include "remote/ptx/interp/conversions.h"
+#include "remote/ptx/half_float.h"
+#include "remote/ptx/min_max.h"
 
 namespace gpupool::sim::interp {
-
-// f16/bf16 arithmetic: mode the operation (HalfOp); vec = halves per register; mode2
-// kHalfBF16 for bf16.
-float HalfBitsToFloat(uint16_t bits, bool bf16) {
-  return bf16 ? std::bit_cast<float>(static_cast<uint32_t>(bits) << 16) : HalfToFloat(bits);
-}
-uint16_t FloatToHalfBits(float value, bool bf16) {
-  if (!bf16) return FloatToHalf(value);
-  uint32_t x = std::bit_cast<uint32_t>(value);
-  if (std::isnan(value)) return static_cast<uint16_t>((x >> 16) | 0x40);
-  x += 0x7fff + ((x >> 16) & 1);  // round to nearest even
-  return static_cast<uint16_t>(x >> 16);
-}
 
 // atom/red on 16-bit values and half pairs: .add (and .min, .max, .exch) of f16, f16x2,
 // bf16, bf16x2, and .cas/.exch of b16 (atomicCAS on an unsigned short). A compare-and-swap
@@ -59,9 +48,10 @@ void HAtom16(Warp& w, const Inst& in, uint32_t mask) {
         for (int h = 0; h < in.vec; ++h) {
           float x = HalfBitsToFloat(static_cast<uint16_t>(old_value >> (16 * h)), bf16);
           float y = HalfBitsToFloat(static_cast<uint16_t>(v >> (16 * h)), bf16);
+          // min and max as PTX orders them (min_max.h: -0 below +0), not the C library's.
           float r = in.mode == kAtomAdd   ? x + y
-                    : in.mode == kAtomMin ? std::fmin(x, y)
-                    : in.mode == kAtomMax ? std::fmax(x, y)
+                    : in.mode == kAtomMin ? PtxMinMax<float, false>(x, y, false)
+                    : in.mode == kAtomMax ? PtxMinMax<float, true>(x, y, false)
                                           : y;
           result |= static_cast<uint32_t>(FloatToHalfBits(r, bf16)) << (16 * h);
         }
@@ -75,68 +65,17 @@ void HAtom16(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
-constexpr uint16_t kCanonicalHalfNaN = 0x7fff;  // f16 and bf16 alike
-
+// f16/bf16 arithmetic: mode the operation (HalfOp); vec = halves per register; mode2
+// kHalfBF16 for bf16. Each lane is HalfLane's (half_float.h), which compiled code calls too.
 void HHalf(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
   const uint64_t* b = in.b >= 0 ? w.R(in.b) : nullptr;
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
-  bool bf16 = in.mode2 == kHalfBF16;
+  const uint8_t bf16 = in.mode2 == kHalfBF16;
   ForLanes(mask, [&](int l) {
-    uint64_t result = 0;
-    for (int k = 0; k < in.vec; ++k) {
-      auto half = [&](const uint64_t* r) { return HalfBitsToFloat(static_cast<uint16_t>(r[l] >> (16 * k)), bf16); };
-      float x = half(a);
-      float y = b ? half(b) : 0.0f;
-      float r = 0;
-      switch (in.mode) {
-        case kHalfAdd:
-          r = x + y;
-          break;
-        case kHalfSub:
-          r = x - y;
-          break;
-        case kHalfMul:
-          r = x * y;
-          break;
-        case kHalfFma:
-          r = std::fma(x, y, half(c));
-          break;
-        case kHalfNeg:
-          r = -x;
-          break;
-        case kHalfAbs:
-          r = std::fabs(x);
-          break;
-        case kHalfMin:
-          r = std::fmin(x, y);
-          break;
-        case kHalfMax:
-          r = std::fmax(x, y);
-          break;
-        case kHalfTanh:
-          r = std::tanh(x);
-          break;  // tanh.approx: exact, then rounded
-        case kHalfEx2:
-          r = std::exp2(x);
-          break;  // ex2.approx
-      }
-      if ((in.flags & kFlagNaNOperand) && (std::isnan(x) || std::isnan(y))) {
-        result |= uint64_t{kCanonicalHalfNaN} << (16 * k);
-        continue;
-      }
-      if (in.flags & kFlagRelu) {
-        if (std::isnan(r)) {
-          result |= uint64_t{kCanonicalHalfNaN} << (16 * k);
-          continue;
-        }
-        if (r < 0) r = 0;
-      }
-      if (in.flags & kFlagSat) r = Saturate01(r);
-      result |= static_cast<uint64_t>(FloatToHalfBits(r, bf16)) << (16 * k);
-    }
-    d[l] = result;
+    d[l] = HalfLane(in.mode, in.flags, in.vec, bf16, static_cast<uint32_t>(a[l]), b ? static_cast<uint32_t>(b[l]) : 0,
+                    c ? static_cast<uint32_t>(c[l]) : 0);
   });
 }
 

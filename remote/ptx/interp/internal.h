@@ -24,6 +24,7 @@
 #endif
 
 #include "remote/protocol/protocol.h"
+#include "remote/ptx/half_float.h"
 #include "remote/ptx/ir/kernel.h"
 #include "remote/ptx/launch.h"
 #include "remote/ptx/memory.h"
@@ -319,12 +320,7 @@ inline T MulHi(T a, T b) {
   return static_cast<T>((static_cast<W>(a) * static_cast<W>(b)) >> (8 * sizeof(T)));
 }
 
-inline float FlushF32(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
-template <typename T>
-inline T Saturate01(T v) {
-  if (std::isnan(v)) return T(0);
-  return std::min(T(1), std::max(T(0), v));
-}
+// FlushF32 and Saturate01: remote/ptx/half_float.h (compiled code calls the same).
 
 // A float operand under .ftz: a subnormal f32 input counts as a zero of its sign, as the
 // GPU flushes inputs as well as results (a subnormal times 2^30 is 0 there).

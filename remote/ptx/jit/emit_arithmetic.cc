@@ -1,6 +1,7 @@
 // setp, cvt, and integer and float arithmetic (emitter.h).
 #include <llvm/IR/Intrinsics.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -30,14 +31,8 @@ bool Emitter::Setp(const RawStatement& s, const std::vector<std::string_view>& q
   const std::string_view cmp = q[0];
   llvm::Value* r = nullptr;
   if (t.kind == Kind::kFloat) {
-    using P = llvm::CmpInst::Predicate;
-    static const std::map<std::string_view, P> kFloat = {
-        {"eq", P::FCMP_OEQ},  {"ne", P::FCMP_ONE},  {"lt", P::FCMP_OLT},  {"le", P::FCMP_OLE},  {"gt", P::FCMP_OGT},
-        {"ge", P::FCMP_OGE},  {"equ", P::FCMP_UEQ}, {"neu", P::FCMP_UNE}, {"ltu", P::FCMP_ULT}, {"leu", P::FCMP_ULE},
-        {"gtu", P::FCMP_UGT}, {"geu", P::FCMP_UGE}, {"num", P::FCMP_ORD}, {"nan", P::FCMP_UNO}};
-    auto it = kFloat.find(cmp);
-    if (it == kFloat.end()) return (*why = "comparison ." + std::string(cmp), false);
-    r = b_.CreateFCmp(it->second, a, c);
+    r = FloatCompare(cmp, a, c, why);
+    if (r == nullptr) return false;
   } else {
     using P = llvm::CmpInst::Predicate;
     const bool sign = t.kind == Kind::kSigned;
@@ -58,8 +53,25 @@ bool Emitter::Setp(const RawStatement& s, const std::vector<std::string_view>& q
   return Dest(o[0], r, Type{Kind::kPred, 1}, why);
 }
 
+// a `cmp` c of floats (setp's comparisons), as the interpreter's Compare<T>: ordered
+// comparisons false on a NaN, the unordered ones (.equ ...) true; nullptr for another.
+llvm::Value* Emitter::FloatCompare(std::string_view cmp, llvm::Value* a, llvm::Value* c, std::string* why) {
+  using P = llvm::CmpInst::Predicate;
+  static const std::map<std::string_view, P> kFloat = {
+      {"eq", P::FCMP_OEQ},  {"ne", P::FCMP_ONE},  {"lt", P::FCMP_OLT},  {"le", P::FCMP_OLE},  {"gt", P::FCMP_OGT},
+      {"ge", P::FCMP_OGE},  {"equ", P::FCMP_UEQ}, {"neu", P::FCMP_UNE}, {"ltu", P::FCMP_ULT}, {"leu", P::FCMP_ULE},
+      {"gtu", P::FCMP_UGT}, {"geu", P::FCMP_UGE}, {"num", P::FCMP_ORD}, {"nan", P::FCMP_UNO}};
+  auto it = kFloat.find(cmp);
+  if (it == kFloat.end()) return (*why = "comparison ." + std::string(cmp), nullptr);
+  return b_.CreateFCmp(it->second, a, c);
+}
+
 bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
+  if (parts.size() >= 3 && parts[parts.size() - 2] == "tf32") return ConvertTf32(s, parts, why);
+  if (parts.size() >= 3 && NeedsLaneConversion(ParsePtxType(parts[parts.size() - 2]), ParsePtxType(parts.back()))) {
+    return LaneConversion(s, parts, ParsePtxType(parts[parts.size() - 2]), ParsePtxType(parts.back()), why);
+  }
   if (parts.size() < 3 || o.size() != 2) return (*why = "form", false);
   const Type to = TypeOf(parts[parts.size() - 2]);
   const Type from = TypeOf(parts.back());
@@ -80,6 +92,20 @@ bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& pa
     } else {
       return (*why = "qualifier ." + std::string(qual), false);
     }
+  }
+  // The forms emitted inline below: integers without a rounding or .ftz (nor .sat of
+  // untyped bits), integers to floats in a float rounding, floats to integers in an integer
+  // rounding. The others the interpreter takes (cvt.rz.s32.f32 as .rzi, cvt.ftz.s32.s16,
+  // cvt.sat.u32.b16...) are computed by its own ConvertLane (emit_half.cc).
+  const bool integer_rounding = rounding == "rni" || rounding == "rzi" || rounding == "rmi" || rounding == "rpi";
+  const bool inline_form =
+      to.is_int() && from.is_int()
+          ? rounding.empty() && !ftz && !(sat && (to.kind == Kind::kBits || from.kind == Kind::kBits))
+      : from.is_int() ? !integer_rounding
+      : to.is_int()   ? integer_rounding
+                      : true;
+  if (!inline_form) {
+    return LaneConversion(s, parts, ParsePtxType(parts[parts.size() - 2]), ParsePtxType(parts.back()), why);
   }
   // .rz, .rm and .rp into a float: the interpreter's HCvt converts with the host's rounding
   // mode set; compiled code calls the same conversion (rounding.h) where it is inexact.
@@ -144,7 +170,6 @@ bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& pa
     // Rounded to an integer in double as the interpreter rounds, then saturating, NaN to 0,
     // as PTX says (the fptosi.sat intrinsics do exactly that, as the interpreter's clamps);
     // .ftz flushes an f32 source first (a subnormal .rpi is then 0, not 1).
-    if (to.bits < 32) return (*why = "a narrow integer", false);
     if (ftz) a = FloatOperand(a, from);
     llvm::Value* whole = RoundToInteger(a, from, rounding);
     if (whole == nullptr) return (*why = "rounding ." + std::string(rounding), false);
@@ -254,6 +279,11 @@ bool Emitter::Integer(const RawStatement& s, std::string_view op, const std::vec
   auto src = [&](int i, Type type) { return Source(o[i], type, why); };
   auto done = [&](llvm::Value* v, Type type) { return v != nullptr && Dest(o[0], v, type, why); };
   const bool sign = t.kind == Kind::kSigned;
+  if (op == "addc" || op == "subc" || op == "madc" ||
+      ((op == "add" || op == "sub" || op == "mad") && std::find(q.begin(), q.end(), "cc") != q.end())) {
+    return Carry(s, op, q, t, why);
+  }
+  if (op == "mul24" || op == "mad24") return Mul24(s, op, q, t, why);
   if ((op == "add" || op == "sub") && q.empty() && o.size() == 3) {
     llvm::Value* a = src(1, t);
     llvm::Value* c = src(2, t);

@@ -90,7 +90,7 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
   b_.CreateStore(b_.CreateAdd(b_.CreateLoad(i64_, count_slot_), counted), count_slot_);
   llvm::Value* guard = nullptr;
   if (!s.guard.empty()) {
-    if (IsSpecialRegisterName(s.guard) || s.guard[0] != '%') return refuse("guard " + s.guard);
+    if (IsSpecialRegisterName(s.guard) || !NamesRegister(s.guard)) return refuse("guard " + s.guard);
     guard = FromStorage(LoadRegister(s.guard), StorageBits(s.guard), Type{Kind::kPred, 1});
     if (s.guard_negated) guard = b_.CreateNot(guard);
   }
@@ -262,6 +262,15 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     if (!to) return Dest(o[0], b_.CreateAdd(wide, b_.getInt64(start)), Type{Kind::kUnsigned, 64}, why);
     llvm::Value* r = b_.CreateSub(wide, b_.getInt64(start));
     return Dest(o[0], b_.CreateZExtOrTrunc(r, LlvmType(t)), t, why);
+  }
+  if (const PtxType whole = ParsePtxType(parts.back());
+      whole.kind == PtxKind::kHalf || whole.kind == PtxKind::kBFloat) {
+    // f16/bf16 and their pairs (emit_half.cc); atom and the rest stay refused.
+    if (op == "setp") return HalfSetp(s, q, whole, why);
+    if (op == "set") return HalfSet(s, q, whole, why);
+    if (op != "cvt" && op != "mov" && op != "ld" && op != "st" && op != "atom" && op != "red" && op != "set") {
+      return HalfArithmetic(s, op, q, whole, why);
+    }
   }
   if (op == "setp") {
     return Setp(s, q, t, why);

@@ -190,6 +190,12 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     }
   }
   b_.SetInsertPoint(start_block);
+  // The carry flag of a kernel that uses it starts at 0, as the interpreter's carry slot
+  // (the register's slot is the previous thread's otherwise).
+  if (std::any_of(entry_.body.begin(), entry_.body.end(),
+                  [](const RawStatement& s) { return s.kind == RawStatement::kInstruction && UsesCarry(s); })) {
+    b_.CreateStore(llvm::Constant::getNullValue(StorageType(kCarryFlag)), Register(kCarryFlag));
+  }
   if (lanes_) {
     // Every lane runs; no lane waits at any label.
     b_.CreateStore(Int(1, 1), mask_slot_);
@@ -357,7 +363,7 @@ void Emitter::FlushCount() {
 bool Emitter::CheckVariableStores(std::string* why, int* line) {
   auto variable = [&](const std::string& name) {
     uint64_t address = 0;
-    return !name.empty() && name[0] != '%' && SharedSymbol(name) < 0 && LocalSymbol(name) < 0 &&
+    return !name.empty() && !NamesRegister(name) && SharedSymbol(name) < 0 && LocalSymbol(name) < 0 &&
            GlobalSymbol(name, &address);
   };
   std::set<std::string> derived;
@@ -378,7 +384,8 @@ bool Emitter::CheckVariableStores(std::string* why, int* line) {
       const std::string_view op = opcode(s);
       if (op == "st" || op == "red" || op == "bra" || op == "call") continue;
       const RawOperand& dest = s.operands[0];
-      if (dest.kind != RawOperand::kName || dest.name.empty() || dest.name[0] != '%' || derived.count(dest.name)) {
+      if (dest.kind != RawOperand::kName || dest.name.empty() || !NamesRegister(dest.name) ||
+          derived.count(dest.name)) {
         continue;
       }
       for (size_t i = 1; i < s.operands.size(); ++i) {

@@ -146,7 +146,7 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
     *why = "an absolute address";
     return nullptr;
   }
-  if (address.name[0] != '%') {
+  if (!NamesRegister(address.name)) {
     // [symbol+offset]: a .shared (.local) variable, as an offset (.shared, .local) or its
     // window address (generic), as the interpreter resolves it.
     const int64_t shared = SharedSymbol(address.name), local = LocalSymbol(address.name);
@@ -211,7 +211,7 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
 // launch's parameter bytes (Context::param_size), a fault naming the address as made.
 // nullptr with *why for a store, another base or bytes outside the parameter.
 llvm::Value* Emitter::ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why) {
-  if (load && !address.name.empty() && address.name[0] == '%' && !IsSpecialRegisterName(address.name)) {
+  if (load && !address.name.empty() && NamesRegister(address.name) && !IsSpecialRegisterName(address.name)) {
     if (lanes_) return (*why = "a .param access through a register in vector code", nullptr);
     llvm::Value* at = b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits));
     // Within the launch's parameter bytes (below 2^32).
@@ -275,7 +275,7 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
 // (SharedLayout::globals) that names no shared or local variable.
 bool Emitter::LanesAddressable(const RawOperand& address) const {
   if (address.name.empty()) return false;
-  if (address.name[0] == '%') return !IsSpecialRegisterName(address.name);
+  if (NamesRegister(address.name)) return !IsSpecialRegisterName(address.name);
   uint64_t global = 0;
   return SharedSymbol(address.name) < 0 && LocalSymbol(address.name) < 0 && GlobalSymbol(address.name, &global);
 }
@@ -291,11 +291,11 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
   // A module variable's address is every lane's: with `uniform_ok` (a load of one element
   // a lane), lanes that all run inside the allocation this access hit last read it once
   // (the whole-lanes block then loads one element for all).
-  split.uniform = uniform_ok && address.name[0] != '%';
+  split.uniform = uniform_ok && !NamesRegister(address.name);
   // A register's lanes, or a module variable's address in every lane (then, but for a
   // uniform load, the lanes run one by one, each checked as scalar code checks it).
   llvm::Value* base = nullptr;
-  if (uint64_t global = 0; address.name[0] != '%' && GlobalSymbol(address.name, &global)) {
+  if (uint64_t global = 0; !NamesRegister(address.name) && GlobalSymbol(address.name, &global)) {
     base = Int(64, global);
   } else {
     base = LoadRegister64(address.name);
@@ -473,8 +473,9 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   b_.SetInsertPoint(fault);
   const uint32_t access = static_cast<uint32_t>(accesses_->size());
   accesses_->push_back({t.bits / 8, "misaligned atomic"});
-  llvm::Value* device =
-      address.name[0] == '%' ? b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits)) : b_.getInt64(0);
+  llvm::Value* device = NamesRegister(address.name)
+                            ? b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits))
+                            : b_.getInt64(0);
   Fault(device, access);
   b_.SetInsertPoint(ok);
   b_.CreateAtomicRMW(rmw, host, value, llvm::MaybeAlign(t.bits / 8), llvm::AtomicOrdering::Monotonic);
@@ -549,7 +550,7 @@ bool Emitter::AsyncCopy(const RawStatement& s, const std::vector<std::string_vie
   } else {
     // Read at the register's width, as the interpreter reads it (a 64-bit src-size of
     // 2^32 is no 0).
-    const bool wide = extra.kind == RawOperand::kName && !extra.name.empty() && extra.name[0] == '%' &&
+    const bool wide = extra.kind == RawOperand::kName && !extra.name.empty() && NamesRegister(extra.name) &&
                       !IsSpecialRegisterName(extra.name) && StorageBits(extra.name) > 32;
     const uint32_t bits = wide ? 64 : 32;
     llvm::Value* size = Source(extra, Type{Kind::kUnsigned, bits}, why);

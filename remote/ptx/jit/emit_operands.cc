@@ -188,7 +188,7 @@ llvm::Value* Emitter::Source(const RawOperand& op, Type t, std::string* why) {
         }
         return b_.CreateZExtOrTrunc(v, LlvmType(t));
       }
-      if (!op.name.empty() && op.name[0] != '%' && !op.negated && t.is_int()) {
+      if (!op.name.empty() && !NamesRegister(op.name) && !op.negated && t.is_int()) {
         // A .shared variable's name: its offset in the CTA's shared memory.
         if (int64_t offset = SharedSymbol(op.name); offset >= 0) {
           return Int(t.bits, static_cast<uint64_t>(offset));
@@ -205,7 +205,7 @@ llvm::Value* Emitter::Source(const RawOperand& op, Type t, std::string* why) {
         // symbol), which ld.param through a register reads (ParamAddress).
         if (auto it = params_.find(op.name); it != params_.end()) return Int(t.bits, it->second.offset);
       }
-      if (op.name.empty() || op.name[0] != '%' || op.negated) {
+      if (op.name.empty() || !NamesRegister(op.name) || op.negated) {
         *why = "it names " + (op.name.empty() ? std::string("an operand") : op.name);
         return nullptr;
       }
@@ -247,7 +247,7 @@ llvm::Value* Emitter::Source(const RawOperand& op, Type t, std::string* why) {
 }
 
 bool Emitter::Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* why) {
-  if (op.kind != RawOperand::kName || op.name.empty() || op.name[0] != '%' || IsSpecialRegisterName(op.name) ||
+  if (op.kind != RawOperand::kName || op.name.empty() || !NamesRegister(op.name) || IsSpecialRegisterName(op.name) ||
       !op.pair.empty()) {
     *why = "a destination it does not take";
     return false;

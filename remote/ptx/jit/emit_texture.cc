@@ -26,7 +26,7 @@ bool Emitter::Texture(const RawStatement& s, const std::vector<std::string_view>
   const RawOperand& data = o[store ? 1 : 0];
   // The handle: a 64-bit register (the interpreter reads its whole slot, which a narrower
   // register's may hold more of than the tier keeps); not a .texref name or a sampler.
-  if (address.kind != RawOperand::kAddress || address.name.empty() || address.name[0] != '%' ||
+  if (address.kind != RawOperand::kAddress || address.name.empty() || !NamesRegister(address.name) ||
       IsSpecialRegisterName(address.name) || address.bits != 0 || address.items.size() != (query ? 0u : 1u) ||
       StorageBits(address.name) != 64) {
     return (*why = "a handle operand the tier does not take", false);
@@ -45,7 +45,7 @@ bool Emitter::Texture(const RawStatement& s, const std::vector<std::string_view>
   const size_t expected = query ? 1 : (op.kind == texture::Kind::kSuld || store) ? op.vec : 4;
   if (values.size() != expected) return (*why = "the number of values", false);
   auto is_register = [&](const RawOperand& r) {
-    return r.kind == RawOperand::kName && !r.name.empty() && r.name[0] == '%' && !IsSpecialRegisterName(r.name) &&
+    return r.kind == RawOperand::kName && !r.name.empty() && NamesRegister(r.name) && !IsSpecialRegisterName(r.name) &&
            !r.negated && r.pair.empty();
   };
   auto is_sink = [](const RawOperand& r) { return r.kind == RawOperand::kName && r.name == "_"; };

@@ -56,7 +56,9 @@ std::vector<std::string> Written(const RawStatement& s) {
     return names;
   }
   auto add = [&](const std::string& name) {
-    if (!name.empty() && name[0] == '%' && !IsSpecialRegisterName(name)) names.push_back(name);
+    // A %name, or a register of inline assembly's scope (named lo#12 by the parser).
+    const bool register_name = !name.empty() && (name[0] == '%' || name.find('#') != std::string::npos);
+    if (register_name && !IsSpecialRegisterName(name)) names.push_back(name);
   };
   const RawOperand& d = s.operands[0];
   if (d.kind == RawOperand::kName) {
@@ -175,7 +177,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
   // A membermask of all 32 lanes: the immediate, or a register only ever set to it.
   auto full = [&](const RawOperand& m) {
     if (m.kind == RawOperand::kInt) return static_cast<uint32_t>(m.bits) == 0xffffffffu;
-    if (m.kind != RawOperand::kName || m.name.empty() || m.name[0] != '%' || IsSpecialRegisterName(m.name)) {
+    if (m.kind != RawOperand::kName || m.name.empty() || !NamesRegister(m.name) || IsSpecialRegisterName(m.name)) {
       return false;
     }
     auto it = defs.find(m.name);
@@ -223,7 +225,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
     if (op == "shfl" && s.operands.size() > 1) {
       const RawOperand& a = s.operands[1];
       if (a.kind == RawOperand::kInt) continue;
-      if (a.kind != RawOperand::kName || a.name.empty() || a.name[0] != '%' || IsSpecialRegisterName(a.name) ||
+      if (a.kind != RawOperand::kName || a.name.empty() || !NamesRegister(a.name) || IsSpecialRegisterName(a.name) ||
           a.negated || StorageBits(a.name) != 32) {
         return (*why = "a shuffle of other than a 32-bit register or an immediate", false);
       }

@@ -9,6 +9,9 @@
 //   emit_operands.cc    registers, types, special registers, an instruction's operands;
 //   emit_memory.cc      checked global, shared and local accesses, ld/st .v2/.v4, atomics,
 //                       cp.async, vector code's ld/st;
+//   emit_carries.cc     add.cc/addc, sub.cc/subc, mad.cc/madc (the carry flag), mul24, mad24;
+//   emit_half.cc        f16/bf16 arithmetic, setp and cvt (calls of half_float.h's lane
+//                       functions), cvt to tf32;
 //   emit_texture.cc     tex, tld4, txq, suld, sust, suq: calls of the interpreter's code
 //                       for one lane;
 //   emit_arithmetic.cc  setp, cvt, integer and float arithmetic (bit fields, byte dot
@@ -46,6 +49,18 @@ using Type = PtxType;
 // The front end's type of an opcode's suffix, or none (kNone) for one the tier does not
 // compute in: .f16, .bf16 and their pairs (a kernel using them runs on the interpreter).
 Type TypeOf(std::string_view suffix);
+
+// The carry flag's register (emit_carries.cc), and whether an instruction uses, reads or
+// writes it (addc/subc/madc read it, .cc writes it).
+extern const char* const kCarryFlag;
+bool UsesCarry(const RawStatement& s);
+bool ReadsCarry(const RawStatement& s);
+bool WritesCarry(const RawStatement& s);
+
+// Whether a cvt from `from` to `to` is one the tier computes by the interpreter's
+// ConvertLane (emit_half.cc): to or from f16/bf16, or a float to an integer narrower than
+// 32 bits.
+bool NeedsLaneConversion(PtxType to, PtxType from);
 
 // Qualifiers of ld/st that change nothing for one thread on the host: cache hints. Not
 // .volatile, .relaxed, .acquire, nor .cg and .cv (a load past the L1, which polling code
@@ -105,6 +120,12 @@ class Emitter {
   bool Fence(const std::vector<std::string_view>& parts, std::string* why);
 
   // emit_operands.cc
+  // Whether `name` names a register: a %name (special registers too), or a register of
+  // inline assembly's scope (`{ .reg .u32 lo; ... }`), which the parser names uniquely
+  // (lo#12) and declares in the function's register_bits as any other.
+  bool NamesRegister(const std::string& name) const {
+    return !name.empty() && (name[0] == '%' || entry_.register_bits.count(name) > 0);
+  }
   int64_t SharedSymbol(const std::string& name) const;
   int64_t LocalSymbol(const std::string& name) const;
   bool GlobalSymbol(const std::string& name, uint64_t* address) const;
@@ -175,8 +196,25 @@ class Emitter {
   // emit_texture.cc
   bool Texture(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
 
+  // emit_carries.cc
+  bool Carry(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+             std::string* why);
+  bool Mul24(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,
+             std::string* why);
+
+  // emit_half.cc
+  llvm::Value* HalfToF32(llvm::Value* bits16, bool bf16);
+  bool HalfSetp(const RawStatement& s, const std::vector<std::string_view>& q, PtxType t, std::string* why);
+  bool HalfSet(const RawStatement& s, const std::vector<std::string_view>& q, PtxType t, std::string* why);
+  bool HalfArithmetic(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, PtxType t,
+                      std::string* why);
+  bool LaneConversion(const RawStatement& s, const std::vector<std::string_view>& parts, PtxType to, PtxType from,
+                      std::string* why);
+  bool ConvertTf32(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+
   // emit_arithmetic.cc
   bool Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t, std::string* why);
+  llvm::Value* FloatCompare(std::string_view cmp, llvm::Value* a, llvm::Value* c, std::string* why);
   bool Cvt(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   llvm::Value* RoundToInteger(llvm::Value* a, Type from, std::string_view rounding);
   bool Integer(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,

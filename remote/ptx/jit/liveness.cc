@@ -8,7 +8,7 @@ namespace gpupool::sim::jit {
 
 // Registers an operand reads (a destination's name is not read).
 void Emitter::ReadNames(const RawOperand& o, std::vector<std::string>* names) {
-  if (!o.name.empty() && o.name[0] == '%' && !IsSpecialRegisterName(o.name)) names->push_back(o.name);
+  if (!o.name.empty() && NamesRegister(o.name) && !IsSpecialRegisterName(o.name)) names->push_back(o.name);
   for (const RawOperand& item : o.items) ReadNames(item, names);
 }
 
@@ -41,7 +41,7 @@ bool Emitter::ComputeLiveness(std::string* why) {
     for (size_t k = 0; k < s.operands.size(); ++k) {
       const RawOperand& o = s.operands[k];
       if (k == 0 && writes && o.kind == RawOperand::kName) {
-        if (!o.name.empty() && o.name[0] == '%' && !IsSpecialRegisterName(o.name)) {
+        if (!o.name.empty() && NamesRegister(o.name) && !IsSpecialRegisterName(o.name)) {
           (s.guard.empty() ? defs[i] : uses[i]).push_back(id(o.name));
         }
         if (!o.pair.empty()) (s.guard.empty() ? defs[i] : uses[i]).push_back(id(o.pair));
@@ -50,6 +50,10 @@ bool Emitter::ComputeLiveness(std::string* why) {
       ReadNames(o, &read);
     }
     if (!s.guard.empty()) read.push_back(s.guard);
+    // The carry flag: written by .cc (a guarded write does not end its life), read by
+    // addc, subc and madc.
+    if (WritesCarry(s)) (s.guard.empty() ? defs[i] : uses[i]).push_back(id(kCarryFlag));
+    if (ReadsCarry(s)) read.push_back(kCarryFlag);
     for (const std::string& name : read) uses[i].push_back(id(name));
     const bool ends = op == "ret" || op == "exit";
     if (op == "bra" && !s.operands.empty()) {

@@ -44,11 +44,17 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"mov", "mov.u32 %r2, %r1;"},
     {"cvt", "cvt.rzi.s32.f32 %r2, %f1;"},
     {"setp", "setp.lt.u32 %p1, %r1, 5;"},
+    {"set", "set.gt.u32.f16x2 %r2, %r1, %r1;"},
     {"selp", "setp.lt.u32 %p1, %r1, 5;\n  selp.b32 %r2, 1, 2, %p1;"},
     {"add", "add.s32 %r2, %r1, 3;"},
     {"sub", "sub.s32 %r2, %r1, 3;"},
     {"mul", "mul.lo.s32 %r2, %r1, 3;"},
     {"mad", "mad.lo.s32 %r2, %r1, 3, %r1;"},
+    {"addc", "add.cc.u32 %r2, %r1, %r1;\n  addc.u32 %r3, %r1, 0;"},
+    {"subc", "sub.cc.u32 %r2, %r1, 1;\n  subc.cc.u32 %r3, %r1, 0;"},
+    {"madc", "mad.lo.cc.u32 %r2, %r1, %r1, 1;\n  madc.hi.u32 %r3, %r1, %r1, 0;"},
+    {"mul24", "mul24.hi.s32 %r2, %r1, 3;"},
+    {"mad24", "mad24.lo.u32 %r2, %r1, 3, %r1;"},
     {"fma", "fma.rn.f32 %f2, %f1, %f1, %f1;"},
     {"div", "div.rn.f32 %f2, %f1, 0f40400000;"},
     {"rem", "rem.u32 %r2, %r1, 3;"},
@@ -304,8 +310,86 @@ TEST(JitOpcodeColumn, TheApproximateFunctionsItTakes) {
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
   const char* const kLeft[] = {
-      "tanh.approx.f16 %f2, %f1;",
+      "cvt.f64.f32 %fd1, %f1;\n  tanh.approx.f64 %fd2, %fd1;",
       "lg2.f32 %f2, %f1;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
+// The carry flag's forms of 32 and 64 bits (add.cc, addc{.cc}, sub.cc, subc{.cc},
+// mad{.lo,.hi}.cc, madc{.lo,.hi}{.cc}) and mul24/mad24 of .u32 and .s32; not mad24.sat
+// (which the interpreter refuses too), 16-bit carries or a carry of floats.
+TEST(JitOpcodeColumn, TheCarryFormsItTakes) {
+  const char* const kTaken[] = {
+      "cvt.u64.u32 %rd2, %r1;\n  add.cc.s64 %rd3, %rd2, %rd2;\n  addc.cc.u64 %rd4, %rd2, 1;",
+      "sub.cc.s32 %r2, %r1, 7;\n  subc.s32 %r3, %r1, %r1;",
+      "mad.hi.cc.u32 %r2, %r1, %r1, %r1;\n  madc.lo.cc.u32 %r3, %r1, 3, %r1;",
+      "mul24.lo.u32 %r2, %r1, %r1;",
+      "mad24.hi.s32 %r2, %r1, %r1, %r1;",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "mad24.hi.sat.s32 %r2, %r1, %r1, %r1;",
+      "cvt.u64.u32 %rd2, %r1;\n  mul24.lo.u64 %rd3, %rd2, %rd2;",
+      "add.cc.f32 %f2, %f1, %f1;",
+      "mad.cc.u32 %r2, %r1, %r1, %r1;",
+  };
+  for (const char* body : kLeft) {
+    std::string refused;
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+  }
+}
+
+// f16/bf16 arithmetic and setp (halves in the low bits of .b32 registers here), cvt into
+// and out of halves in every rounding, to narrow integers and to tf32, and the cvt forms
+// the interpreter reads its own way (a float rounding to an integer as the integer
+// rounding, an integer rounding or .ftz on integers); not setp with a
+// BoolOp or .ftz on halves, set with a BoolOp or of other sources, a rounding other than .rn on half arithmetic, cvt
+// with .relu or .satfinite, nor .xorsign.
+TEST(JitOpcodeColumn, TheHalfFormsItTakes) {
+  const char* const kTaken[] = {
+      "cvt.rn.f16.f32 %r2, %f1;\n  add.f16 %r3, %r2, %r2;",
+      "sub.ftz.sat.f16 %r2, %r1, %r1;",
+      "fma.rn.relu.bf16x2 %r2, %r1, %r1, %r1;",
+      "min.NaN.f16x2 %r2, %r1, %r1;",
+      "neg.bf16 %r2, %r1;",
+      "tanh.approx.f16 %r2, %r1;",
+      "setp.lt.f16x2 %p1|%p2, %r1, %r1;",
+      "setp.nan.bf16 %p1, %r1, %r1;",
+      "set.gt.f16x2.f16x2 %r2, %r1, %r1;",
+      "set.equ.f32.bf16 %r2, %r1, %r1;",
+      "cvt.rz.bf16.f32 %r2, %f1;",
+      "cvt.rp.f16.f64 %r2, %fd1;",
+      "cvt.f32.f16 %f2, %r1;",
+      "cvt.rni.s32.bf16 %r2, %r1;",
+      "cvt.rn.f16x2.f32 %r2, %f1, %f1;",
+      "cvt.rzi.u8.f32 %r2, %f1;",
+      "cvt.rni.sat.s16.f32 %r2, %f1;",
+      "cvt.rna.tf32.f32 %r2, %f1;",
+      "cvt.rz.s32.f32 %r2, %f1;",
+      "cvt.sat.b32.s16 %r2, %r1;",
+      "cvt.rni.f32.s32 %f2, %r1;",
+      "cvt.ftz.s32.s16 %r2, %r1;",
+  };
+  for (const char* body : kTaken) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
+  }
+  const char* const kLeft[] = {
+      "setp.lt.and.f16x2 %p1|%p2, %r1, %r1, %p3;",
+      "setp.lt.ftz.f16 %p1, %r1, %r1;",
+      "set.gt.and.f16x2.f16x2 %r2, %r1, %r1, %p1;",
+      "set.gt.u32.f32 %r2, %f1, %f1;",
+      "add.rz.f16 %r2, %r1, %r1;",
+      "cvt.rn.relu.f16.f32 %r2, %f1;",
+      "cvt.rna.satfinite.tf32.f32 %r2, %f1;",
+      "min.xorsign.abs.f16 %r2, %r1, %r1;",
   };
   for (const char* body : kLeft) {
     std::string refused;
@@ -352,8 +436,7 @@ TEST(JitOpcodeColumn, TheFloatFormsItTakes) {
   const char* const kLeft[] = {
       "add.approx.f32 %f2, %f1, %f1;",      "div.f32 %f2, %f1, %f1;",           "abs.sat.f32 %f2, %f1;",
       "min.xorsign.abs.f32 %f2, %f1, %f1;", "div.rz.approx.f32 %f2, %f1, %f1;", "neg.rz.f32 %f2, %f1;",
-      "max.f32 %f2, %f1, %f1, %f1;",        "add.NaN.f32 %f2, %f1, %f1;",       "cvt.rz.s32.f32 %r2, %f1;",
-      "cvt.sat.b32.s16 %r2, %r1;",
+      "max.f32 %f2, %f1, %f1, %f1;",        "add.NaN.f32 %f2, %f1, %f1;",
   };
   for (const char* body : kLeft) {
     std::string refused;

@@ -1494,6 +1494,262 @@ TEST(JitMinMax, GiveThePtxIsasAndTheInterpretersResults) {
   }
 }
 
+// Registers of a block's scope, as inline assembly declares them (JitScopedRegisters.ptx:
+// a pair, a predicate guarding an add, a .b16 and a .b32 of one name in two scopes, one
+// declared `.reg.b32`): the
+// interpreter's results and the compiled ones alike in vector code (64 threads in x) and in
+// scalar code (64 in y), as computed by hand.
+TEST(JitScopedRegisters, InlineAssemblysRegistersAreRegisters) {
+  auto module = PtxModule::Parse(KernelText("JitScopedRegisters.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("scoped", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  std::vector<uint64_t> in;
+  for (uint64_t i = 0; i < 64; ++i) in.push_back((i * 0x9e3779b97f4a7c15ull) ^ (i << 10 | 0x3c00u * (i % 3 == 0)));
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, 5 * 64, 0xdeadbeefu));
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t lo = static_cast<uint32_t>(in[i]), hi = static_cast<uint32_t>(in[i] >> 32);
+    const uint16_t h = static_cast<uint16_t>(in[i]);
+    const int exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+    for (int run = 0; run < 3; ++run) {
+      const uint32_t* r = &out[run][5 * i];
+      EXPECT_EQ(r[0], hi + lo) << i << ", run " << run;
+      EXPECT_EQ(r[1], hi + (lo & 1)) << i << ", run " << run;
+      if (exponent != 31) {
+        const double value = exponent == 0 ? std::ldexp(fraction, -24) : std::ldexp(fraction + 1024, exponent - 25);
+        EXPECT_EQ(std::bit_cast<float>(r[2]), static_cast<float>((h & 0x8000) ? -value : value))
+            << i << ", run " << run;
+      }
+      EXPECT_EQ(r[2], out[0][5 * i + 2]) << i << ", run " << run;
+      EXPECT_EQ(r[3], hi + 1) << i << ", run " << run;
+      EXPECT_EQ(r[4], hi + lo + 7) << i << ", run " << run;
+    }
+  }
+}
+
+// The carry flag (add.cc, addc, sub.cc, subc, mad.cc, madc of 32 and 64 bits) and mul24,
+// mad24 (JitCarries.ptx) of 0, 1, the extremes of 24 and 32 bits and sums that carry and
+// borrow: the interpreter's results bit for bit in vector code (64 threads in x) and in
+// scalar code (64 in y), where each thread's flag starts at 0 though the thread before
+// left it set; and, by hand, the carries and products as the PTX ISA defines them.
+TEST(JitCarries, CarriesAndTwentyFourBitProductsGiveTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitCarries.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("carries", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t words[] = {0,          1,          0xffffffff, 0x80000000, 0x7fffffff, 0x00ffffff,
+                            0x00800000, 0xff800000, 12345678,   0xfffffffe, 0x01000001, 0x007fffff};
+  const uint64_t wides[] = {
+      0, ~uint64_t{0}, uint64_t{1} << 63, (uint64_t{1} << 63) - 1, 0xffffffff, 0x123456789abcdef0ull, 1};
+  struct Input {
+    uint32_t a, b, c, pad;
+    uint64_t x, y;
+  };
+  static_assert(sizeof(Input) == 32);
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    in.push_back({words[i % 12], words[(i / 12 + i * 5) % 12], words[(i * 7 + 1) % 12], 0, wides[i % 7],
+                  wides[(i / 7 + i) % 7]});
+  }
+  constexpr int kWords = 32;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  for (int i = 0; i < 64; ++i) {
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < kWords; ++k) {
+        EXPECT_EQ(out[run][kWords * i + k], out[0][kWords * i + k])
+            << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+  auto s24 = [](uint32_t v) { return static_cast<int64_t>(static_cast<int32_t>(v << 8) >> 8); };
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t* r = &out[0][kWords * i];
+    const uint64_t a = in[i].a, b = in[i].b, c = in[i].c;
+    EXPECT_EQ(r[0], static_cast<uint32_t>(a + b)) << i;  // the flag starts at 0
+    // {a, b, c} + {b, c, a}, little end first.
+    const uint64_t s0 = a + b, s1 = b + c + (s0 >> 32), s2 = c + a + (s1 >> 32);
+    EXPECT_EQ(r[1], static_cast<uint32_t>(s0)) << i;
+    EXPECT_EQ(r[2], static_cast<uint32_t>(s1)) << i;
+    EXPECT_EQ(r[3], static_cast<uint32_t>(s2)) << i;
+    EXPECT_EQ(r[4], static_cast<uint32_t>(s2 >> 32)) << i;
+    // {a, b, c} - {b, c, a}: a borrow sets the flag; subc.u32 0, 0 then is -1.
+    const uint64_t d0 = a - b, d1 = b - c - ((d0 >> 32) & 1), d2 = c - a - ((d1 >> 32) & 1);
+    EXPECT_EQ(r[5], static_cast<uint32_t>(d0)) << i;
+    EXPECT_EQ(r[6], static_cast<uint32_t>(d1)) << i;
+    EXPECT_EQ(r[7], static_cast<uint32_t>(d2)) << i;
+    EXPECT_EQ(r[8], (d2 >> 32) & 1 ? 0xffffffffu : 0u) << i;
+    // mad.lo.cc a*b + c, madc.hi a*b + a + carry.
+    const uint64_t ab = a * b, lo = (ab & 0xffffffff) + c;
+    EXPECT_EQ(r[9], static_cast<uint32_t>(lo)) << i;
+    EXPECT_EQ(r[10], static_cast<uint32_t>((ab >> 32) + a + (lo >> 32))) << i;
+    // 128-bit x + y (words 15-18).
+    const unsigned __int128 x = in[i].x, y = in[i].y, sum = x + y;
+    const uint64_t high = static_cast<uint64_t>(y + x + static_cast<uint64_t>(sum >> 64));
+    EXPECT_EQ(r[15] | uint64_t{r[16]} << 32, static_cast<uint64_t>(sum)) << i;
+    EXPECT_EQ(r[17] | uint64_t{r[18]} << 32, high) << i;
+    // mul24 and mad24.
+    EXPECT_EQ(r[22], static_cast<uint32_t>(s24(in[i].a) * s24(in[i].b))) << i;
+    EXPECT_EQ(r[23], static_cast<uint32_t>((s24(in[i].a) * s24(in[i].b)) >> 16)) << i;
+    EXPECT_EQ(r[24], static_cast<uint32_t>(((a & 0xffffff) * (b & 0xffffff)) >> 16)) << i;
+    EXPECT_EQ(r[25], static_cast<uint32_t>((a & 0xffffff) * (b & 0xffffff))) << i;
+    EXPECT_EQ(r[26], static_cast<uint32_t>((a & 0xffffff) * (b & 0xffffff) + c)) << i;
+  }
+}
+
+// The carry flag set before a barrier and read after it (JitCarryAcrossBarrier.ptx), in a
+// block whose threads alternate carrying and not: compiled (scalar code, one thread after
+// another, the flag saved and restored at the barrier) as interpreted, each thread its own.
+TEST(JitCarries, TheFlagLivesAcrossABarrier) {
+  auto module = PtxModule::Parse(KernelText("JitCarryAcrossBarrier.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("carry_barrier", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  std::vector<uint32_t> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    in.push_back(i % 2 ? 0xffffffffu : 1u);
+    in.push_back(i % 3 ? 1u : 0u);
+  }
+  std::vector<uint32_t> out[2];
+  for (int run = 0; run < 2; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    out[run].assign(64, 0xdeadbeefu);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Launch(kernel, {1, 1, 1}, {64, 1, 1}, Pack(din, dout), memory, nullptr, &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t carry = (uint64_t{in[2 * i]} + in[2 * i + 1]) >> 32;
+    EXPECT_EQ(out[0][i], carry) << i;
+    EXPECT_EQ(out[1][i], carry) << i;
+  }
+}
+
+// f16/bf16 arithmetic (.ftz, .sat, .relu, .NaN, pairs), setp of halves, cvt into and out
+// of f16/bf16 in every rounding, to narrow integers and to tf32, set of halves, and cvt in a float
+// rounding to integers (as .rzi...), .sat of bits and an integer rounding of an integer
+// (JitHalves.ptx) of zeros of
+// both signs, subnormals, infinities, NaNs with payloads (quiet, signalling, negative), the
+// largest finite values and values on rounding ties: the interpreter's results bit for bit
+// in vector code (64 threads in x) and in scalar code (64 in y); and, by hand, the PTX ISA's
+// min/max of halves (-0 below +0, two NaNs the canonical 0x7fff), .ftz and tf32 roundings.
+TEST(JitHalves, GiveThePtxIsasAndTheInterpretersResultsBitForBit) {
+  auto module = PtxModule::Parse(KernelText("JitHalves.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("halves", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint16_t halves[] = {0x0000, 0x8000, 0x3c00, 0xbc00, 0x0001, 0x8001, 0x03ff, 0x7c00,
+                             0xfc00, 0x7e00, 0x7d00, 0xfe01, 0x7bff, 0x3555, 0x0400, 0xc200};
+  const uint16_t bf16s[] = {0x0000, 0x8000, 0x3f80, 0xbf80, 0x0001, 0x7f80,
+                            0xff80, 0x7fc0, 0x7f81, 0xffc1, 0x7f7f, 0x3eab};
+  const uint32_t floats[] = {0x00000000, 0x80000000, 0x3f800000, 0x3f801000, 0x477fe000, 0x477ff000,
+                             0x33800000, 0x2edbe6ff, 0x7fc12345, 0x7f812345, 0xff800000, 0x43960000,
+                             0xc2ff0000, 0x471c4080, 0xbfc00000, 0x3f802001};
+  const double doubles[] = {
+      0.0, -0.0, 1.0 + std::ldexp(1.0, -11), 65504.0, -128.5, 127.9, 1e-30, std::numeric_limits<double>::quiet_NaN()};
+  struct Input {
+    uint32_t a, b, c, e;
+    uint32_t x, y;
+    double z;
+  };
+  static_assert(sizeof(Input) == 32);
+  auto pair = [](uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16; };
+  std::vector<Input> in;
+  for (uint32_t i = 0; i < 64; ++i) {
+    // The first 16 threads: +0 against every half in the low halves, -0 in the high; the
+    // last 16 each half against the one 8 places on (the largest subnormal and the least
+    // normal among them).
+    const uint16_t lo_a = halves[i % 16];
+    const uint16_t lo_b = i < 16 ? halves[i / 16] : halves[i < 48 ? (i * 5 + 3) % 16 : (i + 8) % 16];
+    in.push_back({pair(lo_a, i < 16 ? 0x8000 : halves[(i * 3 + 1) % 16]),
+                  pair(i < 16 ? halves[i % 16 == 0 ? 1 : 0] : lo_b, i < 16 ? halves[i] : halves[(i * 7 + 2) % 16]),
+                  pair(halves[(i * 11 + 5) % 16], halves[(i + 9) % 16]), pair(bf16s[i % 12], bf16s[(i * 5 + 1) % 12]),
+                  floats[i % 16], floats[(i * 3 + 2) % 16], doubles[i % 8]});
+  }
+  constexpr int kWords = 56;
+  std::vector<uint32_t> out[3];
+  ASSERT_NO_FATAL_FAILURE(RunInterpretedThenCompiled(kernel, in, out, kWords * 64, 0xdeadbeefu));
+  for (int i = 0; i < 64; ++i) {
+    for (int run = 1; run < 3; ++run) {
+      for (int k = 0; k < kWords; ++k) {
+        EXPECT_EQ(out[run][kWords * i + k], out[0][kWords * i + k])
+            << "input " << i << ", word " << k << ", run " << run;
+      }
+    }
+  }
+  // By hand: min.f16 and max.f16 (words 6, 7) and min.f16x2 (word 15) as the PTX ISA.
+  auto half_value = [](uint16_t h) {
+    const int exponent = (h >> 10) & 0x1f, fraction = h & 0x3ff;
+    const double magnitude = exponent == 0    ? std::ldexp(fraction, -24)
+                             : exponent == 31 ? (fraction ? std::numeric_limits<double>::quiet_NaN()
+                                                          : std::numeric_limits<double>::infinity())
+                                              : std::ldexp(fraction + 1024, exponent - 25);
+    return (h & 0x8000) ? -magnitude : magnitude;
+  };
+  auto isa = [&](uint16_t a, uint16_t b, bool max) -> uint16_t {
+    const double x = half_value(a), y = half_value(b);
+    if (std::isnan(x) && std::isnan(y)) return 0x7fff;
+    if (std::isnan(x)) return b;
+    if (std::isnan(y)) return a;
+    if (x == y) return ((a & 0x8000) != 0) != max ? a : b;  // -0 below +0
+    return (x < y) != max ? a : b;
+  };
+  for (int i = 0; i < 64; ++i) {
+    const uint32_t* r = &out[0][kWords * i];
+    const auto a = static_cast<uint16_t>(in[i].a), b = static_cast<uint16_t>(in[i].b);
+    EXPECT_EQ(r[6] & 0xffff, isa(a, b, false)) << "min, input " << i;
+    EXPECT_EQ(r[7] & 0xffff, isa(a, b, true)) << "max, input " << i;
+    EXPECT_EQ(r[15], pair(isa(a, b, false),
+                          isa(static_cast<uint16_t>(in[i].a >> 16), static_cast<uint16_t>(in[i].b >> 16), false)))
+        << "min.f16x2, input " << i;
+    // set.gt.f16x2.f16x2 (word 52): 1.0 in each half where a's is greater than b's;
+    // set.lt.u32.f16x2 (word 53): all ones in each half where a's is less.
+    const auto a_hi = static_cast<uint16_t>(in[i].a >> 16), b_hi = static_cast<uint16_t>(in[i].b >> 16);
+    EXPECT_EQ(r[52],
+              (half_value(a) > half_value(b) ? 0x3c00u : 0u) | (half_value(a_hi) > half_value(b_hi) ? 0x3c000000u : 0u))
+        << "set.gt, input " << i;
+    EXPECT_EQ(r[53],
+              (half_value(a) < half_value(b) ? 0xffffu : 0u) | (half_value(a_hi) < half_value(b_hi) ? 0xffff0000u : 0u))
+        << "set.lt.u32, input " << i;
+  }
+  // Thread 1: a = -0, b = +0 (low halves): min -0, max +0; thread 27: two NaNs (0xfe01,
+  // 0x7d00): the canonical NaN.
+  EXPECT_EQ(out[0][kWords * 1 + 6] & 0xffff, 0x8000u);
+  EXPECT_EQ(out[0][kWords * 1 + 7] & 0xffff, 0x0000u);
+  EXPECT_EQ(out[0][kWords * 27 + 6] & 0xffff, 0x7fffu);
+  // Thread 20: the least subnormal 0x0001 times infinity is infinity (mul, word 2), but
+  // under .ftz (word 11) 0 times infinity, a NaN.
+  EXPECT_EQ(out[0][kWords * 20 + 2] & 0xffff, 0x7c00u);
+  EXPECT_EQ(out[0][kWords * 20 + 11] & 0x7c00, 0x7c00u);
+  EXPECT_NE(out[0][kWords * 20 + 11] & 0x3ff, 0u);
+  // cvt.rn.f16.f32 (word 28) of 1.0 (thread 2) and of 65520 (thread 5: rounds to infinity),
+  // cvt.rz.f16.f32 (word 29) of 65520: the largest finite; tf32 (words 45-47) of
+  // 0x3f801000 (thread 3, a tie): .rna away, .rn to even, .rz down.
+  EXPECT_EQ(out[0][kWords * 2 + 28] & 0xffff, 0x3c00u);
+  EXPECT_EQ(out[0][kWords * 5 + 28] & 0xffff, 0x7c00u);
+  EXPECT_EQ(out[0][kWords * 5 + 29] & 0xffff, 0x7bffu);
+  EXPECT_EQ(out[0][kWords * 3 + 45], 0x3f802000u);
+  EXPECT_EQ(out[0][kWords * 3 + 46], 0x3f800000u);
+  EXPECT_EQ(out[0][kWords * 3 + 47], 0x3f800000u);
+  // cvt.rzi.u8.f32 (word 42) of 300 (thread 11) saturates to 255; cvt.rni.s16.f32 (word 41)
+  // of 40000.5 (thread 13) to 32767, of -1.5 (thread 14) to -2.
+  EXPECT_EQ(out[0][kWords * 11 + 42] & 0xffff, 255u);
+  EXPECT_EQ(out[0][kWords * 13 + 41], 32767u);
+  EXPECT_EQ(out[0][kWords * 14 + 41], static_cast<uint32_t>(-2));
+  // cvt.rz.s32.f32 (word 48) rounds as .rzi: -1.5 (thread 14) to -1; cvt.rp.u32.f64 (word
+  // 51) as .rpi: 127.9 (thread 5) to 128.
+  EXPECT_EQ(out[0][kWords * 14 + 48], static_cast<uint32_t>(-1));
+  EXPECT_EQ(out[0][kWords * 5 + 51], 128u);
+}
+
 // .ftz, .sat, .approx and .full forms of f32 arithmetic, rsqrt, rcp and copysign of f32
 // and f64 (JitFloatForms.ptx) of zeros, subnormals, infinities, NaNs with payloads (quiet,
 // signalling, negative) and ordinary values: the interpreter's results bit for bit in
