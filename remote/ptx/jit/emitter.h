@@ -104,6 +104,9 @@ class Emitter {
   bool Operation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool Fence(const std::vector<std::string_view>& parts, std::string* why);
 
+  // emit_runtime.cc: malloc and free (kMallocOpcode, kFreeOpcode) under `guard` (or none).
+  bool RuntimeCall(const RawStatement& s, llvm::Value* guard, std::string* refused);
+
   // emit_operands.cc
   int64_t SharedSymbol(const std::string& name) const;
   int64_t LocalSymbol(const std::string& name) const;

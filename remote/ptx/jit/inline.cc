@@ -52,7 +52,7 @@ class Inliner {
         if (s.kind == RawStatement::kRegister) registers_.insert(s.name);
         if (s.kind == RawStatement::kParam) params_.insert(s.name);
       } else {
-        if (s.opcode == kCallsTooDeepOpcode) {
+        if (!s.opcode.empty() && s.opcode[0] == '$') {
           // The job's own (which the decoder refuses too): only InlineCalls makes it.
           return Refuse("instruction " + s.opcode, s.line, refused);
         }
@@ -157,6 +157,9 @@ class Inliner {
       return Refuse("an indirect call", s.line, refused);
     }
     auto found = module_.functions.find(name);
+    if ((name == "malloc" || name == "free") && found != module_.functions.end() && !found->second.has_body) {
+      return DeviceHeapCall(s, name == "malloc", returns, args, refused);
+    }
     if (found == module_.functions.end() || !found->second.has_body) {
       return Refuse("a call of external function '" + name + "' (the device runtime's, or another module's)", s.line,
                     refused);
@@ -218,6 +221,37 @@ class Inliner {
     return skip.empty() || Label(skip, s.line, refused);
   }
 
+  // malloc or free of the device runtime, as the decoder's Decoder::Call takes them: the
+  // statement kMallocOpcode or kFreeOpcode under the call's guard (the decoder's one
+  // instruction, counted once), naming the call's .param variables.
+  bool DeviceHeapCall(const RawStatement& s, bool is_malloc, const RawOperand* returns, const RawOperand* args,
+                      std::string* refused) {
+    auto param_variable = [&](const RawOperand* list) {
+      return list != nullptr && !list->items.empty() && list->items[0].kind == RawOperand::kName &&
+             params_.count(list->items[0].name) > 0;
+    };
+    if (!param_variable(args) || (is_malloc && !param_variable(returns))) {
+      return Refuse("a call's argument or result other than a .param variable", s.line, refused);
+    }
+    uint64_t heap_size = 0;
+    for (const ModuleVariable& variable : module_.variables) {
+      if (variable.name == kDeviceHeapVariable) heap_size = variable.size;
+    }
+    // As the decoder checks it (a module that calls malloc has its heap: PtxModule::Parse).
+    if (heap_size < 64 || heap_size % 16 != 0 || heap_size > kMaxDeviceHeapBytes) {
+      return Refuse("a device heap of " + std::to_string(heap_size) + " bytes", s.line, refused);
+    }
+    RawStatement call;
+    call.opcode = std::string(is_malloc ? kMallocOpcode : kFreeOpcode);
+    call.guard = s.guard;
+    call.guard_negated = s.guard_negated;
+    call.line = s.line;
+    call.size = heap_size;
+    call.operands.push_back(args->items[0]);
+    if (is_malloc) call.operands.push_back(returns->items[0]);
+    return Push(std::move(call), refused);
+  }
+
   const ParsedModule& module_;
   RawFunction* out_;
   const size_t max_statements_;
@@ -238,7 +272,9 @@ class Inliner {
 bool NeedsInlining(const RawFunction& entry) {
   for (const RawStatement& s : entry.body) {
     if (s.kind != RawStatement::kInstruction) continue;
-    if (s.opcode == "call" || s.opcode.rfind("call.", 0) == 0 || s.opcode == kCallsTooDeepOpcode) return true;
+    if (s.opcode == "call" || s.opcode.rfind("call.", 0) == 0 || (!s.opcode.empty() && s.opcode[0] == '$')) {
+      return true;
+    }
   }
   return false;
 }

@@ -155,6 +155,11 @@ static_assert(offsetof(Context, param_size) == kOffParamSize);
 const RawFunction* InlineCalls(const ParsedModule& module, const RawFunction& entry, RawFunction* storage,
                                std::string* refused);
 inline constexpr std::string_view kCallsTooDeepOpcode = "$calls_too_deep";
+// The device runtime's calls the tier takes, as InlineCalls leaves them (a call site's
+// guard kept): operands the call's .param variables, the argument first (then malloc's
+// result); `size` the module's heap bytes. Each thread's call runs MallocLane or FreeLane.
+inline constexpr std::string_view kMallocOpcode = "$malloc";
+inline constexpr std::string_view kFreeOpcode = "$free";
 // CompileKernel of an entry InlineCalls made (one that calls nothing).
 std::shared_ptr<CompiledKernel> CompileInlined(const RawFunction& entry, const SharedLayout& shared,
                                                uint32_t param_size, std::string* refused);
@@ -166,6 +171,14 @@ std::shared_ptr<CompiledKernel> CompileInlined(const RawFunction& entry, const S
 // coordinate registers' values, `values` the data (sust: in; else out). Nonzero on a fault,
 // with context->fault_address, fault_size and fault_what set.
 int32_t TextureLane(Context* context, uint32_t op, uint64_t handle, const uint64_t* coords, uint64_t* values);
+
+// Device-side malloc and free of one thread, called by compiled code: the interpreter's
+// heap (remote/ptx/device_heap.h) in the module's heap variable at device address `heap`
+// (`heap_size` bytes), under device_heap_mu as the interpreter's handlers take it. Nonzero
+// on a fault (the heap outside the launch's memory; free of a pointer malloc did not give),
+// with context->fault_address, fault_size and fault_what set as the interpreter names it.
+int32_t MallocLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t bytes, uint64_t* address);
+int32_t FreeLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t address);
 
 // Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
 // point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).

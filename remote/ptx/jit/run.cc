@@ -5,12 +5,14 @@
 // with the interpreter's fault text (memory.h).
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <bit>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "remote/ptx/device_heap.h"
 #include "remote/ptx/texture.h"
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
@@ -288,6 +290,41 @@ int32_t TextureLane(Context* context, uint32_t op, uint64_t handle, const uint64
   context->fault_address = fault.address;
   context->fault_size = fault.size;
   context->fault_what = fault.what;
+  return 1;
+}
+
+namespace {
+
+// The module's heap as the interpreter's handlers find it (interp/device_heap.cc,
+// DeviceHeap: the launch's global memory), or nullptr with the fault set as they set it.
+uint8_t* DeviceHeapMemory(Context* context, uint64_t heap, uint64_t heap_size) {
+  uint8_t* memory = TextureMemory(context, heap, static_cast<uint32_t>(heap_size));
+  if (memory == nullptr) {
+    context->fault_address = heap;
+    context->fault_size = 16;
+    context->fault_what = "device heap";
+  }
+  return memory;
+}
+
+}  // namespace
+
+int32_t MallocLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t bytes, uint64_t* address) {
+  uint8_t* memory = DeviceHeapMemory(context, heap, heap_size);
+  if (memory == nullptr) return 1;
+  std::lock_guard<std::mutex> lock(device_heap_mu);
+  *address = DeviceMalloc(memory, heap, heap_size, bytes);
+  return 0;
+}
+
+int32_t FreeLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t address) {
+  uint8_t* memory = DeviceHeapMemory(context, heap, heap_size);
+  if (memory == nullptr) return 1;
+  std::lock_guard<std::mutex> lock(device_heap_mu);
+  if (DeviceFree(memory, heap, heap_size, address)) return 0;
+  context->fault_address = address;
+  context->fault_size = 1;
+  context->fault_what = "free of a pointer device malloc did not return (or freed twice)";
   return 1;
 }
 

@@ -3011,5 +3011,162 @@ TEST_F(JitParamAddress, AParametersAddressReadsTheLaunchsParameterBytes) {
   }
 }
 
+// Device-side malloc and free (JitDeviceHeap.ptx) on a heap of kHeap bytes: compiled code
+// allocates from the interpreter's heap with its code (remote/ptx/device_heap.h). Threads
+// run one after another compiled, where a warp's lanes allocate together interpreted, so
+// the blocks' addresses may differ: the tests compare what the kernels compute with their
+// memory, and the NULLs and faults, never the addresses.
+class JitDeviceHeap : public KernelFileTest {
+ public:
+  static constexpr uint64_t kHeap = 64 * 1024;
+  JitDeviceHeap() : KernelFileTest("JitDeviceHeap.ptx") {}
+  void SetUp() override {
+    auto parsed = PtxModule::Parse(KernelText("JitDeviceHeap.ptx"), kHeap);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    module_ = std::move(*parsed);
+  }
+  // `name` decoded with its heap at kHeapAddress: the first buffer a Memory adds.
+  static constexpr uint64_t kHeapAddress = uint64_t{1} << 44;
+  const DecodedKernel& HeapKernel(const std::string& name) {
+    auto kernel = module_->Decode(name, {{kDeviceHeapVariable, kHeapAddress}});
+    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
+    return **kernel;
+  }
+};
+
+// Sizes of 0 (NULL), 1 to 5000 bytes, the whole heap and more (NULL: no room for its
+// header), 2^63 and 2^64 - 1 (NULL): the same NULLs, sums, alignment and bytes read back
+// on both tiers, in blocks of 64 threads in x and in y, launched twice on one heap (the
+// second launch finds the first's blocks that were not freed).
+TEST_F(JitDeviceHeap, MallocAndFreeGiveTheInterpretersResults) {
+  const DecodedKernel& kernel = HeapKernel("heap");
+  std::vector<uint64_t> sizes(64);
+  const uint64_t edges[] = {
+      0, 1, 15, 16, 17, 4096, 5000, kHeap, kHeap - 32, kHeap + 16, uint64_t{1} << 63, ~uint64_t{0}, 48, 100, 255, 256};
+  for (size_t i = 0; i < sizes.size(); ++i) sizes[i] = i < std::size(edges) ? edges[i] : (i * 37) % 300;
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  std::vector<uint64_t> out[3][2];
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    std::vector<uint8_t> heap(kHeap, 0);
+    Memory memory;
+    ASSERT_EQ(memory.Add(heap), kHeapAddress);
+    const uint64_t dsizes = memory.Add(sizes);
+    for (int launch = 0; launch < 2; ++launch) {
+      out[run][launch].assign(4 * 64, 0xdeadbeefull);
+      Memory with_out = memory;
+      const uint64_t dout = with_out.Add(out[run][launch]);
+      std::string detail;
+      ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(dsizes, dout), with_out, nullptr, &detail), 0) << detail;
+    }
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 4u) << kernel.jit->refused;
+  for (int launch = 0; launch < 2; ++launch) {
+    const std::vector<uint64_t>& r = out[0][launch];
+    for (uint64_t i = 0; i < 64; ++i) {
+      const uint64_t n = sizes[i];
+      const bool null = n == 0 || n > kHeap - 64;
+      EXPECT_EQ(r[4 * i], null ? 1u : 0u) << "thread " << i << ", launch " << launch;
+      if (!null) {
+        uint64_t sum = 0, first = 0;
+        for (uint64_t k = 0; k < std::min<uint64_t>(n, 4096); ++k) sum += (i + k) & 255;
+        for (uint64_t k = 0; k < std::min<uint64_t>(n, 8); ++k) first |= ((i + k) & 255) << (8 * k);
+        EXPECT_EQ(r[4 * i + 1], sum) << i;
+        EXPECT_EQ(r[4 * i + 2], 0u) << i;  // 16-byte aligned
+        EXPECT_EQ(r[4 * i + 3], first) << i;
+      }
+      for (int run = 1; run < 3; ++run) {
+        for (int k = 0; k < 4; ++k) {
+          EXPECT_EQ(out[run][launch][4 * i + k], r[4 * i + k])
+              << "thread " << i << ", word " << k << ", launch " << launch << ", run " << run;
+        }
+      }
+    }
+  }
+}
+
+// free of NULL does nothing; of a pointer malloc did not give (inside the heap, past it, a
+// global buffer's), and twice of one it gave (under a guard the second time), the launch
+// fails with CUDA_ERROR_ILLEGAL_ADDRESS and the interpreter's text; with the heap outside
+// the launch's memory, malloc and free fail it naming the heap.
+TEST_F(JitDeviceHeap, BadFreesAndAMissingHeapFailAsOnTheInterpreter) {
+  const DecodedKernel& frees = HeapKernel("heap_free");
+  const DecodedKernel& twice = HeapKernel("heap_double_free");
+  const uint64_t bad[] = {kHeapAddress + 48, kHeapAddress + 8, kHeapAddress + kHeap, 0};
+  for (uint64_t pointer : bad) {
+    int32_t result[2];
+    std::string detail[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      std::vector<uint8_t> heap(kHeap, 0);
+      Memory memory;
+      ASSERT_EQ(memory.Add(heap), kHeapAddress);
+      std::vector<uint64_t> global(8, 0);
+      const uint64_t dglobal = memory.Add(global);
+      // Thread 0 frees NULL; thread 1 the pointer (0: a global buffer's).
+      std::vector<uint64_t> pointers = {0, pointer == 0 ? dglobal : pointer};
+      const uint64_t dpointers = memory.Add(pointers);
+      result[compiled] = Launch(frees, {1, 1, 1}, {2, 1, 1}, Pack(dpointers), memory, nullptr, &detail[compiled]);
+    }
+    EXPECT_EQ(result[0], kIllegalAddress) << pointer;
+    EXPECT_EQ(result[1], result[0]) << pointer;
+    EXPECT_NE(detail[0].find("free of a pointer device malloc did not return"), std::string::npos) << detail[0];
+    EXPECT_EQ(detail[1], detail[0]);
+  }
+  // free(NULL) alone: no fault.
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    std::vector<uint8_t> heap(kHeap, 0);
+    Memory memory;
+    ASSERT_EQ(memory.Add(heap), kHeapAddress);
+    std::vector<uint64_t> pointers(32, 0);
+    const uint64_t dpointers = memory.Add(pointers);
+    std::string detail;
+    EXPECT_EQ(Launch(frees, {1, 1, 1}, {32, 1, 1}, Pack(dpointers), memory, nullptr, &detail), 0) << detail;
+  }
+  // A second free only under the guard. The faulting block's address may differ between
+  // the tiers (the order of allocation does), so its text is compared without it.
+  for (uint32_t again : {0u, 1u}) {
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      std::vector<uint8_t> heap(kHeap, 0);
+      Memory memory;
+      ASSERT_EQ(memory.Add(heap), kHeapAddress);
+      std::vector<uint64_t> out(40, 7);
+      const uint64_t dout = memory.Add(out);
+      std::string detail;
+      const int32_t result = Launch(twice, {1, 1, 1}, {40, 1, 1}, Pack(dout, again), memory, nullptr, &detail);
+      if (again == 0) {
+        EXPECT_EQ(result, 0) << detail << ", compiled " << compiled;
+        EXPECT_EQ(out, std::vector<uint64_t>(40, 1)) << "compiled " << compiled;
+      } else {
+        EXPECT_EQ(result, kIllegalAddress) << "compiled " << compiled;
+        EXPECT_NE(detail.find("free of a pointer device malloc did not return"), std::string::npos) << detail;
+      }
+    }
+  }
+  // The heap's variable outside the launch's memory.
+  for (const char* name : {"heap_free", "heap_double_free"}) {
+    const DecodedKernel& kernel = HeapKernel(name);
+    std::string detail[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      std::vector<uint64_t> pointers(8, 0);
+      Memory memory;
+      memory.next = uint64_t{1} << 45;
+      const uint64_t dpointers = memory.Add(pointers);
+      EXPECT_EQ(Launch(kernel, {1, 1, 1}, {4, 1, 1}, Pack(dpointers, 0u), memory, nullptr, &detail[compiled]),
+                kIllegalAddress)
+          << name;
+    }
+    EXPECT_NE(detail[0].find("device heap"), std::string::npos) << detail[0];
+    EXPECT_EQ(detail[1], detail[0]) << name;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(frees.jit->jit_launches.load(), 6u) << frees.jit->refused;
+  EXPECT_EQ(twice.jit->jit_launches.load(), 3u) << twice.jit->refused;
+}
+
 }  // namespace
 }  // namespace gpupool::sim

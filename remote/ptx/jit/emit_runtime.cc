@@ -1,0 +1,77 @@
+// The device runtime's calls the tier takes (emitter.h): malloc and free (kMallocOpcode,
+// kFreeOpcode, as InlineCalls leaves them), each thread's a call of MallocLane or FreeLane
+// (run.cc), which allocate from the module's heap with the interpreter's own code
+// (remote/ptx/device_heap.h). Their arguments and results are the call's .param variables,
+// in the thread's local memory (so never in vector code, which has none).
+//
+// Threads run one after another here, where the interpreter's lanes of a warp call malloc
+// together: a kernel gets blocks at other addresses than on the interpreter (a thread that
+// frees before the next thread allocates gives its block back to it), never other
+// contents; docs/ptx-engine.md says what that changes.
+#include <llvm/IR/MDBuilder.h>
+
+#include <string>
+
+#include "remote/ptx/jit/emitter.h"
+
+namespace gpupool::sim::jit {
+
+bool Emitter::RuntimeCall(const RawStatement& s, llvm::Value* guard, std::string* refused) {
+  auto refuse = [&](const std::string& text) { return Refuse(s.opcode + ": " + text, s.line, refused); };
+  if (lanes_) return refuse("a device runtime call in vector code");
+  const bool is_malloc = s.opcode == kMallocOpcode;
+  // The call's .param variables: each thread's 8 bytes of local memory (the decoder's
+  // offsets), inside its slice.
+  std::vector<uint64_t> offsets;
+  for (const RawOperand& o : s.operands) {
+    const int64_t offset = LocalSymbol(o.name);
+    if (offset < 0 || local_size_ < 8 || static_cast<uint64_t>(offset) > local_size_ - 8) {
+      return refuse("a parameter outside local memory");
+    }
+    offsets.push_back(static_cast<uint64_t>(offset));
+  }
+  if (offsets.size() != (is_malloc ? 2u : 1u)) return refuse("operands");
+  uint64_t heap = 0;
+  if (!GlobalSymbol(kDeviceHeapVariable, &heap) || heap == 0) return refuse("no device heap");
+
+  llvm::BasicBlock* skip = nullptr;
+  if (guard != nullptr) {
+    auto* run = llvm::BasicBlock::Create(ctx_, "runtime_call", fn_);
+    skip = llvm::BasicBlock::Create(ctx_, "runtime_skip", fn_);
+    b_.CreateCondBr(guard, run, skip);
+    b_.SetInsertPoint(run);
+  }
+  llvm::Value* slice = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(local_size_));
+  auto local = [&](uint64_t offset) {
+    return b_.CreateGEP(b_.getInt8Ty(), local_arg_, b_.CreateAdd(slice, b_.getInt64(offset)));
+  };
+  llvm::Value* argument = b_.CreateLoad(i64_, local(offsets[0]));
+  llvm::Value* failed = nullptr;
+  if (is_malloc) {
+    auto* type = llvm::FunctionType::get(i32_, {ptr_, i64_, i64_, i64_, ptr_}, false);
+    llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(&MallocLane)), ptr_);
+    failed =
+        b_.CreateCall(type, callee, {context_, b_.getInt64(heap), b_.getInt64(s.size), argument, local(offsets[1])});
+  } else {
+    auto* type = llvm::FunctionType::get(i32_, {ptr_, i64_, i64_, i64_}, false);
+    llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(&FreeLane)), ptr_);
+    failed = b_.CreateCall(type, callee, {context_, b_.getInt64(heap), b_.getInt64(s.size), argument});
+  }
+  // A fault ends the launch here (the lane function set its address, size and name).
+  auto* fault = llvm::BasicBlock::Create(ctx_, "runtime_fault", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "runtime_ok", fn_);
+  b_.CreateCondBr(b_.CreateICmpNE(failed, b_.getInt32(0)), fault, join,
+                  llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+  b_.SetInsertPoint(fault);
+  b_.CreateStore(ThreadIndex(), Field(kOffFaultThread));
+  FlushCount();
+  b_.CreateRet(b_.getInt32(kIllegalAddress));
+  b_.SetInsertPoint(join);
+  if (skip != nullptr) {
+    b_.CreateBr(skip);
+    b_.SetInsertPoint(skip);
+  }
+  return true;
+}
+
+}  // namespace gpupool::sim::jit
