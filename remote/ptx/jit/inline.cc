@@ -151,7 +151,7 @@ class Inliner {
     if (callee == nullptr) return Refuse("a call without a target", s.line, refused);
     const std::string& name = callee->name;
     if (name == "vprintf" || name == "__assertfail" || name == "__assert_fail") {
-      return Refuse("a call of " + name + " (the interpreter's)", s.line, refused);
+      return PrintCall(s, name == "vprintf", returns, args, refused);
     }
     if (registers_.count(name) || name.find('@') != std::string::npos) {
       return Refuse("an indirect call", s.line, refused);
@@ -249,6 +249,33 @@ class Inliner {
     call.size = heap_size;
     call.operands.push_back(args->items[0]);
     if (is_malloc) call.operands.push_back(returns->items[0]);
+    return Push(std::move(call), refused);
+  }
+
+  // vprintf or __assertfail, as the decoder's Decoder::Call takes them: the statement
+  // kPrintfOpcode or kAssertOpcode under the call's guard, naming the call's .param
+  // variables (vprintf's result only where the call takes one).
+  bool PrintCall(const RawStatement& s, bool is_printf, const RawOperand* returns, const RawOperand* args,
+                 std::string* refused) {
+    const size_t count = is_printf ? 2 : 4;
+    RawStatement call;
+    call.opcode = std::string(is_printf ? kPrintfOpcode : kAssertOpcode);
+    call.guard = s.guard;
+    call.guard_negated = s.guard_negated;
+    call.line = s.line;
+    for (size_t i = 0; i < count; ++i) {
+      if (args == nullptr || i >= args->items.size() || args->items[i].kind != RawOperand::kName ||
+          params_.count(args->items[i].name) == 0) {
+        return Refuse("a call's argument other than a .param variable", s.line, refused);
+      }
+      call.operands.push_back(args->items[i]);
+    }
+    if (is_printf && returns != nullptr && !returns->items.empty()) {
+      if (returns->items[0].kind != RawOperand::kName || params_.count(returns->items[0].name) == 0) {
+        return Refuse("a call's result other than a .param variable", s.line, refused);
+      }
+      call.operands.push_back(returns->items[0]);
+    }
     return Push(std::move(call), refused);
   }
 
