@@ -80,8 +80,8 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
   // The opcode table's jit column is this dispatch's list: an opcode it does not mark is
   // left to the interpreter here, whatever branch below might match its name.
   const bool too_deep = s.opcode == kCallsTooDeepOpcode;
-  const bool runtime =
-      s.opcode == kMallocOpcode || s.opcode == kFreeOpcode || s.opcode == kPrintfOpcode || s.opcode == kAssertOpcode;
+  const bool runtime = s.opcode == kMallocOpcode || s.opcode == kFreeOpcode || s.opcode == kPrintfOpcode ||
+                       s.opcode == kAssertOpcode || s.opcode == kSetConditionalOpcode;
   if (!too_deep && !runtime && !JitHasEmitter(op))
     return refuse("an opcode the tier has no emitter for (ir/opcodes.def)");
   // Count it (each running thread), then run it under its guard.

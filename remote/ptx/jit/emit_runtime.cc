@@ -3,8 +3,10 @@
 // FreeLane (run.cc), which allocate from the module's heap with the interpreter's own code
 // (remote/ptx/device_heap.h); vprintf and __assertfail (kPrintfOpcode, kAssertOpcode), a
 // call of PrintfLane or AssertLane, which format with the interpreter's own code
-// (remote/ptx/device_printf.h). Their arguments and results are the call's .param
-// variables, in the thread's local memory (so never in vector code, which has none).
+// (remote/ptx/device_printf.h); cudaGraphSetConditional (kSetConditionalOpcode), a call of
+// SetConditionalLane, the interpreter's store at its handle. Their arguments and results
+// are the call's .param variables, in the thread's local memory (so never in vector code,
+// which has none).
 //
 // Threads run one after another here, where the interpreter's lanes of a warp call malloc
 // together: a kernel gets blocks at other addresses than on the interpreter (a thread that
@@ -25,6 +27,7 @@ bool Emitter::RuntimeCall(const RawStatement& s, llvm::Value* guard, std::string
   const bool is_malloc = s.opcode == kMallocOpcode;
   const bool is_printf = s.opcode == kPrintfOpcode;
   const bool is_assert = s.opcode == kAssertOpcode;
+  const bool is_conditional = s.opcode == kSetConditionalOpcode;
   // The call's .param variables: each thread's 8 bytes of local memory (the decoder's
   // offsets), inside its slice.
   std::vector<uint64_t> offsets;
@@ -35,13 +38,14 @@ bool Emitter::RuntimeCall(const RawStatement& s, llvm::Value* guard, std::string
     }
     offsets.push_back(static_cast<uint64_t>(offset));
   }
-  const bool operands_ok = is_printf   ? offsets.size() == 2 || offsets.size() == 3
-                           : is_assert ? offsets.size() == 4
-                           : is_malloc ? offsets.size() == 2
-                                       : offsets.size() == 1;
+  const bool operands_ok = is_printf        ? offsets.size() == 2 || offsets.size() == 3
+                           : is_assert      ? offsets.size() == 4
+                           : is_malloc      ? offsets.size() == 2
+                           : is_conditional ? offsets.size() == 2
+                                            : offsets.size() == 1;
   if (!operands_ok) return refuse("operands");
   uint64_t heap = 0;
-  if (!is_printf && !is_assert && (!GlobalSymbol(kDeviceHeapVariable, &heap) || heap == 0)) {
+  if (!is_printf && !is_assert && !is_conditional && (!GlobalSymbol(kDeviceHeapVariable, &heap) || heap == 0)) {
     return refuse("no device heap");
   }
 
@@ -55,6 +59,8 @@ bool Emitter::RuntimeCall(const RawStatement& s, llvm::Value* guard, std::string
   llvm::Value* slice = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(local_size_));
   if (is_printf || is_assert) {
     PrintCall(s, offsets, slice);
+  } else if (is_conditional) {
+    SetConditionalCall(offsets, slice);
   } else {
     HeapCall(is_malloc, s.size, heap, offsets, slice);
   }
@@ -86,6 +92,27 @@ void Emitter::HeapCall(bool is_malloc, uint64_t heap_size, uint64_t heap, const 
   // A fault ends the launch here (the lane function set its address, size and name).
   auto* fault = llvm::BasicBlock::Create(ctx_, "runtime_fault", fn_);
   auto* join = llvm::BasicBlock::Create(ctx_, "runtime_ok", fn_);
+  b_.CreateCondBr(b_.CreateICmpNE(failed, b_.getInt32(0)), fault, join,
+                  llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+  b_.SetInsertPoint(fault);
+  b_.CreateStore(ThreadIndex(), Field(kOffFaultThread));
+  FlushCount();
+  b_.CreateRet(b_.getInt32(kIllegalAddress));
+  b_.SetInsertPoint(join);
+}
+
+// A thread's cudaGraphSetConditional(handle, value); a fault ends the launch here.
+void Emitter::SetConditionalCall(const std::vector<uint64_t>& offsets, llvm::Value* slice) {
+  auto local = [&](uint64_t offset) {
+    return b_.CreateGEP(b_.getInt8Ty(), local_arg_, b_.CreateAdd(slice, b_.getInt64(offset)));
+  };
+  auto* type = llvm::FunctionType::get(i32_, {ptr_, i64_, i32_}, false);
+  llvm::Value* callee =
+      llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(&SetConditionalLane)), ptr_);
+  llvm::Value* failed = b_.CreateCall(
+      type, callee, {context_, b_.CreateLoad(i64_, local(offsets[0])), b_.CreateLoad(i32_, local(offsets[1]))});
+  auto* fault = llvm::BasicBlock::Create(ctx_, "conditional_fault", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "conditional_ok", fn_);
   b_.CreateCondBr(b_.CreateICmpNE(failed, b_.getInt32(0)), fault, join,
                   llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
   b_.SetInsertPoint(fault);

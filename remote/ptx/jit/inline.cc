@@ -160,6 +160,9 @@ class Inliner {
     if ((name == "malloc" || name == "free") && found != module_.functions.end() && !found->second.has_body) {
       return DeviceHeapCall(s, name == "malloc", returns, args, refused);
     }
+    if (name == "cudaGraphSetConditional" && found != module_.functions.end() && !found->second.has_body) {
+      return SetConditionalCall(s, args, refused);
+    }
     if (found == module_.functions.end() || !found->second.has_body) {
       return Refuse("a call of external function '" + name + "' (the device runtime's, or another module's)", s.line,
                     refused);
@@ -275,6 +278,24 @@ class Inliner {
         return Refuse("a call's result other than a .param variable", s.line, refused);
       }
       call.operands.push_back(returns->items[0]);
+    }
+    return Push(std::move(call), refused);
+  }
+
+  // cudaGraphSetConditional, as the decoder's Decoder::Call takes it: the statement
+  // kSetConditionalOpcode under the call's guard, naming its two .param variables.
+  bool SetConditionalCall(const RawStatement& s, const RawOperand* args, std::string* refused) {
+    RawStatement call;
+    call.opcode = std::string(kSetConditionalOpcode);
+    call.guard = s.guard;
+    call.guard_negated = s.guard_negated;
+    call.line = s.line;
+    for (size_t i = 0; i < 2; ++i) {
+      if (args == nullptr || i >= args->items.size() || args->items[i].kind != RawOperand::kName ||
+          params_.count(args->items[i].name) == 0) {
+        return Refuse("a call's argument other than a .param variable", s.line, refused);
+      }
+      call.operands.push_back(args->items[i]);
     }
     return Push(std::move(call), refused);
   }

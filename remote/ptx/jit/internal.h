@@ -170,6 +170,9 @@ inline constexpr std::string_view kFreeOpcode = "$free";
 // __assertfail: message, file, line, function). PrintfLane, AssertLane.
 inline constexpr std::string_view kPrintfOpcode = "$vprintf";
 inline constexpr std::string_view kAssertOpcode = "$assertfail";
+// cudaGraphSetConditional(handle, value) (operands: its two .param variables).
+// SetConditionalLane.
+inline constexpr std::string_view kSetConditionalOpcode = "$setconditional";
 // CompileKernel of an entry InlineCalls made (one that calls nothing).
 std::shared_ptr<CompiledKernel> CompileInlined(const RawFunction& entry, const SharedLayout& shared,
                                                uint32_t param_size, std::string* refused);
@@ -197,6 +200,12 @@ int32_t FreeLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t a
 int32_t PrintfLane(Context* context, uint64_t format, uint64_t args, uint8_t* local, uint8_t* shared);
 void AssertLane(Context* context, uint64_t message, uint64_t file, uint32_t line, uint64_t function, uint8_t* local,
                 uint8_t* shared, uint32_t thread, uint32_t ctaid_x, uint32_t ctaid_y, uint32_t ctaid_z);
+
+// cudaGraphSetConditional of one thread, called by compiled code: as the interpreter's
+// HSetConditional, a store of `value` at the device address `handle` (the remoting
+// library's handle is its condition's 4-byte slot), bounds-checked as any global store.
+// Nonzero on a fault, with context->fault_address, fault_size and fault_what set.
+int32_t SetConditionalLane(Context* context, uint64_t handle, uint32_t value);
 
 // Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
 // point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
@@ -353,6 +354,24 @@ void AssertLane(Context* context, uint64_t message, uint64_t file, uint32_t line
   AppendPrintf(&context->printf_text,
                FormatDeviceAssert(DeviceMemory{&memory, &ThreadMemory::At}, message, file, line, function, ctaid, tid),
                &context->printf_dropped);
+}
+
+int32_t SetConditionalLane(Context* context, uint64_t handle, uint32_t value) {
+  uint8_t* slot = TextureMemory(context, handle, 4);
+  if (slot == nullptr) {
+    context->fault_address = handle;
+    context->fault_size = 4;
+    context->fault_what = "cudaGraphSetConditional of a handle that is not a conditional's";
+    return 1;
+  }
+  // As the interpreter's StoreWhole: one store where aligned (another thread reading the
+  // word sees it whole).
+  if (reinterpret_cast<uintptr_t>(slot) % 4 == 0) {
+    __atomic_store_n(reinterpret_cast<uint32_t*>(slot), value, __ATOMIC_RELAXED);
+  } else {
+    std::memcpy(slot, &value, 4);
+  }
+  return 0;
 }
 
 int32_t MallocLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t bytes, uint64_t* address) {

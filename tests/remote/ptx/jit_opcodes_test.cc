@@ -103,7 +103,7 @@ const std::map<std::string_view, std::string_view> kSamples = {
 // A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around
 // `body`, a device function `probe_fn` it may call (int probe_fn(int)), and two it may
 // call that the module does not define (vprintf, int ext_fn(int), and the device runtime's
-// malloc, free and __assertfail).
+// malloc, free, __assertfail and cudaGraphSetConditional).
 std::string ProbeKernel(std::string_view body) {
   return std::string(R"(.version 8.0
 .target sm_80
@@ -113,6 +113,7 @@ std::string ProbeKernel(std::string_view body) {
 .extern .func (.param .b32 ext_ret) ext_fn(.param .b32 ext_arg);
 .extern .func (.param .b64 malloc_ret) malloc(.param .b64 malloc_arg);
 .extern .func free(.param .b64 free_arg);
+.extern .func cudaGraphSetConditional(.param .b64 c0, .param .b32 c1);
 .extern .func __assertfail(.param .b64 a0, .param .b64 a1, .param .b32 a2, .param .b64 a3, .param .b64 a4);
 
 .func (.param .b32 probe_ret) probe_fn(.param .b32 probe_arg)
@@ -564,8 +565,8 @@ TEST(JitOpcodeColumn, TheTextureFormsItTakes) {
 
 // Calls: of a device function of the module, with its argument and result in .param
 // variables, also under a guard, leaving its result, or passing a register; of the device
-// runtime's malloc and free (also under a guard) on the module's heap, of vprintf and
-// __assertfail; not of a function the module only declares, nor through a register.
+// runtime's malloc and free (also under a guard) on the module's heap, of vprintf,
+// __assertfail and cudaGraphSetConditional; not of a function the module only declares, nor through a register.
 TEST(JitOpcodeColumn, TheCallsItTakes) {
   const std::string args = "{\n  .param .b32 arg;\n  st.param.b32 [arg], %r1;\n  .param .b32 res;\n  ";
   const std::string result = "\n  ld.param.b32 %r2, [res];\n  }";
@@ -581,6 +582,8 @@ TEST(JitOpcodeColumn, TheCallsItTakes) {
       "{\n  .param .b64 m;\n  .param .b64 f;\n  .param .b32 l;\n  .param .b64 fn;\n  .param .b64 c;\n"
       "  st.param.b64 [m], %rd1;\n  st.param.b64 [f], %rd1;\n  st.param.b32 [l], 7;\n  st.param.b64 [fn], %rd1;\n"
       "  st.param.b64 [c], 1;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 call.uni __assertfail, (m, f, l, fn, c);\n  }",
+      "{\n  .param .b64 h;\n  .param .b32 v;\n  st.param.b64 [h], %rd1;\n  st.param.b32 [v], 1;\n"
+      "  setp.lt.u32 %p1, %r1, 5;\n  @%p1 call.uni cudaGraphSetConditional, (h, v);\n  }",
   };
   for (const std::string& body : kTaken) {
     std::string refused;

@@ -3372,5 +3372,55 @@ TEST_F(JitPrintf, AFailedAssertEndsTheLaunchWithTheInterpretersMessage) {
   EXPECT_EQ(text[1], before + lines[1].back());
 }
 
+// cudaGraphSetConditional (SetConditionalStoresTheValueAtItsHandle.ptx): compiled, the
+// interpreter's store of the value at the handle, of every value (0, 1, INT_MIN, INT_MAX,
+// all ones) at an aligned and an unaligned slot; a handle past its buffer, or 0, fails the
+// launch with the interpreter's text.
+TEST(JitSetConditional, StoresAtTheHandleAsTheInterpreter) {
+  auto module = PtxModule::Parse(KernelText("SetConditionalStoresTheValueAtItsHandle.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("set_conditional", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t values[] = {0, 1, 0x80000000u, 0x7fffffffu, 0xffffffffu};
+  int launches = 0;
+  for (uint32_t value : values) {
+    for (uint64_t at : {4u, 9u}) {
+      std::vector<uint8_t> slots[2];
+      for (int compiled = 0; compiled < 2; ++compiled) {
+        SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+        slots[compiled].assign(16, 0xab);
+        Memory memory;
+        const uint64_t d = memory.Add(slots[compiled]);
+        std::string detail;
+        ASSERT_EQ(Launch(kernel, {1, 1, 1}, {40, 1, 1}, Pack(d + at, value), memory, nullptr, &detail), 0) << detail;
+        launches += compiled;
+      }
+      uint32_t stored = 0;
+      std::memcpy(&stored, &slots[0][at], 4);
+      EXPECT_EQ(stored, value) << at;
+      EXPECT_EQ(slots[1], slots[0]) << "value " << value << ", at " << at;
+    }
+  }
+  for (uint64_t at : {13u, 16u, 0u}) {
+    std::string detail[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      std::vector<uint8_t> slot(16, 0);
+      Memory memory;
+      const uint64_t d = memory.Add(slot);
+      EXPECT_EQ(
+          Launch(kernel, {1, 1, 1}, {40, 1, 1}, Pack(at == 0 ? 0 : d + at, 5u), memory, nullptr, &detail[compiled]),
+          kIllegalAddress)
+          << at;
+      launches += compiled;
+    }
+    EXPECT_NE(detail[0].find("cudaGraphSetConditional of a handle"), std::string::npos) << detail[0];
+    EXPECT_EQ(detail[1], detail[0]) << at;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), static_cast<uint64_t>(launches)) << kernel.jit->refused;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
