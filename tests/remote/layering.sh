@@ -19,21 +19,25 @@ declare -A allowed=(
   # device or worker code); of the NVRTC shim it knows only the symbol it looks up.
   [remote/client]="remote/protocol remote/transport remote/image remote/nvrtc/nvrtc_ptx.h"
   # Inside the PTX engine (docs/architecture.md): one front end both tiers consume, the
-  # files both tiers share (launch.h, memory.h, and bits.h, rounding.h, half_float.h and
-  # texture.h: compiled code finds bits, rounds, converts and samples with the interpreter's
-  # own code), and launch.cc above
+  # files both tiers share (launch.h, memory.h, and bits.h, rounding.h, half_float.h,
+  # texture.h, device_heap.h and device_printf.h: compiled code finds bits, rounds, converts,
+  # samples, allocates and prints with the interpreter's own code), and launch.cc above
   # both, choosing the tier.
   [remote/ptx/front]="remote/ptx/ptx_engine.h remote/protocol"
   # ir/ (the decoded kernel, its modes and opcode table) sits on the front end alone.
   [remote/ptx/ir]="remote/ptx/front"
-  [remote/ptx/interp]="remote/ptx/ir remote/ptx/front remote/ptx/launch.h remote/ptx/memory.h remote/ptx/bits.h remote/ptx/rounding.h remote/ptx/min_max.h remote/ptx/half_float.h remote/ptx/texture.h remote/ptx/ptx_engine.h remote/protocol"
-  [remote/ptx/jit]="remote/ptx/front remote/ptx/ir remote/ptx/launch.h remote/ptx/memory.h remote/ptx/bits.h remote/ptx/rounding.h remote/ptx/min_max.h remote/ptx/half_float.h remote/ptx/texture.h remote/ptx/ptx_engine.h remote/protocol"
+  [remote/ptx/interp]="remote/ptx/ir remote/ptx/front remote/ptx/launch.h remote/ptx/memory.h remote/ptx/bits.h remote/ptx/rounding.h remote/ptx/min_max.h remote/ptx/half_float.h remote/ptx/device_heap.h remote/ptx/device_printf.h remote/ptx/texture.h remote/ptx/ptx_engine.h remote/protocol"
+  [remote/ptx/jit]="remote/ptx/front remote/ptx/ir remote/ptx/launch.h remote/ptx/memory.h remote/ptx/bits.h remote/ptx/rounding.h remote/ptx/min_max.h remote/ptx/half_float.h remote/ptx/device_heap.h remote/ptx/device_printf.h remote/ptx/texture.h remote/ptx/ptx_engine.h remote/protocol"
   [remote/ptx/launch.h]="remote/ptx/ptx_engine.h"
   [remote/ptx/memory.h]="remote/ptx/ptx_engine.h"
   [remote/ptx/memory.cc]="remote/ptx/memory.h remote/ptx/ptx_engine.h"
   [remote/ptx/texture.h]="remote/protocol"
   [remote/ptx/bits.h]=""
   [remote/ptx/min_max.h]=""
+  [remote/ptx/device_heap.h]=""
+  [remote/ptx/device_heap.cc]="remote/ptx/device_heap.h"
+  [remote/ptx/device_printf.h]=""
+  [remote/ptx/device_printf.cc]="remote/ptx/device_printf.h remote/ptx/ptx_engine.h"
   [remote/ptx/bits.cc]="remote/ptx/bits.h"
   [remote/ptx/rounding.h]="remote/ptx/ir"
   [remote/ptx/half_float.h]="remote/ptx/ir"

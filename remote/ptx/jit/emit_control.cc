@@ -80,7 +80,10 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
   // The opcode table's jit column is this dispatch's list: an opcode it does not mark is
   // left to the interpreter here, whatever branch below might match its name.
   const bool too_deep = s.opcode == kCallsTooDeepOpcode;
-  if (!too_deep && !JitHasEmitter(op)) return refuse("an opcode the tier has no emitter for (ir/opcodes.def)");
+  const bool runtime = s.opcode == kMallocOpcode || s.opcode == kFreeOpcode || s.opcode == kPrintfOpcode ||
+                       s.opcode == kAssertOpcode || s.opcode == kSetConditionalOpcode;
+  if (!too_deep && !runtime && !JitHasEmitter(op))
+    return refuse("an opcode the tier has no emitter for (ir/opcodes.def)");
   // Count it (each running thread), then run it under its guard.
   llvm::Value* counted = b_.getInt64(1);
   if (lanes_) {
@@ -103,6 +106,7 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
     b_.CreateRet(b_.getInt32(kLaunchFailed));
     return true;
   }
+  if (runtime) return RuntimeCall(s, guard, refused);
   if (lanes_) return VectorInstruction(s, parts, guard, refused);
   if (op == "bra") {
     if (s.operands.size() != 1 || s.operands[0].kind != RawOperand::kName || !labels_.count(s.operands[0].name)) {

@@ -119,6 +119,15 @@ class Emitter {
   bool Operation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool Fence(const std::vector<std::string_view>& parts, std::string* why);
 
+  // emit_runtime.cc: malloc, free, vprintf, __assertfail and cudaGraphSetConditional
+  // (kMallocOpcode, kFreeOpcode, kPrintfOpcode, kAssertOpcode, kSetConditionalOpcode) under `guard` (or none);
+  // `offsets`: the call's .param variables in local memory, `slice`: the thread's local memory's offset in the CTA's.
+  bool RuntimeCall(const RawStatement& s, llvm::Value* guard, std::string* refused);
+  void HeapCall(bool is_malloc, uint64_t heap_size, uint64_t heap, const std::vector<uint64_t>& offsets,
+                llvm::Value* slice);
+  void PrintCall(const RawStatement& s, const std::vector<uint64_t>& offsets, llvm::Value* slice);
+  void SetConditionalCall(const std::vector<uint64_t>& offsets, llvm::Value* slice);
+
   // emit_operands.cc
   // Whether `name` names a register: a %name (special registers too), or a register of
   // inline assembly's scope (`{ .reg .u32 lo; ... }`), which the parser names uniquely

@@ -52,7 +52,7 @@ class Inliner {
         if (s.kind == RawStatement::kRegister) registers_.insert(s.name);
         if (s.kind == RawStatement::kParam) params_.insert(s.name);
       } else {
-        if (s.opcode == kCallsTooDeepOpcode) {
+        if (!s.opcode.empty() && s.opcode[0] == '$') {
           // The job's own (which the decoder refuses too): only InlineCalls makes it.
           return Refuse("instruction " + s.opcode, s.line, refused);
         }
@@ -151,12 +151,18 @@ class Inliner {
     if (callee == nullptr) return Refuse("a call without a target", s.line, refused);
     const std::string& name = callee->name;
     if (name == "vprintf" || name == "__assertfail" || name == "__assert_fail") {
-      return Refuse("a call of " + name + " (the interpreter's)", s.line, refused);
+      return PrintCall(s, name == "vprintf", returns, args, refused);
     }
     if (registers_.count(name) || name.find('@') != std::string::npos) {
       return Refuse("an indirect call", s.line, refused);
     }
     auto found = module_.functions.find(name);
+    if ((name == "malloc" || name == "free") && found != module_.functions.end() && !found->second.has_body) {
+      return DeviceHeapCall(s, name == "malloc", returns, args, refused);
+    }
+    if (name == "cudaGraphSetConditional" && found != module_.functions.end() && !found->second.has_body) {
+      return SetConditionalCall(s, args, refused);
+    }
     if (found == module_.functions.end() || !found->second.has_body) {
       return Refuse("a call of external function '" + name + "' (the device runtime's, or another module's)", s.line,
                     refused);
@@ -218,6 +224,82 @@ class Inliner {
     return skip.empty() || Label(skip, s.line, refused);
   }
 
+  // malloc or free of the device runtime, as the decoder's Decoder::Call takes them: the
+  // statement kMallocOpcode or kFreeOpcode under the call's guard (the decoder's one
+  // instruction, counted once), naming the call's .param variables.
+  bool DeviceHeapCall(const RawStatement& s, bool is_malloc, const RawOperand* returns, const RawOperand* args,
+                      std::string* refused) {
+    auto param_variable = [&](const RawOperand* list) {
+      return list != nullptr && !list->items.empty() && list->items[0].kind == RawOperand::kName &&
+             params_.count(list->items[0].name) > 0;
+    };
+    if (!param_variable(args) || (is_malloc && !param_variable(returns))) {
+      return Refuse("a call's argument or result other than a .param variable", s.line, refused);
+    }
+    uint64_t heap_size = 0;
+    for (const ModuleVariable& variable : module_.variables) {
+      if (variable.name == kDeviceHeapVariable) heap_size = variable.size;
+    }
+    // As the decoder checks it (a module that calls malloc has its heap: PtxModule::Parse).
+    if (heap_size < 64 || heap_size % 16 != 0 || heap_size > kMaxDeviceHeapBytes) {
+      return Refuse("a device heap of " + std::to_string(heap_size) + " bytes", s.line, refused);
+    }
+    RawStatement call;
+    call.opcode = std::string(is_malloc ? kMallocOpcode : kFreeOpcode);
+    call.guard = s.guard;
+    call.guard_negated = s.guard_negated;
+    call.line = s.line;
+    call.size = heap_size;
+    call.operands.push_back(args->items[0]);
+    if (is_malloc) call.operands.push_back(returns->items[0]);
+    return Push(std::move(call), refused);
+  }
+
+  // vprintf or __assertfail, as the decoder's Decoder::Call takes them: the statement
+  // kPrintfOpcode or kAssertOpcode under the call's guard, naming the call's .param
+  // variables (vprintf's result only where the call takes one).
+  bool PrintCall(const RawStatement& s, bool is_printf, const RawOperand* returns, const RawOperand* args,
+                 std::string* refused) {
+    const size_t count = is_printf ? 2 : 4;
+    RawStatement call;
+    call.opcode = std::string(is_printf ? kPrintfOpcode : kAssertOpcode);
+    call.guard = s.guard;
+    call.guard_negated = s.guard_negated;
+    call.line = s.line;
+    for (size_t i = 0; i < count; ++i) {
+      if (args == nullptr || i >= args->items.size() || args->items[i].kind != RawOperand::kName ||
+          params_.count(args->items[i].name) == 0) {
+        return Refuse("a call's argument other than a .param variable", s.line, refused);
+      }
+      call.operands.push_back(args->items[i]);
+    }
+    if (is_printf && returns != nullptr && !returns->items.empty()) {
+      if (returns->items[0].kind != RawOperand::kName || params_.count(returns->items[0].name) == 0) {
+        return Refuse("a call's result other than a .param variable", s.line, refused);
+      }
+      call.operands.push_back(returns->items[0]);
+    }
+    return Push(std::move(call), refused);
+  }
+
+  // cudaGraphSetConditional, as the decoder's Decoder::Call takes it: the statement
+  // kSetConditionalOpcode under the call's guard, naming its two .param variables.
+  bool SetConditionalCall(const RawStatement& s, const RawOperand* args, std::string* refused) {
+    RawStatement call;
+    call.opcode = std::string(kSetConditionalOpcode);
+    call.guard = s.guard;
+    call.guard_negated = s.guard_negated;
+    call.line = s.line;
+    for (size_t i = 0; i < 2; ++i) {
+      if (args == nullptr || i >= args->items.size() || args->items[i].kind != RawOperand::kName ||
+          params_.count(args->items[i].name) == 0) {
+        return Refuse("a call's argument other than a .param variable", s.line, refused);
+      }
+      call.operands.push_back(args->items[i]);
+    }
+    return Push(std::move(call), refused);
+  }
+
   const ParsedModule& module_;
   RawFunction* out_;
   const size_t max_statements_;
@@ -238,7 +320,9 @@ class Inliner {
 bool NeedsInlining(const RawFunction& entry) {
   for (const RawStatement& s : entry.body) {
     if (s.kind != RawStatement::kInstruction) continue;
-    if (s.opcode == "call" || s.opcode.rfind("call.", 0) == 0 || s.opcode == kCallsTooDeepOpcode) return true;
+    if (s.opcode == "call" || s.opcode.rfind("call.", 0) == 0 || (!s.opcode.empty() && s.opcode[0] == '$')) {
+      return true;
+    }
   }
   return false;
 }

@@ -29,6 +29,7 @@ constexpr int32_t kIllegalAddress = dataplane::kCuIllegalAddress;
 constexpr int32_t kLaunchOutOfResources = dataplane::kCuLaunchOutOfResources;
 constexpr int32_t kLaunchTimeout = dataplane::kCuLaunchTimeout;  // cancelled
 constexpr int32_t kLaunchFailed = dataplane::kCuLaunchFailed;    // calls nested too deep
+constexpr int32_t kAssertFailed = dataplane::kCuAssert;          // __assertfail
 // Kernels larger than this are left to the interpreter: LLVM's time grows faster than the
 // code, and a launch waits for its compile.
 constexpr size_t kMaxInstructions = 16384;
@@ -117,6 +118,10 @@ struct Context {
   const char* fault_what = nullptr;
   uint32_t fault_size = 0;
   size_t texture_range = 0;  // TextureLane's last allocation among spec->memory (tried first)
+  // Device printf text of the worker's CTAs, in the order its threads printed (PrintfLane,
+  // AssertLane), and the bytes of it dropped (AppendPrintf).
+  std::string printf_text;
+  uint64_t printf_dropped = 0;
 };
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
                    kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
@@ -155,6 +160,19 @@ static_assert(offsetof(Context, param_size) == kOffParamSize);
 const RawFunction* InlineCalls(const ParsedModule& module, const RawFunction& entry, RawFunction* storage,
                                std::string* refused);
 inline constexpr std::string_view kCallsTooDeepOpcode = "$calls_too_deep";
+// The device runtime's calls the tier takes, as InlineCalls leaves them (a call site's
+// guard kept): operands the call's .param variables, the argument first (then malloc's
+// result); `size` the module's heap bytes. Each thread's call runs MallocLane or FreeLane.
+inline constexpr std::string_view kMallocOpcode = "$malloc";
+inline constexpr std::string_view kFreeOpcode = "$free";
+// vprintf and __assertfail as InlineCalls leaves them (the guard kept): operands the call's
+// .param variables (vprintf: format, arguments, then its result where the call takes one;
+// __assertfail: message, file, line, function). PrintfLane, AssertLane.
+inline constexpr std::string_view kPrintfOpcode = "$vprintf";
+inline constexpr std::string_view kAssertOpcode = "$assertfail";
+// cudaGraphSetConditional(handle, value) (operands: its two .param variables).
+// SetConditionalLane.
+inline constexpr std::string_view kSetConditionalOpcode = "$setconditional";
 // CompileKernel of an entry InlineCalls made (one that calls nothing).
 std::shared_ptr<CompiledKernel> CompileInlined(const RawFunction& entry, const SharedLayout& shared,
                                                uint32_t param_size, std::string* refused);
@@ -166,6 +184,28 @@ std::shared_ptr<CompiledKernel> CompileInlined(const RawFunction& entry, const S
 // coordinate registers' values, `values` the data (sust: in; else out). Nonzero on a fault,
 // with context->fault_address, fault_size and fault_what set.
 int32_t TextureLane(Context* context, uint32_t op, uint64_t handle, const uint64_t* coords, uint64_t* values);
+
+// Device-side malloc and free of one thread, called by compiled code: the interpreter's
+// heap (remote/ptx/device_heap.h) in the module's heap variable at device address `heap`
+// (`heap_size` bytes), under device_heap_mu as the interpreter's handlers take it. Nonzero
+// on a fault (the heap outside the launch's memory; free of a pointer malloc did not give),
+// with context->fault_address, fault_size and fault_what set as the interpreter names it.
+int32_t MallocLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t bytes, uint64_t* address);
+int32_t FreeLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t address);
+
+// Device printf and a failed assert of one thread, called by compiled code: the
+// interpreter's text (remote/ptx/device_printf.h), appended to context->printf_text.
+// `local`: the thread's local memory, `shared`: its CTA's, `thread`: its index in the
+// block, x fastest; PrintfLane returns the text's length (vprintf's result).
+int32_t PrintfLane(Context* context, uint64_t format, uint64_t args, uint8_t* local, uint8_t* shared);
+void AssertLane(Context* context, uint64_t message, uint64_t file, uint32_t line, uint64_t function, uint8_t* local,
+                uint8_t* shared, uint32_t thread, uint32_t ctaid_x, uint32_t ctaid_y, uint32_t ctaid_z);
+
+// cudaGraphSetConditional of one thread, called by compiled code: as the interpreter's
+// HSetConditional, a store of `value` at the device address `handle` (the remoting
+// library's handle is its condition's 4-byte slot), bounds-checked as any global store.
+// Nonzero on a fault, with context->fault_address, fault_size and fault_what set.
+int32_t SetConditionalLane(Context* context, uint64_t handle, uint32_t value);
 
 // Runs one CTA: (context, parameters, ctaid x/y/z, shared memory, each thread's resume
 // point (0: not started, -1: ended, k: after barrier k), each thread's saved registers).

@@ -5,12 +5,16 @@
 // with the interpreter's fault text (memory.h).
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "remote/ptx/device_heap.h"
+#include "remote/ptx/device_printf.h"
 #include "remote/ptx/texture.h"
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
@@ -291,6 +295,104 @@ int32_t TextureLane(Context* context, uint32_t op, uint64_t handle, const uint64
   return 1;
 }
 
+namespace {
+
+// The module's heap as the interpreter's handlers find it (interp/device_heap.cc,
+// DeviceHeap: the launch's global memory), or nullptr with the fault set as they set it.
+uint8_t* DeviceHeapMemory(Context* context, uint64_t heap, uint64_t heap_size) {
+  uint8_t* memory = TextureMemory(context, heap, static_cast<uint32_t>(heap_size));
+  if (memory == nullptr) {
+    context->fault_address = heap;
+    context->fault_size = 16;
+    context->fault_what = "device heap";
+  }
+  return memory;
+}
+
+// A thread's generic memory as the interpreter's Warp::Address resolves it: its local and
+// shared memory and the launch's parameters through their windows, else global memory.
+struct ThreadMemory {
+  Context* context;
+  uint8_t* local;
+  uint8_t* shared;
+  static const uint8_t* At(void* opaque, uint64_t address, uint32_t size) {
+    const ThreadMemory& self = *static_cast<ThreadMemory*>(opaque);
+    auto within = [&](uint64_t window, uint64_t bytes, const uint8_t* base) -> const uint8_t* {
+      const uint64_t offset = (address - window) & 0xffffffffffffull;
+      if (offset > bytes || size > bytes - offset) return nullptr;
+      return base + offset;
+    };
+    if (address >= kSharedWindow && address - kSharedWindow < kWindowSize) {
+      return within(kSharedWindow, self.context->shared_size, self.shared);
+    }
+    if (address >= kLocalWindow && address - kLocalWindow < kWindowSize) {
+      return within(kLocalWindow, self.context->kernel->local_bytes, self.local);
+    }
+    if (address >= kParamWindow && address - kParamWindow < kWindowSize) {
+      return within(kParamWindow, self.context->spec->param_size, self.context->spec->params);
+    }
+    return TextureMemory(self.context, address, size);
+  }
+};
+
+}  // namespace
+
+int32_t PrintfLane(Context* context, uint64_t format, uint64_t args, uint8_t* local, uint8_t* shared) {
+  ThreadMemory thread{context, local, shared};
+  const DeviceMemory memory{&thread, &ThreadMemory::At};
+  const std::string text = FormatDevicePrintf(memory, ReadDeviceString(memory, format), args);
+  AppendPrintf(&context->printf_text, text, &context->printf_dropped);
+  return static_cast<int32_t>(text.size());
+}
+
+void AssertLane(Context* context, uint64_t message, uint64_t file, uint32_t line, uint64_t function, uint8_t* local,
+                uint8_t* shared, uint32_t thread, uint32_t ctaid_x, uint32_t ctaid_y, uint32_t ctaid_z) {
+  ThreadMemory memory{context, local, shared};
+  const uint32_t* block = context->ntid;
+  const uint32_t tid[3] = {thread % block[0], thread / block[0] % block[1], thread / (block[0] * block[1])};
+  const uint32_t ctaid[3] = {ctaid_x, ctaid_y, ctaid_z};
+  AppendPrintf(&context->printf_text,
+               FormatDeviceAssert(DeviceMemory{&memory, &ThreadMemory::At}, message, file, line, function, ctaid, tid),
+               &context->printf_dropped);
+}
+
+int32_t SetConditionalLane(Context* context, uint64_t handle, uint32_t value) {
+  uint8_t* slot = TextureMemory(context, handle, 4);
+  if (slot == nullptr) {
+    context->fault_address = handle;
+    context->fault_size = 4;
+    context->fault_what = "cudaGraphSetConditional of a handle that is not a conditional's";
+    return 1;
+  }
+  // As the interpreter's StoreWhole: one store where aligned (another thread reading the
+  // word sees it whole).
+  if (reinterpret_cast<uintptr_t>(slot) % 4 == 0) {
+    __atomic_store_n(reinterpret_cast<uint32_t*>(slot), value, __ATOMIC_RELAXED);
+  } else {
+    std::memcpy(slot, &value, 4);
+  }
+  return 0;
+}
+
+int32_t MallocLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t bytes, uint64_t* address) {
+  uint8_t* memory = DeviceHeapMemory(context, heap, heap_size);
+  if (memory == nullptr) return 1;
+  std::lock_guard<std::mutex> lock(device_heap_mu);
+  *address = DeviceMalloc(memory, heap, heap_size, bytes);
+  return 0;
+}
+
+int32_t FreeLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t address) {
+  uint8_t* memory = DeviceHeapMemory(context, heap, heap_size);
+  if (memory == nullptr) return 1;
+  std::lock_guard<std::mutex> lock(device_heap_mu);
+  if (DeviceFree(memory, heap, heap_size, address)) return 0;
+  context->fault_address = address;
+  context->fault_size = 1;
+  context->fault_what = "free of a pointer device malloc did not return (or freed twice)";
+  return 1;
+}
+
 }  // namespace jit
 
 bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != nullptr; }
@@ -454,6 +556,12 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
   RunOnWorkers(workers, [&](uint32_t index, bool) { run(index); });
   FirstFailure failure;
   for (Worker& worker : states) {
+    // The workers' printf text in their order, as the interpreter's (RunKernel).
+    if (spec.printf_out != nullptr) {
+      uint64_t dropped = worker.context.printf_dropped;
+      AppendPrintf(spec.printf_out, worker.context.printf_text, &dropped);
+      if (spec.printf_dropped != nullptr) *spec.printf_dropped += dropped;
+    }
     if (spec.thread_instructions) *spec.thread_instructions += worker.context.instructions;
     if (failure.Offer(worker.error, worker.failed_cta)) {
       const int32_t error = worker.error;
@@ -461,6 +569,8 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
         *spec.error_detail = "the launch ran out of host memory";
       } else if (spec.error_detail && error == kLaunchTimeout) {
         *spec.error_detail = kCancelledDetail;
+      } else if (spec.error_detail && error == jit::kAssertFailed) {
+        *spec.error_detail = "device assertion failed";
       } else if (spec.error_detail && error == jit::kLaunchFailed) {
         *spec.error_detail = CallsTooDeepDetail(worker.context.trap_line);
       } else if (spec.error_detail) {

@@ -12,6 +12,7 @@
 #include "remote/ptx/front/program.h"
 #include "remote/ptx/ir/opcodes.h"
 #include "remote/ptx/jit/jit.h"
+#include "remote/ptx/ptx_engine.h"
 
 namespace gpupool::sim {
 namespace {
@@ -107,7 +108,8 @@ const std::map<std::string_view, std::string_view> kSamples = {
 
 // A kernel whose own instructions the tier takes (ld, cvta, mov, cvt, st, ret), around
 // `body`, a device function `probe_fn` it may call (int probe_fn(int)), and two it may
-// call that the module does not define (vprintf and int ext_fn(int)).
+// call that the module does not define (vprintf, int ext_fn(int), and the device runtime's
+// malloc, free, __assertfail and cudaGraphSetConditional).
 std::string ProbeKernel(std::string_view body) {
   return std::string(R"(.version 8.0
 .target sm_80
@@ -115,6 +117,10 @@ std::string ProbeKernel(std::string_view body) {
 
 .extern .func (.param .b32 func_retval0) vprintf(.param .b64 vprintf_param_0, .param .b64 vprintf_param_1);
 .extern .func (.param .b32 ext_ret) ext_fn(.param .b32 ext_arg);
+.extern .func (.param .b64 malloc_ret) malloc(.param .b64 malloc_arg);
+.extern .func free(.param .b64 free_arg);
+.extern .func cudaGraphSetConditional(.param .b64 c0, .param .b32 c1);
+.extern .func __assertfail(.param .b64 a0, .param .b64 a1, .param .b32 a2, .param .b64 a3, .param .b64 a4);
 
 .func (.param .b32 probe_ret) probe_fn(.param .b32 probe_arg)
 {
@@ -148,15 +154,25 @@ DONE:
 }
 
 // CompileKernel on the probe kernel around `body`: whether it compiled, and if not, why.
-bool Compiles(std::string_view body, std::string* refused) {
+// `heap`: with the device malloc heap PtxModule::Parse adds to a module that calls malloc.
+bool Compiles(std::string_view body, std::string* refused, bool heap = false) {
   auto parsed = LinkPtxTexts({ProbeKernel(body)});
   if (!parsed.ok()) {
     *refused = "not parsed: " + parsed.status().message();
     return false;
   }
+  SharedLayout layout;
+  if (heap) {
+    ModuleVariable variable;
+    variable.name = kDeviceHeapVariable;
+    variable.size = kDeviceHeapBytes;
+    variable.align = 16;
+    (*parsed)->variables.push_back(variable);
+    layout.globals[kDeviceHeapVariable] = uint64_t{1} << 44;
+  }
   const RawFunction& entry = (*parsed)->functions.at("probe");
   const uint32_t param_size = static_cast<uint32_t>(LayOutParams(entry, nullptr));
-  return CompileKernel(**parsed, entry, SharedLayout{}, param_size, refused) != nullptr;
+  return CompileKernel(**parsed, entry, layout, param_size, refused) != nullptr;
 }
 
 TEST(JitOpcodeColumn, EveryOpcodeMarkedTrueCompiles) {
@@ -631,8 +647,9 @@ TEST(JitOpcodeColumn, TheTextureFormsItTakes) {
 }
 
 // Calls: of a device function of the module, with its argument and result in .param
-// variables, also under a guard, leaving its result, or passing a register; not of vprintf,
-// of a function the module only declares, nor through a register.
+// variables, also under a guard, leaving its result, or passing a register; of the device
+// runtime's malloc and free (also under a guard) on the module's heap, of vprintf,
+// __assertfail and cudaGraphSetConditional; not of a function the module only declares, nor through a register.
 TEST(JitOpcodeColumn, TheCallsItTakes) {
   const std::string args = "{\n  .param .b32 arg;\n  st.param.b32 [arg], %r1;\n  .param .b32 res;\n  ";
   const std::string result = "\n  ld.param.b32 %r2, [res];\n  }";
@@ -640,6 +657,16 @@ TEST(JitOpcodeColumn, TheCallsItTakes) {
       args + "call.uni (res), probe_fn, (arg);" + result,
       args + "setp.lt.u32 %p1, %r1, 5;\n  @%p1 call.uni (res), probe_fn, (arg);" + result,
       args + "call.uni probe_fn, (arg);" + result,
+      // vprintf with and without its result, under a guard, and __assertfail.
+      "{\n  .param .b64 fmt;\n  .param .b64 list;\n  .param .b32 res;\n  st.param.b64 [fmt], %rd1;\n"
+      "  st.param.b64 [list], 0;\n  call.uni (res), vprintf, (fmt, list);\n  }",
+      "{\n  .param .b64 fmt;\n  .param .b64 list;\n  st.param.b64 [fmt], %rd1;\n"
+      "  st.param.b64 [list], 0;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 call.uni vprintf, (fmt, list);\n  }",
+      "{\n  .param .b64 m;\n  .param .b64 f;\n  .param .b32 l;\n  .param .b64 fn;\n  .param .b64 c;\n"
+      "  st.param.b64 [m], %rd1;\n  st.param.b64 [f], %rd1;\n  st.param.b32 [l], 7;\n  st.param.b64 [fn], %rd1;\n"
+      "  st.param.b64 [c], 1;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 call.uni __assertfail, (m, f, l, fn, c);\n  }",
+      "{\n  .param .b64 h;\n  .param .b32 v;\n  st.param.b64 [h], %rd1;\n  st.param.b32 [v], 1;\n"
+      "  setp.lt.u32 %p1, %r1, 5;\n  @%p1 call.uni cudaGraphSetConditional, (h, v);\n  }",
   };
   for (const std::string& body : kTaken) {
     std::string refused;
@@ -648,8 +675,6 @@ TEST(JitOpcodeColumn, TheCallsItTakes) {
   const std::string kLeft[] = {
       args + "call.uni (res), ext_fn, (arg);" + result,
       args + "mov.u64 %rd2, probe_fn;\n  call.uni (res), %rd2, (arg);" + result,
-      "{\n  .param .b64 fmt;\n  .param .b64 list;\n  .param .b32 res;\n  st.param.b64 [fmt], %rd1;\n"
-      "  st.param.b64 [list], 0;\n  call.uni (res), vprintf, (fmt, list);\n  }",
       "{\n  .param .b32 res;\n  call.uni (res), probe_fn, (%r1);\n  }",
       // The statement only the inliner makes, for a call nested too deep.
       "$calls_too_deep;",
@@ -659,6 +684,27 @@ TEST(JitOpcodeColumn, TheCallsItTakes) {
     EXPECT_FALSE(Compiles(body, &refused)) << body;
     EXPECT_NE(refused.find("call"), std::string::npos) << body << ": " << refused;
   }
+  const std::string malloc_call =
+      "{\n  .param .b64 arg;\n  st.param.b64 [arg], %rd1;\n  .param .b64 res;\n  "
+      "call.uni (res), malloc, (arg);\n  ld.param.b64 %rd2, [res];\n  }";
+  const std::string free_call = "{\n  .param .b64 arg;\n  st.param.b64 [arg], %rd2;\n  call.uni free, (arg);\n  }";
+  const std::string kRuntime[] = {
+      malloc_call,
+      malloc_call + "\n  " + free_call,
+      "setp.lt.u32 %p1, %r1, 5;\n  " + malloc_call + "\n  " +
+          "{\n  .param .b64 arg;\n  st.param.b64 [arg], %rd2;\n  @%p1 call.uni free, (arg);\n  }",
+  };
+  for (const std::string& body : kRuntime) {
+    std::string refused;
+    EXPECT_TRUE(Compiles(body, &refused, true)) << body << ": " << refused;
+    // Without the module's heap (which the decoder refuses too).
+    EXPECT_FALSE(Compiles(body, &refused)) << body;
+    EXPECT_NE(refused.find("device heap"), std::string::npos) << body << ": " << refused;
+  }
+  // The statement only the inliner makes, of the job's own.
+  std::string refused;
+  EXPECT_FALSE(Compiles("$malloc %rd1;", &refused, true));
+  EXPECT_NE(refused.find("$malloc"), std::string::npos) << refused;
 }
 
 }  // namespace

@@ -3267,5 +3267,416 @@ TEST_F(JitParamAddress, AParametersAddressReadsTheLaunchsParameterBytes) {
   }
 }
 
+// Device-side malloc and free (JitDeviceHeap.ptx) on a heap of kHeap bytes: compiled code
+// allocates from the interpreter's heap with its code (remote/ptx/device_heap.h). Threads
+// run one after another compiled, where a warp's lanes allocate together interpreted, so
+// the blocks' addresses may differ: the tests compare what the kernels compute with their
+// memory, and the NULLs and faults, never the addresses.
+class JitDeviceHeap : public KernelFileTest {
+ public:
+  static constexpr uint64_t kHeap = 64 * 1024;
+  JitDeviceHeap() : KernelFileTest("JitDeviceHeap.ptx") {}
+  void SetUp() override {
+    auto parsed = PtxModule::Parse(KernelText("JitDeviceHeap.ptx"), kHeap);
+    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+    module_ = std::move(*parsed);
+  }
+  // `name` decoded with its heap at kHeapAddress: the first buffer a Memory adds.
+  static constexpr uint64_t kHeapAddress = uint64_t{1} << 44;
+  const DecodedKernel& HeapKernel(const std::string& name) {
+    auto kernel = module_->Decode(name, {{kDeviceHeapVariable, kHeapAddress}});
+    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
+    return **kernel;
+  }
+};
+
+// Sizes of 0 (NULL), 1 to 5000 bytes, the whole heap and more (NULL: no room for its
+// header), 2^63 and 2^64 - 1 (NULL): the same NULLs, sums, alignment and bytes read back
+// on both tiers, in blocks of 64 threads in x and in y, launched twice on one heap (the
+// second launch finds the first's blocks that were not freed).
+TEST_F(JitDeviceHeap, MallocAndFreeGiveTheInterpretersResults) {
+  const DecodedKernel& kernel = HeapKernel("heap");
+  std::vector<uint64_t> sizes(64);
+  const uint64_t edges[] = {
+      0, 1, 15, 16, 17, 4096, 5000, kHeap, kHeap - 32, kHeap + 16, uint64_t{1} << 63, ~uint64_t{0}, 48, 100, 255, 256};
+  for (size_t i = 0; i < sizes.size(); ++i) sizes[i] = i < std::size(edges) ? edges[i] : (i * 37) % 300;
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  std::vector<uint64_t> out[3][2];
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    std::vector<uint8_t> heap(kHeap, 0);
+    Memory memory;
+    ASSERT_EQ(memory.Add(heap), kHeapAddress);
+    const uint64_t dsizes = memory.Add(sizes);
+    for (int launch = 0; launch < 2; ++launch) {
+      out[run][launch].assign(4 * 64, 0xdeadbeefull);
+      Memory with_out = memory;
+      const uint64_t dout = with_out.Add(out[run][launch]);
+      std::string detail;
+      ASSERT_EQ(Launch(kernel, {1, 1, 1}, blocks[run], Pack(dsizes, dout), with_out, nullptr, &detail), 0) << detail;
+    }
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 4u) << kernel.jit->refused;
+  for (int launch = 0; launch < 2; ++launch) {
+    const std::vector<uint64_t>& r = out[0][launch];
+    for (uint64_t i = 0; i < 64; ++i) {
+      const uint64_t n = sizes[i];
+      const bool null = n == 0 || n > kHeap - 64;
+      EXPECT_EQ(r[4 * i], null ? 1u : 0u) << "thread " << i << ", launch " << launch;
+      if (!null) {
+        uint64_t sum = 0, first = 0;
+        for (uint64_t k = 0; k < std::min<uint64_t>(n, 4096); ++k) sum += (i + k) & 255;
+        for (uint64_t k = 0; k < std::min<uint64_t>(n, 8); ++k) first |= ((i + k) & 255) << (8 * k);
+        EXPECT_EQ(r[4 * i + 1], sum) << i;
+        EXPECT_EQ(r[4 * i + 2], 0u) << i;  // 16-byte aligned
+        EXPECT_EQ(r[4 * i + 3], first) << i;
+      }
+      for (int run = 1; run < 3; ++run) {
+        for (int k = 0; k < 4; ++k) {
+          EXPECT_EQ(out[run][launch][4 * i + k], r[4 * i + k])
+              << "thread " << i << ", word " << k << ", launch " << launch << ", run " << run;
+        }
+      }
+    }
+  }
+}
+
+// free of NULL does nothing; of a pointer malloc did not give (inside the heap, past it, a
+// global buffer's), and twice of one it gave (under a guard the second time), the launch
+// fails with CUDA_ERROR_ILLEGAL_ADDRESS and the interpreter's text; with the heap outside
+// the launch's memory, malloc and free fail it naming the heap.
+TEST_F(JitDeviceHeap, BadFreesAndAMissingHeapFailAsOnTheInterpreter) {
+  const DecodedKernel& frees = HeapKernel("heap_free");
+  const DecodedKernel& twice = HeapKernel("heap_double_free");
+  const uint64_t bad[] = {kHeapAddress + 48, kHeapAddress + 8, kHeapAddress + kHeap, 0};
+  for (uint64_t pointer : bad) {
+    int32_t result[2];
+    std::string detail[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      std::vector<uint8_t> heap(kHeap, 0);
+      Memory memory;
+      ASSERT_EQ(memory.Add(heap), kHeapAddress);
+      std::vector<uint64_t> global(8, 0);
+      const uint64_t dglobal = memory.Add(global);
+      // Thread 0 frees NULL; thread 1 the pointer (0: a global buffer's).
+      std::vector<uint64_t> pointers = {0, pointer == 0 ? dglobal : pointer};
+      const uint64_t dpointers = memory.Add(pointers);
+      result[compiled] = Launch(frees, {1, 1, 1}, {2, 1, 1}, Pack(dpointers), memory, nullptr, &detail[compiled]);
+    }
+    EXPECT_EQ(result[0], kIllegalAddress) << pointer;
+    EXPECT_EQ(result[1], result[0]) << pointer;
+    EXPECT_NE(detail[0].find("free of a pointer device malloc did not return"), std::string::npos) << detail[0];
+    EXPECT_EQ(detail[1], detail[0]);
+  }
+  // free(NULL) alone: no fault.
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    std::vector<uint8_t> heap(kHeap, 0);
+    Memory memory;
+    ASSERT_EQ(memory.Add(heap), kHeapAddress);
+    std::vector<uint64_t> pointers(32, 0);
+    const uint64_t dpointers = memory.Add(pointers);
+    std::string detail;
+    EXPECT_EQ(Launch(frees, {1, 1, 1}, {32, 1, 1}, Pack(dpointers), memory, nullptr, &detail), 0) << detail;
+  }
+  // A second free only under the guard. The faulting block's address may differ between
+  // the tiers (the order of allocation does), so its text is compared without it.
+  for (uint32_t again : {0u, 1u}) {
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      std::vector<uint8_t> heap(kHeap, 0);
+      Memory memory;
+      ASSERT_EQ(memory.Add(heap), kHeapAddress);
+      std::vector<uint64_t> out(40, 7);
+      const uint64_t dout = memory.Add(out);
+      std::string detail;
+      const int32_t result = Launch(twice, {1, 1, 1}, {40, 1, 1}, Pack(dout, again), memory, nullptr, &detail);
+      if (again == 0) {
+        EXPECT_EQ(result, 0) << detail << ", compiled " << compiled;
+        EXPECT_EQ(out, std::vector<uint64_t>(40, 1)) << "compiled " << compiled;
+      } else {
+        EXPECT_EQ(result, kIllegalAddress) << "compiled " << compiled;
+        EXPECT_NE(detail.find("free of a pointer device malloc did not return"), std::string::npos) << detail;
+      }
+    }
+  }
+  // The heap's variable outside the launch's memory.
+  for (const char* name : {"heap_free", "heap_double_free"}) {
+    const DecodedKernel& kernel = HeapKernel(name);
+    std::string detail[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      std::vector<uint64_t> pointers(8, 0);
+      Memory memory;
+      memory.next = uint64_t{1} << 45;
+      const uint64_t dpointers = memory.Add(pointers);
+      EXPECT_EQ(Launch(kernel, {1, 1, 1}, {4, 1, 1}, Pack(dpointers, 0u), memory, nullptr, &detail[compiled]),
+                kIllegalAddress)
+          << name;
+    }
+    EXPECT_NE(detail[0].find("device heap"), std::string::npos) << detail[0];
+    EXPECT_EQ(detail[1], detail[0]) << name;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(frees.jit->jit_launches.load(), 6u) << frees.jit->refused;
+  EXPECT_EQ(twice.jit->jit_launches.load(), 3u) << twice.jit->refused;
+}
+
+// Device printf and assert (JitPrintf.ptx): compiled code formats with the interpreter's
+// code (remote/ptx/device_printf.h). Compiled, a CTA's threads run one after another, so
+// each thread's lines come together, where a warp's lanes print each line together
+// interpreted: the tests compare each thread's lines, in its order, and the whole text
+// sorted, not the interleaving.
+class JitPrintf : public KernelFileTest {
+ public:
+  JitPrintf() : KernelFileTest("JitPrintf.ptx") {}
+  void SetUp() override {
+    KernelFileTest::SetUp();
+    // The module's variables (its strings) at fixed addresses, first in every Memory.
+    uint64_t next = uint64_t{1} << 44;
+    for (const ModuleVariable& v : module_->variables()) {
+      addresses_[v.name] = next;
+      next += (v.size + 4095) / 4096 * 4096 + 4096;
+    }
+  }
+  const DecodedKernel& Decoded(const std::string& name) {
+    auto kernel = module_->Decode(name, addresses_);
+    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
+    return **kernel;
+  }
+  // `memory` with the module's variables added first, initialised (kept in storage_).
+  Memory WithVariables() {
+    Memory memory;
+    storage_.clear();
+    storage_.reserve(module_->variables().size());
+    for (const ModuleVariable& v : module_->variables()) {
+      storage_.emplace_back(v.size, 0);
+      std::copy(v.init.begin(), v.init.end(), storage_.back().begin());
+      EXPECT_EQ(memory.Add(storage_.back()), addresses_[v.name]);
+    }
+    return memory;
+  }
+  // Runs `kernel` and returns its CUresult; its text into *text, its failure's into *detail.
+  int32_t Print(const DecodedKernel& kernel, std::vector<uint32_t> block, const std::vector<uint8_t>& params,
+                Memory& memory, std::string* text, std::string* detail) {
+    LaunchSpec spec;
+    for (int i = 0; i < 3; ++i) spec.block[i] = block[i];
+    spec.params = params.data();
+    spec.param_size = params.size();
+    spec.memory = memory.ranges;
+    spec.printf_out = text;
+    spec.error_detail = detail;
+    return RunKernel(kernel, spec);
+  }
+
+  std::map<std::string, uint64_t> addresses_;
+  std::vector<std::vector<uint8_t>> storage_;
+};
+
+// Lines of `text`, each with its newline.
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line + "\n");
+  return lines;
+}
+
+// Integers at their limits, ±0, NaNs with payloads (quiet, signalling, negative),
+// infinities, subnormals of double and float, in every conversion: each thread's two lines
+// and printf's results are the interpreter's on both block shapes compiled; the integer
+// line is the host printf's; compiled, each thread's lines come together, in thread order.
+TEST_F(JitPrintf, EachThreadPrintsTheInterpretersLinesInItsOrder) {
+  const DecodedKernel& kernel = Decoded("print");
+  const uint64_t edges[] = {0,
+                            1,
+                            ~uint64_t{0},
+                            0x80000000u,
+                            0x7fffffffu,
+                            uint64_t{1} << 63,
+                            ~uint64_t{0} >> 1,
+                            0x7ff8000000012345ull,
+                            0x7ff0000000000001ull,
+                            0xfff8000000000000ull,
+                            0x7ff0000000000000ull,
+                            0xfff0000000000000ull,
+                            0x000fffffffffffffull,
+                            0x3ff0000000000000ull,
+                            0x000000007fc12345ull,
+                            0x000000007f800001ull,
+                            0x00000000ff800000ull,
+                            0x0000000000800000ull,
+                            0x400921fb54442d18ull,
+                            0xc1e0000000000000ull};
+  std::vector<uint64_t> values(64);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = i < std::size(edges) ? edges[i] : 0x9e3779b97f4a7c15ull * (i + 1);
+  }
+  const std::vector<uint32_t> blocks[3] = {{64, 1, 1}, {64, 1, 1}, {1, 64, 1}};
+  std::string text[3];
+  std::vector<int32_t> out[3];
+  for (int run = 0; run < 3; ++run) {
+    SetJitMode(run == 0 ? JitMode::kOff : JitMode::kAlways);
+    Memory memory = WithVariables();
+    out[run].assign(128, -7);
+    const uint64_t dvalues = memory.Add(values), dout = memory.Add(out[run]);
+    std::string detail;
+    ASSERT_EQ(Print(kernel, blocks[run], Pack(dvalues, dout), memory, &text[run], &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  // Each thread's lines, in order, by the index each line starts with.
+  std::vector<std::string> by_thread[3];
+  for (int run = 0; run < 3; ++run) {
+    by_thread[run].assign(64, "");
+    std::vector<std::string> lines = Lines(text[run]);
+    ASSERT_EQ(lines.size(), 128u) << text[run];
+    for (const std::string& line : lines) {
+      const size_t thread = std::strtoul(line.c_str(), nullptr, 10);
+      ASSERT_LT(thread, 64u) << "run " << run << ": " << line;
+      by_thread[run][thread] += line;
+    }
+  }
+  for (uint32_t i = 0; i < 64; ++i) {
+    const uint32_t lo = static_cast<uint32_t>(values[i]);
+    char expected[512];
+    std::snprintf(
+        expected, sizeof(expected), "%u a %d %i %u %x %X %o %lld %llu %llx %hd %hhu %c|%5d|%-5d|%05d|%+d|% d|%%\n", i,
+        static_cast<int>(lo), static_cast<int>(lo), lo, lo, lo, lo, static_cast<long long>(values[i]),
+        static_cast<unsigned long long>(values[i]), static_cast<unsigned long long>(values[i]), static_cast<short>(lo),
+        static_cast<unsigned char>(lo), static_cast<int>('A' + lo % 26), static_cast<int>(lo), static_cast<int>(lo),
+        static_cast<int>(lo), static_cast<int>(lo), static_cast<int>(lo));
+    EXPECT_EQ(by_thread[0][i].substr(0, by_thread[0][i].find('\n') + 1), expected) << i;
+    EXPECT_EQ(out[0][2 * i], static_cast<int32_t>(std::strlen(expected))) << i;
+    for (int run = 1; run < 3; ++run) {
+      EXPECT_EQ(by_thread[run][i], by_thread[0][i]) << "thread " << i << ", run " << run;
+      EXPECT_EQ(out[run][2 * i], out[0][2 * i]) << "thread " << i << ", run " << run;
+      EXPECT_EQ(out[run][2 * i + 1], out[0][2 * i + 1]) << "thread " << i << ", run " << run;
+    }
+  }
+  // Compiled, thread after thread.
+  std::string in_order;
+  for (uint32_t i = 0; i < 64; ++i) in_order += by_thread[0][i];
+  EXPECT_EQ(text[1], in_order);
+  EXPECT_EQ(text[2], in_order);
+}
+
+// printf without arguments and of a literal string, two lines a thread: the same lines.
+TEST_F(JitPrintf, LinesWithoutArguments) {
+  const DecodedKernel& kernel = Decoded("hello");
+  std::string text[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    Memory memory = WithVariables();
+    std::string detail;
+    ASSERT_EQ(Print(kernel, {40, 1, 1}, {}, memory, &text[compiled], &detail), 0) << detail;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  std::string expected;
+  for (int i = 0; i < 40; ++i) expected += "hello from a thread\nplain\n";
+  EXPECT_EQ(text[1], expected);
+  std::vector<std::string> lines[2] = {Lines(text[0]), Lines(text[1])};
+  std::sort(lines[0].begin(), lines[0].end());
+  std::sort(lines[1].begin(), lines[1].end());
+  EXPECT_EQ(lines[0], lines[1]);
+}
+
+// A failed assert: CUDA_ERROR_ASSERT on both tiers, with the GPU's message for the first
+// thread that fails (its block and thread), after what the threads before it printed.
+// Interpreted, its warp's other lanes printed their line too (they ran with it); compiled,
+// only the threads before it did.
+TEST_F(JitPrintf, AFailedAssertEndsTheLaunchWithTheInterpretersMessage) {
+  const DecodedKernel& kernel = Decoded("check");
+  std::vector<uint64_t> values(48, 1);
+  values[5] = 0;
+  values[40] = 0;
+  std::string text[2], detail[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    Memory memory = WithVariables();
+    const uint64_t dvalues = memory.Add(values);
+    EXPECT_EQ(Print(kernel, {48, 1, 1}, Pack(dvalues), memory, &text[compiled], &detail[compiled]), 710);
+  }
+  // Without a failing thread: no message.
+  std::vector<uint64_t> ones(48, 1);
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    Memory memory = WithVariables();
+    const uint64_t dvalues = memory.Add(ones);
+    std::string passed, none;
+    EXPECT_EQ(Print(kernel, {48, 1, 1}, Pack(dvalues), memory, &passed, &none), 0) << none;
+    EXPECT_EQ(Lines(passed).size(), 48u) << passed;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  EXPECT_EQ(detail[0], "device assertion failed");
+  EXPECT_EQ(detail[1], detail[0]);
+  const std::vector<std::string> lines[2] = {Lines(text[0]), Lines(text[1])};
+  ASSERT_FALSE(lines[0].empty());
+  ASSERT_FALSE(lines[1].empty());
+  EXPECT_NE(lines[0].back().find("block: [0,0,0], thread: [5,0,0] Assertion `values[threadIdx.x] != 0` failed."),
+            std::string::npos)
+      << text[0];
+  EXPECT_EQ(lines[1].back(), lines[0].back());
+  std::string before;
+  for (int i = 0; i < 32; ++i) before += "before " + std::to_string(i) + "\n";
+  EXPECT_EQ(text[0], before + lines[0].back());
+  before.clear();
+  for (int i = 0; i <= 5; ++i) before += "before " + std::to_string(i) + "\n";
+  EXPECT_EQ(text[1], before + lines[1].back());
+}
+
+// cudaGraphSetConditional (SetConditionalStoresTheValueAtItsHandle.ptx): compiled, the
+// interpreter's store of the value at the handle, of every value (0, 1, INT_MIN, INT_MAX,
+// all ones) at an aligned and an unaligned slot; a handle past its buffer, or 0, fails the
+// launch with the interpreter's text.
+TEST(JitSetConditional, StoresAtTheHandleAsTheInterpreter) {
+  auto module = PtxModule::Parse(KernelText("SetConditionalStoresTheValueAtItsHandle.ptx"));
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto decoded = (*module)->Decode("set_conditional", {});
+  ASSERT_TRUE(decoded.ok()) << decoded.status().message();
+  const DecodedKernel& kernel = **decoded;
+  const uint32_t values[] = {0, 1, 0x80000000u, 0x7fffffffu, 0xffffffffu};
+  int launches = 0;
+  for (uint32_t value : values) {
+    for (uint64_t at : {4u, 9u}) {
+      std::vector<uint8_t> slots[2];
+      for (int compiled = 0; compiled < 2; ++compiled) {
+        SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+        slots[compiled].assign(16, 0xab);
+        Memory memory;
+        const uint64_t d = memory.Add(slots[compiled]);
+        std::string detail;
+        ASSERT_EQ(Launch(kernel, {1, 1, 1}, {40, 1, 1}, Pack(d + at, value), memory, nullptr, &detail), 0) << detail;
+        launches += compiled;
+      }
+      uint32_t stored = 0;
+      std::memcpy(&stored, &slots[0][at], 4);
+      EXPECT_EQ(stored, value) << at;
+      EXPECT_EQ(slots[1], slots[0]) << "value " << value << ", at " << at;
+    }
+  }
+  for (uint64_t at : {13u, 16u, 0u}) {
+    std::string detail[2];
+    for (int compiled = 0; compiled < 2; ++compiled) {
+      SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+      std::vector<uint8_t> slot(16, 0);
+      Memory memory;
+      const uint64_t d = memory.Add(slot);
+      EXPECT_EQ(
+          Launch(kernel, {1, 1, 1}, {40, 1, 1}, Pack(at == 0 ? 0 : d + at, 5u), memory, nullptr, &detail[compiled]),
+          kIllegalAddress)
+          << at;
+      launches += compiled;
+    }
+    EXPECT_NE(detail[0].find("cudaGraphSetConditional of a handle"), std::string::npos) << detail[0];
+    EXPECT_EQ(detail[1], detail[0]) << at;
+  }
+  SetJitMode(JitMode::kAuto);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), static_cast<uint64_t>(launches)) << kernel.jit->refused;
+}
+
 }  // namespace
 }  // namespace gpupool::sim
