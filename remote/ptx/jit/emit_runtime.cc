@@ -90,8 +90,14 @@ void Emitter::HeapCall(bool is_malloc, uint64_t heap_size, uint64_t heap, const 
     failed = b_.CreateCall(type, callee, {context_, b_.getInt64(heap), b_.getInt64(heap_size), argument});
   }
   // A fault ends the launch here (the lane function set its address, size and name).
-  auto* fault = llvm::BasicBlock::Create(ctx_, "runtime_fault", fn_);
-  auto* join = llvm::BasicBlock::Create(ctx_, "runtime_ok", fn_);
+  EndLaunchIfLaneFailed(failed, "runtime");
+}
+
+// Where a lane function answered non-zero (it has set the fault's address, size and name):
+// the launch ends here with an illegal address, at this thread.
+void Emitter::EndLaunchIfLaneFailed(llvm::Value* failed, const std::string& what) {
+  auto* fault = llvm::BasicBlock::Create(ctx_, what + "_fault", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, what + "_ok", fn_);
   b_.CreateCondBr(b_.CreateICmpNE(failed, b_.getInt32(0)), fault, join,
                   llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
   b_.SetInsertPoint(fault);
@@ -111,15 +117,7 @@ void Emitter::SetConditionalCall(const std::vector<uint64_t>& offsets, llvm::Val
       llvm::ConstantExpr::getIntToPtr(b_.getInt64(reinterpret_cast<uint64_t>(&SetConditionalLane)), ptr_);
   llvm::Value* failed = b_.CreateCall(
       type, callee, {context_, b_.CreateLoad(i64_, local(offsets[0])), b_.CreateLoad(i32_, local(offsets[1]))});
-  auto* fault = llvm::BasicBlock::Create(ctx_, "conditional_fault", fn_);
-  auto* join = llvm::BasicBlock::Create(ctx_, "conditional_ok", fn_);
-  b_.CreateCondBr(b_.CreateICmpNE(failed, b_.getInt32(0)), fault, join,
-                  llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
-  b_.SetInsertPoint(fault);
-  b_.CreateStore(ThreadIndex(), Field(kOffFaultThread));
-  FlushCount();
-  b_.CreateRet(b_.getInt32(kIllegalAddress));
-  b_.SetInsertPoint(join);
+  EndLaunchIfLaneFailed(failed, "conditional");
 }
 
 // A thread's vprintf (its result, the text's length, into the call's result where it takes

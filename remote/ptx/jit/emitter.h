@@ -127,6 +127,7 @@ class Emitter {
                 llvm::Value* slice);
   void PrintCall(const RawStatement& s, const std::vector<uint64_t>& offsets, llvm::Value* slice);
   void SetConditionalCall(const std::vector<uint64_t>& offsets, llvm::Value* slice);
+  void EndLaunchIfLaneFailed(llvm::Value* failed, const std::string& what);
 
   // emit_operands.cc
   // Whether `name` names a register: a %name (special registers too), or a register of
