@@ -207,7 +207,11 @@ struct HttpServer::Conn {
   }
 };
 
-HttpServer::HttpServer(HttpLimits limits) : limits_(limits) {}
+HttpServer::HttpServer(HttpLimits limits)
+    : limits_(limits),
+      busy_enough_(std::clamp(
+          limits.awake_workers > 0 ? limits.awake_workers : static_cast<int>(std::thread::hardware_concurrency()), 2,
+          std::max(2, limits.workers))) {}
 
 HttpServer::~HttpServer() {
   Stop();
@@ -280,6 +284,10 @@ void HttpServer::Serve() {
   // Named here, by the thread that starts them, so that each has its name by the time the
   // server answers (`top -H` and `ps -L` tell gpupoold's threads apart). Not the event loop:
   // it runs on the main thread, whose name is the process's (`killall gpupoold`).
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    awake_ = limits_.workers;  // each counts itself asleep at its first wait
+  }
   for (int i = 0; i < limits_.workers; ++i) {
     workers_.emplace_back(&HttpServer::Worker, this, false);
     pthread_setname_np(workers_.back().native_handle(), "gpupoold-work");
@@ -355,8 +363,11 @@ void HttpServer::Loop() {
   epoll_event events[64];
   constexpr int kTickMs = 200;
   Clock::time_point last_tick = Clock::now();
+  bool work_waits = false;  // a request waits for a worker (WakeForLateWork)
   while (!stop_) {
-    int n = epoll_wait(epoll_fd_, events, 64, kTickMs);
+    const int timeout_ms =
+        work_waits ? static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(kLateWork).count()) : kTickMs;
+    int n = epoll_wait(epoll_fd_, events, 64, timeout_ms);
     Clock::time_point now = Clock::now();
     // The loop itself fell behind (CPU starved): agents may not have been heard.
     if (now - last_tick > std::chrono::milliseconds(1000 + kTickMs)) NoteStall();
@@ -388,6 +399,8 @@ void HttpServer::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       back.swap(rearm_);
       released.swap(released_);
+      WakeForLateWork(now);
+      work_waits = !work_.empty() && asleep_ > woken_;
     }
     for (const std::shared_ptr<Conn>& c : back) Rearm(c);
     for (const std::shared_ptr<Conn>& c : released) SendReleased(c);
@@ -515,8 +528,7 @@ bool HttpServer::TryParse(const std::shared_ptr<Conn>& c) {
     Disarm(*c);
     c->in_service = true;
     std::lock_guard<std::mutex> lock(mu_);
-    work_.push_back(Job{c, Clock::now()});
-    work_cv_.notify_one();
+    QueueWork(c);
     return false;
   };
   if (c->phase == Conn::Phase::kIdle) {
@@ -601,9 +613,29 @@ bool HttpServer::TryParse(const std::shared_ptr<Conn>& c) {
   Disarm(*c);
   c->in_service = true;
   std::lock_guard<std::mutex> lock(mu_);
-  (c->priority ? priority_work_ : work_).push_back(Job{c, Clock::now()});
-  (c->priority ? priority_cv_ : work_cv_).notify_one();
+  if (c->priority) {
+    priority_work_.push_back(Job{c, Clock::now()});
+    priority_cv_.notify_one();
+  } else {
+    QueueWork(c);
+  }
   return true;
+}
+
+void HttpServer::QueueWork(const std::shared_ptr<Conn>& c) {
+  work_.push_back(Job{c, Clock::now()});
+  if (awake_ + woken_ < busy_enough_ && asleep_ > woken_) {
+    ++woken_;
+    ++counters_.worker_wakes;
+    work_cv_.notify_one();
+  }
+}
+
+void HttpServer::WakeForLateWork(Clock::time_point now) {
+  if (work_.empty() || asleep_ <= woken_ || now - work_.front().queued < kLateWork) return;
+  ++woken_;
+  ++counters_.worker_wakes;
+  work_cv_.notify_one();
 }
 
 void HttpServer::Rearm(const std::shared_ptr<Conn>& c) {
@@ -690,7 +722,20 @@ void HttpServer::Worker(bool priority) {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv.wait(lock, [&] { return stop_ || !queue.empty(); });
+      if (!priority && !stop_ && queue.empty()) {
+        --awake_;
+        ++asleep_;
+        while (!stop_ && queue.empty()) {
+          cv.wait(lock);
+          // Every return from the wait uses up a wake of QueueWork's (or is spurious: then
+          // the count is low, and at worst one more worker is woken than needed).
+          if (woken_ > 0) --woken_;
+        }
+        --asleep_;
+        ++awake_;
+      } else {
+        cv.wait(lock, [&] { return stop_ || !queue.empty(); });
+      }
       if (stop_) return;
       job = std::move(queue.front());
       queue.pop_front();

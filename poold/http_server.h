@@ -50,6 +50,9 @@ struct HttpLimits {
   size_t max_body_bytes = 65536;  // larger: 413
   int workers = 128;              // for ordinary routes
   int priority_workers = 8;       // for priority routes only
+  // Ordinary workers kept awake while requests queue (HttpServer::QueueWork); 0: the CPUs.
+  // At least 2, at most `workers`.
+  int awake_workers = 0;
 };
 
 struct HttpCounters {
@@ -60,6 +63,9 @@ struct HttpCounters {
   // Times another thread woke the event loop. A connection whose answer went out whole goes
   // back to the loop without one (HttpServer::HandBack).
   uint64_t loop_wakes = 0;
+  // Sleeping workers woken for a queued request (QueueWork, WakeForLateWork). A busy server
+  // wakes few: the workers already awake take the queue's next request as they finish.
+  uint64_t worker_wakes = 0;
 };
 
 class HttpServer {
@@ -117,6 +123,8 @@ class HttpServer {
     std::chrono::steady_clock::time_point queued;
   };
   using Clock = std::chrono::steady_clock;
+  // How long a request may wait for the awake workers before a sleeping one is woken.
+  static constexpr std::chrono::microseconds kLateWork{1000};
 
   void Loop();
   void Accept();
@@ -138,6 +146,13 @@ class HttpServer {
   // thread where the loop need not act (no wake), else through rearm_.
   void HandBack(std::shared_ptr<Conn> c);
   void Worker(bool priority);
+  // Queues c's request for a worker (mu_ held). An ordinary request wakes a sleeping worker
+  // only while fewer than busy_enough_ are awake: the awake ones take it as they finish,
+  // so a busy server does not pay a sleep and a wake per request. WakeForLateWork is the
+  // bound when they do not finish soon (a handler blocked on MUNGE or Slurm).
+  void QueueWork(const std::shared_ptr<Conn>& c);
+  // The loop (mu_ held): wakes a sleeping worker for a request queued kLateWork ago or more.
+  void WakeForLateWork(Clock::time_point now);
   // Serves c's request; true when its answer is held (c->held_ticket, c->out).
   bool Serve(Conn& c);
   void Answer(Conn& c, httplib::Response& res, bool keep_alive);
@@ -181,7 +196,13 @@ class HttpServer {
 
   mutable std::mutex mu_;  // guards the queues, rearm_, counters_
   std::condition_variable work_cv_, priority_cv_;
-  std::deque<Job> work_, priority_work_;         // GUARDED_BY(mu_)
+  std::deque<Job> work_, priority_work_;  // GUARDED_BY(mu_)
+  // Ordinary workers: awake (serving, or about to take the queue's next request), asleep,
+  // and woken but not yet out of their wait (QueueWork).
+  int awake_ = 0;                                // GUARDED_BY(mu_)
+  int asleep_ = 0;                               // GUARDED_BY(mu_)
+  int woken_ = 0;                                // GUARDED_BY(mu_)
+  const int busy_enough_;                        // HttpLimits::awake_workers, resolved
   std::vector<std::shared_ptr<Conn>> rearm_;     // GUARDED_BY(mu_): served; back to the loop (HandBack)
   std::vector<std::shared_ptr<Conn>> released_;  // GUARDED_BY(mu_): held answers to send
   HttpCounters counters_;                        // GUARDED_BY(mu_)
