@@ -1,8 +1,9 @@
 #include "poold/lease_tokens.h"
 
 #include <fcntl.h>
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
+#include <openssl/params.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -29,15 +30,41 @@ std::string Hex(const unsigned char* p, size_t n) {
   return out;
 }
 
-std::string Derive(const std::string& key, const std::string& salt) {
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(salt.data()),
-       salt.size(), mac, &len);
-  return Hex(mac, std::min<size_t>(len, kTokenBytes));
+// An HMAC-SHA256 context keyed with `key`; null if OpenSSL cannot make one.
+std::shared_ptr<EVP_MAC_CTX> KeyedHmac(const std::string& key) {
+  EVP_MAC* hmac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  if (hmac == nullptr) return nullptr;
+  std::shared_ptr<EVP_MAC_CTX> ctx(EVP_MAC_CTX_new(hmac), EVP_MAC_CTX_free);
+  EVP_MAC_free(hmac);  // the context holds its own reference
+  if (ctx == nullptr) return nullptr;
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_construct_end()};
+  if (EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) != 1) {
+    return nullptr;
+  }
+  return ctx;
 }
 
 }  // namespace
+
+LeaseTokens::LeaseTokens(std::string key) : key_(std::move(key)) {
+  if (!key_.empty()) keyed_ = KeyedHmac(key_);
+}
+
+std::string LeaseTokens::Derive(const std::string& salt) const {
+  unsigned char mac[EVP_MAX_MD_SIZE];
+  size_t len = 0;
+  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(
+      keyed_ != nullptr ? EVP_MAC_CTX_dup(keyed_.get()) : nullptr, EVP_MAC_CTX_free);
+  if (ctx == nullptr ||
+      EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(salt.data()), salt.size()) != 1 ||
+      EVP_MAC_final(ctx.get(), mac, &len, sizeof(mac)) != 1) {
+    // Only out of memory: a token nobody can match is refused everywhere, never guessed.
+    return "";
+  }
+  return Hex(mac, std::min<size_t>(len, kTokenBytes));
+}
 
 Status LeaseTokens::Issue(std::string* token, std::string* stored) const {
   Result<std::string> random = RandomHex(kTokenBytes);
@@ -47,7 +74,8 @@ Status LeaseTokens::Issue(std::string* token, std::string* stored) const {
     return Status::OK();
   }
   *stored = kPrefix + random.value();
-  *token = Derive(key_, random.value());
+  *token = Derive(random.value());
+  if (token->empty()) return Status::Internal("cannot derive a lease token: OpenSSL's HMAC failed");
   return Status::OK();
 }
 
@@ -60,7 +88,9 @@ Result<std::string> LeaseTokens::Open(const std::string& stored) const {
   if (key_.empty()) {
     return Status::InvalidArgument("a lease token is sealed with a key, but no token_key_file is set");
   }
-  return Derive(key_, salt);
+  std::string token = Derive(salt);
+  if (token.empty()) return Status::Internal("cannot derive a lease token: OpenSSL's HMAC failed");
+  return token;
 }
 
 Result<std::string> LoadTokenKey(const std::string& path, bool create) {

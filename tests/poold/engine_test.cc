@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -297,6 +298,30 @@ TEST_F(EngineTest, LeaseTokensAreNotStoredButDerivedWithTheKey) {
   Status recovered = keyless.Recover(loaded.value());
   EXPECT_EQ(recovered.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(recovered.message().find("no token_key_file is set"), std::string::npos) << recovered.message();
+}
+
+// A token is the first 16 bytes of HMAC-SHA256(key, salt), in hex: the value here is
+// `openssl dgst -sha256 -hmac` of the same key and salt. Each derivation starts from the
+// keyed context made once; many at once from several threads agree.
+TEST(LeaseTokensTest, TheTokenIsHmacSha256OfTheSaltUnderTheKey) {
+  const LeaseTokens tokens(std::string(64, 'a'));
+  const std::string salt = "00112233445566778899aabbccddeeff";
+  auto token = tokens.Open("hmac-sha256:" + salt);
+  ASSERT_TRUE(token.ok()) << token.status().message();
+  EXPECT_EQ(token.value(), "e4cb473eeca8e297f112eca56e348c74");
+  std::string issued, stored;
+  ASSERT_TRUE(tokens.Issue(&issued, &stored).ok());
+  EXPECT_EQ(tokens.Open(stored).value(), issued);
+  const LeaseTokens copy = tokens;  // copies share the keyed context
+  std::atomic<int> agreed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) agreed += copy.Open("hmac-sha256:" + salt).value() == token.value();
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(agreed, 800);
 }
 
 TEST(LeaseTokensTest, KeyFileIsMadeOnceAndChecked) {
