@@ -1,6 +1,7 @@
 // Device printf and assert text, for both tiers (device_printf.h).
 #include "remote/ptx/device_printf.h"
 
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cstdio>
@@ -69,12 +70,13 @@ std::string FormatDevicePrintf(const DeviceMemory& memory, const std::string& fo
       if (!std::strchr("hlLqjzt", c)) flags.push_back(c);
     }
     char buffer[512];
+    int written = 0;  // snprintf's count: a %c of 0 writes a NUL byte, as printf does on a GPU
     switch (conversion) {
       case 'd':
       case 'i': {
         int64_t v = longs ? static_cast<int64_t>(fetch(8)) : static_cast<int32_t>(fetch(4));
         if (half) v = static_cast<int16_t>(v);
-        std::snprintf(buffer, sizeof(buffer), (flags + "lld").c_str(), static_cast<long long>(v));
+        written = std::snprintf(buffer, sizeof(buffer), (flags + "lld").c_str(), static_cast<long long>(v));
         break;
       }
       case 'u':
@@ -83,11 +85,12 @@ std::string FormatDevicePrintf(const DeviceMemory& memory, const std::string& fo
       case 'o': {
         uint64_t v = longs ? fetch(8) : static_cast<uint32_t>(fetch(4));
         if (half) v = static_cast<uint16_t>(v);
-        std::snprintf(buffer, sizeof(buffer), (flags + "ll" + conversion).c_str(), static_cast<unsigned long long>(v));
+        written = std::snprintf(buffer, sizeof(buffer), (flags + "ll" + conversion).c_str(),
+                                static_cast<unsigned long long>(v));
         break;
       }
       case 'c':
-        std::snprintf(buffer, sizeof(buffer), (flags + "c").c_str(), static_cast<int>(fetch(4)));
+        written = std::snprintf(buffer, sizeof(buffer), (flags + "c").c_str(), static_cast<int>(fetch(4)));
         break;
       case 'f':
       case 'F':
@@ -97,20 +100,21 @@ std::string FormatDevicePrintf(const DeviceMemory& memory, const std::string& fo
       case 'G':
       case 'a':
       case 'A':
-        std::snprintf(buffer, sizeof(buffer), (flags + conversion).c_str(), std::bit_cast<double>(fetch(8)));
+        written = std::snprintf(buffer, sizeof(buffer), (flags + conversion).c_str(), std::bit_cast<double>(fetch(8)));
         break;
       case 's': {
         std::string text = ReadDeviceString(memory, fetch(8));
-        std::snprintf(buffer, sizeof(buffer), (flags + "s").c_str(), text.c_str());
+        written = std::snprintf(buffer, sizeof(buffer), (flags + "s").c_str(), text.c_str());
         break;
       }
       case 'p':
-        std::snprintf(buffer, sizeof(buffer), "0x%llx", static_cast<unsigned long long>(fetch(8)));
+        written = std::snprintf(buffer, sizeof(buffer), "0x%llx", static_cast<unsigned long long>(fetch(8)));
         break;
       default:
-        std::snprintf(buffer, sizeof(buffer), "%s", spec.c_str());
+        written = std::snprintf(buffer, sizeof(buffer), "%s", spec.c_str());
     }
-    out += buffer;
+    // What did not fit is cut, as before; an error (a width past INT_MAX) prints nothing.
+    if (written > 0) out.append(buffer, std::min(static_cast<size_t>(written), sizeof(buffer) - 1));
   }
   return out;
 }

@@ -1,9 +1,12 @@
 // The PTX engine's tests: device malloc and free, device printf, device-side launches and the device
 // runtime's queries (interp/device_heap.cc, printf.cc, device_runtime.cc). The fixture and helpers: engine_fixture.h.
 #include <array>
+#include <string>
+#include <cstring>
 #include <tuple>
 
 #include "common/occupancy.h"
+#include "remote/ptx/device_printf.h"
 #include "remote/ptx/front/error_strings.h"
 #include "tests/remote/ptx/engine_fixture.h"
 
@@ -125,6 +128,30 @@ TEST_F(Engine, DevicePrintfIsKeptUntilTaken) {
 // cudaErrorLaunchMaxDepthExceeded (65) there; the device runtime launches only the
 // parameter buffers it handed out (a pointer to other memory, or NULL, is
 // cudaErrorInvalidValue, and nothing runs).
+// The formatter both tiers share, on an argument buffer in host memory (vprintf's layout:
+// each argument at its alignment). A %c of 0 is a NUL byte in the text, as printf gives on
+// a GPU (it was dropped: the text was cut at it); what does not fit a conversion's 511 bytes
+// is cut; a width printf cannot do prints nothing, and nothing of the host's stack.
+TEST(DevicePrintf, ANulCharacterIsKeptAndOversizedConversionsAreCut) {
+  struct Arguments {
+    std::array<uint8_t, 64> bytes{};
+  } args;
+  auto at = [](void* opaque, uint64_t address, uint32_t size) -> const uint8_t* {
+    auto* a = static_cast<Arguments*>(opaque);
+    if (address < 0x1000 || address - 0x1000 + size > a->bytes.size()) return nullptr;
+    return a->bytes.data() + (address - 0x1000);
+  };
+  sim::DeviceMemory memory{&args, at};
+  const uint32_t chars[4] = {'a', 0, 'b', 'c'};
+  std::memcpy(args.bytes.data(), chars, sizeof(chars));
+  EXPECT_EQ(sim::FormatDevicePrintf(memory, "[%c%c%c]", 0x1000), std::string("[a\0b]", 5));
+  EXPECT_EQ(sim::FormatDevicePrintf(memory, "%c|%3c|%-3c|", 0x1000 + 4), std::string("\0|  b|c  |", 10));
+  const int32_t seven = 7;
+  std::memcpy(args.bytes.data(), &seven, sizeof(seven));
+  EXPECT_EQ(sim::FormatDevicePrintf(memory, "%600d", 0x1000), std::string(511, ' '));  // 599 spaces and the 7, cut
+  EXPECT_EQ(sim::FormatDevicePrintf(memory, "<%2147483648d>", 0x1000), "<>");
+}
+
 TEST_F(Engine, DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers) {
   ASSERT_NO_FATAL_FAILURE(
       LoadKernelFile(14, 95, "DeviceSideLaunchesAreBoundedAndOnlyOfTheRuntimesBuffers.ptx", "deep"));
