@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <exception>
 #include <memory>
 
 #include "remote/protocol/protocol.h"
@@ -107,10 +108,7 @@ void SimDeviceMemory::PopulateForWrite(char* host, uint64_t size) {
   const uint64_t end = (reinterpret_cast<uint64_t>(host) + size) / page * page;
   if (end <= begin) return;
   std::lock_guard<std::mutex> lock(populate_mu_);
-  stop_populating_.store(true);
-  for (std::thread& helper : populating_) helper.join();
-  populating_.clear();
-  stop_populating_.store(false);
+  JoinHelpersLocked();
   // The helpers take chunks from the front, where the receiver writes first, and stay
   // ahead of it: one helper faults pages in faster than one receiver fills them.
   const uint64_t chunks = (end - begin + kPopulateChunk - 1) / kPopulateChunk;
@@ -118,19 +116,29 @@ void SimDeviceMemory::PopulateForWrite(char* host, uint64_t size) {
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const unsigned helpers = std::min(kMaxPopulateHelpers, std::max(1u, cores - 1));
   for (unsigned i = 0; i < helpers; ++i) {
-    populating_.emplace_back([this, begin, end, chunks, next] {
-      for (uint64_t chunk = (*next)++; chunk < chunks && !stop_populating_.load(); chunk = (*next)++) {
-        const uint64_t at = begin + chunk * kPopulateChunk;
-        const uint64_t length = std::min(kPopulateChunk, end - at);
-        if (madvise(reinterpret_cast<void*>(at), length, MADV_POPULATE_WRITE) != 0) return;
-        populated_.fetch_add(length);
-      }
-    });
+    // A thread that cannot start (a worker at its cgroup's pids.max) leaves its share to the
+    // others, or to the receiver: never an error of the copy.
+    try {
+      populating_.emplace_back([this, begin, end, chunks, next] {
+        for (uint64_t chunk = (*next)++; chunk < chunks && !stop_populating_.load(); chunk = (*next)++) {
+          const uint64_t at = begin + chunk * kPopulateChunk;
+          const uint64_t length = std::min(kPopulateChunk, end - at);
+          if (madvise(reinterpret_cast<void*>(at), length, MADV_POPULATE_WRITE) != 0) return;
+          populated_.fetch_add(length);
+        }
+      });
+    } catch (const std::exception&) {  // std::system_error, or no memory for the list
+      break;
+    }
   }
 }
 
 void SimDeviceMemory::StopPopulating() {
   std::lock_guard<std::mutex> lock(populate_mu_);
+  JoinHelpersLocked();
+}
+
+void SimDeviceMemory::JoinHelpersLocked() {
   if (populating_.empty()) return;
   stop_populating_.store(true);
   for (std::thread& helper : populating_) helper.join();

@@ -86,6 +86,7 @@ class SimDeviceMemory {
   Owner last_owner_ = 0;                                // guarded by mu_
 
   // The helpers of PopulateForWrite. Lock order: populate_mu_ before mu_ (Release).
+  void JoinHelpersLocked();  // populate_mu_ held
   std::mutex populate_mu_;
   std::vector<std::thread> populating_;  // guarded by populate_mu_
   std::atomic<bool> stop_populating_{false};
