@@ -49,7 +49,7 @@ void* Session::BulkDestination(const transport::RequestHeader& header, std::stri
   if (!authorized() || sticky_error_ != 0 || header.op != kOpMemcpyHtoD || !Decode(args, &copy) || copy.size != len) {
     return nullptr;
   }
-  return executor_->HostView(copy.dst, copy.size);
+  return executor_->ReceiveView(copy.dst, copy.size);
 }
 
 void Session::Run(const transport::RequestHeader& header, std::string_view args, const void* payload,

@@ -54,6 +54,11 @@ class Executor {
   // memory in host RAM: the server then moves bulk data in place. nullptr otherwise, or
   // when the range is not inside one allocation.
   virtual void* HostView(uint64_t dptr, uint64_t size) = 0;
+  // HostView for a host-to-device copy whose `size` bytes the transport is about to
+  // receive there, in place, before CopyToDevice runs with it. An executor may make ready
+  // for the write meanwhile (the sim faults the pages in on helper threads: SimDeviceMemory
+  // ::PopulateForWrite); it must not change a byte the range holds.
+  virtual void* ReceiveView(uint64_t dptr, uint64_t size) { return HostView(dptr, size); }
 
   virtual int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) = 0;
   // On success *data points to the bytes, valid until the next call on this executor.

@@ -1568,6 +1568,143 @@ TEST_F(FailoverTest, AReplayThatEndsTheNewSessionStopsThere) {
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
 }
 
+// Large ranges of a checkpoint: uploaded whole, checkpointed from the log, and restored on
+// the new agent, which faults their pages in on helper threads while the bytes arrive
+// (SimDeviceMemory::PopulateForWrite; these are over its kPopulateMin).
+class LargeRestoreTest : public FailoverTest {
+ protected:
+  static constexpr uint64_t kBig = kData + (uint64_t{64} << 20);
+  static constexpr uint32_t kKernelElements = 65536;
+
+  // Two ranges of odd sizes (neither end on a page), uploaded and checkpointed; then, in
+  // the log only, `step` over the head of the first and the tail of the second (kernels
+  // that read what the restore brings back).
+  void PrepareLarge() {
+    Prepare();
+    for (int r = 0; r < 2; ++r) {
+      dp::MemAllocArgs alloc{sizes_[r], starts_[r]};
+      ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+      want_[r].resize(sizes_[r]);
+      for (uint64_t i = 0; i < sizes_[r]; ++i) want_[r][i] = static_cast<char>(i * (r ? 37 : 131) + (i >> 13));
+      dp::MemcpyHtoDArgs copy{starts_[r], sizes_[r], kStream};
+      ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), want_[r].data(), sizes_[r]), 0);
+    }
+    ASSERT_EQ(Synchronize(), 0);  // a checkpoint
+    StepOver(0, 0, 21);
+    StepOver(1, (sizes_[1] - uint64_t{4} * kKernelElements) / 4 * 4, 22);
+  }
+  // `step` with k over kKernelElements words at `offset` in range r, on the device and here.
+  void StepOver(int r, uint64_t offset, uint32_t k) {
+    struct {
+      uint64_t data;
+      uint32_t n, k;
+    } params{starts_[r] + offset, kKernelElements, k};
+    dp::LaunchArgs launch{kFunction, {kKernelElements / 256, 1, 1}, {256, 1, 1}, 0, sizeof(params), kStream};
+    ASSERT_EQ(Post(dp::kOpLaunch, &launch, sizeof(launch), &params, sizeof(params)), 0);
+    for (uint32_t i = 0; i < kKernelElements; ++i) {
+      uint32_t word = 0;
+      std::memcpy(&word, want_[r].data() + offset + 4 * uint64_t{i}, 4);
+      word = word * 3 + k + i;
+      std::memcpy(want_[r].data() + offset + 4 * uint64_t{i}, &word, 4);
+    }
+    ++launches_;
+  }
+  // Reads both ranges back (the first read recovers) and counts the bytes that differ.
+  void ExpectLargeRangesMatch() {
+    for (int r = 0; r < 2; ++r) {
+      std::vector<char> back(sizes_[r]);
+      dp::MemcpyDtoHArgs read{starts_[r], sizes_[r], 0};
+      ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), sizes_[r]), 0);
+      size_t wrong = 0;
+      for (uint64_t i = 0; i < sizes_[r]; ++i) wrong += back[i] != want_[r][i];
+      EXPECT_EQ(wrong, 0u) << "range " << r;
+    }
+    ExpectMatchesReference();
+  }
+
+  const std::array<uint64_t, 2> sizes_ = {(uint64_t{40} << 20) + 13, (uint64_t{33} << 20) + 4097};
+  const std::array<uint64_t, 2> starts_ = {kBig, kBig + (uint64_t{128} << 20)};
+  std::array<std::vector<char>, 2> want_;
+};
+
+TEST_F(LargeRestoreTest, OddRangesComeBackByteForByteAndReplayedKernelsReadThemRestored) {
+  Open(Replay());
+  PrepareLarge();
+  first_->server.reset();  // the kernels are in the log only
+  NameInLease(*second_);
+  ExpectLargeRangesMatch();
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_GE(failover_->recoveries()[0].restored_bytes, sizes_[0] + sizes_[1]);
+  EXPECT_EQ(failover_->recoveries()[0].replayed, 2u);
+}
+
+// A session whose connection breaks at the second large upload it is given, when it was
+// opened armed (g_break_restore): a new agent lost in the middle of a restore.
+std::atomic<bool> g_break_restore{false};
+class BreaksMidRestore : public transport::ClientConnection {
+ public:
+  explicit BreaksMidRestore(std::unique_ptr<transport::ClientConnection> real) : real_(std::move(real)) {}
+  Status Call(const Request& request, Reply* reply) override {
+    return Breaks(request) ? Gone() : real_->Call(request, reply);
+  }
+  Status Post(const Request& request) override { return Breaks(request) ? Gone() : real_->Post(request); }
+  Status PostOverlapped(const Request& request, const std::function<bool()>& step) override {
+    return Breaks(request) ? Gone() : real_->PostOverlapped(request, step);
+  }
+  Status Start(const Request& request) override { return Breaks(request) ? Gone() : real_->Start(request); }
+  Status Drain(int32_t* first_error) override { return broken_ ? Gone() : real_->Drain(first_error); }
+  void SetAbandonCheck(std::function<std::string()> check) override { real_->SetAbandonCheck(std::move(check)); }
+  uint64_t next_sequence() override { return real_->next_sequence(); }
+  bool PeerGone() override { return broken_; }
+
+ private:
+  bool Breaks(const Request& request) {
+    if (armed_ && request.op == dp::kOpMemcpyHtoD && request.payload_len >= (uint64_t{32} << 20) &&
+        ++large_uploads_ == 2) {
+      broken_ = true;
+    }
+    return broken_;
+  }
+  static Status Gone() { return Status::Unavailable("the new agent went away mid-restore"); }
+  std::unique_ptr<transport::ClientConnection> real_;
+  const bool armed_ = g_break_restore.exchange(false);
+  int large_uploads_ = 0;
+  bool broken_ = false;
+};
+
+std::unique_ptr<transport::ClientConnection> OpenBreakingSession(const GpuLocation& location,
+                                                                 dp::DeviceDescription* description, std::string* why,
+                                                                 int32_t* refusal) {
+  ++g_sessions_opened;
+  auto real = OpenSession(location, description, why, refusal);
+  if (real == nullptr) return nullptr;
+  return std::make_unique<BreaksMidRestore>(std::move(real));
+}
+
+// The first recovery's session breaks after one range was restored and before the other
+// was: that recovery fails as a whole (its session, and what it restored, are dropped) and
+// the next one, on a fresh session, restores everything again. No byte comes from the
+// broken one.
+TEST_F(LargeRestoreTest, ARestoreBrokenMidwayIsRetriedWholeOnAFreshSession) {
+  g_sessions_opened = 0;
+  g_break_restore = false;
+  failover_ = std::make_unique<Failover>(Replay(), 0, 0, lease_file_, OpenBreakingSession);
+  channel_.location = {first_->uuid, first_->endpoint};
+  std::string why;
+  int32_t refusal = 0;
+  channel_.connection = OpenBreakingSession(channel_.location, &channel_.description, &why, &refusal);
+  ASSERT_NE(channel_.connection, nullptr) << why;
+  PrepareLarge();
+  first_->server.reset();
+  NameInLease(*second_);
+  g_break_restore = true;  // the next session opened: the recovery's first
+  ExpectLargeRangesMatch();
+  EXPECT_FALSE(g_break_restore.load());
+  EXPECT_EQ(g_sessions_opened.load(), 3);  // the first, the broken recovery, the one that held
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(failover_->recoveries()[0].to.uuid, second_->uuid);
+}
+
 TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
   setenv("GPUPOOL_FAILOVER", "sometimes", 1);
   setenv("GPUPOOL_CHECKPOINT_MEM", "lots", 1);

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -134,6 +135,93 @@ TEST(SimDeviceMemory, AnOwnerReachesOnlyItsOwnAllocations) {
   EXPECT_EQ(memory.Release(mine, second), dataplane::kCuInvalidValue);
   EXPECT_EQ(memory.used(), kMiB);  // the failed release changed nothing
   EXPECT_EQ(memory.Release(mine, first), dataplane::kCuSuccess);
+}
+
+// A large copy received in place (ReceiveView) has its destination faulted in by helper
+// threads while the bytes arrive: whatever the receiver and the helpers do first, the
+// block ends up holding exactly the bytes written, the odd pages at either end included,
+// and the bytes around the copy are untouched.
+TEST(SimDeviceMemory, PopulatingForAWriteNeverChangesAByte) {
+  SimDeviceMemory memory(0, 256 * kMiB);
+  const SimDeviceMemory::Owner me = memory.NewOwner();
+  uint64_t block = 0;
+  const uint64_t size = 96 * kMiB + 4093;  // neither end on a page
+  ASSERT_EQ(memory.Allocate(size + 2 * 4099, me, &block), dataplane::kCuSuccess);
+  char* whole = memory.Translate(block, size + 2 * 4099, me);
+  ASSERT_NE(whole, nullptr);
+  std::memset(whole, 0x5a, 4099);  // before the copy's range: written, so present
+  char* at = memory.Translate(block + 4099, size, me);
+  std::vector<char> bytes(size);
+  for (uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(i * 131 + (i >> 17));
+  const uint64_t before = memory.populated_bytes();
+  memory.PopulateForWrite(at, size);
+  // The receiver writes from the front, racing the helpers, in slices as a transport does.
+  for (uint64_t done = 0; done < size; done += 65537) {
+    std::memcpy(at + done, bytes.data() + done, std::min<uint64_t>(65537, size - done));
+  }
+  memory.StopPopulating();
+  EXPECT_EQ(std::memcmp(at, bytes.data(), size), 0);
+  // Helpers that come after the writer (its bytes all there) leave them as they are.
+  const uint64_t written = memory.populated_bytes();
+  memory.PopulateForWrite(at, size);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (memory.populated_bytes() - written < size - 2 * 4096 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  memory.StopPopulating();
+  EXPECT_GE(memory.populated_bytes() - written, size - 2 * 4096);
+  EXPECT_EQ(std::memcmp(at, bytes.data(), size), 0);
+  for (uint64_t i = 0; i < 4099; ++i) ASSERT_EQ(whole[i], 0x5a) << i;
+  for (uint64_t i = 0; i < 4099; ++i) ASSERT_EQ(at[size + i], 0) << i;  // after it: still zero
+  // The helpers ran (only whole pages inside the range, never more than it).
+  EXPECT_GT(written, before);
+  EXPECT_LE(written - before, size);
+  EXPECT_EQ(memory.Release(block, me), dataplane::kCuSuccess);
+}
+
+// A copy that never comes (the client went away mid-transfer) leaves helpers running:
+// freeing the block stops them first, and small copies start none.
+TEST(SimDeviceMemory, FreeingWhilePopulatingIsSafeAndSmallCopiesStartNoHelpers) {
+  SimDeviceMemory memory(0, 1024 * kMiB);
+  const SimDeviceMemory::Owner me = memory.NewOwner();
+  for (int round = 0; round < 4; ++round) {
+    uint64_t block = 0;
+    ASSERT_EQ(memory.Allocate(512 * kMiB, me, &block), dataplane::kCuSuccess);
+    memory.PopulateForWrite(memory.Translate(block, 512 * kMiB, me), 512 * kMiB);
+    EXPECT_EQ(memory.Release(block, me), dataplane::kCuSuccess);
+  }
+  uint64_t small = 0;
+  ASSERT_EQ(memory.Allocate(SimDeviceMemory::kPopulateMin - 1, me, &small), dataplane::kCuSuccess);
+  const uint64_t before = memory.populated_bytes();
+  memory.PopulateForWrite(memory.Translate(small, SimDeviceMemory::kPopulateMin - 1, me),
+                          SimDeviceMemory::kPopulateMin - 1);
+  memory.StopPopulating();
+  EXPECT_EQ(memory.populated_bytes(), before);
+  EXPECT_EQ(memory.used(), SimDeviceMemory::kPopulateMin - 1);
+}
+
+// The executor's in-place receive (the dataplane's path for cuMemcpyHtoD, and for a
+// recovery's restore) and a copy from a buffer give the same bytes.
+TEST(SimExecutor, ALargeCopyReceivedInPlaceOrCopiedHoldsItsBytes) {
+  SimDeviceMemory memory(0, 512 * kMiB);
+  SimExecutor executor(&memory);
+  const uint64_t size = 40 * kMiB + 17;
+  uint64_t a = 0, b = 0;
+  ASSERT_EQ(executor.Allocate(size, &a), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.Allocate(size, &b), dataplane::kCuSuccess);
+  std::vector<char> bytes(size);
+  for (uint64_t i = 0; i < size; ++i) bytes[i] = static_cast<char>(i ^ (i >> 9));
+  char* view = static_cast<char*>(executor.ReceiveView(a, size));
+  ASSERT_EQ(view, executor.HostView(a, size));
+  std::memcpy(view, bytes.data(), size);  // what the transport does
+  ASSERT_EQ(executor.CopyToDevice(a, view, size, 0), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.CopyToDevice(b, bytes.data(), size, 0), dataplane::kCuSuccess);
+  const void* out = nullptr;
+  ASSERT_EQ(executor.CopyFromDevice(a, size, 0, &out), dataplane::kCuSuccess);
+  EXPECT_EQ(std::memcmp(out, bytes.data(), size), 0);
+  ASSERT_EQ(executor.CopyFromDevice(b, size, 0, &out), dataplane::kCuSuccess);
+  EXPECT_EQ(std::memcmp(out, bytes.data(), size), 0);
+  EXPECT_EQ(executor.ReceiveView(a + 1, size), nullptr);  // past the allocation: nothing
 }
 
 // Two sessions of one GPU (e.g. two clients, or a lease's successor): the second cannot

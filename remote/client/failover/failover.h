@@ -176,7 +176,8 @@ class Failover {
     GpuLocation from, to;
     std::chrono::milliseconds pause{0};
     uint64_t restored_bytes = 0;
-    uint64_t copied_bytes = 0;  // handed over agent to agent (a planned move)
+    std::chrono::milliseconds restore{0};  // from the first restore sent to the last one's bytes sent
+    uint64_t copied_bytes = 0;             // handed over agent to agent (a planned move)
     size_t replayed = 0;
   };
 

@@ -287,6 +287,7 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
   // functions).
   if (!CreateCheckpointResources(connection, why)) return false;
   // 2. Their memory as the checkpoint saw it.
+  const auto restore_began = std::chrono::steady_clock::now();
   for (const auto& [start, bytes] : saved_) {
     // Sent from the image itself: a copy of 1 GiB would cost more than its transfer.
     dp::MemcpyHtoDArgs args{start, bytes.size(), 0};
@@ -297,6 +298,8 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
     }
     recovery->restored_bytes += bytes.size();
   }
+  recovery->restore =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - restore_began);
   // 3. The log: first what had shown its printf text (shown again it would
   // print twice),
   //    then the rest, whose text the application has not seen yet.
@@ -422,12 +425,10 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
                 device_, next.uuid.c_str(), next.endpoint.c_str(), static_cast<long long>(recovery.pause.count()),
                 Size(recovery.copied_bytes).c_str(), recovery.replayed);
           } else {
-            LogError(
-                "GPU %d: recovered on %s at %s in %lld ms (restored %s, "
-                "replayed %zu "
-                "operation(s))",
-                device_, next.uuid.c_str(), next.endpoint.c_str(), static_cast<long long>(recovery.pause.count()),
-                Size(recovery.restored_bytes).c_str(), recovery.replayed);
+            LogError("GPU %d: recovered on %s at %s in %lld ms (restored %s in %lld ms, replayed %zu operation(s))",
+                     device_, next.uuid.c_str(), next.endpoint.c_str(), static_cast<long long>(recovery.pause.count()),
+                     Size(recovery.restored_bytes).c_str(), static_cast<long long>(recovery.restore.count()),
+                     recovery.replayed);
           }
           recoveries_.push_back(recovery);
           abandoned_ = nullptr;

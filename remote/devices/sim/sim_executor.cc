@@ -107,6 +107,12 @@ void SimExecutor::MemoryInfo(uint64_t* free, uint64_t* total) {
 
 void* SimExecutor::HostView(uint64_t dptr, uint64_t size) { return memory_->Translate(dptr, size, owner_); }
 
+void* SimExecutor::ReceiveView(uint64_t dptr, uint64_t size) {
+  char* view = memory_->Translate(dptr, size, owner_);
+  memory_->PopulateForWrite(view, size);
+  return view;
+}
+
 bool SimExecutor::KnownStream(uint64_t stream) const { return stream == 0 || streams_.count(stream) > 0; }
 
 // Large copies and memsets go in chunks, each counted as progress: on a loaded host a
@@ -127,9 +133,15 @@ int32_t SimExecutor::CopyToDevice(uint64_t dst, const void* src, uint64_t size, 
   if (size == 0) return dataplane::kCuSuccess;
   char* host = memory_->Translate(dst, size, owner_);
   if (host == nullptr) return dataplane::kCuInvalidValue;
-  if (host != src) {  // else received in place: the transport moved the bytes, not the engine
+  if (host == src) {
+    // Received in place (ReceiveView): the transport moved the bytes, not the engine, and
+    // the helpers that made room for them are done with.
+    memory_->StopPopulating();
+  } else {
     device::BusyMeter::Span busy(meter_, device::BusyMeter::kCopies);
+    memory_->PopulateForWrite(host, size);  // ahead of the copy (a large one only)
     ChunkedCopy(host, static_cast<const char*>(src), size);
+    memory_->StopPopulating();
   }
   return dataplane::kCuSuccess;
 } catch (...) {

@@ -46,6 +46,7 @@ class SimExecutor : public device::Executor {
     return {allocations_.begin(), allocations_.end()};
   }
   void* HostView(uint64_t dptr, uint64_t size) override;
+  void* ReceiveView(uint64_t dptr, uint64_t size) override;
   int32_t CopyToDevice(uint64_t dst, const void* src, uint64_t size, uint64_t stream) override;
   int32_t CopyFromDevice(uint64_t src, uint64_t size, uint64_t stream, const void** data) override;
   int32_t CopyDeviceToDevice(uint64_t dst, uint64_t src, uint64_t size, uint64_t stream) override;

@@ -1,6 +1,11 @@
 #include "remote/devices/sim/sim_memory.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+#include <memory>
 
 #include "remote/protocol/protocol.h"
 
@@ -14,12 +19,17 @@ constexpr uint64_t kAlignment = 512;  // cudaMalloc guarantees at least 256
 // Client-chosen addresses stay below 2^48, where x86-64 and arm64 user pointers live.
 constexpr uint64_t kMaxAddress = 1ull << 48;
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels answer EINVAL and nothing is done
+#endif
+
 }  // namespace
 
 SimDeviceMemory::SimDeviceMemory(int gpu_index, uint64_t capacity)
     : capacity_(capacity), next_address_((16 + static_cast<uint64_t>(gpu_index)) * kTiB) {}
 
 SimDeviceMemory::~SimDeviceMemory() {
+  StopPopulating();
   for (auto& [address, block] : blocks_) munmap(block.host, block.size);
 }
 
@@ -68,6 +78,7 @@ int32_t SimDeviceMemory::Place(uint64_t address, uint64_t size, Owner owner) {
 }
 
 int32_t SimDeviceMemory::Release(uint64_t dptr, Owner owner) {
+  StopPopulating();  // no helper faults in a block being unmapped, or one mapped in its place
   std::lock_guard<std::mutex> lock(mu_);
   auto found = blocks_.find({owner, dptr});
   if (found == blocks_.end()) return dataplane::kCuInvalidValue;
@@ -86,6 +97,53 @@ char* SimDeviceMemory::Translate(uint64_t dptr, uint64_t size, Owner owner) {
   uint64_t offset = dptr - key.second;
   if (offset > block.size || size > block.size - offset) return nullptr;
   return block.host + offset;
+}
+
+void SimDeviceMemory::PopulateForWrite(char* host, uint64_t size) {
+  if (host == nullptr || size < kPopulateMin) return;
+  // Whole pages inside the range only: a page the copy writes in part may hold bytes of
+  // the block outside it, and is left to the receiver.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t begin = (reinterpret_cast<uint64_t>(host) + page - 1) / page * page;
+  const uint64_t end = (reinterpret_cast<uint64_t>(host) + size) / page * page;
+  if (end <= begin) return;
+  std::lock_guard<std::mutex> lock(populate_mu_);
+  JoinHelpersLocked();
+  // The helpers take chunks from the front, where the receiver writes first, and stay
+  // ahead of it: one helper faults pages in faster than one receiver fills them.
+  const uint64_t chunks = (end - begin + kPopulateChunk - 1) / kPopulateChunk;
+  auto next = std::make_shared<std::atomic<uint64_t>>(0);
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned helpers = std::min(kMaxPopulateHelpers, std::max(1u, cores - 1));
+  for (unsigned i = 0; i < helpers; ++i) {
+    // A thread that cannot start (a worker at its cgroup's pids.max) leaves its share to the
+    // others, or to the receiver: never an error of the copy.
+    try {
+      populating_.emplace_back([this, begin, end, chunks, next] {
+        for (uint64_t chunk = (*next)++; chunk < chunks && !stop_populating_.load(); chunk = (*next)++) {
+          const uint64_t at = begin + chunk * kPopulateChunk;
+          const uint64_t length = std::min(kPopulateChunk, end - at);
+          if (madvise(reinterpret_cast<void*>(at), length, MADV_POPULATE_WRITE) != 0) return;
+          populated_.fetch_add(length);
+        }
+      });
+    } catch (const std::exception&) {  // std::system_error, or no memory for the list
+      break;
+    }
+  }
+}
+
+void SimDeviceMemory::StopPopulating() {
+  std::lock_guard<std::mutex> lock(populate_mu_);
+  JoinHelpersLocked();
+}
+
+void SimDeviceMemory::JoinHelpersLocked() {
+  if (populating_.empty()) return;
+  stop_populating_.store(true);
+  for (std::thread& helper : populating_) helper.join();
+  populating_.clear();
+  stop_populating_.store(false);
 }
 
 uint64_t SimDeviceMemory::used() {

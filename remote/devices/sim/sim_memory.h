@@ -9,12 +9,24 @@
 // Each owner has an address space of its own: a client may ask for an allocation at an
 // address of its choosing (AllocateAt), which is how a client keeps its device pointers
 // when it moves to another GPU; two owners may then use the same addresses.
+//
+// A large host-to-device copy received in place (the transport writes straight into a
+// block: Executor::ReceiveView) would fault in a fresh block one 4 KiB page at a time on
+// the receiving thread: for 1 GiB that is 262144 faults, most of what writing it costs.
+// PopulateForWrite has helper threads fault the destination in (madvise
+// MADV_POPULATE_WRITE, which allocates the pages without writing a byte) while the bytes
+// arrive, so the receiver finds them present. The helpers never change what a page holds,
+// only whether it is present: a byte the receiver wrote first stays as it wrote it.
+// Release (and the destructor) stop and join them before a block is unmapped.
 // Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <thread>
+#include <vector>
 
 namespace gpupool::devices {
 
@@ -44,6 +56,20 @@ class SimDeviceMemory {
   uint64_t used();
   uint64_t capacity() const { return capacity_; }
 
+  // Starts faulting in the pages of [host, host + size), a part of one block that a
+  // host-to-device copy is about to write whole, on helper threads; returns at once. Copies
+  // under kPopulateMin bytes are left to fault as they are written (a thread costs more).
+  // Stops the previous copy's helpers first.
+  void PopulateForWrite(char* host, uint64_t size);
+  // Stops the helpers (each ends within one kPopulateChunk) and joins them.
+  void StopPopulating();
+  // Bytes the helpers have faulted in so far, all copies together (for tests).
+  uint64_t populated_bytes() const { return populated_.load(); }
+
+  static constexpr uint64_t kPopulateMin = uint64_t{32} << 20;
+  static constexpr uint64_t kPopulateChunk = uint64_t{4} << 20;
+  static constexpr unsigned kMaxPopulateHelpers = 3;
+
  private:
   struct Block {
     char* host;
@@ -58,6 +84,13 @@ class SimDeviceMemory {
   uint64_t next_address_;                               // guarded by mu_
   uint64_t used_ = 0;                                   // guarded by mu_
   Owner last_owner_ = 0;                                // guarded by mu_
+
+  // The helpers of PopulateForWrite. Lock order: populate_mu_ before mu_ (Release).
+  void JoinHelpersLocked();  // populate_mu_ held
+  std::mutex populate_mu_;
+  std::vector<std::thread> populating_;  // guarded by populate_mu_
+  std::atomic<bool> stop_populating_{false};
+  std::atomic<uint64_t> populated_{0};
 };
 
 }  // namespace gpupool::devices
