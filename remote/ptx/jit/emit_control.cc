@@ -12,13 +12,14 @@
 
 namespace gpupool::sim::jit {
 
-// One step of the watchdog's budget; when it runs out, progress.
-void Emitter::Tick() {
-  llvm::Value* budget = b_.CreateSub(b_.CreateLoad(i64_, budget_slot_), b_.getInt64(1));
+// `steps` of the watchdog's budget (a back edge of vector code is one per lane); when it
+// runs out, progress.
+void Emitter::Tick(uint32_t steps) {
+  llvm::Value* budget = b_.CreateSub(b_.CreateLoad(i64_, budget_slot_), b_.getInt64(steps));
   b_.CreateStore(budget, budget_slot_);
   auto* report = llvm::BasicBlock::Create(ctx_, "progress", fn_);
   auto* on = llvm::BasicBlock::Create(ctx_, "ticked", fn_);
-  b_.CreateCondBr(b_.CreateICmpEQ(budget, b_.getInt64(0)), report, on,
+  b_.CreateCondBr(b_.CreateICmpSLE(budget, b_.getInt64(0)), report, on,
                   llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
   b_.SetInsertPoint(report);
   b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, b_.CreateLoad(ptr_, Field(kOffProgress)), b_.getInt64(1),
@@ -55,8 +56,28 @@ bool Emitter::VectorInstruction(const RawStatement& s, const std::vector<std::st
   if (op == "bra") {
     auto pending = s.operands.size() == 1 ? pending_.find(s.operands[0].name) : pending_.end();
     if (pending == pending_.end()) return refuse("a branch target it does not take");
+    llvm::Value* stay = b_.CreateAnd(running, b_.CreateNot(lanes));
+    if (auto parked = parked_.find(&s); parked != parked_.end() && seen_labels_.count(pending->first)) {
+      // A loop's back edge: while any lane loops, the code runs again from the loop's head
+      // with those lanes, and the others wait here (lanes that leave a loop, each after its
+      // own trip count); when none loops, the waiting ones go on together.
+      llvm::Value* waiting = b_.CreateOr(b_.CreateLoad(Lanes(i1_), parked->second), stay);
+      llvm::Value* any = b_.CreateICmpNE(b_.CreateBitCast(lanes, b_.getIntNTy(lanes_)), b_.getIntN(lanes_, 0));
+      auto* back = llvm::BasicBlock::Create(ctx_, "back", fn_);
+      auto* leave = llvm::BasicBlock::Create(ctx_, "loop_done", fn_);
+      b_.CreateCondBr(any, back, leave);
+      b_.SetInsertPoint(back);
+      b_.CreateStore(waiting, parked->second);
+      b_.CreateStore(lanes, mask_slot_);
+      Tick(lanes_);
+      b_.CreateBr(loop_heads_.at(pending->first));
+      b_.SetInsertPoint(leave);
+      b_.CreateStore(waiting, mask_slot_);
+      b_.CreateStore(Int(1, 0), parked->second);
+      return true;
+    }
     b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), pending->second), lanes), pending->second);
-    b_.CreateStore(b_.CreateAnd(running, b_.CreateNot(lanes)), mask_slot_);
+    b_.CreateStore(stay, mask_slot_);
     return true;
   }
   if (op == "ret" || op == "exit") {

@@ -64,11 +64,13 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
                   entry_.body.empty() ? 0 : entry_.body.front().line, refused);
   }
   if (lanes_ > 0) {
-    // Vector code takes straight code and forward branches only, without barriers,
-    // shared or local memory or atomics (the scalar code runs those).
+    // Vector code takes no barriers, shared or local memory or atomics (the scalar code
+    // runs those).
     if (barriers_ > 0 || has_shared_ || local_size_ > 0) {
       return Refuse("vector code: barriers, shared or local memory", 0, refused);
     }
+    // The labels a backward branch goes to: each a block of its own, which the branch
+    // goes back to while any lane loops.
     std::map<std::string, size_t> label_at;
     size_t index = 0;
     for (const RawStatement& s : entry_.body) {
@@ -78,11 +80,9 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     index = 0;
     for (const RawStatement& s : entry_.body) {
       if (s.kind != RawStatement::kInstruction) continue;
-      if (s.opcode.rfind("bra", 0) == 0 && !s.operands.empty()) {
+      if (s.opcode.rfind("bra", 0) == 0 && s.operands.size() == 1) {
         auto it = label_at.find(s.operands[0].name);
-        if (it == label_at.end() || it->second <= index) {
-          return Refuse("vector code: a backward branch", s.line, refused);
-        }
+        if (it != label_at.end() && it->second <= index) loop_heads_[it->first] = nullptr;
       }
       ++index;
     }
@@ -187,6 +187,12 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     if (s.kind == RawStatement::kLabel && lanes_) {
       llvm::IRBuilder<> at(alloca_point_);
       pending_[s.opcode] = at.CreateAlloca(Lanes(i1_));
+      if (loop_heads_.count(s.opcode)) loop_heads_[s.opcode] = llvm::BasicBlock::Create(ctx_, s.opcode, fn_);
+    }
+    if (s.kind == RawStatement::kInstruction && lanes_ && s.opcode.rfind("bra", 0) == 0 && s.operands.size() == 1 &&
+        loop_heads_.count(s.operands[0].name)) {
+      llvm::IRBuilder<> at(alloca_point_);
+      parked_[&s] = at.CreateAlloca(Lanes(i1_));
     }
   }
   b_.SetInsertPoint(start_block);
@@ -200,13 +206,22 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     // Every lane runs; no lane waits at any label.
     b_.CreateStore(Int(1, 1), mask_slot_);
     for (auto& [label, slot] : pending_) b_.CreateStore(Int(1, 0), slot);
+    for (auto& [branch, slot] : parked_) b_.CreateStore(Int(1, 0), slot);
   }
   for (const RawStatement& s : entry_.body) {
     if (s.kind == RawStatement::kLabel && lanes_) {
-      // The lanes that branched here join the running ones.
-      b_.CreateStore(
-          b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.CreateLoad(Lanes(i1_), pending_.at(s.opcode))),
-          mask_slot_);
+      seen_labels_.insert(s.opcode);
+      if (auto head = loop_heads_.find(s.opcode); head != loop_heads_.end()) {
+        // A loop's head: its back edges come here with the lanes that loop.
+        if (!b_.GetInsertBlock()->getTerminator()) b_.CreateBr(head->second);
+        b_.SetInsertPoint(head->second);
+      }
+      // The lanes that branched here join the running ones, and no longer wait here (a
+      // label inside a loop is passed again).
+      llvm::AllocaInst* pending = pending_.at(s.opcode);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.CreateLoad(Lanes(i1_), pending)),
+                     mask_slot_);
+      b_.CreateStore(Int(1, 0), pending);
       continue;
     }
     if (s.kind == RawStatement::kLabel) {

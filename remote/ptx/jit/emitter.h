@@ -111,7 +111,7 @@ class Emitter {
   bool ComputeLiveness(std::string* why);
 
   // emit_control.cc
-  void Tick();
+  void Tick(uint32_t steps = 1);
   void Exit();
   bool VectorInstruction(const RawStatement& s, const std::vector<std::string_view>& parts, llvm::Value* guard,
                          std::string* refused);
@@ -270,11 +270,16 @@ class Emitter {
   std::map<uint32_t, std::array<llvm::AllocaInst*, 3>> hint_slots_;  // per access: its hint
   // Vector code (lanes_ > 0): kVectorLanes threads of a row at once, x, x + 1, ...; the
   // lanes still running (not branched away, not ended), and the per-label lanes waiting
-  // there (PTX branches of vector code go forward only: a label merges them back).
+  // there (a label merges them back as the code passes it).
   uint32_t lanes_ = 0;
   llvm::AllocaInst* mask_slot_ = nullptr;
   llvm::Value* op_mask_ = nullptr;  // while an instruction runs: its lanes (mask & guard)
   std::map<std::string, llvm::AllocaInst*> pending_;
+  // Loops of vector code: the labels backward branches go to (a block each), and per
+  // backward branch the lanes that left its loop there, waiting after it while other lanes
+  // of the row loop.
+  std::map<std::string, llvm::BasicBlock*> loop_heads_;
+  std::map<const RawStatement*, llvm::AllocaInst*> parked_;
   uint32_t barriers_ = 0;  // stops: barriers and warp-level operations
   // Kernels with warp-level operations: how many, what stops a thread at each resume point
   // (CompiledKernel::warp_ops), the registers shuffles read (their shadows' indices), and
