@@ -3775,5 +3775,110 @@ TEST_F(JitVectorLoops, EachLaneLeavesALoopAfterItsOwnTrips) {
   EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
 }
 
+// Shared memory and barriers in vector code (JitVectorShared.ptx): each kernel on blocks of
+// 256 threads in x (vector code) and in y (scalar code), against the interpreter.
+class JitVectorShared : public KernelFileTest {
+ public:
+  JitVectorShared() : KernelFileTest("JitVectorShared.ptx") {}
+
+  // `name` over 4 blocks shaped `block` (256 threads), in `mode`: its CUresult, *out and
+  // *detail; `extra` packed after the in and out pointers.
+  template <typename... Extra>
+  int32_t Run(const std::string& name, JitMode mode, std::vector<uint32_t> block, std::vector<uint32_t>* out,
+              std::string* detail, uint64_t* instructions, Extra... extra) {
+    SetJitMode(mode);
+    std::vector<uint32_t> in(4 * 256);
+    for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k) * 2654435761u >> 9;
+    out->assign(in.size(), 0xdeadbeef);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(*out);
+    *instructions = 0;
+    return Launch(Kernel(name), {4, 1, 1}, block, Pack(din, dout, extra...), memory, instructions, detail);
+  }
+};
+
+// An inclusive scan of each block by a loop around two barriers, a shared tile read at
+// consecutive offsets (one vector access) and at offsets that some lanes skip (lane by
+// lane): the interpreter's results and thread-instruction count, and the scan.
+TEST_F(JitVectorShared, AScanInASharedTileGivesTheInterpretersResults) {
+  std::vector<uint32_t> interpreted;
+  std::string detail;
+  uint64_t interpreted_count = 0;
+  ASSERT_EQ(Run("shared_scan", JitMode::kOff, {256, 1, 1}, &interpreted, &detail, &interpreted_count, 0u, 0u), 0)
+      << detail;
+  for (uint32_t b = 0; b < 4; ++b) {
+    uint32_t sum = 0;
+    for (uint32_t t = 0; t < 256; ++t) {
+      sum += static_cast<uint32_t>((b * 256 + t) * 2654435761u >> 9);
+      ASSERT_EQ(interpreted[b * 256 + t], sum) << b << ", " << t;
+    }
+  }
+  uint64_t counts[2] = {};
+  for (int scalar = 0; scalar < 2; ++scalar) {
+    const std::vector<uint32_t> block = scalar ? std::vector<uint32_t>{1, 256, 1} : std::vector<uint32_t>{256, 1, 1};
+    std::vector<uint32_t> compiled;
+    ASSERT_EQ(Run("shared_scan", JitMode::kAlways, block, &compiled, &detail, &counts[scalar], 0u, 0u), 0) << detail;
+    EXPECT_EQ(compiled, interpreted) << "block " << block[0] << " x " << block[1];
+  }
+  EXPECT_EQ(counts[0], counts[1]);
+  const DecodedKernel& kernel = Kernel("shared_scan");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// A shared load past the tile by one thread of the grid (77, and 506: lanes 5 and 2 of
+// their rows, in blocks 0 and 1) fails the launch on both tiers with the same detail: the
+// stray thread's own.
+TEST_F(JitVectorShared, AStraySharedLoadFailsTheLaunchAsOnTheInterpreter) {
+  const DecodedKernel& kernel = Kernel("shared_scan");
+  uint64_t launches = 0;
+  for (uint32_t victim : {77u, 506u}) {
+    for (uint32_t stray : {300u, 0x10000000u}) {
+      std::string detail[2];
+      std::vector<uint32_t> out;
+      uint64_t count = 0;
+      ASSERT_EQ(Run("shared_scan", JitMode::kOff, {256, 1, 1}, &out, &detail[0], &count, stray, victim),
+                kIllegalAddress);
+      for (std::vector<uint32_t> block : {std::vector<uint32_t>{256, 1, 1}, std::vector<uint32_t>{1, 256, 1}}) {
+        ASSERT_EQ(Run("shared_scan", JitMode::kAlways, block, &out, &detail[1], &count, stray, victim),
+                  kIllegalAddress);
+        ++launches;
+        EXPECT_EQ(detail[1], detail[0]) << "victim " << victim << ", stray " << stray << ", block " << block[0];
+      }
+      EXPECT_NE(detail[0].find("load of 4 bytes"), std::string::npos) << detail[0];
+    }
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), launches) << kernel.jit->refused;
+}
+
+// Lanes of one row split over two barriers (4 of each 16 threads branch past the first):
+// each thread waits at the barrier it reaches, as on the interpreter; scalar code's
+// thread-instruction count.
+TEST_F(JitVectorShared, LanesSplitOverTwoBarriersGiveTheInterpretersResults) {
+  std::vector<uint32_t> interpreted;
+  std::string detail;
+  uint64_t interpreted_count = 0;
+  ASSERT_EQ(Run("skip", JitMode::kOff, {256, 1, 1}, &interpreted, &detail, &interpreted_count), 0) << detail;
+  for (uint32_t i = 0; i < 4 * 256; ++i) {
+    const uint32_t t = i % 256, b = i / 256;
+    auto in = [](uint32_t k) { return static_cast<uint32_t>(k * 2654435761u >> 9); };
+    const uint32_t read = t % 16 < 4 ? in(i) : in(b * 256 + (t + 1) % 256) * 7;
+    ASSERT_EQ(interpreted[i], read + in(i)*7) << i;
+  }
+  uint64_t counts[2] = {};
+  for (int scalar = 0; scalar < 2; ++scalar) {
+    const std::vector<uint32_t> block = scalar ? std::vector<uint32_t>{1, 256, 1} : std::vector<uint32_t>{256, 1, 1};
+    std::vector<uint32_t> compiled;
+    ASSERT_EQ(Run("skip", JitMode::kAlways, block, &compiled, &detail, &counts[scalar]), 0) << detail;
+    EXPECT_EQ(compiled, interpreted) << "block " << block[0] << " x " << block[1];
+  }
+  EXPECT_EQ(counts[0], counts[1]);
+  const DecodedKernel& kernel = Kernel("skip");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
 }  // namespace
 }  // namespace gpupool::sim
