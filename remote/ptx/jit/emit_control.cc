@@ -12,13 +12,14 @@
 
 namespace gpupool::sim::jit {
 
-// One step of the watchdog's budget; when it runs out, progress.
-void Emitter::Tick() {
-  llvm::Value* budget = b_.CreateSub(b_.CreateLoad(i64_, budget_slot_), b_.getInt64(1));
+// `steps` of the watchdog's budget (a back edge of vector code is one per lane); when it
+// runs out, progress.
+void Emitter::Tick(uint32_t steps) {
+  llvm::Value* budget = b_.CreateSub(b_.CreateLoad(i64_, budget_slot_), b_.getInt64(steps));
   b_.CreateStore(budget, budget_slot_);
   auto* report = llvm::BasicBlock::Create(ctx_, "progress", fn_);
   auto* on = llvm::BasicBlock::Create(ctx_, "ticked", fn_);
-  b_.CreateCondBr(b_.CreateICmpEQ(budget, b_.getInt64(0)), report, on,
+  b_.CreateCondBr(b_.CreateICmpSLE(budget, b_.getInt64(0)), report, on,
                   llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
   b_.SetInsertPoint(report);
   b_.CreateAtomicRMW(llvm::AtomicRMWInst::Add, b_.CreateLoad(ptr_, Field(kOffProgress)), b_.getInt64(1),
@@ -37,10 +38,63 @@ void Emitter::Tick() {
   b_.SetInsertPoint(on);
 }
 
-// ret/exit: the thread ends (with barriers: it no longer takes part in them).
+// ret/exit: the thread ends (with barriers: it no longer takes part in them); in vector
+// code, the running lanes at the code's end.
 void Emitter::Exit() {
-  if (barriers_ > 0) b_.CreateStore(b_.getInt32(-1), ResumeOf());
+  if (barriers_ > 0 && lanes_) {
+    EndLanes(Mask());
+  } else if (barriers_ > 0) {
+    b_.CreateStore(b_.getInt32(-1), ResumeOf());
+  }
   b_.CreateBr(next_block_);
+}
+
+// Whether any of `lanes` (a mask of vector code) is set.
+llvm::Value* Emitter::AnyLane(llvm::Value* lanes) {
+  return b_.CreateICmpNE(b_.CreateBitCast(lanes, b_.getIntNTy(lanes_)), b_.getIntN(lanes_, 0));
+}
+
+// Lanes of vector code with barriers that end: they no longer take part in barriers.
+void Emitter::EndLanes(llvm::Value* lanes) {
+  b_.CreateMaskedStore(Int(32, 0xffffffffu), ResumeOf(), llvm::Align(4), lanes);
+  b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), done_slot_), lanes), done_slot_);
+}
+
+// bar.sync of vector code. The running lanes stop here: their registers live after it are
+// saved (FillLaneBarriers), their resume point set, and the row goes on without them, so
+// that lanes waiting further on (at a label, after a loop, at a later barrier) still reach
+// their own next barrier or end in this phase, as each thread of scalar code does; once
+// every lane of the row stopped or ended, the next row. Lanes that stopped here in the
+// last phase go on from here (restored), joining the running ones as at a label.
+void Emitter::VectorBarrier() {
+  const uint32_t point = static_cast<uint32_t>(resume_points_.size() + 1);
+  resume_live_.push_back(barrier_live_.at(instruction_index_));
+  llvm::IRBuilder<> at(alloca_point_);
+  llvm::AllocaInst* waiting = at.CreateAlloca(Lanes(i1_));
+  resume_waiting_.push_back(waiting);
+  llvm::Value* arrived = b_.CreateLoad(Lanes(i1_), mask_slot_);
+  auto* save = llvm::BasicBlock::Create(ctx_, "lanes_save", fn_);
+  auto* saved = llvm::BasicBlock::Create(ctx_, "lanes_saved", fn_);
+  auto* resume = llvm::BasicBlock::Create(ctx_, "lanes_resume", fn_);
+  auto* restore = llvm::BasicBlock::Create(ctx_, "lanes_restore", fn_);
+  auto* merged = llvm::BasicBlock::Create(ctx_, "lanes_merged", fn_);
+  resume_points_.push_back(resume);
+  b_.CreateCondBr(AnyLane(arrived), save, resume);
+  lane_saves_.push_back({save, point, arrived, saved});
+  b_.SetInsertPoint(saved);
+  b_.CreateMaskedStore(Int(32, point), ResumeOf(), llvm::Align(4), arrived);
+  b_.CreateStore(b_.getInt1(true), waiting_slot_);
+  llvm::Value* done = b_.CreateOr(b_.CreateLoad(Lanes(i1_), done_slot_), arrived);
+  b_.CreateStore(done, done_slot_);
+  b_.CreateStore(Int(1, 0), mask_slot_);
+  b_.CreateCondBr(b_.CreateAndReduce(done), next_block_, resume);
+  b_.SetInsertPoint(resume);
+  llvm::Value* going = b_.CreateLoad(Lanes(i1_), waiting);
+  b_.CreateCondBr(AnyLane(going), restore, merged);
+  lane_restores_.push_back({restore, point, going, merged});
+  b_.SetInsertPoint(merged);
+  b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_), going), mask_slot_);
+  b_.CreateStore(Int(1, 0), waiting);
 }
 
 // An instruction of vector code: branches and ends move lanes between the running mask
@@ -55,15 +109,46 @@ bool Emitter::VectorInstruction(const RawStatement& s, const std::vector<std::st
   if (op == "bra") {
     auto pending = s.operands.size() == 1 ? pending_.find(s.operands[0].name) : pending_.end();
     if (pending == pending_.end()) return refuse("a branch target it does not take");
+    llvm::Value* stay = b_.CreateAnd(running, b_.CreateNot(lanes));
+    if (auto parked = parked_.find(&s); parked != parked_.end() && seen_labels_.count(pending->first)) {
+      // A loop's back edge: while any lane loops, the code runs again from the loop's head
+      // with those lanes, and the others wait here (lanes that leave a loop, each after its
+      // own trip count); when none loops, the waiting ones go on together.
+      llvm::Value* waiting = b_.CreateOr(b_.CreateLoad(Lanes(i1_), parked->second), stay);
+      llvm::Value* any = AnyLane(lanes);
+      auto* back = llvm::BasicBlock::Create(ctx_, "back", fn_);
+      auto* leave = llvm::BasicBlock::Create(ctx_, "loop_done", fn_);
+      b_.CreateCondBr(any, back, leave);
+      b_.SetInsertPoint(back);
+      b_.CreateStore(waiting, parked->second);
+      b_.CreateStore(lanes, mask_slot_);
+      Tick(lanes_);
+      b_.CreateBr(loop_heads_.at(pending->first));
+      b_.SetInsertPoint(leave);
+      b_.CreateStore(waiting, mask_slot_);
+      b_.CreateStore(Int(1, 0), parked->second);
+      return true;
+    }
     b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), pending->second), lanes), pending->second);
-    b_.CreateStore(b_.CreateAnd(running, b_.CreateNot(lanes)), mask_slot_);
+    b_.CreateStore(stay, mask_slot_);
     return true;
   }
   if (op == "ret" || op == "exit") {
+    if (barriers_ > 0) EndLanes(lanes);
     b_.CreateStore(b_.CreateAnd(running, b_.CreateNot(lanes)), mask_slot_);
     return true;
   }
-  if (op == "bar" || op == "barrier") return refuse("a barrier in vector code");
+  if (op == "bar" || op == "barrier") {
+    // The forms scalar code takes (which compiled first): bar.sync / barrier.sync
+    // (.aligned) of a constant ID, under no guard.
+    const bool sync =
+        parts.size() >= 2 && parts[1] == "sync" && (parts.size() == 2 || (parts.size() == 3 && parts[2] == "aligned"));
+    if (!sync || guard != nullptr || s.operands.size() != 1 || s.operands[0].kind != RawOperand::kInt) {
+      return refuse("a barrier form the tier does not take");
+    }
+    VectorBarrier();
+    return true;
+  }
   if (IsWarpOperation(s)) return refuse("a warp-level operation in vector code");
   std::string why;
   op_mask_ = lanes;

@@ -64,11 +64,13 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
                   entry_.body.empty() ? 0 : entry_.body.front().line, refused);
   }
   if (lanes_ > 0) {
-    // Vector code takes straight code and forward branches only, without barriers,
-    // shared or local memory or atomics (the scalar code runs those).
-    if (barriers_ > 0 || has_shared_ || local_size_ > 0) {
-      return Refuse("vector code: barriers, shared or local memory", 0, refused);
+    // Vector code takes no warp-level operations, local memory or atomics (the scalar
+    // code runs those).
+    if (warp_ops_ > 0 || local_size_ > 0) {
+      return Refuse("vector code: warp-level operations or local memory", 0, refused);
     }
+    // The labels a backward branch goes to: each a block of its own, which the branch
+    // goes back to while any lane loops.
     std::map<std::string, size_t> label_at;
     size_t index = 0;
     for (const RawStatement& s : entry_.body) {
@@ -78,11 +80,9 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     index = 0;
     for (const RawStatement& s : entry_.body) {
       if (s.kind != RawStatement::kInstruction) continue;
-      if (s.opcode.rfind("bra", 0) == 0 && !s.operands.empty()) {
+      if (s.opcode.rfind("bra", 0) == 0 && s.operands.size() == 1) {
         auto it = label_at.find(s.operands[0].name);
-        if (it == label_at.end() || it->second <= index) {
-          return Refuse("vector code: a backward branch", s.line, refused);
-        }
+        if (it != label_at.end() && it->second <= index) loop_heads_[it->first] = nullptr;
       }
       ++index;
     }
@@ -144,6 +144,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   waiting_slot_ = b_.CreateAlloca(i1_);
   b_.CreateStore(b_.getInt64(0), count_slot_);
   if (lanes_) mask_slot_ = b_.CreateAlloca(Lanes(i1_));
+  if (lanes_ && barriers_ > 0) done_slot_ = b_.CreateAlloca(Lanes(i1_));
   budget_slot_ = b_.CreateAlloca(i64_);
   b_.CreateStore(b_.getInt64(kProgressEvery), budget_slot_);
   alloca_point_ = b_.CreateBr(phase_block);
@@ -157,7 +158,13 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   // thread: where this thread is (kernels with barriers), then its code.
   b_.SetInsertPoint(thread_block_);
   llvm::BasicBlock* restore_block = nullptr;
-  if (barriers_ > 0) {
+  if (barriers_ > 0 && lanes_) {
+    // A row's lanes start together (the first phase); after it, each lane goes on from
+    // the barrier it waits at (restore), or has ended.
+    llvm::Value* resume = b_.CreateLoad(i32_, ResumeOf());
+    restore_block = llvm::BasicBlock::Create(ctx_, "restore", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(resume, b_.getInt32(0)), start_block, restore_block);
+  } else if (barriers_ > 0) {
     llvm::Value* resume = b_.CreateLoad(i32_, ResumeOf());
     auto* started = llvm::BasicBlock::Create(ctx_, "started", fn_);
     b_.CreateCondBr(b_.CreateICmpEQ(resume, b_.getInt32(0)), start_block, started);
@@ -187,6 +194,12 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     if (s.kind == RawStatement::kLabel && lanes_) {
       llvm::IRBuilder<> at(alloca_point_);
       pending_[s.opcode] = at.CreateAlloca(Lanes(i1_));
+      if (loop_heads_.count(s.opcode)) loop_heads_[s.opcode] = llvm::BasicBlock::Create(ctx_, s.opcode, fn_);
+    }
+    if (s.kind == RawStatement::kInstruction && lanes_ && s.opcode.rfind("bra", 0) == 0 && s.operands.size() == 1 &&
+        loop_heads_.count(s.operands[0].name)) {
+      llvm::IRBuilder<> at(alloca_point_);
+      parked_[&s] = at.CreateAlloca(Lanes(i1_));
     }
   }
   b_.SetInsertPoint(start_block);
@@ -200,13 +213,22 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     // Every lane runs; no lane waits at any label.
     b_.CreateStore(Int(1, 1), mask_slot_);
     for (auto& [label, slot] : pending_) b_.CreateStore(Int(1, 0), slot);
+    for (auto& [branch, slot] : parked_) b_.CreateStore(Int(1, 0), slot);
   }
   for (const RawStatement& s : entry_.body) {
     if (s.kind == RawStatement::kLabel && lanes_) {
-      // The lanes that branched here join the running ones.
-      b_.CreateStore(
-          b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.CreateLoad(Lanes(i1_), pending_.at(s.opcode))),
-          mask_slot_);
+      seen_labels_.insert(s.opcode);
+      if (auto head = loop_heads_.find(s.opcode); head != loop_heads_.end()) {
+        // A loop's head: its back edges come here with the lanes that loop.
+        if (!b_.GetInsertBlock()->getTerminator()) b_.CreateBr(head->second);
+        b_.SetInsertPoint(head->second);
+      }
+      // The lanes that branched here join the running ones, and no longer wait here (a
+      // label inside a loop is passed again).
+      llvm::AllocaInst* pending = pending_.at(s.opcode);
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.CreateLoad(Lanes(i1_), pending)),
+                     mask_slot_);
+      b_.CreateStore(Int(1, 0), pending);
       continue;
     }
     if (s.kind == RawStatement::kLabel) {
@@ -226,7 +248,9 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   }
   if (!b_.GetInsertBlock()->getTerminator()) Exit();
 
-  if (barriers_ > 0) {
+  if (barriers_ > 0 && lanes_) {
+    FillLaneBarriers(restore_block, start_block);
+  } else if (barriers_ > 0) {
     // restore: the registers live after the barrier the thread waits at, as it left
     // them, then on after it.
     b_.SetInsertPoint(restore_block);
@@ -306,6 +330,64 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   FlushCount();
   b_.CreateRet(b_.getInt32(0));
   return true;
+}
+
+// Vector code's barriers, once every one is known: a row's start clears the lanes waiting
+// at each; `restore` (a later phase) puts each lane back at the barrier it waits at and
+// runs on from the first of them (the others join at theirs, as lanes join at a label);
+// each barrier's saves (the registers live after it, of the lanes that arrived) and
+// restores (of the lanes that go on after it).
+void Emitter::FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* start) {
+  {
+    llvm::IRBuilder<> at(start, start->getFirstInsertionPt());
+    for (llvm::AllocaInst* waiting : resume_waiting_) at.CreateStore(Int(1, 0), waiting);
+    at.CreateStore(Int(1, 0), done_slot_);
+  }
+  b_.SetInsertPoint(restore);
+  // Registers start at 0, as at a row's start; each lane's live ones come back at its
+  // barrier.
+  for (auto& [name, slot] : registers_) {
+    b_.CreateStore(llvm::Constant::getNullValue(slot->getAllocatedType()), slot);
+  }
+  llvm::Value* resume = b_.CreateAlignedLoad(Lanes(i32_), ResumeOf(), llvm::Align(4));
+  b_.CreateStore(Int(1, 0), mask_slot_);
+  for (auto& [label, slot] : pending_) b_.CreateStore(Int(1, 0), slot);
+  for (auto& [branch, slot] : parked_) b_.CreateStore(Int(1, 0), slot);
+  b_.CreateStore(b_.CreateICmpEQ(resume, Int(32, 0xffffffffu)), done_slot_);
+  for (size_t k = 0; k < resume_waiting_.size(); ++k) {
+    b_.CreateStore(b_.CreateICmpEQ(resume, Int(32, static_cast<uint32_t>(k + 1))), resume_waiting_[k]);
+  }
+  // Resume points are numbered in the code's order: the least is the first reached (an
+  // ended lane's -1 is the greatest; all ended: the row is done).
+  llvm::Value* first = b_.CreateIntMinReduce(resume, false);
+  llvm::SwitchInst* points = b_.CreateSwitch(first, next_block_, resume_points_.size());
+  for (size_t k = 0; k < resume_points_.size(); ++k) {
+    points->addCase(b_.getInt32(static_cast<uint32_t>(k + 1)), resume_points_[k]);
+  }
+  for (const LaneStop& save : lane_saves_) {
+    b_.SetInsertPoint(save.block);
+    for (const std::string& name : resume_live_[save.point - 1]) {
+      b_.CreateMaskedStore(LoadRegister64(name), SavedLanesOf(SavedIndex(name)), llvm::Align(8), save.lanes);
+    }
+    b_.CreateBr(save.after);
+  }
+  for (const LaneStop& back : lane_restores_) {
+    b_.SetInsertPoint(back.block);
+    for (const std::string& name : resume_live_[back.point - 1]) {
+      llvm::Value* saved = b_.CreateAlignedLoad(I64(), SavedLanesOf(SavedIndex(name)), llvm::Align(8));
+      llvm::Value* value = b_.CreateTrunc(saved, StorageType(name));
+      b_.CreateStore(b_.CreateSelect(back.lanes, value, LoadRegister(name)), Register(name));
+    }
+    b_.CreateBr(back.after);
+  }
+}
+
+// Saved registers of vector code: a row of lanes keeps register `index` of its 8 lanes
+// side by side, at the row's first thread's place (its 8 threads' saved_index_.size()
+// words each together: the same memory as theirs in scalar code's layout).
+llvm::Value* Emitter::SavedLanesOf(uint32_t index) {
+  llvm::Value* base = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(saved_index_.size()));
+  return b_.CreateGEP(i64_, saved_arg_, b_.CreateAdd(base, b_.getInt64(uint64_t{index} * lanes_)));
 }
 
 bool Emitter::Refuse(const std::string& why, int line, std::string* refused) {

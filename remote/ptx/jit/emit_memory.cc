@@ -271,10 +271,18 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
   return true;
 }
 
-// Whether vector code's global access takes `address`: a register, or a module variable
-// (SharedLayout::globals) that names no shared or local variable.
-bool Emitter::LanesAddressable(const RawOperand& address) const {
+// Whether vector code's access of `space` takes `address`: of global memory, a register or
+// a module variable (SharedLayout::globals) that names no shared or local variable; of
+// shared memory, a register or a .shared variable.
+bool Emitter::LanesAddressable(const RawOperand& address, std::string_view space) const {
   if (address.name.empty()) return false;
+  if (space == "shared") {
+    // A register's offsets, or a .shared variable's.
+    return NamesRegister(address.name) ? !IsSpecialRegisterName(address.name) : SharedSymbol(address.name) >= 0;
+  }
+  // A generic address of a kernel with shared memory may be in the shared window: left to
+  // scalar code, which tells the windows apart.
+  if (space != "global" && has_shared_) return false;
   if (NamesRegister(address.name)) return !IsSpecialRegisterName(address.name);
   uint64_t global = 0;
   return SharedSymbol(address.name) < 0 && LocalSymbol(address.name) < 0 && GlobalSymbol(address.name, &global);
@@ -324,6 +332,60 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
   return split;
 }
 
+// SplitLanes of a .shared access (a register's offsets, or a .shared variable's in every
+// lane): the lanes' offsets are the low 48 bits of their addresses, as the interpreter
+// takes them; the whole-lanes block when all 8 lanes run at consecutive offsets whose first
+// and last access lie inside the CTA's shared bytes (static and dynamic), else each lane
+// checked on its own (SharedLane).
+Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok) {
+  LanesSplit split;
+  split.shared = true;
+  split.uniform = uniform_ok && !NamesRegister(address.name);
+  llvm::Value* base = NamesRegister(address.name) ? LoadRegister64(address.name)
+                                                  : Int(64, static_cast<uint64_t>(SharedSymbol(address.name)));
+  split.addresses = b_.CreateAdd(base, Int(64, address.bits));
+  split.access = static_cast<uint32_t>(accesses_->size());
+  accesses_->push_back({bytes, load ? "load" : "store"});
+  // offset + bytes <= the CTA's shared bytes (below 2^32: no wrap), as the interpreter checks.
+  llvm::Value* limit =
+      b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(bytes)),
+                      b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(bytes)), b_.getInt64(1)), b_.getInt64(0));
+  llvm::Value* offsets = b_.CreateAnd(split.addresses, Int(64, 0xffffffffffffull));
+  llvm::Value* first = b_.CreateExtractElement(offsets, uint64_t{0});
+  llvm::Value* last = b_.CreateExtractElement(offsets, uint64_t{lanes_ - 1});
+  llvm::Value* consecutive =
+      split.uniform ? static_cast<llvm::Value*>(b_.getTrue())
+                    : b_.CreateAndReduce(b_.CreateICmpEQ(offsets, b_.CreateAdd(Splat(first), Steps(bytes))));
+  split.mask = Mask();
+  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(split.mask)),
+                                   b_.CreateAnd(b_.CreateICmpULT(first, limit), b_.CreateICmpULT(last, limit)));
+  auto* whole = llvm::BasicBlock::Create(ctx_, "shared_whole", fn_);
+  split.each = llvm::BasicBlock::Create(ctx_, "shared_lanes", fn_);
+  split.join = llvm::BasicBlock::Create(ctx_, "shared_join", fn_);
+  b_.CreateCondBr(fast, whole, split.each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  b_.SetInsertPoint(whole);
+  split.host = b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first);
+  return split;
+}
+
+// The host address of lane `lane`'s access at `address` (one lane of `split`), checked as
+// scalar code checks it: a stray one ends the launch naming the lane's own thread.
+llvm::Value* Emitter::LaneHost(const LanesSplit& split, llvm::Value* address, llvm::Value* lane) {
+  if (!split.shared) return CheckedAccess(address, split.access, lane);
+  const uint32_t size = (*accesses_)[split.access].size;
+  llvm::Value* offset = b_.CreateAnd(address, b_.getInt64(0xffffffffffffull));
+  llvm::Value* limit =
+      b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(size)),
+                      b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(size)), b_.getInt64(1)), b_.getInt64(0));
+  auto* fault = llvm::BasicBlock::Create(ctx_, "shared_fault", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "shared_ok", fn_);
+  b_.CreateCondBr(b_.CreateICmpULT(offset, limit), join, fault, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  b_.SetInsertPoint(fault);
+  Fault(address, split.access, lane);
+  b_.SetInsertPoint(join);
+  return b_.CreateGEP(b_.getInt8Ty(), shared_arg_, offset);
+}
+
 // ld/st.v2/.v4 of global (or generic) memory in vector code: as VectorMemory, lanes that
 // all run at consecutive accesses inside the allocation this access hit last are one host
 // access of all their elements; otherwise each running lane's access (all its elements'
@@ -332,8 +394,7 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
 // to registers), one vector of the lanes per element.
 bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                                 const RawOperand& value, std::string* why) {
-  if (space == "shared") return (*why = "shared memory in vector code", false);
-  if (!LanesAddressable(address)) return (*why = "an address that is neither a register nor a module variable", false);
+  if (!LanesAddressable(address, space)) return (*why = "an address vector code does not take", false);
   const uint32_t width = t.bits / 8, bytes = width * vec;
   llvm::Type* element = ScalarType(t);
   std::vector<llvm::Value*> stored(vec, nullptr);
@@ -350,10 +411,10 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
       b_.CreateStore(llvm::Constant::getNullValue(LlvmType(t)), loaded[i]);
     }
   }
-  const LanesSplit split = SplitLanes(address, bytes, load);
+  const LanesSplit split =
+      space == "shared" ? SplitSharedLanes(address, bytes, load, false) : SplitLanes(address, bytes, load);
   llvm::Value* addresses = split.addresses;
   llvm::Value* mask = split.mask;
-  const uint32_t access = split.access;
   llvm::BasicBlock *each = split.each, *join = split.join;
   // All lanes at once: lane k's element i is element k * vec + i of one wide access.
   llvm::Type* wide = llvm::FixedVectorType::get(element, lanes_ * vec);
@@ -383,7 +444,7 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
     auto* next = llvm::BasicBlock::Create(ctx_, "lane_next", fn_);
     b_.CreateCondBr(b_.CreateExtractElement(mask, uint64_t{k}), lane, next);
     b_.SetInsertPoint(lane);
-    llvm::Value* lane_host = CheckedAccess(b_.CreateExtractElement(addresses, uint64_t{k}), access, b_.getInt32(k));
+    llvm::Value* lane_host = LaneHost(split, b_.CreateExtractElement(addresses, uint64_t{k}), b_.getInt32(k));
     if (load) {
       llvm::Value* elements = b_.CreateAlignedLoad(one, lane_host, llvm::MaybeAlign(1));
       for (uint32_t i = 0; i < vec; ++i) {
@@ -489,7 +550,7 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
 // The target is checked for the whole width first, then the first from_source bytes of
 // the source as a global access of that size (a fault names what the interpreter's names);
 // the rest of the target is zeros. Not cp.async.mbarrier.arrive nor the bulk copies (left
-// to the interpreter), nor in vector code (which takes no shared memory).
+// to the interpreter), nor in vector code (scalar code runs them).
 bool Emitter::AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
   if (parts.size() < 3 || parts[1] != "async") return (*why = "a cp other than cp.async", false);
@@ -588,15 +649,14 @@ bool Emitter::CopyToShared(llvm::Value* target, const RawOperand& source, uint32
 // allocation it hits for the next time).
 bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load,
                            const RawOperand& value, std::string* why) {
-  if (space == "shared") return (*why = "shared memory in vector code", false);
-  if (!LanesAddressable(address)) return (*why = "an address that is neither a register nor a module variable", false);
+  if (!LanesAddressable(address, space)) return (*why = "an address vector code does not take", false);
   const uint32_t size = t.bits / 8;
   llvm::Value* stored = nullptr;
   if (!load && (stored = Source(value, t, why)) == nullptr) return false;
-  const LanesSplit split = SplitLanes(address, size, load, load);
+  const LanesSplit split =
+      space == "shared" ? SplitSharedLanes(address, size, load, load) : SplitLanes(address, size, load, load);
   llvm::Value* addresses = split.addresses;
   llvm::Value* mask = split.mask;
-  const uint32_t access = split.access;
   llvm::BasicBlock *each = split.each, *join = split.join;
   llvm::Value* host = split.host;
   llvm::Value* whole_value = nullptr;
@@ -624,7 +684,7 @@ bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Ty
   if (load) lanes_value->addIncoming(llvm::Constant::getNullValue(LlvmType(t)), entered);
   b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
   b_.SetInsertPoint(lane);
-  llvm::Value* lane_host = CheckedAccess(b_.CreateExtractElement(addresses, k), access, k);
+  llvm::Value* lane_host = LaneHost(split, b_.CreateExtractElement(addresses, k), k);
   llvm::Value* with_lane = lanes_value;
   if (load) {
     llvm::Value* element = b_.CreateAlignedLoad(ScalarType(t), lane_host, llvm::MaybeAlign(1));

@@ -102,6 +102,8 @@ class Emitter {
   llvm::Value* ResumeOf() { return b_.CreateGEP(i32_, resume_arg_, b_.CreateZExt(ThreadIndex(), i64_)); }
   uint32_t SavedIndex(const std::string& name);
   llvm::Value* SavedOf(uint32_t index);
+  llvm::Value* SavedLanesOf(uint32_t index);
+  void FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* start);
   llvm::Value* Field(uint64_t offset) { return FieldAt(b_, offset); }
   llvm::Value* FieldAt(llvm::IRBuilder<>& at, uint64_t offset);
   void FlushCount();
@@ -111,10 +113,13 @@ class Emitter {
   bool ComputeLiveness(std::string* why);
 
   // emit_control.cc
-  void Tick();
+  void Tick(uint32_t steps = 1);
   void Exit();
   bool VectorInstruction(const RawStatement& s, const std::vector<std::string_view>& parts, llvm::Value* guard,
                          std::string* refused);
+  void VectorBarrier();
+  void EndLanes(llvm::Value* lanes);
+  llvm::Value* AnyLane(llvm::Value* lanes);
   bool Instruction(const RawStatement& s, std::string* refused);
   bool Operation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool Fence(const std::vector<std::string_view>& parts, std::string* why);
@@ -191,9 +196,12 @@ class Emitter {
     bool uniform = false;              // one address for every lane (a module variable's)
     llvm::BasicBlock* each = nullptr;  // lane by lane
     llvm::BasicBlock* join = nullptr;
+    bool shared = false;  // of the CTA's shared memory (addresses: offsets there)
   };
-  bool LanesAddressable(const RawOperand& address) const;
+  bool LanesAddressable(const RawOperand& address, std::string_view space) const;
   LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok = false);
+  LanesSplit SplitSharedLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok);
+  llvm::Value* LaneHost(const LanesSplit& split, llvm::Value* address, llvm::Value* lane);
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                          const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
@@ -270,11 +278,29 @@ class Emitter {
   std::map<uint32_t, std::array<llvm::AllocaInst*, 3>> hint_slots_;  // per access: its hint
   // Vector code (lanes_ > 0): kVectorLanes threads of a row at once, x, x + 1, ...; the
   // lanes still running (not branched away, not ended), and the per-label lanes waiting
-  // there (PTX branches of vector code go forward only: a label merges them back).
+  // there (a label merges them back as the code passes it).
   uint32_t lanes_ = 0;
   llvm::AllocaInst* mask_slot_ = nullptr;
   llvm::Value* op_mask_ = nullptr;  // while an instruction runs: its lanes (mask & guard)
   std::map<std::string, llvm::AllocaInst*> pending_;
+  // Loops of vector code: the labels backward branches go to (a block each), and per
+  // backward branch the lanes that left its loop there, waiting after it while other lanes
+  // of the row loop.
+  std::map<std::string, llvm::BasicBlock*> loop_heads_;
+  std::map<const RawStatement*, llvm::AllocaInst*> parked_;
+  // Barriers of vector code: per resume point, the lanes that go on after it in this
+  // phase (set when the phase starts); the row's lanes that ended or stopped at a barrier
+  // in this phase; each barrier's save of the lanes that arrive and restore of the lanes
+  // that go on (filled once every barrier is known: FillLaneBarriers).
+  std::vector<llvm::AllocaInst*> resume_waiting_;
+  llvm::AllocaInst* done_slot_ = nullptr;
+  struct LaneStop {
+    llvm::BasicBlock* block = nullptr;
+    uint32_t point = 0;
+    llvm::Value* lanes = nullptr;
+    llvm::BasicBlock* after = nullptr;
+  };
+  std::vector<LaneStop> lane_saves_, lane_restores_;
   uint32_t barriers_ = 0;  // stops: barriers and warp-level operations
   // Kernels with warp-level operations: how many, what stops a thread at each resume point
   // (CompiledKernel::warp_ops), the registers shuffles read (their shadows' indices), and

@@ -162,9 +162,9 @@ std::vector<uint32_t> RunMix(Jit* test, const DecodedKernel& kernel, int n, uint
   return out;
 }
 
-// Scalar code (mix: a loop), and vector code (mix_once: 16 blocks of 64 threads over 1000
-// elements, so that the last lanes are masked off; its stores, 64 bytes apart, go lane by
-// lane, its loads as whole vectors).
+// Vector code with a loop (mix: a grid-stride loop whose last trip some lanes skip), and
+// without (mix_once: 16 blocks of 64 threads over 1000 elements, so that the last lanes are
+// masked off); the stores, 64 bytes apart, go lane by lane, the loads as whole vectors.
 class JitBitForBit : public Jit, public ::testing::WithParamInterface<const char*> {};
 
 TEST_P(JitBitForBit, CompiledKernelGivesTheInterpretersResultsBitForBit) {
@@ -183,7 +183,7 @@ TEST_P(JitBitForBit, CompiledKernelGivesTheInterpretersResultsBitForBit) {
     std::vector<uint32_t> compiled = RunMix(this, kernel, n, shift, &compiled_status, blocks);
     ASSERT_EQ(compiled_status, 0);
     ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
-    EXPECT_EQ(HasVectorCode(*kernel.jit->compiled), once);
+    EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
     EXPECT_EQ(kernel.jit->jit_launches.load(), before + 1)
         << "the launch did not run compiled: " << kernel.jit->refused;
     for (size_t k = 0; k < compiled.size(); ++k) {
@@ -3676,6 +3676,208 @@ TEST(JitSetConditional, StoresAtTheHandleAsTheInterpreter) {
   }
   SetJitMode(JitMode::kAuto);
   EXPECT_EQ(kernel.jit->jit_launches.load(), static_cast<uint64_t>(launches)) << kernel.jit->refused;
+}
+
+// Loops in vector code (JitVectorLoops.ptx): `loops` on blocks of 64 threads in x (vector
+// code) and in y (scalar code), against the interpreter: outer trip counts that differ per
+// lane, nested inner loops, a forward branch out of the loop, `ret` inside it, the last
+// block partly past n; the same results bit for bit, and vector code counts the
+// thread-instructions scalar code counts.
+class JitVectorLoops : public KernelFileTest {
+ public:
+  JitVectorLoops() : KernelFileTest("JitVectorLoops.ptx") {}
+
+  // `loops` over blocks shaped `block` on the inputs `in` with `limit`, in `mode`: its
+  // CUresult, *out and *instructions.
+  int32_t Loops(JitMode mode, std::vector<uint32_t> block, uint32_t limit, const std::vector<uint32_t>& in,
+                std::vector<uint32_t>* out, uint64_t* instructions) {
+    SetJitMode(mode);
+    std::vector<uint32_t> input = in;
+    out->assign(in.size(), 0xdeadbeef);
+    Memory memory;
+    const uint64_t din = memory.Add(input), dout = memory.Add(*out);
+    const uint32_t per_block = block[0] * block[1];
+    const uint32_t blocks = static_cast<uint32_t>((in.size() + per_block - 1) / per_block);
+    *instructions = 0;
+    return Launch(Kernel("loops"), {blocks, 1, 1}, block, Pack(din, dout, static_cast<uint32_t>(in.size()), limit),
+                  memory, instructions);
+  }
+};
+
+TEST_F(JitVectorLoops, DivergentNestedLoopsWithEarlyReturnsGiveTheInterpretersResults) {
+  std::vector<uint32_t> in(300);
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k * 2654435761u >> 3);
+  // Uniform trip counts too: every lane the same input.
+  std::vector<uint32_t> uniform_in(64 * 3, 40);
+  uint64_t launches = 0;
+  for (std::vector<uint32_t>* inputs : {&in, &uniform_in}) {
+    for (uint32_t limit : {0xffffffffu, 0x80000000u}) {
+      std::vector<uint32_t> interpreted;
+      uint64_t interpreted_count = 0;
+      ASSERT_EQ(Loops(JitMode::kOff, {64, 1, 1}, limit, *inputs, &interpreted, &interpreted_count), 0);
+      // By hand, for the rule.
+      for (uint32_t i = 0; i < inputs->size(); ++i) {
+        const uint32_t v = (*inputs)[i];
+        uint32_t acc = v;
+        bool done = false;
+        for (uint32_t k = 0; k < v % 13 && !done; ++k) {
+          for (uint32_t j = 0; j < (k + i) % 5; ++j) {
+            acc = (acc * 1664525u + 1013904223u) ^ j;
+            if (v % 7 == 3 && j + 1 == 3) {
+              done = true;
+              break;
+            }
+          }
+          if (done) break;
+          acc += acc >> 7;
+          if (acc > limit) break;
+        }
+        ASSERT_EQ(interpreted[i], acc) << i;
+      }
+      uint64_t counts[2] = {};
+      for (int scalar = 0; scalar < 2; ++scalar) {
+        const std::vector<uint32_t> block = scalar ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
+        std::vector<uint32_t> compiled;
+        ASSERT_EQ(Loops(JitMode::kAlways, block, limit, *inputs, &compiled, &counts[scalar]), 0);
+        ++launches;
+        EXPECT_EQ(compiled, interpreted) << "block " << block[0] << " x " << block[1] << ", limit " << limit;
+      }
+      // Each running lane counts each instruction it runs, as a thread of scalar code does.
+      EXPECT_EQ(counts[0], counts[1]);
+    }
+  }
+  const DecodedKernel& kernel = Kernel("loops");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), launches) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// A loop of one block whose back edge is its only exit test (`spin`): each lane leaves
+// after its own trip count (1 to 300), the others go round again; the interpreter's
+// results in vector code.
+TEST_F(JitVectorLoops, EachLaneLeavesALoopAfterItsOwnTrips) {
+  const DecodedKernel& kernel = Kernel("spin");
+  std::vector<uint32_t> in(128);
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(1 + (k * 37) % 300);
+  std::vector<uint32_t> out[2];
+  for (int compiled = 0; compiled < 2; ++compiled) {
+    SetJitMode(compiled ? JitMode::kAlways : JitMode::kOff);
+    std::vector<uint32_t> input = in;
+    out[compiled].assign(in.size(), 0);
+    Memory memory;
+    const uint64_t din = memory.Add(input), dout = memory.Add(out[compiled]);
+    ASSERT_EQ(Launch(kernel, {2, 1, 1}, {64, 1, 1}, Pack(din, dout), memory), 0);
+  }
+  EXPECT_EQ(out[0], in);
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// Shared memory and barriers in vector code (JitVectorShared.ptx): each kernel on blocks of
+// 256 threads in x (vector code) and in y (scalar code), against the interpreter.
+class JitVectorShared : public KernelFileTest {
+ public:
+  JitVectorShared() : KernelFileTest("JitVectorShared.ptx") {}
+
+  // `name` over 4 blocks shaped `block` (256 threads), in `mode`: its CUresult, *out and
+  // *detail; `extra` packed after the in and out pointers.
+  template <typename... Extra>
+  int32_t Run(const std::string& name, JitMode mode, std::vector<uint32_t> block, std::vector<uint32_t>* out,
+              std::string* detail, uint64_t* instructions, Extra... extra) {
+    SetJitMode(mode);
+    std::vector<uint32_t> in(4 * 256);
+    for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k) * 2654435761u >> 9;
+    out->assign(in.size(), 0xdeadbeef);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(*out);
+    *instructions = 0;
+    return Launch(Kernel(name), {4, 1, 1}, block, Pack(din, dout, extra...), memory, instructions, detail);
+  }
+};
+
+// An inclusive scan of each block by a loop around two barriers, a shared tile read at
+// consecutive offsets (one vector access) and at offsets that some lanes skip (lane by
+// lane): the interpreter's results and thread-instruction count, and the scan.
+TEST_F(JitVectorShared, AScanInASharedTileGivesTheInterpretersResults) {
+  std::vector<uint32_t> interpreted;
+  std::string detail;
+  uint64_t interpreted_count = 0;
+  ASSERT_EQ(Run("shared_scan", JitMode::kOff, {256, 1, 1}, &interpreted, &detail, &interpreted_count, 0u, 0u), 0)
+      << detail;
+  for (uint32_t b = 0; b < 4; ++b) {
+    uint32_t sum = 0;
+    for (uint32_t t = 0; t < 256; ++t) {
+      sum += static_cast<uint32_t>((b * 256 + t) * 2654435761u >> 9);
+      ASSERT_EQ(interpreted[b * 256 + t], sum) << b << ", " << t;
+    }
+  }
+  uint64_t counts[2] = {};
+  for (int scalar = 0; scalar < 2; ++scalar) {
+    const std::vector<uint32_t> block = scalar ? std::vector<uint32_t>{1, 256, 1} : std::vector<uint32_t>{256, 1, 1};
+    std::vector<uint32_t> compiled;
+    ASSERT_EQ(Run("shared_scan", JitMode::kAlways, block, &compiled, &detail, &counts[scalar], 0u, 0u), 0) << detail;
+    EXPECT_EQ(compiled, interpreted) << "block " << block[0] << " x " << block[1];
+  }
+  EXPECT_EQ(counts[0], counts[1]);
+  const DecodedKernel& kernel = Kernel("shared_scan");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// A shared load past the tile by one thread of the grid (77, and 506: lanes 5 and 2 of
+// their rows, in blocks 0 and 1) fails the launch on both tiers with the same detail: the
+// stray thread's own.
+TEST_F(JitVectorShared, AStraySharedLoadFailsTheLaunchAsOnTheInterpreter) {
+  const DecodedKernel& kernel = Kernel("shared_scan");
+  uint64_t launches = 0;
+  for (uint32_t victim : {77u, 506u}) {
+    for (uint32_t stray : {300u, 0x10000000u}) {
+      std::string detail[2];
+      std::vector<uint32_t> out;
+      uint64_t count = 0;
+      ASSERT_EQ(Run("shared_scan", JitMode::kOff, {256, 1, 1}, &out, &detail[0], &count, stray, victim),
+                kIllegalAddress);
+      for (std::vector<uint32_t> block : {std::vector<uint32_t>{256, 1, 1}, std::vector<uint32_t>{1, 256, 1}}) {
+        ASSERT_EQ(Run("shared_scan", JitMode::kAlways, block, &out, &detail[1], &count, stray, victim),
+                  kIllegalAddress);
+        ++launches;
+        EXPECT_EQ(detail[1], detail[0]) << "victim " << victim << ", stray " << stray << ", block " << block[0];
+      }
+      EXPECT_NE(detail[0].find("load of 4 bytes"), std::string::npos) << detail[0];
+    }
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), launches) << kernel.jit->refused;
+}
+
+// Lanes of one row split over two barriers (4 of each 16 threads branch past the first):
+// each thread waits at the barrier it reaches, as on the interpreter; scalar code's
+// thread-instruction count.
+TEST_F(JitVectorShared, LanesSplitOverTwoBarriersGiveTheInterpretersResults) {
+  std::vector<uint32_t> interpreted;
+  std::string detail;
+  uint64_t interpreted_count = 0;
+  ASSERT_EQ(Run("skip", JitMode::kOff, {256, 1, 1}, &interpreted, &detail, &interpreted_count), 0) << detail;
+  for (uint32_t i = 0; i < 4 * 256; ++i) {
+    const uint32_t t = i % 256, b = i / 256;
+    auto in = [](uint32_t k) { return static_cast<uint32_t>(k * 2654435761u >> 9); };
+    const uint32_t read = t % 16 < 4 ? in(i) : in(b * 256 + (t + 1) % 256) * 7;
+    ASSERT_EQ(interpreted[i], read + in(i)*7) << i;
+  }
+  uint64_t counts[2] = {};
+  for (int scalar = 0; scalar < 2; ++scalar) {
+    const std::vector<uint32_t> block = scalar ? std::vector<uint32_t>{1, 256, 1} : std::vector<uint32_t>{256, 1, 1};
+    std::vector<uint32_t> compiled;
+    ASSERT_EQ(Run("skip", JitMode::kAlways, block, &compiled, &detail, &counts[scalar]), 0) << detail;
+    EXPECT_EQ(compiled, interpreted) << "block " << block[0] << " x " << block[1];
+  }
+  EXPECT_EQ(counts[0], counts[1]);
+  const DecodedKernel& kernel = Kernel("skip");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
 }
 
 }  // namespace
