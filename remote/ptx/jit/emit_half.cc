@@ -53,6 +53,12 @@ llvm::Value* Emitter::HalfToF32(llvm::Value* bits16, bool bf16) {
   return b_.CreateBitCast(b_.CreateOr(sign, magnitude), f32);
 }
 
+// Half k (0: the low 16 bits) of `packed`, a register of t's bits, as a float.
+llvm::Value* Emitter::HalfOf(llvm::Value* packed, PtxType t, uint32_t k) {
+  llvm::Value* bits16 = b_.CreateTrunc(b_.CreateLShr(packed, Int(t.bits, 16 * k)), Lanes(b_.getInt16Ty()));
+  return HalfToF32(bits16, t.kind == PtxKind::kBFloat);
+}
+
 // setp.cmp.{f16,bf16}{x2} p|q, a, b as the interpreter's HHalfCompare without a BoolOp:
 // each half's comparison of the exact values (float's, as its Compare<float>); of .x2 the
 // lower half's to p and the upper's to q, of one half the comparison to p and its negation
@@ -67,16 +73,11 @@ bool Emitter::HalfSetp(const RawStatement& s, const std::vector<std::string_view
   llvm::Value* a = Source(o[1], bits, why);
   llvm::Value* c = Source(o[2], bits, why);
   if (!a || !c) return false;
-  const bool bf16 = t.kind == PtxKind::kBFloat;
-  llvm::Type* i16 = Lanes(b_.getInt16Ty());
-  auto half = [&](llvm::Value* v, uint32_t k) {
-    return HalfToF32(b_.CreateTrunc(b_.CreateLShr(v, Int(t.bits, 16 * k)), i16), bf16);
-  };
-  llvm::Value* lower = FloatCompare(q[0], half(a, 0), half(c, 0), why);
+  llvm::Value* lower = FloatCompare(q[0], HalfOf(a, t, 0), HalfOf(c, t, 0), why);
   if (lower == nullptr) return false;
   llvm::Value* upper = nullptr;
   if (t.elements == 2) {
-    upper = FloatCompare(q[0], half(a, 1), half(c, 1), why);
+    upper = FloatCompare(q[0], HalfOf(a, t, 1), HalfOf(c, t, 1), why);
   } else {
     upper = b_.CreateNot(lower);
   }
@@ -102,15 +103,10 @@ bool Emitter::HalfSet(const RawStatement& s, const std::vector<std::string_view>
   llvm::Value* a = Source(o[1], bits, why);
   llvm::Value* c = Source(o[2], bits, why);
   if (!a || !c) return false;
-  const bool bf16 = t.kind == PtxKind::kBFloat;
-  llvm::Type* i16 = Lanes(b_.getInt16Ty());
   llvm::Value* r = Int(32, 0);
   llvm::Value* any = Int(1, 0);
   for (uint32_t k = 0; k < t.elements; ++k) {
-    auto half = [&](llvm::Value* v) {
-      return HalfToF32(b_.CreateTrunc(b_.CreateLShr(v, Int(t.bits, 16 * k)), i16), bf16);
-    };
-    llvm::Value* truth = FloatCompare(q[0], half(a), half(c), why);
+    llvm::Value* truth = FloatCompare(q[0], HalfOf(a, t, k), HalfOf(c, t, k), why);
     if (truth == nullptr) return false;
     any = b_.CreateOr(any, truth);
     uint64_t when_true = 0;

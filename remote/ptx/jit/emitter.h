@@ -222,6 +222,7 @@ class Emitter {
 
   // emit_half.cc
   llvm::Value* HalfToF32(llvm::Value* bits16, bool bf16);
+  llvm::Value* HalfOf(llvm::Value* packed, PtxType t, uint32_t k);
   bool HalfSetp(const RawStatement& s, const std::vector<std::string_view>& q, PtxType t, std::string* why);
   bool HalfSet(const RawStatement& s, const std::vector<std::string_view>& q, PtxType t, std::string* why);
   bool HalfArithmetic(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, PtxType t,

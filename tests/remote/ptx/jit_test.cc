@@ -3859,7 +3859,7 @@ TEST_F(JitVectorShared, LanesSplitOverTwoBarriersGiveTheInterpretersResults) {
   std::vector<uint32_t> interpreted;
   std::string detail;
   uint64_t interpreted_count = 0;
-  ASSERT_EQ(Run("skip", JitMode::kOff, {256, 1, 1}, &interpreted, &detail, &interpreted_count), 0) << detail;
+  ASSERT_EQ(Run("two_barriers", JitMode::kOff, {256, 1, 1}, &interpreted, &detail, &interpreted_count), 0) << detail;
   for (uint32_t i = 0; i < 4 * 256; ++i) {
     const uint32_t t = i % 256, b = i / 256;
     auto in = [](uint32_t k) { return static_cast<uint32_t>(k * 2654435761u >> 9); };
@@ -3870,11 +3870,11 @@ TEST_F(JitVectorShared, LanesSplitOverTwoBarriersGiveTheInterpretersResults) {
   for (int scalar = 0; scalar < 2; ++scalar) {
     const std::vector<uint32_t> block = scalar ? std::vector<uint32_t>{1, 256, 1} : std::vector<uint32_t>{256, 1, 1};
     std::vector<uint32_t> compiled;
-    ASSERT_EQ(Run("skip", JitMode::kAlways, block, &compiled, &detail, &counts[scalar]), 0) << detail;
+    ASSERT_EQ(Run("two_barriers", JitMode::kAlways, block, &compiled, &detail, &counts[scalar]), 0) << detail;
     EXPECT_EQ(compiled, interpreted) << "block " << block[0] << " x " << block[1];
   }
   EXPECT_EQ(counts[0], counts[1]);
-  const DecodedKernel& kernel = Kernel("skip");
+  const DecodedKernel& kernel = Kernel("two_barriers");
   EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
   ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
   EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
