@@ -1,13 +1,12 @@
 #include "common/api_client.h"
 
-#include <httplib.h>
-
 #include <algorithm>
 #include <chrono>
 #include <thread>
 #include <vector>
 
 #include "common/auth.h"
+#include "common/http_connection.h"
 
 namespace gpupool {
 namespace {
@@ -47,24 +46,17 @@ struct ApiClient::Impl {
   std::vector<HostPort> servers;  // parsed urls
   size_t current = 0;             // the server requests go to
   int timeout_ms = 5000;
-  std::unique_ptr<httplib::Client> http;
+  std::unique_ptr<HttpConnection> http;
   std::string munge_socket;
   std::string session_token;  // empty: none yet (a session belongs to one server)
 
   void Connect(size_t index) {
     current = index;
     session_token.clear();
-    http = std::make_unique<httplib::Client>(servers[index].host, servers[index].port);
     // Among replicas, one that hangs (a paused process, a machine gone silent) must not take
     // a call's whole timeout: each attempt gets a third of it, so the next one is tried.
     int ms = servers.size() > 1 ? std::max(500, timeout_ms / 3) : timeout_ms;
-    http->set_connection_timeout(ms / 1000, (ms % 1000) * 1000);
-    http->set_read_timeout(ms / 1000, (ms % 1000) * 1000);
-    http->set_write_timeout(ms / 1000, (ms % 1000) * 1000);
-    http->set_keep_alive(true);
-    // Requests go out as header + body writes: without TCP_NODELAY, Nagle and delayed ACKs
-    // add ~40 ms to every call.
-    http->set_tcp_nodelay(true);
+    http = std::make_unique<HttpConnection>(servers[index].host, servers[index].port, ms);
   }
 
   // One request to the current server and its answer (status and body), or why there is none.
@@ -76,8 +68,9 @@ struct ApiClient::Impl {
 
  private:
   // The Authorization header's value: a session token (opened first if need be) or a fresh
-  // MUNGE credential. When gpupoold does not open a session, *refused holds its answer.
-  Result<std::string> Authorization(const ApiClientOptions& options, httplib::Result* refused);
+  // MUNGE credential. When gpupoold does not open a session, *refused holds its answer (or
+  // the transport's failure).
+  Result<std::string> Authorization(const ApiClientOptions& options, HttpReply* refused);
 };
 
 ApiClient::ApiClient(ApiClientOptions options) : options_(std::move(options)), impl_(new Impl) {
@@ -111,23 +104,25 @@ Result<std::string> MungeAuthorization(const std::string& munge_socket) {
   return "MUNGE " + cred.value();
 }
 
-Status TransportError(const std::string& server, httplib::Error err) {
+Status TransportError(const std::string& server, const HttpReply& reply) {
   std::string why;
-  switch (err) {
-    case httplib::Error::Connection:
-      why = "connection refused or timed out";
+  switch (reply.failure) {
+    case HttpFailure::kConnection:
+    case HttpFailure::kConnectionTimeout:
+      why = "cannot connect: " + reply.detail;
       break;
-    case httplib::Error::Read:
-      why = "no answer (read failed or timed out)";
+    case HttpFailure::kWrite:
+      why = "cannot send the request: " + reply.detail;
       break;
-    case httplib::Error::Write:
-      why = "cannot send the request";
+    case HttpFailure::kRead:
+      why = "no answer: " + reply.detail;
       break;
-    case httplib::Error::ConnectionTimeout:
-      why = "connection timed out";
+    case HttpFailure::kBadAnswer:
+      why = "bad answer: " + reply.detail;
       break;
-    default:
-      why = httplib::to_string(err);
+    case HttpFailure::kBadRequest:
+    case HttpFailure::kNone:
+      why = reply.detail;
       break;
   }
   return Status::Unavailable("cannot reach gpupoold at " + server + ": " + why);
@@ -149,13 +144,14 @@ Result<nlohmann::json> ParseAnswer(int status, const std::string& text) {
 
 }  // namespace
 
-Result<std::string> ApiClient::Impl::Authorization(const ApiClientOptions& options, httplib::Result* refused) {
+Result<std::string> ApiClient::Impl::Authorization(const ApiClientOptions& options, HttpReply* refused) {
   if (!options.use_session) return MungeAuthorization(munge_socket);
   if (session_token.empty()) {
     Result<std::string> munge = MungeAuthorization(munge_socket);
     if (!munge.ok()) return munge.status();
-    httplib::Result s = http->Post("/v1/session", {{"Authorization", munge.value()}}, "", "application/json");
-    nlohmann::json j = s && s->status == 200 ? nlohmann::json::parse(s->body, nullptr, false) : nlohmann::json();
+    const std::string empty;
+    HttpReply s = http->Exchange("POST", "/v1/session", munge.value(), &empty);
+    nlohmann::json j = s.ok() && s.status == 200 ? nlohmann::json::parse(s.body, nullptr, false) : nlohmann::json();
     if (!j.is_object() || !j.contains("token") || !j["token"].is_string()) {
       *refused = std::move(s);
       return Status::Unauthenticated("gpupoold opened no session");
@@ -173,27 +169,31 @@ Result<std::pair<int, std::string>> ApiClient::Impl::SendOnce(const ApiClientOpt
                                                               const std::string* body) {
   if (!parse_status.ok()) return parse_status;
   for (int attempt = 0;; ++attempt) {
-    httplib::Headers headers;
-    httplib::Result res(nullptr, httplib::Error::Unknown);
+    std::string authorization;
+    HttpReply res;
+    res.failure = HttpFailure::kNone;
+    bool sent_session_request = false;
     if (options.authenticate) {
-      Result<std::string> authorization = Authorization(options, &res);
-      if (authorization.ok()) {
-        headers.emplace("Authorization", authorization.value());
-      } else if (!res && res.error() == httplib::Error::Unknown) {
-        return authorization.status();  // no credential: munged unreachable or refused
+      Result<std::string> auth = Authorization(options, &res);
+      if (auth.ok()) {
+        authorization = auth.value();
+      } else if (res.ok() && res.status == 0) {
+        return auth.status();  // no credential: munged unreachable or refused
+      } else {
+        sent_session_request = true;  // res holds gpupoold's answer to it, or why none came
       }
     }
-    if (!options.authenticate || !headers.empty()) {
-      res = method == "GET" ? http->Get(path.c_str(), headers)
-                            : http->Post(path.c_str(), headers, *body, "application/json");
+    if (!sent_session_request) {
+      res = http->Exchange(method, path, authorization, method == "GET" ? nullptr : body);
     }
-    if (!res) return TransportError(urls[current], res.error());
-    bool stale_token = res->status == 401 && !headers.empty() && headers.begin()->second.rfind("Bearer ", 0) == 0;
+    if (res.failure == HttpFailure::kBadRequest) return Status::InvalidArgument(res.detail);
+    if (!res.ok()) return TransportError(urls[current], res);
+    bool stale_token = res.status == 401 && authorization.rfind("Bearer ", 0) == 0;
     if (stale_token && attempt == 0) {
       session_token.clear();
       continue;
     }
-    return std::make_pair(res->status, res->body);
+    return std::make_pair(res.status, std::move(res.body));
   }
 }
 
