@@ -12,6 +12,10 @@
 // Against a locked-down etcd (an https:// --url): --cacert, --cert/--key (the client
 // certificate) and --user/--password-file (etcd auth), as gpupoold's etcd_* keys do; each
 // client authenticates once, as each of gpupoold's etcd connections does.
+// The etcd targets over plain http:// use the same HTTP connection as gpupool's ApiClient
+// (common/http_connection.h: one send per request), so that the two sides differ in their
+// servers, not in their HTTP clients; over https:// they use httplib's client, as that
+// connection speaks no TLS.
 #include <httplib.h>
 
 #include <algorithm>
@@ -28,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/api_client.h"
+#include "common/http_connection.h"
 
 namespace {
 
@@ -51,6 +56,71 @@ std::string Base64(const std::string& in) {
   return out;
 }
 
+// A keep-alive connection to etcd: HttpConnection for http://, httplib's client for https://.
+class EtcdClient {
+ public:
+  struct Answer {
+    bool ok = false;  // an answer came (of any status)
+    int status = 0;
+    std::string body;
+    std::string error;  // why none came
+  };
+
+  static std::unique_ptr<EtcdClient> Open(const std::string& url, const std::string& cert, const std::string& key,
+                                          const std::string& cacert) {
+    auto c = std::unique_ptr<EtcdClient>(new EtcdClient);
+    const std::string plain = "http://";
+    if (url.rfind(plain, 0) == 0) {
+      std::string hostport = url.substr(plain.size());
+      while (!hostport.empty() && hostport.back() == '/') hostport.pop_back();
+      size_t colon = hostport.rfind(':');
+      if (colon == std::string::npos) return nullptr;
+      // 64 clients authenticating at once wait on etcd's bcrypt, one at a time per core.
+      c->plain_ = std::make_unique<gpupool::HttpConnection>(hostport.substr(0, colon),
+                                                            std::stoi(hostport.substr(colon + 1)), 30000);
+      return c;
+    }
+    c->tls_ = std::make_unique<httplib::Client>(url, cert, key);
+    if (!cacert.empty()) c->tls_->set_ca_cert_path(cacert.c_str());
+    c->tls_->enable_server_certificate_verification(true);
+    c->tls_->set_keep_alive(true);
+    c->tls_->set_tcp_nodelay(true);
+    c->tls_->set_read_timeout(30, 0);
+    return c;
+  }
+
+  void set_token(std::string token) { token_ = std::move(token); }
+
+  Answer Post(const std::string& path, const std::string& body) {
+    Answer a;
+    if (plain_) {
+      gpupool::HttpReply r = plain_->Exchange("POST", path, token_, &body);
+      a.ok = r.ok();
+      a.status = r.status;
+      a.body = std::move(r.body);
+      a.error = r.detail;
+      return a;
+    }
+    httplib::Headers headers;
+    if (!token_.empty()) headers.emplace("Authorization", token_);
+    auto r = tls_->Post(path, headers, body, "application/json");
+    a.ok = static_cast<bool>(r);
+    if (r) {
+      a.status = r->status;
+      a.body = r->body;
+    } else {
+      a.error = httplib::to_string(r.error());
+    }
+    return a;
+  }
+
+ private:
+  EtcdClient() = default;
+  std::unique_ptr<gpupool::HttpConnection> plain_;
+  std::unique_ptr<httplib::Client> tls_;
+  std::string token_;
+};
+
 // One pair against gpupoold; false on error.
 bool GpupoolPair(gpupool::ApiClient& c, int64_t job, const std::string& pool) {
   auto l = c.Post("/v1/leases", {{"job_id", job}, {"request", {{{"pool", pool}, {"count", 1}}}}});
@@ -64,40 +134,42 @@ bool GpupoolPair(gpupool::ApiClient& c, int64_t job, const std::string& pool) {
   return r.ok();
 }
 
-bool EtcdPair(httplib::Client& c, int64_t job) {
-  auto g = c.Post("/v3/lease/grant", R"({"TTL":600})", "application/json");
-  if (!g || g->status != 200) return false;
-  std::string id = json::parse(g->body).value("ID", "");
+bool EtcdPair(EtcdClient& c, int64_t job) {
+  auto g = c.Post("/v3/lease/grant", R"({"TTL":600})");
+  if (!g.ok || g.status != 200) return false;
+  json grant = json::parse(g.body, nullptr, false);
+  if (!grant.is_object()) return false;
+  std::string id = grant.value("ID", "");
   json put = {
       {"key", Base64("/gpupool/leases/" + std::to_string(job))}, {"value", Base64("gpuhost1:0")}, {"lease", id}};
-  auto p = c.Post("/v3/kv/put", put.dump(), "application/json");
-  if (!p || p->status != 200) return false;
-  auto r = c.Post("/v3/lease/revoke", json{{"ID", id}}.dump(), "application/json");
-  return r && r->status == 200;
+  auto p = c.Post("/v3/kv/put", put.dump());
+  if (!p.ok || p.status != 200) return false;
+  auto r = c.Post("/v3/lease/revoke", json{{"ID", id}}.dump());
+  return r.ok && r.status == 200;
 }
 
 // The create revision of `key` (0 if absent or on error).
-int64_t CreateRevision(httplib::Client& c, const std::string& key) {
-  auto r = c.Post("/v3/kv/range", json{{"key", Base64(key)}}.dump(), "application/json");
-  if (!r || r->status != 200) return 0;
-  json j = json::parse(r->body, nullptr, false);
+int64_t CreateRevision(EtcdClient& c, const std::string& key) {
+  auto r = c.Post("/v3/kv/range", json{{"key", Base64(key)}}.dump());
+  if (!r.ok || r.status != 200) return 0;
+  json j = json::parse(r.body, nullptr, false);
   if (!j.is_object() || !j.contains("kvs") || j["kvs"].empty()) return 0;
   return std::stoll(j["kvs"][0].value("create_revision", "0"));
 }
 
-bool EtcdTxn(httplib::Client& c, int64_t fence, const json& ops) {
+bool EtcdTxn(EtcdClient& c, int64_t fence, const json& ops) {
   json body = {{"compare", json::array({{{"key", Base64("/bench/leader")},
                                          {"target", "CREATE"},
                                          {"result", "EQUAL"},
                                          {"create_revision", std::to_string(fence)}}})},
                {"success", ops}};
-  auto r = c.Post("/v3/kv/txn", body.dump(), "application/json");
-  if (!r || r->status != 200) return false;
-  json j = json::parse(r->body, nullptr, false);
+  auto r = c.Post("/v3/kv/txn", body.dump());
+  if (!r.ok || r.status != 200) return false;
+  json j = json::parse(r.body, nullptr, false);
   return j.is_object() && j.value("succeeded", false);
 }
 
-bool EtcdTxnPair(httplib::Client& c, int64_t fence, int64_t job) {
+bool EtcdTxnPair(EtcdClient& c, int64_t fence, int64_t job) {
   auto put = [](const std::string& key, const std::string& value) {
     return json{{"request_put", {{"key", Base64(key)}, {"value", Base64(value)}}}};
   };
@@ -120,24 +192,21 @@ struct EtcdSecurity {
 
 // A keep-alive client for etcd at `url` (http:// or https://), authenticated when a user is
 // given; nullptr (and a message) when it cannot be.
-std::unique_ptr<httplib::Client> EtcdConnect(const std::string& url, const EtcdSecurity& sec) {
-  auto c = std::make_unique<httplib::Client>(url, sec.cert, sec.key);
-  if (!sec.cacert.empty()) c->set_ca_cert_path(sec.cacert.c_str());
-  c->enable_server_certificate_verification(true);
-  c->set_keep_alive(true);
-  c->set_tcp_nodelay(true);
-  // 64 clients authenticating at once wait on etcd's bcrypt, one at a time per core.
-  c->set_read_timeout(30, 0);
+std::unique_ptr<EtcdClient> EtcdConnect(const std::string& url, const EtcdSecurity& sec) {
+  auto c = EtcdClient::Open(url, sec.cert, sec.key, sec.cacert);
+  if (!c) {
+    std::fprintf(stderr, "bad etcd URL %s\n", url.c_str());
+    return nullptr;
+  }
   if (!sec.user.empty()) {
-    auto r = c->Post("/v3/auth/authenticate", json{{"name", sec.user}, {"password", sec.password}}.dump(),
-                     "application/json");
-    json j = r ? json::parse(r->body, nullptr, false) : json();
-    if (!r || r->status != 200 || !j.is_object() || j.value("token", "").empty()) {
+    auto r = c->Post("/v3/auth/authenticate", json{{"name", sec.user}, {"password", sec.password}}.dump());
+    json j = r.ok ? json::parse(r.body, nullptr, false) : json();
+    if (!r.ok || r.status != 200 || !j.is_object() || j.value("token", "").empty()) {
       std::fprintf(stderr, "cannot authenticate to etcd as %s: %s\n", sec.user.c_str(),
-                   r ? r->body.c_str() : httplib::to_string(r.error()).c_str());
+                   r.ok ? r.body.c_str() : r.error.c_str());
       return nullptr;
     }
-    c->set_default_headers({{"Authorization", j.value("token", "")}});
+    c->set_token(j.value("token", ""));
   }
   return c;
 }
@@ -200,7 +269,7 @@ int main(int argc, char** argv) {
   for (int t = 0; t < clients; ++t) {
     threads.emplace_back([&, t] {
       std::unique_ptr<gpupool::ApiClient> api;
-      std::unique_ptr<httplib::Client> http;
+      std::unique_ptr<EtcdClient> http;
       if (target == "gpupool") {
         api = std::make_unique<gpupool::ApiClient>(gpupool::ApiClientOptions{url, 10000, "", true});
       } else {
@@ -216,7 +285,7 @@ int main(int argc, char** argv) {
         // The "leader key" every transaction is fenced on, as gpupoold's are.
         if (t == 0) {
           json put = {{"key", Base64("/bench/leader")}, {"value", Base64("bench")}};
-          if (!http->Post("/v3/kv/put", put.dump(), "application/json")) ++errors;
+          if (!http->Post("/v3/kv/put", put.dump()).ok) ++errors;
         }
         for (int i = 0; i < 100 && fence == 0; ++i) {
           fence = CreateRevision(*http, "/bench/leader");
