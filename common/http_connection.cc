@@ -74,7 +74,10 @@ bool ParseLength(const std::string& text, size_t max, size_t* out) {
 }  // namespace
 
 HttpConnection::HttpConnection(std::string host, int port, int timeout_ms, HttpAnswerLimits limits)
-    : host_(std::move(host)), port_(port), timeout_ms_(timeout_ms > 0 ? timeout_ms : 1), limits_(limits) {}
+    : host_(std::move(host)), port_(port), timeout_ms_(timeout_ms > 0 ? timeout_ms : 1), limits_(limits) {
+  // "[::1]", as an IPv6 address is written in a URL: getaddrinfo takes it without brackets.
+  if (host_.size() > 2 && host_.front() == '[' && host_.back() == ']') host_ = host_.substr(1, host_.size() - 2);
+}
 
 HttpConnection::~HttpConnection() { Close(); }
 
@@ -226,8 +229,7 @@ HttpReply HttpConnection::ReadAnswer() {
     const std::string status_line = in_.substr(0, line_end);
     if (status_line.size() < 12 || status_line.compare(0, 7, "HTTP/1.") != 0 || status_line[8] != ' ' ||
         status_line[9] < '1' || status_line[9] > '5' || !isdigit(static_cast<unsigned char>(status_line[10])) ||
-        !isdigit(static_cast<unsigned char>(status_line[11])) ||
-        (status_line.size() > 12 && status_line[12] != ' ')) {
+        !isdigit(static_cast<unsigned char>(status_line[11])) || (status_line.size() > 12 && status_line[12] != ' ')) {
       return Fail(HttpFailure::kBadAnswer, "not an HTTP/1.x status line: '" + status_line.substr(0, 64) + "'");
     }
     const int status = std::stoi(status_line.substr(9, 3));
@@ -253,8 +255,8 @@ HttpReply HttpConnection::ReadAnswer() {
         has_length = true;
         length = parsed;
       } else if (strcasecmp(name.c_str(), "Transfer-Encoding") == 0) {
-        return Fail(HttpFailure::kBadAnswer, "answer uses Transfer-Encoding '" + value.substr(0, 32) +
-                                                 "', which gpupoold never sends");
+        return Fail(HttpFailure::kBadAnswer,
+                    "answer uses Transfer-Encoding '" + value.substr(0, 32) + "', which gpupoold never sends");
       } else if (strcasecmp(name.c_str(), "Connection") == 0) {
         if (strcasecmp(value.c_str(), "close") == 0) keep_alive = false;
         if (strcasecmp(value.c_str(), "keep-alive") == 0) keep_alive = true;
@@ -293,8 +295,8 @@ HttpReply HttpConnection::ReadAnswer() {
   }
 }
 
-HttpReply HttpConnection::Exchange(const std::string& method, const std::string& path,
-                                   const std::string& authorization, const std::string* body) {
+HttpReply HttpConnection::Exchange(const std::string& method, const std::string& path, const std::string& authorization,
+                                   const std::string* body) {
   if (!IsToken(method)) return Fail(HttpFailure::kBadRequest, "bad HTTP method '" + method.substr(0, 32) + "'");
   if (!IsPath(path)) {
     return Fail(HttpFailure::kBadRequest, "bad request path (must start with '/', no spaces or control bytes)");

@@ -267,6 +267,19 @@ TEST(HttpConnectionTest, ASilentServerTimesOutAndACutAnswerIsAReadFailure) {
   EXPECT_NE(reply.detail.find("closed before the whole answer"), std::string::npos) << reply.detail;
 }
 
+TEST(HttpConnectionTest, AHostNameAndABracketedAddressResolve) {
+  RawServer server([](int fd) {
+    if (ReadRequest(fd).empty()) return;
+    SendText(fd, Ok("{}"));
+  });
+  HttpConnection by_name("localhost", server.port(), 2000);
+  HttpReply reply = by_name.Exchange("GET", "/v1/pools", "", nullptr);
+  EXPECT_TRUE(reply.ok()) << reply.detail;
+  HttpConnection bracketed("[127.0.0.1]", server.port(), 2000);
+  reply = bracketed.Exchange("GET", "/v1/pools", "", nullptr);
+  EXPECT_TRUE(reply.ok()) << reply.detail;
+}
+
 TEST(HttpConnectionTest, NobodyListeningIsAConnectionFailure) {
   int port;
   {
