@@ -12,7 +12,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <string_view>
 #include <utility>
 
 namespace gpupool {
@@ -72,6 +74,46 @@ bool ParseLength(const std::string& text, size_t max, size_t* out) {
 }
 
 }  // namespace
+
+std::string ParseAnswerHead(std::string_view head, const HttpAnswerLimits& limits, HttpAnswerHead* out) {
+  *out = HttpAnswerHead();
+  // Status line: HTTP/1.x NNN[ reason]
+  const size_t line_end = std::min(head.find("\r\n"), head.size());
+  const std::string status_line(head.substr(0, line_end));
+  auto digit = [&](size_t i) { return isdigit(static_cast<unsigned char>(status_line[i])) != 0; };
+  if (status_line.size() < 12 || status_line.compare(0, 7, "HTTP/1.") != 0 || !digit(7) || status_line[8] != ' ' ||
+      status_line[9] < '1' || status_line[9] > '5' || !digit(10) || !digit(11) ||
+      (status_line.size() > 12 && status_line[12] != ' ')) {
+    return "not an HTTP/1.x status line: '" + status_line.substr(0, 64) + "'";
+  }
+  out->status = (status_line[9] - '0') * 100 + (status_line[10] - '0') * 10 + (status_line[11] - '0');
+  out->keep_alive = status_line[7] != '0';  // HTTP/1.1 keeps the connection unless told
+  for (size_t pos = line_end; pos < head.size();) {
+    pos += 2;  // past the "\r\n" that ends the previous line
+    const size_t eol = std::min(head.find("\r\n", pos), head.size());
+    const std::string line(head.substr(pos, eol - pos));
+    pos = eol;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos || colon == 0) return "malformed answer header line '" + line.substr(0, 64) + "'";
+    const std::string name = line.substr(0, colon);
+    const std::string value = Trim(line.substr(colon + 1));
+    if (strcasecmp(name.c_str(), "Content-Length") == 0) {
+      size_t parsed;
+      if (!ParseLength(value, limits.max_body_bytes, &parsed) || (out->has_length && parsed != out->length)) {
+        return "bad or oversized Content-Length '" + value.substr(0, 32) + "' (at most " +
+               std::to_string(limits.max_body_bytes) + ")";
+      }
+      out->has_length = true;
+      out->length = parsed;
+    } else if (strcasecmp(name.c_str(), "Transfer-Encoding") == 0) {
+      return "answer uses Transfer-Encoding '" + value.substr(0, 32) + "', which gpupoold never sends";
+    } else if (strcasecmp(name.c_str(), "Connection") == 0) {
+      if (strcasecmp(value.c_str(), "close") == 0) out->keep_alive = false;
+      if (strcasecmp(value.c_str(), "keep-alive") == 0) out->keep_alive = true;
+    }
+  }
+  return "";
+}
 
 HttpConnection::HttpConnection(std::string host, int port, int timeout_ms, HttpAnswerLimits limits)
     : host_(std::move(host)), port_(port), timeout_ms_(timeout_ms > 0 ? timeout_ms : 1), limits_(limits) {
@@ -224,44 +266,15 @@ HttpReply HttpConnection::ReadAnswer() {
       return Fail(HttpFailure::kBadAnswer,
                   "answer header longer than " + std::to_string(limits_.max_header_bytes) + " bytes");
     }
-    // Status line: HTTP/1.x NNN reason
-    size_t line_end = in_.find("\r\n");
-    const std::string status_line = in_.substr(0, line_end);
-    if (status_line.size() < 12 || status_line.compare(0, 7, "HTTP/1.") != 0 || status_line[8] != ' ' ||
-        status_line[9] < '1' || status_line[9] > '5' || !isdigit(static_cast<unsigned char>(status_line[10])) ||
-        !isdigit(static_cast<unsigned char>(status_line[11])) || (status_line.size() > 12 && status_line[12] != ' ')) {
-      return Fail(HttpFailure::kBadAnswer, "not an HTTP/1.x status line: '" + status_line.substr(0, 64) + "'");
+    HttpAnswerHead head;
+    if (std::string detail = ParseAnswerHead(std::string_view(in_).substr(0, header_end), limits_, &head);
+        !detail.empty()) {
+      return Fail(HttpFailure::kBadAnswer, detail);
     }
-    const int status = std::stoi(status_line.substr(9, 3));
-    bool keep_alive = status_line[7] == '1';  // HTTP/1.1 keeps the connection unless told
-    bool has_length = false;
-    size_t length = 0;
-    for (size_t pos = line_end + 2; pos < header_end;) {
-      size_t eol = in_.find("\r\n", pos);
-      const std::string line = in_.substr(pos, eol - pos);
-      pos = eol + 2;
-      size_t colon = line.find(':');
-      if (colon == std::string::npos || colon == 0) {
-        return Fail(HttpFailure::kBadAnswer, "malformed answer header line '" + line.substr(0, 64) + "'");
-      }
-      const std::string name = line.substr(0, colon);
-      const std::string value = Trim(line.substr(colon + 1));
-      if (strcasecmp(name.c_str(), "Content-Length") == 0) {
-        size_t parsed;
-        if (!ParseLength(value, limits_.max_body_bytes, &parsed) || (has_length && parsed != length)) {
-          return Fail(HttpFailure::kBadAnswer, "bad or oversized Content-Length '" + value.substr(0, 32) +
-                                                   "' (at most " + std::to_string(limits_.max_body_bytes) + ")");
-        }
-        has_length = true;
-        length = parsed;
-      } else if (strcasecmp(name.c_str(), "Transfer-Encoding") == 0) {
-        return Fail(HttpFailure::kBadAnswer,
-                    "answer uses Transfer-Encoding '" + value.substr(0, 32) + "', which gpupoold never sends");
-      } else if (strcasecmp(name.c_str(), "Connection") == 0) {
-        if (strcasecmp(value.c_str(), "close") == 0) keep_alive = false;
-        if (strcasecmp(value.c_str(), "keep-alive") == 0) keep_alive = true;
-      }
-    }
+    const int status = head.status;
+    bool keep_alive = head.keep_alive;
+    const bool has_length = head.has_length;
+    const size_t length = head.length;
     const size_t body_begin = header_end + 4;
     if (status < 200) {  // an interim answer (100 Continue): the real one follows
       in_.erase(0, body_begin);

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <string_view>
 
 namespace gpupool {
 
@@ -44,6 +45,21 @@ struct HttpAnswerLimits {
   size_t max_header_bytes = 64 * 1024;
   size_t max_body_bytes = size_t{1} << 30;
 };
+
+// The head of an answer: its status line and headers.
+struct HttpAnswerHead {
+  int status = 0;
+  bool keep_alive = true;  // HTTP/1.1 without "Connection: close", or 1.0 with keep-alive
+  bool has_length = false;
+  size_t length = 0;  // Content-Length, at most limits.max_body_bytes
+};
+
+// Parses `head`, an answer's bytes before its blank line ("\r\n\r\n" not included).
+// Returns "" and fills *out, or says what is wrong (a status line that is not HTTP/1.x, a
+// header line without a name, a bad, repeated-and-different or oversized Content-Length,
+// any Transfer-Encoding). HttpConnection reads every answer with it; tests/fuzz/http_answer
+// feeds it arbitrary bytes.
+std::string ParseAnswerHead(std::string_view head, const HttpAnswerLimits& limits, HttpAnswerHead* out);
 
 class HttpConnection {
  public:
