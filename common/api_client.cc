@@ -171,7 +171,6 @@ Result<std::pair<int, std::string>> ApiClient::Impl::SendOnce(const ApiClientOpt
   for (int attempt = 0;; ++attempt) {
     std::string authorization;
     HttpReply res;
-    res.failure = HttpFailure::kNone;
     bool sent_session_request = false;
     if (options.authenticate) {
       Result<std::string> auth = Authorization(options, &res);

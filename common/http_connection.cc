@@ -252,7 +252,13 @@ HttpReply HttpConnection::ReadAnswer() {
     if (r == Read::kEnd) *why = Fail(HttpFailure::kRead, "connection closed before the whole answer");
     return r == Read::kMore;
   };
-  for (;;) {
+  // Interim answers (100 Continue) before the real one: a few at most, so that a server
+  // sending them without end cannot hold the caller past its timeout.
+  constexpr int kMaxInterimAnswers = 8;
+  for (int interim = 0;; ++interim) {
+    if (interim > kMaxInterimAnswers) {
+      return Fail(HttpFailure::kBadAnswer, "more than " + std::to_string(kMaxInterimAnswers) + " interim answers");
+    }
     HttpReply why;
     size_t header_end;
     while ((header_end = in_.find("\r\n\r\n")) == std::string::npos) {
@@ -282,7 +288,11 @@ HttpReply HttpConnection::ReadAnswer() {
     }
     HttpReply reply;
     reply.status = status;
-    if (has_length) {
+    if (status == 204 || status == 304) {
+      // No body, whatever the header says (RFC 9110): nothing more to wait for.
+      in_.erase(0, body_begin);
+    } else if (has_length) {
+      in_.reserve(body_begin + length);  // length is at most limits_.max_body_bytes
       while (in_.size() - body_begin < length) {
         if (!need_more(&why)) return why;
       }
@@ -310,13 +320,16 @@ HttpReply HttpConnection::ReadAnswer() {
 
 HttpReply HttpConnection::Exchange(const std::string& method, const std::string& path, const std::string& authorization,
                                    const std::string* body) {
-  if (!IsToken(method)) return Fail(HttpFailure::kBadRequest, "bad HTTP method '" + method.substr(0, 32) + "'");
-  if (!IsPath(path)) {
-    return Fail(HttpFailure::kBadRequest, "bad request path (must start with '/', no spaces or control bytes)");
-  }
-  if (!IsHeaderValue(authorization)) {
-    return Fail(HttpFailure::kBadRequest, "the Authorization value holds a control byte");
-  }
+  // The caller's mistake: refused before anything is sent, the kept connection left as it is.
+  auto refuse = [](std::string detail) {
+    HttpReply reply;
+    reply.failure = HttpFailure::kBadRequest;
+    reply.detail = std::move(detail);
+    return reply;
+  };
+  if (!IsToken(method)) return refuse("bad HTTP method '" + method.substr(0, 32) + "'");
+  if (!IsPath(path)) return refuse("bad request path (must start with '/', no spaces or control bytes)");
+  if (!IsHeaderValue(authorization)) return refuse("the Authorization value holds a control byte");
   std::string request;
   request.reserve(160 + path.size() + authorization.size() + (body != nullptr ? body->size() : 0));
   request += method;

@@ -182,6 +182,37 @@ TEST(HttpConnectionTest, AnInterimContinueIsSkipped) {
   EXPECT_EQ(reply.body, "{\"after\":true}");
 }
 
+TEST(HttpConnectionTest, EndlessInterimAnswersAreRefused) {
+  RawServer server([](int fd) {
+    if (ReadRequest(fd).empty()) return;
+    std::string flood;
+    for (int i = 0; i < 50; ++i) flood += "HTTP/1.1 100 Continue\r\n\r\n";
+    SendText(fd, flood);
+  });
+  HttpConnection http("127.0.0.1", server.port(), 2000);
+  HttpReply reply = http.Exchange("GET", "/v1/pools", "", nullptr);
+  EXPECT_EQ(reply.failure, HttpFailure::kBadAnswer);
+  EXPECT_NE(reply.detail.find("interim answers"), std::string::npos) << reply.detail;
+}
+
+TEST(HttpConnectionTest, ANoContentAnswerEndsAtItsHeadAndKeepsTheConnection) {
+  RawServer server([](int fd) {
+    for (int i = 0; i < 2; ++i) {
+      if (ReadRequest(fd).empty()) return;
+      SendText(fd, i == 0 ? "HTTP/1.1 204 No Content\r\n\r\n" : Ok("{}"));
+    }
+  });
+  HttpConnection http("127.0.0.1", server.port(), 2000);
+  HttpReply reply = http.Exchange("GET", "/v1/pools", "", nullptr);
+  ASSERT_TRUE(reply.ok()) << reply.detail;
+  EXPECT_EQ(reply.status, 204);
+  EXPECT_TRUE(reply.body.empty());
+  reply = http.Exchange("GET", "/v1/pools", "", nullptr);
+  ASSERT_TRUE(reply.ok()) << reply.detail;
+  EXPECT_EQ(reply.status, 200);
+  EXPECT_EQ(http.connections_opened(), 1);
+}
+
 TEST(HttpConnectionTest, AnAnswerWithoutLengthEndsAtCloseAndTheConnectionIsNotKept) {
   RawServer server([](int fd) {
     if (ReadRequest(fd).empty()) return;
@@ -294,8 +325,10 @@ TEST(HttpConnectionTest, NobodyListeningIsAConnectionFailure) {
 
 TEST(HttpConnectionTest, TextThatWouldAddHeadersOrRequestsNeverReachesTheWire) {
   RawServer server([](int fd) {
-    ReadRequest(fd);
-    SendText(fd, Ok("{}"));
+    for (int i = 0; i < 2; ++i) {
+      if (ReadRequest(fd).empty()) return;
+      SendText(fd, Ok("{}"));
+    }
   });
   HttpConnection http("127.0.0.1", server.port(), 2000);
   EXPECT_EQ(http.Exchange("GET", "/v1/pools HTTP/1.1\r\nX-Evil: 1", "", nullptr).failure, HttpFailure::kBadRequest);
@@ -304,6 +337,11 @@ TEST(HttpConnectionTest, TextThatWouldAddHeadersOrRequestsNeverReachesTheWire) {
   EXPECT_EQ(http.Exchange("GET", "/v1/pools", "Bearer x\r\nX-Evil: 1", nullptr).failure, HttpFailure::kBadRequest);
   EXPECT_EQ(http.connections_opened(), 0);
   EXPECT_EQ(server.accepted(), 0);
+  // A refused request leaves the kept connection in use.
+  ASSERT_TRUE(http.Exchange("GET", "/v1/pools", "", nullptr).ok());
+  EXPECT_EQ(http.Exchange("GET", "v1/pools", "", nullptr).failure, HttpFailure::kBadRequest);
+  ASSERT_TRUE(http.Exchange("GET", "/v1/pools", "", nullptr).ok());
+  EXPECT_EQ(http.connections_opened(), 1);
 }
 
 }  // namespace
