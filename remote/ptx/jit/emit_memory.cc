@@ -550,14 +550,13 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
 // The target is checked for the whole width first, then the first from_source bytes of
 // the source as a global access of that size (a fault names what the interpreter's names);
 // the rest of the target is zeros. Not cp.async.mbarrier.arrive nor the bulk copies (left
-// to the interpreter), nor in vector code (scalar code runs them).
+// to the interpreter). In vector code, VectorAsyncCopy.
 bool Emitter::AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
   if (parts.size() < 3 || parts[1] != "async") return (*why = "a cp other than cp.async", false);
   const std::string_view what = parts[2];
   if (what == "commit_group" || what == "wait_group" || what == "wait_all") return true;
   if (what != "ca" && what != "cg") return (*why = "cp.async." + std::string(what), false);
-  if (lanes_) return (*why = "cp.async in vector code", false);
   bool global = false, shared = false, cache_hint = false;
   for (size_t i = 3; i < parts.size(); ++i) {
     if (parts[i] == "global") {
@@ -581,17 +580,20 @@ bool Emitter::AsyncCopy(const RawStatement& s, const std::vector<std::string_vie
     return (*why = "cp-size", false);
   }
   const uint32_t width = static_cast<uint32_t>(o[2].bits);
+  const RawOperand* extra_operand = o.size() == plain ? nullptr : &o[3];
+  // ignore-src is a predicate (nvcc names them %p), src-size an integer: as the decoder
+  // tells them apart.
+  const bool predicate = extra_operand != nullptr && extra_operand->kind == RawOperand::kName &&
+                         (extra_operand->negated || extra_operand->name.rfind("%p", 0) == 0);
+  if (extra_operand != nullptr && extra_operand->negated) return (*why = "a negated ignore-src", false);
+  if (lanes_) return VectorAsyncCopy(o[0], o[1], width, extra_operand, predicate, why);
   llvm::Value* target = Address(o[0], "shared", width, "cp.async store", why);
   if (target == nullptr) return false;
-  if (o.size() == plain) return CopyToShared(target, o[1], width, width, why);
-  const RawOperand& extra = o[3];
+  if (extra_operand == nullptr) return CopyToShared(target, o[1], width, width, why);
+  const RawOperand& extra = *extra_operand;
   if (extra.kind == RawOperand::kInt) {
     return CopyToShared(target, o[1], static_cast<uint32_t>(std::min<uint64_t>(extra.bits, width)), width, why);
   }
-  // ignore-src is a predicate (nvcc names them %p), src-size an integer: as the decoder
-  // tells them apart.
-  const bool predicate = extra.kind == RawOperand::kName && (extra.negated || extra.name.rfind("%p", 0) == 0);
-  if (extra.negated) return (*why = "a negated ignore-src", false);
   auto* join = llvm::BasicBlock::Create(ctx_, "copied", fn_);
   // Each size the source may have (0 to width bytes) its own copy, and its own checked
   // access: a fault names the size the interpreter's names.
@@ -640,6 +642,156 @@ bool Emitter::CopyToShared(llvm::Value* target, const RawOperand& source, uint32
     b_.CreateMemSet(b_.CreateConstGEP1_64(b_.getInt8Ty(), target, from_source), b_.getInt8(0), width - from_source,
                     llvm::MaybeAlign(1));
   }
+  return true;
+}
+
+// cp.async in vector code: the row's copies, each lane's as scalar code makes it
+// (AsyncCopy). Lanes that all run and all copy the whole width from the source, at
+// consecutive targets whose first and last lie inside the CTA's shared bytes and
+// consecutive sources whose first and last lie inside the allocation the whole-width
+// access hit last: one copy of all their bytes. Otherwise each running lane in lane order
+// (as the interpreter's HCpAsync runs them): its target checked for the whole width, then
+// the bytes its source gives (src-size, ignore-src), each size its own checked access, the
+// rest zeros; a stray lane faults with its own thread's detail, naming the size the
+// interpreter's names.
+bool Emitter::VectorAsyncCopy(const RawOperand& target, const RawOperand& source, uint32_t width,
+                              const RawOperand* extra, bool predicate, std::string* why) {
+  if (!LanesAddressable(target, "shared") || !LanesAddressable(source, "global")) {
+    return (*why = "an address vector code does not take", false);
+  }
+  // Each lane's bytes from the source, 0 to width; `fixed` where they are known here.
+  llvm::Value* sizes = nullptr;
+  int64_t fixed = width;
+  if (extra != nullptr && extra->kind == RawOperand::kInt) {
+    fixed = static_cast<int64_t>(std::min<uint64_t>(extra->bits, width));
+  } else if (extra != nullptr && predicate) {
+    llvm::Value* ignore = Source(*extra, Type{Kind::kPred, 1}, why);
+    if (ignore == nullptr) return false;
+    sizes = b_.CreateSelect(ignore, Int(32, 0), Int(32, width));
+    fixed = -1;
+  } else if (extra != nullptr) {
+    // Read at the register's width, as scalar code reads it; at most `width`.
+    const bool wide = extra->kind == RawOperand::kName && !extra->name.empty() && NamesRegister(extra->name) &&
+                      !IsSpecialRegisterName(extra->name) && StorageBits(extra->name) > 32;
+    const uint32_t bits = wide ? 64 : 32;
+    llvm::Value* size = Source(*extra, Type{Kind::kUnsigned, bits}, why);
+    if (size == nullptr) return false;
+    llvm::Value* clamped = b_.CreateSelect(b_.CreateICmpULT(size, Int(bits, width)), size, Int(bits, width));
+    sizes = b_.CreateZExtOrTrunc(clamped, Lanes(i32_));
+    fixed = -1;
+  }
+  // The lanes' targets as the instruction made them (a fault names them so), their offsets
+  // (the low 48 bits, as the interpreter takes them), and their sources.
+  llvm::Value* target_base = NamesRegister(target.name) ? LoadRegister64(target.name)
+                                                        : Int(64, static_cast<uint64_t>(SharedSymbol(target.name)));
+  llvm::Value* targets = b_.CreateAdd(target_base, Int(64, target.bits));
+  llvm::Value* offsets = b_.CreateAnd(targets, Int(64, 0xffffffffffffull));
+  llvm::Value* source_base = nullptr;
+  if (uint64_t global = 0; !NamesRegister(source.name) && GlobalSymbol(source.name, &global)) {
+    source_base = Int(64, global);
+  } else {
+    source_base = LoadRegister64(source.name);
+  }
+  llvm::Value* sources = b_.CreateAdd(source_base, Int(64, source.bits));
+  LanesSplit stores;
+  stores.shared = true;
+  stores.access = static_cast<uint32_t>(accesses_->size());
+  accesses_->push_back({width, "cp.async store"});
+  // The source's accesses: one of each size a lane may read (none of 0 bytes).
+  std::vector<uint32_t> loads(width + 1, 0);
+  for (uint32_t size = 1; size <= width; ++size) {
+    if (fixed < 0 ? (!predicate || size == width) : size == static_cast<uint64_t>(fixed)) {
+      loads[size] = NewAccess(size, "cp.async load");
+    }
+  }
+  llvm::Value* mask = Mask();
+  auto* each = llvm::BasicBlock::Create(ctx_, "copy_lanes", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "copy_join", fn_);
+  if (fixed == width || fixed < 0) {
+    const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(loads[width]);
+    llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
+    llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
+    llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
+    // offset + width <= the CTA's shared bytes (below 2^32: no wrap), as the interpreter checks.
+    llvm::Value* shared_limit =
+        b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(width)),
+                        b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(width)), b_.getInt64(1)), b_.getInt64(0));
+    llvm::Value* first_offset = b_.CreateExtractElement(offsets, uint64_t{0});
+    llvm::Value* last_offset = b_.CreateExtractElement(offsets, uint64_t{lanes_ - 1});
+    llvm::Value* first_source = b_.CreateExtractElement(sources, uint64_t{0});
+    llvm::Value* last_source = b_.CreateExtractElement(sources, uint64_t{lanes_ - 1});
+    llvm::Value* whole = b_.CreateAndReduce(mask);
+    if (sizes != nullptr) whole = b_.CreateAnd(whole, b_.CreateAndReduce(b_.CreateICmpEQ(sizes, Int(32, width))));
+    whole = b_.CreateAnd(whole,
+                         b_.CreateAndReduce(b_.CreateICmpEQ(offsets, b_.CreateAdd(Splat(first_offset), Steps(width)))));
+    whole = b_.CreateAnd(whole,
+                         b_.CreateAndReduce(b_.CreateICmpEQ(sources, b_.CreateAdd(Splat(first_source), Steps(width)))));
+    whole = b_.CreateAnd(
+        whole, b_.CreateAnd(b_.CreateICmpULT(first_offset, shared_limit), b_.CreateICmpULT(last_offset, shared_limit)));
+    whole = b_.CreateAnd(whole, b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first_source, start), limit),
+                                             b_.CreateICmpULT(b_.CreateSub(last_source, start), limit)));
+    auto* together = llvm::BasicBlock::Create(ctx_, "copy_whole_lanes", fn_);
+    b_.CreateCondBr(whole, together, each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+    b_.SetInsertPoint(together);
+    b_.CreateMemCpy(b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first_offset), llvm::MaybeAlign(1),
+                    b_.CreateIntToPtr(b_.CreateAdd(first_source, delta), ptr_), llvm::MaybeAlign(1),
+                    uint64_t{width} * lanes_);
+    b_.CreateBr(join);
+  } else {
+    b_.CreateBr(each);
+  }
+  // Lane by lane: a loop over the lanes (a lane's thread is the row's first + k).
+  b_.SetInsertPoint(each);
+  llvm::BasicBlock* entered = b_.GetInsertBlock();
+  auto* head = llvm::BasicBlock::Create(ctx_, "copy_lane_head", fn_);
+  auto* lane = llvm::BasicBlock::Create(ctx_, "copy_lane", fn_);
+  auto* next = llvm::BasicBlock::Create(ctx_, "copy_lane_next", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "copy_lanes_done", fn_);
+  b_.CreateBr(head);
+  b_.SetInsertPoint(head);
+  llvm::PHINode* k = b_.CreatePHI(i32_, 2);
+  k->addIncoming(b_.getInt32(0), entered);
+  b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
+  b_.SetInsertPoint(lane);
+  llvm::Value* to = LaneHost(stores, b_.CreateExtractElement(targets, k), k);
+  llvm::Value* from = b_.CreateExtractElement(sources, k);
+  // The lane's copy of `from_source` bytes from its source, the rest zeros.
+  auto copy = [&](uint32_t from_source) {
+    if (from_source > 0) {
+      LanesSplit loads_split;
+      loads_split.access = loads[from_source];
+      llvm::Value* host = LaneHost(loads_split, from, k);
+      b_.CreateMemCpy(to, llvm::MaybeAlign(1), host, llvm::MaybeAlign(1), from_source);
+    }
+    if (from_source < width) {
+      b_.CreateMemSet(b_.CreateConstGEP1_64(b_.getInt8Ty(), to, from_source), b_.getInt8(0), width - from_source,
+                      llvm::MaybeAlign(1));
+    }
+    b_.CreateBr(next);
+  };
+  if (fixed >= 0) {
+    copy(static_cast<uint32_t>(fixed));
+  } else {
+    llvm::Value* size = b_.CreateExtractElement(sizes, k);
+    auto* whole_lane = llvm::BasicBlock::Create(ctx_, "copy_lane_whole", fn_);
+    llvm::SwitchInst* cases = b_.CreateSwitch(size, whole_lane, width);  // width: whole
+    for (uint32_t from_source = 0; from_source < width; ++from_source) {
+      if (predicate && from_source > 0) break;  // ignore-src: none or all
+      auto* part = llvm::BasicBlock::Create(ctx_, "copy_lane_part", fn_);
+      cases->addCase(b_.getInt32(from_source), part);
+      b_.SetInsertPoint(part);
+      copy(from_source);
+    }
+    b_.SetInsertPoint(whole_lane);
+    copy(width);
+  }
+  b_.SetInsertPoint(next);
+  llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(1));
+  k->addIncoming(k_next, next);
+  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), head, done);
+  b_.SetInsertPoint(done);
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
   return true;
 }
 

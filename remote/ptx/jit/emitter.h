@@ -208,6 +208,8 @@ class Emitter {
   bool AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool CopyToShared(llvm::Value* target, const RawOperand& source, uint32_t from_source, uint32_t width,
                     std::string* why);
+  bool VectorAsyncCopy(const RawOperand& target, const RawOperand& source, uint32_t width, const RawOperand* extra,
+                       bool predicate, std::string* why);
   bool VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load, const RawOperand& value,
                     std::string* why);
 

@@ -620,11 +620,12 @@ class JitAsyncCopy : public KernelFileTest {
     }
   }
 
-  // `stage` on 64 threads from an input of `in_size` bytes at `shift` bytes, to `target`
-  // bytes past each thread's place in shared memory, in `mode`: its CUresult, *out and
-  // *detail.
+  // `stage` on 64 threads (a block shaped `block`: 64 x 1 runs vector code, 1 x 64 scalar
+  // code) from an input of `in_size` bytes at `shift` bytes, to `target` bytes past each
+  // thread's place in shared memory, in `mode`: its CUresult, *out and *detail.
   int32_t Stage(JitMode mode, uint32_t shift, uint32_t target, std::vector<uint8_t>* out, std::string* detail,
-                uint64_t* in_address = nullptr, size_t in_size = 1024) {
+                uint64_t* in_address = nullptr, size_t in_size = 1024,
+                const std::vector<uint32_t>& block = {64, 1, 1}) {
     SetJitMode(mode);
     std::vector<uint8_t> in(in_size);
     for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint8_t>(k * 7 + 1);
@@ -632,7 +633,7 @@ class JitAsyncCopy : public KernelFileTest {
     Memory memory;
     const uint64_t din = memory.Add(in), dout = memory.Add(*out);
     if (in_address != nullptr) *in_address = din;
-    return Launch(Kernel("stage"), {1, 1, 1}, {64, 1, 1}, Pack(din, dout, shift, target), memory, nullptr, detail);
+    return Launch(Kernel("stage"), {1, 1, 1}, block, Pack(din, dout, shift, target), memory, nullptr, detail);
   }
 };
 
@@ -657,14 +658,17 @@ TEST_F(JitAsyncCopy, ADoubleBufferedPipelineGivesTheInterpretersResults) {
 }
 
 // Every size of source a 16-byte copy may have (src-size 0 to 16 and more), and
-// ignore-src: the bytes not from the source are zeros, on both tiers.
+// ignore-src: the bytes not from the source are zeros, on the interpreter, in vector code
+// (rows whose 8 lanes all copy 16 bytes: one copy; the others lane by lane) and in scalar
+// code.
 TEST_F(JitAsyncCopy, SrcSizeAndIgnoreSrcFillWithZeros) {
   for (uint32_t shift : {0u, 4u}) {
-    std::vector<uint8_t> out[2];
-    for (int compiled = 0; compiled < 2; ++compiled) {
+    std::vector<uint8_t> out[3];
+    for (int run = 0; run < 3; ++run) {
       std::string detail;
-      const JitMode mode = compiled ? JitMode::kAlways : JitMode::kOff;
-      ASSERT_EQ(Stage(mode, shift, 0, &out[compiled], &detail, nullptr, 1024 + shift), 0) << detail;
+      const JitMode mode = run > 0 ? JitMode::kAlways : JitMode::kOff;
+      const std::vector<uint32_t> block = run == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
+      ASSERT_EQ(Stage(mode, shift, 0, &out[run], &detail, nullptr, 1024 + shift, block), 0) << detail;
     }
     for (uint32_t t = 0; t < 64; ++t) {
       const uint32_t from_source = std::min(t % 32, 16u);
@@ -673,42 +677,52 @@ TEST_F(JitAsyncCopy, SrcSizeAndIgnoreSrcFillWithZeros) {
         uint8_t expected = k < from_source ? static_cast<uint8_t>(at * 7 + 1) : 0;
         if (k >= 12) expected = (t & 4) ? 0 : static_cast<uint8_t>(at * 7 + 1);
         ASSERT_EQ(out[0][16 * t + k], expected) << "thread " << t << ", byte " << k << ", shift " << shift;
-        ASSERT_EQ(out[1][16 * t + k], out[0][16 * t + k]) << "thread " << t << ", byte " << k << ", shift " << shift;
+        for (int run = 1; run < 3; ++run) {
+          ASSERT_EQ(out[run][16 * t + k], out[0][16 * t + k])
+              << (run == 1 ? "vector" : "scalar") << " code, thread " << t << ", byte " << k << ", shift " << shift;
+        }
       }
     }
   }
-  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 2u) << Kernel("stage").jit->refused;
+  const DecodedKernel& kernel = Kernel("stage");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 4u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
 }
 
 // A copy from past the source's allocation, or to past the CTA's shared memory, fails the
-// launch on both tiers with the same error and the same text (a source of 13 of the 16
-// bytes: a fault of 13 bytes); a copy of no bytes from the source reads nothing.
+// launch on the interpreter, in vector code and in scalar code with the same error and the
+// same text (a source of 13 of the 16 bytes: a fault of 13 bytes; the stray lane's own
+// thread); a copy of no bytes from the source reads nothing.
 TEST_F(JitAsyncCopy, AStrayCopyFailsTheLaunchAsOnTheInterpreter) {
-  std::string store_detail[2];
-  for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+  std::string store_detail[3];
+  for (int run = 0; run < 3; ++run) {
+    const JitMode mode = run > 0 ? JitMode::kAlways : JitMode::kOff;
+    const std::vector<uint32_t> block = run == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
     std::vector<uint8_t> out;
     std::string detail;
     uint64_t in = 0;
     char expected[96];
     // Thread 45 (warp 1) copies 13 bytes from 1012 of the 1024: one past the end.
-    EXPECT_EQ(Stage(mode, 292, 0, &out, &detail, &in), kIllegalAddress);
+    EXPECT_EQ(Stage(mode, 292, 0, &out, &detail, &in, 1024, block), kIllegalAddress);
     std::snprintf(expected, sizeof(expected), "cp.async load of 13 bytes at 0x%llx (block 0, warp 1)",
                   static_cast<unsigned long long>(in + 16 * 45 + 292));
-    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+    EXPECT_EQ(detail, expected) << "run " << run;
     // Thread 63 copies all 16 from 1024 on.
-    EXPECT_EQ(Stage(mode, 16, 0, &out, &detail, &in), kIllegalAddress);
+    EXPECT_EQ(Stage(mode, 16, 0, &out, &detail, &in, 1024, block), kIllegalAddress);
     std::snprintf(expected, sizeof(expected), "cp.async load of 16 bytes at 0x%llx (block 0, warp 1)",
                   static_cast<unsigned long long>(in + 1024));
-    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+    EXPECT_EQ(detail, expected) << "run " << run;
     // Thread 63's target ends 16 bytes past the 1024 of `staged`.
-    EXPECT_EQ(Stage(mode, 0, 16, &out, &detail), kIllegalAddress);
+    EXPECT_EQ(Stage(mode, 0, 16, &out, &detail, nullptr, 1024, block), kIllegalAddress);
     EXPECT_NE(detail.find("cp.async store of 16 bytes"), std::string::npos) << detail;
     EXPECT_NE(detail.find("(block 0, warp 1)"), std::string::npos) << detail;
-    store_detail[mode == JitMode::kAlways] = detail;
+    store_detail[run] = detail;
   }
-  // The target's address as the instruction made it (a .shared one), on both tiers.
+  // The target's address as the instruction made it (a .shared one), on every tier.
   EXPECT_EQ(store_detail[1], store_detail[0]);
-  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 3u) << Kernel("stage").jit->refused;
+  EXPECT_EQ(store_detail[2], store_detail[0]);
+  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 6u) << Kernel("stage").jit->refused;
 }
 
 // A kernel that copies with cp.async and reads what another thread wrote with a load a
@@ -3879,6 +3893,70 @@ TEST_F(JitVectorShared, LanesSplitOverTwoBarriersGiveTheInterpretersResults) {
   ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
   EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
 }
+
+// cp.async in vector code (JitVectorCpAsync.ptx): nvcc's tiled matrix multiplies by the
+// thread's linear index in its block, on blocks of 256 x 1 and 16 x 16 threads (vector
+// code) and 1 x 256 (scalar code), against the interpreter.
+class JitVectorAsyncCopy : public KernelFileTest {
+ public:
+  JitVectorAsyncCopy() : KernelFileTest("JitVectorCpAsync.ptx") {}
+
+  // C = A * B (n x n) by `name` on blocks of 256 threads, interpreted and compiled in each
+  // shape: the product (small integers and fractions of a power of two, exact in any
+  // order), the compiled results bit for bit the interpreter's, and the vector code's
+  // thread-instruction count the scalar code's.
+  void MultiplyInEveryShape(const std::string& name, int n) {
+    const DecodedKernel& kernel = Kernel(name);
+    const uint32_t tiles = static_cast<uint32_t>((n + 15) / 16);
+    std::vector<float> a(n * n), b(n * n);
+    for (int k = 0; k < n * n; ++k) {
+      a[k] = static_cast<float>(k % 7) - 3;
+      b[k] = static_cast<float>(k % 5) * 0.5f;
+    }
+    const std::vector<uint32_t> blocks[4] = {{256, 1, 1}, {256, 1, 1}, {16, 16, 1}, {1, 256, 1}};
+    std::vector<float> c[4];
+    uint64_t counts[4] = {};
+    for (int run = 0; run < 4; ++run) {
+      SetJitMode(run > 0 ? JitMode::kAlways : JitMode::kOff);
+      c[run].assign(n * n, -1.0f);
+      Memory memory;
+      const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[run]);
+      std::string detail;
+      ASSERT_EQ(Launch(kernel, {tiles, tiles, 1}, blocks[run], Pack(da, db, dc, n), memory, &counts[run], &detail), 0)
+          << detail;
+    }
+    EXPECT_EQ(kernel.jit->jit_launches.load(), 3u) << kernel.jit->refused;
+    ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+    EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        float sum = 0;
+        for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
+        ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
+        for (int run = 1; run < 4; ++run) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(c[run][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j]))
+              << "block " << blocks[run][0] << " x " << blocks[run][1] << ": " << i << ", " << j;
+        }
+      }
+    }
+    EXPECT_EQ(counts[1], counts[3]);
+    EXPECT_EQ(counts[2], counts[3]);
+  }
+};
+
+// 4-byte copies of consecutive words (a row's 8 lanes one copy), src-size and ignore-src
+// zero-filling the tiles past the matrix's edge (n = 37: the last tiles partly zeros,
+// lanes copying different sizes), and a multiple of the tile.
+TEST_F(JitVectorAsyncCopy, ATiledMatrixMultiplyGivesTheInterpretersResults) {
+  MultiplyInEveryShape("matmul_rows", 37);
+  SetUp();
+  MultiplyInEveryShape("matmul_rows", 64);
+}
+
+// Double buffering (CUDA's pipeline primitives): the next tiles' copies issued into the
+// other buffer before the current one is read, cp.async.wait_group 1 then the barrier;
+// each thread reads what the group it waited for copied, as on the interpreter.
+TEST_F(JitVectorAsyncCopy, ADoubleBufferedPipelineWaitsForItsGroup) { MultiplyInEveryShape("pipe_rows", 64); }
 
 }  // namespace
 }  // namespace gpupool::sim
