@@ -292,8 +292,9 @@ bool Emitter::LanesAddressable(const RawOperand& address, std::string_view space
 // plus the instruction's offset), a new access of `bytes` per lane, and a branch to `each`
 // unless all 8 lanes run at consecutive accesses inside the allocation this access hit
 // last (its hint): the first and the last lane inside it, so every lane between is (the
-// allocation ends below 2^48: first + 7 * bytes cannot wrap into it). The builder is left
-// in the whole-lanes block, whose host address is `host`.
+// allocation ends below 2^48: first + 7 * bytes cannot wrap into it); with `uniform_ok`,
+// a register's lanes that all run at one address inside it go to `broadcast` (one load
+// for all). The builder is left in the whole-lanes block, whose host address is `host`.
 Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok) {
   LanesSplit split;
   // A module variable's address is every lane's: with `uniform_ok` (a load of one element
@@ -320,13 +321,29 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
       split.uniform ? static_cast<llvm::Value*>(b_.getTrue())
                     : b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
   split.mask = Mask();
-  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(split.mask)),
-                                   b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
-                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
+  llvm::Value* all = b_.CreateAndReduce(split.mask);
+  llvm::Value* fast =
+      b_.CreateAnd(b_.CreateAnd(consecutive, all), b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
+                                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
   auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
   split.each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
   split.join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
-  b_.CreateCondBr(fast, whole, split.each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  llvm::BasicBlock* otherwise = split.each;
+  if (uniform_ok && !split.uniform) {
+    // A load whose lanes all run at one address inside that allocation (an element every
+    // lane of a row reads): one load for all of them.
+    otherwise = llvm::BasicBlock::Create(ctx_, "vector_same", fn_);
+    split.broadcast = llvm::BasicBlock::Create(ctx_, "vector_broadcast", fn_);
+  }
+  b_.CreateCondBr(fast, whole, otherwise, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  if (split.broadcast != nullptr) {
+    b_.SetInsertPoint(otherwise);
+    llvm::Value* same = b_.CreateAnd(b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, Splat(first))), all);
+    b_.CreateCondBr(b_.CreateAnd(same, b_.CreateICmpULT(b_.CreateSub(first, start), limit)), split.broadcast,
+                    split.each);
+    b_.SetInsertPoint(split.broadcast);
+    split.broadcast_host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
+  }
   b_.SetInsertPoint(whole);
   split.host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
   return split;
@@ -335,8 +352,9 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
 // SplitLanes of a .shared access (a register's offsets, or a .shared variable's in every
 // lane): the lanes' offsets are the low 48 bits of their addresses, as the interpreter
 // takes them; the whole-lanes block when all 8 lanes run at consecutive offsets whose first
-// and last access lie inside the CTA's shared bytes (static and dynamic), else each lane
-// checked on its own (SharedLane).
+// and last access lie inside the CTA's shared bytes (static and dynamic), `broadcast` (with
+// `uniform_ok`) when they all run at one offset inside them, else each lane checked on
+// its own (LaneHost).
 Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok) {
   LanesSplit split;
   split.shared = true;
@@ -357,12 +375,27 @@ Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_
       split.uniform ? static_cast<llvm::Value*>(b_.getTrue())
                     : b_.CreateAndReduce(b_.CreateICmpEQ(offsets, b_.CreateAdd(Splat(first), Steps(bytes))));
   split.mask = Mask();
-  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(split.mask)),
+  llvm::Value* all = b_.CreateAndReduce(split.mask);
+  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, all),
                                    b_.CreateAnd(b_.CreateICmpULT(first, limit), b_.CreateICmpULT(last, limit)));
   auto* whole = llvm::BasicBlock::Create(ctx_, "shared_whole", fn_);
   split.each = llvm::BasicBlock::Create(ctx_, "shared_lanes", fn_);
   split.join = llvm::BasicBlock::Create(ctx_, "shared_join", fn_);
-  b_.CreateCondBr(fast, whole, split.each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  llvm::BasicBlock* otherwise = split.each;
+  if (uniform_ok && !split.uniform) {
+    // A load whose lanes all run at one offset inside the shared bytes (a tile's element
+    // every lane of a row reads, as a tiled matrix multiply's ta[ty][k]): one load for all.
+    otherwise = llvm::BasicBlock::Create(ctx_, "shared_same", fn_);
+    split.broadcast = llvm::BasicBlock::Create(ctx_, "shared_broadcast", fn_);
+  }
+  b_.CreateCondBr(fast, whole, otherwise, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  if (split.broadcast != nullptr) {
+    b_.SetInsertPoint(otherwise);
+    llvm::Value* same = b_.CreateAnd(b_.CreateAndReduce(b_.CreateICmpEQ(offsets, Splat(first))), all);
+    b_.CreateCondBr(b_.CreateAnd(same, b_.CreateICmpULT(first, limit)), split.broadcast, split.each);
+    b_.SetInsertPoint(split.broadcast);
+    split.broadcast_host = b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first);
+  }
   b_.SetInsertPoint(whole);
   split.host = b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first);
   return split;
@@ -821,6 +854,14 @@ bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Ty
   }
   llvm::BasicBlock* whole = b_.GetInsertBlock();
   b_.CreateBr(join);
+  llvm::BasicBlock* broadcast = nullptr;
+  llvm::Value* broadcast_value = nullptr;
+  if (split.broadcast != nullptr) {
+    b_.SetInsertPoint(split.broadcast);
+    broadcast_value = Splat(b_.CreateAlignedLoad(ScalarType(t), split.broadcast_host, llvm::MaybeAlign(1)));
+    broadcast = b_.GetInsertBlock();
+    b_.CreateBr(join);
+  }
   b_.SetInsertPoint(each);
   // A loop over the lanes (a lane's thread is the chunk's x + k).
   llvm::BasicBlock* entered = b_.GetInsertBlock();
@@ -862,9 +903,10 @@ bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Ty
   b_.CreateBr(join);
   b_.SetInsertPoint(join);
   if (!load) return true;
-  llvm::PHINode* loaded = b_.CreatePHI(LlvmType(t), 2);
+  llvm::PHINode* loaded = b_.CreatePHI(LlvmType(t), 3);
   loaded->addIncoming(whole_value, whole);
   loaded->addIncoming(merged, each_end);
+  if (broadcast != nullptr) loaded->addIncoming(broadcast_value, broadcast);
   return Dest(value, loaded, t, why);
 }
 

@@ -196,7 +196,9 @@ class Emitter {
     bool uniform = false;              // one address for every lane (a module variable's)
     llvm::BasicBlock* each = nullptr;  // lane by lane
     llvm::BasicBlock* join = nullptr;
-    bool shared = false;  // of the CTA's shared memory (addresses: offsets there)
+    bool shared = false;                    // of the CTA's shared memory (addresses: offsets there)
+    llvm::BasicBlock* broadcast = nullptr;  // a load whose 8 lanes all run at one address
+    llvm::Value* broadcast_host = nullptr;  // its host address, in that block
   };
   bool LanesAddressable(const RawOperand& address, std::string_view space) const;
   LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok = false);

@@ -3894,6 +3894,44 @@ TEST_F(JitVectorShared, LanesSplitOverTwoBarriersGiveTheInterpretersResults) {
   EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
 }
 
+// Every lane of a row loading one shared word and one global word (row_broadcast: one load
+// for the row in vector code): the interpreter's results on one block of 256 threads in
+// vector and in scalar code; a whole row's load past the tile or past the input fails the
+// launch with the interpreter's detail.
+TEST_F(JitVectorShared, ARowLoadingOneAddressGivesTheInterpretersResultsAndFaults) {
+  const DecodedKernel& kernel = Kernel("row_broadcast");
+  std::vector<uint32_t> in(256);
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k) * 2654435761u >> 9;
+  auto run = [&](int tier, uint32_t shared_shift, uint32_t global_shift, std::vector<uint32_t>* out,
+                 std::string* detail) {
+    SetJitMode(tier > 0 ? JitMode::kAlways : JitMode::kOff);
+    const std::vector<uint32_t> block = tier == 2 ? std::vector<uint32_t>{1, 256, 1} : std::vector<uint32_t>{256, 1, 1};
+    std::vector<uint32_t> input = in;
+    out->assign(in.size(), 0xdeadbeef);
+    Memory memory;
+    const uint64_t din = memory.Add(input), dout = memory.Add(*out);
+    return Launch(kernel, {1, 1, 1}, block, Pack(din, dout, shared_shift, global_shift), memory, nullptr, detail);
+  };
+  std::vector<uint32_t> out[3];
+  std::string detail[3];
+  for (int tier = 0; tier < 3; ++tier) ASSERT_EQ(run(tier, 4, 8, &out[tier], &detail[tier]), 0) << detail[tier];
+  for (uint32_t t = 0; t < 256; ++t) ASSERT_EQ(out[0][t], in[(t & ~7u) + 1] + in[(t & ~7u) + 2]) << t;
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(out[2], out[0]);
+  for (auto [shared_shift, global_shift] : {std::pair{1024u, 0u}, std::pair{0u, 0x10000000u}}) {
+    for (int tier = 0; tier < 3; ++tier) {
+      ASSERT_EQ(run(tier, shared_shift, global_shift, &out[tier], &detail[tier]), kIllegalAddress) << tier;
+    }
+    EXPECT_NE(detail[0].find("load of 4 bytes"), std::string::npos) << detail[0];
+    EXPECT_NE(detail[0].find("(block 0, warp 0)"), std::string::npos) << detail[0];
+    EXPECT_EQ(detail[1], detail[0]);
+    EXPECT_EQ(detail[2], detail[0]);
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 6u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
 // cp.async in vector code (JitVectorCpAsync.ptx): nvcc's tiled matrix multiplies by the
 // thread's linear index in its block, on blocks of 256 x 1 and 16 x 16 threads (vector
 // code) and 1 x 256 (scalar code), against the interpreter.
