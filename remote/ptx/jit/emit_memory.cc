@@ -13,6 +13,25 @@
 
 namespace gpupool::sim::jit {
 
+bool InsideLoop(const RawFunction& entry, size_t index) {
+  std::map<std::string, size_t> label_at;  // a label: the index of the instruction after it
+  size_t at = 0;
+  for (const RawStatement& s : entry.body) {
+    if (s.kind == RawStatement::kLabel) label_at[s.opcode] = at;
+    if (s.kind == RawStatement::kInstruction) ++at;
+  }
+  at = 0;
+  for (const RawStatement& s : entry.body) {
+    if (s.kind != RawStatement::kInstruction) continue;
+    if (s.opcode.rfind("bra", 0) == 0 && s.operands.size() == 1) {
+      auto label = label_at.find(s.operands[0].name);
+      if (label != label_at.end() && label->second <= at && label->second <= index && index <= at) return true;
+    }
+    ++at;
+  }
+  return false;
+}
+
 // Ends the launch with CUDA_ERROR_ILLEGAL_ADDRESS for `access` at `address`.
 void Emitter::Fault(llvm::Value* address, uint32_t access, llvm::Value* lane) {
   b_.CreateStore(address, Field(kOffFaultAddress));

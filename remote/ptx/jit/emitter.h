@@ -62,12 +62,22 @@ bool WritesCarry(const RawStatement& s);
 // 32 bits.
 bool NeedsLaneConversion(PtxType to, PtxType from);
 
-// Qualifiers of ld/st that change nothing for one thread on the host: cache hints. Not
-// .volatile, .relaxed, .acquire, nor .cg and .cv (a load past the L1, which polling code
-// uses): a thread may spin on such a load until another thread stores, and here a thread
-// runs to its end or its next barrier before the next one starts (the interpreter lets the
-// others run).
+// Qualifiers of ld/st that change nothing for one thread on the host: cache hints (.cg too:
+// a load cached in the L2 only reads what a plain load reads).
 bool IsCacheHint(std::string_view q);
+
+// Qualifiers of ld/st that order memory (.volatile, .relaxed, .acquire, .release, their
+// scopes) or fetch again (.cv): the same value as a plain access, but a thread may spin on
+// such a load until another thread stores, and here a thread runs to its end or its next
+// barrier before the next one starts (the interpreter lets the others run). Taken where the
+// load cannot run again: outside every loop (InsideLoop).
+bool IsOrderingQualifier(std::string_view q);
+
+// Whether instruction `index` (of entry.body's instructions) lies inside a loop: between a
+// label and a backward branch to it, as placed. Every cycle of the control flow has such a
+// branch around each of its instructions (to come back to one, a thread must branch from
+// at or after it to at or before it).
+bool InsideLoop(const RawFunction& entry, size_t index);
 
 // Warp-level operations (emit_warp.cc): shfl, vote, activemask, bar.warp; and barriers of
 // the whole CTA (bar, barrier, not bar.warp).

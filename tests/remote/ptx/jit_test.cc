@@ -726,19 +726,28 @@ TEST_F(JitAsyncCopy, AStrayCopyFailsTheLaunchAsOnTheInterpreter) {
 }
 
 // A kernel that copies with cp.async and reads what another thread wrote with a load a
-// thread could spin on (ld.volatile) stays interpreted: each thread here runs to its next
-// barrier before the next one starts, and only the interpreter lets the others run.
+// thread could spin on (ld.volatile) runs compiled when no branch can run that load again
+// (stage has no loop), and stays interpreted when one can: each thread here runs to its
+// next barrier before the next one starts, and only the interpreter lets the others run.
 TEST_F(JitAsyncCopy, AKernelThatMayWaitForAnotherThreadStaysInterpreted) {
-  std::string text = KernelText("JitCpAsync.ptx");
-  const std::string load = "ld.shared.u32 %r12, [%r4];";
-  text.replace(text.find(load), load.size(), "ld.volatile.shared.u32 %r12, [%r4];");
-  Parse(text);
-  std::vector<uint8_t> out;
-  std::string detail;
-  ASSERT_EQ(Stage(JitMode::kAlways, 0, 0, &out, &detail), 0) << detail;
-  EXPECT_EQ(out[16 * 20 + 1], static_cast<uint8_t>((16 * 20 + 1) * 7 + 1));
-  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 0u);
-  EXPECT_NE(Kernel("stage").jit->refused.find("volatile"), std::string::npos) << Kernel("stage").jit->refused;
+  for (bool loop : {false, true}) {
+    std::string text = KernelText("JitCpAsync.ptx");
+    const std::string load = "ld.shared.u32 %r12, [%r4];";
+    // In a loop that runs once: a branch back to the load, which a thread could spin at.
+    text.replace(text.find(load), load.size(),
+                 loop ? "$Lagain:\n  ld.volatile.shared.u32 %r12, [%r4];\n  setp.eq.u32 %p1, %r12, %r12;\n"
+                        "  @!%p1 bra $Lagain;"
+                      : "ld.volatile.shared.u32 %r12, [%r4];");
+    Parse(text);
+    std::vector<uint8_t> out;
+    std::string detail;
+    ASSERT_EQ(Stage(JitMode::kAlways, 0, 0, &out, &detail), 0) << detail;
+    EXPECT_EQ(out[16 * 20 + 1], static_cast<uint8_t>((16 * 20 + 1) * 7 + 1));
+    EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), loop ? 0u : 1u) << Kernel("stage").jit->refused;
+    if (loop) {
+      EXPECT_NE(Kernel("stage").jit->refused.find("spin"), std::string::npos) << Kernel("stage").jit->refused;
+    }
+  }
 }
 
 // Vector accesses (ld/st .v2/.v4) and dynamic shared memory (JitVectorAccess.ptx): the
@@ -3930,6 +3939,80 @@ TEST_F(JitVectorShared, ARowLoadingOneAddressGivesTheInterpretersResultsAndFault
   EXPECT_EQ(kernel.jit->jit_launches.load(), 6u) << kernel.jit->refused;
   ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
   EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// Cache hints and ordered loads and stores (JitOrderedLoads.ptx): the interpreter's
+// results in vector code (blocks of 64 x 1 threads) and in scalar code (1 x 64).
+class JitOrderedLoads : public KernelFileTest {
+ public:
+  JitOrderedLoads() : KernelFileTest("JitOrderedLoads.ptx") {}
+
+  // `name` on one block of 64 threads shaped `block` (or the interpreter's, tier 0; vector
+  // code 1; scalar code 2) over `in`, `out_words` words of output: its CUresult and *out.
+  template <typename... Extra>
+  int32_t Run(const std::string& name, int tier, const std::vector<uint32_t>& in, size_t out_words,
+              std::vector<uint32_t>* out, Extra... extra) {
+    SetJitMode(tier > 0 ? JitMode::kAlways : JitMode::kOff);
+    const std::vector<uint32_t> block = tier == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
+    std::vector<uint32_t> input = in;
+    out->assign(out_words, 0xdeadbeef);
+    Memory memory;
+    const uint64_t din = memory.Add(input), dout = memory.Add(*out);
+    return Launch(Kernel(name), {1, 1, 1}, block, Pack(din, dout, extra...), memory);
+  }
+};
+
+// .cg, .cs, .lu, .cv, .volatile, .relaxed and .acquire loads (a .v2 too), a volatile
+// shared store and load across a barrier, and a .release store: what plain accesses
+// give, on every tier.
+TEST_F(JitOrderedLoads, HintsAndOrderedAccessesGiveTheInterpretersResults) {
+  std::vector<uint32_t> in(576);
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k) * 2654435761u >> 7;
+  std::vector<uint32_t> out[3];
+  for (int tier = 0; tier < 3; ++tier) ASSERT_EQ(Run("ordered", tier, in, 704, &out[tier]), 0) << tier;
+  for (uint32_t t = 0; t < 64; ++t) {
+    for (uint32_t k = 0; k < 7; ++k) ASSERT_EQ(out[0][k * 64 + t], in[t + 64 * k]) << k << ", " << t;
+    ASSERT_EQ(out[0][7 * 64 + t], in[448 + 2 * t]) << t;
+    ASSERT_EQ(out[0][8 * 64 + t], in[449 + 2 * t]) << t;
+    ASSERT_EQ(out[0][9 * 64 + t], 3 * ((t + 1) % 64)) << t;
+    ASSERT_EQ(out[0][640 + t], t) << t;
+  }
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(out[2], out[0]);
+  const DecodedKernel& kernel = Kernel("ordered");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// A load a thread may spin on (.volatile, .relaxed, .acquire, .cv) runs compiled where no
+// branch can run it again (after a loop: `poll`), and keeps the kernel on the interpreter
+// inside a loop (`spin`: each thread here would run to its end before another could store).
+TEST_F(JitOrderedLoads, ALoadAThreadMaySpinOnStaysInterpretedInsideALoop) {
+  for (const std::string qualifier : {"volatile.global", "relaxed.gpu.global", "acquire.gpu.global", "global.cv"}) {
+    std::string text = KernelText("JitOrderedLoads.ptx");
+    const std::string load = "ld.volatile.global.u32 %r7,", replaced = "ld." + qualifier + ".u32 %r7,";
+    for (size_t at = text.find(load); at != std::string::npos; at = text.find(load, at + replaced.size())) {
+      text.replace(at, load.size(), replaced);
+    }
+    Parse(text);
+    std::vector<uint32_t> out[3];
+    for (int tier = 0; tier < 3; ++tier) ASSERT_EQ(Run("poll", tier, {5}, 64, &out[tier], 10u), 0) << tier;
+    EXPECT_EQ(out[0], std::vector<uint32_t>(64, 45 + 5)) << qualifier;
+    EXPECT_EQ(out[1], out[0]) << qualifier;
+    EXPECT_EQ(out[2], out[0]) << qualifier;
+    const DecodedKernel& poll = Kernel("poll");
+    EXPECT_EQ(poll.jit->jit_launches.load(), 2u) << qualifier << ": " << poll.jit->refused;
+    ASSERT_NE(poll.jit->compiled, nullptr) << poll.jit->refused;
+    EXPECT_TRUE(HasVectorCode(*poll.jit->compiled)) << qualifier;
+    std::vector<uint32_t> spun;
+    ASSERT_EQ(Run("spin", 1, {7}, 64, &spun), 0);
+    EXPECT_EQ(spun, std::vector<uint32_t>(64, 7)) << qualifier;
+    const DecodedKernel& spin = Kernel("spin");
+    EXPECT_EQ(spin.jit->jit_launches.load(), 0u) << qualifier;
+    EXPECT_NE(spin.jit->refused.find("a load a thread may spin on, inside a loop"), std::string::npos)
+        << qualifier << ": " << spin.jit->refused;
+  }
 }
 
 // cp.async in vector code (JitVectorCpAsync.ptx): nvcc's tiled matrix multiplies by the
