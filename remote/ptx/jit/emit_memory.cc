@@ -526,10 +526,9 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
 
 // atom / red on global or shared memory, whose result no instruction reads: a thread
 // that used it might wait in a loop for what another thread does, and here each thread
-// runs to a barrier or its end before the next one starts.
+// runs to a barrier or its end before the next one starts. In vector code, LanesAtomic.
 bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
-  if (lanes_) return (*why = "an atomic in vector code", false);
   const bool red = parts[0] == "red";
   std::string_view space = "generic", operation;
   for (size_t i = 1; i + 1 < parts.size(); ++i) {
@@ -573,6 +572,7 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   if (address.kind != RawOperand::kAddress) return (*why = "address operand", false);
   llvm::Value* value = Source(red ? o[1] : o[2], t, why);
   if (value == nullptr) return false;
+  if (lanes_) return LanesAtomic(address, space, rmw, t, value, why);
   llvm::Value* host = Address(address, space, t.bits / 8, "atomic", why);
   if (host == nullptr) return false;
   // Misaligned: a fault, as on a GPU (the interpreter's "misaligned atomic").
@@ -592,6 +592,68 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   Fault(device, access);
   b_.SetInsertPoint(ok);
   b_.CreateAtomicRMW(rmw, host, value, llvm::MaybeAlign(t.bits / 8), llvm::AtomicOrdering::Monotonic);
+  return true;
+}
+
+// An atomic of vector code (Atomic): each running lane's in lane order, which is thread
+// order, as scalar code and the interpreter run a thread's one atomic between stops (the
+// integer operations give every order the same memory; an f32 add rounds alike where each
+// thread adds once between barriers). Each lane's address checked as scalar code checks
+// it, then its alignment: a stray or misaligned lane faults with its own thread's detail.
+bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, llvm::AtomicRMWInst::BinOp rmw, Type t,
+                          llvm::Value* value, std::string* why) {
+  if (!LanesAddressable(address, space)) return (*why = "an address vector code does not take", false);
+  const uint32_t size = t.bits / 8;
+  LanesSplit split;
+  split.shared = space == "shared";
+  llvm::Value* base = nullptr;
+  if (NamesRegister(address.name)) {
+    base = LoadRegister64(address.name);
+  } else if (uint64_t global = 0; !split.shared && GlobalSymbol(address.name, &global)) {
+    base = Int(64, global);
+  } else {
+    base = Int(64, static_cast<uint64_t>(SharedSymbol(address.name)));
+  }
+  llvm::Value* addresses = b_.CreateAdd(base, Int(64, address.bits));
+  if (split.shared) {
+    split.access = static_cast<uint32_t>(accesses_->size());
+    accesses_->push_back({size, "atomic"});
+  } else {
+    split.access = NewAccess(size, "atomic");
+  }
+  const uint32_t misaligned = static_cast<uint32_t>(accesses_->size());
+  accesses_->push_back({size, "misaligned atomic"});
+  llvm::Value* mask = Mask();
+  llvm::BasicBlock* entered = b_.GetInsertBlock();
+  auto* head = llvm::BasicBlock::Create(ctx_, "atomic_lane_head", fn_);
+  auto* lane = llvm::BasicBlock::Create(ctx_, "atomic_lane", fn_);
+  auto* next = llvm::BasicBlock::Create(ctx_, "atomic_lane_next", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "atomic_lanes_done", fn_);
+  b_.CreateBr(head);
+  b_.SetInsertPoint(head);
+  llvm::PHINode* k = b_.CreatePHI(i32_, 2);
+  k->addIncoming(b_.getInt32(0), entered);
+  b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
+  b_.SetInsertPoint(lane);
+  llvm::Value* at = b_.CreateExtractElement(addresses, k);
+  llvm::Value* host = LaneHost(split, at, k);
+  // Misaligned: a fault naming the address as the instruction made it (a register's; a
+  // variable's address as scalar code names it, 0).
+  auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
+  auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
+  b_.CreateCondBr(b_.CreateICmpNE(b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(size - 1)), b_.getInt64(0)),
+                  fault, ok, llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+  b_.SetInsertPoint(fault);
+  Fault(NamesRegister(address.name) ? at : b_.getInt64(0), misaligned, k);
+  b_.SetInsertPoint(ok);
+  b_.CreateAtomicRMW(rmw, host, b_.CreateExtractElement(value, k), llvm::MaybeAlign(size),
+                     llvm::AtomicOrdering::Monotonic);
+  b_.CreateBr(next);
+  b_.SetInsertPoint(next);
+  llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(1));
+  k->addIncoming(k_next, next);
+  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), head, done);
+  b_.SetInsertPoint(done);
   return true;
 }
 

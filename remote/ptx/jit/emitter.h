@@ -217,6 +217,8 @@ class Emitter {
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                          const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool LanesAtomic(const RawOperand& address, std::string_view space, llvm::AtomicRMWInst::BinOp rmw, Type t,
+                   llvm::Value* value, std::string* why);
   bool AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool CopyToShared(llvm::Value* target, const RawOperand& source, uint32_t from_source, uint32_t width,
                     std::string* why);

@@ -4015,6 +4015,72 @@ TEST_F(JitOrderedLoads, ALoadAThreadMaySpinOnStaysInterpretedInsideALoop) {
   }
 }
 
+// Atomics in vector code (JitVectorAtomics.ptx): `bins` over 9 blocks of 64 threads in x
+// (vector code) and in y (scalar code), against the interpreter.
+class JitVectorAtomics : public KernelFileTest {
+ public:
+  JitVectorAtomics() : KernelFileTest("JitVectorAtomics.ptx") {}
+
+  // `bins` of the n = 550 inputs on tier 0 (the interpreter), 1 (vector code) or 2 (scalar
+  // code), the thread `victim`'s shared address `shift` bytes on: its CUresult, *out and
+  // *detail.
+  int32_t Bins(int tier, uint32_t victim, uint32_t shift, std::vector<uint32_t>* out, std::string* detail) {
+    SetJitMode(tier > 0 ? JitMode::kAlways : JitMode::kOff);
+    const std::vector<uint32_t> block = tier == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
+    std::vector<uint32_t> in(kN);
+    for (uint32_t k = 0; k < kN; ++k) in[k] = k * 2654435761u >> 8;
+    out->assign(66 + 4 * kBlocks, 0);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(*out);
+    return Launch(Kernel("bins"), {kBlocks, 1, 1}, block, Pack(din, dout, kN, victim, shift), memory, nullptr, detail);
+  }
+
+  static constexpr uint32_t kN = 550, kBlocks = 9;
+};
+
+// Shared and global atomics whose results no instruction reads (add, max, or; an f32 add
+// rounded in thread order), lanes past n masked off: the interpreter's memory bit for bit.
+TEST_F(JitVectorAtomics, AtomicsGiveTheInterpretersResults) {
+  std::vector<uint32_t> out[3];
+  std::string detail;
+  for (int tier = 0; tier < 3; ++tier) ASSERT_EQ(Bins(tier, ~0u, 0, &out[tier], &detail), 0) << detail;
+  std::vector<uint32_t> counts(64, 0);
+  uint32_t max = 0, any = 0;
+  for (uint32_t k = 0; k < kN; ++k) {
+    const uint32_t v = k * 2654435761u >> 8;
+    ++counts[v & 63];
+    max = std::max(max, v);
+    any |= v;
+  }
+  EXPECT_EQ(std::vector<uint32_t>(out[0].begin(), out[0].begin() + 64), counts);
+  EXPECT_EQ(out[0][64], max);
+  EXPECT_EQ(out[0][65], any);
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(out[2], out[0]);
+  const DecodedKernel& kernel = Kernel("bins");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// A lane's atomic past the CTA's shared bytes, or misaligned, fails the launch as on the
+// interpreter, with the same detail (threads 77 and 134: lanes 5 and 6 of their rows).
+TEST_F(JitVectorAtomics, AStrayOrMisalignedLaneFailsTheLaunchAsOnTheInterpreter) {
+  for (uint32_t victim : {77u, 134u}) {
+    for (uint32_t shift : {1024u, 2u}) {
+      std::vector<uint32_t> out;
+      std::string detail[3];
+      for (int tier = 0; tier < 3; ++tier) {
+        ASSERT_EQ(Bins(tier, victim, shift, &out, &detail[tier]), kIllegalAddress) << tier;
+      }
+      EXPECT_NE(detail[0].find(shift == 2 ? "misaligned atomic of 4 bytes" : "atomic of 4 bytes"), std::string::npos)
+          << detail[0];
+      EXPECT_EQ(detail[1], detail[0]) << victim << ", " << shift;
+      EXPECT_EQ(detail[2], detail[0]) << victim << ", " << shift;
+    }
+  }
+}
+
 // cp.async in vector code (JitVectorCpAsync.ptx): nvcc's tiled matrix multiplies by the
 // thread's linear index in its block, on blocks of 256 x 1 and 16 x 16 threads (vector
 // code) and 1 x 256 (scalar code), against the interpreter.
