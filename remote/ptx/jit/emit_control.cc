@@ -277,8 +277,13 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     if (!t.ok() || t.kind == Kind::kPred) return (*why = "type", false);
     std::string_view space = "generic";
     uint32_t vec = 1;
+    bool ordering = false, acquire = false, release = false;
     for (std::string_view qual : q) {
-      if (qual == "global" || qual == "param" || qual == "shared" || qual == "local") {
+      if (IsOrderingQualifier(qual)) {
+        ordering = true;
+        acquire |= qual == "acquire";
+        release |= qual == "release";
+      } else if (qual == "global" || qual == "param" || qual == "shared" || qual == "local") {
         space = qual;
       } else if (qual == "const" && load) {
         // Constant memory is module variables in global memory: the interpreter reads
@@ -292,6 +297,17 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
         return false;
       }
     }
+    if ((acquire && !load) || (release && load)) return (*why = "form", false);
+    if (ordering && load && InsideLoop(entry_, instruction_index_)) {
+      return (*why = "a load a thread may spin on, inside a loop", false);
+    }
+    // .release: no earlier access moves after the store; .acquire: no later one before the
+    // load (CTAs run on two host threads).
+    if (release) b_.CreateFence(llvm::AtomicOrdering::Release);
+    auto done = [&](bool ok) {
+      if (ok && acquire) b_.CreateFence(llvm::AtomicOrdering::Acquire);
+      return ok;
+    };
     if (!need(2)) return false;
     const RawOperand& address = load ? o[1] : o[0];
     const RawOperand& value = load ? o[0] : o[1];
@@ -300,20 +316,20 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     // thread's local memory, as the decoder places it: ld/st.param of it are local accesses.
     if (space == "param" && !address.name.empty() && LocalSymbol(address.name) >= 0) space = "local";
     if (lanes_ && space == "local") return (*why = "local memory in vector code", false);
-    if (vec > 1) return VectorAccess(address, space, t, vec, load, value, why);
+    if (vec > 1) return done(VectorAccess(address, space, t, vec, load, value, why));
     const uint32_t size = t.bits / 8;
     if (space == "param") {
       llvm::Value* at = ParamAddress(address, size, load, why);
       if (at == nullptr) return false;
       llvm::Value* v = Splat(b_.CreateAlignedLoad(ScalarType(t), at, llvm::MaybeAlign(1)));
-      return Dest(value, v, t, why);
+      return done(Dest(value, v, t, why));
     }
-    if (lanes_) return VectorMemory(address, space, t, load, value, why);
+    if (lanes_) return done(VectorMemory(address, space, t, load, value, why));
     llvm::Value* host = Address(address, space, size, load ? "load" : "store", why);
     if (host == nullptr) return false;
     if (load) {
       llvm::LoadInst* v = b_.CreateAlignedLoad(LlvmType(t), host, llvm::MaybeAlign(1));
-      return Dest(value, v, t, why);
+      return done(Dest(value, v, t, why));
     }
     llvm::Value* v = Source(value, t, why);
     if (v == nullptr) return false;

@@ -64,7 +64,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
                   entry_.body.empty() ? 0 : entry_.body.front().line, refused);
   }
   if (lanes_ > 0) {
-    // Vector code takes no warp-level operations, local memory or atomics (the scalar
+    // Vector code takes no warp-level operations or local memory (the scalar
     // code runs those).
     if (warp_ops_ > 0 || local_size_ > 0) {
       return Refuse("vector code: warp-level operations or local memory", 0, refused);

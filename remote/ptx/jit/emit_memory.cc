@@ -13,6 +13,25 @@
 
 namespace gpupool::sim::jit {
 
+bool InsideLoop(const RawFunction& entry, size_t index) {
+  std::map<std::string, size_t> label_at;  // a label: the index of the instruction after it
+  size_t at = 0;
+  for (const RawStatement& s : entry.body) {
+    if (s.kind == RawStatement::kLabel) label_at[s.opcode] = at;
+    if (s.kind == RawStatement::kInstruction) ++at;
+  }
+  at = 0;
+  for (const RawStatement& s : entry.body) {
+    if (s.kind != RawStatement::kInstruction) continue;
+    if (s.opcode.rfind("bra", 0) == 0 && s.operands.size() == 1) {
+      auto label = label_at.find(s.operands[0].name);
+      if (label != label_at.end() && label->second <= at && label->second <= index && index <= at) return true;
+    }
+    ++at;
+  }
+  return false;
+}
+
 // Ends the launch with CUDA_ERROR_ILLEGAL_ADDRESS for `access` at `address`.
 void Emitter::Fault(llvm::Value* address, uint32_t access, llvm::Value* lane) {
   b_.CreateStore(address, Field(kOffFaultAddress));
@@ -292,8 +311,9 @@ bool Emitter::LanesAddressable(const RawOperand& address, std::string_view space
 // plus the instruction's offset), a new access of `bytes` per lane, and a branch to `each`
 // unless all 8 lanes run at consecutive accesses inside the allocation this access hit
 // last (its hint): the first and the last lane inside it, so every lane between is (the
-// allocation ends below 2^48: first + 7 * bytes cannot wrap into it). The builder is left
-// in the whole-lanes block, whose host address is `host`.
+// allocation ends below 2^48: first + 7 * bytes cannot wrap into it); with `uniform_ok`,
+// a register's lanes that all run at one address inside it go to `broadcast` (one load
+// for all). The builder is left in the whole-lanes block, whose host address is `host`.
 Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok) {
   LanesSplit split;
   // A module variable's address is every lane's: with `uniform_ok` (a load of one element
@@ -320,13 +340,29 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
       split.uniform ? static_cast<llvm::Value*>(b_.getTrue())
                     : b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
   split.mask = Mask();
-  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(split.mask)),
-                                   b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
-                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
+  llvm::Value* all = b_.CreateAndReduce(split.mask);
+  llvm::Value* fast =
+      b_.CreateAnd(b_.CreateAnd(consecutive, all), b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first, start), limit),
+                                                                b_.CreateICmpULT(b_.CreateSub(last, start), limit)));
   auto* whole = llvm::BasicBlock::Create(ctx_, "vector_whole", fn_);
   split.each = llvm::BasicBlock::Create(ctx_, "vector_lanes", fn_);
   split.join = llvm::BasicBlock::Create(ctx_, "vector_join", fn_);
-  b_.CreateCondBr(fast, whole, split.each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  llvm::BasicBlock* otherwise = split.each;
+  if (uniform_ok && !split.uniform) {
+    // A load whose lanes all run at one address inside that allocation (an element every
+    // lane of a row reads): one load for all of them.
+    otherwise = llvm::BasicBlock::Create(ctx_, "vector_same", fn_);
+    split.broadcast = llvm::BasicBlock::Create(ctx_, "vector_broadcast", fn_);
+  }
+  b_.CreateCondBr(fast, whole, otherwise, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  if (split.broadcast != nullptr) {
+    b_.SetInsertPoint(otherwise);
+    llvm::Value* same = b_.CreateAnd(b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, Splat(first))), all);
+    b_.CreateCondBr(b_.CreateAnd(same, b_.CreateICmpULT(b_.CreateSub(first, start), limit)), split.broadcast,
+                    split.each);
+    b_.SetInsertPoint(split.broadcast);
+    split.broadcast_host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
+  }
   b_.SetInsertPoint(whole);
   split.host = b_.CreateIntToPtr(b_.CreateAdd(first, delta), ptr_);
   return split;
@@ -335,8 +371,9 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
 // SplitLanes of a .shared access (a register's offsets, or a .shared variable's in every
 // lane): the lanes' offsets are the low 48 bits of their addresses, as the interpreter
 // takes them; the whole-lanes block when all 8 lanes run at consecutive offsets whose first
-// and last access lie inside the CTA's shared bytes (static and dynamic), else each lane
-// checked on its own (SharedLane).
+// and last access lie inside the CTA's shared bytes (static and dynamic), `broadcast` (with
+// `uniform_ok`) when they all run at one offset inside them, else each lane checked on
+// its own (LaneHost).
 Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok) {
   LanesSplit split;
   split.shared = true;
@@ -357,12 +394,27 @@ Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_
       split.uniform ? static_cast<llvm::Value*>(b_.getTrue())
                     : b_.CreateAndReduce(b_.CreateICmpEQ(offsets, b_.CreateAdd(Splat(first), Steps(bytes))));
   split.mask = Mask();
-  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, b_.CreateAndReduce(split.mask)),
+  llvm::Value* all = b_.CreateAndReduce(split.mask);
+  llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, all),
                                    b_.CreateAnd(b_.CreateICmpULT(first, limit), b_.CreateICmpULT(last, limit)));
   auto* whole = llvm::BasicBlock::Create(ctx_, "shared_whole", fn_);
   split.each = llvm::BasicBlock::Create(ctx_, "shared_lanes", fn_);
   split.join = llvm::BasicBlock::Create(ctx_, "shared_join", fn_);
-  b_.CreateCondBr(fast, whole, split.each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  llvm::BasicBlock* otherwise = split.each;
+  if (uniform_ok && !split.uniform) {
+    // A load whose lanes all run at one offset inside the shared bytes (a tile's element
+    // every lane of a row reads, as a tiled matrix multiply's ta[ty][k]): one load for all.
+    otherwise = llvm::BasicBlock::Create(ctx_, "shared_same", fn_);
+    split.broadcast = llvm::BasicBlock::Create(ctx_, "shared_broadcast", fn_);
+  }
+  b_.CreateCondBr(fast, whole, otherwise, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+  if (split.broadcast != nullptr) {
+    b_.SetInsertPoint(otherwise);
+    llvm::Value* same = b_.CreateAnd(b_.CreateAndReduce(b_.CreateICmpEQ(offsets, Splat(first))), all);
+    b_.CreateCondBr(b_.CreateAnd(same, b_.CreateICmpULT(first, limit)), split.broadcast, split.each);
+    b_.SetInsertPoint(split.broadcast);
+    split.broadcast_host = b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first);
+  }
   b_.SetInsertPoint(whole);
   split.host = b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first);
   return split;
@@ -474,10 +526,9 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
 
 // atom / red on global or shared memory, whose result no instruction reads: a thread
 // that used it might wait in a loop for what another thread does, and here each thread
-// runs to a barrier or its end before the next one starts.
+// runs to a barrier or its end before the next one starts. In vector code, LanesAtomic.
 bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
-  if (lanes_) return (*why = "an atomic in vector code", false);
   const bool red = parts[0] == "red";
   std::string_view space = "generic", operation;
   for (size_t i = 1; i + 1 < parts.size(); ++i) {
@@ -521,6 +572,7 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   if (address.kind != RawOperand::kAddress) return (*why = "address operand", false);
   llvm::Value* value = Source(red ? o[1] : o[2], t, why);
   if (value == nullptr) return false;
+  if (lanes_) return LanesAtomic(address, space, rmw, t, value, why);
   llvm::Value* host = Address(address, space, t.bits / 8, "atomic", why);
   if (host == nullptr) return false;
   // Misaligned: a fault, as on a GPU (the interpreter's "misaligned atomic").
@@ -543,6 +595,68 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   return true;
 }
 
+// An atomic of vector code (Atomic): each running lane's in lane order, which is thread
+// order, as scalar code and the interpreter run a thread's one atomic between stops (the
+// integer operations give every order the same memory; an f32 add rounds alike where each
+// thread adds once between barriers). Each lane's address checked as scalar code checks
+// it, then its alignment: a stray or misaligned lane faults with its own thread's detail.
+bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, llvm::AtomicRMWInst::BinOp rmw, Type t,
+                          llvm::Value* value, std::string* why) {
+  if (!LanesAddressable(address, space)) return (*why = "an address vector code does not take", false);
+  const uint32_t size = t.bits / 8;
+  LanesSplit split;
+  split.shared = space == "shared";
+  llvm::Value* base = nullptr;
+  if (NamesRegister(address.name)) {
+    base = LoadRegister64(address.name);
+  } else if (uint64_t global = 0; !split.shared && GlobalSymbol(address.name, &global)) {
+    base = Int(64, global);
+  } else {
+    base = Int(64, static_cast<uint64_t>(SharedSymbol(address.name)));
+  }
+  llvm::Value* addresses = b_.CreateAdd(base, Int(64, address.bits));
+  if (split.shared) {
+    split.access = static_cast<uint32_t>(accesses_->size());
+    accesses_->push_back({size, "atomic"});
+  } else {
+    split.access = NewAccess(size, "atomic");
+  }
+  const uint32_t misaligned = static_cast<uint32_t>(accesses_->size());
+  accesses_->push_back({size, "misaligned atomic"});
+  llvm::Value* mask = Mask();
+  llvm::BasicBlock* entered = b_.GetInsertBlock();
+  auto* head = llvm::BasicBlock::Create(ctx_, "atomic_lane_head", fn_);
+  auto* lane = llvm::BasicBlock::Create(ctx_, "atomic_lane", fn_);
+  auto* next = llvm::BasicBlock::Create(ctx_, "atomic_lane_next", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "atomic_lanes_done", fn_);
+  b_.CreateBr(head);
+  b_.SetInsertPoint(head);
+  llvm::PHINode* k = b_.CreatePHI(i32_, 2);
+  k->addIncoming(b_.getInt32(0), entered);
+  b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
+  b_.SetInsertPoint(lane);
+  llvm::Value* at = b_.CreateExtractElement(addresses, k);
+  llvm::Value* host = LaneHost(split, at, k);
+  // Misaligned: a fault naming the address as the instruction made it (a register's; a
+  // variable's address as scalar code names it, 0).
+  auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
+  auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
+  b_.CreateCondBr(b_.CreateICmpNE(b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(size - 1)), b_.getInt64(0)),
+                  fault, ok, llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+  b_.SetInsertPoint(fault);
+  Fault(NamesRegister(address.name) ? at : b_.getInt64(0), misaligned, k);
+  b_.SetInsertPoint(ok);
+  b_.CreateAtomicRMW(rmw, host, b_.CreateExtractElement(value, k), llvm::MaybeAlign(size),
+                     llvm::AtomicOrdering::Monotonic);
+  b_.CreateBr(next);
+  b_.SetInsertPoint(next);
+  llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(1));
+  k->addIncoming(k_next, next);
+  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), head, done);
+  b_.SetInsertPoint(done);
+  return true;
+}
+
 // cp.async.{ca,cg}.shared{::cta}.global [target], [source], width{, src-size | ignore-src}
 // {, cache-policy}, as the interpreter runs it (HCpAsync, interp/wmma.cc): the copy is done
 // at issue, so that each thread's copies are complete before its next instruction (one
@@ -550,14 +664,13 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
 // The target is checked for the whole width first, then the first from_source bytes of
 // the source as a global access of that size (a fault names what the interpreter's names);
 // the rest of the target is zeros. Not cp.async.mbarrier.arrive nor the bulk copies (left
-// to the interpreter), nor in vector code (scalar code runs them).
+// to the interpreter). In vector code, VectorAsyncCopy.
 bool Emitter::AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
   if (parts.size() < 3 || parts[1] != "async") return (*why = "a cp other than cp.async", false);
   const std::string_view what = parts[2];
   if (what == "commit_group" || what == "wait_group" || what == "wait_all") return true;
   if (what != "ca" && what != "cg") return (*why = "cp.async." + std::string(what), false);
-  if (lanes_) return (*why = "cp.async in vector code", false);
   bool global = false, shared = false, cache_hint = false;
   for (size_t i = 3; i < parts.size(); ++i) {
     if (parts[i] == "global") {
@@ -581,17 +694,20 @@ bool Emitter::AsyncCopy(const RawStatement& s, const std::vector<std::string_vie
     return (*why = "cp-size", false);
   }
   const uint32_t width = static_cast<uint32_t>(o[2].bits);
+  const RawOperand* extra_operand = o.size() == plain ? nullptr : &o[3];
+  // ignore-src is a predicate (nvcc names them %p), src-size an integer: as the decoder
+  // tells them apart.
+  const bool predicate = extra_operand != nullptr && extra_operand->kind == RawOperand::kName &&
+                         (extra_operand->negated || extra_operand->name.rfind("%p", 0) == 0);
+  if (extra_operand != nullptr && extra_operand->negated) return (*why = "a negated ignore-src", false);
+  if (lanes_) return VectorAsyncCopy(o[0], o[1], width, extra_operand, predicate, why);
   llvm::Value* target = Address(o[0], "shared", width, "cp.async store", why);
   if (target == nullptr) return false;
-  if (o.size() == plain) return CopyToShared(target, o[1], width, width, why);
-  const RawOperand& extra = o[3];
+  if (extra_operand == nullptr) return CopyToShared(target, o[1], width, width, why);
+  const RawOperand& extra = *extra_operand;
   if (extra.kind == RawOperand::kInt) {
     return CopyToShared(target, o[1], static_cast<uint32_t>(std::min<uint64_t>(extra.bits, width)), width, why);
   }
-  // ignore-src is a predicate (nvcc names them %p), src-size an integer: as the decoder
-  // tells them apart.
-  const bool predicate = extra.kind == RawOperand::kName && (extra.negated || extra.name.rfind("%p", 0) == 0);
-  if (extra.negated) return (*why = "a negated ignore-src", false);
   auto* join = llvm::BasicBlock::Create(ctx_, "copied", fn_);
   // Each size the source may have (0 to width bytes) its own copy, and its own checked
   // access: a fault names the size the interpreter's names.
@@ -643,6 +759,156 @@ bool Emitter::CopyToShared(llvm::Value* target, const RawOperand& source, uint32
   return true;
 }
 
+// cp.async in vector code: the row's copies, each lane's as scalar code makes it
+// (AsyncCopy). Lanes that all run and all copy the whole width from the source, at
+// consecutive targets whose first and last lie inside the CTA's shared bytes and
+// consecutive sources whose first and last lie inside the allocation the whole-width
+// access hit last: one copy of all their bytes. Otherwise each running lane in lane order
+// (as the interpreter's HCpAsync runs them): its target checked for the whole width, then
+// the bytes its source gives (src-size, ignore-src), each size its own checked access, the
+// rest zeros; a stray lane faults with its own thread's detail, naming the size the
+// interpreter's names.
+bool Emitter::VectorAsyncCopy(const RawOperand& target, const RawOperand& source, uint32_t width,
+                              const RawOperand* extra, bool predicate, std::string* why) {
+  if (!LanesAddressable(target, "shared") || !LanesAddressable(source, "global")) {
+    return (*why = "an address vector code does not take", false);
+  }
+  // Each lane's bytes from the source, 0 to width; `fixed` where they are known here.
+  llvm::Value* sizes = nullptr;
+  int64_t fixed = width;
+  if (extra != nullptr && extra->kind == RawOperand::kInt) {
+    fixed = static_cast<int64_t>(std::min<uint64_t>(extra->bits, width));
+  } else if (extra != nullptr && predicate) {
+    llvm::Value* ignore = Source(*extra, Type{Kind::kPred, 1}, why);
+    if (ignore == nullptr) return false;
+    sizes = b_.CreateSelect(ignore, Int(32, 0), Int(32, width));
+    fixed = -1;
+  } else if (extra != nullptr) {
+    // Read at the register's width, as scalar code reads it; at most `width`.
+    const bool wide = extra->kind == RawOperand::kName && !extra->name.empty() && NamesRegister(extra->name) &&
+                      !IsSpecialRegisterName(extra->name) && StorageBits(extra->name) > 32;
+    const uint32_t bits = wide ? 64 : 32;
+    llvm::Value* size = Source(*extra, Type{Kind::kUnsigned, bits}, why);
+    if (size == nullptr) return false;
+    llvm::Value* clamped = b_.CreateSelect(b_.CreateICmpULT(size, Int(bits, width)), size, Int(bits, width));
+    sizes = b_.CreateZExtOrTrunc(clamped, Lanes(i32_));
+    fixed = -1;
+  }
+  // The lanes' targets as the instruction made them (a fault names them so), their offsets
+  // (the low 48 bits, as the interpreter takes them), and their sources.
+  llvm::Value* target_base = NamesRegister(target.name) ? LoadRegister64(target.name)
+                                                        : Int(64, static_cast<uint64_t>(SharedSymbol(target.name)));
+  llvm::Value* targets = b_.CreateAdd(target_base, Int(64, target.bits));
+  llvm::Value* offsets = b_.CreateAnd(targets, Int(64, 0xffffffffffffull));
+  llvm::Value* source_base = nullptr;
+  if (uint64_t global = 0; !NamesRegister(source.name) && GlobalSymbol(source.name, &global)) {
+    source_base = Int(64, global);
+  } else {
+    source_base = LoadRegister64(source.name);
+  }
+  llvm::Value* sources = b_.CreateAdd(source_base, Int(64, source.bits));
+  LanesSplit stores;
+  stores.shared = true;
+  stores.access = static_cast<uint32_t>(accesses_->size());
+  accesses_->push_back({width, "cp.async store"});
+  // The source's accesses: one of each size a lane may read (none of 0 bytes).
+  std::vector<uint32_t> loads(width + 1, 0);
+  for (uint32_t size = 1; size <= width; ++size) {
+    if (fixed < 0 ? (!predicate || size == width) : size == static_cast<uint64_t>(fixed)) {
+      loads[size] = NewAccess(size, "cp.async load");
+    }
+  }
+  llvm::Value* mask = Mask();
+  auto* each = llvm::BasicBlock::Create(ctx_, "copy_lanes", fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, "copy_join", fn_);
+  if (fixed == width || fixed < 0) {
+    const std::array<llvm::AllocaInst*, 3>& slots = hint_slots_.at(loads[width]);
+    llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
+    llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
+    llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
+    // offset + width <= the CTA's shared bytes (below 2^32: no wrap), as the interpreter checks.
+    llvm::Value* shared_limit =
+        b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(width)),
+                        b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(width)), b_.getInt64(1)), b_.getInt64(0));
+    llvm::Value* first_offset = b_.CreateExtractElement(offsets, uint64_t{0});
+    llvm::Value* last_offset = b_.CreateExtractElement(offsets, uint64_t{lanes_ - 1});
+    llvm::Value* first_source = b_.CreateExtractElement(sources, uint64_t{0});
+    llvm::Value* last_source = b_.CreateExtractElement(sources, uint64_t{lanes_ - 1});
+    llvm::Value* whole = b_.CreateAndReduce(mask);
+    if (sizes != nullptr) whole = b_.CreateAnd(whole, b_.CreateAndReduce(b_.CreateICmpEQ(sizes, Int(32, width))));
+    whole = b_.CreateAnd(whole,
+                         b_.CreateAndReduce(b_.CreateICmpEQ(offsets, b_.CreateAdd(Splat(first_offset), Steps(width)))));
+    whole = b_.CreateAnd(whole,
+                         b_.CreateAndReduce(b_.CreateICmpEQ(sources, b_.CreateAdd(Splat(first_source), Steps(width)))));
+    whole = b_.CreateAnd(
+        whole, b_.CreateAnd(b_.CreateICmpULT(first_offset, shared_limit), b_.CreateICmpULT(last_offset, shared_limit)));
+    whole = b_.CreateAnd(whole, b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first_source, start), limit),
+                                             b_.CreateICmpULT(b_.CreateSub(last_source, start), limit)));
+    auto* together = llvm::BasicBlock::Create(ctx_, "copy_whole_lanes", fn_);
+    b_.CreateCondBr(whole, together, each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
+    b_.SetInsertPoint(together);
+    b_.CreateMemCpy(b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first_offset), llvm::MaybeAlign(1),
+                    b_.CreateIntToPtr(b_.CreateAdd(first_source, delta), ptr_), llvm::MaybeAlign(1),
+                    uint64_t{width} * lanes_);
+    b_.CreateBr(join);
+  } else {
+    b_.CreateBr(each);
+  }
+  // Lane by lane: a loop over the lanes (a lane's thread is the row's first + k).
+  b_.SetInsertPoint(each);
+  llvm::BasicBlock* entered = b_.GetInsertBlock();
+  auto* head = llvm::BasicBlock::Create(ctx_, "copy_lane_head", fn_);
+  auto* lane = llvm::BasicBlock::Create(ctx_, "copy_lane", fn_);
+  auto* next = llvm::BasicBlock::Create(ctx_, "copy_lane_next", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "copy_lanes_done", fn_);
+  b_.CreateBr(head);
+  b_.SetInsertPoint(head);
+  llvm::PHINode* k = b_.CreatePHI(i32_, 2);
+  k->addIncoming(b_.getInt32(0), entered);
+  b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
+  b_.SetInsertPoint(lane);
+  llvm::Value* to = LaneHost(stores, b_.CreateExtractElement(targets, k), k);
+  llvm::Value* from = b_.CreateExtractElement(sources, k);
+  // The lane's copy of `from_source` bytes from its source, the rest zeros.
+  auto copy = [&](uint32_t from_source) {
+    if (from_source > 0) {
+      LanesSplit loads_split;
+      loads_split.access = loads[from_source];
+      llvm::Value* host = LaneHost(loads_split, from, k);
+      b_.CreateMemCpy(to, llvm::MaybeAlign(1), host, llvm::MaybeAlign(1), from_source);
+    }
+    if (from_source < width) {
+      b_.CreateMemSet(b_.CreateConstGEP1_64(b_.getInt8Ty(), to, from_source), b_.getInt8(0), width - from_source,
+                      llvm::MaybeAlign(1));
+    }
+    b_.CreateBr(next);
+  };
+  if (fixed >= 0) {
+    copy(static_cast<uint32_t>(fixed));
+  } else {
+    llvm::Value* size = b_.CreateExtractElement(sizes, k);
+    auto* whole_lane = llvm::BasicBlock::Create(ctx_, "copy_lane_whole", fn_);
+    llvm::SwitchInst* cases = b_.CreateSwitch(size, whole_lane, width);  // width: whole
+    for (uint32_t from_source = 0; from_source < width; ++from_source) {
+      if (predicate && from_source > 0) break;  // ignore-src: none or all
+      auto* part = llvm::BasicBlock::Create(ctx_, "copy_lane_part", fn_);
+      cases->addCase(b_.getInt32(from_source), part);
+      b_.SetInsertPoint(part);
+      copy(from_source);
+    }
+    b_.SetInsertPoint(whole_lane);
+    copy(width);
+  }
+  b_.SetInsertPoint(next);
+  llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(1));
+  k->addIncoming(k_next, next);
+  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), head, done);
+  b_.SetInsertPoint(done);
+  b_.CreateBr(join);
+  b_.SetInsertPoint(join);
+  return true;
+}
+
 // ld/st of global (or generic) memory in vector code. Lanes that all run, at consecutive
 // addresses inside the allocation this access hit last: one vector access. Otherwise
 // each running lane on its own, checked as scalar code checks it (and remembering the
@@ -669,6 +935,14 @@ bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Ty
   }
   llvm::BasicBlock* whole = b_.GetInsertBlock();
   b_.CreateBr(join);
+  llvm::BasicBlock* broadcast = nullptr;
+  llvm::Value* broadcast_value = nullptr;
+  if (split.broadcast != nullptr) {
+    b_.SetInsertPoint(split.broadcast);
+    broadcast_value = Splat(b_.CreateAlignedLoad(ScalarType(t), split.broadcast_host, llvm::MaybeAlign(1)));
+    broadcast = b_.GetInsertBlock();
+    b_.CreateBr(join);
+  }
   b_.SetInsertPoint(each);
   // A loop over the lanes (a lane's thread is the chunk's x + k).
   llvm::BasicBlock* entered = b_.GetInsertBlock();
@@ -710,9 +984,10 @@ bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Ty
   b_.CreateBr(join);
   b_.SetInsertPoint(join);
   if (!load) return true;
-  llvm::PHINode* loaded = b_.CreatePHI(LlvmType(t), 2);
+  llvm::PHINode* loaded = b_.CreatePHI(LlvmType(t), 3);
   loaded->addIncoming(whole_value, whole);
   loaded->addIncoming(merged, each_end);
+  if (broadcast != nullptr) loaded->addIncoming(broadcast_value, broadcast);
   return Dest(value, loaded, t, why);
 }
 

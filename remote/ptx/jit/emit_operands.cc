@@ -13,7 +13,12 @@ Type TypeOf(std::string_view suffix) {
 }
 
 bool IsCacheHint(std::string_view q) {
-  return q == "ca" || q == "cs" || q == "lu" || q == "nc" || q == "wb" || q == "wt";
+  return q == "ca" || q == "cg" || q == "cs" || q == "lu" || q == "nc" || q == "wb" || q == "wt";
+}
+
+bool IsOrderingQualifier(std::string_view q) {
+  return q == "volatile" || q == "relaxed" || q == "acquire" || q == "release" || q == "cv" || q == "cta" ||
+         q == "cluster" || q == "gpu" || q == "sys";
 }
 
 // The shared offset of symbol `name`, or -1 when it is no .shared variable the decoder

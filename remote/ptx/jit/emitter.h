@@ -62,12 +62,22 @@ bool WritesCarry(const RawStatement& s);
 // 32 bits.
 bool NeedsLaneConversion(PtxType to, PtxType from);
 
-// Qualifiers of ld/st that change nothing for one thread on the host: cache hints. Not
-// .volatile, .relaxed, .acquire, nor .cg and .cv (a load past the L1, which polling code
-// uses): a thread may spin on such a load until another thread stores, and here a thread
-// runs to its end or its next barrier before the next one starts (the interpreter lets the
-// others run).
+// Qualifiers of ld/st that change nothing for one thread on the host: cache hints (.cg too:
+// a load cached in the L2 only reads what a plain load reads).
 bool IsCacheHint(std::string_view q);
+
+// Qualifiers of ld/st that order memory (.volatile, .relaxed, .acquire, .release, their
+// scopes) or fetch again (.cv): the same value as a plain access, but a thread may spin on
+// such a load until another thread stores, and here a thread runs to its end or its next
+// barrier before the next one starts (the interpreter lets the others run). Taken where the
+// load cannot run again: outside every loop (InsideLoop).
+bool IsOrderingQualifier(std::string_view q);
+
+// Whether instruction `index` (of entry.body's instructions) lies inside a loop: between a
+// label and a backward branch to it, as placed. Every cycle of the control flow has such a
+// branch around each of its instructions (to come back to one, a thread must branch from
+// at or after it to at or before it).
+bool InsideLoop(const RawFunction& entry, size_t index);
 
 // Warp-level operations (emit_warp.cc): shfl, vote, activemask, bar.warp; and barriers of
 // the whole CTA (bar, barrier, not bar.warp).
@@ -196,7 +206,9 @@ class Emitter {
     bool uniform = false;              // one address for every lane (a module variable's)
     llvm::BasicBlock* each = nullptr;  // lane by lane
     llvm::BasicBlock* join = nullptr;
-    bool shared = false;  // of the CTA's shared memory (addresses: offsets there)
+    bool shared = false;                    // of the CTA's shared memory (addresses: offsets there)
+    llvm::BasicBlock* broadcast = nullptr;  // a load whose 8 lanes all run at one address
+    llvm::Value* broadcast_host = nullptr;  // its host address, in that block
   };
   bool LanesAddressable(const RawOperand& address, std::string_view space) const;
   LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok = false);
@@ -205,9 +217,13 @@ class Emitter {
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                          const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool LanesAtomic(const RawOperand& address, std::string_view space, llvm::AtomicRMWInst::BinOp rmw, Type t,
+                   llvm::Value* value, std::string* why);
   bool AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool CopyToShared(llvm::Value* target, const RawOperand& source, uint32_t from_source, uint32_t width,
                     std::string* why);
+  bool VectorAsyncCopy(const RawOperand& target, const RawOperand& source, uint32_t width, const RawOperand* extra,
+                       bool predicate, std::string* why);
   bool VectorMemory(const RawOperand& address, std::string_view space, Type t, bool load, const RawOperand& value,
                     std::string* why);
 

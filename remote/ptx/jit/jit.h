@@ -81,9 +81,9 @@ void CompileInBackground(std::shared_ptr<JitSlot> slot, const ParsedModule& modu
 // Waits until no background compile of `slot` is pending (tests).
 void WaitForCompile(JitSlot& slot);
 
-// Whether `kernel` also has vector code (kernels of straight code and forward branches,
-// without barriers, shared or local memory or atomics: 8 threads of a row at once), which
-// launches whose blocks' x extent is a multiple of 8 run.
+// Whether `kernel` also has vector code (kernels without warp-level operations or local
+// memory: 8 threads of a row at once), which launches whose blocks' x extent is a multiple
+// of 8 run.
 bool HasVectorCode(const CompiledKernel& kernel);
 
 // Whether GPUPOOL_PTX_JIT=auto leaves the launches of `kernel` on the interpreter, its

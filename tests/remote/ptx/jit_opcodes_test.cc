@@ -282,17 +282,29 @@ TEST(JitOpcodeColumn, TheVectorAccessesItTakes) {
       "st.shared.v2.u32 [%r1], {%r1, 0};",
       "st.v2.b64 [%rd1], {%rd1, %rd1};",
       "ld.param.v2.u32 {%r2, %r3}, [out];",
+      // Cache hints, and loads a thread may spin on where no branch runs them again.
+      "ld.volatile.global.u32 %r2, [%rd1];",
+      "ld.relaxed.gpu.global.u32 %r2, [%rd1];",
+      "ld.acquire.gpu.global.u32 %r2, [%rd1];",
+      "ld.global.cg.u32 %r2, [%rd1];",
+      "ld.global.cv.u32 %r2, [%rd1];",
+      "ld.volatile.global.v2.u32 {%r2, %r3}, [%rd1];",
+      "st.release.gpu.global.u32 [%rd1], %r1;",
+      "st.volatile.shared.u32 [%r1], %r1;",
+      "$Lagain:\n  ld.global.cg.u32 %r2, [%rd1];\n  @%p1 bra $Lagain;",
   };
   for (const char* body : kTaken) {
     std::string refused;
     EXPECT_TRUE(Compiles(body, &refused)) << body << ": " << refused;
   }
   const char* const kLeft[] = {
-      "ld.volatile.global.u32 %r2, [%rd1];",
-      "ld.relaxed.gpu.global.u32 %r2, [%rd1];",
-      "ld.acquire.gpu.global.u32 %r2, [%rd1];",
-      "ld.global.cg.u32 %r2, [%rd1];",
-      "ld.global.cv.u32 %r2, [%rd1];",
+      // Inside a loop, a load a thread may spin on.
+      "$Lspin:\n  ld.volatile.global.u32 %r2, [%rd1];\n  @%p1 bra $Lspin;",
+      "$Lspin:\n  ld.relaxed.gpu.global.u32 %r2, [%rd1];\n  @%p1 bra $Lspin;",
+      "$Lspin:\n  ld.acquire.gpu.global.u32 %r2, [%rd1];\n  @%p1 bra $Lspin;",
+      "$Lspin:\n  ld.global.cv.u32 %r2, [%rd1];\n  @%p1 bra $Lspin;",
+      "ld.release.gpu.global.u32 %r2, [%rd1];",
+      "st.acquire.gpu.global.u32 [%rd1], %r1;",
       "nanosleep.u32 100;",
       "cp.async.mbarrier.arrive.noinc.shared.b64 [%r1];",
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1], 16, [%r1];",
@@ -302,7 +314,6 @@ TEST(JitOpcodeColumn, TheVectorAccessesItTakes) {
       "fence.mbarrier_init.release.cluster;",
       "fence.sc.cluster;",
       "membar.gpu;",
-      "ld.volatile.global.v2.u32 {%r2, %r3}, [%rd1];",
       "ld.global.v8.u32 {%r2, %r3, %r4, %r5, %r6, %r7, %r2, %r3}, [%rd1];",
       "ld.global.v2.u32 %r2, [%rd1];",  // not a vector of registers
       "st.param.v2.u32 [out], {%r1, %r1};",

@@ -620,11 +620,12 @@ class JitAsyncCopy : public KernelFileTest {
     }
   }
 
-  // `stage` on 64 threads from an input of `in_size` bytes at `shift` bytes, to `target`
-  // bytes past each thread's place in shared memory, in `mode`: its CUresult, *out and
-  // *detail.
+  // `stage` on 64 threads (a block shaped `block`: 64 x 1 runs vector code, 1 x 64 scalar
+  // code) from an input of `in_size` bytes at `shift` bytes, to `target` bytes past each
+  // thread's place in shared memory, in `mode`: its CUresult, *out and *detail.
   int32_t Stage(JitMode mode, uint32_t shift, uint32_t target, std::vector<uint8_t>* out, std::string* detail,
-                uint64_t* in_address = nullptr, size_t in_size = 1024) {
+                uint64_t* in_address = nullptr, size_t in_size = 1024,
+                const std::vector<uint32_t>& block = {64, 1, 1}) {
     SetJitMode(mode);
     std::vector<uint8_t> in(in_size);
     for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint8_t>(k * 7 + 1);
@@ -632,7 +633,7 @@ class JitAsyncCopy : public KernelFileTest {
     Memory memory;
     const uint64_t din = memory.Add(in), dout = memory.Add(*out);
     if (in_address != nullptr) *in_address = din;
-    return Launch(Kernel("stage"), {1, 1, 1}, {64, 1, 1}, Pack(din, dout, shift, target), memory, nullptr, detail);
+    return Launch(Kernel("stage"), {1, 1, 1}, block, Pack(din, dout, shift, target), memory, nullptr, detail);
   }
 };
 
@@ -657,14 +658,17 @@ TEST_F(JitAsyncCopy, ADoubleBufferedPipelineGivesTheInterpretersResults) {
 }
 
 // Every size of source a 16-byte copy may have (src-size 0 to 16 and more), and
-// ignore-src: the bytes not from the source are zeros, on both tiers.
+// ignore-src: the bytes not from the source are zeros, on the interpreter, in vector code
+// (rows whose 8 lanes all copy 16 bytes: one copy; the others lane by lane) and in scalar
+// code.
 TEST_F(JitAsyncCopy, SrcSizeAndIgnoreSrcFillWithZeros) {
   for (uint32_t shift : {0u, 4u}) {
-    std::vector<uint8_t> out[2];
-    for (int compiled = 0; compiled < 2; ++compiled) {
+    std::vector<uint8_t> out[3];
+    for (int run = 0; run < 3; ++run) {
       std::string detail;
-      const JitMode mode = compiled ? JitMode::kAlways : JitMode::kOff;
-      ASSERT_EQ(Stage(mode, shift, 0, &out[compiled], &detail, nullptr, 1024 + shift), 0) << detail;
+      const JitMode mode = run > 0 ? JitMode::kAlways : JitMode::kOff;
+      const std::vector<uint32_t> block = run == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
+      ASSERT_EQ(Stage(mode, shift, 0, &out[run], &detail, nullptr, 1024 + shift, block), 0) << detail;
     }
     for (uint32_t t = 0; t < 64; ++t) {
       const uint32_t from_source = std::min(t % 32, 16u);
@@ -673,58 +677,77 @@ TEST_F(JitAsyncCopy, SrcSizeAndIgnoreSrcFillWithZeros) {
         uint8_t expected = k < from_source ? static_cast<uint8_t>(at * 7 + 1) : 0;
         if (k >= 12) expected = (t & 4) ? 0 : static_cast<uint8_t>(at * 7 + 1);
         ASSERT_EQ(out[0][16 * t + k], expected) << "thread " << t << ", byte " << k << ", shift " << shift;
-        ASSERT_EQ(out[1][16 * t + k], out[0][16 * t + k]) << "thread " << t << ", byte " << k << ", shift " << shift;
+        for (int run = 1; run < 3; ++run) {
+          ASSERT_EQ(out[run][16 * t + k], out[0][16 * t + k])
+              << (run == 1 ? "vector" : "scalar") << " code, thread " << t << ", byte " << k << ", shift " << shift;
+        }
       }
     }
   }
-  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 2u) << Kernel("stage").jit->refused;
+  const DecodedKernel& kernel = Kernel("stage");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 4u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
 }
 
 // A copy from past the source's allocation, or to past the CTA's shared memory, fails the
-// launch on both tiers with the same error and the same text (a source of 13 of the 16
-// bytes: a fault of 13 bytes); a copy of no bytes from the source reads nothing.
+// launch on the interpreter, in vector code and in scalar code with the same error and the
+// same text (a source of 13 of the 16 bytes: a fault of 13 bytes; the stray lane's own
+// thread); a copy of no bytes from the source reads nothing.
 TEST_F(JitAsyncCopy, AStrayCopyFailsTheLaunchAsOnTheInterpreter) {
-  std::string store_detail[2];
-  for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+  std::string store_detail[3];
+  for (int run = 0; run < 3; ++run) {
+    const JitMode mode = run > 0 ? JitMode::kAlways : JitMode::kOff;
+    const std::vector<uint32_t> block = run == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
     std::vector<uint8_t> out;
     std::string detail;
     uint64_t in = 0;
     char expected[96];
     // Thread 45 (warp 1) copies 13 bytes from 1012 of the 1024: one past the end.
-    EXPECT_EQ(Stage(mode, 292, 0, &out, &detail, &in), kIllegalAddress);
+    EXPECT_EQ(Stage(mode, 292, 0, &out, &detail, &in, 1024, block), kIllegalAddress);
     std::snprintf(expected, sizeof(expected), "cp.async load of 13 bytes at 0x%llx (block 0, warp 1)",
                   static_cast<unsigned long long>(in + 16 * 45 + 292));
-    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+    EXPECT_EQ(detail, expected) << "run " << run;
     // Thread 63 copies all 16 from 1024 on.
-    EXPECT_EQ(Stage(mode, 16, 0, &out, &detail, &in), kIllegalAddress);
+    EXPECT_EQ(Stage(mode, 16, 0, &out, &detail, &in, 1024, block), kIllegalAddress);
     std::snprintf(expected, sizeof(expected), "cp.async load of 16 bytes at 0x%llx (block 0, warp 1)",
                   static_cast<unsigned long long>(in + 1024));
-    EXPECT_EQ(detail, expected) << "mode " << static_cast<int>(mode);
+    EXPECT_EQ(detail, expected) << "run " << run;
     // Thread 63's target ends 16 bytes past the 1024 of `staged`.
-    EXPECT_EQ(Stage(mode, 0, 16, &out, &detail), kIllegalAddress);
+    EXPECT_EQ(Stage(mode, 0, 16, &out, &detail, nullptr, 1024, block), kIllegalAddress);
     EXPECT_NE(detail.find("cp.async store of 16 bytes"), std::string::npos) << detail;
     EXPECT_NE(detail.find("(block 0, warp 1)"), std::string::npos) << detail;
-    store_detail[mode == JitMode::kAlways] = detail;
+    store_detail[run] = detail;
   }
-  // The target's address as the instruction made it (a .shared one), on both tiers.
+  // The target's address as the instruction made it (a .shared one), on every tier.
   EXPECT_EQ(store_detail[1], store_detail[0]);
-  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 3u) << Kernel("stage").jit->refused;
+  EXPECT_EQ(store_detail[2], store_detail[0]);
+  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 6u) << Kernel("stage").jit->refused;
 }
 
 // A kernel that copies with cp.async and reads what another thread wrote with a load a
-// thread could spin on (ld.volatile) stays interpreted: each thread here runs to its next
-// barrier before the next one starts, and only the interpreter lets the others run.
+// thread could spin on (ld.volatile) runs compiled when no branch can run that load again
+// (stage has no loop), and stays interpreted when one can: each thread here runs to its
+// next barrier before the next one starts, and only the interpreter lets the others run.
 TEST_F(JitAsyncCopy, AKernelThatMayWaitForAnotherThreadStaysInterpreted) {
-  std::string text = KernelText("JitCpAsync.ptx");
-  const std::string load = "ld.shared.u32 %r12, [%r4];";
-  text.replace(text.find(load), load.size(), "ld.volatile.shared.u32 %r12, [%r4];");
-  Parse(text);
-  std::vector<uint8_t> out;
-  std::string detail;
-  ASSERT_EQ(Stage(JitMode::kAlways, 0, 0, &out, &detail), 0) << detail;
-  EXPECT_EQ(out[16 * 20 + 1], static_cast<uint8_t>((16 * 20 + 1) * 7 + 1));
-  EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 0u);
-  EXPECT_NE(Kernel("stage").jit->refused.find("volatile"), std::string::npos) << Kernel("stage").jit->refused;
+  for (bool loop : {false, true}) {
+    std::string text = KernelText("JitCpAsync.ptx");
+    const std::string load = "ld.shared.u32 %r12, [%r4];";
+    // In a loop that runs once: a branch back to the load, which a thread could spin at.
+    text.replace(text.find(load), load.size(),
+                 loop ? "$Lagain:\n  ld.volatile.shared.u32 %r12, [%r4];\n  setp.eq.u32 %p1, %r12, %r12;\n"
+                        "  @!%p1 bra $Lagain;"
+                      : "ld.volatile.shared.u32 %r12, [%r4];");
+    Parse(text);
+    std::vector<uint8_t> out;
+    std::string detail;
+    ASSERT_EQ(Stage(JitMode::kAlways, 0, 0, &out, &detail), 0) << detail;
+    EXPECT_EQ(out[16 * 20 + 1], static_cast<uint8_t>((16 * 20 + 1) * 7 + 1));
+    EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), loop ? 0u : 1u) << Kernel("stage").jit->refused;
+    if (loop) {
+      EXPECT_NE(Kernel("stage").jit->refused.find("spin"), std::string::npos) << Kernel("stage").jit->refused;
+    }
+  }
 }
 
 // Vector accesses (ld/st .v2/.v4) and dynamic shared memory (JitVectorAccess.ptx): the
@@ -3879,6 +3902,248 @@ TEST_F(JitVectorShared, LanesSplitOverTwoBarriersGiveTheInterpretersResults) {
   ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
   EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
 }
+
+// Every lane of a row loading one shared word and one global word (row_broadcast: one load
+// for the row in vector code): the interpreter's results on one block of 256 threads in
+// vector and in scalar code; a whole row's load past the tile or past the input fails the
+// launch with the interpreter's detail.
+TEST_F(JitVectorShared, ARowLoadingOneAddressGivesTheInterpretersResultsAndFaults) {
+  const DecodedKernel& kernel = Kernel("row_broadcast");
+  std::vector<uint32_t> in(256);
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k) * 2654435761u >> 9;
+  auto run = [&](int tier, uint32_t shared_shift, uint32_t global_shift, std::vector<uint32_t>* out,
+                 std::string* detail) {
+    SetJitMode(tier > 0 ? JitMode::kAlways : JitMode::kOff);
+    const std::vector<uint32_t> block = tier == 2 ? std::vector<uint32_t>{1, 256, 1} : std::vector<uint32_t>{256, 1, 1};
+    std::vector<uint32_t> input = in;
+    out->assign(in.size(), 0xdeadbeef);
+    Memory memory;
+    const uint64_t din = memory.Add(input), dout = memory.Add(*out);
+    return Launch(kernel, {1, 1, 1}, block, Pack(din, dout, shared_shift, global_shift), memory, nullptr, detail);
+  };
+  std::vector<uint32_t> out[3];
+  std::string detail[3];
+  for (int tier = 0; tier < 3; ++tier) ASSERT_EQ(run(tier, 4, 8, &out[tier], &detail[tier]), 0) << detail[tier];
+  for (uint32_t t = 0; t < 256; ++t) ASSERT_EQ(out[0][t], in[(t & ~7u) + 1] + in[(t & ~7u) + 2]) << t;
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(out[2], out[0]);
+  for (auto [shared_shift, global_shift] : {std::pair{1024u, 0u}, std::pair{0u, 0x10000000u}}) {
+    for (int tier = 0; tier < 3; ++tier) {
+      ASSERT_EQ(run(tier, shared_shift, global_shift, &out[tier], &detail[tier]), kIllegalAddress) << tier;
+    }
+    EXPECT_NE(detail[0].find("load of 4 bytes"), std::string::npos) << detail[0];
+    EXPECT_NE(detail[0].find("(block 0, warp 0)"), std::string::npos) << detail[0];
+    EXPECT_EQ(detail[1], detail[0]);
+    EXPECT_EQ(detail[2], detail[0]);
+  }
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 6u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// Cache hints and ordered loads and stores (JitOrderedLoads.ptx): the interpreter's
+// results in vector code (blocks of 64 x 1 threads) and in scalar code (1 x 64).
+class JitOrderedLoads : public KernelFileTest {
+ public:
+  JitOrderedLoads() : KernelFileTest("JitOrderedLoads.ptx") {}
+
+  // `name` on one block of 64 threads shaped `block` (or the interpreter's, tier 0; vector
+  // code 1; scalar code 2) over `in`, `out_words` words of output: its CUresult and *out.
+  template <typename... Extra>
+  int32_t Run(const std::string& name, int tier, const std::vector<uint32_t>& in, size_t out_words,
+              std::vector<uint32_t>* out, Extra... extra) {
+    SetJitMode(tier > 0 ? JitMode::kAlways : JitMode::kOff);
+    const std::vector<uint32_t> block = tier == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
+    std::vector<uint32_t> input = in;
+    out->assign(out_words, 0xdeadbeef);
+    Memory memory;
+    const uint64_t din = memory.Add(input), dout = memory.Add(*out);
+    return Launch(Kernel(name), {1, 1, 1}, block, Pack(din, dout, extra...), memory);
+  }
+};
+
+// .cg, .cs, .lu, .cv, .volatile, .relaxed and .acquire loads (a .v2 too), a volatile
+// shared store and load across a barrier, and a .release store: what plain accesses
+// give, on every tier.
+TEST_F(JitOrderedLoads, HintsAndOrderedAccessesGiveTheInterpretersResults) {
+  std::vector<uint32_t> in(576);
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<uint32_t>(k) * 2654435761u >> 7;
+  std::vector<uint32_t> out[3];
+  for (int tier = 0; tier < 3; ++tier) ASSERT_EQ(Run("ordered", tier, in, 704, &out[tier]), 0) << tier;
+  for (uint32_t t = 0; t < 64; ++t) {
+    for (uint32_t k = 0; k < 7; ++k) ASSERT_EQ(out[0][k * 64 + t], in[t + 64 * k]) << k << ", " << t;
+    ASSERT_EQ(out[0][7 * 64 + t], in[448 + 2 * t]) << t;
+    ASSERT_EQ(out[0][8 * 64 + t], in[449 + 2 * t]) << t;
+    ASSERT_EQ(out[0][9 * 64 + t], 3 * ((t + 1) % 64)) << t;
+    ASSERT_EQ(out[0][640 + t], t) << t;
+  }
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(out[2], out[0]);
+  const DecodedKernel& kernel = Kernel("ordered");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// A load a thread may spin on (.volatile, .relaxed, .acquire, .cv) runs compiled where no
+// branch can run it again (after a loop: `poll`), and keeps the kernel on the interpreter
+// inside a loop (`spin`: each thread here would run to its end before another could store).
+TEST_F(JitOrderedLoads, ALoadAThreadMaySpinOnStaysInterpretedInsideALoop) {
+  for (const std::string qualifier : {"volatile.global", "relaxed.gpu.global", "acquire.gpu.global", "global.cv"}) {
+    std::string text = KernelText("JitOrderedLoads.ptx");
+    const std::string load = "ld.volatile.global.u32 %r7,", replaced = "ld." + qualifier + ".u32 %r7,";
+    for (size_t at = text.find(load); at != std::string::npos; at = text.find(load, at + replaced.size())) {
+      text.replace(at, load.size(), replaced);
+    }
+    Parse(text);
+    std::vector<uint32_t> out[3];
+    for (int tier = 0; tier < 3; ++tier) ASSERT_EQ(Run("poll", tier, {5}, 64, &out[tier], 10u), 0) << tier;
+    EXPECT_EQ(out[0], std::vector<uint32_t>(64, 45 + 5)) << qualifier;
+    EXPECT_EQ(out[1], out[0]) << qualifier;
+    EXPECT_EQ(out[2], out[0]) << qualifier;
+    const DecodedKernel& poll = Kernel("poll");
+    EXPECT_EQ(poll.jit->jit_launches.load(), 2u) << qualifier << ": " << poll.jit->refused;
+    ASSERT_NE(poll.jit->compiled, nullptr) << poll.jit->refused;
+    EXPECT_TRUE(HasVectorCode(*poll.jit->compiled)) << qualifier;
+    std::vector<uint32_t> spun;
+    ASSERT_EQ(Run("spin", 1, {7}, 64, &spun), 0);
+    EXPECT_EQ(spun, std::vector<uint32_t>(64, 7)) << qualifier;
+    const DecodedKernel& spin = Kernel("spin");
+    EXPECT_EQ(spin.jit->jit_launches.load(), 0u) << qualifier;
+    EXPECT_NE(spin.jit->refused.find("a load a thread may spin on, inside a loop"), std::string::npos)
+        << qualifier << ": " << spin.jit->refused;
+  }
+}
+
+// Atomics in vector code (JitVectorAtomics.ptx): `bins` over 9 blocks of 64 threads in x
+// (vector code) and in y (scalar code), against the interpreter.
+class JitVectorAtomics : public KernelFileTest {
+ public:
+  JitVectorAtomics() : KernelFileTest("JitVectorAtomics.ptx") {}
+
+  // `bins` of the n = 550 inputs on tier 0 (the interpreter), 1 (vector code) or 2 (scalar
+  // code), the thread `victim`'s shared address `shift` bytes on: its CUresult, *out and
+  // *detail.
+  int32_t Bins(int tier, uint32_t victim, uint32_t shift, std::vector<uint32_t>* out, std::string* detail) {
+    SetJitMode(tier > 0 ? JitMode::kAlways : JitMode::kOff);
+    const std::vector<uint32_t> block = tier == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
+    std::vector<uint32_t> in(kN);
+    for (uint32_t k = 0; k < kN; ++k) in[k] = k * 2654435761u >> 8;
+    out->assign(66 + 4 * kBlocks, 0);
+    Memory memory;
+    const uint64_t din = memory.Add(in), dout = memory.Add(*out);
+    return Launch(Kernel("bins"), {kBlocks, 1, 1}, block, Pack(din, dout, kN, victim, shift), memory, nullptr, detail);
+  }
+
+  static constexpr uint32_t kN = 550, kBlocks = 9;
+};
+
+// Shared and global atomics whose results no instruction reads (add, max, or; an f32 add
+// rounded in thread order), lanes past n masked off: the interpreter's memory bit for bit.
+TEST_F(JitVectorAtomics, AtomicsGiveTheInterpretersResults) {
+  std::vector<uint32_t> out[3];
+  std::string detail;
+  for (int tier = 0; tier < 3; ++tier) ASSERT_EQ(Bins(tier, ~0u, 0, &out[tier], &detail), 0) << detail;
+  std::vector<uint32_t> counts(64, 0);
+  uint32_t max = 0, any = 0;
+  for (uint32_t k = 0; k < kN; ++k) {
+    const uint32_t v = k * 2654435761u >> 8;
+    ++counts[v & 63];
+    max = std::max(max, v);
+    any |= v;
+  }
+  EXPECT_EQ(std::vector<uint32_t>(out[0].begin(), out[0].begin() + 64), counts);
+  EXPECT_EQ(out[0][64], max);
+  EXPECT_EQ(out[0][65], any);
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(out[2], out[0]);
+  const DecodedKernel& kernel = Kernel("bins");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+}
+
+// A lane's atomic past the CTA's shared bytes, or misaligned, fails the launch as on the
+// interpreter, with the same detail (threads 77 and 134: lanes 5 and 6 of their rows).
+TEST_F(JitVectorAtomics, AStrayOrMisalignedLaneFailsTheLaunchAsOnTheInterpreter) {
+  for (uint32_t victim : {77u, 134u}) {
+    for (uint32_t shift : {1024u, 2u}) {
+      std::vector<uint32_t> out;
+      std::string detail[3];
+      for (int tier = 0; tier < 3; ++tier) {
+        ASSERT_EQ(Bins(tier, victim, shift, &out, &detail[tier]), kIllegalAddress) << tier;
+      }
+      EXPECT_NE(detail[0].find(shift == 2 ? "misaligned atomic of 4 bytes" : "atomic of 4 bytes"), std::string::npos)
+          << detail[0];
+      EXPECT_EQ(detail[1], detail[0]) << victim << ", " << shift;
+      EXPECT_EQ(detail[2], detail[0]) << victim << ", " << shift;
+    }
+  }
+}
+
+// cp.async in vector code (JitVectorCpAsync.ptx): nvcc's tiled matrix multiplies by the
+// thread's linear index in its block, on blocks of 256 x 1 and 16 x 16 threads (vector
+// code) and 1 x 256 (scalar code), against the interpreter.
+class JitVectorAsyncCopy : public KernelFileTest {
+ public:
+  JitVectorAsyncCopy() : KernelFileTest("JitVectorCpAsync.ptx") {}
+
+  // C = A * B (n x n) by `name` on blocks of 256 threads, interpreted and compiled in each
+  // shape: the product (small integers and fractions of a power of two, exact in any
+  // order), the compiled results bit for bit the interpreter's, and the vector code's
+  // thread-instruction count the scalar code's.
+  void MultiplyInEveryShape(const std::string& name, int n) {
+    const DecodedKernel& kernel = Kernel(name);
+    const uint32_t tiles = static_cast<uint32_t>((n + 15) / 16);
+    std::vector<float> a(n * n), b(n * n);
+    for (int k = 0; k < n * n; ++k) {
+      a[k] = static_cast<float>(k % 7) - 3;
+      b[k] = static_cast<float>(k % 5) * 0.5f;
+    }
+    const std::vector<uint32_t> blocks[4] = {{256, 1, 1}, {256, 1, 1}, {16, 16, 1}, {1, 256, 1}};
+    std::vector<float> c[4];
+    uint64_t counts[4] = {};
+    for (int run = 0; run < 4; ++run) {
+      SetJitMode(run > 0 ? JitMode::kAlways : JitMode::kOff);
+      c[run].assign(n * n, -1.0f);
+      Memory memory;
+      const uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c[run]);
+      std::string detail;
+      ASSERT_EQ(Launch(kernel, {tiles, tiles, 1}, blocks[run], Pack(da, db, dc, n), memory, &counts[run], &detail), 0)
+          << detail;
+    }
+    EXPECT_EQ(kernel.jit->jit_launches.load(), 3u) << kernel.jit->refused;
+    ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+    EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
+    for (int i = 0; i < n; ++i) {
+      for (int j = 0; j < n; ++j) {
+        float sum = 0;
+        for (int k = 0; k < n; ++k) sum += a[i * n + k] * b[k * n + j];
+        ASSERT_EQ(c[0][i * n + j], sum) << i << ", " << j;
+        for (int run = 1; run < 4; ++run) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(c[run][i * n + j]), std::bit_cast<uint32_t>(c[0][i * n + j]))
+              << "block " << blocks[run][0] << " x " << blocks[run][1] << ": " << i << ", " << j;
+        }
+      }
+    }
+    EXPECT_EQ(counts[1], counts[3]);
+    EXPECT_EQ(counts[2], counts[3]);
+  }
+};
+
+// 4-byte copies of consecutive words (a row's 8 lanes one copy), src-size and ignore-src
+// zero-filling the tiles past the matrix's edge (n = 37: the last tiles partly zeros,
+// lanes copying different sizes), and a multiple of the tile.
+TEST_F(JitVectorAsyncCopy, ATiledMatrixMultiplyGivesTheInterpretersResults) {
+  MultiplyInEveryShape("matmul_rows", 37);
+  SetUp();
+  MultiplyInEveryShape("matmul_rows", 64);
+}
+
+// Double buffering (CUDA's pipeline primitives): the next tiles' copies issued into the
+// other buffer before the current one is read, cp.async.wait_group 1 then the barrier;
+// each thread reads what the group it waited for copied, as on the interpreter.
+TEST_F(JitVectorAsyncCopy, ADoubleBufferedPipelineWaitsForItsGroup) { MultiplyInEveryShape("pipe_rows", 64); }
 
 }  // namespace
 }  // namespace gpupool::sim
