@@ -279,6 +279,9 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     uint32_t vec = 1;
     bool ordering = false, acquire = false, release = false;
     for (std::string_view qual : q) {
+      // .cg reads past the L1: how code polls a flag another block sets (CUB's look-back
+      // loaded its tile status so), so in a loop it is taken as one a thread may spin on.
+      if (qual == "cg") ordering = true;
       if (IsOrderingQualifier(qual)) {
         ordering = true;
         acquire |= qual == "acquire";

@@ -63,7 +63,8 @@ bool WritesCarry(const RawStatement& s);
 bool NeedsLaneConversion(PtxType to, PtxType from);
 
 // Qualifiers of ld/st that change nothing for one thread on the host: cache hints (.cg too:
-// a load cached in the L2 only reads what a plain load reads).
+// a load cached in the L2 only reads what a plain load reads; but a .cg load inside a loop
+// is refused as the ordered loads below are, since polling loops use it).
 bool IsCacheHint(std::string_view q);
 
 // Qualifiers of ld/st that order memory (.volatile, .relaxed, .acquire, .release, their

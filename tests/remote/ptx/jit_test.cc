@@ -3985,11 +3985,13 @@ TEST_F(JitOrderedLoads, HintsAndOrderedAccessesGiveTheInterpretersResults) {
   EXPECT_TRUE(HasVectorCode(*kernel.jit->compiled));
 }
 
-// A load a thread may spin on (.volatile, .relaxed, .acquire, .cv) runs compiled where no
-// branch can run it again (after a loop: `poll`), and keeps the kernel on the interpreter
-// inside a loop (`spin`: each thread here would run to its end before another could store).
+// A load a thread may spin on (.volatile, .relaxed, .acquire, .cv, and .cg, the polling
+// load of CUB's look-back) runs compiled where no branch can run it again (after a loop:
+// `poll`), and keeps the kernel on the interpreter inside a loop (`spin`: each thread here
+// would run to its end before another could store).
 TEST_F(JitOrderedLoads, ALoadAThreadMaySpinOnStaysInterpretedInsideALoop) {
-  for (const std::string qualifier : {"volatile.global", "relaxed.gpu.global", "acquire.gpu.global", "global.cv"}) {
+  for (const std::string qualifier :
+       {"volatile.global", "relaxed.gpu.global", "acquire.gpu.global", "global.cv", "global.cg"}) {
     std::string text = KernelText("JitOrderedLoads.ptx");
     const std::string load = "ld.volatile.global.u32 %r7,", replaced = "ld." + qualifier + ".u32 %r7,";
     for (size_t at = text.find(load); at != std::string::npos; at = text.find(load, at + replaced.size())) {
