@@ -1,5 +1,5 @@
 // Warp-level operations in scalar code (emitter.h): shfl.sync, vote.sync, redux.sync,
-// activemask and bar.warp.sync. A thread stops at one as at a barrier (its live registers saved, its
+// match.sync, activemask and bar.warp.sync. A thread stops at one as at a barrier (its live registers saved, its
 // operands in its warp slots); once every thread of the CTA stopped, Settle (run.cc) runs
 // the operation for the lanes the interpreter runs it with and writes each lane's results
 // into its slots, and those threads go on from there, the results in their registers.
@@ -74,7 +74,8 @@ std::vector<std::string> Written(const RawStatement& s) {
 
 bool IsWarpOperation(const RawStatement& s) {
   const std::string_view op = OpcodeName(s);
-  return op == "shfl" || op == "vote" || op == "redux" || op == "activemask" || s.opcode.rfind("bar.warp", 0) == 0;
+  return op == "shfl" || op == "vote" || op == "redux" || op == "match" || op == "activemask" ||
+         s.opcode.rfind("bar.warp", 0) == 0;
 }
 
 bool IsCtaBarrier(const RawStatement& s) {
@@ -216,7 +217,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
     }
     const std::string_view op = OpcodeName(s);
     if (backward) {
-      const size_t member = op == "shfl" ? 4 : op == "vote" || op == "redux" ? 2 : 0;
+      const size_t member = op == "shfl" ? 4 : op == "vote" || op == "redux" || op == "match" ? 2 : 0;
       if (op == "activemask" || s.operands.size() <= member || !full(s.operands[member])) {
         *why = "a warp-level operation without a membermask of all lanes in a kernel with loops";
         return false;
@@ -331,6 +332,22 @@ bool Emitter::WarpOperation(const RawStatement& s, const std::vector<std::string
     op.mode = static_cast<uint8_t>((mode - std::begin(kModes)) + (parts[3] == "s32" ? 8 : 0));
     op.member = true;
     llvm::Value* v = Source(o[1], u32, why);
+    llvm::Value* m = Source(o[2], u32, why);
+    if (v == nullptr || m == nullptr) return false;
+    slots.push_back({kSlotPredicate, v});
+    slots.push_back({kSlotMember, m});
+  } else if (name == "match") {
+    // match.any.sync.{b32,b64} d, a, membermask; match.all.sync.{b32,b64} d[|p], a,
+    // membermask: the interpreter's forms (HMatch), over each lane's membermask.
+    const bool any = parts.size() == 4 && parts[1] == "any";
+    if (parts.size() != 4 || (!any && parts[1] != "all") || parts[2] != "sync" ||
+        (parts[3] != "b32" && parts[3] != "b64") || o.size() != 3 || (any && !o[0].pair.empty())) {
+      return form();
+    }
+    op.kind = WarpOp::kMatch;
+    op.mode = any ? 0 : 1;
+    op.member = true;
+    llvm::Value* v = Source(o[1], Type{Kind::kBits, parts[3] == "b64" ? 64u : 32u}, why);
     llvm::Value* m = Source(o[2], u32, why);
     if (v == nullptr || m == nullptr) return false;
     slots.push_back({kSlotPredicate, v});

@@ -69,8 +69,8 @@ bool NeedsLaneConversion(PtxType to, PtxType from);
 // others run).
 bool IsCacheHint(std::string_view q);
 
-// Warp-level operations (emit_warp.cc): shfl, vote, activemask, bar.warp; and barriers of
-// the whole CTA (bar, barrier, not bar.warp).
+// Warp-level operations (emit_warp.cc): shfl, vote, redux, match, activemask, bar.warp;
+// and barriers of the whole CTA (bar, barrier, not bar.warp).
 bool IsWarpOperation(const RawStatement& s);
 bool IsCtaBarrier(const RawStatement& s);
 
@@ -123,6 +123,7 @@ class Emitter {
   bool Instruction(const RawStatement& s, std::string* refused);
   bool Operation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool Fence(const std::vector<std::string_view>& parts, std::string* why);
+  void Trap(llvm::Value* guard);
 
   // emit_runtime.cc: malloc, free, vprintf, __assertfail and cudaGraphSetConditional
   // (kMallocOpcode, kFreeOpcode, kPrintfOpcode, kAssertOpcode, kSetConditionalOpcode) under `guard` (or none);

@@ -55,21 +55,22 @@ struct MemoryAccess {
   const char* what = "load";  // load, store, atomic: as the interpreter names a fault
 };
 
-// Kernels with warp-level operations (shfl.sync, vote.sync, activemask, bar.warp.sync):
+// Kernels with warp-level operations (shfl.sync, vote.sync, redux.sync, match.sync,
+// activemask, bar.warp.sync):
 // a thread stops at each as at a barrier, its operands in its warp slots (kWarpSlots words
 // per thread, Context::slots), and Settle (run.cc) runs the operation for the lanes the interpreter would
 // run it with, writing each lane's results into its slots, before those lanes go on.
 // A stopped thread's resume point carries kStopped until Settle lets it go on.
 constexpr int32_t kStopped = 0x40000000;
-// kSlotPredicate: a vote's predicate, a redux's value.
+// kSlotPredicate: a vote's predicate, a redux's or a match's value.
 enum WarpSlot : uint32_t { kSlotB, kSlotC, kSlotMember, kSlotPredicate, kSlotResult, kSlotResultPredicate, kWarpSlots };
 
 // What stops a thread at resume point k (WarpOps()[k - 1]).
 struct WarpOp {
-  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp, kRedux };
+  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp, kRedux, kMatch };
   Kind kind = kBarrier;
   // shfl: 0 idx, 1 up, 2 down, 3 bfly; vote: 0 all, 1 any, 2 uni, 3 ballot; redux: 0 add,
-  // 1 min, 2 max, 3 and, 4 or, 5 xor, + 8 for signed min and max
+  // 1 min, 2 max, 3 and, 4 or, 5 xor, + 8 for signed min and max; match: 0 any, 1 all
   uint8_t mode = 0;
   bool member = false;  // a membermask in kSlotMember
   int32_t source = -1;  // shfl: the shadow index of its source register; -1: `value`
@@ -97,7 +98,7 @@ struct Context {
   const std::atomic<bool>* cancel = nullptr;                   // +72, never null
   uint64_t shared_size = 0;                                    // +80: static + dynamic bytes
   uint8_t* local = nullptr;                                    // +88: local_bytes per thread of the CTA
-  int32_t trap_line = 0;                                       // +96: of a call nested too deep
+  int32_t trap_line = 0;                                       // +96: of a call nested too deep; -1: trap
   // +104: the shadows of the registers shuffles read, per lane of the CTA's warps (its
   // last value, kept from CTA to CTA as the interpreter keeps a warp's registers).
   uint64_t* shadow = nullptr;

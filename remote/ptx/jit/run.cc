@@ -186,6 +186,23 @@ void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, u
       });
       break;
     }
+    case jit::WarpOp::kMatch:
+      // Over the values of each lane's membermask among the lanes running (interp: HMatch):
+      // any, the lanes holding the lane's value; all, the group if every lane holds one value.
+      member_groups([&](uint32_t group, uint32_t same) {
+        const uint64_t first =
+            group != 0 ? slot(static_cast<uint32_t>(std::countr_zero(group)), jit::kSlotPredicate) : 0;
+        bool all_same = true;
+        each(group, [&](uint32_t lane) { all_same = all_same && slot(lane, jit::kSlotPredicate) == first; });
+        each(same, [&](uint32_t lane) {
+          const uint64_t value = slot(lane, jit::kSlotPredicate);
+          uint32_t equal = 0;
+          each(group, [&](uint32_t k) { equal |= static_cast<uint32_t>(slot(k, jit::kSlotPredicate) == value) << k; });
+          slot(lane, jit::kSlotResult) = op.mode == 0 ? equal : all_same ? group : 0;
+          slot(lane, jit::kSlotResultPredicate) = all_same;
+        });
+      });
+      break;
     case jit::WarpOp::kActivemask:
       each(lanes, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = lanes; });
       break;
@@ -572,7 +589,9 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       } else if (spec.error_detail && error == jit::kAssertFailed) {
         *spec.error_detail = "device assertion failed";
       } else if (spec.error_detail && error == jit::kLaunchFailed) {
-        *spec.error_detail = CallsTooDeepDetail(worker.context.trap_line);
+        // trap (the interpreter's detail), or a call nested too deep.
+        *spec.error_detail =
+            worker.context.trap_line < 0 ? std::string("trap") : CallsTooDeepDetail(worker.context.trap_line);
       } else if (spec.error_detail) {
         const Context& c = worker.context;
         if (c.fault_what != nullptr) {
