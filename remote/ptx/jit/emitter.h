@@ -14,6 +14,9 @@
 //                       functions), cvt to tf32;
 //   emit_texture.cc     tex, tld4, txq, suld, sust, suq: calls of the interpreter's code
 //                       for one lane;
+//   emit_warp.cc        warp-level operations (shfl, vote, redux, match, activemask,
+//                       bar.warp): stops that Settle (run.cc) runs for the warp;
+//   emit_matrix.cc      mma.sync and ldmatrix, likewise, by matrix_ops.h's arithmetic;
 //   emit_arithmetic.cc  setp, cvt, integer and float arithmetic (bit fields, byte dot
 //                       products, directed roundings by call, min/max as selects), mov of
 //                       vectors of elements, the C library's approximate functions.
@@ -73,6 +76,11 @@ bool IsCacheHint(std::string_view q);
 // and barriers of the whole CTA (bar, barrier, not bar.warp).
 bool IsWarpOperation(const RawStatement& s);
 bool IsCtaBarrier(const RawStatement& s);
+
+// Warp matrix operations (emit_matrix.cc): mma, ldmatrix (warp-level operations too), and
+// the registers one reads from every lane of the warp (mma's a, b, c; ldmatrix's address).
+bool IsMatrixOperation(const RawStatement& s);
+std::vector<std::string> MatrixLaneOperands(const RawStatement& s);
 
 class Emitter {
  public:
@@ -174,6 +182,10 @@ class Emitter {
   llvm::Value* ShadowOf(uint32_t index);
   void Stop(WarpOp op);
   bool WarpOperation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+
+  // emit_matrix.cc
+  bool MmaSync(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool Ldmatrix(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
 
   // emit_memory.cc
   void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);

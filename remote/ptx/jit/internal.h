@@ -62,20 +62,35 @@ struct MemoryAccess {
 // run it with, writing each lane's results into its slots, before those lanes go on.
 // A stopped thread's resume point carries kStopped until Settle lets it go on.
 constexpr int32_t kStopped = 0x40000000;
-// kSlotPredicate: a vote's predicate, a redux's or a match's value.
-enum WarpSlot : uint32_t { kSlotB, kSlotC, kSlotMember, kSlotPredicate, kSlotResult, kSlotResultPredicate, kWarpSlots };
+// kSlotPredicate: a vote's predicate, a redux's or a match's value. kSlotMatrix on: the
+// results of a matrix operation (mma.sync: d's registers; ldmatrix: its elements' addresses),
+// as many as a fragment has registers (matrix_ops.h: kMaxFragmentRegisters).
+enum WarpSlot : uint32_t {
+  kSlotB,
+  kSlotC,
+  kSlotMember,
+  kSlotPredicate,
+  kSlotResult,
+  kSlotResultPredicate,
+  kSlotMatrix,
+  kWarpSlots = kSlotMatrix + 8
+};
 
 // What stops a thread at resume point k (WarpOps()[k - 1]).
 struct WarpOp {
-  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp, kRedux, kMatch };
+  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp, kRedux, kMatch, kMma, kLdmatrix };
   Kind kind = kBarrier;
   // shfl: 0 idx, 1 up, 2 down, 3 bfly; vote: 0 all, 1 any, 2 uni, 3 ballot; redux: 0 add,
-  // 1 min, 2 max, 3 and, 4 or, 5 xor, + 8 for signed min and max; match: 0 any, 1 all
+  // 1 min, 2 max, 3 and, 4 or, 5 xor, + 8 for signed min and max; match: 0 any, 1 all;
+  // ldmatrix: its count of matrices, + 8 for .trans
   uint8_t mode = 0;
   bool member = false;  // a membermask in kSlotMember
-  int32_t source = -1;  // shfl: the shadow index of its source register; -1: `value`
-  uint64_t value = 0;   // shfl: its immediate source
-  uint32_t pc = 0;      // the instruction's index in the kernel
+  int32_t source = -1;  // shfl (ldmatrix): the shadow index of its source (address) register; -1: `value`
+  uint64_t value = 0;   // shfl: its immediate source; ldmatrix: the address's offset
+  // mma: its shape and types as the decoder's WmmaOp, fragments[1..3] the shadow indices of
+  // a's, b's and c's registers, fragments[0] as many entries as d has registers.
+  std::shared_ptr<const WmmaOp> matrix;
+  uint32_t pc = 0;  // the instruction's index in the kernel
 };
 
 // What compiled code reads and writes besides the kernel's memory; offsets are fixed for

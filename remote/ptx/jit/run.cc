@@ -19,6 +19,7 @@
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/launch.h"
+#include "remote/ptx/matrix_ops.h"
 #include "remote/ptx/memory.h"
 #include "remote/ptx/ptx_engine.h"
 
@@ -61,6 +62,8 @@ char* Translate(Context* context, uint32_t access, uint64_t address) {
 // The lanes `op`, run by `lanes` of warp `w`, waits for (the interpreter's SyncLanes): the
 // union of their membermasks.
 uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t w, uint32_t lanes) {
+  // Matrix operations wait for the whole warp (the interpreter's kSyncWarp).
+  if (op.kind == jit::WarpOp::kMma || op.kind == jit::WarpOp::kLdmatrix) return 0xffffffffu;
   if (!op.member) return 0;
   uint32_t sync = 0;
   for (uint32_t left = lanes; left != 0; left &= left - 1) {
@@ -206,6 +209,50 @@ void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, u
     case jit::WarpOp::kActivemask:
       each(lanes, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = lanes; });
       break;
+    case jit::WarpOp::kMma: {
+      // The interpreter's HWmmaMma: a, b and c of all 32 lanes (their shadows), d to the
+      // lanes running it.
+      const WmmaOp& matrix = *op.matrix;
+      const uint32_t shadows = context.kernel->shadows;
+      uint64_t in[3][kMaxFragmentRegisters][32];
+      const uint64_t* rows[3][kMaxFragmentRegisters];
+      for (int m = 0; m < 3; ++m) {
+        for (size_t r = 0; r < matrix.fragments[m + 1].size(); ++r) {
+          const uint32_t index = static_cast<uint32_t>(matrix.fragments[m + 1][r]);
+          for (uint32_t l = 0; l < 32; ++l) in[m][r][l] = context.shadow[uint64_t{w * 32 + l} * shadows + index];
+          rows[m][r] = in[m][r];
+        }
+      }
+      uint64_t out[kMaxFragmentRegisters][32];
+      uint64_t* out_rows[kMaxFragmentRegisters];
+      for (uint32_t r = 0; r < kMaxFragmentRegisters; ++r) out_rows[r] = out[r];
+      WarpMma(matrix, rows[0], rows[1], rows[2], out_rows, lanes);
+      each(lanes, [&](uint32_t lane) {
+        for (size_t r = 0; r < matrix.fragments[0].size(); ++r) {
+          slot(lane, jit::kSlotMatrix + static_cast<uint32_t>(r)) = out[r][lane];
+        }
+      });
+      break;
+    }
+    case jit::WarpOp::kLdmatrix: {
+      // The interpreter's HLdmatrix: the rows the 32 lanes' address registers give (their
+      // shadows), each running lane's elements' addresses, which the thread loads.
+      const uint32_t shadows = context.kernel->shadows;
+      uint64_t rows[32];
+      for (uint32_t l = 0; l < 32; ++l) {
+        rows[l] = context.shadow[uint64_t{w * 32 + l} * shadows + static_cast<uint32_t>(op.source)] + op.value;
+      }
+      const uint32_t count = op.mode & 7;
+      const bool transpose = (op.mode & 8) != 0;
+      each(lanes, [&](uint32_t lane) {
+        for (uint32_t j = 0; j < count; ++j) {
+          for (uint32_t h = 0; h < 2; ++h) {
+            slot(lane, jit::kSlotMatrix + 2 * j + h) = LdmatrixAddress(rows, lane, j, h, transpose);
+          }
+        }
+      });
+      break;
+    }
     default:
       break;
   }
