@@ -229,7 +229,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
     // shuffle's source is.
     if (IsMatrixOperation(s)) {
       for (const std::string& name : MatrixLaneOperands(s)) {
-        if (!shadow(name, OpcodeName(s) == "mma")) return false;
+        if (!shadow(name, OpcodeName(s) != "ldmatrix")) return false;
       }
       continue;
     }
@@ -305,6 +305,7 @@ bool Emitter::WarpOperation(const RawStatement& s, const std::vector<std::string
   const std::string_view name = parts[0];
   if (name == "mma") return MmaSync(s, parts, why);
   if (name == "ldmatrix") return Ldmatrix(s, parts, why);
+  if (name == "wmma") return Wmma(s, parts, why);
   const bool sync = parts.size() > 1 && parts[1] == "sync";
   const Type u32{Kind::kUnsigned, 32};
   const Type b32{Kind::kBits, 32};

@@ -16,7 +16,7 @@
 //                       for one lane;
 //   emit_warp.cc        warp-level operations (shfl, vote, redux, match, activemask,
 //                       bar.warp): stops that Settle (run.cc) runs for the warp;
-//   emit_matrix.cc      mma.sync and ldmatrix, likewise, by matrix_ops.h's arithmetic;
+//   emit_matrix.cc      mma.sync, ldmatrix and wmma, likewise, by matrix_ops.h's arithmetic;
 //   emit_arithmetic.cc  setp, cvt, integer and float arithmetic (bit fields, byte dot
 //                       products, directed roundings by call, min/max as selects), mov of
 //                       vectors of elements, the C library's approximate functions.
@@ -29,6 +29,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -186,6 +187,10 @@ class Emitter {
   // emit_matrix.cc
   bool MmaSync(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool Ldmatrix(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool Wmma(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool Multiply(const RawStatement& s, std::shared_ptr<WmmaOp> op, std::string* why);
+  bool WmmaMemory(const RawStatement& s, const WmmaOp& op, std::string_view space, std::string* why);
+  llvm::Value* MatrixAddress(llvm::Value* at, std::string_view space, uint32_t size, const char* what);
 
   // emit_memory.cc
   void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);

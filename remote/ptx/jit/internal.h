@@ -78,7 +78,22 @@ enum WarpSlot : uint32_t {
 
 // What stops a thread at resume point k (WarpOps()[k - 1]).
 struct WarpOp {
-  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp, kRedux, kMatch, kMma, kLdmatrix };
+  // kMatrixSync: before wmma.load/store's accesses, which wait for the whole warp;
+  // kMatrixDone: after the accesses of those and of ldmatrix, so that no lane goes on
+  // before each lane of the warp made its own (both: nothing to compute).
+  enum Kind : uint8_t {
+    kBarrier,
+    kShfl,
+    kVote,
+    kActivemask,
+    kSyncWarp,
+    kRedux,
+    kMatch,
+    kMma,
+    kLdmatrix,
+    kMatrixSync,
+    kMatrixDone
+  };
   Kind kind = kBarrier;
   // shfl: 0 idx, 1 up, 2 down, 3 bfly; vote: 0 all, 1 any, 2 uni, 3 ballot; redux: 0 add,
   // 1 min, 2 max, 3 and, 4 or, 5 xor, + 8 for signed min and max; match: 0 any, 1 all;
@@ -87,7 +102,8 @@ struct WarpOp {
   bool member = false;  // a membermask in kSlotMember
   int32_t source = -1;  // shfl (ldmatrix): the shadow index of its source (address) register; -1: `value`
   uint64_t value = 0;   // shfl: its immediate source; ldmatrix: the address's offset
-  // mma: its shape and types as the decoder's WmmaOp, fragments[1..3] the shadow indices of
+  // mma (mma.sync and wmma.mma): its shape, types and lane layout as the decoder's WmmaOp,
+  // fragments[1..3] the shadow indices of
   // a's, b's and c's registers, fragments[0] as many entries as d has registers.
   std::shared_ptr<const WmmaOp> matrix;
   uint32_t pc = 0;  // the instruction's index in the kernel

@@ -63,7 +63,9 @@ char* Translate(Context* context, uint32_t access, uint64_t address) {
 // union of their membermasks.
 uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t w, uint32_t lanes) {
   // Matrix operations wait for the whole warp (the interpreter's kSyncWarp).
-  if (op.kind == jit::WarpOp::kMma || op.kind == jit::WarpOp::kLdmatrix) return 0xffffffffu;
+  if (op.kind == jit::WarpOp::kMma || op.kind == jit::WarpOp::kLdmatrix || op.kind == jit::WarpOp::kMatrixSync) {
+    return 0xffffffffu;
+  }
   if (!op.member) return 0;
   uint32_t sync = 0;
   for (uint32_t left = lanes; left != 0; left &= left - 1) {

@@ -350,5 +350,86 @@ TEST_F(JitMatrix, LdmatrixGivesTheInterpretersRegisters) {
   }
 }
 
+// A wmma form of JitMatrix.ptx: its kernel (wmma_<name>) and its element types of a and b
+// and of c (and d).
+struct WmmaForm {
+  const char* name;
+  const char* input;  // f16, bf16, tf32, f64, s8, u8
+  const char* accumulator;
+};
+
+// `bytes` bytes of elements of `type` (s8 and u8: any bytes; s32: any words, a third of
+// them near the ends of the range, so that .satfinite clamps).
+std::vector<uint8_t> Matrix(Elements& elements, const std::string& type, size_t bytes, bool edges, uint32_t seed) {
+  std::vector<uint8_t> out;
+  uint32_t x = seed;
+  while (out.size() < bytes) {
+    x = x * 1664525u + 1013904223u;
+    if (type == "s8" || type == "u8") {
+      out.push_back(static_cast<uint8_t>(x >> 24));
+    } else if (type == "s32") {
+      const uint32_t word = x % 3 == 0 ? 0x7fffff00u + (x >> 28) : x % 3 == 1 ? 0x80000010u - (x >> 28) : x >> 20;
+      for (int k = 0; k < 4; ++k) out.push_back(static_cast<uint8_t>(word >> (8 * k)));
+    } else {
+      std::vector<uint8_t> word = Fragments(elements, type, 1, edges);
+      out.insert(out.end(), word.begin(), word.end());
+    }
+  }
+  out.resize(bytes);
+  return out;
+}
+
+// wmma.load, wmma.mma and wmma.store of every shape and type the engine takes (f16 with
+// f32, f16 and mixed accumulators; bf16; tf32; f64; s8 and u8 with and without .satfinite),
+// row- and column-major, with and without a stride, through global and generic addresses,
+// on ordinary and edge values: d the interpreter's bit for bit, on blocks of one warp and of
+// two.
+TEST_F(JitMatrix, WmmaOfEveryShapeAndTypeGivesTheInterpretersResultsBitForBit) {
+  static const WmmaForm kForms[] = {
+      {"f16_f32_m16n16k16", "f16", "f32"}, {"f16_f32_m32n8k16", "f16", "f32"},      {"f16_f32_m8n32k16", "f16", "f32"},
+      {"f16_f16_m16n16k16", "f16", "f16"}, {"f16_f16_f32_m16n16k16", "f16", "f32"}, {"bf16_m16n16k16", "bf16", "f32"},
+      {"bf16_m32n8k16", "bf16", "f32"},    {"bf16_m8n32k16", "bf16", "f32"},        {"tf32_m16n16k8", "tf32", "f32"},
+      {"f64_m8n8k4", "f64", "f64"},        {"s8_m16n16k16", "s8", "s32"},           {"u8_m32n8k16", "u8", "s32"},
+      {"s8_m8n32k16", "s8", "s32"}};
+  const uint32_t blocks = 2, bytes = blocks * 8192;
+  for (const WmmaForm& form : kForms) {
+    const std::string name = std::string("wmma_") + form.name;
+    for (uint32_t threads : {32u, 64u}) {
+      for (bool edges : {false, true}) {
+        Elements elements(edges ? 5 : 3);
+        std::vector<uint8_t> a = Matrix(elements, form.input, bytes, edges, 1);
+        std::vector<uint8_t> b = Matrix(elements, form.input, bytes, edges, 2);
+        std::vector<uint8_t> c = Matrix(elements, form.accumulator, bytes, edges, 3);
+        // a with a stride of 36 elements (rows apart), d with 40.
+        Outcome out = Both(name, blocks, {threads}, {a, b, c, std::vector<uint8_t>(bytes, 0xee)}, {36, 40});
+        ASSERT_EQ(out.error, 0) << name << ": " << out.detail;
+        EXPECT_NE(out.buffers[3], std::vector<uint8_t>(bytes, 0xee)) << name;
+      }
+    }
+  }
+}
+
+// d stored to a shared tile and loaded back from it as another multiply's c (lanes reading
+// what other lanes stored; stride 20 and 16), then stored through the generic space; and
+// wmma accesses outside their memory (a's stride, d's stride too large for the buffers, the
+// shared tile's stride past the CTA's shared memory) failing both tiers with the same detail.
+TEST_F(JitMatrix, WmmaThroughSharedMemoryAndStrayAccesses) {
+  const uint32_t bytes = 4096;
+  Elements elements(9);
+  std::vector<uint8_t> a = Matrix(elements, "f16", bytes, false, 4), b = Matrix(elements, "f16", bytes, false, 5);
+  std::vector<uint8_t> c = Matrix(elements, "f32", bytes, false, 6);
+  for (uint32_t stride : {20u, 16u}) {
+    Outcome out = Both("wmma_shared_round_trip", 1, {64}, {a, b, c, std::vector<uint8_t>(bytes, 0xee)}, {16, stride});
+    ASSERT_EQ(out.error, 0) << out.detail;
+  }
+  for (auto [name, sa, sd] :
+       {std::tuple{"wmma_shared_round_trip", 16u, 200u}, std::tuple{"wmma_f16_f32_m16n16k16", 4000u, 16u},
+        std::tuple{"wmma_f16_f32_m16n16k16", 16u, 4000u}, std::tuple{"wmma_f64_m8n8k4", 16u, 4000u}}) {
+    Outcome out = Both(name, 1, {32}, {a, b, c, std::vector<uint8_t>(bytes)}, {sa, sd});
+    EXPECT_EQ(out.error, kIllegalAddress) << name << " " << sa << " " << sd;
+    EXPECT_NE(out.detail.find("wmma"), std::string::npos) << name << ": " << out.detail;
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::sim

@@ -105,6 +105,9 @@ const std::map<std::string_view, std::string_view> kSamples = {
      "ld.global.u32 %r3, [%rd1];\n  mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%f2, %f3, %f4, %f5}, {%r3, %r3}, "
      "{%r3}, {%f1, %f1, %f1, %f1};"},
     {"ldmatrix", "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%r2, %r3}, [%r1];"},
+    {"wmma",
+     "wmma.load.c.sync.aligned.row.m8n8k4.global.f64 {%fd1, %fd2}, [%rd1];\n"
+     "  wmma.store.d.sync.aligned.col.m8n8k4.f64 [%rd1], {%fd1, %fd2}, %r1;"},
     {"tex", "tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}];"},
     {"tld4", "tld4.r.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}];"},
     {"txq", "txq.width.b32 %r2, [%rd1];"},
