@@ -324,7 +324,8 @@ TEST_F(JitMatrix, MmaSyncAccumulatingInALoop) {
 // ldmatrix of one, two and four matrices, plain and transposed, rows packed (16 bytes
 // apart) and spread (32), the two-matrix form at an offset: each lane's registers the
 // interpreter's; a lane whose row lies outside shared memory fails both tiers with the same
-// detail (ldmatrix, 2 bytes, the address).
+// detail (ldmatrix, 2 bytes, the address); lanes storing right after it to rows the others
+// read do not change what those read.
 TEST_F(JitMatrix, LdmatrixGivesTheInterpretersRegisters) {
   const uint32_t blocks = 3;
   std::vector<uint16_t> halves(blocks * 1056 / 2);
@@ -348,6 +349,14 @@ TEST_F(JitMatrix, LdmatrixGivesTheInterpretersRegisters) {
       EXPECT_NE(stray.detail.find("ldmatrix"), std::string::npos) << name << ": " << stray.detail;
     }
   }
+  // Lanes that store, right after it, to rows other lanes' ldmatrix reads: those lanes read
+  // the rows as they were.
+  Outcome out = Both("ldmatrix_then_store", blocks, {32},
+                     {Bytes(halves), Bytes(std::vector<uint32_t>(blocks * 32 * 4, 0xdeadbeefu))}, {16, 99});
+  ASSERT_EQ(out.error, 0) << out.detail;
+  // Lane 8 of block 0, its first register: row 2 of matrix 0 (bytes 32 on), which thread 1
+  // overwrites right after it.
+  EXPECT_EQ(Values<uint32_t>(out.buffers[1])[8 * 4], uint32_t{halves[16]} | uint32_t{halves[17]} << 16);
 }
 
 // A wmma form of JitMatrix.ptx: its kernel (wmma_<name>) and its element types of a and b
