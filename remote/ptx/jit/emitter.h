@@ -78,8 +78,9 @@ bool IsCacheHint(std::string_view q);
 bool IsWarpOperation(const RawStatement& s);
 bool IsCtaBarrier(const RawStatement& s);
 
-// Warp matrix operations (emit_matrix.cc): mma, ldmatrix (warp-level operations too), and
-// the registers one reads from every lane of the warp (mma's a, b, c; ldmatrix's address).
+// Warp matrix operations (emit_matrix.cc): mma, ldmatrix and wmma (warp-level operations
+// too), and the registers one reads from every lane of the warp (the a, b and c of mma.sync
+// and wmma.mma; ldmatrix's address).
 bool IsMatrixOperation(const RawStatement& s);
 std::vector<std::string> MatrixLaneOperands(const RawStatement& s);
 

@@ -56,15 +56,17 @@ struct MemoryAccess {
 };
 
 // Kernels with warp-level operations (shfl.sync, vote.sync, redux.sync, match.sync,
-// activemask, bar.warp.sync):
+// activemask, bar.warp.sync, and the matrix operations mma.sync, ldmatrix and wmma):
 // a thread stops at each as at a barrier, its operands in its warp slots (kWarpSlots words
 // per thread, Context::slots), and Settle (run.cc) runs the operation for the lanes the interpreter would
 // run it with, writing each lane's results into its slots, before those lanes go on.
 // A stopped thread's resume point carries kStopped until Settle lets it go on.
 constexpr int32_t kStopped = 0x40000000;
-// kSlotPredicate: a vote's predicate, a redux's or a match's value. kSlotMatrix on: the
-// results of a matrix operation (mma.sync: d's registers; ldmatrix: its elements' addresses),
-// as many as a fragment has registers (matrix_ops.h: kMaxFragmentRegisters).
+// kSlotPredicate: a vote's predicate, a redux's or a match's value. kSlotB and kSlotC:
+// also wmma.load/store's address and stride. kSlotMatrix on: a matrix operation's registers
+// (mma: d's, from Settle; ldmatrix: its elements' addresses, from Settle; wmma.store: its
+// fragment, across its first stop), as many as a fragment has (matrix_ops.h:
+// kMaxFragmentRegisters).
 enum WarpSlot : uint32_t {
   kSlotB,
   kSlotC,
