@@ -228,6 +228,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
     // membermask a loop could leave short. It reads registers of every lane: shadowed as a
     // shuffle's source is.
     if (IsMatrixOperation(s)) {
+      warp_slots_ = kMatrixWarpSlots;
       for (const std::string& name : MatrixLaneOperands(s)) {
         if (!shadow(name, OpcodeName(s) != "ldmatrix")) return false;
       }
@@ -274,7 +275,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
 
 // This thread's warp slot `slot`, and its shadow of register `index`.
 llvm::Value* Emitter::SlotOf(uint32_t slot) {
-  llvm::Value* base = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(kWarpSlots));
+  llvm::Value* base = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(warp_slots_));
   return b_.CreateGEP(i64_, slots_arg_, b_.CreateAdd(base, b_.getInt64(slot)));
 }
 

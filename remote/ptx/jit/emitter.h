@@ -328,8 +328,9 @@ class Emitter {
   uint32_t warp_ops_ = 0;
   std::vector<WarpOp>* warp_table_ = nullptr;
   std::map<std::string, uint32_t> shadow_index_;
-  bool loop_without_stops_ = false;  // a backward branch over no warp-level operation
-  bool whole_warps_ = false;         // CompiledKernel::whole_warps
+  bool loop_without_stops_ = false;   // a backward branch over no warp-level operation
+  bool whole_warps_ = false;          // CompiledKernel::whole_warps
+  uint32_t warp_slots_ = kWarpSlots;  // CompiledKernel::warp_slots
   llvm::Value* slots_arg_ = nullptr;
   llvm::Value* shadow_arg_ = nullptr;
   std::vector<std::vector<std::string>> barrier_live_;        // per instruction: live after a barrier

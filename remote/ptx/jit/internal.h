@@ -66,7 +66,9 @@ constexpr int32_t kStopped = 0x40000000;
 // also wmma.load/store's address and stride. kSlotMatrix on: a matrix operation's registers
 // (mma: d's, from Settle; ldmatrix: its elements' addresses, from Settle; wmma.store: its
 // fragment, across its first stop), as many as a fragment has (matrix_ops.h:
-// kMaxFragmentRegisters).
+// kMaxFragmentRegisters): a kernel with matrix operations has kMatrixWarpSlots per thread,
+// the others kWarpSlots (CompiledKernel::warp_slots), which keeps the slots Settle reads for
+// a shuffle or a vote as close together as they were.
 enum WarpSlot : uint32_t {
   kSlotB,
   kSlotC,
@@ -74,8 +76,9 @@ enum WarpSlot : uint32_t {
   kSlotPredicate,
   kSlotResult,
   kSlotResultPredicate,
-  kSlotMatrix,
-  kWarpSlots = kSlotMatrix + 8
+  kWarpSlots,
+  kSlotMatrix = kWarpSlots,
+  kMatrixWarpSlots = kSlotMatrix + 8
 };
 
 // What stops a thread at resume point k (WarpOps()[k - 1]).
@@ -136,7 +139,7 @@ struct Context {
   // last value, kept from CTA to CTA as the interpreter keeps a warp's registers).
   uint64_t* shadow = nullptr;
   SettleFunction settle = nullptr;  // +112
-  uint64_t* slots = nullptr;        // +120: kWarpSlots per thread of the CTA
+  uint64_t* slots = nullptr;        // +120: CompiledKernel::warp_slots per thread of the CTA
   // +128: the launch's SMs (%nsmid; %smid is the CTA's linear index modulo it, as the
   // interpreter's StartCta sets it). At least 1: the sim executor's count is.
   uint32_t sm_count = 1;
@@ -273,6 +276,9 @@ class CompiledKernel {
   // register the interpreter computes in every lane before the CTA runs, lanes past the
   // CTA's last thread included (emit_warp.cc).
   bool whole_warps = false;
+  // Words of warp slots per thread (Context::slots): kWarpSlots, or kMatrixWarpSlots for a
+  // kernel with matrix operations.
+  uint32_t warp_slots = jit::kWarpSlots;
 };
 
 }  // namespace gpupool::sim

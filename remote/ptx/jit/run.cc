@@ -61,7 +61,7 @@ char* Translate(Context* context, uint32_t access, uint64_t address) {
 
 // The lanes `op`, run by `lanes` of warp `w`, waits for (the interpreter's SyncLanes): the
 // union of their membermasks.
-uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t w, uint32_t lanes) {
+uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t stride, uint32_t w, uint32_t lanes) {
   // Matrix operations wait for the whole warp (the interpreter's kSyncWarp).
   if (op.kind == jit::WarpOp::kMma || op.kind == jit::WarpOp::kLdmatrix || op.kind == jit::WarpOp::kMatrixSync) {
     return 0xffffffffu;
@@ -70,7 +70,7 @@ uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t w, uin
   uint32_t sync = 0;
   for (uint32_t left = lanes; left != 0; left &= left - 1) {
     const uint32_t t = w * 32 + static_cast<uint32_t>(std::countr_zero(left));
-    sync |= static_cast<uint32_t>(slots[t * jit::kWarpSlots + jit::kSlotMember]);
+    sync |= static_cast<uint32_t>(slots[t * stride + jit::kSlotMember]);
   }
   return sync;
 }
@@ -78,7 +78,7 @@ uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t w, uin
 // Runs `op` for `lanes` of warp `w`: each lane's results in its slots.
 void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, uint32_t w, uint32_t lanes) {
   auto slot = [&](uint32_t lane, uint32_t which) -> uint64_t& {
-    return slots[(w * 32 + lane) * jit::kWarpSlots + which];
+    return slots[(w * 32 + lane) * context.kernel->warp_slots + which];
   };
   auto each = [&](uint32_t mask, auto f) {
     for (uint32_t left = mask; left != 0; left &= left - 1) f(static_cast<uint32_t>(std::countr_zero(left)));
@@ -269,6 +269,7 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
   const std::vector<jit::WarpOp>& ops = context->kernel->warp_ops;
   const uint32_t threads = context->ntid[0] * context->ntid[1] * context->ntid[2];
   uint64_t* slots = context->slots;
+  const uint32_t stride = context->kernel->warp_slots;
   // Lane l of a warp: at which op (index into ops), or -1 (ended, or at the barrier).
   auto op_of = [&](uint32_t t) -> int32_t {
     if (t >= threads || resume[t] < 0) return -1;
@@ -297,10 +298,10 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
     };
     uint32_t lanes = 0;
     int32_t k = lowest(ready, &lanes);
-    if (const uint32_t behind = SyncLanes(ops[k], slots, w, lanes) & ready & ~lanes; behind != 0) {
+    if (const uint32_t behind = SyncLanes(ops[k], slots, stride, w, lanes) & ready & ~lanes; behind != 0) {
       uint32_t other_lanes = 0;
       const int32_t other = lowest(behind, &other_lanes);
-      if ((SyncLanes(ops[other], slots, w, other_lanes) & ready & ~other_lanes) == 0) {
+      if ((SyncLanes(ops[other], slots, stride, w, other_lanes) & ready & ~other_lanes) == 0) {
         k = other;
         lanes = other_lanes;
       }
@@ -500,7 +501,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     std::vector<uint8_t> local;
     std::vector<int32_t> resume;
     std::vector<uint64_t> saved;
-    std::vector<uint64_t> slots;         // warp-level operations' (kWarpSlots per thread)
+    std::vector<uint64_t> slots;         // warp-level operations' (warp_slots per thread)
     std::vector<uint64_t> shadow;        // the shuffled registers' (per lane of the CTA's warps)
     std::atomic<uint64_t> unwatched{0};  // progress of a launch nobody watches
     int32_t error = 0;
@@ -562,7 +563,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       // The shadows start at 0 per launch and stay from CTA to CTA, as the interpreter's
       // registers do (its lanes past the CTA's last thread included).
       const uint64_t lanes = (uint64_t{threads} + 31) / 32 * 32;
-      worker.slots.assign(uint64_t{threads} * jit::kWarpSlots, 0);
+      worker.slots.assign(uint64_t{threads} * kernel.warp_slots, 0);
       worker.shadow.assign(lanes * std::max(kernel.shadows, 1u), 0);
     }
     Context& context = worker.context;
