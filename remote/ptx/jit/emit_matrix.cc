@@ -23,11 +23,15 @@
 
 namespace gpupool::sim::jit {
 
-namespace {
+bool IsMatrixOperation(const RawStatement& s) {
+  const std::string op = s.opcode.substr(0, s.opcode.find('.'));
+  return op == "mma" || op == "ldmatrix" || op == "wmma";
+}
 
-// The registers a matrix operation reads from every lane (their shadows): mma's a, b and c,
-// ldmatrix's address register; empty for other statements.
-std::vector<std::string> LaneOperands(const RawStatement& s) {
+// The registers a matrix operation reads from every lane (their shadows): the a, b and c of
+// mma.sync and wmma.mma, ldmatrix's address register; none for wmma.load and wmma.store
+// (each lane's own) or other statements.
+std::vector<std::string> MatrixLaneOperands(const RawStatement& s) {
   std::vector<std::string> names;
   const std::string op = s.opcode.substr(0, s.opcode.find('.'));
   if (op == "mma" || s.opcode.rfind("wmma.mma", 0) == 0) {
@@ -39,15 +43,6 @@ std::vector<std::string> LaneOperands(const RawStatement& s) {
   }
   return names;
 }
-
-}  // namespace
-
-bool IsMatrixOperation(const RawStatement& s) {
-  const std::string op = s.opcode.substr(0, s.opcode.find('.'));
-  return op == "mma" || op == "ldmatrix" || op == "wmma";
-}
-
-std::vector<std::string> MatrixLaneOperands(const RawStatement& s) { return LaneOperands(s); }
 
 // mma.sync.aligned.{shape}.row.col.{dtype}.{atype}.{btype}.{ctype} {d}, {a}, {b}, {c}: the
 // forms the decoder takes (MmaSyncForm).
