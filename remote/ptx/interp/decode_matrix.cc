@@ -25,29 +25,6 @@ Status Decoder::Fragment(const Frame& frame, const RawStatement& s, const RawOpe
   return Status::OK();
 }
 
-bool Decoder::MatrixModifiers(const std::vector<std::string>& parts, WmmaOp* op, std::vector<WmmaType>* types,
-                              std::vector<bool>* row_layouts) {
-  for (size_t i = 1; i < parts.size(); ++i) {
-    const std::string& part = parts[i];
-    unsigned m = 0, n = 0, k = 0;
-    char tail = 0;
-    if (std::sscanf(part.c_str(), "m%un%uk%u%c", &m, &n, &k, &tail) == 3) {
-      op->m = m;
-      op->n = n;
-      op->k = k;
-    } else if (auto type = kWmmaTypes.find(part); type != kWmmaTypes.end()) {
-      types->push_back(type->second);
-    } else if (part == "row" || part == "col") {
-      row_layouts->push_back(part == "row");
-    } else if (part == "satfinite") {
-      op->satfinite = true;
-    } else if (part == "s4" || part == "u4" || part == "b1") {
-      return false;
-    }
-  }
-  return true;
-}
-
 Status Decoder::Wmma(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
   auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
   WmmaOp op;
@@ -111,27 +88,9 @@ Status Decoder::Wmma(const Frame& frame, const RawStatement& s, const std::vecto
 }
 
 Status Decoder::MmaSync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
+  // The forms both tiers take (matrix_ops.h), decided in one place.
   WmmaOp op;
-  op.kind = WmmaOp::kMma;
-  op.ptx_layout = true;
-  std::vector<WmmaType> types;
-  std::vector<bool> layouts;  // true: row
-  const bool whole_bytes = MatrixModifiers(parts, &op, &types, &layouts);
-  const auto shape = std::make_tuple(op.m, op.n, op.k);
-  bool supported = whole_bytes && types.size() == 4 && layouts == std::vector<bool>{true, false};
-  if (supported) {
-    for (int i = 0; i < 4; ++i) op.types[i] = types[i];
-    const WmmaType a = types[1], d = types[0], c = types[3];
-    const bool half_in = (a == WmmaType::kF16 || a == WmmaType::kBF16) && types[2] == a &&
-                         (shape == std::make_tuple(16u, 8u, 16u) || shape == std::make_tuple(16u, 8u, 8u));
-    const bool half_out = d == WmmaType::kF16 || c == WmmaType::kF16;
-    supported = (half_in && (d == WmmaType::kF32 || d == WmmaType::kF16) &&
-                 (c == WmmaType::kF32 || c == WmmaType::kF16) && (!half_out || a == WmmaType::kF16)) ||
-                (a == WmmaType::kTF32 && types[2] == a && d == WmmaType::kF32 && c == WmmaType::kF32 &&
-                 shape == std::make_tuple(16u, 8u, 8u)) ||
-                (a == WmmaType::kF64 && types[2] == a && d == a && c == a && shape == std::make_tuple(8u, 8u, 4u));
-  }
-  if (!supported) {
+  if (!MmaSyncForm(parts, &op)) {
     return Refuse("instruction '" + s.opcode +
                       "' is not supported by the sim GPU (mma.sync runs m16n8k16 and m16n8k8 "
                       "of f16/bf16, m16n8k8 of tf32 and m8n8k4 of f64)",

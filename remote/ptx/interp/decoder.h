@@ -125,22 +125,11 @@ class Decoder {
   // InvalidArgument naming the instruction and its PTX line.
   static Status BadInstruction(const RawStatement& s, const std::string& why);
 
-  // Element types of wmma and mma.sync fragments, by their PTX names.
-  inline static const std::map<std::string, WmmaType> kWmmaTypes = {
-      {"f16", WmmaType::kF16}, {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32}, {"f32", WmmaType::kF32},
-      {"f64", WmmaType::kF64}, {"s8", WmmaType::kS8},     {"u8", WmmaType::kU8},     {"s32", WmmaType::kS32}};
-
   // The registers of fragment operand `operand` ({%r1, ...}) of matrix `matrix` (a, b, c
   // or d) of `op`, into *slots: enough to hold the matrix across the warp (wmma, whose
   // fragments may hold copies), or exactly that many (exact: mma.sync).
   Status Fragment(const Frame& frame, const RawStatement& s, const RawOperand& operand, const WmmaOp& op, char matrix,
                   WmmaType type, bool exact, std::vector<int32_t>* slots);
-
-  // The modifiers of a wmma or mma.sync instruction: its shape (into op's m, n, k), its
-  // element types and layouts (true: row) in order, and .satfinite. False when it names a
-  // sub-byte type (s4, u4, b1), which the sim does not run.
-  static bool MatrixModifiers(const std::vector<std::string>& parts, WmmaOp* op, std::vector<WmmaType>* types,
-                              std::vector<bool>* row_layouts);
 
   // wmma.load / wmma.store / wmma.mma (HWmmaMemory, HWmmaMma). `inst` comes with
   // its guard and state space.

@@ -15,28 +15,6 @@ namespace gpupool::sim::interp {
 // in the precision a tensor core uses (f32 or f16 accumulators summed in f32, f64 in f64,
 // integers in 64 bits) and scatters the result.
 
-uint32_t WmmaSize(WmmaType t) {
-  switch (t) {
-    case WmmaType::kF16:
-    case WmmaType::kBF16:
-      return 2;
-    case WmmaType::kS8:
-    case WmmaType::kU8:
-      return 1;
-    case WmmaType::kF64:
-      return 8;
-    default:
-      return 4;
-  }
-}
-// Elements in one register of a fragment (16- and 8-bit elements are packed in .b32).
-uint32_t WmmaPerRegister(WmmaType t) { return t == WmmaType::kF64 ? 1 : 4 / WmmaSize(t); }
-
-void WmmaShape(const WmmaOp& op, char matrix, uint32_t* rows, uint32_t* cols) {
-  *rows = matrix == 'a' ? op.m : matrix == 'b' ? op.k : op.m;
-  *cols = matrix == 'a' ? op.k : matrix == 'b' ? op.n : op.n;
-}
-
 // Element e of a fragment, as its raw bits (zero-extended).
 uint64_t WmmaBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l) {
   uint32_t per = WmmaPerRegister(t);
@@ -59,126 +37,17 @@ void WmmaSetBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint
   word = (word & ~field) | ((value << shift) & field);
 }
 
-double WmmaValue(uint64_t bits, WmmaType t) {
-  switch (t) {
-    case WmmaType::kF16:
-      return HalfToFloat(static_cast<uint16_t>(bits));
-    case WmmaType::kBF16:
-      return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
-    case WmmaType::kTF32:  // the low 13 mantissa bits take no part
-      return std::bit_cast<float>(static_cast<uint32_t>(bits) & ~0x1fffu);
-    case WmmaType::kF32:
-      return std::bit_cast<float>(static_cast<uint32_t>(bits));
-    case WmmaType::kF64:
-      return std::bit_cast<double>(bits);
-    case WmmaType::kS8:
-      return static_cast<int8_t>(bits);
-    case WmmaType::kU8:
-      return static_cast<uint8_t>(bits);
-    case WmmaType::kS32:
-      return static_cast<int32_t>(bits);
-  }
-  return 0;
-}
-
-// mma.sync's fragments (ptx_layout): the row-major index in its matrix of element e of
-// lane l, as PTX's figures place them (groupID = lane / 4, threadID_in_group = lane % 4).
-// matrix 0 d, 1 a, 2 b, 3 c; the shapes the decoder accepts: m16n8k16 and m16n8k8 of
-// f16/bf16, m16n8k8 of tf32, m8n8k4 of f64.
-uint32_t MmaIndex(const WmmaOp& op, int matrix, uint32_t e, uint32_t l) {
-  const uint32_t g = l >> 2, t = l & 3;
-  const WmmaType type = op.types[1];
-  uint32_t row, col, cols;
-  if (type == WmmaType::kF64) {  // m8n8k4
-    if (matrix == 1) return g * 4 + t;
-    if (matrix == 2) return t * 8 + g;
-    return g * 8 + t * 2 + e;
-  }
-  if (matrix == 0 || matrix == 3) {  // 16 x 8
-    row = g + 8 * (e >> 1);
-    col = t * 2 + (e & 1);
-    cols = 8;
-  } else if (type == WmmaType::kTF32) {  // m16n8k8
-    if (matrix == 1) {
-      row = g + 8 * (e & 1);
-      col = t + 4 * (e >> 1);
-      cols = 8;
-    } else {
-      row = t + 4 * e;
-      col = g;
-      cols = 8;
-    }
-  } else if (matrix == 1) {  // A, 16 x k
-    row = g + 8 * ((e >> 1) & 1);
-    col = t * 2 + (e & 1) + 8 * (e >> 2);
-    cols = op.k;
-  } else {  // B, k x 8
-    row = t * 2 + (e & 1) + 8 * (e >> 1);
-    col = g;
-    cols = 8;
-  }
-  return row * cols + col;
-}
-
-// wmma.mma and mma.sync: D = A * B + C over the whole warp.
+// wmma.mma and mma.sync: D = A * B + C over the whole warp (matrix_ops.h: WarpMma, which
+// compiled code runs too), every lane's registers read, d written for the lanes running it.
 void HWmmaMma(Warp& w, const Inst& in, uint32_t mask) {
   const WmmaOp& op = w.launch->kernel->wmma[in.aux];
-  const uint32_t m = op.m, n = op.n, k = op.k;
-  // Largest shape: 32x8x16 / 16x16x16 (256 elements of C, 512 of A or B).
-  double a[512], b[512], c[256];
-  auto gather = [&](int which, uint32_t count, double* out) {
-    const WmmaType t = op.types[which];
-    const uint32_t elements = static_cast<uint32_t>(op.fragments[which].size()) * WmmaPerRegister(t);
-    for (int l = 0; l < 32; ++l) {
-      for (uint32_t e = 0; e < elements; ++e) {
-        uint32_t index = op.ptx_layout ? MmaIndex(op, which, e, static_cast<uint32_t>(l))
-                                       : (static_cast<uint32_t>(l) * elements + e) % count;
-        out[index] = WmmaValue(WmmaBits(w, op.fragments[which], t, e, l), t);
-      }
-    }
-  };
-  gather(1, m * k, a);
-  gather(2, k * n, b);
-  gather(3, m * n, c);
-  const WmmaType dt = op.types[0];
-  uint64_t result[256];
-  for (uint32_t i = 0; i < m; ++i) {
-    for (uint32_t j = 0; j < n; ++j) {
-      uint64_t bits;
-      if (dt == WmmaType::kS32) {
-        int64_t sum = static_cast<int64_t>(c[i * n + j]);
-        for (uint32_t q = 0; q < k; ++q) {
-          sum += static_cast<int64_t>(a[i * k + q]) * static_cast<int64_t>(b[q * n + j]);
-        }
-        if (op.satfinite) {
-          sum = std::clamp<int64_t>(sum, std::numeric_limits<int32_t>::min(), std::numeric_limits<int32_t>::max());
-        }
-        bits = static_cast<uint32_t>(static_cast<uint64_t>(sum));
-      } else if (dt == WmmaType::kF64) {
-        double sum = c[i * n + j];
-        for (uint32_t q = 0; q < k; ++q) sum = std::fma(a[i * k + q], b[q * n + j], sum);
-        bits = std::bit_cast<uint64_t>(sum);
-      } else {
-        float sum = static_cast<float>(c[i * n + j]);
-        for (uint32_t q = 0; q < k; ++q) {
-          sum = std::fma(static_cast<float>(a[i * k + q]), static_cast<float>(b[q * n + j]), sum);
-        }
-        if (op.satfinite && std::isinf(sum)) {
-          sum = std::copysign(dt == WmmaType::kF16 ? 65504.0f : std::numeric_limits<float>::max(), sum);
-        }
-        bits = dt == WmmaType::kF16 ? FloatToHalf(sum) : std::bit_cast<uint32_t>(sum);
-      }
-      result[i * n + j] = bits;
-    }
+  const uint64_t* rows[3][kMaxFragmentRegisters];
+  uint64_t* d[kMaxFragmentRegisters];
+  for (int m = 0; m < 3; ++m) {
+    for (size_t r = 0; r < op.fragments[m + 1].size(); ++r) rows[m][r] = w.R(op.fragments[m + 1][r]);
   }
-  const uint32_t elements = static_cast<uint32_t>(op.fragments[0].size()) * WmmaPerRegister(dt);
-  ForLanes(mask, [&](int l) {
-    for (uint32_t e = 0; e < elements; ++e) {
-      uint32_t index = op.ptx_layout ? MmaIndex(op, 0, e, static_cast<uint32_t>(l))
-                                     : (static_cast<uint32_t>(l) * elements + e) % (m * n);
-      WmmaSetBits(w, op.fragments[0], dt, e, l, result[index]);
-    }
-  });
+  for (size_t r = 0; r < op.fragments[0].size(); ++r) d[r] = w.R(op.fragments[0][r]);
+  WarpMma(op, rows[0], rows[1], rows[2], d, mask);
 }
 
 // cvt.rna.tf32.f32 (and .rn, .rz): f32 to TF32 (10 mantissa bits), kept in a .b32 with
@@ -297,7 +166,7 @@ void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
 // of 16-bit elements; row r of matrix j starts at the address lane 8j + r gives. Lane l
 // receives in register j the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of
 // matrix j, or with .trans (flag signed) the elements (2 (l % 4), l / 4) and
-// (2 (l % 4) + 1, l / 4).
+// (2 (l % 4) + 1, l / 4): LdmatrixAddress (matrix_ops.h), which compiled code places them by too.
 void HLdmatrix(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = w.R(in.a);
   uint64_t rows[32];
@@ -307,9 +176,8 @@ void HLdmatrix(Warp& w, const Inst& in, uint32_t mask) {
     for (int j = 0; j < in.vec; ++j) {
       uint32_t word = 0;
       for (int h = 0; h < 2; ++h) {
-        const int row = transpose ? 2 * (l % 4) + h : l / 4;
-        const int col = transpose ? l / 4 : 2 * (l % 4) + h;
-        const uint64_t address = rows[8 * j + row] + 2 * static_cast<uint64_t>(col);
+        const uint64_t address = LdmatrixAddress(rows, static_cast<uint32_t>(l), static_cast<uint32_t>(j),
+                                                 static_cast<uint32_t>(h), transpose);
         uint8_t* p = w.Address(in.space, address, 2, l);
         if (p == nullptr) {
           w.Fault(address, 2, "ldmatrix");

@@ -4,12 +4,10 @@
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/conversions.h"
 #include "remote/ptx/interp/handler_tables.h"
+#include "remote/ptx/matrix_ops.h"
 
 namespace gpupool::sim::interp {
 
-uint32_t WmmaSize(WmmaType t);
-uint32_t WmmaPerRegister(WmmaType t);
-void WmmaShape(const WmmaOp& op, char matrix, uint32_t* rows, uint32_t* cols);
 uint64_t WmmaBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l);
 void WmmaSetBits(Warp& w, const std::vector<int32_t>& fragment, WmmaType t, uint32_t e, int l, uint64_t value);
 

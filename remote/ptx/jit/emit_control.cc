@@ -191,6 +191,10 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
     b_.CreateRet(b_.getInt32(kLaunchFailed));
     return true;
   }
+  if (op == "trap" || op == "brkpt") {
+    Trap(guard);
+    return true;
+  }
   if (runtime) return RuntimeCall(s, guard, refused);
   if (lanes_) return VectorInstruction(s, parts, guard, refused);
   if (op == "bra") {
@@ -405,6 +409,30 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
   }
   *why = "an instruction the tier does not take";
   return false;
+}
+
+// trap and brkpt: the launch fails where a thread (a running lane of vector code) reaches
+// one under its guard, as the interpreter's trap fails it (CUDA_ERROR_LAUNCH_FAILED, the
+// detail "trap": Context::trap_line -1).
+void Emitter::Trap(llvm::Value* guard) {
+  llvm::Value* taken = guard;
+  if (lanes_) {
+    llvm::Value* running = b_.CreateLoad(Lanes(i1_), mask_slot_);
+    taken = AnyLane(guard != nullptr ? b_.CreateAnd(running, guard) : running);
+  }
+  auto* trap = llvm::BasicBlock::Create(ctx_, "trap", fn_);
+  auto* fall = llvm::BasicBlock::Create(ctx_, "no_trap", fn_);
+  if (taken != nullptr) {
+    b_.CreateCondBr(taken, trap, fall);
+  } else {
+    b_.CreateBr(trap);
+  }
+  b_.SetInsertPoint(trap);
+  b_.CreateStore(b_.getInt32(static_cast<uint32_t>(-1)), Field(kOffTrapLine));
+  FlushCount();
+  b_.CreateRet(b_.getInt32(kLaunchFailed));
+  // Unreached after an unguarded trap; the code after it is emitted there.
+  b_.SetInsertPoint(fall);
 }
 
 // membar.{cta,gl,sys}, fence{.sc,.acq_rel}.{cta,gpu,sys}: the CTAs of a launch run on two

@@ -292,6 +292,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   out->warp_level = warp_ops_ > 0;
   out->auto_interpreted = warp_ops_ > 0 && !loop_without_stops_;
   out->whole_warps = whole_warps_;
+  out->warp_slots = warp_slots_;
   out->shadows = static_cast<uint32_t>(shadow_index_.size());
 
   // next: the following thread, x fastest (a chunk of lanes at once in vector code): past

@@ -1,5 +1,5 @@
 // Warp-level operations in scalar code (emitter.h): shfl.sync, vote.sync, redux.sync,
-// activemask and bar.warp.sync. A thread stops at one as at a barrier (its live registers saved, its
+// match.sync, activemask and bar.warp.sync. A thread stops at one as at a barrier (its live registers saved, its
 // operands in its warp slots); once every thread of the CTA stopped, Settle (run.cc) runs
 // the operation for the lanes the interpreter runs it with and writes each lane's results
 // into its slots, and those threads go on from there, the results in their registers.
@@ -74,7 +74,8 @@ std::vector<std::string> Written(const RawStatement& s) {
 
 bool IsWarpOperation(const RawStatement& s) {
   const std::string_view op = OpcodeName(s);
-  return op == "shfl" || op == "vote" || op == "redux" || op == "activemask" || s.opcode.rfind("bar.warp", 0) == 0;
+  return op == "shfl" || op == "vote" || op == "redux" || op == "match" || op == "activemask" ||
+         s.opcode.rfind("bar.warp", 0) == 0 || IsMatrixOperation(s);
 }
 
 bool IsCtaBarrier(const RawStatement& s) {
@@ -87,7 +88,8 @@ bool IsCtaBarrier(const RawStatement& s) {
 //  - one under a guard;
 //  - one a thread can reach, since its last stop (the start, a barrier, a warp-level
 //    operation), through an instruction placed at or after it: the interpreter may then run
-//    it before that thread arrives, Settle waits for it;
+//    it before that thread arrives, Settle waits for it (not a matrix operation, which the
+//    interpreter too runs only once the warp's other ready lanes stopped);
 //  - in a kernel with a backward branch, one without a membermask of all 32 lanes
 //    (activemask, a mask in a register set otherwise): a lane spinning in a loop while the
 //    others wait is set aside by the interpreter after 1024 rounds, and the others run
@@ -95,8 +97,9 @@ bool IsCtaBarrier(const RawStatement& s) {
 //  - a shuffle of a register the interpreter may compute once per warp before the CTA
 //    runs (hoist.cc: its value is then in lanes that never ran its instruction), unless
 //    every thread runs its instruction first (the kernel is then compiled for launches of
-//    whole warps only), or not of a 32-bit register or an immediate.
-// Gives each register a shuffle reads its shadow index, and notes whether a loop (placed
+//    whole warps only), or not of a 32-bit register or an immediate; the same for the
+//    registers a matrix operation reads from every lane.
+// Gives each register a shuffle or a matrix operation reads its shadow index, and notes whether a loop (placed
 // between a backward branch and its target) holds no warp-level operation.
 bool Emitter::CheckWarpOperations(std::string* why, int* line) {
   std::vector<const RawStatement*> code;
@@ -191,11 +194,46 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
     }
     return true;
   };
+  // Gives `name`, a register an operation reads from other lanes, its shadow; false (and
+  // *why) for one the interpreter may compute once per warp before the CTA runs unless
+  // every thread computes it first.
+  auto shadow = [&](const std::string& name, bool fragment = false) {
+    if (name.empty() || !NamesRegister(name) || IsSpecialRegisterName(name)) {
+      return (*why = "an operand the tier cannot read across lanes: " + name, false);
+    }
+    // A matrix fragment's registers the interpreter never computes ahead (hoist.cc counts
+    // them written many times): its lanes hold what they ran, as the shadows do.
+    if (once.count(name) && !fragment) {
+      // Its value is in every lane before the CTA runs; here in each lane's shadow once
+      // the thread ran its instruction: before any shuffle where every thread runs it
+      // first, and in launches of whole warps (no lane past the CTA's last thread).
+      if (defs[name].front() >= straight) {
+        *why = "a warp-level operation reading " + name + ", which the interpreter may compute once per warp";
+        return false;
+      }
+      whole_warps_ = true;
+    }
+    shadow_index_.emplace(name, static_cast<uint32_t>(shadow_index_.size()));
+    return true;
+  };
   for (size_t i = 0; i < n; ++i) {
     const RawStatement& s = *code[i];
     if (!IsWarpOperation(s)) continue;
     *line = s.line;
     if (!s.guard.empty()) return (*why = "a warp-level operation under a guard", false);
+    // A matrix operation waits for the whole warp (the interpreter's kSyncWarp): lanes the
+    // interpreter finds elsewhere, ready, it runs first (to their own warp-synchronous
+    // instruction, a barrier or their end), where Settle finds them stopped, whether they
+    // come to it from code placed before or after it (a k-loop's back edge), and it has no
+    // membermask a loop could leave short. It reads registers of every lane: shadowed as a
+    // shuffle's source is.
+    if (IsMatrixOperation(s)) {
+      warp_slots_ = kMatrixWarpSlots;
+      for (const std::string& name : MatrixLaneOperands(s)) {
+        if (!shadow(name, OpcodeName(s) != "ldmatrix")) return false;
+      }
+      continue;
+    }
     // Back from it to the stops before it: every instruction on the way is placed before it.
     std::vector<bool> seen(n, false);
     std::deque<size_t> frontier = {i};
@@ -216,7 +254,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
     }
     const std::string_view op = OpcodeName(s);
     if (backward) {
-      const size_t member = op == "shfl" ? 4 : op == "vote" || op == "redux" ? 2 : 0;
+      const size_t member = op == "shfl" ? 4 : op == "vote" || op == "redux" || op == "match" ? 2 : 0;
       if (op == "activemask" || s.operands.size() <= member || !full(s.operands[member])) {
         *why = "a warp-level operation without a membermask of all lanes in a kernel with loops";
         return false;
@@ -229,17 +267,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
           a.negated || StorageBits(a.name) != 32) {
         return (*why = "a shuffle of other than a 32-bit register or an immediate", false);
       }
-      if (once.count(a.name)) {
-        // Its value is in every lane before the CTA runs; here in each lane's shadow once
-        // the thread ran its instruction: before any shuffle where every thread runs it
-        // first, and in launches of whole warps (no lane past the CTA's last thread).
-        if (defs[a.name].front() >= straight) {
-          *why = "a shuffle of " + a.name + ", which the interpreter may compute once per warp";
-          return false;
-        }
-        whole_warps_ = true;
-      }
-      shadow_index_.emplace(a.name, static_cast<uint32_t>(shadow_index_.size()));
+      if (!shadow(a.name)) return false;
     }
   }
   return true;
@@ -247,7 +275,7 @@ bool Emitter::CheckWarpOperations(std::string* why, int* line) {
 
 // This thread's warp slot `slot`, and its shadow of register `index`.
 llvm::Value* Emitter::SlotOf(uint32_t slot) {
-  llvm::Value* base = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(kWarpSlots));
+  llvm::Value* base = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(warp_slots_));
   return b_.CreateGEP(i64_, slots_arg_, b_.CreateAdd(base, b_.getInt64(slot)));
 }
 
@@ -276,6 +304,9 @@ void Emitter::Stop(WarpOp op) {
 bool Emitter::WarpOperation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
   const std::string_view name = parts[0];
+  if (name == "mma") return MmaSync(s, parts, why);
+  if (name == "ldmatrix") return Ldmatrix(s, parts, why);
+  if (name == "wmma") return Wmma(s, parts, why);
   const bool sync = parts.size() > 1 && parts[1] == "sync";
   const Type u32{Kind::kUnsigned, 32};
   const Type b32{Kind::kBits, 32};
@@ -331,6 +362,22 @@ bool Emitter::WarpOperation(const RawStatement& s, const std::vector<std::string
     op.mode = static_cast<uint8_t>((mode - std::begin(kModes)) + (parts[3] == "s32" ? 8 : 0));
     op.member = true;
     llvm::Value* v = Source(o[1], u32, why);
+    llvm::Value* m = Source(o[2], u32, why);
+    if (v == nullptr || m == nullptr) return false;
+    slots.push_back({kSlotPredicate, v});
+    slots.push_back({kSlotMember, m});
+  } else if (name == "match") {
+    // match.any.sync.{b32,b64} d, a, membermask; match.all.sync.{b32,b64} d[|p], a,
+    // membermask: the interpreter's forms (HMatch), over each lane's membermask.
+    const bool any = parts.size() == 4 && parts[1] == "any";
+    if (parts.size() != 4 || (!any && parts[1] != "all") || parts[2] != "sync" ||
+        (parts[3] != "b32" && parts[3] != "b64") || o.size() != 3 || (any && !o[0].pair.empty())) {
+      return form();
+    }
+    op.kind = WarpOp::kMatch;
+    op.mode = any ? 0 : 1;
+    op.member = true;
+    llvm::Value* v = Source(o[1], Type{Kind::kBits, parts[3] == "b64" ? 64u : 32u}, why);
     llvm::Value* m = Source(o[2], u32, why);
     if (v == nullptr || m == nullptr) return false;
     slots.push_back({kSlotPredicate, v});

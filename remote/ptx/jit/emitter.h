@@ -14,6 +14,9 @@
 //                       functions), cvt to tf32;
 //   emit_texture.cc     tex, tld4, txq, suld, sust, suq: calls of the interpreter's code
 //                       for one lane;
+//   emit_warp.cc        warp-level operations (shfl, vote, redux, match, activemask,
+//                       bar.warp): stops that Settle (run.cc) runs for the warp;
+//   emit_matrix.cc      mma.sync, ldmatrix and wmma, likewise, by matrix_ops.h's arithmetic;
 //   emit_arithmetic.cc  setp, cvt, integer and float arithmetic (bit fields, byte dot
 //                       products, directed roundings by call, min/max as selects), mov of
 //                       vectors of elements, the C library's approximate functions.
@@ -26,6 +29,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <string_view>
@@ -80,10 +84,16 @@ bool IsOrderingQualifier(std::string_view q);
 // at or after it to at or before it).
 bool InsideLoop(const RawFunction& entry, size_t index);
 
-// Warp-level operations (emit_warp.cc): shfl, vote, activemask, bar.warp; and barriers of
-// the whole CTA (bar, barrier, not bar.warp).
+// Warp-level operations (emit_warp.cc): shfl, vote, redux, match, activemask, bar.warp;
+// and barriers of the whole CTA (bar, barrier, not bar.warp).
 bool IsWarpOperation(const RawStatement& s);
 bool IsCtaBarrier(const RawStatement& s);
+
+// Warp matrix operations (emit_matrix.cc): mma, ldmatrix and wmma (warp-level operations
+// too), and the registers one reads from every lane of the warp (the a, b and c of mma.sync
+// and wmma.mma; ldmatrix's address).
+bool IsMatrixOperation(const RawStatement& s);
+std::vector<std::string> MatrixLaneOperands(const RawStatement& s);
 
 class Emitter {
  public:
@@ -134,6 +144,7 @@ class Emitter {
   bool Instruction(const RawStatement& s, std::string* refused);
   bool Operation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool Fence(const std::vector<std::string_view>& parts, std::string* why);
+  void Trap(llvm::Value* guard);
 
   // emit_runtime.cc: malloc, free, vprintf, __assertfail and cudaGraphSetConditional
   // (kMallocOpcode, kFreeOpcode, kPrintfOpcode, kAssertOpcode, kSetConditionalOpcode) under `guard` (or none);
@@ -184,6 +195,14 @@ class Emitter {
   llvm::Value* ShadowOf(uint32_t index);
   void Stop(WarpOp op);
   bool WarpOperation(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+
+  // emit_matrix.cc
+  bool MmaSync(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool Ldmatrix(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool Wmma(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
+  bool Multiply(const RawStatement& s, std::shared_ptr<WmmaOp> op, std::string* why);
+  bool WmmaMemory(const RawStatement& s, const WmmaOp& op, std::string_view space, std::string* why);
+  llvm::Value* MatrixAddress(llvm::Value* at, std::string_view space, uint32_t size, const char* what);
 
   // emit_memory.cc
   void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);
@@ -326,8 +345,9 @@ class Emitter {
   uint32_t warp_ops_ = 0;
   std::vector<WarpOp>* warp_table_ = nullptr;
   std::map<std::string, uint32_t> shadow_index_;
-  bool loop_without_stops_ = false;  // a backward branch over no warp-level operation
-  bool whole_warps_ = false;         // CompiledKernel::whole_warps
+  bool loop_without_stops_ = false;   // a backward branch over no warp-level operation
+  bool whole_warps_ = false;          // CompiledKernel::whole_warps
+  uint32_t warp_slots_ = kWarpSlots;  // CompiledKernel::warp_slots
   llvm::Value* slots_arg_ = nullptr;
   llvm::Value* shadow_arg_ = nullptr;
   std::vector<std::vector<std::string>> barrier_live_;        // per instruction: live after a barrier

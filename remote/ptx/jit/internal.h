@@ -55,26 +55,63 @@ struct MemoryAccess {
   const char* what = "load";  // load, store, atomic: as the interpreter names a fault
 };
 
-// Kernels with warp-level operations (shfl.sync, vote.sync, activemask, bar.warp.sync):
+// Kernels with warp-level operations (shfl.sync, vote.sync, redux.sync, match.sync,
+// activemask, bar.warp.sync, and the matrix operations mma.sync, ldmatrix and wmma):
 // a thread stops at each as at a barrier, its operands in its warp slots (kWarpSlots words
 // per thread, Context::slots), and Settle (run.cc) runs the operation for the lanes the interpreter would
 // run it with, writing each lane's results into its slots, before those lanes go on.
 // A stopped thread's resume point carries kStopped until Settle lets it go on.
 constexpr int32_t kStopped = 0x40000000;
-// kSlotPredicate: a vote's predicate, a redux's value.
-enum WarpSlot : uint32_t { kSlotB, kSlotC, kSlotMember, kSlotPredicate, kSlotResult, kSlotResultPredicate, kWarpSlots };
+// kSlotPredicate: a vote's predicate, a redux's or a match's value. kSlotB and kSlotC:
+// also wmma.load/store's address and stride. kSlotMatrix on: a matrix operation's registers
+// (mma: d's, from Settle; ldmatrix: its elements' addresses, from Settle; wmma.store: its
+// fragment, across its first stop), as many as a fragment has (matrix_ops.h:
+// kMaxFragmentRegisters): a kernel with matrix operations has kMatrixWarpSlots per thread,
+// the others kWarpSlots (CompiledKernel::warp_slots), which keeps the slots Settle reads for
+// a shuffle or a vote as close together as they were.
+enum WarpSlot : uint32_t {
+  kSlotB,
+  kSlotC,
+  kSlotMember,
+  kSlotPredicate,
+  kSlotResult,
+  kSlotResultPredicate,
+  kWarpSlots,
+  kSlotMatrix = kWarpSlots,
+  kMatrixWarpSlots = kSlotMatrix + 8
+};
 
 // What stops a thread at resume point k (WarpOps()[k - 1]).
 struct WarpOp {
-  enum Kind : uint8_t { kBarrier, kShfl, kVote, kActivemask, kSyncWarp, kRedux };
+  // kMatrixSync: before wmma.load/store's accesses, which wait for the whole warp;
+  // kMatrixDone: after the accesses of those and of ldmatrix, so that no lane goes on
+  // before each lane of the warp made its own (both: nothing to compute).
+  enum Kind : uint8_t {
+    kBarrier,
+    kShfl,
+    kVote,
+    kActivemask,
+    kSyncWarp,
+    kRedux,
+    kMatch,
+    kMma,
+    kLdmatrix,
+    kMatrixSync,
+    kMatrixDone
+  };
   Kind kind = kBarrier;
   // shfl: 0 idx, 1 up, 2 down, 3 bfly; vote: 0 all, 1 any, 2 uni, 3 ballot; redux: 0 add,
-  // 1 min, 2 max, 3 and, 4 or, 5 xor, + 8 for signed min and max
+  // 1 min, 2 max, 3 and, 4 or, 5 xor, + 8 for signed min and max; match: 0 any, 1 all;
+  // ldmatrix: its count of matrices, + 8 for .trans
   uint8_t mode = 0;
   bool member = false;  // a membermask in kSlotMember
-  int32_t source = -1;  // shfl: the shadow index of its source register; -1: `value`
-  uint64_t value = 0;   // shfl: its immediate source
-  uint32_t pc = 0;      // the instruction's index in the kernel
+  int32_t source = -1;  // shfl (ldmatrix): the shadow index of its source (address) register; -1: `value`
+  uint64_t value = 0;   // shfl: its immediate source; ldmatrix: the address's offset
+  // mma (mma.sync and wmma.mma): its shape, types and lane layout as the decoder's WmmaOp,
+  // fragments[1..3] the shadow indices of
+  // a's, b's and c's registers, fragments[0] as many entries as d has registers.
+  std::shared_ptr<const WmmaOp> matrix;
+  uint32_t pc = 0;  // the instruction's index in the kernel
 };
 
 // What compiled code reads and writes besides the kernel's memory; offsets are fixed for
@@ -97,12 +134,12 @@ struct Context {
   const std::atomic<bool>* cancel = nullptr;                   // +72, never null
   uint64_t shared_size = 0;                                    // +80: static + dynamic bytes
   uint8_t* local = nullptr;                                    // +88: local_bytes per thread of the CTA
-  int32_t trap_line = 0;                                       // +96: of a call nested too deep
+  int32_t trap_line = 0;                                       // +96: of a call nested too deep; -1: trap
   // +104: the shadows of the registers shuffles read, per lane of the CTA's warps (its
   // last value, kept from CTA to CTA as the interpreter keeps a warp's registers).
   uint64_t* shadow = nullptr;
   SettleFunction settle = nullptr;  // +112
-  uint64_t* slots = nullptr;        // +120: kWarpSlots per thread of the CTA
+  uint64_t* slots = nullptr;        // +120: CompiledKernel::warp_slots per thread of the CTA
   // +128: the launch's SMs (%nsmid; %smid is the CTA's linear index modulo it, as the
   // interpreter's StartCta sets it). At least 1: the sim executor's count is.
   uint32_t sm_count = 1;
@@ -239,6 +276,9 @@ class CompiledKernel {
   // register the interpreter computes in every lane before the CTA runs, lanes past the
   // CTA's last thread included (emit_warp.cc).
   bool whole_warps = false;
+  // Words of warp slots per thread (Context::slots): kWarpSlots, or kMatrixWarpSlots for a
+  // kernel with matrix operations.
+  uint32_t warp_slots = jit::kWarpSlots;
 };
 
 }  // namespace gpupool::sim

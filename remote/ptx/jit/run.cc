@@ -19,6 +19,7 @@
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/launch.h"
+#include "remote/ptx/matrix_ops.h"
 #include "remote/ptx/memory.h"
 #include "remote/ptx/ptx_engine.h"
 
@@ -60,12 +61,16 @@ char* Translate(Context* context, uint32_t access, uint64_t address) {
 
 // The lanes `op`, run by `lanes` of warp `w`, waits for (the interpreter's SyncLanes): the
 // union of their membermasks.
-uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t w, uint32_t lanes) {
+uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t stride, uint32_t w, uint32_t lanes) {
+  // Matrix operations wait for the whole warp (the interpreter's kSyncWarp).
+  if (op.kind == jit::WarpOp::kMma || op.kind == jit::WarpOp::kLdmatrix || op.kind == jit::WarpOp::kMatrixSync) {
+    return 0xffffffffu;
+  }
   if (!op.member) return 0;
   uint32_t sync = 0;
   for (uint32_t left = lanes; left != 0; left &= left - 1) {
     const uint32_t t = w * 32 + static_cast<uint32_t>(std::countr_zero(left));
-    sync |= static_cast<uint32_t>(slots[t * jit::kWarpSlots + jit::kSlotMember]);
+    sync |= static_cast<uint32_t>(slots[t * stride + jit::kSlotMember]);
   }
   return sync;
 }
@@ -73,7 +78,7 @@ uint32_t SyncLanes(const jit::WarpOp& op, const uint64_t* slots, uint32_t w, uin
 // Runs `op` for `lanes` of warp `w`: each lane's results in its slots.
 void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, uint32_t w, uint32_t lanes) {
   auto slot = [&](uint32_t lane, uint32_t which) -> uint64_t& {
-    return slots[(w * 32 + lane) * jit::kWarpSlots + which];
+    return slots[(w * 32 + lane) * context.kernel->warp_slots + which];
   };
   auto each = [&](uint32_t mask, auto f) {
     for (uint32_t left = mask; left != 0; left &= left - 1) f(static_cast<uint32_t>(std::countr_zero(left)));
@@ -186,9 +191,70 @@ void RunWarpOp(const jit::WarpOp& op, const Context& context, uint64_t* slots, u
       });
       break;
     }
+    case jit::WarpOp::kMatch:
+      // Over the values of each lane's membermask among the lanes running (interp: HMatch):
+      // any, the lanes holding the lane's value; all, the group if every lane holds one value.
+      member_groups([&](uint32_t group, uint32_t same) {
+        const uint64_t first =
+            group != 0 ? slot(static_cast<uint32_t>(std::countr_zero(group)), jit::kSlotPredicate) : 0;
+        bool all_same = true;
+        each(group, [&](uint32_t lane) { all_same = all_same && slot(lane, jit::kSlotPredicate) == first; });
+        each(same, [&](uint32_t lane) {
+          const uint64_t value = slot(lane, jit::kSlotPredicate);
+          uint32_t equal = 0;
+          each(group, [&](uint32_t k) { equal |= static_cast<uint32_t>(slot(k, jit::kSlotPredicate) == value) << k; });
+          slot(lane, jit::kSlotResult) = op.mode == 0 ? equal : all_same ? group : 0;
+          slot(lane, jit::kSlotResultPredicate) = all_same;
+        });
+      });
+      break;
     case jit::WarpOp::kActivemask:
       each(lanes, [&](uint32_t lane) { slot(lane, jit::kSlotResult) = lanes; });
       break;
+    case jit::WarpOp::kMma: {
+      // The interpreter's HWmmaMma: a, b and c of all 32 lanes (their shadows), d to the
+      // lanes running it.
+      const WmmaOp& matrix = *op.matrix;
+      const uint32_t shadows = context.kernel->shadows;
+      uint64_t in[3][kMaxFragmentRegisters][32];
+      const uint64_t* rows[3][kMaxFragmentRegisters];
+      for (int m = 0; m < 3; ++m) {
+        for (size_t r = 0; r < matrix.fragments[m + 1].size(); ++r) {
+          const uint32_t index = static_cast<uint32_t>(matrix.fragments[m + 1][r]);
+          for (uint32_t l = 0; l < 32; ++l) in[m][r][l] = context.shadow[uint64_t{w * 32 + l} * shadows + index];
+          rows[m][r] = in[m][r];
+        }
+      }
+      uint64_t out[kMaxFragmentRegisters][32];
+      uint64_t* out_rows[kMaxFragmentRegisters];
+      for (uint32_t r = 0; r < kMaxFragmentRegisters; ++r) out_rows[r] = out[r];
+      WarpMma(matrix, rows[0], rows[1], rows[2], out_rows, lanes);
+      each(lanes, [&](uint32_t lane) {
+        for (size_t r = 0; r < matrix.fragments[0].size(); ++r) {
+          slot(lane, jit::kSlotMatrix + static_cast<uint32_t>(r)) = out[r][lane];
+        }
+      });
+      break;
+    }
+    case jit::WarpOp::kLdmatrix: {
+      // The interpreter's HLdmatrix: the rows the 32 lanes' address registers give (their
+      // shadows), each running lane's elements' addresses, which the thread loads.
+      const uint32_t shadows = context.kernel->shadows;
+      uint64_t rows[32];
+      for (uint32_t l = 0; l < 32; ++l) {
+        rows[l] = context.shadow[uint64_t{w * 32 + l} * shadows + static_cast<uint32_t>(op.source)] + op.value;
+      }
+      const uint32_t count = op.mode & 7;
+      const bool transpose = (op.mode & 8) != 0;
+      each(lanes, [&](uint32_t lane) {
+        for (uint32_t j = 0; j < count; ++j) {
+          for (uint32_t h = 0; h < 2; ++h) {
+            slot(lane, jit::kSlotMatrix + 2 * j + h) = LdmatrixAddress(rows, lane, j, h, transpose);
+          }
+        }
+      });
+      break;
+    }
     default:
       break;
   }
@@ -203,6 +269,7 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
   const std::vector<jit::WarpOp>& ops = context->kernel->warp_ops;
   const uint32_t threads = context->ntid[0] * context->ntid[1] * context->ntid[2];
   uint64_t* slots = context->slots;
+  const uint32_t stride = context->kernel->warp_slots;
   // Lane l of a warp: at which op (index into ops), or -1 (ended, or at the barrier).
   auto op_of = [&](uint32_t t) -> int32_t {
     if (t >= threads || resume[t] < 0) return -1;
@@ -231,10 +298,10 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
     };
     uint32_t lanes = 0;
     int32_t k = lowest(ready, &lanes);
-    if (const uint32_t behind = SyncLanes(ops[k], slots, w, lanes) & ready & ~lanes; behind != 0) {
+    if (const uint32_t behind = SyncLanes(ops[k], slots, stride, w, lanes) & ready & ~lanes; behind != 0) {
       uint32_t other_lanes = 0;
       const int32_t other = lowest(behind, &other_lanes);
-      if ((SyncLanes(ops[other], slots, w, other_lanes) & ready & ~other_lanes) == 0) {
+      if ((SyncLanes(ops[other], slots, stride, w, other_lanes) & ready & ~other_lanes) == 0) {
         k = other;
         lanes = other_lanes;
       }
@@ -434,7 +501,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     std::vector<uint8_t> local;
     std::vector<int32_t> resume;
     std::vector<uint64_t> saved;
-    std::vector<uint64_t> slots;         // warp-level operations' (kWarpSlots per thread)
+    std::vector<uint64_t> slots;         // warp-level operations' (warp_slots per thread)
     std::vector<uint64_t> shadow;        // the shuffled registers' (per lane of the CTA's warps)
     std::atomic<uint64_t> unwatched{0};  // progress of a launch nobody watches
     int32_t error = 0;
@@ -496,7 +563,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       // The shadows start at 0 per launch and stay from CTA to CTA, as the interpreter's
       // registers do (its lanes past the CTA's last thread included).
       const uint64_t lanes = (uint64_t{threads} + 31) / 32 * 32;
-      worker.slots.assign(uint64_t{threads} * jit::kWarpSlots, 0);
+      worker.slots.assign(uint64_t{threads} * kernel.warp_slots, 0);
       worker.shadow.assign(lanes * std::max(kernel.shadows, 1u), 0);
     }
     Context& context = worker.context;
@@ -572,7 +639,9 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
       } else if (spec.error_detail && error == jit::kAssertFailed) {
         *spec.error_detail = "device assertion failed";
       } else if (spec.error_detail && error == jit::kLaunchFailed) {
-        *spec.error_detail = CallsTooDeepDetail(worker.context.trap_line);
+        // trap (the interpreter's detail), or a call nested too deep.
+        *spec.error_detail =
+            worker.context.trap_line < 0 ? std::string("trap") : CallsTooDeepDetail(worker.context.trap_line);
       } else if (spec.error_detail) {
         const Context& c = worker.context;
         if (c.fault_what != nullptr) {

@@ -188,4 +188,28 @@ __global__ void fir_constant(int n, const float* x, float* y) {
   y[i] = s;
 }
 
+// C (n x n floats) = A (n x n halves, row-major) times B (given as its transpose, row-major
+// halves) by mma.sync.m16n8k16 (f16 inputs, f32 sums): each warp one 16 x 8 tile of C, k in
+// steps of 16, each lane's fragments loaded from global memory as PTX lays them out (a and
+// bt as 32-bit words, two halves each). n a multiple of 16; n * n / 128 warps.
+__global__ void mma_gemm(const unsigned* a, const unsigned* bt, float* c, int n) {
+  const int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32, lane = threadIdx.x % 32;
+  const int row0 = warp / (n / 8) * 16, col0 = warp % (n / 8) * 8;
+  const int g = lane / 4, t = lane % 4, words = n / 2;
+  float d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+  for (int k = 0; k < n; k += 16) {
+    const unsigned a0 = a[(row0 + g) * words + k / 2 + t], a1 = a[(row0 + g + 8) * words + k / 2 + t];
+    const unsigned a2 = a[(row0 + g) * words + k / 2 + t + 4], a3 = a[(row0 + g + 8) * words + k / 2 + t + 4];
+    const unsigned b0 = bt[(col0 + g) * words + k / 2 + t], b1 = bt[(col0 + g) * words + k / 2 + t + 4];
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+  c[(row0 + g) * n + col0 + 2 * t] = d0;
+  c[(row0 + g) * n + col0 + 2 * t + 1] = d1;
+  c[(row0 + g + 8) * n + col0 + 2 * t] = d2;
+  c[(row0 + g + 8) * n + col0 + 2 * t + 1] = d3;
+}
+
 }  // extern "C"

@@ -405,6 +405,27 @@ void BM_WarpSum_Engine(benchmark::State& state, JitMode mode) {
   state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
 }
 
+// C = A * B of 128 x 128 by mma.sync (mma_gemm: halves, f32 sums; 128 warps, a 16 x 8 tile
+// each) on 32 blocks of 128 threads. Native: the same multiply-adds of floats.
+void BM_MmaGemm_Engine(benchmark::State& state, JitMode mode) {
+  // 1.0 and 0.5 as f16 pairs: every sum is kMatrix * 0.5, exactly.
+  std::vector<uint32_t> a(kMatrix * kMatrix / 2, 0x3c003c00u), bt(kMatrix * kMatrix / 2, 0x38003800u);
+  std::vector<float> c(kMatrix * kMatrix);
+  Memory memory;
+  uint64_t da = memory.Add(a), db = memory.Add(bt), dc = memory.Add(c);
+  auto params = Pack(da, db, dc, kMatrix);
+  uint32_t grid[3] = {kMatrix * kMatrix / 128 * 32 / 128, 1, 1}, block[3] = {128, 1, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "mma_gemm", grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "mma_gemm", grid, block, params, memory, &instructions);
+  if (c[0] != kMatrix * 0.5f || c.back() != kMatrix * 0.5f) state.SkipWithError("wrong product");
+  state.SetItemsProcessed(state.iterations() * kMatrix * kMatrix * kMatrix);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_MmaGemm_Native(benchmark::State& state) { BM_Matmul_Native(state); }
+
 void BM_WarpSum_Native(benchmark::State& state) {
   std::vector<float> in(kElements, 1.0f), out(64 * 256 / 32);
   for (auto _ : state) {
@@ -525,4 +546,7 @@ BENCHMARK(BM_WarpScan_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_WarpSum_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_WarpSum_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_WarpSum_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MmaGemm_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MmaGemm_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_MmaGemm_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -98,6 +98,16 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"vote", "setp.lt.u32 %p1, %r1, 5;\n  vote.sync.ballot.b32 %r2, %p1, -1;"},
     {"activemask", "activemask.b32 %r2;"},
     {"redux", "ld.global.u32 %r3, [%rd1];\n  redux.sync.add.s32 %r2, %r3, -1;"},
+    {"match", "ld.global.u32 %r3, [%rd1];\n  match.all.sync.b32 %r2|%p1, %r3, -1;"},
+    {"trap", "setp.lt.u32 %p1, %r1, 5;\n  @%p1 trap;"},
+    {"brkpt", "brkpt;"},
+    {"mma",
+     "ld.global.u32 %r3, [%rd1];\n  mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%f2, %f3, %f4, %f5}, {%r3, %r3}, "
+     "{%r3}, {%f1, %f1, %f1, %f1};"},
+    {"ldmatrix", "ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%r2, %r3}, [%r1];"},
+    {"wmma",
+     "wmma.load.c.sync.aligned.row.m8n8k4.global.f64 {%fd1, %fd2}, [%rd1];\n"
+     "  wmma.store.d.sync.aligned.col.m8n8k4.f64 [%rd1], {%fd1, %fd2}, %r1;"},
     {"tex", "tex.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}];"},
     {"tld4", "tld4.r.2d.v4.f32.f32 {%f2, %f3, %f4, %f5}, [%rd1, {%f1, %f1}];"},
     {"txq", "txq.width.b32 %r2, [%rd1];"},
@@ -239,6 +249,23 @@ TEST(JitOpcodeColumn, TheWarpLevelFormsItTakes) {
       // After a loop, a membermask of all lanes (an immediate, a register set to it).
       "LOOP:\n  add.s32 %r1, %r1, 1;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 bra LOOP;\n  mov.b32 %r3, -1;\n"
       "  vote.sync.all.pred %p2, %p1, %r3;\n  bar.warp.sync -1;",
+      "ld.global.u64 %rd3, [%rd1];\n  match.any.sync.b64 %r2, %rd3, -1;",
+      "ld.global.u32 %r3, [%rd1];\n  match.all.sync.b32 %r2, %r3, %r1;",
+      // Matrix operations in a loop, reached again from its end (they wait for the whole
+      // warp), their fragments set after a label.
+      "LOOP:\n  mov.f32 %f3, 0f00000000;\n  ld.global.u32 %r3, [%rd1];\n"
+      "  mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%f2, %f4, %f5, %f6}, {%r3, %r3}, {%r3}, "
+      "{%f3, %f3, %f3, %f3};\n  add.s32 %r1, %r1, 1;\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 bra LOOP;",
+      "ld.global.u32 %r3, [%rd1];\n  ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r2, %r4, %r5, %r6}, [%r3+16];",
+      "ld.global.f64 %fd1, [%rd1];\n  mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%fd2, %fd3}, {%fd1}, {%fd1}, "
+      "{%fd1, %fd1};",
+      "wmma.load.a.sync.aligned.row.m16n16k16.shared.f16 {%r2, %r3, %r4, %r5, %r6, %r7, %r2, %r3}, [%r1], 16;\n"
+      "  wmma.load.c.sync.aligned.col.m16n16k16.f32 {%f2, %f3, %f4, %f5, %f6, %f7, %f2, %f3}, [%rd1];\n"
+      "  wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32 {%f0, %f1, %f2, %f3, %f4, %f5, %f6, %f7}, "
+      "{%r2, %r3, %r4, %r5, %r6, %r7, %r2, %r3}, {%r2, %r3, %r4, %r5, %r6, %r7, %r2, %r3}, "
+      "{%f2, %f3, %f4, %f5, %f6, %f7, %f2, %f3};\n"
+      "  wmma.store.d.sync.aligned.row.m16n16k16.global.f32 [%rd1], {%f0, %f1, %f2, %f3, %f4, %f5, %f6, %f7};",
+      "trap;",
   };
   for (const char* body : kTaken) {
     std::string refused;
@@ -260,6 +287,21 @@ TEST(JitOpcodeColumn, TheWarpLevelFormsItTakes) {
       "LOOP:\n  activemask.b32 %r2;\n  setp.lt.u32 %p1, %r2, 5;\n  @%p1 bra LOOP;",
       // Reached from code placed after it.
       "bra.uni SKIP;\nBACK:\n  bar.warp.sync -1;\n  bra.uni DONE;\nSKIP:\n  bra.uni BACK;",
+      // match.any has no predicate; a match under a guard.
+      "ld.global.u32 %r3, [%rd1];\n  match.any.sync.b32 %r2|%p1, %r3, -1;",
+      "ld.global.u32 %r3, [%rd1];\n  setp.lt.u32 %p1, %r1, 5;\n  @%p1 match.all.sync.b32 %r2, %r3, -1;",
+      // ldmatrix of a generic address, or of one the interpreter may compute once per warp
+      // (%tid.x after a label); an mma under a guard, of fragments of another width.
+      "ld.global.u64 %rd3, [%rd1];\n  ldmatrix.sync.aligned.m8n8.x1.b16 {%r2}, [%rd3];",
+      "bra.uni NEXT;\nNEXT:\n  mov.u32 %r3, %tid.x;\n  ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r2}, [%r3];",
+      "ld.global.u32 %r3, [%rd1];\n  setp.lt.u32 %p1, %r1, 5;\n"
+      "  @%p1 mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%f2, %f3, %f4, %f5}, {%r3, %r3}, {%r3}, "
+      "{%f1, %f1, %f1, %f1};",
+      "ld.global.u64 %rd3, [%rd1];\n  mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%f2, %f3, %f4, %f5}, "
+      "{%rd3, %rd3}, {%r1}, {%f1, %f1, %f1, %f1};",
+      // wmma of constant memory; of an address a symbol names.
+      "wmma.load.c.sync.aligned.row.m8n8k4.const.f64 {%fd1, %fd2}, [%rd1];",
+      "wmma.load.c.sync.aligned.row.m8n8k4.global.f64 {%fd1, %fd2}, [probe_fn];",
   };
   for (const char* body : kLeft) {
     std::string refused;
