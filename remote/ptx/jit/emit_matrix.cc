@@ -200,36 +200,6 @@ bool Emitter::Wmma(const RawStatement& s, const std::vector<std::string_view>& p
   return WmmaMemory(s, *op, space, why);
 }
 
-// The host address of an access of `size` bytes at `at` in `space` (global, shared or
-// generic), checked as Address (emit_memory.cc) checks a register's address.
-llvm::Value* Emitter::MatrixAddress(llvm::Value* at, std::string_view space, uint32_t size, const char* what) {
-  if (space == "shared") return CheckedShared(at, at, size, what);
-  const bool local = local_size_ > 0;
-  if (space == "global" || (!has_shared_ && !local)) return Checked(at, size, what);
-  auto* join = llvm::BasicBlock::Create(ctx_, "wmma_generic", fn_);
-  std::vector<std::pair<llvm::Value*, llvm::BasicBlock*>> hosts;
-  auto window = [&](uint64_t start, bool is_local) {
-    llvm::Value* offset = b_.CreateSub(at, b_.getInt64(start));
-    auto* inside = llvm::BasicBlock::Create(ctx_, is_local ? "wmma_local" : "wmma_shared", fn_);
-    auto* outside = llvm::BasicBlock::Create(ctx_, "wmma_other", fn_);
-    b_.CreateCondBr(b_.CreateICmpULT(offset, b_.getInt64(kWindowSize)), inside, outside);
-    b_.SetInsertPoint(inside);
-    llvm::Value* host = is_local ? CheckedLocal(offset, at, size, what) : CheckedShared(offset, at, size, what);
-    hosts.emplace_back(host, b_.GetInsertBlock());
-    b_.CreateBr(join);
-    b_.SetInsertPoint(outside);
-  };
-  if (has_shared_) window(kSharedWindow, false);
-  if (local) window(kLocalWindow, true);
-  llvm::Value* global_host = Checked(at, size, what);
-  hosts.emplace_back(global_host, b_.GetInsertBlock());
-  b_.CreateBr(join);
-  b_.SetInsertPoint(join);
-  llvm::PHINode* host = b_.CreatePHI(ptr_, static_cast<unsigned>(hosts.size()));
-  for (auto& [value, block] : hosts) host->addIncoming(value, block);
-  return host;
-}
-
 // wmma.load.{a,b,c} {d...}, [a + offset]{, stride} and wmma.store.d [a + offset], {d...}{,
 // stride}: the interpreter's HWmmaMemory, lane by lane. Each of the lane's elements e is
 // element (lane E + e) mod (rows cols) of the matrix in row-major order, at the lane's own
@@ -300,7 +270,7 @@ bool Emitter::WmmaMemory(const RawStatement& s, const WmmaOp& op, std::string_vi
     llvm::Value* offset =
         op.row_major ? b_.CreateAdd(b_.CreateMul(row, stride), col) : b_.CreateAdd(b_.CreateMul(col, stride), row);
     llvm::Value* at = b_.CreateAdd(base, b_.CreateMul(offset, b_.getInt64(size)));
-    llvm::Value* host = MatrixAddress(at, space, size, what);
+    llvm::Value* host = Host(at, space, size, what);
     llvm::Type* element = b_.getIntNTy(8 * size);
     const uint32_t r = e / per, shift = (e % per) * 8 * size;
     if (store) {

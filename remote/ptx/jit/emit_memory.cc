@@ -192,6 +192,10 @@ llvm::Value* Emitter::Address(const RawOperand& address, std::string_view space,
     base = LoadRegister64(address.name);
   }
   llvm::Value* at = b_.CreateAdd(base, b_.getInt64(address.bits));
+  return Host(at, space, size, what);
+}
+
+llvm::Value* Emitter::Host(llvm::Value* at, std::string_view space, uint32_t size, const char* what) {
   if (space == "shared") return CheckedShared(at, at, size, what);
   if (space == "local") return CheckedLocal(at, at, size, what);
   const bool local = local_size_ > 0;

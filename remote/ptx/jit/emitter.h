@@ -202,7 +202,6 @@ class Emitter {
   bool Wmma(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool Multiply(const RawStatement& s, std::shared_ptr<WmmaOp> op, std::string* why);
   bool WmmaMemory(const RawStatement& s, const WmmaOp& op, std::string_view space, std::string* why);
-  llvm::Value* MatrixAddress(llvm::Value* at, std::string_view space, uint32_t size, const char* what);
 
   // emit_memory.cc
   void Fault(llvm::Value* address, uint32_t access, llvm::Value* lane = nullptr);
@@ -215,6 +214,10 @@ class Emitter {
   llvm::Value* CheckedAccess(llvm::Value* address, uint32_t access, llvm::Value* lane);
   llvm::Value* Address(const RawOperand& address, std::string_view space, uint32_t size, const char* what,
                        std::string* why);
+  // The checked host address of an access of `size` bytes at device address `at` in `space`
+  // (shared, local, global or generic: then the window it lies in), as the interpreter
+  // resolves it; Address's last step, and the warp matrix operations' (emit_matrix.cc).
+  llvm::Value* Host(llvm::Value* at, std::string_view space, uint32_t size, const char* what);
   llvm::Value* ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why);
   bool VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                     const RawOperand& value, std::string* why);
