@@ -74,10 +74,12 @@ class EtcdClient {
       std::string hostport = url.substr(plain.size());
       while (!hostport.empty() && hostport.back() == '/') hostport.pop_back();
       size_t colon = hostport.rfind(':');
-      if (colon == std::string::npos) return nullptr;
+      const std::string port = colon == std::string::npos ? "" : hostport.substr(colon + 1);
+      if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) {
+        return nullptr;  // EtcdConnect names the URL
+      }
       // 64 clients authenticating at once wait on etcd's bcrypt, one at a time per core.
-      c->plain_ = std::make_unique<gpupool::HttpConnection>(hostport.substr(0, colon),
-                                                            std::stoi(hostport.substr(colon + 1)), 30000);
+      c->plain_ = std::make_unique<gpupool::HttpConnection>(hostport.substr(0, colon), std::stoi(port), 30000);
       return c;
     }
     c->tls_ = std::make_unique<httplib::Client>(url, cert, key);
@@ -195,7 +197,7 @@ struct EtcdSecurity {
 std::unique_ptr<EtcdClient> EtcdConnect(const std::string& url, const EtcdSecurity& sec) {
   auto c = EtcdClient::Open(url, sec.cert, sec.key, sec.cacert);
   if (!c) {
-    std::fprintf(stderr, "bad etcd URL %s\n", url.c_str());
+    std::fprintf(stderr, "bad etcd URL %s (expected http://HOST:PORT or https://...)\n", url.c_str());
     return nullptr;
   }
   if (!sec.user.empty()) {
