@@ -71,21 +71,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     }
     // The labels a backward branch goes to: each a block of its own, which the branch
     // goes back to while any lane loops.
-    std::map<std::string, size_t> label_at;
-    size_t index = 0;
-    for (const RawStatement& s : entry_.body) {
-      if (s.kind == RawStatement::kLabel) label_at[s.opcode] = index;
-      if (s.kind == RawStatement::kInstruction) ++index;
-    }
-    index = 0;
-    for (const RawStatement& s : entry_.body) {
-      if (s.kind != RawStatement::kInstruction) continue;
-      if (s.opcode.rfind("bra", 0) == 0 && s.operands.size() == 1) {
-        auto it = label_at.find(s.operands[0].name);
-        if (it != label_at.end() && it->second <= index) loop_heads_[it->first] = nullptr;
-      }
-      ++index;
-    }
+    for (const BackEdge& edge : BackEdges(entry_)) loop_heads_[edge.label] = nullptr;
   }
   if (!globals_.empty()) {
     std::string why;

@@ -13,23 +13,67 @@
 
 namespace gpupool::sim::jit {
 
-bool InsideLoop(const RawFunction& entry, size_t index) {
+std::vector<BackEdge> BackEdges(const RawFunction& entry) {
   std::map<std::string, size_t> label_at;  // a label: the index of the instruction after it
   size_t at = 0;
   for (const RawStatement& s : entry.body) {
     if (s.kind == RawStatement::kLabel) label_at[s.opcode] = at;
     if (s.kind == RawStatement::kInstruction) ++at;
   }
+  std::vector<BackEdge> edges;
   at = 0;
   for (const RawStatement& s : entry.body) {
     if (s.kind != RawStatement::kInstruction) continue;
     if (s.opcode.rfind("bra", 0) == 0 && s.operands.size() == 1) {
       auto label = label_at.find(s.operands[0].name);
-      if (label != label_at.end() && label->second <= at && label->second <= index && index <= at) return true;
+      if (label != label_at.end() && label->second <= at) edges.push_back({label->first, label->second, at});
     }
     ++at;
   }
+  return edges;
+}
+
+bool InsideLoop(const RawFunction& entry, size_t index) {
+  for (const BackEdge& edge : BackEdges(entry)) {
+    if (edge.head <= index && index <= edge.branch) return true;
+  }
   return false;
+}
+
+Emitter::LaneLoop Emitter::OpenLaneLoop(const std::string& name, llvm::Value* mask, llvm::Value* initial) {
+  LaneLoop loop;
+  llvm::BasicBlock* entered = b_.GetInsertBlock();
+  loop.head = llvm::BasicBlock::Create(ctx_, name + "_head", fn_);
+  auto* lane = llvm::BasicBlock::Create(ctx_, name, fn_);
+  loop.next = llvm::BasicBlock::Create(ctx_, name + "_next", fn_);
+  loop.done = llvm::BasicBlock::Create(ctx_, name + "s_done", fn_);
+  b_.CreateBr(loop.head);
+  b_.SetInsertPoint(loop.head);
+  loop.k = b_.CreatePHI(i32_, 2);
+  loop.k->addIncoming(b_.getInt32(0), entered);
+  if (initial != nullptr) {
+    loop.carried = b_.CreatePHI(initial->getType(), 2);
+    loop.carried->addIncoming(initial, entered);
+  }
+  b_.CreateCondBr(b_.CreateExtractElement(mask, loop.k), lane, loop.next);
+  b_.SetInsertPoint(lane);
+  return loop;
+}
+
+llvm::Value* Emitter::CloseLaneLoop(const LaneLoop& loop, llvm::Value* carried_out, llvm::BasicBlock* ran) {
+  b_.SetInsertPoint(loop.next);
+  llvm::PHINode* merged = nullptr;
+  if (loop.carried != nullptr) {
+    merged = b_.CreatePHI(loop.carried->getType(), 2);
+    merged->addIncoming(loop.carried, loop.head);
+    merged->addIncoming(carried_out, ran);
+    loop.carried->addIncoming(merged, loop.next);
+  }
+  llvm::Value* k_next = b_.CreateAdd(loop.k, b_.getInt32(1));
+  loop.k->addIncoming(k_next, loop.next);
+  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), loop.head, loop.done);
+  b_.SetInsertPoint(loop.done);
+  return merged;
 }
 
 // Ends the launch with CUDA_ERROR_ILLEGAL_ADDRESS for `access` at `address`.
@@ -627,18 +671,8 @@ bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, llv
   }
   const uint32_t misaligned = static_cast<uint32_t>(accesses_->size());
   accesses_->push_back({size, "misaligned atomic"});
-  llvm::Value* mask = Mask();
-  llvm::BasicBlock* entered = b_.GetInsertBlock();
-  auto* head = llvm::BasicBlock::Create(ctx_, "atomic_lane_head", fn_);
-  auto* lane = llvm::BasicBlock::Create(ctx_, "atomic_lane", fn_);
-  auto* next = llvm::BasicBlock::Create(ctx_, "atomic_lane_next", fn_);
-  auto* done = llvm::BasicBlock::Create(ctx_, "atomic_lanes_done", fn_);
-  b_.CreateBr(head);
-  b_.SetInsertPoint(head);
-  llvm::PHINode* k = b_.CreatePHI(i32_, 2);
-  k->addIncoming(b_.getInt32(0), entered);
-  b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
-  b_.SetInsertPoint(lane);
+  const LaneLoop loop = OpenLaneLoop("atomic_lane", Mask());
+  llvm::Value* k = loop.k;
   llvm::Value* at = b_.CreateExtractElement(addresses, k);
   llvm::Value* host = LaneHost(split, at, k);
   // Misaligned: a fault naming the address as the instruction made it (a register's; a
@@ -652,12 +686,8 @@ bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, llv
   b_.SetInsertPoint(ok);
   b_.CreateAtomicRMW(rmw, host, b_.CreateExtractElement(value, k), llvm::MaybeAlign(size),
                      llvm::AtomicOrdering::Monotonic);
-  b_.CreateBr(next);
-  b_.SetInsertPoint(next);
-  llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(1));
-  k->addIncoming(k_next, next);
-  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), head, done);
-  b_.SetInsertPoint(done);
+  b_.CreateBr(loop.next);
+  CloseLaneLoop(loop);
   return true;
 }
 
@@ -860,17 +890,8 @@ bool Emitter::VectorAsyncCopy(const RawOperand& target, const RawOperand& source
   }
   // Lane by lane: a loop over the lanes (a lane's thread is the row's first + k).
   b_.SetInsertPoint(each);
-  llvm::BasicBlock* entered = b_.GetInsertBlock();
-  auto* head = llvm::BasicBlock::Create(ctx_, "copy_lane_head", fn_);
-  auto* lane = llvm::BasicBlock::Create(ctx_, "copy_lane", fn_);
-  auto* next = llvm::BasicBlock::Create(ctx_, "copy_lane_next", fn_);
-  auto* done = llvm::BasicBlock::Create(ctx_, "copy_lanes_done", fn_);
-  b_.CreateBr(head);
-  b_.SetInsertPoint(head);
-  llvm::PHINode* k = b_.CreatePHI(i32_, 2);
-  k->addIncoming(b_.getInt32(0), entered);
-  b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
-  b_.SetInsertPoint(lane);
+  const LaneLoop loop = OpenLaneLoop("copy_lane", mask);
+  llvm::Value* k = loop.k;
   llvm::Value* to = LaneHost(stores, b_.CreateExtractElement(targets, k), k);
   llvm::Value* from = b_.CreateExtractElement(sources, k);
   // The lane's copy of `from_source` bytes from its source, the rest zeros.
@@ -885,7 +906,7 @@ bool Emitter::VectorAsyncCopy(const RawOperand& target, const RawOperand& source
       b_.CreateMemSet(b_.CreateConstGEP1_64(b_.getInt8Ty(), to, from_source), b_.getInt8(0), width - from_source,
                       llvm::MaybeAlign(1));
     }
-    b_.CreateBr(next);
+    b_.CreateBr(loop.next);
   };
   if (fixed >= 0) {
     copy(static_cast<uint32_t>(fixed));
@@ -903,11 +924,7 @@ bool Emitter::VectorAsyncCopy(const RawOperand& target, const RawOperand& source
     b_.SetInsertPoint(whole_lane);
     copy(width);
   }
-  b_.SetInsertPoint(next);
-  llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(1));
-  k->addIncoming(k_next, next);
-  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), head, done);
-  b_.SetInsertPoint(done);
+  CloseLaneLoop(loop);
   b_.CreateBr(join);
   b_.SetInsertPoint(join);
   return true;
@@ -948,42 +965,21 @@ bool Emitter::VectorMemory(const RawOperand& address, std::string_view space, Ty
     b_.CreateBr(join);
   }
   b_.SetInsertPoint(each);
-  // A loop over the lanes (a lane's thread is the chunk's x + k).
-  llvm::BasicBlock* entered = b_.GetInsertBlock();
-  auto* head = llvm::BasicBlock::Create(ctx_, "lane_head", fn_);
-  auto* lane = llvm::BasicBlock::Create(ctx_, "lane", fn_);
-  auto* next = llvm::BasicBlock::Create(ctx_, "lane_next", fn_);
-  auto* done = llvm::BasicBlock::Create(ctx_, "lanes_done", fn_);
-  b_.CreateBr(head);
-  b_.SetInsertPoint(head);
-  llvm::PHINode* k = b_.CreatePHI(i32_, 2);
-  llvm::PHINode* lanes_value = load ? b_.CreatePHI(LlvmType(t), 2) : nullptr;
-  k->addIncoming(b_.getInt32(0), entered);
-  if (load) lanes_value->addIncoming(llvm::Constant::getNullValue(LlvmType(t)), entered);
-  b_.CreateCondBr(b_.CreateExtractElement(mask, k), lane, next);
-  b_.SetInsertPoint(lane);
+  // A loop over the lanes (a lane's thread is the chunk's x + k); a load carries the lanes'
+  // elements round it.
+  const LaneLoop loop = OpenLaneLoop("lane", mask, load ? llvm::Constant::getNullValue(LlvmType(t)) : nullptr);
+  llvm::Value* k = loop.k;
   llvm::Value* lane_host = LaneHost(split, b_.CreateExtractElement(addresses, k), k);
-  llvm::Value* with_lane = lanes_value;
+  llvm::Value* with_lane = loop.carried;
   if (load) {
     llvm::Value* element = b_.CreateAlignedLoad(ScalarType(t), lane_host, llvm::MaybeAlign(1));
-    with_lane = b_.CreateInsertElement(lanes_value, element, k);
+    with_lane = b_.CreateInsertElement(loop.carried, element, k);
   } else {
     b_.CreateAlignedStore(b_.CreateExtractElement(stored, k), lane_host, llvm::MaybeAlign(1));
   }
   llvm::BasicBlock* ran = b_.GetInsertBlock();
-  b_.CreateBr(next);
-  b_.SetInsertPoint(next);
-  llvm::PHINode* merged = nullptr;
-  if (load) {
-    merged = b_.CreatePHI(LlvmType(t), 2);
-    merged->addIncoming(lanes_value, head);
-    merged->addIncoming(with_lane, ran);
-    lanes_value->addIncoming(merged, next);
-  }
-  llvm::Value* k_next = b_.CreateAdd(k, b_.getInt32(1));
-  k->addIncoming(k_next, next);
-  b_.CreateCondBr(b_.CreateICmpULT(k_next, b_.getInt32(lanes_)), head, done);
-  b_.SetInsertPoint(done);
+  b_.CreateBr(loop.next);
+  llvm::Value* merged = CloseLaneLoop(loop, with_lane, ran);
   llvm::BasicBlock* each_end = b_.GetInsertBlock();
   b_.CreateBr(join);
   b_.SetInsertPoint(join);

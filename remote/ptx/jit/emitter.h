@@ -78,6 +78,15 @@ bool IsCacheHint(std::string_view q);
 // load cannot run again: outside every loop (InsideLoop).
 bool IsOrderingQualifier(std::string_view q);
 
+// A backward branch: to `label`, whose next instruction is `head`, from instruction
+// `branch` (head <= branch; indices of entry.body's instructions).
+struct BackEdge {
+  std::string label;
+  size_t head;
+  size_t branch;
+};
+std::vector<BackEdge> BackEdges(const RawFunction& entry);
+
 // Whether instruction `index` (of entry.body's instructions) lies inside a loop: between a
 // label and a backward branch to it, as placed. Every cycle of the control flow has such a
 // branch around each of its instructions (to come back to one, a thread must branch from
@@ -237,6 +246,22 @@ class Emitter {
   LanesSplit SplitLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok = false);
   LanesSplit SplitSharedLanes(const RawOperand& address, uint32_t bytes, bool load, bool uniform_ok);
   llvm::Value* LaneHost(const LanesSplit& split, llvm::Value* address, llvm::Value* lane);
+  // A loop over a row's running lanes in lane order (lane k's thread is the row's first +
+  // k), for what vector code does lane by lane. OpenLaneLoop leaves the insert point in lane
+  // k's body, every path of which ends by branching to `next`. A value may be carried round
+  // the loop: `carried`, starting at `initial`.
+  struct LaneLoop {
+    llvm::PHINode* k = nullptr;
+    llvm::PHINode* carried = nullptr;
+    llvm::BasicBlock* head = nullptr;
+    llvm::BasicBlock* next = nullptr;
+    llvm::BasicBlock* done = nullptr;
+  };
+  LaneLoop OpenLaneLoop(const std::string& name, llvm::Value* mask, llvm::Value* initial = nullptr);
+  // Emits `next` (k + 1, back to the head while lanes remain) and leaves the insert point
+  // after the loop. With a carried value: `carried_out` is the body's, reaching `next` from
+  // block `ran`; returns the value after the loop (nullptr without one).
+  llvm::Value* CloseLaneLoop(const LaneLoop& loop, llvm::Value* carried_out = nullptr, llvm::BasicBlock* ran = nullptr);
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                          const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
