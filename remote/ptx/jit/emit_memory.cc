@@ -7,6 +7,7 @@
 #include <llvm/IR/MDBuilder.h>
 
 #include <algorithm>
+#include <set>
 
 #include "remote/ptx/jit/emitter.h"
 #include "remote/ptx/ptx_engine.h"
@@ -572,9 +573,72 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
   return true;
 }
 
-// atom / red on global or shared memory, whose result no instruction reads: a thread
-// that used it might wait in a loop for what another thread does, and here each thread
-// runs to a barrier or its end before the next one starts. In vector code, LanesAtomic.
+// Whether the result of the atomic at instruction `index`, written to `result`, may decide
+// whether a loop around the atomic goes round again: a branch inside such a loop (between
+// a label and a backward branch to it, InsideLoop) whose guard depends on the result. A
+// thread in such a loop may be waiting for what another thread does (a lock taken by
+// compare-and-swap, a flag polled by an atomic read), and here each thread of a CTA runs
+// to a barrier or its end before the next one starts: the interpreter lets the others
+// run. What depends on the result: every register an instruction writes from a register
+// that depends on it, or under a guard that does (flow-insensitive, so a loop's registers
+// carried round count; through memory it is not followed: a loop that polls memory
+// polls it with a load or an atomic there, which are refused or checked in their own
+// right). Every branch of the loop is counted, not only those that leave it: a branch on
+// the result may choose what a later iteration's exit reads.
+bool Emitter::AtomicResultSteersItsLoop(size_t index, const std::string& result) {
+  std::vector<BackEdge> loops;
+  for (const BackEdge& edge : BackEdges(entry_)) {
+    if (edge.head <= index && index <= edge.branch) loops.push_back(edge);
+  }
+  if (loops.empty()) return false;
+  std::vector<const RawStatement*> code;
+  for (const RawStatement& s : entry_.body) {
+    if (s.kind == RawStatement::kInstruction) code.push_back(&s);
+  }
+  // Which instructions read each register (the carry flag as one), and which registers
+  // each one writes.
+  std::map<std::string, std::vector<size_t>> readers;
+  std::vector<std::vector<std::string>> writes(code.size());
+  for (size_t i = 0; i < code.size(); ++i) {
+    const RawStatement& s = *code[i];
+    writes[i] = Written(s);
+    std::vector<std::string> read;
+    for (size_t k = writes[i].empty() ? 0 : 1; k < s.operands.size(); ++k) ReadNames(s.operands[k], &read);
+    if (!s.guard.empty()) read.push_back(s.guard);
+    if (WritesCarry(s)) writes[i].push_back(kCarryFlag);
+    if (ReadsCarry(s)) read.push_back(kCarryFlag);
+    for (const std::string& name : read) readers[name].push_back(i);
+  }
+  // Each register is followed once: linear in the kernel's operands.
+  std::set<std::string> depends{result};
+  std::vector<std::string> todo{result};
+  while (!todo.empty()) {
+    const std::string name = std::move(todo.back());
+    todo.pop_back();
+    auto it = readers.find(name);
+    if (it == readers.end()) continue;
+    for (size_t i : it->second) {
+      for (const std::string& written : writes[i]) {
+        if (depends.insert(written).second) todo.push_back(written);
+      }
+    }
+  }
+  for (const BackEdge& loop : loops) {
+    for (size_t i = loop.head; i <= loop.branch && i < code.size(); ++i) {
+      const RawStatement& s = *code[i];
+      if (s.opcode.rfind("bra", 0) == 0 && !s.guard.empty() && depends.count(s.guard) != 0) return true;
+    }
+  }
+  return false;
+}
+
+// atom / red on global or shared memory: add, min, max, and, or, xor, exch, cas, inc and
+// dec (inc and dec, which the host has no instruction for, by a compare-and-swap loop).
+// An atomic whose result is read is taken unless the result may decide whether a loop
+// around it goes round again (AtomicResultSteersItsLoop): the old values handed out follow
+// the order threads reach the atomic, here a CTA's threads one after another (in vector
+// code a row's lanes in lane order), which is one of the orders a GPU may take, as are the
+// interpreter's. In vector code, LanesAtomic.
 bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
   const bool red = parts[0] == "red";
@@ -594,62 +658,117 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   }
   const Type t = TypeOf(parts.back());
   using Op = llvm::AtomicRMWInst::BinOp;
-  Op rmw;
+  AtomicOperation op;
   if (operation == "add") {
-    rmw = t.kind == Kind::kFloat ? Op::FAdd : Op::Add;
+    op.rmw = t.kind == Kind::kFloat ? Op::FAdd : Op::Add;
   } else if (operation == "min" || operation == "max") {
     if (!t.is_int() || t.kind == Kind::kBits) return (*why = "type", false);
     const bool sign = t.kind == Kind::kSigned;
-    rmw = operation == "min" ? (sign ? Op::Min : Op::UMin) : (sign ? Op::Max : Op::UMax);
+    op.rmw = operation == "min" ? (sign ? Op::Min : Op::UMin) : (sign ? Op::Max : Op::UMax);
   } else if (operation == "and" || operation == "or" || operation == "xor" || operation == "exch") {
     if (!t.is_int()) return (*why = "type", false);
-    rmw = operation == "and" ? Op::And : operation == "or" ? Op::Or : operation == "xor" ? Op::Xor : Op::Xchg;
+    op.rmw = operation == "and" ? Op::And : operation == "or" ? Op::Or : operation == "xor" ? Op::Xor : Op::Xchg;
+  } else if (operation == "cas" && !red) {
+    if (!t.is_int()) return (*why = "type", false);
+    op.kind = AtomicOperation::kCas;
+  } else if (operation == "inc" || operation == "dec") {
+    if (t.kind != Kind::kUnsigned || t.bits != 32) return (*why = "type", false);
+    op.kind = operation == "inc" ? AtomicOperation::kInc : AtomicOperation::kDec;
   } else {
     return (*why = "atomic ." + std::string(operation), false);
   }
   if (!t.ok() || t.kind == Kind::kPred || (t.bits != 32 && t.bits != 64)) {
     return (*why = "type", false);
   }
-  if (o.size() != (red ? 2u : 3u)) return (*why = "operands", false);
+  const size_t sources = op.kind == AtomicOperation::kCas ? 2 : 1;
+  if (o.size() != (red ? 1 : 2) + sources) return (*why = "operands", false);
+  bool result_read = false;
   if (!red) {
-    if (o[0].kind != RawOperand::kName || uses_[o[0].name] != 1) {
-      return (*why = "an atomic whose result is read", false);
+    if (o[0].kind != RawOperand::kName) return (*why = "a destination it does not take", false);
+    result_read = o[0].name != "_" && uses_[o[0].name] != 1;
+    if (result_read && AtomicResultSteersItsLoop(instruction_index_, o[0].name)) {
+      return (*why = "an atomic whose result a branch of a loop around it reads (a thread may wait on another)", false);
     }
   }
   const RawOperand& address = red ? o[0] : o[1];
   if (address.kind != RawOperand::kAddress) return (*why = "address operand", false);
   llvm::Value* value = Source(red ? o[1] : o[2], t, why);
   if (value == nullptr) return false;
-  if (lanes_) return LanesAtomic(address, space, rmw, t, value, why);
-  llvm::Value* host = Address(address, space, t.bits / 8, "atomic", why);
-  if (host == nullptr) return false;
-  // Misaligned: a fault, as on a GPU (the interpreter's "misaligned atomic").
-  // Aligned host atomics on global memory, which other CTAs (on the other worker) share;
-  // shared memory belongs to this CTA alone, but an atomic there costs little more.
-  llvm::Value* misaligned = b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(t.bits / 8 - 1));
-  auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
-  auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
-  b_.CreateCondBr(b_.CreateICmpNE(misaligned, b_.getInt64(0)), fault, ok,
-                  llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
-  b_.SetInsertPoint(fault);
-  const uint32_t access = static_cast<uint32_t>(accesses_->size());
-  accesses_->push_back({t.bits / 8, "misaligned atomic"});
-  llvm::Value* device = NamesRegister(address.name)
-                            ? b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits))
-                            : b_.getInt64(0);
-  Fault(device, access);
-  b_.SetInsertPoint(ok);
-  b_.CreateAtomicRMW(rmw, host, value, llvm::MaybeAlign(t.bits / 8), llvm::AtomicOrdering::Monotonic);
-  return true;
+  llvm::Value* swap = nullptr;
+  if (op.kind == AtomicOperation::kCas && (swap = Source(o[3], t, why)) == nullptr) return false;
+  llvm::Value* old = nullptr;
+  if (lanes_) {
+    if (!LanesAtomic(address, space, op, t, value, swap, result_read ? &old : nullptr, why)) return false;
+  } else {
+    llvm::Value* host = Address(address, space, t.bits / 8, "atomic", why);
+    if (host == nullptr) return false;
+    // Misaligned: a fault, as on a GPU (the interpreter's "misaligned atomic").
+    // Aligned host atomics on global memory, which other CTAs (on the other worker) share;
+    // shared memory belongs to this CTA alone, but an atomic there costs little more.
+    llvm::Value* misaligned = b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(t.bits / 8 - 1));
+    auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
+    auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
+    b_.CreateCondBr(b_.CreateICmpNE(misaligned, b_.getInt64(0)), fault, ok,
+                    llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+    b_.SetInsertPoint(fault);
+    const uint32_t access = static_cast<uint32_t>(accesses_->size());
+    accesses_->push_back({t.bits / 8, "misaligned atomic"});
+    llvm::Value* device = NamesRegister(address.name)
+                              ? b_.CreateAdd(LoadRegister64(address.name), b_.getInt64(address.bits))
+                              : b_.getInt64(0);
+    Fault(device, access);
+    b_.SetInsertPoint(ok);
+    old = AtomicAt(op, host, value, swap);
+  }
+  return !result_read || Dest(o[0], old, t, why);
+}
+
+// One thread's atomic `op` at `host` (aligned) with operand `value` (and cas's `swap`):
+// the old value. Relaxed (monotonic), as the interpreter's order between threads allows.
+llvm::Value* Emitter::AtomicAt(const AtomicOperation& op, llvm::Value* host, llvm::Value* value, llvm::Value* swap) {
+  const llvm::MaybeAlign align(value->getType()->getPrimitiveSizeInBits() / 8);
+  constexpr auto kRelaxed = llvm::AtomicOrdering::Monotonic;
+  switch (op.kind) {
+    case AtomicOperation::kRmw:
+      return b_.CreateAtomicRMW(op.rmw, host, value, align, kRelaxed);
+    case AtomicOperation::kCas:
+      return b_.CreateExtractValue(b_.CreateAtomicCmpXchg(host, value, swap, align, kRelaxed, kRelaxed), 0);
+    case AtomicOperation::kInc:
+    case AtomicOperation::kDec:
+      break;
+  }
+  // inc: old >= value ? 0 : old + 1; dec: old == 0 || old > value ? value : old - 1 (the
+  // interpreter's AtomicResult), exchanged when the word still holds old.
+  llvm::BasicBlock* entered = b_.GetInsertBlock();
+  llvm::LoadInst* first = b_.CreateAlignedLoad(value->getType(), host, align);
+  first->setAtomic(kRelaxed);
+  auto* retry = llvm::BasicBlock::Create(ctx_, "atomic_retry", fn_);
+  auto* done = llvm::BasicBlock::Create(ctx_, "atomic_done", fn_);
+  b_.CreateBr(retry);
+  b_.SetInsertPoint(retry);
+  llvm::PHINode* old = b_.CreatePHI(value->getType(), 2);
+  old->addIncoming(first, entered);
+  llvm::Value* zero = llvm::ConstantInt::get(value->getType(), 0);
+  llvm::Value* one = llvm::ConstantInt::get(value->getType(), 1);
+  llvm::Value* next = op.kind == AtomicOperation::kInc
+                          ? b_.CreateSelect(b_.CreateICmpUGE(old, value), zero, b_.CreateAdd(old, one))
+                          : b_.CreateSelect(b_.CreateOr(b_.CreateICmpEQ(old, zero), b_.CreateICmpUGT(old, value)),
+                                            value, b_.CreateSub(old, one));
+  llvm::Value* exchanged = b_.CreateAtomicCmpXchg(host, old, next, align, kRelaxed, kRelaxed);
+  old->addIncoming(b_.CreateExtractValue(exchanged, 0), retry);
+  b_.CreateCondBr(b_.CreateExtractValue(exchanged, 1), done, retry);
+  b_.SetInsertPoint(done);
+  return old;
 }
 
 // An atomic of vector code (Atomic): each running lane's in lane order, which is thread
-// order, as scalar code and the interpreter run a thread's one atomic between stops (the
-// integer operations give every order the same memory; an f32 add rounds alike where each
-// thread adds once between barriers). Each lane's address checked as scalar code checks
-// it, then its alignment: a stray or misaligned lane faults with its own thread's detail.
-bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, llvm::AtomicRMWInst::BinOp rmw, Type t,
-                          llvm::Value* value, std::string* why) {
+// order, as scalar code runs a CTA's threads (the integer operations give every order the
+// same memory; an f32 add rounds alike where each thread adds once between barriers). Each
+// lane's address checked as scalar code checks it, then its alignment: a stray or
+// misaligned lane faults with its own thread's detail. With `old`, the lanes' old values
+// (lanes that did not run: zero, which Dest does not write).
+bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, const AtomicOperation& op, Type t,
+                          llvm::Value* value, llvm::Value* swap, llvm::Value** old, std::string* why) {
   if (!LanesAddressable(address, space)) return (*why = "an address vector code does not take", false);
   const uint32_t size = t.bits / 8;
   LanesSplit split;
@@ -671,7 +790,8 @@ bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, llv
   }
   const uint32_t misaligned = static_cast<uint32_t>(accesses_->size());
   accesses_->push_back({size, "misaligned atomic"});
-  const LaneLoop loop = OpenLaneLoop("atomic_lane", Mask());
+  const LaneLoop loop =
+      OpenLaneLoop("atomic_lane", Mask(), old != nullptr ? llvm::Constant::getNullValue(value->getType()) : nullptr);
   llvm::Value* k = loop.k;
   llvm::Value* at = b_.CreateExtractElement(addresses, k);
   llvm::Value* host = LaneHost(split, at, k);
@@ -684,10 +804,13 @@ bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, llv
   b_.SetInsertPoint(fault);
   Fault(NamesRegister(address.name) ? at : b_.getInt64(0), misaligned, k);
   b_.SetInsertPoint(ok);
-  b_.CreateAtomicRMW(rmw, host, b_.CreateExtractElement(value, k), llvm::MaybeAlign(size),
-                     llvm::AtomicOrdering::Monotonic);
+  llvm::Value* lane_old = AtomicAt(op, host, b_.CreateExtractElement(value, k),
+                                   swap != nullptr ? b_.CreateExtractElement(swap, k) : nullptr);
+  llvm::Value* carried = old != nullptr ? b_.CreateInsertElement(loop.carried, lane_old, k) : nullptr;
+  llvm::BasicBlock* ran = b_.GetInsertBlock();
   b_.CreateBr(loop.next);
-  CloseLaneLoop(loop);
+  llvm::Value* merged = CloseLaneLoop(loop, carried, ran);
+  if (old != nullptr) *old = merged;
   return true;
 }
 

@@ -47,6 +47,8 @@ bool InvariantSpecial(const std::string& name) {
   }
 }
 
+}  // namespace
+
 // The registers `s` writes: its first operand's (and its pair's, or a vector's elements).
 std::vector<std::string> Written(const RawStatement& s) {
   const std::string_view op = OpcodeName(s);
@@ -69,8 +71,6 @@ std::vector<std::string> Written(const RawStatement& s) {
   }
   return names;
 }
-
-}  // namespace
 
 bool IsWarpOperation(const RawStatement& s) {
   const std::string_view op = OpcodeName(s);

@@ -96,6 +96,8 @@ bool InsideLoop(const RawFunction& entry, size_t index);
 // Warp-level operations (emit_warp.cc): shfl, vote, redux, match, activemask, bar.warp;
 // and barriers of the whole CTA (bar, barrier, not bar.warp).
 bool IsWarpOperation(const RawStatement& s);
+// The registers `s` writes: its first operand's (and its pair's, or a vector's elements).
+std::vector<std::string> Written(const RawStatement& s);
 bool IsCtaBarrier(const RawStatement& s);
 
 // Warp matrix operations (emit_matrix.cc): mma, ldmatrix and wmma (warp-level operations
@@ -265,8 +267,16 @@ class Emitter {
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
                          const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
-  bool LanesAtomic(const RawOperand& address, std::string_view space, llvm::AtomicRMWInst::BinOp rmw, Type t,
-                   llvm::Value* value, std::string* why);
+  // An atom/red's operation: a read-modify-write the host has, cas, or inc/dec (a
+  // compare-and-swap loop).
+  struct AtomicOperation {
+    enum Kind : uint8_t { kRmw, kCas, kInc, kDec } kind = kRmw;
+    llvm::AtomicRMWInst::BinOp rmw = llvm::AtomicRMWInst::Add;
+  };
+  bool AtomicResultSteersItsLoop(size_t index, const std::string& result);
+  llvm::Value* AtomicAt(const AtomicOperation& op, llvm::Value* host, llvm::Value* value, llvm::Value* swap);
+  bool LanesAtomic(const RawOperand& address, std::string_view space, const AtomicOperation& op, Type t,
+                   llvm::Value* value, llvm::Value* swap, llvm::Value** old, std::string* why);
   bool AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   bool CopyToShared(llvm::Value* target, const RawOperand& source, uint32_t from_source, uint32_t width,
                     std::string* why);

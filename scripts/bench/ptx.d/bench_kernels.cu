@@ -114,6 +114,15 @@ __global__ void histogram(const unsigned char* data, int n, unsigned* bins) {
   for (int i = threadIdx.x; i < 256; i += blockDim.x) atomicAdd(&bins[i], local[i]);
 }
 
+// Stream compaction: each odd input appended to out at a ticket of one global counter (an
+// atomicAdd whose result is read), in a grid-stride loop.
+__global__ void compact(const unsigned* in, int n, unsigned* out, unsigned* count) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    const unsigned v = in[i];
+    if (v & 1) out[atomicAdd(count, 1u)] = v;
+  }
+}
+
 // Inclusive scan of each block's 256 elements (Hillis-Steele): 8 steps of two
 // __syncthreads() each, so a thread does little work between barriers.
 __global__ void block_scan(const unsigned* in, unsigned* out) {

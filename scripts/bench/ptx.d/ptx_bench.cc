@@ -311,6 +311,50 @@ void BM_Histogram_Native(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kElements);
 }
 
+// compact of 2^20 uints, about half of them odd; the counter reset before each launch.
+std::vector<unsigned> CompactInput() {
+  std::vector<unsigned> in(kElements);
+  for (int i = 0; i < kElements; ++i) in[i] = i * 2654435761u >> 8;
+  return in;
+}
+
+void BM_Compact_Engine(benchmark::State& state, JitMode mode) {
+  std::vector<unsigned> in = CompactInput();
+  std::vector<unsigned> out(kElements), count(1);
+  Memory memory;
+  uint64_t din = memory.Add(in), dout = memory.Add(out), dcount = memory.Add(count);
+  auto params = Pack(din, kElements, dout, dcount);
+  uint32_t grid[3] = {64, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "compact", grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) {
+    count[0] = 0;
+    Launch(state, "compact", grid, block, params, memory, &instructions);
+  }
+  uint64_t sum = 0, odd = 0;
+  for (unsigned v : in) odd += v & 1, sum += (v & 1) ? v : 0;
+  for (unsigned k = 0; k < count[0]; ++k) sum -= out[k];
+  if (count[0] != odd || sum != 0) state.SkipWithError("wrong compaction");
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_Compact_Native(benchmark::State& state) {
+  const std::vector<unsigned> in = CompactInput();
+  std::vector<unsigned> out(kElements);
+  for (auto _ : state) {
+    unsigned count = 0;
+    for (int i = 0; i < kElements; ++i) {
+      if (in[i] & 1) out[count++] = in[i];
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::DoNotOptimize(count);
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+
 // A degree-8 and a degree-4 polynomial of each of 2^20 floats, each by a call of a device
 // function (horner: .param arguments and result, which the JIT inlines).
 float Horner(const float* coeffs, int degree, float x) {
@@ -534,6 +578,9 @@ BENCHMARK(BM_MatmulFloat4_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Histogram_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Histogram_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Histogram_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Compact_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Compact_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Compact_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Calls_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Calls_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Calls_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
