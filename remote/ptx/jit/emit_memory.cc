@@ -7,6 +7,7 @@
 #include <llvm/IR/MDBuilder.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 
 #include "remote/ptx/jit/emitter.h"
@@ -584,8 +585,10 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
 // carried round count; through memory it is not followed: a loop that polls memory
 // polls it with a load or an atomic there, which are refused or checked in their own
 // right). Every branch of the loop is counted, not only those that leave it: a branch on
-// the result may choose what a later iteration's exit reads.
-bool Emitter::AtomicResultSteersItsLoop(size_t index, const std::string& result) {
+// the result may choose what a later iteration's exit reads. But for one: the backward
+// branch of a compare-and-swap retry (CasRetryBranch), which goes round again only when
+// another thread changed the word since this one read it, so that it waits for no one.
+bool Emitter::AtomicResultSteersItsLoop(const RawStatement& atomic, size_t index, const std::string& result) {
   std::vector<BackEdge> loops;
   for (const BackEdge& edge : BackEdges(entry_)) {
     if (edge.head <= index && index <= edge.branch) loops.push_back(edge);
@@ -595,6 +598,7 @@ bool Emitter::AtomicResultSteersItsLoop(size_t index, const std::string& result)
   for (const RawStatement& s : entry_.body) {
     if (s.kind == RawStatement::kInstruction) code.push_back(&s);
   }
+  const size_t retry = CasRetryBranch(atomic, index, result, loops, code);
   // Which instructions read each register (the carry flag as one), and which registers
   // each one writes.
   std::map<std::string, std::vector<size_t>> readers;
@@ -626,10 +630,72 @@ bool Emitter::AtomicResultSteersItsLoop(size_t index, const std::string& result)
   for (const BackEdge& loop : loops) {
     for (size_t i = loop.head; i <= loop.branch && i < code.size(); ++i) {
       const RawStatement& s = *code[i];
-      if (s.opcode.rfind("bra", 0) == 0 && !s.guard.empty() && depends.count(s.guard) != 0) return true;
+      if (i != retry && s.opcode.rfind("bra", 0) == 0 && !s.guard.empty() && depends.count(s.guard) != 0) {
+        return true;
+      }
     }
   }
   return false;
+}
+
+// The index of the backward branch of a compare-and-swap retry around `atomic` (at
+// `index`, its old value in `result`), or SIZE_MAX: the innermost of `loops` ends in `@p
+// bra` to its own label, p set in the loop only by `setp.ne` of the old value and the
+// compare operand, and the compare operand written in the loop only from the old value
+// (after the atomic, by mov; or as the atomic's own result). nvcc's shape of atomicAdd of
+// doubles before sm_60 and of every read-modify-write written with atomicCAS:
+//   assumed = old; old = atomicCAS(p, assumed, f(assumed)); } while (assumed != old);
+// It goes round again only when the word was not what this thread last saw: another
+// thread's atomic came in between and made progress. A lock (a constant compare operand,
+// or one the loop never takes from the old value) is not one.
+size_t Emitter::CasRetryBranch(const RawStatement& atomic, size_t index, const std::string& result,
+                               const std::vector<BackEdge>& loops, const std::vector<const RawStatement*>& code) {
+  constexpr size_t kNone = SIZE_MAX;
+  if (atomic.opcode.find(".cas.") == std::string::npos || !atomic.guard.empty() || atomic.operands.size() != 4) {
+    return kNone;
+  }
+  const RawOperand& compare = atomic.operands[2];
+  if (compare.kind != RawOperand::kName || !NamesRegister(compare.name) || IsSpecialRegisterName(compare.name)) {
+    return kNone;
+  }
+  const BackEdge* innermost = &loops[0];
+  for (const BackEdge& loop : loops) {
+    if (loop.head >= innermost->head) innermost = &loop;
+  }
+  if (innermost->branch >= code.size()) return kNone;
+  const RawStatement& branch = *code[innermost->branch];
+  if (branch.opcode != "bra" && branch.opcode != "bra.uni") return kNone;
+  if (branch.guard.empty() || branch.guard_negated || branch.operands.size() != 1 ||
+      branch.operands[0].name != innermost->label) {
+    return kNone;
+  }
+  bool compared = false, taken = compare.name == result;
+  for (size_t i = innermost->head; i <= innermost->branch; ++i) {
+    if (i == index) continue;
+    const RawStatement& s = *code[i];
+    for (const std::string& written : Written(s)) {
+      if (written == result) return kNone;
+      if (written == branch.guard) {
+        const bool both = s.operands.size() == 3 && s.operands[1].kind == RawOperand::kName &&
+                          s.operands[2].kind == RawOperand::kName &&
+                          ((s.operands[1].name == result && s.operands[2].name == compare.name) ||
+                           (s.operands[1].name == compare.name && s.operands[2].name == result));
+        if (compared || s.opcode.rfind("setp.ne.", 0) != 0 || !s.guard.empty() || !s.operands[0].pair.empty() ||
+            !both) {
+          return kNone;
+        }
+        compared = true;
+      }
+      if (written == compare.name) {
+        const bool from_result = s.opcode.rfind("mov.", 0) == 0 && s.guard.empty() && i > index &&
+                                 s.operands.size() == 2 && s.operands[1].kind == RawOperand::kName &&
+                                 s.operands[1].name == result;
+        if (!from_result || compare.name == result) return kNone;
+        taken = true;
+      }
+    }
+  }
+  return compared && taken ? innermost->branch : kNone;
 }
 
 // atom / red on global or shared memory: add, min, max, and, or, xor, exch, cas, inc and
@@ -686,7 +752,7 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   if (!red) {
     if (o[0].kind != RawOperand::kName) return (*why = "a destination it does not take", false);
     result_read = o[0].name != "_" && uses_[o[0].name] != 1;
-    if (result_read && AtomicResultSteersItsLoop(instruction_index_, o[0].name)) {
+    if (result_read && AtomicResultSteersItsLoop(s, instruction_index_, o[0].name)) {
       return (*why = "an atomic whose result a branch of a loop around it reads (a thread may wait on another)", false);
     }
   }
@@ -790,8 +856,54 @@ bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, con
   }
   const uint32_t misaligned = static_cast<uint32_t>(accesses_->size());
   accesses_->push_back({size, "misaligned atomic"});
+  llvm::Value* mask = Mask();
+  // An integer add whose running lanes all name one address (a ticket, a counter): one host
+  // atomic of their sum, each lane's old value the first's plus the lanes' before it, as
+  // the lanes one after another would leave them with nothing between (another worker's
+  // atomic may fall before or after the row, not inside it: also an order a GPU may take).
+  llvm::BasicBlock* together_end = nullptr;
+  llvm::Value* together_old = nullptr;
+  llvm::BasicBlock* join = nullptr;
+  if (op.kind == AtomicOperation::kRmw && op.rmw == llvm::AtomicRMWInst::Add && t.kind != Kind::kFloat) {
+    llvm::Value* bits = b_.CreateBitCast(mask, b_.getIntNTy(lanes_));
+    llvm::Value* first =
+        b_.CreateZExtOrTrunc(b_.CreateIntrinsic(llvm::Intrinsic::cttz, {bits->getType()}, {bits, b_.getTrue()}), i32_);
+    auto* any = llvm::BasicBlock::Create(ctx_, "atomic_any", fn_);
+    auto* together = llvm::BasicBlock::Create(ctx_, "atomic_together", fn_);
+    auto* each = llvm::BasicBlock::Create(ctx_, "atomic_each", fn_);
+    join = llvm::BasicBlock::Create(ctx_, "atomic_joined", fn_);
+    b_.CreateCondBr(b_.CreateICmpEQ(bits, b_.getIntN(lanes_, 0)), each, any);
+    b_.SetInsertPoint(any);
+    llvm::Value* at = b_.CreateExtractElement(addresses, first);
+    llvm::Value* elsewhere = b_.CreateAnd(mask, b_.CreateICmpNE(addresses, b_.CreateVectorSplat(lanes_, at)));
+    b_.CreateCondBr(b_.CreateICmpEQ(b_.CreateBitCast(elsewhere, b_.getIntNTy(lanes_)), b_.getIntN(lanes_, 0)), together,
+                    each);
+    b_.SetInsertPoint(together);
+    llvm::Value* host = LaneHost(split, at, first);
+    auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
+    auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
+    b_.CreateCondBr(b_.CreateICmpNE(b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(size - 1)), b_.getInt64(0)),
+                    fault, ok, llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+    b_.SetInsertPoint(fault);
+    Fault(NamesRegister(address.name) ? at : b_.getInt64(0), misaligned, first);
+    b_.SetInsertPoint(ok);
+    // Inclusive sums of the running lanes' values, by shifts of 1, 2, 4 lanes.
+    llvm::Value* zero = llvm::Constant::getNullValue(value->getType());
+    llvm::Value* own = b_.CreateSelect(mask, value, zero);
+    llvm::Value* sums = own;
+    for (uint32_t shift = 1; shift < lanes_; shift *= 2) {
+      std::vector<int> from(lanes_);
+      for (uint32_t k = 0; k < lanes_; ++k) from[k] = static_cast<int>(k >= shift ? k - shift : lanes_);
+      sums = b_.CreateAdd(sums, b_.CreateShuffleVector(sums, zero, from));
+    }
+    llvm::Value* before = AtomicAt(op, host, b_.CreateExtractElement(sums, uint64_t{lanes_ - 1}), nullptr);
+    together_old = b_.CreateAdd(b_.CreateVectorSplat(lanes_, before), b_.CreateSub(sums, own));
+    together_end = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(each);
+  }
   const LaneLoop loop =
-      OpenLaneLoop("atomic_lane", Mask(), old != nullptr ? llvm::Constant::getNullValue(value->getType()) : nullptr);
+      OpenLaneLoop("atomic_lane", mask, old != nullptr ? llvm::Constant::getNullValue(value->getType()) : nullptr);
   llvm::Value* k = loop.k;
   llvm::Value* at = b_.CreateExtractElement(addresses, k);
   llvm::Value* host = LaneHost(split, at, k);
@@ -810,6 +922,17 @@ bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, con
   llvm::BasicBlock* ran = b_.GetInsertBlock();
   b_.CreateBr(loop.next);
   llvm::Value* merged = CloseLaneLoop(loop, carried, ran);
+  if (join != nullptr) {
+    llvm::BasicBlock* each_end = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+    if (old != nullptr) {
+      llvm::PHINode* joined = b_.CreatePHI(value->getType(), 2);
+      joined->addIncoming(together_old, together_end);
+      joined->addIncoming(merged, each_end);
+      merged = joined;
+    }
+  }
   if (old != nullptr) *old = merged;
   return true;
 }

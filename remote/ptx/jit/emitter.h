@@ -273,7 +273,9 @@ class Emitter {
     enum Kind : uint8_t { kRmw, kCas, kInc, kDec } kind = kRmw;
     llvm::AtomicRMWInst::BinOp rmw = llvm::AtomicRMWInst::Add;
   };
-  bool AtomicResultSteersItsLoop(size_t index, const std::string& result);
+  bool AtomicResultSteersItsLoop(const RawStatement& atomic, size_t index, const std::string& result);
+  size_t CasRetryBranch(const RawStatement& atomic, size_t index, const std::string& result,
+                        const std::vector<BackEdge>& loops, const std::vector<const RawStatement*>& code);
   llvm::Value* AtomicAt(const AtomicOperation& op, llvm::Value* host, llvm::Value* value, llvm::Value* swap);
   bool LanesAtomic(const RawOperand& address, std::string_view space, const AtomicOperation& op, Type t,
                    llvm::Value* value, llvm::Value* swap, llvm::Value** old, std::string* why);

@@ -36,12 +36,13 @@ class JitAtomics : public jit_test::JitKernelFileTest {
 
   // `results` on tier 0 (the interpreter), 1 (vector code: blocks of 64 x 1) or 2 (scalar
   // code: 1 x 64); buffers in, out, words, olds.
-  Outcome Results(int tier, uint32_t victim = ~0u, uint32_t shift = 0) {
-    const std::vector<uint32_t> block = tier == 2 ? std::vector<uint32_t>{1, kThreads} : std::vector<uint32_t>{kThreads};
+  Outcome Results(int tier, uint32_t victim = ~0u, uint32_t shift = 0, uint32_t row = ~0u) {
+    const std::vector<uint32_t> block =
+        tier == 2 ? std::vector<uint32_t>{1, kThreads} : std::vector<uint32_t>{kThreads};
     return Run(tier == 0 ? JitMode::kOff : JitMode::kAlways, "results", kBlocks, block,
                {Bytes(Inputs(kN)), Bytes(std::vector<uint32_t>(kN, 0)), Bytes(std::vector<uint32_t>(8, 0)),
                 Bytes(std::vector<uint32_t>(8 * kN, 0xdeadbeefu))},
-               {kN, victim, shift});
+               {kN, victim, shift, row});
   }
 };
 
@@ -134,15 +135,19 @@ TEST_F(JitAtomics, ResultsAreThoseOfSomeOrderOfTheThreads) {
 }
 
 // A thread's stray or misaligned atomic, its result read, fails the launch as on the
-// interpreter with the same detail (threads 78 and 130: lanes 6 and 2 of their rows in
-// vector code).
+// interpreter with the same detail: threads 78 and 130 (lanes 6 and 2 of their rows in
+// vector code, which run their atomics lane by lane), and threads 88 to 95, whose running
+// lanes (the odd inputs: 91, 92, 93) run one atomic of their row together.
 TEST_F(JitAtomics, AStrayOrMisalignedTicketFailsTheLaunchAsOnTheInterpreter) {
   const std::vector<uint32_t> in = Inputs(kN);
-  for (uint32_t victim : {78u, 130u}) {
-    ASSERT_EQ(in[victim] & 1, 1u) << "the victim must append (an odd input)";
+  for (uint32_t victim : {78u, 130u, ~0u}) {
+    const uint32_t row = victim == ~0u ? 11 : ~0u;
+    if (victim != ~0u) {
+      ASSERT_EQ(in[victim] & 1, 1u) << "the victim must append (an odd input)";
+    }
     for (uint32_t shift : {1u << 24, 2u}) {
       Outcome out[3];
-      for (int tier = 0; tier < 3; ++tier) out[tier] = Results(tier, victim, shift);
+      for (int tier = 0; tier < 3; ++tier) out[tier] = Results(tier, victim, shift, row);
       EXPECT_EQ(out[0].error, kIllegalAddress) << out[0].detail;
       EXPECT_NE(out[0].detail.find(shift == 2 ? "misaligned atomic of 4 bytes" : "atomic of 4 bytes"),
                 std::string::npos)
@@ -179,11 +184,51 @@ TEST_F(JitAtomics, ATicketInsideALoopItDoesNotSteerIsCompiled) {
   EXPECT_TRUE(Vector("grid_compact")) << kernel.jit->refused;
 }
 
+// Compare-and-swap retries (nvcc's): a double sum and a float max over global memory and a
+// float max over a block's shared memory, in a grid-stride loop, compiled in vector code
+// (blocks of 64 threads) and scalar code (blocks of 12), the sums exact in every order.
+TEST_F(JitAtomics, CompareAndSwapRetriesAreCompiled) {
+  const uint32_t n = 20000, blocks = 5;
+  std::vector<float> in(n);
+  double sum = 0;
+  float max = 0;
+  for (uint32_t k = 0; k < n; ++k) {
+    in[k] = static_cast<float>((k * 2654435761u >> 12) % 1000) * 0.5f;
+    sum += in[k];
+    max = std::max(max, in[k]);
+  }
+  for (uint32_t threads : {64u, 12u}) {
+    for (JitMode mode : {JitMode::kOff, JitMode::kAlways}) {
+      SCOPED_TRACE(std::to_string(threads) + (mode == JitMode::kOff ? " interpreted" : " compiled"));
+      Outcome out = Run(mode, "cas_sums", blocks, {threads},
+                        {Bytes(in), Bytes(std::vector<double>(1, 0)), Bytes(std::vector<float>(1, 0)),
+                         Bytes(std::vector<float>(blocks, -1))},
+                        {n});
+      ASSERT_EQ(out.error, 0) << out.detail;
+      EXPECT_EQ(Values<double>(out.buffers[1])[0], sum);
+      EXPECT_EQ(Values<float>(out.buffers[2])[0], max);
+      const std::vector<float> block_max = Values<float>(out.buffers[3]);
+      for (uint32_t b = 0; b < blocks; ++b) {
+        float want = 0;
+        for (uint32_t i = b * threads; i < n; i += blocks * threads) {
+          for (uint32_t t = 0; t < threads && i + t < n; ++t) want = std::max(want, in[i + t]);
+        }
+        EXPECT_EQ(block_max[b], want) << "block " << b;
+      }
+    }
+  }
+  const DecodedKernel& kernel = Kernel("cas_sums");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  EXPECT_TRUE(Vector("cas_sums")) << kernel.jit->refused;
+}
+
 // Loops whose exit an atomic's result decides stay on the interpreter, which lets the
 // threads of a CTA take turns (compiled, a thread spinning for another of its CTA would wait
 // for a thread that runs only after it), and end there with their results: a lock taken by
-// compare-and-swap, and a queue whose threads take indices until they run past its end
-// (which would end in any order; the rule does not tell it from a wait).
+// compare-and-swap, a compare-and-swap retried until the word holds what it expects
+// (its compare operand not taken from the word), and a queue whose threads take indices
+// until they run past its end (which would end in any order; the rule does not tell it
+// from a wait).
 TEST_F(JitAtomics, LoopsAnAtomicsResultSteersRunOnTheInterpreter) {
   Outcome locked = Run(JitMode::kAlways, "lock_spin", 8, {1}, {Bytes(std::vector<uint32_t>(2, 0))}, {});
   ASSERT_EQ(locked.error, 0) << locked.detail;
@@ -195,7 +240,10 @@ TEST_F(JitAtomics, LoopsAnAtomicsResultSteersRunOnTheInterpreter) {
   EXPECT_EQ(Values<uint32_t>(queued.buffers[0])[0], n + 3 * 64);
   const std::vector<uint32_t> out = Values<uint32_t>(queued.buffers[1]);
   for (uint32_t k = 0; k < n; ++k) ASSERT_EQ(out[k], 3 * k + 1) << k;
-  for (const char* name : {"lock_spin", "queue"}) {
+  Outcome waited = Run(JitMode::kAlways, "cas_wait", 1, {1}, {Bytes(std::vector<uint32_t>(1, 5))}, {});
+  ASSERT_EQ(waited.error, 0) << waited.detail;
+  EXPECT_EQ(Values<uint32_t>(waited.buffers[0])[0], 6u);
+  for (const char* name : {"lock_spin", "queue", "cas_wait"}) {
     const DecodedKernel& kernel = Kernel(name);
     EXPECT_EQ(kernel.jit->jit_launches.load(), 0u) << name;
     EXPECT_NE(kernel.jit->refused.find("an atomic whose result a branch of a loop around it reads"), std::string::npos)
