@@ -690,12 +690,59 @@ size_t Emitter::CasRetryBranch(const RawStatement& atomic, size_t index, const s
         const bool from_result = s.opcode.rfind("mov.", 0) == 0 && s.guard.empty() && i > index &&
                                  s.operands.size() == 2 && s.operands[1].kind == RawOperand::kName &&
                                  s.operands[1].name == result;
-        if (!from_result || compare.name == result) return kNone;
+        if ((!from_result && !ReadsTheWord(s, i, atomic, *innermost, code)) || compare.name == result) return kNone;
         taken = true;
       }
     }
   }
   return compared && taken ? innermost->branch : kNone;
+}
+
+// Whether `load` (instruction `at` of `code`) reads, before the compare-and-swap `atomic`
+// in the same iteration of `loop`, the word the atomic swaps: `do { old = *p; } while
+// (atomicCAS(p, old, f(old)) != old);`. An unguarded ld of the atomic's state space whose
+// address is the atomic's: the same register and offset, through adds of a constant to
+// registers written once in the kernel (nvcc's `add.s64 %rd19, %rd1, 32`), the register
+// not written inside the loop.
+bool Emitter::ReadsTheWord(const RawStatement& load, size_t at, const RawStatement& atomic, const BackEdge& loop,
+                           const std::vector<const RawStatement*>& code) {
+  if (load.opcode.rfind("ld.", 0) != 0 || !load.guard.empty() || load.operands.size() != 2 ||
+      load.operands[1].kind != RawOperand::kAddress || at >= instruction_index_) {
+    return false;
+  }
+  auto space = [](const std::string& opcode) {
+    for (const char* name : {".global.", ".shared."}) {
+      if (opcode.find(name) != std::string::npos) return std::string(name);
+    }
+    return std::string(".generic.");
+  };
+  if (space(load.opcode) != space(atomic.opcode) || load.opcode.find(".v") != std::string::npos) return false;
+  auto writers = [&](const std::string& name, size_t from, size_t to) {
+    std::vector<size_t> found;
+    for (size_t i = from; i <= to && i < code.size(); ++i) {
+      for (const std::string& written : Written(*code[i])) {
+        if (written == name) found.push_back(i);
+      }
+    }
+    return found;
+  };
+  auto root = [&](const RawOperand& address) {
+    std::pair<std::string, uint64_t> at{address.name, address.bits};
+    for (int depth = 0; depth < 4 && NamesRegister(at.first); ++depth) {
+      const std::vector<size_t> defs = writers(at.first, 0, code.size() - 1);
+      if (defs.size() != 1) break;
+      const RawStatement& def = *code[defs[0]];
+      if ((def.opcode != "add.s64" && def.opcode != "add.u64") || !def.guard.empty() || def.operands.size() != 3 ||
+          def.operands[1].kind != RawOperand::kName || def.operands[2].kind != RawOperand::kInt) {
+        break;
+      }
+      at = {def.operands[1].name, at.second + def.operands[2].bits};
+    }
+    return at;
+  };
+  const std::pair<std::string, uint64_t> read = root(load.operands[1]), swapped = root(atomic.operands[1]);
+  if (read != swapped) return false;
+  return !NamesRegister(read.first) || writers(read.first, loop.head, loop.branch).empty();
 }
 
 // atom / red on global or shared memory: add, min, max, and, or, xor, exch, cas, inc and

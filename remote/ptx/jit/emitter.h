@@ -276,6 +276,8 @@ class Emitter {
   bool AtomicResultSteersItsLoop(const RawStatement& atomic, size_t index, const std::string& result);
   size_t CasRetryBranch(const RawStatement& atomic, size_t index, const std::string& result,
                         const std::vector<BackEdge>& loops, const std::vector<const RawStatement*>& code);
+  bool ReadsTheWord(const RawStatement& load, size_t at, const RawStatement& atomic, const BackEdge& loop,
+                    const std::vector<const RawStatement*>& code);
   llvm::Value* AtomicAt(const AtomicOperation& op, llvm::Value* host, llvm::Value* value, llvm::Value* swap);
   bool LanesAtomic(const RawOperand& address, std::string_view space, const AtomicOperation& op, Type t,
                    llvm::Value* value, llvm::Value* swap, llvm::Value** old, std::string* why);

@@ -220,13 +220,20 @@ TEST_F(JitAtomics, CompareAndSwapRetriesAreCompiled) {
   const DecodedKernel& kernel = Kernel("cas_sums");
   EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
   EXPECT_TRUE(Vector("cas_sums")) << kernel.jit->refused;
+  // The word read again in the loop: 3 blocks of 64 and 3 of 12 threads add 3 each.
+  for (uint32_t threads : {64u, 12u}) {
+    Outcome out = Run(JitMode::kAlways, "cas_reload", 3, {threads}, {Bytes(std::vector<uint32_t>(1, 5))}, {});
+    ASSERT_EQ(out.error, 0) << out.detail;
+    EXPECT_EQ(Values<uint32_t>(out.buffers[0])[0], 5 + 3 * 3 * threads);
+  }
+  EXPECT_EQ(Kernel("cas_reload").jit->jit_launches.load(), 2u) << Kernel("cas_reload").jit->refused;
 }
 
 // Loops whose exit an atomic's result decides stay on the interpreter, which lets the
 // threads of a CTA take turns (compiled, a thread spinning for another of its CTA would wait
 // for a thread that runs only after it), and end there with their results: a lock taken by
-// compare-and-swap, a compare-and-swap retried until the word holds what it expects
-// (its compare operand not taken from the word), and a queue whose threads take indices
+// compare-and-swap, compare-and-swaps retried until the word holds what they expect
+// (their compare operand a constant, or read from another word), and a queue whose threads take indices
 // until they run past its end (which would end in any order; the rule does not tell it
 // from a wait).
 TEST_F(JitAtomics, LoopsAnAtomicsResultSteersRunOnTheInterpreter) {
@@ -243,7 +250,10 @@ TEST_F(JitAtomics, LoopsAnAtomicsResultSteersRunOnTheInterpreter) {
   Outcome waited = Run(JitMode::kAlways, "cas_wait", 1, {1}, {Bytes(std::vector<uint32_t>(1, 5))}, {});
   ASSERT_EQ(waited.error, 0) << waited.detail;
   EXPECT_EQ(Values<uint32_t>(waited.buffers[0])[0], 6u);
-  for (const char* name : {"lock_spin", "queue", "cas_wait"}) {
+  Outcome agreed = Run(JitMode::kAlways, "cas_other", 1, {1}, {Bytes(std::vector<uint32_t>{7, 7})}, {});
+  ASSERT_EQ(agreed.error, 0) << agreed.detail;
+  EXPECT_EQ(Values<uint32_t>(agreed.buffers[0]), (std::vector<uint32_t>{10, 7}));
+  for (const char* name : {"lock_spin", "queue", "cas_wait", "cas_other"}) {
     const DecodedKernel& kernel = Kernel(name);
     EXPECT_EQ(kernel.jit->jit_launches.load(), 0u) << name;
     EXPECT_NE(kernel.jit->refused.find("an atomic whose result a branch of a loop around it reads"), std::string::npos)
