@@ -96,12 +96,19 @@ Status ApiServer::AuthenticateMunge(const httplib::Request& req, Caller* caller)
   return Status::OK();
 }
 
-void ApiServer::Answer(httplib::Response& res, const Result<json>& result, int ok_code) {
+void ApiServer::Answer(httplib::Response& res, const Result<json>& result, int ok_code,
+                       Store::InlineWrite* inline_write) {
   if (result.ok()) {
-    // Nothing is reported before it is on disk: the server holds the answer until then
-    // (500 if it cannot be saved), or, outside its handlers, this thread waits.
+    // Nothing is reported before it is on disk: written here by a request served alone,
+    // else the server holds the answer until the committer has written it (500 if it
+    // cannot be saved), or, outside its handlers, this thread waits.
     const uint64_t ticket = store_->last_ticket();
-    if (!HttpServer::HoldAnswerUntil(ticket)) {
+    bool written = false;
+    if (inline_write != nullptr && HttpServer::ServingAlone()) {
+      HttpServer::WaitingWorker waiting;  // for the disk
+      written = inline_write->Write(ticket);
+    }
+    if (written || !HttpServer::HoldAnswerUntil(ticket)) {
       Status durable = store_->WaitDurable(ticket);
       if (!durable.ok()) {
         res.status = 500;
@@ -143,7 +150,8 @@ void ApiServer::Route() {
         }
       }
       if (s.ok()) {
-        Answer(res, h(req, caller));
+        Store::InlineWrite inline_write(store_, HttpServer::ServingAlone());
+        Answer(res, h(req, caller), 200, &inline_write);
       } else {
         Answer(res, Result<json>(s));
       }
@@ -398,8 +406,10 @@ std::string ApiServer::Metrics() {
     std::snprintf(line, sizeof(line), "# TYPE %s counter\n%s %lu\n", name, name, v);
     out += line;
   }
-  std::snprintf(line, sizeof(line), "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n",
-                store_->commits());
+  std::snprintf(line, sizeof(line),
+                "# TYPE gpupool_store_commits_total counter\ngpupool_store_commits_total %lu\n"
+                "# TYPE gpupool_store_inline_commits_total counter\ngpupool_store_inline_commits_total %lu\n",
+                store_->commits(), store_->inline_commits());
   out += line;
   store_->commit_duration().Render(
       "gpupool_store_commit_duration_seconds",

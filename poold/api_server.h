@@ -52,7 +52,10 @@ class ApiServer {
   Status Authenticate(const httplib::Request& req, Caller* caller);
   // A MUNGE credential only (for POST /v1/session).
   Status AuthenticateMunge(const httplib::Request& req, Caller* caller);
-  void Answer(httplib::Response& res, const Result<nlohmann::json>& result, int ok_code = 200);
+  // `inline_write`: the request's own InlineWrite, which writes its change here when it
+  // was served alone.
+  void Answer(httplib::Response& res, const Result<nlohmann::json>& result, int ok_code = 200,
+              Store::InlineWrite* inline_write = nullptr);
   static nlohmann::json StateNotSaved(const Status& failure);
   std::string Metrics();
 

@@ -718,10 +718,13 @@ void HttpServer::Close(const std::shared_ptr<Conn>& c) {
 void HttpServer::Worker(bool priority) {
   std::deque<Job>& queue = priority ? priority_work_ : work_;
   std::condition_variable& cv = priority ? priority_cv_ : work_cv_;
+  bool served = false, alone = false;
   for (;;) {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      if (served) --in_service_;
+      served = false;
       if (!priority && !stop_ && queue.empty()) {
         --awake_;
         ++asleep_;
@@ -739,8 +742,13 @@ void HttpServer::Worker(bool priority) {
       if (stop_) return;
       job = std::move(queue.front());
       queue.pop_front();
+      ++in_service_;
+      served = true;
+      // A worker that writes its request's change (Store::InlineWrite) waits for the disk:
+      // only where another worker is there for the requests that come meanwhile.
+      alone = !priority && limits_.workers >= 2 && in_service_ == 1 && work_.empty() && priority_work_.empty();
     }
-    bool held = Serve(*job.conn);
+    bool held = Serve(*job.conn, alone, priority);
     // An agent's request that took more than a second from arrival to answer: gpupoold was
     // too busy to hear agents in time.
     if (priority && Clock::now() - job.queued > std::chrono::seconds(1)) NoteStall();
@@ -757,6 +765,8 @@ namespace {
 // The request a worker thread is serving, for HoldAnswerUntil.
 struct HoldSlot {
   bool can_hold = false;
+  bool alone = false;              // ServingAlone
+  HttpServer* ordinary = nullptr;  // the server, for a request of an ordinary route (WaitingWorker)
   uint64_t ticket = 0;
 };
 thread_local HoldSlot* current_hold = nullptr;
@@ -769,7 +779,28 @@ bool HttpServer::HoldAnswerUntil(uint64_t ticket) {
   return true;
 }
 
-bool HttpServer::Serve(Conn& c) {
+bool HttpServer::ServingAlone() { return current_hold != nullptr && current_hold->alone; }
+
+HttpServer::WaitingWorker::WaitingWorker() {
+  if (current_hold == nullptr || current_hold->ordinary == nullptr) return;
+  server_ = current_hold->ordinary;
+  std::lock_guard<std::mutex> lock(server_->mu_);
+  --server_->awake_;
+  if (!server_->work_.empty() && server_->awake_ + server_->woken_ < server_->busy_enough_ &&
+      server_->asleep_ > server_->woken_) {
+    ++server_->woken_;
+    ++server_->counters_.worker_wakes;
+    server_->work_cv_.notify_one();
+  }
+}
+
+HttpServer::WaitingWorker::~WaitingWorker() {
+  if (server_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(server_->mu_);
+  ++server_->awake_;
+}
+
+bool HttpServer::Serve(Conn& c, bool alone, bool priority) {
   httplib::Response res;
   if (c.error_status != 0) {
     res.status = c.error_status;
@@ -811,7 +842,11 @@ bool HttpServer::Serve(Conn& c) {
   {
     std::lock_guard<std::mutex> lock(durable_mu_);
     hold.can_hold = durable_known_;
+    // Nor any answer waiting for the disk: under load there always is one, and a worker
+    // that wrote inline then would leave the queue to workers yet to be woken.
+    hold.alone = alone && held_.empty();
   }
+  if (!priority) hold.ordinary = this;
   current_hold = &hold;
   try {
     r->handler(c.req, res);

@@ -107,6 +107,27 @@ class HttpServer {
   // the answer: not called from a handler of a server that NotifyDurable has been called on
   // (the caller must then wait itself). A handler that throws is answered 500 at once.
   static bool HoldAnswerUntil(uint64_t ticket);
+  // From a handler: whether its request was, when its worker took it, the only one the
+  // server had queued, in service or waiting for the disk (at one client, every request;
+  // under load, hardly one): then no other
+  // request's change would share its commit, and its thread may as well write it
+  // (Store::InlineWrite), waiting for the disk itself. Never on a server of one ordinary
+  // worker (a worker waiting for the disk would leave none for the next request), nor for
+  // priority routes. False outside a handler.
+  static bool ServingAlone();
+  // From a handler about to wait (an InlineWrite for the disk): while one lives, its worker
+  // does not count as awake, so that a request queued meanwhile wakes a sleeping worker at
+  // once rather than after kLateWork. Does nothing outside an ordinary route's handler.
+  class WaitingWorker {
+   public:
+    WaitingWorker();
+    ~WaitingWorker();
+    WaitingWorker(const WaitingWorker&) = delete;
+    WaitingWorker& operator=(const WaitingWorker&) = delete;
+
+   private:
+    HttpServer* server_ = nullptr;
+  };
   // What is durable, from any thread (values may come out of order: the largest counts).
   // `failure_body` non-empty: the state can no longer be saved; every held answer beyond
   // `durable`, and every one held later, becomes 500 with this JSON body.
@@ -153,8 +174,10 @@ class HttpServer {
   void QueueWork(const std::shared_ptr<Conn>& c);
   // The loop (mu_ held): wakes a sleeping worker for a request queued kLateWork ago or more.
   void WakeForLateWork(Clock::time_point now);
-  // Serves c's request; true when its answer is held (c->held_ticket, c->out).
-  bool Serve(Conn& c);
+  // Serves c's request; true when its answer is held (c->held_ticket, c->out). `alone`:
+  // nothing else was queued or in service when its worker took it (ServingAlone);
+  // `priority`: a priority worker's.
+  bool Serve(Conn& c, bool alone, bool priority);
   void Answer(Conn& c, httplib::Response& res, bool keep_alive);
   static std::string Format(httplib::Response& res, bool keep_alive);
   static std::string FailureAnswer(const std::string& body, bool keep_alive);
@@ -199,9 +222,12 @@ class HttpServer {
   std::deque<Job> work_, priority_work_;  // GUARDED_BY(mu_)
   // Ordinary workers: awake (serving, or about to take the queue's next request), asleep,
   // and woken but not yet out of their wait (QueueWork).
-  int awake_ = 0;                                // GUARDED_BY(mu_)
-  int asleep_ = 0;                               // GUARDED_BY(mu_)
-  int woken_ = 0;                                // GUARDED_BY(mu_)
+  int awake_ = 0;   // GUARDED_BY(mu_)
+  int asleep_ = 0;  // GUARDED_BY(mu_)
+  int woken_ = 0;   // GUARDED_BY(mu_)
+  // Requests workers have taken and not finished (a finished one is counted off when its
+  // worker next takes mu_: at most one too many per worker, never too few).
+  int in_service_ = 0;                           // GUARDED_BY(mu_)
   const int busy_enough_;                        // HttpLimits::awake_workers, resolved
   std::vector<std::shared_ptr<Conn>> rearm_;     // GUARDED_BY(mu_): served; back to the loop (HandBack)
   std::vector<std::shared_ptr<Conn>> released_;  // GUARDED_BY(mu_): held answers to send

@@ -115,6 +115,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& state_dir, bool fs
       return Status::Internal(std::string("sqlite: cannot prepare: ") + sqlite3_errmsg(store->db_));
     }
   }
+  store->set_inline_writes(true);
   store->StartCommitter();
   return std::unique_ptr<Store>(std::move(store));
 }
@@ -281,6 +282,15 @@ Result<LoadedState> SqliteStore::Load(size_t recent_events) {
   return st;
 }
 
+namespace {
+// The store whose committer the calling thread's InlineWrite keeps from waking.
+thread_local Store* deferring_wake = nullptr;
+}  // namespace
+
+void Store::WakeCommitter() {
+  if (deferring_wake != this) work_cv_.notify_one();
+}
+
 uint64_t Store::Enqueue(Op op) {
   uint64_t ticket;
   bool wake;
@@ -293,7 +303,7 @@ uint64_t Store::Enqueue(Op op) {
     wake = held_ == 0;
     if (wake) complete_ = ticket;
   }
-  if (wake) work_cv_.notify_one();
+  if (wake) WakeCommitter();
   return ticket;
 }
 
@@ -308,7 +318,48 @@ Store::Hold::~Hold() {
     if (--store_->held_ > 0 || store_->complete_ == store_->enqueued_) return;
     store_->complete_ = store_->enqueued_;
   }
-  store_->work_cv_.notify_one();
+  store_->WakeCommitter();
+}
+
+Store::InlineWrite::InlineWrite(Store* store, bool wanted)
+    : store_(store), outer_(deferring_wake), active_(wanted && store->inline_writes_) {
+  if (active_) deferring_wake = store_;
+}
+
+Store::InlineWrite::~InlineWrite() {
+  if (!active_) return;
+  deferring_wake = outer_;
+  // What this thread completed and did not write: the committer's now (a writer at work
+  // wakes it when it ends).
+  bool left;
+  {
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    left = !store_->writing_ && store_->complete_ > store_->enqueued_ - store_->queue_.size();
+  }
+  if (left) store_->WakeCommitter();
+}
+
+bool Store::InlineWrite::Write(uint64_t ticket) {
+  if (!active_) return false;
+  std::vector<Op> batch;
+  uint64_t last;
+  {
+    std::lock_guard<std::mutex> lock(store_->mu_);
+    if (store_->durable_ >= ticket || !store_->failure_.ok()) return true;
+    const uint64_t taken = store_->enqueued_ - store_->queue_.size();
+    if (store_->writing_ || store_->stopping_ || store_->complete_ < ticket || store_->complete_ <= taken) {
+      return false;
+    }
+    batch = store_->TakeBatch(&last);
+    ++store_->inline_commits_;
+  }
+  store_->WriteTaken(batch, last, /*wake_committer=*/true);
+  return true;
+}
+
+uint64_t Store::inline_commits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return inline_commits_;
 }
 
 Status Store::WaitDurable(uint64_t ticket) {
@@ -342,7 +393,6 @@ uint64_t Store::commits() const {
 }
 
 void Store::CommitterLoop() {
-  uint64_t since_trim = 0;
   for (;;) {
     std::vector<Op> batch;
     uint64_t last;
@@ -350,47 +400,64 @@ void Store::CommitterLoop() {
       std::unique_lock<std::mutex> lock(mu_);
       // Only whole operations: the ops an operation still holding a Hold has queued wait
       // for its end (which wakes us), while everything before them is written now, with no
-      // wait for a gap between operations (under load there need not be one).
+      // wait for a gap between operations (under load there need not be one). One writer
+      // at a time: an InlineWrite's batch ends before the next is taken (which wakes us).
       // The queue holds the tickets after enqueued_ - queue_.size().
       auto taken = [&] { return enqueued_ - queue_.size(); };
-      work_cv_.wait(lock, [&] { return stopping_ || complete_ > taken(); });
+      work_cv_.wait(lock, [&] { return !writing_ && (stopping_ || complete_ > taken()); });
       if (queue_.empty() && stopping_) return;
-      // At a stop every op is taken: no operation runs once the store is being destroyed.
-      const uint64_t upto = stopping_ ? enqueued_ : complete_;
-      const size_t count = static_cast<size_t>(upto - taken());
-      batch.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + count));
-      queue_.erase(queue_.begin(), queue_.begin() + count);
-      last = upto;
+      batch = TakeBatch(&last);
     }
-    const auto began = std::chrono::steady_clock::now();
-    Status s = WriteBatch(batch);
-    if (s.ok())
-      commit_duration_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
-    since_trim += batch.size();
-    if (s.ok() && since_trim > 10000) {
-      since_trim = 0;
-      // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
-      Status trimmed = TrimEvents(event_retention_);
-      if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
-    }
-    uint64_t durable;
-    Status health;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (s.ok()) {
-        durable_ = last;
-        ++commits_;
-      } else {
-        log::Error("cannot write state: " + s.message());
-        failure_ = s;
-      }
-      durable = durable_;
-      health = failure_;
-    }
-    durable_cv_.notify_all();
-    std::lock_guard<std::mutex> calls(listener_mu_);
-    if (listener_) listener_(durable, health);
+    WriteTaken(batch, last, /*wake_committer=*/false);
   }
+}
+
+std::vector<Store::Op> Store::TakeBatch(uint64_t* last) {
+  const uint64_t taken = enqueued_ - queue_.size();
+  // At a stop every op is taken: no operation runs once the store is being destroyed.
+  const uint64_t upto = stopping_ ? enqueued_ : complete_;
+  const size_t count = static_cast<size_t>(upto - taken);
+  std::vector<Op> batch(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.begin() + count));
+  queue_.erase(queue_.begin(), queue_.begin() + count);
+  *last = upto;
+  writing_ = true;
+  return batch;
+}
+
+void Store::WriteTaken(const std::vector<Op>& batch, uint64_t last, bool wake_committer) {
+  const auto began = std::chrono::steady_clock::now();
+  Status s = WriteBatch(batch);
+  if (s.ok()) commit_duration_.Observe(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+  since_trim_ += batch.size();
+  if (s.ok() && since_trim_ > 10000) {
+    since_trim_ = 0;
+    // Trimming is housekeeping: a failure leaves more history on disk, nothing wrong.
+    Status trimmed = TrimEvents(event_retention_);
+    if (!trimmed.ok()) log::Warning("cannot trim old events: " + trimmed.message());
+  }
+  uint64_t durable;
+  Status health;
+  bool more;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.ok()) {
+      durable_ = last;
+      ++commits_;
+    } else {
+      log::Error("cannot write state: " + s.message());
+      failure_ = s;
+    }
+    durable = durable_;
+    health = failure_;
+    writing_ = false;
+    more = wake_committer && (stopping_ || complete_ > enqueued_ - queue_.size());
+  }
+  // The committer slept while an InlineWrite wrote this batch: what completed meanwhile is
+  // its to write (after its own batch it simply looks again).
+  if (more) work_cv_.notify_one();
+  durable_cv_.notify_all();
+  std::lock_guard<std::mutex> calls(listener_mu_);
+  if (listener_) listener_(durable, health);
 }
 
 // Ends a failed batch. The batch's error is the one to report; a failed ROLLBACK (the

@@ -95,6 +95,34 @@ class Store {
    private:
     Store* const store_;
   };
+  // Lets a request served alone write its own changes on its thread, saving the committer's
+  // wake and the hand-over of its answer (at one client, most of a request's time but the
+  // fsync). While one is alive and `wanted` (and the store writes inline at all:
+  // set_inline_writes), the changes the constructing thread completes do not wake the
+  // committer; Write(ticket) then writes every complete change up to and past `ticket` here
+  // when nothing is being written, as the committer would (one batch, in ticket order), and
+  // the destructor wakes the committer for whatever this thread left unwritten.
+  // Thread safety: created, used and destroyed on one thread.
+  class InlineWrite {
+   public:
+    InlineWrite(Store* store, bool wanted);
+    ~InlineWrite();
+    InlineWrite(const InlineWrite&) = delete;
+    InlineWrite& operator=(const InlineWrite&) = delete;
+    // True when `ticket` is now durable, or the store has failed (WaitDurable says which,
+    // at once); false when another write was in progress or the change is not complete (a
+    // Hold still open): then the committer writes it, and the caller waits as usual.
+    bool Write(uint64_t ticket);
+
+   private:
+    Store* const store_;
+    Store* const outer_;  // the thread's previous deferral (nested InlineWrites)
+    const bool active_;
+  };
+  // The SQLite store writes inline; an etcd store does not (its writes are round trips
+  // that a worker should not wait out). Before the store is used.
+  void set_inline_writes(bool on) { inline_writes_ = on; }
+  uint64_t inline_commits() const;  // transactions written by InlineWrite (for tests, metrics)
   // Blocks until every change up to `ticket` is committed. Returns the commit error if the
   // write failed (then the daemon must stop: memory is ahead of disk).
   Status WaitDurable(uint64_t ticket);
@@ -134,6 +162,17 @@ class Store {
 
  private:
   void CommitterLoop();
+  // Wakes the committer for complete changes, unless the calling thread defers the wake
+  // (InlineWrite). REQUIRES: mu_ not held.
+  void WakeCommitter();
+  // Takes the complete changes nobody has taken, up to complete_ (all of them when
+  // stopping), for one writer, and marks a write in progress. REQUIRES: mu_ held, no
+  // write in progress, something to take.
+  std::vector<Op> TakeBatch(uint64_t* last);
+  // Writes a taken batch (mu_ not held), then records it durable (or the failure), ends
+  // the write in progress, tells WaitDurable and the listener, and, from an InlineWrite
+  // (`wake_committer`), wakes the committer for what completed meanwhile.
+  void WriteTaken(const std::vector<Op>& batch, uint64_t last, bool wake_committer);
 
   uint64_t event_retention_ = 1000000;
   mutable std::mutex mu_;
@@ -143,10 +182,14 @@ class Store {
   uint64_t enqueued_ = 0;               // GUARDED_BY(mu_): ticket of the last queued op
   uint64_t durable_ = 0;                // GUARDED_BY(mu_): ticket of the last committed op
   uint64_t commits_ = 0;                // GUARDED_BY(mu_)
-  LatencyHistogram commit_duration_;    // written by the committer, read by anyone
-  Status failure_;                      // GUARDED_BY(mu_): sticky commit error
-  bool stopping_ = false;               // GUARDED_BY(mu_)
-  int held_ = 0;                        // GUARDED_BY(mu_): Holds alive
+  uint64_t inline_commits_ = 0;         // GUARDED_BY(mu_)
+  bool writing_ = false;                // GUARDED_BY(mu_): a batch is being written
+  bool inline_writes_ = false;
+  uint64_t since_trim_ = 0;           // changes written since the last trim (by the writer)
+  LatencyHistogram commit_duration_;  // written by the committer, read by anyone
+  Status failure_;                    // GUARDED_BY(mu_): sticky commit error
+  bool stopping_ = false;             // GUARDED_BY(mu_)
+  int held_ = 0;                      // GUARDED_BY(mu_): Holds alive
   // GUARDED_BY(mu_): ticket of the last op that no live Hold covers: the committer takes
   // the queue up to it. Callers serialise, so the ops after it are one operation's.
   uint64_t complete_ = 0;

@@ -343,13 +343,18 @@ TEST_F(ApiTest, AFailedStateWriteStopsChangesAndTheDaemon) {
 // Issue 37: a request waiting for its change to reach the disk holds no worker. With one
 // worker, while a drain's commit waits on a locked database, other requests are answered
 // at once (here: a refused credential, which waits for nothing); before, the one worker
-// waited in the drain's commit for the 5 s busy timeout.
-TEST(ApiWorkersTest, ARequestWaitingForTheDiskHoldsNoWorker) {
+// waited in the drain's commit for the 5 s busy timeout. With 4 workers the drain, served
+// alone, writes its own change (Store::InlineWrite) and its worker waits on the lock: the
+// next request has another worker.
+class ApiWorkersTest : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Workers, ApiWorkersTest, ::testing::Values(1, 4));
+
+TEST_P(ApiWorkersTest, ARequestWaitingForTheDiskHoldsNoWorker) {
   testing::StartPrivateMunged();
-  std::string dir = "/tmp/gpupool-api-workers-" + std::to_string(getpid());
+  std::string dir = "/tmp/gpupool-api-workers-" + std::to_string(getpid()) + "-" + std::to_string(GetParam());
   std::filesystem::remove_all(dir);
   Config c = LocalConfig(dir);
-  c.poold.threads = 1;
+  c.poold.threads = GetParam();
   Daemon daemon(c, [](int64_t) -> Result<SlurmJobOwner> { return SlurmJobOwner{0, true, "gpupool_a100:1"}; });
   ASSERT_TRUE(daemon.Start().ok());
   std::thread server([&] { daemon.Run(); });
@@ -391,6 +396,14 @@ TEST(ApiWorkersTest, ARequestWaitingForTheDiskHoldsNoWorker) {
   drain.join();
   // The lock went within the busy timeout: the drain committed and was answered then.
   EXPECT_EQ(drain_status, 200);
+  // Written by its own worker where there was another.
+  httplib::Client scrape("127.0.0.1", daemon.port());
+  auto metrics = scrape.Get("/metrics");
+  EXPECT_TRUE(metrics && metrics->body.find("\ngpupool_store_inline_commits_total ") != std::string::npos);
+  if (metrics) {
+    const bool written_inline = metrics->body.find("\ngpupool_store_inline_commits_total 0\n") == std::string::npos;
+    EXPECT_EQ(written_inline, GetParam() > 1) << metrics->body;
+  }
   daemon.Stop();
   server.join();
   EXPECT_TRUE(daemon.fatal().ok()) << daemon.fatal().message();

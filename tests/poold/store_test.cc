@@ -3,11 +3,14 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include "poold/store.h"
 
@@ -178,6 +181,122 @@ TEST(StoreTest, ChangesBeforeAHoldDoNotWaitForIt) {
   }
   ASSERT_TRUE(store->WaitDurable(store->last_ticket()).ok());
   EXPECT_EQ(store->commits(), 2u);
+}
+
+EventRow Event(uint64_t seq) {
+  EventRow e;
+  e.seq = seq;
+  return e;
+}
+
+// A store whose committer has written once and is waiting for work (as it soon is after
+// each commit; a committer on its way to the wait takes what is complete without a wake).
+void WaitForAnIdleCommitter(Store* store, uint64_t seq) {
+  ASSERT_TRUE(store->WaitDurable(store->Enqueue(Event(seq))).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
+// A request served alone writes its own change (Store::InlineWrite): the change it
+// completes does not wake the committer (nothing is written while it waits), Write writes
+// it on this thread, as one transaction, and it is on disk for the next opening.
+TEST(StoreTest, AnInlineWriteWritesOnItsThreadAndWakesNoCommitter) {
+  ScratchStore store("inline");
+  ASSERT_TRUE(store.ok());
+  WaitForAnIdleCommitter(store.get(), 100);
+  uint64_t ticket = 0;
+  {
+    Store::InlineWrite inline_write(store.get(), /*wanted=*/true);
+    {
+      Store::Hold hold(store.get());
+      EventRow first, second;
+      first.seq = 1;
+      second.seq = 2;
+      store->Enqueue(first);
+      ticket = store->Enqueue(second);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(store->commits(), 1u) << "the committer was woken";
+    ASSERT_TRUE(inline_write.Write(ticket));
+    EXPECT_EQ(store->commits(), 2u);
+    EXPECT_EQ(store->inline_commits(), 1u);
+    ASSERT_TRUE(store->WaitDurable(ticket).ok());
+    // Durable already: nothing more to write.
+    EXPECT_TRUE(inline_write.Write(ticket));
+    EXPECT_EQ(store->commits(), 2u);
+  }
+  auto loaded = store->Load(10);
+  ASSERT_TRUE(loaded.ok());
+  EXPECT_EQ(loaded->recent_events.size(), 3u);
+}
+
+// What the thread does not write goes to the committer when the InlineWrite ends; one not
+// wanted (another request in service), or of a change still under a Hold, writes nothing.
+TEST(StoreTest, AnInlineWriteLeavesToTheCommitterWhatItDoesNotWrite) {
+  ScratchStore store("inline-left");
+  ASSERT_TRUE(store.ok());
+  WaitForAnIdleCommitter(store.get(), 100);
+  {
+    Store::InlineWrite inline_write(store.get(), /*wanted=*/true);
+    store->Enqueue(Event(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(store->commits(), 1u);
+  }
+  ASSERT_TRUE(store->WaitDurable(store->last_ticket()).ok());
+  EXPECT_EQ(store->commits(), 2u);
+  EXPECT_EQ(store->inline_commits(), 0u);
+  {
+    Store::InlineWrite unwanted(store.get(), /*wanted=*/false);
+    const uint64_t ticket = store->Enqueue(Event(2));
+    EXPECT_FALSE(unwanted.Write(ticket));
+    ASSERT_TRUE(store->WaitDurable(ticket).ok());  // the committer was woken at once
+  }
+  {
+    Store::InlineWrite inline_write(store.get(), /*wanted=*/true);
+    Store::Hold hold(store.get());
+    const uint64_t ticket = store->Enqueue(Event(3));
+    EXPECT_FALSE(inline_write.Write(ticket));  // its operation is not over
+  }
+  ASSERT_TRUE(store->WaitDurable(store->last_ticket()).ok());
+  EXPECT_EQ(store->inline_commits(), 0u);
+  EXPECT_EQ(store->Load(10)->recent_events.size(), 4u);
+}
+
+// Inline writers and the committer take turns at the one SQLite connection (two writers
+// at once fail a transaction: "within a transaction"): 8 threads queue 150 operations
+// each, half of them written inline where they can be, the rest left to the committer;
+// every change is durable and on disk.
+TEST(StoreTest, InlineWritersAndTheCommitterTakeTurns) {
+  ScratchStore store("inline-turns");
+  ASSERT_TRUE(store.ok());
+  constexpr int kThreads = 8, kEach = 150;
+  std::mutex order;  // callers serialise their Enqueues (as PoolEngine's lock does)
+  std::atomic<uint64_t> next_seq{1};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < kEach; ++k) {
+        Store::InlineWrite inline_write(store.get(), (t + k) % 2 == 0);
+        uint64_t ticket;
+        {
+          std::lock_guard<std::mutex> lock(order);
+          Store::Hold hold(store.get());
+          EventRow e;
+          e.seq = next_seq++;
+          e.detail = std::to_string(t);
+          ticket = store->Enqueue(e);
+        }
+        inline_write.Write(ticket);  // or left to the committer
+        ASSERT_TRUE(store->WaitDurable(ticket).ok());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_GT(store->inline_commits(), 0u);
+  EXPECT_LT(store->inline_commits(), store->commits());
+  auto loaded = store->Load(kThreads * kEach);
+  ASSERT_TRUE(loaded.ok());
+  ASSERT_EQ(loaded->recent_events.size(), static_cast<size_t>(kThreads * kEach));
+  for (size_t k = 0; k < loaded->recent_events.size(); ++k) ASSERT_EQ(loaded->recent_events[k].seq, k + 1);
 }
 
 // Events past the retention go with the batch that pushed them out, so the table never holds
