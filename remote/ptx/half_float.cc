@@ -272,4 +272,36 @@ uint64_t ConvertLaneInRounding(uint64_t raw, uint8_t to, uint8_t from, uint8_t r
   return result;
 }
 
+uint32_t HalfAtomic(uint8_t* p, uint8_t op, uint8_t size, uint8_t format, uint32_t v, uint32_t c) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  uint32_t* word = reinterpret_cast<uint32_t*>(at & ~uintptr_t{3});
+  const int shift = static_cast<int>((at & 3) * 8);
+  const uint32_t keep = size == 4 ? 0u : ~(0xffffu << shift);
+  const bool bf16 = format == kHalfBF16, bits = format == kHalfBits;
+  const int halves = size / 2;
+  uint32_t old_word = __atomic_load_n(word, __ATOMIC_RELAXED);
+  uint32_t old_value;
+  while (true) {
+    old_value = size == 4 ? old_word : (old_word >> shift) & 0xffffu;
+    uint32_t result = 0;
+    if (bits) {
+      result = op == kAtomCas ? (old_value == (v & 0xffffu) ? c & 0xffffu : old_value) : v & 0xffffu;
+    } else {
+      for (int h = 0; h < halves; ++h) {
+        float x = HalfBitsToFloat(static_cast<uint16_t>(old_value >> (16 * h)), bf16);
+        float y = HalfBitsToFloat(static_cast<uint16_t>(v >> (16 * h)), bf16);
+        // min and max as PTX orders them (min_max.h: -0 below +0), not the C library's.
+        float r = op == kAtomAdd   ? x + y
+                  : op == kAtomMin ? PtxMinMax<float, false>(x, y, false)
+                  : op == kAtomMax ? PtxMinMax<float, true>(x, y, false)
+                                   : y;
+        result |= static_cast<uint32_t>(FloatToHalfBits(r, bf16)) << (16 * h);
+      }
+    }
+    uint32_t new_word = size == 4 ? result : (old_word & keep) | (result << shift);
+    if (__atomic_compare_exchange_n(word, &old_word, new_word, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) break;
+  }
+  return old_value;
+}
+
 }  // namespace gpupool::sim

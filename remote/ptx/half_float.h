@@ -42,6 +42,14 @@ uint16_t FloatToHalfBits(float value, bool bf16);
 // NaN (0x7fff) for two NaNs.
 uint32_t HalfLane(uint8_t op, uint8_t flags, uint8_t halves, uint8_t bf16, uint32_t a, uint32_t b, uint32_t c);
 
+// One thread's atom/red on a 16-bit value or a pair of them (atomicAdd of __half2) at host
+// address `p`, aligned to `size` (2 or 4 bytes): `op` an AtomMode (add, min, max, exch,
+// cas), `format` a HalfFormat (kHalfBits: cas and exch of b16), `v` the operand, `c` cas's
+// new value. A compare-and-swap loop on the aligned 32-bit word that holds the value (CTAs
+// run on two threads); min and max as PTX orders them (min_max.h). The old value. The
+// interpreter's HAtom16 and compiled code (through its address) both run it.
+uint32_t HalfAtomic(uint8_t* p, uint8_t op, uint8_t size, uint8_t format, uint32_t v, uint32_t c);
+
 // One lane of cvt as the interpreter's HCvt converts it (not cvt.tf32): `to` and `from`
 // CvtOperand encodings (kind and bytes), `rounding` a CvtRounding (a float to an integer
 // with an integer rounding: .rzi where PTX gives none), `flags` kFlagFtz and kFlagSat; `raw`

@@ -19,7 +19,6 @@ void HAtom16(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
   uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
   const uint32_t size = in.vec * 2u;
-  const bool bf16 = in.mode2 == kHalfBF16, bits = in.mode2 == kHalfBits;
   ForLanes(mask, [&](int l) {
     uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
     uint8_t* p = w.Address(in.space, address, size, l);
@@ -31,36 +30,8 @@ void HAtom16(Warp& w, const Inst& in, uint32_t mask) {
       w.Fault(address, size, "misaligned atomic");
       return;
     }
-    const uintptr_t at = reinterpret_cast<uintptr_t>(p);
-    uint32_t* word = reinterpret_cast<uint32_t*>(at & ~uintptr_t{3});
-    const int shift = static_cast<int>((at & 3) * 8);
-    const uint32_t keep = size == 4 ? 0u : ~(0xffffu << shift);
-    const uint32_t v = static_cast<uint32_t>(b[l]);
-    uint32_t old_word = __atomic_load_n(word, __ATOMIC_RELAXED);
-    uint32_t old_value;
-    while (true) {
-      old_value = size == 4 ? old_word : (old_word >> shift) & 0xffffu;
-      uint32_t result = 0;
-      if (bits) {
-        result = in.mode == kAtomCas ? (old_value == (v & 0xffffu) ? static_cast<uint32_t>(c[l]) & 0xffffu : old_value)
-                                     : v & 0xffffu;
-      } else {
-        for (int h = 0; h < in.vec; ++h) {
-          float x = HalfBitsToFloat(static_cast<uint16_t>(old_value >> (16 * h)), bf16);
-          float y = HalfBitsToFloat(static_cast<uint16_t>(v >> (16 * h)), bf16);
-          // min and max as PTX orders them (min_max.h: -0 below +0), not the C library's.
-          float r = in.mode == kAtomAdd   ? x + y
-                    : in.mode == kAtomMin ? PtxMinMax<float, false>(x, y, false)
-                    : in.mode == kAtomMax ? PtxMinMax<float, true>(x, y, false)
-                                          : y;
-          result |= static_cast<uint32_t>(FloatToHalfBits(r, bf16)) << (16 * h);
-        }
-      }
-      uint32_t new_word = size == 4 ? result : (old_word & keep) | (result << shift);
-      if (__atomic_compare_exchange_n(word, &old_word, new_word, false, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-        break;
-      }
-    }
+    const uint32_t old_value = HalfAtomic(p, in.mode, static_cast<uint8_t>(size), in.mode2, static_cast<uint32_t>(b[l]),
+                                          c ? static_cast<uint32_t>(c[l]) : 0);
     if (d) d[l] = old_value;
   });
 }

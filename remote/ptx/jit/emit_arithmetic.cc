@@ -211,19 +211,20 @@ bool Emitter::Cvt(const RawStatement& s, const std::vector<std::string_view>& pa
 // `result`; an i8 argument zero-extended, as the C++ ABI passes a uint8_t) through its
 // address, so that LLVM neither folds nor replaces it; in vector code once per lane, an
 // argument of vector type giving each call its lane's element.
-llvm::Value* Emitter::CallHost(uint64_t address, llvm::Type* result, const std::vector<llvm::Value*>& args) {
+llvm::Value* Emitter::CallHostOnce(uint64_t address, llvm::Type* result, const std::vector<llvm::Value*>& args) {
   std::vector<llvm::Type*> types;
-  for (llvm::Value* v : args) types.push_back(v->getType()->getScalarType());
+  for (llvm::Value* v : args) types.push_back(v->getType());
+  auto* type = llvm::FunctionType::get(result, types, false);
+  llvm::CallInst* c = b_.CreateCall(type, llvm::ConstantExpr::getIntToPtr(b_.getInt64(address), ptr_), args);
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (types[i]->isIntegerTy(8)) c->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ZExt);
+  }
+  return c;
+}
+
+llvm::Value* Emitter::CallHost(uint64_t address, llvm::Type* result, const std::vector<llvm::Value*>& args) {
   llvm::Type* scalar_result = result->getScalarType();
-  auto* type = llvm::FunctionType::get(scalar_result, types, false);
-  llvm::Value* callee = llvm::ConstantExpr::getIntToPtr(b_.getInt64(address), ptr_);
-  auto call = [&](const std::vector<llvm::Value*>& values) {
-    llvm::CallInst* c = b_.CreateCall(type, callee, values);
-    for (size_t i = 0; i < values.size(); ++i) {
-      if (types[i]->isIntegerTy(8)) c->addParamAttr(static_cast<unsigned>(i), llvm::Attribute::ZExt);
-    }
-    return c;
-  };
+  auto call = [&](const std::vector<llvm::Value*>& values) { return CallHostOnce(address, scalar_result, values); };
   if (!lanes_) return call(args);
   llvm::Value* r = llvm::Constant::getNullValue(Lanes(scalar_result));
   for (uint32_t k = 0; k < lanes_; ++k) {

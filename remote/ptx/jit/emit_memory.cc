@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <set>
 
+#include "remote/ptx/half_float.h"
 #include "remote/ptx/jit/emitter.h"
 #include "remote/ptx/ptx_engine.h"
 
@@ -763,16 +764,36 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
     } else if (qual == "relaxed" || qual == "acq_rel" || qual == "acquire" || qual == "release" || qual == "gpu" ||
                qual == "cta" || qual == "sys") {
       // One host thread runs a CTA; the host's atomics are sequentially consistent.
+    } else if (qual == "noftz" && !operation.empty()) {
+      // add.noftz of halves: their adds flush nothing (HalfAtomic's).
     } else if (operation.empty()) {
       operation = qual;
     } else {
       return (*why = "qualifier ." + std::string(qual), false);
     }
   }
-  const Type t = TypeOf(parts.back());
+  Type t = TypeOf(parts.back());
   using Op = llvm::AtomicRMWInst::BinOp;
   AtomicOperation op;
-  if (operation == "add") {
+  const PtxType whole = ParsePtxType(parts.back());
+  const bool halves = whole.kind == Kind::kHalf || whole.kind == Kind::kBFloat;
+  if (halves || (whole.bits == 16 && whole.is_int())) {
+    // 16-bit values and half pairs (HalfAtomic, half_float.h, as the interpreter's HAtom16):
+    // add, min, max and exch of f16, bf16 and their pairs; cas and exch of b16/u16.
+    op.kind = AtomicOperation::kHalf;
+    op.format = !halves ? kHalfBits : whole.kind == Kind::kBFloat ? kHalfBF16 : kHalfF16;
+    if (halves && (operation == "add" || operation == "min" || operation == "max" || operation == "exch")) {
+      op.mode = operation == "add"   ? kAtomAdd
+                : operation == "min" ? kAtomMin
+                : operation == "max" ? kAtomMax
+                                     : kAtomExch;
+    } else if (!halves && (operation == "cas" || operation == "exch") && !red) {
+      op.mode = operation == "cas" ? kAtomCas : kAtomExch;
+    } else {
+      return (*why = "atomic ." + std::string(operation) + " of ." + std::string(parts.back()), false);
+    }
+    t = Type{Kind::kBits, whole.bits};  // the registers' bits: 16, or 32 for a pair
+  } else if (operation == "add") {
     op.rmw = t.kind == Kind::kFloat ? Op::FAdd : Op::Add;
   } else if (operation == "min" || operation == "max") {
     if (!t.is_int() || t.kind == Kind::kBits) return (*why = "type", false);
@@ -790,10 +811,10 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   } else {
     return (*why = "atomic ." + std::string(operation), false);
   }
-  if (!t.ok() || t.kind == Kind::kPred || (t.bits != 32 && t.bits != 64)) {
+  if (!t.ok() || t.kind == Kind::kPred || (t.bits != 32 && t.bits != 64 && op.kind != AtomicOperation::kHalf)) {
     return (*why = "type", false);
   }
-  const size_t sources = op.kind == AtomicOperation::kCas ? 2 : 1;
+  const size_t sources = op.kind == AtomicOperation::kCas || op.mode == kAtomCas ? 2 : 1;
   if (o.size() != (red ? 1 : 2) + sources) return (*why = "operands", false);
   bool result_read = false;
   if (!red) {
@@ -808,7 +829,7 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   llvm::Value* value = Source(red ? o[1] : o[2], t, why);
   if (value == nullptr) return false;
   llvm::Value* swap = nullptr;
-  if (op.kind == AtomicOperation::kCas && (swap = Source(o[3], t, why)) == nullptr) return false;
+  if (sources == 2 && (swap = Source(o[3], t, why)) == nullptr) return false;
   llvm::Value* old = nullptr;
   if (lanes_) {
     if (!LanesAtomic(address, space, op, t, value, swap, result_read ? &old : nullptr, why)) return false;
@@ -846,6 +867,14 @@ llvm::Value* Emitter::AtomicAt(const AtomicOperation& op, llvm::Value* host, llv
       return b_.CreateAtomicRMW(op.rmw, host, value, align, kRelaxed);
     case AtomicOperation::kCas:
       return b_.CreateExtractValue(b_.CreateAtomicCmpXchg(host, value, swap, align, kRelaxed, kRelaxed), 0);
+    case AtomicOperation::kHalf: {
+      // HalfAtomic through its address, on the value's bits widened to 32.
+      llvm::Value* old =
+          CallHostOnce(reinterpret_cast<uint64_t>(&HalfAtomic), i32_,
+                       {host, b_.getInt8(op.mode), b_.getInt8(align.valueOrOne().value()), b_.getInt8(op.format),
+                        b_.CreateZExt(value, i32_), swap != nullptr ? b_.CreateZExt(swap, i32_) : b_.getInt32(0)});
+      return b_.CreateTrunc(old, value->getType());
+    }
     case AtomicOperation::kInc:
     case AtomicOperation::kDec:
       break;

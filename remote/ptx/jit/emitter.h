@@ -270,8 +270,10 @@ class Emitter {
   // An atom/red's operation: a read-modify-write the host has, cas, or inc/dec (a
   // compare-and-swap loop).
   struct AtomicOperation {
-    enum Kind : uint8_t { kRmw, kCas, kInc, kDec } kind = kRmw;
+    enum Kind : uint8_t { kRmw, kCas, kInc, kDec, kHalf } kind = kRmw;
     llvm::AtomicRMWInst::BinOp rmw = llvm::AtomicRMWInst::Add;
+    uint8_t mode = 0;    // kHalf: the AtomMode HalfAtomic runs
+    uint8_t format = 0;  // kHalf: its HalfFormat
   };
   bool AtomicResultSteersItsLoop(const RawStatement& atomic, size_t index, const std::string& result);
   size_t CasRetryBranch(const RawStatement& atomic, size_t index, const std::string& result,
@@ -323,6 +325,8 @@ class Emitter {
              std::string* why);
   bool MovPair(const std::vector<RawOperand>& o, Type t, std::string* why);
   llvm::Value* CallHost(uint64_t address, llvm::Type* result, const std::vector<llvm::Value*>& args);
+  // One call of the host function at `address` with scalar `args` (CallHost's, per lane).
+  llvm::Value* CallHostOnce(uint64_t address, llvm::Type* result, const std::vector<llvm::Value*>& args);
   llvm::Value* FloatOperand(llvm::Value* v, Type t);
   llvm::Value* FloatResult(llvm::Value* v, Type t, bool ftz, bool sat);
   bool HostFunction(const RawStatement& s, std::string_view op, const std::vector<std::string_view>& q, Type t,

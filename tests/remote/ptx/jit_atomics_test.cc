@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "remote/ptx/half_float.h"
 #include "tests/remote/ptx/jit_fixture.h"
 
 namespace gpupool::sim {
@@ -227,6 +228,63 @@ TEST_F(JitAtomics, CompareAndSwapRetriesAreCompiled) {
     EXPECT_EQ(Values<uint32_t>(out.buffers[0])[0], 5 + 3 * 3 * threads);
   }
   EXPECT_EQ(Kernel("cas_reload").jit->jit_launches.load(), 2u) << Kernel("cas_reload").jit->refused;
+}
+
+// Atomics of 16-bit values and half pairs with their results read (add of f16x2 and bf16,
+// max of f16, cas of b16 in shared memory), in vector and scalar code: each tier's old
+// values are those of some order (the adds' old values the same set in every order: the
+// bf16 sum stops at 256, where adding 1 rounds back), and what they leave the
+// interpreter's.
+TEST_F(JitAtomics, SixteenBitAtomicsWithTheirResults) {
+  std::vector<uint32_t> words[3];
+  std::vector<std::vector<float>> added[3];
+  for (int tier = 0; tier < 3; ++tier) {
+    SCOPED_TRACE("tier " + std::to_string(tier));
+    const std::vector<uint32_t> block =
+        tier == 2 ? std::vector<uint32_t>{1, kThreads} : std::vector<uint32_t>{kThreads};
+    Outcome out = Run(tier == 0 ? JitMode::kOff : JitMode::kAlways, "halves", kBlocks, block,
+                      {Bytes(std::vector<uint32_t>(2, 0)), Bytes(std::vector<uint32_t>(4 * kN, 0xdeadbeefu))}, {kN});
+    ASSERT_EQ(out.error, 0) << out.detail;
+    words[tier] = Values<uint32_t>(out.buffers[0]);
+    const std::vector<uint16_t> olds = Values<uint16_t>(out.buffers[1]);
+    added[tier].assign(3, {});
+    for (uint32_t i = 0; i < kN; ++i) {
+      added[tier][0].push_back(HalfBitsToFloat(olds[8 * i], false));
+      added[tier][1].push_back(HalfBitsToFloat(olds[8 * i + 1], false));
+      added[tier][2].push_back(HalfBitsToFloat(olds[8 * i + 2], true));
+      EXPECT_LE(HalfBitsToFloat(olds[8 * i + 3], false), static_cast<float>(kN - 1)) << i;
+    }
+    for (std::vector<float>& v : added[tier]) v = Sorted(v);
+    for (uint32_t k = 0; k < kN; ++k) {
+      ASSERT_EQ(added[tier][0][k], static_cast<float>(k)) << k;
+      ASSERT_EQ(added[tier][1][k], static_cast<float>(2 * k)) << k;
+      ASSERT_EQ(added[tier][2][k], static_cast<float>(std::min(k, 256u))) << k;
+    }
+    EXPECT_EQ(HalfBitsToFloat(static_cast<uint16_t>(words[tier][0]), false), static_cast<float>(kN));
+    EXPECT_EQ(HalfBitsToFloat(static_cast<uint16_t>(words[tier][0] >> 16), false), static_cast<float>(2 * kN));
+    EXPECT_EQ(HalfBitsToFloat(static_cast<uint16_t>(words[tier][1]), true), 256.0f);
+    EXPECT_EQ(HalfBitsToFloat(static_cast<uint16_t>(words[tier][1] >> 16), false), static_cast<float>(kN - 1));
+    for (uint32_t b = 0; b < kBlocks; ++b) {
+      const uint32_t first = b * kThreads, running = std::min(kThreads, kN - first);
+      for (uint32_t slot = 0; slot < 4; ++slot) {
+        std::vector<uint32_t> winners;
+        for (uint32_t t = slot; t < running; t += 4) {
+          if (olds[8 * (first + t) + 4] == 0) winners.push_back(t);
+        }
+        ASSERT_EQ(winners.size(), 1u) << "block " << b << ", slot " << slot;
+        for (uint32_t t = slot; t < running; t += 4) {
+          if (t != winners[0]) {
+            EXPECT_EQ(olds[8 * (first + t) + 4], winners[0] + 1) << "block " << b << ", thread " << t;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(words[1], words[0]);
+  EXPECT_EQ(words[2], words[0]);
+  const DecodedKernel& kernel = Kernel("halves");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  EXPECT_TRUE(Vector("halves")) << kernel.jit->refused;
 }
 
 // Loops whose exit an atomic's result decides stay on the interpreter, which lets the
