@@ -857,6 +857,23 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
   return !result_read || Dest(o[0], old, t, why);
 }
 
+// The host address of lane `lane`'s atomic of `size` bytes at device address `at`, checked
+// as scalar code checks it, then its alignment: a misaligned one faults (access
+// `misaligned`) naming the address as the instruction made it (a register's; a variable's
+// address as scalar code names it, 0).
+llvm::Value* Emitter::LaneAtomicHost(const LanesSplit& split, const RawOperand& address, llvm::Value* at,
+                                     llvm::Value* lane, uint32_t misaligned, uint32_t size) {
+  llvm::Value* host = LaneHost(split, at, lane);
+  auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
+  auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
+  b_.CreateCondBr(b_.CreateICmpNE(b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(size - 1)), b_.getInt64(0)),
+                  fault, ok, llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
+  b_.SetInsertPoint(fault);
+  Fault(NamesRegister(address.name) ? at : b_.getInt64(0), misaligned, lane);
+  b_.SetInsertPoint(ok);
+  return host;
+}
+
 // One thread's atomic `op` at `host` (aligned) with operand `value` (and cas's `swap`):
 // the old value. Relaxed (monotonic), as the interpreter's order between threads allows.
 llvm::Value* Emitter::AtomicAt(const AtomicOperation& op, llvm::Value* host, llvm::Value* value, llvm::Value* swap) {
@@ -955,14 +972,7 @@ bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, con
     b_.CreateCondBr(b_.CreateICmpEQ(b_.CreateBitCast(elsewhere, b_.getIntNTy(lanes_)), b_.getIntN(lanes_, 0)), together,
                     each);
     b_.SetInsertPoint(together);
-    llvm::Value* host = LaneHost(split, at, first);
-    auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
-    auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
-    b_.CreateCondBr(b_.CreateICmpNE(b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(size - 1)), b_.getInt64(0)),
-                    fault, ok, llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
-    b_.SetInsertPoint(fault);
-    Fault(NamesRegister(address.name) ? at : b_.getInt64(0), misaligned, first);
-    b_.SetInsertPoint(ok);
+    llvm::Value* host = LaneAtomicHost(split, address, at, first, misaligned, size);
     // Inclusive sums of the running lanes' values, by shifts of 1, 2, 4 lanes.
     llvm::Value* zero = llvm::Constant::getNullValue(value->getType());
     llvm::Value* own = b_.CreateSelect(mask, value, zero);
@@ -981,17 +991,7 @@ bool Emitter::LanesAtomic(const RawOperand& address, std::string_view space, con
   const LaneLoop loop =
       OpenLaneLoop("atomic_lane", mask, old != nullptr ? llvm::Constant::getNullValue(value->getType()) : nullptr);
   llvm::Value* k = loop.k;
-  llvm::Value* at = b_.CreateExtractElement(addresses, k);
-  llvm::Value* host = LaneHost(split, at, k);
-  // Misaligned: a fault naming the address as the instruction made it (a register's; a
-  // variable's address as scalar code names it, 0).
-  auto* fault = llvm::BasicBlock::Create(ctx_, "misaligned", fn_);
-  auto* ok = llvm::BasicBlock::Create(ctx_, "aligned", fn_);
-  b_.CreateCondBr(b_.CreateICmpNE(b_.CreateAnd(b_.CreatePtrToInt(host, i64_), b_.getInt64(size - 1)), b_.getInt64(0)),
-                  fault, ok, llvm::MDBuilder(ctx_).createBranchWeights(1, 1000));
-  b_.SetInsertPoint(fault);
-  Fault(NamesRegister(address.name) ? at : b_.getInt64(0), misaligned, k);
-  b_.SetInsertPoint(ok);
+  llvm::Value* host = LaneAtomicHost(split, address, b_.CreateExtractElement(addresses, k), k, misaligned, size);
   llvm::Value* lane_old = AtomicAt(op, host, b_.CreateExtractElement(value, k),
                                    swap != nullptr ? b_.CreateExtractElement(swap, k) : nullptr);
   llvm::Value* carried = old != nullptr ? b_.CreateInsertElement(loop.carried, lane_old, k) : nullptr;

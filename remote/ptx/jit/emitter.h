@@ -281,6 +281,8 @@ class Emitter {
   bool ReadsTheWord(const RawStatement& load, size_t at, const RawStatement& atomic, const BackEdge& loop,
                     const std::vector<const RawStatement*>& code);
   llvm::Value* AtomicAt(const AtomicOperation& op, llvm::Value* host, llvm::Value* value, llvm::Value* swap);
+  llvm::Value* LaneAtomicHost(const LanesSplit& split, const RawOperand& address, llvm::Value* at, llvm::Value* lane,
+                              uint32_t misaligned, uint32_t size);
   bool LanesAtomic(const RawOperand& address, std::string_view space, const AtomicOperation& op, Type t,
                    llvm::Value* value, llvm::Value* swap, llvm::Value** old, std::string* why);
   bool AsyncCopy(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);

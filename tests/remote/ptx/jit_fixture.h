@@ -1,5 +1,5 @@
-// A fixture for tests of the JIT tier against the interpreter on a hand-written PTX module
-// (jit_matrix_test.cc, jit_atomics_test.cc): launches with buffers at made-up device
+// Fixtures for tests of the JIT tier against the interpreter on a PTX module (jit_test.cc,
+// jit_matrix_test.cc, jit_atomics_test.cc): launches with buffers at made-up device
 // addresses, as the sim executor hands them to the engine, and what they left.
 #pragma once
 
@@ -41,16 +41,18 @@ struct Outcome {
   std::vector<std::vector<uint8_t>> buffers;
 };
 
-// Launches of the kernels of tests/remote/ptx/kernels/`file` on either tier.
-class JitKernelFileTest : public ::testing::Test {
+// A fixture over one PTX module (Text(), parsed at SetUp): its kernels decoded by name and
+// launched on either tier, and the JIT mode back to auto at TearDown.
+class JitModuleTest : public ::testing::Test {
  public:
-  explicit JitKernelFileTest(const char* file) : file_(file) {}
-  void SetUp() override {
-    auto parsed = PtxModule::Parse(dataplane::ptx_test::KernelText(file_));
+  void SetUp() override { Parse(Text()); }
+  void TearDown() override { SetJitMode(JitMode::kAuto); }
+
+  void Parse(const std::string& text) {
+    auto parsed = PtxModule::Parse(text);
     ASSERT_TRUE(parsed.ok()) << parsed.status().message();
     module_ = std::move(*parsed);
   }
-  void TearDown() override { SetJitMode(JitMode::kAuto); }
 
   const DecodedKernel& Kernel(const std::string& name) {
     auto kernel = module_->Decode(name, {});
@@ -123,6 +125,18 @@ class JitKernelFileTest : public ::testing::Test {
   }
 
   std::unique_ptr<PtxModule> module_;
+
+ protected:
+  virtual std::string Text() = 0;
+};
+
+// The kernels of tests/remote/ptx/kernels/`file`.
+class JitKernelFileTest : public JitModuleTest {
+ public:
+  explicit JitKernelFileTest(const char* file) : file_(file) {}
+
+ protected:
+  std::string Text() override { return dataplane::ptx_test::KernelText(file_); }
 
  private:
   const char* const file_;

@@ -25,6 +25,7 @@
 #include "remote/ptx/jit/jit.h"
 #include "remote/protocol/sim_texture.h"
 #include "remote/ptx/ptx_engine.h"
+#include "tests/remote/ptx/jit_fixture.h"
 #include "tests/remote/ptx/kernel_text.h"
 
 namespace gpupool::sim {
@@ -97,21 +98,8 @@ int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vec
   return RunKernel(kernel, spec);
 }
 
-class Jit : public ::testing::Test {
+class Jit : public jit_test::JitModuleTest {
  public:
-  void SetUp() override {
-    auto parsed = PtxModule::Parse(ModuleText());
-    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-    module_ = std::move(*parsed);
-  }
-  void TearDown() override { SetJitMode(JitMode::kAuto); }
-
-  const DecodedKernel& Kernel(const std::string& name) {
-    auto kernel = module_->Decode(name, {});
-    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
-    return **kernel;
-  }
-
   // Kernel "rotate" on `blocks` blocks of `threads` for `rounds` rounds, on the interpreter
   // (results[0]) and compiled (results[1]): each thread's last value.
   void RunRotate(uint32_t blocks, uint32_t threads, uint32_t rounds, std::vector<uint32_t> results[2]) {
@@ -125,7 +113,8 @@ class Jit : public ::testing::Test {
     }
   }
 
-  std::unique_ptr<PtxModule> module_;
+ protected:
+  std::string Text() override { return ModuleText(); }
 };
 
 struct MixInputs {
@@ -558,30 +547,8 @@ TEST(JitLimits, ABranchToALabelAfterTheLastInstructionEndsTheThread) {
 
 // cp.async (JitCpAsync.ptx): the tier copies at issue, as the interpreter does, with the
 // same zero-fill (src-size, ignore-src) and the same faults.
-// The fixtures over one file of kernels/: its module parsed at SetUp, its kernels decoded
-// by name, and the JIT mode back to auto at TearDown.
-class KernelFileTest : public ::testing::Test {
- public:
-  explicit KernelFileTest(const char* file) : file_(file) {}
-  void SetUp() override { Parse(KernelText(file_)); }
-  void TearDown() override { SetJitMode(JitMode::kAuto); }
-
-  void Parse(const std::string& text) {
-    auto parsed = PtxModule::Parse(text);
-    ASSERT_TRUE(parsed.ok()) << parsed.status().message();
-    module_ = std::move(*parsed);
-  }
-  const DecodedKernel& Kernel(const std::string& name) {
-    auto kernel = module_->Decode(name, {});
-    EXPECT_TRUE(kernel.ok()) << kernel.status().message();
-    return **kernel;
-  }
-
-  std::unique_ptr<PtxModule> module_;
-
- private:
-  const char* const file_;
-};
+// The fixtures over one file of kernels/ (jit_fixture.h).
+using KernelFileTest = jit_test::JitKernelFileTest;
 
 class JitAsyncCopy : public KernelFileTest {
  public:
