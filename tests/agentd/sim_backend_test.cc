@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "common/gpu_models.h"
 #include "remote/device/device_kind.h"
 #include "remote/device/topology.h"
 #include "remote/devices/sim/gpu_identity.h"
@@ -72,6 +73,20 @@ TEST(SimBackend, KnownModelsSimulateTheirComputeCapability) {
     EXPECT_EQ(gpus[i].cc_minor, want[i][1]) << gpus[i].model;
     EXPECT_EQ(gpus[i].multiprocessor_count, want[i][2]) << gpus[i].model;
   }
+}
+
+// An H200 is not an H100 to the figures programs read (the client answers device attributes
+// from the table): its L2, memory clock and bus width as its driver (580.159) answered them.
+TEST(SimBackend, AnH200HasItsOwnMemoryAndL2) {
+  const GpuModel* h200 = FindGpuModel("NVIDIA H200");
+  const GpuModel* h100 = FindGpuModel("NVIDIA H100 80GB HBM3");
+  ASSERT_NE(h200, nullptr);
+  ASSERT_NE(h100, nullptr);
+  EXPECT_EQ(h200->l2_cache_bytes, 62914560);
+  EXPECT_EQ(h200->memory_clock_khz, 3201000);
+  EXPECT_EQ(h200->memory_bus_width, 6016);
+  EXPECT_EQ(h100->l2_cache_bytes, 52428800);
+  EXPECT_EQ(h200->multiprocessors, h100->multiprocessors);
 }
 
 TEST(SimBackend, EmptyInventoryMeansFourA100) {
