@@ -590,6 +590,13 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
 // branch of a compare-and-swap retry (CasRetryBranch), which goes round again only when
 // another thread changed the word since this one read it, so that it waits for no one.
 bool Emitter::AtomicResultSteersItsLoop(const RawStatement& atomic, size_t index, const std::string& result) {
+  // Each call reads the whole kernel a few times: bounded as liveness is, so that a kernel
+  // of many such atomics cannot make a compile run for long (then it is refused).
+  steer_work_ += uint64_t{entry_.body.size()} * 64 + 64;  // a statement: map and string work
+  if (steer_work_ > kMaxLivenessWork) {
+    steer_over_ = true;
+    return true;
+  }
   std::vector<BackEdge> loops;
   for (const BackEdge& edge : BackEdges(entry_)) {
     if (edge.head <= index && index <= edge.branch) loops.push_back(edge);
@@ -821,6 +828,11 @@ bool Emitter::Atomic(const RawStatement& s, const std::vector<std::string_view>&
     if (o[0].kind != RawOperand::kName) return (*why = "a destination it does not take", false);
     result_read = o[0].name != "_" && uses_[o[0].name] != 1;
     if (result_read && AtomicResultSteersItsLoop(s, instruction_index_, o[0].name)) {
+      if (steer_over_) {
+        return (*why = "compile work: the loops around atomics whose results are read take more than " +
+                       std::to_string(kMaxLivenessWork) + " steps to check",
+                false);
+      }
       return (*why = "an atomic whose result a branch of a loop around it reads (a thread may wait on another)", false);
     }
   }

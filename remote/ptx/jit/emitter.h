@@ -398,8 +398,10 @@ class Emitter {
   uint32_t warp_slots_ = kWarpSlots;  // CompiledKernel::warp_slots
   llvm::Value* slots_arg_ = nullptr;
   llvm::Value* shadow_arg_ = nullptr;
-  std::vector<std::vector<std::string>> barrier_live_;        // per instruction: live after a barrier
-  size_t instruction_index_ = 0;                              // of the instruction being emitted
+  std::vector<std::vector<std::string>> barrier_live_;  // per instruction: live after a barrier
+  size_t instruction_index_ = 0;                        // of the instruction being emitted
+  uint64_t steer_work_ = 0;  // AtomicResultSteersItsLoop's steps so far (bounded by kMaxLivenessWork)
+  bool steer_over_ = false;  // ... and past the bound
   std::vector<std::vector<std::string>> resume_live_;         // per resume point: what to restore
   std::vector<llvm::BasicBlock*> resume_points_;              // after barrier k + 1
   std::vector<std::pair<llvm::BasicBlock*, int32_t>> saves_;  // before it, and k + 1

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -317,6 +318,32 @@ TEST_F(JitAtomics, LoopsAnAtomicsResultSteersRunOnTheInterpreter) {
     EXPECT_NE(kernel.jit->refused.find("an atomic whose result a branch of a loop around it reads"), std::string::npos)
         << name << ": " << kernel.jit->refused;
   }
+}
+
+// Checking the loops around atomics whose results are read is bounded (as liveness is): a
+// kernel of 6000 tickets in one loop is refused for its compile work, not compiled for long,
+// and runs on the interpreter.
+TEST_F(JitAtomics, ManyTicketsInALoopAreBoundedCompileWork) {
+  constexpr int kTickets = 6000;
+  std::string text =
+      ".version 7.0\n.target sm_80\n.address_size 64\n"
+      ".visible .entry many(.param .u64 words, .param .u32 rounds)\n{\n"
+      "  .reg .pred %p<2>;\n  .reg .b32 %r<8>;\n  .reg .b64 %rd<4>;\n"
+      "  ld.param.u64 %rd1, [words];\n  ld.param.u32 %r1, [rounds];\n  cvta.to.global.u64 %rd1, %rd1;\n"
+      "  mov.u32 %r2, 0;\n$Lround:\n";
+  for (int k = 0; k < kTickets; ++k) {
+    text += "  atom.global.add.u32 %r3, [%rd1], 1;\n  st.global.u32 [%rd1+4], %r3;\n";
+  }
+  text += "  add.u32 %r2, %r2, 1;\n  setp.lt.u32 %p1, %r2, %r1;\n  @%p1 bra $Lround;\n  ret;\n}\n";
+  Parse(text);
+  const auto began = std::chrono::steady_clock::now();
+  Outcome out = Run(JitMode::kAlways, "many", 1, {1}, {Bytes(std::vector<uint32_t>(2, 0))}, {2});
+  ASSERT_EQ(out.error, 0) << out.detail;
+  EXPECT_EQ(Values<uint32_t>(out.buffers[0]), (std::vector<uint32_t>{2 * kTickets, 2 * kTickets - 1}));
+  const DecodedKernel& kernel = Kernel("many");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 0u);
+  EXPECT_NE(kernel.jit->refused.find("compile work"), std::string::npos) << kernel.jit->refused;
+  EXPECT_LT(std::chrono::steady_clock::now() - began, std::chrono::seconds(60));
 }
 
 }  // namespace
