@@ -623,15 +623,15 @@ bool Emitter::AtomicResultSteersItsLoop(const RawStatement& atomic, size_t index
   }
   // Each register is followed once: linear in the kernel's operands.
   std::set<std::string> depends{result};
-  std::vector<std::string> todo{result};
-  while (!todo.empty()) {
-    const std::string name = std::move(todo.back());
-    todo.pop_back();
+  std::vector<std::string> pending{result};
+  while (!pending.empty()) {
+    const std::string name = std::move(pending.back());
+    pending.pop_back();
     auto it = readers.find(name);
     if (it == readers.end()) continue;
     for (size_t i : it->second) {
       for (const std::string& written : writes[i]) {
-        if (depends.insert(written).second) todo.push_back(written);
+        if (depends.insert(written).second) pending.push_back(written);
       }
     }
   }
@@ -734,19 +734,20 @@ bool Emitter::ReadsTheWord(const RawStatement& load, size_t at, const RawStateme
     }
     return found;
   };
+  // The register and offset an address names (offsets wrap as the adds do: compared only).
   auto root = [&](const RawOperand& address) {
-    std::pair<std::string, uint64_t> at{address.name, address.bits};
-    for (int depth = 0; depth < 4 && NamesRegister(at.first); ++depth) {
-      const std::vector<size_t> defs = writers(at.first, 0, code.size() - 1);
+    std::pair<std::string, uint64_t> place{address.name, address.bits};
+    for (int depth = 0; depth < 4 && NamesRegister(place.first); ++depth) {
+      const std::vector<size_t> defs = writers(place.first, 0, code.size() - 1);
       if (defs.size() != 1) break;
       const RawStatement& def = *code[defs[0]];
       if ((def.opcode != "add.s64" && def.opcode != "add.u64") || !def.guard.empty() || def.operands.size() != 3 ||
           def.operands[1].kind != RawOperand::kName || def.operands[2].kind != RawOperand::kInt) {
         break;
       }
-      at = {def.operands[1].name, at.second + def.operands[2].bits};
+      place = {def.operands[1].name, place.second + def.operands[2].bits};
     }
-    return at;
+    return place;
   };
   const std::pair<std::string, uint64_t> read = root(load.operands[1]), swapped = root(atomic.operands[1]);
   if (read != swapped) return false;
