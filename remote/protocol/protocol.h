@@ -262,8 +262,15 @@ struct FunctionResources {
   int32_t const_bytes = 0;
   int32_t local_bytes = 0;  // per thread
   int32_t registers = 0;    // per thread
-  int32_t reserved = 0;
+  // The code the GPU runs, as its driver says (CU_FUNC_ATTRIBUTE_PTX_VERSION and
+  // BINARY_VERSION, e.g. 90): libraries tune their host side by the PTX version, which must
+  // be that of the device code that runs. 0 from the sim, whose choice the library makes
+  // itself (image::ChooseCode), and from agents before these fields (the 4 bytes were
+  // reserved and 0).
+  int16_t ptx_version = 0;
+  int16_t binary_version = 0;
 };
+static_assert(sizeof(FunctionResources) == 24, "FunctionResources is a wire format");
 
 struct LaunchArgs {
   uint64_t function;

@@ -389,6 +389,10 @@ TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {
   EXPECT_EQ(resources.const_bytes, 256);
   EXPECT_EQ(resources.local_bytes, 48);
   EXPECT_EQ(resources.registers, 72);
+  // Which code runs, as the driver says: the library must not work it out from the image
+  // where the GPU runs SASS and the image's PTX is newer (cuSPARSE on an H200, issue 41).
+  EXPECT_EQ(resources.ptx_version, 80);
+  EXPECT_EQ(resources.binary_version, 86);
   EXPECT_FALSE(executor.Resources(3, &resources));
 }
 

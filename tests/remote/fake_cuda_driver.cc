@@ -413,11 +413,12 @@ CUresult cuModuleGetFunction(void** function, void*, const char*) {
   return kSuccess;
 }
 // A compiled kernel's attributes, distinct per attribute number (cuda.h's CUfunction_attribute:
-// 0 max threads, 1 shared, 2 const, 3 local, 4 registers) so that a mix-up shows.
+// 0 max threads, 1 shared, 2 const, 3 local, 4 registers, 5 PTX version, 6 binary version)
+// so that a mix-up shows.
 CUresult cuFuncGetAttribute(int* value, int attribute, void* function) {
   if (function != &stream_or_event) return kInvalidHandle;
-  static const int values[] = {384, 4224, 256, 48, 72};
-  if (attribute < 0 || attribute > 4) return kInvalidValue;
+  static const int values[] = {384, 4224, 256, 48, 72, 80, 86};
+  if (attribute < 0 || attribute > 6) return kInvalidValue;
   *value = values[attribute];
   return kSuccess;
 }

@@ -81,20 +81,12 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
       break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: {
-      // What the GPU runs (image::ChooseCode, as the sim chooses it). PTX_VERSION: the
-      // PTX the sim runs, also where a real GPU would run SASS of an older architecture in
-      // its place (and say that SASS's version): CUB and Thrust pick their host-side
-      // tuning by it, which must match the device code that runs, and refuse a version
-      // they were not compiled for. BINARY_VERSION: the SASS a real GPU would run, or the
-      // GPU's own architecture where it would JIT the PTX.
-      const uint32_t arch = static_cast<uint32_t>(model.cc_major * 10 + model.cc_minor);
-      const gpupool::image::CodeChoice chosen =
-          gpupool::image::ChooseCode(function->module->ptx_archs, function->module->sass, arch);
-      if (attribute == CU_FUNC_ATTRIBUTE_PTX_VERSION) {
-        *value = static_cast<int>(chosen.found && chosen.ptx_arch != 0 ? chosen.ptx_arch : arch);
-      } else {
-        *value = static_cast<int>(chosen.sass_arch != 0 ? chosen.sass_arch : arch);
-      }
+      // The code that runs (CodeVersionsOf): on a GPU host as its driver says, on the sim
+      // the PTX it runs, also in place of SASS. CUB and Thrust refuse a version they were
+      // not compiled for.
+      const KernelCodeVersions versions = CodeVersionsOf(*device, known.ptx_version, known.binary_version,
+                                                         function->module->ptx_archs, function->module->sass);
+      *value = attribute == CU_FUNC_ATTRIBUTE_PTX_VERSION ? versions.ptx : versions.binary;
       break;
     }
     case CU_FUNC_ATTRIBUTE_CACHE_MODE_CA:

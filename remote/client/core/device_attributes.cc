@@ -213,4 +213,26 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
   return CUDA_SUCCESS;
 }
 
+KernelCodeVersions CodeVersionsOf(const Device& device, int reported_ptx, int reported_binary,
+                                  const std::vector<uint32_t>& ptx_archs, const std::vector<image::SassTarget>& sass) {
+  const ModelProperties model = PropertiesOf(device);
+  const auto arch = static_cast<uint32_t>(model.cc_major * 10 + model.cc_minor);
+  const image::CodeChoice chosen = image::ChooseCode(ptx_archs, sass, arch);
+  const bool real_gpu = std::strcmp(device.description().executor, "sim") != 0;
+  KernelCodeVersions versions;
+  if (reported_ptx > 0) {
+    versions.ptx = reported_ptx;
+  } else if (real_gpu && chosen.sass_arch != 0) {
+    versions.ptx = static_cast<int>(chosen.sass_arch);
+  } else {
+    versions.ptx = static_cast<int>(chosen.found && chosen.ptx_arch != 0 ? chosen.ptx_arch : arch);
+  }
+  if (reported_binary > 0) {
+    versions.binary = reported_binary;
+  } else {
+    versions.binary = static_cast<int>(chosen.sass_arch != 0 ? chosen.sass_arch : arch);
+  }
+  return versions;
+}
+
 }  // namespace gpupool::client

@@ -4,8 +4,12 @@
 
 #include <cuda.h>
 
+#include <cstdint>
+#include <vector>
+
 #include "common/gpu_models.h"
 #include "remote/client/core/runtime.h"
+#include "remote/image/fatbin.h"
 
 namespace gpupool::client {
 
@@ -26,5 +30,22 @@ constexpr int kMaxAccessPolicyWindowBytes = 134213632;
 
 // CUDA_ERROR_INVALID_VALUE for attributes outside the enum.
 CUresult DeviceAttribute(const Device& device, int attribute, int* value);
+
+// A kernel's CU_FUNC_ATTRIBUTE_PTX_VERSION and BINARY_VERSION on `device` (e.g. 90). CUB,
+// Thrust and cuSPARSE pick their host-side tuning by the PTX version, which must be that of
+// the device code that runs: cuSPARSE's SpMV tuned for one version and run by another's
+// kernels leaves rows unwritten, without an error.
+struct KernelCodeVersions {
+  int ptx = 0;
+  int binary = 0;
+};
+// `reported_ptx`, `reported_binary`: what the agent said (dataplane::FunctionResources, the
+// driver's own answers on a real GPU; 0: not said), which win. Otherwise from the image's
+// code (`ptx_archs`, `sass`) by image::ChooseCode for the device's compute capability: on
+// the sim, the PTX the sim runs, also in place of SASS; on a real GPU that runs a SASS
+// entry, that SASS's architecture (nvcc builds sm_XX from compute_XX's PTX, whose version
+// the driver reports), else the PTX its driver compiles.
+KernelCodeVersions CodeVersionsOf(const Device& device, int reported_ptx, int reported_binary,
+                                  const std::vector<uint32_t>& ptx_archs, const std::vector<image::SassTarget>& sass);
 
 }  // namespace gpupool::client

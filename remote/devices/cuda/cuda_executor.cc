@@ -647,11 +647,26 @@ bool CudaExecutor::Resources(uint64_t function, dataplane::FunctionResources* re
     *value = number;
     return true;
   };
-  return get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &resources->max_threads_per_block) &&
-         get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &resources->static_shared_bytes) &&
-         get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, &resources->const_bytes) &&
-         get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, &resources->local_bytes) &&
-         get(CU_FUNC_ATTRIBUTE_NUM_REGS, &resources->registers);
+  if (!(get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, &resources->max_threads_per_block) &&
+        get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, &resources->static_shared_bytes) &&
+        get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES, &resources->const_bytes) &&
+        get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, &resources->local_bytes) &&
+        get(CU_FUNC_ATTRIBUTE_NUM_REGS, &resources->registers))) {
+    return false;
+  }
+  // Which code runs: the driver's own answer, since it chose between the image's SASS and
+  // PTX. Where the image holds SASS for this GPU and PTX only for newer ones (cuSPARSE:
+  // sm_90 SASS, compute_120 PTX), the library computed 120 from the image, and cuSPARSE,
+  // tuning its host side for 120, left rows of an SpMV unwritten by the sm_90 kernels
+  // (issue 41, on an H200). Optional: 0 where the driver does not say.
+  int32_t ptx = 0, binary = 0;
+  if (get(CU_FUNC_ATTRIBUTE_PTX_VERSION, &ptx) && ptx > 0 && ptx <= INT16_MAX) {
+    resources->ptx_version = static_cast<int16_t>(ptx);
+  }
+  if (get(CU_FUNC_ATTRIBUTE_BINARY_VERSION, &binary) && binary > 0 && binary <= INT16_MAX) {
+    resources->binary_version = static_cast<int16_t>(binary);
+  }
+  return true;
 }
 
 int32_t CudaExecutor::Launch(uint64_t function, const device::LaunchConfig& config, const void* params,

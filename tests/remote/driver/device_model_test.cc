@@ -82,6 +82,41 @@ TEST(DeviceModel, RealGpusKeepWhatTheGpuSaid) {
   EXPECT_EQ(properties.max_threads_per_multiprocessor, 2048);
 }
 
+// PTX_VERSION and BINARY_VERSION name the code that runs. An image built as cuSPARSE 12 is
+// (sm_90 SASS, compute_120 PTX): the sim runs the PTX, a real 9.0 GPU the SASS, and
+// cuSPARSE's SpMV, tuned on the host for the version it reads, left rows unwritten when
+// an H200 was told 120 (issue 41).
+TEST(DeviceModel, CodeVersionsNameTheCodeThatRuns) {
+  const std::vector<uint32_t> library_ptx = {120};
+  const std::vector<image::SassTarget> library_sass = {{90, false}, {80, false}};
+  auto sim_h100 = Described("NVIDIA H100 80GB HBM3", "sim", 9, 0, 132);
+  KernelCodeVersions versions = CodeVersionsOf(*sim_h100, 0, 0, library_ptx, library_sass);
+  EXPECT_EQ(versions.ptx, 120);  // what the sim runs in the SASS's place
+  EXPECT_EQ(versions.binary, 90);
+
+  auto real_h200 = Described("NVIDIA H200", "cuda", 9, 0, 132);
+  versions = CodeVersionsOf(*real_h200, 0, 0, library_ptx, library_sass);
+  EXPECT_EQ(versions.ptx, 90);  // an agent that does not say: the SASS's, as a driver says
+  EXPECT_EQ(versions.binary, 90);
+  versions = CodeVersionsOf(*real_h200, 86, 89, library_ptx, library_sass);
+  EXPECT_EQ(versions.ptx, 86);  // the agent's driver said: it wins
+  EXPECT_EQ(versions.binary, 89);
+
+  // PTX alone (nvcc -arch=compute_80): the driver compiles it for the GPU.
+  versions = CodeVersionsOf(*real_h200, 0, 0, {80}, {});
+  EXPECT_EQ(versions.ptx, 80);
+  EXPECT_EQ(versions.binary, 90);
+  // sm_80 SASS and compute_90 PTX (tests/remote/driver/newer_ptx.cu) on an A100: the
+  // sim runs the PTX, a real A100 the SASS.
+  const std::vector<image::SassTarget> sm80 = {{80, false}};
+  versions = CodeVersionsOf(*Described("NVIDIA A100-SXM4-80GB", "sim"), 0, 0, {90}, sm80);
+  EXPECT_EQ(versions.ptx, 90);
+  EXPECT_EQ(versions.binary, 80);
+  versions = CodeVersionsOf(*Described("NVIDIA A100-SXM4-80GB", "cuda"), 0, 0, {90}, sm80);
+  EXPECT_EQ(versions.ptx, 80);
+  EXPECT_EQ(versions.binary, 80);
+}
+
 TEST(DeviceModel, AttributesOutsideTheEnumAreRefused) {
   auto a100 = Described("NVIDIA A100-SXM4-80GB", "sim");
   int value = 7;
