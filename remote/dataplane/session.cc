@@ -32,6 +32,25 @@ bool IsGpuFailure(int32_t status) {
   return status == kCuEccUncorrectable || status == kCuUnknown || status == kCuDeviceUnavailable;
 }
 
+// A launch's thread block cluster (LaunchArgs::cluster) into `cluster` (1, 1, 1: none), as a
+// driver checks it: each dimension at least 1 and dividing the grid's, at most
+// kMaxClusterBlocks together (CUDA_ERROR_INVALID_CLUSTER_SIZE); no dimensions without the
+// flag (CUDA_ERROR_INVALID_VALUE). The executor checks what its GPU takes.
+int32_t ClusterOf(const LaunchArgs& a, uint32_t cluster[3]) {
+  if ((a.flags & kLaunchCluster) == 0) {
+    if (a.cluster[0] != 0 || a.cluster[1] != 0 || a.cluster[2] != 0) return kCuInvalidValue;
+    cluster[0] = cluster[1] = cluster[2] = 1;
+    return kCuSuccess;
+  }
+  uint32_t blocks = 1;
+  for (int i = 0; i < 3; ++i) {
+    cluster[i] = a.cluster[i];
+    if (cluster[i] == 0 || a.grid[i] % cluster[i] != 0) return kCuInvalidClusterSize;
+    blocks *= cluster[i];  // at most 255^3: no overflow
+  }
+  return blocks > kMaxClusterBlocks ? kCuInvalidClusterSize : kCuSuccess;
+}
+
 }  // namespace
 
 void Session::Authorize(const std::string& lease_id, const std::string& token, const device::GpuInfo& gpu,
@@ -239,13 +258,14 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
     case kOpLaunch: {
       LaunchArgs a;
       if (!Decode(args, &a) || a.param_size != payload_len) return kCuInvalidValue;
-      if ((a.flags & ~kLaunchCooperative) != 0 || a.reserved != 0) return kCuInvalidValue;
+      if ((a.flags & ~(kLaunchCooperative | kLaunchCluster)) != 0 || a.reserved != 0) return kCuInvalidValue;
       device::LaunchConfig config;
       std::memcpy(config.grid, a.grid, sizeof(config.grid));
       std::memcpy(config.block, a.block, sizeof(config.block));
       config.shared_mem = a.shared_mem;
       config.stream = a.stream;
       config.cooperative = (a.flags & kLaunchCooperative) != 0;
+      if (int32_t status = ClusterOf(a, config.cluster); status != kCuSuccess) return status;
       return ex.Launch(a.function, config, payload, payload_len);
     }
     case kOpStreamCreate: {

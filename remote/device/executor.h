@@ -32,6 +32,10 @@ struct LaunchConfig {
   uint32_t shared_mem = 0;
   uint64_t stream = 0;
   bool cooperative = false;  // every block resident at once (cuLaunchCooperativeKernel)
+  // Thread block clusters of this shape (1, 1, 1: none), checked against the grid and
+  // dataplane::kMaxClusterBlocks by the session; an executor that runs no clusters refuses
+  // any other shape.
+  uint32_t cluster[3] = {1, 1, 1};
 };
 
 class Executor {

@@ -46,6 +46,7 @@ enum CuStatus : int32_t {
   kCuAssert = 710,
   kCuLaunchFailed = 719,
   kCuCooperativeLaunchTooLarge = 720,
+  kCuInvalidClusterSize = 912,
   kCuNotPermitted = 800,
   kCuNotSupported = 801,
   kCuUnknown = 999,
@@ -279,10 +280,19 @@ struct LaunchArgs {
   uint32_t shared_mem;
   uint32_t param_size;
   uint64_t stream;
-  uint32_t flags = 0;  // kLaunchCooperative; other bits must be 0
-  uint32_t reserved = 0;
+  uint32_t flags = 0;  // kLaunchCooperative, kLaunchCluster; other bits must be 0
+  // With kLaunchCluster: the thread block cluster's blocks in x, y and z, each dividing the
+  // grid's, together at most kMaxClusterBlocks; without it all 0. The executor runs the
+  // launch in clusters of that shape or refuses it (the sim: the library runs a cluster
+  // launch there as a plain one, where the kernel cannot tell).
+  uint8_t cluster[3] = {0, 0, 0};
+  uint8_t reserved = 0;
 };
+static_assert(sizeof(LaunchArgs) == 56, "LaunchArgs is a wire format");
 inline constexpr uint32_t kLaunchCooperative = 1;  // cuLaunchCooperativeKernel
+inline constexpr uint32_t kLaunchCluster = 2;      // cuLaunchKernelEx(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+// The most blocks of a cluster any GPU takes (16, non-portable, on compute capability 9.0).
+inline constexpr uint32_t kMaxClusterBlocks = 16;
 
 struct StreamArgs {
   uint64_t stream;

@@ -349,6 +349,39 @@ TEST(CudaExecutor, CooperativeLaunchesGoThroughLaunchKernelEx) {
   EXPECT_EQ(launches(2), 12u);
 }
 
+// A launch in thread block clusters goes to cuLaunchKernelEx with the cluster's shape (and
+// the cooperative attribute beside it where the launch is both): cuBLAS launches its
+// kernels so on GPUs of compute capability 9.0 and later.
+TEST(CudaExecutor, ClusterLaunchesGoThroughLaunchKernelExWithTheirShape) {
+  auto launches = FakeEntry<uint64_t (*)(int)>("fake_cuda_launches");
+  std::unique_ptr<device::Executor> made = ExecutorWithAKernel();
+  ASSERT_TRUE(launches != nullptr && made != nullptr);
+  device::Executor& executor = *made;
+  const uint64_t plain = launches(0), ex = launches(1), cooperative = launches(3);
+  uint32_t params[2] = {7, 8};
+  device::LaunchConfig config;
+  config.grid[0] = 8;
+  config.grid[1] = 4;
+  config.cluster[0] = 2;
+  config.cluster[1] = 4;
+  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), dataplane::kCuSuccess);
+  EXPECT_EQ(launches(0), plain);
+  EXPECT_EQ(launches(1), ex + 1);
+  EXPECT_EQ(launches(3), cooperative);
+  EXPECT_EQ(launches(4), 2u | 4u << 8 | 1u << 16);
+  config.cooperative = true;
+  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), dataplane::kCuSuccess);
+  EXPECT_EQ(launches(1), ex + 2);
+  EXPECT_EQ(launches(3), cooperative + 1);
+  EXPECT_EQ(launches(4), 2u | 4u << 8 | 1u << 16);
+  // One block: a plain launch.
+  config.cooperative = false;
+  config.cluster[0] = config.cluster[1] = 1;
+  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), dataplane::kCuSuccess);
+  EXPECT_EQ(launches(0), plain + 1);
+  EXPECT_EQ(launches(1), ex + 2);
+}
+
 // A launch with more than 48 KiB of dynamic shared memory opts the function in on the
 // driver first (the program's cuFuncSetAttribute stays in the client, which checked it);
 // a driver refuses the launch otherwise (an H100 did, before this).

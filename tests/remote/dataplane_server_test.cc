@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -213,28 +215,39 @@ TEST_F(DataplaneServerTest, RequestsBeforeHelloAreRefused) {
   EXPECT_EQ(reply.status, kCuNotPermitted);
 }
 
-// A launch whose flags hold a bit the protocol does not define is refused before anything
-// else is looked at (kLaunchCooperative is the only flag).
+// A launch whose flags hold a bit the protocol does not define, or whose cluster shape is
+// not one a driver takes, is refused before anything else is looked at.
 TEST_F(DataplaneServerTest, ALaunchWithUnknownFlagsIsRefused) {
   auto client = Connect();
   ASSERT_EQ(Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1)).status, kCuSuccess);
-  auto launch = [&](uint32_t flags, uint32_t reserved) {
+  auto launch = [&](uint32_t flags, uint8_t reserved, std::array<uint8_t, 3> cluster = {0, 0, 0},
+                    std::array<uint32_t, 3> grid = {1, 1, 1}) {
     LaunchArgs args{};
     args.function = 12345;  // no such function
-    args.grid[0] = args.grid[1] = args.grid[2] = 1;
+    std::copy(grid.begin(), grid.end(), args.grid);
     args.block[0] = args.block[1] = args.block[2] = 1;
     args.flags = flags;
+    std::copy(cluster.begin(), cluster.end(), args.cluster);
     args.reserved = reserved;
     Reply reply;
     EXPECT_TRUE(client->Call(Request{kOpLaunch, &args, sizeof(args), nullptr, 0, nullptr, 0}, &reply).ok());
     return reply.status;
   };
-  EXPECT_EQ(launch(2, 0), kCuInvalidValue);
-  EXPECT_EQ(launch(kLaunchCooperative | 4, 0), kCuInvalidValue);
+  EXPECT_EQ(launch(4, 0), kCuInvalidValue);
+  EXPECT_EQ(launch(kLaunchCooperative | 8, 0), kCuInvalidValue);
   EXPECT_EQ(launch(0, 1), kCuInvalidValue);
+  EXPECT_EQ(launch(0, 0, {2, 1, 1}, {2, 1, 1}), kCuInvalidValue);  // a cluster's shape without the flag
+  // A cluster's shape as a driver checks it: every dimension at least 1 and dividing the
+  // grid's, at most 16 blocks.
+  EXPECT_EQ(launch(kLaunchCluster, 0), kCuInvalidClusterSize);
+  EXPECT_EQ(launch(kLaunchCluster, 0, {2, 1, 1}, {3, 1, 1}), kCuInvalidClusterSize);
+  EXPECT_EQ(launch(kLaunchCluster, 0, {4, 1, 0}, {4, 1, 1}), kCuInvalidClusterSize);
+  EXPECT_EQ(launch(kLaunchCluster, 0, {16, 2, 1}, {16, 2, 1}), kCuInvalidClusterSize);
   // Well-formed, it gets as far as the function lookup.
   EXPECT_EQ(launch(0, 0), kCuInvalidHandle);
   EXPECT_EQ(launch(kLaunchCooperative, 0), kCuInvalidHandle);
+  EXPECT_EQ(launch(kLaunchCluster, 0, {2, 2, 1}, {4, 2, 1}), kCuInvalidHandle);
+  EXPECT_EQ(launch(kLaunchCluster | kLaunchCooperative, 0, {16, 1, 1}, {32, 1, 1}), kCuInvalidHandle);
 }
 
 TEST_F(DataplaneServerTest, DescribesTheGpuAndFreesMemoryWhenTheClientGoes) {

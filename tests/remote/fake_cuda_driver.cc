@@ -437,13 +437,14 @@ CUresult cuFuncSetAttribute(void* function, int attribute, int value) {
   dynamic_shared_optin = value;
   return kSuccess;
 }
-// Launches seen: [0] plain (cuLaunchKernel), [1] cooperative (cuLaunchKernelEx with the
-// cooperative attribute and a packed parameter buffer), [2] the last cooperative grid's
-// blocks.
-uint64_t launches[3] = {0, 0, 0};
+// Launches seen: [0] plain (cuLaunchKernel), [1] through cuLaunchKernelEx (with the
+// cooperative or the cluster attribute and a packed parameter buffer), [2] the last such
+// grid's blocks, [3] cooperative ones, [4] the last cluster's shape (x | y << 8 | z << 16;
+// 0: the launch named none).
+uint64_t launches[5] = {0, 0, 0, 0, 0};
 uint64_t fake_cuda_launches(int which) {
   std::lock_guard<std::mutex> lock(mu);
-  return which >= 0 && which < 3 ? launches[which] : 0;
+  return which >= 0 && which < 5 ? launches[which] : 0;
 }
 CUresult cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned shared, void*,
                         void**, void**) {
@@ -453,7 +454,8 @@ CUresult cuLaunchKernel(void*, unsigned, unsigned, unsigned, unsigned, unsigned,
   return kSuccess;
 }
 // CUlaunchConfig and CUlaunchAttribute as cuda.h lays them out (this file does not include
-// it): 72-byte attributes, the id at 0 and the value at 8; CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2.
+// it): 72-byte attributes, the id at 0 and the value at 8; CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2,
+// CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION 4 (x, y, z: three unsigned).
 struct FakeLaunchConfig {
   unsigned grid[3];
   unsigned block[3];
@@ -465,15 +467,26 @@ struct FakeLaunchConfig {
 CUresult cuLaunchKernelEx(const FakeLaunchConfig* config, void*, void** params, void** extra) {
   std::lock_guard<std::mutex> lock(mu);
   bool cooperative = false;
+  uint64_t cluster = 0;
   for (unsigned i = 0; i < config->attr_count; ++i) {
     int id = 0, value = 0;
     std::memcpy(&id, config->attrs + 72 * i, sizeof(id));
     std::memcpy(&value, config->attrs + 72 * i + 8, sizeof(value));
     if (id == 2 && value == 1) cooperative = true;
+    if (id == 4) {
+      unsigned dim[3];
+      std::memcpy(dim, config->attrs + 72 * i + 8, sizeof(dim));
+      for (int d = 0; d < 3; ++d) {
+        if (dim[d] == 0 || dim[d] > 255 || config->grid[d] % dim[d] != 0) return 912;  // INVALID_CLUSTER_SIZE
+      }
+      cluster = dim[0] | dim[1] << 8 | dim[2] << 16;
+    }
   }
-  if (!cooperative || params != nullptr || extra == nullptr) return kInvalidValue;
+  if ((!cooperative && cluster == 0) || params != nullptr || extra == nullptr) return kInvalidValue;
   ++launches[1];
   launches[2] = uint64_t{config->grid[0]} * config->grid[1] * config->grid[2];
+  if (cooperative) ++launches[3];
+  launches[4] = cluster;
   return kSuccess;
 }
 CUresult cuStreamCreateWithPriority(void** stream, unsigned, int) {

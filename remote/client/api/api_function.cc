@@ -105,7 +105,9 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-      *value = 0;  // no clusters: cluster launches are refused
+      // Not known here: the shape a kernel was compiled with (__cluster_dims__), which a GPU
+      // host's driver applies to its launches itself; the sim runs no clusters.
+      *value = 0;
       break;
     default:
       return CUDA_ERROR_INVALID_VALUE;

@@ -176,10 +176,17 @@ CUresult GetFunction(Module* module, const char* name, Function** result) {
 }
 
 // `cooperative`: every block resident at once, so that blocks may wait for each other
-// (cuLaunchCooperativeKernel; cooperative groups' grid.sync()). Recorded as a kernel node
-// while `stream` captures; else ops/launch.cc launches it.
+// (cuLaunchCooperativeKernel; cooperative groups' grid.sync()). `cluster`: the shape of
+// the thread block clusters the GPU's driver runs it in (nullptr: none). Recorded as a
+// kernel node while `stream` captures; else ops/launch.cc launches it.
 CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
-                CUstream stream, void** params, void** extra, bool cooperative = false) {
+                CUstream stream, void** params, void** extra, bool cooperative = false,
+                const unsigned* cluster = nullptr) {
+  if (cluster != nullptr && AnyCapture() && InvalidateCapture(stream)) {
+    // A kernel node keeps no cluster shape yet: refused rather than captured without it.
+    return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cluster dimension) in a stream capture",
+                                                   "thread block clusters in graphs"));
+  }
   if (AnyCapture()) {
     Function* function = nullptr;
     if (CUresult status = CheckLaunch(handle, grid, block, &function); status != CUDA_SUCCESS) {
@@ -195,19 +202,21 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
       return captured;
     }
   }
-  return LaunchKernel(handle, grid, block, shared_mem, stream, params, extra, cooperative);
+  return LaunchKernel(handle, grid, block, shared_mem, stream, params, extra, cooperative, cluster);
 }
 
 // A cluster launch (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION of more than one block), checked
-// as a driver checks it, then run as a plain launch where that computes the same
-// (RunsClusterLaunches), as for cuBLAS's norms, whose kernels are cluster-launched on GPUs
-// of compute capability 9.0 and later. *plain: `config`'s attributes without the cluster
-// dimension. A GPU older than 9.0 has no clusters (CUDA_ERROR_NOT_SUPPORTED, as it reports
-// CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0); a kernel that names its cluster, or a real GPU
-// (whose SASS the library cannot read), is refused with CUDA_ERROR_NOT_SUPPORTED, never
-// run as if its cluster were one block.
-CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle,
-                                 std::vector<CUlaunchAttribute>* plain) {
+// as a driver checks it, as cuBLAS launches its kernels on GPUs of compute capability 9.0
+// and later. *plain: `config`'s attributes without the cluster dimension. On a GPU host's
+// GPU *cluster gets the cluster's shape, which its driver runs (ForwardsClusterLaunches);
+// on the sim *cluster stays 1, 1, 1 and the launch runs as a plain one where that computes
+// the same (RunsClusterLaunches). A GPU older than 9.0 has no clusters
+// (CUDA_ERROR_NOT_SUPPORTED, as it reports CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0); a kernel
+// that names its cluster on the sim is refused with CUDA_ERROR_NOT_SUPPORTED, never run as
+// if its cluster were one block.
+CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle, std::vector<CUlaunchAttribute>* plain,
+                                 unsigned cluster[3]) {
+  cluster[0] = cluster[1] = cluster[2] = 1;
   unsigned blocks = 1;
   if (CUresult status = ClusterBlocks(config, &blocks, plain); status != CUDA_SUCCESS) return status;
   if (blocks == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -234,9 +243,15 @@ CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle
     if (grid[0] % dim.x != 0 || grid[1] % dim.y != 0 || grid[2] % dim.z != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   }
   if (blocks > kPortableClusterBlocks) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
-  if (std::strcmp(device->description().executor, "sim") != 0) {
-    return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cluster dimension)",
-                                                   "thread block clusters on a real GPU (not forwarded)"));
+  if (ForwardsClusterLaunches(*device)) {
+    for (unsigned i = 0; i < config.numAttrs; ++i) {
+      if (config.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
+      const auto& dim = config.attrs[i].value.clusterDim;
+      cluster[0] = dim.x;
+      cluster[1] = dim.y;
+      cluster[2] = dim.z;
+    }
+    return CUDA_SUCCESS;
   }
   if (!RunsClusterLaunches(*device, *function)) {
     LogError(
@@ -251,7 +266,8 @@ CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle
 CUresult LaunchEx(const CUlaunchConfig* given, CUfunction function, void** params, void** extra) {
   if (given == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<CUlaunchAttribute> attributes;
-  if (CUresult status = WithoutClusterDimension(*given, function, &attributes); status != CUDA_SUCCESS) {
+  unsigned cluster[3];
+  if (CUresult status = WithoutClusterDimension(*given, function, &attributes, cluster); status != CUDA_SUCCESS) {
     return status;
   }
   CUlaunchConfig plain = *given;
@@ -267,7 +283,9 @@ CUresult LaunchEx(const CUlaunchConfig* given, CUfunction function, void** param
       cooperative = config->attrs[i].value.cooperative != 0;
     }
   }
-  return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra, cooperative);
+  const bool clustered = cluster[0] * cluster[1] * cluster[2] > 1;
+  return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra, cooperative,
+                clustered ? cluster : nullptr);
 }
 
 // cuModuleLoad / cuLibraryLoadFromFile: the file's bytes (a cubin, fatbin or PTX text;
@@ -895,7 +913,12 @@ CUresult ClusterBlocks(const CUlaunchConfig& config, unsigned* blocks, std::vect
   return CUDA_SUCCESS;
 }
 
+bool ForwardsClusterLaunches(const Device& device) {
+  return std::strcmp(device.description().executor, "sim") != 0 && PropertiesOf(device).cc_major >= 9;
+}
+
 bool RunsClusterLaunches(const Device& device, const Function& function) {
+  if (ForwardsClusterLaunches(device)) return true;
   return std::strcmp(device.description().executor, "sim") == 0 && PropertiesOf(device).cc_major >= 9 &&
          function.module != nullptr && !function.module->ptx_names_clusters;
 }

@@ -1,8 +1,9 @@
 // Thread block clusters (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) on pool GPUs: what
 // cuLaunchKernelEx (api_module.cc, which defines these) and the cluster occupancy queries
-// (api_function.cc) share. The sim runs no clusters: from compute capability 9.0 on it runs
-// a cluster launch as a plain one where the kernel cannot tell the difference
-// (gpupool-remote(7), DRIVER COVERAGE, Launches).
+// (api_function.cc) share. A GPU host's GPU of compute capability 9.0 or later runs them:
+// the library forwards the cluster's shape (dataplane::kLaunchCluster) to its driver. The
+// sim runs no clusters: from 9.0 on it runs a cluster launch as a plain one where the
+// kernel cannot tell the difference (gpupool-remote(7), DRIVER COVERAGE, Launches).
 #pragma once
 
 #include <cuda.h>
@@ -22,9 +23,14 @@ inline constexpr unsigned kPortableClusterBlocks = 8;
 // without an array.
 CUresult ClusterBlocks(const CUlaunchConfig& config, unsigned* blocks, std::vector<CUlaunchAttribute>* others);
 
-// True when `device` runs launches of `function` in clusters of more than one block: a sim
-// GPU of compute capability 9.0 or later, and a kernel whose module's PTX names no cluster
-// state (Module::ptx_names_clusters), which therefore computes the same in a plain launch.
+// True when `device` is a GPU host's GPU (not the sim) of compute capability 9.0 or later,
+// whose driver runs a cluster launch forwarded to it.
+bool ForwardsClusterLaunches(const Device& device);
+
+// True when `device` runs launches of `function` in clusters of more than one block: one
+// that forwards them (ForwardsClusterLaunches), or a sim GPU of compute capability 9.0 or
+// later and a kernel whose module's PTX names no cluster state (Module::ptx_names_clusters),
+// which therefore computes the same in a plain launch.
 bool RunsClusterLaunches(const Device& device, const Function& function);
 
 }  // namespace gpupool::client

@@ -137,7 +137,7 @@ CUresult PackParams(const Function& function, void** params, void** extra, std::
 }
 
 CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
-                      CUstream stream, void** params, void** extra, bool cooperative) {
+                      CUstream stream, void** params, void** extra, bool cooperative, const unsigned* cluster) {
   Function* function = nullptr;
   if (CUresult status = CheckLaunch(handle, grid, block, &function); status != CUDA_SUCCESS) {
     return status;
@@ -160,6 +160,11 @@ CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned 
       return status;
     }
     args.flags = dp::kLaunchCooperative;
+  }
+  if (cluster != nullptr && cluster[0] * cluster[1] * cluster[2] > 1) {
+    if (cluster[0] * cluster[1] * cluster[2] > dp::kMaxClusterBlocks) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    args.flags |= dp::kLaunchCluster;
+    for (int i = 0; i < 3; ++i) args.cluster[i] = static_cast<uint8_t>(cluster[i]);
   }
   // The thread's own buffer, reused launch after launch (Post copies what it keeps).
   thread_local std::vector<char> packed;

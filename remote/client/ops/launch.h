@@ -60,9 +60,12 @@ inline CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const uns
 }
 
 // Launches `handle` on `stream`. `cooperative`: every block resident at once, so that
-// blocks may wait for each other (cuLaunchCooperativeKernel; grid.sync()).
+// blocks may wait for each other (cuLaunchCooperativeKernel; grid.sync()). `cluster`: the
+// thread block cluster's shape, checked by the caller, for a GPU whose driver runs clusters
+// (api/clusters.h); nullptr or 1, 1, 1: none.
 CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
-                      CUstream stream, void** params, void** extra, bool cooperative);
+                      CUstream stream, void** params, void** extra, bool cooperative,
+                      const unsigned* cluster = nullptr);
 
 // Launches `function` with arguments already packed in its layout, as a kernel node does.
 CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,

@@ -688,12 +688,24 @@ int32_t CudaExecutor::Launch(uint64_t function, const device::LaunchConfig& conf
   size_t size = param_size;
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(params), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
-  if (config.cooperative) {
-    // cuLaunchCooperativeKernel takes no packed buffer; cuLaunchKernelEx does.
+  const bool clustered = config.cluster[0] * config.cluster[1] * config.cluster[2] != 1;
+  if (config.cooperative || clustered) {
+    // cuLaunchCooperativeKernel takes no packed buffer; cuLaunchKernelEx does, and takes
+    // the cluster's shape (the driver checks it against the kernel and the GPU: a GPU
+    // before 9.0 refuses it, as it would the program's own launch).
     if (driver_->launch_ex == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
-    CUlaunchAttribute cooperative{};
-    cooperative.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
-    cooperative.value.cooperative = 1;
+    CUlaunchAttribute attributes[2]{};
+    unsigned count = 0;
+    if (config.cooperative) {
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attributes[count++].value.cooperative = 1;
+    }
+    if (clustered) {
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attributes[count].value.clusterDim.x = config.cluster[0];
+      attributes[count].value.clusterDim.y = config.cluster[1];
+      attributes[count++].value.clusterDim.z = config.cluster[2];
+    }
     CUlaunchConfig launch{};
     launch.gridDimX = config.grid[0];
     launch.gridDimY = config.grid[1];
@@ -703,8 +715,8 @@ int32_t CudaExecutor::Launch(uint64_t function, const device::LaunchConfig& conf
     launch.blockDimZ = config.block[2];
     launch.sharedMemBytes = config.shared_mem;
     launch.hStream = static_cast<CUstream>(s);
-    launch.attrs = &cooperative;
-    launch.numAttrs = 1;
+    launch.attrs = attributes;
+    launch.numAttrs = count;
     return driver_->launch_ex(&launch, static_cast<CUfunction>(found->second), nullptr,
                               param_size > 0 ? extra : nullptr);
   }
