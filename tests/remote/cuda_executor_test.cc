@@ -374,12 +374,19 @@ TEST(CudaExecutor, ClusterLaunchesGoThroughLaunchKernelExWithTheirShape) {
   EXPECT_EQ(launches(1), ex + 2);
   EXPECT_EQ(launches(3), cooperative + 1);
   EXPECT_EQ(launches(4), 2u | 4u << 8 | 1u << 16);
-  // One block: a plain launch.
+  // 16 blocks: the function's opt-in to non-portable sizes first (the driver refuses more
+  // than 8 without it).
   config.cooperative = false;
+  config.grid[0] = 16;
+  config.cluster[0] = 16;
+  config.cluster[1] = 1;
+  EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), dataplane::kCuSuccess);
+  EXPECT_EQ(launches(4), 16u | 1u << 8 | 1u << 16);
+  // One block: a plain launch.
   config.cluster[0] = config.cluster[1] = 1;
   EXPECT_EQ(executor.Launch(2, config, params, sizeof(params)), dataplane::kCuSuccess);
   EXPECT_EQ(launches(0), plain + 1);
-  EXPECT_EQ(launches(1), ex + 2);
+  EXPECT_EQ(launches(1), ex + 3);
 }
 
 // A launch with more than 48 KiB of dynamic shared memory opts the function in on the

@@ -430,10 +430,17 @@ int fake_cuda_dynamic_shared_optin() {
   std::lock_guard<std::mutex> lock(mu);
   return dynamic_shared_optin;
 }
+// And its opt-in to clusters of more than 8 blocks (NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 14):
+// a launch of up to 16 blocks a cluster then, else of up to 8.
+bool non_portable_clusters = false;
 CUresult cuFuncSetAttribute(void* function, int attribute, int value) {
   if (function != &stream_or_event) return kInvalidHandle;
-  if (attribute != 8 || value < 0 || value > (228 << 10)) return kInvalidValue;
   std::lock_guard<std::mutex> lock(mu);
+  if (attribute == 14 && (value == 0 || value == 1)) {
+    non_portable_clusters = value == 1;
+    return kSuccess;
+  }
+  if (attribute != 8 || value < 0 || value > (228 << 10)) return kInvalidValue;
   dynamic_shared_optin = value;
   return kSuccess;
 }
@@ -479,6 +486,7 @@ CUresult cuLaunchKernelEx(const FakeLaunchConfig* config, void*, void** params, 
       for (int d = 0; d < 3; ++d) {
         if (dim[d] == 0 || dim[d] > 255 || config->grid[d] % dim[d] != 0) return 912;  // INVALID_CLUSTER_SIZE
       }
+      if (dim[0] * dim[1] * dim[2] > (non_portable_clusters ? 16u : 8u)) return 912;
       cluster = dim[0] | dim[1] << 8 | dim[2] << 16;
     }
   }

@@ -99,11 +99,13 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
     case CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
       *value = function->preferred_shared_carveout;
       break;
+    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+      *value = function->non_portable_clusters ? 1 : 0;
+      break;
     case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-    case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
       // Not known here: the shape a kernel was compiled with (__cluster_dims__), which a GPU
       // host's driver applies to its launches itself; the sim runs no clusters.
@@ -142,8 +144,11 @@ CUresult SetFunctionAttribute(const void* handle, int attribute, int value, int 
       }
       return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
+      if (value != 0 && value != 1) return CUDA_ERROR_INVALID_VALUE;
+      function->non_portable_clusters = value == 1;
+      return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-      return CUDA_SUCCESS;  // meaningful only with clusters
+      return CUDA_SUCCESS;  // a scheduling hint
     default:
       return CUDA_ERROR_INVALID_VALUE;  // read-only attributes, as on a GPU
   }
@@ -354,9 +359,12 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CU
     if (CUresult status = OccupancyInputs(function, &model, &kernel); status != CUDA_SUCCESS) {
       return status;
     }
-    // As the launch checks it (api_module.cc): no clusters before 9.0, at most 8 blocks.
+    // As the launch checks it (api_module.cc): no clusters before 9.0, at most 8 blocks (16
+    // where allowed and forwarded).
     if (cluster_blocks > 1 && model.cc_major < 9) return CUDA_ERROR_NOT_SUPPORTED;
-    if (cluster_blocks > kPortableClusterBlocks) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    Device* device = nullptr;
+    if (CUresult status = QueryDevice(-1, &device); status != CUDA_SUCCESS) return status;
+    if (cluster_blocks > MaxClusterBlocks(*device, *AsFunction(function))) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
     int block = static_cast<int>(config->blockDimX * config->blockDimY * config->blockDimZ);
     // The clusters the GPU's resident blocks make (a GPU keeps a cluster within one of its
     // GPCs, which this does not model).

@@ -242,7 +242,7 @@ CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle
     const auto& dim = config.attrs[i].value.clusterDim;
     if (grid[0] % dim.x != 0 || grid[1] % dim.y != 0 || grid[2] % dim.z != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   }
-  if (blocks > kPortableClusterBlocks) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  if (blocks > MaxClusterBlocks(*device, *function)) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   if (ForwardsClusterLaunches(*device)) {
     for (unsigned i = 0; i < config.numAttrs; ++i) {
       if (config.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
@@ -915,6 +915,15 @@ CUresult ClusterBlocks(const CUlaunchConfig& config, unsigned* blocks, std::vect
 
 bool ForwardsClusterLaunches(const Device& device) {
   return std::strcmp(device.description().executor, "sim") != 0 && PropertiesOf(device).cc_major >= 9;
+}
+
+unsigned MaxClusterBlocks(const Device& device, const Function& function) {
+  bool non_portable = false;
+  {
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    non_portable = function.non_portable_clusters;
+  }
+  return non_portable && ForwardsClusterLaunches(device) ? dp::kMaxClusterBlocks : kPortableClusterBlocks;
 }
 
 bool RunsClusterLaunches(const Device& device, const Function& function) {

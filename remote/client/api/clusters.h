@@ -14,8 +14,8 @@
 
 namespace gpupool::client {
 
-// The most blocks a cluster may have without CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
-// (which the library does not keep: cuFuncGetAttribute answers 0).
+// The most blocks a cluster may have without CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED;
+// with it, on a GPU that forwards clusters, dataplane::kMaxClusterBlocks (16, as an H100).
 inline constexpr unsigned kPortableClusterBlocks = 8;
 
 // The blocks of `config`'s cluster (1 when it names none; 0 when a dimension is 0), and its
@@ -32,5 +32,9 @@ bool ForwardsClusterLaunches(const Device& device);
 // later and a kernel whose module's PTX names no cluster state (Module::ptx_names_clusters),
 // which therefore computes the same in a plain launch.
 bool RunsClusterLaunches(const Device& device, const Function& function);
+
+// The most blocks a cluster of `function` may have on `device` (kPortableClusterBlocks, or
+// 16 where the program allowed non-portable sizes and the GPU's driver runs clusters).
+unsigned MaxClusterBlocks(const Device& device, const Function& function);
 
 }  // namespace gpupool::client

@@ -173,6 +173,9 @@ struct Function {
   // cuFuncSetAttribute values (api_function.cc); -1: the device's default.
   int max_dynamic_shared_bytes = -1;
   int preferred_shared_carveout = -1;
+  // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: clusters of up to 16 blocks where
+  // the GPU's driver runs them (api/clusters.h), else up to 8.
+  bool non_portable_clusters = false;
 };
 
 struct Device {

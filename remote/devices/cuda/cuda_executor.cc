@@ -204,6 +204,8 @@ constexpr uint64_t kAddressWindow = uint64_t{64} << 30;
 
 // What a launch may use of dynamic shared memory without the function's opt-in.
 constexpr uint32_t kDefaultDynamicSharedLimit = 48 << 10;
+// The most blocks of a cluster without the function's opt-in to non-portable sizes.
+constexpr uint32_t kPortableClusterBlocks = 8;
 
 std::string Hex(uint64_t value) {
   char text[24];
@@ -688,7 +690,15 @@ int32_t CudaExecutor::Launch(uint64_t function, const device::LaunchConfig& conf
   size_t size = param_size;
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(params), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
-  const bool clustered = config.cluster[0] * config.cluster[1] * config.cluster[2] != 1;
+  const uint32_t cluster_blocks = config.cluster[0] * config.cluster[1] * config.cluster[2];
+  const bool clustered = cluster_blocks != 1;
+  // Clusters of more than 8 blocks need the function's opt-in on the driver; the client
+  // sends one only where the program allowed them (its cuFuncSetAttribute stays there).
+  if (cluster_blocks > kPortableClusterBlocks && driver_->function_set_attribute) {
+    CUresult status = driver_->function_set_attribute(static_cast<CUfunction>(found->second),
+                                                      CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1);
+    if (status != CUDA_SUCCESS) return status;
+  }
   if (config.cooperative || clustered) {
     // cuLaunchCooperativeKernel takes no packed buffer; cuLaunchKernelEx does, and takes
     // the cluster's shape (the driver checks it against the kernel and the GPU: a GPU

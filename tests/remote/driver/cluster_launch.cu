@@ -5,7 +5,9 @@
 // of it, at most 8 blocks); a kernel that reads its cluster (%cluster_ctarank) is refused
 // with CUDA_ERROR_NOT_SUPPORTED, never run as if its cluster were one block; in a plain
 // launch it reads the cluster of one block each block is. Older GPUs have no clusters: the
-// launch is refused, and a cluster of one block is a plain launch.
+// launch is refused, and a cluster of one block is a plain launch. On a GPU host's GPU of
+// 9.0 or later (scripts/test --gpu) the launches go to its driver with their shape: clusters
+// of 2, 8 and, once allowed, 16 blocks give the plain launch's answer.
 #include <cuda.h>
 
 #include <cstdio>
@@ -105,6 +107,15 @@ int main() {
     // As a driver checks the shape: the grid a multiple of the cluster, at most 8 blocks.
     EXPECT(LaunchInClusters(out, n, 7, 2) == cudaErrorInvalidClusterSize);
     EXPECT(LaunchInClusters(out, n, 16, 16) == cudaErrorInvalidClusterSize);
+    // Non-portable sizes: the attribute is kept, but the sim runs clusters of 8 at most.
+    CHECK(cudaFuncSetAttribute(IndexTimesThree, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaFuncAttributes attributes;
+    CHECK(cudaFuncGetAttributes(&attributes, IndexTimesThree));
+    EXPECT(attributes.nonPortableClusterSizeAllowed == 1);
+    EXPECT(LaunchInClusters(out, n, 16, 16) == cudaErrorInvalidClusterSize);
+    EXPECT(cudaFuncSetAttribute(IndexTimesThree, cudaFuncAttributeNonPortableClusterSizeAllowed, 2) ==
+           cudaErrorInvalidValue);
+    CHECK(cudaFuncSetAttribute(IndexTimesThree, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
     CHECK(cudaDeviceSynchronize());
 
     // A kernel that reads its cluster: refused, not run as if each block were a cluster.
@@ -141,6 +152,27 @@ int main() {
                 read[2][3]);
     EXPECT(cuModuleUnload(module) == CUDA_SUCCESS);
     CHECK(cudaDeviceSynchronize());
+  } else {
+    // A GPU host's GPU of 9.0 or later (the cuda executor): its driver runs the clusters,
+    // forwarded with their shape, up to 16 blocks once the kernel allows non-portable sizes.
+    EXPECT(active == cudaSuccess && active_clusters > 0 && potential == 8);
+    int supported = 0;
+    CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, 0));
+    EXPECT(supported == 1);
+    for (unsigned cluster : {2u, 8u}) {
+      CHECK(cudaMemset(out, 0, n * sizeof(int)));
+      CHECK(LaunchInClusters(out, n, 8, cluster));
+      CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
+    }
+    EXPECT(LaunchInClusters(out, n, 7, 2) == cudaErrorInvalidClusterSize);
+    EXPECT(LaunchInClusters(out, n, 16, 16) == cudaErrorInvalidClusterSize);
+    CHECK(cudaFuncSetAttribute(IndexTimesThree, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    CHECK(cudaMemset(out, 0, n * sizeof(int)));
+    CHECK(LaunchInClusters(out, n, 16, 16));
+    CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
+    std::printf("clusters of 2, 8 and 16 blocks ran on the GPU\n");
   }
   CHECK(cudaFree(out));
   std::printf("PASS\n");
