@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "remote/protocol/protocol.h"
+#include "remote/protocol/sim_texture.h"
 #include "remote/transport/wire.h"
 
 namespace gpupool::dataplane {
@@ -49,6 +50,39 @@ int32_t ClusterOf(const LaunchArgs& a, uint32_t cluster[3]) {
     blocks *= cluster[i];  // at most 255^3: no overflow
   }
   return blocks > kMaxClusterBlocks ? kCuInvalidClusterSize : kCuSuccess;
+}
+
+// The device range a texture object's resource covers (*start, *bytes), checked as a driver
+// checks the fields: a known resource type, format and channel count, texture fields within
+// their enums, and no size that overflows. CUDA_ERROR_INVALID_VALUE otherwise; whether the
+// range is the session's own is the executor's to say.
+int32_t TexObjectRange(const TexObjectCreateArgs& a, uint64_t* start, uint64_t* bytes) {
+  const uint32_t channel = SimTexelChannelBytes(a.format);
+  if (channel == 0 || (a.channels != 1 && a.channels != 2 && a.channels != 4) || a.reserved != 0) {
+    return kCuInvalidValue;
+  }
+  for (uint32_t mode : a.address_mode) {
+    if (mode > 3) return kCuInvalidValue;  // wrap, clamp, mirror, border
+  }
+  if (a.filter_mode > 1 || a.mipmap_filter_mode > 1 || (a.flags & ~kTextureFlagsKnown) != 0 || a.max_anisotropy > 16) {
+    return kCuInvalidValue;
+  }
+  const uint64_t element = uint64_t{channel} * a.channels;
+  *start = a.device_ptr;
+  if (a.resource_type == kResourceTypeLinear) {
+    if (a.size_bytes < element || a.width != 0 || a.height != 0 || a.pitch != 0) return kCuInvalidValue;
+    *bytes = a.size_bytes;
+    return kCuSuccess;
+  }
+  if (a.resource_type != kResourceTypePitch2D || a.size_bytes != 0 || a.width == 0 || a.height == 0) {
+    return kCuInvalidValue;
+  }
+  uint64_t row = 0, rows = 0;
+  if (__builtin_mul_overflow(a.width, element, &row) || row > a.pitch ||
+      __builtin_mul_overflow(a.pitch, a.height - 1, &rows) || __builtin_add_overflow(rows, row, bytes)) {
+    return kCuInvalidValue;
+  }
+  return kCuSuccess;
 }
 
 }  // namespace
@@ -323,6 +357,21 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       int32_t status = ex.GetGlobal(a.module, a.name, &result.dptr, &result.size);
       Encode(result, &reply->out);
       return status;
+    }
+    case kOpTexObjectCreate: {
+      TexObjectCreateArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      uint64_t start = 0, bytes = 0;
+      if (int32_t status = TexObjectRange(a, &start, &bytes); status != kCuSuccess) return status;
+      uint64_t handle = 0;
+      int32_t status = ex.CreateTextureObject(a, start, bytes, &handle);
+      if (status == kCuSuccess) Encode(handle, &reply->out);
+      return status;
+    }
+    case kOpTexObjectDestroy: {
+      TexObjectDestroyArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.DestroyTextureObject(a.handle);
     }
     default:
       return kCuNotSupported;

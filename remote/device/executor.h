@@ -115,6 +115,17 @@ class Executor {
   // hung GPU. False when it cannot (the cuda executor, whose kernels run asynchronously):
   // the watchdog then leaves its operations alone.
   virtual bool SetProgressCounter(std::atomic<uint64_t>* /*counter*/) { return false; }
+  // A texture object over [start, start+bytes) of this session's memory, as `args` (checked
+  // by the session: dataplane::TexObjectCreateArgs) describe it: its handle, which the
+  // session's kernels take. The cuda executor's driver makes it; kCuNotSupported where the
+  // library makes texture objects itself (the sim). CUDA_ERROR_INVALID_VALUE for a range
+  // that is not inside one of the session's allocations.
+  virtual int32_t CreateTextureObject(const dataplane::TexObjectCreateArgs& /*args*/, uint64_t /*start*/,
+                                      uint64_t /*bytes*/, uint64_t* /*handle*/) {
+    return dataplane::kCuNotSupported;
+  }
+  // Destroys one of this session's texture objects (CUDA_ERROR_INVALID_HANDLE for another).
+  virtual int32_t DestroyTextureObject(uint64_t /*handle*/) { return dataplane::kCuNotSupported; }
   // Why the last failing call failed ("" if there is nothing to add), for the agent's log.
   virtual std::string TakeErrorDetail() { return {}; }
 };

@@ -88,6 +88,9 @@ enum Op : uint32_t {
   kOpHandoffDone,    // new agent -> old agent: the offered session is closed (memory freed)
   // ---- NVML in the job (issue 41): the session's own GPU as its job may see it ----
   kOpGpuStatus,  // GpuStatusArgs -> GpuStatusResult, then its GpuProcess records
+  // ---- Texture objects on a GPU host's GPU (issue 41): the sim's are the library's own ----
+  kOpTexObjectCreate,   // TexObjectCreateArgs -> the object's handle (uint64_t)
+  kOpTexObjectDestroy,  // TexObjectDestroyArgs
   kOpCount,
 };
 
@@ -293,6 +296,45 @@ inline constexpr uint32_t kLaunchCooperative = 1;  // cuLaunchCooperativeKernel
 inline constexpr uint32_t kLaunchCluster = 2;      // cuLaunchKernelEx(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
 // The most blocks of a cluster any GPU takes (16, non-portable, on compute capability 9.0).
 inline constexpr uint32_t kMaxClusterBlocks = 16;
+
+// kOpTexObjectCreate: a texture object over the session's own device memory, for executors
+// whose GPU samples textures itself (the cuda executor; on the sim the library writes its
+// own descriptors into device memory: remote/protocol/sim_texture.h). Any session may make
+// them, over its own memory only: the agent refuses a range that is not inside one of the
+// session's allocations (CUDA_ERROR_INVALID_VALUE), and destroys an object when the memory
+// under it is freed. Linear (CU_RESOURCE_TYPE_LINEAR: size_bytes from device_ptr) or
+// pitched 2D (CU_RESOURCE_TYPE_PITCH2D: height rows of width elements, pitch bytes apart)
+// memory; CUDA arrays are not forwarded yet. The texture fields are CUDA_TEXTURE_DESC's.
+struct TexObjectCreateArgs {
+  uint64_t device_ptr = 0;
+  uint64_t size_bytes = 0;  // LINEAR
+  uint64_t width = 0;       // PITCH2D, in elements
+  uint64_t height = 0;      // PITCH2D, rows
+  uint64_t pitch = 0;       // PITCH2D, bytes from one row to the next
+  uint32_t resource_type = 0;
+  uint32_t format = 0;  // CUarray_format: 8-, 16- and 32-bit integers, half, float
+  uint32_t channels = 0;
+  uint32_t address_mode[3] = {0, 0, 0};
+  uint32_t filter_mode = 0;
+  uint32_t flags = 0;  // CU_TRSF_READ_AS_INTEGER, NORMALIZED_COORDINATES, SRGB, ...
+  uint32_t max_anisotropy = 0;
+  uint32_t mipmap_filter_mode = 0;
+  float mipmap_level_bias = 0;
+  float min_mipmap_level_clamp = 0;
+  float max_mipmap_level_clamp = 0;
+  float border_color[4] = {0, 0, 0, 0};
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(TexObjectCreateArgs) == 112, "TexObjectCreateArgs is a wire format");
+inline constexpr uint32_t kResourceTypeLinear = 1;   // CU_RESOURCE_TYPE_LINEAR
+inline constexpr uint32_t kResourceTypePitch2D = 3;  // CU_RESOURCE_TYPE_PITCH2D
+// CU_TRSF_READ_AS_INTEGER | NORMALIZED_COORDINATES | SRGB | DISABLE_TRILINEAR_OPTIMIZATION
+// | SEAMLESS_CUBEMAP: the flags a texture object may have.
+inline constexpr uint32_t kTextureFlagsKnown = 0x01 | 0x02 | 0x10 | 0x20 | 0x40;
+// kOpTexObjectDestroy: one of the session's own objects (another's, or none: INVALID_HANDLE).
+struct TexObjectDestroyArgs {
+  uint64_t handle = 0;
+};
 
 struct StreamArgs {
   uint64_t stream;

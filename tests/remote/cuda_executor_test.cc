@@ -413,6 +413,68 @@ TEST(CudaExecutor, LargeDynamicSharedMemoryOptsTheFunctionIn) {
   EXPECT_EQ(launches(0), plain + 2);
 }
 
+// Texture objects are the driver's, over the session's own memory only: a range outside
+// its allocations (another session's memory) never reaches the driver; the objects go
+// with the memory under them and with the session; a session destroys only its own.
+TEST(CudaExecutor, TextureObjectsReadOnlyTheSessionsOwnMemory) {
+  auto textures = FakeEntry<uint64_t (*)(int)>("fake_cuda_textures");
+  ASSERT_NE(textures, nullptr);
+  const uint64_t live = textures(0), made_before = textures(3);
+  auto made = CudaExecutor::Create(kFakeUuid);
+  auto other_made = CudaExecutor::Create(kFakeUuid);
+  ASSERT_TRUE(made.ok() && other_made.ok());
+  device::Executor& executor = *made.value();
+  device::Executor& other = *other_made.value();
+  uint64_t mine = 0, theirs = 0;
+  ASSERT_EQ(executor.Allocate(1 << 20, &mine), dataplane::kCuSuccess);
+  ASSERT_EQ(other.Allocate(1 << 20, &theirs), dataplane::kCuSuccess);
+
+  dataplane::TexObjectCreateArgs linear;
+  linear.device_ptr = mine;
+  linear.size_bytes = 4096;
+  linear.resource_type = dataplane::kResourceTypeLinear;
+  linear.format = 0x20;  // float
+  linear.channels = 1;
+  uint64_t handle = 0;
+  ASSERT_EQ(executor.CreateTextureObject(linear, mine, 4096, &handle), dataplane::kCuSuccess);
+  EXPECT_NE(handle, 0u);
+  EXPECT_EQ(textures(0), live + 1);
+  EXPECT_EQ(textures(1), mine);
+  EXPECT_EQ(textures(2), 1u);
+
+  // Another session's memory, or past the end of this one's: refused before the driver.
+  uint64_t refused = 0;
+  EXPECT_EQ(executor.CreateTextureObject(linear, theirs, 4096, &refused), dataplane::kCuInvalidValue);
+  EXPECT_EQ(executor.CreateTextureObject(linear, mine + (1 << 20) - 16, 4096, &refused), dataplane::kCuInvalidValue);
+  EXPECT_EQ(textures(3), made_before + 1);
+  // Another session cannot destroy it.
+  EXPECT_EQ(other.DestroyTextureObject(handle), dataplane::kCuInvalidHandle);
+  EXPECT_EQ(textures(0), live + 1);
+
+  // Pitched 2D memory; then the memory under both objects is freed: both go with it.
+  dataplane::TexObjectCreateArgs pitched = linear;
+  pitched.resource_type = dataplane::kResourceTypePitch2D;
+  pitched.size_bytes = 0;
+  pitched.width = 100;
+  pitched.height = 8;
+  pitched.pitch = 512;
+  uint64_t second = 0;
+  ASSERT_EQ(executor.CreateTextureObject(pitched, mine + 512, 7 * 512 + 400, &second), dataplane::kCuSuccess);
+  EXPECT_EQ(textures(2), 3u);
+  EXPECT_EQ(textures(0), live + 2);
+  ASSERT_EQ(executor.Free(mine), dataplane::kCuSuccess);
+  EXPECT_EQ(textures(0), live);
+  EXPECT_EQ(executor.DestroyTextureObject(handle), dataplane::kCuInvalidHandle);
+
+  // One destroyed by its session, one left to the session's end.
+  ASSERT_EQ(other.CreateTextureObject(linear, theirs, 4096, &handle), dataplane::kCuSuccess);
+  ASSERT_EQ(other.CreateTextureObject(linear, theirs + 4096, 4096, &second), dataplane::kCuSuccess);
+  EXPECT_EQ(other.DestroyTextureObject(handle), dataplane::kCuSuccess);
+  EXPECT_EQ(textures(0), live + 1);
+  other_made.value().reset();
+  EXPECT_EQ(textures(0), live);
+}
+
 // GetFunction's reply carries what the driver says the compiled kernel needs
 // (cuFuncGetAttribute), each attribute in its own field; an unknown function gets none.
 TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {

@@ -250,6 +250,73 @@ TEST_F(DataplaneServerTest, ALaunchWithUnknownFlagsIsRefused) {
   EXPECT_EQ(launch(kLaunchCluster | kLaunchCooperative, 0, {16, 1, 1}, {32, 1, 1}), kCuInvalidHandle);
 }
 
+// A texture object's fields are checked as a driver checks them before an executor sees
+// them; the sim makes none itself (the library writes its descriptors into device memory).
+TEST_F(DataplaneServerTest, TextureObjectRequestsAreCheckedAndTheSimMakesNone) {
+  auto client = Connect();
+  ASSERT_EQ(Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1)).status, kCuSuccess);
+  auto create = [&](const TexObjectCreateArgs& args) {
+    Reply reply;
+    EXPECT_TRUE(client->Call(Request{kOpTexObjectCreate, &args, sizeof(args), nullptr, 0, nullptr, 0}, &reply).ok());
+    EXPECT_TRUE(reply.status != kCuSuccess || reply.out.size() == sizeof(uint64_t));
+    return reply.status;
+  };
+  TexObjectCreateArgs linear;
+  linear.device_ptr = 1 << 20;
+  linear.size_bytes = 4096;
+  linear.resource_type = kResourceTypeLinear;
+  linear.format = 0x20;
+  linear.channels = 4;
+  EXPECT_EQ(create(linear), kCuNotSupported);
+  TexObjectCreateArgs bad = linear;
+  bad.resource_type = 0;  // an array: not forwarded
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  bad = linear;
+  bad.format = 0x50;  // not a texel format
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  bad = linear;
+  bad.channels = 3;
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  bad = linear;
+  bad.size_bytes = 8;  // under one element of 16 bytes
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  bad = linear;
+  bad.address_mode[2] = 4;
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  bad = linear;
+  bad.flags = 0x80;
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  bad = linear;
+  bad.reserved = 1;
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  TexObjectCreateArgs pitched = linear;
+  pitched.resource_type = kResourceTypePitch2D;
+  pitched.size_bytes = 0;
+  pitched.width = 64;
+  pitched.height = 4;
+  pitched.pitch = 1024;
+  EXPECT_EQ(create(pitched), kCuNotSupported);
+  bad = pitched;
+  bad.pitch = 512;  // under a row of 64 * 16 bytes
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  bad = pitched;
+  bad.pitch = UINT64_MAX;  // the rows' extent overflows
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  bad = pitched;
+  bad.pitch = uint64_t{1} << 62;  // 4 rows of it wrap to 0 exactly
+  bad.height = 5;
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  bad = pitched;
+  bad.width = uint64_t{1} << 62;
+  bad.pitch = UINT64_MAX;
+  EXPECT_EQ(create(bad), kCuInvalidValue);
+  TexObjectDestroyArgs destroy{12345};
+  Reply reply;
+  ASSERT_TRUE(
+      client->Call(Request{kOpTexObjectDestroy, &destroy, sizeof(destroy), nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.status, kCuNotSupported);
+}
+
 TEST_F(DataplaneServerTest, DescribesTheGpuAndFreesMemoryWhenTheClientGoes) {
   auto client = Connect();
   Reply reply = Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1));

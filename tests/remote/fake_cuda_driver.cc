@@ -497,6 +497,37 @@ CUresult cuLaunchKernelEx(const FakeLaunchConfig* config, void*, void** params, 
   launches[4] = cluster;
   return kSuccess;
 }
+// Texture objects: CUDA_RESOURCE_DESC as cuda.h lays it out (resType at 0, the union at 8:
+// linear {devPtr, format, numChannels, sizeInBytes}, pitch2D {devPtr, format, numChannels,
+// width, height, pitchInBytes}). Seen: [0] live objects, [1] the last one's devPtr, [2] its
+// resource type, [3] objects made in all.
+std::map<uint64_t, bool> texture_objects;
+uint64_t textures_seen[4] = {0, 0, 0, 0};
+uint64_t next_texture = 0x7e0001;
+uint64_t fake_cuda_textures(int which) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (which == 0) return texture_objects.size();
+  return which > 0 && which < 4 ? textures_seen[which] : 0;
+}
+CUresult cuTexObjectCreate(uint64_t* handle, const unsigned char* resource, const void* texture, const void* view) {
+  if (handle == nullptr || resource == nullptr || texture == nullptr || view != nullptr) return kInvalidValue;
+  int type = 0;
+  uint64_t pointer = 0;
+  std::memcpy(&type, resource, sizeof(type));
+  std::memcpy(&pointer, resource + 8, sizeof(pointer));
+  if (type != 1 && type != 3) return kInvalidValue;
+  std::lock_guard<std::mutex> lock(mu);
+  *handle = next_texture++;
+  texture_objects[*handle] = true;
+  textures_seen[1] = pointer;
+  textures_seen[2] = static_cast<uint64_t>(type);
+  ++textures_seen[3];
+  return kSuccess;
+}
+CUresult cuTexObjectDestroy(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu);
+  return texture_objects.erase(handle) == 1 ? kSuccess : kInvalidValue;
+}
 CUresult cuStreamCreateWithPriority(void** stream, unsigned, int) {
   *stream = &stream_or_event;
   return kSuccess;

@@ -6,10 +6,11 @@
 // device address is the handle a kernel gets. Both are ordinary device memory of the
 // context, so a failover's checkpoint and journal carry them like any allocation.
 //
-// The cuda executor would need the real driver's arrays and objects (a real GPU's texture
-// unit reads neither layout): there these calls answer CUDA_ERROR_NOT_SUPPORTED, naming
-// themselves. Not supported anywhere: mipmapped arrays, resource views, sRGB reads, texture
-// and surface references (cuTexRef*, cuSurfRef*), sparse arrays.
+// On the cuda executor a real GPU's texture unit reads neither layout: texture objects over
+// device memory (linear, pitched 2D) are made by the GPU's driver through the agent
+// (kOpTexObjectCreate, ForwardTextureObject); arrays, surfaces and objects over arrays
+// answer CUDA_ERROR_NOT_SUPPORTED there, naming themselves. Not supported anywhere: mipmapped arrays, resource views,
+// sRGB reads, texture and surface references (cuTexRef*, cuSurfRef*), sparse arrays.
 #include <cstring>
 #include <string>
 
@@ -31,6 +32,16 @@ CUresult Invalid(const char* call, const std::string& what) {
   return CUDA_ERROR_INVALID_VALUE;
 }
 
+// Whether the current context's GPU is a sim GPU (*sim; its ordinal in *device), whose
+// arrays and objects the library makes itself.
+CUresult CurrentGpu(bool* sim, int* device) {
+  if (CUresult status = CurrentDevice(device); status != CUDA_SUCCESS) return status;
+  Device* d = Runtime::Get().device(*device);
+  if (d == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *sim = std::strncmp(d->description().executor, "sim", sizeof(d->description().executor)) == 0;
+  return CUDA_SUCCESS;
+}
+
 // The calls need the sim's layout: on the cuda executor, NOT_SUPPORTED.
 CUresult RequireSim(const char* call) {
   int device = 0;
@@ -40,8 +51,8 @@ CUresult RequireSim(const char* call) {
   if (std::strncmp(d->description().executor, "sim", sizeof(d->description().executor)) != 0) {
     return static_cast<CUresult>(
         ReportUnsupported(call,
-                          "CUDA arrays, texture and surface objects run on the sim GPU only (the cuda "
-                          "executor does not forward them yet)"));
+                          "CUDA arrays and surface objects run on the sim GPU only (the cuda executor "
+                          "forwards texture objects over device memory, not arrays yet)"));
   }
   return CUDA_SUCCESS;
 }
@@ -122,6 +133,41 @@ CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCR
   return NewArray(info, bytes, handle);
 }
 
+// A linear or pitched 2D resource (`resource.resType` one of them), checked on any GPU: a
+// format the library knows, a pitch at least a row, and every byte inside one allocation.
+// *element: bytes of one element; *bytes: from the first element's byte to past the last.
+CUresult CheckMemoryResource(const char* call, const CUDA_RESOURCE_DESC& resource, size_t* element, size_t* bytes) {
+  if (resource.resType == CU_RESOURCE_TYPE_LINEAR) {
+    const auto& l = resource.res.linear;
+    if (CUresult status = ElementBytes(call, l.format, l.numChannels, element); status != CUDA_SUCCESS) {
+      return status;
+    }
+    if (l.sizeInBytes < *element) return Invalid(call, "res.linear.sizeInBytes under one element");
+    if (!Runtime::Get().FindAllocation(l.devPtr, l.sizeInBytes, nullptr, nullptr)) {
+      return Invalid(call, "res.linear.devPtr and sizeInBytes are not inside one allocation");
+    }
+    *bytes = l.sizeInBytes;
+    return CUDA_SUCCESS;
+  }
+  const auto& p = resource.res.pitch2D;
+  if (CUresult status = ElementBytes(call, p.format, p.numChannels, element); status != CUDA_SUCCESS) {
+    return status;
+  }
+  size_t row = 0;
+  if (p.width == 0 || p.height == 0) return Invalid(call, "res.pitch2D.width or height is 0");
+  if (!Multiply(p.width, *element, &row) || p.pitchInBytes < row) {
+    return Invalid(call, "res.pitch2D.pitchInBytes is under width * element size");
+  }
+  if (p.pitchInBytes % 32 != 0) {
+    return Invalid(call, "res.pitch2D.pitchInBytes is not a multiple of 32 (the texture pitch alignment)");
+  }
+  if (!Multiply(p.pitchInBytes, p.height - 1, bytes) || __builtin_add_overflow(*bytes, row, bytes) ||
+      !Runtime::Get().FindAllocation(p.devPtr, *bytes, nullptr, nullptr)) {
+    return Invalid(call, "res.pitch2D's rows are not inside one allocation");
+  }
+  return CUDA_SUCCESS;
+}
+
 // The descriptor of an object over `resource`, or an error naming the field.
 CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool surface, dp::SimTextureDescriptor* d) {
   if (resource.flags != 0) return Invalid(call, "pResDesc->flags is not 0");
@@ -154,12 +200,9 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
     case CU_RESOURCE_TYPE_LINEAR: {
       if (surface) return Invalid(call, "a surface needs an array (pResDesc->resType)");
       const auto& l = resource.res.linear;
-      if (CUresult status = ElementBytes(call, l.format, l.numChannels, &element); status != CUDA_SUCCESS) {
+      size_t bytes = 0;
+      if (CUresult status = CheckMemoryResource(call, resource, &element, &bytes); status != CUDA_SUCCESS) {
         return status;
-      }
-      if (l.sizeInBytes < element) return Invalid(call, "res.linear.sizeInBytes under one element");
-      if (!Runtime::Get().FindAllocation(l.devPtr, l.sizeInBytes, nullptr, nullptr)) {
-        return Invalid(call, "res.linear.devPtr and sizeInBytes are not inside one allocation");
       }
       d->format = l.format;
       d->channels = l.numChannels;
@@ -173,22 +216,9 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
     case CU_RESOURCE_TYPE_PITCH2D: {
       if (surface) return Invalid(call, "a surface needs an array (pResDesc->resType)");
       const auto& p = resource.res.pitch2D;
-      if (CUresult status = ElementBytes(call, p.format, p.numChannels, &element); status != CUDA_SUCCESS) {
+      size_t bytes = 0;
+      if (CUresult status = CheckMemoryResource(call, resource, &element, &bytes); status != CUDA_SUCCESS) {
         return status;
-      }
-      size_t row = 0, bytes = 0;
-      if (p.width == 0 || p.height == 0) return Invalid(call, "res.pitch2D.width or height is 0");
-      if (!Multiply(p.width, element, &row) || p.pitchInBytes < row) {
-        return Invalid(call, "res.pitch2D.pitchInBytes is under width * element size");
-      }
-      if (p.pitchInBytes % 32 != 0) {
-        return Invalid(call,
-                       "res.pitch2D.pitchInBytes is not a multiple of 32 (the texture "
-                       "pitch alignment)");
-      }
-      if (!Multiply(p.pitchInBytes, p.height - 1, &bytes) || __builtin_add_overflow(bytes, row, &bytes) ||
-          !Runtime::Get().FindAllocation(p.devPtr, bytes, nullptr, nullptr)) {
-        return Invalid(call, "res.pitch2D's rows are not inside one allocation");
       }
       d->format = p.format;
       d->channels = p.numChannels;
@@ -205,6 +235,78 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
     default:
       return Invalid(call, "pResDesc->resType is no CUresourcetype");
   }
+}
+
+// cuTexObjectCreate on a GPU host's GPU: the object is its driver's (kOpTexObjectCreate),
+// over device memory (linear or pitched 2D; CUDA arrays are not forwarded yet). Its handle is
+// the driver's, which another GPU would not give: such a process is no longer protected
+// against a failure of its GPU (gpupool-remote(7), FAILOVER).
+CUresult ForwardTextureObject(const char* call, int device, const CUDA_RESOURCE_DESC& resource,
+                              const CUDA_TEXTURE_DESC& texture, CUtexObject* handle) {
+  if (resource.flags != 0) return Invalid(call, "pResDesc->flags is not 0");
+  dp::TexObjectCreateArgs args;
+  args.resource_type = static_cast<uint32_t>(resource.resType);
+  size_t element = 0, bytes = 0;
+  if (resource.resType == CU_RESOURCE_TYPE_LINEAR) {
+    const auto& l = resource.res.linear;
+    if (CUresult status = CheckMemoryResource(call, resource, &element, &bytes); status != CUDA_SUCCESS) {
+      return status;
+    }
+    args.device_ptr = l.devPtr;
+    args.format = l.format;
+    args.channels = l.numChannels;
+    args.size_bytes = l.sizeInBytes;
+  } else if (resource.resType == CU_RESOURCE_TYPE_PITCH2D) {
+    const auto& p = resource.res.pitch2D;
+    if (CUresult status = CheckMemoryResource(call, resource, &element, &bytes); status != CUDA_SUCCESS) {
+      return status;
+    }
+    args.device_ptr = p.devPtr;
+    args.format = p.format;
+    args.channels = p.numChannels;
+    args.width = p.width;
+    args.height = p.height;
+    args.pitch = p.pitchInBytes;
+  } else if (resource.resType == CU_RESOURCE_TYPE_ARRAY || resource.resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) {
+    return static_cast<CUresult>(
+        ReportUnsupported(call, "texture objects over CUDA arrays on a GPU host's GPU (not forwarded yet)"));
+  } else {
+    return Invalid(call, "pResDesc->resType is no CUresourcetype");
+  }
+  for (int i = 0; i < 3; ++i) args.address_mode[i] = static_cast<uint32_t>(texture.addressMode[i]);
+  args.filter_mode = static_cast<uint32_t>(texture.filterMode);
+  args.flags = texture.flags;
+  args.max_anisotropy = texture.maxAnisotropy;
+  args.mipmap_filter_mode = static_cast<uint32_t>(texture.mipmapFilterMode);
+  args.mipmap_level_bias = texture.mipmapLevelBias;
+  args.min_mipmap_level_clamp = texture.minMipmapLevelClamp;
+  args.max_mipmap_level_clamp = texture.maxMipmapLevelClamp;
+  std::memcpy(args.border_color, texture.borderColor, sizeof(args.border_color));
+  if (Device* owner = Runtime::Get().device(device); owner != nullptr && owner->failover) {
+    owner->failover->Unprotect(
+        "it made texture objects, whose handles its GPU's driver gives (another GPU's driver would give "
+        "others)");
+  }
+  std::string out;
+  if (CUresult status =
+          Runtime::Get().Call(device, dp::kOpTexObjectCreate, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  uint64_t made = 0;
+  if (out.size() != sizeof(made)) return CUDA_ERROR_UNKNOWN;  // an agent that answers otherwise
+  std::memcpy(&made, out.data(), sizeof(made));
+  ops::ObjectRecord record;
+  record.resource = resource;
+  record.texture = texture;
+  if (ops::ListForwardedObject(made, device, record) != CUDA_SUCCESS) {
+    dp::TexObjectDestroyArgs destroy{made};
+    Runtime::Get().Call(device, dp::kOpTexObjectDestroy, &destroy, sizeof(destroy));
+    return static_cast<CUresult>(ReportUnsupported(
+        call, "texture objects on two GPUs whose drivers gave the same handle (a kernel could not tell them apart)"));
+  }
+  *handle = made;
+  return CUDA_SUCCESS;
 }
 
 // What cu{Tex,Surf}ObjectGetResourceDesc answer: the resource the object was made from.
@@ -349,8 +451,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle, const C
     if (handle == nullptr || resource == nullptr || texture == nullptr) {
       return Invalid(call, "a null argument");
     }
-    if (CUresult status = RequireSim(call); status != CUDA_SUCCESS) return status;
     if (view != nullptr) return static_cast<CUresult>(ReportUnsupported(call, "resource views"));
+    bool sim = true;
+    int device = 0;
+    if (CUresult status = CurrentGpu(&sim, &device); status != CUDA_SUCCESS) return status;
+    if (!sim) return ForwardTextureObject(call, device, *resource, *texture, handle);
     dp::SimTextureDescriptor d;
     d.magic = dp::kSimTextureMagic;
     if (CUresult status = Describe(call, *resource, false, &d); status != CUDA_SUCCESS) {

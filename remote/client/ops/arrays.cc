@@ -123,6 +123,14 @@ CUresult PublishObject(const dataplane::SimTextureDescriptor& descriptor, const 
   return CUDA_SUCCESS;
 }
 
+CUresult ListForwardedObject(uint64_t handle, int device, const ObjectRecord& record) {
+  std::lock_guard<std::mutex> lock(Mutex());
+  auto [at, added] = Objects().try_emplace(handle, record);
+  if (!added) return CUDA_ERROR_NOT_SUPPORTED;
+  at->second.forwarded_device = device;
+  return CUDA_SUCCESS;
+}
+
 CUresult FindObject(uint64_t handle, bool surface, ObjectRecord* record) {
   std::lock_guard<std::mutex> lock(Mutex());
   auto found = Objects().find(handle);
@@ -132,13 +140,20 @@ CUresult FindObject(uint64_t handle, bool surface, ObjectRecord* record) {
 }
 
 CUresult DestroyObject(uint64_t handle, bool surface) {
+  int forwarded_device = -1;
   {
     std::lock_guard<std::mutex> lock(Mutex());
     auto found = Objects().find(handle);
     if (found == Objects().end() || found->second.surface != surface) return CUDA_ERROR_INVALID_VALUE;
+    forwarded_device = found->second.forwarded_device;
     Objects().erase(found);
   }
-  return FreeDeviceMemory(handle);
+  if (forwarded_device < 0) return FreeDeviceMemory(handle);
+  dataplane::TexObjectDestroyArgs args{handle};
+  CUresult status = Runtime::Get().Call(forwarded_device, dataplane::kOpTexObjectDestroy, &args, sizeof(args));
+  // The agent destroyed it already with the memory under it (freed first, as cleanup code
+  // often does): the program's destroy still succeeds, as a driver's would.
+  return status == CUDA_ERROR_INVALID_HANDLE ? CUDA_SUCCESS : status;
 }
 
 }  // namespace gpupool::client::ops

@@ -52,13 +52,22 @@ struct ObjectRecord {
   bool surface = false;
   CUDA_RESOURCE_DESC resource{};
   CUDA_TEXTURE_DESC texture{};
+  // The device whose agent's driver made it (ListForwardedObject); -1: a descriptor of the
+  // library's in device memory (PublishObject).
+  int forwarded_device = -1;
 };
 
 // Writes `descriptor` into a new allocation, whose address is the object's handle.
 CUresult PublishObject(const dataplane::SimTextureDescriptor& descriptor, const ObjectRecord& record, uint64_t* handle);
+// Lists a texture object that `device`'s agent made with its GPU's driver
+// (kOpTexObjectCreate) under the driver's handle. CUDA_ERROR_NOT_SUPPORTED when a live
+// object of another GPU has the same handle (each driver numbers its own): a kernel could
+// not tell them apart.
+CUresult ListForwardedObject(uint64_t handle, int device, const ObjectRecord& record);
 // The live object `handle` of its kind (`surface`), or CUDA_ERROR_INVALID_VALUE.
 CUresult FindObject(uint64_t handle, bool surface, ObjectRecord* record);
-// Unlists the object and frees its descriptor; CUDA_ERROR_INVALID_VALUE when none.
+// Unlists the object and frees its descriptor, or has its agent destroy a forwarded one;
+// CUDA_ERROR_INVALID_VALUE when none.
 CUresult DestroyObject(uint64_t handle, bool surface);
 
 }  // namespace gpupool::client::ops

@@ -62,7 +62,9 @@ struct CudaDriver {
   decltype(&::cuMemMap) mem_map = nullptr;
   decltype(&::cuMemUnmap) mem_unmap = nullptr;
   decltype(&::cuMemSetAccess) mem_set_access = nullptr;
-  decltype(&::cuLaunchKernelEx) launch_ex = nullptr;  // cooperative launches (CUDA 11.8+)
+  decltype(&::cuLaunchKernelEx) launch_ex = nullptr;    // cooperative launches (CUDA 11.8+)
+  decltype(&::cuTexObjectCreate) tex_create = nullptr;  // optional: texture objects
+  decltype(&::cuTexObjectDestroy) tex_destroy = nullptr;
   // Optional: the JIT linker, for images whose PTX is several units (LinkPtxUnits).
   decltype(&::cuLinkCreate_v2) link_create = nullptr;
   decltype(&::cuLinkAddData_v2) link_add_data = nullptr;
@@ -140,6 +142,8 @@ Result<const CudaDriver*> LoadDriver() {
     Resolve(library, "cuMemUnmap", &d->mem_unmap);
     Resolve(library, "cuMemSetAccess", &d->mem_set_access);
     Resolve(library, "cuLaunchKernelEx", &d->launch_ex);
+    Resolve(library, "cuTexObjectCreate", &d->tex_create);
+    Resolve(library, "cuTexObjectDestroy", &d->tex_destroy);
     Resolve(library, "cuLinkCreate_v2", &d->link_create);
     Resolve(library, "cuLinkAddData_v2", &d->link_add_data);
     Resolve(library, "cuLinkComplete", &d->link_complete);
@@ -261,6 +265,7 @@ CudaExecutor::~CudaExecutor() {
   // Everything the client left behind goes, so its memory is free for the next lease.
   if (Enter() == CUDA_SUCCESS) {
     driver_->synchronize();
+    for (auto& [handle, range] : texture_objects_) driver_->tex_destroy(static_cast<CUtexObject>(handle));
     for (auto& [id, event] : events_) driver_->event_destroy(static_cast<CUevent>(event));
     for (auto& [id, stream] : streams_) driver_->stream_destroy(static_cast<CUstream>(stream));
     for (auto& [id, module] : modules_) driver_->module_unload(static_cast<CUmodule>(module));
@@ -432,8 +437,22 @@ int32_t CudaExecutor::UnmapRun(uint64_t start, const VmmRun& run) {
 
 int32_t CudaExecutor::Free(uint64_t dptr) {
   if (dptr == 0) return CUDA_SUCCESS;
-  if (allocations_.erase(dptr) == 0) return CUDA_ERROR_INVALID_VALUE;
+  auto allocation = allocations_.find(dptr);
+  if (allocation == allocations_.end()) return CUDA_ERROR_INVALID_VALUE;
+  const uint64_t size = allocation->second;
+  allocations_.erase(allocation);
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  // The texture objects over it go first: the memory may be the next session's soon, and an
+  // object left over it would let this session's kernels read that.
+  for (auto object = texture_objects_.begin(); object != texture_objects_.end();) {
+    const auto [start, bytes] = object->second;
+    if (start - dptr < size) {
+      driver_->tex_destroy(static_cast<CUtexObject>(object->first));
+      object = texture_objects_.erase(object);
+    } else {
+      ++object;
+    }
+  }
   auto placed = placed_.find(dptr);
   if (placed == placed_.end()) return driver_->free(Ptr(dptr));
   std::vector<uint64_t> runs = std::move(placed->second);
@@ -733,6 +752,56 @@ int32_t CudaExecutor::Launch(uint64_t function, const device::LaunchConfig& conf
   return driver_->launch(static_cast<CUfunction>(found->second), config.grid[0], config.grid[1], config.grid[2],
                          config.block[0], config.block[1], config.block[2], config.shared_mem, static_cast<CUstream>(s),
                          nullptr, param_size > 0 ? extra : nullptr);
+}
+
+int32_t CudaExecutor::CreateTextureObject(const dataplane::TexObjectCreateArgs& args, uint64_t start, uint64_t bytes,
+                                          uint64_t* handle) {
+  if (driver_->tex_create == nullptr || driver_->tex_destroy == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  // Over this session's own memory only (module variables count, as for copies).
+  if (bytes == 0 || !Owns(start, bytes)) {
+    error_detail_ = "a texture object over memory that is not one of the session's allocations";
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUDA_RESOURCE_DESC resource{};
+  resource.resType = static_cast<CUresourcetype>(args.resource_type);
+  if (args.resource_type == dataplane::kResourceTypeLinear) {
+    resource.res.linear.devPtr = Ptr(start);
+    resource.res.linear.format = static_cast<CUarray_format>(args.format);
+    resource.res.linear.numChannels = args.channels;
+    resource.res.linear.sizeInBytes = args.size_bytes;
+  } else {
+    resource.res.pitch2D.devPtr = Ptr(start);
+    resource.res.pitch2D.format = static_cast<CUarray_format>(args.format);
+    resource.res.pitch2D.numChannels = args.channels;
+    resource.res.pitch2D.width = args.width;
+    resource.res.pitch2D.height = args.height;
+    resource.res.pitch2D.pitchInBytes = args.pitch;
+  }
+  CUDA_TEXTURE_DESC texture{};
+  for (int i = 0; i < 3; ++i) texture.addressMode[i] = static_cast<CUaddress_mode>(args.address_mode[i]);
+  texture.filterMode = static_cast<CUfilter_mode>(args.filter_mode);
+  texture.flags = args.flags;
+  texture.maxAnisotropy = args.max_anisotropy;
+  texture.mipmapFilterMode = static_cast<CUfilter_mode>(args.mipmap_filter_mode);
+  texture.mipmapLevelBias = args.mipmap_level_bias;
+  texture.minMipmapLevelClamp = args.min_mipmap_level_clamp;
+  texture.maxMipmapLevelClamp = args.max_mipmap_level_clamp;
+  std::memcpy(texture.borderColor, args.border_color, sizeof(texture.borderColor));
+  CUtexObject made = 0;
+  CUresult status = driver_->tex_create(&made, &resource, &texture, nullptr);
+  if (status != CUDA_SUCCESS) return status;
+  texture_objects_[made] = {start, bytes};
+  *handle = made;
+  return CUDA_SUCCESS;
+}
+
+int32_t CudaExecutor::DestroyTextureObject(uint64_t handle) {
+  auto found = texture_objects_.find(handle);
+  if (found == texture_objects_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  texture_objects_.erase(found);
+  return driver_->tex_destroy(static_cast<CUtexObject>(handle));
 }
 
 int32_t CudaExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) {

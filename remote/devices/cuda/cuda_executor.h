@@ -105,6 +105,11 @@ class CudaExecutor : public device::Executor {
   int32_t QueryEvent(uint64_t event) override;
   int32_t ElapsedTime(uint64_t start, uint64_t end, float* milliseconds) override;
   int32_t GetGlobal(uint64_t module, const std::string& name, uint64_t* dptr, uint64_t* size) override;
+  // Texture objects of the driver's, over this session's memory; destroyed with the memory
+  // under them (Free) and with the session.
+  int32_t CreateTextureObject(const dataplane::TexObjectCreateArgs& args, uint64_t start, uint64_t bytes,
+                              uint64_t* handle) override;
+  int32_t DestroyTextureObject(uint64_t handle) override;
   std::string TakeErrorDetail() override;
 
  private:
@@ -158,7 +163,9 @@ class CudaExecutor : public device::Executor {
   std::map<uint64_t, void*> functions_;              // client id -> CUfunction
   std::map<uint64_t, void*> streams_;                // client id -> CUstream
   std::map<uint64_t, void*> events_;                 // client id -> CUevent
-  std::vector<char> staging_;                        // device-to-host data waiting to be sent
+  // CUtexObject -> the range of this session's memory it reads (start, bytes)
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> texture_objects_;
+  std::vector<char> staging_;  // device-to-host data waiting to be sent
 };
 
 }  // namespace gpupool::devices
