@@ -282,11 +282,6 @@ CUresult ForwardTextureObject(const char* call, int device, const CUDA_RESOURCE_
   args.min_mipmap_level_clamp = texture.minMipmapLevelClamp;
   args.max_mipmap_level_clamp = texture.maxMipmapLevelClamp;
   std::memcpy(args.border_color, texture.borderColor, sizeof(args.border_color));
-  if (Device* owner = Runtime::Get().device(device); owner != nullptr && owner->failover) {
-    owner->failover->Unprotect(
-        "it made texture objects, whose handles its GPU's driver gives (another GPU's driver would give "
-        "others)");
-  }
   std::string out;
   if (CUresult status =
           Runtime::Get().Call(device, dp::kOpTexObjectCreate, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
@@ -296,6 +291,11 @@ CUresult ForwardTextureObject(const char* call, int device, const CUDA_RESOURCE_
   uint64_t made = 0;
   if (out.size() != sizeof(made)) return CUDA_ERROR_UNKNOWN;  // an agent that answers otherwise
   std::memcpy(&made, out.data(), sizeof(made));
+  if (Device* owner = Runtime::Get().device(device); owner != nullptr && owner->failover) {
+    owner->failover->Unprotect(
+        "it made texture objects, whose handles its GPU's driver gives (another GPU's driver would give "
+        "others)");
+  }
   ops::ObjectRecord record;
   record.resource = resource;
   record.texture = texture;
