@@ -37,8 +37,7 @@ __global__ void Sample2D(cudaTextureObject_t texture, float* out, int w, int h) 
   }
 }
 
-cudaTextureObject_t Texture(const cudaResourceDesc& resource, cudaTextureFilterMode filter,
-                            cudaTextureReadMode read) {
+cudaTextureObject_t Texture(const cudaResourceDesc& resource, cudaTextureFilterMode filter, cudaTextureReadMode read) {
   cudaTextureDesc texture = {};
   texture.addressMode[0] = texture.addressMode[1] = cudaAddressModeClamp;
   texture.filterMode = filter;
