@@ -57,18 +57,26 @@ int32_t ClusterOf(const LaunchArgs& a, uint32_t cluster[3]) {
 // their enums, and no size that overflows. CUDA_ERROR_INVALID_VALUE otherwise; whether the
 // range is the session's own is the executor's to say.
 int32_t TexObjectRange(const TexObjectCreateArgs& a, uint64_t* start, uint64_t* bytes) {
-  const uint32_t channel = SimTexelChannelBytes(a.format);
-  if (channel == 0 || (a.channels != 1 && a.channels != 2 && a.channels != 4) || a.reserved != 0) {
-    return kCuInvalidValue;
-  }
   for (uint32_t mode : a.address_mode) {
     if (mode > 3) return kCuInvalidValue;  // wrap, clamp, mirror, border
   }
-  if (a.filter_mode > 1 || a.mipmap_filter_mode > 1 || (a.flags & ~kTextureFlagsKnown) != 0 || a.max_anisotropy > 16) {
+  if (a.filter_mode > 1 || a.mipmap_filter_mode > 1 || (a.flags & ~kTextureFlagsKnown) != 0 || a.max_anisotropy > 16 ||
+      a.reserved != 0) {
     return kCuInvalidValue;
   }
-  const uint64_t element = uint64_t{channel} * a.channels;
   *start = a.device_ptr;
+  if (a.resource_type == kResourceTypeArray) {
+    // The array's own format; *start is its id, and nothing of device memory is read.
+    if (a.device_ptr == 0 || a.size_bytes != 0 || a.width != 0 || a.height != 0 || a.pitch != 0 || a.format != 0 ||
+        a.channels != 0) {
+      return kCuInvalidValue;
+    }
+    *bytes = 0;
+    return kCuSuccess;
+  }
+  const uint32_t channel = SimTexelChannelBytes(a.format);
+  if (channel == 0 || (a.channels != 1 && a.channels != 2 && a.channels != 4)) return kCuInvalidValue;
+  const uint64_t element = uint64_t{channel} * a.channels;
   if (a.resource_type == kResourceTypeLinear) {
     if (a.size_bytes < element || a.width != 0 || a.height != 0 || a.pitch != 0) return kCuInvalidValue;
     *bytes = a.size_bytes;
@@ -82,6 +90,31 @@ int32_t TexObjectRange(const TexObjectCreateArgs& a, uint64_t* start, uint64_t* 
       __builtin_mul_overflow(a.pitch, a.height - 1, &rows) || __builtin_add_overflow(rows, row, bytes)) {
     return kCuInvalidValue;
   }
+  return kCuSuccess;
+}
+
+// An array's descriptor as the wire carries it (the driver checks the sizes against the GPU).
+int32_t CheckArrayCreate(const ArrayCreateArgs& a) {
+  constexpr uint32_t kKnownFlags = 0x01 | 0x02 | 0x04 | 0x08;  // LAYERED, SURFACE_LDST, CUBEMAP, TEXTURE_GATHER
+  if (a.array == 0 || a.width == 0 || a.reserved != 0 || (a.flags & ~kKnownFlags) != 0 ||
+      SimTexelChannelBytes(a.format) == 0 || (a.channels != 1 && a.channels != 2 && a.channels != 4)) {
+    return kCuInvalidValue;
+  }
+  return kCuSuccess;
+}
+
+// An array copy's shape; for one from the host, its payload's size. The executor checks the
+// regions against its arrays and memory.
+int32_t CheckArrayCopy(const ArrayCopyArgs& a, size_t payload_len) {
+  if (a.width_bytes == 0 || a.height == 0 || a.depth == 0 || a.to_array > 1 || a.other_kind > kArrayCopyArray) {
+    return kCuInvalidValue;
+  }
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(a.width_bytes, a.height, &bytes) || __builtin_mul_overflow(bytes, a.depth, &bytes)) {
+    return kCuInvalidValue;
+  }
+  const bool from_host = a.other_kind == kArrayCopyHost && a.to_array == 1;
+  if (payload_len != (from_host ? bytes : 0)) return kCuInvalidValue;
   return kCuSuccess;
 }
 
@@ -372,6 +405,43 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       TexObjectDestroyArgs a;
       if (!Decode(args, &a)) return kCuInvalidValue;
       return ex.DestroyTextureObject(a.handle);
+    }
+    case kOpArrayCreate: {
+      ArrayCreateArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      if (int32_t status = CheckArrayCreate(a); status != kCuSuccess) return status;
+      return ex.CreateArray(a);
+    }
+    case kOpArrayDestroy: {
+      ArrayDestroyArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.DestroyArray(a.array);
+    }
+    case kOpArrayCopy: {
+      ArrayCopyArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      if (int32_t status = CheckArrayCopy(a, payload_len); status != kCuSuccess) return status;
+      const void* bulk = nullptr;
+      uint64_t bulk_len = 0;
+      int32_t status = ex.CopyArray(a, payload, &bulk, &bulk_len);
+      if (status == kCuSuccess && bulk != nullptr) {
+        reply->bulk = bulk;
+        reply->bulk_len = bulk_len;
+      }
+      return status;
+    }
+    case kOpSurfObjectCreate: {
+      SurfObjectCreateArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      uint64_t handle = 0;
+      int32_t status = ex.CreateSurfaceObject(a.array, &handle);
+      if (status == kCuSuccess) Encode(handle, &reply->out);
+      return status;
+    }
+    case kOpSurfObjectDestroy: {
+      TexObjectDestroyArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.DestroySurfaceObject(a.handle);
     }
     default:
       return kCuNotSupported;

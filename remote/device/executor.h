@@ -126,6 +126,18 @@ class Executor {
   }
   // Destroys one of this session's texture objects (CUDA_ERROR_INVALID_HANDLE for another).
   virtual int32_t DestroyTextureObject(uint64_t /*handle*/) { return dataplane::kCuNotSupported; }
+  // CUDA arrays of the GPU's driver (dataplane::ArrayCreateArgs and ArrayCopyArgs, their
+  // shapes checked by the session), and surface objects over them; kCuNotSupported where the
+  // library lays arrays out in device memory itself (the sim). CopyArray's *bulk (a copy to
+  // the host) stays valid until the next call on this executor.
+  virtual int32_t CreateArray(const dataplane::ArrayCreateArgs& /*args*/) { return dataplane::kCuNotSupported; }
+  virtual int32_t DestroyArray(uint64_t /*array*/) { return dataplane::kCuNotSupported; }
+  virtual int32_t CopyArray(const dataplane::ArrayCopyArgs& /*args*/, const void* /*payload*/, const void** /*bulk*/,
+                            uint64_t* /*bulk_len*/) {
+    return dataplane::kCuNotSupported;
+  }
+  virtual int32_t CreateSurfaceObject(uint64_t /*array*/, uint64_t* /*handle*/) { return dataplane::kCuNotSupported; }
+  virtual int32_t DestroySurfaceObject(uint64_t /*handle*/) { return dataplane::kCuNotSupported; }
   // Why the last failing call failed ("" if there is nothing to add), for the agent's log.
   virtual std::string TakeErrorDetail() { return {}; }
 };

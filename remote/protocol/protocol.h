@@ -89,8 +89,13 @@ enum Op : uint32_t {
   // ---- NVML in the job (issue 41): the session's own GPU as its job may see it ----
   kOpGpuStatus,  // GpuStatusArgs -> GpuStatusResult, then its GpuProcess records
   // ---- Texture objects on a GPU host's GPU (issue 41): the sim's are the library's own ----
-  kOpTexObjectCreate,   // TexObjectCreateArgs -> the object's handle (uint64_t)
-  kOpTexObjectDestroy,  // TexObjectDestroyArgs
+  kOpTexObjectCreate,    // TexObjectCreateArgs -> the object's handle (uint64_t)
+  kOpTexObjectDestroy,   // TexObjectDestroyArgs
+  kOpArrayCreate,        // ArrayCreateArgs
+  kOpArrayDestroy,       // ArrayDestroyArgs
+  kOpArrayCopy,          // ArrayCopyArgs; payload (to an array from the host) or reply bulk
+  kOpSurfObjectCreate,   // SurfObjectCreateArgs -> the object's handle (uint64_t)
+  kOpSurfObjectDestroy,  // TexObjectDestroyArgs
   kOpCount,
 };
 
@@ -304,9 +309,11 @@ inline constexpr uint32_t kMaxClusterBlocks = 16;
 // session's allocations (CUDA_ERROR_INVALID_VALUE), and destroys an object when the memory
 // under it is freed. Linear (CU_RESOURCE_TYPE_LINEAR: size_bytes from device_ptr) or
 // pitched 2D (CU_RESOURCE_TYPE_PITCH2D: height rows of width elements, pitch bytes apart)
-// memory; CUDA arrays are not forwarded yet. The texture fields are CUDA_TEXTURE_DESC's.
+// memory, or one of the session's CUDA arrays (CU_RESOURCE_TYPE_ARRAY: device_ptr is the
+// array's id, kOpArrayCreate; the other resource fields 0). The texture fields are
+// CUDA_TEXTURE_DESC's.
 struct TexObjectCreateArgs {
-  uint64_t device_ptr = 0;
+  uint64_t device_ptr = 0;  // ARRAY: the array's id
   uint64_t size_bytes = 0;  // LINEAR
   uint64_t width = 0;       // PITCH2D, in elements
   uint64_t height = 0;      // PITCH2D, rows
@@ -326,14 +333,64 @@ struct TexObjectCreateArgs {
   uint32_t reserved = 0;
 };
 static_assert(sizeof(TexObjectCreateArgs) == 112, "TexObjectCreateArgs is a wire format");
+inline constexpr uint32_t kResourceTypeArray = 0;    // CU_RESOURCE_TYPE_ARRAY
 inline constexpr uint32_t kResourceTypeLinear = 1;   // CU_RESOURCE_TYPE_LINEAR
 inline constexpr uint32_t kResourceTypePitch2D = 3;  // CU_RESOURCE_TYPE_PITCH2D
 // CU_TRSF_READ_AS_INTEGER | NORMALIZED_COORDINATES | SRGB | DISABLE_TRILINEAR_OPTIMIZATION
 // | SEAMLESS_CUBEMAP: the flags a texture object may have.
 inline constexpr uint32_t kTextureFlagsKnown = 0x01 | 0x02 | 0x10 | 0x20 | 0x40;
 // kOpTexObjectDestroy: one of the session's own objects (another's, or none: INVALID_HANDLE).
+// kOpSurfObjectDestroy takes the same.
 struct TexObjectDestroyArgs {
   uint64_t handle = 0;
+};
+
+// CUDA arrays on a GPU host's GPU (the cuda executor; on the sim an array is device memory
+// the library lays out itself). Any session may make them; they are its own, named by ids
+// the client chooses (nonzero, unused by the session), and go with the session.
+// kOpArrayCreate: cuArray3DCreate's descriptor (CUDA_ARRAY3D_DESCRIPTOR), which the driver
+// checks.
+struct ArrayCreateArgs {
+  uint64_t array = 0;
+  uint64_t width = 0;
+  uint64_t height = 0;
+  uint64_t depth = 0;
+  uint32_t format = 0;
+  uint32_t channels = 0;
+  uint32_t flags = 0;  // CUDA_ARRAY3D_LAYERED, SURFACE_LDST, CUBEMAP, TEXTURE_GATHER
+  uint32_t reserved = 0;
+};
+// kOpArrayDestroy: one of the session's arrays; the texture and surface objects over it go
+// first.
+struct ArrayDestroyArgs {
+  uint64_t array = 0;
+};
+// kOpArrayCopy: a region of one of the session's arrays (origin x in bytes, y rows, z
+// slices; extent width bytes, height rows, depth slices, each at least 1) to or from
+// (`to_array`) the host (rows packed: the payload to an array, the reply bulk from one),
+// the session's device memory (`other` the address of the region's first byte, rows
+// `other_pitch` bytes apart, slices `other_height` rows apart), or another of its arrays
+// (`other` its id, the region at the other_* origin). Regions outside an array, device
+// memory outside the session's, or a payload of another size: CUDA_ERROR_INVALID_VALUE.
+struct ArrayCopyArgs {
+  uint64_t array = 0;
+  uint64_t x_bytes = 0, y = 0, z = 0;
+  uint64_t width_bytes = 0, height = 0, depth = 0;
+  uint64_t other = 0;
+  uint64_t other_x_bytes = 0, other_y = 0, other_z = 0;  // another array's origin
+  uint64_t other_pitch = 0, other_height = 0;            // device memory's layout
+  uint64_t stream = 0;
+  uint32_t to_array = 0;    // 1: into `array`; 0: out of it
+  uint32_t other_kind = 0;  // kArrayCopyHost, kArrayCopyDevice, kArrayCopyArray
+};
+static_assert(sizeof(ArrayCopyArgs) == 120, "ArrayCopyArgs is a wire format");
+inline constexpr uint32_t kArrayCopyHost = 0;
+inline constexpr uint32_t kArrayCopyDevice = 1;
+inline constexpr uint32_t kArrayCopyArray = 2;
+// kOpSurfObjectCreate: a surface object over one of the session's arrays (made with
+// CUDA_ARRAY3D_SURFACE_LDST; the driver checks).
+struct SurfObjectCreateArgs {
+  uint64_t array = 0;
 };
 
 struct StreamArgs {

@@ -475,6 +475,120 @@ TEST(CudaExecutor, TextureObjectsReadOnlyTheSessionsOwnMemory) {
   EXPECT_EQ(textures(0), live);
 }
 
+// CUDA arrays are the driver's, named by the session's ids: copies in and out (host, the
+// session's own memory, another of its arrays) move the region asked; another session
+// cannot reach them, nor can a copy reach another session's memory or leave an array; the
+// objects over an array go with it, and everything goes with the session.
+TEST(CudaExecutor, ArraysAreTheSessionsOwnAndCopiesStayInside) {
+  auto textures = FakeEntry<uint64_t (*)(int)>("fake_cuda_textures");
+  auto surfaces = FakeEntry<uint64_t (*)()>("fake_cuda_surfaces");
+  auto arrays = FakeEntry<uint64_t (*)()>("fake_cuda_arrays");
+  ASSERT_TRUE(textures != nullptr && surfaces != nullptr && arrays != nullptr);
+  const uint64_t live_arrays = arrays(), live_textures = textures(0), live_surfaces = surfaces();
+  auto made = CudaExecutor::Create(kFakeUuid);
+  auto other_made = CudaExecutor::Create(kFakeUuid);
+  ASSERT_TRUE(made.ok() && other_made.ok());
+  device::Executor& executor = *made.value();
+  device::Executor& other = *other_made.value();
+
+  dataplane::ArrayCreateArgs create;
+  create.array = 5;
+  create.width = 16;  // floats: 64 bytes a row
+  create.height = 4;
+  create.format = 0x20;
+  create.channels = 1;
+  create.flags = 0x02;  // SURFACE_LDST
+  ASSERT_EQ(executor.CreateArray(create), dataplane::kCuSuccess);
+  EXPECT_EQ(executor.CreateArray(create), dataplane::kCuInvalidValue);  // the id is taken
+  create.array = 6;
+  ASSERT_EQ(executor.CreateArray(create), dataplane::kCuSuccess);
+  EXPECT_EQ(arrays(), live_arrays + 2);
+
+  std::vector<float> image(16 * 4);
+  for (size_t i = 0; i < image.size(); ++i) image[i] = 0.5f * static_cast<float>(i);
+  dataplane::ArrayCopyArgs in;
+  in.array = 5;
+  in.width_bytes = 64;
+  in.height = 4;
+  in.depth = 1;
+  in.to_array = 1;
+  in.other_kind = dataplane::kArrayCopyHost;
+  const void* bulk = nullptr;
+  uint64_t bulk_len = 0;
+  ASSERT_EQ(executor.CopyArray(in, image.data(), &bulk, &bulk_len), dataplane::kCuSuccess);
+  EXPECT_EQ(bulk, nullptr);
+
+  // Array 5 to array 6, then a 2 x 2 region of 6 (columns 3-4, rows 1-2) out to the host.
+  dataplane::ArrayCopyArgs across = in;
+  across.array = 6;
+  across.other_kind = dataplane::kArrayCopyArray;
+  across.other = 5;
+  ASSERT_EQ(executor.CopyArray(across, nullptr, &bulk, &bulk_len), dataplane::kCuSuccess);
+  dataplane::ArrayCopyArgs out;
+  out.array = 6;
+  out.x_bytes = 12;
+  out.y = 1;
+  out.width_bytes = 8;
+  out.height = 2;
+  out.depth = 1;
+  out.to_array = 0;
+  ASSERT_EQ(executor.CopyArray(out, nullptr, &bulk, &bulk_len), dataplane::kCuSuccess);
+  ASSERT_EQ(bulk_len, 16u);
+  std::vector<float> region(4);
+  std::memcpy(region.data(), bulk, 16);
+  EXPECT_EQ(region, (std::vector<float>{image[19], image[20], image[35], image[36]}));
+
+  // Out to the session's memory, pitched 256 bytes a row, and back from there.
+  uint64_t mine = 0, theirs = 0;
+  ASSERT_EQ(executor.Allocate(1 << 16, &mine), dataplane::kCuSuccess);
+  ASSERT_EQ(other.Allocate(1 << 16, &theirs), dataplane::kCuSuccess);
+  dataplane::ArrayCopyArgs to_memory = out;
+  to_memory.array = 5;
+  to_memory.other_kind = dataplane::kArrayCopyDevice;
+  to_memory.other = mine + 256;
+  to_memory.other_pitch = 256;
+  ASSERT_EQ(executor.CopyArray(to_memory, nullptr, &bulk, &bulk_len), dataplane::kCuSuccess);
+  const void* read = nullptr;
+  ASSERT_EQ(executor.CopyFromDevice(mine + 256 + 256, 8, 0, &read), dataplane::kCuSuccess);
+  std::memcpy(region.data(), read, 8);
+  EXPECT_EQ(region[0], image[35]);
+  EXPECT_EQ(region[1], image[36]);
+
+  // Nothing outside: another session's memory, a region past the array, a payload of
+  // another size is the session's to refuse; another session's view of array 5.
+  to_memory.other = theirs;
+  EXPECT_EQ(executor.CopyArray(to_memory, nullptr, &bulk, &bulk_len), dataplane::kCuInvalidValue);
+  to_memory.other = mine + (1 << 16) - 256;  // its second row would pass the allocation's end
+  EXPECT_EQ(executor.CopyArray(to_memory, nullptr, &bulk, &bulk_len), dataplane::kCuInvalidValue);
+  dataplane::ArrayCopyArgs past = out;
+  past.x_bytes = 60;
+  EXPECT_EQ(executor.CopyArray(past, nullptr, &bulk, &bulk_len), dataplane::kCuInvalidValue);
+  past = out;
+  past.y = 3;
+  EXPECT_EQ(executor.CopyArray(past, nullptr, &bulk, &bulk_len), dataplane::kCuInvalidValue);
+  EXPECT_EQ(other.CopyArray(out, nullptr, &bulk, &bulk_len), dataplane::kCuInvalidHandle);
+  EXPECT_EQ(other.DestroyArray(5), dataplane::kCuInvalidHandle);
+  uint64_t handle = 0;
+  EXPECT_EQ(other.CreateSurfaceObject(5, &handle), dataplane::kCuInvalidHandle);
+
+  // Objects over array 5 go with it; array 6's with the session.
+  dataplane::TexObjectCreateArgs texture;
+  texture.resource_type = dataplane::kResourceTypeArray;
+  texture.device_ptr = 5;
+  ASSERT_EQ(executor.CreateTextureObject(texture, 5, 0, &handle), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.CreateSurfaceObject(5, &handle), dataplane::kCuSuccess);
+  ASSERT_EQ(executor.CreateSurfaceObject(6, &handle), dataplane::kCuSuccess);
+  EXPECT_EQ(textures(0), live_textures + 1);
+  EXPECT_EQ(surfaces(), live_surfaces + 2);
+  ASSERT_EQ(executor.DestroyArray(5), dataplane::kCuSuccess);
+  EXPECT_EQ(textures(0), live_textures);
+  EXPECT_EQ(surfaces(), live_surfaces + 1);
+  EXPECT_EQ(arrays(), live_arrays + 1);
+  made.value().reset();
+  EXPECT_EQ(surfaces(), live_surfaces);
+  EXPECT_EQ(arrays(), live_arrays);
+}
+
 // GetFunction's reply carries what the driver says the compiled kernel needs
 // (cuFuncGetAttribute), each attribute in its own field; an unknown function gets none.
 TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {

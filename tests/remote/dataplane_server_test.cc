@@ -269,8 +269,12 @@ TEST_F(DataplaneServerTest, TextureObjectRequestsAreCheckedAndTheSimMakesNone) {
   linear.channels = 4;
   EXPECT_EQ(create(linear), kCuNotSupported);
   TexObjectCreateArgs bad = linear;
-  bad.resource_type = 0;  // an array: not forwarded
+  bad.resource_type = kResourceTypeArray;  // an array's texture names no format of its own
   EXPECT_EQ(create(bad), kCuInvalidValue);
+  TexObjectCreateArgs over_array;
+  over_array.resource_type = kResourceTypeArray;
+  over_array.device_ptr = 5;
+  EXPECT_EQ(create(over_array), kCuNotSupported);
   bad = linear;
   bad.format = 0x50;  // not a texel format
   EXPECT_EQ(create(bad), kCuInvalidValue);
@@ -315,6 +319,68 @@ TEST_F(DataplaneServerTest, TextureObjectRequestsAreCheckedAndTheSimMakesNone) {
   ASSERT_TRUE(
       client->Call(Request{kOpTexObjectDestroy, &destroy, sizeof(destroy), nullptr, 0, nullptr, 0}, &reply).ok());
   EXPECT_EQ(reply.status, kCuNotSupported);
+}
+
+// CUDA arrays' requests are checked before an executor sees them (a copy's payload is the
+// size of its region); the sim makes none (the library lays its arrays out in memory).
+TEST_F(DataplaneServerTest, ArrayRequestsAreCheckedAndTheSimMakesNone) {
+  auto client = Connect();
+  ASSERT_EQ(Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1)).status, kCuSuccess);
+  auto send = [&](uint32_t op, const void* args, size_t size, const void* payload = nullptr, size_t payload_len = 0) {
+    Reply reply;
+    EXPECT_TRUE(client->Call(Request{op, args, size, payload, payload_len, nullptr, 0}, &reply).ok());
+    return reply.status;
+  };
+  ArrayCreateArgs create;
+  create.array = 5;
+  create.width = 16;
+  create.format = 0x20;
+  create.channels = 1;
+  EXPECT_EQ(send(kOpArrayCreate, &create, sizeof(create)), kCuNotSupported);
+  ArrayCreateArgs bad = create;
+  bad.array = 0;
+  EXPECT_EQ(send(kOpArrayCreate, &bad, sizeof(bad)), kCuInvalidValue);
+  bad = create;
+  bad.channels = 3;
+  EXPECT_EQ(send(kOpArrayCreate, &bad, sizeof(bad)), kCuInvalidValue);
+  bad = create;
+  bad.flags = 0x10;
+  EXPECT_EQ(send(kOpArrayCreate, &bad, sizeof(bad)), kCuInvalidValue);
+  bad = create;
+  bad.format = 0x50;
+  EXPECT_EQ(send(kOpArrayCreate, &bad, sizeof(bad)), kCuInvalidValue);
+
+  ArrayCopyArgs copy;
+  copy.array = 5;
+  copy.width_bytes = 64;
+  copy.height = 2;
+  copy.depth = 1;
+  copy.to_array = 1;
+  std::vector<char> payload(128);
+  EXPECT_EQ(send(kOpArrayCopy, &copy, sizeof(copy), payload.data(), payload.size()), kCuNotSupported);
+  EXPECT_EQ(send(kOpArrayCopy, &copy, sizeof(copy), payload.data(), 127), kCuInvalidValue);
+  ArrayCopyArgs bad_copy = copy;
+  bad_copy.depth = 0;
+  EXPECT_EQ(send(kOpArrayCopy, &bad_copy, sizeof(bad_copy), payload.data(), 0), kCuInvalidValue);
+  bad_copy = copy;
+  bad_copy.other_kind = 3;
+  EXPECT_EQ(send(kOpArrayCopy, &bad_copy, sizeof(bad_copy), payload.data(), payload.size()), kCuInvalidValue);
+  bad_copy = copy;
+  bad_copy.width_bytes = uint64_t{1} << 40;  // the region's bytes overflow
+  bad_copy.height = uint64_t{1} << 30;
+  EXPECT_EQ(send(kOpArrayCopy, &bad_copy, sizeof(bad_copy), payload.data(), payload.size()), kCuInvalidValue);
+  bad_copy = copy;
+  bad_copy.other_kind = kArrayCopyDevice;  // device memory: no payload
+  EXPECT_EQ(send(kOpArrayCopy, &bad_copy, sizeof(bad_copy), payload.data(), payload.size()), kCuInvalidValue);
+  bad_copy.to_array = 0;
+  EXPECT_EQ(send(kOpArrayCopy, &bad_copy, sizeof(bad_copy)), kCuNotSupported);
+
+  ArrayDestroyArgs destroy{5};
+  EXPECT_EQ(send(kOpArrayDestroy, &destroy, sizeof(destroy)), kCuNotSupported);
+  SurfObjectCreateArgs surface{5};
+  EXPECT_EQ(send(kOpSurfObjectCreate, &surface, sizeof(surface)), kCuNotSupported);
+  TexObjectDestroyArgs gone{7};
+  EXPECT_EQ(send(kOpSurfObjectDestroy, &gone, sizeof(gone)), kCuNotSupported);
 }
 
 TEST_F(DataplaneServerTest, DescribesTheGpuAndFreesMemoryWhenTheClientGoes) {

@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -514,8 +515,8 @@ CUresult cuTexObjectCreate(uint64_t* handle, const unsigned char* resource, cons
   int type = 0;
   uint64_t pointer = 0;
   std::memcpy(&type, resource, sizeof(type));
-  std::memcpy(&pointer, resource + 8, sizeof(pointer));
-  if (type != 1 && type != 3) return kInvalidValue;
+  std::memcpy(&pointer, resource + 8, sizeof(pointer));  // devPtr, or an array's hArray
+  if (type != 0 && type != 1 && type != 3) return kInvalidValue;
   std::lock_guard<std::mutex> lock(mu);
   *handle = next_texture++;
   texture_objects[*handle] = true;
@@ -527,6 +528,107 @@ CUresult cuTexObjectCreate(uint64_t* handle, const unsigned char* resource, cons
 CUresult cuTexObjectDestroy(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mu);
   return texture_objects.erase(handle) == 1 ? kSuccess : kInvalidValue;
+}
+// CUDA arrays: a descriptor (CUDA_ARRAY3D_DESCRIPTOR: Width, Height, Depth as size_t, then
+// Format, NumChannels, Flags) and the texels in host memory, rows packed; a CUarray is the
+// record's address. Live arrays: fake_cuda_textures(4).
+struct FakeArrayDescriptor {
+  uint64_t width, height, depth;
+  int format;
+  unsigned channels, flags;
+};
+struct FakeArray {
+  uint64_t row_bytes, rows, slices;
+  std::vector<unsigned char> bytes;
+};
+std::map<const FakeArray*, std::unique_ptr<FakeArray>> arrays;
+uint64_t fake_cuda_arrays() {
+  std::lock_guard<std::mutex> lock(mu);
+  return arrays.size();
+}
+CUresult cuArray3DCreate_v2(void** array, const FakeArrayDescriptor* d) {
+  const unsigned channel = d->format == 0x01 || d->format == 0x08                        ? 1
+                           : d->format == 0x02 || d->format == 0x09 || d->format == 0x10 ? 2
+                                                                                         : 4;
+  if (d->width == 0 || (d->channels != 1 && d->channels != 2 && d->channels != 4)) return kInvalidValue;
+  auto made = std::make_unique<FakeArray>();
+  made->row_bytes = d->width * channel * d->channels;
+  made->rows = std::max<uint64_t>(d->height, 1);
+  made->slices = std::max<uint64_t>(d->depth, 1);
+  made->bytes.assign(made->row_bytes * made->rows * made->slices, 0);
+  std::lock_guard<std::mutex> lock(mu);
+  *array = made.get();
+  arrays[made.get()] = std::move(made);
+  return kSuccess;
+}
+CUresult cuArrayDestroy(void* array) {
+  std::lock_guard<std::mutex> lock(mu);
+  return arrays.erase(static_cast<const FakeArray*>(array)) == 1 ? kSuccess : kInvalidHandle;
+}
+// CUDA_MEMCPY3D as cuda.h lays it out: each side's x, y, z, LOD, memory type (host 1, device
+// 2, array 3), host pointer, device pointer, array, reserved, pitch and height; then the
+// extent.
+struct FakeCopySide {
+  uint64_t x, y, z, lod;
+  int type;
+  const void* host;
+  uint64_t device;
+  void* array;
+  void* reserved;
+  uint64_t pitch, height;
+};
+struct FakeMemcpy3D {
+  FakeCopySide src, dst;
+  uint64_t width, height, depth;
+};
+// The address of row (y, z) of a side, as host memory of this process (device memory and
+// arrays are host memory here); nullptr outside what it names.
+unsigned char* FakeRow(const FakeCopySide& side, uint64_t width, uint64_t row, uint64_t slice) {
+  if (side.type == 3) {
+    auto found = arrays.find(static_cast<const FakeArray*>(side.array));
+    if (found == arrays.end()) return nullptr;
+    FakeArray& a = *found->second;
+    if (side.x + width > a.row_bytes || side.y + row >= a.rows || side.z + slice >= a.slices) return nullptr;
+    return a.bytes.data() + ((side.z + slice) * a.rows + side.y + row) * a.row_bytes + side.x;
+  }
+  const uint64_t offset = ((side.z + slice) * side.height + side.y + row) * side.pitch + side.x;
+  if (side.type == 1) return const_cast<unsigned char*>(static_cast<const unsigned char*>(side.host)) + offset;
+  std::vector<Piece> pieces;
+  if (!Find(side.device + offset, width, &pieces) || pieces.size() != 1) return nullptr;
+  return pieces[0].first;
+}
+CUresult cuMemcpy3DAsync_v2(const FakeMemcpy3D* copy, void*) {
+  std::lock_guard<std::mutex> lock(mu);
+  ++memory_calls;
+  for (uint64_t slice = 0; slice < copy->depth; ++slice) {
+    for (uint64_t row = 0; row < copy->height; ++row) {
+      unsigned char* to = FakeRow(copy->dst, copy->width, row, slice);
+      unsigned char* from = FakeRow(copy->src, copy->width, row, slice);
+      if (to == nullptr || from == nullptr) return kInvalidValue;
+      std::memmove(to, from, copy->width);
+    }
+  }
+  return kSuccess;
+}
+std::map<uint64_t, bool> surface_objects;
+CUresult cuSurfObjectCreate(uint64_t* handle, const unsigned char* resource) {
+  int type = -1;
+  void* array = nullptr;
+  std::memcpy(&type, resource, sizeof(type));
+  std::memcpy(&array, resource + 8, sizeof(array));
+  std::lock_guard<std::mutex> lock(mu);
+  if (type != 0 || arrays.count(static_cast<const FakeArray*>(array)) == 0) return kInvalidValue;
+  *handle = next_texture++;
+  surface_objects[*handle] = true;
+  return kSuccess;
+}
+CUresult cuSurfObjectDestroy(uint64_t handle) {
+  std::lock_guard<std::mutex> lock(mu);
+  return surface_objects.erase(handle) == 1 ? kSuccess : kInvalidValue;
+}
+uint64_t fake_cuda_surfaces() {
+  std::lock_guard<std::mutex> lock(mu);
+  return surface_objects.size();
 }
 CUresult cuStreamCreateWithPriority(void** stream, unsigned, int) {
   *stream = &stream_or_event;

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "remote/image/fatbin.h"
+#include "remote/protocol/sim_texture.h"
 #include "remote/protocol/protocol.h"
 
 namespace gpupool::devices {
@@ -65,6 +66,11 @@ struct CudaDriver {
   decltype(&::cuLaunchKernelEx) launch_ex = nullptr;    // cooperative launches (CUDA 11.8+)
   decltype(&::cuTexObjectCreate) tex_create = nullptr;  // optional: texture objects
   decltype(&::cuTexObjectDestroy) tex_destroy = nullptr;
+  decltype(&::cuArray3DCreate) array_create = nullptr;  // optional: CUDA arrays, surfaces
+  decltype(&::cuArrayDestroy) array_destroy = nullptr;
+  decltype(&::cuMemcpy3DAsync) memcpy3d = nullptr;
+  decltype(&::cuSurfObjectCreate) surf_create = nullptr;
+  decltype(&::cuSurfObjectDestroy) surf_destroy = nullptr;
   // Optional: the JIT linker, for images whose PTX is several units (LinkPtxUnits).
   decltype(&::cuLinkCreate_v2) link_create = nullptr;
   decltype(&::cuLinkAddData_v2) link_add_data = nullptr;
@@ -144,6 +150,11 @@ Result<const CudaDriver*> LoadDriver() {
     Resolve(library, "cuLaunchKernelEx", &d->launch_ex);
     Resolve(library, "cuTexObjectCreate", &d->tex_create);
     Resolve(library, "cuTexObjectDestroy", &d->tex_destroy);
+    Resolve(library, "cuArray3DCreate_v2", &d->array_create);
+    Resolve(library, "cuArrayDestroy", &d->array_destroy);
+    Resolve(library, "cuMemcpy3DAsync_v2", &d->memcpy3d);
+    Resolve(library, "cuSurfObjectCreate", &d->surf_create);
+    Resolve(library, "cuSurfObjectDestroy", &d->surf_destroy);
     Resolve(library, "cuLinkCreate_v2", &d->link_create);
     Resolve(library, "cuLinkAddData_v2", &d->link_add_data);
     Resolve(library, "cuLinkComplete", &d->link_complete);
@@ -265,7 +276,9 @@ CudaExecutor::~CudaExecutor() {
   // Everything the client left behind goes, so its memory is free for the next lease.
   if (Enter() == CUDA_SUCCESS) {
     driver_->synchronize();
-    for (auto& [handle, range] : texture_objects_) driver_->tex_destroy(static_cast<CUtexObject>(handle));
+    for (auto& [handle, object] : texture_objects_) driver_->tex_destroy(static_cast<CUtexObject>(handle));
+    for (auto& [handle, array] : surface_objects_) driver_->surf_destroy(static_cast<CUsurfObject>(handle));
+    for (auto& [id, array] : arrays_) driver_->array_destroy(static_cast<CUarray>(array.handle));
     for (auto& [id, event] : events_) driver_->event_destroy(static_cast<CUevent>(event));
     for (auto& [id, stream] : streams_) driver_->stream_destroy(static_cast<CUstream>(stream));
     for (auto& [id, module] : modules_) driver_->module_unload(static_cast<CUmodule>(module));
@@ -445,8 +458,7 @@ int32_t CudaExecutor::Free(uint64_t dptr) {
   // The texture objects over it go first: the memory may be the next session's soon, and an
   // object left over it would let this session's kernels read that.
   for (auto object = texture_objects_.begin(); object != texture_objects_.end();) {
-    const auto [start, bytes] = object->second;
-    if (start - dptr < size) {
+    if (object->second.array == 0 && object->second.start - dptr < size) {
       driver_->tex_destroy(static_cast<CUtexObject>(object->first));
       object = texture_objects_.erase(object);
     } else {
@@ -757,20 +769,27 @@ int32_t CudaExecutor::Launch(uint64_t function, const device::LaunchConfig& conf
 int32_t CudaExecutor::CreateTextureObject(const dataplane::TexObjectCreateArgs& args, uint64_t start, uint64_t bytes,
                                           uint64_t* handle) {
   if (driver_->tex_create == nullptr || driver_->tex_destroy == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
-  // Over this session's own memory only (module variables count, as for copies).
-  if (bytes == 0 || !Owns(start, bytes)) {
+  CUDA_RESOURCE_DESC resource{};
+  resource.resType = static_cast<CUresourcetype>(args.resource_type);
+  TextureObject object{start, bytes, 0};
+  if (args.resource_type == dataplane::kResourceTypeArray) {
+    // One of this session's arrays (`start` is its id).
+    auto array = arrays_.find(start);
+    if (array == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
+    resource.res.array.hArray = static_cast<CUarray>(array->second.handle);
+    object = TextureObject{0, 0, start};
+  } else if (bytes == 0 || !Owns(start, bytes)) {
+    // Over this session's own memory only (module variables count, as for copies).
     error_detail_ = "a texture object over memory that is not one of the session's allocations";
     return CUDA_ERROR_INVALID_VALUE;
   }
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
-  CUDA_RESOURCE_DESC resource{};
-  resource.resType = static_cast<CUresourcetype>(args.resource_type);
   if (args.resource_type == dataplane::kResourceTypeLinear) {
     resource.res.linear.devPtr = Ptr(start);
     resource.res.linear.format = static_cast<CUarray_format>(args.format);
     resource.res.linear.numChannels = args.channels;
     resource.res.linear.sizeInBytes = args.size_bytes;
-  } else {
+  } else if (args.resource_type == dataplane::kResourceTypePitch2D) {
     resource.res.pitch2D.devPtr = Ptr(start);
     resource.res.pitch2D.format = static_cast<CUarray_format>(args.format);
     resource.res.pitch2D.numChannels = args.channels;
@@ -791,7 +810,7 @@ int32_t CudaExecutor::CreateTextureObject(const dataplane::TexObjectCreateArgs& 
   CUtexObject made = 0;
   CUresult status = driver_->tex_create(&made, &resource, &texture, nullptr);
   if (status != CUDA_SUCCESS) return status;
-  texture_objects_[made] = {start, bytes};
+  texture_objects_[made] = object;
   *handle = made;
   return CUDA_SUCCESS;
 }
@@ -802,6 +821,188 @@ int32_t CudaExecutor::DestroyTextureObject(uint64_t handle) {
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   texture_objects_.erase(found);
   return driver_->tex_destroy(static_cast<CUtexObject>(handle));
+}
+
+int32_t CudaExecutor::CreateArray(const dataplane::ArrayCreateArgs& args) {
+  if (driver_->array_create == nullptr || driver_->array_destroy == nullptr || driver_->memcpy3d == nullptr) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (arrays_.count(args.array)) return CUDA_ERROR_INVALID_VALUE;
+  // The session checked the format and channels; the driver checks the sizes and flags.
+  const uint64_t element = uint64_t{dataplane::SimTexelChannelBytes(args.format)} * args.channels;
+  ArrayRecord record;
+  if (__builtin_mul_overflow(args.width, element, &record.row_bytes)) return CUDA_ERROR_INVALID_VALUE;
+  record.rows = std::max<uint64_t>(args.height, 1);
+  record.slices = std::max<uint64_t>(args.depth, 1);
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  descriptor.Width = args.width;
+  descriptor.Height = args.height;
+  descriptor.Depth = args.depth;
+  descriptor.Format = static_cast<CUarray_format>(args.format);
+  descriptor.NumChannels = args.channels;
+  descriptor.Flags = args.flags;
+  CUarray made = nullptr;
+  CUresult status = driver_->array_create(&made, &descriptor);
+  if (status != CUDA_SUCCESS) return status;
+  record.handle = made;
+  arrays_[args.array] = record;
+  return CUDA_SUCCESS;
+}
+
+int32_t CudaExecutor::DestroyArray(uint64_t array) {
+  auto found = arrays_.find(array);
+  if (found == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  // The objects over it first, as with memory (Free).
+  for (auto object = texture_objects_.begin(); object != texture_objects_.end();) {
+    if (object->second.array == array) {
+      driver_->tex_destroy(static_cast<CUtexObject>(object->first));
+      object = texture_objects_.erase(object);
+    } else {
+      ++object;
+    }
+  }
+  for (auto surface = surface_objects_.begin(); surface != surface_objects_.end();) {
+    if (surface->second == array) {
+      driver_->surf_destroy(static_cast<CUsurfObject>(surface->first));
+      surface = surface_objects_.erase(surface);
+    } else {
+      ++surface;
+    }
+  }
+  void* handle = found->second.handle;
+  arrays_.erase(found);
+  return driver_->array_destroy(static_cast<CUarray>(handle));
+}
+
+namespace {
+
+// True when the region (origin x bytes, y, z; extent width bytes, height, depth) lies inside
+// an array of `row_bytes` x `rows` x `slices`.
+bool InsideArray(uint64_t row_bytes, uint64_t rows, uint64_t slices, uint64_t x, uint64_t y, uint64_t z, uint64_t width,
+                 uint64_t height, uint64_t depth) {
+  uint64_t end = 0;
+  return !__builtin_add_overflow(x, width, &end) && end <= row_bytes && !__builtin_add_overflow(y, height, &end) &&
+         end <= rows && !__builtin_add_overflow(z, depth, &end) && end <= slices;
+}
+
+}  // namespace
+
+int32_t CudaExecutor::CopyArray(const dataplane::ArrayCopyArgs& args, const void* payload, const void** bulk,
+                                uint64_t* bulk_len) {
+  *bulk = nullptr;
+  *bulk_len = 0;
+  auto found = arrays_.find(args.array);
+  if (found == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  const ArrayRecord& array = found->second;
+  if (!InsideArray(array.row_bytes, array.rows, array.slices, args.x_bytes, args.y, args.z, args.width_bytes,
+                   args.height, args.depth)) {
+    error_detail_ = "an array copy's region leaves the array";
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  void* s = nullptr;
+  if (!StreamFor(args.stream, &s)) return CUDA_ERROR_INVALID_HANDLE;
+  CUDA_MEMCPY3D copy{};
+  copy.WidthInBytes = args.width_bytes;
+  copy.Height = args.height;
+  copy.Depth = args.depth;
+  // The array's side, then the other.
+  auto& array_type = args.to_array ? copy.dstMemoryType : copy.srcMemoryType;
+  array_type = CU_MEMORYTYPE_ARRAY;
+  (args.to_array ? copy.dstArray : copy.srcArray) = static_cast<CUarray>(array.handle);
+  (args.to_array ? copy.dstXInBytes : copy.srcXInBytes) = args.x_bytes;
+  (args.to_array ? copy.dstY : copy.srcY) = args.y;
+  (args.to_array ? copy.dstZ : copy.srcZ) = args.z;
+  auto& other_type = args.to_array ? copy.srcMemoryType : copy.dstMemoryType;
+  const uint64_t bytes = args.width_bytes * args.height * args.depth;  // checked by the session
+  switch (args.other_kind) {
+    case dataplane::kArrayCopyHost:
+      other_type = CU_MEMORYTYPE_HOST;
+      if (args.to_array) {
+        copy.srcHost = payload;
+        copy.srcPitch = args.width_bytes;
+        copy.srcHeight = args.height;
+      } else {
+        staging_.resize(bytes);
+        copy.dstHost = staging_.data();
+        copy.dstPitch = args.width_bytes;
+        copy.dstHeight = args.height;
+      }
+      break;
+    case dataplane::kArrayCopyDevice: {
+      // The rows and slices in this session's memory: (depth-1) slices of other_height rows
+      // of other_pitch bytes, (height-1) rows more, and one row's width_bytes.
+      const uint64_t pitch = args.other_pitch, slice_rows = args.other_height;
+      uint64_t extent = 0, part = 0;
+      if ((args.height > 1 || args.depth > 1) && pitch < args.width_bytes) return CUDA_ERROR_INVALID_VALUE;
+      if (args.depth > 1 && slice_rows < args.height) return CUDA_ERROR_INVALID_VALUE;
+      if (__builtin_mul_overflow(pitch, slice_rows, &part) || __builtin_mul_overflow(part, args.depth - 1, &extent) ||
+          __builtin_mul_overflow(pitch, args.height - 1, &part) || __builtin_add_overflow(extent, part, &extent) ||
+          __builtin_add_overflow(extent, args.width_bytes, &extent) || !Owns(args.other, extent)) {
+        error_detail_ = "an array copy's device memory is not the session's";
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      other_type = CU_MEMORYTYPE_DEVICE;
+      (args.to_array ? copy.srcDevice : copy.dstDevice) = Ptr(args.other);
+      (args.to_array ? copy.srcPitch : copy.dstPitch) = pitch;
+      (args.to_array ? copy.srcHeight : copy.dstHeight) = slice_rows;
+      break;
+    }
+    case dataplane::kArrayCopyArray: {
+      auto other = arrays_.find(args.other);
+      if (other == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
+      const ArrayRecord& second = other->second;
+      if (!InsideArray(second.row_bytes, second.rows, second.slices, args.other_x_bytes, args.other_y, args.other_z,
+                       args.width_bytes, args.height, args.depth)) {
+        error_detail_ = "an array copy's region leaves the other array";
+        return CUDA_ERROR_INVALID_VALUE;
+      }
+      other_type = CU_MEMORYTYPE_ARRAY;
+      (args.to_array ? copy.srcArray : copy.dstArray) = static_cast<CUarray>(second.handle);
+      (args.to_array ? copy.srcXInBytes : copy.dstXInBytes) = args.other_x_bytes;
+      (args.to_array ? copy.srcY : copy.dstY) = args.other_y;
+      (args.to_array ? copy.srcZ : copy.dstZ) = args.other_z;
+      break;
+    }
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUresult status = driver_->memcpy3d(&copy, static_cast<CUstream>(s));
+  // The host side is the server's receive buffer or staging_: done before either is reused.
+  if (status == CUDA_SUCCESS && args.other_kind == dataplane::kArrayCopyHost) {
+    status = driver_->stream_synchronize(static_cast<CUstream>(s));
+  }
+  if (status == CUDA_SUCCESS && args.other_kind == dataplane::kArrayCopyHost && !args.to_array) {
+    *bulk = staging_.data();
+    *bulk_len = bytes;
+  }
+  return status;
+}
+
+int32_t CudaExecutor::CreateSurfaceObject(uint64_t array, uint64_t* handle) {
+  if (driver_->surf_create == nullptr || driver_->surf_destroy == nullptr) return CUDA_ERROR_NOT_SUPPORTED;
+  auto found = arrays_.find(array);
+  if (found == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUDA_RESOURCE_DESC resource{};
+  resource.resType = CU_RESOURCE_TYPE_ARRAY;
+  resource.res.array.hArray = static_cast<CUarray>(found->second.handle);
+  CUsurfObject made = 0;
+  CUresult status = driver_->surf_create(&made, &resource);
+  if (status != CUDA_SUCCESS) return status;
+  surface_objects_[made] = array;
+  *handle = made;
+  return CUDA_SUCCESS;
+}
+
+int32_t CudaExecutor::DestroySurfaceObject(uint64_t handle) {
+  auto found = surface_objects_.find(handle);
+  if (found == surface_objects_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  surface_objects_.erase(found);
+  return driver_->surf_destroy(static_cast<CUsurfObject>(handle));
 }
 
 int32_t CudaExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) {

@@ -110,6 +110,14 @@ class CudaExecutor : public device::Executor {
   int32_t CreateTextureObject(const dataplane::TexObjectCreateArgs& args, uint64_t start, uint64_t bytes,
                               uint64_t* handle) override;
   int32_t DestroyTextureObject(uint64_t handle) override;
+  // CUDA arrays of the driver's, by the client's ids; surface objects over them. An array
+  // takes the objects over it with it; the session takes everything.
+  int32_t CreateArray(const dataplane::ArrayCreateArgs& args) override;
+  int32_t DestroyArray(uint64_t array) override;
+  int32_t CopyArray(const dataplane::ArrayCopyArgs& args, const void* payload, const void** bulk,
+                    uint64_t* bulk_len) override;
+  int32_t CreateSurfaceObject(uint64_t array, uint64_t* handle) override;
+  int32_t DestroySurfaceObject(uint64_t handle) override;
   std::string TakeErrorDetail() override;
 
  private:
@@ -163,9 +171,22 @@ class CudaExecutor : public device::Executor {
   std::map<uint64_t, void*> functions_;              // client id -> CUfunction
   std::map<uint64_t, void*> streams_;                // client id -> CUstream
   std::map<uint64_t, void*> events_;                 // client id -> CUevent
-  // CUtexObject -> the range of this session's memory it reads (start, bytes)
-  std::map<uint64_t, std::pair<uint64_t, uint64_t>> texture_objects_;
-  std::vector<char> staging_;  // device-to-host data waiting to be sent
+  // What a texture object reads: a range of this session's memory, or one of its arrays.
+  struct TextureObject {
+    uint64_t start = 0;
+    uint64_t bytes = 0;
+    uint64_t array = 0;  // the array's id; 0: memory
+  };
+  std::map<uint64_t, TextureObject> texture_objects_;  // CUtexObject -> what it reads
+  struct ArrayRecord {
+    void* handle = nullptr;  // CUarray
+    uint64_t row_bytes = 0;  // Width * element bytes
+    uint64_t rows = 1;       // Height, at least 1
+    uint64_t slices = 1;     // Depth (layers, faces), at least 1
+  };
+  std::map<uint64_t, ArrayRecord> arrays_;        // client id -> array
+  std::map<uint64_t, uint64_t> surface_objects_;  // CUsurfObject -> its array's id
+  std::vector<char> staging_;                     // device-to-host data waiting to be sent
 };
 
 }  // namespace gpupool::devices
