@@ -334,7 +334,7 @@ struct TexObjectCreateArgs {
 };
 static_assert(sizeof(TexObjectCreateArgs) == 112, "TexObjectCreateArgs is a wire format");
 inline constexpr uint32_t kResourceTypeArray = 0;    // CU_RESOURCE_TYPE_ARRAY
-inline constexpr uint32_t kResourceTypeLinear = 1;   // CU_RESOURCE_TYPE_LINEAR
+inline constexpr uint32_t kResourceTypeLinear = 2;   // CU_RESOURCE_TYPE_LINEAR
 inline constexpr uint32_t kResourceTypePitch2D = 3;  // CU_RESOURCE_TYPE_PITCH2D
 // CU_TRSF_READ_AS_INTEGER | NORMALIZED_COORDINATES | SRGB | DISABLE_TRILINEAR_OPTIMIZATION
 // | SEAMLESS_CUBEMAP: the flags a texture object may have.

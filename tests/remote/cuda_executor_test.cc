@@ -440,7 +440,7 @@ TEST(CudaExecutor, TextureObjectsReadOnlyTheSessionsOwnMemory) {
   EXPECT_NE(handle, 0u);
   EXPECT_EQ(textures(0), live + 1);
   EXPECT_EQ(textures(1), mine);
-  EXPECT_EQ(textures(2), 1u);
+  EXPECT_EQ(textures(2), 2u);  // CU_RESOURCE_TYPE_LINEAR
 
   // Another session's memory, or past the end of this one's: refused before the driver.
   uint64_t refused = 0;

@@ -1,5 +1,7 @@
 // A stand-in for the GPU host's libcuda.so.1, for testing the cuda executor on machines
-// without a GPU: one device (UUID bytes 00..0f), device memory in host RAM. It implements
+// without a GPU: one device (UUID bytes 00..0f), device memory in host RAM. With the
+// stand-in NVML (fake_nvml.cc) beside it, gpupool-dataplane-testd --backend cuda serves it
+// (the forwarded data path end to end, kernels aside: they do nothing here). It implements
 // only the entry points the executor resolves, with plain C types (same ABI as cuda.h's).
 // Every memory operation that reaches it is counted (fake_cuda_memory_calls), so a test
 // can tell whether the executor let a request through to the driver at all.
@@ -233,9 +235,18 @@ CUresult cuDeviceGetAttribute(int* value, int attribute, int device) {
     case 102:
       *value = vmm_supported;
       break;  // VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+    case 16:
+      *value = 40;
+      break;  // MULTIPROCESSOR_COUNT (a T4's)
     default:
       *value = 0;
   }
+  return kSuccess;
+}
+// The one device, at the bus id the stand-in NVML (fake_nvml.cc) names.
+CUresult cuDeviceGetByPCIBusId(int* device, const char* bus_id) {
+  if (bus_id == nullptr || std::strstr(bus_id, ":17:00.0") == nullptr) return kInvalidValue;
+  *device = 0;
   return kSuccess;
 }
 CUresult cuMemGetAllocationGranularity(size_t* granularity, const MemAllocationProp* prop, int) {
@@ -515,8 +526,8 @@ CUresult cuTexObjectCreate(uint64_t* handle, const unsigned char* resource, cons
   int type = 0;
   uint64_t pointer = 0;
   std::memcpy(&type, resource, sizeof(type));
-  std::memcpy(&pointer, resource + 8, sizeof(pointer));  // devPtr, or an array's hArray
-  if (type != 0 && type != 1 && type != 3) return kInvalidValue;
+  std::memcpy(&pointer, resource + 8, sizeof(pointer));           // devPtr, or an array's hArray
+  if (type != 0 && type != 2 && type != 3) return kInvalidValue;  // array, linear, pitch 2D
   std::lock_guard<std::mutex> lock(mu);
   *handle = next_texture++;
   texture_objects[*handle] = true;

@@ -6,16 +6,17 @@
 // device address is the handle a kernel gets. Both are ordinary device memory of the
 // context, so a failover's checkpoint and journal carry them like any allocation.
 //
-// On the cuda executor a real GPU's texture unit reads neither layout: texture objects over
-// device memory (linear, pitched 2D) are made by the GPU's driver through the agent
-// (kOpTexObjectCreate, ForwardTextureObject); arrays, surfaces and objects over arrays
-// answer CUDA_ERROR_NOT_SUPPORTED there, naming themselves. Not supported anywhere: mipmapped arrays, resource views,
+// On the cuda executor a real GPU's texture unit reads neither layout: arrays, texture
+// objects and surface objects are made by the GPU's driver through the agent
+// (ops::NewForwardedArray, ops::CopyForwardedArray, ForwardTextureObject, the forwarded
+// branch of cuSurfObjectCreate). Not supported anywhere: mipmapped arrays, resource views,
 // sRGB reads, texture and surface references (cuTexRef*, cuSurfRef*), sparse arrays.
 #include <cstring>
 #include <string>
 
 #include "remote/client/core/api_common.h"
 #include "remote/client/ops/arrays.h"
+#include "remote/client/ops/memory.h"
 #include "remote/protocol/sim_texture.h"
 
 namespace gpupool::client {
@@ -42,19 +43,26 @@ CUresult CurrentGpu(bool* sim, int* device) {
   return CUDA_SUCCESS;
 }
 
-// The calls need the sim's layout: on the cuda executor, NOT_SUPPORTED.
-CUresult RequireSim(const char* call) {
-  int device = 0;
-  if (CUresult status = CurrentDevice(&device); status != CUDA_SUCCESS) return status;
-  Device* d = Runtime::Get().device(device);
-  if (d == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
-  if (std::strncmp(d->description().executor, "sim", sizeof(d->description().executor)) != 0) {
-    return static_cast<CUresult>(
-        ReportUnsupported(call,
-                          "CUDA arrays and surface objects run on the sim GPU only (the cuda executor "
-                          "forwards texture objects over device memory, not arrays yet)"));
+// A copy of `bytes` at `offset` of a forwarded array's first row (CUDA's linear array calls
+// are for 1D arrays; a sim array's bytes are device memory any offset reaches), as a 2D copy
+// of one row, which its agent makes.
+CUresult ArrayRowCopy(CUarray array, size_t offset, size_t bytes, bool to_array, CUmemorytype other_type,
+                      const void* host, CUdeviceptr device_ptr, CUstream stream) {
+  CUDA_MEMCPY2D copy{};
+  copy.WidthInBytes = bytes;
+  copy.Height = 1;
+  (to_array ? copy.dstMemoryType : copy.srcMemoryType) = CU_MEMORYTYPE_ARRAY;
+  (to_array ? copy.dstArray : copy.srcArray) = array;
+  (to_array ? copy.dstXInBytes : copy.srcXInBytes) = offset;
+  (to_array ? copy.srcMemoryType : copy.dstMemoryType) = other_type;
+  if (to_array) {
+    copy.srcHost = host;
+    copy.srcDevice = device_ptr;
+  } else {
+    copy.dstHost = const_cast<void*>(host);
+    copy.dstDevice = device_ptr;
   }
-  return CUDA_SUCCESS;
+  return ops::Copy2D(&copy, stream);
 }
 
 bool Multiply(size_t a, size_t b, size_t* out) { return !__builtin_mul_overflow(a, b, out); }
@@ -80,7 +88,9 @@ constexpr size_t kMax1D = 131072, kMax2DWidth = 131072, kMax2DHeight = 65536, kM
 
 CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
   if (handle == nullptr || desc == nullptr) return Invalid(call, "a null argument");
-  if (CUresult status = RequireSim(call); status != CUDA_SUCCESS) return status;
+  bool sim = true;
+  int device = 0;
+  if (CUresult status = CurrentGpu(&sim, &device); status != CUDA_SUCCESS) return status;
   size_t element = 0;
   if (CUresult status = ElementBytes(call, desc->Format, desc->NumChannels, &element); status != CUDA_SUCCESS) {
     return status;
@@ -90,7 +100,7 @@ CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCR
   if (desc->Flags & ~known) {
     LogError(
         "%s: Flags 0x%x: only LAYERED, SURFACE_LDST, CUBEMAP and TEXTURE_GATHER are "
-        "supported on the sim GPU",
+        "supported on pool GPUs",
         call, desc->Flags);
     return static_cast<CUresult>(ReportUnsupported(call, "those array flags"));
   }
@@ -130,7 +140,8 @@ CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCR
   if (!Multiply(info.row_bytes, info.rows, &bytes) || !Multiply(bytes, info.slices, &bytes)) {
     return Invalid(call, "the array's size overflows");
   }
-  return NewArray(info, bytes, handle);
+  // On a GPU host's GPU the array is its driver's (its texture unit reads no other layout).
+  return sim ? NewArray(info, bytes, handle) : ops::NewForwardedArray(info, device, handle);
 }
 
 // A linear or pitched 2D resource (`resource.resType` one of them), checked on any GPU: a
@@ -267,9 +278,15 @@ CUresult ForwardTextureObject(const char* call, int device, const CUDA_RESOURCE_
     args.width = p.width;
     args.height = p.height;
     args.pitch = p.pitchInBytes;
-  } else if (resource.resType == CU_RESOURCE_TYPE_ARRAY || resource.resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) {
-    return static_cast<CUresult>(
-        ReportUnsupported(call, "texture objects over CUDA arrays on a GPU host's GPU (not forwarded yet)"));
+  } else if (resource.resType == CU_RESOURCE_TYPE_ARRAY) {
+    ArrayInfo array;
+    if (FindArray(resource.res.array.hArray, &array) != CUDA_SUCCESS || array.forwarded_device != device) {
+      return Invalid(call, "pResDesc->res.array.hArray is no array of this GPU");
+    }
+    args.resource_type = dp::kResourceTypeArray;
+    args.device_ptr = array.remote;
+  } else if (resource.resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) {
+    return static_cast<CUresult>(ReportUnsupported(call, "mipmapped arrays"));
   } else {
     return Invalid(call, "pResDesc->resType is no CUresourcetype");
   }
@@ -374,70 +391,85 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayDestroy(CUarray array) {
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dst, size_t offset, const void* src, size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
-      return status;
+    CUresult status = ArrayBytes(dst, offset, bytes, &at);
+    if (status == CUDA_ERROR_NOT_SUPPORTED) {  // a forwarded array
+      return ArrayRowCopy(dst, offset, bytes, true, CU_MEMORYTYPE_HOST, src, 0, nullptr);
     }
-    return cuMemcpyHtoD_v2(at, src, bytes);
+    return status != CUDA_SUCCESS ? status : cuMemcpyHtoD_v2(at, src, bytes);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoAAsync_v2(CUarray dst, size_t offset, const void* src, size_t bytes,
                                                        CUstream stream) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
-      return status;
+    CUresult status = ArrayBytes(dst, offset, bytes, &at);
+    if (status == CUDA_ERROR_NOT_SUPPORTED) {
+      return ArrayRowCopy(dst, offset, bytes, true, CU_MEMORYTYPE_HOST, src, 0, stream);
     }
-    return cuMemcpyHtoDAsync_v2(at, src, bytes, stream);
+    return status != CUDA_SUCCESS ? status : cuMemcpyHtoDAsync_v2(at, src, bytes, stream);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoH_v2(void* dst, CUarray src, size_t offset, size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
-      return status;
+    CUresult status = ArrayBytes(src, offset, bytes, &at);
+    if (status == CUDA_ERROR_NOT_SUPPORTED) {
+      return ArrayRowCopy(src, offset, bytes, false, CU_MEMORYTYPE_HOST, dst, 0, nullptr);
     }
-    return cuMemcpyDtoH_v2(dst, at, bytes);
+    return status != CUDA_SUCCESS ? status : cuMemcpyDtoH_v2(dst, at, bytes);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoHAsync_v2(void* dst, CUarray src, size_t offset, size_t bytes,
                                                        CUstream stream) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
-      return status;
+    CUresult status = ArrayBytes(src, offset, bytes, &at);
+    if (status == CUDA_ERROR_NOT_SUPPORTED) {
+      return ArrayRowCopy(src, offset, bytes, false, CU_MEMORYTYPE_HOST, dst, 0, stream);
     }
-    return cuMemcpyDtoHAsync_v2(dst, at, bytes, stream);
+    return status != CUDA_SUCCESS ? status : cuMemcpyDtoHAsync_v2(dst, at, bytes, stream);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyDtoA_v2(CUarray dst, size_t offset, CUdeviceptr src, size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(dst, offset, bytes, &at); status != CUDA_SUCCESS) {
-      return status;
+    CUresult status = ArrayBytes(dst, offset, bytes, &at);
+    if (status == CUDA_ERROR_NOT_SUPPORTED) {
+      return ArrayRowCopy(dst, offset, bytes, true, CU_MEMORYTYPE_DEVICE, nullptr, src, nullptr);
     }
-    return cuMemcpyDtoD_v2(at, src, bytes);
+    return status != CUDA_SUCCESS ? status : cuMemcpyDtoD_v2(at, src, bytes);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoD_v2(CUdeviceptr dst, CUarray src, size_t offset, size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr at = 0;
-    if (CUresult status = ArrayBytes(src, offset, bytes, &at); status != CUDA_SUCCESS) {
-      return status;
+    CUresult status = ArrayBytes(src, offset, bytes, &at);
+    if (status == CUDA_ERROR_NOT_SUPPORTED) {
+      return ArrayRowCopy(src, offset, bytes, false, CU_MEMORYTYPE_DEVICE, nullptr, dst, nullptr);
     }
-    return cuMemcpyDtoD_v2(dst, at, bytes);
+    return status != CUDA_SUCCESS ? status : cuMemcpyDtoD_v2(dst, at, bytes);
   });
 }
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyAtoA_v2(CUarray dst, size_t dst_offset, CUarray src, size_t src_offset,
                                                   size_t bytes) {
   GPUPOOL_BODY({
     CUdeviceptr to = 0, from = 0;
-    if (CUresult status = ArrayBytes(dst, dst_offset, bytes, &to); status != CUDA_SUCCESS) {
-      return status;
+    CUresult to_status = ArrayBytes(dst, dst_offset, bytes, &to);
+    CUresult from_status = ArrayBytes(src, src_offset, bytes, &from);
+    if (to_status == CUDA_SUCCESS && from_status == CUDA_SUCCESS) return cuMemcpyDtoD_v2(to, from, bytes);
+    if (to_status != CUDA_ERROR_NOT_SUPPORTED && from_status != CUDA_ERROR_NOT_SUPPORTED) {
+      return to_status != CUDA_SUCCESS ? to_status : from_status;
     }
-    if (CUresult status = ArrayBytes(src, src_offset, bytes, &from); status != CUDA_SUCCESS) {
-      return status;
-    }
-    return cuMemcpyDtoD_v2(to, from, bytes);
+    // A forwarded array on either side: the first rows' bytes, one copy of its agent's.
+    CUDA_MEMCPY2D copy{};
+    copy.WidthInBytes = bytes;
+    copy.Height = 1;
+    copy.srcMemoryType = copy.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+    copy.srcArray = src;
+    copy.srcXInBytes = src_offset;
+    copy.dstArray = dst;
+    copy.dstXInBytes = dst_offset;
+    return Copy2D(&copy, nullptr);
   });
 }
 
@@ -515,9 +547,40 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* handle, const
   GPUPOOL_BODY({
     const char* call = "cuSurfObjectCreate";
     if (handle == nullptr || resource == nullptr) return Invalid(call, "a null argument");
-    if (CUresult status = RequireSim(call); status != CUDA_SUCCESS) return status;
     if (resource->resType != CU_RESOURCE_TYPE_ARRAY) {
       return Invalid(call, "pResDesc->resType is not CU_RESOURCE_TYPE_ARRAY");
+    }
+    bool sim = true;
+    int device = 0;
+    if (CUresult status = CurrentGpu(&sim, &device); status != CUDA_SUCCESS) return status;
+    if (!sim) {
+      // A GPU host's GPU: the surface is its driver's, over its array (forwarded), which the
+      // driver checks was made with SURFACE_LDST.
+      ArrayInfo array;
+      if (FindArray(resource->res.array.hArray, &array) != CUDA_SUCCESS || array.forwarded_device != device) {
+        return Invalid(call, "pResDesc->res.array.hArray is no array of this GPU");
+      }
+      dp::SurfObjectCreateArgs args{array.remote};
+      std::string out;
+      if (CUresult status =
+              Runtime::Get().Call(device, dp::kOpSurfObjectCreate, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+          status != CUDA_SUCCESS) {
+        return status;
+      }
+      uint64_t made = 0;
+      if (out.size() != sizeof(made)) return CUDA_ERROR_UNKNOWN;
+      std::memcpy(&made, out.data(), sizeof(made));
+      ObjectRecord record;
+      record.surface = true;
+      record.resource = *resource;
+      if (ListForwardedObject(made, device, record) != CUDA_SUCCESS) {
+        dp::TexObjectDestroyArgs destroy{made};
+        Runtime::Get().Call(device, dp::kOpSurfObjectDestroy, &destroy, sizeof(destroy));
+        return static_cast<CUresult>(
+            ReportUnsupported(call, "surface objects on two GPUs whose drivers gave the same handle"));
+      }
+      *handle = made;
+      return CUDA_SUCCESS;
     }
     dp::SimTextureDescriptor d;
     d.magic = dp::kSimSurfaceMagic;
@@ -530,11 +593,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* handle, const
     uint64_t at = 0;
     if (CUresult status = PublishObject(d, record, &at); status != CUDA_SUCCESS) return status;
     // Kernels given the handle write the array: failover's checkpoints must read it back.
-    int device = 0;
-    if (CurrentDevice(&device) == CUDA_SUCCESS) {
-      if (Device* owner = Runtime::Get().device(device); owner && owner->failover) {
-        owner->failover->AddWriteThrough(at, d.base);
-      }
+    if (Device* owner = Runtime::Get().device(device); owner && owner->failover) {
+      owner->failover->AddWriteThrough(at, d.base);
     }
     *handle = at;
     return CUDA_SUCCESS;

@@ -52,6 +52,33 @@ CUresult NewArray(const ArrayInfo& info, size_t bytes, CUarray* handle) {
   return CUDA_SUCCESS;
 }
 
+CUresult NewForwardedArray(const ArrayInfo& info, int device, CUarray* handle) {
+  auto record = std::make_unique<ArrayRecord>();
+  record->info = info;
+  record->info.base = 0;
+  record->info.forwarded_device = device;
+  record->info.remote = Runtime::Get().NewId();
+  dataplane::ArrayCreateArgs args;
+  args.array = record->info.remote;
+  args.width = info.descriptor.Width;
+  args.height = info.descriptor.Height;
+  args.depth = info.descriptor.Depth;
+  args.format = static_cast<uint32_t>(info.descriptor.Format);
+  args.channels = info.descriptor.NumChannels;
+  args.flags = info.descriptor.Flags;
+  if (CUresult status = Runtime::Get().Call(device, dataplane::kOpArrayCreate, &args, sizeof(args));
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (Device* owner = Runtime::Get().device(device); owner != nullptr && owner->failover) {
+    owner->failover->Unprotect("it made CUDA arrays, which its GPU's driver holds (another GPU's driver would not)");
+  }
+  std::lock_guard<std::mutex> lock(Mutex());
+  *handle = reinterpret_cast<CUarray>(record.get());
+  Arrays().insert(record.release());
+  return CUDA_SUCCESS;
+}
+
 CUresult FindArray(CUarray array, ArrayInfo* info) {
   std::lock_guard<std::mutex> lock(Mutex());
   const ArrayInfo* found = Find(array);
@@ -61,21 +88,24 @@ CUresult FindArray(CUarray array, ArrayInfo* info) {
 }
 
 CUresult DestroyArray(CUarray array) {
-  CUdeviceptr base = 0;
+  ArrayInfo info;
   {
     std::lock_guard<std::mutex> lock(Mutex());
     auto* record = reinterpret_cast<const ArrayRecord*>(array);
     if (Arrays().erase(record) == 0) return CUDA_ERROR_INVALID_HANDLE;
-    base = record->info.base;
+    info = record->info;
     delete record;
   }
-  return FreeDeviceMemory(base);
+  if (info.forwarded_device < 0) return FreeDeviceMemory(info.base);
+  dataplane::ArrayDestroyArgs args{info.remote};
+  return Runtime::Get().Call(info.forwarded_device, dataplane::kOpArrayDestroy, &args, sizeof(args));
 }
 
 CUresult ArrayBytes(CUarray array, size_t offset, size_t bytes, CUdeviceptr* at) {
   std::lock_guard<std::mutex> lock(Mutex());
   const ArrayInfo* info = Find(array);
   if (info == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  if (info->forwarded_device >= 0) return CUDA_ERROR_NOT_SUPPORTED;  // no device address
   // The product was checked when the array was made.
   const size_t size = info->row_bytes * info->rows * info->slices;
   size_t end = 0;
@@ -105,6 +135,130 @@ CUresult CheckArrayRegion(CUmemorytype type, CUarray array, size_t x, size_t y, 
       end > info->rows || __builtin_add_overflow(z, depth, &end) || end > info->slices) {
     LogError("cuMemcpy2D/3D: the region reaches outside the array");
     return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+namespace {
+
+// One side of a copy with a forwarded array: the array's record, if that side is one.
+CUresult ForwardedSide(CUmemorytype type, CUarray array, ArrayInfo* info, bool* forwarded, bool* sim_array) {
+  *forwarded = *sim_array = false;
+  if (type != CU_MEMORYTYPE_ARRAY) return CUDA_SUCCESS;
+  std::lock_guard<std::mutex> lock(Mutex());
+  const ArrayInfo* found = Find(array);
+  if (found == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  *info = *found;
+  *forwarded = found->forwarded_device >= 0;
+  *sim_array = !*forwarded;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+CUresult CopyForwardedArray(const CUDA_MEMCPY3D& copy, CUstream stream, bool* handled) {
+  *handled = false;
+  ArrayInfo src_array, dst_array;
+  bool src_forwarded = false, dst_forwarded = false, src_sim = false, dst_sim = false;
+  if (CUresult status = ForwardedSide(copy.srcMemoryType, copy.srcArray, &src_array, &src_forwarded, &src_sim);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (CUresult status = ForwardedSide(copy.dstMemoryType, copy.dstArray, &dst_array, &dst_forwarded, &dst_sim);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (!src_forwarded && !dst_forwarded) return CUDA_SUCCESS;
+  *handled = true;
+  if (src_sim || dst_sim) {
+    return static_cast<CUresult>(
+        ReportUnsupported("cuMemcpy2D/3D", "a copy between arrays of a sim GPU and of a GPU host's GPU"));
+  }
+  if (copy.WidthInBytes == 0 || copy.Height == 0 || copy.Depth == 0) return CUDA_SUCCESS;
+  // The array side the request names: the destination where it is a forwarded array.
+  const bool to_array = dst_forwarded;
+  const ArrayInfo& array = to_array ? dst_array : src_array;
+  const int device = array.forwarded_device;
+  dataplane::ArrayCopyArgs args;
+  args.array = array.remote;
+  args.to_array = to_array ? 1 : 0;
+  args.x_bytes = to_array ? copy.dstXInBytes : copy.srcXInBytes;
+  args.y = to_array ? copy.dstY : copy.srcY;
+  args.z = to_array ? copy.dstZ : copy.srcZ;
+  args.width_bytes = copy.WidthInBytes;
+  args.height = copy.Height;
+  args.depth = copy.Depth;
+  int stream_device = device;
+  if (CUresult status = ResolveDevice(stream, &stream_device, &args.stream); status != CUDA_SUCCESS) return status;
+  if (stream_device != device) args.stream = 0;  // a stream of another GPU: the array's own order
+  // The other side.
+  const CUmemorytype other_type = to_array ? copy.srcMemoryType : copy.dstMemoryType;
+  const void* other_host = to_array ? copy.srcHost : copy.dstHost;
+  const CUdeviceptr other_device = to_array ? copy.srcDevice : copy.dstDevice;
+  const size_t ox = to_array ? copy.srcXInBytes : copy.dstXInBytes, oy = to_array ? copy.srcY : copy.dstY,
+               oz = to_array ? copy.srcZ : copy.dstZ;
+  const size_t pitch = to_array ? copy.srcPitch : copy.dstPitch;
+  const size_t height = std::max<size_t>(to_array ? copy.srcHeight : copy.dstHeight, copy.Height);
+  if (src_forwarded && dst_forwarded) {
+    if (src_array.forwarded_device != device) {
+      return static_cast<CUresult>(ReportUnsupported("cuMemcpy2D/3D", "a copy between arrays of two GPUs"));
+    }
+    args.other_kind = dataplane::kArrayCopyArray;
+    args.other = src_array.remote;
+    args.other_x_bytes = copy.srcXInBytes;
+    args.other_y = copy.srcY;
+    args.other_z = copy.srcZ;
+    return Runtime::Get().Call(device, dataplane::kOpArrayCopy, &args, sizeof(args));
+  }
+  bool on_device = other_type == CU_MEMORYTYPE_DEVICE || other_type == CU_MEMORYTYPE_ARRAY;
+  uintptr_t base = other_type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uintptr_t>(other_host) : other_device;
+  if (other_type == CU_MEMORYTYPE_UNIFIED) on_device = DeviceOf(other_device, 1) >= 0;
+  if (other_type != CU_MEMORYTYPE_HOST && other_type != CU_MEMORYTYPE_DEVICE && other_type != CU_MEMORYTYPE_UNIFIED) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (base == 0) return CUDA_ERROR_INVALID_VALUE;
+  if ((copy.Height > 1 || copy.Depth > 1) && pitch < copy.WidthInBytes) return CUDA_ERROR_INVALID_VALUE;
+  // The other side's first byte; the rows and slices after it, pitch and height apart (the
+  // agent checks device memory is the session's; host memory is the program's own).
+  size_t first = 0;
+  if (__builtin_mul_overflow(oz, height, &first) || __builtin_add_overflow(first, oy, &first) ||
+      __builtin_mul_overflow(first, pitch, &first) || __builtin_add_overflow(first, ox, &first) ||
+      __builtin_add_overflow(base, first, &base)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (on_device) {
+    if (DeviceOf(base, 1) != device) {
+      return static_cast<CUresult>(
+          ReportUnsupported("cuMemcpy2D/3D", "a copy between an array and memory of another GPU"));
+    }
+    args.other_kind = dataplane::kArrayCopyDevice;
+    args.other = base;
+    args.other_pitch = pitch;
+    args.other_height = height;
+    return Runtime::Get().Call(device, dataplane::kOpArrayCopy, &args, sizeof(args));
+  }
+  // The host's rows, packed for the wire (the session checks the size).
+  args.other_kind = dataplane::kArrayCopyHost;
+  const size_t bytes = copy.WidthInBytes * copy.Height * copy.Depth;  // inside the array: no overflow
+  std::vector<char> packed(bytes);
+  auto row = [&](size_t r, size_t s) { return reinterpret_cast<char*>(base + (s * height + r) * pitch); };
+  if (to_array) {
+    for (size_t s = 0; s < copy.Depth; ++s) {
+      for (size_t r = 0; r < copy.Height; ++r) {
+        std::memcpy(packed.data() + (s * copy.Height + r) * copy.WidthInBytes, row(r, s), copy.WidthInBytes);
+      }
+    }
+    return Runtime::Get().Call(device, dataplane::kOpArrayCopy, &args, sizeof(args), packed.data(), packed.size());
+  }
+  if (CUresult status = Runtime::Get().Call(device, dataplane::kOpArrayCopy, &args, sizeof(args), nullptr, 0,
+                                            packed.data(), packed.size());
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  for (size_t s = 0; s < copy.Depth; ++s) {
+    for (size_t r = 0; r < copy.Height; ++r) {
+      std::memcpy(row(r, s), packed.data() + (s * copy.Height + r) * copy.WidthInBytes, copy.WidthInBytes);
+    }
   }
   return CUDA_SUCCESS;
 }
@@ -150,7 +304,9 @@ CUresult DestroyObject(uint64_t handle, bool surface) {
   }
   if (forwarded_device < 0) return FreeDeviceMemory(handle);
   dataplane::TexObjectDestroyArgs args{handle};
-  CUresult status = Runtime::Get().Call(forwarded_device, dataplane::kOpTexObjectDestroy, &args, sizeof(args));
+  CUresult status =
+      Runtime::Get().Call(forwarded_device, surface ? dataplane::kOpSurfObjectDestroy : dataplane::kOpTexObjectDestroy,
+                          &args, sizeof(args));
   // The agent destroyed it already with the memory under it (freed first, as cleanup code
   // often does): the program's destroy still succeeds, as a driver's would.
   return status == CUDA_ERROR_INVALID_HANDLE ? CUDA_SUCCESS : status;

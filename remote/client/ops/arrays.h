@@ -19,18 +19,27 @@ namespace gpupool::client::ops {
 // An array as made: its descriptor and where its bytes lie.
 struct ArrayInfo {
   CUDA_ARRAY3D_DESCRIPTOR descriptor{};
-  CUdeviceptr base = 0;
+  CUdeviceptr base = 0;  // 0 for a forwarded array
   size_t row_bytes = 0;  // Width * element bytes
   size_t rows = 1;       // rows of a slice (Height, at least 1)
   size_t slices = 1;     // Depth: 3D depth, layers, or cubemap faces (at least 1)
+  // A GPU host's GPU whose driver holds the array (NewForwardedArray): its device, and the
+  // id its agent knows it by; -1: device memory of the library's layout (NewArray).
+  int forwarded_device = -1;
+  uint64_t remote = 0;
 };
 
 // Allocates `bytes` (row_bytes * rows * slices, checked by the caller) of device memory
 // for an array described by `info` (its base is filled in) and lists it: *handle.
 CUresult NewArray(const ArrayInfo& info, size_t bytes, CUarray* handle);
+// The same on a GPU host's GPU (`device`): the agent's driver makes the array
+// (kOpArrayCreate), and the process is no longer protected by failover (another GPU's
+// driver would not hold it).
+CUresult NewForwardedArray(const ArrayInfo& info, int device, CUarray* handle);
 // A copy of the live `array`'s record; CUDA_ERROR_INVALID_HANDLE for a handle that is none.
 CUresult FindArray(CUarray array, ArrayInfo* info);
-// Unlists `array` and frees its memory; CUDA_ERROR_INVALID_HANDLE for a handle that is none.
+// Unlists `array` and frees its memory (or has its agent destroy a forwarded one);
+// CUDA_ERROR_INVALID_HANDLE for a handle that is none.
 CUresult DestroyArray(CUarray array);
 
 // [offset, offset + bytes) of `array`'s bytes as a device address (*at);
@@ -40,6 +49,12 @@ CUresult ArrayBytes(CUarray array, size_t offset, size_t bytes, CUdeviceptr* at)
 // The device memory behind `array`: its first texel's address, the bytes of a row, and the
 // rows of a slice. CUDA_ERROR_INVALID_HANDLE for a handle that is no live array.
 CUresult ArrayBacking(CUarray array, uintptr_t* base, size_t* row_bytes, size_t* rows);
+
+// A 2D/3D copy (the 2D one as 3D, one slice deep) either side of which is a forwarded
+// array: one kOpArrayCopy to its agent, the host side's rows packed here. *handled false
+// (and nothing done) when neither side is one. Copies between a forwarded array and
+// memory of another GPU, or a sim array, answer CUDA_ERROR_NOT_SUPPORTED.
+CUresult CopyForwardedArray(const CUDA_MEMCPY3D& copy, CUstream stream, bool* handled);
 
 // For a side of a 2D/3D copy of `type` (nothing to check unless CU_MEMORYTYPE_ARRAY): the
 // region (x bytes, y rows, z slices; width bytes, height rows, depth slices) must lie in

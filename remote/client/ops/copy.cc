@@ -274,6 +274,36 @@ CUresult CopyRows(const CopySide& src, const CopySide& dst, size_t width, size_t
 
 CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream) {
   if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
+  for (CUresult status :  // arrays: the region inside (ops/arrays.h)
+       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY, 0, copy->WidthInBytes,
+                         copy->Height, 1),
+        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY, 0, copy->WidthInBytes,
+                         copy->Height, 1)}) {
+    if (status != CUDA_SUCCESS) return status;
+  }
+  // An array of a GPU host's GPU: its agent copies (ops/arrays.h).
+  CUDA_MEMCPY3D as3d{};
+  as3d.srcXInBytes = copy->srcXInBytes;
+  as3d.srcY = copy->srcY;
+  as3d.srcMemoryType = copy->srcMemoryType;
+  as3d.srcHost = copy->srcHost;
+  as3d.srcDevice = copy->srcDevice;
+  as3d.srcArray = copy->srcArray;
+  as3d.srcPitch = copy->srcPitch;
+  as3d.dstXInBytes = copy->dstXInBytes;
+  as3d.dstY = copy->dstY;
+  as3d.dstMemoryType = copy->dstMemoryType;
+  as3d.dstHost = copy->dstHost;
+  as3d.dstDevice = copy->dstDevice;
+  as3d.dstArray = copy->dstArray;
+  as3d.dstPitch = copy->dstPitch;
+  as3d.WidthInBytes = copy->WidthInBytes;
+  as3d.Height = copy->Height;
+  as3d.Depth = 1;
+  bool forwarded = false;
+  if (CUresult status = CopyForwardedArray(as3d, stream, &forwarded); forwarded || status != CUDA_SUCCESS) {
+    return status;
+  }
   CopySide src, dst;
   if (CUresult status = ResolveSide(copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcArray,
                                     copy->srcXInBytes, copy->srcY, 0, copy->srcPitch, 0, &src);
@@ -285,13 +315,6 @@ CUresult Copy2D(const CUDA_MEMCPY2D* copy, CUstream stream) {
       status != CUDA_SUCCESS) {
     return status;
   }
-  for (CUresult status :  // arrays: the region inside (ops/arrays.h)
-       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY, 0, copy->WidthInBytes,
-                         copy->Height, 1),
-        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY, 0, copy->WidthInBytes,
-                         copy->Height, 1)}) {
-    if (status != CUDA_SUCCESS) return status;
-  }
   return CopyRows(src, dst, copy->WidthInBytes, copy->Height, 1, stream);
 }
 
@@ -299,6 +322,18 @@ CUresult Copy3D(const CUDA_MEMCPY3D* copy, CUstream stream) {
   if (copy == nullptr) return CUDA_ERROR_INVALID_VALUE;
   if (copy->srcLOD != 0 || copy->dstLOD != 0 || copy->reserved0 != nullptr || copy->reserved1 != nullptr) {
     return CUDA_ERROR_INVALID_VALUE;
+  }
+  for (CUresult status :  // arrays: the region inside (ops/arrays.h)
+       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY, copy->srcZ,
+                         copy->WidthInBytes, copy->Height, copy->Depth),
+        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY, copy->dstZ,
+                         copy->WidthInBytes, copy->Height, copy->Depth)}) {
+    if (status != CUDA_SUCCESS) return status;
+  }
+  // An array of a GPU host's GPU: its agent copies (ops/arrays.h).
+  bool forwarded = false;
+  if (CUresult status = CopyForwardedArray(*copy, stream, &forwarded); forwarded || status != CUDA_SUCCESS) {
+    return status;
   }
   CopySide src, dst;
   if (CUresult status = ResolveSide(copy->srcMemoryType, copy->srcHost, copy->srcDevice, copy->srcArray,
@@ -310,13 +345,6 @@ CUresult Copy3D(const CUDA_MEMCPY3D* copy, CUstream stream) {
                                     copy->dstXInBytes, copy->dstY, copy->dstZ, copy->dstPitch, copy->dstHeight, &dst);
       status != CUDA_SUCCESS) {
     return status;
-  }
-  for (CUresult status :  // arrays: the region inside (ops/arrays.h)
-       {CheckArrayRegion(copy->srcMemoryType, copy->srcArray, copy->srcXInBytes, copy->srcY, copy->srcZ,
-                         copy->WidthInBytes, copy->Height, copy->Depth),
-        CheckArrayRegion(copy->dstMemoryType, copy->dstArray, copy->dstXInBytes, copy->dstY, copy->dstZ,
-                         copy->WidthInBytes, copy->Height, copy->Depth)}) {
-    if (status != CUDA_SUCCESS) return status;
   }
   return CopyRows(src, dst, copy->WidthInBytes, copy->Height, copy->Depth, stream);
 }

@@ -219,6 +219,14 @@ constexpr uint64_t kAddressWindow = uint64_t{64} << 30;
 
 // What a launch may use of dynamic shared memory without the function's opt-in.
 constexpr uint32_t kDefaultDynamicSharedLimit = 48 << 10;
+// The wire's numbers are cuda.h's (protocol.h has no cuda.h to take them from).
+static_assert(dataplane::kResourceTypeArray == CU_RESOURCE_TYPE_ARRAY &&
+              dataplane::kResourceTypeLinear == CU_RESOURCE_TYPE_LINEAR &&
+              dataplane::kResourceTypePitch2D == CU_RESOURCE_TYPE_PITCH2D);
+static_assert(dataplane::kTextureFlagsKnown ==
+              (CU_TRSF_READ_AS_INTEGER | CU_TRSF_NORMALIZED_COORDINATES | CU_TRSF_SRGB |
+               CU_TRSF_DISABLE_TRILINEAR_OPTIMIZATION | CU_TRSF_SEAMLESS_CUBEMAP));
+static_assert(dataplane::kCuInvalidClusterSize == CUDA_ERROR_INVALID_CLUSTER_SIZE);
 // The most blocks of a cluster without the function's opt-in to non-portable sizes.
 constexpr uint32_t kPortableClusterBlocks = 8;
 
