@@ -1,7 +1,8 @@
 // A stand-in for the GPU host's libcuda.so.1, for testing the cuda executor on machines
 // without a GPU: one device (UUID bytes 00..0f), device memory in host RAM. With the
 // stand-in NVML (fake_nvml.cc) beside it, gpupool-dataplane-testd --backend cuda serves it
-// (the forwarded data path end to end, kernels aside: they do nothing here). It implements
+// (the forwarded data path end to end, kernels aside: they do nothing here), of compute
+// capability 7.5, or GPUPOOL_FAKE_CUDA_CC. It implements
 // only the entry points the executor resolves, with plain C types (same ABI as cuda.h's).
 // Every memory operation that reaches it is counted (fake_cuda_memory_calls), so a test
 // can tell whether the executor let a request through to the driver at all.
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -146,6 +148,15 @@ CUresult Fill(uint64_t address, T value, size_t count) {
   return CopyIn(address, pattern.data(), pattern.size());
 }
 
+// The device's compute capability as major * 10 + minor: 75, or GPUPOOL_FAKE_CUDA_CC
+// ("9.0"), as the stand-in NVML reads it too.
+int FakeComputeCapability() {
+  const char* given = std::getenv("GPUPOOL_FAKE_CUDA_CC");
+  int major = 0, minor = 0;
+  if (given != nullptr && std::sscanf(given, "%d.%d", &major, &minor) == 2) return major * 10 + minor;
+  return 75;
+}
+
 }  // namespace
 
 extern "C" {
@@ -227,10 +238,10 @@ CUresult cuDeviceGetAttribute(int* value, int attribute, int device) {
   std::lock_guard<std::mutex> lock(mu);
   switch (attribute) {
     case 75:
-      *value = 7;
-      break;  // COMPUTE_CAPABILITY_MAJOR: a compute capability 7.5 GPU
+      *value = FakeComputeCapability() / 10;
+      break;  // COMPUTE_CAPABILITY_MAJOR: a compute capability 7.5 GPU unless told
     case 76:
-      *value = 5;
+      *value = FakeComputeCapability() % 10;
       break;  // COMPUTE_CAPABILITY_MINOR
     case 102:
       *value = vmm_supported;
@@ -370,13 +381,33 @@ uint64_t fake_cuda_fatbin_loads() {
   std::lock_guard<std::mutex> lock(mu);
   return fatbin_loads;
 }
+// Whether a fatbin (its 16-byte header, then entries: kind 2 an ELF, the entry header's
+// size at 4 and its padded payload's at 8) holds SASS.
+bool FatbinHoldsSass(const unsigned char* fatbin) {
+  uint64_t size = 0;
+  std::memcpy(&size, fatbin + 8, sizeof(size));
+  for (uint64_t at = 16; at + 16 <= 16 + size;) {
+    uint16_t kind = 0;
+    uint32_t header = 0, payload = 0;
+    std::memcpy(&kind, fatbin + at, sizeof(kind));
+    std::memcpy(&header, fatbin + at + 4, sizeof(header));
+    std::memcpy(&payload, fatbin + at + 8, sizeof(payload));
+    if (kind == 2) return true;
+    if (header == 0) return false;
+    at += header + payload;
+  }
+  return false;
+}
+// A fatbin loads where it holds SASS (a program's, whose SASS the stand-in takes for its
+// own); one of PTX alone is refused, as a driver's JIT of the client's link output crashed
+// (the executor must never hand it over: fake_cuda_fatbin_loads counts the tries).
 CUresult cuModuleLoadData(void** module, const void* image) {
   uint32_t magic = 0;
   std::memcpy(&magic, image, sizeof(magic));
   if (magic == 0xBA55ED50) {
     std::lock_guard<std::mutex> lock(mu);
     ++fatbin_loads;
-    return kInvalidPtx;
+    if (!FatbinHoldsSass(static_cast<const unsigned char*>(image))) return kInvalidPtx;
   }
   *module = &stream_or_event;
   return kSuccess;

@@ -1,10 +1,11 @@
 // A stand-in for the GPU host's libnvidia-ml.so.1 beside the stand-in driver
 // (fake_cuda_driver.cc), so that gpupool-dataplane-testd --backend cuda serves the fake GPU
 // on a machine without one: one device, the driver's UUID (bytes 00..0f), compute
-// capability 7.5 as the driver says, no Xid events. Only what the cuda backend resolves,
+// capability 7.5 as the driver says (or GPUPOOL_FAKE_CUDA_CC), no Xid events. Only what the cuda backend resolves,
 // with plain C types (same ABI as nvml.h's).
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -69,6 +70,8 @@ int nvmlDeviceGetCudaComputeCapability(void* device, int* major, int* minor) {
   if (device != &the_device) return kInvalidArgument;
   *major = 7;
   *minor = 5;
+  // As the stand-in driver: GPUPOOL_FAKE_CUDA_CC ("9.0") where a test asks for another.
+  if (const char* given = std::getenv("GPUPOOL_FAKE_CUDA_CC")) std::sscanf(given, "%d.%d", major, minor);
   return kSuccess;
 }
 int nvmlEventSetCreate(void** set) {

@@ -1,0 +1,61 @@
+// What the library forwards of a kernel to a GPU host's GPU, through the test server's cuda
+// backend on the stand-in driver (tests/remote/fake_cuda_driver.cc, which runs no kernels):
+// the PTX and binary versions are its driver's answers (80 and 86 there), not what the
+// library would choose from the image (cuSPARSE tunes its host side by them, issue 41);
+// on compute capability 9.0 (GPUPOOL_FAKE_CUDA_CC=9.0) launches in thread block clusters
+// reach the driver with their shape, up to 16 blocks once the kernel allows non-portable
+// sizes (the stand-in refuses more than 8 without the opt-in, as a driver does).
+#include <cstdio>
+#include <cstdlib>
+
+#include "../programs/check.h"
+
+__global__ void Nothing(int* out) {
+  if (out != nullptr) out[blockIdx.x] = 1;
+}
+
+cudaError_t LaunchInClusters(unsigned blocks, unsigned cluster) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(32);
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster;
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, Nothing, static_cast<int*>(nullptr));
+}
+
+int main() {
+  const cudaDeviceProp properties = DescribeDeviceExpectingModel();
+  cudaFuncAttributes attributes;
+  CHECK(cudaFuncGetAttributes(&attributes, Nothing));
+  std::printf("ptxVersion %d, binaryVersion %d\n", attributes.ptxVersion, attributes.binaryVersion);
+  EXPECT(attributes.ptxVersion == 80 && attributes.binaryVersion == 86);
+  Nothing<<<2, 32>>>(nullptr);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+
+  int clusters = 0;
+  CHECK(cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, 0));
+  if (properties.major >= 9) {
+    EXPECT(clusters == 1);
+    CHECK(LaunchInClusters(8, 2));
+    CHECK(LaunchInClusters(16, 8));
+    EXPECT(LaunchInClusters(16, 16) == cudaErrorInvalidClusterSize);  // not allowed yet
+    cudaGetLastError();
+    CHECK(cudaFuncSetAttribute(Nothing, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    CHECK(LaunchInClusters(16, 16));
+    // The launches' own errors (the stand-in's refusal of a shape) come at the wait.
+    CHECK(cudaDeviceSynchronize());
+    std::printf("clusters of 2, 8 and 16 blocks reached the driver\n");
+  } else {
+    EXPECT(clusters == 0);
+    EXPECT(LaunchInClusters(8, 2) == cudaErrorNotSupported);
+    cudaGetLastError();
+  }
+  std::printf("PASS\n");
+  return 0;
+}
