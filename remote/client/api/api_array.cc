@@ -72,7 +72,7 @@ CUresult ElementBytes(const char* call, CUarray_format format, unsigned channels
   const uint32_t channel = dp::SimTexelChannelBytes(static_cast<uint32_t>(format));
   if (channel == 0) {
     // Real formats the sim does not sample (block-compressed, packed, UNORM vectors...).
-    LogError("%s: Format 0x%x is not supported on the sim GPU", call, static_cast<unsigned>(format));
+    LogError("%s: Format 0x%x is not supported on pool GPUs", call, static_cast<unsigned>(format));
     return static_cast<CUresult>(ReportUnsupported(call, "that array format"));
   }
   if (channels != 1 && channels != 2 && channels != 4) {

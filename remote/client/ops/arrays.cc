@@ -198,7 +198,9 @@ CUresult CopyForwardedArray(const CUDA_MEMCPY3D& copy, CUstream stream, bool* ha
   const size_t ox = to_array ? copy.srcXInBytes : copy.dstXInBytes, oy = to_array ? copy.srcY : copy.dstY,
                oz = to_array ? copy.srcZ : copy.dstZ;
   const size_t pitch = to_array ? copy.srcPitch : copy.dstPitch;
-  const size_t height = std::max<size_t>(to_array ? copy.srcHeight : copy.dstHeight, copy.Height);
+  const size_t given_height = to_array ? copy.srcHeight : copy.dstHeight;
+  if (copy.Depth > 1 && given_height < copy.Height) return CUDA_ERROR_INVALID_VALUE;  // slices overlap
+  const size_t height = std::max<size_t>(given_height, copy.Height);
   if (src_forwarded && dst_forwarded) {
     if (src_array.forwarded_device != device) {
       return static_cast<CUresult>(ReportUnsupported("cuMemcpy2D/3D", "a copy between arrays of two GPUs"));
