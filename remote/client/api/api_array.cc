@@ -18,6 +18,7 @@
 #include "remote/client/ops/arrays.h"
 #include "remote/client/ops/memory.h"
 #include "remote/protocol/sim_texture.h"
+#include "remote/protocol/texture_desc.h"
 
 namespace gpupool::client {
 namespace {
@@ -248,6 +249,18 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
   }
 }
 
+// A request whose answer is a driver's handle (kOpTexObjectCreate, kOpSurfObjectCreate).
+CUresult CallForHandle(int device, uint32_t op, const void* args, size_t size, uint64_t* handle) {
+  std::string out;
+  if (CUresult status = Runtime::Get().Call(device, op, args, size, nullptr, 0, nullptr, 0, &out);
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (out.size() != sizeof(*handle)) return CUDA_ERROR_UNKNOWN;  // an agent that answers otherwise
+  std::memcpy(handle, out.data(), sizeof(*handle));
+  return CUDA_SUCCESS;
+}
+
 // cuTexObjectCreate on a GPU host's GPU: the object is its driver's (kOpTexObjectCreate),
 // over device memory (linear or pitched 2D; CUDA arrays are not forwarded yet). Its handle is
 // the driver's, which another GPU would not give: such a process is no longer protected
@@ -258,20 +271,19 @@ CUresult ForwardTextureObject(const char* call, int device, const CUDA_RESOURCE_
   dp::TexObjectCreateArgs args;
   args.resource_type = static_cast<uint32_t>(resource.resType);
   size_t element = 0, bytes = 0;
-  if (resource.resType == CU_RESOURCE_TYPE_LINEAR) {
-    const auto& l = resource.res.linear;
+  if (resource.resType == CU_RESOURCE_TYPE_LINEAR || resource.resType == CU_RESOURCE_TYPE_PITCH2D) {
     if (CUresult status = CheckMemoryResource(call, resource, &element, &bytes); status != CUDA_SUCCESS) {
       return status;
     }
+  }
+  if (resource.resType == CU_RESOURCE_TYPE_LINEAR) {
+    const auto& l = resource.res.linear;
     args.device_ptr = l.devPtr;
     args.format = l.format;
     args.channels = l.numChannels;
     args.size_bytes = l.sizeInBytes;
   } else if (resource.resType == CU_RESOURCE_TYPE_PITCH2D) {
     const auto& p = resource.res.pitch2D;
-    if (CUresult status = CheckMemoryResource(call, resource, &element, &bytes); status != CUDA_SUCCESS) {
-      return status;
-    }
     args.device_ptr = p.devPtr;
     args.format = p.format;
     args.channels = p.numChannels;
@@ -290,24 +302,12 @@ CUresult ForwardTextureObject(const char* call, int device, const CUDA_RESOURCE_
   } else {
     return Invalid(call, "pResDesc->resType is no CUresourcetype");
   }
-  for (int i = 0; i < 3; ++i) args.address_mode[i] = static_cast<uint32_t>(texture.addressMode[i]);
-  args.filter_mode = static_cast<uint32_t>(texture.filterMode);
-  args.flags = texture.flags;
-  args.max_anisotropy = texture.maxAnisotropy;
-  args.mipmap_filter_mode = static_cast<uint32_t>(texture.mipmapFilterMode);
-  args.mipmap_level_bias = texture.mipmapLevelBias;
-  args.min_mipmap_level_clamp = texture.minMipmapLevelClamp;
-  args.max_mipmap_level_clamp = texture.maxMipmapLevelClamp;
-  std::memcpy(args.border_color, texture.borderColor, sizeof(args.border_color));
-  std::string out;
-  if (CUresult status =
-          Runtime::Get().Call(device, dp::kOpTexObjectCreate, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+  dp::TextureToWire(texture, &args);
+  uint64_t made = 0;
+  if (CUresult status = CallForHandle(device, dp::kOpTexObjectCreate, &args, sizeof(args), &made);
       status != CUDA_SUCCESS) {
     return status;
   }
-  uint64_t made = 0;
-  if (out.size() != sizeof(made)) return CUDA_ERROR_UNKNOWN;  // an agent that answers otherwise
-  std::memcpy(&made, out.data(), sizeof(made));
   if (Device* owner = Runtime::Get().device(device); owner != nullptr && owner->failover) {
     owner->failover->Unprotect(
         "it made texture objects, whose handles its GPU's driver gives (another GPU's driver would give "
@@ -561,15 +561,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuSurfObjectCreate(CUsurfObject* handle, const
         return Invalid(call, "pResDesc->res.array.hArray is no array of this GPU");
       }
       dp::SurfObjectCreateArgs args{array.remote};
-      std::string out;
-      if (CUresult status =
-              Runtime::Get().Call(device, dp::kOpSurfObjectCreate, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+      uint64_t made = 0;
+      if (CUresult status = CallForHandle(device, dp::kOpSurfObjectCreate, &args, sizeof(args), &made);
           status != CUDA_SUCCESS) {
         return status;
       }
-      uint64_t made = 0;
-      if (out.size() != sizeof(made)) return CUDA_ERROR_UNKNOWN;
-      std::memcpy(&made, out.data(), sizeof(made));
       ObjectRecord record;
       record.surface = true;
       record.resource = *resource;

@@ -12,6 +12,7 @@
 
 #include "remote/image/fatbin.h"
 #include "remote/protocol/sim_texture.h"
+#include "remote/protocol/texture_desc.h"
 #include "remote/protocol/protocol.h"
 
 namespace gpupool::devices {
@@ -805,16 +806,7 @@ int32_t CudaExecutor::CreateTextureObject(const dataplane::TexObjectCreateArgs& 
     resource.res.pitch2D.height = args.height;
     resource.res.pitch2D.pitchInBytes = args.pitch;
   }
-  CUDA_TEXTURE_DESC texture{};
-  for (int i = 0; i < 3; ++i) texture.addressMode[i] = static_cast<CUaddress_mode>(args.address_mode[i]);
-  texture.filterMode = static_cast<CUfilter_mode>(args.filter_mode);
-  texture.flags = args.flags;
-  texture.maxAnisotropy = args.max_anisotropy;
-  texture.mipmapFilterMode = static_cast<CUfilter_mode>(args.mipmap_filter_mode);
-  texture.mipmapLevelBias = args.mipmap_level_bias;
-  texture.minMipmapLevelClamp = args.min_mipmap_level_clamp;
-  texture.maxMipmapLevelClamp = args.max_mipmap_level_clamp;
-  std::memcpy(texture.borderColor, args.border_color, sizeof(texture.borderColor));
+  const CUDA_TEXTURE_DESC texture = dataplane::TextureFromWire(args);
   CUtexObject made = 0;
   CUresult status = driver_->tex_create(&made, &resource, &texture, nullptr);
   if (status != CUDA_SUCCESS) return status;
@@ -823,12 +815,17 @@ int32_t CudaExecutor::CreateTextureObject(const dataplane::TexObjectCreateArgs& 
   return CUDA_SUCCESS;
 }
 
-int32_t CudaExecutor::DestroyTextureObject(uint64_t handle) {
-  auto found = texture_objects_.find(handle);
-  if (found == texture_objects_.end()) return CUDA_ERROR_INVALID_HANDLE;
+template <typename Table, typename Destroy>
+int32_t CudaExecutor::DestroyListed(Table* table, uint64_t handle, Destroy destroy) {
+  auto found = table->find(handle);
+  if (found == table->end()) return CUDA_ERROR_INVALID_HANDLE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
-  texture_objects_.erase(found);
-  return driver_->tex_destroy(static_cast<CUtexObject>(handle));
+  table->erase(found);
+  return destroy(handle);
+}
+
+int32_t CudaExecutor::DestroyTextureObject(uint64_t handle) {
+  return DestroyListed(&texture_objects_, handle, driver_->tex_destroy);
 }
 
 int32_t CudaExecutor::CreateArray(const dataplane::ArrayCreateArgs& args) {
@@ -1006,11 +1003,7 @@ int32_t CudaExecutor::CreateSurfaceObject(uint64_t array, uint64_t* handle) {
 }
 
 int32_t CudaExecutor::DestroySurfaceObject(uint64_t handle) {
-  auto found = surface_objects_.find(handle);
-  if (found == surface_objects_.end()) return CUDA_ERROR_INVALID_HANDLE;
-  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
-  surface_objects_.erase(found);
-  return driver_->surf_destroy(static_cast<CUsurfObject>(handle));
+  return DestroyListed(&surface_objects_, handle, driver_->surf_destroy);
 }
 
 int32_t CudaExecutor::CreateStream(uint64_t stream, uint32_t flags, int32_t priority) {

@@ -125,6 +125,10 @@ class CudaExecutor : public device::Executor {
   CudaExecutor(const CudaDriver* driver, int device, void* context, uint64_t granularity);
   // Makes the primary context current on the calling (server) thread.
   int32_t Enter();
+  // Unlists `handle` from `table` (a texture or surface object's) and has the driver
+  // destroy it; CUDA_ERROR_INVALID_HANDLE when the table has none.
+  template <typename Table, typename Destroy>
+  int32_t DestroyListed(Table* table, uint64_t handle, Destroy destroy);
   // The CUstream for a client stream id (0: the legacy default stream); false if unknown.
   bool StreamFor(uint64_t id, void** stream);
   // JITs the PTX `ptx` holds for this GPU (its newest units not newer than the GPU): one

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../programs/check.h"
+#include "launch_in_clusters.cuh"
 
 // The kernel's name and PTX do not name clusters (the library tells by its module's PTX).
 __global__ void IndexTimesThree(int* out, int n) {
@@ -46,17 +47,7 @@ constexpr char kRankPtx[] =
     "  ret;\n}\n";
 
 cudaError_t LaunchInClusters(int* out, int n, unsigned blocks, unsigned cluster) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(64);
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, IndexTimesThree, out, n);
+  return LaunchInClusters(IndexTimesThree, blocks, 64, cluster, out, n);
 }
 
 int main() {

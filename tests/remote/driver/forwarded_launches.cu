@@ -9,23 +9,14 @@
 #include <cstdlib>
 
 #include "../programs/check.h"
+#include "launch_in_clusters.cuh"
 
 __global__ void Nothing(int* out) {
   if (out != nullptr) out[blockIdx.x] = 1;
 }
 
 cudaError_t LaunchInClusters(unsigned blocks, unsigned cluster) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(32);
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = cluster;
-  attribute.val.clusterDim.y = 1;
-  attribute.val.clusterDim.z = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, Nothing, static_cast<int*>(nullptr));
+  return LaunchInClusters(Nothing, blocks, 32, cluster, static_cast<int*>(nullptr));
 }
 
 int main() {
