@@ -534,6 +534,9 @@ CUresult cuLaunchKernelEx(const FakeLaunchConfig* config, void*, void** params, 
     }
   }
   if ((!cooperative && cluster == 0) || params != nullptr || extra == nullptr) return kInvalidValue;
+  // GPUPOOL_FAKE_CUDA_REFUSE_CLUSTERS: every cluster launch answers INVALID_VALUE, so that a
+  // program can tell a shape that reached the driver from one dropped on the way.
+  if (cluster != 0 && std::getenv("GPUPOOL_FAKE_CUDA_REFUSE_CLUSTERS") != nullptr) return kInvalidValue;
   ++launches[1];
   launches[2] = uint64_t{config->grid[0]} * config->grid[1] * config->grid[2];
   if (cooperative) ++launches[3];

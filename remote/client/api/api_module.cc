@@ -178,15 +178,11 @@ CUresult GetFunction(Module* module, const char* name, Function** result) {
 // `cooperative`: every block resident at once, so that blocks may wait for each other
 // (cuLaunchCooperativeKernel; cooperative groups' grid.sync()). `cluster`: the shape of
 // the thread block clusters the GPU's driver runs it in (nullptr: none). Recorded as a
-// kernel node while `stream` captures; else ops/launch.cc launches it.
+// kernel node (with its cluster dimension) while `stream` captures; else ops/launch.cc
+// launches it.
 CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
                 CUstream stream, void** params, void** extra, bool cooperative = false,
                 const unsigned* cluster = nullptr) {
-  if (cluster != nullptr && AnyCapture() && InvalidateCapture(stream)) {
-    // A kernel node keeps no cluster shape yet: refused rather than captured without it.
-    return static_cast<CUresult>(ReportUnsupported("cuLaunchKernelEx(cluster dimension) in a stream capture",
-                                                   "thread block clusters in graphs"));
-  }
   if (AnyCapture()) {
     Function* function = nullptr;
     if (CUresult status = CheckLaunch(handle, grid, block, &function); status != CUDA_SUCCESS) {
@@ -198,7 +194,7 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
       return status;
     }
     CUresult captured = CUDA_SUCCESS;
-    if (CaptureKernel(stream, handle, grid, block, shared_mem, std::move(packed), cooperative, &captured)) {
+    if (CaptureKernel(stream, handle, grid, block, shared_mem, std::move(packed), cooperative, &captured, cluster)) {
       return captured;
     }
   }

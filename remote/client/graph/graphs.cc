@@ -181,10 +181,17 @@ bool CaptureWork(CUstream stream, CUgraphNodeType type, CapturedWork work, CUres
 }
 
 bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3], const unsigned block[3],
-                   unsigned shared_mem, std::vector<char> params, bool cooperative, CUresult* status) {
+                   unsigned shared_mem, std::vector<char> params, bool cooperative, CUresult* status,
+                   const unsigned* cluster) {
   Node node;
   node.type = CU_GRAPH_NODE_TYPE_KERNEL;
   if (cooperative) node.attributes[CU_LAUNCH_ATTRIBUTE_COOPERATIVE].cooperative = 1;
+  if (cluster != nullptr) {
+    auto& dim = node.attributes[CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION].clusterDim;
+    dim.x = cluster[0];
+    dim.y = cluster[1];
+    dim.z = cluster[2];
+  }
   node.function = function;
   std::copy(grid, grid + 3, node.grid);
   std::copy(block, block + 3, node.block);
@@ -464,8 +471,17 @@ CUresult RunNode(const Node& node, CUstream stream) {
   switch (node.type) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       auto cooperative = node.attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
+      // A cluster shape only a captured launch gives a node (api/api_module.cc: on a GPU
+      // whose driver runs clusters).
+      auto cluster = node.attributes.find(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
+      unsigned shape[3] = {1, 1, 1};
+      if (cluster != node.attributes.end()) {
+        shape[0] = cluster->second.clusterDim.x;
+        shape[1] = cluster->second.clusterDim.y;
+        shape[2] = cluster->second.clusterDim.z;
+      }
       return ops::LaunchPacked(node.function, node.grid, node.block, node.shared_mem, stream, node.params,
-                               cooperative != node.attributes.end() && cooperative->second.cooperative);
+                               cooperative != node.attributes.end() && cooperative->second.cooperative, shape);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
       return ops::Copy3D(&node.copy, stream);

@@ -24,9 +24,11 @@ bool CaptureWork(CUstream stream, CUgraphNodeType type, CapturedWork work, CUres
 
 // The same for a kernel launch, recorded as a kernel node with its arguments `params`
 // packed in the kernel's layout (so cuGraphKernelNodeGetParams and cuGraphExecUpdate see
-// them); a cooperative launch's node has the cooperative attribute.
+// them); a cooperative launch's node has the cooperative attribute, one in thread block
+// clusters (`cluster`, on a GPU whose driver runs them) the cluster dimension.
 bool CaptureKernel(CUstream stream, CUfunction function, const unsigned grid[3], const unsigned block[3],
-                   unsigned shared_mem, std::vector<char> params, bool cooperative, CUresult* status);
+                   unsigned shared_mem, std::vector<char> params, bool cooperative, CUresult* status,
+                   const unsigned* cluster = nullptr);
 
 // cuMemAllocAsync and cuMemFreeAsync on a capturing stream: a memory allocation node
 // (its graph memory allocated now on `device`, the address in *dptr) or a free node (of

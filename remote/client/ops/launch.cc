@@ -189,11 +189,11 @@ CUresult PackKernelParams(CUfunction handle, void** params, void** extra, std::v
 }
 
 CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
-                      CUstream stream, const std::vector<char>& params, bool cooperative) {
+                      CUstream stream, const std::vector<char>& params, bool cooperative, const unsigned* cluster) {
   size_t size = params.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<char*>(params.data()), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
                    CU_LAUNCH_PARAM_END};
-  return LaunchKernel(function, grid, block, shared_mem, stream, nullptr, extra, cooperative);
+  return LaunchKernel(function, grid, block, shared_mem, stream, nullptr, extra, cooperative, cluster);
 }
 
 }  // namespace gpupool::client::ops

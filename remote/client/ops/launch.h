@@ -69,6 +69,7 @@ CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned 
 
 // Launches `function` with arguments already packed in its layout, as a kernel node does.
 CUresult LaunchPacked(CUfunction function, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
-                      CUstream stream, const std::vector<char>& params, bool cooperative);
+                      CUstream stream, const std::vector<char>& params, bool cooperative,
+                      const unsigned* cluster = nullptr);
 
 }  // namespace gpupool::client::ops

@@ -4,7 +4,9 @@
 // library would choose from the image (cuSPARSE tunes its host side by them, issue 41);
 // on compute capability 9.0 (GPUPOOL_FAKE_CUDA_CC=9.0) launches in thread block clusters
 // reach the driver with their shape, up to 16 blocks once the kernel allows non-portable
-// sizes (the stand-in refuses more than 8 without the opt-in, as a driver does).
+// sizes (the stand-in refuses more than 8 without the opt-in, as a driver does), also from
+// a graph captured from a stream; with GPUPOOL_FAKE_CUDA_REFUSE_CLUSTERS the stand-in
+// refuses every cluster launch (INVALID_VALUE), which shows the shape was not dropped.
 #include <cstdio>
 #include <cstdlib>
 
@@ -31,7 +33,36 @@ int main() {
 
   int clusters = 0;
   CHECK(cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, 0));
-  if (properties.major >= 9) {
+  if (properties.major >= 9 && std::getenv("GPUPOOL_FAKE_CUDA_REFUSE_CLUSTERS") != nullptr) {
+    EXPECT(clusters == 1);
+    CHECK(LaunchInClusters(8, 2));  // posted: the driver's answer comes at the wait
+    EXPECT(cudaDeviceSynchronize() == cudaErrorInvalidValue);
+    cudaGetLastError();
+    // Captured into a graph: the node keeps the shape.
+    cudaStream_t stream;
+    CHECK(cudaStreamCreate(&stream));
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(8);
+    config.blockDim = dim3(32);
+    config.stream = stream;
+    cudaLaunchAttribute attribute;
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = 4;
+    attribute.val.clusterDim.y = 1;
+    attribute.val.clusterDim.z = 1;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    CHECK(cudaLaunchKernelEx(&config, Nothing, static_cast<int*>(nullptr)));
+    cudaGraph_t graph;
+    CHECK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec;
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaGraphLaunch(exec, stream);
+    EXPECT(cudaStreamSynchronize(stream) == cudaErrorInvalidValue);
+    cudaGetLastError();
+    std::printf("the stand-in refused the clusters it was sent, directly and from a graph\n");
+  } else if (properties.major >= 9) {
     EXPECT(clusters == 1);
     CHECK(LaunchInClusters(8, 2));
     CHECK(LaunchInClusters(16, 8));
