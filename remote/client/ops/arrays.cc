@@ -212,12 +212,13 @@ CUresult CopyForwardedArray(const CUDA_MEMCPY3D& copy, CUstream stream, bool* ha
     args.other_z = copy.srcZ;
     return Runtime::Get().Call(device, dataplane::kOpArrayCopy, &args, sizeof(args));
   }
-  bool on_device = other_type == CU_MEMORYTYPE_DEVICE || other_type == CU_MEMORYTYPE_ARRAY;
-  uintptr_t base = other_type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uintptr_t>(other_host) : other_device;
-  if (other_type == CU_MEMORYTYPE_UNIFIED) on_device = DeviceOf(other_device, 1) >= 0;
   if (other_type != CU_MEMORYTYPE_HOST && other_type != CU_MEMORYTYPE_DEVICE && other_type != CU_MEMORYTYPE_UNIFIED) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  // Unified addressing: the pointer itself says where it lives.
+  const bool on_device = other_type == CU_MEMORYTYPE_DEVICE ||
+                         (other_type == CU_MEMORYTYPE_UNIFIED && DeviceOf(other_device, 1) >= 0);
+  uintptr_t base = other_type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uintptr_t>(other_host) : other_device;
   if (base == 0) return CUDA_ERROR_INVALID_VALUE;
   if ((copy.Height > 1 || copy.Depth > 1) && pitch < copy.WidthInBytes) return CUDA_ERROR_INVALID_VALUE;
   // The other side's first byte; the rows and slices after it, pitch and height apart (the
