@@ -216,8 +216,8 @@ CUresult CopyForwardedArray(const CUDA_MEMCPY3D& copy, CUstream stream, bool* ha
     return CUDA_ERROR_INVALID_VALUE;
   }
   // Unified addressing: the pointer itself says where it lives.
-  const bool on_device = other_type == CU_MEMORYTYPE_DEVICE ||
-                         (other_type == CU_MEMORYTYPE_UNIFIED && DeviceOf(other_device, 1) >= 0);
+  const bool on_device =
+      other_type == CU_MEMORYTYPE_DEVICE || (other_type == CU_MEMORYTYPE_UNIFIED && DeviceOf(other_device, 1) >= 0);
   uintptr_t base = other_type == CU_MEMORYTYPE_HOST ? reinterpret_cast<uintptr_t>(other_host) : other_device;
   if (base == 0) return CUDA_ERROR_INVALID_VALUE;
   if ((copy.Height > 1 || copy.Depth > 1) && pitch < copy.WidthInBytes) return CUDA_ERROR_INVALID_VALUE;
