@@ -279,7 +279,7 @@ CUresult LaunchEx(const CUlaunchConfig* given, CUfunction function, void** param
       cooperative = config->attrs[i].value.cooperative != 0;
     }
   }
-  const bool clustered = cluster[0] * cluster[1] * cluster[2] > 1;
+  const bool clustered = ClusterBlockCount(cluster[0], cluster[1], cluster[2]) > 1;
   return Launch(function, grid, block, config->sharedMemBytes, config->hStream, params, extra, cooperative,
                 clustered ? cluster : nullptr);
 }
@@ -901,16 +901,10 @@ CUresult ClusterBlocks(const CUlaunchConfig& config, unsigned* blocks, std::vect
       if (others != nullptr) others->push_back(attribute);
       continue;
     }
-    // Each dimension is at most 2^32 - 1; their product is checked before it is taken.
-    uint64_t product = uint64_t{attribute.value.clusterDim.x} * attribute.value.clusterDim.y;
-    product = product > UINT32_MAX ? UINT32_MAX : product * attribute.value.clusterDim.z;
-    *blocks = product > UINT32_MAX ? UINT32_MAX : static_cast<unsigned>(product);
+    const auto& dim = attribute.value.clusterDim;
+    *blocks = ClusterBlockCount(dim.x, dim.y, dim.z);
   }
   return CUDA_SUCCESS;
-}
-
-bool ForwardsClusterLaunches(const Device& device) {
-  return std::strcmp(device.description().executor, "sim") != 0 && PropertiesOf(device).cc_major >= 9;
 }
 
 unsigned MaxClusterBlocks(const Device& device, const Function& function) {

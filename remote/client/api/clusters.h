@@ -23,12 +23,8 @@ inline constexpr unsigned kPortableClusterBlocks = 8;
 // without an array.
 CUresult ClusterBlocks(const CUlaunchConfig& config, unsigned* blocks, std::vector<CUlaunchAttribute>* others);
 
-// True when `device` is a GPU host's GPU (not the sim) of compute capability 9.0 or later,
-// whose driver runs a cluster launch forwarded to it.
-bool ForwardsClusterLaunches(const Device& device);
-
 // True when `device` runs launches of `function` in clusters of more than one block: one
-// that forwards them (ForwardsClusterLaunches), or a sim GPU of compute capability 9.0 or
+// that forwards them (ForwardsClusterLaunches, core/device_attributes.h), or a sim GPU of compute capability 9.0 or
 // later and a kernel whose module's PTX names no cluster state (Module::ptx_names_clusters),
 // which therefore computes the same in a plain launch.
 bool RunsClusterLaunches(const Device& device, const Function& function);

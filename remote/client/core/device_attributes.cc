@@ -31,6 +31,10 @@ ModelProperties PropertiesOf(const Device& device) {
   return properties;
 }
 
+bool ForwardsClusterLaunches(const Device& device) {
+  return std::strcmp(device.description().executor, "sim") != 0 && PropertiesOf(device).cc_major >= 9;
+}
+
 CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
   const ModelProperties p = PropertiesOf(device);
   switch (attribute) {
@@ -207,7 +211,7 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     // on (api/clusters.h); the sim runs a cluster launch as a plain one only where the
     // kernel cannot tell, and says it has none.
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
-      *value = std::strcmp(device.description().executor, "sim") != 0 && p.cc_major >= 9 ? 1 : 0;
+      *value = ForwardsClusterLaunches(device) ? 1 : 0;
       break;
     case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
       *value = p.reserved_shared_per_block;

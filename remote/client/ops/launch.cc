@@ -87,7 +87,7 @@ CUresult CheckLaunchAttributes(const CUlaunchConfig& config) {
         break;  // a cooperative launch (LaunchEx)
       case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION: {
         const auto& dim = attribute.value.clusterDim;
-        if (dim.x * dim.y * dim.z > 1) {
+        if (ClusterBlockCount(dim.x, dim.y, dim.z) > 1) {
           return static_cast<CUresult>(
               ReportUnsupported("cuLaunchKernelEx(cluster dimension)", "thread block clusters"));
         }
@@ -161,8 +161,10 @@ CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned 
     }
     args.flags = dp::kLaunchCooperative;
   }
-  if (cluster != nullptr && cluster[0] * cluster[1] * cluster[2] > 1) {
-    if (cluster[0] * cluster[1] * cluster[2] > dp::kMaxClusterBlocks) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  if (cluster != nullptr && ClusterBlockCount(cluster[0], cluster[1], cluster[2]) > 1) {
+    if (ClusterBlockCount(cluster[0], cluster[1], cluster[2]) > dp::kMaxClusterBlocks) {
+      return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    }
     args.flags |= dp::kLaunchCluster;
     for (int i = 0; i < 3; ++i) args.cluster[i] = static_cast<uint8_t>(cluster[i]);
   }

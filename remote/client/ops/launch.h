@@ -15,6 +15,14 @@
 
 namespace gpupool::client::ops {
 
+// The blocks of a thread block cluster of shape x, y, z, saturated at UINT32_MAX: each
+// dimension is the program's 32-bit number, and no product of them may wrap to a small one.
+inline unsigned ClusterBlockCount(unsigned x, unsigned y, unsigned z) {
+  uint64_t product = uint64_t{x} * y;  // at most (2^32 - 1)^2
+  product = product > UINT32_MAX ? UINT32_MAX : product * z;
+  return product > UINT32_MAX ? UINT32_MAX : static_cast<unsigned>(product);
+}
+
 // What the agent said `function` needs on device `ordinal` (all 0: nothing known).
 dataplane::FunctionResources KnownResources(const Function& function, int ordinal);
 

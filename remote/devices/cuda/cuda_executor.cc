@@ -466,14 +466,8 @@ int32_t CudaExecutor::Free(uint64_t dptr) {
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   // The texture objects over it go first: the memory may be the next session's soon, and an
   // object left over it would let this session's kernels read that.
-  for (auto object = texture_objects_.begin(); object != texture_objects_.end();) {
-    if (object->second.array == 0 && object->second.start - dptr < size) {
-      driver_->tex_destroy(static_cast<CUtexObject>(object->first));
-      object = texture_objects_.erase(object);
-    } else {
-      ++object;
-    }
-  }
+  DestroyObjectsOver([&](const TextureObject& object) { return object.array == 0 && object.start - dptr < size; },
+                     /*array=*/0);
   auto placed = placed_.find(dptr);
   if (placed == placed_.end()) return driver_->free(Ptr(dptr));
   std::vector<uint64_t> runs = std::move(placed->second);
@@ -824,6 +818,26 @@ int32_t CudaExecutor::DestroyListed(Table* table, uint64_t handle, Destroy destr
   return destroy(handle);
 }
 
+template <typename Reads>
+void CudaExecutor::DestroyObjectsOver(Reads reads, uint64_t array) {
+  auto texture_over = [&](const auto& entry) { return reads(entry.second); };
+  auto surface_over = [&](const auto& entry) { return array != 0 && entry.second == array; };
+  if (std::none_of(texture_objects_.begin(), texture_objects_.end(), texture_over) &&
+      std::none_of(surface_objects_.begin(), surface_objects_.end(), surface_over)) {
+    return;
+  }
+  // Kernels still queued may read them.
+  driver_->synchronize();
+  std::erase_if(texture_objects_, [&](const auto& entry) {
+    if (texture_over(entry)) driver_->tex_destroy(static_cast<CUtexObject>(entry.first));
+    return texture_over(entry);
+  });
+  std::erase_if(surface_objects_, [&](const auto& entry) {
+    if (surface_over(entry)) driver_->surf_destroy(static_cast<CUsurfObject>(entry.first));
+    return surface_over(entry);
+  });
+}
+
 int32_t CudaExecutor::DestroyTextureObject(uint64_t handle) {
   return DestroyListed(&texture_objects_, handle, driver_->tex_destroy);
 }
@@ -860,22 +874,7 @@ int32_t CudaExecutor::DestroyArray(uint64_t array) {
   if (found == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   // The objects over it first, as with memory (Free).
-  for (auto object = texture_objects_.begin(); object != texture_objects_.end();) {
-    if (object->second.array == array) {
-      driver_->tex_destroy(static_cast<CUtexObject>(object->first));
-      object = texture_objects_.erase(object);
-    } else {
-      ++object;
-    }
-  }
-  for (auto surface = surface_objects_.begin(); surface != surface_objects_.end();) {
-    if (surface->second == array) {
-      driver_->surf_destroy(static_cast<CUsurfObject>(surface->first));
-      surface = surface_objects_.erase(surface);
-    } else {
-      ++surface;
-    }
-  }
+  DestroyObjectsOver([&](const TextureObject& object) { return object.array == array; }, array);
   void* handle = found->second.handle;
   arrays_.erase(found);
   return driver_->array_destroy(static_cast<CUarray>(handle));

@@ -129,6 +129,11 @@ class CudaExecutor : public device::Executor {
   // destroy it; CUDA_ERROR_INVALID_HANDLE when the table has none.
   template <typename Table, typename Destroy>
   int32_t DestroyListed(Table* table, uint64_t handle, Destroy destroy);
+  // Destroys the texture objects `reads` (a TextureObject predicate) picks and the surface
+  // objects over `array` (0: none), after the GPU's queued work, which may still read
+  // them: what the program frees takes the objects over it along. The context is current.
+  template <typename Reads>
+  void DestroyObjectsOver(Reads reads, uint64_t array);
   // The CUstream for a client stream id (0: the legacy default stream); false if unknown.
   bool StreamFor(uint64_t id, void** stream);
   // JITs the PTX `ptx` holds for this GPU (its newest units not newer than the GPU): one
