@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <sstream>
 #include <string_view>
@@ -475,8 +476,65 @@ bool PtxNamesClusters(const std::vector<PtxEntry>& ptx) {
         if (before.size() >= prefix.size() && before.substr(before.size() - prefix.size()) == prefix) return true;
       }
     }
+    // Generic addresses of another block's shared memory, and the rank that owns one.
+    for (std::string_view opcode : {"mapa.", "getctarank."}) {
+      for (size_t at = text.find(opcode); at != std::string_view::npos; at = text.find(opcode, at + 1)) {
+        if (at == 0 || std::isspace(static_cast<unsigned char>(text[at - 1]))) return true;
+      }
+    }
   }
   return false;
+}
+
+std::map<std::string, CompiledCluster> CompiledClusters(const std::vector<PtxEntry>& ptx) {
+  std::map<std::string, CompiledCluster> clusters;
+  constexpr std::string_view kEntry = ".entry";
+  auto is_name = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; };
+  for (const PtxEntry& entry : ptx) {
+    const std::string_view text = entry.text;
+    for (size_t at = text.find(kEntry); at != std::string_view::npos; at = text.find(kEntry, at + kEntry.size())) {
+      size_t name_start = at + kEntry.size();
+      while (name_start < text.size() && std::isspace(static_cast<unsigned char>(text[name_start]))) ++name_start;
+      size_t name_end = name_start;
+      while (name_end < text.size() && is_name(text[name_end])) ++name_end;
+      if (name_end == name_start) continue;
+      // The directives between the parameter list and the body (or the declaration's end).
+      const size_t params_end = text.find(')', name_end);
+      if (params_end == std::string_view::npos) break;
+      const size_t body = text.find_first_of("{;", params_end);
+      const std::string_view directives =
+          text.substr(params_end, body == std::string_view::npos ? text.npos : body - params_end);
+      CompiledCluster cluster;
+      cluster.must_be_set = directives.find(".explicitcluster") != std::string_view::npos;
+      constexpr std::string_view kShape = ".reqnctapercluster";
+      if (const size_t shape = directives.find(kShape); shape != std::string_view::npos) {
+        std::string_view rest = directives.substr(shape + kShape.size());
+        bool valid = true;
+        int axis = 0;
+        for (; axis < 3; ++axis) {
+          while (!rest.empty() && (std::isspace(static_cast<unsigned char>(rest[0])) || (axis > 0 && rest[0] == ','))) {
+            rest.remove_prefix(1);
+          }
+          uint32_t value = 0;
+          size_t digits = 0;
+          while (digits < rest.size() && digits < 3 && std::isdigit(static_cast<unsigned char>(rest[digits]))) {
+            value = value * 10 + static_cast<uint32_t>(rest[digits] - '0');
+            ++digits;
+          }
+          if (digits == 0) break;
+          if (value == 0 || value > 16) valid = false;
+          cluster.dims[axis] = value;
+          rest.remove_prefix(digits);
+        }
+        if (axis == 0) valid = false;
+        for (; axis < 3; ++axis) cluster.dims[axis] = 1;
+        if (!valid) continue;
+      }
+      if (cluster.dims[0] != 0 || cluster.must_be_set)
+        clusters[std::string(text.substr(name_start, name_end - name_start))] = cluster;
+    }
+  }
+  return clusters;
 }
 
 Result<std::vector<PtxEntry>> PtxOfHostObject(const uint8_t* elf, size_t size) {

@@ -139,6 +139,17 @@ bool PtxKeepsState(const std::vector<PtxEntry>& ptx);
 // launch it is the block's own.
 bool PtxNamesClusters(const std::vector<PtxEntry>& ptx);
 
+// The thread block cluster a kernel was compiled for (__cluster_dims__: .reqnctapercluster
+// X, Y, Z; 0, 0, 0: none) and whether it must be launched in clusters (.explicitcluster).
+struct CompiledCluster {
+  uint32_t dims[3] = {0, 0, 0};
+  bool must_be_set = false;
+};
+
+// The CompiledCluster of each kernel of `ptx` that names one, by kernel name (a dimension
+// outside 1 to 16 is left out: the driver would not load such a module).
+std::map<std::string, CompiledCluster> CompiledClusters(const std::vector<PtxEntry>& ptx);
+
 // The PTX entries of the fatbins a host object file embeds (what `nvcc -c` and `nvcc -dc`
 // write: sections `.nv_fatbin` and `__nv_relfatbin`), in order: what cuLinkAddData's
 // CU_JIT_INPUT_OBJECT gives. An ELF object without such sections has none. Fails with

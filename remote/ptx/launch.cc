@@ -23,11 +23,17 @@ namespace {
 constexpr int32_t kInvalidValue = dataplane::kCuInvalidValue;
 constexpr int32_t kOutOfResources = dataplane::kCuLaunchOutOfResources;
 constexpr int32_t kNotSupported = dataplane::kCuNotSupported;
+constexpr int32_t kInvalidClusterSize = dataplane::kCuInvalidClusterSize;
+constexpr int32_t kSuccess = dataplane::kCuSuccess;
+constexpr uint32_t kMaxClusterBlocks = dataplane::kMaxClusterBlocks;
 
 // Local memory of one thread (CUDA's limit), and host memory of one CTA's registers and
 // local memory together.
 constexpr uint64_t kMaxLocalPerThread = 512 * 1024;
 constexpr uint64_t kMaxCtaBytes = uint64_t{1} << 30;
+// Host memory of the blocks of one cluster together (each worker runs one cluster at a
+// time).
+constexpr uint64_t kMaxClusterBytes = uint64_t{2} << 30;
 
 }  // namespace
 
@@ -92,6 +98,46 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
   return slot.compiled.get();
 }
 
+int32_t ClusterShapeOf(const DecodedKernel& kernel, const LaunchSpec& spec, uint32_t shape[3], std::string* detail) {
+  auto fail = [&](int32_t status, const std::string& why) {
+    if (detail != nullptr) *detail = "kernel " + kernel.name + ": " + why;
+    return status;
+  };
+  auto text = [](const uint32_t dims[3]) {
+    return std::to_string(dims[0]) + "x" + std::to_string(dims[1]) + "x" + std::to_string(dims[2]);
+  };
+  const bool asked = spec.cluster[0] != 1 || spec.cluster[1] != 1 || spec.cluster[2] != 1;
+  const bool compiled = kernel.required_cluster[0] != 0;
+  if (spec.cluster[0] == 0 || spec.cluster[1] == 0 || spec.cluster[2] == 0) {
+    return fail(kInvalidClusterSize, "a cluster dimension of 0");
+  }
+  if (compiled && asked && !std::equal(spec.cluster, spec.cluster + 3, kernel.required_cluster)) {
+    return fail(kInvalidClusterSize, "compiled for clusters of " + text(kernel.required_cluster) +
+                                         " blocks, launched with clusters of " + text(spec.cluster));
+  }
+  std::copy_n(compiled ? kernel.required_cluster : spec.cluster, 3, shape);
+  uint64_t blocks = 1;
+  for (int axis = 0; axis < 3; ++axis) {
+    // Each dimension is at most the grid's (divisibility below), so the product is bounded
+    // before it is compared; checked per axis against 16 first so that it cannot wrap.
+    if (shape[axis] > kMaxClusterBlocks) return fail(kInvalidClusterSize, "a cluster of more than 16 blocks");
+    blocks *= shape[axis];
+  }
+  if (blocks > kMaxClusterBlocks)
+    return fail(kInvalidClusterSize, "a cluster of " + text(shape) + " blocks (at most 16)");
+  if (kernel.max_cluster_rank != 0 && blocks > kernel.max_cluster_rank) {
+    return fail(kInvalidClusterSize, "a cluster of " + std::to_string(blocks) + " blocks, the kernel allows " +
+                                         std::to_string(kernel.max_cluster_rank));
+  }
+  for (int axis = 0; axis < 3; ++axis) {
+    if (spec.grid[axis] % shape[axis] != 0) {
+      return fail(kInvalidClusterSize, "a grid of " + text(spec.grid) + " blocks in clusters of " + text(shape));
+    }
+  }
+  if (blocks > 1 && spec.cooperative) return fail(kNotSupported, "a cooperative launch in clusters");
+  return kSuccess;
+}
+
 int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
   if (!kernel.unsupported.empty()) {
     if (spec.error_detail) *spec.error_detail = kernel.unsupported;
@@ -127,9 +173,27 @@ int32_t RunKernel(const DecodedKernel& kernel, const LaunchSpec& spec) {
       return kOutOfResources;
     }
   }
+  uint32_t cluster[3];
+  if (int32_t status = ClusterShapeOf(kernel, spec, cluster, spec.error_detail); status != kSuccess) return status;
+  if (const uint64_t blocks = uint64_t{cluster[0]} * cluster[1] * cluster[2]; blocks > 1) {
+    // A cluster's blocks are resident at once: their registers, local and shared memory
+    // together must fit, as a cooperative grid's must.
+    const uint64_t warps = (threads + 31) / 32;
+    const uint64_t per_cta = warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size) + shared_size;
+    if (per_cta * blocks > kMaxClusterBytes) {
+      if (spec.error_detail) {
+        *spec.error_detail = "kernel " + kernel.name + ": a cluster of " + std::to_string(blocks) +
+                             " blocks does not fit the sim GPU at once";
+      }
+      return kOutOfResources;
+    }
+  }
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
   const uint32_t workers = WorkersFor(ctas);
-  if (const CompiledKernel* compiled = CompiledFor(kernel, spec, threads * ctas)) {
+  // The JIT tier runs no clusters: a kernel that names its cluster, or launched in one of
+  // more than a block, runs on the interpreter.
+  const bool clustered = kernel.names_cluster || cluster[0] * cluster[1] * cluster[2] > 1;
+  if (const CompiledKernel* compiled = clustered ? nullptr : CompiledFor(kernel, spec, threads * ctas)) {
     kernel.jit->jit_launches.fetch_add(1, std::memory_order_relaxed);
     return RunCompiled(*compiled, spec, workers);
   }

@@ -16,6 +16,16 @@
 namespace gpupool::sim {
 
 class CompiledKernel;  // jit/jit.h
+struct DecodedKernel;  // ir/kernel.h
+struct LaunchSpec;     // ptx_engine.h
+
+// The thread block cluster a launch of `kernel` runs in (*shape; 1, 1, 1 for none): the
+// launch's (LaunchSpec::cluster), or the kernel's compiled one (.reqnctapercluster) when the
+// launch names none. Checked as a driver checks it: CUDA_ERROR_INVALID_CLUSTER_SIZE for a
+// shape that differs from the compiled one, has more than 16 blocks (or more than the
+// kernel's .maxclusterrank), or does not divide the grid; CUDA_ERROR_NOT_SUPPORTED for a
+// cooperative launch in clusters. *detail (when not null) says why.
+int32_t ClusterShapeOf(const DecodedKernel& kernel, const LaunchSpec& spec, uint32_t shape[3], std::string* detail);
 
 // Threads that run the CTAs of one launch (the agent's hosts have few cores to spare).
 constexpr uint32_t kMaxWorkers = 2;

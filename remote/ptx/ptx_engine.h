@@ -214,6 +214,11 @@ struct LaunchSpec {
   // kGridWorkspaceBytes within `memory`) in %envreg1 (high half) and %envreg2 (low half).
   bool cooperative = false;
   uint64_t grid_workspace = 0;
+  // Thread block clusters (sm_90): the shape the launch asked for; 1, 1, 1 for none, when a
+  // kernel compiled with one (.reqnctapercluster) runs in that. A cluster's blocks are
+  // resident together: they reach each other's shared memory (mapa, .shared::cluster) and
+  // wait for each other (barrier.cluster). Not with `cooperative`.
+  uint32_t cluster[3] = {1, 1, 1};
   // Where the grids this one launches are queued; nullptr: device-side launches fail
   // (the device runtime returns an error to the kernel).
   DeviceLaunches* device_launches = nullptr;

@@ -334,7 +334,7 @@ TEST(Fatbin, TellsPtxThatNamesItsCluster) {
   for (const char* named :
        {"mov.u32 %r1, %cluster_ctarank;", "mov.u32 %r1, %clusterid.x;", "mov.u32 %r1, %nclusterid.y;",
         "mov.pred %p1, %is_explicit_cluster;", "barrier.cluster.arrive;", "mapa.shared::cluster.u32 %r2, %r1, 1;",
-        "ld.shared::cluster.u32 %r2, [%r1];"}) {
+        "ld.shared::cluster.u32 %r2, [%r1];", "\tmapa.u64 %rd2, %rd1, %r1;", "getctarank.u64 %r1, %rd1;"}) {
     EXPECT_TRUE(PtxNamesClusters({{head + named + "\n", 90}})) << named;
   }
   for (const char* plain : {".visible .entry kmeans_cluster_step() { ret; }", "fence.acq_rel.cluster;",
@@ -343,6 +343,35 @@ TEST(Fatbin, TellsPtxThatNamesItsCluster) {
   }
   EXPECT_TRUE(PtxNamesClusters({{head, 80}, {head + "barrier.cluster.wait;\n", 90}}));
   EXPECT_FALSE(PtxNamesClusters({}));
+}
+
+// The clusters kernels were compiled for (__cluster_dims__), as nvcc writes them, by kernel;
+// kernels without one, and shapes a driver would not load, are left out.
+TEST(Fatbin, ReadsTheClustersKernelsWereCompiledFor) {
+  const std::string head = ".version 8.0\n.target sm_90\n.address_size 64\n";
+  const std::string text = head +
+                           ".visible .entry pairs(\n\t.param .u64 pairs_param_0\n)\n.explicitcluster\n"
+                           ".reqnctapercluster 2, 1, 1\n{\n\tret;\n}\n"
+                           ".visible .entry plain(.param .u64 p) .maxntid 128, 1, 1\n{\n\tret;\n}\n"
+                           ".visible .entry squares() .reqnctapercluster 4,4 { ret; }\n"
+                           ".visible .entry must() .explicitcluster { ret; }\n"
+                           ".visible .entry too_large() .reqnctapercluster 32, 1, 1 { ret; }\n"
+                           ".visible .entry declared(.param .u64 p) .reqnctapercluster 8;\n";
+  const std::map<std::string, CompiledCluster> clusters = CompiledClusters({{text, 90}});
+  auto shape = [&](const std::string& name) {
+    auto found = clusters.find(name);
+    if (found == clusters.end()) return std::vector<uint32_t>{};
+    return std::vector<uint32_t>{found->second.dims[0], found->second.dims[1], found->second.dims[2],
+                                 found->second.must_be_set ? 1u : 0u};
+  };
+  EXPECT_EQ(shape("pairs"), (std::vector<uint32_t>{2, 1, 1, 1}));
+  EXPECT_EQ(shape("squares"), (std::vector<uint32_t>{4, 4, 1, 0}));
+  EXPECT_EQ(shape("must"), (std::vector<uint32_t>{0, 0, 0, 1}));
+  EXPECT_EQ(shape("declared"), (std::vector<uint32_t>{8, 1, 1, 0}));
+  EXPECT_EQ(clusters.count("plain"), 0u);
+  EXPECT_EQ(clusters.count("too_large"), 0u);
+  EXPECT_EQ(clusters.size(), 4u);
+  EXPECT_TRUE(CompiledClusters({}).empty());
 }
 
 TEST(Fatbin, FindsThePtxOfHostObjectsAndArchives) {

@@ -105,11 +105,18 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
     case CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
-    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+    case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH: {
+      // The shape the kernel was compiled for (__cluster_dims__), from its module's PTX; which
+      // the GPU (its driver, or the sim's engine) launches it in. A module of SASS alone
+      // gives none here.
+      const gpupool::image::CompiledCluster& compiled = function->compiled_cluster;
+      *value = attribute == CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET
+                   ? compiled.must_be_set
+                   : static_cast<int>(compiled.dims[attribute - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH]);
+      break;
+    }
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
-      // Not known here: the shape a kernel was compiled with (__cluster_dims__), which a GPU
-      // host's driver applies to its launches itself; the sim runs no clusters.
-      *value = 0;
+      *value = 0;  // CU_CLUSTER_SCHEDULING_POLICY_DEFAULT
       break;
     default:
       return CUDA_ERROR_INVALID_VALUE;
@@ -138,6 +145,9 @@ CUresult SetFunctionAttribute(const void* handle, int attribute, int value, int 
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
+      // A shape compiled into the kernel cannot be changed (as a driver answers); one set at
+      // run time for later plain launches is not kept here.
+      if (function->compiled_cluster.dims[0] != 0) return CUDA_ERROR_NOT_PERMITTED;
       if (value > 1) {
         return static_cast<CUresult>(
             ReportUnsupported("cuFuncSetAttribute(cluster dimension)", "thread block clusters"));
@@ -335,9 +345,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxPotentialClusterSize(int* cluste
     if (kernel == nullptr) return CUDA_ERROR_INVALID_HANDLE;
     Device* device = nullptr;
     if (CUresult status = QueryDevice(-1, &device); status != CUDA_SUCCESS) return status;
-    // The portable size where the sim runs cluster launches of the kernel (clusters.h), else
-    // one block, the only "cluster" it runs.
-    *cluster_size = RunsClusterLaunches(*device, *kernel) ? static_cast<int>(kPortableClusterBlocks) : 1;
+    // The portable size where the GPU runs clusters (clusters.h), else one block, the only
+    // "cluster" an older GPU runs.
+    *cluster_size = RunsClusterLaunches(*device) ? static_cast<int>(kPortableClusterBlocks) : 1;
     return CUDA_SUCCESS;
   });
 }
@@ -360,7 +370,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuOccupancyMaxActiveClusters(int* clusters, CU
       return status;
     }
     // As the launch checks it (api_module.cc): no clusters before 9.0, at most 8 blocks (16
-    // where allowed and forwarded).
+    // where allowed).
     if (cluster_blocks > 1 && model.cc_major < 9) return CUDA_ERROR_NOT_SUPPORTED;
     Device* device = nullptr;
     if (CUresult status = QueryDevice(-1, &device); status != CUDA_SUCCESS) return status;

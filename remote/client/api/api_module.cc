@@ -84,6 +84,7 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
   for (const auto& ptx : parsed->ptx) module->ptx_archs.push_back(ptx.arch);
   module->sass = std::move(parsed->sass);
   module->ptx_names_clusters = gpupool::image::PtxNamesClusters(parsed->ptx);
+  module->compiled_clusters = gpupool::image::CompiledClusters(parsed->ptx);
   *result = module.release();
   return CUDA_SUCCESS;
 }
@@ -170,6 +171,9 @@ CUresult GetFunction(Module* module, const char* name, Function** result) {
   function->module = module;
   function->name = name;
   function->layout = kernel->second;
+  if (auto compiled = module->compiled_clusters.find(name); compiled != module->compiled_clusters.end()) {
+    function->compiled_cluster = compiled->second;
+  }
   *result = function.get();
   module->functions[name] = std::move(function);
   return CUDA_SUCCESS;
@@ -203,13 +207,12 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
 
 // A cluster launch (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION of more than one block), checked
 // as a driver checks it, as cuBLAS launches its kernels on GPUs of compute capability 9.0
-// and later. *plain: `config`'s attributes without the cluster dimension. On a GPU host's
-// GPU *cluster gets the cluster's shape, which its driver runs (ForwardsClusterLaunches);
-// on the sim *cluster stays 1, 1, 1 and the launch runs as a plain one where that computes
-// the same (RunsClusterLaunches). A GPU older than 9.0 has no clusters
-// (CUDA_ERROR_NOT_SUPPORTED, as it reports CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0); a kernel
-// that names its cluster on the sim is refused with CUDA_ERROR_NOT_SUPPORTED, never run as
-// if its cluster were one block.
+// and later. *plain: `config`'s attributes without the cluster dimension; *cluster: the
+// cluster's shape, which the GPU runs (a GPU host's driver, or the sim's engine, which keeps
+// a cluster's blocks resident together). On the sim a kernel whose module names no cluster
+// state runs as a plain launch, which computes the same (and may run compiled: the engine's
+// JIT tier runs no clusters). A GPU older than 9.0 has no clusters (CUDA_ERROR_NOT_SUPPORTED,
+// as it reports CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0).
 CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle, std::vector<CUlaunchAttribute>* plain,
                                  unsigned cluster[3]) {
   cluster[0] = cluster[1] = cluster[2] = 1;
@@ -224,8 +227,8 @@ CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle
   if (CUresult status = ResolveDevice(config.hStream, &ordinal, &stream); status != CUDA_SUCCESS) return status;
   const Device* device = Runtime::Get().device(ordinal);
   if (device == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-  const ModelProperties model = PropertiesOf(*device);
-  if (model.cc_major < 9) {
+  if (!RunsClusterLaunches(*device)) {
+    const ModelProperties model = PropertiesOf(*device);
     LogError(
         "cuLaunchKernelEx(%s): a cluster of %u blocks on a GPU of compute capability %d.%d, which has no "
         "thread block clusters",
@@ -239,22 +242,16 @@ CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle
     if (grid[0] % dim.x != 0 || grid[1] % dim.y != 0 || grid[2] % dim.z != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
   }
   if (blocks > MaxClusterBlocks(*device, *function)) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
-  if (ForwardsClusterLaunches(*device)) {
-    for (unsigned i = 0; i < config.numAttrs; ++i) {
-      if (config.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
-      const auto& dim = config.attrs[i].value.clusterDim;
-      cluster[0] = dim.x;
-      cluster[1] = dim.y;
-      cluster[2] = dim.z;
-    }
-    return CUDA_SUCCESS;
+  if (std::strcmp(device->description().executor, "sim") == 0 && function->module != nullptr &&
+      !function->module->ptx_names_clusters) {
+    return CUDA_SUCCESS;  // the same answer as a plain launch
   }
-  if (!RunsClusterLaunches(*device, *function)) {
-    LogError(
-        "cuLaunchKernelEx(%s): a cluster of %u blocks, and the kernel's module names its cluster (%%cluster_*, "
-        "barrier.cluster, .shared::cluster): the sim GPU runs no clusters of more than one block",
-        function->name.c_str(), blocks);
-    return CUDA_ERROR_NOT_SUPPORTED;
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    if (config.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
+    const auto& dim = config.attrs[i].value.clusterDim;
+    cluster[0] = dim.x;
+    cluster[1] = dim.y;
+    cluster[2] = dim.z;
   }
   return CUDA_SUCCESS;
 }
@@ -913,13 +910,7 @@ unsigned MaxClusterBlocks(const Device& device, const Function& function) {
     std::lock_guard<std::mutex> lock(Runtime::Get().mu());
     non_portable = function.non_portable_clusters;
   }
-  return non_portable && ForwardsClusterLaunches(device) ? dp::kMaxClusterBlocks : kPortableClusterBlocks;
-}
-
-bool RunsClusterLaunches(const Device& device, const Function& function) {
-  if (ForwardsClusterLaunches(device)) return true;
-  return std::strcmp(device.description().executor, "sim") == 0 && PropertiesOf(device).cc_major >= 9 &&
-         function.module != nullptr && !function.module->ptx_names_clusters;
+  return non_portable && RunsClusterLaunches(device) ? dp::kMaxClusterBlocks : kPortableClusterBlocks;
 }
 
 }  // namespace gpupool::client

@@ -31,9 +31,7 @@ ModelProperties PropertiesOf(const Device& device) {
   return properties;
 }
 
-bool ForwardsClusterLaunches(const Device& device) {
-  return std::strcmp(device.description().executor, "sim") != 0 && PropertiesOf(device).cc_major >= 9;
-}
+bool RunsClusterLaunches(const Device& device) { return PropertiesOf(device).cc_major >= 9; }
 
 CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
   const ModelProperties p = PropertiesOf(device);
@@ -207,11 +205,9 @@ CUresult DeviceAttribute(const Device& device, int attribute, int* value) {
     case CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE:
       *value = kMaxAccessPolicyWindowBytes;
       break;
-    // Thread block clusters: forwarded to a GPU host's driver from compute capability 9.0
-    // on (api/clusters.h); the sim runs a cluster launch as a plain one only where the
-    // kernel cannot tell, and says it has none.
+    // Thread block clusters: from compute capability 9.0 on (api/clusters.h).
     case CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH:
-      *value = ForwardsClusterLaunches(device) ? 1 : 0;
+      *value = RunsClusterLaunches(device) ? 1 : 0;
       break;
     case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
       *value = p.reserved_shared_per_block;

@@ -28,9 +28,10 @@ ModelProperties PropertiesOf(const Device& device);
 // largest access policy window a stream or kernel may be given.
 constexpr int kMaxAccessPolicyWindowBytes = 134213632;
 
-// True when `device` is a GPU host's GPU (not the sim) of compute capability 9.0 or later,
-// whose driver runs a cluster launch forwarded to it (api/clusters.h).
-bool ForwardsClusterLaunches(const Device& device);
+// True when `device` runs launches in thread block clusters: compute capability 9.0 and
+// later, on a GPU host (its driver) or the sim (its engine keeps a cluster's blocks
+// resident together). Older GPUs have none (CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0).
+bool RunsClusterLaunches(const Device& device);
 
 // CUDA_ERROR_INVALID_VALUE for attributes outside the enum.
 CUresult DeviceAttribute(const Device& device, int attribute, int* value);

@@ -148,6 +148,9 @@ struct Module {
   // Its PTX names a thread block cluster (special registers, cluster barriers, another
   // block's shared memory): its kernels may tell a cluster launch from a plain one.
   bool ptx_names_clusters = false;
+  // The clusters its kernels were compiled for (image::CompiledClusters of its PTX; empty
+  // for a module of SASS alone, whose GPU's driver knows them).
+  std::map<std::string, gpupool::image::CompiledCluster> compiled_clusters;
   std::map<int, uint64_t> remote_ids;  // device -> server module id
   std::map<std::string, std::unique_ptr<Function>> functions;
   bool load_failure_told = false;  // a failed load was logged (Runtime::EnsureFunction); mu_
@@ -174,8 +177,11 @@ struct Function {
   int max_dynamic_shared_bytes = -1;
   int preferred_shared_carveout = -1;
   // CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: clusters of up to 16 blocks where
-  // the GPU's driver runs them (api/clusters.h), else up to 8.
+  // the GPU runs them (api/clusters.h), else up to 8.
   bool non_portable_clusters = false;
+  // The cluster it was compiled for (Module::compiled_clusters; dims 0: none), which the GPU
+  // launches it in: a grid must be a multiple of it.
+  gpupool::image::CompiledCluster compiled_cluster;
 };
 
 struct Device {

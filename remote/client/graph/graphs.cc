@@ -472,7 +472,7 @@ CUresult RunNode(const Node& node, CUstream stream) {
     case CU_GRAPH_NODE_TYPE_KERNEL: {
       auto cooperative = node.attributes.find(CU_LAUNCH_ATTRIBUTE_COOPERATIVE);
       // A cluster shape only a captured launch gives a node (api/api_module.cc: on a GPU
-      // whose driver runs clusters).
+      // that runs clusters, for a kernel whose launch needs one).
       auto cluster = node.attributes.find(CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION);
       unsigned shape[3] = {1, 1, 1};
       if (cluster != node.attributes.end()) {

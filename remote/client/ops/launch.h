@@ -64,6 +64,11 @@ inline CUresult CheckLaunch(CUfunction handle, const unsigned grid[3], const uns
       grid[1] == 0 || grid[2] == 0 || grid[0] > 2147483647u || grid[1] > 65535 || grid[2] > 65535) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  // A kernel compiled for clusters runs in them: its grid a multiple of their shape.
+  if (const uint32_t* cluster = (*function)->compiled_cluster.dims;
+      cluster[0] != 0 && (grid[0] % cluster[0] != 0 || grid[1] % cluster[1] != 0 || grid[2] % cluster[2] != 0)) {
+    return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
   return CUDA_SUCCESS;
 }
 

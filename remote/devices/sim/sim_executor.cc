@@ -418,16 +418,12 @@ int32_t SimExecutor::Launch(uint64_t function, const device::LaunchConfig& confi
       config.grid[2] == 0 || config.grid[1] > 65535 || config.grid[2] > 65535) {
     return dataplane::kCuInvalidValue;
   }
-  if (config.cluster[0] * config.cluster[1] * config.cluster[2] != 1) {
-    // The library runs a cluster launch on the sim as a plain one where the kernel cannot
-    // tell (remote/client/api/clusters.h) and sends no cluster here.
-    error_detail_ = "thread block clusters: the sim runs none";
-    return dataplane::kCuNotSupported;
-  }
   device::BusyMeter::Span busy(meter_, device::BusyMeter::kKernels);  // its children too
   sim::LaunchSpec spec;
   std::memcpy(spec.grid, config.grid, sizeof(spec.grid));
   std::memcpy(spec.block, config.block, sizeof(spec.block));
+  // A thread block cluster (the engine checks its shape against the grid and the kernel's).
+  for (int axis = 0; axis < 3; ++axis) spec.cluster[axis] = config.cluster[axis];
   spec.dynamic_shared = config.shared_mem;
   spec.params = static_cast<const uint8_t*>(params);
   spec.param_size = param_size;

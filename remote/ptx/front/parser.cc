@@ -523,19 +523,34 @@ class Parser {
     while (Peek().kind == Token::kWord && Peek().text[0] == '.') {
       const std::string directive(Next().text);
       uint64_t threads = 1;
-      bool any = false;
+      std::vector<uint64_t> values;
       while (Peek().kind == Token::kNumber || Peek().text == ",") {
         uint64_t value = 0;
         if (Peek().kind == Token::kNumber) {
           if (!ParseInteger(Peek().text, &value)) return Error("bad number " + std::string(Peek().text));
           // Capped: a bound above 1024 threads bounds nothing.
           threads = std::min<uint64_t>(threads * std::clamp<uint64_t>(value, 1, 1u << 20), 1u << 20);
-          any = true;
+          values.push_back(value);
         }
         Next();
       }
-      if (any && (directive == ".maxntid" || directive == ".reqntid")) {
+      if (!values.empty() && (directive == ".maxntid" || directive == ".reqntid")) {
         function.max_threads = static_cast<uint32_t>(threads);
+      }
+      if (directive == ".reqnctapercluster") {
+        // Each dimension 1 to 16 (a cluster has at most 16 blocks; the launch checks the
+        // product), missing ones 1.
+        if (values.empty() || values.size() > 3) return Error(".reqnctapercluster takes one to three dimensions");
+        for (size_t axis = 0; axis < 3; ++axis) {
+          const uint64_t value = axis < values.size() ? values[axis] : 1;
+          if (value == 0 || value > 16) return Error(".reqnctapercluster dimension " + std::to_string(value));
+          function.required_cluster[axis] = static_cast<uint32_t>(value);
+        }
+      } else if (directive == ".explicitcluster") {
+        function.explicit_cluster = true;
+      } else if (directive == ".maxclusterrank") {
+        if (values.size() != 1 || values[0] == 0) return Error(".maxclusterrank takes one positive count");
+        function.max_cluster_rank = static_cast<uint32_t>(std::min<uint64_t>(values[0], 1u << 20));
       }
       if (Peek().kind == Token::kString) Next();
     }

@@ -226,13 +226,19 @@ void HCvta(Warp& w, const Inst& in, uint32_t mask) {
   }
 }
 
-// isspacep.space p, a
+// isspacep.space p, a (Inst::mode: the space; mode2 1 for .shared::cta, whose addresses
+// are the executing block's own).
 void HIsspacep(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   const uint64_t* a = w.R(in.a);
+  const uint64_t own_field = uint64_t{w.launch->cluster_rank} + 1;
   ForLanes(mask, [&](int l) {
     uint64_t v = a[l];
     bool shared = v >= kSharedWindow && v < kSharedWindow + kWindowSize;
+    if (shared && in.mode2 == 1) {
+      const uint64_t field = (v - kSharedWindow) >> kClusterRankShift;
+      shared = field == 0 || field == own_field;
+    }
     bool local = v >= kLocalWindow && v < kLocalWindow + kWindowSize;
     bool param = v >= kParamWindow && v < kParamWindow + kWindowSize;
     switch (static_cast<Space>(in.mode)) {
@@ -249,6 +255,36 @@ void HIsspacep(Warp& w, const Inst& in, uint32_t mask) {
         d[l] = !shared && !local && !param;
         break;
     }
+  });
+}
+
+// mapa{.shared::cluster}.type d, a, rank: the address of the variable at `a` (the
+// executing block's shared memory) in the block of that rank in the cluster. Inst::offset:
+// the window (kSharedWindow for generic addresses, 0 for .shared::cluster ones); width 4 or 8.
+void HMapa(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* rank = w.R(in.b);
+  const uint64_t window = static_cast<uint64_t>(in.offset);
+  const uint64_t keep = in.width == 4 ? 0xffffffffull : ~0ull;
+  ForLanesIndependent(mask, [&](int l) {
+    const uint64_t offset = (a[l] - window) & kSharedOffsetMask;
+    // A rank outside the cluster gives an address no block has: using it faults.
+    const uint64_t field = std::min<uint64_t>(static_cast<uint32_t>(rank[l]), kMaxClusterBlocks) + 1;
+    d[l] = (window + (field << kClusterRankShift) + offset) & keep;
+  });
+}
+
+// getctarank{.shared::cluster}.u32 d, a: the rank in the cluster of the block whose shared
+// memory holds `a` (Inst::offset: the window, as HMapa).
+void HGetctarank(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t window = static_cast<uint64_t>(in.offset);
+  const uint64_t own = w.launch->cluster_rank;
+  ForLanesIndependent(mask, [&](int l) {
+    const uint64_t field = ((a[l] - window) >> kClusterRankShift) & 0x1f;
+    d[l] = field == 0 ? own : field - 1;
   });
 }
 

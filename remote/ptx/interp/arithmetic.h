@@ -573,5 +573,7 @@ void HPack(Warp& w, const Inst& in, uint32_t mask);
 void HUnpack(Warp& w, const Inst& in, uint32_t mask);
 void HCvta(Warp& w, const Inst& in, uint32_t mask);
 void HIsspacep(Warp& w, const Inst& in, uint32_t mask);
+void HMapa(Warp& w, const Inst& in, uint32_t mask);
+void HGetctarank(Warp& w, const Inst& in, uint32_t mask);
 
 }  // namespace gpupool::sim::interp

@@ -32,7 +32,19 @@ Status Decoder::DecodeControl(Decoding& d) {
   }
   if (op == "bar" || op == "barrier") {
     bool warp_only = mods.count("warp");
-    if (warp_only) {
+    if (mods.count("cluster")) {
+      // barrier.cluster.arrive{.release|.relaxed}{.aligned}, barrier.cluster.wait{.acquire}
+      // {.aligned}: split arrive and wait on the cluster's one barrier. Memory order needs
+      // nothing here: a cluster's blocks run on one thread.
+      const bool arrive = mods.count("arrive");
+      if (arrive == (mods.count("wait") != 0) || !ops.empty()) {
+        return BadInstruction(s, "expected barrier.cluster.arrive or barrier.cluster.wait, without operands");
+      }
+      inst.mode = kBarrierNoReduction;
+      inst.mode2 = arrive ? kClusterArrive : kClusterWait;
+      inst.run = &HNop;
+      inst.flow = Flow::kBarrier;
+    } else if (warp_only) {
       inst.run = &HNop;                           // bar.warp.sync: warps run in lockstep here
       if (!ops.empty()) GPUPOOL_SRC(e, 0, kU32);  // membermask: see RunWarp
     } else if (mods.count("red")) {

@@ -9,6 +9,12 @@
 
 namespace gpupool::sim::interp {
 
+namespace {
+bool ContainsPart(const std::vector<std::string>& parts, const char* part) {
+  return std::find(parts.begin() + 1, parts.end(), part) != parts.end();
+}
+}  // namespace
+
 Status Decoder::CpAsync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
   const std::string what = parts.size() > 2 ? parts[2] : "";
   if (what == "mbarrier") {
@@ -71,9 +77,8 @@ Status Decoder::CpAsync(const Frame& frame, const RawStatement& s, const std::ve
 Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
   auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
   auto has = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
-  if (has("expect_tx") || has("complete_tx") || has("shared::cluster")) {
-    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (transaction counts, clusters)",
-                  s.line, inst);
+  if (has("expect_tx") || has("complete_tx")) {
+    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (transaction counts)", s.line, inst);
   }
   const std::string what = parts.size() > 1 ? parts[1] : "";
   const auto& ops = s.operands;
@@ -313,7 +318,23 @@ Status Decoder::DecodeMemory(Decoding& d) {
     GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 2));
     GPUPOOL_SRC(a, 1, kU64);
     inst.mode = static_cast<uint8_t>(inst.space);
+    inst.mode2 = inst.space == Space::kShared && !ContainsPart(parts, "shared::cluster") ? 1 : 0;
     return Append(inst, &HIsspacep);
+  }
+  if (op == "mapa" || op == "getctarank") {
+    // mapa{.shared::cluster}.{u32,u64} d, a, rank; getctarank{.shared::cluster}.u32 d, a.
+    // Without the space, generic addresses (of the shared window).
+    const bool is_mapa = op == "mapa";
+    GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, is_mapa ? 3 : 2));
+    if (type != kU32 && type != kU64) return BadType(d);
+    const bool cluster_space = inst.space == Space::kShared;
+    if (!cluster_space && inst.space != Space::kGeneric) return BadType(d);
+    GPUPOOL_SRC(a, 1, type);
+    if (is_mapa) GPUPOOL_SRC(b, 2, kU32);
+    inst.width = static_cast<uint8_t>(is_mapa ? TySize(type) : 8);
+    inst.offset = cluster_space ? 0 : static_cast<int64_t>(kSharedWindow);
+    k_->names_cluster = true;
+    return Append(inst, is_mapa ? &HMapa : &HGetctarank);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }

@@ -45,6 +45,9 @@ Status Decoder::Run(const RawFunction& entry) {
     if (var.is_const && !var.is_declaration) k_->const_bytes += var.size;
   }
   k_->max_threads = entry.max_threads;
+  std::copy(std::begin(entry.required_cluster), std::end(entry.required_cluster), k_->required_cluster);
+  k_->explicit_cluster = entry.explicit_cluster;
+  k_->max_cluster_rank = entry.max_cluster_rank;
   // Device functions as values (mov.u64 %rd, f): their addresses.
   // Kernels too: a device-side launch names its kernel by address.
   for (const auto& [name, function] : module_.functions) {
@@ -125,19 +128,28 @@ int32_t Decoder::Special(const std::string& name) {
       return Ensure(&k_->ctaid[i]);
     case R::kNctaid:
       return Ensure(&k_->nctaid[i]);
-    // The sim runs every launch as clusters of one block (the client refuses larger ones
-    // for a kernel that names its cluster): each block is its own cluster.
+    // A launch without clusters runs each block as a cluster of one (StartCta).
     case R::kClusterid:
-      return Ensure(&k_->ctaid[i]);
+      k_->names_cluster = true;
+      return Ensure(&k_->clusterid[i]);
     case R::kNclusterid:
-      return Ensure(&k_->nctaid[i]);
+      k_->names_cluster = true;
+      return Ensure(&k_->nclusterid[i]);
     case R::kClusterCtaid:
-    case R::kClusterCtarank:
-    case R::kIsExplicitCluster:
-      return Constant(0);
+      k_->names_cluster = true;
+      return Ensure(&k_->cluster_ctaid[i]);
     case R::kClusterNctaid:
+      k_->names_cluster = true;
+      return Ensure(&k_->cluster_nctaid[i]);
+    case R::kClusterCtarank:
+      k_->names_cluster = true;
+      return Ensure(&k_->cluster_ctarank);
     case R::kClusterNctarank:
-      return Constant(1);
+      k_->names_cluster = true;
+      return Ensure(&k_->cluster_nctarank);
+    case R::kIsExplicitCluster:
+      k_->names_cluster = true;
+      return Ensure(&k_->is_explicit_cluster);
     case R::kLaneid:
       return Ensure(&k_->laneid);
     case R::kWarpid:
@@ -345,7 +357,9 @@ Status Decoder::AddressOperand(const Frame& frame, const RawOperand& op, Inst* i
 Space Decoder::ParseSpace(const std::string& mod, bool* matched) {
   *matched = true;
   if (mod == "global") return Space::kGlobal;
-  if (mod == "shared" || mod == "shared::cta") return Space::kShared;
+  // A .shared::cluster address names a block of the cluster in its upper bits
+  // (kClusterRankShift, interp/internal.h); the executing block's own are .shared::cta ones.
+  if (mod == "shared" || mod == "shared::cta" || mod == "shared::cluster") return Space::kShared;
   if (mod == "local") return Space::kLocal;
   if (mod == "param") return Space::kParam;
   if (mod == "const") return Space::kConst;
@@ -477,14 +491,15 @@ Status Decoder::InstructionBody(const Frame& frame, const RawStatement& s, int d
   if (mods.count("ftz")) inst.flags |= kFlagFtz;
   if (mods.count("sat")) inst.flags |= kFlagSat;
   d.type = types.empty() ? kNoType : types.back();
-  if (mods.count("shared::cluster") || ((op == "bar" || op == "barrier") && mods.count("cluster")) ||
-      ((op == "ld" || op == "ldu" || op == "st" || op == "atom" || op == "red") && mods.count("async"))) {
-    // st.async / red.async complete on an mbarrier of another CTA of the cluster, and
-    // .shared::cluster addresses (ld, st, atom, cvta, isspacep) are another CTA's shared
-    // memory: run as plain accesses to generic addresses they would go astray, so the
-    // kernel is refused instead, as are cluster barriers (the sim launches no clusters).
-    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (clusters, asynchronous stores)",
-                  s.line, inst);
+  if ((op == "ld" || op == "ldu" || op == "st" || op == "atom" || op == "red") && mods.count("async")) {
+    // st.async / red.async complete on an mbarrier's transaction count, which the sim
+    // does not keep: run as plain stores their waiters would go astray, so the kernel is
+    // refused instead.
+    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (asynchronous stores)", s.line, inst);
+  }
+  if (std::find(parts.begin() + 1, parts.end(), "shared::cluster") != parts.end() ||
+      ((op == "bar" || op == "barrier") && mods.count("cluster"))) {
+    k_->names_cluster = true;
   }
 
   return (this->*FamilyOf(op))(d);

@@ -59,7 +59,24 @@ constexpr uint64_t kCooperativeWarpSlice = 1u << 8;
 // beside it (RunResident), as many as a GPU of the model would hold.
 constexpr uint64_t kResidentAfter = uint64_t{1} << 20;
 
+// A .shared::cluster address: the offset in a block's shared memory, with the block's rank
+// in its cluster plus one above it (0 there: the executing block, as in a .shared::cta
+// address). A block has at most 228 KiB of shared memory and a cluster 16 blocks.
+constexpr int kClusterRankShift = 24;
+constexpr uint64_t kSharedOffsetMask = (uint64_t{1} << kClusterRankShift) - 1;
+constexpr uint32_t kMaxClusterBlocks = dataplane::kMaxClusterBlocks;
+// Warp::wait_id of a lane waiting at its cluster's barrier (barrier.cluster.wait).
+constexpr uint8_t kClusterBarrierId = 16;
+
 }  // namespace
+
+struct LaunchState;
+
+// The blocks of one cluster, resident together on one thread (the scheduler's RunClusters):
+// what mapa and .shared::cluster addresses reach, by rank.
+struct ClusterBlocks {
+  std::vector<LaunchState*> blocks;
+};
 
 // ---- Execution state
 // ---------------------------------------------------------------------
@@ -95,6 +112,12 @@ struct alignas(64) LaunchState {
   uint32_t cta_linear = 0;
   uint32_t ctaid[3] = {0, 0, 0};
   uint64_t slice = kWarpSlice;  // warp instructions a warp runs before the next one's turn
+  // Its cluster (null: a cluster of this one block), its rank there, and the lanes of its
+  // warps waiting at the cluster's barrier.
+  const ClusterBlocks* cluster = nullptr;
+  uint32_t cluster_shape[3] = {1, 1, 1};  // ClusterShapeOf (launch.h)
+  uint32_t cluster_rank = 0;
+  uint32_t cluster_waiting = 0;
 };
 
 struct Warp {
@@ -113,12 +136,34 @@ struct Warp {
   // one group of lanes while other lanes were ready elsewhere, that group is `deferred`
   // for up to kDeferSteps steps, or until no other lane is ready or the others reach a
   // warp-synchronous instruction.
+  // Lanes that arrived at the cluster's barrier (barrier.cluster.arrive) in its current
+  // phase: cleared when the phase completes.
+  uint32_t cluster_arrived = 0;
   uint32_t spin_mask = 0;  // the group whose backward branches `spin` counts
   uint32_t spin = 0;
   uint32_t deferred = 0;
   uint32_t defer_left = 0;
 
   uint64_t* R(int32_t slot) { return regs + static_cast<size_t>(slot) * 32; }
+
+  // Host address of `size` bytes at .shared::cluster address `address` (kClusterRankShift):
+  // the shared memory of a block of the cluster; nullptr if stray.
+  uint8_t* ClusterShared(uint64_t address, uint32_t size) {
+    const uint64_t field = address >> kClusterRankShift;
+    const uint64_t offset = address & kSharedOffsetMask;
+    if (field == 0) return nullptr;  // the executing block's own, out of its bounds
+    const uint64_t rank = field - 1;
+    LaunchState* block = nullptr;
+    if (launch->cluster == nullptr) {
+      if (rank != 0) return nullptr;
+      block = launch;
+    } else {
+      if (rank >= launch->cluster->blocks.size()) return nullptr;
+      block = launch->cluster->blocks[rank];
+    }
+    if (offset > block->shared_size || size > block->shared_size - offset) return nullptr;
+    return block->shared + offset;
+  }
 
   uint8_t* LocalOf(int lane) {
     return launch->local + (static_cast<uint64_t>(index) * 32 + lane) * launch->kernel->local_size;
@@ -168,7 +213,9 @@ struct Warp {
         return Global(address, size);
       case Space::kShared:
         address &= 0xffffffffffffull;
-        if (address > launch->shared_size || size > launch->shared_size - address) return nullptr;
+        if (address > launch->shared_size || size > launch->shared_size - address) {
+          return ClusterShared(address, size);
+        }
         return launch->shared + address;
       case Space::kLocal: {
         uint64_t local_size = launch->kernel->local_size;

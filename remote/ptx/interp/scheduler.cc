@@ -229,6 +229,21 @@ void RunWarp(Warp& w, const Inst* code) {
           MoveLanes(w, mask, pc + 1);
           break;
         }
+        if (in.mode2 == kClusterArrive) {
+          w.cluster_arrived |= exec;
+          MoveLanes(w, mask, pc + 1);
+          break;
+        }
+        if (in.mode2 == kClusterWait) {
+          // Lanes whose arrival's phase has completed go on (ReleaseClusterBarrier cleared
+          // their arrival); the others wait for it.
+          const uint32_t waits = exec & w.cluster_arrived;
+          ForLanes(waits, [&](int l) { w.wait_id[l] = kClusterBarrierId; });
+          launch.cluster_waiting += __builtin_popcount(waits);
+          w.waiting |= waits;
+          MoveLanes(w, mask & ~waits, pc + 1);
+          break;
+        }
         // The barrier and count of the first lane (they must be the same in every lane).
         const int first = __builtin_ctz(exec);
         const int id = in.b >= 0 ? static_cast<int>(w.R(in.b)[first] & 15) : 0;
@@ -328,6 +343,12 @@ void PrepareCta(const DecodedKernel& kernel, const LaunchSpec& spec, LaunchState
   LaunchState& launch = *state;
   launch.kernel = &kernel;
   launch.spec = &spec;
+  // Checked by RunKernel before the launch runs; a shape it refused never gets here.
+  if (ClusterShapeOf(kernel, spec, launch.cluster_shape, nullptr) != kSuccess) {
+    std::fill_n(launch.cluster_shape, 3, 1u);
+  }
+  const bool explicit_cluster =
+      kernel.required_cluster[0] != 0 || spec.cluster[0] != 1 || spec.cluster[1] != 1 || spec.cluster[2] != 1;
   cta->range_hints.assign(kernel.code.size(), 0);
   launch.range_hints = cta->range_hints.data();
   cta->shared.assign(shared_size + 16, 0);
@@ -351,6 +372,13 @@ void PrepareCta(const DecodedKernel& kernel, const LaunchSpec& spec, LaunchState
       fill(kernel.ntid[axis], spec.block[axis]);
       fill(kernel.nctaid[axis], spec.grid[axis]);
     }
+    for (int axis = 0; axis < 3; ++axis) {
+      fill(kernel.nclusterid[axis], spec.grid[axis] / launch.cluster_shape[axis]);
+      fill(kernel.cluster_nctaid[axis], launch.cluster_shape[axis]);
+    }
+    fill(kernel.cluster_nctarank,
+         uint64_t{launch.cluster_shape[0]} * launch.cluster_shape[1] * launch.cluster_shape[2]);
+    fill(kernel.is_explicit_cluster, explicit_cluster ? 1 : 0);
     fill(kernel.warpid, i);
     fill(kernel.nwarpid, 64);
     fill(kernel.nsmid, spec.sm_count);
@@ -413,6 +441,15 @@ void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
   if (launch.shared_size) std::memset(launch.shared, 0, launch.shared_size);
   for (int id = 0; id < LaunchState::kBarriers; ++id) ResetBarrier(launch, id);
   launch.active_barriers = 0;
+  launch.cluster_waiting = 0;
+  // Its place in its cluster: %clusterid, %cluster_ctaid and %cluster_ctarank.
+  const uint32_t* shape = launch.cluster_shape;
+  uint32_t clusterid[3], cluster_ctaid[3];
+  for (int axis = 0; axis < 3; ++axis) {
+    clusterid[axis] = launch.ctaid[axis] / shape[axis];
+    cluster_ctaid[axis] = launch.ctaid[axis] % shape[axis];
+  }
+  launch.cluster_rank = cluster_ctaid[0] + shape[0] * (cluster_ctaid[1] + shape[1] * cluster_ctaid[2]);
   for (uint32_t i = 0; i < context->warps.size(); ++i) {
     Warp& w = context->warps[i];
     uint32_t lanes = std::min<uint32_t>(32, threads - i * 32);
@@ -421,9 +458,13 @@ void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
     w.uniform = true;
     w.pc = 0;
     w.spin_mask = w.spin = w.deferred = w.defer_left = 0;
+    w.cluster_arrived = 0;
     for (int axis = 0; axis < 3; ++axis) {
       if (kernel.ctaid[axis] >= 0) std::fill_n(w.R(kernel.ctaid[axis]), 32, launch.ctaid[axis]);
+      if (kernel.clusterid[axis] >= 0) std::fill_n(w.R(kernel.clusterid[axis]), 32, clusterid[axis]);
+      if (kernel.cluster_ctaid[axis] >= 0) std::fill_n(w.R(kernel.cluster_ctaid[axis]), 32, cluster_ctaid[axis]);
     }
+    if (kernel.cluster_ctarank >= 0) std::fill_n(w.R(kernel.cluster_ctarank), 32, launch.cluster_rank);
     if (kernel.smid >= 0) std::fill_n(w.R(kernel.smid), 32, cta % spec.sm_count);
   }
 }
@@ -449,6 +490,32 @@ bool ReleaseBarriers(CtaContext* context, LaunchState* state, const Inst* code) 
   return released;
 }
 
+// One block of a cluster: its warps and state.
+struct ClusterMember {
+  CtaContext* context;
+  LaunchState* state;
+};
+
+// Completes the phase of the cluster's barrier once every running thread of the cluster
+// has arrived (barrier.cluster.arrive; threads that exited count no more): the lanes
+// waiting at it go on, and every lane's arrival is cleared for the next phase. True if it
+// did.
+bool ReleaseClusterBarrier(std::span<const ClusterMember> members, const Inst* code) {
+  for (const ClusterMember& member : members) {
+    for (const Warp& w : member.context->warps) {
+      if ((w.live & ~w.cluster_arrived) != 0) return false;
+    }
+  }
+  for (const ClusterMember& member : members) {
+    for (Warp& w : member.context->warps) {
+      w.cluster_arrived = 0;
+      ReleaseBarrier(w, code, kClusterBarrierId);
+    }
+    member.state->cluster_waiting = 0;
+  }
+  return true;
+}
+
 // Why a CTA whose every live thread waits at a barrier can go no further: its coordinates
 // and, for each barrier waited at, the threads waiting and what it needs.
 std::string DeadlockDetail(const CtaContext& context, const LaunchState& launch) {
@@ -468,6 +535,11 @@ std::string DeadlockDetail(const CtaContext& context, const LaunchState& launch)
                 ? std::to_string(launch.barrier_arrived[id]) + " of the " +
                       std::to_string(launch.barrier_expected[id]) + " its count names arrived"
                 : "all " + std::to_string(live) + " running threads needed";
+  }
+  if (launch.cluster_waiting != 0) {
+    if (!first) text += "; ";
+    text += "the cluster's barrier: " + std::to_string(launch.cluster_waiting) +
+            " threads waiting, every running thread of the cluster needed";
   }
   return text + ")";
 }
@@ -492,7 +564,15 @@ bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
     any_ready |= (w.live & ~w.waiting) != 0;
   }
   if (!any_live) return false;
-  if (launch.active_barriers != 0 && !ReleaseBarriers(context, state, code) && !any_ready) {
+  bool released = launch.active_barriers != 0 && ReleaseBarriers(context, state, code);
+  if (launch.cluster_waiting != 0 && launch.cluster == nullptr) {
+    // A cluster of this one block.
+    const ClusterMember self{context, state};
+    released |= ReleaseClusterBarrier(std::span(&self, 1), code);
+  }
+  // Threads waiting at the barrier of a cluster of several blocks wait for the others:
+  // RunCluster tells a deadlock there.
+  if (!released && !any_ready && (launch.cluster == nullptr || launch.cluster_waiting == 0)) {
     // Every live lane waits, at barriers that cannot complete (counts that the waiting
     // threads do not reach, or threads split over two barriers): a GPU would hang until
     // the job's time ran out. Nothing outside the CTA can release a barrier of its own, so
@@ -662,6 +742,102 @@ void RunCooperative(const DecodedKernel& kernel, const LaunchSpec& spec, std::ve
   }
 }
 
+// Why a cluster's blocks can go no further: every running thread of it waits, at the
+// cluster's barrier or at barriers of its block, and nothing can release them.
+std::string ClusterDeadlockDetail(std::span<const ClusterMember> members) {
+  uint32_t waiting = 0, at_blocks = 0;
+  for (const ClusterMember& member : members) {
+    waiting += member.state->cluster_waiting;
+    for (const Warp& w : member.context->warps) at_blocks += __builtin_popcount(w.waiting);
+  }
+  at_blocks -= waiting;
+  const LaunchState& first = *members.front().state;
+  return "deadlock: every running thread of the cluster of block (" + std::to_string(first.ctaid[0]) + "," +
+         std::to_string(first.ctaid[1]) + "," + std::to_string(first.ctaid[2]) + ") waits (" + std::to_string(waiting) +
+         " at the cluster's barrier, " + std::to_string(at_blocks) +
+         " at barriers of their block) and none can complete";
+}
+
+// Runs the clusters first, first + stride, ... of the launch (one worker thread of
+// `stride`), each with its blocks resident together on this thread, taking short turns: a
+// block may wait at the cluster's barrier for the others, or spin on what they write into
+// its shared memory. The blocks' printf text, instruction counts and first error end up in
+// *state.
+void RunClusters(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t first, uint64_t stride,
+                 std::atomic<bool>* stop, LaunchState* state) {
+  uint32_t shape[3];
+  if (ClusterShapeOf(kernel, spec, shape, nullptr) != kSuccess) return;  // RunKernel refused it
+  const uint32_t blocks = shape[0] * shape[1] * shape[2];
+  const uint32_t clusters_of[3] = {spec.grid[0] / shape[0], spec.grid[1] / shape[1], spec.grid[2] / shape[2]};
+  const uint64_t clusters = uint64_t{clusters_of[0]} * clusters_of[1] * clusters_of[2];
+  std::vector<LaunchState> states(blocks);
+  std::vector<CtaContext> contexts(blocks);
+  std::vector<ClusterMember> members;
+  ClusterBlocks cluster;
+  for (uint32_t rank = 0; rank < blocks; ++rank) {
+    states[rank].slice = kCooperativeWarpSlice;
+    PrepareCta(kernel, spec, &states[rank], &contexts[rank]);
+    states[rank].cluster = &cluster;
+    cluster.blocks.push_back(&states[rank]);
+    members.push_back({&contexts[rank], &states[rank]});
+  }
+  const Inst* code = kernel.code.data();
+  std::vector<bool> running(blocks);
+  for (uint64_t c = first; c < clusters && !stop->load(std::memory_order_relaxed); c += stride) {
+    const uint64_t at[3] = {c % clusters_of[0], (c / clusters_of[0]) % clusters_of[1],
+                            c / (uint64_t{clusters_of[0]} * clusters_of[1])};
+    for (uint32_t rank = 0; rank < blocks; ++rank) {
+      const uint64_t ctaid[3] = {at[0] * shape[0] + rank % shape[0], at[1] * shape[1] + (rank / shape[0]) % shape[1],
+                                 at[2] * shape[2] + rank / (shape[0] * shape[1])};
+      const uint64_t cta = ctaid[0] + spec.grid[0] * (ctaid[1] + uint64_t{spec.grid[1]} * ctaid[2]);
+      if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
+      StartCta(kernel, spec, cta, &states[rank], &contexts[rank]);
+      running[rank] = true;
+    }
+    // Rounds until every block has exited. Two rounds in a row in which no warp ran an
+    // instruction and the cluster's barrier did not complete: a deadlock (a round after a
+    // block's own barrier completes runs its threads).
+    for (int idle_rounds = 0;;) {
+      bool any = false, ran = false;
+      for (uint32_t rank = 0; rank < blocks; ++rank) {
+        if (!running[rank]) continue;
+        const uint64_t before = states[rank].clock;
+        if (!StepCta(&contexts[rank], &states[rank], code)) {
+          running[rank] = false;
+          if (states[rank].error != kSuccess) {
+            stop->store(true);
+            break;
+          }
+          continue;
+        }
+        any = true;
+        ran |= states[rank].clock != before;
+      }
+      if (!any || stop->load(std::memory_order_relaxed)) break;
+      bool waiting = false;
+      for (const LaunchState& block : states) waiting |= block.cluster_waiting != 0;
+      if (waiting && ReleaseClusterBarrier(members, code)) ran = true;
+      idle_rounds = ran ? 0 : idle_rounds + 1;
+      if (idle_rounds == 2) {
+        states[0].error = kLaunchFailed;
+        states[0].detail = ClusterDeadlockDetail(members);
+        stop->store(true);
+        break;
+      }
+    }
+  }
+  for (LaunchState& block : states) {
+    AppendPrintf(&state->printf, block.printf, &state->printf_dropped);
+    state->printf_dropped += block.printf_dropped;
+    state->thread_instructions += block.thread_instructions;
+    if (block.error != kSuccess && (state->error == kSuccess || block.cta_linear < state->cta_linear)) {
+      state->error = block.error;
+      state->detail = block.detail;
+      state->cta_linear = block.cta_linear;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::sim::interp
 
@@ -691,6 +867,22 @@ int32_t RunInterpreted(const DecodedKernel& kernel, const LaunchSpec& spec, uint
     }
     RunCooperative(kernel, spec, &cooperative_states);
     states = cooperative_states;
+  } else if (uint32_t shape[3];
+             ClusterShapeOf(kernel, spec, shape, nullptr) == kSuccess && shape[0] * shape[1] * shape[2] > 1) {
+    std::atomic<bool> stop{false};
+    const uint64_t clusters = ctas / (shape[0] * shape[1] * shape[2]);
+    const uint32_t cluster_workers = clusters >= workers ? workers : 1;
+    states = std::span<LaunchState>(worker_states, cluster_workers);
+    RunOnWorkers(cluster_workers, [&](uint32_t worker, bool) {
+      try {
+        RunClusters(kernel, spec, worker, cluster_workers, &stop, &states[worker]);
+      } catch (const std::exception&) {
+        states[worker].error = kOutOfResources;
+        states[worker].detail = "the launch ran out of host memory";
+        states[worker].cta_linear = 0;
+        stop.store(true);
+      }
+    });
   } else {
     std::atomic<bool> stop{false};
     states = std::span<LaunchState>(worker_states, workers);

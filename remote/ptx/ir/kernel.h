@@ -218,6 +218,11 @@ struct DecodedKernel {
   int32_t tid[3] = {-1, -1, -1}, ntid[3] = {-1, -1, -1};
   int32_t ctaid[3] = {-1, -1, -1}, nctaid[3] = {-1, -1, -1};
   int32_t laneid = -1, warpid = -1, nwarpid = -1, smid = -1, nsmid = -1, gridid = -1;
+  // Thread block clusters: %clusterid, %nclusterid, %cluster_ctaid, %cluster_nctaid (per
+  // axis), %cluster_ctarank, %cluster_nctarank and %is_explicit_cluster.
+  int32_t clusterid[3] = {-1, -1, -1}, nclusterid[3] = {-1, -1, -1};
+  int32_t cluster_ctaid[3] = {-1, -1, -1}, cluster_nctaid[3] = {-1, -1, -1};
+  int32_t cluster_ctarank = -1, cluster_nctarank = -1, is_explicit_cluster = -1;
   int32_t lanemask_eq = -1, lanemask_lt = -1, lanemask_le = -1, lanemask_gt = -1, lanemask_ge = -1;
   // %envreg0..31: 0, except %envreg1/%envreg2, the high and low halves of a cooperative
   // launch's grid workspace (what cooperative groups' grid.sync() counts on).
@@ -230,7 +235,14 @@ struct DecodedKernel {
   uint64_t declared_shared = 0;
   uint64_t static_shared = 0;
   uint32_t dynamic_shared_align = 16;
-  uint32_t max_threads = 0;                     // RawFunction::max_threads of the entry
+  uint32_t max_threads = 0;  // RawFunction::max_threads of the entry
+  // RawFunction's cluster shape (0, 0, 0: none), .explicitcluster and .maxclusterrank.
+  uint32_t required_cluster[3] = {0, 0, 0};
+  bool explicit_cluster = false;
+  uint32_t max_cluster_rank = 0;
+  // It names its cluster (registers, barrier.cluster, .shared::cluster, mapa, getctarank):
+  // the interpreter runs it (the JIT tier compiles none of that).
+  bool names_cluster = false;
   uint64_t const_bytes = 0;                     // of the module's .const variables (one bank per module)
   uint64_t local_size = 0;                      // bytes of local memory per thread
   std::string unsupported;                      // non-empty: why this kernel cannot run (at launch)

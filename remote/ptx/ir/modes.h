@@ -37,6 +37,11 @@ enum BarrierReduction : uint8_t {
 enum BarrierWait : uint8_t {
   kBarrierSync,    // bar.sync, bar.red: wait for the barrier's threads
   kBarrierArrive,  // bar.arrive: count the lanes and go on
+  // barrier.cluster.arrive: the lanes arrive at their cluster's barrier and go on;
+  // barrier.cluster.wait: lanes that arrived wait until every running thread of the
+  // cluster has (the scheduler's ReleaseClusterBarrier).
+  kClusterArrive,
+  kClusterWait,
 };
 
 // ---- Memory (decode_memory.cc, memory.h, half.cc, arithmetic.cc, wmma.cc)

@@ -1,13 +1,12 @@
 // Launches with a thread block cluster dimension (cudaLaunchKernelEx, as cuBLAS launches its
 // norms on GPUs of compute capability 9.0 and later), on the sim GPU of the model ctest
-// names. On 9.0 and later a kernel that never looks at its cluster runs, with the answer of
-// a plain launch; the cluster's shape is checked as a driver checks it (the grid a multiple
-// of it, at most 8 blocks); a kernel that reads its cluster (%cluster_ctarank) is refused
-// with CUDA_ERROR_NOT_SUPPORTED, never run as if its cluster were one block; in a plain
-// launch it reads the cluster of one block each block is. Older GPUs have no clusters: the
-// launch is refused, and a cluster of one block is a plain launch. On a GPU host's GPU of
-// 9.0 or later (scripts/test --gpu) the launches go to its driver with their shape: clusters
-// of 2, 8 and, once allowed, 16 blocks give the plain launch's answer.
+// names, or a GPU host's GPU (scripts/test --gpu). On 9.0 and later the clusters run, with
+// their shape: clusters of 2, 8 and, once allowed, 16 blocks give the plain launch's answer;
+// the shape is checked as a driver checks it (the grid a multiple of it, at most 8 blocks
+// until non-portable sizes are allowed); a kernel that reads its cluster (%cluster_ctarank)
+// gets each block's rank in it, and in a plain launch the cluster of one block each block
+// is. Older GPUs have no clusters: the launch is refused, and a cluster of one block is a
+// plain launch.
 #include <cuda.h>
 
 #include <cstdio>
@@ -87,48 +86,63 @@ int main() {
     EXPECT(refused != cudaSuccess);
     if (OnTheSim()) EXPECT(refused == cudaErrorNotSupported);
     CHECK(cudaDeviceSynchronize());  // nothing sticky
-  } else if (OnTheSim()) {
-    // 32 blocks of 64 threads per SM (by threads: 2048), in pairs.
-    EXPECT(active == cudaSuccess && active_clusters == 16 * properties.multiProcessorCount);
-    EXPECT(potential == 8);
-    CHECK(cudaMemset(out, 0, n * sizeof(int)));
-    CHECK(LaunchInClusters(out, n, 8, 2));
-    CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
-    // As a driver checks the shape: the grid a multiple of the cluster, at most 8 blocks.
+  } else {
+    // 9.0 and later: the sim's engine and a GPU host's driver run the clusters, with their
+    // shape, up to 16 blocks once the kernel allows non-portable sizes. 32 blocks of 64
+    // threads per SM (by threads: 2048), in pairs.
+    EXPECT(active == cudaSuccess && active_clusters > 0 && potential == 8);
+    if (OnTheSim()) EXPECT(active_clusters == 16 * properties.multiProcessorCount);
+    int supported = 0;
+    CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, 0));
+    EXPECT(supported == 1);
+    for (unsigned cluster : {2u, 8u}) {
+      CHECK(cudaMemset(out, 0, n * sizeof(int)));
+      CHECK(LaunchInClusters(out, n, 8, cluster));
+      CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+      for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
+    }
+    // As a driver checks the shape: the grid a multiple of the cluster, at most 8 blocks
+    // until the kernel allows more.
     EXPECT(LaunchInClusters(out, n, 7, 2) == cudaErrorInvalidClusterSize);
     EXPECT(LaunchInClusters(out, n, 16, 16) == cudaErrorInvalidClusterSize);
-    // Non-portable sizes: the attribute is kept, but the sim runs clusters of 8 at most.
+    EXPECT(cudaFuncSetAttribute(IndexTimesThree, cudaFuncAttributeNonPortableClusterSizeAllowed, 2) ==
+           cudaErrorInvalidValue);
     CHECK(cudaFuncSetAttribute(IndexTimesThree, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     cudaFuncAttributes attributes;
     CHECK(cudaFuncGetAttributes(&attributes, IndexTimesThree));
     EXPECT(attributes.nonPortableClusterSizeAllowed == 1);
-    EXPECT(LaunchInClusters(out, n, 16, 16) == cudaErrorInvalidClusterSize);
-    EXPECT(cudaFuncSetAttribute(IndexTimesThree, cudaFuncAttributeNonPortableClusterSizeAllowed, 2) ==
-           cudaErrorInvalidValue);
+    CHECK(cudaMemset(out, 0, n * sizeof(int)));
+    CHECK(LaunchInClusters(out, n, 16, 16));
+    CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
     CHECK(cudaFuncSetAttribute(IndexTimesThree, cudaFuncAttributeNonPortableClusterSizeAllowed, 0));
-    CHECK(cudaDeviceSynchronize());
+    std::printf("clusters of 2, 8 and 16 blocks ran\n");
 
-    // A kernel that reads its cluster: refused, not run as if each block were a cluster.
+    // A kernel that reads its cluster: each block its rank in it, in clusters of 2 and 4.
     CUmodule module;
     CUfunction rank;
     EXPECT(cuModuleLoadData(&module, kRankPtx) == CUDA_SUCCESS);
     EXPECT(cuModuleGetFunction(&rank, module, "rank_of_block") == CUDA_SUCCESS);
     CUdeviceptr pointer = reinterpret_cast<CUdeviceptr>(out);
     void* params[] = {&pointer};
-    CUlaunchAttribute attribute = {};
-    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attribute.value.clusterDim.x = 2;
-    attribute.value.clusterDim.y = 1;
-    attribute.value.clusterDim.z = 1;
-    CUlaunchConfig config = {};
-    config.gridDimX = 8, config.gridDimY = 1, config.gridDimZ = 1;
-    config.blockDimX = 32, config.blockDimY = 1, config.blockDimZ = 1;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    const CUresult refused = cuLaunchKernelEx(&config, rank, params, nullptr);
-    std::printf("a kernel that reads its cluster: %d\n", static_cast<int>(refused));
-    EXPECT(refused == CUDA_ERROR_NOT_SUPPORTED);
+    for (unsigned cluster : {2u, 4u}) {
+      CUlaunchAttribute attribute = {};
+      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attribute.value.clusterDim.x = cluster;
+      attribute.value.clusterDim.y = 1;
+      attribute.value.clusterDim.z = 1;
+      CUlaunchConfig config = {};
+      config.gridDimX = 8, config.gridDimY = 1, config.gridDimZ = 1;
+      config.blockDimX = 32, config.blockDimY = 1, config.blockDimZ = 1;
+      config.attrs = &attribute;
+      config.numAttrs = 1;
+      CHECK(cudaMemset(out, 0xff, 8 * sizeof(int)));
+      EXPECT(cuLaunchKernelEx(&config, rank, params, nullptr) == CUDA_SUCCESS);
+      unsigned ranks[8];
+      CHECK(cudaMemcpy(ranks, out, sizeof(ranks), cudaMemcpyDeviceToHost));
+      for (unsigned block = 0; block < 8; ++block) EXPECT(ranks[block] == block % cluster);
+      std::printf("clusters of %u: block 7 has rank %u\n", cluster, ranks[7]);
+    }
     // A plain launch of a kernel that reads its cluster: each block is its own.
     CUfunction shape;
     EXPECT(cuModuleGetFunction(&shape, module, "cluster_shape") == CUDA_SUCCESS);
@@ -143,27 +157,6 @@ int main() {
                 read[2][3]);
     EXPECT(cuModuleUnload(module) == CUDA_SUCCESS);
     CHECK(cudaDeviceSynchronize());
-  } else {
-    // A GPU host's GPU of 9.0 or later (the cuda executor): its driver runs the clusters,
-    // forwarded with their shape, up to 16 blocks once the kernel allows non-portable sizes.
-    EXPECT(active == cudaSuccess && active_clusters > 0 && potential == 8);
-    int supported = 0;
-    CHECK(cudaDeviceGetAttribute(&supported, cudaDevAttrClusterLaunch, 0));
-    EXPECT(supported == 1);
-    for (unsigned cluster : {2u, 8u}) {
-      CHECK(cudaMemset(out, 0, n * sizeof(int)));
-      CHECK(LaunchInClusters(out, n, 8, cluster));
-      CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
-      for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
-    }
-    EXPECT(LaunchInClusters(out, n, 7, 2) == cudaErrorInvalidClusterSize);
-    EXPECT(LaunchInClusters(out, n, 16, 16) == cudaErrorInvalidClusterSize);
-    CHECK(cudaFuncSetAttribute(IndexTimesThree, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    CHECK(cudaMemset(out, 0, n * sizeof(int)));
-    CHECK(LaunchInClusters(out, n, 16, 16));
-    CHECK(cudaMemcpy(got.data(), out, n * sizeof(int), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < n; ++i) EXPECT(got[i] == i * 3 + i / 64);
-    std::printf("clusters of 2, 8 and 16 blocks ran on the GPU\n");
   }
   CHECK(cudaFree(out));
   std::printf("PASS\n");

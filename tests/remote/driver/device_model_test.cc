@@ -134,10 +134,11 @@ TEST(DeviceModel, AttributesOutsideTheEnumAreRefused) {
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH), 0);
   // Cooperative launches on one device are offered (the agent gives them a workspace).
   EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH), 1);
-  // Thread block clusters: forwarded to a GPU host's driver from 9.0 on; the sim has none.
+  // Thread block clusters: from 9.0 on, on a GPU host's GPU (its driver) and the sim's.
   EXPECT_EQ(Attribute(*Described("NVIDIA H100 80GB HBM3", "cuda", 9, 0, 132), CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH), 1);
   EXPECT_EQ(Attribute(*Described("NVIDIA A100-SXM4-80GB", "cuda"), CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH), 0);
-  EXPECT_EQ(Attribute(*Described("NVIDIA H100 80GB HBM3", "sim", 9, 0, 132), CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH), 0);
+  EXPECT_EQ(Attribute(*Described("NVIDIA H100 80GB HBM3", "sim", 9, 0, 132), CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH), 1);
+  EXPECT_EQ(Attribute(*a100, CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH), 0);
 }
 
 TEST(Occupancy, MatchesTheCalculator) {
