@@ -6,6 +6,7 @@
 #include <memory>
 #include <set>
 #include <vector>
+#include "remote/client/api/clusters.h"
 #include "remote/client/core/api_common.h"
 #include "remote/client/graph/graph_model.h"
 #include "remote/client/ops/launch.h"
@@ -322,7 +323,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode handle,
 }
 
 // Kernel node attributes: the launch attributes cuLaunchKernelEx takes, checked the same
-// way (a cluster of more than one block, or a kernel-triggered event, is not supported).
+// way (a kernel-triggered event is not supported). A cluster dimension is checked for the
+// node's kernel and grid on the current context's GPU, and the graph's launches send it.
 GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode handle, CUkernelNodeAttrID attribute,
                                                                 const CUkernelNodeAttrValue* value) {
   GPUPOOL_BODY({
@@ -335,8 +337,23 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGraphKernelNodeSetAttribute(CUgraphNode hand
     as_launch.id = attribute;
     as_launch.value = *value;
     CUlaunchConfig config{};
+    config.gridDimX = node->grid[0];
+    config.gridDimY = node->grid[1];
+    config.gridDimZ = node->grid[2];
+    config.blockDimX = node->block[0];
+    config.blockDimY = node->block[1];
+    config.blockDimZ = node->block[2];
     config.attrs = &as_launch;
     config.numAttrs = 1;
+    if (attribute == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) {
+      std::vector<CUlaunchAttribute> others;
+      unsigned shape[3];
+      if (CUresult status = WithoutClusterDimension(config, node->function, &others, shape); status != CUDA_SUCCESS) {
+        return status;
+      }
+      node->attributes[attribute] = *value;
+      return CUDA_SUCCESS;
+    }
     if (CUresult status = ops::CheckLaunchAttributes(config); status != CUDA_SUCCESS) return status;
     node->attributes[attribute] = *value;
     return CUDA_SUCCESS;

@@ -205,57 +205,6 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
   return LaunchKernel(handle, grid, block, shared_mem, stream, params, extra, cooperative, cluster);
 }
 
-// A cluster launch (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION of more than one block), checked
-// as a driver checks it, as cuBLAS launches its kernels on GPUs of compute capability 9.0
-// and later. *plain: `config`'s attributes without the cluster dimension; *cluster: the
-// cluster's shape, which the GPU runs (a GPU host's driver, or the sim's engine, which keeps
-// a cluster's blocks resident together). On the sim a kernel whose module names no cluster
-// state runs as a plain launch, which computes the same (and may run compiled: the engine's
-// JIT tier runs no clusters). A GPU older than 9.0 has no clusters (CUDA_ERROR_NOT_SUPPORTED,
-// as it reports CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0).
-CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle, std::vector<CUlaunchAttribute>* plain,
-                                 unsigned cluster[3]) {
-  cluster[0] = cluster[1] = cluster[2] = 1;
-  unsigned blocks = 1;
-  if (CUresult status = ClusterBlocks(config, &blocks, plain); status != CUDA_SUCCESS) return status;
-  if (blocks == 0) return CUDA_ERROR_INVALID_VALUE;
-  if (blocks == 1) return CUDA_SUCCESS;  // one block: a plain launch
-  Function* function = AsFunction(handle);
-  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
-  int ordinal = 0;
-  uint64_t stream = 0;
-  if (CUresult status = ResolveDevice(config.hStream, &ordinal, &stream); status != CUDA_SUCCESS) return status;
-  const Device* device = Runtime::Get().device(ordinal);
-  if (device == nullptr) return CUDA_ERROR_INVALID_DEVICE;
-  if (!RunsClusterLaunches(*device)) {
-    const ModelProperties model = PropertiesOf(*device);
-    LogError(
-        "cuLaunchKernelEx(%s): a cluster of %u blocks on a GPU of compute capability %d.%d, which has no "
-        "thread block clusters",
-        function->name.c_str(), blocks, model.cc_major, model.cc_minor);
-    return CUDA_ERROR_NOT_SUPPORTED;
-  }
-  const unsigned grid[3] = {config.gridDimX, config.gridDimY, config.gridDimZ};
-  for (unsigned i = 0; i < config.numAttrs; ++i) {
-    if (config.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
-    const auto& dim = config.attrs[i].value.clusterDim;
-    if (grid[0] % dim.x != 0 || grid[1] % dim.y != 0 || grid[2] % dim.z != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
-  }
-  if (blocks > MaxClusterBlocks(*device, *function)) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
-  if (std::strcmp(device->description().executor, "sim") == 0 && function->module != nullptr &&
-      !function->module->ptx_names_clusters) {
-    return CUDA_SUCCESS;  // the same answer as a plain launch
-  }
-  for (unsigned i = 0; i < config.numAttrs; ++i) {
-    if (config.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
-    const auto& dim = config.attrs[i].value.clusterDim;
-    cluster[0] = dim.x;
-    cluster[1] = dim.y;
-    cluster[2] = dim.z;
-  }
-  return CUDA_SUCCESS;
-}
-
 CUresult LaunchEx(const CUlaunchConfig* given, CUfunction function, void** params, void** extra) {
   if (given == nullptr) return CUDA_ERROR_INVALID_VALUE;
   std::vector<CUlaunchAttribute> attributes;
@@ -900,6 +849,57 @@ CUresult ClusterBlocks(const CUlaunchConfig& config, unsigned* blocks, std::vect
     }
     const auto& dim = attribute.value.clusterDim;
     *blocks = ClusterBlockCount(dim.x, dim.y, dim.z);
+  }
+  return CUDA_SUCCESS;
+}
+
+// A cluster launch (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION of more than one block), checked
+// as a driver checks it, as cuBLAS launches its kernels on GPUs of compute capability 9.0
+// and later. *plain: `config`'s attributes without the cluster dimension; *cluster: the
+// cluster's shape, which the GPU runs (a GPU host's driver, or the sim's engine, which keeps
+// a cluster's blocks resident together). On the sim a kernel whose module names no cluster
+// state runs as a plain launch, which computes the same (and may run compiled: the engine's
+// JIT tier runs no clusters). A GPU older than 9.0 has no clusters (CUDA_ERROR_NOT_SUPPORTED,
+// as it reports CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH 0).
+CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction handle, std::vector<CUlaunchAttribute>* plain,
+                                 unsigned cluster[3]) {
+  cluster[0] = cluster[1] = cluster[2] = 1;
+  unsigned blocks = 1;
+  if (CUresult status = ClusterBlocks(config, &blocks, plain); status != CUDA_SUCCESS) return status;
+  if (blocks == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (blocks == 1) return CUDA_SUCCESS;  // one block: a plain launch
+  Function* function = AsFunction(handle);
+  if (function == nullptr) return CUDA_ERROR_INVALID_HANDLE;
+  int ordinal = 0;
+  uint64_t stream = 0;
+  if (CUresult status = ResolveDevice(config.hStream, &ordinal, &stream); status != CUDA_SUCCESS) return status;
+  const Device* device = Runtime::Get().device(ordinal);
+  if (device == nullptr) return CUDA_ERROR_INVALID_DEVICE;
+  if (!RunsClusterLaunches(*device)) {
+    const ModelProperties model = PropertiesOf(*device);
+    LogError(
+        "cuLaunchKernelEx(%s): a cluster of %u blocks on a GPU of compute capability %d.%d, which has no "
+        "thread block clusters",
+        function->name.c_str(), blocks, model.cc_major, model.cc_minor);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  const unsigned grid[3] = {config.gridDimX, config.gridDimY, config.gridDimZ};
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    if (config.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
+    const auto& dim = config.attrs[i].value.clusterDim;
+    if (grid[0] % dim.x != 0 || grid[1] % dim.y != 0 || grid[2] % dim.z != 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  }
+  if (blocks > MaxClusterBlocks(*device, *function)) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+  if (std::strcmp(device->description().executor, "sim") == 0 && function->module != nullptr &&
+      !function->module->ptx_names_clusters) {
+    return CUDA_SUCCESS;  // the same answer as a plain launch
+  }
+  for (unsigned i = 0; i < config.numAttrs; ++i) {
+    if (config.attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
+    const auto& dim = config.attrs[i].value.clusterDim;
+    cluster[0] = dim.x;
+    cluster[1] = dim.y;
+    cluster[2] = dim.z;
   }
   return CUDA_SUCCESS;
 }

@@ -23,6 +23,14 @@ inline constexpr unsigned kPortableClusterBlocks = 8;
 // without an array.
 CUresult ClusterBlocks(const CUlaunchConfig& config, unsigned* blocks, std::vector<CUlaunchAttribute>* others);
 
+// `config`'s attributes without its cluster dimension (*plain), after checking the cluster
+// as a driver checks it for `function` (the grid a multiple of it, at most 8 blocks or 16
+// where allowed, a GPU of 9.0 or later: else CUDA_ERROR_INVALID_CLUSTER_SIZE or
+// CUDA_ERROR_NOT_SUPPORTED); *cluster: the shape to send with the launch (1, 1, 1: a plain
+// launch, which computes the same).
+CUresult WithoutClusterDimension(const CUlaunchConfig& config, CUfunction function,
+                                 std::vector<CUlaunchAttribute>* plain, unsigned cluster[3]);
+
 // The most blocks a cluster of `function` may have on `device` (kPortableClusterBlocks, or
 // 16 where the program allowed non-portable sizes and the GPU runs clusters).
 unsigned MaxClusterBlocks(const Device& device, const Function& function);

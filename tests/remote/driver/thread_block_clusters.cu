@@ -2,7 +2,8 @@
 // programming guide writes them: a histogram whose bins are spread over the shared memory
 // of a cluster's blocks (cluster.map_shared_rank, atomics into another block's shared
 // memory, cluster.sync), blocks reading their neighbours' shared memory in 2D clusters,
-// split arrive and wait, a kernel compiled for its clusters (__cluster_dims__) launched
+// split arrive and wait, the same as a graph's kernel node given its cluster by
+// cudaGraphKernelNodeSetAttribute, a kernel compiled for its clusters (__cluster_dims__) launched
 // with <<<>>> and its attributes, and the shapes a driver refuses. On a GPU of an older
 // model (the sim's A100) the sm_90 code has nothing to run on: every launch fails with an
 // error, none runs wrong. Exits 0 only if every result matches a CPU reference.
@@ -143,22 +144,58 @@ int main() {
   config.attrs = &square;
   config.numAttrs = 1;
   CHECK(cudaLaunchKernelEx(&config, Neighbours, words, places));
-  std::vector<unsigned> got_words(blocks * threads * 2), got_places(blocks * 4);
-  CHECK(cudaMemcpy(got_words.data(), words, got_words.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(got_places.data(), places, got_places.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
-  for (unsigned y = 0; y < 4; ++y) {
-    for (unsigned x = 0; x < 4; ++x) {
-      const unsigned block = x + 4 * y, rank = x % 2 + 2 * (y % 2), next = (rank + 1) % 4;
-      EXPECT(got_places[block * 4] == 4 && got_places[block * 4 + 1] == 22);
-      EXPECT(got_places[block * 4 + 2] == (x % 2) * 10 + y % 2 && got_places[block * 4 + 3] == rank);
-      for (unsigned t = 0; t < threads; ++t) {
-        EXPECT(got_words[(block * threads + t) * 2] == next * 100 + threads - 1 - t);
-        EXPECT(got_words[(block * threads + t) * 2 + 1] == next);
+  auto check_neighbours = [&](const char* how) {
+    std::vector<unsigned> got_words(blocks * threads * 2), got_places(blocks * 4);
+    CHECK(cudaMemcpy(got_words.data(), words, got_words.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(got_places.data(), places, got_places.size() * sizeof(unsigned), cudaMemcpyDeviceToHost));
+    for (unsigned y = 0; y < 4; ++y) {
+      for (unsigned x = 0; x < 4; ++x) {
+        const unsigned block = x + 4 * y, rank = x % 2 + 2 * (y % 2), next = (rank + 1) % 4;
+        EXPECT(got_places[block * 4] == 4 && got_places[block * 4 + 1] == 22);
+        EXPECT(got_places[block * 4 + 2] == (x % 2) * 10 + y % 2 && got_places[block * 4 + 3] == rank);
+        for (unsigned t = 0; t < threads; ++t) {
+          EXPECT(got_words[(block * threads + t) * 2] == next * 100 + threads - 1 - t);
+          EXPECT(got_words[(block * threads + t) * 2 + 1] == next);
+        }
       }
     }
-  }
-  std::printf("block (3,3): rank %u of %u, read rank %u's word %u\n", got_places[15 * 4 + 3], got_places[15 * 4],
-              got_words[15 * threads * 2 + 1], got_words[15 * threads * 2]);
+    std::printf("%s: block (3,3) rank %u of %u, read rank %u's word %u\n", how, got_places[15 * 4 + 3],
+                got_places[15 * 4], got_words[15 * threads * 2 + 1], got_words[15 * threads * 2]);
+  };
+  check_neighbours("cudaLaunchKernelEx");
+
+  // The same kernel as a graph's node, given its cluster by cudaGraphKernelNodeSetAttribute
+  // (a plain launch of it would read its own block's words).
+  CHECK(cudaMemset(words, 0, blocks * threads * 2 * sizeof(unsigned)));
+  CHECK(cudaMemset(places, 0, blocks * 4 * sizeof(unsigned)));
+  cudaGraph_t graph;
+  CHECK(cudaGraphCreate(&graph, 0));
+  void* args[] = {&words, &places};
+  cudaKernelNodeParams node_params = {};
+  node_params.func = reinterpret_cast<void*>(Neighbours);
+  node_params.gridDim = dim3(4, 4);
+  node_params.blockDim = dim3(threads);
+  node_params.kernelParams = args;
+  cudaGraphNode_t node;
+  CHECK(cudaGraphAddKernelNode(&node, graph, nullptr, 0, &node_params));
+  cudaLaunchAttributeValue odd_shape = {};
+  odd_shape.clusterDim.x = 3;
+  odd_shape.clusterDim.y = 1;
+  odd_shape.clusterDim.z = 1;
+  EXPECT(cudaGraphKernelNodeSetAttribute(node, cudaLaunchAttributeClusterDimension, &odd_shape) ==
+         cudaErrorInvalidClusterSize);
+  EXPECT(cudaGetLastError() == cudaErrorInvalidClusterSize);
+  CHECK(cudaGraphKernelNodeSetAttribute(node, cudaLaunchAttributeClusterDimension, &square.val));
+  cudaLaunchAttributeValue read_back = {};
+  CHECK(cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &read_back));
+  EXPECT(read_back.clusterDim.x == 2 && read_back.clusterDim.y == 2 && read_back.clusterDim.z == 1);
+  cudaGraphExec_t exec;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, 0));
+  CHECK(cudaStreamSynchronize(0));
+  check_neighbours("a graph's kernel node");
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
 
   // A kernel compiled for clusters of 2: <<<>>> runs it in them; its attributes say so.
   cudaFuncAttributes attributes;

@@ -51,14 +51,14 @@ TEST_F(Clusters, BlocksReadTheirPlaceInTheirCluster) {
     for (uint32_t x = 0; x < 6; ++x) {
       SCOPED_TRACE(testing::Message() << "block (" << x << "," << y << ")");
       const uint32_t* place = &got[(x + 6 * y) * 8];
-      EXPECT_EQ(place[0], x / 3);                // %clusterid.x
-      EXPECT_EQ(place[1], 2u);                   // %nclusterid.x
-      EXPECT_EQ(place[2], x % 3);                // %cluster_ctaid.x
-      EXPECT_EQ(place[3], y);                    // %cluster_ctaid.y
-      EXPECT_EQ(place[4], 3u);                   // %cluster_nctaid.x
-      EXPECT_EQ(place[5], x % 3 + 3 * y);        // %cluster_ctarank
-      EXPECT_EQ(place[6], 6u);                   // %cluster_nctarank
-      EXPECT_EQ(place[7], 1u);                   // %is_explicit_cluster
+      EXPECT_EQ(place[0], x / 3);          // %clusterid.x
+      EXPECT_EQ(place[1], 2u);             // %nclusterid.x
+      EXPECT_EQ(place[2], x % 3);          // %cluster_ctaid.x
+      EXPECT_EQ(place[3], y);              // %cluster_ctaid.y
+      EXPECT_EQ(place[4], 3u);             // %cluster_nctaid.x
+      EXPECT_EQ(place[5], x % 3 + 3 * y);  // %cluster_ctarank
+      EXPECT_EQ(place[6], 6u);             // %cluster_nctarank
+      EXPECT_EQ(place[7], 1u);             // %is_explicit_cluster
     }
   }
   // Without a cluster each block is a cluster of its own, not an explicit one.
@@ -87,8 +87,7 @@ TEST_F(Clusters, DistributedSharedMemoryHistogram) {
     uint64_t input;
     int32_t n;
   } params{bins, nbins, per_block, in, n};
-  ASSERT_EQ(Launch("cluster_histogram", {32, 1, 1}, 128, {4, 1, 1}, params, per_block * 4), kCuSuccess)
-      << last_detail_;
+  ASSERT_EQ(Launch("cluster_histogram", {32, 1, 1}, 128, {4, 1, 1}, params, per_block * 4), kCuSuccess) << last_detail_;
   EXPECT_EQ(Download<int>(bins, nbins), expected);
 }
 
