@@ -110,9 +110,10 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
       // the GPU (its driver, or the sim's engine) launches it in. A module of SASS alone
       // gives none here.
       const gpupool::image::CompiledCluster& compiled = function->compiled_cluster;
-      *value = attribute == CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET
-                   ? compiled.must_be_set
-                   : static_cast<int>(compiled.dims[attribute - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH]);
+      const int axis = attribute - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH;
+      *value = attribute == CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET ? compiled.must_be_set
+               : compiled.dims[0] != 0                                 ? static_cast<int>(compiled.dims[axis])
+                                       : static_cast<int>(function->runtime_cluster[axis]);
       break;
     }
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
@@ -145,13 +146,12 @@ CUresult SetFunctionAttribute(const void* handle, int attribute, int value, int 
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_HEIGHT:
     case CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_DEPTH:
-      // A shape compiled into the kernel cannot be changed (as a driver answers); one set at
-      // run time for later plain launches is not kept here.
+      // A shape compiled into the kernel cannot be changed (as a driver answers). One set at
+      // run time is the shape of its plain launches once all three are positive; checked
+      // there, as a driver checks it.
       if (function->compiled_cluster.dims[0] != 0) return CUDA_ERROR_NOT_PERMITTED;
-      if (value > 1) {
-        return static_cast<CUresult>(
-            ReportUnsupported("cuFuncSetAttribute(cluster dimension)", "thread block clusters"));
-      }
+      if (value < 0) return CUDA_ERROR_INVALID_VALUE;
+      function->runtime_cluster[attribute - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH] = static_cast<unsigned>(value);
       return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
       if (value != 0 && value != 1) return CUDA_ERROR_INVALID_VALUE;

@@ -187,6 +187,37 @@ CUresult GetFunction(Module* module, const char* name, Function** result) {
 CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
                 CUstream stream, void** params, void** extra, bool cooperative = false,
                 const unsigned* cluster = nullptr) {
+  // A plain launch of a kernel given a cluster shape at run time (cuFuncSetAttribute
+  // REQUIRED_CLUSTER_*) runs in it, checked as cuLaunchKernelEx checks one.
+  unsigned runtime_shape[3] = {0, 0, 0};
+  if (Function* function = AsFunction(handle); cluster == nullptr && function != nullptr) {
+    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
+    std::copy_n(function->runtime_cluster, 3, runtime_shape);
+  }
+  unsigned shape[3] = {1, 1, 1};
+  if (runtime_shape[0] != 0 || runtime_shape[1] != 0 || runtime_shape[2] != 0) {
+    if (runtime_shape[0] == 0 || runtime_shape[1] == 0 || runtime_shape[2] == 0) return CUDA_ERROR_INVALID_CLUSTER_SIZE;
+    CUlaunchAttribute attribute{};
+    attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attribute.value.clusterDim.x = runtime_shape[0];
+    attribute.value.clusterDim.y = runtime_shape[1];
+    attribute.value.clusterDim.z = runtime_shape[2];
+    CUlaunchConfig config{};
+    config.gridDimX = grid[0];
+    config.gridDimY = grid[1];
+    config.gridDimZ = grid[2];
+    config.blockDimX = block[0];
+    config.blockDimY = block[1];
+    config.blockDimZ = block[2];
+    config.hStream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    std::vector<CUlaunchAttribute> others;
+    if (CUresult status = WithoutClusterDimension(config, handle, &others, shape); status != CUDA_SUCCESS) {
+      return status;
+    }
+    if (ClusterBlockCount(shape[0], shape[1], shape[2]) > 1) cluster = shape;
+  }
   if (AnyCapture()) {
     Function* function = nullptr;
     if (CUresult status = CheckLaunch(handle, grid, block, &function); status != CUDA_SUCCESS) {

@@ -182,6 +182,9 @@ struct Function {
   // The cluster it was compiled for (Module::compiled_clusters; dims 0: none), which the GPU
   // launches it in: a grid must be a multiple of it.
   gpupool::image::CompiledCluster compiled_cluster;
+  // CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, _HEIGHT and _DEPTH set at run time (all 0:
+  // none): the shape its plain launches run in (api_module.cc), where none was compiled in.
+  unsigned runtime_cluster[3] = {0, 0, 0};
 };
 
 struct Device {

@@ -3,8 +3,8 @@
 // of a cluster's blocks (cluster.map_shared_rank, atomics into another block's shared
 // memory, cluster.sync), blocks reading their neighbours' shared memory in 2D clusters,
 // split arrive and wait, the same as a graph's kernel node given its cluster by
-// cudaGraphKernelNodeSetAttribute, a kernel compiled for its clusters (__cluster_dims__) launched
-// with <<<>>> and its attributes, and the shapes a driver refuses. On a GPU of an older
+// cudaGraphKernelNodeSetAttribute or by cudaFuncSetAttribute for <<<>>>, a kernel compiled for its clusters
+// (__cluster_dims__) launched with <<<>>> and its attributes, and the shapes a driver refuses. On a GPU of an older
 // model (the sim's A100) the sm_90 code has nothing to run on: every launch fails with an
 // error, none runs wrong. Exits 0 only if every result matches a CPU reference.
 #include <cooperative_groups.h>
@@ -196,6 +196,22 @@ int main() {
   check_neighbours("a graph's kernel node");
   CHECK(cudaGraphExecDestroy(exec));
   CHECK(cudaGraphDestroy(graph));
+
+  // Given its cluster shape at run time (cudaFuncSetAttribute), <<<>>> runs it in that.
+  CHECK(cudaMemset(words, 0, blocks * threads * 2 * sizeof(unsigned)));
+  CHECK(cudaFuncSetAttribute(Neighbours, cudaFuncAttributeRequiredClusterWidth, 2));
+  CHECK(cudaFuncSetAttribute(Neighbours, cudaFuncAttributeRequiredClusterHeight, 2));
+  CHECK(cudaFuncSetAttribute(Neighbours, cudaFuncAttributeRequiredClusterDepth, 1));
+  cudaFuncAttributes neighbours;
+  CHECK(cudaFuncGetAttributes(&neighbours, Neighbours));
+  EXPECT(neighbours.requiredClusterWidth == 2 && neighbours.requiredClusterHeight == 2 &&
+         neighbours.clusterDimMustBeSet == 0);
+  Neighbours<<<dim3(4, 4), threads>>>(words, places);
+  CHECK(cudaGetLastError());
+  check_neighbours("<<<>>> after cudaFuncSetAttribute");
+  // A grid the shape does not divide: refused at the launch.
+  Neighbours<<<dim3(3, 4), threads>>>(words, places);
+  EXPECT(cudaGetLastError() == cudaErrorInvalidClusterSize);
 
   // A kernel compiled for clusters of 2: <<<>>> runs it in them; its attributes say so.
   cudaFuncAttributes attributes;

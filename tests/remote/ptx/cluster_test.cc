@@ -109,6 +109,14 @@ TEST_F(Clusters, BlocksReadEachOthersSharedMemoryAndItsRank) {
   }
 }
 
+TEST_F(Clusters, ABlockArrivesAtAnotherBlocksMemoryBarrier) {
+  // Two clusters of two: in each, rank 1 fills rank 0's words and arrives at its mbarrier.
+  const uint64_t out = Zeros<uint32_t>(32);
+  ASSERT_EQ(Launch("cluster_mbarrier", {4, 1, 1}, 64, {2, 1, 1}, out), kCuSuccess) << last_detail_;
+  auto got = Download<uint32_t>(out, 32);
+  for (uint32_t t = 0; t < 32; ++t) EXPECT_EQ(got[t], 1000 + t) << t;
+}
+
 TEST_F(Clusters, AKernelRunsInTheClustersItWasCompiledFor) {
   const uint64_t out = Zeros<uint32_t>(8 * 2);
   ASSERT_EQ(Launch("compiled_pairs", {8, 1, 1}, 64, {1, 1, 1}, out), kCuSuccess) << last_detail_;
