@@ -81,6 +81,9 @@ Status Decoder::DecodeControl(Decoding& d) {
     // the whole CTA) and for acquire-release (the x86-64 order) nothing is needed.
     return Append(inst, &HFenceSc);
   }
+  // griddepcontrol.wait / .launch_dependents (programmatic dependent launch): the sim
+  // starts a grid only once the grid before it in its stream has completed, so there is
+  // nothing to wait for and no one to let start early.
   if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" || op == "prefetch" ||
       op == "prefetchu" || op == "discard" || op == "applypriority" || op == "griddepcontrol") {
     return Append(inst, &HNop);

@@ -5,7 +5,7 @@
 
 namespace gpupool::sim::interp {
 
-// Warp-level operations: shfl, vote, match, redux, activemask.
+// Warp-level operations: shfl, vote, match, redux, activemask, elect.
 Status Decoder::DecodeWarp(Decoding& d) {
   [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
   [[maybe_unused]] const std::string& op = parts[0];
@@ -57,6 +57,16 @@ Status Decoder::DecodeWarp(Decoding& d) {
     inst.mode = static_cast<uint8_t>(found);
     inst.mode2 = TySigned(type) ? 1 : 0;
     return Append(inst, &HRedux);
+  }
+  if (op == "elect") {
+    // elect.sync d|p, membermask: the lowest lane of the members that run it leads; d its
+    // lane number (or the sink _), p true in it alone.
+    GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
+    if (!(ops[0].kind == RawOperand::kName && ops[0].name == "_")) GPUPOOL_DST(0);
+    if (ops[0].pair.empty()) return BadInstruction(s, "expected a destination pair d|p");
+    inst.d[1] = RegisterSlot(frame, ops[0].pair);
+    GPUPOOL_SRC(b, 1, kU32);
+    return Append(inst, &HElect);
   }
   if (op == "activemask") {
     GPUPOOL_RETURN_IF_ERROR(NeedWithDest(d, 1));

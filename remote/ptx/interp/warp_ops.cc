@@ -162,6 +162,19 @@ void HRedux(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// elect.sync d|p, membermask (d[0] may be absent: the sink).
+void HElect(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = in.d[0] >= 0 ? w.R(in.d[0]) : nullptr;
+  uint64_t* p = w.R(in.d[1]);
+  ForMemberGroups(w, in, mask, [&](uint32_t group, uint32_t lanes) {
+    const int leader = std::countr_zero(group);
+    ForLanes(lanes, [&](int l) {
+      if (d) d[l] = static_cast<uint64_t>(leader);
+      p[l] = l == leader;
+    });
+  });
+}
+
 void HActivemask(Warp& w, const Inst& in, uint32_t mask) {
   uint64_t* d = w.R(in.d[0]);
   ForLanes(mask, [&](int l) { d[l] = mask; });

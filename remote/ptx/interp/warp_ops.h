@@ -9,6 +9,7 @@ void HShfl(Warp& w, const Inst& in, uint32_t mask);
 void HVote(Warp& w, const Inst& in, uint32_t mask);
 void HMatch(Warp& w, const Inst& in, uint32_t mask);
 void HRedux(Warp& w, const Inst& in, uint32_t mask);
+void HElect(Warp& w, const Inst& in, uint32_t mask);
 void HActivemask(Warp& w, const Inst& in, uint32_t mask);
 void HClock(Warp& w, const Inst& in, uint32_t mask);
 void HNop(Warp&, const Inst&, uint32_t);

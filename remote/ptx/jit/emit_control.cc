@@ -275,6 +275,10 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     // Cache hints: the sim has no caches, and the interpreter checks no address of theirs.
     return true;
   }
+  if (op == "griddepcontrol") {
+    // Programmatic dependent launch: a grid starts once the one before it completed.
+    return true;
+  }
   if (op == "ld" || op == "ldu" || op == "st") {
     // ldu: a load of memory no thread writes during the kernel, which ld reads as well.
     const bool load = op != "st";

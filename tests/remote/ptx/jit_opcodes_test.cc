@@ -34,6 +34,7 @@ const std::map<std::string_view, std::string_view> kSamples = {
     {"prefetch", "prefetch.global.L2 [%rd1];"},
     {"prefetchu", "prefetchu.L1 [%rd1];"},
     {"discard", "discard.global.L2 [%rd1], 128;"},
+    {"griddepcontrol", "griddepcontrol.wait;\n  griddepcontrol.launch_dependents;"},
     {"applypriority", "applypriority.global.L2::evict_normal [%rd1], 128;"},
     {"ld", "ld.global.u32 %r2, [%rd1];"},
     {"ldu", "ldu.global.u32 %r2, [%rd1];"},

@@ -44,6 +44,24 @@ TEST_F(Engine, WarpVoteWaitsForLanesStillInTheLoopsLastBlock) {
 // redux.sync (sm_80; __reduce_*_sync and cooperative groups' reduce on integers): each
 // lane gets the warp's add, signed min, unsigned max, and, or and xor. Hand-written, like
 // the test above.
+// elect.sync picks the lowest lane of each membermask's running members; griddepcontrol
+// (programmatic dependent launch) runs as nothing, the sim's grids running in stream order.
+TEST_F(Engine, ElectPicksTheLowestMemberAndDependentLaunchesWaitForNothing) {
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(15, 97, "ElectAndDependentLaunches.ptx", "elect_leaders"));
+  const auto got = LaunchForOutput<uint32_t>(97, 1, 32, 2 * 32);
+  ASSERT_FALSE(got.empty());
+  for (uint32_t lane = 0; lane < 32; ++lane) {
+    if (lane < 5) {
+      EXPECT_EQ(got[2 * lane], 99u) << lane;  // did not run it
+      EXPECT_EQ(got[2 * lane + 1], 7u) << lane;
+      continue;
+    }
+    const uint32_t leader = lane % 2 ? 5 : 6;
+    EXPECT_EQ(got[2 * lane], leader) << lane;
+    EXPECT_EQ(got[2 * lane + 1], lane == leader ? 1u : 0u) << lane;
+  }
+}
+
 TEST_F(Engine, WarpReductions) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(3, 98, "WarpReductions.ptx", "reduce_warp"));
   std::vector<int32_t> in(32);
