@@ -77,10 +77,8 @@ Status Decoder::CpAsync(const Frame& frame, const RawStatement& s, const std::ve
 Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
   auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
   auto has = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
-  if (has("expect_tx") || has("complete_tx")) {
-    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (transaction counts)", s.line, inst);
-  }
   const std::string what = parts.size() > 1 ? parts[1] : "";
+  const bool expect_tx = has("expect_tx");
   const auto& ops = s.operands;
   auto destination = [&]() -> Status {
     auto slot = Dest(frame, ops[0], s.line);
@@ -106,6 +104,25 @@ Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::v
       inst.b = *count;
     }
     inst.mode = what == "init" ? kMbarrierInit : kMbarrierInval;
+  } else if (what == "expect_tx" || what == "complete_tx") {
+    // expect_tx / complete_tx [addr], txCount: the bytes a phase waits for, or that arrived.
+    if (ops.size() != 2) return invalid("needs an address and a transaction count");
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[0], &inst, s.line));
+    auto count = Source(frame, ops[1], kU32, s.line);
+    if (!count.ok()) return count.status();
+    inst.b = *count;
+    inst.mode = what == "expect_tx" ? kMbarrierExpectTx : kMbarrierCompleteTx;
+  } else if ((what == "arrive" || what == "arrive_drop") && expect_tx) {
+    // arrive{_drop}.expect_tx state, [addr], txCount: one arrival after expecting the bytes.
+    if (ops.size() != 3) return invalid("needs a state, an address and a transaction count");
+    if (!(ops[0].kind == RawOperand::kName && ops[0].name == "_")) {
+      GPUPOOL_RETURN_IF_ERROR(destination());
+    }
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &inst, s.line));
+    auto count = Source(frame, ops[2], kU32, s.line);
+    if (!count.ok()) return count.status();
+    inst.b = *count;
+    inst.mode = what == "arrive" ? kMbarrierArriveExpectTx : kMbarrierArriveDropExpectTx;
   } else if (what == "arrive" || what == "arrive_drop") {
     if (ops.size() != 2 && ops.size() != 3) return invalid("needs a state, an address and an optional count");
     if (!(ops[0].kind == RawOperand::kName && ops[0].name == "_")) {
@@ -130,7 +147,8 @@ Status Decoder::Mbarrier(const Frame& frame, const RawStatement& s, const std::v
     inst.b = *state;
     inst.mode = has("parity") ? kMbarrierTestParity : kMbarrierTestWait;
   } else {
-    return invalid("expected init, arrive, arrive_drop, test_wait, try_wait, inval or pending_count");
+    return invalid(
+        "expected init, arrive, arrive_drop, expect_tx, complete_tx, test_wait, try_wait, inval or pending_count");
   }
   return Append(inst, &HMbarrier);
 }
@@ -339,15 +357,112 @@ Status Decoder::DecodeMemory(Decoding& d) {
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }
 
-// cp.async (not .bulk): CpAsync; any other cp is refused.
+// cp.async: CpAsync, and .bulk: BulkCopy; any other cp is refused.
 Status Decoder::DecodeAsyncCopy(Decoding& d) {
   [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
   [[maybe_unused]] const std::string& op = parts[0];
   if (op == "cp" && parts.size() > 1 && parts[1] == "async") {
     const bool bulk = std::find(parts.begin(), parts.end(), "bulk") != parts.end();
-    if (!bulk) return CpAsync(frame, s, parts, inst);
+    return bulk ? BulkCopy(frame, s, parts, inst) : CpAsync(frame, s, parts, inst);
   }
   return DecodeUnsupported(d);
+}
+
+Status Decoder::BulkCopy(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst) {
+  auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
+  auto has = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
+  const std::string what = parts.size() > 3 ? parts[3] : "";
+  // Bulk async-groups and L2 prefetches: the copies are done when issued.
+  if (what == "commit_group" || what == "wait_group" || what == "prefetch") return Append(inst, &HNop);
+  if (what == "tensor" || has("multicast::cluster")) {
+    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (tensor copies, multicast)", s.line,
+                  inst);
+  }
+  const std::string source = parts.size() > 4 ? parts[4] : "";
+  const bool to_shared = what == "shared::cluster" || what == "shared::cta";
+  if (to_shared && source == "global") {
+    inst.mode = kBulkGlobalToShared;
+  } else if (what == "shared::cluster" && source == "shared::cta") {
+    inst.mode = kBulkSharedToCluster;
+  } else if (what == "global" && source == "shared::cta") {
+    inst.mode = kBulkSharedToGlobal;
+  } else {
+    return invalid("expected .shared::cluster.global, .shared::cluster.shared::cta or .global.shared::cta");
+  }
+  const bool completes_on_barrier = inst.mode != kBulkSharedToGlobal;
+  if (completes_on_barrier != has("mbarrier::complete_tx::bytes")) {
+    return invalid(completes_on_barrier ? "a copy into shared memory completes on an mbarrier"
+                                        : "a copy to global memory completes in a bulk async-group");
+  }
+  const auto& ops = s.operands;
+  // [dst], [src], size, [mbar] (copies into shared memory), and a cache policy with
+  // .L2::cache_hint (a hint, not read).
+  const size_t operands = (completes_on_barrier ? 4 : 3) + (has("L2::cache_hint") ? 1 : 0);
+  if (ops.size() != operands) return invalid("wrong number of operands");
+  inst.space = inst.mode == kBulkSharedToGlobal ? Space::kGlobal : Space::kShared;
+  GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[0], &inst, s.line));
+  Inst from = inst;
+  from.space = inst.mode == kBulkGlobalToShared ? Space::kGlobal : Space::kShared;
+  GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[1], &from, s.line));
+  if (from.offset < INT32_MIN || from.offset > INT32_MAX) return invalid("source offset too large");
+  inst.b = from.a;
+  inst.aux = static_cast<uint32_t>(static_cast<int32_t>(from.offset));
+  auto size = Source(frame, ops[2], kU32, s.line);
+  if (!size.ok()) return size.status();
+  inst.c = *size;
+  if (completes_on_barrier) {
+    Inst barrier = inst;
+    barrier.space = Space::kShared;
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[3], &barrier, s.line));
+    if (barrier.offset < INT32_MIN || barrier.offset > INT32_MAX) return invalid("mbarrier offset too large");
+    inst.e = barrier.a;
+    inst.printf_fmt = static_cast<uint32_t>(static_cast<int32_t>(barrier.offset));
+  }
+  return Append(inst, &HBulkCopy);
+}
+
+Status Decoder::StoreAsync(Decoding& d) {
+  [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
+  const bool store = parts[0] == "st";
+  if (inst.space != Space::kShared || !ContainsPart(parts, "mbarrier::complete_tx::bytes")) {
+    return BadInstruction(s, "expected .shared::cluster and .mbarrier::complete_tx::bytes");
+  }
+  if (ops.size() != 3) return BadInstruction(s, "expected [address], value, [mbarrier]");
+  if (type == kNoType || TySize(type) < 4 || vec > 4) return BadType(d);
+  GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[0], &inst, s.line));
+  Inst barrier = inst;
+  GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[2], &barrier, s.line));
+  if (barrier.offset < INT32_MIN || barrier.offset > INT32_MAX) return BadInstruction(s, "mbarrier offset too large");
+  inst.e = barrier.a;
+  inst.printf_fmt = static_cast<uint32_t>(static_cast<int32_t>(barrier.offset));
+  inst.width = static_cast<uint8_t>(TySize(type));
+  if (store) {
+    inst.vec = static_cast<uint8_t>(vec);
+    const RawOperand& data = ops[1];
+    const std::vector<RawOperand> single = {data};
+    const std::vector<RawOperand>& values = data.kind == RawOperand::kVector ? data.items : single;
+    if (values.size() != static_cast<size_t>(vec)) return BadInstruction(s, "vector operand expected");
+    for (int i = 0; i < vec; ++i) {
+      auto slot = Source(frame, values[i], type, s.line);
+      if (!slot.ok()) return slot.status();
+      inst.d[i] = *slot;  // sources, as a store's data
+    }
+    return Append(inst, &HStoreAsync);
+  }
+  static const std::map<std::string, AtomOp> kOps = {{"add", kAtomAdd}, {"min", kAtomMin}, {"max", kAtomMax},
+                                                     {"and", kAtomAnd}, {"or", kAtomOr},   {"xor", kAtomXor},
+                                                     {"inc", kAtomInc}, {"dec", kAtomDec}};
+  bool known = false;
+  for (const auto& [name, value] : kOps) {
+    if (mods.count(name)) {
+      inst.mode = value;
+      known = true;
+    }
+  }
+  if (!known || vec != 1 || TyFloat(type)) return BadType(d);
+  GPUPOOL_SRC(b, 1, type);
+  inst.mode2 = type == kU64 || type == kS64 ? 2 : TySigned(type) ? 1 : 0;
+  return Append(inst, &HRedAsync);
 }
 
 // mbarrier: Mbarrier.

@@ -491,11 +491,12 @@ Status Decoder::InstructionBody(const Frame& frame, const RawStatement& s, int d
   if (mods.count("ftz")) inst.flags |= kFlagFtz;
   if (mods.count("sat")) inst.flags |= kFlagSat;
   d.type = types.empty() ? kNoType : types.back();
-  if ((op == "ld" || op == "ldu" || op == "st" || op == "atom" || op == "red") && mods.count("async")) {
-    // st.async / red.async complete on an mbarrier's transaction count, which the sim
-    // does not keep: run as plain stores their waiters would go astray, so the kernel is
-    // refused instead.
-    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (asynchronous stores)", s.line, inst);
+  if ((op == "st" || op == "red") && mods.count("async")) {
+    k_->names_cluster = true;  // another block's shared memory and barrier: the interpreter's
+    return StoreAsync(d);
+  }
+  if ((op == "ld" || op == "ldu" || op == "atom") && mods.count("async")) {
+    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU", s.line, inst);
   }
   if (std::find(parts.begin() + 1, parts.end(), "shared::cluster") != parts.end() ||
       ((op == "bar" || op == "barrier") && mods.count("cluster"))) {

@@ -140,8 +140,14 @@ class Decoder {
   // which have nothing to wait for here. `inst` comes with its guard.
   Status CpAsync(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst);
 
-  // mbarrier.{init,arrive,arrive_drop,test_wait,try_wait,inval,pending_count} (HMbarrier)
-  // on the CTA's shared memory; the transaction-count forms (sm_90) are refused.
+  // cp.async.bulk (sm_90, HBulkCopy): global or another block's shared memory to shared
+  // memory, completing on an mbarrier's transaction count; shared memory to global in a
+  // bulk async-group; commit_group, wait_group and prefetch, which have nothing to wait for
+  // here. Tensor copies (TMA), multicast and cp.reduce.async.bulk are refused.
+  Status BulkCopy(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst);
+
+  // mbarrier.{init,arrive,arrive_drop,expect_tx,complete_tx,test_wait,try_wait,inval,
+  // pending_count} (HMbarrier) on the cluster's shared memory, with transaction counts.
   Status Mbarrier(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst);
 
   // mma.sync.aligned.shape.row.col.dtype.atype.btype.ctype d, a, b, c (HWmmaMma with the
@@ -207,6 +213,9 @@ class Decoder {
   Status DecodeCall(Decoding& d);
   Status DecodeMemory(Decoding& d);
   Status DecodeAsyncCopy(Decoding& d);
+  // st.async and red.async (sm_90, HStoreAsync, HRedAsync): a store or reduction into a
+  // block of the cluster's shared memory that completes its bytes on that block's mbarrier.
+  Status StoreAsync(Decoding& d);
   Status DecodeMbarrier(Decoding& d);
   Status DecodeTexture(Decoding& d);
   Status DecodeConversion(Decoding& d);

@@ -100,16 +100,174 @@ void HCpAsync(Warp& w, const Inst& in, uint32_t mask) {
 }
 
 // mbarrier (sm_80: cuda::barrier, memcpy_async with a barrier): the 8-byte object in shared
-// memory holds the arrivals still pending in bits 0-31, the expected count in bits 32-62
-// and the phase in bit 63; PTX leaves the layout to the implementation. A CTA's warps run
-// on one thread, so the operations need no atomics. mode (MbarrierOp): init [a], b; arrive d, [a],
-// b (count); arrive_drop (the same, and the expected count drops by b too); test_wait
-// d, [a], b (a state from arrive); test_wait.parity d, [a], b (a phase parity); inval
-// [a]; pending_count d, b (from a state). A state is the object as the arrival left it,
-// with the phase the arrival was made in. try_wait runs as test_wait: a warp that waits
-// loops, and the CTA's other warps get their turns.
+// memory holds the arrivals still pending in bits 0-20, the expected count in bits 21-41,
+// the transaction count (sm_90: bytes expected less bytes completed, signed) in bits 42-62
+// and the phase in bit 63; PTX leaves the layout to the implementation, and bounds the
+// counts to 2^20 - 1 and the transaction count to +-(2^20 - 1). A phase completes once no
+// arrival is pending and the transaction count is 0 (bytes may complete before they are
+// expected: a bulk copy the sim does at once). A CTA's warps (a cluster's blocks) run on one
+// thread, so the operations need no atomics. mode (MbarrierOp): init [a], b; arrive d, [a],
+// b (count); arrive_drop (the same, and the expected count drops by b too); expect_tx and
+// complete_tx [a], b (bytes); arrive{_drop}.expect_tx d, [a], b (bytes; one arrival);
+// test_wait d, [a], b (a state from arrive); test_wait.parity d, [a], b (a phase parity);
+// inval [a]; pending_count d, b (from a state). A state is the object's phase and pending
+// arrivals as the arrival left them. try_wait runs as test_wait: a warp that waits loops,
+// and the CTA's other warps get their turns.
+namespace {
+
 constexpr uint64_t kMbarPhase = uint64_t{1} << 63;
-constexpr uint64_t kMbarCount = 0x7fffffffu;
+constexpr uint64_t kMbarCount = (uint64_t{1} << 21) - 1;
+constexpr int kMbarExpectedShift = 21;
+constexpr int kMbarTxShift = 42;
+
+struct MbarrierState {
+  uint64_t phase = 0;  // kMbarPhase or 0
+  uint64_t pending = 0;
+  uint64_t expected = 0;
+  int64_t tx = 0;
+
+  static MbarrierState Of(uint64_t object) {
+    MbarrierState state;
+    state.phase = object & kMbarPhase;
+    state.pending = object & kMbarCount;
+    state.expected = (object >> kMbarExpectedShift) & kMbarCount;
+    // The 21-bit transaction count, sign-extended.
+    state.tx = static_cast<int64_t>(((object >> kMbarTxShift) & kMbarCount) << 43) >> 43;
+    return state;
+  }
+  // The phase completes once nothing is pending: the next starts with the expected count.
+  uint64_t Object() {
+    if (pending == 0 && tx == 0) {
+      phase ^= kMbarPhase;
+      pending = expected;
+    }
+    return phase | (static_cast<uint64_t>(tx) & kMbarCount) << kMbarTxShift |
+           (expected & kMbarCount) << kMbarExpectedShift | (pending & kMbarCount);
+  }
+  // Transaction bytes within PTX's bound (a count past it is the program's error; kept in
+  // range here so that the fields never overlap).
+  void AddTx(int64_t bytes) { tx = std::clamp<int64_t>(tx + bytes, -kMaxTx, kMaxTx); }
+  static constexpr int64_t kMaxTx = (int64_t{1} << 20) - 1;
+};
+
+}  // namespace
+
+void MbarrierCompleteTx(uint8_t* object_bytes, uint32_t bytes) {
+  uint64_t object;
+  std::memcpy(&object, object_bytes, 8);
+  MbarrierState state = MbarrierState::Of(object);
+  state.AddTx(-static_cast<int64_t>(bytes));
+  object = state.Object();
+  std::memcpy(object_bytes, &object, 8);
+}
+
+// cp.async.bulk [a + offset], [b + aux], c{, [e + printf_fmt]} (mode BulkCopyKind): c
+// bytes, a multiple of 16 at 16-byte aligned addresses (else a misaligned-address fault),
+// copied at once; a copy into shared memory then completes its bytes on the mbarrier
+// (which the destination's block holds).
+void HBulkCopy(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* dst = w.R(in.a);
+  const uint64_t* src = w.R(in.b);
+  const uint64_t* size = w.R(in.c);
+  const uint64_t* barrier = in.e >= 0 ? w.R(in.e) : nullptr;
+  const Space from_space = in.mode == kBulkGlobalToShared ? Space::kGlobal : Space::kShared;
+  const Space to_space = in.mode == kBulkSharedToGlobal ? Space::kGlobal : Space::kShared;
+  ForLanes(mask, [&](int l) {
+    const uint32_t bytes = static_cast<uint32_t>(size[l]);
+    const uint64_t to = dst[l] + static_cast<uint64_t>(in.offset);
+    const uint64_t from = src[l] + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(in.aux)));
+    if (bytes % 16 != 0 || to % 16 != 0 || from % 16 != 0) {
+      w.Fault(to % 16 != 0 || bytes % 16 != 0 ? to : from, bytes, "misaligned cp.async.bulk");
+      return;
+    }
+    uint8_t* target = w.Address(to_space, to, bytes, l);
+    if (target == nullptr) {
+      w.Fault(to, bytes, "cp.async.bulk store");
+      return;
+    }
+    const uint8_t* source = w.Address(from_space, from, bytes, l);
+    if (source == nullptr) {
+      w.Fault(from, bytes, "cp.async.bulk load");
+      return;
+    }
+    if (bytes > 0) std::memmove(target, source, bytes);
+    if (barrier == nullptr) return;
+    const uint64_t at = barrier[l] + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(in.printf_fmt)));
+    uint8_t* object = w.Address(Space::kShared, at, 8, l);
+    if (object == nullptr) {
+      w.Fault(at, 8, "mbarrier");
+      return;
+    }
+    MbarrierCompleteTx(object, bytes);
+  });
+}
+
+namespace {
+
+// The mbarrier of an asynchronous store (e + printf_fmt) completes `bytes`.
+void CompleteAsyncStore(Warp& w, const Inst& in, int lane, uint32_t bytes) {
+  const uint64_t at =
+      w.R(in.e)[lane] + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(in.printf_fmt)));
+  uint8_t* object = w.Address(Space::kShared, at, 8, lane);
+  if (object == nullptr) {
+    w.Fault(at, 8, "mbarrier");
+    return;
+  }
+  MbarrierCompleteTx(object, bytes);
+}
+
+template <typename T>
+void RedAsyncLane(Warp& w, const Inst& in, int lane, uint64_t address) {
+  uint8_t* p = w.Address(Space::kShared, address, sizeof(T), lane);
+  if (p == nullptr || address % sizeof(T) != 0) {
+    w.Fault(address, sizeof(T), p == nullptr ? "red.async" : "misaligned red.async");
+    return;
+  }
+  T old;
+  std::memcpy(&old, p, sizeof(T));
+  const T result = AtomicResult<T>(in.mode, old, Get<T>(w.R(in.b)[lane]), T(0));
+  std::memcpy(p, &result, sizeof(T));
+  CompleteAsyncStore(w, in, lane, sizeof(T));
+}
+
+}  // namespace
+
+// st.async{.vec}.type [a + offset], {d...}, [e + printf_fmt]: the elements (width bytes
+// each) stored into the cluster's shared memory, then their bytes completed on the
+// mbarrier. A cluster's blocks run on one thread: no atomics needed.
+void HStoreAsync(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  const uint32_t bytes = uint32_t{in.width} * in.vec;
+  ForLanes(mask, [&](int l) {
+    const uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
+    uint8_t* p = w.Address(Space::kShared, address, bytes, l);
+    if (p == nullptr || address % bytes != 0) {
+      w.Fault(address, bytes, p == nullptr ? "st.async" : "misaligned st.async");
+      return;
+    }
+    for (int i = 0; i < in.vec; ++i) {
+      const uint64_t value = w.R(in.d[i])[l];
+      std::memcpy(p + i * in.width, &value, in.width);  // little-endian: the low bytes
+    }
+    CompleteAsyncStore(w, in, l, bytes);
+  });
+}
+
+// red.async.op.type [a + offset], b, [e + printf_fmt] (mode AtomOp; mode2: 0 u32, 1 s32,
+// 2 64-bit): the reduction on the cluster's shared memory, then its bytes completed.
+void HRedAsync(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  ForLanes(mask, [&](int l) {
+    const uint64_t address = a[l] + static_cast<uint64_t>(in.offset);
+    if (in.mode2 == 2) {
+      RedAsyncLane<uint64_t>(w, in, l, address);
+    } else if (in.mode2 == 1) {
+      RedAsyncLane<int32_t>(w, in, l, address);
+    } else {
+      RedAsyncLane<uint32_t>(w, in, l, address);
+    }
+  });
+}
 
 void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
   const uint64_t* a = in.a >= 0 ? w.R(in.a) : nullptr;  // none for pending_count
@@ -128,31 +286,41 @@ void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
     }
     uint64_t object;
     std::memcpy(&object, p, 8);
-    const uint64_t phase = object & kMbarPhase;
-    const uint64_t pending = object & kMbarCount;
-    const uint64_t expected = (object >> 32) & kMbarCount;
+    MbarrierState state = MbarrierState::Of(object);
     switch (in.mode) {
       case kMbarrierInit: {
-        uint64_t count = b[l] & kMbarCount;
-        object = (count << 32) | count;
+        const uint64_t count = b[l] & kMbarCount;
+        state = MbarrierState{};
+        state.pending = state.expected = count;
+        object = state.phase | (count << kMbarExpectedShift) | count;  // no phase completes at init
+        break;
+      }
+      case kMbarrierExpectTx:
+      case kMbarrierCompleteTx: {
+        const int64_t bytes = static_cast<int64_t>(b[l] & 0xffffffffu);
+        state.AddTx(in.mode == kMbarrierExpectTx ? bytes : -bytes);
+        object = state.Object();
         break;
       }
       case kMbarrierArrive:
-      case kMbarrierArriveDrop: {
-        uint64_t count = b != nullptr ? b[l] & kMbarCount : 1;
-        uint64_t left = pending > count ? pending - count : 0;
-        uint64_t keep = in.mode == kMbarrierArriveDrop && expected > count ? expected - count
-                        : in.mode == kMbarrierArriveDrop                   ? 0
-                                                                           : expected;
-        if (d != nullptr) d[l] = phase | left;
-        object = left == 0 ? ((phase ^ kMbarPhase) | (keep << 32) | keep) : (phase | (keep << 32) | left);
+      case kMbarrierArriveDrop:
+      case kMbarrierArriveExpectTx:
+      case kMbarrierArriveDropExpectTx: {
+        const bool with_tx = in.mode == kMbarrierArriveExpectTx || in.mode == kMbarrierArriveDropExpectTx;
+        const bool drop = in.mode == kMbarrierArriveDrop || in.mode == kMbarrierArriveDropExpectTx;
+        if (with_tx) state.AddTx(static_cast<int64_t>(b[l] & 0xffffffffu));
+        const uint64_t count = b != nullptr && !with_tx ? b[l] & kMbarCount : 1;
+        state.pending = state.pending > count ? state.pending - count : 0;
+        if (drop) state.expected = state.expected > count ? state.expected - count : 0;
+        if (d != nullptr) d[l] = state.phase | state.pending;
+        object = state.Object();
         break;
       }
       case kMbarrierTestWait:
-        d[l] = (b[l] & kMbarPhase) != phase;
+        d[l] = (b[l] & kMbarPhase) != state.phase;
         return;
       case kMbarrierTestParity:
-        d[l] = ((b[l] & 1) != 0) != (phase != 0);
+        d[l] = ((b[l] & 1) != 0) != (state.phase != 0);
         return;
       default:
         object = 0;

@@ -50,6 +50,12 @@ void HWmmaMma(Warp& w, const Inst& in, uint32_t mask);
 void HCvtTf32(Warp& w, const Inst& in, uint32_t mask);
 void HCpAsync(Warp& w, const Inst& in, uint32_t mask);
 void HMbarrier(Warp& w, const Inst& in, uint32_t mask);
+void HBulkCopy(Warp& w, const Inst& in, uint32_t mask);
+void HStoreAsync(Warp& w, const Inst& in, uint32_t mask);
+void HRedAsync(Warp& w, const Inst& in, uint32_t mask);
+// Completes `bytes` of the transaction count of the mbarrier object at `object` (its 8
+// bytes in shared memory), completing its phase when nothing else is pending.
+void MbarrierCompleteTx(uint8_t* object, uint32_t bytes);
 void HLdmatrix(Warp& w, const Inst& in, uint32_t mask);
 
 }  // namespace gpupool::sim::interp

@@ -109,9 +109,9 @@ struct Inst {
   int32_t target = -1;                     // branch target
   int64_t offset = 0;                      // address offset
   uint32_t printf_args = 0;                // local offsets for vprintf (format, args)
-  uint32_t printf_fmt = 0;
-  int line = 0;      // PTX source line, for error messages
-  uint32_t aux = 0;  // wmma: its WmmaOp in DecodedKernel::wmma; cp.async: the source offset
+  uint32_t printf_fmt = 0;                 // cp.async.bulk: its mbarrier operand's offset (int32)
+  int line = 0;                            // PTX source line, for error messages
+  uint32_t aux = 0;                        // wmma: its WmmaOp in DecodedKernel::wmma; cp.async: the source offset
 };
 
 // A call of the device runtime (dynamic parallelism, CUDA 12's CDP2 entry points), run by

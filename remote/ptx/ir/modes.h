@@ -46,6 +46,13 @@ enum BarrierWait : uint8_t {
 
 // ---- Memory (decode_memory.cc, memory.h, half.cc, arithmetic.cc, wmma.cc)
 
+// cp.async.bulk: Inst::mode, where the bytes go from and to.
+enum BulkCopyKind : uint8_t {
+  kBulkGlobalToShared,   // completes on the mbarrier
+  kBulkSharedToCluster,  // another block's shared memory; completes on its mbarrier
+  kBulkSharedToGlobal,   // in a bulk async-group
+};
+
 // atom, red: Inst::mode.
 enum AtomOp : uint8_t {
   kAtomAdd,
@@ -82,6 +89,13 @@ enum MbarrierOp : uint8_t {
   kMbarrierTestParity,  // test_wait.parity, try_wait.parity
   kMbarrierInval,
   kMbarrierPendingCount,
+  // Transaction counts (sm_90: bulk copies and st.async complete bytes on a barrier):
+  // expect_tx [a], b; complete_tx [a], b; arrive.expect_tx and arrive_drop.expect_tx d,
+  // [a], b (b: the bytes expected; one arrival).
+  kMbarrierExpectTx,
+  kMbarrierCompleteTx,
+  kMbarrierArriveExpectTx,
+  kMbarrierArriveDropExpectTx,
 };
 
 // ---- Moves and conversions (decode_conversions.cc, conversions.cc, warp_ops.cc, wmma.cc)

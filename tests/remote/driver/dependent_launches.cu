@@ -36,8 +36,7 @@ __global__ void Elected(unsigned* counts, unsigned* broadcast) {
   cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
   cg::invoke_one(warp, [&] { atomicAdd(&counts[0], warp.num_threads()); });
   cg::thread_block_tile<8> tile = cg::tiled_partition<8>(block);
-  const unsigned value =
-      cg::invoke_one_broadcast(tile, [&] { return 1000u * (threadIdx.x / 8) + threadIdx.x; });
+  const unsigned value = cg::invoke_one_broadcast(tile, [&] { return 1000u * (threadIdx.x / 8) + threadIdx.x; });
   broadcast[threadIdx.x] = value;
   if (threadIdx.x % 3 == 0) {
     // Only the lanes that run it: a coalesced group of every third lane.

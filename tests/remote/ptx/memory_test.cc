@@ -47,6 +47,35 @@ TEST_F(Engine, SixteenBitAtomics) {
 // cp.async (sm_80): the ignore-src form (inline PTX only; nvcc's own code is in
 // tests/remote/driver/async_copies.cu) zero fills instead of reading, a source offset
 // applies, and a source past the end of its allocation faults like any load.
+// An mbarrier's phase completes once no arrival is pending and its transaction count is 0,
+// in whichever order the bytes are expected and completed (sm_90: bulk copies).
+TEST_F(Engine, MbarrierPhasesWaitForTheirTransactionCounts) {
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(16, 98, "MbarrierTransactionCounts.ptx", "transaction_counts"));
+  const auto got = LaunchForOutput<uint32_t>(98, 1, 1, 7);
+  // Phase 0: bytes completed early (no), then the arrival expecting them (yes). Phase 1:
+  // bytes expected (no), the arrival (no: bytes outstanding), part of them (no), the rest
+  // (yes); then the arrivals the arrival left pending (0).
+  EXPECT_EQ(got, (std::vector<uint32_t>{0, 1, 0, 0, 0, 1, 0}));
+}
+
+// A bulk copy whose size is no multiple of 16, or that leaves the block's shared memory,
+// faults (CUDA_ERROR_ILLEGAL_ADDRESS naming it) and copies nothing.
+TEST_F(Engine, BulkCopiesOutOfBoundsOrMisalignedFault) {
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(17, 99, "MbarrierTransactionCounts.ptx", "bad_bulk"));
+  const uint64_t in = Zeros<uint32_t>(64);
+  for (uint32_t mode : {0u, 1u}) {
+    struct {
+      uint64_t in;
+      uint32_t mode;
+    } params{in, mode};
+    EXPECT_EQ(LaunchLoaded(99, 1, 1, params), kCuIllegalAddress) << mode;
+    const std::string detail = executor_.TakeErrorDetail();
+    EXPECT_NE(detail.find(mode == 0 ? "misaligned cp.async.bulk" : "cp.async.bulk store of 64 bytes"),
+              std::string::npos)
+        << detail;
+  }
+}
+
 TEST_F(Engine, AsyncCopiesToSharedMemory) {
   ASSERT_NO_FATAL_FAILURE(LoadKernelFile(7, 94, "AsyncCopiesToSharedMemory.ptx", "copy_async"));
   const int threads = 32;
