@@ -22,6 +22,7 @@ uint32_t Pack(const Op& op) {
   bits |= static_cast<uint32_t>(op.clamp) << 16;          // 2
   bits |= static_cast<uint32_t>(op.query) << 18;          // 4
   bits |= static_cast<uint32_t>(op.component & 3) << 22;  // 2
+  bits |= static_cast<uint32_t>(op.lod) << 24;            // 2
   return bits;
 }
 
@@ -36,6 +37,7 @@ Op Unpack(uint32_t bits) {
   op.clamp = static_cast<Clamp>((bits >> 16) & 3);
   op.query = static_cast<Query>((bits >> 18) & 15);
   op.component = static_cast<uint8_t>((bits >> 22) & 3);
+  op.lod = static_cast<Lod>((bits >> 24) & 3);
   return op;
 }
 
@@ -97,13 +99,15 @@ bool ParseOpcode(const std::vector<std::string>& parts, Op* op, std::string* why
       if (ParseGeometry(word, &op->geometry)) {
         geometry_seen = true;
       } else if (word == "v4" || word == "base") {
+      } else if (op->kind == Kind::kTex && (word == "level" || word == "grad") && op->lod == Lod::kNone) {
+        op->lod = word == "level" ? Lod::kLevel : Lod::kGrad;
       } else if (op->kind == Kind::kTld4 && word.size() == 1 &&
                  std::string("rgba").find(word[0]) != std::string::npos) {
         op->component = static_cast<uint8_t>(std::string("rgba").find(word[0]));
       } else if (word == "f32" || word == "s32" || word == "u32") {
         types.push_back(word);
       } else {
-        return unsupported(word);  // .level, .grad, .v2.f16x2, multisample geometries
+        return unsupported(word);  // .v2.f16x2, multisample geometries
       }
     }
     if (!geometry_seen || types.size() != 2) {

@@ -27,6 +27,10 @@ enum class Kind : uint8_t { kTex, kTld4, kTxq, kSuld, kSust, kSuq };
 enum class Geometry : uint8_t { k1d, k2d, k3d, kA1d, kA2d, kCube, kACube };
 enum class Result : uint8_t { kF32, kS32, kU32 };
 enum class Clamp : uint8_t { kTrap, kClamp, kZero };
+// tex.level (an explicit level of detail) and tex.grad (gradients): a texture without
+// mipmap levels (every texture the sim has: the library refuses mipmapped arrays) samples
+// its one level whatever they say, as a GPU does.
+enum class Lod : uint8_t { kNone, kLevel, kGrad };
 // txq / suq queries.
 enum class Query : uint8_t {
   kWidth,
@@ -53,6 +57,7 @@ struct Op {
   Clamp clamp = Clamp::kTrap;
   Query query = Query::kWidth;
   uint8_t component = 0;  // tld4: r, g, b, a
+  Lod lod = Lod::kNone;   // tex
 };
 
 uint32_t Pack(const Op& op);

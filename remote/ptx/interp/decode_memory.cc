@@ -160,7 +160,21 @@ Status Decoder::Texture(const Frame& frame, const RawStatement& s, const std::ve
   const auto& ops = s.operands;
   const bool store = op.kind == texture::Kind::kSust;
   const bool query = op.kind == texture::Kind::kTxq || op.kind == texture::Kind::kSuq;
-  if (ops.size() != 2) return Refuse(s.opcode + " with these operands", s.line, inst);
+  // tex.level: a level of detail after the address; tex.grad: two gradient vectors.
+  const size_t extra = op.lod == texture::Lod::kLevel ? 1 : op.lod == texture::Lod::kGrad ? 2 : 0;
+  if (ops.size() != 2 + extra) return Refuse(s.opcode + " with these operands", s.line, inst);
+  for (size_t i = 2; i < ops.size(); ++i) {
+    // Read for their form only: every texture the sim has is of one level (texture.h, Lod).
+    const std::vector<RawOperand> single = {ops[i]};
+    const std::vector<RawOperand>& items = ops[i].kind == RawOperand::kVector ? ops[i].items : single;
+    if (op.lod == texture::Lod::kGrad && ops[i].kind != RawOperand::kVector) {
+      return BadInstruction(s, "gradients are vectors");
+    }
+    for (const RawOperand& item : items) {
+      auto slot = Source(frame, item, kF32, s.line);
+      if (!slot.ok()) return slot.status();
+    }
+  }
   const RawOperand& address = ops[store ? 0 : 1];
   const RawOperand& data = ops[store ? 1 : 0];
   if (address.kind != RawOperand::kAddress || !IsRegister(frame, address.name) || address.bits != 0 ||

@@ -101,8 +101,8 @@ __global__ void __cluster_dims__(2, 1, 1) ToTheOtherBlock(const float* in, float
   if (threadIdx.x == 0) {
     cuda::ptx::mbarrier_init(&barrier, 1);
     if (cluster.block_rank() == 1) {
-      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cluster,
-                                           cuda::ptx::space_shared, &barrier, sizeof(received));
+      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cluster, cuda::ptx::space_shared,
+                                           &barrier, sizeof(received));
     }
   }
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
@@ -131,16 +131,16 @@ __global__ void __cluster_dims__(2, 1, 1) AsyncStores(unsigned* out) {
     counter = 0;
     cuda::ptx::mbarrier_init(&barrier, 1);
     if (cluster.block_rank() == 1) {
-      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cluster,
-                                           cuda::ptx::space_shared, &barrier, 2 * kThreads * sizeof(unsigned));
+      cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cluster, cuda::ptx::space_shared,
+                                           &barrier, 2 * kThreads * sizeof(unsigned));
     }
   }
   cluster.sync();
   if (cluster.block_rank() == 0) {
     uint64_t* remote_barrier = cluster.map_shared_rank(&barrier, 1);
     cuda::ptx::st_async(cluster.map_shared_rank(words, 1) + threadIdx.x, threadIdx.x * 3u + 1u, remote_barrier);
-    cuda::ptx::red_async(cuda::ptx::op_add_t{}, cluster.map_shared_rank(&counter, 1), static_cast<uint32_t>(threadIdx.x),
-                         remote_barrier);
+    cuda::ptx::red_async(cuda::ptx::op_add_t{}, cluster.map_shared_rank(&counter, 1),
+                         static_cast<uint32_t>(threadIdx.x), remote_barrier);
   } else {
     while (!cuda::ptx::mbarrier_try_wait_parity(&barrier, 0)) {
     }

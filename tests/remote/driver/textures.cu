@@ -33,6 +33,17 @@ __global__ void Resample(cudaTextureObject_t image, float* out, int ow, int oh) 
   out[y * ow + x] = tex2D<float>(image, u, v);
 }
 
+// The same samples with an explicit level of detail and with gradients (tex.level,
+// tex.grad): an array without mipmap levels has only its own, whatever they say.
+__global__ void ResampleAtLevels(cudaTextureObject_t image, float* out, int ow, int oh) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x >= ow || y >= oh) return;
+  float u = (x + 0.33f) / ow, v = (y - 0.29f) / oh;
+  const float at_level = tex2DLod<float>(image, u, v, 2.5f);
+  const float with_gradients = tex2DGrad<float>(image, u, v, make_float2(0.25f, 0), make_float2(0, 0.5f));
+  out[y * ow + x] = at_level == with_gradients ? at_level : -1000.0f;
+}
+
 __global__ void ReadVolume(cudaTextureObject_t volume, float* out, int w, int h, int d) {
   int x = threadIdx.x, y = threadIdx.y, z = blockIdx.x;
   out[(z * h + y) * w + x] = tex3D<float>(volume, x + 0.5f, y + 0.5f, z + 0.5f);
@@ -102,6 +113,12 @@ int main() {
     }
   }
   EXPECT(wrong == 0);
+  ResampleAtLevels<<<dim3((ow + 15) / 16, (oh + 7) / 8), dim3(16, 8)>>>(object, out, ow, oh);
+  CHECK(cudaGetLastError());
+  std::vector<float> at_levels(ow * oh);
+  CHECK(cudaMemcpy(at_levels.data(), out, at_levels.size() * sizeof(float), cudaMemcpyDeviceToHost));
+  EXPECT(at_levels == resampled);
+  std::printf("tex2DLod and tex2DGrad of an array of one level: %s\n", at_levels == resampled ? "level 0" : "wrong");
   CHECK(cudaDestroyTextureObject(object));
 
   // --- Array to array, and back to the host -----------------------------------------------

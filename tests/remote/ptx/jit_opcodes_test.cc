@@ -663,8 +663,8 @@ TEST(JitOpcodeColumn, TheModuleVariableFormsItTakes) {
 
 // Texture and surface instructions: the forms the interpreter runs, with a 64-bit handle
 // register and register coordinates and values (`_` destinations too, and under a guard);
-// not the forms the interpreter refuses (.level, integer tld4 coordinates, sust.p), a
-// .texref name, a 32-bit handle register, nor a constant coordinate.
+// not the forms the interpreter alone runs (.level and .grad) or refuses (integer tld4
+// coordinates, sust.p), a .texref name, a 32-bit handle register, nor a constant coordinate.
 TEST(JitOpcodeColumn, TheTextureFormsItTakes) {
   const char* const kTaken[] = {
       "tex.1d.v4.f32.s32 {%f2, %f3, %f4, %f5}, [%rd1, {%r1}];",
