@@ -9,6 +9,10 @@
 //    client's 2D/3D row copies over that allocation.
 //  - A texture or surface object's handle (CUtexObject, CUsurfObject) is the device
 //    address of a SimTextureDescriptor the client wrote into an allocation of its own.
+//  - A mipmapped array is one allocation holding its levels one after another, each laid
+//    out as an array; a texture object of one is flagged kSimTexMipmapped, its descriptor
+//    describing level 0 and followed in its allocation by a SimMipmapHeader and the
+//    header's `levels` SimMipmapLevels.
 //
 // So arrays and descriptors are device memory like any other: a session's checkpoint and
 // journal carry them across a failover, and nothing of them lives in the agent.
@@ -69,6 +73,7 @@ inline constexpr uint32_t kSimTexLinearFilter = 4;    // CU_TR_FILTER_MODE_LINEA
 inline constexpr uint32_t kSimTexNormalized = 8;      // CU_TRSF_NORMALIZED_COORDINATES
 inline constexpr uint32_t kSimTexReadAsInteger = 16;  // CU_TRSF_READ_AS_INTEGER
 inline constexpr uint32_t kSimTexLinearMemory = 32;   // CU_RESOURCE_TYPE_LINEAR (tex1Dfetch)
+inline constexpr uint32_t kSimTexMipmapped = 64;      // CU_RESOURCE_TYPE_MIPMAPPED_ARRAY
 
 struct SimTextureDescriptor {
   uint32_t magic = 0;        // kSimTextureMagic or kSimSurfaceMagic
@@ -87,5 +92,31 @@ struct SimTextureDescriptor {
   uint64_t reserved[2] = {0, 0};
 };
 static_assert(sizeof(SimTextureDescriptor) == 112, "the descriptor's layout is shared");
+
+// The most levels a mipmapped array has (1 + log2 of 2^17, the largest 1D width).
+inline constexpr uint32_t kSimMaxMipmapLevels = 18;
+
+// After a mipmapped texture's descriptor: how it picks levels (CUDA_TEXTURE_DESC's
+// mipmapFilterMode, mipmapLevelBias, minMipmapLevelClamp, maxMipmapLevelClamp).
+struct SimMipmapHeader {
+  uint32_t levels = 1;         // 1 to kSimMaxMipmapLevels
+  uint32_t linear_filter = 0;  // 1: CU_TR_FILTER_MODE_LINEAR between levels
+  float bias = 0;
+  float min_clamp = 0;
+  float max_clamp = 0;
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(SimMipmapHeader) == 24, "the header's layout is shared");
+
+// One level of a mipmapped texture: as the descriptor's fields of the same names.
+struct SimMipmapLevel {
+  uint64_t base = 0;
+  uint64_t width = 0;
+  uint64_t height = 1;
+  uint64_t depth = 1;
+  uint64_t pitch = 0;
+  uint64_t slice_pitch = 0;
+};
+static_assert(sizeof(SimMipmapLevel) == 48, "a level's layout is shared");
 
 }  // namespace gpupool::dataplane

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "remote/protocol/sim_texture.h"
 
@@ -625,8 +626,107 @@ uint64_t QueryValue(const Op& op, const SimTextureDescriptor& d) {
 // capped (far above any texture's) so that index arithmetic in int64 cannot overflow.
 constexpr uint64_t kMaxExtent = uint64_t{1} << 40;
 
+namespace {
+
+// The level of detail of a sample of a mipmapped texture (before its bias and clamps): the
+// explicit one, or the larger of the gradients' lengths in level 0's texels, in log2.
+float RawLevelOfDetail(const Op& op, const SimTextureDescriptor& d, const LevelOfDetail* lod) {
+  if (lod == nullptr || op.lod == Lod::kNone) return 0;
+  if (op.lod == Lod::kLevel) return lod->lod;
+  const bool normalized = (d.flags & (dataplane::kSimTexNormalized | dataplane::kSimTexCubemap)) != 0;
+  const double sizes[3] = {normalized ? static_cast<double>(d.width) : 1.0,
+                           normalized ? static_cast<double>(d.height) : 1.0,
+                           normalized ? static_cast<double>(d.depth) : 1.0};
+  const int dims = op.geometry == Geometry::k3d                                        ? 3
+                   : op.geometry == Geometry::k1d || op.geometry == Geometry::kA1d     ? 1
+                   : op.geometry == Geometry::kCube || op.geometry == Geometry::kACube ? 3
+                                                                                       : 2;
+  double x = 0, y = 0;
+  for (int i = 0; i < dims; ++i) {
+    const double size = i < 2 || op.geometry == Geometry::k3d ? sizes[i] : sizes[0];
+    x += (lod->dx[i] * size) * (lod->dx[i] * size);
+    y += (lod->dy[i] * size) * (lod->dy[i] * size);
+  }
+  const double rho = std::sqrt(std::max(x, y));
+  return rho > 0 ? static_cast<float>(std::log2(rho)) : -std::numeric_limits<float>::infinity();
+}
+
+// `d` with level `level`'s geometry.
+SimTextureDescriptor AtLevel(const SimTextureDescriptor& d, const dataplane::SimMipmapLevel& level) {
+  SimTextureDescriptor at = d;
+  at.base = level.base;
+  at.width = level.width;
+  at.height = level.height;
+  at.depth = level.depth;
+  at.pitch = level.pitch;
+  at.slice_pitch = level.slice_pitch;
+  return at;
+}
+
+// A sample of a mipmapped texture: the level of detail with the texture's bias and clamps,
+// within its levels; the nearest level, or (linear filtering between levels, float results)
+// the two around it weighed by the fraction in 8-bit fixed point, as the texture unit does.
+bool SampleMipmapped(const Op& op, const DescriptorCache& cache, const Memory& memory, const uint64_t coords[4],
+                     uint64_t values[4], Fault* fault, const LevelOfDetail* lod) {
+  const SimTextureDescriptor& d = cache.descriptor;
+  const dataplane::SimMipmapHeader& m = cache.mipmap;
+  float level = RawLevelOfDetail(op, d, lod) + m.bias;
+  if (std::isnan(level)) level = 0;
+  level = std::clamp(level, m.min_clamp, std::max(m.min_clamp, m.max_clamp));
+  level = std::clamp(level, 0.0f, static_cast<float>(m.levels - 1));
+  const bool float_result = op.result == Result::kF32 && !(d.flags & dataplane::kSimTexReadAsInteger);
+  if (!m.linear_filter || !float_result) {
+    const uint32_t nearest = static_cast<uint32_t>(std::floor(level + 0.5f));
+    return Sample(op, AtLevel(d, cache.levels[std::min(nearest, m.levels - 1)]), memory, coords, values, fault);
+  }
+  const uint32_t low = static_cast<uint32_t>(std::floor(level));
+  const uint32_t high = std::min(low + 1, m.levels - 1);
+  const float weight = std::round((level - static_cast<float>(low)) * 256.0f) / 256.0f;
+  uint64_t below[4], above[4];
+  if (!Sample(op, AtLevel(d, cache.levels[low]), memory, coords, below, fault)) return false;
+  if (weight == 0 || high == low) {
+    std::copy_n(below, 4, values);
+    return true;
+  }
+  if (!Sample(op, AtLevel(d, cache.levels[high]), memory, coords, above, fault)) return false;
+  for (int c = 0; c < 4; ++c) {
+    const float a = std::bit_cast<float>(static_cast<uint32_t>(below[c]));
+    const float b = std::bit_cast<float>(static_cast<uint32_t>(above[c]));
+    values[c] = std::bit_cast<uint32_t>((1.0f - weight) * a + weight * b);
+  }
+  return true;
+}
+
+// Reads a mipmapped texture's header and levels after its descriptor into *cache; false
+// when they are not there or describe no levels the descriptor could.
+bool ReadMipmap(const Memory& memory, uint64_t handle, DescriptorCache* cache) {
+  const uint64_t header_at = handle + sizeof(SimTextureDescriptor);
+  const uint8_t* p = memory.at(memory.context, header_at, static_cast<uint32_t>(sizeof(dataplane::SimMipmapHeader)));
+  if (p == nullptr) return false;
+  std::memcpy(&cache->mipmap, p, sizeof(cache->mipmap));
+  const dataplane::SimMipmapHeader& m = cache->mipmap;
+  if (m.levels == 0 || m.levels > dataplane::kSimMaxMipmapLevels || std::isnan(m.bias) || std::isnan(m.min_clamp) ||
+      std::isnan(m.max_clamp)) {
+    return false;
+  }
+  const uint32_t bytes = m.levels * static_cast<uint32_t>(sizeof(dataplane::SimMipmapLevel));
+  p = memory.at(memory.context, header_at + sizeof(dataplane::SimMipmapHeader), bytes);
+  if (p == nullptr) return false;
+  std::memcpy(cache->levels, p, bytes);
+  for (uint32_t i = 0; i < m.levels; ++i) {
+    const dataplane::SimMipmapLevel& level = cache->levels[i];
+    if (level.width == 0 || level.height == 0 || level.depth == 0 || level.width > kMaxExtent ||
+        level.height > kMaxExtent || level.depth > kMaxExtent) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t coords[4], uint64_t values[4],
-             Fault* fault, DescriptorCache* cache) {
+             Fault* fault, DescriptorCache* cache, const LevelOfDetail* lod) {
   const bool surface = op.kind == Kind::kSuld || op.kind == Kind::kSust || op.kind == Kind::kSuq;
   if (!cache->valid || cache->handle != handle) {
     const uint8_t* p = memory.at(memory.context, handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)));
@@ -637,7 +737,8 @@ bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t
     const uint32_t channel = dataplane::SimTexelChannelBytes(d.format);
     if (p == nullptr || d.magic != magic || channel == 0 || d.width == 0 || d.height == 0 || d.depth == 0 ||
         d.width > kMaxExtent || d.height > kMaxExtent || d.depth > kMaxExtent ||
-        (d.channels != 1 && d.channels != 2 && d.channels != 4)) {
+        (d.channels != 1 && d.channels != 2 && d.channels != 4) ||
+        ((d.flags & dataplane::kSimTexMipmapped) && (surface || !ReadMipmap(memory, handle, cache)))) {
       *fault = {handle, static_cast<uint32_t>(sizeof(SimTextureDescriptor)),
                 surface ? "surface object" : "texture object"};
       return false;
@@ -649,13 +750,15 @@ bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t
   switch (op.kind) {
     case Kind::kTex:
     case Kind::kTld4:
+      if (d.flags & dataplane::kSimTexMipmapped) return SampleMipmapped(op, *cache, memory, coords, values, fault, lod);
       return Sample(op, d, memory, coords, values, fault);
     case Kind::kSuld:
     case Kind::kSust:
       return Surface(op, d, memory, coords, values, fault);
     case Kind::kTxq:
     case Kind::kSuq:
-      values[0] = QueryValue(op, d);
+      values[0] = op.query == Query::kNumMipmapLevels && (d.flags & dataplane::kSimTexMipmapped) ? cache->mipmap.levels
+                                                                                                 : QueryValue(op, d);
       return true;
   }
   return true;

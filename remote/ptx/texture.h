@@ -27,10 +27,19 @@ enum class Kind : uint8_t { kTex, kTld4, kTxq, kSuld, kSust, kSuq };
 enum class Geometry : uint8_t { k1d, k2d, k3d, kA1d, kA2d, kCube, kACube };
 enum class Result : uint8_t { kF32, kS32, kU32 };
 enum class Clamp : uint8_t { kTrap, kClamp, kZero };
-// tex.level (an explicit level of detail) and tex.grad (gradients): a texture without
-// mipmap levels (every texture the sim has: the library refuses mipmapped arrays) samples
-// its one level whatever they say, as a GPU does.
+// tex.level (an explicit level of detail) and tex.grad (gradients): which level(s) of a
+// mipmapped texture a sample reads; a texture without mipmap levels samples its one level
+// whatever they say, as a GPU does. Plain tex reads level 0 (with the texture's bias and
+// clamps).
 enum class Lod : uint8_t { kNone, kLevel, kGrad };
+
+// A lane's level-of-detail operands: tex.level's `lod`, or tex.grad's gradients of the
+// coordinates along x and y (up to three components each).
+struct LevelOfDetail {
+  float lod = 0;
+  float dx[3] = {0, 0, 0};
+  float dy[3] = {0, 0, 0};
+};
 // txq / suq queries.
 enum class Query : uint8_t {
   kWidth,
@@ -93,13 +102,17 @@ struct DescriptorCache {
   uint64_t handle = 0;
   bool valid = false;
   dataplane::SimTextureDescriptor descriptor;
+  // A mipmapped texture's header and levels (kSimTexMipmapped), read with the descriptor.
+  dataplane::SimMipmapHeader mipmap;
+  dataplane::SimMipmapLevel levels[dataplane::kSimMaxMipmapLevels];
 };
 
 // Runs `op` for one lane: `handle` the object, `coords` the coordinate registers' raw
 // values (f32 bits or s32), `values` the data (sust: in; else out, the destination
-// registers' raw values). False with *fault when the lane faults (a handle that is no
-// descriptor of this kind, texels outside the session's memory, .trap out of bounds).
+// registers' raw values), `lod` tex.level's or tex.grad's operands (null: none). False with
+// *fault when the lane faults (a handle that is no descriptor of this kind, a mipmap table
+// that is none, texels outside the session's memory, .trap out of bounds).
 bool RunLane(const Op& op, const Memory& memory, uint64_t handle, const uint64_t coords[4], uint64_t values[4],
-             Fault* fault, DescriptorCache* cache);
+             Fault* fault, DescriptorCache* cache, const LevelOfDetail* lod = nullptr);
 
 }  // namespace gpupool::sim::texture

@@ -9,10 +9,14 @@
 // On the cuda executor a real GPU's texture unit reads neither layout: arrays, texture
 // objects and surface objects are made by the GPU's driver through the agent
 // (ops::NewForwardedArray, ops::CopyForwardedArray, ForwardTextureObject, the forwarded
-// branch of cuSurfObjectCreate). Not supported anywhere: mipmapped arrays, resource views,
-// sRGB reads, texture and surface references (cuTexRef*, cuSurfRef*), sparse arrays.
+// branch of cuSurfObjectCreate). Mipmapped arrays on the sim only (one allocation of their
+// levels, each an array). Not supported anywhere: resource views, sRGB reads, texture and
+// surface references (cuTexRef*, cuSurfRef*), sparse arrays.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "remote/client/core/api_common.h"
 #include "remote/client/ops/arrays.h"
@@ -87,11 +91,9 @@ CUresult ElementBytes(const char* call, CUarray_format format, unsigned channels
 constexpr size_t kMax1D = 131072, kMax2DWidth = 131072, kMax2DHeight = 65536, kMax3D = 16384, kMaxLayered = 32768,
                  kMaxLayers = 2048;
 
-CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
-  if (handle == nullptr || desc == nullptr) return Invalid(call, "a null argument");
-  bool sim = true;
-  int device = 0;
-  if (CUresult status = CurrentGpu(&sim, &device); status != CUDA_SUCCESS) return status;
+// Checks an array's descriptor as a driver does (*desc) and lays it out: *info, and its
+// size in *bytes.
+CUresult ArrayLayout(const char* call, const CUDA_ARRAY3D_DESCRIPTOR* desc, ArrayInfo* result, size_t* bytes_out) {
   size_t element = 0;
   if (CUresult status = ElementBytes(call, desc->Format, desc->NumChannels, &element); status != CUDA_SUCCESS) {
     return status;
@@ -141,8 +143,59 @@ CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCR
   if (!Multiply(info.row_bytes, info.rows, &bytes) || !Multiply(bytes, info.slices, &bytes)) {
     return Invalid(call, "the array's size overflows");
   }
+  *result = info;
+  *bytes_out = bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  if (handle == nullptr || desc == nullptr) return Invalid(call, "a null argument");
+  bool sim = true;
+  int device = 0;
+  if (CUresult status = CurrentGpu(&sim, &device); status != CUDA_SUCCESS) return status;
+  ArrayInfo info;
+  size_t bytes = 0;
+  if (CUresult status = ArrayLayout(call, desc, &info, &bytes); status != CUDA_SUCCESS) return status;
   // On a GPU host's GPU the array is its driver's (its texture unit reads no other layout).
   return sim ? NewArray(info, bytes, handle) : ops::NewForwardedArray(info, device, handle);
+}
+
+// A mipmapped array on the sim: its levels laid out as arrays one after another in one
+// allocation (remote/protocol/sim_texture.h), each halving level 0's extent (at least 1;
+// layers and a cubemap's faces stay), as many as the largest dimension allows.
+CUresult CreateMipmappedArray(CUmipmappedArray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned count) {
+  const char* call = "cuMipmappedArrayCreate";
+  if (handle == nullptr || desc == nullptr) return Invalid(call, "a null argument");
+  bool sim = true;
+  int device = 0;
+  if (CUresult status = CurrentGpu(&sim, &device); status != CUDA_SUCCESS) return status;
+  if (!sim) return static_cast<CUresult>(ReportUnsupported(call, "mipmapped arrays on a GPU host's GPU"));
+  const bool stacked = desc->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);  // Depth: layers, faces
+  size_t largest = std::max<size_t>(desc->Width, desc->Height);
+  if (!stacked) largest = std::max<size_t>(largest, desc->Depth);
+  unsigned most = 1;
+  while (most < dp::kSimMaxMipmapLevels && (largest >> most) > 0) ++most;
+  if (count == 0 || count > most) {
+    return Invalid(call,
+                   "numMipmapLevels " + std::to_string(count) + " (1 to " + std::to_string(most) + " for this extent)");
+  }
+  std::vector<ArrayInfo> levels(count);
+  std::vector<size_t> offsets(count);
+  size_t total = 0;
+  for (unsigned l = 0; l < count; ++l) {
+    CUDA_ARRAY3D_DESCRIPTOR level = *desc;
+    level.Width = std::max<size_t>(desc->Width >> l, 1);
+    if (desc->Height > 0) level.Height = std::max<size_t>(desc->Height >> l, 1);
+    if (!stacked && desc->Depth > 0) level.Depth = std::max<size_t>(desc->Depth >> l, 1);
+    size_t bytes = 0;
+    if (CUresult status = ArrayLayout(call, &level, &levels[l], &bytes); status != CUDA_SUCCESS) return status;
+    offsets[l] = total;
+    // Each level starts 256-byte aligned, as a driver's allocations do.
+    if (__builtin_add_overflow(total, (bytes + 255) / 256 * 256, &total)) {
+      return Invalid(call, "the mipmapped array's size overflows");
+    }
+  }
+  return ops::NewMipmappedArray(levels, offsets, total, handle);
 }
 
 // A linear or pitched 2D resource (`resource.resType` one of them), checked on any GPU: a
@@ -243,10 +296,59 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
       return CUDA_SUCCESS;
     }
     case CU_RESOURCE_TYPE_MIPMAPPED_ARRAY:
-      return static_cast<CUresult>(ReportUnsupported(call, "mipmapped arrays"));
+      // A texture's (MipmappedTexture); a surface needs one level's array.
+      return Invalid(call, "a surface needs an array (pResDesc->resType)");
     default:
       return Invalid(call, "pResDesc->resType is no CUresourcetype");
   }
+}
+
+// A texture object of a mipmapped array on the sim: level 0's descriptor, flagged, and the
+// levels' header and table after it (remote/protocol/sim_texture.h).
+CUresult MipmappedTexture(const char* call, const CUDA_RESOURCE_DESC& resource, const CUDA_TEXTURE_DESC& texture,
+                          dp::SimTextureDescriptor* d, std::vector<uint8_t>* trailer) {
+  unsigned count = 0;
+  CUarray level0 = nullptr;
+  if (ops::MipmappedArrayLevel(resource.res.mipmap.hMipmappedArray, 0, &level0, &count) != CUDA_SUCCESS) {
+    return Invalid(call, "pResDesc->res.mipmap.hMipmappedArray is no mipmapped array");
+  }
+  if (texture.mipmapFilterMode != CU_TR_FILTER_MODE_POINT && texture.mipmapFilterMode != CU_TR_FILTER_MODE_LINEAR) {
+    return Invalid(call, "pTexDesc->mipmapFilterMode is no CUfilter_mode");
+  }
+  if (std::isnan(texture.mipmapLevelBias) || std::isnan(texture.minMipmapLevelClamp) ||
+      std::isnan(texture.maxMipmapLevelClamp)) {
+    return Invalid(call, "a mipmap level bias or clamp is not a number");
+  }
+  CUDA_RESOURCE_DESC first{};
+  first.resType = CU_RESOURCE_TYPE_ARRAY;
+  first.res.array.hArray = level0;
+  if (CUresult status = Describe(call, first, false, d); status != CUDA_SUCCESS) return status;
+  d->flags |= dp::kSimTexMipmapped;
+  dp::SimMipmapHeader header;
+  header.levels = count;
+  header.linear_filter = texture.mipmapFilterMode == CU_TR_FILTER_MODE_LINEAR ? 1 : 0;
+  header.bias = texture.mipmapLevelBias;
+  header.min_clamp = texture.minMipmapLevelClamp;
+  header.max_clamp = texture.maxMipmapLevelClamp;
+  trailer->resize(sizeof(header) + count * sizeof(dp::SimMipmapLevel));
+  std::memcpy(trailer->data(), &header, sizeof(header));
+  for (unsigned l = 0; l < count; ++l) {
+    CUarray array = nullptr;
+    ArrayInfo info;
+    if (ops::MipmappedArrayLevel(resource.res.mipmap.hMipmappedArray, l, &array) != CUDA_SUCCESS ||
+        FindArray(array, &info) != CUDA_SUCCESS) {
+      return Invalid(call, "pResDesc->res.mipmap.hMipmappedArray is no mipmapped array");
+    }
+    dp::SimMipmapLevel level;
+    level.base = info.base;
+    level.width = info.descriptor.Width;
+    level.height = info.rows;
+    level.depth = info.slices;
+    level.pitch = info.row_bytes;
+    level.slice_pitch = info.row_bytes * info.rows;
+    std::memcpy(trailer->data() + sizeof(header) + l * sizeof(level), &level, sizeof(level));
+  }
+  return CUDA_SUCCESS;
 }
 
 // A request whose answer is a driver's handle (kOpTexObjectCreate, kOpSurfObjectCreate).
@@ -386,6 +488,23 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuArrayDestroy(CUarray array) {
   GPUPOOL_BODY({ return DestroyArray(array); });
 }
 
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMipmappedArrayCreate(CUmipmappedArray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc,
+                                                         unsigned int levels) {
+  GPUPOOL_BODY({ return CreateMipmappedArray(handle, desc, levels); });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMipmappedArrayGetLevel(CUarray* level_array, CUmipmappedArray mipmapped,
+                                                           unsigned int level) {
+  GPUPOOL_BODY({
+    if (level_array == nullptr) return CUDA_ERROR_INVALID_VALUE;
+    return ops::MipmappedArrayLevel(mipmapped, level, level_array);
+  });
+}
+
+GPUPOOL_CUDA_API CUresult CUDAAPI cuMipmappedArrayDestroy(CUmipmappedArray mipmapped) {
+  GPUPOOL_BODY({ return ops::DestroyMipmappedArray(mipmapped); });
+}
+
 // Linear copies to and from an array's bytes (CUDA: for 1D arrays; any array here, by its
 // layout).
 GPUPOOL_CUDA_API CUresult CUDAAPI cuMemcpyHtoA_v2(CUarray dst, size_t offset, const void* src, size_t bytes) {
@@ -490,7 +609,11 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle, const C
     if (!sim) return ForwardTextureObject(call, device, *resource, *texture, handle);
     dp::SimTextureDescriptor d;
     d.magic = dp::kSimTextureMagic;
-    if (CUresult status = Describe(call, *resource, false, &d); status != CUDA_SUCCESS) {
+    std::vector<uint8_t> trailer;
+    if (CUresult status = resource->resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY
+                              ? MipmappedTexture(call, *resource, *texture, &d, &trailer)
+                              : Describe(call, *resource, false, &d);
+        status != CUDA_SUCCESS) {
       return status;
     }
     for (int i = 0; i < 3; ++i) {
@@ -519,7 +642,7 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTexObjectCreate(CUtexObject* handle, const C
     record.resource = *resource;
     record.texture = *texture;
     uint64_t at = 0;
-    if (CUresult status = PublishObject(d, record, &at); status != CUDA_SUCCESS) return status;
+    if (CUresult status = PublishObject(d, record, &at, trailer); status != CUDA_SUCCESS) return status;
     *handle = at;
     return CUDA_SUCCESS;
   });

@@ -1,6 +1,7 @@
 // The tables of CUDA arrays and texture and surface objects (ops/arrays.h).
 #include "remote/client/ops/arrays.h"
 
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,7 +13,8 @@
 namespace gpupool::client::ops {
 namespace {
 
-constexpr uint32_t kArrayMagic = 0x41525259;  // "ARRY"
+constexpr uint32_t kArrayMagic = 0x41525259;      // "ARRY"
+constexpr uint32_t kMipmappedMagic = 0x4d49504d;  // "MIPM"
 
 // A CUarray points at its record (the magic marks one in a debugger; the table decides).
 struct ArrayRecord {
@@ -28,6 +30,17 @@ std::mutex& Mutex() {
 std::set<const ArrayRecord*>& Arrays() {
   static auto* arrays = new std::set<const ArrayRecord*>;
   return *arrays;
+}
+// A CUmipmappedArray points at its record: its levels' arrays and its allocation.
+struct MipmappedRecord {
+  uint32_t magic = kMipmappedMagic;
+  std::vector<CUarray> levels;
+  CUdeviceptr base = 0;
+};
+// GUARDED_BY(Mutex())
+std::set<const MipmappedRecord*>& Mipmapped() {
+  static auto* mipmapped = new std::set<const MipmappedRecord*>;
+  return *mipmapped;
 }
 std::map<uint64_t, ObjectRecord>& Objects() {
   static auto* objects = new std::map<uint64_t, ObjectRecord>;
@@ -50,6 +63,51 @@ CUresult NewArray(const ArrayInfo& info, size_t bytes, CUarray* handle) {
   *handle = reinterpret_cast<CUarray>(record.get());
   Arrays().insert(record.release());
   return CUDA_SUCCESS;
+}
+
+CUresult NewMipmappedArray(const std::vector<ArrayInfo>& levels, const std::vector<size_t>& offsets, size_t bytes,
+                           CUmipmappedArray* handle) {
+  auto record = std::make_unique<MipmappedRecord>();
+  if (CUresult status = AllocDeviceMemory(&record->base, bytes); status != CUDA_SUCCESS) return status;
+  std::lock_guard<std::mutex> lock(Mutex());
+  for (size_t l = 0; l < levels.size(); ++l) {
+    auto level = std::make_unique<ArrayRecord>();
+    level->info = levels[l];
+    level->info.base = record->base + offsets[l];
+    level->info.mipmap_level = true;
+    record->levels.push_back(reinterpret_cast<CUarray>(level.get()));
+    Arrays().insert(level.release());
+  }
+  *handle = reinterpret_cast<CUmipmappedArray>(record.get());
+  Mipmapped().insert(record.release());
+  return CUDA_SUCCESS;
+}
+
+CUresult MipmappedArrayLevel(CUmipmappedArray mipmapped, unsigned level, CUarray* array, unsigned* count) {
+  std::lock_guard<std::mutex> lock(Mutex());
+  auto* record = reinterpret_cast<const MipmappedRecord*>(mipmapped);
+  if (Mipmapped().count(record) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (count != nullptr) *count = static_cast<unsigned>(record->levels.size());
+  if (level >= record->levels.size()) return CUDA_ERROR_INVALID_VALUE;
+  *array = record->levels[level];
+  return CUDA_SUCCESS;
+}
+
+CUresult DestroyMipmappedArray(CUmipmappedArray mipmapped) {
+  CUdeviceptr base = 0;
+  {
+    std::lock_guard<std::mutex> lock(Mutex());
+    auto* record = reinterpret_cast<const MipmappedRecord*>(mipmapped);
+    if (Mipmapped().erase(record) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    for (CUarray level : record->levels) {
+      auto* array = reinterpret_cast<const ArrayRecord*>(level);
+      Arrays().erase(array);
+      delete array;
+    }
+    base = record->base;
+    delete record;
+  }
+  return FreeDeviceMemory(base);
 }
 
 CUresult NewForwardedArray(const ArrayInfo& info, int device, CUarray* handle) {
@@ -92,7 +150,10 @@ CUresult DestroyArray(CUarray array) {
   {
     std::lock_guard<std::mutex> lock(Mutex());
     auto* record = reinterpret_cast<const ArrayRecord*>(array);
-    if (Arrays().erase(record) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    if (Arrays().count(record) == 0) return CUDA_ERROR_INVALID_HANDLE;
+    // A level lives as long as its mipmapped array (cuMipmappedArrayDestroy frees it).
+    if (record->info.mipmap_level) return CUDA_ERROR_INVALID_VALUE;
+    Arrays().erase(record);
     info = record->info;
     delete record;
   }
@@ -266,11 +327,14 @@ CUresult CopyForwardedArray(const CUDA_MEMCPY3D& copy, CUstream stream, bool* ha
   return CUDA_SUCCESS;
 }
 
-CUresult PublishObject(const dataplane::SimTextureDescriptor& descriptor, const ObjectRecord& record,
-                       uint64_t* handle) {
+CUresult PublishObject(const dataplane::SimTextureDescriptor& descriptor, const ObjectRecord& record, uint64_t* handle,
+                       const std::vector<uint8_t>& trailer) {
+  std::vector<uint8_t> bytes(sizeof(descriptor) + trailer.size());
+  std::memcpy(bytes.data(), &descriptor, sizeof(descriptor));
+  if (!trailer.empty()) std::memcpy(bytes.data() + sizeof(descriptor), trailer.data(), trailer.size());
   CUdeviceptr at = 0;
-  if (CUresult status = AllocDeviceMemory(&at, sizeof(descriptor)); status != CUDA_SUCCESS) return status;
-  if (CUresult status = CopyHtoD(at, &descriptor, sizeof(descriptor), nullptr); status != CUDA_SUCCESS) {
+  if (CUresult status = AllocDeviceMemory(&at, bytes.size()); status != CUDA_SUCCESS) return status;
+  if (CUresult status = CopyHtoD(at, bytes.data(), bytes.size(), nullptr); status != CUDA_SUCCESS) {
     FreeDeviceMemory(at);
     return status;
   }

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "remote/protocol/sim_texture.h"
 
@@ -27,6 +28,9 @@ struct ArrayInfo {
   // id its agent knows it by; -1: device memory of the library's layout (NewArray).
   int forwarded_device = -1;
   uint64_t remote = 0;
+  // A level of a mipmapped array (NewMipmappedArray): its bytes are the mipmapped array's,
+  // which cuArrayDestroy does not free.
+  bool mipmap_level = false;
 };
 
 // Allocates `bytes` (row_bytes * rows * slices, checked by the caller) of device memory
@@ -36,6 +40,19 @@ CUresult NewArray(const ArrayInfo& info, size_t bytes, CUarray* handle);
 // (kOpArrayCreate), and the process is no longer protected by failover (another GPU's
 // driver would not hold it).
 CUresult NewForwardedArray(const ArrayInfo& info, int device, CUarray* handle);
+// A mipmapped array: `levels` arrays (level l is `levels[l]`, its extent halved l times from
+// level 0's, at least 1; layers and cubemap faces stay) in one device allocation of
+// `bytes` (the levels' sizes together, checked by the caller), each listed as an array
+// (cuMipmappedArrayGetLevel). `offsets[l]`: level l's first byte in the allocation.
+CUresult NewMipmappedArray(const std::vector<ArrayInfo>& levels, const std::vector<size_t>& offsets, size_t bytes,
+                           CUmipmappedArray* handle);
+// Level `level` of the live `mipmapped` array (*array), and how many it has (*count, when
+// not null); CUDA_ERROR_INVALID_HANDLE for a handle that is none, CUDA_ERROR_INVALID_VALUE
+// for a level past its last.
+CUresult MipmappedArrayLevel(CUmipmappedArray mipmapped, unsigned level, CUarray* array, unsigned* count = nullptr);
+// Unlists the mipmapped array and its levels and frees its memory.
+CUresult DestroyMipmappedArray(CUmipmappedArray mipmapped);
+
 // A copy of the live `array`'s record; CUDA_ERROR_INVALID_HANDLE for a handle that is none.
 CUresult FindArray(CUarray array, ArrayInfo* info);
 // Unlists `array` and frees its memory (or has its agent destroy a forwarded one);
@@ -72,8 +89,10 @@ struct ObjectRecord {
   int forwarded_device = -1;
 };
 
-// Writes `descriptor` into a new allocation, whose address is the object's handle.
-CUresult PublishObject(const dataplane::SimTextureDescriptor& descriptor, const ObjectRecord& record, uint64_t* handle);
+// Writes `descriptor` into a new allocation, whose address is the object's handle, and
+// `trailer` (a mipmapped texture's header and levels) right after it.
+CUresult PublishObject(const dataplane::SimTextureDescriptor& descriptor, const ObjectRecord& record, uint64_t* handle,
+                       const std::vector<uint8_t>& trailer = {});
 // Lists a texture object that `device`'s agent made with its GPU's driver
 // (kOpTexObjectCreate) under the driver's handle. CUDA_ERROR_NOT_SUPPORTED when a live
 // object of another GPU has the same handle (each driver numbers its own): a kernel could

@@ -163,17 +163,29 @@ Status Decoder::Texture(const Frame& frame, const RawStatement& s, const std::ve
   // tex.level: a level of detail after the address; tex.grad: two gradient vectors.
   const size_t extra = op.lod == texture::Lod::kLevel ? 1 : op.lod == texture::Lod::kGrad ? 2 : 0;
   if (ops.size() != 2 + extra) return Refuse(s.opcode + " with these operands", s.line, inst);
-  for (size_t i = 2; i < ops.size(); ++i) {
-    // Read for their form only: every texture the sim has is of one level (texture.h, Lod).
-    const std::vector<RawOperand> single = {ops[i]};
-    const std::vector<RawOperand>& items = ops[i].kind == RawOperand::kVector ? ops[i].items : single;
-    if (op.lod == texture::Lod::kGrad && ops[i].kind != RawOperand::kVector) {
-      return BadInstruction(s, "gradients are vectors");
+  if (extra > 0) {
+    // The level of detail, or the gradients (vectors of one to four components; PTX pads
+    // 3D ones to four, the fourth unused).
+    std::array<int32_t, 7> lods;
+    lods.fill(-1);
+    for (size_t i = 2; i < ops.size(); ++i) {
+      const std::vector<RawOperand> single = {ops[i]};
+      const std::vector<RawOperand>& items = ops[i].kind == RawOperand::kVector ? ops[i].items : single;
+      if (op.lod == texture::Lod::kGrad && (ops[i].kind != RawOperand::kVector || items.size() > 4)) {
+        return BadInstruction(s, "gradients are vectors of up to four components");
+      }
+      for (size_t k = 0; k < items.size(); ++k) {
+        auto slot = Source(frame, items[k], kF32, s.line);
+        if (!slot.ok()) return slot.status();
+        if (op.lod == texture::Lod::kLevel) {
+          lods[0] = *slot;
+        } else if (k < 3) {
+          lods[1 + (i - 2) * 3 + k] = *slot;
+        }
+      }
     }
-    for (const RawOperand& item : items) {
-      auto slot = Source(frame, item, kF32, s.line);
-      if (!slot.ok()) return slot.status();
-    }
+    k_->texture_lods.push_back(lods);
+    inst.printf_args = static_cast<uint32_t>(k_->texture_lods.size());
   }
   const RawOperand& address = ops[store ? 0 : 1];
   const RawOperand& data = ops[store ? 1 : 0];

@@ -32,6 +32,13 @@ void Hoist(DecodedKernel* k) {
       for (int32_t slot : fragment) writes[slot] = UINT32_MAX;
     }
   }
+  // tex.level's and tex.grad's operands are read through k->texture_lods, not their Inst:
+  // neither renamed nor hoisted either.
+  for (const std::array<int32_t, 7>& lods : k->texture_lods) {
+    for (int32_t slot : lods) {
+      if (slot >= 0) writes[slot] = UINT32_MAX;
+    }
+  }
   if (k->carry_slot >= 0) writes[k->carry_slot] = UINT32_MAX;
   std::map<int32_t, uint64_t> constant_value;
   std::vector<bool> invariant(slots, false);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <map>
@@ -248,7 +249,10 @@ struct DecodedKernel {
   std::string unsupported;                      // non-empty: why this kernel cannot run (at launch)
   std::vector<WmmaOp> wmma;                     // the operands of its wmma instructions (Inst::aux)
   std::vector<DeviceRuntimeCall> device_calls;  // Inst::aux of HDeviceRuntime
-  std::vector<LaunchableEntry> entries;         // set when it calls the device runtime
+  // tex.level's and tex.grad's operand slots (HTexture: Inst::printf_args, 1-based): the
+  // level of detail, then the x and y gradients' components (-1: none).
+  std::vector<std::array<int32_t, 7>> texture_lods;
+  std::vector<LaunchableEntry> entries;  // set when it calls the device runtime
   // The entry's parsed PTX (owned by its PtxModule), and its JIT tier (jit/jit.h): compiled
   // once the launches say it is worth it, or refused.
   const RawFunction* source = nullptr;
