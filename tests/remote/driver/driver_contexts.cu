@@ -187,21 +187,15 @@ int main() {
 
   // Entry points this library does not implement are still exported, as by a driver: the
   // program links against them by name (and is built with -z now, so it binds them all at
-  // start) and gets NOT_SUPPORTED naming each, not "undefined symbol". (IPC and mipmapped
-  // arrays are not supported: gpupool-remote(7).)
+  // start) and gets NOT_SUPPORTED naming each, not "undefined symbol". (IPC and graphics
+  // interop are not supported: gpupool-remote(7).)
   CUipcMemHandle ipc_handle;
-  CUDA_ARRAY3D_DESCRIPTOR array_shape = {};
-  array_shape.Width = 16;
-  array_shape.Height = 16;
-  array_shape.Format = CU_AD_FORMAT_FLOAT;
-  array_shape.NumChannels = 1;
-  CUmipmappedArray mipmapped = nullptr;
   std::string unexported = CaptureStderr([&] {
     EXPECT(cuIpcGetMemHandle(&ipc_handle, kept) == CUDA_ERROR_NOT_SUPPORTED);
-    EXPECT(cuMipmappedArrayCreate(&mipmapped, &array_shape, 2) == CUDA_ERROR_NOT_SUPPORTED);
+    EXPECT(cuGraphicsMapResources(0, nullptr, nullptr) == CUDA_ERROR_NOT_SUPPORTED);
   });
   EXPECT(unexported.find("cuIpcGetMemHandle") != std::string::npos);
-  EXPECT(unexported.find("cuMipmappedArrayCreate") != std::string::npos);
+  EXPECT(unexported.find("cuGraphicsMapResources") != std::string::npos);
 
   // A refused call says why, once however often it is made.
   std::string refusals = CaptureStderr([&] {
