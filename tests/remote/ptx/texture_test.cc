@@ -391,6 +391,28 @@ TEST_F(Texture, ForgedHandlesFault) {
   Run("Sample1D", Publish(huge), std::vector<float>{0.75f});
   EXPECT_EQ(status_, kCuIllegalAddress);
   EXPECT_NE(detail_.find("texture object"), std::string::npos) << detail_;
+  // A mipmapped one whose header and levels are missing, or name more levels than a
+  // texture has, or a level of no extent: no texture object (the sample reads level 0).
+  SimTextureDescriptor mipmapped = Over(Ramp(4), kTexelF32, 1, 4, 1, 1, 1);
+  mipmapped.flags = dataplane::kSimTexMipmapped;
+  struct Trailed {
+    SimTextureDescriptor descriptor;
+    dataplane::SimMipmapHeader header;
+    dataplane::SimMipmapLevel level;
+  };
+  const Trailed good{mipmapped, dataplane::SimMipmapHeader{}, {mipmapped.base, 4, 1, 1, 16, 16}};
+  Trailed too_many = good, empty_level = good;
+  too_many.header.levels = dataplane::kSimMaxMipmapLevels + 1;
+  empty_level.level.width = 0;
+  for (uint64_t handle :
+       {Publish(mipmapped), Upload(std::vector<Trailed>{too_many}), Upload(std::vector<Trailed>{empty_level})}) {
+    Run("Sample1D", handle, std::vector<float>{0.5f});
+    EXPECT_EQ(status_, kCuIllegalAddress) << std::hex << handle;
+    EXPECT_NE(detail_.find("texture object"), std::string::npos) << detail_;
+  }
+  const auto read = Run("Sample1D", Upload(std::vector<Trailed>{good}), std::vector<float>{2.5f});
+  EXPECT_EQ(status_, kCuSuccess) << detail_;
+  EXPECT_EQ(read[0].v[0], Ramp(4)[2]);
   // A descriptor whose texels lie outside the session's memory.
   SimTextureDescriptor stray = Over(Ramp(4), kTexelF32, 1, 4, 1, 1, 1);
   stray.width = 1u << 20;
