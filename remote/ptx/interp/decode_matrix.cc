@@ -113,10 +113,27 @@ Status Decoder::Ldmatrix(const Frame& frame, const RawStatement& s, const std::v
   auto has = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
   const int count = has("x1") ? 1 : has("x2") ? 2 : has("x4") ? 4 : 0;
   if (!has("m8n8") || !has("b16") || count == 0) {
-    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (ldmatrix runs m8n8 .b16)", s.line,
-                  inst);
+    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (" + parts[0] + " runs m8n8 .b16)",
+                  s.line, inst);
   }
   const auto& ops = s.operands;
+  if (parts[0] == "stmatrix") {
+    // stmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 [p], {r...} (sm_90): ldmatrix's
+    // inverse, each lane's registers stored where ldmatrix would have loaded them from.
+    if (ops.size() != 2 || ops[1].kind != RawOperand::kVector || ops[1].items.size() != static_cast<size_t>(count)) {
+      return BadInstruction(s, "needs an address and " + std::to_string(count) + " source registers");
+    }
+    for (int j = 0; j < count; ++j) {
+      auto slot = Source(frame, ops[1].items[j], kU32, s.line);
+      if (!slot.ok()) return slot.status();
+      inst.d[j] = *slot;  // sources, as a store's data
+    }
+    if (inst.space != Space::kShared) inst.space = Space::kGeneric;
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[0], &inst, s.line));
+    inst.vec = static_cast<uint8_t>(count);
+    if (has("trans")) inst.flags |= kFlagSigned;
+    return Append(inst, &HStmatrix);
+  }
   if (ops.size() != 2 || ops[0].kind != RawOperand::kVector || ops[0].items.size() != static_cast<size_t>(count)) {
     return BadInstruction(s, "needs " + std::to_string(count) + " destination registers and an address");
   }
@@ -138,7 +155,7 @@ Status Decoder::DecodeWmma(Decoding& d) { return Wmma(d.frame, d.s, d.parts, d.i
 // mma: MmaSync.
 Status Decoder::DecodeMmaSync(Decoding& d) { return MmaSync(d.frame, d.s, d.parts, d.inst); }
 
-// ldmatrix: Ldmatrix.
+// ldmatrix, stmatrix: Ldmatrix.
 Status Decoder::DecodeLdmatrix(Decoding& d) { return Ldmatrix(d.frame, d.s, d.parts, d.inst); }
 
 }  // namespace gpupool::sim::interp

@@ -443,7 +443,7 @@ Status Decoder::Instruction(const Frame& frame, const RawStatement& s, int depth
   GPUPOOL_RETURN_IF_ERROR(InstructionBody(frame, s, depth));
   const std::string op = s.opcode.substr(0, s.opcode.find('.'));
   uint8_t sync = kSyncNone;
-  if (op == "wmma" || op == "mma" || op == "ldmatrix") sync = kSyncWarp;
+  if (op == "wmma" || op == "mma" || op == "ldmatrix" || op == "stmatrix") sync = kSyncWarp;
   if (op == "vote" || op == "match" || op == "redux" || op == "elect") sync = kSyncMaskB;
   if (op == "shfl" || s.opcode.rfind("bar.warp", 0) == 0) sync = kSyncMaskE;
   for (size_t i = first; i < k_->code.size() && sync != kSyncNone; ++i) {

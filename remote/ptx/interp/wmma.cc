@@ -360,4 +360,30 @@ void HLdmatrix(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+// stmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 [a], {d...}: the inverse of
+// ldmatrix (HLdmatrix): lane l's register j holds the two elements ldmatrix would give it,
+// stored at the addresses LdmatrixAddress names.
+void HStmatrix(Warp& w, const Inst& in, uint32_t mask) {
+  const uint64_t* a = w.R(in.a);
+  uint64_t rows[32];
+  for (int l = 0; l < 32; ++l) rows[l] = a[l] + static_cast<uint64_t>(in.offset);
+  const bool transpose = (in.flags & kFlagSigned) != 0;
+  ForLanes(mask, [&](int l) {
+    for (int j = 0; j < in.vec; ++j) {
+      const uint32_t word = static_cast<uint32_t>(w.R(in.d[j])[l]);
+      for (int h = 0; h < 2; ++h) {
+        const uint64_t address = LdmatrixAddress(rows, static_cast<uint32_t>(l), static_cast<uint32_t>(j),
+                                                 static_cast<uint32_t>(h), transpose);
+        uint8_t* p = w.Address(in.space, address, 2, l);
+        if (p == nullptr) {
+          w.Fault(address, 2, "stmatrix");
+          return;
+        }
+        const uint16_t half = static_cast<uint16_t>(word >> (16 * h));
+        std::memcpy(p, &half, 2);
+      }
+    }
+  });
+}
+
 }  // namespace gpupool::sim::interp
