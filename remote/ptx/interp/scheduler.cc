@@ -585,6 +585,19 @@ bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
   return true;
 }
 
+// What another state of the worker's CTAs leaves in *state: its printf text, instruction
+// counts and, if it is of a lower CTA than *state's, its error.
+void MergeInto(LaunchState* state, const LaunchState& other) {
+  AppendPrintf(&state->printf, other.printf, &state->printf_dropped);
+  state->printf_dropped += other.printf_dropped;
+  state->thread_instructions += other.thread_instructions;
+  if (other.error != kSuccess && (state->error == kSuccess || other.cta_linear < state->cta_linear)) {
+    state->error = other.error;
+    state->detail = other.detail;
+    state->cta_linear = other.cta_linear;
+  }
+}
+
 // How many CTAs of this launch one worker keeps resident once a CTA seems to wait for
 // others: its share of what the GPU holds at once (blocks per SM by threads and shared
 // memory, as on sm_80 and later: 2048 threads, 32 blocks, 228 KiB), within the memory a
@@ -675,17 +688,7 @@ void RunResident(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t c
       finished_in_epoch = false;
     }
   }
-  for (size_t i = 1; i < slots.size(); ++i) {
-    LaunchState& other = *slots[i].state;
-    AppendPrintf(&state->printf, other.printf, &state->printf_dropped);
-    state->printf_dropped += other.printf_dropped;
-    state->thread_instructions += other.thread_instructions;
-    if (other.error != kSuccess && (state->error == kSuccess || other.cta_linear < state->cta_linear)) {
-      state->error = other.error;
-      state->detail = other.detail;
-      state->cta_linear = other.cta_linear;
-    }
-  }
+  for (size_t i = 1; i < slots.size(); ++i) MergeInto(state, *slots[i].state);
 }
 
 // Runs CTAs first, first + stride, ... of the launch into *state (one worker thread of
@@ -826,16 +829,7 @@ void RunClusters(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t f
       }
     }
   }
-  for (LaunchState& block : states) {
-    AppendPrintf(&state->printf, block.printf, &state->printf_dropped);
-    state->printf_dropped += block.printf_dropped;
-    state->thread_instructions += block.thread_instructions;
-    if (block.error != kSuccess && (state->error == kSuccess || block.cta_linear < state->cta_linear)) {
-      state->error = block.error;
-      state->detail = block.detail;
-      state->cta_linear = block.cta_linear;
-    }
-  }
+  for (const LaunchState& block : states) MergeInto(state, block);
 }
 
 }  // namespace

@@ -330,27 +330,41 @@ void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
   });
 }
 
+namespace {
+
+// The host address of the 16-bit element h (0 or 1) of register j of lane l in ldmatrix's
+// and stmatrix's layout (LdmatrixAddress over the lanes' row addresses in *rows); nullptr,
+// with the fault named `what`, when it is stray.
+uint8_t* MatrixHalf(Warp& w, const Inst& in, const uint64_t* rows, int l, int j, int h, const char* what) {
+  const uint64_t address = LdmatrixAddress(rows, static_cast<uint32_t>(l), static_cast<uint32_t>(j),
+                                           static_cast<uint32_t>(h), (in.flags & kFlagSigned) != 0);
+  uint8_t* p = w.Address(in.space, address, 2, l);
+  if (p == nullptr) w.Fault(address, 2, what);
+  return p;
+}
+
+// The 32 lanes' row addresses: lane 8j + r gives row r of matrix j.
+void MatrixRows(Warp& w, const Inst& in, uint64_t rows[32]) {
+  const uint64_t* a = w.R(in.a);
+  for (int l = 0; l < 32; ++l) rows[l] = a[l] + static_cast<uint64_t>(in.offset);
+}
+
+}  // namespace
+
 // ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 {d...}, [a]: vec 8x8 matrices
 // of 16-bit elements; row r of matrix j starts at the address lane 8j + r gives. Lane l
 // receives in register j the elements (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of
 // matrix j, or with .trans (flag signed) the elements (2 (l % 4), l / 4) and
 // (2 (l % 4) + 1, l / 4): LdmatrixAddress (matrix_ops.h), which compiled code places them by too.
 void HLdmatrix(Warp& w, const Inst& in, uint32_t mask) {
-  const uint64_t* a = w.R(in.a);
   uint64_t rows[32];
-  for (int l = 0; l < 32; ++l) rows[l] = a[l] + static_cast<uint64_t>(in.offset);
-  const bool transpose = (in.flags & kFlagSigned) != 0;
+  MatrixRows(w, in, rows);
   ForLanes(mask, [&](int l) {
     for (int j = 0; j < in.vec; ++j) {
       uint32_t word = 0;
       for (int h = 0; h < 2; ++h) {
-        const uint64_t address = LdmatrixAddress(rows, static_cast<uint32_t>(l), static_cast<uint32_t>(j),
-                                                 static_cast<uint32_t>(h), transpose);
-        uint8_t* p = w.Address(in.space, address, 2, l);
-        if (p == nullptr) {
-          w.Fault(address, 2, "ldmatrix");
-          return;
-        }
+        const uint8_t* p = MatrixHalf(w, in, rows, l, j, h, "ldmatrix");
+        if (p == nullptr) return;
         uint16_t half;
         std::memcpy(&half, p, 2);
         word |= static_cast<uint32_t>(half) << (16 * h);
@@ -361,24 +375,17 @@ void HLdmatrix(Warp& w, const Inst& in, uint32_t mask) {
 }
 
 // stmatrix.sync.aligned.m8n8.{x1,x2,x4}{.trans}.shared.b16 [a], {d...}: the inverse of
-// ldmatrix (HLdmatrix): lane l's register j holds the two elements ldmatrix would give it,
-// stored at the addresses LdmatrixAddress names.
+// ldmatrix: lane l's register j holds the two elements ldmatrix would give it, stored
+// where ldmatrix would read them.
 void HStmatrix(Warp& w, const Inst& in, uint32_t mask) {
-  const uint64_t* a = w.R(in.a);
   uint64_t rows[32];
-  for (int l = 0; l < 32; ++l) rows[l] = a[l] + static_cast<uint64_t>(in.offset);
-  const bool transpose = (in.flags & kFlagSigned) != 0;
+  MatrixRows(w, in, rows);
   ForLanes(mask, [&](int l) {
     for (int j = 0; j < in.vec; ++j) {
       const uint32_t word = static_cast<uint32_t>(w.R(in.d[j])[l]);
       for (int h = 0; h < 2; ++h) {
-        const uint64_t address = LdmatrixAddress(rows, static_cast<uint32_t>(l), static_cast<uint32_t>(j),
-                                                 static_cast<uint32_t>(h), transpose);
-        uint8_t* p = w.Address(in.space, address, 2, l);
-        if (p == nullptr) {
-          w.Fault(address, 2, "stmatrix");
-          return;
-        }
+        uint8_t* p = MatrixHalf(w, in, rows, l, j, h, "stmatrix");
+        if (p == nullptr) return;
         const uint16_t half = static_cast<uint16_t>(word >> (16 * h));
         std::memcpy(p, &half, 2);
       }

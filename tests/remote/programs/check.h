@@ -99,6 +99,16 @@ inline cudaDeviceProp DescribeDeviceExpectingModel() {
   return properties;
 }
 
+// On a GPU older than compute capability 9.0 (the sim's A100), a program built for sm_90
+// only: its launch (`refused`, what cudaGetLastError said after it) must fail, leaving
+// nothing sticky. Prints it and PASS; the program then exits 0.
+inline void ExpectNoCodeForAnOlderGpu(const cudaDeviceProp& properties, cudaError_t refused) {
+  std::printf("sm_90 code on %d.%d: %s\n", properties.major, properties.minor, cudaGetErrorName(refused));
+  EXPECT(refused != cudaSuccess);
+  CHECK(cudaDeviceSynchronize());
+  std::printf("PASS\n");
+}
+
 // The last lines of a program that gathers its checks in `ok`: no launch left an error and
 // the device is idle, then "NAME: PASS" or "NAME: FAIL"; returns the exit code.
 inline int FinishProgram(const char* name, bool ok) {
