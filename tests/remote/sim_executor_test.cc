@@ -324,11 +324,15 @@ TEST(SimExecutor, CopiesMemsetsAndRunsVecAdd) {
   ASSERT_EQ(executor.CopyFromDevice(a + 4 * (n - 1), 4, 0, &out), dataplane::kCuSuccess);
   EXPECT_EQ(*static_cast<const uint32_t*>(out), 0x01020304u);
 
-  // Errors: clusters (the library sends the sim none), too many threads, short parameters, a
-  // pointer outside any allocation.
+  // Clusters run, their shape checked as a driver checks it; then errors: too many threads,
+  // short parameters, a pointer outside any allocation.
   config.cluster[0] = 2;
   config.grid[0] = 2 * ((n + 511) / 512);
-  EXPECT_EQ(executor.Launch(10, config, params, sizeof(params)), dataplane::kCuNotSupported);
+  EXPECT_EQ(executor.Launch(10, config, params, sizeof(params)), dataplane::kCuSuccess) << executor.TakeErrorDetail();
+  config.cluster[0] = 3;
+  config.grid[0] = 4;
+  EXPECT_EQ(executor.Launch(10, config, params, sizeof(params)), dataplane::kCuInvalidClusterSize);
+  EXPECT_NE(executor.TakeErrorDetail().find("clusters of 3x1x1"), std::string::npos);
   config.cluster[0] = 1;
   config.block[0] = 2048;
   EXPECT_EQ(executor.Launch(10, config, params, sizeof(params)), dataplane::kCuInvalidValue);
