@@ -571,7 +571,7 @@ bool StepCta(CtaContext* context, LaunchState* state, const Inst* code) {
     released |= ReleaseClusterBarrier(std::span(&self, 1), code);
   }
   // Threads waiting at the barrier of a cluster of several blocks wait for the others:
-  // RunCluster tells a deadlock there.
+  // RunClusters tells a deadlock there.
   if (!released && !any_ready && (launch.cluster == nullptr || launch.cluster_waiting == 0)) {
     // Every live lane waits, at barriers that cannot complete (counts that the waiting
     // threads do not reach, or threads split over two barriers): a GPU would hang until
