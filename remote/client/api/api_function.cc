@@ -112,8 +112,9 @@ CUresult FunctionAttribute(int* value, int attribute, const void* handle, int or
       const gpupool::image::CompiledCluster& compiled = function->compiled_cluster;
       const int axis = attribute - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH;
       *value = attribute == CU_FUNC_ATTRIBUTE_CLUSTER_SIZE_MUST_BE_SET ? compiled.must_be_set
-               : compiled.dims[0] != 0                                 ? static_cast<int>(compiled.dims[axis])
-                                       : static_cast<int>(function->runtime_cluster[axis]);
+               : compiled.dims[0] != 0
+                   ? static_cast<int>(compiled.dims[axis])
+                   : static_cast<int>(function->runtime_cluster[axis].load(std::memory_order_relaxed));
       break;
     }
     case CU_FUNC_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
@@ -151,7 +152,8 @@ CUresult SetFunctionAttribute(const void* handle, int attribute, int value, int 
       // there, as a driver checks it.
       if (function->compiled_cluster.dims[0] != 0) return CUDA_ERROR_NOT_PERMITTED;
       if (value < 0) return CUDA_ERROR_INVALID_VALUE;
-      function->runtime_cluster[attribute - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH] = static_cast<unsigned>(value);
+      function->runtime_cluster[attribute - CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH].store(
+          static_cast<unsigned>(value), std::memory_order_relaxed);
       return CUDA_SUCCESS;
     case CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED:
       if (value != 0 && value != 1) return CUDA_ERROR_INVALID_VALUE;

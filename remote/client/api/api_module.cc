@@ -191,8 +191,9 @@ CUresult Launch(CUfunction handle, const unsigned grid[3], const unsigned block[
   // REQUIRED_CLUSTER_*) runs in it, checked as cuLaunchKernelEx checks one.
   unsigned runtime_shape[3] = {0, 0, 0};
   if (Function* function = AsFunction(handle); cluster == nullptr && function != nullptr) {
-    std::lock_guard<std::mutex> lock(Runtime::Get().mu());
-    std::copy_n(function->runtime_cluster, 3, runtime_shape);
+    for (int axis = 0; axis < 3; ++axis) {
+      runtime_shape[axis] = function->runtime_cluster[axis].load(std::memory_order_relaxed);
+    }
   }
   unsigned shape[3] = {1, 1, 1};
   if (runtime_shape[0] != 0 || runtime_shape[1] != 0 || runtime_shape[2] != 0) {

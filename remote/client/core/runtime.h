@@ -184,7 +184,8 @@ struct Function {
   gpupool::image::CompiledCluster compiled_cluster;
   // CU_FUNC_ATTRIBUTE_REQUIRED_CLUSTER_WIDTH, _HEIGHT and _DEPTH set at run time (all 0:
   // none): the shape its plain launches run in (api_module.cc), where none was compiled in.
-  unsigned runtime_cluster[3] = {0, 0, 0};
+  // Atomic: every plain launch reads them, without the runtime's lock.
+  std::atomic<unsigned> runtime_cluster[3] = {0, 0, 0};
 };
 
 struct Device {

@@ -546,8 +546,6 @@ class Parser {
           if (value == 0 || value > 16) return Error(".reqnctapercluster dimension " + std::to_string(value));
           function.required_cluster[axis] = static_cast<uint32_t>(value);
         }
-      } else if (directive == ".explicitcluster") {
-        function.explicit_cluster = true;
       } else if (directive == ".maxclusterrank") {
         if (values.size() != 1 || values[0] == 0) return Error(".maxclusterrank takes one positive count");
         function.max_cluster_rank = static_cast<uint32_t>(std::min<uint64_t>(values[0], 1u << 20));

@@ -55,11 +55,10 @@ struct RawFunction {
   // product of its dimensions); 0: no bound given (the device's 1024).
   uint32_t max_threads = 0;
   // Thread block clusters (sm_90): the shape it was compiled for (.reqnctapercluster, as
-  // __cluster_dims__ gives; 0, 0, 0: none), whether it must be launched in clusters
-  // (.explicitcluster), and the most blocks a cluster of it may have (.maxclusterrank; 0: no
-  // bound given).
+  // __cluster_dims__ gives; 0, 0, 0: none), and the most blocks a cluster of it may have
+  // (.maxclusterrank; 0: no bound given). (.explicitcluster, which nvcc writes beside a
+  // compiled shape, needs nothing more: a launch of such a kernel is in clusters.)
   uint32_t required_cluster[3] = {0, 0, 0};
-  bool explicit_cluster = false;
   uint32_t max_cluster_rank = 0;
   // Its translation unit's .version (major * 10 + minor) and .target (sm_80: 80); 0: none.
   uint32_t ptx_version = 0;

@@ -46,7 +46,6 @@ Status Decoder::Run(const RawFunction& entry) {
   }
   k_->max_threads = entry.max_threads;
   std::copy(std::begin(entry.required_cluster), std::end(entry.required_cluster), k_->required_cluster);
-  k_->explicit_cluster = entry.explicit_cluster;
   k_->max_cluster_rank = entry.max_cluster_rank;
   // Device functions as values (mov.u64 %rd, f): their addresses.
   // Kernels too: a device-side launch names its kernel by address.

@@ -237,9 +237,8 @@ struct DecodedKernel {
   uint64_t static_shared = 0;
   uint32_t dynamic_shared_align = 16;
   uint32_t max_threads = 0;  // RawFunction::max_threads of the entry
-  // RawFunction's cluster shape (0, 0, 0: none), .explicitcluster and .maxclusterrank.
+  // RawFunction's cluster shape (0, 0, 0: none) and .maxclusterrank.
   uint32_t required_cluster[3] = {0, 0, 0};
-  bool explicit_cluster = false;
   uint32_t max_cluster_rank = 0;
   // It names its cluster (registers, barrier.cluster, .shared::cluster, mapa, getctarank):
   // the interpreter runs it (the JIT tier compiles none of that).
