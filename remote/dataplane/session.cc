@@ -65,7 +65,7 @@ int32_t TexObjectRange(const TexObjectCreateArgs& a, uint64_t* start, uint64_t* 
     return kCuInvalidValue;
   }
   *start = a.device_ptr;
-  if (a.resource_type == kResourceTypeArray) {
+  if (a.resource_type == kResourceTypeArray || a.resource_type == kResourceTypeMipmappedArray) {
     // The array's own format; *start is its id, and nothing of device memory is read.
     if (a.device_ptr == 0 || a.size_bytes != 0 || a.width != 0 || a.height != 0 || a.pitch != 0 || a.format != 0 ||
         a.channels != 0) {
@@ -98,6 +98,19 @@ int32_t CheckArrayCreate(const ArrayCreateArgs& a) {
   constexpr uint32_t kKnownFlags = 0x01 | 0x02 | 0x04 | 0x08;  // LAYERED, SURFACE_LDST, CUBEMAP, TEXTURE_GATHER
   if (a.array == 0 || a.width == 0 || a.reserved != 0 || (a.flags & ~kKnownFlags) != 0 ||
       SimTexelChannelBytes(a.format) == 0 || (a.channels != 1 && a.channels != 2 && a.channels != 4)) {
+    return kCuInvalidValue;
+  }
+  return kCuSuccess;
+}
+
+// A mipmapped array's descriptor, level count and ids: its own and its levels' nonzero, the
+// levels' not wrapping past 2^64, neither naming the other.
+int32_t CheckMipmappedArrayCreate(const MipmappedArrayCreateArgs& a) {
+  if (int32_t status = CheckArrayCreate(a.descriptor); status != kCuSuccess) return status;
+  uint64_t last = 0;
+  if (a.levels == 0 || a.levels > kMaxMipmapLevels || a.reserved != 0 || a.first_level == 0 ||
+      __builtin_add_overflow(a.first_level, a.levels - 1, &last) ||
+      (a.descriptor.array >= a.first_level && a.descriptor.array <= last)) {
     return kCuInvalidValue;
   }
   return kCuSuccess;
@@ -416,6 +429,17 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       ArrayDestroyArgs a;
       if (!Decode(args, &a)) return kCuInvalidValue;
       return ex.DestroyArray(a.array);
+    }
+    case kOpMipmappedArrayCreate: {
+      MipmappedArrayCreateArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      if (int32_t status = CheckMipmappedArrayCreate(a); status != kCuSuccess) return status;
+      return ex.CreateMipmappedArray(a);
+    }
+    case kOpMipmappedArrayDestroy: {
+      ArrayDestroyArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      return ex.DestroyMipmappedArray(a.array);
     }
     case kOpArrayCopy: {
       ArrayCopyArgs a;

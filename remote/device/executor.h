@@ -136,6 +136,14 @@ class Executor {
                             uint64_t* /*bulk_len*/) {
     return dataplane::kCuNotSupported;
   }
+  // Mipmapped arrays of the GPU's driver (dataplane::MipmappedArrayCreateArgs, checked by
+  // the session): their levels are arrays of the session under the ids the client chose,
+  // which DestroyArray refuses (CUDA_ERROR_INVALID_VALUE) and DestroyMipmappedArray takes
+  // with the mipmapped array; kCuNotSupported on the sim.
+  virtual int32_t CreateMipmappedArray(const dataplane::MipmappedArrayCreateArgs& /*args*/) {
+    return dataplane::kCuNotSupported;
+  }
+  virtual int32_t DestroyMipmappedArray(uint64_t /*mipmapped*/) { return dataplane::kCuNotSupported; }
   virtual int32_t CreateSurfaceObject(uint64_t /*array*/, uint64_t* /*handle*/) { return dataplane::kCuNotSupported; }
   virtual int32_t DestroySurfaceObject(uint64_t /*handle*/) { return dataplane::kCuNotSupported; }
   // Why the last failing call failed ("" if there is nothing to add), for the agent's log.

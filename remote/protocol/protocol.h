@@ -89,13 +89,15 @@ enum Op : uint32_t {
   // ---- NVML in the job (issue 41): the session's own GPU as its job may see it ----
   kOpGpuStatus,  // GpuStatusArgs -> GpuStatusResult, then its GpuProcess records
   // ---- Texture objects on a GPU host's GPU (issue 41): the sim's are the library's own ----
-  kOpTexObjectCreate,    // TexObjectCreateArgs -> the object's handle (uint64_t)
-  kOpTexObjectDestroy,   // TexObjectDestroyArgs
-  kOpArrayCreate,        // ArrayCreateArgs
-  kOpArrayDestroy,       // ArrayDestroyArgs
-  kOpArrayCopy,          // ArrayCopyArgs; payload (to an array from the host) or reply bulk
-  kOpSurfObjectCreate,   // SurfObjectCreateArgs -> the object's handle (uint64_t)
-  kOpSurfObjectDestroy,  // TexObjectDestroyArgs
+  kOpTexObjectCreate,        // TexObjectCreateArgs -> the object's handle (uint64_t)
+  kOpTexObjectDestroy,       // TexObjectDestroyArgs
+  kOpArrayCreate,            // ArrayCreateArgs
+  kOpArrayDestroy,           // ArrayDestroyArgs
+  kOpArrayCopy,              // ArrayCopyArgs; payload (to an array from the host) or reply bulk
+  kOpSurfObjectCreate,       // SurfObjectCreateArgs -> the object's handle (uint64_t)
+  kOpSurfObjectDestroy,      // TexObjectDestroyArgs
+  kOpMipmappedArrayCreate,   // MipmappedArrayCreateArgs
+  kOpMipmappedArrayDestroy,  // ArrayDestroyArgs (the mipmapped array's id)
   kOpCount,
 };
 
@@ -310,7 +312,8 @@ inline constexpr uint32_t kMaxClusterBlocks = 16;
 // under it is freed. Linear (CU_RESOURCE_TYPE_LINEAR: size_bytes from device_ptr) or
 // pitched 2D (CU_RESOURCE_TYPE_PITCH2D: height rows of width elements, pitch bytes apart)
 // memory, or one of the session's CUDA arrays (CU_RESOURCE_TYPE_ARRAY: device_ptr is the
-// array's id, kOpArrayCreate; the other resource fields 0). The texture fields are
+// array's id, kOpArrayCreate; CU_RESOURCE_TYPE_MIPMAPPED_ARRAY: the mipmapped array's id,
+// kOpMipmappedArrayCreate; the other resource fields 0). The texture fields are
 // CUDA_TEXTURE_DESC's.
 struct TexObjectCreateArgs {
   uint64_t device_ptr = 0;  // ARRAY: the array's id
@@ -333,9 +336,10 @@ struct TexObjectCreateArgs {
   uint32_t reserved = 0;
 };
 static_assert(sizeof(TexObjectCreateArgs) == 112, "TexObjectCreateArgs is a wire format");
-inline constexpr uint32_t kResourceTypeArray = 0;    // CU_RESOURCE_TYPE_ARRAY
-inline constexpr uint32_t kResourceTypeLinear = 2;   // CU_RESOURCE_TYPE_LINEAR
-inline constexpr uint32_t kResourceTypePitch2D = 3;  // CU_RESOURCE_TYPE_PITCH2D
+inline constexpr uint32_t kResourceTypeArray = 0;           // CU_RESOURCE_TYPE_ARRAY
+inline constexpr uint32_t kResourceTypeMipmappedArray = 1;  // CU_RESOURCE_TYPE_MIPMAPPED_ARRAY
+inline constexpr uint32_t kResourceTypeLinear = 2;          // CU_RESOURCE_TYPE_LINEAR
+inline constexpr uint32_t kResourceTypePitch2D = 3;         // CU_RESOURCE_TYPE_PITCH2D
 // CU_TRSF_READ_AS_INTEGER | NORMALIZED_COORDINATES | SRGB | DISABLE_TRILINEAR_OPTIMIZATION
 // | SEAMLESS_CUBEMAP: the flags a texture object may have.
 inline constexpr uint32_t kTextureFlagsKnown = 0x01 | 0x02 | 0x10 | 0x20 | 0x40;
@@ -361,10 +365,27 @@ struct ArrayCreateArgs {
   uint32_t reserved = 0;
 };
 // kOpArrayDestroy: one of the session's arrays; the texture and surface objects over it go
-// first.
+// first. A level of a mipmapped array goes only with it (CUDA_ERROR_INVALID_VALUE).
 struct ArrayDestroyArgs {
   uint64_t array = 0;
 };
+// kOpMipmappedArrayCreate: cuMipmappedArrayCreate's descriptor (level 0's extent) and
+// level count, which the driver checks. Its levels (cuMipmappedArrayGetLevel) become arrays
+// of the session named first_level, first_level + 1, ..., which copies, texture and
+// surface objects name as any array; ids the client chooses, nonzero and unused, as the
+// mipmapped array's own (`descriptor.array`). Any session may make them; they are its own.
+// kOpMipmappedArrayDestroy (ArrayDestroyArgs) destroys one, its levels, and the objects
+// over it or them.
+struct MipmappedArrayCreateArgs {
+  ArrayCreateArgs descriptor;  // .array: the mipmapped array's id
+  uint64_t first_level = 0;
+  uint32_t levels = 0;  // 1 to kMaxMipmapLevels
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(MipmappedArrayCreateArgs) == 64, "MipmappedArrayCreateArgs is a wire format");
+// Levels a mipmapped array may have: the most an extent of 2^17 (CUDA's largest 1D
+// texture) halves to 1 in, plus one.
+inline constexpr uint32_t kMaxMipmapLevels = 18;
 // kOpArrayCopy: a region of one of the session's arrays (origin x in bytes, y rows, z
 // slices; extent width bytes, height rows, depth slices, each at least 1) to or from
 // (`to_array`) the host (rows packed: the payload to an array, the reply bulk from one),

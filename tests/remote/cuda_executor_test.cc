@@ -589,6 +589,122 @@ TEST(CudaExecutor, ArraysAreTheSessionsOwnAndCopiesStayInside) {
   EXPECT_EQ(arrays(), live_arrays);
 }
 
+// A mipmapped array is the driver's, its levels arrays of the session under the ids the
+// client chose: each level takes copies within its own (halved) extent, texture objects
+// read the whole, surfaces a level; a level goes only with its mipmapped array, which takes
+// the objects over it and its levels along; another session reaches none of it, and ids
+// already taken are refused.
+TEST(CudaExecutor, MipmappedArraysAreTheSessionsOwnWithTheirLevels) {
+  auto textures = FakeEntry<uint64_t (*)(int)>("fake_cuda_textures");
+  auto surfaces = FakeEntry<uint64_t (*)()>("fake_cuda_surfaces");
+  auto arrays = FakeEntry<uint64_t (*)()>("fake_cuda_arrays");
+  auto mipmapped = FakeEntry<uint64_t (*)()>("fake_cuda_mipmapped_arrays");
+  ASSERT_TRUE(textures != nullptr && surfaces != nullptr && arrays != nullptr && mipmapped != nullptr);
+  const uint64_t live_arrays = arrays(), live_textures = textures(0), live_surfaces = surfaces();
+  const uint64_t live_mipmapped = mipmapped();
+  auto made = CudaExecutor::Create(kFakeUuid);
+  auto other_made = CudaExecutor::Create(kFakeUuid);
+  ASSERT_TRUE(made.ok() && other_made.ok());
+  device::Executor& executor = *made.value();
+  device::Executor& other = *other_made.value();
+
+  dataplane::MipmappedArrayCreateArgs create;
+  create.descriptor.array = 40;
+  create.descriptor.width = 16;  // floats: levels of 16 x 8, 8 x 4, 4 x 2
+  create.descriptor.height = 8;
+  create.descriptor.format = 0x20;
+  create.descriptor.channels = 1;
+  create.descriptor.flags = 0x02;  // SURFACE_LDST
+  create.first_level = 41;
+  create.levels = 3;
+  ASSERT_EQ(executor.CreateMipmappedArray(create), dataplane::kCuSuccess);
+  EXPECT_EQ(mipmapped(), live_mipmapped + 1);
+  EXPECT_EQ(arrays(), live_arrays + 3);
+  // Ids taken: the mipmapped array's, a level's (as an array's or a level's), and an array
+  // over a level's id.
+  EXPECT_EQ(executor.CreateMipmappedArray(create), dataplane::kCuInvalidValue);
+  dataplane::MipmappedArrayCreateArgs overlapping = create;
+  overlapping.descriptor.array = 50;
+  overlapping.first_level = 43;
+  EXPECT_EQ(executor.CreateMipmappedArray(overlapping), dataplane::kCuInvalidValue);
+  dataplane::ArrayCreateArgs plain = create.descriptor;
+  plain.array = 42;
+  EXPECT_EQ(executor.CreateArray(plain), dataplane::kCuInvalidValue);
+  plain.array = 40;
+  EXPECT_EQ(executor.CreateArray(plain), dataplane::kCuInvalidValue);
+  // More levels than 16 x 8 has (5): the driver's refusal, nothing made.
+  dataplane::MipmappedArrayCreateArgs too_many = create;
+  too_many.descriptor.array = 60;
+  too_many.first_level = 61;
+  too_many.levels = 6;
+  EXPECT_EQ(executor.CreateMipmappedArray(too_many), dataplane::kCuInvalidValue);
+  EXPECT_EQ(arrays(), live_arrays + 3);
+
+  // Level 1 (8 x 4 floats) takes its own extent and no more; level 2 another image.
+  std::vector<float> image(8 * 4);
+  for (size_t i = 0; i < image.size(); ++i) image[i] = 1.5f * static_cast<float>(i);
+  dataplane::ArrayCopyArgs in;
+  in.array = 42;
+  in.width_bytes = 32;
+  in.height = 4;
+  in.depth = 1;
+  in.to_array = 1;
+  in.other_kind = dataplane::kArrayCopyHost;
+  const void* bulk = nullptr;
+  uint64_t bulk_len = 0;
+  ASSERT_EQ(executor.CopyArray(in, image.data(), &bulk, &bulk_len), dataplane::kCuSuccess);
+  dataplane::ArrayCopyArgs wider = in;
+  wider.width_bytes = 36;
+  EXPECT_EQ(executor.CopyArray(wider, image.data(), &bulk, &bulk_len), dataplane::kCuInvalidValue);
+  dataplane::ArrayCopyArgs out;
+  out.array = 42;
+  out.x_bytes = 4;
+  out.y = 3;
+  out.width_bytes = 8;
+  out.height = 1;
+  out.depth = 1;
+  ASSERT_EQ(executor.CopyArray(out, nullptr, &bulk, &bulk_len), dataplane::kCuSuccess);
+  ASSERT_EQ(bulk_len, 8u);
+  float two[2];
+  std::memcpy(two, bulk, sizeof(two));
+  EXPECT_EQ(two[0], image[25]);
+  EXPECT_EQ(two[1], image[26]);
+  dataplane::ArrayCopyArgs small = out;
+  small.array = 43;  // 4 x 2: row 3 is past it
+  EXPECT_EQ(executor.CopyArray(small, nullptr, &bulk, &bulk_len), dataplane::kCuInvalidValue);
+
+  // Another session: none of it.
+  EXPECT_EQ(other.CopyArray(out, nullptr, &bulk, &bulk_len), dataplane::kCuInvalidHandle);
+  EXPECT_EQ(other.DestroyMipmappedArray(40), dataplane::kCuInvalidHandle);
+  dataplane::TexObjectCreateArgs texture;
+  texture.resource_type = dataplane::kResourceTypeMipmappedArray;
+  texture.device_ptr = 40;
+  uint64_t handle = 0;
+  EXPECT_EQ(other.CreateTextureObject(texture, 40, 0, &handle), dataplane::kCuInvalidHandle);
+  EXPECT_EQ(executor.DestroyMipmappedArray(41), dataplane::kCuInvalidHandle);  // a level, not one
+
+  // A level goes only with its mipmapped array; the objects over both go with it.
+  EXPECT_EQ(executor.DestroyArray(42), dataplane::kCuInvalidValue);
+  ASSERT_EQ(executor.CreateTextureObject(texture, 40, 0, &handle), dataplane::kCuSuccess);
+  EXPECT_EQ(textures(2), uint64_t{dataplane::kResourceTypeMipmappedArray});
+  ASSERT_EQ(executor.CreateSurfaceObject(43, &handle), dataplane::kCuSuccess);
+  EXPECT_EQ(textures(0), live_textures + 1);
+  EXPECT_EQ(surfaces(), live_surfaces + 1);
+  ASSERT_EQ(executor.DestroyMipmappedArray(40), dataplane::kCuSuccess);
+  EXPECT_EQ(textures(0), live_textures);
+  EXPECT_EQ(surfaces(), live_surfaces);
+  EXPECT_EQ(arrays(), live_arrays);
+  EXPECT_EQ(mipmapped(), live_mipmapped);
+  EXPECT_EQ(executor.CopyArray(out, nullptr, &bulk, &bulk_len), dataplane::kCuInvalidHandle);
+
+  // One left to the session's end goes with it, levels and all.
+  ASSERT_EQ(executor.CreateMipmappedArray(create), dataplane::kCuSuccess);
+  EXPECT_EQ(arrays(), live_arrays + 3);
+  made.value().reset();
+  EXPECT_EQ(arrays(), live_arrays);
+  EXPECT_EQ(mipmapped(), live_mipmapped);
+}
+
 // GetFunction's reply carries what the driver says the compiled kernel needs
 // (cuFuncGetAttribute), each attribute in its own field; an unknown function gets none.
 TEST(CudaExecutor, FunctionResourcesComeFromTheDriver) {

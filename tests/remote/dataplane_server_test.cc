@@ -381,6 +381,36 @@ TEST_F(DataplaneServerTest, ArrayRequestsAreCheckedAndTheSimMakesNone) {
   EXPECT_EQ(send(kOpSurfObjectCreate, &surface, sizeof(surface)), kCuNotSupported);
   TexObjectDestroyArgs gone{7};
   EXPECT_EQ(send(kOpSurfObjectDestroy, &gone, sizeof(gone)), kCuNotSupported);
+
+  // Mipmapped arrays: the descriptor as an array's, 1 to 18 levels, the levels' ids nonzero,
+  // not wrapping, and not the mipmapped array's own.
+  MipmappedArrayCreateArgs mipmapped;
+  mipmapped.descriptor = create;
+  mipmapped.first_level = 6;
+  mipmapped.levels = 4;
+  EXPECT_EQ(send(kOpMipmappedArrayCreate, &mipmapped, sizeof(mipmapped)), kCuNotSupported);
+  EXPECT_EQ(send(kOpMipmappedArrayCreate, &mipmapped, sizeof(mipmapped) - 8), kCuInvalidValue);
+  auto refused = [&](auto change) {
+    MipmappedArrayCreateArgs bad_mipmapped = mipmapped;
+    change(&bad_mipmapped);
+    return send(kOpMipmappedArrayCreate, &bad_mipmapped, sizeof(bad_mipmapped)) == kCuInvalidValue;
+  };
+  EXPECT_TRUE(refused([](MipmappedArrayCreateArgs* a) { a->levels = 0; }));
+  EXPECT_TRUE(refused([](MipmappedArrayCreateArgs* a) { a->levels = kMaxMipmapLevels + 1; }));
+  EXPECT_TRUE(refused([](MipmappedArrayCreateArgs* a) { a->first_level = 0; }));
+  EXPECT_TRUE(refused([](MipmappedArrayCreateArgs* a) { a->first_level = ~uint64_t{0} - 2; }));  // wraps
+  EXPECT_TRUE(refused([](MipmappedArrayCreateArgs* a) { a->first_level = 3; }));  // 3-6 holds its own id, 5
+  EXPECT_TRUE(refused([](MipmappedArrayCreateArgs* a) { a->reserved = 1; }));
+  EXPECT_TRUE(refused([](MipmappedArrayCreateArgs* a) { a->descriptor.channels = 3; }));
+  EXPECT_TRUE(refused([](MipmappedArrayCreateArgs* a) { a->descriptor.array = 0; }));
+  EXPECT_EQ(send(kOpMipmappedArrayDestroy, &destroy, sizeof(destroy)), kCuNotSupported);
+  // A texture over one names only its id.
+  TexObjectCreateArgs texture;
+  texture.resource_type = kResourceTypeMipmappedArray;
+  texture.device_ptr = 5;
+  EXPECT_EQ(send(kOpTexObjectCreate, &texture, sizeof(texture)), kCuNotSupported);
+  texture.format = 0x20;
+  EXPECT_EQ(send(kOpTexObjectCreate, &texture, sizeof(texture)), kCuInvalidValue);
 }
 
 TEST_F(DataplaneServerTest, DescribesTheGpuAndFreesMemoryWhenTheClientGoes) {

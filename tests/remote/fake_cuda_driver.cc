@@ -547,6 +547,12 @@ CUresult cuLaunchKernelEx(const FakeLaunchConfig* config, void*, void** params, 
 // linear {devPtr, format, numChannels, sizeInBytes}, pitch2D {devPtr, format, numChannels,
 // width, height, pitchInBytes}). Seen: [0] live objects, [1] the last one's devPtr, [2] its
 // resource type, [3] objects made in all.
+// A mipmapped array: its levels, each a FakeArray (below) listed with the arrays.
+struct FakeArray;
+struct FakeMipmapped {
+  std::vector<const FakeArray*> levels;
+};
+std::map<const FakeMipmapped*, std::unique_ptr<FakeMipmapped>> mipmapped_arrays;
 std::map<uint64_t, bool> texture_objects;
 uint64_t textures_seen[4] = {0, 0, 0, 0};
 uint64_t next_texture = 0x7e0001;
@@ -560,9 +566,10 @@ CUresult cuTexObjectCreate(uint64_t* handle, const unsigned char* resource, cons
   int type = 0;
   uint64_t pointer = 0;
   std::memcpy(&type, resource, sizeof(type));
-  std::memcpy(&pointer, resource + 8, sizeof(pointer));           // devPtr, or an array's hArray
-  if (type != 0 && type != 2 && type != 3) return kInvalidValue;  // array, linear, pitch 2D
+  std::memcpy(&pointer, resource + 8, sizeof(pointer));  // devPtr, or an array's hArray
+  if (type < 0 || type > 3) return kInvalidValue;        // array, mipmapped array, linear, pitch 2D
   std::lock_guard<std::mutex> lock(mu);
+  if (type == 1 && mipmapped_arrays.count(reinterpret_cast<const FakeMipmapped*>(pointer)) == 0) return kInvalidValue;
   *handle = next_texture++;
   texture_objects[*handle] = true;
   textures_seen[1] = pointer;
@@ -608,7 +615,60 @@ CUresult cuArray3DCreate_v2(void** array, const FakeArrayDescriptor* d) {
 }
 CUresult cuArrayDestroy(void* array) {
   std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [record, mipmapped] : mipmapped_arrays) {
+    for (const FakeArray* level : mipmapped->levels) {
+      if (level == array) return kInvalidValue;  // it goes with its mipmapped array
+    }
+  }
   return arrays.erase(static_cast<const FakeArray*>(array)) == 1 ? kSuccess : kInvalidHandle;
+}
+// Levels as a driver makes them: level 0's extent halved per level, at least 1 (a layered
+// array's layers stay); at most as many as the largest dimension halves to 1 in, plus one.
+CUresult cuMipmappedArrayCreate(void** handle, const FakeArrayDescriptor* d, unsigned levels) {
+  const bool layered = d->flags & 0x01;
+  uint64_t largest = std::max(d->width, d->height);
+  if (!layered) largest = std::max(largest, d->depth);
+  unsigned most = 1;
+  while ((largest >> most) > 0) ++most;
+  if (levels == 0 || levels > most) return kInvalidValue;
+  auto made = std::make_unique<FakeMipmapped>();
+  for (unsigned l = 0; l < levels; ++l) {
+    FakeArrayDescriptor level = *d;
+    level.width = std::max<uint64_t>(d->width >> l, 1);
+    if (d->height > 0) level.height = std::max<uint64_t>(d->height >> l, 1);
+    if (!layered && d->depth > 0) level.depth = std::max<uint64_t>(d->depth >> l, 1);
+    void* array = nullptr;
+    if (CUresult status = cuArray3DCreate_v2(&array, &level); status != kSuccess) {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const FakeArray* made_level : made->levels) arrays.erase(made_level);
+      return status;
+    }
+    made->levels.push_back(static_cast<const FakeArray*>(array));
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  *handle = made.get();
+  mipmapped_arrays[made.get()] = std::move(made);
+  return kSuccess;
+}
+CUresult cuMipmappedArrayGetLevel(void** level, void* handle, unsigned index) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto found = mipmapped_arrays.find(static_cast<const FakeMipmapped*>(handle));
+  if (found == mipmapped_arrays.end()) return kInvalidHandle;
+  if (index >= found->second->levels.size()) return kInvalidValue;
+  *level = const_cast<FakeArray*>(found->second->levels[index]);
+  return kSuccess;
+}
+CUresult cuMipmappedArrayDestroy(void* handle) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto found = mipmapped_arrays.find(static_cast<const FakeMipmapped*>(handle));
+  if (found == mipmapped_arrays.end()) return kInvalidHandle;
+  for (const FakeArray* level : found->second->levels) arrays.erase(level);
+  mipmapped_arrays.erase(found);
+  return kSuccess;
+}
+uint64_t fake_cuda_mipmapped_arrays() {
+  std::lock_guard<std::mutex> lock(mu);
+  return mipmapped_arrays.size();
 }
 // CUDA_MEMCPY3D as cuda.h lays it out: each side's x, y, z, LOD, memory type (host 1, device
 // 2, array 3), host pointer, device pointer, array, reserved, pitch and height; then the

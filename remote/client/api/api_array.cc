@@ -9,8 +9,9 @@
 // On the cuda executor a real GPU's texture unit reads neither layout: arrays, texture
 // objects and surface objects are made by the GPU's driver through the agent
 // (ops::NewForwardedArray, ops::CopyForwardedArray, ForwardTextureObject, the forwarded
-// branch of cuSurfObjectCreate). Mipmapped arrays on the sim only (one allocation of their
-// levels, each an array). Not supported anywhere: resource views, sRGB reads, texture and
+// branch of cuSurfObjectCreate; mipmapped arrays: ops::NewForwardedMipmappedArray, whose
+// levels are forwarded arrays). On the sim a mipmapped array is one allocation of its
+// levels, each an array. Not supported anywhere: resource views, sRGB reads, texture and
 // surface references (cuTexRef*, cuSurfRef*), sparse arrays.
 #include <algorithm>
 #include <cmath>
@@ -160,16 +161,17 @@ CUresult CreateArray(const char* call, CUarray* handle, const CUDA_ARRAY3D_DESCR
   return sim ? NewArray(info, bytes, handle) : ops::NewForwardedArray(info, device, handle);
 }
 
-// A mipmapped array on the sim: its levels laid out as arrays one after another in one
-// allocation (remote/protocol/sim_texture.h), each halving level 0's extent (at least 1;
-// layers and a cubemap's faces stay), as many as the largest dimension allows.
+// A mipmapped array: its levels, each halving level 0's extent (at least 1; layers and a
+// cubemap's faces stay), as many as the largest dimension allows. On the sim they are laid
+// out as arrays one after another in one allocation (remote/protocol/sim_texture.h); on a
+// GPU host's GPU its driver makes them (kOpMipmappedArrayCreate).
 CUresult CreateMipmappedArray(CUmipmappedArray* handle, const CUDA_ARRAY3D_DESCRIPTOR* desc, unsigned count) {
   const char* call = "cuMipmappedArrayCreate";
   if (handle == nullptr || desc == nullptr) return Invalid(call, "a null argument");
   bool sim = true;
   int device = 0;
   if (CUresult status = CurrentGpu(&sim, &device); status != CUDA_SUCCESS) return status;
-  if (!sim) return static_cast<CUresult>(ReportUnsupported(call, "mipmapped arrays on a GPU host's GPU"));
+  static_assert(dp::kSimMaxMipmapLevels == dp::kMaxMipmapLevels, "one limit on both executors");
   const bool stacked = desc->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);  // Depth: layers, faces
   size_t largest = std::max<size_t>(desc->Width, desc->Height);
   if (!stacked) largest = std::max<size_t>(largest, desc->Depth);
@@ -195,6 +197,7 @@ CUresult CreateMipmappedArray(CUmipmappedArray* handle, const CUDA_ARRAY3D_DESCR
       return Invalid(call, "the mipmapped array's size overflows");
     }
   }
+  if (!sim) return ops::NewForwardedMipmappedArray(*desc, levels, device, handle);
   return ops::NewMipmappedArray(levels, offsets, total, handle);
 }
 
@@ -242,6 +245,9 @@ CUresult Describe(const char* call, const CUDA_RESOURCE_DESC& resource, bool sur
       ArrayInfo array;
       if (FindArray(resource.res.array.hArray, &array) != CUDA_SUCCESS) {
         return Invalid(call, "pResDesc->res.array.hArray is no array");
+      }
+      if (array.forwarded_device >= 0) {
+        return Invalid(call, "pResDesc->res.array.hArray is an array of a GPU host's GPU, not of this one");
       }
       const CUDA_ARRAY3D_DESCRIPTOR& a = array.descriptor;
       if (surface && !(a.Flags & CUDA_ARRAY3D_SURFACE_LDST)) {
@@ -309,8 +315,14 @@ CUresult MipmappedTexture(const char* call, const CUDA_RESOURCE_DESC& resource, 
                           dp::SimTextureDescriptor* d, std::vector<uint8_t>* trailer) {
   unsigned count = 0;
   CUarray level0 = nullptr;
-  if (ops::MipmappedArrayLevel(resource.res.mipmap.hMipmappedArray, 0, &level0, &count) != CUDA_SUCCESS) {
+  int forwarded_device = -1;
+  uint64_t remote = 0;
+  if (ops::MipmappedArrayLevel(resource.res.mipmap.hMipmappedArray, 0, &level0, &count) != CUDA_SUCCESS ||
+      ops::FindMipmappedArray(resource.res.mipmap.hMipmappedArray, &forwarded_device, &remote) != CUDA_SUCCESS) {
     return Invalid(call, "pResDesc->res.mipmap.hMipmappedArray is no mipmapped array");
+  }
+  if (forwarded_device >= 0) {
+    return Invalid(call, "pResDesc->res.mipmap.hMipmappedArray is a GPU host's GPU's, not this GPU's");
   }
   if (texture.mipmapFilterMode != CU_TR_FILTER_MODE_POINT && texture.mipmapFilterMode != CU_TR_FILTER_MODE_LINEAR) {
     return Invalid(call, "pTexDesc->mipmapFilterMode is no CUfilter_mode");
@@ -364,7 +376,8 @@ CUresult CallForHandle(int device, uint32_t op, const void* args, size_t size, u
 }
 
 // cuTexObjectCreate on a GPU host's GPU: the object is its driver's (kOpTexObjectCreate),
-// over device memory (linear or pitched 2D; CUDA arrays are not forwarded yet). Its handle is
+// over device memory (linear or pitched 2D) or one of its CUDA arrays or mipmapped arrays
+// (forwarded: ops::NewForwardedArray, NewForwardedMipmappedArray). Its handle is
 // the driver's, which another GPU would not give: such a process is no longer protected
 // against a failure of its GPU (gpupool-remote(7), FAILOVER).
 CUresult ForwardTextureObject(const char* call, int device, const CUDA_RESOURCE_DESC& resource,
@@ -400,7 +413,13 @@ CUresult ForwardTextureObject(const char* call, int device, const CUDA_RESOURCE_
     args.resource_type = dp::kResourceTypeArray;
     args.device_ptr = array.remote;
   } else if (resource.resType == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY) {
-    return static_cast<CUresult>(ReportUnsupported(call, "mipmapped arrays"));
+    int forwarded_device = -1;
+    if (ops::FindMipmappedArray(resource.res.mipmap.hMipmappedArray, &forwarded_device, &args.device_ptr) !=
+            CUDA_SUCCESS ||
+        forwarded_device != device) {
+      return Invalid(call, "pResDesc->res.mipmap.hMipmappedArray is no mipmapped array of this GPU");
+    }
+    args.resource_type = dp::kResourceTypeMipmappedArray;
   } else {
     return Invalid(call, "pResDesc->resType is no CUresourcetype");
   }

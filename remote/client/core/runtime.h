@@ -239,6 +239,8 @@ class Runtime {
   CUresult Start(int device, uint32_t op, const void* args, size_t args_len, void* result, size_t result_capacity);
 
   uint64_t NewId() { return next_id_.fetch_add(1); }
+  // `count` consecutive new ids (a mipmapped array's levels): the first.
+  uint64_t NewIds(uint64_t count) { return next_id_.fetch_add(count); }
 
   // Device addresses this process chooses (so that they stay the same on a replacement
   // GPU): one range for all its GPUs, so an address names its device. Freed ranges are

@@ -36,6 +36,9 @@ struct MipmappedRecord {
   uint32_t magic = kMipmappedMagic;
   std::vector<CUarray> levels;
   CUdeviceptr base = 0;
+  // A GPU host's GPU whose driver holds it (NewForwardedMipmappedArray), and its id there.
+  int forwarded_device = -1;
+  uint64_t remote = 0;
 };
 // GUARDED_BY(Mutex())
 std::set<const MipmappedRecord*>& Mipmapped() {
@@ -83,6 +86,53 @@ CUresult NewMipmappedArray(const std::vector<ArrayInfo>& levels, const std::vect
   return CUDA_SUCCESS;
 }
 
+CUresult NewForwardedMipmappedArray(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, const std::vector<ArrayInfo>& levels,
+                                    int device, CUmipmappedArray* handle) {
+  auto record = std::make_unique<MipmappedRecord>();
+  record->forwarded_device = device;
+  record->remote = Runtime::Get().NewId();
+  dataplane::MipmappedArrayCreateArgs args;
+  args.descriptor.array = record->remote;
+  args.descriptor.width = descriptor.Width;
+  args.descriptor.height = descriptor.Height;
+  args.descriptor.depth = descriptor.Depth;
+  args.descriptor.format = static_cast<uint32_t>(descriptor.Format);
+  args.descriptor.channels = descriptor.NumChannels;
+  args.descriptor.flags = descriptor.Flags;
+  args.levels = static_cast<uint32_t>(levels.size());
+  args.first_level = Runtime::Get().NewIds(levels.size());
+  if (CUresult status = Runtime::Get().Call(device, dataplane::kOpMipmappedArrayCreate, &args, sizeof(args));
+      status != CUDA_SUCCESS) {
+    return status;
+  }
+  if (Device* owner = Runtime::Get().device(device); owner != nullptr && owner->failover) {
+    owner->failover->Unprotect("it made CUDA arrays, which its GPU's driver holds (another GPU's driver would not)");
+  }
+  std::lock_guard<std::mutex> lock(Mutex());
+  for (size_t l = 0; l < levels.size(); ++l) {
+    auto level = std::make_unique<ArrayRecord>();
+    level->info = levels[l];
+    level->info.base = 0;
+    level->info.forwarded_device = device;
+    level->info.remote = args.first_level + l;
+    level->info.mipmap_level = true;
+    record->levels.push_back(reinterpret_cast<CUarray>(level.get()));
+    Arrays().insert(level.release());
+  }
+  *handle = reinterpret_cast<CUmipmappedArray>(record.get());
+  Mipmapped().insert(record.release());
+  return CUDA_SUCCESS;
+}
+
+CUresult FindMipmappedArray(CUmipmappedArray mipmapped, int* forwarded_device, uint64_t* remote) {
+  std::lock_guard<std::mutex> lock(Mutex());
+  auto* record = reinterpret_cast<const MipmappedRecord*>(mipmapped);
+  if (Mipmapped().count(record) == 0) return CUDA_ERROR_INVALID_HANDLE;
+  *forwarded_device = record->forwarded_device;
+  *remote = record->remote;
+  return CUDA_SUCCESS;
+}
+
 CUresult MipmappedArrayLevel(CUmipmappedArray mipmapped, unsigned level, CUarray* array, unsigned* count) {
   std::lock_guard<std::mutex> lock(Mutex());
   auto* record = reinterpret_cast<const MipmappedRecord*>(mipmapped);
@@ -95,6 +145,8 @@ CUresult MipmappedArrayLevel(CUmipmappedArray mipmapped, unsigned level, CUarray
 
 CUresult DestroyMipmappedArray(CUmipmappedArray mipmapped) {
   CUdeviceptr base = 0;
+  int forwarded_device = -1;
+  uint64_t remote = 0;
   {
     std::lock_guard<std::mutex> lock(Mutex());
     auto* record = reinterpret_cast<const MipmappedRecord*>(mipmapped);
@@ -105,9 +157,13 @@ CUresult DestroyMipmappedArray(CUmipmappedArray mipmapped) {
       delete array;
     }
     base = record->base;
+    forwarded_device = record->forwarded_device;
+    remote = record->remote;
     delete record;
   }
-  return FreeDeviceMemory(base);
+  if (forwarded_device < 0) return FreeDeviceMemory(base);
+  dataplane::ArrayDestroyArgs args{remote};
+  return Runtime::Get().Call(forwarded_device, dataplane::kOpMipmappedArrayDestroy, &args, sizeof(args));
 }
 
 CUresult NewForwardedArray(const ArrayInfo& info, int device, CUarray* handle) {

@@ -46,11 +46,21 @@ CUresult NewForwardedArray(const ArrayInfo& info, int device, CUarray* handle);
 // (cuMipmappedArrayGetLevel). `offsets[l]`: level l's first byte in the allocation.
 CUresult NewMipmappedArray(const std::vector<ArrayInfo>& levels, const std::vector<size_t>& offsets, size_t bytes,
                            CUmipmappedArray* handle);
+// The same on a GPU host's GPU (`device`): its agent's driver makes the mipmapped array and
+// its levels (kOpMipmappedArrayCreate, the levels' ids consecutive), level 0 described by
+// `descriptor`; `levels` as above, their bases 0. The process is no longer protected by
+// failover, as with NewForwardedArray.
+CUresult NewForwardedMipmappedArray(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, const std::vector<ArrayInfo>& levels,
+                                    int device, CUmipmappedArray* handle);
+// The device whose agent holds the live `mipmapped` array, and the id it knows it by (-1 and
+// 0 for one of the library's layout); CUDA_ERROR_INVALID_HANDLE for a handle that is none.
+CUresult FindMipmappedArray(CUmipmappedArray mipmapped, int* forwarded_device, uint64_t* remote);
 // Level `level` of the live `mipmapped` array (*array), and how many it has (*count, when
 // not null); CUDA_ERROR_INVALID_HANDLE for a handle that is none, CUDA_ERROR_INVALID_VALUE
 // for a level past its last.
 CUresult MipmappedArrayLevel(CUmipmappedArray mipmapped, unsigned level, CUarray* array, unsigned* count = nullptr);
-// Unlists the mipmapped array and its levels and frees its memory.
+// Unlists the mipmapped array and its levels and frees its memory (or has its agent destroy
+// a forwarded one).
 CUresult DestroyMipmappedArray(CUmipmappedArray mipmapped);
 
 // A copy of the live `array`'s record; CUDA_ERROR_INVALID_HANDLE for a handle that is none.

@@ -72,6 +72,9 @@ struct CudaDriver {
   decltype(&::cuMemcpy3DAsync) memcpy3d = nullptr;
   decltype(&::cuSurfObjectCreate) surf_create = nullptr;
   decltype(&::cuSurfObjectDestroy) surf_destroy = nullptr;
+  decltype(&::cuMipmappedArrayCreate) mipmapped_create = nullptr;  // optional: mipmapped arrays
+  decltype(&::cuMipmappedArrayGetLevel) mipmapped_level = nullptr;
+  decltype(&::cuMipmappedArrayDestroy) mipmapped_destroy = nullptr;
   // Optional: the JIT linker, for images whose PTX is several units (LinkPtxUnits).
   decltype(&::cuLinkCreate_v2) link_create = nullptr;
   decltype(&::cuLinkAddData_v2) link_add_data = nullptr;
@@ -156,6 +159,9 @@ Result<const CudaDriver*> LoadDriver() {
     Resolve(library, "cuMemcpy3DAsync_v2", &d->memcpy3d);
     Resolve(library, "cuSurfObjectCreate", &d->surf_create);
     Resolve(library, "cuSurfObjectDestroy", &d->surf_destroy);
+    Resolve(library, "cuMipmappedArrayCreate", &d->mipmapped_create);
+    Resolve(library, "cuMipmappedArrayGetLevel", &d->mipmapped_level);
+    Resolve(library, "cuMipmappedArrayDestroy", &d->mipmapped_destroy);
     Resolve(library, "cuLinkCreate_v2", &d->link_create);
     Resolve(library, "cuLinkAddData_v2", &d->link_add_data);
     Resolve(library, "cuLinkComplete", &d->link_complete);
@@ -222,6 +228,7 @@ constexpr uint64_t kAddressWindow = uint64_t{64} << 30;
 constexpr uint32_t kDefaultDynamicSharedLimit = 48 << 10;
 // The wire's numbers are cuda.h's (protocol.h has no cuda.h to take them from).
 static_assert(dataplane::kResourceTypeArray == CU_RESOURCE_TYPE_ARRAY &&
+              dataplane::kResourceTypeMipmappedArray == CU_RESOURCE_TYPE_MIPMAPPED_ARRAY &&
               dataplane::kResourceTypeLinear == CU_RESOURCE_TYPE_LINEAR &&
               dataplane::kResourceTypePitch2D == CU_RESOURCE_TYPE_PITCH2D);
 static_assert(dataplane::kTextureFlagsKnown ==
@@ -287,7 +294,12 @@ CudaExecutor::~CudaExecutor() {
     driver_->synchronize();
     for (auto& [handle, object] : texture_objects_) driver_->tex_destroy(static_cast<CUtexObject>(handle));
     for (auto& [handle, array] : surface_objects_) driver_->surf_destroy(static_cast<CUsurfObject>(handle));
-    for (auto& [id, array] : arrays_) driver_->array_destroy(static_cast<CUarray>(array.handle));
+    for (auto& [id, array] : arrays_) {
+      if (array.mipmapped == 0) driver_->array_destroy(static_cast<CUarray>(array.handle));
+    }
+    for (auto& [id, mipmapped] : mipmapped_) {
+      driver_->mipmapped_destroy(static_cast<CUmipmappedArray>(mipmapped.handle));
+    }
     for (auto& [id, event] : events_) driver_->event_destroy(static_cast<CUevent>(event));
     for (auto& [id, stream] : streams_) driver_->stream_destroy(static_cast<CUstream>(stream));
     for (auto& [id, module] : modules_) driver_->module_unload(static_cast<CUmodule>(module));
@@ -467,7 +479,7 @@ int32_t CudaExecutor::Free(uint64_t dptr) {
   // The texture objects over it go first: the memory may be the next session's soon, and an
   // object left over it would let this session's kernels read that.
   DestroyObjectsOver([&](const TextureObject& object) { return object.array == 0 && object.start - dptr < size; },
-                     /*array=*/0);
+                     [](uint64_t /*array*/) { return false; });
   auto placed = placed_.find(dptr);
   if (placed == placed_.end()) return driver_->free(Ptr(dptr));
   std::vector<uint64_t> runs = std::move(placed->second);
@@ -781,6 +793,11 @@ int32_t CudaExecutor::CreateTextureObject(const dataplane::TexObjectCreateArgs& 
     if (array == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
     resource.res.array.hArray = static_cast<CUarray>(array->second.handle);
     object = TextureObject{0, 0, start};
+  } else if (args.resource_type == dataplane::kResourceTypeMipmappedArray) {
+    auto mipmapped = mipmapped_.find(start);
+    if (mipmapped == mipmapped_.end()) return CUDA_ERROR_INVALID_HANDLE;
+    resource.res.mipmap.hMipmappedArray = static_cast<CUmipmappedArray>(mipmapped->second.handle);
+    object = TextureObject{0, 0, start};
   } else if (bytes == 0 || !Owns(start, bytes)) {
     // Over this session's own memory only (module variables count, as for copies).
     error_detail_ = "a texture object over memory that is not one of the session's allocations";
@@ -818,10 +835,10 @@ int32_t CudaExecutor::DestroyListed(Table* table, uint64_t handle, Destroy destr
   return destroy(handle);
 }
 
-template <typename Reads>
-void CudaExecutor::DestroyObjectsOver(Reads reads, uint64_t array) {
+template <typename Reads, typename Writes>
+void CudaExecutor::DestroyObjectsOver(Reads reads, Writes writes) {
   auto texture_over = [&](const auto& entry) { return reads(entry.second); };
-  auto surface_over = [&](const auto& entry) { return array != 0 && entry.second == array; };
+  auto surface_over = [&](const auto& entry) { return writes(entry.second); };
   if (std::none_of(texture_objects_.begin(), texture_objects_.end(), texture_over) &&
       std::none_of(surface_objects_.begin(), surface_objects_.end(), surface_over)) {
     return;
@@ -846,7 +863,7 @@ int32_t CudaExecutor::CreateArray(const dataplane::ArrayCreateArgs& args) {
   if (driver_->array_create == nullptr || driver_->array_destroy == nullptr || driver_->memcpy3d == nullptr) {
     return CUDA_ERROR_NOT_SUPPORTED;
   }
-  if (arrays_.count(args.array)) return CUDA_ERROR_INVALID_VALUE;
+  if (arrays_.count(args.array) || mipmapped_.count(args.array)) return CUDA_ERROR_INVALID_VALUE;
   // The session checked the format and channels; the driver checks the sizes and flags.
   const uint64_t element = uint64_t{dataplane::SimTexelChannelBytes(args.format)} * args.channels;
   ArrayRecord record;
@@ -869,12 +886,86 @@ int32_t CudaExecutor::CreateArray(const dataplane::ArrayCreateArgs& args) {
   return CUDA_SUCCESS;
 }
 
+int32_t CudaExecutor::CreateMipmappedArray(const dataplane::MipmappedArrayCreateArgs& args) {
+  if (driver_->mipmapped_create == nullptr || driver_->mipmapped_level == nullptr ||
+      driver_->mipmapped_destroy == nullptr || driver_->memcpy3d == nullptr) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  const dataplane::ArrayCreateArgs& d = args.descriptor;
+  // Ids taken, by an array or another mipmapped array (the session checked that the levels'
+  // ids do not wrap: `last` is at most 2^64 - 1).
+  const uint64_t last = args.first_level + (args.levels - 1);
+  if (mipmapped_.count(d.array) || arrays_.count(d.array) ||
+      arrays_.lower_bound(args.first_level) != arrays_.upper_bound(last) ||
+      mipmapped_.lower_bound(args.first_level) != mipmapped_.upper_bound(last)) {
+    error_detail_ = "a mipmapped array's id or one of its levels' is taken";
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  const uint64_t element = uint64_t{dataplane::SimTexelChannelBytes(d.format)} * d.channels;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  descriptor.Width = d.width;
+  descriptor.Height = d.height;
+  descriptor.Depth = d.depth;
+  descriptor.Format = static_cast<CUarray_format>(d.format);
+  descriptor.NumChannels = d.channels;
+  descriptor.Flags = d.flags;
+  CUmipmappedArray made = nullptr;
+  if (CUresult status = driver_->mipmapped_create(&made, &descriptor, args.levels); status != CUDA_SUCCESS) {
+    return status;
+  }
+  // Each level's extent, for the copies' bounds: level 0's halved, at least 1; layers and a
+  // cubemap's faces (Depth of a layered or cubemap array) stay.
+  const bool stacked = d.flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);
+  std::vector<ArrayRecord> levels(args.levels);
+  for (uint32_t l = 0; l < args.levels; ++l) {
+    CUarray level = nullptr;
+    CUresult status = driver_->mipmapped_level(&level, made, l);
+    uint64_t row_bytes = 0;
+    if (status == CUDA_SUCCESS && __builtin_mul_overflow(std::max<uint64_t>(d.width >> l, 1), element, &row_bytes)) {
+      status = CUDA_ERROR_INVALID_VALUE;
+    }
+    if (status != CUDA_SUCCESS) {
+      driver_->mipmapped_destroy(made);
+      return status;
+    }
+    levels[l].handle = level;
+    levels[l].row_bytes = row_bytes;
+    levels[l].rows = std::max<uint64_t>(d.height >> l, 1);
+    levels[l].slices = stacked ? std::max<uint64_t>(d.depth, 1) : std::max<uint64_t>(d.depth >> l, 1);
+    levels[l].mipmapped = d.array;
+  }
+  for (uint32_t l = 0; l < args.levels; ++l) arrays_[args.first_level + l] = levels[l];
+  mipmapped_[d.array] = MipmappedRecord{made, args.first_level, args.levels};
+  return CUDA_SUCCESS;
+}
+
+int32_t CudaExecutor::DestroyMipmappedArray(uint64_t mipmapped) {
+  auto found = mipmapped_.find(mipmapped);
+  if (found == mipmapped_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  const MipmappedRecord record = found->second;
+  const uint64_t first = record.first_level, last = record.first_level + (record.levels - 1);
+  auto level_of = [&](uint64_t id) { return id >= first && id <= last; };
+  // The objects over it and over its levels first.
+  DestroyObjectsOver([&](const TextureObject& object) { return object.array == mipmapped || level_of(object.array); },
+                     level_of);
+  arrays_.erase(arrays_.lower_bound(first), arrays_.upper_bound(last));
+  mipmapped_.erase(found);
+  return driver_->mipmapped_destroy(static_cast<CUmipmappedArray>(record.handle));
+}
+
 int32_t CudaExecutor::DestroyArray(uint64_t array) {
   auto found = arrays_.find(array);
   if (found == arrays_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  if (found->second.mipmapped != 0) {
+    error_detail_ = "a level of a mipmapped array goes only with the mipmapped array";
+    return CUDA_ERROR_INVALID_VALUE;
+  }
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
   // The objects over it first, as with memory (Free).
-  DestroyObjectsOver([&](const TextureObject& object) { return object.array == array; }, array);
+  DestroyObjectsOver([&](const TextureObject& object) { return object.array == array; },
+                     [&](uint64_t over) { return over == array; });
   void* handle = found->second.handle;
   arrays_.erase(found);
   return driver_->array_destroy(static_cast<CUarray>(handle));

@@ -113,6 +113,8 @@ class CudaExecutor : public device::Executor {
   // CUDA arrays of the driver's, by the client's ids; surface objects over them. An array
   // takes the objects over it with it; the session takes everything.
   int32_t CreateArray(const dataplane::ArrayCreateArgs& args) override;
+  int32_t CreateMipmappedArray(const dataplane::MipmappedArrayCreateArgs& args) override;
+  int32_t DestroyMipmappedArray(uint64_t mipmapped) override;
   int32_t DestroyArray(uint64_t array) override;
   int32_t CopyArray(const dataplane::ArrayCopyArgs& args, const void* payload, const void** bulk,
                     uint64_t* bulk_len) override;
@@ -130,10 +132,11 @@ class CudaExecutor : public device::Executor {
   template <typename Table, typename Destroy>
   int32_t DestroyListed(Table* table, uint64_t handle, Destroy destroy);
   // Destroys the texture objects `reads` (a TextureObject predicate) picks and the surface
-  // objects over `array` (0: none), after the GPU's queued work, which may still read
-  // them: what the program frees takes the objects over it along. The context is current.
-  template <typename Reads>
-  void DestroyObjectsOver(Reads reads, uint64_t array);
+  // objects over the arrays `writes` (a predicate on an array's id) picks, after the GPU's
+  // queued work, which may still read them: what the program frees takes the objects over
+  // it along. The context is current.
+  template <typename Reads, typename Writes>
+  void DestroyObjectsOver(Reads reads, Writes writes);
   // The CUstream for a client stream id (0: the legacy default stream); false if unknown.
   bool StreamFor(uint64_t id, void** stream);
   // JITs the PTX `ptx` holds for this GPU (its newest units not newer than the GPU): one
@@ -192,10 +195,17 @@ class CudaExecutor : public device::Executor {
     uint64_t row_bytes = 0;  // Width * element bytes
     uint64_t rows = 1;       // Height, at least 1
     uint64_t slices = 1;     // Depth (layers, faces), at least 1
+    uint64_t mipmapped = 0;  // the mipmapped array's id whose level it is; 0: none
   };
-  std::map<uint64_t, ArrayRecord> arrays_;        // client id -> array
-  std::map<uint64_t, uint64_t> surface_objects_;  // CUsurfObject -> its array's id
-  std::vector<char> staging_;                     // device-to-host data waiting to be sent
+  std::map<uint64_t, ArrayRecord> arrays_;  // client id -> array (a mipmapped array's levels too)
+  struct MipmappedRecord {
+    void* handle = nullptr;  // CUmipmappedArray
+    uint64_t first_level = 0;
+    uint32_t levels = 0;
+  };
+  std::map<uint64_t, MipmappedRecord> mipmapped_;  // client id -> mipmapped array
+  std::map<uint64_t, uint64_t> surface_objects_;   // CUsurfObject -> its array's id
+  std::vector<char> staging_;                      // device-to-host data waiting to be sent
 };
 
 }  // namespace gpupool::devices

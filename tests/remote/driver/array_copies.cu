@@ -1,7 +1,8 @@
 // CUDA arrays through the runtime API without kernels: copies into and out of 2D and 3D
 // arrays (from and to the host, pitched device memory and another array, whole and in
-// part), the linear calls of a 1D array, texture and surface objects over an array and
-// over device memory, each result checked byte for byte. On the sim the library lays the
+// part), the linear calls of a 1D array, a mipmapped array's levels, texture and surface
+// objects over an array, a mipmapped array and device memory, each result checked byte for
+// byte. On the sim the library lays the
 // arrays out in device memory; on a GPU host's GPU (and on the stand-in driver the test
 // server can serve, tests/remote/fake_cuda_driver.cc) its agent's driver holds them.
 #include <cstdint>
@@ -119,6 +120,67 @@ int main() {
   cudaTextureObject_t over_memory = 0;
   CHECK(cudaCreateTextureObject(&over_memory, &resource, &texture, nullptr));
   EXPECT(over_array != 0 && surface != 0 && over_memory != 0);
+
+  // A mipmapped array of floats, 32 x 8 and three levels below it (16 x 4, 8 x 2, 4 x 1):
+  // each level its own image in and out, a level's extent and no more, a texture object
+  // over the whole and a surface over a level.
+  cudaMipmappedArray_t pyramid = nullptr;
+  CHECK(cudaMallocMipmappedArray(&pyramid, &floats, make_cudaExtent(w, h, 0), 4, cudaArraySurfaceLoadStore));
+  // Every level written first, then each read back: each is its own.
+  auto level_texel = [](unsigned l, size_t i) { return static_cast<float>(l * 1000 + i); };
+  for (unsigned l = 0; l < 4; ++l) {
+    cudaArray_t level = nullptr;
+    CHECK(cudaGetMipmappedArrayLevel(&level, pyramid, l));
+    cudaChannelFormatDesc format = {};
+    cudaExtent extent = {};
+    unsigned flags = 0;
+    CHECK(cudaArrayGetInfo(&format, &extent, &flags, level));
+    const size_t lw = w >> l, lh = h >> l;
+    EXPECT(extent.width == lw && extent.height == lh && format.x == 32);
+    std::vector<float> texels(lw * lh);
+    for (size_t i = 0; i < texels.size(); ++i) texels[i] = level_texel(l, i);
+    CHECK(cudaMemcpy2DToArray(level, 0, 0, texels.data(), lw * sizeof(float), lw * sizeof(float), lh,
+                              cudaMemcpyHostToDevice));
+    // One column past the level's width: refused, as for any array.
+    EXPECT(cudaMemcpy2DToArray(level, sizeof(float), 0, texels.data(), lw * sizeof(float), lw * sizeof(float), 1,
+                               cudaMemcpyHostToDevice) == cudaErrorInvalidValue);
+    cudaGetLastError();
+  }
+  wrong = 0;
+  for (unsigned l = 0; l < 4; ++l) {
+    cudaArray_t level = nullptr;
+    CHECK(cudaGetMipmappedArrayLevel(&level, pyramid, l));
+    const size_t lw = w >> l, lh = h >> l;
+    std::vector<float> texels_back(lw * lh, -1.0f);
+    CHECK(cudaMemcpy2DFromArray(texels_back.data(), lw * sizeof(float), level, 0, 0, lw * sizeof(float), lh,
+                                cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < texels_back.size(); ++i) wrong += texels_back[i] != level_texel(l, i);
+  }
+  std::printf("mipmapped array, 4 levels in and out: %d wrong\n", wrong);
+  EXPECT(wrong == 0);
+  cudaResourceDesc levels_resource = {};
+  levels_resource.resType = cudaResourceTypeMipmappedArray;
+  levels_resource.res.mipmap.mipmap = pyramid;
+  cudaTextureDesc trilinear = {};
+  trilinear.filterMode = cudaFilterModeLinear;
+  trilinear.mipmapFilterMode = cudaFilterModeLinear;
+  trilinear.normalizedCoords = 1;
+  trilinear.maxMipmapLevelClamp = 3;
+  cudaTextureObject_t over_levels = 0;
+  CHECK(cudaCreateTextureObject(&over_levels, &levels_resource, &trilinear, nullptr));
+  CHECK(cudaGetTextureObjectResourceDesc(&described, over_levels));
+  EXPECT(described.resType == cudaResourceTypeMipmappedArray && described.res.mipmap.mipmap == pyramid);
+  cudaArray_t level2 = nullptr;
+  CHECK(cudaGetMipmappedArrayLevel(&level2, pyramid, 2));
+  cudaResourceDesc level_resource = {};
+  level_resource.resType = cudaResourceTypeArray;
+  level_resource.res.array.array = level2;
+  cudaSurfaceObject_t level_surface = 0;
+  CHECK(cudaCreateSurfaceObject(&level_surface, &level_resource));
+  EXPECT(over_levels != 0 && level_surface != 0);
+  CHECK(cudaDestroySurfaceObject(level_surface));
+  CHECK(cudaDestroyTextureObject(over_levels));
+  CHECK(cudaFreeMipmappedArray(pyramid));
 
   CHECK(cudaDestroyTextureObject(over_memory));
   CHECK(cudaDestroySurfaceObject(surface));

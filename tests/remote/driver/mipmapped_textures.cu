@@ -1,9 +1,9 @@
-// Mipmapped arrays through the runtime API on the sim GPU, each result checked against the
-// CPU: a 2D float mipmap of 4 levels, each filled through its level array
-// (cudaGetMipmappedArrayLevel, cudaMemcpy2DToArray) and read back; texture objects of it
-// read at explicit levels of detail (tex2DLod: nearest level, linear between levels, the
-// texture's bias and clamps), with gradients (tex2DGrad) and without (tex2D: level 0); and
-// the descriptors a driver refuses. Exits 0 only if every result matches.
+// Mipmapped arrays through the runtime API on a pool GPU (the sim's layout, or a GPU host's
+// driver's through its agent), each result checked against the CPU: a 2D float mipmap of 4 levels, each filled through
+// its level array (cudaGetMipmappedArrayLevel, cudaMemcpy2DToArray) and read back; texture objects of it read at
+// explicit levels of detail (tex2DLod: nearest level, linear between levels, the texture's bias and clamps), with
+// gradients (tex2DGrad) and without (tex2D: level 0); and the descriptors a driver refuses. Exits 0 only if every
+// result matches.
 #include <cmath>
 #include <cstdio>
 #include <vector>
