@@ -64,15 +64,15 @@ KernelNeeds NeedsOf(const DecodedKernel& kernel) {
 }
 
 // The kernel's compiled form when this launch should run it (jit/jit.h): not for what the
-// tier leaves to the interpreter (cooperative launches; dynamic shared memory for a kernel
-// that names no shared variable, whose compiled code takes no generic address for a shared
-// one). Under GPUPOOL_PTX_JIT=auto the kernel is compiled in the background once it has
-// run kJitAfterThreads threads, and its launches run on the interpreter until the code is
+// tier leaves to the interpreter (dynamic shared memory for a kernel that names no shared
+// variable, whose compiled code takes no generic address for a shared one). A cooperative
+// launch runs compiled too, its CTAs resident together (RunCompiled). Under GPUPOOL_PTX_JIT=auto the kernel is compiled
+// in the background once it has run kJitAfterThreads threads, and its launches run on the interpreter until the code is
 // there.
 static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t threads) {
   const JitMode mode = CurrentJitMode();
   const bool names_shared = !kernel.shared_layout.offsets.empty() || !kernel.shared_layout.dynamic.empty();
-  if (mode == JitMode::kOff || kernel.source == nullptr || kernel.module == nullptr || spec.cooperative ||
+  if (mode == JitMode::kOff || kernel.source == nullptr || kernel.module == nullptr ||
       (spec.dynamic_shared != 0 && !names_shared)) {
     return nullptr;
   }

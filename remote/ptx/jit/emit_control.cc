@@ -242,6 +242,16 @@ bool Emitter::Instruction(const RawStatement& s, std::string* refused) {
     Stop(WarpOp{});
     return true;
   }
+  if (spin_loads_.count(instruction_index_)) {
+    // A load a thread may spin on: the thread stops before it (its registers live there
+    // saved), and once the CTA's other threads stopped or ended, the CTA yields its worker
+    // (Settle), which runs the others it holds, one of which may be what this thread waits
+    // for; back, the thread loads. Not under a guard (a stop is every thread's).
+    if (guard != nullptr) return refuse("a load a thread may spin on, under a guard");
+    WarpOp yield;
+    yield.kind = WarpOp::kYield;
+    Stop(yield);
+  }
   llvm::BasicBlock* after = nullptr;
   if (guard != nullptr) {
     auto* run = llvm::BasicBlock::Create(ctx_, "guarded", fn_);
@@ -309,8 +319,8 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
       }
     }
     if ((acquire && !load) || (release && load)) return (*why = "form", false);
-    if (ordering && load && InsideLoop(entry_, instruction_index_)) {
-      return (*why = "a load a thread may spin on, inside a loop", false);
+    if (ordering && load && !spin_loads_.count(instruction_index_) && InsideLoop(entry_, instruction_index_)) {
+      return (*why = "a load a thread may spin on, inside a loop (in vector code)", false);
     }
     // .release: no earlier access moves after the store; .acquire: no later one before the
     // load (CTAs run on two host threads).

@@ -45,9 +45,18 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     if (s.kind != RawStatement::kInstruction) continue;
     if (IsCtaBarrier(s) || IsWarpOperation(s)) ++barriers_;
     if (IsWarpOperation(s)) ++warp_ops_;
+    // A load a thread may spin on: in scalar code a stop before it (a yield), which Settle
+    // handles as it does the warp-level operations'.
+    if (!lanes_ && IsOrderedLoad(s) && InsideLoop(entry_, instruction_index_)) {
+      spin_loads_.insert(instruction_index_);
+      ++barriers_;
+      ++warp_ops_;
+    }
+    ++instruction_index_;
     for (const RawOperand& o : s.operands) CountUses(o);
     if (!s.guard.empty()) ++uses_[s.guard];
   }
+  instruction_index_ = 0;
   // The decoder's layout (SharedLayout): every .shared variable the kernel names has its
   // place, and the CTA's shared size is known before any access is checked against it.
   has_shared_ = !shared_offsets_.empty() || !shared_dynamic_.empty();
@@ -276,6 +285,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   out->shared_bytes = shared_size_;
   out->barriers = barriers_ > 0;
   out->warp_level = warp_ops_ > 0;
+  out->yields = !spin_loads_.empty();
   out->auto_interpreted = warp_ops_ > 0 && !loop_without_stops_;
   out->whole_warps = whole_warps_;
   out->warp_slots = warp_slots_;
@@ -307,6 +317,16 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     llvm::Value* settle = b_.CreateLoad(ptr_, Field(kOffSettle));
     auto* type = llvm::FunctionType::get(i32_, {ptr_, ptr_, ptr_}, false);
     llvm::Value* more = b_.CreateCall(type, settle, {context_, resume_arg_, saved_arg_});
+    if (!spin_loads_.empty()) {
+      // Threads let go from yields: the CTA yields its worker (RunCompiled calls it again).
+      auto* yield = llvm::BasicBlock::Create(ctx_, "yield", fn_);
+      auto* go_on = llvm::BasicBlock::Create(ctx_, "go_on", fn_);
+      b_.CreateCondBr(b_.CreateICmpEQ(more, b_.getInt32(kSettleYield)), yield, go_on);
+      b_.SetInsertPoint(yield);
+      FlushCount();
+      b_.CreateRet(b_.getInt32(kCtaYielded));
+      b_.SetInsertPoint(go_on);
+    }
     b_.CreateCondBr(b_.CreateICmpNE(more, b_.getInt32(0)), phase_block, done);
   } else if (barriers_ > 0) {
     b_.CreateCondBr(b_.CreateLoad(i1_, waiting_slot_), phase_block, done);

@@ -161,6 +161,13 @@ llvm::Value* Emitter::Special(const std::string& name) {
       return Splat(nctaid_[axis]);
     case SpecialRegister::kNsmid:
       return Splat(b_.CreateLoad(i32_, Field(kOffSmCount)));
+    case SpecialRegister::kEnvreg: {
+      // %envreg1 and %envreg2: the cooperative grid's workspace, high and low; the rest 0.
+      if (axis != 1 && axis != 2) return Int(32, 0);
+      llvm::Value* workspace = b_.CreateLoad(i64_, Field(kOffGridWorkspace));
+      if (axis == 1) workspace = b_.CreateLShr(workspace, 32);
+      return Splat(b_.CreateTrunc(workspace, i32_));
+    }
     case SpecialRegister::kSmid: {
       // The CTA's linear index (x fastest, below 2^64) modulo the SMs, as the interpreter's
       // StartCta: the same whichever worker runs the CTA.

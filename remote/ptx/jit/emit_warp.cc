@@ -78,6 +78,21 @@ bool IsWarpOperation(const RawStatement& s) {
          s.opcode.rfind("bar.warp", 0) == 0 || IsMatrixOperation(s);
 }
 
+bool IsOrderedLoad(const RawStatement& s) {
+  const std::string_view op = OpcodeName(s);
+  if (op != "ld" && op != "ldu") return false;
+  size_t start = 0;
+  const std::string_view opcode = s.opcode;
+  while (start < opcode.size()) {
+    const size_t dot = opcode.find('.', start);
+    const std::string_view part = opcode.substr(start, dot == std::string_view::npos ? opcode.npos : dot - start);
+    if (start > 0 && (part == "cg" || IsOrderingQualifier(part))) return true;
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return false;
+}
+
 bool IsCtaBarrier(const RawStatement& s) {
   const std::string_view op = OpcodeName(s);
   return (op == "bar" || op == "barrier") && !IsWarpOperation(s);

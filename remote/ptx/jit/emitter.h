@@ -99,6 +99,9 @@ bool IsWarpOperation(const RawStatement& s);
 // The registers `s` writes: its first operand's (and its pair's, or a vector's elements).
 std::vector<std::string> Written(const RawStatement& s);
 bool IsCtaBarrier(const RawStatement& s);
+// A load with an ordering or refetching qualifier (IsOrderingQualifier, .cg): one a thread
+// may spin on, where another thread, perhaps of another CTA, is to store.
+bool IsOrderedLoad(const RawStatement& s);
 
 // Warp matrix operations (emit_matrix.cc): mma, ldmatrix and wmma (warp-level operations
 // too), and the registers one reads from every lane of the warp (the a, b and c of mma.sync
@@ -386,7 +389,11 @@ class Emitter {
     llvm::BasicBlock* after = nullptr;
   };
   std::vector<LaneStop> lane_saves_, lane_restores_;
-  uint32_t barriers_ = 0;  // stops: barriers and warp-level operations
+  uint32_t barriers_ = 0;  // stops: barriers, warp-level operations and yields
+  // Scalar code's loads a thread may spin on (inside a loop: SpinLoad), by instruction
+  // index: a thread stops before each (WarpOp::kYield) and its CTA yields its worker, so
+  // that the CTA it waits for can run (run.cc). Vector code refuses them.
+  std::set<size_t> spin_loads_;
   // Kernels with warp-level operations: how many, what stops a thread at each resume point
   // (CompiledKernel::warp_ops), the registers shuffles read (their shadows' indices), and
   // the CTA's warp slots and shadows (Context).

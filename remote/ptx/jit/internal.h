@@ -30,6 +30,11 @@ constexpr int32_t kLaunchOutOfResources = dataplane::kCuLaunchOutOfResources;
 constexpr int32_t kLaunchTimeout = dataplane::kCuLaunchTimeout;  // cancelled
 constexpr int32_t kLaunchFailed = dataplane::kCuLaunchFailed;    // calls nested too deep
 constexpr int32_t kAssertFailed = dataplane::kCuAssert;          // __assertfail
+constexpr int32_t kCooperativeTooLarge = dataplane::kCuCooperativeLaunchTooLarge;
+// A cooperative launch holds every CTA at once (RunCompiled): at most this many, and this
+// many bytes of their states together, as the interpreter's (interp/internal.h).
+constexpr uint64_t kMaxResidentGrid = uint64_t{1} << 16;
+constexpr uint64_t kMaxResidentBytes = uint64_t{2} << 30;
 // Kernels larger than this are left to the interpreter: LLVM's time grows faster than the
 // code, and a launch waits for its compile.
 constexpr size_t kMaxInstructions = 16384;
@@ -97,7 +102,10 @@ struct WarpOp {
     kMma,
     kLdmatrix,
     kMatrixSync,
-    kMatrixDone
+    kMatrixDone,
+    // Before a load a thread may spin on (emit_control.cc): Settle lets it go on and has
+    // the CTA function return kCtaYielded, so that its worker runs its other CTAs first.
+    kYield
   };
   Kind kind = kBarrier;
   // shfl: 0 idx, 1 up, 2 down, 3 bfly; vote: 0 all, 1 any, 2 uni, 3 ballot; redux: 0 add,
@@ -118,7 +126,12 @@ struct WarpOp {
 // the IR (kOff* below).
 struct Context;
 // Runs the warp-level operations of a CTA whose threads all stopped (resume, saved: the
-// CTA function's): 1 when some thread may go on, 0 when all ended.
+// CTA function's): 1 when some thread may go on, 0 when all ended, 2 when the threads that
+// may go on waited at yields (the CTA function then returns kCtaYielded).
+inline constexpr int32_t kSettleYield = 2;
+// What a CTA function returns when its CTA yields its worker (before a load a thread may
+// spin on): called again with the same resume points and saved registers, it goes on.
+inline constexpr int32_t kCtaYielded = -1;
 using SettleFunction = int32_t (*)(Context*, int32_t* resume, uint64_t* saved);
 
 struct Context {
@@ -146,6 +159,9 @@ struct Context {
   // +136: the launch's parameter bytes (LaunchSpec::param_size, at least the kernel's),
   // which ld.param through a register is checked against, as the interpreter checks it.
   uint64_t param_size = 0;
+  // +144: %envreg1 (high half) and %envreg2 (low) of a cooperative launch: the grid's
+  // workspace (LaunchSpec::grid_workspace), as the interpreter's StartCta fills them.
+  uint64_t grid_workspace = 0;
   // Not read by compiled code.
   const LaunchSpec* spec = nullptr;
   const std::vector<MemoryAccess>* accesses = nullptr;
@@ -163,7 +179,7 @@ struct Context {
 constexpr uint64_t kOffHints = 0, kOffTranslate = 8, kOffInstructions = 16, kOffFaultAddress = 24, kOffFaultAccess = 32,
                    kOffFaultThread = 36, kOffNtid = 40, kOffNctaid = 52, kOffProgress = 64, kOffCancel = 72,
                    kOffSharedSize = 80, kOffLocal = 88, kOffTrapLine = 96, kOffShadow = 104, kOffSettle = 112,
-                   kOffSlots = 120, kOffSmCount = 128, kOffParamSize = 136;
+                   kOffSlots = 120, kOffSmCount = 128, kOffParamSize = 136, kOffGridWorkspace = 144;
 // Compiled code adds one to the launch's progress (what the agent's watchdog tells a long
 // kernel from a hung GPU by, as the interpreter does every 2^16 warp instructions) after
 // this many backward branches and ended threads.
@@ -186,6 +202,7 @@ static_assert(offsetof(Context, settle) == kOffSettle);
 static_assert(offsetof(Context, slots) == kOffSlots);
 static_assert(offsetof(Context, sm_count) == kOffSmCount);
 static_assert(offsetof(Context, param_size) == kOffParamSize);
+static_assert(offsetof(Context, grid_workspace) == kOffGridWorkspace);
 
 // `entry` with the calls of device functions of `module` inlined (inline.cc), as the decoder
 // inlines them: itself when it calls none, else the inlined function in *storage; nullptr
@@ -267,6 +284,9 @@ class CompiledKernel {
   // point, and how many registers shuffles read (shadowed per lane).
   bool warp_level = false;
   std::vector<jit::WarpOp> warp_ops;
+  // Whether a thread may stop at a yield (WarpOp::kYield): its CTAs may return
+  // kCtaYielded, and RunCompiled keeps several resident per worker.
+  bool yields = false;
   uint32_t shadows = 0;
   // Under GPUPOOL_PTX_JIT=auto, launches run on the interpreter: a kernel with warp-level
   // operations and no loop free of them, whose threads stop so often that compiled code is

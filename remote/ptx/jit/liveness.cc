@@ -100,11 +100,17 @@ bool Emitter::ComputeLiveness(std::string* why) {
   barrier_live_.assign(n, {});
   uint64_t saves = 0;
   for (size_t i = 0; i < n; ++i) {
-    // Barriers and warp-level operations: a thread stops at each.
-    if (!IsCtaBarrier(*code[i]) && !IsWarpOperation(*code[i])) continue;
+    // Barriers and warp-level operations: a thread stops at each, and goes on after it; a
+    // load it may spin on (spin_loads_): it stops before it, and goes on with the load.
+    const bool before = spin_loads_.count(i) > 0;
+    if (!IsCtaBarrier(*code[i]) && !IsWarpOperation(*code[i]) && !before) continue;
     std::vector<bool> live(ids.size());
-    for (size_t j : next[i]) {
-      for (size_t r = 0; r < live.size(); ++r) live[r] = live[r] || live_in[j][r];
+    if (before) {
+      live = live_in[i];
+    } else {
+      for (size_t j : next[i]) {
+        for (size_t r = 0; r < live.size(); ++r) live[r] = live[r] || live_in[j][r];
+      }
     }
     for (const auto& [name, r] : ids) {
       if (live[r]) barrier_live_[i].push_back(name);

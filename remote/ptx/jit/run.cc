@@ -274,7 +274,7 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
   auto op_of = [&](uint32_t t) -> int32_t {
     if (t >= threads || resume[t] < 0) return -1;
     const int32_t k = (resume[t] & ~jit::kStopped) - 1;
-    return ops[k].kind == jit::WarpOp::kBarrier ? -1 : k;
+    return ops[k].kind == jit::WarpOp::kBarrier || ops[k].kind == jit::WarpOp::kYield ? -1 : k;
   };
   bool ran = false;
   for (uint32_t w = 0; w * 32 < threads; ++w) {
@@ -313,6 +313,17 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
     ran = true;
   }
   if (ran) return 1;
+  // Threads before a load they may spin on go on with it, after the CTA yielded its worker
+  // (RunCompiled): what they wait for may be another CTA's to do. The others wait on.
+  bool yielded = false;
+  for (uint32_t t = 0; t < threads; ++t) {
+    if (resume[t] > 0 && (resume[t] & jit::kStopped) != 0 &&
+        ops[(resume[t] & ~jit::kStopped) - 1].kind == jit::WarpOp::kYield) {
+      resume[t] &= ~jit::kStopped;
+      yielded = true;
+    }
+  }
+  if (yielded) return jit::kSettleYield;
   // Every thread at the barrier or ended: the barrier releases them.
   bool waiting = false;
   for (uint32_t t = 0; t < threads; ++t) {
@@ -464,9 +475,32 @@ int32_t FreeLane(Context* context, uint64_t heap, uint64_t heap_size, uint64_t a
 
 bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != nullptr; }
 
+bool Yields(const CompiledKernel& kernel) { return kernel.yields; }
+
 bool AutoInterpreted(const CompiledKernel& kernel) { return kernel.auto_interpreted; }
 
 bool TakesBlock(const CompiledKernel& kernel, uint32_t threads) { return !kernel.whole_warps || threads % 32 == 0; }
+
+namespace {
+
+// A CTA a worker holds while it yields (CompiledKernel::yields): its own shared memory,
+// its threads' resume points, saved registers, local memory, warp slots and shadows.
+struct ResidentCta {
+  uint64_t cta = 0;
+  std::vector<uint8_t> shared;
+  std::vector<uint8_t> local;
+  std::vector<int32_t> resume;
+  std::vector<uint64_t> saved;
+  std::vector<uint64_t> slots;
+  std::vector<uint64_t> shadow;
+};
+
+// A worker of a kernel whose CTAs may yield holds this many at once (a cooperative
+// launch: every CTA, on one worker): a CTA spinning on what a later one of its worker
+// writes waits for it among them, as the interpreter's resident CTAs do.
+constexpr size_t kMaxResidentCtas = 32;
+
+}  // namespace
 
 int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
   const uint64_t ctas = uint64_t{spec.grid[0]} * spec.grid[1] * spec.grid[2];
@@ -550,21 +584,119 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
   std::atomic<bool> stop{false};
   const CtaFunction run_cta =
       kernel.cta_vector != nullptr && spec.block[0] % kVectorLanes == 0 ? kernel.cta_vector : kernel.cta;
+  // The host bytes of a CTA held while it yields (ResidentCta; no product wraps: each
+  // factor was bounded above).
+  const uint64_t held_lanes = (uint64_t{threads} + 31) / 32 * 32;
+  const uint64_t per_cta = uint64_t{threads} * (uint64_t{kernel.registers} * 8 + 4 + uint64_t{kernel.warp_slots} * 8) +
+                           held_lanes * kernel.shadows * 8 + local_size + shared_size + sizeof(ResidentCta);
+  if (spec.cooperative && (ctas > jit::kMaxResidentGrid || per_cta * ctas > jit::kMaxResidentBytes)) {
+    // Every CTA at once: their states together must fit, as the interpreter's must.
+    if (spec.error_detail) {
+      *spec.error_detail =
+          "a cooperative launch of " + std::to_string(ctas) + " blocks does not fit the sim GPU at once";
+    }
+    return jit::kCooperativeTooLarge;
+  }
+  // The CTAs of worker `index`, several held at once, each run until it ends or yields, in
+  // turns: index, index + workers, ... of a plain launch; of a cooperative one, the next
+  // from `pool`, which every worker draws from, so that a worker whose thread could not be
+  // started (RunOnWorkers runs it after the others) leaves its share to the others instead
+  // of stranding CTAs that the others' wait at grid.sync(). A CTA that yields has its
+  // worker take on another (one of a plain launch's while it holds fewer than
+  // kMaxResidentCtas), run in the same turn; one that ends, the next in its place.
+  std::atomic<uint64_t> pool{0};
+  auto run_resident = [&](Worker& worker, uint32_t index) {
+    Context& context = worker.context;
+    std::vector<ResidentCta> held;
+    uint64_t next = index;
+    auto take = [&](ResidentCta* r) {
+      if (spec.cooperative) {
+        r->cta = pool.fetch_add(1, std::memory_order_relaxed);
+        if (r->cta >= ctas) return false;
+      } else {
+        if (next >= ctas) return false;
+        r->cta = next;
+        next += workers;
+      }
+      r->shared.assign(std::max<uint64_t>(shared_size, 1), 0);
+      r->local.assign(std::max<uint64_t>(local_size, 1), 0);
+      r->resume.assign(threads, 0);
+      r->saved.assign(uint64_t{threads} * std::max(kernel.registers, 1u), 0);
+      r->slots.assign(std::max<uint64_t>(uint64_t{threads} * kernel.warp_slots, 1), 0);
+      r->shadow.assign(std::max<uint64_t>(held_lanes * kernel.shadows, 1), 0);
+      if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
+      return true;
+    };
+    // A plain launch's workers hold at most kMaxResidentCtas each, and all of them at most
+    // kMaxResidentBytes together (at least one CTA each).
+    const size_t most = spec.cooperative ? SIZE_MAX
+                                         : static_cast<size_t>(std::clamp<uint64_t>(
+                                               jit::kMaxResidentBytes / workers / per_cta, 1, kMaxResidentCtas));
+    held.emplace_back();
+    if (!take(&held.back())) return;
+    while (!held.empty()) {
+      // A turn of the CTAs held is progress, as the interpreter counts a spinning warp's
+      // instructions: the agent's watchdog must not take a kernel whose CTAs wait on each
+      // other (or spin forever: the tenant's, ended by its cancel) for a hung GPU, and
+      // compiled code's own count (kProgressEvery back edges) starts again at each call.
+      if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
+      for (size_t i = 0; i < held.size();) {
+        if (stop.load(std::memory_order_relaxed)) return;
+        ResidentCta& r = held[i];
+        if (context.cancel->load(std::memory_order_relaxed)) {
+          worker.error = kLaunchTimeout;
+          worker.failed_cta = r.cta;
+          stop.store(true);
+          return;
+        }
+        context.local = r.local.data();
+        context.slots = r.slots.data();
+        context.shadow = r.shadow.data();
+        const uint32_t x = static_cast<uint32_t>(r.cta % spec.grid[0]);
+        const uint32_t y = static_cast<uint32_t>(r.cta / spec.grid[0] % spec.grid[1]);
+        const uint32_t z = static_cast<uint32_t>(r.cta / spec.grid[0] / spec.grid[1]);
+        const int32_t error = run_cta(&context, spec.params, x, y, z, r.shared.data(), r.resume.data(), r.saved.data());
+        if (error == jit::kCtaYielded) {
+          ++i;
+          if (held.size() < most) {
+            held.emplace_back();
+            if (!take(&held.back())) held.pop_back();
+          }
+          continue;
+        }
+        if (error != 0) {
+          worker.error = error;
+          worker.failed_cta = r.cta;
+          stop.store(true);
+          return;
+        }
+        if (take(&r)) {
+          ++i;
+        } else {
+          held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+      }
+    }
+  };
   auto run_or_fail = [&](uint32_t index) {
     Worker& worker = states[index];
     worker.hints.assign(kernel.accesses.size(), Hint{});
-    worker.shared.assign(std::max<uint64_t>(shared_size, 1), 0);
-    worker.resume.assign(threads, 0);
-    // Zeroed once per launch and worker, then left from CTA to CTA, as the interpreter
-    // leaves its CTA context's (PrepareCta).
-    worker.local.assign(std::max<uint64_t>(local_size, 1), 0);
-    if (kernel.barriers) worker.saved.assign(uint64_t{threads} * std::max(kernel.registers, 1u), 0);
-    if (kernel.warp_level) {
-      // The shadows start at 0 per launch and stay from CTA to CTA, as the interpreter's
-      // registers do (its lanes past the CTA's last thread included).
-      const uint64_t lanes = (uint64_t{threads} + 31) / 32 * 32;
-      worker.slots.assign(uint64_t{threads} * kernel.warp_slots, 0);
-      worker.shadow.assign(lanes * std::max(kernel.shadows, 1u), 0);
+    // The CTA's state, one at a time (a kernel that yields has it per CTA held:
+    // run_resident).
+    if (!kernel.yields) {
+      worker.shared.assign(std::max<uint64_t>(shared_size, 1), 0);
+      worker.resume.assign(threads, 0);
+      // Zeroed once per launch and worker, then left from CTA to CTA, as the interpreter
+      // leaves its CTA context's (PrepareCta).
+      worker.local.assign(std::max<uint64_t>(local_size, 1), 0);
+      if (kernel.barriers) worker.saved.assign(uint64_t{threads} * std::max(kernel.registers, 1u), 0);
+      if (kernel.warp_level) {
+        // The shadows start at 0 per launch and stay from CTA to CTA, as the interpreter's
+        // registers do (its lanes past the CTA's last thread included).
+        const uint64_t lanes = (uint64_t{threads} + 31) / 32 * 32;
+        worker.slots.assign(uint64_t{threads} * kernel.warp_slots, 0);
+        worker.shadow.assign(lanes * std::max(kernel.shadows, 1u), 0);
+      }
     }
     Context& context = worker.context;
     context.hints = worker.hints.data();
@@ -584,6 +716,11 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     for (int i = 0; i < 3; ++i) {
       context.ntid[i] = spec.block[i];
       context.nctaid[i] = spec.grid[i];
+    }
+    context.grid_workspace = spec.grid_workspace;
+    if (kernel.yields) {
+      run_resident(worker, index);
+      return;
     }
     for (uint64_t cta = index; cta < ctas; cta += workers) {
       if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);

@@ -1,7 +1,10 @@
 // Kernels of the PTX engine benchmark (scripts/bench/ptx): element-wise, shared-memory
 // tiled matrix multiply (plain loads, and cp.async), calls of a device function, atomics,
 // a barrier-heavy block scan, bilinear texture sampling and a filter of __constant__ taps.
-// extern "C" for plain names; sm_80 for cp.async.
+// extern "C" for plain names; sm_80 for cp.async. And a cooperative launch's grid-wide
+// reduction (grid_sum: cooperative groups' grid.sync()).
+#include <cooperative_groups.h>
+
 constexpr int kTile = 16;
 
 extern "C" {
@@ -219,6 +222,29 @@ __global__ void mma_gemm(const unsigned* a, const unsigned* bt, float* c, int n)
   c[(row0 + g) * n + col0 + 2 * t + 1] = d1;
   c[(row0 + g + 8) * n + col0 + 2 * t] = d2;
   c[(row0 + g + 8) * n + col0 + 2 * t + 1] = d3;
+}
+
+// A cooperative launch's reduction of n floats: each block sums its grid-stride share
+// (a shared-memory tree of 256), block b's total into partial[b]; grid.sync(); block 0's
+// first thread adds the partials into out[0].
+__global__ void grid_sum(const float* in, float* partial, float* out, int n) {
+  namespace cg = cooperative_groups;
+  __shared__ float sums[256];
+  float v = 0;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) v += in[i];
+  sums[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) sums[threadIdx.x] += sums[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sums[0];
+  cg::this_grid().sync();
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    float total = 0;
+    for (int b = 0; b < gridDim.x; ++b) total += partial[b];
+    out[0] = total;
+  }
 }
 
 }  // extern "C"

@@ -102,7 +102,8 @@ Variables& ModuleVariables() {
 }
 
 void Launch(benchmark::State& state, const char* name, uint32_t grid[3], uint32_t block[3],
-            const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions, uint32_t dynamic_shared = 0) {
+            const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions, uint32_t dynamic_shared = 0,
+            uint64_t grid_workspace = 0) {
   auto kernel = Module().Decode(name, ModuleVariables().addresses);
   if (!kernel.ok()) throw std::runtime_error(kernel.status().message());
   LaunchSpec spec;
@@ -116,6 +117,9 @@ void Launch(benchmark::State& state, const char* name, uint32_t grid[3], uint32_
   spec.memory.insert(spec.memory.begin(), ModuleVariables().range);
   spec.thread_instructions = instructions;
   spec.dynamic_shared = dynamic_shared;
+  // A cooperative launch (grid_workspace: zeroed memory of kGridWorkspaceBytes in `memory`).
+  spec.cooperative = grid_workspace != 0;
+  spec.grid_workspace = grid_workspace;
   std::string detail;
   spec.error_detail = &detail;
   if (int32_t status = gpupool::sim::RunKernel(**kernel, spec); status != 0) {
@@ -470,6 +474,46 @@ void BM_MmaGemm_Engine(benchmark::State& state, JitMode mode) {
 
 void BM_MmaGemm_Native(benchmark::State& state) { BM_Matmul_Native(state); }
 
+// A cooperative launch: grid_sum of 2^20 floats by 64 blocks of 256 threads (64 elements a
+// thread, a shared-memory tree per block, grid.sync(), block 0 adds the 64 partials). On
+// the engine every block is resident at once; compiled, a block waiting at grid.sync()
+// yields its worker to the others (jit/run.cc). Native: the same sums.
+void BM_GridSum_Engine(benchmark::State& state, JitMode mode) {
+  std::vector<float> in(kElements, 1.0f), partial(64), out(1);
+  std::vector<uint8_t> workspace(gpupool::sim::kGridWorkspaceBytes);
+  Memory memory;
+  uint64_t din = memory.Add(in), dpartial = memory.Add(partial), dout = memory.Add(out);
+  uint64_t dworkspace = memory.Add(workspace);
+  auto params = Pack(din, dpartial, dout, kElements);
+  uint32_t grid[3] = {64, 1, 1}, block[3] = {256, 1, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  // The workspace counts arrivals across launches as a GPU's does (its barrier word flips).
+  Launch(state, "grid_sum", grid, block, params, memory, nullptr, 0, dworkspace);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "grid_sum", grid, block, params, memory, &instructions, 0, dworkspace);
+  if (out[0] != kElements) state.SkipWithError("wrong sum");
+  state.SetItemsProcessed(state.iterations() * kElements);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+
+void BM_GridSum_Native(benchmark::State& state) {
+  std::vector<float> in(kElements, 1.0f), partial(64), out(1);
+  for (auto _ : state) {
+    for (int b = 0; b < 64; ++b) {
+      float sum = 0;
+      for (int t = b * 256; t < b * 256 + 256; ++t) {
+        for (int i = t; i < kElements; i += 64 * 256) sum += in[i];
+      }
+      partial[b] = sum;
+    }
+    out[0] = 0;
+    for (float p : partial) out[0] += p;
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kElements);
+}
+
 void BM_WarpSum_Native(benchmark::State& state) {
   std::vector<float> in(kElements, 1.0f), out(64 * 256 / 32);
   for (auto _ : state) {
@@ -596,4 +640,7 @@ BENCHMARK(BM_WarpSum_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_MmaGemm_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_MmaGemm_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MmaGemm_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GridSum_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_GridSum_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_GridSum_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

@@ -694,9 +694,9 @@ TEST_F(JitAsyncCopy, AStrayCopyFailsTheLaunchAsOnTheInterpreter) {
 
 // A kernel that copies with cp.async and reads what another thread wrote with a load a
 // thread could spin on (ld.volatile) runs compiled when no branch can run that load again
-// (stage has no loop), and stays interpreted when one can: each thread here runs to its
-// next barrier before the next one starts, and only the interpreter lets the others run.
-TEST_F(JitAsyncCopy, AKernelThatMayWaitForAnotherThreadStaysInterpreted) {
+// (stage has no loop), and when one can too, in scalar code whose threads stop before the
+// load (each thread here runs to its next stop before the next one starts): the same bytes.
+TEST_F(JitAsyncCopy, AKernelThatMayWaitForAnotherThreadRunsCompiled) {
   for (bool loop : {false, true}) {
     std::string text = KernelText("JitCpAsync.ptx");
     const std::string load = "ld.shared.u32 %r12, [%r4];";
@@ -710,10 +710,9 @@ TEST_F(JitAsyncCopy, AKernelThatMayWaitForAnotherThreadStaysInterpreted) {
     std::string detail;
     ASSERT_EQ(Stage(JitMode::kAlways, 0, 0, &out, &detail), 0) << detail;
     EXPECT_EQ(out[16 * 20 + 1], static_cast<uint8_t>((16 * 20 + 1) * 7 + 1));
-    EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), loop ? 0u : 1u) << Kernel("stage").jit->refused;
-    if (loop) {
-      EXPECT_NE(Kernel("stage").jit->refused.find("spin"), std::string::npos) << Kernel("stage").jit->refused;
-    }
+    EXPECT_EQ(Kernel("stage").jit->jit_launches.load(), 1u) << Kernel("stage").jit->refused;
+    ASSERT_NE(Kernel("stage").jit->compiled, nullptr) << Kernel("stage").jit->refused;
+    EXPECT_EQ(Yields(*Kernel("stage").jit->compiled), loop);
   }
 }
 
@@ -3953,10 +3952,10 @@ TEST_F(JitOrderedLoads, HintsAndOrderedAccessesGiveTheInterpretersResults) {
 }
 
 // A load a thread may spin on (.volatile, .relaxed, .acquire, .cv, and .cg, the polling
-// load of CUB's look-back) runs compiled where no branch can run it again (after a loop:
-// `poll`), and keeps the kernel on the interpreter inside a loop (`spin`: each thread here
-// would run to its end before another could store).
-TEST_F(JitOrderedLoads, ALoadAThreadMaySpinOnStaysInterpretedInsideALoop) {
+// load of CUB's look-back) runs in vector code where no branch can run it again (after a
+// loop: `poll`); inside a loop (`spin`) it runs in scalar code only, each thread stopping
+// before it so that the CTA can yield its worker (run.cc), with the interpreter's results.
+TEST_F(JitOrderedLoads, ALoadAThreadMaySpinOnYieldsInsideALoop) {
   for (const std::string qualifier :
        {"volatile.global", "relaxed.gpu.global", "acquire.gpu.global", "global.cv", "global.cg"}) {
     std::string text = KernelText("JitOrderedLoads.ptx");
@@ -3978,9 +3977,85 @@ TEST_F(JitOrderedLoads, ALoadAThreadMaySpinOnStaysInterpretedInsideALoop) {
     ASSERT_EQ(Run("spin", 1, {7}, 64, &spun), 0);
     EXPECT_EQ(spun, std::vector<uint32_t>(64, 7)) << qualifier;
     const DecodedKernel& spin = Kernel("spin");
-    EXPECT_EQ(spin.jit->jit_launches.load(), 0u) << qualifier;
-    EXPECT_NE(spin.jit->refused.find("a load a thread may spin on, inside a loop"), std::string::npos)
-        << qualifier << ": " << spin.jit->refused;
+    EXPECT_EQ(spin.jit->jit_launches.load(), 1u) << qualifier << ": " << spin.jit->refused;
+    ASSERT_NE(spin.jit->compiled, nullptr) << spin.jit->refused;
+    EXPECT_TRUE(Yields(*spin.jit->compiled)) << qualifier;
+    EXPECT_FALSE(HasVectorCode(*spin.jit->compiled)) << qualifier;
+  }
+}
+
+// CTAs that wait for later CTAs (`await`: CTA c's thread 0 spins until CTA c + 1 set its
+// flag, its other threads wait at a barrier) complete compiled as on the interpreter: a
+// worker whose CTA yields takes on the next of its CTAs and runs them in turns, across
+// two workers (8 CTAs) and on one (3), in vector-shaped and scalar-shaped blocks.
+TEST_F(JitOrderedLoads, CtasWaitingForLaterCtasCompleteCompiled) {
+  for (uint32_t ctas : {8u, 3u}) {
+    for (int tier = 0; tier < 3; ++tier) {
+      SetJitMode(tier > 0 ? JitMode::kAlways : JitMode::kOff);
+      const std::vector<uint32_t> block = tier == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
+      std::vector<uint32_t> flags(ctas, 0), out(ctas * 64, 0xdeadbeef);
+      Memory memory;
+      const uint64_t dflags = memory.Add(flags), dout = memory.Add(out);
+      ASSERT_EQ(Launch(Kernel("await"), {ctas, 1, 1}, block, Pack(dflags, dout), memory), 0) << tier;
+      for (uint32_t c = 0; c < ctas; ++c) {
+        EXPECT_EQ(flags[c], ctas - c) << "tier " << tier << ", CTA " << c;
+        for (uint32_t t = 0; t < 64; ++t) ASSERT_EQ(out[c * 64 + t], ctas - c) << tier << ", " << c << ", " << t;
+      }
+    }
+  }
+  const DecodedKernel& await = Kernel("await");
+  EXPECT_EQ(await.jit->jit_launches.load(), 4u) << await.jit->refused;
+  ASSERT_NE(await.jit->compiled, nullptr) << await.jit->refused;
+  EXPECT_TRUE(Yields(*await.jit->compiled));
+}
+
+// A cooperative launch runs compiled, every CTA held at once across the workers: a
+// barrier of the whole grid by hand (`grid_barrier`: atom.release, then an ld.acquire spin
+// until all 48 CTAs added theirs) completes with the interpreter's results, and the
+// kernel reads the launch's grid workspace through %envreg1 and %envreg2 as there. One too
+// large to hold at once is refused on both tiers alike.
+TEST_F(JitOrderedLoads, ACooperativeLaunchRunsCompiledWithItsCtasResidentTogether) {
+  constexpr uint32_t kCtas = 48;
+  constexpr uint64_t kWorkspace = 0x1234567800abcdefull;
+  auto run = [&](int tier, std::vector<uint32_t> grid, std::vector<uint32_t>* out, std::string* detail) {
+    SetJitMode(tier > 0 ? JitMode::kAlways : JitMode::kOff);
+    const std::vector<uint32_t> block = tier == 2 ? std::vector<uint32_t>{1, 64, 1} : std::vector<uint32_t>{64, 1, 1};
+    std::vector<uint32_t> counter(1, 0);
+    out->assign(uint64_t{grid[0]} * 64 * 2, 0xdeadbeef);
+    Memory memory;
+    const uint64_t dcounter = memory.Add(counter), dout = memory.Add(*out);
+    const std::vector<uint8_t> params = Pack(dcounter, dout);
+    LaunchSpec spec;
+    for (int i = 0; i < 3; ++i) {
+      spec.grid[i] = grid[i];
+      spec.block[i] = block[i];
+    }
+    spec.params = params.data();
+    spec.param_size = params.size();
+    spec.memory = memory.ranges;
+    spec.error_detail = detail;
+    spec.cooperative = true;
+    spec.grid_workspace = kWorkspace;
+    return RunKernel(Kernel("grid_barrier"), spec);
+  };
+  std::vector<uint32_t> out[3];
+  std::string detail;
+  for (int tier = 0; tier < 3; ++tier) ASSERT_EQ(run(tier, {kCtas, 1, 1}, &out[tier], &detail), 0) << detail;
+  for (uint64_t t = 0; t < kCtas * 64; ++t) {
+    ASSERT_EQ(out[0][2 * t], kCtas) << t;
+    ASSERT_EQ(out[0][2 * t + 1], 0x12345678u ^ 0x00abcdefu) << t;
+  }
+  EXPECT_EQ(out[1], out[0]);
+  EXPECT_EQ(out[2], out[0]);
+  const DecodedKernel& kernel = Kernel("grid_barrier");
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 2u) << kernel.jit->refused;
+  ASSERT_NE(kernel.jit->compiled, nullptr) << kernel.jit->refused;
+  EXPECT_TRUE(Yields(*kernel.jit->compiled));
+  for (int tier = 0; tier < 2; ++tier) {
+    std::vector<uint32_t> unused;
+    detail.clear();
+    EXPECT_EQ(run(tier, {70000, 1, 1}, &unused, &detail), dataplane::kCuCooperativeLaunchTooLarge) << tier;
+    EXPECT_NE(detail.find("does not fit the sim GPU at once"), std::string::npos) << detail;
   }
 }
 
