@@ -91,8 +91,15 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
     }
   }
   // Compiled code slower than the interpreter (CompiledKernel::auto_interpreted): auto
-  // leaves its launches there.
-  if (mode == JitMode::kAuto && slot.compiled != nullptr && AutoInterpreted(*slot.compiled)) return nullptr;
+  // leaves its launches there. So too a plain launch of a kernel that yields (a thread
+  // spinning on a load): CTAs that wait on each other through memory may take turns
+  // faster there (CUB's decoupled look-back, compiled with its vote allowed, ran 2x slower
+  // than interpreted); a cooperative launch's (grid.sync()) run compiled, 6.8x faster
+  // (scripts/bench/ptx: GridSum).
+  if (mode == JitMode::kAuto && slot.compiled != nullptr &&
+      (AutoInterpreted(*slot.compiled) || (Yields(*slot.compiled) && !spec.cooperative))) {
+    return nullptr;
+  }
   const uint32_t block = spec.block[0] * spec.block[1] * spec.block[2];
   if (slot.compiled != nullptr && !TakesBlock(*slot.compiled, block)) return nullptr;
   return slot.compiled.get();

@@ -289,6 +289,11 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     // Programmatic dependent launch: a grid starts once the one before it completed.
     return true;
   }
+  if (op == "nanosleep") {
+    // A sleep of at most the time given (none, as on the interpreter): a thread waiting
+    // in a loop for another yields at its load instead (a spin load: emit_kernel.cc).
+    return true;
+  }
   if (op == "ld" || op == "ldu" || op == "st") {
     // ldu: a load of memory no thread writes during the kernel, which ld reads as well.
     const bool load = op != "st";

@@ -279,10 +279,15 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
   bool ran = false;
   for (uint32_t w = 0; w * 32 < threads; ++w) {
     int32_t at[32];
-    uint32_t ready = 0;
+    uint32_t ready = 0, yielding = 0;
     for (uint32_t l = 0; l < 32; ++l) {
-      at[l] = op_of(w * 32 + l);
+      const uint32_t t = w * 32 + l;
+      at[l] = op_of(t);
       if (at[l] >= 0) ready |= 1u << l;
+      if (at[l] < 0 && t < threads && resume[t] > 0 &&
+          ops[(resume[t] & ~jit::kStopped) - 1].kind == jit::WarpOp::kYield) {
+        yielding |= 1u << l;
+      }
     }
     if (ready == 0) continue;
     // The lowest placed operation among `among`, and the lanes (of `ready`) stopped there.
@@ -306,6 +311,9 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
         lanes = other_lanes;
       }
     }
+    // Lanes it waits for stopped at a yield go on first (the CTA yields, below): they are on
+    // their way to it.
+    if ((SyncLanes(ops[k], slots, stride, w, lanes) & yielding) != 0) continue;
     RunWarpOp(ops[k], *context, slots, w, lanes);
     for (uint32_t left = lanes; left != 0; left &= left - 1) {
       resume[w * 32 + static_cast<uint32_t>(std::countr_zero(left))] &= ~jit::kStopped;
@@ -609,7 +617,10 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
     Context& context = worker.context;
     std::vector<ResidentCta> held;
     uint64_t next = index;
-    auto take = [&](ResidentCta* r) {
+    // The next CTA into `r`: a fresh one's state allocated and zeroed; one that ended leaves
+    // its place as the non-yielding path leaves its worker's (shared and local memory,
+    // saved registers, slots and shadows kept from CTA to CTA), its resume points cleared.
+    auto take = [&](ResidentCta* r, bool fresh) {
       if (spec.cooperative) {
         r->cta = pool.fetch_add(1, std::memory_order_relaxed);
         if (r->cta >= ctas) return false;
@@ -618,12 +629,14 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
         r->cta = next;
         next += workers;
       }
-      r->shared.assign(std::max<uint64_t>(shared_size, 1), 0);
-      r->local.assign(std::max<uint64_t>(local_size, 1), 0);
       r->resume.assign(threads, 0);
-      r->saved.assign(uint64_t{threads} * std::max(kernel.registers, 1u), 0);
-      r->slots.assign(std::max<uint64_t>(uint64_t{threads} * kernel.warp_slots, 1), 0);
-      r->shadow.assign(std::max<uint64_t>(held_lanes * kernel.shadows, 1), 0);
+      if (fresh) {
+        r->shared.assign(std::max<uint64_t>(shared_size, 1), 0);
+        r->local.assign(std::max<uint64_t>(local_size, 1), 0);
+        r->saved.assign(uint64_t{threads} * std::max(kernel.registers, 1u), 0);
+        r->slots.assign(std::max<uint64_t>(uint64_t{threads} * kernel.warp_slots, 1), 0);
+        r->shadow.assign(std::max<uint64_t>(held_lanes * kernel.shadows, 1), 0);
+      }
       if (spec.progress != nullptr) spec.progress->fetch_add(1, std::memory_order_relaxed);
       return true;
     };
@@ -633,7 +646,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
                                          : static_cast<size_t>(std::clamp<uint64_t>(
                                                jit::kMaxResidentBytes / workers / per_cta, 1, kMaxResidentCtas));
     held.emplace_back();
-    if (!take(&held.back())) return;
+    if (!take(&held.back(), true)) return;
     while (!held.empty()) {
       // A turn of the CTAs held is progress, as the interpreter counts a spinning warp's
       // instructions: the agent's watchdog must not take a kernel whose CTAs wait on each
@@ -660,7 +673,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
           ++i;
           if (held.size() < most) {
             held.emplace_back();
-            if (!take(&held.back())) held.pop_back();
+            if (!take(&held.back(), true)) held.pop_back();
           }
           continue;
         }
@@ -670,7 +683,7 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
           stop.store(true);
           return;
         }
-        if (take(&r)) {
+        if (take(&r, false)) {
           ++i;
         } else {
           held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
