@@ -50,6 +50,26 @@ std::map<uint64_t, ObjectRecord>& Objects() {
   return *objects;
 }
 
+// An array's descriptor as the wire carries it, under the agent's id `remote`.
+dataplane::ArrayCreateArgs WireDescriptor(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, uint64_t remote) {
+  dataplane::ArrayCreateArgs args;
+  args.array = remote;
+  args.width = descriptor.Width;
+  args.height = descriptor.Height;
+  args.depth = descriptor.Depth;
+  args.format = static_cast<uint32_t>(descriptor.Format);
+  args.channels = descriptor.NumChannels;
+  args.flags = descriptor.Flags;
+  return args;
+}
+
+// After `device`'s agent made arrays its driver holds: the process is no longer protected.
+void UnprotectForArrays(int device) {
+  if (Device* owner = Runtime::Get().device(device); owner != nullptr && owner->failover) {
+    owner->failover->Unprotect("it made CUDA arrays, which its GPU's driver holds (another GPU's driver would not)");
+  }
+}
+
 // REQUIRES: Mutex() held.
 const ArrayInfo* Find(CUarray array) {
   auto* record = reinterpret_cast<const ArrayRecord*>(array);
@@ -92,22 +112,14 @@ CUresult NewForwardedMipmappedArray(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, c
   record->forwarded_device = device;
   record->remote = Runtime::Get().NewId();
   dataplane::MipmappedArrayCreateArgs args;
-  args.descriptor.array = record->remote;
-  args.descriptor.width = descriptor.Width;
-  args.descriptor.height = descriptor.Height;
-  args.descriptor.depth = descriptor.Depth;
-  args.descriptor.format = static_cast<uint32_t>(descriptor.Format);
-  args.descriptor.channels = descriptor.NumChannels;
-  args.descriptor.flags = descriptor.Flags;
+  args.descriptor = WireDescriptor(descriptor, record->remote);
   args.levels = static_cast<uint32_t>(levels.size());
   args.first_level = Runtime::Get().NewIds(levels.size());
   if (CUresult status = Runtime::Get().Call(device, dataplane::kOpMipmappedArrayCreate, &args, sizeof(args));
       status != CUDA_SUCCESS) {
     return status;
   }
-  if (Device* owner = Runtime::Get().device(device); owner != nullptr && owner->failover) {
-    owner->failover->Unprotect("it made CUDA arrays, which its GPU's driver holds (another GPU's driver would not)");
-  }
+  UnprotectForArrays(device);
   std::lock_guard<std::mutex> lock(Mutex());
   for (size_t l = 0; l < levels.size(); ++l) {
     auto level = std::make_unique<ArrayRecord>();
@@ -172,21 +184,12 @@ CUresult NewForwardedArray(const ArrayInfo& info, int device, CUarray* handle) {
   record->info.base = 0;
   record->info.forwarded_device = device;
   record->info.remote = Runtime::Get().NewId();
-  dataplane::ArrayCreateArgs args;
-  args.array = record->info.remote;
-  args.width = info.descriptor.Width;
-  args.height = info.descriptor.Height;
-  args.depth = info.descriptor.Depth;
-  args.format = static_cast<uint32_t>(info.descriptor.Format);
-  args.channels = info.descriptor.NumChannels;
-  args.flags = info.descriptor.Flags;
+  dataplane::ArrayCreateArgs args = WireDescriptor(info.descriptor, record->info.remote);
   if (CUresult status = Runtime::Get().Call(device, dataplane::kOpArrayCreate, &args, sizeof(args));
       status != CUDA_SUCCESS) {
     return status;
   }
-  if (Device* owner = Runtime::Get().device(device); owner != nullptr && owner->failover) {
-    owner->failover->Unprotect("it made CUDA arrays, which its GPU's driver holds (another GPU's driver would not)");
-  }
+  UnprotectForArrays(device);
   std::lock_guard<std::mutex> lock(Mutex());
   *handle = reinterpret_cast<CUarray>(record.get());
   Arrays().insert(record.release());

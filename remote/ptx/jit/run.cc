@@ -503,9 +503,9 @@ struct ResidentCta {
   std::vector<uint64_t> shadow;
 };
 
-// A worker of a kernel whose CTAs may yield holds this many at once (a cooperative
-// launch: every CTA, on one worker): a CTA spinning on what a later one of its worker
-// writes waits for it among them, as the interpreter's resident CTAs do.
+// A worker of a kernel whose CTAs may yield holds this many of a plain launch at once (of a
+// cooperative launch, as many as it draws): a CTA spinning on what a later one of its
+// worker writes waits for it among them, as the interpreter's resident CTAs do.
 constexpr size_t kMaxResidentCtas = 32;
 
 }  // namespace

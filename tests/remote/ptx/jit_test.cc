@@ -79,11 +79,12 @@ std::vector<uint8_t> Pack(Args... args) {
 }
 
 // Runs `kernel` over `grid` x `block` with the packed `params` on `memory` (and
-// `dynamic_shared` bytes of dynamic shared memory); its CUresult (the threads' instructions
-// counted into *instructions, the failure's text into *detail, where not null).
+// `dynamic_shared` bytes of dynamic shared memory; cooperatively with `grid_workspace`
+// where it is not 0); its CUresult (the threads' instructions counted into *instructions,
+// the failure's text into *detail, where not null).
 int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vector<uint32_t> block,
                const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions = nullptr,
-               std::string* detail = nullptr, uint32_t dynamic_shared = 0) {
+               std::string* detail = nullptr, uint32_t dynamic_shared = 0, uint64_t grid_workspace = 0) {
   LaunchSpec spec;
   for (int i = 0; i < 3; ++i) {
     spec.grid[i] = grid[i];
@@ -95,6 +96,8 @@ int32_t Launch(const DecodedKernel& kernel, std::vector<uint32_t> grid, std::vec
   spec.thread_instructions = instructions;
   spec.error_detail = detail;
   spec.dynamic_shared = dynamic_shared;
+  spec.cooperative = grid_workspace != 0;
+  spec.grid_workspace = grid_workspace;
   return RunKernel(kernel, spec);
 }
 
@@ -4024,19 +4027,7 @@ TEST_F(JitOrderedLoads, ACooperativeLaunchRunsCompiledWithItsCtasResidentTogethe
     out->assign(uint64_t{grid[0]} * 64 * 2, 0xdeadbeef);
     Memory memory;
     const uint64_t dcounter = memory.Add(counter), dout = memory.Add(*out);
-    const std::vector<uint8_t> params = Pack(dcounter, dout);
-    LaunchSpec spec;
-    for (int i = 0; i < 3; ++i) {
-      spec.grid[i] = grid[i];
-      spec.block[i] = block[i];
-    }
-    spec.params = params.data();
-    spec.param_size = params.size();
-    spec.memory = memory.ranges;
-    spec.error_detail = detail;
-    spec.cooperative = true;
-    spec.grid_workspace = kWorkspace;
-    return RunKernel(Kernel("grid_barrier"), spec);
+    return Launch(Kernel("grid_barrier"), grid, block, Pack(dcounter, dout), memory, nullptr, detail, 0, kWorkspace);
   };
   std::vector<uint32_t> out[3];
   std::string detail;
