@@ -1,5 +1,6 @@
-// CUDA_TEXTURE_DESC to and from the wire's texture fields (TexObjectCreateArgs): the library
-// writes them for the agent, the cuda executor reads them back for its driver. For code
+// CUDA_TEXTURE_DESC to and from the wire's texture fields (TexObjectCreateArgs), and
+// CUDA_ARRAY3D_DESCRIPTOR to and from ArrayCreateArgs: the library writes them for the
+// agent, the cuda executor reads them back for its driver. For code
 // that has cuda.h (the client and the cuda executor); the protocol itself does not need it.
 #pragma once
 
@@ -36,6 +37,30 @@ inline CUDA_TEXTURE_DESC TextureFromWire(const TexObjectCreateArgs& args) {
   texture.maxMipmapLevelClamp = args.max_mipmap_level_clamp;
   std::memcpy(texture.borderColor, args.border_color, sizeof(texture.borderColor));
   return texture;
+}
+
+// An array's descriptor (a mipmapped array's level 0) under the session's id `array`.
+inline ArrayCreateArgs ArrayToWire(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, uint64_t array) {
+  ArrayCreateArgs args;
+  args.array = array;
+  args.width = descriptor.Width;
+  args.height = descriptor.Height;
+  args.depth = descriptor.Depth;
+  args.format = static_cast<uint32_t>(descriptor.Format);
+  args.channels = descriptor.NumChannels;
+  args.flags = descriptor.Flags;
+  return args;
+}
+
+inline CUDA_ARRAY3D_DESCRIPTOR ArrayFromWire(const ArrayCreateArgs& args) {
+  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
+  descriptor.Width = args.width;
+  descriptor.Height = args.height;
+  descriptor.Depth = args.depth;
+  descriptor.Format = static_cast<CUarray_format>(args.format);
+  descriptor.NumChannels = args.channels;
+  descriptor.Flags = args.flags;
+  return descriptor;
 }
 
 }  // namespace gpupool::dataplane

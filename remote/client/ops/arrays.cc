@@ -9,6 +9,7 @@
 
 #include "remote/client/core/api_common.h"
 #include "remote/client/ops/memory.h"
+#include "remote/protocol/texture_desc.h"
 
 namespace gpupool::client::ops {
 namespace {
@@ -48,19 +49,6 @@ std::set<const MipmappedRecord*>& Mipmapped() {
 std::map<uint64_t, ObjectRecord>& Objects() {
   static auto* objects = new std::map<uint64_t, ObjectRecord>;
   return *objects;
-}
-
-// An array's descriptor as the wire carries it, under the agent's id `remote`.
-dataplane::ArrayCreateArgs WireDescriptor(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, uint64_t remote) {
-  dataplane::ArrayCreateArgs args;
-  args.array = remote;
-  args.width = descriptor.Width;
-  args.height = descriptor.Height;
-  args.depth = descriptor.Depth;
-  args.format = static_cast<uint32_t>(descriptor.Format);
-  args.channels = descriptor.NumChannels;
-  args.flags = descriptor.Flags;
-  return args;
 }
 
 // After `device`'s agent made arrays its driver holds: the process is no longer protected.
@@ -112,7 +100,7 @@ CUresult NewForwardedMipmappedArray(const CUDA_ARRAY3D_DESCRIPTOR& descriptor, c
   record->forwarded_device = device;
   record->remote = Runtime::Get().NewId();
   dataplane::MipmappedArrayCreateArgs args;
-  args.descriptor = WireDescriptor(descriptor, record->remote);
+  args.descriptor = dataplane::ArrayToWire(descriptor, record->remote);
   args.levels = static_cast<uint32_t>(levels.size());
   args.first_level = Runtime::Get().NewIds(levels.size());
   if (CUresult status = Runtime::Get().Call(device, dataplane::kOpMipmappedArrayCreate, &args, sizeof(args));
@@ -184,7 +172,7 @@ CUresult NewForwardedArray(const ArrayInfo& info, int device, CUarray* handle) {
   record->info.base = 0;
   record->info.forwarded_device = device;
   record->info.remote = Runtime::Get().NewId();
-  dataplane::ArrayCreateArgs args = WireDescriptor(info.descriptor, record->info.remote);
+  dataplane::ArrayCreateArgs args = dataplane::ArrayToWire(info.descriptor, record->info.remote);
   if (CUresult status = Runtime::Get().Call(device, dataplane::kOpArrayCreate, &args, sizeof(args));
       status != CUDA_SUCCESS) {
     return status;

@@ -859,22 +859,6 @@ int32_t CudaExecutor::DestroyTextureObject(uint64_t handle) {
   return DestroyListed(&texture_objects_, handle, driver_->tex_destroy);
 }
 
-namespace {
-
-// cuArray3DCreate's (and cuMipmappedArrayCreate's level 0) descriptor, as the wire has it.
-CUDA_ARRAY3D_DESCRIPTOR DescriptorOf(const dataplane::ArrayCreateArgs& args) {
-  CUDA_ARRAY3D_DESCRIPTOR descriptor{};
-  descriptor.Width = args.width;
-  descriptor.Height = args.height;
-  descriptor.Depth = args.depth;
-  descriptor.Format = static_cast<CUarray_format>(args.format);
-  descriptor.NumChannels = args.channels;
-  descriptor.Flags = args.flags;
-  return descriptor;
-}
-
-}  // namespace
-
 int32_t CudaExecutor::CreateArray(const dataplane::ArrayCreateArgs& args) {
   if (driver_->array_create == nullptr || driver_->array_destroy == nullptr || driver_->memcpy3d == nullptr) {
     return CUDA_ERROR_NOT_SUPPORTED;
@@ -887,7 +871,7 @@ int32_t CudaExecutor::CreateArray(const dataplane::ArrayCreateArgs& args) {
   record.rows = std::max<uint64_t>(args.height, 1);
   record.slices = std::max<uint64_t>(args.depth, 1);
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
-  const CUDA_ARRAY3D_DESCRIPTOR descriptor = DescriptorOf(args);
+  const CUDA_ARRAY3D_DESCRIPTOR descriptor = dataplane::ArrayFromWire(args);
   CUarray made = nullptr;
   CUresult status = driver_->array_create(&made, &descriptor);
   if (status != CUDA_SUCCESS) return status;
@@ -913,7 +897,7 @@ int32_t CudaExecutor::CreateMipmappedArray(const dataplane::MipmappedArrayCreate
   }
   const uint64_t element = uint64_t{dataplane::SimTexelChannelBytes(d.format)} * d.channels;
   if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
-  const CUDA_ARRAY3D_DESCRIPTOR descriptor = DescriptorOf(d);
+  const CUDA_ARRAY3D_DESCRIPTOR descriptor = dataplane::ArrayFromWire(d);
   CUmipmappedArray made = nullptr;
   if (CUresult status = driver_->mipmapped_create(&made, &descriptor, args.levels); status != CUDA_SUCCESS) {
     return status;
