@@ -4050,6 +4050,41 @@ TEST_F(JitOrderedLoads, ACooperativeLaunchRunsCompiledWithItsCtasResidentTogethe
   }
 }
 
+// Under GPUPOOL_PTX_JIT=auto, once a kernel that yields is compiled and past the threads
+// auto waits for: a cooperative launch of it runs compiled, a plain one stays on the
+// interpreter (CTAs waiting on each other through memory: CUB's look-back ran slower
+// compiled), with the same results.
+TEST_F(JitOrderedLoads, AutoRunsCooperativeLaunchesOfAYieldingKernelCompiledAndPlainOnesInterpreted) {
+  const DecodedKernel& barrier = Kernel("grid_barrier");
+  const DecodedKernel& await = Kernel("await");
+  auto cooperative = [&] {
+    std::vector<uint32_t> counter(1, 0), out(8 * 64 * 2, 0);
+    Memory memory;
+    const uint64_t dcounter = memory.Add(counter), dout = memory.Add(out);
+    EXPECT_EQ(Launch(barrier, {8, 1, 1}, {64, 1, 1}, Pack(dcounter, dout), memory, nullptr, nullptr, 0, 4096), 0);
+    return out[0];
+  };
+  auto plain = [&] {
+    std::vector<uint32_t> flags(4, 0), out(4 * 64, 0);
+    Memory memory;
+    const uint64_t dflags = memory.Add(flags), dout = memory.Add(out);
+    EXPECT_EQ(Launch(await, {4, 1, 1}, {64, 1, 1}, Pack(dflags, dout), memory), 0);
+    return out[0];
+  };
+  SetJitMode(JitMode::kAlways);  // compiles both
+  EXPECT_EQ(cooperative(), 8u);
+  EXPECT_EQ(plain(), 4u);
+  ASSERT_EQ(barrier.jit->jit_launches.load(), 1u) << barrier.jit->refused;
+  ASSERT_EQ(await.jit->jit_launches.load(), 1u) << await.jit->refused;
+  SetJitMode(JitMode::kAuto);
+  barrier.jit->threads_run = kJitAfterThreads;
+  await.jit->threads_run = kJitAfterThreads;
+  EXPECT_EQ(cooperative(), 8u);
+  EXPECT_EQ(plain(), 4u);
+  EXPECT_EQ(barrier.jit->jit_launches.load(), 2u);
+  EXPECT_EQ(await.jit->jit_launches.load(), 1u);
+}
+
 // Atomics in vector code (JitVectorAtomics.ptx): `bins` over 9 blocks of 64 threads in x
 // (vector code) and in y (scalar code), against the interpreter.
 class JitVectorAtomics : public KernelFileTest {
