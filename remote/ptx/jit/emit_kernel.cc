@@ -20,6 +20,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     params_[entry_.params[i].name] = {offsets[i], entry_.params[i].size};
   }
   size_t instructions = 0;
+  size_t index = 0;  // of the instruction, among entry_.body's (InsideLoop)
   for (const RawStatement& s : entry_.body) {
     if (s.kind == RawStatement::kInstruction && ++instructions > kMaxInstructions) {
       return Refuse("more than " + std::to_string(kMaxInstructions) + " instructions", s.line, refused);
@@ -47,16 +48,15 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     if (IsWarpOperation(s)) ++warp_ops_;
     // A load a thread may spin on: in scalar code a stop before it (a yield), which Settle
     // handles as it does the warp-level operations'.
-    if (!lanes_ && IsOrderedLoad(s) && InsideLoop(entry_, instruction_index_)) {
-      spin_loads_.insert(instruction_index_);
+    if (!lanes_ && IsOrderedLoad(s) && InsideLoop(entry_, index)) {
+      spin_loads_.insert(index);
       ++barriers_;
       ++warp_ops_;
     }
-    ++instruction_index_;
+    ++index;
     for (const RawOperand& o : s.operands) CountUses(o);
     if (!s.guard.empty()) ++uses_[s.guard];
   }
-  instruction_index_ = 0;
   // The decoder's layout (SharedLayout): every .shared variable the kernel names has its
   // place, and the CTA's shared size is known before any access is checked against it.
   has_shared_ = !shared_offsets_.empty() || !shared_dynamic_.empty();

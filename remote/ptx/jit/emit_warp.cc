@@ -79,18 +79,10 @@ bool IsWarpOperation(const RawStatement& s) {
 }
 
 bool IsOrderedLoad(const RawStatement& s) {
-  const std::string_view op = OpcodeName(s);
-  if (op != "ld" && op != "ldu") return false;
-  size_t start = 0;
-  const std::string_view opcode = s.opcode;
-  while (start < opcode.size()) {
-    const size_t dot = opcode.find('.', start);
-    const std::string_view part = opcode.substr(start, dot == std::string_view::npos ? opcode.npos : dot - start);
-    if (start > 0 && (part == "cg" || IsOrderingQualifier(part))) return true;
-    if (dot == std::string_view::npos) break;
-    start = dot + 1;
-  }
-  return false;
+  const std::vector<std::string_view> parts = SplitOpcode(s.opcode);
+  if (parts.empty() || (parts[0] != "ld" && parts[0] != "ldu")) return false;
+  return std::any_of(parts.begin() + 1, parts.end(),
+                     [](std::string_view q) { return q == "cg" || IsOrderingQualifier(q); });
 }
 
 bool IsCtaBarrier(const RawStatement& s) {

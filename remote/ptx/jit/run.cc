@@ -276,6 +276,11 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
     const int32_t k = (resume[t] & ~jit::kStopped) - 1;
     return ops[k].kind == jit::WarpOp::kBarrier || ops[k].kind == jit::WarpOp::kYield ? -1 : k;
   };
+  // Thread t stopped before a load it may spin on.
+  auto at_yield = [&](uint32_t t) {
+    return t < threads && resume[t] > 0 && (resume[t] & jit::kStopped) != 0 &&
+           ops[(resume[t] & ~jit::kStopped) - 1].kind == jit::WarpOp::kYield;
+  };
   bool ran = false;
   for (uint32_t w = 0; w * 32 < threads; ++w) {
     int32_t at[32];
@@ -284,10 +289,7 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
       const uint32_t t = w * 32 + l;
       at[l] = op_of(t);
       if (at[l] >= 0) ready |= 1u << l;
-      if (at[l] < 0 && t < threads && resume[t] > 0 &&
-          ops[(resume[t] & ~jit::kStopped) - 1].kind == jit::WarpOp::kYield) {
-        yielding |= 1u << l;
-      }
+      if (at_yield(t)) yielding |= 1u << l;
     }
     if (ready == 0) continue;
     // The lowest placed operation among `among`, and the lanes (of `ready`) stopped there.
@@ -325,8 +327,7 @@ int32_t Settle(Context* context, int32_t* resume, uint64_t*) {
   // (RunCompiled): what they wait for may be another CTA's to do. The others wait on.
   bool yielded = false;
   for (uint32_t t = 0; t < threads; ++t) {
-    if (resume[t] > 0 && (resume[t] & jit::kStopped) != 0 &&
-        ops[(resume[t] & ~jit::kStopped) - 1].kind == jit::WarpOp::kYield) {
+    if (at_yield(t)) {
       resume[t] &= ~jit::kStopped;
       yielded = true;
     }
