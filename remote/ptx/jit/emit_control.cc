@@ -325,7 +325,7 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     }
     if ((acquire && !load) || (release && load)) return (*why = "form", false);
     if (ordering && load && !spin_loads_.count(instruction_index_) && InsideLoop(entry_, instruction_index_)) {
-      return (*why = "a load a thread may spin on, inside a loop (in vector code)", false);
+      return (*why = "a load a thread may spin on, inside a loop (in vector code, or a vector load)", false);
     }
     // .release: no earlier access moves after the store; .acquire: no later one before the
     // load (CTAs run on two host threads).

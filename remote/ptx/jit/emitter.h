@@ -99,8 +99,9 @@ bool IsWarpOperation(const RawStatement& s);
 // The registers `s` writes: its first operand's (and its pair's, or a vector's elements).
 std::vector<std::string> Written(const RawStatement& s);
 bool IsCtaBarrier(const RawStatement& s);
-// A load with an ordering or refetching qualifier (IsOrderingQualifier, .cg): one a thread
-// may spin on, where another thread, perhaps of another CTA, is to store.
+// A scalar load with an ordering or refetching qualifier (IsOrderingQualifier, .cg): one a
+// thread may spin on, where another thread, perhaps of another CTA, is to store. (A
+// vector one inside a loop stays refused: compiled code would not load it whole.)
 bool IsOrderedLoad(const RawStatement& s);
 
 // Warp matrix operations (emit_matrix.cc): mma, ldmatrix and wmma (warp-level operations

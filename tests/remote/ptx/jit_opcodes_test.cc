@@ -353,16 +353,13 @@ TEST(JitOpcodeColumn, TheVectorAccessesItTakes) {
       // Inside a loop, a load a thread may spin on under a guard (a thread stops before
       // one: every thread's).
       "$Lspin:\n  @%p1 ld.volatile.global.u32 %r2, [%rd1];\n  @%p1 bra $Lspin;",
-      "ld.release.gpu.global.u32 %r2, [%rd1];",
-      "st.acquire.gpu.global.u32 [%rd1], %r1;",
+      // ... or a vector one (compiled code loads its elements one by one: a torn pair).
+      "$Lspin:\n  ld.relaxed.gpu.global.v2.u32 {%r2, %r3}, [%rd1];\n  @%p1 bra $Lspin;",
+      "ld.release.gpu.global.u32 %r2, [%rd1];", "st.acquire.gpu.global.u32 [%rd1], %r1;",
       "cp.async.mbarrier.arrive.noinc.shared.b64 [%r1];",
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1], 16, [%r1];",
-      "cp.async.ca.shared.global [%r1], [%rd1], 2;",
-      "cp.async.cg.shared.global [%r1], [%rd1], 8;",
-      "fence.proxy.async;",
-      "fence.mbarrier_init.release.cluster;",
-      "fence.sc.cluster;",
-      "membar.gpu;",
+      "cp.async.ca.shared.global [%r1], [%rd1], 2;", "cp.async.cg.shared.global [%r1], [%rd1], 8;",
+      "fence.proxy.async;", "fence.mbarrier_init.release.cluster;", "fence.sc.cluster;", "membar.gpu;",
       "ld.global.v8.u32 {%r2, %r3, %r4, %r5, %r6, %r7, %r2, %r3}, [%rd1];",
       "ld.global.v2.u32 %r2, [%rd1];",  // not a vector of registers
       "st.param.v2.u32 [out], {%r1, %r1};",
