@@ -602,7 +602,13 @@ void RpcClient::RecyclePendingLocked(std::unique_ptr<Pending> done) {
   spare_ = std::move(done);
 }
 
-Status RpcClient::Call(const Request& request, Reply* reply) {
+Status RpcClient::Call(const Request& request, Reply* reply) { return CallLocking(request, reply, nullptr); }
+
+Status RpcClient::CallOverlapped(const Request& request, Reply* reply, const std::function<void()>& while_waiting) {
+  return CallLocking(request, reply, &while_waiting);
+}
+
+Status RpcClient::CallLocking(const Request& request, Reply* reply, const std::function<void()>* while_waiting) {
   static probe::Site before_send{"client.call.before_send"}, wait_for_reply{"client.call.wait"},
       after_reply{"client.call.after_reply"};
   uint64_t phase = probe::StartTicks();
@@ -611,6 +617,7 @@ Status RpcClient::Call(const Request& request, Reply* reply) {
   pending_.push_back(NewPendingLocked(seq, request));
   Status status = FlushLocked();
   if (status.ok()) status = SendLocked(request, 0, seq);
+  if (while_waiting != nullptr) (*while_waiting)();
   probe::AddSince(before_send, phase);
   phase = probe::StartTicks();
   if (status.ok()) status = WaitLocked(seq);

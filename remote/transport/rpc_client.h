@@ -71,6 +71,14 @@ class ClientConnection {
  public:
   virtual ~ClientConnection() = default;
   virtual Status Call(const Request& request, Reply* reply) = 0;
+  // Call, with `while_waiting` run once after the request is sent and before its reply is
+  // awaited (also when the send failed): the failover journal's copy of uploads the reply
+  // may tell the program are done, made while the server works. The program sees the reply
+  // only once it has run. This default runs it first, then Call.
+  virtual Status CallOverlapped(const Request& request, Reply* reply, const std::function<void()>& while_waiting) {
+    while_waiting();
+    return Call(request, reply);
+  }
   // Returns once `payload` may be reused (sent or copied by UCX).
   virtual Status Post(const Request& request) = 0;
   // Post, with work on the same payload bytes done while they are in flight (the failover
@@ -123,6 +131,7 @@ class RpcClient : public ClientConnection {
   ~RpcClient() override;
 
   Status Call(const Request& request, Reply* reply) override;
+  Status CallOverlapped(const Request& request, Reply* reply, const std::function<void()>& while_waiting) override;
   Status Post(const Request& request) override;
   Status PostOverlapped(const Request& request, const std::function<bool()>& step) override;
   Status Start(const Request& request) override;
@@ -165,6 +174,8 @@ class RpcClient : public ClientConnection {
   static ucs_status_t OnReply(void* arg, const void* header, size_t header_len, void* data, size_t length,
                               const ucp_am_recv_param_t* param);
   static void OnPeerError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  // Call and CallOverlapped (`while_waiting` may be null); takes mu_.
+  Status CallLocking(const Request& request, Reply* reply, const std::function<void()>* while_waiting);
 
   // REQUIRES: mu_ held (for all below).
   // Sends one request; returns once its payload may be reused. `overlap` (may be null):

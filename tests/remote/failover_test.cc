@@ -533,16 +533,23 @@ TEST_F(FailoverTest, UnevenUnalignedUploadsComeBackByteForByte) {
 // CUDA's semantics of an upload: the GPU holds what the source held at the call. A
 // synchronous upload's source may change as soon as the call returns, so the journal copies
 // it then; an asynchronous one from page-locked memory the library allocated may change only
-// once the program knows it is done (a synchronisation), so the journal holds it by
-// reference until the next two-way request. Either way a replay gives the bytes the GPU got,
-// not what the program wrote into the source afterwards.
+// once the program knows it is done (a synchronisation), so the journal holds a small one
+// (under 64 KiB) by reference until the next two-way request, and copies a larger one while
+// its bytes are in flight, as a synchronous one's. Either way a replay gives the bytes the
+// GPU got, not what the program wrote into the source afterwards.
 TEST_F(FailoverTest, AnUploadChangedAfterItsCallReplaysTheBytesTheGpuGot) {
   FailoverConfig config = Replay();
   config.checkpoint_interval = std::chrono::hours(1);  // the log alone carries the uploads
   Open(config);
-  constexpr uint64_t kBytes = uint64_t{1} << 20;
-  const uint64_t ranges[3] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20), kData + (uint64_t{12} << 20)};
-  for (uint64_t range : ranges) {
+  constexpr uint64_t kBytes = uint64_t{32} << 10;
+  const uint64_t ranges[4] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20), kData + (uint64_t{12} << 20),
+                              kData + (uint64_t{14} << 20)};
+  constexpr uint64_t kLarge = uint64_t{1} << 20;  // ranges[3]'s upload
+  {
+    dp::MemAllocArgs alloc{kLarge, ranges[3]};
+    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  }
+  for (uint64_t range : {ranges[0], ranges[1], ranges[2]}) {
     dp::MemAllocArgs alloc{kBytes, range};
     ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
   }
@@ -553,14 +560,15 @@ TEST_F(FailoverTest, AnUploadChangedAfterItsCallReplaysTheBytesTheGpuGot) {
     Reply reply;
     Status transport_error;
     bool moved = false;
-    dp::MemcpyHtoDArgs copy{ranges[which], kBytes, 0};
-    Request request{dp::kOpMemcpyHtoD, &copy, sizeof(copy), source.data(), kBytes, nullptr, 0};
+    dp::MemcpyHtoDArgs copy{ranges[which], source.size(), 0};
+    Request request{dp::kOpMemcpyHtoD, &copy, sizeof(copy), source.data(), source.size(), nullptr, 0};
     request.payload_held_until_sync = held;
     return failover_->Deliver(&channel_, Failover::Delivery::kPost, request, &reply, &transport_error, &moved);
   };
-  std::vector<std::vector<char>> sent(3, std::vector<char>(kBytes));
-  std::vector<std::vector<char>> source(3, std::vector<char>(kBytes));
-  for (int which = 0; which < 3; ++which) {
+  std::vector<std::vector<char>> sent(4, std::vector<char>(kBytes));
+  std::vector<std::vector<char>> source(4, std::vector<char>(kBytes));
+  source[3].resize(kLarge);
+  for (int which = 0; which < 4; ++which) {
     fill(&source[which], which + 1);
     sent[which] = source[which];
   }
@@ -576,18 +584,23 @@ TEST_F(FailoverTest, AnUploadChangedAfterItsCallReplaysTheBytesTheGpuGot) {
   EXPECT_EQ(failover_->held_uploads(), 0u);
   EXPECT_EQ(failover_->checkpoints(), 0u);
   fill(&source[1], 101);
+  // A large asynchronous one: copied at its call, not held; its source changed before any
+  // synchronisation (which CUDA does not allow) still does not reach the replay.
+  ASSERT_EQ(upload(3, source[3], true), 0);
+  EXPECT_EQ(failover_->held_uploads(), 0u);
+  fill(&source[3], 103);
   // Another, still held when the agent goes away: the recovery copies it from the source,
   // which the program has had no leave to change.
   ASSERT_EQ(upload(2, source[2], true), 0);
   EXPECT_EQ(failover_->held_uploads(), 1u);
   first_->server.reset();
   NameInLease(*second_);
-  for (int which = 0; which < 3; ++which) {
-    std::vector<char> back(kBytes);
-    dp::MemcpyDtoHArgs read{ranges[which], kBytes, 0};
-    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), kBytes), 0);
+  for (int which = 0; which < 4; ++which) {
+    std::vector<char> back(sent[which].size());
+    dp::MemcpyDtoHArgs read{ranges[which], back.size(), 0};
+    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), back.size()), 0);
     size_t wrong = 0;
-    for (size_t i = 0; i < kBytes; ++i) wrong += back[i] != sent[which][i];
+    for (size_t i = 0; i < back.size(); ++i) wrong += back[i] != sent[which][i];
     EXPECT_EQ(wrong, 0u) << "upload " << which;
   }
   ASSERT_EQ(failover_->recoveries().size(), 1u);

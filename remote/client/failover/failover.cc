@@ -59,11 +59,15 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   }
   WatchLease(channel);
   // Any two-way request may tell the program that its asynchronous copies are done (a
-  // synchronisation, a query, an event), after which it may change their sources.
-  if (how != Delivery::kPost && !held_.empty()) CaptureHeld();
-  // An asynchronous upload from page-locked memory is logged by reference (Sent); another
-  // large upload has its journal copy made while its bytes are in flight, not before.
-  const bool held = how == Delivery::kPost && request.payload_held_until_sync && request.op == dp::kOpMemcpyHtoD;
+  // synchronisation, a query, an event), after which it may change their sources. A call
+  // copies them while the server works on it (the program sees its reply only after);
+  // a started request before it is sent.
+  const bool capture_while_waiting = how == Delivery::kCall && !held_.empty();
+  if (how == Delivery::kStart && !held_.empty()) CaptureHeld();
+  // An asynchronous upload from page-locked memory of up to kMaxHeldPayload is logged by
+  // reference (Sent); another large upload has its journal copy made while its bytes are in
+  // flight, not before.
+  const bool held = how == Delivery::kPost && HeldByReference(request);
   const bool overlapped = how == Delivery::kPost && protecting_ && !held && request.payload_len >= kOverlappedPayload &&
                           ChangesState(request.op);
   // Made only for an overlapped upload: an Entry (also an empty std::optional<Entry>) costs
@@ -94,9 +98,13 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
       });
       LogSent(std::move(*upload));  // before a recovery, which replays the log
     } else {
-      sent = how == Delivery::kCall   ? channel->connection->Call(request, reply)
-             : how == Delivery::kPost ? channel->connection->Post(request)
-                                      : channel->connection->Start(request);
+      if (capture_while_waiting && attempt == 0) {
+        sent = channel->connection->CallOverlapped(request, reply, [this]() { CaptureHeld(); });
+      } else {
+        sent = how == Delivery::kCall   ? channel->connection->Call(request, reply)
+               : how == Delivery::kPost ? channel->connection->Post(request)
+                                        : channel->connection->Start(request);
+      }
     }
     if (!sent.ok()) {
       status = dp::kCuDeviceUnavailable;

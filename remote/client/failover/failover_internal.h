@@ -36,9 +36,24 @@ namespace dp = ::gpupool::dataplane;
 // the send.
 constexpr size_t kOverlappedPayload = size_t{64} << 10;
 constexpr size_t kOverlapSlice = size_t{256} << 10;
+// An asynchronous upload from page-locked memory (Request::payload_held_until_sync) is
+// logged by reference and copied at the next two-way request, unless it is larger than
+// this: then its copy is made while its bytes are in flight, as a synchronous upload's
+// (the send takes about as long as the copy, and a copy at the wait would add to it:
+// scripts/bench/failover --uploads, cudaMemcpyAsync+sync of 256 MiB).
+constexpr size_t kMaxHeldPayload = (size_t{64} << 10) - 1;
+
+inline bool HeldByReference(const transport::Request& request) {
+  return request.payload_held_until_sync && request.op == dp::kOpMemcpyHtoD && request.payload_len > 0 &&
+         request.payload_len <= kMaxHeldPayload;
+}
+
 // The op of a log entry a later upload made unnecessary (Failover::Append):
 // neither replayed nor applied.
 constexpr uint32_t kDroppedEntry = 0;
+
+// Copies of at least this many bytes are streamed (CopyBytes).
+constexpr size_t kStreamedCopy = size_t{64} << 10;
 
 // Copies host bytes into the journal. Not glibc's memcpy: below the L2 size it uses
 // `rep movsb`, which on AMD Zen (the dev VM's AMD EPYC; many GPU hosts) ran the
@@ -48,6 +63,22 @@ constexpr uint32_t kDroppedEntry = 0;
 inline void CopyBytes(char* to, const char* from, size_t size) {
 #if defined(__x86_64__)
   size_t done = 0;
+  if (size >= kStreamedCopy) {
+    // Aligned for the streaming stores below.
+    done = (16 - reinterpret_cast<uintptr_t>(to) % 16) % 16;
+    std::memcpy(to, from, done);
+    for (; done + 64 <= size; done += 64) {
+      const auto* in = reinterpret_cast<const __m128i*>(from + done);
+      auto* out = reinterpret_cast<__m128i*>(to + done);
+      const __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1), c = _mm_loadu_si128(in + 2),
+                    d = _mm_loadu_si128(in + 3);
+      _mm_stream_si128(out, a);
+      _mm_stream_si128(out + 1, b);
+      _mm_stream_si128(out + 2, c);
+      _mm_stream_si128(out + 3, d);
+    }
+    _mm_sfence();
+  }
   for (; done + 64 <= size; done += 64) {
     const auto* in = reinterpret_cast<const __m128i*>(from + done);
     auto* out = reinterpret_cast<__m128i*>(to + done);

@@ -10,8 +10,7 @@ void Failover::Sent(const Request& request, bool started) {
   entry.op = request.op;
   entry.seq = sending_seq_;
   entry.args.assign(static_cast<const char*>(request.args), request.args_len);
-  const bool held =
-      !started && request.payload_held_until_sync && request.op == dp::kOpMemcpyHtoD && request.payload_len > 0;
+  const bool held = !started && HeldByReference(request);
   if (held) {
     entry.held = static_cast<const char*>(request.payload);
     // Append drops the upload this one overwrites: its buffer is kept for this one's bytes
