@@ -14,10 +14,22 @@ namespace gpupool::sim::jit {
 
 bool Emitter::Setp(const RawStatement& s, const std::vector<std::string_view>& q, Type t, std::string* why) {
   const std::vector<RawOperand>& o = s.operands;
-  // setp.cmp{.ftz}.type p, a, b: .ftz (of f32) compares the operands flushed, as the
-  // interpreter's HSetp reads them (FtzOperand).
-  const bool ftz = q.size() == 2 && q[1] == "ftz" && t.kind == Kind::kFloat;
-  if (!t.ok() || t.kind == Kind::kPred || q.size() != (ftz ? 2u : 1u) || o.size() != 3) {
+  // setp.cmp{.ftz}{.and,.or,.xor}.type p{|q}, a, b{, {!}c}: .ftz (of f32) compares the
+  // operands flushed, as the interpreter's HSetp reads them (FtzOperand); with a BoolOp,
+  // p = (a cmp b) op c and q = !(a cmp b) op c.
+  bool ftz = false;
+  std::string_view bool_op;
+  for (size_t i = 1; i < q.size(); ++i) {
+    if (q[i] == "ftz" && t.kind == Kind::kFloat && !ftz) {
+      ftz = true;
+    } else if ((q[i] == "and" || q[i] == "or" || q[i] == "xor") && bool_op.empty()) {
+      bool_op = q[i];
+    } else {
+      return (*why = "a form of setp the tier does not take", false);
+    }
+  }
+  if (!t.ok() || t.kind == Kind::kPred || q.empty() || o.size() != (bool_op.empty() ? 3u : 4u) ||
+      o[0].kind != RawOperand::kName) {
     *why = "a form of setp the tier does not take";
     return false;
   }
@@ -50,7 +62,27 @@ bool Emitter::Setp(const RawStatement& s, const std::vector<std::string_view>& q
     if (it == kInt.end()) return (*why = "comparison ." + std::string(cmp), false);
     r = b_.CreateICmp(it->second, a, c);
   }
-  return Dest(o[0], r, Type{Kind::kPred, 1}, why);
+  const Type pred{Kind::kPred, 1};
+  llvm::Value* other = b_.CreateNot(r);  // q's
+  if (!bool_op.empty()) {
+    RawOperand plain = o[3];
+    plain.negated = false;
+    llvm::Value* with = Source(plain, pred, why);
+    if (with == nullptr) return false;
+    if (o[3].negated) with = b_.CreateNot(with);
+    auto combine = [&](llvm::Value* v) {
+      return bool_op == "and" ? b_.CreateAnd(v, with) : bool_op == "or" ? b_.CreateOr(v, with) : b_.CreateXor(v, with);
+    };
+    r = combine(r);
+    other = combine(other);
+  }
+  RawOperand first = o[0];
+  first.pair.clear();
+  if (!Dest(first, r, pred, why)) return false;
+  if (o[0].pair.empty() || o[0].pair == "_") return true;
+  RawOperand second = first;
+  second.name = o[0].pair;
+  return Dest(second, other, pred, why);
 }
 
 // a `cmp` c of floats (setp's comparisons), as the interpreter's Compare<T>: ordered

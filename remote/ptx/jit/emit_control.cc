@@ -325,7 +325,7 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     }
     if ((acquire && !load) || (release && load)) return (*why = "form", false);
     if (ordering && load && !spin_loads_.count(instruction_index_) && InsideLoop(entry_, instruction_index_)) {
-      return (*why = "a load a thread may spin on, inside a loop (in vector code, or a vector load)", false);
+      return (*why = "a load a thread may spin on, inside a loop, in vector code", false);
     }
     // .release: no earlier access moves after the store; .acquire: no later one before the
     // load (CTAs run on two host threads).
@@ -342,7 +342,7 @@ bool Emitter::Operation(const RawStatement& s, const std::vector<std::string_vie
     // thread's local memory, as the decoder places it: ld/st.param of it are local accesses.
     if (space == "param" && !address.name.empty() && LocalSymbol(address.name) >= 0) space = "local";
     if (lanes_ && space == "local") return (*why = "local memory in vector code", false);
-    if (vec > 1) return done(VectorAccess(address, space, t, vec, load, value, why));
+    if (vec > 1) return done(VectorAccess(address, space, t, vec, load, ordering, value, why));
     const uint32_t size = t.bits / 8;
     if (space == "param") {
       llvm::Value* at = ParamAddress(address, size, load, why);

@@ -301,8 +301,15 @@ llvm::Value* Emitter::ParamAddress(const RawOperand& address, uint32_t size, boo
 // element's address), then element by element into or from the registers (`_` reads
 // nothing). Parameters here in scalar and in vector code; in vector code the other spaces
 // go to VectorLanesAccess.
+// An `ordered` one (.relaxed, .volatile, .acquire, .release, .cg: what another CTA may
+// watch or publish, as CUB's look-back publishes {status, value} with one st.relaxed.v2)
+// is one host access, as the interpreter makes it and a GPU makes a thread's vector access:
+// volatile, so that the optimiser cannot split it into its elements (it did: a load whose
+// elements are only extracted became one load per element, and a poller saw new statuses
+// with old values). So in vector code (VectorLanesAccess) are its accesses of all lanes at
+// once or of each lane: a lane's elements lie inside one of their pieces.
 bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
-                           const RawOperand& value, std::string* why) {
+                           bool ordered, const RawOperand& value, std::string* why) {
   if (value.kind != RawOperand::kVector || value.items.size() != vec) return (*why = "vector operand", false);
   const uint32_t width = t.bits / 8;
   auto sink = [](const RawOperand& item) { return item.kind == RawOperand::kName && item.name == "_"; };
@@ -317,7 +324,7 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
     }
     return true;
   }
-  if (lanes_) return VectorLanesAccess(address, space, t, vec, load, value, why);
+  if (lanes_) return VectorLanesAccess(address, space, t, vec, load, ordered, value, why);
   llvm::Type* type = llvm::FixedVectorType::get(ScalarType(t), vec);
   llvm::Value* stored = llvm::Constant::getNullValue(type);
   if (!load) {
@@ -330,10 +337,10 @@ bool Emitter::VectorAccess(const RawOperand& address, std::string_view space, Ty
   llvm::Value* host = Address(address, space, width * vec, load ? "load" : "store", why);
   if (host == nullptr) return false;
   if (!load) {
-    b_.CreateAlignedStore(stored, host, llvm::MaybeAlign(1));
+    b_.CreateAlignedStore(stored, host, llvm::MaybeAlign(1), ordered);
     return true;
   }
-  llvm::Value* loaded = b_.CreateAlignedLoad(type, host, llvm::MaybeAlign(1));
+  llvm::Value* loaded = b_.CreateAlignedLoad(type, host, llvm::MaybeAlign(1), ordered);
   for (uint32_t i = 0; i < vec; ++i) {
     if (sink(value.items[i])) continue;
     if (!Dest(value.items[i], b_.CreateExtractElement(loaded, uint64_t{i}), t, why)) return false;
@@ -496,7 +503,7 @@ llvm::Value* Emitter::LaneHost(const LanesSplit& split, llvm::Value* address, ll
 // lane faults with its own thread's detail. Elements travel through stack slots (promoted
 // to registers), one vector of the lanes per element.
 bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
-                                const RawOperand& value, std::string* why) {
+                                bool ordered, const RawOperand& value, std::string* why) {
   if (!LanesAddressable(address, space)) return (*why = "an address vector code does not take", false);
   const uint32_t width = t.bits / 8, bytes = width * vec;
   llvm::Type* element = ScalarType(t);
@@ -523,7 +530,7 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
   llvm::Type* wide = llvm::FixedVectorType::get(element, lanes_ * vec);
   llvm::Value* host = split.host;
   if (load) {
-    llvm::Value* all = b_.CreateAlignedLoad(wide, host, llvm::MaybeAlign(1));
+    llvm::Value* all = b_.CreateAlignedLoad(wide, host, llvm::MaybeAlign(1), ordered);
     for (uint32_t i = 0; i < vec; ++i) {
       std::vector<int> picks;
       for (uint32_t k = 0; k < lanes_; ++k) picks.push_back(static_cast<int>(k * vec + i));
@@ -536,7 +543,7 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
         all = b_.CreateInsertElement(all, b_.CreateExtractElement(stored[i], uint64_t{k}), uint64_t{k * vec + i});
       }
     }
-    b_.CreateAlignedStore(all, host, llvm::MaybeAlign(1));
+    b_.CreateAlignedStore(all, host, llvm::MaybeAlign(1), ordered);
   }
   b_.CreateBr(join);
   // Lane by lane (unrolled): a running lane's whole access checked, then its elements.
@@ -549,7 +556,7 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
     b_.SetInsertPoint(lane);
     llvm::Value* lane_host = LaneHost(split, b_.CreateExtractElement(addresses, uint64_t{k}), b_.getInt32(k));
     if (load) {
-      llvm::Value* elements = b_.CreateAlignedLoad(one, lane_host, llvm::MaybeAlign(1));
+      llvm::Value* elements = b_.CreateAlignedLoad(one, lane_host, llvm::MaybeAlign(1), ordered);
       for (uint32_t i = 0; i < vec; ++i) {
         llvm::Value* lanes_value = b_.CreateLoad(LlvmType(t), loaded[i]);
         b_.CreateStore(b_.CreateInsertElement(lanes_value, b_.CreateExtractElement(elements, uint64_t{i}), uint64_t{k}),
@@ -560,7 +567,7 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
       for (uint32_t i = 0; i < vec; ++i) {
         elements = b_.CreateInsertElement(elements, b_.CreateExtractElement(stored[i], uint64_t{k}), uint64_t{i});
       }
-      b_.CreateAlignedStore(elements, lane_host, llvm::MaybeAlign(1));
+      b_.CreateAlignedStore(elements, lane_host, llvm::MaybeAlign(1), ordered);
     }
     b_.CreateBr(next);
     b_.SetInsertPoint(next);

@@ -81,12 +81,6 @@ bool IsWarpOperation(const RawStatement& s) {
 bool IsOrderedLoad(const RawStatement& s) {
   const std::vector<std::string_view> parts = SplitOpcode(s.opcode);
   if (parts.empty() || (parts[0] != "ld" && parts[0] != "ldu")) return false;
-  // Not a .v2/.v4 one: compiled code loads a vector's elements one by one, and a thread
-  // polling {status, value} (CUB's look-back) could see a torn pair; the interpreter loads
-  // it whole.
-  if (std::any_of(parts.begin(), parts.end(), [](std::string_view q) { return q == "v2" || q == "v4" || q == "v8"; })) {
-    return false;
-  }
   return std::any_of(parts.begin() + 1, parts.end(),
                      [](std::string_view q) { return q == "cg" || IsOrderingQualifier(q); });
 }

@@ -99,9 +99,9 @@ bool IsWarpOperation(const RawStatement& s);
 // The registers `s` writes: its first operand's (and its pair's, or a vector's elements).
 std::vector<std::string> Written(const RawStatement& s);
 bool IsCtaBarrier(const RawStatement& s);
-// A scalar load with an ordering or refetching qualifier (IsOrderingQualifier, .cg): one a
-// thread may spin on, where another thread, perhaps of another CTA, is to store. (A
-// vector one inside a loop stays refused: compiled code would not load it whole.)
+// A load with an ordering or refetching qualifier (IsOrderingQualifier, .cg): one a thread
+// may spin on, where another thread, perhaps of another CTA, is to store. A .v2/.v4 one
+// too: compiled code loads it whole (VectorAccess).
 bool IsOrderedLoad(const RawStatement& s);
 
 // Warp matrix operations (emit_matrix.cc): mma, ldmatrix and wmma (warp-level operations
@@ -234,7 +234,7 @@ class Emitter {
   // resolves it; Address's last step, and the warp matrix operations' (emit_matrix.cc).
   llvm::Value* Host(llvm::Value* at, std::string_view space, uint32_t size, const char* what);
   llvm::Value* ParamAddress(const RawOperand& address, uint32_t size, bool load, std::string* why);
-  bool VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
+  bool VectorAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load, bool ordered,
                     const RawOperand& value, std::string* why);
   struct LanesSplit {
     llvm::Value* addresses = nullptr;  // the 8 lanes' device addresses
@@ -269,7 +269,7 @@ class Emitter {
   // block `ran`; returns the value after the loop (nullptr without one).
   llvm::Value* CloseLaneLoop(const LaneLoop& loop, llvm::Value* carried_out = nullptr, llvm::BasicBlock* ran = nullptr);
   bool VectorLanesAccess(const RawOperand& address, std::string_view space, Type t, uint32_t vec, bool load,
-                         const RawOperand& value, std::string* why);
+                         bool ordered, const RawOperand& value, std::string* why);
   bool Atomic(const RawStatement& s, const std::vector<std::string_view>& parts, std::string* why);
   // An atom/red's operation: a read-modify-write the host has, cas, or inc/dec (a
   // compare-and-swap loop).

@@ -342,6 +342,14 @@ TEST(JitOpcodeColumn, TheVectorAccessesItTakes) {
       "$Lspin:\n  ld.global.cv.u32 %r2, [%rd1];\n  @%p1 bra $Lspin;",
       // .cg too: polling code reads its flags so (CUB's look-back).
       "$Lspin:\n  ld.global.cg.u32 %r2, [%rd1];\n  @%p1 bra $Lspin;",
+      // ... and a vector one (loaded whole: VectorAccess), as CUB polls {status, value}.
+      "$Lspin:\n  ld.relaxed.gpu.global.v2.u32 {%r2, %r3}, [%rd1];\n  @%p1 bra $Lspin;",
+      "$Lspin:\n  ld.global.cg.v4.u32 {%r2, %r3, %r4, %r5}, [%rd1];\n  @%p1 bra $Lspin;",
+      "st.relaxed.gpu.global.v2.u64 [%rd1], {%rd1, %rd1};",
+      // setp with a BoolOp, and two predicates.
+      "setp.lt.and.u32 %p1|%p2, %r1, 5, !%p1;",
+      "setp.ne.or.f32 %p1, %f1, 0f3F800000, %p1;",
+      "setp.gt.xor.s32 %p1|_, %r1, 3, %p1;",
       // A sleep: none, as on the interpreter (a thread waiting in a loop yields at its load).
       "nanosleep.u32 100;",
   };
@@ -353,10 +361,9 @@ TEST(JitOpcodeColumn, TheVectorAccessesItTakes) {
       // Inside a loop, a load a thread may spin on under a guard (a thread stops before
       // one: every thread's).
       "$Lspin:\n  @%p1 ld.volatile.global.u32 %r2, [%rd1];\n  @%p1 bra $Lspin;",
-      // ... or a vector one (compiled code loads its elements one by one: a torn pair).
-      "$Lspin:\n  ld.relaxed.gpu.global.v2.u32 {%r2, %r3}, [%rd1];\n  @%p1 bra $Lspin;",
-      "ld.release.gpu.global.u32 %r2, [%rd1];", "st.acquire.gpu.global.u32 [%rd1], %r1;",
-      "cp.async.mbarrier.arrive.noinc.shared.b64 [%r1];",
+      // A BoolOp without its predicate operand, or one without a BoolOp.
+      "setp.lt.and.u32 %p1, %r1, 5;", "setp.lt.u32 %p1, %r1, 5, %p1;", "ld.release.gpu.global.u32 %r2, [%rd1];",
+      "st.acquire.gpu.global.u32 [%rd1], %r1;", "cp.async.mbarrier.arrive.noinc.shared.b64 [%r1];",
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%r1], [%rd1], 16, [%r1];",
       "cp.async.ca.shared.global [%r1], [%rd1], 2;", "cp.async.cg.shared.global [%r1], [%rd1], 8;",
       "fence.proxy.async;", "fence.mbarrier_init.release.cluster;", "fence.sc.cluster;", "membar.gpu;",

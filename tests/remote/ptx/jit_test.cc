@@ -4215,5 +4215,67 @@ TEST_F(JitVectorAsyncCopy, ATiledMatrixMultiplyGivesTheInterpretersResults) {
 // each thread reads what the group it waited for copied, as on the interpreter.
 TEST_F(JitVectorAsyncCopy, ADoubleBufferedPipelineWaitsForItsGroup) { MultiplyInEveryShape("pipe_rows", 64); }
 
+// setp with a BoolOp (.and, .or, .xor), its predicate operand negated or not, writing
+// p|q (q: the comparison's negation combined the same way), on integers and floats.
+class JitSetp : public jit_test::JitModuleTest {
+ protected:
+  std::string Text() override {
+    return R"(.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry setp_ops(.param .u64 in_param, .param .u64 out_param)
+{
+  .reg .pred %p<8>;
+  .reg .b32 %r<20>;
+  .reg .b64 %rd<8>;
+  .reg .f32 %f<2>;
+  ld.param.u64 %rd1, [in_param];
+  ld.param.u64 %rd2, [out_param];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd4, %rd1, %rd3;
+  ld.global.u32 %r2, [%rd4];
+  and.b32 %r3, %r1, 1;
+  setp.ne.u32 %p1, %r3, 0;
+  setp.lt.and.u32 %p2|%p3, %r2, 100, %p1;
+  setp.ge.or.s32 %p4|%p5, %r2, 50, !%p1;
+  cvt.rn.f32.u32 %f1, %r2;
+  setp.gt.xor.f32 %p6|%p7, %f1, 0f42C80000, %p1;
+  selp.u32 %r4, 1, 0, %p2;
+  selp.u32 %r5, 2, 0, %p3;
+  or.b32 %r4, %r4, %r5;
+  selp.u32 %r5, 4, 0, %p4;
+  or.b32 %r4, %r4, %r5;
+  selp.u32 %r5, 8, 0, %p5;
+  or.b32 %r4, %r4, %r5;
+  selp.u32 %r5, 16, 0, %p6;
+  or.b32 %r4, %r4, %r5;
+  selp.u32 %r5, 32, 0, %p7;
+  or.b32 %r4, %r4, %r5;
+  add.s64 %rd5, %rd2, %rd3;
+  st.global.u32 [%rd5], %r4;
+  ret;
+}
+)";
+  }
+};
+
+TEST_F(JitSetp, BoolOpsAndPairsGiveThePredicatesThePtxIsaDefines) {
+  std::vector<uint32_t> in(64);
+  for (uint32_t t = 0; t < 64; ++t) in[t] = t * 37 % 160;
+  jit_test::Outcome out =
+      Both("setp_ops", 1, {64}, {jit_test::Bytes(in), jit_test::Bytes(std::vector<uint32_t>(64, 0xdeadbeef))});
+  ASSERT_EQ(out.error, 0) << out.detail;
+  EXPECT_TRUE(Vector("setp_ops"));
+  const std::vector<uint32_t> got = jit_test::Values<uint32_t>(out.buffers[1]);
+  for (uint32_t t = 0; t < 64; ++t) {
+    const bool c = t & 1;
+    const bool lt = in[t]<100, ge = static_cast<int32_t>(in[t]) >= 50, gt = static_cast<float>(in[t])> 100.0f;
+    const uint32_t want =
+        (lt && c) | (!lt && c) << 1 | (ge || !c) << 2 | (!ge || !c) << 3 | (gt != c) << 4 | (!gt != c) << 5;
+    EXPECT_EQ(got[t], want) << "thread " << t << ", input " << in[t];
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::sim
