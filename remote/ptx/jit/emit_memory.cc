@@ -521,15 +521,32 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
       b_.CreateStore(llvm::Constant::getNullValue(LlvmType(t)), loaded[i]);
     }
   }
+  // A load whose lanes all run at one address (a tile's row every lane reads, as a tiled
+  // matrix multiply's ld.shared.v4 of As[ty][k..k+3]): one access of its elements, each
+  // element every lane's.
   const LanesSplit split =
-      space == "shared" ? SplitSharedLanes(address, bytes, load, false) : SplitLanes(address, bytes, load);
+      space == "shared" ? SplitSharedLanes(address, bytes, load, load) : SplitLanes(address, bytes, load, load);
   llvm::Value* addresses = split.addresses;
   llvm::Value* mask = split.mask;
   llvm::BasicBlock *each = split.each, *join = split.join;
+  llvm::Type* one = llvm::FixedVectorType::get(element, vec);
+  auto load_for_all = [&](llvm::Value* at) {
+    llvm::Value* elements = b_.CreateAlignedLoad(one, at, llvm::MaybeAlign(1), ordered);
+    for (uint32_t i = 0; i < vec; ++i) b_.CreateStore(Splat(b_.CreateExtractElement(elements, uint64_t{i})), loaded[i]);
+  };
+  if (split.broadcast != nullptr) {
+    llvm::BasicBlock* whole = b_.GetInsertBlock();  // SplitLanes leaves the builder there
+    b_.SetInsertPoint(split.broadcast);
+    load_for_all(split.broadcast_host);
+    b_.CreateBr(join);
+    b_.SetInsertPoint(whole);
+  }
   // All lanes at once: lane k's element i is element k * vec + i of one wide access.
   llvm::Type* wide = llvm::FixedVectorType::get(element, lanes_ * vec);
   llvm::Value* host = split.host;
-  if (load) {
+  if (load && split.uniform) {
+    load_for_all(host);
+  } else if (load) {
     llvm::Value* all = b_.CreateAlignedLoad(wide, host, llvm::MaybeAlign(1), ordered);
     for (uint32_t i = 0; i < vec; ++i) {
       std::vector<int> picks;
@@ -548,7 +565,6 @@ bool Emitter::VectorLanesAccess(const RawOperand& address, std::string_view spac
   b_.CreateBr(join);
   // Lane by lane (unrolled): a running lane's whole access checked, then its elements.
   b_.SetInsertPoint(each);
-  llvm::Type* one = llvm::FixedVectorType::get(element, vec);
   for (uint32_t k = 0; k < lanes_; ++k) {
     auto* lane = llvm::BasicBlock::Create(ctx_, "lane", fn_);
     auto* next = llvm::BasicBlock::Create(ctx_, "lane_next", fn_);

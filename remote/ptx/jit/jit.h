@@ -89,6 +89,8 @@ bool HasVectorCode(const CompiledKernel& kernel);
 // Whether a thread of `kernel` stops before a load it may spin on (inside a loop), so that
 // its CTA yields its worker to the CTAs it holds besides (scalar code only).
 bool Yields(const CompiledKernel& kernel);
+// How many registers of a thread its barriers and other stops save (each the live ones).
+uint32_t SavedRegisters(const CompiledKernel& kernel);
 
 // Whether GPUPOOL_PTX_JIT=auto leaves the launches of `kernel` on the interpreter, its
 // compiled code being slower: kernels with warp-level operations and no loop free of them

@@ -12,6 +12,13 @@ void Emitter::ReadNames(const RawOperand& o, std::vector<std::string>* names) {
   for (const RawOperand& item : o.items) ReadNames(item, names);
 }
 
+// Instructions whose vector first operand is written, element by element, and not read
+// (wgmma's accumulator, for one, is both).
+static bool WritesWholeVector(const std::string& op) {
+  return op == "ld" || op == "ldu" || op == "mov" || op == "tex" || op == "tld4" || op == "suld" || op == "mma" ||
+         op == "wmma" || op == "ldmatrix" || op == "atom";
+}
+
 // Which registers are live after each barrier, so that a thread saves and restores only
 // those (a backward dataflow over the kernel's instructions; a guarded write does not
 // end a register's life, and a destination of st/red is an address, read).
@@ -45,6 +52,20 @@ bool Emitter::ComputeLiveness(std::string* why) {
           (s.guard.empty() ? defs[i] : uses[i]).push_back(id(o.name));
         }
         if (!o.pair.empty()) (s.guard.empty() ? defs[i] : uses[i]).push_back(id(o.pair));
+        continue;
+      }
+      if (k == 0 && writes && o.kind == RawOperand::kVector && WritesWholeVector(op)) {
+        // A vector destination ({a, b, c, d} of ld.v4, tex, mma, mov's unpacking): each
+        // element written (taken as read, it kept 49 registers live across a tiled matrix
+        // multiply's barrier instead of 17: the elements of its ld.shared.v4 after it).
+        for (const RawOperand& item : o.items) {
+          if (item.kind != RawOperand::kName || item.name.empty() || !NamesRegister(item.name) ||
+              IsSpecialRegisterName(item.name)) {
+            ReadNames(item, &read);
+            continue;
+          }
+          (s.guard.empty() ? defs[i] : uses[i]).push_back(id(item.name));
+        }
         continue;
       }
       ReadNames(o, &read);

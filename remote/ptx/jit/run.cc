@@ -486,6 +486,8 @@ bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != n
 
 bool Yields(const CompiledKernel& kernel) { return kernel.yields; }
 
+uint32_t SavedRegisters(const CompiledKernel& kernel) { return kernel.registers; }
+
 bool AutoInterpreted(const CompiledKernel& kernel) { return kernel.auto_interpreted; }
 
 bool TakesBlock(const CompiledKernel& kernel, uint32_t threads) { return !kernel.whole_warps || threads % 32 == 0; }

@@ -4277,5 +4277,88 @@ TEST_F(JitSetp, BoolOpsAndPairsGiveThePredicatesThePtxIsaDefines) {
   }
 }
 
+// A tile every lane of a row reads whole (ld.shared.v4 of one address for all lanes of a
+// vector-code chunk, as a tiled matrix multiply reads As[ty][k..k+3]) between two barriers
+// in a loop: one access for all lanes (VectorLanesAccess), and the loaded elements are not
+// live across the barrier before them, so the barriers save only what lives on.
+class JitTileRows : public jit_test::JitModuleTest {
+ protected:
+  std::string Text() override {
+    return R"(.version 7.0
+.target sm_70
+.address_size 64
+.visible .entry tile_rows(.param .u64 in_param, .param .u64 out_param)
+{
+  .reg .pred %p<2>;
+  .reg .b32 %r<12>;
+  .reg .f32 %f<12>;
+  .reg .b64 %rd<8>;
+  .shared .align 16 .b8 tile[1024];
+  ld.param.u64 %rd1, [in_param];
+  ld.param.u64 %rd2, [out_param];
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %tid.y;
+  mad.lo.u32 %r3, %r2, 16, %r1;
+  mul.wide.u32 %rd3, %r3, 4;
+  mov.f32 %f1, 0f00000000;
+  mov.u32 %r4, 0;
+  mov.u32 %r10, tile;
+  shl.b32 %r5, %r3, 2;
+  add.u32 %r6, %r10, %r5;
+  shl.b32 %r7, %r2, 6;
+  add.u32 %r8, %r10, %r7;
+  cvt.rn.f32.u32 %f11, %r1;
+ROUND:
+  mad.lo.u32 %r9, %r4, 256, %r3;
+  mul.wide.u32 %rd4, %r9, 4;
+  add.s64 %rd5, %rd1, %rd4;
+  ld.global.f32 %f2, [%rd5];
+  st.shared.f32 [%r6], %f2;
+  bar.sync 0;
+  ld.shared.v4.f32 {%f3, %f4, %f5, %f6}, [%r8];
+  ld.shared.v4.f32 {%f7, %f8, %f9, %f10}, [%r8+16];
+  fma.rn.f32 %f1, %f3, %f11, %f1;
+  add.f32 %f1, %f1, %f4;
+  fma.rn.f32 %f1, %f5, %f11, %f1;
+  add.f32 %f1, %f1, %f6;
+  fma.rn.f32 %f1, %f7, %f11, %f1;
+  add.f32 %f1, %f1, %f8;
+  fma.rn.f32 %f1, %f9, %f11, %f1;
+  add.f32 %f1, %f1, %f10;
+  bar.sync 0;
+  add.u32 %r4, %r4, 1;
+  setp.lt.u32 %p1, %r4, 4;
+  @%p1 bra ROUND;
+  add.s64 %rd6, %rd2, %rd3;
+  st.global.f32 [%rd6], %f1;
+  ret;
+}
+)";
+  }
+};
+
+TEST_F(JitTileRows, ARowEveryLaneReadsIsOneAccessAndItsElementsAreNotSavedAtBarriers) {
+  std::vector<float> in(4 * 256);
+  for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>(static_cast<int>(k * 37 % 101) - 50) / 8.0f;
+  jit_test::Outcome out =
+      Both("tile_rows", 1, {16, 16}, {jit_test::Bytes(in), jit_test::Bytes(std::vector<float>(256, -1.0f))});
+  ASSERT_EQ(out.error, 0) << out.detail;
+  const std::vector<float> got = jit_test::Values<float>(out.buffers[1]);
+  for (uint32_t y = 0; y < 16; ++y) {
+    for (uint32_t x = 0; x < 16; ++x) {
+      float sum = 0.0f;
+      for (uint32_t round = 0; round < 4; ++round) {
+        const float* row = &in[round * 256 + y * 16];
+        for (int k = 0; k < 8; k += 2) sum = std::fma(row[k], static_cast<float>(x), sum) + row[k + 1];
+      }
+      EXPECT_EQ(got[y * 16 + x], sum) << "thread (" << x << ", " << y << ")";
+    }
+  }
+  ASSERT_TRUE(Vector("tile_rows"));
+  // Saved at a barrier: %f1, %f11, %r3, %r4, %r6, %r8, %rd1, %rd2 and %rd3 (what the
+  // round and the end read), not the ld.shared.v4 elements %f3-%f10.
+  EXPECT_EQ(SavedRegisters(*Kernel("tile_rows").jit->compiled), 9u);
+}
+
 }  // namespace
 }  // namespace gpupool::sim
