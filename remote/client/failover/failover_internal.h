@@ -55,40 +55,43 @@ constexpr uint32_t kDroppedEntry = 0;
 // Copies of at least this many bytes are streamed (CopyBytes).
 constexpr size_t kStreamedCopy = size_t{64} << 10;
 
+#if defined(__x86_64__)
+// Copies 64-byte blocks from `*done` while they fit in `size`, advancing `*done`;
+// `kStreamed`: with streaming stores (`to + *done` aligned to 16).
+template <bool kStreamed>
+inline void CopyBlocks(char* to, const char* from, size_t size, size_t* done) {
+  for (; *done + 64 <= size; *done += 64) {
+    const auto* in = reinterpret_cast<const __m128i*>(from + *done);
+    auto* out = reinterpret_cast<__m128i*>(to + *done);
+    const __m128i blocks[4] = {_mm_loadu_si128(in), _mm_loadu_si128(in + 1), _mm_loadu_si128(in + 2),
+                               _mm_loadu_si128(in + 3)};
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (kStreamed) {
+        _mm_stream_si128(out + k, blocks[k]);
+      } else {
+        _mm_storeu_si128(out + k, blocks[k]);
+      }
+    }
+  }
+}
+#endif
+
 // Copies host bytes into the journal. Not glibc's memcpy: below the L2 size it uses
 // `rep movsb`, which on AMD Zen (the dev VM's AMD EPYC; many GPU hosts) ran the
 // journal copy of an upload at 1.5-2 GB/s instead of 9 while the agent pulled the same
 // bytes (scripts/bench/remote, shm, 1-16 MiB cudaMemcpy H2D: 1.6 GB/s against 9.2 with
-// this loop). Plain vector loads and stores have no such slow path.
+// this loop). Plain vector loads and stores have no such slow path. A large copy streams
+// its stores past the caches: the journal is read only by a checkpoint or a recovery.
 inline void CopyBytes(char* to, const char* from, size_t size) {
 #if defined(__x86_64__)
   size_t done = 0;
   if (size >= kStreamedCopy) {
-    // Aligned for the streaming stores below.
     done = (16 - reinterpret_cast<uintptr_t>(to) % 16) % 16;
     std::memcpy(to, from, done);
-    for (; done + 64 <= size; done += 64) {
-      const auto* in = reinterpret_cast<const __m128i*>(from + done);
-      auto* out = reinterpret_cast<__m128i*>(to + done);
-      const __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1), c = _mm_loadu_si128(in + 2),
-                    d = _mm_loadu_si128(in + 3);
-      _mm_stream_si128(out, a);
-      _mm_stream_si128(out + 1, b);
-      _mm_stream_si128(out + 2, c);
-      _mm_stream_si128(out + 3, d);
-    }
+    CopyBlocks<true>(to, from, size, &done);
     _mm_sfence();
   }
-  for (; done + 64 <= size; done += 64) {
-    const auto* in = reinterpret_cast<const __m128i*>(from + done);
-    auto* out = reinterpret_cast<__m128i*>(to + done);
-    const __m128i a = _mm_loadu_si128(in), b = _mm_loadu_si128(in + 1), c = _mm_loadu_si128(in + 2),
-                  d = _mm_loadu_si128(in + 3);
-    _mm_storeu_si128(out, a);
-    _mm_storeu_si128(out + 1, b);
-    _mm_storeu_si128(out + 2, c);
-    _mm_storeu_si128(out + 3, d);
-  }
+  CopyBlocks<false>(to, from, size, &done);
   if (done < size) std::memcpy(to + done, from + done, size - done);
 #else
   if (size > 0) std::memcpy(to, from, size);

@@ -4215,9 +4215,8 @@ TEST_F(JitVectorAsyncCopy, ATiledMatrixMultiplyGivesTheInterpretersResults) {
 // each thread reads what the group it waited for copied, as on the interpreter.
 TEST_F(JitVectorAsyncCopy, ADoubleBufferedPipelineWaitsForItsGroup) { MultiplyInEveryShape("pipe_rows", 64); }
 
-// setp with a BoolOp (.and, .or, .xor), its predicate operand negated or not, writing
-// p|q (q: the comparison's negation combined the same way), on integers and floats.
-class JitSetp : public jit_test::JitModuleTest {
+// Small kernels written for the tests below (one module).
+class JitSmallKernels : public jit_test::JitModuleTest {
  protected:
   std::string Text() override {
     return R"(.version 7.0
@@ -4256,37 +4255,6 @@ class JitSetp : public jit_test::JitModuleTest {
   st.global.u32 [%rd5], %r4;
   ret;
 }
-)";
-  }
-};
-
-TEST_F(JitSetp, BoolOpsAndPairsGiveThePredicatesThePtxIsaDefines) {
-  std::vector<uint32_t> in(64);
-  for (uint32_t t = 0; t < 64; ++t) in[t] = t * 37 % 160;
-  jit_test::Outcome out =
-      Both("setp_ops", 1, {64}, {jit_test::Bytes(in), jit_test::Bytes(std::vector<uint32_t>(64, 0xdeadbeef))});
-  ASSERT_EQ(out.error, 0) << out.detail;
-  EXPECT_TRUE(Vector("setp_ops"));
-  const std::vector<uint32_t> got = jit_test::Values<uint32_t>(out.buffers[1]);
-  for (uint32_t t = 0; t < 64; ++t) {
-    const bool c = t & 1;
-    const bool lt = in[t]<100, ge = static_cast<int32_t>(in[t]) >= 50, gt = static_cast<float>(in[t])> 100.0f;
-    const uint32_t want =
-        (lt && c) | (!lt && c) << 1 | (ge || !c) << 2 | (!ge || !c) << 3 | (gt != c) << 4 | (!gt != c) << 5;
-    EXPECT_EQ(got[t], want) << "thread " << t << ", input " << in[t];
-  }
-}
-
-// A tile every lane of a row reads whole (ld.shared.v4 of one address for all lanes of a
-// vector-code chunk, as a tiled matrix multiply reads As[ty][k..k+3]) between two barriers
-// in a loop: one access for all lanes (VectorLanesAccess), and the loaded elements are not
-// live across the barrier before them, so the barriers save only what lives on.
-class JitTileRows : public jit_test::JitModuleTest {
- protected:
-  std::string Text() override {
-    return R"(.version 7.0
-.target sm_70
-.address_size 64
 .visible .entry tile_rows(.param .u64 in_param, .param .u64 out_param)
 {
   .reg .pred %p<2>;
@@ -4337,7 +4305,32 @@ ROUND:
   }
 };
 
-TEST_F(JitTileRows, ARowEveryLaneReadsIsOneAccessAndItsElementsAreNotSavedAtBarriers) {
+// setp with a BoolOp (.and, .or, .xor), its predicate operand negated or not, writing
+// p|q (q: the comparison's negation combined the same way), on integers and floats.
+TEST_F(JitSmallKernels, SetpBoolOpsAndPairsGiveThePredicatesThePtxIsaDefines) {
+  std::vector<uint32_t> in(64);
+  for (uint32_t t = 0; t < 64; ++t) in[t] = t * 37 % 160;
+  jit_test::Outcome out =
+      Both("setp_ops", 1, {64}, {jit_test::Bytes(in), jit_test::Bytes(std::vector<uint32_t>(64, 0xdeadbeef))});
+  ASSERT_EQ(out.error, 0) << out.detail;
+  EXPECT_TRUE(Vector("setp_ops"));
+  const std::vector<uint32_t> got = jit_test::Values<uint32_t>(out.buffers[1]);
+  for (uint32_t t = 0; t < 64; ++t) {
+    const bool c = t & 1;
+    const bool lt = in[t] < 100u;
+    const bool ge = static_cast<int32_t>(in[t]) >= 50;
+    const bool gt = static_cast<float>(in[t]) > 100.0f;
+    const uint32_t want =
+        (lt && c) | (!lt && c) << 1 | (ge || !c) << 2 | (!ge || !c) << 3 | (gt != c) << 4 | (!gt != c) << 5;
+    EXPECT_EQ(got[t], want) << "thread " << t << ", input " << in[t];
+  }
+}
+
+// A tile every lane of a row reads whole (ld.shared.v4 of one address for all lanes of a
+// vector-code chunk, as a tiled matrix multiply reads As[ty][k..k+3]) between two barriers
+// in a loop: one access for all lanes (VectorLanesAccess), and the loaded elements are not
+// live across the barrier before them, so the barriers save only what lives on.
+TEST_F(JitSmallKernels, ARowEveryLaneReadsIsOneAccessAndItsElementsAreNotSavedAtBarriers) {
   std::vector<float> in(4 * 256);
   for (size_t k = 0; k < in.size(); ++k) in[k] = static_cast<float>(static_cast<int>(k * 37 % 101) - 50) / 8.0f;
   jit_test::Outcome out =
