@@ -33,9 +33,10 @@ namespace dp = ::gpupool::dataplane;
 
 // Uploads of at least this many bytes have their journal copy made while the
 // bytes are in flight (Deliver), in slices of kOverlapSlice between progress of
-// the send. Over TCP a slice is what the socket's buffer drains while it is copied: 64 KiB
-// slices ran 16 MiB uploads at 2716-2786 MB/s against 2566-2588 with 256 KiB (same runs,
-// failover on; over shared memory no difference).
+// the send. Over TCP a slice is what the socket's buffer drains while it is copied: with
+// 64 KiB slices rather than 256 KiB, 1 and 16 MiB uploads with failover on ran 5-15%
+// faster in two of three alternating runs, the same in the third (medians of 5-7; over
+// shared memory no difference).
 constexpr size_t kOverlappedPayload = size_t{64} << 10;
 constexpr size_t kOverlapSlice = size_t{64} << 10;
 // An asynchronous upload from page-locked memory (Request::payload_held_until_sync) is
