@@ -64,7 +64,7 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   // a started request before it is sent.
   const bool capture_while_waiting = how == Delivery::kCall && !held_.empty();
   if (how == Delivery::kStart && !held_.empty()) CaptureHeld();
-  // An asynchronous upload from page-locked memory of up to kMaxHeldPayload is logged by
+  // An asynchronous upload from page-locked memory under kOverlappedPayload is logged by
   // reference (Sent); another large upload has its journal copy made while its bytes are in
   // flight, not before.
   const bool held = how == Delivery::kPost && HeldByReference(request);
