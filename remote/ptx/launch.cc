@@ -67,8 +67,8 @@ KernelNeeds NeedsOf(const DecodedKernel& kernel) {
 // tier leaves to the interpreter (dynamic shared memory for a kernel that names no shared
 // variable, whose compiled code takes no generic address for a shared one). A cooperative
 // launch runs compiled too, its CTAs resident together (RunCompiled). Under GPUPOOL_PTX_JIT=auto the kernel is compiled
-// in the background once it has run kJitAfterThreads threads, and its launches run on the interpreter until the code is
-// there.
+// in the background once its launches, this one included, reach kJitAfterThreads threads, and its launches run on the
+// interpreter until the code is there.
 static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t threads) {
   const JitMode mode = CurrentJitMode();
   const bool names_shared = !kernel.shared_layout.offsets.empty() || !kernel.shared_layout.dynamic.empty();
@@ -77,9 +77,11 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
     return nullptr;
   }
   JitSlot& slot = *kernel.jit;
-  if (mode == JitMode::kAuto && slot.threads_run.fetch_add(std::max(threads, kJitLaunchThreads)) < kJitAfterThreads) {
-    return nullptr;
-  }
+  // This launch counts: the one that brings the kernel to kJitAfterThreads starts the
+  // compile, so that a kernel of a few large launches (NVIDIA's samples: a warm-up launch,
+  // then 100 more) has its code from the first on, not the second.
+  const uint64_t counted = std::max(threads, kJitLaunchThreads);
+  if (mode == JitMode::kAuto && slot.threads_run.fetch_add(counted) + counted < kJitAfterThreads) return nullptr;
   std::lock_guard<std::mutex> lock(slot.mu);
   if (!slot.tried) {
     slot.tried = true;

@@ -1,9 +1,6 @@
 // When the JIT tier compiles a kernel (jit.h: JitMode, from GPUPOOL_PTX_JIT) and the
 // background compiler that fills a kernel's JitSlot (launch.h) for GPUPOOL_PTX_JIT=auto:
-// one low-priority thread per process, so that no launch waits for LLVM.
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+// one thread per process, so that no launch waits for LLVM.
 
 #include <atomic>
 #include <condition_variable>
@@ -72,10 +69,10 @@ class BackgroundCompiler {
 
  private:
   void Run() {
-    // Compiling is worth less than the work it would speed up: the launches running on
-    // the interpreter meanwhile, and every other process of the host (on Linux, nice
-    // applies to the calling thread).
-    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+    // The compile runs at the priority of the launches it speeds up (it once ran at nice
+    // 19: beside two workers running the kernel's launches on the interpreter, a 2-core
+    // host gave it a few percent, and a 1 s compile took a minute, every launch of it
+    // interpreted). Its work is bounded (jit.h: kMaxLivenessWork and the limits below it).
     while (true) {
       std::function<void()> job;
       {

@@ -131,11 +131,13 @@ bool Emitter::VectorInstruction(const RawStatement& s, const std::vector<std::st
     }
     b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), pending->second), lanes), pending->second);
     b_.CreateStore(stay, mask_slot_);
+    SkipIfNoLane(s);
     return true;
   }
   if (op == "ret" || op == "exit") {
     if (barriers_ > 0) EndLanes(lanes);
     b_.CreateStore(b_.CreateAnd(running, b_.CreateNot(lanes)), mask_slot_);
+    SkipIfNoLane(s);
     return true;
   }
   if (op == "bar" || op == "barrier") {
@@ -152,8 +154,10 @@ bool Emitter::VectorInstruction(const RawStatement& s, const std::vector<std::st
   if (IsWarpOperation(s)) return refuse("a warp-level operation in vector code");
   std::string why;
   op_mask_ = lanes;
+  op_guard_ = guard;
   const bool done = Operation(s, parts, &why);
   op_mask_ = nullptr;
+  op_guard_ = nullptr;
   return done || refuse(why);
 }
 

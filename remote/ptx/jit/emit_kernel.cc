@@ -87,9 +87,14 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     int line = 0;
     if (!CheckVariableStores(&why, &line)) return Refuse(why, line, refused);
   }
+  if (barriers_ > 0 || lanes_ > 0) {
+    // (Vector code without barriers whose liveness is too much work writes every
+    // register under its mask: free_writes_ stays empty.)
+    std::string why;
+    if (!ComputeLiveness(&why) && barriers_ > 0) return Refuse(why, 0, refused);
+  }
   if (barriers_ > 0) {
     std::string why;
-    if (!ComputeLiveness(&why)) return Refuse(why, 0, refused);
     int line = 0;
     if (warp_ops_ > 0 && !CheckWarpOperations(&why, &line)) return Refuse(why, line, refused);
   }
@@ -189,7 +194,8 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     if (s.kind == RawStatement::kLabel && lanes_) {
       llvm::IRBuilder<> at(alloca_point_);
       pending_[s.opcode] = at.CreateAlloca(Lanes(i1_));
-      if (loop_heads_.count(s.opcode)) loop_heads_[s.opcode] = llvm::BasicBlock::Create(ctx_, s.opcode, fn_);
+      label_blocks_[s.opcode] = llvm::BasicBlock::Create(ctx_, s.opcode, fn_);
+      if (loop_heads_.count(s.opcode)) loop_heads_[s.opcode] = label_blocks_[s.opcode];
     }
     if (s.kind == RawStatement::kInstruction && lanes_ && s.opcode.rfind("bra", 0) == 0 && s.operands.size() == 1 &&
         loop_heads_.count(s.operands[0].name)) {
@@ -197,6 +203,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
       parked_[&s] = at.CreateAlloca(Lanes(i1_));
     }
   }
+  if (lanes_) FindSkips();
   b_.SetInsertPoint(start_block);
   // The carry flag of a kernel that uses it starts at 0, as the interpreter's carry slot
   // (the register's slot is the previous thread's otherwise).
@@ -213,17 +220,18 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   for (const RawStatement& s : entry_.body) {
     if (s.kind == RawStatement::kLabel && lanes_) {
       seen_labels_.insert(s.opcode);
-      if (auto head = loop_heads_.find(s.opcode); head != loop_heads_.end()) {
-        // A loop's head: its back edges come here with the lanes that loop.
-        if (!b_.GetInsertBlock()->getTerminator()) b_.CreateBr(head->second);
-        b_.SetInsertPoint(head->second);
-      }
+      // The label's block: a loop's back edges come here with the lanes that loop, and rows
+      // with no running lane from before it (SkipIfNoLane).
+      llvm::BasicBlock* block = label_blocks_.at(s.opcode);
+      if (!b_.GetInsertBlock()->getTerminator()) b_.CreateBr(block);
+      b_.SetInsertPoint(block);
       // The lanes that branched here join the running ones, and no longer wait here (a
       // label inside a loop is passed again).
       llvm::AllocaInst* pending = pending_.at(s.opcode);
       b_.CreateStore(b_.CreateOr(b_.CreateLoad(Lanes(i1_), mask_slot_), b_.CreateLoad(Lanes(i1_), pending)),
                      mask_slot_);
       b_.CreateStore(Int(1, 0), pending);
+      SkipIfNoLane(s);
       continue;
     }
     if (s.kind == RawStatement::kLabel) {
@@ -240,6 +248,10 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     }
     if (!Instruction(s, refused)) return false;
     ++instruction_index_;
+  }
+  if (lanes_end_ != nullptr) {
+    if (!b_.GetInsertBlock()->getTerminator()) b_.CreateBr(lanes_end_);
+    b_.SetInsertPoint(lanes_end_);
   }
   if (!b_.GetInsertBlock()->getTerminator()) Exit();
 
@@ -387,6 +399,43 @@ void Emitter::FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* star
     }
     b_.CreateBr(back.after);
   }
+}
+
+// Where a row of vector code whose lanes all branched away or ended may go on: from after
+// a statement, the next label, if no barrier and no loop's back edge lies between. Every
+// other instruction does nothing for no lane (its stores and register writes are masked; a
+// forward branch adds no lane to its label's), but a barrier restores the lanes waiting at
+// it and a back edge lets go the lanes that left its loop: neither is passed over.
+void Emitter::FindSkips() {
+  skip_to_.assign(entry_.body.size(), kNoSkip);
+  int target = kSkipToEnd;
+  for (size_t p = entry_.body.size(); p-- > 0;) {
+    const RawStatement& s = entry_.body[p];
+    skip_to_[p] = target;
+    if (s.kind == RawStatement::kLabel) {
+      target = static_cast<int>(p);
+    } else if (s.kind == RawStatement::kInstruction && (IsCtaBarrier(s) || IsWarpOperation(s) || parked_.count(&s))) {
+      target = kNoSkip;
+    }
+  }
+}
+
+// After `s` (a label, a branch, an end), a row with no lane running jumps past the code up
+// to the next label (FindSkips): the rows of a block whose lanes all went one way skip the
+// other way's code instead of running it for no lane.
+void Emitter::SkipIfNoLane(const RawStatement& s) {
+  const int target = skip_to_.at(static_cast<size_t>(&s - entry_.body.data()));
+  if (target == kNoSkip) return;
+  llvm::BasicBlock* to = nullptr;
+  if (target == kSkipToEnd) {
+    if (lanes_end_ == nullptr) lanes_end_ = llvm::BasicBlock::Create(ctx_, "lanes_end", fn_);
+    to = lanes_end_;
+  } else {
+    to = label_blocks_.at(entry_.body[static_cast<size_t>(target)].opcode);
+  }
+  auto* on = llvm::BasicBlock::Create(ctx_, "lanes_on", fn_);
+  b_.CreateCondBr(AnyLane(b_.CreateLoad(Lanes(i1_), mask_slot_)), on, to);
+  b_.SetInsertPoint(on);
 }
 
 // Saved registers of vector code: a row of lanes keeps register `index` of its 8 lanes

@@ -1152,10 +1152,11 @@ bool Emitter::CopyToShared(llvm::Value* target, const RawOperand& source, uint32
 }
 
 // cp.async in vector code: the row's copies, each lane's as scalar code makes it
-// (AsyncCopy). Lanes that all run and all copy the whole width from the source, at
-// consecutive targets whose first and last lie inside the CTA's shared bytes and
-// consecutive sources whose first and last lie inside the allocation the whole-width
-// access hit last: one copy of all their bytes. Otherwise each running lane in lane order
+// (AsyncCopy). Running lanes that are one run (all of the row's, or a quarter of them, as
+// where a quarter of a block's threads copy 16 bytes each) and all copy the whole width
+// from the source, at consecutive targets whose first and last lie inside the CTA's shared
+// bytes and consecutive sources whose first and last lie inside the allocation the
+// whole-width access hit last: one copy of all their bytes. Otherwise each running lane in lane order
 // (as the interpreter's HCpAsync runs them): its target checked for the whole width, then
 // the bytes its source gives (src-size, ignore-src), each size its own checked access, the
 // rest zeros; a stray lane faults with its own thread's detail, naming the size the
@@ -1222,16 +1223,35 @@ bool Emitter::VectorAsyncCopy(const RawOperand& target, const RawOperand& source
     llvm::Value* shared_limit =
         b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(width)),
                         b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(width)), b_.getInt64(1)), b_.getInt64(0));
-    llvm::Value* first_offset = b_.CreateExtractElement(offsets, uint64_t{0});
-    llvm::Value* last_offset = b_.CreateExtractElement(offsets, uint64_t{lanes_ - 1});
-    llvm::Value* first_source = b_.CreateExtractElement(sources, uint64_t{0});
-    llvm::Value* last_source = b_.CreateExtractElement(sources, uint64_t{lanes_ - 1});
-    llvm::Value* whole = b_.CreateAndReduce(mask);
-    if (sizes != nullptr) whole = b_.CreateAnd(whole, b_.CreateAndReduce(b_.CreateICmpEQ(sizes, Int(32, width))));
-    whole = b_.CreateAnd(whole,
-                         b_.CreateAndReduce(b_.CreateICmpEQ(offsets, b_.CreateAdd(Splat(first_offset), Steps(width)))));
-    whole = b_.CreateAnd(whole,
-                         b_.CreateAndReduce(b_.CreateICmpEQ(sources, b_.CreateAdd(Splat(first_source), Steps(width)))));
+    // The running lanes: first to last, each between them running (a row's first lanes
+    // only, as when a quarter of a block's threads copy 16 bytes each).
+    llvm::Value* bits = b_.CreateBitCast(mask, b_.getIntNTy(lanes_));
+    // (Lane numbers wrapped into the row, so that no lane running is no poison either.)
+    llvm::Value* lane_bits = b_.getInt64(lanes_ - 1);
+    llvm::Value* first = b_.CreateAnd(
+        b_.CreateZExt(b_.CreateBinaryIntrinsic(llvm::Intrinsic::cttz, bits, b_.getFalse()), i64_), lane_bits);
+    llvm::Value* count = b_.CreateZExt(b_.CreateUnaryIntrinsic(llvm::Intrinsic::ctpop, bits), i64_);
+    llvm::Value* last = b_.CreateAnd(b_.CreateSub(b_.CreateAdd(first, count), b_.getInt64(1)), lane_bits);
+    llvm::Value* whole = b_.CreateICmpNE(bits, b_.getIntN(lanes_, 0));
+    // No lane running between first and last: bits is the count's ones from first.
+    llvm::Value* run = b_.CreateShl(b_.CreateSub(b_.CreateShl(b_.getInt64(1), count), b_.getInt64(1)), first);
+    whole = b_.CreateAnd(whole, b_.CreateICmpEQ(b_.CreateZExt(bits, i64_), run));
+    llvm::Value* first_offset = b_.CreateExtractElement(offsets, first);
+    llvm::Value* last_offset = b_.CreateExtractElement(offsets, last);
+    llvm::Value* first_source = b_.CreateExtractElement(sources, first);
+    llvm::Value* last_source = b_.CreateExtractElement(sources, last);
+    // Lane k's offset and source are the first's + (k - first) x width (running lanes only).
+    llvm::Value* back = b_.CreateMul(first, b_.getInt64(width));
+    llvm::Value* idle = b_.CreateNot(mask);
+    auto consecutive = [&](llvm::Value* lanes, llvm::Value* at_first) {
+      llvm::Value* expected = b_.CreateAdd(Splat(b_.CreateSub(at_first, back)), Steps(width));
+      return b_.CreateAndReduce(b_.CreateOr(idle, b_.CreateICmpEQ(lanes, expected)));
+    };
+    if (sizes != nullptr) {
+      whole = b_.CreateAnd(whole, b_.CreateAndReduce(b_.CreateOr(idle, b_.CreateICmpEQ(sizes, Int(32, width)))));
+    }
+    whole = b_.CreateAnd(whole, consecutive(offsets, first_offset));
+    whole = b_.CreateAnd(whole, consecutive(sources, first_source));
     whole = b_.CreateAnd(
         whole, b_.CreateAnd(b_.CreateICmpULT(first_offset, shared_limit), b_.CreateICmpULT(last_offset, shared_limit)));
     whole = b_.CreateAnd(whole, b_.CreateAnd(b_.CreateICmpULT(b_.CreateSub(first_source, start), limit),
@@ -1239,9 +1259,21 @@ bool Emitter::VectorAsyncCopy(const RawOperand& target, const RawOperand& source
     auto* together = llvm::BasicBlock::Create(ctx_, "copy_whole_lanes", fn_);
     b_.CreateCondBr(whole, together, each, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
     b_.SetInsertPoint(together);
-    b_.CreateMemCpy(b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first_offset), llvm::MaybeAlign(1),
-                    b_.CreateIntToPtr(b_.CreateAdd(first_source, delta), ptr_), llvm::MaybeAlign(1),
-                    uint64_t{width} * lanes_);
+    llvm::Value* to = b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first_offset);
+    llvm::Value* from = b_.CreateIntToPtr(b_.CreateAdd(first_source, delta), ptr_);
+    // A copy of known size per count of lanes: inline moves, where a call (memcpy of the
+    // lanes' bytes) would spill every vector register live across it.
+    auto* all = llvm::BasicBlock::Create(ctx_, "copy_lanes_count", fn_);
+    llvm::SwitchInst* counts = b_.CreateSwitch(count, all, lanes_ - 1);
+    for (uint32_t n = 1; n < lanes_; ++n) {
+      auto* some = llvm::BasicBlock::Create(ctx_, "copy_lanes_count", fn_);
+      counts->addCase(b_.getInt64(n), some);
+      b_.SetInsertPoint(some);
+      b_.CreateMemCpy(to, llvm::MaybeAlign(1), from, llvm::MaybeAlign(1), uint64_t{width} * n);
+      b_.CreateBr(join);
+    }
+    b_.SetInsertPoint(all);
+    b_.CreateMemCpy(to, llvm::MaybeAlign(1), from, llvm::MaybeAlign(1), uint64_t{width} * lanes_);
     b_.CreateBr(join);
   } else {
     b_.CreateBr(each);

@@ -270,8 +270,14 @@ bool Emitter::Dest(const RawOperand& op, llvm::Value* v, Type t, std::string* wh
     return false;
   }
   llvm::AllocaInst* slot = Register(op.name);
-  // Lanes outside the mask keep their value.
-  if (lanes_) bits = b_.CreateSelect(Mask(), bits, b_.CreateLoad(StorageType(op.name), slot));
+  // Lanes outside the mask keep their value; where no lane that does not run needs it
+  // (free_writes_), only those its guard leaves out: no select (and no old value kept live
+  // in a host register) for the temporaries of straight code.
+  if (lanes_ && !free_writes_.count(op.name)) {
+    bits = b_.CreateSelect(Mask(), bits, b_.CreateLoad(StorageType(op.name), slot));
+  } else if (lanes_ && op_guard_ != nullptr) {
+    bits = b_.CreateSelect(op_guard_, bits, b_.CreateLoad(StorageType(op.name), slot));
+  }
   b_.CreateStore(bits, slot);
   // A register shuffles read: its lane's shadow too (emit_warp.cc).
   if (auto it = shadow_index_.find(op.name); it != shadow_index_.end()) {

@@ -139,6 +139,8 @@ class Emitter {
   uint32_t SavedIndex(const std::string& name);
   llvm::Value* SavedOf(uint32_t index);
   llvm::Value* SavedLanesOf(uint32_t index);
+  void FindSkips();
+  void SkipIfNoLane(const RawStatement& s);
   void FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* start);
   llvm::Value* Field(uint64_t offset) { return FieldAt(b_, offset); }
   llvm::Value* FieldAt(llvm::IRBuilder<>& at, uint64_t offset);
@@ -370,13 +372,25 @@ class Emitter {
   // there (a label merges them back as the code passes it).
   uint32_t lanes_ = 0;
   llvm::AllocaInst* mask_slot_ = nullptr;
-  llvm::Value* op_mask_ = nullptr;  // while an instruction runs: its lanes (mask & guard)
+  llvm::Value* op_mask_ = nullptr;   // while an instruction runs: its lanes (mask & guard)
+  llvm::Value* op_guard_ = nullptr;  // ... and its guard (null: none)
+  // Registers no lane that does not run needs (ComputeLiveness): written for every lane
+  // a guard keeps, whether it runs or not.
+  std::set<std::string> free_writes_;
   std::map<std::string, llvm::AllocaInst*> pending_;
   // Loops of vector code: the labels backward branches go to (a block each), and per
   // backward branch the lanes that left its loop there, waiting after it while other lanes
   // of the row loop.
   std::map<std::string, llvm::BasicBlock*> loop_heads_;
   std::map<const RawStatement*, llvm::AllocaInst*> parked_;
+  // Rows with no running lane: per statement of the body, the label a row whose lanes all
+  // branched away or ended jumps to from after it (its index, kSkipToEnd, or kNoSkip:
+  // FindSkips), each label's block, and the code's end.
+  static constexpr int kNoSkip = -2;
+  static constexpr int kSkipToEnd = -1;
+  std::vector<int> skip_to_;
+  std::map<std::string, llvm::BasicBlock*> label_blocks_;
+  llvm::BasicBlock* lanes_end_ = nullptr;
   // Barriers of vector code: per resume point, the lanes that go on after it in this
   // phase (set when the phase starts); the row's lanes that ended or stopped at a barrier
   // in this phase; each barrier's save of the lanes that arrive and restore of the lanes

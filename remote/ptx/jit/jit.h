@@ -37,10 +37,10 @@ class CompiledKernel;
 // When kernels are compiled (environment variable GPUPOOL_PTX_JIT of the process that runs
 // the engine: the agent, gpupool-dataplane-testd):
 //   off     never: every kernel runs on the interpreter;
-//   auto    (default) a kernel the tier can take, once its launches have run kJitAfterThreads
-//           threads on the interpreter, a launch counting as at least kJitLaunchThreads
-//           (a kernel launched a few times on small grids is not worth the compile,
-//           0.02-1 s), on a thread of its own: launches go on on the
+//   auto    (default) a kernel the tier can take, once its launches, the one at hand
+//           included, reach kJitAfterThreads threads, a launch counting as at least
+//           kJitLaunchThreads (a kernel launched a few times on small grids is not worth
+//           the compile, 0.02-1 s), on a thread of its own: launches go on on the
 //           interpreter until the code is ready, so no launch waits for LLVM (nor looks
 //           hung to the agent's watchdog meanwhile);
 //   always  at its first launch, which waits for it (the tests use it to run their kernels

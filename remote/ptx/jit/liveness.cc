@@ -1,5 +1,6 @@
 // Which registers are live after each barrier (emitter.h), so that a thread of compiled
-// code saves and restores only those across it.
+// code saves and restores only those across it, and in vector code, which registers may be
+// written for every lane of a row.
 #include <algorithm>
 
 #include "remote/ptx/jit/emitter.h"
@@ -21,7 +22,8 @@ static bool WritesWholeVector(const std::string& op) {
 
 // Which registers are live after each barrier, so that a thread saves and restores only
 // those (a backward dataflow over the kernel's instructions; a guarded write does not
-// end a register's life, and a destination of st/red is an address, read).
+// end a register's life, and a destination of st/red is an address, read); in vector code,
+// also which registers no waiting lane needs (free_writes_).
 // False (and *why) when the work would exceed the compile's bounds (kMaxLivenessWork,
 // kMaxBarrierSaves): the kernel then runs on the interpreter.
 bool Emitter::ComputeLiveness(std::string* why) {
@@ -115,6 +117,25 @@ bool Emitter::ComputeLiveness(std::string* why) {
         live_in[i] = std::move(live);
         changed = true;
       }
+    }
+  }
+  if (lanes_) {
+    // Vector code: the registers live where a lane that does not run waits to go on (at a
+    // label, after a branch to a loop's head: emit_control.cc). A lane stopped at a barrier
+    // keeps its live registers in its saves, and one that ended none: so a register live at
+    // none of these places may be written for every lane, not only the running ones (Dest).
+    std::vector<bool> waiting_live(ids.size());
+    auto add = [&](size_t at) {
+      if (at >= n) return;
+      for (size_t r = 0; r < waiting_live.size(); ++r) waiting_live[r] = waiting_live[r] || live_in[at][r];
+    };
+    for (const auto& [label, at] : label_at) add(at);
+    for (size_t i = 0; i < n; ++i) {
+      const RawStatement& s = *code[i];
+      if (s.opcode.rfind("bra", 0) == 0 && !s.operands.empty() && loop_heads_.count(s.operands[0].name)) add(i + 1);
+    }
+    for (const auto& [name, r] : ids) {
+      if (!waiting_live[r]) free_writes_.insert(name);
     }
   }
   // A last pass with the fixed point: what is live after each barrier.
