@@ -386,15 +386,18 @@ void Emitter::FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* star
   for (const LaneStop& save : lane_saves_) {
     b_.SetInsertPoint(save.block);
     for (const std::string& name : resume_live_[save.point - 1]) {
-      b_.CreateMaskedStore(LoadRegister64(name), SavedLanesOf(SavedIndex(name)), llvm::Align(8), save.lanes);
+      llvm::Value* value = LoadRegister(name);
+      if (StorageBits(name) == 1) value = b_.CreateZExt(value, Lanes(b_.getInt8Ty()));
+      b_.CreateMaskedStore(value, SavedLanesOf(name), llvm::Align(SavedBytes(name)), save.lanes);
     }
     b_.CreateBr(save.after);
   }
   for (const LaneStop& back : lane_restores_) {
     b_.SetInsertPoint(back.block);
     for (const std::string& name : resume_live_[back.point - 1]) {
-      llvm::Value* saved = b_.CreateAlignedLoad(I64(), SavedLanesOf(SavedIndex(name)), llvm::Align(8));
-      llvm::Value* value = b_.CreateTrunc(saved, StorageType(name));
+      llvm::Type* type = Lanes(b_.getIntNTy(8 * SavedBytes(name)));
+      llvm::Value* value = b_.CreateAlignedLoad(type, SavedLanesOf(name), llvm::Align(SavedBytes(name)));
+      if (StorageBits(name) == 1) value = b_.CreateTrunc(value, StorageType(name));
       b_.CreateStore(b_.CreateSelect(back.lanes, value, LoadRegister(name)), Register(name));
     }
     b_.CreateBr(back.after);
@@ -438,12 +441,30 @@ void Emitter::SkipIfNoLane(const RawStatement& s) {
   b_.SetInsertPoint(on);
 }
 
-// Saved registers of vector code: a row of lanes keeps register `index` of its 8 lanes
-// side by side, at the row's first thread's place (its 8 threads' saved_index_.size()
-// words each together: the same memory as theirs in scalar code's layout).
-llvm::Value* Emitter::SavedLanesOf(uint32_t index) {
-  llvm::Value* base = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(saved_index_.size()));
-  return b_.CreateGEP(i64_, saved_arg_, b_.CreateAdd(base, b_.getInt64(uint64_t{index} * lanes_)));
+// A saved register's bytes per lane in vector code: its width (a predicate's, one).
+uint32_t Emitter::SavedBytes(const std::string& name) { return std::max<uint32_t>(StorageBits(name) / 8, 1); }
+
+// Saved registers of vector code: a row of lanes keeps each register of its lanes side by
+// side, at its width (SavedBytes), in the row's threads' place (theirs in scalar code's
+// layout: saved_index_.size() words each), the widest first, so that each is aligned. At
+// the width, not in 64-bit words: a 16 x 16 block whose barriers save 31 registers, most
+// of them 32-bit, wrote and read 62 KiB at each, more than the host's L1 holds.
+llvm::Value* Emitter::SavedLanesOf(const std::string& name) {
+  SavedIndex(name);  // saved_index_ made (and the row's place sized by it: out->registers)
+  if (lane_saved_at_.empty()) {
+    std::vector<std::pair<uint32_t, std::string>> by_width;
+    for (const auto& [saved, index] : saved_index_) by_width.emplace_back(SavedBytes(saved), saved);
+    std::sort(by_width.begin(), by_width.end(), [](const auto& x, const auto& y) {
+      return x.first != y.first ? x.first > y.first : x.second < y.second;
+    });
+    uint64_t at = 0;
+    for (const auto& [bytes, saved] : by_width) {
+      lane_saved_at_[saved] = at;
+      at += uint64_t{bytes} * lanes_;
+    }
+  }
+  llvm::Value* base = b_.CreateMul(b_.CreateZExt(ThreadIndex(), i64_), b_.getInt64(saved_index_.size() * 8));
+  return b_.CreateGEP(b_.getInt8Ty(), saved_arg_, b_.CreateAdd(base, b_.getInt64(lane_saved_at_.at(name))));
 }
 
 bool Emitter::Refuse(const std::string& why, int line, std::string* refused) {

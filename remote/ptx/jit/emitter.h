@@ -138,7 +138,8 @@ class Emitter {
   llvm::Value* ResumeOf() { return b_.CreateGEP(i32_, resume_arg_, b_.CreateZExt(ThreadIndex(), i64_)); }
   uint32_t SavedIndex(const std::string& name);
   llvm::Value* SavedOf(uint32_t index);
-  llvm::Value* SavedLanesOf(uint32_t index);
+  llvm::Value* SavedLanesOf(const std::string& name);
+  uint32_t SavedBytes(const std::string& name);
   void FindSkips();
   void SkipIfNoLane(const RawStatement& s);
   void FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* start);
@@ -422,6 +423,7 @@ class Emitter {
   llvm::Value* shadow_arg_ = nullptr;
   std::vector<std::vector<std::string>> barrier_live_;  // per instruction: live after a barrier
   size_t instruction_index_ = 0;                        // of the instruction being emitted
+  std::map<std::string, uint64_t> lane_saved_at_;       // vector code: each saved register's place in its row's
   uint64_t steer_work_ = 0;  // AtomicResultSteersItsLoop's steps so far (bounded by kMaxLivenessWork)
   bool steer_over_ = false;  // ... and past the bound
   std::vector<std::vector<std::string>> resume_live_;         // per resume point: what to restore
