@@ -59,7 +59,12 @@ std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLa
   }
   if (dump) {
     llvm::errs() << "jit compiling " << entry.name
-                 << (vector ? " (and vector code)" : " (no vector code: " + no_vector + ")") << "\n";
+                 << (vector ? " (and vector code)" : " (no vector code: " + no_vector + ")");
+    if (compiled->barriers) {
+      llvm::errs() << ", saving " << compiled->registers << " registers at barriers"
+                   << (vector ? " (vector code " + std::to_string(compiled->vector_registers) + ")" : "");
+    }
+    llvm::errs() << "\n";
   }
 
   auto builder = llvm::orc::JITTargetMachineBuilder::detectHost();

@@ -68,7 +68,11 @@ void Emitter::EndLanes(llvm::Value* lanes) {
 // last phase go on from here (restored), joining the running ones as at a label.
 void Emitter::VectorBarrier() {
   const uint32_t point = static_cast<uint32_t>(resume_points_.size() + 1);
-  resume_live_.push_back(barrier_live_.at(instruction_index_));
+  std::vector<std::string> kept;  // the live registers not computed again (rematerialized_)
+  for (const std::string& name : barrier_live_.at(instruction_index_)) {
+    if (!rematerialized_.count(name)) kept.push_back(name);
+  }
+  resume_live_.push_back(std::move(kept));
   llvm::IRBuilder<> at(alloca_point_);
   llvm::AllocaInst* waiting = at.CreateAlloca(Lanes(i1_));
   resume_waiting_.push_back(waiting);

@@ -92,6 +92,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
     // register under its mask: free_writes_ stays empty.)
     std::string why;
     if (!ComputeLiveness(&why) && barriers_ > 0) return Refuse(why, 0, refused);
+    if (lanes_ > 0 && barriers_ > 0) FindRematerialized();
   }
   if (barriers_ > 0) {
     std::string why;
@@ -256,7 +257,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
   if (!b_.GetInsertBlock()->getTerminator()) Exit();
 
   if (barriers_ > 0 && lanes_) {
-    FillLaneBarriers(restore_block, start_block);
+    if (!FillLaneBarriers(restore_block, start_block, refused)) return false;
   } else if (barriers_ > 0) {
     // restore: the registers live after the barrier the thread waits at, as it left
     // them, then on after it.
@@ -293,7 +294,9 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
       at.CreateStore(llvm::Constant::getNullValue(slot->getAllocatedType()), slot);
     }
   }
-  out->registers = static_cast<uint32_t>(saved_index_.size());
+  // Each code's saves in the same memory (run.cc sizes it): the more of the two.
+  out->registers = std::max(out->registers, static_cast<uint32_t>(saved_index_.size()));
+  if (lanes_) out->vector_registers = static_cast<uint32_t>(saved_index_.size());
   out->shared_bytes = shared_size_;
   out->barriers = barriers_ > 0;
   out->warp_level = warp_ops_ > 0;
@@ -356,7 +359,7 @@ bool Emitter::Emit(CompiledKernel* out, std::string* refused) {
 // runs on from the first of them (the others join at theirs, as lanes join at a label);
 // each barrier's saves (the registers live after it, of the lanes that arrived) and
 // restores (of the lanes that go on after it).
-void Emitter::FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* start) {
+bool Emitter::FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* start, std::string* refused) {
   {
     llvm::IRBuilder<> at(start, start->getFirstInsertionPt());
     for (llvm::AllocaInst* waiting : resume_waiting_) at.CreateStore(Int(1, 0), waiting);
@@ -368,6 +371,8 @@ void Emitter::FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* star
   for (auto& [name, slot] : registers_) {
     b_.CreateStore(llvm::Constant::getNullValue(slot->getAllocatedType()), slot);
   }
+  std::string why;
+  if (!Rematerialize(&why)) return Refuse("registers computed again after a barrier: " + why, 0, refused);
   llvm::Value* resume = b_.CreateAlignedLoad(Lanes(i32_), ResumeOf(), llvm::Align(4));
   b_.CreateStore(Int(1, 0), mask_slot_);
   for (auto& [label, slot] : pending_) b_.CreateStore(Int(1, 0), slot);
@@ -402,6 +407,7 @@ void Emitter::FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* star
     }
     b_.CreateBr(back.after);
   }
+  return true;
 }
 
 // Where a row of vector code whose lanes all branched away or ended may go on: from after

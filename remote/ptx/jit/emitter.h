@@ -142,7 +142,9 @@ class Emitter {
   uint32_t SavedBytes(const std::string& name);
   void FindSkips();
   void SkipIfNoLane(const RawStatement& s);
-  void FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* start);
+  void FindRematerialized();
+  bool Rematerialize(std::string* why);
+  bool FillLaneBarriers(llvm::BasicBlock* restore, llvm::BasicBlock* start, std::string* refused);
   llvm::Value* Field(uint64_t offset) { return FieldAt(b_, offset); }
   llvm::Value* FieldAt(llvm::IRBuilder<>& at, uint64_t offset);
   void FlushCount();
@@ -423,7 +425,13 @@ class Emitter {
   llvm::Value* shadow_arg_ = nullptr;
   std::vector<std::vector<std::string>> barrier_live_;  // per instruction: live after a barrier
   size_t instruction_index_ = 0;                        // of the instruction being emitted
-  std::map<std::string, uint64_t> lane_saved_at_;       // vector code: each saved register's place in its row's
+  // Vector code: registers of one unguarded definition made only from constants, the
+  // thread's and block's indices and dimensions, parameters and other such registers (the
+  // same value wherever a lane reads them): not saved at barriers but computed again when a
+  // phase restores the row (their definitions, in order).
+  std::set<std::string> rematerialized_;
+  std::vector<const RawStatement*> remat_code_;
+  std::map<std::string, uint64_t> lane_saved_at_;  // vector code: each saved register's place in its row's
   uint64_t steer_work_ = 0;  // AtomicResultSteersItsLoop's steps so far (bounded by kMaxLivenessWork)
   bool steer_over_ = false;  // ... and past the bound
   std::vector<std::vector<std::string>> resume_live_;         // per resume point: what to restore

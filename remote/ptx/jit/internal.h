@@ -276,9 +276,10 @@ class CompiledKernel {
   // multiple of it; nullptr where the kernel has what vector code does not take.
   jit::CtaFunction cta_vector = nullptr;
   std::vector<jit::MemoryAccess> accesses;
-  uint32_t registers = 0;     // saved at a barrier, per thread
-  uint64_t shared_bytes = 0;  // of the CTA's static .shared variables (the launch adds its dynamic)
-  uint64_t local_bytes = 0;   // of local memory per thread (the decoder's local_size)
+  uint32_t registers = 0;         // saved at a barrier, per thread (the most either code saves)
+  uint32_t vector_registers = 0;  // ... of them, those vector code saves (Rematerialize)
+  uint64_t shared_bytes = 0;      // of the CTA's static .shared variables (the launch adds its dynamic)
+  uint64_t local_bytes = 0;       // of local memory per thread (the decoder's local_size)
   bool barriers = false;
   // Kernels with warp-level operations (warp_level): what stops a thread at each resume
   // point, and how many registers shuffles read (shadowed per lane).

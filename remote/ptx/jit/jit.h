@@ -91,6 +91,9 @@ bool HasVectorCode(const CompiledKernel& kernel);
 bool Yields(const CompiledKernel& kernel);
 // How many registers of a thread its barriers and other stops save (each the live ones).
 uint32_t SavedRegisters(const CompiledKernel& kernel);
+// ... of them, how many vector code saves (it computes again what is the same at every
+// point after its one definition: Emitter::Rematerialize).
+uint32_t VectorSavedRegisters(const CompiledKernel& kernel);
 
 // Whether GPUPOOL_PTX_JIT=auto leaves the launches of `kernel` on the interpreter, its
 // compiled code being slower: kernels with warp-level operations and no loop free of them

@@ -487,6 +487,7 @@ bool HasVectorCode(const CompiledKernel& kernel) { return kernel.cta_vector != n
 bool Yields(const CompiledKernel& kernel) { return kernel.yields; }
 
 uint32_t SavedRegisters(const CompiledKernel& kernel) { return kernel.registers; }
+uint32_t VectorSavedRegisters(const CompiledKernel& kernel) { return kernel.vector_registers; }
 
 bool AutoInterpreted(const CompiledKernel& kernel) { return kernel.auto_interpreted; }
 

@@ -4516,6 +4516,9 @@ TEST_F(JitSmallKernels, ARowEveryLaneReadsIsOneAccessAndItsElementsAreNotSavedAt
   // Saved at a barrier: %f1, %f11, %r3, %r4, %r6, %r8, %rd1, %rd2 and %rd3 (what the
   // round and the end read), not the ld.shared.v4 elements %f3-%f10.
   EXPECT_EQ(SavedRegisters(*Kernel("tile_rows").jit->compiled), 9u);
+  // Vector code saves only the sum %f1 and the round %r4: the others, each defined once from
+  // the thread's indices, the tile's address and the parameters, it computes again.
+  EXPECT_EQ(VectorSavedRegisters(*Kernel("tile_rows").jit->compiled), 2u);
 }
 
 }  // namespace
