@@ -82,7 +82,7 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
   // then 100 more) has its code from the first on, not the second.
   const uint64_t counted = std::max(threads, kJitLaunchThreads);
   if (mode == JitMode::kAuto && slot.threads_run.fetch_add(counted) + counted < kJitAfterThreads) return nullptr;
-  std::lock_guard<std::mutex> lock(slot.mu);
+  std::unique_lock<std::mutex> lock(slot.mu);
   if (!slot.tried) {
     slot.tried = true;
     if (mode == JitMode::kAuto) {
@@ -91,6 +91,12 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
       slot.compiled =
           CompileKernel(*kernel.module, *kernel.source, kernel.shared_layout, kernel.param_size, &slot.refused);
     }
+  }
+  if (mode == JitMode::kAuto && threads >= kJitAfterThreads && slot.compiling) {
+    // A launch that large waits a little for its code (a compile takes 0.02-1 s; the
+    // interpreter took 9 s over the first launch of a 1280 x 1280 tiled multiply of NVIDIA's
+    // samples, 0.7 s compiled), well inside the agent's watchdog's patience.
+    slot.compiled_cv.wait_for(lock, kJitLaunchWaits, [&] { return !slot.compiling; });
   }
   // Compiled code slower than the interpreter (CompiledKernel::auto_interpreted): auto
   // leaves its launches there. So too a plain launch of a kernel that yields (a thread

@@ -453,8 +453,8 @@ uint32_t Emitter::SavedBytes(const std::string& name) { return std::max<uint32_t
 // Saved registers of vector code: a row of lanes keeps each register of its lanes side by
 // side, at its width (SavedBytes), in the row's threads' place (theirs in scalar code's
 // layout: saved_index_.size() words each), the widest first, so that each is aligned. At
-// the width, not in 64-bit words: a 16 x 16 block whose barriers save 31 registers, most
-// of them 32-bit, wrote and read 62 KiB at each, more than the host's L1 holds.
+// the width, not in 64-bit words: a 16 x 16 block whose barriers saved 29 registers, most
+// of them 32-bit, wrote and read 58 KiB at each, more than the host's L1 holds.
 llvm::Value* Emitter::SavedLanesOf(const std::string& name) {
   SavedIndex(name);  // saved_index_ made (and the row's place sized by it: out->registers)
   if (lane_saved_at_.empty()) {

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -41,8 +42,9 @@ class CompiledKernel;
 //           included, reach kJitAfterThreads threads, a launch counting as at least
 //           kJitLaunchThreads (a kernel launched a few times on small grids is not worth
 //           the compile, 0.02-1 s), on a thread of its own: launches go on on the
-//           interpreter until the code is ready, so no launch waits for LLVM (nor looks
-//           hung to the agent's watchdog meanwhile);
+//           interpreter until the code is ready, so that no launch waits for LLVM (nor
+//           looks hung to the agent's watchdog meanwhile) but one of kJitAfterThreads
+//           threads or more, which waits up to kJitLaunchWaits;
 //   always  at its first launch, which waits for it (the tests use it to run their kernels
 //           through the tier).
 // An unknown value counts as auto, and says so once on stderr.
@@ -56,6 +58,9 @@ inline constexpr uint64_t kJitAfterThreads = uint64_t{1} << 20;
 // kernel launched often on one thread is then compiled after 65,536 launches, about where
 // the 0.3 us saved pays for a small kernel's compile (20-50 ms).
 inline constexpr uint64_t kJitLaunchThreads = 16;
+// How long a launch of kJitAfterThreads threads or more waits for its kernel's compile in
+// flight under auto before it runs on the interpreter instead.
+inline constexpr std::chrono::milliseconds kJitLaunchWaits{2000};
 
 // Bounds on the work of one compile (the compile thread is shared by every tenant of the
 // process): a kernel over them runs on the interpreter, and *refused says which.

@@ -175,7 +175,7 @@ bool Emitter::ComputeLiveness(std::string* why) {
 // barrier is the one that definition gives it wherever it runs, and a phase that restores
 // the row computes it again for every lane (Rematerialize; a kernel that reads such a
 // register before its definition has run reads that value instead of 0 then). A 16 x 16
-// tiled multiply's barriers saved 31 registers, 17 of them its indices and pointers.
+// four-stage cp.async multiply's barriers saved 29 registers, 19 of them its indices and pointers.
 void Emitter::FindRematerialized() {
   std::map<std::string, int> writes;
   std::map<std::string, size_t> defined_at;

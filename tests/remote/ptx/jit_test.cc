@@ -466,6 +466,22 @@ TEST_F(Jit, AutoCompilesOnlyKernelsWhoseLaunchesAreWorthIt) {
   EXPECT_EQ(data[5], 7u);
 }
 
+// A launch of 2^20 threads or more starts its kernel's compile and waits for it (up to
+// kJitLaunchWaits) instead of running all of it on the interpreter: NVIDIA's samples
+// launch once to warm up, then time; the first launch ran interpreted for 9 s of a tiled
+// multiply's 80 s. A smaller launch that brings the kernel to 2^20 does not wait (above).
+TEST_F(Jit, ALargeLaunchWaitsForItsCompile) {
+  SetJitMode(JitMode::kAuto);
+  const DecodedKernel& kernel = Kernel("stray");
+  std::vector<uint32_t> data(uint64_t{1} << 20, 0);
+  Memory memory;
+  const uint64_t d = memory.Add(data);
+  ASSERT_EQ(Launch(kernel, {4096, 1, 1}, {256, 1, 1}, Pack(d, uint32_t{0}), memory), 0);
+  EXPECT_TRUE(kernel.jit->tried);
+  EXPECT_EQ(kernel.jit->jit_launches.load(), 1u) << kernel.jit->refused;
+  for (uint64_t k = 0; k < data.size(); ++k) ASSERT_EQ(data[k], 1u) << k;
+}
+
 // The tier takes the decoder's shared-memory layout: a module's .shared variable that the
 // kernel names only as a branch label is no shared memory of the kernel on either tier
 // (the tier once placed it, and ran with more shared memory than the interpreter allowed).
