@@ -60,6 +60,42 @@ __global__ void matmul_cp_async(const float* a, const float* b, float* c, int n)
   if (row < n && col < n) c[row * n + col] = sum;
 }
 
+// 16 bytes from global to shared memory by cp.async (cp.async.cg: the whole 16 bytes).
+__device__ __forceinline__ void CopyAsync16(float* to, const float* from) {
+  unsigned shared = static_cast<unsigned>(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(shared), "l"(from));
+}
+
+// The shape of NVIDIA's async-copy sample's default kernel: a four-stage pipeline of
+// float4 copies by a quarter of each 16 x 16 block's threads (x < 4), the products of a
+// tile once its group arrived, stages reused after the barrier that ends each tile's
+// products; n a multiple of kTile.
+__global__ void matmul_pipeline4(const float* a, const float* b, float* c, int n) {
+  constexpr int kStages = 4;
+  __shared__ alignas(16) float sa[kStages][kTile][kTile];
+  __shared__ alignas(16) float sb[kStages][kTile][kTile];
+  const int tx = threadIdx.x, ty = threadIdx.y, x4 = tx * 4;
+  const int row = blockIdx.y * kTile + ty, col = blockIdx.x * kTile + tx;
+  const int tiles = n / kTile;
+  float sum = 0;
+  for (int t = 0; t < tiles + kStages - 1; ++t) {
+    if (t < tiles && x4 < kTile) {
+      const int s = t % kStages;
+      CopyAsync16(&sa[s][ty][x4], &a[row * n + t * kTile + x4]);
+      CopyAsync16(&sb[s][ty][x4], &b[(t * kTile + ty) * n + blockIdx.x * kTile + x4]);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+    if (t < kStages - 1) continue;
+    asm volatile("cp.async.wait_group 3;\n" ::);
+    __syncthreads();
+    const int s = (t - (kStages - 1)) % kStages;
+#pragma unroll
+    for (int k = 0; k < kTile; ++k) sum += sa[s][ty][k] * sb[s][k][tx];
+    __syncthreads();
+  }
+  c[row * n + col] = sum;
+}
+
 // matmul_tiled as samples write it for wider tiles: 32 x 32 tiles of float4 (each thread 4
 // columns of a row, blocks of 8 x 32) in dynamic shared memory (extern __shared__, the
 // launch's 2 * 32 * 32 floats), float4 loads and stores (ld/st .v4); n a multiple of 32.

@@ -267,6 +267,27 @@ void BM_MatmulCpAsync_Native(benchmark::State& state) {
   state.SetLabel("n=" + std::to_string(n));
 }
 
+// matmul_pipeline4 (NVIDIA's async-copy sample's shape: four stages of float4 copies by a
+// quarter of the threads) on the same n x n as matmul_cp_async (its native loop is the
+// same: BM_MatmulCpAsync_Native).
+void BM_MatmulPipeline4_Engine(benchmark::State& state, JitMode mode) {
+  const int n = CpAsyncMatrix();
+  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
+  Memory memory;
+  uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c);
+  auto params = Pack(da, db, dc, n);
+  uint32_t grid[3] = {static_cast<uint32_t>(n / 16), static_cast<uint32_t>(n / 16), 1};
+  uint32_t block[3] = {16, 16, 1};
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, "matmul_pipeline4", grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, "matmul_pipeline4", grid, block, params, memory, &instructions);
+  if (c[0] != n * 0.5f || c[n * n - 1] != n * 0.5f) state.SkipWithError("wrong product");
+  state.SetItemsProcessed(state.iterations() * int64_t{n} * n * n);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+  state.SetLabel("n=" + std::to_string(n));
+}
+
 // matmul_float4_dynamic (float4 tiles in dynamic shared memory) on kMatrix x kMatrix.
 void BM_MatmulFloat4_Engine(benchmark::State& state, JitMode mode) {
   std::vector<float> a(kMatrix * kMatrix, 1.0f), b(kMatrix * kMatrix, 0.5f), c(kMatrix * kMatrix);
@@ -616,6 +637,8 @@ BENCHMARK(BM_Matmul_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_MatmulCpAsync_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_MatmulCpAsync_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MatmulCpAsync_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MatmulPipeline4_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_MatmulPipeline4_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_MatmulFloat4_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_MatmulFloat4_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_MatmulFloat4_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
