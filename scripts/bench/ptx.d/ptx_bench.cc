@@ -231,7 +231,8 @@ int CpAsyncMatrix() {
   return n != nullptr && std::atoi(n) > 0 ? std::atoi(n) : kMatrix;
 }
 
-void BM_MatmulCpAsync_Engine(benchmark::State& state, JitMode mode) {
+// `kernel` (matmul_cp_async or matmul_pipeline4: 16 x 16 blocks, C = A * B) on n x n.
+void TiledMultiply(benchmark::State& state, JitMode mode, const char* kernel) {
   const int n = CpAsyncMatrix();
   std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
   Memory memory;
@@ -241,13 +242,15 @@ void BM_MatmulCpAsync_Engine(benchmark::State& state, JitMode mode) {
   uint32_t block[3] = {16, 16, 1};
   uint64_t instructions = 0;
   gpupool::sim::SetJitMode(mode);
-  Launch(state, "matmul_cp_async", grid, block, params, memory, nullptr);  // compiles it (_Jit)
-  for (auto _ : state) Launch(state, "matmul_cp_async", grid, block, params, memory, &instructions);
+  Launch(state, kernel, grid, block, params, memory, nullptr);  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, kernel, grid, block, params, memory, &instructions);
   if (c[0] != n * 0.5f || c[n * n - 1] != n * 0.5f) state.SkipWithError("wrong product");
   state.SetItemsProcessed(state.iterations() * int64_t{n} * n * n);
   state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
   state.SetLabel("n=" + std::to_string(n));
 }
+
+void BM_MatmulCpAsync_Engine(benchmark::State& state, JitMode mode) { TiledMultiply(state, mode, "matmul_cp_async"); }
 
 void BM_MatmulCpAsync_Native(benchmark::State& state) {
   const int n = CpAsyncMatrix();
@@ -268,24 +271,10 @@ void BM_MatmulCpAsync_Native(benchmark::State& state) {
 }
 
 // matmul_pipeline4 (NVIDIA's async-copy sample's shape: four stages of float4 copies by a
-// quarter of the threads) on the same n x n as matmul_cp_async (its native loop is the
-// same: BM_MatmulCpAsync_Native).
+// quarter of the threads; n a multiple of 16) on the same n x n as matmul_cp_async (its
+// native loop is the same: BM_MatmulCpAsync_Native).
 void BM_MatmulPipeline4_Engine(benchmark::State& state, JitMode mode) {
-  const int n = CpAsyncMatrix();
-  std::vector<float> a(n * n, 1.0f), b(n * n, 0.5f), c(n * n);
-  Memory memory;
-  uint64_t da = memory.Add(a), db = memory.Add(b), dc = memory.Add(c);
-  auto params = Pack(da, db, dc, n);
-  uint32_t grid[3] = {static_cast<uint32_t>(n / 16), static_cast<uint32_t>(n / 16), 1};
-  uint32_t block[3] = {16, 16, 1};
-  uint64_t instructions = 0;
-  gpupool::sim::SetJitMode(mode);
-  Launch(state, "matmul_pipeline4", grid, block, params, memory, nullptr);  // compiles it (_Jit)
-  for (auto _ : state) Launch(state, "matmul_pipeline4", grid, block, params, memory, &instructions);
-  if (c[0] != n * 0.5f || c[n * n - 1] != n * 0.5f) state.SkipWithError("wrong product");
-  state.SetItemsProcessed(state.iterations() * int64_t{n} * n * n);
-  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
-  state.SetLabel("n=" + std::to_string(n));
+  TiledMultiply(state, mode, "matmul_pipeline4");
 }
 
 // matmul_float4_dynamic (float4 tiles in dynamic shared memory) on kMatrix x kMatrix.
