@@ -81,7 +81,10 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
   // compile, so that a kernel of a few large launches (NVIDIA's samples: a warm-up launch,
   // then 100 more) has its code from the first on, not the second.
   const uint64_t counted = std::max(threads, kJitLaunchThreads);
-  if (mode == JitMode::kAuto && slot.threads_run.fetch_add(counted) + counted < kJitAfterThreads) return nullptr;
+  if (mode == JitMode::kAuto) {
+    const uint64_t before = slot.threads_run.fetch_add(counted);
+    if (before < kJitAfterThreads && counted < kJitAfterThreads - before) return nullptr;  // (no sum to wrap)
+  }
   std::unique_lock<std::mutex> lock(slot.mu);
   if (!slot.tried) {
     slot.tried = true;
