@@ -97,8 +97,8 @@ static const CompiledKernel* CompiledFor(const DecodedKernel& kernel, const Laun
   }
   if (mode == JitMode::kAuto && threads >= kJitAfterThreads && slot.compiling) {
     // A launch that large waits a little for its code (a compile takes 0.02-1 s; the
-    // interpreter took 9 s over the first launch of a 1280 x 1280 tiled multiply of NVIDIA's
-    // samples, 0.7 s compiled), well inside the agent's watchdog's patience.
+    // interpreter took 9 s over the first launch of a 1280 x 1280 tiled multiply shaped as
+    // NVIDIA's async-copy sample, 0.7 s compiled), well inside the agent's watchdog's patience.
     slot.compiled_cv.wait_for(lock, kJitLaunchWaits, [&] { return !slot.compiling; });
   }
   // Compiled code slower than the interpreter (CompiledKernel::auto_interpreted): auto
