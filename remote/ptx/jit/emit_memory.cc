@@ -394,9 +394,9 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
   llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
   llvm::Value* first = b_.CreateExtractElement(split.addresses, uint64_t{0});
   llvm::Value* last = b_.CreateExtractElement(split.addresses, uint64_t{lanes_ - 1});
-  llvm::Value* consecutive =
-      split.uniform ? static_cast<llvm::Value*>(b_.getTrue())
-                    : b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
+  // Adding the offset keeps the lanes' differences: the register's own lanes are compared,
+  // once for every access through it (LLVM merges the comparisons).
+  llvm::Value* consecutive = split.uniform ? static_cast<llvm::Value*>(b_.getTrue()) : LanesConsecutive(base, bytes);
   split.mask = Mask();
   llvm::Value* all = b_.CreateAndReduce(split.mask);
   llvm::Value* fast =
@@ -448,9 +448,9 @@ Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_
   llvm::Value* offsets = b_.CreateAnd(split.addresses, Int(64, 0xffffffffffffull));
   llvm::Value* first = b_.CreateExtractElement(offsets, uint64_t{0});
   llvm::Value* last = b_.CreateExtractElement(offsets, uint64_t{lanes_ - 1});
-  llvm::Value* consecutive =
-      split.uniform ? static_cast<llvm::Value*>(b_.getTrue())
-                    : b_.CreateAndReduce(b_.CreateICmpEQ(offsets, b_.CreateAdd(Splat(first), Steps(bytes))));
+  // The register's lanes compared (as SplitLanes): with the first offset below the shared
+  // bytes (below 2^32), the 48-bit offsets of consecutive addresses do not wrap either.
+  llvm::Value* consecutive = split.uniform ? static_cast<llvm::Value*>(b_.getTrue()) : LanesConsecutive(base, bytes);
   split.mask = Mask();
   llvm::Value* all = b_.CreateAndReduce(split.mask);
   llvm::Value* fast = b_.CreateAnd(b_.CreateAnd(consecutive, all),
@@ -476,6 +476,12 @@ Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_
   b_.SetInsertPoint(whole);
   split.host = b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first);
   return split;
+}
+
+// Whether lane k of `addresses` (64-bit) is lane 0's + k x `bytes`, in every lane.
+llvm::Value* Emitter::LanesConsecutive(llvm::Value* addresses, uint64_t bytes) {
+  llvm::Value* first = b_.CreateExtractElement(addresses, uint64_t{0});
+  return b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
 }
 
 // The host address of lane `lane`'s access at `address` (one lane of `split`), checked as

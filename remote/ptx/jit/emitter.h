@@ -199,6 +199,7 @@ class Emitter {
   llvm::Value* Int(uint32_t bits, uint64_t value) { return Splat(b_.getIntN(bits, value)); }
   llvm::Type* ScalarType(Type t);
   llvm::Value* Steps(uint64_t step);
+  llvm::Value* LanesConsecutive(llvm::Value* addresses, uint64_t bytes);
   llvm::Value* LaneNumbers();
   // The lanes an instruction of vector code runs on.
   llvm::Value* Mask() { return op_mask_ ? op_mask_ : b_.CreateLoad(Lanes(i1_), mask_slot_); }

@@ -18,6 +18,7 @@
 #include "remote/ptx/texture.h"
 #include "remote/ptx/jit/internal.h"
 #include "remote/ptx/jit/jit.h"
+#include "remote/ptx/jit/line_vector.h"
 #include "remote/ptx/launch.h"
 #include "remote/ptx/matrix_ops.h"
 #include "remote/ptx/memory.h"
@@ -499,12 +500,12 @@ namespace {
 // its threads' resume points, saved registers, local memory, warp slots and shadows.
 struct ResidentCta {
   uint64_t cta = 0;
-  std::vector<uint8_t> shared;
-  std::vector<uint8_t> local;
-  std::vector<int32_t> resume;
-  std::vector<uint64_t> saved;
-  std::vector<uint64_t> slots;
-  std::vector<uint64_t> shadow;
+  jit::LineVector<uint8_t> shared;
+  jit::LineVector<uint8_t> local;
+  jit::LineVector<int32_t> resume;
+  jit::LineVector<uint64_t> saved;
+  jit::LineVector<uint64_t> slots;
+  jit::LineVector<uint64_t> shadow;
 };
 
 // A worker of a kernel whose CTAs may yield holds this many of a plain launch at once (of a
@@ -543,12 +544,12 @@ int32_t RunCompiled(const CompiledKernel& kernel, const LaunchSpec& spec, uint32
   struct alignas(64) Worker {
     Context context;
     std::vector<Hint> hints;
-    std::vector<uint8_t> shared;
-    std::vector<uint8_t> local;
-    std::vector<int32_t> resume;
-    std::vector<uint64_t> saved;
-    std::vector<uint64_t> slots;         // warp-level operations' (warp_slots per thread)
-    std::vector<uint64_t> shadow;        // the shuffled registers' (per lane of the CTA's warps)
+    jit::LineVector<uint8_t> shared;
+    jit::LineVector<uint8_t> local;
+    jit::LineVector<int32_t> resume;
+    jit::LineVector<uint64_t> saved;
+    jit::LineVector<uint64_t> slots;     // warp-level operations' (warp_slots per thread)
+    jit::LineVector<uint64_t> shadow;    // the shuffled registers' (per lane of the CTA's warps)
     std::atomic<uint64_t> unwatched{0};  // progress of a launch nobody watches
     int32_t error = 0;
     uint64_t failed_cta = 0;

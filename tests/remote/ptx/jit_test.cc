@@ -23,6 +23,7 @@
 
 #include "remote/ptx/front/program.h"
 #include "remote/ptx/jit/jit.h"
+#include "remote/ptx/jit/line_vector.h"
 #include "remote/protocol/sim_texture.h"
 #include "remote/ptx/ptx_engine.h"
 #include "tests/remote/ptx/jit_fixture.h"
@@ -210,6 +211,28 @@ TEST_P(JitBitForBit, CompiledKernelGivesTheInterpretersResultsBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ScalarAndVector, JitBitForBit, ::testing::Values("mix", "mix_once"));
+
+// The CTA state compiled code works on (shared memory, saved registers, resume points) starts
+// at a cache line whatever malloc's heap held before it (line_vector.h: a row's 32-byte
+// saves split across two lines made launches 40% slower as allocations fell).
+TEST(JitState, CtaStateStartsAtACacheLine) {
+  std::vector<std::unique_ptr<char[]>> heap;  // odd-sized blocks between the vectors
+  std::vector<jit::LineVector<uint8_t>> bytes;
+  std::vector<jit::LineVector<int32_t>> points;
+  std::vector<jit::LineVector<uint64_t>> words;
+  for (size_t size : {1u, 17u, 48u, 1000u, 8192u, 59392u}) {
+    heap.push_back(std::make_unique<char[]>(size % 97 + 1));
+    bytes.emplace_back().assign(size, 0);
+    heap.push_back(std::make_unique<char[]>(size % 31 + 3));
+    points.emplace_back().assign(size, 0);
+    words.emplace_back().assign(size, 0);
+    words.back().assign(size * 2 + 1, 7);  // a reallocation keeps the alignment
+  }
+  for (const auto& v : bytes) EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % 64, 0u) << v.size();
+  for (const auto& v : points) EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % 64, 0u) << v.size();
+  for (const auto& v : words) EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % 64, 0u) << v.size();
+  EXPECT_EQ(words.back()[words.back().size() - 1], 7u);
+}
 
 TEST_F(Jit, ThreadsAndBlocksOfThreeDimensions) {
   SetJitMode(JitMode::kAlways);
