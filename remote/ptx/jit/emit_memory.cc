@@ -392,10 +392,12 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
   llvm::Value* start = b_.CreateLoad(i64_, slots[0]);
   llvm::Value* limit = b_.CreateLoad(i64_, slots[1]);
   llvm::Value* delta = b_.CreateLoad(i64_, slots[2]);
-  llvm::Value* first = b_.CreateExtractElement(split.addresses, uint64_t{0});
-  llvm::Value* last = b_.CreateExtractElement(split.addresses, uint64_t{lanes_ - 1});
   // Adding the offset keeps the lanes' differences: the register's own lanes are compared,
-  // once for every access through it (LLVM merges the comparisons).
+  // once for every access through it (LLVM merges the comparisons), and where they are
+  // consecutive the last lane's address is the first's + 7 x bytes (one address for all
+  // where it is a variable's): no lane but the first is taken out of the vector.
+  llvm::Value* first = b_.CreateAdd(b_.CreateExtractElement(base, uint64_t{0}), b_.getInt64(address.bits));
+  llvm::Value* last = split.uniform ? first : b_.CreateAdd(first, b_.getInt64(uint64_t{bytes} * (lanes_ - 1)));
   llvm::Value* consecutive = split.uniform ? static_cast<llvm::Value*>(b_.getTrue()) : LanesConsecutive(base, bytes);
   split.mask = Mask();
   llvm::Value* all = b_.CreateAndReduce(split.mask);
@@ -446,10 +448,12 @@ Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_
       b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(bytes)),
                       b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(bytes)), b_.getInt64(1)), b_.getInt64(0));
   llvm::Value* offsets = b_.CreateAnd(split.addresses, Int(64, 0xffffffffffffull));
-  llvm::Value* first = b_.CreateExtractElement(offsets, uint64_t{0});
-  llvm::Value* last = b_.CreateExtractElement(offsets, uint64_t{lanes_ - 1});
+  llvm::Value* first = b_.CreateAnd(b_.CreateAdd(b_.CreateExtractElement(base, uint64_t{0}), b_.getInt64(address.bits)),
+                                    b_.getInt64(0xffffffffffffull));
   // The register's lanes compared (as SplitLanes): with the first offset below the shared
-  // bytes (below 2^32), the 48-bit offsets of consecutive addresses do not wrap either.
+  // bytes (below 2^32), the 48-bit offsets of consecutive addresses do not wrap either, so
+  // the last lane's is the first's + 7 x bytes.
+  llvm::Value* last = split.uniform ? first : b_.CreateAdd(first, b_.getInt64(uint64_t{bytes} * (lanes_ - 1)));
   llvm::Value* consecutive = split.uniform ? static_cast<llvm::Value*>(b_.getTrue()) : LanesConsecutive(base, bytes);
   split.mask = Mask();
   llvm::Value* all = b_.CreateAndReduce(split.mask);

@@ -24,9 +24,9 @@ struct LineAllocator {
   LineAllocator(const LineAllocator<U>&) {}
   T* allocate(size_t n) {
     if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{kCacheLine}));
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{kCacheLine}));
   }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t{kCacheLine}); }
+  void deallocate(T* p, size_t) { ::operator delete (p, std::align_val_t{kCacheLine}); }
   friend bool operator==(const LineAllocator&, const LineAllocator&) { return true; }
 };
 
