@@ -417,7 +417,7 @@ Emitter::LanesSplit Emitter::SplitLanes(const RawOperand& address, uint32_t byte
   b_.CreateCondBr(fast, whole, otherwise, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
   if (split.broadcast != nullptr) {
     b_.SetInsertPoint(otherwise);
-    llvm::Value* same = b_.CreateAnd(b_.CreateAndReduce(b_.CreateICmpEQ(split.addresses, Splat(first))), all);
+    llvm::Value* same = b_.CreateAnd(LanesConsecutive(base, 0), all);  // (the register's lanes, once)
     b_.CreateCondBr(b_.CreateAnd(same, b_.CreateICmpULT(b_.CreateSub(first, start), limit)), split.broadcast,
                     split.each);
     b_.SetInsertPoint(split.broadcast);
@@ -447,7 +447,6 @@ Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_
   llvm::Value* limit =
       b_.CreateSelect(b_.CreateICmpUGE(shared_bytes_, b_.getInt64(bytes)),
                       b_.CreateAdd(b_.CreateSub(shared_bytes_, b_.getInt64(bytes)), b_.getInt64(1)), b_.getInt64(0));
-  llvm::Value* offsets = b_.CreateAnd(split.addresses, Int(64, 0xffffffffffffull));
   llvm::Value* first = b_.CreateAnd(b_.CreateAdd(b_.CreateExtractElement(base, uint64_t{0}), b_.getInt64(address.bits)),
                                     b_.getInt64(0xffffffffffffull));
   // The register's lanes compared (as SplitLanes): with the first offset below the shared
@@ -472,7 +471,7 @@ Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_
   b_.CreateCondBr(fast, whole, otherwise, llvm::MDBuilder(ctx_).createBranchWeights(1000, 1));
   if (split.broadcast != nullptr) {
     b_.SetInsertPoint(otherwise);
-    llvm::Value* same = b_.CreateAnd(b_.CreateAndReduce(b_.CreateICmpEQ(offsets, Splat(first))), all);
+    llvm::Value* same = b_.CreateAnd(LanesConsecutive(base, 0), all);  // (the register's lanes, once)
     b_.CreateCondBr(b_.CreateAnd(same, b_.CreateICmpULT(first, limit)), split.broadcast, split.each);
     b_.SetInsertPoint(split.broadcast);
     split.broadcast_host = b_.CreateGEP(b_.getInt8Ty(), shared_arg_, first);
@@ -482,7 +481,10 @@ Emitter::LanesSplit Emitter::SplitSharedLanes(const RawOperand& address, uint32_
   return split;
 }
 
-// Whether lane k of `addresses` (64-bit) is lane 0's + k x `bytes`, in every lane.
+// Whether lane k of `addresses` (64-bit) is lane 0's + k x `bytes`, in every lane (with
+// `bytes` 0: whether all lanes hold one address). Asked of a register's lanes before an
+// instruction's offset is added, which keeps both, so that every access through the
+// register shares one comparison.
 llvm::Value* Emitter::LanesConsecutive(llvm::Value* addresses, uint64_t bytes) {
   llvm::Value* first = b_.CreateExtractElement(addresses, uint64_t{0});
   return b_.CreateAndReduce(b_.CreateICmpEQ(addresses, b_.CreateAdd(Splat(first), Steps(bytes))));
