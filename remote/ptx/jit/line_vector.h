@@ -14,7 +14,7 @@ namespace gpupool::sim::jit {
 // of a row's lanes (a barrier's saves of a register, a row's ld.shared.v4) fell across two
 // lines or not, as each allocation happened to fall: a 1280 x 1280 tiled multiply shaped as
 // NVIDIA's async-copy sample ran its launches in 0.58 s or in 0.80 s from one run (or
-// launch) to the next, and in 0.57 s every time with its state at cache lines.
+// launch) to the next, and in 0.56-0.63 s in every run with its state at cache lines.
 template <typename T>
 struct LineAllocator {
   static constexpr size_t kCacheLine = 64;
