@@ -236,19 +236,18 @@ void Emitter::FindRematerialized() {
         return false;
     }
   };
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (auto it = candidates.begin(); it != candidates.end();) {
-      const RawStatement& s = *definition.at(*it);
-      bool all = true;
-      for (size_t k = 1; k < s.operands.size() && all; ++k) all = invariant(*it, s.operands[k]);
-      if (all) {
-        ++it;
-      } else {
-        it = candidates.erase(it);
-        changed = true;
-      }
-    }
+  // In the order of the definitions: a candidate's register operands are defined before it
+  // (invariant), so each is settled when it is asked; one pass, where passes in the names'
+  // order until nothing changed took one a link of a chain (a crafted kernel's quadratic
+  // work on the compile thread).
+  std::vector<std::pair<size_t, std::string>> in_order;
+  for (const std::string& name : candidates) in_order.emplace_back(defined_at.at(name), name);
+  std::sort(in_order.begin(), in_order.end());
+  for (const auto& [at, name] : in_order) {
+    const RawStatement& s = *definition.at(name);
+    bool all = true;
+    for (size_t k = 1; k < s.operands.size() && all; ++k) all = invariant(name, s.operands[k]);
+    if (!all) candidates.erase(name);
   }
   // Those live after a barrier, and what they are made from, in the code's order.
   std::set<std::string> needed;
