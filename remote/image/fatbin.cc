@@ -202,7 +202,10 @@ Status ParseFatbin(const uint8_t* fatbin, size_t limit, ModuleImage* image) {
   for (const PtxEntry& ptx : image->ptx) {
     auto layouts = ParsePtxSignatures(ptx.text);
     if (!layouts.ok()) continue;  // the sim reports bad PTX when it loads it
-    for (auto& [name, layout] : *layouts) image->kernels.emplace(name, layout);
+    for (auto& [name, layout] : *layouts) {
+      image->kernels.emplace(name, layout);
+      image->ptx_kernels.emplace(name, std::move(layout));
+    }
   }
   return Status::OK();
 }
@@ -228,6 +231,7 @@ Status ParsePtxImage(const uint8_t* p, size_t limit, ModuleImage* image) {
   image->bytes = p;
   image->size = length < limit ? length + 1 : length;
   image->kernels = std::move(*layouts);
+  image->ptx_kernels = image->kernels;
   uint32_t arch = 0;  // from `.target sm_XX[a|f]`, as the fatbin header would say
   if (size_t target = text.find(".target"); target != std::string::npos) {
     size_t sm = text.find("sm_", target);

@@ -91,8 +91,13 @@ struct ModuleImage {
   const void* bytes = nullptr;  // what the server loads (fatbin, cubin or PTX text)
   size_t size = 0;
   std::map<std::string, KernelLayout> kernels;  // by mangled name
-  std::vector<PtxEntry> ptx;                    // the PTX entries (decompressed), or the PTX text itself
-  std::vector<SassTarget> sass;                 // the targets of its SASS (ELF) entries, or the cubin's
+  // The same kernels' layouts as their PTX declares them, where the image holds PTX (a sim
+  // GPU runs the PTX). The SASS's can differ: a parameter aligned to more than 16 bytes (a
+  // __grid_constant__ CUtensorMap, .align 64 or 128) lies where the driver's constant bank
+  // aligns it (at offset 112 on sm_90), in the PTX at the next multiple of its alignment.
+  std::map<std::string, KernelLayout> ptx_kernels;
+  std::vector<PtxEntry> ptx;     // the PTX entries (decompressed), or the PTX text itself
+  std::vector<SassTarget> sass;  // the targets of its SASS (ELF) entries, or the cubin's
   // A fatbin wrapper of version 2 (nvcc -rdc=true: cudart's __cudaRegisterLinkedBinary)
   // also lists the relocatable fatbins of the program's translation units, whose PTX a
   // driver JIT-links when the linked image holds no code for the GPU: their addresses.

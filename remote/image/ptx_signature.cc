@@ -85,14 +85,18 @@ Result<std::map<std::string, KernelLayout>> ParsePtxSignatures(std::string_view 
         std::string_view space = Word(ptx, &at);
         if (space != ".param") return Status::InvalidArgument("PTX: bad parameter of " + name);
         uint32_t align = 0, size = 0;
+        bool pointer = false;  // after .ptr, an .align is the pointee's, not the parameter's
         std::string_view word;
         while (!(word = Word(ptx, &at)).empty() && word[0] == '.') {
           if (word == ".align") {
             at = SkipSpace(ptx, at);
-            align = static_cast<uint32_t>(std::strtoul(ptx.data() + at, nullptr, 10));
+            const auto value = static_cast<uint32_t>(std::strtoul(ptx.data() + at, nullptr, 10));
+            if (!pointer) align = value;
             while (at < ptx.size() && std::isdigit(static_cast<unsigned char>(ptx[at]))) ++at;
-          } else if (word == ".ptr" || word == ".global" || word == ".const" || word == ".shared" || word == ".local") {
-            // .ptr attributes of a pointer parameter
+          } else if (word == ".ptr") {
+            pointer = true;
+          } else if (word == ".global" || word == ".const" || word == ".shared" || word == ".local") {
+            // the state space of a pointer parameter's pointee
           } else if (ScalarSize(word) != 0) {
             size = ScalarSize(word);
           } else if (word == ".texref" || word == ".samplerref" || word == ".surfref") {

@@ -135,6 +135,20 @@ TEST(Fatbin, ReadsParameterLayoutsFromPtx) {
   ASSERT_EQ(image->ptx.size(), 1u);
   EXPECT_EQ(image->ptx[0].arch, 80u);  // from .target
   EXPECT_FALSE(image->has_sass());
+  // A pointer parameter's .align (after .ptr) is its pointee's: the pointer stays at 8, as
+  // the PTX engine reads it (cuRAND's kernels write theirs so); a parameter aligned to 128
+  // bytes (a __grid_constant__ CUtensorMap) starts at a multiple of 128.
+  auto pointers = ParseModuleImage(
+      ".version 8.0\n.target sm_90\n.entry k4(.param .u32 a, .param .u64 .ptr .global .align 4 b,\n"
+      " .param .u32 c, .param .align 128 .b8 map[128], .param .u8 d)\n{ret;}\n");
+  ASSERT_TRUE(pointers.ok()) << pointers.status().message();
+  const KernelLayout& k4 = pointers->kernels["k4"];
+  ASSERT_EQ(k4.params.size(), 5u);
+  EXPECT_EQ(k4.params[1].offset, 8u);
+  EXPECT_EQ(k4.params[2].offset, 16u);
+  EXPECT_EQ(k4.params[3].offset, 128u);
+  EXPECT_EQ(k4.params[4].offset, 256u);
+  EXPECT_EQ(k4.param_size, 257u);
   // A broken declaration is named.
   auto bad = ParseModuleImage(".version 8.0\n.entry k3(.param .u64 a, .param x)\n{ret;}\n");
   ASSERT_FALSE(bad.ok());

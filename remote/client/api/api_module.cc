@@ -80,6 +80,16 @@ CUresult NewModule(const void* image, bool is_library, Module** result) {
     auto reparsed = gpupool::image::ParseModuleImageBytes(module->image.data(), module->image.size());
     if (reparsed.ok()) parsed->ptx = std::move(reparsed->ptx);
   }
+  for (auto& [name, ptx_layout] : parsed->ptx_kernels) {
+    auto driver = parsed->kernels.find(name);
+    if (driver == parsed->kernels.end() || driver->second.params.size() != ptx_layout.params.size()) continue;
+    bool same = driver->second.param_size == ptx_layout.param_size;
+    for (size_t i = 0; same && i < ptx_layout.params.size(); ++i) {
+      same = driver->second.params[i].offset == ptx_layout.params[i].offset &&
+             driver->second.params[i].size == ptx_layout.params[i].size;
+    }
+    if (!same) module->sim_layouts.emplace(name, std::move(ptx_layout));
+  }
   module->kernels = std::move(parsed->kernels);
   for (const auto& ptx : parsed->ptx) module->ptx_archs.push_back(ptx.arch);
   module->sass = std::move(parsed->sass);
@@ -171,6 +181,7 @@ CUresult GetFunction(Module* module, const char* name, Function** result) {
   function->module = module;
   function->name = name;
   function->layout = kernel->second;
+  if (auto sim = module->sim_layouts.find(name); sim != module->sim_layouts.end()) function->sim_layout = sim->second;
   if (auto compiled = module->compiled_clusters.find(name); compiled != module->compiled_clusters.end()) {
     function->compiled_cluster = compiled->second;
   }

@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -141,8 +142,12 @@ struct ManagedPageAdvice {
 struct Module {
   uint32_t magic = kModuleMagic;
   bool is_library = false;
-  std::vector<uint8_t> image;  // our copy of the image bytes
-  std::map<std::string, KernelLayout> kernels;
+  std::vector<uint8_t> image;                   // our copy of the image bytes
+  std::map<std::string, KernelLayout> kernels;  // the driver's layouts (of the SASS, else the PTX)
+  // Where a kernel's PTX lays its parameters out otherwise (image::ModuleImage::
+  // ptx_kernels): that layout, which a sim GPU, running the PTX, reads (ops/launch.cc
+  // repacks the arguments for it).
+  std::map<std::string, KernelLayout> sim_layouts;
   std::vector<uint32_t> ptx_archs;               // targets of the image's PTX entries (0: unknown)
   std::vector<gpupool::image::SassTarget> sass;  // targets of its SASS entries (image::ChooseCode)
   // Its PTX names a thread block cluster (special registers, cluster barriers, another
@@ -170,6 +175,8 @@ struct Function {
   Module* module = nullptr;
   std::string name;
   KernelLayout layout;
+  // The PTX's layout where it differs from `layout` (Module::sim_layouts), else none.
+  std::optional<KernelLayout> sim_layout;
   std::map<int, uint64_t> remote_ids;  // device -> server function id
   // device -> what the compiled kernel needs there, as its agent said (GetFunction's reply)
   std::map<int, dataplane::FunctionResources> resources;

@@ -136,6 +136,28 @@ CUresult PackParams(const Function& function, void** params, void** extra, std::
   return CUDA_SUCCESS;
 }
 
+// Arguments packed in the driver's layout, moved to where the kernel's PTX declares them
+// (Function::sim_layout), for a sim GPU, which runs the PTX. A buffer shorter than the
+// driver's layout (CU_LAUNCH_PARAM_BUFFER_SIZE) is refused, as the driver would read past it.
+CUresult RepackForPtx(const Function& function, std::vector<char>* packed) {
+  const KernelLayout& driver = function.layout;
+  const KernelLayout& ptx = *function.sim_layout;
+  if (packed->size() < driver.param_size) return CUDA_ERROR_INVALID_VALUE;
+  thread_local std::vector<char> moved;
+  moved.assign(ptx.param_size, 0);
+  for (size_t i = 0; i < ptx.params.size(); ++i) {
+    const ParamSlot& from = driver.params[i];
+    const ParamSlot& to = ptx.params[i];
+    const uint32_t size = std::min(from.size, to.size);
+    if (uint64_t{from.offset} + size > packed->size() || uint64_t{to.offset} + size > moved.size()) {
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    std::memcpy(moved.data() + to.offset, packed->data() + from.offset, size);
+  }
+  packed->swap(moved);
+  return CUDA_SUCCESS;
+}
+
 CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned block[3], unsigned shared_mem,
                       CUstream stream, void** params, void** extra, bool cooperative, const unsigned* cluster) {
   Function* function = nullptr;
@@ -172,6 +194,10 @@ CUresult LaunchKernel(CUfunction handle, const unsigned grid[3], const unsigned 
   thread_local std::vector<char> packed;
   if (CUresult status = PackParams(*function, params, extra, &packed); status != CUDA_SUCCESS) {
     return status;
+  }
+  if (Device* d = Runtime::Get().device(device);
+      function->sim_layout.has_value() && d != nullptr && std::strcmp(d->description().executor, "sim") == 0) {
+    if (CUresult status = RepackForPtx(*function, &packed); status != CUDA_SUCCESS) return status;
   }
   if (CUresult status = Runtime::Get().MapPinnedArguments(device, CurrentContext(), packed.data(), packed.size());
       status != CUDA_SUCCESS) {
