@@ -467,6 +467,18 @@ int32_t Session::Dispatch(uint32_t op, std::string_view args, const void* payloa
       if (!Decode(args, &a)) return kCuInvalidValue;
       return ex.DestroySurfaceObject(a.handle);
     }
+    case kOpTensorMap: {
+      TensorMapArgs a;
+      if (!Decode(args, &a)) return kCuInvalidValue;
+      if (a.kind > kTensorMapReplaceAddress ||
+          (a.kind == kTensorMapEncodeTiled && (a.rank < 1 || a.rank > kTensorMapMaxRank))) {
+        return kCuInvalidValue;
+      }
+      uint8_t map[128];
+      const int32_t status = ex.TensorMap(a, map);
+      if (status == kCuSuccess) reply->out.assign(reinterpret_cast<const char*>(map), sizeof(map));
+      return status;
+    }
     default:
       return kCuNotSupported;
   }

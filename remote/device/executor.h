@@ -146,6 +146,13 @@ class Executor {
   virtual int32_t DestroyMipmappedArray(uint64_t /*mipmapped*/) { return dataplane::kCuNotSupported; }
   virtual int32_t CreateSurfaceObject(uint64_t /*array*/, uint64_t* /*handle*/) { return dataplane::kCuNotSupported; }
   virtual int32_t DestroySurfaceObject(uint64_t /*handle*/) { return dataplane::kCuNotSupported; }
+  // A tensor map of the GPU's driver (dataplane::TensorMapArgs, its rank checked by the
+  // session) into `map` (128 bytes); CUDA_ERROR_INVALID_VALUE for an address that is not
+  // inside one of this session's allocations; kCuNotSupported where the library writes its
+  // own maps (the sim).
+  virtual int32_t TensorMap(const dataplane::TensorMapArgs& /*args*/, uint8_t* /*map*/) {
+    return dataplane::kCuNotSupported;
+  }
   // Why the last failing call failed ("" if there is nothing to add), for the agent's log.
   virtual std::string TakeErrorDetail() { return {}; }
 };

@@ -98,6 +98,7 @@ enum Op : uint32_t {
   kOpSurfObjectDestroy,      // TexObjectDestroyArgs
   kOpMipmappedArrayCreate,   // MipmappedArrayCreateArgs
   kOpMipmappedArrayDestroy,  // ArrayDestroyArgs (the mipmapped array's id)
+  kOpTensorMap,              // TensorMapArgs -> the map's 128 bytes
   kOpCount,
 };
 
@@ -413,6 +414,34 @@ inline constexpr uint32_t kArrayCopyArray = 2;
 struct SurfObjectCreateArgs {
   uint64_t array = 0;
 };
+
+// kOpTensorMap: a tensor map (CUtensorMap, for tensor copies: TMA) made by the GPU's driver,
+// for executors whose GPU reads the driver's opaque layout (the cuda executor; on the sim
+// the library writes its own: remote/protocol/sim_tensor_map.h). kTensorMapEncodeTiled:
+// cuTensorMapEncodeTiled of these fields, which the driver checks; kTensorMapReplaceAddress:
+// cuTensorMapReplaceAddress of `map` (one the driver made) to `address`. Any session may ask,
+// over its own memory only: the agent refuses an address that is not inside one of the
+// session's allocations (CUDA_ERROR_INVALID_VALUE). The reply's inline bytes are the map.
+struct TensorMapArgs {
+  uint32_t kind = 0;  // kTensorMapEncodeTiled, kTensorMapReplaceAddress
+  uint32_t data_type = 0;
+  uint32_t rank = 0;  // 1 to 5
+  uint32_t interleave = 0;
+  uint32_t swizzle = 0;
+  uint32_t l2_promotion = 0;
+  uint32_t oob_fill = 0;
+  uint32_t reserved = 0;
+  uint64_t address = 0;
+  uint64_t dims[5] = {};
+  uint64_t strides[4] = {};  // of dimensions 1 to rank-1, bytes
+  uint32_t box[5] = {};
+  uint32_t element_strides[5] = {};
+  uint8_t map[128] = {};  // kTensorMapReplaceAddress
+};
+static_assert(sizeof(TensorMapArgs) == 280, "TensorMapArgs is a wire format");
+inline constexpr uint32_t kTensorMapEncodeTiled = 0;
+inline constexpr uint32_t kTensorMapReplaceAddress = 1;
+inline constexpr uint32_t kTensorMapMaxRank = 5;
 
 struct StreamArgs {
   uint64_t stream;

@@ -413,6 +413,37 @@ TEST_F(DataplaneServerTest, ArrayRequestsAreCheckedAndTheSimMakesNone) {
   EXPECT_EQ(send(kOpTexObjectCreate, &texture, sizeof(texture)), kCuInvalidValue);
 }
 
+// Tensor maps of the GPU's driver (kOpTensorMap): a request of another size, an unknown kind
+// or an encoding of no rank 1 to 5 is refused (INVALID_VALUE) before any executor sees it;
+// the sim, whose maps the library writes itself, makes none (NOT_SUPPORTED).
+TEST_F(DataplaneServerTest, TensorMapRequestsAreCheckedAndTheSimMakesNone) {
+  auto client = Connect();
+  ASSERT_EQ(Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1)).status, kCuSuccess);
+  auto send = [&](const void* args, size_t len) {
+    Reply reply;
+    EXPECT_TRUE(client->Call(Request{kOpTensorMap, args, len, nullptr, 0, nullptr, 0}, &reply).ok());
+    EXPECT_TRUE(reply.status != kCuSuccess || reply.out.size() == 128);
+    return reply.status;
+  };
+  TensorMapArgs map;
+  map.rank = 2;
+  map.address = 4096;
+  EXPECT_EQ(send(&map, sizeof(map)), kCuNotSupported);
+  EXPECT_EQ(send(&map, sizeof(map) - 1), kCuInvalidValue);
+  for (uint32_t rank : {0u, 6u}) {
+    TensorMapArgs bad = map;
+    bad.rank = rank;
+    EXPECT_EQ(send(&bad, sizeof(bad)), kCuInvalidValue) << rank;
+  }
+  TensorMapArgs bad = map;
+  bad.kind = 2;
+  EXPECT_EQ(send(&bad, sizeof(bad)), kCuInvalidValue);
+  bad = map;
+  bad.kind = kTensorMapReplaceAddress;  // no rank needed
+  bad.rank = 0;
+  EXPECT_EQ(send(&bad, sizeof(bad)), kCuNotSupported);
+}
+
 TEST_F(DataplaneServerTest, DescribesTheGpuAndFreesMemoryWhenTheClientGoes) {
   auto client = Connect();
   Reply reply = Hello(client.get(), "L7", "secret", testing::TestGpuUuid(1));

@@ -581,6 +581,29 @@ CUresult cuTexObjectDestroy(uint64_t handle) {
   std::lock_guard<std::mutex> lock(mu);
   return texture_objects.erase(handle) == 1 ? kSuccess : kInvalidValue;
 }
+// Tensor maps: the stand-in's layout, which a test reads back through the library: "FAKETMAP",
+// the global address, then the rank, the data type and the swizzle (uint32_t each), then
+// the dimensions (uint64_t each, as many as the rank). A rank past 5, an address that is
+// no multiple of 16 or a map not its own answer CUDA_ERROR_INVALID_VALUE, as the driver's.
+CUresult cuTensorMapEncodeTiled(unsigned char* map, int type, uint32_t rank, void* address, const uint64_t* dims,
+                                const uint64_t* /*strides*/, const uint32_t* /*box*/, const uint32_t* /*steps*/,
+                                int /*interleave*/, int swizzle, int /*l2*/, int /*fill*/) {
+  const uint64_t at = reinterpret_cast<uintptr_t>(address);
+  if (map == nullptr || dims == nullptr || rank < 1 || rank > 5 || at % 16 != 0) return kInvalidValue;
+  std::memset(map, 0, 128);
+  std::memcpy(map, "FAKETMAP", 8);
+  std::memcpy(map + 8, &at, 8);
+  const uint32_t fields[3] = {rank, static_cast<uint32_t>(type), static_cast<uint32_t>(swizzle)};
+  std::memcpy(map + 16, fields, sizeof(fields));
+  std::memcpy(map + 32, dims, rank * sizeof(uint64_t));
+  return kSuccess;
+}
+CUresult cuTensorMapReplaceAddress(unsigned char* map, void* address) {
+  const uint64_t at = reinterpret_cast<uintptr_t>(address);
+  if (map == nullptr || std::memcmp(map, "FAKETMAP", 8) != 0 || at % 16 != 0) return kInvalidValue;
+  std::memcpy(map + 8, &at, 8);
+  return kSuccess;
+}
 // CUDA arrays: a descriptor (CUDA_ARRAY3D_DESCRIPTOR: Width, Height, Depth as size_t, then
 // Format, NumChannels, Flags) and the texels in host memory, rows packed; a CUarray is the
 // record's address. Live arrays: fake_cuda_textures(4).

@@ -226,6 +226,9 @@ const Implementation kImplementations[] = {
     IMPL("cuSurfObjectCreate", 5000, cuSurfObjectCreate),
     IMPL("cuSurfObjectDestroy", 5000, cuSurfObjectDestroy),
     IMPL("cuSurfObjectGetResourceDesc", 5000, cuSurfObjectGetResourceDesc),
+    // Tensor maps (api/api_tensor_map.cc)
+    IMPL("cuTensorMapEncodeTiled", 12000, cuTensorMapEncodeTiled),
+    IMPL("cuTensorMapReplaceAddress", 12000, cuTensorMapReplaceAddress),
     IMPL("cuMemsetD2D8", 3020, cuMemsetD2D8_v2),
     IMPL("cuMemsetD2D16", 3020, cuMemsetD2D16_v2),
     IMPL("cuMemsetD2D32", 3020, cuMemsetD2D32_v2),

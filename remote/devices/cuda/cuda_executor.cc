@@ -72,6 +72,8 @@ struct CudaDriver {
   decltype(&::cuMemcpy3DAsync) memcpy3d = nullptr;
   decltype(&::cuSurfObjectCreate) surf_create = nullptr;
   decltype(&::cuSurfObjectDestroy) surf_destroy = nullptr;
+  decltype(&::cuTensorMapEncodeTiled) tensor_map_encode = nullptr;  // optional: tensor maps (TMA)
+  decltype(&::cuTensorMapReplaceAddress) tensor_map_replace = nullptr;
   decltype(&::cuMipmappedArrayCreate) mipmapped_create = nullptr;  // optional: mipmapped arrays
   decltype(&::cuMipmappedArrayGetLevel) mipmapped_level = nullptr;
   decltype(&::cuMipmappedArrayDestroy) mipmapped_destroy = nullptr;
@@ -158,6 +160,8 @@ Result<const CudaDriver*> LoadDriver() {
     Resolve(library, "cuArrayDestroy", &d->array_destroy);
     Resolve(library, "cuMemcpy3DAsync_v2", &d->memcpy3d);
     Resolve(library, "cuSurfObjectCreate", &d->surf_create);
+    Resolve(library, "cuTensorMapEncodeTiled", &d->tensor_map_encode);
+    Resolve(library, "cuTensorMapReplaceAddress", &d->tensor_map_replace);
     Resolve(library, "cuSurfObjectDestroy", &d->surf_destroy);
     Resolve(library, "cuMipmappedArrayCreate", &d->mipmapped_create);
     Resolve(library, "cuMipmappedArrayGetLevel", &d->mipmapped_level);
@@ -191,6 +195,7 @@ std::string FormatUuid(const CUuuid& uuid) {
 }
 
 CUdeviceptr Ptr(uint64_t value) { return static_cast<CUdeviceptr>(value); }
+void* AsPointer(uint64_t value) { return reinterpret_cast<void*>(static_cast<uintptr_t>(value)); }
 
 // Physical memory of AllocateAt: pinned device memory of `device`.
 CUmemAllocationProp DeviceMemory(CUdevice device) {
@@ -1062,6 +1067,36 @@ int32_t CudaExecutor::CopyArray(const dataplane::ArrayCopyArgs& args, const void
     *bulk_len = bytes;
   }
   return status;
+}
+
+// A tensor map of the driver's, over this session's own memory (module variables count, as
+// for copies): the driver checks the rest as for any program.
+int32_t CudaExecutor::TensorMap(const dataplane::TensorMapArgs& args, uint8_t* map) {
+  const bool encode = args.kind == dataplane::kTensorMapEncodeTiled;
+  if (encode ? driver_->tensor_map_encode == nullptr : driver_->tensor_map_replace == nullptr) {
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  if (!Owns(args.address, 1)) {
+    error_detail_ = "a tensor map over memory that is not one of the session's allocations";
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (int32_t status = Enter(); status != CUDA_SUCCESS) return status;
+  alignas(64) CUtensorMap made;
+  CUresult status;
+  if (encode) {
+    status = driver_->tensor_map_encode(
+        &made, static_cast<CUtensorMapDataType>(args.data_type), args.rank, AsPointer(args.address),
+        reinterpret_cast<const cuuint64_t*>(args.dims), reinterpret_cast<const cuuint64_t*>(args.strides),
+        reinterpret_cast<const cuuint32_t*>(args.box), reinterpret_cast<const cuuint32_t*>(args.element_strides),
+        static_cast<CUtensorMapInterleave>(args.interleave), static_cast<CUtensorMapSwizzle>(args.swizzle),
+        static_cast<CUtensorMapL2promotion>(args.l2_promotion), static_cast<CUtensorMapFloatOOBfill>(args.oob_fill));
+  } else {
+    std::memcpy(&made, args.map, sizeof(made));
+    status = driver_->tensor_map_replace(&made, AsPointer(args.address));
+  }
+  if (status != CUDA_SUCCESS) return status;
+  std::memcpy(map, &made, sizeof(made));
+  return CUDA_SUCCESS;
 }
 
 int32_t CudaExecutor::CreateSurfaceObject(uint64_t array, uint64_t* handle) {

@@ -119,6 +119,7 @@ class CudaExecutor : public device::Executor {
   int32_t CopyArray(const dataplane::ArrayCopyArgs& args, const void* payload, const void** bulk,
                     uint64_t* bulk_len) override;
   int32_t CreateSurfaceObject(uint64_t array, uint64_t* handle) override;
+  int32_t TensorMap(const dataplane::TensorMapArgs& args, uint8_t* map) override;
   int32_t DestroySurfaceObject(uint64_t handle) override;
   std::string TakeErrorDetail() override;
 

@@ -400,10 +400,10 @@ Status Decoder::BulkCopy(const Frame& frame, const RawStatement& s, const std::v
   const std::string what = parts.size() > 3 ? parts[3] : "";
   // Bulk async-groups and L2 prefetches: the copies are done when issued.
   if (what == "commit_group" || what == "wait_group" || what == "prefetch") return Append(inst, &HNop);
-  if (what == "tensor" || has("multicast::cluster")) {
-    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (tensor copies, multicast)", s.line,
-                  inst);
+  if (has("multicast::cluster")) {
+    return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (multicast)", s.line, inst);
   }
+  if (what == "tensor") return TensorCopy(frame, s, parts, inst);
   const std::string source = parts.size() > 4 ? parts[4] : "";
   const bool to_shared = what == "shared::cluster" || what == "shared::cta";
   if (to_shared && source == "global") {
@@ -445,6 +445,71 @@ Status Decoder::BulkCopy(const Frame& frame, const RawStatement& s, const std::v
     inst.printf_fmt = static_cast<uint32_t>(static_cast<int32_t>(barrier.offset));
   }
   return Append(inst, &HBulkCopy);
+}
+
+// cp.async.bulk.tensor.Nd.shared::{cluster,cta}.global.tile.mbarrier::complete_tx::bytes
+//     [dst], [map, {x, ...}], [mbar]{, policy}
+// cp.async.bulk.tensor.Nd.global.shared::cta.tile.bulk_group [map, {x, ...}], [src]{, policy}
+// (.tile may be left out; .L2::cache_hint's policy is a hint, not read).
+Status Decoder::TensorCopy(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts,
+                           Inst inst) {
+  auto invalid = [&](const std::string& why) { return BadInstruction(s, why); };
+  auto has = [&](const char* part) { return std::find(parts.begin(), parts.end(), part) != parts.end(); };
+  for (const std::string& part : parts) {
+    if (part.rfind("im2col", 0) == 0 || part.rfind("tile::", 0) == 0 || part.rfind("cta_group", 0) == 0) {
+      return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (." + part + ")", s.line, inst);
+    }
+  }
+  TensorCopyOp op;
+  const std::string dims = parts.size() > 4 ? parts[4] : "";
+  if (dims.size() != 2 || dims[1] != 'd' || dims[0] < '1' || dims[0] > '5') return invalid("expected .1d to .5d");
+  op.rank = static_cast<uint8_t>(dims[0] - '0');
+  const std::string to = parts.size() > 5 ? parts[5] : "";
+  const std::string from = parts.size() > 6 ? parts[6] : "";
+  if ((to == "shared::cluster" || to == "shared::cta") && from == "global") {
+    if (!has("mbarrier::complete_tx::bytes")) return invalid("a load into shared memory completes on an mbarrier");
+  } else if (to == "global" && from == "shared::cta") {
+    if (!has("bulk_group")) return invalid("a store to global memory completes in a bulk async-group");
+    op.store = true;
+  } else {
+    return invalid("expected .shared::cluster.global, .shared::cta.global or .global.shared::cta");
+  }
+  const auto& ops = s.operands;
+  const size_t operands = (op.store ? 2 : 3) + (has("L2::cache_hint") ? 1 : 0);
+  if (ops.size() != operands) return invalid("wrong number of operands");
+  const RawOperand& tensor = ops[op.store ? 0 : 1];
+  if (tensor.kind != RawOperand::kAddress || tensor.items.size() != 1) {
+    return invalid("expected [tensor-map, {coordinates}]");
+  }
+  const RawOperand& coords = tensor.items[0];
+  const std::vector<RawOperand> single = {coords};
+  const std::vector<RawOperand>& items = coords.kind == RawOperand::kVector ? coords.items : single;
+  if (items.size() != op.rank) return invalid("needs " + std::to_string(op.rank) + " coordinates");
+  for (size_t i = 0; i < items.size(); ++i) {
+    auto slot = Source(frame, items[i], kS32, s.line);
+    if (!slot.ok()) return slot.status();
+    op.coords[i] = *slot;
+  }
+  // The map: a generic address (of a __grid_constant__ parameter, constant or global memory).
+  RawOperand map_address = tensor;
+  map_address.items.clear();
+  Inst map = inst;
+  map.space = Space::kGeneric;
+  GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, map_address, &map, s.line));
+  op.map = map.a;
+  op.map_offset = map.offset;
+  inst.space = Space::kShared;
+  GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[op.store ? 1 : 0], &inst, s.line));
+  if (!op.store) {
+    Inst barrier = inst;
+    GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, ops[2], &barrier, s.line));
+    if (barrier.offset < INT32_MIN || barrier.offset > INT32_MAX) return invalid("mbarrier offset too large");
+    inst.e = barrier.a;
+    inst.printf_fmt = static_cast<uint32_t>(static_cast<int32_t>(barrier.offset));
+  }
+  k_->tensor_copies.push_back(op);
+  inst.aux = static_cast<uint32_t>(k_->tensor_copies.size() - 1);
+  return Append(inst, &HTensorCopy);
 }
 
 Status Decoder::StoreAsync(Decoding& d) {

@@ -143,8 +143,13 @@ class Decoder {
   // cp.async.bulk (sm_90, HBulkCopy): global or another block's shared memory to shared
   // memory, completing on an mbarrier's transaction count; shared memory to global in a
   // bulk async-group; commit_group, wait_group and prefetch, which have nothing to wait for
-  // here. Tensor copies (TMA), multicast and cp.reduce.async.bulk are refused.
+  // here. Multicast and cp.reduce.async.bulk are refused.
   Status BulkCopy(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst);
+  // cp.async.bulk.tensor (sm_90, HTensorCopy): tensor copies (TMA) in tile mode, a box of a
+  // tensor map's tensor into shared memory (completing on an mbarrier) or back to global
+  // memory (in a bulk async-group). im2col and gather4 modes, multicast and CTA groups are
+  // refused.
+  Status TensorCopy(const Frame& frame, const RawStatement& s, const std::vector<std::string>& parts, Inst inst);
 
   // mbarrier.{init,arrive,arrive_drop,expect_tx,complete_tx,test_wait,try_wait,inval,
   // pending_count} (HMbarrier) on the cluster's shared memory, with transaction counts.

@@ -39,6 +39,13 @@ void Hoist(DecodedKernel* k) {
       if (slot >= 0) writes[slot] = UINT32_MAX;
     }
   }
+  // So are the tensor copies' maps and coordinates, through k->tensor_copies.
+  for (const TensorCopyOp& op : k->tensor_copies) {
+    if (op.map >= 0) writes[op.map] = UINT32_MAX;
+    for (int32_t slot : op.coords) {
+      if (slot >= 0) writes[slot] = UINT32_MAX;
+    }
+  }
   if (k->carry_slot >= 0) writes[k->carry_slot] = UINT32_MAX;
   std::map<int32_t, uint64_t> constant_value;
   std::vector<bool> invariant(slots, false);

@@ -2,6 +2,7 @@
 // to tf32, cp.async and mbarrier. Private interface: wmma.h and internal.h.
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/wmma.h"
+#include "remote/ptx/tensor_copy.h"
 
 namespace gpupool::sim::interp {
 
@@ -199,6 +200,66 @@ void HBulkCopy(Warp& w, const Inst& in, uint32_t mask) {
       return;
     }
     MbarrierCompleteTx(object, bytes);
+  });
+}
+
+// cp.async.bulk.tensor (DecodedKernel::tensor_copies[aux]): per lane, the tensor map at its
+// generic address (64-byte aligned, 128 bytes, checked by tensor::ParseMap), the box at the
+// coordinates between global memory and the shared memory at a + offset (128-byte aligned);
+// a load then completes the box's bytes on the mbarrier at e + printf_fmt. A map that is
+// not a sim map, or is corrupt, fails the launch (CUDA_ERROR_LAUNCH_FAILED) and names why.
+void HTensorCopy(Warp& w, const Inst& in, uint32_t mask) {
+  const TensorCopyOp& op = w.launch->kernel->tensor_copies[in.aux];
+  const tensor::Memory memory{&w, [](void* context, uint64_t address, uint32_t size) {
+                                return static_cast<Warp*>(context)->Global(address, size);
+                              }};
+  ForLanes(mask, [&](int l) {
+    const uint64_t map_address = w.R(op.map)[l] + static_cast<uint64_t>(op.map_offset);
+    const uint8_t* bytes = map_address % 64 == 0 ? w.Address(Space::kGeneric, map_address, 128, l) : nullptr;
+    if (bytes == nullptr) {
+      w.Fault(map_address, 128, map_address % 64 != 0 ? "misaligned tensor map" : "tensor map");
+      return;
+    }
+    tensor::Map map;
+    std::string why;
+    if (!tensor::ParseMap(bytes, &map, &why) || map.raw.rank != op.rank) {
+      if (w.launch->error != kSuccess) return;
+      char at[24];
+      std::snprintf(at, sizeof(at), "0x%llx", static_cast<unsigned long long>(map_address));
+      w.launch->error = kLaunchFailed;
+      w.launch->detail = "cp.async.bulk.tensor." + std::to_string(op.rank) + "d (PTX line " + std::to_string(in.line) +
+                         ") with the tensor map at " + at + ": " +
+                         (why.empty() ? "tensor map: rank " + std::to_string(map.raw.rank) : why);
+      return;
+    }
+    const uint64_t box = w.R(in.a)[l] + static_cast<uint64_t>(in.offset);
+    if (box % 128 != 0) {
+      w.Fault(box, static_cast<uint32_t>(std::min<uint64_t>(map.box_bytes, UINT32_MAX)),
+              "misaligned cp.async.bulk.tensor");
+      return;
+    }
+    uint8_t* shared =
+        map.box_bytes <= UINT32_MAX ? w.Address(Space::kShared, box, static_cast<uint32_t>(map.box_bytes), l) : nullptr;
+    if (shared == nullptr) {
+      w.Fault(box, static_cast<uint32_t>(std::min<uint64_t>(map.box_bytes, UINT32_MAX)), "cp.async.bulk.tensor box");
+      return;
+    }
+    int32_t coords[5] = {};
+    for (int i = 0; i < op.rank; ++i) coords[i] = static_cast<int32_t>(w.R(op.coords[i])[l]);
+    tensor::Fault fault;
+    const auto direction = op.store ? tensor::Direction::kStore : tensor::Direction::kLoad;
+    if (!tensor::Copy(map, coords, direction, shared, box, memory, &fault)) {
+      w.Fault(fault.address, fault.size, fault.what);
+      return;
+    }
+    if (op.store) return;
+    const uint64_t at = w.R(in.e)[l] + static_cast<uint64_t>(static_cast<int64_t>(static_cast<int32_t>(in.printf_fmt)));
+    uint8_t* object = w.Address(Space::kShared, at, 8, l);
+    if (object == nullptr) {
+      w.Fault(at, 8, "mbarrier");
+      return;
+    }
+    MbarrierCompleteTx(object, static_cast<uint32_t>(map.box_bytes));
   });
 }
 

@@ -51,6 +51,7 @@ void HCvtTf32(Warp& w, const Inst& in, uint32_t mask);
 void HCpAsync(Warp& w, const Inst& in, uint32_t mask);
 void HMbarrier(Warp& w, const Inst& in, uint32_t mask);
 void HBulkCopy(Warp& w, const Inst& in, uint32_t mask);
+void HTensorCopy(Warp& w, const Inst& in, uint32_t mask);
 void HStmatrix(Warp& w, const Inst& in, uint32_t mask);
 void HStoreAsync(Warp& w, const Inst& in, uint32_t mask);
 void HRedAsync(Warp& w, const Inst& in, uint32_t mask);

@@ -166,6 +166,17 @@ struct LaunchableEntry {
   uint32_t target_arch = 0;
 };
 
+// One cp.async.bulk.tensor (HTensorCopy; Inst::aux indexes DecodedKernel::tensor_copies):
+// the tensor map's address operand and the coordinates' slots (Inst::a + offset is the
+// shared memory of the box, Inst::e + printf_fmt the mbarrier of a load).
+struct TensorCopyOp {
+  uint8_t rank = 0;    // 1 to 5: the instruction's .1d to .5d, checked against the map's
+  bool store = false;  // .global.shared::cta (bulk_group), else a load into shared memory
+  int32_t map = -1;    // slot of the map's generic address
+  int64_t map_offset = 0;
+  int32_t coords[5] = {-1, -1, -1, -1, -1};
+};
+
 // Element types of wmma fragments.
 enum class WmmaType : uint8_t { kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32 };
 
@@ -251,7 +262,8 @@ struct DecodedKernel {
   // tex.level's and tex.grad's operand slots (HTexture: Inst::printf_args, 1-based): the
   // level of detail, then the x and y gradients' components (-1: none).
   std::vector<std::array<int32_t, 7>> texture_lods;
-  std::vector<LaunchableEntry> entries;  // set when it calls the device runtime
+  std::vector<TensorCopyOp> tensor_copies;  // HTensorCopy's operands (Inst::aux)
+  std::vector<LaunchableEntry> entries;     // set when it calls the device runtime
   // The entry's parsed PTX (owned by its PtxModule), and its JIT tier (jit/jit.h): compiled
   // once the launches say it is worth it, or refused.
   const RawFunction* source = nullptr;

@@ -264,8 +264,8 @@ TEST_F(Engine, NthSetBit) {
 
 // An arithmetic instruction with a modifier the engine does not implement is refused at
 // its launch (CUDA_ERROR_NOT_SUPPORTED naming it), not run as if the modifier were absent:
-// mad24.hi.sat saturates on a GPU, and ran as plain mad24.hi; a tensor copy (TMA) reads a
-// tensor map the sim does not interpret. The same module's kernels
+// mad24.hi.sat saturates on a GPU, and ran as plain mad24.hi; a tensor copy (TMA) in
+// im2col mode gathers pixels the sim does not lay out. The same module's kernels
 // without such a modifier run (a cluster's barrier in a launch without clusters is the
 // block's own: clusters of one block).
 TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
@@ -276,7 +276,8 @@ TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
   device::LaunchConfig config;
   EXPECT_EQ(executor_.Launch(93, config, &out, sizeof(out)), kCuNotSupported);
   const std::string async_detail = executor_.TakeErrorDetail();
-  EXPECT_NE(async_detail.find("cp.async.bulk.tensor.1d"), std::string::npos) << async_detail;
+  EXPECT_NE(async_detail.find("cp.async.bulk.tensor.3d.shared::cluster.global.im2col"), std::string::npos)
+      << async_detail;
   ASSERT_EQ(executor_.GetFunction(13, 92, "cluster_barrier"), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(executor_.Launch(92, config, &out, sizeof(out)), kCuSuccess) << executor_.TakeErrorDetail();
   EXPECT_EQ(executor_.Launch(94, config, &out, sizeof(out)), kCuNotSupported);
