@@ -78,17 +78,17 @@ inline uint32_t SimTensorSwizzleSpan(uint32_t swizzle) { return swizzle == 0 ? 0
 
 // A tiled tensor map. Dimension 0 is the innermost (contiguous) one.
 struct alignas(64) SimTensorMap {
-  uint32_t magic = 0;  // kSimTensorMapMagic
-  uint8_t rank = 0;    // 1 to kSimTensorMapMaxRank
-  uint8_t type = 0;    // SimTensorType
-  uint8_t swizzle = 0;   // 0 to kSimTensorSwizzleMax; the box's rows are then the span's bytes
-  uint8_t oob_nan = 0;   // 1: out-of-bounds elements of a float type read as NaN, else 0
+  uint32_t magic = 0;                       // kSimTensorMapMagic
+  uint8_t rank = 0;                         // 1 to kSimTensorMapMaxRank
+  uint8_t type = 0;                         // SimTensorType
+  uint8_t swizzle = 0;                      // 0 to kSimTensorSwizzleMax; the box's rows are then the span's bytes
+  uint8_t oob_nan = 0;                      // 1: out-of-bounds elements of a float type read as NaN, else 0
   uint16_t box[kSimTensorMapMaxRank] = {};  // elements traversed per dimension (1 to 256)
   // Traversal steps per dimension (1 to 8; dimension 0's is always 1: TMA has none there).
   uint8_t element_strides[kSimTensorMapMaxRank] = {};
   uint8_t reserved0 = 0;
-  uint64_t address = 0;                           // device address of element (0, ...), 16-aligned
-  uint64_t dims[kSimTensorMapMaxRank] = {};       // elements per dimension (1 to 2^32)
+  uint64_t address = 0;                             // device address of element (0, ...), 16-aligned
+  uint64_t dims[kSimTensorMapMaxRank] = {};         // elements per dimension (1 to 2^32)
   uint64_t strides[kSimTensorMapMaxRank - 1] = {};  // bytes between dimension i+1's elements
   uint64_t reserved1[3] = {};
 };

@@ -31,9 +31,9 @@ namespace gpupool::sim::tensor {
 struct Map {
   dataplane::SimTensorMap raw;
   uint32_t element_bytes = 0;
-  uint32_t row_bytes = 0;                                      // box[0] * element_bytes
-  uint32_t counts[dataplane::kSimTensorMapMaxRank] = {};      // elements per dimension in the box
-  uint64_t box_bytes = 0;                                      // the box in shared memory
+  uint32_t row_bytes = 0;                                 // box[0] * element_bytes
+  uint32_t counts[dataplane::kSimTensorMapMaxRank] = {};  // elements per dimension in the box
+  uint64_t box_bytes = 0;                                 // the box in shared memory
 };
 
 // Checks a tensor map's 128 bytes as the sim's encoder writes them (the driver's rules for

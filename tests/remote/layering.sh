@@ -20,15 +20,15 @@ declare -A allowed=(
   [remote/client]="remote/protocol remote/transport remote/image remote/nvrtc/nvrtc_ptx.h"
   # Inside the PTX engine (docs/architecture.md): one front end both tiers consume, the
   # files both tiers share (launch.h, memory.h, and bits.h, rounding.h, half_float.h,
-  # matrix_ops.h, texture.h, device_heap.h and device_printf.h: compiled code finds bits,
-  # rounds, converts, multiplies matrices, samples, allocates and prints with the
-  # interpreter's own code), and launch.cc above
+  # matrix_ops.h, texture.h, tensor_copy.h, device_heap.h and device_printf.h: compiled code
+  # finds bits, rounds, converts, multiplies matrices, samples, copies tensors, allocates and
+  # prints with the interpreter's own code), and launch.cc above
   # both, choosing the tier.
   [remote/ptx/front]="remote/ptx/ptx_engine.h remote/protocol"
   # ir/ (the decoded kernel, its modes and opcode table) sits on the front end alone.
   [remote/ptx/ir]="remote/ptx/front"
-  [remote/ptx/interp]="remote/ptx/ir remote/ptx/front remote/ptx/launch.h remote/ptx/memory.h remote/ptx/bits.h remote/ptx/rounding.h remote/ptx/min_max.h remote/ptx/half_float.h remote/ptx/matrix_ops.h remote/ptx/device_heap.h remote/ptx/device_printf.h remote/ptx/texture.h remote/ptx/ptx_engine.h remote/protocol"
-  [remote/ptx/jit]="remote/ptx/front remote/ptx/ir remote/ptx/launch.h remote/ptx/memory.h remote/ptx/bits.h remote/ptx/rounding.h remote/ptx/min_max.h remote/ptx/half_float.h remote/ptx/matrix_ops.h remote/ptx/device_heap.h remote/ptx/device_printf.h remote/ptx/texture.h remote/ptx/ptx_engine.h remote/protocol"
+  [remote/ptx/interp]="remote/ptx/ir remote/ptx/front remote/ptx/launch.h remote/ptx/memory.h remote/ptx/bits.h remote/ptx/rounding.h remote/ptx/min_max.h remote/ptx/half_float.h remote/ptx/matrix_ops.h remote/ptx/device_heap.h remote/ptx/device_printf.h remote/ptx/texture.h remote/ptx/tensor_copy.h remote/ptx/ptx_engine.h remote/protocol"
+  [remote/ptx/jit]="remote/ptx/front remote/ptx/ir remote/ptx/launch.h remote/ptx/memory.h remote/ptx/bits.h remote/ptx/rounding.h remote/ptx/min_max.h remote/ptx/half_float.h remote/ptx/matrix_ops.h remote/ptx/device_heap.h remote/ptx/device_printf.h remote/ptx/texture.h remote/ptx/tensor_copy.h remote/ptx/ptx_engine.h remote/protocol"
   [remote/ptx/launch.h]="remote/ptx/ptx_engine.h"
   [remote/ptx/memory.h]="remote/ptx/ptx_engine.h"
   [remote/ptx/memory.cc]="remote/ptx/memory.h remote/ptx/ptx_engine.h"
@@ -47,6 +47,8 @@ declare -A allowed=(
   [remote/ptx/matrix_ops.cc]="remote/ptx/matrix_ops.h remote/ptx/ir remote/ptx/half_float.h"
   [remote/ptx/rounding.cc]="remote/ptx/rounding.h remote/ptx/ir"
   [remote/ptx/texture.cc]="remote/ptx/texture.h remote/protocol"
+  [remote/ptx/tensor_copy.h]="remote/protocol"
+  [remote/ptx/tensor_copy.cc]="remote/ptx/tensor_copy.h remote/protocol"
 )
 bad=0
 for room in "${!allowed[@]}"; do

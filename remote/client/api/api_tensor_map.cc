@@ -47,7 +47,8 @@ CUresult CurrentGpu(bool* sim, int* device) {
 // A map the GPU host's driver makes (kOpTensorMap) into `tensor_map`.
 CUresult ForwardTensorMap(const char* call, int device, const dp::TensorMapArgs& args, CUtensorMap* tensor_map) {
   std::string out;
-  if (CUresult status = Runtime::Get().Call(device, dp::kOpTensorMap, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
+  if (CUresult status =
+          Runtime::Get().Call(device, dp::kOpTensorMap, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
       status != CUDA_SUCCESS) {
     LogError("%s: the GPU's driver refused the tensor map (%d)", call, static_cast<int>(status));
     return status;
@@ -123,10 +124,9 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap* tensorMap,
       if (elementStrides[i] == 0 || elementStrides[i] > dp::kSimTensorMapMaxElementStride) {
         return Invalid(call, "elementStrides" + at + std::to_string(elementStrides[i]) + " is not 1 to 8");
       }
-      if (i + 1 < tensorRank &&
-          (globalStrides[i] % 16 != 0 || globalStrides[i] >= dp::kSimTensorMapMaxStride)) {
-        return Invalid(call, "globalStrides" + at + std::to_string(globalStrides[i]) +
-                                 " is not a multiple of 16 below 2^40");
+      if (i + 1 < tensorRank && (globalStrides[i] % 16 != 0 || globalStrides[i] >= dp::kSimTensorMapMaxStride)) {
+        return Invalid(call,
+                       "globalStrides" + at + std::to_string(globalStrides[i]) + " is not a multiple of 16 below 2^40");
       }
     }
     const uint64_t row_bytes = uint64_t{boxDim[0]} * size;
@@ -135,8 +135,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap* tensorMap,
     if (mode > CU_TENSOR_MAP_SWIZZLE_128B_ATOM_64B) return Invalid(call, "swizzle is no CUtensorMapSwizzle");
     if (mode > dp::kSimTensorSwizzleMax) return Unsupported(call, "swizzles of 32- and 64-byte atoms on a sim GPU");
     if (mode != 0 && row_bytes > dp::SimTensorSwizzleSpan(mode)) {
-      return Invalid(call, "the box's inner dimension (" + std::to_string(row_bytes) + " bytes) exceeds the swizzle's " +
-                               std::to_string(dp::SimTensorSwizzleSpan(mode)));
+      return Invalid(call, "the box's inner dimension (" + std::to_string(row_bytes) +
+                               " bytes) exceeds the swizzle's " + std::to_string(dp::SimTensorSwizzleSpan(mode)));
     }
     if (mode != 0 && row_bytes != dp::SimTensorSwizzleSpan(mode)) {
       return Unsupported(call, "a swizzled box whose rows are narrower than the swizzle's span, on a sim GPU");

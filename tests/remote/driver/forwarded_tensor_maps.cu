@@ -23,15 +23,14 @@ struct FakeMap {
   uint64_t dims[5];
 };
 
-CUresult Encode(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* map, void* base, uint64_t columns,
-                uint64_t rows, CUtensorMapSwizzle swizzle) {
+CUresult Encode(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* map, void* base, uint64_t columns, uint64_t rows,
+                CUtensorMapSwizzle swizzle) {
   const cuuint64_t dims[2] = {columns, rows};
   const cuuint64_t strides[1] = {columns * 4};
   const cuuint32_t box[2] = {32, 8};
   const cuuint32_t steps[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, steps,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle, CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 }  // namespace

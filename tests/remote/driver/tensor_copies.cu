@@ -114,16 +114,15 @@ PFN_cuTensorMapEncodeTiled_v12000 EncodeFunction() {
 }
 
 // A 2D map of floats over a rows x columns matrix `pitch` bytes a row.
-CUresult Encode(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* map, void* base, uint64_t columns,
-                uint64_t rows, uint64_t pitch, uint32_t box_x, uint32_t box_y,
+CUresult Encode(PFN_cuTensorMapEncodeTiled_v12000 encode, CUtensorMap* map, void* base, uint64_t columns, uint64_t rows,
+                uint64_t pitch, uint32_t box_x, uint32_t box_y,
                 CUtensorMapSwizzle swizzle = CU_TENSOR_MAP_SWIZZLE_NONE) {
   const cuuint64_t dims[2] = {columns, rows};
   const cuuint64_t strides[1] = {pitch};
   const cuuint32_t box[2] = {box_x, box_y};
   const cuuint32_t steps[2] = {1, 1};
-  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, steps,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, base, dims, strides, box, steps, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 }  // namespace
@@ -189,8 +188,8 @@ int main() {
       wrong += got[i] != want;
     }
   }
-  std::printf("tiles loaded, scaled and stored by tensor copies (%dx%d of %dx%d): %d wrong\n", grid.x, grid.y,
-              kTile, kTile, wrong);
+  std::printf("tiles loaded, scaled and stored by tensor copies (%dx%d of %dx%d): %d wrong\n", grid.x, grid.y, kTile,
+              kTile, wrong);
   EXPECT(wrong == 0);
 
   alignas(64) CUtensorMap swizzled;

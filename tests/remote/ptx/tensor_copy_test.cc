@@ -330,12 +330,14 @@ TEST_F(TensorCopies, BadMapsAndBoxesEndTheLaunch) {
        "cp.async.bulk.tensor load"},
       {"a tensor running past its allocation", [](SimTensorMap* m) { m->dims[1] = 1000; }, kCuIllegalAddress,
        "cp.async.bulk.tensor load"},
-      {"an address that wraps", [](SimTensorMap* m) {
+      {"an address that wraps",
+       [](SimTensorMap* m) {
          m->strides[0] = (uint64_t{1} << 40) - 16;
          m->dims[1] = uint64_t{1} << 32;
        },
        kCuIllegalAddress, "cp.async.bulk.tensor load"},
-      {"a box larger than shared memory", [](SimTensorMap* m) {
+      {"a box larger than shared memory",
+       [](SimTensorMap* m) {
          m->box[0] = 256;
          m->box[1] = 256;
        },

@@ -16,8 +16,8 @@ __device__ void LoadBox(const void* map, const int* c, int rank, uint32_t box, u
   switch (rank) {
     case 1:
       asm volatile(
-          "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];" ::"r"(
-              box),
+          "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];" ::
+              "r"(box),
           "l"(m), "r"(barrier), "r"(c[0])
           : "memory");
       break;
@@ -66,8 +66,8 @@ __device__ void StoreBox(const void* map, const int* c, int rank, uint32_t box) 
                    : "memory");
       break;
     default:
-      asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(m),
-                   "r"(box), "r"(c[0]), "r"(c[1]), "r"(c[2])
+      asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(m), "r"(box),
+                   "r"(c[0]), "r"(c[1]), "r"(c[2])
                    : "memory");
   }
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -93,11 +93,10 @@ __device__ void LoadAndPublish(const void* map, const int* coords, int rank, int
   }
   uint32_t done = 0;
   while (!done) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(barrier_at)
-        : "memory");
+    asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                 : "=r"(done)
+                 : "r"(barrier_at)
+                 : "memory");
   }
   const uint32_t* words = reinterpret_cast<const uint32_t*>(box + offset);
   for (int i = threadIdx.x; i < bytes / 4; i += blockDim.x) out[i] = words[i];
