@@ -6,15 +6,17 @@
 # program must fail with the CUDA error instead.
 #
 # usage: failover_agent.sh --server BIN --lib DIR --transport tcp|shm --port PORT
-#            [--failover replay|off] -- PROGRAM [ARGS...]
+#            [--failover replay|off] [--model NAME] -- PROGRAM [ARGS...]
+# --model: both servers' simulated GPUs' model (the server's default: an A100).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/test_server.sh"
-server="" lib="" transport="" port="" failover=replay
+server="" lib="" transport="" port="" failover=replay model=""
 while [ $# -gt 0 ]; do
   if test_server_option "$@"; then shift 2; continue; fi
   case "$1" in
     --failover) failover=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
     --) shift; break ;;
     *) echo "failover_agent.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
@@ -36,7 +38,7 @@ trap cleanup EXIT
 # of its own (A's memory dies with A, as on another host).
 start_server() {
   "$server" --listen "127.0.0.1:$2" --lease L1 --token "$token" --gpus "$3" \
-    --backend "${GPUPOOL_TEST_BACKEND:-sim}" >"$workdir/$1.out" 2>"$workdir/$1.err" &
+    --backend "${GPUPOOL_TEST_BACKEND:-sim}" ${model:+--model "$model"} >"$workdir/$1.out" 2>"$workdir/$1.err" &
   pids+=($!)
   eval "$1_pid=$!"
   wait_listening "$!" "$workdir/$1.out" "$workdir/$1.err" "$1"
