@@ -130,6 +130,11 @@ void RunWarp(Warp& w, const Inst* code) {
           }
           if (exec) in.run(w, in, exec);
           ++pc;
+          if (w.yield) {  // an mbarrier wait that must wait: the other warps' turn
+            w.yield = false;
+            w.pc = pc;
+            return;
+          }
         } else if (in.flow == Flow::kBranch && (exec == mask || exec == 0)) {
           ++launch.clock;
           launch.thread_instructions += exec == mask ? lanes : 0;
@@ -306,6 +311,10 @@ void RunWarp(Warp& w, const Inst* code) {
         break;
     }
     if (!w.uniform) TryReconverge(w);
+    if (w.yield) {  // an mbarrier wait that must wait: the other warps' turn
+      w.yield = false;
+      return;
+    }
   }
 }
 
@@ -458,6 +467,7 @@ void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
     w.uniform = true;
     w.pc = 0;
     w.spin_mask = w.spin = w.deferred = w.defer_left = 0;
+    w.yield = false;
     w.cluster_arrived = 0;
     for (int axis = 0; axis < 3; ++axis) {
       if (kernel.ctaid[axis] >= 0) std::fill_n(w.R(kernel.ctaid[axis]), 32, launch.ctaid[axis]);

@@ -113,7 +113,8 @@ void HCpAsync(Warp& w, const Inst& in, uint32_t mask) {
 // test_wait d, [a], b (a state from arrive); test_wait.parity d, [a], b (a phase parity);
 // inval [a]; pending_count d, b (from a state). A state is the object's phase and pending
 // arrivals as the arrival left them. try_wait runs as test_wait: a warp that waits loops,
-// and the CTA's other warps get their turns.
+// and its turn ends at a wait that finds the phase incomplete (Warp::yield), so that the
+// CTA's other warps, which it waits for, run next.
 namespace {
 
 constexpr uint64_t kMbarPhase = uint64_t{1} << 63;
@@ -379,9 +380,11 @@ void HMbarrier(Warp& w, const Inst& in, uint32_t mask) {
       }
       case kMbarrierTestWait:
         d[l] = (b[l] & kMbarPhase) != state.phase;
+        w.yield |= d[l] == 0;
         return;
       case kMbarrierTestParity:
         d[l] = ((b[l] & 1) != 0) != (state.phase != 0);
+        w.yield |= d[l] == 0;
         return;
       default:
         object = 0;

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "remote/protocol/sim_tensor_map.h"
 #include "remote/protocol/sim_texture.h"
 #include "remote/ptx/jit/jit.h"
 #include "remote/ptx/ptx_engine.h"
@@ -30,14 +31,22 @@ using gpupool::sim::LaunchSpec;
 using gpupool::sim::MemoryRange;
 using gpupool::sim::PtxModule;
 
+std::unique_ptr<PtxModule> ParseFile(const char* path) {
+  std::ifstream file(path);
+  std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  auto parsed = PtxModule::Parse(text);
+  if (!parsed.ok()) throw std::runtime_error(parsed.status().message());
+  return std::move(*parsed);
+}
+
 PtxModule& Module() {
-  static std::unique_ptr<PtxModule> module = [] {
-    std::ifstream file(GPUPOOL_BENCH_PTX);
-    std::string text((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    auto parsed = PtxModule::Parse(text);
-    if (!parsed.ok()) throw std::runtime_error(parsed.status().message());
-    return std::move(*parsed);
-  }();
+  static std::unique_ptr<PtxModule> module = ParseFile(GPUPOOL_BENCH_PTX);
+  return *module;
+}
+
+// The sm_90 kernels (bench_kernels_sm90.cu), which have no module variables.
+PtxModule& Sm90Module() {
+  static std::unique_ptr<PtxModule> module = ParseFile(GPUPOOL_BENCH_PTX_SM90);
   return *module;
 }
 
@@ -103,8 +112,10 @@ Variables& ModuleVariables() {
 
 void Launch(benchmark::State& state, const char* name, uint32_t grid[3], uint32_t block[3],
             const std::vector<uint8_t>& params, Memory& memory, uint64_t* instructions, uint32_t dynamic_shared = 0,
-            uint64_t grid_workspace = 0) {
-  auto kernel = Module().Decode(name, ModuleVariables().addresses);
+            uint64_t grid_workspace = 0, PtxModule* module = nullptr) {
+  static const std::map<std::string, uint64_t> kNoVariables;
+  auto kernel =
+      module != nullptr ? module->Decode(name, kNoVariables) : Module().Decode(name, ModuleVariables().addresses);
   if (!kernel.ok()) throw std::runtime_error(kernel.status().message());
   LaunchSpec spec;
   for (int i = 0; i < 3; ++i) {
@@ -611,6 +622,63 @@ void BM_Bilinear_Native(benchmark::State& state) {
 
 }  // namespace
 
+// Tiles of a 1024x1024 float matrix scaled through shared memory (bench_kernels_sm90.cu):
+// moved by tensor copies (TensorTiles: the JIT refuses them, so both its rows are the
+// interpreter's) or by plain loads and stores (SharedTiles), against one native loop.
+constexpr int kTileMatrix = 1024;
+
+void TileRun(benchmark::State& state, JitMode mode, bool tensor) {
+  std::vector<float> in(kTileMatrix * kTileMatrix), out(kTileMatrix * kTileMatrix);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 1013) * 0.5f;
+  Memory memory;
+  const uint64_t din = memory.Add(in), dout = memory.Add(out);
+  std::vector<uint8_t> params;
+  if (tensor) {
+    auto map_of = [](uint64_t address) {
+      gpupool::dataplane::SimTensorMap m;
+      m.magic = gpupool::dataplane::kSimTensorMapMagic;
+      m.rank = 2;
+      m.type = gpupool::dataplane::kTensorF32;
+      m.address = address;
+      m.dims[0] = m.dims[1] = kTileMatrix;
+      m.strides[0] = kTileMatrix * sizeof(float);
+      m.box[0] = m.box[1] = 32;
+      m.element_strides[0] = m.element_strides[1] = 1;
+      return m;
+    };
+    params = Pack(map_of(din), map_of(dout));
+  } else {
+    params = Pack(din, dout, kTileMatrix);
+  }
+  uint32_t grid[3] = {kTileMatrix / 32, kTileMatrix / 32, 1}, block[3] = {128, 1, 1};
+  const char* name = tensor ? "tensor_tiles" : "shared_tiles";
+  uint64_t instructions = 0;
+  gpupool::sim::SetJitMode(mode);
+  Launch(state, name, grid, block, params, memory, nullptr, 0, 0, &Sm90Module());  // compiles it (_Jit)
+  for (auto _ : state) Launch(state, name, grid, block, params, memory, &instructions, 0, 0, &Sm90Module());
+  if (out[5 * kTileMatrix + 7] != in[5 * kTileMatrix + 7] * 2 + 1) state.SkipWithError("wrong tile");
+  state.SetItemsProcessed(state.iterations() * kTileMatrix * kTileMatrix);
+  state.counters["thread_instr/s"] = benchmark::Counter(static_cast<double>(instructions), benchmark::Counter::kIsRate);
+}
+void BM_TensorTiles_Engine(benchmark::State& state, JitMode mode) { TileRun(state, mode, true); }
+void BM_SharedTiles_Engine(benchmark::State& state, JitMode mode) { TileRun(state, mode, false); }
+
+void BM_Tiles_Native(benchmark::State& state) {
+  std::vector<float> in(kTileMatrix * kTileMatrix), out(kTileMatrix * kTileMatrix);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 1013) * 0.5f;
+  for (auto _ : state) {
+    for (size_t i = 0; i < in.size(); ++i) out[i] = in[i] * 2 + 1;
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations() * kTileMatrix * kTileMatrix);
+}
+
+BENCHMARK_CAPTURE(BM_TensorTiles_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_TensorTiles_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_SharedTiles_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_SharedTiles_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Tiles_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_FirConstant_Engine, Jit, JitMode::kAlways)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(BM_FirConstant_Engine, Interpreter, JitMode::kOff)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_FirConstant_Native)->Unit(benchmark::kMillisecond)->UseRealTime();
