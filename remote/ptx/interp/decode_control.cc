@@ -85,8 +85,9 @@ Status Decoder::DecodeControl(Decoding& d) {
   // starts a grid only once the grid before it in its stream has completed, so there is
   // nothing to wait for and no one to let start early. setmaxnreg: a warp group's register
   // budget, which the sim does not have.
-  if (op == "membar" || op == "fence" || op == "nanosleep" || op == "pmevent" || op == "prefetch" ||
-      op == "prefetchu" || op == "discard" || op == "applypriority" || op == "griddepcontrol" || op == "setmaxnreg") {
+  if (op == "nanosleep") return Append(inst, &HNanosleep);
+  if (op == "membar" || op == "fence" || op == "pmevent" || op == "prefetch" || op == "prefetchu" || op == "discard" ||
+      op == "applypriority" || op == "griddepcontrol" || op == "setmaxnreg") {
     return Append(inst, &HNop);
   }
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above

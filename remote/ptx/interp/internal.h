@@ -143,9 +143,10 @@ struct Warp {
   uint32_t spin = 0;
   uint32_t deferred = 0;
   uint32_t defer_left = 0;
-  // An mbarrier wait (test_wait, try_wait) found its phase incomplete: the warp's turn ends
-  // there, so that the CTA's other warps, whose arrivals it waits for, run now rather than
-  // after a slice of its spinning (cuda::barrier's wait loop).
+  // An mbarrier wait (test_wait, try_wait) found its phase incomplete, or a thread slept
+  // (nanosleep): the warp's turn ends there, so that the CTA's other warps, which it waits
+  // for, run now rather than after a slice of its spinning (cuda::barrier's wait loop, a
+  // spin-wait's back-off).
   bool yield = false;
 
   uint64_t* R(int32_t slot) { return regs + static_cast<size_t>(slot) * 32; }

@@ -199,6 +199,11 @@ void HClock(Warp& w, const Inst& in, uint32_t mask) {
 
 void HNop(Warp&, const Inst&, uint32_t) {}
 
+// nanosleep: nothing to sleep for here, but a thread that sleeps is waiting for others (a
+// spin-wait's back-off, libcu++'s atomic waits): its warp's turn ends (Warp::yield), so
+// that the CTA's other warps run rather than the spin for the rest of a slice.
+void HNanosleep(Warp& w, const Inst&, uint32_t) { w.yield = true; }
+
 // fence.sc beyond the CTA: CTAs on the two worker threads see memory in x86-64's order,
 // where a store may wait in the store buffer past a later load; a sequentially consistent
 // fence (MFENCE) keeps them in program order, as the PTX memory model asks (a CTA that

@@ -13,6 +13,7 @@ void HElect(Warp& w, const Inst& in, uint32_t mask);
 void HActivemask(Warp& w, const Inst& in, uint32_t mask);
 void HClock(Warp& w, const Inst& in, uint32_t mask);
 void HNop(Warp&, const Inst&, uint32_t);
+void HNanosleep(Warp& w, const Inst&, uint32_t);
 void HFenceSc(Warp&, const Inst&, uint32_t);
 void HZero(Warp& w, const Inst& in, uint32_t mask);
 

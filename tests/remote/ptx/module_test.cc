@@ -176,10 +176,16 @@ TEST(EngineHoisting, InvariantsRunOncePerWarpAndTheRestStays) {
 // so the warp it waits for runs next: warp 0 waits while warp 1 counts to 100 before it
 // arrives. Without that, warp 0 spun through a whole slice (2^14 warp instructions, over
 // half a million thread instructions) first: a TMA tile kernel ran 59 times slower.
-TEST(EngineScheduling, AnMbarrierWaitThatMustWaitEndsTheWarpsTurn) {
-  auto module = sim::PtxModule::Parse(KernelText("MbarrierWaitEndsTheWarpsTurn.ptx"));
+// The same for a thread that sleeps (nanosleep) in a spin-wait on a flag in shared memory.
+// (Under GPUPOOL_PTX_JIT=always the JIT tier compiles that kernel, whose compiled warps
+// yield at their spin load, and the bound holds there too.)
+class EngineScheduling : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(EngineScheduling, AWaitThatMustWaitEndsTheWarpsTurn) {
+  const auto [file, entry] = GetParam();
+  auto module = sim::PtxModule::Parse(KernelText(file));
   ASSERT_TRUE(module.ok()) << module.status().message();
-  auto kernel = (*module)->Decode("mbarrier_handoff", {});
+  auto kernel = (*module)->Decode(entry, {});
   ASSERT_TRUE(kernel.ok()) << kernel.status().message();
   std::vector<uint32_t> out(64, 0xdeadbeef);
   const uint64_t address = 1ull << 44;
@@ -198,6 +204,9 @@ TEST(EngineScheduling, AnMbarrierWaitThatMustWaitEndsTheWarpsTurn) {
   // warp 0's waits a handful of tries.
   EXPECT_LT(instructions, 12000u);
 }
+INSTANTIATE_TEST_SUITE_P(MbarrierAndNanosleep, EngineScheduling,
+                         ::testing::Values(std::pair{"MbarrierWaitEndsTheWarpsTurn.ptx", "mbarrier_handoff"},
+                                           std::pair{"NanosleepEndsTheWarpsTurn.ptx", "sleeping_spin"}));
 
 // __managed__ variables are declared ".global .attribute(.managed)"; ".attribute(.unified(..))"
 // likewise. Both are ordinary device memory to the engine; an unterminated list is named.
