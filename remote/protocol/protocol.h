@@ -422,6 +422,8 @@ struct SurfObjectCreateArgs {
 // cuTensorMapReplaceAddress of `map` (one the driver made) to `address`. Any session may ask,
 // over its own memory only: the agent refuses an address that is not inside one of the
 // session's allocations (CUDA_ERROR_INVALID_VALUE). The reply's inline bytes are the map.
+// A replaced map's bytes are the client's, which the driver parses: like everything of a
+// session's, in that session's worker process.
 struct TensorMapArgs {
   uint32_t kind = 0;  // kTensorMapEncodeTiled, kTensorMapReplaceAddress
   uint32_t data_type = 0;

@@ -50,7 +50,8 @@ CUresult ForwardTensorMap(const char* call, int device, const dp::TensorMapArgs&
   if (CUresult status =
           Runtime::Get().Call(device, dp::kOpTensorMap, &args, sizeof(args), nullptr, 0, nullptr, 0, &out);
       status != CUDA_SUCCESS) {
-    LogError("%s: the GPU's driver refused the tensor map (%d)", call, static_cast<int>(status));
+    LogError("%s: the GPU host refused the tensor map (CUresult %d; its agent's log says why)", call,
+             static_cast<int>(status));
     return status;
   }
   if (out.size() != sizeof(*tensor_map)) return CUDA_ERROR_UNKNOWN;  // an agent that answers otherwise
