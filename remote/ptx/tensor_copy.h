@@ -24,6 +24,7 @@
 #include <string>
 
 #include "remote/protocol/sim_tensor_map.h"
+#include "remote/ptx/texture.h"
 
 namespace gpupool::sim::tensor {
 
@@ -40,18 +41,11 @@ struct Map {
 // cuTensorMapEncodeTiled, and the sim's layout); false with *why naming what is wrong.
 bool ParseMap(const uint8_t* bytes, Map* map, std::string* why);
 
-// Global memory of the launch: the host address of `size` bytes at a device address, or
-// nullptr where the range is not the session's.
-struct Memory {
-  void* context = nullptr;
-  uint8_t* (*at)(void* context, uint64_t address, uint32_t size) = nullptr;
-};
-
-struct Fault {
-  uint64_t address = 0;
-  uint32_t size = 0;
-  const char* what = "";
-};
+// Global memory of the launch (the host address of `size` bytes at a device address, or
+// nullptr where the range is not the session's) and what a copy ended with: as for the
+// texture instructions.
+using Memory = texture::Memory;
+using Fault = texture::Fault;
 
 enum class Direction : uint8_t { kLoad, kStore };  // global -> shared, shared -> global
 

@@ -47,8 +47,8 @@ declare -A allowed=(
   [remote/ptx/matrix_ops.cc]="remote/ptx/matrix_ops.h remote/ptx/ir remote/ptx/half_float.h"
   [remote/ptx/rounding.cc]="remote/ptx/rounding.h remote/ptx/ir"
   [remote/ptx/texture.cc]="remote/ptx/texture.h remote/protocol"
-  [remote/ptx/tensor_copy.h]="remote/protocol"
-  [remote/ptx/tensor_copy.cc]="remote/ptx/tensor_copy.h remote/protocol"
+  [remote/ptx/tensor_copy.h]="remote/ptx/texture.h remote/protocol"
+  [remote/ptx/tensor_copy.cc]="remote/ptx/tensor_copy.h remote/ptx/texture.h remote/protocol"
 )
 bad=0
 for room in "${!allowed[@]}"; do

@@ -13,16 +13,10 @@
 #include <cudaTypedefs.h>
 
 #include <cstdio>
-#include <cuda/barrier>
 #include <vector>
 
 #include "../programs/check.h"
-
-using Barrier = cuda::barrier<cuda::thread_scope_block>;
-namespace cde = cuda::device::experimental;
-
-// A __shared__ cuda::barrier is initialised by init(), not by a constructor (CUDA's own idiom).
-#pragma nv_diag_suppress static_var_with_dynamic_init
+#include "../programs/tensor_tiles.cuh"
 
 namespace {
 
@@ -32,52 +26,22 @@ constexpr int kTile = 32;  // tiles of kTile x kTile floats
 // matrix holds the element's row and column, stored into `out`'s tile (inside only).
 __global__ void ScaleTiles(const __grid_constant__ CUtensorMap in, const __grid_constant__ CUtensorMap out) {
   __shared__ alignas(128) float tile[kTile][kTile];
-  __shared__ Barrier barrier;
+  __shared__ TileBarrier barrier;
   const int x = blockIdx.x * kTile, y = blockIdx.y * kTile;
-  if (threadIdx.x == 0) {
-    init(&barrier, blockDim.x);
-    cde::fence_proxy_async_shared_cta();
-  }
-  __syncthreads();
-  Barrier::arrival_token token;
-  if (threadIdx.x == 0) {
-    cde::cp_async_bulk_tensor_2d_global_to_shared(&tile, &in, x, y, barrier);
-    token = cuda::device::barrier_arrive_tx(barrier, 1, sizeof(tile));
-  } else {
-    token = barrier.arrive();
-  }
-  barrier.wait(std::move(token));
+  LoadTile(&tile, &in, x, y, barrier);
   for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) {
     float& v = tile[i / kTile][i % kTile];
     v = v * 2 + 1;
   }
-  cde::fence_proxy_async_shared_cta();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    cde::cp_async_bulk_tensor_2d_shared_to_global(&out, x, y, &tile);
-    cde::cp_async_bulk_commit_group();
-    cde::cp_async_bulk_wait_group_read<0>();
-  }
+  StoreTile(&out, x, y, &tile);
 }
 
 // One box of 32 x 8 floats under the 128-byte swizzle, read element by element through the
 // swizzle (the 16-byte chunk c of row r lies at chunk c ^ (r % 8)), written out unswizzled.
 __global__ void ReadSwizzled(const __grid_constant__ CUtensorMap in, int x, int y, float* out) {
   __shared__ alignas(1024) float box[8][32];
-  __shared__ Barrier barrier;
-  if (threadIdx.x == 0) {
-    init(&barrier, blockDim.x);
-    cde::fence_proxy_async_shared_cta();
-  }
-  __syncthreads();
-  Barrier::arrival_token token;
-  if (threadIdx.x == 0) {
-    cde::cp_async_bulk_tensor_2d_global_to_shared(&box, &in, x, y, barrier);
-    token = cuda::device::barrier_arrive_tx(barrier, 1, sizeof(box));
-  } else {
-    token = barrier.arrive();
-  }
-  barrier.wait(std::move(token));
+  __shared__ TileBarrier barrier;
+  LoadTile(&box, &in, x, y, barrier);
   for (int i = threadIdx.x; i < 8 * 32; i += blockDim.x) {
     const int row = i / 32, column = i % 32;
     const int chunk = (column / 4) ^ (row % 8);
@@ -88,20 +52,8 @@ __global__ void ReadSwizzled(const __grid_constant__ CUtensorMap in, int x, int 
 // The map in global memory (as a library passes an array of them), one tile.
 __global__ void LoadThroughPointer(const CUtensorMap* map, float* out) {
   __shared__ alignas(128) float tile[kTile][kTile];
-  __shared__ Barrier barrier;
-  if (threadIdx.x == 0) {
-    init(&barrier, blockDim.x);
-    cde::fence_proxy_async_shared_cta();
-  }
-  __syncthreads();
-  Barrier::arrival_token token;
-  if (threadIdx.x == 0) {
-    cde::cp_async_bulk_tensor_2d_global_to_shared(&tile, map, kTile, 0, barrier);
-    token = cuda::device::barrier_arrive_tx(barrier, 1, sizeof(tile));
-  } else {
-    token = barrier.arrive();
-  }
-  barrier.wait(std::move(token));
+  __shared__ TileBarrier barrier;
+  LoadTile(&tile, map, kTile, 0, barrier);
   for (int i = threadIdx.x; i < kTile * kTile; i += blockDim.x) out[i] = tile[i / kTile][i % kTile];
 }
 

@@ -19,16 +19,10 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cuda/barrier>
 #include <vector>
 
 #include "check.h"
-
-using Barrier = cuda::barrier<cuda::thread_scope_block>;
-namespace cde = cuda::device::experimental;
-
-// A __shared__ cuda::barrier is initialised by init(), not by a constructor (CUDA's own idiom).
-#pragma nv_diag_suppress static_var_with_dynamic_init
+#include "tensor_tiles.cuh"
 
 constexpr int kWidth = 100, kHeight = 30;  // no multiple of the tile
 constexpr int kPitch = 112;                // elements a row: a multiple of 16 bytes
@@ -39,32 +33,14 @@ constexpr int kTileX = 32, kTileY = 8;
 __global__ void step(const __grid_constant__ CUtensorMap now, const CUtensorMap* next, unsigned iteration) {
   __shared__ alignas(128) unsigned tile[kTileY][kTileX];
   __shared__ alignas(128) unsigned out[kTileY][kTileX];
-  __shared__ Barrier barrier;
+  __shared__ TileBarrier barrier;
   const int x = blockIdx.x * kTileX, y = blockIdx.y * kTileY;
-  if (threadIdx.x == 0) {
-    init(&barrier, blockDim.x);
-    cde::fence_proxy_async_shared_cta();
-  }
-  __syncthreads();
-  Barrier::arrival_token token;
-  if (threadIdx.x == 0) {
-    cde::cp_async_bulk_tensor_2d_global_to_shared(&tile, &now, x, y, barrier);
-    token = cuda::device::barrier_arrive_tx(barrier, 1, sizeof(tile));
-  } else {
-    token = barrier.arrive();
-  }
-  barrier.wait(std::move(token));
+  LoadTile(&tile, &now, x, y, barrier);
   for (int i = threadIdx.x; i < kTileX * kTileY; i += blockDim.x) {
     const int r = i / kTileX, c = i % kTileX;
     out[r][c] = tile[r][c] * 1664525u + tile[r][c ^ 1] + iteration;
   }
-  cde::fence_proxy_async_shared_cta();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    cde::cp_async_bulk_tensor_2d_shared_to_global(next, x, y, &out);
-    cde::cp_async_bulk_commit_group();
-    cde::cp_async_bulk_wait_group_read<0>();
-  }
+  StoreTile(next, x, y, &out);
 }
 
 void Encode(CUtensorMap* map, unsigned* base) {
