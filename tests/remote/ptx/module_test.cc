@@ -179,10 +179,12 @@ TEST(EngineHoisting, InvariantsRunOncePerWarpAndTheRestStays) {
 // The same for a thread that sleeps (nanosleep) in a spin-wait on a flag in shared memory.
 // (Under GPUPOOL_PTX_JIT=always the JIT tier compiles that kernel, whose compiled warps
 // yield at their spin load, and the bound holds there too.)
-class EngineScheduling : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+// The parameter is the kernel, of the file of the same name's.
+class EngineScheduling : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(EngineScheduling, AWaitThatMustWaitEndsTheWarpsTurn) {
-  const auto [file, entry] = GetParam();
+  const std::string entry = GetParam();
+  const char* file = entry == "mbarrier_handoff" ? "MbarrierWaitEndsTheWarpsTurn.ptx" : "NanosleepEndsTheWarpsTurn.ptx";
   auto module = sim::PtxModule::Parse(KernelText(file));
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto kernel = (*module)->Decode(entry, {});
@@ -205,8 +207,7 @@ TEST_P(EngineScheduling, AWaitThatMustWaitEndsTheWarpsTurn) {
   EXPECT_LT(instructions, 12000u);
 }
 INSTANTIATE_TEST_SUITE_P(MbarrierAndNanosleep, EngineScheduling,
-                         ::testing::Values(std::pair{"MbarrierWaitEndsTheWarpsTurn.ptx", "mbarrier_handoff"},
-                                           std::pair{"NanosleepEndsTheWarpsTurn.ptx", "sleeping_spin"}));
+                         ::testing::Values("mbarrier_handoff", "sleeping_spin"));
 
 // __managed__ variables are declared ".global .attribute(.managed)"; ".attribute(.unified(..))"
 // likewise. Both are ordinary device memory to the engine; an unterminated list is named.
