@@ -182,7 +182,7 @@ std::vector<uint8_t> ExpectedLoad(const Tensor& t, const SimTensorMap& m, const 
 }
 
 // Boxes inside the tensor, across each of its edges, and wholly outside it; zeros or NaNs
-// outside.
+// outside. (The 2D kernel prefetches its box first: cp.async.bulk.prefetch.tensor.)
 TEST_F(TensorCopies, Load2DInsideAndAcrossTheEdges) {
   const Tensor t = MakeTensor(kTensorF32, {37, 23}, 160);
   const uint64_t device = Upload(t.bytes);
@@ -207,6 +207,18 @@ TEST_F(TensorCopies, Load3DWithElementStrides) {
     const std::vector<uint8_t> got = Load(map, c, bytes);
     ASSERT_EQ(status_, kCuSuccess) << detail_;
     EXPECT_EQ(got, ExpectedLoad(t, map, c)) << c.c[0] << ", " << c.c[1] << ", " << c.c[2];
+  }
+}
+
+// One dimension, into .shared::cta (PTX ISA 8.6's form), across both ends.
+TEST_F(TensorCopies, Load1D) {
+  const Tensor t = MakeTensor(kTensorF32, {300}, 1200);
+  const uint64_t device = Upload(t.bytes);
+  const SimTensorMap map = MapOf(t, device, {64});
+  for (Coords c : {Coords{{-16}}, Coords{{100}}, Coords{{280}}}) {
+    const std::vector<uint8_t> got = Load(map, c, 64 * 4);
+    ASSERT_EQ(status_, kCuSuccess) << detail_;
+    EXPECT_EQ(got, ExpectedLoad(t, map, c)) << c.c[0];
   }
 }
 

@@ -14,14 +14,16 @@ constexpr int kBoxBytes = 16384;
 __device__ void LoadBox(const void* map, const int* c, int rank, uint32_t box, uint32_t barrier, uint32_t bytes) {
   const uint64_t m = reinterpret_cast<uint64_t>(map);
   switch (rank) {
-    case 1:
+    case 1:  // the .shared::cta form (PTX ISA 8.6)
       asm volatile(
-          "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];" ::
-              "r"(box),
+          "cp.async.bulk.tensor.1d.shared::cta.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];" ::"r"(
+              box),
           "l"(m), "r"(barrier), "r"(c[0])
           : "memory");
       break;
-    case 2:
+    case 2:  // after a prefetch of the box into L2 (nothing to do on the sim)
+      asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global.tile [%0, {%1, %2}];" ::"l"(m), "r"(c[0]), "r"(c[1])
+                   : "memory");
       asm volatile(
           "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], "
           "[%2];" ::"r"(box),
