@@ -54,8 +54,16 @@ void RunOnWorkers(uint32_t workers, const std::function<void(uint32_t, bool)>& r
   for (std::thread& thread : threads_of_workers) thread.join();
 }
 
-KernelNeeds NeedsOf(const DecodedKernel& kernel) {
+bool CooperativeGridFits(const DecodedKernel& kernel, uint64_t ctas, uint32_t threads, uint64_t shared_size) {
+  // (no wrap: threads <= 1024 and the decoder's sizes are bounded, as RunInterpreted's)
+  uint64_t total = 0;
+  return !__builtin_mul_overflow(CooperativeCtaBytes(kernel, threads, shared_size), ctas, &total) &&
+         total <= CooperativeBytesLimit();
+}
+
+KernelNeeds NeedsOf(const DecodedKernel& kernel, uint32_t sm_count) {
   KernelNeeds needs;
+  needs.registers = CooperativeRegisters(kernel, sm_count);
   needs.max_threads = kernel.max_threads != 0 ? std::min<uint32_t>(kernel.max_threads, 1024) : 1024;
   needs.static_shared = kernel.declared_shared;
   needs.const_bytes = kernel.const_bytes;

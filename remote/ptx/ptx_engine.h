@@ -272,7 +272,18 @@ struct KernelNeeds {
   uint64_t static_shared = 0;   // of the .shared variables it or its callees name
   uint64_t const_bytes = 0;     // of its module's .const variables (one bank per module)
   uint64_t local_bytes = 0;     // of local memory per thread
+  // Per thread, as the occupancy calculator is to count them (0: its assumption, 32). The sim
+  // allocates no registers, but holds a cooperative grid's state in host memory: a kernel of
+  // many PTX registers (a -G build's) reports more, so that the grid a program sizes by
+  // occupancy (cudaOccupancyMaxActiveBlocksPerMultiprocessor x SMs) is one the sim runs.
+  uint32_t registers = 0;
 };
-KernelNeeds NeedsOf(const DecodedKernel& kernel);
+// `sm_count`: the multiprocessors of the sim GPU it runs on.
+KernelNeeds NeedsOf(const DecodedKernel& kernel, uint32_t sm_count);
+
+// Whether a cooperative launch of `kernel` over `ctas` blocks of `threads` threads and
+// `shared_size` bytes of shared memory each fits what the interpreter holds at once (else
+// RunKernel refuses it: kCuCooperativeLaunchTooLarge, "does not fit the sim GPU at once").
+bool CooperativeGridFits(const DecodedKernel& kernel, uint64_t ctas, uint32_t threads, uint64_t shared_size);
 
 }  // namespace gpupool::sim

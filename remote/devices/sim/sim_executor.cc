@@ -328,12 +328,12 @@ int32_t SimExecutor::LoadModule(uint64_t module, const void* image, size_t image
     }
   }
   Module& placed = modules_[module] = std::move(loaded);
-  placed.entry_needs = [&placed](const std::string& name, sim::KernelNeeds* needs) {
+  placed.entry_needs = [&placed, sm_count = sm_count_](const std::string& name, sim::KernelNeeds* needs) {
     try {
       std::lock_guard<std::mutex> lock(*placed.decode_mu);
       auto kernel = placed.ptx->Decode(name, placed.globals);
       if (!kernel.ok()) return false;
-      *needs = sim::NeedsOf(**kernel);
+      *needs = sim::NeedsOf(**kernel, sm_count);
       return true;
     } catch (...) {
       return false;  // out of memory: the kernel cannot be told
@@ -382,13 +382,15 @@ int32_t SimExecutor::GetFunction(uint64_t module, uint64_t function, const std::
 bool SimExecutor::Resources(uint64_t function, dataplane::FunctionResources* resources) {
   auto found = functions_.find(function);
   if (found == functions_.end()) return false;
-  const sim::KernelNeeds needs = sim::NeedsOf(*found->second.kernel);
+  const sim::KernelNeeds needs = sim::NeedsOf(*found->second.kernel, sm_count_);
   auto clamp = [](uint64_t value) { return static_cast<int32_t>(std::min<uint64_t>(value, INT32_MAX)); };
   resources->max_threads_per_block = clamp(needs.max_threads);
   resources->static_shared_bytes = clamp(needs.static_shared);
   resources->const_bytes = clamp(needs.const_bytes);
   resources->local_bytes = clamp(needs.local_bytes);
-  resources->registers = 0;  // the sim allocates no registers: the library's assumption holds
+  // The sim allocates no registers: 0 (the library's assumption holds) but for a kernel whose
+  // cooperative grid at the assumed occupancy would not fit the sim (KernelNeeds::registers).
+  resources->registers = static_cast<int32_t>(needs.registers);
   return true;
 }
 

@@ -541,7 +541,7 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
         attributes.const_size_bytes = needs.const_bytes;
         attributes.local_size_bytes = needs.local_bytes;
         attributes.max_threads_per_block = clamp(needs.max_threads);
-        attributes.num_regs = kModelRegistersPerThread;
+        attributes.num_regs = needs.registers > 0 ? static_cast<int32_t>(needs.registers) : kModelRegistersPerThread;
         // The PTX the sim runs, and what a GPU of the device's model would run: the SASS
         // the client chose from the image (the host's answer), else the device's
         // architecture, else (no facts) the PTX's.
@@ -590,7 +590,8 @@ void HDeviceRuntime(Warp& w, const Inst& in, uint32_t mask) {
           return;
         }
         KernelResources resources;
-        resources.registers_per_thread = kModelRegistersPerThread;
+        resources.registers_per_thread =
+            needs.registers > 0 ? static_cast<int>(needs.registers) : kModelRegistersPerThread;
         resources.static_shared_bytes = static_cast<int>(std::min<uint64_t>(needs.static_shared, INT_MAX));
         resources.max_threads_per_block = static_cast<int>(std::min<uint64_t>(needs.max_threads, 1024));
         const int32_t blocks = ActiveBlocksPerMultiprocessor(model, resources, block_size, dynamic_shared);

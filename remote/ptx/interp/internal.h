@@ -45,9 +45,11 @@ constexpr int32_t kCooperativeTooLarge = dataplane::kCuCooperativeLaunchTooLarge
 
 constexpr uint32_t kFullMask = 0xffffffffu;
 // A cooperative launch holds every CTA's registers and memory at once: at most this many
-// CTAs and bytes (the client refuses a grid larger than the model's SMs hold, well below).
+// CTAs and bytes (the client refuses a grid larger than the model's SMs hold, well below;
+// CooperativeRegisters keeps what occupancy admits within the bytes). The bytes fit a sim
+// worker's memory beyond its GPU's (the agent's 4 GiB margin).
 constexpr uint64_t kMaxCooperativeCtas = 1u << 16;
-constexpr uint64_t kMaxCooperativeBytes = uint64_t{2} << 30;
+constexpr uint64_t kMaxCooperativeBytes = uint64_t{3} << 30;
 // A warp runs at most this many instructions before the next warp of its CTA
 // gets a turn, so that warps spinning on each other's shared-memory flags make
 // progress.

@@ -15,4 +15,17 @@ namespace gpupool::sim {
 // CUresult of the launch, as RunKernel does.
 int32_t RunInterpreted(const DecodedKernel& kernel, const LaunchSpec& spec, uint32_t workers);
 
+// The registers per thread an occupancy calculator must take `kernel` to need on a sim GPU
+// of `sm_count` multiprocessors, so that every cooperative grid it admits (each block
+// resident at once) fits the host memory RunInterpreted holds such a grid in; 0 where the
+// calculator's own assumption (32) already keeps within it. See NeedsOf (ptx_engine.h).
+uint32_t CooperativeRegisters(const DecodedKernel& kernel, uint32_t sm_count);
+
+// The host bytes RunInterpreted holds for one CTA of a cooperative launch of `kernel` with
+// `threads` threads and `shared_size` bytes of shared memory (its limit for the CTAs
+// together: CooperativeBytesLimit). Products of 32-bit values and the decoder's bounded
+// sizes: no wrap.
+uint64_t CooperativeCtaBytes(const DecodedKernel& kernel, uint32_t threads, uint64_t shared_size);
+uint64_t CooperativeBytesLimit();
+
 }  // namespace gpupool::sim

@@ -850,6 +850,37 @@ namespace gpupool::sim {
 // The interpreter tier's entry runs its scheduler (interp::RunCtas, RunCooperative).
 using namespace interp;
 
+uint64_t CooperativeCtaBytes(const DecodedKernel& kernel, uint32_t threads, uint64_t shared_size) {
+  const uint64_t warps = (uint64_t{threads} + 31) / 32;
+  return warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size) + shared_size + sizeof(LaunchState);
+}
+
+uint64_t CooperativeBytesLimit() { return kMaxCooperativeBytes; }
+
+uint32_t CooperativeRegisters(const DecodedKernel& kernel, uint32_t sm_count) {
+  // What a multiprocessor may hold of a cooperative grid in host memory: its share of the
+  // budget, a quarter kept back for the compiled tier's own bookkeeping (its warp slots and
+  // resume points), less the most shared memory and block states occupancy lets it hold (the
+  // largest shared memory of any model, 228 KiB, and 32 blocks).
+  constexpr uint64_t kMostSharedPerMultiprocessor = 228 * 1024, kMostBlocksPerMultiprocessor = 32;
+  constexpr uint64_t kRegistersPerMultiprocessor = 65536, kMostThreadsPerMultiprocessor = 2048;
+  // At most 64: a block of 1024 threads stays launchable (64 x 1024 = a block's registers),
+  // as it is on the sim whatever the kernel. A grid that needs more is refused at launch.
+  constexpr uint64_t kMostRegisters = 64;
+  const uint64_t per_thread = uint64_t{kernel.slot_count} * 8 + kernel.local_size;
+  const uint64_t budget = kMaxCooperativeBytes / 4 * 3 / std::max<uint64_t>(sm_count, 1);
+  const uint64_t fixed = kMostSharedPerMultiprocessor + kMostBlocksPerMultiprocessor * sizeof(LaunchState);
+  if (budget <= fixed) return kMostRegisters;
+  const uint64_t threads = (budget - fixed) / std::max<uint64_t>(per_thread, 1);
+  if (threads >= kMostThreadsPerMultiprocessor) return 0;
+  // Registers are allocated per warp in units of 256 (8 a thread): a multiple of 8 whose
+  // register file holds at most `threads` threads.
+  uint64_t registers =
+      (kRegistersPerMultiprocessor + std::max<uint64_t>(threads, 1) - 1) / std::max<uint64_t>(threads, 1);
+  registers = (registers + 7) / 8 * 8;
+  return static_cast<uint32_t>(std::min(registers, kMostRegisters));
+}
+
 int32_t RunInterpreted(const DecodedKernel& kernel, const LaunchSpec& spec, uint32_t workers) {
   const uint32_t threads = spec.block[0] * spec.block[1] * spec.block[2];
   const uint64_t shared_size = kernel.static_shared + spec.dynamic_shared;
@@ -859,9 +890,7 @@ int32_t RunInterpreted(const DecodedKernel& kernel, const LaunchSpec& spec, uint
   std::span<LaunchState> states;
   if (spec.cooperative) {
     // All CTAs at once: their registers, local and shared memory together must fit.
-    const uint64_t warps = (threads + 31) / 32;
-    const uint64_t per_cta =
-        warps * 32 * (uint64_t{kernel.slot_count} * 8 + kernel.local_size) + shared_size + sizeof(LaunchState);
+    const uint64_t per_cta = CooperativeCtaBytes(kernel, threads, shared_size);
     if (ctas > kMaxCooperativeCtas || per_cta * ctas > kMaxCooperativeBytes) {
       if (spec.error_detail) {
         *spec.error_detail =

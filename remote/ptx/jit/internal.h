@@ -34,7 +34,7 @@ constexpr int32_t kCooperativeTooLarge = dataplane::kCuCooperativeLaunchTooLarge
 // A cooperative launch holds every CTA at once (RunCompiled): at most this many, and this
 // many bytes of their states together, as the interpreter's (interp/internal.h).
 constexpr uint64_t kMaxResidentGrid = uint64_t{1} << 16;
-constexpr uint64_t kMaxResidentBytes = uint64_t{2} << 30;
+constexpr uint64_t kMaxResidentBytes = uint64_t{3} << 30;
 // Kernels larger than this are left to the interpreter: LLVM's time grows faster than the
 // code, and a launch waits for its compile.
 constexpr size_t kMaxInstructions = 16384;

@@ -1,5 +1,7 @@
 // The PTX engine's tests: modules: declarations refused, translation units linked, images, hoisting, parsing (front/,
 // the decoder, hoist.cc). The fixture and helpers: engine_fixture.h.
+#include "common/gpu_models.h"
+#include "common/occupancy.h"
 #include "tests/remote/ptx/engine_fixture.h"
 
 namespace gpupool::dataplane {
@@ -222,6 +224,60 @@ TEST(EngineParse, VariableAttributesAreReadAndAnUnterminatedOneIsNamed) {
   auto broken = sim::PtxModule::Parse(head + ".global .attribute(.managed .u32 counter;\n");
   ASSERT_FALSE(broken.ok());
   EXPECT_NE(broken.status().message().find("unterminated .attribute"), std::string::npos) << broken.status().message();
+}
+
+// The sim allocates no registers, but holds a cooperative grid's threads in host memory:
+// a kernel of much state per thread (a -G build's thousands of PTX registers and its
+// local frames) reports more registers than the library's assumption (32), so that the
+// grid a program sizes by occupancy (cudaOccupancyMaxActiveBlocksPerMultiprocessor x SMs)
+// is one the sim runs; at most 64, so that a block of 1024 threads stays launchable. Before,
+// the executor reported 0 and such a grid ended "does not fit the sim GPU at once".
+TEST(EngineOccupancy, AKernelOfMuchStatePerThreadReportsTheRegistersItsCooperativeGridFitsBy) {
+  const std::string ptx =
+      ".version 8.0\n.target sm_80\n.address_size 64\n"
+      ".visible .entry heavy(.param .u64 out) {\n"
+      "  .local .align 4 .b8 depot[16384];\n"
+      "  .reg .b32 %r<2>;\n  .reg .b64 %rd<2>;\n"
+      "  ld.param.u64 %rd1, [out];\n  mov.u32 %r1, 7;\n  st.local.u32 [depot+16380], %r1;\n"
+      "  ld.local.u32 %r1, [depot+16380];\n  st.global.u32 [%rd1], %r1;\n  ret;\n}\n"
+      ".visible .entry light(.param .u64 out) {\n"
+      "  .reg .b32 %r<2>;\n  .reg .b64 %rd<2>;\n"
+      "  ld.param.u64 %rd1, [out];\n  mov.u32 %r1, 7;\n  st.global.u32 [%rd1], %r1;\n  ret;\n}\n";
+  auto module = sim::PtxModule::Parse(ptx);
+  ASSERT_TRUE(module.ok()) << module.status().message();
+  auto heavy = (*module)->Decode("heavy", {});
+  auto light = (*module)->Decode("light", {});
+  ASSERT_TRUE(heavy.ok() && light.ok());
+  for (const char* name : {"A100", "H100"}) {
+    SCOPED_TRACE(name);
+    const GpuModel* model = FindGpuModel(name);
+    ASSERT_NE(model, nullptr);
+    const uint32_t sms = static_cast<uint32_t>(model->multiprocessors);
+    EXPECT_EQ(sim::NeedsOf(**light, sms).registers, 0u);
+    const uint32_t registers = sim::NeedsOf(**heavy, sms).registers;
+    EXPECT_GT(registers, 32u);
+    EXPECT_LE(registers, 64u);
+    bool assumed_too_large = false;
+    for (int block = 32; block <= 1024; block += 32) {
+      const KernelResources reported{static_cast<int>(registers), 0, 1024};
+      const int per_sm = ActiveBlocksPerMultiprocessor(*model, reported, block, 0);
+      ASSERT_GT(per_sm, 0) << block;
+      EXPECT_TRUE(sim::CooperativeGridFits(**heavy, uint64_t(per_sm) * sms, block, 0)) << block;
+      const KernelResources assumed{32, 0, 1024};
+      assumed_too_large |= !sim::CooperativeGridFits(
+          **heavy, uint64_t(ActiveBlocksPerMultiprocessor(*model, assumed, block, 0)) * sms, block, 0);
+    }
+    EXPECT_TRUE(assumed_too_large) << "the kernel needs no more than the assumption: the test shows nothing";
+    // What the executor tells the library (cuFuncGetAttribute, the occupancy calculator).
+    devices::SimDeviceMemory memory(0, kGiB);
+    devices::SimExecutor executor(&memory, sms);
+    ASSERT_EQ(executor.LoadModule(1, ptx.c_str(), ptx.size() + 1, {}), kCuSuccess) << executor.TakeErrorDetail();
+    ASSERT_EQ(executor.GetFunction(1, 2, "heavy"), kCuSuccess);
+    FunctionResources resources;
+    ASSERT_TRUE(executor.Resources(2, &resources));
+    EXPECT_EQ(resources.registers, static_cast<int32_t>(registers));
+    EXPECT_EQ(resources.local_bytes, 16384);
+  }
 }
 
 }  // namespace
