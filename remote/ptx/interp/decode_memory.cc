@@ -270,6 +270,9 @@ Status Decoder::DecodeMemory(Decoding& d) {
       }
     }
     inst.run = LoadStoreHandler(inst, is_store);
+    if (!is_store && (mods.count("volatile") || mods.count("relaxed") || mods.count("acquire") || mods.count("cg"))) {
+      inst.run = &HOrderedLoad;  // a load a thread may spin on
+    }
     // A kernel parameter at a fixed address (Hoist checks it is inside the parameters).
     inst.pure = !is_store && inst.space == Space::kParam && inst.uniform_address;
     return Append(inst);

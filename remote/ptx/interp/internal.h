@@ -150,6 +150,11 @@ struct Warp {
   // for, run now rather than after a slice of its spinning (cuda::barrier's wait loop, a
   // spin-wait's back-off).
   bool yield = false;
+  // The last ordered load this warp ran (ld.volatile/.relaxed/.acquire/.cg: HOrderedLoad)
+  // and a digest of what its lanes read: the same load reading the same again is a spin,
+  // whose warp then yields as above.
+  const Inst* spin_load = nullptr;
+  uint64_t spin_value = 0;
 
   uint64_t* R(int32_t slot) { return regs + static_cast<size_t>(slot) * 32; }
 

@@ -257,6 +257,24 @@ Handler LoadStoreByType(bool store, int width, bool is_signed, int vec) {
   return nullptr;
 }
 
+// A thread polling a flag another warp of its CTA sets (a hand-written spin-wait, with no
+// nanosleep to back off) reads the same value again and again: once it has, the warp's
+// turn ends (Warp::yield), so that the warp it waits for runs now rather than after a
+// slice (2^14 warp instructions) of spinning. A loop that reads new values runs on; one
+// that happens to read the same value twice only gives up a turn early.
+void HOrderedLoad(Warp& w, const Inst& in, uint32_t mask) {
+  LoadStoreHandler(in, false)(w, in, mask);
+  uint64_t digest = mask;
+  for (int i = 0; i < in.vec; ++i) {
+    if (in.d[i] < 0) continue;
+    const uint64_t* value = w.R(in.d[i]);
+    ForLanes(mask, [&](int l) { digest = (digest ^ value[l]) * 0x100000001b3ull; });
+  }
+  if (w.spin_load == &in && w.spin_value == digest) w.yield = true;
+  w.spin_load = &in;
+  w.spin_value = digest;
+}
+
 // The handler of ld/st: a fast path by space, width and vector length, else the
 // per-lane HLoad/HStore.
 Handler LoadStoreHandler(const Inst& in, bool store) {

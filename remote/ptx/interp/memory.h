@@ -153,6 +153,9 @@ bool Resolve(Warp& w, const Inst& in, uint32_t mask, uint32_t bytes, Span* span)
 }
 
 Handler LoadStoreHandler(const Inst& in, bool store);
+// An ordered load (ld.volatile, .relaxed, .acquire, .cg): the load, then a yield of the
+// warp's turn where its lanes read what they read the last time they ran it (Warp::spin_load).
+void HOrderedLoad(Warp& w, const Inst& in, uint32_t mask);
 
 template <typename T>
 T AtomicResult(uint8_t mode, T old, T v, T compare_value);

@@ -468,6 +468,7 @@ void StartCta(const DecodedKernel& kernel, const LaunchSpec& spec, uint64_t cta,
     w.pc = 0;
     w.spin_mask = w.spin = w.deferred = w.defer_left = 0;
     w.yield = false;
+    w.spin_load = nullptr;
     w.cluster_arrived = 0;
     for (int axis = 0; axis < 3; ++axis) {
       if (kernel.ctaid[axis] >= 0) std::fill_n(w.R(kernel.ctaid[axis]), 32, launch.ctaid[axis]);

@@ -186,7 +186,9 @@ class EngineScheduling : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(EngineScheduling, AWaitThatMustWaitEndsTheWarpsTurn) {
   const std::string entry = GetParam();
-  const char* file = entry == "mbarrier_handoff" ? "MbarrierWaitEndsTheWarpsTurn.ptx" : "NanosleepEndsTheWarpsTurn.ptx";
+  const char* file = entry == "mbarrier_handoff" ? "MbarrierWaitEndsTheWarpsTurn.ptx"
+                     : entry == "sleeping_spin"  ? "NanosleepEndsTheWarpsTurn.ptx"
+                                                 : "VolatileSpinEndsTheWarpsTurn.ptx";
   auto module = sim::PtxModule::Parse(KernelText(file));
   ASSERT_TRUE(module.ok()) << module.status().message();
   auto kernel = (*module)->Decode(entry, {});
@@ -208,8 +210,8 @@ TEST_P(EngineScheduling, AWaitThatMustWaitEndsTheWarpsTurn) {
   // warp 0's waits a handful of tries.
   EXPECT_LT(instructions, 12000u);
 }
-INSTANTIATE_TEST_SUITE_P(MbarrierAndNanosleep, EngineScheduling,
-                         ::testing::Values("mbarrier_handoff", "sleeping_spin"));
+INSTANTIATE_TEST_SUITE_P(MbarrierNanosleepAndVolatileSpin, EngineScheduling,
+                         ::testing::Values("mbarrier_handoff", "sleeping_spin", "volatile_spin"));
 
 // __managed__ variables are declared ".global .attribute(.managed)"; ".attribute(.unified(..))"
 // likewise. Both are ordinary device memory to the engine; an unterminated list is named.
