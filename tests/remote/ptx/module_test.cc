@@ -178,7 +178,9 @@ TEST(EngineHoisting, InvariantsRunOncePerWarpAndTheRestStays) {
 // so the warp it waits for runs next: warp 0 waits while warp 1 counts to 100 before it
 // arrives. Without that, warp 0 spun through a whole slice (2^14 warp instructions, over
 // half a million thread instructions) first: a TMA tile kernel ran 59 times slower.
-// The same for a thread that sleeps (nanosleep) in a spin-wait on a flag in shared memory.
+// The same for a thread that sleeps (nanosleep) in a spin-wait on a flag in shared memory,
+// and for one that spins with plain volatile loads, once its load reads what it read before
+// (534,592 thread instructions without: a whole slice).
 // (Under GPUPOOL_PTX_JIT=always the JIT tier compiles that kernel, whose compiled warps
 // yield at their spin load, and the bound holds there too.)
 // The parameter is the kernel, of the file of the same name's.
