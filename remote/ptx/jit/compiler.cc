@@ -1,10 +1,13 @@
 // The JIT tier's compiler (jit.h: CompileKernel): LLVM set up once per process, a kernel's
 // module built by the emitter (scalar code, and vector code where the kernel allows it),
 // verified, optimised at O2 and compiled to host code by an LLJIT of its own.
+#include <llvm/ExecutionEngine/JITEventListener.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/RTDyldObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/ExecutionEngine/SectionMemoryManager.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
@@ -38,6 +41,14 @@ void InitializeLlvm() {
 }
 
 std::string ErrorText(llvm::Error error) { return llvm::toString(std::move(error)); }
+
+// GPUPOOL_PTX_JIT_PERF=1: compiled kernels described to perf, for profiling the engine
+// (docs/ptx-engine.md); nullptr otherwise, or where LLVM was built without it.
+llvm::JITEventListener* PerfListener() {
+  static llvm::JITEventListener* const listener =
+      std::getenv("GPUPOOL_PTX_JIT_PERF") != nullptr ? llvm::JITEventListener::createPerfJITEventListener() : nullptr;
+  return listener;
+}
 
 std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLayout& shared, uint32_t param_size,
                                         std::string* refused) {
@@ -101,7 +112,20 @@ std::shared_ptr<CompiledKernel> Compile(const RawFunction& entry, const SharedLa
     pipeline.run(*module, mam);
   }
   if (std::getenv("GPUPOOL_PTX_JIT_DUMP_IR")) module->print(llvm::errs(), nullptr);
-  auto jit = llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(std::move(*builder)).create();
+  llvm::orc::LLJITBuilder jit_builder;
+  jit_builder.setJITTargetMachineBuilder(std::move(*builder));
+  if (llvm::JITEventListener* perf = PerfListener(); perf != nullptr) {
+    // LLJIT's own linking layer on this host (RTDyld), told about each object it links.
+    jit_builder.setObjectLinkingLayerCreator(
+        [perf](llvm::orc::ExecutionSession& session,
+               const llvm::Triple&) -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+          auto layer = std::make_unique<llvm::orc::RTDyldObjectLinkingLayer>(
+              session, [] { return std::make_unique<llvm::SectionMemoryManager>(); });
+          layer->registerJITEventListener(*perf);
+          return layer;
+        });
+  }
+  auto jit = jit_builder.create();
   if (!jit) {
     *refused = "no JIT: " + ErrorText(jit.takeError());
     return nullptr;
