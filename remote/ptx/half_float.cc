@@ -33,6 +33,55 @@ uint16_t FloatToHalf(float f) {
   return static_cast<uint16_t>(sign | half);
 }
 
+uint8_t FloatToFp8(float value, Fp8Format format, bool relu) {
+  const bool e4m3 = format == Fp8Format::kE4M3;
+  const int mantissa_bits = e4m3 ? 3 : 2, bias = e4m3 ? 7 : 15;
+  const uint8_t largest = e4m3 ? 0x7e : 0x7b;  // 448, 57344
+  if (std::isnan(value)) return 0x7f;
+  if (relu && std::signbit(value)) return 0;
+  const uint8_t sign = std::signbit(value) ? 0x80 : 0;
+  const double magnitude = std::fabs(static_cast<double>(value));
+  if (std::isinf(magnitude)) return sign | largest;
+  // Below the smallest normal (2^(1 - bias)) the step is the subnormals' 2^(1 - bias - m);
+  // above, 2^(e - m) for the value's exponent e. Counting steps from 0 (subnormal) or from
+  // 2^e (normal), nearest with ties to even (the host's rounding, nearest by default): the
+  // divisions are by powers of two, exact.
+  int exponent = 0;
+  std::frexp(magnitude, &exponent);  // magnitude = f * 2^exponent, f in [0.5, 1)
+  exponent -= 1;                     // magnitude in [2^exponent, 2^(exponent + 1))
+  uint32_t bits = 0;
+  if (magnitude == 0 || exponent < 1 - bias) {
+    // A subnormal: a count of 2^(1 - bias - m) steps; 2^m of them is the smallest normal,
+    // whose encoding is that count too.
+    bits = static_cast<uint32_t>(std::nearbyint(std::ldexp(magnitude, bias - 1 + mantissa_bits)));
+  } else {
+    double steps = std::nearbyint(std::ldexp(magnitude, mantissa_bits - exponent));  // in [2^m, 2^(m+1)]
+    if (steps == std::ldexp(1.0, mantissa_bits + 1)) {
+      steps /= 2;
+      ++exponent;
+    }
+    const int field = exponent + bias;
+    if (field > (1 << (7 - mantissa_bits)) - 1) return sign | largest;
+    bits = (static_cast<uint32_t>(field) << mantissa_bits) | (static_cast<uint32_t>(steps) - (1u << mantissa_bits));
+  }
+  // Past the largest finite (E4M3's NaN encoding, E5M2's infinities): .satfinite.
+  if (bits > largest) bits = largest;
+  return static_cast<uint8_t>(sign | bits);
+}
+
+uint16_t Fp8ToHalf(uint8_t value, Fp8Format format, bool relu) {
+  const bool e4m3 = format == Fp8Format::kE4M3;
+  const uint8_t magnitude = value & 0x7f;
+  const bool nan = e4m3 ? magnitude == 0x7f : magnitude > 0x7c;
+  if (nan) return 0x7fff;
+  const bool negative = (value & 0x80) != 0;
+  if (relu && negative) return 0;
+  if (!e4m3) return static_cast<uint16_t>(value << 8);  // E5M2 is f16's upper byte
+  const int field = magnitude >> 3, mantissa = magnitude & 7;
+  const double number = field == 0 ? std::ldexp(mantissa, -9) : std::ldexp(8 + mantissa, field - 10);
+  return FloatToHalf(static_cast<float>(negative ? -number : number));
+}
+
 float HalfToFloat(uint16_t h) {
   uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   uint32_t exponent = (h >> 10) & 0x1f;

@@ -34,6 +34,18 @@ uint16_t FloatToHalfDirected(float f, CvtRounding rounding, bool bf16);
 float HalfBitsToFloat(uint16_t bits, bool bf16);
 uint16_t FloatToHalfBits(float value, bool bf16);
 
+// The 8-bit floats of cvt's .e4m3x2 and .e5m2x2 (sm_89 on): E4M3 (exponent bias 7, 3
+// mantissa bits, no infinities: S.1111.111 is NaN, 448 the largest finite) and E5M2 (bias
+// 15, 2 mantissa bits, IEEE's infinities and NaNs, 57344 the largest finite).
+enum class Fp8Format : uint8_t { kE4M3, kE5M2 };
+// One value of cvt.rn.satfinite{.relu}.{e4m3x2,e5m2x2}: the nearest, ties to even; a value
+// beyond the largest finite (an infinity too) that value of its sign (.satfinite); a NaN
+// the canonical NaN, 0x7f; with .relu a negative value (-0 too) +0.
+uint8_t FloatToFp8(float value, Fp8Format format, bool relu);
+// One value of cvt.rn{.relu}.f16x2.{e4m3x2,e5m2x2}: exact (every such value is an f16); a
+// NaN the canonical f16 NaN, 0x7fff; with .relu a negative value +0.
+uint16_t Fp8ToHalf(uint8_t value, Fp8Format format, bool relu);
+
 // One lane of f16/bf16 arithmetic (add ... max, tanh and ex2 .approx) as the interpreter's
 // HHalf computes it: `op` a HalfOp, `flags` the instruction's (kFlagFtz, kFlagRelu,
 // kFlagSat, kFlagNaNOperand), `halves` 1 or 2 (.x2), the operands' halves in their low 16 or 32 bits

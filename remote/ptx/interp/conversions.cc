@@ -1,5 +1,7 @@
 // The interpreter's cvt between every pair of types, with PTX's rounding modes, saturation
 // and flush-to-zero. Private interface: conversions.h and internal.h.
+#include <bit>
+
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/conversions.h"
 #include "remote/ptx/half_float.h"
@@ -55,6 +57,34 @@ Handler CvtIntTo(int kind, int size) {
 template <typename U>
 Handler CvtIntFrom(bool is_signed, int kind, int size) {
   return is_signed ? CvtIntTo<std::make_signed_t<U>>(kind, size) : CvtIntTo<U>(kind, size);
+}
+
+void HCvtFp8(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const auto format = static_cast<Fp8Format>(in.mode2);
+  const bool relu = (in.flags & kFlagRelu) != 0;
+  auto fp8 = [&](float value) -> uint64_t { return FloatToFp8(value, format, relu); };
+  switch (in.mode) {
+    case kFp8FromFloats: {
+      const uint64_t* b = w.R(in.b);
+      ForLanes(mask, [&](int l) {
+        d[l] = fp8(std::bit_cast<float>(static_cast<uint32_t>(a[l]))) << 8 |
+               fp8(std::bit_cast<float>(static_cast<uint32_t>(b[l])));
+      });
+      break;
+    }
+    case kFp8FromHalves:
+      ForLanes(mask, [&](int l) {
+        d[l] = fp8(HalfToFloat(static_cast<uint16_t>(a[l] >> 16))) << 8 | fp8(HalfToFloat(static_cast<uint16_t>(a[l])));
+      });
+      break;
+    default:
+      ForLanes(mask, [&](int l) {
+        d[l] = uint64_t{Fp8ToHalf(static_cast<uint8_t>(a[l] >> 8), format, relu)} << 16 |
+               Fp8ToHalf(static_cast<uint8_t>(a[l]), format, relu);
+      });
+  }
 }
 
 // The handler of a decoded cvt: HCvtInt for integer-to-integer without .sat, else HCvt.

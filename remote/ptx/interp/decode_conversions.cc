@@ -96,6 +96,33 @@ Status Decoder::DecodeConversion(Decoding& d) {
     inst.pure = true;
     return Append(inst, &HCvtTf32);
   }
+  if (op == "cvt" && (mods.count("e4m3x2") || mods.count("e5m2x2"))) {
+    // sm_89's 8-bit floats, two to a .b16 (the type parts in order: the destination's, the
+    // source's): cvt.rn.satfinite{.relu}.f8x2.f32 d, a, b (a into the upper byte);
+    // cvt.rn.satfinite{.relu}.f8x2.f16x2 d, a; cvt.rn{.relu}.f16x2.f8x2 d, a.
+    const std::string format = mods.count("e4m3x2") ? "e4m3x2" : "e5m2x2";
+    const auto at = std::find(parts.begin(), parts.end(), format) - parts.begin();
+    const bool to_fp8 =
+        at + 1 < static_cast<std::ptrdiff_t>(parts.size()) && at == static_cast<std::ptrdiff_t>(parts.size()) - 2;
+    const bool from_f32 = to_fp8 && types.size() == 1 && types[0] == kF32;
+    const bool from_halves = to_fp8 && types.size() == 1 && parts.back() == "f16x2";
+    const bool to_halves = !to_fp8 && at == static_cast<std::ptrdiff_t>(parts.size()) - 1 && parts[at - 1] == "f16x2";
+    if (!from_f32 && !from_halves && !to_halves) return BadType(d);
+    if (!mods.count("rn") || (to_fp8 && !mods.count("satfinite")) || (to_halves && mods.count("satfinite"))) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": " + s.opcode +
+                                     ": a conversion of 8-bit floats takes .rn" +
+                                     (to_fp8 ? " and .satfinite" : " and no .satfinite"));
+    }
+    GPUPOOL_RETURN_IF_ERROR(Need(d, from_f32 ? 3 : 2));
+    GPUPOOL_DST(0);
+    GPUPOOL_SRC(a, 1, from_f32 ? kF32 : kU32);
+    if (from_f32) GPUPOOL_SRC(b, 2, kF32);
+    inst.mode = from_f32 ? kFp8FromFloats : from_halves ? kFp8FromHalves : kFp8ToHalves;
+    inst.mode2 = static_cast<uint8_t>(format == "e4m3x2" ? Fp8Format::kE4M3 : Fp8Format::kE5M2);
+    if (mods.count("relu")) inst.flags |= kFlagRelu;
+    inst.pure = true;
+    return Append(inst, &HCvtFp8);
+  }
   if (op == "cvt") {
     GPUPOOL_RETURN_IF_ERROR(Need(d, 2));
     if (types.size() < 2) return BadType(d);

@@ -1,5 +1,6 @@
 // The PTX engine's tests: cvt between integers and floats, with directed rounding (interp/conversions.cc).
 // The fixture and helpers: engine_fixture.h.
+#include "remote/ptx/half_float.h"
 #include "tests/remote/ptx/engine_fixture.h"
 
 namespace gpupool::dataplane {
@@ -128,6 +129,113 @@ TEST_F(Engine, Conversions) {
               static_cast<unsigned>(std::min<double>(std::nearbyint(std::fabs(x)), 4294967295.0)))
         << i;
   }
+}
+
+// sm_89's 8-bit floats: cvt to .e4m3x2/.e5m2x2 from pairs of floats and from f16x2, and
+// back to f16x2, with and without .relu, against a reference found by search: each
+// format's values decoded from its definition (E4M3: bias 7, 3 mantissa bits, S.1111.111
+// NaN, no infinities; E5M2: bias 15, 2 mantissa bits, IEEE's infinities and NaNs), the
+// nearest finite one with ties to the even encoding (so the largest finite beyond them:
+// .satfinite), the canonical NaN 0x7f for a NaN, +0 for a negative value under .relu.
+// The floats: each value of both formats, its neighbours, the midpoints between values and
+// theirs; every 16-bit pattern as a pair back to halves; random f16x2 patterns.
+TEST_F(Engine, Fp8ConversionsAsTheIsaDefinesThem) {
+  auto decode = [](uint32_t byte, bool e4m3) {
+    const uint32_t magnitude = byte & 0x7f;
+    const double sign = (byte & 0x80) ? -1.0 : 1.0;
+    if (e4m3) {
+      if (magnitude == 0x7f) return std::nan("");
+      const int field = static_cast<int>(magnitude >> 3), mantissa = static_cast<int>(magnitude & 7);
+      return sign * (field == 0 ? std::ldexp(mantissa, -9) : std::ldexp(8 + mantissa, field - 10));
+    }
+    const int field = static_cast<int>(magnitude >> 2), mantissa = static_cast<int>(magnitude & 3);
+    if (field == 31) return mantissa == 0 ? sign * HUGE_VAL : std::nan("");
+    return sign * (field == 0 ? std::ldexp(mantissa, -16) : std::ldexp(4 + mantissa, field - 17));
+  };
+  auto to_fp8 = [&](float x, bool e4m3, bool relu) -> uint32_t {
+    if (std::isnan(x)) return 0x7f;
+    if (relu && std::signbit(x)) return 0;
+    const double magnitude = std::fabs(static_cast<double>(x));
+    uint32_t best = 0;
+    double best_distance = HUGE_VAL;
+    const uint32_t largest = e4m3 ? 0x7e : 0x7b;  // (in double, a huge value is as far from each)
+    if (magnitude >= decode(largest, e4m3)) return largest | (std::signbit(x) ? 0x80 : 0);
+    for (uint32_t code = 0; code < 0x80; ++code) {
+      const double value = decode(code, e4m3);
+      if (!std::isfinite(value)) continue;
+      const double distance = std::fabs(value - magnitude);
+      if (distance < best_distance || (distance == best_distance && (code & 1) == 0)) {
+        best = code;
+        best_distance = distance;
+      }
+    }
+    return best | (std::signbit(x) ? 0x80 : 0);
+  };
+  auto to_half = [&](uint32_t byte, bool e4m3, bool relu) -> uint32_t {
+    const double value = decode(byte, e4m3);
+    if (std::isnan(value)) return 0x7fff;
+    if (relu && (byte & 0x80)) return 0;
+    return sim::FloatToHalf(static_cast<float>(value));
+  };
+  std::vector<float> probes = {0.0f, -0.0f, 1e-30f, 1e30f, HUGE_VALF, -HUGE_VALF, std::nanf(""), 464.0f, 61440.0f};
+  for (bool e4m3 : {true, false}) {
+    std::vector<double> values;
+    for (uint32_t code = 0; code < 0x80; ++code) {
+      if (std::isfinite(decode(code, e4m3))) values.push_back(decode(code, e4m3));
+    }
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float v = static_cast<float>(values[i]);
+      const float mid = i + 1 < values.size() ? static_cast<float>((values[i] + values[i + 1]) / 2) : v * 1.0625f;
+      for (float x : {v, std::nextafter(v, HUGE_VALF), std::nextafter(v, -HUGE_VALF), mid,
+                      std::nextafter(mid, HUGE_VALF), std::nextafter(mid, -HUGE_VALF)}) {
+        probes.push_back(x);
+        probes.push_back(-x);
+      }
+    }
+  }
+  const uint32_t n = 65536;
+  std::vector<uint32_t> in(3 * n);
+  uint64_t seed = 77;
+  for (uint32_t t = 0; t < n; ++t) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    in[3 * t] = std::bit_cast<uint32_t>(probes[t % probes.size()]);
+    in[3 * t + 1] = std::bit_cast<uint32_t>(probes[(t * 7 + 3) % probes.size()]);
+    in[3 * t + 2] = static_cast<uint32_t>(seed >> 32);
+  }
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(14, 98, "Fp8ConversionsWithRelu.ptx", "fp8_relu"));
+  const uint64_t din = Upload(in), dout = Zeros<uint32_t>(8 * n);
+  struct {
+    uint64_t in, out;
+  } params{din, dout};
+  ASSERT_EQ(LaunchLoaded(98, n / 256, 256, params), kCuSuccess) << executor_.TakeErrorDetail();
+  const std::vector<uint32_t> out = Download<uint32_t>(dout, 8 * n);
+  int wrong = 0;
+  for (uint32_t t = 0; t < n && wrong < 10; ++t) {
+    const float a = std::bit_cast<float>(in[3 * t]), b = std::bit_cast<float>(in[3 * t + 1]);
+    const uint32_t halves = in[3 * t + 2];
+    auto pair = [&](bool e4m3, bool relu) { return to_fp8(a, e4m3, relu) << 8 | to_fp8(b, e4m3, relu); };
+    auto from_halves = [&](bool e4m3) {
+      return to_fp8(sim::HalfToFloat(static_cast<uint16_t>(halves >> 16)), e4m3, true) << 8 |
+             to_fp8(sim::HalfToFloat(static_cast<uint16_t>(halves)), e4m3, true);
+    };
+    auto back = [&](bool e4m3, bool relu) { return to_half(t >> 8, e4m3, relu) << 16 | to_half(t & 0xff, e4m3, relu); };
+    const uint32_t want[8] = {pair(true, false) | pair(true, true) << 16,
+                              pair(false, false) | pair(false, true) << 16,
+                              from_halves(true) | from_halves(false) << 16,
+                              back(true, false),
+                              back(true, true),
+                              back(false, false),
+                              back(false, true),
+                              t};
+    for (int k = 0; k < 8; ++k) {
+      if (out[8 * t + k] != want[k]) {
+        ++wrong;
+        ADD_FAILURE() << "thread " << t << " word " << k << ": " << std::hex << out[8 * t + k] << " want " << want[k]
+                      << " (floats " << std::hexfloat << a << ", " << b << ", halves " << halves << ")";
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
 }
 
 }  // namespace
