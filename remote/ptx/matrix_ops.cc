@@ -51,6 +51,10 @@ double ElementValue(uint64_t bits, WmmaType t) {
       return static_cast<uint8_t>(bits);
     case WmmaType::kS32:
       return static_cast<int32_t>(bits);
+    case WmmaType::kE4M3:
+    case WmmaType::kE5M2:  // exact as an f16 (a NaN a NaN)
+      return HalfToFloat(
+          Fp8ToHalf(static_cast<uint8_t>(bits), t == WmmaType::kE4M3 ? Fp8Format::kE4M3 : Fp8Format::kE5M2, false));
   }
   return 0;
 }
@@ -58,7 +62,9 @@ double ElementValue(uint64_t bits, WmmaType t) {
 // mma.sync's fragments (ptx_layout): the row-major index in its matrix of element e of
 // lane l, as PTX's figures place them (groupID = lane / 4, threadID_in_group = lane % 4).
 // matrix 0 d, 1 a, 2 b, 3 c; the shapes MmaSyncForm takes: m16n8k16 and m16n8k8 of
-// f16/bf16, m16n8k8 of tf32, m8n8k4 of f64.
+// f16/bf16, m16n8k8 of tf32, m8n8k4 of f64, m16n8k32 of 8-bit types (.s8, .u8, .e4m3,
+// .e5m2: four elements a register; a's registers 0 and 2 rows g, 1 and 3 rows g + 8, 2 and
+// 3 columns 16 on; b's register 0 rows 4t to 4t + 3, 1 those + 16).
 uint32_t MmaIndex(const WmmaOp& op, int matrix, uint32_t e, uint32_t l) {
   const uint32_t g = l >> 2, t = l & 3;
   const WmmaType type = op.types[1];
@@ -72,6 +78,17 @@ uint32_t MmaIndex(const WmmaOp& op, int matrix, uint32_t e, uint32_t l) {
     row = g + 8 * (e >> 1);
     col = t * 2 + (e & 1);
     cols = 8;
+  } else if (op.k == 32) {  // m16n8k32 of 8-bit types
+    const uint32_t reg = e >> 2, byte = e & 3;
+    if (matrix == 1) {
+      row = g + 8 * (reg & 1);
+      col = t * 4 + 16 * (reg >> 1) + byte;
+      cols = 32;
+    } else {
+      row = t * 4 + 16 * reg + byte;
+      col = g;
+      cols = 8;
+    }
   } else if (type == WmmaType::kTF32) {  // m16n8k8
     if (matrix == 1) {
       row = g + 8 * (e & 1);
@@ -103,6 +120,8 @@ uint32_t WmmaSize(WmmaType t) {
       return 2;
     case WmmaType::kS8:
     case WmmaType::kU8:
+    case WmmaType::kE4M3:
+    case WmmaType::kE5M2:
       return 1;
     case WmmaType::kF64:
       return 8;
@@ -121,8 +140,9 @@ void WmmaShape(const WmmaOp& op, char matrix, uint32_t* rows, uint32_t* cols) {
 bool MatrixModifiers(const std::vector<std::string>& parts, WmmaOp* op, std::vector<WmmaType>* types,
                      std::vector<bool>* row_layouts) {
   static const std::map<std::string, WmmaType> kTypes = {
-      {"f16", WmmaType::kF16}, {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32}, {"f32", WmmaType::kF32},
-      {"f64", WmmaType::kF64}, {"s8", WmmaType::kS8},     {"u8", WmmaType::kU8},     {"s32", WmmaType::kS32}};
+      {"f16", WmmaType::kF16},   {"bf16", WmmaType::kBF16}, {"tf32", WmmaType::kTF32}, {"f32", WmmaType::kF32},
+      {"f64", WmmaType::kF64},   {"s8", WmmaType::kS8},     {"u8", WmmaType::kU8},     {"s32", WmmaType::kS32},
+      {"e4m3", WmmaType::kE4M3}, {"e5m2", WmmaType::kE5M2}};
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& part = parts[i];
     unsigned m = 0, n = 0, k = 0;
@@ -157,8 +177,14 @@ bool MmaSyncForm(const std::vector<std::string>& parts, WmmaOp* op) {
   const bool half_in = (a == WmmaType::kF16 || a == WmmaType::kBF16) && types[2] == a &&
                        (shape == std::make_tuple(16u, 8u, 16u) || shape == std::make_tuple(16u, 8u, 8u));
   const bool half_out = d == WmmaType::kF16 || c == WmmaType::kF16;
+  const WmmaType b = types[2];
+  const bool k32 = shape == std::make_tuple(16u, 8u, 32u);
+  auto integer = [](WmmaType t) { return t == WmmaType::kS8 || t == WmmaType::kU8; };
+  auto fp8 = [](WmmaType t) { return t == WmmaType::kE4M3 || t == WmmaType::kE5M2; };
   return (half_in && (d == WmmaType::kF32 || d == WmmaType::kF16) && (c == WmmaType::kF32 || c == WmmaType::kF16) &&
           (!half_out || a == WmmaType::kF16)) ||
+         (k32 && integer(a) && integer(b) && d == WmmaType::kS32 && c == WmmaType::kS32) ||
+         (k32 && fp8(a) && fp8(b) && d == WmmaType::kF32 && c == WmmaType::kF32 && !op->satfinite) ||
          (a == WmmaType::kTF32 && types[2] == a && d == WmmaType::kF32 && c == WmmaType::kF32 &&
           shape == std::make_tuple(16u, 8u, 8u)) ||
          (a == WmmaType::kF64 && types[2] == a && d == a && c == a && shape == std::make_tuple(8u, 8u, 4u));

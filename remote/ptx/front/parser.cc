@@ -578,6 +578,11 @@ class Parser {
       auto found = scope->find(name);
       if (found != scope->end()) return found->second;
     }
+    // A register with a selector (a video instruction's %r1.b0, %r2.h1): identifiers hold
+    // no dot, so the part before it is the register, resolved as any other.
+    if (const size_t dot = name.find('.'); dot != std::string_view::npos && dot > 0) {
+      return Resolve(name.substr(0, dot)) + std::string(name.substr(dot));
+    }
     return std::string(name);
   }
 

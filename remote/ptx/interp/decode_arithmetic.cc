@@ -232,10 +232,78 @@ Status Decoder::DecodeCompare(Decoding& d) {
   return DecodeArithmetic(d);  // not reached: each of the family's opcodes returns above
 }
 
-// dp4a, dp2a, vabsdiff4, vabsdiff2: HByteDot.
+// dp4a, dp2a, vabsdiff4, vabsdiff2: HByteDot; the scalar video instructions: HVideo.
 Status Decoder::DecodeVideo(Decoding& d) {
   [[maybe_unused]] auto& [frame, s, depth, parts, ops, inst, types, mods, vec, type] = d;
   [[maybe_unused]] const std::string& op = parts[0];
+  static const std::map<std::string, VideoOp> kScalar = {
+      {"vadd", kVideoAdd}, {"vsub", kVideoSub}, {"vabsdiff", kVideoAbsdiff}, {"vmin", kVideoMin},
+      {"vmax", kVideoMax}, {"vshl", kVideoShl}, {"vshr", kVideoShr}};
+  if (auto scalar = kScalar.find(op); scalar != kScalar.end()) {
+    // vop.dtype.atype.btype{.sat}{.mode}{.op2} d, a{.asel}, b{.bsel}{, c}: the .u32/.s32
+    // types, vshl/vshr's .clamp or .wrap (b .u32), the secondary .add, .min or .max with c.
+    // The merge form (d.dsel, c) is refused.
+    inst.mode = scalar->second;
+    const bool shift = inst.mode == kVideoShl || inst.mode == kVideoShr;
+    if (types.size() != 3) return BadType(d);
+    for (Ty t : types) {
+      if (t != kU32 && t != kS32) return BadType(d);
+    }
+    if (shift && types[2] != kU32) return BadType(d);
+    inst.width = (types[0] == kS32 ? kVideoSignedD : 0) | (types[1] == kS32 ? kVideoSignedA : 0) |
+                 (types[2] == kS32 ? kVideoSignedB : 0);
+    const int secondaries = static_cast<int>(mods.count("add") + mods.count("min") + mods.count("max"));
+    inst.mode2 = mods.count("add")   ? kVideoThenAdd
+                 : mods.count("min") ? kVideoThenMin
+                 : mods.count("max") ? kVideoThenMax
+                                     : kVideoNone;
+    if (shift && mods.count("clamp") == mods.count("wrap")) {
+      return BadInstruction(s, op + " needs one of .clamp and .wrap");
+    }
+    if (mods.count("clamp")) inst.width |= kVideoClamp;
+    for (const std::string& mod : mods) {
+      if (mod != "sat" && mod != "add" && mod != "min" && mod != "max" &&
+          !(shift && (mod == "clamp" || mod == "wrap"))) {
+        return BadInstruction(s, op + ": no modifier ." + mod);
+      }
+    }
+    if (secondaries > 1) return BadInstruction(s, op + " takes one secondary operation");
+    GPUPOOL_RETURN_IF_ERROR(Need(d, secondaries == 1 ? 4 : 3));
+    if (ops[0].kind == RawOperand::kName && ops[0].name.find('.') != std::string::npos) {
+      return Refuse("the merge form of " + op + " ('" + ops[0].name + "') is not supported by the sim GPU", s.line,
+                    inst);
+    }
+    if (secondaries == 0 && ops.size() > 3) {
+      return BadInstruction(s, op + " takes a fourth operand only with a secondary operation");
+    }
+    GPUPOOL_DST(0);
+    // a and b, each with an optional selector (.b0 to .b3, .h0, .h1).
+    static const std::map<std::string, VideoSelector> kSelectors = {
+        {"b0", kVideoB0}, {"b1", kVideoB1}, {"b2", kVideoB2}, {"b3", kVideoB3}, {"h0", kVideoH0}, {"h1", kVideoH1}};
+    int32_t* sources[2] = {&inst.a, &inst.b};
+    inst.aux = 0;
+    for (int i = 0; i < 2; ++i) {
+      RawOperand operand = ops[1 + i];
+      VideoSelector selector = kVideoWord;
+      if (operand.kind == RawOperand::kName) {
+        if (const size_t dot = operand.name.find('.'); dot != std::string::npos) {
+          auto found = kSelectors.find(operand.name.substr(dot + 1));
+          if (found == kSelectors.end()) {
+            return BadInstruction(s, op + ": no selector ." + operand.name.substr(dot + 1));
+          }
+          selector = found->second;
+          operand.name.resize(dot);
+        }
+      }
+      auto slot = Source(frame, operand, kU32, s.line);
+      if (!slot.ok()) return slot.status();
+      *sources[i] = *slot;
+      inst.aux |= static_cast<uint32_t>(selector) << (4 * i);
+    }
+    if (secondaries == 1) GPUPOOL_SRC(c, 3, kU32);
+    inst.pure = true;
+    return Append(inst, &HVideo);
+  }
   if (op == "dp4a" || op == "dp2a" || op == "vabsdiff4" || op == "vabsdiff2") {
     // dp4a.atype.btype, dp2a.{lo,hi}.atype.btype, vabsdiff{4,2}.dtype.atype.btype{.sat}{.add}
     // d, a, b, c: HByteDot. Video selectors and masks (a.b0, d.h1) are not supported.

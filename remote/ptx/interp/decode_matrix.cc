@@ -33,6 +33,10 @@ Status Decoder::Wmma(const Frame& frame, const RawStatement& s, const std::vecto
   if (!MatrixModifiers(parts, &op, &types, &layouts)) {
     return Refuse("instruction '" + s.opcode + "' is not supported by the sim GPU (sub-byte wmma)", s.line, inst);
   }
+  if (std::find(types.begin(), types.end(), WmmaType::kE4M3) != types.end() ||
+      std::find(types.begin(), types.end(), WmmaType::kE5M2) != types.end()) {
+    return invalid("wmma has no 8-bit float fragments");
+  }
   static const std::set<std::tuple<uint32_t, uint32_t, uint32_t>> kShapes = {
       {16, 16, 16}, {8, 32, 16}, {32, 8, 16}, {16, 16, 8}, {8, 8, 4}};
   if (!kShapes.count({op.m, op.n, op.k})) return invalid("unknown or missing shape");
@@ -93,7 +97,7 @@ Status Decoder::MmaSync(const Frame& frame, const RawStatement& s, const std::ve
   if (!MmaSyncForm(parts, &op)) {
     return Refuse("instruction '" + s.opcode +
                       "' is not supported by the sim GPU (mma.sync runs m16n8k16 and m16n8k8 "
-                      "of f16/bf16, m16n8k8 of tf32 and m8n8k4 of f64)",
+                      "of f16/bf16, m16n8k8 of tf32, m8n8k4 of f64 and m16n8k32 of s8/u8 and e4m3/e5m2)",
                   s.line, inst);
   }
   const auto& ops = s.operands;

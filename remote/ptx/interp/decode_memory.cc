@@ -248,9 +248,39 @@ Status Decoder::DecodeMemory(Decoding& d) {
     inst.width = static_cast<uint8_t>(TySize(type));
     if (type == kNoType || inst.width == 0) return BadType(d);
     if (TySigned(type)) inst.flags |= kFlagSigned;
-    inst.vec = static_cast<uint8_t>(vec);
-    if (vec > 4) return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vectors wider than 4");
+    // sm_100's 256-bit accesses of 32-bit elements (.v8): two of .v4, 16 bytes apart.
+    const bool eight = vec == 8 && inst.width == 4;
+    inst.vec = static_cast<uint8_t>(eight ? 4 : vec);
+    if (vec > 4 && !eight) {
+      return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vectors wider than 4");
+    }
     GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, address, &inst, s.line));
+    if (eight) {
+      if (data.kind != RawOperand::kVector || data.items.size() != 8) {
+        return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vector operand expected");
+      }
+      Inst half = inst;
+      for (int part = 0; part < 2; ++part) {
+        half = inst;
+        half.offset = inst.offset + 16 * part;
+        for (int i = 0; i < 4; ++i) {
+          auto slot = is_store ? Source(frame, data.items[4 * part + i], type, s.line)
+                               : Dest(frame, data.items[4 * part + i], s.line);
+          if (!slot.ok()) return slot.status();
+          half.d[i] = *slot;
+          // The second half reads the address after the first wrote its registers.
+          if (!is_store && part == 0 && *slot == inst.a) {
+            return Refuse("a .v8 load into its own address register is not supported by the sim GPU", s.line, inst);
+          }
+        }
+        half.run = LoadStoreHandler(half, is_store);
+        if (!is_store && (mods.count("volatile") || mods.count("relaxed") || mods.count("acquire"))) {
+          return Refuse("an ordered .v8 load is not supported by the sim GPU", s.line, inst);
+        }
+        if (part == 0) k_->code.push_back(half);
+      }
+      return Append(half);
+    }
     if (vec == 1) {
       if (is_store) {
         GPUPOOL_SRC(d[0], is_store ? 1 : 0, type);

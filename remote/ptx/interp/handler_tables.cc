@@ -5,6 +5,8 @@
 #include "remote/ptx/interp/internal.h"
 #include "remote/ptx/interp/handler_tables.h"
 
+#include <algorithm>
+
 #include "remote/ptx/front/types.h"
 
 namespace gpupool::sim::interp {
@@ -130,6 +132,59 @@ void HByteDot(Warp& w, const Inst& in, uint32_t mask) {
         break;
     }
     d[l] = acc;
+  });
+}
+
+void HVideo(Warp& w, const Inst& in, uint32_t mask) {
+  uint64_t* d = w.R(in.d[0]);
+  const uint64_t* a = w.R(in.a);
+  const uint64_t* b = w.R(in.b);
+  const uint64_t* c = in.c >= 0 ? w.R(in.c) : nullptr;
+  using Wide = __int128;
+  // partSelectSignExtend: the word, or a byte or half-word of it, sign- or zero-extended.
+  auto select = [](uint32_t word, uint32_t selector, bool is_signed) -> Wide {
+    if (selector == kVideoWord) return is_signed ? Wide{static_cast<int32_t>(word)} : Wide{word};
+    if (selector >= kVideoH0) {
+      const uint16_t half = static_cast<uint16_t>(word >> (16 * (selector - kVideoH0)));
+      return is_signed ? Wide{static_cast<int16_t>(half)} : Wide{half};
+    }
+    const uint8_t byte = static_cast<uint8_t>(word >> (8 * (selector - kVideoB0)));
+    return is_signed ? Wide{static_cast<int8_t>(byte)} : Wide{byte};
+  };
+  const bool d_signed = in.width & kVideoSignedD;
+  const Wide low = d_signed ? Wide{INT32_MIN} : Wide{0}, high = d_signed ? Wide{INT32_MAX} : Wide{UINT32_MAX};
+  ForLanes(mask, [&](int l) {
+    const Wide ta = select(static_cast<uint32_t>(a[l]), in.aux & 0xf, in.width & kVideoSignedA);
+    Wide tb = select(static_cast<uint32_t>(b[l]), in.aux >> 4, in.width & kVideoSignedB);
+    Wide tmp = 0;
+    switch (in.mode) {
+      case kVideoAdd:
+        tmp = ta + tb;
+        break;
+      case kVideoSub:
+        tmp = ta - tb;
+        break;
+      case kVideoAbsdiff:
+        tmp = ta > tb ? ta - tb : tb - ta;
+        break;
+      case kVideoMin:
+        tmp = std::min(ta, tb);
+        break;
+      case kVideoMax:
+        tmp = std::max(ta, tb);
+        break;
+      default:  // shifts: b is unsigned, at most 32 (.clamp) or taken modulo 32 (.wrap)
+        tb = (in.width & kVideoClamp) ? std::min<Wide>(tb, 32) : (tb & 0x1f);
+        // (a product, not <<, for a negative ta; an arithmetic shift right for one)
+        tmp = in.mode == kVideoShl ? ta * (Wide{1} << static_cast<int>(tb)) : ta >> static_cast<int>(tb);
+    }
+    if (in.flags & kFlagSat) tmp = std::clamp(tmp, low, high);
+    if (c != nullptr && in.mode2 != kVideoNone) {
+      const uint32_t word = static_cast<uint32_t>(c[l]);
+      const Wide tc = d_signed ? Wide{static_cast<int32_t>(word)} : Wide{word};
+      tmp = in.mode2 == kVideoThenAdd ? tmp + tc : in.mode2 == kVideoThenMin ? std::min(tmp, tc) : std::max(tmp, tc);
+    }
+    d[l] = static_cast<uint32_t>(static_cast<unsigned __int128>(tmp));
   });
 }
 

@@ -97,6 +97,9 @@ void HDirectedRounding(Warp& w, const Inst& in, uint32_t mask) {
 }
 
 void HByteDot(Warp& w, const Inst& in, uint32_t mask);
+// vadd, vsub, vabsdiff, vmin, vmax, vshl, vshr (VideoOp): the PTX ISA's semantics, in
+// wider integers than the operands, then .sat and the secondary operation with c.
+void HVideo(Warp& w, const Inst& in, uint32_t mask);
 
 // min.NaN.f32 / max.NaN.f32: the canonical NaN when an operand is NaN, else min or max.
 template <bool kIsMax>

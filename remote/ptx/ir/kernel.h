@@ -178,7 +178,8 @@ struct TensorCopyOp {
 };
 
 // Element types of wmma fragments.
-enum class WmmaType : uint8_t { kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32 };
+// kE4M3 and kE5M2: sm_89's 8-bit floats (mma.sync m16n8k32 only).
+enum class WmmaType : uint8_t { kF16, kBF16, kTF32, kF32, kF64, kS8, kU8, kS32, kE4M3, kE5M2 };
 
 // One wmma.load, wmma.store or wmma.mma (warp-wide matrix operations: a fragment is a
 // list of registers in every lane, whose element layout PTX leaves to the implementation;

@@ -235,6 +235,17 @@ inline constexpr uint8_t kByteDotSignedA = 1;
 inline constexpr uint8_t kByteDotSignedB = 2;
 inline constexpr uint8_t kByteDotSaturate = 4;  // vabsdiff .sat with an .s32 result
 
+// Scalar video instructions (HVideo): Inst::mode the operation, Inst::mode2 the secondary
+// one, Inst::width the bits below, Inst::aux the operands' selectors (a's in bits 0-3, b's
+// in 4-7: kVideoWord, or a byte or half-word of the register).
+enum VideoOp : uint8_t { kVideoAdd, kVideoSub, kVideoAbsdiff, kVideoMin, kVideoMax, kVideoShl, kVideoShr };
+enum VideoSecondary : uint8_t { kVideoNone, kVideoThenAdd, kVideoThenMin, kVideoThenMax };
+enum VideoSelector : uint8_t { kVideoWord, kVideoB0, kVideoB1, kVideoB2, kVideoB3, kVideoH0, kVideoH1 };
+inline constexpr uint8_t kVideoSignedD = 1;
+inline constexpr uint8_t kVideoSignedA = 2;
+inline constexpr uint8_t kVideoSignedB = 4;
+inline constexpr uint8_t kVideoClamp = 8;  // vshl/vshr .clamp (else .wrap)
+
 // ---- Warp-wide operations (decode_warp.cc, warp_ops.cc)
 
 // shfl: Inst::mode.

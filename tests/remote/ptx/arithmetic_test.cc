@@ -288,5 +288,92 @@ TEST_F(Engine, UnimplementedModifiersAreRefusedNotIgnored) {
   EXPECT_EQ(Download<uint32_t>(out, 1)[0], 1000007u);
 }
 
+// The scalar video instructions (vadd, vsub, vabsdiff, vmin, vmax, vshl, vshr), as the PTX
+// ISA defines them: each source's word, byte or half-word (the selector) sign- or
+// zero-extended by its type, the operation in 64-bit integers (shift amounts of .u32 b
+// clamped to 32 or taken modulo 32), .sat to the destination type's range, then the
+// secondary .add, .min or .max with c extended by the destination's type, and the low 32
+// bits. cuSPARSE's binary searches use vshr.u32.u32.u32.clamp.add; before, every such
+// kernel was refused at launch (and cuSPARSE, which does not check its launches, left
+// its output unwritten).
+TEST_F(Engine, ScalarVideoInstructionsAsTheIsaDefinesThem) {
+  const uint32_t n = 4096;
+  std::vector<uint32_t> in(3 * n);
+  uint64_t seed = 5;
+  auto next = [&] {
+    return static_cast<uint32_t>((seed = seed * 6364136223846793005ull + 1442695040888963407ull) >> 32);
+  };
+  for (uint32_t t = 0; t < n; ++t) {
+    in[3 * t] = t % 5 == 0 ? t : next();
+    in[3 * t + 1] = t % 3 == 0 ? t % 40 : t % 3 == 1 ? next() % 64 : next();  // shift amounts, small and large
+    in[3 * t + 2] = next();
+  }
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(15, 99, "ScalarVideoInstructions.ptx", "video"));
+  const uint64_t din = Upload(in), dout = Zeros<uint32_t>(12 * n);
+  struct {
+    uint64_t in, out;
+  } params{din, dout};
+  ASSERT_EQ(LaunchLoaded(99, n / 128, 128, params), kCuSuccess) << executor_.TakeErrorDetail();
+  const std::vector<uint32_t> out = Download<uint32_t>(dout, 12 * n);
+  // The reference: 'w' the word, 'b'k byte k, 'h'k half-word k; signedness per operand.
+  auto part = [](uint32_t v, char unit, int k, bool is_signed) -> int64_t {
+    if (unit == 'w') return is_signed ? int64_t{static_cast<int32_t>(v)} : int64_t{v};
+    if (unit == 'h') {
+      const uint32_t h = (v >> (16 * k)) & 0xffff;
+      return is_signed ? int64_t{static_cast<int16_t>(h)} : int64_t{h};
+    }
+    const uint32_t b = (v >> (8 * k)) & 0xff;
+    return is_signed ? int64_t{static_cast<int8_t>(b)} : int64_t{b};
+  };
+  auto saturate = [](int64_t v, bool d_signed) {
+    return d_signed ? std::clamp<int64_t>(v, INT32_MIN, INT32_MAX) : std::clamp<int64_t>(v, 0, UINT32_MAX);
+  };
+  auto shift_amount = [](int64_t b, bool clamp) { return clamp ? std::min<int64_t>(b, 32) : (b & 31); };
+  auto low = [](int64_t v) { return static_cast<uint32_t>(static_cast<uint64_t>(v)); };
+  int wrong = 0;
+  for (uint32_t t = 0; t < n && wrong < 10; ++t) {
+    const uint32_t a = in[3 * t], b = in[3 * t + 1], c = in[3 * t + 2];
+    const int64_t cs = static_cast<int32_t>(c), cu = c;
+    const int64_t wa_s = part(a, 'w', 0, true), wa_u = part(a, 'w', 0, false);
+    const int64_t wb_s = part(b, 'w', 0, true), wb_u = part(b, 'w', 0, false);
+    // a << b in 64 bits: a is at most 33 bits and b at most 32, so a product fits in 128;
+    // only the shifts into .sat or .min need more than the low 64 bits, and there the
+    // sign and whether the value is beyond 32 bits decide.
+    auto shl_sat_s32 = [&](int64_t v, int64_t k) -> int64_t {
+      if (v == 0) return 0;
+      if (k >= 33 || (v > 0 ? v > (int64_t{INT32_MAX} >> k) : -v > (INT64_C(0x80000000) >> k))) {
+        return v > 0 ? INT32_MAX : INT32_MIN;
+      }
+      return v * (int64_t{1} << k);
+    };
+    auto shl_min_u32 = [&](int64_t v, int64_t k, int64_t m) -> int64_t {    // min(v << k, m), v >= 0
+      if (v != 0 && (k >= 32 || v > (INT64_C(0xffffffff) >> k))) return m;  // v << k > 2^32 > m
+      return std::min(v << k, m);
+    };
+    const uint32_t want[12] = {
+        low(wa_u + wb_u),
+        low(saturate(wa_s + wb_s, true)),
+        low(saturate(part(a, 'b', 0, false) - part(b, 'h', 1, true), true)),
+        low(std::llabs(wa_s - wb_s) + cu),
+        low(std::max(std::min(part(a, 'h', 0, true), part(b, 'b', 3, false)), cs)),
+        low(std::min(saturate(std::max(wa_s, wb_s), false), cu)),
+        low(wa_u << shift_amount(wb_u, false)),
+        low(shl_sat_s32(wa_s, shift_amount(wb_u, true))),
+        low((wa_u >> shift_amount(wb_u, true)) + cu),
+        low(std::max(part(a, 'b', 1, true) >> shift_amount(wb_u, false), cs)),
+        low(shl_min_u32(wa_u, shift_amount(wb_u, true), cu)),
+        low(saturate(wa_u - wb_u, false)),
+    };
+    for (int k = 0; k < 12; ++k) {
+      if (out[12 * t + k] != want[k]) {
+        ++wrong;
+        ADD_FAILURE() << "thread " << t << " instruction " << k + 1 << ": " << std::hex << out[12 * t + k] << " want "
+                      << want[k] << " (a " << a << ", b " << b << ", c " << c << ")";
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
 }  // namespace
 }  // namespace gpupool::dataplane

@@ -401,5 +401,28 @@ TEST_F(Engine, LoadIntoItsAddressRegister) {
   }
 }
 
+// sm_100's 256-bit loads and stores of 32-bit elements (ld/st.v8, ld.global.nc.v8: cuBLASLt's
+// epilogue kernels use them) move 8 elements in order: run as two 16-byte halves.
+TEST_F(Engine, WideVectorAccessesMoveEightElements) {
+  const uint32_t n = 64;
+  std::vector<float> in(8 * n);
+  for (uint32_t i = 0; i < 8 * n; ++i) in[i] = static_cast<float>(i) * 0.5f;
+  ASSERT_NO_FATAL_FAILURE(LoadKernelFile(16, 100, "WideVectorAccesses.ptx", "wide"));
+  const uint64_t din = Upload(in), dout = Zeros<float>(8 * n);
+  struct {
+    uint64_t in, out;
+  } params{din, dout};
+  ASSERT_EQ(LaunchLoaded(100, 1, n, params), kCuSuccess) << executor_.TakeErrorDetail();
+  const std::vector<float> out = Download<float>(dout, 8 * n);
+  for (uint32_t t = 0; t < n; ++t) {
+    std::vector<float> want(in.begin() + 8 * t, in.begin() + 8 * t + 8);
+    want[0] += static_cast<float>(t);
+    want[1] += in[8 * t];
+    want[7] += in[8 * t + 7];
+    want[4] += in[8 * t + 4];
+    for (int k = 0; k < 8; ++k) ASSERT_EQ(out[8 * t + k], want[k]) << "thread " << t << " element " << k;
+  }
+}
+
 }  // namespace
 }  // namespace gpupool::dataplane
