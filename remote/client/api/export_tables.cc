@@ -45,6 +45,11 @@ constexpr TableId kContextIdentity = {
     {0x21, 0x31, 0x8c, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8c, 0xa6, 0x41, 0xff, 0x73, 0x24, 0xc8, 0xf2}};
 constexpr TableId kModuleIterator = {
     {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}};
+// Asked by cuBLASLt 13's matmul heuristics for sm_90 devices, which call its fifth slot
+// (with two out-pointers) without checking that the driver gave the table, and go their
+// other way when the slot answers an error: every slot answers CUDA_ERROR_NOT_SUPPORTED.
+constexpr TableId kLtHeuristicsQueries = {
+    {0x17, 0x34, 0xdc, 0x26, 0x80, 0x0d, 0x47, 0x45, 0x87, 0x26, 0xc0, 0xf1, 0xe7, 0xdd, 0x8b, 0xca}};
 
 CUresult CUDAAPI UnknownSlot() {
   return static_cast<CUresult>(ReportUnsupported("an undocumented driver export-table entry"));
@@ -137,11 +142,12 @@ uint64_t CUDAAPI IterateModuleFunctions(CUcontext, CUmodule module, void (*visit
 }
 
 void* module_iterator[kSparseSlots] = {};
+void* lt_heuristics_queries[kSparseSlots] = {};
 
 // Tables whose known slots are few: every other slot answers CUDA_ERROR_NOT_SUPPORTED.
 struct SparseTablesFilled {
   SparseTablesFilled() {
-    for (void** table : {context_identity, module_iterator}) {
+    for (void** table : {context_identity, module_iterator, lt_heuristics_queries}) {
       table[0] = reinterpret_cast<void*>(sizeof(void*) * kSparseSlots);
       for (int i = 1; i < kSparseSlots; ++i) table[i] = kUnknown;
     }
@@ -280,6 +286,8 @@ GPUPOOL_CUDA_API CUresult CUDAAPI cuGetExportTable(const void** table, const CUu
     found = context_local_storage;
   else if (kContextChecks.Matches(id))
     found = context_checks;
+  else if (kLtHeuristicsQueries.Matches(id))
+    found = lt_heuristics_queries;
   else if (kIntegrityCheck.Matches(id))
     found = integrity_check;
   else if (kContextIdentity.Matches(id))
