@@ -102,8 +102,7 @@ Status Decoder::DecodeConversion(Decoding& d) {
     // cvt.rn.satfinite{.relu}.f8x2.f16x2 d, a; cvt.rn{.relu}.f16x2.f8x2 d, a.
     const std::string format = mods.count("e4m3x2") ? "e4m3x2" : "e5m2x2";
     const auto at = std::find(parts.begin(), parts.end(), format) - parts.begin();
-    const bool to_fp8 =
-        at + 1 < static_cast<std::ptrdiff_t>(parts.size()) && at == static_cast<std::ptrdiff_t>(parts.size()) - 2;
+    const bool to_fp8 = at == static_cast<std::ptrdiff_t>(parts.size()) - 2;
     const bool from_f32 = to_fp8 && types.size() == 1 && types[0] == kF32;
     const bool from_halves = to_fp8 && types.size() == 1 && parts.back() == "f16x2";
     const bool to_halves = !to_fp8 && at == static_cast<std::ptrdiff_t>(parts.size()) - 1 && parts[at - 1] == "f16x2";

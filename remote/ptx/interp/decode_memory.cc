@@ -259,9 +259,12 @@ Status Decoder::DecodeMemory(Decoding& d) {
       if (data.kind != RawOperand::kVector || data.items.size() != 8) {
         return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vector operand expected");
       }
-      Inst half = inst;
+      if (!is_store && (mods.count("volatile") || mods.count("relaxed") || mods.count("acquire"))) {
+        return Refuse("an ordered .v8 load is not supported by the sim GPU", s.line, inst);
+      }
+      Inst halves[2] = {inst, inst};
       for (int part = 0; part < 2; ++part) {
-        half = inst;
+        Inst& half = halves[part];
         half.offset = inst.offset + 16 * part;
         for (int i = 0; i < 4; ++i) {
           auto slot = is_store ? Source(frame, data.items[4 * part + i], type, s.line)
@@ -274,12 +277,9 @@ Status Decoder::DecodeMemory(Decoding& d) {
           }
         }
         half.run = LoadStoreHandler(half, is_store);
-        if (!is_store && (mods.count("volatile") || mods.count("relaxed") || mods.count("acquire"))) {
-          return Refuse("an ordered .v8 load is not supported by the sim GPU", s.line, inst);
-        }
-        if (part == 0) k_->code.push_back(half);
       }
-      return Append(half);
+      k_->code.push_back(halves[0]);
+      return Append(halves[1]);
     }
     if (vec == 1) {
       if (is_store) {
