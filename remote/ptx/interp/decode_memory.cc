@@ -255,17 +255,20 @@ Status Decoder::DecodeMemory(Decoding& d) {
       return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vectors wider than 4");
     }
     GPUPOOL_RETURN_IF_ERROR(AddressOperand(frame, address, &inst, s.line));
+    // A load ordered with other threads' accesses (HOrderedLoad also takes .cg, which CUB polls with).
+    const bool ordered = !is_store && (mods.count("volatile") || mods.count("relaxed") || mods.count("acquire"));
     if (eight) {
       if (data.kind != RawOperand::kVector || data.items.size() != 8) {
         return Status::InvalidArgument("PTX line " + std::to_string(s.line) + ": vector operand expected");
       }
-      if (!is_store && (mods.count("volatile") || mods.count("relaxed") || mods.count("acquire"))) {
+      if (ordered) {
         return Refuse("an ordered .v8 load is not supported by the sim GPU", s.line, inst);
       }
       Inst halves[2] = {inst, inst};
       for (int part = 0; part < 2; ++part) {
         Inst& half = halves[part];
-        half.offset = inst.offset + 16 * part;
+        // The job's offset, wrapping as addresses do (Resolve adds it as uint64_t).
+        half.offset = static_cast<int64_t>(static_cast<uint64_t>(inst.offset) + 16u * static_cast<uint64_t>(part));
         for (int i = 0; i < 4; ++i) {
           auto slot = is_store ? Source(frame, data.items[4 * part + i], type, s.line)
                                : Dest(frame, data.items[4 * part + i], s.line);
@@ -300,9 +303,7 @@ Status Decoder::DecodeMemory(Decoding& d) {
       }
     }
     inst.run = LoadStoreHandler(inst, is_store);
-    if (!is_store && (mods.count("volatile") || mods.count("relaxed") || mods.count("acquire") || mods.count("cg"))) {
-      inst.run = &HOrderedLoad;  // a load a thread may spin on
-    }
+    if (ordered || (!is_store && mods.count("cg"))) inst.run = &HOrderedLoad;  // a load a thread may spin on
     // A kernel parameter at a fixed address (Hoist checks it is inside the parameters).
     inst.pure = !is_store && inst.space == Space::kParam && inst.uniform_address;
     return Append(inst);
