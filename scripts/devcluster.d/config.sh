@@ -86,7 +86,10 @@ PlugStackConfig=$PLUGSTACK_CONF
 $job_submit
 # Fast scheduling: a job starts well under a second after submission.
 SchedulerParameters=sched_interval=1,sched_min_interval=100000,bf_interval=1,bf_licenses,allow_zero_lic,batch_sched_delay=0,default_queue_depth=200
-MessageTimeout=5
+# Slurm's default. slurmd waits 2 x MessageTimeout for slurmctld's REQUEST_LAUNCH_PROLOG
+# (PrologFlags=contain) and then Slurm drains the node: at 5, thirty jobs starting at once
+# on a loaded 2-core machine ran past those 10 s (stops 61 and 64, spank_concurrent).
+MessageTimeout=10
 TCPTimeout=2
 KillWait=2
 InactiveLimit=15

@@ -275,7 +275,8 @@ SlurmdParameters=config_overrides
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 ReturnToService=2
-MessageTimeout=5
+# Slurm's default: slurmd's wait for the prolog RPC is twice this (scripts/devcluster.d).
+MessageTimeout=10
 KillWait=2
 # gpupool (docs/install.md, section 6)
 GresTypes=gpupool
