@@ -494,40 +494,53 @@ TEST_F(FailoverTest, ALostSessionWhoseAgentAnswersIsNotToldToGpupoold) {
   EXPECT_EQ(told, 0);
 }
 
-// The journal's own copy of large uploads (CopyBytes, in vector steps) is exact for any
-// length and any alignment of the source: uploads of uneven sizes from odd offsets, logged
-// and then checkpointed or replayed, come back byte for byte on the replacement.
+// The journal's own copy of uploads (CopyBytes: glibc's memcpy or vector steps, streamed
+// for uploads of 4 MiB or more) is exact for any length and any alignment of the source:
+// uploads of uneven sizes from odd offsets, logged and then checkpointed or replayed, come
+// back byte for byte on the replacement.
 TEST_F(FailoverTest, UnevenUnalignedUploadsComeBackByteForByte) {
   Open(Replay());
-  constexpr uint64_t kRange = kData + (uint64_t{8} << 20), kRangeBytes = uint64_t{1} << 20;
-  dp::MemAllocArgs alloc{kRangeBytes, kRange};
-  ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
-  std::vector<char> source(kRangeBytes + 64);
+  // A 1 MiB range (uploads copied in the caches) and a 5 MiB one (streamed: over
+  // kStreamedCopy, whose last 64 KiB slice is 5 bytes).
+  constexpr uint64_t kSmall = kData + (uint64_t{8} << 20), kSmallBytes = uint64_t{1} << 20;
+  constexpr uint64_t kLarge = kData + (uint64_t{16} << 20), kLargeBytes = uint64_t{5} << 20;
+  for (const auto [range, bytes] : {std::pair{kSmall, kSmallBytes}, std::pair{kLarge, kLargeBytes}}) {
+    dp::MemAllocArgs alloc{bytes, range};
+    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  }
+  std::vector<char> source(kLargeBytes + 64);
   for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<char>(i * 131 + (i >> 9));
-  std::vector<char> want(kRangeBytes, 0);
-  // (offset in the range, bytes, offset in the source): over the overlapped-copy threshold,
-  // not multiples of 64, sources at odd addresses.
-  const std::vector<std::array<uint64_t, 3>> uploads = {
-      {0, kRangeBytes, 0}, {3, 65536 + 61, 5}, {100000, 300001, 33}, {kRangeBytes - 70001, 70001, 63}};
+  std::vector<char> want_small(kSmallBytes, 0), want_large(kLargeBytes, 0);
+  // (range, offset in the range, bytes, offset in the source): over the overlapped-copy
+  // threshold, not multiples of 64, sources at odd addresses.
+  const std::vector<std::array<uint64_t, 4>> uploads = {{kSmall, 0, kSmallBytes, 0},
+                                                        {kSmall, 3, 65536 + 61, 5},
+                                                        {kLarge, 7, (uint64_t{4} << 20) + 5, 3},
+                                                        {kSmall, 100000, 300001, 33},
+                                                        {kSmall, kSmallBytes - 70001, 70001, 63},
+                                                        {kLarge, 1001, (uint64_t{4} << 20) + 70001, 61}};
   for (size_t u = 0; u < uploads.size(); ++u) {
-    const auto [at, bytes, from] = uploads[u];
-    dp::MemcpyHtoDArgs copy{kRange + at, bytes, 0};
+    const auto [range, at, bytes, from] = uploads[u];
+    dp::MemcpyHtoDArgs copy{range + at, bytes, 0};
     ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), source.data() + from, bytes), 0);
+    std::vector<char>& want = range == kSmall ? want_small : want_large;
     std::memcpy(want.data() + at, source.data() + from, bytes);
-    if (u == 1) {
+    if (u == 2) {
       dp::StreamArgs sync{0, 0, 0};
       ASSERT_EQ(Call(dp::kOpContextSynchronize, &sync, sizeof(sync)), 0);  // a checkpoint
     }
   }
-  first_->server.reset();  // the last two uploads are in the log only
+  first_->server.reset();  // the last three uploads are in the log only
   NameInLease(*second_);
-  std::vector<char> back(kRangeBytes);
-  dp::MemcpyDtoHArgs read{kRange, kRangeBytes, 0};
-  ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), kRangeBytes), 0);
+  for (const auto& [range, want] : {std::pair{kSmall, &want_small}, std::pair{kLarge, &want_large}}) {
+    std::vector<char> back(want->size());
+    dp::MemcpyDtoHArgs read{range, back.size(), 0};
+    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), back.size()), 0);
+    size_t wrong = 0;
+    for (size_t i = 0; i < back.size(); ++i) wrong += back[i] != (*want)[i];
+    EXPECT_EQ(wrong, 0u) << "range at " << range - kData;
+  }
   ASSERT_EQ(failover_->recoveries().size(), 1u);
-  size_t wrong = 0;
-  for (size_t i = 0; i < kRangeBytes; ++i) wrong += back[i] != want[i];
-  EXPECT_EQ(wrong, 0u);
 }
 
 // CUDA's semantics of an upload: the GPU holds what the source held at the call. A

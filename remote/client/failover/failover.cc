@@ -92,7 +92,7 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
       size_t copied = 0;
       sent = channel->connection->PostOverlapped(request, [&]() {
         size_t take = std::min(kOverlapSlice, request.payload_len - copied);
-        AppendBytes(&upload->payload, source + copied, take);
+        AppendBytes(&upload->payload, source + copied, take, request.payload_len);
         copied += take;
         return copied < request.payload_len;
       });

@@ -21,7 +21,7 @@ void Failover::Sent(const Request& request, bool started) {
   } else if (request.payload_len > 0) {
     const char* bytes = static_cast<const char*>(request.payload);
     entry.payload = TakePayloadBuffer(request.payload_len);
-    AppendBytes(&entry.payload, bytes, request.payload_len);
+    AppendBytes(&entry.payload, bytes, request.payload_len, request.payload_len);
   }
   if (held) {
     LogSent(std::move(entry));
@@ -160,7 +160,7 @@ void Failover::Answered(const Request& request, const Reply& reply) {
     if (request.payload_len > 0) {
       const char* bytes = static_cast<const char*>(request.payload);
       entry.payload = TakePayloadBuffer(request.payload_len);
-      AppendBytes(&entry.payload, bytes, request.payload_len);
+      AppendBytes(&entry.payload, bytes, request.payload_len, request.payload_len);
     }
     Track(entry, &reply);
     if (!protecting_) return;
@@ -267,7 +267,7 @@ void Failover::CaptureHeld() {
       continue;
     }
     entry.payload = TakePayloadBuffer(args.size);
-    AppendBytes(&entry.payload, entry.held, args.size);
+    AppendBytes(&entry.payload, entry.held, args.size, args.size);
     entry.held = nullptr;
     log_bytes_ += args.size;
   }

@@ -102,7 +102,7 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
           saved_[args.dst].swap(entry.payload);
           break;
         }
-        CopyBytes(image_at(args.dst), entry.payload.data(), args.size);
+        CopyBytes(image_at(args.dst), entry.payload.data(), args.size, args.size);
         break;
       }
       case dp::kOpMemset: {
