@@ -835,12 +835,26 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args, transport::
   std::snprintf(attach.gpu_uuid, sizeof(attach.gpu_uuid), "%s", pull.gpu_uuid);
   std::memcpy(attach.ticket, pull.ticket, sizeof(attach.ticket));
   if (!call(kOpHandoffAttach, &attach, sizeof(attach), nullptr, 0, &why)) return fail(why);
-  constexpr uint64_t kChunk = uint64_t{16} << 20;  // staging, where memory is not the host's
-  std::vector<char> staging;
+  // Reads of at most kChunk: the old agent copies each read's bytes into a buffer of its
+  // own before its reply (HandoffServe), so a whole 1 GiB range read at once cost it 1 GiB
+  // of fresh memory, faulted in and filled before the first byte went out.
+  constexpr uint64_t kChunk = uint64_t{16} << 20;
+  std::vector<char> staging;  // where memory is not the host's
   for (const auto& [start, size] : ranges) {
-    if (void* view = executor->HostView(start, size); view != nullptr) {
-      HandoffReadArgs read{start, size};
-      if (!call(kOpHandoffRead, &read, sizeof(read), view, size, &why)) return fail(why);
+    if (char* view = static_cast<char*>(executor->ReceiveView(start, size)); view != nullptr) {
+      // Received in place; the executor may make the range ready meanwhile (ReceiveView),
+      // and CopyToDevice of the view itself says the bytes are there.
+      bool read_all = true;
+      for (uint64_t done = 0; done < size && read_all;) {
+        const uint64_t take = std::min(kChunk, size - done);
+        HandoffReadArgs read{start + done, take};
+        read_all = call(kOpHandoffRead, &read, sizeof(read), view + done, take, &why);
+        done += take;
+      }
+      if (int32_t status = executor->CopyToDevice(start, view, size, 0); status != kCuSuccess && read_all) {
+        return fail("writing to this GPU gave CUDA error " + std::to_string(status));
+      }
+      if (!read_all) return fail(why);
       continue;
     }
     for (uint64_t done = 0; done < size;) {

@@ -1287,6 +1287,38 @@ TEST_F(FailoverTest, APlannedMoveHandsTheMemoryOverAgentToAgent) {
   ExpectMatchesReference();
 }
 
+// A planned move of a range larger than one handoff read (16 MiB, over the size the sim
+// makes ready on helper threads): the new agent pulls it in several reads, each into its
+// place, and the process reads back every byte it wrote, none of them from the log.
+TEST_F(FailoverTest, APlannedMoveHandsALargeRangeOverInSeveralReadsByteForByte) {
+  FailoverConfig config = Replay();
+  config.checkpoint_interval = std::chrono::hours(1);
+  Open(config);
+  constexpr uint64_t kRange = kData + (uint64_t{64} << 20), kBytes = (uint64_t{40} << 20) + 4097;
+  dp::MemAllocArgs alloc{kBytes, kRange};
+  ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  std::vector<char> wrote(kBytes);
+  for (size_t i = 0; i < wrote.size(); ++i) wrote[i] = static_cast<char>(i * 7 + (i >> 12));
+  dp::MemcpyHtoDArgs copy{kRange, kBytes, 0};
+  ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), wrote.data(), kBytes), 0);
+  dp::StreamArgs sync{0, 0, 0};
+  ASSERT_EQ(Call(dp::kOpContextSynchronize, &sync, sizeof(sync)), 0);
+  first_->holds = false;  // the lease moves (a drain)
+  NameInLease(*second_);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // the agent's tick revokes
+  std::vector<char> back(kBytes);
+  dp::MemcpyDtoHArgs read{kRange, kBytes, 0};
+  ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), kBytes), 0);
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  const Failover::Recovery& moved = failover_->recoveries()[0];
+  EXPECT_EQ(moved.to.uuid, second_->uuid);
+  EXPECT_EQ(moved.restored_bytes, 0u);
+  EXPECT_GE(moved.copied_bytes, kBytes);
+  size_t wrong = 0;
+  for (size_t i = 0; i < kBytes; ++i) wrong += back[i] != wrote[i];
+  EXPECT_EQ(wrong, 0u);
+}
+
 // A long log is cut at a synchronisation before the interval when its checkpoint is cheap
 // (little device memory written since the last one), and only then.
 TEST_F(FailoverTest, ALongLogIsCheckpointedEarlyOnlyWhenThatIsCheap) {
