@@ -68,8 +68,10 @@ wait_for() {  # wait_for SECONDS CMD...
   done
 }
 running_20() { (($(iterations_done "$job") + 0 >= 20)); }
-no_failed() { ! gpupoolctl show gpus --json | jq -e '.gpus[] | select(.state == "FAILED" or .state == "DRAINED" or .state == "DRAINING")' >/dev/null; }
-no_unreachable() { ! gpupoolctl show gpus --json | jq -e '.gpus[] | select(.state == "UNREACHABLE")' >/dev/null; }
+# Only the bench's pool (a100) counts: a host that left the cluster (the dev cluster's
+# joining test host, gpuhost6) stays UNREACHABLE in gpupoold's durable inventory.
+no_failed() { ! gpupoolctl show gpus --json | jq -e '.gpus[] | select(.pool == "a100") | select(.state == "FAILED" or .state == "DRAINED" or .state == "DRAINING")' >/dev/null; }
+no_unreachable() { ! gpupoolctl show gpus --json | jq -e '.gpus[] | select(.pool == "a100") | select(.state == "UNREACHABLE")' >/dev/null; }
 recovered() { grep -qE 'GPU 0: (recovered on|moved to)' "$work/$job.out"; }
 # fault HOST INDEX MODE: a sim fault through the agent's control API (MUNGE authenticated:
 # a credential whose payload is "gpupool"), as tests/remote/slurm_failover.bats does.
@@ -144,8 +146,8 @@ trial() {
   if [[ -n $hung ]]; then fault $hung clear >/dev/null; hung=""; fi
   if [[ -n $failed_gpu ]]; then gpupoolctl update gpu="$failed_gpu" state=resume reason=bench >/dev/null; failed_gpu=""; fi
   if [[ -n $killed_agent ]]; then "$devcluster" start "$killed_agent" >/dev/null; killed_agent=""; fi
-  wait_for 60 no_unreachable
-  wait_for 30 no_failed
+  wait_for 60 no_unreachable || { echo "failover --slurm: an a100 GPU stayed UNREACHABLE after '$1'" >&2; exit 1; }
+  wait_for 30 no_failed || { echo "failover --slurm: an a100 GPU stayed failed or drained after '$1'" >&2; exit 1; }
 }
 
 : >"$work/library.log"
