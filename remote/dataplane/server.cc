@@ -851,10 +851,9 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args, transport::
         read_all = call(kOpHandoffRead, &read, sizeof(read), view + done, take, &why);
         done += take;
       }
-      if (int32_t status = executor->CopyToDevice(start, view, size, 0); status != kCuSuccess && read_all) {
-        return fail("writing to this GPU gave CUDA error " + std::to_string(status));
-      }
+      const int32_t status = executor->CopyToDevice(start, view, size, 0);  // after a failed read too
       if (!read_all) return fail(why);
+      if (status != kCuSuccess) return fail("writing to this GPU gave CUDA error " + std::to_string(status));
       continue;
     }
     for (uint64_t done = 0; done < size;) {
