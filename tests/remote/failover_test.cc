@@ -6,6 +6,7 @@
 #include "remote/client/failover/failover.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <array>
@@ -625,6 +626,59 @@ TEST_F(FailoverTest, AnUploadChangedAfterItsCallReplaysTheBytesTheGpuGot) {
   EXPECT_EQ(failover_->held_uploads(), 1u);
   failover_->CaptureHeldUploads();
   EXPECT_EQ(failover_->held_uploads(), 0u);
+}
+
+// An upload of 256 KiB or more from page-locked memory the library allocated is kept as a
+// copy-on-write snapshot of its source (pinned_snapshots.h), not copied at the call. A replay
+// still gives the bytes the GPU got: of a source the program wrote afterwards (copied at that
+// write), of one it freed (copied at the free), and of one left as it was (copied by the
+// recovery itself). Where the process cannot take snapshots, the journal copies them at the
+// call, and the replay gives the same bytes.
+TEST_F(FailoverTest, UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot) {
+  FailoverConfig config = Replay();
+  config.checkpoint_interval = std::chrono::hours(1);  // the log alone carries the uploads
+  Open(config);
+  std::string why;
+  const bool snapshots = PinnedSnapshots::Get().Enable(&why);
+  EXPECT_TRUE(snapshots || geteuid() != 0) << why;
+  constexpr size_t kBytes = size_t{1} << 20;
+  const uint64_t ranges[3] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20), kData + (uint64_t{12} << 20)};
+  char* sources[3] = {};
+  auto pattern = [](size_t i, int seed) { return static_cast<char>(i * 13 + seed * 71 + (i >> 12)); };
+  for (int k = 0; k < 3; ++k) {
+    dp::MemAllocArgs alloc{kBytes, ranges[k]};
+    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+    void* mapped = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+    sources[k] = static_cast<char*>(mapped);
+    PinnedSnapshots::Get().AddRegion(sources[k], kBytes);  // as AllocPinned does
+    for (size_t i = 0; i < kBytes; ++i) sources[k][i] = pattern(i, k);
+  }
+  const uint64_t copied = PinnedSnapshots::Get().materialized();
+  for (int k = 0; k < 3; ++k) {
+    dp::MemcpyHtoDArgs copy{ranges[k], kBytes, 0};
+    ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), sources[k], kBytes), 0);
+  }
+  EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied) << "nothing copied while nothing was written";
+  std::memset(sources[0], 0x6b, kBytes);            // the program's next batch
+  PinnedSnapshots::Get().RemoveRegion(sources[1]);  // cuMemFreeHost
+  munmap(sources[1], kBytes);
+  if (snapshots) EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied + 2);
+  first_->server.reset();  // all three uploads are in the log only
+  NameInLease(*second_);
+  for (int k = 0; k < 3; ++k) {
+    std::vector<char> back(kBytes);
+    dp::MemcpyDtoHArgs read{ranges[k], kBytes, 0};
+    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), back.size()), 0);
+    size_t wrong = 0;
+    for (size_t i = 0; i < kBytes; ++i) wrong += back[i] != pattern(i, k);
+    EXPECT_EQ(wrong, 0u) << "upload " << k;
+  }
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  for (int k : {0, 2}) {
+    PinnedSnapshots::Get().RemoveRegion(sources[k]);
+    munmap(sources[k], kBytes);
+  }
 }
 
 // kOpRecovered speaks for the sender's own session: before a hello it is refused, and its
@@ -1803,6 +1857,15 @@ TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].find("GPUPOOL_RECOVER_TOGETHER='maybe'"), std::string::npos);
   unsetenv("GPUPOOL_RECOVER_TOGETHER");
+  errors.clear();
+  EXPECT_TRUE(FailoverConfig::FromEnvironment(&errors).copy_on_write);
+  setenv("GPUPOOL_COPY_ON_WRITE", "off", 1);
+  EXPECT_FALSE(FailoverConfig::FromEnvironment(&errors).copy_on_write);
+  setenv("GPUPOOL_COPY_ON_WRITE", "1", 1);
+  EXPECT_TRUE(FailoverConfig::FromEnvironment(&errors).copy_on_write);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("GPUPOOL_COPY_ON_WRITE='1'"), std::string::npos);
+  unsetenv("GPUPOOL_COPY_ON_WRITE");
 }
 
 }  // namespace

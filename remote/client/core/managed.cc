@@ -225,6 +225,7 @@ bool Runtime::ForgetManaged(uint64_t address) {
   // Mapped host memory (cuMemHostAlloc with DEVICEMAP) is a managed range too: its pages
   // go, and with them the host range (a context's destruction frees it this way).
   RemoveHostRange(reinterpret_cast<const void*>(address));
+  PinnedSnapshots::Get().RemoveRegion(reinterpret_cast<void*>(address));  // page-locked memory handed to a kernel
   munmap(reinterpret_cast<void*>(address), range.mapped);
   if (InPinnedWindow(address)) {
     ReleasePinnedAddress(range.reserved, range.reserved_size);
@@ -252,6 +253,7 @@ void* Runtime::AllocPinned(size_t size) {
                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
     if (host == reinterpret_cast<void*>(address)) {
       any_pinned_.store(true);
+      PinnedSnapshots::Get().AddRegion(host, mapped);
       return host;
     }
     if (host != MAP_FAILED) munmap(host, mapped);
@@ -262,11 +264,14 @@ void* Runtime::AllocPinned(size_t size) {
         static_cast<unsigned long long>(address), size);
   }
   void* host = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return host == MAP_FAILED ? nullptr : host;
+  if (host == MAP_FAILED) return nullptr;
+  PinnedSnapshots::Get().AddRegion(host, mapped);
+  return host;
 }
 
 void Runtime::FreePinned(void* pointer, size_t size) {
   const uint64_t mapped = RoundUp(size, kPage);
+  PinnedSnapshots::Get().RemoveRegion(pointer);  // the journal's snapshots of it are copied
   munmap(pointer, mapped);
   const auto address = reinterpret_cast<uint64_t>(pointer);
   if (InPinnedWindow(address)) ReleasePinnedAddress(address, mapped);

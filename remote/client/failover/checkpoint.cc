@@ -39,6 +39,7 @@ static bool WritesImages(uint32_t op) {
 
 bool Failover::Checkpoint(ClientConnection* connection) {
   CaptureHeld();  // the checkpoint applies the log's bytes
+  CaptureSnapshots();
   if (config_.mode == FailoverConfig::Mode::kMigrate) {
     // No memory image: a move's memory comes from the old agent. The log is cut where
     // every request before has run (the device idle), which keeps only live resources.

@@ -68,8 +68,15 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   // reference (Sent); another large upload has its journal copy made while its bytes are in
   // flight, not before.
   const bool held = how == Delivery::kPost && HeldByReference(request);
-  const bool overlapped = how == Delivery::kPost && protecting_ && !held && request.payload_len >= kOverlappedPayload &&
-                          ChangesState(request.op);
+  const bool large = how == Delivery::kPost && protecting_ && !held && request.payload_len >= kOverlappedPayload &&
+                     ChangesState(request.op);
+  // A large upload from page-locked memory this library allocated is kept as a snapshot of
+  // its source, where one can be taken; another has its journal copy made in flight.
+  HostSnapshot snapshot;
+  if (large && config_.copy_on_write && request.payload_len >= kSnapshotUpload) {
+    snapshot = PinnedSnapshots::Get().Take(request.payload, request.payload_len);
+  }
+  const bool overlapped = large && !snapshot;
   // Made only for an overlapped upload: an Entry (also an empty std::optional<Entry>) costs
   // its zeroing on every call.
   std::unique_ptr<Entry> upload;
@@ -78,7 +85,9 @@ int32_t Failover::Deliver(Channel* channel, Delivery how, const Request& request
   // read no clock.
   const auto delivered_at =
       how == Delivery::kCall ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-  if (overlapped) {
+  if (snapshot) {
+    LogSnapshot(request, std::move(snapshot));
+  } else if (overlapped) {
     upload = std::make_unique<Entry>(StartOverlappedEntry(request));
   } else if (how != Delivery::kCall) {
     Sent(request, how == Delivery::kStart);

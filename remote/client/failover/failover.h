@@ -19,7 +19,9 @@
 //    since (launches with their argument bytes, copies with the host bytes
 //    captured when they were sent, or, for an asynchronous copy from page-locked
 //    memory this library allocated, by the process's next two-way request, before
-//    CUDA lets the program change them; memsets, frees, events);
+//    CUDA lets the program change them, or, for one of kSnapshotUpload or more from that
+//    memory, as a copy-on-write snapshot of its source, copied when anything writes it
+//    (pinned_snapshots.h); memsets, frees, events);
 //  - on a failure (agent gone, GPU failed, session revoked because the lease
 //  moved), a
 //    new session on the GPU the lease names now (the lease file, rewritten by
@@ -102,34 +104,12 @@
 #include <vector>
 
 #include "common/status.h"
+#include "remote/client/failover/journal_bytes.h"
+#include "remote/client/failover/pinned_snapshots.h"
 #include "remote/protocol/protocol.h"
 #include "remote/transport/rpc_client.h"
 
 namespace gpupool::client {
-
-// An allocator whose construct() leaves a new char unset: growing a buffer with it
-// writes nothing, where std::vector<char>::resize zeroes every new byte first. The
-// journal copy of an upload is written in whole right after it grows its buffer, so
-// zeroing wrote each byte twice, on the thread that also drives the upload's send.
-template <typename T>
-struct UnsetOnGrowth : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = UnsetOnGrowth<U>;
-  };
-  UnsetOnGrowth() = default;
-  template <typename U>
-  UnsetOnGrowth(const UnsetOnGrowth<U>&) noexcept {}
-  // Only the no-value form: allocator_traits constructs with a value (resize(n, 0)) by
-  // std::construct_at when the allocator has no construct() for it.
-  template <typename U>
-  void construct(U* at) noexcept {
-    ::new (static_cast<void*>(at)) U;  // default-initialised: for char, unset
-  }
-};
-
-// Journal and checkpoint bytes. Code that needs zeroes asks for them (resize(n, 0)).
-using JournalBytes = std::vector<char, UnsetOnGrowth<char>>;
 
 struct FailoverConfig {
   // kMigrate: follows planned moves only (its memory handed over agent to agent); keeps no
@@ -143,11 +123,14 @@ struct FailoverConfig {
   // A recovery from a lost agent starts those of the process's other GPUs whose
   // connections are broken too (failover.h's header comment).
   bool recover_together = true;
+  // Large uploads from page-locked memory are kept as copy-on-write snapshots where the
+  // process may catch writes (pinned_snapshots.h); off: copied at the call.
+  bool copy_on_write = true;
 
   // From GPUPOOL_FAILOVER, GPUPOOL_CHECKPOINT_INTERVAL (seconds),
   // GPUPOOL_CHECKPOINT_MEM (bytes, K/M/G suffixes), GPUPOOL_RECOVERY_DEADLINE
   // (seconds), GPUPOOL_CHECKPOINT_SCOPE (arguments|all), GPUPOOL_RECOVER_TOGETHER
-  // (on|off). A bad value is named
+  // (on|off), GPUPOOL_COPY_ON_WRITE (on|off). A bad value is named
   // in *errors and its default kept.
   static FailoverConfig FromEnvironment(std::vector<std::string>* errors);
 };
@@ -318,6 +301,10 @@ class Failover {
     // keeps them unchanged until the program's next synchronisation (payload empty until
     // CaptureHeld copies them; held_ lists it).
     const char* held = nullptr;
+    // A large upload from page-locked memory this library allocated, kept as a copy-on-write
+    // snapshot of its source (pinned_snapshots.h) until a checkpoint or a recovery needs its
+    // bytes (CaptureSnapshots); payload empty until then.
+    HostSnapshot snapshot;
     bool call = false;  // sent with Call (its reply is checked on replay)
     // The transport seq it was sent with on the current GPU's connection; 0: known to have
     // run there (answered, or replayed before a later request was answered).
@@ -371,6 +358,11 @@ class Failover {
   // every two-way request (any of which may tell the program its copies are done: a
   // synchronisation, a query, an event), a checkpoint and a recovery.
   void CaptureHeld();
+  // Puts the bytes of the log's snapshots in their entries (mu() held): before a checkpoint
+  // applies the log and a recovery replays it.
+  void CaptureSnapshots();
+  // Logs an upload whose bytes `snapshot` keeps (Deliver).
+  void LogSnapshot(const transport::Request& request, HostSnapshot snapshot);
   JournalBytes TakePayloadBuffer(size_t size);
   // Moves `entry`'s payload buffer (its bytes no longer needed) to the spare buffers.
   void SparePayload(Entry* entry);

@@ -46,9 +46,10 @@ Failover::Entry Failover::StartOverlappedEntry(const Request& request) {
   entry.seq = sending_seq_;
   entry.args.assign(static_cast<const char*>(request.args), request.args_len);
   size_t previous = 0;
-  if (OverwritesLastUpload(entry, &previous)) {
-    // Append drops that entry once this one is logged: its buffer takes this copy.
-    // (Log entries are only ever read under mu_, which Deliver holds throughout.)
+  // Append drops that entry once this one is logged: its buffer takes this copy, unless it
+  // has none (a snapshot: then a spare one does). (Log entries are only ever read under mu_,
+  // which Deliver holds throughout.)
+  if (OverwritesLastUpload(entry, &previous) && log_[previous].payload.capacity() >= request.payload_len) {
     entry.payload.swap(log_[previous].payload);
     log_bytes_ -= entry.payload.size();
     entry.payload.clear();
@@ -106,7 +107,11 @@ void Failover::Append(Entry entry) {
       size_t previous = 0;
       if (OverwritesLastUpload(entry, &previous)) {
         Entry& dropped = log_[previous];
-        log_bytes_ -= dropped.args.size() + dropped.payload.size();
+        // Released after this upload's snapshot was taken: pages both protect stay so.
+        log_bytes_ -= dropped.args.size() + dropped.snapshot.size();
+        dropped.snapshot = HostSnapshot();
+        SparePayload(&dropped);  // takes its size off log_bytes_ when it keeps the buffer
+        log_bytes_ -= dropped.payload.size();
         dropped_bytes_ += args.size;
         dropped.op = kDroppedEntry;
         dropped.payload = JournalBytes();
@@ -143,8 +148,25 @@ void Failover::Append(Entry entry) {
       last_upload_.clear();  // a kernel, or what else may read device memory
       break;
   }
-  log_bytes_ += entry.args.size() + entry.payload.size();
+  log_bytes_ += entry.args.size() + entry.payload.size() + entry.snapshot.size();
   log_.push_back(std::move(entry));
+}
+
+void Failover::LogSnapshot(const Request& request, HostSnapshot snapshot) {
+  Entry entry;
+  entry.op = request.op;
+  entry.seq = sending_seq_;
+  entry.args.assign(static_cast<const char*>(request.args), request.args_len);
+  entry.snapshot = std::move(snapshot);
+  LogSent(std::move(entry));
+}
+
+void Failover::CaptureSnapshots() {
+  for (Entry& entry : log_) {
+    if (!entry.snapshot) continue;
+    entry.payload = TakePayloadBuffer(entry.snapshot.size());
+    entry.snapshot.MoveInto(&entry.payload);  // its size stays in log_bytes_
+  }
 }
 
 void Failover::Answered(const Request& request, const Reply& reply) {

@@ -339,6 +339,7 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
   // The replay sends the log's bytes; the program has not synchronised since its held
   // uploads (it is inside a call), so their sources still hold what was sent.
   CaptureHeld();
+  CaptureSnapshots();
   const auto began = std::chrono::steady_clock::now();
   const auto deadline = began + config_.recovery_deadline;
   const GpuLocation failed = *location;

@@ -71,6 +71,13 @@ FailoverConfig FailoverConfig::FromEnvironment(std::vector<std::string>* errors)
       errors->push_back(std::string("GPUPOOL_RECOVER_TOGETHER='") + v + "' is not one of on, off; using on");
     }
   }
+  if (const char* v = std::getenv("GPUPOOL_COPY_ON_WRITE"); v != nullptr && *v != '\0') {
+    if (std::strcmp(v, "off") == 0) {
+      config.copy_on_write = false;
+    } else if (std::strcmp(v, "on") != 0) {
+      errors->push_back(std::string("GPUPOOL_COPY_ON_WRITE='") + v + "' is not one of on, off; using on");
+    }
+  }
   return config;
 }
 
