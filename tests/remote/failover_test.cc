@@ -628,7 +628,7 @@ TEST_F(FailoverTest, AnUploadChangedAfterItsCallReplaysTheBytesTheGpuGot) {
   EXPECT_EQ(failover_->held_uploads(), 0u);
 }
 
-// An upload of 256 KiB or more from page-locked memory the library allocated is kept as a
+// An upload of 64 KiB or more from page-locked memory the library allocated is kept as a
 // copy-on-write snapshot of its source (pinned_snapshots.h), not copied at the call. A replay
 // still gives the bytes the GPU got: of a source the program wrote afterwards (copied at that
 // write), of one it freed (copied at the free), and of one left as it was (copied by the

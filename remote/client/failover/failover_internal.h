@@ -52,10 +52,11 @@ inline bool HeldByReference(const transport::Request& request) {
 
 // An upload of at least this many bytes from page-locked memory this library allocated is
 // kept as a copy-on-write snapshot of its source (pinned_snapshots.h) rather than copied,
-// where the process can take one. Write-protecting 1 MiB took 7 us and 16 MiB 106 us on the
-// dev VM, against about 40 us and 760 us for the copies; under 256 KiB the protection and
-// its later release cost about what the copy does.
-constexpr size_t kSnapshotUpload = size_t{256} << 10;
+// where the process can take one. Write-protecting 64 KiB took 1 us, 1 MiB 7 us and 16 MiB
+// 106 us on the dev VM, against about 3, 40 and 760 us for the copies; pages a snapshot
+// already protects (the previous upload from the same buffer) cost nothing more. Smaller
+// uploads are held by reference or copied (kOverlappedPayload).
+constexpr size_t kSnapshotUpload = kOverlappedPayload;
 // The op of a log entry a later upload made unnecessary (Failover::Append):
 // neither replayed nor applied.
 constexpr uint32_t kDroppedEntry = 0;

@@ -2,7 +2,7 @@
 # scripts/bench/failover --uploads: what the journal costs uploads. cudaMemcpy H2D from
 # pinned host memory (remote.d/remote_bench.cu, HostToDevice/N) at 64 KiB, 1 MiB, 16 MiB
 # and 256 MiB through gpupool's libcuda.so.1 and a dataplane test server, in three modes
-# alternating in the same run: GPUPOOL_FAILOVER=replay (an upload of 256 KiB or more from
+# alternating in the same run: GPUPOOL_FAILOVER=replay (an upload of 64 KiB or more from
 # page-locked memory kept as a copy-on-write snapshot of its source where the process can
 # take one, pinned_snapshots.h), replay with GPUPOOL_COPY_ON_WRITE=off (every uploaded byte
 # copied into the journal while it is sent), and GPUPOOL_FAILOVER=off; medians of
@@ -11,6 +11,8 @@
 # journal holds an upload under 64 KiB by reference and copies it at the wait), and for a
 # program that fills its buffer before each upload (HostToDeviceFilled/N, the fill timed
 # too: a snapshot's copy is made at the fill's first write).
+# Each row runs for at least 1 s: with 0.3 s, loopback TCP on the 2-core dev VM gave
+# spreads of +-40-60% and medians of 5 that moved by 15% from run to run.
 # Goal (issue 40): replay >= 95% of off at every size.
 #   uploads.sh BUILD TRANSPORT REPETITIONS PORT
 set -eu
@@ -49,7 +51,7 @@ for repetition in $(seq 1 "$repetitions"); do
       GPUPOOL_LEASE_TOKEN=bench CUDA_VISIBLE_DEVICES=0 GPUPOOL_FAILOVER=$failover GPUPOOL_CHECKPOINT_MEM=4G \
       GPUPOOL_COPY_ON_WRITE=$copy_on_write LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
       "$work/remote_bench" --benchmark_filter='^HostToDevice(Async|Filled)?/' --benchmark_format=csv \
-      --benchmark_min_time=0.3 >"$work/run.csv" 2>>"$work/bench.err" || { cat "$work/bench.err" >&2; exit 1; }
+      --benchmark_min_time=1 >"$work/run.csv" 2>>"$work/bench.err" || { cat "$work/bench.err" >&2; exit 1; }
     for bench in $benches; do
       for size in $(sizes_of $bench); do
         grep "^\"$bench/$size/real_time\"" "$work/run.csv" | cut -d, -f6 >>"$work/$mode.$bench.$size"
