@@ -81,7 +81,7 @@ struct PinnedSnapshots::State {
   std::multimap<size_t, JournalBytes> spare;  // by capacity
   size_t spare_bytes = 0;
   static constexpr size_t kSpareBuffers = 4;
-  static constexpr size_t kSpareBytes = size_t{512} << 20;
+  static constexpr size_t kSpareBytes = size_t{256} << 20;
 
   JournalBytes SpareBuffer(size_t size) {
     auto best = spare.lower_bound(size);
