@@ -69,8 +69,9 @@ sreport_a100_seconds() {
   # The user's pool-GPU seconds in the window: sreport's sum equals ElapsedRaw x
   # license count summed over sacct's records of the user's jobs (both cut to the window).
   # Other tests' jobs of this user in the same hour may still be reaching slurmdbd: the
-  # two must agree once its records are settled.
-  wait_until 60 user_sums_agree "$user" "$from" "$to" || {
+  # two must agree once its records are settled (120 s: under a loaded suite slurmdbd once
+  # settled them just after 60).
+  wait_until 120 user_sums_agree "$user" "$from" "$to" || {
     echo "sacct: $(user_a100_seconds "$user" "$from" "$to"), sreport: $(sreport_a100_seconds Users="$user" start="$from" end="$to")" >&2
     false
   }

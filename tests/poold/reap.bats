@@ -24,7 +24,9 @@ acquire_for_job() {  # acquire_for_job JOB: a lease for JOB, straight through th
   # A job of the cluster's own whose lease is taken behind the plugin's back: when the job
   # ends, only the reaper can find it.
   id=$(submit -N1 -L gpupool_h100:1 --wrap 'sleep 2')
-  wait_until 20 job_running "$id"
+  # 60 s: with packaging_build compiling on both cores beside it, the job once took longer
+  # than 20 s to start.
+  wait_until 60 job_running "$id"
   acquire_for_job "$id" >/dev/null
   job_has_lease "$id"
   wait_until 20 job_ended "$id"

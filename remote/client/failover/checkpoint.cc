@@ -39,7 +39,6 @@ static bool WritesImages(uint32_t op) {
 
 bool Failover::Checkpoint(ClientConnection* connection) {
   CaptureHeld();  // the checkpoint applies the log's bytes
-  CaptureSnapshots();
   if (config_.mode == FailoverConfig::Mode::kMigrate) {
     // No memory image: a move's memory comes from the old agent. The log is cut where
     // every request before has run (the device idle), which keeps only live resources.
@@ -70,6 +69,9 @@ bool Failover::Checkpoint(ClientConnection* connection) {
   // into fresh buffers first. Only then, when nothing can fail any more, is the
   // log applied to the previous images in place and the reads put in: a
   // failure in the middle leaves the previous checkpoint and its log intact.
+  // The snapshots' bytes, copied only now: a migrate checkpoint (above) and one over
+  // checkpoint_mem drop the log, and its snapshots with it, uncopied.
+  CaptureSnapshots();
   std::set<uint64_t> unknown, made;
   ApplyLog(false, &unknown, &made);
   std::set<uint64_t> reads(unknown);

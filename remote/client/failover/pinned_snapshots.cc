@@ -7,6 +7,7 @@
 #include <linux/userfaultfd.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -226,7 +227,13 @@ bool PinnedSnapshots::Enable(std::string* why) {
                    registry.enabled_.store(false);
                    registry.state_->mu.unlock();
                  });
+  // The fault thread takes none of the program's signals (it starts with every signal
+  // blocked): a handler the program runs there could write the memory the thread unblocks.
+  sigset_t all, before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
   std::thread([this] { FaultLoop(); }).detach();
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
   enabled_.store(true, std::memory_order_release);
   return true;
 }
