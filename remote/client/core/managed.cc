@@ -236,6 +236,14 @@ bool Runtime::ForgetManaged(uint64_t address) {
 }
 
 void* Runtime::AllocPinned(size_t size) {
+  // The userfaultfd and its thread only in a process that has page-locked memory.
+  if (want_snapshots_) {
+    std::call_once(snapshots_once_, [] {
+      if (std::string why; !PinnedSnapshots::Get().Enable(&why)) {
+        LogDebug("uploads from page-locked memory are copied into the failover journal at the call: %s", why.c_str());
+      }
+    });
+  }
   const uint64_t mapped = RoundUp(size, kPage);
   uint64_t address = 0;
   {

@@ -164,13 +164,8 @@ CUresult Runtime::Connect() {
   std::vector<std::string> config_errors;
   FailoverConfig failover_config = FailoverConfig::FromEnvironment(&config_errors);
   for (const std::string& error : config_errors) LogError("%s", error.c_str());
-  // Before any page-locked memory is mapped (cuMemHostAlloc needs cuInit): its regions are
-  // registered for copy-on-write snapshots of the uploads from them.
-  if (failover_config.mode != FailoverConfig::Mode::kOff && failover_config.copy_on_write) {
-    if (std::string why; !PinnedSnapshots::Get().Enable(&why)) {
-      LogDebug("uploads from page-locked memory are copied into the failover journal at the call: %s", why.c_str());
-    }
-  }
+  // Page-locked memory (cuMemHostAlloc needs cuInit) turns snapshots on (AllocPinned).
+  want_snapshots_ = failover_config.mode != FailoverConfig::Mode::kOff && failover_config.copy_on_write;
   const char* lease_file = std::getenv("GPUPOOL_LEASE_FILE");
   for (int index : visible) {
     auto device = std::make_unique<Device>();

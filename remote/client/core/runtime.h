@@ -475,6 +475,10 @@ class Runtime {
   std::multimap<uint64_t, uint64_t> free_pinned_;  // page-rounded size -> address; mu_
   std::atomic<bool> any_pinned_{false};            // the launch's fast path's test
   std::atomic<bool> any_registered_{false};        // the same for registered memory
+  // Failover on with GPUPOOL_COPY_ON_WRITE=on (Connect): the first page-locked allocation
+  // turns copy-on-write snapshots on (pinned_snapshots.h), once.
+  bool want_snapshots_ = false;
+  std::once_flag snapshots_once_;
   void ReleasePinnedAddress(uint64_t address, uint64_t size);
 };
 

@@ -281,14 +281,15 @@ void PinnedSnapshots::RemoveRegion(void* start) {
 HostSnapshot PinnedSnapshots::Take(const void* bytes, size_t size) {
   if (!any_region_.load(std::memory_order_acquire) || size == 0) return {};
   const auto start = reinterpret_cast<uintptr_t>(bytes);
-  auto record = std::make_shared<HostSnapshot::Record>();
   std::lock_guard<std::mutex> lock(state_->mu);
   State::Region* region = state_->Holding(start, size);
-  if (region == nullptr) return {};  // not listed: its end takes no lock
-  if (region->skip > 0) {            // the program has been writing this buffer
+  if (region == nullptr) return {};
+  if (region->skip > 0) {  // the program has been writing this buffer
     --region->skip;
     return {};
   }
+  // Made under the lock: one never listed ends without taking it (Release).
+  auto record = std::make_shared<HostSnapshot::Record>();
   record->start = start;
   record->size = size;
   record->first_page = PageDown(start);
@@ -345,7 +346,7 @@ void PinnedSnapshots::FaultLoop() {
       // those, so that lifting the protection of their pages leaves no listed one
       // unprotected.
       uintptr_t first = page, end = page + kPage;
-      const uint64_t copied_before = materialized_.load();
+      bool written = false;
       for (bool grew = true; grew;) {
         grew = false;
         for (size_t k = 0; k < region->snapshots.size();) {
@@ -355,13 +356,13 @@ void PinnedSnapshots::FaultLoop() {
             end = std::max(end, record->end_page);
             state_->CopyOut(region, record);  // erases it from the list
             materialized_.fetch_add(1);
-            grew = true;
+            grew = written = true;
           } else {
             ++k;
           }
         }
       }
-      if (materialized_.load() != copied_before) State::Written(region);
+      if (written) State::Written(region);
       state_->WriteProtect(first, end, false);  // wakes the writer
     }
   }
