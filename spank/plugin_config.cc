@@ -46,7 +46,7 @@ Status Absolute(const std::string& arg, const std::string& value) {
 const std::vector<std::string>& PluginConfigKeys() {
   static const std::vector<std::string> keys = {"server",      "timeout",        "retry",     "profile",
                                                 "profile_dir", "lib_dir",        "lease_dir", "munge_socket",
-                                                "ttl",         "watch_interval", "notify"};
+                                                "ttl",         "watch_interval", "notify",    "userfaultfd"};
   return keys;
 }
 
@@ -101,6 +101,10 @@ Result<PluginConfig> ParsePluginConfig(const std::vector<std::string>& args) {
       Result<bool> v = ParseBool(arg, value);
       if (!v.ok()) return v.status();
       c.notify = *v;
+    } else if (key == "userfaultfd") {
+      Result<bool> v = ParseBool(arg, value);
+      if (!v.ok()) return v.status();
+      c.userfaultfd = *v;
     } else {
       std::string expected;
       for (const std::string& k : PluginConfigKeys()) expected += (expected.empty() ? "" : ", ") + k;

@@ -25,6 +25,9 @@ struct PluginConfig {
   int ttl_s = 0;                                 // lease TTL asked for; 0: gpupoold's default
   int watch_interval_s = 5;                      // seconds between renewals (which also reveal swaps)
   bool notify = true;                            // slurm_notify_job when the lease moves to other GPUs
+  // Open /dev/userfaultfd for the tasks of steps with pool GPUs (GPUPOOL_USERFAULTFD): the
+  // remoting library's copy-on-write snapshots of uploads (gpupool-remote(7)).
+  bool userfaultfd = false;
 };
 
 // The keys the parser accepts, in the order the man page documents them.

@@ -37,10 +37,11 @@ int RegisterOptions(spank_t sp);
 void ReadOptionsFromJobEnvironment(spank_t sp);
 
 // One function per context and callback; each returns a SPANK rc (0 or -1).
-int SubmitInitPostOpt(spank_t sp, int ac, char** av);  // srun, sbatch, salloc
-int StepInitPostOpt(spank_t sp, int ac, char** av);    // slurmstepd, root
-int StepTaskInit(spank_t sp);                          // slurmstepd, task, the user
-int StepExit(spank_t sp);                              // slurmstepd, root
-int JobEpilog(spank_t sp, int ac, char** av);          // slurmstepd spank epilog, root
+int SubmitInitPostOpt(spank_t sp, int ac, char** av);        // srun, sbatch, salloc
+int StepInitPostOpt(spank_t sp, int ac, char** av);          // slurmstepd, root
+void StepTaskInitPrivileged(spank_t sp, int ac, char** av);  // slurmstepd, task, root
+int StepTaskInit(spank_t sp);                                // slurmstepd, task, the user
+int StepExit(spank_t sp);                                    // slurmstepd, root
+int JobEpilog(spank_t sp, int ac, char** av);                // slurmstepd spank epilog, root
 
 }  // namespace gpupool::spank

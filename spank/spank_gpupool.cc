@@ -73,6 +73,16 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char** av) {
   }
 }
 
+// In the task's process, as root, before Slurm drops to the job's user. Never fails the
+// task: what it opens is an optimisation the library does without.
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char** av) {
+  if (spank_context() != S_CTX_REMOTE) return 0;
+  return Guard("task_init_privileged", 0, [&] {
+    gpupool::spank::StepTaskInitPrivileged(sp, ac, av);
+    return 0;
+  });
+}
+
 int slurm_spank_task_init(spank_t sp, int ac, char** av) {
   if (spank_context() != S_CTX_REMOTE) return 0;
   return Guard("task_init", -1, [&] { return gpupool::spank::StepTaskInit(sp); });

@@ -19,6 +19,7 @@
 // never sees the job's options itself). Requires PrologFlags=Contain for jobs without a
 // batch step (salloc, srun), whose leases would otherwise go unrenewed between steps.
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -250,6 +251,29 @@ int StepInitPostOpt(spank_t sp, int ac, char** av) {
     RecordFailureOnJob(step->job_id, st.step_error);
   }
   return 0;
+}
+
+// The site lets jobs with pool GPUs catch writes to their own memory, kernel's included
+// (plugstack.conf userfaultfd=yes): the task gets a descriptor of /dev/userfaultfd, opened
+// here as root and kept open across exec, and its number in GPUPOOL_USERFAULTFD. The
+// remoting library makes its userfaultfd with it (USERFAULTFD_IOC_NEW acts on the caller's
+// own memory), for copy-on-write snapshots of uploads instead of copies. Only tasks of
+// steps that lease pool GPUs get one; CPU-only steps and a step whose set-up failed do not.
+// A failure to open it is logged: the library copies instead.
+void StepTaskInitPrivileged(spank_t sp, int ac, char** av) {
+  const PluginState& st = State();
+  if (!st.options.any() || !st.step_error.empty()) return;
+  Result<PluginConfig> config = LoadPluginConfig(ac, av);
+  if (!config.ok() || !config->userfaultfd) return;
+  int device = open("/dev/userfaultfd", O_RDWR);  // no O_CLOEXEC: the task's program needs it
+  if (device < 0) {
+    slurm_info("gpupool: userfaultfd=yes, but /dev/userfaultfd: %m (Linux 6.1 or later): uploads are copied");
+    return;
+  }
+  if (spank_setenv(sp, "GPUPOOL_USERFAULTFD", std::to_string(device).c_str(), 1) != ESPANK_SUCCESS) {
+    slurm_info("gpupool: cannot set GPUPOOL_USERFAULTFD in the task's environment");
+    close(device);
+  }
 }
 
 int StepTaskInit(spank_t sp) {

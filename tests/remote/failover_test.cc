@@ -328,6 +328,13 @@ class FailoverTest : public ::testing::Test {
   uint32_t launches_ = 0;
 };
 
+// As in pinned_snapshots_test.cc: root, or a user snapshots_unprivileged.sh gave a
+// descriptor of /dev/userfaultfd.
+bool SnapshotsExpected() {
+  const char* expected = std::getenv("GPUPOOL_TEST_EXPECT_SNAPSHOTS");
+  return geteuid() == 0 || (expected != nullptr && std::string(expected) == "1");
+}
+
 FailoverConfig Replay() {
   FailoverConfig config;
   config.checkpoint_interval = std::chrono::milliseconds(0);  // at every synchronisation
@@ -640,7 +647,7 @@ TEST_F(FailoverTest, UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot) {
   Open(config);
   std::string why;
   const bool snapshots = PinnedSnapshots::Get().Enable(&why);
-  EXPECT_TRUE(snapshots || geteuid() != 0) << why;
+  EXPECT_TRUE(snapshots || !SnapshotsExpected()) << why;
   constexpr size_t kBytes = size_t{1} << 20;
   const uint64_t ranges[3] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20), kData + (uint64_t{12} << 20)};
   char* sources[3] = {};
@@ -678,6 +685,73 @@ TEST_F(FailoverTest, UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot) {
   for (int k : {0, 2}) {
     PinnedSnapshots::Get().RemoveRegion(sources[k]);
     munmap(sources[k], kBytes);
+  }
+}
+
+// A checkpoint keeps a range whose last write was a whole upload kept as a snapshot as that
+// snapshot: the program's pages are the image, and nothing is copied until they are written
+// (then the fault copies them), a device copy reads them, or a recovery sends them.
+TEST_F(FailoverTest, CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied) {
+  Open(Replay());  // a checkpoint at every synchronisation
+  std::string why;
+  const bool snapshots = PinnedSnapshots::Get().Enable(&why);
+  EXPECT_TRUE(snapshots || !SnapshotsExpected()) << why;
+  constexpr size_t kBytes = size_t{1} << 20;
+  // 0: written after its checkpoint; 1: left alone; 2: read by a device copy into 3.
+  const uint64_t ranges[4] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20), kData + (uint64_t{12} << 20),
+                              kData + (uint64_t{14} << 20)};
+  char* sources[3] = {};
+  auto pattern = [](size_t i, int seed) { return static_cast<char>(i * 29 + seed * 53 + (i >> 13)); };
+  for (int k = 0; k < 4; ++k) {
+    dp::MemAllocArgs alloc{kBytes, ranges[k]};
+    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+  }
+  for (int k = 0; k < 3; ++k) {
+    void* mapped = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+    sources[k] = static_cast<char*>(mapped);
+    PinnedSnapshots::Get().AddRegion(sources[k], kBytes);  // as AllocPinned does
+    for (size_t i = 0; i < kBytes; ++i) sources[k][i] = pattern(i, k);
+  }
+  const uint64_t copied = PinnedSnapshots::Get().materialized();
+  for (int k = 0; k < 3; ++k) {
+    dp::MemcpyHtoDArgs copy{ranges[k], kBytes, 0};
+    ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), sources[k], kBytes), 0);
+  }
+  ASSERT_EQ(Call(dp::kOpContextSynchronize, nullptr, 0), 0);
+  ASSERT_EQ(failover_->checkpoints(), 1u);
+  EXPECT_EQ(failover_->readback_bytes(), 0u);
+  EXPECT_EQ(failover_->snapshot_images(), snapshots ? 3u : 0u);
+  EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied) << "the checkpoint copied a snapshot image";
+  EXPECT_EQ(failover_->checkpoint_bytes(), 3 * kBytes);
+
+  std::memset(sources[0], 0x6b, kBytes);  // the program's next batch: the fault copies image 0
+  if (snapshots) EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied + 1);
+  // A device copy from range 2 needs its image's bytes at the next checkpoint.
+  dp::MemcpyDtoDArgs duplicate{ranges[3], ranges[2], kBytes, 0};
+  ASSERT_EQ(Post(dp::kOpMemcpyDtoD, &duplicate, sizeof(duplicate)), 0);
+  ASSERT_EQ(Call(dp::kOpContextSynchronize, nullptr, 0), 0);
+  ASSERT_EQ(failover_->checkpoints(), 2u);
+  EXPECT_EQ(failover_->readback_bytes(), 0u) << "the device copy was applied on the host";
+  EXPECT_EQ(failover_->snapshot_images(), snapshots ? 2u : 0u);  // 0 (copied by its fault) and 1
+
+  first_->server.reset();  // the agent dies: the checkpoint alone carries every range
+  NameInLease(*second_);
+  const int seeds[4] = {0, 1, 2, 2};
+  for (int k = 0; k < 4; ++k) {
+    std::vector<char> back(kBytes);
+    dp::MemcpyDtoHArgs read{ranges[k], kBytes, 0};
+    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), back.size()), 0);
+    size_t wrong = 0;
+    for (size_t i = 0; i < kBytes; ++i) wrong += back[i] != pattern(i, seeds[k]);
+    EXPECT_EQ(wrong, 0u) << "range " << k;
+  }
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(failover_->recoveries()[0].restored_bytes, 4 * kBytes);
+  EXPECT_EQ(failover_->snapshot_images(), 0u) << "the recovery sent copies";
+  for (char* source : sources) {
+    PinnedSnapshots::Get().RemoveRegion(source);
+    munmap(source, kBytes);
   }
 }
 

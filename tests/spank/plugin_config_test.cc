@@ -15,12 +15,13 @@ TEST(PluginConfig, DefaultsWithoutArguments) {
   EXPECT_EQ(c->profile, "gpupool");
   EXPECT_EQ(c->lease_dir, "/run/gpupool");
   EXPECT_TRUE(c->notify);
+  EXPECT_FALSE(c->userfaultfd) << "jobs get /dev/userfaultfd only where the site says so";
 }
 
 TEST(PluginConfig, ReadsEveryKey) {
   Result<PluginConfig> c = ParsePluginConfig({"server=http://10.0.0.1:7000", "timeout=3", "retry=0", "profile=rcuda",
                                               "profile_dir=/p", "lib_dir=/l", "lease_dir=/d", "munge_socket=/m.sock",
-                                              "ttl=60", "watch_interval=2", "notify=no"});
+                                              "ttl=60", "watch_interval=2", "notify=no", "userfaultfd=yes"});
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->server, "http://10.0.0.1:7000");
   EXPECT_EQ(c->timeout_s, 3);
@@ -33,6 +34,7 @@ TEST(PluginConfig, ReadsEveryKey) {
   EXPECT_EQ(c->ttl_s, 60);
   EXPECT_EQ(c->watch_interval_s, 2);
   EXPECT_FALSE(c->notify);
+  EXPECT_TRUE(c->userfaultfd);
 }
 
 TEST(PluginConfig, UnknownKeyIsNamed) {
@@ -55,6 +57,8 @@ TEST(PluginConfig, RejectsMalformedArguments) {
                                                      {"lease_dir=relative"},
                                                      {"profile_dir="},
                                                      {"notify=maybe"},
+                                                     {"userfaultfd=on"},
+                                                     {"userfaultfd="},
                                                      {"ttl=-1"},
                                                      {"watch_interval=0"},
                                                      {"timeout=1", "timeout=2"},

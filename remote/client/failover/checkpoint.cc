@@ -69,9 +69,9 @@ bool Failover::Checkpoint(ClientConnection* connection) {
   // into fresh buffers first. Only then, when nothing can fail any more, is the
   // log applied to the previous images in place and the reads put in: a
   // failure in the middle leaves the previous checkpoint and its log intact.
-  // The snapshots' bytes, copied only now: a migrate checkpoint (above) and one over
-  // checkpoint_mem drop the log, and its snapshots with it, uncopied.
-  CaptureSnapshots();
+  // The log's snapshots are copied only where the second pass needs their bytes: a whole
+  // range's last upload kept as a snapshot becomes its image uncopied (image_snapshots_),
+  // and a migrate checkpoint (above) or one over checkpoint_mem drops them uncopied.
   std::set<uint64_t> unknown, made;
   ApplyLog(false, &unknown, &made);
   std::set<uint64_t> reads(unknown);
@@ -100,11 +100,22 @@ bool Failover::Checkpoint(ClientConnection* connection) {
     std::set<uint64_t> unknown_again, made_again;
     ApplyLog(true, &unknown_again, &made_again);
   }
-  for (auto& [start, bytes] : fresh) saved_[start] = std::move(bytes);
+  for (auto& [start, bytes] : fresh) {
+    image_snapshots_.erase(start);
+    saved_[start] = std::move(bytes);
+  }
   checkpoint_bytes_ = 0;
   for (auto it = saved_.begin(); it != saved_.end();) {
     if (ranges_.count(it->first) == 0) {
       it = saved_.erase(it);
+    } else {
+      checkpoint_bytes_ += it->second.size();
+      ++it;
+    }
+  }
+  for (auto it = image_snapshots_.begin(); it != image_snapshots_.end();) {
+    if (ranges_.count(it->first) == 0) {
+      it = image_snapshots_.erase(it);  // freed: its pages are let go
     } else {
       checkpoint_bytes_ += it->second.size();
       ++it;

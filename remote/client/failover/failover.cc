@@ -25,6 +25,7 @@ void Failover::Unprotect(const std::string& why) {
   ranges_.clear();
   module_globals_.clear();
   saved_.clear();
+  image_snapshots_.clear();
   written_.clear();
   log_.clear();
   held_.clear();

@@ -260,6 +260,8 @@ class Failover {
   // For tests and the benchmark.
   size_t log_entries() const { return log_.size(); }
   uint64_t checkpoint_bytes() const { return checkpoint_bytes_; }
+  // Ranges whose checkpointed contents are a snapshot of the program's memory (no copy).
+  size_t snapshot_images() const { return image_snapshots_.size(); }
   // Bytes checkpoints read back from the GPU (the rest they took from the log).
   uint64_t readback_bytes() const { return readback_bytes_; }
   // Bytes of log writes checkpoints did not apply: a later write overwrote them whole.
@@ -303,8 +305,11 @@ class Failover {
     const char* held = nullptr;
     // A large upload from page-locked memory this library allocated, kept as a copy-on-write
     // snapshot of its source (pinned_snapshots.h) until a checkpoint or a recovery needs its
-    // bytes (CaptureSnapshots); payload empty until then.
+    // bytes (CaptureSnapshots, ApplyLog); payload empty until then. A checkpoint keeps a
+    // whole range's last one as the range's image (image_snapshots_).
     HostSnapshot snapshot;
+    // The bytes it uploads: its payload's, or its snapshot's not copied yet.
+    size_t uploaded_bytes() const { return payload.empty() && snapshot ? snapshot.size() : payload.size(); }
     bool call = false;  // sent with Call (its reply is checked on replay)
     // The transport seq it was sent with on the current GPU's connection; 0: known to have
     // run there (answered, or replayed before a later request was answered).
@@ -353,6 +358,10 @@ class Failover {
   // (*unknown: ranges a GPU read must give; *made: ranges the log gives), true
   // writes the bytes into saved_.
   void ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made);
+  // The image of the range at `start` in saved_, a snapshot image's bytes copied there first.
+  JournalBytes& ImageBytes(uint64_t start);
+  // Copies every snapshot image into saved_ (mu() held): before a recovery sends them.
+  void CaptureImages();
   void RecyclePayloads();
   // Copies the bytes of the log's held uploads into their entries (mu() held). Done before
   // every two-way request (any of which may tell the program its copies are done: a
@@ -447,11 +456,16 @@ class Failover {
   bool unprotected_logged_ = false;
 
   uint64_t next_seq_ = 1;
-  std::map<Key, Resource> live_;                     // resources now
-  std::map<Key, Resource> base_;                     // resources at the last checkpoint
-  std::map<uint64_t, uint64_t> ranges_;              // live device ranges: start -> size
-  std::map<uint64_t, uint64_t> module_globals_;      // module id -> its variables' range start
-  std::map<uint64_t, JournalBytes> saved_;           // checkpointed contents, by range start
+  std::map<Key, Resource> live_;                 // resources now
+  std::map<Key, Resource> base_;                 // resources at the last checkpoint
+  std::map<uint64_t, uint64_t> ranges_;          // live device ranges: start -> size
+  std::map<uint64_t, uint64_t> module_globals_;  // module id -> its variables' range start
+  std::map<uint64_t, JournalBytes> saved_;       // checkpointed contents, by range start
+  // Checkpointed contents still only in the program's page-locked memory: a range whose
+  // last write before the checkpoint was a whole upload kept as a snapshot. Its image is
+  // the snapshot, not copied unless written, freed, or needed (ImageBytes); a range's
+  // image is in saved_ or here, never both.
+  std::map<uint64_t, HostSnapshot> image_snapshots_;
   std::map<uint64_t, bool> written_;                 // ranges written since the last checkpoint
   std::multimap<uint64_t, uint64_t> write_through_;  // AddWriteThrough: via -> target
   std::vector<Entry> log_;                           // state changes since the last checkpoint

@@ -10,11 +10,15 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -34,6 +38,40 @@ namespace {
 constexpr uintptr_t kPage = 4096;
 uintptr_t PageDown(uintptr_t address) { return address & ~(kPage - 1); }
 uintptr_t PageUp(uintptr_t address) { return (address + kPage - 1) & ~(kPage - 1); }
+
+// A userfaultfd made through a descriptor of /dev/userfaultfd that spank_gpupool opened for
+// this job as root (plugstack.conf userfaultfd=yes) and named in GPUPOOL_USERFAULTFD; -1,
+// with why in *refused, where the variable names none. USERFAULTFD_IOC_NEW makes a
+// userfaultfd for the caller's own memory, so the descriptor gives the job nothing over
+// other processes.
+int UserfaultfdFromGivenDevice(const char* given, std::string* refused) {
+  char* end = nullptr;
+  errno = 0;
+  const long number = std::strtol(given, &end, 10);
+  if (errno != 0 || end == given || *end != '\0' || number < 0 || number > INT_MAX) {
+    *refused += std::string("; GPUPOOL_USERFAULTFD='") + given + "' is not a descriptor number";
+    return -1;
+  }
+  const int device = static_cast<int>(number);
+  struct stat opened {
+  }, named{};
+  if (fstat(device, &opened) != 0) {
+    *refused += "; GPUPOOL_USERFAULTFD=" + std::to_string(device) + ": " + std::strerror(errno);
+    return -1;
+  }
+  // The same device as /dev/userfaultfd, or where a container hides that node, a misc
+  // character device (major 10), as /dev/userfaultfd is.
+  const bool is_userfaultfd =
+      S_ISCHR(opened.st_mode) &&
+      (stat("/dev/userfaultfd", &named) == 0 ? opened.st_rdev == named.st_rdev : major(opened.st_rdev) == 10);
+  if (!is_userfaultfd) {
+    *refused += "; GPUPOOL_USERFAULTFD=" + std::to_string(device) + " is not a descriptor of /dev/userfaultfd";
+    return -1;
+  }
+  const int uffd = ioctl(device, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+  if (uffd < 0) *refused += "; GPUPOOL_USERFAULTFD=" + std::to_string(device) + ": " + std::strerror(errno);
+  return uffd;
+}
 
 }  // namespace
 
@@ -191,6 +229,11 @@ bool PinnedSnapshots::Enable(std::string* why) {
   std::string refused;
   if (uffd < 0) {
     refused = std::string("userfaultfd: ") + std::strerror(errno);
+    if (const char* given = std::getenv("GPUPOOL_USERFAULTFD"); given != nullptr && *given != '\0') {
+      uffd = UserfaultfdFromGivenDevice(given, &refused);
+    }
+  }
+  if (uffd < 0) {
     int device = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
     if (device >= 0) {
       uffd = ioctl(device, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
@@ -203,7 +246,9 @@ bool PinnedSnapshots::Enable(std::string* why) {
   state_ = new State();  // NOLINT: lives until exit, with the registry
   if (uffd < 0) {
     *why = state_->refused =
-        refused + " (vm.unprivileged_userfaultfd is 0 and /dev/userfaultfd is not open to this user)";
+        refused +
+        " (vm.unprivileged_userfaultfd is 0 and /dev/userfaultfd is not open to this user; spank_gpupool gives "
+        "a job's tasks a descriptor of it where plugstack.conf says userfaultfd=yes)";
     return false;
   }
   uffdio_api api{};

@@ -20,12 +20,13 @@
 //
 // Only where the write of any kind can be caught: a userfaultfd that handles faults taken
 // in the kernel too (created by a process with CAP_SYS_PTRACE, where
-// vm.unprivileged_userfaultfd is 1, or through /dev/userfaultfd where the site lets the job
-// open it), with write-protection of anonymous memory (Linux 5.7 or later). A descriptor
-// limited to faults in user mode (UFFD_USER_MODE_ONLY) would make the kernel's writes fail
-// with EFAULT, so it is never used: without the rest, Enable() says why and the journal
-// copies as before. A region is populated when it is mapped (as the driver's page-locked
-// memory is) so that every page can be write-protected.
+// vm.unprivileged_userfaultfd is 1, or through /dev/userfaultfd: a descriptor of it that
+// spank_gpupool opened for the job, named in GPUPOOL_USERFAULTFD, where plugstack.conf says
+// userfaultfd=yes, or the node itself where the site lets the job open it), with write-protection of anonymous memory
+// (Linux 5.7 or later). A descriptor limited to faults in user mode (UFFD_USER_MODE_ONLY) would make the kernel's
+// writes fail with EFAULT, so it is never used: without the rest, Enable() says why and the journal copies as before. A
+// region is populated when it is mapped (as the driver's page-locked memory is) so that every page can be
+// write-protected.
 //
 // Who may use it: only this process, on its own memory. The fault thread reads
 // nothing from the wire; it copies bytes the program already owns.

@@ -38,6 +38,7 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
     if (unknown->count(start) != 0) return false;
     if (made->count(start) != 0) return true;
     if (allocated.count(start) != 0) return false;
+    if (image_snapshots_.count(start) != 0) return true;
     auto saved = saved_.find(start);
     return saved != saved_.end() && saved->second.size() == ranges_.at(start);
   };
@@ -65,7 +66,7 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
   auto image_at = [&](uint64_t address) -> char* {
     uint64_t start = 0;
     RangeHolding(address, &start);
-    JournalBytes& image = saved_[start];
+    JournalBytes& image = ImageBytes(start);
     image.resize(ranges_.at(start), 0);  // a whole-range write may make the first image
     return image.data() + (address - start);
   };
@@ -77,7 +78,7 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
     Entry& entry = log_[index];
     const bool skip = apply && overwritten[index];
     if (skip) {
-      overwritten_bytes_ += entry.op == dp::kOpMemcpyHtoD ? entry.payload.size() : 0;
+      overwritten_bytes_ += entry.op == dp::kOpMemcpyHtoD ? entry.uploaded_bytes() : 0;
     }
     switch (entry.op) {
       case dp::kOpMemAlloc: {
@@ -91,16 +92,31 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
       }
       case dp::kOpMemcpyHtoD: {
         dp::MemcpyHtoDArgs args{};
-        if (!ReadStruct(entry.args, &args) || entry.payload.size() != args.size) {
+        if (!ReadStruct(entry.args, &args) || entry.uploaded_bytes() != args.size) {
           mark_unknown(args.dst);
           break;
         }
         if (!lands(args.dst, args.size, args.stream) || !apply || skip) break;
+        const bool kept_as_snapshot = entry.payload.empty() && entry.snapshot;
         if (auto range = ranges_.find(args.dst); range != ranges_.end() && range->second == args.size) {
-          // A whole range's upload: its buffer becomes the image, and the old image's
-          // buffer goes back to the spares with the log's.
+          // A whole range's upload: its buffer becomes the image, or its snapshot does
+          // (nothing copied: the program's pages stay write-protected, and a write to them
+          // copies them first). The old image's buffer goes back to the spares with the log's.
+          if (kept_as_snapshot) {
+            if (auto old = saved_.find(args.dst); old != saved_.end()) {
+              entry.payload.swap(old->second);
+              saved_.erase(old);
+            }
+            image_snapshots_[args.dst] = entry.snapshot;
+            break;
+          }
+          image_snapshots_.erase(args.dst);
           saved_[args.dst].swap(entry.payload);
           break;
+        }
+        if (kept_as_snapshot) {
+          entry.payload = TakePayloadBuffer(args.size);
+          entry.snapshot.MoveInto(&entry.payload);
         }
         CopyBytes(image_at(args.dst), entry.payload.data(), args.size, args.size);
         break;
@@ -141,11 +157,12 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
           if (range_of(args.dst, args.size, &start)) stream_of[start] = args.stream;
           break;
         }
-        // The source's image is saved_[source], current at this point of the
-        // log; std::map keeps it in place while the destination's is made, and
-        // within one range the two may overlap.
+        // The source's image is saved_[source] (made bytes first), current at this
+        // point of the log; std::map keeps it in place while the destination's is
+        // made, and within one range the two may overlap.
         if (!lands(args.dst, args.size, args.stream) || !apply || skip) break;
-        std::memmove(image_at(args.dst), saved_.at(source).data() + (args.src - source), args.size);
+        const char* from = ImageBytes(source).data() + (args.src - source);
+        std::memmove(image_at(args.dst), from, args.size);
         break;
       }
       case dp::kOpLaunch: {
@@ -162,6 +179,20 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
         break;
     }
   }
+}
+
+JournalBytes& Failover::ImageBytes(uint64_t start) {
+  JournalBytes& image = saved_[start];
+  if (auto kept = image_snapshots_.find(start); kept != image_snapshots_.end()) {
+    image = TakePayloadBuffer(kept->second.size());
+    kept->second.MoveInto(&image);
+    image_snapshots_.erase(kept);
+  }
+  return image;
+}
+
+void Failover::CaptureImages() {
+  while (!image_snapshots_.empty()) ImageBytes(image_snapshots_.begin()->first);
 }
 
 bool Failover::Send(ClientConnection* connection, const Entry& entry, std::string* why, bool show_output) {
@@ -286,8 +317,11 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
   // 1. The resources of the checkpoint, in creation order (a module before its
   // functions).
   if (!CreateCheckpointResources(connection, why)) return false;
-  // 2. Their memory as the checkpoint saw it.
+  // 2. Their memory as the checkpoint saw it. Snapshot images are copied first: another
+  // thread of the program may free their pages while they are sent (a handoff, which
+  // sends none, copies none).
   const auto restore_began = std::chrono::steady_clock::now();
+  CaptureImages();
   for (const auto& [start, bytes] : saved_) {
     // Sent from the image itself: a copy of 1 GiB would cost more than its transfer.
     dp::MemcpyHtoDArgs args{start, bytes.size(), 0};
