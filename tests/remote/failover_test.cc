@@ -682,6 +682,9 @@ TEST_F(FailoverTest, UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot) {
     EXPECT_EQ(wrong, 0u) << "upload " << k;
   }
   ASSERT_EQ(failover_->recoveries().size(), 1u);
+  // Upload 2's snapshot was replayed from the program's pages.
+  if (snapshots) EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied + 2) << "the replay copied a snapshot";
+  EXPECT_EQ(failover_->snapshots_copied(), 0u) << "the replay copied a snapshot";
   for (int k : {0, 2}) {
     PinnedSnapshots::Get().RemoveRegion(sources[k]);
     munmap(sources[k], kBytes);
@@ -723,6 +726,7 @@ TEST_F(FailoverTest, CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied) {
   EXPECT_EQ(failover_->readback_bytes(), 0u);
   EXPECT_EQ(failover_->snapshot_images(), snapshots ? 3u : 0u);
   EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied) << "the checkpoint copied a snapshot image";
+  EXPECT_EQ(failover_->snapshots_copied(), 0u);
   EXPECT_EQ(failover_->checkpoint_bytes(), 3 * kBytes);
 
   std::memset(sources[0], 0x6b, kBytes);  // the program's next batch: the fault copies image 0
@@ -734,6 +738,7 @@ TEST_F(FailoverTest, CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied) {
   ASSERT_EQ(failover_->checkpoints(), 2u);
   EXPECT_EQ(failover_->readback_bytes(), 0u) << "the device copy was applied on the host";
   EXPECT_EQ(failover_->snapshot_images(), snapshots ? 2u : 0u);  // 0 (copied by its fault) and 1
+  EXPECT_EQ(failover_->snapshots_copied(), snapshots ? 1u : 0u) << "image 2, for the device copy";
 
   first_->server.reset();  // the agent dies: the checkpoint alone carries every range
   NameInLease(*second_);
@@ -748,7 +753,11 @@ TEST_F(FailoverTest, CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied) {
   }
   ASSERT_EQ(failover_->recoveries().size(), 1u);
   EXPECT_EQ(failover_->recoveries()[0].restored_bytes, 4 * kBytes);
-  EXPECT_EQ(failover_->snapshot_images(), 0u) << "the recovery sent copies";
+  // Image 1 went from the program's pages and stays a snapshot; image 0, copied by its
+  // write, went from that copy.
+  EXPECT_EQ(failover_->snapshot_images(), snapshots ? 1u : 0u);
+  if (snapshots) EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied + 1) << "the recovery copied a snapshot";
+  EXPECT_EQ(failover_->snapshots_copied(), snapshots ? 1u : 0u) << "the recovery copied a snapshot";
   for (char* source : sources) {
     PinnedSnapshots::Get().RemoveRegion(source);
     munmap(source, kBytes);

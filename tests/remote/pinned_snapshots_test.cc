@@ -9,10 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -247,6 +250,49 @@ TEST_F(PinnedSnapshotsTest, AChildAfterForkTakesNoSnapshotAndLeavesTheParentsAlo
   region[2 * kPageBytes] = 'p';  // still protected in the parent
   EXPECT_EQ(snapshots.materialized(), copied + 1);
   EXPECT_EQ(Bytes(std::move(parents)), Pattern(kPageBytes, 2 * kPageBytes, 3));
+}
+
+// A recovery sends a snapshot from the program's pages (BeginRead): the pages hold the
+// snapshot's bytes unless a write came before the end of the read (EndRead false: the
+// sender sends the copy again), and the memory is not unmapped under the read.
+TEST_F(PinnedSnapshotsTest, ASendFromThePagesKnowsWhetherAWriteCameBetween) {
+  PinnedSnapshots& snapshots = PinnedSnapshots::Get();
+  if (!enabled_) return ExpectNone();
+  char* region = NewRegion(8, 4);
+  ASSERT_NE(region, nullptr);
+  const uint64_t copied = snapshots.materialized();
+  HostSnapshot snapshot = snapshots.Take(region + kPageBytes, 4 * kPageBytes);
+  ASSERT_TRUE(snapshot);
+  EXPECT_EQ(snapshot.BeginRead(), region + kPageBytes);
+  EXPECT_TRUE(snapshot.EndRead()) << "nothing wrote the pages";
+  EXPECT_EQ(snapshots.materialized(), copied);
+  ASSERT_EQ(snapshot.BeginRead(), region + kPageBytes);
+  region[2 * kPageBytes + 5] = 'y';  // the program's next batch, during the send
+  EXPECT_FALSE(snapshot.EndRead()) << "the read may have seen the new byte";
+  EXPECT_EQ(snapshots.materialized(), copied + 1);
+  EXPECT_EQ(snapshot.BeginRead(), nullptr) << "copied: its bytes come from MoveInto";
+  EXPECT_EQ(Bytes(std::move(snapshot)), Pattern(kPageBytes, 4 * kPageBytes, 4));
+
+  // cuMemFreeHost on another thread waits for the read to end before the memory goes.
+  char* freed = NewRegion(4, 5);
+  ASSERT_NE(freed, nullptr);
+  HostSnapshot read = snapshots.Take(freed, 2 * kPageBytes);
+  ASSERT_TRUE(read);
+  ASSERT_EQ(read.BeginRead(), freed);
+  std::atomic<bool> removed{false};
+  std::thread free_host([&] {
+    snapshots.RemoveRegion(freed);
+    removed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(removed) << "the region went while a send read it";
+  EXPECT_EQ(std::memcmp(freed, Pattern(0, 2 * kPageBytes, 5).data(), 2 * kPageBytes), 0);
+  EXPECT_TRUE(read.EndRead());
+  free_host.join();
+  EXPECT_TRUE(removed);
+  EXPECT_EQ(Bytes(std::move(read)), Pattern(0, 2 * kPageBytes, 5)) << "freeing copied it";
+  munmap(freed, 4 * kPageBytes);
+  regions_.pop_back();
 }
 
 }  // namespace

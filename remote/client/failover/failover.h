@@ -262,6 +262,9 @@ class Failover {
   uint64_t checkpoint_bytes() const { return checkpoint_bytes_; }
   // Ranges whose checkpointed contents are a snapshot of the program's memory (no copy).
   size_t snapshot_images() const { return image_snapshots_.size(); }
+  // Snapshots the journal copied from the program's pages itself (a checkpoint's partial
+  // write or device copy of them; not those a write or a free had copied first).
+  uint64_t snapshots_copied() const { return snapshots_copied_; }
   // Bytes checkpoints read back from the GPU (the rest they took from the log).
   uint64_t readback_bytes() const { return readback_bytes_; }
   // Bytes of log writes checkpoints did not apply: a later write overwrote them whole.
@@ -305,7 +308,7 @@ class Failover {
     const char* held = nullptr;
     // A large upload from page-locked memory this library allocated, kept as a copy-on-write
     // snapshot of its source (pinned_snapshots.h) until a checkpoint or a recovery needs its
-    // bytes (CaptureSnapshots, ApplyLog); payload empty until then. A checkpoint keeps a
+    // bytes (ApplyLog, and Send from the pages); payload empty until then. A checkpoint keeps a
     // whole range's last one as the range's image (image_snapshots_).
     HostSnapshot snapshot;
     // The bytes it uploads: its payload's, or its snapshot's not copied yet.
@@ -360,16 +363,11 @@ class Failover {
   void ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made);
   // The image of the range at `start` in saved_, a snapshot image's bytes copied there first.
   JournalBytes& ImageBytes(uint64_t start);
-  // Copies every snapshot image into saved_ (mu() held): before a recovery sends them.
-  void CaptureImages();
   void RecyclePayloads();
   // Copies the bytes of the log's held uploads into their entries (mu() held). Done before
   // every two-way request (any of which may tell the program its copies are done: a
   // synchronisation, a query, an event), a checkpoint and a recovery.
   void CaptureHeld();
-  // Puts the bytes of the log's snapshots in their entries (mu() held): before a checkpoint
-  // applies the log and a recovery replays it.
-  void CaptureSnapshots();
   // Logs an upload whose bytes `snapshot` keeps (Deliver).
   void LogSnapshot(const transport::Request& request, HostSnapshot snapshot);
   JournalBytes TakePayloadBuffer(size_t size);
@@ -393,7 +391,14 @@ class Failover {
   bool OfferHandoff(transport::ClientConnection* old, Handoff* handoff);
   bool RebuildMoved(transport::ClientConnection* connection, const Handoff& handoff, const GpuLocation& from,
                     Recovery* recovery, std::string* why);
-  bool Send(transport::ClientConnection* connection, const Entry& entry, std::string* why, bool show_output);
+  // Sends a log entry again (a replay); an upload kept as a snapshot is sent from the
+  // program's pages (SendSnapshot), copied into the entry only where a write copied it.
+  bool Send(transport::ClientConnection* connection, Entry& entry, std::string* why, bool show_output);
+  // Posts an upload (request args `args`) of `snapshot`'s bytes straight from the program's
+  // pages while the snapshot is not copied; where a write had it copied (before or during
+  // the send), from the copy, put in *copy (sent again: the same bytes to the same place).
+  bool SendSnapshot(transport::ClientConnection* connection, const ArgBytes& args, HostSnapshot* snapshot,
+                    JournalBytes* copy, std::string* why);
   bool Locate(const GpuLocation& failed, int32_t why, GpuLocation* next);
   // The abandon check of a call waiting on the agent (WatchLease): once a wait has gone
   // SilentThreshold() without an answer, asks gpupoold (report_lost_) whether the agent is
@@ -484,6 +489,7 @@ class Failover {
   uint64_t readback_bytes_ = 0;
   uint64_t overwritten_bytes_ = 0;
   uint64_t dropped_bytes_ = 0;
+  uint64_t snapshots_copied_ = 0;
   size_t checkpoints_ = 0;
   std::vector<Recovery> recoveries_;
   // Set when a replay lost its connection (the new session's process ended under it).

@@ -161,14 +161,6 @@ void Failover::LogSnapshot(const Request& request, HostSnapshot snapshot) {
   LogSent(std::move(entry));
 }
 
-void Failover::CaptureSnapshots() {
-  for (Entry& entry : log_) {
-    if (!entry.snapshot) continue;
-    entry.payload = TakePayloadBuffer(entry.snapshot.size());
-    entry.snapshot.MoveInto(&entry.payload);  // its size stays in log_bytes_
-  }
-}
-
 void Failover::Answered(const Request& request, const Reply& reply) {
   // The server answers in order: every request started before this one has its
   // reply.

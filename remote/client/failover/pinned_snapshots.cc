@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -105,7 +106,9 @@ struct PinnedSnapshots::State {
     // snapshot up to kMostDeclined, and starts again once a snapshot ends unwritten.
     unsigned skip = 0;
     unsigned backoff = 0;
+    unsigned readers = 0;  // HostSnapshot::BeginRead without its EndRead yet
   };
+  std::condition_variable no_readers;  // a region's readers went to 0 (RemoveRegion waits)
   static constexpr unsigned kFirstDeclined = 8;
   static constexpr unsigned kMostDeclined = 64;
   static void Written(Region* region) {
@@ -197,8 +200,9 @@ PinnedSnapshots& PinnedSnapshots::Get() {
 
 size_t HostSnapshot::size() const { return record_ ? record_->size : 0; }
 
-void HostSnapshot::MoveInto(JournalBytes* bytes) {
-  if (!record_) return;
+bool HostSnapshot::MoveInto(JournalBytes* bytes) {
+  if (!record_) return false;
+  bool copied_now = false;
   PinnedSnapshots& registry = PinnedSnapshots::Get();
   {
     std::lock_guard<std::mutex> lock(registry.state_->mu);
@@ -211,9 +215,34 @@ void HostSnapshot::MoveInto(JournalBytes* bytes) {
       // Still listed: its pages are protected, so they hold what was uploaded.
       bytes->resize(record->size);
       CopyBytes(bytes->data(), reinterpret_cast<const char*>(record->start), record->size, record->size);
+      copied_now = true;
     }
   }
   record_.reset();  // releases it (Release)
+  return copied_now;
+}
+
+const char* HostSnapshot::BeginRead() {
+  if (!record_) return nullptr;
+  PinnedSnapshots::State* state = PinnedSnapshots::Get().state_;
+  std::lock_guard<std::mutex> lock(state->mu);
+  Record* record = record_.get();
+  if (!record->listed.load(std::memory_order_relaxed)) return nullptr;  // copied: MoveInto
+  PinnedSnapshots::State::Region* region = state->Holding(record->start, record->size);
+  if (region == nullptr) return nullptr;
+  ++region->readers;
+  return reinterpret_cast<const char*>(record->start);
+}
+
+bool HostSnapshot::EndRead() {
+  PinnedSnapshots::State* state = PinnedSnapshots::Get().state_;
+  std::lock_guard<std::mutex> lock(state->mu);
+  Record* record = record_.get();
+  // Still there: RemoveRegion waits for its readers.
+  PinnedSnapshots::State::Region* region = state->Holding(record->start, record->size);
+  if (region != nullptr && region->readers > 0 && --region->readers == 0) state->no_readers.notify_all();
+  // Listed still: never copied, so its pages were protected throughout the read.
+  return record->listed.load(std::memory_order_relaxed);
 }
 
 bool PinnedSnapshots::Enable(std::string* why) {
@@ -309,8 +338,13 @@ void PinnedSnapshots::AddRegion(void* start, size_t size) {
 void PinnedSnapshots::RemoveRegion(void* start) {
   if (!enabled()) return;
   const auto first = reinterpret_cast<uintptr_t>(start);
-  std::lock_guard<std::mutex> lock(state_->mu);
+  std::unique_lock<std::mutex> lock(state_->mu);
   auto found = state_->regions.find(first);
+  // A recovery sending from its pages (HostSnapshot::BeginRead) finishes first.
+  while (found != state_->regions.end() && found->second.readers > 0) {
+    state_->no_readers.wait(lock);
+    found = state_->regions.find(first);
+  }
   if (found == state_->regions.end()) return;
   State::Region& region = found->second;
   while (!region.snapshots.empty()) {

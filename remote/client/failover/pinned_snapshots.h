@@ -11,8 +11,8 @@
 //    while this file's fault thread copies the snapshot whole into a buffer of its own,
 //    then lifts the protection, and goes on;
 //  - when the program frees the memory (RemoveRegion, before the munmap);
-//  - when the journal needs them: a checkpoint applies them, a recovery replays them
-//    (HostSnapshot::MoveInto).
+//  - when a checkpoint applies them (HostSnapshot::MoveInto). A recovery sends them from
+//    the program's pages (BeginRead), and copies only one that a write copied meanwhile.
 // A snapshot that a later upload of the same range makes unnecessary is released unread:
 // its pages are unprotected unless another snapshot still covers them. A loop that uploads
 // one unchanged buffer copies nothing; a loop that rewrites it before each upload copies
@@ -56,9 +56,18 @@ class HostSnapshot {
   explicit operator bool() const { return record_ != nullptr; }
   size_t size() const;
   // Puts the snapshot's bytes in *bytes (replacing what it held): the copy the fault
-  // thread made, or a copy of the still protected pages made now. Then lets go of it (the
-  // snapshot ends with its last copy).
-  void MoveInto(JournalBytes* bytes);
+  // thread made, or a copy of the still protected pages made now (then true). Then lets go
+  // of it (the snapshot ends with its last copy).
+  bool MoveInto(JournalBytes* bytes);
+
+  // The snapshot's bytes where they lie, for a send that would otherwise copy them first
+  // (a recovery's restore and replay): the pages of a snapshot not copied yet, whose region
+  // is then not unmapped (RemoveRegion waits) until EndRead; null where it was copied
+  // (MoveInto then gives the bytes). EndRead says whether the pages held the snapshot's
+  // bytes throughout: false where a write had it copied meanwhile, and the read may have
+  // seen the new bytes (the caller sends again from MoveInto).
+  const char* BeginRead();
+  bool EndRead();
 
   struct Record;
 

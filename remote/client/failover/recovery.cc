@@ -116,7 +116,7 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
         }
         if (kept_as_snapshot) {
           entry.payload = TakePayloadBuffer(args.size);
-          entry.snapshot.MoveInto(&entry.payload);
+          snapshots_copied_ += entry.snapshot.MoveInto(&entry.payload) ? 1 : 0;
         }
         CopyBytes(image_at(args.dst), entry.payload.data(), args.size, args.size);
         break;
@@ -185,17 +185,41 @@ JournalBytes& Failover::ImageBytes(uint64_t start) {
   JournalBytes& image = saved_[start];
   if (auto kept = image_snapshots_.find(start); kept != image_snapshots_.end()) {
     image = TakePayloadBuffer(kept->second.size());
-    kept->second.MoveInto(&image);
+    snapshots_copied_ += kept->second.MoveInto(&image) ? 1 : 0;
     image_snapshots_.erase(kept);
   }
   return image;
 }
 
-void Failover::CaptureImages() {
-  while (!image_snapshots_.empty()) ImageBytes(image_snapshots_.begin()->first);
+bool Failover::SendSnapshot(ClientConnection* connection, const ArgBytes& args, HostSnapshot* snapshot,
+                            JournalBytes* copy, std::string* why) {
+  auto post = [&](const char* bytes, size_t size) {
+    Status posted = connection->Post({dp::kOpMemcpyHtoD, args.data(), args.size(), bytes, size, nullptr, 0});
+    if (!posted.ok()) {
+      *why = posted.message();
+      replay_lost_transport_ = true;
+    }
+    return posted.ok();
+  };
+  const size_t size = snapshot->size();
+  if (const char* pages = snapshot->BeginRead()) {
+    // The post returns once the transport has read the bytes (rpc_client.h).
+    const bool sent = post(pages, size);
+    const bool intact = snapshot->EndRead();
+    if (!sent) return false;
+    if (intact) return true;
+  }
+  *copy = TakePayloadBuffer(size);
+  snapshots_copied_ += snapshot->MoveInto(copy) ? 1 : 0;
+  return post(copy->data(), copy->size());
 }
 
-bool Failover::Send(ClientConnection* connection, const Entry& entry, std::string* why, bool show_output) {
+bool Failover::Send(ClientConnection* connection, Entry& entry, std::string* why, bool show_output) {
+  if (entry.op == dp::kOpMemcpyHtoD && entry.payload.empty() && entry.snapshot) {
+    if (!entry.call) return SendSnapshot(connection, entry.args, &entry.snapshot, &entry.payload, why);
+    entry.payload = TakePayloadBuffer(entry.snapshot.size());
+    snapshots_copied_ += entry.snapshot.MoveInto(&entry.payload) ? 1 : 0;  // its size stays in log_bytes_
+  }
   Request request{entry.op,
                   entry.args.data(),
                   entry.args.size(),
@@ -317,11 +341,10 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
   // 1. The resources of the checkpoint, in creation order (a module before its
   // functions).
   if (!CreateCheckpointResources(connection, why)) return false;
-  // 2. Their memory as the checkpoint saw it. Snapshot images are copied first: another
-  // thread of the program may free their pages while they are sent (a handoff, which
-  // sends none, copies none).
+  // 2. Their memory as the checkpoint saw it: the images in saved_, then the snapshot images
+  // from the program's pages, except one a write had copied (sent from that copy, which
+  // becomes its image in saved_).
   const auto restore_began = std::chrono::steady_clock::now();
-  CaptureImages();
   for (const auto& [start, bytes] : saved_) {
     // Sent from the image itself: a copy of 1 GiB would cost more than its transfer.
     dp::MemcpyHtoDArgs args{start, bytes.size(), 0};
@@ -331,6 +354,20 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
       return false;
     }
     recovery->restored_bytes += bytes.size();
+  }
+  for (auto image = image_snapshots_.begin(); image != image_snapshots_.end();) {
+    dp::MemcpyHtoDArgs args{image->first, image->second.size(), 0};
+    ArgBytes arg_bytes;
+    arg_bytes.assign(reinterpret_cast<const char*>(&args), sizeof(args));
+    JournalBytes copy;
+    if (!SendSnapshot(connection, arg_bytes, &image->second, &copy, why)) return false;
+    recovery->restored_bytes += args.size;
+    if (image->second) {
+      ++image;
+    } else {
+      saved_[image->first] = std::move(copy);
+      image = image_snapshots_.erase(image);
+    }
   }
   recovery->restore =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - restore_began);
@@ -373,7 +410,6 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
   // The replay sends the log's bytes; the program has not synchronised since its held
   // uploads (it is inside a call), so their sources still hold what was sent.
   CaptureHeld();
-  CaptureSnapshots();
   const auto began = std::chrono::steady_clock::now();
   const auto deadline = began + config_.recovery_deadline;
   const GpuLocation failed = *location;
