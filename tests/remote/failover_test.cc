@@ -306,6 +306,23 @@ class FailoverTest : public ::testing::Test {
     return Call(dp::kOpStreamSynchronize, &sync, sizeof(sync));
   }
 
+  // Page-locked memory of `bytes` as AllocPinned maps it (registered for snapshots), byte i
+  // holding fill(i); null where it cannot be mapped. The test removes and unmaps it.
+  template <typename Fill>
+  static char* PinnedSource(size_t bytes, Fill fill) {
+    void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (mapped == MAP_FAILED) return nullptr;
+    char* source = static_cast<char*>(mapped);
+    PinnedSnapshots::Get().AddRegion(source, bytes);
+    for (size_t i = 0; i < bytes; ++i) source[i] = fill(i);
+    return source;
+  }
+  // Posts an upload of the whole `range` from `source`.
+  int32_t UploadWhole(uint64_t range, const char* source, size_t bytes) {
+    dp::MemcpyHtoDArgs copy{range, bytes, 0};
+    return Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), source, bytes);
+  }
+
   // The device's data and launch count against the CPU's.
   void ExpectMatchesReference() {
     std::vector<uint32_t> data(kElements);
@@ -655,17 +672,11 @@ TEST_F(FailoverTest, UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot) {
   for (int k = 0; k < 3; ++k) {
     dp::MemAllocArgs alloc{kBytes, ranges[k]};
     ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
-    void* mapped = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ASSERT_NE(mapped, MAP_FAILED);
-    sources[k] = static_cast<char*>(mapped);
-    PinnedSnapshots::Get().AddRegion(sources[k], kBytes);  // as AllocPinned does
-    for (size_t i = 0; i < kBytes; ++i) sources[k][i] = pattern(i, k);
+    sources[k] = PinnedSource(kBytes, [&](size_t i) { return pattern(i, k); });
+    ASSERT_NE(sources[k], nullptr);
   }
   const uint64_t copied = PinnedSnapshots::Get().materialized();
-  for (int k = 0; k < 3; ++k) {
-    dp::MemcpyHtoDArgs copy{ranges[k], kBytes, 0};
-    ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), sources[k], kBytes), 0);
-  }
+  for (int k = 0; k < 3; ++k) ASSERT_EQ(UploadWhole(ranges[k], sources[k], kBytes), 0);
   EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied) << "nothing copied while nothing was written";
   std::memset(sources[0], 0x6b, kBytes);            // the program's next batch
   PinnedSnapshots::Get().RemoveRegion(sources[1]);  // cuMemFreeHost
@@ -710,17 +721,11 @@ TEST_F(FailoverTest, CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied) {
     ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
   }
   for (int k = 0; k < 3; ++k) {
-    void* mapped = mmap(nullptr, kBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    ASSERT_NE(mapped, MAP_FAILED);
-    sources[k] = static_cast<char*>(mapped);
-    PinnedSnapshots::Get().AddRegion(sources[k], kBytes);  // as AllocPinned does
-    for (size_t i = 0; i < kBytes; ++i) sources[k][i] = pattern(i, k);
+    sources[k] = PinnedSource(kBytes, [&](size_t i) { return pattern(i, k); });
+    ASSERT_NE(sources[k], nullptr);
   }
   const uint64_t copied = PinnedSnapshots::Get().materialized();
-  for (int k = 0; k < 3; ++k) {
-    dp::MemcpyHtoDArgs copy{ranges[k], kBytes, 0};
-    ASSERT_EQ(Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), sources[k], kBytes), 0);
-  }
+  for (int k = 0; k < 3; ++k) ASSERT_EQ(UploadWhole(ranges[k], sources[k], kBytes), 0);
   ASSERT_EQ(Call(dp::kOpContextSynchronize, nullptr, 0), 0);
   ASSERT_EQ(failover_->checkpoints(), 1u);
   EXPECT_EQ(failover_->readback_bytes(), 0u);

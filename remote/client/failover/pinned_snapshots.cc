@@ -18,10 +18,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <climits>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -54,8 +54,8 @@ int UserfaultfdFromGivenDevice(const char* given, std::string* refused) {
     return -1;
   }
   const int device = static_cast<int>(number);
-  struct stat opened {
-  }, named{};
+  struct stat opened = {};
+  struct stat named = {};
   if (fstat(device, &opened) != 0) {
     *refused += "; GPUPOOL_USERFAULTFD=" + std::to_string(device) + ": " + std::strerror(errno);
     return -1;
