@@ -11,6 +11,10 @@
 //       replays) timed on the healthy GPU; then the server is killed (SIGKILL), the lease
 //       file names UUID@ENDPOINT, and the time from the failure to the next completed
 //       synchronisation is the recovery. Prints "RecoveryMs= RestoreCopyMs= ReplayedWorkMs=".
+//   failover_bench pinned MIB SERVER_PID LEASE_FILE UUID ENDPOINT
+//       As `recover`, the state uploaded from page-locked memory (cudaMallocHost) and not
+//       written by a kernel: the checkpoint keeps that upload's copy-on-write snapshot as
+//       its image, and the recovery sends it from the program's pages.
 //   failover_bench move MIB SERVER_PID LEASE_FILE UUID ENDPOINT
 //       The same, for a planned move (gpupoolctl migrate, or a drain of a movable lease),
 //       with the ten kernels run before it (the pause is the move's own, not queued work):
@@ -158,9 +162,14 @@ static int RecoverTwo(size_t mib, pid_t server, const char* lease_file, const ch
 }
 
 static int Recover(size_t mib, pid_t server, const char* lease_file, const char* uuid, const char* endpoint,
-                   bool planned) {
+                   bool planned, bool pinned) {
   const size_t bytes = mib << 20;
-  std::vector<unsigned char> host(bytes, 7);
+  std::vector<unsigned char> pageable(pinned ? 0 : bytes, 7);
+  unsigned char* host = pageable.data();
+  if (pinned) {
+    CHECK(cudaMallocHost(&host, bytes));
+    std::memset(host, 7, bytes);
+  }
   unsigned char* d = nullptr;
   unsigned* small = nullptr;
   CHECK(cudaMalloc(&d, bytes));
@@ -168,10 +177,10 @@ static int Recover(size_t mib, pid_t server, const char* lease_file, const char*
   CHECK(cudaMemset(small, 0, 1 << 20));
   // The restore copy's baseline: the same bytes host to device, on the same transport.
   auto t0 = Clock::now();
-  CHECK(cudaMemcpy(d, host.data(), bytes, cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
   CHECK(cudaDeviceSynchronize());
   double copy_ms = Ms(Clock::now() - t0);
-  touch<<<static_cast<unsigned>((bytes / 4096 + 255) / 256), 256>>>(d, bytes / 4096);
+  if (!pinned) touch<<<static_cast<unsigned>((bytes / 4096 + 255) / 256), 256>>>(d, bytes / 4096);
   CHECK(cudaDeviceSynchronize());  // a checkpoint (GPUPOOL_CHECKPOINT_INTERVAL=0)
   // The work the recovery replays, timed on the healthy GPU.
   auto t1 = Clock::now();
@@ -206,8 +215,9 @@ static int Recover(size_t mib, pid_t server, const char* lease_file, const char*
   // The state came across: every touched byte is 8.
   std::vector<unsigned char> back(bytes);
   CHECK(cudaMemcpy(back.data(), d, bytes, cudaMemcpyDeviceToHost));
+  if (pinned) CHECK(cudaFreeHost(host));
   for (size_t i = 0; i < bytes; ++i) {
-    unsigned char want = i % 4096 == 0 ? 8 : 7;
+    unsigned char want = i % 4096 == 0 && !pinned ? 8 : 7;
     if (back[i] != want) {
       std::fprintf(stderr, "byte %zu is %u after the recovery, expected %u\n", i, back[i], want);
       return 1;
@@ -226,13 +236,14 @@ int main(int argc, char** argv) {
     return RecoverTwo(std::strtoul(argv[2], nullptr, 10), static_cast<pid_t>(std::atoi(argv[3])), argv[4], argv[5],
                       argv[6], argv[7]);
   }
-  if (argc >= 2 && (std::strcmp(argv[1], "recover") == 0 || std::strcmp(argv[1], "move") == 0)) {
+  if (argc >= 2 && (std::strcmp(argv[1], "recover") == 0 || std::strcmp(argv[1], "move") == 0 ||
+                    std::strcmp(argv[1], "pinned") == 0)) {
     if (argc != 7) {
-      std::fprintf(stderr, "usage: failover_bench recover|move MIB SERVER_PID LEASE_FILE UUID ENDPOINT\n");
+      std::fprintf(stderr, "usage: failover_bench recover|pinned|move MIB SERVER_PID LEASE_FILE UUID ENDPOINT\n");
       return 2;
     }
     return Recover(std::strtoul(argv[2], nullptr, 10), static_cast<pid_t>(std::atoi(argv[3])), argv[4], argv[5],
-                   argv[6], std::strcmp(argv[1], "move") == 0);
+                   argv[6], std::strcmp(argv[1], "move") == 0, std::strcmp(argv[1], "pinned") == 0);
   }
   if (argc >= 2 && std::strcmp(argv[1], "steady") == 0) {
     argv[1] = argv[0];
