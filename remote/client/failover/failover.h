@@ -361,6 +361,9 @@ class Failover {
   // (*unknown: ranges a GPU read must give; *made: ranges the log gives), true
   // writes the bytes into saved_.
   void ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64_t>* made);
+  // `snapshot`'s bytes in a spare buffer where one fits; the snapshot ends (MoveInto), and
+  // a copy made from the program's pages counts in snapshots_copied_.
+  JournalBytes SnapshotBytes(HostSnapshot* snapshot);
   // The image of the range at `start` in saved_, a snapshot image's bytes copied there first.
   JournalBytes& ImageBytes(uint64_t start);
   void RecyclePayloads();

@@ -115,8 +115,7 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
           break;
         }
         if (kept_as_snapshot) {
-          entry.payload = TakePayloadBuffer(args.size);
-          snapshots_copied_ += entry.snapshot.MoveInto(&entry.payload) ? 1 : 0;
+          entry.payload = SnapshotBytes(&entry.snapshot);
         }
         CopyBytes(image_at(args.dst), entry.payload.data(), args.size, args.size);
         break;
@@ -181,11 +180,16 @@ void Failover::ApplyLog(bool apply, std::set<uint64_t>* unknown, std::set<uint64
   }
 }
 
+JournalBytes Failover::SnapshotBytes(HostSnapshot* snapshot) {
+  JournalBytes bytes = TakePayloadBuffer(snapshot->size());
+  snapshots_copied_ += snapshot->MoveInto(&bytes) ? 1 : 0;
+  return bytes;
+}
+
 JournalBytes& Failover::ImageBytes(uint64_t start) {
   JournalBytes& image = saved_[start];
   if (auto kept = image_snapshots_.find(start); kept != image_snapshots_.end()) {
-    image = TakePayloadBuffer(kept->second.size());
-    snapshots_copied_ += kept->second.MoveInto(&image) ? 1 : 0;
+    image = SnapshotBytes(&kept->second);
     image_snapshots_.erase(kept);
   }
   return image;
@@ -203,22 +207,20 @@ bool Failover::SendSnapshot(ClientConnection* connection, const ArgBytes& args, 
   };
   const size_t size = snapshot->size();
   if (const char* pages = snapshot->BeginRead()) {
-    // The post returns once the transport has read the bytes (rpc_client.h).
+    // The post returns once the transport has read the bytes (RpcClient::SendAmLocked).
     const bool sent = post(pages, size);
     const bool intact = snapshot->EndRead();
     if (!sent) return false;
     if (intact) return true;
   }
-  *copy = TakePayloadBuffer(size);
-  snapshots_copied_ += snapshot->MoveInto(copy) ? 1 : 0;
+  *copy = SnapshotBytes(snapshot);
   return post(copy->data(), copy->size());
 }
 
 bool Failover::Send(ClientConnection* connection, Entry& entry, std::string* why, bool show_output) {
   if (entry.op == dp::kOpMemcpyHtoD && entry.payload.empty() && entry.snapshot) {
     if (!entry.call) return SendSnapshot(connection, entry.args, &entry.snapshot, &entry.payload, why);
-    entry.payload = TakePayloadBuffer(entry.snapshot.size());
-    snapshots_copied_ += entry.snapshot.MoveInto(&entry.payload) ? 1 : 0;  // its size stays in log_bytes_
+    entry.payload = SnapshotBytes(&entry.snapshot);  // its size stays in log_bytes_
   }
   Request request{entry.op,
                   entry.args.data(),
