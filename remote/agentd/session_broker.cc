@@ -28,6 +28,7 @@
 #include "common/constant_time.h"
 #include "common/log.h"
 #include "remote/dataplane/log_limiter.h"
+#include "remote/protocol/protocol.h"
 #include "remote/transport/acceptor.h"
 #include "remote/transport/bootstrap.h"
 #include "remote/worker/channel.h"
@@ -64,6 +65,15 @@ constexpr uint64_t kWorkerTasks = 1024;
 
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// The GPU a handshake's lane key names: its uuid, or "<uuid>#restore" for a recovery's
+// restore stream (protocol.h, kOpRestoreOffer).
+std::string GpuOfLaneKey(const std::string& key, bool* restore = nullptr) {
+  const std::string_view suffix = dataplane::kRestoreLaneSuffix;
+  const bool ends = key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+  if (restore != nullptr) *restore = ends;
+  return ends ? key.substr(0, key.size() - suffix.size()) : key;
 }
 int64_t Ns(std::chrono::milliseconds ms) { return std::chrono::nanoseconds(ms).count(); }
 
@@ -307,7 +317,7 @@ class BrokerImpl : public SessionBroker {
       for (Handshaken& client : batch) {
         const auto& hello = client.hello;
         if (hello.ticket.empty() && !hello.lease_id.empty() &&
-            !options_.still_authorized(hello.lease_id, hello.token, hello.lane_key)) {
+            !options_.still_authorized(hello.lease_id, hello.token, GpuOfLaneKey(hello.lane_key))) {
           unknown.push_back(&client);
         } else {
           Route(client, /*checked=*/false);
@@ -316,13 +326,14 @@ class BrokerImpl : public SessionBroker {
       bool asked = false;
       for (Handshaken* client : unknown) {
         const auto& hello = client->hello;
-        bool known = asked ? options_.still_authorized(hello.lease_id, hello.token, hello.lane_key)
-                           : options_.authorize(hello.lease_id, hello.token, hello.lane_key);
+        const std::string gpu = GpuOfLaneKey(hello.lane_key);
+        bool known = asked ? options_.still_authorized(hello.lease_id, hello.token, gpu)
+                           : options_.authorize(hello.lease_id, hello.token, gpu);
         asked = true;
         if (known) {
           Route(*client, /*checked=*/true);
         } else {
-          Refuse(*client, "lease '" + hello.lease_id + "' with that token does not hold GPU " + hello.lane_key);
+          Refuse(*client, "lease '" + hello.lease_id + "' with that token does not hold GPU " + gpu);
         }
       }
     }
@@ -354,13 +365,17 @@ class BrokerImpl : public SessionBroker {
                     "no lease credential at the handshake (GPUPOOL_LEASE_ID and "
                     "GPUPOOL_LEASE_TOKEN: run the program in a job with --gpu-pool)");
     }
+    // A restore stream ("<uuid>#restore", protocol.h) joins the lease's worker on that GPU
+    // and nothing else: it never starts one, nor ends another lease's.
+    bool restore = false;
+    const std::string uuid = GpuOfLaneKey(hello.lane_key, &restore);
     size_t gpu = gpus_.size();
     for (size_t i = 0; i < gpus_.size(); ++i) {
-      if (gpus_[i].uuid == hello.lane_key) gpu = i;
+      if (gpus_[i].uuid == uuid) gpu = i;
     }
-    if (gpu == gpus_.size()) return Refuse(client, "no GPU " + hello.lane_key + " on this host");
-    if (!checked && !options_.still_authorized(hello.lease_id, hello.token, hello.lane_key)) {
-      return Refuse(client, "lease '" + hello.lease_id + "' with that token does not hold GPU " + hello.lane_key);
+    if (gpu == gpus_.size()) return Refuse(client, "no GPU " + uuid + " on this host");
+    if (!checked && !options_.still_authorized(hello.lease_id, hello.token, uuid)) {
+      return Refuse(client, "lease '" + hello.lease_id + "' with that token does not hold GPU " + uuid);
     }
     std::unique_lock<std::mutex> lock(mu_);
     for (auto& w : workers_) {
@@ -368,6 +383,10 @@ class BrokerImpl : public SessionBroker {
           EqualInConstantTime(w->token, hello.token)) {
         return Hand(client, w.get());
       }
+    }
+    if (restore) {
+      lock.unlock();
+      return Refuse(client, "lease '" + hello.lease_id + "' has no session on GPU " + uuid + " to restore into");
     }
     // The GPU goes to this lease: every other lease's worker on it ends first.
     std::vector<pid_t> others;
@@ -399,9 +418,12 @@ class BrokerImpl : public SessionBroker {
 
   // REQUIRES: mu_ held. Passes the client's socket to `w`.
   void Hand(Handshaken& client, WorkerProcess* w) {
+    bool restore = false;
+    GpuOfLaneKey(client.hello.lane_key, &restore);
     nlohmann::json body = {{"type", "client"},
                            {"peer", client.peer},
                            {"flags", client.hello.flags},
+                           {"restore", restore},
                            {"worker_address", worker::ToHex(client.hello.worker_address)}};
     Status sent = worker::Send(w->channel, body, {client.fd});
     close(client.fd);

@@ -10,6 +10,7 @@
 #include <map>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/constant_time.h"
@@ -50,6 +51,73 @@ std::string PeerHost(const std::string& peer) {
   size_t colon = peer.rfind(':');
   return colon == std::string::npos ? peer : peer.substr(0, colon);
 }
+
+int64_t NowNs();
+
+// A ticket for a handoff or restore streams: 32 random bytes in hex; false with the reason
+// in `reply` when the kernel's random source fails.
+bool NewTicket(std::string* ticket, transport::ServerReply* reply) {
+  auto random = RandomHex(32);
+  if (!random.ok()) {
+    reply->status = kCuUnknown;
+    reply->out = random.status().message();
+    return false;
+  }
+  *ticket = std::move(random.value());
+  return true;
+}
+
+// A session's offer of its memory to restore streams (protocol.h, kOpRestoreOffer). The
+// session's GPU lane ends it (End) before the session runs anything again, is revoked or
+// closes; the restore lanes write through `executor` only between Begin and Finish, which
+// End waits for. So the executor is used by one side at a time, and never after the
+// session freed it.
+struct RestoreGrant {
+  std::string ticket;
+  std::string gpu_uuid;
+  device::Executor* executor = nullptr;  // the session's; valid while open or writing
+  uint32_t streams = 0;                  // attaches allowed
+  // The GPU's watchdog figures (GpuWorker's): a copy on the GPU is watched as the session's
+  // own operations are, so that a GPU that hangs in a restore is found hung.
+  std::atomic<int64_t>* busy_since = nullptr;
+  std::atomic<uint64_t>* progress = nullptr;
+
+  std::mutex mu;
+  std::condition_variable idle;
+  bool open = true;       // guarded by mu
+  uint32_t writing = 0;   // copies under way, their bytes arriving or not; guarded by mu
+  uint32_t attached = 0;  // guarded by mu
+
+  bool Begin() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!open) return false;
+    ++writing;
+    return true;
+  }
+  void Finish() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (--writing == 0) idle.notify_all();
+  }
+  // Marks a copy running on the GPU where the watchdog sees nothing running (the session
+  // waits for its streams); returns the mark for CopyDone (0: another operation's stands).
+  int64_t CopyStarts() {
+    int64_t idle_mark = 0;
+    const int64_t now = NowNs();
+    return busy_since->compare_exchange_strong(idle_mark, now) ? now : 0;
+  }
+  void CopyDone(int64_t mark) {
+    if (mark != 0) busy_since->compare_exchange_strong(mark, 0);
+    progress->fetch_add(1, std::memory_order_relaxed);
+  }
+  // Closes the offer and waits for the copies under way. A copy still waiting for its
+  // bytes waits on its client, which holds only its own session here (an agent's worker
+  // serves one lease).
+  void End() {
+    std::unique_lock<std::mutex> lock(mu);
+    open = false;
+    idle.wait(lock, [this] { return writing == 0; });
+  }
+};
 
 // Runs every session of one GPU, on that GPU's transport lane (its own thread).
 class GpuWorker : public transport::RpcHandler {
@@ -111,6 +179,10 @@ class GpuWorker : public transport::RpcHandler {
   void FinishHello(const HelloCheck& check, transport::ServerReply* reply);
   // kOpGpuStatus (protocol.h): the session's own GPU, and its own lease's sessions on it.
   void GpuStatus(Session* session, std::string_view args, transport::ServerReply* reply);
+  // kOpRestoreOffer (protocol.h): a ticket for restore streams into `session`'s memory.
+  void RestoreOffer(transport::ConnectionId id, Session* session, std::string_view args, transport::ServerReply* reply);
+  // Ends `id`'s offer to restore streams, if it has one, once their copies under way ended.
+  void EndRestore(transport::ConnectionId id);
 
   ServerImpl* const server_;
   const size_t lane_;
@@ -123,6 +195,8 @@ class GpuWorker : public transport::RpcHandler {
   // Handoff tickets offered, not yet used -> the retained session each reads (a ticket
   // lapses with its session's retention: CloseRetained).
   std::map<std::string, transport::ConnectionId> tickets_;
+  // Sessions that offered their memory to restore streams, and their offers.
+  std::map<transport::ConnectionId, std::shared_ptr<RestoreGrant>> restoring_;
   uint64_t ticked_epoch_ = 0;
   std::atomic<size_t> attached_{0};     // written by the lane, read by any thread
   std::atomic<size_t> connections_{0};  // written by the lane, read by any thread
@@ -136,6 +210,34 @@ int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+// A lane of restore streams for one GPU (protocol.h, kOpRestoreOffer): each connection
+// attaches to one session's offer, then copies into that session's memory.
+class RestoreLane : public transport::RpcHandler {
+ public:
+  RestoreLane(ServerImpl* server, const device::GpuInfo* gpu) : server_(server), gpu_(gpu) {}
+
+  void OnConnect(transport::ConnectionId id, const std::string& peer) override { streams_[id].peer = peer; }
+  void OnDisconnect(transport::ConnectionId id, const std::string& reason) override;
+  void* BulkDestination(transport::ConnectionId id, const transport::RequestHeader& header, std::string_view args,
+                        size_t len) override;
+  void OnRequest(transport::ConnectionId id, const transport::RequestHeader& header, std::string_view args,
+                 const void* payload, size_t payload_len, transport::ServerReply* reply) override;
+
+ private:
+  struct Stream {
+    std::string peer;
+    std::shared_ptr<RestoreGrant> grant;
+    bool writing = false;     // between the grant's Begin and Finish
+    int32_t async_error = 0;  // of a one-way copy, for the next reply
+  };
+  void Refuse(Stream* stream, int32_t status, const std::string& why, transport::ServerReply* reply);
+  void Attach(Stream* stream, std::string_view args, transport::ServerReply* reply);
+
+  ServerImpl* const server_;
+  const device::GpuInfo* const gpu_;
+  std::map<transport::ConnectionId, Stream> streams_;  // the lane's thread only
+};
 
 class ServerImpl : public Server {
  public:
@@ -162,6 +264,16 @@ class ServerImpl : public Server {
     for (size_t i = 0; i < std::max<size_t>(gpus_.size(), 1); ++i) {
       workers_.push_back(std::make_unique<GpuWorker>(this, i, i < gpus_.size() ? &gpus_[i] : nullptr));
       lanes.push_back(workers_.back().get());
+    }
+    if (options_.restore_streams > kMaxRestoreStreams) {
+      return Status::InvalidArgument("dataplane: at most " + std::to_string(kMaxRestoreStreams) +
+                                     " restore streams per GPU");
+    }
+    for (const device::GpuInfo& gpu : gpus_) {
+      for (uint32_t i = 0; i < options_.restore_streams; ++i) {
+        restore_lanes_.push_back(std::make_unique<RestoreLane>(this, &gpu));
+        lanes.push_back(restore_lanes_.back().get());
+      }
     }
     if (options_.progress != nullptr && options_.busy_since_ns != nullptr && !workers_.empty()) {
       workers_[0]->ExportWatch(options_.busy_since_ns, options_.progress);
@@ -243,6 +355,43 @@ class ServerImpl : public Server {
   }
   uint64_t Epoch() const { return options_.authorization_epoch ? options_.authorization_epoch() : 0; }
 
+  // Restore offers by ticket (any lane's thread).
+  void AddRestoreGrant(const std::shared_ptr<RestoreGrant>& grant) {
+    std::lock_guard<std::mutex> lock(restore_mu_);
+    restore_grants_[grant->ticket] = grant;
+  }
+  void RemoveRestoreGrant(const std::string& ticket) {
+    std::lock_guard<std::mutex> lock(restore_mu_);
+    restore_grants_.erase(ticket);
+  }
+  // The open offer with `ticket` for GPU `gpu_uuid`, counted as attached once more; nullptr
+  // with *why when there is none or it took all its streams.
+  std::shared_ptr<RestoreGrant> AttachRestore(const std::string& ticket, const std::string& gpu_uuid,
+                                              std::string* why) {
+    std::shared_ptr<RestoreGrant> grant;
+    {
+      std::lock_guard<std::mutex> lock(restore_mu_);
+      for (const auto& [offered, candidate] : restore_grants_) {
+        if (EqualInConstantTime(offered, ticket)) grant = candidate;
+      }
+    }
+    if (grant == nullptr || grant->gpu_uuid != gpu_uuid) {
+      *why = "no such restore ticket for this GPU (wrong, or its offer ended)";
+      return nullptr;
+    }
+    std::lock_guard<std::mutex> lock(grant->mu);
+    if (!grant->open) {
+      *why = "the restore offer ended (its session ran another request, or was revoked or closed)";
+      return nullptr;
+    }
+    if (grant->attached >= grant->streams) {
+      *why = "the restore offer has all its " + std::to_string(grant->streams) + " streams";
+      return nullptr;
+    }
+    ++grant->attached;
+    return grant;
+  }
+
   // Any GPU thread: has the authorizer thread check a hello's credential, then
   // hand the verdict to `worker` and wake its lane.
   void CheckHello(GpuWorker* worker, size_t lane, HelloCheck check) {
@@ -260,11 +409,22 @@ class ServerImpl : public Server {
     HelloCheck check;
   };
 
-  size_t LaneOf(const std::string& uuid) const {
+  // A GPU's lane, or for "<uuid>#restore" the next of its restore lanes (after the GPUs').
+  size_t LaneOf(const std::string& key) const {
+    const std::string_view suffix = kRestoreLaneSuffix;
+    const bool restore =
+        key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+    const std::string uuid = restore ? key.substr(0, key.size() - suffix.size()) : key;
     for (size_t i = 0; i < gpus_.size(); ++i) {
-      if (gpus_[i].uuid == uuid) return i;
+      if (gpus_[i].uuid != uuid) continue;
+      if (!restore) return i;
+      if (options_.restore_streams == 0) break;
+      const size_t next = next_restore_lane_.fetch_add(1, std::memory_order_relaxed) % options_.restore_streams;
+      return gpus_.size() + i * options_.restore_streams + next;
     }
-    return 0;  // its hello is refused there (no such GPU, or not this lane's)
+    // Lane 0: a hello is refused there (no such GPU, or not this lane's), as is a restore
+    // stream's attach (it is no restore lane).
+    return 0;
   }
 
   // The authorizer thread: one hello at a time, each bounded by the authorizer
@@ -295,7 +455,11 @@ class ServerImpl : public Server {
   LogLimiter log_;  // thread-safe; warnings
   // Comings and goings of sessions (informational), also rate-limited.
   LogLimiter sessions_log_{std::chrono::seconds(10), [](const std::string& line) { log::Info(line); }};
-  std::vector<std::unique_ptr<GpuWorker>> workers_;  // one per GPU (lane)
+  std::vector<std::unique_ptr<GpuWorker>> workers_;          // one per GPU (lane)
+  std::vector<std::unique_ptr<RestoreLane>> restore_lanes_;  // restore_streams per GPU, after them
+  mutable std::atomic<size_t> next_restore_lane_{0};
+  std::mutex restore_mu_;
+  std::map<std::string, std::shared_ptr<RestoreGrant>> restore_grants_;  // by ticket; guarded by restore_mu_
   std::mutex hello_mu_;
   std::condition_variable hello_wanted_;
   std::condition_variable watchdog_wake_;  // at stop (with hello_mu_)
@@ -312,6 +476,7 @@ void GpuWorker::OnConnect(transport::ConnectionId id, const std::string& peer) {
 }
 
 void GpuWorker::OnDisconnect(transport::ConnectionId id, const std::string& reason) {
+  EndRestore(id);  // before the executor, and the memory the streams write, goes
   auto found = sessions_.find(id);
   if (found == sessions_.end()) return;
   if (!found->second->lease_id().empty()) {
@@ -330,6 +495,7 @@ void GpuWorker::OnDisconnect(transport::ConnectionId id, const std::string& reas
 
 void* GpuWorker::BulkDestination(transport::ConnectionId id, const transport::RequestHeader& header,
                                  std::string_view args, size_t len) {
+  EndRestore(id);  // the request writes the session's memory: the restore streams are done
   auto found = sessions_.find(id);
   if (found == sessions_.end()) return nullptr;
   return found->second->BulkDestination(header, args, len);
@@ -343,6 +509,7 @@ void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHe
     reply->close_after = true;
     return;
   }
+  EndRestore(id);  // whatever the request is, the session runs it alone
   Session* session = found->second.get();
   if (header.op == kOpHello) {
     Hello(id, session, args, reply);
@@ -355,6 +522,7 @@ void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHe
     reply->tick_soon = true;
   }
   if (header.op == kOpHandoffOffer) return HandoffOffer(id, session, reply);
+  if (header.op == kOpRestoreOffer) return RestoreOffer(id, session, args, reply);
   if (header.op == kOpGpuStatus) return GpuStatus(session, args, reply);
   if (header.op == kOpHandoffPull && session->authorized()) {
     HandoffPull(session, args, reply);
@@ -429,6 +597,7 @@ bool GpuWorker::StillAuthorized(Session* session, uint64_t epoch) {
 // Revokes `session` and has its connection closed at the next tick (which frees
 // its memory, once no reply is sending from it).
 void GpuWorker::Revoke(transport::ConnectionId id, Session* session, const std::string& why, bool retain) {
+  EndRestore(id);  // the lease no longer holds the GPU: no stream writes more
   std::string reason = "lease " + session->lease_id() + " " + why;
   std::string message = "GPU " + session->gpu_uuid() + " revoked: " + reason;
   server_->log().Log(
@@ -666,19 +835,15 @@ void GpuWorker::HandoffOffer(transport::ConnectionId id, Session* session, trans
     reply->tick_soon = true;
     return;
   }
-  auto ticket = RandomHex(32);
-  if (!ticket.ok()) {
-    reply->status = kCuUnknown;
-    reply->out = ticket.status().message();
-    return;
-  }
+  std::string ticket;
+  if (!NewTicket(&ticket, reply)) return;
   session->set_offered();
   const int64_t until = NowNs() + std::chrono::nanoseconds(server_->options().handoff_window).count();
   session->set_retained_until_ns(until);
-  tickets_[ticket.value()] = id;
-  if (server_->options().on_ticket) server_->options().on_ticket(ticket.value());
+  tickets_[ticket] = id;
+  if (server_->options().on_ticket) server_->options().on_ticket(ticket);
   HandoffOfferResult result{};
-  std::snprintf(result.ticket, sizeof(result.ticket), "%s", ticket.value().c_str());
+  std::snprintf(result.ticket, sizeof(result.ticket), "%s", ticket.c_str());
   result.last_seq = session->last_run_seq();
   reply->out.assign(reinterpret_cast<const char*>(&result), sizeof(result));
   reply->out += executor->TakeOutput();  // printf text of work the client has not seen yet
@@ -882,6 +1047,148 @@ void GpuWorker::HandoffPull(Session* session, std::string_view args, transport::
                                   "): " + std::to_string(total) + " bytes in " + std::to_string(ranges.size()) +
                                   " range(s) handed off from GPU " + pull.gpu_uuid + " agent to agent in " +
                                   std::to_string(pull_ms) + " ms");
+}
+
+void GpuWorker::RestoreOffer(transport::ConnectionId id, Session* session, std::string_view args,
+                             transport::ServerReply* reply) {
+  const uint32_t streams = server_->options().restore_streams;
+  if (!args.empty()) {
+    reply->status = kCuInvalidValue;
+    reply->out = "a restore offer takes no arguments (" + std::to_string(args.size()) + " bytes given)";
+    return;
+  }
+  if (!session->authorized() || session->sticky_error() != 0 || streams == 0) {
+    reply->status = !session->authorized()         ? kCuNotPermitted
+                    : session->sticky_error() != 0 ? session->sticky_error()
+                                                   : kCuNotSupported;
+    reply->out = !session->authorized()         ? "restore streams need an attached session"
+                 : session->sticky_error() != 0 ? "the session's context is unusable"
+                                                : "this agent takes no restore streams";
+    return;
+  }
+  auto grant = std::make_shared<RestoreGrant>();
+  if (!NewTicket(&grant->ticket, reply)) return;
+  grant->gpu_uuid = session->gpu_uuid();
+  grant->executor = session->executor();
+  grant->streams = streams;
+  grant->busy_since = busy_since_ns_;
+  grant->progress = progress_;
+  server_->AddRestoreGrant(grant);
+  restoring_[id] = grant;
+  RestoreOfferResult result{};
+  std::snprintf(result.ticket, sizeof(result.ticket), "%s", grant->ticket.c_str());
+  result.streams = streams;
+  reply->out.assign(reinterpret_cast<const char*>(&result), sizeof(result));
+}
+
+void GpuWorker::EndRestore(transport::ConnectionId id) {
+  auto found = restoring_.find(id);
+  if (found == restoring_.end()) return;
+  std::shared_ptr<RestoreGrant> grant = std::move(found->second);
+  restoring_.erase(found);
+  server_->RemoveRestoreGrant(grant->ticket);
+  grant->End();
+}
+
+void RestoreLane::Refuse(Stream* stream, int32_t status, const std::string& why, transport::ServerReply* reply) {
+  server_->log().Log("restore refused " + PeerHost(stream->peer) + " " + why,
+                     "refused restore stream " + stream->peer + " for GPU " + gpu_->uuid + ": " + why);
+  reply->status = status;
+  reply->out = why;
+  reply->close_after = true;
+}
+
+void RestoreLane::Attach(Stream* stream, std::string_view args, transport::ServerReply* reply) {
+  RestoreAttachArgs attach;
+  if (stream->grant != nullptr) return Refuse(stream, kCuInvalidValue, "a restore stream attaches once", reply);
+  if (args.size() != sizeof(attach)) {
+    return Refuse(stream, kCuInvalidValue,
+                  "a restore attach of " + std::to_string(args.size()) + " bytes (" + std::to_string(sizeof(attach)) +
+                      " expected)",
+                  reply);
+  }
+  std::memcpy(&attach, args.data(), sizeof(attach));
+  if (attach.protocol_version != kProtocolVersion) {
+    return Refuse(stream, kCuInvalidValue, VersionMismatch(attach.protocol_version), reply);
+  }
+  attach.ticket[sizeof(attach.ticket) - 1] = '\0';
+  std::string why;
+  stream->grant = server_->AttachRestore(attach.ticket, gpu_->uuid, &why);
+  if (stream->grant == nullptr) return Refuse(stream, kCuNotPermitted, why, reply);
+}
+
+// Copy arguments a restore stream may send: its size, on stream 0 (the restore's order is
+// the session's, which runs nothing meanwhile).
+static bool RestoreCopy(const transport::RequestHeader& header, std::string_view args, size_t len,
+                        MemcpyHtoDArgs* copy) {
+  if (header.op != kOpMemcpyHtoD || args.size() != sizeof(*copy)) return false;
+  std::memcpy(copy, args.data(), sizeof(*copy));
+  return copy->size == len && copy->stream == 0;
+}
+
+void* RestoreLane::BulkDestination(transport::ConnectionId id, const transport::RequestHeader& header,
+                                   std::string_view args, size_t len) {
+  auto found = streams_.find(id);
+  if (found == streams_.end()) return nullptr;
+  Stream& stream = found->second;
+  MemcpyHtoDArgs copy{};
+  if (stream.grant == nullptr || stream.writing || !RestoreCopy(header, args, len, &copy)) return nullptr;
+  if (!stream.grant->Begin()) return nullptr;  // OnRequest refuses it
+  stream.writing = true;
+  // The session's memory, received in place (the sim), or nullptr: a buffer of the server's,
+  // copied from in OnRequest (a range not the session's is refused there).
+  return stream.grant->executor->ReceiveView(copy.dst, copy.size);
+}
+
+void RestoreLane::OnRequest(transport::ConnectionId id, const transport::RequestHeader& header, std::string_view args,
+                            const void* payload, size_t payload_len, transport::ServerReply* reply) {
+  auto found = streams_.find(id);
+  if (found == streams_.end()) {
+    reply->status = kCuNotPermitted;
+    reply->close_after = true;
+    return;
+  }
+  Stream& stream = found->second;
+  if (header.op == kOpRestoreAttach) return Attach(&stream, args, reply);
+  MemcpyHtoDArgs copy{};
+  if (stream.grant == nullptr || !RestoreCopy(header, args, payload_len, &copy)) {
+    if (stream.writing) stream.grant->Finish();
+    stream.writing = false;
+    return Refuse(
+        &stream, kCuNotPermitted,
+        stream.grant == nullptr
+            ? "a restore stream's first request attaches it with a ticket (kOpRestoreAttach)"
+            : "a restore stream only copies to the device, on stream 0 (request " + std::to_string(header.op) + ")",
+        reply);
+  }
+  if (!stream.writing && !stream.grant->Begin()) {
+    return Refuse(&stream, kCuNotPermitted,
+                  "the restore offer ended (its session ran another request, or was revoked or closed)", reply);
+  }
+  stream.writing = true;
+  int32_t status = kCuSuccess;
+  const int64_t mark = stream.grant->CopyStarts();
+  if (Status usable = server_->options().backend->BeforeOperation(gpu_->index); !usable.ok()) {
+    status = kCuEccUncorrectable;  // the session's next request finds it, and reports it
+  } else {
+    status = stream.grant->executor->CopyToDevice(copy.dst, payload, copy.size, 0);
+  }
+  stream.grant->CopyDone(mark);
+  stream.grant->Finish();
+  stream.writing = false;
+  if (header.flags & transport::kFlagOneWay) {
+    if (status != kCuSuccess && stream.async_error == kCuSuccess) stream.async_error = status;
+    return;
+  }
+  reply->status = status;
+  reply->async_status = std::exchange(stream.async_error, kCuSuccess);
+}
+
+void RestoreLane::OnDisconnect(transport::ConnectionId id, const std::string& reason) {
+  auto found = streams_.find(id);
+  if (found == streams_.end()) return;
+  if (found->second.writing) found->second.grant->Finish();  // its receive ended with it
+  streams_.erase(found);
 }
 
 }  // namespace

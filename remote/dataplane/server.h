@@ -34,6 +34,12 @@
 // on that GPU, and has them closed right after its reply, before B's next
 // request runs (unless one is still sending a reply): two leases' sessions do
 // not share a GPU, whose memory a kernel could otherwise reach.
+//
+// Restore streams: a recovering client may write its new session's memory over several
+// connections at once (protocol.h, kOpRestoreOffer). Each GPU has `restore_streams` lanes
+// of its own for them; a stream writes through the session's executor from its lane's
+// thread while the session, which offered it, runs nothing: the session's next request
+// (or its revocation or close) ends the offer and first waits for the copies under way.
 #pragma once
 
 #include <atomic>
@@ -100,6 +106,10 @@ struct ServerOptions {
   // steady_clock, 0: none) and the progress it made. Both or neither; one GPU only.
   std::atomic<int64_t>* busy_since_ns = nullptr;
   std::atomic<uint64_t>* progress = nullptr;
+  // Restore streams per GPU (protocol.h, kOpRestoreOffer): lanes of their own, each a
+  // thread that receives a recovery's memory beside the GPU's lane; at most
+  // kMaxRestoreStreams. 0: none (a recovery restores over its session alone).
+  uint32_t restore_streams = 2;
 };
 
 class Server {

@@ -66,6 +66,8 @@ class Session {
   // Where kOpRecovered reports go (ServerOptions::on_recovered).
   void set_recovery_listener(decltype(ServerOptions::on_recovered) listener) { on_recovered_ = std::move(listener); }
   bool revoked() const { return !revoked_.empty(); }
+  // A GPU failure or a kernel's fault made the context unusable (its CUresult; 0: none).
+  int32_t sticky_error() const { return sticky_error_; }
   const std::string& peer() const { return peer_; }
   const std::string& lease_id() const { return lease_id_; }
   const std::string& token() const { return token_; }

@@ -99,6 +99,9 @@ enum Op : uint32_t {
   kOpMipmappedArrayCreate,   // MipmappedArrayCreateArgs
   kOpMipmappedArrayDestroy,  // ArrayDestroyArgs (the mipmapped array's id)
   kOpTensorMap,              // TensorMapArgs -> the map's 128 bytes
+  // ---- A recovery's restore in parallel streams (issue 40) ----
+  kOpRestoreOffer,   // client -> its new session: -> RestoreOfferResult
+  kOpRestoreAttach,  // a restore stream's first request: RestoreAttachArgs
   kOpCount,
 };
 
@@ -530,6 +533,38 @@ struct HandoffReadArgs {
   uint64_t src;
   uint64_t size;
 };
+
+// Restore streams (gpupool-remote(7), FAILOVER). A recovery sends the checkpoint's memory
+// over several connections at once: one TCP stream, and the one thread that receives it,
+// carries a few GiB/s at most. Who may do what:
+//  - kOpRestoreOffer: an attached session (its lease holds this GPU) without a sticky
+//    error. The agent answers a ticket (32 random bytes, in hex) and how many streams it
+//    takes at most. Until the session's next request, which waits for the streams' copies
+//    under way and ends the offer (as its revocation, its close and its end do), the
+//    session runs nothing and up to `streams` connections may write its memory.
+//  - A restore stream is a connection whose handshake names the lane key
+//    "<GPU uuid>#restore" (kRestoreLaneSuffix) with the same lease credential: the agent
+//    routes it only to a session worker that lease already has on that GPU. Its first
+//    request is kOpRestoreAttach with the ticket; then it may only send kOpMemcpyHtoD on
+//    stream 0 into that session's own allocations (the executor checks each range).
+//    Anything else, a wrong ticket, an offer that ended, or more streams than offered
+//    closes the connection with the reason. A one-way copy's error comes back in the next
+//    reply's async_status.
+inline constexpr const char* kRestoreLaneSuffix = "#restore";
+inline constexpr uint32_t kMaxRestoreStreams = 8;
+struct RestoreOfferResult {
+  char ticket[kHandoffTicketSize];
+  char reserved[3];
+  uint32_t streams;  // at most this many attach
+};
+struct RestoreAttachArgs {
+  uint32_t protocol_version = kProtocolVersion;
+  uint32_t reserved = 0;
+  char ticket[kHandoffTicketSize] = {};
+  char padding[7] = {};
+};
+static_assert(sizeof(RestoreOfferResult) == 72, "RestoreOfferResult is a wire format");
+static_assert(sizeof(RestoreAttachArgs) == 80, "RestoreAttachArgs is a wire format");
 
 // kOpGpuStatus (issue 41): what the replacement libnvidia-ml.so.1 answers for
 // nvmlDeviceGetUtilizationRates, nvmlSystemGetDriverVersion and

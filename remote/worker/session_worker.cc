@@ -196,7 +196,9 @@ int RunSessionWorker(int argc, char** argv) {
         close(client.fd);
         continue;
       }
-      client.hello.lane_key = gpu.uuid;
+      // A restore stream goes to a restore lane of the GPU (protocol.h, kOpRestoreOffer).
+      client.hello.lane_key =
+          gpu.uuid + (Get<bool>(message->body, "restore", false) ? dataplane::kRestoreLaneSuffix : "");
       server.value()->Adopt(std::move(client));
       continue;
     }

@@ -11,8 +11,9 @@
 // with two descriptors: the GPU's state page (read-only) and this worker's counters page
 // (gpu_status.h). The worker then enters its sandbox (sandbox.h) and only after that
 // starts its data-path server, answers "ready", and takes clients ("client" messages, each
-// with the client's socket and its handshake: {peer, flags, worker_address, lane_key,
-// lease_id, token, ticket}). A client's own hello (protocol.h) must name the worker's
+// with the client's socket and what its handshake said: {peer, flags, worker_address,
+// restore}; restore: a recovery's restore stream, run on a restore lane of the GPU,
+// protocol.h). A client's own hello (protocol.h) must name the worker's
 // lease, token and GPU, compared in constant time. "revoke" {retain:bool} says the lease
 // no longer holds the GPU (with retain, the sessions keep their memory for a handoff
 // window); "stop" or a closed channel ends the worker, and with it every session's memory.

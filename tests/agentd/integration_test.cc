@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "common/api_client.h"
 #include "remote/protocol/protocol.h"
@@ -241,6 +242,7 @@ class DataClient {
     launch.block[0] = launch.block[1] = launch.block[2] = 1;
     return client_->Post({dataplane::kOpLaunch, &launch, sizeof(launch), nullptr, 0, nullptr, 0}).ok();
   }
+  transport::RpcClient* client() { return client_.get(); }
   int32_t hello_status() const { return hello_status_; }
   const std::string& hello_answer() const { return hello_answer_; }
   // A request's status; -1 once the connection is closed.
@@ -450,6 +452,67 @@ TEST_F(IntegrationTest, EachSessionRunsInAnUnprivilegedWorkerOfItsOwn) {
   EXPECT_NE(status.find("CapEff:\t0000000000000000"), std::string::npos) << status;
   EXPECT_NE(status.find("NoNewPrivs:\t1"), std::string::npos) << status;
   EXPECT_NE(status.find("Seccomp:\t2"), std::string::npos) << status;
+}
+
+// A recovery's restore stream ("<uuid>#restore", protocol.h) joins the worker its lease
+// already has on that GPU, and nothing else: none is started for it, and inside the
+// worker (its sandbox) it writes the offering session's memory.
+TEST_F(IntegrationTest, ARestoreStreamJoinsOnlyItsLeasesWorkerOnThatGpu) {
+  nlohmann::json lease = AgentAndLease(56, 2);
+  ASSERT_FALSE(lease.is_null());
+  std::string id = lease["id"], token = lease["token"];
+  std::string first = lease["gpus"][0]["uuid"], second = lease["gpus"][1]["uuid"];
+  const std::string endpoint = "127.0.0.1:" + std::to_string(data_ports_["gpuhost1"]);
+  DataClient session(data_ports_["gpuhost1"], id, token, first);
+  ASSERT_EQ(session.hello_status(), dataplane::kCuSuccess) << session.hello_answer() << Logs();
+  ASSERT_EQ(WorkersOf(pids_["gpuhost1"]).size(), 1u);
+
+  auto elsewhere = transport::RpcClient::Connect(endpoint, second + dataplane::kRestoreLaneSuffix, {id, token, ""});
+  ASSERT_FALSE(elsewhere.ok());
+  EXPECT_NE(elsewhere.status().message().find("has no session on GPU " + second + " to restore into"),
+            std::string::npos)
+      << elsewhere.status().message();
+  auto forged = transport::RpcClient::Connect(endpoint, first + dataplane::kRestoreLaneSuffix, {id, "00", ""});
+  ASSERT_FALSE(forged.ok());
+  EXPECT_EQ(forged.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_EQ(WorkersOf(pids_["gpuhost1"]).size(), 1u) << "a restore stream started a worker";
+
+  transport::Reply reply;
+  dataplane::MemAllocArgs alloc{1 << 20};
+  ASSERT_TRUE(
+      session.client()->Call({dataplane::kOpMemAlloc, &alloc, sizeof(alloc), nullptr, 0, nullptr, 0}, &reply).ok());
+  dataplane::MemAllocResult allocated{};
+  ASSERT_EQ(reply.out.size(), sizeof(allocated));
+  std::memcpy(&allocated, reply.out.data(), sizeof(allocated));
+  ASSERT_TRUE(session.client()->Call({dataplane::kOpRestoreOffer, nullptr, 0, nullptr, 0, nullptr, 0}, &reply).ok());
+  ASSERT_EQ(reply.status, dataplane::kCuSuccess) << reply.out;
+  dataplane::RestoreOfferResult offer{};
+  ASSERT_EQ(reply.out.size(), sizeof(offer));
+  std::memcpy(&offer, reply.out.data(), sizeof(offer));
+  auto stream = transport::RpcClient::Connect(endpoint, first + dataplane::kRestoreLaneSuffix, {id, token, ""});
+  ASSERT_TRUE(stream.ok()) << stream.status().message();
+  dataplane::RestoreAttachArgs attach;
+  std::snprintf(attach.ticket, sizeof(attach.ticket), "%s", offer.ticket);
+  ASSERT_TRUE(stream.value()
+                  ->Call({dataplane::kOpRestoreAttach, &attach, sizeof(attach), nullptr, 0, nullptr, 0}, &reply)
+                  .ok());
+  ASSERT_EQ(reply.status, dataplane::kCuSuccess) << reply.out;
+  std::vector<char> bytes(1 << 20);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 11 + 5);
+  dataplane::MemcpyHtoDArgs copy{allocated.dptr, bytes.size(), 0};
+  ASSERT_TRUE(
+      stream.value()
+          ->Call({dataplane::kOpMemcpyHtoD, &copy, sizeof(copy), bytes.data(), bytes.size(), nullptr, 0}, &reply)
+          .ok());
+  EXPECT_EQ(reply.status, dataplane::kCuSuccess) << reply.out;
+  std::vector<char> back(bytes.size());
+  dataplane::MemcpyDtoHArgs read{allocated.dptr, back.size(), 0};
+  ASSERT_TRUE(session.client()
+                  ->Call({dataplane::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), back.size()}, &reply)
+                  .ok());
+  EXPECT_EQ(reply.status, dataplane::kCuSuccess);
+  EXPECT_EQ(back, bytes);
+  EXPECT_EQ(WorkersOf(pids_["gpuhost1"]).size(), 1u);
 }
 
 // A client that presents no lease at its handshake is refused there, with the reason, and

@@ -528,6 +528,223 @@ TEST_F(DataplaneServerTest, AClientReachesOnlyItsOwnMemory) {
   EXPECT_EQ(back, data);
 }
 
+// Restore streams (protocol.h, kOpRestoreOffer): a connection on a GPU's restore lane that
+// attached with the offering session's ticket writes that session's memory, and only that,
+// until the session runs a request again; no one else's ticket, GPU or memory will do.
+class RestoreStreamsTest : public DataplaneServerTest {
+ protected:
+  std::unique_ptr<RpcClient> ConnectRestore(int gpu = 1) {
+    auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(server_->port()),
+                                     testing::TestGpuUuid(gpu) + kRestoreLaneSuffix);
+    EXPECT_TRUE(client.ok()) << client.status().message();
+    return client.ok() ? std::move(client.value()) : nullptr;
+  }
+  RestoreOfferResult Offer(RpcClient* session) {
+    Reply reply;
+    EXPECT_TRUE(session->Call(Request{kOpRestoreOffer, nullptr, 0, nullptr, 0, nullptr, 0}, &reply).ok());
+    EXPECT_EQ(reply.status, kCuSuccess) << reply.out;
+    RestoreOfferResult offer{};
+    EXPECT_EQ(reply.out.size(), sizeof(offer));
+    std::memcpy(&offer, reply.out.data(), std::min(reply.out.size(), sizeof(offer)));
+    return offer;
+  }
+  Reply AttachStream(RpcClient* stream, const char* ticket) {
+    RestoreAttachArgs attach;
+    std::snprintf(attach.ticket, sizeof(attach.ticket), "%s", ticket);
+    Reply reply;
+    EXPECT_TRUE(stream->Call(Request{kOpRestoreAttach, &attach, sizeof(attach), nullptr, 0, nullptr, 0}, &reply).ok());
+    return reply;
+  }
+  Reply WriteReply(RpcClient* client, uint64_t dptr, const std::vector<char>& data, uint64_t stream = 0) {
+    MemcpyHtoDArgs args{dptr, data.size(), stream};
+    Reply reply;
+    EXPECT_TRUE(
+        client->Call(Request{kOpMemcpyHtoD, &args, sizeof(args), data.data(), data.size(), nullptr, 0}, &reply).ok());
+    return reply;
+  }
+};
+
+TEST_F(RestoreStreamsTest, AStreamWritesOnlyTheOfferingSessionsMemoryUntilItRunsAgain) {
+  constexpr uint64_t kSize = uint64_t{4} << 20;
+  auto session = Attach("L7", "secret", 1);
+  auto neighbour = Attach("L7", "secret", 1);  // the same lease's other process
+  ASSERT_NE(session, nullptr);
+  ASSERT_NE(neighbour, nullptr);
+  uint64_t mine = 0, theirs = 0;
+  ASSERT_EQ(Alloc(session.get(), kSize, &mine), kCuSuccess);
+  ASSERT_EQ(Alloc(neighbour.get(), 4096, &theirs), kCuSuccess);
+  ASSERT_EQ(Write(neighbour.get(), theirs, std::vector<char>(4096, 'n')), kCuSuccess);
+
+  // Nothing before an attach, and no hello on a restore lane.
+  auto unattached = ConnectRestore();
+  Reply reply = WriteReply(unattached.get(), mine, std::vector<char>(4096, 'x'));
+  EXPECT_EQ(reply.status, kCuNotPermitted);
+  EXPECT_NE(reply.out.find("first request attaches it"), std::string::npos) << reply.out;
+  auto hello = ConnectRestore();
+  EXPECT_EQ(Hello(hello.get(), "L7", "secret", testing::TestGpuUuid(1)).status, kCuNotPermitted);
+
+  // An offer takes no arguments; a good one gives a ticket and the lane count.
+  char junk[8] = {};
+  ASSERT_TRUE(session->Call(Request{kOpRestoreOffer, junk, sizeof(junk), nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.status, kCuInvalidValue);
+  EXPECT_NE(reply.out.find("takes no arguments"), std::string::npos) << reply.out;
+  const RestoreOfferResult offer = Offer(session.get());
+  EXPECT_EQ(std::string(offer.ticket).size(), 64u);
+  EXPECT_EQ(offer.streams, 2u);
+
+  auto guesser = ConnectRestore();
+  reply = AttachStream(guesser.get(), std::string(64, '0').c_str());
+  EXPECT_EQ(reply.status, kCuNotPermitted);
+  EXPECT_NE(reply.out.find("no such restore ticket"), std::string::npos) << reply.out;
+  auto other_gpu = ConnectRestore(0);  // GPU 0's lane, GPU 1's ticket
+  reply = AttachStream(other_gpu.get(), offer.ticket);
+  EXPECT_EQ(reply.status, kCuNotPermitted);
+  EXPECT_NE(reply.out.find("no such restore ticket for this GPU"), std::string::npos) << reply.out;
+
+  auto first = ConnectRestore();
+  auto second = ConnectRestore();
+  auto third = ConnectRestore();
+  ASSERT_EQ(AttachStream(first.get(), offer.ticket).status, kCuSuccess);
+  ASSERT_EQ(AttachStream(second.get(), offer.ticket).status, kCuSuccess);
+  reply = AttachStream(third.get(), offer.ticket);
+  EXPECT_EQ(reply.status, kCuNotPermitted);
+  EXPECT_NE(reply.out.find("all its 2 streams"), std::string::npos) << reply.out;
+  EXPECT_EQ(AttachStream(first.get(), offer.ticket).status, kCuInvalidValue);  // once: and closed
+  first = ConnectRestore();
+  EXPECT_EQ(AttachStream(first.get(), offer.ticket).status, kCuNotPermitted);  // a slot is a slot
+
+  // Half each: one posted (its error would come with the next reply), one called.
+  std::vector<char> low(kSize / 2), high(kSize / 2);
+  for (size_t i = 0; i < low.size(); ++i) {
+    low[i] = static_cast<char>(i * 7);
+    high[i] = static_cast<char>(i * 13 + 1);
+  }
+  MemcpyHtoDArgs posted{mine, low.size(), 0};
+  ASSERT_TRUE(second->Post(Request{kOpMemcpyHtoD, &posted, sizeof(posted), low.data(), low.size(), nullptr, 0}).ok());
+  reply = WriteReply(second.get(), mine + kSize / 2, high);
+  EXPECT_EQ(reply.status, kCuSuccess);
+  EXPECT_EQ(reply.async_status, kCuSuccess);
+  // The neighbour's memory, and memory past the session's, are not the session's.
+  EXPECT_EQ(WriteReply(second.get(), theirs, std::vector<char>(4096, 'x')).status, kCuInvalidValue);
+  EXPECT_EQ(WriteReply(second.get(), mine + kSize - 16, std::vector<char>(32, 'x')).status, kCuInvalidValue);
+  // A one-way copy that fails says so in the next reply.
+  MemcpyHtoDArgs bad{theirs, 16, 0};
+  std::vector<char> sixteen(16, 'x');
+  ASSERT_TRUE(second->Post(Request{kOpMemcpyHtoD, &bad, sizeof(bad), sixteen.data(), 16, nullptr, 0}).ok());
+  reply = WriteReply(second.get(), mine, std::vector<char>(0));
+  EXPECT_EQ(reply.async_status, kCuInvalidValue);
+
+  // The session's next request ends the offer: it reads what the stream wrote, and the
+  // stream writes no more.
+  std::vector<char> back(kSize);
+  ASSERT_EQ(Read(session.get(), mine, &back), kCuSuccess);
+  EXPECT_TRUE(std::equal(low.begin(), low.end(), back.begin()));
+  EXPECT_TRUE(std::equal(high.begin(), high.end(), back.begin() + kSize / 2));
+  reply = WriteReply(second.get(), mine, std::vector<char>(4096, 'x'));
+  EXPECT_EQ(reply.status, kCuNotPermitted);
+  EXPECT_NE(reply.out.find("the restore offer ended"), std::string::npos) << reply.out;
+  auto late = ConnectRestore();
+  EXPECT_EQ(AttachStream(late.get(), offer.ticket).status, kCuNotPermitted);
+  std::vector<char> neighbours(4096);
+  ASSERT_EQ(Read(neighbour.get(), theirs, &neighbours), kCuSuccess);
+  EXPECT_EQ(neighbours, std::vector<char>(4096, 'n'));
+  ASSERT_EQ(Read(session.get(), mine, &back), kCuSuccess);
+  EXPECT_EQ(back[0], low[0]);
+
+  // Only on its own stream 0; other requests close the stream.
+  const RestoreOfferResult again = Offer(session.get());
+  auto streamer = ConnectRestore();
+  ASSERT_EQ(AttachStream(streamer.get(), again.ticket).status, kCuSuccess);
+  reply = WriteReply(streamer.get(), mine, std::vector<char>(4096, 'x'), /*stream=*/7);
+  EXPECT_EQ(reply.status, kCuNotPermitted);
+  EXPECT_NE(reply.out.find("only copies to the device, on stream 0"), std::string::npos) << reply.out;
+  auto allocator = ConnectRestore();
+  ASSERT_EQ(AttachStream(allocator.get(), again.ticket).status, kCuSuccess);
+  uint64_t more = 0;
+  EXPECT_EQ(Alloc(allocator.get(), 4096, &more), kCuNotPermitted);
+
+  // A session that closes ends its offer before its memory goes.
+  const RestoreOfferResult last = Offer(session.get());
+  auto orphan = ConnectRestore();
+  ASSERT_EQ(AttachStream(orphan.get(), last.ticket).status, kCuSuccess);
+  session.reset();
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  do {
+    reply = WriteReply(orphan.get(), mine, std::vector<char>(4096, 'x'));
+  } while (reply.status == kCuSuccess && Clock::now() < deadline);
+  EXPECT_EQ(reply.status, kCuNotPermitted);
+}
+
+TEST_F(RestoreStreamsTest, ARevokedSessionsOfferEndsAndAServerWithoutLanesOffersNone) {
+  auto session = Attach("L7", "secret", 1);
+  ASSERT_NE(session, nullptr);
+  uint64_t mine = 0;
+  ASSERT_EQ(Alloc(session.get(), 4096, &mine), kCuSuccess);
+  const RestoreOfferResult offer = Offer(session.get());
+  auto stream = ConnectRestore();
+  ASSERT_EQ(AttachStream(stream.get(), offer.ticket).status, kCuSuccess);
+  Ungrant(1);  // the lease lost the GPU: the server's tick revokes the session
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  Reply reply;
+  do {
+    reply = WriteReply(stream.get(), mine, std::vector<char>(4096, 'x'));
+  } while (reply.status == kCuSuccess && Clock::now() < deadline);
+  EXPECT_EQ(reply.status, kCuNotPermitted);
+  EXPECT_NE(reply.out.find("the restore offer ended"), std::string::npos) << reply.out;
+
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.backend = &backend_;
+  options.authorize = [](const std::string&, const std::string&, const std::string&) { return true; };
+  options.restore_streams = 0;
+  auto plain = Server::Start(options);
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  auto client = RpcClient::Connect("127.0.0.1:" + std::to_string(plain.value()->port()), testing::TestGpuUuid(1));
+  ASSERT_TRUE(client.ok());
+  ASSERT_EQ(Hello(client.value().get(), "any", "any", testing::TestGpuUuid(1)).status, kCuSuccess);
+  ASSERT_TRUE(client.value()->Call(Request{kOpRestoreOffer, nullptr, 0, nullptr, 0, nullptr, 0}, &reply).ok());
+  EXPECT_EQ(reply.status, kCuNotSupported);
+  EXPECT_NE(reply.out.find("takes no restore streams"), std::string::npos) << reply.out;
+  options.restore_streams = kMaxRestoreStreams + 1;
+  auto too_many = Server::Start(options);
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_NE(too_many.status().message().find("restore streams"), std::string::npos);
+}
+
+// A copy a restore stream runs is watched as the session's own operations are: a GPU that
+// hangs in it is reported, though the session itself runs nothing meanwhile.
+TEST_F(RestoreStreamsTest, AGpuThatHangsInARestoreCopyIsFoundHung) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.backend = &backend_;
+  options.authorize = [](const std::string&, const std::string&, const std::string&) { return true; };
+  options.hang_timeout = std::chrono::milliseconds(300);
+  auto watched = Server::Start(options);
+  ASSERT_TRUE(watched.ok()) << watched.status().message();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(watched.value()->port());
+  auto session = RpcClient::Connect(endpoint, testing::TestGpuUuid(1));
+  ASSERT_TRUE(session.ok());
+  ASSERT_EQ(Hello(session.value().get(), "any", "any", testing::TestGpuUuid(1)).status, kCuSuccess);
+  uint64_t mine = 0;
+  ASSERT_EQ(Alloc(session.value().get(), 4096, &mine), kCuSuccess);
+  const RestoreOfferResult offer = Offer(session.value().get());
+  auto stream = RpcClient::Connect(endpoint, testing::TestGpuUuid(1) + kRestoreLaneSuffix);
+  ASSERT_TRUE(stream.ok());
+  ASSERT_EQ(AttachStream(stream.value().get(), offer.ticket).status, kCuSuccess);
+  const int reported = backend_.reported_failures();
+  backend_.Hang(1);
+  std::vector<char> bytes(4096, 'h');
+  MemcpyHtoDArgs copy{mine, bytes.size(), 0};
+  ASSERT_TRUE(
+      stream.value()->Post(Request{kOpMemcpyHtoD, &copy, sizeof(copy), bytes.data(), bytes.size(), nullptr, 0}).ok());
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (backend_.reported_failures() == reported && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(backend_.reported_failures(), reported + 1) << "the watchdog did not see the restore copy";
+  backend_.Clear();
+}
+
 // A request that names the owner's connection but comes from another client's endpoint
 // (replayed id), or names a guessed id, reaches nothing.
 TEST_F(DataplaneServerTest, GuessedAndReplayedConnectionIdsReachNothing) {

@@ -188,6 +188,25 @@ std::unique_ptr<transport::ClientConnection> OpenSession(const GpuLocation& loca
   return std::move(client.value());
 }
 
+// A restore stream to `location`'s GPU, as the runtime opens one (the lane key
+// "<uuid>#restore"); g_refuse_restore_stream: the second opened fails.
+std::atomic<int> g_restore_streams_opened{0};
+std::atomic<bool> g_refuse_restore_stream{false};
+std::unique_ptr<transport::ClientConnection> OpenRestoreStream(const GpuLocation& location, std::string* why) {
+  if (++g_restore_streams_opened == 2 && g_refuse_restore_stream.load()) {
+    *why = "no route to the agent (test)";
+    return nullptr;
+  }
+  auto client = transport::RpcClient::Connect(location.endpoint, location.uuid + dp::kRestoreLaneSuffix);
+  if (!client.ok()) {
+    *why = client.status().message();
+    return nullptr;
+  }
+  return std::move(client.value());
+}
+
+bool SnapshotsExpected();
+
 class FailoverTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -321,6 +340,42 @@ class FailoverTest : public ::testing::Test {
   int32_t UploadWhole(uint64_t range, const char* source, size_t bytes) {
     dp::MemcpyHtoDArgs copy{range, bytes, 0};
     return Post(dp::kOpMemcpyHtoD, &copy, sizeof(copy), source, bytes);
+  }
+  // Snapshots on where this process may take them (a failure if SnapshotsExpected says so).
+  static bool EnableSnapshots() {
+    std::string why;
+    const bool on = PinnedSnapshots::Get().Enable(&why);
+    EXPECT_TRUE(on || !SnapshotsExpected()) << why;
+    return on;
+  }
+  // Where the snapshot tests put their 1 MiB ranges.
+  static constexpr uint64_t kPinnedRanges[4] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20),
+                                                kData + (uint64_t{12} << 20), kData + (uint64_t{14} << 20)};
+  // Bytes of `range` that differ from pattern(i, seed), read back through the failover (the
+  // first read after a failure recovers); all of them when the read fails.
+  template <typename Pattern>
+  size_t WrongBytes(uint64_t range, size_t bytes, Pattern pattern, int seed) {
+    std::vector<char> back(bytes);
+    dp::MemcpyDtoHArgs read{range, bytes, 0};
+    if (Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), back.size()) != 0) return bytes;
+    size_t wrong = 0;
+    for (size_t i = 0; i < bytes; ++i) wrong += back[i] != pattern(i, seed);
+    return wrong;
+  }
+  // Allocates ranges[0, count) of `bytes` each at their addresses, and page-locked sources
+  // holding pattern(i, k) for the first `with_sources` of them (PinnedSource: the test
+  // removes and unmaps them).
+  template <typename Pattern>
+  void AllocateWithPinnedSources(const uint64_t* ranges, int count, size_t bytes, Pattern pattern, char** sources,
+                                 int with_sources) {
+    for (int k = 0; k < count; ++k) {
+      dp::MemAllocArgs alloc{bytes, ranges[k]};
+      ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
+    }
+    for (int k = 0; k < with_sources; ++k) {
+      sources[k] = PinnedSource(bytes, [&](size_t i) { return pattern(i, k); });
+      ASSERT_NE(sources[k], nullptr);
+    }
   }
 
   // The device's data and launch count against the CPU's.
@@ -582,8 +637,7 @@ TEST_F(FailoverTest, AnUploadChangedAfterItsCallReplaysTheBytesTheGpuGot) {
   config.checkpoint_interval = std::chrono::hours(1);  // the log alone carries the uploads
   Open(config);
   constexpr uint64_t kBytes = uint64_t{32} << 10;
-  const uint64_t ranges[4] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20), kData + (uint64_t{12} << 20),
-                              kData + (uint64_t{14} << 20)};
+  const uint64_t* ranges = kPinnedRanges;
   constexpr uint64_t kLarge = uint64_t{1} << 20;  // ranges[3]'s upload
   {
     dp::MemAllocArgs alloc{kLarge, ranges[3]};
@@ -662,19 +716,12 @@ TEST_F(FailoverTest, UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot) {
   FailoverConfig config = Replay();
   config.checkpoint_interval = std::chrono::hours(1);  // the log alone carries the uploads
   Open(config);
-  std::string why;
-  const bool snapshots = PinnedSnapshots::Get().Enable(&why);
-  EXPECT_TRUE(snapshots || !SnapshotsExpected()) << why;
+  const bool snapshots = EnableSnapshots();
   constexpr size_t kBytes = size_t{1} << 20;
-  const uint64_t ranges[3] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20), kData + (uint64_t{12} << 20)};
+  const uint64_t* ranges = kPinnedRanges;
   char* sources[3] = {};
   auto pattern = [](size_t i, int seed) { return static_cast<char>(i * 13 + seed * 71 + (i >> 12)); };
-  for (int k = 0; k < 3; ++k) {
-    dp::MemAllocArgs alloc{kBytes, ranges[k]};
-    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
-    sources[k] = PinnedSource(kBytes, [&](size_t i) { return pattern(i, k); });
-    ASSERT_NE(sources[k], nullptr);
-  }
+  ASSERT_NO_FATAL_FAILURE(AllocateWithPinnedSources(ranges, 3, kBytes, pattern, sources, 3));
   const uint64_t copied = PinnedSnapshots::Get().materialized();
   for (int k = 0; k < 3; ++k) ASSERT_EQ(UploadWhole(ranges[k], sources[k], kBytes), 0);
   EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied) << "nothing copied while nothing was written";
@@ -684,14 +731,7 @@ TEST_F(FailoverTest, UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot) {
   if (snapshots) EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied + 2);
   first_->server.reset();  // all three uploads are in the log only
   NameInLease(*second_);
-  for (int k = 0; k < 3; ++k) {
-    std::vector<char> back(kBytes);
-    dp::MemcpyDtoHArgs read{ranges[k], kBytes, 0};
-    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), back.size()), 0);
-    size_t wrong = 0;
-    for (size_t i = 0; i < kBytes; ++i) wrong += back[i] != pattern(i, k);
-    EXPECT_EQ(wrong, 0u) << "upload " << k;
-  }
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(WrongBytes(ranges[k], kBytes, pattern, k), 0u) << "upload " << k;
   ASSERT_EQ(failover_->recoveries().size(), 1u);
   // Upload 2's snapshot was replayed from the program's pages.
   if (snapshots) EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied + 2) << "the replay copied a snapshot";
@@ -707,23 +747,13 @@ TEST_F(FailoverTest, UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot) {
 // (then the fault copies them), a device copy reads them, or a recovery sends them.
 TEST_F(FailoverTest, CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied) {
   Open(Replay());  // a checkpoint at every synchronisation
-  std::string why;
-  const bool snapshots = PinnedSnapshots::Get().Enable(&why);
-  EXPECT_TRUE(snapshots || !SnapshotsExpected()) << why;
+  const bool snapshots = EnableSnapshots();
   constexpr size_t kBytes = size_t{1} << 20;
   // 0: written after its checkpoint; 1: left alone; 2: read by a device copy into 3.
-  const uint64_t ranges[4] = {kData + (uint64_t{8} << 20), kData + (uint64_t{10} << 20), kData + (uint64_t{12} << 20),
-                              kData + (uint64_t{14} << 20)};
+  const uint64_t* ranges = kPinnedRanges;
   char* sources[3] = {};
   auto pattern = [](size_t i, int seed) { return static_cast<char>(i * 29 + seed * 53 + (i >> 13)); };
-  for (int k = 0; k < 4; ++k) {
-    dp::MemAllocArgs alloc{kBytes, ranges[k]};
-    ASSERT_EQ(Call(dp::kOpMemAlloc, &alloc, sizeof(alloc)), 0);
-  }
-  for (int k = 0; k < 3; ++k) {
-    sources[k] = PinnedSource(kBytes, [&](size_t i) { return pattern(i, k); });
-    ASSERT_NE(sources[k], nullptr);
-  }
+  ASSERT_NO_FATAL_FAILURE(AllocateWithPinnedSources(ranges, 4, kBytes, pattern, sources, 3));
   const uint64_t copied = PinnedSnapshots::Get().materialized();
   for (int k = 0; k < 3; ++k) ASSERT_EQ(UploadWhole(ranges[k], sources[k], kBytes), 0);
   ASSERT_EQ(Call(dp::kOpContextSynchronize, nullptr, 0), 0);
@@ -748,14 +778,7 @@ TEST_F(FailoverTest, CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied) {
   first_->server.reset();  // the agent dies: the checkpoint alone carries every range
   NameInLease(*second_);
   const int seeds[4] = {0, 1, 2, 2};
-  for (int k = 0; k < 4; ++k) {
-    std::vector<char> back(kBytes);
-    dp::MemcpyDtoHArgs read{ranges[k], kBytes, 0};
-    ASSERT_EQ(Call(dp::kOpMemcpyDtoH, &read, sizeof(read), nullptr, 0, back.data(), back.size()), 0);
-    size_t wrong = 0;
-    for (size_t i = 0; i < kBytes; ++i) wrong += back[i] != pattern(i, seeds[k]);
-    EXPECT_EQ(wrong, 0u) << "range " << k;
-  }
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(WrongBytes(ranges[k], kBytes, pattern, seeds[k]), 0u) << "range " << k;
   ASSERT_EQ(failover_->recoveries().size(), 1u);
   EXPECT_EQ(failover_->recoveries()[0].restored_bytes, 4 * kBytes);
   // Image 1 went from the program's pages and stays a snapshot; image 0, copied by its
@@ -763,6 +786,40 @@ TEST_F(FailoverTest, CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied) {
   EXPECT_EQ(failover_->snapshot_images(), snapshots ? 1u : 0u);
   if (snapshots) EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied + 1) << "the recovery copied a snapshot";
   EXPECT_EQ(failover_->snapshots_copied(), snapshots ? 1u : 0u) << "the recovery copied a snapshot";
+  for (char* source : sources) {
+    PinnedSnapshots::Get().RemoveRegion(source);
+    munmap(source, kBytes);
+  }
+}
+
+// Snapshot images go over restore streams straight from the program's pages, too.
+TEST_F(FailoverTest, RestoreStreamsSendSnapshotImagesFromThePages) {
+  FailoverConfig config = Replay();
+  config.restore_streams_from = 1;
+  Open(config);
+  g_restore_streams_opened = 0;
+  g_refuse_restore_stream = false;
+  failover_->SetRestoreStreamOpener(OpenRestoreStream);
+  const bool snapshots = EnableSnapshots();
+  constexpr size_t kBytes = size_t{1} << 20;
+  const uint64_t* ranges = kPinnedRanges;
+  char* sources[3] = {};
+  auto pattern = [](size_t i, int seed) { return static_cast<char>(i * 31 + seed * 41 + (i >> 12)); };
+  ASSERT_NO_FATAL_FAILURE(AllocateWithPinnedSources(ranges, 3, kBytes, pattern, sources, 3));
+  for (int k = 0; k < 3; ++k) ASSERT_EQ(UploadWhole(ranges[k], sources[k], kBytes), 0);
+  ASSERT_EQ(Call(dp::kOpContextSynchronize, nullptr, 0), 0);  // a checkpoint
+  EXPECT_EQ(failover_->snapshot_images(), snapshots ? 3u : 0u);
+  const uint64_t copied = PinnedSnapshots::Get().materialized();
+
+  first_->server.reset();
+  NameInLease(*second_);
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(WrongBytes(ranges[k], kBytes, pattern, k), 0u) << "range " << k;
+  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  EXPECT_EQ(failover_->recoveries()[0].streams, 2u);
+  EXPECT_EQ(g_restore_streams_opened.load(), 2);
+  EXPECT_EQ(failover_->snapshot_images(), snapshots ? 3u : 0u);
+  EXPECT_EQ(PinnedSnapshots::Get().materialized(), copied) << "the recovery copied a snapshot";
+  EXPECT_EQ(failover_->snapshots_copied(), 0u);
   for (char* source : sources) {
     PinnedSnapshots::Get().RemoveRegion(source);
     munmap(source, kBytes);
@@ -1824,20 +1881,52 @@ class LargeRestoreTest : public FailoverTest {
     ExpectMatchesReference();
   }
 
+  // PrepareLarge, the agent killed, and the recovery at the first read, checked whole
+  // (ExpectLargeRangesMatch): with `streams`, restore streams from 64 MiB (the default, 256
+  // MiB, would take more memory than the test needs) opened by OpenRestoreStream, the
+  // second of them refused with `refuse_second`.
+  void RecoverLarge(bool streams, bool refuse_second = false) {
+    g_restore_streams_opened = 0;
+    g_refuse_restore_stream = refuse_second;
+    FailoverConfig config = Replay();
+    config.restore_streams_from = uint64_t{64} << 20;
+    Open(config);
+    if (streams) failover_->SetRestoreStreamOpener(OpenRestoreStream);
+    ASSERT_NO_FATAL_FAILURE(PrepareLarge());
+    first_->server.reset();  // the kernels are in the log only
+    NameInLease(*second_);
+    ExpectLargeRangesMatch();
+    g_refuse_restore_stream = false;
+    ASSERT_EQ(failover_->recoveries().size(), 1u);
+    EXPECT_EQ(failover_->recoveries()[0].replayed, 2u);
+  }
+
   const std::array<uint64_t, 2> sizes_ = {(uint64_t{40} << 20) + 13, (uint64_t{33} << 20) + 4097};
   const std::array<uint64_t, 2> starts_ = {kBig, kBig + (uint64_t{128} << 20)};
   std::array<std::vector<char>, 2> want_;
 };
 
 TEST_F(LargeRestoreTest, OddRangesComeBackByteForByteAndReplayedKernelsReadThemRestored) {
-  Open(Replay());
-  PrepareLarge();
-  first_->server.reset();  // the kernels are in the log only
-  NameInLease(*second_);
-  ExpectLargeRangesMatch();
-  ASSERT_EQ(failover_->recoveries().size(), 1u);
+  ASSERT_NO_FATAL_FAILURE(RecoverLarge(/*streams=*/false));
+  EXPECT_EQ(failover_->recoveries()[0].streams, 1u);
   EXPECT_GE(failover_->recoveries()[0].restored_bytes, sizes_[0] + sizes_[1]);
-  EXPECT_EQ(failover_->recoveries()[0].replayed, 2u);
+}
+
+// The checkpoint comes back over two restore streams at once, each a share that ends
+// inside a range of odd size; the replayed kernels then read it restored.
+TEST_F(LargeRestoreTest, ALargeCheckpointComesBackOverRestoreStreams) {
+  ASSERT_NO_FATAL_FAILURE(RecoverLarge(/*streams=*/true));
+  EXPECT_EQ(failover_->recoveries()[0].streams, 2u);
+  EXPECT_EQ(g_restore_streams_opened.load(), 2);
+  EXPECT_GE(failover_->recoveries()[0].restored_bytes, sizes_[0] + sizes_[1]);
+}
+
+// A stream that does not open leaves the whole restore to the session (the other stream's
+// bytes are written again), and the recovery holds.
+TEST_F(LargeRestoreTest, ARestoreStreamThatFailsLeavesTheRestoreToTheSession) {
+  ASSERT_NO_FATAL_FAILURE(RecoverLarge(/*streams=*/true, /*refuse_second=*/true));
+  EXPECT_EQ(failover_->recoveries()[0].streams, 1u);
+  EXPECT_EQ(g_restore_streams_opened.load(), 2);
 }
 
 // A session whose connection breaks at the second large upload it is given, when it was
@@ -1954,6 +2043,17 @@ TEST(FailoverConfig, BadValuesAreNamedAndDefaultsKept) {
   ASSERT_EQ(errors.size(), 1u);
   EXPECT_NE(errors[0].find("GPUPOOL_COPY_ON_WRITE='1'"), std::string::npos);
   unsetenv("GPUPOOL_COPY_ON_WRITE");
+  errors.clear();
+  EXPECT_EQ(FailoverConfig::FromEnvironment(&errors).restore_streams, 2u);
+  setenv("GPUPOOL_RESTORE_STREAMS", "4", 1);
+  EXPECT_EQ(FailoverConfig::FromEnvironment(&errors).restore_streams, 4u);
+  for (const char* bad : {"0", "9", "two", "-1", "3x"}) {
+    setenv("GPUPOOL_RESTORE_STREAMS", bad, 1);
+    EXPECT_EQ(FailoverConfig::FromEnvironment(&errors).restore_streams, 2u) << bad;
+  }
+  ASSERT_EQ(errors.size(), 5u);
+  EXPECT_NE(errors[0].find("GPUPOOL_RESTORE_STREAMS='0' is not a number from 1 to 8"), std::string::npos) << errors[0];
+  unsetenv("GPUPOOL_RESTORE_STREAMS");
 }
 
 }  // namespace

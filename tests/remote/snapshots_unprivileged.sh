@@ -15,7 +15,7 @@
 #   snapshots_unprivileged.sh FAILOVER_TEST
 set -eu
 binary=$1
-filter='PinnedSnapshotsTest.*:FailoverTest.UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot:FailoverTest.CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied'
+filter='PinnedSnapshotsTest.*:FailoverTest.UploadsKeptAsSnapshotsReplayTheBytesTheGpuGot:FailoverTest.CheckpointsKeepWholeUploadSnapshotsAsImagesUncopied:FailoverTest.RestoreStreamsSendSnapshotImagesFromThePages'
 if [ "$(id -u)" != 0 ]; then
   exec "$binary" --gtest_filter="$filter"
 fi
@@ -37,7 +37,7 @@ as_nobody() {
     GPUPOOL_TEST_EXPECT_SNAPSHOTS="$expected" "$work/failover_test" --gtest_filter="$filter" 2>&1) ||
     { echo "$OUT"; echo "$name: failed" >&2; exit 1; }
   # The tests ran (not filtered away), as nobody.
-  echo "$OUT" | grep -q "PASSED  \] 8 tests" || { echo "$OUT"; echo "$name: expected 8 tests to pass" >&2; exit 1; }
+  echo "$OUT" | grep -q "PASSED  \] 9 tests" || { echo "$OUT"; echo "$name: expected 9 tests to pass" >&2; exit 1; }
   echo "$name: $(echo "$OUT" | grep -m1 "snapshots off" || echo "snapshots on")"
 }
 [ "$unprivileged" = 0 ] && expect_off=0 || expect_off=1

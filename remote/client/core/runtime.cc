@@ -187,6 +187,16 @@ CUresult Runtime::Connect() {
         [this](const GpuLocation& location, DeviceDescription* description, std::string* why, int32_t* refusal) {
           return OpenSession(location, description, why, refusal);
         });
+    // A large checkpoint is restored over several connections at once (protocol.h).
+    device->failover->SetRestoreStreamOpener(
+        [](const GpuLocation& location, std::string* why) -> std::unique_ptr<transport::ClientConnection> {
+          auto rpc = ConnectTransport(location.uuid + dataplane::kRestoreLaneSuffix + "@" + location.endpoint);
+          if (!rpc.ok()) {
+            *why = rpc.status().message();
+            return nullptr;
+          }
+          return std::move(rpc.value());
+        });
     // A lost agent is told to gpupoold at once (failover_report.h), in a pooled job.
     LostAgentReporter reporter;
     if (LostAgentReporter::FromEnvironment(&reporter)) {

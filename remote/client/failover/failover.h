@@ -126,11 +126,16 @@ struct FailoverConfig {
   // Large uploads from page-locked memory are kept as copy-on-write snapshots where the
   // process may catch writes (pinned_snapshots.h); off: copied at the call.
   bool copy_on_write = true;
+  // Connections a recovery restores a large checkpoint over at once (protocol.h,
+  // kOpRestoreOffer), as many as the agent takes; 1: its session alone.
+  uint32_t restore_streams = 2;
+  // A checkpoint this large, at least, is restored over several streams (tests lower it).
+  uint64_t restore_streams_from = uint64_t{256} << 20;
 
   // From GPUPOOL_FAILOVER, GPUPOOL_CHECKPOINT_INTERVAL (seconds),
   // GPUPOOL_CHECKPOINT_MEM (bytes, K/M/G suffixes), GPUPOOL_RECOVERY_DEADLINE
   // (seconds), GPUPOOL_CHECKPOINT_SCOPE (arguments|all), GPUPOOL_RECOVER_TOGETHER
-  // (on|off), GPUPOOL_COPY_ON_WRITE (on|off). A bad value is named
+  // (on|off), GPUPOOL_COPY_ON_WRITE (on|off), GPUPOOL_RESTORE_STREAMS (1-8). A bad value is named
   // in *errors and its default kept.
   static FailoverConfig FromEnvironment(std::vector<std::string>* errors);
 };
@@ -155,12 +160,23 @@ class Failover {
   using OpenSession = std::function<std::unique_ptr<transport::ClientConnection>(
       const GpuLocation& location, dataplane::DeviceDescription* description, std::string* why, int32_t* refusal)>;
 
+  // Opens a restore stream to the GPU at `location` (protocol.h: the lane key
+  // "<uuid>#restore", no hello); `why` says what went wrong otherwise.
+  using OpenRestoreStream =
+      std::function<std::unique_ptr<transport::ClientConnection>(const GpuLocation& location, std::string* why)>;
+  // Without one (the default) a recovery restores over its session alone. Call before the
+  // first Deliver.
+  void SetRestoreStreamOpener(OpenRestoreStream open) { open_restore_stream_ = std::move(open); }
+
   struct Recovery {
     GpuLocation from, to;
+    uint32_t streams = 1;  // connections the memory was restored over
     std::chrono::milliseconds pause{0};
     uint64_t restored_bytes = 0;
-    std::chrono::milliseconds restore{0};  // from the first restore sent to the last one's bytes sent
-    uint64_t copied_bytes = 0;             // handed over agent to agent (a planned move)
+    // From the first restore sent to the last one's bytes sent (over restore streams: to the
+    // last stream's reply).
+    std::chrono::milliseconds restore{0};
+    uint64_t copied_bytes = 0;  // handed over agent to agent (a planned move)
     size_t replayed = 0;
   };
 
@@ -380,6 +396,12 @@ class Failover {
   // them on the host (ApplyLog skips them).
   std::vector<bool> OverwrittenEntries() const;
   bool Rebuild(transport::ClientConnection* connection, Recovery* recovery, std::string* why);
+  // Rebuild's restore of the checkpoint's memory: over restore streams when the checkpoint
+  // is large (FailoverConfig::restore_streams_from) and the agent offers them (kNotUsed: restore over the
+  // session instead; kFailed: the session broke, *why), or over the session.
+  enum class StreamRestore { kDone, kNotUsed, kFailed };
+  StreamRestore RestoreInStreams(transport::ClientConnection* connection, Recovery* recovery, std::string* why);
+  bool RestoreOverSession(transport::ClientConnection* connection, Recovery* recovery, std::string* why);
   // The resources of the checkpoint, created again in creation order (a module before its
   // functions).
   bool CreateCheckpointResources(transport::ClientConnection* connection, std::string* why);
@@ -443,6 +465,7 @@ class Failover {
   const std::string lease_file_;
   const OpenSession open_session_;
   ReportLost report_lost_;
+  OpenRestoreStream open_restore_stream_;
   // Within one Recover: the GPU gpupoold's answer to a report named for the slot (empty:
   // none yet), used while the lease file still names the failed GPU; when and how often it
   // was asked.

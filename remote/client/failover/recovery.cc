@@ -1,5 +1,8 @@
 // Replay and recovery: a replacement GPU rebuilt from the last checkpoint and the journal,
 // or handed the state over by the old GPU's agent when it still answers.
+#include <thread>
+#include <vector>
+
 #include "remote/client/failover/failover_internal.h"
 
 namespace gpupool::client {
@@ -343,34 +346,11 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
   // 1. The resources of the checkpoint, in creation order (a module before its
   // functions).
   if (!CreateCheckpointResources(connection, why)) return false;
-  // 2. Their memory as the checkpoint saw it: the images in saved_, then the snapshot images
-  // from the program's pages, except one a write had copied (sent from that copy, which
-  // becomes its image in saved_).
+  // 2. Their memory as the checkpoint saw it.
   const auto restore_began = std::chrono::steady_clock::now();
-  for (const auto& [start, bytes] : saved_) {
-    // Sent from the image itself: a copy of 1 GiB would cost more than its transfer.
-    dp::MemcpyHtoDArgs args{start, bytes.size(), 0};
-    Request restore{dp::kOpMemcpyHtoD, &args, sizeof(args), bytes.data(), bytes.size(), nullptr, 0};
-    if (Status posted = connection->Post(restore); !posted.ok()) {
-      *why = posted.message();
-      return false;
-    }
-    recovery->restored_bytes += bytes.size();
-  }
-  for (auto image = image_snapshots_.begin(); image != image_snapshots_.end();) {
-    dp::MemcpyHtoDArgs args{image->first, image->second.size(), 0};
-    ArgBytes arg_bytes;
-    arg_bytes.assign(reinterpret_cast<const char*>(&args), sizeof(args));
-    JournalBytes copy;
-    if (!SendSnapshot(connection, arg_bytes, &image->second, &copy, why)) return false;
-    recovery->restored_bytes += args.size;
-    if (image->second) {
-      ++image;
-    } else {
-      saved_[image->first] = std::move(copy);
-      image = image_snapshots_.erase(image);
-    }
-  }
+  const StreamRestore streamed = RestoreInStreams(connection, recovery, why);
+  if (streamed == StreamRestore::kFailed) return false;
+  if (streamed == StreamRestore::kNotUsed && !RestoreOverSession(connection, recovery, why)) return false;
   recovery->restore =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - restore_began);
   // 3. The log: first what had shown its printf text (shown again it would
@@ -404,6 +384,179 @@ bool Failover::Rebuild(ClientConnection* connection, Recovery* recovery, std::st
     }
   }
   return true;
+}
+
+// The images in saved_, then the snapshot images from the program's pages, except one a
+// write had copied (sent from that copy, which becomes its image in saved_).
+bool Failover::RestoreOverSession(ClientConnection* connection, Recovery* recovery, std::string* why) {
+  for (const auto& [start, bytes] : saved_) {
+    // Sent from the image itself: a copy of 1 GiB would cost more than its transfer.
+    dp::MemcpyHtoDArgs args{start, bytes.size(), 0};
+    Request restore{dp::kOpMemcpyHtoD, &args, sizeof(args), bytes.data(), bytes.size(), nullptr, 0};
+    if (Status posted = connection->Post(restore); !posted.ok()) {
+      *why = posted.message();
+      return false;
+    }
+    recovery->restored_bytes += bytes.size();
+  }
+  for (auto image = image_snapshots_.begin(); image != image_snapshots_.end();) {
+    dp::MemcpyHtoDArgs args{image->first, image->second.size(), 0};
+    ArgBytes arg_bytes;
+    arg_bytes.assign(reinterpret_cast<const char*>(&args), sizeof(args));
+    JournalBytes copy;
+    if (!SendSnapshot(connection, arg_bytes, &image->second, &copy, why)) return false;
+    recovery->restored_bytes += args.size;
+    if (image->second) {
+      ++image;
+    } else {
+      saved_[image->first] = std::move(copy);
+      image = image_snapshots_.erase(image);
+    }
+  }
+  return true;
+}
+
+// One TCP stream, and the one agent thread receiving it, carries a few GiB/s: a large
+// checkpoint goes over several connections at once, each a contiguous share of the images
+// (split inside a range where a share ends). The session runs nothing meanwhile (the
+// agent holds it to that: protocol.h); its next request ends the offer.
+Failover::StreamRestore Failover::RestoreInStreams(ClientConnection* connection, Recovery* recovery, std::string* why) {
+  uint64_t total = 0;
+  for (const auto& [start, bytes] : saved_) total += bytes.size();
+  for (const auto& [start, snapshot] : image_snapshots_) total += snapshot.size();
+  if (config_.restore_streams < 2 || !open_restore_stream_ || total < config_.restore_streams_from) {
+    return StreamRestore::kNotUsed;
+  }
+  Reply reply;
+  Status called = connection->Call({dp::kOpRestoreOffer, nullptr, 0, nullptr, 0, nullptr, 0}, &reply);
+  if (!called.ok()) {
+    *why = called.message();
+    return StreamRestore::kFailed;
+  }
+  dp::RestoreOfferResult offer{};
+  if (reply.status != 0 || !ReadStruct(reply.out, &offer) || offer.streams < 2) {
+    LogDebug("GPU %d: restoring over the session alone (%s)", device_,
+             reply.status != 0 ? reply.out.c_str() : "the agent offers no restore streams");
+    return StreamRestore::kNotUsed;
+  }
+  offer.ticket[sizeof(offer.ticket) - 1] = '\0';
+  const uint32_t streams = std::min(config_.restore_streams, offer.streams);
+
+  // The images, the snapshots' straight from the program's pages (read until EndRead).
+  struct Piece {
+    uint64_t dst;
+    const char* bytes;
+    uint64_t size;
+  };
+  std::vector<Piece> images;
+  std::vector<std::pair<uint64_t, HostSnapshot*>> reading;
+  for (const auto& [start, bytes] : saved_) images.push_back({start, bytes.data(), bytes.size()});
+  for (auto image = image_snapshots_.begin(); image != image_snapshots_.end();) {
+    if (const char* pages = image->second.BeginRead()) {
+      reading.emplace_back(image->first, &image->second);
+      images.push_back({image->first, pages, image->second.size()});
+      ++image;
+    } else {  // a write copied it first: that copy is its image now
+      JournalBytes& copy = saved_[image->first];
+      copy = SnapshotBytes(&image->second);
+      images.push_back({image->first, copy.data(), copy.size()});
+      image = image_snapshots_.erase(image);
+    }
+  }
+  std::vector<std::vector<Piece>> shares(streams);
+  const uint64_t share = (total + streams - 1) / streams;
+  uint32_t stream = 0;
+  uint64_t filled = 0;
+  for (const Piece& image : images) {
+    for (uint64_t done = 0; done < image.size;) {
+      const uint64_t room = stream + 1 < streams ? share - filled : image.size - done;
+      const uint64_t take = std::min(image.size - done, room);
+      shares[stream].push_back({image.dst + done, image.bytes + done, take});
+      done += take;
+      filled += take;
+      if (filled >= share && stream + 1 < streams) {
+        ++stream;
+        filled = 0;
+      }
+    }
+  }
+
+  // Each stream opens, attaches with the ticket, posts its share and calls for its last
+  // piece: that reply says whether every copy of the stream succeeded.
+  std::vector<std::string> failures(streams);
+  auto run = [&](uint32_t index) {
+    const std::vector<Piece>& mine = shares[index];
+    if (mine.empty()) return;
+    std::string& failure = failures[index];
+    std::unique_ptr<ClientConnection> restore = open_restore_stream_(recovery->to, &failure);
+    if (restore == nullptr) return;
+    dp::RestoreAttachArgs attach;
+    std::snprintf(attach.ticket, sizeof(attach.ticket), "%s", offer.ticket);
+    Reply attached;
+    Status status = restore->Call({dp::kOpRestoreAttach, &attach, sizeof(attach), nullptr, 0, nullptr, 0}, &attached);
+    if (!status.ok() || attached.status != 0) {
+      failure = status.ok() ? "the agent refused it: " + attached.out : status.message();
+      return;
+    }
+    for (size_t i = 0; i < mine.size(); ++i) {
+      dp::MemcpyHtoDArgs args{mine[i].dst, mine[i].size, 0};
+      Request copy{dp::kOpMemcpyHtoD, &args, sizeof(args), mine[i].bytes, mine[i].size, nullptr, 0};
+      if (i + 1 < mine.size()) {
+        status = restore->Post(copy);
+      } else {
+        Reply done;
+        status = restore->Call(copy, &done);
+        if (status.ok() && (done.status != 0 || done.async_status != 0)) {
+          failure =
+              "a copy gave CUDA error " + std::to_string(done.async_status != 0 ? done.async_status : done.status);
+          return;
+        }
+      }
+      if (!status.ok()) {
+        failure = status.message();
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (uint32_t i = 1; i < streams; ++i) {
+    try {
+      threads.emplace_back(run, i);
+    } catch (const std::exception& e) {  // no thread: that share is not sent
+      failures[i] = std::string("no thread for it: ") + e.what();
+    }
+  }
+  run(0);
+  for (std::thread& thread : threads) thread.join();
+
+  std::string failed;
+  for (const std::string& failure : failures) {
+    if (!failure.empty() && failed.empty()) failed = failure;
+  }
+  // A snapshot written while it was sent goes again, from the copy its write made.
+  std::vector<uint64_t> written;
+  for (const auto& [start, snapshot] : reading) {
+    if (!snapshot->EndRead()) written.push_back(start);
+  }
+  if (!failed.empty()) {
+    LogError("GPU %d: a restore stream failed (%s); restoring over the session alone", device_, failed.c_str());
+    return StreamRestore::kNotUsed;
+  }
+  for (uint64_t start : written) {
+    auto image = image_snapshots_.find(start);
+    JournalBytes& copy = saved_[start];
+    copy = SnapshotBytes(&image->second);
+    image_snapshots_.erase(image);
+    dp::MemcpyHtoDArgs args{start, copy.size(), 0};
+    Status posted = connection->Post({dp::kOpMemcpyHtoD, &args, sizeof(args), copy.data(), copy.size(), nullptr, 0});
+    if (!posted.ok()) {
+      *why = posted.message();
+      return StreamRestore::kFailed;
+    }
+  }
+  recovery->restored_bytes += total;
+  recovery->streams = streams;
+  return StreamRestore::kDone;
 }
 
 bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocation* location,
@@ -498,10 +651,12 @@ bool Failover::Recover(std::unique_ptr<ClientConnection>* connection, GpuLocatio
                 device_, next.uuid.c_str(), next.endpoint.c_str(), static_cast<long long>(recovery.pause.count()),
                 Size(recovery.copied_bytes).c_str(), recovery.replayed);
           } else {
-            LogError("GPU %d: recovered on %s at %s in %lld ms (restored %s in %lld ms, replayed %zu operation(s))",
-                     device_, next.uuid.c_str(), next.endpoint.c_str(), static_cast<long long>(recovery.pause.count()),
-                     Size(recovery.restored_bytes).c_str(), static_cast<long long>(recovery.restore.count()),
-                     recovery.replayed);
+            LogError(
+                "GPU %d: recovered on %s at %s in %lld ms (restored %s in %lld ms over %u connection(s), replayed %zu "
+                "operation(s))",
+                device_, next.uuid.c_str(), next.endpoint.c_str(), static_cast<long long>(recovery.pause.count()),
+                Size(recovery.restored_bytes).c_str(), static_cast<long long>(recovery.restore.count()),
+                recovery.streams, recovery.replayed);
           }
           recoveries_.push_back(recovery);
           abandoned_ = nullptr;

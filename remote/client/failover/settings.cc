@@ -1,4 +1,8 @@
 // Failover settings: GPUPOOL_FAILOVER* from the environment (FailoverConfig).
+#include <cerrno>
+#include <cstdlib>
+#include <string>
+
 #include "remote/client/failover/failover_internal.h"
 
 namespace gpupool::client {
@@ -69,6 +73,18 @@ FailoverConfig FailoverConfig::FromEnvironment(std::vector<std::string>* errors)
       config.recover_together = false;
     } else if (std::strcmp(v, "on") != 0) {
       errors->push_back(std::string("GPUPOOL_RECOVER_TOGETHER='") + v + "' is not one of on, off; using on");
+    }
+  }
+  if (const char* v = std::getenv("GPUPOOL_RESTORE_STREAMS"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long streams = std::strtoul(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || *v == '-' || streams < 1 || streams > dataplane::kMaxRestoreStreams) {
+      errors->push_back(std::string("GPUPOOL_RESTORE_STREAMS='") + v + "' is not a number from 1 to " +
+                        std::to_string(dataplane::kMaxRestoreStreams) + "; using " +
+                        std::to_string(config.restore_streams));
+    } else {
+      config.restore_streams = static_cast<uint32_t>(streams);
     }
   }
   if (const char* v = std::getenv("GPUPOOL_COPY_ON_WRITE"); v != nullptr && *v != '\0') {
