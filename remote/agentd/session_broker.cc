@@ -66,15 +66,6 @@ constexpr uint64_t kWorkerTasks = 1024;
 int64_t NowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
 }
-
-// The GPU a handshake's lane key names: its uuid, or "<uuid>#restore" for a recovery's
-// restore stream (protocol.h, kOpRestoreOffer).
-std::string GpuOfLaneKey(const std::string& key, bool* restore = nullptr) {
-  const std::string_view suffix = dataplane::kRestoreLaneSuffix;
-  const bool ends = key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
-  if (restore != nullptr) *restore = ends;
-  return ends ? key.substr(0, key.size() - suffix.size()) : key;
-}
 int64_t Ns(std::chrono::milliseconds ms) { return std::chrono::nanoseconds(ms).count(); }
 
 std::string DescribeExit(int status) {
@@ -317,7 +308,7 @@ class BrokerImpl : public SessionBroker {
       for (Handshaken& client : batch) {
         const auto& hello = client.hello;
         if (hello.ticket.empty() && !hello.lease_id.empty() &&
-            !options_.still_authorized(hello.lease_id, hello.token, GpuOfLaneKey(hello.lane_key))) {
+            !options_.still_authorized(hello.lease_id, hello.token, dataplane::GpuOfLaneKey(hello.lane_key))) {
           unknown.push_back(&client);
         } else {
           Route(client, /*checked=*/false);
@@ -326,7 +317,7 @@ class BrokerImpl : public SessionBroker {
       bool asked = false;
       for (Handshaken* client : unknown) {
         const auto& hello = client->hello;
-        const std::string gpu = GpuOfLaneKey(hello.lane_key);
+        const std::string gpu = dataplane::GpuOfLaneKey(hello.lane_key);
         bool known = asked ? options_.still_authorized(hello.lease_id, hello.token, gpu)
                            : options_.authorize(hello.lease_id, hello.token, gpu);
         asked = true;
@@ -368,7 +359,7 @@ class BrokerImpl : public SessionBroker {
     // A restore stream ("<uuid>#restore", protocol.h) joins the lease's worker on that GPU
     // and nothing else: it never starts one, nor ends another lease's.
     bool restore = false;
-    const std::string uuid = GpuOfLaneKey(hello.lane_key, &restore);
+    const std::string uuid = dataplane::GpuOfLaneKey(hello.lane_key, &restore);
     size_t gpu = gpus_.size();
     for (size_t i = 0; i < gpus_.size(); ++i) {
       if (gpus_[i].uuid == uuid) gpu = i;
@@ -419,7 +410,7 @@ class BrokerImpl : public SessionBroker {
   // REQUIRES: mu_ held. Passes the client's socket to `w`.
   void Hand(Handshaken& client, WorkerProcess* w) {
     bool restore = false;
-    GpuOfLaneKey(client.hello.lane_key, &restore);
+    dataplane::GpuOfLaneKey(client.hello.lane_key, &restore);
     nlohmann::json body = {{"type", "client"},
                            {"peer", client.peer},
                            {"flags", client.hello.flags},

@@ -411,10 +411,8 @@ class ServerImpl : public Server {
 
   // A GPU's lane, or for "<uuid>#restore" the next of its restore lanes (after the GPUs').
   size_t LaneOf(const std::string& key) const {
-    const std::string_view suffix = kRestoreLaneSuffix;
-    const bool restore =
-        key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
-    const std::string uuid = restore ? key.substr(0, key.size() - suffix.size()) : key;
+    bool restore = false;
+    const std::string uuid = GpuOfLaneKey(key, &restore);
     for (size_t i = 0; i < gpus_.size(); ++i) {
       if (gpus_[i].uuid != uuid) continue;
       if (!restore) return i;
@@ -1057,15 +1055,13 @@ void GpuWorker::RestoreOffer(transport::ConnectionId id, Session* session, std::
     reply->out = "a restore offer takes no arguments (" + std::to_string(args.size()) + " bytes given)";
     return;
   }
-  if (!session->authorized() || session->sticky_error() != 0 || streams == 0) {
-    reply->status = !session->authorized()         ? kCuNotPermitted
-                    : session->sticky_error() != 0 ? session->sticky_error()
-                                                   : kCuNotSupported;
-    reply->out = !session->authorized()         ? "restore streams need an attached session"
-                 : session->sticky_error() != 0 ? "the session's context is unusable"
-                                                : "this agent takes no restore streams";
-    return;
-  }
+  auto refuse = [reply](int32_t status, const char* why) {
+    reply->status = status;
+    reply->out = why;
+  };
+  if (!session->authorized()) return refuse(kCuNotPermitted, "restore streams need an attached session");
+  if (session->sticky_error() != 0) return refuse(session->sticky_error(), "the session's context is unusable");
+  if (streams == 0) return refuse(kCuNotSupported, "this agent takes no restore streams");
   auto grant = std::make_shared<RestoreGrant>();
   if (!NewTicket(&grant->ticket, reply)) return;
   grant->gpu_uuid = session->gpu_uuid();

@@ -551,6 +551,14 @@ struct HandoffReadArgs {
 //    closes the connection with the reason. A one-way copy's error comes back in the next
 //    reply's async_status.
 inline constexpr const char* kRestoreLaneSuffix = "#restore";
+// The GPU a handshake's lane key names: the key itself, or a restore stream's
+// "<uuid>#restore" (*restore then true).
+inline std::string GpuOfLaneKey(const std::string& key, bool* restore = nullptr) {
+  const std::string_view suffix = kRestoreLaneSuffix;
+  const bool ends = key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0;
+  if (restore != nullptr) *restore = ends;
+  return ends ? key.substr(0, key.size() - suffix.size()) : key;
+}
 inline constexpr uint32_t kMaxRestoreStreams = 8;
 struct RestoreOfferResult {
   char ticket[kHandoffTicketSize];

@@ -457,10 +457,9 @@ Failover::StreamRestore Failover::RestoreInStreams(ClientConnection* connection,
       images.push_back({image->first, pages, image->second.size()});
       ++image;
     } else {  // a write copied it first: that copy is its image now
-      JournalBytes& copy = saved_[image->first];
-      copy = SnapshotBytes(&image->second);
-      images.push_back({image->first, copy.data(), copy.size()});
-      image = image_snapshots_.erase(image);
+      const uint64_t start = (image++)->first;
+      const JournalBytes& copy = ImageBytes(start);
+      images.push_back({start, copy.data(), copy.size()});
     }
   }
   std::vector<std::vector<Piece>> shares(streams);
@@ -529,24 +528,18 @@ Failover::StreamRestore Failover::RestoreInStreams(ClientConnection* connection,
   run(0);
   for (std::thread& thread : threads) thread.join();
 
-  std::string failed;
-  for (const std::string& failure : failures) {
-    if (!failure.empty() && failed.empty()) failed = failure;
-  }
+  const auto failed = std::find_if(failures.begin(), failures.end(), [](const auto& f) { return !f.empty(); });
   // A snapshot written while it was sent goes again, from the copy its write made.
   std::vector<uint64_t> written;
   for (const auto& [start, snapshot] : reading) {
     if (!snapshot->EndRead()) written.push_back(start);
   }
-  if (!failed.empty()) {
-    LogError("GPU %d: a restore stream failed (%s); restoring over the session alone", device_, failed.c_str());
+  if (failed != failures.end()) {
+    LogError("GPU %d: a restore stream failed (%s); restoring over the session alone", device_, failed->c_str());
     return StreamRestore::kNotUsed;
   }
   for (uint64_t start : written) {
-    auto image = image_snapshots_.find(start);
-    JournalBytes& copy = saved_[start];
-    copy = SnapshotBytes(&image->second);
-    image_snapshots_.erase(image);
+    const JournalBytes& copy = ImageBytes(start);
     dp::MemcpyHtoDArgs args{start, copy.size(), 0};
     Status posted = connection->Post({dp::kOpMemcpyHtoD, &args, sizeof(args), copy.data(), copy.size(), nullptr, 0});
     if (!posted.ok()) {
