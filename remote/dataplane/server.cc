@@ -67,6 +67,40 @@ bool NewTicket(std::string* ticket, transport::ServerReply* reply) {
   return true;
 }
 
+// What the watchdog reads of one GPU: since when something has run on it without a break
+// (0: nothing), and a count that moves with every operation done and every block a kernel
+// ran. The session's operations (on the GPU's lane) and restore copies (on restore lanes)
+// run at once, so the mark is counted: it is set when the first starts and stays until the
+// last ends. A GPU that hangs in one copy after another copy ended is still seen busy.
+class GpuWatch {
+ public:
+  // Where the figures go (the worker's shared page) instead of our own; before any start.
+  void Export(std::atomic<int64_t>* busy_since, std::atomic<uint64_t>* progress) {
+    busy_since_ = busy_since;
+    progress_ = progress;
+  }
+  void Starts() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_++ == 0) busy_since_->store(NowNs());
+  }
+  void Ends() {
+    std::lock_guard<std::mutex> lock(mu_);
+    progress_->fetch_add(1, std::memory_order_relaxed);
+    if (--running_ == 0) busy_since_->store(0);
+  }
+  int64_t busy_since_ns() const { return busy_since_->load(); }
+  uint64_t progress() const { return progress_->load(std::memory_order_relaxed); }
+  std::atomic<uint64_t>* progress_counter() { return progress_; }  // kernels' blocks count here
+
+ private:
+  std::mutex mu_;
+  uint32_t running_ = 0;  // guarded by mu_
+  std::atomic<int64_t> own_busy_since_{0};
+  std::atomic<uint64_t> own_progress_{0};
+  std::atomic<int64_t>* busy_since_ = &own_busy_since_;
+  std::atomic<uint64_t>* progress_ = &own_progress_;
+};
+
 // A session's offer of its memory to restore streams (protocol.h, kOpRestoreOffer). The
 // session's GPU lane ends it (End) before the session runs anything again, is revoked or
 // closes; the restore lanes write through `executor` only between Begin and Finish, which
@@ -79,8 +113,7 @@ struct RestoreGrant {
   uint32_t streams = 0;                  // attaches allowed
   // The GPU's watchdog figures (GpuWorker's): a copy on the GPU is watched as the session's
   // own operations are, so that a GPU that hangs in a restore is found hung.
-  std::atomic<int64_t>* busy_since = nullptr;
-  std::atomic<uint64_t>* progress = nullptr;
+  GpuWatch* watch = nullptr;
 
   std::mutex mu;
   std::condition_variable idle;
@@ -97,17 +130,6 @@ struct RestoreGrant {
   void Finish() {
     std::lock_guard<std::mutex> lock(mu);
     if (--writing == 0) idle.notify_all();
-  }
-  // Marks a copy running on the GPU where the watchdog sees nothing running (the session
-  // waits for its streams); returns the mark for CopyDone (0: another operation's stands).
-  int64_t CopyStarts() {
-    int64_t idle_mark = 0;
-    const int64_t now = NowNs();
-    return busy_since->compare_exchange_strong(idle_mark, now) ? now : 0;
-  }
-  void CopyDone(int64_t mark) {
-    if (mark != 0) busy_since->compare_exchange_strong(mark, 0);
-    progress->fetch_add(1, std::memory_order_relaxed);
   }
   // Closes the offer and waits for the copies under way. A copy still waiting for its
   // bytes waits on its client, which holds only its own session here (an agent's worker
@@ -127,15 +149,8 @@ class GpuWorker : public transport::RpcHandler {
 
   size_t attached() const { return attached_.load(); }
 
-  // For the watchdog (any thread): since when the current operation runs (0: none, or one
-  // the watchdog leaves alone), and the progress count it moves.
-  int64_t busy_since_ns() const { return busy_since_ns_->load(); }
-  uint64_t progress() const { return progress_->load(std::memory_order_relaxed); }
-  // Where the watchdog figures go (the worker's shared page), instead of our own.
-  void ExportWatch(std::atomic<int64_t>* busy_since, std::atomic<uint64_t>* progress) {
-    busy_since_ns_ = busy_since;
-    progress_ = progress;
-  }
+  // For the watchdog (any thread), and for ServerImpl to export before any session.
+  GpuWatch& watch() { return watch_; }
   size_t connections() const { return connections_.load(); }
   const device::GpuInfo* gpu() const { return gpu_; }
 
@@ -200,10 +215,7 @@ class GpuWorker : public transport::RpcHandler {
   uint64_t ticked_epoch_ = 0;
   std::atomic<size_t> attached_{0};     // written by the lane, read by any thread
   std::atomic<size_t> connections_{0};  // written by the lane, read by any thread
-  std::atomic<int64_t> own_busy_since_ns_{0};
-  std::atomic<uint64_t> own_progress_{0};  // operations done, and the blocks kernels ran
-  std::atomic<int64_t>* busy_since_ns_ = &own_busy_since_ns_;
-  std::atomic<uint64_t>* progress_ = &own_progress_;
+  GpuWatch watch_;                      // the session's watched operations here, restore copies on their lanes
 };
 
 int64_t NowNs() {
@@ -276,7 +288,7 @@ class ServerImpl : public Server {
       }
     }
     if (options_.progress != nullptr && options_.busy_since_ns != nullptr && !workers_.empty()) {
-      workers_[0]->ExportWatch(options_.busy_since_ns, options_.progress);
+      workers_[0]->watch().Export(options_.busy_since_ns, options_.progress);
     }
     auto pick = [this](const std::string& uuid) { return LaneOf(uuid); };
     auto log = [this](const std::string& key, const std::string& line) { log_.Log("transport " + key, line); };
@@ -326,8 +338,8 @@ class ServerImpl : public Server {
       for (size_t i = 0; i < workers_.size(); ++i) {
         GpuWorker& worker = *workers_[i];
         Watch& watch = watches[i];
-        int64_t since = worker.busy_since_ns();
-        uint64_t progress = worker.progress();
+        int64_t since = worker.watch().busy_since_ns();
+        uint64_t progress = worker.watch().progress();
         if (since == 0 || since != watch.since || progress != watch.progress) {
           watch = Watch{since, progress, now, since == watch.since && watch.reported};
           continue;
@@ -529,12 +541,9 @@ void GpuWorker::OnRequest(transport::ConnectionId id, const transport::RequestHe
   }
   const bool ran = session->authorized();
   const bool watched = session->watched();
-  if (watched) busy_since_ns_->store(NowNs());
+  if (watched) watch_.Starts();
   session->Run(header, args, payload, payload_len, reply);
-  if (watched) {
-    busy_since_ns_->store(0);
-    progress_->fetch_add(1, std::memory_order_relaxed);
-  }
+  if (watched) watch_.Ends();
   if (ran) session->set_last_run_seq(header.seq);
 }
 
@@ -716,7 +725,7 @@ void GpuWorker::FinishHello(const HelloCheck& check, transport::ServerReply* rep
   }
   // The watchdog follows this session's operations when its executor reports progress.
   bool watched = (server_->options().hang_timeout.count() > 0 || server_->options().progress != nullptr) &&
-                 executor.value()->SetProgressCounter(progress_);
+                 executor.value()->SetProgressCounter(watch_.progress_counter());
   session->Authorize(check.lease_id, check.token, *gpu_, server_->options().backend, std::move(executor.value()),
                      check.epoch);
   session->set_watched(watched);
@@ -1067,8 +1076,7 @@ void GpuWorker::RestoreOffer(transport::ConnectionId id, Session* session, std::
   grant->gpu_uuid = session->gpu_uuid();
   grant->executor = session->executor();
   grant->streams = streams;
-  grant->busy_since = busy_since_ns_;
-  grant->progress = progress_;
+  grant->watch = &watch_;
   server_->AddRestoreGrant(grant);
   restoring_[id] = grant;
   RestoreOfferResult result{};
@@ -1163,13 +1171,13 @@ void RestoreLane::OnRequest(transport::ConnectionId id, const transport::Request
   }
   stream.writing = true;
   int32_t status = kCuSuccess;
-  const int64_t mark = stream.grant->CopyStarts();
+  stream.grant->watch->Starts();
   if (Status usable = server_->options().backend->BeforeOperation(gpu_->index); !usable.ok()) {
     status = kCuEccUncorrectable;  // the session's next request finds it, and reports it
   } else {
     status = stream.grant->executor->CopyToDevice(copy.dst, payload, copy.size, 0);
   }
-  stream.grant->CopyDone(mark);
+  stream.grant->watch->Ends();
   stream.grant->Finish();
   stream.writing = false;
   if (header.flags & transport::kFlagOneWay) {

@@ -39,9 +39,6 @@ class RecordingBackend : public testing::TestBackend {
     int most = max_inside_.load();
     while (inside > most && !max_inside_.compare_exchange_weak(most, inside)) {
     }
-    if (int delay = delay_ms_.load(); delay > 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
-    }
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (hung_ == index) {
@@ -51,6 +48,10 @@ class RecordingBackend : public testing::TestBackend {
         released_.wait_for(lock, std::chrono::seconds(30), [&] { return hung_ != index; });
         --hung_calls_;
       }
+    }
+    // After the hang's check: an operation already delayed is not caught by a later hang.
+    if (int delay = delay_ms_.load(); delay > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay));
     }
     --inside_;
     return TestBackend::BeforeOperation(index);
@@ -73,6 +74,7 @@ class RecordingBackend : public testing::TestBackend {
   }
   void set_delay_ms(int ms) { delay_ms_ = ms; }
   int max_inside() const { return max_inside_.load(); }
+  int inside() const { return inside_.load(); }
 
  private:
   std::atomic<int> delay_ms_{0};
@@ -742,6 +744,56 @@ TEST_F(RestoreStreamsTest, AGpuThatHangsInARestoreCopyIsFoundHung) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_EQ(backend_.reported_failures(), reported + 1) << "the watchdog did not see the restore copy";
+  backend_.Clear();
+}
+
+// Two restore lanes copy at once: the GPU hangs in the second copy just after the first one
+// ended. The watchdog's mark stays while any copy runs, so the hang is still seen.
+TEST_F(RestoreStreamsTest, AGpuThatHangsInOneStreamsCopyIsFoundHungAfterTheOthersCopyEnds) {
+  ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.backend = &backend_;
+  options.authorize = [](const std::string&, const std::string&, const std::string&) { return true; };
+  options.hang_timeout = std::chrono::milliseconds(400);
+  auto watched = Server::Start(options);
+  ASSERT_TRUE(watched.ok()) << watched.status().message();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(watched.value()->port());
+  auto session = RpcClient::Connect(endpoint, testing::TestGpuUuid(1));
+  ASSERT_TRUE(session.ok());
+  ASSERT_EQ(Hello(session.value().get(), "any", "any", testing::TestGpuUuid(1)).status, kCuSuccess);
+  uint64_t mine = 0;
+  ASSERT_EQ(Alloc(session.value().get(), 8192, &mine), kCuSuccess);
+  const RestoreOfferResult offer = Offer(session.value().get());
+  auto first = RpcClient::Connect(endpoint, testing::TestGpuUuid(1) + kRestoreLaneSuffix);
+  auto second = RpcClient::Connect(endpoint, testing::TestGpuUuid(1) + kRestoreLaneSuffix);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_EQ(AttachStream(first.value().get(), offer.ticket).status, kCuSuccess);
+  ASSERT_EQ(AttachStream(second.value().get(), offer.ticket).status, kCuSuccess);
+  const int reported = backend_.reported_failures();
+  std::vector<char> bytes(4096, 'h');
+  // The first copy runs 250 ms (under hang_timeout), past the hang's check.
+  backend_.set_delay_ms(250);
+  MemcpyHtoDArgs low{mine, bytes.size(), 0};
+  ASSERT_TRUE(
+      first.value()->Post(Request{kOpMemcpyHtoD, &low, sizeof(low), bytes.data(), bytes.size(), nullptr, 0}).ok());
+  for (int i = 0; i < 200 && backend_.inside() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(backend_.inside(), 1) << "the first copy never reached the GPU";
+  backend_.set_delay_ms(0);
+  backend_.Hang(1);
+  MemcpyHtoDArgs high{mine + 4096, bytes.size(), 0};
+  ASSERT_TRUE(
+      second.value()->Post(Request{kOpMemcpyHtoD, &high, sizeof(high), bytes.data(), bytes.size(), nullptr, 0}).ok());
+  for (int i = 0; i < 200 && backend_.hung_calls() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(backend_.hung_calls(), 1) << "the second copy never reached the hung GPU";
+  // The first copy ends now; the second stays hung.
+  for (int i = 0; i < 500 && backend_.inside() > 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(backend_.inside(), 1) << "the first copy did not end";
+  const auto deadline = Clock::now() + std::chrono::seconds(3);
+  while (backend_.reported_failures() == reported && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(backend_.reported_failures(), reported + 1)
+      << "the watchdog stopped watching when the first copy ended, with the second hung";
   backend_.Clear();
 }
 

@@ -112,8 +112,10 @@ trial() {
       --gpu-pool=a100:1 --wrap "$wrap $work/iterations 90" | cut -d';' -f1
   )
   wait_for 120 running_20 || { echo "failover --slurm: job $job did not start iterating" >&2; cat "$work/$job.out" >&2; exit 1; }
-  local gpu host index fault_ms pids
-  gpu=$(lease_of "$job" '.gpus[0].id')
+  local gpu="" host index fault_ms pids
+  # Asked again while gpupoolctl shows no GPU for it (once, on a cluster just started).
+  lease_shown() { gpu=$(lease_of "$job" '.gpus[0].id' 2>/dev/null) && [[ -n $gpu && $gpu != null ]]; }
+  wait_for 10 lease_shown || { echo "failover --slurm: gpupoolctl shows no lease of job $job" >&2; exit 1; }
   host=$(lease_of "$job" '.gpus[0].host')
   index=$(lease_of "$job" '.gpus[0].index')
   [[ $1 == gone ]] && pids=$(host_pids "$host")  # found before the clock starts
