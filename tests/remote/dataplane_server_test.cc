@@ -557,6 +557,51 @@ class RestoreStreamsTest : public DataplaneServerTest {
     EXPECT_TRUE(stream->Call(Request{kOpRestoreAttach, &attach, sizeof(attach), nullptr, 0, nullptr, 0}, &reply).ok());
     return reply;
   }
+  // A server of its own whose watchdog reports a GPU hung after `hang_timeout`; a session on
+  // GPU 1 holding `bytes` at `memory`, and `streams` restore streams attached to its offer.
+  struct WatchedOffer {
+    std::unique_ptr<Server> server;
+    std::unique_ptr<RpcClient> session;
+    std::vector<std::unique_ptr<RpcClient>> streams;
+    uint64_t memory = 0;
+  };
+  void StartWatchedOffer(std::chrono::milliseconds hang_timeout, uint64_t bytes, size_t streams,
+                         WatchedOffer* watched) {
+    ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.backend = &backend_;
+    options.authorize = [](const std::string&, const std::string&, const std::string&) { return true; };
+    options.hang_timeout = hang_timeout;
+    auto server = Server::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    watched->server = std::move(server.value());
+    const std::string endpoint = "127.0.0.1:" + std::to_string(watched->server->port());
+    auto session = RpcClient::Connect(endpoint, testing::TestGpuUuid(1));
+    ASSERT_TRUE(session.ok());
+    watched->session = std::move(session.value());
+    ASSERT_EQ(Hello(watched->session.get(), "any", "any", testing::TestGpuUuid(1)).status, kCuSuccess);
+    ASSERT_EQ(Alloc(watched->session.get(), bytes, &watched->memory), kCuSuccess);
+    const RestoreOfferResult offer = Offer(watched->session.get());
+    for (size_t i = 0; i < streams; ++i) {
+      auto stream = RpcClient::Connect(endpoint, testing::TestGpuUuid(1) + kRestoreLaneSuffix);
+      ASSERT_TRUE(stream.ok());
+      ASSERT_EQ(AttachStream(stream.value().get(), offer.ticket).status, kCuSuccess);
+      watched->streams.push_back(std::move(stream.value()));
+    }
+  }
+  // A one-way copy of `data` to `dptr`.
+  Status PostCopy(RpcClient* stream, uint64_t dptr, const std::vector<char>& data) {
+    MemcpyHtoDArgs args{dptr, data.size(), 0};
+    return stream->Post(Request{kOpMemcpyHtoD, &args, sizeof(args), data.data(), data.size(), nullptr, 0});
+  }
+  // Whether the backend hears of one more GPU failure than `before` within 3 s.
+  bool ReportedOnceMore(int before) {
+    const auto deadline = Clock::now() + std::chrono::seconds(3);
+    while (backend_.reported_failures() == before && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return backend_.reported_failures() == before + 1;
+  }
   Reply WriteReply(RpcClient* client, uint64_t dptr, const std::vector<char>& data, uint64_t stream = 0) {
     MemcpyHtoDArgs args{dptr, data.size(), stream};
     Reply reply;
@@ -716,83 +761,37 @@ TEST_F(RestoreStreamsTest, ARevokedSessionsOfferEndsAndAServerWithoutLanesOffers
 // A copy a restore stream runs is watched as the session's own operations are: a GPU that
 // hangs in it is reported, though the session itself runs nothing meanwhile.
 TEST_F(RestoreStreamsTest, AGpuThatHangsInARestoreCopyIsFoundHung) {
-  ServerOptions options;
-  options.listen = "127.0.0.1:0";
-  options.backend = &backend_;
-  options.authorize = [](const std::string&, const std::string&, const std::string&) { return true; };
-  options.hang_timeout = std::chrono::milliseconds(300);
-  auto watched = Server::Start(options);
-  ASSERT_TRUE(watched.ok()) << watched.status().message();
-  const std::string endpoint = "127.0.0.1:" + std::to_string(watched.value()->port());
-  auto session = RpcClient::Connect(endpoint, testing::TestGpuUuid(1));
-  ASSERT_TRUE(session.ok());
-  ASSERT_EQ(Hello(session.value().get(), "any", "any", testing::TestGpuUuid(1)).status, kCuSuccess);
-  uint64_t mine = 0;
-  ASSERT_EQ(Alloc(session.value().get(), 4096, &mine), kCuSuccess);
-  const RestoreOfferResult offer = Offer(session.value().get());
-  auto stream = RpcClient::Connect(endpoint, testing::TestGpuUuid(1) + kRestoreLaneSuffix);
-  ASSERT_TRUE(stream.ok());
-  ASSERT_EQ(AttachStream(stream.value().get(), offer.ticket).status, kCuSuccess);
+  WatchedOffer watched;
+  ASSERT_NO_FATAL_FAILURE(StartWatchedOffer(std::chrono::milliseconds(300), 4096, 1, &watched));
   const int reported = backend_.reported_failures();
   backend_.Hang(1);
   std::vector<char> bytes(4096, 'h');
-  MemcpyHtoDArgs copy{mine, bytes.size(), 0};
-  ASSERT_TRUE(
-      stream.value()->Post(Request{kOpMemcpyHtoD, &copy, sizeof(copy), bytes.data(), bytes.size(), nullptr, 0}).ok());
-  const auto deadline = Clock::now() + std::chrono::seconds(5);
-  while (backend_.reported_failures() == reported && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(backend_.reported_failures(), reported + 1) << "the watchdog did not see the restore copy";
+  ASSERT_TRUE(PostCopy(watched.streams[0].get(), watched.memory, bytes).ok());
+  EXPECT_TRUE(ReportedOnceMore(reported)) << "the watchdog did not see the restore copy";
   backend_.Clear();
 }
 
 // Two restore lanes copy at once: the GPU hangs in the second copy just after the first one
 // ended. The watchdog's mark stays while any copy runs, so the hang is still seen.
 TEST_F(RestoreStreamsTest, AGpuThatHangsInOneStreamsCopyIsFoundHungAfterTheOthersCopyEnds) {
-  ServerOptions options;
-  options.listen = "127.0.0.1:0";
-  options.backend = &backend_;
-  options.authorize = [](const std::string&, const std::string&, const std::string&) { return true; };
-  options.hang_timeout = std::chrono::milliseconds(400);
-  auto watched = Server::Start(options);
-  ASSERT_TRUE(watched.ok()) << watched.status().message();
-  const std::string endpoint = "127.0.0.1:" + std::to_string(watched.value()->port());
-  auto session = RpcClient::Connect(endpoint, testing::TestGpuUuid(1));
-  ASSERT_TRUE(session.ok());
-  ASSERT_EQ(Hello(session.value().get(), "any", "any", testing::TestGpuUuid(1)).status, kCuSuccess);
-  uint64_t mine = 0;
-  ASSERT_EQ(Alloc(session.value().get(), 8192, &mine), kCuSuccess);
-  const RestoreOfferResult offer = Offer(session.value().get());
-  auto first = RpcClient::Connect(endpoint, testing::TestGpuUuid(1) + kRestoreLaneSuffix);
-  auto second = RpcClient::Connect(endpoint, testing::TestGpuUuid(1) + kRestoreLaneSuffix);
-  ASSERT_TRUE(first.ok() && second.ok());
-  ASSERT_EQ(AttachStream(first.value().get(), offer.ticket).status, kCuSuccess);
-  ASSERT_EQ(AttachStream(second.value().get(), offer.ticket).status, kCuSuccess);
+  WatchedOffer watched;
+  ASSERT_NO_FATAL_FAILURE(StartWatchedOffer(std::chrono::milliseconds(400), 8192, 2, &watched));
   const int reported = backend_.reported_failures();
   std::vector<char> bytes(4096, 'h');
   // The first copy runs 250 ms (under hang_timeout), past the hang's check.
   backend_.set_delay_ms(250);
-  MemcpyHtoDArgs low{mine, bytes.size(), 0};
-  ASSERT_TRUE(
-      first.value()->Post(Request{kOpMemcpyHtoD, &low, sizeof(low), bytes.data(), bytes.size(), nullptr, 0}).ok());
+  ASSERT_TRUE(PostCopy(watched.streams[0].get(), watched.memory, bytes).ok());
   for (int i = 0; i < 200 && backend_.inside() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(backend_.inside(), 1) << "the first copy never reached the GPU";
   backend_.set_delay_ms(0);
   backend_.Hang(1);
-  MemcpyHtoDArgs high{mine + 4096, bytes.size(), 0};
-  ASSERT_TRUE(
-      second.value()->Post(Request{kOpMemcpyHtoD, &high, sizeof(high), bytes.data(), bytes.size(), nullptr, 0}).ok());
+  ASSERT_TRUE(PostCopy(watched.streams[1].get(), watched.memory + 4096, bytes).ok());
   for (int i = 0; i < 200 && backend_.hung_calls() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(backend_.hung_calls(), 1) << "the second copy never reached the hung GPU";
   // The first copy ends now; the second stays hung.
   for (int i = 0; i < 500 && backend_.inside() > 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   ASSERT_EQ(backend_.inside(), 1) << "the first copy did not end";
-  const auto deadline = Clock::now() + std::chrono::seconds(3);
-  while (backend_.reported_failures() == reported && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  EXPECT_EQ(backend_.reported_failures(), reported + 1)
+  EXPECT_TRUE(ReportedOnceMore(reported))
       << "the watchdog stopped watching when the first copy ended, with the second hung";
   backend_.Clear();
 }
